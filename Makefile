@@ -1,0 +1,44 @@
+# hcq: a thin wrapper around CMake + CTest. `make test` is what CI runs (.ci/run).
+BUILD_DIR ?= build
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+CMAKE_ARGS ?=
+
+.PHONY: all deps build test asan ubsan tsan bench demo clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+# build-<name>: configure and build one flavour. $(1) dir, $(2) extra CMake arguments.
+define cmake_build
+	cmake -S . -B $(1) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCQ_WERROR=ON $(2) $(CMAKE_ARGS) >/dev/null
+	cmake --build $(1) -j $(NPROC)
+endef
+
+build: deps
+	$(call cmake_build,$(BUILD_DIR),)
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure
+
+asan: deps
+	$(call cmake_build,build-asan,-DHCQ_SANITIZE=address -DHCQ_BUILD_BENCH=OFF)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 ctest --test-dir build-asan --output-on-failure
+
+ubsan: deps
+	$(call cmake_build,build-ubsan,-DHCQ_SANITIZE=undefined -DHCQ_BUILD_BENCH=OFF)
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --test-dir build-ubsan --output-on-failure
+
+tsan: deps
+	$(call cmake_build,build-tsan,-DHCQ_SANITIZE=thread -DHCQ_BUILD_BENCH=OFF)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --test-dir build-tsan --output-on-failure
+
+bench: build
+	$(BUILD_DIR)/bench/hcq_bench
+
+demo: build
+	$(BUILD_DIR)/cli/hcq demo
+
+clean:
+	rm -rf $(BUILD_DIR) build-asan build-ubsan build-tsan

@@ -1,0 +1,167 @@
+/* hcq benchmarks: prints a table of medians over repetitions. Nothing here asserts a time. */
+#include <hcq/hcq.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define REPS 9
+
+#define CHECK(call)                                                                  \
+  do {                                                                               \
+    hcq_status_t st_ = (call);                                                       \
+    if (st_) {                                                                       \
+      fprintf(stderr, "bench: %s failed: %s\n", #call, hcq_status_message(st_));     \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return v[n / 2];
+}
+
+static void row(const char *what, double value, const char *unit) { printf("| %-58s | %12.1f | %-5s |\n", what, value, unit); }
+
+static void empty_kernel(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {
+  (void)bufs, (void)vals, (void)l;
+}
+
+/* Host time of hcq_launch alone, the device draining in the background. */
+static void bench_eager_launch(hcq_device_t *dev, hcq_program_t *prog, hcq_buffer_t *buf) {
+  enum { N = 20000 };
+  double host[REPS], per_item[REPS];
+  hcq_launch_desc_t l = {prog, &buf, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}};
+  for (int r = 0; r < REPS; r++) {
+    CHECK(hcq_device_synchronize(dev));
+    double t0 = now_ns();
+    for (int i = 0; i < N; i++) CHECK(hcq_launch(&l));
+    double t1 = now_ns();
+    CHECK(hcq_device_synchronize(dev));
+    double t2 = now_ns();
+    host[r] = (t1 - t0) / N;
+    per_item[r] = (t2 - t0) / N;
+  }
+  row("eager launch: host time per hcq_launch", median(host, REPS), "ns");
+  row("eager launch: per item, 20000 queued back to back + sync", median(per_item, REPS), "ns");
+}
+
+/* Two bound queues on different engines pass a signal back and forth M times. */
+static void bench_signal_round_trip(hcq_device_t *dev) {
+  enum { M = 5000 };
+  hcq_signal_t *ping, *pong;
+  CHECK(hcq_signal_create(dev, "ping", 0, &ping));
+  CHECK(hcq_signal_create(dev, "pong", 0, &pong));
+  hcq_expr_t *base;
+  CHECK(hcq_var_create("base", 0, 1 << 30, &base));
+  hcq_queue_t *a, *b;
+  CHECK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &a));
+  CHECK(hcq_queue_create(HCQ_QUEUE_COPY, &b));
+  hcq_operand_t pi = hcq_imm((int64_t)hcq_signal_address(ping)), po = hcq_imm((int64_t)hcq_signal_address(pong));
+  for (int i = 1; i <= M; i++) {
+    hcq_expr_t *c = hcq_expr_const(i), *v = hcq_expr_binary(HCQ_EXPR_ADD, base, c);
+    CHECK(hcq_queue_wait(a, pi, hcq_sym(v)));
+    CHECK(hcq_queue_signal(a, po, hcq_sym(v)));
+    CHECK(hcq_queue_signal(b, pi, hcq_sym(v)));
+    CHECK(hcq_queue_wait(b, po, hcq_sym(v)));
+    hcq_expr_release(c);
+    hcq_expr_release(v);
+  }
+  CHECK(hcq_queue_bind(a, dev));
+  CHECK(hcq_queue_bind(b, dev));
+  double rt[REPS];
+  for (int r = 0; r < REPS; r++) {
+    hcq_var_value_t vals[] = {{base, (int64_t)r * M}};
+    double t0 = now_ns();
+    CHECK(hcq_queue_submit(a, dev, vals, 1));
+    CHECK(hcq_queue_submit(b, dev, vals, 1));
+    CHECK(hcq_signal_wait(pong, (uint64_t)(r + 1) * M, HCQ_TIMEOUT_DEFAULT));
+    rt[r] = (now_ns() - t0) / M;
+  }
+  row("signal round trip between two queues (two hand-offs)", median(rt, REPS), "ns");
+  hcq_queue_free(a);
+  hcq_queue_free(b);
+  hcq_expr_release(base);
+  hcq_signal_free(ping);
+  hcq_signal_free(pong);
+}
+
+/* One bound compute queue of N empty one-group execs: the engine's per-command cost. */
+static void bench_bound_chain(hcq_device_t *dev, hcq_program_t *prog, hcq_buffer_t *buf) {
+  enum { N = 100000 };
+  hcq_buffer_t *args;
+  CHECK(hcq_buffer_create(dev, 16, &args));
+  hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(buf))};
+  hcq_signal_t *done;
+  CHECK(hcq_signal_create(dev, "done", 0, &done));
+  hcq_queue_t *q;
+  CHECK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
+  CHECK(hcq_queue_kernargs(q, args, 0, bufs, 1, NULL, 0));
+  hcq_operand_t one[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)};
+  for (int i = 0; i < N; i++) CHECK(hcq_queue_exec(q, prog, hcq_imm((int64_t)hcq_buffer_address(args)), 1, one, one));
+  hcq_expr_t *r;
+  CHECK(hcq_var_create("r", 0, 1000, &r));
+  CHECK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(done)), hcq_sym(r)));
+  CHECK(hcq_queue_bind(q, dev));
+  double per[REPS];
+  for (int i = 0; i < REPS; i++) {
+    hcq_var_value_t v[] = {{r, i + 1}};
+    double t0 = now_ns();
+    CHECK(hcq_queue_submit(q, dev, v, 1));
+    CHECK(hcq_signal_wait(done, (uint64_t)i + 1, HCQ_TIMEOUT_DEFAULT));
+    per[i] = (now_ns() - t0) / N;
+  }
+  row("bound queue of 100000 empty execs: device time per exec", median(per, REPS), "ns");
+  hcq_queue_free(q);
+  hcq_expr_release(r);
+  hcq_signal_free(done);
+  hcq_buffer_release(args);
+}
+
+/* The floor: a plain C loop of indirect calls over the same kernel. */
+static void bench_plain_loop(void) {
+  enum { N = 1000000 };
+  void (*volatile fn)(void *const *, const int32_t *, const hcq_launch_t *) = empty_kernel;
+  hcq_launch_t l = {{0, 0, 0}, {1, 1, 1}, {1, 1, 1}};
+  void *bufs[1] = {NULL};
+  double per[REPS];
+  for (int r = 0; r < REPS; r++) {
+    double t0 = now_ns();
+    for (int i = 0; i < N; i++) fn(bufs, NULL, &l);
+    per[r] = (now_ns() - t0) / N;
+  }
+  row("plain C loop of indirect calls (reference)", median(per, REPS), "ns");
+}
+
+int main(int argc, char **argv) {
+  (void)argc, (void)argv;
+  hcq_device_t *dev;
+  CHECK(hcq_device_open("CPU:0", &dev));
+  hcq_program_t *prog;
+  CHECK(hcq_program_create_fn(dev, "empty", empty_kernel, &prog));
+  hcq_buffer_t *buf;
+  CHECK(hcq_buffer_create(dev, 64, &buf));
+  printf("hcq benchmarks on CPU:0 (%u threads per device), medians of %d repetitions\n\n", hcq_device_thread_count(dev),
+         REPS);
+  printf("| %-58s | %12s | %-5s |\n", "measure", "median", "unit");
+  printf("|%s|%s|%s|\n", "------------------------------------------------------------", "--------------", "-------");
+  bench_plain_loop();
+  bench_eager_launch(dev, prog, buf);
+  bench_signal_round_trip(dev);
+  bench_bound_chain(dev, prog, buf);
+  hcq_buffer_release(buf);
+  hcq_program_release(prog);
+  CHECK(hcq_device_close(dev));
+  return 0;
+}

@@ -1,0 +1,99 @@
+/* hcq devices: opening by name, the timeline, synchronisation.
+ *
+ * A device is opened by name: "CPU:0", "CPU:1", ... are independent CPU devices, each with its own
+ * memory, a compute-queue worker, a copy-queue worker and HCQ_CPU_THREADS threads that share the
+ * work-groups of one launch. "CPU" means "CPU:0". "CUDA:N" names an NVIDIA GPU when libcuda loads.
+ *
+ * Devices are process-wide and reference counted by name: opening "CPU:0" twice returns the same
+ * device, and each open needs one hcq_device_close(). The last close of a device fails (and the
+ * device stays open) when buffers, programs, signals or graphs of it are still alive, or when its
+ * work does not finish within the wait timeout: closing with work pending is an error, not a hang.
+ *
+ * Threads: every call on a device may come from any thread; submissions to one device are
+ * serialised inside the library.
+ */
+#ifndef HCQ_DEVICE_H
+#define HCQ_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hcq/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hcq_device hcq_device_t;
+typedef struct hcq_signal hcq_signal_t;
+
+#define HCQ_DEVICE_KINDS(X) \
+  X(CPU, "CPU")             \
+  X(CUDA, "CUDA")           \
+  X(METAL, "METAL")
+
+typedef enum hcq_device_kind {
+#define HCQ__DEVICE_KIND_ENUM(name, text) HCQ_DEVICE_##name,
+  HCQ_DEVICE_KINDS(HCQ__DEVICE_KIND_ENUM)
+#undef HCQ__DEVICE_KIND_ENUM
+  HCQ_DEVICE_KIND_COUNT
+} hcq_device_kind_t;
+
+/* Capabilities: differences between backends are flags, never name tests. */
+enum {
+  HCQ_CAP_IN_ORDER_QUEUES = 1u << 0, /* a queue's commands finish in order: no self-waits needed */
+  HCQ_CAP_COPY_QUEUE = 1u << 1,      /* has a copy queue separate from the compute queue */
+  HCQ_CAP_HOST_CALLABLE = 1u << 2,   /* programs may be C function pointers */
+  HCQ_CAP_COMPILE_C = 1u << 3,       /* compiles C kernels (SPEC 2 CPU ABI) */
+  HCQ_CAP_COMPILE_CUDA = 1u << 4,    /* compiles CUDA C / loads PTX */
+};
+
+/* Signal values above this make the timeline wrap onto its shadow signal (32-bit payloads). */
+#define HCQ_TIMELINE_WRAP (UINT64_C(1) << 31)
+
+typedef struct hcq_device_options {
+  /* First timeline value (0 means 1). Lets tests start near HCQ_TIMELINE_WRAP. */
+  uint64_t timeline_start;
+} hcq_device_options_t;
+
+/* Opens (or references again) the device called name. Unknown names are NOT_FOUND, devices whose
+ * driver is missing UNAVAILABLE; both messages name the device. */
+HCQ_MUST_USE hcq_status_t hcq_device_open(const char *name, hcq_device_t **out_device);
+/* As hcq_device_open; options apply when this call creates the device and are an error
+ * (FAILED_PRECONDITION) when the device is already open. options may be NULL. */
+HCQ_MUST_USE hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *options,
+                                             hcq_device_t **out_device);
+/* Drops one reference; see above for when the last one fails. NULL is accepted. */
+HCQ_MUST_USE hcq_status_t hcq_device_close(hcq_device_t *device);
+
+/* "CPU:0". */
+const char *hcq_device_name(const hcq_device_t *device);
+hcq_device_kind_t hcq_device_kind(const hcq_device_t *device);
+const char *hcq_device_kind_name(hcq_device_kind_t kind);
+uint32_t hcq_device_caps(const hcq_device_t *device);
+/* Worker threads that share the work-groups of one launch (CPU). */
+unsigned hcq_device_thread_count(const hcq_device_t *device);
+
+/* Waits until all work submitted to the device so far has finished (timeline_value - 1), within
+ * the wait timeout. Wraps the timeline when it has passed HCQ_TIMELINE_WRAP. */
+HCQ_MUST_USE hcq_status_t hcq_device_synchronize(hcq_device_t *device);
+
+/* The device's current timeline signal and the value the next piece of work will signal. The
+ * signal changes when the timeline wraps. The signal belongs to the device: do not free it. */
+void hcq_device_timeline(hcq_device_t *device, hcq_signal_t **out_signal, uint64_t *out_next_value);
+
+/* Lists the device kinds this machine has: for each kind, how many devices and a one-line
+ * description (driver version, names). Writes up to cap entries; returns how many exist. */
+typedef struct hcq_device_info {
+  hcq_device_kind_t kind;
+  int count;             /* devices of this kind; CPU reports how many are useful (any index opens) */
+  char description[256]; /* what the kind supports, or why it is absent */
+  bool available;
+} hcq_device_info_t;
+size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

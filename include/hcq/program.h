@@ -1,0 +1,74 @@
+/* hcq programs: compiled kernels for one device, and eager launches.
+ *
+ * CPU kernels follow the SPEC 2 ABI. Sources are compiled with a prelude that includes <stdint.h>
+ * and <stddef.h> and defines hcq_launch_t; the device calls the entry once per work-group of the
+ * grid, spreading groups over its threads, and the kernel loops over its own lsz threads:
+ *
+ *   typedef struct { uint32_t gid[3], gsz[3], lsz[3]; } hcq_launch_t;
+ *   void NAME(void *const *bufs, const int32_t *vals, const hcq_launch_t *launch);
+ *
+ * C sources are compiled by the system C compiler (HCQ_CC, default "cc") into a shared object
+ * cached on disk (HCQ_CACHE_DIR, default $XDG_CACHE_HOME/hcq or ~/.cache/hcq) under a hash of the
+ * prelude, source, compiler identity and flags: a second process loads it without compiling.
+ * Programs are reference counted; graphs retain the programs they use.
+ */
+#ifndef HCQ_PROGRAM_H
+#define HCQ_PROGRAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hcq/buffer.h"
+#include "hcq/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hcq_program hcq_program_t;
+
+typedef struct {
+  uint32_t gid[3], gsz[3], lsz[3];
+} hcq_launch_t;
+
+typedef void (*hcq_cpu_kernel_fn)(void *const *bufs, const int32_t *vals, const hcq_launch_t *launch);
+
+/* Compiles source (C on CPU devices) and looks up entry. A compile error is COMPILE_ERROR with the
+ * compiler's output in the message. */
+HCQ_MUST_USE hcq_status_t hcq_program_create(hcq_device_t *device, const char *entry, const char *source,
+                                             hcq_program_t **out_program);
+/* A CPU program from a C function pointer (devices with HCQ_CAP_HOST_CALLABLE). name is copied. */
+HCQ_MUST_USE hcq_status_t hcq_program_create_fn(hcq_device_t *device, const char *name, hcq_cpu_kernel_fn fn,
+                                                hcq_program_t **out_program);
+hcq_program_t *hcq_program_retain(hcq_program_t *program);
+void hcq_program_release(hcq_program_t *program);
+const char *hcq_program_name(const hcq_program_t *program);
+hcq_device_t *hcq_program_device(const hcq_program_t *program);
+
+/* The text every CPU kernel source is compiled after. */
+const char *hcq_cpu_prelude(void);
+
+/* Launches program eagerly: wait for the device timeline, memory barrier, exec, signal the
+ * timeline. Buffers must be on the program's device; kernargs are the buffer addresses then the
+ * 32-bit values. global is the grid in work-groups, local the group size; a 0 in either makes an
+ * empty launch. Returns once the launch is queued. */
+typedef struct hcq_launch_desc {
+  hcq_program_t *program;
+  hcq_buffer_t *const *bufs;
+  size_t nbufs;
+  const int32_t *vals;
+  size_t nvals;
+  uint32_t global[3];
+  uint32_t local[3];
+} hcq_launch_desc_t;
+
+HCQ_MUST_USE hcq_status_t hcq_launch(const hcq_launch_desc_t *desc);
+
+/* Limits of one launch's argument lists. */
+#define HCQ_MAX_KERNEL_BUFS 256
+#define HCQ_MAX_KERNEL_VALS 256
+
+#ifdef __cplusplus
+}
+#endif
+#endif

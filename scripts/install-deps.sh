@@ -1,0 +1,35 @@
+#!/bin/sh
+# Installs the Debian packages hcq needs to build and test, when any is missing.
+# Called by the Makefile before every build; does nothing (quickly) when all are present.
+set -eu
+
+PACKAGES="cmake make gcc pkg-config libcriterion-dev libjansson-dev libxxhash-dev"
+# Extra packages for optional targets: make fuzz needs clang's libFuzzer runtime.
+if [ "${HCQ_DEPS_FUZZ:-0}" = 1 ]; then
+  PACKAGES="$PACKAGES clang libclang-rt-14-dev"
+fi
+
+missing=""
+for p in $PACKAGES; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing="$missing $p"
+  fi
+done
+[ -z "$missing" ] && exit 0
+
+echo "hcq: installing missing packages:$missing"
+if [ "$(id -u)" = 0 ]; then
+  SUDO=""
+elif command -v sudo >/dev/null 2>&1; then
+  SUDO="sudo"
+else
+  echo "hcq: need root (or sudo) to install:$missing" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+# shellcheck disable=SC2086
+if ! $SUDO apt-get install -y --no-install-recommends $missing; then
+  $SUDO apt-get update
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y --no-install-recommends $missing
+fi

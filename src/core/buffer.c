@@ -1,0 +1,85 @@
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+static atomic_ulong g_buffer_ids;
+
+static hcq_buffer_t *buffer_new(hcq_device_t *dev) {
+  hcq_buffer_t *b = calloc(1, sizeof(*b));
+  if (!b) return NULL;
+  atomic_init(&b->refs, 1);
+  b->dev = dev;
+  b->id = atomic_fetch_add(&g_buffer_ids, 1) + 1;
+  snprintf(b->label, sizeof(b->label), "buffer#%" PRIu64, b->id);
+  return b;
+}
+
+hcq_status_t hcq_buffer_create(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out_buffer) {
+  if (!out_buffer) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_create: out_buffer is NULL");
+  *out_buffer = NULL;
+  if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_create: device is NULL");
+  if (size == 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "buffer on %s: size must be greater than 0", dev->name);
+  hcq_buffer_t *b = buffer_new(dev);
+  if (!b) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a buffer on %s", dev->name);
+  hcq_status_t st = dev->vt->mem_alloc(dev, size, &b->mem);
+  if (st) {
+    free(b);
+    return hcq_status_annotate(st, "buffer of %" PRIu64 " bytes on %s", size, dev->name);
+  }
+  b->size = size;
+  b->addr = b->mem.addr;
+  atomic_fetch_add(&dev->live, 1);
+  *out_buffer = b;
+  return NULL;
+}
+
+hcq_status_t hcq_buffer_view_create(hcq_buffer_t *buf, uint64_t offset, uint64_t size, hcq_buffer_t **out_view) {
+  if (!out_view) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_view_create: out_view is NULL");
+  *out_view = NULL;
+  if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_view_create: buffer is NULL");
+  if (size == 0 || offset > buf->size || size > buf->size - offset)
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "view [%" PRIu64 ", %" PRIu64 ") is outside %s (%" PRIu64 " bytes) or empty", offset,
+                           offset + size, buf->label, buf->size);
+  hcq_buffer_t *base = hcq_buffer_base(buf);
+  hcq_buffer_t *v = buffer_new(buf->dev);
+  if (!v) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a view of %s", buf->label);
+  v->base = hcq_buffer_retain(base);
+  v->offset = buf->offset + offset;
+  v->size = size;
+  v->addr = base->addr + v->offset;
+  snprintf(v->label, sizeof(v->label), "%.40s[%" PRIu64 ":%" PRIu64 "]", base->label, v->offset, v->offset + size);
+  atomic_fetch_add(&buf->dev->live, 1);
+  *out_view = v;
+  return NULL;
+}
+
+hcq_buffer_t *hcq_buffer_retain(hcq_buffer_t *buf) {
+  if (buf) atomic_fetch_add_explicit(&buf->refs, 1, memory_order_relaxed);
+  return buf;
+}
+
+void hcq_buffer_release(hcq_buffer_t *buf) {
+  if (!buf || atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1) return;
+  hcq_device_t *dev = buf->dev;
+  if (buf->base)
+    hcq_buffer_release(buf->base);
+  else
+    hcq__device_defer_mem(dev, buf->mem);
+  free(buf);
+  atomic_fetch_sub(&dev->live, 1);
+}
+
+uint64_t hcq_buffer_address(const hcq_buffer_t *buf) { return buf ? buf->addr : 0; }
+uint64_t hcq_buffer_size(const hcq_buffer_t *buf) { return buf ? buf->size : 0; }
+uint64_t hcq_buffer_offset(const hcq_buffer_t *buf) { return buf ? buf->offset : 0; }
+hcq_buffer_t *hcq_buffer_base(const hcq_buffer_t *buf) {
+  return buf ? (buf->base ? buf->base : (hcq_buffer_t *)buf) : NULL;
+}
+hcq_device_t *hcq_buffer_device(const hcq_buffer_t *buf) { return buf ? buf->dev : NULL; }
+const char *hcq_buffer_label(const hcq_buffer_t *buf) { return buf ? buf->label : ""; }
+void hcq_buffer_set_label(hcq_buffer_t *buf, const char *label) {
+  if (buf && label) snprintf(buf->label, sizeof(buf->label), "%s", label);
+}

@@ -1,0 +1,204 @@
+/* Eager work: every piece waits for the device timeline's previous value, does its job, signals the
+ * next value. The scratch queues are rebuilt per command under the device lock. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+static inline hcq_operand_t sig_addr(const hcq_signal_t *s) { return hcq_imm((int64_t)s->mem.addr); }
+
+/* Appends wait(timeline, tv - 1) to q. */
+static hcq_status_t wait_timeline(hcq_queue_t *q, const hcq_device_t *dev) {
+  return hcq_queue_wait(q, sig_addr(dev->timeline), hcq_imm((int64_t)dev->timeline_value - 1));
+}
+
+/* Appends signal(timeline, tv) to q and, once submitted, bumps tv. */
+static hcq_status_t submit_and_signal(hcq_queue_t *q, hcq_device_t *on, hcq_device_t *timeline_dev) {
+  hcq_status_t st = hcq_queue_signal(q, sig_addr(timeline_dev->timeline), hcq_imm((int64_t)timeline_dev->timeline_value));
+  if (!st) st = hcq__queue_submit_locked(q, on, NULL, 0);
+  if (!st) timeline_dev->timeline_value++;
+  return st;
+}
+
+/* Kernel arguments from the ring: a segment is waited for when the head enters it. */
+static hcq_status_t kernargs_alloc(hcq_device_t *dev, uint64_t size, uint64_t *out_offset) {
+  uint64_t ring = dev->kernargs.size, seg = ring / HCQ__KERNARGS_SEGMENTS;
+  uint64_t head = dev->kernargs_head;
+  if (head + size > ring) head = 0;
+  long prev_seg = dev->kernargs_head && head ? (long)((dev->kernargs_head - 1) / seg) : -1;
+  uint64_t first = head / seg, last = (head + size - 1) / seg;
+  for (uint64_t s = first; s <= last; s++) {
+    if ((long)s == prev_seg) continue;
+    hcq_status_t st = hcq__device_wait_timeline(dev, dev->kernargs_fence[s]);
+    if (st) return hcq_status_annotate(st, "%s: kernel-argument ring is full", dev->name);
+  }
+  for (uint64_t s = first; s <= last; s++) dev->kernargs_fence[s] = dev->timeline_value;
+  dev->kernargs_head = head + size;
+  *out_offset = head;
+  return NULL;
+}
+
+static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
+  if (!d || !d->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch: descriptor or program is NULL");
+  const hcq_program_t *p = d->program;
+  if ((d->nbufs && !d->bufs) || (d->nvals && !d->vals))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers / %zu values but the array is NULL",
+                           p->name, d->nbufs, d->nvals);
+  if (d->nbufs > HCQ_MAX_KERNEL_BUFS || d->nvals > HCQ_MAX_KERNEL_VALS)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers and %zu values exceed the limits (%d, %d)",
+                           p->name, d->nbufs, d->nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
+  for (size_t i = 0; i < d->nbufs; i++) {
+    if (!d->bufs[i]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu is NULL", p->name, i);
+    if (d->bufs[i]->dev != p->dev)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu (%s) is on %s but the program runs on %s",
+                             p->name, i, d->bufs[i]->label, d->bufs[i]->dev->name, p->dev->name);
+  }
+  return NULL;
+}
+
+hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
+  hcq_status_t st = check_launch(d);
+  if (st) return st;
+  hcq_device_t *dev = d->program->dev;
+  hcq_operand_t global[3], local[3];
+  for (int i = 0; i < 3; i++) {
+    global[i] = hcq_imm(d->global[i]);
+    local[i] = hcq_imm(d->local[i]);
+  }
+  pthread_mutex_lock(&dev->lock);
+  uint64_t args_off = 0;
+  hcq_queue_t *q = dev->eager_compute;
+  hcq__queue_reset(q);
+  if (!(st = hcq__device_prepare_submit(dev)) &&
+      !(st = kernargs_alloc(dev, hcq_kernargs_size(d->nbufs, d->nvals), &args_off))) {
+    hcq__kernargs_fill((char *)dev->kernargs.host + args_off, d->bufs, d->nbufs, d->vals, d->nvals);
+    if (!(st = wait_timeline(q, dev)) && !(st = hcq_queue_memory_barrier(q)) &&
+        !(st = hcq_queue_exec(q, d->program, hcq_imm((int64_t)(dev->kernargs.addr + args_off)), d->nbufs, global, local)))
+      st = submit_and_signal(q, dev, dev);
+  }
+  pthread_mutex_unlock(&dev->lock);
+  return st ? hcq_status_annotate(st, "launch of %s on %s", d->program->name, dev->name) : NULL;
+}
+
+/* The copy on src's copy queue, ordered after both timelines; dst's compute queue then orders
+ * its own timeline after it. Both devices are locked. */
+static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t dst, uint64_t src, uint64_t size) {
+  hcq_status_t st = hcq__device_prepare_submit(sd);
+  if (!st && dd != sd) st = hcq__device_prepare_submit(dd);
+  if (st) return st;
+  hcq_queue_t *q = sd->eager_copy;
+  hcq__queue_reset(q);
+  if ((st = wait_timeline(q, sd))) return st;
+  if (dd != sd && (st = wait_timeline(q, dd))) return st;
+  if ((st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src), hcq_imm((int64_t)size)))) return st;
+  uint64_t copied = sd->timeline_value;
+  if ((st = submit_and_signal(q, sd, sd)) || dd == sd) return st;
+  hcq_queue_t *dq = dd->eager_compute;
+  hcq__queue_reset(dq);
+  if ((st = hcq_queue_wait(dq, sig_addr(sd->timeline), hcq_imm((int64_t)copied)))) return st;
+  return submit_and_signal(dq, dd, dd);
+}
+
+hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
+  if (!dst || !src) return hcq_status_make(HCQ_INVALID_ARGUMENT, "transfer: destination or source is NULL");
+  if (size > dst->size || size > src->size)
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "transfer of %" PRIu64 " bytes from %s (%" PRIu64 " bytes) to %s (%" PRIu64
+                           " bytes): larger than a buffer",
+                           size, src->label, src->size, dst->label, dst->size);
+  if (size == 0) return NULL;
+  hcq_device_t *devs[2] = {src->dev, dst->dev};
+  hcq__device_lock_many(devs, 2);
+  hcq_status_t st = transfer_locked(src->dev, dst->dev, dst->addr, src->addr, size);
+  hcq__device_unlock_many(devs, 2);
+  return st ? hcq_status_annotate(st, "transfer %s -> %s", src->label, dst->label) : NULL;
+}
+
+/* ---- host transfers through staging buffers ---- */
+
+static hcq_status_t staging_slot(hcq_device_t *dev, unsigned *out_slot) {
+  unsigned s = dev->staging_next;
+  dev->staging_next = (s + 1) % HCQ__STAGING_SLOTS;
+  if (!dev->staging[s].host) {
+    hcq_status_t st = dev->vt->mem_alloc(dev, hcq__options()->staging_chunk, &dev->staging[s]);
+    if (st) return hcq_status_annotate(st, "staging buffer on %s", dev->name);
+  }
+  hcq_status_t st = hcq__device_wait_timeline(dev, dev->staging_fence[s]);
+  if (st) return st;
+  *out_slot = s;
+  return NULL;
+}
+
+static hcq_status_t check_host_copy(const char *what, hcq_buffer_t *buf, uint64_t offset, const void *host,
+                                    uint64_t size) {
+  if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: buffer is NULL", what);
+  if (size && !host) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s of %s: host pointer is NULL", what, buf->label);
+  if (offset > buf->size || size > buf->size - offset)
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "%s: %" PRIu64 " bytes at offset %" PRIu64 " are outside %s (%" PRIu64 " bytes)", what, size,
+                           offset, buf->label, buf->size);
+  return NULL;
+}
+
+hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *src, uint64_t size) {
+  hcq_status_t st = check_host_copy("copyin", buf, offset, src, size);
+  if (st || size == 0) return st;
+  hcq_device_t *dev = buf->dev;
+  uint64_t chunk = hcq__options()->staging_chunk;
+  pthread_mutex_lock(&dev->lock);
+  /* One wrap check up front: a wrap mid-way would invalidate the fences of chunks in flight. */
+  st = hcq__device_prepare_submit(dev);
+  for (uint64_t done = 0; done < size && !st; done += chunk) {
+    uint64_t n = size - done < chunk ? size - done : chunk;
+    unsigned s;
+    if ((st = staging_slot(dev, &s))) break;
+    memcpy(dev->staging[s].host, (const char *)src + done, n);
+    hcq_queue_t *q = dev->eager_copy;
+    hcq__queue_reset(q);
+    if ((st = wait_timeline(q, dev)) ||
+        (st = hcq_queue_copy(q, hcq_imm((int64_t)(buf->addr + offset + done)), hcq_imm((int64_t)dev->staging[s].addr),
+                             hcq_imm((int64_t)n))))
+      break;
+    dev->staging_fence[s] = dev->timeline_value;
+    st = submit_and_signal(q, dev, dev);
+  }
+  pthread_mutex_unlock(&dev->lock);
+  return st ? hcq_status_annotate(st, "copyin to %s", buf->label) : NULL;
+}
+
+hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, uint64_t size) {
+  hcq_status_t st = check_host_copy("copyout", buf, offset, dst, size);
+  if (st || size == 0) return st;
+  hcq_device_t *dev = buf->dev;
+  uint64_t chunk = hcq__options()->staging_chunk;
+  pthread_mutex_lock(&dev->lock);
+  /* Two chunks in flight: the device fills one staging buffer while the host drains the other. */
+  uint64_t pending_off = 0, pending_n = 0, pending_fence = 0;
+  unsigned pending_slot = 0;
+  st = hcq__device_prepare_submit(dev);
+  for (uint64_t done = 0; !st && (done < size || pending_n); done += chunk) {
+    uint64_t n = done < size ? (size - done < chunk ? size - done : chunk) : 0;
+    unsigned s = 0;
+    uint64_t fence = 0;
+    if (n) {
+      hcq_queue_t *q = dev->eager_copy;
+      if ((st = staging_slot(dev, &s))) break;
+      hcq__queue_reset(q);
+      if ((st = wait_timeline(q, dev)) ||
+          (st = hcq_queue_copy(q, hcq_imm((int64_t)dev->staging[s].addr), hcq_imm((int64_t)(buf->addr + offset + done)),
+                               hcq_imm((int64_t)n))))
+        break;
+      fence = dev->timeline_value;
+      dev->staging_fence[s] = fence;
+      if ((st = submit_and_signal(q, dev, dev))) break;
+    }
+    if (pending_n) {
+      if ((st = hcq__device_wait_timeline(dev, pending_fence))) break;
+      memcpy((char *)dst + pending_off, dev->staging[pending_slot].host, pending_n);
+    }
+    pending_off = done, pending_n = n, pending_fence = fence, pending_slot = s;
+  }
+  pthread_mutex_unlock(&dev->lock);
+  return st ? hcq_status_annotate(st, "copyout from %s", buf->label) : NULL;
+}

@@ -1,0 +1,74 @@
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+static hcq_status_t program_new(hcq_device_t *dev, const char *name, hcq_program_t **out) {
+  hcq_program_t *p = calloc(1, sizeof(*p));
+  if (!p) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating program %s", name);
+  atomic_init(&p->refs, 1);
+  p->dev = dev;
+  snprintf(p->name, sizeof(p->name), "%s", name);
+  *out = p;
+  return NULL;
+}
+
+static hcq_status_t check_name(const char *what, hcq_device_t *dev, const char *name) {
+  if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: device is NULL", what);
+  if (!name || !*name) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s on %s: the program name is empty", what, dev->name);
+  if (strlen(name) >= sizeof(((hcq_program_t *)0)->name))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s on %s: program name \"%.32s...\" is longer than %zu bytes", what,
+                           dev->name, name, sizeof(((hcq_program_t *)0)->name) - 1);
+  return NULL;
+}
+
+hcq_status_t hcq_program_create(hcq_device_t *dev, const char *entry, const char *source, hcq_program_t **out_program) {
+  if (!out_program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_program_create: out_program is NULL");
+  *out_program = NULL;
+  hcq_status_t st = check_name("hcq_program_create", dev, entry);
+  if (st) return st;
+  if (!source) return hcq_status_make(HCQ_INVALID_ARGUMENT, "program %s on %s: source is NULL", entry, dev->name);
+  if (!dev->vt->program_compile)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "program %s: %s cannot compile source", entry, dev->name);
+  hcq_program_t *p;
+  if ((st = program_new(dev, entry, &p))) return st;
+  if ((st = dev->vt->program_compile(dev, entry, source, &p->impl))) {
+    free(p);
+    return hcq_status_annotate(st, "program %s on %s", entry, dev->name);
+  }
+  atomic_fetch_add(&dev->live, 1);
+  *out_program = p;
+  return NULL;
+}
+
+hcq_status_t hcq_program_create_fn(hcq_device_t *dev, const char *name, hcq_cpu_kernel_fn fn,
+                                   hcq_program_t **out_program) {
+  if (!out_program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_program_create_fn: out_program is NULL");
+  *out_program = NULL;
+  hcq_status_t st = check_name("hcq_program_create_fn", dev, name);
+  if (st) return st;
+  if (!fn) return hcq_status_make(HCQ_INVALID_ARGUMENT, "program %s on %s: function is NULL", name, dev->name);
+  if (!(dev->caps & HCQ_CAP_HOST_CALLABLE))
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "program %s: %s cannot run host function pointers", name, dev->name);
+  hcq_program_t *p;
+  if ((st = program_new(dev, name, &p))) return st;
+  p->impl.handle = (uint64_t)(uintptr_t)fn;
+  atomic_fetch_add(&dev->live, 1);
+  *out_program = p;
+  return NULL;
+}
+
+hcq_program_t *hcq_program_retain(hcq_program_t *p) {
+  if (p) atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+  return p;
+}
+
+void hcq_program_release(hcq_program_t *p) {
+  if (!p || atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
+  hcq_device_t *dev = p->dev;
+  hcq__device_defer_program(dev, p);
+  atomic_fetch_sub(&dev->live, 1);
+}
+
+const char *hcq_program_name(const hcq_program_t *p) { return p ? p->name : ""; }
+hcq_device_t *hcq_program_device(const hcq_program_t *p) { return p ? p->dev : NULL; }

@@ -1,0 +1,397 @@
+/* The CPU device: host memory, one engine thread per queue kind that interprets command words from
+ * a ring, and helper threads that share the work-groups of one launch.
+ *
+ * The engine loop is the replay hot path: a bound graph queue reaches it as one CALL, and each EXEC
+ * of a one-group launch costs a decode and an indirect call. Engines and helpers spin for
+ * HCQ_SPIN_NS after their last work, then sleep on a futex. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/internal.h"
+#include "cpu/cpu_internal.h"
+
+#define RING_WORDS (UINT64_C(1) << 18)
+
+typedef struct cpu_engine {
+  hcq_device_t *dev;
+  pthread_t thread;
+  bool started;
+  uint32_t *ring; /* RING_WORDS words */
+  _Atomic uint64_t head; /* words published by the producer */
+  _Atomic uint64_t tail; /* words consumed */
+  _Atomic uint32_t doorbell;
+  _Atomic uint32_t sleeping;
+  _Atomic uint32_t tail_seq; /* bumped when tail moves while a producer waits for space */
+  _Atomic uint32_t space_waiters;
+  _Atomic bool stop;
+  struct cpu_pool *pool; /* compute engine only */
+} cpu_engine_t;
+
+/* A launch's work-groups shared between the compute engine and helper threads. The job fields are
+ * written only while no helper is inside (active == 0, gen odd), published by an even gen. */
+typedef struct cpu_pool {
+  unsigned nhelpers;
+  pthread_t *threads;
+  _Atomic uint32_t gen;
+  _Atomic uint32_t active;
+  _Atomic uint32_t helpers_sleeping;
+  _Atomic uint64_t next_group;
+  _Atomic uint64_t remaining;
+  _Atomic uint32_t done_seq;
+  _Atomic uint32_t worker_sleeping;
+  _Atomic bool stop;
+  hcq_cpu_kernel_fn fn;
+  void *const *bufs;
+  const int32_t *vals;
+  uint32_t gsz[3], lsz[3];
+  uint64_t total, chunk;
+} cpu_pool_t;
+
+typedef struct cpu_device {
+  cpu_engine_t engines[2]; /* by hcq_queue_kind_t */
+  cpu_pool_t pool;
+} cpu_device_t;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spins until *word != seen or the spin budget is spent; true when it changed. */
+static bool spin_while_equal32(_Atomic uint32_t *word, uint32_t seen) {
+  uint64_t budget = hcq__options()->spin_ns, start = 0;
+  for (unsigned i = 1;; i++) {
+    if (atomic_load_explicit(word, memory_order_acquire) != seen) return true;
+    cpu_relax();
+    if ((i & 63) == 0) {
+      uint64_t now = hcq__now_ns();
+      if (!start) start = now;
+      else if (now - start >= budget) return false;
+    }
+  }
+}
+
+/* ---- running groups ---- */
+
+static inline void run_groups(hcq_cpu_kernel_fn fn, void *const *bufs, const int32_t *vals, const uint32_t gsz[3],
+                              const uint32_t lsz[3], uint64_t first, uint64_t count) {
+  hcq_launch_t l;
+  for (int i = 0; i < 3; i++) l.gsz[i] = gsz[i], l.lsz[i] = lsz[i];
+  uint64_t plane = (uint64_t)gsz[0] * gsz[1];
+  for (uint64_t g = first; g < first + count; g++) {
+    l.gid[2] = (uint32_t)(g / plane);
+    uint64_t r = g % plane;
+    l.gid[1] = (uint32_t)(r / gsz[0]);
+    l.gid[0] = (uint32_t)(r % gsz[0]);
+    fn(bufs, vals, &l);
+  }
+}
+
+/* Takes chunks of the current job until none are left; returns how many groups it ran. */
+static void pool_work(cpu_pool_t *p) {
+  for (;;) {
+    uint64_t first = atomic_fetch_add_explicit(&p->next_group, p->chunk, memory_order_relaxed);
+    if (first >= p->total) return;
+    uint64_t count = p->total - first < p->chunk ? p->total - first : p->chunk;
+    run_groups(p->fn, p->bufs, p->vals, p->gsz, p->lsz, first, count);
+    if (atomic_fetch_sub_explicit(&p->remaining, count, memory_order_acq_rel) == count) {
+      atomic_fetch_add_explicit(&p->done_seq, 1, memory_order_seq_cst);
+      if (atomic_load_explicit(&p->worker_sleeping, memory_order_seq_cst)) hcq__futex_wake(&p->done_seq);
+    }
+  }
+}
+
+static void *helper_main(void *arg) {
+  cpu_pool_t *p = arg;
+  uint32_t seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+  for (;;) {
+    uint32_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
+    if (g == seen || (g & 1)) {
+      if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
+      if (!spin_while_equal32(&p->gen, g)) {
+        atomic_fetch_add_explicit(&p->helpers_sleeping, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop))
+          hcq__futex_wait(&p->gen, g, 0);
+        atomic_fetch_sub_explicit(&p->helpers_sleeping, 1, memory_order_seq_cst);
+      }
+      continue;
+    }
+    /* Enter, then confirm the job did not change meanwhile (the publisher waits for active == 0). */
+    atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == g) pool_work(p);
+    atomic_fetch_sub_explicit(&p->active, 1, memory_order_seq_cst);
+    seen = g;
+  }
+}
+
+static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, const int32_t *vals,
+                     const uint32_t gsz[3], const uint32_t lsz[3], uint64_t total) {
+  uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed);
+  atomic_store_explicit(&p->gen, g + 1, memory_order_seq_cst); /* odd: job being written */
+  while (atomic_load_explicit(&p->active, memory_order_seq_cst)) cpu_relax();
+  p->fn = fn, p->bufs = bufs, p->vals = vals, p->total = total;
+  for (int i = 0; i < 3; i++) p->gsz[i] = gsz[i], p->lsz[i] = lsz[i];
+  uint64_t chunk = total / ((uint64_t)(p->nhelpers + 1) * 4);
+  p->chunk = chunk ? chunk : 1;
+  atomic_store_explicit(&p->next_group, 0, memory_order_relaxed);
+  atomic_store_explicit(&p->remaining, total, memory_order_relaxed);
+  uint32_t done = atomic_load_explicit(&p->done_seq, memory_order_relaxed);
+  atomic_store_explicit(&p->gen, g + 2, memory_order_seq_cst); /* even: published */
+  if (atomic_load_explicit(&p->helpers_sleeping, memory_order_seq_cst)) hcq__futex_wake(&p->gen);
+  atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
+  pool_work(p);
+  atomic_fetch_sub_explicit(&p->active, 1, memory_order_seq_cst);
+  while (atomic_load_explicit(&p->remaining, memory_order_acquire)) {
+    if (spin_while_equal32(&p->done_seq, done)) continue;
+    atomic_store_explicit(&p->worker_sleeping, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->remaining, memory_order_seq_cst)) hcq__futex_wait(&p->done_seq, done, 0);
+    atomic_store_explicit(&p->worker_sleeping, 0, memory_order_seq_cst);
+  }
+}
+
+static inline void exec_command(cpu_engine_t *e, const uint32_t *w) {
+  hcq_cpu_kernel_fn fn = (hcq_cpu_kernel_fn)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
+  void *const *bufs = (void *const *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_ARGS);
+  const int32_t *vals = (const int32_t *)(const void *)((const char *)bufs + (size_t)w[HCQ__EXEC_NBUFS] * 8);
+  const uint32_t *gsz = w + HCQ__EXEC_GLOBAL, *lsz = w + HCQ__EXEC_LOCAL;
+  uint64_t total = (uint64_t)gsz[0] * gsz[1] * gsz[2];
+  if (total == 1) {
+    hcq_launch_t l = {{0, 0, 0}, {1, 1, 1}, {lsz[0], lsz[1], lsz[2]}};
+    fn(bufs, vals, &l);
+  } else if (total > 1 && e->pool && e->pool->nhelpers) {
+    pool_run(e->pool, fn, bufs, vals, gsz, lsz, total);
+  } else if (total) {
+    run_groups(fn, bufs, vals, gsz, lsz, 0, total);
+  }
+}
+
+static void run_words(cpu_engine_t *e, const uint32_t *w, size_t n) {
+  const uint32_t *end = w + n;
+  while (w < end) {
+    uint32_t h = w[0];
+    switch (HCQ__HDR_OP(h)) {
+      case HCQ__OP_WAIT: {
+        hcq__signal_words_t *s = (hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__WAIT_ADDR);
+        uint64_t seen;
+        if (atomic_load_explicit(&s->value, memory_order_acquire) < w[HCQ__WAIT_VALUE])
+          hcq__signal_words_wait(s, w[HCQ__WAIT_VALUE], 0, &seen);
+        break;
+      }
+      case HCQ__OP_SIGNAL:
+        hcq__signal_words_set((hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__SIGNAL_ADDR), w[HCQ__SIGNAL_VALUE]);
+        break;
+      case HCQ__OP_TIMESTAMP: {
+        hcq__signal_words_t *s = (hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__TIMESTAMP_ADDR);
+        atomic_store_explicit(&s->timestamp, hcq__now_ns(), memory_order_release);
+        break;
+      }
+      case HCQ__OP_BARRIER: atomic_thread_fence(memory_order_seq_cst); break;
+      case HCQ__OP_EXEC: exec_command(e, w); break;
+      case HCQ__OP_COPY:
+        memmove((void *)(uintptr_t)hcq__rd64(w + HCQ__COPY_DST), (const void *)(uintptr_t)hcq__rd64(w + HCQ__COPY_SRC),
+                (size_t)hcq__rd64(w + HCQ__COPY_SIZE));
+        break;
+      case HCQ__OP_CALL:
+        run_words(e, (const uint32_t *)(uintptr_t)hcq__rd64(w + HCQ__CALL_PTR), w[HCQ__CALL_LEN]);
+        break;
+      default: break;
+    }
+    w += HCQ__HDR_LEN(h);
+  }
+}
+
+static void *engine_main(void *arg) {
+  cpu_engine_t *e = arg;
+  uint64_t tail = 0;
+  for (;;) {
+    uint64_t head = atomic_load_explicit(&e->head, memory_order_acquire);
+    if (head == tail) {
+      uint32_t bell = atomic_load_explicit(&e->doorbell, memory_order_acquire);
+      if (atomic_load_explicit(&e->stop, memory_order_acquire)) return NULL;
+      if (atomic_load_explicit(&e->head, memory_order_acquire) != tail) continue;
+      if (spin_while_equal32(&e->doorbell, bell)) continue;
+      atomic_store_explicit(&e->sleeping, 1, memory_order_seq_cst);
+      if (atomic_load_explicit(&e->head, memory_order_seq_cst) == tail && !atomic_load(&e->stop))
+        hcq__futex_wait(&e->doorbell, bell, 0);
+      atomic_store_explicit(&e->sleeping, 0, memory_order_seq_cst);
+      continue;
+    }
+    while (tail != head) {
+      uint64_t pos = tail & (RING_WORDS - 1);
+      const uint32_t *w = e->ring + pos;
+      uint32_t len = HCQ__HDR_LEN(w[0]);
+      if (HCQ__HDR_OP(w[0]) == HCQ__OP_JUMP)
+        len = (uint32_t)(RING_WORDS - pos);
+      else
+        run_words(e, w, len);
+      tail += len;
+      atomic_store_explicit(&e->tail, tail, memory_order_seq_cst);
+      if (atomic_load_explicit(&e->space_waiters, memory_order_seq_cst)) {
+        atomic_fetch_add_explicit(&e->tail_seq, 1, memory_order_seq_cst);
+        hcq__futex_wake(&e->tail_seq);
+      }
+    }
+  }
+}
+
+/* Waits until the ring has need free words; under the device lock, so one producer at a time. */
+static hcq_status_t wait_for_space(hcq_device_t *dev, cpu_engine_t *e, uint64_t head, uint64_t need) {
+  uint64_t deadline = 0;
+  for (;;) {
+    uint32_t seq = atomic_load_explicit(&e->tail_seq, memory_order_seq_cst);
+    if (RING_WORDS - (head - atomic_load_explicit(&e->tail, memory_order_acquire)) >= need) return NULL;
+    uint64_t now = hcq__now_ns();
+    if (!deadline) deadline = now + (uint64_t)hcq__options()->wait_timeout_ms * 1000000ull;
+    if (now >= deadline)
+      return hcq_status_make(HCQ_TIMEOUT, "%s: the %s queue ring stayed full (is its work waiting on a signal that is never set?)",
+                             dev->name, e == &((cpu_device_t *)dev->backend)->engines[HCQ_QUEUE_COMPUTE] ? "compute" : "copy");
+    atomic_fetch_add_explicit(&e->space_waiters, 1, memory_order_seq_cst);
+    if (RING_WORDS - (head - atomic_load_explicit(&e->tail, memory_order_seq_cst)) < need)
+      hcq__futex_wait(&e->tail_seq, seq, deadline - now < 1000000 ? deadline - now : 1000000);
+    atomic_fetch_sub_explicit(&e->space_waiters, 1, memory_order_seq_cst);
+  }
+}
+
+static hcq_status_t cpu_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords,
+                               bool bound) {
+  cpu_engine_t *e = &((cpu_device_t *)dev->backend)->engines[kind];
+  uint32_t call[HCQ__LEN_CALL];
+  if (bound) {
+    call[0] = HCQ__HDR(CALL);
+    hcq__wr64(call + HCQ__CALL_PTR, (uint64_t)(uintptr_t)words);
+    call[HCQ__CALL_LEN] = (uint32_t)nwords;
+    words = call;
+    nwords = HCQ__LEN_CALL;
+  }
+  if (nwords > RING_WORDS / 2)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: a queue of %zu words is larger than half the ring (%" PRIu64
+                           " words): bind it first", dev->name, nwords, RING_WORDS / 2);
+  uint64_t head = atomic_load_explicit(&e->head, memory_order_relaxed);
+  uint64_t pos = head & (RING_WORDS - 1);
+  uint64_t pad = pos + nwords > RING_WORDS ? RING_WORDS - pos : 0;
+  hcq_status_t st = wait_for_space(dev, e, head, pad + nwords);
+  if (st) return st;
+  if (pad) {
+    e->ring[pos] = HCQ__HDR(JUMP);
+    head += pad;
+  }
+  memcpy(e->ring + (head & (RING_WORDS - 1)), words, nwords * sizeof(uint32_t));
+  atomic_store_explicit(&e->head, head + nwords, memory_order_seq_cst);
+  atomic_fetch_add_explicit(&e->doorbell, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&e->sleeping, memory_order_seq_cst)) hcq__futex_wake(&e->doorbell);
+  return NULL;
+}
+
+static hcq_status_t cpu_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
+  cpu_device_t *cd = dev->backend;
+  uint64_t deadline = hcq__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  for (int k = 0; k < 2; k++) {
+    cpu_engine_t *e = &cd->engines[k];
+    uint64_t head = atomic_load_explicit(&e->head, memory_order_acquire);
+    while (atomic_load_explicit(&e->tail, memory_order_acquire) != head) {
+      if (hcq__now_ns() >= deadline)
+        return hcq_status_make(HCQ_TIMEOUT, "%s: its %s queue still has work after %" PRId64 " ms (waiting on a signal?)",
+                               dev->name, k == HCQ_QUEUE_COMPUTE ? "compute" : "copy", timeout_ms);
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return NULL;
+}
+
+/* ---- memory ---- */
+
+static hcq_status_t cpu_mem_alloc(hcq_device_t *dev, uint64_t size, hcq__mem_t *out) {
+  uint64_t rounded = (size + 63) & ~UINT64_C(63);
+  if (rounded < size || rounded > (UINT64_C(1) << 46))
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot allocate %" PRIu64 " bytes", dev->name, size);
+  void *p = aligned_alloc(64, (size_t)rounded);
+  if (!p) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory allocating %" PRIu64 " bytes", dev->name, size);
+  memset(p, 0, (size_t)rounded);
+  out->host = p;
+  out->addr = (uint64_t)(uintptr_t)p;
+  out->size = size;
+  out->handle = NULL;
+  return NULL;
+}
+
+static void cpu_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
+  (void)dev;
+  free(mem->host);
+  mem->host = NULL;
+}
+
+/* ---- lifecycle ---- */
+
+static void cpu_destroy(hcq_device_t *dev) {
+  cpu_device_t *cd = dev->backend;
+  if (!cd) return;
+  for (int k = 0; k < 2; k++) {
+    cpu_engine_t *e = &cd->engines[k];
+    if (e->started) {
+      atomic_store(&e->stop, true);
+      atomic_fetch_add(&e->doorbell, 1);
+      hcq__futex_wake(&e->doorbell);
+      pthread_join(e->thread, NULL);
+    }
+    free(e->ring);
+  }
+  cpu_pool_t *p = &cd->pool;
+  atomic_store(&p->stop, true);
+  atomic_fetch_add(&p->gen, 2);
+  hcq__futex_wake(&p->gen);
+  for (unsigned i = 0; i < p->nhelpers; i++) pthread_join(p->threads[i], NULL);
+  free(p->threads);
+  free(cd);
+  dev->backend = NULL;
+}
+
+static const hcq__device_vtable_t cpu_vtable = {
+    .destroy = cpu_destroy,
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .submit = cpu_submit,
+    .wait_idle = cpu_wait_idle,
+    .program_compile = hcq__cpu_compile,
+    .program_unload = hcq__cpu_unload,
+};
+
+hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev) {
+  (void)index;
+  cpu_device_t *cd = calloc(1, sizeof(*cd));
+  if (!cd) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
+  dev->vt = &cpu_vtable;
+  dev->backend = cd;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C;
+  dev->threads = hcq__options()->cpu_threads;
+  cpu_pool_t *p = &cd->pool;
+  if (dev->threads > 1) {
+    p->threads = calloc(dev->threads - 1, sizeof(pthread_t));
+    if (!p->threads) goto oom;
+    for (unsigned i = 0; i + 1 < dev->threads; i++) {
+      if (pthread_create(&p->threads[i], NULL, helper_main, p)) break;
+      p->nhelpers++;
+    }
+  }
+  for (int k = 0; k < 2; k++) {
+    cpu_engine_t *e = &cd->engines[k];
+    e->dev = dev;
+    e->pool = k == HCQ_QUEUE_COMPUTE ? p : NULL;
+    e->ring = calloc(RING_WORDS, sizeof(uint32_t));
+    if (!e->ring) goto oom;
+    if (pthread_create(&e->thread, NULL, engine_main, e)) {
+      cpu_destroy(dev);
+      return hcq_status_make(HCQ_UNAVAILABLE, "%s: cannot start a worker thread", dev->name);
+    }
+    e->started = true;
+  }
+  return NULL;
+oom:
+  cpu_destroy(dev);
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
+}

@@ -1,0 +1,46 @@
+/* Shared helpers for the Criterion suites. */
+#ifndef HCQ_TEST_UTIL_H
+#define HCQ_TEST_UTIL_H
+
+#include <criterion/criterion.h>
+#include <hcq/hcq.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Asserts that a call succeeded, printing the status message otherwise. */
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    hcq_status_t ok_st_ = (call);                                                                  \
+    if (ok_st_) {                                                                                  \
+      char ok_msg_[2048];                                                                          \
+      snprintf(ok_msg_, sizeof(ok_msg_), "%s", hcq_status_message(ok_st_));                        \
+      hcq_status_free(ok_st_);                                                                     \
+      cr_assert_fail("%s failed: %s", #call, ok_msg_);                                                   \
+    }                                                                                              \
+  } while (0)
+
+/* Asserts that a call failed with code and that its message contains each given fragment. */
+#define FAILS(call, code, ...) test_expect_failure((call), (code), #call, (const char *[]){__VA_ARGS__, NULL})
+void test_expect_failure(hcq_status_t st, hcq_status_code_t code, const char *what, const char **fragments);
+
+hcq_device_t *test_open(const char *name);
+void test_close(hcq_device_t *dev);
+hcq_buffer_t *test_buffer(hcq_device_t *dev, uint64_t size);
+/* A buffer filled with int32 values f(i) = i * mul + add, synchronized (raw queues see it). */
+hcq_buffer_t *test_buffer_iota(hcq_device_t *dev, size_t count, int32_t mul, int32_t add);
+void test_read(hcq_buffer_t *buf, void *dst, uint64_t size);
+hcq_program_t *test_program(hcq_device_t *dev, const char *entry, const char *source);
+
+/* Kernels used across suites (SPEC 2 CPU ABI). Every one loops over its group's lsz[0] threads and
+ * skips indices >= n where it takes n.
+ *   add_scalar(out, a; v0, n): out[i] = a[i] + v0
+ *   mul_add(x; mul, add, n):   x[i] = x[i] * mul + add   (in place)
+ *   add2(out, a, b; n):        out[i] = a[i] + b[i]
+ *   fill(out; value, n):       out[i] = value
+ *   record_groups(out):        out[flat group id] += lsz[0] * lsz[1] * lsz[2] */
+extern const char *const test_kernels_source;
+
+#endif
