@@ -39,7 +39,7 @@ void hcq__queue_reset(hcq_queue_t *q) {
   q->words.len = 0;
   q->patches.len = 0;
   q->sym_head.len = q->sym_lo.len = q->sym_hi.len = q->sym_last.len = q->sym_new.len = 0;
-  hcq__symset_deinit(&q->syms);
+  if (q->syms.syms.len || q->syms.vars.len) hcq__symset_deinit(&q->syms);
   q->submitted = false;
   q->device = NULL;
 }
