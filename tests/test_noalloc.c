@@ -144,6 +144,51 @@ Test(noalloc, warm_eager_launches_allocate_nothing) {
   test_close(d);
 }
 
+/* A replay (symbols, inputs swapped, two devices with copies) allocates nothing. */
+Test(noalloc, graph_replay_allocates_nothing) {
+  hcq_device_t *d0 = test_open("CPU:0"), *d1 = test_open("CPU:1");
+  hcq_program_t *p = test_program(d0, "add_scalar", test_kernels_source);
+  hcq_buffer_t *a = test_buffer_iota(d0, 1024, 1, 0), *a2 = test_buffer_iota(d0, 1024, 2, 0);
+  hcq_buffer_t *o = test_buffer(d0, 4096), *far = test_buffer(d1, 4096);
+  hcq_expr_t *n = NULL, *k = NULL, *g = NULL;
+  OK(hcq_var_create("n", 1, 1024, &n));
+  OK(hcq_var_create("k", -100, 100, &k));
+  const hcq_expr_t *vars[] = {n};
+  OK(hcq_expr_parse("(n+63)//64", vars, 1, &g));
+  hcq_buffer_t *bufs[] = {o, a};
+  hcq_operand_t vals[] = {hcq_sym(k), hcq_sym(n)};
+  hcq_exec_item_t items[2] = {
+      {.kind = HCQ_ITEM_KERNEL,
+       .kernel = {p, bufs, 2, (uint32_t[]){0}, 1, vals, 2, {hcq_sym(g), hcq_imm(1), hcq_imm(1)},
+                  {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
+      {.kind = HCQ_ITEM_TRANSFER, .transfer = {far, o, 4096}},
+  };
+  hcq_var_value_t init[] = {{n, 5}, {k, 1}};
+  hcq_graph_t *graph = NULL;
+  OK(hcq_graph_create(items, 2, &a, 1, init, 2, NULL, &graph));
+  for (int i = 0; i < 3; i++) OK(hcq_graph_run(graph, &a, 1, init, 2, true, NULL));
+  start_counting();
+  hcq_status_t st = NULL;
+  for (int i = 0; i < 500 && !st; i++) {
+    hcq_var_value_t v[] = {{n, 1 + i % 1024}, {k, i % 50}};
+    st = hcq_graph_run(graph, i % 2 ? &a : &a2, 1, v, 2, i % 3 == 0, NULL);
+  }
+  long allocs = stop_counting();
+  OK(st);
+  cr_assert_eq(allocs, 0, "%ld allocations in 500 replays", allocs);
+  OK(hcq_graph_destroy(graph));
+  hcq_expr_release(n);
+  hcq_expr_release(k);
+  hcq_expr_release(g);
+  hcq_buffer_release(a);
+  hcq_buffer_release(a2);
+  hcq_buffer_release(o);
+  hcq_buffer_release(far);
+  hcq_program_release(p);
+  test_close(d0);
+  test_close(d1);
+}
+
 Test(noalloc, the_counter_sees_allocations) {
   start_counting();
   void *volatile p = malloc(32);

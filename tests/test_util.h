@@ -40,6 +40,7 @@ hcq_program_t *test_program(hcq_device_t *dev, const char *entry, const char *so
  *   mul_add(x; mul, add, n):   x[i] = x[i] * mul + add   (in place)
  *   add2(out, a, b; n):        out[i] = a[i] + b[i]
  *   fill(out; value, n):       out[i] = value
+ *   mix(out, x, y; mul, add, n): out[i] = x[i] * mul + y[i] + add   (uint32 arithmetic)
  *   record_groups(out):        out[flat group id] += lsz[0] * lsz[1] * lsz[2] */
 extern const char *const test_kernels_source;
 

@@ -10,6 +10,7 @@
 #include "hcq/buffer.h"
 #include "hcq/program.h"
 #include "hcq/queue.h"
+#include "hcq/graph.h"
 
 #define HCQ_VERSION_MAJOR 0
 #define HCQ_VERSION_MINOR 1

@@ -250,6 +250,11 @@ void hcq__signal_free_internal(hcq_signal_t *sig);
 hcq_status_t hcq__queue_create(hcq_queue_kind_t kind, bool retain_refs, hcq_queue_t **out);
 void hcq__queue_reset(hcq_queue_t *q);
 hcq_status_t hcq__queue_submit_locked(hcq_queue_t *q, hcq_device_t *dev, const hcq_var_value_t *vals, size_t nvals);
+/* Submit in two steps, for callers that submit several queues all-or-nothing: prepare evaluates
+ * every symbol and checks every field (nothing written); commit patches what changed and submits
+ * (device lock held). No other prepare of q may come between. */
+hcq_status_t hcq__queue_prepare(hcq_queue_t *q, const hcq_var_value_t *vals, size_t nvals);
+hcq_status_t hcq__queue_commit_locked(hcq_queue_t *q, hcq_device_t *dev);
 /* Kernel-argument block written with constants only (eager path). */
 void hcq__kernargs_fill(void *host, hcq_buffer_t *const *bufs, size_t nbufs, const int32_t *vals, size_t nvals);
 

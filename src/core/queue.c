@@ -423,12 +423,19 @@ static void write_patches(hcq_queue_t *q, uint32_t *words) {
   q->submitted = true;
 }
 
-hcq_status_t hcq__queue_submit_locked(hcq_queue_t *q, hcq_device_t *dev, const hcq_var_value_t *vals, size_t nvals) {
-  hcq_status_t st = evaluate(q, vals, nvals);
-  if (st) return st;
+hcq_status_t hcq__queue_prepare(hcq_queue_t *q, const hcq_var_value_t *vals, size_t nvals) {
+  return evaluate(q, vals, nvals);
+}
+
+hcq_status_t hcq__queue_commit_locked(hcq_queue_t *q, hcq_device_t *dev) {
   uint32_t *words = q->bound_dev ? q->bound.host : q->words.data;
   write_patches(q, words);
   return dev->vt->submit(dev, q->kind, words, q->words.len, q->bound_dev != NULL);
+}
+
+hcq_status_t hcq__queue_submit_locked(hcq_queue_t *q, hcq_device_t *dev, const hcq_var_value_t *vals, size_t nvals) {
+  hcq_status_t st = hcq__queue_prepare(q, vals, nvals);
+  return st ? st : hcq__queue_commit_locked(q, dev);
 }
 
 hcq_status_t hcq_queue_submit(hcq_queue_t *q, hcq_device_t *dev, const hcq_var_value_t *vals, size_t nvals) {

@@ -1,0 +1,156 @@
+/* hcq graphs: an ordered list of exec items built once into device queues and replayed with new
+ * input buffers and variable values.
+ *
+ * An exec item is a kernel (program, buffers, which buffers it writes, 32-bit values and launch
+ * dims, any value or dim symbolic) or a transfer (dst, src, bytes). Dependencies come from buffer
+ * access by base buffer (views count as their base): a read waits for the last write; a write waits
+ * for the last write and every read since. Within one item, all accesses are considered together.
+ *
+ * Input buffers: every (item, argument) slot that holds one of the inputs (by identity) takes the
+ * address passed for that input on each replay. A replacement must have the same size and device.
+ *
+ * Variables: the graph's variables are those of its items. Build needs a value for each; a replay
+ * may pass new values for any of them (the others keep their last value); values for variables the
+ * graph does not use are ignored. A value outside its variable's range is an error and changes
+ * nothing.
+ *
+ * Replays of one graph are serialised: a replay first waits for the previous one. Eager work
+ * submitted before a replay runs before it; eager work submitted after runs after it.
+ *
+ * Ownership: the graph retains its programs and buffers (items' and inputs') and keeps its devices
+ * from closing until it is destroyed. A graph is used by one thread at a time.
+ */
+#ifndef HCQ_GRAPH_H
+#define HCQ_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hcq/buffer.h"
+#include "hcq/program.h"
+#include "hcq/queue.h"
+#include "hcq/symbolic.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum hcq_item_kind { HCQ_ITEM_KERNEL, HCQ_ITEM_TRANSFER } hcq_item_kind_t;
+
+typedef struct hcq_kernel_item {
+  hcq_program_t *program;
+  hcq_buffer_t *const *bufs;
+  size_t nbufs;
+  const uint32_t *outs; /* indices into bufs of the buffers the kernel writes */
+  size_t nouts;
+  const hcq_operand_t *vals; /* 32-bit values, constant or symbolic */
+  size_t nvals;
+  hcq_operand_t global[3]; /* grid in work-groups */
+  hcq_operand_t local[3];  /* work-group size */
+} hcq_kernel_item_t;
+
+typedef struct hcq_transfer_item {
+  hcq_buffer_t *dst, *src;
+  uint64_t bytes; /* at most the size of each */
+} hcq_transfer_item_t;
+
+typedef struct hcq_exec_item {
+  hcq_item_kind_t kind;
+  union {
+    hcq_kernel_item_t kernel;
+    hcq_transfer_item_t transfer;
+  };
+} hcq_exec_item_t;
+
+/* Runs one exec item eagerly, its symbolic operands evaluated with vals: the ground truth a graph
+ * replay is compared with, and what capture falls back to. Errors name the item's program or
+ * buffers, or the variable. */
+HCQ_MUST_USE hcq_status_t hcq_exec_item_run(const hcq_exec_item_t *item, const hcq_var_value_t *vals, size_t nvals);
+
+typedef struct hcq_graph hcq_graph_t;
+
+typedef struct hcq_graph_options {
+  /* Record a start and end timestamp per item (see hcq_graph_profile). HCQ_PROFILE=1 also turns it on. */
+  bool profile;
+} hcq_graph_options_t;
+
+/* Builds a graph. Arrays are copied; the caller keeps its own references. Errors name the item
+ * index, buffer, program, device or variable at fault. options may be NULL. */
+HCQ_MUST_USE hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs,
+                                           size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
+                                           const hcq_graph_options_t *options, hcq_graph_t **out_graph);
+
+/* Replays the graph with ninputs input buffers (the same count as at build; each the size and device
+ * of the one it replaces) and variable values. With wait, returns once the replay finished and
+ * stores its elapsed host time in nanoseconds (out_elapsed_ns may be NULL); without, returns once
+ * it is submitted. */
+HCQ_MUST_USE hcq_status_t hcq_graph_run(hcq_graph_t *graph, hcq_buffer_t *const *inputs, size_t ninputs,
+                                        const hcq_var_value_t *vals, size_t nvals, bool wait,
+                                        uint64_t *out_elapsed_ns);
+
+/* Waits for the last replay and frees the graph. On a timeout it returns the error and the graph
+ * stays valid (destroy again later). NULL is accepted. */
+HCQ_MUST_USE hcq_status_t hcq_graph_destroy(hcq_graph_t *graph);
+
+size_t hcq_graph_item_count(const hcq_graph_t *graph);
+/* The graph's variables (borrowed). */
+size_t hcq_graph_var_count(const hcq_graph_t *graph);
+const hcq_expr_t *hcq_graph_var(const hcq_graph_t *graph, size_t i);
+/* The devices the graph runs on: every device of any item's buffers and programs. */
+size_t hcq_graph_device_count(const hcq_graph_t *graph);
+hcq_device_t *hcq_graph_device(const hcq_graph_t *graph, size_t i);
+/* "hcq" for the HCQ graph. */
+const char *hcq_graph_kind(const hcq_graph_t *graph);
+
+/* ---- inspection of the HCQ graph's schedule ----
+ * Queues are numbered 2*d for the compute queue of device d and 2*d+1 for its copy queue. */
+typedef struct hcq_graph_wait {
+  uint32_t queue; /* whose signal */
+  uint32_t value; /* waits for signal >= value, value = item index + 1 of the item waited for */
+} hcq_graph_wait_t;
+
+typedef struct hcq_graph_item_schedule {
+  uint32_t queue;                 /* the queue the item runs on */
+  const hcq_graph_wait_t *waits;  /* queue waits, as recorded (highest first) */
+  size_t nwaits;
+  const uint32_t *ready_devices;  /* devices whose device signal the item waits for (readiness) */
+  size_t nready;
+  uint32_t signal_value;          /* value the item signals on its queue's signal after it runs; 0: none */
+  const uint32_t *deps;           /* resource dependencies, as item indices */
+  size_t ndeps;
+} hcq_graph_item_schedule_t;
+
+/* Fills out_schedule for item i of an HCQ graph (pointers valid until destroy). */
+HCQ_MUST_USE hcq_status_t hcq_graph_item_schedule(const hcq_graph_t *graph, size_t i,
+                                                  hcq_graph_item_schedule_t *out_schedule);
+/* The bound queue (queue numbering above), or NULL when the graph has none. */
+const hcq_queue_t *hcq_graph_queue(const hcq_graph_t *graph, uint32_t queue);
+
+/* ---- profiling ---- */
+typedef struct hcq_profile_entry {
+  const char *device;   /* "CPU:0" */
+  const char *name;     /* program name, or "CPU:0 -> CPU:1" for a transfer */
+  uint32_t start_slot;  /* index into timestamps */
+  uint32_t end_slot;
+  bool is_copy;
+} hcq_profile_entry_t;
+
+typedef struct hcq_profile_event {
+  const hcq_profile_entry_t *entries; /* one per item */
+  size_t nentries;
+  const uint32_t *const *deps; /* per entry: resource dependencies as entry indices */
+  const size_t *ndeps;
+  const uint64_t *timestamps; /* per slot, nanoseconds (CLOCK_MONOTONIC on CPU); 0 for unused slots */
+  size_t nslots;
+  uint64_t replay; /* which replay (1-based) the timestamps belong to */
+} hcq_profile_event_t;
+
+/* Waits for the last replay and returns its profile event (valid until the next run or destroy).
+ * FAILED_PRECONDITION when the graph was built without profiling or has not run. */
+HCQ_MUST_USE hcq_status_t hcq_graph_profile(hcq_graph_t *graph, const hcq_profile_event_t **out_event);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

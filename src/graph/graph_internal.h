@@ -1,0 +1,32 @@
+/* Graph objects: a common header with the runner and a const vtable per graph kind. */
+#ifndef HCQ_GRAPH_INTERNAL_H
+#define HCQ_GRAPH_INTERNAL_H
+
+#include "graph/runner.h"
+
+typedef struct hcq__graph_vtable {
+  const char *kind;
+  /* Waits for the last replay (TIMEOUT leaves the graph intact) and frees everything but the
+   * runner. Mandatory. */
+  hcq_status_t (*destroy)(hcq_graph_t *g);
+  /* Replays with the runner's staged arguments; must not change anything when it fails before
+   * submitting. Mandatory. */
+  hcq_status_t (*run)(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
+  /* Optional (NULL: FAILED_PRECONDITION / NULL). */
+  hcq_status_t (*item_schedule)(const hcq_graph_t *g, size_t i, hcq_graph_item_schedule_t *out);
+  const hcq_queue_t *(*queue)(const hcq_graph_t *g, uint32_t queue);
+  hcq_status_t (*profile)(hcq_graph_t *g, const hcq_profile_event_t **out);
+} hcq__graph_vtable_t;
+
+struct hcq_graph {
+  const hcq__graph_vtable_t *vt;
+  hcq__runner_t runner;
+};
+
+/* Builds an HCQ graph over the runner's items (the runner is moved into the graph on success). */
+hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out);
+
+/* Tests only: the HCQ graph's replay counter, to exercise its wrap. */
+uint64_t *hcq__graph_kickoff_value_for_tests(hcq_graph_t *g);
+
+#endif

@@ -1,0 +1,528 @@
+/* The HCQ graph (SPEC 5): exec items scheduled once onto one compute queue per device and a copy
+ * queue per transfer-source device, bound, and replayed by patching symbols and ringing one doorbell
+ * per queue.
+ *
+ * Synchronisation. Every queue has a signal; item j signals j+1 on its queue's signal when someone
+ * waits for it (transfers always do). Items wait for the items they depend on (buffer access by base
+ * buffer, plus the previous item of their queue), dropping waits the queue already did and waits on
+ * itself (queues run in order). Before touching a device's buffers, a queue must know that device
+ * finished its work from before the replay: its compute queue waits for the device timeline and the
+ * host kickoff, then sets the device signal to K (the replay number); any queue that has not learned
+ * (directly or through queues it waited for) that a device is ready waits for that device signal.
+ * Each compute queue ends by waiting for the copy queues that fed its device and then signals the
+ * device timeline, so eager work after the replay is ordered after it. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "graph/graph_internal.h"
+
+#define NO_ITEM UINT32_MAX
+
+typedef struct item_sched {
+  uint32_t queue;
+  uint32_t signal_value;
+  uint32_t waits_at, nwaits;
+  uint32_t ready_at, nready;
+  uint32_t deps_at, ndeps;
+  uint32_t start_slot, end_slot;
+  uint64_t kernargs_offset;
+} item_sched_t;
+
+typedef struct hcq_graph_impl {
+  struct hcq_graph base;
+  size_t ndev;
+  hcq_queue_t *queues[2 * HCQ__GRAPH_MAX_DEVICES]; /* 2d compute, 2d+1 copy (NULL when unused) */
+  hcq_signal_t *queue_sig[2 * HCQ__GRAPH_MAX_DEVICES];
+  uint32_t last_item[2 * HCQ__GRAPH_MAX_DEVICES];
+  hcq_signal_t *dev_sig[HCQ__GRAPH_MAX_DEVICES];
+  hcq_buffer_t *kernargs[HCQ__GRAPH_MAX_DEVICES];
+  hcq_buffer_t *prof_slots[HCQ__GRAPH_MAX_DEVICES];
+  uint64_t copied_into[HCQ__GRAPH_MAX_DEVICES]; /* bit s: device s's copy queue wrote here */
+  hcq_signal_t *kickoff;
+  uint64_t kickoff_value;
+
+  /* Variables the queues are patched with; values[] is the array every submit receives. */
+  hcq_expr_t *kickoff_var;
+  hcq_expr_t *timeline_val[HCQ__GRAPH_MAX_DEVICES], *timeline_addr[HCQ__GRAPH_MAX_DEVICES];
+  hcq_expr_t **input_vars;
+  hcq_var_value_t *values;
+  size_t nvalues, user_at, timeline_at, inputs_at;
+
+  /* Where each device's previous replay ends: waited for before the next one. */
+  hcq_signal_t *last_signal[HCQ__GRAPH_MAX_DEVICES];
+  uint64_t last_value[HCQ__GRAPH_MAX_DEVICES];
+
+  item_sched_t *sched;
+  HCQ__VEC(hcq_graph_wait_t) waits;
+  hcq__u32_vec_t ready, deps;
+
+  bool profile;
+  hcq_profile_entry_t *prof_entries;
+  char *prof_names; /* storage for entry names */
+  const uint32_t **prof_deps;
+  size_t *prof_ndeps;
+  uint64_t *prof_timestamps;
+  hcq_profile_event_t prof_event;
+} hcq_graph_impl_t;
+
+static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
+
+static inline hcq_operand_t addr_of(const hcq_signal_t *s) { return hcq_imm((int64_t)hcq_signal_address(s)); }
+
+/* ---- scheduling (SPEC 5 steps 4-5) ---- */
+
+typedef struct {
+  uint32_t queue, value;
+} dep_t;
+
+static int dep_by_value_desc(const void *a, const void *b) {
+  const dep_t *x = a, *y = b;
+  return x->value < y->value ? 1 : x->value > y->value ? -1 : (x->queue > y->queue) - (x->queue < y->queue);
+}
+
+static hcq_status_t schedule(hcq_graph_impl_t *g) {
+  hcq__runner_t *r = &g->base.runner;
+  size_t nq = 2 * g->ndev;
+  hcq_status_t st = NULL;
+  uint32_t *queue_access = calloc(nq * nq, sizeof(uint32_t)); /* [q][q']: highest value of q' that q waited for */
+  uint64_t *queue_knows = calloc(nq, sizeof(uint64_t));      /* devices each queue knows are ready */
+  uint64_t *item_knows = calloc(r->nitems, sizeof(uint64_t)); /* what its queue knew after each item */
+  dep_t *deps = malloc((r->nitems + 1) * sizeof(dep_t));
+  uintptr_t keys[HCQ_MAX_KERNEL_BUFS];
+  hcq__deps_t tracker;
+  hcq__deps_init(&tracker);
+  hcq__u32_vec_t rdeps = {0};
+  if (!queue_access || !queue_knows || !item_knows || !deps) st = oom();
+  for (size_t d = 0; d < g->ndev; d++) queue_knows[2 * d] = UINT64_C(1) << d;
+  for (size_t q = 0; q < nq; q++) g->last_item[q] = NO_ITEM;
+
+  for (uint32_t j = 0; j < r->nitems && !st; j++) {
+    const hcq_exec_item_t *it = &r->items[j];
+    item_sched_t *s = &g->sched[j];
+    uint32_t d = hcq__runner_device_index(r, hcq__item_device(it));
+    uint32_t q = 2 * d + (it->kind == HCQ_ITEM_TRANSFER);
+    s->queue = q;
+    hcq__item_access_t acc;
+    hcq__item_access(it, &acc);
+    for (size_t i = 0; i < acc.n; i++) keys[i] = (uintptr_t)hcq_buffer_base(acc.bufs[i]);
+    if ((st = hcq__deps_access(&tracker, keys, acc.writes, acc.n, j, &rdeps))) break;
+
+    /* Resource dependencies as (queue, value), plus the previous item of this queue. */
+    size_t nd = 0;
+    for (size_t i = 0; i < rdeps.len; i++) deps[nd++] = (dep_t){g->sched[rdeps.data[i]].queue, rdeps.data[i] + 1};
+    if (g->last_item[q] != NO_ITEM) deps[nd++] = (dep_t){q, g->last_item[q] + 1};
+    qsort(deps, nd, sizeof(dep_t), dep_by_value_desc);
+
+    /* Drop what this queue already waited for; learn what the waited-for items knew. */
+    size_t kept = 0;
+    for (size_t i = 0; i < nd; i++) {
+      uint32_t *seen = &queue_access[q * nq + deps[i].queue];
+      if (*seen >= deps[i].value) continue;
+      *seen = deps[i].value;
+      queue_knows[q] |= item_knows[deps[i].value - 1];
+      deps[kept++] = deps[i];
+    }
+
+    /* Device readiness: wait for the device signal of every device not known ready. */
+    s->ready_at = (uint32_t)g->ready.len;
+    for (size_t i = 0; i < acc.n; i++) {
+      uint32_t bd = hcq__runner_device_index(r, acc.bufs[i]->dev);
+      if (queue_knows[q] & (UINT64_C(1) << bd)) continue;
+      queue_knows[q] |= UINT64_C(1) << bd;
+      if (!hcq__vec_push(&g->ready, bd)) st = oom();
+    }
+    s->nready = (uint32_t)(g->ready.len - s->ready_at);
+
+    /* In-order queues need no waits on themselves. */
+    bool in_order = (it->kind == HCQ_ITEM_TRANSFER) || (r->devices[d]->caps & HCQ_CAP_IN_ORDER_QUEUES);
+    s->waits_at = (uint32_t)g->waits.len;
+    for (size_t i = 0; i < kept && !st; i++) {
+      if (in_order && deps[i].queue == q) continue;
+      hcq_graph_wait_t w = {deps[i].queue, deps[i].value};
+      if (!hcq__vec_push(&g->waits, w)) st = oom();
+      g->sched[deps[i].value - 1].signal_value = deps[i].value;
+    }
+    s->nwaits = (uint32_t)(g->waits.len - s->waits_at);
+    if (it->kind == HCQ_ITEM_TRANSFER) {
+      s->signal_value = j + 1;
+      g->copied_into[hcq__runner_device_index(r, it->transfer.dst->dev)] |= UINT64_C(1) << d;
+    }
+
+    s->deps_at = (uint32_t)g->deps.len;
+    for (size_t i = 0; i < rdeps.len && !st; i++)
+      if (!hcq__vec_push(&g->deps, rdeps.data[i])) st = oom();
+    s->ndeps = (uint32_t)rdeps.len;
+
+    /* A chained item (no waits at all) starts when the previous item of its queue ended. */
+    bool chained = s->nwaits == 0 && s->nready == 0 && g->last_item[q] != NO_ITEM;
+    s->start_slot = chained ? 2 * g->last_item[q] + 1 : 2 * j;
+    s->end_slot = 2 * j + 1;
+
+    item_knows[j] = queue_knows[q];
+    g->last_item[q] = j;
+  }
+  hcq__vec_free(&rdeps);
+  hcq__deps_deinit(&tracker);
+  free(queue_access);
+  free(queue_knows);
+  free(item_knows);
+  free(deps);
+  return st;
+}
+
+/* ---- variables ---- */
+
+static hcq_status_t make_var(const char *fmt, unsigned index, int64_t max, hcq_expr_t **out) {
+  char name[HCQ_VAR_NAME_MAX + 1];
+  snprintf(name, sizeof(name), fmt, index);
+  return hcq_var_create(name, 0, max, out);
+}
+
+static hcq_status_t make_vars(hcq_graph_impl_t *g) {
+  hcq__runner_t *r = &g->base.runner;
+  hcq_status_t st = make_var("graph_kickoff", 0, UINT32_MAX, &g->kickoff_var);
+  for (size_t d = 0; d < g->ndev && !st; d++) {
+    st = make_var("graph_timeline_value_%u", (unsigned)d, UINT32_MAX - 1, &g->timeline_val[d]);
+    if (!st) st = make_var("graph_timeline_signal_%u", (unsigned)d, INT64_MAX, &g->timeline_addr[d]);
+  }
+  g->input_vars = calloc(r->ninputs + 1, sizeof(*g->input_vars));
+  if (!g->input_vars && !st) st = oom();
+  for (size_t k = 0; k < r->ninputs && !st; k++) st = make_var("graph_input_%u", (unsigned)k, INT64_MAX, &g->input_vars[k]);
+  if (st) return st;
+  g->user_at = 1;
+  g->timeline_at = g->user_at + r->vars.len;
+  g->inputs_at = g->timeline_at + 2 * g->ndev;
+  g->nvalues = g->inputs_at + r->ninputs;
+  g->values = calloc(g->nvalues, sizeof(*g->values));
+  if (!g->values) return oom();
+  g->values[0].var = g->kickoff_var;
+  for (size_t i = 0; i < r->vars.len; i++) g->values[g->user_at + i].var = r->vars.data[i];
+  for (size_t d = 0; d < g->ndev; d++) {
+    g->values[g->timeline_at + 2 * d].var = g->timeline_val[d];
+    g->values[g->timeline_at + 2 * d + 1].var = g->timeline_addr[d];
+  }
+  for (size_t k = 0; k < r->ninputs; k++) g->values[g->inputs_at + k].var = g->input_vars[k];
+  return NULL;
+}
+
+/* ---- queue building (SPEC 5 step 6) ---- */
+
+static hcq_status_t get_queue(hcq_graph_impl_t *g, uint32_t q, hcq_queue_t **out) {
+  if (!g->queues[q]) {
+    hcq_status_t st = hcq_queue_create(q & 1 ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE, &g->queues[q]);
+    if (st) return st;
+  }
+  *out = g->queues[q];
+  return NULL;
+}
+
+/* The operand of item j's argument i: its input variable if the slot holds an input. */
+static hcq_operand_t buffer_operand(const hcq_graph_impl_t *g, uint32_t j, uint32_t i, const hcq_buffer_t *b) {
+  const hcq__runner_t *r = &g->base.runner;
+  for (size_t s = 0; s < r->slots.len; s++)
+    if (r->slots.data[s].item == j && r->slots.data[s].arg == i) return hcq_sym(g->input_vars[r->slots.data[s].input]);
+  return hcq_imm((int64_t)b->addr);
+}
+
+static hcq_operand_t slot_addr(const hcq_graph_impl_t *g, uint32_t dev, uint32_t slot) {
+  return hcq_imm((int64_t)(hcq_buffer_address(g->prof_slots[dev]) + (uint64_t)slot * sizeof(hcq__signal_words_t)));
+}
+
+static hcq_status_t encode_item(hcq_graph_impl_t *g, uint32_t j) {
+  hcq__runner_t *r = &g->base.runner;
+  const hcq_exec_item_t *it = &r->items[j];
+  const item_sched_t *s = &g->sched[j];
+  uint32_t d = s->queue / 2;
+  hcq_queue_t *q;
+  hcq_status_t st = get_queue(g, s->queue, &q);
+  for (uint32_t i = 0; i < s->nready && !st; i++)
+    st = hcq_queue_wait(q, addr_of(g->dev_sig[g->ready.data[s->ready_at + i]]), hcq_sym(g->kickoff_var));
+  for (uint32_t i = 0; i < s->nwaits && !st; i++) {
+    const hcq_graph_wait_t *w = &g->waits.data[s->waits_at + i];
+    st = hcq_queue_wait(q, addr_of(g->queue_sig[w->queue]), hcq_imm(w->value));
+  }
+  if (!st && g->profile && s->start_slot == 2 * j) st = hcq_queue_timestamp(q, slot_addr(g, d, s->start_slot));
+  if (!st && it->kind == HCQ_ITEM_KERNEL) {
+    const hcq_kernel_item_t *k = &it->kernel;
+    hcq_operand_t bufs[HCQ_MAX_KERNEL_BUFS];
+    for (uint32_t i = 0; i < k->nbufs; i++) bufs[i] = buffer_operand(g, j, i, k->bufs[i]);
+    st = hcq_queue_kernargs(q, g->kernargs[d], s->kernargs_offset, bufs, k->nbufs, k->vals, k->nvals);
+    if (!st)
+      st = hcq_queue_exec(q, k->program, hcq_imm((int64_t)(hcq_buffer_address(g->kernargs[d]) + s->kernargs_offset)),
+                          k->nbufs, k->global, k->local);
+  } else if (!st) {
+    const hcq_transfer_item_t *t = &it->transfer;
+    st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst), buffer_operand(g, j, 1, t->src), hcq_imm((int64_t)t->bytes));
+  }
+  if (!st && g->profile) st = hcq_queue_timestamp(q, slot_addr(g, d, s->end_slot));
+  if (!st && s->signal_value) st = hcq_queue_signal(q, addr_of(g->queue_sig[s->queue]), hcq_imm(s->signal_value));
+  return st ? hcq_status_annotate(st, "item %u", j) : NULL;
+}
+
+static hcq_status_t build_queues(hcq_graph_impl_t *g) {
+  hcq__runner_t *r = &g->base.runner;
+  hcq_status_t st = NULL;
+  /* Kernel arguments: one block per device, each item's block 16-byte aligned. */
+  uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES] = {0};
+  for (uint32_t j = 0; j < r->nitems; j++) {
+    const hcq_exec_item_t *it = &r->items[j];
+    if (it->kind != HCQ_ITEM_KERNEL) continue;
+    uint32_t d = g->sched[j].queue / 2;
+    g->sched[j].kernargs_offset = kernargs_size[d];
+    kernargs_size[d] += hcq_kernargs_size(it->kernel.nbufs, it->kernel.nvals);
+  }
+  for (size_t d = 0; d < g->ndev && !st; d++) {
+    hcq_device_t *dev = r->devices[d];
+    char name[64];
+    if (kernargs_size[d]) st = hcq_buffer_create(dev, kernargs_size[d], &g->kernargs[d]);
+    if (!st && g->profile) st = hcq_buffer_create(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &g->prof_slots[d]);
+    snprintf(name, sizeof(name), "graph device signal of %s", dev->name);
+    if (!st) st = hcq__signal_create_internal(dev, name, 0, &g->dev_sig[d]);
+    for (int kind = 0; kind < 2 && !st; kind++) {
+      if (kind == 1 && g->last_item[2 * d + 1] == NO_ITEM) continue;
+      snprintf(name, sizeof(name), "graph %s queue signal of %s", kind ? "copy" : "compute", dev->name);
+      st = hcq__signal_create_internal(dev, name, 0, &g->queue_sig[2 * d + kind]);
+    }
+  }
+  if (!st) st = hcq__signal_create_internal(r->devices[0], "graph kickoff", 0, &g->kickoff);
+  if (st) return st;
+
+  /* Prologue of every compute queue: barrier, previous work on the device, kickoff, device ready. */
+  for (uint32_t d = 0; d < g->ndev && !st; d++) {
+    hcq_queue_t *q;
+    if ((st = get_queue(g, 2 * d, &q))) break;
+    if (!(st = hcq_queue_memory_barrier(q)) &&
+        !(st = hcq_queue_wait(q, hcq_sym(g->timeline_addr[d]), hcq_sym(g->timeline_val[d]))) &&
+        !(st = hcq_queue_wait(q, addr_of(g->kickoff), hcq_sym(g->kickoff_var))))
+      st = hcq_queue_signal(q, addr_of(g->dev_sig[d]), hcq_sym(g->kickoff_var));
+  }
+  for (uint32_t j = 0; j < r->nitems && !st; j++) st = encode_item(g, j);
+
+  /* Epilogue: wait for the copy queues that fed the device, then signal its timeline. */
+  for (uint32_t d = 0; d < g->ndev && !st; d++) {
+    hcq_queue_t *q = g->queues[2 * d];
+    uint64_t sources = g->copied_into[d] | (UINT64_C(1) << d);
+    for (uint32_t s = 0; s < g->ndev && !st; s++) {
+      uint32_t cq = 2 * s + 1;
+      if (!(sources & (UINT64_C(1) << s)) || g->last_item[cq] == NO_ITEM) continue;
+      st = hcq_queue_wait(q, addr_of(g->queue_sig[cq]), hcq_imm(g->last_item[cq] + 1));
+    }
+    hcq_expr_t *one = hcq_expr_const(1), *next = hcq_expr_binary(HCQ_EXPR_ADD, g->timeline_val[d], one);
+    if (!st) st = next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
+    hcq_expr_release(one);
+    hcq_expr_release(next);
+  }
+  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++)
+    if (g->queues[q]) st = hcq_queue_bind(g->queues[q], r->devices[q / 2]);
+  return st;
+}
+
+/* ---- profiling (SPEC 5 step 8) ---- */
+
+static hcq_status_t build_profile(hcq_graph_impl_t *g) {
+  hcq__runner_t *r = &g->base.runner;
+  size_t n = r->nitems;
+  g->prof_entries = calloc(n, sizeof(*g->prof_entries));
+  g->prof_names = calloc(n, 80);
+  g->prof_deps = calloc(n, sizeof(*g->prof_deps));
+  g->prof_ndeps = calloc(n, sizeof(*g->prof_ndeps));
+  g->prof_timestamps = calloc(2 * n, sizeof(uint64_t));
+  if (!g->prof_entries || !g->prof_names || !g->prof_deps || !g->prof_ndeps || !g->prof_timestamps) return oom();
+  for (size_t j = 0; j < n; j++) {
+    const hcq_exec_item_t *it = &r->items[j];
+    const item_sched_t *s = &g->sched[j];
+    char *name = g->prof_names + j * 80;
+    if (it->kind == HCQ_ITEM_KERNEL)
+      snprintf(name, 80, "%s", it->kernel.program->name);
+    else
+      snprintf(name, 80, "%s -> %s", it->transfer.src->dev->name, it->transfer.dst->dev->name);
+    g->prof_entries[j] = (hcq_profile_entry_t){r->devices[s->queue / 2]->name, name, s->start_slot, s->end_slot,
+                                               it->kind == HCQ_ITEM_TRANSFER};
+    g->prof_deps[j] = g->deps.data + s->deps_at;
+    g->prof_ndeps[j] = s->ndeps;
+  }
+  g->prof_event = (hcq_profile_event_t){g->prof_entries, n, g->prof_deps, g->prof_ndeps, g->prof_timestamps, 2 * n, 0};
+  return NULL;
+}
+
+static void collect_timestamps(hcq_graph_impl_t *g) {
+  const hcq__runner_t *r = &g->base.runner;
+  memset(g->prof_timestamps, 0, 2 * r->nitems * sizeof(uint64_t));
+  for (size_t j = 0; j < r->nitems; j++) {
+    const item_sched_t *s = &g->sched[j];
+    const hcq__signal_words_t *slots = g->prof_slots[s->queue / 2]->mem.host;
+    g->prof_timestamps[s->start_slot] = atomic_load_explicit(&slots[s->start_slot].timestamp, memory_order_acquire);
+    g->prof_timestamps[s->end_slot] = atomic_load_explicit(&slots[s->end_slot].timestamp, memory_order_acquire);
+  }
+  g->prof_event.replay = g->kickoff_value;
+}
+
+/* ---- replay (SPEC 5 step 7) ---- */
+
+static hcq_status_t wait_previous(hcq_graph_impl_t *g) {
+  for (size_t d = 0; d < g->ndev; d++) {
+    if (!g->last_signal[d]) continue;
+    hcq_status_t st = hcq_signal_wait(g->last_signal[d], g->last_value[d], HCQ_TIMEOUT_DEFAULT);
+    if (st) return hcq_status_annotate(st, "waiting for the previous replay on %s", g->base.runner.devices[d]->name);
+  }
+  return NULL;
+}
+
+static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
+  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+  hcq__runner_t *r = &base->runner;
+  uint64_t start = hcq__now_ns();
+  hcq_status_t st = wait_previous(g);
+  if (st) return st;
+  if (g->profile && g->kickoff_value) collect_timestamps(g);
+
+  /* The kickoff value is a 32-bit payload: restart it (and the device signals compared with it)
+   * before it overflows. Everything of the previous replay has finished here. */
+  if (g->kickoff_value >= HCQ_TIMELINE_WRAP) {
+    for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(g->dev_sig[d], 0);
+    hcq_signal_set(g->kickoff, 0);
+    g->kickoff_value = 0;
+  }
+  uint64_t kickoff = g->kickoff_value + 1;
+  for (uint32_t q = 0; q < 2 * g->ndev; q++)
+    if (g->queue_sig[q]) hcq_signal_set(g->queue_sig[q], 0);
+
+  g->values[0].value = (int64_t)kickoff;
+  for (size_t i = 0; i < r->vars.len; i++) g->values[g->user_at + i].value = r->pending_values[i];
+  for (size_t k = 0; k < r->ninputs; k++) g->values[g->inputs_at + k].value = (int64_t)r->pending_inputs[k]->addr;
+
+  hcq__device_lock_many(r->devices, g->ndev);
+  for (size_t d = 0; d < g->ndev && !st; d++) st = hcq__device_prepare_submit(r->devices[d]);
+  for (size_t d = 0; d < g->ndev && !st; d++) {
+    hcq_device_t *dev = r->devices[d];
+    g->values[g->timeline_at + 2 * d].value = (int64_t)dev->timeline_value - 1;
+    g->values[g->timeline_at + 2 * d + 1].value = (int64_t)hcq_signal_address(dev->timeline);
+  }
+  /* Evaluate every queue before submitting any: a replay runs whole or not at all. */
+  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++)
+    if (g->queues[q]) st = hcq__queue_prepare(g->queues[q], g->values, g->nvalues);
+  if (!st) {
+    g->kickoff_value = kickoff;
+    hcq_signal_set(g->kickoff, kickoff);
+    for (size_t d = 0; d < g->ndev && !st; d++) {
+      hcq_device_t *dev = r->devices[d];
+      st = hcq__queue_commit_locked(g->queues[2 * d], dev);
+      if (!st && g->queues[2 * d + 1]) st = hcq__queue_commit_locked(g->queues[2 * d + 1], dev);
+      if (st) break; /* a full ring after its timeout: the device is stuck already */
+      g->last_signal[d] = dev->timeline;
+      g->last_value[d] = dev->timeline_value;
+      dev->timeline_value++;
+    }
+  }
+  hcq__device_unlock_many(r->devices, g->ndev);
+  if (st) return st;
+  hcq__runner_commit(r);
+  if (wait) {
+    if ((st = wait_previous(g))) return st;
+    if (out_elapsed_ns) *out_elapsed_ns = hcq__now_ns() - start;
+  }
+  return NULL;
+}
+
+/* ---- the rest of the vtable ---- */
+
+static void free_impl(hcq_graph_impl_t *g) {
+  for (size_t q = 0; q < 2 * HCQ__GRAPH_MAX_DEVICES; q++) {
+    hcq_queue_free(g->queues[q]);
+    hcq__signal_free_internal(g->queue_sig[q]);
+  }
+  for (size_t d = 0; d < HCQ__GRAPH_MAX_DEVICES; d++) {
+    hcq__signal_free_internal(g->dev_sig[d]);
+    hcq_buffer_release(g->kernargs[d]);
+    hcq_buffer_release(g->prof_slots[d]);
+    hcq_expr_release(g->timeline_val[d]);
+    hcq_expr_release(g->timeline_addr[d]);
+  }
+  hcq__signal_free_internal(g->kickoff);
+  hcq_expr_release(g->kickoff_var);
+  for (size_t k = 0; g->input_vars && k < g->base.runner.ninputs; k++) hcq_expr_release(g->input_vars[k]);
+  free(g->input_vars);
+  free(g->values);
+  free(g->sched);
+  hcq__vec_free(&g->waits);
+  hcq__vec_free(&g->ready);
+  hcq__vec_free(&g->deps);
+  free(g->prof_entries);
+  free(g->prof_names);
+  free(g->prof_deps);
+  free(g->prof_ndeps);
+  free(g->prof_timestamps);
+  free(g);
+}
+
+static hcq_status_t hcq_graph_destroy_impl(hcq_graph_t *base) {
+  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+  hcq_status_t st = wait_previous(g);
+  if (st) return st;
+  free_impl(g);
+  return NULL;
+}
+
+static hcq_status_t hcq_graph_item_schedule_impl(const hcq_graph_t *base, size_t i, hcq_graph_item_schedule_t *out) {
+  const hcq_graph_impl_t *g = (const hcq_graph_impl_t *)base;
+  const item_sched_t *s = &g->sched[i];
+  *out = (hcq_graph_item_schedule_t){s->queue,
+                                     g->waits.data + s->waits_at,
+                                     s->nwaits,
+                                     g->ready.data + s->ready_at,
+                                     s->nready,
+                                     s->signal_value,
+                                     g->deps.data + s->deps_at,
+                                     s->ndeps};
+  return NULL;
+}
+
+static const hcq_queue_t *hcq_graph_queue_impl(const hcq_graph_t *base, uint32_t q) {
+  const hcq_graph_impl_t *g = (const hcq_graph_impl_t *)base;
+  return q < 2 * g->ndev ? g->queues[q] : NULL;
+}
+
+static hcq_status_t hcq_graph_profile_impl(hcq_graph_t *base, const hcq_profile_event_t **out) {
+  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+  if (!g->profile) return hcq_status_make(HCQ_FAILED_PRECONDITION, "the graph was built without profiling");
+  if (!g->kickoff_value) return hcq_status_make(HCQ_FAILED_PRECONDITION, "the graph has not run yet");
+  hcq_status_t st = wait_previous(g);
+  if (st) return st;
+  collect_timestamps(g);
+  *out = &g->prof_event;
+  return NULL;
+}
+
+static const hcq__graph_vtable_t hcq_graph_vtable = {
+    .kind = "hcq",
+    .destroy = hcq_graph_destroy_impl,
+    .run = hcq_graph_run_impl,
+    .item_schedule = hcq_graph_item_schedule_impl,
+    .queue = hcq_graph_queue_impl,
+    .profile = hcq_graph_profile_impl,
+};
+
+hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out) {
+  hcq_graph_impl_t *g = calloc(1, sizeof(*g));
+  if (!g) return oom();
+  g->base.vt = &hcq_graph_vtable;
+  g->base.runner = *runner;
+  g->ndev = runner->ndevices;
+  g->profile = profile;
+  g->sched = calloc(runner->nitems, sizeof(*g->sched));
+  hcq_status_t st = g->sched ? NULL : oom();
+  if (!st) st = schedule(g);
+  if (!st) st = make_vars(g);
+  if (!st) st = build_queues(g);
+  if (!st && profile) st = build_profile(g);
+  if (st) {
+    /* The runner stays with the caller, who releases it. */
+    free_impl(g);
+    return st;
+  }
+  *out = &g->base;
+  return NULL;
+}
+
+uint64_t *hcq__graph_kickoff_value_for_tests(hcq_graph_t *g) { return &((hcq_graph_impl_t *)g)->kickoff_value; }

@@ -1,0 +1,370 @@
+#include "graph/runner.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
+
+hcq_device_t *hcq__item_device(const hcq_exec_item_t *it) {
+  return it->kind == HCQ_ITEM_KERNEL ? it->kernel.program->dev : it->transfer.src->dev;
+}
+
+void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out) {
+  if (it->kind == HCQ_ITEM_TRANSFER) {
+    out->pair[0] = it->transfer.dst;
+    out->pair[1] = it->transfer.src;
+    out->bufs = out->pair;
+    out->n = 2;
+    out->writes[0] = true;
+    out->writes[1] = false;
+    return;
+  }
+  out->bufs = it->kernel.bufs;
+  out->n = it->kernel.nbufs;
+  for (size_t i = 0; i < out->n; i++) out->writes[i] = false;
+  for (size_t i = 0; i < it->kernel.nouts; i++) out->writes[it->kernel.outs[i]] = true;
+}
+
+uint32_t hcq__runner_device_index(const hcq__runner_t *r, const hcq_device_t *dev) {
+  for (size_t i = 0; i < r->ndevices; i++)
+    if (r->devices[i] == dev) return (uint32_t)i;
+  return UINT32_MAX;
+}
+
+static hcq_status_t add_device(hcq__runner_t *r, hcq_device_t *dev, size_t j) {
+  if (hcq__runner_device_index(r, dev) != UINT32_MAX) return NULL;
+  if (r->ndevices == HCQ__GRAPH_MAX_DEVICES)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "item %zu: a graph spans at most %d devices", j,
+                           HCQ__GRAPH_MAX_DEVICES);
+  r->devices[r->ndevices++] = dev;
+  return NULL;
+}
+
+static hcq_status_t add_vars(hcq__runner_t *r, const hcq_expr_t *e) {
+  const hcq_expr_t *found[16];
+  size_t n = hcq_expr_vars(e, found, 16);
+  const hcq_expr_t **all = found;
+  if (n > 16) {
+    all = malloc(n * sizeof(*all));
+    if (!all) return oom();
+    hcq_expr_vars(e, all, n);
+  }
+  hcq_status_t st = NULL;
+  for (size_t i = 0; i < n && !st; i++) {
+    bool have = false;
+    for (size_t k = 0; k < r->vars.len; k++) have |= r->vars.data[k] == all[i];
+    if (!have) {
+      if (hcq__vec_push(&r->vars, all[i]))
+        hcq_expr_retain(all[i]);
+      else
+        st = oom();
+    }
+  }
+  if (all != found) free((void *)all);
+  return st;
+}
+
+/* Checks a constant operand's range, or evaluates a symbolic one with the initial values. */
+/* Stands for "no values" where NULL would mean "do not evaluate". */
+static const hcq_var_value_t k_no_values[1];
+
+/* vals NULL: check constants only. */
+static hcq_status_t check_operand(hcq_operand_t op, int64_t lo, int64_t hi, const hcq_var_value_t *vals, size_t nvals,
+                                  const char *who, const char *what) {
+  int64_t v = op.value;
+  if (op.sym && !vals) return NULL;
+  if (op.sym) {
+    hcq_status_t st = hcq_expr_eval(op.sym, vals, nvals, &v);
+    if (st) return hcq_status_annotate(st, "%s: %s", who, what);
+  }
+  if (v < lo || v > hi) {
+    char text[128] = "";
+    if (op.sym) hcq_expr_format(op.sym, text, sizeof(text));
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "%s: %s %s%s%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", who,
+                           what, text, op.sym ? " = " : "", v, lo, hi);
+  }
+  return NULL;
+}
+
+static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals, size_t nvals) {
+  if (!k->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: kernel has no program", who);
+  const char *name = k->program->name;
+  if (k->nbufs > HCQ_MAX_KERNEL_BUFS || k->nvals > HCQ_MAX_KERNEL_VALS)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): %zu buffers and %zu values exceed the limits (%d, %d)",
+                           who, name, k->nbufs, k->nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
+  if ((k->nbufs && !k->bufs) || (k->nouts && !k->outs) || (k->nvals && !k->vals))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): a buffer, out or value array is NULL", who, name);
+  for (size_t i = 0; i < k->nbufs; i++) {
+    if (!k->bufs[i]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): buffer %zu is NULL", who, name, i);
+    if (k->bufs[i]->dev != k->program->dev)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): buffer %zu (%s) is on %s but the program runs on %s",
+                             who, name, i, k->bufs[i]->label, k->bufs[i]->dev->name, k->program->dev->name);
+  }
+  for (size_t i = 0; i < k->nouts; i++)
+    if (k->outs[i] >= k->nbufs)
+      return hcq_status_make(HCQ_OUT_OF_RANGE, "%s (%s): out %zu names buffer %u but the kernel has %zu", who, name,
+                             i, k->outs[i], k->nbufs);
+  hcq_status_t st = NULL;
+  char what[32];
+  for (size_t i = 0; i < k->nvals && !st; i++) {
+    snprintf(what, sizeof(what), "value %zu", i);
+    st = check_operand(k->vals[i], INT32_MIN, INT32_MAX, vals, nvals, who, what);
+  }
+  for (int i = 0; i < 3 && !st; i++) {
+    snprintf(what, sizeof(what), "global[%d]", i);
+    st = check_operand(k->global[i], 0, UINT32_MAX, vals, nvals, who, what);
+    snprintf(what, sizeof(what), "local[%d]", i);
+    if (!st) st = check_operand(k->local[i], 0, UINT32_MAX, vals, nvals, who, what);
+  }
+  return st;
+}
+
+static hcq_status_t validate_transfer(const hcq_transfer_item_t *t, const char *who) {
+  if (!t->dst || !t->src) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: transfer with a NULL buffer", who);
+  if (t->bytes > t->dst->size || t->bytes > t->src->size)
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "%s: transfer of %" PRIu64 " bytes from %s (%" PRIu64 " bytes) to %s (%" PRIu64
+                           " bytes) is larger than a buffer",
+                           who, t->bytes, t->src->label, t->src->size, t->dst->label, t->dst->size);
+  if (!(t->src->dev->caps & HCQ_CAP_COPY_QUEUE))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s has no copy queue for transfers", who, t->src->dev->name);
+  return NULL;
+}
+
+/* Deep-copies one validated item, retaining its program and buffers. */
+static hcq_status_t copy_item(const hcq_exec_item_t *src, hcq_exec_item_t *dst) {
+  *dst = *src;
+  if (src->kind == HCQ_ITEM_TRANSFER) {
+    hcq_buffer_retain(dst->transfer.dst);
+    hcq_buffer_retain(dst->transfer.src);
+    return NULL;
+  }
+  const hcq_kernel_item_t *k = &src->kernel;
+  hcq_kernel_item_t *c = &dst->kernel;
+  c->bufs = NULL, c->outs = NULL, c->vals = NULL;
+  hcq_buffer_t **bufs = k->nbufs ? malloc(k->nbufs * sizeof(*bufs)) : NULL;
+  uint32_t *outs = k->nouts ? malloc(k->nouts * sizeof(*outs)) : NULL;
+  hcq_operand_t *vals = k->nvals ? malloc(k->nvals * sizeof(*vals)) : NULL;
+  if ((k->nbufs && !bufs) || (k->nouts && !outs) || (k->nvals && !vals)) {
+    free(bufs), free(outs), free(vals);
+    /* Leave nothing that release_item would release: none of it was retained. */
+    memset(c, 0, sizeof(*c));
+    return oom();
+  }
+  for (size_t i = 0; i < k->nbufs; i++) bufs[i] = hcq_buffer_retain(k->bufs[i]);
+  if (k->nouts) memcpy(outs, k->outs, k->nouts * sizeof(*outs));
+  for (size_t i = 0; i < k->nvals; i++) {
+    vals[i] = k->vals[i];
+    hcq_expr_retain(vals[i].sym);
+  }
+  for (int i = 0; i < 3; i++) {
+    hcq_expr_retain(c->global[i].sym);
+    hcq_expr_retain(c->local[i].sym);
+  }
+  c->bufs = bufs, c->outs = outs, c->vals = vals;
+  hcq_program_retain(c->program);
+  return NULL;
+}
+
+static void release_item(hcq_exec_item_t *it) {
+  if (it->kind == HCQ_ITEM_TRANSFER) {
+    hcq_buffer_release(it->transfer.dst);
+    hcq_buffer_release(it->transfer.src);
+    return;
+  }
+  hcq_kernel_item_t *k = &it->kernel;
+  for (size_t i = 0; i < k->nbufs; i++) hcq_buffer_release(k->bufs[i]);
+  for (size_t i = 0; i < k->nvals; i++) hcq_expr_release(k->vals[i].sym);
+  for (int i = 0; i < 3; i++) {
+    hcq_expr_release(k->global[i].sym);
+    hcq_expr_release(k->local[i].sym);
+  }
+  free((void *)k->bufs);
+  free((void *)k->outs);
+  free((void *)k->vals);
+  hcq_program_release(k->program);
+}
+
+void hcq__runner_deinit(hcq__runner_t *r) {
+  for (size_t j = 0; j < r->nitems; j++) release_item(&r->items[j]);
+  free(r->items);
+  for (size_t i = 0; i < r->ninputs && r->inputs; i++) hcq_buffer_release(r->inputs[i]);
+  free(r->inputs);
+  free(r->pending_inputs);
+  for (size_t i = 0; i < r->vars.len; i++) hcq_expr_release(r->vars.data[i]);
+  hcq__vec_free(&r->vars);
+  hcq__vec_free(&r->slots);
+  free(r->values);
+  free(r->pending_values);
+  for (size_t i = 0; i < r->ndevices; i++) atomic_fetch_sub(&r->devices[i]->live, 1);
+  memset(r, 0, sizeof(*r));
+}
+
+/* First pass: structure, devices, variables, input slots. Symbols are not evaluated yet (vals NULL). */
+static hcq_status_t collect(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems) {
+  const hcq_var_value_t *vals = NULL;
+  size_t nvals = 0;
+  for (size_t j = 0; j < nitems; j++) {
+    const hcq_exec_item_t *it = &items[j];
+    hcq_status_t st;
+    char who[32];
+    snprintf(who, sizeof(who), "item %zu", j);
+    if (it->kind == HCQ_ITEM_KERNEL)
+      st = validate_kernel(&it->kernel, who, vals, nvals);
+    else if (it->kind == HCQ_ITEM_TRANSFER)
+      st = validate_transfer(&it->transfer, who);
+    else
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "item %zu: unknown kind %d", j, (int)it->kind);
+    if (st) return st;
+    hcq__item_access_t acc;
+    hcq__item_access(it, &acc);
+    if ((st = add_device(r, hcq__item_device(it), j))) return st;
+    for (size_t i = 0; i < acc.n; i++)
+      if ((st = add_device(r, acc.bufs[i]->dev, j))) return st;
+    if (it->kind == HCQ_ITEM_KERNEL) {
+      const hcq_kernel_item_t *k = &it->kernel;
+      for (size_t i = 0; i < k->nvals && !st; i++)
+        if (k->vals[i].sym) st = add_vars(r, k->vals[i].sym);
+      for (int i = 0; i < 3 && !st; i++) {
+        if (k->global[i].sym) st = add_vars(r, k->global[i].sym);
+        if (!st && k->local[i].sym) st = add_vars(r, k->local[i].sym);
+      }
+      if (st) return st;
+    }
+    for (size_t i = 0; i < acc.n; i++)
+      for (size_t k = 0; k < r->ninputs; k++)
+        if (acc.bufs[i] == r->inputs[k]) {
+          hcq__input_slot_t slot = {(uint32_t)j, (uint32_t)i, (uint32_t)k};
+          if (!hcq__vec_push(&r->slots, slot)) return oom();
+        }
+  }
+  return NULL;
+}
+
+hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems,
+                              hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals, size_t nvals) {
+  memset(r, 0, sizeof(*r));
+  if (!items || nitems == 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph needs at least one item");
+  if (nitems >= UINT32_MAX / 2) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu items are too many", nitems);
+  if (ninputs && !inputs) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu inputs but the array is NULL", ninputs);
+  if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu values but the array is NULL", nvals);
+  for (size_t k = 0; k < ninputs; k++) {
+    if (!inputs[k]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is NULL", k);
+    for (size_t i = 0; i < k; i++)
+      if (inputs[i] == inputs[k])
+        return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu (%s) is listed twice", k, inputs[k]->label);
+  }
+  r->ninputs = ninputs;
+  r->inputs = calloc(ninputs ? ninputs : 1, sizeof(*r->inputs));
+  r->pending_inputs = calloc(ninputs ? ninputs : 1, sizeof(*r->pending_inputs));
+  if (!r->inputs || !r->pending_inputs) {
+    hcq__runner_deinit(r);
+    return oom();
+  }
+  for (size_t k = 0; k < ninputs; k++) r->inputs[k] = hcq_buffer_retain(inputs[k]);
+
+  hcq_status_t st = collect(r, items, nitems);
+  if (!st) {
+    r->values = calloc(r->vars.len + 1, sizeof(int64_t));
+    r->pending_values = calloc(r->vars.len + 1, sizeof(int64_t));
+    if (!r->values || !r->pending_values) st = oom();
+  }
+  for (size_t i = 0; i < r->vars.len && !st; i++) {
+    const hcq_expr_t *var = r->vars.data[i];
+    size_t k = 0;
+    while (k < nvals && vals[k].var != var) k++;
+    if (k == nvals)
+      st = hcq_status_make(HCQ_NOT_FOUND, "variable %s has no initial value", hcq_var_name(var));
+    else if (!(st = hcq_var_check(var, vals[k].value)))
+      r->values[i] = vals[k].value;
+  }
+  /* Second pass: every symbolic operand evaluates into its field with the initial values. */
+  for (size_t j = 0; j < nitems && !st; j++) {
+    char who[32];
+    snprintf(who, sizeof(who), "item %zu", j);
+    if (items[j].kind == HCQ_ITEM_KERNEL) st = validate_kernel(&items[j].kernel, who, nvals ? vals : k_no_values, nvals);
+  }
+  if (!st) {
+    r->items = calloc(nitems, sizeof(*r->items));
+    if (!r->items) st = oom();
+  }
+  for (size_t j = 0; j < nitems && !st; j++) {
+    st = copy_item(&items[j], &r->items[j]);
+    r->nitems = j + 1; /* a partly copied item is released safely: its arrays are NULL */
+  }
+  for (size_t i = 0; i < r->ndevices && !st; i++) atomic_fetch_add(&r->devices[i]->live, 1);
+  if (st) {
+    r->ndevices = 0; /* not counted yet */
+    hcq__runner_deinit(r);
+  }
+  return st;
+}
+
+hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
+                               const hcq_var_value_t *vals, size_t nvals) {
+  if (ninputs != r->ninputs)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "the graph has %zu inputs but the replay passed %zu", r->ninputs,
+                           ninputs);
+  if ((ninputs && !inputs) || (nvals && !vals))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "replay: an input or value array is NULL");
+  for (size_t k = 0; k < ninputs; k++) {
+    const hcq_buffer_t *want = r->inputs[k], *got = inputs[k];
+    if (!got) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is missing (NULL)", k);
+    if (got->size != want->size)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu: buffer %s has %" PRIu64 " bytes but the graph's input %s has %" PRIu64,
+                             k, got->label, got->size, want->label, want->size);
+    if (got->dev != want->dev)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu: buffer %s is on %s but the graph's input %s is on %s", k,
+                             got->label, got->dev->name, want->label, want->dev->name);
+    r->pending_inputs[k] = inputs[k];
+  }
+  memcpy(r->pending_values, r->values, r->vars.len * sizeof(int64_t));
+  for (size_t i = 0; i < nvals; i++) {
+    for (size_t v = 0; v < r->vars.len; v++) {
+      if (r->vars.data[v] != vals[i].var) continue;
+      hcq_status_t st = hcq_var_check(vals[i].var, vals[i].value);
+      if (st) return st;
+      r->pending_values[v] = vals[i].value;
+    }
+  }
+  return NULL;
+}
+
+void hcq__runner_commit(hcq__runner_t *r) {
+  for (size_t k = 0; k < r->ninputs; k++) {
+    if (r->pending_inputs[k] == r->inputs[k]) continue;
+    hcq_buffer_release(r->inputs[k]);
+    r->inputs[k] = hcq_buffer_retain(r->pending_inputs[k]);
+  }
+  memcpy(r->values, r->pending_values, r->vars.len * sizeof(int64_t));
+}
+
+hcq_status_t hcq_exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals) {
+  if (!it) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: item is NULL");
+  if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: %zu values but vals is NULL", nvals);
+  if (it->kind == HCQ_ITEM_TRANSFER) {
+    hcq_status_t st = validate_transfer(&it->transfer, "transfer");
+    return st ? st : hcq_transfer(it->transfer.dst, it->transfer.src, it->transfer.bytes);
+  }
+  if (it->kind != HCQ_ITEM_KERNEL) return hcq_status_make(HCQ_INVALID_ARGUMENT, "item: unknown kind %d", (int)it->kind);
+  /* Validation evaluates every operand; evaluate again into the launch (cheap, and keeps one path). */
+  hcq_status_t st = validate_kernel(&it->kernel, "kernel", nvals ? vals : k_no_values, nvals);
+  if (st) return st;
+  const hcq_kernel_item_t *k = &it->kernel;
+  int32_t ivals[HCQ_MAX_KERNEL_VALS];
+  hcq_launch_desc_t l = {k->program, k->bufs, k->nbufs, ivals, k->nvals, {0}, {0}};
+  for (size_t i = 0; i < k->nvals; i++) {
+    int64_t v = k->vals[i].value;
+    if (k->vals[i].sym) hcq_status_free(hcq_expr_eval(k->vals[i].sym, vals, nvals, &v));
+    ivals[i] = (int32_t)v;
+  }
+  for (int i = 0; i < 3; i++) {
+    int64_t g = k->global[i].value, lo = k->local[i].value;
+    if (k->global[i].sym) hcq_status_free(hcq_expr_eval(k->global[i].sym, vals, nvals, &g));
+    if (k->local[i].sym) hcq_status_free(hcq_expr_eval(k->local[i].sym, vals, nvals, &lo));
+    l.global[i] = (uint32_t)g;
+    l.local[i] = (uint32_t)lo;
+  }
+  return hcq_launch(&l);
+}

@@ -1,0 +1,62 @@
+/* The part of every graph runner that does not depend on the device kind: validated, owned copies
+ * of the exec items, input-slot replacement, the graph's variables, replay arguments. The HCQ graph
+ * uses it now; a CUDA graph would use the same. */
+#ifndef HCQ_GRAPH_RUNNER_H
+#define HCQ_GRAPH_RUNNER_H
+
+#include "core/internal.h"
+#include "graph/deps.h"
+#include "hcq/graph.h"
+
+#define HCQ__GRAPH_MAX_DEVICES 64
+
+typedef struct hcq__input_slot {
+  uint32_t item;
+  uint32_t arg;   /* kernel: buffer index; transfer: 0 dst, 1 src */
+  uint32_t input; /* index into the inputs */
+} hcq__input_slot_t;
+
+typedef struct hcq__runner {
+  hcq_exec_item_t *items; /* deep copies; their arrays are owned, buffers and programs retained */
+  size_t nitems;
+  hcq_buffer_t **inputs;   /* current inputs (retained); build-time ones define size and device */
+  hcq_buffer_t **pending_inputs;
+  size_t ninputs;
+  HCQ__VEC(hcq__input_slot_t) slots;
+  HCQ__VEC(const hcq_expr_t *) vars; /* retained */
+  int64_t *values;                   /* current value per variable */
+  int64_t *pending_values;           /* what the replay being prepared uses */
+  hcq_device_t *devices[HCQ__GRAPH_MAX_DEVICES];
+  size_t ndevices;
+} hcq__runner_t;
+
+/* Validates and copies items, retains what they use, collects variables and input slots, and checks
+ * that every symbolic operand evaluates to a value that fits its field with the initial values.
+ * On failure everything taken is released. */
+hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems,
+                              hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals, size_t nvals);
+void hcq__runner_deinit(hcq__runner_t *r);
+
+/* Checks a replay's arguments and stages them (pending_*); nothing current changes. */
+hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
+                               const hcq_var_value_t *vals, size_t nvals);
+/* Makes the staged arguments current (after a replay was submitted). */
+void hcq__runner_commit(hcq__runner_t *r);
+
+/* Index of dev in r->devices. */
+uint32_t hcq__runner_device_index(const hcq__runner_t *r, const hcq_device_t *dev);
+
+/* The buffers an item touches and whether it writes each: kernels their arguments, transfers
+ * {dst (written), src}. */
+typedef struct hcq__item_access {
+  hcq_buffer_t *const *bufs;
+  size_t n;
+  hcq_buffer_t *pair[2];
+  bool writes[HCQ_MAX_KERNEL_BUFS];
+} hcq__item_access_t;
+void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out);
+
+/* The device an item runs on: the program's, or the transfer source's. */
+hcq_device_t *hcq__item_device(const hcq_exec_item_t *it);
+
+#endif

@@ -1,0 +1,133 @@
+#include "world.h"
+
+void world_open(world_t *w, int ndev) {
+  memset(w, 0, sizeof(*w));
+  w->ndev = ndev;
+  for (int d = 0; d < ndev; d++) {
+    char name[16];
+    snprintf(name, sizeof(name), "CPU:%d", d);
+    w->devs[d] = test_open(name);
+    w->mix[d] = test_program(w->devs[d], "mix", test_kernels_source);
+  }
+}
+
+void world_close(world_t *w) {
+  for (int i = w->nbufs - 1; i >= 0; i--) {
+    hcq_buffer_release(w->buf[i]);
+    hcq_buffer_release(w->mirror[i]);
+  }
+  for (int d = 0; d < w->ndev; d++) {
+    hcq_program_release(w->mix[d]);
+    test_close(w->devs[d]);
+  }
+}
+
+static uint32_t next_rand(uint32_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 17;
+  *s ^= *s << 5;
+  return *s;
+}
+
+int world_buffer(world_t *w, int d, size_t count, uint32_t seed) {
+  cr_assert_lt(w->nbufs, WORLD_MAX_BUFS);
+  int i = w->nbufs++;
+  w->buf[i] = test_buffer(w->devs[d], count * 4);
+  w->mirror[i] = test_buffer(w->devs[d], count * 4);
+  char label[32];
+  snprintf(label, sizeof(label), "b%d", i);
+  hcq_buffer_set_label(w->buf[i], label);
+  uint32_t *h = malloc(count * 4), s = seed * 2654435761u + 1;
+  for (size_t k = 0; k < count; k++) h[k] = next_rand(&s) % 1000;
+  OK(hcq_buffer_copyin(w->buf[i], 0, h, count * 4));
+  OK(hcq_buffer_copyin(w->mirror[i], 0, h, count * 4));
+  free(h);
+  return i;
+}
+
+int world_view(world_t *w, int base, size_t offset_words, size_t count) {
+  cr_assert_lt(w->nbufs, WORLD_MAX_BUFS);
+  int i = w->nbufs++;
+  OK(hcq_buffer_view_create(w->buf[base], offset_words * 4, count * 4, &w->buf[i]));
+  OK(hcq_buffer_view_create(w->mirror[base], offset_words * 4, count * 4, &w->mirror[i]));
+  return i;
+}
+
+int world_index(const world_t *w, const hcq_buffer_t *b) {
+  for (int i = 0; i < w->nbufs; i++)
+    if (w->buf[i] == b) return i;
+  cr_assert_fail("buffer %s is not in the world", hcq_buffer_label(b));
+  return -1;
+}
+
+int world_device_of(const world_t *w, int idx) {
+  for (int d = 0; d < w->ndev; d++)
+    if (hcq_buffer_device(w->buf[idx]) == w->devs[d]) return d;
+  return -1;
+}
+
+void world_mix(world_t *w, world_item_t *wi, int out, int x, int y, hcq_operand_t mul, hcq_operand_t add,
+               hcq_operand_t n, const hcq_expr_t *groups) {
+  memset(wi, 0, sizeof(*wi));
+  int d = world_device_of(w, out);
+  wi->bufs[0] = w->buf[out];
+  wi->bufs[1] = w->buf[x];
+  wi->bufs[2] = w->buf[y];
+  wi->outs[0] = 0;
+  wi->vals[0] = mul;
+  wi->vals[1] = add;
+  wi->vals[2] = n;
+  hcq_kernel_item_t k = {w->mix[d], wi->bufs, 3, wi->outs, 1, wi->vals, 3,
+                         {groups ? hcq_sym(groups) : hcq_imm(n.sym ? 1 : (n.value + 63) / 64), hcq_imm(1), hcq_imm(1)},
+                         {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
+  cr_assert(groups || !n.sym, "a symbolic n needs a symbolic group count");
+  wi->item.kind = HCQ_ITEM_KERNEL;
+  wi->item.kernel = k;
+}
+
+void world_copy(world_t *w, world_item_t *wi, int dst, int src, uint64_t bytes) {
+  memset(wi, 0, sizeof(*wi));
+  wi->item.kind = HCQ_ITEM_TRANSFER;
+  wi->item.transfer = (hcq_transfer_item_t){w->buf[dst], w->buf[src], bytes};
+}
+
+/* The mirror of graph buffer b, with input swaps applied. */
+static hcq_buffer_t *mirror_of(world_t *w, hcq_buffer_t *b, const int *inputs, const int *swaps, int ninputs) {
+  int i = world_index(w, b);
+  for (int k = 0; k < ninputs; k++)
+    if (inputs[k] == i && swaps && swaps[k] >= 0) return w->mirror[swaps[k]];
+  return w->mirror[i];
+}
+
+void world_run_eager(world_t *w, world_item_t *items, int nitems, const int *inputs, const int *swaps, int ninputs,
+                     const hcq_var_value_t *vals, size_t nvals) {
+  for (int j = 0; j < nitems; j++) {
+    hcq_exec_item_t it = items[j].item;
+    hcq_buffer_t *bufs[3];
+    if (it.kind == HCQ_ITEM_KERNEL) {
+      for (size_t i = 0; i < it.kernel.nbufs; i++) bufs[i] = mirror_of(w, it.kernel.bufs[i], inputs, swaps, ninputs);
+      it.kernel.bufs = bufs;
+      int d = world_device_of(w, world_index(w, items[j].item.kernel.bufs[0]));
+      it.kernel.program = w->mix[d];
+    } else {
+      it.transfer.dst = mirror_of(w, it.transfer.dst, inputs, swaps, ninputs);
+      it.transfer.src = mirror_of(w, it.transfer.src, inputs, swaps, ninputs);
+    }
+    OK(hcq_exec_item_run(&it, vals, nvals));
+  }
+}
+
+void world_compare(world_t *w, const char *what) {
+  for (int i = 0; i < w->nbufs; i++) {
+    uint64_t size = hcq_buffer_size(w->buf[i]);
+    uint8_t *a = malloc(size), *b = malloc(size);
+    OK(hcq_buffer_copyout(w->buf[i], 0, a, size));
+    OK(hcq_buffer_copyout(w->mirror[i], 0, b, size));
+    for (uint64_t k = 0; k < size; k++)
+      if (a[k] != b[k])
+        cr_assert_fail("%s: buffer %d (%s) differs from the eager ground truth at byte %lu (%u vs %u)", what, i,
+                       hcq_buffer_label(w->buf[i]), (unsigned long)k, a[k], b[k]);
+    free(a);
+    free(b);
+  }
+}
