@@ -1,40 +1,9 @@
 /* hcq benchmarks: prints a table of medians over repetitions. Nothing here asserts a time. */
-#include <hcq/hcq.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define REPS 9
+#include "bench.h"
 
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    hcq_status_t st_ = (call);                                                       \
-    if (st_) {                                                                       \
-      fprintf(stderr, "bench: %s failed: %s\n", #call, hcq_status_message(st_));     \
-      exit(1);                                                                       \
-    }                                                                                \
-  } while (0)
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return v[n / 2];
-}
-
-static void row(const char *what, double value, const char *unit) { printf("| %-58s | %12.1f | %-5s |\n", what, value, unit); }
-
-static void empty_kernel(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {
+void bench_empty_kernel(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {
   (void)bufs, (void)vals, (void)l;
 }
 
@@ -132,7 +101,7 @@ static void bench_bound_chain(hcq_device_t *dev, hcq_program_t *prog, hcq_buffer
 /* The floor: a plain C loop of indirect calls over the same kernel. */
 static void bench_plain_loop(void) {
   enum { N = 1000000 };
-  void (*volatile fn)(void *const *, const int32_t *, const hcq_launch_t *) = empty_kernel;
+  void (*volatile fn)(void *const *, const int32_t *, const hcq_launch_t *) = bench_empty_kernel;
   hcq_launch_t l = {{0, 0, 0}, {1, 1, 1}, {1, 1, 1}};
   void *bufs[1] = {NULL};
   double per[REPS];
@@ -146,20 +115,24 @@ static void bench_plain_loop(void) {
 
 int main(int argc, char **argv) {
   (void)argc, (void)argv;
+  /* Measure with spinning workers (1 ms before they sleep), so that a sample does not depend on
+   * whether an engine happened to fall asleep; HCQ_SPIN_NS set by the caller wins. */
+  setenv("HCQ_SPIN_NS", "1000000", 0);
   hcq_device_t *dev;
   CHECK(hcq_device_open("CPU:0", &dev));
   hcq_program_t *prog;
-  CHECK(hcq_program_create_fn(dev, "empty", empty_kernel, &prog));
+  CHECK(hcq_program_create_fn(dev, "empty", bench_empty_kernel, &prog));
   hcq_buffer_t *buf;
   CHECK(hcq_buffer_create(dev, 64, &buf));
-  printf("hcq benchmarks on CPU:0 (%u threads per device), medians of %d repetitions\n\n", hcq_device_thread_count(dev),
-         REPS);
+  printf("hcq benchmarks on CPU:0 (%u threads per device, HCQ_SPIN_NS=%s), medians over repetitions\n\n",
+         hcq_device_thread_count(dev), getenv("HCQ_SPIN_NS"));
   printf("| %-58s | %12s | %-5s |\n", "measure", "median", "unit");
   printf("|%s|%s|%s|\n", "------------------------------------------------------------", "--------------", "-------");
   bench_plain_loop();
   bench_eager_launch(dev, prog, buf);
   bench_signal_round_trip(dev);
   bench_bound_chain(dev, prog, buf);
+  bench_graph(dev, prog);
   hcq_buffer_release(buf);
   hcq_program_release(prog);
   CHECK(hcq_device_close(dev));

@@ -1,0 +1,80 @@
+/* Graph benchmarks: replay host cost as the graph grows, device time per item, replay vs eager. */
+#include "bench.h"
+
+/* A chain of n empty one-group kernels on one queue; item 0 takes the graph's input. The items
+ * point at *input and *other, which must outlive them. */
+static hcq_graph_t *chain(hcq_program_t *empty, hcq_buffer_t *const *input, hcq_buffer_t *const *other, size_t n,
+                          hcq_exec_item_t **out_items) {
+  hcq_exec_item_t *items = calloc(n, sizeof(*items));
+  static uint32_t outs[1] = {0};
+  for (size_t j = 0; j < n; j++) {
+    hcq_kernel_item_t k = {empty, j == 0 ? input : other, 1, outs, 1,
+                           NULL, 0, {hcq_imm(1), hcq_imm(1), hcq_imm(1)}, {hcq_imm(1), hcq_imm(1), hcq_imm(1)}};
+    items[j].kind = HCQ_ITEM_KERNEL;
+    items[j].kernel = k;
+  }
+  hcq_graph_t *g;
+  CHECK(hcq_graph_create(items, n, input, 1, NULL, 0, NULL, &g));
+  *out_items = items;
+  return g;
+}
+
+void bench_graph(hcq_device_t *dev, hcq_program_t *empty) {
+  hcq_buffer_t *in1, *in2, *other;
+  CHECK(hcq_buffer_create(dev, 64, &in1));
+  CHECK(hcq_buffer_create(dev, 64, &in2));
+  CHECK(hcq_buffer_create(dev, 64, &other));
+  size_t sizes[] = {10, 100, 1000, 10000};
+  double completion[4];
+  for (size_t s = 0; s < 4; s++) {
+    size_t n = sizes[s];
+    hcq_exec_item_t *items;
+    hcq_graph_t *g = chain(empty, &in1, &other, n, &items);
+    enum { R = 301 };
+    double submit[R], total[R];
+    for (int r = 0; r < R; r++) {
+      hcq_buffer_t *in = r % 2 ? in2 : in1;
+      CHECK(hcq_device_synchronize(dev)); /* the previous replay is done: only this one is timed */
+      double t0 = now_ns();
+      CHECK(hcq_graph_run(g, &in, 1, NULL, 0, false, NULL));
+      double t1 = now_ns();
+      CHECK(hcq_device_synchronize(dev));
+      submit[r] = t1 - t0;
+      total[r] = now_ns() - t0;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "graph of %5zu items: host time of one replay (input swapped)", n);
+    row(what, median(submit, R), "ns");
+    completion[s] = median(total, R);
+    if (n == 10000) {
+      /* The same items run eagerly, one hcq_exec_item_run each. */
+      double eager[REPS];
+      for (int r = 0; r < REPS; r++) {
+        double t0 = now_ns();
+        for (size_t j = 0; j < n; j++) CHECK(hcq_exec_item_run(&items[j], NULL, 0));
+        CHECK(hcq_device_synchronize(dev));
+        eager[r] = (now_ns() - t0) / n;
+      }
+      row("graph of 10000 items: device time per item (replay to completion)", completion[s] / n, "ns");
+      row("the same 10000 items run eagerly to completion, per item", median(eager, REPS), "ns");
+    }
+    CHECK(hcq_graph_destroy(g));
+    free(items);
+  }
+  /* Launch + wait of a small graph: about one thread hand-off. */
+  hcq_exec_item_t *items;
+  hcq_graph_t *g = chain(empty, &in1, &other, 3, &items);
+  enum { R = 2001 };
+  double lat[R];
+  for (int r = 0; r < R; r++) {
+    double t0 = now_ns();
+    CHECK(hcq_graph_run(g, &in1, 1, NULL, 0, true, NULL));
+    lat[r] = now_ns() - t0;
+  }
+  row("graph of 3 items: replay + wait (latency)", median(lat, R), "ns");
+  CHECK(hcq_graph_destroy(g));
+  free(items);
+  hcq_buffer_release(in1);
+  hcq_buffer_release(in2);
+  hcq_buffer_release(other);
+}
