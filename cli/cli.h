@@ -2,6 +2,9 @@
 #ifndef HCQ_CLI_H
 #define HCQ_CLI_H
 
+#include <hcq/hcq.h>
+#include <stdbool.h>
+
 /* Exit codes (CLI.md). */
 enum {
   HCQ_EXIT_OK = 0,
@@ -10,6 +13,20 @@ enum {
   HCQ_EXIT_RUNTIME = 3,
 };
 
-int hcq_cli_demo(int argc, char **argv);
+/* Prints "hcq: message" and returns the exit code for the failure: 2 for bad input, 3 for the
+ * machine failing (compile errors, timeouts, devices). Frees st. */
+int cli_fail(hcq_status_t st);
+/* Prints "hcq: " + message to stderr and returns HCQ_EXIT_BAD_INPUT. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parses a whole non-negative decimal integer in [lo, hi]. */
+bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out);
+
+/* Synchronizes every device of a loaded file. */
+hcq_status_t cli_sync_file(const hcq_graph_file_t *gf);
+
+int cli_run(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+int cli_demo(int argc, char **argv);
 
 #endif

@@ -1,21 +1,67 @@
 /* The hcq command: see docs/cli.md (and ../shared/CLI.md, the contract it implements). */
-#include <hcq/hcq.h>
+#include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: hcq <command> [args]\n"
-          "commands:\n"
-          "  info                 list this machine's devices and what each supports\n"
-          "  demo                 run the showcase workload\n");
+          "  hcq info                          list this machine's devices and what each supports\n"
+          "  hcq run FILE [--mode graph|eager] [--check] [--profile OUT.json]\n"
+          "              [--device-map CPU=CUDA] [--repeat N] [--out DIR]\n"
+          "                                    run a graph file's runs (see docs/cli.md)\n"
+          "  hcq bench FILE [--json]           time eager execution against graph replay\n"
+          "  hcq demo                          the showcase workload\n"
+          "exit codes: 0 ok, 1 --check mismatch, 2 bad input, 3 runtime failure\n");
 }
 
-static int cmd_info(void) {
+int cli_fail(hcq_status_t st) {
+  hcq_status_code_t code = hcq_status_code(st);
+  fprintf(stderr, "hcq: %s\n", hcq_status_message(st));
+  hcq_status_free(st);
+  switch (code) {
+    case HCQ_INVALID_ARGUMENT:
+    case HCQ_NOT_FOUND:
+    case HCQ_OUT_OF_RANGE: return HCQ_EXIT_BAD_INPUT;
+    default: return HCQ_EXIT_RUNTIME;
+  }
+}
+
+int cli_usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "hcq: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  return HCQ_EXIT_BAD_INPUT;
+}
+
+bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out) {
+  if (!s || !*s || *s == '-' || *s == '+') return false;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+hcq_status_t cli_sync_file(const hcq_graph_file_t *gf) {
+  for (size_t i = 0; i < hcq_graph_file_device_count(gf); i++) {
+    hcq_status_t st = hcq_device_synchronize(hcq_graph_file_device(gf, i));
+    if (st) return st;
+  }
+  return NULL;
+}
+
+static int cmd_info(int argc, char **argv) {
+  (void)argv;
+  if (argc > 0) return cli_usage_error("info takes no arguments");
   hcq_device_info_t infos[8];
   size_t n = hcq_device_query(infos, 8);
   printf("hcq %d.%d.%d\n", HCQ_VERSION_MAJOR, HCQ_VERSION_MINOR, HCQ_VERSION_PATCH);
@@ -30,13 +76,16 @@ int main(int argc, char **argv) {
     usage(stderr);
     return HCQ_EXIT_BAD_INPUT;
   }
-  if (!strcmp(argv[1], "info")) return cmd_info();
-  if (!strcmp(argv[1], "demo")) return hcq_cli_demo(argc - 2, argv + 2);
-  if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+  if (!strcmp(cmd, "run")) return cli_run(argc - 2, argv + 2);
+  if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
+  if (!strcmp(cmd, "demo")) return cli_demo(argc - 2, argv + 2);
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     usage(stdout);
     return HCQ_EXIT_OK;
   }
-  fprintf(stderr, "hcq: unknown command \"%s\"\n", argv[1]);
+  fprintf(stderr, "hcq: unknown command \"%s\"\n", cmd);
   usage(stderr);
   return HCQ_EXIT_BAD_INPUT;
 }

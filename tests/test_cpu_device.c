@@ -69,6 +69,7 @@ static void count_groups(void *const *bufs, const int32_t *vals, const hcq_launc
 
 Test(cpu_device, groups_of_a_launch_spread_over_threads) {
   setenv("HCQ_CPU_THREADS", "4", 1);
+  setenv("HCQ_CPU_MIN_PARALLEL", "1", 1); /* split even this small launch */
   hcq_device_t *d = test_open("CPU:0");
   cr_assert_eq(hcq_device_thread_count(d), 4);
   hcq_program_t *p = NULL;

@@ -11,6 +11,8 @@
 #include "hcq/program.h"
 #include "hcq/queue.h"
 #include "hcq/graph.h"
+#include "hcq/jit.h"
+#include "hcq/graphfile.h"
 
 #define HCQ_VERSION_MAJOR 0
 #define HCQ_VERSION_MINOR 1

@@ -44,6 +44,8 @@ hcq_program_t *hcq_program_retain(hcq_program_t *program);
 void hcq_program_release(hcq_program_t *program);
 const char *hcq_program_name(const hcq_program_t *program);
 hcq_device_t *hcq_program_device(const hcq_program_t *program);
+/* The source text a program was compiled from; NULL for function-pointer programs. */
+const char *hcq_program_source(const hcq_program_t *program);
 
 /* The text every CPU kernel source is compiled after. */
 const char *hcq_cpu_prelude(void);
@@ -60,6 +62,10 @@ typedef struct hcq_launch_desc {
   size_t nvals;
   uint32_t global[3];
   uint32_t local[3];
+  /* Which buffers the kernel writes (indices into bufs). Only a capture uses it, to order replays;
+   * when nouts is 0 every buffer counts as written. */
+  const uint32_t *outs;
+  size_t nouts;
 } hcq_launch_desc_t;
 
 HCQ_MUST_USE hcq_status_t hcq_launch(const hcq_launch_desc_t *desc);

@@ -53,8 +53,7 @@ static void release_deferred(hcq_device_t *dev, hcq__deferred_t *d) {
   if (d->kind == 0) {
     dev->vt->mem_free(dev, &d->mem);
   } else {
-    if (dev->vt->program_unload) dev->vt->program_unload(dev, &d->program->impl);
-    free(d->program);
+    hcq__program_destroy(d->program);
   }
 }
 

@@ -6,6 +6,8 @@
 
 #include "core/internal.h"
 
+_Thread_local const hcq__recorder_t *hcq__recorder;
+
 static inline hcq_operand_t sig_addr(const hcq_signal_t *s) { return hcq_imm((int64_t)s->mem.addr); }
 
 /* Appends wait(timeline, tv - 1) to q. */
@@ -48,6 +50,12 @@ static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
   if (d->nbufs > HCQ_MAX_KERNEL_BUFS || d->nvals > HCQ_MAX_KERNEL_VALS)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers and %zu values exceed the limits (%d, %d)",
                            p->name, d->nbufs, d->nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
+  if (d->nouts && !d->outs)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu outs but the array is NULL", p->name, d->nouts);
+  for (size_t i = 0; i < d->nouts; i++)
+    if (d->outs[i] >= d->nbufs)
+      return hcq_status_make(HCQ_OUT_OF_RANGE, "launch of %s: out %zu names buffer %u but there are %zu", p->name, i,
+                             d->outs[i], d->nbufs);
   for (size_t i = 0; i < d->nbufs; i++) {
     if (!d->bufs[i]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu is NULL", p->name, i);
     if (d->bufs[i]->dev != p->dev)
@@ -78,7 +86,9 @@ hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
       st = submit_and_signal(q, dev, dev);
   }
   pthread_mutex_unlock(&dev->lock);
-  return st ? hcq_status_annotate(st, "launch of %s on %s", d->program->name, dev->name) : NULL;
+  if (st) return hcq_status_annotate(st, "launch of %s on %s", d->program->name, dev->name);
+  if (hcq__recorder) hcq__recorder->launch(hcq__recorder->ctx, d);
+  return NULL;
 }
 
 /* The copy on src's copy queue, ordered after both timelines; dst's compute queue then orders
@@ -112,7 +122,9 @@ hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
   hcq__device_lock_many(devs, 2);
   hcq_status_t st = transfer_locked(src->dev, dst->dev, dst->addr, src->addr, size);
   hcq__device_unlock_many(devs, 2);
-  return st ? hcq_status_annotate(st, "transfer %s -> %s", src->label, dst->label) : NULL;
+  if (st) return hcq_status_annotate(st, "transfer %s -> %s", src->label, dst->label);
+  if (hcq__recorder) hcq__recorder->transfer(hcq__recorder->ctx, dst, src, size);
+  return NULL;
 }
 
 /* ---- host transfers through staging buffers ---- */
@@ -164,7 +176,9 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
     st = submit_and_signal(q, dev, dev);
   }
   pthread_mutex_unlock(&dev->lock);
-  return st ? hcq_status_annotate(st, "copyin to %s", buf->label) : NULL;
+  if (st) return hcq_status_annotate(st, "copyin to %s", buf->label);
+  if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx);
+  return NULL;
 }
 
 hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, uint64_t size) {
@@ -200,5 +214,7 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
     pending_off = done, pending_n = n, pending_fence = fence, pending_slot = s;
   }
   pthread_mutex_unlock(&dev->lock);
-  return st ? hcq_status_annotate(st, "copyout from %s", buf->label) : NULL;
+  if (st) return hcq_status_annotate(st, "copyout from %s", buf->label);
+  if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx);
+  return NULL;
 }

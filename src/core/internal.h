@@ -21,6 +21,7 @@
 typedef struct hcq__options {
   int64_t wait_timeout_ms;  /* HCQ_WAIT_TIMEOUT_MS */
   unsigned cpu_threads;     /* HCQ_CPU_THREADS: threads per CPU device sharing a launch's groups */
+  uint64_t cpu_min_parallel; /* HCQ_CPU_MIN_PARALLEL: work-items (groups x group size) before a launch is split */
   uint64_t spin_ns;         /* HCQ_SPIN_NS: how long waiters spin before sleeping */
   uint64_t staging_chunk;   /* HCQ_STAGING_CHUNK: bytes per host-transfer staging buffer */
   uint64_t kernargs_ring;   /* HCQ_KERNARGS_RING: bytes of the eager kernel-argument ring */
@@ -32,9 +33,13 @@ typedef struct hcq__options {
 
 const hcq__options_t *hcq__options(void);
 
-/* ---- time ---- */
+/* ---- time and spinning ---- */
 
 uint64_t hcq__now_ns(void);
+
+/* One step of a spin-wait: a pause instruction at first, then yielding the CPU, so that on a
+ * machine with more busy threads than cores a spinner does not starve the thread it waits for. */
+void hcq__spin_step(unsigned iteration);
 
 /* ---- command words ----
  * Every command starts with a header word: opcode in the low 8 bits, length in words above.
@@ -194,6 +199,7 @@ struct hcq_program {
   hcq_device_t *dev;
   hcq__program_impl_t impl;
   char name[64];
+  char *source; /* NULL for function-pointer programs */
 };
 
 typedef enum { HCQ__FIELD_U32, HCQ__FIELD_I32, HCQ__FIELD_U64 } hcq__field_t;
@@ -240,6 +246,8 @@ hcq_status_t hcq__device_synchronize_locked(hcq_device_t *dev);
 /* Frees memory / unloads a program once the device timeline passes the current value. */
 void hcq__device_defer_mem(hcq_device_t *dev, hcq__mem_t mem);
 void hcq__device_defer_program(hcq_device_t *dev, hcq_program_t *program);
+/* Unloads and frees a program whose work is done. */
+void hcq__program_destroy(hcq_program_t *program);
 /* Reclaims deferred objects whose fence has passed (device lock held). */
 void hcq__device_reclaim(hcq_device_t *dev);
 hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, uint64_t value, hcq_signal_t **out);
@@ -257,6 +265,18 @@ hcq_status_t hcq__queue_prepare(hcq_queue_t *q, const hcq_var_value_t *vals, siz
 hcq_status_t hcq__queue_commit_locked(hcq_queue_t *q, hcq_device_t *dev);
 /* Kernel-argument block written with constants only (eager path). */
 void hcq__kernargs_fill(void *host, hcq_buffer_t *const *bufs, size_t nbufs, const int32_t *vals, size_t nvals);
+
+/* Capture: while a thread records, successful eager work is reported to its recorder (installed
+ * by the capture layer). hcq_exec_item_run reports the item itself with its symbols. */
+struct hcq_exec_item;
+typedef struct hcq__recorder {
+  void (*launch)(void *ctx, const hcq_launch_desc_t *desc);
+  void (*transfer)(void *ctx, hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size);
+  void (*item)(void *ctx, const struct hcq_exec_item *item);
+  void (*host_copy)(void *ctx);
+  void *ctx;
+} hcq__recorder_t;
+extern _Thread_local const hcq__recorder_t *hcq__recorder;
 
 /* Backends. */
 hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev);

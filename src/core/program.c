@@ -32,7 +32,13 @@ hcq_status_t hcq_program_create(hcq_device_t *dev, const char *entry, const char
     return hcq_status_make(HCQ_UNIMPLEMENTED, "program %s: %s cannot compile source", entry, dev->name);
   hcq_program_t *p;
   if ((st = program_new(dev, entry, &p))) return st;
+  p->source = strdup(source);
+  if (!p->source) {
+    free(p);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating program %s", entry);
+  }
   if ((st = dev->vt->program_compile(dev, entry, source, &p->impl))) {
+    free(p->source);
     free(p);
     return hcq_status_annotate(st, "program %s on %s", entry, dev->name);
   }
@@ -72,3 +78,11 @@ void hcq_program_release(hcq_program_t *p) {
 
 const char *hcq_program_name(const hcq_program_t *p) { return p ? p->name : ""; }
 hcq_device_t *hcq_program_device(const hcq_program_t *p) { return p ? p->dev : NULL; }
+
+void hcq__program_destroy(hcq_program_t *p) {
+  if (p->dev->vt->program_unload) p->dev->vt->program_unload(p->dev, &p->impl);
+  free(p->source);
+  free(p);
+}
+
+const char *hcq_program_source(const hcq_program_t *p) { return p ? p->source : NULL; }

@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -15,12 +16,16 @@ uint64_t hcq__now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline void cpu_relax(void) {
+void hcq__spin_step(unsigned iteration) {
+  if (iteration < 512) {
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
+    __builtin_ia32_pause();
 #elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
+    __asm__ __volatile__("yield");
 #endif
+  } else {
+    sched_yield();
+  }
 }
 
 void hcq__futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns) {
@@ -65,7 +70,7 @@ bool hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t dead
   const uint64_t spin_ns = hcq__options()->spin_ns;
   uint64_t start = hcq__now_ns();
   for (unsigned i = 1;; i++) {
-    cpu_relax();
+    hcq__spin_step(i);
     v = atomic_load_explicit(&s->value, memory_order_acquire);
     if (v >= want) return true;
     if ((i & 63) == 0 && hcq__now_ns() - start >= spin_ns) break;

@@ -35,6 +35,7 @@ typedef struct cpu_engine {
  * written only while no helper is inside (active == 0, gen odd), published by an even gen. */
 typedef struct cpu_pool {
   unsigned nhelpers;
+  uint64_t min_parallel; /* work-items below which a launch runs on the engine alone */
   pthread_t *threads;
   _Atomic uint32_t gen;
   _Atomic uint32_t active;
@@ -56,13 +57,6 @@ typedef struct cpu_device {
   cpu_pool_t pool;
 } cpu_device_t;
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 /* Spins until *word != seen or the spin budget is spent; true when it changed. */
 #define DEFINE_SPIN(name, type)                                        \
@@ -70,7 +64,7 @@ static inline void cpu_relax(void) {
     uint64_t budget = hcq__options()->spin_ns, start = 0;              \
     for (unsigned i = 1;; i++) {                                       \
       if (atomic_load_explicit(word, memory_order_acquire) != seen) return true; \
-      cpu_relax();                                                     \
+      hcq__spin_step(i);                                               \
       if ((i & 63) == 0) {                                             \
         uint64_t now = hcq__now_ns();                                  \
         if (!start)                                                    \
@@ -140,7 +134,7 @@ static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, con
                      const uint32_t gsz[3], const uint32_t lsz[3], uint64_t total) {
   uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed);
   atomic_store_explicit(&p->gen, g + 1, memory_order_seq_cst); /* odd: job being written */
-  while (atomic_load_explicit(&p->active, memory_order_seq_cst)) cpu_relax();
+  for (unsigned i = 0; atomic_load_explicit(&p->active, memory_order_seq_cst); i++) hcq__spin_step(i);
   p->fn = fn, p->bufs = bufs, p->vals = vals, p->total = total;
   for (int i = 0; i < 3; i++) p->gsz[i] = gsz[i], p->lsz[i] = lsz[i];
   uint64_t chunk = total / ((uint64_t)(p->nhelpers + 1) * 4);
@@ -170,7 +164,9 @@ static inline void exec_command(cpu_engine_t *e, const uint32_t *w) {
   if (total == 1) {
     hcq_launch_t l = {{0, 0, 0}, {1, 1, 1}, {lsz[0], lsz[1], lsz[2]}};
     fn(bufs, vals, &l);
-  } else if (total > 1 && e->pool && e->pool->nhelpers) {
+  } else if (total > 1 && e->pool && e->pool->nhelpers &&
+             total * lsz[0] * lsz[1] * lsz[2] >= e->pool->min_parallel) {
+    /* Small launches stay on the engine: handing groups to helpers costs more than they save. */
     pool_run(e->pool, fn, bufs, vals, gsz, lsz, total);
   } else if (total) {
     run_groups(fn, bufs, vals, gsz, lsz, 0, total);
@@ -380,6 +376,7 @@ hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev) {
   dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C;
   dev->threads = hcq__options()->cpu_threads;
   cpu_pool_t *p = &cd->pool;
+  p->min_parallel = hcq__options()->cpu_min_parallel;
   if (dev->threads > 1) {
     p->threads = calloc(dev->threads - 1, sizeof(pthread_t));
     if (!p->threads) goto oom;

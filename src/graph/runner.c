@@ -133,7 +133,7 @@ static hcq_status_t validate_transfer(const hcq_transfer_item_t *t, const char *
 }
 
 /* Deep-copies one validated item, retaining its program and buffers. */
-static hcq_status_t copy_item(const hcq_exec_item_t *src, hcq_exec_item_t *dst) {
+hcq_status_t hcq__exec_item_copy(const hcq_exec_item_t *src, hcq_exec_item_t *dst) {
   *dst = *src;
   if (src->kind == HCQ_ITEM_TRANSFER) {
     hcq_buffer_retain(dst->transfer.dst);
@@ -148,7 +148,7 @@ static hcq_status_t copy_item(const hcq_exec_item_t *src, hcq_exec_item_t *dst) 
   hcq_operand_t *vals = k->nvals ? malloc(k->nvals * sizeof(*vals)) : NULL;
   if ((k->nbufs && !bufs) || (k->nouts && !outs) || (k->nvals && !vals)) {
     free(bufs), free(outs), free(vals);
-    /* Leave nothing that release_item would release: none of it was retained. */
+    /* Leave nothing that hcq__exec_item_release would release: none of it was retained. */
     memset(c, 0, sizeof(*c));
     return oom();
   }
@@ -167,7 +167,7 @@ static hcq_status_t copy_item(const hcq_exec_item_t *src, hcq_exec_item_t *dst) 
   return NULL;
 }
 
-static void release_item(hcq_exec_item_t *it) {
+void hcq__exec_item_release(hcq_exec_item_t *it) {
   if (it->kind == HCQ_ITEM_TRANSFER) {
     hcq_buffer_release(it->transfer.dst);
     hcq_buffer_release(it->transfer.src);
@@ -187,7 +187,7 @@ static void release_item(hcq_exec_item_t *it) {
 }
 
 void hcq__runner_deinit(hcq__runner_t *r) {
-  for (size_t j = 0; j < r->nitems; j++) release_item(&r->items[j]);
+  for (size_t j = 0; j < r->nitems; j++) hcq__exec_item_release(&r->items[j]);
   free(r->items);
   for (size_t i = 0; i < r->ninputs && r->inputs; i++) hcq_buffer_release(r->inputs[i]);
   free(r->inputs);
@@ -290,7 +290,7 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
     if (!r->items) st = oom();
   }
   for (size_t j = 0; j < nitems && !st; j++) {
-    st = copy_item(&items[j], &r->items[j]);
+    st = hcq__exec_item_copy(&items[j], &r->items[j]);
     r->nitems = j + 1; /* a partly copied item is released safely: its arrays are NULL */
   }
   for (size_t i = 0; i < r->ndevices && !st; i++) atomic_fetch_add(&r->devices[i]->live, 1);
@@ -340,7 +340,19 @@ void hcq__runner_commit(hcq__runner_t *r) {
   memcpy(r->values, r->pending_values, r->vars.len * sizeof(int64_t));
 }
 
+static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals);
+
 hcq_status_t hcq_exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals) {
+  /* A capture records the item with its symbols, not the launch it turns into. */
+  const hcq__recorder_t *rec = hcq__recorder;
+  hcq__recorder = NULL;
+  hcq_status_t st = exec_item_run(it, vals, nvals);
+  hcq__recorder = rec;
+  if (!st && rec) rec->item(rec->ctx, it);
+  return st;
+}
+
+static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals) {
   if (!it) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: item is NULL");
   if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: %zu values but vals is NULL", nvals);
   if (it->kind == HCQ_ITEM_TRANSFER) {

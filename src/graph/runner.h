@@ -56,6 +56,11 @@ typedef struct hcq__item_access {
 } hcq__item_access_t;
 void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out);
 
+/* A deep copy of an item that owns its arrays and holds references to its program, buffers and
+ * symbols (no validation); release undoes it. On failure dst holds nothing to release. */
+hcq_status_t hcq__exec_item_copy(const hcq_exec_item_t *src, hcq_exec_item_t *dst);
+void hcq__exec_item_release(hcq_exec_item_t *it);
+
 /* The device an item runs on: the program's, or the transfer source's. */
 hcq_device_t *hcq__item_device(const hcq_exec_item_t *it);
 

@@ -1,0 +1,116 @@
+/* hcq bench FILE: eager execution against graph replay of the same file, medians after warm-up. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof(double), cmp_double);
+  return v[n / 2];
+}
+
+#define MAX_REPS 201
+#define BUDGET_US 400000.0 /* per measurement */
+
+typedef struct sample {
+  double v[MAX_REPS];
+  size_t n;
+} sample_t;
+
+/* Runs run 0 of the file through jit: submit, then (when done) wait. */
+static hcq_status_t one(hcq_jit_t *jit, const hcq_graph_file_t *gf, double *submit_us, double *total_us) {
+  hcq_buffer_t *const *inputs;
+  const hcq_var_value_t *vals;
+  hcq_graph_file_run(gf, 0, &inputs, &vals);
+  hcq_status_t st = cli_sync_file(gf);
+  if (st) return st;
+  double t0 = now_us();
+  st = hcq_jit_run(jit, inputs, hcq_graph_file_input_count(gf), vals, hcq_graph_file_var_count(gf), false, NULL);
+  double t1 = now_us();
+  if (!st) st = cli_sync_file(gf);
+  *submit_us = t1 - t0;
+  *total_us = now_us() - t0;
+  return st;
+}
+
+static hcq_status_t measure(hcq_jit_t *jit, const hcq_graph_file_t *gf, sample_t *submit, sample_t *total) {
+  double s, t, spent = 0;
+  hcq_status_t st = NULL;
+  for (int warm = 0; warm < 3 && !st; warm++) st = one(jit, gf, &s, &t);
+  submit->n = total->n = 0;
+  while (!st && total->n < MAX_REPS && (total->n < 5 || spent < BUDGET_US)) {
+    if ((st = one(jit, gf, &s, &t))) break;
+    submit->v[submit->n++] = s;
+    total->v[total->n++] = t;
+    spent += t;
+  }
+  return st;
+}
+
+int cli_bench(int argc, char **argv) {
+  const char *file = NULL;
+  bool json = false;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--json"))
+      json = true;
+    else if (argv[i][0] == '-' && argv[i][1])
+      return cli_usage_error("unknown option \"%s\" for bench", argv[i]);
+    else if (!file)
+      file = argv[i];
+    else
+      return cli_usage_error("bench takes one graph file");
+  }
+  if (!file) return cli_usage_error("usage: hcq bench FILE [--json]");
+  hcq_graph_file_t *gf = NULL;
+  hcq_jit_t *eager = NULL, *graph = NULL;
+  hcq_status_t st = hcq_graph_file_load(file, NULL, &gf);
+  hcq_jit_options_t eager_opts = {.eager_only = true};
+  size_t n = gf ? hcq_graph_file_item_count(gf) : 0;
+  if (!st)
+    st = hcq_jit_create(hcq_graph_file_items(gf), n, hcq_graph_file_inputs(gf), hcq_graph_file_input_count(gf),
+                        hcq_graph_file_vars(gf), hcq_graph_file_var_count(gf), &eager_opts, &eager);
+  if (!st)
+    st = hcq_jit_create(hcq_graph_file_items(gf), n, hcq_graph_file_inputs(gf), hcq_graph_file_input_count(gf),
+                        hcq_graph_file_vars(gf), hcq_graph_file_var_count(gf), NULL, &graph);
+  static sample_t es, et, gs, gt;
+  if (!st) st = measure(eager, gf, &es, &et);
+  if (!st) st = measure(graph, gf, &gs, &gt);
+  if (!st) {
+    double eager_us = median(et.v, et.n), graph_us = median(gt.v, gt.n), submit_us = median(gs.v, gs.n);
+    const hcq_jit_report_t *rep = hcq_jit_report(graph);
+    if (json) {
+      printf("{\"items\": %zu, \"eager_us_per_run\": %.3f, \"graph_us_per_run\": %.3f, \"graph_submit_us\": %.3f, "
+             "\"per_item_graph_ns\": %.3f, \"per_item_eager_ns\": %.3f, \"speedup\": %.3f, \"graphs\": %zu, "
+             "\"eager_items\": %zu, \"repetitions\": %zu}\n",
+             n, eager_us, graph_us, submit_us, graph_us * 1e3 / (double)n, eager_us * 1e3 / (double)n,
+             graph_us > 0 ? eager_us / graph_us : 0.0, rep->batches, rep->eager_items, gt.n);
+    } else {
+      printf("%s: %zu items (%zu graphs, %zu eager items), medians after warm-up\n", file, n, rep->batches,
+             rep->eager_items);
+      printf("  eager, one run to completion   %12.3f us  (%8.1f ns per item)\n", eager_us, eager_us * 1e3 / (double)n);
+      printf("  graph, one replay to completion %11.3f us  (%8.1f ns per item)\n", graph_us, graph_us * 1e3 / (double)n);
+      printf("  graph, submit alone            %12.3f us\n", submit_us);
+      printf("  speedup                        %12.2f x\n", graph_us > 0 ? eager_us / graph_us : 0.0);
+    }
+  }
+  if (eager) hcq_status_free(hcq_jit_destroy(eager));
+  if (graph) hcq_status_free(hcq_jit_destroy(graph));
+  if (gf) {
+    hcq_status_free(cli_sync_file(gf));
+    hcq_graph_file_free(gf);
+  }
+  return st ? cli_fail(st) : HCQ_EXIT_OK;
+}

@@ -1,0 +1,281 @@
+/* hcq run FILE: the file's runs as graph replays (or eagerly), optionally checked against eager
+ * execution, profiled, and written out. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+typedef struct run_args {
+  const char *file, *profile, *device_map, *out;
+  bool graph, check;
+  unsigned long long repeat;
+} run_args_t;
+
+static int parse_args(int argc, char **argv, run_args_t *a) {
+  memset(a, 0, sizeof(*a));
+  a->graph = true;
+  a->repeat = 1;
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    bool has_value = i + 1 < argc;
+    if (!strcmp(arg, "--check")) {
+      a->check = true;
+    } else if (!strcmp(arg, "--mode")) {
+      if (!has_value) return cli_usage_error("--mode needs graph or eager");
+      const char *m = argv[++i];
+      if (!strcmp(m, "graph"))
+        a->graph = true;
+      else if (!strcmp(m, "eager"))
+        a->graph = false;
+      else
+        return cli_usage_error("--mode must be graph or eager, not \"%s\"", m);
+    } else if (!strcmp(arg, "--repeat")) {
+      if (!has_value || !cli_parse_uint(argv[i + 1], 1, 1000000000, &a->repeat))
+        return cli_usage_error("--repeat needs a whole number from 1 to 1000000000");
+      i++;
+    } else if (!strcmp(arg, "--profile")) {
+      if (!has_value) return cli_usage_error("--profile needs an output file");
+      a->profile = argv[++i];
+    } else if (!strcmp(arg, "--device-map")) {
+      if (!has_value) return cli_usage_error("--device-map needs a map such as CPU=CUDA");
+      a->device_map = argv[++i];
+    } else if (!strcmp(arg, "--out")) {
+      if (!has_value) return cli_usage_error("--out needs a directory");
+      a->out = argv[++i];
+    } else if (arg[0] == '-' && arg[1]) {
+      return cli_usage_error("unknown option \"%s\" for run", arg);
+    } else if (!a->file) {
+      a->file = arg;
+    } else {
+      return cli_usage_error("run takes one graph file (got \"%s\" and \"%s\")", a->file, arg);
+    }
+  }
+  if (!a->file) return cli_usage_error("usage: hcq run FILE [--mode graph|eager] [--check] [--profile OUT.json] "
+                                       "[--device-map CPU=CUDA] [--repeat N] [--out DIR]");
+  if (a->profile && !a->graph) return cli_usage_error("--profile records graph replays: it needs --mode graph");
+  return -1;
+}
+
+/* A loaded file with the replayable object that runs it. */
+typedef struct world {
+  hcq_graph_file_t *gf;
+  hcq_jit_t *jit;
+} world_t;
+
+static hcq_status_t world_open(world_t *w, const run_args_t *a, bool graph, bool profile) {
+  memset(w, 0, sizeof(*w));
+  hcq_graph_file_options_t fo = {.device_map = a->device_map};
+  hcq_status_t st = hcq_graph_file_load(a->file, &fo, &w->gf);
+  if (st) return st;
+  hcq_jit_options_t jo = {.profile = profile, .eager_only = !graph};
+  const hcq_graph_file_t *gf = w->gf;
+  return hcq_jit_create(hcq_graph_file_items(gf), hcq_graph_file_item_count(gf), hcq_graph_file_inputs(gf),
+                        hcq_graph_file_input_count(gf), hcq_graph_file_vars(gf), hcq_graph_file_var_count(gf), &jo,
+                        &w->jit);
+}
+
+static void world_close(world_t *w) {
+  if (w->jit) hcq_status_free(hcq_jit_destroy(w->jit));
+  if (w->gf) {
+    hcq_status_free(cli_sync_file(w->gf));
+    hcq_graph_file_free(w->gf);
+  }
+}
+
+static hcq_status_t world_run(world_t *w, size_t r) {
+  hcq_buffer_t *const *inputs;
+  const hcq_var_value_t *vals;
+  hcq_graph_file_run(w->gf, r, &inputs, &vals);
+  return hcq_jit_run(w->jit, inputs, hcq_graph_file_input_count(w->gf), vals, hcq_graph_file_var_count(w->gf), false,
+                     NULL);
+}
+
+/* First differing byte of two buffers of the same size, or -1. */
+static hcq_status_t first_difference(hcq_buffer_t *a, hcq_buffer_t *b, int64_t *out) {
+  uint64_t size = hcq_buffer_size(a);
+  uint8_t *x = malloc(size), *y = malloc(size);
+  hcq_status_t st = (!x || !y) ? hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory comparing buffers") : NULL;
+  if (!st) st = hcq_buffer_copyout(a, 0, x, size);
+  if (!st) st = hcq_buffer_copyout(b, 0, y, size);
+  *out = -1;
+  for (uint64_t i = 0; !st && i < size; i++)
+    if (x[i] != y[i]) {
+      *out = (int64_t)i;
+      break;
+    }
+  free(x);
+  free(y);
+  return st;
+}
+
+static hcq_status_t write_outputs(const hcq_graph_file_t *gf, const char *dir) {
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s", dir, strerror(errno));
+  for (size_t i = 0; i < hcq_graph_file_buffer_count(gf); i++) {
+    hcq_buffer_t *b = hcq_graph_file_buffer(gf, i);
+    uint64_t size = hcq_buffer_size(b);
+    uint8_t *data = malloc(size);
+    if (!data) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing %s", hcq_graph_file_buffer_name(gf, i));
+    hcq_status_t st = hcq_buffer_copyout(b, 0, data, size);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s.bin", dir, hcq_graph_file_buffer_name(gf, i));
+    FILE *f = st ? NULL : fopen(path, "wb");
+    if (!st && (!f || fwrite(data, 1, size, f) != size))
+      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
+    if (f && fclose(f) != 0 && !st) st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s", path);
+    free(data);
+    if (st) return st;
+  }
+  return NULL;
+}
+
+/* Writes s as a JSON string. */
+static void put_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+/* Profile events of every graph as a Chrome trace (chrome://tracing, Perfetto), plus the raw
+ * entries, dependencies and timestamps under "hcq". */
+static hcq_status_t write_profile(hcq_jit_t *jit, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) return hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
+  uint64_t t0 = UINT64_MAX;
+  size_t ngraphs = hcq_jit_graph_count(jit);
+  const hcq_profile_event_t **events = calloc(ngraphs + 1, sizeof(*events));
+  hcq_status_t st = events ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing the profile");
+  for (size_t g = 0; g < ngraphs && !st; g++) {
+    st = hcq_graph_profile(hcq_jit_graph(jit, g), &events[g]);
+    for (size_t s = 0; !st && s < events[g]->nslots; s++)
+      if (events[g]->timestamps[s] && events[g]->timestamps[s] < t0) t0 = events[g]->timestamps[s];
+  }
+  if (!st) {
+    fprintf(f, "{\"traceEvents\": [");
+    bool first = true;
+    for (size_t g = 0; g < ngraphs; g++) {
+      const hcq_profile_event_t *ev = events[g];
+      for (size_t e = 0; e < ev->nentries; e++) {
+        const hcq_profile_entry_t *en = &ev->entries[e];
+        uint64_t st_ns = ev->timestamps[en->start_slot], en_ns = ev->timestamps[en->end_slot];
+        fprintf(f, "%s\n  {\"name\": ", first ? "" : ",");
+        put_json_string(f, en->name);
+        fprintf(f,
+                ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": \"%s\", "
+                "\"tid\": \"%s queue\", \"args\": {\"graph\": %zu, \"entry\": %zu}}",
+                en->is_copy ? "copy" : "kernel", (double)(st_ns - t0) / 1e3, (double)(en_ns - st_ns) / 1e3, en->device,
+                en->is_copy ? "copy" : "compute", g, e);
+        first = false;
+      }
+    }
+    fprintf(f, "\n], \"hcq\": {\"graphs\": [");
+    for (size_t g = 0; g < ngraphs; g++) {
+      const hcq_profile_event_t *ev = events[g];
+      fprintf(f, "%s\n  {\"replay\": %" PRIu64 ", \"entries\": [", g ? "," : "", ev->replay);
+      for (size_t e = 0; e < ev->nentries; e++) {
+        const hcq_profile_entry_t *en = &ev->entries[e];
+        fprintf(f, "%s{\"device\": \"%s\", \"name\": ", e ? ", " : "", en->device);
+        put_json_string(f, en->name);
+        fprintf(f, ", \"start\": %u, \"end\": %u, \"is_copy\": %s, \"deps\": [", en->start_slot, en->end_slot,
+                en->is_copy ? "true" : "false");
+        for (size_t d = 0; d < ev->ndeps[e]; d++) fprintf(f, "%s%u", d ? ", " : "", ev->deps[e][d]);
+        fprintf(f, "]}");
+      }
+      fprintf(f, "], \"timestamps_ns\": [");
+      for (size_t s = 0; s < ev->nslots; s++) fprintf(f, "%s%" PRIu64, s ? ", " : "", ev->timestamps[s]);
+      fprintf(f, "]}");
+    }
+    fprintf(f, "\n]}}\n");
+  }
+  free(events);
+  if (fclose(f) != 0 && !st) st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s", path);
+  return st;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int run_plain(const run_args_t *a) {
+  world_t w;
+  hcq_status_t st = world_open(&w, a, a->graph, a->profile != NULL);
+  size_t runs = w.gf ? hcq_graph_file_run_count(w.gf) : 0;
+  double t0 = now_ms();
+  for (size_t r = 0; r < runs && !st; r++)
+    for (unsigned long long k = 0; k < a->repeat && !st; k++) st = world_run(&w, r);
+  if (!st) st = cli_sync_file(w.gf);
+  double t1 = now_ms();
+  if (!st) {
+    printf("%s: %zu run%s x %llu of %zu items (%s) in %.3f ms\n", a->file, runs, runs == 1 ? "" : "s", a->repeat,
+           hcq_graph_file_item_count(w.gf), a->graph ? "graph" : "eager", t1 - t0);
+    if (a->graph) printf("%s", hcq_jit_report(w.jit)->text);
+  }
+  if (!st && a->profile) st = write_profile(w.jit, a->profile);
+  if (!st && a->out) st = write_outputs(w.gf, a->out);
+  world_close(&w);
+  return st ? cli_fail(st) : HCQ_EXIT_OK;
+}
+
+/* The sequence twice from the initial contents: eagerly (ground truth) and as graph replays,
+ * every buffer compared after each run. */
+static int run_check(const run_args_t *a) {
+  world_t truth, graph;
+  memset(&graph, 0, sizeof(graph));
+  hcq_status_t st = world_open(&truth, a, false, false);
+  if (!st) st = world_open(&graph, a, a->graph, a->profile != NULL);
+  size_t passed = 0, failed = 0;
+  size_t runs = truth.gf ? hcq_graph_file_run_count(truth.gf) : 0;
+  for (size_t r = 0; r < runs && !st; r++) {
+    for (unsigned long long k = 0; k < a->repeat && !st; k++) {
+      if ((st = world_run(&truth, r)) || (st = world_run(&graph, r))) break;
+      const char *bad = NULL;
+      int64_t at = -1;
+      for (size_t b = 0; b < hcq_graph_file_buffer_count(graph.gf) && !st && at < 0; b++) {
+        st = first_difference(hcq_graph_file_buffer(graph.gf, b), hcq_graph_file_buffer(truth.gf, b), &at);
+        if (at >= 0) bad = hcq_graph_file_buffer_name(graph.gf, b);
+      }
+      if (st) break;
+      char label[64];
+      if (a->repeat > 1)
+        snprintf(label, sizeof(label), "run %zu (repeat %llu)", r, k + 1);
+      else
+        snprintf(label, sizeof(label), "run %zu", r);
+      if (at < 0) {
+        passed++;
+        printf("%s: ok\n", label);
+      } else {
+        failed++;
+        printf("%s: MISMATCH in buffer \"%s\" at byte %" PRId64 "\n", label, bad, at);
+      }
+    }
+  }
+  if (!st) printf("%zu passed, %zu failed\n", passed, failed);
+  if (!st && a->profile) st = write_profile(graph.jit, a->profile);
+  if (!st && a->out) st = write_outputs(graph.gf, a->out);
+  world_close(&graph);
+  world_close(&truth);
+  if (st) return cli_fail(st);
+  return failed ? HCQ_EXIT_CHECK_MISMATCH : HCQ_EXIT_OK;
+}
+
+int cli_run(int argc, char **argv) {
+  run_args_t a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  return a.check ? run_check(&a) : run_plain(&a);
+}

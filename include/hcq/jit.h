@@ -1,0 +1,107 @@
+/* hcq capture and batching (the JIT): record eager work once, replay it as graphs.
+ *
+ * Between hcq_capture_begin() and hcq_capture_end() on one thread, every successful hcq_launch(),
+ * hcq_transfer() and hcq_exec_item_run() of that thread runs as usual and is also recorded
+ * (hcq_exec_item_run with its symbolic operands). Host copies (copyin/copyout) run but are not
+ * recorded; the report counts them.
+ *
+ * hcq_capture_end() (or hcq_jit_create() from a list of items) splits the items into batches:
+ * consecutive items a graph can hold that share a device, or a device kind whose graph spans
+ * devices (the HCQ graph does), go into one batch until it reaches the maximum batch size. That
+ * size starts at HCQ_JIT_BATCH_SIZE (32) and doubles after each batch that became a graph, so the
+ * first batches are small and start running while later ones are still being prepared. A batch of
+ * one item is not graphed; a batch whose graph cannot be built runs eagerly, item by item. A
+ * transfer is graphable when both its ends are devices of the graph's kind. hcq_jit_report() says
+ * what was graphed, in how many batches, and why anything was left eager.
+ *
+ * A replay runs each batch as a graph and each eager leftover eagerly, with new input buffers
+ * (same count, each the size and device of the one it replaces) and variable values (unset ones
+ * keep their last value). A replay is checked whole before anything runs.
+ *
+ * Ownership: a jit holds references to everything its items use. One thread at a time.
+ */
+#ifndef HCQ_JIT_H
+#define HCQ_JIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hcq/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hcq_capture hcq_capture_t;
+typedef struct hcq_jit hcq_jit_t;
+
+typedef struct hcq_jit_options {
+  size_t first_batch_size; /* 0: HCQ_JIT_BATCH_SIZE (default 32) */
+  bool profile;            /* build the batch graphs with profiling */
+  bool eager_only;         /* build no graphs: every item replays eagerly (ground truth runs) */
+} hcq_jit_options_t;
+
+/* Starts recording on the calling thread. FAILED_PRECONDITION when it already records. */
+HCQ_MUST_USE hcq_status_t hcq_capture_begin(hcq_capture_t **out_capture);
+/* Stops recording and builds the replayable object from what was recorded. inputs are the buffers
+ * a replay may replace; vals the variable values used while capturing (needed to build graphs).
+ * The capture is consumed whether or not this succeeds. Recording nothing is an error. */
+HCQ_MUST_USE hcq_status_t hcq_capture_end(hcq_capture_t *capture, hcq_buffer_t *const *inputs, size_t ninputs,
+                                          const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *options,
+                                          hcq_jit_t **out_jit);
+/* Stops recording and drops what was recorded. NULL is accepted. */
+void hcq_capture_abort(hcq_capture_t *capture);
+/* Items recorded so far. */
+size_t hcq_capture_item_count(const hcq_capture_t *capture);
+
+/* Batches a list of items directly (what hcq_capture_end does with the recorded ones). */
+HCQ_MUST_USE hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs,
+                                         size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
+                                         const hcq_jit_options_t *options, hcq_jit_t **out_jit);
+
+/* Replays everything. With wait, returns once all of it finished and stores the elapsed host time
+ * (out_elapsed_ns may be NULL). */
+HCQ_MUST_USE hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs,
+                                      const hcq_var_value_t *vals, size_t nvals, bool wait, uint64_t *out_elapsed_ns);
+
+/* Waits for the graphs' last replays and frees the jit; on a timeout the jit stays valid. */
+HCQ_MUST_USE hcq_status_t hcq_jit_destroy(hcq_jit_t *jit);
+
+typedef struct hcq_jit_report {
+  size_t items;             /* items in all */
+  size_t graphed_items;     /* items replayed inside graphs */
+  size_t batches;           /* graphs built */
+  const size_t *batch_sizes; /* items per graph, in order */
+  size_t eager_items;       /* items replayed eagerly */
+  size_t host_copies;       /* host copies seen during capture and not recorded */
+  const char *text;         /* all of it in words, one line per fact, with the reason for every
+                               eager item or run of items */
+} hcq_jit_report_t;
+
+/* Valid until the jit is destroyed. */
+const hcq_jit_report_t *hcq_jit_report(const hcq_jit_t *jit);
+
+/* The jit's items, inputs and variables (borrowed), e.g. to save or inspect them. */
+size_t hcq_jit_item_count(const hcq_jit_t *jit);
+const hcq_exec_item_t *hcq_jit_item(const hcq_jit_t *jit, size_t i);
+size_t hcq_jit_input_count(const hcq_jit_t *jit);
+hcq_buffer_t *hcq_jit_input(const hcq_jit_t *jit, size_t i);
+size_t hcq_jit_var_count(const hcq_jit_t *jit);
+const hcq_expr_t *hcq_jit_var(const hcq_jit_t *jit, size_t i);
+/* The value a variable had in the last replay (or at capture). */
+int64_t hcq_jit_var_value(const hcq_jit_t *jit, size_t i);
+
+/* Profile events of the batch graphs' last replays (jit built with profile). */
+size_t hcq_jit_graph_count(const hcq_jit_t *jit);
+hcq_graph_t *hcq_jit_graph(const hcq_jit_t *jit, size_t i);
+
+/* Writes the jit as an hcq-graph/1 file (programs with their source, every buffer with its current
+ * contents, items, inputs, variables, one run): `hcq run FILE` runs it again. Programs made from
+ * function pointers cannot be saved (UNIMPLEMENTED, naming the program). Waits for the last replay. */
+HCQ_MUST_USE hcq_status_t hcq_jit_save(hcq_jit_t *jit, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1150 @@
+/* Loading hcq-graph/1 files with Jansson: every field validated, errors with the JSON path. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "hcq/graphfile.h"
+#include "io/graphfile_internal.h"
+
+#define MAX_BUFFER_BYTES (UINT64_C(1) << 40)
+#define MAX_FILE_BYTES (64u << 20)
+
+/* ---- errors with a JSON path ---- */
+
+typedef struct loader {
+  hcq_graph_file_t *gf;
+  const char *name;     /* for messages */
+  const char *base_dir; /* for {"file": ...} */
+  const hcq_graph_file_options_t *opts;
+  char path[512];
+  size_t path_len;
+} loader_t;
+
+static size_t push(loader_t *L, const char *fmt, ...) HCQ_PRINTF(2, 3);
+static size_t push(loader_t *L, const char *fmt, ...) {
+  size_t mark = L->path_len;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(L->path + L->path_len, sizeof(L->path) - L->path_len, fmt, ap);
+  va_end(ap);
+  if (n > 0) L->path_len += (size_t)n < sizeof(L->path) - L->path_len ? (size_t)n : sizeof(L->path) - L->path_len - 1;
+  return mark;
+}
+static void pop(loader_t *L, size_t mark) {
+  L->path_len = mark;
+  L->path[mark] = '\0';
+}
+
+/* A key in a path: bare when it is an identifier, quoted otherwise. */
+static size_t push_key(loader_t *L, const char *key) {
+  bool plain = *key != '\0';
+  for (const char *c = key; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_')) plain = false;
+  if (plain) return push(L, "%s%.64s", L->path_len ? "." : "", key);
+  return push(L, "%s\"%.64s\"", L->path_len ? "." : "", key);
+}
+
+static hcq_status_t fail(loader_t *L, hcq_status_code_t code, const char *fmt, ...) HCQ_PRINTF(3, 4);
+static hcq_status_t fail(loader_t *L, hcq_status_code_t code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return hcq_status_make(code, "%s: %s%s%s", L->name, L->path, L->path_len ? ": " : "", msg);
+}
+
+/* Prefixes a status from the library with the file and path. */
+static hcq_status_t wrap(loader_t *L, hcq_status_t st) {
+  if (!st) return NULL;
+  return L->path_len ? hcq_status_annotate(st, "%s: %s", L->name, L->path) : hcq_status_annotate(st, "%s", L->name);
+}
+
+static const char *type_name(const json_t *j) {
+  switch (json_typeof(j)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number with a fraction";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+  }
+}
+
+static hcq_status_t expect(loader_t *L, const json_t *j, json_type type, const char *what) {
+  if (json_typeof(j) == type) return NULL;
+  return fail(L, HCQ_INVALID_ARGUMENT, "must be %s, not %s", what, type_name(j));
+}
+
+/* Rejects keys other than the allowed ones (typos should not pass silently). */
+static hcq_status_t only_keys(loader_t *L, const json_t *obj, const char *const *allowed) {
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)obj, key, v) {
+    bool ok = false;
+    for (const char *const *a = allowed; *a; a++) ok |= !strcmp(*a, key);
+    if (!ok) {
+      size_t m = push_key(L, key);
+      hcq_status_t st = fail(L, HCQ_INVALID_ARGUMENT, "unknown field");
+      pop(L, m);
+      return st;
+    }
+  }
+  return NULL;
+}
+
+static hcq_status_t get_int(loader_t *L, const json_t *j, int64_t lo, int64_t hi, int64_t *out) {
+  hcq_status_t st = expect(L, j, JSON_INTEGER, "an integer");
+  if (st) return st;
+  json_int_t v = json_integer_value(j);
+  if (v < lo || v > hi)
+    return fail(L, HCQ_OUT_OF_RANGE, "%lld is outside [%" PRId64 ", %" PRId64 "]", (long long)v, lo, hi);
+  *out = (int64_t)v;
+  return NULL;
+}
+
+/* ---- the loaded file ---- */
+
+static void gf_free(hcq_graph_file_t *gf) {
+  if (!gf) return;
+  for (size_t i = 0; i < gf->items.len; i++) {
+    hcq_exec_item_t *it = &gf->items.data[i];
+    if (it->kind != HCQ_ITEM_KERNEL) continue;
+    for (size_t k = 0; k < it->kernel.nvals; k++) hcq_expr_release(it->kernel.vals[k].sym);
+    for (int k = 0; k < 3; k++) {
+      hcq_expr_release(it->kernel.global[k].sym);
+      hcq_expr_release(it->kernel.local[k].sym);
+    }
+    free((void *)it->kernel.bufs);
+    free((void *)it->kernel.outs);
+    free((void *)it->kernel.vals);
+  }
+  hcq__vec_free(&gf->items);
+  for (size_t i = 0; i < gf->runs.len; i++) {
+    free(gf->runs.data[i].inputs);
+    free(gf->runs.data[i].vals);
+  }
+  hcq__vec_free(&gf->runs);
+  free(gf->inputs);
+  for (size_t i = 0; i < gf->programs.len; i++) {
+    gf_program_t *p = &gf->programs.data[i];
+    for (size_t d = 0; d < p->ncompiled; d++) hcq_program_release(p->compiled[d]);
+    free(p->name);
+    free(p->entry);
+    free(p->source);
+  }
+  hcq__vec_free(&gf->programs);
+  for (size_t i = gf->buffers.len; i-- > 0;) {
+    gf_buffer_t *b = &gf->buffers.data[i];
+    hcq_buffer_release(b->buf);
+    free(b->name);
+    free(b->init_data);
+  }
+  hcq__vec_free(&gf->buffers);
+  for (size_t i = 0; i < gf->vars.len; i++) hcq_expr_release(gf->vars.data[i].var);
+  hcq__vec_free(&gf->vars);
+  for (size_t i = 0; i < gf->ndevices; i++) hcq_status_free(hcq_device_close(gf->devices[i]));
+  free(gf);
+}
+
+void hcq_graph_file_free(hcq_graph_file_t *gf) { gf_free(gf); }
+
+static hcq_status_t oom(loader_t *L) { return fail(L, HCQ_OUT_OF_MEMORY, "out of memory"); }
+
+/* ---- devices and the device map ---- */
+
+/* Applies the map to a device name: exact names first, then kinds ("CPU=CUDA" keeps the index). */
+static void map_device(const char *map, const char *name, char *out, size_t size) {
+  snprintf(out, size, "%s", name);
+  if (!map || !*map) return;
+  const char *colon = strchr(name, ':');
+  size_t kind_len = colon ? (size_t)(colon - name) : strlen(name);
+  const char *index = colon ? colon + 1 : "0";
+  char buf[512];
+  snprintf(buf, sizeof(buf), "%s", map);
+  for (int exact = 1; exact >= 0; exact--) {
+    char copy[512];
+    memcpy(copy, buf, sizeof(copy));
+    for (char *save = NULL, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+      char *eq = strchr(e, '=');
+      if (!eq) continue;
+      *eq = '\0';
+      const char *from = e, *to = eq + 1;
+      if (exact && strchr(from, ':') && !strcasecmp(from, name)) {
+        snprintf(out, size, "%s", to);
+        return;
+      }
+      if (!exact && !strchr(from, ':') && strlen(from) == kind_len && !strncasecmp(from, name, kind_len)) {
+        snprintf(out, size, "%s:%s", to, index);
+        return;
+      }
+    }
+  }
+}
+
+static hcq_status_t open_device(loader_t *L, const char *name, hcq_device_t **out) {
+  hcq_graph_file_t *gf = L->gf;
+  char mapped[128];
+  map_device(L->opts->device_map, name, mapped, sizeof(mapped));
+  hcq_device_t *dev = NULL;
+  hcq_status_t st = hcq_device_open(mapped, &dev);
+  if (st) return wrap(L, st);
+  for (size_t i = 0; i < gf->ndevices; i++)
+    if (gf->devices[i] == dev) {
+      hcq_status_free(hcq_device_close(dev)); /* one reference per device is enough */
+      *out = dev;
+      return NULL;
+    }
+  if (gf->ndevices == GF_MAX_DEVICES) {
+    hcq_status_free(hcq_device_close(dev));
+    return fail(L, HCQ_INVALID_ARGUMENT, "a graph file uses at most %d devices", GF_MAX_DEVICES);
+  }
+  gf->devices[gf->ndevices++] = dev;
+  *out = dev;
+  return NULL;
+}
+
+/* ---- file contents from {"file": path} ---- */
+
+static hcq_status_t read_file(loader_t *L, const char *rel, char **out, size_t *out_len) {
+  char full[PATH_MAX];
+  if (rel[0] == '/' || !L->base_dir || !*L->base_dir)
+    snprintf(full, sizeof(full), "%s", rel);
+  else
+    snprintf(full, sizeof(full), "%s/%s", L->base_dir, rel);
+  FILE *f = fopen(full, "rb");
+  if (!f) return fail(L, HCQ_NOT_FOUND, "cannot open \"%s\": %s", full, strerror(errno));
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap + 1);
+  while (buf) {
+    size_t n = fread(buf + len, 1, cap - len, f);
+    len += n;
+    if (len < cap) break;
+    if (cap >= MAX_FILE_BYTES) {
+      free(buf);
+      fclose(f);
+      return fail(L, HCQ_OUT_OF_RANGE, "\"%s\" is larger than %u bytes", full, MAX_FILE_BYTES);
+    }
+    cap *= 2;
+    char *nb = realloc(buf, cap + 1);
+    if (!nb) free(buf);
+    buf = nb;
+  }
+  fclose(f);
+  if (!buf) return oom(L);
+  buf[len] = '\0';
+  *out = buf;
+  *out_len = len;
+  return NULL;
+}
+
+/* A string field that may be given as {"file": path}. */
+static hcq_status_t text_or_file(loader_t *L, const json_t *j, char **out) {
+  if (json_is_string(j)) {
+    *out = strdup(json_string_value(j));
+    return *out ? NULL : oom(L);
+  }
+  if (json_is_object(j)) {
+    static const char *const keys[] = {"file", NULL};
+    hcq_status_t st = only_keys(L, j, keys);
+    if (st) return st;
+    const json_t *f = json_object_get(j, "file");
+    size_t m = push(L, ".file");
+    if (!f) st = fail(L, HCQ_INVALID_ARGUMENT, "missing");
+    if (!st) st = expect(L, f, JSON_STRING, "a path");
+    size_t len;
+    if (!st) st = read_file(L, json_string_value(f), out, &len);
+    if (!st && strlen(*out) != len) {
+      free(*out);
+      st = fail(L, HCQ_INVALID_ARGUMENT, "source files must not contain NUL bytes");
+    }
+    pop(L, m);
+    return st;
+  }
+  return fail(L, HCQ_INVALID_ARGUMENT, "must be source text or {\"file\": path}, not %s", type_name(j));
+}
+
+/* ---- base64 (the "base64" init, used by saved files) ---- */
+
+static int b64_value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+/* Decodes into out (exactly size bytes expected); false on malformed input or a size mismatch. */
+static bool b64_decode(const char *s, uint8_t *out, size_t size) {
+  size_t n = strlen(s), o = 0;
+  if (n % 4) return false;
+  for (size_t i = 0; i < n; i += 4) {
+    int v[4];
+    for (int k = 0; k < 4; k++) v[k] = s[i + k] == '=' ? -2 : b64_value(s[i + k]);
+    if (v[0] < 0 || v[1] < 0 || v[2] == -1 || v[3] == -1 || (v[2] == -2 && v[3] != -2)) return false;
+    if ((v[2] == -2 || v[3] == -2) && i + 4 != n) return false;
+    uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)(v[2] < 0 ? 0 : v[2]) << 6 | (uint32_t)(v[3] < 0 ? 0 : v[3]);
+    int bytes = v[2] == -2 ? 1 : v[3] == -2 ? 2 : 3;
+    for (int k = 0; k < bytes; k++) {
+      if (o >= size) return false;
+      out[o++] = (uint8_t)(w >> (16 - 8 * k));
+    }
+  }
+  return o == size;
+}
+
+/* ---- initial contents ---- */
+
+void hcq_graph_file_random_bytes(uint64_t seed, void *dst, size_t size) {
+  uint8_t *p = dst;
+  uint64_t state = seed;
+  for (size_t i = 0; i < size; i += 8) {
+    state += UINT64_C(0x9E3779B97F4A7C15);
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    z ^= z >> 31;
+    for (size_t k = 0; k < 8 && i + k < size; k++) p[i + k] = (uint8_t)(z >> (8 * k));
+  }
+}
+
+static hcq_status_t parse_init(loader_t *L, const json_t *j, gf_buffer_t *b) {
+  size_t m = push(L, ".init");
+  hcq_status_t st = NULL;
+  if (json_is_string(j)) {
+    const char *s = json_string_value(j);
+    if (!strcmp(s, "zeros"))
+      b->init = GF_INIT_ZEROS;
+    else if (!strcmp(s, "iota32"))
+      b->init = GF_INIT_IOTA32;
+    else
+      st = fail(L, HCQ_INVALID_ARGUMENT, "unknown init \"%.64s\" (zeros, iota32, {\"random\": SEED}, {\"fill32\": N})", s);
+  } else if (json_is_object(j)) {
+    static const char *const keys[] = {"random", "fill32", "base64", "file", NULL};
+    if ((st = only_keys(L, j, keys))) goto out;
+    if (json_object_size(j) != 1) {
+      st = fail(L, HCQ_INVALID_ARGUMENT, "must have exactly one of random, fill32, base64, file");
+      goto out;
+    }
+    const char *key = json_object_iter_key(json_object_iter((json_t *)j));
+    const json_t *v = json_object_iter_value(json_object_iter((json_t *)j));
+    size_t m2 = push(L, ".%s", key);
+    int64_t n;
+    if (!strcmp(key, "random")) {
+      b->init = GF_INIT_RANDOM;
+      if (!(st = get_int(L, v, 0, INT64_MAX, &n))) b->init_value = (uint64_t)n;
+    } else if (!strcmp(key, "fill32")) {
+      b->init = GF_INIT_FILL32;
+      if (!(st = get_int(L, v, INT32_MIN, UINT32_MAX, &n))) b->init_value = (uint32_t)n;
+    } else {
+      b->init = GF_INIT_DATA;
+      char *data = NULL;
+      size_t len = 0;
+      if (!strcmp(key, "base64")) {
+        if (!(st = expect(L, v, JSON_STRING, "base64 text"))) {
+          data = malloc(b->bytes ? b->bytes : 1);
+          if (!data)
+            st = oom(L);
+          else if (!b64_decode(json_string_value(v), (uint8_t *)data, b->bytes))
+            st = fail(L, HCQ_INVALID_ARGUMENT, "is not base64 of exactly %" PRIu64 " bytes", b->bytes);
+        }
+      } else if (!(st = expect(L, v, JSON_STRING, "a path")) && !(st = read_file(L, json_string_value(v), &data, &len)) &&
+                 len != b->bytes) {
+        st = fail(L, HCQ_INVALID_ARGUMENT, "the file has %zu bytes but the buffer has %" PRIu64, len, b->bytes);
+      }
+      if (st) free(data);
+      else b->init_data = data;
+    }
+    pop(L, m2);
+  } else {
+    st = fail(L, HCQ_INVALID_ARGUMENT, "must be \"zeros\", \"iota32\" or an object, not %s", type_name(j));
+  }
+out:
+  pop(L, m);
+  return st;
+}
+
+/* Writes a base buffer's initial contents (through the device's copyin, so it is ordered). */
+static hcq_status_t write_init(const gf_buffer_t *b) {
+  if (b->init == GF_INIT_DATA) return hcq_buffer_copyin(b->buf, 0, b->init_data, b->bytes);
+  size_t chunk = 1 << 20;
+  uint8_t *tmp = malloc(chunk);
+  if (!tmp) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory initializing %s", b->name);
+  hcq_status_t st = NULL;
+  if (b->init == GF_INIT_RANDOM) {
+    /* The generator is sequential: produce the whole stream chunk by chunk. */
+    uint64_t state = b->init_value;
+    for (uint64_t done = 0; done < b->bytes && !st; done += chunk) {
+      size_t n = b->bytes - done < chunk ? (size_t)(b->bytes - done) : chunk;
+      hcq_graph_file_random_bytes(state, tmp, n);
+      state += UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)(chunk / 8);
+      st = hcq_buffer_copyin(b->buf, done, tmp, n);
+    }
+  } else {
+    for (uint64_t done = 0; done < b->bytes && !st; done += chunk) {
+      size_t n = b->bytes - done < chunk ? (size_t)(b->bytes - done) : chunk;
+      for (size_t i = 0; i < n; i++) {
+        uint64_t at = done + i;
+        uint32_t word = b->init == GF_INIT_IOTA32 ? (uint32_t)(at / 4) : b->init == GF_INIT_FILL32 ? (uint32_t)b->init_value : 0;
+        tmp[i] = (uint8_t)(word >> (8 * (at % 4)));
+      }
+      st = hcq_buffer_copyin(b->buf, done, tmp, n);
+    }
+  }
+  free(tmp);
+  return st;
+}
+
+/* ---- sections ---- */
+
+static bool valid_name(const char *s) {
+  if (!*s || *s == '.' || strlen(s) > 64) return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+          *s == '-' || *s == '.'))
+      return false;
+  return true;
+}
+
+static hcq_status_t parse_vars(loader_t *L, const json_t *vars) {
+  if (!vars) return NULL;
+  size_t m = push(L, "vars");
+  hcq_status_t st = expect(L, vars, JSON_OBJECT, "an object of variables");
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)vars, key, v) {
+    if (st) break;
+    size_t m2 = push_key(L, key);
+    static const char *const keys[] = {"min", "max", "value", NULL};
+    int64_t lo = 0, hi = 0, value;
+    const json_t *jmin = json_object_get(v, "min"), *jmax = json_object_get(v, "max"), *jval = json_object_get(v, "value");
+    if (!(st = expect(L, v, JSON_OBJECT, "an object {min, max, value}")) && !(st = only_keys(L, v, keys))) {
+      if (!jmin || !jmax) st = fail(L, HCQ_INVALID_ARGUMENT, "needs min and max");
+    }
+    if (!st) {
+      size_t m3 = push(L, ".min");
+      st = get_int(L, jmin, INT64_MIN, INT64_MAX, &lo);
+      pop(L, m3);
+    }
+    if (!st) {
+      size_t m3 = push(L, ".max");
+      st = get_int(L, jmax, INT64_MIN, INT64_MAX, &hi);
+      if (!st && hi < lo) st = fail(L, HCQ_INVALID_ARGUMENT, "max %" PRId64 " is below min %" PRId64, hi, lo);
+      pop(L, m3);
+    }
+    value = lo;
+    if (!st && jval) {
+      size_t m3 = push(L, ".value");
+      st = get_int(L, jval, lo, hi, &value);
+      pop(L, m3);
+    }
+    hcq_expr_t *var = NULL;
+    if (!st && (st = hcq_var_create(key, lo, hi, &var))) st = wrap(L, st);
+    if (!st && !hcq__vec_push(&L->gf->vars, ((hcq_var_value_t){var, value}))) {
+      hcq_expr_release(var);
+      st = oom(L);
+    }
+    pop(L, m2);
+  }
+  pop(L, m);
+  return st;
+}
+
+static ssize_t find_buffer(const hcq_graph_file_t *gf, const char *name) {
+  for (size_t i = 0; i < gf->buffers.len; i++)
+    if (!strcmp(gf->buffers.data[i].name, name)) return (ssize_t)i;
+  return -1;
+}
+
+static hcq_status_t add_base_buffer(loader_t *L, const char *key, const json_t *v) {
+  hcq_graph_file_t *gf = L->gf;
+  static const char *const keys[] = {"device", "bytes", "init", NULL};
+  hcq_status_t st = only_keys(L, v, keys);
+  if (st) return st;
+  const json_t *jdev = json_object_get(v, "device"), *jbytes = json_object_get(v, "bytes");
+  if (!jdev || !jbytes) return fail(L, HCQ_INVALID_ARGUMENT, "a buffer needs device and bytes (or view, offset, bytes)");
+  gf_buffer_t b = {0};
+  int64_t bytes;
+  size_t m = push(L, ".bytes");
+  st = get_int(L, jbytes, 1, (int64_t)MAX_BUFFER_BYTES, &bytes);
+  pop(L, m);
+  if (st) return st;
+  b.bytes = (uint64_t)bytes;
+  if (L->opts->max_total_bytes && gf->total_bytes + b.bytes > L->opts->max_total_bytes) {
+    m = push(L, ".bytes");
+    st = fail(L, HCQ_OUT_OF_RANGE, "the file's buffers need more than the %" PRIu64 " bytes allowed",
+              L->opts->max_total_bytes);
+    pop(L, m);
+    return st;
+  }
+  gf->total_bytes += b.bytes;
+  const json_t *init = json_object_get(v, "init");
+  if (init && (st = parse_init(L, init, &b))) return st;
+  m = push(L, ".device");
+  if (!(st = expect(L, jdev, JSON_STRING, "a device name"))) st = open_device(L, json_string_value(jdev), &b.dev);
+  pop(L, m);
+  if (!st && (st = hcq_buffer_create(b.dev, b.bytes, &b.buf))) st = wrap(L, st);
+  if (!st) hcq_buffer_set_label(b.buf, key);
+  b.name = strdup(key);
+  if (!st && (!b.name || !hcq__vec_push(&gf->buffers, b))) st = oom(L);
+  if (st) {
+    hcq_buffer_release(b.buf);
+    free(b.name);
+    free(b.init_data);
+  }
+  return st;
+}
+
+/* Views may name views declared anywhere: resolve on demand, refusing cycles. */
+static hcq_status_t resolve_view(loader_t *L, const json_t *buffers, const char *key, int depth, ssize_t *out) {
+  hcq_graph_file_t *gf = L->gf;
+  ssize_t have = find_buffer(gf, key);
+  if (have >= 0) {
+    *out = have;
+    return NULL;
+  }
+  const json_t *v = json_object_get(buffers, key);
+  size_t m = push(L, "buffers");
+  push_key(L, key);
+  hcq_status_t st = NULL;
+  if (depth > 64) {
+    st = fail(L, HCQ_INVALID_ARGUMENT, "views nest too deeply (or form a cycle)");
+    goto out;
+  }
+  static const char *const keys[] = {"view", "offset", "bytes", NULL};
+  if ((st = only_keys(L, v, keys))) goto out;
+  const json_t *jview = json_object_get(v, "view"), *joff = json_object_get(v, "offset"), *jbytes = json_object_get(v, "bytes");
+  if (!jbytes) {
+    st = fail(L, HCQ_INVALID_ARGUMENT, "a view needs view, offset and bytes");
+    goto out;
+  }
+  size_t m3 = push(L, ".view");
+  if (!(st = expect(L, jview, JSON_STRING, "a buffer name"))) {
+    const char *base_name = json_string_value(jview);
+    const json_t *base = json_object_get(buffers, base_name);
+    if (!base)
+      st = fail(L, HCQ_NOT_FOUND, "unknown buffer \"%.64s\"", base_name);
+    else if (!strcmp(base_name, key))
+      st = fail(L, HCQ_INVALID_ARGUMENT, "a view cannot view itself");
+  }
+  pop(L, m3);
+  if (st) goto out;
+  ssize_t base_idx;
+  size_t saved = L->path_len;
+  pop(L, 0);
+  st = resolve_view(L, buffers, json_string_value(jview), depth + 1, &base_idx);
+  if (st) goto out;
+  L->path_len = saved;
+  L->path[saved] = '\0';
+  int64_t off = 0, bytes;
+  if (joff) {
+    m3 = push(L, ".offset");
+    st = get_int(L, joff, 0, (int64_t)MAX_BUFFER_BYTES, &off);
+    pop(L, m3);
+    if (st) goto out;
+  }
+  m3 = push(L, ".bytes");
+  st = get_int(L, jbytes, 1, (int64_t)MAX_BUFFER_BYTES, &bytes);
+  pop(L, m3);
+  if (st) goto out;
+  gf_buffer_t *base = &gf->buffers.data[base_idx];
+  uint64_t base_bytes = hcq_buffer_size(base->buf);
+  if ((uint64_t)off + (uint64_t)bytes > base_bytes) {
+    st = fail(L, HCQ_OUT_OF_RANGE, "view [%" PRId64 ", %" PRId64 ") is outside its base \"%s\" (%" PRIu64 " bytes)", off,
+              off + bytes, base->name, base_bytes);
+    goto out;
+  }
+  gf_buffer_t b = {0};
+  b.is_view = true;
+  b.dev = base->dev;
+  b.bytes = (uint64_t)bytes;
+  if ((st = hcq_buffer_view_create(base->buf, (uint64_t)off, (uint64_t)bytes, &b.buf))) {
+    st = wrap(L, st);
+    goto out;
+  }
+  hcq_buffer_set_label(b.buf, key);
+  b.name = strdup(key);
+  if (!b.name || !hcq__vec_push(&gf->buffers, b)) {
+    hcq_buffer_release(b.buf);
+    free(b.name);
+    st = oom(L);
+    goto out;
+  }
+  *out = (ssize_t)gf->buffers.len - 1;
+out:
+  pop(L, m);
+  return st;
+}
+
+static hcq_status_t parse_buffers(loader_t *L, const json_t *buffers) {
+  size_t m = push(L, "buffers");
+  hcq_status_t st = NULL;
+  if (!buffers)
+    st = fail(L, HCQ_INVALID_ARGUMENT, "missing (a graph file needs buffers)");
+  else if (!(st = expect(L, buffers, JSON_OBJECT, "an object of buffers")) && json_object_size(buffers) == 0)
+    st = fail(L, HCQ_INVALID_ARGUMENT, "is empty");
+  const char *key;
+  json_t *v;
+  /* Base buffers first (in file order), then views. */
+  if (!st) json_object_foreach((json_t *)buffers, key, v) {
+    size_t m2 = push_key(L, key);
+    if (!valid_name(key))
+      st = fail(L, HCQ_INVALID_ARGUMENT, "buffer names use letters, digits, '_', '-' and '.' (at most 64)");
+    else if (!(st = expect(L, v, JSON_OBJECT, "an object")) && !json_object_get(v, "view"))
+      st = add_base_buffer(L, key, v);
+    pop(L, m2);
+    if (st) break;
+  }
+  pop(L, m);
+  if (!st) json_object_foreach((json_t *)buffers, key, v) {
+    ssize_t idx;
+    if ((st = resolve_view(L, buffers, key, 0, &idx))) break;
+  }
+  return st;
+}
+
+static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
+  if (!programs) return NULL;
+  size_t m = push(L, "programs");
+  hcq_status_t st = expect(L, programs, JSON_OBJECT, "an object of programs");
+  const char *key;
+  json_t *v;
+  if (!st) json_object_foreach((json_t *)programs, key, v) {
+    size_t m2 = push_key(L, key);
+    static const char *const keys[] = {"entry", "c", "cuda", NULL};
+    gf_program_t p = {0};
+    if (!(st = expect(L, v, JSON_OBJECT, "an object {entry, c, cuda}")) && !(st = only_keys(L, v, keys))) {
+      const json_t *entry = json_object_get(v, "entry"), *c = json_object_get(v, "c");
+      if (entry) {
+        size_t m3 = push(L, ".entry");
+        if (!(st = expect(L, entry, JSON_STRING, "a function name"))) p.entry = strdup(json_string_value(entry));
+        pop(L, m3);
+      } else {
+        p.entry = strdup(key);
+      }
+      if (!st && c) {
+        size_t m3 = push(L, ".c");
+        st = text_or_file(L, c, &p.source);
+        pop(L, m3);
+      }
+      const json_t *cuda = json_object_get(v, "cuda");
+      if (!st && cuda) {
+        char *ignored = NULL;
+        size_t m3 = push(L, ".cuda");
+        st = text_or_file(L, cuda, &ignored); /* checked now; used by the CUDA backend */
+        free(ignored);
+        pop(L, m3);
+      }
+    }
+    p.name = strdup(key);
+    if (!st && (!p.name || !p.entry || !hcq__vec_push(&L->gf->programs, p))) st = oom(L);
+    if (st) {
+      free(p.name);
+      free(p.entry);
+      free(p.source);
+    }
+    pop(L, m2);
+    if (st) break;
+  }
+  pop(L, m);
+  return st;
+}
+
+static void noop_kernel(void *const *bufs, const int32_t *vals, const hcq_launch_t *launch) {
+  (void)bufs, (void)vals, (void)launch;
+}
+
+/* The program compiled for dev (once per device). */
+static hcq_status_t program_for(loader_t *L, gf_program_t *p, hcq_device_t *dev, hcq_program_t **out) {
+  for (size_t i = 0; i < p->ncompiled; i++)
+    if (p->compiled[i]->dev == dev) {
+      *out = p->compiled[i];
+      return NULL;
+    }
+  if (p->ncompiled == GF_MAX_DEVICES) return oom(L);
+  hcq_status_t st;
+  if (L->opts->skip_compile)
+    st = hcq_program_create_fn(dev, p->entry, noop_kernel, out);
+  else if (!p->source)
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "program \"%s\" has no source for %s (give \"c\")", p->name, dev->name);
+  else
+    st = hcq_program_create(dev, p->entry, p->source, out);
+  if (st) return wrap(L, st);
+  p->compiled[p->ncompiled++] = *out;
+  return NULL;
+}
+
+/* An integer operand or an expression over the file's variables. */
+static hcq_status_t parse_operand(loader_t *L, const json_t *j, int64_t lo, int64_t hi, hcq_operand_t *out) {
+  if (json_is_integer(j)) {
+    int64_t v;
+    hcq_status_t st = get_int(L, j, lo, hi, &v);
+    if (!st) *out = hcq_imm(v);
+    return st;
+  }
+  if (!json_is_string(j)) return fail(L, HCQ_INVALID_ARGUMENT, "must be an integer or an expression, not %s", type_name(j));
+  const hcq_expr_t *vars[256];
+  size_t n = L->gf->vars.len < 256 ? L->gf->vars.len : 256;
+  for (size_t i = 0; i < n; i++) vars[i] = L->gf->vars.data[i].var;
+  hcq_expr_t *e = NULL;
+  hcq_status_t st = hcq_expr_parse(json_string_value(j), vars, n, &e);
+  if (st) return wrap(L, st);
+  if (hcq_expr_is_const(e)) {
+    int64_t v = hcq_expr_const_value(e);
+    hcq_expr_release(e);
+    if (v < lo || v > hi) return fail(L, HCQ_OUT_OF_RANGE, "%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", v, lo, hi);
+    *out = hcq_imm(v);
+    return NULL;
+  }
+  *out = hcq_sym(e);
+  return NULL;
+}
+
+static hcq_status_t buffer_ref(loader_t *L, const json_t *j, gf_buffer_t **out) {
+  hcq_status_t st = expect(L, j, JSON_STRING, "a buffer name");
+  if (st) return st;
+  ssize_t i = find_buffer(L->gf, json_string_value(j));
+  if (i < 0) return fail(L, HCQ_NOT_FOUND, "unknown buffer \"%.64s\"", json_string_value(j));
+  *out = &L->gf->buffers.data[i];
+  return NULL;
+}
+
+static hcq_status_t parse_dims(loader_t *L, const json_t *j, const char *name, hcq_operand_t dims[3]) {
+  for (int i = 0; i < 3; i++) dims[i] = hcq_imm(1);
+  if (!j) return NULL;
+  size_t m = push(L, ".%s", name);
+  hcq_status_t st = expect(L, j, JSON_ARRAY, "an array of 1 to 3 sizes");
+  if (!st && (json_array_size(j) < 1 || json_array_size(j) > 3))
+    st = fail(L, HCQ_INVALID_ARGUMENT, "must have 1 to 3 entries, not %zu", json_array_size(j));
+  for (size_t i = 0; i < json_array_size(j) && !st; i++) {
+    size_t m2 = push(L, "[%zu]", i);
+    st = parse_operand(L, json_array_get(j, i), 0, UINT32_MAX, &dims[i]);
+    pop(L, m2);
+  }
+  pop(L, m);
+  return st;
+}
+
+static hcq_status_t parse_kernel(loader_t *L, const json_t *j, hcq_exec_item_t *it) {
+  static const char *const keys[] = {"kernel", "bufs", "outs", "vals", "global", "local", "device", NULL};
+  hcq_status_t st = only_keys(L, j, keys);
+  if (st) return st;
+  hcq_graph_file_t *gf = L->gf;
+  it->kind = HCQ_ITEM_KERNEL;
+  hcq_kernel_item_t *k = &it->kernel;
+  for (int i = 0; i < 3; i++) k->global[i] = k->local[i] = hcq_imm(1);
+  const json_t *jk = json_object_get(j, "kernel"), *jbufs = json_object_get(j, "bufs"), *jouts = json_object_get(j, "outs");
+  const json_t *jvals = json_object_get(j, "vals"), *jdev = json_object_get(j, "device");
+  size_t m = push(L, ".kernel");
+  gf_program_t *prog = NULL;
+  if (!(st = expect(L, jk, JSON_STRING, "a program name"))) {
+    for (size_t i = 0; i < gf->programs.len; i++)
+      if (!strcmp(gf->programs.data[i].name, json_string_value(jk))) prog = &gf->programs.data[i];
+    if (!prog) st = fail(L, HCQ_NOT_FOUND, "unknown program \"%.64s\"", json_string_value(jk));
+  }
+  pop(L, m);
+  if (st) return st;
+
+  size_t nbufs = 0;
+  if (jbufs) {
+    m = push(L, ".bufs");
+    if (!(st = expect(L, jbufs, JSON_ARRAY, "an array of buffer names")) && json_array_size(jbufs) > HCQ_MAX_KERNEL_BUFS)
+      st = fail(L, HCQ_INVALID_ARGUMENT, "at most %d buffers", HCQ_MAX_KERNEL_BUFS);
+    pop(L, m);
+    if (st) return st;
+    nbufs = json_array_size(jbufs);
+  }
+  hcq_buffer_t **bufs = calloc(nbufs + 1, sizeof(*bufs));
+  if (!bufs) return oom(L);
+  k->bufs = bufs;
+  for (size_t i = 0; i < nbufs && !st; i++) {
+    m = push(L, ".bufs[%zu]", i);
+    gf_buffer_t *b;
+    if (!(st = buffer_ref(L, json_array_get(jbufs, i), &b))) bufs[i] = b->buf;
+    pop(L, m);
+  }
+  k->nbufs = nbufs;
+  if (st) return st;
+
+  hcq_device_t *dev = nbufs ? bufs[0]->dev : NULL;
+  if (jdev) {
+    m = push(L, ".device");
+    if (!(st = expect(L, jdev, JSON_STRING, "a device name"))) st = open_device(L, json_string_value(jdev), &dev);
+    pop(L, m);
+    if (st) return st;
+  }
+  if (!dev) return fail(L, HCQ_INVALID_ARGUMENT, "a kernel without buffers must name its device");
+  for (size_t i = 0; i < nbufs; i++)
+    if (bufs[i]->dev != dev) {
+      m = push(L, ".bufs[%zu]", i);
+      st = fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is on %s but the kernel runs on %s", hcq_buffer_label(bufs[i]),
+                bufs[i]->dev->name, dev->name);
+      pop(L, m);
+      return st;
+    }
+
+  /* outs: which buffers the kernel writes; the first one unless the file says. */
+  size_t nouts = jouts ? json_array_size(jouts) : (nbufs ? 1 : 0);
+  uint32_t *outs = calloc(nouts + 1, sizeof(*outs));
+  if (!outs) return oom(L);
+  k->outs = outs;
+  if (jouts) {
+    m = push(L, ".outs");
+    st = expect(L, jouts, JSON_ARRAY, "an array of buffer indices");
+    pop(L, m);
+    for (size_t i = 0; i < nouts && !st; i++) {
+      m = push(L, ".outs[%zu]", i);
+      int64_t o;
+      if (nbufs == 0)
+        st = fail(L, HCQ_OUT_OF_RANGE, "the kernel has no buffers");
+      else if (!(st = get_int(L, json_array_get(jouts, i), 0, (int64_t)nbufs - 1, &o)))
+        outs[i] = (uint32_t)o;
+      pop(L, m);
+    }
+  }
+  k->nouts = st ? 0 : nouts;
+  if (st) return st;
+
+  size_t nvals = 0;
+  if (jvals) {
+    m = push(L, ".vals");
+    if (!(st = expect(L, jvals, JSON_ARRAY, "an array of values")) && json_array_size(jvals) > HCQ_MAX_KERNEL_VALS)
+      st = fail(L, HCQ_INVALID_ARGUMENT, "at most %d values", HCQ_MAX_KERNEL_VALS);
+    pop(L, m);
+    if (st) return st;
+    nvals = json_array_size(jvals);
+  }
+  hcq_operand_t *vals = calloc(nvals + 1, sizeof(*vals));
+  if (!vals) return oom(L);
+  k->vals = vals;
+  for (size_t i = 0; i < nvals && !st; i++) {
+    m = push(L, ".vals[%zu]", i);
+    st = parse_operand(L, json_array_get(jvals, i), INT32_MIN, INT32_MAX, &vals[i]);
+    pop(L, m);
+    k->nvals = i + (st ? 0 : 1);
+  }
+  if (st) return st;
+  if ((st = parse_dims(L, json_object_get(j, "global"), "global", k->global))) return st;
+  if ((st = parse_dims(L, json_object_get(j, "local"), "local", k->local))) return st;
+  m = push(L, ".kernel");
+  st = program_for(L, prog, dev, &k->program);
+  pop(L, m);
+  return st;
+}
+
+static hcq_status_t parse_copy(loader_t *L, const json_t *j, hcq_exec_item_t *it) {
+  static const char *const keys[] = {"copy", NULL};
+  hcq_status_t st = only_keys(L, j, keys);
+  if (st) return st;
+  const json_t *c = json_object_get(j, "copy");
+  size_t m = push(L, ".copy");
+  static const char *const ckeys[] = {"dst", "src", "bytes", NULL};
+  gf_buffer_t *dst = NULL, *src = NULL;
+  if (!(st = expect(L, c, JSON_OBJECT, "an object {dst, src, bytes}")) && !(st = only_keys(L, c, ckeys))) {
+    size_t m2 = push(L, ".dst");
+    const json_t *jd = json_object_get(c, "dst");
+    st = jd ? buffer_ref(L, jd, &dst) : fail(L, HCQ_INVALID_ARGUMENT, "missing");
+    pop(L, m2);
+  }
+  if (!st) {
+    size_t m2 = push(L, ".src");
+    const json_t *js = json_object_get(c, "src");
+    st = js ? buffer_ref(L, js, &src) : fail(L, HCQ_INVALID_ARGUMENT, "missing");
+    pop(L, m2);
+  }
+  if (!st) {
+    uint64_t ds = hcq_buffer_size(dst->buf), ss = hcq_buffer_size(src->buf);
+    uint64_t bytes = ds < ss ? ds : ss;
+    const json_t *jb = json_object_get(c, "bytes");
+    if (jb) {
+      size_t m2 = push(L, ".bytes");
+      int64_t b;
+      if (!(st = get_int(L, jb, 0, (int64_t)bytes, &b))) bytes = (uint64_t)b;
+      pop(L, m2);
+    }
+    it->kind = HCQ_ITEM_TRANSFER;
+    it->transfer = (hcq_transfer_item_t){dst->buf, src->buf, bytes};
+  }
+  pop(L, m);
+  return st;
+}
+
+static hcq_status_t parse_items(loader_t *L, const json_t *items) {
+  size_t m = push(L, "items");
+  hcq_status_t st = NULL;
+  if (!items)
+    st = fail(L, HCQ_INVALID_ARGUMENT, "missing (a graph file needs items)");
+  else if (!(st = expect(L, items, JSON_ARRAY, "an array of items")) && json_array_size(items) == 0)
+    st = fail(L, HCQ_INVALID_ARGUMENT, "is empty");
+  for (size_t i = 0; !st && i < json_array_size(items); i++) {
+    size_t m2 = push(L, "[%zu]", i);
+    const json_t *j = json_array_get(items, i);
+    hcq_exec_item_t it;
+    memset(&it, 0, sizeof(it));
+    if (!hcq__vec_reserve_for(&L->gf->items, L->gf->items.len + 1)) {
+      st = oom(L);
+    } else if (!(st = expect(L, j, JSON_OBJECT, "an object with \"kernel\" or \"copy\""))) {
+      bool is_kernel = json_object_get(j, "kernel") != NULL, is_copy = json_object_get(j, "copy") != NULL;
+      if (is_kernel == is_copy) {
+        st = fail(L, HCQ_INVALID_ARGUMENT, "an item has exactly one of \"kernel\" and \"copy\"");
+      } else {
+        it.kind = is_kernel ? HCQ_ITEM_KERNEL : HCQ_ITEM_TRANSFER;
+        st = is_kernel ? parse_kernel(L, j, &it) : parse_copy(L, j, &it);
+        /* Kept even when it failed half way: gf_free releases what it holds. */
+        L->gf->items.data[L->gf->items.len++] = it;
+      }
+    }
+    pop(L, m2);
+  }
+  pop(L, m);
+  return st;
+}
+
+static hcq_status_t parse_inputs(loader_t *L, const json_t *inputs) {
+  hcq_graph_file_t *gf = L->gf;
+  size_t n = inputs ? json_array_size(inputs) : 0;
+  size_t m = push(L, "inputs");
+  hcq_status_t st = inputs ? expect(L, inputs, JSON_ARRAY, "an array of buffer names") : NULL;
+  gf->inputs = calloc(n + 1, sizeof(*gf->inputs));
+  if (!st && !gf->inputs) st = oom(L);
+  for (size_t i = 0; i < n && !st; i++) {
+    size_t m2 = push(L, "[%zu]", i);
+    gf_buffer_t *b;
+    if (!(st = buffer_ref(L, json_array_get(inputs, i), &b))) {
+      for (size_t k = 0; k < i; k++)
+        if (gf->inputs[k] == b->buf) st = fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is listed twice", b->name);
+      gf->inputs[i] = b->buf;
+    }
+    pop(L, m2);
+  }
+  gf->ninputs = st ? 0 : n;
+  pop(L, m);
+  return st;
+}
+
+static hcq_status_t parse_runs(loader_t *L, const json_t *runs) {
+  hcq_graph_file_t *gf = L->gf;
+  size_t m = push(L, "runs");
+  hcq_status_t st = runs ? expect(L, runs, JSON_ARRAY, "an array of runs") : NULL;
+  size_t n = runs ? json_array_size(runs) : 0;
+  if (!st && runs && n == 0) st = fail(L, HCQ_INVALID_ARGUMENT, "is empty (leave it out for one run)");
+  if (!runs) n = 1;
+  for (size_t r = 0; r < n && !st; r++) {
+    size_t m2 = push(L, "[%zu]", r);
+    gf_run_t run = {calloc(gf->ninputs + 1, sizeof(hcq_buffer_t *)), calloc(gf->vars.len + 1, sizeof(hcq_var_value_t))};
+    if (!run.inputs || !run.vals || !hcq__vec_push(&gf->runs, run)) {
+      free(run.inputs);
+      free(run.vals);
+      st = oom(L);
+      pop(L, m2);
+      break;
+    }
+    memcpy(run.inputs, gf->inputs, gf->ninputs * sizeof(hcq_buffer_t *));
+    memcpy(run.vals, gf->vars.data, gf->vars.len * sizeof(hcq_var_value_t));
+    const json_t *j = runs ? json_array_get(runs, r) : NULL;
+    static const char *const keys[] = {"inputs", "vars", NULL};
+    if (j && !(st = expect(L, j, JSON_OBJECT, "an object {inputs, vars}"))) st = only_keys(L, j, keys);
+    const json_t *ji = j ? json_object_get(j, "inputs") : NULL, *jv = j ? json_object_get(j, "vars") : NULL;
+    const char *key;
+    json_t *v;
+    if (!st && ji) {
+      size_t m3 = push(L, ".inputs");
+      st = expect(L, ji, JSON_OBJECT, "an object {input: buffer}");
+      if (!st) json_object_foreach((json_t *)ji, key, v) {
+        size_t m4 = push_key(L, key);
+        ssize_t input = -1, bi = find_buffer(gf, key);
+        for (size_t k = 0; bi >= 0 && k < gf->ninputs; k++)
+          if (gf->inputs[k] == gf->buffers.data[bi].buf) input = (ssize_t)k;
+        gf_buffer_t *b = NULL;
+        if (input < 0)
+          st = fail(L, HCQ_NOT_FOUND, "\"%.64s\" is not an input", key);
+        else if (!(st = buffer_ref(L, v, &b))) {
+          const hcq_buffer_t *want = gf->inputs[input];
+          if (hcq_buffer_size(b->buf) != hcq_buffer_size(want))
+            st = fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" has %" PRIu64 " bytes but input \"%s\" has %" PRIu64, b->name,
+                      hcq_buffer_size(b->buf), key, hcq_buffer_size(want));
+          else if (hcq_buffer_device(b->buf) != hcq_buffer_device(want))
+            st = fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is on %s but input \"%s\" is on %s", b->name,
+                      hcq_device_name(hcq_buffer_device(b->buf)), key, hcq_device_name(hcq_buffer_device(want)));
+          else
+            run.inputs[input] = b->buf;
+        }
+        pop(L, m4);
+        if (st) break;
+      }
+      pop(L, m3);
+    }
+    if (!st && jv) {
+      size_t m3 = push(L, ".vars");
+      st = expect(L, jv, JSON_OBJECT, "an object {variable: value}");
+      if (!st) json_object_foreach((json_t *)jv, key, v) {
+        size_t m4 = push_key(L, key);
+        ssize_t vi = -1;
+        for (size_t k = 0; k < gf->vars.len; k++)
+          if (!strcmp(hcq_var_name(gf->vars.data[k].var), key)) vi = (ssize_t)k;
+        int64_t value;
+        if (vi < 0)
+          st = fail(L, HCQ_NOT_FOUND, "unknown variable \"%.64s\"", key);
+        else if (!(st = get_int(L, v, hcq_var_min(gf->vars.data[vi].var), hcq_var_max(gf->vars.data[vi].var), &value)))
+          run.vals[vi].value = value;
+        pop(L, m4);
+        if (st) break;
+      }
+      pop(L, m3);
+    }
+    pop(L, m2);
+  }
+  pop(L, m);
+  return st;
+}
+
+/* Every item checked against the variables' declared values (and each run's), so that a value
+ * that would break a launch dim is a load error with its path, not a replay failure. */
+static hcq_status_t check_items(loader_t *L) {
+  hcq_graph_file_t *gf = L->gf;
+  for (size_t r = 0; r < gf->runs.len; r++) {
+    for (size_t i = 0; i < gf->items.len; i++) {
+      const hcq_exec_item_t *it = &gf->items.data[i];
+      if (it->kind != HCQ_ITEM_KERNEL) continue;
+      const hcq_kernel_item_t *k = &it->kernel;
+      for (size_t v = 0; v < k->nvals + 6; v++) {
+        hcq_operand_t op = v < k->nvals ? k->vals[v] : v < k->nvals + 3 ? k->global[v - k->nvals] : k->local[v - k->nvals - 3];
+        if (!op.sym) continue;
+        int64_t x;
+        hcq_status_t st = hcq_expr_eval(op.sym, gf->runs.data[r].vals, gf->vars.len, &x);
+        int64_t lo = v < k->nvals ? INT32_MIN : 0, hi = v < k->nvals ? INT32_MAX : UINT32_MAX;
+        if (!st && (x < lo || x > hi))
+          st = hcq_status_make(HCQ_OUT_OF_RANGE, "evaluates to %" PRId64 ", outside [%" PRId64 ", %" PRId64 "]", x, lo, hi);
+        if (st) {
+          char where[64];
+          if (v < k->nvals)
+            snprintf(where, sizeof(where), "items[%zu].vals[%zu]", i, v);
+          else
+            snprintf(where, sizeof(where), "items[%zu].%s[%zu]", i, v < k->nvals + 3 ? "global" : "local",
+                     (v - k->nvals) % 3);
+          return hcq_status_annotate(st, "%s: %s (with the values of run %zu)", L->name, where, r);
+        }
+      }
+    }
+  }
+  return NULL;
+}
+
+static hcq_status_t load(loader_t *L, const char *text, size_t len) {
+  json_error_t err;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  if (!root) {
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s:%d:%d: %s", L->name, err.line < 0 ? 0 : err.line,
+                           err.column < 0 ? 0 : err.column, err.text);
+  }
+  hcq_status_t st = expect(L, root, JSON_OBJECT, "a JSON object");
+  static const char *const keys[] = {"format", "vars", "buffers", "programs", "items", "inputs", "runs", NULL};
+  if (!st) st = only_keys(L, root, keys);
+  if (!st) {
+    const json_t *format = json_object_get(root, "format");
+    size_t m = push(L, "format");
+    if (!format)
+      st = fail(L, HCQ_INVALID_ARGUMENT, "missing (\"format\": \"hcq-graph/1\")");
+    else if (!json_is_string(format) || strcmp(json_string_value(format), "hcq-graph/1"))
+      st = fail(L, HCQ_INVALID_ARGUMENT, "must be \"hcq-graph/1\"");
+    pop(L, m);
+  }
+  if (!st) st = parse_vars(L, json_object_get(root, "vars"));
+  if (!st) st = parse_buffers(L, json_object_get(root, "buffers"));
+  if (!st) st = parse_programs(L, json_object_get(root, "programs"));
+  if (!st) st = parse_items(L, json_object_get(root, "items"));
+  if (!st) st = parse_inputs(L, json_object_get(root, "inputs"));
+  if (!st) st = parse_runs(L, json_object_get(root, "runs"));
+  if (!st) st = check_items(L);
+  json_decref(root);
+  return st;
+}
+
+hcq_status_t hcq_graph_file_load_text(const char *text, size_t len, const char *name, const char *base_dir,
+                                      const hcq_graph_file_options_t *options, hcq_graph_file_t **out_file) {
+  if (!out_file) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load_text: out_file is NULL");
+  *out_file = NULL;
+  if (!text && len) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load_text: text is NULL");
+  static const hcq_graph_file_options_t defaults;
+  loader_t L = {NULL, name ? name : "<graph>", base_dir, options ? options : &defaults, "", 0};
+  L.gf = calloc(1, sizeof(*L.gf));
+  if (!L.gf) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", L.name);
+  hcq_status_t st = load(&L, text ? text : "", len);
+  for (size_t i = 0; i < L.gf->buffers.len && !st; i++)
+    if (!L.gf->buffers.data[i].is_view) st = write_init(&L.gf->buffers.data[i]);
+  if (st) {
+    /* Initial copies may still be in flight: let them land before freeing. */
+    for (size_t i = 0; i < L.gf->ndevices; i++) hcq_status_free(hcq_device_synchronize(L.gf->devices[i]));
+    gf_free(L.gf);
+    return st;
+  }
+  *out_file = L.gf;
+  return NULL;
+}
+
+hcq_status_t hcq_graph_file_load(const char *path, const hcq_graph_file_options_t *options, hcq_graph_file_t **out) {
+  if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load: out_file is NULL");
+  *out = NULL;
+  if (!path) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load: path is NULL");
+  loader_t L = {NULL, path, NULL, options, "", 0};
+  char *text;
+  size_t len;
+  hcq_status_t st = read_file(&L, path, &text, &len);
+  if (st) {
+    hcq_status_free(st);
+    return hcq_status_make(HCQ_NOT_FOUND, "cannot read graph file %s: %s", path, strerror(errno ? errno : ENOENT));
+  }
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof(dir), "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *slash = '\0';
+  else
+    snprintf(dir, sizeof(dir), ".");
+  st = hcq_graph_file_load_text(text, len, path, dir, options, out);
+  free(text);
+  return st;
+}
+
+hcq_status_t hcq_graph_file_reset(hcq_graph_file_t *gf) {
+  if (!gf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_reset: file is NULL");
+  for (size_t i = 0; i < gf->buffers.len; i++) {
+    if (gf->buffers.data[i].is_view) continue;
+    hcq_status_t st = write_init(&gf->buffers.data[i]);
+    if (st) return st;
+  }
+  return NULL;
+}
+
+size_t hcq_graph_file_item_count(const hcq_graph_file_t *gf) { return gf ? gf->items.len : 0; }
+const hcq_exec_item_t *hcq_graph_file_items(const hcq_graph_file_t *gf) { return gf ? gf->items.data : NULL; }
+size_t hcq_graph_file_input_count(const hcq_graph_file_t *gf) { return gf ? gf->ninputs : 0; }
+hcq_buffer_t *const *hcq_graph_file_inputs(const hcq_graph_file_t *gf) { return gf ? gf->inputs : NULL; }
+size_t hcq_graph_file_var_count(const hcq_graph_file_t *gf) { return gf ? gf->vars.len : 0; }
+const hcq_var_value_t *hcq_graph_file_vars(const hcq_graph_file_t *gf) { return gf ? gf->vars.data : NULL; }
+size_t hcq_graph_file_buffer_count(const hcq_graph_file_t *gf) { return gf ? gf->buffers.len : 0; }
+const char *hcq_graph_file_buffer_name(const hcq_graph_file_t *gf, size_t i) {
+  return gf && i < gf->buffers.len ? gf->buffers.data[i].name : NULL;
+}
+hcq_buffer_t *hcq_graph_file_buffer(const hcq_graph_file_t *gf, size_t i) {
+  return gf && i < gf->buffers.len ? gf->buffers.data[i].buf : NULL;
+}
+size_t hcq_graph_file_device_count(const hcq_graph_file_t *gf) { return gf ? gf->ndevices : 0; }
+hcq_device_t *hcq_graph_file_device(const hcq_graph_file_t *gf, size_t i) {
+  return gf && i < gf->ndevices ? gf->devices[i] : NULL;
+}
+size_t hcq_graph_file_run_count(const hcq_graph_file_t *gf) { return gf ? gf->runs.len : 0; }
+void hcq_graph_file_run(const hcq_graph_file_t *gf, size_t r, hcq_buffer_t *const **out_inputs,
+                        const hcq_var_value_t **out_vals) {
+  if (out_inputs) *out_inputs = gf && r < gf->runs.len ? gf->runs.data[r].inputs : NULL;
+  if (out_vals) *out_vals = gf && r < gf->runs.len ? gf->runs.data[r].vals : NULL;
+}

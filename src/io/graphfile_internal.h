@@ -1,0 +1,47 @@
+/* The loaded form of a graph file. */
+#ifndef HCQ_IO_GRAPHFILE_INTERNAL_H
+#define HCQ_IO_GRAPHFILE_INTERNAL_H
+
+#include "core/vec.h"
+#include "hcq/graphfile.h"
+
+#define GF_MAX_DEVICES 64
+
+typedef enum { GF_INIT_ZEROS, GF_INIT_IOTA32, GF_INIT_RANDOM, GF_INIT_FILL32, GF_INIT_DATA } gf_init_t;
+
+typedef struct gf_buffer {
+  char *name;
+  hcq_buffer_t *buf;
+  hcq_device_t *dev;
+  uint64_t bytes;
+  bool is_view;
+  gf_init_t init;
+  uint64_t init_value; /* seed or fill word */
+  char *init_data;     /* GF_INIT_DATA: bytes bytes */
+} gf_buffer_t;
+
+typedef struct gf_program {
+  char *name, *entry, *source;
+  hcq_program_t *compiled[GF_MAX_DEVICES];
+  size_t ncompiled;
+} gf_program_t;
+
+typedef struct gf_run {
+  hcq_buffer_t **inputs;
+  hcq_var_value_t *vals;
+} gf_run_t;
+
+struct hcq_graph_file {
+  hcq_device_t *devices[GF_MAX_DEVICES];
+  size_t ndevices;
+  HCQ__VEC(gf_buffer_t) buffers;
+  HCQ__VEC(gf_program_t) programs;
+  HCQ__VEC(hcq_var_value_t) vars; /* declared values; the variables are owned */
+  HCQ__VEC(hcq_exec_item_t) items;
+  hcq_buffer_t **inputs;
+  size_t ninputs;
+  HCQ__VEC(gf_run_t) runs;
+  uint64_t total_bytes;
+};
+
+#endif

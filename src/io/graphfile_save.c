@@ -1,0 +1,242 @@
+/* Writing a jit as an hcq-graph/1 file: what `hcq run` needs to replay it on its own. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "hcq/jit.h"
+
+static const char k_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *b64_encode(const uint8_t *p, size_t n) {
+  char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+  if (!out) return NULL;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t w = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+    *o++ = k_b64[w >> 18 & 63];
+    *o++ = k_b64[w >> 12 & 63];
+    *o++ = i + 1 < n ? k_b64[w >> 6 & 63] : '=';
+    *o++ = i + 2 < n ? k_b64[w & 63] : '=';
+  }
+  *o = '\0';
+  return out;
+}
+
+typedef struct saver {
+  json_t *buffers, *programs;
+  HCQ__VEC(const hcq_buffer_t *) bufs; /* index i is named names[i] */
+  HCQ__VEC(char *) names;
+  HCQ__VEC(const hcq_program_t *) progs;
+  HCQ__VEC(char *) prog_names;
+} saver_t;
+
+static bool name_taken(saver_t *s, const char *name) {
+  for (size_t i = 0; i < s->names.len; i++)
+    if (!strcmp(s->names.data[i], name)) return true;
+  for (size_t i = 0; i < s->prog_names.len; i++)
+    if (!strcmp(s->prog_names.data[i], name)) return true;
+  return false;
+}
+
+static bool usable(const char *s) {
+  if (!*s || *s == '.' || strlen(s) > 64) return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+          *s == '-' || *s == '.'))
+      return false;
+  return true;
+}
+
+/* A unique name from a wish, or prefix + counter. */
+static char *unique_name(saver_t *s, const char *wish, const char *prefix) {
+  char buf[96];
+  if (wish && usable(wish) && !name_taken(s, wish)) return strdup(wish);
+  for (size_t i = 0;; i++) {
+    snprintf(buf, sizeof(buf), "%s%zu", prefix, i);
+    if (!name_taken(s, buf)) return strdup(buf);
+  }
+}
+
+static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory saving a graph file"); }
+
+/* The name of buf in the file, adding it (and its base first) when new. */
+static hcq_status_t buffer_name(saver_t *s, const hcq_buffer_t *b, const char **out) {
+  for (size_t i = 0; i < s->bufs.len; i++)
+    if (s->bufs.data[i] == b) {
+      *out = s->names.data[i];
+      return NULL;
+    }
+  const hcq_buffer_t *base = hcq_buffer_base(b);
+  const char *base_name = NULL;
+  hcq_status_t st = base != b ? buffer_name(s, base, &base_name) : NULL;
+  if (st) return st;
+  char *name = unique_name(s, hcq_buffer_label(b), "buf");
+  json_t *j = json_object();
+  if (!name || !j || !hcq__vec_push(&s->bufs, b) || !hcq__vec_push(&s->names, name)) {
+    free(name);
+    json_decref(j);
+    return oom();
+  }
+  if (base != b) {
+    json_object_set_new(j, "view", json_string(base_name));
+    json_object_set_new(j, "offset", json_integer((json_int_t)hcq_buffer_offset(b)));
+    json_object_set_new(j, "bytes", json_integer((json_int_t)hcq_buffer_size(b)));
+  } else {
+    uint64_t size = hcq_buffer_size(b);
+    uint8_t *data = malloc(size);
+    if (!data) {
+      json_decref(j);
+      return oom();
+    }
+    st = hcq_buffer_copyout((hcq_buffer_t *)b, 0, data, size);
+    char *text = st ? NULL : b64_encode(data, size);
+    free(data);
+    if (st || !text) {
+      json_decref(j);
+      return st ? st : oom();
+    }
+    json_object_set_new(j, "device", json_string(hcq_device_name(hcq_buffer_device(b))));
+    json_object_set_new(j, "bytes", json_integer((json_int_t)size));
+    json_t *init = json_object();
+    json_object_set_new(init, "base64", json_string(text));
+    json_object_set_new(j, "init", init);
+    free(text);
+  }
+  json_object_set_new(s->buffers, name, j);
+  *out = name;
+  return NULL;
+}
+
+/* Programs are keyed by name and source: the same kernel compiled for two devices is one entry. */
+static hcq_status_t program_name(saver_t *s, const hcq_program_t *p, const char **out) {
+  const char *src = hcq_program_source(p);
+  if (!src)
+    return hcq_status_make(HCQ_UNIMPLEMENTED,
+                           "program %s was made from a function pointer: only programs from source can be saved",
+                           hcq_program_name(p));
+  for (size_t i = 0; i < s->progs.len; i++) {
+    const hcq_program_t *q = s->progs.data[i];
+    if (!strcmp(hcq_program_name(q), hcq_program_name(p)) && !strcmp(hcq_program_source(q), src)) {
+      *out = s->prog_names.data[i];
+      return NULL;
+    }
+  }
+  char *name = unique_name(s, hcq_program_name(p), "program");
+  json_t *j = json_object();
+  if (!name || !j || !hcq__vec_push(&s->progs, p) || !hcq__vec_push(&s->prog_names, name)) {
+    free(name);
+    json_decref(j);
+    return oom();
+  }
+  json_object_set_new(j, "entry", json_string(hcq_program_name(p)));
+  json_object_set_new(j, "c", json_string(src));
+  json_object_set_new(s->programs, name, j);
+  *out = name;
+  return NULL;
+}
+
+static json_t *operand_json(hcq_operand_t op) {
+  if (!op.sym) return json_integer((json_int_t)op.value);
+  char text[1024];
+  hcq_expr_format(op.sym, text, sizeof(text));
+  return json_string(text);
+}
+
+static hcq_status_t item_json(saver_t *s, const hcq_exec_item_t *it, json_t **out) {
+  json_t *j = json_object();
+  if (!j) return oom();
+  const char *name;
+  hcq_status_t st = NULL;
+  if (it->kind == HCQ_ITEM_TRANSFER) {
+    json_t *c = json_object();
+    json_object_set_new(j, "copy", c);
+    if (!(st = buffer_name(s, it->transfer.dst, &name))) json_object_set_new(c, "dst", json_string(name));
+    if (!st && !(st = buffer_name(s, it->transfer.src, &name))) json_object_set_new(c, "src", json_string(name));
+    json_object_set_new(c, "bytes", json_integer((json_int_t)it->transfer.bytes));
+  } else {
+    const hcq_kernel_item_t *k = &it->kernel;
+    if (!(st = program_name(s, k->program, &name))) json_object_set_new(j, "kernel", json_string(name));
+    json_object_set_new(j, "device", json_string(hcq_device_name(hcq_program_device(k->program))));
+    json_t *bufs = json_array(), *outs = json_array(), *vals = json_array(), *g = json_array(), *l = json_array();
+    for (size_t i = 0; i < k->nbufs && !st; i++)
+      if (!(st = buffer_name(s, k->bufs[i], &name))) json_array_append_new(bufs, json_string(name));
+    for (size_t i = 0; i < k->nouts; i++) json_array_append_new(outs, json_integer(k->outs[i]));
+    for (size_t i = 0; i < k->nvals; i++) json_array_append_new(vals, operand_json(k->vals[i]));
+    for (int i = 0; i < 3; i++) {
+      json_array_append_new(g, operand_json(k->global[i]));
+      json_array_append_new(l, operand_json(k->local[i]));
+    }
+    json_object_set_new(j, "bufs", bufs);
+    json_object_set_new(j, "outs", outs);
+    json_object_set_new(j, "vals", vals);
+    json_object_set_new(j, "global", g);
+    json_object_set_new(j, "local", l);
+  }
+  if (st) {
+    json_decref(j);
+    return st;
+  }
+  *out = j;
+  return NULL;
+}
+
+hcq_status_t hcq_jit_save(hcq_jit_t *jit, const char *path) {
+  if (!jit || !path) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_save: jit or path is NULL");
+  saver_t s = {json_object(), json_object(), {0}, {0}, {0}, {0}};
+  json_t *root = json_object(), *vars = json_object(), *items = json_array(), *inputs = json_array();
+  hcq_status_t st = NULL;
+  if (!s.buffers || !s.programs || !root || !vars || !items || !inputs) st = oom();
+  /* Contents are read with copyout, which waits for the work before it on each device. */
+  for (size_t i = 0; i < hcq_jit_var_count(jit) && !st; i++) {
+    const hcq_expr_t *v = hcq_jit_var(jit, i);
+    if (json_object_get(vars, hcq_var_name(v))) {
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "two variables are named %s: a graph file names each once",
+                           hcq_var_name(v));
+      break;
+    }
+    json_t *jv = json_object();
+    json_object_set_new(jv, "min", json_integer(hcq_var_min(v)));
+    json_object_set_new(jv, "max", json_integer(hcq_var_max(v)));
+    json_object_set_new(jv, "value", json_integer(hcq_jit_var_value(jit, i)));
+    json_object_set_new(vars, hcq_var_name(v), jv);
+  }
+  for (size_t i = 0; i < hcq_jit_item_count(jit) && !st; i++) {
+    json_t *ji = NULL;
+    if (!(st = item_json(&s, hcq_jit_item(jit, i), &ji))) json_array_append_new(items, ji);
+    if (st) st = hcq_status_annotate(st, "item %zu", i);
+  }
+  for (size_t i = 0; i < hcq_jit_input_count(jit) && !st; i++) {
+    const char *name;
+    if (!(st = buffer_name(&s, hcq_jit_input(jit, i), &name))) json_array_append_new(inputs, json_string(name));
+  }
+  if (!st) {
+    json_object_set_new(root, "format", json_string("hcq-graph/1"));
+    json_object_set_new(root, "vars", vars);
+    json_object_set(root, "buffers", s.buffers);
+    json_object_set(root, "programs", s.programs);
+    json_object_set_new(root, "items", items);
+    json_object_set_new(root, "inputs", inputs);
+    json_t *runs = json_array();
+    json_array_append_new(runs, json_object());
+    json_object_set_new(root, "runs", runs);
+    vars = items = inputs = NULL;
+    if (json_dump_file(root, path, JSON_INDENT(2)) != 0)
+      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
+  }
+  json_decref(vars);
+  json_decref(items);
+  json_decref(inputs);
+  json_decref(root);
+  json_decref(s.buffers);
+  json_decref(s.programs);
+  for (size_t i = 0; i < s.names.len; i++) free(s.names.data[i]);
+  for (size_t i = 0; i < s.prog_names.len; i++) free(s.prog_names.data[i]);
+  hcq__vec_free(&s.bufs);
+  hcq__vec_free(&s.names);
+  hcq__vec_free(&s.progs);
+  hcq__vec_free(&s.prog_names);
+  return st ? hcq_status_annotate(st, "saving %s", path) : NULL;
+}

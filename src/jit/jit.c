@@ -1,0 +1,397 @@
+/* Capture and batching (SPEC 8): recorded items split into graph batches, replayed with new inputs
+ * and variable values; leftovers run eagerly, and the report says why. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "graph/graph_internal.h"
+#include "hcq/jit.h"
+
+/* ---- capture ---- */
+
+struct hcq_capture {
+  HCQ__VEC(hcq_exec_item_t) items;
+  size_t host_copies;
+  hcq_status_t error; /* first failure to record (memory): reported by end */
+  hcq__recorder_t recorder;
+};
+
+static _Thread_local hcq_capture_t *g_capturing;
+
+static void record(hcq_capture_t *c, const hcq_exec_item_t *it) {
+  if (c->error) return;
+  hcq_exec_item_t copy;
+  if (!hcq__vec_reserve_for(&c->items, c->items.len + 1) || (c->error = hcq__exec_item_copy(it, &copy))) {
+    if (!c->error) c->error = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory recording item %zu", c->items.len);
+    return;
+  }
+  c->items.data[c->items.len++] = copy;
+}
+
+static void record_launch(void *ctx, const hcq_launch_desc_t *d) {
+  hcq_operand_t vals[HCQ_MAX_KERNEL_VALS];
+  uint32_t all[HCQ_MAX_KERNEL_BUFS];
+  for (size_t i = 0; i < d->nvals; i++) vals[i] = hcq_imm(d->vals[i]);
+  for (size_t i = 0; i < d->nbufs; i++) all[i] = (uint32_t)i;
+  hcq_kernel_item_t k = {d->program, d->bufs, d->nbufs, d->nouts ? d->outs : all, d->nouts ? d->nouts : d->nbufs,
+                         vals, d->nvals, {{0}}, {{0}}};
+  for (int i = 0; i < 3; i++) k.global[i] = hcq_imm(d->global[i]), k.local[i] = hcq_imm(d->local[i]);
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL, .kernel = k};
+  record(ctx, &it);
+}
+
+static void record_transfer(void *ctx, hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_TRANSFER, .transfer = {dst, src, size}};
+  record(ctx, &it);
+}
+
+static void record_item(void *ctx, const hcq_exec_item_t *it) { record(ctx, it); }
+static void record_host_copy(void *ctx) { ((hcq_capture_t *)ctx)->host_copies++; }
+
+hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
+  if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_begin: out_capture is NULL");
+  *out = NULL;
+  if (g_capturing) return hcq_status_make(HCQ_FAILED_PRECONDITION, "this thread is already capturing");
+  hcq_capture_t *c = calloc(1, sizeof(*c));
+  if (!c) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory starting a capture");
+  c->recorder = (hcq__recorder_t){record_launch, record_transfer, record_item, record_host_copy, c};
+  g_capturing = c;
+  hcq__recorder = &c->recorder;
+  *out = c;
+  return NULL;
+}
+
+size_t hcq_capture_item_count(const hcq_capture_t *c) { return c ? c->items.len : 0; }
+
+static void capture_free(hcq_capture_t *c) {
+  if (g_capturing == c) {
+    g_capturing = NULL;
+    hcq__recorder = NULL;
+  }
+  for (size_t i = 0; i < c->items.len; i++) hcq__exec_item_release(&c->items.data[i]);
+  hcq__vec_free(&c->items);
+  hcq_status_free(c->error);
+  free(c);
+}
+
+void hcq_capture_abort(hcq_capture_t *c) {
+  if (c) capture_free(c);
+}
+
+/* ---- the replayable object ---- */
+
+typedef struct segment {
+  size_t first, count;
+  hcq_graph_t *graph; /* NULL: the items run eagerly */
+} segment_t;
+
+struct hcq_jit {
+  hcq__runner_t runner;
+  HCQ__VEC(segment_t) segments;
+  HCQ__VEC(size_t) batch_sizes;
+  hcq_var_value_t *vals; /* the runner's variables, values filled per replay */
+  uint32_t *slots_at;    /* per item: first index into runner.slots (slots are in item order) */
+  char *text;
+  size_t text_len, text_cap;
+  hcq_jit_report_t report;
+};
+
+static void say(hcq_jit_t *jit, const char *fmt, ...) HCQ_PRINTF(2, 3);
+static void say(hcq_jit_t *jit, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char line[1024];
+  int n = vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  size_t len = (size_t)n < sizeof(line) - 1 ? (size_t)n : sizeof(line) - 1;
+  if (!hcq__vec_reserve((void **)&jit->text, &jit->text_cap, jit->text_len + len + 2, 1)) return;
+  memcpy(jit->text + jit->text_len, line, len);
+  jit->text_len += len;
+  jit->text[jit->text_len++] = '\n';
+  jit->text[jit->text_len] = '\0';
+}
+
+/* The graph kind that can hold work on a device: the HCQ graph for every kind hcq drives today
+ * (it spans devices); 0 for none. */
+static int graph_kind_of(const hcq_device_t *dev) { return dev->kind == HCQ_DEVICE_CPU ? 1 : 0; }
+
+static int item_graph_kind(const hcq_exec_item_t *it, const char **why) {
+  if (it->kind == HCQ_ITEM_KERNEL) {
+    int k = graph_kind_of(it->kernel.program->dev);
+    if (!k) *why = "its device has no graph runner";
+    return k;
+  }
+  int k = graph_kind_of(it->transfer.src->dev);
+  if (!k || graph_kind_of(it->transfer.dst->dev) != k) {
+    *why = "a transfer is graphable only when both ends are devices of the graph's kind";
+    return 0;
+  }
+  return k;
+}
+
+static void describe_item(const hcq_exec_item_t *it, char *buf, size_t size) {
+  if (it->kind == HCQ_ITEM_KERNEL)
+    snprintf(buf, size, "%s on %s", it->kernel.program->name, it->kernel.program->dev->name);
+  else
+    snprintf(buf, size, "transfer %s -> %s", it->transfer.src->dev->name, it->transfer.dst->dev->name);
+}
+
+static hcq_status_t add_segment(hcq_jit_t *jit, size_t first, size_t count, hcq_graph_t *graph) {
+  segment_t s = {first, count, graph};
+  if (!hcq__vec_push(&jit->segments, s)) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory batching");
+  return NULL;
+}
+
+static hcq_status_t add_eager(hcq_jit_t *jit, size_t first, size_t count, const char *why) {
+  char what[160];
+  describe_item(&jit->runner.items[first], what, sizeof(what));
+  if (count == 1)
+    say(jit, "item %zu (%s) runs eagerly: %s", first, what, why);
+  else
+    say(jit, "items %zu-%zu run eagerly: %s", first, first + count - 1, why);
+  jit->report.eager_items += count;
+  return add_segment(jit, first, count, NULL);
+}
+
+/* Closes a batch: a graph when it can be built, else eager items with the reason. */
+static hcq_status_t flush(hcq_jit_t *jit, size_t first, size_t count, size_t *max_batch, bool profile) {
+  if (count == 0) return NULL;
+  if (count == 1) return add_eager(jit, first, 1, "a batch of one item is not graphed");
+  hcq__runner_t *r = &jit->runner;
+  hcq_graph_options_t opts = {.profile = profile};
+  hcq_graph_t *g = NULL;
+  hcq_status_t st = hcq_graph_create(r->items + first, count, r->inputs, r->ninputs, jit->vals, r->vars.len, &opts, &g);
+  if (st) {
+    if (hcq_status_code(st) == HCQ_OUT_OF_MEMORY) return st;
+    char why[768];
+    snprintf(why, sizeof(why), "building their graph failed: %s", hcq_status_message(st));
+    hcq_status_free(st);
+    return add_eager(jit, first, count, why);
+  }
+  if (!hcq__vec_reserve_for(&jit->batch_sizes, jit->batch_sizes.len + 1) || (st = add_segment(jit, first, count, g))) {
+    hcq_status_free(hcq_graph_destroy(g));
+    return st ? st : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory batching");
+  }
+  jit->batch_sizes.data[jit->batch_sizes.len++] = count;
+  jit->report.graphed_items += count;
+  *max_batch *= 2;
+  return NULL;
+}
+
+static hcq_status_t batch(hcq_jit_t *jit, size_t first_batch_size, bool profile) {
+  hcq__runner_t *r = &jit->runner;
+  size_t max_batch = first_batch_size, start = 0, len = 0;
+  int batch_kind = 0;
+  hcq_status_t st = NULL;
+  for (size_t j = 0; j < r->nitems && !st; j++) {
+    const char *why = NULL;
+    int kind = item_graph_kind(&r->items[j], &why);
+    bool fits = kind && len > 0 && kind == batch_kind && len < max_batch;
+    if (!fits && len > 0) {
+      st = flush(jit, start, len, &max_batch, profile);
+      len = 0;
+    }
+    if (st) break;
+    if (!kind) {
+      st = add_eager(jit, j, 1, why);
+      continue;
+    }
+    if (len == 0) start = j, batch_kind = kind;
+    len++;
+  }
+  if (!st) st = flush(jit, start, len, &max_batch, profile);
+  return st;
+}
+
+static void jit_free(hcq_jit_t *jit) {
+  for (size_t i = 0; i < jit->segments.len; i++)
+    if (jit->segments.data[i].graph) hcq_status_free(hcq_graph_destroy(jit->segments.data[i].graph));
+  hcq__vec_free(&jit->segments);
+  hcq__vec_free(&jit->batch_sizes);
+  free(jit->vals);
+  free(jit->slots_at);
+  free(jit->text);
+  hcq__runner_deinit(&jit->runner);
+  free(jit);
+}
+
+static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
+                              const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *options,
+                              size_t host_copies, hcq_jit_t **out) {
+  hcq_jit_t *jit = calloc(1, sizeof(*jit));
+  if (!jit) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
+  hcq_status_t st = hcq__runner_init(&jit->runner, items, nitems, inputs, ninputs, vals, nvals);
+  if (st) {
+    free(jit);
+    return st;
+  }
+  hcq__runner_t *r = &jit->runner;
+  jit->vals = calloc(r->vars.len + 1, sizeof(*jit->vals));
+  jit->slots_at = calloc(r->nitems + 1, sizeof(*jit->slots_at));
+  if (!jit->vals || !jit->slots_at) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
+  for (size_t i = 0; i < r->vars.len && !st; i++) jit->vals[i] = (hcq_var_value_t){r->vars.data[i], r->values[i]};
+  for (size_t j = 0, s = 0; j <= r->nitems && !st; j++) {
+    while (s < r->slots.len && r->slots.data[s].item < j) s++;
+    jit->slots_at[j] = (uint32_t)s;
+  }
+  size_t first = options && options->first_batch_size ? options->first_batch_size : hcq__options()->jit_batch_size;
+  if (!st && options && options->eager_only)
+    st = add_eager(jit, 0, r->nitems, "graphs are turned off (eager only)");
+  else if (!st)
+    st = batch(jit, first, options && options->profile);
+  if (st) {
+    jit_free(jit);
+    return st;
+  }
+  jit->report.items = r->nitems;
+  jit->report.batches = jit->batch_sizes.len;
+  jit->report.batch_sizes = jit->batch_sizes.data;
+  jit->report.host_copies = host_copies;
+  /* The summary goes first: prepend it to the per-item reasons. */
+  char *reasons = jit->text;
+  jit->text = NULL;
+  jit->text_len = jit->text_cap = 0;
+  char sizes[512] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < jit->batch_sizes.len && used + 24 < sizeof(sizes); i++)
+    used += (size_t)snprintf(sizes + used, sizeof(sizes) - used, "%s%zu", i ? ", " : "", jit->batch_sizes.data[i]);
+  say(jit, "%zu items: %zu graphed in %zu batch%s%s%s%s, %zu eager", r->nitems, jit->report.graphed_items,
+      jit->batch_sizes.len, jit->batch_sizes.len == 1 ? "" : "es", used ? " (" : "", sizes, used ? ")" : "",
+      jit->report.eager_items);
+  if (host_copies)
+    say(jit, "%zu host cop%s during capture ran once and were not recorded (host memory is not replayed)", host_copies,
+        host_copies == 1 ? "y" : "ies");
+  if (reasons) {
+    say(jit, "%s", reasons);
+    jit->text[--jit->text_len] = '\0'; /* reasons end with their own newline */
+    free(reasons);
+  }
+  jit->report.text = jit->text ? jit->text : "";
+  *out = jit;
+  return NULL;
+}
+
+hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
+                            const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *options,
+                            hcq_jit_t **out_jit) {
+  if (!out_jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_create: out_jit is NULL");
+  *out_jit = NULL;
+  return jit_build(items, nitems, inputs, ninputs, vals, nvals, options, 0, out_jit);
+}
+
+hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
+                             size_t nvals, const hcq_jit_options_t *options, hcq_jit_t **out_jit) {
+  if (!c) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: capture is NULL");
+  hcq_status_t st = NULL;
+  if (!out_jit)
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: out_jit is NULL");
+  else if (c->error)
+    st = hcq_status_annotate(c->error, "capture"), c->error = NULL;
+  else if (c->items.len == 0)
+    st = hcq_status_make(HCQ_FAILED_PRECONDITION, "the capture recorded no launches or transfers");
+  if (out_jit) *out_jit = NULL;
+  if (!st) {
+    /* Recording stops before the graphs are built. */
+    g_capturing = NULL;
+    hcq__recorder = NULL;
+    st = jit_build(c->items.data, c->items.len, inputs, ninputs, vals, nvals, options, c->host_copies, out_jit);
+  }
+  capture_free(c);
+  return st;
+}
+
+/* Runs items [first, first+count) eagerly with the staged inputs and values. */
+static hcq_status_t run_eager(hcq_jit_t *jit, const segment_t *s) {
+  hcq__runner_t *r = &jit->runner;
+  hcq_buffer_t *bufs[HCQ_MAX_KERNEL_BUFS];
+  for (size_t j = s->first; j < s->first + s->count; j++) {
+    hcq_exec_item_t it = r->items[j];
+    if (it.kind == HCQ_ITEM_KERNEL && jit->slots_at[j] != jit->slots_at[j + 1]) {
+      memcpy(bufs, it.kernel.bufs, it.kernel.nbufs * sizeof(*bufs));
+      it.kernel.bufs = bufs;
+    }
+    for (uint32_t k = jit->slots_at[j]; k < jit->slots_at[j + 1]; k++) {
+      const hcq__input_slot_t *slot = &r->slots.data[k];
+      hcq_buffer_t *b = r->pending_inputs[slot->input];
+      if (it.kind == HCQ_ITEM_KERNEL)
+        bufs[slot->arg] = b;
+      else if (slot->arg == 0)
+        it.transfer.dst = b;
+      else
+        it.transfer.src = b;
+    }
+    hcq_status_t st = hcq_exec_item_run(&it, jit->vals, r->vars.len);
+    if (st) return hcq_status_annotate(st, "item %zu", j);
+  }
+  return NULL;
+}
+
+hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
+                         size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
+  if (!jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_run: jit is NULL");
+  uint64_t start = hcq__now_ns();
+  hcq__runner_t *r = &jit->runner;
+  hcq_status_t st = hcq__runner_stage(r, inputs, ninputs, vals, nvals);
+  if (st) return hcq_status_annotate(st, "jit replay");
+  for (size_t i = 0; i < r->vars.len; i++) jit->vals[i].value = r->pending_values[i];
+  /* Replaying is not recording: a capture around a replay would record its items twice. */
+  const hcq__recorder_t *rec = hcq__recorder;
+  hcq__recorder = NULL;
+  for (size_t i = 0; i < jit->segments.len && !st; i++) {
+    const segment_t *s = &jit->segments.data[i];
+    if (s->graph)
+      st = hcq_graph_run(s->graph, r->pending_inputs, r->ninputs, jit->vals, r->vars.len, false, NULL);
+    else
+      st = run_eager(jit, s);
+    if (st) st = hcq_status_annotate(st, "jit replay, batch %zu (items %zu-%zu)", i, s->first, s->first + s->count - 1);
+  }
+  hcq__recorder = rec;
+  if (st) return st;
+  hcq__runner_commit(r);
+  if (wait) {
+    for (size_t d = 0; d < r->ndevices && !st; d++) st = hcq_device_synchronize(r->devices[d]);
+    if (st) return st;
+    if (out_elapsed_ns) *out_elapsed_ns = hcq__now_ns() - start;
+  }
+  return NULL;
+}
+
+hcq_status_t hcq_jit_destroy(hcq_jit_t *jit) {
+  if (!jit) return NULL;
+  /* Destroy graphs one by one so that a timeout leaves the jit consistent. */
+  for (size_t i = 0; i < jit->segments.len; i++) {
+    segment_t *s = &jit->segments.data[i];
+    if (!s->graph) continue;
+    hcq_status_t st = hcq_graph_destroy(s->graph);
+    if (st) return st;
+    s->graph = NULL;
+  }
+  jit_free(jit);
+  return NULL;
+}
+
+const hcq_jit_report_t *hcq_jit_report(const hcq_jit_t *jit) { return jit ? &jit->report : NULL; }
+size_t hcq_jit_item_count(const hcq_jit_t *jit) { return jit ? jit->runner.nitems : 0; }
+const hcq_exec_item_t *hcq_jit_item(const hcq_jit_t *jit, size_t i) {
+  return jit && i < jit->runner.nitems ? &jit->runner.items[i] : NULL;
+}
+size_t hcq_jit_input_count(const hcq_jit_t *jit) { return jit ? jit->runner.ninputs : 0; }
+hcq_buffer_t *hcq_jit_input(const hcq_jit_t *jit, size_t i) {
+  return jit && i < jit->runner.ninputs ? jit->runner.inputs[i] : NULL;
+}
+size_t hcq_jit_var_count(const hcq_jit_t *jit) { return jit ? jit->runner.vars.len : 0; }
+const hcq_expr_t *hcq_jit_var(const hcq_jit_t *jit, size_t i) {
+  return jit && i < jit->runner.vars.len ? jit->runner.vars.data[i] : NULL;
+}
+int64_t hcq_jit_var_value(const hcq_jit_t *jit, size_t i) {
+  return jit && i < jit->runner.vars.len ? jit->runner.values[i] : 0;
+}
+size_t hcq_jit_graph_count(const hcq_jit_t *jit) { return jit ? jit->batch_sizes.len : 0; }
+hcq_graph_t *hcq_jit_graph(const hcq_jit_t *jit, size_t i) {
+  if (!jit) return NULL;
+  for (size_t s = 0; s < jit->segments.len; s++)
+    if (jit->segments.data[s].graph && i-- == 0) return jit->segments.data[s].graph;
+  return NULL;
+}
