@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build test asan ubsan tsan bench demo clean
+.PHONY: all deps build test asan ubsan tsan bench demo fuzz clean
 
 all: build
 
@@ -34,6 +34,18 @@ tsan: deps
 	$(call cmake_build,build-tsan,-DHCQ_SANITIZE=thread -DHCQ_BUILD_BENCH=OFF)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --test-dir build-tsan --output-on-failure
 
+# make fuzz: libFuzzer on the graph-file loader, seeded from examples/, for FUZZ_SECONDS (60).
+FUZZ_SECONDS ?= 60
+fuzz:
+	@HCQ_DEPS_FUZZ=1 scripts/install-deps.sh
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCQ_FUZZ=ON -DHCQ_BUILD_TESTS=OFF -DHCQ_BUILD_BENCH=OFF >/dev/null
+	cmake --build build-fuzz -j $(NPROC) --target graphfile_fuzz
+	mkdir -p build-fuzz/corpus build-fuzz/artifacts
+	cp examples/*.json build-fuzz/corpus/
+	HCQ_CACHE_DIR=$(CURDIR)/build-fuzz/kernel-cache ASAN_OPTIONS=detect_leaks=1 build-fuzz/fuzz/graphfile_fuzz \
+	  -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+	  -dict=fuzz/graphfile.dict -artifact_prefix=build-fuzz/artifacts/ build-fuzz/corpus
+
 bench: build
 	$(BUILD_DIR)/bench/hcq_bench
 
@@ -41,4 +53,4 @@ demo: build
 	$(BUILD_DIR)/cli/hcq demo
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-ubsan build-tsan
+	rm -rf $(BUILD_DIR) build-asan build-ubsan build-tsan build-fuzz

@@ -308,95 +308,26 @@ Test(graph, long_chain_and_replay_without_wait) {
 
 /* ---- the randomized fuzz ---- */
 
-static uint32_t rnd(uint32_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 17;
-  *s ^= *s << 5;
-  return *s;
-}
-
-typedef struct {
-  int idx;
-  int words; /* size in int32 */
-  int base;  /* world index of its base */
-  int dev;
-} fz_buf_t;
-
 Test(graph, randomized_fuzz, .timeout = 300) {
   uint32_t seed = 20261129;
-  hcq_expr_t *n = NULL, *k = NULL, *groups = NULL;
-  OK(hcq_var_create("n", 1, 64, &n));
-  OK(hcq_var_create("k", -9, 9, &k));
-  const hcq_expr_t *vars[] = {n, k};
-  OK(hcq_expr_parse("(n+63)//64", vars, 2, &groups));
+  world_vars_t v;
+  world_vars_open(&v);
   for (int round = 0; round < 24; round++) {
     world_t w;
-    int ndev = 1 + (int)(rnd(&seed) % 4);
-    world_open(&w, ndev);
-    fz_buf_t bufs[48];
-    int nb = 0;
-    for (int d = 0; d < ndev; d++)
-      for (int i = 0; i < 3; i++) {
-        int words = 64 * (1 + (int)(rnd(&seed) % 3));
-        int idx = world_buffer(&w, d, (size_t)words, rnd(&seed));
-        bufs[nb++] = (fz_buf_t){idx, words, idx, d};
-        int off = 16 * (int)(rnd(&seed) % (words / 32)), len = 64;
-        if (off + len <= words) {
-          int v = world_view(&w, idx, (size_t)off, (size_t)len);
-          bufs[nb++] = (fz_buf_t){v, len, idx, d};
-        }
-      }
-    /* Inputs: the first base buffer of each device, each with one replacement. */
-    int inputs[4], alts[4], ninputs = 0;
-    for (int i = 0; i < nb && ninputs < ndev; i++)
-      if (bufs[i].idx == bufs[i].base && bufs[i].dev == ninputs) {
-        inputs[ninputs] = bufs[i].idx;
-        alts[ninputs] = world_buffer(&w, bufs[i].dev, (size_t)bufs[i].words, rnd(&seed));
-        ninputs++;
-      }
-    int nitems = 4 + (int)(rnd(&seed) % 20);
-    world_item_t items[24];
-    for (int j = 0; j < nitems; j++) {
-      fz_buf_t *out = &bufs[rnd(&seed) % nb];
-      if (rnd(&seed) % 3 == 0) {
-        fz_buf_t *src = &bufs[rnd(&seed) % nb];
-        if (src->base == out->base) src = out; /* overlapping copies within one base stay exact */
-        int words = out->words < src->words ? out->words : src->words;
-        world_copy(&w, &items[j], out->idx, src->idx, (uint64_t)(1 + rnd(&seed) % words) * 4);
-        if (src == out) items[j].item.transfer.bytes = 0 + (uint64_t)words * 4;
-      } else {
-        /* Sources on the output's device; an output that shares a base with a source must be it. */
-        fz_buf_t *x = NULL, *y = NULL;
-        for (int tries = 0; tries < 20 && (!x || !y); tries++) {
-          fz_buf_t *c = &bufs[rnd(&seed) % nb];
-          if (c->dev != out->dev || (c->base == out->base && c != out)) continue;
-          if (!x) x = c;
-          else y = c;
-        }
-        if (!x) x = out;
-        if (!y) y = out;
-        int words = out->words;
-        if (x->words < words) words = x->words;
-        if (y->words < words) words = y->words;
-        bool symbolic = words >= 64 && rnd(&seed) % 2;
-        world_mix(&w, &items[j], out->idx, x->idx, y->idx, symbolic ? hcq_sym(k) : I(rnd(&seed) % 5),
-                  I(rnd(&seed) % 100), symbolic ? hcq_sym(n) : I(1 + rnd(&seed) % words), symbolic ? groups : NULL);
-      }
-    }
-    hcq_var_value_t init[] = {{n, 64}, {k, 1}};
-    hcq_graph_t *g = build(&w, items, nitems, inputs, ninputs, init, 2);
+    world_random_t rw;
+    world_random(&w, &seed, &v, &rw);
+    hcq_var_value_t init[] = {{v.n, 64}, {v.k, 1}};
+    hcq_graph_t *g = build(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2);
     for (int r = 0; r < 6; r++) {
-      int swaps[4];
-      for (int i = 0; i < ninputs; i++) swaps[i] = rnd(&seed) % 2 ? alts[i] : -1;
-      hcq_var_value_t vals[] = {{n, 1 + rnd(&seed) % 64}, {k, (int64_t)(rnd(&seed) % 19) - 9}};
+      int swaps[WORLD_MAX_DEVS];
+      hcq_var_value_t vals[2];
+      world_random_replay(&rw, &seed, &v, swaps, vals);
       char what[96];
-      snprintf(what, sizeof(what), "fuzz round %d (%d devices, %d items) replay %d", round, ndev, nitems, r);
-      replay(&w, g, items, nitems, inputs, swaps, ninputs, vals, 2, rnd(&seed) % 2, what);
+      snprintf(what, sizeof(what), "fuzz round %d (%d devices, %d items) replay %d", round, w.ndev, rw.nitems, r);
+      replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
     }
     OK(hcq_graph_destroy(g));
     world_close(&w);
   }
-  hcq_expr_release(n);
-  hcq_expr_release(k);
-  hcq_expr_release(groups);
+  world_vars_close(&v);
 }

@@ -131,3 +131,92 @@ void world_compare(world_t *w, const char *what) {
     free(b);
   }
 }
+
+uint32_t world_rand(uint32_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 17;
+  *s ^= *s << 5;
+  return *s;
+}
+
+void world_vars_open(world_vars_t *v) {
+  OK(hcq_var_create("n", 1, 64, &v->n));
+  OK(hcq_var_create("k", -9, 9, &v->k));
+  const hcq_expr_t *vars[] = {v->n, v->k};
+  OK(hcq_expr_parse("(n+63)//64", vars, 2, &v->groups));
+}
+
+void world_vars_close(world_vars_t *v) {
+  hcq_expr_release(v->n);
+  hcq_expr_release(v->k);
+  hcq_expr_release(v->groups);
+}
+
+typedef struct {
+  int idx, words, base, dev;
+} fz_buf_t;
+
+void world_random(world_t *w, uint32_t *seed, const world_vars_t *v, world_random_t *out) {
+  memset(out, 0, sizeof(*out));
+  int ndev = 1 + (int)(world_rand(seed) % 4);
+  world_open(w, ndev);
+  fz_buf_t bufs[48];
+  int nb = 0;
+  for (int d = 0; d < ndev; d++)
+    for (int i = 0; i < 3; i++) {
+      int words = 64 * (1 + (int)(world_rand(seed) % 3));
+      int idx = world_buffer(w, d, (size_t)words, world_rand(seed));
+      bufs[nb++] = (fz_buf_t){idx, words, idx, d};
+      int off = 16 * (int)(world_rand(seed) % (words / 32)), len = 64;
+      if (off + len <= words) {
+        int vw = world_view(w, idx, (size_t)off, (size_t)len);
+        bufs[nb++] = (fz_buf_t){vw, len, idx, d};
+      }
+    }
+  /* Inputs: the first base buffer of each device, each with one replacement. */
+  for (int i = 0; i < nb && out->ninputs < ndev; i++)
+    if (bufs[i].idx == bufs[i].base && bufs[i].dev == out->ninputs) {
+      out->inputs[out->ninputs] = bufs[i].idx;
+      out->alts[out->ninputs] = world_buffer(w, bufs[i].dev, (size_t)bufs[i].words, world_rand(seed));
+      out->ninputs++;
+    }
+  out->nitems = 4 + (int)(world_rand(seed) % 20);
+  for (int j = 0; j < out->nitems; j++) {
+    world_item_t *wi = &out->items[j];
+    fz_buf_t *o = &bufs[world_rand(seed) % nb];
+    if (world_rand(seed) % 3 == 0) {
+      fz_buf_t *src = &bufs[world_rand(seed) % nb];
+      if (src->base == o->base) src = o; /* overlapping copies within one base stay exact */
+      int words = o->words < src->words ? o->words : src->words;
+      world_copy(w, wi, o->idx, src->idx, (uint64_t)(1 + world_rand(seed) % words) * 4);
+    } else {
+      /* Sources on the output's device; an output that shares a base with a source must be it, so
+       * that no kernel reads what another of its threads writes. */
+      fz_buf_t *x = NULL, *y = NULL;
+      for (int tries = 0; tries < 20 && (!x || !y); tries++) {
+        fz_buf_t *c = &bufs[world_rand(seed) % nb];
+        if (c->dev != o->dev || (c->base == o->base && c != o)) continue;
+        if (!x)
+          x = c;
+        else
+          y = c;
+      }
+      if (!x) x = o;
+      if (!y) y = o;
+      int words = o->words;
+      if (x->words < words) words = x->words;
+      if (y->words < words) words = y->words;
+      bool symbolic = words >= 64 && world_rand(seed) % 2;
+      world_mix(w, wi, o->idx, x->idx, y->idx, symbolic ? hcq_sym(v->k) : hcq_imm(world_rand(seed) % 5),
+                hcq_imm(world_rand(seed) % 100), symbolic ? hcq_sym(v->n) : hcq_imm(1 + world_rand(seed) % words),
+                symbolic ? v->groups : NULL);
+    }
+  }
+}
+
+void world_random_replay(const world_random_t *rw, uint32_t *seed, const world_vars_t *v, int *swaps,
+                         hcq_var_value_t vals[2]) {
+  for (int i = 0; i < rw->ninputs; i++) swaps[i] = world_rand(seed) % 2 ? rw->alts[i] : -1;
+  vals[0] = (hcq_var_value_t){v->n, 1 + world_rand(seed) % 64};
+  vals[1] = (hcq_var_value_t){v->k, (int64_t)(world_rand(seed) % 19) - 9};
+}

@@ -46,4 +46,25 @@ void world_run_eager(world_t *w, world_item_t *items, int nitems, const int *inp
 /* Asserts that every buffer equals its mirror; what names the moment. */
 void world_compare(world_t *w, const char *what);
 
+/* Random worlds for fuzzing: 1-4 devices, base buffers and views, inputs with one replacement
+ * each, and up to 24 items (kernels with symbolic or constant operands, transfers). */
+typedef struct world_vars {
+  hcq_expr_t *n, *k, *groups; /* n in [1, 64], k in [-9, 9], groups = (n+63)//64 */
+} world_vars_t;
+void world_vars_open(world_vars_t *v);
+void world_vars_close(world_vars_t *v);
+
+typedef struct world_random {
+  world_item_t items[24];
+  int nitems;
+  int inputs[WORLD_MAX_DEVS], alts[WORLD_MAX_DEVS], ninputs;
+} world_random_t;
+
+uint32_t world_rand(uint32_t *seed);
+/* Opens w and fills it at random. */
+void world_random(world_t *w, uint32_t *seed, const world_vars_t *v, world_random_t *out);
+/* Random swaps (-1 keeps an input) and values {n, k} for one replay. */
+void world_random_replay(const world_random_t *rw, uint32_t *seed, const world_vars_t *v, int *swaps,
+                         hcq_var_value_t vals[2]);
+
 #endif

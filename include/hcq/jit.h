@@ -82,7 +82,8 @@ typedef struct hcq_jit_report {
 /* Valid until the jit is destroyed. */
 const hcq_jit_report_t *hcq_jit_report(const hcq_jit_t *jit);
 
-/* The jit's items, inputs and variables (borrowed), e.g. to save or inspect them. */
+/* The jit's items, inputs and variables (borrowed), e.g. to save or inspect them. The inputs are
+ * the buffers the items were captured with (the ones a replay replaces). */
 size_t hcq_jit_item_count(const hcq_jit_t *jit);
 const hcq_exec_item_t *hcq_jit_item(const hcq_jit_t *jit, size_t i);
 size_t hcq_jit_input_count(const hcq_jit_t *jit);
@@ -97,8 +98,9 @@ size_t hcq_jit_graph_count(const hcq_jit_t *jit);
 hcq_graph_t *hcq_jit_graph(const hcq_jit_t *jit, size_t i);
 
 /* Writes the jit as an hcq-graph/1 file (programs with their source, every buffer with its current
- * contents, items, inputs, variables, one run): `hcq run FILE` runs it again. Programs made from
- * function pointers cannot be saved (UNIMPLEMENTED, naming the program). Waits for the last replay. */
+ * contents, items, inputs as captured, variables with their last values, one run): `hcq run FILE`
+ * runs it again. Programs made from function pointers cannot be saved (UNIMPLEMENTED, naming the
+ * program). Buffer contents are read after the work queued before the call. */
 HCQ_MUST_USE hcq_status_t hcq_jit_save(hcq_jit_t *jit, const char *path);
 
 #ifdef __cplusplus

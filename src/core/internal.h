@@ -230,6 +230,7 @@ struct hcq_queue {
   hcq_device_t *bound_dev;
   hcq__mem_t bound;
   bool retain_refs; /* false for the eager scratch queues, whose objects outlive their work anyway */
+  size_t last_patch_writes; /* patch points the last submit rewrote (tests prove O(changed) with it) */
 };
 
 /* ---- core internals shared by modules ---- */

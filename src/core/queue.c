@@ -396,12 +396,14 @@ static hcq_status_t evaluate(hcq_queue_t *q, const hcq_var_value_t *vals, size_t
 
 static void write_patches(hcq_queue_t *q, uint32_t *words) {
   size_t n = hcq__symset_count(&q->syms);
+  q->last_patch_writes = 0;
   for (uint32_t i = 0; i < n; i++) {
     int64_t v = q->sym_new.data[i];
     if (q->submitted && v == q->sym_last.data[i]) continue;
     q->sym_last.data[i] = v;
     for (uint32_t p = q->sym_head.data[i]; p != NO_PATCH; p = q->patches.data[p].next) {
       const hcq__patch_t *pt = &q->patches.data[p];
+      q->last_patch_writes++;
       if (pt->in_memory) {
         char *dst = (char *)pt->mem->mem.host + pt->offset;
         if (pt->field == HCQ__FIELD_U64) {

@@ -504,6 +504,9 @@ static const hcq__graph_vtable_t hcq_graph_vtable = {
 };
 
 hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out) {
+  if (runner->ndevices > HCQ__GRAPH_MAX_DEVICES)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "an HCQ graph spans at most %d devices; these items use %zu",
+                           HCQ__GRAPH_MAX_DEVICES, runner->ndevices);
   hcq_graph_impl_t *g = calloc(1, sizeof(*g));
   if (!g) return oom();
   g->base.vt = &hcq_graph_vtable;

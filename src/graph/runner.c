@@ -32,11 +32,9 @@ uint32_t hcq__runner_device_index(const hcq__runner_t *r, const hcq_device_t *de
   return UINT32_MAX;
 }
 
-static hcq_status_t add_device(hcq__runner_t *r, hcq_device_t *dev, size_t j) {
+static hcq_status_t add_device(hcq__runner_t *r, hcq_device_t *dev) {
   if (hcq__runner_device_index(r, dev) != UINT32_MAX) return NULL;
-  if (r->ndevices == HCQ__GRAPH_MAX_DEVICES)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "item %zu: a graph spans at most %d devices", j,
-                           HCQ__GRAPH_MAX_DEVICES);
+  if (!hcq__vec_reserve((void **)&r->devices, &r->devices_cap, r->ndevices + 1, sizeof(*r->devices))) return oom();
   r->devices[r->ndevices++] = dev;
   return NULL;
 }
@@ -198,6 +196,9 @@ void hcq__runner_deinit(hcq__runner_t *r) {
   free(r->values);
   free(r->pending_values);
   for (size_t i = 0; i < r->ndevices; i++) atomic_fetch_sub(&r->devices[i]->live, 1);
+  free(r->devices);
+  for (size_t i = 0; i < r->ninputs && r->build_inputs; i++) hcq_buffer_release(r->build_inputs[i]);
+  free(r->build_inputs);
   memset(r, 0, sizeof(*r));
 }
 
@@ -219,9 +220,9 @@ static hcq_status_t collect(hcq__runner_t *r, const hcq_exec_item_t *items, size
     if (st) return st;
     hcq__item_access_t acc;
     hcq__item_access(it, &acc);
-    if ((st = add_device(r, hcq__item_device(it), j))) return st;
+    if ((st = add_device(r, hcq__item_device(it)))) return st;
     for (size_t i = 0; i < acc.n; i++)
-      if ((st = add_device(r, acc.bufs[i]->dev, j))) return st;
+      if ((st = add_device(r, acc.bufs[i]->dev))) return st;
     if (it->kind == HCQ_ITEM_KERNEL) {
       const hcq_kernel_item_t *k = &it->kernel;
       for (size_t i = 0; i < k->nvals && !st; i++)
@@ -257,12 +258,16 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   }
   r->ninputs = ninputs;
   r->inputs = calloc(ninputs ? ninputs : 1, sizeof(*r->inputs));
+  r->build_inputs = calloc(ninputs ? ninputs : 1, sizeof(*r->build_inputs));
   r->pending_inputs = calloc(ninputs ? ninputs : 1, sizeof(*r->pending_inputs));
-  if (!r->inputs || !r->pending_inputs) {
+  if (!r->inputs || !r->build_inputs || !r->pending_inputs) {
     hcq__runner_deinit(r);
     return oom();
   }
-  for (size_t k = 0; k < ninputs; k++) r->inputs[k] = hcq_buffer_retain(inputs[k]);
+  for (size_t k = 0; k < ninputs; k++) {
+    r->inputs[k] = hcq_buffer_retain(inputs[k]);
+    r->build_inputs[k] = hcq_buffer_retain(inputs[k]);
+  }
 
   hcq_status_t st = collect(r, items, nitems);
   if (!st) {

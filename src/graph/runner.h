@@ -8,6 +8,7 @@
 #include "graph/deps.h"
 #include "hcq/graph.h"
 
+/* The HCQ graph tracks devices in 64-bit sets. */
 #define HCQ__GRAPH_MAX_DEVICES 64
 
 typedef struct hcq__input_slot {
@@ -26,8 +27,9 @@ typedef struct hcq__runner {
   HCQ__VEC(const hcq_expr_t *) vars; /* retained */
   int64_t *values;                   /* current value per variable */
   int64_t *pending_values;           /* what the replay being prepared uses */
-  hcq_device_t *devices[HCQ__GRAPH_MAX_DEVICES];
-  size_t ndevices;
+  hcq_device_t **devices; /* every device of the items, first use first */
+  size_t ndevices, devices_cap;
+  hcq_buffer_t **build_inputs; /* the inputs the items were given (retained): what slots hold */
 } hcq__runner_t;
 
 /* Validates and copies items, retains what they use, collects variables and input slots, and checks

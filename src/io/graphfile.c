@@ -539,12 +539,14 @@ static hcq_status_t resolve_view(loader_t *L, const json_t *buffers, const char 
   pop(L, m3);
   if (st) goto out;
   ssize_t base_idx;
-  size_t saved = L->path_len;
-  pop(L, 0);
+  char saved[sizeof(L->path)];
+  size_t saved_len = L->path_len;
+  memcpy(saved, L->path, sizeof(saved));
+  pop(L, 0); /* the base reports its own path */
   st = resolve_view(L, buffers, json_string_value(jview), depth + 1, &base_idx);
   if (st) goto out;
-  L->path_len = saved;
-  L->path[saved] = '\0';
+  memcpy(L->path, saved, sizeof(saved));
+  L->path_len = saved_len;
   int64_t off = 0, bytes;
   if (joff) {
     m3 = push(L, ".offset");
@@ -948,8 +950,8 @@ static hcq_status_t parse_runs(loader_t *L, const json_t *runs) {
       pop(L, m2);
       break;
     }
-    memcpy(run.inputs, gf->inputs, gf->ninputs * sizeof(hcq_buffer_t *));
-    memcpy(run.vals, gf->vars.data, gf->vars.len * sizeof(hcq_var_value_t));
+    if (gf->ninputs) memcpy(run.inputs, gf->inputs, gf->ninputs * sizeof(hcq_buffer_t *));
+    if (gf->vars.len) memcpy(run.vals, gf->vars.data, gf->vars.len * sizeof(hcq_var_value_t));
     const json_t *j = runs ? json_array_get(runs, r) : NULL;
     static const char *const keys[] = {"inputs", "vars", NULL};
     if (j && !(st = expect(L, j, JSON_OBJECT, "an object {inputs, vars}"))) st = only_keys(L, j, keys);
@@ -1031,7 +1033,10 @@ static hcq_status_t check_items(loader_t *L) {
           else
             snprintf(where, sizeof(where), "items[%zu].%s[%zu]", i, v < k->nvals + 3 ? "global" : "local",
                      (v - k->nvals) % 3);
-          return hcq_status_annotate(st, "%s: %s (with the values of run %zu)", L->name, where, r);
+          hcq_status_t out = hcq_status_make(hcq_status_code(st), "%s: %s: %s (with the values of run %zu)", L->name,
+                                             where, hcq_status_message(st), r);
+          hcq_status_free(st);
+          return out;
         }
       }
     }

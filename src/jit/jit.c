@@ -379,7 +379,7 @@ const hcq_exec_item_t *hcq_jit_item(const hcq_jit_t *jit, size_t i) {
 }
 size_t hcq_jit_input_count(const hcq_jit_t *jit) { return jit ? jit->runner.ninputs : 0; }
 hcq_buffer_t *hcq_jit_input(const hcq_jit_t *jit, size_t i) {
-  return jit && i < jit->runner.ninputs ? jit->runner.inputs[i] : NULL;
+  return jit && i < jit->runner.ninputs ? jit->runner.build_inputs[i] : NULL;
 }
 size_t hcq_jit_var_count(const hcq_jit_t *jit) { return jit ? jit->runner.vars.len : 0; }
 const hcq_expr_t *hcq_jit_var(const hcq_jit_t *jit, size_t i) {

@@ -1,0 +1,229 @@
+/* The hcq-graph/1 loader: contents, initial data, runs, the device map, and errors with JSON paths. */
+#include "test_util.h"
+
+TestSuite(graphfile, .timeout = 120);
+
+static hcq_graph_file_t *load(const char *text) {
+  hcq_graph_file_t *gf = NULL;
+  OK(hcq_graph_file_load_text(text, strlen(text), "t.json", ".", NULL, &gf));
+  return gf;
+}
+
+static void load_fails(const char *text, hcq_status_code_t code, const char *fragment) {
+  hcq_graph_file_t *gf = NULL;
+  hcq_status_t st = hcq_graph_file_load_text(text, strlen(text), "t.json", ".", NULL, &gf);
+  cr_assert_null(gf);
+  test_expect_failure(st, code, fragment, (const char *[]){fragment, NULL});
+}
+
+static hcq_buffer_t *named(hcq_graph_file_t *gf, const char *name) {
+  for (size_t i = 0; i < hcq_graph_file_buffer_count(gf); i++)
+    if (!strcmp(hcq_graph_file_buffer_name(gf, i), name)) return hcq_graph_file_buffer(gf, i);
+  cr_assert_fail("no buffer %s", name);
+  return NULL;
+}
+
+#define HEAD "{\"format\": \"hcq-graph/1\", "
+#define PROG                                                                                                      \
+  "\"programs\": {\"add1\": {\"c\": \"void add1(void *const *b, const int32_t *v, const hcq_launch_t *l) { "   \
+  "int32_t *o = b[0]; const int32_t *a = b[1]; for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = "          \
+  "(size_t)l->gid[0] * l->lsz[0] + t; if (i < (size_t)v[0]) o[i] = a[i] + 1; } }\"}}, "
+
+/* SplitMix64, written here independently from the library, for {"random": SEED}. */
+static void splitmix_ref(uint64_t seed, uint8_t *out, size_t n) {
+  uint64_t x = seed;
+  for (size_t i = 0; i < n; i += 8) {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z = z ^ (z >> 31);
+    for (size_t k = 0; k < 8 && i + k < n; k++) out[i + k] = (uint8_t)(z >> (8 * k));
+  }
+}
+
+Test(graphfile, initial_contents) {
+  hcq_graph_file_t *gf = load(HEAD
+                              "\"buffers\": {"
+                              "\"z\": {\"device\": \"CPU:0\", \"bytes\": 10},"
+                              "\"i\": {\"device\": \"CPU:0\", \"bytes\": 18, \"init\": \"iota32\"},"
+                              "\"f\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"fill32\": -2}},"
+                              "\"g\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"fill32\": 4294967295}},"
+                              "\"r\": {\"device\": \"CPU:0\", \"bytes\": 2000003, \"init\": {\"random\": 7}},"
+                              "\"b\": {\"device\": \"CPU:0\", \"bytes\": 5, \"init\": {\"base64\": \"aGVsbG8=\"}}},"
+                              "\"items\": [{\"copy\": {\"dst\": \"z\", \"src\": \"b\"}}]}");
+  uint8_t buf[32];
+  OK(hcq_buffer_copyout(named(gf, "z"), 0, buf, 10));
+  for (int k = 0; k < 10; k++) cr_assert_eq(buf[k], 0);
+  OK(hcq_buffer_copyout(named(gf, "i"), 0, buf, 18));
+  uint32_t w[5] = {0};
+  memcpy(w, buf, 18);
+  cr_assert_eq(w[0], 0);
+  cr_assert_eq(w[3], 3);
+  cr_assert_eq(w[4] & 0xffff, 4, "a partial last word keeps its low bytes");
+  OK(hcq_buffer_copyout(named(gf, "f"), 0, w, 8));
+  cr_assert_eq(w[0], 0xfffffffeu);
+  cr_assert_eq(w[1], 0xfffffffeu);
+  OK(hcq_buffer_copyout(named(gf, "g"), 0, w, 8));
+  cr_assert_eq(w[1], 0xffffffffu);
+  OK(hcq_buffer_copyout(named(gf, "b"), 0, buf, 5));
+  cr_assert_arr_eq(buf, "hello", 5);
+  size_t n = 2000003;
+  uint8_t *got = malloc(n), *want = malloc(n);
+  OK(hcq_buffer_copyout(named(gf, "r"), 0, got, n));
+  splitmix_ref(7, want, n);
+  cr_assert_arr_eq(got, want, n, "the random init must be SplitMix64 as documented, across chunks");
+  hcq_graph_file_random_bytes(7, got, 16);
+  cr_assert_arr_eq(got, want, 16);
+  /* reset writes the initial contents again */
+  OK(hcq_buffer_copyin(named(gf, "r"), 100, "xxxx", 4));
+  OK(hcq_graph_file_reset(gf));
+  OK(hcq_buffer_copyout(named(gf, "r"), 0, got, n));
+  cr_assert_arr_eq(got, want, n);
+  free(got);
+  free(want);
+  hcq_graph_file_free(gf);
+}
+
+Test(graphfile, items_views_inputs_and_runs) {
+  hcq_graph_file_t *gf = load(HEAD "\"vars\": {\"n\": {\"min\": 1, \"max\": 64, \"value\": 8}, \"m\": {\"min\": 0, \"max\": 3}},"
+                              "\"buffers\": {"
+                              "\"v\": {\"view\": \"vv\", \"offset\": 4, \"bytes\": 8},"
+                              "\"vv\": {\"view\": \"a\", \"offset\": 8, \"bytes\": 32},"
+                              "\"a\": {\"device\": \"CPU:0\", \"bytes\": 256, \"init\": \"iota32\"},"
+                              "\"a2\": {\"device\": \"CPU:0\", \"bytes\": 256, \"init\": {\"fill32\": 5}},"
+                              "\"o\": {\"device\": \"CPU:0\", \"bytes\": 256},"
+                              "\"c\": {\"device\": \"CPU:1\", \"bytes\": 64}}," PROG
+                              "\"items\": ["
+                              "  {\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [\"n*2\"], \"global\": [\"(n+63)//64\"], \"local\": [64]},"
+                              "  {\"copy\": {\"dst\": \"c\", \"src\": \"o\"}},"
+                              "  {\"copy\": {\"dst\": \"v\", \"src\": \"c\", \"bytes\": 4}}],"
+                              "\"inputs\": [\"a\"],"
+                              "\"runs\": [{}, {\"inputs\": {\"a\": \"a2\"}, \"vars\": {\"n\": 64, \"m\": 3}}, {\"vars\": {\"m\": 1}}]}");
+  cr_assert_eq(hcq_graph_file_item_count(gf), 3);
+  cr_assert_eq(hcq_graph_file_buffer_count(gf), 6);
+  cr_assert_eq(hcq_graph_file_device_count(gf), 2);
+  hcq_buffer_t *v = named(gf, "v");
+  cr_assert_eq(hcq_buffer_offset(v), 12, "a view of a view is a view of the base");
+  cr_assert_eq(hcq_buffer_base(v), named(gf, "a"));
+  const hcq_exec_item_t *items = hcq_graph_file_items(gf);
+  cr_assert_eq(items[0].kind, HCQ_ITEM_KERNEL);
+  cr_assert_eq(items[0].kernel.nouts, 1, "outs defaults to [0]");
+  cr_assert_eq(items[0].kernel.outs[0], 0);
+  cr_assert_not_null(items[0].kernel.vals[0].sym);
+  cr_assert_eq(items[1].transfer.bytes, 64, "a copy moves min(dst, src) bytes by default");
+  cr_assert_eq(items[2].transfer.bytes, 4);
+  cr_assert_eq(hcq_graph_file_var_count(gf), 2);
+  const hcq_var_value_t *decl = hcq_graph_file_vars(gf);
+  cr_assert_str_eq(hcq_var_name(decl[0].var), "n");
+  cr_assert_eq(decl[0].value, 8);
+  cr_assert_eq(decl[1].value, 0, "value defaults to min");
+  cr_assert_eq(hcq_graph_file_run_count(gf), 3);
+  hcq_buffer_t *const *ins;
+  const hcq_var_value_t *vals;
+  hcq_graph_file_run(gf, 1, &ins, &vals);
+  cr_assert_eq(ins[0], named(gf, "a2"));
+  cr_assert_eq(vals[0].value, 64);
+  cr_assert_eq(vals[1].value, 3);
+  hcq_graph_file_run(gf, 2, &ins, &vals);
+  cr_assert_eq(ins[0], named(gf, "a"), "each run starts from the declared inputs");
+  cr_assert_eq(vals[0].value, 8, "and from the declared values");
+  cr_assert_eq(vals[1].value, 1);
+  /* The items run: eagerly with run 1's values. */
+  hcq_graph_file_run(gf, 0, &ins, &vals);
+  for (size_t j = 0; j < 3; j++) OK(hcq_exec_item_run(&items[j], vals, 2));
+  int32_t got[64];
+  OK(hcq_buffer_copyout(named(gf, "o"), 0, got, sizeof(got)));
+  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], i < 16 ? i + 1 : 0);
+  hcq_graph_file_free(gf);
+}
+
+Test(graphfile, device_map_and_skip_compile) {
+  const char *text = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:1\", \"bytes\": 64}, \"b\": {\"device\": \"CPU:2\", \"bytes\": 64}},"
+                          "\"programs\": {\"k\": {\"c\": \"this is not C\"}},"
+                          "\"items\": [{\"kernel\": \"k\", \"bufs\": [\"a\"]}, {\"copy\": {\"dst\": \"b\", \"src\": \"a\"}}]}";
+  hcq_graph_file_options_t opts = {.device_map = "CPU:1=CPU:0,CPU=CPU", .skip_compile = true};
+  hcq_graph_file_t *gf = NULL;
+  OK(hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &opts, &gf));
+  cr_assert_str_eq(hcq_device_name(hcq_buffer_device(named(gf, "a"))), "CPU:0");
+  cr_assert_str_eq(hcq_device_name(hcq_buffer_device(named(gf, "b"))), "CPU:2");
+  OK(hcq_exec_item_run(&hcq_graph_file_items(gf)[0], NULL, 0));
+  hcq_graph_file_free(gf);
+  /* Without skip_compile the same source is a compile error. */
+  opts.skip_compile = false;
+  hcq_status_t st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &opts, &gf);
+  test_expect_failure(st, HCQ_COMPILE_ERROR, "compile", (const char *[]){"m.json: items[0].kernel", "error", NULL});
+  opts.max_total_bytes = 100;
+  st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &opts, &gf);
+  test_expect_failure(st, HCQ_OUT_OF_RANGE, "limit", (const char *[]){"buffers.b.bytes", "100 bytes allowed", NULL});
+}
+
+Test(graphfile, errors_give_the_json_path) {
+  load_fails("{\"format\": \"hcq-graph/1\",\n  \"buffers\": {,}}", HCQ_INVALID_ARGUMENT, "t.json:2:15: string or");
+  load_fails("{\"format\": \"hcq-graph/1\", \"buf", HCQ_INVALID_ARGUMENT, "t.json:1:");
+  load_fails("[]", HCQ_INVALID_ARGUMENT, "must be a JSON object");
+  load_fails("{}", HCQ_INVALID_ARGUMENT, "format: missing");
+  load_fails("{\"format\": \"hcq-graph/2\"}", HCQ_INVALID_ARGUMENT, "format: must be \"hcq-graph/1\"");
+  load_fails(HEAD "\"extra\": 1}", HCQ_INVALID_ARGUMENT, "t.json: extra: unknown field");
+  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"GPU:0\", \"bytes\": 4}}, \"items\": []}", HCQ_NOT_FOUND,
+             "t.json: buffers.a.device: unknown device \"GPU:0\"");
+  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 0}}}", HCQ_OUT_OF_RANGE,
+             "buffers.a.bytes: 0 is outside");
+  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 4.5}}}", HCQ_INVALID_ARGUMENT,
+             "buffers.a.bytes: must be an integer, not a number with a fraction");
+  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 16}, \"v\": {\"view\": \"a\", \"offset\": 8, \"bytes\": 16}}}",
+             HCQ_OUT_OF_RANGE, "buffers.v: view [8, 24) is outside its base \"a\" (16 bytes)");
+  load_fails(HEAD "\"buffers\": {\"v\": {\"view\": \"w\", \"bytes\": 4}, \"w\": {\"view\": \"v\", \"bytes\": 4}}}",
+             HCQ_INVALID_ARGUMENT, "nest too deeply");
+  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"random\": 1, \"fill32\": 2}}}}",
+             HCQ_INVALID_ARGUMENT, "buffers.a.init: must have exactly one");
+  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"base64\": \"aGVsbG8=\"}}}}",
+             HCQ_INVALID_ARGUMENT, "buffers.a.init.base64: is not base64 of exactly 8 bytes");
+  load_fails(HEAD "\"buffers\": {\"a/b\": {\"device\": \"CPU:0\", \"bytes\": 8}}}", HCQ_INVALID_ARGUMENT,
+             "buffers.\"a/b\": buffer names use");
+  const char *base = HEAD "\"vars\": {\"n\": {\"min\": 1, \"max\": 10, \"value\": 5}},"
+                          "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"b\": {\"device\": \"CPU:1\", \"bytes\": 32}},"
+                          PROG;
+  char text[4096];
+#define WITH(items_and_more) (snprintf(text, sizeof(text), "%s%s}", base, items_and_more), text)
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}, {\"kernel\": \"add1\", \"bufs\": [\"a\", \"q\"]}]"),
+             HCQ_NOT_FOUND, "t.json: items[1].bufs[1]: unknown buffer \"q\"");
+  load_fails(WITH("\"items\": [{\"kernel\": \"nope\", \"bufs\": [\"a\"]}]"), HCQ_NOT_FOUND,
+             "items[0].kernel: unknown program \"nope\"");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"b\"]}]"), HCQ_INVALID_ARGUMENT,
+             "items[0].bufs[1]: buffer \"b\" is on CPU:1 but the kernel runs on CPU:0");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"vals\": [\"q+1\"]}]"), HCQ_NOT_FOUND,
+             "items[0].vals[0]: expression \"q+1\": unknown variable \"q\"");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"global\": [\"10//(n-5)\"]}]"), HCQ_OUT_OF_RANGE,
+             "items[0].global[0]: division by zero");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"outs\": [1]}]"), HCQ_OUT_OF_RANGE,
+             "items[0].outs[0]: 1 is outside [0, 0]");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\"}]"), HCQ_INVALID_ARGUMENT,
+             "items[0]: a kernel without buffers must name its device");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\", \"bytes\": 64}}]"), HCQ_OUT_OF_RANGE,
+             "items[0].copy.bytes: 64 is outside [0, 32]");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}, \"kernel\": \"add1\"}]"), HCQ_INVALID_ARGUMENT,
+             "items[0]: an item has exactly one");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"inputs\": [\"a\", \"a\"]"),
+             HCQ_INVALID_ARGUMENT, "inputs[1]: buffer \"a\" is listed twice");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"inputs\": [\"a\"], \"runs\": [{\"inputs\": {\"a\": \"b\"}}]"),
+             HCQ_INVALID_ARGUMENT, "runs[0].inputs.a: buffer \"b\" has 32 bytes but input \"a\" has 64");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"runs\": [{\"vars\": {\"n\": 11}}]"),
+             HCQ_OUT_OF_RANGE, "runs[0].vars.n: 11 is outside [1, 10]");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"runs\": [{\"vars\": {\"z\": 1}}]"),
+             HCQ_NOT_FOUND, "runs[0].vars.z: unknown variable \"z\"");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"runs\": [{\"inputs\": {\"b\": \"a\"}}]"),
+             HCQ_NOT_FOUND, "runs[0].inputs.b: \"b\" is not an input");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"global\": [\"n-6\"]}]"), HCQ_OUT_OF_RANGE,
+             "items[0].global[0]: evaluates to -1");
+  /* Deep nesting is refused by the parser, not by the stack. */
+  size_t depth = 100000;
+  char *deep = malloc(depth + 1);
+  memset(deep, '[', depth);
+  deep[depth] = '\0';
+  load_fails(deep, HCQ_INVALID_ARGUMENT, "t.json:1:");
+  free(deep);
+  hcq_graph_file_t *gf = NULL;
+  test_expect_failure(hcq_graph_file_load("/nonexistent/g.json", NULL, &gf), HCQ_NOT_FOUND, "missing file",
+                      (const char *[]){"/nonexistent/g.json", NULL});
+}
