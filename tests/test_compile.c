@@ -114,7 +114,7 @@ Test(compile, missing_entry_point) {
   use_fresh_cache();
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = NULL;
-  FAILS(hcq_program_create(d, "nothere", k_source, &p), HCQ_NOT_FOUND, "\"nothere\"");
+  FAILS(hcq_program_create(d, "nothere", k_source, &p), HCQ_COMPILE_ERROR, "\"nothere\"", "not defined");
   test_close(d);
 }
 

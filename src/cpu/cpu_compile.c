@@ -186,7 +186,7 @@ hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *
   void *sym = dlsym(handle, entry);
   if (!sym) {
     dlclose(handle);
-    return hcq_status_make(HCQ_NOT_FOUND, "entry point \"%s\" is not defined by the source", entry);
+    return hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not defined by the source", entry);
   }
   out->object = handle;
   out->handle = (uint64_t)(uintptr_t)sym;

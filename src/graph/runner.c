@@ -63,26 +63,24 @@ static hcq_status_t add_vars(hcq__runner_t *r, const hcq_expr_t *e) {
   return st;
 }
 
-/* Checks a constant operand's range, or evaluates a symbolic one with the initial values. */
 /* Stands for "no values" where NULL would mean "do not evaluate". */
 static const hcq_var_value_t k_no_values[1];
 
-/* vals NULL: check constants only. */
+/* Checks a constant operand's range, or evaluates a symbolic one with vals (NULL: constants only).
+ * The operand is named "<what>[index]" or "<what> index" in messages, built only on failure. */
 static hcq_status_t check_operand(hcq_operand_t op, int64_t lo, int64_t hi, const hcq_var_value_t *vals, size_t nvals,
-                                  const char *who, const char *what) {
+                                  const char *who, const char *what, size_t index) {
   int64_t v = op.value;
   if (op.sym && !vals) return NULL;
-  if (op.sym) {
-    hcq_status_t st = hcq_expr_eval(op.sym, vals, nvals, &v);
-    if (st) return hcq_status_annotate(st, "%s: %s", who, what);
-  }
-  if (v < lo || v > hi) {
-    char text[128] = "";
-    if (op.sym) hcq_expr_format(op.sym, text, sizeof(text));
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "%s: %s %s%s%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", who,
-                           what, text, op.sym ? " = " : "", v, lo, hi);
-  }
-  return NULL;
+  hcq_status_t st = op.sym ? hcq_expr_eval(op.sym, vals, nvals, &v) : NULL;
+  if (!st && v >= lo && v <= hi) return NULL;
+  char name[32];
+  snprintf(name, sizeof(name), strcmp(what, "value") ? "%s[%zu]" : "%s %zu", what, index);
+  if (st) return hcq_status_annotate(st, "%s: %s", who, name);
+  char text[128] = "";
+  if (op.sym) hcq_expr_format(op.sym, text, sizeof(text));
+  return hcq_status_make(HCQ_OUT_OF_RANGE, "%s: %s %s%s%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", who, name,
+                         text, op.sym ? " = " : "", v, lo, hi);
 }
 
 static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals, size_t nvals) {
@@ -104,16 +102,10 @@ static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who,
       return hcq_status_make(HCQ_OUT_OF_RANGE, "%s (%s): out %zu names buffer %u but the kernel has %zu", who, name,
                              i, k->outs[i], k->nbufs);
   hcq_status_t st = NULL;
-  char what[32];
-  for (size_t i = 0; i < k->nvals && !st; i++) {
-    snprintf(what, sizeof(what), "value %zu", i);
-    st = check_operand(k->vals[i], INT32_MIN, INT32_MAX, vals, nvals, who, what);
-  }
-  for (int i = 0; i < 3 && !st; i++) {
-    snprintf(what, sizeof(what), "global[%d]", i);
-    st = check_operand(k->global[i], 0, UINT32_MAX, vals, nvals, who, what);
-    snprintf(what, sizeof(what), "local[%d]", i);
-    if (!st) st = check_operand(k->local[i], 0, UINT32_MAX, vals, nvals, who, what);
+  for (size_t i = 0; i < k->nvals && !st; i++) st = check_operand(k->vals[i], INT32_MIN, INT32_MAX, vals, nvals, who, "value", i);
+  for (size_t i = 0; i < 3 && !st; i++) {
+    st = check_operand(k->global[i], 0, UINT32_MAX, vals, nvals, who, "global", i);
+    if (!st) st = check_operand(k->local[i], 0, UINT32_MAX, vals, nvals, who, "local", i);
   }
   return st;
 }

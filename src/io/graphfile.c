@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/internal.h"
 #include "hcq/graphfile.h"
@@ -222,11 +223,22 @@ static hcq_status_t read_file(loader_t *L, const char *rel, char **out, size_t *
     snprintf(full, sizeof(full), "%s/%s", L->base_dir, rel);
   FILE *f = fopen(full, "rb");
   if (!f) return fail(L, HCQ_NOT_FOUND, "cannot open \"%s\": %s", full, strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    fclose(f);
+    return fail(L, HCQ_INVALID_ARGUMENT, "\"%s\" is not a regular file", full);
+  }
   size_t cap = 4096, len = 0;
   char *buf = malloc(cap + 1);
   while (buf) {
     size_t n = fread(buf + len, 1, cap - len, f);
     len += n;
+    if (ferror(f)) {
+      int e = errno;
+      free(buf);
+      fclose(f);
+      return fail(L, HCQ_UNAVAILABLE, "cannot read \"%s\": %s", full, strerror(e));
+    }
     if (len < cap) break;
     if (cap >= MAX_FILE_BYTES) {
       free(buf);
@@ -1103,11 +1115,13 @@ hcq_status_t hcq_graph_file_load(const char *path, const hcq_graph_file_options_
   loader_t L = {NULL, path, NULL, options, "", 0};
   char *text;
   size_t len;
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return hcq_status_make(HCQ_NOT_FOUND, "cannot read graph file %s: %s", path, strerror(errno));
+  if (S_ISDIR(sb.st_mode))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot read graph file: it is a directory", path);
   hcq_status_t st = read_file(&L, path, &text, &len);
-  if (st) {
-    hcq_status_free(st);
-    return hcq_status_make(HCQ_NOT_FOUND, "cannot read graph file %s: %s", path, strerror(errno ? errno : ENOENT));
-  }
+  if (st) return hcq_status_annotate(st, "cannot read graph file %s", path);
   char dir[PATH_MAX];
   snprintf(dir, sizeof(dir), "%s", path);
   char *slash = strrchr(dir, '/');
