@@ -230,3 +230,33 @@ Test(eager, many_small_launches_wrap_the_kernel_argument_ring) {
   hcq_program_release(p);
   test_close(d);
 }
+
+static int g_calls;
+static void count_calls(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {
+  (void)bufs, (void)vals, (void)l;
+  __atomic_fetch_add(&g_calls, 1, __ATOMIC_RELAXED);
+}
+
+/* A kernel without buffers or values still gets an argument block (found by an example author:
+ * a zero-byte allocation used to underflow the ring's segment arithmetic). */
+Test(eager, kernels_without_arguments) {
+  setenv("HCQ_KERNARGS_RING", "65536", 1);
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = NULL;
+  OK(hcq_program_create_fn(d, "count_calls", count_calls, &p));
+  hcq_launch_desc_t l = {p, NULL, 0, NULL, 0, {1, 1, 1}, {1, 1, 1}};
+  for (int i = 0; i < 10000; i++) OK(hcq_launch(&l)); /* 16 bytes each: the ring wraps */
+  OK(hcq_device_synchronize(d));
+  cr_assert_eq(__atomic_load_n(&g_calls, __ATOMIC_RELAXED), 10000);
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
+                        .kernel = {p, NULL, 0, NULL, 0, NULL, 0, {hcq_imm(2), hcq_imm(1), hcq_imm(1)},
+                                   {hcq_imm(1), hcq_imm(1), hcq_imm(1)}}};
+  hcq_exec_item_t items[2] = {it, it};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(items, 2, NULL, 0, NULL, 0, NULL, &g));
+  OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+  cr_assert_eq(__atomic_load_n(&g_calls, __ATOMIC_RELAXED), 10004);
+  OK(hcq_graph_destroy(g));
+  hcq_program_release(p);
+  test_close(d);
+}

@@ -153,6 +153,18 @@ Test(graphfile, device_map_and_skip_compile) {
   opts.skip_compile = false;
   hcq_status_t st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &opts, &gf);
   test_expect_failure(st, HCQ_COMPILE_ERROR, "compile", (const char *[]){"m.json: items[0].kernel", "error", NULL});
+  hcq_graph_file_options_t bad = {.device_map = "CPU=CPU,garbage"};
+  st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &bad, &gf);
+  test_expect_failure(st, HCQ_INVALID_ARGUMENT, "map", (const char *[]){"device map entry \"garbage\" is not FROM=TO", NULL});
+  bad.device_map = "CPU:1=";
+  st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &bad, &gf);
+  test_expect_failure(st, HCQ_INVALID_ARGUMENT, "map", (const char *[]){"\"CPU:1=\"", NULL});
+  /* "CPU" is CPU:0 for exact entries. */
+  const char *plain = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU\", \"bytes\": 64}}, \"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}]}";
+  hcq_graph_file_options_t exact = {.device_map = "CPU:0=CPU:3"};
+  OK(hcq_graph_file_load_text(plain, strlen(plain), "p.json", ".", &exact, &gf));
+  cr_assert_str_eq(hcq_device_name(hcq_buffer_device(named(gf, "a"))), "CPU:3");
+  hcq_graph_file_free(gf);
   opts.max_total_bytes = 100;
   st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &opts, &gf);
   test_expect_failure(st, HCQ_OUT_OF_RANGE, "limit", (const char *[]){"buffers.b.bytes", "100 bytes allowed", NULL});

@@ -290,7 +290,10 @@ hcq_status_t hcq_queue_copy(hcq_queue_t *q, hcq_operand_t dst, hcq_operand_t src
   return NULL;
 }
 
-uint64_t hcq_kernargs_size(size_t nbufs, size_t nvals) { return ((uint64_t)nbufs * 8 + (uint64_t)nvals * 4 + 15) & ~15ull; }
+uint64_t hcq_kernargs_size(size_t nbufs, size_t nvals) {
+  uint64_t bytes = ((uint64_t)nbufs * 8 + (uint64_t)nvals * 4 + 15) & ~15ull;
+  return bytes ? bytes : 16; /* every launch gets a block, so an argument-less kernel has an address too */
+}
 
 void hcq__kernargs_fill(void *host, hcq_buffer_t *const *bufs, size_t nbufs, const int32_t *vals, size_t nvals) {
   uint64_t *addrs = host;

@@ -162,24 +162,39 @@ static hcq_status_t oom(loader_t *L) { return fail(L, HCQ_OUT_OF_MEMORY, "out of
 
 /* ---- devices and the device map ---- */
 
-/* Applies the map to a device name: exact names first, then kinds ("CPU=CUDA" keeps the index). */
+/* Checks the map's syntax: comma-separated FROM=TO entries, both sides non-empty. */
+static hcq_status_t check_device_map(const char *map) {
+  if (!map || !*map) return NULL;
+  char buf[512];
+  if (strlen(map) >= sizeof(buf)) return hcq_status_make(HCQ_INVALID_ARGUMENT, "device map is longer than %zu bytes", sizeof(buf) - 1);
+  snprintf(buf, sizeof(buf), "%s", map);
+  for (char *save = NULL, *e = strtok_r(buf, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(e, '=');
+    if (!eq || eq == e || !eq[1] || strchr(eq + 1, '='))
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "device map entry \"%s\" is not FROM=TO (e.g. CPU=CUDA or CPU:1=CPU:0)", e);
+  }
+  return NULL;
+}
+
+/* Applies the map to a device name: exact names first ("CPU" counts as "CPU:0"), then kinds
+ * ("CPU=CUDA" keeps the index). */
 static void map_device(const char *map, const char *name, char *out, size_t size) {
   snprintf(out, size, "%s", name);
   if (!map || !*map) return;
   const char *colon = strchr(name, ':');
   size_t kind_len = colon ? (size_t)(colon - name) : strlen(name);
   const char *index = colon ? colon + 1 : "0";
-  char buf[512];
-  snprintf(buf, sizeof(buf), "%s", map);
+  char full[160];
+  snprintf(full, sizeof(full), "%.*s:%s", (int)kind_len, name, index);
   for (int exact = 1; exact >= 0; exact--) {
     char copy[512];
-    memcpy(copy, buf, sizeof(copy));
+    snprintf(copy, sizeof(copy), "%s", map);
     for (char *save = NULL, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
       char *eq = strchr(e, '=');
       if (!eq) continue;
       *eq = '\0';
       const char *from = e, *to = eq + 1;
-      if (exact && strchr(from, ':') && !strcasecmp(from, name)) {
+      if (exact && strchr(from, ':') && !strcasecmp(from, full)) {
         snprintf(out, size, "%s", to);
         return;
       }
@@ -536,7 +551,7 @@ static hcq_status_t resolve_view(loader_t *L, const json_t *buffers, const char 
   if ((st = only_keys(L, v, keys))) goto out;
   const json_t *jview = json_object_get(v, "view"), *joff = json_object_get(v, "offset"), *jbytes = json_object_get(v, "bytes");
   if (!jbytes) {
-    st = fail(L, HCQ_INVALID_ARGUMENT, "a view needs view, offset and bytes");
+    st = fail(L, HCQ_INVALID_ARGUMENT, "a view needs view and bytes (offset defaults to 0)");
     goto out;
   }
   size_t m3 = push(L, ".view");
@@ -1093,6 +1108,8 @@ hcq_status_t hcq_graph_file_load_text(const char *text, size_t len, const char *
   if (!text && len) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load_text: text is NULL");
   static const hcq_graph_file_options_t defaults;
   loader_t L = {NULL, name ? name : "<graph>", base_dir, options ? options : &defaults, "", 0};
+  hcq_status_t map_st = check_device_map(L.opts->device_map);
+  if (map_st) return map_st;
   L.gf = calloc(1, sizeof(*L.gf));
   if (!L.gf) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", L.name);
   hcq_status_t st = load(&L, text ? text : "", len);
