@@ -42,7 +42,8 @@ fuzz:
 	cmake --build build-fuzz -j $(NPROC) --target graphfile_fuzz
 	mkdir -p build-fuzz/corpus build-fuzz/artifacts
 	cp examples/*.json build-fuzz/corpus/
-	HCQ_CACHE_DIR=$(CURDIR)/build-fuzz/kernel-cache ASAN_OPTIONS=detect_leaks=1 build-fuzz/fuzz/graphfile_fuzz \
+	HCQ_CACHE_DIR=$(CURDIR)/build-fuzz/kernel-cache HCQ_FUZZ_BASE_DIR=$(CURDIR)/examples ASAN_OPTIONS=detect_leaks=1 \
+	  build-fuzz/fuzz/graphfile_fuzz \
 	  -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
 	  -dict=fuzz/graphfile.dict -artifact_prefix=build-fuzz/artifacts/ build-fuzz/corpus
 

@@ -10,7 +10,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   hcq_graph_file_options_t opts = {.skip_compile = true, .max_total_bytes = 1 << 22};
   hcq_graph_file_t *gf = NULL;
-  hcq_status_t st = hcq_graph_file_load_text((const char *)data, size, "fuzz.json", "/nonexistent-hcq-fuzz", &opts, &gf);
+  /* {"file": ...} paths resolve against HCQ_FUZZ_BASE_DIR (make fuzz: examples/, so the seeds load). */
+  const char *base = getenv("HCQ_FUZZ_BASE_DIR");
+  hcq_status_t st = hcq_graph_file_load_text((const char *)data, size, "fuzz.json", base ? base : ".", &opts, &gf);
   if (st) {
     hcq_status_free(st);
     return 0;

@@ -84,7 +84,7 @@ HCQ_MUST_USE hcq_status_t hcq_queue_copy(hcq_queue_t *queue, hcq_operand_t dst, 
 HCQ_MUST_USE hcq_status_t hcq_queue_kernargs(hcq_queue_t *queue, hcq_buffer_t *mem, uint64_t offset,
                                              const hcq_operand_t *bufs, size_t nbufs, const hcq_operand_t *vals,
                                              size_t nvals);
-/* Bytes a kernel argument block takes, rounded up to 16. */
+/* Bytes a kernel argument block takes, rounded up to 16 (16 for a kernel without arguments). */
 uint64_t hcq_kernargs_size(size_t nbufs, size_t nvals);
 
 /* Places the words in device memory of device; later submits to that device copy nothing. */

@@ -614,13 +614,18 @@ out:
   return st;
 }
 
+/* A top-level section every file needs: present, of its type, not empty. */
+static hcq_status_t required_section(loader_t *L, const json_t *j, json_type type, const char *what) {
+  if (!j) return fail(L, HCQ_INVALID_ARGUMENT, "missing (a graph file needs it)");
+  hcq_status_t st = expect(L, j, type, what);
+  if (!st && (type == JSON_OBJECT ? json_object_size(j) : json_array_size(j)) == 0)
+    st = fail(L, HCQ_INVALID_ARGUMENT, "is empty");
+  return st;
+}
+
 static hcq_status_t parse_buffers(loader_t *L, const json_t *buffers) {
   size_t m = push(L, "buffers");
-  hcq_status_t st = NULL;
-  if (!buffers)
-    st = fail(L, HCQ_INVALID_ARGUMENT, "missing (a graph file needs buffers)");
-  else if (!(st = expect(L, buffers, JSON_OBJECT, "an object of buffers")) && json_object_size(buffers) == 0)
-    st = fail(L, HCQ_INVALID_ARGUMENT, "is empty");
+  hcq_status_t st = required_section(L, buffers, JSON_OBJECT, "an object of buffers");
   const char *key;
   json_t *v;
   /* Base buffers first (in file order), then views. */
@@ -909,11 +914,7 @@ static hcq_status_t parse_copy(loader_t *L, const json_t *j, hcq_exec_item_t *it
 
 static hcq_status_t parse_items(loader_t *L, const json_t *items) {
   size_t m = push(L, "items");
-  hcq_status_t st = NULL;
-  if (!items)
-    st = fail(L, HCQ_INVALID_ARGUMENT, "missing (a graph file needs items)");
-  else if (!(st = expect(L, items, JSON_ARRAY, "an array of items")) && json_array_size(items) == 0)
-    st = fail(L, HCQ_INVALID_ARGUMENT, "is empty");
+  hcq_status_t st = required_section(L, items, JSON_ARRAY, "an array of items");
   for (size_t i = 0; !st && i < json_array_size(items); i++) {
     size_t m2 = push(L, "[%zu]", i);
     const json_t *j = json_array_get(items, i);
