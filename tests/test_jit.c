@@ -374,6 +374,41 @@ Test(jit, save_and_run_again_with_the_hcq_command) {
   world_close(&w);
 }
 
+/* Two captures sharing buffers over four devices, replayed alternately with eager transfers queued
+ * before and after each replay: the device timelines order all of it. */
+Test(jit, two_captures_sharing_buffers_with_eager_work_around_them) {
+  world_t w;
+  world_open(&w, 4);
+  int buf[4], tmp[4];
+  for (int d = 0; d < 4; d++) {
+    buf[d] = world_buffer(&w, d, N, 10 + d);
+    tmp[d] = world_buffer(&w, d, N, 20 + d);
+  }
+  world_item_t first[8], second[4], before[4], after[4];
+  for (int d = 0; d < 4; d++) {
+    world_mix(&w, &first[2 * d], tmp[d], buf[d], tmp[d], I(d + 2), I(d), I(N), NULL);
+    world_copy(&w, &first[2 * d + 1], buf[(d + 1) % 4], tmp[d], N * 4);
+    world_mix(&w, &second[d], buf[d], buf[d], tmp[d], I(3), I(1), I(N), NULL);
+    world_copy(&w, &before[d], tmp[(d + 2) % 4], buf[d], N * 4);
+    world_copy(&w, &after[d], buf[(d + 3) % 4], tmp[d], N * 2);
+  }
+  hcq_jit_t *j1 = capture(&w, first, 8, NULL, 0, NULL, 0, NULL), *j2 = capture(&w, second, 4, NULL, 0, NULL, 0, NULL);
+  for (int r = 0; r < 4; r++) {
+    for (int d = 0; d < 4; d++) OK(hcq_exec_item_run(&before[d].item, NULL, 0));
+    world_run_eager(&w, before, 4, NULL, NULL, 0, NULL, 0);
+    OK(hcq_jit_run(j1, NULL, 0, NULL, 0, false, NULL));
+    OK(hcq_jit_run(j2, NULL, 0, NULL, 0, false, NULL));
+    world_run_eager(&w, first, 8, NULL, NULL, 0, NULL, 0);
+    world_run_eager(&w, second, 4, NULL, NULL, 0, NULL, 0);
+    for (int d = 0; d < 4; d++) OK(hcq_exec_item_run(&after[d].item, NULL, 0));
+    world_run_eager(&w, after, 4, NULL, NULL, 0, NULL, 0);
+    world_compare(&w, "eager, two replays, eager");
+  }
+  OK(hcq_jit_destroy(j1));
+  OK(hcq_jit_destroy(j2));
+  world_close(&w);
+}
+
 Test(jit, randomized_capture_fuzz, .timeout = 300) {
   uint32_t seed = 777;
   world_vars_t v;
