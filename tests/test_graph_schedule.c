@@ -308,8 +308,7 @@ Test(graph_schedule, kickoff_value_wraps) {
   /* White box: pretend two billion replays happened. */
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
   world_run_eager(&w, items, 2, NULL, NULL, 0, NULL, 0);
-  uint64_t *kickoff;
-  kickoff = hcq__graph_kickoff_value_for_tests(g);
+  uint64_t *kickoff = hcq__graph_kickoff_value_for_tests(g);
   cr_assert_eq(*kickoff, 1);
   *kickoff = HCQ_TIMELINE_WRAP - 1;
   for (int r = 0; r < 4; r++) {

@@ -16,7 +16,9 @@
  *
  * A replay runs each batch as a graph and each eager leftover eagerly, with new input buffers
  * (same count, each the size and device of the one it replaces) and variable values (unset ones
- * keep their last value). A replay is checked whole before anything runs.
+ * keep their last value). Inputs and variable ranges are checked before anything runs; an
+ * expression that cannot be evaluated with the new values (division by zero, a negative launch
+ * size) stops the replay at the batch that holds it, with an error naming the batch.
  *
  * Ownership: a jit holds references to everything its items use. One thread at a time.
  */
