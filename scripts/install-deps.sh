@@ -3,7 +3,8 @@
 # Called by the Makefile before every build; does nothing (quickly) when all are present.
 set -eu
 
-PACKAGES="cmake make gcc pkg-config libcriterion-dev libjansson-dev libxxhash-dev"
+PACKAGES="cmake make gcc pkg-config libcriterion-dev libjansson-dev libxxhash-dev python3"
+# python3: the CLI contract test (tests/cli/test_cli.sh) computes expected bytes and checks JSON with it.
 # Extra packages for optional targets: make fuzz needs clang's libFuzzer runtime.
 if [ "${HCQ_DEPS_FUZZ:-0}" = 1 ]; then
   PACKAGES="$PACKAGES clang libclang-rt-14-dev"
