@@ -108,8 +108,9 @@ Test(graphfile, items_views_inputs_and_runs) {
   cr_assert_eq(hcq_buffer_base(v), named(gf, "a"));
   const hcq_exec_item_t *items = hcq_graph_file_items(gf);
   cr_assert_eq(items[0].kind, HCQ_ITEM_KERNEL);
-  cr_assert_eq(items[0].kernel.nouts, 1, "outs defaults to [0]");
+  cr_assert_eq(items[0].kernel.nouts, 2, "without outs every buffer counts as written");
   cr_assert_eq(items[0].kernel.outs[0], 0);
+  cr_assert_eq(items[0].kernel.outs[1], 1);
   cr_assert_not_null(items[0].kernel.vals[0].sym);
   cr_assert_eq(items[1].transfer.bytes, 64, "a copy moves min(dst, src) bytes by default");
   cr_assert_eq(items[2].transfer.bytes, 4);

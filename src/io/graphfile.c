@@ -826,11 +826,14 @@ static hcq_status_t parse_kernel(loader_t *L, const json_t *j, hcq_exec_item_t *
       return st;
     }
 
-  /* outs: which buffers the kernel writes; the first one unless the file says. */
-  size_t nouts = jouts ? json_array_size(jouts) : (nbufs ? 1 : 0);
+  /* outs: which buffers the kernel writes. Unless the file says, every buffer counts as written:
+   * an undeclared write could let a replay reorder the item; an extra dependency only costs
+   * overlap. */
+  size_t nouts = jouts ? json_array_size(jouts) : nbufs;
   uint32_t *outs = calloc(nouts + 1, sizeof(*outs));
   if (!outs) return oom(L);
   k->outs = outs;
+  for (size_t i = 0; !jouts && i < nbufs; i++) outs[i] = (uint32_t)i;
   if (jouts) {
     m = push(L, ".outs");
     st = expect(L, jouts, JSON_ARRAY, "an array of buffer indices");
