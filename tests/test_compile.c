@@ -133,3 +133,23 @@ Test(compile, prelude_defines_the_abi) {
   cr_assert(strstr(prelude, "#include <stddef.h>"));
   cr_assert(strstr(prelude, "uint32_t gid[3], gsz[3], lsz[3]; } hcq_launch_t"));
 }
+
+Test(compile, kernels_may_use_libm) {
+  use_fresh_cache();
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = test_program(d, "expk",
+                                  "float expf(float);\n"
+                                  "void expk(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
+                                  "  (void)l; volatile float x = (float)v[0]; ((float *)b[0])[0] = expf(x);\n"
+                                  "}\n");
+  hcq_buffer_t *out = test_buffer(d, 4);
+  int32_t one = 1;
+  hcq_launch_desc_t l = {p, &out, 1, &one, 1, {1, 1, 1}, {1, 1, 1}};
+  OK(hcq_launch(&l));
+  float got = 0;
+  test_read(out, &got, 4);
+  cr_assert(got > 2.718f && got < 2.719f, "expf(1) = %f", (double)got);
+  hcq_buffer_release(out);
+  hcq_program_release(p);
+  test_close(d);
+}

@@ -136,6 +136,7 @@ static hcq_status_t compile_to(const hcq__options_t *o, const char *entry, const
   argv[argc++] = "-o";
   argv[argc++] = tmp_so;
   argv[argc++] = c_path;
+  argv[argc++] = "-lm"; /* kernels may call libm (expf, ...) */
   argv[argc] = NULL;
 
   char *output = malloc(MAX_COMPILER_OUTPUT);
@@ -165,7 +166,7 @@ hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *
   XXH3_state_t *hs = XXH3_createState();
   if (!hs) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory hashing %s", entry);
   XXH3_128bits_reset(hs);
-  const char *parts[] = {"hcq-cpu-kernel/1", k_prelude, source, identity, o->cflags, entry};
+  const char *parts[] = {"hcq-cpu-kernel/2", k_prelude, source, identity, o->cflags, "-shared -fPIC -lm", entry};
   for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) XXH3_128bits_update(hs, parts[i], strlen(parts[i]) + 1);
   XXH128_hash_t h = XXH3_128bits_digest(hs);
   XXH3_freeState(hs);
