@@ -192,28 +192,27 @@ static void abort_cmd(hcq_queue_t *q, size_t at) {
     }                                                                      \
   } while (0)
 
-hcq_status_t hcq_queue_wait(hcq_queue_t *q, hcq_operand_t signal_addr, hcq_operand_t value) {
-  hcq_status_t st = check_recordable(q, "wait");
+/* wait and signal share a layout: header, 64-bit signal address, 32-bit value. */
+static hcq_status_t signal_command(hcq_queue_t *q, uint32_t header, const char *cmd, hcq_operand_t signal_addr,
+                                  hcq_operand_t value) {
+  _Static_assert(HCQ__WAIT_ADDR == HCQ__SIGNAL_ADDR && HCQ__WAIT_VALUE == HCQ__SIGNAL_VALUE, "same layout");
+  hcq_status_t st = check_recordable(q, cmd);
   if (st) return st;
-  CHECK_OPERAND(signal_addr, HCQ__FIELD_U64, "wait", "signal address");
-  CHECK_OPERAND(value, HCQ__FIELD_U32, "wait", "value");
+  CHECK_OPERAND(signal_addr, HCQ__FIELD_U64, cmd, "signal address");
+  CHECK_OPERAND(value, HCQ__FIELD_U32, cmd, "value");
   size_t at;
-  if ((st = begin_cmd(q, HCQ__HDR(WAIT), &at))) return st;
-  TRY_OPERAND(q, at, HCQ__WAIT_ADDR, signal_addr, HCQ__FIELD_U64, "wait", "signal address");
-  TRY_OPERAND(q, at, HCQ__WAIT_VALUE, value, HCQ__FIELD_U32, "wait", "value");
+  if ((st = begin_cmd(q, header, &at))) return st;
+  TRY_OPERAND(q, at, HCQ__SIGNAL_ADDR, signal_addr, HCQ__FIELD_U64, cmd, "signal address");
+  TRY_OPERAND(q, at, HCQ__SIGNAL_VALUE, value, HCQ__FIELD_U32, cmd, "value");
   return NULL;
 }
 
+hcq_status_t hcq_queue_wait(hcq_queue_t *q, hcq_operand_t signal_addr, hcq_operand_t value) {
+  return signal_command(q, HCQ__HDR(WAIT), "wait", signal_addr, value);
+}
+
 hcq_status_t hcq_queue_signal(hcq_queue_t *q, hcq_operand_t signal_addr, hcq_operand_t value) {
-  hcq_status_t st = check_recordable(q, "signal");
-  if (st) return st;
-  CHECK_OPERAND(signal_addr, HCQ__FIELD_U64, "signal", "signal address");
-  CHECK_OPERAND(value, HCQ__FIELD_U32, "signal", "value");
-  size_t at;
-  if ((st = begin_cmd(q, HCQ__HDR(SIGNAL), &at))) return st;
-  TRY_OPERAND(q, at, HCQ__SIGNAL_ADDR, signal_addr, HCQ__FIELD_U64, "signal", "signal address");
-  TRY_OPERAND(q, at, HCQ__SIGNAL_VALUE, value, HCQ__FIELD_U32, "signal", "value");
-  return NULL;
+  return signal_command(q, HCQ__HDR(SIGNAL), "signal", signal_addr, value);
 }
 
 hcq_status_t hcq_queue_timestamp(hcq_queue_t *q, hcq_operand_t signal_addr) {

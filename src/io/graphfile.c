@@ -433,7 +433,7 @@ static hcq_status_t write_init(const gf_buffer_t *b) {
 
 /* ---- sections ---- */
 
-static bool valid_name(const char *s) {
+bool hcq__graph_file_name_ok(const char *s) {
   if (!*s || *s == '.' || strlen(s) > 64) return false;
   for (; *s; s++)
     if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
@@ -631,7 +631,7 @@ static hcq_status_t parse_buffers(loader_t *L, const json_t *buffers) {
   /* Base buffers first (in file order), then views. */
   if (!st) json_object_foreach((json_t *)buffers, key, v) {
     size_t m2 = push_key(L, key);
-    if (!valid_name(key))
+    if (!hcq__graph_file_name_ok(key))
       st = fail(L, HCQ_INVALID_ARGUMENT, "buffer names use letters, digits, '_', '-' and '.' (at most 64)");
     else if (!(st = expect(L, v, JSON_OBJECT, "an object")) && !json_object_get(v, "view"))
       st = add_base_buffer(L, key, v);
@@ -768,6 +768,21 @@ static hcq_status_t parse_dims(loader_t *L, const json_t *j, const char *name, h
   return st;
 }
 
+/* An optional array field of at most max entries; *n is 0 when it is absent. */
+static hcq_status_t optional_array(loader_t *L, const json_t *j, const char *field, const char *what,
+                                   const char *noun, size_t max, size_t *n) {
+  *n = 0;
+  if (!j) return NULL;
+  size_t m = push(L, "%s", field);
+  char kind[64];
+  snprintf(kind, sizeof(kind), "an array of %s", what);
+  hcq_status_t st = expect(L, j, JSON_ARRAY, kind);
+  if (!st && json_array_size(j) > max) st = fail(L, HCQ_INVALID_ARGUMENT, "at most %zu %s", max, noun);
+  pop(L, m);
+  if (!st) *n = json_array_size(j);
+  return st;
+}
+
 static hcq_status_t parse_kernel(loader_t *L, const json_t *j, hcq_exec_item_t *it) {
   static const char *const keys[] = {"kernel", "bufs", "outs", "vals", "global", "local", "device", NULL};
   hcq_status_t st = only_keys(L, j, keys);
@@ -788,15 +803,8 @@ static hcq_status_t parse_kernel(loader_t *L, const json_t *j, hcq_exec_item_t *
   pop(L, m);
   if (st) return st;
 
-  size_t nbufs = 0;
-  if (jbufs) {
-    m = push(L, ".bufs");
-    if (!(st = expect(L, jbufs, JSON_ARRAY, "an array of buffer names")) && json_array_size(jbufs) > HCQ_MAX_KERNEL_BUFS)
-      st = fail(L, HCQ_INVALID_ARGUMENT, "at most %d buffers", HCQ_MAX_KERNEL_BUFS);
-    pop(L, m);
-    if (st) return st;
-    nbufs = json_array_size(jbufs);
-  }
+  size_t nbufs;
+  if ((st = optional_array(L, jbufs, ".bufs", "buffer names", "buffers", HCQ_MAX_KERNEL_BUFS, &nbufs))) return st;
   hcq_buffer_t **bufs = calloc(nbufs + 1, sizeof(*bufs));
   if (!bufs) return oom(L);
   k->bufs = bufs;
@@ -851,15 +859,8 @@ static hcq_status_t parse_kernel(loader_t *L, const json_t *j, hcq_exec_item_t *
   k->nouts = st ? 0 : nouts;
   if (st) return st;
 
-  size_t nvals = 0;
-  if (jvals) {
-    m = push(L, ".vals");
-    if (!(st = expect(L, jvals, JSON_ARRAY, "an array of values")) && json_array_size(jvals) > HCQ_MAX_KERNEL_VALS)
-      st = fail(L, HCQ_INVALID_ARGUMENT, "at most %d values", HCQ_MAX_KERNEL_VALS);
-    pop(L, m);
-    if (st) return st;
-    nvals = json_array_size(jvals);
-  }
+  size_t nvals;
+  if ((st = optional_array(L, jvals, ".vals", "values", "values", HCQ_MAX_KERNEL_VALS, &nvals))) return st;
   hcq_operand_t *vals = calloc(nvals + 1, sizeof(*vals));
   if (!vals) return oom(L);
   k->vals = vals;

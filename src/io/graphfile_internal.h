@@ -44,4 +44,8 @@ struct hcq_graph_file {
   uint64_t total_bytes;
 };
 
+/* Buffer names (they become file names with --out): letters, digits, '_', '-', '.', at most 64,
+ * not starting with '.'. */
+bool hcq__graph_file_name_ok(const char *name);
+
 #endif

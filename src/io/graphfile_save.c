@@ -8,6 +8,7 @@
 
 #include "core/internal.h"
 #include "hcq/jit.h"
+#include "io/graphfile_internal.h"
 
 static const char k_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -41,19 +42,11 @@ static bool name_taken(saver_t *s, const char *name) {
   return false;
 }
 
-static bool usable(const char *s) {
-  if (!*s || *s == '.' || strlen(s) > 64) return false;
-  for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
-          *s == '-' || *s == '.'))
-      return false;
-  return true;
-}
 
 /* A unique name from a wish, or prefix + counter. */
 static char *unique_name(saver_t *s, const char *wish, const char *prefix) {
   char buf[96];
-  if (wish && usable(wish) && !name_taken(s, wish)) return strdup(wish);
+  if (wish && hcq__graph_file_name_ok(wish) && !name_taken(s, wish)) return strdup(wish);
   for (size_t i = 0;; i++) {
     snprintf(buf, sizeof(buf), "%s%zu", prefix, i);
     if (!name_taken(s, buf)) return strdup(buf);
