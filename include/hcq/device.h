@@ -24,6 +24,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef struct hcq_device hcq_device_t;
 typedef struct hcq_signal hcq_signal_t;
@@ -45,7 +46,7 @@ enum {
   HCQ_CAP_IN_ORDER_QUEUES = 1u << 0, /* a queue's commands finish in order: no self-waits needed */
   HCQ_CAP_COPY_QUEUE = 1u << 1,      /* has a copy queue separate from the compute queue */
   HCQ_CAP_HOST_CALLABLE = 1u << 2,   /* programs may be C function pointers */
-  HCQ_CAP_COMPILE_C = 1u << 3,       /* compiles C kernels (SPEC 2 CPU ABI) */
+  HCQ_CAP_COMPILE_C = 1u << 3,       /* compiles C kernels (CPU ABI in hcq/program.h) */
   HCQ_CAP_COMPILE_CUDA = 1u << 4,    /* compiles CUDA C / loads PTX */
 };
 
@@ -93,6 +94,7 @@ typedef struct hcq_device_info {
 } hcq_device_info_t;
 size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

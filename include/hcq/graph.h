@@ -35,6 +35,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef enum hcq_item_kind { HCQ_ITEM_KERNEL, HCQ_ITEM_TRANSFER } hcq_item_kind_t;
 
@@ -150,6 +151,7 @@ typedef struct hcq_profile_event {
  * FAILED_PRECONDITION when the graph was built without profiling or has not run. */
 HCQ_MUST_USE hcq_status_t hcq_graph_profile(hcq_graph_t *graph, const hcq_profile_event_t **out_event);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

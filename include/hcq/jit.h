@@ -34,6 +34,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef struct hcq_capture hcq_capture_t;
 typedef struct hcq_jit hcq_jit_t;
@@ -105,6 +106,7 @@ hcq_graph_t *hcq_jit_graph(const hcq_jit_t *jit, size_t i);
  * program). Buffer contents are read after the work queued before the call. */
 HCQ_MUST_USE hcq_status_t hcq_jit_save(hcq_jit_t *jit, const char *path);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

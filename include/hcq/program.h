@@ -1,6 +1,6 @@
 /* hcq programs: compiled kernels for one device, and eager launches.
  *
- * CPU kernels follow the SPEC 2 ABI. Sources are compiled with a prelude that includes <stdint.h>
+ * CPU kernels follow this ABI. Sources are compiled with a prelude that includes <stdint.h>
  * and <stddef.h> and defines hcq_launch_t; the device calls the entry once per work-group of the
  * grid, spreading groups over its threads, and the kernel loops over its own lsz threads:
  *
@@ -24,6 +24,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef struct hcq_program hcq_program_t;
 
@@ -74,6 +75,7 @@ HCQ_MUST_USE hcq_status_t hcq_launch(const hcq_launch_desc_t *desc);
 #define HCQ_MAX_KERNEL_BUFS 256
 #define HCQ_MAX_KERNEL_VALS 256
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif
