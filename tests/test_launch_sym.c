@@ -270,11 +270,14 @@ Test(launch_sym, several_values_of_one_variable_in_a_capture_are_reported) {
   for (int32_t p = 0; p < 3; p++) {
     hcq_var_value_t vals[] = {{f.n, 50}, {f.pos, p}};
     OK(sym_step(&f, vals, 2));
-    plain_step(&f, f.xm, f.ym, 50, p);
   }
   hcq_jit_options_t opts = {.on_warning = collect_warning, .warning_ctx = &warned};
   hcq_jit_t *jit = NULL;
   OK(hcq_capture_end(cap, NULL, 0, NULL, 0, &opts, &jit));
+  /* The capture ran each step with its own pos. */
+  for (int32_t p = 0; p < 2; p++) plain_step(&f, f.xm, f.ym, 50, p), model_step(&f, 50, p);
+  expect_step(&f, 50, 2, "the capture run");
+  cr_assert_eq(hcq_jit_item_count(jit), 3 * 2 * STEPS);
   cr_assert_eq(warned.count, 1, "%s", warned.text);
   cr_assert(strstr(warned.text, "variable pos was bound to several values during the capture (last 2)"), "%s",
             warned.text);
@@ -282,6 +285,27 @@ Test(launch_sym, several_values_of_one_variable_in_a_capture_are_reported) {
             hcq_jit_report(jit)->text);
   for (size_t i = 0; i < hcq_jit_var_count(jit); i++)
     cr_assert_eq(hcq_jit_var_value(jit, i), hcq_jit_var(jit, i) == f.n ? 50 : 2);
+  OK(hcq_jit_destroy(jit));
+  fixture_close(&f);
+}
+
+/* hcq_capture_end's vals name what they name; the bound values fill in the rest. */
+Test(launch_sym, capture_end_values_take_precedence_over_bound_ones) {
+  fixture_t f;
+  fixture_open(&f);
+  hcq_capture_t *cap = NULL;
+  OK(hcq_capture_begin(&cap));
+  hcq_var_value_t at[] = {{f.n, 120}, {f.pos, 4}};
+  OK(sym_step(&f, at, 2));
+  hcq_var_value_t given[] = {{f.pos, -8}};
+  hcq_jit_t *jit = NULL;
+  OK(hcq_capture_end(cap, NULL, 0, given, 1, NULL, &jit));
+  expect_step(&f, 120, 4, "the capture run"); /* after the capture: the mirrors' launches are not recorded */
+  for (size_t i = 0; i < hcq_jit_var_count(jit); i++)
+    cr_assert_eq(hcq_jit_var_value(jit, i), hcq_jit_var(jit, i) == f.n ? 120 : -8);
+  /* A replay without values uses them: n = 120 (bound), pos = -8 (given). */
+  OK(hcq_jit_run(jit, NULL, 0, NULL, 0, true, NULL));
+  expect_step(&f, 120, -8, "replay with the capture's values");
   OK(hcq_jit_destroy(jit));
   fixture_close(&f);
 }

@@ -25,7 +25,9 @@
  * bound to their current values) or hcq_exec_item_run(). A value given for a variable that no
  * captured item uses (to hcq_capture_end(), hcq_jit_create() or a replay) would change nothing: it
  * is reported, once per variable, as a line of the report and a warning (the options' on_warning,
- * or standard error), or fails the call when the options ask for strict_vars.
+ * or standard error), or fails the call when the options ask for strict_vars. A capture in which
+ * hcq_launch_sym bound one variable to several values is reported the same way (as a warning): a
+ * replay gives every item the same value, so it cannot repeat such a capture.
  *
  * Ownership: a jit holds references to everything its items use. One thread at a time.
  */
