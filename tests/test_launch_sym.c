@@ -221,6 +221,30 @@ Test(launch_sym, plain_launch_capture_reports_values_for_variables_it_never_saw)
   fixture_close(&f);
 }
 
+/* Items given to hcq_jit_create carry their own symbols: extra values are ignored, as by graphs. */
+Test(launch_sym, jit_create_ignores_values_for_variables_its_items_do_not_use) {
+  fixture_t f;
+  fixture_open(&f);
+  warnings_t warned = {0};
+  hcq_buffer_t *xb[1] = {f.x};
+  static const uint32_t out0[1] = {0};
+  hcq_operand_t v[3] = {hcq_imm(3), hcq_imm(1), hcq_sym(f.n)};
+  hcq_exec_item_t items[2];
+  for (int j = 0; j < 2; j++)
+    items[j] = (hcq_exec_item_t){.kind = HCQ_ITEM_KERNEL,
+                                 .kernel = {f.mul_add, xb, 1, out0, 1, v, 3, {hcq_sym(f.groups64), hcq_imm(1), hcq_imm(1)},
+                                            {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
+  hcq_var_value_t at[] = {{f.n, 10}, {f.pos, 3}};
+  hcq_jit_options_t opts = {.on_warning = collect_warning, .warning_ctx = &warned, .strict_vars = true};
+  hcq_jit_t *jit = NULL;
+  OK(hcq_jit_create(items, 2, NULL, 0, at, 2, &opts, &jit));
+  OK(hcq_jit_run(jit, NULL, 0, at, 2, true, NULL));
+  cr_assert_eq(warned.count, 0, "%s", warned.text);
+  cr_assert_eq(hcq_jit_report(jit)->unused_vars, 0);
+  OK(hcq_jit_destroy(jit));
+  fixture_close(&f);
+}
+
 Test(launch_sym, strict_vars_turns_the_report_into_an_error) {
   fixture_t f;
   fixture_open(&f);

@@ -23,11 +23,12 @@
  * Variables: hcq_launch() takes plain numbers, so a capture records them as constants. To keep a
  * scalar or a launch dimension variable, launch with hcq_launch_sym() (operands from hcq_sym(),
  * bound to their current values) or hcq_exec_item_run(). A value given for a variable that no
- * captured item uses (to hcq_capture_end(), hcq_jit_create() or a replay) would change nothing: it
- * is reported, once per variable, as a line of the report and a warning (the options' on_warning,
- * or standard error), or fails the call when the options ask for strict_vars. A capture in which
- * hcq_launch_sym bound one variable to several values is reported the same way (as a warning): a
- * replay gives every item the same value, so it cannot repeat such a capture.
+ * captured item uses (to hcq_capture_end() or a replay of a capture) would change nothing: it is
+ * reported, once per variable, as a line of the report and a warning (the options' on_warning, or
+ * standard error), or fails the call when the options ask for strict_vars. (A jit made by
+ * hcq_jit_create() ignores such values, as graphs do: its items carry their own symbols.) A
+ * capture in which hcq_launch_sym bound one variable to several values is reported the same way
+ * (as a warning): a replay gives every item the same value, so it cannot repeat such a capture.
  *
  * Ownership: a jit holds references to everything its items use. One thread at a time.
  */
@@ -97,7 +98,7 @@ typedef struct hcq_jit_report {
   const size_t *batch_sizes; /* items per graph, in order */
   size_t eager_items;       /* items replayed eagerly */
   size_t host_copies;       /* host copies seen during capture and not recorded */
-  size_t unused_vars;       /* variables given a value that no item uses (see "Variables" above) */
+  size_t unused_vars;       /* variables given a value no captured item uses ("Variables" above) */
   const char *text;         /* all of it in words, one line per fact, with the reason for every
                                eager item or run of items */
 } hcq_jit_report_t;

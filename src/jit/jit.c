@@ -120,6 +120,7 @@ struct hcq_jit {
   char *text;
   size_t text_len, text_cap;
   hcq_jit_report_t report;
+  bool from_capture; /* values for unused variables are reported (see check_unused_vars) */
   bool strict_vars;
   hcq_jit_warning_fn on_warning;
   void *warning_ctx;
@@ -152,10 +153,12 @@ static void report_warning(hcq_jit_t *jit, const char *msg) {
     fprintf(stderr, "hcq: warning: %s\n", msg);
 }
 
-/* A value for a variable that no item uses changes nothing, which a caller would not expect (e.g. it
- * was passed to hcq_launch() as a number, so the capture holds a constant): report each such
- * variable once, in the report and as a warning, or fail in strict mode. */
+/* In a capture, a value for a variable that no item uses changes nothing, which the caller would not
+ * expect: the variable's value went to hcq_launch() as a number, so the capture holds a constant.
+ * Report each such variable once, in the report and as a warning, or fail in strict mode. (Items
+ * given to hcq_jit_create carry their own symbols; extra values are ignored, as by graphs.) */
 static hcq_status_t check_unused_vars(hcq_jit_t *jit, const hcq_var_value_t *vals, size_t nvals, const char *when) {
+  if (!jit->from_capture) return NULL;
   const hcq__runner_t *r = &jit->runner;
   for (size_t i = 0; i < nvals; i++) {
     const hcq_expr_t *var = vals[i].var;
@@ -290,6 +293,7 @@ static void jit_free(hcq_jit_t *jit) {
 static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
                               const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *options,
                               size_t host_copies, const char *when, hcq_jit_t **out) {
+  /* when: "capture" for a capture's jit, NULL for hcq_jit_create's */
   hcq_jit_t *jit = calloc(1, sizeof(*jit));
   if (!jit) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
   hcq_status_t st = hcq__runner_init(&jit->runner, items, nitems, inputs, ninputs, vals, nvals);
@@ -344,6 +348,7 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
     free(reasons);
   }
   jit->report.text = jit->text ? jit->text : "";
+  jit->from_capture = when != NULL;
   if ((st = check_unused_vars(jit, vals, nvals, when))) {
     jit_free(jit);
     return st;
@@ -357,7 +362,7 @@ hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems, hcq_buf
                             hcq_jit_t **out_jit) {
   if (!out_jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_create: out_jit is NULL");
   *out_jit = NULL;
-  return jit_build(items, nitems, inputs, ninputs, vals, nvals, options, 0, "jit", out_jit);
+  return jit_build(items, nitems, inputs, ninputs, vals, nvals, options, 0, NULL, out_jit);
 }
 
 hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
