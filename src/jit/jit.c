@@ -81,9 +81,9 @@ void hcq__capture_bind(const hcq_var_value_t *vals, size_t nvals) {
       c->bound.data[k].value = vals[i].value;
     } else if (hcq__vec_push(&c->bound, ((bound_value_t){vals[i].var, vals[i].value, false}))) {
       hcq_expr_retain(vals[i].var);
-    }
-    else
+    } else {
       c->error = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory keeping the values of a capture");
+    }
   }
 }
 
@@ -167,16 +167,12 @@ static hcq_status_t check_unused_vars(hcq_jit_t *jit, const hcq_var_value_t *val
     for (size_t k = 0; k < jit->unused.len && !known; k++) known = jit->unused.data[k] == var;
     if (known) continue;
     const char *name = hcq_var_name(var) ? hcq_var_name(var) : "(not a variable)";
-    if (jit->strict_vars)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                             "%s: variable %s has a value but no captured item uses it (hcq_launch records numbers as "
-                             "constants; hcq_launch_sym keeps them variable)",
-                             when, name);
     char msg[256];
     snprintf(msg, sizeof(msg),
              "%s: variable %s has a value but no captured item uses it, so the value changes nothing (hcq_launch "
              "records numbers as constants; hcq_launch_sym keeps them variable)",
              when, name);
+    if (jit->strict_vars) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s", msg);
     if (hcq__vec_push(&jit->unused, var)) hcq_expr_retain(var);
     jit->report.unused_vars++;
     report_warning(jit, msg);
@@ -290,10 +286,10 @@ static void jit_free(hcq_jit_t *jit) {
   free(jit);
 }
 
+/* when: "capture" for a capture's jit (its unused variables are reported), NULL for hcq_jit_create. */
 static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
                               const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *options,
                               size_t host_copies, const char *when, hcq_jit_t **out) {
-  /* when: "capture" for a capture's jit, NULL for hcq_jit_create's */
   hcq_jit_t *jit = calloc(1, sizeof(*jit));
   if (!jit) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
   hcq_status_t st = hcq__runner_init(&jit->runner, items, nitems, inputs, ninputs, vals, nvals);
@@ -380,7 +376,8 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
   hcq_var_value_t *all = NULL;
   size_t nall = nvals;
   if (!st && c->bound.len) {
-    if (nvals && !vals) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: %zu values but vals is NULL", nvals);
+    if (nvals && !vals)
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: %zu values but vals is NULL", nvals);
     else if (!(all = malloc((nvals + c->bound.len) * sizeof(*all))))
       st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory ending a capture");
     if (!st) {
