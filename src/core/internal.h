@@ -247,7 +247,7 @@ struct hcq_device {
   uint64_t max_work_items; /* per launch (groups x group size); 0: no limit */
   int open_refs;     /* registry references, under the registry lock */
   bool closing;      /* a close is waiting for the work (registry lock) */
-  bool closed;       /* closed while lost, with objects still alive: freed when the last goes */
+  _Atomic bool closed; /* closed while lost, with objects still alive: freed when the last goes */
   _Atomic uint32_t state; /* HCQ__OBJ_LIVE while open; HCQ__OBJ_DEAD once closed (validation) */
   atomic_uint struct_refs; /* the registry's + one per live object: the struct outlives close */
 
@@ -397,6 +397,9 @@ void hcq__program_destroy(hcq_program_t *program);
 /* Reclaims deferred objects whose fence has passed (device lock held). */
 void hcq__device_reclaim(hcq_device_t *dev);
 hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, uint64_t value, hcq_signal_t **out);
+/* Keeps a signal (and its memory) for the rest of the process: queues of other devices may still
+ * wait on it and nothing tells when they stop (a graph destroyed while one of its devices is lost). */
+void hcq__signal_abandon(hcq_signal_t *sig);
 /* Frees a signal now (device destroy: nothing runs any more). */
 void hcq__signal_destroy_now(hcq_signal_t *sig);
 /* Frees a signal once the device's engines finished their work (a queue may still wait on it). */

@@ -189,6 +189,13 @@ hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, ui
   return NULL;
 }
 
+void hcq__signal_abandon(hcq_signal_t *sig) {
+  if (!sig) return;
+  reg_remove(sig);
+  hcq__keep(sig->mem.host);
+  hcq__keep(sig);
+}
+
 void hcq__signal_destroy_now(hcq_signal_t *sig) {
   if (!sig) return;
   reg_remove(sig);

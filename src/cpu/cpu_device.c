@@ -195,7 +195,8 @@ static void *helper_main(void *arg) {
 
 static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, const int32_t *vals,
                      const uint32_t gsz[3], const uint32_t lsz[3], uint64_t total) {
-  uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed);
+  /* Even: the last job's generation (odd only if a lost device interrupted a publish). */
+  uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) & ~1u;
   atomic_store_explicit(&p->gen, g + 1, memory_order_seq_cst); /* odd: job being written */
   for (unsigned i = 0; atomic_load_explicit(&p->active, memory_order_seq_cst); i++) {
     if (hcq__device_is_lost(p->dev)) return; /* a helper stuck in a kernel never leaves */
