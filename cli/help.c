@@ -61,7 +61,11 @@ static const help_t k_help[] = {
      "  HCQ_STAGING_CHUNK     host copy staging buffer size in bytes (default 2 MiB)\n"
      "  HCQ_KERNARGS_RING     eager kernel-argument ring per device in bytes\n"
      "                        (default 1 MiB)\n"
-     "  HCQ_PROFILE           1: build every graph with profiling\n"},
+     "  HCQ_PROFILE           1: build every graph with profiling\n"
+     "  HCQ_VALIDATE          1: check handles (released objects, double releases,\n"
+     "                        objects of closed devices)\n"
+     "  HCQ_CPU_ISOLATE       1: a faulting CPU kernel marks its device lost instead\n"
+     "                        of ending the process\n"},
     {"info",
      "usage: hcq info\n"
      "\n"

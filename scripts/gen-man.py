@@ -13,8 +13,8 @@ import sys
 
 NAME = "hcq \\- run, check and time graph files; record kernel launches once, replay them as graphs"
 SEE_ALSO = ("The documentation installed with hcq, under share/doc/hcq in its prefix: README.md (the "
-            "library, how to link it), cli.md (this command in full) and graph-format.md (the graph "
-            "file format); the C examples in examples/c there.")
+            "library, how to link it), cli.md (this command in full), graph-format.md (the graph "
+            "file format) and errors.md (what every error means); the C examples in examples/c there.")
 
 
 def run(hcq, *args):

@@ -35,6 +35,7 @@ extern "C" {
   X(UNAVAILABLE, "unavailable")                                                  \
   X(FAILED_PRECONDITION, "failed precondition")                                  \
   X(DEVICE_ERROR, "device error")                                                \
+  X(DEVICE_LOST, "device lost")                                                  \
   X(UNIMPLEMENTED, "unimplemented")                                              \
   X(INTERNAL, "internal error")
 

@@ -41,9 +41,33 @@ static hcq_status_t kernargs_alloc(hcq_device_t *dev, uint64_t size, uint64_t *o
   return NULL;
 }
 
+hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3],
+                             const char *who) {
+  unsigned __int128 items = 1;
+  bool empty = false;
+  for (int i = 0; i < 3; i++) {
+    if (global[i] > UINT32_MAX || local[i] > UINT32_MAX)
+      return hcq_status_make(HCQ_OUT_OF_RANGE, "%s: launch dims must fit 32 bits (global[%d] %" PRIu64 ", local[%d] %" PRIu64 ")",
+                             who, i, global[i], i, local[i]);
+    empty |= global[i] == 0 || local[i] == 0;
+    items *= (unsigned __int128)global[i] * local[i];
+  }
+  if (empty) return NULL; /* an empty launch runs nothing */
+  uint64_t limit = dev->max_work_items ? dev->max_work_items : UINT64_MAX;
+  if (items > limit)
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "%s: grid %" PRIu64 "x%" PRIu64 "x%" PRIu64 " of groups %" PRIu64 "x%" PRIu64 "x%" PRIu64
+                           " is %s work-items, more than %s runs in one launch (%" PRIu64 ")",
+                           who, global[0], global[1], global[2], local[0], local[1], local[2],
+                           items >> 64 ? "over 2^64" : "too many", dev->name, limit);
+  return NULL;
+}
+
 static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
   if (!d || !d->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch: descriptor or program is NULL");
   const hcq_program_t *p = d->program;
+  hcq_status_t st = hcq__obj_check(&p->obj, HCQ__OBJ_PROGRAM, "launch: program");
+  if (st) return st;
   if ((d->nbufs && !d->bufs) || (d->nvals && !d->vals))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers / %zu values but the array is NULL",
                            p->name, d->nbufs, d->nvals);
@@ -58,11 +82,20 @@ static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
                              d->outs[i], d->nbufs);
   for (size_t i = 0; i < d->nbufs; i++) {
     if (!d->bufs[i]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu is NULL", p->name, i);
+    if (hcq__validating) {
+      char what[128];
+      snprintf(what, sizeof(what), "launch of %s: buffer %zu", p->name, i);
+      if ((st = hcq__obj_check(&d->bufs[i]->obj, HCQ__OBJ_BUFFER, what))) return st;
+    }
     if (d->bufs[i]->dev != p->dev)
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu (%s) is on %s but the program runs on %s",
                              p->name, i, d->bufs[i]->label, d->bufs[i]->dev->name, p->dev->name);
   }
-  return NULL;
+  char who[128];
+  snprintf(who, sizeof(who), "launch of %s", p->name);
+  uint64_t g[3], l[3];
+  for (int i = 0; i < 3; i++) g[i] = d->global[i], l[i] = d->local[i];
+  return hcq__check_dims(p->dev, g, l, who);
 }
 
 hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
@@ -112,6 +145,9 @@ static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t
 
 hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
   if (!dst || !src) return hcq_status_make(HCQ_INVALID_ARGUMENT, "transfer: destination or source is NULL");
+  hcq_status_t vst = hcq__obj_check(&dst->obj, HCQ__OBJ_BUFFER, "transfer: destination");
+  if (!vst) vst = hcq__obj_check(&src->obj, HCQ__OBJ_BUFFER, "transfer: source");
+  if (vst) return vst;
   if (size > dst->size || size > src->size)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
                            "transfer of %" PRIu64 " bytes from %s (%" PRIu64 " bytes) to %s (%" PRIu64
@@ -133,7 +169,7 @@ static hcq_status_t staging_slot(hcq_device_t *dev, unsigned *out_slot) {
   unsigned s = dev->staging_next;
   dev->staging_next = (s + 1) % HCQ__STAGING_SLOTS;
   if (!dev->staging[s].host) {
-    hcq_status_t st = dev->vt->mem_alloc(dev, hcq__options()->staging_chunk, &dev->staging[s]);
+    hcq_status_t st = dev->vt->mem_alloc(dev, hcq__options()->staging_chunk, HCQ__MEM_HOST_VISIBLE, &dev->staging[s]);
     if (st) return hcq_status_annotate(st, "staging buffer on %s", dev->name);
   }
   hcq_status_t st = hcq__device_wait_timeline(dev, dev->staging_fence[s]);
@@ -145,6 +181,8 @@ static hcq_status_t staging_slot(hcq_device_t *dev, unsigned *out_slot) {
 static hcq_status_t check_host_copy(const char *what, hcq_buffer_t *buf, uint64_t offset, const void *host,
                                     uint64_t size) {
   if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: buffer is NULL", what);
+  hcq_status_t st = hcq__obj_check(&buf->obj, HCQ__OBJ_BUFFER, what);
+  if (st) return st;
   if (size && !host) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s of %s: host pointer is NULL", what, buf->label);
   if (offset > buf->size || size > buf->size - offset)
     return hcq_status_make(HCQ_OUT_OF_RANGE,

@@ -41,6 +41,11 @@ static void load_options(void) {
   o->staging_chunk = (uint64_t)env_int("HCQ_STAGING_CHUNK", 2 << 20, 64, INT64_C(1) << 32);
   o->kernargs_ring = (uint64_t)env_int("HCQ_KERNARGS_RING", 1 << 20, 4096, INT64_C(1) << 32);
   o->jit_batch_size = (unsigned)env_int("HCQ_JIT_BATCH_SIZE", 32, 1, 1 << 20);
+  o->validate = env_int("HCQ_VALIDATE", 0, 0, 1) != 0;
+  hcq__validating = o->validate;
+  o->cpu_isolate = env_int("HCQ_CPU_ISOLATE", 0, 0, 1) != 0;
+  env_str("HCQ_PROFILE", "", o->profile, sizeof(o->profile));
+  if (!strcmp(o->profile, "0")) o->profile[0] = '\0';
   env_str("HCQ_CC", "cc", o->cc, sizeof(o->cc));
   env_str("HCQ_CFLAGS", "-O2", o->cflags, sizeof(o->cflags));
   const char *dir = getenv("HCQ_CACHE_DIR");

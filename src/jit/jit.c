@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 
 #include "graph/graph_internal.h"
 #include "jit/jit_internal.h"
@@ -17,6 +18,7 @@ typedef struct bound_value {
 } bound_value_t;
 
 struct hcq_capture {
+  pthread_t owner; /* the capturing thread: only it may end or abort the capture */
   HCQ__VEC(hcq_exec_item_t) items;
   size_t host_copies;
   HCQ__VEC(bound_value_t) bound; /* hcq_launch_sym's values, one per variable */
@@ -63,6 +65,7 @@ hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
   hcq_capture_t *c = calloc(1, sizeof(*c));
   if (!c) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory starting a capture");
   c->recorder = (hcq__recorder_t){record_launch, record_transfer, record_item, record_host_copy, c};
+  c->owner = pthread_self();
   g_capturing = c;
   hcq__recorder = &c->recorder;
   *out = c;
@@ -100,8 +103,18 @@ static void capture_free(hcq_capture_t *c) {
   free(c);
 }
 
+/* The recorder lives in the capturing thread's thread-local state: another thread cannot take it
+ * down without racing with that thread's launches. */
+static bool on_owner_thread(const hcq_capture_t *c) { return pthread_equal(c->owner, pthread_self()) && g_capturing == c; }
+
 void hcq_capture_abort(hcq_capture_t *c) {
-  if (c) capture_free(c);
+  if (!c) return;
+  if (!on_owner_thread(c)) {
+    fprintf(stderr, "hcq: hcq_capture_abort: the capture belongs to another thread; ignored\n");
+    atomic_fetch_add(&hcq__validation_errors, 1);
+    return;
+  }
+  capture_free(c);
 }
 
 /* ---- the replayable object ---- */
@@ -292,7 +305,7 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
                               size_t host_copies, const char *when, hcq_jit_t **out) {
   hcq_jit_t *jit = calloc(1, sizeof(*jit));
   if (!jit) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
-  hcq_status_t st = hcq__runner_init(&jit->runner, items, nitems, inputs, ninputs, vals, nvals);
+  hcq_status_t st = hcq__runner_init(&jit->runner, items, nitems, inputs, ninputs, vals, nvals, "jit");
   if (st) {
     free(jit);
     return st;
@@ -364,6 +377,10 @@ hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems, hcq_buf
 hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
                              size_t nvals, const hcq_jit_options_t *options, hcq_jit_t **out_jit) {
   if (!c) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: capture is NULL");
+  if (!on_owner_thread(c))
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "hcq_capture_end: the capture belongs to another thread (end it on the thread that began it; "
+                           "it is not consumed)");
   hcq_status_t st = NULL;
   if (!out_jit)
     st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: out_jit is NULL");
@@ -439,9 +456,22 @@ static hcq_status_t run_eager(hcq_jit_t *jit, const segment_t *s) {
   return NULL;
 }
 
+static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
+                            size_t nvals, bool wait, uint64_t *out_elapsed_ns);
+
 hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
                          size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
   if (!jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_run: jit is NULL");
+  hcq__runner_t *r = &jit->runner;
+  hcq_status_t st = hcq__runner_enter(r, "hcq_jit_run");
+  if (st) return st;
+  st = jit_run(jit, inputs, ninputs, vals, nvals, wait, out_elapsed_ns);
+  hcq__runner_leave(r);
+  return st;
+}
+
+static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
+                            size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
   uint64_t start = hcq__now_ns();
   hcq__runner_t *r = &jit->runner;
   hcq_status_t st = hcq__runner_stage(r, inputs, ninputs, vals, nvals);
@@ -472,12 +502,17 @@ hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t nin
 
 hcq_status_t hcq_jit_destroy(hcq_jit_t *jit) {
   if (!jit) return NULL;
+  hcq_status_t st = hcq__runner_enter(&jit->runner, "hcq_jit_destroy");
+  if (st) return st;
   /* Destroy graphs one by one so that a timeout leaves the jit consistent. */
   for (size_t i = 0; i < jit->segments.len; i++) {
     segment_t *s = &jit->segments.data[i];
     if (!s->graph) continue;
-    hcq_status_t st = hcq_graph_destroy(s->graph);
-    if (st) return st;
+    st = hcq_graph_destroy(s->graph);
+    if (st) {
+      hcq__runner_leave(&jit->runner);
+      return st;
+    }
     s->graph = NULL;
   }
   jit_free(jit);
