@@ -1,5 +1,5 @@
-/* Capture and batching (SPEC 8): recorded items split into graph batches, replayed with new inputs
- * and variable values; leftovers run eagerly, and the report says why. */
+/* Capture and batching (include/hcq/jit.h): recorded items split into graph batches, replayed with
+ * new inputs and variable values; leftovers run eagerly, and the report says why. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
