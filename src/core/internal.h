@@ -20,7 +20,8 @@
 
 typedef struct hcq__options {
   int64_t wait_timeout_ms;  /* HCQ_WAIT_TIMEOUT_MS */
-  unsigned cpu_threads;     /* HCQ_CPU_THREADS: threads per CPU device sharing a launch's groups */
+  unsigned cpu_threads;     /* HCQ_CPU_THREADS: threads per CPU device (0: the core budget decides) */
+  unsigned graph_inflight;  /* HCQ_GRAPH_INFLIGHT: replays of one graph in flight at once (default 2) */
   uint64_t cpu_min_parallel; /* HCQ_CPU_MIN_PARALLEL: work-items (groups x group size) before a launch is split */
   uint64_t spin_ns;         /* HCQ_SPIN_NS: how long waiters spin before sleeping */
   uint64_t staging_chunk;   /* HCQ_STAGING_CHUNK: bytes per host-transfer staging buffer */
@@ -113,6 +114,16 @@ void hcq__signal_words_set(hcq__signal_words_t *s, uint64_t value);
 enum { HCQ__WAIT_REACHED, HCQ__WAIT_TIMEOUT, HCQ__WAIT_LOST };
 int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
                            size_t nwatch, uint64_t *seen);
+/* Sleeping on a signal's bucket while also waiting for something else (an engine serving two
+ * queues): begin registers as a sleeper and reads the bucket's sequence; sleep with
+ * hcq__futex_wait(p.word, p.seq, ...) after re-checking every condition; end unregisters. Anyone
+ * may bump *p.word and wake it to end the sleep early. */
+typedef struct hcq__park {
+  _Atomic uint32_t *word, *sleepers;
+  uint32_t seq;
+} hcq__park_t;
+void hcq__park_begin(const hcq__signal_words_t *s, hcq__park_t *p);
+void hcq__park_end(hcq__park_t *p);
 /* Wakes every sleeping waiter in the process, so each re-checks its condition (device lost). */
 void hcq__signal_wake_all(void);
 /* now + timeout_ms, saturating; 0 never (forever) results from a finite timeout. */

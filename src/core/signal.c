@@ -67,6 +67,16 @@ void hcq__signal_words_set(hcq__signal_words_t *s, uint64_t value) {
   }
 }
 
+void hcq__park_begin(const hcq__signal_words_t *s, hcq__park_t *p) {
+  park_bucket_t *b = bucket_of(s);
+  p->sleepers = &b->sleepers;
+  p->word = &b->seq;
+  atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
+  p->seq = atomic_load_explicit(&b->seq, memory_order_seq_cst);
+}
+
+void hcq__park_end(hcq__park_t *p) { atomic_fetch_sub_explicit(p->sleepers, 1, memory_order_seq_cst); }
+
 void hcq__signal_wake_all(void) {
   for (size_t i = 0; i < PARK_BUCKETS; i++) {
     atomic_fetch_add_explicit(&g_park[i].seq, 1, memory_order_seq_cst);
