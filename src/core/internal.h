@@ -26,9 +26,13 @@ typedef struct hcq__options {
   uint64_t staging_chunk;   /* HCQ_STAGING_CHUNK: bytes per host-transfer staging buffer */
   uint64_t kernargs_ring;   /* HCQ_KERNARGS_RING: bytes of the eager kernel-argument ring */
   unsigned jit_batch_size;  /* HCQ_JIT_BATCH_SIZE: first capture batch size */
-  char cc[256];             /* HCQ_CC */
-  char cflags[512];         /* HCQ_CFLAGS */
-  char cache_dir[1024];     /* HCQ_CACHE_DIR */
+  /* CPU kernel compiler and cache (docs/kernel-cache.md), kept whole: src/cpu/cpu_compile.c splits
+   * and checks them. NULL only when memory ran out while reading them. */
+  const char *cc;             /* HCQ_CC: compiler command, may carry arguments */
+  const char *cflags;         /* HCQ_CFLAGS */
+  const char *cache_dir;      /* HCQ_CACHE_DIR, else $XDG_CACHE_HOME/hcq, ~/.cache/hcq, $TMPDIR/hcq-cache-<euid> */
+  const char *cache_dir_from; /* the variable cache_dir came from, for messages */
+  const char *tmp_dir;        /* TMPDIR, else /tmp: private build directories when not caching */
 } hcq__options_t;
 
 const hcq__options_t *hcq__options(void);
