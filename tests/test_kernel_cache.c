@@ -131,7 +131,7 @@ typedef struct {
   int ran;           /* 1: compiled and ran */
   int code;          /* status code of the failure */
   int32_t value;     /* what the kernel wrote */
-  char message[4000]; /* failure message */
+  char message[80000]; /* failure message (compiler output included) */
 } child_result_t;
 
 typedef struct {
@@ -382,6 +382,11 @@ Test(kernel_cache, compiler_exit_status_and_output_are_exact) {
   int n;
   cr_assert(only_cache_objects(g_cache, &n));
   cr_assert_eq(n, 0);
+  /* Far more output than a pipe holds or the message keeps: no deadlock, the start is kept. */
+  write_script(wrapper, "echo 'first line'\nhead -c 1000000 /dev/zero | tr '\\0' x\nexit 1\n");
+  child_result_t r = run_source(k_five, env);
+  EXPECT_FAILS(r, HCQ_COMPILE_ERROR, "exited with status 1", "first line\nxxxx", "[more compiler output not shown]");
+  cr_assert_lt(strlen(r.message), sizeof(r.message) - 1, "the message was cut by the test, not by hcq");
 }
 
 Test(kernel_cache, compiler_killed_by_a_signal_is_reported_as_such) {

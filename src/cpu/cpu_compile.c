@@ -439,7 +439,8 @@ typedef struct helper_report {
 
 enum { HELPER_WAIT_STATUS = 1, HELPER_SPAWN_FAILED, HELPER_WAIT_FAILED };
 
-/* The forked helper: only async-signal-safe calls (the parent may have had other threads). */
+/* The forked helper: only async-signal-safe calls (the parent may have had other threads), every
+ * signal blocked. */
 static void helper_main(int report_fd, const char *exe, char *const argv[], const posix_spawn_file_actions_t *actions,
                         const posix_spawnattr_t *attr) {
   struct sigaction dfl;
@@ -480,15 +481,19 @@ static void close_all(int *fds, size_t n) {
     if (fds[i] >= 0) close(fds[i]);
 }
 
-static void append_output(char *output, size_t cap, size_t *len, const char *chunk, size_t n) {
-  size_t take = n < cap - 1 - *len ? n : cap - 1 - *len;
+static const char k_truncated[] = "\n[more compiler output not shown]\n";
+
+/* Keeps what fits in output, leaving room for k_truncated; true when some of chunk did not fit. */
+static bool append_output(char *output, size_t cap, size_t *len, const char *chunk, size_t n) {
+  size_t room = cap - sizeof(k_truncated) - *len, take = n < room ? n : room;
   memcpy(output + *len, chunk, take);
   *len += take;
   output[*len] = '\0';
+  return take < n;
 }
 
-/* Runs the compiler (exe, argv) with stdin from /dev/null and stdout and stderr into output (the
- * first cap - 1 bytes). NULL with *out_status = its wait status, or why it could not run. */
+/* Runs the compiler (exe, argv) with stdin from /dev/null and stdout and stderr into output (as
+ * much as fits in cap, with a note when not all did). NULL with *out_status = its wait status, or why it could not run. */
 static hcq_status_t run_compiler(const char *exe, char *const argv[], char *output, size_t cap, int *out_status) {
   int fds[4] = {-1, -1, -1, -1}; /* output read, output write, report read, report write */
   output[0] = '\0';
@@ -517,8 +522,14 @@ static hcq_status_t run_compiler(const char *exe, char *const argv[], char *outp
 #endif
           posix_spawnattr_setsigdefault(&attr, &defaults) == 0 && posix_spawnattr_setsigmask(&attr, &none) == 0 &&
           posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK) == 0;
+  /* The helper runs with every signal blocked, inherited from this thread at fork: no handler of
+   * the application may run in that copy of the process. The compiler gets an empty mask. */
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old_mask);
   pid_t helper = ready ? fork() : -1;
   int fork_errno = errno;
+  if (helper != 0) pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
   if (helper == 0) {
     close(fds[0]);
     close(fds[2]);
@@ -538,6 +549,7 @@ static hcq_status_t run_compiler(const char *exe, char *const argv[], char *outp
   struct pollfd pfd[2] = {{fds[0], POLLIN, 0}, {fds[2], POLLIN, 0}};
   helper_report_t report;
   size_t len = 0, got = 0;
+  bool truncated = false;
   char chunk[4096];
   while (got < sizeof(report)) {
     if (poll(pfd, 2, -1) < 0) {
@@ -546,7 +558,7 @@ static hcq_status_t run_compiler(const char *exe, char *const argv[], char *outp
     }
     if (pfd[0].revents) {
       ssize_t n = read(fds[0], chunk, sizeof(chunk));
-      if (n > 0) append_output(output, cap, &len, chunk, (size_t)n);
+      if (n > 0) truncated |= append_output(output, cap, &len, chunk, (size_t)n);
       else if (n == 0 || errno != EINTR) pfd[0].fd = -1;
     }
     if (pfd[1].revents) {
@@ -557,10 +569,11 @@ static hcq_status_t run_compiler(const char *exe, char *const argv[], char *outp
   }
   if (pfd[0].fd >= 0 && fcntl(fds[0], F_SETFL, O_NONBLOCK) == 0) {
     for (ssize_t n; (n = read(fds[0], chunk, sizeof(chunk))) != 0;) {
-      if (n > 0) append_output(output, cap, &len, chunk, (size_t)n);
+      if (n > 0) truncated |= append_output(output, cap, &len, chunk, (size_t)n);
       else if (errno != EINTR) break;
     }
   }
+  if (truncated) memcpy(output + len, k_truncated, sizeof(k_truncated));
   close_all((int[]){fds[0], fds[2]}, 2);
   /* ECHILD here is fine: with SIGCHLD ignored the kernel reaped the helper, or a handler did. */
   while (waitpid(helper, NULL, 0) < 0 && errno == EINTR) {
