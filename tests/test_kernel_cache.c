@@ -384,9 +384,38 @@ Test(kernel_cache, compiler_exit_status_and_output_are_exact) {
   cr_assert_eq(n, 0);
   /* Far more output than a pipe holds or the message keeps: no deadlock, the start is kept. */
   write_script(wrapper, "echo 'first line'\nhead -c 1000000 /dev/zero | tr '\\0' x\nexit 1\n");
-  child_result_t r = run_source(k_five, env);
-  EXPECT_FAILS(r, HCQ_COMPILE_ERROR, "exited with status 1", "first line\nxxxx", "[more compiler output not shown]");
-  cr_assert_lt(strlen(r.message), sizeof(r.message) - 1, "the message was cut by the test, not by hcq");
+  for (int helper = 0; helper < 2; helper++) {
+    child_spec_t spec = {.env = env, .source = k_five, .before = helper ? ignore_sigchld : NULL};
+    child_result_t r = run_child(&spec);
+    EXPECT_FAILS(r, HCQ_COMPILE_ERROR, "exited with status 1", "first line\nxxxx", "[more compiler output not shown]");
+    cr_assert_lt(strlen(r.message), sizeof(r.message) - 1, "the message was cut by the test, not by hcq");
+  }
+}
+
+/* A compiler that leaves a process behind holding its output pipe (a cache daemon, say): the compile
+ * ends when the compiler does. If it waited for the pipe to close, the timeout would fail it. */
+Test(kernel_cache, process_left_holding_the_output_does_not_block, .timeout = 40) {
+  setup();
+  char wrapper[700], body[1500], pids[700];
+  path_in(wrapper, sizeof(wrapper), "cc-daemon.sh");
+  path_in(pids, sizeof(pids), "sleepers.pid");
+  snprintf(body, sizeof(body), "sleep 90 &\necho $! >> '%s'\nexec cc \"$@\"\n", pids);
+  write_script(wrapper, body);
+  char cc_env[800];
+  snprintf(cc_env, sizeof(cc_env), "HCQ_CC=%s", wrapper);
+  const char *env[] = {cc_env, NULL};
+  child_spec_t direct = {.env = env, .source = k_five};
+  child_result_t r1 = run_child(&direct);
+  child_spec_t helper = {.env = env, .source = K_SOURCE("6"), .before = ignore_sigchld};
+  child_result_t r2 = run_child(&helper);
+  FILE *f = fopen(pids, "r");
+  cr_assert_not_null(f);
+  int n = 0;
+  for (long pid; fscanf(f, "%ld", &pid) == 1; n++) kill((pid_t)pid, SIGKILL);
+  fclose(f);
+  cr_assert_eq(n, 2);
+  EXPECT_RAN(r1, 5);
+  EXPECT_RAN(r2, 6);
 }
 
 Test(kernel_cache, compiler_killed_by_a_signal_is_reported_as_such) {

@@ -27,8 +27,10 @@
  * uncached, and one warning per process on stderr says why. Objects are written under unique
  * temporary names and renamed into place, so no partial object is ever visible.
  *
- * Compiles work whatever the application's signal dispositions (SIGCHLD ignored or handled): the
- * compiler runs with default dispositions under a helper process that reports its exact status.
+ * Compiles work whatever the application's signal dispositions (SIGCHLD ignored or handled by a
+ * handler that reaps every child): the compiler runs with SIGCHLD and SIGPIPE at their defaults,
+ * and its exact exit status or signal is reported (through a forked helper when SIGCHLD does not
+ * let us wait for it ourselves).
  * Programs are reference counted; graphs retain the programs they use.
  */
 #ifndef HCQ_PROGRAM_H
