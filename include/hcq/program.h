@@ -20,9 +20,10 @@
  * or delete the cache.
  *
  * Only objects no other user could have written are loaded: the cache directory must be owned by
- * the effective uid and not group/world-writable, and the directories above it owned by that uid
- * or root and not writable by others unless sticky; cached objects must be regular files of that
- * uid that no one else can write (others are compiled again and replaced). An untrusted, read-only
+ * the effective uid and writable by no one else (a group write bit is fine only for the user's
+ * private group), the directories above it owned by that uid or root and writable by no one else
+ * unless sticky; cached objects must be regular files of that uid that no one else can write
+ * (others are compiled again and replaced). An untrusted, read-only
  * or full cache directory is not an error: kernels are compiled in a private temporary directory,
  * uncached, and one warning per process on stderr says why. Objects are written under unique
  * temporary names and renamed into place, so no partial object is ever visible.

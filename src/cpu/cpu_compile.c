@@ -18,10 +18,12 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <link.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -328,6 +330,52 @@ void hcq__cpu_cache_key(const hcq__cpu_key_input_t *in, char out_hex[33]) {
 
 /* ---- which directories and files to trust ---- */
 
+/* True for a user private group: this user's primary group, named like the user, listing no other
+ * member. Distributions that give each user one also give a umask of 002, so everything such a
+ * user creates is writable by a group that is only them. Answers are kept (NSS may be slow). */
+static bool group_is_only_me(gid_t gid) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static struct known_group {
+    gid_t gid;
+    bool only;
+  } known[8];
+  static size_t nknown;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < nknown; i++) {
+    if (known[i].gid == gid) {
+      bool only = known[i].only;
+      pthread_mutex_unlock(&lock);
+      return only;
+    }
+  }
+  bool only = false;
+  struct passwd pw, *p = NULL;
+  struct group gr, *g = NULL;
+  for (size_t size = 16384; size <= (1u << 22); size *= 4) {
+    char *buf = malloc(2 * size);
+    if (!buf) break;
+    int e1 = getpwuid_r(geteuid(), &pw, buf, size, &p), e2 = getgrgid_r(gid, &gr, buf + size, size, &g);
+    if (e1 != ERANGE && e2 != ERANGE) {
+      only = p && g && p->pw_gid == gid && !strcmp(g->gr_name, p->pw_name);
+      for (char **m = only ? g->gr_mem : NULL; m && *m; m++) only = only && !strcmp(*m, p->pw_name);
+      free(buf);
+      if (nknown < sizeof(known) / sizeof(known[0])) known[nknown++] = (struct known_group){gid, only};
+      break;
+    }
+    free(buf);
+  }
+  pthread_mutex_unlock(&lock);
+  return only;
+}
+
+/* Who besides the owner may create, rename or delete entries of a directory with this stat: NULL
+ * for no one (or only the owner's private group), "others" or "its group". */
+static const char *other_writers(const struct stat *st) {
+  if (st->st_mode & S_IWOTH) return "others";
+  if ((st->st_mode & S_IWGRP) && !group_is_only_me(st->st_gid)) return "its group";
+  return NULL;
+}
+
 /* True when only this process's user (and root) can have put files in dir, a resolved path; else
  * *why says who else could. */
 static bool dir_is_trusted(const char *dir, char *why, size_t size) {
@@ -345,9 +393,9 @@ static bool dir_is_trusted(const char *dir, char *why, size_t size) {
     snprintf(why, size, "%s is owned by uid %ld, not by this process's uid %ld", dir, (long)st.st_uid, (long)me);
     return false;
   }
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    snprintf(why, size, "%s is writable by %s (mode %04o)", dir, st.st_mode & S_IWOTH ? "others" : "its group",
-             (unsigned)(st.st_mode & 07777));
+  const char *writers = other_writers(&st);
+  if (writers) {
+    snprintf(why, size, "%s is writable by %s (mode %04o)", dir, writers, (unsigned)(st.st_mode & 07777));
     return false;
   }
   /* Whoever may rename entries of a directory above could swap dir for one of theirs. */
@@ -364,9 +412,9 @@ static bool dir_is_trusted(const char *dir, char *why, size_t size) {
       snprintf(why, size, "%s, which holds %s, is owned by uid %ld", up, dir, (long)st.st_uid);
       return false;
     }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
-      snprintf(why, size, "%s, which holds %s, is writable by %s without the sticky bit (mode %04o)", up, dir,
-               st.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+    if (!(st.st_mode & S_ISVTX) && (writers = other_writers(&st))) {
+      snprintf(why, size, "%s, which holds %s, is writable by %s without the sticky bit (mode %04o)", up, dir, writers,
+               (unsigned)(st.st_mode & 07777));
       return false;
     }
     if (slash == up) break;
@@ -415,8 +463,7 @@ static int inspect_object(const char *path) {
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? OBJECT_MISSING : OBJECT_FOREIGN;
   struct stat st;
-  bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-              !(st.st_mode & (S_IWGRP | S_IWOTH));
+  bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !other_writers(&st);
   close(fd);
   return ours ? OBJECT_OURS : OBJECT_FOREIGN;
 }
