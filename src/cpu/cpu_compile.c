@@ -203,7 +203,9 @@ static void load_compiler(void) {
   /* The compiler, and every later word that names an executable (a launcher such as
    * "ccache gcc" or "env cc" runs the compiler that follows it). */
   char path[PATH_MAX];
-  if (find_executable(c->cc[0], path, sizeof(path))) snprintf(c->exe, sizeof(c->exe), "%s", path);
+  /* A path is run as it is, so that exec says precisely what is wrong with it. */
+  if (strchr(c->cc[0], '/')) snprintf(c->exe, sizeof(c->exe), "%s", c->cc[0]);
+  else if (find_executable(c->cc[0], path, sizeof(path))) snprintf(c->exe, sizeof(c->exe), "%s", path);
   bool ok = append_identity(&c->identity, c->exe[0] ? c->exe : c->cc[0]);
   for (size_t i = 1; ok && i < c->ncc; i++)
     if (c->cc[i][0] != '-' && !strchr(c->cc[i], '=') && find_executable(c->cc[i], path, sizeof(path)))
