@@ -30,12 +30,23 @@ typedef struct hcq__options {
   bool validate;            /* HCQ_VALIDATE: check handles (released, double release, closed device) */
   bool cpu_isolate;         /* HCQ_CPU_ISOLATE: a faulting CPU kernel marks its device lost instead of killing */
   char profile[1024];       /* HCQ_PROFILE: "" off; "1" on; otherwise on, and a path for the trace */
-  char cc[256];             /* HCQ_CC */
-  char cflags[512];         /* HCQ_CFLAGS */
-  char cache_dir[1024];     /* HCQ_CACHE_DIR */
+  /* CPU kernel compiler and cache (docs/kernel-cache.md), kept whole: src/cpu/cpu_compile.c splits
+   * and checks them. NULL only when memory ran out while reading them. */
+  const char *cc;             /* HCQ_CC: compiler command, may carry arguments */
+  const char *cflags;         /* HCQ_CFLAGS */
+  const char *cache_dir;      /* HCQ_CACHE_DIR, else $XDG_CACHE_HOME/hcq, ~/.cache/hcq, $TMPDIR/hcq-cache-<euid> */
+  const char *cache_dir_from; /* the variable cache_dir came from, for messages */
+  const char *tmp_dir;        /* TMPDIR, else /tmp: private build directories when not caching */
 } hcq__options_t;
 
 const hcq__options_t *hcq__options(void);
+
+/* ---- text ---- */
+
+/* [A-Za-z_][A-Za-z0-9_]* */
+bool hcq__is_c_identifier(const char *s);
+/* s in double quotes, with \n, \t, \", \\ and \xNN for what would not print (cut to fit size). */
+void hcq__quote(const char *s, char *out, size_t size);
 
 /* ---- time and spinning ---- */
 

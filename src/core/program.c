@@ -1,4 +1,3 @@
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -30,11 +29,13 @@ hcq_status_t hcq_program_create(hcq_device_t *dev, const char *entry, const char
   if (st) return st;
   if (!source) return hcq_status_make(HCQ_INVALID_ARGUMENT, "program %s on %s: source is NULL", entry, dev->name);
   /* The entry names a function in the source (and, on CPU, files in the kernel cache). */
-  bool ident = isalpha((unsigned char)entry[0]) || entry[0] == '_';
-  for (const char *c = entry; *c && ident; c++) ident = isalnum((unsigned char)*c) || *c == '_';
-  if (!ident)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "program \"%s\" on %s: the entry name is not a C identifier", entry,
-                           dev->name);
+  if (!hcq__is_c_identifier(entry)) {
+    char quoted[300];
+    hcq__quote(entry, quoted, sizeof(quoted));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "program on %s: entry %s is not a C identifier (letters, digits and _, not starting with a digit)",
+                           dev->name, quoted);
+  }
   if ((st = hcq__device_check(dev))) return hcq_status_annotate(st, "program %s", entry);
   if (!dev->vt->program_compile)
     return hcq_status_make(HCQ_UNIMPLEMENTED, "program %s: %s cannot compile source", entry, dev->name);
