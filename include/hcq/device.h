@@ -72,6 +72,9 @@ typedef struct hcq_device_options {
    * ending the process (HCQ_CPU_ISOLATE=1 turns it on for every device). Costs a sigsetjmp per
    * kernel call. */
   bool isolate;
+  /* CPU: threads for this device (its engine plus helpers that share big launches); 0 lets the
+   * core budget decide (see hcq_device_cores). HCQ_CPU_THREADS sets it for every device. */
+  unsigned threads;
 } hcq_device_options_t;
 
 /* Opens (or references again) the device called name. Unknown names are NOT_FOUND, devices whose
@@ -89,7 +92,13 @@ const char *hcq_device_name(const hcq_device_t *device);
 hcq_device_kind_t hcq_device_kind(const hcq_device_t *device);
 const char *hcq_device_kind_name(hcq_device_kind_t kind);
 uint32_t hcq_device_caps(const hcq_device_t *device);
-/* Worker threads that share the work-groups of one launch (CPU). */
+/* CPU: the cores the device's threads are pinned to, its engine's first. The CPU devices open
+ * together split the process's cores (its affinity mask) into disjoint shares, one per device in
+ * opening order, so no core runs two busy hcq threads; with more devices than cores, devices share
+ * cores round-robin. Writes up to cap core numbers; returns how many there are (0 for other kinds). */
+size_t hcq_device_cores(const hcq_device_t *device, int *out_cores, size_t cap);
+/* Threads that run the device's work: on CPU its engine (both queues) plus the helpers that share
+ * the work-groups of big launches. */
 unsigned hcq_device_thread_count(const hcq_device_t *device);
 
 /* Waits until all work submitted to the device so far has finished (timeline_value - 1), within

@@ -267,6 +267,11 @@ struct hcq_device {
   uint32_t caps;
   unsigned threads;
   uint64_t max_work_items; /* per launch (groups x group size); 0: no limit */
+  unsigned cpu_threads;    /* CPU: threads asked for by the device option (0: the layout decides) */
+#define HCQ__DEVICE_MAX_CORES 64
+  unsigned ncores;         /* CPU: the cores its threads are pinned to (layout lock) */
+  int cores[HCQ__DEVICE_MAX_CORES];
+  char layout[128];        /* "0,1" */
   int open_refs;     /* registry references, under the registry lock */
   bool closing;      /* a close is waiting for the work (registry lock) */
   _Atomic bool closed; /* closed while lost, with objects still alive: freed when the last goes */
@@ -464,6 +469,7 @@ typedef struct hcq__recorder {
 extern _Thread_local const hcq__recorder_t *hcq__recorder;
 
 /* Backends. */
+size_t hcq__cpu_core_count(void);
 hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev);
 hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev);
 void hcq__cuda_query(hcq_device_info_t *info);

@@ -123,7 +123,9 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
       uint64_t now = hcq__now_ns();
       if (now >= deadline_ns) {
         *seen = atomic_load_explicit(&s->value, memory_order_acquire);
-        return *seen >= want ? HCQ__WAIT_REACHED : HCQ__WAIT_TIMEOUT;
+        if (*seen >= want) return HCQ__WAIT_REACHED;
+        /* Lost while we waited (and slow to say so on a busy machine): that is the real reason. */
+        return any_lost(watch, nwatch) ? HCQ__WAIT_LOST : HCQ__WAIT_TIMEOUT;
       }
       timeout = deadline_ns - now;
       /* A relative futex timeout beyond a day is no different from a day, and stays far from any

@@ -41,7 +41,8 @@ typedef struct cpu_queue {
   _Alignas(64) _Atomic uint64_t tail; /* words of entries completed */
   _Atomic uint32_t tail_seq;          /* bumped when tail moves while a producer waits for space */
   _Atomic uint32_t space_waiters;
-  _Atomic(const uint32_t *) cur;      /* command being run or waited at (NULL: idle) */
+  /* Written per command by the engine, read only by reports: a line of its own. */
+  _Alignas(64) _Atomic(const uint32_t *) cur; /* command being run or waited at (NULL: idle) */
   _Atomic(const uint32_t *) prev;     /* the command before it in the same list */
   _Atomic(const uint32_t *) call_base; /* the bound list being run (NULL: the ring) */
   /* The engine's cursor (engine thread only). */
@@ -85,7 +86,7 @@ typedef struct cpu_engine {
   hcq__cpu_fault_ctx_t fault;
   void *altstack;
   cpu_queue_t q[2]; /* by hcq_queue_kind_t */
-  cpu_queue_t *running; /* the queue whose command runs (for the fault handler) */
+  _Alignas(64) cpu_queue_t *running; /* the queue whose command runs (for the fault handler) */
   _Alignas(64) _Atomic uint32_t doorbell;  /* where an idle engine sleeps */
   _Atomic(_Atomic uint32_t *) sleep_word;  /* where the engine sleeps now (NULL: awake) */
   _Atomic bool stop;

@@ -14,7 +14,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
   if (st) return st;
   bool profile = (options && options->profile) || hcq__options()->profile[0];
   /* Every device kind hcq drives today runs the HCQ graph. */
-  st = hcq__hcq_graph_create(&runner, profile, out_graph);
+  st = hcq__hcq_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
   if (st) hcq__runner_deinit(&runner);
   return st;
 }

@@ -28,7 +28,7 @@ struct hcq_graph {
 };
 
 /* Builds an HCQ graph over the runner's items (the runner is moved into the graph on success). */
-hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out);
+hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
 
 /* Tests only: the HCQ graph's replay counter, and setting it as if that many replays had finished
  * (with no replay in flight), to exercise its wrap. */
