@@ -35,7 +35,7 @@ test: build
 
 asan: deps
 	$(call cmake_build,build-asan,-DHCQ_SANITIZE=address -DHCQ_BUILD_BENCH=OFF)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --test-dir build-asan --output-on-failure
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:malloc_context_size=3 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --test-dir build-asan --output-on-failure
 
 ubsan: deps
 	$(call cmake_build,build-ubsan,-DHCQ_SANITIZE=undefined -DHCQ_BUILD_BENCH=OFF)
