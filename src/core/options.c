@@ -48,6 +48,9 @@ static void load_options(void) {
   if (!strcmp(o->profile, "0")) o->profile[0] = '\0';
   env_str("HCQ_CC", "cc", o->cc, sizeof(o->cc));
   env_str("HCQ_CFLAGS", "-O2", o->cflags, sizeof(o->cflags));
+  env_str("HCQ_CUDA_LIBRARY", "libcuda.so.1", o->cuda_library, sizeof(o->cuda_library));
+  env_str("HCQ_NVRTC_LIBRARY", "", o->nvrtc_library, sizeof(o->nvrtc_library));
+  env_str("HCQ_CUDA_ARCH", "", o->cuda_arch, sizeof(o->cuda_arch));
   const char *dir = getenv("HCQ_CACHE_DIR");
   if (dir && *dir) {
     snprintf(o->cache_dir, sizeof(o->cache_dir), "%s", dir);
