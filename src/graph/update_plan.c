@@ -362,3 +362,5 @@ void hcq__update_plan_abort(hcq__update_plan_t *p) {
 }
 
 size_t hcq__update_plan_updatable_count(const hcq__update_plan_t *p) { return p->nupdatable; }
+
+size_t hcq__update_plan_evaluated_count(const hcq__update_plan_t *p) { return p->dirty.len; }

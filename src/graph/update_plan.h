@@ -70,5 +70,7 @@ void hcq__update_plan_abort(hcq__update_plan_t *plan);
 
 /* Items that can ever change (they hold an input, a symbolic value or a symbolic dim). */
 size_t hcq__update_plan_updatable_count(const hcq__update_plan_t *plan);
+/* Items the last prepare evaluated (tests check that the work follows what changed). */
+size_t hcq__update_plan_evaluated_count(const hcq__update_plan_t *plan);
 
 #endif
