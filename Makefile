@@ -20,7 +20,9 @@ build: deps
 	$(call cmake_build,$(BUILD_DIR),)
 
 test: build
+	@rm -f $(BUILD_DIR)/skipped-tests.txt
 	ctest --test-dir $(BUILD_DIR) --output-on-failure
+	@if [ -s $(BUILD_DIR)/skipped-tests.txt ]; then echo "Skipped tests and why:"; sed 's/^/  /' $(BUILD_DIR)/skipped-tests.txt; fi
 
 asan: deps
 	$(call cmake_build,build-asan,-DHCQ_SANITIZE=address -DHCQ_BUILD_BENCH=OFF)
