@@ -41,6 +41,7 @@ typedef struct cuda_stream {
   _Atomic uint64_t *done;     /* the completion word the stream writes */
   hcq_CUdeviceptr done_addr;
   uint64_t last_signal_addr, last_signal_value; /* what this stream wrote last (waits it implies are dropped) */
+  pthread_mutex_t records_lock; /* records and ring: written at submit, read by hang reports (trylock) */
   sub_record_t records[RECORDS];
   uint32_t *ring;
   uint64_t ring_head;
@@ -331,7 +332,14 @@ static hcq_CUresult run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint
 }
 
 /* Remembers a submission's words for hang reports: bound words stay valid, others are copied. */
+static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n, bool bound);
 static void remember(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n, bool bound) {
+  pthread_mutex_lock(&cs->records_lock);
+  remember_locked(cs, seq, words, n, bound);
+  pthread_mutex_unlock(&cs->records_lock);
+}
+
+static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n, bool bound) {
   sub_record_t *r = &cs->records[seq % RECORDS];
   r->seq = seq;
   r->bound = bound;
@@ -340,7 +348,7 @@ static void remember(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, siz
     r->words = words;
     return;
   }
-  if (n > WORD_RING / 4) {
+  if (n == 0 || n > WORD_RING / 4) {
     r->words = NULL;
     return;
   }
@@ -470,7 +478,11 @@ static void cuda_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_
   out->completed = atomic_load_explicit(cs->done, memory_order_acquire);
   out->cur = out->prev = out->call_base = NULL;
   if (out->completed >= out->submitted || out->submitted - out->completed > RECORDS) return;
-  const sub_record_t *r = &cs->records[(out->completed + 1) % RECORDS];
+  /* Never blocks: while a submission is being recorded, the report goes without the detail. */
+  if (pthread_mutex_trylock(&cs->records_lock) != 0) return;
+  sub_record_t rec = cs->records[(out->completed + 1) % RECORDS];
+  pthread_mutex_unlock(&cs->records_lock);
+  const sub_record_t *r = &rec;
   if (r->seq != out->completed + 1 || !r->words || !r->nwords) return;
   const uint32_t *w = r->words, *end = r->words + r->nwords, *prev = NULL, *exec = NULL, *exec_prev = NULL;
   for (; w < end && HCQ__HDR_LEN(w[0]); prev = w, w += HCQ__HDR_LEN(w[0])) {
@@ -537,7 +549,10 @@ static void cuda_destroy(hcq_device_t *dev) {
   }
   if (cd->ctx_retained) api->cuDevicePrimaryCtxRelease(cd->cudev);
   if (cd->counted) hcq__signal_device_writers_add(-1);
-  for (int k = 0; k < 2; k++) free(cd->streams[k].ring);
+  for (int k = 0; k < 2; k++) {
+    free(cd->streams[k].ring);
+    pthread_mutex_destroy(&cd->streams[k].records_lock);
+  }
   free(cd);
   dev->backend = NULL;
 }
@@ -646,6 +661,7 @@ hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev) {
   if (!cd) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
   cd->dev = dev;
   cd->api = api;
+  for (int k = 0; k < 2; k++) pthread_mutex_init(&cd->streams[k].records_lock, NULL);
   dev->vt = &cuda_vtable;
   dev->backend = cd;
   hcq_status_t st = setup(dev, cd, index);
