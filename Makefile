@@ -31,7 +31,9 @@ build-lib: deps
 	  { cat $(BUILD_DIR)/lib-build.log; echo "hcq: the build failed (log: $(BUILD_DIR)/lib-build.log)"; exit 1; }
 
 test: build
+	@rm -f $(BUILD_DIR)/skipped-tests.txt
 	ctest --test-dir $(BUILD_DIR) --output-on-failure
+	@if [ -s $(BUILD_DIR)/skipped-tests.txt ]; then echo "Skipped tests and why:"; sed 's/^/  /' $(BUILD_DIR)/skipped-tests.txt; fi
 
 asan: deps
 	$(call cmake_build,build-asan,-DHCQ_SANITIZE=address -DHCQ_BUILD_BENCH=OFF)

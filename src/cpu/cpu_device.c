@@ -602,7 +602,7 @@ hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev) {
   if (!cd) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
   dev->vt = &cpu_vtable;
   dev->backend = cd;
-  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C | HCQ_CAP_HOST_MEMORY;
   dev->threads = hcq__options()->cpu_threads;
   dev->max_work_items = CPU_MAX_WORK_ITEMS;
   cpu_pool_t *p = &cd->pool;
