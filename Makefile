@@ -31,11 +31,13 @@ build-lib: deps
 	  { cat $(BUILD_DIR)/lib-build.log; echo "hcq: the build failed (log: $(BUILD_DIR)/lib-build.log)"; exit 1; }
 
 test: build
+	@rm -f $(BUILD_DIR)/skipped-tests.txt
 	ctest --test-dir $(BUILD_DIR) --output-on-failure
+	@if [ -s $(BUILD_DIR)/skipped-tests.txt ]; then echo "Skipped tests and why:"; sed 's/^/  /' $(BUILD_DIR)/skipped-tests.txt; fi
 
 asan: deps
 	$(call cmake_build,build-asan,-DHCQ_SANITIZE=address -DHCQ_BUILD_BENCH=OFF)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --test-dir build-asan --output-on-failure
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:malloc_context_size=3 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --test-dir build-asan --output-on-failure
 
 ubsan: deps
 	$(call cmake_build,build-ubsan,-DHCQ_SANITIZE=undefined -DHCQ_BUILD_BENCH=OFF)

@@ -99,17 +99,20 @@ static const help_t k_help[] = {
      "                      DIR/NAME.bin\n"
      "  -h, --help          print this text\n"},
     {"bench",
-     "usage: hcq bench FILE [--json]\n"
+     "usage: hcq bench FILE [--json] [--device-map FROM=TO]\n"
      "\n"
      "Times the file's first run two ways, eagerly item by item and as graph\n"
      "replays, and prints medians over repetitions after a warm-up: one run to\n"
-     "completion, the replay's submit alone, the time per item and the speedup.\n"
+     "completion, the replay's submit alone, the time per item and the speedup,\n"
+     "and the graph kind with its driver parameter updates per replay.\n"
      "\n"
      "options:\n"
      "  --json              print one JSON object: items, eager_us_per_run,\n"
      "                      graph_us_per_run, graph_submit_us, per_item_graph_ns,\n"
      "                      per_item_eager_ns, speedup, graphs, eager_items,\n"
-     "                      repetitions\n"
+     "                      repetitions, graph_kind, graph_updates_per_replay,\n"
+     "                      graph_updates_alternating_runs\n"
+     "  --device-map FROM=TO  run the file's devices on others, as for run\n"
      "  -h, --help          print this text\n"},
     {"demo",
      "usage: hcq demo\n"

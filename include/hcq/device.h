@@ -60,6 +60,9 @@ enum {
   HCQ_CAP_HOST_CALLABLE = 1u << 2,   /* programs may be C function pointers */
   HCQ_CAP_COMPILE_C = 1u << 3,       /* compiles C kernels (CPU ABI in hcq/program.h) */
   HCQ_CAP_COMPILE_CUDA = 1u << 4,    /* compiles CUDA C / loads PTX */
+  HCQ_CAP_HOST_MEMORY = 1u << 5,     /* buffers and signals are ordinary host memory, engines run on the host */
+  HCQ_CAP_COPIES_HOST_MEMORY = 1u << 6, /* its copy queue reads and writes ordinary host memory (HOST_MEMORY
+                                           devices' buffers) and sets their signals, but cannot wait on them */
 };
 
 /* Signal values above this make the timeline wrap onto its shadow signal (32-bit payloads). */

@@ -37,6 +37,9 @@ typedef struct hcq__options {
   const char *cache_dir;      /* HCQ_CACHE_DIR, else $XDG_CACHE_HOME/hcq, ~/.cache/hcq, $TMPDIR/hcq-cache-<euid> */
   const char *cache_dir_from; /* the variable cache_dir came from, for messages */
   const char *tmp_dir;        /* TMPDIR, else /tmp: private build directories when not caching */
+  char cuda_library[256];   /* HCQ_CUDA_LIBRARY: the driver library (libcuda.so.1; tests name a stand-in) */
+  char nvrtc_library[256];  /* HCQ_NVRTC_LIBRARY: "" finds NVRTC by the names toolkits install */
+  char cuda_arch[32];       /* HCQ_CUDA_ARCH: "" compiles for the device; "sm_90" compiles for that */
 } hcq__options_t;
 
 const hcq__options_t *hcq__options(void);
@@ -137,6 +140,11 @@ void hcq__park_begin(const hcq__signal_words_t *s, hcq__park_t *p);
 void hcq__park_end(hcq__park_t *p);
 /* Wakes every sleeping waiter in the process, so each re-checks its condition (device lost). */
 void hcq__signal_wake_all(void);
+/* Devices whose hardware writes signals without waking host sleepers (a GPU writing host memory)
+ * count themselves here while open (+1 on create, -1 on destroy). While any is open, sleeping
+ * waiters wake at least every millisecond (sooner at first) to look again, and call the vtable's
+ * poll for the devices they watch. */
+void hcq__signal_device_writers_add(int delta);
 /* now + timeout_ms, saturating; 0 never (forever) results from a finite timeout. */
 uint64_t hcq__deadline_after_ms(int64_t timeout_ms);
 
@@ -241,6 +249,11 @@ typedef struct hcq__device_vtable {
   /* The device was declared lost: engines drop pending work and stop blocking (waits return).
    * Optional. Any thread. */
   void (*lost)(hcq_device_t *dev);
+  /* Host waits on behalf of the device call it while they sleep between looks at a signal, for
+   * devices that counted themselves with hcq__signal_device_writers_add: it checks for asynchronous
+   * failures (a kernel that faulted) and marks the device lost when it finds one, so the wait ends
+   * at once instead of at its timeout. Optional. Any thread; must not block. */
+  void (*poll)(hcq_device_t *dev);
   /* Compiles source for entry. Optional: NULL means the device cannot compile. */
   hcq_status_t (*program_compile)(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
   /* Releases what program_compile made. Optional. */

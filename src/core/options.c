@@ -25,6 +25,12 @@ static int64_t env_int(const char *name, int64_t def, int64_t lo, int64_t hi) {
 }
 
 /* A copy of a string variable, whole (no length limit), or def when unset or empty. */
+/* A short setting (a library name, an architecture): copied into out. */
+static void env_copy(const char *name, const char *def, char *out, size_t size) {
+  const char *s = getenv(name);
+  snprintf(out, size, "%s", s && *s ? s : def);
+}
+
 static const char *env_dup(const char *name, const char *def) {
   const char *s = getenv(name);
   return strdup(s && *s ? s : def);
@@ -71,13 +77,15 @@ static void load_options(void) {
   o->validate = env_int("HCQ_VALIDATE", 0, 0, 1) != 0;
   hcq__validating = o->validate;
   o->cpu_isolate = env_int("HCQ_CPU_ISOLATE", 0, 0, 1) != 0;
-  const char *profile = getenv("HCQ_PROFILE");
-  snprintf(o->profile, sizeof(o->profile), "%s", profile ? profile : "");
+  env_copy("HCQ_PROFILE", "", o->profile, sizeof(o->profile));
   if (!strcmp(o->profile, "0")) o->profile[0] = '\0';
   o->cc = env_dup("HCQ_CC", "cc");
   o->cflags = env_dup("HCQ_CFLAGS", "-O2");
   o->tmp_dir = env_dup("TMPDIR", "/tmp");
   load_cache_dir(o);
+  env_copy("HCQ_CUDA_LIBRARY", "libcuda.so.1", o->cuda_library, sizeof(o->cuda_library));
+  env_copy("HCQ_NVRTC_LIBRARY", "", o->nvrtc_library, sizeof(o->nvrtc_library));
+  env_copy("HCQ_CUDA_ARCH", "", o->cuda_arch, sizeof(o->cuda_arch));
 }
 
 const hcq__options_t *hcq__options(void) {

@@ -760,7 +760,7 @@ hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev) {
   memset(e, 0, sizeof(*e));
   dev->vt = &cpu_vtable;
   dev->backend = e;
-  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C | HCQ_CAP_HOST_MEMORY;
   dev->threads = 1;
   dev->max_work_items = CPU_MAX_WORK_ITEMS;
   e->dev = dev;
