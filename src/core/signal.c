@@ -17,7 +17,7 @@ uint64_t hcq__now_ns(void) {
 }
 
 void hcq__spin_step(unsigned iteration) {
-  if (iteration < 512) {
+  if (iteration < 64) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
