@@ -12,6 +12,7 @@ static void usage(FILE *f) {
           "usage: hcq <command> [args]\n"
           "  hcq info                          list this machine's devices and what each supports\n"
           "  hcq run FILE [--mode graph|eager] [--check] [--profile OUT.json]\n"
+          "              [--profile-svg OUT.svg] [--dot OUT.dot] [-v]\n"
           "              [--device-map CPU=CUDA] [--repeat N] [--out DIR]\n"
           "                                    run a graph file's runs (see docs/cli.md)\n"
           "  hcq bench FILE [--json]           time eager execution against graph replay\n"
@@ -68,6 +69,7 @@ static int cmd_info(int argc, char **argv) {
   for (size_t i = 0; i < n && i < 8; i++)
     printf("%-5s %-9s %s\n", hcq_device_kind_name(infos[i].kind), infos[i].available ? "available" : "absent",
            infos[i].description);
+  cli_info_memory();
   return HCQ_EXIT_OK;
 }
 
