@@ -47,11 +47,12 @@ typedef struct svg_ctx {
   uint64_t t0;
   double scale;
   size_t first;
+  uint32_t *row; /* per track: its row (tracks without a drawn slice get none) */
 } svg_ctx_t;
 
 static double x_of(const svg_ctx_t *c, uint64_t ns) { return LABEL_W + (double)(ns - c->t0) * c->scale; }
 static double y_mid(const svg_ctx_t *c, const hcq__trace_slice_t *s) {
-  return TOP + c->v->tracks[s->track].order * ROW_H + (ROW_H - BOX_H) / 2.0 + BOX_H / 2.0;
+  return TOP + c->row[s->track] * ROW_H + (ROW_H - BOX_H) / 2.0 + BOX_H / 2.0;
 }
 
 static void put_arrow(void *ctx, size_t src, size_t dst) {
@@ -74,17 +75,34 @@ static int by_row_then_start(const void *x, const void *y) {
 }
 
 bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
-  svg_ctx_t c = {f, v, UINT64_MAX, 1.0, v->nslices > HCQ_TRACE_SVG_MAX_SLICES ? v->nslices - HCQ_TRACE_SVG_MAX_SLICES : 0};
+  svg_ctx_t c = {f, v, UINT64_MAX, 1.0, v->nslices > HCQ_TRACE_SVG_MAX_SLICES ? v->nslices - HCQ_TRACE_SVG_MAX_SLICES : 0,
+                 calloc(v->ntracks + 1, sizeof(uint32_t))};
+  span_t *spans = malloc((v->nslices - c.first + 1) * sizeof(*spans));
+  uint64_t *busy = calloc(v->ntracks + 1, sizeof(*busy));
+  bool *drawn = calloc(v->ntracks + 1, sizeof(*drawn));
+  if (!c.row || !spans || !busy || !drawn) {
+    free(c.row);
+    free(spans);
+    free(busy);
+    free(drawn);
+    return false;
+  }
   uint64_t t1 = 0;
   for (size_t i = c.first; i < v->nslices; i++) {
     const hcq__trace_slice_t *s = hcq__view_slice(v, i);
     if (s->start_ns < c.t0) c.t0 = s->start_ns;
     if (s->end_ns > t1) t1 = s->end_ns;
+    drawn[s->track] = true;
   }
+  /* Rows in track order (host threads, then devices by name), only for tracks with slices. */
+  uint32_t nrows = 0;
+  for (uint32_t order = 0; order < v->ntracks; order++)
+    for (size_t k = 0; k < v->ntracks; k++)
+      if (v->tracks[k].order == order && drawn[k]) c.row[k] = nrows++;
   if (c.t0 == UINT64_MAX) c.t0 = t1 = 0;
   uint64_t range = t1 > c.t0 ? t1 - c.t0 : 1;
   c.scale = (double)PLOT_W / (double)range;
-  int height = TOP + (int)v->ntracks * ROW_H + AXIS_H;
+  int height = TOP + (int)nrows * ROW_H + AXIS_H;
   int width = LABEL_W + PLOT_W + RIGHT_W;
 
   fprintf(f,
@@ -116,17 +134,10 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
           c.first ? "; only the newest slices are drawn" : "");
 
   /* Rows with their labels and busy share. */
-  span_t *spans = malloc((v->nslices - c.first + 1) * sizeof(*spans));
-  uint64_t *busy = calloc(v->ntracks + 1, sizeof(*busy));
-  if (!spans || !busy) {
-    free(spans);
-    free(busy);
-    return false;
-  }
   size_t nspans = 0;
   for (size_t i = c.first; i < v->nslices; i++) {
     const hcq__trace_slice_t *s = hcq__view_slice(v, i);
-    spans[nspans++] = (span_t){s->start_ns, s->end_ns > s->start_ns ? s->end_ns : s->start_ns, v->tracks[s->track].order};
+    spans[nspans++] = (span_t){s->start_ns, s->end_ns > s->start_ns ? s->end_ns : s->start_ns, c.row[s->track]};
   }
   qsort(spans, nspans, sizeof(*spans), by_row_then_start);
   for (size_t i = 0; i < nspans;) {
@@ -144,8 +155,9 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
   free(spans);
   for (size_t i = 0; i < v->ntracks; i++) {
     const hcq__trace_track_t *t = &v->tracks[i];
-    int y = TOP + (int)t->order * ROW_H;
-    fprintf(f, "<rect class=\"row%s\" x=\"0\" y=\"%d\" width=\"%d\" height=\"%d\"/>\n", t->order % 2 ? " odd" : "", y,
+    if (!drawn[i]) continue;
+    int y = TOP + (int)c.row[i] * ROW_H;
+    fprintf(f, "<rect class=\"row%s\" x=\"0\" y=\"%d\" width=\"%d\" height=\"%d\"/>\n", c.row[i] % 2 ? " odd" : "", y,
             width, ROW_H);
     char name[64];
     if (t->is_device)
@@ -154,15 +166,16 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
       snprintf(name, sizeof(name), "host thread %" PRIu32, t->host_thread);
     fprintf(f, "<text class=\"label\" x=\"8\" y=\"%d\">", y + ROW_H / 2 + 4);
     put_text(f, name, 64);
-    fprintf(f, " <tspan fill=\"#666666\">busy %.0f%%</tspan></text>\n", 100.0 * (double)busy[t->order] / (double)range);
+    fprintf(f, " <tspan fill=\"#666666\">busy %.0f%%</tspan></text>\n", 100.0 * (double)busy[c.row[i]] / (double)range);
   }
   free(busy);
+  free(drawn);
 
   /* Time axis: 1, 2 or 5 times a power of ten, at most about ten ticks. */
   double step = pow(10.0, floor(log10((double)range)));
   while (range / step < 4) step /= 2;
   while (range / step > 10) step *= 2;
-  int axis_y = TOP + (int)v->ntracks * ROW_H;
+  int axis_y = TOP + (int)nrows * ROW_H;
   fprintf(f, "<line class=\"tick\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333333\"/>\n", LABEL_W, axis_y,
           LABEL_W + PLOT_W, axis_y);
   for (double t = 0; t <= (double)range + 0.5; t += step) {
@@ -182,7 +195,7 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
     uint64_t dur = s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0;
     double x = x_of(&c, s->start_ns), w = (double)dur * c.scale;
     if (w < 1) w = 1;
-    double y = TOP + v->tracks[s->track].order * ROW_H + (ROW_H - BOX_H) / 2.0;
+    double y = TOP + c.row[s->track] * ROW_H + (ROW_H - BOX_H) / 2.0;
     const char *cls = s->kind == HCQ__SLICE_SUBMIT ? "submit"
                       : s->kind == HCQ__SLICE_CALL ? "call"
                       : s->graph                   ? "item"
@@ -220,6 +233,7 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
   }
 
   bool ok = hcq__trace_view_flows(v, c.first, put_arrow, &c);
+  free(c.row);
   fputs("</svg>\n", f);
   return ok && !ferror(f);
 }
