@@ -88,7 +88,7 @@ void cli_info_memory(void) {
   print_kernel_cache();
   hcq_device_t *dev = NULL;
   hcq_status_t st = hcq_device_open("CPU:0", &dev);
-  if (!st) st = print_memory(dev, " (opened for this report; buffers and graphs add to it: hcq run -v)");
+  if (!st) st = print_memory(dev, " (just opened)");
   if (st) printf("memory CPU:0: unknown (%s)\n", hcq_status_message(st));
   hcq_status_free(st);
   hcq_status_free(hcq_device_close(dev));

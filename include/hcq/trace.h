@@ -25,9 +25,9 @@
  * any other non-empty value except "0" turns it on and names the file written at process exit
  * (atexit) and by hcq_trace_flush().
  *
- * Threads: every call may come from any thread. Writing collects the replays still pending: it waits
- * for each graph's last replay (a graph in use by another thread at that moment is waited for by
- * that thread instead, and its last replay may be missing).
+ * Threads: every call may come from any thread. Writing first collects what is still pending: it
+ * waits (within the wait timeout) for the last replay of every live graph and for every eager
+ * operation in flight. Writing while another thread stops the profiler writes nothing (an error).
  */
 #ifndef HCQ_TRACE_H
 #define HCQ_TRACE_H
