@@ -207,9 +207,16 @@ Test(trace, every_replay_of_a_known_graph_is_traced_with_its_dependencies) {
   trace_load(&t, path);
   int per_item[K_ITEMS][R + 1];
   memset(per_item, 0, sizeof(per_item));
-  int submits[R + 1] = {0};
+  int submits[R + 1] = {0}, aligned = 0;
   for (size_t i = 0; i < t.nslices; i++) {
     const slice_t *s = &t.slices[i];
+    if (!strcmp(s->cat, "profiler")) {
+      /* The profiler's own work, shown: aligning each device's clocks when the graph was built. */
+      cr_assert(!strcmp(s->name, "profiler: align CPU:0 clocks") || !strcmp(s->name, "profiler: align CPU:1 clocks"));
+      cr_assert_str_eq(track_name(&t, s->pid, 0), "host");
+      aligned++;
+      continue;
+    }
     if (!strcmp(s->cat, "replay")) {
       cr_assert_eq(s->graph, 0);
       cr_assert(s->replay >= 1 && s->replay <= R);
@@ -233,7 +240,8 @@ Test(trace, every_replay_of_a_known_graph_is_traced_with_its_dependencies) {
   for (int j = 0; j < K_ITEMS; j++)
     for (int r = 1; r <= R; r++) cr_assert_eq(per_item[j][r], 1, "item %d of replay %d: %d slices", j, r, per_item[j][r]);
   for (int r = 1; r <= R; r++) cr_assert_eq(submits[r], 1, "replay %d's submit", r);
-  cr_assert_eq(t.nslices, (size_t)(R * K_ITEMS + R), "nothing else ran");
+  cr_assert_eq(aligned, 2, "each device's clocks are aligned once");
+  cr_assert_eq(t.nslices, (size_t)(R * K_ITEMS + R + 2), "nothing else ran");
   assert_tracks_in_order(&t);
 
   /* Flows: one s/f pair per dependency edge per replay, each end inside the slice it names. */
@@ -315,8 +323,11 @@ Test(trace, eager_work_lands_on_the_queue_that_ran_it_and_on_the_host_track) {
       {"launch fill", "eager", "host thread 1", "host", -1},
       {"transfer CPU:0 -> CPU:1", "eager", "host thread 1", "host", 2048},
       {"copyout CPU:1", "eager", "host thread 1", "host", 4096},
+      {"profiler: align CPU:0 clocks", "profiler", "host thread 1", "host", -1},
+      {"profiler: align CPU:1 clocks", "profiler", "host thread 1", "host", -1},
   };
-  cr_assert_eq(t.nslices, sizeof(want) / sizeof(want[0]), "one device slice and one host slice per call");
+  cr_assert_eq(t.nslices, sizeof(want) / sizeof(want[0]),
+               "one device slice and one host slice per call, and the first use of each device");
   int64_t host_order[4];
   for (size_t w = 0; w < sizeof(want) / sizeof(want[0]); w++) {
     const slice_t *s = NULL;
@@ -332,6 +343,7 @@ Test(trace, eager_work_lands_on_the_queue_that_ran_it_and_on_the_host_track) {
     if (w >= 4) host_order[w - 4] = s->ts_ns;
   }
   for (int i = 1; i < 4; i++) cr_assert_lt(host_order[i - 1], host_order[i], "host calls in program order");
+  /* The first call on a device aligned its clocks first: the call's slice starts after that. */
   assert_tracks_in_order(&t);
   cr_assert_eq(t.nflows, 0, "flows join graph items only");
   trace_free(&t);
@@ -354,16 +366,17 @@ Test(trace, a_full_ring_drops_the_oldest_slices_and_counts_them) {
   for (int i = 0; i < 30; i++) OK(hcq_launch(&l));
   hcq_trace_stats_t s;
   hcq_trace_stats(&s);
-  /* Host slices are recorded at once; device slices when read (their slot is reused or a flush). */
+  /* Host slices are recorded at once (the clock alignment's and each call's); device slices when
+   * read (their slot is reused, or a flush). */
   cr_assert_eq(s.capacity, 16);
   cr_assert_eq(s.slices, 16);
-  cr_assert_eq(s.dropped, 30 - 16);
+  cr_assert_eq(s.dropped, 31 - 16);
   char path[512];
   tmp_path(path, sizeof(path), "ring.json");
   OK(hcq_trace_write(path));
   hcq_trace_stats(&s);
   cr_assert_eq(s.slices, 16);
-  cr_assert_eq(s.dropped, 60 - 16, "30 host and 30 device slices went through a ring of 16");
+  cr_assert_eq(s.dropped, 61 - 16, "31 host and 30 device slices went through a ring of 16");
   hcq_trace_stop();
   hcq_trace_stats(&s);
   cr_assert_eq(s.capacity, 0, "stopped: nothing kept");
@@ -374,7 +387,7 @@ Test(trace, a_full_ring_drops_the_oldest_slices_and_counts_them) {
   for (size_t i = 0; i < t.nslices; i++)
     cr_assert_str_eq(t.slices[i].name, "fill", "the newest (device) slices are kept, the oldest (host) ones dropped");
   json_t *ring = json_object_get(json_object_get(t.root, "hcq"), "ring");
-  cr_assert_eq(json_integer_value(json_object_get(ring, "dropped")), 44);
+  cr_assert_eq(json_integer_value(json_object_get(ring, "dropped")), 45);
   cr_assert_eq(json_integer_value(json_object_get(ring, "capacity")), 16);
   assert_tracks_in_order(&t);
   trace_free(&t);
@@ -453,7 +466,7 @@ Test(trace, sessions_start_once_flush_to_their_file_and_forget_old_graphs) {
 
   trace_t t;
   trace_load(&t, path);
-  cr_assert_eq(t.nslices, K_ITEMS + 1, "the replay, read by the flush itself");
+  cr_assert_eq(t.nslices, K_ITEMS + 1 + 2, "the replay (read by the flush itself) and 2 clock alignments");
   trace_free(&t);
 
   /* A new session: the old graph records nothing more, a new one does. */
@@ -472,8 +485,9 @@ Test(trace, sessions_start_once_flush_to_their_file_and_forget_old_graphs) {
   hcq_trace_stop();
   OK(hcq_graph_destroy(old));
   trace_load(&t, other);
-  cr_assert_eq(t.nslices, 2 * (K_ITEMS + 1), "two replays of the new graph, nothing of the old one");
-  for (size_t i = 0; i < t.nslices; i++) cr_assert_eq(t.slices[i].graph, 0, "the new graph is graph 0 of its session");
+  cr_assert_eq(t.nslices, 2 * (K_ITEMS + 1) + 2, "two replays of the new graph, nothing of the old one");
+  for (size_t i = 0; i < t.nslices; i++)
+    if (strcmp(t.slices[i].cat, "profiler")) cr_assert_eq(t.slices[i].graph, 0, "the new graph is graph 0 of its session");
   trace_free(&t);
   remove(path);
   remove(other);

@@ -16,7 +16,8 @@
  * Clocks: each device and queue kind is aligned to the host clock (CLOCK_MONOTONIC) when the
  * profiler first meets the device: the offset is the median over HCQ_TRACE_CLOCK_SAMPLES
  * submit-and-wait round trips of (device timestamp - midpoint of the host's submit and wake-up).
- * Recorded times are host times.
+ * Recorded times are host times. The alignment waits for the device to be idle; it is recorded as
+ * its own host slice ("profiler: align CPU:0 clocks").
  *
  * The recorder is a ring of slices, HCQ_TRACE_DEFAULT_RING_SLICES by default: when it is full the
  * oldest slice is dropped and counted (hcq_trace_stats, and "dropped" in the written file).

@@ -40,6 +40,9 @@ static HCQ__VEC(struct hcq__trace_device *) g_devices;
 static uint32_t g_host_threads;
 static _Thread_local uint64_t t_host_session;
 static _Thread_local uint16_t t_host_track;
+/* When this thread last finished aligning a device's clocks: the eager call it did that for starts
+ * its host slice there, the alignment having its own slice. */
+static _Thread_local uint64_t t_aligned_at;
 
 /* ---- per-device state: clock alignment and eager timestamp slots ---- */
 
@@ -343,14 +346,24 @@ static struct hcq__trace_device *device_state_locked(hcq_device_t *dev) {
   pthread_mutex_lock(&st->lock);
   for (uint32_t i = 0; i < EAGER_SLOTS; i++) st->pend[i].busy = false; /* an older session's work */
   st->staged = NO_SLOT;
+  uint64_t align_start = hcq__now_ns();
   align_clock(st, dev, HCQ_QUEUE_COMPUTE);
   if (dev->caps & HCQ_CAP_COPY_QUEUE) {
     align_clock(st, dev, HCQ_QUEUE_COPY);
   } else {
     st->offset_ns[1] = st->offset_ns[0], st->round_trip_ns[1] = st->round_trip_ns[0], st->samples[1] = st->samples[0];
   }
+  t_aligned_at = hcq__now_ns();
   pthread_mutex_lock(&g_lock);
   bool ok = g_active && g_session == session;
+  if (ok && !g_paused) {
+    char name[96];
+    snprintf(name, sizeof(name), "profiler: align %s clocks", dev->name);
+    hcq__trace_slice_t s = {.start_ns = align_start, .end_ns = t_aligned_at, .kind = HCQ__SLICE_ALIGN};
+    s.track = host_track();
+    s.name = intern(name);
+    push(&s);
+  }
   for (int k = 0; k < 2 && ok; k++) {
     st->track[k] = device_track(dev->name, (unsigned)k);
     if (st->track[k] == UINT16_MAX) continue;
@@ -464,6 +477,7 @@ void hcq__trace_op_submitted_slow(hcq_device_t *dev) {
 void hcq__trace_host_end(uint64_t begin_ns, uint64_t bytes, const char *fmt, ...) {
   if (!begin_ns) return;
   uint64_t end_ns = hcq__now_ns();
+  if (t_aligned_at > begin_ns) begin_ns = t_aligned_at;
   char name[160];
   va_list ap;
   va_start(ap, fmt);

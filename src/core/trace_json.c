@@ -28,6 +28,7 @@ static const char *category(const hcq__trace_slice_t *s) {
     case HCQ__SLICE_KERNEL: return "kernel";
     case HCQ__SLICE_COPY: return "copy";
     case HCQ__SLICE_SUBMIT: return "replay";
+    case HCQ__SLICE_ALIGN: return "profiler";
     default: return "eager";
   }
 }

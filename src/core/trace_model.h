@@ -12,6 +12,7 @@ typedef enum {
   HCQ__SLICE_COPY,   /* a copy on a copy queue (graph item, eager transfer or host copy) */
   HCQ__SLICE_SUBMIT, /* host: a graph replay's submit */
   HCQ__SLICE_CALL,   /* host: an eager call */
+  HCQ__SLICE_ALIGN,  /* host: the profiler aligning a device's clocks (its own overhead, shown) */
 } hcq__slice_kind_t;
 
 /* One slice: 48 bytes. Times are host times (CLOCK_MONOTONIC ns); device timestamps are aligned

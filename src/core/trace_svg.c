@@ -112,7 +112,7 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
           width, height, width, height);
   fputs("<style>\n"
         "  .row { fill: #f7f7f7; } .row.odd { fill: #eeeeee; }\n"
-        "  rect.item, rect.eager, rect.submit, rect.call { stroke: #333333; stroke-width: 0.5; }\n"
+        "  rect.item, rect.eager, rect.submit, rect.call, rect.profiler { stroke: #333333; stroke-width: 0.5; }\n"
         "  rect.eager { stroke-dasharray: 3 2; stroke-width: 1; }\n"
         "  line.dep { stroke: #c0392b; stroke-width: 1; stroke-opacity: 0.7; }\n"
         "  line.tick { stroke: #bbbbbb; stroke-width: 0.5; }\n"
@@ -198,6 +198,7 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
     double y = TOP + c.row[s->track] * ROW_H + (ROW_H - BOX_H) / 2.0;
     const char *cls = s->kind == HCQ__SLICE_SUBMIT ? "submit"
                       : s->kind == HCQ__SLICE_CALL ? "call"
+                      : s->kind == HCQ__SLICE_ALIGN ? "profiler"
                       : s->graph                   ? "item"
                                                    : "eager";
     char fill[32];
@@ -205,7 +206,10 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
       snprintf(fill, sizeof(fill), "hsl(%u, 55%%, 68%%)", hash_name(name) % 360);
     else
       snprintf(fill, sizeof(fill), "%s",
-               s->kind == HCQ__SLICE_COPY ? "#f5a65b" : s->kind == HCQ__SLICE_SUBMIT ? "#8fb3d9" : "#c8c8c8");
+               s->kind == HCQ__SLICE_COPY     ? "#f5a65b"
+               : s->kind == HCQ__SLICE_SUBMIT ? "#8fb3d9"
+               : s->kind == HCQ__SLICE_ALIGN  ? "#eeeeee"
+                                              : "#c8c8c8");
     char dur_text[32];
     format_time(dur, dur_text, sizeof(dur_text));
     fputs("<g><title>", f);
