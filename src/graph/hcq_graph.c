@@ -369,7 +369,7 @@ static hcq_status_t build_profile(hcq_graph_impl_t *g) {
   return NULL;
 }
 
-/* Hands the profiler, when it records, where each item's timestamps land and when a replay ended on
+/* Hands the profiler, when it is on, where each item's timestamps land and when a replay ended on
  * each device: it reads every replay once the next one (or destroy, or a flush) has waited for it. */
 static void trace_register(hcq_graph_impl_t *g) {
   if (!hcq__trace_on()) return;
