@@ -328,7 +328,7 @@ Test(trace, eager_work_lands_on_the_queue_that_ran_it_and_on_the_host_track) {
   };
   cr_assert_eq(t.nslices, sizeof(want) / sizeof(want[0]),
                "one device slice and one host slice per call, and the first use of each device");
-  int64_t host_order[4];
+  int64_t starts[sizeof(want) / sizeof(want[0])];
   for (size_t w = 0; w < sizeof(want) / sizeof(want[0]); w++) {
     const slice_t *s = NULL;
     for (size_t i = 0; i < t.nslices; i++)
@@ -340,10 +340,13 @@ Test(trace, eager_work_lands_on_the_queue_that_ran_it_and_on_the_host_track) {
     cr_assert_eq(s->bytes, want[w].bytes, "%s", want[w].name);
     cr_assert_eq(s->graph, -1, "%s is no graph item", want[w].name);
     cr_assert_eq(s->eager, w < 4, "device slices of eager work say so");
-    if (w >= 4) host_order[w - 4] = s->ts_ns;
+    starts[w] = s->ts_ns;
   }
-  for (int i = 1; i < 4; i++) cr_assert_lt(host_order[i - 1], host_order[i], "host calls in program order");
-  /* The first call on a device aligned its clocks first: the call's slice starts after that. */
+  for (int i = 5; i < 8; i++) cr_assert_lt(starts[i - 1], starts[i], "host calls in program order");
+  /* The first call on a device aligned its clocks first; the call's own slice starts after that. */
+  cr_assert_lt(starts[8], starts[4], "CPU:0 was aligned in the copyin");
+  cr_assert_lt(starts[9], starts[5], "CPU:1 in the launch");
+  cr_assert_gt(starts[9], starts[4]);
   assert_tracks_in_order(&t);
   cr_assert_eq(t.nflows, 0, "flows join graph items only");
   trace_free(&t);
