@@ -659,7 +659,20 @@ Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
   } else {
     cr_log_info("graphviz is not installed: the DOT file was not rendered");
   }
+
+  /* Labels are the user's: quotes and backslashes are escaped, so the file still parses. */
+  hcq_buffer_set_label(k.w.buf[0], "we\"ird\\<label>");
+  OK(hcq_graph_write_dot(&g, 1, path));
   free(dot);
+  dot = read_all(path);
+  cr_assert_not_null(strstr(dot, "mix(we\\\"ird\\\\<label>*, we\\\"ird\\\\<label>, we\\\"ird\\\\<label>)"), "%s", dot);
+  if (system("command -v dot >/dev/null 2>&1") == 0) {
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "dot -Tsvg '%s' -o /dev/null 2>&1", path);
+    cr_assert_eq(system(cmd), 0, "dot rejects the escaped labels");
+  }
+  free(dot);
+  dot = NULL;
 
   /* Two graphs in one file, and no graph at all. */
   hcq_graph_t *two[2] = {g, known_graph(&k, false)};
@@ -681,4 +694,26 @@ Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
   OK(hcq_graph_destroy(two[1]));
   OK(hcq_graph_destroy(g));
   world_close(&k.w);
+}
+
+Test(trace, an_empty_trace_is_still_a_valid_file) {
+  OK(hcq_trace_start(NULL));
+  char path[512], svg_path[512];
+  tmp_path(path, sizeof(path), "empty.json");
+  tmp_path(svg_path, sizeof(svg_path), "empty.svg");
+  OK(hcq_trace_write(path));
+  OK(hcq_trace_write_svg(svg_path));
+  hcq_trace_stop();
+  trace_t t;
+  trace_load(&t, path);
+  cr_assert_eq(t.nslices, 0);
+  cr_assert_eq(t.nflows, 0);
+  cr_assert_str_eq(track_name(&t, 1, 0), "host");
+  trace_free(&t);
+  char *svg = read_all(svg_path);
+  cr_assert_not_null(strstr(svg, "0 slices over"));
+  cr_assert_not_null(strstr(svg, "</svg>"));
+  free(svg);
+  remove(path);
+  remove(svg_path);
 }
