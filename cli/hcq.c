@@ -58,6 +58,7 @@ static int cmd_info(int argc, char **argv) {
   for (size_t i = 0; i < n && i < 8; i++)
     printf("%-5s %-9s %s\n", hcq_device_kind_name(infos[i].kind), infos[i].available ? "available" : "absent",
            infos[i].description);
+  cli_info_memory();
   return HCQ_EXIT_OK;
 }
 

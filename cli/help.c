@@ -74,6 +74,7 @@ static const help_t k_help[] = {
      "devices; why not, for an absent one). It takes no arguments.\n"},
     {"run",
      "usage: hcq run FILE [--mode graph|eager] [--check] [--profile OUT.json]\n"
+     "               [--profile-svg OUT.svg] [--dot OUT.dot] [-v]\n"
      "               [--device-map CPU=CUDA] [--repeat N] [--out DIR]\n"
      "\n"
      "Loads FILE and runs its runs in order, each --repeat times; buffers keep their\n"
@@ -89,8 +90,12 @@ static const help_t k_help[] = {
      "                      eagerly (the ground truth) and as graph replays; compare\n"
      "                      every buffer byte for byte after each run; print one\n"
      "                      line per run and \"N passed, M failed\"\n"
-     "  --profile OUT.json  build the graphs with profiling and write the last\n"
-     "                      replay's timings as a Chrome trace (needs --mode graph)\n"
+     "  --profile OUT.json  record every replay and eager call of the runs and write\n"
+     "                      them as a Chrome trace (Perfetto opens it; needs --mode\n"
+     "                      graph)\n"
+     "  --profile-svg OUT.svg  draw the same timeline as a self-contained SVG\n"
+     "  --dot OUT.dot       write the built graphs in Graphviz DOT\n"
+     "  -v                  print each device's memory after the runs\n"
      "  --device-map MAP    rename the file's devices while loading, e.g. CPU=CUDA\n"
      "                      or CPU:1=CPU:0\n"
      "  --repeat N          run each entry of runs N times (1 to 1000000000;\n"

@@ -169,6 +169,17 @@ typedef struct hcq_profile_event {
  * FAILED_PRECONDITION when the graph was built without profiling or has not run. */
 HCQ_MUST_USE hcq_status_t hcq_graph_profile(hcq_graph_t *graph, const hcq_profile_event_t **out_event);
 
+/* ---- graph dump (graph_dot.c) ----
+ * Writes graphs as one Graphviz DOT digraph to path (`dot -Tsvg` draws it): a cluster per graph and,
+ * inside, one per queue (the HCQ graph's schedule) holding a node per item (index, kernel and its
+ * buffers with the written ones starred, or the copy with its devices and bytes). Edges are the
+ * resource dependencies: solid (class "wait") where the item waits for the other's signal, dashed
+ * grey (class "dropped") where scheduling dropped the wait because the queue runs in order or
+ * already waited for as much; waits that are not resource dependencies (queue order on devices whose
+ * queues run out of order) are dotted (class "order"). Readiness waits and signals are noted in the
+ * node. No graphs writes an empty digraph. UNAVAILABLE when the file cannot be written. */
+HCQ_MUST_USE hcq_status_t hcq_graph_write_dot(hcq_graph_t *const *graphs, size_t ngraphs, const char *path);
+
 #pragma GCC visibility pop
 #ifdef __cplusplus
 }

@@ -20,6 +20,8 @@
 #include "hcq/graph.h"
 #include "hcq/jit.h"
 #include "hcq/graphfile.h"
+#include "hcq/memory.h"
+#include "hcq/trace.h"
 
 #define HCQ_VERSION_MAJOR 0
 #define HCQ_VERSION_MINOR 1

@@ -32,6 +32,7 @@ static hcq_status_t buffer_create(hcq_device_t *dev, uint64_t size, uint32_t fla
   }
   b->size = size;
   b->addr = b->mem.addr;
+  hcq__mem_count(dev, b->mem_class = HCQ__MEMC_BUFFERS, (int64_t)b->mem.size);
   hcq__obj_add(dev, &b->obj, HCQ__OBJ_BUFFER, b->label);
   *out_buffer = b;
   return NULL;
@@ -43,6 +44,12 @@ hcq_status_t hcq_buffer_create(hcq_device_t *dev, uint64_t size, hcq_buffer_t **
 
 hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out) {
   return buffer_create(dev, size, HCQ__MEM_HOST_VISIBLE, out);
+}
+
+void hcq__buffer_set_mem_class(hcq_buffer_t *buf, hcq__mem_class_t mem_class) {
+  if (!buf || buf->base || buf->mem_class == mem_class) return;
+  hcq__mem_count(buf->dev, buf->mem_class, -(int64_t)buf->mem.size);
+  hcq__mem_count(buf->dev, buf->mem_class = (uint8_t)mem_class, (int64_t)buf->mem.size);
 }
 
 hcq_status_t hcq_buffer_view_create(hcq_buffer_t *buf, uint64_t offset, uint64_t size, hcq_buffer_t **out_view) {
@@ -77,10 +84,12 @@ void hcq_buffer_release(hcq_buffer_t *buf) {
   if (!buf || hcq__obj_released_again(&buf->obj, "hcq_buffer_release")) return;
   if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1) return;
   hcq_device_t *dev = buf->dev;
-  if (buf->base)
+  if (buf->base) {
     hcq_buffer_release(buf->base);
-  else
+  } else {
+    hcq__mem_count(dev, buf->mem_class, -(int64_t)buf->mem.size);
     hcq__device_defer_mem(dev, buf->mem);
+  }
   hcq__obj_remove(&buf->obj);
   /* Validation keeps the struct to recognise it if passed again. */
   if (hcq__validating)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "core/trace_internal.h"
 
 /* ---- registry: one device object per name, process wide ---- */
 
@@ -73,6 +74,7 @@ static hcq_status_t parse_name(const char *name, hcq_device_kind_t *kind, int *i
 
 static void release_deferred(hcq_device_t *dev, hcq__deferred_t *d) {
   if (d->kind == 0) {
+    hcq__mem_count(dev, HCQ__MEMC_DEFERRED, -(int64_t)d->mem.size);
     dev->vt->mem_free(dev, &d->mem);
   } else {
     hcq__program_destroy(d->program);
@@ -86,6 +88,7 @@ static bool fence_passed(hcq_device_t *dev, const uint64_t fence[2]) {
 }
 
 static void defer(hcq_device_t *dev, hcq__deferred_t d) {
+  if (d.kind == 0) hcq__mem_count(dev, HCQ__MEMC_DEFERRED, (int64_t)d.mem.size);
   for (int k = 0; k < 2; k++) d.fence[k] = dev->vt->submitted(dev, (hcq_queue_kind_t)k);
   if (fence_passed(dev, d.fence)) {
     release_deferred(dev, &d);
@@ -145,6 +148,7 @@ static void destroy_common(hcq_device_t *dev) {
   }
   for (size_t i = 0; i < dev->deferred.len; i++) release_deferred(dev, &dev->deferred.data[i]);
   hcq__vec_free(&dev->deferred);
+  hcq__trace_device_gone(dev);
   if (dev->eager_compute) hcq_queue_free(dev->eager_compute);
   if (dev->eager_copy) hcq_queue_free(dev->eager_copy);
   if (dev->kernargs.host) dev->vt->mem_free(dev, &dev->kernargs);
@@ -210,6 +214,7 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   if (!st) st = hcq__queue_create(HCQ_QUEUE_COMPUTE, false, &dev->eager_compute);
   if (!st) st = hcq__queue_create(HCQ_QUEUE_COPY, false, &dev->eager_copy);
   if (!st) st = dev->vt->mem_alloc(dev, hcq__options()->kernargs_ring, HCQ__MEM_HOST_VISIBLE, &dev->kernargs);
+  if (!st) hcq__mem_count(dev, HCQ__MEMC_EAGER, (int64_t)dev->kernargs.size);
   if (st) {
     snprintf(name, sizeof(name), "%s", dev->name);
     destroy_common(dev);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "core/trace_internal.h"
 
 _Thread_local const hcq__recorder_t *hcq__recorder;
 
@@ -20,6 +21,7 @@ static hcq_status_t submit_and_signal(hcq_queue_t *q, hcq_device_t *on, hcq_devi
   hcq_status_t st = hcq_queue_signal(q, sig_addr(timeline_dev->timeline), hcq_imm((int64_t)timeline_dev->timeline_value));
   if (!st) st = hcq__queue_submit_locked(q, on, NULL, 0);
   if (!st) timeline_dev->timeline_value++;
+  if (!st) hcq__trace_op_submitted(on);
   return st;
 }
 
@@ -99,9 +101,11 @@ static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
 }
 
 hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
+  uint64_t traced = hcq__trace_host_begin();
   hcq_status_t st = check_launch(d);
   if (st) return st;
   hcq_device_t *dev = d->program->dev;
+  hcq__trace_op_t op;
   hcq_operand_t global[3], local[3];
   for (int i = 0; i < 3; i++) {
     global[i] = hcq_imm(d->global[i]);
@@ -114,12 +118,14 @@ hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
   if (!(st = hcq__device_prepare_submit(dev)) &&
       !(st = kernargs_alloc(dev, hcq_kernargs_size(d->nbufs, d->nvals), &args_off))) {
     hcq__kernargs_fill((char *)dev->kernargs.host + args_off, d->bufs, d->nbufs, d->vals, d->nvals);
-    if (!(st = wait_timeline(q, dev)) && !(st = hcq_queue_memory_barrier(q)) &&
-        !(st = hcq_queue_exec(q, d->program, hcq_imm((int64_t)(dev->kernargs.addr + args_off)), d->nbufs, global, local)))
+    if (!(st = wait_timeline(q, dev)) && !(st = hcq_queue_memory_barrier(q)) && !(st = hcq__trace_op_begin(&op, dev, q)) &&
+        !(st = hcq_queue_exec(q, d->program, hcq_imm((int64_t)(dev->kernargs.addr + args_off)), d->nbufs, global, local)) &&
+        !(st = hcq__trace_op_end(&op, dev, q, d->program->name, NULL, 0)))
       st = submit_and_signal(q, dev, dev);
   }
   pthread_mutex_unlock(&dev->lock);
   if (st) return hcq_status_annotate(st, "launch of %s on %s", d->program->name, dev->name);
+  hcq__trace_host_end(traced, 0, "launch %s", d->program->name);
   if (hcq__recorder) hcq__recorder->launch(hcq__recorder->ctx, d);
   return NULL;
 }
@@ -157,7 +163,11 @@ static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t
   hcq__queue_reset(q);
   if ((st = wait_timeline(q, sd))) return st;
   if (dd != sd && (st = wait_timeline(q, dd))) return st;
-  if ((st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src), hcq_imm((int64_t)size)))) return st;
+  hcq__trace_op_t op;
+  if ((st = hcq__trace_op_begin(&op, sd, q)) ||
+      (st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src), hcq_imm((int64_t)size))) ||
+      (st = hcq__trace_op_end(&op, sd, q, sd->name, dd->name, size)))
+    return st;
   uint64_t copied = sd->timeline_value;
   if ((st = submit_and_signal(q, sd, sd)) || dd == sd) return st;
   hcq_queue_t *dq = dd->eager_compute;
@@ -167,6 +177,7 @@ static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t
 }
 
 hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
+  uint64_t traced = hcq__trace_host_begin();
   if (!dst || !src) return hcq_status_make(HCQ_INVALID_ARGUMENT, "transfer: destination or source is NULL");
   hcq_status_t vst = hcq__obj_check(&dst->obj, HCQ__OBJ_BUFFER, "transfer: destination");
   if (!vst) vst = hcq__obj_check(&src->obj, HCQ__OBJ_BUFFER, "transfer: source");
@@ -182,6 +193,7 @@ hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
   hcq_status_t st = transfer_locked(src->dev, dst->dev, dst->addr, src->addr, size);
   hcq__device_unlock_many(devs, 2);
   if (st) return hcq_status_annotate(st, "transfer %s -> %s", src->label, dst->label);
+  hcq__trace_host_end(traced, size, "transfer %s -> %s", src->dev->name, dst->dev->name);
   if (hcq__recorder) hcq__recorder->transfer(hcq__recorder->ctx, dst, src, size);
   return NULL;
 }
@@ -194,6 +206,7 @@ static hcq_status_t staging_slot(hcq_device_t *dev, unsigned *out_slot) {
   if (!dev->staging[s].host) {
     hcq_status_t st = dev->vt->mem_alloc(dev, hcq__options()->staging_chunk, HCQ__MEM_HOST_VISIBLE, &dev->staging[s]);
     if (st) return hcq_status_annotate(st, "staging buffer on %s", dev->name);
+    hcq__mem_count(dev, HCQ__MEMC_EAGER, (int64_t)dev->staging[s].size);
   }
   hcq_status_t st = hcq__device_wait_timeline(dev, dev->staging_fence[s]);
   if (st) return st;
@@ -215,8 +228,10 @@ static hcq_status_t check_host_copy(const char *what, hcq_buffer_t *buf, uint64_
 }
 
 hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *src, uint64_t size) {
+  uint64_t traced = hcq__trace_host_begin();
   hcq_status_t st = check_host_copy("copyin", buf, offset, src, size);
   if (st || size == 0) return st;
+  hcq__trace_op_t op;
   hcq_device_t *dev = buf->dev;
   uint64_t chunk = hcq__options()->staging_chunk;
   pthread_mutex_lock(&dev->lock);
@@ -229,22 +244,26 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
     memcpy(dev->staging[s].host, (const char *)src + done, n);
     hcq_queue_t *q = dev->eager_copy;
     hcq__queue_reset(q);
-    if ((st = wait_timeline(q, dev)) ||
+    if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
         (st = hcq_queue_copy(q, hcq_imm((int64_t)(buf->addr + offset + done)), hcq_imm((int64_t)dev->staging[s].addr),
-                             hcq_imm((int64_t)n))))
+                             hcq_imm((int64_t)n))) ||
+        (st = hcq__trace_op_end(&op, dev, q, "host", dev->name, n)))
       break;
     dev->staging_fence[s] = dev->timeline_value;
     st = submit_and_signal(q, dev, dev);
   }
   pthread_mutex_unlock(&dev->lock);
   if (st) return hcq_status_annotate(st, "copyin to %s", buf->label);
+  hcq__trace_host_end(traced, size, "copyin %s", dev->name);
   if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx);
   return NULL;
 }
 
 hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, uint64_t size) {
+  uint64_t traced = hcq__trace_host_begin();
   hcq_status_t st = check_host_copy("copyout", buf, offset, dst, size);
   if (st || size == 0) return st;
+  hcq__trace_op_t op;
   hcq_device_t *dev = buf->dev;
   uint64_t chunk = hcq__options()->staging_chunk;
   pthread_mutex_lock(&dev->lock);
@@ -260,9 +279,10 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
       hcq_queue_t *q = dev->eager_copy;
       if ((st = staging_slot(dev, &s))) break;
       hcq__queue_reset(q);
-      if ((st = wait_timeline(q, dev)) ||
+      if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
           (st = hcq_queue_copy(q, hcq_imm((int64_t)dev->staging[s].addr), hcq_imm((int64_t)(buf->addr + offset + done)),
-                               hcq_imm((int64_t)n))))
+                               hcq_imm((int64_t)n))) ||
+          (st = hcq__trace_op_end(&op, dev, q, dev->name, "host", n)))
         break;
       fence = dev->timeline_value;
       dev->staging_fence[s] = fence;
@@ -276,6 +296,7 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
   }
   pthread_mutex_unlock(&dev->lock);
   if (st) return hcq_status_annotate(st, "copyout from %s", buf->label);
+  hcq__trace_host_end(traced, size, "copyout %s", dev->name);
   if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx);
   return NULL;
 }

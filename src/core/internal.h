@@ -267,6 +267,17 @@ typedef struct hcq__deferred {
   hcq_program_t *program;
 } hcq__deferred_t;
 
+/* Memory accounting: live bytes per device in these classes (see hcq_device_memory_usage). */
+typedef enum {
+  HCQ__MEMC_BUFFERS,  /* base buffers (hcq_buffer_create) */
+  HCQ__MEMC_KERNARGS, /* kernel-argument blocks of graphs */
+  HCQ__MEMC_COMMANDS, /* bound command words (graph queues, bound queues) */
+  HCQ__MEMC_PROFILE,  /* timestamp slots of profiled graphs */
+  HCQ__MEMC_EAGER,    /* the device's eager kernel-argument ring and staging buffers */
+  HCQ__MEMC_DEFERRED, /* released memory waiting for the engines (deferred frees) */
+  HCQ__MEMC_COUNT
+} hcq__mem_class_t;
+
 #define HCQ__KERNARGS_SEGMENTS 16
 #define HCQ__STAGING_SLOTS 2
 
@@ -318,7 +329,14 @@ struct hcq_device {
   uint64_t staging_fence[HCQ__STAGING_SLOTS];
   unsigned staging_next;
   HCQ__VEC(hcq__deferred_t) deferred;
+
+  _Atomic int64_t mem_bytes[HCQ__MEMC_COUNT]; /* memory accounting, bytes per class (hcq/memory.h) */
+  struct hcq__trace_device *trace;            /* profiler state (trace.c); NULL until profiled */
 };
+
+static inline void hcq__mem_count(hcq_device_t *dev, int mem_class, int64_t delta) {
+  atomic_fetch_add_explicit(&dev->mem_bytes[mem_class], delta, memory_order_relaxed);
+}
 
 struct hcq_signal {
   hcq__obj_t obj; /* public signals only (internal ones are not on the device's list) */
@@ -338,6 +356,7 @@ struct hcq_buffer {
   uint64_t offset, size, addr;
   hcq__mem_t mem; /* base buffers only */
   uint64_t id;
+  uint8_t mem_class; /* hcq__mem_class_t its bytes count in (base buffers) */
   char label[64];
 };
 
@@ -450,6 +469,8 @@ void hcq__signal_swap_names(hcq_signal_t *a, hcq_signal_t *b);
 bool hcq__signal_lookup(uint64_t addr, char *name, size_t name_size, uint64_t *value, hcq_device_t **dev);
 /* A buffer with a host mapping (kernargs, profile slots), for graphs. */
 hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out);
+/* Moves a base buffer's bytes to another accounting class (graph kernargs, profile slots). */
+void hcq__buffer_set_mem_class(hcq_buffer_t *buf, hcq__mem_class_t mem_class);
 /* Launch geometry check: the grid in groups and the group size; OUT_OF_RANGE naming who when the
  * work-item count overflows or passes the device's limit. */
 hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3], const char *who);

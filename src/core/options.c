@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "core/trace_internal.h"
 
 static hcq__options_t g_options;
 static pthread_once_t g_options_once = PTHREAD_ONCE_INIT;
@@ -79,6 +80,7 @@ static void load_options(void) {
   o->cpu_isolate = env_int("HCQ_CPU_ISOLATE", 0, 0, 1) != 0;
   env_copy("HCQ_PROFILE", "", o->profile, sizeof(o->profile));
   if (!strcmp(o->profile, "0")) o->profile[0] = '\0';
+  hcq__trace_start_from_env(o->profile); /* the profiler, on from the first use of the library */
   o->cc = env_dup("HCQ_CC", "cc");
   o->cflags = env_dup("HCQ_CFLAGS", "-O2");
   o->tmp_dir = env_dup("TMPDIR", "/tmp");

@@ -85,6 +85,7 @@ void hcq_queue_free(hcq_queue_t *q) {
   release_refs(q);
   if (q->bound_dev) {
     bound_remove(q);
+    hcq__mem_count(q->bound_dev, HCQ__MEMC_COMMANDS, -(int64_t)q->bound.size);
     /* An engine may still be running these words: free them once it is past. */
     hcq__device_defer_mem(q->bound_dev, q->bound);
   }
@@ -455,6 +456,7 @@ hcq_status_t hcq_queue_bind(hcq_queue_t *q, hcq_device_t *dev) {
   st = dev->vt->mem_alloc(dev, q->words.len * sizeof(uint32_t), HCQ__MEM_HOST_VISIBLE, &q->bound);
   if (st) return hcq_status_annotate(st, "bind to %s", dev->name);
   memcpy(q->bound.host, q->words.data, q->words.len * sizeof(uint32_t));
+  hcq__mem_count(dev, HCQ__MEMC_COMMANDS, (int64_t)q->bound.size);
   q->bound_dev = dev;
   bound_add(q);
   return NULL;

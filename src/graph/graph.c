@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/trace_internal.h"
 #include "graph/graph_internal.h"
 
 hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
@@ -12,7 +13,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
   hcq__runner_t runner;
   hcq_status_t st = hcq__runner_init(&runner, items, nitems, inputs, ninputs, vals, nvals, "graph");
   if (st) return st;
-  bool profile = (options && options->profile) || hcq__options()->profile[0];
+  bool profile = (options && options->profile) || hcq__options()->profile[0] || hcq__trace_on();
   /* CUDA devices run the CUDA graph (SPEC 6), which spans CUDA devices only; the rest the HCQ graph. */
   hcq_device_t *cuda = NULL, *other = NULL;
   for (size_t d = 0; d < runner.ndevices; d++) {

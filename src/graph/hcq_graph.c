@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/trace_internal.h"
 #include "graph/graph_internal.h"
 
 #define NO_ITEM UINT32_MAX
@@ -74,6 +75,7 @@ typedef struct hcq_graph_impl {
   size_t *prof_ndeps;
   uint64_t *prof_timestamps;
   hcq_profile_event_t prof_event;
+  hcq__trace_graph_t *trace; /* the profiler's entry (NULL when it was off at build) */
 } hcq_graph_impl_t;
 
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
@@ -293,11 +295,13 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
     if (!st && kernargs_size[d]) {
       snprintf(name, sizeof(name), "kernargs of %s%s", r->label, tag);
       hcq_buffer_set_label(in->kernargs[d], name);
+      hcq__buffer_set_mem_class(in->kernargs[d], HCQ__MEMC_KERNARGS);
     }
     if (!st && g->profile) {
       st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &in->prof_slots[d]);
       snprintf(name, sizeof(name), "profile slots of %s%s", r->label, tag);
       if (!st) hcq_buffer_set_label(in->prof_slots[d], name);
+      if (!st) hcq__buffer_set_mem_class(in->prof_slots[d], HCQ__MEMC_PROFILE);
     }
     snprintf(name, sizeof(name), "graph device signal of %s%s", dev->name, tag);
     if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->dev_sig[d]);
@@ -386,6 +390,45 @@ static hcq_status_t build_profile(hcq_graph_impl_t *g) {
   return NULL;
 }
 
+/* Hands the profiler, when it is on, where each item's timestamps land and when a replay ended on
+ * each device: it reads every replay once the next one (or destroy, or a flush) has waited for it. */
+static void trace_register(hcq_graph_impl_t *g) {
+  if (!hcq__trace_on()) return;
+  const hcq__runner_t *r = &g->base.runner;
+  hcq__trace_graph_item_t *items = calloc(r->nitems * g->ninst, sizeof(*items));
+  hcq__signal_words_t **done = calloc(g->ndev * g->ninst, sizeof(*done));
+  for (unsigned k = 0; items && done && k < g->ninst; k++) {
+    const graph_inst_t *in = &g->inst[k];
+    for (size_t j = 0; j < r->nitems; j++) {
+      const item_sched_t *s = &g->sched[j];
+      const hcq__signal_words_t *slots = in->prof_slots[s->queue / 2]->mem.host;
+      bool copy = r->items[j].kind == HCQ_ITEM_TRANSFER;
+      items[k * r->nitems + j] = (hcq__trace_graph_item_t){
+          g->prof_entries[j].name, r->devices[s->queue / 2], copy ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE,
+          copy ? r->items[j].transfer.bytes : 0, &slots[s->start_slot], &slots[s->end_slot], g->deps.data + s->deps_at,
+          s->ndeps};
+    }
+    for (size_t d = 0; d < g->ndev; d++) done[k * g->ndev + d] = in->done_sig[d]->words;
+  }
+  if (items && done) g->trace = hcq__trace_graph_register(r->label, items, r->nitems, g->ninst, r->devices, done, g->ndev);
+  free(items);
+  free(done);
+}
+
+/* Every slot's last replay, oldest first (all have finished). */
+static void trace_collect_all(hcq_graph_impl_t *g) {
+  if (!g->trace) return;
+  for (uint64_t done = 0;;) {
+    unsigned pick = g->ninst;
+    for (unsigned k = 0; k < g->ninst; k++)
+      if (g->inst[k].kickoff_value > done && (pick == g->ninst || g->inst[k].kickoff_value < g->inst[pick].kickoff_value))
+        pick = k;
+    if (pick == g->ninst) return;
+    hcq__trace_graph_collect(g->trace, pick);
+    done = g->inst[pick].kickoff_value;
+  }
+}
+
 static void collect_timestamps(hcq_graph_impl_t *g) {
   const hcq__runner_t *r = &g->base.runner;
   memset(g->prof_timestamps, 0, 2 * r->nitems * sizeof(uint64_t));
@@ -437,9 +480,12 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   uint64_t start = hcq__now_ns();
   /* The next slot in turn: the host waits only when its previous replay has not finished, so up
    * to ninst replays are in flight; the device timeline orders them one after another. */
-  graph_inst_t *in = &g->inst[g->next_inst];
+  unsigned slot = g->next_inst;
+  graph_inst_t *in = &g->inst[slot];
   hcq_status_t st = wait_instance(g, in);
   if (st) return st;
+  if (g->trace) hcq__trace_graph_collect(g->trace, slot);
+  uint64_t submit_start = g->trace ? hcq__now_ns() : 0;
 
   /* The kickoff value is a 32-bit payload: restart it (and the signals compared with it) before it
    * overflows, once every slot's replay has finished. */
@@ -496,6 +542,7 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   }
   hcq__device_unlock_many(r->devices, g->ndev);
   if (st) return st;
+  if (g->trace) hcq__trace_graph_submitted(g->trace, slot, kickoff, submit_start);
   hcq__runner_commit(r);
   if (wait) {
     if ((st = wait_instance(g, in))) return st;
@@ -510,6 +557,7 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
  * signals (which live on one device but are read by the queues of all): they are kept, not freed. */
 static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
   void (*release_signal)(hcq_signal_t *) = keep_signals ? hcq__signal_abandon : hcq__signal_free_internal;
+  hcq__trace_graph_unregister(g->trace);
   for (unsigned i = 0; g->inst && i < g->ninst; i++) {
     graph_inst_t *in = &g->inst[i];
     for (size_t q = 0; q < 2 * HCQ__GRAPH_MAX_DEVICES; q++) {
@@ -556,6 +604,7 @@ static hcq_status_t hcq_graph_destroy_impl(hcq_graph_t *base) {
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
   hcq_status_t st = wait_previous(g);
   if (st) return st;
+  trace_collect_all(g);
   free_impl(g);
   return NULL;
 }
@@ -634,6 +683,7 @@ hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned
   if (!st) st = make_vars(g);
   if (!st) st = build_queues(g);
   if (!st && profile) st = build_profile(g);
+  if (!st && profile) trace_register(g);
   if (st) {
     /* The runner stays with the caller, who releases it. */
     free_impl(g);

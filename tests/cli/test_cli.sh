@@ -275,17 +275,42 @@ expect "run --check --repeat 3 (accumulating kernel)" 0 "3 passed, 0 failed" -- 
 
 expect "run --profile OUT.json" 0 -- run ok.json --profile prof.json
 check "--profile wrote valid JSON" python3 -m json.tool prof.json
-check "--profile has one traceEvents entry per item" python3 - prof.json <<'EOF'
+check "--profile has one slice per item per replay, numeric ids and named tracks" python3 - prof.json <<'EOF'
 import json, sys
 p = json.load(open(sys.argv[1]))
 ev = p["traceEvents"]
-assert len(ev) == 3, "want 3 events (one per item), have %d" % len(ev)
+items = [e for e in ev if e["ph"] == "X" and "item" in e.get("args", {})]
+assert len(items) == 6, "want 6 item slices (3 items x 2 runs), have %d" % len(items)
 for e in ev:
-    for f in ("name", "ph", "ts", "dur", "pid", "tid"):
+    for f in ("name", "ph", "pid", "tid"):
         assert f in e, (f, e)
-    assert e["dur"] >= 0 and e["ts"] >= 0, e
-assert sorted(e["cat"] for e in ev) == ["copy", "copy", "kernel"], ev
+    assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+    if e["ph"] == "X":
+        assert e["dur"] >= 0 and e["ts"] >= 0, e
+assert sorted(e["cat"] for e in items) == ["copy"] * 4 + ["kernel"] * 2, items
+named = {e["pid"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+assert {e["pid"] for e in items} <= named, "every device is named by an M event"
+flows = [e for e in ev if e["ph"] in "sf"]
+# Dependencies: copy c <- b and copy cv <- bv on the kernel (b), and the second copy on the first (c).
+assert len(flows) == 3 * 2 * 2, "3 dependencies per replay, 2 replays, as s/f pairs: %d" % len(flows)
 EOF
+expect "run --profile-svg --dot -v" 0 "memory CPU:0: buffers" "memory CPU:1: buffers" "kernel cache" -- \
+  run ok.json --profile-svg prof.svg --dot prof.dot -v
+check "--profile-svg is XML with one box per item per replay" python3 - prof.svg <<'EOF'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+boxes = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "item"]
+assert len(boxes) == 6, "want 6 item boxes, have %d" % len(boxes)
+EOF
+# The first copy waits for the kernel; the second needs nothing more (its queue waited for as much,
+# and runs in order after the first copy): two dependencies dropped by scheduling.
+check "--dot names every item and the three dependencies, one kept as a wait" sh -c \
+  'test "$(grep -c "^ *g0_i[0-9]* \[label" prof.dot)" = 3 && test "$(grep -c "^  g0_i[0-9]* -> " prof.dot)" = 3 &&
+   test "$(grep -c "class=\"wait\"" prof.dot)" = 1 && test "$(grep -c "class=\"dropped\"" prof.dot)" = 2'
+expect "--profile-svg with --mode eager" 2 "--profile-svg" -- run ok.json --mode eager --profile-svg p.svg
+expect "--dot with --mode eager" 2 "--dot" -- run ok.json --mode eager --dot p.dot
+expect "--dot without a file" 2 "--dot needs an output file" -- run ok.json --dot
+expect "--profile into a missing folder" 3 "cannot write" -- run ok.json --profile no/such/dir/p.json
 
 expect "bench --json" 0 -- bench ok.json --json
 check "bench --json prints one JSON object with the contract's fields" python3 - "$T/out" <<'EOF'
