@@ -1,8 +1,11 @@
 /* hcq devices: opening by name, the timeline, synchronisation.
  *
  * A device is opened by name: "CPU:0", "CPU:1", ... are independent CPU devices, each with its own
- * memory, a compute-queue worker, a copy-queue worker and HCQ_CPU_THREADS threads that share the
- * work-groups of one launch. "CPU" means "CPU:0". "CUDA:N" names an NVIDIA GPU when libcuda loads.
+ * memory, one engine thread that runs both its queues (compute and copy) and helper threads that
+ * share the work-groups of big launches. The CPU devices open together split the process's cores
+ * between them, one busy thread per core (see hcq_device_cores; HCQ_CPU_THREADS or the threads
+ * option sets a device's threads instead). "CPU" means "CPU:0". "CUDA:N" names an NVIDIA GPU when
+ * libcuda loads.
  *
  * Devices are process-wide and reference counted by name: opening "CPU:0" twice returns the same
  * device, and each open needs one hcq_device_close(). The last close of a device fails (and the
