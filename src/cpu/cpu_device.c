@@ -95,20 +95,36 @@ typedef struct cpu_engine {
   cpu_pool_t pool;
 } cpu_engine_t;
 
-/* Spins until *word != seen or the spin budget is spent; true when it changed. */
-static bool spin_while_equal32(_Atomic uint32_t *word, uint32_t seen) {
-  uint64_t budget = hcq__options()->spin_ns, start = 0;
+/* Spins (pause, then yield) until ready(ctx) or budget_ns have passed; true when ready. */
+static bool spin_until(bool (*ready)(const void *ctx), const void *ctx, uint64_t budget_ns) {
+  uint64_t start = 0;
   for (unsigned i = 1;; i++) {
-    if (atomic_load_explicit(word, memory_order_acquire) != seen) return true;
+    if (ready(ctx)) return true;
     hcq__spin_step(i);
     if ((i & 63) == 0) {
       uint64_t now = hcq__now_ns();
       if (!start)
         start = now;
-      else if (now - start >= budget)
+      else if (now - start >= budget_ns)
         return false;
     }
   }
+}
+
+typedef struct {
+  _Atomic uint32_t *word;
+  uint32_t seen;
+} word_watch_t;
+
+static bool word_changed(const void *ctx) {
+  const word_watch_t *w = ctx;
+  return atomic_load_explicit(w->word, memory_order_acquire) != w->seen;
+}
+
+/* Spins until *word != seen or the spin budget is spent; true when it changed. */
+static bool spin_while_equal32(_Atomic uint32_t *word, uint32_t seen) {
+  word_watch_t w = {word, seen};
+  return spin_until(word_changed, &w, hcq__options()->spin_ns);
 }
 
 static const uint32_t *engine_current_command(const hcq__cpu_fault_ctx_t *ctx) {
@@ -419,6 +435,8 @@ static bool engine_ready(cpu_engine_t *e) {
          atomic_load_explicit(&e->stop, memory_order_acquire);
 }
 
+static bool engine_ready_ctx(const void *ctx) { return engine_ready((cpu_engine_t *)(uintptr_t)ctx); }
+
 /* Neither queue can move: spin while work is in flight (a hand-off from another core is near),
  * then sleep on what one queue waits for, or on the doorbell when both are empty. */
 static void wait_for_work(cpu_engine_t *e) {
@@ -426,19 +444,9 @@ static void wait_for_work(cpu_engine_t *e) {
   int nblocked = 0;
   for (int k = 0; k < 2; k++)
     if (e->q[k].w) blocked[nblocked++] = &e->q[k];
-  uint64_t budget = nblocked ? CPU_INFLIGHT_SPIN_NS : hcq__options()->spin_ns, start = 0;
+  uint64_t budget = nblocked ? CPU_INFLIGHT_SPIN_NS : hcq__options()->spin_ns;
   if (budget < hcq__options()->spin_ns) budget = hcq__options()->spin_ns;
-  for (unsigned i = 1;; i++) {
-    if (engine_ready(e)) return;
-    hcq__spin_step(i);
-    if ((i & 63) == 0) {
-      uint64_t now = hcq__now_ns();
-      if (!start)
-        start = now;
-      else if (now - start >= budget)
-        break;
-    }
-  }
+  if (spin_until(engine_ready_ctx, e, budget)) return;
   hcq__park_t park;
   _Atomic uint32_t *word = &e->doorbell;
   uint32_t seq = atomic_load_explicit(&e->doorbell, memory_order_seq_cst);
