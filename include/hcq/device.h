@@ -3,6 +3,8 @@
  * A device is opened by name: "CPU:0", "CPU:1", ... are independent CPU devices, each with its own
  * memory, a compute-queue worker, a copy-queue worker and HCQ_CPU_THREADS threads that share the
  * work-groups of one launch. "CPU" means "CPU:0". "CUDA:N" names an NVIDIA GPU when libcuda loads.
+ * "VULKAN:N" names the N-th Vulkan physical device when the Vulkan loader finds a driver (see
+ * hcq/vulkan.h; Mesa's lavapipe runs it on any CPU).
  *
  * Devices are process-wide and reference counted by name: opening "CPU:0" twice returns the same
  * device, and each open needs one hcq_device_close(). The last close of a device fails (and the
@@ -43,7 +45,8 @@ typedef struct hcq_signal hcq_signal_t;
 #define HCQ_DEVICE_KINDS(X) \
   X(CPU, "CPU")             \
   X(CUDA, "CUDA")           \
-  X(METAL, "METAL")
+  X(METAL, "METAL")         \
+  X(VULKAN, "VULKAN")
 
 typedef enum hcq_device_kind {
 #define HCQ__DEVICE_KIND_ENUM(name, text) HCQ_DEVICE_##name,
@@ -59,6 +62,7 @@ enum {
   HCQ_CAP_HOST_CALLABLE = 1u << 2,   /* programs may be C function pointers */
   HCQ_CAP_COMPILE_C = 1u << 3,       /* compiles C kernels (SPEC 2 CPU ABI) */
   HCQ_CAP_COMPILE_CUDA = 1u << 4,    /* compiles CUDA C / loads PTX */
+  HCQ_CAP_COMPILE_GLSL = 1u << 8,    /* compiles GLSL compute / loads SPIR-V (Vulkan, hcq/vulkan.h) */
 };
 
 /* Signal values above this make the timeline wrap onto its shadow signal (32-bit payloads). */

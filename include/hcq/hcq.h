@@ -13,6 +13,7 @@
 #include "hcq/graph.h"
 #include "hcq/jit.h"
 #include "hcq/graphfile.h"
+#include "hcq/vulkan.h"
 
 #define HCQ_VERSION_MAJOR 0
 #define HCQ_VERSION_MINOR 1
