@@ -127,8 +127,11 @@ static void say(hcq_jit_t *jit, const char *fmt, ...) {
 }
 
 /* The graph kind that can hold work on a device: the HCQ graph for every kind hcq drives today
- * (it spans devices); 0 for none. */
-static int graph_kind_of(const hcq_device_t *dev) { return dev->kind == HCQ_DEVICE_CPU ? 1 : 0; }
+ * (it spans devices); 0 for none. CPU and Vulkan devices batch separately: a CPU engine reads
+ * addresses as host pointers, which a Vulkan buffer's device address need not be. */
+static int graph_kind_of(const hcq_device_t *dev) {
+  return dev->kind == HCQ_DEVICE_CPU ? 1 : dev->kind == HCQ_DEVICE_VULKAN ? 2 : 0;
+}
 
 static int item_graph_kind(const hcq_exec_item_t *it, const char **why) {
   if (it->kind == HCQ_ITEM_KERNEL) {

@@ -63,6 +63,7 @@ typedef struct blist {
 typedef struct pending {
   uint8_t kind;
   uint64_t sem;
+  uint64_t dep; /* the other engine's signal writes up to this semaphore value come first */
   union {
     struct {
       const uint32_t *first, *last, *base;
@@ -88,6 +89,8 @@ typedef struct vk_engine {
   vk_queue_t *q;
   VkSemaphore sem;
   uint64_t sem_last;          /* engine thread: last value submitted */
+  uint64_t dep_other;         /* engine thread: highest value of the other engine's semaphore waited for */
+  _Atomic uint64_t signals_applied; /* semaphore value of the last signal word written */
   _Atomic uint64_t gpu_done;  /* semaphore value known reached */
   _Atomic bool gpu_dead;      /* a submit failed or the driver lost the device: stop waiting for it */
 
@@ -168,6 +171,7 @@ static void push_pending(vk_engine_t *e, const pending_t *p) {
   pthread_mutex_lock(&e->lock);
   while (e->fifo_head - e->fifo_tail == FIFO_CAP) pthread_cond_wait(&e->fifo_space, &e->lock);
   e->fifo[e->fifo_head % FIFO_CAP] = *p;
+  e->fifo[e->fifo_head % FIFO_CAP].dep = e->dep_other;
   e->fifo_head++;
   pthread_cond_signal(&e->fifo_cv);
   pthread_mutex_unlock(&e->lock);
@@ -352,6 +356,9 @@ static bool do_wait(vk_engine_t *e, const uint32_t *cmd) {
       if (src == e) return true; /* behind it on our own in-order queue */
       if (e->nbcbs) flush(e, NULL, 0);
       batch_add_wait(e, src->sem, ps.sem);
+      /* Our signal writes must not overtake the one we waited for: two completion threads write
+       * words, and a later value written first would be overwritten by the earlier one. */
+      if (ps.sem > e->dep_other) e->dep_other = ps.sem;
       atomic_fetch_add_explicit(&e->sem_waits, 1, memory_order_relaxed);
       return true;
     }
@@ -924,7 +931,10 @@ static void apply(vk_engine_t *e, const pending_t *p) {
   vk_device_t *vd = e->vd;
   switch (p->kind) {
     case P_BATCH: atomic_store_explicit(&e->prev, p->u.batch.last, memory_order_relaxed); break;
-    case P_SIGNAL: hcq__signal_words_set(p->u.sig.word, p->u.sig.value); break;
+    case P_SIGNAL:
+      hcq__signal_words_set(p->u.sig.word, p->u.sig.value);
+      atomic_store(&e->signals_applied, p->sem);
+      break;
     case P_TS: {
       uint64_t ns = hcq__now_ns();
       if (p->u.ts.query != UINT32_MAX) {
@@ -977,6 +987,13 @@ static void *completer_main(void *arg) {
       atomic_store_explicit(&e->gpu_at, p.u.batch.first, memory_order_relaxed);
     }
     if (p.sem > atomic_load(&e->gpu_done)) wait_gpu(e, p.sem);
+    if (p.dep) {
+      vk_engine_t *other = e->vd->engines[!e->kind];
+      pthread_mutex_lock(&other->lock);
+      while (atomic_load(&other->signals_applied) < p.dep && !other->completer_exited)
+        pthread_cond_wait(&other->fifo_space, &other->lock);
+      pthread_mutex_unlock(&other->lock);
+    }
     if (p.kind == P_BATCH) atomic_store_explicit(&e->gpu_at, NULL, memory_order_relaxed);
     apply(e, &p);
     pthread_mutex_lock(&e->lock);
@@ -984,6 +1001,7 @@ static void *completer_main(void *arg) {
     pthread_cond_broadcast(&e->fifo_space);
   }
   e->completer_exited = true;
+  pthread_cond_broadcast(&e->fifo_space);
   pthread_mutex_unlock(&e->lock);
   atomic_store(&e->completer_done, true);
   return NULL;
