@@ -22,6 +22,7 @@ typedef struct gf_buffer {
 
 typedef struct gf_program {
   char *name, *entry, *source;
+  char *glsl; /* GLSL compute source, for devices that compile GLSL (Vulkan) */
   hcq_program_t *compiled[GF_MAX_DEVICES];
   size_t ncompiled;
 } gf_program_t;
