@@ -275,7 +275,11 @@ Test(vulkan, engines_wait_on_each_other_with_semaphores) {
   for (int r = 0; r < 4; r++) {
     int32_t v[] = {3, r, N};
     hcq_launch_desc_t l = {p, &x, 1, v, 3, {N / 64, 1, 1}, {64, 1, 1}};
-    OK(hcq_launch(&l));                     /* compute engine */
+    hcq__vk_counters_t c;
+    cr_assert(hcq__vulkan_counters(d, &c));
+    OK(hcq_launch(&l)); /* compute engine */
+    /* Let the compute engine submit the kernel first (the long kernel then still runs). */
+    for (hcq__vk_counters_t now = c; now.submits == c.submits; hcq__vulkan_counters(d, &now)) usleep(100);
     OK(hcq_buffer_copyout(x, 0, got, M * 4)); /* copy engine, after the kernel */
     for (int i = 0; i < M; i++) model[i] = model[i] * 3 + (uint32_t)r;
     cr_assert_arr_eq(got, model, M * 4, "round %d", r);

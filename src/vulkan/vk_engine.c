@@ -206,7 +206,8 @@ static bool lookup_pending_signal(vk_device_t *vd, const void *word, struct vk_p
 static void flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value) {
   vk_device_t *vd = e->vd;
   uint64_t sem = e->sem_last;
-  if (e->nbcbs || e->nbwaits) {
+  bool submitted = e->nbcbs || e->nbwaits;
+  if (submitted) {
     sem = e->sem_last + 1;
     VkPipelineStageFlags stages[2] = {VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT};
     VkTimelineSemaphoreSubmitInfo tsi = {.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
@@ -226,7 +227,6 @@ static void flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value) {
     pthread_mutex_lock(&e->q->lock);
     VkResult r = vd->fn.vkQueueSubmit(e->q->queue, 1, &si, VK_NULL_HANDLE);
     pthread_mutex_unlock(&e->q->lock);
-    atomic_fetch_add_explicit(&e->submits, 1, memory_order_relaxed);
     if (r != VK_SUCCESS) {
       atomic_store(&e->gpu_dead, true);
       lose(e, e->bfirst, "vkQueueSubmit failed: %s", hcq__vk_result_name(r));
@@ -249,6 +249,8 @@ static void flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value) {
   pthread_mutex_unlock(&e->lock);
   for (uint32_t i = 0; i < e->nbcbs; i++)
     if (e->bsegs[i]) e->bsegs[i]->fifo_pos = pos;
+  /* Counted once the batch's signal can be found by the other engine. */
+  if (submitted) atomic_fetch_add_explicit(&e->submits, 1, memory_order_release);
   e->nbcbs = e->nbwaits = e->nbpend = 0;
   e->bfirst = e->blast = NULL;
 }
