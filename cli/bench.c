@@ -61,22 +61,26 @@ static hcq_status_t measure(hcq_jit_t *jit, const hcq_graph_file_t *gf, sample_t
 }
 
 int cli_bench(int argc, char **argv) {
-  const char *file = NULL;
+  const char *file = NULL, *device_map = NULL;
   bool json = false;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--json"))
       json = true;
-    else if (argv[i][0] == '-' && argv[i][1])
+    else if (!strcmp(argv[i], "--device-map")) {
+      if (i + 1 >= argc) return cli_usage_error("--device-map needs a map such as CPU=VULKAN");
+      device_map = argv[++i];
+    } else if (argv[i][0] == '-' && argv[i][1])
       return cli_usage_error("unknown option \"%s\" for bench", argv[i]);
     else if (!file)
       file = argv[i];
     else
       return cli_usage_error("bench takes one graph file");
   }
-  if (!file) return cli_usage_error("usage: hcq bench FILE [--json]");
+  if (!file) return cli_usage_error("usage: hcq bench FILE [--json] [--device-map CPU=VULKAN]");
   hcq_graph_file_t *gf = NULL;
   hcq_jit_t *eager = NULL, *graph = NULL;
-  hcq_status_t st = hcq_graph_file_load(file, NULL, &gf);
+  hcq_graph_file_options_t fo = {.device_map = device_map};
+  hcq_status_t st = hcq_graph_file_load(file, &fo, &gf);
   hcq_jit_options_t eager_opts = {.eager_only = true};
   size_t n = gf ? hcq_graph_file_item_count(gf) : 0;
   if (!st)

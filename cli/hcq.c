@@ -14,7 +14,8 @@ static void usage(FILE *f) {
           "  hcq run FILE [--mode graph|eager] [--check] [--profile OUT.json]\n"
           "              [--device-map CPU=CUDA] [--repeat N] [--out DIR]\n"
           "                                    run a graph file's runs (see docs/cli.md)\n"
-          "  hcq bench FILE [--json]           time eager execution against graph replay\n"
+          "  hcq bench FILE [--json] [--device-map CPU=VULKAN]\n"
+          "                                    time eager execution against graph replay\n"
           "  hcq demo                          the showcase workload\n"
           "exit codes: 0 ok, 1 --check mismatch, 2 bad input, 3 runtime failure\n");
 }

@@ -55,7 +55,7 @@ typedef struct seg {
 typedef struct blist {
   const uint32_t *base;
   size_t len;
-  seg_t *segs;
+  seg_t **segs; /* each allocated alone: batches and the FIFO point at them */
   uint32_t nsegs, cap;
   struct blist *next;
 } blist_t;
@@ -611,7 +611,10 @@ static void seg_release(vk_engine_t *e, seg_t *s) {
 }
 
 static void blist_free(vk_engine_t *e, blist_t *bl) {
-  for (uint32_t k = 0; k < bl->nsegs; k++) seg_release(e, &bl->segs[k]);
+  for (uint32_t k = 0; k < bl->nsegs; k++) {
+    seg_release(e, bl->segs[k]);
+    free(bl->segs[k]);
+  }
   free(bl->segs);
   free(bl);
 }
@@ -716,7 +719,7 @@ static bool use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t 
     }
   seg_t *s;
   if (k < bl->nsegs) {
-    s = &bl->segs[k];
+    s = bl->segs[k];
     if (s->start != i || s->end != j || !seg_matches(s, w)) {
       /* A baked word changed: record the run again once its last use has finished. */
       flush(e, NULL, 0);
@@ -728,7 +731,7 @@ static bool use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t 
   } else {
     if (bl->nsegs == bl->cap) {
       uint32_t cap = bl->cap ? 2 * bl->cap : 4;
-      seg_t *n = realloc(bl->segs, cap * sizeof(*n));
+      seg_t **n = realloc(bl->segs, cap * sizeof(*n));
       if (!n) {
         lose(e, w + i, "out of memory recording a bound command list");
         return false;
@@ -736,8 +739,12 @@ static bool use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t 
       bl->segs = n;
       bl->cap = cap;
     }
-    s = &bl->segs[bl->nsegs++];
-    memset(s, 0, sizeof(*s));
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+      lose(e, w + i, "out of memory recording a bound command list");
+      return false;
+    }
+    bl->segs[bl->nsegs++] = s;
     atomic_fetch_add_explicit(&e->records, 1, memory_order_relaxed);
     if (!seg_record(e, bl, s, w, i, j, list)) return false;
   }
