@@ -99,6 +99,7 @@ typedef struct vk_engine {
   uint32_t *ring;
   _Atomic uint64_t head, tail; /* words submitted / retired */
   bool stop, engine_exited, completer_exited;
+  bool engine_sleeping; /* under lock: the engine waits on wake (a submit must signal it) */
   pending_t *fifo;
   uint64_t fifo_head, fifo_tail;
   VkCommandBuffer *free_cbs;
@@ -883,12 +884,37 @@ static void free_dead_blists(vk_engine_t *e) {
   }
 }
 
+/* Spins for HCQ_SPIN_NS while no work comes, so that a submit right after the last one finds the
+ * engine awake and needs no wake-up call. */
+static void spin_for_work(vk_engine_t *e, uint64_t interp) {
+  uint64_t budget = hcq__options()->spin_ns, start = 0;
+  for (unsigned i = 1; atomic_load_explicit(&e->head, memory_order_acquire) == interp; i++) {
+    hcq__spin_step(i);
+    if ((i & 63) == 0) {
+      uint64_t now = hcq__now_ns();
+      if (!start)
+        start = now;
+      else if (now - start >= budget)
+        return;
+    }
+  }
+}
+
 static void *engine_main(void *arg) {
   vk_engine_t *e = arg;
   uint64_t interp = 0;
   pthread_mutex_lock(&e->lock);
   for (;;) {
-    while (interp == atomic_load(&e->head) && !e->stop) pthread_cond_wait(&e->wake, &e->lock);
+    if (interp == atomic_load(&e->head) && !e->stop) {
+      pthread_mutex_unlock(&e->lock);
+      spin_for_work(e, interp);
+      pthread_mutex_lock(&e->lock);
+    }
+    while (interp == atomic_load(&e->head) && !e->stop) {
+      e->engine_sleeping = true;
+      pthread_cond_wait(&e->wake, &e->lock);
+      e->engine_sleeping = false;
+    }
     uint64_t head = atomic_load(&e->head);
     if (interp == head) break;
     pthread_mutex_unlock(&e->lock);
@@ -1063,7 +1089,7 @@ hcq_status_t hcq__vk_engine_submit(vk_engine_t *e, const uint32_t *words, size_t
   memcpy(e->ring + (head & (RING_WORDS - 1)), words, nwords * sizeof(uint32_t));
   pthread_mutex_lock(&e->lock);
   atomic_store(&e->head, head + nwords);
-  pthread_cond_signal(&e->wake);
+  if (e->engine_sleeping) pthread_cond_signal(&e->wake);
   pthread_mutex_unlock(&e->lock);
   return NULL;
 }
