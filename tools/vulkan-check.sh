@@ -19,15 +19,19 @@ set -u
 mode=${1:-}
 dir=${2:-.vkcarry}
 
-bundle_libs() { # bundle_libs DEST BINARY...: every shared library the binaries load, and ld.so
-  local dest=$1; shift
-  mkdir -p "$dest"
+bundle_libs() { # bundle_libs DEST GLIBC_DEST BINARY...: every shared library the binaries load; the C
+  # library and its dynamic linker apart (used only when the machine's own C library is too old)
+  local dest=$1 glibc=$2; shift 2
+  mkdir -p "$dest" "$glibc"
   for bin in "$@"; do
     ldd "$bin" | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
-      cp -L -n "$lib" "$dest/" 2>/dev/null || true
+      case $(basename "$lib") in
+        libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|ld-linux*) cp -L -n "$lib" "$glibc/" ;;
+        *) cp -L -n "$lib" "$dest/" ;;
+      esac
     done
   done
-  cp -L -n /lib64/ld-linux-x86-64.so.2 "$dest/" 2>/dev/null || true
+  cp -L -n /lib64/ld-linux-x86-64.so.2 "$glibc/" 2>/dev/null || true
   # The loader is opened at run time, so ldd does not list it.
   for lib in libvulkan.so.1; do
     path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
@@ -43,12 +47,12 @@ case "$mode" in
     cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHCQ_BUILD_BENCH=OFF >/dev/null
     cmake --build "$root/build-gpu" -j "$(nproc)" --target test_conformance test_vulkan hcq_cli
     rm -rf "$dir"
-    mkdir -p "$dir/bin" "$dir/lib"
+    mkdir -p "$dir/bin" "$dir/lib" "$dir/glibc"
     for b in tests/test_conformance tests/test_vulkan cli/hcq; do
       cp "$root/build-gpu/$b" "$dir/bin/"
       strip "$dir/bin/$(basename "$b")"
     done
-    bundle_libs "$dir/lib" "$dir"/bin/*
+    bundle_libs "$dir/lib" "$dir/glibc" "$dir"/bin/*
     cp -r "$root/examples" "$dir/examples"
     cp "$root/tests/cli/test_examples_vulkan.sh" "$dir/bin/"
     cp "$0" "$dir/bin/vulkan-check.sh"
@@ -60,13 +64,16 @@ case "$mode" in
     mkdir -p "$out"
     bin=$(cd "$dir/bin" && pwd)
     lib=$(cd "$dir/lib" && pwd)
+    glibc=$(cd "$dir/glibc" && pwd)
     export HCQ_VULKAN_VIRTUAL=1 HCQ_CACHE_DIR=$out/kernel-cache HCQ_TEST_TMP=$out/tmp
     export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     nv_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
     # Run a bundled binary: directly when this machine's C library is new enough, else through the
     # bundled dynamic linker.
     runner=()
-    if ! "$bin/hcq" info >/dev/null 2>&1; then runner=("$lib/ld-linux-x86-64.so.2" --library-path "$lib"); fi
+    if ! "$bin/hcq" info >/dev/null 2>&1; then
+      runner=("$glibc/ld-linux-x86-64.so.2" --library-path "$lib:$glibc")
+    fi
     hcq() { "${runner[@]}" "$bin/hcq" "$@"; }
     hcq info | tee "$out/info.txt"
     if ! grep -q '^VULKAN *available' "$out/info.txt" && [ -f "$nv_icd" ]; then
