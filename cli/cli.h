@@ -5,7 +5,7 @@
 #include <hcq/hcq.h>
 #include <stdbool.h>
 
-/* Exit codes (CLI.md). */
+/* Exit codes (docs/cli.md). */
 enum {
   HCQ_EXIT_OK = 0,
   HCQ_EXIT_CHECK_MISMATCH = 1,
@@ -24,6 +24,11 @@ bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi,
 
 /* Synchronizes every device of a loaded file. */
 hcq_status_t cli_sync_file(const hcq_graph_file_t *gf);
+
+/* The help text of command (NULL: of hcq itself), or NULL for an unknown command (cli/help.c). */
+const char *cli_help_text(const char *command);
+/* Whether the arguments ask for help (-h or --help anywhere). */
+bool cli_wants_help(int argc, char **argv);
 
 int cli_run(int argc, char **argv);
 int cli_bench(int argc, char **argv);

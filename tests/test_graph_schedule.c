@@ -216,7 +216,7 @@ Test(graph_schedule, build_errors_name_the_item) {
   its[0] = items[0].item;
   FAILS(hcq_graph_create(its, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_NOT_FOUND, "variable n has no initial value");
   hcq_var_value_t zero = {n, 0}, high = {n, 101}, ok = {n, 4};
-  FAILS(hcq_graph_create(its, 1, NULL, 0, &zero, 1, NULL, &g), HCQ_OUT_OF_RANGE, "item 0: global[0]", "division by zero");
+  FAILS(hcq_graph_create(its, 1, NULL, 0, &zero, 1, NULL, &g), HCQ_OUT_OF_RANGE, "item 0 (mix): global[0]", "division by zero");
   FAILS(hcq_graph_create(its, 1, NULL, 0, &high, 1, NULL, &g), HCQ_OUT_OF_RANGE, "variable n = 101", "[0, 100]");
   FAILS(hcq_exec_item_run(&its[0], NULL, 0), HCQ_NOT_FOUND, "kernel: global[0]", "variable n has no value");
   FAILS(hcq_exec_item_run(&its[0], &zero, 1), HCQ_OUT_OF_RANGE, "division by zero");

@@ -335,3 +335,40 @@ Test(vulkan, lost_device_fails_fast_and_closes) {
   hcq_program_release(q);
   test_close(other);
 }
+
+/* Eager transfers between a CPU device and a Vulkan device run on the Vulkan copy engine, both ways;
+ * one graph over both kinds is refused by name. */
+Test(vulkan, transfers_with_cpu_devices) {
+  need_vulkan(1);
+  hcq_device_t *v = test_open("VULKAN:0"), *c = test_open("CPU:0");
+  hcq_program_t *pv = test_program(v, "mul_add", test_kernels_glsl), *pc = test_program(c, "mul_add", test_kernels_source);
+  enum { N = 4096 };
+  hcq_buffer_t *xc = test_buffer_iota(c, N, 1, 0), *xv = test_buffer(v, N * 4);
+  uint32_t model[N], got[N];
+  for (int i = 0; i < N; i++) model[i] = (uint32_t)i;
+  for (int r = 0; r < 4; r++) {
+    int32_t a[] = {3, r, N}, b[] = {5, 1, N};
+    hcq_launch_desc_t lc = {pc, &xc, 1, a, 3, {N / 64, 1, 1}, {64, 1, 1}}, lv = {pv, &xv, 1, b, 3, {N / 64, 1, 1}, {64, 1, 1}};
+    OK(hcq_launch(&lc));
+    OK(hcq_transfer(xv, xc, N * 4)); /* CPU -> Vulkan */
+    OK(hcq_launch(&lv));
+    OK(hcq_transfer(xc, xv, N * 4)); /* Vulkan -> CPU */
+    for (int i = 0; i < N; i++) model[i] = (model[i] * 3 + (uint32_t)r) * 5 + 1;
+  }
+  test_read(xc, got, sizeof(got));
+  cr_assert_arr_eq(got, model, sizeof(got));
+  hcq_operand_t vals[] = {hcq_imm(2), hcq_imm(1), hcq_imm(N)};
+  hcq_kernel_item_t kc = {pc, &xc, 1, (uint32_t[]){0}, 1, vals, 3, {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
+                          {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
+  hcq_kernel_item_t kv = {pv, &xv, 1, (uint32_t[]){0}, 1, vals, 3, {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
+                          {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
+  hcq_exec_item_t its[] = {{.kind = HCQ_ITEM_KERNEL, .kernel = kc}, {.kind = HCQ_ITEM_KERNEL, .kernel = kv}};
+  hcq_graph_t *g = NULL;
+  FAILS(hcq_graph_create(its, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "cannot mix CPU:0 with VULKAN:0");
+  hcq_buffer_release(xc);
+  hcq_buffer_release(xv);
+  hcq_program_release(pc);
+  hcq_program_release(pv);
+  test_close(c);
+  test_close(v);
+}

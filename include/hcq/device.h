@@ -13,7 +13,7 @@
  * hang report): closing with work pending is an error, not a hang. A close waits without holding
  * any lock other threads need to open or close other devices.
  *
- * Lost devices (SPEC 9): a device whose work is stuck (a kernel that never returns, a queue waiting
+ * Lost devices (docs/errors.md): a device whose work is stuck (a kernel that never returns, a queue waiting
  * on a signal nobody sets) can be declared lost with hcq_device_declare_lost(); a CPU kernel that
  * faults marks its device lost when isolation is on. A lost device drops its pending work, every
  * later call that would use it fails at once with DEVICE_LOST naming it and the reason, host waits
@@ -38,6 +38,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef struct hcq_device hcq_device_t;
 typedef struct hcq_signal hcq_signal_t;
@@ -60,8 +61,11 @@ enum {
   HCQ_CAP_IN_ORDER_QUEUES = 1u << 0, /* a queue's commands finish in order: no self-waits needed */
   HCQ_CAP_COPY_QUEUE = 1u << 1,      /* has a copy queue separate from the compute queue */
   HCQ_CAP_HOST_CALLABLE = 1u << 2,   /* programs may be C function pointers */
-  HCQ_CAP_COMPILE_C = 1u << 3,       /* compiles C kernels (SPEC 2 CPU ABI) */
+  HCQ_CAP_COMPILE_C = 1u << 3,       /* compiles C kernels (CPU ABI in hcq/program.h) */
   HCQ_CAP_COMPILE_CUDA = 1u << 4,    /* compiles CUDA C / loads PTX */
+  HCQ_CAP_HOST_MEMORY = 1u << 5,     /* buffers and signals are ordinary host memory, engines run on the host */
+  HCQ_CAP_COPIES_HOST_MEMORY = 1u << 6, /* its copy queue reads and writes ordinary host memory (HOST_MEMORY
+                                           devices' buffers) and sets their signals, but cannot wait on them */
   HCQ_CAP_COMPILE_GLSL = 1u << 8,    /* compiles GLSL compute / loads SPIR-V (Vulkan, hcq/vulkan.h) */
 };
 
@@ -109,7 +113,7 @@ HCQ_MUST_USE hcq_status_t hcq_device_declare_lost(hcq_device_t *device, const ch
 /* NULL while the device is usable; DEVICE_LOST (naming it and why) once lost. The caller frees it. */
 HCQ_MUST_USE hcq_status_t hcq_device_health(const hcq_device_t *device);
 
-/* The hang report (SPEC 9): one line per queue of the device: idle, or the command it runs or is
+/* The hang report (docs/errors.md): one line per queue of the device: idle, or the command it runs or is
  * blocked at (`wait "graph copy queue signal of CPU:1" >= 17 (value 16), graph item 5 in graph#2
  * compute queue of CPU:0`; a running kernel by name with its grid), for how long it has been there
  * (at least: measured from when hcq first saw it there), and the last command it completed. Writes
@@ -134,6 +138,7 @@ typedef struct hcq_device_info {
 } hcq_device_info_t;
 size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef enum hcq_item_kind { HCQ_ITEM_KERNEL, HCQ_ITEM_TRANSFER } hcq_item_kind_t;
 
@@ -100,8 +101,21 @@ const hcq_expr_t *hcq_graph_var(const hcq_graph_t *graph, size_t i);
 /* The devices the graph runs on: every device of any item's buffers and programs. */
 size_t hcq_graph_device_count(const hcq_graph_t *graph);
 hcq_device_t *hcq_graph_device(const hcq_graph_t *graph, size_t i);
-/* "hcq" for the HCQ graph. */
+/* "hcq" for the HCQ graph, "cuda" for the CUDA graph (built when every device is a CUDA device;
+ * a graph that mixes CUDA devices with others is refused). */
 const char *hcq_graph_kind(const hcq_graph_t *graph);
+
+/* What replays applied to a CUDA graph's instantiated graph: every parameter set (node params, a
+ * node enabled or disabled) is one driver call, and a replay makes them only for nodes whose
+ * parameters differ from what the instantiated graph holds, so an unchanged replay makes none.
+ * Other graph kinds report zeros. Read it from the thread that replays the graph. */
+typedef struct hcq_graph_stats {
+  uint64_t replays;
+  uint64_t updatable_nodes;     /* nodes holding an input buffer, a symbolic value or a symbolic dim */
+  uint64_t last_replay_updates; /* driver parameter calls of the last replay */
+  uint64_t total_updates;
+} hcq_graph_stats_t;
+void hcq_graph_stats(const hcq_graph_t *graph, hcq_graph_stats_t *out_stats);
 
 /* ---- inspection of the HCQ graph's schedule ----
  * Queues are numbered 2*d for the compute queue of device d and 2*d+1 for its copy queue. */
@@ -150,6 +164,7 @@ typedef struct hcq_profile_event {
  * FAILED_PRECONDITION when the graph was built without profiling or has not run. */
 HCQ_MUST_USE hcq_status_t hcq_graph_profile(hcq_graph_t *graph, const hcq_profile_event_t **out_event);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-/* hcq on Vulkan: VULKAN:N devices and their kernels (SPEC 2 and 6b).
+/* hcq on Vulkan: VULKAN:N devices and their kernels.
  *
  * Devices. "VULKAN:N" is the N-th physical device the Vulkan loader (libvulkan.so.1, found at run
  * time) lists. Each open device is one logical device with a compute engine and a copy engine (on
@@ -16,7 +16,7 @@
  *   uint64_t hcq_buf(uint i);   device address of buffer argument i
  *   int      hcq_val(uint i);   scalar argument i
  *
- * read from the SPEC 2 kernel-argument block (buffer addresses, then 32-bit values) whose address
+ * read from the kernel-argument block (buffer addresses, then 32-bit values; hcq/queue.h) whose address
  * the dispatch passes in a push constant. The source declares the buffer-reference types it needs
  * and `void main()`; the SPIR-V entry point is named after the program. The grid is
  * gl_NumWorkGroups / gl_WorkGroupID, the group gl_WorkGroupSize / gl_LocalInvocationID, so
@@ -43,6 +43,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 /* The GLSL text every Vulkan kernel source is compiled after (static storage). */
 const char *hcq_vulkan_glsl_prelude(void);
@@ -54,6 +55,7 @@ const char *hcq_vulkan_glsl_prelude(void);
 HCQ_MUST_USE hcq_status_t hcq_program_create_spirv(hcq_device_t *device, const char *entry, const void *code,
                                                   size_t size, hcq_program_t **out_program);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

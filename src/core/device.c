@@ -368,7 +368,7 @@ size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap) {
   infos[0].count = 1;
   snprintf(infos[0].description, sizeof(infos[0].description),
            "CPU:N (any N): %u threads per device, C kernels compiled by %.64s, function-pointer kernels, copy queue",
-           o->cpu_threads, o->cc);
+           o->cpu_threads, o->cc ? o->cc : "cc");
   infos[1].kind = HCQ_DEVICE_CUDA;
   hcq__cuda_query(&infos[1]);
   hcq__vulkan_query(&infos[2]);

@@ -124,12 +124,35 @@ hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
   return NULL;
 }
 
+/* Between a device whose memory is ordinary host memory (CPU) and one whose copy queue reaches host
+ * memory but cannot wait on host-memory signals (a GPU): the host first sees the host-memory
+ * device's earlier work finish, then the GPU's copy queue copies and signals both timelines. */
+static hcq_status_t transfer_via_host_locked(hcq_device_t *gpu, hcq_device_t *host_dev, uint64_t dst, uint64_t src,
+                                             uint64_t size) {
+  if (!(gpu->caps & HCQ_CAP_COPIES_HOST_MEMORY))
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "transfers between %s and %s are not supported", gpu->name, host_dev->name);
+  hcq_status_t st = hcq__device_wait_timeline(host_dev, host_dev->timeline_value - 1);
+  if (st) return st;
+  hcq_queue_t *q = gpu->eager_copy;
+  hcq__queue_reset(q);
+  if ((st = wait_timeline(q, gpu)) ||
+      (st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src), hcq_imm((int64_t)size))) ||
+      (st = hcq_queue_signal(q, sig_addr(host_dev->timeline), hcq_imm((int64_t)host_dev->timeline_value))) ||
+      (st = submit_and_signal(q, gpu, gpu)))
+    return st;
+  host_dev->timeline_value++;
+  return NULL;
+}
+
 /* The copy on src's copy queue, ordered after both timelines; dst's compute queue then orders
  * its own timeline after it. Both devices are locked. */
 static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t dst, uint64_t src, uint64_t size) {
   hcq_status_t st = hcq__device_prepare_submit(sd);
   if (!st && dd != sd) st = hcq__device_prepare_submit(dd);
   if (st) return st;
+  if (sd != dd && ((sd->caps ^ dd->caps) & HCQ_CAP_HOST_MEMORY))
+    return sd->caps & HCQ_CAP_HOST_MEMORY ? transfer_via_host_locked(dd, sd, dst, src, size)
+                                          : transfer_via_host_locked(sd, dd, dst, src, size);
   hcq_queue_t *q = sd->eager_copy;
   hcq__queue_reset(q);
   if ((st = wait_timeline(q, sd))) return st;

@@ -30,12 +30,26 @@ typedef struct hcq__options {
   bool cpu_isolate;         /* HCQ_CPU_ISOLATE: a faulting CPU kernel marks its device lost instead of killing */
   bool vulkan_virtual;      /* HCQ_VULKAN_VIRTUAL: VULKAN:N past the last GPU opens more logical devices */
   char profile[1024];       /* HCQ_PROFILE: "" off; "1" on; otherwise on, and a path for the trace */
-  char cc[256];             /* HCQ_CC */
-  char cflags[512];         /* HCQ_CFLAGS */
-  char cache_dir[1024];     /* HCQ_CACHE_DIR */
+  /* CPU kernel compiler and cache (docs/kernel-cache.md), kept whole: src/cpu/cpu_compile.c splits
+   * and checks them. NULL only when memory ran out while reading them. */
+  const char *cc;             /* HCQ_CC: compiler command, may carry arguments */
+  const char *cflags;         /* HCQ_CFLAGS */
+  const char *cache_dir;      /* HCQ_CACHE_DIR, else $XDG_CACHE_HOME/hcq, ~/.cache/hcq, $TMPDIR/hcq-cache-<euid> */
+  const char *cache_dir_from; /* the variable cache_dir came from, for messages */
+  const char *tmp_dir;        /* TMPDIR, else /tmp: private build directories when not caching */
+  char cuda_library[256];   /* HCQ_CUDA_LIBRARY: the driver library (libcuda.so.1; tests name a stand-in) */
+  char nvrtc_library[256];  /* HCQ_NVRTC_LIBRARY: "" finds NVRTC by the names toolkits install */
+  char cuda_arch[32];       /* HCQ_CUDA_ARCH: "" compiles for the device; "sm_90" compiles for that */
 } hcq__options_t;
 
 const hcq__options_t *hcq__options(void);
+
+/* ---- text ---- */
+
+/* [A-Za-z_][A-Za-z0-9_]* */
+bool hcq__is_c_identifier(const char *s);
+/* s in double quotes, with \n, \t, \", \\ and \xNN for what would not print (cut to fit size). */
+void hcq__quote(const char *s, char *out, size_t size);
 
 /* ---- time and spinning ---- */
 
@@ -116,6 +130,11 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
                            size_t nwatch, uint64_t *seen);
 /* Wakes every sleeping waiter in the process, so each re-checks its condition (device lost). */
 void hcq__signal_wake_all(void);
+/* Devices whose hardware writes signals without waking host sleepers (a GPU writing host memory)
+ * count themselves here while open (+1 on create, -1 on destroy). While any is open, sleeping
+ * waiters wake at least every millisecond (sooner at first) to look again, and call the vtable's
+ * poll for the devices they watch. */
+void hcq__signal_device_writers_add(int delta);
 /* now + timeout_ms, saturating; 0 never (forever) results from a finite timeout. */
 uint64_t hcq__deadline_after_ms(int64_t timeout_ms);
 
@@ -220,6 +239,11 @@ typedef struct hcq__device_vtable {
   /* The device was declared lost: engines drop pending work and stop blocking (waits return).
    * Optional. Any thread. */
   void (*lost)(hcq_device_t *dev);
+  /* Host waits on behalf of the device call it while they sleep between looks at a signal, for
+   * devices that counted themselves with hcq__signal_device_writers_add: it checks for asynchronous
+   * failures (a kernel that faulted) and marks the device lost when it finds one, so the wait ends
+   * at once instead of at its timeout. Optional. Any thread; must not block. */
+  void (*poll)(hcq_device_t *dev);
   /* Compiles source for entry. Optional: NULL means the device cannot compile. */
   hcq_status_t (*program_compile)(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
   /* Releases what program_compile made. Optional. */
@@ -248,7 +272,7 @@ struct hcq_device {
   uint64_t max_work_items; /* per launch (groups x group size); 0: no limit */
   int open_refs;     /* registry references, under the registry lock */
   bool closing;      /* a close is waiting for the work (registry lock) */
-  bool closed;       /* closed while lost, with objects still alive: freed when the last goes */
+  _Atomic bool closed; /* closed while lost, with objects still alive: freed when the last goes */
   _Atomic uint32_t state; /* HCQ__OBJ_LIVE while open; HCQ__OBJ_DEAD once closed (validation) */
   atomic_uint struct_refs; /* the registry's + one per live object: the struct outlives close */
 
@@ -398,6 +422,9 @@ void hcq__program_destroy(hcq_program_t *program);
 /* Reclaims deferred objects whose fence has passed (device lock held). */
 void hcq__device_reclaim(hcq_device_t *dev);
 hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, uint64_t value, hcq_signal_t **out);
+/* Keeps a signal (and its memory) for the rest of the process: queues of other devices may still
+ * wait on it and nothing tells when they stop (a graph destroyed while one of its devices is lost). */
+void hcq__signal_abandon(hcq_signal_t *sig);
 /* Frees a signal now (device destroy: nothing runs any more). */
 void hcq__signal_destroy_now(hcq_signal_t *sig);
 /* Frees a signal once the device's engines finished their work (a queue may still wait on it). */

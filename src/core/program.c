@@ -28,6 +28,14 @@ hcq_status_t hcq_program_create(hcq_device_t *dev, const char *entry, const char
   hcq_status_t st = check_name("hcq_program_create", dev, entry);
   if (st) return st;
   if (!source) return hcq_status_make(HCQ_INVALID_ARGUMENT, "program %s on %s: source is NULL", entry, dev->name);
+  /* The entry names a function in the source (and, on CPU, files in the kernel cache). */
+  if (!hcq__is_c_identifier(entry)) {
+    char quoted[300];
+    hcq__quote(entry, quoted, sizeof(quoted));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "program on %s: entry %s is not a C identifier (letters, digits and _, not starting with a digit)",
+                           dev->name, quoted);
+  }
   if ((st = hcq__device_check(dev))) return hcq_status_annotate(st, "program %s", entry);
   if (!dev->vt->program_compile)
     return hcq_status_make(HCQ_UNIMPLEMENTED, "program %s: %s cannot compile source", entry, dev->name);

@@ -89,6 +89,23 @@ static bool any_lost(hcq_device_t *const *watch, size_t nwatch) {
   return false;
 }
 
+/* ---- signals written by device hardware ---- */
+
+static atomic_int g_device_writers;
+
+void hcq__signal_device_writers_add(int delta) { atomic_fetch_add_explicit(&g_device_writers, delta, memory_order_seq_cst); }
+
+/* A GPU's write wakes nobody: while such a device is open, a sleeper looks again after poll_ns (which
+ * grows up to 1 ms per wait) and lets the watched devices report asynchronous failures. */
+static uint64_t poll_step(hcq_device_t *const *watch, size_t nwatch, uint64_t *poll_ns) {
+  if (!atomic_load_explicit(&g_device_writers, memory_order_relaxed)) return 0;
+  for (size_t i = 0; i < nwatch; i++)
+    if (watch[i] && watch[i]->vt && watch[i]->vt->poll) watch[i]->vt->poll(watch[i]);
+  uint64_t step = *poll_ns;
+  *poll_ns = step >= 500000 ? 1000000 : step * 2;
+  return step;
+}
+
 int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
                            size_t nwatch, uint64_t *seen) {
   uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
@@ -107,6 +124,7 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
   }
   park_bucket_t *b = bucket_of(s);
   hcq__device_touch_watch(watch, nwatch);
+  uint64_t poll_ns = 8000;
   for (;;) {
     uint64_t timeout = 0;
     if (deadline_ns) {
@@ -120,6 +138,8 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
        * time_t limit. */
       if (timeout > UINT64_C(86400000000000)) timeout = UINT64_C(86400000000000);
     }
+    uint64_t poll = poll_step(watch, nwatch, &poll_ns);
+    if (poll && (!timeout || poll < timeout)) timeout = poll;
     atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
     uint32_t seq = atomic_load_explicit(&b->seq, memory_order_seq_cst);
     v = atomic_load_explicit(&s->value, memory_order_seq_cst);
@@ -187,6 +207,13 @@ hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, ui
   reg_add(sig);
   *out = sig;
   return NULL;
+}
+
+void hcq__signal_abandon(hcq_signal_t *sig) {
+  if (!sig) return;
+  reg_remove(sig);
+  hcq__keep(sig->mem.host);
+  hcq__keep(sig);
 }
 
 void hcq__signal_destroy_now(hcq_signal_t *sig) {

@@ -195,7 +195,8 @@ static void *helper_main(void *arg) {
 
 static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, const int32_t *vals,
                      const uint32_t gsz[3], const uint32_t lsz[3], uint64_t total) {
-  uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed);
+  /* Even: the last job's generation (odd only if a lost device interrupted a publish). */
+  uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) & ~1u;
   atomic_store_explicit(&p->gen, g + 1, memory_order_seq_cst); /* odd: job being written */
   for (unsigned i = 0; atomic_load_explicit(&p->active, memory_order_seq_cst); i++) {
     if (hcq__device_is_lost(p->dev)) return; /* a helper stuck in a kernel never leaves */
@@ -601,7 +602,7 @@ hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev) {
   if (!cd) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
   dev->vt = &cpu_vtable;
   dev->backend = cd;
-  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C | HCQ_CAP_HOST_MEMORY;
   dev->threads = hcq__options()->cpu_threads;
   dev->max_work_items = CPU_MAX_WORK_ITEMS;
   cpu_pool_t *p = &cd->pool;

@@ -13,8 +13,30 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
   hcq_status_t st = hcq__runner_init(&runner, items, nitems, inputs, ninputs, vals, nvals, "graph");
   if (st) return st;
   bool profile = (options && options->profile) || hcq__options()->profile[0];
-  /* Every device kind hcq drives today runs the HCQ graph. */
-  st = hcq__hcq_graph_create(&runner, profile, out_graph);
+  /* CUDA devices run the CUDA graph (SPEC 6), which spans CUDA devices only; the rest the HCQ graph. */
+  hcq_device_t *cuda = NULL, *other = NULL;
+  for (size_t d = 0; d < runner.ndevices; d++) {
+    if (runner.devices[d]->kind == HCQ_DEVICE_CUDA && !cuda) cuda = runner.devices[d];
+    if (runner.devices[d]->kind != HCQ_DEVICE_CUDA && !other) other = runner.devices[d];
+  }
+  if (cuda && other)
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph cannot mix CUDA devices with others (%s and %s): split the items "
+                         "by device kind (the JIT does), or transfer eagerly", cuda->name, other->name);
+  else if (cuda)
+    st = hcq__cuda_graph_create(&runner, profile, out_graph);
+  if (!cuda && !st) {
+    /* An HCQ graph copies on the source device's copy queue: a CPU engine would write through a
+     * Vulkan device address as if it were a host pointer. Host-memory devices stay among themselves. */
+    hcq_device_t *host = NULL, *gpu = NULL;
+    for (size_t d = 0; d < runner.ndevices; d++) {
+      if ((runner.devices[d]->caps & HCQ_CAP_HOST_MEMORY) && !host) host = runner.devices[d];
+      if (!(runner.devices[d]->caps & HCQ_CAP_HOST_MEMORY) && !gpu) gpu = runner.devices[d];
+    }
+    if (host && gpu)
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph cannot mix %s with %s: split the items by device kind (the "
+                           "JIT does), or transfer eagerly", host->name, gpu->name);
+  }
+  if (!cuda && !st) st = hcq__hcq_graph_create(&runner, profile, out_graph);
   if (st) hcq__runner_deinit(&runner);
   return st;
 }
@@ -98,4 +120,10 @@ hcq_status_t hcq_graph_profile(hcq_graph_t *g, const hcq_profile_event_t **out) 
   st = g->vt->profile(g, out);
   hcq__runner_leave(&g->runner);
   return st;
+}
+
+void hcq_graph_stats(const hcq_graph_t *g, hcq_graph_stats_t *out) {
+  if (!out) return;
+  memset(out, 0, sizeof(*out));
+  if (g && g->vt->stats) g->vt->stats(g, out);
 }

@@ -19,6 +19,8 @@ typedef struct hcq__graph_vtable {
   hcq_status_t (*item_schedule)(const hcq_graph_t *g, size_t i, hcq_graph_item_schedule_t *out);
   const hcq_queue_t *(*queue)(const hcq_graph_t *g, uint32_t queue);
   hcq_status_t (*profile)(hcq_graph_t *g, const hcq_profile_event_t **out);
+  /* Optional (NULL: replays and updates are not counted). */
+  void (*stats)(const hcq_graph_t *g, hcq_graph_stats_t *out);
 } hcq__graph_vtable_t;
 
 struct hcq_graph {
@@ -29,6 +31,8 @@ struct hcq_graph {
 
 /* Builds an HCQ graph over the runner's items (the runner is moved into the graph on success). */
 hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out);
+/* Builds a CUDA graph (every device of the runner is a CUDA device); same ownership rule. */
+hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out);
 
 /* Tests only: the HCQ graph's replay counter, and setting it as if that many replays had finished
  * (with no replay in flight), to exercise its wrap. */

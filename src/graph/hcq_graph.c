@@ -465,20 +465,23 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
 
 /* ---- the rest of the vtable ---- */
 
-static void free_impl(hcq_graph_impl_t *g) {
+/* keep_signals: a device of the graph is lost and another may still be waiting on the graph's
+ * signals (which live on one device but are read by the queues of all): they are kept, not freed. */
+static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
+  void (*release_signal)(hcq_signal_t *) = keep_signals ? hcq__signal_abandon : hcq__signal_free_internal;
   for (size_t q = 0; q < 2 * HCQ__GRAPH_MAX_DEVICES; q++) {
     hcq_queue_free(g->queues[q]);
-    hcq__signal_free_internal(g->queue_sig[q]);
+    release_signal(g->queue_sig[q]);
   }
   for (size_t d = 0; d < HCQ__GRAPH_MAX_DEVICES; d++) {
-    hcq__signal_free_internal(g->dev_sig[d]);
-    hcq__signal_free_internal(g->done_sig[d]);
+    release_signal(g->dev_sig[d]);
+    release_signal(g->done_sig[d]);
     hcq_buffer_release(g->kernargs[d]);
     hcq_buffer_release(g->prof_slots[d]);
     hcq_expr_release(g->timeline_val[d]);
     hcq_expr_release(g->timeline_addr[d]);
   }
-  hcq__signal_free_internal(g->kickoff);
+  release_signal(g->kickoff);
   hcq_expr_release(g->kickoff_var);
   for (size_t k = 0; g->input_vars && k < g->base.runner.ninputs; k++) hcq_expr_release(g->input_vars[k]);
   free(g->input_vars);
@@ -499,6 +502,8 @@ static void free_impl(hcq_graph_impl_t *g) {
     free(g);
 }
 
+static void free_impl(hcq_graph_impl_t *g) { free_impl_ex(g, false); }
+
 static hcq_status_t hcq_graph_destroy_impl(hcq_graph_t *base) {
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
   hcq_status_t st = wait_previous(g);
@@ -508,7 +513,15 @@ static hcq_status_t hcq_graph_destroy_impl(hcq_graph_t *base) {
 }
 
 static hcq_status_t hcq_graph_destroy_anyway_impl(hcq_graph_t *base) {
-  free_impl((hcq_graph_impl_t *)base);
+  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+  bool busy = false;
+  for (size_t d = 0; d < g->ndev; d++) {
+    hcq_device_t *dev = base->runner.devices[d];
+    if (hcq__device_is_lost(dev)) continue;
+    for (int k = 0; k < 2; k++)
+      busy |= dev->vt->completed(dev, (hcq_queue_kind_t)k) < dev->vt->submitted(dev, (hcq_queue_kind_t)k);
+  }
+  free_impl_ex(g, busy);
   return NULL;
 }
 

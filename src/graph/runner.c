@@ -103,9 +103,7 @@ static hcq_status_t check_kernel_dims(const hcq_kernel_item_t *k, const char *wh
     if (k->local[i].sym) hcq_status_free(hcq_expr_eval(k->local[i].sym, vals, nvals, &lv));
     g[i] = (uint64_t)gv, l[i] = (uint64_t)lv;
   }
-  char whom[96];
-  snprintf(whom, sizeof(whom), "%s (%s)", who, k->program->name);
-  return hcq__check_dims(k->program->dev, g, l, whom);
+  return hcq__check_dims(k->program->dev, g, l, who);
 }
 
 static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals, size_t nvals) {
@@ -441,8 +439,8 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   }
   /* Second pass: every symbolic operand evaluates into its field with the initial values. */
   for (size_t j = 0; j < nitems && !st; j++) {
-    char who[32];
-    snprintf(who, sizeof(who), "item %zu", j);
+    char who[96];
+    snprintf(who, sizeof(who), "item %zu (%s)", j, items[j].kind == HCQ_ITEM_KERNEL ? items[j].kernel.program->name : "");
     if (items[j].kind == HCQ_ITEM_KERNEL) st = validate_kernel(&items[j].kernel, who, nvals ? vals : k_no_values, nvals);
   }
   if (!st) {
@@ -524,8 +522,8 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
     for (size_t i = 0; i < r->vars.len; i++) r->eval_vals[i].value = r->pending_values[i];
     for (size_t i = 0; i < r->symdim_items.len; i++) {
       uint32_t j = r->symdim_items.data[i];
-      char who[32];
-      snprintf(who, sizeof(who), "item %" PRIu32, j);
+      char who[96];
+      snprintf(who, sizeof(who), "item %" PRIu32 " (%s)", j, r->items[j].kernel.program->name);
       hcq_status_t st = validate_kernel(&r->items[j].kernel, who, r->eval_vals, r->vars.len);
       if (st) return st;
     }

@@ -141,6 +141,7 @@ static void gf_free(hcq_graph_file_t *gf) {
     free(p->name);
     free(p->entry);
     free(p->source);
+    free(p->cuda_source);
     free(p->glsl);
   }
   hcq__vec_free(&gf->programs);
@@ -673,10 +674,8 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
       }
       const json_t *cuda = json_object_get(v, "cuda");
       if (!st && cuda) {
-        char *ignored = NULL;
         size_t m3 = push(L, ".cuda");
-        st = text_or_file(L, cuda, &ignored); /* checked now; used by the CUDA backend */
-        free(ignored);
+        st = text_or_file(L, cuda, &p.cuda_source);
         pop(L, m3);
       }
       const json_t *glsl = json_object_get(v, "glsl");
@@ -692,6 +691,7 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
       free(p.name);
       free(p.entry);
       free(p.source);
+      free(p.cuda_source);
       free(p.glsl);
     }
     pop(L, m2);
@@ -714,14 +714,15 @@ static hcq_status_t program_for(loader_t *L, gf_program_t *p, hcq_device_t *dev,
     }
   if (p->ncompiled == GF_MAX_DEVICES) return oom(L);
   hcq_status_t st;
-  /* Each device compiles the source of its language: GLSL for Vulkan, C for CPU. */
-  bool glsl = hcq_device_caps(dev) & HCQ_CAP_COMPILE_GLSL;
-  const char *source = glsl ? p->glsl : p->source;
-  if (L->opts->skip_compile)
+  /* Each device compiles the source of its kind: CUDA C, GLSL (Vulkan), or C (CPU). */
+  uint32_t caps = hcq_device_caps(dev);
+  bool cuda = caps & HCQ_CAP_COMPILE_CUDA, glsl = caps & HCQ_CAP_COMPILE_GLSL;
+  const char *source = cuda ? p->cuda_source : glsl ? p->glsl : p->source;
+  if (L->opts->skip_compile && (caps & HCQ_CAP_HOST_CALLABLE))
     st = hcq_program_create_fn(dev, p->entry, noop_kernel, out);
   else if (!source)
     st = hcq_status_make(HCQ_INVALID_ARGUMENT, "program \"%s\" has no source for %s (give \"%s\")", p->name, dev->name,
-                         glsl ? "glsl" : "c");
+                         cuda ? "cuda" : glsl ? "glsl" : "c");
   else
     st = hcq_program_create(dev, p->entry, source, out);
   if (st) return wrap(L, st);

@@ -322,7 +322,8 @@ hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev) {
     dev->vt = NULL;
     return st;
   }
-  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_GLSL;
+  /* Its copy engine copies to and from host memory and sets host signals (eager CPU transfers). */
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_GLSL | HCQ_CAP_COPIES_HOST_MEMORY;
   dev->threads = 1;
   const uint32_t *g = vd->props.limits.maxComputeWorkGroupCount;
   unsigned __int128 items = (unsigned __int128)g[0] * g[1] * g[2] * vd->props.limits.maxComputeWorkGroupInvocations;

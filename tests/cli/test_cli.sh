@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of the hcq command against the contract in CLI.md and SPEC section 9:
+# End-to-end tests of the hcq command against its contract (docs/cli.md, docs/graph-format.md):
 # every exit code, every error case with its message, outputs (--out, --profile, bench --json),
 # and a reproducible fuzz loop over mangled graph files (no input may crash the tool).
 #
@@ -675,7 +675,7 @@ expect "nonexistent file" 2 "cannot read graph file does-not-exist.json" -- run 
 expect "nonexistent file (bench)" 2 "does-not-exist.json" -- bench does-not-exist.json
 mkdir -p adir
 expect "a file that is a directory: exit 2, the message names it" 2 "hcq: adir" -- run adir
-# The message must say what is wrong (SPEC 9: it names the thing at fault), not report JSON syntax.
+# The message must say what is wrong (docs/cli.md: it names the thing at fault), not report JSON syntax.
 check "a file that is a directory: the message says it is a directory" \
   sh -c 'cat "$1"; grep -qi directory "$1"' _ "$T/err"
 expect "bench on a bad file" 2 'unkbuf.json: items[3].bufs[1]: unknown buffer "q"' -- bench unkbuf.json
@@ -716,7 +716,7 @@ bad_file noentry <<'EOF'
 EOF
 expect "a program whose entry function is missing: the message names the entry and the item" any \
   "noentry.json: items[0].kernel" "not_in_the_source" -- run noentry.json
-# CLI.md: exit 3 is a runtime failure such as a compile error; a source that does not define its
+# docs/cli.md: exit 3 is a runtime failure such as a compile error; a source that does not define its
 # entry is a failure to build the kernel, found only by compiling and loading it.
 check "a program whose entry function is missing: exit 3" sh -c 'echo "exit $1, want 3"; [ "$1" = 3 ]' _ "$RC"
 
