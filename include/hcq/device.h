@@ -5,7 +5,8 @@
  * share the work-groups of big launches. The CPU devices open together split the process's cores
  * between them, one busy thread per core (see hcq_device_cores; HCQ_CPU_THREADS or the threads
  * option sets a device's threads instead). "CPU" means "CPU:0". "CUDA:N" names an NVIDIA GPU when
- * libcuda loads.
+ * libcuda loads. "VULKAN:N" names the N-th Vulkan physical device when the Vulkan loader finds a
+ * driver (see hcq/vulkan.h; Mesa's lavapipe runs it on any CPU).
  *
  * Devices are process-wide and reference counted by name: opening "CPU:0" twice returns the same
  * device, and each open needs one hcq_device_close(). The last close of a device fails (and the
@@ -47,7 +48,8 @@ typedef struct hcq_signal hcq_signal_t;
 #define HCQ_DEVICE_KINDS(X) \
   X(CPU, "CPU")             \
   X(CUDA, "CUDA")           \
-  X(METAL, "METAL")
+  X(METAL, "METAL")         \
+  X(VULKAN, "VULKAN")
 
 typedef enum hcq_device_kind {
 #define HCQ__DEVICE_KIND_ENUM(name, text) HCQ_DEVICE_##name,
@@ -66,6 +68,7 @@ enum {
   HCQ_CAP_HOST_MEMORY = 1u << 5,     /* buffers and signals are ordinary host memory, engines run on the host */
   HCQ_CAP_COPIES_HOST_MEMORY = 1u << 6, /* its copy queue reads and writes ordinary host memory (HOST_MEMORY
                                            devices' buffers) and sets their signals, but cannot wait on them */
+  HCQ_CAP_COMPILE_GLSL = 1u << 8,    /* compiles GLSL compute / loads SPIR-V (Vulkan, hcq/vulkan.h) */
 };
 
 /* Signal values above this make the timeline wrap onto its shadow signal (32-bit payloads). */

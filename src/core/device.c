@@ -194,6 +194,7 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   switch (kind) {
     case HCQ_DEVICE_CPU: st = hcq__cpu_device_create(index, dev); break;
     case HCQ_DEVICE_CUDA: st = hcq__cuda_device_create(index, dev); break;
+    case HCQ_DEVICE_VULKAN: st = hcq__vulkan_device_create(index, dev); break;
     default:
       st = hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: Metal exists on macOS only", dev->name);
       break;
@@ -365,7 +366,7 @@ void hcq_device_timeline(hcq_device_t *dev, hcq_signal_t **out_signal, uint64_t 
 }
 
 size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap) {
-  hcq_device_info_t infos[2];
+  hcq_device_info_t infos[3];
   memset(infos, 0, sizeof(infos));
   const hcq__options_t *o = hcq__options();
   infos[0].kind = HCQ_DEVICE_CPU;
@@ -383,8 +384,9 @@ size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap) {
            o->cc ? o->cc : "cc");
   infos[1].kind = HCQ_DEVICE_CUDA;
   hcq__cuda_query(&infos[1]);
-  for (size_t i = 0; i < 2 && i < cap && out_infos; i++) out_infos[i] = infos[i];
-  return 2;
+  hcq__vulkan_query(&infos[2]);
+  for (size_t i = 0; i < 3 && i < cap && out_infos; i++) out_infos[i] = infos[i];
+  return 3;
 }
 
 /* ---- objects ---- */

@@ -29,6 +29,7 @@ typedef struct hcq__options {
   unsigned jit_batch_size;  /* HCQ_JIT_BATCH_SIZE: first capture batch size */
   bool validate;            /* HCQ_VALIDATE: check handles (released, double release, closed device) */
   bool cpu_isolate;         /* HCQ_CPU_ISOLATE: a faulting CPU kernel marks its device lost instead of killing */
+  bool vulkan_virtual;      /* HCQ_VULKAN_VIRTUAL: VULKAN:N past the last GPU opens more logical devices */
   char profile[1024];       /* HCQ_PROFILE: "" off; "1" on; otherwise on, and a path for the trace */
   /* CPU kernel compiler and cache (docs/kernel-cache.md), kept whole: src/cpu/cpu_compile.c splits
    * and checks them. NULL only when memory ran out while reading them. */
@@ -507,5 +508,7 @@ size_t hcq__cpu_core_count(void);
 hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev);
 hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev);
 void hcq__cuda_query(hcq_device_info_t *info);
+hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev);
+void hcq__vulkan_query(hcq_device_info_t *info);
 
 #endif
