@@ -195,6 +195,7 @@ static void *helper_main(void *arg) {
   hcq__cpu_fault_ctx_t ctx = {p->dev, engine_current_command, p->engine, NULL, 0, 0};
   hcq__cpu_fault_ctx = &ctx;
   uint32_t seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+  bool fresh = true; /* no job yet: sleep at once instead of spinning for one */
   for (;;) {
     if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
     /* A helper outside the budget stays parked: it takes no jobs and burns nothing. */
@@ -207,7 +208,7 @@ static void *helper_main(void *arg) {
     }
     uint32_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
     if (g == seen || (g & 1)) {
-      if (!spin_while_equal32(&p->gen, g)) {
+      if (fresh || !spin_while_equal32(&p->gen, g)) {
         atomic_fetch_add_explicit(&p->helpers_sleeping, 1, memory_order_seq_cst);
         if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop))
           hcq__futex_wait(&p->gen, g, 0);
@@ -225,6 +226,7 @@ static void *helper_main(void *arg) {
     }
     atomic_fetch_sub_explicit(&p->active, 1, memory_order_seq_cst);
     seen = g;
+    fresh = false;
   }
   hcq__cpu_fault_ctx = NULL;
   hcq__cpu_fault_thread_exit(altstack);
@@ -651,11 +653,11 @@ static void name_thread(pthread_t t, const hcq_device_t *dev, const char *role, 
   pthread_setname_np(t, name);
 }
 
-static void pin(pthread_t t, int core) {
-  if (core < 0) return;
+static void pin(pthread_t t, const int *cores, unsigned n) {
+  if (!n) return;
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(core, &set);
+  for (unsigned i = 0; i < n; i++) CPU_SET(cores[i], &set);
   pthread_setaffinity_np(t, sizeof(set), &set);
 }
 
@@ -678,14 +680,16 @@ void hcq__cpu_apply_layout(hcq_device_t *dev, const int *cores, unsigned ncores)
     p->created++;
   }
   if (want > p->created) want = p->created;
-  pin(e->thread, ncores ? cores[0] : -1);
-  for (unsigned i = 0; i < want; i++) pin(p->threads[i], cores[i + 1]);
+  /* The engine on the share's first core, each helper on one of the others. (An application thread
+   * that waits on the engine's core costs every replay two context switches: see docs/cpu-device.md.) */
+  pin(e->thread, cores, ncores ? 1 : 0);
+  for (unsigned i = 0; i < want; i++) pin(p->threads[i], &cores[i + 1], 1);
   atomic_store_explicit(&p->nactive, want, memory_order_seq_cst);
   /* Parked helpers wake to see whether they are in the budget now. */
   atomic_fetch_add_explicit(&p->layout_seq, 1, memory_order_seq_cst);
   hcq__futex_wake(&p->layout_seq);
-  /* Helpers leaving the budget may sleep on the job word: wake them to park. */
-  atomic_fetch_add_explicit(&p->gen, 2, memory_order_seq_cst);
+  /* Helpers leaving the budget may sleep on the job word: wake them (without a new job, so that no
+   * helper spins for one) to park. */
   hcq__futex_wake(&p->gen);
   dev->threads = 1 + want;
 }
