@@ -59,6 +59,8 @@ uint64_t hcq__now_ns(void);
 /* One step of a spin-wait: a pause instruction at first, then yielding the CPU, so that on a
  * machine with more busy threads than cores a spinner does not starve the thread it waits for. */
 void hcq__spin_step(unsigned iteration);
+/* The same with the number of pause iterations before yielding. */
+void hcq__spin_step_after(unsigned iteration, unsigned pauses);
 
 /* ---- command words ----
  * Every command starts with a header word: opcode in the low 8 bits, length in words above.

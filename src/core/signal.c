@@ -16,8 +16,8 @@ uint64_t hcq__now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void hcq__spin_step(unsigned iteration) {
-  if (iteration < 64) {
+void hcq__spin_step_after(unsigned iteration, unsigned pauses) {
+  if (iteration < pauses) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -27,6 +27,8 @@ void hcq__spin_step(unsigned iteration) {
     sched_yield();
   }
 }
+
+void hcq__spin_step(unsigned iteration) { hcq__spin_step_after(iteration, 64); }
 
 void hcq__futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns) {
   struct timespec ts, *tsp = NULL;
@@ -124,7 +126,8 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
   const uint64_t spin_ns = hcq__options()->spin_ns;
   uint64_t start = hcq__now_ns();
   for (unsigned i = 1;; i++) {
-    hcq__spin_step(i);
+    /* A waiting host yields its core early: it may share it with an engine doing the work. */
+    hcq__spin_step_after(i, 8);
     v = atomic_load_explicit(&s->value, memory_order_acquire);
     if (v >= want) {
       *seen = v;
