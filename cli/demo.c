@@ -178,7 +178,8 @@ static void print_screen(const demo_args_t *a, const llama2_config_t *c, const l
   printf("  %d steps from BOS on %s; %zu kernels per token", steps, a->devices == 2 ? "CPU:0 + CPU:1" : "CPU:0",
          kernels);
   if (transfers) printf(" + %zu transfers", transfers);
-  printf("; the captured step replays as %zu graph%s\n\n", rep ? rep->batches : 0, rep && rep->batches == 1 ? "" : "s");
+  printf(";\n  one captured step, replayed as %zu graph%s per token\n\n", rep ? rep->batches : 0,
+         rep && rep->batches == 1 ? "" : "s");
   print_tokens(g->tokens, steps, tok);
   if (identical) {
     printf("  eager and graph replay: identical tokens\n\n");
