@@ -15,7 +15,9 @@ static void usage(FILE *f) {
           "              [--device-map CPU=CUDA] [--repeat N] [--out DIR]\n"
           "                                    run a graph file's runs (see docs/cli.md)\n"
           "  hcq bench FILE [--json]           time eager execution against graph replay\n"
-          "  hcq demo                          the showcase workload\n"
+          "  hcq demo [--size small|15m] [--model FILE] [--tokenizer FILE] [--steps N]\n"
+          "           [--devices 1|2] [--repeat N] [--write-model FILE] [--json]\n"
+          "                                    decode a llama2 model eagerly and as graph replays\n"
           "exit codes: 0 ok, 1 --check mismatch, 2 bad input, 3 runtime failure\n");
 }
 

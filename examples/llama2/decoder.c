@@ -174,7 +174,7 @@ static void add_kernel(llama2_decoder_t *m, const dev_state_t *s, int k, hcq_buf
   hcq_exec_item_t *it = &m->items[m->nitems++];
   memcpy(a->bufs, bufs, nbufs * sizeof(*bufs));
   for (size_t i = 0; i < nouts; i++) a->outs[i] = (uint32_t)i;
-  memcpy(a->vals, vals, nvals * sizeof(*vals));
+  if (nvals) memcpy(a->vals, vals, nvals * sizeof(*vals));
   it->kind = HCQ_ITEM_KERNEL;
   it->kernel = (hcq_kernel_item_t){s->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, nvals,
                                    {global[0], global[1], global[2]}, {hcq_imm(local), hcq_imm(1), hcq_imm(1)}};
