@@ -9,6 +9,7 @@ baseline (the hand-written code, or the plain C decoder); --json prints one JSON
 """
 import argparse
 import json
+import math
 import sys
 
 BASELINES = ("C decoder, plain sequential", "hand-written 2-thread spin pipeline", "plain C loop, one thread")
@@ -93,14 +94,18 @@ def plot(rows, path, machine):
         ax.set_yticks(range(len(group)))
         ax.set_yticklabels(names, fontsize=8)
         ax.invert_yaxis()
-        ax.set_xscale("log")
+        if max(values) / min(values) > 30:  # bars on a log scale start a decade below the smallest
+            ax.set_xscale("log")
+            ax.set_xlim(left=10 ** math.floor(math.log10(min(values)) - 0.5), right=max(values) * 4)
+        else:
+            ax.set_xlim(left=0, right=max(values) * 1.15)
         better = "higher is better" if group[0]["unit"] == "tok/s" else "lower is better"
         ax.set_title("%s (%s, %s)" % (section, group[0]["unit"], better), fontsize=9, loc="left")
         for i, v in enumerate(values):
             ax.text(v, i, " " + fmt(v), va="center", fontsize=7)
         ax.tick_params(axis="x", labelsize=7)
     fig.suptitle("hcq benchmarks" + (" - " + machine if machine else ""), fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path)
 
 
@@ -117,12 +122,17 @@ def main():
         print("report.py: no rows in %s" % a.rows, file=sys.stderr)
         return 1
     annotate(rows)
-    if a.plot:
-        plot(rows, a.plot, a.machine)
     if a.json:
         print(json.dumps({"machine": a.machine, "command": a.command, "rows": rows}, indent=1))
     else:
         print(table(rows, a.machine, a.command))
+    if a.plot:
+        try:
+            plot(rows, a.plot, a.machine)
+        except ImportError as e:
+            print("report.py: no plot (%s); install python3-matplotlib" % e, file=sys.stderr)
+            return 1
+        print("report.py: wrote %s" % a.plot, file=sys.stderr)
     return 0
 
 

@@ -20,6 +20,7 @@ export HCQ_CACHE_DIR=${HCQ_CACHE_DIR:-$BUILD/kernel-cache}
 missing() { # SECTION NAME REASON
   python3 -c 'import json,sys; print(json.dumps({"section": sys.argv[1], "name": sys.argv[2], "value": -1, "unit": "", "note": "missing: " + sys.argv[3]}))' "$1" "$2" "$3" >>"$ROWS"
 }
+LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
 FAN="fan-out/fan-in 1->64->1, CPU:0+CPU:1"
 CHAIN="chain of 1000, alternating CPU:0/CPU:1"
 CHAIN1="chain of 1000, one device"
@@ -73,5 +74,9 @@ done
 run "hcq primitives" "hcq primitives" -- "$BUILD/bench/hcq_bench" --rows
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-machine="$(nproc) x ${cpu:-unknown CPU}, $(uname -sr), $(date -u +%Y-%m-%d)"
-python3 "$SRC/bench/report.py" "$ROWS" --machine "$machine" --command "make bench" "$@"
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+machine="$(nproc) x ${cpu:-unknown CPU}, $(uname -sr), $(date -u +%Y-%m-%d), load average at start $LOAD_AT_START (end $load)"
+# The plot needs matplotlib (Debian's python3-matplotlib): use a python that has it.
+PY=python3
+if ! $PY -c 'import matplotlib' 2>/dev/null && /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then PY=/usr/bin/python3; fi
+$PY "$SRC/bench/report.py" "$ROWS" --machine "$machine" --command "make bench" "$@"
