@@ -15,8 +15,10 @@ extern const char llama2_kernels_source[]; /* kernels.c, embedded at build time 
     if (st_) return st_;       \
   } while (0)
 
-/* Rows per work-group of the matrix-vector kernels (even: rotary pairs stay in one group). The
- * classifier's groups are the unit the device shares between its threads. */
+/* Rows per work-group of the matrix-vector kernels (even: rotary pairs stay in one group). Their
+ * group size is rows x steps(inputs) threads (kernels.c): the device spreads a launch over its
+ * threads when it has HCQ_CPU_MIN_PARALLEL work-items, which the 15m shape's larger products have
+ * and the small shape's do not. */
 enum { ROWS = 16, CLASSIFIER_ROWS = 32, ATT_CHUNK = 32, MAX_ITEM_BUFS = 9 };
 
 #define KERNELS(X) \
@@ -189,6 +191,9 @@ static void add_transfer(llama2_decoder_t *m, hcq_buffer_t *dst, hcq_buffer_t *s
 
 static hcq_operand_t groups(int rows, int per_group) { return hcq_imm((rows + per_group - 1) / per_group); }
 
+/* Threads of a group of `rows` rows with n inputs each: one per step of eight multiply-adds. */
+static uint32_t matvec_threads(int rows, int n) { return (uint32_t)(rows * ((n + 7) / 8)); }
+
 static hcq_status_t make_items(llama2_decoder_t *m) {
   const llama2_config_t *c = &m->c;
   int kv = llama2_kv_dim(c);
@@ -212,10 +217,8 @@ static hcq_status_t make_items(llama2_decoder_t *m) {
     hcq_buffer_t **w = m->layer[l];
     if (d == 1 && l == m->split) add_transfer(m, s->x, s0->x);
     hcq_operand_t qkv_grid[3] = {groups(c->dim + 2 * kv, ROWS), hcq_imm(1), hcq_imm(1)};
-    add_kernel(m, s, K_QKV,
-               (hcq_buffer_t *[]){s->q, w[K_CACHE], w[V_CACHE], s->x, w[W_RMS_ATT], w[W_Q], w[W_K], w[W_V], s->rope},
-               9, 3,
-               pos, 1, qkv_grid, ROWS);
+    hcq_buffer_t *qkv_bufs[9] = {s->q, w[K_CACHE], w[V_CACHE], s->x, w[W_RMS_ATT], w[W_Q], w[W_K], w[W_V], s->rope};
+    add_kernel(m, s, K_QKV, qkv_bufs, 9, 3, pos, 1, qkv_grid, matvec_threads(ROWS, c->dim));
     hcq_operand_t part_grid[3] = {hcq_imm(c->n_heads), hcq_sym(m->chunks), hcq_imm(1)};
     add_kernel(m, s, K_ATTN_PART, (hcq_buffer_t *[]){s->part, s->q, w[K_CACHE], w[V_CACHE]}, 4, 1, pos, 1, part_grid,
                ATT_CHUNK);
@@ -223,16 +226,17 @@ static hcq_status_t make_items(llama2_decoder_t *m) {
     add_kernel(m, s, K_ATTN_COMBINE, (hcq_buffer_t *[]){s->xb, s->part}, 2, 1, pos, 1, heads,
                (uint32_t)llama2_head_size(c));
     hcq_operand_t dim_grid[3] = {groups(c->dim, ROWS), hcq_imm(1), hcq_imm(1)};
-    add_kernel(m, s, K_WO, (hcq_buffer_t *[]){s->x, s->xb, w[W_O]}, 3, 1, NULL, 0, dim_grid, ROWS);
+    add_kernel(m, s, K_WO, (hcq_buffer_t *[]){s->x, s->xb, w[W_O]}, 3, 1, NULL, 0, dim_grid, matvec_threads(ROWS, c->dim));
     hcq_operand_t hid_grid[3] = {groups(c->hidden_dim, ROWS), hcq_imm(1), hcq_imm(1)};
     add_kernel(m, s, K_FFN_UP, (hcq_buffer_t *[]){s->hb, s->x, w[W_RMS_FFN], w[W_1], w[W_3]}, 5, 1, NULL, 0, hid_grid,
-               ROWS);
-    add_kernel(m, s, K_FFN_DOWN, (hcq_buffer_t *[]){s->x, s->hb, w[W_2]}, 3, 1, NULL, 0, dim_grid, ROWS);
+               matvec_threads(ROWS, c->dim));
+    add_kernel(m, s, K_FFN_DOWN, (hcq_buffer_t *[]){s->x, s->hb, w[W_2]}, 3, 1, NULL, 0, dim_grid,
+               matvec_threads(ROWS, c->hidden_dim));
   }
   if (m->split < c->n_layers) add_transfer(m, s0->x, m->d[1].x);
   hcq_operand_t cls_grid[3] = {hcq_imm(m->cls_groups), hcq_imm(1), hcq_imm(1)};
   add_kernel(m, s0, K_CLASSIFY, (hcq_buffer_t *[]){m->logits, m->best, s0->x, m->rms_final, m->cls}, 5, 2, NULL, 0,
-             cls_grid, CLASSIFIER_ROWS);
+             cls_grid, matvec_threads(CLASSIFIER_ROWS, c->dim));
   hcq_operand_t argmax_vals[2] = {hcq_sym(m->pos), hcq_imm(m->cls_groups)};
   add_kernel(m, s0, K_ARGMAX, (hcq_buffer_t *[]){m->tokens, m->best}, 2, 1, argmax_vals, 2, one_group, 1);
   return NULL;

@@ -5,9 +5,13 @@
  * #defines that fix the model's shape (DIM, HIDDEN, KV_DIM, N_HEADS, KV_MUL = n_heads / n_kv_heads,
  * HEAD_SIZE, VOCAB, SEQ_LEN, ATT_CHUNK, MAX_CHUNKS): loops then have constant trip counts.
  *
- * Matrix-vector kernels give each work-group lsz[0] output rows; a row's dot product keeps eight
+ * Matrix-vector kernels give each work-group a block of output rows; a row's dot product keeps eight
  * independent partial sums, which the compiler turns into vector registers at -O2 (a single
- * running sum cannot be vectorised without reassociating float adds). Every group computes its
+ * running sum cannot be vectorised without reassociating float adds). One work-item (one of the
+ * group's lsz[0] threads) stands for one step of those sums, eight multiply-adds: a row of an
+ * N-input matrix is STEPS(N) threads, so a group of lsz[0] threads holds lsz[0] / STEPS(N) rows.
+ * The device shares a launch between its threads when it has enough work-items
+ * (HCQ_CPU_MIN_PARALLEL), which so follows the launch's arithmetic. Every group computes its
  * rows in a fixed order, so results do not depend on how the device spreads groups over threads:
  * eager steps and graph replays give identical bits.
  *
@@ -44,8 +48,13 @@ static inline void rope(float *a, float *b, int i, const float *rot) {
   *b = a0 * s + b0 * c;
 }
 
-static inline int rows_end(const hcq_launch_t *l, int rows) {
-  int end = (int)(l->gid[0] + 1) * (int)l->lsz[0];
+#define STEPS(n) (((n) + 7) / 8)
+
+/* The group's rows [*first, return value) of a matrix with `rows` rows of n inputs. */
+static inline int group_rows(const hcq_launch_t *l, int n, int rows, int *first) {
+  int per_group = (int)l->lsz[0] / STEPS(n);
+  int end = (int)(l->gid[0] + 1) * per_group;
+  *first = (int)l->gid[0] * per_group;
   return end < rows ? end : rows;
 }
 
@@ -71,8 +80,8 @@ void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float xn[DIM];
   rmsnorm(xn, x, rms);
   float *krow = kc + (size_t)pos * KV_DIM, *vrow = vc + (size_t)pos * KV_DIM;
-  int end = rows_end(l, DIM + 2 * KV_DIM);
-  for (int r = (int)(l->gid[0] * l->lsz[0]); r < end; r += 2) {
+  int r0, end = group_rows(l, DIM, DIM + 2 * KV_DIM, &r0);
+  for (int r = r0; r < end; r += 2) {
     if (r < DIM) {
       float a = dot(wq + (size_t)r * DIM, xn, DIM), c = dot(wq + (size_t)(r + 1) * DIM, xn, DIM);
       rope(&a, &c, r, rot);
@@ -146,8 +155,8 @@ void llama_attn_combine(void *const *b, const int32_t *v, const hcq_launch_t *l)
     (void)v;                                                                      \
     float *x = b[0];                                                              \
     const float *in = b[1], *w = b[2];                                            \
-    int end = rows_end(l, DIM);                                                   \
-    for (int r = (int)(l->gid[0] * l->lsz[0]); r < end; r++)                      \
+    int r0, end = group_rows(l, (N), DIM, &r0);                                   \
+    for (int r = r0; r < end; r++)                                                \
       x[r] += dot(w + (size_t)r * (N), in, (N));                                  \
   }
 MATVEC_RESIDUAL(llama_wo, DIM)
@@ -160,8 +169,8 @@ void llama_ffn_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const float *x = b[1], *rms = b[2], *w1 = b[3], *w3 = b[4];
   float xn[DIM];
   rmsnorm(xn, x, rms);
-  int end = rows_end(l, HIDDEN);
-  for (int r = (int)(l->gid[0] * l->lsz[0]); r < end; r++) {
+  int r0, end = group_rows(l, DIM, HIDDEN, &r0);
+  for (int r = r0; r < end; r++) {
     float a = dot(w1 + (size_t)r * DIM, xn, DIM), c = dot(w3 + (size_t)r * DIM, xn, DIM);
     hb[r] = a * (1.0f / (1.0f + expf(-a))) * c;
   }
@@ -176,7 +185,7 @@ void llama_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const float *x = b[2], *rms = b[3], *w = b[4];
   float xn[DIM];
   rmsnorm(xn, x, rms);
-  int first = (int)(l->gid[0] * l->lsz[0]), end = rows_end(l, VOCAB), arg = first;
+  int first, end = group_rows(l, DIM, VOCAB, &first), arg = first;
   float top = -INFINITY;
   for (int r = first; r < end; r++) {
     float z = dot(w + (size_t)r * DIM, xn, DIM);
