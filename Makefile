@@ -2,8 +2,10 @@
 BUILD_DIR ?= build
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
+PREFIX ?= /usr/local
+MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build test asan ubsan tsan bench demo fuzz clean
+.PHONY: all deps build build-lib test asan ubsan tsan bench demo install deb man fuzz clean
 
 all: build
 
@@ -19,12 +21,23 @@ endef
 build: deps
 	$(call cmake_build,$(BUILD_DIR),)
 
+# What the library and the tool need, and nothing else (no tests, no benchmarks). Build output goes
+# to $(BUILD_DIR)/lib-build.log and is shown only when the build fails.
+build-lib: deps
+	@echo "hcq: building the library and the tool (log: $(BUILD_DIR)/lib-build.log)"
+	@mkdir -p $(BUILD_DIR)
+	@{ cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCQ_WERROR=ON $(CMAKE_ARGS) && \
+	   cmake --build $(BUILD_DIR) -j $(NPROC) --target hcq_installed_parts; } >$(BUILD_DIR)/lib-build.log 2>&1 || \
+	  { cat $(BUILD_DIR)/lib-build.log; echo "hcq: the build failed (log: $(BUILD_DIR)/lib-build.log)"; exit 1; }
+
 test: build
+	@rm -f $(BUILD_DIR)/skipped-tests.txt
 	ctest --test-dir $(BUILD_DIR) --output-on-failure
+	@if [ -s $(BUILD_DIR)/skipped-tests.txt ]; then echo "Skipped tests and why:"; sed 's/^/  /' $(BUILD_DIR)/skipped-tests.txt; fi
 
 asan: deps
 	$(call cmake_build,build-asan,-DHCQ_SANITIZE=address -DHCQ_BUILD_BENCH=OFF)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --test-dir build-asan --output-on-failure
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:malloc_context_size=3 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --test-dir build-asan --output-on-failure
 
 ubsan: deps
 	$(call cmake_build,build-ubsan,-DHCQ_SANITIZE=undefined -DHCQ_BUILD_BENCH=OFF)
@@ -53,8 +66,22 @@ bench:
 	$(call cmake_build,$(BUILD_DIR),)
 	bench/run.sh $(BUILD_DIR) $(BENCH_ARGS)
 
-demo: build
-	$(BUILD_DIR)/cli/hcq demo
+demo: build-lib
+	@$(BUILD_DIR)/cli/hcq demo
+
+# make install PREFIX=DIR: headers, libraries, hcq, man page, pkg-config and CMake files under DIR.
+install: build-lib
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+# make deb: a Debian package of the same, under $(BUILD_DIR)/package/.
+deb: build-lib
+	@HCQ_DEPS_DEB=1 scripts/install-deps.sh
+	cpack --config $(BUILD_DIR)/CPackConfig.cmake
+	@ls $(BUILD_DIR)/package/*.deb
+
+# make man: docs/hcq.1 from the help texts in cli/help.c (a test checks they agree).
+man: build-lib
+	scripts/gen-man.py $(BUILD_DIR)/cli/hcq > docs/hcq.1
 
 clean:
 	rm -rf $(BUILD_DIR) build-asan build-ubsan build-tsan build-fuzz

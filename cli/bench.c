@@ -60,11 +60,45 @@ static hcq_status_t measure(hcq_jit_t *jit, const hcq_graph_file_t *gf, sample_t
   return st;
 }
 
+/* Driver parameter updates of the jit's graphs (CUDA graphs count them; others report 0). */
+static void graph_updates(const hcq_jit_t *jit, uint64_t *replays, uint64_t *updates, const char **kind) {
+  *replays = *updates = 0;
+  for (size_t i = 0; i < hcq_jit_graph_count(jit); i++) {
+    hcq_graph_stats_t st;
+    hcq_graph_stats(hcq_jit_graph(jit, i), &st);
+    *replays += st.replays;
+    *updates += st.total_updates;
+    if (i == 0) *kind = hcq_graph_kind(hcq_jit_graph(jit, i));
+  }
+}
+
+/* Replays alternating the file's first two runs: how many parameter updates a replay whose inputs
+ * or values change costs (per replay). */
+static hcq_status_t alternating_updates(hcq_jit_t *jit, const hcq_graph_file_t *gf, double *out) {
+  size_t runs = hcq_graph_file_run_count(gf);
+  uint64_t r0, u0, r1, u1;
+  const char *kind = "";
+  graph_updates(jit, &r0, &u0, &kind);
+  hcq_status_t st = NULL;
+  for (int i = 1; i <= 10 && !st; i++) {
+    hcq_buffer_t *const *inputs;
+    const hcq_var_value_t *vals;
+    hcq_graph_file_run(gf, i % 2 && runs > 1 ? 1 : 0, &inputs, &vals);
+    st = hcq_jit_run(jit, inputs, hcq_graph_file_input_count(gf), vals, hcq_graph_file_var_count(gf), true, NULL);
+  }
+  graph_updates(jit, &r1, &u1, &kind);
+  *out = hcq_jit_graph_count(jit) && r1 > r0 ? (double)(u1 - u0) * (double)hcq_jit_graph_count(jit) / (double)(r1 - r0) : 0;
+  return st;
+}
+
 int cli_bench(int argc, char **argv) {
-  const char *file = NULL;
+  const char *file = NULL, *device_map = NULL;
   bool json = false;
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--json"))
+    if (!strcmp(argv[i], "--device-map")) {
+      if (i + 1 >= argc) return cli_usage_error("--device-map needs a map such as CPU=CUDA");
+      device_map = argv[++i];
+    } else if (!strcmp(argv[i], "--json"))
       json = true;
     else if (argv[i][0] == '-' && argv[i][1])
       return cli_usage_error("unknown option \"%s\" for bench", argv[i]);
@@ -73,10 +107,11 @@ int cli_bench(int argc, char **argv) {
     else
       return cli_usage_error("bench takes one graph file");
   }
-  if (!file) return cli_usage_error("usage: hcq bench FILE [--json]");
+  if (!file) return cli_usage_error("usage: hcq bench FILE [--json] [--device-map CPU=CUDA]");
   hcq_graph_file_t *gf = NULL;
   hcq_jit_t *eager = NULL, *graph = NULL;
-  hcq_status_t st = hcq_graph_file_load(file, NULL, &gf);
+  hcq_graph_file_options_t fo = {.device_map = device_map};
+  hcq_status_t st = hcq_graph_file_load(file, &fo, &gf);
   hcq_jit_options_t eager_opts = {.eager_only = true};
   size_t n = gf ? hcq_graph_file_item_count(gf) : 0;
   if (!st)
@@ -87,16 +122,26 @@ int cli_bench(int argc, char **argv) {
                         hcq_graph_file_vars(gf), hcq_graph_file_var_count(gf), NULL, &graph);
   static sample_t es, et, gs, gt;
   if (!st) st = measure(eager, gf, &es, &et);
+  uint64_t r0 = 0, u0 = 0, r1 = 0, u1 = 0;
+  const char *kind = "none";
+  if (!st) graph_updates(graph, &r0, &u0, &kind);
   if (!st) st = measure(graph, gf, &gs, &gt);
+  if (!st) graph_updates(graph, &r1, &u1, &kind);
+  double alternating = 0;
+  if (!st) st = alternating_updates(graph, gf, &alternating);
   if (!st) {
+    size_t ngraphs = hcq_jit_graph_count(graph);
+    double per_replay = ngraphs && r1 > r0 ? (double)(u1 - u0) * (double)ngraphs / (double)(r1 - r0) : 0;
     double eager_us = median(et.v, et.n), graph_us = median(gt.v, gt.n), submit_us = median(gs.v, gs.n);
     const hcq_jit_report_t *rep = hcq_jit_report(graph);
     if (json) {
       printf("{\"items\": %zu, \"eager_us_per_run\": %.3f, \"graph_us_per_run\": %.3f, \"graph_submit_us\": %.3f, "
              "\"per_item_graph_ns\": %.3f, \"per_item_eager_ns\": %.3f, \"speedup\": %.3f, \"graphs\": %zu, "
-             "\"eager_items\": %zu, \"repetitions\": %zu}\n",
+             "\"eager_items\": %zu, \"repetitions\": %zu, \"graph_kind\": \"%s\", \"graph_updates_per_replay\": %.3f, "
+             "\"graph_updates_alternating_runs\": %.3f}\n",
              n, eager_us, graph_us, submit_us, graph_us * 1e3 / (double)n, eager_us * 1e3 / (double)n,
-             graph_us > 0 ? eager_us / graph_us : 0.0, rep->batches, rep->eager_items, gt.n);
+             graph_us > 0 ? eager_us / graph_us : 0.0, rep->batches, rep->eager_items, gt.n, kind, per_replay,
+             alternating);
     } else {
       printf("%s: %zu items (%zu graphs, %zu eager items), medians after warm-up\n", file, n, rep->batches,
              rep->eager_items);
@@ -104,6 +149,8 @@ int cli_bench(int argc, char **argv) {
       printf("  graph, one replay to completion %11.3f us  (%8.1f ns per item)\n", graph_us, graph_us * 1e3 / (double)n);
       printf("  graph, submit alone            %12.3f us\n", submit_us);
       printf("  speedup                        %12.2f x\n", graph_us > 0 ? eager_us / graph_us : 0.0);
+      printf("  graph kind %s: %.2f parameter updates per unchanged replay, %.2f alternating runs\n", kind, per_replay,
+             alternating);
     }
   }
   if (eager) hcq_status_free(hcq_jit_destroy(eager));

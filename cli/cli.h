@@ -5,7 +5,7 @@
 #include <hcq/hcq.h>
 #include <stdbool.h>
 
-/* Exit codes (CLI.md). */
+/* Exit codes (docs/cli.md). */
 enum {
   HCQ_EXIT_OK = 0,
   HCQ_EXIT_CHECK_MISMATCH = 1,
@@ -24,6 +24,28 @@ bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi,
 
 /* Synchronizes every device of a loaded file. */
 hcq_status_t cli_sync_file(const hcq_graph_file_t *gf);
+
+/* The help text of command (NULL: of hcq itself), or NULL for an unknown command (cli/help.c). */
+const char *cli_help_text(const char *command);
+/* Whether the arguments ask for help (-h or --help anywhere). */
+bool cli_wants_help(int argc, char **argv);
+/* Observability options of hcq run (cli/observe.c). */
+typedef struct cli_observe {
+  const char *profile;     /* --profile OUT.json */
+  const char *profile_svg; /* --profile-svg OUT.svg */
+  const char *dot;         /* --dot OUT.dot */
+  bool verbose;            /* -v: memory per device */
+} cli_observe_t;
+
+/* Starts the profiler when a profile or a timeline is asked for; paused when paused is set. */
+hcq_status_t cli_observe_start(const cli_observe_t *o, bool paused);
+/* After the runs: writes the profile, the timeline and the graph dump, prints the memory of gf's
+ * devices with -v, and stops the profiler. jit may be NULL (nothing was built). */
+hcq_status_t cli_observe_finish(const cli_observe_t *o, hcq_jit_t *jit, const hcq_graph_file_t *gf);
+/* Stops the profiler (after a failure). */
+void cli_observe_abort(const cli_observe_t *o);
+/* hcq info's memory lines: the kernel cache on disk and what a freshly opened CPU:0 holds. */
+void cli_info_memory(void);
 
 int cli_run(int argc, char **argv);
 int cli_bench(int argc, char **argv);

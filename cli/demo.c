@@ -201,19 +201,6 @@ static void print_screen(const demo_args_t *a, const llama2_config_t *c, const l
 
 int cli_demo(int argc, char **argv) {
   demo_args_t a;
-  if (argc == 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-    printf("usage: hcq demo [--size small|15m] [--model FILE] [--tokenizer FILE] [--steps N] [--devices 1|2]\n"
-           "                [--repeat N] [--write-model FILE] [--json]\n"
-           "  Greedy decoding of a llama2.c checkpoint (a generated one unless --model), eagerly and as graph\n"
-           "  replays of one captured step; exit 1 when the two token streams differ.\n"
-           "  --size       generated model: small (dim 64, 5 layers, vocab 512) or 15m (dim 288, 6 layers,\n"
-           "               vocab 32000)\n"
-           "  --steps      tokens to decode (default 256, at most seq_len)\n"
-           "  --devices    2 runs the second half of the layers on CPU:1\n"
-           "  --repeat     timed decodes per mode (default 5); numbers are medians\n"
-           "  --write-model FILE  also save the model as a llama2.c checkpoint\n");
-    return HCQ_EXIT_OK;
-  }
   int rc = parse_args(argc, argv, &a);
   if (rc) return rc;
   llama2_checkpoint_t ck;

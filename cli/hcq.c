@@ -1,4 +1,4 @@
-/* The hcq command: see docs/cli.md (and ../shared/CLI.md, the contract it implements). */
+/* The hcq command: see docs/cli.md. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,19 +7,7 @@
 
 #include "cli/cli.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: hcq <command> [args]\n"
-          "  hcq info                          list this machine's devices and what each supports\n"
-          "  hcq run FILE [--mode graph|eager] [--check] [--profile OUT.json]\n"
-          "              [--device-map CPU=CUDA] [--repeat N] [--out DIR]\n"
-          "                                    run a graph file's runs (see docs/cli.md)\n"
-          "  hcq bench FILE [--json]           time eager execution against graph replay\n"
-          "  hcq demo [--size small|15m] [--model FILE] [--tokenizer FILE] [--steps N]\n"
-          "           [--devices 1|2] [--repeat N] [--write-model FILE] [--json]\n"
-          "                                    decode a llama2 model eagerly and as graph replays\n"
-          "exit codes: 0 ok, 1 --check mismatch, 2 bad input, 3 runtime failure\n");
-}
+static void usage(FILE *f) { fputs(cli_help_text(NULL), f); }
 
 int cli_fail(hcq_status_t st) {
   hcq_status_code_t code = hcq_status_code(st);
@@ -70,6 +58,15 @@ static int cmd_info(int argc, char **argv) {
   for (size_t i = 0; i < n && i < 8; i++)
     printf("%-5s %-9s %s\n", hcq_device_kind_name(infos[i].kind), infos[i].available ? "available" : "absent",
            infos[i].description);
+  cli_info_memory();
+  return HCQ_EXIT_OK;
+}
+
+static int cmd_help(int argc, char **argv) {
+  if (argc > 1) return cli_usage_error("help takes at most one command");
+  const char *text = cli_help_text(argc ? argv[0] : NULL);
+  if (!text) return cli_usage_error("no help for \"%s\": commands are info, run, bench, demo", argv[0]);
+  fputs(text, stdout);
   return HCQ_EXIT_OK;
 }
 
@@ -79,14 +76,21 @@ int main(int argc, char **argv) {
     return HCQ_EXIT_BAD_INPUT;
   }
   const char *cmd = argv[1];
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) return cmd_help(argc - 2, argv + 2);
+  if (!strcmp(cmd, "--version")) {
+    printf("hcq %d.%d.%d\n", HCQ_VERSION_MAJOR, HCQ_VERSION_MINOR, HCQ_VERSION_PATCH);
+    return HCQ_EXIT_OK;
+  }
+  /* hcq COMMAND ... --help: the command's help, whatever else the line holds. */
+  const char *help = cli_help_text(cmd);
+  if (help && cli_wants_help(argc - 2, argv + 2)) {
+    fputs(help, stdout);
+    return HCQ_EXIT_OK;
+  }
   if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
   if (!strcmp(cmd, "run")) return cli_run(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
   if (!strcmp(cmd, "demo")) return cli_demo(argc - 2, argv + 2);
-  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
-    usage(stdout);
-    return HCQ_EXIT_OK;
-  }
   fprintf(stderr, "hcq: unknown command \"%s\"\n", cmd);
   usage(stderr);
   return HCQ_EXIT_BAD_INPUT;

@@ -11,9 +11,10 @@
 #include "cli/cli.h"
 
 typedef struct run_args {
-  const char *file, *profile, *device_map, *out;
+  const char *file, *device_map, *out;
   bool graph, check;
   unsigned long long repeat;
+  cli_observe_t obs;
 } run_args_t;
 
 static int parse_args(int argc, char **argv, run_args_t *a) {
@@ -40,7 +41,15 @@ static int parse_args(int argc, char **argv, run_args_t *a) {
       i++;
     } else if (!strcmp(arg, "--profile")) {
       if (!has_value) return cli_usage_error("--profile needs an output file");
-      a->profile = argv[++i];
+      a->obs.profile = argv[++i];
+    } else if (!strcmp(arg, "--profile-svg")) {
+      if (!has_value) return cli_usage_error("--profile-svg needs an output file");
+      a->obs.profile_svg = argv[++i];
+    } else if (!strcmp(arg, "--dot")) {
+      if (!has_value) return cli_usage_error("--dot needs an output file");
+      a->obs.dot = argv[++i];
+    } else if (!strcmp(arg, "-v") || !strcmp(arg, "--verbose")) {
+      a->obs.verbose = true;
     } else if (!strcmp(arg, "--device-map")) {
       if (!has_value) return cli_usage_error("--device-map needs a map such as CPU=CUDA");
       a->device_map = argv[++i];
@@ -56,8 +65,12 @@ static int parse_args(int argc, char **argv, run_args_t *a) {
     }
   }
   if (!a->file) return cli_usage_error("usage: hcq run FILE [--mode graph|eager] [--check] [--profile OUT.json] "
-                                       "[--device-map CPU=CUDA] [--repeat N] [--out DIR]");
-  if (a->profile && !a->graph) return cli_usage_error("--profile records graph replays: it needs --mode graph");
+                                       "[--profile-svg OUT.svg] [--dot OUT.dot] [-v] [--device-map CPU=CUDA] "
+                                       "[--repeat N] [--out DIR]");
+  if (a->obs.profile && !a->graph) return cli_usage_error("--profile records graph replays: it needs --mode graph");
+  if (a->obs.profile_svg && !a->graph)
+    return cli_usage_error("--profile-svg draws graph replays: it needs --mode graph");
+  if (a->obs.dot && !a->graph) return cli_usage_error("--dot draws the built graphs: it needs --mode graph");
   return -1;
 }
 
@@ -134,77 +147,6 @@ static hcq_status_t write_outputs(const hcq_graph_file_t *gf, const char *dir) {
   return NULL;
 }
 
-/* Writes s as a JSON string. */
-static void put_json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
-}
-
-/* Profile events of every graph as a Chrome trace (chrome://tracing, Perfetto), plus the raw
- * entries, dependencies and timestamps under "hcq". */
-static hcq_status_t write_profile(hcq_jit_t *jit, const char *path) {
-  FILE *f = fopen(path, "w");
-  if (!f) return hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
-  uint64_t t0 = UINT64_MAX;
-  size_t ngraphs = hcq_jit_graph_count(jit);
-  const hcq_profile_event_t **events = calloc(ngraphs + 1, sizeof(*events));
-  hcq_status_t st = events ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing the profile");
-  for (size_t g = 0; g < ngraphs && !st; g++) {
-    st = hcq_graph_profile(hcq_jit_graph(jit, g), &events[g]);
-    for (size_t s = 0; !st && s < events[g]->nslots; s++)
-      if (events[g]->timestamps[s] && events[g]->timestamps[s] < t0) t0 = events[g]->timestamps[s];
-  }
-  if (!st) {
-    fprintf(f, "{\"traceEvents\": [");
-    bool first = true;
-    for (size_t g = 0; g < ngraphs; g++) {
-      const hcq_profile_event_t *ev = events[g];
-      for (size_t e = 0; e < ev->nentries; e++) {
-        const hcq_profile_entry_t *en = &ev->entries[e];
-        uint64_t st_ns = ev->timestamps[en->start_slot], en_ns = ev->timestamps[en->end_slot];
-        fprintf(f, "%s\n  {\"name\": ", first ? "" : ",");
-        put_json_string(f, en->name);
-        fprintf(f,
-                ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": \"%s\", "
-                "\"tid\": \"%s queue\", \"args\": {\"graph\": %zu, \"entry\": %zu}}",
-                en->is_copy ? "copy" : "kernel", (double)(st_ns - t0) / 1e3, (double)(en_ns - st_ns) / 1e3, en->device,
-                en->is_copy ? "copy" : "compute", g, e);
-        first = false;
-      }
-    }
-    fprintf(f, "\n], \"hcq\": {\"graphs\": [");
-    for (size_t g = 0; g < ngraphs; g++) {
-      const hcq_profile_event_t *ev = events[g];
-      fprintf(f, "%s\n  {\"replay\": %" PRIu64 ", \"entries\": [", g ? "," : "", ev->replay);
-      for (size_t e = 0; e < ev->nentries; e++) {
-        const hcq_profile_entry_t *en = &ev->entries[e];
-        fprintf(f, "%s{\"device\": \"%s\", \"name\": ", e ? ", " : "", en->device);
-        put_json_string(f, en->name);
-        fprintf(f, ", \"start\": %u, \"end\": %u, \"is_copy\": %s, \"deps\": [", en->start_slot, en->end_slot,
-                en->is_copy ? "true" : "false");
-        for (size_t d = 0; d < ev->ndeps[e]; d++) fprintf(f, "%s%u", d ? ", " : "", ev->deps[e][d]);
-        fprintf(f, "]}");
-      }
-      fprintf(f, "], \"timestamps_ns\": [");
-      for (size_t s = 0; s < ev->nslots; s++) fprintf(f, "%s%" PRIu64, s ? ", " : "", ev->timestamps[s]);
-      fprintf(f, "]}");
-    }
-    fprintf(f, "\n]}}\n");
-  }
-  free(events);
-  if (fclose(f) != 0 && !st) st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s", path);
-  return st;
-}
-
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -213,7 +155,11 @@ static double now_ms(void) {
 
 static int run_plain(const run_args_t *a) {
   world_t w;
-  hcq_status_t st = world_open(&w, a, a->graph, a->profile != NULL);
+  /* Profiled: the runs, not the loading (the graphs are built while the profiler is paused). */
+  hcq_status_t st = cli_observe_start(&a->obs, true);
+  if (st) return cli_fail(st);
+  st = world_open(&w, a, a->graph, a->obs.profile || a->obs.profile_svg);
+  hcq_trace_pause(false);
   size_t runs = w.gf ? hcq_graph_file_run_count(w.gf) : 0;
   double t0 = now_ms();
   for (size_t r = 0; r < runs && !st; r++)
@@ -225,9 +171,10 @@ static int run_plain(const run_args_t *a) {
            hcq_graph_file_item_count(w.gf), a->graph ? "graph" : "eager", t1 - t0);
     if (a->graph) printf("%s", hcq_jit_report(w.jit)->text);
   }
-  if (!st && a->profile) st = write_profile(w.jit, a->profile);
+  st = st ? st : cli_observe_finish(&a->obs, w.jit, w.gf);
   if (!st && a->out) st = write_outputs(w.gf, a->out);
   world_close(&w);
+  cli_observe_abort(&a->obs);
   return st ? cli_fail(st) : HCQ_EXIT_OK;
 }
 
@@ -237,12 +184,18 @@ static int run_check(const run_args_t *a) {
   world_t truth, graph;
   memset(&graph, 0, sizeof(graph));
   hcq_status_t st = world_open(&truth, a, false, false);
-  if (!st) st = world_open(&graph, a, a->graph, a->profile != NULL);
+  /* Only the graph copy's runs are profiled: the profiler is paused for everything else. */
+  if (!st) st = cli_observe_start(&a->obs, true);
+  if (!st) st = world_open(&graph, a, a->graph, a->obs.profile || a->obs.profile_svg);
   size_t passed = 0, failed = 0;
   size_t runs = truth.gf ? hcq_graph_file_run_count(truth.gf) : 0;
   for (size_t r = 0; r < runs && !st; r++) {
     for (unsigned long long k = 0; k < a->repeat && !st; k++) {
-      if ((st = world_run(&truth, r)) || (st = world_run(&graph, r))) break;
+      if ((st = world_run(&truth, r))) break;
+      hcq_trace_pause(false);
+      st = world_run(&graph, r);
+      hcq_trace_pause(true);
+      if (st) break;
       const char *bad = NULL;
       int64_t at = -1;
       for (size_t b = 0; b < hcq_graph_file_buffer_count(graph.gf) && !st && at < 0; b++) {
@@ -265,10 +218,11 @@ static int run_check(const run_args_t *a) {
     }
   }
   if (!st) printf("%zu passed, %zu failed\n", passed, failed);
-  if (!st && a->profile) st = write_profile(graph.jit, a->profile);
+  st = st ? st : cli_observe_finish(&a->obs, graph.jit, graph.gf);
   if (!st && a->out) st = write_outputs(graph.gf, a->out);
   world_close(&graph);
   world_close(&truth);
+  cli_observe_abort(&a->obs);
   if (st) return cli_fail(st);
   return failed ? HCQ_EXIT_CHECK_MISMATCH : HCQ_EXIT_OK;
 }

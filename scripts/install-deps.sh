@@ -4,10 +4,15 @@
 set -eu
 
 PACKAGES="cmake make gcc pkg-config libcriterion-dev libjansson-dev libxxhash-dev python3"
-# python3: the CLI contract test (tests/cli/test_cli.sh) computes expected bytes and checks JSON with it.
+# python3: the CLI contract test (tests/cli/test_cli.sh) computes expected bytes and checks JSON with it;
+# scripts/gen-man.py (make man) and the docs and install tests are Python too.
 # Extra packages for optional targets: make fuzz needs clang's libFuzzer runtime.
 if [ "${HCQ_DEPS_FUZZ:-0}" = 1 ]; then
   PACKAGES="$PACKAGES clang libclang-rt-14-dev"
+fi
+# make deb: CPack's Debian generator finds the package's dependencies with dpkg-shlibdeps and file.
+if [ "${HCQ_DEPS_DEB:-0}" = 1 ]; then
+  PACKAGES="$PACKAGES dpkg-dev file"
 fi
 
 # make bench: the peers it measures (OpenMP with LLVM's libomp through clang, StarPU), venvs for

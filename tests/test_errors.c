@@ -50,7 +50,9 @@ Test(errors, close_with_live_objects_fails_and_keeps_the_device) {
   hcq_buffer_t *b = test_buffer(d, 16);
   hcq_signal_t *s = NULL;
   OK(hcq_signal_create(d, "x", 0, &s));
-  FAILS(hcq_device_close(d), HCQ_FAILED_PRECONDITION, "cannot close CPU:0", "2 buffers, programs, signals");
+  hcq_buffer_set_label(b, "weights");
+  FAILS(hcq_device_close(d), HCQ_FAILED_PRECONDITION, "cannot close CPU:0", "2 objects", "buffer \"weights\"",
+        "signal \"x\"");
   assert_device_works(d);
   hcq_buffer_release(b);
   hcq_signal_free(s);

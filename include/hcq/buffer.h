@@ -15,6 +15,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef struct hcq_buffer hcq_buffer_t;
 
@@ -49,6 +50,7 @@ HCQ_MUST_USE hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset,
  * runs after it. */
 HCQ_MUST_USE hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -6,8 +6,20 @@
  *
  * Devices are process-wide and reference counted by name: opening "CPU:0" twice returns the same
  * device, and each open needs one hcq_device_close(). The last close of a device fails (and the
- * device stays open) when buffers, programs, signals or graphs of it are still alive, or when its
- * work does not finish within the wait timeout: closing with work pending is an error, not a hang.
+ * device stays open) when buffers, programs, signals or graphs of it are still alive (the message
+ * names them), or when its work does not finish within the wait timeout (the message carries the
+ * hang report): closing with work pending is an error, not a hang. A close waits without holding
+ * any lock other threads need to open or close other devices.
+ *
+ * Lost devices (docs/errors.md): a device whose work is stuck (a kernel that never returns, a queue waiting
+ * on a signal nobody sets) can be declared lost with hcq_device_declare_lost(); a CPU kernel that
+ * faults marks its device lost when isolation is on. A lost device drops its pending work, every
+ * later call that would use it fails at once with DEVICE_LOST naming it and the reason, host waits
+ * on it end with DEVICE_LOST, and hcq_device_close() succeeds even with objects still alive (they
+ * stay valid handles whose calls fail with DEVICE_LOST, and are freed by their usual release).
+ * Threads stuck inside a kernel cannot be stopped: they are abandoned, and the device's memory they
+ * may touch is kept, never freed. Other devices stay usable. Opening the same name again gives a
+ * new, healthy device.
  *
  * Threads: every call on a device may come from any thread; submissions to one device are
  * serialised inside the library.
@@ -24,6 +36,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef struct hcq_device hcq_device_t;
 typedef struct hcq_signal hcq_signal_t;
@@ -45,8 +58,11 @@ enum {
   HCQ_CAP_IN_ORDER_QUEUES = 1u << 0, /* a queue's commands finish in order: no self-waits needed */
   HCQ_CAP_COPY_QUEUE = 1u << 1,      /* has a copy queue separate from the compute queue */
   HCQ_CAP_HOST_CALLABLE = 1u << 2,   /* programs may be C function pointers */
-  HCQ_CAP_COMPILE_C = 1u << 3,       /* compiles C kernels (SPEC 2 CPU ABI) */
+  HCQ_CAP_COMPILE_C = 1u << 3,       /* compiles C kernels (CPU ABI in hcq/program.h) */
   HCQ_CAP_COMPILE_CUDA = 1u << 4,    /* compiles CUDA C / loads PTX */
+  HCQ_CAP_HOST_MEMORY = 1u << 5,     /* buffers and signals are ordinary host memory, engines run on the host */
+  HCQ_CAP_COPIES_HOST_MEMORY = 1u << 6, /* its copy queue reads and writes ordinary host memory (HOST_MEMORY
+                                           devices' buffers) and sets their signals, but cannot wait on them */
 };
 
 /* Signal values above this make the timeline wrap onto its shadow signal (32-bit payloads). */
@@ -55,6 +71,10 @@ enum {
 typedef struct hcq_device_options {
   /* First timeline value (0 means 1). Lets tests start near HCQ_TIMELINE_WRAP. */
   uint64_t timeline_start;
+  /* CPU: a kernel that faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL) marks the device lost instead of
+   * ending the process (HCQ_CPU_ISOLATE=1 turns it on for every device). Costs a sigsetjmp per
+   * kernel call. */
+  bool isolate;
 } hcq_device_options_t;
 
 /* Opens (or references again) the device called name. Unknown names are NOT_FOUND, devices whose
@@ -83,6 +103,27 @@ HCQ_MUST_USE hcq_status_t hcq_device_synchronize(hcq_device_t *device);
  * signal changes when the timeline wraps. The signal belongs to the device: do not free it. */
 void hcq_device_timeline(hcq_device_t *device, hcq_signal_t **out_signal, uint64_t *out_next_value);
 
+/* Declares the device lost (see above); reason (may be NULL) appears in every later error. Idempotent:
+ * the first reason stays. */
+HCQ_MUST_USE hcq_status_t hcq_device_declare_lost(hcq_device_t *device, const char *reason);
+/* NULL while the device is usable; DEVICE_LOST (naming it and why) once lost. The caller frees it. */
+HCQ_MUST_USE hcq_status_t hcq_device_health(const hcq_device_t *device);
+
+/* The hang report (docs/errors.md): one line per queue of the device: idle, or the command it runs or is
+ * blocked at (`wait "graph copy queue signal of CPU:1" >= 17 (value 16), graph item 5 in graph#2
+ * compute queue of CPU:0`; a running kernel by name with its grid), for how long it has been there
+ * (at least: measured from when hcq first saw it there), and the last command it completed. Writes
+ * at most size bytes (NUL-terminated) into out and returns the report's length (snprintf style).
+ * Timed-out waits append the same report to their message. Any thread. */
+size_t hcq_device_report(hcq_device_t *device, char *out, size_t size);
+
+/* Validation mode (HCQ_VALIDATE=1, read once): handles are checked on use. A released buffer,
+ * program, signal or graph passed again, a double release, or an object of a closed device is
+ * reported by name (an error status, or a line on stderr for calls that return nothing) instead of
+ * being undefined behaviour. Released objects keep a few bytes each until the process ends. Off by
+ * default; off, the checks cost one predictable branch. Counts the complaints printed on stderr. */
+unsigned long hcq_validation_error_count(void);
+
 /* Lists the device kinds this machine has: for each kind, how many devices and a one-line
  * description (driver version, names). Writes up to cap entries; returns how many exist. */
 typedef struct hcq_device_info {
@@ -93,6 +134,7 @@ typedef struct hcq_device_info {
 } hcq_device_info_t;
 size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

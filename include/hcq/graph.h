@@ -35,6 +35,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef enum hcq_item_kind { HCQ_ITEM_KERNEL, HCQ_ITEM_TRANSFER } hcq_item_kind_t;
 
@@ -100,8 +101,21 @@ const hcq_expr_t *hcq_graph_var(const hcq_graph_t *graph, size_t i);
 /* The devices the graph runs on: every device of any item's buffers and programs. */
 size_t hcq_graph_device_count(const hcq_graph_t *graph);
 hcq_device_t *hcq_graph_device(const hcq_graph_t *graph, size_t i);
-/* "hcq" for the HCQ graph. */
+/* "hcq" for the HCQ graph, "cuda" for the CUDA graph (built when every device is a CUDA device;
+ * a graph that mixes CUDA devices with others is refused). */
 const char *hcq_graph_kind(const hcq_graph_t *graph);
+
+/* What replays applied to a CUDA graph's instantiated graph: every parameter set (node params, a
+ * node enabled or disabled) is one driver call, and a replay makes them only for nodes whose
+ * parameters differ from what the instantiated graph holds, so an unchanged replay makes none.
+ * Other graph kinds report zeros. Read it from the thread that replays the graph. */
+typedef struct hcq_graph_stats {
+  uint64_t replays;
+  uint64_t updatable_nodes;     /* nodes holding an input buffer, a symbolic value or a symbolic dim */
+  uint64_t last_replay_updates; /* driver parameter calls of the last replay */
+  uint64_t total_updates;
+} hcq_graph_stats_t;
+void hcq_graph_stats(const hcq_graph_t *graph, hcq_graph_stats_t *out_stats);
 
 /* ---- inspection of the HCQ graph's schedule ----
  * Queues are numbered 2*d for the compute queue of device d and 2*d+1 for its copy queue. */
@@ -150,6 +164,18 @@ typedef struct hcq_profile_event {
  * FAILED_PRECONDITION when the graph was built without profiling or has not run. */
 HCQ_MUST_USE hcq_status_t hcq_graph_profile(hcq_graph_t *graph, const hcq_profile_event_t **out_event);
 
+/* ---- graph dump (graph_dot.c) ----
+ * Writes graphs as one Graphviz DOT digraph to path (`dot -Tsvg` draws it): a cluster per graph and,
+ * inside, one per queue (the HCQ graph's schedule) holding a node per item (index, kernel and its
+ * buffers with the written ones starred, or the copy with its devices and bytes). Edges are the
+ * resource dependencies: solid (class "wait") where the item waits for the other's signal, dashed
+ * grey (class "dropped") where scheduling dropped the wait because the queue runs in order or
+ * already waited for as much; waits that are not resource dependencies (queue order on devices whose
+ * queues run out of order) are dotted (class "order"). Readiness waits and signals are noted in the
+ * node. No graphs writes an empty digraph. UNAVAILABLE when the file cannot be written. */
+HCQ_MUST_USE hcq_status_t hcq_graph_write_dot(hcq_graph_t *const *graphs, size_t ngraphs, const char *path);
+
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef struct hcq_graph_file hcq_graph_file_t;
 
@@ -70,6 +71,7 @@ void hcq_graph_file_run(const hcq_graph_file_t *file, size_t run, hcq_buffer_t *
  * endian, in order. Fills size bytes. */
 void hcq_graph_file_random_bytes(uint64_t seed, void *dst, size_t size);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,12 @@
 /* hcq: record kernel launches and buffer copies once, replay them as a graph with almost no host
- * work per replay. This header includes every public module. */
+ * work per replay. This header includes every public module.
+ *
+ * Linking: `cc app.c $(pkg-config --cflags --libs hcq)` (shared), `... hcq-static` (static), or in
+ * CMake `find_package(hcq)` and `target_link_libraries(app PRIVATE hcq::hcq)`.
+ *
+ * The library is built with hidden visibility: libhcq.so exports what the module headers declare
+ * between their `#pragma GCC visibility push(default)` and `pop`, and nothing else. A new public
+ * header needs the same pair. */
 #ifndef HCQ_HCQ_H
 #define HCQ_HCQ_H
 
@@ -13,6 +20,8 @@
 #include "hcq/graph.h"
 #include "hcq/jit.h"
 #include "hcq/graphfile.h"
+#include "hcq/memory.h"
+#include "hcq/trace.h"
 
 #define HCQ_VERSION_MAJOR 0
 #define HCQ_VERSION_MINOR 1

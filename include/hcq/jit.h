@@ -20,6 +20,16 @@
  * expression that cannot be evaluated with the new values (division by zero, a negative launch
  * size) stops the replay at the batch that holds it, with an error naming the batch.
  *
+ * Variables: hcq_launch() takes plain numbers, so a capture records them as constants. To keep a
+ * scalar or a launch dimension variable, launch with hcq_launch_sym() (operands from hcq_sym(),
+ * bound to their current values) or hcq_exec_item_run(). A value given for a variable that no
+ * captured item uses (to hcq_capture_end() or a replay of a capture) would change nothing: it is
+ * reported, once per variable, as a line of the report and a warning (the options' on_warning, or
+ * standard error), or fails the call when the options ask for strict_vars. (A jit made by
+ * hcq_jit_create() ignores such values, as graphs do: its items carry their own symbols.) A
+ * capture in which hcq_launch_sym bound one variable to several values is reported the same way
+ * (as a warning): a replay gives every item the same value, so it cannot repeat such a capture.
+ *
  * Ownership: a jit holds references to everything its items use. One thread at a time.
  */
 #ifndef HCQ_JIT_H
@@ -34,21 +44,32 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef struct hcq_capture hcq_capture_t;
 typedef struct hcq_jit hcq_jit_t;
+
+/* Receives a warning's text (one line, no newline), on the thread of the call that found it. */
+typedef void (*hcq_jit_warning_fn)(void *ctx, const char *message);
 
 typedef struct hcq_jit_options {
   size_t first_batch_size; /* 0: HCQ_JIT_BATCH_SIZE (default 32) */
   bool profile;            /* build the batch graphs with profiling */
   bool eager_only;         /* build no graphs: every item replays eagerly (ground truth runs) */
+  /* A value for a variable that no item uses fails the call (INVALID_ARGUMENT, naming the
+   * variable; a replay then runs nothing) instead of being ignored with a warning. */
+  bool strict_vars;
+  /* Where warnings go; NULL: standard error, as "hcq: warning: ...". */
+  hcq_jit_warning_fn on_warning;
+  void *warning_ctx;
 } hcq_jit_options_t;
 
 /* Starts recording on the calling thread. FAILED_PRECONDITION when it already records. */
 HCQ_MUST_USE hcq_status_t hcq_capture_begin(hcq_capture_t **out_capture);
 /* Stops recording and builds the replayable object from what was recorded. inputs are the buffers
- * a replay may replace; vals the variable values used while capturing (needed to build graphs).
- * The capture is consumed whether or not this succeeds. Recording nothing is an error. */
+ * a replay may replace; vals the variable values used while capturing (needed to build graphs):
+ * a variable vals does not name takes the value hcq_launch_sym() last bound it to during the
+ * capture. The capture is consumed whether or not this succeeds. Recording nothing is an error. */
 HCQ_MUST_USE hcq_status_t hcq_capture_end(hcq_capture_t *capture, hcq_buffer_t *const *inputs, size_t ninputs,
                                           const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *options,
                                           hcq_jit_t **out_jit);
@@ -77,11 +98,13 @@ typedef struct hcq_jit_report {
   const size_t *batch_sizes; /* items per graph, in order */
   size_t eager_items;       /* items replayed eagerly */
   size_t host_copies;       /* host copies seen during capture and not recorded */
+  size_t unused_vars;       /* variables given a value no captured item uses ("Variables" above) */
   const char *text;         /* all of it in words, one line per fact, with the reason for every
                                eager item or run of items */
 } hcq_jit_report_t;
 
-/* Valid until the jit is destroyed. */
+/* Valid until the jit is destroyed. A replay that reports an unused variable adds a line to text
+ * (and may move it): read text again after replays. */
 const hcq_jit_report_t *hcq_jit_report(const hcq_jit_t *jit);
 
 /* The jit's items, inputs and variables (borrowed), e.g. to save or inspect them. The inputs are
@@ -105,6 +128,31 @@ hcq_graph_t *hcq_jit_graph(const hcq_jit_t *jit, size_t i);
  * program). Buffer contents are read after the work queued before the call. */
 HCQ_MUST_USE hcq_status_t hcq_jit_save(hcq_jit_t *jit, const char *path);
 
+/* ---- symbolic launches ----
+ * hcq_launch() with operands that may be symbolic: each value and launch dimension is a constant
+ * (hcq_imm) or an expression over variables (hcq_sym). */
+typedef struct hcq_launch_sym_desc {
+  hcq_program_t *program;
+  hcq_buffer_t *const *bufs;
+  size_t nbufs;
+  const hcq_operand_t *vals; /* the kernel's 32-bit values */
+  size_t nvals;
+  hcq_operand_t global[3];   /* grid in work-groups */
+  hcq_operand_t local[3];    /* work-group size */
+  const uint32_t *outs;      /* indices into bufs of the buffers the kernel writes; */
+  size_t nouts;              /* nouts 0: every buffer counts as written */
+} hcq_launch_sym_desc_t;
+
+/* Evaluates the descriptor's operands with vals (the current value of each variable they use) and
+ * launches eagerly, like hcq_launch(). While the calling thread captures, the launch is recorded
+ * with its symbols, so replays compute the operands from the replay's values, and vals are kept as
+ * the capture's values (see hcq_capture_end). Errors (nothing runs or is recorded): those of
+ * hcq_launch(), a variable without a value (NOT_FOUND), a value outside its variable's range or an
+ * operand outside its field (OUT_OF_RANGE); each names the program and the variable or operand.
+ * Operands are borrowed; a capture keeps its own references. */
+HCQ_MUST_USE hcq_status_t hcq_launch_sym(const hcq_launch_sym_desc_t *desc, const hcq_var_value_t *vals, size_t nvals);
+
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -1,15 +1,37 @@
 /* hcq programs: compiled kernels for one device, and eager launches.
  *
- * CPU kernels follow the SPEC 2 ABI. Sources are compiled with a prelude that includes <stdint.h>
+ * CPU kernels follow this ABI. Sources are compiled with a prelude that includes <stdint.h>
  * and <stddef.h> and defines hcq_launch_t; the device calls the entry once per work-group of the
  * grid, spreading groups over its threads, and the kernel loops over its own lsz threads:
  *
  *   typedef struct { uint32_t gid[3], gsz[3], lsz[3]; } hcq_launch_t;
  *   void NAME(void *const *bufs, const int32_t *vals, const hcq_launch_t *launch);
  *
- * C sources are compiled by the system C compiler (HCQ_CC, default "cc") into a shared object
- * cached on disk (HCQ_CACHE_DIR, default $XDG_CACHE_HOME/hcq or ~/.cache/hcq) under a hash of the
- * prelude, source, compiler identity and flags: a second process loads it without compiling.
+ * C sources are compiled by the system C compiler (HCQ_CC, default "cc", may carry arguments;
+ * HCQ_CFLAGS, default "-O2") into a shared object cached on disk (HCQ_CACHE_DIR, default
+ * $XDG_CACHE_HOME/hcq, ~/.cache/hcq or $TMPDIR/hcq-cache-<uid>, created 0700): a second process
+ * loads it without compiling. docs/kernel-cache.md has the details.
+ *
+ * The cache key covers the prelude, the entry, the source, the HCQ_CC words with the identity
+ * (resolved path, size, mtime) of the executables among them, the HCQ_CFLAGS words, the fixed
+ * arguments, and the host CPU when a word contains "native" (-march=native). It does NOT cover
+ * headers the source includes, the compiler's own helpers and libraries (cc1, as, ld, libm), or
+ * environment variables the compiler reads: after changing those, change the source or the flags,
+ * or delete the cache.
+ *
+ * Only objects no other user could have written are loaded: the cache directory must be owned by
+ * the effective uid and writable by no one else (a group write bit is fine only for the user's
+ * private group), the directories above it owned by that uid or root and writable by no one else
+ * unless sticky; cached objects must be regular files of that uid that no one else can write
+ * (others are compiled again and replaced). An untrusted, read-only
+ * or full cache directory is not an error: kernels are compiled in a private temporary directory,
+ * uncached, and one warning per process on stderr says why. Objects are written under unique
+ * temporary names and renamed into place, so no partial object is ever visible.
+ *
+ * Compiles work whatever the application's signal dispositions (SIGCHLD ignored or handled by a
+ * handler that reaps every child): the compiler runs with SIGCHLD and SIGPIPE at their defaults,
+ * and its exact exit status or signal is reported (through a forked helper when SIGCHLD does not
+ * let us wait for it ourselves).
  * Programs are reference counted; graphs retain the programs they use.
  */
 #ifndef HCQ_PROGRAM_H
@@ -24,6 +46,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef struct hcq_program hcq_program_t;
 
@@ -33,8 +56,10 @@ typedef struct {
 
 typedef void (*hcq_cpu_kernel_fn)(void *const *bufs, const int32_t *vals, const hcq_launch_t *launch);
 
-/* Compiles source (C on CPU devices) and looks up entry. A compile error is COMPILE_ERROR with the
- * compiler's output in the message. */
+/* Compiles source (C on CPU devices) and looks up entry, which must be a C identifier defined by
+ * the source (else INVALID_ARGUMENT, before anything is written). A compile error is COMPILE_ERROR
+ * with the compiler's exit status or signal and its output in the message; bad HCQ_CC, HCQ_CFLAGS
+ * or HCQ_CACHE_DIR values are INVALID_ARGUMENT naming the variable. */
 HCQ_MUST_USE hcq_status_t hcq_program_create(hcq_device_t *device, const char *entry, const char *source,
                                              hcq_program_t **out_program);
 /* A CPU program from a C function pointer (devices with HCQ_CAP_HOST_CALLABLE). name is copied. */
@@ -74,6 +99,7 @@ HCQ_MUST_USE hcq_status_t hcq_launch(const hcq_launch_desc_t *desc);
 #define HCQ_MAX_KERNEL_BUFS 256
 #define HCQ_MAX_KERNEL_VALS 256
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

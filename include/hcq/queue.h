@@ -31,6 +31,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 typedef struct hcq_queue hcq_queue_t;
 
@@ -96,6 +97,7 @@ HCQ_MUST_USE hcq_status_t hcq_queue_submit(hcq_queue_t *queue, hcq_device_t *dev
 /* Reads back the current value of word i (after patching), for inspection and tests. */
 uint32_t hcq_queue_word(const hcq_queue_t *queue, size_t i);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

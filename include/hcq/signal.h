@@ -19,6 +19,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 /* Default host wait timeout; HCQ_WAIT_TIMEOUT_MS overrides it. */
 #define HCQ_DEFAULT_WAIT_TIMEOUT_MS 30000
@@ -44,6 +45,7 @@ uint64_t hcq_signal_address(const hcq_signal_t *signal);
 const char *hcq_signal_name(const hcq_signal_t *signal);
 hcq_device_t *hcq_signal_device(const hcq_signal_t *signal);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -13,6 +13,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define HCQ_MUST_USE __attribute__((warn_unused_result))
@@ -34,6 +35,7 @@ extern "C" {
   X(UNAVAILABLE, "unavailable")                                                  \
   X(FAILED_PRECONDITION, "failed precondition")                                  \
   X(DEVICE_ERROR, "device error")                                                \
+  X(DEVICE_LOST, "device lost")                                                  \
   X(UNIMPLEMENTED, "unimplemented")                                              \
   X(INTERNAL, "internal error")
 
@@ -63,6 +65,7 @@ hcq_status_t hcq_status_makev(hcq_status_code_t code, const char *fmt, va_list a
  * NULL stays NULL. */
 hcq_status_t hcq_status_annotate(hcq_status_t status, const char *fmt, ...) HCQ_PRINTF(2, 3);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
 #define HCQ_EXPR_OPS(X)  \
   X(CONST, "const")      \
@@ -109,6 +110,7 @@ HCQ_MUST_USE hcq_status_t hcq_expr_eval(const hcq_expr_t *e, const hcq_var_value
 /* Checks one binding against its variable's range; the message names the variable. */
 HCQ_MUST_USE hcq_status_t hcq_var_check(const hcq_expr_t *var, int64_t value);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -16,29 +16,48 @@ static hcq_buffer_t *buffer_new(hcq_device_t *dev) {
   return b;
 }
 
-hcq_status_t hcq_buffer_create(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out_buffer) {
+static hcq_status_t buffer_create(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq_buffer_t **out_buffer) {
   if (!out_buffer) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_create: out_buffer is NULL");
   *out_buffer = NULL;
   if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_create: device is NULL");
   if (size == 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "buffer on %s: size must be greater than 0", dev->name);
+  hcq_status_t st = hcq__device_check(dev);
+  if (st) return hcq_status_annotate(st, "buffer of %" PRIu64 " bytes", size);
   hcq_buffer_t *b = buffer_new(dev);
   if (!b) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a buffer on %s", dev->name);
-  hcq_status_t st = dev->vt->mem_alloc(dev, size, &b->mem);
+  st = dev->vt->mem_alloc(dev, size, flags, &b->mem);
   if (st) {
     free(b);
     return hcq_status_annotate(st, "buffer of %" PRIu64 " bytes on %s", size, dev->name);
   }
   b->size = size;
   b->addr = b->mem.addr;
-  atomic_fetch_add(&dev->live, 1);
+  hcq__mem_count(dev, b->mem_class = HCQ__MEMC_BUFFERS, (int64_t)b->mem.size);
+  hcq__obj_add(dev, &b->obj, HCQ__OBJ_BUFFER, b->label);
   *out_buffer = b;
   return NULL;
+}
+
+hcq_status_t hcq_buffer_create(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out_buffer) {
+  return buffer_create(dev, size, 0, out_buffer);
+}
+
+hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out) {
+  return buffer_create(dev, size, HCQ__MEM_HOST_VISIBLE, out);
+}
+
+void hcq__buffer_set_mem_class(hcq_buffer_t *buf, hcq__mem_class_t mem_class) {
+  if (!buf || buf->base || buf->mem_class == mem_class) return;
+  hcq__mem_count(buf->dev, buf->mem_class, -(int64_t)buf->mem.size);
+  hcq__mem_count(buf->dev, buf->mem_class = (uint8_t)mem_class, (int64_t)buf->mem.size);
 }
 
 hcq_status_t hcq_buffer_view_create(hcq_buffer_t *buf, uint64_t offset, uint64_t size, hcq_buffer_t **out_view) {
   if (!out_view) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_view_create: out_view is NULL");
   *out_view = NULL;
   if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_view_create: buffer is NULL");
+  hcq_status_t st = hcq__obj_check(&buf->obj, HCQ__OBJ_BUFFER, "hcq_buffer_view_create");
+  if (st) return st;
   if (size == 0 || offset > buf->size || size > buf->size - offset)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
                            "view [%" PRIu64 ", %" PRIu64 ") is outside %s (%" PRIu64 " bytes) or empty", offset,
@@ -51,7 +70,7 @@ hcq_status_t hcq_buffer_view_create(hcq_buffer_t *buf, uint64_t offset, uint64_t
   v->size = size;
   v->addr = base->addr + v->offset;
   snprintf(v->label, sizeof(v->label), "%.40s[%" PRIu64 ":%" PRIu64 "]", base->label, v->offset, v->offset + size);
-  atomic_fetch_add(&buf->dev->live, 1);
+  hcq__obj_add(buf->dev, &v->obj, HCQ__OBJ_BUFFER, v->label);
   *out_view = v;
   return NULL;
 }
@@ -62,14 +81,22 @@ hcq_buffer_t *hcq_buffer_retain(hcq_buffer_t *buf) {
 }
 
 void hcq_buffer_release(hcq_buffer_t *buf) {
-  if (!buf || atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!buf || hcq__obj_released_again(&buf->obj, "hcq_buffer_release")) return;
+  if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1) return;
   hcq_device_t *dev = buf->dev;
-  if (buf->base)
+  if (buf->base) {
     hcq_buffer_release(buf->base);
-  else
+  } else {
+    hcq__mem_count(dev, buf->mem_class, -(int64_t)buf->mem.size);
     hcq__device_defer_mem(dev, buf->mem);
-  free(buf);
-  atomic_fetch_sub(&dev->live, 1);
+  }
+  hcq__obj_remove(&buf->obj);
+  /* Validation keeps the struct to recognise it if passed again. */
+  if (hcq__validating)
+    hcq__keep(buf);
+  else
+    free(buf);
+  hcq__device_struct_release(dev);
 }
 
 uint64_t hcq_buffer_address(const hcq_buffer_t *buf) { return buf ? buf->addr : 0; }
@@ -81,5 +108,9 @@ hcq_buffer_t *hcq_buffer_base(const hcq_buffer_t *buf) {
 hcq_device_t *hcq_buffer_device(const hcq_buffer_t *buf) { return buf ? buf->dev : NULL; }
 const char *hcq_buffer_label(const hcq_buffer_t *buf) { return buf ? buf->label : ""; }
 void hcq_buffer_set_label(hcq_buffer_t *buf, const char *label) {
-  if (buf && label) snprintf(buf->label, sizeof(buf->label), "%s", label);
+  if (!buf || !label) return;
+  /* Messages read labels under the device's object lock (close names live buffers). */
+  pthread_mutex_lock(&buf->dev->obj_lock);
+  snprintf(buf->label, sizeof(buf->label), "%s", label);
+  pthread_mutex_unlock(&buf->dev->obj_lock);
 }

@@ -1,11 +1,13 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
+#include "core/trace_internal.h"
 
 /* ---- registry: one device object per name, process wide ---- */
 
@@ -14,6 +16,20 @@
 static pthread_mutex_t g_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static hcq_device_t *g_devices[MAX_DEVICES];
 static uint64_t g_device_order;
+
+/* What a backend abandoned (threads stuck in a kernel may still touch it): kept reachable, never
+ * freed, so leak checkers and the stuck threads agree. */
+static pthread_mutex_t g_orphan_lock = PTHREAD_MUTEX_INITIALIZER;
+static HCQ__VEC(void *) g_orphans;
+
+static void orphan(void *p) {
+  if (!p) return;
+  pthread_mutex_lock(&g_orphan_lock);
+  (void)hcq__vec_push(&g_orphans, p); /* without memory it stays allocated all the same */
+  pthread_mutex_unlock(&g_orphan_lock);
+}
+
+void hcq__keep(void *p) { orphan(p); }
 
 const char *hcq_device_kind_name(hcq_device_kind_t kind) {
   static const char *const names[] = {
@@ -46,30 +62,116 @@ static hcq_status_t parse_name(const char *name, hcq_device_kind_t *kind, int *i
     *index = (int)v;
     return NULL;
   }
-  return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\" (device kinds: CPU, CUDA, METAL)", name);
+  char kinds[128] = "";
+  size_t used = 0;
+  for (int k = 0; k < HCQ_DEVICE_KIND_COUNT && used < sizeof(kinds); k++)
+    used += (size_t)snprintf(kinds + used, sizeof(kinds) - used, "%s%s", k ? ", " : "",
+                             hcq_device_kind_name((hcq_device_kind_t)k));
+  return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\" (device kinds: %s)", name, kinds);
 }
+
+/* ---- deferred frees: by engine progress, which covers every kind of submission ---- */
 
 static void release_deferred(hcq_device_t *dev, hcq__deferred_t *d) {
   if (d->kind == 0) {
+    hcq__mem_count(dev, HCQ__MEMC_DEFERRED, -(int64_t)d->mem.size);
     dev->vt->mem_free(dev, &d->mem);
   } else {
     hcq__program_destroy(d->program);
   }
 }
 
+static bool fence_passed(hcq_device_t *dev, const uint64_t fence[2]) {
+  for (int k = 0; k < 2; k++)
+    if (dev->vt->completed(dev, (hcq_queue_kind_t)k) < fence[k]) return false;
+  return true;
+}
+
+static void defer(hcq_device_t *dev, hcq__deferred_t d) {
+  if (d.kind == 0) hcq__mem_count(dev, HCQ__MEMC_DEFERRED, (int64_t)d.mem.size);
+  for (int k = 0; k < 2; k++) d.fence[k] = dev->vt->submitted(dev, (hcq_queue_kind_t)k);
+  if (fence_passed(dev, d.fence)) {
+    release_deferred(dev, &d);
+    return;
+  }
+  pthread_mutex_lock(&dev->defer_lock);
+  bool kept = hcq__vec_push(&dev->deferred, d);
+  if (kept) atomic_store(&dev->ndeferred, dev->deferred.len);
+  pthread_mutex_unlock(&dev->defer_lock);
+  if (kept) return;
+  /* No memory to remember it: wait for the engines instead (bounded); on timeout leak rather than
+   * free memory a kernel may still use. */
+  uint64_t deadline = hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT);
+  for (unsigned i = 0; !fence_passed(dev, d.fence); i++) {
+    if (hcq__device_is_lost(dev) || hcq__now_ns() >= deadline) return;
+    hcq__spin_step(i);
+  }
+  release_deferred(dev, &d);
+}
+
+void hcq__device_defer_mem(hcq_device_t *dev, hcq__mem_t mem) {
+  hcq__deferred_t d = {{0, 0}, 0, mem, NULL};
+  defer(dev, d);
+}
+
+void hcq__device_defer_program(hcq_device_t *dev, hcq_program_t *program) {
+  hcq__deferred_t d = {{0, 0}, 1, {0}, program};
+  defer(dev, d);
+}
+
+void hcq__device_reclaim(hcq_device_t *dev) {
+  uint64_t done[2];
+  for (int k = 0; k < 2; k++) done[k] = dev->vt->completed(dev, (hcq_queue_kind_t)k);
+  HCQ__VEC(hcq__deferred_t) ready = {0};
+  pthread_mutex_lock(&dev->defer_lock);
+  size_t keep = 0;
+  for (size_t i = 0; i < dev->deferred.len; i++) {
+    hcq__deferred_t d = dev->deferred.data[i];
+    if (d.fence[0] > done[0] || d.fence[1] > done[1] || !hcq__vec_push(&ready, d))
+      dev->deferred.data[keep++] = d;
+  }
+  dev->deferred.len = keep;
+  atomic_store(&dev->ndeferred, keep);
+  pthread_mutex_unlock(&dev->defer_lock);
+  for (size_t i = 0; i < ready.len; i++) release_deferred(dev, &ready.data[i]);
+  hcq__vec_free(&ready);
+}
+
+/* ---- lifetime ---- */
+
 static void destroy_common(hcq_device_t *dev) {
+  if (dev->vt && dev->backend && dev->vt->stop(dev)) {
+    /* A thread stuck in a kernel may still read or write any of this device's memory: keep all of
+     * it (and the device struct the thread points at) reachable, never freed. */
+    orphan(dev);
+    return;
+  }
   for (size_t i = 0; i < dev->deferred.len; i++) release_deferred(dev, &dev->deferred.data[i]);
   hcq__vec_free(&dev->deferred);
+  hcq__trace_device_gone(dev);
   if (dev->eager_compute) hcq_queue_free(dev->eager_compute);
   if (dev->eager_copy) hcq_queue_free(dev->eager_copy);
   if (dev->kernargs.host) dev->vt->mem_free(dev, &dev->kernargs);
   for (int i = 0; i < HCQ__STAGING_SLOTS; i++)
     if (dev->staging[i].host) dev->vt->mem_free(dev, &dev->staging[i]);
-  hcq__signal_free_internal(dev->timeline);
-  hcq__signal_free_internal(dev->shadow_timeline);
-  if (dev->vt) dev->vt->destroy(dev);
+  hcq__signal_destroy_now(dev->timeline);
+  hcq__signal_destroy_now(dev->shadow_timeline);
+  if (dev->vt && dev->backend) dev->vt->destroy(dev);
   pthread_mutex_destroy(&dev->lock);
+  pthread_mutex_destroy(&dev->obj_lock);
+  pthread_mutex_destroy(&dev->defer_lock);
+  pthread_mutex_destroy(&dev->watch_lock);
+  if (hcq__validating) {
+    /* Released objects still point here; they report "closed" instead of reading freed memory. */
+    atomic_store(&dev->state, HCQ__OBJ_DEAD);
+    orphan(dev);
+    return;
+  }
   free(dev);
+}
+
+void hcq__device_struct_release(hcq_device_t *dev) {
+  if (atomic_fetch_sub_explicit(&dev->struct_refs, 1, memory_order_acq_rel) == 1) destroy_common(dev);
 }
 
 static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_device_options_t *opts,
@@ -79,7 +181,14 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   snprintf(dev->name, sizeof(dev->name), "%s:%d", hcq_device_kind_name(kind), index);
   dev->kind = kind;
   dev->index = index;
+  dev->isolate = hcq__options()->cpu_isolate || (opts && opts->isolate);
   pthread_mutex_init(&dev->lock, NULL);
+  pthread_mutex_init(&dev->obj_lock, NULL);
+  pthread_mutex_init(&dev->defer_lock, NULL);
+  pthread_mutex_init(&dev->watch_lock, NULL);
+  dev->objects.next = dev->objects.prev = &dev->objects;
+  atomic_init(&dev->struct_refs, 1);
+  atomic_init(&dev->state, HCQ__OBJ_LIVE);
   hcq_status_t st;
   switch (kind) {
     case HCQ_DEVICE_CPU: st = hcq__cpu_device_create(index, dev); break;
@@ -90,6 +199,9 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   }
   if (st) {
     pthread_mutex_destroy(&dev->lock);
+    pthread_mutex_destroy(&dev->obj_lock);
+    pthread_mutex_destroy(&dev->defer_lock);
+    pthread_mutex_destroy(&dev->watch_lock);
     free(dev);
     return st;
   }
@@ -100,7 +212,8 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   if (!st) st = hcq__signal_create_internal(dev, name, 0, &dev->shadow_timeline);
   if (!st) st = hcq__queue_create(HCQ_QUEUE_COMPUTE, false, &dev->eager_compute);
   if (!st) st = hcq__queue_create(HCQ_QUEUE_COPY, false, &dev->eager_copy);
-  if (!st) st = dev->vt->mem_alloc(dev, hcq__options()->kernargs_ring, &dev->kernargs);
+  if (!st) st = dev->vt->mem_alloc(dev, hcq__options()->kernargs_ring, HCQ__MEM_HOST_VISIBLE, &dev->kernargs);
+  if (!st) hcq__mem_count(dev, HCQ__MEMC_EAGER, (int64_t)dev->kernargs.size);
   if (st) {
     snprintf(name, sizeof(name), "%s", dev->name);
     destroy_common(dev);
@@ -123,6 +236,7 @@ hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *op
   if (options && options->timeline_start >= (UINT64_C(1) << 32))
     return hcq_status_make(HCQ_OUT_OF_RANGE, "device %s: timeline_start %" PRIu64 " must be below 2^32", name,
                            options->timeline_start);
+  bool has_options = options && (options->timeline_start || options->isolate);
   pthread_mutex_lock(&g_registry_lock);
   hcq_device_t *dev = NULL;
   int free_slot = -1;
@@ -131,7 +245,7 @@ hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *op
     if (!g_devices[i] && free_slot < 0) free_slot = i;
   }
   if (dev) {
-    if (options && options->timeline_start)
+    if (has_options)
       st = hcq_status_make(HCQ_FAILED_PRECONDITION, "device %s is already open: options apply only to the first open",
                            dev->name);
     else
@@ -152,34 +266,89 @@ hcq_status_t hcq_device_open(const char *name, hcq_device_t **out_device) {
   return hcq_device_open_ex(name, NULL, out_device);
 }
 
+/* "buffer \"a\", signal \"gate\" and 3 more" */
+static const char *obj_kind_name(unsigned kind);
+
+static void describe_objects(hcq_device_t *dev, char *out, size_t size) {
+  size_t used = 0;
+  long shown = 0;
+  out[0] = '\0';
+  pthread_mutex_lock(&dev->obj_lock);
+  for (hcq__obj_t *o = dev->objects.next; o != &dev->objects && used < size; o = o->next) {
+    if (shown == 6) {
+      snprintf(out + used, size - used, " and %ld more", dev->nobjects - shown);
+      break;
+    }
+    int n = snprintf(out + used, size - used, "%s%s \"%.64s\"", shown ? ", " : "", obj_kind_name(o->kind), o->label);
+    used += n > 0 ? (size_t)n : 0;
+    shown++;
+  }
+  pthread_mutex_unlock(&dev->obj_lock);
+}
+
 hcq_status_t hcq_device_close(hcq_device_t *dev) {
   if (!dev) return NULL;
+  if (hcq__validating && atomic_load(&dev->state) != HCQ__OBJ_LIVE)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_device_close: device %s was closed already", dev->name);
   pthread_mutex_lock(&g_registry_lock);
-  hcq_status_t st = NULL;
+  if (dev->closing) {
+    pthread_mutex_unlock(&g_registry_lock);
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "cannot close %s: another thread is closing it", dev->name);
+  }
   if (dev->open_refs > 1) {
     dev->open_refs--;
     pthread_mutex_unlock(&g_registry_lock);
     return NULL;
   }
-  long live = atomic_load(&dev->live);
-  if (live > 0) {
-    st = hcq_status_make(HCQ_FAILED_PRECONDITION,
-                         "cannot close %s: %ld buffers, programs, signals or graphs of it are still alive", dev->name,
-                         live);
-  } else {
+  if (dev->open_refs < 1) {
+    pthread_mutex_unlock(&g_registry_lock);
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_device_close: device %s is not open", dev->name);
+  }
+  pthread_mutex_lock(&dev->obj_lock);
+  long live = dev->nobjects;
+  pthread_mutex_unlock(&dev->obj_lock);
+  if (live > 0 && !hcq__device_is_lost(dev)) {
+    pthread_mutex_unlock(&g_registry_lock);
+    char names[512];
+    describe_objects(dev, names, sizeof(names));
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "cannot close %s: %ld object%s of it %s still alive: %s",
+                           dev->name, live, live == 1 ? "" : "s", live == 1 ? "is" : "are", names);
+  }
+  /* Wait without the registry lock: other devices open and close meanwhile. */
+  dev->closing = true;
+  pthread_mutex_unlock(&g_registry_lock);
+  hcq_status_t st = NULL;
+  if (!hcq__device_is_lost(dev)) {
     pthread_mutex_lock(&dev->lock);
     st = hcq__device_synchronize_locked(dev);
     if (!st) st = dev->vt->wait_idle(dev, hcq__options()->wait_timeout_ms);
     pthread_mutex_unlock(&dev->lock);
-    if (st) st = hcq_status_annotate(st, "cannot close %s: its work did not finish", dev->name);
+    if (st && hcq_status_code(st) == HCQ_TIMEOUT) st = hcq__device_annotate_report(st, &dev, 1);
   }
-  if (!st) {
-    for (int i = 0; i < MAX_DEVICES; i++)
-      if (g_devices[i] == dev) g_devices[i] = NULL;
+  pthread_mutex_lock(&g_registry_lock);
+  dev->closing = false;
+  if (st && hcq__device_is_lost(dev)) {
+    hcq_status_free(st); /* lost while we waited: a lost device closes */
+    st = NULL;
   }
+  if (st) {
+    pthread_mutex_unlock(&g_registry_lock);
+    return hcq_status_annotate(st, "cannot close %s: its work did not finish (declare it lost to close it anyway)",
+                               dev->name);
+  }
+  if (dev->open_refs > 1) { /* opened again while we waited */
+    dev->open_refs--;
+    pthread_mutex_unlock(&g_registry_lock);
+    return NULL;
+  }
+  dev->open_refs = 0;
+  for (int i = 0; i < MAX_DEVICES; i++)
+    if (g_devices[i] == dev) g_devices[i] = NULL;
   pthread_mutex_unlock(&g_registry_lock);
-  if (!st) destroy_common(dev);
-  return st;
+  dev->closed = true;
+  /* Objects still alive (lost device) keep the struct; the last one to go destroys it. */
+  hcq__device_struct_release(dev);
+  return NULL;
 }
 
 const char *hcq_device_name(const hcq_device_t *dev) { return dev ? dev->name : ""; }
@@ -203,11 +372,268 @@ size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap) {
   infos[0].count = 1;
   snprintf(infos[0].description, sizeof(infos[0].description),
            "CPU:N (any N): %u threads per device, C kernels compiled by %.64s, function-pointer kernels, copy queue",
-           o->cpu_threads, o->cc);
+           o->cpu_threads, o->cc ? o->cc : "cc");
   infos[1].kind = HCQ_DEVICE_CUDA;
   hcq__cuda_query(&infos[1]);
   for (size_t i = 0; i < 2 && i < cap && out_infos; i++) out_infos[i] = infos[i];
   return 2;
+}
+
+/* ---- objects ---- */
+
+bool hcq__validating;
+atomic_ulong hcq__validation_errors;
+
+unsigned long hcq_validation_error_count(void) { return atomic_load(&hcq__validation_errors); }
+
+void hcq__obj_add(hcq_device_t *dev, hcq__obj_t *obj, hcq__obj_kind_t kind, const char *label) {
+  obj->dev = dev;
+  obj->kind = (uint8_t)kind;
+  obj->label = label;
+  atomic_store_explicit(&obj->state, HCQ__OBJ_LIVE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&dev->struct_refs, 1, memory_order_relaxed);
+  pthread_mutex_lock(&dev->obj_lock);
+  obj->next = &dev->objects;
+  obj->prev = dev->objects.prev;
+  obj->prev->next = obj;
+  dev->objects.prev = obj;
+  dev->nobjects++;
+  pthread_mutex_unlock(&dev->obj_lock);
+}
+
+void hcq__obj_remove(hcq__obj_t *obj) {
+  hcq_device_t *dev = obj->dev;
+  pthread_mutex_lock(&dev->obj_lock);
+  obj->prev->next = obj->next;
+  obj->next->prev = obj->prev;
+  obj->next = obj->prev = NULL;
+  dev->nobjects--;
+  pthread_mutex_unlock(&dev->obj_lock);
+  atomic_store_explicit(&obj->state, HCQ__OBJ_DEAD, memory_order_release);
+}
+
+static const char *obj_kind_name(unsigned kind) {
+  static const char *const kinds[] = {"buffer", "program", "signal", "graph"};
+  return kind < 4 ? kinds[kind] : "object";
+}
+
+hcq_status_t hcq__obj_check(const hcq__obj_t *obj, hcq__obj_kind_t kind, const char *what) {
+  if (!hcq__validating || !obj) return NULL;
+  uint32_t state = atomic_load_explicit(&obj->state, memory_order_acquire);
+  if (kind == HCQ__OBJ_SIGNAL && state == 0) return NULL; /* a device's own signal (the timeline) */
+  if (state == HCQ__OBJ_DEAD)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: %s \"%.64s\" was released already (HCQ_VALIDATE)", what,
+                           obj_kind_name(kind), obj->label);
+  if (state != HCQ__OBJ_LIVE || obj->kind != kind)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: not a live hcq %s (HCQ_VALIDATE)", what, obj_kind_name(kind));
+  if (atomic_load(&obj->dev->state) != HCQ__OBJ_LIVE || obj->dev->closed)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: %s \"%.64s\" belongs to %s, which was closed (HCQ_VALIDATE)",
+                           what, obj_kind_name(kind), obj->label, obj->dev->name);
+  return NULL;
+}
+
+bool hcq__obj_released_again(const hcq__obj_t *obj, const char *call) {
+  if (!hcq__validating) return false;
+  uint32_t state = atomic_load_explicit(&obj->state, memory_order_acquire);
+  if (state == HCQ__OBJ_LIVE) return false;
+  if (state == HCQ__OBJ_DEAD)
+    fprintf(stderr, "hcq: %s: %s \"%.64s\" was released already (HCQ_VALIDATE); ignored\n", call,
+            obj_kind_name(obj->kind), obj->label);
+  else
+    fprintf(stderr, "hcq: %s: not a live hcq object (HCQ_VALIDATE); ignored\n", call);
+  hcq__validation_errors++;
+  return true;
+}
+
+/* ---- lost devices ---- */
+
+hcq_status_t hcq__device_check(hcq_device_t *dev) {
+  if (hcq__validating && atomic_load(&dev->state) != HCQ__OBJ_LIVE)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "device %s was closed (HCQ_VALIDATE)", dev->name);
+  if (hcq__device_is_lost(dev))
+    return hcq_status_make(HCQ_DEVICE_LOST, "device %s is lost: %s", dev->name, dev->lost_reason);
+  if (dev->closed) return hcq_status_make(HCQ_FAILED_PRECONDITION, "device %s was closed", dev->name);
+  return NULL;
+}
+
+void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...) {
+  pthread_mutex_lock(&dev->watch_lock);
+  if (!hcq__device_is_lost(dev)) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dev->lost_reason, sizeof(dev->lost_reason), fmt, ap);
+    va_end(ap);
+    atomic_store_explicit(&dev->lost, true, memory_order_seq_cst);
+  }
+  pthread_mutex_unlock(&dev->watch_lock);
+  if (dev->vt->lost) dev->vt->lost(dev);
+  hcq__signal_wake_all();
+}
+
+hcq_status_t hcq_device_declare_lost(hcq_device_t *dev, const char *reason) {
+  if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_declare_lost: device is NULL");
+  if (hcq__validating && atomic_load(&dev->state) != HCQ__OBJ_LIVE)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_device_declare_lost: device %s was closed", dev->name);
+  hcq__device_mark_lost(dev, "%s", reason && *reason ? reason : "declared lost by the application");
+  return NULL;
+}
+
+hcq_status_t hcq_device_health(const hcq_device_t *dev) {
+  if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_health: device is NULL");
+  return hcq__device_check((hcq_device_t *)dev);
+}
+
+/* ---- hang reports ---- */
+
+static const char *op_name(uint32_t op) {
+  static const char *const names[] = {
+#define HCQ__OP_NAME(name, len) #name,
+      HCQ__OPS(HCQ__OP_NAME)
+#undef HCQ__OP_NAME
+  };
+  return op < sizeof(names) / sizeof(names[0]) ? names[op] : "?";
+}
+
+/* One command in words: "wait "CPU:1 timeline" >= 17 (value 16)", "exec kernel mix", ... plus its
+ * graph item. */
+static void describe_command(const uint32_t *w, char *out, size_t size) {
+  uint32_t op = HCQ__HDR_OP(w[0]), tag = 0;
+  char name[80];
+  uint64_t value = 0;
+  hcq_device_t *sdev = NULL;
+  switch (op) {
+    case HCQ__OP_WAIT:
+    case HCQ__OP_SIGNAL: {
+      uint64_t addr = hcq__rd64(w + HCQ__WAIT_ADDR);
+      uint32_t want = w[HCQ__WAIT_VALUE];
+      if (op == HCQ__OP_WAIT) tag = w[HCQ__WAIT_TAG];
+      if (hcq__signal_lookup(addr, name, sizeof(name), &value, &sdev))
+        snprintf(out, size, "%s \"%s\" %s %" PRIu32 " (value %" PRIu64 "%s%s)", op == HCQ__OP_WAIT ? "wait" : "signal",
+                 name, op == HCQ__OP_WAIT ? ">=" : "=", want, value,
+                 sdev && hcq__device_is_lost(sdev) ? ", its device " : "",
+                 sdev && hcq__device_is_lost(sdev) ? "is lost" : "");
+      else
+        snprintf(out, size, "%s on the signal at 0x%" PRIx64 " %s %" PRIu32 " (not an hcq signal)",
+                 op == HCQ__OP_WAIT ? "wait" : "signal", addr, op == HCQ__OP_WAIT ? ">=" : "=", want);
+      break;
+    }
+    case HCQ__OP_EXEC: {
+      const hcq_program_t *p = (const hcq_program_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_PROGRAM);
+      tag = w[HCQ__EXEC_TAG];
+      snprintf(out, size, "exec kernel %s, grid %" PRIu32 "x%" PRIu32 "x%" PRIu32 " of %" PRIu32 "x%" PRIu32 "x%" PRIu32,
+               p ? p->name : "?", w[HCQ__EXEC_GLOBAL], w[HCQ__EXEC_GLOBAL + 1], w[HCQ__EXEC_GLOBAL + 2],
+               w[HCQ__EXEC_LOCAL], w[HCQ__EXEC_LOCAL + 1], w[HCQ__EXEC_LOCAL + 2]);
+      break;
+    }
+    case HCQ__OP_COPY:
+      tag = w[HCQ__COPY_TAG];
+      snprintf(out, size, "copy of %" PRIu64 " bytes 0x%" PRIx64 " -> 0x%" PRIx64, hcq__rd64(w + HCQ__COPY_SIZE),
+               hcq__rd64(w + HCQ__COPY_SRC), hcq__rd64(w + HCQ__COPY_DST));
+      break;
+    default: snprintf(out, size, "%s", op_name(op)); break;
+  }
+  if (tag) {
+    size_t n = strlen(out);
+    snprintf(out + n, size - n, ", graph item %" PRIu32, tag - 1);
+  }
+}
+
+/* When the engine's current command was first seen (it is the same command while cur and the
+ * completed count stay the same). */
+static uint64_t watch_update(hcq_device_t *dev, hcq_queue_kind_t kind, const hcq__engine_snapshot_t *s, uint64_t now) {
+  pthread_mutex_lock(&dev->watch_lock);
+  if (dev->watch_cmd[kind] != s->cur || dev->watch_completed[kind] != s->completed) {
+    dev->watch_cmd[kind] = s->cur;
+    dev->watch_completed[kind] = s->completed;
+    dev->watch_since[kind] = now;
+  }
+  uint64_t since = dev->watch_since[kind];
+  pthread_mutex_unlock(&dev->watch_lock);
+  return since;
+}
+
+static void report_queue(hcq_device_t *dev, hcq_queue_kind_t kind, char *out, size_t size) {
+  hcq__engine_snapshot_t s;
+  memset(&s, 0, sizeof(s));
+  if (dev->vt->snapshot) dev->vt->snapshot(dev, kind, &s);
+  const char *qname = kind == HCQ_QUEUE_COMPUTE ? "compute" : "copy";
+  if (!dev->vt->snapshot) {
+    snprintf(out, size, "  %s queue: %s\n", qname,
+             dev->vt->completed(dev, kind) >= dev->vt->submitted(dev, kind) ? "idle" : "busy (no detail from this backend)");
+    return;
+  }
+  if (!s.present) {
+    out[0] = '\0';
+    return;
+  }
+  uint64_t now = hcq__now_ns(), since = watch_update(dev, kind, &s, now);
+  if (!s.cur) {
+    snprintf(out, size, "  %s queue: idle, all work done\n", qname);
+    return;
+  }
+  char cur[256], prev[256] = "none in this command list", where[128] = "";
+  describe_command(s.cur, cur, sizeof(cur));
+  if (s.prev) describe_command(s.prev, prev, sizeof(prev));
+  if (s.call_base) {
+    char label[96];
+    if (hcq__queue_find_bound(s.call_base, label, sizeof(label)))
+      snprintf(where, sizeof(where), " in %s", label);
+    else
+      snprintf(where, sizeof(where), " in a bound queue");
+  }
+  uint32_t op = HCQ__HDR_OP(s.cur[0]);
+  const char *state = op == HCQ__OP_WAIT ? "blocked at" : op == HCQ__OP_EXEC ? "running" : "at";
+  snprintf(out, size, "  %s queue: %s %s%s, for at least %" PRIu64 " ms; last completed: %s\n", qname, state, cur, where,
+           (now - since) / 1000000u, prev);
+}
+
+size_t hcq_device_report(hcq_device_t *dev, char *out, size_t size) {
+  char buf[4096];
+  size_t used = 0;
+  if (!dev) {
+    buf[0] = '\0';
+  } else {
+    used = (size_t)snprintf(buf, sizeof(buf), "%s%s%s%s:\n", dev->name, hcq__device_is_lost(dev) ? " (lost: " : "",
+                            hcq__device_is_lost(dev) ? dev->lost_reason : "", hcq__device_is_lost(dev) ? ")" : "");
+    if (used >= sizeof(buf)) used = sizeof(buf) - 1;
+    for (int k = 0; k < 2 && used < sizeof(buf) - 1; k++) {
+      report_queue(dev, (hcq_queue_kind_t)k, buf + used, sizeof(buf) - used);
+      used += strlen(buf + used);
+    }
+  }
+  if (out && size) snprintf(out, size, "%s", buf);
+  return used;
+}
+
+void hcq__device_touch_watch(hcq_device_t *const *devs, size_t ndevs) {
+  uint64_t now = 0;
+  for (size_t i = 0; i < ndevs; i++) {
+    if (!devs[i] || !devs[i]->vt->snapshot) continue;
+    if (!now) now = hcq__now_ns();
+    for (int k = 0; k < 2; k++) {
+      hcq__engine_snapshot_t s;
+      memset(&s, 0, sizeof(s));
+      devs[i]->vt->snapshot(devs[i], (hcq_queue_kind_t)k, &s);
+      if (s.present) watch_update(devs[i], (hcq_queue_kind_t)k, &s, now);
+    }
+  }
+}
+
+hcq_status_t hcq__device_annotate_report(hcq_status_t st, hcq_device_t *const *devs, size_t ndevs) {
+  if (!st || !ndevs) return st;
+  char report[8192];
+  size_t used = 0;
+  for (size_t i = 0; i < ndevs && used < sizeof(report) - 1; i++) {
+    bool dup = false;
+    for (size_t k = 0; k < i; k++) dup |= devs[k] == devs[i];
+    if (dup || !devs[i]) continue;
+    used += hcq_device_report(devs[i], report + used, sizeof(report) - used);
+  }
+  if (!used) return st;
+  if (report[used - 1] == '\n') report[used - 1] = '\0';
+  hcq_status_t out = hcq_status_make(hcq_status_code(st), "%s\nhang report:\n%s", hcq_status_message(st), report);
+  hcq_status_free(st);
+  return out;
 }
 
 /* ---- locking several devices: always in creation order ---- */
@@ -239,13 +665,15 @@ void hcq__device_unlock_many(hcq_device_t *const *devs, size_t n) {
 /* ---- timeline ---- */
 
 hcq_status_t hcq__device_wait_timeline(hcq_device_t *dev, uint64_t value) {
-  return hcq_signal_wait(dev->timeline, value, HCQ_TIMEOUT_DEFAULT);
+  return hcq__wait_signal(dev->timeline, value, HCQ_TIMEOUT_DEFAULT, &dev, 1);
 }
 
 static void wrap_timeline(hcq_device_t *dev) {
   hcq_signal_t *t = dev->timeline;
   dev->timeline = dev->shadow_timeline;
   dev->shadow_timeline = t;
+  /* The live timeline keeps the plain name in messages. */
+  hcq__signal_swap_names(dev->timeline, dev->shadow_timeline);
   hcq__signal_words_set(dev->timeline->words, 0);
   dev->timeline_value = 1;
   /* Every fence refers to the old signal, and all of its work is done. */
@@ -262,60 +690,19 @@ hcq_status_t hcq__device_synchronize_locked(hcq_device_t *dev) {
 }
 
 hcq_status_t hcq__device_prepare_submit(hcq_device_t *dev) {
-  if (dev->deferred.len >= 64) hcq__device_reclaim(dev);
+  hcq_status_t st = hcq__device_check(dev);
+  if (st) return st;
+  if (atomic_load_explicit(&dev->ndeferred, memory_order_relaxed) >= 64) hcq__device_reclaim(dev);
   if (dev->timeline_value > HCQ_TIMELINE_WRAP) return hcq__device_synchronize_locked(dev);
   return NULL;
 }
 
 hcq_status_t hcq_device_synchronize(hcq_device_t *dev) {
   if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "synchronize: device is NULL");
+  hcq_status_t st = hcq__device_check(dev);
+  if (st) return hcq_status_annotate(st, "synchronize");
   pthread_mutex_lock(&dev->lock);
-  hcq_status_t st = hcq__device_synchronize_locked(dev);
+  st = hcq__device_synchronize_locked(dev);
   pthread_mutex_unlock(&dev->lock);
   return st;
-}
-
-/* ---- deferred frees ---- */
-
-static void defer(hcq_device_t *dev, hcq__deferred_t d) {
-  pthread_mutex_lock(&dev->lock);
-  d.fence = dev->timeline_value - 1;
-  bool done = hcq_signal_value(dev->timeline) >= d.fence;
-  if (!done && !hcq__vec_push(&dev->deferred, d)) {
-    /* No memory to remember it: wait instead (bounded by the timeout; on timeout leak rather than
-     * free memory a kernel may still use). */
-    hcq_status_t st = hcq__device_wait_timeline(dev, d.fence);
-    done = st == NULL;
-    hcq_status_free(st);
-    if (!done) {
-      pthread_mutex_unlock(&dev->lock);
-      return;
-    }
-  }
-  pthread_mutex_unlock(&dev->lock);
-  if (done) release_deferred(dev, &d);
-}
-
-void hcq__device_defer_mem(hcq_device_t *dev, hcq__mem_t mem) {
-  hcq__deferred_t d = {0, 0, mem, NULL};
-  defer(dev, d);
-}
-
-void hcq__device_defer_program(hcq_device_t *dev, hcq_program_t *program) {
-  hcq__deferred_t d = {0, 1, {0}, program};
-  defer(dev, d);
-}
-
-void hcq__device_reclaim(hcq_device_t *dev) {
-  uint64_t reached = hcq_signal_value(dev->timeline);
-  size_t keep = 0;
-  for (size_t i = 0; i < dev->deferred.len; i++) {
-    hcq__deferred_t d = dev->deferred.data[i];
-    if (d.fence > reached) {
-      dev->deferred.data[keep++] = d;
-      continue;
-    }
-    release_deferred(dev, &d);
-  }
-  dev->deferred.len = keep;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "core/trace_internal.h"
 
 _Thread_local const hcq__recorder_t *hcq__recorder;
 
@@ -20,6 +21,7 @@ static hcq_status_t submit_and_signal(hcq_queue_t *q, hcq_device_t *on, hcq_devi
   hcq_status_t st = hcq_queue_signal(q, sig_addr(timeline_dev->timeline), hcq_imm((int64_t)timeline_dev->timeline_value));
   if (!st) st = hcq__queue_submit_locked(q, on, NULL, 0);
   if (!st) timeline_dev->timeline_value++;
+  if (!st) hcq__trace_op_submitted(on);
   return st;
 }
 
@@ -41,9 +43,33 @@ static hcq_status_t kernargs_alloc(hcq_device_t *dev, uint64_t size, uint64_t *o
   return NULL;
 }
 
+hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3],
+                             const char *who) {
+  unsigned __int128 items = 1;
+  bool empty = false;
+  for (int i = 0; i < 3; i++) {
+    if (global[i] > UINT32_MAX || local[i] > UINT32_MAX)
+      return hcq_status_make(HCQ_OUT_OF_RANGE, "%s: launch dims must fit 32 bits (global[%d] %" PRIu64 ", local[%d] %" PRIu64 ")",
+                             who, i, global[i], i, local[i]);
+    empty |= global[i] == 0 || local[i] == 0;
+    items *= (unsigned __int128)global[i] * local[i];
+  }
+  if (empty) return NULL; /* an empty launch runs nothing */
+  uint64_t limit = dev->max_work_items ? dev->max_work_items : UINT64_MAX;
+  if (items > limit)
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "%s: grid %" PRIu64 "x%" PRIu64 "x%" PRIu64 " of groups %" PRIu64 "x%" PRIu64 "x%" PRIu64
+                           " is %s work-items, more than %s runs in one launch (%" PRIu64 ")",
+                           who, global[0], global[1], global[2], local[0], local[1], local[2],
+                           items >> 64 ? "over 2^64" : "too many", dev->name, limit);
+  return NULL;
+}
+
 static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
   if (!d || !d->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch: descriptor or program is NULL");
   const hcq_program_t *p = d->program;
+  hcq_status_t st = hcq__obj_check(&p->obj, HCQ__OBJ_PROGRAM, "launch: program");
+  if (st) return st;
   if ((d->nbufs && !d->bufs) || (d->nvals && !d->vals))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers / %zu values but the array is NULL",
                            p->name, d->nbufs, d->nvals);
@@ -58,17 +84,28 @@ static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
                              d->outs[i], d->nbufs);
   for (size_t i = 0; i < d->nbufs; i++) {
     if (!d->bufs[i]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu is NULL", p->name, i);
+    if (hcq__validating) {
+      char what[128];
+      snprintf(what, sizeof(what), "launch of %s: buffer %zu", p->name, i);
+      if ((st = hcq__obj_check(&d->bufs[i]->obj, HCQ__OBJ_BUFFER, what))) return st;
+    }
     if (d->bufs[i]->dev != p->dev)
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu (%s) is on %s but the program runs on %s",
                              p->name, i, d->bufs[i]->label, d->bufs[i]->dev->name, p->dev->name);
   }
-  return NULL;
+  char who[128];
+  snprintf(who, sizeof(who), "launch of %s", p->name);
+  uint64_t g[3], l[3];
+  for (int i = 0; i < 3; i++) g[i] = d->global[i], l[i] = d->local[i];
+  return hcq__check_dims(p->dev, g, l, who);
 }
 
 hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
+  uint64_t traced = hcq__trace_host_begin();
   hcq_status_t st = check_launch(d);
   if (st) return st;
   hcq_device_t *dev = d->program->dev;
+  hcq__trace_op_t op;
   hcq_operand_t global[3], local[3];
   for (int i = 0; i < 3; i++) {
     global[i] = hcq_imm(d->global[i]);
@@ -81,13 +118,35 @@ hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
   if (!(st = hcq__device_prepare_submit(dev)) &&
       !(st = kernargs_alloc(dev, hcq_kernargs_size(d->nbufs, d->nvals), &args_off))) {
     hcq__kernargs_fill((char *)dev->kernargs.host + args_off, d->bufs, d->nbufs, d->vals, d->nvals);
-    if (!(st = wait_timeline(q, dev)) && !(st = hcq_queue_memory_barrier(q)) &&
-        !(st = hcq_queue_exec(q, d->program, hcq_imm((int64_t)(dev->kernargs.addr + args_off)), d->nbufs, global, local)))
+    if (!(st = wait_timeline(q, dev)) && !(st = hcq_queue_memory_barrier(q)) && !(st = hcq__trace_op_begin(&op, dev, q)) &&
+        !(st = hcq_queue_exec(q, d->program, hcq_imm((int64_t)(dev->kernargs.addr + args_off)), d->nbufs, global, local)) &&
+        !(st = hcq__trace_op_end(&op, dev, q, d->program->name, NULL, 0)))
       st = submit_and_signal(q, dev, dev);
   }
   pthread_mutex_unlock(&dev->lock);
   if (st) return hcq_status_annotate(st, "launch of %s on %s", d->program->name, dev->name);
+  hcq__trace_host_end(traced, 0, "launch %s", d->program->name);
   if (hcq__recorder) hcq__recorder->launch(hcq__recorder->ctx, d);
+  return NULL;
+}
+
+/* Between a device whose memory is ordinary host memory (CPU) and one whose copy queue reaches host
+ * memory but cannot wait on host-memory signals (a GPU): the host first sees the host-memory
+ * device's earlier work finish, then the GPU's copy queue copies and signals both timelines. */
+static hcq_status_t transfer_via_host_locked(hcq_device_t *gpu, hcq_device_t *host_dev, uint64_t dst, uint64_t src,
+                                             uint64_t size) {
+  if (!(gpu->caps & HCQ_CAP_COPIES_HOST_MEMORY))
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "transfers between %s and %s are not supported", gpu->name, host_dev->name);
+  hcq_status_t st = hcq__device_wait_timeline(host_dev, host_dev->timeline_value - 1);
+  if (st) return st;
+  hcq_queue_t *q = gpu->eager_copy;
+  hcq__queue_reset(q);
+  if ((st = wait_timeline(q, gpu)) ||
+      (st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src), hcq_imm((int64_t)size))) ||
+      (st = hcq_queue_signal(q, sig_addr(host_dev->timeline), hcq_imm((int64_t)host_dev->timeline_value))) ||
+      (st = submit_and_signal(q, gpu, gpu)))
+    return st;
+  host_dev->timeline_value++;
   return NULL;
 }
 
@@ -97,11 +156,18 @@ static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t
   hcq_status_t st = hcq__device_prepare_submit(sd);
   if (!st && dd != sd) st = hcq__device_prepare_submit(dd);
   if (st) return st;
+  if (sd != dd && ((sd->caps ^ dd->caps) & HCQ_CAP_HOST_MEMORY))
+    return sd->caps & HCQ_CAP_HOST_MEMORY ? transfer_via_host_locked(dd, sd, dst, src, size)
+                                          : transfer_via_host_locked(sd, dd, dst, src, size);
   hcq_queue_t *q = sd->eager_copy;
   hcq__queue_reset(q);
   if ((st = wait_timeline(q, sd))) return st;
   if (dd != sd && (st = wait_timeline(q, dd))) return st;
-  if ((st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src), hcq_imm((int64_t)size)))) return st;
+  hcq__trace_op_t op;
+  if ((st = hcq__trace_op_begin(&op, sd, q)) ||
+      (st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src), hcq_imm((int64_t)size))) ||
+      (st = hcq__trace_op_end(&op, sd, q, sd->name, dd->name, size)))
+    return st;
   uint64_t copied = sd->timeline_value;
   if ((st = submit_and_signal(q, sd, sd)) || dd == sd) return st;
   hcq_queue_t *dq = dd->eager_compute;
@@ -111,7 +177,11 @@ static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t
 }
 
 hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
+  uint64_t traced = hcq__trace_host_begin();
   if (!dst || !src) return hcq_status_make(HCQ_INVALID_ARGUMENT, "transfer: destination or source is NULL");
+  hcq_status_t vst = hcq__obj_check(&dst->obj, HCQ__OBJ_BUFFER, "transfer: destination");
+  if (!vst) vst = hcq__obj_check(&src->obj, HCQ__OBJ_BUFFER, "transfer: source");
+  if (vst) return vst;
   if (size > dst->size || size > src->size)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
                            "transfer of %" PRIu64 " bytes from %s (%" PRIu64 " bytes) to %s (%" PRIu64
@@ -123,6 +193,7 @@ hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
   hcq_status_t st = transfer_locked(src->dev, dst->dev, dst->addr, src->addr, size);
   hcq__device_unlock_many(devs, 2);
   if (st) return hcq_status_annotate(st, "transfer %s -> %s", src->label, dst->label);
+  hcq__trace_host_end(traced, size, "transfer %s -> %s", src->dev->name, dst->dev->name);
   if (hcq__recorder) hcq__recorder->transfer(hcq__recorder->ctx, dst, src, size);
   return NULL;
 }
@@ -133,8 +204,9 @@ static hcq_status_t staging_slot(hcq_device_t *dev, unsigned *out_slot) {
   unsigned s = dev->staging_next;
   dev->staging_next = (s + 1) % HCQ__STAGING_SLOTS;
   if (!dev->staging[s].host) {
-    hcq_status_t st = dev->vt->mem_alloc(dev, hcq__options()->staging_chunk, &dev->staging[s]);
+    hcq_status_t st = dev->vt->mem_alloc(dev, hcq__options()->staging_chunk, HCQ__MEM_HOST_VISIBLE, &dev->staging[s]);
     if (st) return hcq_status_annotate(st, "staging buffer on %s", dev->name);
+    hcq__mem_count(dev, HCQ__MEMC_EAGER, (int64_t)dev->staging[s].size);
   }
   hcq_status_t st = hcq__device_wait_timeline(dev, dev->staging_fence[s]);
   if (st) return st;
@@ -145,6 +217,8 @@ static hcq_status_t staging_slot(hcq_device_t *dev, unsigned *out_slot) {
 static hcq_status_t check_host_copy(const char *what, hcq_buffer_t *buf, uint64_t offset, const void *host,
                                     uint64_t size) {
   if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: buffer is NULL", what);
+  hcq_status_t st = hcq__obj_check(&buf->obj, HCQ__OBJ_BUFFER, what);
+  if (st) return st;
   if (size && !host) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s of %s: host pointer is NULL", what, buf->label);
   if (offset > buf->size || size > buf->size - offset)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
@@ -154,8 +228,10 @@ static hcq_status_t check_host_copy(const char *what, hcq_buffer_t *buf, uint64_
 }
 
 hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *src, uint64_t size) {
+  uint64_t traced = hcq__trace_host_begin();
   hcq_status_t st = check_host_copy("copyin", buf, offset, src, size);
   if (st || size == 0) return st;
+  hcq__trace_op_t op;
   hcq_device_t *dev = buf->dev;
   uint64_t chunk = hcq__options()->staging_chunk;
   pthread_mutex_lock(&dev->lock);
@@ -168,22 +244,26 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
     memcpy(dev->staging[s].host, (const char *)src + done, n);
     hcq_queue_t *q = dev->eager_copy;
     hcq__queue_reset(q);
-    if ((st = wait_timeline(q, dev)) ||
+    if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
         (st = hcq_queue_copy(q, hcq_imm((int64_t)(buf->addr + offset + done)), hcq_imm((int64_t)dev->staging[s].addr),
-                             hcq_imm((int64_t)n))))
+                             hcq_imm((int64_t)n))) ||
+        (st = hcq__trace_op_end(&op, dev, q, "host", dev->name, n)))
       break;
     dev->staging_fence[s] = dev->timeline_value;
     st = submit_and_signal(q, dev, dev);
   }
   pthread_mutex_unlock(&dev->lock);
   if (st) return hcq_status_annotate(st, "copyin to %s", buf->label);
+  hcq__trace_host_end(traced, size, "copyin %s", dev->name);
   if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx);
   return NULL;
 }
 
 hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, uint64_t size) {
+  uint64_t traced = hcq__trace_host_begin();
   hcq_status_t st = check_host_copy("copyout", buf, offset, dst, size);
   if (st || size == 0) return st;
+  hcq__trace_op_t op;
   hcq_device_t *dev = buf->dev;
   uint64_t chunk = hcq__options()->staging_chunk;
   pthread_mutex_lock(&dev->lock);
@@ -199,9 +279,10 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
       hcq_queue_t *q = dev->eager_copy;
       if ((st = staging_slot(dev, &s))) break;
       hcq__queue_reset(q);
-      if ((st = wait_timeline(q, dev)) ||
+      if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
           (st = hcq_queue_copy(q, hcq_imm((int64_t)dev->staging[s].addr), hcq_imm((int64_t)(buf->addr + offset + done)),
-                               hcq_imm((int64_t)n))))
+                               hcq_imm((int64_t)n))) ||
+          (st = hcq__trace_op_end(&op, dev, q, dev->name, "host", n)))
         break;
       fence = dev->timeline_value;
       dev->staging_fence[s] = fence;
@@ -215,6 +296,7 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
   }
   pthread_mutex_unlock(&dev->lock);
   if (st) return hcq_status_annotate(st, "copyout from %s", buf->label);
+  hcq__trace_host_end(traced, size, "copyout %s", dev->name);
   if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx);
   return NULL;
 }

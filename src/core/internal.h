@@ -26,12 +26,29 @@ typedef struct hcq__options {
   uint64_t staging_chunk;   /* HCQ_STAGING_CHUNK: bytes per host-transfer staging buffer */
   uint64_t kernargs_ring;   /* HCQ_KERNARGS_RING: bytes of the eager kernel-argument ring */
   unsigned jit_batch_size;  /* HCQ_JIT_BATCH_SIZE: first capture batch size */
-  char cc[256];             /* HCQ_CC */
-  char cflags[512];         /* HCQ_CFLAGS */
-  char cache_dir[1024];     /* HCQ_CACHE_DIR */
+  bool validate;            /* HCQ_VALIDATE: check handles (released, double release, closed device) */
+  bool cpu_isolate;         /* HCQ_CPU_ISOLATE: a faulting CPU kernel marks its device lost instead of killing */
+  char profile[1024];       /* HCQ_PROFILE: "" off; "1" on; otherwise on, and a path for the trace */
+  /* CPU kernel compiler and cache (docs/kernel-cache.md), kept whole: src/cpu/cpu_compile.c splits
+   * and checks them. NULL only when memory ran out while reading them. */
+  const char *cc;             /* HCQ_CC: compiler command, may carry arguments */
+  const char *cflags;         /* HCQ_CFLAGS */
+  const char *cache_dir;      /* HCQ_CACHE_DIR, else $XDG_CACHE_HOME/hcq, ~/.cache/hcq, $TMPDIR/hcq-cache-<euid> */
+  const char *cache_dir_from; /* the variable cache_dir came from, for messages */
+  const char *tmp_dir;        /* TMPDIR, else /tmp: private build directories when not caching */
+  char cuda_library[256];   /* HCQ_CUDA_LIBRARY: the driver library (libcuda.so.1; tests name a stand-in) */
+  char nvrtc_library[256];  /* HCQ_NVRTC_LIBRARY: "" finds NVRTC by the names toolkits install */
+  char cuda_arch[32];       /* HCQ_CUDA_ARCH: "" compiles for the device; "sm_90" compiles for that */
 } hcq__options_t;
 
 const hcq__options_t *hcq__options(void);
+
+/* ---- text ---- */
+
+/* [A-Za-z_][A-Za-z0-9_]* */
+bool hcq__is_c_identifier(const char *s);
+/* s in double quotes, with \n, \t, \", \\ and \xNN for what would not print (cut to fit size). */
+void hcq__quote(const char *s, char *out, size_t size);
 
 /* ---- time and spinning ---- */
 
@@ -43,15 +60,17 @@ void hcq__spin_step(unsigned iteration);
 
 /* ---- command words ----
  * Every command starts with a header word: opcode in the low 8 bits, length in words above.
- * 64-bit operands take two words, low first. CALL and JUMP appear only in device rings. */
+ * 64-bit operands take two words, low first. CALL and JUMP appear only in device rings.
+ * WAIT, EXEC and COPY carry a tag (the graph item index + 1, or 0) and EXEC the hcq_program_t it
+ * runs, so a hang report or a crash message can name the item and the kernel from the words alone. */
 #define HCQ__OPS(X)      \
   X(NOP, 1)              \
-  X(WAIT, 4)             \
+  X(WAIT, 5)             \
   X(SIGNAL, 4)           \
   X(TIMESTAMP, 3)        \
   X(BARRIER, 1)          \
-  X(EXEC, 12)            \
-  X(COPY, 7)             \
+  X(EXEC, 15)            \
+  X(COPY, 8)             \
   X(CALL, 4)             \
   X(JUMP, 1)
 
@@ -72,13 +91,18 @@ enum {
 
 /* Operand positions (word offsets from the header). */
 enum {
-  HCQ__WAIT_ADDR = 1, HCQ__WAIT_VALUE = 3,
+  HCQ__WAIT_ADDR = 1, HCQ__WAIT_VALUE = 3, HCQ__WAIT_TAG = 4,
   HCQ__SIGNAL_ADDR = 1, HCQ__SIGNAL_VALUE = 3,
   HCQ__TIMESTAMP_ADDR = 1,
   HCQ__EXEC_FN = 1, HCQ__EXEC_ARGS = 3, HCQ__EXEC_NBUFS = 5, HCQ__EXEC_GLOBAL = 6, HCQ__EXEC_LOCAL = 9,
-  HCQ__COPY_DST = 1, HCQ__COPY_SRC = 3, HCQ__COPY_SIZE = 5,
+  HCQ__EXEC_TAG = 12, HCQ__EXEC_PROGRAM = 13,
+  HCQ__COPY_DST = 1, HCQ__COPY_SRC = 3, HCQ__COPY_SIZE = 5, HCQ__COPY_TAG = 7,
   HCQ__CALL_PTR = 1, HCQ__CALL_LEN = 3,
 };
+
+/* Command words are read and written as host integers; the encoding assumes little-endian 64-bit
+ * operands split low word first, which is what every supported host is. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "hcq command words assume a little-endian host");
 
 static inline uint64_t hcq__rd64(const uint32_t *w) {
   uint64_t v;
@@ -97,9 +121,21 @@ typedef struct hcq__signal_words {
 /* Stores value and wakes sleepers. The store is its last access to *s: a waiter that sees the value
  * may free the signal at once, so sleepers are counted in a table outside signal memory. */
 void hcq__signal_words_set(hcq__signal_words_t *s, uint64_t value);
-/* Waits until value >= want, spinning then sleeping; deadline_ns 0 means forever. Returns false on
- * timeout, with the last value seen in *seen. */
-bool hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, uint64_t *seen);
+/* Waits until value >= want, spinning then sleeping; deadline_ns 0 means forever. Returns
+ * HCQ__WAIT_REACHED, HCQ__WAIT_TIMEOUT, or HCQ__WAIT_LOST when one of the watched devices (may be
+ * NULL/0) is declared lost meanwhile; *seen is the last value read. */
+enum { HCQ__WAIT_REACHED, HCQ__WAIT_TIMEOUT, HCQ__WAIT_LOST };
+int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
+                           size_t nwatch, uint64_t *seen);
+/* Wakes every sleeping waiter in the process, so each re-checks its condition (device lost). */
+void hcq__signal_wake_all(void);
+/* Devices whose hardware writes signals without waking host sleepers (a GPU writing host memory)
+ * count themselves here while open (+1 on create, -1 on destroy). While any is open, sleeping
+ * waiters wake at least every millisecond (sooner at first) to look again, and call the vtable's
+ * poll for the devices they watch. */
+void hcq__signal_device_writers_add(int delta);
+/* now + timeout_ms, saturating; 0 never (forever) results from a finite timeout. */
+uint64_t hcq__deadline_after_ms(int64_t timeout_ms);
 
 /* Futex helpers on a 32-bit word. */
 void hcq__futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns);
@@ -114,6 +150,51 @@ typedef struct hcq__mem {
   void *handle; /* backend's own */
 } hcq__mem_t;
 
+/* mem_alloc flags. */
+enum {
+  HCQ__MEM_HOST_VISIBLE = 1u << 0, /* host must read and write it through mem.host (signals, kernargs,
+                                      staging, bound command words) */
+};
+
+/* ---- live objects ----
+ * Every buffer, program, public signal and graph of a device is on the device's object list, so a
+ * failed close names them. With HCQ_VALIDATE=1 a released object keeps its struct (marked dead) so
+ * passing it again is reported by name. */
+typedef enum { HCQ__OBJ_BUFFER, HCQ__OBJ_PROGRAM, HCQ__OBJ_SIGNAL, HCQ__OBJ_GRAPH } hcq__obj_kind_t;
+enum { HCQ__OBJ_LIVE = 0x4c495645u, HCQ__OBJ_DEAD = 0x44454144u };
+
+typedef struct hcq__obj {
+  struct hcq__obj *prev, *next;
+  hcq_device_t *dev;
+  const char *label; /* the object's name, valid as long as the object */
+  _Atomic uint32_t state;
+  uint8_t kind;      /* hcq__obj_kind_t */
+} hcq__obj_t;
+
+/* Puts obj on dev's list (and holds the device's struct); remove takes it off. */
+void hcq__obj_add(hcq_device_t *dev, hcq__obj_t *obj, hcq__obj_kind_t kind, const char *label);
+void hcq__obj_remove(hcq__obj_t *obj);
+/* Validation (HCQ_VALIDATE=1): NULL when obj is a live object of kind on an open device, else an
+ * error naming it and what is wrong. Cheap NULL when validation is off. what names the argument. */
+hcq_status_t hcq__obj_check(const hcq__obj_t *obj, hcq__obj_kind_t kind, const char *what);
+/* Validation: true when obj was released already (prints the complaint to stderr). */
+bool hcq__obj_released_again(const hcq__obj_t *obj, const char *call);
+extern bool hcq__validating;
+/* Keeps p allocated and reachable for the rest of the process (validation quarantine, abandoned
+ * memory). */
+void hcq__keep(void *p);
+extern atomic_ulong hcq__validation_errors;
+
+/* ---- engine state for hang reports ---- */
+typedef struct hcq__engine_snapshot {
+  bool present;           /* the queue kind exists on the device */
+  uint64_t submitted;     /* progress counters (backend units) */
+  uint64_t completed;
+  const uint32_t *cur;    /* the command running or blocked now; NULL when idle */
+  const uint32_t *prev;   /* the last command completed in the same command list; may be NULL */
+  const uint32_t *call_base; /* the bound command list cur belongs to (NULL: the device ring) */
+} hcq__engine_snapshot_t;
+
 /* ---- backends ----
  * Every member is mandatory unless marked optional. The core validates arguments and holds the
  * device lock where stated; backends trust what they are given. */
@@ -123,18 +204,45 @@ typedef struct hcq__program_impl {
 } hcq__program_impl_t;
 
 typedef struct hcq__device_vtable {
-  /* Stops workers and frees backend state. Called with no work pending. */
+  /* Frees backend state after stop (engines gone); memory the core allocated is freed before. */
   void (*destroy)(hcq_device_t *dev);
-  /* Allocates zeroed, host-visible device memory aligned to at least 64 bytes. */
-  hcq_status_t (*mem_alloc)(hcq_device_t *dev, uint64_t size, hcq__mem_t *out);
+  /* Stops the engines before destroy: joins them once their work is done, or, on a lost device,
+   * once they dropped it. Returns true when a thread is stuck (in a kernel that never returns) and
+   * was abandoned: then the core keeps, never frees, the device and its memory, and destroy is not
+   * called. */
+  bool (*stop)(hcq_device_t *dev);
+  /* Allocates zeroed device memory aligned to at least 64 bytes; flags HCQ__MEM_*. Memory a
+   * backend cannot give a host mapping for is allowed only without HCQ__MEM_HOST_VISIBLE. Pages may
+   * stay untouched (and unbacked) until used. */
+  hcq_status_t (*mem_alloc)(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out);
   void (*mem_free)(hcq_device_t *dev, hcq__mem_t *mem);
+  /* Makes sure a following submit of nwords (bound or not) to kind cannot block or fail: waits for
+   * ring space up to the wait timeout (TIMEOUT naming the queue), or DEVICE_LOST. Called under the
+   * device lock, which the caller keeps until the submit. */
+  hcq_status_t (*reserve)(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound);
   /* Hands words to the queue engine of kind. bound: words live in device memory that stays valid
    * until the work finished (no copy needed). Called under the device lock; may block while the
-   * engine's ring is full, up to the wait timeout. */
+   * engine's ring is full, up to the wait timeout (no blocking after a successful reserve). */
   hcq_status_t (*submit)(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords, bool bound);
+  /* Progress of the queue engine of kind, in any monotonic unit: how much was handed to it and how
+   * much of that finished. Deferred frees wait until completed passes what was submitted when the
+   * object was released, which covers raw queue submissions, eager work and graphs alike. */
+  uint64_t (*submitted)(hcq_device_t *dev, hcq_queue_kind_t kind);
+  uint64_t (*completed)(hcq_device_t *dev, hcq_queue_kind_t kind);
   /* Waits until every queue engine has run all it was given (raw queue submissions are not on the
-   * timeline). TIMEOUT after timeout_ms. */
+   * timeline). TIMEOUT after timeout_ms; DEVICE_LOST when the device is lost meanwhile. */
   hcq_status_t (*wait_idle)(hcq_device_t *dev, int64_t timeout_ms);
+  /* What the engine of kind is doing now, for hang reports. Optional (NULL: reports say only the
+   * progress counters... nothing). Any thread; must not block. */
+  void (*snapshot)(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out);
+  /* The device was declared lost: engines drop pending work and stop blocking (waits return).
+   * Optional. Any thread. */
+  void (*lost)(hcq_device_t *dev);
+  /* Host waits on behalf of the device call it while they sleep between looks at a signal, for
+   * devices that counted themselves with hcq__signal_device_writers_add: it checks for asynchronous
+   * failures (a kernel that faulted) and marks the device lost when it finds one, so the wait ends
+   * at once instead of at its timeout. Optional. Any thread; must not block. */
+  void (*poll)(hcq_device_t *dev);
   /* Compiles source for entry. Optional: NULL means the device cannot compile. */
   hcq_status_t (*program_compile)(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
   /* Releases what program_compile made. Optional. */
@@ -142,11 +250,22 @@ typedef struct hcq__device_vtable {
 } hcq__device_vtable_t;
 
 typedef struct hcq__deferred {
-  uint64_t fence; /* timeline value after which the object is unused */
-  int kind;       /* 0: device memory, 1: program */
+  uint64_t fence[2]; /* submitted() of each queue kind when released: unused once completed() passes */
+  int kind;          /* 0: device memory, 1: program */
   hcq__mem_t mem;
   hcq_program_t *program;
 } hcq__deferred_t;
+
+/* Memory accounting: live bytes per device in these classes (see hcq_device_memory_usage). */
+typedef enum {
+  HCQ__MEMC_BUFFERS,  /* base buffers (hcq_buffer_create) */
+  HCQ__MEMC_KERNARGS, /* kernel-argument blocks of graphs */
+  HCQ__MEMC_COMMANDS, /* bound command words (graph queues, bound queues) */
+  HCQ__MEMC_PROFILE,  /* timestamp slots of profiled graphs */
+  HCQ__MEMC_EAGER,    /* the device's eager kernel-argument ring and staging buffers */
+  HCQ__MEMC_DEFERRED, /* released memory waiting for the engines (deferred frees) */
+  HCQ__MEMC_COUNT
+} hcq__mem_class_t;
 
 #define HCQ__KERNARGS_SEGMENTS 16
 #define HCQ__STAGING_SLOTS 2
@@ -160,10 +279,29 @@ struct hcq_device {
   uint64_t order; /* creation order: devices are locked in this order */
   uint32_t caps;
   unsigned threads;
+  uint64_t max_work_items; /* per launch (groups x group size); 0: no limit */
   int open_refs;     /* registry references, under the registry lock */
-  atomic_long live;  /* buffers, programs, signals and graphs not yet freed */
+  bool closing;      /* a close is waiting for the work (registry lock) */
+  _Atomic bool closed; /* closed while lost, with objects still alive: freed when the last goes */
+  _Atomic uint32_t state; /* HCQ__OBJ_LIVE while open; HCQ__OBJ_DEAD once closed (validation) */
+  atomic_uint struct_refs; /* the registry's + one per live object: the struct outlives close */
 
+  pthread_mutex_t obj_lock; /* the object list */
+  hcq__obj_t objects;       /* list head (circular) */
+  long nobjects;
+
+  _Atomic bool lost;
+  char lost_reason[512];    /* written once, before lost is set */
+
+  /* Hang-report watch: when each engine's current command was first seen unchanged. */
+  pthread_mutex_t watch_lock;
+  const uint32_t *watch_cmd[2];
+  uint64_t watch_completed[2], watch_since[2];
+
+  bool isolate;          /* a faulting kernel marks the device lost (HCQ_CPU_ISOLATE / options) */
   pthread_mutex_t lock; /* submissions, the timeline, the eager state below */
+  pthread_mutex_t defer_lock; /* deferred */
+  atomic_size_t ndeferred;
   hcq_signal_t *timeline, *shadow_timeline;
   uint64_t timeline_value;
 
@@ -175,9 +313,19 @@ struct hcq_device {
   uint64_t staging_fence[HCQ__STAGING_SLOTS];
   unsigned staging_next;
   HCQ__VEC(hcq__deferred_t) deferred;
+
+  _Atomic int64_t mem_bytes[HCQ__MEMC_COUNT]; /* memory accounting, bytes per class (hcq/memory.h) */
+  struct hcq__trace_device *trace;            /* profiler state (trace.c); NULL until profiled */
 };
 
+static inline void hcq__mem_count(hcq_device_t *dev, int mem_class, int64_t delta) {
+  atomic_fetch_add_explicit(&dev->mem_bytes[mem_class], delta, memory_order_relaxed);
+}
+
 struct hcq_signal {
+  hcq__obj_t obj; /* public signals only (internal ones are not on the device's list) */
+  struct hcq_signal *reg_prev, *reg_next; /* process-wide registry, for naming signals by address */
+  bool is_public;
   hcq_device_t *dev;
   hcq__mem_t mem;
   hcq__signal_words_t *words;
@@ -185,16 +333,19 @@ struct hcq_signal {
 };
 
 struct hcq_buffer {
+  hcq__obj_t obj;
   atomic_uint refs;
   hcq_device_t *dev;
   hcq_buffer_t *base; /* NULL for a base buffer */
   uint64_t offset, size, addr;
   hcq__mem_t mem; /* base buffers only */
   uint64_t id;
+  uint8_t mem_class; /* hcq__mem_class_t its bytes count in (base buffers) */
   char label[64];
 };
 
 struct hcq_program {
+  hcq__obj_t obj;
   atomic_uint refs;
   hcq_device_t *dev;
   hcq__program_impl_t impl;
@@ -209,9 +360,19 @@ typedef struct hcq__patch {
   uint32_t next;       /* next patch of the same symbol, UINT32_MAX ends */
   uint8_t field;       /* hcq__field_t */
   uint8_t in_memory;   /* 0: queue words at offset (in words); 1: mem at offset (in bytes) */
+  uint16_t what;       /* which operand, for messages: hcq__operand_name() */
+  uint32_t tag;        /* the queue's tag when recorded (graph item + 1) */
   uint64_t offset;
   hcq_buffer_t *mem;
 } hcq__patch_t;
+
+/* Operand names for messages: kind in the high byte, index in the low one. */
+enum {
+  HCQ__WHAT_SIGNAL_ADDR = 1 << 8, HCQ__WHAT_VALUE = 2 << 8, HCQ__WHAT_KERNARGS = 3 << 8,
+  HCQ__WHAT_GLOBAL = 4 << 8, HCQ__WHAT_LOCAL = 5 << 8, HCQ__WHAT_COPY_DST = 6 << 8, HCQ__WHAT_COPY_SRC = 7 << 8,
+  HCQ__WHAT_COPY_SIZE = 8 << 8, HCQ__WHAT_ARG_BUFFER = 9 << 8, HCQ__WHAT_ARG_VALUE = 10 << 8,
+};
+void hcq__operand_name(uint16_t what, char *out, size_t size);
 
 struct hcq_queue {
   hcq_queue_kind_t kind;
@@ -231,9 +392,36 @@ struct hcq_queue {
   hcq__mem_t bound;
   bool retain_refs; /* false for the eager scratch queues, whose objects outlive their work anyway */
   size_t last_patch_writes; /* patch points the last submit rewrote (tests prove O(changed) with it) */
+  uint32_t tag;             /* stamped on WAIT/EXEC/COPY recorded from now on (graph item + 1) */
+  hcq__symset_mark_t cmd_mark; /* symbols before the command being recorded (rollback) */
+  const hcq__patch_t *failed_patch; /* after a failed prepare: the first patch of the failing symbol */
+  struct hcq_queue *reg_prev, *reg_next; /* registry of bound queues, for hang reports */
+  const char *label; /* set by owners (graphs): names the queue in reports; may be NULL */
 };
 
+/* Bound queues are registered so a report can tell which queue (and graph) a command belongs to. */
+const hcq_queue_t *hcq__queue_find_bound(const uint32_t *word, char *label, size_t label_size);
+
 /* ---- core internals shared by modules ---- */
+
+/* Device state. NULL when dev is usable; DEVICE_LOST naming it (and why) when it was declared lost;
+ * FAILED_PRECONDITION when closed. */
+hcq_status_t hcq__device_check(hcq_device_t *dev);
+static inline bool hcq__device_is_lost(const hcq_device_t *dev) {
+  return atomic_load_explicit(&dev->lost, memory_order_acquire);
+}
+/* Declares dev lost (first reason wins); engines drop their work, waiters wake. */
+void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...) HCQ_PRINTF(2, 3);
+/* Appends dev's hang report (one line per queue, see hcq_device_report) to st's message. */
+hcq_status_t hcq__device_annotate_report(hcq_status_t st, hcq_device_t *const *devs, size_t ndevs);
+/* Host wait for a signal on behalf of devs: a timeout carries their hang report, a lost device
+ * ends it with DEVICE_LOST. timeout_ms < 0: the default. */
+hcq_status_t hcq__wait_signal(const hcq_signal_t *sig, uint64_t value, int64_t timeout_ms, hcq_device_t *const *devs,
+                              size_t ndevs);
+/* Notes, for the hang report's "for at least N ms", what each engine of devs is doing now. */
+void hcq__device_touch_watch(hcq_device_t *const *devs, size_t ndevs);
+/* Drops a struct reference; the last one frees the device (closed devices only). */
+void hcq__device_struct_release(hcq_device_t *dev);
 
 /* Device registry and locking. */
 void hcq__device_lock_many(hcq_device_t *const *devs, size_t n);
@@ -244,7 +432,7 @@ hcq_status_t hcq__device_prepare_submit(hcq_device_t *dev);
 hcq_status_t hcq__device_wait_timeline(hcq_device_t *dev, uint64_t value);
 /* Under the device lock: waits for all submitted work and wraps the timeline when due. */
 hcq_status_t hcq__device_synchronize_locked(hcq_device_t *dev);
-/* Frees memory / unloads a program once the device timeline passes the current value. */
+/* Frees memory / unloads a program once every engine of the device finished what it was given. */
 void hcq__device_defer_mem(hcq_device_t *dev, hcq__mem_t mem);
 void hcq__device_defer_program(hcq_device_t *dev, hcq_program_t *program);
 /* Unloads and frees a program whose work is done. */
@@ -252,7 +440,24 @@ void hcq__program_destroy(hcq_program_t *program);
 /* Reclaims deferred objects whose fence has passed (device lock held). */
 void hcq__device_reclaim(hcq_device_t *dev);
 hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, uint64_t value, hcq_signal_t **out);
+/* Keeps a signal (and its memory) for the rest of the process: queues of other devices may still
+ * wait on it and nothing tells when they stop (a graph destroyed while one of its devices is lost). */
+void hcq__signal_abandon(hcq_signal_t *sig);
+/* Frees a signal now (device destroy: nothing runs any more). */
+void hcq__signal_destroy_now(hcq_signal_t *sig);
+/* Frees a signal once the device's engines finished their work (a queue may still wait on it). */
 void hcq__signal_free_internal(hcq_signal_t *sig);
+/* Swaps two signals' names (the timeline and its shadow on a wrap: the live one keeps its name). */
+void hcq__signal_swap_names(hcq_signal_t *a, hcq_signal_t *b);
+/* The registered signal whose value word is at addr: copies its name and value; false if none. */
+bool hcq__signal_lookup(uint64_t addr, char *name, size_t name_size, uint64_t *value, hcq_device_t **dev);
+/* A buffer with a host mapping (kernargs, profile slots), for graphs. */
+hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out);
+/* Moves a base buffer's bytes to another accounting class (graph kernargs, profile slots). */
+void hcq__buffer_set_mem_class(hcq_buffer_t *buf, hcq__mem_class_t mem_class);
+/* Launch geometry check: the grid in groups and the group size; OUT_OF_RANGE naming who when the
+ * work-item count overflows or passes the device's limit. */
+hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3], const char *who);
 
 /* Queue internals for the eager path: recording without references, resetting for reuse, and
  * submitting while the caller holds the device lock. */
@@ -264,6 +469,8 @@ hcq_status_t hcq__queue_submit_locked(hcq_queue_t *q, hcq_device_t *dev, const h
  * (device lock held). No other prepare of q may come between. */
 hcq_status_t hcq__queue_prepare(hcq_queue_t *q, const hcq_var_value_t *vals, size_t nvals);
 hcq_status_t hcq__queue_commit_locked(hcq_queue_t *q, hcq_device_t *dev);
+/* Makes sure a following commit of q cannot block or fail (device lock held until the commit). */
+hcq_status_t hcq__queue_reserve_locked(hcq_queue_t *q, hcq_device_t *dev);
 /* Kernel-argument block written with constants only (eager path). */
 void hcq__kernargs_fill(void *host, hcq_buffer_t *const *bufs, size_t nbufs, const int32_t *vals, size_t nvals);
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "core/trace_internal.h"
 
 static hcq__options_t g_options;
 static pthread_once_t g_options_once = PTHREAD_ONCE_INIT;
@@ -24,9 +25,44 @@ static int64_t env_int(const char *name, int64_t def, int64_t lo, int64_t hi) {
   return v;
 }
 
-static void env_str(const char *name, const char *def, char *out, size_t size) {
+/* A copy of a string variable, whole (no length limit), or def when unset or empty. */
+/* A short setting (a library name, an architecture): copied into out. */
+static void env_copy(const char *name, const char *def, char *out, size_t size) {
   const char *s = getenv(name);
   snprintf(out, size, "%s", s && *s ? s : def);
+}
+
+static const char *env_dup(const char *name, const char *def) {
+  const char *s = getenv(name);
+  return strdup(s && *s ? s : def);
+}
+
+static const char *concat(const char *a, const char *b) {
+  size_t n = strlen(a) + strlen(b) + 1;
+  char *s = malloc(n);
+  if (s) snprintf(s, n, "%s%s", a, b);
+  return s;
+}
+
+/* The kernel cache is per user: the last resort lives in TMPDIR under a name with the effective uid
+ * (cpu_compile.c creates it 0700 and refuses it when someone else owns it). */
+static void load_cache_dir(hcq__options_t *o) {
+  const char *dir;
+  if ((dir = getenv("HCQ_CACHE_DIR")) && *dir) {
+    o->cache_dir = strdup(dir);
+    o->cache_dir_from = "HCQ_CACHE_DIR";
+  } else if ((dir = getenv("XDG_CACHE_HOME")) && *dir) {
+    o->cache_dir = concat(dir, "/hcq");
+    o->cache_dir_from = "XDG_CACHE_HOME";
+  } else if ((dir = getenv("HOME")) && *dir) {
+    o->cache_dir = concat(dir, "/.cache/hcq");
+    o->cache_dir_from = "HOME";
+  } else {
+    char name[64];
+    snprintf(name, sizeof(name), "/hcq-cache-%ld", (long)geteuid());
+    o->cache_dir = concat(o->tmp_dir ? o->tmp_dir : "/tmp", name);
+    o->cache_dir_from = "TMPDIR";
+  }
 }
 
 static void load_options(void) {
@@ -41,18 +77,19 @@ static void load_options(void) {
   o->staging_chunk = (uint64_t)env_int("HCQ_STAGING_CHUNK", 2 << 20, 64, INT64_C(1) << 32);
   o->kernargs_ring = (uint64_t)env_int("HCQ_KERNARGS_RING", 1 << 20, 4096, INT64_C(1) << 32);
   o->jit_batch_size = (unsigned)env_int("HCQ_JIT_BATCH_SIZE", 32, 1, 1 << 20);
-  env_str("HCQ_CC", "cc", o->cc, sizeof(o->cc));
-  env_str("HCQ_CFLAGS", "-O2", o->cflags, sizeof(o->cflags));
-  const char *dir = getenv("HCQ_CACHE_DIR");
-  if (dir && *dir) {
-    snprintf(o->cache_dir, sizeof(o->cache_dir), "%s", dir);
-  } else if ((dir = getenv("XDG_CACHE_HOME")) && *dir) {
-    snprintf(o->cache_dir, sizeof(o->cache_dir), "%s/hcq", dir);
-  } else if ((dir = getenv("HOME")) && *dir) {
-    snprintf(o->cache_dir, sizeof(o->cache_dir), "%s/.cache/hcq", dir);
-  } else {
-    snprintf(o->cache_dir, sizeof(o->cache_dir), "/tmp/hcq-cache-%ld", (long)getuid());
-  }
+  o->validate = env_int("HCQ_VALIDATE", 0, 0, 1) != 0;
+  hcq__validating = o->validate;
+  o->cpu_isolate = env_int("HCQ_CPU_ISOLATE", 0, 0, 1) != 0;
+  env_copy("HCQ_PROFILE", "", o->profile, sizeof(o->profile));
+  if (!strcmp(o->profile, "0")) o->profile[0] = '\0';
+  hcq__trace_start_from_env(o->profile); /* the profiler, on from the first use of the library */
+  o->cc = env_dup("HCQ_CC", "cc");
+  o->cflags = env_dup("HCQ_CFLAGS", "-O2");
+  o->tmp_dir = env_dup("TMPDIR", "/tmp");
+  load_cache_dir(o);
+  env_copy("HCQ_CUDA_LIBRARY", "libcuda.so.1", o->cuda_library, sizeof(o->cuda_library));
+  env_copy("HCQ_NVRTC_LIBRARY", "", o->nvrtc_library, sizeof(o->nvrtc_library));
+  env_copy("HCQ_CUDA_ARCH", "", o->cuda_arch, sizeof(o->cuda_arch));
 }
 
 const hcq__options_t *hcq__options(void) {

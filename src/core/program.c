@@ -28,6 +28,15 @@ hcq_status_t hcq_program_create(hcq_device_t *dev, const char *entry, const char
   hcq_status_t st = check_name("hcq_program_create", dev, entry);
   if (st) return st;
   if (!source) return hcq_status_make(HCQ_INVALID_ARGUMENT, "program %s on %s: source is NULL", entry, dev->name);
+  /* The entry names a function in the source (and, on CPU, files in the kernel cache). */
+  if (!hcq__is_c_identifier(entry)) {
+    char quoted[300];
+    hcq__quote(entry, quoted, sizeof(quoted));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "program on %s: entry %s is not a C identifier (letters, digits and _, not starting with a digit)",
+                           dev->name, quoted);
+  }
+  if ((st = hcq__device_check(dev))) return hcq_status_annotate(st, "program %s", entry);
   if (!dev->vt->program_compile)
     return hcq_status_make(HCQ_UNIMPLEMENTED, "program %s: %s cannot compile source", entry, dev->name);
   hcq_program_t *p;
@@ -42,7 +51,7 @@ hcq_status_t hcq_program_create(hcq_device_t *dev, const char *entry, const char
     free(p);
     return hcq_status_annotate(st, "program %s on %s", entry, dev->name);
   }
-  atomic_fetch_add(&dev->live, 1);
+  hcq__obj_add(dev, &p->obj, HCQ__OBJ_PROGRAM, p->name);
   *out_program = p;
   return NULL;
 }
@@ -59,7 +68,7 @@ hcq_status_t hcq_program_create_fn(hcq_device_t *dev, const char *name, hcq_cpu_
   hcq_program_t *p;
   if ((st = program_new(dev, name, &p))) return st;
   p->impl.handle = (uint64_t)(uintptr_t)fn;
-  atomic_fetch_add(&dev->live, 1);
+  hcq__obj_add(dev, &p->obj, HCQ__OBJ_PROGRAM, p->name);
   *out_program = p;
   return NULL;
 }
@@ -70,19 +79,27 @@ hcq_program_t *hcq_program_retain(hcq_program_t *p) {
 }
 
 void hcq_program_release(hcq_program_t *p) {
-  if (!p || atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!p || hcq__obj_released_again(&p->obj, "hcq_program_release")) return;
+  if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
   hcq_device_t *dev = p->dev;
+  hcq__obj_remove(&p->obj);
   hcq__device_defer_program(dev, p);
-  atomic_fetch_sub(&dev->live, 1);
+  hcq__device_struct_release(dev); /* after defer: the last reference may destroy the device */
 }
 
 const char *hcq_program_name(const hcq_program_t *p) { return p ? p->name : ""; }
 hcq_device_t *hcq_program_device(const hcq_program_t *p) { return p ? p->dev : NULL; }
 
 void hcq__program_destroy(hcq_program_t *p) {
-  if (p->dev->vt->program_unload) p->dev->vt->program_unload(p->dev, &p->impl);
+  hcq_device_t *dev = p->dev;
+  if (dev->vt->program_unload) dev->vt->program_unload(dev, &p->impl);
   free(p->source);
-  free(p);
+  p->source = NULL;
+  /* Validation keeps the struct to recognise it if passed again. */
+  if (hcq__validating)
+    hcq__keep(p);
+  else
+    free(p);
 }
 
 const char *hcq_program_source(const hcq_program_t *p) { return p ? p->source : NULL; }

@@ -44,10 +44,51 @@ void hcq__queue_reset(hcq_queue_t *q) {
   q->device = NULL;
 }
 
+/* ---- bound queues by address, for hang reports ---- */
+
+static pthread_mutex_t g_bound_lock = PTHREAD_MUTEX_INITIALIZER;
+static hcq_queue_t *g_bound_head;
+
+static void bound_add(hcq_queue_t *q) {
+  pthread_mutex_lock(&g_bound_lock);
+  q->reg_prev = NULL;
+  q->reg_next = g_bound_head;
+  if (g_bound_head) g_bound_head->reg_prev = q;
+  g_bound_head = q;
+  pthread_mutex_unlock(&g_bound_lock);
+}
+
+static void bound_remove(hcq_queue_t *q) {
+  pthread_mutex_lock(&g_bound_lock);
+  if (q->reg_prev)
+    q->reg_prev->reg_next = q->reg_next;
+  else
+    g_bound_head = q->reg_next;
+  if (q->reg_next) q->reg_next->reg_prev = q->reg_prev;
+  pthread_mutex_unlock(&g_bound_lock);
+}
+
+const hcq_queue_t *hcq__queue_find_bound(const uint32_t *word, char *label, size_t label_size) {
+  pthread_mutex_lock(&g_bound_lock);
+  hcq_queue_t *q = g_bound_head;
+  for (; q; q = q->reg_next) {
+    const uint32_t *base = q->bound.host;
+    if (word >= base && word < base + q->words.len) break;
+  }
+  if (q) snprintf(label, label_size, "%s", q->label ? q->label : "a bound queue");
+  pthread_mutex_unlock(&g_bound_lock);
+  return q;
+}
+
 void hcq_queue_free(hcq_queue_t *q) {
   if (!q) return;
   release_refs(q);
-  if (q->bound_dev) q->bound_dev->vt->mem_free(q->bound_dev, &q->bound);
+  if (q->bound_dev) {
+    bound_remove(q);
+    hcq__mem_count(q->bound_dev, HCQ__MEMC_COMMANDS, -(int64_t)q->bound.size);
+    /* An engine may still be running these words: free them once it is past. */
+    hcq__device_defer_mem(q->bound_dev, q->bound);
+  }
   hcq__symset_deinit(&q->syms);
   hcq__vec_free(&q->words);
   hcq__vec_free(&q->patches);
@@ -93,17 +134,34 @@ static hcq_status_t check_recordable(hcq_queue_t *q, const char *cmd) {
   return NULL;
 }
 
-/* Registers a patch point for a symbolic operand. */
+void hcq__operand_name(uint16_t what, char *out, size_t size) {
+  unsigned i = what & 0xffu;
+  switch (what & 0xff00u) {
+    case HCQ__WHAT_SIGNAL_ADDR: snprintf(out, size, "signal address"); break;
+    case HCQ__WHAT_VALUE: snprintf(out, size, "signal value"); break;
+    case HCQ__WHAT_KERNARGS: snprintf(out, size, "kernargs address"); break;
+    case HCQ__WHAT_GLOBAL: snprintf(out, size, "global[%u]", i); break;
+    case HCQ__WHAT_LOCAL: snprintf(out, size, "local[%u]", i); break;
+    case HCQ__WHAT_COPY_DST: snprintf(out, size, "copy destination"); break;
+    case HCQ__WHAT_COPY_SRC: snprintf(out, size, "copy source"); break;
+    case HCQ__WHAT_COPY_SIZE: snprintf(out, size, "copy size"); break;
+    case HCQ__WHAT_ARG_BUFFER: snprintf(out, size, "buffer %u", i); break;
+    case HCQ__WHAT_ARG_VALUE: snprintf(out, size, "value %u", i); break;
+    default: snprintf(out, size, "operand"); break;
+  }
+}
+
+/* Registers a patch point for a symbolic operand. Nothing changes when it fails. */
 static hcq_status_t add_patch(hcq_queue_t *q, const hcq_expr_t *sym, hcq__field_t field, bool in_memory,
-                              uint64_t offset, hcq_buffer_t *mem) {
-  uint32_t idx;
-  hcq_status_t st = hcq__symset_add(&q->syms, sym, &idx);
-  if (st) return st;
-  size_t nsyms = hcq__symset_count(&q->syms);
+                              uint64_t offset, hcq_buffer_t *mem, uint16_t what) {
+  size_t nsyms = hcq__symset_count(&q->syms) + 1; /* room for a new symbol, whether or not it is new */
   if (!hcq__vec_reserve_for(&q->sym_head, nsyms) || !hcq__vec_reserve_for(&q->sym_lo, nsyms) ||
       !hcq__vec_reserve_for(&q->sym_hi, nsyms) || !hcq__vec_reserve_for(&q->sym_last, nsyms) ||
       !hcq__vec_reserve_for(&q->sym_new, nsyms) || !hcq__vec_reserve_for(&q->patches, q->patches.len + 1))
     return oom("recording a patch point");
+  uint32_t idx;
+  hcq_status_t st = hcq__symset_add(&q->syms, sym, &idx);
+  if (st) return st;
   int64_t lo, hi;
   field_range(field, &lo, &hi);
   if (idx == q->sym_head.len) {
@@ -116,7 +174,7 @@ static hcq_status_t add_patch(hcq_queue_t *q, const hcq_expr_t *sym, hcq__field_
     if (lo > q->sym_lo.data[idx]) q->sym_lo.data[idx] = lo;
     if (hi < q->sym_hi.data[idx]) q->sym_hi.data[idx] = hi;
   }
-  hcq__patch_t p = {idx, q->sym_head.data[idx], (uint8_t)field, in_memory, offset, mem};
+  hcq__patch_t p = {idx, q->sym_head.data[idx], (uint8_t)field, in_memory, what, q->tag, offset, mem};
   q->sym_head.data[idx] = (uint32_t)q->patches.len;
   q->patches.data[q->patches.len++] = p;
   q->submitted = false; /* a new patch point has never been written */
@@ -145,7 +203,7 @@ static hcq_status_t check_operand(hcq_operand_t op, hcq__field_t field, const ch
 
 /* Writes a constant operand into the words, or a placeholder plus a patch point. */
 static hcq_status_t put_operand(hcq_queue_t *q, size_t at, hcq_operand_t op, hcq__field_t field, const char *cmd,
-                                const char *what) {
+                                const char *what, uint16_t what_code) {
   if (op.sym && hcq_expr_is_const(op.sym)) op = hcq_imm(hcq_expr_const_value(op.sym));
   if (!op.sym) {
     if (field == HCQ__FIELD_U64)
@@ -158,7 +216,7 @@ static hcq_status_t put_operand(hcq_queue_t *q, size_t at, hcq_operand_t op, hcq
     hcq__wr64(&q->words.data[at], 0);
   else
     q->words.data[at] = 0;
-  hcq_status_t st = add_patch(q, op.sym, field, false, at, NULL);
+  hcq_status_t st = add_patch(q, op.sym, field, false, at, NULL, what_code);
   return st ? hcq_status_annotate(st, "%s: %s", cmd, what) : NULL;
 }
 
@@ -166,6 +224,7 @@ static hcq_status_t put_operand(hcq_queue_t *q, size_t at, hcq_operand_t op, hcq
 static hcq_status_t begin_cmd(hcq_queue_t *q, uint32_t header, size_t *out_at) {
   size_t len = HCQ__HDR_LEN(header);
   if (!hcq__vec_reserve_for(&q->words, q->words.len + len)) return oom("recording a command");
+  q->cmd_mark = hcq__symset_mark(&q->syms);
   *out_at = q->words.len;
   memset(q->words.data + q->words.len, 0, len * sizeof(uint32_t));
   q->words.data[q->words.len] = header;
@@ -173,19 +232,30 @@ static hcq_status_t begin_cmd(hcq_queue_t *q, uint32_t header, size_t *out_at) {
   return NULL;
 }
 
-/* Undo of a command whose operands failed: drop its words and any patch points recorded into them. */
-static void abort_cmd(hcq_queue_t *q, size_t at) {
-  while (q->patches.len && !q->patches.data[q->patches.len - 1].in_memory &&
-         q->patches.data[q->patches.len - 1].offset >= at) {
+/* Drops patch points recorded since patch_mark and symbols added since the command began: a
+ * failed record leaves no trace. */
+static void rollback_patches(hcq_queue_t *q, size_t patch_mark) {
+  while (q->patches.len > patch_mark) {
     hcq__patch_t *p = &q->patches.data[--q->patches.len];
     q->sym_head.data[p->sym] = p->next;
   }
+  size_t before = hcq__symset_count(&q->syms);
+  hcq__symset_truncate(&q->syms, q->cmd_mark);
+  size_t n = hcq__symset_count(&q->syms);
+  if (n < before) q->sym_head.len = q->sym_lo.len = q->sym_hi.len = q->sym_last.len = q->sym_new.len = n;
+}
+
+/* Undo of a command whose operands failed: drop its words and any patch points recorded into them. */
+static void abort_cmd(hcq_queue_t *q, size_t at) {
+  size_t mark = q->patches.len;
+  while (mark && !q->patches.data[mark - 1].in_memory && q->patches.data[mark - 1].offset >= at) mark--;
+  rollback_patches(q, mark);
   q->words.len = at;
 }
 
-#define TRY_OPERAND(q, at, off, op, field, cmd, what)                      \
+#define TRY_OPERAND(q, at, off, op, field, cmd, what, code)                \
   do {                                                                     \
-    hcq_status_t st_ = put_operand((q), (at) + (off), (op), (field), (cmd), (what)); \
+    hcq_status_t st_ = put_operand((q), (at) + (off), (op), (field), (cmd), (what), (code)); \
     if (st_) {                                                             \
       abort_cmd((q), (at));                                                \
       return st_;                                                          \
@@ -202,8 +272,9 @@ static hcq_status_t signal_command(hcq_queue_t *q, uint32_t header, const char *
   CHECK_OPERAND(value, HCQ__FIELD_U32, cmd, "value");
   size_t at;
   if ((st = begin_cmd(q, header, &at))) return st;
-  TRY_OPERAND(q, at, HCQ__SIGNAL_ADDR, signal_addr, HCQ__FIELD_U64, cmd, "signal address");
-  TRY_OPERAND(q, at, HCQ__SIGNAL_VALUE, value, HCQ__FIELD_U32, cmd, "value");
+  if (HCQ__HDR_OP(header) == HCQ__OP_WAIT) q->words.data[at + HCQ__WAIT_TAG] = q->tag;
+  TRY_OPERAND(q, at, HCQ__SIGNAL_ADDR, signal_addr, HCQ__FIELD_U64, cmd, "signal address", HCQ__WHAT_SIGNAL_ADDR);
+  TRY_OPERAND(q, at, HCQ__SIGNAL_VALUE, value, HCQ__FIELD_U32, cmd, "value", HCQ__WHAT_VALUE);
   return NULL;
 }
 
@@ -221,7 +292,8 @@ hcq_status_t hcq_queue_timestamp(hcq_queue_t *q, hcq_operand_t signal_addr) {
   CHECK_OPERAND(signal_addr, HCQ__FIELD_U64, "timestamp", "signal address");
   size_t at;
   if ((st = begin_cmd(q, HCQ__HDR(TIMESTAMP), &at))) return st;
-  TRY_OPERAND(q, at, HCQ__TIMESTAMP_ADDR, signal_addr, HCQ__FIELD_U64, "timestamp", "signal address");
+  TRY_OPERAND(q, at, HCQ__TIMESTAMP_ADDR, signal_addr, HCQ__FIELD_U64, "timestamp", "signal address",
+              HCQ__WHAT_SIGNAL_ADDR);
   return NULL;
 }
 
@@ -264,11 +336,13 @@ hcq_status_t hcq_queue_exec(hcq_queue_t *q, hcq_program_t *program, hcq_operand_
   size_t at;
   if ((st = begin_cmd(q, HCQ__HDR(EXEC), &at))) return st;
   hcq__wr64(&q->words.data[at + HCQ__EXEC_FN], program->impl.handle);
+  hcq__wr64(&q->words.data[at + HCQ__EXEC_PROGRAM], (uint64_t)(uintptr_t)program);
   q->words.data[at + HCQ__EXEC_NBUFS] = (uint32_t)nbufs;
-  TRY_OPERAND(q, at, HCQ__EXEC_ARGS, kernargs_addr, HCQ__FIELD_U64, "exec", "kernargs address");
+  q->words.data[at + HCQ__EXEC_TAG] = q->tag;
+  TRY_OPERAND(q, at, HCQ__EXEC_ARGS, kernargs_addr, HCQ__FIELD_U64, "exec", "kernargs address", HCQ__WHAT_KERNARGS);
   for (int i = 0; i < 3; i++) {
-    TRY_OPERAND(q, at, HCQ__EXEC_GLOBAL + i, global[i], HCQ__FIELD_U32, "exec", gname[i]);
-    TRY_OPERAND(q, at, HCQ__EXEC_LOCAL + i, local[i], HCQ__FIELD_U32, "exec", lname[i]);
+    TRY_OPERAND(q, at, HCQ__EXEC_GLOBAL + i, global[i], HCQ__FIELD_U32, "exec", gname[i], HCQ__WHAT_GLOBAL | i);
+    TRY_OPERAND(q, at, HCQ__EXEC_LOCAL + i, local[i], HCQ__FIELD_U32, "exec", lname[i], HCQ__WHAT_LOCAL | i);
   }
   if (q->retain_refs) q->programs.data[q->programs.len++] = hcq_program_retain(program);
   return NULL;
@@ -283,9 +357,10 @@ hcq_status_t hcq_queue_copy(hcq_queue_t *q, hcq_operand_t dst, hcq_operand_t src
   CHECK_OPERAND(size, HCQ__FIELD_U64, "copy", "size");
   size_t at;
   if ((st = begin_cmd(q, HCQ__HDR(COPY), &at))) return st;
-  TRY_OPERAND(q, at, HCQ__COPY_DST, dst, HCQ__FIELD_U64, "copy", "destination");
-  TRY_OPERAND(q, at, HCQ__COPY_SRC, src, HCQ__FIELD_U64, "copy", "source");
-  TRY_OPERAND(q, at, HCQ__COPY_SIZE, size, HCQ__FIELD_U64, "copy", "size");
+  q->words.data[at + HCQ__COPY_TAG] = q->tag;
+  TRY_OPERAND(q, at, HCQ__COPY_DST, dst, HCQ__FIELD_U64, "copy", "destination", HCQ__WHAT_COPY_DST);
+  TRY_OPERAND(q, at, HCQ__COPY_SRC, src, HCQ__FIELD_U64, "copy", "source", HCQ__WHAT_COPY_SRC);
+  TRY_OPERAND(q, at, HCQ__COPY_SIZE, size, HCQ__FIELD_U64, "copy", "size", HCQ__WHAT_COPY_SIZE);
   return NULL;
 }
 
@@ -326,9 +401,16 @@ hcq_status_t hcq_queue_kernargs(hcq_queue_t *q, hcq_buffer_t *mem, uint64_t offs
   if ((st = note_device(q, mem->dev, "kernargs", mem->label))) return st;
   if (q->retain_refs && !hcq__vec_reserve_for(&q->mems, q->mems.len + 1)) return oom("recording kernargs");
   hcq_buffer_t *base = hcq_buffer_base(mem);
+  if (!base->mem.host)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "kernargs: %s has no host mapping on %s (kernel arguments need one)",
+                           mem->label, mem->dev->name);
   uint64_t base_off = mem->offset + offset;
   char *host = (char *)base->mem.host + base_off;
   size_t patch_mark = q->patches.len;
+  q->cmd_mark = hcq__symset_mark(&q->syms);
+  /* A failure restores the block as it was. */
+  char saved[HCQ_MAX_KERNEL_BUFS * 8 + HCQ_MAX_KERNEL_VALS * 4];
+  memcpy(saved, host, need);
   for (size_t i = 0; i < nbufs + nvals; i++) {
     bool is_buf = i < nbufs;
     hcq_operand_t op = is_buf ? bufs[i] : vals[i - nbufs];
@@ -346,7 +428,8 @@ hcq_status_t hcq_queue_kernargs(hcq_queue_t *q, hcq_buffer_t *mem, uint64_t offs
       continue;
     }
     memset(host + at, 0, is_buf ? 8 : 4);
-    if ((st = add_patch(q, op.sym, field, true, base_off + at, base))) {
+    uint16_t what = (uint16_t)((is_buf ? HCQ__WHAT_ARG_BUFFER : HCQ__WHAT_ARG_VALUE) | ((is_buf ? i : i - nbufs) & 0xff));
+    if ((st = add_patch(q, op.sym, field, true, base_off + at, base, what))) {
       st = hcq_status_annotate(st, "kernargs: %s %zu", is_buf ? "buffer" : "value", is_buf ? i : i - nbufs);
       goto fail;
     }
@@ -354,10 +437,8 @@ hcq_status_t hcq_queue_kernargs(hcq_queue_t *q, hcq_buffer_t *mem, uint64_t offs
   if (q->retain_refs) q->mems.data[q->mems.len++] = hcq_buffer_retain(base);
   return NULL;
 fail:
-  while (q->patches.len > patch_mark) {
-    hcq__patch_t *p = &q->patches.data[--q->patches.len];
-    q->sym_head.data[p->sym] = p->next;
-  }
+  rollback_patches(q, patch_mark);
+  memcpy(host, saved, need);
   return st;
 }
 
@@ -370,28 +451,42 @@ hcq_status_t hcq_queue_bind(hcq_queue_t *q, hcq_device_t *dev) {
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "bind: queue uses programs or memory of %s, not %s", q->device->name,
                            dev->name);
   if (q->words.len == 0) return hcq_status_make(HCQ_FAILED_PRECONDITION, "bind: queue is empty");
-  hcq_status_t st = dev->vt->mem_alloc(dev, q->words.len * sizeof(uint32_t), &q->bound);
+  hcq_status_t st = hcq__device_check(dev);
+  if (st) return hcq_status_annotate(st, "bind");
+  st = dev->vt->mem_alloc(dev, q->words.len * sizeof(uint32_t), HCQ__MEM_HOST_VISIBLE, &q->bound);
   if (st) return hcq_status_annotate(st, "bind to %s", dev->name);
   memcpy(q->bound.host, q->words.data, q->words.len * sizeof(uint32_t));
+  hcq__mem_count(dev, HCQ__MEMC_COMMANDS, (int64_t)q->bound.size);
   q->bound_dev = dev;
+  bound_add(q);
   return NULL;
 }
 
 /* Evaluates every symbol; all-or-nothing: on failure nothing has been written. */
 static hcq_status_t evaluate(hcq_queue_t *q, const hcq_var_value_t *vals, size_t nvals) {
+  q->failed_patch = NULL;
   hcq_status_t st = hcq__symset_bind(&q->syms, vals, nvals);
   if (st) return st;
   size_t n = hcq__symset_count(&q->syms);
   for (uint32_t i = 0; i < n; i++) {
     int64_t v;
-    if ((st = hcq__symset_eval(&q->syms, i, &v))) return st;
-    if (v < q->sym_lo.data[i] || v > q->sym_hi.data[i]) {
-      char text[128];
-      hcq_expr_format(q->syms.syms.data[i], text, sizeof(text));
-      return hcq_status_make(HCQ_OUT_OF_RANGE, "symbol %s = %" PRId64 " does not fit the field it patches [%" PRId64
-                             ", %" PRId64 "]", text, v, q->sym_lo.data[i], q->sym_hi.data[i]);
+    st = hcq__symset_eval(&q->syms, i, &v);
+    if (!st && v >= q->sym_lo.data[i] && v <= q->sym_hi.data[i]) {
+      q->sym_new.data[i] = v;
+      continue;
     }
-    q->sym_new.data[i] = v;
+    /* Name the operand (and, through its tag, the graph item) the symbol patches. */
+    const hcq__patch_t *p = q->sym_head.data[i] != NO_PATCH ? &q->patches.data[q->sym_head.data[i]] : NULL;
+    q->failed_patch = p;
+    char what[48] = "operand", item[32] = "";
+    if (p) hcq__operand_name(p->what, what, sizeof(what));
+    if (p && p->tag) snprintf(item, sizeof(item), "item %" PRIu32 ": ", p->tag - 1);
+    if (st) return hcq_status_annotate(st, "%s%s", item, what);
+    char text[128];
+    hcq_expr_format(q->syms.syms.data[i], text, sizeof(text));
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "%s%s: %s = %" PRId64 " does not fit its field [%" PRId64 ", %" PRId64 "]", item, what,
+                           text, v, q->sym_lo.data[i], q->sym_hi.data[i]);
   }
   return NULL;
 }
@@ -431,6 +526,10 @@ hcq_status_t hcq__queue_prepare(hcq_queue_t *q, const hcq_var_value_t *vals, siz
   return evaluate(q, vals, nvals);
 }
 
+hcq_status_t hcq__queue_reserve_locked(hcq_queue_t *q, hcq_device_t *dev) {
+  return dev->vt->reserve(dev, q->kind, q->words.len, q->bound_dev != NULL);
+}
+
 hcq_status_t hcq__queue_commit_locked(hcq_queue_t *q, hcq_device_t *dev) {
   uint32_t *words = q->bound_dev ? q->bound.host : q->words.data;
   write_patches(q, words);
@@ -451,8 +550,10 @@ hcq_status_t hcq_queue_submit(hcq_queue_t *q, hcq_device_t *dev, const hcq_var_v
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "submit: queue uses programs or memory of %s, not %s",
                            q->device->name, dev->name);
   if (q->words.len == 0) return NULL;
+  hcq_status_t st = hcq__device_check(dev);
+  if (st) return hcq_status_annotate(st, "submit");
   pthread_mutex_lock(&dev->lock);
-  hcq_status_t st = hcq__queue_submit_locked(q, dev, vals, nvals);
+  st = hcq__queue_submit_locked(q, dev, vals, nvals);
   pthread_mutex_unlock(&dev->lock);
   return st;
 }

@@ -42,57 +42,152 @@ void hcq__futex_wake(_Atomic uint32_t *word) {
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 }
 
-/* The futex word is the low half of the value: every change of the value below 2^32 steps changes it. */
-static inline _Atomic uint32_t *value_futex(hcq__signal_words_t *s) {
-  return (_Atomic uint32_t *)(void *)&s->value;
-}
-
-/* Sleepers per bucket of signal addresses. A setter reads its bucket after the store, never the
- * signal memory; a collision only costs a spurious wake, which waiters tolerate. */
+/* Sleepers wait on a per-bucket sequence word outside signal memory, never on the signal itself:
+ * a setter may be the last to touch a signal (the waiter frees it when it sees the value), and a
+ * 64-bit value can change without its low half changing. A setter bumps the bucket's sequence only
+ * when someone sleeps there; a bucket shared by two signals costs a spurious wake. */
 #define PARK_BUCKETS 512
-static _Atomic uint32_t g_parked[PARK_BUCKETS];
+typedef struct {
+  _Alignas(64) _Atomic uint32_t sleepers;
+  _Atomic uint32_t seq;
+} park_bucket_t;
+static park_bucket_t g_park[PARK_BUCKETS];
 
-static inline _Atomic uint32_t *parked(const hcq__signal_words_t *s) {
+static inline park_bucket_t *bucket_of(const hcq__signal_words_t *s) {
   uint64_t a = (uint64_t)(uintptr_t)s;
-  return &g_parked[((a >> 4) * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - 9)];
+  return &g_park[((a >> 4) * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - 9)];
 }
 
 void hcq__signal_words_set(hcq__signal_words_t *s, uint64_t value) {
-  _Atomic uint32_t *count = parked(s);
+  park_bucket_t *b = bucket_of(s);
   atomic_store_explicit(&s->value, value, memory_order_seq_cst);
-  /* futex_wake only hashes the address; it does not touch the (possibly freed) memory. */
-  if (atomic_load_explicit(count, memory_order_seq_cst)) hcq__futex_wake(value_futex(s));
+  if (atomic_load_explicit(&b->sleepers, memory_order_seq_cst)) {
+    atomic_fetch_add_explicit(&b->seq, 1, memory_order_seq_cst);
+    hcq__futex_wake(&b->seq);
+  }
 }
 
-bool hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, uint64_t *seen) {
+void hcq__signal_wake_all(void) {
+  for (size_t i = 0; i < PARK_BUCKETS; i++) {
+    atomic_fetch_add_explicit(&g_park[i].seq, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&g_park[i].sleepers, memory_order_seq_cst)) hcq__futex_wake(&g_park[i].seq);
+  }
+}
+
+uint64_t hcq__deadline_after_ms(int64_t timeout_ms) {
+  if (timeout_ms < 0) timeout_ms = hcq__options()->wait_timeout_ms;
+  uint64_t now = hcq__now_ns();
+  /* A huge timeout means "that long": saturate instead of wrapping past now. */
+  if ((uint64_t)timeout_ms > (UINT64_MAX - now) / 1000000u) return UINT64_MAX;
+  uint64_t d = now + (uint64_t)timeout_ms * 1000000u;
+  return d ? d : 1;
+}
+
+static bool any_lost(hcq_device_t *const *watch, size_t nwatch) {
+  for (size_t i = 0; i < nwatch; i++)
+    if (watch[i] && hcq__device_is_lost(watch[i])) return true;
+  return false;
+}
+
+/* ---- signals written by device hardware ---- */
+
+static atomic_int g_device_writers;
+
+void hcq__signal_device_writers_add(int delta) { atomic_fetch_add_explicit(&g_device_writers, delta, memory_order_seq_cst); }
+
+/* A GPU's write wakes nobody: while such a device is open, a sleeper looks again after poll_ns (which
+ * grows up to 1 ms per wait) and lets the watched devices report asynchronous failures. */
+static uint64_t poll_step(hcq_device_t *const *watch, size_t nwatch, uint64_t *poll_ns) {
+  if (!atomic_load_explicit(&g_device_writers, memory_order_relaxed)) return 0;
+  for (size_t i = 0; i < nwatch; i++)
+    if (watch[i] && watch[i]->vt && watch[i]->vt->poll) watch[i]->vt->poll(watch[i]);
+  uint64_t step = *poll_ns;
+  *poll_ns = step >= 500000 ? 1000000 : step * 2;
+  return step;
+}
+
+int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
+                           size_t nwatch, uint64_t *seen) {
   uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
-  if (v >= want) return true;
+  *seen = v;
+  if (v >= want) return HCQ__WAIT_REACHED;
   const uint64_t spin_ns = hcq__options()->spin_ns;
   uint64_t start = hcq__now_ns();
   for (unsigned i = 1;; i++) {
     hcq__spin_step(i);
     v = atomic_load_explicit(&s->value, memory_order_acquire);
-    if (v >= want) return true;
+    if (v >= want) {
+      *seen = v;
+      return HCQ__WAIT_REACHED;
+    }
     if ((i & 63) == 0 && hcq__now_ns() - start >= spin_ns) break;
   }
-  _Atomic uint32_t *count = parked(s);
+  park_bucket_t *b = bucket_of(s);
+  hcq__device_touch_watch(watch, nwatch);
+  uint64_t poll_ns = 8000;
   for (;;) {
     uint64_t timeout = 0;
     if (deadline_ns) {
       uint64_t now = hcq__now_ns();
       if (now >= deadline_ns) {
         *seen = atomic_load_explicit(&s->value, memory_order_acquire);
-        return *seen >= want;
+        return *seen >= want ? HCQ__WAIT_REACHED : HCQ__WAIT_TIMEOUT;
       }
       timeout = deadline_ns - now;
+      /* A relative futex timeout beyond a day is no different from a day, and stays far from any
+       * time_t limit. */
+      if (timeout > UINT64_C(86400000000000)) timeout = UINT64_C(86400000000000);
     }
-    atomic_fetch_add_explicit(count, 1, memory_order_seq_cst);
+    uint64_t poll = poll_step(watch, nwatch, &poll_ns);
+    if (poll && (!timeout || poll < timeout)) timeout = poll;
+    atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
+    uint32_t seq = atomic_load_explicit(&b->seq, memory_order_seq_cst);
     v = atomic_load_explicit(&s->value, memory_order_seq_cst);
-    if (v < want) hcq__futex_wait(value_futex(s), (uint32_t)v, timeout);
-    atomic_fetch_sub_explicit(count, 1, memory_order_seq_cst);
+    bool lost = v < want && any_lost(watch, nwatch);
+    if (v < want && !lost) hcq__futex_wait(&b->seq, seq, timeout);
+    atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_seq_cst);
     v = atomic_load_explicit(&s->value, memory_order_acquire);
-    if (v >= want) return true;
+    *seen = v;
+    if (v >= want) return HCQ__WAIT_REACHED;
+    if (lost || any_lost(watch, nwatch)) return HCQ__WAIT_LOST;
   }
+}
+
+/* ---- the registry: every signal by address, so reports can name what a queue waits for ---- */
+
+static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static hcq_signal_t *g_reg_head;
+
+static void reg_add(hcq_signal_t *sig) {
+  pthread_mutex_lock(&g_reg_lock);
+  sig->reg_prev = NULL;
+  sig->reg_next = g_reg_head;
+  if (g_reg_head) g_reg_head->reg_prev = sig;
+  g_reg_head = sig;
+  pthread_mutex_unlock(&g_reg_lock);
+}
+
+static void reg_remove(hcq_signal_t *sig) {
+  pthread_mutex_lock(&g_reg_lock);
+  if (sig->reg_prev)
+    sig->reg_prev->reg_next = sig->reg_next;
+  else
+    g_reg_head = sig->reg_next;
+  if (sig->reg_next) sig->reg_next->reg_prev = sig->reg_prev;
+  pthread_mutex_unlock(&g_reg_lock);
+}
+
+bool hcq__signal_lookup(uint64_t addr, char *name, size_t name_size, uint64_t *value, hcq_device_t **dev) {
+  pthread_mutex_lock(&g_reg_lock);
+  hcq_signal_t *s = g_reg_head;
+  while (s && s->mem.addr != addr) s = s->reg_next;
+  if (s) {
+    snprintf(name, name_size, "%s", s->name);
+    *value = atomic_load_explicit(&s->words->value, memory_order_acquire);
+    if (dev) *dev = s->dev;
+  }
+  pthread_mutex_unlock(&g_reg_lock);
+  return s != NULL;
 }
 
 /* ---- public signal objects ---- */
@@ -100,7 +195,7 @@ bool hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t dead
 hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, uint64_t value, hcq_signal_t **out) {
   hcq_signal_t *sig = calloc(1, sizeof(*sig));
   if (!sig) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a signal on %s", dev->name);
-  hcq_status_t st = dev->vt->mem_alloc(dev, sizeof(hcq__signal_words_t), &sig->mem);
+  hcq_status_t st = dev->vt->mem_alloc(dev, sizeof(hcq__signal_words_t), HCQ__MEM_HOST_VISIBLE, &sig->mem);
   if (st) {
     free(sig);
     return hcq_status_annotate(st, "signal on %s", dev->name);
@@ -109,13 +204,30 @@ hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, ui
   sig->words = sig->mem.host;
   atomic_store_explicit(&sig->words->value, value, memory_order_release);
   snprintf(sig->name, sizeof(sig->name), "%s", name);
+  reg_add(sig);
   *out = sig;
   return NULL;
 }
 
+void hcq__signal_abandon(hcq_signal_t *sig) {
+  if (!sig) return;
+  reg_remove(sig);
+  hcq__keep(sig->mem.host);
+  hcq__keep(sig);
+}
+
+void hcq__signal_destroy_now(hcq_signal_t *sig) {
+  if (!sig) return;
+  reg_remove(sig);
+  sig->dev->vt->mem_free(sig->dev, &sig->mem);
+  free(sig);
+}
+
 void hcq__signal_free_internal(hcq_signal_t *sig) {
   if (!sig) return;
-  sig->dev->vt->mem_free(sig->dev, &sig->mem);
+  reg_remove(sig);
+  /* A queue may still wait on it or set it: the memory goes once the engines are past their work. */
+  hcq__device_defer_mem(sig->dev, sig->mem);
   free(sig);
 }
 
@@ -130,16 +242,27 @@ hcq_status_t hcq_signal_create(hcq_device_t *device, const char *name, uint64_t 
     snprintf(fallback, sizeof(fallback), "signal#%lu on %s", atomic_fetch_add(&counter, 1) + 1, device->name);
     name = fallback;
   }
-  hcq_status_t st = hcq__signal_create_internal(device, name, initial_value, out_signal);
-  if (!st) atomic_fetch_add(&device->live, 1);
+  hcq_status_t st = hcq__device_check(device);
+  if (st) return hcq_status_annotate(st, "hcq_signal_create");
+  st = hcq__signal_create_internal(device, name, initial_value, out_signal);
+  if (!st) {
+    (*out_signal)->is_public = true;
+    hcq__obj_add(device, &(*out_signal)->obj, HCQ__OBJ_SIGNAL, (*out_signal)->name);
+  }
   return st;
 }
 
 void hcq_signal_free(hcq_signal_t *signal) {
-  if (!signal) return;
+  if (!signal || hcq__obj_released_again(&signal->obj, "hcq_signal_free")) return;
   hcq_device_t *dev = signal->dev;
-  hcq__signal_free_internal(signal);
-  atomic_fetch_sub(&dev->live, 1);
+  reg_remove(signal);
+  hcq__device_defer_mem(dev, signal->mem);
+  hcq__obj_remove(&signal->obj);
+  if (hcq__validating)
+    hcq__keep(signal);
+  else
+    free(signal);
+  hcq__device_struct_release(dev);
 }
 
 uint64_t hcq_signal_value(const hcq_signal_t *signal) {
@@ -154,18 +277,43 @@ void hcq_signal_set(hcq_signal_t *signal, uint64_t value) {
   if (signal) hcq__signal_words_set(signal->words, value);
 }
 
+hcq_status_t hcq__wait_signal(const hcq_signal_t *signal, uint64_t value, int64_t timeout_ms, hcq_device_t *const *devs,
+                              size_t ndevs) {
+  if (timeout_ms < 0) timeout_ms = hcq__options()->wait_timeout_ms;
+  uint64_t seen = 0;
+  int r = hcq__signal_words_wait(signal->words, value, hcq__deadline_after_ms(timeout_ms), devs, ndevs, &seen);
+  if (r == HCQ__WAIT_REACHED) return NULL;
+  if (r == HCQ__WAIT_LOST) {
+    for (size_t i = 0; i < ndevs; i++) {
+      hcq_status_t st = hcq__device_check(devs[i]);
+      if (st)
+        return hcq_status_annotate(st, "waiting for signal \"%s\" to reach %" PRIu64, signal->name, value);
+    }
+  }
+  hcq_status_t st = hcq_status_make(HCQ_TIMEOUT,
+                                    "timed out after %" PRId64 " ms waiting for signal \"%s\" to reach %" PRIu64
+                                    " (value seen: %" PRIu64 ")",
+                                    timeout_ms, signal->name, value, seen);
+  return hcq__device_annotate_report(st, devs, ndevs);
+}
+
 hcq_status_t hcq_signal_wait(const hcq_signal_t *signal, uint64_t value, int64_t timeout_ms) {
   if (!signal) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_signal_wait: signal is NULL");
-  if (timeout_ms < 0) timeout_ms = hcq__options()->wait_timeout_ms;
-  uint64_t deadline = hcq__now_ns() + (uint64_t)timeout_ms * 1000000ull;
-  uint64_t seen = 0;
-  if (hcq__signal_words_wait(signal->words, value, deadline, &seen)) return NULL;
-  return hcq_status_make(HCQ_TIMEOUT,
-                         "timed out after %" PRId64 " ms waiting for signal \"%s\" to reach %" PRIu64
-                         " (value seen: %" PRIu64 ")",
-                         timeout_ms, signal->name, value, seen);
+  hcq_status_t st = hcq__obj_check(&signal->obj, HCQ__OBJ_SIGNAL, "hcq_signal_wait: signal");
+  if (st) return st;
+  hcq_device_t *dev = signal->dev;
+  return hcq__wait_signal(signal, value, timeout_ms, &dev, 1);
 }
 
 uint64_t hcq_signal_address(const hcq_signal_t *signal) { return signal ? signal->mem.addr : 0; }
 const char *hcq_signal_name(const hcq_signal_t *signal) { return signal ? signal->name : ""; }
 hcq_device_t *hcq_signal_device(const hcq_signal_t *signal) { return signal ? signal->dev : NULL; }
+
+void hcq__signal_swap_names(hcq_signal_t *a, hcq_signal_t *b) {
+  char t[sizeof(a->name)];
+  pthread_mutex_lock(&g_reg_lock);
+  memcpy(t, a->name, sizeof(t));
+  memcpy(a->name, b->name, sizeof(t));
+  memcpy(b->name, t, sizeof(t));
+  pthread_mutex_unlock(&g_reg_lock);
+}

@@ -102,6 +102,7 @@ hcq_status_t hcq__symset_add(hcq__symset_t *set, const hcq_expr_t *expr, uint32_
     if (!s) {
       set->code.len = code_mark;
       set->code_start.len--;
+      while (set->vars.len > vars_mark) hcq_expr_release(set->vars.data[--set->vars.len]);
       return oom();
     }
     set->stack = s;
@@ -111,6 +112,28 @@ hcq_status_t hcq__symset_add(hcq__symset_t *set, const hcq_expr_t *expr, uint32_
   set->index[h] = (uint32_t)set->syms.len;
   *out_index = (uint32_t)set->syms.len - 1;
   return NULL;
+}
+
+hcq__symset_mark_t hcq__symset_mark(const hcq__symset_t *set) {
+  hcq__symset_mark_t m = {set->syms.len, set->vars.len, set->code.len, set->code_start.len};
+  return m;
+}
+
+void hcq__symset_truncate(hcq__symset_t *set, hcq__symset_mark_t m) {
+  if (set->syms.len <= m.syms && set->vars.len <= m.vars) return;
+  while (set->syms.len > m.syms) hcq_expr_release(set->syms.data[--set->syms.len]);
+  while (set->vars.len > m.vars) hcq_expr_release(set->vars.data[--set->vars.len]);
+  set->code.len = m.code;
+  set->code_start.len = m.code_start;
+  /* Rebuild the index without the dropped symbols (same capacity: it held more before). */
+  if (set->index) {
+    memset(set->index, 0, set->index_cap * sizeof(*set->index));
+    for (size_t i = 0; i < set->syms.len; i++) {
+      size_t h = (size_t)set->syms.data[i]->hash & (set->index_cap - 1);
+      while (set->index[h]) h = (h + 1) & (set->index_cap - 1);
+      set->index[h] = (uint32_t)i + 1;
+    }
+  }
 }
 
 hcq_status_t hcq__symset_bind(hcq__symset_t *set, const hcq_var_value_t *vals, size_t nvals) {

@@ -1,190 +1,859 @@
 /* CPU kernels from C source: compiled by the system compiler into a shared object, cached on disk
- * under a hash of everything that decides its contents, so a second process only dlopens it. */
+ * under a hash of everything that decides its contents, so a second process only dlopens it.
+ * docs/kernel-cache.md says what the key covers and what the cache trusts; in short:
+ *
+ * - The application owns the signal dispositions. With SIGCHLD ignored (or SA_NOCLDWAIT) the kernel
+ *   reaps our children itself and waitpid cannot report their status; a SIGCHLD handler may reap
+ *   every child before we do. The compiler then runs under a forked helper that waits for it and
+ *   sends us its exact wait status through a pipe (see "running the compiler"). Either way it
+ *   starts with SIGCHLD and SIGPIPE at their defaults and no signal blocked.
+ * - A cached object is loaded only if no one but us or root could have written it: the cache
+ *   directory must be ours and writable by no one else, the directories above it owned by us or
+ *   root and writable by others only when sticky, the object a regular file of ours that no one
+ *   else may write. Otherwise the kernel is compiled in a private temporary directory, uncached,
+ *   with one warning per process saying why.
+ * - Nothing partial ever carries a final name: the compiler writes a uniquely named temporary
+ *   object (O_EXCL) in the cache directory, which is renamed into place.
+ */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <link.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/pidfd.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* a hash state on the stack */
 #include <xxhash.h>
 
+#include "cpu/cpu_compile.h"
 #include "cpu/cpu_internal.h"
 
 extern char **environ;
 
 #define MAX_COMPILER_OUTPUT (64 * 1024)
-#define MAX_CFLAGS 64
+/* Directories we write in are at most MAX_CACHE_DIR long, leaving room in a PATH_BUF for
+ * "/tmp-XXXXXX.c", "/<32 hex>.so" and the like. */
+#define MAX_CACHE_DIR (PATH_MAX - 64)
+#define PATH_BUF (PATH_MAX + 64)
 
 static const char k_prelude[] =
     "#include <stdint.h>\n"
     "#include <stddef.h>\n"
     "typedef struct { uint32_t gid[3], gsz[3], lsz[3]; } hcq_launch_t;\n";
 
+/* What follows the flags on every command line (OUT and SRC stand for the two paths). */
+static const char k_fixed_args[] = "-shared -fPIC -o OUT SRC -lm";
+
 const char *hcq_cpu_prelude(void) { return k_prelude; }
 
-/* The compiler's identity without running it: its resolved path, size and modification time. */
-static void compiler_identity(const char *cc, char *out, size_t size) {
-  char path[PATH_MAX] = "";
-  if (strchr(cc, '/')) {
-    snprintf(path, sizeof(path), "%s", cc);
-  } else {
-    const char *env = getenv("PATH");
-    char dirs[4096];
-    snprintf(dirs, sizeof(dirs), "%s", env ? env : "/usr/bin:/bin");
-    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-      char cand[PATH_MAX];
-      snprintf(cand, sizeof(cand), "%s/%s", *d ? d : ".", cc);
-      if (access(cand, X_OK) == 0) {
-        snprintf(path, sizeof(path), "%s", cand);
-        break;
+/* ---- words ---- */
+
+static bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n'; }
+
+hcq_status_t hcq__cpu_split_words(const char *name, const char *text, char ***out_words, size_t *out_count) {
+  *out_words = NULL;
+  *out_count = 0;
+  /* Every word but the last is followed by a blank, so there are at most len / 2 + 1 words, and
+   * the characters of the words with their NULs never outnumber len + 1. */
+  size_t len = strlen(text), max_words = len / 2 + 2;
+  char **words = malloc(max_words * sizeof(char *) + len + 1);
+  if (!words) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory splitting %s", name);
+  char *out = (char *)(words + max_words);
+  size_t n = 0;
+  const char *p = text;
+  for (;;) {
+    while (is_blank(*p)) p++;
+    if (!*p) break;
+    words[n++] = out;
+    while (*p && !is_blank(*p)) {
+      const char *start = p;
+      if (*p == '\'') {
+        const char *end = strchr(p + 1, '\'');
+        if (!end) goto unterminated;
+        memcpy(out, p + 1, (size_t)(end - p - 1));
+        out += end - p - 1;
+        p = end + 1;
+      } else if (*p == '"') {
+        for (p++; *p != '"'; p++) {
+          if (!*p) {
+            p = start;
+            goto unterminated;
+          }
+          if (*p == '\\' && p[1] && strchr("\"\\$`", p[1])) p++;
+          *out++ = *p;
+        }
+        p++;
+      } else if (*p == '\\') {
+        if (!p[1]) {
+          free(words);
+          return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s=\"%s\" ends with a lone backslash", name, text);
+        }
+        *out++ = p[1];
+        p += 2;
+      } else {
+        *out++ = *p++;
       }
+      continue;
+    unterminated:
+      free(words);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s=\"%s\": unterminated %c quote at character %zu", name, text, *p,
+                             (size_t)(p - text) + 1);
     }
+    *out++ = '\0';
   }
-  char real[PATH_MAX];
-  struct stat st;
-  if (!*path || !realpath(path, real) || stat(real, &st) != 0) {
-    snprintf(out, size, "missing:%s", cc);
-    return;
-  }
-  snprintf(out, size, "%s|%lld|%lld.%09ld", real, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-           st.st_mtim.tv_nsec);
+  words[n] = NULL;
+  *out_words = words;
+  *out_count = n;
+  return NULL;
 }
 
-static hcq_status_t make_dirs(const char *dir) {
-  char tmp[1024];
+/* ---- the compiler, from HCQ_CC and HCQ_CFLAGS, once per process ---- */
+
+/* Where execvp would find word: *out is the path to run. False when there is none. */
+static bool find_executable(const char *word, char *out, size_t size) {
+  struct stat st;
+  if (strchr(word, '/')) {
+    snprintf(out, size, "%s", word);
+    return stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0;
+  }
+  const char *path = getenv("PATH");
+  if (!path) path = "/bin:/usr/bin";
+  for (const char *dir = path;; dir++) {
+    size_t dlen = strcspn(dir, ":");
+    /* An empty entry is the current directory. */
+    if (dlen == 0) snprintf(out, size, "./%s", word);
+    else snprintf(out, size, "%.*s/%s", (int)dlen, dir, word);
+    if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0) return true;
+    dir += dlen;
+    if (!*dir) return false;
+  }
+}
+
+typedef struct compiler {
+  char **cc, **cflags; /* NULL-terminated words */
+  size_t ncc, ncflags;
+  char exe[PATH_MAX];  /* what runs cc[0]; "" when it was not found */
+  char *identity;      /* see hcq__cpu_key_input_t */
+  bool native;         /* some word asks for the host CPU */
+  hcq_status_code_t error_code; /* HCQ_OK, or why nothing can be compiled */
+  char error[768];
+} compiler_t;
+
+static compiler_t g_compiler;
+static pthread_once_t g_compiler_once = PTHREAD_ONCE_INIT;
+
+static void compiler_error(compiler_t *c, hcq_status_t st) {
+  c->error_code = hcq_status_code(st);
+  snprintf(c->error, sizeof(c->error), "%s", hcq_status_message(st));
+  hcq_status_free(st);
+}
+
+/* One line of the identity: an executable's resolved path, size and modification time (a changed
+ * compiler changes the key without being run on a cache hit). */
+static bool append_identity(char **identity, const char *path) {
+  char real[PATH_MAX], line[PATH_MAX + 96];
+  struct stat st;
+  if (realpath(path, real) && stat(real, &st) == 0)
+    snprintf(line, sizeof(line), "%s|%lld|%lld.%09ld\n", real, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+             st.st_mtim.tv_nsec);
+  else
+    snprintf(line, sizeof(line), "missing:%s\n", path);
+  size_t old = *identity ? strlen(*identity) : 0, add = strlen(line);
+  char *grown = realloc(*identity, old + add + 1);
+  if (!grown) return false;
+  memcpy(grown + old, line, add + 1);
+  *identity = grown;
+  return true;
+}
+
+static void load_compiler(void) {
+  compiler_t *c = &g_compiler;
+  const hcq__options_t *o = hcq__options();
+  hcq_status_t st;
+  if (!o->cc || !o->cflags || !o->cache_dir || !o->tmp_dir) {
+    compiler_error(c, hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading HCQ_CC, HCQ_CFLAGS and HCQ_CACHE_DIR"));
+    return;
+  }
+  if ((st = hcq__cpu_split_words("HCQ_CC", o->cc, &c->cc, &c->ncc)) ||
+      (st = hcq__cpu_split_words("HCQ_CFLAGS", o->cflags, &c->cflags, &c->ncflags))) {
+    compiler_error(c, st);
+    return;
+  }
+  if (c->ncc == 0) {
+    compiler_error(c, hcq_status_make(HCQ_INVALID_ARGUMENT, "HCQ_CC=\"%s\" names no compiler", o->cc));
+    return;
+  }
+  if (strlen(o->cache_dir) > MAX_CACHE_DIR) {
+    compiler_error(c, hcq_status_make(HCQ_INVALID_ARGUMENT,
+                                      "the kernel cache directory from %s is too long (%zu bytes, at most %d)",
+                                      o->cache_dir_from, strlen(o->cache_dir), MAX_CACHE_DIR));
+    return;
+  }
+  /* The compiler, and every later word that names an executable (a launcher such as
+   * "ccache gcc" or "env cc" runs the compiler that follows it). */
+  char path[PATH_MAX];
+  /* A path is run as it is, so that exec says precisely what is wrong with it. */
+  if (strchr(c->cc[0], '/')) snprintf(c->exe, sizeof(c->exe), "%s", c->cc[0]);
+  else if (find_executable(c->cc[0], path, sizeof(path))) snprintf(c->exe, sizeof(c->exe), "%s", path);
+  bool ok = append_identity(&c->identity, c->exe[0] ? c->exe : c->cc[0]);
+  for (size_t i = 1; ok && i < c->ncc; i++)
+    if (c->cc[i][0] != '-' && !strchr(c->cc[i], '=') && find_executable(c->cc[i], path, sizeof(path)))
+      ok = append_identity(&c->identity, path);
+  if (!ok) {
+    compiler_error(c, hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory identifying the compiler"));
+    return;
+  }
+  for (size_t i = 0; i < c->ncc; i++) c->native |= strstr(c->cc[i], "native") != NULL;
+  for (size_t i = 0; i < c->ncflags; i++) c->native |= strstr(c->cflags[i], "native") != NULL;
+}
+
+static hcq_status_t get_compiler(const compiler_t **out) {
+  pthread_once(&g_compiler_once, load_compiler);
+  *out = &g_compiler;
+  if (g_compiler.error_code != HCQ_OK) return hcq_status_make(g_compiler.error_code, "%s", g_compiler.error);
+  return NULL;
+}
+
+/* ---- the host CPU, for -march=native and friends ---- */
+
+static char g_cpu_identity[33];
+static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
+
+static int compare_lines(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The fields of /proc/cpuinfo that say which instructions and which core: x86, Arm, RISC-V and
+ * POWER spell them differently. Clock speeds, core numbers and the like are left out. */
+static bool is_cpu_field(const char *line) {
+  static const char *const fields[] = {"vendor_id",       "cpu family",  "model",        "model name", "stepping",
+                                       "flags",           "CPU implementer", "CPU architecture", "CPU variant",
+                                       "CPU part",        "CPU revision", "Features",   "isa",        "uarch",
+                                       "cpu",             NULL};
+  const char *colon = strchr(line, ':');
+  if (!colon) return false;
+  size_t klen = (size_t)(colon - line);
+  while (klen && is_blank(line[klen - 1])) klen--;
+  for (const char *const *f = fields; *f; f++)
+    if (strlen(*f) == klen && !strncmp(line, *f, klen)) return true;
+  return false;
+}
+
+/* The distinct CPU lines over all processors (a machine of identical cores gives the same identity
+ * whatever their number), sorted, with the machine name from uname. */
+static void load_cpu_identity(void) {
+  FILE *f = fopen("/proc/cpuinfo", "re");
+  if (!f) return;
+  char **lines = NULL, *line = NULL;
+  size_t n = 0, cap = 0, size = 0;
+  bool ok = true;
+  while (ok && getline(&line, &size, f) > 0) {
+    if (!is_cpu_field(line)) continue;
+    if (n == cap) {
+      char **grown = realloc(lines, (cap ? cap * 2 : 64) * sizeof(char *));
+      if (!grown) {
+        ok = false;
+        break;
+      }
+      lines = grown;
+      cap = cap ? cap * 2 : 64;
+    }
+    if (!(lines[n] = strdup(line))) ok = false;
+    else n++;
+  }
+  free(line);
+  fclose(f);
+  if (ok && n > 0) {
+    qsort(lines, n, sizeof(char *), compare_lines);
+    XXH3_state_t state;
+    XXH3_INITSTATE(&state);
+    XXH3_128bits_reset(&state);
+    struct utsname u;
+    if (uname(&u) == 0) XXH3_128bits_update(&state, u.machine, strlen(u.machine) + 1);
+    for (size_t i = 0; i < n; i++)
+      if (i == 0 || strcmp(lines[i], lines[i - 1])) XXH3_128bits_update(&state, lines[i], strlen(lines[i]) + 1);
+    XXH128_hash_t h = XXH3_128bits_digest(&state);
+    snprintf(g_cpu_identity, sizeof(g_cpu_identity), "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
+  }
+  for (size_t i = 0; i < n; i++) free(lines[i]);
+  free(lines);
+}
+
+const char *hcq__cpu_host_identity(void) {
+  pthread_once(&g_cpu_once, load_cpu_identity);
+  return g_cpu_identity[0] ? g_cpu_identity : NULL;
+}
+
+/* ---- the key ---- */
+
+/* Each part goes in with its length first, so that no two different inputs feed the same bytes. */
+static void feed(XXH3_state_t *state, const char *s) {
+  uint64_t len = strlen(s);
+  XXH3_128bits_update(state, &len, sizeof(len));
+  XXH3_128bits_update(state, s, len);
+}
+
+static void feed_words(XXH3_state_t *state, const char *const *words, bool *native) {
+  uint64_t n = 0;
+  while (words[n]) n++;
+  XXH3_128bits_update(state, &n, sizeof(n));
+  for (uint64_t i = 0; i < n; i++) {
+    feed(state, words[i]);
+    *native |= strstr(words[i], "native") != NULL;
+  }
+}
+
+void hcq__cpu_cache_key(const hcq__cpu_key_input_t *in, char out_hex[33]) {
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_128bits_reset(&state);
+  bool native = false;
+  feed(&state, "hcq-cpu-kernel/3");
+  feed(&state, k_prelude);
+  feed(&state, in->entry);
+  feed(&state, in->source);
+  feed_words(&state, in->cc_words, &native);
+  feed(&state, in->cc_identity);
+  feed_words(&state, in->cflags, &native);
+  feed(&state, k_fixed_args);
+  feed(&state, native && in->cpu_identity ? in->cpu_identity : "");
+  XXH128_hash_t h = XXH3_128bits_digest(&state);
+  snprintf(out_hex, 33, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
+}
+
+/* ---- which directories and files to trust ---- */
+
+/* True for a user private group: this user's primary group, named like the user, listing no other
+ * member. Distributions that give each user one also give a umask of 002, so everything such a
+ * user creates is writable by a group that is only them. Answers are kept (NSS may be slow). */
+static bool group_is_only_me(gid_t gid) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static struct known_group {
+    gid_t gid;
+    bool only;
+  } known[8];
+  static size_t nknown;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < nknown; i++) {
+    if (known[i].gid == gid) {
+      bool only = known[i].only;
+      pthread_mutex_unlock(&lock);
+      return only;
+    }
+  }
+  bool only = false;
+  struct passwd pw, *p = NULL;
+  struct group gr, *g = NULL;
+  for (size_t size = 16384; size <= (1u << 22); size *= 4) {
+    char *buf = malloc(2 * size);
+    if (!buf) break;
+    int e1 = getpwuid_r(geteuid(), &pw, buf, size, &p), e2 = getgrgid_r(gid, &gr, buf + size, size, &g);
+    if (e1 != ERANGE && e2 != ERANGE) {
+      only = p && g && p->pw_gid == gid && !strcmp(g->gr_name, p->pw_name);
+      for (char **m = only ? g->gr_mem : NULL; m && *m; m++) only = only && !strcmp(*m, p->pw_name);
+      free(buf);
+      if (nknown < sizeof(known) / sizeof(known[0])) known[nknown++] = (struct known_group){gid, only};
+      break;
+    }
+    free(buf);
+  }
+  pthread_mutex_unlock(&lock);
+  return only;
+}
+
+/* Who besides the owner may create, rename or delete entries of a directory with this stat: NULL
+ * for no one (or only the owner's private group), "others" or "its group". */
+static const char *other_writers(const struct stat *st) {
+  if (st->st_mode & S_IWOTH) return "others";
+  if ((st->st_mode & S_IWGRP) && !group_is_only_me(st->st_gid)) return "its group";
+  return NULL;
+}
+
+/* True when only this process's user (and root) can have put files in dir, a resolved path; else
+ * *why says who else could. */
+static bool dir_is_trusted(const char *dir, char *why, size_t size) {
+  uid_t me = geteuid();
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    snprintf(why, size, "cannot inspect %s: %s", dir, strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    snprintf(why, size, "%s is not a directory", dir);
+    return false;
+  }
+  if (st.st_uid != me) {
+    snprintf(why, size, "%s is owned by uid %ld, not by this process's uid %ld", dir, (long)st.st_uid, (long)me);
+    return false;
+  }
+  const char *writers = other_writers(&st);
+  if (writers) {
+    snprintf(why, size, "%s is writable by %s (mode %04o)", dir, writers, (unsigned)(st.st_mode & 07777));
+    return false;
+  }
+  /* Whoever may rename entries of a directory above could swap dir for one of theirs. */
+  char up[PATH_MAX];
+  snprintf(up, sizeof(up), "%s", dir);
+  for (char *slash = strrchr(up, '/'); slash; slash = strrchr(up, '/')) {
+    if (slash == up) slash[1] = '\0';
+    else *slash = '\0';
+    if (stat(up, &st) != 0) {
+      snprintf(why, size, "cannot inspect %s: %s", up, strerror(errno));
+      return false;
+    }
+    if (st.st_uid != me && st.st_uid != 0) {
+      snprintf(why, size, "%s, which holds %s, is owned by uid %ld", up, dir, (long)st.st_uid);
+      return false;
+    }
+    if (!(st.st_mode & S_ISVTX) && (writers = other_writers(&st))) {
+      snprintf(why, size, "%s, which holds %s, is writable by %s without the sticky bit (mode %04o)", up, dir, writers,
+               (unsigned)(st.st_mode & 07777));
+      return false;
+    }
+    if (slash == up) break;
+  }
+  return true;
+}
+
+/* Creates dir and its missing parents 0700 (what XDG asks of ~/.cache too). 0 or an errno. */
+static int make_dirs(const char *dir) {
+  char tmp[PATH_MAX];
   snprintf(tmp, sizeof(tmp), "%s", dir);
   for (char *p = tmp + 1; *p; p++) {
     if (*p != '/') continue;
     *p = '\0';
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-      return hcq_status_make(HCQ_UNAVAILABLE, "cannot create the kernel cache directory %s: %s", tmp, strerror(errno));
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return errno;
     *p = '/';
   }
-  if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-    return hcq_status_make(HCQ_UNAVAILABLE, "cannot create the kernel cache directory %s: %s", tmp, strerror(errno));
-  return NULL;
+  if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return errno;
+  return 0;
 }
 
-static hcq_status_t write_file(const char *path, const char *a, const char *b, const char *c) {
-  FILE *f = fopen(path, "w");
-  if (!f) return hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
-  bool ok = fputs(a, f) >= 0 && fputs(b, f) >= 0 && fputs(c, f) >= 0;
-  ok = (fclose(f) == 0) && ok;
-  return ok ? NULL : hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s", path);
+/* The cache directory, created if missing and resolved into out; false with *why when it cannot
+ * be trusted or created. */
+static bool open_cache_dir(const char *dir, char *out, char *why, size_t size) {
+  int err = make_dirs(dir);
+  if (err) {
+    snprintf(why, size, "cannot create the cache directory %s: %s", dir, strerror(err));
+    return false;
+  }
+  if (!realpath(dir, out)) {
+    snprintf(why, size, "cannot resolve the cache directory %s: %s", dir, strerror(errno));
+    return false;
+  }
+  if (strlen(out) > MAX_CACHE_DIR) {
+    snprintf(why, size, "the cache directory %s resolves to a path longer than %d bytes", dir, MAX_CACHE_DIR);
+    return false;
+  }
+  return dir_is_trusted(out, why, size);
 }
 
-/* Runs argv, collecting stdout and stderr; *out_status is the exit status (or -1). */
-static hcq_status_t run_compiler(char *const argv[], char *output, size_t output_size, int *out_status) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return hcq_status_make(HCQ_UNAVAILABLE, "pipe: %s", strerror(errno));
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+enum { OBJECT_MISSING, OBJECT_OURS, OBJECT_FOREIGN };
+
+/* Whether the cached object at path can be loaded: a regular file (not a link) of ours that no one
+ * else may write. O_NONBLOCK: a FIFO planted there must not block the open. */
+static int inspect_object(const char *path) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? OBJECT_MISSING : OBJECT_FOREIGN;
+  struct stat st;
+  bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !other_writers(&st);
+  close(fd);
+  return ours ? OBJECT_OURS : OBJECT_FOREIGN;
+}
+
+static atomic_bool g_warned_uncached;
+
+static void warn_uncached(const char *why) {
+  if (atomic_exchange(&g_warned_uncached, true)) return;
+  fprintf(stderr,
+          "hcq: warning: compiled kernels are not cached in this process: %s. Each program is compiled in a "
+          "private temporary directory instead (docs/kernel-cache.md).\n",
+          why);
+}
+
+/* ---- running the compiler ----
+ *
+ * Normally the compiler is our child: posix_spawn, then waitpid. Its status is lost when the
+ * kernel reaps it for us (SIGCHLD ignored, or SA_NOCLDWAIT) or an application's SIGCHLD handler
+ * reaps every child first (waitpid says ECHILD). In the first case, and after the second, the
+ * compiler runs under a forked helper whose SIGCHLD is at its default, which waits for it and
+ * sends the exact wait status through a pipe. The helper is not the first choice because a fork
+ * copies the page tables of the whole process: its cost grows with the application's memory.
+ * (As for any waitpid on a pid, a handler that reaps our compiler lets the pid be reused before we
+ * wait; pids are allocated in order, so that needs the pid space to wrap in between.) */
+
+/* Output of the compiler: as much as fits, with a note when not all did. */
+typedef struct output {
+  char *text;
+  size_t cap, len;
+  bool truncated;
+} output_t;
+
+static const char k_truncated[] = "\n[more compiler output not shown]\n";
+
+static void output_add(output_t *o, const char *chunk, size_t n) {
+  if (o->truncated) return;
+  size_t room = o->cap - sizeof(k_truncated) - o->len, take = n < room ? n : room;
+  memcpy(o->text + o->len, chunk, take);
+  o->len += take;
+  o->text[o->len] = '\0';
+  if (take < n) {
+    o->truncated = true;
+    memcpy(o->text + o->len, k_truncated, sizeof(k_truncated));
+  }
+}
+
+/* Reads the output pipe until done_fd is readable (the compiler or its helper has finished; -1:
+ * until end of file), then what is already in the pipe. A process the compiler left behind that
+ * still holds the pipe cannot make us wait past done_fd. */
+static void collect_output(output_t *o, int fd, int done_fd) {
+  struct pollfd pfd[2] = {{fd, POLLIN, 0}, {done_fd, POLLIN, 0}};
+  char chunk[4096];
+  while (pfd[0].fd >= 0 || pfd[1].fd >= 0) {
+    if (poll(pfd, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (pfd[0].revents) {
+      ssize_t n = read(fd, chunk, sizeof(chunk));
+      if (n > 0) output_add(o, chunk, (size_t)n);
+      else if (n == 0 || errno != EINTR) pfd[0].fd = -1;
+    }
+    if (pfd[1].revents) break;
+  }
+  if (pfd[0].fd >= 0 && fcntl(fd, F_SETFL, O_NONBLOCK) == 0) {
+    for (ssize_t n; (n = read(fd, chunk, sizeof(chunk))) != 0;) {
+      if (n > 0) output_add(o, chunk, (size_t)n);
+      else if (errno != EINTR) break;
+    }
+  }
+}
+
+/* A pipe whose ends are above 2 (so that dup2 onto 0, 1 and 2 never meets itself), close-on-exec. */
+static bool make_pipe(int fds[2]) {
+  fds[0] = fds[1] = -1;
+  if (pipe2(fds, O_CLOEXEC) != 0) return false;
+  for (int i = 0; i < 2; i++) {
+    if (fds[i] > 2) continue;
+    int moved = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+    close(fds[i]);
+    fds[i] = moved;
+  }
+  if (fds[0] >= 0 && fds[1] >= 0) return true;
+  for (int i = 0; i < 2; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  return false;
+}
+
+/* How the compiler starts: stdin from /dev/null, stdout and stderr into output_fd, none of the
+ * application's other descriptors, SIGCHLD and SIGPIPE at their defaults (the driver waits for its
+ * own children; a broken pipe between them ends them as usual), no signal blocked. */
+typedef struct spawn_setup {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+} spawn_setup_t;
+
+static bool spawn_setup_init(spawn_setup_t *s, int output_fd) {
+  if (posix_spawn_file_actions_init(&s->actions) != 0) return false;
+  if (posix_spawnattr_init(&s->attr) != 0) {
+    posix_spawn_file_actions_destroy(&s->actions);
+    return false;
+  }
+  sigset_t defaults, none;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGCHLD);
+  sigaddset(&defaults, SIGPIPE);
+  sigemptyset(&none);
+  bool ok = posix_spawn_file_actions_addopen(&s->actions, 0, "/dev/null", O_RDONLY, 0) == 0 &&
+            posix_spawn_file_actions_adddup2(&s->actions, output_fd, 1) == 0 &&
+            posix_spawn_file_actions_adddup2(&s->actions, output_fd, 2) == 0 &&
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 34)
+            posix_spawn_file_actions_addclosefrom_np(&s->actions, 3) == 0 &&
+#endif
+            posix_spawnattr_setsigdefault(&s->attr, &defaults) == 0 && posix_spawnattr_setsigmask(&s->attr, &none) == 0 &&
+            posix_spawnattr_setflags(&s->attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK) == 0;
+  if (!ok) {
+    posix_spawnattr_destroy(&s->attr);
+    posix_spawn_file_actions_destroy(&s->actions);
+  }
+  return ok;
+}
+
+static void spawn_setup_deinit(spawn_setup_t *s) {
+  posix_spawnattr_destroy(&s->attr);
+  posix_spawn_file_actions_destroy(&s->actions);
+}
+
+static hcq_status_t cannot_run(const char *cc, int err) {
+  return hcq_status_make(HCQ_COMPILE_ERROR, "cannot run the C compiler \"%s\": %s (set HCQ_CC)", cc, strerror(err));
+}
+
+static bool sigchld_autoreaps(void) {
+  struct sigaction sa;
+  return sigaction(SIGCHLD, NULL, &sa) == 0 && (sa.sa_handler == SIG_IGN || (sa.sa_flags & SA_NOCLDWAIT));
+}
+
+/* The compiler as our child. *out_lost when its status was reaped by someone else. */
+static hcq_status_t run_direct(const char *exe, char *const argv[], output_t *out, int *out_status, bool *out_lost) {
+  *out_lost = false;
+  int pipe_fds[2];
+  spawn_setup_t setup;
+  if (!make_pipe(pipe_fds)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot create a pipe for the compiler: %s", strerror(errno));
+  if (!spawn_setup_init(&setup, pipe_fds[1])) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot set up the compiler's process");
+  }
   pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[1]);
+  int rc = posix_spawn(&pid, exe, &setup.actions, &setup.attr, argv, environ);
+  spawn_setup_deinit(&setup);
+  close(pipe_fds[1]);
   if (rc != 0) {
-    close(fds[0]);
-    return hcq_status_make(HCQ_COMPILE_ERROR, "cannot run the C compiler \"%s\": %s (set HCQ_CC)", argv[0], strerror(rc));
+    close(pipe_fds[0]);
+    return cannot_run(argv[0], rc);
   }
-  size_t len = 0;
-  for (;;) {
-    char chunk[4096];
-    ssize_t n = read(fds[0], chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    size_t take = (size_t)n < output_size - 1 - len ? (size_t)n : output_size - 1 - len;
-    memcpy(output + len, chunk, take);
-    len += take;
+  /* Readable once the compiler has exited. Without pidfds (Linux < 5.3), read to end of file. */
+  int pidfd = pidfd_open(pid, 0);
+  collect_output(out, pipe_fds[0], pidfd);
+  if (pidfd >= 0) close(pidfd);
+  close(pipe_fds[0]);
+  while (waitpid(pid, out_status, 0) < 0) {
+    if (errno == ECHILD) {
+      *out_lost = true;
+      return NULL;
+    }
+    if (errno != EINTR) return hcq_status_make(HCQ_UNAVAILABLE, "cannot wait for the C compiler: %s", strerror(errno));
   }
-  output[len] = '\0';
-  close(fds[0]);
-  int status;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  *out_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return NULL;
 }
 
-static hcq_status_t compile_to(const hcq__options_t *o, const char *entry, const char *source, const char *so_path) {
-  static atomic_uint counter;
-  char base[1200], c_path[1300], tmp_so[1300];
-  snprintf(base, sizeof(base), "%s/tmp-%ld-%u", o->cache_dir, (long)getpid(), atomic_fetch_add(&counter, 1));
-  snprintf(c_path, sizeof(c_path), "%s-%s.c", base, entry);
-  snprintf(tmp_so, sizeof(tmp_so), "%s.so", base);
-  char line[128];
-  snprintf(line, sizeof(line), "#line 1 \"%s.c\"\n", entry);
-  hcq_status_t st = write_file(c_path, k_prelude, line, source);
-  if (st) return st;
+typedef struct helper_report {
+  int kind; /* HELPER_* */
+  int value;
+} helper_report_t;
 
-  char flags[sizeof(o->cflags)];
-  snprintf(flags, sizeof(flags), "%s", o->cflags);
-  char *argv[MAX_CFLAGS + 8];
-  int argc = 0;
-  argv[argc++] = (char *)o->cc;
-  for (char *save = NULL, *t = strtok_r(flags, " \t", &save); t && argc < MAX_CFLAGS; t = strtok_r(NULL, " \t", &save))
-    argv[argc++] = t;
-  argv[argc++] = "-shared";
-  argv[argc++] = "-fPIC";
-  argv[argc++] = "-o";
-  argv[argc++] = tmp_so;
-  argv[argc++] = c_path;
-  argv[argc++] = "-lm"; /* kernels may call libm (expf, ...) */
-  argv[argc] = NULL;
+enum { HELPER_WAIT_STATUS = 1, HELPER_SPAWN_FAILED, HELPER_WAIT_FAILED };
 
-  char *output = malloc(MAX_COMPILER_OUTPUT);
-  if (!output) {
-    unlink(c_path);
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory compiling %s", entry);
+/* The forked helper: only async-signal-safe calls (the parent may have had other threads), every
+ * signal blocked. */
+static void helper_main(int report_fd, const char *exe, char *const argv[], const spawn_setup_t *setup) {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGCHLD, &dfl, NULL); /* so that the compiler stays ours to wait for */
+  helper_report_t report = {HELPER_WAIT_STATUS, 0};
+  pid_t pid;
+  int rc = posix_spawn(&pid, exe, &setup->actions, &setup->attr, argv, environ);
+  if (rc != 0) {
+    report = (helper_report_t){HELPER_SPAWN_FAILED, rc};
+  } else {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+      if (errno != EINTR) {
+        report = (helper_report_t){HELPER_WAIT_FAILED, errno};
+        break;
+      }
+    }
+    if (report.kind == HELPER_WAIT_STATUS) report.value = status;
   }
-  int status = -1;
-  st = run_compiler(argv, output, MAX_COMPILER_OUTPUT, &status);
-  unlink(c_path);
-  if (!st && status != 0)
-    st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s failed (%s exited with status %d):\n%s", entry, o->cc, status,
-                         output);
-  free(output);
-  if (!st && rename(tmp_so, so_path) != 0)
-    st = hcq_status_make(HCQ_UNAVAILABLE, "cannot store %s in the kernel cache: %s", so_path, strerror(errno));
-  if (st) unlink(tmp_so);
+  while (write(report_fd, &report, sizeof(report)) < 0 && errno == EINTR) {
+  }
+  _exit(0);
+}
+
+/* The compiler under a forked helper that reports its wait status. */
+static hcq_status_t run_via_helper(const char *exe, char *const argv[], output_t *out, int *out_status) {
+  int output_fds[2], report_fds[2] = {-1, -1};
+  spawn_setup_t setup;
+  if (!make_pipe(output_fds) || !make_pipe(report_fds)) {
+    hcq_status_t st = hcq_status_make(HCQ_UNAVAILABLE, "cannot create a pipe for the compiler: %s", strerror(errno));
+    for (int i = 0; i < 2; i++) {
+      if (output_fds[i] >= 0) close(output_fds[i]);
+      if (report_fds[i] >= 0) close(report_fds[i]);
+    }
+    return st;
+  }
+  bool ready = spawn_setup_init(&setup, output_fds[1]);
+  /* The helper runs with every signal blocked, inherited from this thread at fork: no handler of
+   * the application may run in that copy of the process. The compiler gets an empty mask. */
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old_mask);
+  pid_t helper = ready ? fork() : -1;
+  int fork_errno = errno;
+  if (helper == 0) {
+    close(output_fds[0]);
+    close(report_fds[0]);
+    helper_main(report_fds[1], exe, argv, &setup);
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+  if (ready) spawn_setup_deinit(&setup);
+  close(output_fds[1]);
+  close(report_fds[1]);
+  hcq_status_t st = NULL;
+  if (helper < 0) {
+    st = hcq_status_make(HCQ_UNAVAILABLE, "cannot start the compiler: %s",
+                         ready ? strerror(fork_errno) : "cannot set up its process");
+  } else {
+    collect_output(out, output_fds[0], report_fds[0]);
+    helper_report_t report;
+    size_t got = 0;
+    while (got < sizeof(report)) {
+      ssize_t n = read(report_fds[0], (char *)&report + got, sizeof(report) - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += (size_t)n;
+    }
+    /* ECHILD here is fine: with SIGCHLD ignored the kernel reaped the helper, or a handler did. */
+    while (waitpid(helper, NULL, 0) < 0 && errno == EINTR) {
+    }
+    if (got < sizeof(report))
+      st = hcq_status_make(HCQ_UNAVAILABLE, "the process that runs the compiler ended without reporting");
+    else if (report.kind == HELPER_SPAWN_FAILED)
+      st = cannot_run(argv[0], report.value);
+    else if (report.kind == HELPER_WAIT_FAILED)
+      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot wait for the C compiler: %s", strerror(report.value));
+    else
+      *out_status = report.value;
+  }
+  close(output_fds[0]);
+  close(report_fds[0]);
   return st;
 }
 
-hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out) {
-  (void)dev;
-  const hcq__options_t *o = hcq__options();
-  char identity[PATH_MAX + 64];
-  compiler_identity(o->cc, identity, sizeof(identity));
-
-  XXH3_state_t *hs = XXH3_createState();
-  if (!hs) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory hashing %s", entry);
-  XXH3_128bits_reset(hs);
-  const char *parts[] = {"hcq-cpu-kernel/2", k_prelude, source, identity, o->cflags, "-shared -fPIC -lm", entry};
-  for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) XXH3_128bits_update(hs, parts[i], strlen(parts[i]) + 1);
-  XXH128_hash_t h = XXH3_128bits_digest(hs);
-  XXH3_freeState(hs);
-
-  char so_path[1200];
-  snprintf(so_path, sizeof(so_path), "%s/%016" PRIx64 "%016" PRIx64 ".so", o->cache_dir, (uint64_t)h.high64,
-           (uint64_t)h.low64);
-  hcq_status_t st = NULL;
-  if (access(so_path, R_OK) != 0) {
-    if ((st = make_dirs(o->cache_dir)) || (st = compile_to(o, entry, source, so_path))) return st;
+/* Runs the compiler (exe, argv) and gives its exact wait status, whatever the application did
+ * with SIGCHLD, and its output in output (cap bytes). */
+static hcq_status_t run_compiler(const char *exe, char *const argv[], char *output, size_t cap, int *out_status) {
+  output_t out = {output, cap, 0, false};
+  output[0] = '\0';
+  if (!sigchld_autoreaps()) {
+    bool lost;
+    hcq_status_t st = run_direct(exe, argv, &out, out_status, &lost);
+    if (st || !lost) return st;
+    out = (output_t){output, cap, 0, false}; /* once more, where the status cannot be taken */
+    output[0] = '\0';
   }
-  void *handle = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+  return run_via_helper(exe, argv, &out, out_status);
+}
+
+static const char *signal_name(int sig, char *buf, size_t size) {
+  const char *abbrev = sigabbrev_np(sig);
+  if (abbrev) snprintf(buf, size, "SIG%s", abbrev);
+  else snprintf(buf, size, "signal %d", sig);
+  return buf;
+}
+
+/* ---- compiling into a directory ---- */
+
+static bool write_all(int fd, const char *s) {
+  for (size_t len = strlen(s); len;) {
+    ssize_t n = write(fd, s, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    s += n;
+    len -= (size_t)n;
+  }
+  return true;
+}
+
+/* Compiles into new, uniquely named files of dir: c_path (the source, whose name reserves the
+ * pair) and so_path (the object). On success both exist and the caller removes c_path once done
+ * with so_path; on failure neither is left. *out_unwritable tells a failure to write in dir apart
+ * from a failed compile. */
+static hcq_status_t compile_into(const compiler_t *cc, const char *dir, const char *entry, const char *source,
+                                 char c_path[PATH_BUF], char so_path[PATH_BUF], bool *out_unwritable) {
+  *out_unwritable = false;
+  snprintf(c_path, PATH_BUF, "%s/tmp-XXXXXX.c", dir);
+  int fd = mkostemps(c_path, 2, O_CLOEXEC);
+  if (fd < 0) {
+    *out_unwritable = true;
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot write in %s: %s", dir, strerror(errno));
+  }
+  char line[128];
+  snprintf(line, sizeof(line), "#line 1 \"%s.c\"\n", entry);
+  bool ok = write_all(fd, k_prelude) && write_all(fd, line) && write_all(fd, source);
+  int err = errno;
+  if (close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
+    unlink(c_path);
+    *out_unwritable = true;
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", c_path, strerror(err));
+  }
+  snprintf(so_path, PATH_BUF, "%.*s.so", (int)(strlen(c_path) - 2), c_path);
+
+  size_t argc = 0;
+  char **argv = malloc((cc->ncc + cc->ncflags + 8) * sizeof(char *));
+  char *output = malloc(MAX_COMPILER_OUTPUT);
+  hcq_status_t st = NULL;
+  if (!argv || !output) {
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory compiling %s", entry);
+  } else {
+    for (size_t i = 0; i < cc->ncc; i++) argv[argc++] = cc->cc[i];
+    for (size_t i = 0; i < cc->ncflags; i++) argv[argc++] = cc->cflags[i];
+    argv[argc++] = "-shared";
+    argv[argc++] = "-fPIC";
+    argv[argc++] = "-o";
+    argv[argc++] = so_path;
+    argv[argc++] = c_path;
+    argv[argc++] = "-lm"; /* kernels may call libm (expf, ...) */
+    argv[argc] = NULL;
+    int status = 0;
+    if (!cc->exe[0])
+      st = hcq_status_make(HCQ_COMPILE_ERROR, "cannot run the C compiler \"%s\": not found in PATH (set HCQ_CC)", cc->cc[0]);
+    else
+      st = run_compiler(cc->exe, argv, output, MAX_COMPILER_OUTPUT, &status);
+    char sig[32];
+    if (!st && WIFSIGNALED(status))
+      st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s failed (%s was killed by signal %d (%s)):\n%s", entry,
+                           cc->cc[0], WTERMSIG(status), signal_name(WTERMSIG(status), sig, sizeof(sig)), output);
+    else if (!st && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
+      st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s failed (%s exited with status %d):\n%s", entry, cc->cc[0],
+                           WIFEXITED(status) ? WEXITSTATUS(status) : -1, output);
+    /* Whatever the umask, the object must pass inspect_object next time. */
+    else if (!st && chmod(so_path, 0755) != 0)
+      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot set the mode of %s: %s", so_path, strerror(errno));
+  }
+  free(argv);
+  free(output);
+  if (st) {
+    unlink(so_path);
+    unlink(c_path);
+  }
+  return st;
+}
+
+/* ---- loading ---- */
+
+/* dlopens path and resolves entry in that object itself (not in libm or libc behind it). *out_bad
+ * is set when the object does not load at all. */
+static hcq_status_t load_object(const char *path, const char *entry, hcq__program_impl_t *out, bool *out_bad) {
+  *out_bad = false;
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char *err = dlerror();
-    return hcq_status_make(HCQ_COMPILE_ERROR, "cannot load compiled kernel %s: %s", so_path, err ? err : "?");
+    *out_bad = true;
+    return hcq_status_make(HCQ_COMPILE_ERROR, "cannot load compiled kernel %s: %s", path, err ? err : "?");
   }
   dlerror();
   void *sym = dlsym(handle, entry);
+  Dl_info info;
+  struct link_map *map = NULL;
+  if (sym && (!dladdr(sym, &info) || dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || !map || !info.dli_fname ||
+              strcmp(info.dli_fname, map->l_name) != 0))
+    sym = NULL;
   if (!sym) {
     dlclose(handle);
     return hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not defined by the source", entry);
@@ -192,6 +861,114 @@ hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *
   out->object = handle;
   out->handle = (uint64_t)(uintptr_t)sym;
   return NULL;
+}
+
+/* ---- the two ways to compile ---- */
+
+/* Through the cache in dir (trusted). Sets *out_fallback, with *why, when dir cannot be written:
+ * the caller then compiles privately. */
+static hcq_status_t compile_cached(const compiler_t *cc, const char *dir, const char *key, const char *entry,
+                                   const char *source, hcq__program_impl_t *out, bool *out_fallback, char *why,
+                                   size_t why_size) {
+  *out_fallback = false;
+  char final[PATH_BUF], c_path[PATH_BUF], so_path[PATH_BUF];
+  snprintf(final, sizeof(final), "%s/%s.so", dir, key);
+  bool bad = false;
+  if (inspect_object(final) == OBJECT_OURS) {
+    hcq_status_t st = load_object(final, entry, out, &bad);
+    /* An object that does not load (truncated by a crash of an older version, say) is replaced. */
+    if (!st || !bad) return st;
+    hcq_status_free(st);
+  }
+  /* Missing, foreign or broken: compile and rename over it (never write through it). */
+  hcq_status_t st = compile_into(cc, dir, entry, source, c_path, so_path, &bad);
+  if (st && bad) {
+    snprintf(why, why_size, "%s", hcq_status_message(st));
+    hcq_status_free(st);
+    *out_fallback = true;
+    return NULL;
+  }
+  if (st) return st;
+  if (rename(so_path, final) != 0) {
+    /* Never load it under its temporary name: a later object may get that name, and dlopen
+     * would hand back this one for it. */
+    snprintf(why, why_size, "cannot store %s: %s", final, strerror(errno));
+    unlink(so_path);
+    unlink(c_path);
+    *out_fallback = true;
+    return NULL;
+  }
+  unlink(c_path);
+  st = load_object(final, entry, out, &bad);
+  return st;
+}
+
+/* In a private directory made for this compile and removed after it (the object stays mapped). */
+static hcq_status_t compile_private(const compiler_t *cc, const char *key, const char *entry, const char *source,
+                                    hcq__program_impl_t *out) {
+  const hcq__options_t *o = hcq__options();
+  const char *bases[] = {o->tmp_dir, "/tmp"};
+  char made[PATH_BUF], dir[PATH_MAX], why[2 * PATH_MAX] = "";
+  bool have_dir = false;
+  for (size_t i = 0; i < 2 && !have_dir; i++) {
+    if (strlen(bases[i]) > MAX_CACHE_DIR) continue;
+    snprintf(made, sizeof(made), "%s/hcq-build-XXXXXX", bases[i]);
+    if (!mkdtemp(made)) {
+      snprintf(why, sizeof(why), "cannot create %s: %s", made, strerror(errno));
+      continue;
+    }
+    have_dir = realpath(made, dir) && strlen(dir) <= MAX_CACHE_DIR && dir_is_trusted(dir, why, sizeof(why));
+    if (!have_dir) rmdir(made);
+  }
+  if (!have_dir) return hcq_status_make(HCQ_UNAVAILABLE, "no private directory to compile %s in: %s", entry, why);
+  char c_path[PATH_BUF], so_path[PATH_BUF], named[PATH_BUF];
+  bool bad;
+  hcq_status_t st = compile_into(cc, dir, entry, source, c_path, so_path, &bad);
+  if (!st) {
+    /* Named by its key: dlopen only ever returns an already loaded object for the same name. */
+    snprintf(named, sizeof(named), "%s/%s.so", dir, key);
+    if (rename(so_path, named) == 0) st = load_object(named, entry, out, &bad);
+    else st = hcq_status_make(HCQ_UNAVAILABLE, "cannot rename %s: %s", so_path, strerror(errno));
+    unlink(named);
+    unlink(so_path);
+    unlink(c_path);
+  }
+  rmdir(dir);
+  return st;
+}
+
+/* ---- entry ---- */
+
+hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out) {
+  (void)dev;
+  if (!hcq__is_c_identifier(entry)) {
+    char quoted[300];
+    hcq__quote(entry, quoted, sizeof(quoted));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "entry %s is not a C identifier (letters, digits and _, not starting with a digit)", quoted);
+  }
+  const compiler_t *cc;
+  hcq_status_t st = get_compiler(&cc);
+  if (st) return st;
+  const hcq__options_t *o = hcq__options();
+  const char *cpu = cc->native ? hcq__cpu_host_identity() : NULL;
+  hcq__cpu_key_input_t in = {source, entry, (const char *const *)cc->cc, cc->identity, (const char *const *)cc->cflags, cpu};
+  char key[33];
+  hcq__cpu_cache_key(&in, key);
+
+  char dir[PATH_MAX], why[2 * PATH_MAX + 256];
+  bool cached = open_cache_dir(o->cache_dir, dir, why, sizeof(why));
+  if (cached && cc->native && !cpu) {
+    snprintf(why, sizeof(why), "the compiler flags ask for the host CPU (\"native\") and /proc/cpuinfo cannot be read to put it in the key");
+    cached = false;
+  }
+  if (cached) {
+    bool fallback;
+    st = compile_cached(cc, dir, key, entry, source, out, &fallback, why, sizeof(why));
+    if (st || !fallback) return st;
+  }
+  warn_uncached(why);
+  return compile_private(cc, key, entry, source, out);
 }
 
 void hcq__cpu_unload(hcq_device_t *dev, hcq__program_impl_t *impl) {

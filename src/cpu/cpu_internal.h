@@ -2,10 +2,37 @@
 #ifndef HCQ_CPU_INTERNAL_H
 #define HCQ_CPU_INTERNAL_H
 
+#include <setjmp.h>
+
 #include "core/internal.h"
 
 /* Compiles source with the system C compiler into a cached shared object and resolves entry. */
 hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
 void hcq__cpu_unload(hcq_device_t *dev, hcq__program_impl_t *impl);
+
+/* ---- kernel faults (cpu_fault.c) ----
+ * Every thread that runs kernels points hcq__cpu_fault_ctx at its context; the fault handler reads
+ * the command being run from it to name the kernel and item. With isolation, jump is armed around
+ * each kernel call and the handler returns through it with fault_signal/fault_addr set. */
+typedef struct hcq__cpu_fault_ctx {
+  hcq_device_t *device;
+  const uint32_t *(*current_command)(const struct hcq__cpu_fault_ctx *ctx); /* async-signal-safe */
+  const void *owner;
+  sigjmp_buf *jump;
+  volatile int fault_signal;
+  volatile uint64_t fault_addr;
+} hcq__cpu_fault_ctx_t;
+extern _Thread_local hcq__cpu_fault_ctx_t *hcq__cpu_fault_ctx;
+
+/* Installs the handler for SIGSEGV, SIGBUS, SIGFPE and SIGILL once per process. */
+void hcq__cpu_fault_install(void);
+/* "kernel mix (graph item 3) on CPU:0 faulted with SIGSEGV at address 0x10" */
+void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t addr, char *out, size_t size);
+/* An alternate signal stack for a kernel thread: allocated by the thread's creator (threads allocate
+ * nothing), installed by the thread, uninstalled before it exits; NULL is fine (no alternate stack). */
+#define HCQ__CPU_FAULT_STACK (64 * 1024)
+void *hcq__cpu_fault_stack_alloc(void);
+void hcq__cpu_fault_thread_init(void *stack);
+void hcq__cpu_fault_thread_exit(void *stack);
 
 #endif

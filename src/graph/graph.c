@@ -1,6 +1,8 @@
 /* The public graph API: argument checks and the common runner, then the graph kind's vtable. */
 #include <stdlib.h>
+#include <string.h>
 
+#include "core/trace_internal.h"
 #include "graph/graph_internal.h"
 
 hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
@@ -9,29 +11,68 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
   if (!out_graph) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_create: out_graph is NULL");
   *out_graph = NULL;
   hcq__runner_t runner;
-  hcq_status_t st = hcq__runner_init(&runner, items, nitems, inputs, ninputs, vals, nvals);
+  hcq_status_t st = hcq__runner_init(&runner, items, nitems, inputs, ninputs, vals, nvals, "graph");
   if (st) return st;
-  const char *env = getenv("HCQ_PROFILE");
-  bool profile = (options && options->profile) || (env && *env && *env != '0');
-  /* Every device kind hcq drives today runs the HCQ graph. */
-  st = hcq__hcq_graph_create(&runner, profile, out_graph);
+  bool profile = (options && options->profile) || hcq__options()->profile[0] || hcq__trace_on();
+  /* CUDA devices run the CUDA graph (SPEC 6), which spans CUDA devices only; the rest the HCQ graph. */
+  hcq_device_t *cuda = NULL, *other = NULL;
+  for (size_t d = 0; d < runner.ndevices; d++) {
+    if (runner.devices[d]->kind == HCQ_DEVICE_CUDA && !cuda) cuda = runner.devices[d];
+    if (runner.devices[d]->kind != HCQ_DEVICE_CUDA && !other) other = runner.devices[d];
+  }
+  if (cuda && other)
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph cannot mix CUDA devices with others (%s and %s): split the items "
+                         "by device kind (the JIT does), or transfer eagerly", cuda->name, other->name);
+  else if (cuda)
+    st = hcq__cuda_graph_create(&runner, profile, out_graph);
+  else
+    st = hcq__hcq_graph_create(&runner, profile, out_graph);
   if (st) hcq__runner_deinit(&runner);
   return st;
+}
+
+/* Validation: a destroyed graph passed again is named instead of read. */
+static hcq_status_t check_graph(const hcq_graph_t *g, const char *what) {
+  if (!hcq__validating) return NULL;
+  if (g->magic == HCQ__OBJ_LIVE) return NULL;
+  return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: %s (HCQ_VALIDATE)", what,
+                         g->magic == HCQ__OBJ_DEAD ? "the graph was destroyed already" : "not a live hcq graph");
 }
 
 hcq_status_t hcq_graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
                            size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
   if (!g) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_run: graph is NULL");
-  hcq_status_t st = hcq__runner_stage(&g->runner, inputs, ninputs, vals, nvals);
+  hcq_status_t st = check_graph(g, "hcq_graph_run");
+  if (st) return st;
+  if ((st = hcq__runner_enter(&g->runner, "hcq_graph_run"))) return st;
+  st = hcq__runner_stage(&g->runner, inputs, ninputs, vals, nvals);
   if (!st) st = g->vt->run(g, wait, out_elapsed_ns);
+  hcq__runner_leave(&g->runner);
   return st ? hcq_status_annotate(st, "graph replay") : NULL;
 }
 
 hcq_status_t hcq_graph_destroy(hcq_graph_t *g) {
   if (!g) return NULL;
+  hcq_status_t st = check_graph(g, "hcq_graph_destroy");
+  if (st) return st;
+  if ((st = hcq__runner_enter(&g->runner, "hcq_graph_destroy"))) return st;
   hcq__runner_t runner = g->runner;
-  hcq_status_t st = g->vt->destroy(g);
-  if (!st) hcq__runner_deinit(&runner);
+  hcq_device_t *devs[HCQ__GRAPH_MAX_DEVICES];
+  size_t ndevs = runner.ndevices < HCQ__GRAPH_MAX_DEVICES ? runner.ndevices : HCQ__GRAPH_MAX_DEVICES;
+  memcpy(devs, runner.devices, ndevs * sizeof(*devs));
+  st = g->vt->destroy(g);
+  if (st) {
+    /* A lost device never finishes the last replay: destroying still frees what can be freed. */
+    bool lost = false;
+    for (size_t i = 0; i < ndevs; i++) lost |= hcq__device_is_lost(devs[i]);
+    if (!lost) {
+      hcq__runner_leave(&g->runner);
+      return st;
+    }
+    hcq_status_free(st);
+    st = g->vt->destroy_anyway(g);
+  }
+  hcq__runner_deinit(&runner);
   return st;
 }
 
@@ -62,6 +103,17 @@ const hcq_queue_t *hcq_graph_queue(const hcq_graph_t *g, uint32_t queue) {
 hcq_status_t hcq_graph_profile(hcq_graph_t *g, const hcq_profile_event_t **out) {
   if (!g || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_profile: graph or output is NULL");
   *out = NULL;
+  hcq_status_t st = check_graph(g, "hcq_graph_profile");
+  if (st) return st;
   if (!g->vt->profile) return hcq_status_make(HCQ_FAILED_PRECONDITION, "a %s graph keeps no profile", g->vt->kind);
-  return g->vt->profile(g, out);
+  if ((st = hcq__runner_enter(&g->runner, "hcq_graph_profile"))) return st;
+  st = g->vt->profile(g, out);
+  hcq__runner_leave(&g->runner);
+  return st;
+}
+
+void hcq_graph_stats(const hcq_graph_t *g, hcq_graph_stats_t *out) {
+  if (!out) return;
+  memset(out, 0, sizeof(*out));
+  if (g && g->vt->stats) g->vt->stats(g, out);
 }

@@ -9,6 +9,9 @@ typedef struct hcq__graph_vtable {
   /* Waits for the last replay (TIMEOUT leaves the graph intact) and frees everything but the
    * runner. Mandatory. */
   hcq_status_t (*destroy)(hcq_graph_t *g);
+  /* Frees everything but the runner without waiting (a device of the graph is lost); memory the
+   * engines may still use goes through the devices' deferred frees. Mandatory. */
+  hcq_status_t (*destroy_anyway)(hcq_graph_t *g);
   /* Replays with the runner's staged arguments; must not change anything when it fails before
    * submitting. Mandatory. */
   hcq_status_t (*run)(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
@@ -16,17 +19,24 @@ typedef struct hcq__graph_vtable {
   hcq_status_t (*item_schedule)(const hcq_graph_t *g, size_t i, hcq_graph_item_schedule_t *out);
   const hcq_queue_t *(*queue)(const hcq_graph_t *g, uint32_t queue);
   hcq_status_t (*profile)(hcq_graph_t *g, const hcq_profile_event_t **out);
+  /* Optional (NULL: replays and updates are not counted). */
+  void (*stats)(const hcq_graph_t *g, hcq_graph_stats_t *out);
 } hcq__graph_vtable_t;
 
 struct hcq_graph {
   const hcq__graph_vtable_t *vt;
+  uint32_t magic; /* HCQ__OBJ_LIVE; HCQ__OBJ_DEAD once destroyed (the struct is kept when validating) */
   hcq__runner_t runner;
 };
 
 /* Builds an HCQ graph over the runner's items (the runner is moved into the graph on success). */
 hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out);
+/* Builds a CUDA graph (every device of the runner is a CUDA device); same ownership rule. */
+hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out);
 
-/* Tests only: the HCQ graph's replay counter, to exercise its wrap. */
-uint64_t *hcq__graph_kickoff_value_for_tests(hcq_graph_t *g);
+/* Tests only: the HCQ graph's replay counter, and setting it as if that many replays had finished
+ * (with no replay in flight), to exercise its wrap. */
+uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g);
+void hcq__graph_pretend_replays_for_tests(hcq_graph_t *g, uint64_t replays);
 
 #endif

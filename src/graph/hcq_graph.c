@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/trace_internal.h"
 #include "graph/graph_internal.h"
 
 #define NO_ITEM UINT32_MAX
@@ -49,9 +50,10 @@ typedef struct hcq_graph_impl {
   hcq_var_value_t *values;
   size_t nvalues, user_at, timeline_at, inputs_at;
 
-  /* Where each device's previous replay ends: waited for before the next one. */
-  hcq_signal_t *last_signal[HCQ__GRAPH_MAX_DEVICES];
-  uint64_t last_value[HCQ__GRAPH_MAX_DEVICES];
+  /* Each compute queue ends by setting its device's done signal to K: the next replay, a profile and
+   * destroy wait for it. The graph's own signal, so timeline wraps cannot reset it. */
+  hcq_signal_t *done_sig[HCQ__GRAPH_MAX_DEVICES];
+  char queue_label[2 * HCQ__GRAPH_MAX_DEVICES][112];
 
   item_sched_t *sched;
   HCQ__VEC(hcq_graph_wait_t) waits;
@@ -64,6 +66,7 @@ typedef struct hcq_graph_impl {
   size_t *prof_ndeps;
   uint64_t *prof_timestamps;
   hcq_profile_event_t prof_event;
+  hcq__trace_graph_t *trace; /* the profiler's entry (NULL when it was off at build) */
 } hcq_graph_impl_t;
 
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
@@ -234,8 +237,9 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, uint32_t j) {
   const hcq_exec_item_t *it = &r->items[j];
   const item_sched_t *s = &g->sched[j];
   uint32_t d = s->queue / 2;
-  hcq_queue_t *q;
+  hcq_queue_t *q = NULL;
   hcq_status_t st = get_queue(g, s->queue, &q);
+  if (!st) q->tag = j + 1; /* hang reports and fault messages name the item */
   for (uint32_t i = 0; i < s->nready && !st; i++)
     st = hcq_queue_wait(q, addr_of(g->dev_sig[g->ready.data[s->ready_at + i]]), hcq_sym(g->kickoff_var));
   for (uint32_t i = 0; i < s->nwaits && !st; i++) {
@@ -257,6 +261,7 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, uint32_t j) {
   }
   if (!st && g->profile) st = hcq_queue_timestamp(q, slot_addr(g, d, s->end_slot));
   if (!st && s->signal_value) st = hcq_queue_signal(q, addr_of(g->queue_sig[s->queue]), hcq_imm(s->signal_value));
+  if (q) q->tag = 0;
   return st ? hcq_status_annotate(st, "item %u", j) : NULL;
 }
 
@@ -275,10 +280,22 @@ static hcq_status_t build_queues(hcq_graph_impl_t *g) {
   for (size_t d = 0; d < g->ndev && !st; d++) {
     hcq_device_t *dev = r->devices[d];
     char name[64];
-    if (kernargs_size[d]) st = hcq_buffer_create(dev, kernargs_size[d], &g->kernargs[d]);
-    if (!st && g->profile) st = hcq_buffer_create(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &g->prof_slots[d]);
+    if (kernargs_size[d]) st = hcq__buffer_create_host_visible(dev, kernargs_size[d], &g->kernargs[d]);
+    if (!st && kernargs_size[d]) {
+      snprintf(name, sizeof(name), "kernargs of %s", r->label);
+      hcq_buffer_set_label(g->kernargs[d], name);
+      hcq__buffer_set_mem_class(g->kernargs[d], HCQ__MEMC_KERNARGS);
+    }
+    if (!st && g->profile) {
+      st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &g->prof_slots[d]);
+      snprintf(name, sizeof(name), "profile slots of %s", r->label);
+      if (!st) hcq_buffer_set_label(g->prof_slots[d], name);
+      if (!st) hcq__buffer_set_mem_class(g->prof_slots[d], HCQ__MEMC_PROFILE);
+    }
     snprintf(name, sizeof(name), "graph device signal of %s", dev->name);
     if (!st) st = hcq__signal_create_internal(dev, name, 0, &g->dev_sig[d]);
+    snprintf(name, sizeof(name), "%s done on %s", r->label, dev->name);
+    if (!st) st = hcq__signal_create_internal(dev, name, 0, &g->done_sig[d]);
     for (int kind = 0; kind < 2 && !st; kind++) {
       if (kind == 1 && g->last_item[2 * d + 1] == NO_ITEM) continue;
       snprintf(name, sizeof(name), "graph %s queue signal of %s", kind ? "copy" : "compute", dev->name);
@@ -312,9 +329,15 @@ static hcq_status_t build_queues(hcq_graph_impl_t *g) {
     if (!st) st = next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
     hcq_expr_release(one);
     hcq_expr_release(next);
+    if (!st) st = hcq_queue_signal(q, addr_of(g->done_sig[d]), hcq_sym(g->kickoff_var));
   }
-  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++)
-    if (g->queues[q]) st = hcq_queue_bind(g->queues[q], r->devices[q / 2]);
+  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
+    if (!g->queues[q]) continue;
+    snprintf(g->queue_label[q], sizeof(g->queue_label[q]), "%s %s queue of %s", r->label, q & 1 ? "copy" : "compute",
+             r->devices[q / 2]->name);
+    g->queues[q]->label = g->queue_label[q];
+    st = hcq_queue_bind(g->queues[q], r->devices[q / 2]);
+  }
   return st;
 }
 
@@ -346,6 +369,27 @@ static hcq_status_t build_profile(hcq_graph_impl_t *g) {
   return NULL;
 }
 
+/* Hands the profiler, when it is on, where each item's timestamps land and when a replay ended on
+ * each device: it reads every replay once the next one (or destroy, or a flush) has waited for it. */
+static void trace_register(hcq_graph_impl_t *g) {
+  if (!hcq__trace_on()) return;
+  const hcq__runner_t *r = &g->base.runner;
+  hcq__trace_graph_item_t *items = calloc(r->nitems, sizeof(*items));
+  hcq__signal_words_t *done[HCQ__GRAPH_MAX_DEVICES];
+  if (!items) return; /* not traced */
+  for (size_t j = 0; j < r->nitems; j++) {
+    const item_sched_t *s = &g->sched[j];
+    const hcq__signal_words_t *slots = g->prof_slots[s->queue / 2]->mem.host;
+    bool copy = r->items[j].kind == HCQ_ITEM_TRANSFER;
+    items[j] = (hcq__trace_graph_item_t){g->prof_entries[j].name, r->devices[s->queue / 2],
+                                         copy ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE, copy ? r->items[j].transfer.bytes : 0,
+                                         &slots[s->start_slot], &slots[s->end_slot], g->deps.data + s->deps_at, s->ndeps};
+  }
+  for (size_t d = 0; d < g->ndev; d++) done[d] = g->done_sig[d]->words;
+  g->trace = hcq__trace_graph_register(r->label, items, r->nitems, r->devices, done, g->ndev);
+  free(items);
+}
+
 static void collect_timestamps(hcq_graph_impl_t *g) {
   const hcq__runner_t *r = &g->base.runner;
   memset(g->prof_timestamps, 0, 2 * r->nitems * sizeof(uint64_t));
@@ -361,12 +405,25 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
 /* ---- replay (SPEC 5 step 7) ---- */
 
 static hcq_status_t wait_previous(hcq_graph_impl_t *g) {
+  if (!g->kickoff_value) return NULL;
+  hcq__runner_t *r = &g->base.runner;
   for (size_t d = 0; d < g->ndev; d++) {
-    if (!g->last_signal[d]) continue;
-    hcq_status_t st = hcq_signal_wait(g->last_signal[d], g->last_value[d], HCQ_TIMEOUT_DEFAULT);
-    if (st) return hcq_status_annotate(st, "waiting for the previous replay on %s", g->base.runner.devices[d]->name);
+    hcq_status_t st = hcq__wait_signal(g->done_sig[d], g->kickoff_value, HCQ_TIMEOUT_DEFAULT, r->devices, g->ndev);
+    if (st) return hcq_status_annotate(st, "waiting for the previous replay of %s on %s", r->label, r->devices[d]->name);
   }
   return NULL;
+}
+
+/* "item 3 (kernel mix)" for a failing prepare of q, or "" */
+static void failed_item(const hcq_graph_impl_t *g, const hcq_queue_t *q, char *out, size_t size) {
+  out[0] = '\0';
+  if (!q->failed_patch || !q->failed_patch->tag) return;
+  uint32_t j = q->failed_patch->tag - 1;
+  const hcq_exec_item_t *it = &g->base.runner.items[j];
+  if (it->kind == HCQ_ITEM_KERNEL)
+    snprintf(out, size, "kernel %s", it->kernel.program->name);
+  else
+    snprintf(out, size, "transfer %s -> %s", it->transfer.src->label, it->transfer.dst->label);
 }
 
 static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
@@ -375,12 +432,14 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   uint64_t start = hcq__now_ns();
   hcq_status_t st = wait_previous(g);
   if (st) return st;
-  if (g->profile && g->kickoff_value) collect_timestamps(g);
+  if (g->trace) hcq__trace_graph_collect(g->trace);
+  uint64_t submit_start = g->trace ? hcq__now_ns() : 0;
 
   /* The kickoff value is a 32-bit payload: restart it (and the device signals compared with it)
    * before it overflows. Everything of the previous replay has finished here. */
   if (g->kickoff_value >= HCQ_TIMELINE_WRAP) {
     for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(g->dev_sig[d], 0);
+    for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(g->done_sig[d], 0);
     hcq_signal_set(g->kickoff, 0);
     g->kickoff_value = 0;
   }
@@ -399,24 +458,31 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
     g->values[g->timeline_at + 2 * d].value = (int64_t)dev->timeline_value - 1;
     g->values[g->timeline_at + 2 * d + 1].value = (int64_t)hcq_signal_address(dev->timeline);
   }
-  /* Evaluate every queue before submitting any: a replay runs whole or not at all. */
+  /* Evaluate every queue and reserve room on every engine before submitting any: a replay runs
+   * whole or not at all. */
+  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
+    if (!g->queues[q]) continue;
+    st = hcq__queue_prepare(g->queues[q], g->values, g->nvalues);
+    char what[160];
+    if (st) failed_item(g, g->queues[q], what, sizeof(what));
+    if (st && *what) st = hcq_status_annotate(st, "%s", what);
+  }
   for (uint32_t q = 0; q < 2 * g->ndev && !st; q++)
-    if (g->queues[q]) st = hcq__queue_prepare(g->queues[q], g->values, g->nvalues);
+    if (g->queues[q]) st = hcq__queue_reserve_locked(g->queues[q], r->devices[q / 2]);
   if (!st) {
     g->kickoff_value = kickoff;
     hcq_signal_set(g->kickoff, kickoff);
-    for (size_t d = 0; d < g->ndev && !st; d++) {
+    for (size_t d = 0; d < g->ndev; d++) {
       hcq_device_t *dev = r->devices[d];
-      st = hcq__queue_commit_locked(g->queues[2 * d], dev);
-      if (!st && g->queues[2 * d + 1]) st = hcq__queue_commit_locked(g->queues[2 * d + 1], dev);
-      if (st) break; /* a full ring after its timeout: the device is stuck already */
-      g->last_signal[d] = dev->timeline;
-      g->last_value[d] = dev->timeline_value;
+      /* Cannot fail after the reservation. */
+      hcq_status_free(hcq__queue_commit_locked(g->queues[2 * d], dev));
+      if (g->queues[2 * d + 1]) hcq_status_free(hcq__queue_commit_locked(g->queues[2 * d + 1], dev));
       dev->timeline_value++;
     }
   }
   hcq__device_unlock_many(r->devices, g->ndev);
   if (st) return st;
+  if (g->trace) hcq__trace_graph_submitted(g->trace, kickoff, submit_start);
   hcq__runner_commit(r);
   if (wait) {
     if ((st = wait_previous(g))) return st;
@@ -427,19 +493,24 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
 
 /* ---- the rest of the vtable ---- */
 
-static void free_impl(hcq_graph_impl_t *g) {
+/* keep_signals: a device of the graph is lost and another may still be waiting on the graph's
+ * signals (which live on one device but are read by the queues of all): they are kept, not freed. */
+static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
+  void (*release_signal)(hcq_signal_t *) = keep_signals ? hcq__signal_abandon : hcq__signal_free_internal;
+  hcq__trace_graph_unregister(g->trace);
   for (size_t q = 0; q < 2 * HCQ__GRAPH_MAX_DEVICES; q++) {
     hcq_queue_free(g->queues[q]);
-    hcq__signal_free_internal(g->queue_sig[q]);
+    release_signal(g->queue_sig[q]);
   }
   for (size_t d = 0; d < HCQ__GRAPH_MAX_DEVICES; d++) {
-    hcq__signal_free_internal(g->dev_sig[d]);
+    release_signal(g->dev_sig[d]);
+    release_signal(g->done_sig[d]);
     hcq_buffer_release(g->kernargs[d]);
     hcq_buffer_release(g->prof_slots[d]);
     hcq_expr_release(g->timeline_val[d]);
     hcq_expr_release(g->timeline_addr[d]);
   }
-  hcq__signal_free_internal(g->kickoff);
+  release_signal(g->kickoff);
   hcq_expr_release(g->kickoff_var);
   for (size_t k = 0; g->input_vars && k < g->base.runner.ninputs; k++) hcq_expr_release(g->input_vars[k]);
   free(g->input_vars);
@@ -453,14 +524,34 @@ static void free_impl(hcq_graph_impl_t *g) {
   free(g->prof_deps);
   free(g->prof_ndeps);
   free(g->prof_timestamps);
-  free(g);
+  g->base.magic = HCQ__OBJ_DEAD;
+  if (hcq__validating)
+    hcq__keep(g);
+  else
+    free(g);
 }
+
+static void free_impl(hcq_graph_impl_t *g) { free_impl_ex(g, false); }
 
 static hcq_status_t hcq_graph_destroy_impl(hcq_graph_t *base) {
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
   hcq_status_t st = wait_previous(g);
   if (st) return st;
+  if (g->trace) hcq__trace_graph_collect(g->trace);
   free_impl(g);
+  return NULL;
+}
+
+static hcq_status_t hcq_graph_destroy_anyway_impl(hcq_graph_t *base) {
+  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+  bool busy = false;
+  for (size_t d = 0; d < g->ndev; d++) {
+    hcq_device_t *dev = base->runner.devices[d];
+    if (hcq__device_is_lost(dev)) continue;
+    for (int k = 0; k < 2; k++)
+      busy |= dev->vt->completed(dev, (hcq_queue_kind_t)k) < dev->vt->submitted(dev, (hcq_queue_kind_t)k);
+  }
+  free_impl_ex(g, busy);
   return NULL;
 }
 
@@ -497,6 +588,7 @@ static hcq_status_t hcq_graph_profile_impl(hcq_graph_t *base, const hcq_profile_
 static const hcq__graph_vtable_t hcq_graph_vtable = {
     .kind = "hcq",
     .destroy = hcq_graph_destroy_impl,
+    .destroy_anyway = hcq_graph_destroy_anyway_impl,
     .run = hcq_graph_run_impl,
     .item_schedule = hcq_graph_item_schedule_impl,
     .queue = hcq_graph_queue_impl,
@@ -510,6 +602,7 @@ hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_grap
   hcq_graph_impl_t *g = calloc(1, sizeof(*g));
   if (!g) return oom();
   g->base.vt = &hcq_graph_vtable;
+  g->base.magic = HCQ__OBJ_LIVE;
   g->base.runner = *runner;
   g->ndev = runner->ndevices;
   g->profile = profile;
@@ -519,6 +612,7 @@ hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_grap
   if (!st) st = make_vars(g);
   if (!st) st = build_queues(g);
   if (!st && profile) st = build_profile(g);
+  if (!st && profile) trace_register(g);
   if (st) {
     /* The runner stays with the caller, who releases it. */
     free_impl(g);
@@ -528,4 +622,14 @@ hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_grap
   return NULL;
 }
 
-uint64_t *hcq__graph_kickoff_value_for_tests(hcq_graph_t *g) { return &((hcq_graph_impl_t *)g)->kickoff_value; }
+uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g) { return ((const hcq_graph_impl_t *)g)->kickoff_value; }
+
+void hcq__graph_pretend_replays_for_tests(hcq_graph_t *base, uint64_t replays) {
+  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+  g->kickoff_value = replays;
+  hcq_signal_set(g->kickoff, replays);
+  for (size_t d = 0; d < g->ndev; d++) {
+    hcq_signal_set(g->dev_sig[d], replays);
+    hcq_signal_set(g->done_sig[d], replays);
+  }
+}

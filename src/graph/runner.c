@@ -22,7 +22,9 @@ void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out) {
   }
   out->bufs = it->kernel.bufs;
   out->n = it->kernel.nbufs;
-  for (size_t i = 0; i < out->n; i++) out->writes[i] = false;
+  /* One rule everywhere: a kernel that does not say what it writes writes every buffer. */
+  bool all = it->kernel.nouts == 0;
+  for (size_t i = 0; i < out->n; i++) out->writes[i] = all;
   for (size_t i = 0; i < it->kernel.nouts; i++) out->writes[it->kernel.outs[i]] = true;
 }
 
@@ -83,6 +85,27 @@ static hcq_status_t check_operand(hcq_operand_t op, int64_t lo, int64_t hi, cons
                          text, op.sym ? " = " : "", v, lo, hi);
 }
 
+static bool kernel_dims_symbolic(const hcq_kernel_item_t *k) {
+  for (int i = 0; i < 3; i++)
+    if ((k->global[i].sym && !hcq_expr_is_const(k->global[i].sym)) || (k->local[i].sym && !hcq_expr_is_const(k->local[i].sym)))
+      return true;
+  return false;
+}
+
+/* The launch geometry with these values: fits 32 bits per dim and the device's work-item limit.
+ * Operands are known to evaluate (checked before). */
+static hcq_status_t check_kernel_dims(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals,
+                                      size_t nvals) {
+  uint64_t g[3], l[3];
+  for (int i = 0; i < 3; i++) {
+    int64_t gv = k->global[i].value, lv = k->local[i].value;
+    if (k->global[i].sym) hcq_status_free(hcq_expr_eval(k->global[i].sym, vals, nvals, &gv));
+    if (k->local[i].sym) hcq_status_free(hcq_expr_eval(k->local[i].sym, vals, nvals, &lv));
+    g[i] = (uint64_t)gv, l[i] = (uint64_t)lv;
+  }
+  return hcq__check_dims(k->program->dev, g, l, who);
+}
+
 static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals, size_t nvals) {
   if (!k->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: kernel has no program", who);
   const char *name = k->program->name;
@@ -91,8 +114,19 @@ static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who,
                            who, name, k->nbufs, k->nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
   if ((k->nbufs && !k->bufs) || (k->nouts && !k->outs) || (k->nvals && !k->vals))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): a buffer, out or value array is NULL", who, name);
+  hcq_status_t st = NULL;
+  if (hcq__validating) {
+    char what[96];
+    snprintf(what, sizeof(what), "%s: program", who);
+    if ((st = hcq__obj_check(&k->program->obj, HCQ__OBJ_PROGRAM, what))) return st;
+  }
   for (size_t i = 0; i < k->nbufs; i++) {
     if (!k->bufs[i]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): buffer %zu is NULL", who, name, i);
+    if (hcq__validating) {
+      char what[96];
+      snprintf(what, sizeof(what), "%s (%s): buffer %zu", who, name, i);
+      if ((st = hcq__obj_check(&k->bufs[i]->obj, HCQ__OBJ_BUFFER, what))) return st;
+    }
     if (k->bufs[i]->dev != k->program->dev)
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): buffer %zu (%s) is on %s but the program runs on %s",
                              who, name, i, k->bufs[i]->label, k->bufs[i]->dev->name, k->program->dev->name);
@@ -101,17 +135,25 @@ static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who,
     if (k->outs[i] >= k->nbufs)
       return hcq_status_make(HCQ_OUT_OF_RANGE, "%s (%s): out %zu names buffer %u but the kernel has %zu", who, name,
                              i, k->outs[i], k->nbufs);
-  hcq_status_t st = NULL;
   for (size_t i = 0; i < k->nvals && !st; i++) st = check_operand(k->vals[i], INT32_MIN, INT32_MAX, vals, nvals, who, "value", i);
   for (size_t i = 0; i < 3 && !st; i++) {
     st = check_operand(k->global[i], 0, UINT32_MAX, vals, nvals, who, "global", i);
     if (!st) st = check_operand(k->local[i], 0, UINT32_MAX, vals, nvals, who, "local", i);
   }
+  if (!st && (vals || !kernel_dims_symbolic(k))) st = check_kernel_dims(k, who, vals, nvals);
   return st;
 }
 
 static hcq_status_t validate_transfer(const hcq_transfer_item_t *t, const char *who) {
   if (!t->dst || !t->src) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: transfer with a NULL buffer", who);
+  if (hcq__validating) {
+    char what[64];
+    snprintf(what, sizeof(what), "%s: transfer destination", who);
+    hcq_status_t st = hcq__obj_check(&t->dst->obj, HCQ__OBJ_BUFFER, what);
+    snprintf(what, sizeof(what), "%s: transfer source", who);
+    if (!st) st = hcq__obj_check(&t->src->obj, HCQ__OBJ_BUFFER, what);
+    if (st) return st;
+  }
   if (t->bytes > t->dst->size || t->bytes > t->src->size)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
                            "%s: transfer of %" PRIu64 " bytes from %s (%" PRIu64 " bytes) to %s (%" PRIu64
@@ -187,12 +229,124 @@ void hcq__runner_deinit(hcq__runner_t *r) {
   hcq__vec_free(&r->slots);
   free(r->values);
   free(r->pending_values);
-  for (size_t i = 0; i < r->ndevices; i++) atomic_fetch_sub(&r->devices[i]->live, 1);
+  if (r->objs) {
+    for (size_t i = 0; i < r->ndevices; i++) {
+      if (!r->objs[i].next) continue; /* never added */
+      hcq__obj_remove(&r->objs[i]);
+      hcq__device_struct_release(r->devices[i]);
+    }
+  }
+  free(r->objs);
+  free(r->label);
   free(r->devices);
   for (size_t i = 0; i < r->ninputs && r->build_inputs; i++) hcq_buffer_release(r->build_inputs[i]);
   free(r->build_inputs);
+  free(r->fixed);
+  free(r->input_base);
+  free(r->input_writer);
+  hcq__vec_free(&r->symdim_items);
+  free(r->eval_vals);
   memset(r, 0, sizeof(*r));
 }
+
+static int key_cmp(const void *a, const void *b) {
+  uintptr_t x = ((const struct hcq__runner_key *)a)->base, y = ((const struct hcq__runner_key *)b)->base;
+  return (x > y) - (x < y);
+}
+
+/* Fixed keys (bases of buffers in slots that are not inputs) and per-input bases, with a writer
+ * of each where one exists. */
+static hcq_status_t collect_aliasing(hcq__runner_t *r) {
+  size_t nargs = 0;
+  for (size_t j = 0; j < r->nitems; j++) {
+    hcq__item_access_t acc;
+    hcq__item_access(&r->items[j], &acc);
+    nargs += acc.n;
+  }
+  r->fixed = calloc(nargs + 1, sizeof(*r->fixed));
+  r->input_base = calloc(r->ninputs + 1, sizeof(*r->input_base));
+  r->input_writer = calloc(r->ninputs + 1, sizeof(*r->input_writer));
+  if (!r->fixed || !r->input_base || !r->input_writer) return oom();
+  for (size_t k = 0; k < r->ninputs; k++) {
+    r->input_base[k] = (uintptr_t)hcq_buffer_base(r->build_inputs[k]);
+    r->input_writer[k] = UINT32_MAX;
+  }
+  for (uint32_t j = 0; j < r->nitems; j++) {
+    hcq__item_access_t acc;
+    hcq__item_access(&r->items[j], &acc);
+    for (size_t i = 0; i < acc.n; i++) {
+      size_t k = 0;
+      while (k < r->ninputs && acc.bufs[i] != r->build_inputs[k]) k++;
+      if (k < r->ninputs) {
+        if (acc.writes[i] && r->input_writer[k] == UINT32_MAX) r->input_writer[k] = j;
+        continue;
+      }
+      hcq_buffer_t *base = hcq_buffer_base(acc.bufs[i]);
+      r->fixed[r->nfixed++] = (struct hcq__runner_key){(uintptr_t)base, base, acc.writes[i] ? j : UINT32_MAX};
+    }
+  }
+  qsort(r->fixed, r->nfixed, sizeof(*r->fixed), key_cmp);
+  size_t kept = 0;
+  for (size_t i = 0; i < r->nfixed; i++) {
+    if (kept && r->fixed[kept - 1].base == r->fixed[i].base) {
+      if (r->fixed[kept - 1].writer == UINT32_MAX) r->fixed[kept - 1].writer = r->fixed[i].writer;
+      continue;
+    }
+    r->fixed[kept++] = r->fixed[i];
+  }
+  r->nfixed = kept;
+  return NULL;
+}
+
+static const struct hcq__runner_key *find_fixed(const hcq__runner_t *r, uintptr_t base) {
+  size_t lo = 0, hi = r->nfixed;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (r->fixed[mid].base < base)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < r->nfixed && r->fixed[lo].base == base ? &r->fixed[lo] : NULL;
+}
+
+/* A replacement input must not merge two buffers the build kept apart when either is written:
+ * the dependencies between their items were never recorded. */
+static hcq_status_t check_aliasing(const hcq__runner_t *r, size_t k) {
+  const hcq_buffer_t *nb_buf = r->pending_inputs[k];
+  uintptr_t nb = (uintptr_t)hcq_buffer_base(nb_buf), ob = r->input_base[k];
+  if (nb == ob) return NULL;
+  bool k_written = r->input_writer[k] != UINT32_MAX;
+  const struct hcq__runner_key *f = find_fixed(r, nb);
+  if (f && (k_written || f->writer != UINT32_MAX))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "input %zu: buffer %s aliases %s, which the graph uses as a fixed buffer (%s by item %" PRIu32
+                           "): dependencies were fixed at build; pass a buffer that does not overlap the graph's others",
+                           k, nb_buf->label, f->buf->label, k_written ? "the input is written" : "written",
+                           k_written ? r->input_writer[k] : f->writer);
+  for (size_t j = 0; j < r->ninputs; j++) {
+    if (j == k || r->input_base[j] == ob) continue;
+    if ((uintptr_t)hcq_buffer_base(r->pending_inputs[j]) != nb) continue;
+    if (!k_written && r->input_writer[j] == UINT32_MAX) continue;
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "input %zu: buffer %s aliases input %zu (%s), and item %" PRIu32
+                           " writes one of them: dependencies were fixed at build; pass buffers that do not overlap",
+                           k, nb_buf->label, j, r->pending_inputs[j]->label,
+                           k_written ? r->input_writer[k] : r->input_writer[j]);
+  }
+  return NULL;
+}
+
+hcq_status_t hcq__runner_enter(hcq__runner_t *r, const char *what) {
+  bool expected = false;
+  if (!atomic_compare_exchange_strong_explicit(&r->busy, &expected, true, memory_order_acquire, memory_order_relaxed))
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "%s: %s is being used by another thread (one thread at a time per graph or jit)", what,
+                           r->label ? r->label : "the graph");
+  return NULL;
+}
+
+void hcq__runner_leave(hcq__runner_t *r) { atomic_store_explicit(&r->busy, false, memory_order_release); }
 
 /* First pass: structure, devices, variables, input slots. Symbols are not evaluated yet (vals NULL). */
 static hcq_status_t collect(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems) {
@@ -236,7 +390,8 @@ static hcq_status_t collect(hcq__runner_t *r, const hcq_exec_item_t *items, size
 }
 
 hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems,
-                              hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals, size_t nvals) {
+                              hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
+                              const char *kind) {
   memset(r, 0, sizeof(*r));
   if (!items || nitems == 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph needs at least one item");
   if (nitems >= UINT32_MAX / 2) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu items are too many", nitems);
@@ -244,6 +399,12 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu values but the array is NULL", nvals);
   for (size_t k = 0; k < ninputs; k++) {
     if (!inputs[k]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is NULL", k);
+    if (hcq__validating) {
+      char what[32];
+      snprintf(what, sizeof(what), "input %zu", k);
+      hcq_status_t vst = hcq__obj_check(&inputs[k]->obj, HCQ__OBJ_BUFFER, what);
+      if (vst) return vst;
+    }
     for (size_t i = 0; i < k; i++)
       if (inputs[i] == inputs[k])
         return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu (%s) is listed twice", k, inputs[k]->label);
@@ -278,8 +439,8 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   }
   /* Second pass: every symbolic operand evaluates into its field with the initial values. */
   for (size_t j = 0; j < nitems && !st; j++) {
-    char who[32];
-    snprintf(who, sizeof(who), "item %zu", j);
+    char who[96];
+    snprintf(who, sizeof(who), "item %zu (%s)", j, items[j].kind == HCQ_ITEM_KERNEL ? items[j].kernel.program->name : "");
     if (items[j].kind == HCQ_ITEM_KERNEL) st = validate_kernel(&items[j].kernel, who, nvals ? vals : k_no_values, nvals);
   }
   if (!st) {
@@ -290,11 +451,27 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
     st = hcq__exec_item_copy(&items[j], &r->items[j]);
     r->nitems = j + 1; /* a partly copied item is released safely: its arrays are NULL */
   }
-  for (size_t i = 0; i < r->ndevices && !st; i++) atomic_fetch_add(&r->devices[i]->live, 1);
-  if (st) {
-    r->ndevices = 0; /* not counted yet */
-    hcq__runner_deinit(r);
+  if (!st) st = collect_aliasing(r);
+  for (uint32_t j = 0; j < r->nitems && !st; j++)
+    if (r->items[j].kind == HCQ_ITEM_KERNEL && kernel_dims_symbolic(&r->items[j].kernel) &&
+        !hcq__vec_push(&r->symdim_items, j))
+      st = oom();
+  if (!st) {
+    r->eval_vals = calloc(r->vars.len + 1, sizeof(*r->eval_vals));
+    if (!r->eval_vals) st = oom();
+    for (size_t i = 0; i < r->vars.len && !st; i++) r->eval_vals[i].var = r->vars.data[i];
   }
+  for (size_t i = 0; i < r->ndevices && !st; i++) st = hcq__device_check(r->devices[i]);
+  if (!st) {
+    static atomic_ulong counter;
+    char label[64];
+    snprintf(label, sizeof(label), "%s#%lu (%zu items)", kind, atomic_fetch_add(&counter, 1) + 1, r->nitems);
+    r->label = strdup(label);
+    r->objs = calloc(r->ndevices, sizeof(*r->objs));
+    if (!r->label || !r->objs) st = oom();
+  }
+  for (size_t i = 0; i < r->ndevices && !st; i++) hcq__obj_add(r->devices[i], &r->objs[i], HCQ__OBJ_GRAPH, r->label);
+  if (st) hcq__runner_deinit(r);
   return st;
 }
 
@@ -314,7 +491,22 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
     if (got->dev != want->dev)
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu: buffer %s is on %s but the graph's input %s is on %s", k,
                              got->label, got->dev->name, want->label, want->dev->name);
+    if (hcq__validating) {
+      char what[32];
+      snprintf(what, sizeof(what), "input %zu", k);
+      hcq_status_t vst = hcq__obj_check(&got->obj, HCQ__OBJ_BUFFER, what);
+      if (vst) return vst;
+    }
     r->pending_inputs[k] = inputs[k];
+  }
+  for (size_t k = 0; k < ninputs; k++) {
+    if (r->pending_inputs[k] == r->inputs[k] && r->pending_inputs[k] == r->build_inputs[k]) continue;
+    hcq_status_t st = check_aliasing(r, k);
+    if (st) return st;
+  }
+  for (size_t i = 0; i < r->ndevices; i++) {
+    hcq_status_t st = hcq__device_check(r->devices[i]);
+    if (st) return st;
   }
   memcpy(r->pending_values, r->values, r->vars.len * sizeof(int64_t));
   for (size_t i = 0; i < nvals; i++) {
@@ -323,6 +515,17 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
       hcq_status_t st = hcq_var_check(vals[i].var, vals[i].value);
       if (st) return st;
       r->pending_values[v] = vals[i].value;
+    }
+  }
+  /* Symbolic launch sizes: each must still make a valid launch with these values. */
+  if (r->symdim_items.len) {
+    for (size_t i = 0; i < r->vars.len; i++) r->eval_vals[i].value = r->pending_values[i];
+    for (size_t i = 0; i < r->symdim_items.len; i++) {
+      uint32_t j = r->symdim_items.data[i];
+      char who[96];
+      snprintf(who, sizeof(who), "item %" PRIu32 " (%s)", j, r->items[j].kernel.program->name);
+      hcq_status_t st = validate_kernel(&r->items[j].kernel, who, r->eval_vals, r->vars.len);
+      if (st) return st;
     }
   }
   return NULL;

@@ -30,13 +30,37 @@ typedef struct hcq__runner {
   hcq_device_t **devices; /* every device of the items, first use first */
   size_t ndevices, devices_cap;
   hcq_buffer_t **build_inputs; /* the inputs the items were given (retained): what slots hold */
+
+  /* Holds on the devices (one object per device, named label): a device does not close under a
+   * graph or jit. Heap allocated: the runner struct moves, list nodes must not. */
+  hcq__obj_t *objs;
+  char *label;
+
+  /* Aliasing: dependencies were fixed at build from base buffers. A replay input whose base is
+   * another buffer of the graph (or another input's) would need other dependencies. */
+  struct hcq__runner_key { uintptr_t base; hcq_buffer_t *buf; uint32_t writer; } *fixed; /* sorted by base */
+  size_t nfixed;
+  uintptr_t *input_base; /* per input: base at build */
+  uint32_t *input_writer; /* per input: an item writing it, or UINT32_MAX */
+
+  /* Items whose launch dims are symbolic: their geometry is checked again on each replay. */
+  HCQ__VEC(uint32_t) symdim_items;
+  hcq_var_value_t *eval_vals; /* scratch: the staged values, per variable */
+
+  _Atomic bool busy; /* a thread is using the graph (or jit) right now */
 } hcq__runner_t;
+
+/* One thread at a time per graph or jit: enter fails with FAILED_PRECONDITION naming what while
+ * another thread is inside. */
+hcq_status_t hcq__runner_enter(hcq__runner_t *r, const char *what);
+void hcq__runner_leave(hcq__runner_t *r);
 
 /* Validates and copies items, retains what they use, collects variables and input slots, and checks
  * that every symbolic operand evaluates to a value that fits its field with the initial values.
  * On failure everything taken is released. */
 hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems,
-                              hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals, size_t nvals);
+                              hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
+                              const char *kind);
 void hcq__runner_deinit(hcq__runner_t *r);
 
 /* Checks a replay's arguments and stages them (pending_*); nothing current changes. */

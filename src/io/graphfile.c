@@ -152,6 +152,7 @@ static void gf_free(hcq_graph_file_t *gf) {
     free(p->name);
     free(p->entry);
     free(p->source);
+    free(p->cuda_source);
   }
   hcq__vec_free(&gf->programs);
   for (size_t i = gf->buffers.len; i-- > 0;) {
@@ -745,10 +746,8 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
       }
       const json_t *cuda = json_object_get(v, "cuda");
       if (!st && cuda) {
-        char *ignored = NULL;
         size_t m3 = push(L, ".cuda");
-        st = text_or_file(L, cuda, &ignored); /* checked now; used by the CUDA backend */
-        free(ignored);
+        st = text_or_file(L, cuda, &p.cuda_source);
         pop(L, m3);
       }
     }
@@ -758,6 +757,7 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
       free(p.name);
       free(p.entry);
       free(p.source);
+      free(p.cuda_source);
     }
     pop(L, m2);
     if (st) break;
@@ -779,12 +779,16 @@ static hcq_status_t program_for(loader_t *L, gf_program_t *p, hcq_device_t *dev,
     }
   if (p->ncompiled == GF_MAX_DEVICES) return oom(L);
   hcq_status_t st;
-  if (L->opts->skip_compile)
+  /* Each device compiles the source of its kind. */
+  bool cuda = hcq_device_caps(dev) & HCQ_CAP_COMPILE_CUDA;
+  const char *source = cuda ? p->cuda_source : p->source;
+  if (L->opts->skip_compile && (hcq_device_caps(dev) & HCQ_CAP_HOST_CALLABLE))
     st = hcq_program_create_fn(dev, p->entry, noop_kernel, out);
-  else if (!p->source)
-    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "program \"%s\" has no source for %s (give \"c\")", p->name, dev->name);
+  else if (!source)
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "program \"%s\" has no source for %s (give \"%s\")", p->name, dev->name,
+                         cuda ? "cuda" : "c");
   else
-    st = hcq_program_create(dev, p->entry, p->source, out);
+    st = hcq_program_create(dev, p->entry, source, out);
   if (st) return wrap(L, st);
   p->compiled[p->ncompiled++] = *out;
   return NULL;

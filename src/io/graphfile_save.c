@@ -125,7 +125,7 @@ static hcq_status_t program_name(saver_t *s, const hcq_program_t *p, const char 
     return oom();
   }
   json_object_set_new(j, "entry", json_string(hcq_program_name(p)));
-  json_object_set_new(j, "c", json_string(src));
+  json_object_set_new(j, hcq_device_caps(hcq_program_device(p)) & HCQ_CAP_COMPILE_CUDA ? "cuda" : "c", json_string(src));
   json_object_set_new(s->programs, name, j);
   *out = name;
   return NULL;

@@ -1,18 +1,27 @@
-/* Capture and batching (SPEC 8): recorded items split into graph batches, replayed with new inputs
- * and variable values; leftovers run eagerly, and the report says why. */
+/* Capture and batching (include/hcq/jit.h): recorded items split into graph batches, replayed with
+ * new inputs and variable values; leftovers run eagerly, and the report says why. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 
 #include "graph/graph_internal.h"
-#include "hcq/jit.h"
+#include "jit/jit_internal.h"
 
 /* ---- capture ---- */
 
+typedef struct bound_value {
+  const hcq_expr_t *var; /* retained */
+  int64_t value;         /* the newest */
+  bool changed;          /* bound to more than one value during the capture */
+} bound_value_t;
+
 struct hcq_capture {
+  pthread_t owner; /* the capturing thread: only it may end or abort the capture */
   HCQ__VEC(hcq_exec_item_t) items;
   size_t host_copies;
+  HCQ__VEC(bound_value_t) bound; /* hcq_launch_sym's values, one per variable */
   hcq_status_t error; /* first failure to record (memory): reported by end */
   hcq__recorder_t recorder;
 };
@@ -56,6 +65,7 @@ hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
   hcq_capture_t *c = calloc(1, sizeof(*c));
   if (!c) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory starting a capture");
   c->recorder = (hcq__recorder_t){record_launch, record_transfer, record_item, record_host_copy, c};
+  c->owner = pthread_self();
   g_capturing = c;
   hcq__recorder = &c->recorder;
   *out = c;
@@ -64,6 +74,22 @@ hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
 
 size_t hcq_capture_item_count(const hcq_capture_t *c) { return c ? c->items.len : 0; }
 
+void hcq__capture_bind(const hcq_var_value_t *vals, size_t nvals) {
+  hcq_capture_t *c = g_capturing;
+  for (size_t i = 0; c && !c->error && i < nvals; i++) {
+    size_t k = 0;
+    while (k < c->bound.len && c->bound.data[k].var != vals[i].var) k++;
+    if (k < c->bound.len) {
+      c->bound.data[k].changed |= c->bound.data[k].value != vals[i].value;
+      c->bound.data[k].value = vals[i].value;
+    } else if (hcq__vec_push(&c->bound, ((bound_value_t){vals[i].var, vals[i].value, false}))) {
+      hcq_expr_retain(vals[i].var);
+    } else {
+      c->error = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory keeping the values of a capture");
+    }
+  }
+}
+
 static void capture_free(hcq_capture_t *c) {
   if (g_capturing == c) {
     g_capturing = NULL;
@@ -71,12 +97,24 @@ static void capture_free(hcq_capture_t *c) {
   }
   for (size_t i = 0; i < c->items.len; i++) hcq__exec_item_release(&c->items.data[i]);
   hcq__vec_free(&c->items);
+  for (size_t i = 0; i < c->bound.len; i++) hcq_expr_release(c->bound.data[i].var);
+  hcq__vec_free(&c->bound);
   hcq_status_free(c->error);
   free(c);
 }
 
+/* The recorder lives in the capturing thread's thread-local state: another thread cannot take it
+ * down without racing with that thread's launches. */
+static bool on_owner_thread(const hcq_capture_t *c) { return pthread_equal(c->owner, pthread_self()) && g_capturing == c; }
+
 void hcq_capture_abort(hcq_capture_t *c) {
-  if (c) capture_free(c);
+  if (!c) return;
+  if (!on_owner_thread(c)) {
+    fprintf(stderr, "hcq: hcq_capture_abort: the capture belongs to another thread; ignored\n");
+    atomic_fetch_add(&hcq__validation_errors, 1);
+    return;
+  }
+  capture_free(c);
 }
 
 /* ---- the replayable object ---- */
@@ -95,6 +133,11 @@ struct hcq_jit {
   char *text;
   size_t text_len, text_cap;
   hcq_jit_report_t report;
+  bool from_capture; /* values for unused variables are reported (see check_unused_vars) */
+  bool strict_vars;
+  hcq_jit_warning_fn on_warning;
+  void *warning_ctx;
+  HCQ__VEC(const hcq_expr_t *) unused; /* variables already reported as unused (retained) */
 };
 
 static void say(hcq_jit_t *jit, const char *fmt, ...) HCQ_PRINTF(2, 3);
@@ -113,9 +156,48 @@ static void say(hcq_jit_t *jit, const char *fmt, ...) {
   jit->text[jit->text_len] = '\0';
 }
 
-/* The graph kind that can hold work on a device: the HCQ graph for every kind hcq drives today
- * (it spans devices); 0 for none. */
-static int graph_kind_of(const hcq_device_t *dev) { return dev->kind == HCQ_DEVICE_CPU ? 1 : 0; }
+/* A line of the report that the caller is also told about as a warning. */
+static void report_warning(hcq_jit_t *jit, const char *msg) {
+  say(jit, "%s", msg);
+  jit->report.text = jit->text ? jit->text : "";
+  if (jit->on_warning)
+    jit->on_warning(jit->warning_ctx, msg);
+  else
+    fprintf(stderr, "hcq: warning: %s\n", msg);
+}
+
+/* In a capture, a value for a variable that no item uses changes nothing, which the caller would not
+ * expect: the variable's value went to hcq_launch() as a number, so the capture holds a constant.
+ * Report each such variable once, in the report and as a warning, or fail in strict mode. (Items
+ * given to hcq_jit_create carry their own symbols; extra values are ignored, as by graphs.) */
+static hcq_status_t check_unused_vars(hcq_jit_t *jit, const hcq_var_value_t *vals, size_t nvals, const char *when) {
+  if (!jit->from_capture) return NULL;
+  const hcq__runner_t *r = &jit->runner;
+  for (size_t i = 0; i < nvals; i++) {
+    const hcq_expr_t *var = vals[i].var;
+    bool known = false;
+    for (size_t k = 0; k < r->vars.len && !known; k++) known = r->vars.data[k] == var;
+    for (size_t k = 0; k < jit->unused.len && !known; k++) known = jit->unused.data[k] == var;
+    if (known) continue;
+    const char *name = hcq_var_name(var) ? hcq_var_name(var) : "(not a variable)";
+    char msg[256];
+    snprintf(msg, sizeof(msg),
+             "%s: variable %s has a value but no captured item uses it, so the value changes nothing (hcq_launch "
+             "records numbers as constants; hcq_launch_sym keeps them variable)",
+             when, name);
+    if (jit->strict_vars) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s", msg);
+    if (hcq__vec_push(&jit->unused, var)) hcq_expr_retain(var);
+    jit->report.unused_vars++;
+    report_warning(jit, msg);
+  }
+  return NULL;
+}
+
+/* The graph kind that can hold work on a device (both span devices of their kind): 1 the HCQ graph
+ * (CPU), 2 the CUDA graph; 0 for none. A batch closes where the kind changes (SPEC 8). */
+static int graph_kind_of(const hcq_device_t *dev) {
+  return dev->kind == HCQ_DEVICE_CPU ? 1 : dev->kind == HCQ_DEVICE_CUDA ? 2 : 0;
+}
 
 static int item_graph_kind(const hcq_exec_item_t *it, const char **why) {
   if (it->kind == HCQ_ITEM_KERNEL) {
@@ -213,21 +295,29 @@ static void jit_free(hcq_jit_t *jit) {
   free(jit->vals);
   free(jit->slots_at);
   free(jit->text);
+  for (size_t i = 0; i < jit->unused.len; i++) hcq_expr_release(jit->unused.data[i]);
+  hcq__vec_free(&jit->unused);
   hcq__runner_deinit(&jit->runner);
   free(jit);
 }
 
+/* when: "capture" for a capture's jit (its unused variables are reported), NULL for hcq_jit_create. */
 static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
                               const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *options,
-                              size_t host_copies, hcq_jit_t **out) {
+                              size_t host_copies, const char *when, hcq_jit_t **out) {
   hcq_jit_t *jit = calloc(1, sizeof(*jit));
   if (!jit) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
-  hcq_status_t st = hcq__runner_init(&jit->runner, items, nitems, inputs, ninputs, vals, nvals);
+  hcq_status_t st = hcq__runner_init(&jit->runner, items, nitems, inputs, ninputs, vals, nvals, "jit");
   if (st) {
     free(jit);
     return st;
   }
   hcq__runner_t *r = &jit->runner;
+  if (options) {
+    jit->strict_vars = options->strict_vars;
+    jit->on_warning = options->on_warning;
+    jit->warning_ctx = options->warning_ctx;
+  }
   jit->vals = calloc(r->vars.len + 1, sizeof(*jit->vals));
   jit->slots_at = calloc(r->nitems + 1, sizeof(*jit->slots_at));
   if (!jit->vals || !jit->slots_at) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
@@ -269,6 +359,11 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
     free(reasons);
   }
   jit->report.text = jit->text ? jit->text : "";
+  jit->from_capture = when != NULL;
+  if ((st = check_unused_vars(jit, vals, nvals, when))) {
+    jit_free(jit);
+    return st;
+  }
   *out = jit;
   return NULL;
 }
@@ -278,12 +373,16 @@ hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems, hcq_buf
                             hcq_jit_t **out_jit) {
   if (!out_jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_create: out_jit is NULL");
   *out_jit = NULL;
-  return jit_build(items, nitems, inputs, ninputs, vals, nvals, options, 0, out_jit);
+  return jit_build(items, nitems, inputs, ninputs, vals, nvals, options, 0, NULL, out_jit);
 }
 
 hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
                              size_t nvals, const hcq_jit_options_t *options, hcq_jit_t **out_jit) {
   if (!c) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: capture is NULL");
+  if (!on_owner_thread(c))
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "hcq_capture_end: the capture belongs to another thread (end it on the thread that began it; "
+                           "it is not consumed)");
   hcq_status_t st = NULL;
   if (!out_jit)
     st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: out_jit is NULL");
@@ -292,12 +391,43 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
   else if (c->items.len == 0)
     st = hcq_status_make(HCQ_FAILED_PRECONDITION, "the capture recorded no launches or transfers");
   if (out_jit) *out_jit = NULL;
+  /* The values hcq_launch_sym bound fill in for the variables vals does not name. */
+  hcq_var_value_t *all = NULL;
+  size_t nall = nvals;
+  if (!st && c->bound.len) {
+    if (nvals && !vals)
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: %zu values but vals is NULL", nvals);
+    else if (!(all = malloc((nvals + c->bound.len) * sizeof(*all))))
+      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory ending a capture");
+    if (!st) {
+      if (nvals) memcpy(all, vals, nvals * sizeof(*all));
+      for (size_t b = 0; b < c->bound.len; b++) {
+        size_t k = 0;
+        while (k < nvals && vals[k].var != c->bound.data[b].var) k++;
+        if (k == nvals) all[nall++] = (hcq_var_value_t){c->bound.data[b].var, c->bound.data[b].value};
+      }
+      vals = all;
+    }
+  }
   if (!st) {
     /* Recording stops before the graphs are built. */
     g_capturing = NULL;
     hcq__recorder = NULL;
-    st = jit_build(c->items.data, c->items.len, inputs, ninputs, vals, nvals, options, c->host_copies, out_jit);
+    st = jit_build(c->items.data, c->items.len, inputs, ninputs, vals, nall, options, c->host_copies, "capture", out_jit);
   }
+  /* Every item of a replay sees one value per variable; a capture whose launches saw several saw
+   * work that no replay repeats. */
+  for (size_t b = 0; !st && b < c->bound.len; b++) {
+    if (!c->bound.data[b].changed) continue;
+    const char *name = hcq_var_name(c->bound.data[b].var);
+    char msg[256];
+    snprintf(msg, sizeof(msg),
+             "capture: variable %s was bound to several values during the capture (last %" PRId64
+             "); a replay gives every item one value",
+             name ? name : "(not a variable)", c->bound.data[b].value);
+    report_warning(*out_jit, msg);
+  }
+  free(all);
   capture_free(c);
   return st;
 }
@@ -328,13 +458,27 @@ static hcq_status_t run_eager(hcq_jit_t *jit, const segment_t *s) {
   return NULL;
 }
 
+static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
+                            size_t nvals, bool wait, uint64_t *out_elapsed_ns);
+
 hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
                          size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
   if (!jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_run: jit is NULL");
+  hcq__runner_t *r = &jit->runner;
+  hcq_status_t st = hcq__runner_enter(r, "hcq_jit_run");
+  if (st) return st;
+  st = jit_run(jit, inputs, ninputs, vals, nvals, wait, out_elapsed_ns);
+  hcq__runner_leave(r);
+  return st;
+}
+
+static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
+                            size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
   uint64_t start = hcq__now_ns();
   hcq__runner_t *r = &jit->runner;
   hcq_status_t st = hcq__runner_stage(r, inputs, ninputs, vals, nvals);
   if (st) return hcq_status_annotate(st, "jit replay");
+  if ((st = check_unused_vars(jit, vals, nvals, "jit replay"))) return st;
   for (size_t i = 0; i < r->vars.len; i++) jit->vals[i].value = r->pending_values[i];
   /* Replaying is not recording: a capture around a replay would record its items twice. */
   const hcq__recorder_t *rec = hcq__recorder;
@@ -360,12 +504,17 @@ hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t nin
 
 hcq_status_t hcq_jit_destroy(hcq_jit_t *jit) {
   if (!jit) return NULL;
+  hcq_status_t st = hcq__runner_enter(&jit->runner, "hcq_jit_destroy");
+  if (st) return st;
   /* Destroy graphs one by one so that a timeout leaves the jit consistent. */
   for (size_t i = 0; i < jit->segments.len; i++) {
     segment_t *s = &jit->segments.data[i];
     if (!s->graph) continue;
-    hcq_status_t st = hcq_graph_destroy(s->graph);
-    if (st) return st;
+    st = hcq_graph_destroy(s->graph);
+    if (st) {
+      hcq__runner_leave(&jit->runner);
+      return st;
+    }
     s->graph = NULL;
   }
   jit_free(jit);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of the hcq command against the contract in CLI.md and SPEC section 9:
+# End-to-end tests of the hcq command against its contract (docs/cli.md, docs/graph-format.md):
 # every exit code, every error case with its message, outputs (--out, --profile, bench --json),
 # and a reproducible fuzz loop over mangled graph files (no input may crash the tool).
 #
@@ -275,17 +275,42 @@ expect "run --check --repeat 3 (accumulating kernel)" 0 "3 passed, 0 failed" -- 
 
 expect "run --profile OUT.json" 0 -- run ok.json --profile prof.json
 check "--profile wrote valid JSON" python3 -m json.tool prof.json
-check "--profile has one traceEvents entry per item" python3 - prof.json <<'EOF'
+check "--profile has one slice per item per replay, numeric ids and named tracks" python3 - prof.json <<'EOF'
 import json, sys
 p = json.load(open(sys.argv[1]))
 ev = p["traceEvents"]
-assert len(ev) == 3, "want 3 events (one per item), have %d" % len(ev)
+items = [e for e in ev if e["ph"] == "X" and "item" in e.get("args", {})]
+assert len(items) == 6, "want 6 item slices (3 items x 2 runs), have %d" % len(items)
 for e in ev:
-    for f in ("name", "ph", "ts", "dur", "pid", "tid"):
+    for f in ("name", "ph", "pid", "tid"):
         assert f in e, (f, e)
-    assert e["dur"] >= 0 and e["ts"] >= 0, e
-assert sorted(e["cat"] for e in ev) == ["copy", "copy", "kernel"], ev
+    assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+    if e["ph"] == "X":
+        assert e["dur"] >= 0 and e["ts"] >= 0, e
+assert sorted(e["cat"] for e in items) == ["copy"] * 4 + ["kernel"] * 2, items
+named = {e["pid"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+assert {e["pid"] for e in items} <= named, "every device is named by an M event"
+flows = [e for e in ev if e["ph"] in "sf"]
+# Dependencies: copy c <- b and copy cv <- bv on the kernel (b), and the second copy on the first (c).
+assert len(flows) == 3 * 2 * 2, "3 dependencies per replay, 2 replays, as s/f pairs: %d" % len(flows)
 EOF
+expect "run --profile-svg --dot -v" 0 "memory CPU:0: buffers" "memory CPU:1: buffers" "kernel cache" -- \
+  run ok.json --profile-svg prof.svg --dot prof.dot -v
+check "--profile-svg is XML with one box per item per replay" python3 - prof.svg <<'EOF'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+boxes = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "item"]
+assert len(boxes) == 6, "want 6 item boxes, have %d" % len(boxes)
+EOF
+# The first copy waits for the kernel; the second needs nothing more (its queue waited for as much,
+# and runs in order after the first copy): two dependencies dropped by scheduling.
+check "--dot names every item and the three dependencies, one kept as a wait" sh -c \
+  'test "$(grep -c "^ *g0_i[0-9]* \[label" prof.dot)" = 3 && test "$(grep -c "^  g0_i[0-9]* -> " prof.dot)" = 3 &&
+   test "$(grep -c "class=\"wait\"" prof.dot)" = 1 && test "$(grep -c "class=\"dropped\"" prof.dot)" = 2'
+expect "--profile-svg with --mode eager" 2 "--profile-svg" -- run ok.json --mode eager --profile-svg p.svg
+expect "--dot with --mode eager" 2 "--dot" -- run ok.json --mode eager --dot p.dot
+expect "--dot without a file" 2 "--dot needs an output file" -- run ok.json --dot
+expect "--profile into a missing folder" 3 "cannot write" -- run ok.json --profile no/such/dir/p.json
 
 expect "bench --json" 0 -- bench ok.json --json
 check "bench --json prints one JSON object with the contract's fields" python3 - "$T/out" <<'EOF'
@@ -675,7 +700,7 @@ expect "nonexistent file" 2 "cannot read graph file does-not-exist.json" -- run 
 expect "nonexistent file (bench)" 2 "does-not-exist.json" -- bench does-not-exist.json
 mkdir -p adir
 expect "a file that is a directory: exit 2, the message names it" 2 "hcq: adir" -- run adir
-# The message must say what is wrong (SPEC 9: it names the thing at fault), not report JSON syntax.
+# The message must say what is wrong (docs/cli.md: it names the thing at fault), not report JSON syntax.
 check "a file that is a directory: the message says it is a directory" \
   sh -c 'cat "$1"; grep -qi directory "$1"' _ "$T/err"
 expect "bench on a bad file" 2 'unkbuf.json: items[3].bufs[1]: unknown buffer "q"' -- bench unkbuf.json
@@ -716,7 +741,7 @@ bad_file noentry <<'EOF'
 EOF
 expect "a program whose entry function is missing: the message names the entry and the item" any \
   "noentry.json: items[0].kernel" "not_in_the_source" -- run noentry.json
-# CLI.md: exit 3 is a runtime failure such as a compile error; a source that does not define its
+# docs/cli.md: exit 3 is a runtime failure such as a compile error; a source that does not define its
 # entry is a failure to build the kernel, found only by compiling and loading it.
 check "a program whose entry function is missing: exit 3" sh -c 'echo "exit $1, want 3"; [ "$1" = 3 ]' _ "$RC"
 

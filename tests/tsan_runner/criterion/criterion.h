@@ -63,6 +63,7 @@ void shim_skip(const char *fmt, ...);
   shim_check(memcmp((a), (b), (size)) == 0, __FILE__, __LINE__, #a "[0..size] == " #b "[0..size]", "" __VA_ARGS__)
 #define cr_assert_fail(...) shim_check(false, __FILE__, __LINE__, "failure", "" __VA_ARGS__)
 #define cr_log_error(...) shim_log(__VA_ARGS__)
+#define cr_log_info(...) shim_log(__VA_ARGS__)
 #define cr_skip_test(...) shim_skip("" __VA_ARGS__)
 
 #endif

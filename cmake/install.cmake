@@ -1,0 +1,55 @@
+# What `cmake --install` (and `make install`, `make deb`) puts where: the public headers, libhcq.a,
+# libhcq.so.*, the hcq tool and its man page, hcq.pc / hcq-static.pc, the CMake package
+# (find_package(hcq) gives hcq::hcq) and the C examples.
+include(CMakePackageConfigHelpers)
+
+set(HCQ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hcq)
+set(HCQ_PKGCONFIG_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+install(DIRECTORY include/hcq DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS ${HCQ_INSTALL_TARGETS} EXPORT hcqTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS hcq_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(FILES docs/hcq.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES README.md docs/cli.md docs/graph-format.md docs/errors.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY examples/c DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+
+install(EXPORT hcqTargets NAMESPACE hcq:: DESTINATION ${HCQ_CMAKE_DIR})
+configure_package_config_file(cmake/hcqConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/hcqConfig.cmake
+  INSTALL_DESTINATION ${HCQ_CMAKE_DIR})
+# 0.x: a minor release may change the API, so only the same MAJOR.MINOR satisfies a request.
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/hcqConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/hcqConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/hcqConfigVersion.cmake
+  DESTINATION ${HCQ_CMAKE_DIR})
+
+# The .pc files find the prefix from their own place (${pcfiledir}), so an installed tree can be
+# moved or unpacked anywhere (cmake --install --prefix, dpkg -x) and still be used.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  message(FATAL_ERROR "hcq: CMAKE_INSTALL_LIBDIR must be relative to the prefix (got ${CMAKE_INSTALL_LIBDIR})")
+endif()
+file(RELATIVE_PATH HCQ_PC_PREFIX_FROM_PCFILEDIR "/p/${HCQ_PKGCONFIG_DIR}" "/p")
+string(REGEX REPLACE "/$" "" HCQ_PC_PREFIX_FROM_PCFILEDIR "${HCQ_PC_PREFIX_FROM_PCFILEDIR}")
+configure_file(cmake/hcq.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq.pc @ONLY)
+configure_file(cmake/hcq-static.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq-static.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/hcq.pc ${CMAKE_CURRENT_BINARY_DIR}/hcq-static.pc
+  DESTINATION ${HCQ_PKGCONFIG_DIR})
+
+# make deb: one Debian package with everything above under /usr. Kernels for CPU devices are compiled
+# at run time, so it needs a C compiler; hcq.pc names jansson and libxxhash (Requires.private).
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME hcq)
+set(CPACK_PACKAGE_VENDOR hcq)
+set(CPACK_PACKAGE_CONTACT "hcq maintainers <hcq@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "record kernel launches once, replay them as graphs (library and tool)")
+set(CPACK_PACKAGE_DESCRIPTION "hcq records kernel launches and buffer copies once and replays them as a graph
+with almost no host work per replay. This package holds the C library (shared and static), its
+headers, pkg-config and CMake files, and the hcq command.")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_PACKAGE_DIRECTORY ${CMAKE_BINARY_DIR}/package)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION devel)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "gcc | c-compiler, pkgconf | pkg-config, libjansson-dev, libxxhash-dev")
+include(CPack)

@@ -1,0 +1,162 @@
+/* CUDA programs: CUDA C through NVRTC (cached on disk, nvrtc.c) or PTX text, loaded into the
+ * device's primary context; the kernel's parameter list is read from its PTX and must follow SPEC 2
+ * (pointers, then 32-bit values), which is what one packed argument block can feed. */
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda/cuda_internal.h"
+#include "cuda/nvrtc.h"
+
+/* Skips blanks and comments. */
+static const char *skip_space(const char *p) {
+  for (;;) {
+    while (isspace((unsigned char)*p)) p++;
+    if (p[0] == '/' && p[1] == '/') {
+      while (*p && *p != '\n') p++;
+    } else if (p[0] == '/' && p[1] == '*') {
+      const char *e = strstr(p + 2, "*/");
+      p = e ? e + 2 : p + strlen(p);
+    } else {
+      return p;
+    }
+  }
+}
+
+/* The start of entry's parameter list (just after its '('), or NULL. */
+static const char *find_entry(const char *ptx, const char *entry) {
+  size_t len = strlen(entry);
+  for (const char *p = strstr(ptx, ".entry"); p; p = strstr(p + 6, ".entry")) {
+    const char *q = skip_space(p + 6);
+    if (strncmp(q, entry, len) != 0) continue;
+    q = skip_space(q + len);
+    if (*q == '(') return q + 1;
+  }
+  return NULL;
+}
+
+hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *out_nptrs, uint32_t *out_nvals) {
+  const char *p = find_entry(ptx, entry);
+  if (!p) return hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not a kernel (.entry) of the program", entry);
+  uint32_t nptrs = 0, nvals = 0, index = 0;
+  p = skip_space(p);
+  while (*p && *p != ')') {
+    const char *end = p;
+    while (*end && *end != ',' && *end != ')') end++;
+    /* One parameter: ".param .u64 [.ptr .global .align 4] name" */
+    char param[256];
+    size_t n = (size_t)(end - p) < sizeof(param) - 1 ? (size_t)(end - p) : sizeof(param) - 1;
+    memcpy(param, p, n);
+    param[n] = '\0';
+    int size = 0;
+    if (strchr(param, '[') || (strstr(param, ".align") && !strstr(param, ".ptr")))
+      size = -1;
+    else if (strstr(param, ".u64") || strstr(param, ".s64") || strstr(param, ".b64"))
+      size = 8;
+    else if (strstr(param, ".u32") || strstr(param, ".s32") || strstr(param, ".b32") || strstr(param, ".f32"))
+      size = 4;
+    if (size == 8 && nvals)
+      return hcq_status_make(HCQ_COMPILE_ERROR, "kernel %s: parameter %" PRIu32 " is 64-bit after a 32-bit one; hcq's CUDA "
+                             "ABI passes the buffers (pointers) first, then 32-bit values", entry, index);
+    if (size <= 0)
+      return hcq_status_make(HCQ_COMPILE_ERROR, "kernel %s: parameter %" PRIu32 " (%s) is neither a pointer nor a 32-bit "
+                             "value; hcq's CUDA ABI takes buffers as pointers, then 32-bit values", entry, index, param);
+    if (size == 8)
+      nptrs++;
+    else
+      nvals++;
+    index++;
+    p = *end == ',' ? skip_space(end + 1) : end;
+  }
+  if (*p != ')') return hcq_status_make(HCQ_COMPILE_ERROR, "kernel %s: its parameter list in the PTX does not end", entry);
+  if (nptrs > HCQ_MAX_KERNEL_BUFS || nvals > HCQ_MAX_KERNEL_VALS)
+    return hcq_status_make(HCQ_COMPILE_ERROR, "kernel %s takes %" PRIu32 " pointers and %" PRIu32 " values; hcq passes at "
+                           "most %d and %d", entry, nptrs, nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
+  *out_nptrs = nptrs;
+  *out_nvals = nvals;
+  return NULL;
+}
+
+/* HCQ_CUDA_ARCH ("sm_90", "90" or "9.0"), else the device's compute capability. */
+static int target_arch(hcq_device_t *dev) {
+  const char *a = hcq__options()->cuda_arch;
+  if (*a) {
+    if (!strncmp(a, "sm_", 3) || !strncmp(a, "compute_", 8)) a = strchr(a, '_') + 1;
+    int major = 0, minor = 0;
+    if (sscanf(a, "%d.%d", &major, &minor) == 2) return major * 10 + minor;
+    if (major > 0) return major;
+  }
+  int major, minor;
+  hcq__cuda_device_arch(dev, &major, &minor);
+  return major * 10 + minor;
+}
+
+static hcq_status_t load_module(hcq_device_t *dev, const char *entry, const void *image, hcq_CUmodule *out) {
+  const hcq__cuda_api_t *api = hcq__cuda_device_api(dev);
+  char log[4096] = "";
+  int opts[2] = {HCQ_CU_JIT_ERROR_LOG_BUFFER, HCQ_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *values[2] = {log, (void *)(uintptr_t)sizeof(log)};
+  hcq_CUresult rc = api->cuModuleLoadDataEx(out, image, 2, opts, values);
+  if (rc == 0) return NULL;
+  log[sizeof(log) - 1] = '\0';
+  return hcq__cuda_fail(dev, rc, "loading kernel %s%s%s", entry, *log ? ": " : "", log);
+}
+
+hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out) {
+  hcq__cuda_image_t img;
+  memset(&img, 0, sizeof(img));
+  const char *ptx = source;
+  hcq_status_t st = NULL;
+  if (!hcq__is_ptx(source)) {
+    if ((st = hcq__nvrtc_compile(entry, source, target_arch(dev), &img))) return st;
+    ptx = img.ptx;
+  }
+  hcq__cuda_kernel_t *k = calloc(1, sizeof(*k));
+  if (!k) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", entry);
+  if (!st) st = hcq__cuda_ptx_params(ptx, entry, &k->nptrs, &k->nvals);
+  if (!st) st = hcq__cuda_push(dev);
+  if (st) {
+    free(k);
+    hcq__cuda_image_free(&img);
+    return st;
+  }
+  const hcq__cuda_api_t *api = hcq__cuda_device_api(dev);
+  /* A cubin for another architecture (HCQ_CUDA_ARCH) does not load: the PTX does, through the driver. */
+  st = load_module(dev, entry, img.cubin ? img.cubin : (const void *)ptx, &k->module);
+  if (st && img.cubin && !hcq__device_is_lost(dev)) {
+    hcq_status_free(st);
+    st = load_module(dev, entry, ptx, &k->module);
+  }
+  hcq_CUresult rc = 0;
+  if (!st && (rc = api->cuModuleGetFunction(&k->fn, k->module, entry)) != 0) {
+    st = rc == HCQ_CUDA_ERROR_NOT_FOUND
+             ? hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not defined by the source (declare it extern \"C\" "
+                               "__global__)", entry)
+             : hcq__cuda_fail(dev, rc, "resolving kernel %s", entry);
+    api->cuModuleUnload(k->module);
+  }
+  hcq__cuda_pop(dev);
+  hcq__cuda_image_free(&img);
+  if (st) {
+    free(k);
+    return st;
+  }
+  k->param_bytes = k->nptrs * 8 + k->nvals * 4;
+  out->handle = (uint64_t)(uintptr_t)k;
+  out->object = k;
+  return NULL;
+}
+
+void hcq__cuda_unload(hcq_device_t *dev, hcq__program_impl_t *impl) {
+  hcq__cuda_kernel_t *k = impl->object;
+  if (!k) return;
+  hcq_status_t st = hcq__cuda_push(dev);
+  if (!st) {
+    hcq__cuda_device_api(dev)->cuModuleUnload(k->module);
+    hcq__cuda_pop(dev);
+  }
+  hcq_status_free(st);
+  free(k);
+  impl->object = NULL;
+}

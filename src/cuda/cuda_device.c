@@ -1,0 +1,768 @@
+/* The CUDA device: the driver API behind the backend vtable. One primary context per device, one
+ * stream per queue kind, command words turned into driver calls at submit:
+ *   WAIT      cuStreamWaitValue64 (>=) on the signal's address (pinned host memory the GPU maps)
+ *   SIGNAL    cuStreamWriteValue64, or for a signal in ordinary host memory (a CPU device's), a host
+ *             function that sets it and wakes its waiters
+ *   TIMESTAMP a one-thread kernel that writes %globaltimer (ns) into the signal's timestamp
+ *   EXEC      cuLaunchKernel with the packed kernargs block (SPEC 2) as CU_LAUNCH_PARAM_BUFFER_POINTER
+ *   COPY      cuMemcpyAsync (unified addressing: device, peer and host memory alike)
+ * Progress: each submission ends by writing its sequence number into a host-visible completion word
+ * of its stream, which completed() reads; the timeline signal and deferred frees build on that.
+ *
+ * Host-visible memory is pinned, mapped, portable host memory: with unified addressing its device
+ * address is its host address, which is what lets a kernargs block be read on the host at launch
+ * and every CUDA device wait on every other's signals. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "cuda/cuda_internal.h"
+#include "cuda/nvrtc.h"
+#include "graph/runner.h"
+
+#define RECORDS 1024u           /* submissions remembered per stream, for hang reports */
+#define WORD_RING (1u << 16)    /* words of unbound submissions kept for the same */
+#define HOST_SLACK 4096         /* bytes past every host-visible allocation (a kernel's argument read
+                                   that runs past a short block stays inside the mapping) */
+
+typedef struct sub_record {
+  uint64_t seq;
+  const uint32_t *words;
+  uint32_t nwords;
+  bool bound;
+} sub_record_t;
+
+typedef struct cuda_stream {
+  hcq_CUstream s;
+  uint64_t submitted;         /* under the device lock */
+  _Atomic uint64_t published; /* submitted, for other threads */
+  _Atomic uint64_t *done;     /* the completion word the stream writes */
+  hcq_CUdeviceptr done_addr;
+  uint64_t last_signal_addr, last_signal_value; /* what this stream wrote last (waits it implies are dropped) */
+  pthread_mutex_t records_lock; /* records and ring: written at submit, read by hang reports (trylock) */
+  sub_record_t records[RECORDS];
+  uint32_t *ring;
+  uint64_t ring_head;
+} cuda_stream_t;
+
+typedef struct cuda_device {
+  hcq_device_t *dev;
+  const hcq__cuda_api_t *api;
+  hcq_CUdevice cudev;
+  hcq_CUcontext ctx;
+  bool ctx_retained, counted;
+  int cc_major, cc_minor;
+  int max_block[3], max_grid[3], max_threads;
+  cuda_stream_t streams[2];
+  hcq_CUstream alloc_stream;
+  void *progress; /* pinned: the streams' completion words */
+  hcq_CUmodule ts_module;
+  hcq_CUfunction ts_fn;
+  uint64_t reachable[8]; /* addresses the driver knows (stream memory operations work on them) */
+  unsigned reachable_next;
+  uint64_t seen_timeline_value;
+  const hcq_signal_t *seen_timeline;
+  struct cuda_device *reg_next;
+} cuda_device_t;
+
+/* Open CUDA devices, for peer access between them. */
+static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static cuda_device_t *g_reg_head;
+
+static cuda_device_t *cdev(const hcq_device_t *dev) { return dev->backend; }
+
+const hcq__cuda_api_t *hcq__cuda_device_api(const hcq_device_t *dev) { return cdev(dev)->api; }
+hcq_CUcontext hcq__cuda_device_context(const hcq_device_t *dev) { return cdev(dev)->ctx; }
+void hcq__cuda_device_arch(const hcq_device_t *dev, int *major, int *minor) {
+  *major = cdev(dev)->cc_major;
+  *minor = cdev(dev)->cc_minor;
+}
+
+static bool sticky(hcq_CUresult rc) {
+  switch (rc) {
+    case HCQ_CUDA_ERROR_ECC_UNCORRECTABLE:
+    case HCQ_CUDA_ERROR_ILLEGAL_ADDRESS:
+    case HCQ_CUDA_ERROR_LAUNCH_TIMEOUT:
+    case HCQ_CUDA_ERROR_ASSERT:
+    case HCQ_CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case HCQ_CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case HCQ_CUDA_ERROR_MISALIGNED_ADDRESS:
+    case HCQ_CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case HCQ_CUDA_ERROR_INVALID_PC:
+    case HCQ_CUDA_ERROR_LAUNCH_FAILED:
+    case HCQ_CUDA_ERROR_UNKNOWN: return true;
+    default: return false;
+  }
+}
+
+hcq_status_t hcq__cuda_fail(hcq_device_t *dev, hcq_CUresult rc, const char *fmt, ...) {
+  char what[512], text[192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  hcq__cuda_error_text(rc, text, sizeof(text));
+  if (sticky(rc)) {
+    /* The context is unusable from now on: every later call would fail the same way. */
+    hcq__device_mark_lost(dev, "the GPU reported %s (%s)", text, what);
+    return hcq_status_make(HCQ_DEVICE_LOST, "%s: %s failed: %s; the device is lost", dev->name, what, text);
+  }
+  return hcq_status_make(rc == HCQ_CUDA_ERROR_OUT_OF_MEMORY ? HCQ_OUT_OF_MEMORY : HCQ_DEVICE_ERROR, "%s: %s failed: %s",
+                         dev->name, what, text);
+}
+
+hcq_status_t hcq__cuda_push(hcq_device_t *dev) {
+  cuda_device_t *cd = cdev(dev);
+  hcq_CUresult rc = cd->api->cuCtxPushCurrent(cd->ctx);
+  return rc ? hcq__cuda_fail(dev, rc, "making its context current") : NULL;
+}
+
+void hcq__cuda_pop(hcq_device_t *dev) {
+  hcq_CUcontext prev;
+  cdev(dev)->api->cuCtxPopCurrent(&prev);
+}
+
+/* ---- memory ---- */
+
+static hcq_status_t cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out) {
+  cuda_device_t *cd = cdev(dev);
+  const hcq__cuda_api_t *api = cd->api;
+  if (size > (UINT64_C(1) << 46))
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot allocate %" PRIu64 " bytes", dev->name, size);
+  size_t bytes = (size_t)((size + 63) & ~UINT64_C(63));
+  if (!bytes) bytes = 64;
+  hcq_status_t st = hcq__cuda_push(dev);
+  if (st) return st;
+  hcq_CUresult rc;
+  memset(out, 0, sizeof(*out));
+  if (flags & HCQ__MEM_HOST_VISIBLE) {
+    void *host = NULL;
+    hcq_CUdeviceptr addr = 0;
+    rc = api->cuMemHostAlloc(&host, bytes + HOST_SLACK, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
+    if (rc) {
+      st = hcq__cuda_fail(dev, rc, "cuMemHostAlloc of %zu bytes", bytes);
+    } else if ((rc = api->cuMemHostGetDevicePointer(&addr, host, 0)) || addr != (hcq_CUdeviceptr)(uintptr_t)host) {
+      st = rc ? hcq__cuda_fail(dev, rc, "mapping pinned memory")
+              : hcq_status_make(HCQ_UNAVAILABLE, "%s: pinned memory has a device address other than its host address "
+                                "(hcq needs unified addressing)", dev->name);
+      api->cuMemFreeHost(host);
+    } else {
+      memset(host, 0, bytes + HOST_SLACK);
+      out->host = host;
+      out->addr = addr;
+      out->handle = host;
+    }
+  } else {
+    hcq_CUdeviceptr addr = 0;
+    rc = api->cuMemAlloc(&addr, bytes);
+    if (rc) {
+      st = hcq__cuda_fail(dev, rc, "cuMemAlloc of %zu bytes", bytes);
+    } else if ((rc = api->cuMemsetD8Async(addr, 0, bytes, cd->alloc_stream)) ||
+               (rc = api->cuStreamSynchronize(cd->alloc_stream))) {
+      /* Zeroed on a stream of its own: waiting for it waits for nothing else. */
+      st = hcq__cuda_fail(dev, rc, "clearing %zu new bytes", bytes);
+      api->cuMemFree(addr);
+    } else {
+      out->addr = addr;
+    }
+  }
+  hcq__cuda_pop(dev);
+  if (!st) out->size = size;
+  return st;
+}
+
+static void cuda_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
+  cuda_device_t *cd = cdev(dev);
+  hcq_status_t st = hcq__cuda_push(dev);
+  if (!st) {
+    if (mem->handle)
+      cd->api->cuMemFreeHost(mem->handle);
+    else if (mem->addr)
+      cd->api->cuMemFree(mem->addr);
+    hcq__cuda_pop(dev);
+  }
+  hcq_status_free(st);
+  mem->host = NULL;
+  mem->handle = NULL;
+  mem->addr = 0;
+}
+
+/* ---- submission ---- */
+
+/* Whether the driver knows addr (device memory or pinned host memory): stream memory operations
+ * work on such addresses only. The few addresses seen last are remembered (the timelines). */
+static bool reachable(cuda_device_t *cd, uint64_t addr) {
+  for (unsigned i = 0; i < 8; i++)
+    if (cd->reachable[i] == addr) return true;
+  hcq_CUcontext ctx = NULL;
+  if (cd->api->cuPointerGetAttribute(&ctx, HCQ_CU_POINTER_ATTRIBUTE_CONTEXT, addr) != 0) return false;
+  cd->reachable[cd->reachable_next++ % 8] = addr;
+  return true;
+}
+
+typedef struct host_signal {
+  hcq__signal_words_t *words;
+  uint64_t value;
+} host_signal_t;
+
+static void set_host_signal(void *arg) {
+  host_signal_t *h = arg;
+  hcq__signal_words_set(h->words, h->value);
+  free(h);
+}
+
+static const char k_timestamp_ptx[] =
+    ".version 6.0\n"
+    ".target sm_50\n"
+    ".address_size 64\n"
+    ".visible .entry hcq_timestamp(.param .u64 hcq_timestamp_param_0)\n"
+    "{\n"
+    "  .reg .b64 %rd<3>;\n"
+    "  ld.param.u64 %rd1, [hcq_timestamp_param_0];\n"
+    "  mov.u64 %rd2, %globaltimer;\n"
+    "  st.volatile.u64 [%rd1], %rd2;\n"
+    "  ret;\n"
+    "}\n";
+
+static hcq_CUresult write_timestamp(cuda_device_t *cd, hcq_CUstream s, uint64_t addr) {
+  const hcq__cuda_api_t *api = cd->api;
+  hcq_CUresult rc = 0;
+  if (!cd->ts_fn) {
+    if ((rc = api->cuModuleLoadDataEx(&cd->ts_module, k_timestamp_ptx, 0, NULL, NULL))) return rc;
+    if ((rc = api->cuModuleGetFunction(&cd->ts_fn, cd->ts_module, "hcq_timestamp"))) return rc;
+  }
+  uint64_t target = addr + offsetof(hcq__signal_words_t, timestamp);
+  size_t size = sizeof(target);
+  void *extra[] = {HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER, &target, HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   HCQ_CU_LAUNCH_PARAM_END};
+  return api->cuLaunchKernel(cd->ts_fn, 1, 1, 1, 1, 1, 1, 0, s, NULL, extra);
+}
+
+/* Checks what the driver would refuse before anything is enqueued: a submission runs whole or
+ * fails without side effects (the driver's own asynchronous failures aside). */
+static hcq_status_t check_words(hcq_device_t *dev, const uint32_t *w, size_t n) {
+  cuda_device_t *cd = cdev(dev);
+  for (const uint32_t *end = w + n; w < end; w += HCQ__HDR_LEN(w[0])) {
+    uint32_t op = HCQ__HDR_OP(w[0]);
+    if (HCQ__HDR_LEN(w[0]) == 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: malformed command words", dev->name);
+    if (op == HCQ__OP_WAIT && !reachable(cd, hcq__rd64(w + HCQ__WAIT_ADDR))) {
+      char name[80] = "";
+      uint64_t value;
+      if (!hcq__signal_lookup(hcq__rd64(w + HCQ__WAIT_ADDR), name, sizeof(name), &value, NULL))
+        snprintf(name, sizeof(name), "at 0x%" PRIx64, hcq__rd64(w + HCQ__WAIT_ADDR));
+      return hcq_status_make(HCQ_UNIMPLEMENTED, "%s cannot wait on signal \"%s\": it is not in memory the GPU maps (a "
+                             "CPU device's signal?)", dev->name, name);
+    }
+    if (op != HCQ__OP_EXEC) continue;
+    const hcq__cuda_kernel_t *k = (const hcq__cuda_kernel_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
+    const hcq_program_t *p = (const hcq_program_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_PROGRAM);
+    const char *name = p ? p->name : "?";
+    if (!k) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: exec of %s without a CUDA kernel", dev->name, name);
+    if (w[HCQ__EXEC_NBUFS] != k->nptrs)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s on %s: the kernel takes %" PRIu32 " buffers, the launch "
+                             "passes %" PRIu32, name, dev->name, k->nptrs, w[HCQ__EXEC_NBUFS]);
+    const uint32_t *g = w + HCQ__EXEC_GLOBAL, *l = w + HCQ__EXEC_LOCAL;
+    if (!g[0] || !g[1] || !g[2] || !l[0] || !l[1] || !l[2]) continue; /* an empty launch runs nothing */
+    uint64_t threads = (uint64_t)l[0] * l[1] * l[2];
+    for (int i = 0; i < 3; i++)
+      if (g[i] > (uint32_t)cd->max_grid[i] || l[i] > (uint32_t)cd->max_block[i] || threads > (uint64_t)cd->max_threads)
+        return hcq_status_make(HCQ_OUT_OF_RANGE, "launch of %s on %s: grid %" PRIu32 "x%" PRIu32 "x%" PRIu32 " of blocks %"
+                               PRIu32 "x%" PRIu32 "x%" PRIu32 " is past the GPU's limits (grid %dx%dx%d, block %dx%dx%d, "
+                               "%d threads)", name, dev->name, g[0], g[1], g[2], l[0], l[1], l[2], cd->max_grid[0],
+                               cd->max_grid[1], cd->max_grid[2], cd->max_block[0], cd->max_block[1], cd->max_block[2],
+                               cd->max_threads);
+  }
+  return NULL;
+}
+
+static hcq_CUresult run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *w, const char **what) {
+  const hcq__cuda_api_t *api = cd->api;
+  hcq_device_t *dev = cd->dev;
+  switch (HCQ__HDR_OP(w[0])) {
+    case HCQ__OP_WAIT: {
+      uint64_t addr = hcq__rd64(w + HCQ__WAIT_ADDR), value = w[HCQ__WAIT_VALUE];
+      /* The stream's own last write already satisfies it (in-order stream): the device timeline only,
+       * whose value nobody lowers but a wrap (which clears what we remember). */
+      if (addr == cs->last_signal_addr && value <= cs->last_signal_value && dev->timeline &&
+          addr == dev->timeline->mem.addr)
+        return 0;
+      *what = "cuStreamWaitValue64";
+      return api->cuStreamWaitValue64(cs->s, addr, value, HCQ_CU_STREAM_WAIT_VALUE_GEQ);
+    }
+    case HCQ__OP_SIGNAL: {
+      uint64_t addr = hcq__rd64(w + HCQ__SIGNAL_ADDR), value = w[HCQ__SIGNAL_VALUE];
+      if (!reachable(cd, addr)) {
+        host_signal_t *h = malloc(sizeof(*h));
+        *what = "cuLaunchHostFunc";
+        if (!h) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
+        *h = (host_signal_t){(hcq__signal_words_t *)(uintptr_t)addr, value};
+        hcq_CUresult rc = api->cuLaunchHostFunc(cs->s, set_host_signal, h);
+        if (rc) free(h);
+        return rc;
+      }
+      cs->last_signal_addr = addr;
+      cs->last_signal_value = value;
+      *what = "cuStreamWriteValue64";
+      return api->cuStreamWriteValue64(cs->s, addr, value, HCQ_CU_STREAM_WRITE_VALUE_DEFAULT);
+    }
+    case HCQ__OP_TIMESTAMP:
+      *what = "the timestamp kernel";
+      return write_timestamp(cd, cs->s, hcq__rd64(w + HCQ__TIMESTAMP_ADDR));
+    case HCQ__OP_EXEC: {
+      const hcq__cuda_kernel_t *k = (const hcq__cuda_kernel_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
+      const uint32_t *g = w + HCQ__EXEC_GLOBAL, *l = w + HCQ__EXEC_LOCAL;
+      if (!g[0] || !g[1] || !g[2] || !l[0] || !l[1] || !l[2]) return 0;
+      size_t size = k->param_bytes;
+      void *args = (void *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_ARGS);
+      void *extra[] = {HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER, args, HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                       HCQ_CU_LAUNCH_PARAM_END};
+      *what = "cuLaunchKernel";
+      return api->cuLaunchKernel(k->fn, g[0], g[1], g[2], l[0], l[1], l[2], 0, cs->s, NULL, size ? extra : NULL);
+    }
+    case HCQ__OP_COPY: {
+      uint64_t size = hcq__rd64(w + HCQ__COPY_SIZE);
+      if (!size) return 0;
+      *what = "cuMemcpyAsync";
+      return api->cuMemcpyAsync(hcq__rd64(w + HCQ__COPY_DST), hcq__rd64(w + HCQ__COPY_SRC), (size_t)size, cs->s);
+    }
+    default: return 0; /* NOP, BARRIER (a stream's commands are ordered and memory operations fence) */
+  }
+}
+
+/* Remembers a submission's words for hang reports: bound words stay valid, others are copied. */
+static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n, bool bound);
+static void remember(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n, bool bound) {
+  pthread_mutex_lock(&cs->records_lock);
+  remember_locked(cs, seq, words, n, bound);
+  pthread_mutex_unlock(&cs->records_lock);
+}
+
+static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n, bool bound) {
+  sub_record_t *r = &cs->records[seq % RECORDS];
+  r->seq = seq;
+  r->bound = bound;
+  r->nwords = (uint32_t)n;
+  if (bound) {
+    r->words = words;
+    return;
+  }
+  if (n == 0 || n > WORD_RING / 4) {
+    r->words = NULL;
+    return;
+  }
+  uint64_t pos = cs->ring_head % WORD_RING;
+  if (pos + n > WORD_RING) {
+    cs->ring_head += WORD_RING - pos;
+    pos = 0;
+  }
+  memcpy(cs->ring + pos, words, n * sizeof(uint32_t));
+  cs->ring_head += n;
+  r->words = cs->ring + pos;
+}
+
+/* Ends a submission: the stream writes its sequence number into the completion word. */
+static hcq_status_t finish_submission(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *words, size_t n, bool bound) {
+  uint64_t seq = cs->submitted + 1;
+  hcq_CUresult rc = cd->api->cuStreamWriteValue64(cs->s, cs->done_addr, seq, HCQ_CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (rc) {
+    hcq_status_t st = hcq__cuda_fail(cd->dev, rc, "cuStreamWriteValue64 (completion word)");
+    if (!hcq__device_is_lost(cd->dev)) hcq__device_mark_lost(cd->dev, "%s", hcq_status_message(st));
+    return st;
+  }
+  remember(cs, seq, words, n, bound);
+  cs->submitted = seq;
+  atomic_store_explicit(&cs->published, seq, memory_order_release);
+  return NULL;
+}
+
+/* A timeline wrap lowers the timeline value: what the streams remember of their writes is void. */
+static void note_timeline(cuda_device_t *cd) {
+  hcq_device_t *dev = cd->dev;
+  if (dev->timeline_value < cd->seen_timeline_value || dev->timeline != cd->seen_timeline) {
+    for (int k = 0; k < 2; k++) cd->streams[k].last_signal_addr = 0;
+  }
+  cd->seen_timeline_value = dev->timeline_value;
+  cd->seen_timeline = dev->timeline;
+}
+
+static hcq_status_t cuda_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound) {
+  (void)kind, (void)nwords, (void)bound; /* the driver queues whatever it is given */
+  return hcq__device_check(dev);
+}
+
+static hcq_status_t cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords,
+                                bool bound) {
+  cuda_device_t *cd = cdev(dev);
+  cuda_stream_t *cs = &cd->streams[kind];
+  hcq_status_t st = hcq__device_check(dev);
+  if (!st) st = hcq__cuda_push(dev);
+  if (st) return st;
+  if ((st = check_words(dev, words, nwords))) {
+    hcq__cuda_pop(dev);
+    return st;
+  }
+  note_timeline(cd);
+  hcq_CUresult rc = 0;
+  const char *what = "";
+  const uint32_t *w = words, *end = words + nwords;
+  for (; w < end && !rc; w += HCQ__HDR_LEN(w[0])) rc = run_command(cd, cs, w, &what);
+  if (rc) st = hcq__cuda_fail(dev, rc, "%s", what);
+  /* Whatever was enqueued counts: completion must catch up with it. */
+  hcq_status_t fst = finish_submission(cd, cs, words, nwords, bound);
+  hcq__cuda_pop(dev);
+  if (st) {
+    hcq_status_free(fst);
+    return st;
+  }
+  return fst;
+}
+
+static uint64_t cuda_submitted(hcq_device_t *dev, hcq_queue_kind_t kind) {
+  return atomic_load_explicit(&cdev(dev)->streams[kind].published, memory_order_acquire);
+}
+
+static uint64_t cuda_completed(hcq_device_t *dev, hcq_queue_kind_t kind) {
+  const cuda_stream_t *cs = &cdev(dev)->streams[kind];
+  uint64_t done = atomic_load_explicit(cs->done, memory_order_acquire);
+  /* A lost device's streams never finish: what they were given is abandoned, not pending. */
+  if (hcq__device_is_lost(dev)) return atomic_load_explicit(&cs->published, memory_order_acquire);
+  return done;
+}
+
+/* Asynchronous failures (a faulting kernel) surface through stream queries. */
+static void cuda_poll(hcq_device_t *dev) {
+  cuda_device_t *cd = cdev(dev);
+  if (hcq__device_is_lost(dev)) return;
+  hcq_status_t st = hcq__cuda_push(dev);
+  if (st) {
+    hcq_status_free(st);
+    return;
+  }
+  for (int k = 0; k < 2 && !st; k++) {
+    hcq_CUresult rc = cd->api->cuStreamQuery(cd->streams[k].s);
+    if (rc && rc != HCQ_CUDA_ERROR_NOT_READY) st = hcq__cuda_fail(dev, rc, "the %s stream", k ? "copy" : "compute");
+  }
+  hcq__cuda_pop(dev);
+  hcq_status_free(st);
+}
+
+static hcq_status_t cuda_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
+  cuda_device_t *cd = cdev(dev);
+  uint64_t deadline = hcq__deadline_after_ms(timeout_ms), nap = 10000;
+  for (int k = 0; k < 2; k++) {
+    cuda_stream_t *cs = &cd->streams[k];
+    uint64_t want = atomic_load_explicit(&cs->published, memory_order_acquire);
+    while (atomic_load_explicit(cs->done, memory_order_acquire) < want) {
+      cuda_poll(dev);
+      hcq_status_t st = hcq__device_check(dev);
+      if (st) return st;
+      if (hcq__now_ns() >= deadline)
+        return hcq_status_make(HCQ_TIMEOUT, "%s: its %s queue still has work after %" PRId64 " ms (waiting on a signal?)",
+                               dev->name, k == HCQ_QUEUE_COMPUTE ? "compute" : "copy", timeout_ms);
+      struct timespec ts = {0, (long)nap};
+      nanosleep(&ts, NULL);
+      if (nap < 1000000) nap *= 2;
+    }
+  }
+  return NULL;
+}
+
+/* The command a stream is at: the first wait of its oldest unfinished submission whose signal has
+ * not reached the value, else that submission's first kernel, else its first command. */
+static void cuda_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out) {
+  cuda_stream_t *cs = &cdev(dev)->streams[kind];
+  out->present = true;
+  out->submitted = atomic_load_explicit(&cs->published, memory_order_acquire);
+  out->completed = atomic_load_explicit(cs->done, memory_order_acquire);
+  out->cur = out->prev = out->call_base = NULL;
+  if (out->completed >= out->submitted || out->submitted - out->completed > RECORDS) return;
+  /* Never blocks: while a submission is being recorded, the report goes without the detail. */
+  if (pthread_mutex_trylock(&cs->records_lock) != 0) return;
+  sub_record_t rec = cs->records[(out->completed + 1) % RECORDS];
+  pthread_mutex_unlock(&cs->records_lock);
+  const sub_record_t *r = &rec;
+  if (r->seq != out->completed + 1 || !r->words || !r->nwords) return;
+  const uint32_t *w = r->words, *end = r->words + r->nwords, *prev = NULL, *exec = NULL, *exec_prev = NULL;
+  for (; w < end && HCQ__HDR_LEN(w[0]); prev = w, w += HCQ__HDR_LEN(w[0])) {
+    uint32_t op = HCQ__HDR_OP(w[0]);
+    if (op == HCQ__OP_EXEC && !exec) exec = w, exec_prev = prev;
+    if (op != HCQ__OP_WAIT) continue;
+    char name[8];
+    uint64_t value = 0;
+    if (hcq__signal_lookup(hcq__rd64(w + HCQ__WAIT_ADDR), name, sizeof(name), &value, NULL) &&
+        value < w[HCQ__WAIT_VALUE])
+      break;
+  }
+  if (w < end) {
+    out->cur = w, out->prev = prev;
+  } else if (exec) {
+    out->cur = exec, out->prev = exec_prev;
+  } else {
+    out->cur = r->words;
+  }
+  if (r->bound) out->call_base = r->words;
+}
+
+static void cuda_lost(hcq_device_t *dev) { (void)dev; /* host waits end through the core's checks */ }
+
+/* ---- lifecycle ---- */
+
+static bool cuda_stop(hcq_device_t *dev) {
+  cuda_device_t *cd = cdev(dev);
+  bool pending = false;
+  for (int k = 0; k < 2; k++)
+    pending |= atomic_load_explicit(cd->streams[k].done, memory_order_acquire) <
+               atomic_load_explicit(&cd->streams[k].published, memory_order_acquire);
+  /* A lost GPU may still be running (or stuck in) work that touches any of this device's memory. */
+  return pending && hcq__device_is_lost(dev);
+}
+
+static void reg_remove(cuda_device_t *cd) {
+  pthread_mutex_lock(&g_reg_lock);
+  for (cuda_device_t **p = &g_reg_head; *p; p = &(*p)->reg_next)
+    if (*p == cd) {
+      *p = cd->reg_next;
+      break;
+    }
+  pthread_mutex_unlock(&g_reg_lock);
+}
+
+static void cuda_destroy(hcq_device_t *dev) {
+  cuda_device_t *cd = cdev(dev);
+  if (!cd) return;
+  reg_remove(cd);
+  const hcq__cuda_api_t *api = cd->api;
+  if (cd->ctx && api->cuCtxPushCurrent(cd->ctx) == 0) {
+    for (int k = 0; k < 2; k++) {
+      if (cd->streams[k].s) {
+        api->cuStreamSynchronize(cd->streams[k].s);
+        api->cuStreamDestroy(cd->streams[k].s);
+      }
+    }
+    if (cd->alloc_stream) api->cuStreamDestroy(cd->alloc_stream);
+    if (cd->ts_module) api->cuModuleUnload(cd->ts_module);
+    if (cd->progress) api->cuMemFreeHost(cd->progress);
+    hcq_CUcontext prev;
+    api->cuCtxPopCurrent(&prev);
+  }
+  if (cd->ctx_retained) api->cuDevicePrimaryCtxRelease(cd->cudev);
+  if (cd->counted) hcq__signal_device_writers_add(-1);
+  for (int k = 0; k < 2; k++) {
+    free(cd->streams[k].ring);
+    pthread_mutex_destroy(&cd->streams[k].records_lock);
+  }
+  free(cd);
+  dev->backend = NULL;
+}
+
+static const hcq__device_vtable_t cuda_vtable = {
+    .destroy = cuda_destroy,
+    .stop = cuda_stop,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .reserve = cuda_reserve,
+    .submit = cuda_submit,
+    .submitted = cuda_submitted,
+    .completed = cuda_completed,
+    .wait_idle = cuda_wait_idle,
+    .snapshot = cuda_snapshot,
+    .lost = cuda_lost,
+    .poll = cuda_poll,
+    .program_compile = hcq__cuda_compile,
+    .program_unload = hcq__cuda_unload,
+};
+
+/* Peer access both ways with every other open CUDA device that allows it (copies between them then
+ * go device to device); without it the driver still copies, through the host. */
+static void enable_peers(cuda_device_t *cd) {
+  const hcq__cuda_api_t *api = cd->api;
+  pthread_mutex_lock(&g_reg_lock);
+  for (cuda_device_t *o = g_reg_head; o; o = o->reg_next) {
+    if (o->cudev == cd->cudev) continue;
+    int a = 0, b = 0;
+    api->cuDeviceCanAccessPeer(&a, cd->cudev, o->cudev);
+    api->cuDeviceCanAccessPeer(&b, o->cudev, cd->cudev);
+    hcq_CUcontext prev;
+    if (a && api->cuCtxPushCurrent(cd->ctx) == 0) {
+      api->cuCtxEnablePeerAccess(o->ctx, 0); /* already enabled is fine */
+      api->cuCtxPopCurrent(&prev);
+    }
+    if (b && api->cuCtxPushCurrent(o->ctx) == 0) {
+      api->cuCtxEnablePeerAccess(cd->ctx, 0);
+      api->cuCtxPopCurrent(&prev);
+    }
+  }
+  cd->reg_next = g_reg_head;
+  g_reg_head = cd;
+  pthread_mutex_unlock(&g_reg_lock);
+}
+
+static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
+  const hcq__cuda_api_t *api = cd->api;
+  hcq_CUresult rc;
+  if ((rc = api->cuDeviceGet(&cd->cudev, index))) return hcq__cuda_fail(dev, rc, "cuDeviceGet");
+  struct {
+    int attr, *out;
+  } attrs[] = {
+      {HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &cd->cc_major},
+      {HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &cd->cc_minor},
+      {HCQ_CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &cd->max_threads},
+      {HCQ_CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, &cd->max_block[0]},
+      {HCQ_CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, &cd->max_block[1]},
+      {HCQ_CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, &cd->max_block[2]},
+      {HCQ_CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, &cd->max_grid[0]},
+      {HCQ_CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, &cd->max_grid[1]},
+      {HCQ_CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, &cd->max_grid[2]},
+  };
+  for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++)
+    if ((rc = api->cuDeviceGetAttribute(attrs[i].out, attrs[i].attr, cd->cudev)))
+      return hcq__cuda_fail(dev, rc, "cuDeviceGetAttribute(%d)", attrs[i].attr);
+  int uva = 0, map = 0, memops = 0;
+  api->cuDeviceGetAttribute(&uva, HCQ_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, cd->cudev);
+  api->cuDeviceGetAttribute(&map, HCQ_CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, cd->cudev);
+  api->cuDeviceGetAttribute(&memops, HCQ_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, cd->cudev);
+  if (!uva || !map || !memops)
+    return hcq_status_make(HCQ_UNAVAILABLE, "%s lacks what hcq needs: %s%s%s", dev->name,
+                           uva ? "" : "unified addressing; ", map ? "" : "mapped host memory; ",
+                           memops ? "" : "64-bit stream memory operations (cuStreamWaitValue64)");
+  if ((rc = api->cuDevicePrimaryCtxRetain(&cd->ctx, cd->cudev))) return hcq__cuda_fail(dev, rc, "retaining its context");
+  cd->ctx_retained = true;
+  hcq_status_t st = hcq__cuda_push(dev);
+  if (st) return st;
+  for (int k = 0; k < 2 && !rc; k++) rc = api->cuStreamCreate(&cd->streams[k].s, HCQ_CU_STREAM_NON_BLOCKING);
+  if (!rc) rc = api->cuStreamCreate(&cd->alloc_stream, HCQ_CU_STREAM_NON_BLOCKING);
+  if (!rc) rc = api->cuMemHostAlloc(&cd->progress, 128, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
+  if (rc) st = hcq__cuda_fail(dev, rc, "creating its streams");
+  for (int k = 0; k < 2 && !st; k++) {
+    cuda_stream_t *cs = &cd->streams[k];
+    cs->done = (_Atomic uint64_t *)((char *)cd->progress + 64 * k);
+    atomic_store(cs->done, 0);
+    hcq_CUdeviceptr addr = 0;
+    if ((rc = api->cuMemHostGetDevicePointer(&addr, (void *)cs->done, 0))) st = hcq__cuda_fail(dev, rc, "mapping pinned memory");
+    cs->done_addr = addr;
+    cs->ring = calloc(WORD_RING, sizeof(uint32_t));
+    if (!st && !cs->ring) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
+  }
+  hcq__cuda_pop(dev);
+  return st;
+}
+
+hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev) {
+  const char *why;
+  const hcq__cuda_api_t *api = hcq__cuda_api(&why);
+  if (!api) return hcq_status_make(HCQ_UNAVAILABLE, "device CUDA:%d is unavailable: %s", index, why);
+  int count = 0;
+  api->cuDeviceGetCount(&count);
+  if (index >= count)
+    return hcq_status_make(HCQ_NOT_FOUND, "unknown device CUDA:%d: this machine has %d CUDA device(s)", index, count);
+  cuda_device_t *cd = calloc(1, sizeof(*cd));
+  if (!cd) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
+  cd->dev = dev;
+  cd->api = api;
+  for (int k = 0; k < 2; k++) pthread_mutex_init(&cd->streams[k].records_lock, NULL);
+  dev->vt = &cuda_vtable;
+  dev->backend = cd;
+  hcq_status_t st = setup(dev, cd, index);
+  if (st) {
+    cuda_destroy(dev);
+    dev->vt = NULL;
+    return st;
+  }
+  enable_peers(cd);
+  hcq__signal_device_writers_add(1);
+  cd->counted = true;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_CUDA | HCQ_CAP_COPIES_HOST_MEMORY;
+  dev->threads = 1;
+  dev->max_work_items = 0; /* the grid and block limits are checked per launch */
+  return NULL;
+}
+
+void hcq__cuda_query(hcq_device_info_t *info) {
+  const char *why;
+  const hcq__cuda_api_t *api = hcq__cuda_api(&why);
+  char nvrtc[400];
+  hcq__nvrtc_describe(nvrtc, sizeof(nvrtc));
+  info->kind = HCQ_DEVICE_CUDA;
+  if (!api) {
+    info->available = false;
+    snprintf(info->description, sizeof(info->description), "%.150s; %.90s", why, nvrtc);
+    return;
+  }
+  int count = 0, major = 0, minor = 0;
+  api->cuDeviceGetCount(&count);
+  char name[128] = "?";
+  hcq_CUdevice d;
+  if (count > 0 && api->cuDeviceGet(&d, 0) == 0) {
+    api->cuDeviceGetName(name, sizeof(name), d);
+    api->cuDeviceGetAttribute(&major, HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+    api->cuDeviceGetAttribute(&minor, HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+  }
+  info->available = count > 0;
+  info->count = count;
+  snprintf(info->description, sizeof(info->description), "driver %d.%d, %d device(s), CUDA:0 is %.60s (sm_%d%d); %.110s",
+           api->driver_version / 1000, (api->driver_version % 1000) / 10, count, name, major, minor, nvrtc);
+}
+
+/* ---- CUDA graph launches (cuda_graph.c) ---- */
+
+hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq_CUgraphExec exec, hcq_CUevent start,
+                                    hcq_CUevent end) {
+  hcq_device_t *d0 = devs[0];
+  cuda_device_t *c0 = cdev(d0);
+  const hcq__cuda_api_t *api = c0->api;
+  cuda_stream_t *s0 = &c0->streams[HCQ_QUEUE_COMPUTE];
+  hcq_status_t st = hcq__cuda_push(d0);
+  if (st) return st;
+  note_timeline(c0);
+  hcq_CUresult rc = 0;
+  const char *what = "";
+  /* Kept as command words too, so a hang report can say which earlier work the replay waits for. */
+  uint32_t waits[HCQ__GRAPH_MAX_DEVICES * HCQ__LEN_WAIT];
+  size_t nwords = 0;
+  for (size_t i = 0; i < ndevs && i < HCQ__GRAPH_MAX_DEVICES && !rc; i++) {
+    hcq_device_t *d = devs[i];
+    uint32_t *wait = waits + nwords;
+    memset(wait, 0, HCQ__LEN_WAIT * sizeof(uint32_t));
+    wait[0] = HCQ__HDR(WAIT);
+    hcq__wr64(wait + HCQ__WAIT_ADDR, d->timeline->mem.addr);
+    wait[HCQ__WAIT_VALUE] = (uint32_t)(d->timeline_value - 1);
+    nwords += HCQ__LEN_WAIT;
+    rc = run_command(c0, s0, wait, &what);
+  }
+  if (!rc && start && (rc = api->cuEventRecord(start, s0->s))) what = "cuEventRecord";
+  if (!rc && (rc = api->cuGraphLaunch(exec, s0->s))) what = "cuGraphLaunch";
+  if (!rc && (rc = api->cuEventRecord(end, s0->s))) what = "cuEventRecord";
+  uint32_t signal[HCQ__LEN_SIGNAL] = {HCQ__HDR(SIGNAL)};
+  hcq__wr64(signal + HCQ__SIGNAL_ADDR, d0->timeline->mem.addr);
+  signal[HCQ__SIGNAL_VALUE] = (uint32_t)d0->timeline_value;
+  if (!rc) rc = run_command(c0, s0, signal, &what);
+  if (rc) st = hcq__cuda_fail(d0, rc, "graph launch: %s", what);
+  hcq_status_t fst = finish_submission(c0, s0, waits, nwords, false);
+  hcq__cuda_pop(d0);
+  if (st || fst) {
+    hcq_status_free(fst);
+    return st ? st : fst;
+  }
+  /* The other devices' compute streams follow the graph (an event the driver sees), then signal. */
+  for (size_t i = 1; i < ndevs && !st; i++) {
+    hcq_device_t *d = devs[i];
+    cuda_device_t *cd = cdev(d);
+    cuda_stream_t *cs = &cd->streams[HCQ_QUEUE_COMPUTE];
+    if ((st = hcq__cuda_push(d))) break;
+    note_timeline(cd);
+    rc = api->cuStreamWaitEvent(cs->s, end, 0);
+    what = "cuStreamWaitEvent";
+    signal[0] = HCQ__HDR(SIGNAL);
+    hcq__wr64(signal + HCQ__SIGNAL_ADDR, d->timeline->mem.addr);
+    signal[HCQ__SIGNAL_VALUE] = (uint32_t)d->timeline_value;
+    if (!rc) rc = run_command(cd, cs, signal, &what);
+    if (rc) st = hcq__cuda_fail(d, rc, "graph launch: %s", what);
+    fst = finish_submission(cd, cs, NULL, 0, false);
+    hcq__cuda_pop(d);
+    if (!st) st = fst;
+    else hcq_status_free(fst);
+  }
+  return st;
+}

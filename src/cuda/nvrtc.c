@@ -1,0 +1,386 @@
+/* NVRTC found at run time, and its on-disk cache (see nvrtc.h for the rules the cache keeps). */
+#include "cuda/nvrtc.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "core/internal.h"
+
+typedef struct nvrtc_program_st *nvrtc_program;
+
+/* X(name, return, parameters) */
+#define HCQ_NVRTC_ENTRY_POINTS(X)                                                                            \
+  X(nvrtcGetErrorString, const char *, (int result))                                                         \
+  X(nvrtcVersion, int, (int *major, int *minor))                                                             \
+  X(nvrtcCreateProgram, int,                                                                                 \
+    (nvrtc_program * prog, const char *src, const char *name, int nheaders, const char *const *headers,      \
+     const char *const *include_names))                                                                      \
+  X(nvrtcDestroyProgram, int, (nvrtc_program * prog))                                                        \
+  X(nvrtcCompileProgram, int, (nvrtc_program prog, int noptions, const char *const *options))                \
+  X(nvrtcGetPTXSize, int, (nvrtc_program prog, size_t *size))                                                \
+  X(nvrtcGetPTX, int, (nvrtc_program prog, char *ptx))                                                       \
+  X(nvrtcGetCUBINSize, int, (nvrtc_program prog, size_t *size))                                              \
+  X(nvrtcGetCUBIN, int, (nvrtc_program prog, char *cubin))                                                   \
+  X(nvrtcGetProgramLogSize, int, (nvrtc_program prog, size_t *size))                                         \
+  X(nvrtcGetProgramLog, int, (nvrtc_program prog, char *log))                                                \
+  X(nvrtcGetNumSupportedArchs, int, (int *n))                                                                \
+  X(nvrtcGetSupportedArchs, int, (int *archs))
+
+static struct {
+  void *lib;
+  int major, minor;
+  char path[512];
+  int archs[64];
+  int narchs;
+#define HCQ__NVRTC_FIELD(name, ret, params) ret(*name) params;
+  HCQ_NVRTC_ENTRY_POINTS(HCQ__NVRTC_FIELD)
+#undef HCQ__NVRTC_FIELD
+} g_nvrtc;
+static bool g_ok;
+static char g_why[512];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void load(void) {
+  static const char *const names[] = {
+      "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so",
+      "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12",
+      "/usr/local/cuda/lib64/libnvrtc.so.11.2", "/usr/local/cuda/lib64/libnvrtc.so",
+  };
+  const char *forced = hcq__options()->nvrtc_library;
+  size_t n = *forced ? 1 : sizeof(names) / sizeof(names[0]);
+  char tried[400] = "";
+  for (size_t i = 0; i < n && !g_nvrtc.lib; i++) {
+    const char *name = *forced ? forced : names[i];
+    g_nvrtc.lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!g_nvrtc.lib && i < 4) {
+      size_t used = strlen(tried);
+      snprintf(tried + used, sizeof(tried) - used, "%s%s", used ? ", " : "", name);
+    }
+  }
+  if (!g_nvrtc.lib) {
+    if (*forced)
+      snprintf(g_why, sizeof(g_why), "HCQ_NVRTC_LIBRARY=%.200s could not be loaded", forced);
+    else
+      snprintf(g_why, sizeof(g_why), "no NVRTC library found (tried %s, also under /usr/local/cuda/lib64; set "
+               "HCQ_NVRTC_LIBRARY)", tried);
+    return;
+  }
+#define HCQ__NVRTC_LOAD(name, ret, params)                                             \
+  *(void **)&g_nvrtc.name = dlsym(g_nvrtc.lib, #name);                                 \
+  if (!g_nvrtc.name) {                                                                 \
+    snprintf(g_why, sizeof(g_why), "the NVRTC library lacks %s (too old?)", #name);    \
+    return;                                                                            \
+  }
+  HCQ_NVRTC_ENTRY_POINTS(HCQ__NVRTC_LOAD)
+#undef HCQ__NVRTC_LOAD
+  Dl_info info;
+  if (dladdr(*(void **)&g_nvrtc.nvrtcVersion, &info) && info.dli_fname)
+    snprintf(g_nvrtc.path, sizeof(g_nvrtc.path), "%s", info.dli_fname);
+  if (g_nvrtc.nvrtcVersion(&g_nvrtc.major, &g_nvrtc.minor) != 0) {
+    snprintf(g_why, sizeof(g_why), "nvrtcVersion failed in %.400s", g_nvrtc.path);
+    return;
+  }
+  int na = 0;
+  if (g_nvrtc.nvrtcGetNumSupportedArchs(&na) == 0 && na > 0 && na <= 64 &&
+      g_nvrtc.nvrtcGetSupportedArchs(g_nvrtc.archs) == 0)
+    g_nvrtc.narchs = na;
+  g_ok = true;
+}
+
+bool hcq__nvrtc_available(const char **out_why) {
+  pthread_once(&g_once, load);
+  if (out_why) *out_why = g_why;
+  return g_ok;
+}
+
+void hcq__nvrtc_describe(char *out, size_t size) {
+  const char *why;
+  if (hcq__nvrtc_available(&why))
+    snprintf(out, size, "NVRTC %d.%d (%s)", g_nvrtc.major, g_nvrtc.minor, g_nvrtc.path);
+  else
+    snprintf(out, size, "NVRTC absent: %s", why);
+}
+
+void hcq__cuda_image_free(hcq__cuda_image_t *img) {
+  free(img->ptx);
+  free(img->cubin);
+  memset(img, 0, sizeof(*img));
+}
+
+bool hcq__is_ptx(const char *t) {
+  for (;;) {
+    while (*t == ' ' || *t == '\t' || *t == '\n' || *t == '\r') t++;
+    if (t[0] == '/' && t[1] == '/') {
+      while (*t && *t != '\n') t++;
+    } else if (t[0] == '/' && t[1] == '*') {
+      const char *e = strstr(t + 2, "*/");
+      if (!e) return false;
+      t = e + 2;
+    } else {
+      return strncmp(t, ".version", 8) == 0;
+    }
+  }
+}
+
+/* ---- compiling ---- */
+
+/* The architecture to compile for: sm_<arch> when known, else compute_<best below>; 0: none. */
+static int pick_arch(int arch, bool *real) {
+  *real = false;
+  if (!g_nvrtc.narchs) {
+    *real = true; /* NVRTC cannot list its architectures: try the one asked for */
+    return arch;
+  }
+  int best = 0;
+  for (int i = 0; i < g_nvrtc.narchs; i++) {
+    if (g_nvrtc.archs[i] == arch) {
+      *real = true;
+      return arch;
+    }
+    if (g_nvrtc.archs[i] < arch && g_nvrtc.archs[i] > best) best = g_nvrtc.archs[i];
+  }
+  return best;
+}
+
+static void options_for(int arch, bool real, char *out, size_t size) {
+  snprintf(out, size, "--gpu-architecture=%s_%d", real ? "sm" : "compute", arch);
+}
+
+static hcq_status_t run_nvrtc(const char *entry, const char *source, const char *option, bool real,
+                              hcq__cuda_image_t *out) {
+  nvrtc_program prog = NULL;
+  char name[96];
+  snprintf(name, sizeof(name), "%.80s.cu", entry);
+  int rc = g_nvrtc.nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
+  if (rc != 0)
+    return hcq_status_make(HCQ_COMPILE_ERROR, "nvrtcCreateProgram failed: %s", g_nvrtc.nvrtcGetErrorString(rc));
+  const char *opts[] = {option};
+  rc = g_nvrtc.nvrtcCompileProgram(prog, 1, opts);
+  hcq_status_t st = NULL;
+  if (rc != 0) {
+    size_t log_size = 0;
+    char *log = NULL;
+    if (g_nvrtc.nvrtcGetProgramLogSize(prog, &log_size) == 0 && log_size && (log = malloc(log_size + 1))) {
+      if (g_nvrtc.nvrtcGetProgramLog(prog, log) != 0) log[0] = '\0';
+      log[log_size] = '\0';
+    }
+    st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s with NVRTC %d.%d (%s) failed: %s\n%s", entry, g_nvrtc.major,
+                         g_nvrtc.minor, option, g_nvrtc.nvrtcGetErrorString(rc), log ? log : "");
+    free(log);
+  }
+  size_t ptx_size = 0, cubin_size = 0;
+  if (!st && (rc = g_nvrtc.nvrtcGetPTXSize(prog, &ptx_size)) == 0 && ptx_size && (out->ptx = malloc(ptx_size + 1))) {
+    rc = g_nvrtc.nvrtcGetPTX(prog, out->ptx);
+    out->ptx[ptx_size] = '\0';
+    out->ptx_len = strlen(out->ptx);
+  }
+  if (!st && !out->ptx) st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s: NVRTC gave no PTX", entry);
+  if (!st && real && g_nvrtc.nvrtcGetCUBINSize(prog, &cubin_size) == 0 && cubin_size &&
+      (out->cubin = malloc(cubin_size))) {
+    if (g_nvrtc.nvrtcGetCUBIN(prog, out->cubin) == 0) {
+      out->cubin_len = cubin_size;
+    } else {
+      free(out->cubin);
+      out->cubin = NULL;
+    }
+  }
+  g_nvrtc.nvrtcDestroyProgram(&prog);
+  if (st) hcq__cuda_image_free(out);
+  return st;
+}
+
+/* ---- the cache ---- */
+
+#define CACHE_MAGIC "HCQCUDA1"
+
+typedef struct cache_header {
+  char magic[8];
+  uint64_t key_hi, key_lo;
+  uint64_t ptx_len, cubin_len;
+  uint64_t checksum; /* XXH3-64 of the PTX then the cubin */
+  int32_t arch;
+  int32_t reserved;
+} cache_header_t;
+
+static XXH128_hash_t cache_key(const char *entry, const char *source, const char *option) {
+  char version[32];
+  snprintf(version, sizeof(version), "%d.%d", g_nvrtc.major, g_nvrtc.minor);
+  XXH3_state_t *hs = XXH3_createState();
+  XXH128_hash_t h = {0, 0};
+  if (!hs) return h;
+  XXH3_128bits_reset(hs);
+  const char *parts[] = {"hcq-cuda-kernel/1", source, entry, version, option};
+  for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) XXH3_128bits_update(hs, parts[i], strlen(parts[i]) + 1);
+  h = XXH3_128bits_digest(hs);
+  XXH3_freeState(hs);
+  return h;
+}
+
+/* A directory we may trust: ours, a directory, writable by nobody else. */
+static bool dir_is_private(const char *dir) {
+  struct stat st;
+  return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/* HCQ_CACHE_DIR/cuda, created 0700 (with missing parents) when absent; false when it cannot be
+ * made or is not private. */
+static bool cache_dir(char *out, size_t size) {
+  const char *base = hcq__options()->cache_dir;
+  int n = snprintf(out, size, "%s/cuda", base);
+  if (n < 0 || (size_t)n >= size) return false;
+  char tmp[1100];
+  snprintf(tmp, sizeof(tmp), "%s", out);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
+  return dir_is_private(out);
+}
+
+static hcq_status_t path_for(const char *entry, const char *source, const char *option, char *dir, size_t dir_size,
+                             char *out, size_t size, XXH128_hash_t *key) {
+  if (!cache_dir(dir, dir_size)) return hcq_status_make(HCQ_UNAVAILABLE, "the kernel cache directory is not usable");
+  *key = cache_key(entry, source, option);
+  snprintf(out, size, "%s/%016" PRIx64 "%016" PRIx64 ".cubin", dir, (uint64_t)key->high64, (uint64_t)key->low64);
+  return NULL;
+}
+
+static bool read_all(int fd, void *buf, size_t n) {
+  char *p = buf;
+  while (n) {
+    ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r, n -= (size_t)r;
+  }
+  return true;
+}
+
+static bool write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t r = write(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r, n -= (size_t)r;
+  }
+  return true;
+}
+
+/* Loads a cache file when it is ours, private, and whole; false otherwise (then it is ignored). */
+static bool cache_load(const char *path, XXH128_hash_t key, int arch, hcq__cuda_image_t *out) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  cache_header_t h;
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+            !(st.st_mode & (S_IWGRP | S_IWOTH)) && (uint64_t)st.st_size >= sizeof(h) && read_all(fd, &h, sizeof(h)) &&
+            !memcmp(h.magic, CACHE_MAGIC, 8) && h.key_hi == key.high64 && h.key_lo == key.low64 && h.arch == arch &&
+            h.ptx_len < (UINT64_C(1) << 30) && h.cubin_len < (UINT64_C(1) << 30) &&
+            (uint64_t)st.st_size == sizeof(h) + h.ptx_len + h.cubin_len;
+  if (ok) {
+    out->ptx = malloc(h.ptx_len + 1);
+    out->cubin = h.cubin_len ? malloc(h.cubin_len) : NULL;
+    ok = out->ptx && (!h.cubin_len || out->cubin) && read_all(fd, out->ptx, h.ptx_len) &&
+         (!h.cubin_len || read_all(fd, out->cubin, h.cubin_len));
+  }
+  close(fd);
+  if (ok) {
+    out->ptx[h.ptx_len] = '\0';
+    XXH3_state_t *hs = XXH3_createState();
+    ok = hs != NULL;
+    if (ok) {
+      XXH3_64bits_reset(hs);
+      XXH3_64bits_update(hs, out->ptx, h.ptx_len);
+      if (h.cubin_len) XXH3_64bits_update(hs, out->cubin, h.cubin_len);
+      ok = XXH3_64bits_digest(hs) == h.checksum && strlen(out->ptx) == h.ptx_len;
+      XXH3_freeState(hs);
+    }
+  }
+  if (!ok) {
+    hcq__cuda_image_free(out);
+    return false;
+  }
+  out->ptx_len = h.ptx_len;
+  out->cubin_len = h.cubin_len;
+  out->arch = arch;
+  out->from_cache = true;
+  return true;
+}
+
+/* Writes a temporary file in the cache directory and renames it over path: readers see the whole
+ * file or none. Failing to cache is not an error (the kernel was compiled all the same). */
+static void cache_store(const char *dir, const char *path, XXH128_hash_t key, const hcq__cuda_image_t *img) {
+  char tmp[1300];
+  snprintf(tmp, sizeof(tmp), "%s/tmp-XXXXXX", dir);
+  int fd = mkostemp(tmp, O_CLOEXEC);
+  if (fd < 0) return;
+  cache_header_t h;
+  memset(&h, 0, sizeof(h));
+  memcpy(h.magic, CACHE_MAGIC, 8);
+  h.key_hi = key.high64;
+  h.key_lo = key.low64;
+  h.ptx_len = img->ptx_len;
+  h.cubin_len = img->cubin ? img->cubin_len : 0;
+  h.arch = img->arch;
+  XXH3_state_t *hs = XXH3_createState();
+  bool ok = hs != NULL;
+  if (ok) {
+    XXH3_64bits_reset(hs);
+    XXH3_64bits_update(hs, img->ptx, img->ptx_len);
+    if (h.cubin_len) XXH3_64bits_update(hs, img->cubin, h.cubin_len);
+    h.checksum = XXH3_64bits_digest(hs);
+    XXH3_freeState(hs);
+  }
+  ok = ok && fchmod(fd, 0600) == 0 && write_all(fd, &h, sizeof(h)) && write_all(fd, img->ptx, img->ptx_len) &&
+       (!h.cubin_len || write_all(fd, img->cubin, h.cubin_len)) && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+}
+
+hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch, char *out, size_t size) {
+  const char *why;
+  if (!hcq__nvrtc_available(&why)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile CUDA C: %s", why);
+  bool real;
+  int use = pick_arch(arch, &real);
+  char option[64], dir[1100];
+  options_for(use, real, option, sizeof(option));
+  XXH128_hash_t key = {0, 0};
+  return path_for(entry, source, option, dir, sizeof(dir), out, size, &key);
+}
+
+hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch, hcq__cuda_image_t *out) {
+  memset(out, 0, sizeof(*out));
+  const char *why;
+  if (!hcq__nvrtc_available(&why)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile CUDA C: %s", why);
+  bool real;
+  int use = pick_arch(arch, &real);
+  if (!use)
+    return hcq_status_make(HCQ_UNAVAILABLE, "NVRTC %d.%d cannot compile for compute capability %d.%d (its oldest is %d.%d)",
+                           g_nvrtc.major, g_nvrtc.minor, arch / 10, arch % 10,
+                           g_nvrtc.narchs ? g_nvrtc.archs[0] / 10 : 0, g_nvrtc.narchs ? g_nvrtc.archs[0] % 10 : 0);
+  char option[64], dir[1100], path[1300];
+  options_for(use, real, option, sizeof(option));
+  XXH128_hash_t key = {0, 0};
+  hcq_status_t cst = path_for(entry, source, option, dir, sizeof(dir), path, sizeof(path), &key);
+  bool cache = cst == NULL;
+  hcq_status_free(cst);
+  if (cache && cache_load(path, key, use, out)) return NULL;
+  hcq_status_t st = run_nvrtc(entry, source, option, real, out);
+  if (st) return st;
+  out->arch = use;
+  if (cache) cache_store(dir, path, key, out);
+  return NULL;
+}

@@ -1,0 +1,45 @@
+/* NVRTC, CUDA's run-time compiler, found at run time (dlopen) by the names toolkits install, and
+ * the on-disk cache of what it compiled. Needs no GPU: tests compile for a named architecture. */
+#ifndef HCQ_CUDA_NVRTC_H
+#define HCQ_CUDA_NVRTC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "hcq/status.h"
+
+/* Loads NVRTC once per process (HCQ_NVRTC_LIBRARY, else libnvrtc.so.13, .12, .11.2, libnvrtc.so,
+ * then the same names under /usr/local/cuda/lib64). false, with why, when none loads. */
+bool hcq__nvrtc_available(const char **out_why);
+/* "NVRTC 13.0 (/usr/local/cuda/lib64/libnvrtc.so.13)" or "NVRTC absent: why". */
+void hcq__nvrtc_describe(char *out, size_t size);
+
+/* What NVRTC made for one kernel: PTX text always, and a cubin when compiled for a real
+ * architecture (sm_XY). Owned by the caller: hcq__cuda_image_free. */
+typedef struct hcq__cuda_image {
+  char *ptx;       /* NUL-terminated */
+  size_t ptx_len;  /* without the NUL */
+  void *cubin;     /* NULL: PTX only (the driver compiles it when loading) */
+  size_t cubin_len;
+  int arch;        /* e.g. 90 */
+  bool from_cache; /* read from the disk cache rather than compiled */
+} hcq__cuda_image_t;
+
+void hcq__cuda_image_free(hcq__cuda_image_t *img);
+
+/* Compiles CUDA C for arch (major * 10 + minor): a cubin for sm_<arch> when this NVRTC knows that
+ * architecture, else PTX for the newest one it knows below it. The result is cached under
+ * HCQ_CACHE_DIR/cuda keyed by source, entry, NVRTC version, options and architecture; the cache
+ * directory is created private (0700) and is used only while it and each file in it belong to
+ * this user and are writable by nobody else; files are written whole (temporary file, then
+ * rename) and checked (key, sizes, checksum) before use. COMPILE_ERROR carries NVRTC's log;
+ * UNAVAILABLE says why NVRTC is missing. */
+hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch, hcq__cuda_image_t *out);
+
+/* The cache file compile would use for these arguments (tests plant and inspect it). */
+hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch, char *out, size_t size);
+
+/* True when text is PTX (its first directive, after comments, is .version). */
+bool hcq__is_ptx(const char *text);
+
+#endif

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""The documentation stands alone and shows code that compiles:
+- every C snippet in README.md is a run of consecutive lines of a file in examples/c/ (which the
+  install test builds with -Wall -Wextra -Werror and runs), indentation aside;
+- README.md, docs/, examples/ and the public headers cite nothing outside the repository, and every
+  repository path they name (a relative link, or a `path/like/this`) exists;
+- README.md's architecture section stays one screen (30 lines).
+usage: test_docs.py SOURCE_DIR"""
+import glob
+import os
+import re
+import sys
+
+root = sys.argv[1]
+failures = []
+
+
+def rel(path):
+    return os.path.relpath(path, root)
+
+
+def dedent(lines):
+    lines = [l.rstrip() for l in lines]
+    indent = min((len(l) - len(l.lstrip()) for l in lines if l.strip()), default=0)
+    return [l[indent:] for l in lines]
+
+
+readme_path = os.path.join(root, "README.md")
+readme = open(readme_path, encoding="utf-8").read()
+
+# ---- C snippets come from examples/c ----
+sources = {rel(p): open(p, encoding="utf-8").read().split("\n") for p in glob.glob(os.path.join(root, "examples/c/*.c"))}
+snippets = re.findall(r"^```c\n(.*?)^```", readme, flags=re.S | re.M)
+if not snippets:
+    failures.append("README.md has no C snippet")
+for n, snippet in enumerate(snippets):
+    want = dedent(snippet.rstrip("\n").split("\n"))
+    found = any(dedent(lines[i:i + len(want)]) == want for lines in sources.values()
+                for i in range(len(lines) - len(want) + 1))
+    if not found:
+        failures.append(f"README.md C snippet {n + 1} (starting {want[0].strip()!r}) is not a run of lines of any "
+                        f"examples/c/*.c: copy it from the example it comes from")
+
+# ---- nothing outside the repository ----
+docs = [readme_path] + glob.glob(os.path.join(root, "docs/*")) + glob.glob(os.path.join(root, "examples/**/*.md"), recursive=True) \
+    + glob.glob(os.path.join(root, "examples/c/*")) + glob.glob(os.path.join(root, "include/hcq/*.h"))
+outside = [r"\.\./shared", r"\bshared/", r"\b(?:CLI|SPEC|STYLE)\.md\b", r"\bSPEC \d", r"/work/"]
+path_re = re.compile(r"`((?:docs|include|examples|src|scripts|tests|cli|bench|fuzz|cmake)/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])`")
+for path in docs:
+    text = open(path, encoding="utf-8").read()
+    for pattern in outside:
+        for m in re.finditer(pattern, text):
+            line = text.count("\n", 0, m.start()) + 1
+            failures.append(f"{rel(path)}:{line}: cites something outside the repository ({m.group(0)!r})")
+    if path.endswith(".md"):
+        for m in re.finditer(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            target = m.group(1)
+            if re.match(r"[a-z]+:", target):
+                continue
+            if not os.path.exists(os.path.join(os.path.dirname(path), target)):
+                failures.append(f"{rel(path)}: link to {target}, which does not exist")
+    for m in path_re.finditer(text):
+        target = m.group(1)
+        if not glob.glob(os.path.join(root, target)) and not os.path.exists(os.path.join(root, target)):
+            failures.append(f"{rel(path)}: names {target}, which is not in the repository")
+
+# ---- the architecture section is one screen ----
+m = re.search(r"^## Architecture\n(.*?)(?=^## )", readme, flags=re.S | re.M)
+if not m:
+    failures.append("README.md has no ## Architecture section")
+elif m.group(0).count("\n") > 30:
+    failures.append(f"README.md's architecture section has {m.group(0).count(chr(10))} lines; keep it to 30")
+
+for f in failures:
+    print("FAIL:", f)
+print(f"{len(snippets)} README snippets, {len(docs)} documents checked: "
+      f"{'all good' if not failures else str(len(failures)) + ' problem(s)'}")
+sys.exit(1 if failures else 0)

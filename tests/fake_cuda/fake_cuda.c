@@ -1,0 +1,864 @@
+/* A stand-in for libcuda, for tests on machines without a GPU (HCQ_CUDA_LIBRARY points at it).
+ *
+ * It implements the driver entry points hcq uses with the driver's documented semantics, on the
+ * host: device memory is host memory, each stream is a thread running its operations in order
+ * (waits on memory values poll), events carry timestamps, graphs run their nodes in creation order
+ * (a valid topological order) from a copy taken at launch, and node parameter sets apply to later
+ * launches only. Kernels cannot run from PTX here: a module resolves a function by name to a host
+ * implementation below of the same CUDA C the tests and examples compile (and NVRTC really
+ * compiles it first). What this proves is hcq's side: the calls it makes, their order and
+ * arguments, and the results of its graphs against eager execution. What only a GPU can show (the
+ * real driver's behaviour, kernels compiled by NVRTC running) is left to tools/gpu-check.sh.
+ *
+ * HCQ_FAKE_CUDA_DEVICES sets the device count (default 1). hcq_fake_cuda_counts() reports the
+ * driver calls tests check counts of. A kernel named hcq_fake_fault fails its stream with
+ * CUDA_ERROR_ILLEGAL_ADDRESS, as a faulting kernel does. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/cuda_api.h"
+
+#define EXPORT __attribute__((visibility("default")))
+typedef hcq_CUresult CUresult;
+
+/* ---- kernels ---- */
+
+typedef struct dim3 {
+  uint32_t x, y, z;
+} dim3_t;
+
+typedef void (*thread_fn)(const uint8_t *params, uint64_t i);
+
+static uint64_t p64(const uint8_t *p, int i) {
+  uint64_t v;
+  memcpy(&v, p + 8 * i, 8);
+  return v;
+}
+static int32_t p32(const uint8_t *p, int nptrs, int i) {
+  int32_t v;
+  memcpy(&v, p + 8 * nptrs + 4 * i, 4);
+  return v;
+}
+
+/* Each is the CUDA C of tests/test_cuda.c and the examples' .cu kernels for one global thread index i. */
+static void k_axpb(const uint8_t *p, uint64_t i) {
+  uint32_t *y = (uint32_t *)p64(p, 0);
+  const uint32_t *x = (const uint32_t *)p64(p, 1), *w = (const uint32_t *)p64(p, 2);
+  int32_t n = p32(p, 3, 0);
+  if ((int64_t)i < n) y[i] = x[i] * (uint32_t)p32(p, 3, 1) + w[i] + (uint32_t)p32(p, 3, 2);
+}
+static void k_mix(const uint8_t *p, uint64_t i) {
+  uint32_t *y = (uint32_t *)p64(p, 0);
+  const uint32_t *x = (const uint32_t *)p64(p, 1);
+  int32_t n = p32(p, 2, 0);
+  uint32_t s = (uint32_t)p32(p, 2, 1) & 31u, c = (uint32_t)p32(p, 2, 2);
+  if ((int64_t)i < n) {
+    uint32_t v = x[i];
+    y[i] = (v ^ (v >> s)) * 0x9E3779B1u + c;
+  }
+}
+static void k_sum3(const uint8_t *p, uint64_t i) {
+  uint32_t *y = (uint32_t *)p64(p, 0);
+  const uint32_t *a = (const uint32_t *)p64(p, 1), *b = (const uint32_t *)p64(p, 2), *c = (const uint32_t *)p64(p, 3);
+  int32_t n = p32(p, 4, 0);
+  if ((int64_t)i < n) y[i] = a[i] + 3u * b[i] + 5u * c[i];
+}
+static void k_add_const(const uint8_t *p, uint64_t i) {
+  uint32_t *y = (uint32_t *)p64(p, 0);
+  const uint32_t *x = (const uint32_t *)p64(p, 1);
+  int32_t n = p32(p, 2, 0);
+  if ((int64_t)i < n) y[i] = x[i] + (uint32_t)p32(p, 2, 1);
+}
+static void k_saxpy_f32(const uint8_t *p, uint64_t i) {
+  float *y = (float *)p64(p, 0);
+  const float *x = (const float *)p64(p, 1);
+  int32_t n = p32(p, 2, 0), bits = p32(p, 2, 1);
+  float a;
+  memcpy(&a, &bits, 4);
+  if ((int64_t)i < n) y[i] = a * x[i] + y[i];
+}
+static void k_sum_groups(const uint8_t *p, uint64_t i) {
+  float *partial = (float *)p64(p, 0);
+  const float *x = (const float *)p64(p, 1);
+  uint64_t n = (uint64_t)p32(p, 2, 0), per = (uint64_t)p32(p, 2, 1);
+  if (i >= n || i % per) return;
+  float s = 0.0f;
+  for (uint64_t k = i; k < i + per && k < n; k++) s += x[k];
+  partial[i / per] = s;
+}
+static void k_sum_final(const uint8_t *p, uint64_t i) {
+  if (i) return;
+  float *total = (float *)p64(p, 0);
+  const float *partial = (const float *)p64(p, 1);
+  float s = 0.0f;
+  for (int32_t g = 0; g < p32(p, 2, 0); g++) s += partial[g];
+  total[0] = s;
+}
+static void k_timestamp(const uint8_t *p, uint64_t i) {
+  (void)i;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  __atomic_store_n((uint64_t *)p64(p, 0), (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, __ATOMIC_RELEASE);
+}
+
+typedef struct fake_kernel {
+  const char *name;
+  thread_fn fn;
+  bool faults;
+} fake_kernel_t;
+
+static const fake_kernel_t g_kernels[] = {
+    {"axpb", k_axpb, false},           {"mix", k_mix, false},
+    {"sum3", k_sum3, false},           {"add_const", k_add_const, false},
+    {"saxpy_f32", k_saxpy_f32, false}, {"sum_groups", k_sum_groups, false},
+    {"sum_final", k_sum_final, false},
+    {"hcq_timestamp", k_timestamp, false}, {"hcq_fake_fault", NULL, true},
+};
+
+/* ---- bookkeeping ---- */
+
+static atomic_ullong g_kernel_sets, g_memcpy_sets, g_enable_sets, g_graph_launches, g_kernel_launches;
+
+EXPORT void hcq_fake_cuda_counts(uint64_t *kernel_sets, uint64_t *memcpy_sets, uint64_t *enable_sets,
+                                 uint64_t *graph_launches, uint64_t *kernel_launches) {
+  *kernel_sets = atomic_load(&g_kernel_sets);
+  *memcpy_sets = atomic_load(&g_memcpy_sets);
+  *enable_sets = atomic_load(&g_enable_sets);
+  *graph_launches = atomic_load(&g_graph_launches);
+  *kernel_launches = atomic_load(&g_kernel_launches);
+}
+
+typedef struct ctx {
+  int dev;
+} ctx_t;
+
+static ctx_t g_ctx[8];
+static int g_ndev = 1;
+static _Thread_local ctx_t *t_stack[16];
+static _Thread_local int t_depth;
+
+typedef struct alloc {
+  uintptr_t base;
+  size_t size;
+  ctx_t *ctx;
+  struct alloc *next;
+} alloc_t;
+static pthread_mutex_t g_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static alloc_t *g_allocs;
+
+static ctx_t *current(void) { return t_depth ? t_stack[t_depth - 1] : NULL; }
+
+static void *track(size_t size) {
+  void *p = aligned_alloc(4096, (size + 4095) & ~(size_t)4095);
+  alloc_t *a = malloc(sizeof(*a));
+  if (!p || !a) {
+    free(p);
+    free(a);
+    return NULL;
+  }
+  *a = (alloc_t){(uintptr_t)p, size, current(), NULL};
+  pthread_mutex_lock(&g_alloc_lock);
+  a->next = g_allocs;
+  g_allocs = a;
+  pthread_mutex_unlock(&g_alloc_lock);
+  return p;
+}
+
+static bool untrack(uintptr_t p) {
+  pthread_mutex_lock(&g_alloc_lock);
+  bool found = false;
+  for (alloc_t **a = &g_allocs; *a; a = &(*a)->next)
+    if ((*a)->base == p) {
+      alloc_t *gone = *a;
+      *a = gone->next;
+      free(gone);
+      found = true;
+      break;
+    }
+  pthread_mutex_unlock(&g_alloc_lock);
+  if (found) free((void *)p);
+  return found;
+}
+
+static ctx_t *owner_of(uintptr_t p) {
+  ctx_t *c = NULL;
+  pthread_mutex_lock(&g_alloc_lock);
+  for (alloc_t *a = g_allocs; a && !c; a = a->next)
+    if (p >= a->base && p < a->base + a->size) c = a->ctx ? a->ctx : &g_ctx[0];
+  pthread_mutex_unlock(&g_alloc_lock);
+  return c;
+}
+
+static void nap(void) {
+  struct timespec ts = {0, 20000};
+  nanosleep(&ts, NULL);
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- events ---- */
+
+typedef struct event {
+  atomic_ullong recorded, completed; /* record sequence numbers */
+  atomic_ullong time_ns;
+} event_t;
+
+/* ---- graphs ---- */
+
+typedef struct gnode {
+  int kind; /* 0 kernel, 1 memcpy, 2 empty */
+  int index;
+  const fake_kernel_t *fn;
+  dim3_t grid, block;
+  uint8_t params[4096];
+  size_t psize;
+  uintptr_t dst, src;
+  size_t bytes;
+  bool enabled;
+} gnode_t;
+
+typedef struct graph {
+  gnode_t **nodes;
+  int n, cap;
+} graph_t;
+
+typedef struct gexec {
+  gnode_t *nodes; /* copies, by index */
+  int n;
+} gexec_t;
+
+/* ---- streams ---- */
+
+enum { OP_WAIT, OP_WRITE, OP_KERNEL, OP_MEMCPY, OP_MEMSET, OP_EVENT, OP_WAIT_EVENT, OP_HOST, OP_GRAPH };
+
+typedef struct op {
+  int kind;
+  uintptr_t a, b;
+  uint64_t v;
+  size_t n;
+  const fake_kernel_t *fn;
+  dim3_t grid, block;
+  uint8_t params[4096];
+  size_t psize;
+  event_t *event;
+  void (*host)(void *);
+  gexec_t snapshot;
+  struct op *next;
+} op_t;
+
+typedef struct stream {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  op_t *head, *tail;
+  bool busy, stop;
+  atomic_int error;
+} stream_t;
+
+static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params) {
+  atomic_fetch_add(&g_kernel_launches, 1);
+  uint64_t threads = (uint64_t)grid.x * grid.y * grid.z * block.x * block.y * block.z;
+  for (uint64_t i = 0; i < threads; i++) k->fn(params, i);
+}
+
+/* Runs one operation; false when it failed the stream. */
+static bool run_op(stream_t *s, op_t *o) {
+  switch (o->kind) {
+    case OP_WAIT:
+      while ((int64_t)(__atomic_load_n((uint64_t *)o->a, __ATOMIC_ACQUIRE) - o->v) < 0) {
+        if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) return false;
+        nap();
+      }
+      return true;
+    case OP_WRITE: __atomic_store_n((uint64_t *)o->a, o->v, __ATOMIC_RELEASE); return true;
+    case OP_KERNEL:
+      if (o->fn->faults) return false;
+      run_kernel(o->fn, o->grid, o->block, o->params);
+      return true;
+    case OP_MEMCPY: memmove((void *)o->a, (const void *)o->b, o->n); return true;
+    case OP_MEMSET: memset((void *)o->a, (int)o->v, o->n); return true;
+    case OP_EVENT:
+      atomic_store(&o->event->time_ns, now_ns());
+      atomic_store(&o->event->completed, o->v);
+      return true;
+    case OP_WAIT_EVENT:
+      while (atomic_load(&o->event->completed) < o->v) {
+        if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) return false;
+        nap();
+      }
+      return true;
+    case OP_HOST: o->host((void *)o->a); return true;
+    case OP_GRAPH:
+      atomic_fetch_add(&g_graph_launches, 1);
+      for (int i = 0; i < o->snapshot.n; i++) {
+        const gnode_t *g = &o->snapshot.nodes[i];
+        if (!g->enabled) continue;
+        if (g->kind == 0) {
+          if (g->fn->faults) return false;
+          run_kernel(g->fn, g->grid, g->block, g->params);
+        } else if (g->kind == 1) {
+          memmove((void *)g->dst, (const void *)g->src, g->bytes);
+        }
+      }
+      return true;
+  }
+  return true;
+}
+
+static void free_op(op_t *o) {
+  free(o->snapshot.nodes);
+  free(o);
+}
+
+static void *stream_main(void *arg) {
+  stream_t *s = arg;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->cond, &s->lock);
+    if (!s->head && s->stop) break;
+    op_t *o = s->head;
+    s->head = o->next;
+    if (!s->head) s->tail = NULL;
+    s->busy = true;
+    pthread_mutex_unlock(&s->lock);
+    /* A failed stream drops what follows, as a faulted GPU context does. */
+    if (!atomic_load(&s->error) && !run_op(s, o)) atomic_store(&s->error, HCQ_CUDA_ERROR_ILLEGAL_ADDRESS);
+    free_op(o);
+    pthread_mutex_lock(&s->lock);
+    s->busy = false;
+    pthread_cond_broadcast(&s->cond);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+static CUresult enqueue(stream_t *s, op_t *o) {
+  if (!s) {
+    free_op(o);
+    return HCQ_CUDA_ERROR_INVALID_VALUE; /* hcq never uses the legacy stream */
+  }
+  int err = atomic_load(&s->error);
+  if (err) {
+    free_op(o);
+    return err;
+  }
+  o->next = NULL;
+  pthread_mutex_lock(&s->lock);
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
+  s->tail = o;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  return 0;
+}
+
+static op_t *new_op(int kind) {
+  op_t *o = calloc(1, sizeof(*o));
+  if (o) o->kind = kind;
+  return o;
+}
+
+/* The packed argument block of a launch's "extra". */
+static CUresult read_extra(void **extra, uint8_t *out, size_t *out_size) {
+  *out_size = 0;
+  if (!extra) return 0;
+  void *buf = NULL;
+  size_t *size = NULL;
+  for (int i = 0; extra[i] != HCQ_CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER) buf = extra[i + 1];
+    else if (extra[i] == HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE) size = extra[i + 1];
+    else return HCQ_CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!buf || !size || *size > 4096) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  memcpy(out, buf, *size);
+  *out_size = *size;
+  return 0;
+}
+
+static CUresult check_dims(dim3_t g, dim3_t b) {
+  if (!g.x || !g.y || !g.z || !b.x || !b.y || !b.z || (uint64_t)b.x * b.y * b.z > 1024 || b.z > 64 || g.y > 65535 ||
+      g.z > 65535)
+    return HCQ_CUDA_ERROR_INVALID_VALUE;
+  return 0;
+}
+
+/* ---- entry points ---- */
+
+static CUresult f_cuInit(unsigned int flags) {
+  (void)flags;
+  const char *n = getenv("HCQ_FAKE_CUDA_DEVICES");
+  if (n && *n) g_ndev = atoi(n);
+  if (g_ndev < 0 || g_ndev > 8) g_ndev = 1;
+  for (int i = 0; i < 8; i++) g_ctx[i].dev = i;
+  return g_ndev ? 0 : HCQ_CUDA_ERROR_NO_DEVICE;
+}
+static CUresult f_cuDriverGetVersion(int *v) {
+  *v = 12080;
+  return 0;
+}
+static CUresult f_cuGetErrorName(CUresult e, const char **s) {
+  switch (e) {
+    case 0: *s = "CUDA_SUCCESS"; break;
+    case 1: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case 2: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case 500: *s = "CUDA_ERROR_NOT_FOUND"; break;
+    case 600: *s = "CUDA_ERROR_NOT_READY"; break;
+    case 700: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    default: *s = "CUDA_ERROR_UNKNOWN"; break;
+  }
+  return 0;
+}
+static CUresult f_cuGetErrorString(CUresult e, const char **s) {
+  *s = e == 700 ? "an illegal memory access was encountered" : e == 1 ? "invalid argument" : "fake driver error";
+  return 0;
+}
+static CUresult f_cuDeviceGetCount(int *n) {
+  *n = g_ndev;
+  return 0;
+}
+static CUresult f_cuDeviceGet(hcq_CUdevice *d, int i) {
+  if (i < 0 || i >= g_ndev) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  *d = i;
+  return 0;
+}
+static CUresult f_cuDeviceGetName(char *name, int len, hcq_CUdevice d) {
+  snprintf(name, (size_t)len, "hcq fake GPU %d", d);
+  return 0;
+}
+static CUresult f_cuDeviceGetAttribute(int *v, int attr, hcq_CUdevice d) {
+  (void)d;
+  switch (attr) {
+    case HCQ_CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case HCQ_CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+    case HCQ_CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
+    case HCQ_CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; break;
+    case HCQ_CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
+    case HCQ_CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+    case HCQ_CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+    case HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+    case HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    default: *v = 1; break;
+  }
+  return 0;
+}
+static CUresult f_cuDeviceTotalMem(size_t *b, hcq_CUdevice d) {
+  (void)d;
+  *b = (size_t)1 << 32;
+  return 0;
+}
+static CUresult f_cuDeviceCanAccessPeer(int *can, hcq_CUdevice a, hcq_CUdevice b) {
+  *can = a != b;
+  return 0;
+}
+static CUresult f_cuDevicePrimaryCtxRetain(hcq_CUcontext *c, hcq_CUdevice d) {
+  *c = (hcq_CUcontext)&g_ctx[d];
+  return 0;
+}
+static CUresult f_cuDevicePrimaryCtxRelease(hcq_CUdevice d) {
+  (void)d;
+  return 0;
+}
+static CUresult f_cuCtxPushCurrent(hcq_CUcontext c) {
+  if (t_depth == 16) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  t_stack[t_depth++] = (ctx_t *)c;
+  return 0;
+}
+static CUresult f_cuCtxPopCurrent(hcq_CUcontext *c) {
+  if (!t_depth) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  *c = (hcq_CUcontext)t_stack[--t_depth];
+  return 0;
+}
+static CUresult f_cuCtxEnablePeerAccess(hcq_CUcontext peer, unsigned int flags) {
+  (void)flags;
+  return current() && (ctx_t *)peer != current() ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult f_cuMemAlloc(hcq_CUdeviceptr *p, size_t n) {
+  if (!current()) return 201;
+  void *m = track(n ? n : 1);
+  if (!m) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
+  /* Device memory holds garbage until written: hcq must clear it. */
+  memset(m, 0xA5, n);
+  *p = (hcq_CUdeviceptr)(uintptr_t)m;
+  return 0;
+}
+static CUresult f_cuMemFree(hcq_CUdeviceptr p) { return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE; }
+static CUresult f_cuMemHostAlloc(void **p, size_t n, unsigned int flags) {
+  (void)flags;
+  if (!current()) return 201;
+  *p = track(n ? n : 1);
+  if (*p) memset(*p, 0x5A, n);
+  return *p ? 0 : HCQ_CUDA_ERROR_OUT_OF_MEMORY;
+}
+static CUresult f_cuMemFreeHost(void *p) { return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE; }
+static CUresult f_cuMemHostGetDevicePointer(hcq_CUdeviceptr *d, void *h, unsigned int flags) {
+  (void)flags;
+  if (!owner_of((uintptr_t)h)) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  *d = (hcq_CUdeviceptr)(uintptr_t)h;
+  return 0;
+}
+static CUresult f_cuMemsetD8Async(hcq_CUdeviceptr dst, unsigned char v, size_t n, hcq_CUstream s) {
+  op_t *o = new_op(OP_MEMSET);
+  if (!o) return 2;
+  o->a = (uintptr_t)dst, o->v = v, o->n = n;
+  return enqueue((stream_t *)s, o);
+}
+static CUresult f_cuMemcpyAsync(hcq_CUdeviceptr dst, hcq_CUdeviceptr src, size_t n, hcq_CUstream s) {
+  op_t *o = new_op(OP_MEMCPY);
+  if (!o) return 2;
+  o->a = (uintptr_t)dst, o->b = (uintptr_t)src, o->n = n;
+  return enqueue((stream_t *)s, o);
+}
+static CUresult f_cuPointerGetAttribute(void *data, int attr, hcq_CUdeviceptr p) {
+  ctx_t *c = owner_of((uintptr_t)p);
+  if (!c) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  if (attr == HCQ_CU_POINTER_ATTRIBUTE_CONTEXT) *(hcq_CUcontext *)data = (hcq_CUcontext)c;
+  else if (attr == HCQ_CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *(unsigned *)data = HCQ_CU_MEMORYTYPE_DEVICE;
+  else return HCQ_CUDA_ERROR_INVALID_VALUE;
+  return 0;
+}
+static CUresult f_cuStreamCreate(hcq_CUstream *out, unsigned int flags) {
+  (void)flags;
+  stream_t *s = calloc(1, sizeof(*s));
+  if (!s) return 2;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  if (pthread_create(&s->thread, NULL, stream_main, s)) {
+    free(s);
+    return 2;
+  }
+  *out = (hcq_CUstream)s;
+  return 0;
+}
+static CUresult f_cuStreamDestroy(hcq_CUstream h) {
+  stream_t *s = (stream_t *)h;
+  pthread_mutex_lock(&s->lock);
+  __atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->thread, NULL);
+  for (op_t *o = s->head, *n; o; o = n) {
+    n = o->next;
+    free_op(o);
+  }
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->cond);
+  free(s);
+  return 0;
+}
+static CUresult f_cuStreamSynchronize(hcq_CUstream h) {
+  stream_t *s = (stream_t *)h;
+  pthread_mutex_lock(&s->lock);
+  while ((s->head || s->busy) && !s->stop) pthread_cond_wait(&s->cond, &s->lock);
+  pthread_mutex_unlock(&s->lock);
+  return atomic_load(&s->error);
+}
+static CUresult f_cuStreamQuery(hcq_CUstream h) {
+  stream_t *s = (stream_t *)h;
+  int err = atomic_load(&s->error);
+  if (err) return err;
+  pthread_mutex_lock(&s->lock);
+  bool idle = !s->head && !s->busy;
+  pthread_mutex_unlock(&s->lock);
+  return idle ? 0 : HCQ_CUDA_ERROR_NOT_READY;
+}
+static CUresult f_cuStreamWaitValue64(hcq_CUstream s, hcq_CUdeviceptr addr, uint64_t v, unsigned int flags) {
+  /* Only memory the driver knows may be waited on (as with the real one). */
+  if (flags != HCQ_CU_STREAM_WAIT_VALUE_GEQ || !owner_of((uintptr_t)addr)) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  op_t *o = new_op(OP_WAIT);
+  if (!o) return 2;
+  o->a = (uintptr_t)addr, o->v = v;
+  return enqueue((stream_t *)s, o);
+}
+static CUresult f_cuStreamWriteValue64(hcq_CUstream s, hcq_CUdeviceptr addr, uint64_t v, unsigned int flags) {
+  if (flags != 0 || !owner_of((uintptr_t)addr)) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  op_t *o = new_op(OP_WRITE);
+  if (!o) return 2;
+  o->a = (uintptr_t)addr, o->v = v;
+  return enqueue((stream_t *)s, o);
+}
+static CUresult f_cuStreamWaitEvent(hcq_CUstream s, hcq_CUevent e, unsigned int flags) {
+  (void)flags;
+  op_t *o = new_op(OP_WAIT_EVENT);
+  if (!o) return 2;
+  o->event = (event_t *)e;
+  o->v = atomic_load(&o->event->recorded);
+  return enqueue((stream_t *)s, o);
+}
+static CUresult f_cuLaunchHostFunc(hcq_CUstream s, hcq_CUhostFn fn, void *user) {
+  op_t *o = new_op(OP_HOST);
+  if (!o) return 2;
+  o->host = fn, o->a = (uintptr_t)user;
+  return enqueue((stream_t *)s, o);
+}
+static CUresult f_cuEventCreate(hcq_CUevent *e, unsigned int flags) {
+  (void)flags;
+  *e = (hcq_CUevent)calloc(1, sizeof(event_t));
+  return *e ? 0 : 2;
+}
+static CUresult f_cuEventDestroy(hcq_CUevent e) {
+  free(e);
+  return 0;
+}
+static CUresult f_cuEventRecord(hcq_CUevent e, hcq_CUstream s) {
+  event_t *ev = (event_t *)e;
+  op_t *o = new_op(OP_EVENT);
+  if (!o) return 2;
+  o->event = ev;
+  o->v = atomic_fetch_add(&ev->recorded, 1) + 1;
+  return enqueue((stream_t *)s, o);
+}
+static CUresult f_cuEventQuery(hcq_CUevent e) {
+  event_t *ev = (event_t *)e;
+  return atomic_load(&ev->completed) >= atomic_load(&ev->recorded) ? 0 : HCQ_CUDA_ERROR_NOT_READY;
+}
+static CUresult f_cuEventElapsedTime(float *ms, hcq_CUevent a, hcq_CUevent b) {
+  event_t *x = (event_t *)a, *y = (event_t *)b;
+  if (!atomic_load(&x->recorded) || f_cuEventQuery(a) || f_cuEventQuery(b)) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  *ms = (float)((double)(int64_t)(atomic_load(&y->time_ns) - atomic_load(&x->time_ns)) / 1e6);
+  return 0;
+}
+
+typedef struct module {
+  char *image;
+  size_t size;
+} module_t;
+
+static CUresult f_cuModuleLoadDataEx(hcq_CUmodule *m, const void *image, unsigned int n, int *opts, void **vals) {
+  (void)n, (void)opts, (void)vals;
+  const unsigned char *p = image;
+  size_t size;
+  if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
+    /* ELF64: the file ends with the section headers. */
+    uint64_t shoff;
+    uint16_t shentsize, shnum;
+    memcpy(&shoff, p + 0x28, 8);
+    memcpy(&shentsize, p + 0x3A, 2);
+    memcpy(&shnum, p + 0x3C, 2);
+    size = (size_t)(shoff + (uint64_t)shentsize * shnum);
+  } else if (strstr((const char *)image, ".version")) {
+    size = strlen(image);
+  } else {
+    return 218; /* CUDA_ERROR_INVALID_PTX */
+  }
+  module_t *mod = malloc(sizeof(*mod));
+  if (!mod || !(mod->image = malloc(size + 1))) {
+    free(mod);
+    return 2;
+  }
+  memcpy(mod->image, image, size);
+  mod->image[size] = '\0';
+  mod->size = size;
+  *m = (hcq_CUmodule)mod;
+  return 0;
+}
+static CUresult f_cuModuleUnload(hcq_CUmodule m) {
+  module_t *mod = (module_t *)m;
+  free(mod->image);
+  free(mod);
+  return 0;
+}
+static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const char *name) {
+  module_t *mod = (module_t *)m;
+  if (!memmem(mod->image, mod->size, name, strlen(name))) return HCQ_CUDA_ERROR_NOT_FOUND;
+  for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
+    if (!strcmp(g_kernels[i].name, name)) {
+      *fn = (hcq_CUfunction)&g_kernels[i];
+      return 0;
+    }
+  fprintf(stderr, "fake libcuda: no host implementation of kernel %s\n", name);
+  return HCQ_CUDA_ERROR_NOT_FOUND;
+}
+static CUresult f_cuLaunchKernel(hcq_CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                 unsigned bz, unsigned shared, hcq_CUstream s, void **params, void **extra) {
+  (void)shared;
+  op_t *o = new_op(OP_KERNEL);
+  if (!o) return 2;
+  o->fn = (const fake_kernel_t *)f;
+  o->grid = (dim3_t){gx, gy, gz};
+  o->block = (dim3_t){bx, by, bz};
+  CUresult rc = params ? HCQ_CUDA_ERROR_INVALID_VALUE : check_dims(o->grid, o->block);
+  if (!rc) rc = read_extra(extra, o->params, &o->psize);
+  if (rc) {
+    free_op(o);
+    return rc;
+  }
+  return enqueue((stream_t *)s, o);
+}
+static CUresult f_cuGraphCreate(hcq_CUgraph *g, unsigned int flags) {
+  (void)flags;
+  *g = (hcq_CUgraph)calloc(1, sizeof(graph_t));
+  return *g ? 0 : 2;
+}
+static CUresult f_cuGraphDestroy(hcq_CUgraph h) {
+  graph_t *g = (graph_t *)h;
+  for (int i = 0; i < g->n; i++) free(g->nodes[i]);
+  free(g->nodes);
+  free(g);
+  return 0;
+}
+static CUresult add_node(graph_t *g, gnode_t *n, const hcq_CUgraphNode *deps, size_t ndeps, hcq_CUgraphNode *out) {
+  for (size_t i = 0; i < ndeps; i++) {
+    const gnode_t *d = (const gnode_t *)deps[i];
+    if (!d || d->index >= g->n || g->nodes[d->index] != d) {
+      free(n);
+      return HCQ_CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  if (g->n == g->cap) {
+    int cap = g->cap ? 2 * g->cap : 16;
+    gnode_t **nodes = realloc(g->nodes, (size_t)cap * sizeof(*nodes));
+    if (!nodes) {
+      free(n);
+      return 2;
+    }
+    g->nodes = nodes, g->cap = cap;
+  }
+  n->index = g->n;
+  n->enabled = true;
+  g->nodes[g->n++] = n;
+  *out = (hcq_CUgraphNode)n;
+  return 0;
+}
+static CUresult kernel_node(gnode_t *n, const hcq_CUDA_KERNEL_NODE_PARAMS *p) {
+  if (!p->func || p->kernelParams) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  n->kind = 0;
+  n->fn = (const fake_kernel_t *)p->func;
+  n->grid = (dim3_t){p->gridDimX, p->gridDimY, p->gridDimZ};
+  n->block = (dim3_t){p->blockDimX, p->blockDimY, p->blockDimZ};
+  CUresult rc = check_dims(n->grid, n->block);
+  return rc ? rc : read_extra(p->extra, n->params, &n->psize);
+}
+static CUresult copy_node(gnode_t *n, const hcq_CUDA_MEMCPY3D *p) {
+  if (p->srcMemoryType != HCQ_CU_MEMORYTYPE_UNIFIED || p->dstMemoryType != HCQ_CU_MEMORYTYPE_UNIFIED || p->Height != 1 ||
+      p->Depth != 1 || !p->WidthInBytes || p->srcXInBytes || p->dstXInBytes)
+    return HCQ_CUDA_ERROR_INVALID_VALUE;
+  n->kind = 1;
+  n->dst = (uintptr_t)p->dstDevice;
+  n->src = (uintptr_t)p->srcDevice;
+  n->bytes = p->WidthInBytes;
+  return 0;
+}
+static CUresult f_cuGraphAddKernelNode(hcq_CUgraphNode *out, hcq_CUgraph g, const hcq_CUgraphNode *deps, size_t nd,
+                                       const hcq_CUDA_KERNEL_NODE_PARAMS *p) {
+  gnode_t *n = calloc(1, sizeof(*n));
+  if (!n) return 2;
+  CUresult rc = kernel_node(n, p);
+  if (rc) {
+    free(n);
+    return rc;
+  }
+  return add_node((graph_t *)g, n, deps, nd, out);
+}
+static CUresult f_cuGraphAddMemcpyNode(hcq_CUgraphNode *out, hcq_CUgraph g, const hcq_CUgraphNode *deps, size_t nd,
+                                       const hcq_CUDA_MEMCPY3D *p, hcq_CUcontext ctx) {
+  gnode_t *n = calloc(1, sizeof(*n));
+  if (!n) return 2;
+  CUresult rc = ctx ? copy_node(n, p) : HCQ_CUDA_ERROR_INVALID_VALUE;
+  if (rc) {
+    free(n);
+    return rc;
+  }
+  return add_node((graph_t *)g, n, deps, nd, out);
+}
+static CUresult f_cuGraphAddEmptyNode(hcq_CUgraphNode *out, hcq_CUgraph g, const hcq_CUgraphNode *deps, size_t nd) {
+  gnode_t *n = calloc(1, sizeof(*n));
+  if (!n) return 2;
+  n->kind = 2;
+  return add_node((graph_t *)g, n, deps, nd, out);
+}
+static CUresult f_cuGraphInstantiateWithFlags(hcq_CUgraphExec *out, hcq_CUgraph h, unsigned long long flags) {
+  (void)flags;
+  graph_t *g = (graph_t *)h;
+  gexec_t *e = calloc(1, sizeof(*e));
+  if (!e || !(e->nodes = calloc((size_t)g->n + 1, sizeof(gnode_t)))) {
+    free(e);
+    return 2;
+  }
+  for (int i = 0; i < g->n; i++) e->nodes[i] = *g->nodes[i];
+  e->n = g->n;
+  *out = (hcq_CUgraphExec)e;
+  return 0;
+}
+static CUresult f_cuGraphExecDestroy(hcq_CUgraphExec h) {
+  gexec_t *e = (gexec_t *)h;
+  free(e->nodes);
+  free(e);
+  return 0;
+}
+static CUresult f_cuGraphLaunch(hcq_CUgraphExec h, hcq_CUstream s) {
+  gexec_t *e = (gexec_t *)h;
+  op_t *o = new_op(OP_GRAPH);
+  if (!o || !(o->snapshot.nodes = malloc(((size_t)e->n + 1) * sizeof(gnode_t)))) {
+    free(o);
+    return 2;
+  }
+  memcpy(o->snapshot.nodes, e->nodes, (size_t)e->n * sizeof(gnode_t));
+  o->snapshot.n = e->n;
+  return enqueue((stream_t *)s, o);
+}
+static gnode_t *exec_node(gexec_t *e, hcq_CUgraphNode node) {
+  int i = ((const gnode_t *)node)->index;
+  return i >= 0 && i < e->n ? &e->nodes[i] : NULL;
+}
+static CUresult f_cuGraphExecKernelNodeSetParams(hcq_CUgraphExec h, hcq_CUgraphNode node,
+                                                 const hcq_CUDA_KERNEL_NODE_PARAMS *p) {
+  gnode_t *n = exec_node((gexec_t *)h, node);
+  if (!n || n->kind != 0) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  atomic_fetch_add(&g_kernel_sets, 1);
+  gnode_t copy = *n;
+  CUresult rc = kernel_node(&copy, p);
+  if (!rc) *n = copy;
+  return rc;
+}
+static CUresult f_cuGraphExecMemcpyNodeSetParams(hcq_CUgraphExec h, hcq_CUgraphNode node, const hcq_CUDA_MEMCPY3D *p,
+                                                 hcq_CUcontext ctx) {
+  gnode_t *n = exec_node((gexec_t *)h, node);
+  if (!n || n->kind != 1 || !ctx) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  atomic_fetch_add(&g_memcpy_sets, 1);
+  gnode_t copy = *n;
+  CUresult rc = copy_node(&copy, p);
+  if (!rc) *n = copy;
+  return rc;
+}
+static CUresult f_cuGraphNodeSetEnabled(hcq_CUgraphExec h, hcq_CUgraphNode node, unsigned int enabled) {
+  gnode_t *n = exec_node((gexec_t *)h, node);
+  if (!n || n->kind != 0) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  atomic_fetch_add(&g_enable_sets, 1);
+  n->enabled = enabled != 0;
+  return 0;
+}
+
+static const struct {
+  const char *name;
+  void *fn;
+} g_entries[] = {
+#define FAKE_ENTRY(name, ret, params) {#name, (void *)f_##name},
+    HCQ_CUDA_ENTRY_POINTS(FAKE_ENTRY)
+#undef FAKE_ENTRY
+};
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
+  (void)flags;
+  for (size_t i = 0; i < sizeof(g_entries) / sizeof(g_entries[0]); i++)
+    if (!strcmp(g_entries[i].name, symbol) && version >= 12000) {
+      *pfn = g_entries[i].fn;
+      if (status) *status = 0;
+      return 0;
+    }
+  *pfn = NULL;
+  if (status) *status = 1;
+  return HCQ_CUDA_ERROR_NOT_FOUND;
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# hcq as a user gets it: installs the already-built tree into a temporary prefix, checks what is
+# there (files, SONAME, exported symbols, pkg-config output), then builds examples/c against the
+# installed copy four ways (pkg-config and find_package(hcq), each against the shared and the static
+# library), warning-free under -Wall -Wextra -Werror, and runs every program, and the installed hcq
+# on a capture one of them saved.
+#
+# usage: test_install.sh BUILD_DIR SOURCE_DIR CC VERSION LIBDIR SHARED(ON|OFF) [SANITIZER]
+# SANITIZER (address, undefined or thread) is passed to the example builds, which must match an
+# instrumented library.
+set -euo pipefail
+
+build=$1 src=$2 cc=$3 version=$4 libdir=$5 shared=$6 sanitize=${7:-}
+major=${version%%.*}
+jobs=2
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hcq-install.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+fails=0
+fail() {
+  echo "FAIL: $*" >&2
+  fails=$((fails + 1))
+}
+# Runs a command quietly; on failure shows its output and counts the failure.
+quiet() {
+  local what=$1
+  shift
+  if ! "$@" >"$tmp/out.log" 2>&1; then
+    cat "$tmp/out.log" >&2
+    fail "$what"
+    return 1
+  fi
+}
+
+flags=(-Wall -Wextra -Werror)
+case "$sanitize" in
+  "") ;;
+  undefined) flags+=(-fsanitize=undefined -fno-sanitize-recover=all) ;;
+  address | thread) flags+=("-fsanitize=$sanitize") ;;
+  *) echo "unknown sanitizer $sanitize" >&2; exit 2 ;;
+esac
+
+quiet "cmake --install $build --prefix $prefix" cmake --install "$build" --prefix "$prefix" || exit 1
+echo "installed into a temporary prefix"
+
+# ---- what is installed ----
+expect=(include/hcq/hcq.h include/hcq/jit.h "$libdir/libhcq.a" bin/hcq share/man/man1/hcq.1
+        "$libdir/pkgconfig/hcq.pc" "$libdir/pkgconfig/hcq-static.pc" "$libdir/cmake/hcq/hcqConfig.cmake"
+        "$libdir/cmake/hcq/hcqConfigVersion.cmake" "$libdir/cmake/hcq/hcqTargets.cmake"
+        share/doc/hcq/examples/c/capture_loop.c)
+[ "$shared" = ON ] && expect+=("$libdir/libhcq.so" "$libdir/libhcq.so.$major" "$libdir/libhcq.so.$version")
+for f in "${expect[@]}"; do
+  [ -e "$prefix/$f" ] || fail "not installed: $f"
+done
+for h in "$src"/include/hcq/*.h; do
+  cmp -s "$h" "$prefix/include/hcq/$(basename "$h")" || fail "header $(basename "$h") not installed as it is"
+done
+
+if [ "$shared" = ON ]; then
+  so=$prefix/$libdir/libhcq.so.$version
+  [ "$(readlink "$prefix/$libdir/libhcq.so.$major")" = "libhcq.so.$version" ] || fail "libhcq.so.$major is not a link to libhcq.so.$version"
+  [ "$(readlink "$prefix/$libdir/libhcq.so")" = "libhcq.so.$major" ] || fail "libhcq.so is not a link to libhcq.so.$major"
+  readelf -d "$so" | grep -q "Library soname: \[libhcq.so.$major\]" || fail "SONAME of $so is not libhcq.so.$major"
+  nm -D --defined-only "$so" | awk '$2 ~ /^[A-Z]$/ && $2 != "A" {print $3}' | sort >"$tmp/exported"
+  if grep -q '^hcq__' "$tmp/exported"; then fail "libhcq.so exports internal symbols: $(grep '^hcq__' "$tmp/exported" | head -5 | tr '\n' ' ')"; fi
+  if grep -v '^hcq_' "$tmp/exported" | grep -q .; then fail "libhcq.so exports non-hcq symbols: $(grep -v '^hcq_' "$tmp/exported" | head -5 | tr '\n' ' ')"; fi
+  # Both ways: every function the headers declare is exported (a header without the visibility
+  # pragma would hide its functions), and nothing else is.
+  python3 "$src/tests/install/public_api.py" "$cc" "$prefix/include" >"$tmp/declared"
+  [ "$(wc -l <"$tmp/declared")" -gt 50 ] || fail "public_api.py found only $(wc -l <"$tmp/declared") functions"
+  if ! diff "$tmp/declared" "$tmp/exported" >"$tmp/api.diff"; then
+    fail "exports differ from the public headers (< declared only, > exported only): $(grep '^[<>]' "$tmp/api.diff" | head -10 | tr '\n' ' ')"
+  fi
+  echo "libhcq.so: SONAME libhcq.so.$major, $(wc -l <"$tmp/exported") symbols exported, $(wc -l <"$tmp/declared") declared in include/hcq"
+fi
+
+export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
+[ "$(pkg-config --modversion hcq)" = "$version" ] || fail "pkg-config --modversion hcq is not $version"
+static_libs=$(pkg-config --static --libs hcq)
+for l in -lhcq -ljansson -lxxhash -lpthread -ldl; do
+  [[ " $static_libs " == *" $l "* ]] || fail "pkg-config --static --libs hcq lacks $l: $static_libs"
+done
+
+# ---- the examples, built against the installed copy ----
+examples=(eager graph capture_loop capture_save)
+run_examples() { # DIR KIND(shared|static) HOW
+  local dir=$1 kind=$2 how=$3 ex
+  for ex in "${examples[@]}"; do
+    local bin=$dir/$ex
+    if [ "$shared" = ON ]; then
+      if [ "$kind" = shared ] && ! readelf -d "$bin" | grep -q "libhcq.so.$major"; then fail "$how: $ex does not use libhcq.so.$major"; fi
+      if [ "$kind" = static ] && readelf -d "$bin" | grep -q "libhcq.so"; then fail "$how: $ex links libhcq.so, not libhcq.a"; fi
+    fi
+    local args=()
+    [ "$ex" = capture_save ] && args=("$dir/step.json")
+    if ! (cd "$dir" && LD_LIBRARY_PATH=$prefix/$libdir "$bin" "${args[@]}") >"$tmp/run.log" 2>&1; then
+      cat "$tmp/run.log" >&2
+      fail "$how: $ex failed"
+    elif ! grep -qE "as expected|saved to" "$tmp/run.log"; then
+      cat "$tmp/run.log" >&2
+      fail "$how: $ex did not say its result was as expected"
+    fi
+  done
+  # The capture that capture_save wrote, replayed by the installed tool and checked against eager.
+  if ! "$prefix/bin/hcq" run "$dir/step.json" --check >"$tmp/run.log" 2>&1 || ! grep -q "1 passed, 0 failed" "$tmp/run.log"; then
+    cat "$tmp/run.log" >&2
+    fail "$how: hcq run step.json --check"
+  fi
+  echo "$how: ${#examples[@]} examples built and ran; hcq run --check passed on the saved capture"
+}
+
+kinds=(static)
+[ "$shared" = ON ] && kinds=(shared static)
+for kind in "${kinds[@]}"; do
+  dir=$tmp/pkg-config-$kind
+  mkdir -p "$dir"
+  module=hcq
+  [ "$kind" = static ] && module=hcq-static
+  ok=1
+  for ex in "${examples[@]}"; do
+    quiet "pkg-config $module: cc $ex.c" "$cc" "${flags[@]}" "$src/examples/c/$ex.c" -o "$dir/$ex" \
+      $(pkg-config --cflags --libs "$module") || ok=0
+  done
+  [ $ok = 1 ] && run_examples "$dir" "$kind" "pkg-config $module"
+
+  dir=$tmp/cmake-$kind
+  static_opt=OFF
+  [ "$kind" = static ] && static_opt=ON
+  if quiet "find_package(hcq) $kind: configure" cmake -S "$src/examples/c" -B "$dir" -DCMAKE_PREFIX_PATH="$prefix" \
+       -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="${flags[*]}" -DHCQ_USE_STATIC_LIBS=$static_opt &&
+     quiet "find_package(hcq) $kind: build" cmake --build "$dir" -j "$jobs"; then
+    run_examples "$dir" "$kind" "find_package(hcq) $kind"
+  fi
+done
+
+if [ "$fails" -gt 0 ]; then
+  echo "$fails check(s) failed" >&2
+  exit 1
+fi
+echo "all install checks passed"

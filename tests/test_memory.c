@@ -1,0 +1,163 @@
+/* Memory accounting (hcq/memory.h): every class moves by exactly what was allocated and returns to
+ * its starting value once graphs and buffers are gone. */
+#include <inttypes.h>
+#include <time.h>
+
+#include "test_util.h"
+
+TestSuite(memory, .timeout = 60);
+
+static hcq_memory_usage_t usage(hcq_device_t *d) {
+  hcq_memory_usage_t m;
+  OK(hcq_device_memory_usage(d, &m));
+  cr_assert_eq(m.total, m.buffers + m.graph_kernargs + m.graph_commands + m.graph_profile + m.eager + m.deferred);
+  return m;
+}
+
+/* Deferred frees complete with engine progress: wait (sleeping, bounded) until they have. */
+static hcq_memory_usage_t usage_once_freed(hcq_device_t *d, uint64_t deferred) {
+  hcq_memory_usage_t m = usage(d);
+  for (int i = 0; i < 2000 && m.deferred != deferred; i++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    OK(hcq_device_synchronize(d));
+    m = usage(d);
+  }
+  return m;
+}
+
+/* Bytes of d's bound command words in g (queue 2i and 2i+1 belong to the graph's device i). */
+static uint64_t graph_command_bytes(const hcq_graph_t *g, const hcq_device_t *d) {
+  uint64_t bytes = 0;
+  for (uint32_t q = 0; q < 2 * hcq_graph_device_count(g); q++)
+    if (hcq_graph_device(g, q / 2) == d && hcq_graph_queue(g, q)) bytes += hcq_queue_size(hcq_graph_queue(g, q)) * 4;
+  return bytes;
+}
+
+Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed) {
+  hcq_device_t *d0 = test_open("CPU:0"), *d1 = test_open("CPU:1");
+  hcq_program_t *p0 = test_program(d0, "add_scalar", test_kernels_source);
+  hcq_program_t *p1 = test_program(d1, "mul_add", test_kernels_source);
+  /* Staging buffers appear with the first host copy: make them exist before the baseline. */
+  int32_t host[256] = {0};
+  hcq_buffer_t *warm0 = test_buffer(d0, 1024), *warm1 = test_buffer(d1, 1024);
+  OK(hcq_buffer_copyin(warm0, 0, host, sizeof(host)));
+  OK(hcq_buffer_copyin(warm1, 0, host, sizeof(host)));
+  hcq_buffer_release(warm0);
+  hcq_buffer_release(warm1);
+  hcq_memory_usage_t start0 = usage_once_freed(d0, 0), start1 = usage_once_freed(d1, 0);
+  cr_assert_gt(start0.eager, 0, "the eager kernel-argument ring and staging buffers");
+  cr_assert_eq(start0.deferred, 0);
+
+  hcq_buffer_t *a = test_buffer(d0, 4096), *o = test_buffer(d0, 4096), *x = test_buffer(d1, 1000);
+  hcq_buffer_t *view = NULL;
+  OK(hcq_buffer_view_create(a, 1024, 1024, &view));
+  hcq_memory_usage_t m0 = usage(d0), m1 = usage(d1);
+  cr_assert_eq(m0.buffers, start0.buffers + 8192, "a view adds nothing to its base's bytes");
+  cr_assert_eq(m1.buffers, start1.buffers + 1000);
+
+  /* Two kernels on CPU:0 (2 buffers + 2 values each: 32-byte argument blocks), a copy to CPU:1, a
+   * kernel there (1 buffer + 3 values: 32 bytes). One graph plain, one with profiling. */
+  hcq_operand_t v0[] = {hcq_imm(1), hcq_imm(250)}, v1[] = {hcq_imm(3), hcq_imm(1), hcq_imm(250)};
+  hcq_buffer_t *b0[] = {o, view}, *b0b[] = {o, o}, *b1[] = {x};
+  hcq_exec_item_t items[4] = {
+      {.kind = HCQ_ITEM_KERNEL,
+       .kernel = {p0, b0, 2, (uint32_t[]){0}, 1, v0, 2, {hcq_imm(4), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
+      {.kind = HCQ_ITEM_KERNEL,
+       .kernel = {p0, b0b, 2, (uint32_t[]){0}, 1, v0, 2, {hcq_imm(4), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
+      {.kind = HCQ_ITEM_TRANSFER, .transfer = {x, o, 1000}},
+      {.kind = HCQ_ITEM_KERNEL,
+       .kernel = {p1, b1, 1, (uint32_t[]){0}, 1, v1, 3, {hcq_imm(4), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
+  };
+  cr_assert_eq(hcq_kernargs_size(2, 2), 32);
+  cr_assert_eq(hcq_kernargs_size(1, 3), 32);
+  hcq_graph_t *g = NULL, *gp = NULL;
+  OK(hcq_graph_create(items, 4, NULL, 0, NULL, 0, NULL, &g));
+  hcq_graph_options_t prof = {.profile = true};
+  OK(hcq_graph_create(items, 4, NULL, 0, NULL, 0, &prof, &gp));
+  for (int r = 0; r < 3; r++) {
+    OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
+    OK(hcq_graph_run(gp, NULL, 0, NULL, 0, true, NULL));
+  }
+  m0 = usage(d0);
+  m1 = usage(d1);
+  cr_assert_eq(m0.graph_kernargs, start0.graph_kernargs + 2 * 64, "two graphs, 2 x 32 bytes of arguments each");
+  cr_assert_eq(m1.graph_kernargs, start1.graph_kernargs + 2 * 32);
+  cr_assert_eq(m0.graph_commands, start0.graph_commands + graph_command_bytes(g, d0) + graph_command_bytes(gp, d0));
+  cr_assert_eq(m1.graph_commands, start1.graph_commands + graph_command_bytes(g, d1) + graph_command_bytes(gp, d1));
+  cr_assert_gt(graph_command_bytes(g, d0), 0);
+  /* Profiling: a start and an end slot (16 bytes each) per item, on every device of the graph. */
+  cr_assert_eq(m0.graph_profile, start0.graph_profile + 4 * 2 * 16);
+  cr_assert_eq(m1.graph_profile, start1.graph_profile + 4 * 2 * 16);
+  cr_assert_eq(m0.buffers, start0.buffers + 8192, "graph memory is not counted as buffers");
+  cr_assert_eq(m0.eager, start0.eager);
+
+  OK(hcq_graph_destroy(g));
+  OK(hcq_graph_destroy(gp));
+  hcq_buffer_release(view);
+  hcq_buffer_release(a);
+  hcq_buffer_release(o);
+  hcq_buffer_release(x);
+  m0 = usage(d0);
+  m1 = usage(d1);
+  cr_assert_eq(m0.buffers, start0.buffers);
+  cr_assert_eq(m0.graph_kernargs, start0.graph_kernargs);
+  cr_assert_eq(m0.graph_commands, start0.graph_commands);
+  cr_assert_eq(m0.graph_profile, start0.graph_profile);
+  cr_assert_eq(m1.buffers, start1.buffers);
+  cr_assert_eq(m1.graph_kernargs, start1.graph_kernargs);
+  cr_assert_eq(m1.graph_commands, start1.graph_commands);
+  cr_assert_eq(m1.graph_profile, start1.graph_profile);
+  /* What was released is freed once the engines have passed it. */
+  m0 = usage_once_freed(d0, start0.deferred);
+  m1 = usage_once_freed(d1, start1.deferred);
+  cr_assert_eq(m0.total, start0.total, "CPU:0: %" PRIu64 " bytes now, %" PRIu64 " at the start", m0.total, start0.total);
+  cr_assert_eq(m1.total, start1.total, "CPU:1: %" PRIu64 " bytes now, %" PRIu64 " at the start", m1.total, start1.total);
+  hcq_program_release(p0);
+  hcq_program_release(p1);
+  test_close(d0);
+  test_close(d1);
+}
+
+Test(memory, released_memory_waits_in_deferred_while_a_kernel_may_use_it) {
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_memory_usage_t start = usage(d);
+  hcq_signal_t *gate = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  hcq_buffer_t *b = test_buffer(d, 12345);
+  /* The engine is held at a wait, so the buffer's memory cannot be freed yet. */
+  hcq_queue_t *q = NULL;
+  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
+  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  hcq_buffer_release(b);
+  hcq_memory_usage_t held = usage(d);
+  cr_assert_eq(held.buffers, start.buffers, "released: no longer a live buffer");
+  cr_assert_eq(held.deferred, start.deferred + 12345, "but held until the engine passes the wait");
+  hcq_signal_set(gate, 1);
+  hcq_memory_usage_t done = usage_once_freed(d, start.deferred);
+  cr_assert_eq(done.deferred, start.deferred);
+  cr_assert_eq(done.total, start.total);
+  hcq_queue_free(q);
+  hcq_signal_free(gate);
+  test_close(d);
+}
+
+Test(memory, the_kernel_cache_on_disk_is_counted) {
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = test_program(d, "fill", test_kernels_source);
+  hcq_memory_usage_t m = usage(d);
+  cr_assert_geq(m.kernel_cache_files, 1, "fill was compiled into the cache");
+  cr_assert_gt(m.kernel_cache_bytes, 0);
+  uint64_t bytes = 0, files = 0;
+  const char *dir = NULL;
+  hcq_kernel_cache_usage(&bytes, &files, &dir);
+  cr_assert_eq(bytes, m.kernel_cache_bytes);
+  cr_assert_eq(files, m.kernel_cache_files);
+  const char *env = getenv("HCQ_CACHE_DIR");
+  if (env && *env) cr_assert_str_eq(dir, env);
+  FAILS(hcq_device_memory_usage(NULL, &m), HCQ_INVALID_ARGUMENT, "NULL");
+  FAILS(hcq_device_memory_usage(d, NULL), HCQ_INVALID_ARGUMENT, "NULL");
+  hcq_program_release(p);
+  test_close(d);
+}
