@@ -45,7 +45,7 @@ ubsan: deps
 
 tsan: deps
 	$(call cmake_build,build-tsan,-DHCQ_SANITIZE=thread -DHCQ_BUILD_BENCH=OFF)
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --test-dir build-tsan --output-on-failure
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp ctest --test-dir build-tsan --output-on-failure
 
 # make fuzz: libFuzzer on the graph-file loader, seeded from examples/, for FUZZ_SECONDS (60).
 FUZZ_SECONDS ?= 60

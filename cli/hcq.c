@@ -56,7 +56,7 @@ static int cmd_info(int argc, char **argv) {
   size_t n = hcq_device_query(infos, 8);
   printf("hcq %d.%d.%d\n", HCQ_VERSION_MAJOR, HCQ_VERSION_MINOR, HCQ_VERSION_PATCH);
   for (size_t i = 0; i < n && i < 8; i++)
-    printf("%-5s %-9s %s\n", hcq_device_kind_name(infos[i].kind), infos[i].available ? "available" : "absent",
+    printf("%-6s %-9s %s\n", hcq_device_kind_name(infos[i].kind), infos[i].available ? "available" : "absent",
            infos[i].description);
   cli_info_memory();
   return HCQ_EXIT_OK;

@@ -50,7 +50,9 @@ static const help_t k_help[] = {
      "  HCQ_CACHE_DIR         compiled kernel cache (default $XDG_CACHE_HOME/hcq\n"
      "                        or ~/.cache/hcq)\n"
      "  HCQ_CC, HCQ_CFLAGS    compiler and flags for CPU kernels (default cc, -O2)\n"
-     "  HCQ_CPU_THREADS       threads per CPU device (default: the CPU count)\n"
+     "  HCQ_CPU_THREADS       threads per CPU device (default: the open CPU devices\n"
+     "                        split the cores, one busy thread per core)\n"
+     "  HCQ_GRAPH_INFLIGHT    replays of one graph in flight at once (default 2)\n"
      "  HCQ_CPU_MIN_PARALLEL  work-items before a launch is split across threads\n"
      "                        (default 16384)\n"
      "  HCQ_SPIN_NS           how long waiters and idle engines spin before\n"
@@ -70,8 +72,8 @@ static const help_t k_help[] = {
      "usage: hcq info\n"
      "\n"
      "Prints the library version, then one line per device kind: the kind, whether\n"
-     "it is available or absent, and a description (threads and compiler of CPU\n"
-     "devices; why not, for an absent one). It takes no arguments.\n"},
+     "it is available or absent, and a description (how CPU devices split the\n"
+     "cores, their compiler; why not, for an absent one). It takes no arguments.\n"},
     {"run",
      "usage: hcq run FILE [--mode graph|eager] [--check] [--profile OUT.json]\n"
      "               [--profile-svg OUT.svg] [--dot OUT.dot] [-v]\n"

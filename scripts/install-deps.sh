@@ -6,6 +6,10 @@ set -eu
 PACKAGES="cmake make gcc pkg-config libcriterion-dev libjansson-dev libxxhash-dev python3"
 # python3: the CLI contract test (tests/cli/test_cli.sh) computes expected bytes and checks JSON with it;
 # scripts/gen-man.py (make man) and the docs and install tests are Python too.
+# The Vulkan backend: headers (libvulkan-dev, which brings the loader libvulkan1), GLSL compilation
+# (libshaderc-dev with glslang-dev and spirv-tools, linked statically), and Mesa's lavapipe
+# (mesa-vulkan-drivers), the CPU Vulkan driver the Vulkan suite runs on in CI.
+PACKAGES="$PACKAGES libvulkan-dev libshaderc-dev glslang-dev spirv-tools mesa-vulkan-drivers"
 # Extra packages for optional targets: make fuzz needs clang's libFuzzer runtime.
 if [ "${HCQ_DEPS_FUZZ:-0}" = 1 ]; then
   PACKAGES="$PACKAGES clang libclang-rt-14-dev"

@@ -143,7 +143,7 @@ static void wait_nobody_sets(slot_t *s, slot_t *other) {
 }
 
 Test(chaos, seeded_faults_hangs_and_good_graphs) {
-  setenv("HCQ_WAIT_TIMEOUT_MS", "150", 1);
+  setenv("HCQ_WAIT_TIMEOUT_MS", "600", 1);
   setenv("HCQ_CPU_ISOLATE", "1", 1);
   const char *env = getenv("HCQ_CHAOS_SEED");
   uint32_t seed = env ? (uint32_t)strtoul(env, NULL, 10) : 20261130u;

@@ -32,7 +32,8 @@ static const char *const k_bad_kernels =
     "  (void)v; (void)l; __atomic_fetch_add((int32_t *)b[0], 1, __ATOMIC_RELAXED);\n"
     "}\n";
 
-static void short_timeouts(void) { setenv("HCQ_WAIT_TIMEOUT_MS", "300", 1); }
+/* Short enough to keep the suite quick, long enough for a fault to be handled on a loaded machine. */
+static void short_timeouts(void) { setenv("HCQ_WAIT_TIMEOUT_MS", "1000", 1); }
 
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -468,7 +469,8 @@ Test(hardening, two_threads_on_one_graph_get_an_error_not_a_jam) {
   run_arg_t r = {g, NULL};
   pthread_t t;
   pthread_create(&t, NULL, run_thread, &r);
-  sleep_ms(30); /* the other thread is inside, waiting for its 100 ms replay */
+  /* Wait until the other thread is inside, waiting for its 100 ms replay. */
+  for (int i = 0; i < 2000 && !atomic_load(&g->runner.busy); i++) sleep_ms(1);
   FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_FAILED_PRECONDITION, "another thread");
   FAILS(hcq_graph_destroy(g), HCQ_FAILED_PRECONDITION, "another thread");
   pthread_join(t, NULL);

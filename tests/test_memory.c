@@ -5,6 +5,8 @@
 
 #include "test_util.h"
 
+#include "core/internal.h"
+
 TestSuite(memory, .timeout = 60);
 
 static hcq_memory_usage_t usage(hcq_device_t *d) {
@@ -27,11 +29,15 @@ static hcq_memory_usage_t usage_once_freed(hcq_device_t *d, uint64_t deferred) {
 }
 
 /* Bytes of d's bound command words in g (queue 2i and 2i+1 belong to the graph's device i). */
+/* Replays in flight at once (HCQ_GRAPH_INFLIGHT, default 2): a graph keeps that many copies of its
+ * command words, kernel arguments and profile slots. */
+#define SLOTS ((uint64_t)hcq__options()->graph_inflight)
+
 static uint64_t graph_command_bytes(const hcq_graph_t *g, const hcq_device_t *d) {
   uint64_t bytes = 0;
   for (uint32_t q = 0; q < 2 * hcq_graph_device_count(g); q++)
     if (hcq_graph_device(g, q / 2) == d && hcq_graph_queue(g, q)) bytes += hcq_queue_size(hcq_graph_queue(g, q)) * 4;
-  return bytes;
+  return bytes * SLOTS;
 }
 
 Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed) {
@@ -81,14 +87,14 @@ Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed
   }
   m0 = usage(d0);
   m1 = usage(d1);
-  cr_assert_eq(m0.graph_kernargs, start0.graph_kernargs + 2 * 64, "two graphs, 2 x 32 bytes of arguments each");
-  cr_assert_eq(m1.graph_kernargs, start1.graph_kernargs + 2 * 32);
+  cr_assert_eq(m0.graph_kernargs, start0.graph_kernargs + SLOTS * 2 * 64, "two graphs, 2 x 32 bytes of arguments each");
+  cr_assert_eq(m1.graph_kernargs, start1.graph_kernargs + SLOTS * 2 * 32);
   cr_assert_eq(m0.graph_commands, start0.graph_commands + graph_command_bytes(g, d0) + graph_command_bytes(gp, d0));
   cr_assert_eq(m1.graph_commands, start1.graph_commands + graph_command_bytes(g, d1) + graph_command_bytes(gp, d1));
   cr_assert_gt(graph_command_bytes(g, d0), 0);
   /* Profiling: a start and an end slot (16 bytes each) per item, on every device of the graph. */
-  cr_assert_eq(m0.graph_profile, start0.graph_profile + 4 * 2 * 16);
-  cr_assert_eq(m1.graph_profile, start1.graph_profile + 4 * 2 * 16);
+  cr_assert_eq(m0.graph_profile, start0.graph_profile + SLOTS * 4 * 2 * 16);
+  cr_assert_eq(m1.graph_profile, start1.graph_profile + SLOTS * 4 * 2 * 16);
   cr_assert_eq(m0.buffers, start0.buffers + 8192, "graph memory is not counted as buffers");
   cr_assert_eq(m0.eager, start0.eager);
 

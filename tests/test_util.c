@@ -31,6 +31,70 @@ const char *const test_kernels_source =
     "  out[g] += (int32_t)(l->lsz[0] * l->lsz[1] * l->lsz[2]);\n"
     "}\n";
 
+/* Each kernel acts for the x threads of a group's first row, as the CPU kernels loop over lsz[0]. */
+const char *const test_kernels_glsl =
+    "layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };\n"
+    "layout(buffer_reference, std430, buffer_reference_align = 4) buffer u32s { uint v[]; };\n"
+    "#define I gl_GlobalInvocationID.x\n"
+    "#define ROW0 (gl_LocalInvocationID.y == 0u && gl_LocalInvocationID.z == 0u)\n"
+    "#ifdef HCQ_KERNEL_add_scalar\n"
+    "void main() { if (ROW0 && I < uint(hcq_val(1))) i32s(hcq_buf(0)).v[I] = i32s(hcq_buf(1)).v[I] + hcq_val(0); }\n"
+    "#endif\n"
+    "#ifdef HCQ_KERNEL_mul_add\n"
+    "void main() { u32s x = u32s(hcq_buf(0));\n"
+    "  if (ROW0 && I < uint(hcq_val(2))) x.v[I] = x.v[I] * uint(hcq_val(0)) + uint(hcq_val(1)); }\n"
+    "#endif\n"
+    "#ifdef HCQ_KERNEL_add2\n"
+    "void main() { if (ROW0 && I < uint(hcq_val(0)))\n"
+    "  i32s(hcq_buf(0)).v[I] = i32s(hcq_buf(1)).v[I] + i32s(hcq_buf(2)).v[I]; }\n"
+    "#endif\n"
+    "#ifdef HCQ_KERNEL_fill\n"
+    "void main() { if (ROW0 && I < uint(hcq_val(1))) i32s(hcq_buf(0)).v[I] = hcq_val(0); }\n"
+    "#endif\n"
+    "#ifdef HCQ_KERNEL_mix\n"
+    "void main() { if (ROW0 && I < uint(hcq_val(2)))\n"
+    "  u32s(hcq_buf(0)).v[I] = u32s(hcq_buf(1)).v[I] * uint(hcq_val(0)) + u32s(hcq_buf(2)).v[I] + uint(hcq_val(1)); }\n"
+    "#endif\n"
+    "#ifdef HCQ_KERNEL_record_groups\n"
+    "void main() { if (gl_LocalInvocationIndex != 0u) return;\n"
+    "  uint g = (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n"
+    "  i32s(hcq_buf(0)).v[g] += int(gl_WorkGroupSize.x * gl_WorkGroupSize.y * gl_WorkGroupSize.z); }\n"
+    "#endif\n";
+
+const test_backend_t test_backends[] = {
+    {"CPU", &test_kernels_source},
+    {"VULKAN", &test_kernels_glsl},
+    {"CUDA", NULL}, /* hook: point at CUDA C versions of the test kernels once they exist */
+};
+const size_t test_backend_count = sizeof(test_backends) / sizeof(test_backends[0]);
+
+void test_device_name(const test_backend_t *b, int i, char *out, size_t size) { snprintf(out, size, "%s:%d", b->kind, i); }
+
+const char *test_backend_absent(const test_backend_t *b, int ndev) {
+  static char why[1024];
+  setenv("HCQ_VULKAN_VIRTUAL", "1", 0);
+  hcq_device_t *devs[8] = {0};
+  const char *res = NULL;
+  for (int i = 0; i < ndev && i < 8 && !res; i++) {
+    char name[32];
+    test_device_name(b, i, name, sizeof(name));
+    hcq_status_t st = hcq_device_open(name, &devs[i]);
+    if (st) {
+      snprintf(why, sizeof(why), "%s", hcq_status_message(st));
+      hcq_status_free(st);
+      res = why;
+    }
+  }
+  for (int i = 0; i < ndev && i < 8; i++)
+    if (devs[i]) OK(hcq_device_close(devs[i]));
+  if (!res && (!b->kernels || !*b->kernels)) {
+    snprintf(why, sizeof(why), "%s: no test kernel sources for this backend yet (test_backends in test_util.c)",
+             b->kind);
+    res = why;
+  }
+  return res;
+}
+
 void test_expect_failure(hcq_status_t st, hcq_status_code_t code, const char *what, const char **fragments) {
   if (!st) cr_assert_fail("%s succeeded; expected %s", what, hcq_status_code_name(code));
   char msg[4096];

@@ -43,5 +43,22 @@ hcq_program_t *test_program(hcq_device_t *dev, const char *entry, const char *so
  *   mix(out, x, y; mul, add, n): out[i] = x[i] * mul + y[i] + add   (uint32 arithmetic)
  *   record_groups(out):        out[flat group id] += lsz[0] * lsz[1] * lsz[2] */
 extern const char *const test_kernels_source;
+/* The same kernels in GLSL for Vulkan devices (one source; each kernel under #ifdef HCQ_KERNEL_name). */
+extern const char *const test_kernels_glsl;
+
+/* The backends the conformance suite runs on: one entry per device kind, with its kernel sources
+ * (the kernels above, in the backend's language). A backend whose kernels are NULL, or whose
+ * device does not open here, is skipped with the reason. To add one, add its row. */
+typedef struct test_backend {
+  const char *kind;    /* device name prefix: "CPU", "VULKAN", "CUDA" */
+  const char *const *kernels; /* test kernel sources for it, or NULL while none are written */
+} test_backend_t;
+extern const test_backend_t test_backends[];
+extern const size_t test_backend_count;
+/* "KIND:i" for a backend. */
+void test_device_name(const test_backend_t *b, int i, char *out, size_t size);
+/* NULL when the backend's devices 0..ndev-1 open here (they are closed again), else why not (static
+ * storage). Vulkan opens extra logical devices over one GPU (HCQ_VULKAN_VIRTUAL=1, set here). */
+const char *test_backend_absent(const test_backend_t *b, int ndev);
 
 #endif

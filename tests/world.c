@@ -1,15 +1,17 @@
 #include "world.h"
 
-void world_open(world_t *w, int ndev) {
+void world_open_on(world_t *w, const test_backend_t *b, int ndev) {
   memset(w, 0, sizeof(*w));
   w->ndev = ndev;
   for (int d = 0; d < ndev; d++) {
-    char name[16];
-    snprintf(name, sizeof(name), "CPU:%d", d);
+    char name[32];
+    test_device_name(b, d, name, sizeof(name));
     w->devs[d] = test_open(name);
-    w->mix[d] = test_program(w->devs[d], "mix", test_kernels_source);
+    w->mix[d] = test_program(w->devs[d], "mix", *b->kernels);
   }
 }
+
+void world_open(world_t *w, int ndev) { world_open_on(w, &test_backends[0], ndev); }
 
 void world_close(world_t *w) {
   for (int i = w->nbufs - 1; i >= 0; i--) {
@@ -157,9 +159,13 @@ typedef struct {
 } fz_buf_t;
 
 void world_random(world_t *w, uint32_t *seed, const world_vars_t *v, world_random_t *out) {
+  world_random_on(w, &test_backends[0], seed, v, out);
+}
+
+void world_random_on(world_t *w, const test_backend_t *b, uint32_t *seed, const world_vars_t *v, world_random_t *out) {
   memset(out, 0, sizeof(*out));
   int ndev = 1 + (int)(world_rand(seed) % 4);
-  world_open(w, ndev);
+  world_open_on(w, b, ndev);
   fz_buf_t bufs[48];
   int nb = 0;
   for (int d = 0; d < ndev; d++)

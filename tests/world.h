@@ -18,6 +18,8 @@ typedef struct world {
 } world_t;
 
 void world_open(world_t *w, int ndev);
+/* The same on devices of backend b (world_open is CPU). */
+void world_open_on(world_t *w, const test_backend_t *b, int ndev);
 void world_close(world_t *w);
 /* A base buffer of count int32 on device d filled from seed (same in both worlds); its index. */
 int world_buffer(world_t *w, int d, size_t count, uint32_t seed);
@@ -63,6 +65,7 @@ typedef struct world_random {
 uint32_t world_rand(uint32_t *seed);
 /* Opens w and fills it at random. */
 void world_random(world_t *w, uint32_t *seed, const world_vars_t *v, world_random_t *out);
+void world_random_on(world_t *w, const test_backend_t *b, uint32_t *seed, const world_vars_t *v, world_random_t *out);
 /* Random swaps (-1 keeps an input) and values {n, k} for one replay. */
 void world_random_replay(const world_random_t *rw, uint32_t *seed, const world_vars_t *v, int *swaps,
                          hcq_var_value_t vals[2]);

@@ -19,9 +19,11 @@
 # Carrying it to the GPU machine (the device tool; /work/.library/device/README.md):
 #   here, once per checkout (Debian, with apt):   bash tools/gpu-check.sh --download
 #       downloads the .deb files into .gpu-debs/ (git-ignored, about 5 MB)
+#   and, for the Vulkan suite too:              tools/vulkan-check.sh prepare
+#       builds it with every library it needs into .vkcarry/ (git-ignored, about 40 MB)
 #   then one call of the device tool's run, from the repository root:
 #       command:  bash tools/gpu-check.sh
-#       carry:    [".gpu-debs"]
+#       carry:    [".gpu-debs", ".vkcarry"]
 #       timeout_s: 540
 #   and read gpu-check.log, results.json and table.txt from the files that come back ($OUT).
 set -u
@@ -223,6 +225,12 @@ if [ "$have_gpu" = 1 ]; then
 fi
 bench "chain1000 on CPU (reference)" "$CHAIN" CPU=CPU
 echo "]" >>"$RESULTS"
+
+# ---- Vulkan on the same GPU: the bundle tools/vulkan-check.sh prepared here (carry ".vkcarry") ----
+if [ -d .vkcarry ]; then
+  echo "[$(elapsed)s] the Vulkan suite on NVIDIA's Vulkan driver (tools/vulkan-check.sh run)"
+  OUT="$OUTDIR/vulkan" timeout 240 bash tools/vulkan-check.sh run .vkcarry || note_fail "Vulkan suite"
+fi
 
 # ---- 4. the table ----
 {

@@ -1,8 +1,12 @@
 /* hcq devices: opening by name, the timeline, synchronisation.
  *
  * A device is opened by name: "CPU:0", "CPU:1", ... are independent CPU devices, each with its own
- * memory, a compute-queue worker, a copy-queue worker and HCQ_CPU_THREADS threads that share the
- * work-groups of one launch. "CPU" means "CPU:0". "CUDA:N" names an NVIDIA GPU when libcuda loads.
+ * memory, one engine thread that runs both its queues (compute and copy) and helper threads that
+ * share the work-groups of big launches. The CPU devices open together split the process's cores
+ * between them, one busy thread per core (see hcq_device_cores; HCQ_CPU_THREADS or the threads
+ * option sets a device's threads instead). "CPU" means "CPU:0". "CUDA:N" names an NVIDIA GPU when
+ * libcuda loads. "VULKAN:N" names the N-th Vulkan physical device when the Vulkan loader finds a
+ * driver (see hcq/vulkan.h; Mesa's lavapipe runs it on any CPU).
  *
  * Devices are process-wide and reference counted by name: opening "CPU:0" twice returns the same
  * device, and each open needs one hcq_device_close(). The last close of a device fails (and the
@@ -44,7 +48,8 @@ typedef struct hcq_signal hcq_signal_t;
 #define HCQ_DEVICE_KINDS(X) \
   X(CPU, "CPU")             \
   X(CUDA, "CUDA")           \
-  X(METAL, "METAL")
+  X(METAL, "METAL")         \
+  X(VULKAN, "VULKAN")
 
 typedef enum hcq_device_kind {
 #define HCQ__DEVICE_KIND_ENUM(name, text) HCQ_DEVICE_##name,
@@ -63,6 +68,7 @@ enum {
   HCQ_CAP_HOST_MEMORY = 1u << 5,     /* buffers and signals are ordinary host memory, engines run on the host */
   HCQ_CAP_COPIES_HOST_MEMORY = 1u << 6, /* its copy queue reads and writes ordinary host memory (HOST_MEMORY
                                            devices' buffers) and sets their signals, but cannot wait on them */
+  HCQ_CAP_COMPILE_GLSL = 1u << 8,    /* compiles GLSL compute / loads SPIR-V (Vulkan, hcq/vulkan.h) */
 };
 
 /* Signal values above this make the timeline wrap onto its shadow signal (32-bit payloads). */
@@ -75,6 +81,9 @@ typedef struct hcq_device_options {
    * ending the process (HCQ_CPU_ISOLATE=1 turns it on for every device). Costs a sigsetjmp per
    * kernel call. */
   bool isolate;
+  /* CPU: threads for this device (its engine plus helpers that share big launches); 0 lets the
+   * core budget decide (see hcq_device_cores). HCQ_CPU_THREADS sets it for every device. */
+  unsigned threads;
 } hcq_device_options_t;
 
 /* Opens (or references again) the device called name. Unknown names are NOT_FOUND, devices whose
@@ -92,7 +101,13 @@ const char *hcq_device_name(const hcq_device_t *device);
 hcq_device_kind_t hcq_device_kind(const hcq_device_t *device);
 const char *hcq_device_kind_name(hcq_device_kind_t kind);
 uint32_t hcq_device_caps(const hcq_device_t *device);
-/* Worker threads that share the work-groups of one launch (CPU). */
+/* CPU: the cores the device's threads are pinned to, its engine's first. The CPU devices open
+ * together split the process's cores (its affinity mask) into disjoint shares, one per device in
+ * opening order, so no core runs two busy hcq threads; with more devices than cores, devices share
+ * cores round-robin. Writes up to cap core numbers; returns how many there are (0 for other kinds). */
+size_t hcq_device_cores(const hcq_device_t *device, int *out_cores, size_t cap);
+/* Threads that run the device's work: on CPU its engine (both queues) plus the helpers that share
+ * the work-groups of big launches. */
 unsigned hcq_device_thread_count(const hcq_device_t *device);
 
 /* Waits until all work submitted to the device so far has finished (timeline_value - 1), within

@@ -14,7 +14,9 @@
  * graph does not use are ignored. A value outside its variable's range is an error and changes
  * nothing.
  *
- * Replays of one graph are serialised: a replay first waits for the previous one. Eager work
+ * Replays of one graph run one after another on the devices, in the order they were submitted, and
+ * may be in flight together: hcq_graph_run(..., wait = false) returns once the replay is queued,
+ * and blocks only while `inflight` (default 2) earlier replays are still unfinished. Eager work
  * submitted before a replay runs before it; eager work submitted after runs after it.
  *
  * Ownership: the graph retains its programs and buffers (items' and inputs') and keeps its devices
@@ -74,6 +76,9 @@ typedef struct hcq_graph hcq_graph_t;
 typedef struct hcq_graph_options {
   /* Record a start and end timestamp per item (see hcq_graph_profile). HCQ_PROFILE=1 also turns it on. */
   bool profile;
+  /* How many replays of the graph may be in flight at once (each has its own copy of the patched
+   * command words and kernel arguments); 0 means HCQ_GRAPH_INFLIGHT, default 2. */
+  unsigned inflight;
 } hcq_graph_options_t;
 
 /* Builds a graph. Arrays are copied; the caller keeps its own references. Errors name the item

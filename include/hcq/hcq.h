@@ -22,6 +22,7 @@
 #include "hcq/graphfile.h"
 #include "hcq/memory.h"
 #include "hcq/trace.h"
+#include "hcq/vulkan.h"
 
 #define HCQ_VERSION_MAJOR 0
 #define HCQ_VERSION_MINOR 1

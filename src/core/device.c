@@ -182,6 +182,7 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   dev->kind = kind;
   dev->index = index;
   dev->isolate = hcq__options()->cpu_isolate || (opts && opts->isolate);
+  dev->cpu_threads = opts ? opts->threads : 0;
   pthread_mutex_init(&dev->lock, NULL);
   pthread_mutex_init(&dev->obj_lock, NULL);
   pthread_mutex_init(&dev->defer_lock, NULL);
@@ -193,6 +194,7 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   switch (kind) {
     case HCQ_DEVICE_CPU: st = hcq__cpu_device_create(index, dev); break;
     case HCQ_DEVICE_CUDA: st = hcq__cuda_device_create(index, dev); break;
+    case HCQ_DEVICE_VULKAN: st = hcq__vulkan_device_create(index, dev); break;
     default:
       st = hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: Metal exists on macOS only", dev->name);
       break;
@@ -236,7 +238,7 @@ hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *op
   if (options && options->timeline_start >= (UINT64_C(1) << 32))
     return hcq_status_make(HCQ_OUT_OF_RANGE, "device %s: timeline_start %" PRIu64 " must be below 2^32", name,
                            options->timeline_start);
-  bool has_options = options && (options->timeline_start || options->isolate);
+  bool has_options = options && (options->timeline_start || options->isolate || options->threads);
   pthread_mutex_lock(&g_registry_lock);
   hcq_device_t *dev = NULL;
   int free_slot = -1;
@@ -364,19 +366,27 @@ void hcq_device_timeline(hcq_device_t *dev, hcq_signal_t **out_signal, uint64_t 
 }
 
 size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap) {
-  hcq_device_info_t infos[2];
+  hcq_device_info_t infos[3];
   memset(infos, 0, sizeof(infos));
   const hcq__options_t *o = hcq__options();
   infos[0].kind = HCQ_DEVICE_CPU;
   infos[0].available = true;
   infos[0].count = 1;
+  size_t ncores = hcq__cpu_core_count();
+  char threads[96];
+  if (o->cpu_threads)
+    snprintf(threads, sizeof(threads), "%u threads per device (HCQ_CPU_THREADS)", o->cpu_threads);
+  else
+    snprintf(threads, sizeof(threads), "%zu cores split between the open devices (1 device: %zu threads, 2: %zu each)",
+             ncores, ncores, ncores >= 2 ? ncores / 2 : 1);
   snprintf(infos[0].description, sizeof(infos[0].description),
-           "CPU:N (any N): %u threads per device, C kernels compiled by %.64s, function-pointer kernels, copy queue",
-           o->cpu_threads, o->cc ? o->cc : "cc");
+           "CPU:N (any N): %s, C kernels compiled by %.64s, function-pointer kernels, copy queue", threads,
+           o->cc ? o->cc : "cc");
   infos[1].kind = HCQ_DEVICE_CUDA;
   hcq__cuda_query(&infos[1]);
-  for (size_t i = 0; i < 2 && i < cap && out_infos; i++) out_infos[i] = infos[i];
-  return 2;
+  hcq__vulkan_query(&infos[2]);
+  for (size_t i = 0; i < 3 && i < cap && out_infos; i++) out_infos[i] = infos[i];
+  return 3;
 }
 
 /* ---- objects ---- */

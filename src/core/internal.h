@@ -20,7 +20,8 @@
 
 typedef struct hcq__options {
   int64_t wait_timeout_ms;  /* HCQ_WAIT_TIMEOUT_MS */
-  unsigned cpu_threads;     /* HCQ_CPU_THREADS: threads per CPU device sharing a launch's groups */
+  unsigned cpu_threads;     /* HCQ_CPU_THREADS: threads per CPU device (0: the core budget decides) */
+  unsigned graph_inflight;  /* HCQ_GRAPH_INFLIGHT: replays of one graph in flight at once (default 2) */
   uint64_t cpu_min_parallel; /* HCQ_CPU_MIN_PARALLEL: work-items (groups x group size) before a launch is split */
   uint64_t spin_ns;         /* HCQ_SPIN_NS: how long waiters spin before sleeping */
   uint64_t staging_chunk;   /* HCQ_STAGING_CHUNK: bytes per host-transfer staging buffer */
@@ -28,6 +29,7 @@ typedef struct hcq__options {
   unsigned jit_batch_size;  /* HCQ_JIT_BATCH_SIZE: first capture batch size */
   bool validate;            /* HCQ_VALIDATE: check handles (released, double release, closed device) */
   bool cpu_isolate;         /* HCQ_CPU_ISOLATE: a faulting CPU kernel marks its device lost instead of killing */
+  bool vulkan_virtual;      /* HCQ_VULKAN_VIRTUAL: VULKAN:N past the last GPU opens more logical devices */
   char profile[1024];       /* HCQ_PROFILE: "" off; "1" on; otherwise on, and a path for the trace */
   /* CPU kernel compiler and cache (docs/kernel-cache.md), kept whole: src/cpu/cpu_compile.c splits
    * and checks them. NULL only when memory ran out while reading them. */
@@ -127,6 +129,16 @@ void hcq__signal_words_set(hcq__signal_words_t *s, uint64_t value);
 enum { HCQ__WAIT_REACHED, HCQ__WAIT_TIMEOUT, HCQ__WAIT_LOST };
 int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
                            size_t nwatch, uint64_t *seen);
+/* Sleeping on a signal's bucket while also waiting for something else (an engine serving two
+ * queues): begin registers as a sleeper and reads the bucket's sequence; sleep with
+ * hcq__futex_wait(p.word, p.seq, ...) after re-checking every condition; end unregisters. Anyone
+ * may bump *p.word and wake it to end the sleep early. */
+typedef struct hcq__park {
+  _Atomic uint32_t *word, *sleepers;
+  uint32_t seq;
+} hcq__park_t;
+void hcq__park_begin(const hcq__signal_words_t *s, hcq__park_t *p);
+void hcq__park_end(hcq__park_t *p);
 /* Wakes every sleeping waiter in the process, so each re-checks its condition (device lost). */
 void hcq__signal_wake_all(void);
 /* Devices whose hardware writes signals without waking host sleepers (a GPU writing host memory)
@@ -280,6 +292,11 @@ struct hcq_device {
   uint32_t caps;
   unsigned threads;
   uint64_t max_work_items; /* per launch (groups x group size); 0: no limit */
+  unsigned cpu_threads;    /* CPU: threads asked for by the device option (0: the layout decides) */
+#define HCQ__DEVICE_MAX_CORES 64
+  unsigned ncores;         /* CPU: the cores its threads are pinned to (layout lock) */
+  int cores[HCQ__DEVICE_MAX_CORES];
+  char layout[128];        /* "0,1" */
   int open_refs;     /* registry references, under the registry lock */
   bool closing;      /* a close is waiting for the work (registry lock) */
   _Atomic bool closed; /* closed while lost, with objects still alive: freed when the last goes */
@@ -487,8 +504,11 @@ typedef struct hcq__recorder {
 extern _Thread_local const hcq__recorder_t *hcq__recorder;
 
 /* Backends. */
+size_t hcq__cpu_core_count(void);
 hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev);
 hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev);
 void hcq__cuda_query(hcq_device_info_t *info);
+hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev);
+void hcq__vulkan_query(hcq_device_info_t *info);
 
 #endif

@@ -67,11 +67,9 @@ static void load_cache_dir(hcq__options_t *o) {
 
 static void load_options(void) {
   hcq__options_t *o = &g_options;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  if (ncpu < 1) ncpu = 1;
-  if (ncpu > 64) ncpu = 64;
   o->wait_timeout_ms = env_int("HCQ_WAIT_TIMEOUT_MS", HCQ_DEFAULT_WAIT_TIMEOUT_MS, 0, INT64_C(1) << 40);
-  o->cpu_threads = (unsigned)env_int("HCQ_CPU_THREADS", ncpu, 1, 256);
+  o->cpu_threads = (unsigned)env_int("HCQ_CPU_THREADS", 0, 0, 256);
+  o->graph_inflight = (unsigned)env_int("HCQ_GRAPH_INFLIGHT", 2, 1, 16);
   o->cpu_min_parallel = (uint64_t)env_int("HCQ_CPU_MIN_PARALLEL", 16384, 1, INT64_MAX);
   o->spin_ns = (uint64_t)env_int("HCQ_SPIN_NS", 20000, 0, INT64_C(10000000000));
   o->staging_chunk = (uint64_t)env_int("HCQ_STAGING_CHUNK", 2 << 20, 64, INT64_C(1) << 32);
@@ -80,6 +78,7 @@ static void load_options(void) {
   o->validate = env_int("HCQ_VALIDATE", 0, 0, 1) != 0;
   hcq__validating = o->validate;
   o->cpu_isolate = env_int("HCQ_CPU_ISOLATE", 0, 0, 1) != 0;
+  o->vulkan_virtual = env_int("HCQ_VULKAN_VIRTUAL", 0, 0, 1) != 0;
   env_copy("HCQ_PROFILE", "", o->profile, sizeof(o->profile));
   if (!strcmp(o->profile, "0")) o->profile[0] = '\0';
   hcq__trace_start_from_env(o->profile); /* the profiler, on from the first use of the library */

@@ -17,7 +17,7 @@ uint64_t hcq__now_ns(void) {
 }
 
 void hcq__spin_step(unsigned iteration) {
-  if (iteration < 512) {
+  if (iteration < 64) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -66,6 +66,16 @@ void hcq__signal_words_set(hcq__signal_words_t *s, uint64_t value) {
     hcq__futex_wake(&b->seq);
   }
 }
+
+void hcq__park_begin(const hcq__signal_words_t *s, hcq__park_t *p) {
+  park_bucket_t *b = bucket_of(s);
+  p->sleepers = &b->sleepers;
+  p->word = &b->seq;
+  atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
+  p->seq = atomic_load_explicit(&b->seq, memory_order_seq_cst);
+}
+
+void hcq__park_end(hcq__park_t *p) { atomic_fetch_sub_explicit(p->sleepers, 1, memory_order_seq_cst); }
 
 void hcq__signal_wake_all(void) {
   for (size_t i = 0; i < PARK_BUCKETS; i++) {
@@ -131,7 +141,9 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
       uint64_t now = hcq__now_ns();
       if (now >= deadline_ns) {
         *seen = atomic_load_explicit(&s->value, memory_order_acquire);
-        return *seen >= want ? HCQ__WAIT_REACHED : HCQ__WAIT_TIMEOUT;
+        if (*seen >= want) return HCQ__WAIT_REACHED;
+        /* Lost while we waited (and slow to say so on a busy machine): that is the real reason. */
+        return any_lost(watch, nwatch) ? HCQ__WAIT_LOST : HCQ__WAIT_TIMEOUT;
       }
       timeout = deadline_ns - now;
       /* A relative futex timeout beyond a day is no different from a day, and stays far from any

@@ -155,7 +155,13 @@ static void update_recording(void) {
 
 static void graph_unref(hcq__trace_graph_t *tg) {
   if (--tg->refs > 0) return;
-  for (size_t i = 0; i < tg->nitems; i++) free(tg->items[i].deps);
+  for (size_t i = 0; tg->items && i < tg->nitems; i++) {
+    free(tg->items[i].deps);
+    free((void *)tg->items[i].start);
+    free((void *)tg->items[i].end);
+  }
+  free(tg->pending);
+  free(tg->pending_replay);
   free(tg->items);
   free(tg->devs);
   free(tg->done);
@@ -518,8 +524,8 @@ void hcq__trace_device_gone(hcq_device_t *dev) {
 /* ---- graphs ---- */
 
 hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trace_graph_item_t *items, size_t nitems,
-                                              hcq_device_t *const *devs, hcq__signal_words_t *const *done,
-                                              size_t ndevs) {
+                                              size_t nslots, hcq_device_t *const *devs,
+                                              hcq__signal_words_t *const *done, size_t ndevs) {
   if (!hcq__trace_on()) return NULL;
   hcq__trace_graph_t *tg = calloc(1, sizeof(*tg));
   if (!tg) return NULL;
@@ -528,22 +534,27 @@ hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trac
   tg->label = strdup(label);
   tg->items = calloc(nitems, sizeof(*tg->items));
   tg->devs = calloc(ndevs, sizeof(*tg->devs));
-  tg->done = calloc(ndevs, sizeof(*tg->done));
-  bool ok = tg->label && tg->items && tg->devs && tg->done;
+  tg->done = calloc(ndevs * nslots, sizeof(*tg->done));
+  tg->pending = calloc(nslots, sizeof(*tg->pending));
+  tg->pending_replay = calloc(nslots, sizeof(*tg->pending_replay));
+  bool ok = tg->label && tg->items && tg->devs && tg->done && tg->pending && tg->pending_replay;
   tg->nitems = nitems;
   tg->ndevs = ndevs;
-  for (size_t d = 0; d < ndevs && ok; d++) {
-    tg->devs[d] = devs[d];
-    tg->done[d] = done[d];
-  }
+  tg->nslots = nslots;
+  for (size_t d = 0; d < ndevs && ok; d++) tg->devs[d] = devs[d];
+  for (size_t k = 0; k < ndevs * nslots && ok; k++) tg->done[k] = done[k];
   for (size_t j = 0; j < nitems && ok; j++) {
     hcq__trace_graph_item_rec_t *r = &tg->items[j];
     r->deps = malloc((items[j].ndeps + 1) * sizeof(*r->deps));
-    ok = r->deps != NULL;
+    r->start = calloc(nslots, sizeof(*r->start));
+    r->end = calloc(nslots, sizeof(*r->end));
+    ok = r->deps && r->start && r->end;
     if (ok) memcpy(r->deps, items[j].deps, items[j].ndeps * sizeof(*r->deps));
     r->ndeps = items[j].ndeps;
-    r->start = items[j].start;
-    r->end = items[j].end;
+    for (size_t k = 0; k < nslots && ok; k++) {
+      r->start[k] = items[k * nitems + j].start;
+      r->end[k] = items[k * nitems + j].end;
+    }
     r->bytes = items[j].bytes;
     r->kind = items[j].queue == HCQ_QUEUE_COPY ? HCQ__SLICE_COPY : HCQ__SLICE_KERNEL;
   }
@@ -582,16 +593,16 @@ hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trac
   return tg;
 }
 
-void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, uint64_t kickoff, uint64_t host_start_ns) {
+void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned slot, uint64_t kickoff, uint64_t host_start_ns) {
   uint64_t end_ns = hcq__now_ns();
   pthread_mutex_lock(&tg->lock);
   pthread_mutex_lock(&g_lock);
   if (g_active && !g_paused && tg->session == g_session) {
-    tg->pending = kickoff;
-    tg->pending_replay = ++tg->replays;
+    tg->pending[slot] = kickoff;
+    tg->pending_replay[slot] = ++tg->replays;
     char name[160];
     snprintf(name, sizeof(name), "replay %s", tg->label);
-    hcq__trace_slice_t s = {.start_ns = host_start_ns, .end_ns = end_ns, .replay = tg->pending_replay,
+    hcq__trace_slice_t s = {.start_ns = host_start_ns, .end_ns = end_ns, .replay = tg->pending_replay[slot],
                             .graph = tg->index + 1, .kind = HCQ__SLICE_SUBMIT};
     s.track = host_track();
     s.name = intern(name);
@@ -601,19 +612,19 @@ void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, uint64_t kickoff, uint64
   pthread_mutex_unlock(&tg->lock);
 }
 
-/* tg->lock held; the replay has finished. One slice per item, pushed together. */
-static void read_replay(hcq__trace_graph_t *tg) {
+/* tg->lock held; the slot's replay has finished. One slice per item, pushed together. */
+static void read_replay(hcq__trace_graph_t *tg, size_t slot) {
   pthread_mutex_lock(&g_lock);
   if (g_active && tg->session == g_session) {
     for (size_t j = 0; j < tg->nitems; j++) {
       const hcq__trace_graph_item_rec_t *r = &tg->items[j];
-      uint64_t t0 = atomic_load_explicit(&((hcq__signal_words_t *)r->start)->timestamp, memory_order_acquire);
-      uint64_t t1 = atomic_load_explicit(&((hcq__signal_words_t *)r->end)->timestamp, memory_order_acquire);
+      uint64_t t0 = atomic_load_explicit(&((hcq__signal_words_t *)r->start[slot])->timestamp, memory_order_acquire);
+      uint64_t t1 = atomic_load_explicit(&((hcq__signal_words_t *)r->end[slot])->timestamp, memory_order_acquire);
       if (!t0 || !t1) continue; /* never ran (a lost device) */
       hcq__trace_slice_t s = {.start_ns = (uint64_t)((int64_t)t0 - r->offset_ns),
                               .end_ns = (uint64_t)((int64_t)t1 - r->offset_ns),
                               .bytes = r->bytes,
-                              .replay = tg->pending_replay,
+                              .replay = tg->pending_replay[slot],
                               .name = r->name,
                               .graph = tg->index + 1,
                               .item = (uint32_t)j,
@@ -623,12 +634,12 @@ static void read_replay(hcq__trace_graph_t *tg) {
     }
   }
   pthread_mutex_unlock(&g_lock);
-  tg->pending = 0;
+  tg->pending[slot] = 0;
 }
 
-void hcq__trace_graph_collect(hcq__trace_graph_t *tg) {
+void hcq__trace_graph_collect(hcq__trace_graph_t *tg, unsigned slot) {
   pthread_mutex_lock(&tg->lock);
-  if (tg->pending) read_replay(tg);
+  if (tg->pending[slot]) read_replay(tg, slot);
   pthread_mutex_unlock(&tg->lock);
 }
 
@@ -636,7 +647,7 @@ void hcq__trace_graph_unregister(hcq__trace_graph_t *tg) {
   if (!tg) return;
   pthread_mutex_lock(&tg->lock);
   tg->alive = false;
-  tg->pending = 0;
+  for (size_t k = 0; k < tg->nslots; k++) tg->pending[k] = 0;
   pthread_mutex_unlock(&tg->lock);
   pthread_mutex_lock(&g_lock);
   graph_unref(tg);
@@ -663,13 +674,22 @@ static void collect_pending(void) {
   for (size_t i = 0; i < graphs.len; i++) {
     hcq__trace_graph_t *tg = graphs.data[i];
     pthread_mutex_lock(&tg->lock);
-    bool done = tg->alive && tg->pending;
-    for (size_t d = 0; done && d < tg->ndevs; d++) {
-      uint64_t seen;
-      done = hcq__signal_words_wait(tg->done[d], tg->pending, hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT), tg->devs,
-                                    tg->ndevs, &seen) == HCQ__WAIT_REACHED;
+    /* Oldest replay first: the slots in the order their replays were submitted. */
+    for (;;) {
+      size_t slot = tg->nslots;
+      for (size_t k = 0; k < tg->nslots; k++)
+        if (tg->pending[k] && (slot == tg->nslots || tg->pending_replay[k] < tg->pending_replay[slot])) slot = k;
+      if (!tg->alive || slot == tg->nslots) break;
+      bool done = true;
+      for (size_t d = 0; done && d < tg->ndevs; d++) {
+        uint64_t seen;
+        done = hcq__signal_words_wait(tg->done[slot * tg->ndevs + d], tg->pending[slot],
+                                      hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT), tg->devs, tg->ndevs,
+                                      &seen) == HCQ__WAIT_REACHED;
+      }
+      if (!done) break;
+      read_replay(tg, slot);
     }
-    if (done) read_replay(tg);
     pthread_mutex_unlock(&tg->lock);
   }
   for (size_t i = 0; i < devices.len; i++) {

@@ -67,16 +67,19 @@ typedef struct hcq__trace_graph_item {
 } hcq__trace_graph_item_t;
 
 /* Registers a graph built with timestamp slots: NULL when the profiler is off (or out of memory: the graph
- * is then not traced). done[d] is the signal devs[d]'s compute queue sets to the kickoff value at the
- * end of a replay. Aligns the clocks of devices met for the first time (waits for their work). */
+ * is then not traced). A graph has nslots replay slots (replays in flight at once), each with its own
+ * timestamp slots and done signals: items holds nslots * nitems entries, slot by slot (names, devices,
+ * queues and dependencies are read from slot 0); done[slot * ndevs + d] is the signal devs[d]'s compute
+ * queue sets to the kickoff value at the end of a replay in that slot. Aligns the clocks of devices
+ * met for the first time (waits for their work). */
 hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trace_graph_item_t *items, size_t nitems,
-                                              hcq_device_t *const *devs, hcq__signal_words_t *const *done,
-                                              size_t ndevs);
-/* A replay was submitted with kickoff value K; host_start_ns is when its submit began. */
-void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, uint64_t kickoff, uint64_t host_start_ns);
-/* The graph's thread waited for its last replay: its timestamps are read now (before the slots are
- * reused). */
-void hcq__trace_graph_collect(hcq__trace_graph_t *tg);
+                                              size_t nslots, hcq_device_t *const *devs,
+                                              hcq__signal_words_t *const *done, size_t ndevs);
+/* A replay was submitted in slot with kickoff value K; host_start_ns is when its submit began. */
+void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned slot, uint64_t kickoff, uint64_t host_start_ns);
+/* The graph's thread waited for the slot's last replay: its timestamps are read now (before the slot
+ * is reused). */
+void hcq__trace_graph_collect(hcq__trace_graph_t *tg, unsigned slot);
 /* Before the graph frees its slots and signals. NULL is accepted. */
 void hcq__trace_graph_unregister(hcq__trace_graph_t *tg);
 

@@ -1,13 +1,19 @@
-/* The CPU device: host memory, one engine thread per queue kind that interprets command words from
- * a ring, and helper threads that share the work-groups of one launch.
+/* The CPU device: host memory, one engine thread that interprets the command words of both queue
+ * kinds (compute and copy) from their rings, and helper threads that share the work-groups of big
+ * launches.
  *
- * The engine loop is the replay hot path: a bound graph queue reaches it as one CALL, and each EXEC
- * of a one-group launch costs a decode and an indirect call. Engines and helpers spin for
- * HCQ_SPIN_NS after their last work, then sleep on a futex.
+ * Threads. The CPU devices open in one process share the machine's cores without oversubscribing
+ * them (cpu_layout.c): each device gets its own cores where there are enough, its engine pinned to
+ * the first and its active helpers to the others. One engine serves both queues of its device, so a
+ * device never has more busy threads than it has cores.
  *
- * For hang reports an engine publishes the command it is at (cur) and the one before (prev) with
- * two relaxed stores per command; nothing else is measured on the hot path. A lost device makes
- * the engines drop what is queued and return from waits. */
+ * The engine runs each queue's commands until the queue is empty or blocked at a wait, then turns
+ * to the other queue; when neither can move it spins (pause) while work is in flight, then sleeps
+ * on the signal it waits for (or its doorbell). A bound graph queue reaches it as one CALL; each
+ * EXEC of a one-group launch costs a decode and an indirect call.
+ *
+ * For hang reports each queue publishes the command it is at (cur) and the one before (prev) with
+ * two relaxed stores per command. A lost device makes the engine drop what is queued. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -23,40 +29,41 @@
 #define CPU_MAX_WORK_ITEMS (UINT64_C(1) << 40)
 /* Allocations from this size on are mapped: untouched pages stay unbacked. */
 #define CPU_MMAP_THRESHOLD (UINT64_C(256) << 10)
+/* How long a blocked engine spins while work is in flight before it sleeps: long enough for any
+ * hand-off between cores, short next to a kernel worth sleeping through. */
+#define CPU_INFLIGHT_SPIN_NS (UINT64_C(200000))
 
-/* Producer-written and consumer-written fields sit on separate cache lines: the engine spins on
- * head while the host writes it, and tail moves once per command. */
-typedef struct cpu_engine {
-  hcq_device_t *dev;
-  pthread_t thread;
-  bool started;
+/* One queue kind's ring and the engine's place in it. Producer-written and consumer-written fields
+ * sit on separate cache lines. */
+typedef struct cpu_queue {
   uint32_t *ring; /* RING_WORDS words */
-  struct cpu_pool *pool; /* compute engine only */
-  hcq__cpu_fault_ctx_t fault;
-  void *altstack;
   _Alignas(64) _Atomic uint64_t head; /* words published by the producer */
-  _Atomic uint32_t doorbell;          /* futex word: bumped only to wake a sleeping engine */
-  _Atomic bool stop;
-  _Atomic bool exited;
-  _Alignas(64) _Atomic uint64_t tail; /* words consumed */
-  _Atomic uint32_t sleeping;
-  _Atomic uint32_t tail_seq;      /* bumped when tail moves while a producer waits for space */
-  _Atomic(const uint32_t *) cur;  /* command being run (NULL: idle) */
-  _Atomic(const uint32_t *) prev; /* the command before it in the same list */
+  _Alignas(64) _Atomic uint64_t tail; /* words of entries completed */
+  _Atomic uint32_t tail_seq;          /* bumped when tail moves while a producer waits for space */
+  _Atomic uint32_t space_waiters;
+  /* Written per command by the engine, read only by reports: a line of its own. */
+  _Alignas(64) _Atomic(const uint32_t *) cur; /* command being run or waited at (NULL: idle) */
+  _Atomic(const uint32_t *) prev;     /* the command before it in the same list */
   _Atomic(const uint32_t *) call_base; /* the bound list being run (NULL: the ring) */
-  _Alignas(64) _Atomic uint32_t space_waiters;
-} cpu_engine_t;
+  /* The engine's cursor (engine thread only). */
+  uint64_t pos;                        /* ring position of the current entry */
+  uint32_t entry_len;
+  const uint32_t *w, *end;             /* next command and end of the list being run; w NULL: no entry */
+  const uint32_t *ret_w, *ret_end;     /* inside a CALL: where the ring entry continues */
+} cpu_queue_t;
 
-/* A launch's work-groups shared between the compute engine and helper threads. The job fields are
- * written only while no helper is inside (active == 0, gen odd), published by an even gen. */
+/* A launch's work-groups shared between the engine and helper threads. The job fields are written
+ * only while no helper is inside (active == 0, gen odd), published by an even gen. */
 typedef struct cpu_pool {
   hcq_device_t *dev;
   struct cpu_engine *engine;
-  unsigned nhelpers;
   uint64_t min_parallel; /* work-items below which a launch runs on the engine alone */
-  pthread_t *threads;
-  _Atomic bool *helper_exited;
-  void **altstacks;
+  pthread_t threads[HCQ__CPU_MAX_HELPERS];
+  void *altstacks[HCQ__CPU_MAX_HELPERS];
+  _Atomic bool helper_exited[HCQ__CPU_MAX_HELPERS];
+  unsigned created;           /* helper threads started (layout lock) */
+  _Atomic uint32_t nactive;   /* helpers that take part: the layout's budget */
+  _Atomic uint32_t layout_seq; /* parked helpers sleep here until the budget changes */
   _Atomic uint32_t gen;
   _Atomic uint32_t active;
   _Atomic uint32_t helpers_sleeping;
@@ -72,34 +79,58 @@ typedef struct cpu_pool {
   uint64_t total, chunk;
 } cpu_pool_t;
 
-typedef struct cpu_device {
-  cpu_engine_t engines[2]; /* by hcq_queue_kind_t */
+typedef struct cpu_engine {
+  hcq_device_t *dev;
+  pthread_t thread;
+  bool started;
+  hcq__cpu_fault_ctx_t fault;
+  void *altstack;
+  cpu_queue_t q[2]; /* by hcq_queue_kind_t */
+  _Alignas(64) cpu_queue_t *running; /* the queue whose command runs (for the fault handler) */
+  _Alignas(64) _Atomic uint32_t doorbell;  /* where an idle engine sleeps */
+  _Atomic(_Atomic uint32_t *) sleep_word;  /* where the engine sleeps now (NULL: awake) */
+  _Atomic bool stop;
+  _Atomic bool exited;
+  _Atomic uint32_t barrier_word;
   cpu_pool_t pool;
-} cpu_device_t;
+} cpu_engine_t;
 
+/* Spins (pause, then yield) until ready(ctx) or budget_ns have passed; true when ready. */
+static bool spin_until(bool (*ready)(const void *ctx), const void *ctx, uint64_t budget_ns) {
+  uint64_t start = 0;
+  for (unsigned i = 1;; i++) {
+    if (ready(ctx)) return true;
+    hcq__spin_step(i);
+    if ((i & 63) == 0) {
+      uint64_t now = hcq__now_ns();
+      if (!start)
+        start = now;
+      else if (now - start >= budget_ns)
+        return false;
+    }
+  }
+}
+
+typedef struct {
+  _Atomic uint32_t *word;
+  uint32_t seen;
+} word_watch_t;
+
+static bool word_changed(const void *ctx) {
+  const word_watch_t *w = ctx;
+  return atomic_load_explicit(w->word, memory_order_acquire) != w->seen;
+}
 
 /* Spins until *word != seen or the spin budget is spent; true when it changed. */
-#define DEFINE_SPIN(name, type)                                        \
-  static bool name(type *word, uint64_t seen) {                        \
-    uint64_t budget = hcq__options()->spin_ns, start = 0;              \
-    for (unsigned i = 1;; i++) {                                       \
-      if (atomic_load_explicit(word, memory_order_acquire) != seen) return true; \
-      hcq__spin_step(i);                                               \
-      if ((i & 63) == 0) {                                             \
-        uint64_t now = hcq__now_ns();                                  \
-        if (!start)                                                    \
-          start = now;                                                 \
-        else if (now - start >= budget)                                \
-          return false;                                                \
-      }                                                                \
-    }                                                                  \
-  }
-DEFINE_SPIN(spin_while_equal32, _Atomic uint32_t)
-DEFINE_SPIN(spin_while_equal64, _Atomic uint64_t)
+static bool spin_while_equal32(_Atomic uint32_t *word, uint32_t seen) {
+  word_watch_t w = {word, seen};
+  return spin_until(word_changed, &w, hcq__options()->spin_ns);
+}
 
 static const uint32_t *engine_current_command(const hcq__cpu_fault_ctx_t *ctx) {
   const cpu_engine_t *e = ctx->owner;
-  return atomic_load_explicit(&e->cur, memory_order_relaxed);
+  const cpu_queue_t *q = e->running;
+  return q ? atomic_load_explicit(&q->cur, memory_order_relaxed) : NULL;
 }
 
 /* ---- running groups ---- */
@@ -165,9 +196,17 @@ static void *helper_main(void *arg) {
   hcq__cpu_fault_ctx = &ctx;
   uint32_t seen = atomic_load_explicit(&p->gen, memory_order_acquire);
   for (;;) {
+    if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+    /* A helper outside the budget stays parked: it takes no jobs and burns nothing. */
+    if (index >= atomic_load_explicit(&p->nactive, memory_order_acquire)) {
+      uint32_t ls = atomic_load_explicit(&p->layout_seq, memory_order_seq_cst);
+      if (index >= atomic_load_explicit(&p->nactive, memory_order_seq_cst) && !atomic_load(&p->stop))
+        hcq__futex_wait(&p->layout_seq, ls, 0);
+      seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+      continue;
+    }
     uint32_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
     if (g == seen || (g & 1)) {
-      if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
       if (!spin_while_equal32(&p->gen, g)) {
         atomic_fetch_add_explicit(&p->helpers_sleeping, 1, memory_order_seq_cst);
         if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop))
@@ -204,7 +243,7 @@ static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, con
   }
   p->fn = fn, p->bufs = bufs, p->vals = vals, p->total = total;
   for (int i = 0; i < 3; i++) p->gsz[i] = gsz[i], p->lsz[i] = lsz[i];
-  uint64_t chunk = total / ((uint64_t)(p->nhelpers + 1) * 4);
+  uint64_t chunk = total / ((uint64_t)(atomic_load(&p->nactive) + 1) * 4);
   p->chunk = chunk ? chunk : 1;
   atomic_store_explicit(&p->next_group, 0, memory_order_relaxed);
   atomic_store_explicit(&p->remaining, total, memory_order_relaxed);
@@ -230,18 +269,17 @@ static inline void exec_command(cpu_engine_t *e, const uint32_t *w) {
   void *const *bufs = (void *const *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_ARGS);
   const int32_t *vals = (const int32_t *)(const void *)((const char *)bufs + (size_t)w[HCQ__EXEC_NBUFS] * 8);
   const uint32_t *gsz = w + HCQ__EXEC_GLOBAL, *lsz = w + HCQ__EXEC_LOCAL;
-  /* Each factor is below 2^32: the group count cannot overflow in two steps of 64 x 32 bits only
-   * when checked; launches are validated on record, but a patched dim may still make it absurd. */
+  /* Launches are validated on record, but a patched dim may still make the grid absurd. */
   uint64_t plane = (uint64_t)gsz[0] * gsz[1], total;
   if (__builtin_mul_overflow(plane, (uint64_t)gsz[2], &total)) return;
   if (total == 0 || lsz[0] == 0 || lsz[1] == 0 || lsz[2] == 0) return; /* an empty launch runs nothing */
   if (total == 1) {
     hcq_launch_t l = {{0, 0, 0}, {1, 1, 1}, {lsz[0], lsz[1], lsz[2]}};
     fn(bufs, vals, &l);
-  } else if (e->pool && e->pool->nhelpers &&
-             (unsigned __int128)total * lsz[0] * lsz[1] * lsz[2] >= e->pool->min_parallel) {
-    /* Small launches stay on the engine: handing groups to helpers costs more than they save. */
-    pool_run(e->pool, fn, bufs, vals, gsz, lsz, total);
+  } else if (atomic_load_explicit(&e->pool.nactive, memory_order_relaxed) &&
+             (unsigned __int128)total * lsz[0] * lsz[1] * lsz[2] >= e->pool.min_parallel) {
+    /* Small launches stay on the engine: waking helpers costs more than they save. */
+    pool_run(&e->pool, fn, bufs, vals, gsz, lsz, total);
   } else {
     run_groups(fn, bufs, vals, gsz, lsz, 0, total);
   }
@@ -261,19 +299,39 @@ static __attribute__((noinline)) bool exec_isolated(cpu_engine_t *e, const uint3
   return false;
 }
 
-/* Runs a command list; false when the device was lost in the middle (the rest is dropped). */
-static bool run_words(cpu_engine_t *e, const uint32_t *w, size_t n) {
-  const uint32_t *end = w + n;
-  while (w < end) {
+/* ---- the engine: both queues, one thread ---- */
+
+static inline void full_barrier(cpu_engine_t *e) {
+#if defined(__SANITIZE_THREAD__)
+  /* ThreadSanitizer does not model fences; a sequentially consistent read-modify-write is one. */
+  atomic_fetch_add_explicit(&e->barrier_word, 0, memory_order_seq_cst);
+#else
+  (void)e;
+  atomic_thread_fence(memory_order_seq_cst);
+#endif
+}
+
+enum { RUN_DONE, RUN_BLOCKED, RUN_LOST };
+
+/* Runs q's current entry until it ends, blocks at a wait, or the device is lost. */
+static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
+  e->running = q;
+  for (;;) {
+    if (q->w == q->end) {
+      if (!q->ret_w) return RUN_DONE;
+      /* End of a bound list: back to the ring entry after its CALL. */
+      atomic_store_explicit(&q->prev, q->ret_w - HCQ__LEN_CALL, memory_order_relaxed);
+      q->w = q->ret_w, q->end = q->ret_end, q->ret_w = q->ret_end = NULL;
+      atomic_store_explicit(&q->call_base, NULL, memory_order_relaxed);
+      continue;
+    }
+    const uint32_t *w = q->w;
     uint32_t h = w[0];
-    atomic_store_explicit(&e->cur, w, memory_order_relaxed);
+    atomic_store_explicit(&q->cur, w, memory_order_relaxed);
     switch (HCQ__HDR_OP(h)) {
       case HCQ__OP_WAIT: {
-        hcq__signal_words_t *s = (hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__WAIT_ADDR);
-        uint64_t seen;
-        if (atomic_load_explicit(&s->value, memory_order_acquire) < w[HCQ__WAIT_VALUE] &&
-            hcq__signal_words_wait(s, w[HCQ__WAIT_VALUE], 0, &e->dev, 1, &seen) != HCQ__WAIT_REACHED)
-          return false;
+        const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__WAIT_ADDR);
+        if (atomic_load_explicit(&s->value, memory_order_acquire) < w[HCQ__WAIT_VALUE]) return RUN_BLOCKED;
         break;
       }
       case HCQ__OP_SIGNAL:
@@ -284,14 +342,14 @@ static bool run_words(cpu_engine_t *e, const uint32_t *w, size_t n) {
         atomic_store_explicit(&s->timestamp, hcq__now_ns(), memory_order_release);
         break;
       }
-      case HCQ__OP_BARRIER: atomic_thread_fence(memory_order_seq_cst); break;
+      case HCQ__OP_BARRIER: full_barrier(e); break;
       case HCQ__OP_EXEC:
         if (e->dev->isolate) {
-          if (!exec_isolated(e, w)) return false;
+          if (!exec_isolated(e, w)) return RUN_LOST;
         } else {
           exec_command(e, w);
         }
-        if (hcq__device_is_lost(e->dev)) return false;
+        if (hcq__device_is_lost(e->dev)) return RUN_LOST;
         break;
       case HCQ__OP_COPY:
         memmove((void *)(uintptr_t)hcq__rd64(w + HCQ__COPY_DST), (const void *)(uintptr_t)hcq__rd64(w + HCQ__COPY_SRC),
@@ -299,120 +357,190 @@ static bool run_words(cpu_engine_t *e, const uint32_t *w, size_t n) {
         break;
       case HCQ__OP_CALL: {
         const uint32_t *list = (const uint32_t *)(uintptr_t)hcq__rd64(w + HCQ__CALL_PTR);
-        atomic_store_explicit(&e->call_base, list, memory_order_relaxed);
-        bool ok = run_words(e, list, w[HCQ__CALL_LEN]);
-        atomic_store_explicit(&e->call_base, NULL, memory_order_relaxed);
-        if (!ok) return false;
-        break;
+        q->ret_w = w + HCQ__LEN_CALL, q->ret_end = q->end;
+        q->w = list, q->end = list + w[HCQ__CALL_LEN];
+        atomic_store_explicit(&q->call_base, list, memory_order_relaxed);
+        atomic_store_explicit(&q->prev, NULL, memory_order_relaxed);
+        continue;
       }
       default: break;
     }
-    atomic_store_explicit(&e->prev, w, memory_order_relaxed);
-    w += HCQ__HDR_LEN(h);
+    atomic_store_explicit(&q->prev, w, memory_order_relaxed);
+    q->w = w + HCQ__HDR_LEN(h);
   }
-  return true;
 }
 
-static void publish_tail(cpu_engine_t *e, uint64_t tail) {
-  atomic_store_explicit(&e->tail, tail, memory_order_seq_cst);
-  if (atomic_load_explicit(&e->space_waiters, memory_order_seq_cst)) {
-    atomic_fetch_add_explicit(&e->tail_seq, 1, memory_order_seq_cst);
-    hcq__futex_wake(&e->tail_seq);
+static void publish_tail(cpu_queue_t *q, uint64_t tail) {
+  atomic_store_explicit(&q->tail, tail, memory_order_seq_cst);
+  if (atomic_load_explicit(&q->space_waiters, memory_order_seq_cst)) {
+    atomic_fetch_add_explicit(&q->tail_seq, 1, memory_order_seq_cst);
+    hcq__futex_wake(&q->tail_seq);
   }
+}
+
+/* Drops everything queued (lost device): the completion counter jumps to what was submitted. */
+static void drop_queue(cpu_queue_t *q) {
+  q->w = q->end = q->ret_w = q->ret_end = NULL;
+  atomic_store_explicit(&q->cur, NULL, memory_order_relaxed);
+  atomic_store_explicit(&q->call_base, NULL, memory_order_relaxed);
+  q->pos = atomic_load_explicit(&q->head, memory_order_acquire);
+  publish_tail(q, q->pos);
+}
+
+/* Runs q until it is empty or blocked; true when it got anywhere. */
+static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
+  bool moved = false;
+  for (;;) {
+    if (!q->w) {
+      uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
+      if (q->pos == head) {
+        atomic_store_explicit(&q->cur, NULL, memory_order_relaxed);
+        return moved;
+      }
+      uint64_t at = q->pos & (RING_WORDS - 1);
+      const uint32_t *w = q->ring + at;
+      if (HCQ__HDR_OP(w[0]) == HCQ__OP_JUMP) {
+        q->pos += RING_WORDS - at;
+        publish_tail(q, q->pos);
+        continue;
+      }
+      q->entry_len = HCQ__HDR_LEN(w[0]);
+      q->w = w, q->end = w + q->entry_len;
+      atomic_store_explicit(&q->prev, NULL, memory_order_relaxed);
+    }
+    int r = run_entry(e, q);
+    if (r == RUN_BLOCKED) return moved;
+    moved = true;
+    if (r == RUN_LOST) {
+      drop_queue(q);
+      return true;
+    }
+    q->w = q->end = NULL;
+    q->pos += q->entry_len;
+    publish_tail(q, q->pos);
+  }
+}
+
+/* True when q could move now: it is blocked at a wait that is satisfied, or it has a new entry. */
+static bool queue_ready(cpu_queue_t *q) {
+  if (q->w) {
+    const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->w + HCQ__WAIT_ADDR);
+    return atomic_load_explicit(&s->value, memory_order_acquire) >= q->w[HCQ__WAIT_VALUE];
+  }
+  return atomic_load_explicit(&q->head, memory_order_acquire) != q->pos;
+}
+
+static bool engine_ready(cpu_engine_t *e) {
+  return queue_ready(&e->q[0]) || queue_ready(&e->q[1]) || hcq__device_is_lost(e->dev) ||
+         atomic_load_explicit(&e->stop, memory_order_acquire);
+}
+
+static bool engine_ready_ctx(const void *ctx) { return engine_ready((cpu_engine_t *)(uintptr_t)ctx); }
+
+/* Neither queue can move: spin while work is in flight (a hand-off from another core is near),
+ * then sleep on what one queue waits for, or on the doorbell when both are empty. */
+static void wait_for_work(cpu_engine_t *e) {
+  cpu_queue_t *blocked[2];
+  int nblocked = 0;
+  for (int k = 0; k < 2; k++)
+    if (e->q[k].w) blocked[nblocked++] = &e->q[k];
+  uint64_t budget = nblocked ? CPU_INFLIGHT_SPIN_NS : hcq__options()->spin_ns;
+  if (budget < hcq__options()->spin_ns) budget = hcq__options()->spin_ns;
+  if (spin_until(engine_ready_ctx, e, budget)) return;
+  hcq__park_t park;
+  _Atomic uint32_t *word = &e->doorbell;
+  uint32_t seq = atomic_load_explicit(&e->doorbell, memory_order_seq_cst);
+  if (nblocked) {
+    hcq__park_begin((const hcq__signal_words_t *)(uintptr_t)hcq__rd64(blocked[0]->w + HCQ__WAIT_ADDR), &park);
+    word = park.word, seq = park.seq;
+  }
+  atomic_store_explicit(&e->sleep_word, word, memory_order_seq_cst);
+  /* Two blocked queues wait on two signals; a sleep on one is bounded so the other is seen. */
+  if (!engine_ready(e)) hcq__futex_wait(word, seq, nblocked == 2 ? UINT64_C(1000000) : 0);
+  atomic_store_explicit(&e->sleep_word, NULL, memory_order_seq_cst);
+  if (nblocked) hcq__park_end(&park);
+}
+
+static void wake_engine(cpu_engine_t *e) {
+  _Atomic uint32_t *word = atomic_load_explicit(&e->sleep_word, memory_order_seq_cst);
+  if (!word) return;
+  atomic_fetch_add_explicit(word, 1, memory_order_seq_cst);
+  hcq__futex_wake(word);
 }
 
 static void *engine_main(void *arg) {
   cpu_engine_t *e = arg;
-  void *altstack = e->altstack;
-  hcq__cpu_fault_thread_init(altstack);
+  hcq__cpu_fault_thread_init(e->altstack);
   hcq__cpu_fault_ctx = &e->fault;
-  uint64_t tail = 0;
   for (;;) {
-    uint64_t head = atomic_load_explicit(&e->head, memory_order_acquire);
-    if (head != tail && hcq__device_is_lost(e->dev)) {
-      /* A lost device drops what is queued: its completion counters jump to what was submitted. */
-      tail = head;
-      atomic_store_explicit(&e->cur, NULL, memory_order_relaxed);
-      publish_tail(e, tail);
-      continue;
+    if (hcq__device_is_lost(e->dev)) {
+      drop_queue(&e->q[0]);
+      drop_queue(&e->q[1]);
     }
-    if (head == tail) {
-      atomic_store_explicit(&e->cur, NULL, memory_order_relaxed);
-      if (atomic_load_explicit(&e->stop, memory_order_acquire)) break;
-      if (spin_while_equal64(&e->head, tail)) continue;
-      uint32_t bell = atomic_load_explicit(&e->doorbell, memory_order_acquire);
-      atomic_store_explicit(&e->sleeping, 1, memory_order_seq_cst);
-      if (atomic_load_explicit(&e->head, memory_order_seq_cst) == tail && !atomic_load(&e->stop))
-        hcq__futex_wait(&e->doorbell, bell, 0);
-      atomic_store_explicit(&e->sleeping, 0, memory_order_seq_cst);
-      continue;
-    }
-    while (tail != head) {
-      uint64_t pos = tail & (RING_WORDS - 1);
-      const uint32_t *w = e->ring + pos;
-      uint32_t len = HCQ__HDR_LEN(w[0]);
-      if (HCQ__HDR_OP(w[0]) == HCQ__OP_JUMP) {
-        len = (uint32_t)(RING_WORDS - pos);
-      } else {
-        atomic_store_explicit(&e->prev, NULL, memory_order_relaxed);
-        if (!run_words(e, w, len)) {
-          tail = head; /* lost: the rest of what was queued is dropped too */
-          break;
-        }
-      }
-      tail += len;
-      publish_tail(e, tail);
-    }
-    publish_tail(e, tail);
+    bool moved = run_queue(e, &e->q[HCQ_QUEUE_COMPUTE]);
+    moved |= run_queue(e, &e->q[HCQ_QUEUE_COPY]);
+    e->running = NULL;
+    if (moved) continue;
+    if (atomic_load_explicit(&e->stop, memory_order_acquire) && !e->q[0].w && !e->q[1].w &&
+        atomic_load(&e->q[0].head) == e->q[0].pos && atomic_load(&e->q[1].head) == e->q[1].pos)
+      break;
+    if (atomic_load_explicit(&e->stop, memory_order_acquire) && hcq__device_is_lost(e->dev)) break;
+    wait_for_work(e);
   }
   hcq__cpu_fault_ctx = NULL;
-  hcq__cpu_fault_thread_exit(altstack);
+  hcq__cpu_fault_thread_exit(e->altstack);
   atomic_store(&e->exited, true);
   return NULL;
 }
 
+/* ---- producers ---- */
+
 /* Waits until the ring has need free words; under the device lock, so one producer at a time. */
-static hcq_status_t wait_for_space(hcq_device_t *dev, cpu_engine_t *e, uint64_t head, uint64_t need) {
+static hcq_status_t wait_for_space(hcq_device_t *dev, cpu_queue_t *q, hcq_queue_kind_t kind, uint64_t head,
+                                   uint64_t need) {
   uint64_t deadline = 0;
   for (;;) {
-    uint32_t seq = atomic_load_explicit(&e->tail_seq, memory_order_seq_cst);
-    if (RING_WORDS - (head - atomic_load_explicit(&e->tail, memory_order_acquire)) >= need) return NULL;
+    uint32_t seq = atomic_load_explicit(&q->tail_seq, memory_order_seq_cst);
+    if (RING_WORDS - (head - atomic_load_explicit(&q->tail, memory_order_acquire)) >= need) return NULL;
     hcq_status_t st = hcq__device_check(dev);
     if (st) return st;
     uint64_t now = hcq__now_ns();
     if (!deadline) deadline = hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT);
     if (now >= deadline) {
       st = hcq_status_make(HCQ_TIMEOUT, "%s: the %s queue ring stayed full (is its work waiting on a signal that is never set?)",
-                           dev->name, e == &((cpu_device_t *)dev->backend)->engines[HCQ_QUEUE_COMPUTE] ? "compute" : "copy");
+                           dev->name, kind == HCQ_QUEUE_COMPUTE ? "compute" : "copy");
       return hcq__device_annotate_report(st, &dev, 1);
     }
-    atomic_fetch_add_explicit(&e->space_waiters, 1, memory_order_seq_cst);
-    if (RING_WORDS - (head - atomic_load_explicit(&e->tail, memory_order_seq_cst)) < need)
-      hcq__futex_wait(&e->tail_seq, seq, deadline - now < 1000000 ? deadline - now : 1000000);
-    atomic_fetch_sub_explicit(&e->space_waiters, 1, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&q->space_waiters, 1, memory_order_seq_cst);
+    if (RING_WORDS - (head - atomic_load_explicit(&q->tail, memory_order_seq_cst)) < need)
+      hcq__futex_wait(&q->tail_seq, seq, deadline - now < 1000000 ? deadline - now : 1000000);
+    atomic_fetch_sub_explicit(&q->space_waiters, 1, memory_order_seq_cst);
   }
 }
 
 /* Ring words a submission takes: bound lists travel as one CALL. */
 static size_t ring_words(size_t nwords, bool bound) { return bound ? HCQ__LEN_CALL : nwords; }
 
+static cpu_engine_t *engine_of(hcq_device_t *dev) { return dev->backend; }
+
 static hcq_status_t cpu_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound) {
-  cpu_engine_t *e = &((cpu_device_t *)dev->backend)->engines[kind];
+  cpu_queue_t *q = &engine_of(dev)->q[kind];
   nwords = ring_words(nwords, bound);
   if (nwords > RING_WORDS / 2)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: a queue of %zu words is larger than half the ring (%" PRIu64
                            " words): bind it first", dev->name, nwords, RING_WORDS / 2);
-  uint64_t head = atomic_load_explicit(&e->head, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&q->head, memory_order_relaxed);
   uint64_t pos = head & (RING_WORDS - 1);
   uint64_t pad = pos + nwords > RING_WORDS ? RING_WORDS - pos : 0;
-  return wait_for_space(dev, e, head, pad + nwords);
+  return wait_for_space(dev, q, kind, head, pad + nwords);
 }
 
 static hcq_status_t cpu_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords,
                                bool bound) {
   hcq_status_t st = cpu_reserve(dev, kind, nwords, bound);
   if (st) return st;
-  cpu_engine_t *e = &((cpu_device_t *)dev->backend)->engines[kind];
+  cpu_engine_t *e = engine_of(dev);
+  cpu_queue_t *q = &e->q[kind];
   uint32_t call[HCQ__LEN_CALL];
   if (bound) {
     call[0] = HCQ__HDR(CALL);
@@ -421,36 +549,33 @@ static hcq_status_t cpu_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const u
     words = call;
     nwords = HCQ__LEN_CALL;
   }
-  uint64_t head = atomic_load_explicit(&e->head, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&q->head, memory_order_relaxed);
   uint64_t pos = head & (RING_WORDS - 1);
   if (pos + nwords > RING_WORDS) {
-    e->ring[pos] = HCQ__HDR(JUMP);
+    q->ring[pos] = HCQ__HDR(JUMP);
     head += RING_WORDS - pos;
   }
-  memcpy(e->ring + (head & (RING_WORDS - 1)), words, nwords * sizeof(uint32_t));
-  atomic_store_explicit(&e->head, head + nwords, memory_order_seq_cst);
-  if (atomic_load_explicit(&e->sleeping, memory_order_seq_cst)) {
-    atomic_fetch_add_explicit(&e->doorbell, 1, memory_order_seq_cst);
-    hcq__futex_wake(&e->doorbell);
-  }
+  memcpy(q->ring + (head & (RING_WORDS - 1)), words, nwords * sizeof(uint32_t));
+  atomic_store_explicit(&q->head, head + nwords, memory_order_seq_cst);
+  wake_engine(e);
   return NULL;
 }
 
 static uint64_t cpu_submitted(hcq_device_t *dev, hcq_queue_kind_t kind) {
-  return atomic_load_explicit(&((cpu_device_t *)dev->backend)->engines[kind].head, memory_order_acquire);
+  return atomic_load_explicit(&engine_of(dev)->q[kind].head, memory_order_acquire);
 }
 
 static uint64_t cpu_completed(hcq_device_t *dev, hcq_queue_kind_t kind) {
-  return atomic_load_explicit(&((cpu_device_t *)dev->backend)->engines[kind].tail, memory_order_acquire);
+  return atomic_load_explicit(&engine_of(dev)->q[kind].tail, memory_order_acquire);
 }
 
 static hcq_status_t cpu_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
-  cpu_device_t *cd = dev->backend;
+  cpu_engine_t *e = engine_of(dev);
   uint64_t deadline = hcq__deadline_after_ms(timeout_ms);
   for (int k = 0; k < 2; k++) {
-    cpu_engine_t *e = &cd->engines[k];
-    uint64_t head = atomic_load_explicit(&e->head, memory_order_acquire);
-    while (atomic_load_explicit(&e->tail, memory_order_acquire) < head) {
+    cpu_queue_t *q = &e->q[k];
+    uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
+    while (atomic_load_explicit(&q->tail, memory_order_acquire) < head) {
       hcq_status_t st = hcq__device_check(dev);
       if (st) return st;
       if (hcq__now_ns() >= deadline)
@@ -464,26 +589,22 @@ static hcq_status_t cpu_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
 }
 
 static void cpu_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out) {
-  cpu_engine_t *e = &((cpu_device_t *)dev->backend)->engines[kind];
+  cpu_queue_t *q = &engine_of(dev)->q[kind];
   out->present = true;
-  out->submitted = atomic_load_explicit(&e->head, memory_order_acquire);
-  out->completed = atomic_load_explicit(&e->tail, memory_order_acquire);
-  out->cur = atomic_load_explicit(&e->cur, memory_order_relaxed);
-  out->prev = atomic_load_explicit(&e->prev, memory_order_relaxed);
-  out->call_base = atomic_load_explicit(&e->call_base, memory_order_relaxed);
+  out->submitted = atomic_load_explicit(&q->head, memory_order_acquire);
+  out->completed = atomic_load_explicit(&q->tail, memory_order_acquire);
+  out->cur = atomic_load_explicit(&q->cur, memory_order_relaxed);
+  out->prev = atomic_load_explicit(&q->prev, memory_order_relaxed);
+  out->call_base = atomic_load_explicit(&q->call_base, memory_order_relaxed);
   if (out->completed >= out->submitted) out->cur = out->prev = NULL;
 }
 
-static void wake_engines(cpu_device_t *cd) {
-  for (int k = 0; k < 2; k++) {
-    atomic_fetch_add(&cd->engines[k].doorbell, 1);
-    hcq__futex_wake(&cd->engines[k].doorbell);
-  }
-  atomic_fetch_add(&cd->pool.done_seq, 1);
-  hcq__futex_wake(&cd->pool.done_seq);
+static void cpu_lost(hcq_device_t *dev) {
+  cpu_engine_t *e = engine_of(dev);
+  wake_engine(e);
+  atomic_fetch_add(&e->pool.done_seq, 1);
+  hcq__futex_wake(&e->pool.done_seq);
 }
-
-static void cpu_lost(hcq_device_t *dev) { wake_engines(dev->backend); }
 
 /* ---- memory ---- */
 
@@ -521,6 +642,54 @@ static void cpu_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   mem->host = NULL;
 }
 
+/* ---- threads and their placement ---- */
+
+/* "hcq3.e" (engine of CPU:3), "hcq3.h1" (its second helper): visible in top, gdb and /proc. */
+static void name_thread(pthread_t t, const hcq_device_t *dev, const char *role, unsigned n) {
+  char name[16];
+  snprintf(name, sizeof(name), "hcq%d.%s%u", dev->index % 10000, role, n);
+  pthread_setname_np(t, name);
+}
+
+static void pin(pthread_t t, int core) {
+  if (core < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  pthread_setaffinity_np(t, sizeof(set), &set);
+}
+
+void hcq__cpu_apply_layout(hcq_device_t *dev, const int *cores, unsigned ncores) {
+  cpu_engine_t *e = engine_of(dev);
+  cpu_pool_t *p = &e->pool;
+  unsigned want = ncores > 1 ? ncores - 1 : 0;
+  if (want > HCQ__CPU_MAX_HELPERS) want = HCQ__CPU_MAX_HELPERS;
+  while (p->created < want) {
+    unsigned i = p->created;
+    helper_arg_t *arg = malloc(sizeof(*arg));
+    if (!p->altstacks[i]) p->altstacks[i] = hcq__cpu_fault_stack_alloc();
+    if (!arg) break;
+    *arg = (helper_arg_t){p, i};
+    if (pthread_create(&p->threads[i], NULL, helper_main, arg)) {
+      free(arg);
+      break;
+    }
+    name_thread(p->threads[i], dev, "h", i + 1);
+    p->created++;
+  }
+  if (want > p->created) want = p->created;
+  pin(e->thread, ncores ? cores[0] : -1);
+  for (unsigned i = 0; i < want; i++) pin(p->threads[i], cores[i + 1]);
+  atomic_store_explicit(&p->nactive, want, memory_order_seq_cst);
+  /* Parked helpers wake to see whether they are in the budget now. */
+  atomic_fetch_add_explicit(&p->layout_seq, 1, memory_order_seq_cst);
+  hcq__futex_wake(&p->layout_seq);
+  /* Helpers leaving the budget may sleep on the job word: wake them to park. */
+  atomic_fetch_add_explicit(&p->gen, 2, memory_order_seq_cst);
+  hcq__futex_wake(&p->gen);
+  dev->threads = 1 + want;
+}
+
 /* ---- lifecycle ---- */
 
 /* Joins a thread that is expected to leave by deadline; false if it did not (it is detached). */
@@ -538,42 +707,39 @@ static bool join_by(pthread_t t, _Atomic bool *exited, uint64_t deadline) {
 }
 
 static bool cpu_stop(hcq_device_t *dev) {
-  cpu_device_t *cd = dev->backend;
+  cpu_engine_t *e = engine_of(dev);
+  hcq__cpu_layout_remove(dev);
   /* A healthy device has no work left; a lost one drops it at once. Only a kernel that never
    * returns keeps a thread past this. */
   uint64_t deadline = hcq__now_ns() + (hcq__device_is_lost(dev) ? 500 : 10000) * UINT64_C(1000000);
   bool abandoned = false;
-  for (int k = 0; k < 2; k++) {
-    cpu_engine_t *e = &cd->engines[k];
-    if (!e->started) continue;
+  if (e->started) {
     atomic_store(&e->stop, true);
     atomic_fetch_add(&e->doorbell, 1);
     hcq__futex_wake(&e->doorbell);
+    wake_engine(e);
     if (!join_by(e->thread, &e->exited, deadline)) abandoned = true;
     e->started = false;
   }
-  cpu_pool_t *p = &cd->pool;
+  cpu_pool_t *p = &e->pool;
   atomic_store(&p->stop, true);
   atomic_fetch_add(&p->gen, 2);
   hcq__futex_wake(&p->gen);
-  for (unsigned i = 0; i < p->nhelpers; i++)
+  atomic_fetch_add(&p->layout_seq, 1);
+  hcq__futex_wake(&p->layout_seq);
+  for (unsigned i = 0; i < p->created; i++)
     if (!join_by(p->threads[i], &p->helper_exited[i], deadline)) abandoned = true;
-  p->nhelpers = 0;
+  p->created = 0;
   return abandoned;
 }
 
 static void cpu_destroy(hcq_device_t *dev) {
-  cpu_device_t *cd = dev->backend;
-  if (!cd) return;
-  for (int k = 0; k < 2; k++) {
-    free(cd->engines[k].ring);
-    free(cd->engines[k].altstack);
-  }
-  for (unsigned i = 0; cd->pool.altstacks && i + 1 < dev->threads; i++) free(cd->pool.altstacks[i]);
-  free(cd->pool.altstacks);
-  free(cd->pool.threads);
-  free((void *)cd->pool.helper_exited);
-  free(cd);
+  cpu_engine_t *e = engine_of(dev);
+  if (!e) return;
+  for (int k = 0; k < 2; k++) free(e->q[k].ring);
+  free(e->altstack);
+  for (unsigned i = 0; i < HCQ__CPU_MAX_HELPERS; i++) free(e->pool.altstacks[i]);
+  free(e);
   dev->backend = NULL;
 }
 
@@ -596,54 +762,34 @@ static const hcq__device_vtable_t cpu_vtable = {
 hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev) {
   (void)index;
   hcq__cpu_fault_install();
-  /* Its engines keep producer and consumer fields on separate cache lines: 64-byte aligned. */
-  cpu_device_t *cd = aligned_alloc(64, (sizeof(*cd) + 63) & ~(size_t)63);
-  if (cd) memset(cd, 0, sizeof(*cd));
-  if (!cd) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
+  /* Producer and consumer fields sit on separate cache lines: 64-byte aligned. */
+  cpu_engine_t *e = aligned_alloc(64, (sizeof(*e) + 63) & ~(size_t)63);
+  if (!e) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
+  memset(e, 0, sizeof(*e));
   dev->vt = &cpu_vtable;
-  dev->backend = cd;
+  dev->backend = e;
   dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C | HCQ_CAP_HOST_MEMORY;
-  dev->threads = hcq__options()->cpu_threads;
+  dev->threads = 1;
   dev->max_work_items = CPU_MAX_WORK_ITEMS;
-  cpu_pool_t *p = &cd->pool;
-  p->dev = dev;
-  p->engine = &cd->engines[HCQ_QUEUE_COMPUTE];
-  p->min_parallel = hcq__options()->cpu_min_parallel;
-  if (dev->threads > 1) {
-    p->threads = calloc(dev->threads - 1, sizeof(pthread_t));
-    p->helper_exited = calloc(dev->threads - 1, sizeof(*p->helper_exited));
-    p->altstacks = calloc(dev->threads - 1, sizeof(*p->altstacks));
-    if (!p->threads || !p->helper_exited || !p->altstacks) goto oom;
-    for (unsigned i = 0; i + 1 < dev->threads; i++) {
-      p->altstacks[i] = hcq__cpu_fault_stack_alloc();
-      helper_arg_t *arg = malloc(sizeof(*arg));
-      if (!arg) break;
-      *arg = (helper_arg_t){p, i};
-      if (pthread_create(&p->threads[i], NULL, helper_main, arg)) {
-        free(arg);
-        break;
-      }
-      p->nhelpers++;
-    }
-  }
+  e->dev = dev;
+  e->pool.dev = dev;
+  e->pool.engine = e;
+  e->pool.min_parallel = hcq__options()->cpu_min_parallel;
+  e->fault = (hcq__cpu_fault_ctx_t){dev, engine_current_command, e, NULL, 0, 0};
+  e->altstack = hcq__cpu_fault_stack_alloc();
   for (int k = 0; k < 2; k++) {
-    cpu_engine_t *e = &cd->engines[k];
-    e->dev = dev;
-    e->pool = k == HCQ_QUEUE_COMPUTE ? p : NULL;
-    e->fault = (hcq__cpu_fault_ctx_t){dev, engine_current_command, e, NULL, 0, 0};
-    e->ring = calloc(RING_WORDS, sizeof(uint32_t));
-    e->altstack = hcq__cpu_fault_stack_alloc();
-    if (!e->ring) goto oom;
-    if (pthread_create(&e->thread, NULL, engine_main, e)) {
-      cpu_stop(dev);
+    e->q[k].ring = calloc(RING_WORDS, sizeof(uint32_t));
+    if (!e->q[k].ring) {
       cpu_destroy(dev);
-      return hcq_status_make(HCQ_UNAVAILABLE, "%s: cannot start a worker thread", dev->name);
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
     }
-    e->started = true;
   }
+  if (pthread_create(&e->thread, NULL, engine_main, e)) {
+    cpu_destroy(dev);
+    return hcq_status_make(HCQ_UNAVAILABLE, "%s: cannot start its engine thread", dev->name);
+  }
+  e->started = true;
+  name_thread(e->thread, dev, "e", 0);
+  hcq__cpu_layout_add(dev);
   return NULL;
-oom:
-  cpu_stop(dev);
-  cpu_destroy(dev);
-  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
 }

@@ -10,6 +10,16 @@
 hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
 void hcq__cpu_unload(hcq_device_t *dev, hcq__program_impl_t *impl);
 
+/* ---- threads and cores (cpu_layout.c) ----
+ * The CPU devices open together share the process's cores: each gets its own cores where there are
+ * enough (its engine pinned to the first, its helpers to the rest), so no core runs two busy hcq
+ * threads. HCQ_CPU_THREADS (or the device option) sets the threads per device instead. */
+#define HCQ__CPU_MAX_HELPERS 255
+void hcq__cpu_layout_add(hcq_device_t *dev);
+void hcq__cpu_layout_remove(hcq_device_t *dev);
+/* Called by the layout (its lock held) with the cores a device may use, first for its engine. */
+void hcq__cpu_apply_layout(hcq_device_t *dev, const int *cores, unsigned ncores);
+
 /* ---- kernel faults (cpu_fault.c) ----
  * Every thread that runs kernels points hcq__cpu_fault_ctx at its context; the fault handler reads
  * the command being run from it to name the kernel and item. With isolation, jump is armed around

@@ -25,8 +25,19 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
                          "by device kind (the JIT does), or transfer eagerly", cuda->name, other->name);
   else if (cuda)
     st = hcq__cuda_graph_create(&runner, profile, out_graph);
-  else
-    st = hcq__hcq_graph_create(&runner, profile, out_graph);
+  if (!cuda && !st) {
+    /* An HCQ graph copies on the source device's copy queue: a CPU engine would write through a
+     * Vulkan device address as if it were a host pointer. Host-memory devices stay among themselves. */
+    hcq_device_t *host = NULL, *gpu = NULL;
+    for (size_t d = 0; d < runner.ndevices; d++) {
+      if ((runner.devices[d]->caps & HCQ_CAP_HOST_MEMORY) && !host) host = runner.devices[d];
+      if (!(runner.devices[d]->caps & HCQ_CAP_HOST_MEMORY) && !gpu) gpu = runner.devices[d];
+    }
+    if (host && gpu)
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph cannot mix %s with %s: split the items by device kind (the "
+                           "JIT does), or transfer eagerly", host->name, gpu->name);
+  }
+  if (!cuda && !st) st = hcq__hcq_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
   if (st) hcq__runner_deinit(&runner);
   return st;
 }

@@ -30,7 +30,7 @@ struct hcq_graph {
 };
 
 /* Builds an HCQ graph over the runner's items (the runner is moved into the graph on success). */
-hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out);
+hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
 /* Builds a CUDA graph (every device of the runner is a CUDA device); same ownership rule. */
 hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out);
 

@@ -30,18 +30,32 @@ typedef struct item_sched {
   uint64_t kernargs_offset;
 } item_sched_t;
 
+/* One replay slot: its own bound queues, kernel arguments, signals and profile slots, so up to
+ * `inflight` replays of one graph can be in flight at once, each patched on its own. Replays use the
+ * slots in turn; a slot is reused once its previous replay finished. */
+typedef struct graph_inst {
+  hcq_queue_t *queues[2 * HCQ__GRAPH_MAX_DEVICES]; /* 2d compute, 2d+1 copy (NULL when unused) */
+  hcq_signal_t *queue_sig[2 * HCQ__GRAPH_MAX_DEVICES];
+  hcq_signal_t *dev_sig[HCQ__GRAPH_MAX_DEVICES];
+  /* Each compute queue ends by setting its device's done signal to K: a later replay in this slot,
+   * a profile and destroy wait for it. The graph's own signal, so timeline wraps cannot reset it. */
+  hcq_signal_t *done_sig[HCQ__GRAPH_MAX_DEVICES];
+  hcq_buffer_t *kernargs[HCQ__GRAPH_MAX_DEVICES];
+  hcq_buffer_t *prof_slots[HCQ__GRAPH_MAX_DEVICES];
+  hcq_signal_t *kickoff;
+  uint64_t kickoff_value; /* K of the slot's last replay (0: none yet) */
+  char *queue_label[2 * HCQ__GRAPH_MAX_DEVICES];
+} graph_inst_t;
+
 typedef struct hcq_graph_impl {
   struct hcq_graph base;
   size_t ndev;
-  hcq_queue_t *queues[2 * HCQ__GRAPH_MAX_DEVICES]; /* 2d compute, 2d+1 copy (NULL when unused) */
-  hcq_signal_t *queue_sig[2 * HCQ__GRAPH_MAX_DEVICES];
   uint32_t last_item[2 * HCQ__GRAPH_MAX_DEVICES];
-  hcq_signal_t *dev_sig[HCQ__GRAPH_MAX_DEVICES];
-  hcq_buffer_t *kernargs[HCQ__GRAPH_MAX_DEVICES];
-  hcq_buffer_t *prof_slots[HCQ__GRAPH_MAX_DEVICES];
   uint64_t copied_into[HCQ__GRAPH_MAX_DEVICES]; /* bit s: device s's copy queue wrote here */
-  hcq_signal_t *kickoff;
-  uint64_t kickoff_value;
+  uint64_t kickoff_value; /* K of the last replay */
+  graph_inst_t *inst;
+  unsigned ninst, next_inst;
+  graph_inst_t *last_inst; /* the slot of the last replay */
 
   /* Variables the queues are patched with; values[] is the array every submit receives. */
   hcq_expr_t *kickoff_var;
@@ -49,11 +63,6 @@ typedef struct hcq_graph_impl {
   hcq_expr_t **input_vars;
   hcq_var_value_t *values;
   size_t nvalues, user_at, timeline_at, inputs_at;
-
-  /* Each compute queue ends by setting its device's done signal to K: the next replay, a profile and
-   * destroy wait for it. The graph's own signal, so timeline wraps cannot reset it. */
-  hcq_signal_t *done_sig[HCQ__GRAPH_MAX_DEVICES];
-  char queue_label[2 * HCQ__GRAPH_MAX_DEVICES][112];
 
   item_sched_t *sched;
   HCQ__VEC(hcq_graph_wait_t) waits;
@@ -211,12 +220,12 @@ static hcq_status_t make_vars(hcq_graph_impl_t *g) {
 
 /* ---- queue building (SPEC 5 step 6) ---- */
 
-static hcq_status_t get_queue(hcq_graph_impl_t *g, uint32_t q, hcq_queue_t **out) {
-  if (!g->queues[q]) {
-    hcq_status_t st = hcq_queue_create(q & 1 ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE, &g->queues[q]);
+static hcq_status_t get_queue(graph_inst_t *in, uint32_t q, hcq_queue_t **out) {
+  if (!in->queues[q]) {
+    hcq_status_t st = hcq_queue_create(q & 1 ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE, &in->queues[q]);
     if (st) return st;
   }
-  *out = g->queues[q];
+  *out = in->queues[q];
   return NULL;
 }
 
@@ -228,44 +237,44 @@ static hcq_operand_t buffer_operand(const hcq_graph_impl_t *g, uint32_t j, uint3
   return hcq_imm((int64_t)b->addr);
 }
 
-static hcq_operand_t slot_addr(const hcq_graph_impl_t *g, uint32_t dev, uint32_t slot) {
-  return hcq_imm((int64_t)(hcq_buffer_address(g->prof_slots[dev]) + (uint64_t)slot * sizeof(hcq__signal_words_t)));
+static hcq_operand_t slot_addr(const graph_inst_t *in, uint32_t dev, uint32_t slot) {
+  return hcq_imm((int64_t)(hcq_buffer_address(in->prof_slots[dev]) + (uint64_t)slot * sizeof(hcq__signal_words_t)));
 }
 
-static hcq_status_t encode_item(hcq_graph_impl_t *g, uint32_t j) {
+static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t j) {
   hcq__runner_t *r = &g->base.runner;
   const hcq_exec_item_t *it = &r->items[j];
   const item_sched_t *s = &g->sched[j];
   uint32_t d = s->queue / 2;
   hcq_queue_t *q = NULL;
-  hcq_status_t st = get_queue(g, s->queue, &q);
+  hcq_status_t st = get_queue(in, s->queue, &q);
   if (!st) q->tag = j + 1; /* hang reports and fault messages name the item */
   for (uint32_t i = 0; i < s->nready && !st; i++)
-    st = hcq_queue_wait(q, addr_of(g->dev_sig[g->ready.data[s->ready_at + i]]), hcq_sym(g->kickoff_var));
+    st = hcq_queue_wait(q, addr_of(in->dev_sig[g->ready.data[s->ready_at + i]]), hcq_sym(g->kickoff_var));
   for (uint32_t i = 0; i < s->nwaits && !st; i++) {
     const hcq_graph_wait_t *w = &g->waits.data[s->waits_at + i];
-    st = hcq_queue_wait(q, addr_of(g->queue_sig[w->queue]), hcq_imm(w->value));
+    st = hcq_queue_wait(q, addr_of(in->queue_sig[w->queue]), hcq_imm(w->value));
   }
-  if (!st && g->profile && s->start_slot == 2 * j) st = hcq_queue_timestamp(q, slot_addr(g, d, s->start_slot));
+  if (!st && g->profile && s->start_slot == 2 * j) st = hcq_queue_timestamp(q, slot_addr(in, d, s->start_slot));
   if (!st && it->kind == HCQ_ITEM_KERNEL) {
     const hcq_kernel_item_t *k = &it->kernel;
     hcq_operand_t bufs[HCQ_MAX_KERNEL_BUFS];
     for (uint32_t i = 0; i < k->nbufs; i++) bufs[i] = buffer_operand(g, j, i, k->bufs[i]);
-    st = hcq_queue_kernargs(q, g->kernargs[d], s->kernargs_offset, bufs, k->nbufs, k->vals, k->nvals);
+    st = hcq_queue_kernargs(q, in->kernargs[d], s->kernargs_offset, bufs, k->nbufs, k->vals, k->nvals);
     if (!st)
-      st = hcq_queue_exec(q, k->program, hcq_imm((int64_t)(hcq_buffer_address(g->kernargs[d]) + s->kernargs_offset)),
+      st = hcq_queue_exec(q, k->program, hcq_imm((int64_t)(hcq_buffer_address(in->kernargs[d]) + s->kernargs_offset)),
                           k->nbufs, k->global, k->local);
   } else if (!st) {
     const hcq_transfer_item_t *t = &it->transfer;
     st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst), buffer_operand(g, j, 1, t->src), hcq_imm((int64_t)t->bytes));
   }
-  if (!st && g->profile) st = hcq_queue_timestamp(q, slot_addr(g, d, s->end_slot));
-  if (!st && s->signal_value) st = hcq_queue_signal(q, addr_of(g->queue_sig[s->queue]), hcq_imm(s->signal_value));
+  if (!st && g->profile) st = hcq_queue_timestamp(q, slot_addr(in, d, s->end_slot));
+  if (!st && s->signal_value) st = hcq_queue_signal(q, addr_of(in->queue_sig[s->queue]), hcq_imm(s->signal_value));
   if (q) q->tag = 0;
   return st ? hcq_status_annotate(st, "item %u", j) : NULL;
 }
 
-static hcq_status_t build_queues(hcq_graph_impl_t *g) {
+static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsigned slot) {
   hcq__runner_t *r = &g->base.runner;
   hcq_status_t st = NULL;
   /* Kernel arguments: one block per device, each item's block 16-byte aligned. */
@@ -277,67 +286,79 @@ static hcq_status_t build_queues(hcq_graph_impl_t *g) {
     g->sched[j].kernargs_offset = kernargs_size[d];
     kernargs_size[d] += hcq_kernargs_size(it->kernel.nbufs, it->kernel.nvals);
   }
+  char tag[24] = "";
+  if (g->ninst > 1) snprintf(tag, sizeof(tag), " (slot %u)", slot);
   for (size_t d = 0; d < g->ndev && !st; d++) {
     hcq_device_t *dev = r->devices[d];
-    char name[64];
-    if (kernargs_size[d]) st = hcq__buffer_create_host_visible(dev, kernargs_size[d], &g->kernargs[d]);
+    char name[96];
+    if (kernargs_size[d]) st = hcq__buffer_create_host_visible(dev, kernargs_size[d], &in->kernargs[d]);
     if (!st && kernargs_size[d]) {
-      snprintf(name, sizeof(name), "kernargs of %s", r->label);
-      hcq_buffer_set_label(g->kernargs[d], name);
-      hcq__buffer_set_mem_class(g->kernargs[d], HCQ__MEMC_KERNARGS);
+      snprintf(name, sizeof(name), "kernargs of %s%s", r->label, tag);
+      hcq_buffer_set_label(in->kernargs[d], name);
+      hcq__buffer_set_mem_class(in->kernargs[d], HCQ__MEMC_KERNARGS);
     }
     if (!st && g->profile) {
-      st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &g->prof_slots[d]);
-      snprintf(name, sizeof(name), "profile slots of %s", r->label);
-      if (!st) hcq_buffer_set_label(g->prof_slots[d], name);
-      if (!st) hcq__buffer_set_mem_class(g->prof_slots[d], HCQ__MEMC_PROFILE);
+      st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &in->prof_slots[d]);
+      snprintf(name, sizeof(name), "profile slots of %s%s", r->label, tag);
+      if (!st) hcq_buffer_set_label(in->prof_slots[d], name);
+      if (!st) hcq__buffer_set_mem_class(in->prof_slots[d], HCQ__MEMC_PROFILE);
     }
-    snprintf(name, sizeof(name), "graph device signal of %s", dev->name);
-    if (!st) st = hcq__signal_create_internal(dev, name, 0, &g->dev_sig[d]);
-    snprintf(name, sizeof(name), "%s done on %s", r->label, dev->name);
-    if (!st) st = hcq__signal_create_internal(dev, name, 0, &g->done_sig[d]);
+    snprintf(name, sizeof(name), "graph device signal of %s%s", dev->name, tag);
+    if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->dev_sig[d]);
+    snprintf(name, sizeof(name), "%s done on %s%s", r->label, dev->name, tag);
+    if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->done_sig[d]);
     for (int kind = 0; kind < 2 && !st; kind++) {
       if (kind == 1 && g->last_item[2 * d + 1] == NO_ITEM) continue;
-      snprintf(name, sizeof(name), "graph %s queue signal of %s", kind ? "copy" : "compute", dev->name);
-      st = hcq__signal_create_internal(dev, name, 0, &g->queue_sig[2 * d + kind]);
+      snprintf(name, sizeof(name), "graph %s queue signal of %s%s", kind ? "copy" : "compute", dev->name, tag);
+      st = hcq__signal_create_internal(dev, name, 0, &in->queue_sig[2 * d + kind]);
     }
   }
-  if (!st) st = hcq__signal_create_internal(r->devices[0], "graph kickoff", 0, &g->kickoff);
+  char kname[64];
+  snprintf(kname, sizeof(kname), "graph kickoff%s", tag);
+  if (!st) st = hcq__signal_create_internal(r->devices[0], kname, 0, &in->kickoff);
   if (st) return st;
 
   /* Prologue of every compute queue: barrier, previous work on the device, kickoff, device ready. */
   for (uint32_t d = 0; d < g->ndev && !st; d++) {
     hcq_queue_t *q;
-    if ((st = get_queue(g, 2 * d, &q))) break;
+    if ((st = get_queue(in, 2 * d, &q))) break;
     if (!(st = hcq_queue_memory_barrier(q)) &&
         !(st = hcq_queue_wait(q, hcq_sym(g->timeline_addr[d]), hcq_sym(g->timeline_val[d]))) &&
-        !(st = hcq_queue_wait(q, addr_of(g->kickoff), hcq_sym(g->kickoff_var))))
-      st = hcq_queue_signal(q, addr_of(g->dev_sig[d]), hcq_sym(g->kickoff_var));
+        !(st = hcq_queue_wait(q, addr_of(in->kickoff), hcq_sym(g->kickoff_var))))
+      st = hcq_queue_signal(q, addr_of(in->dev_sig[d]), hcq_sym(g->kickoff_var));
   }
-  for (uint32_t j = 0; j < r->nitems && !st; j++) st = encode_item(g, j);
+  for (uint32_t j = 0; j < r->nitems && !st; j++) st = encode_item(g, in, j);
 
   /* Epilogue: wait for the copy queues that fed the device, then signal its timeline. */
   for (uint32_t d = 0; d < g->ndev && !st; d++) {
-    hcq_queue_t *q = g->queues[2 * d];
+    hcq_queue_t *q = in->queues[2 * d];
     uint64_t sources = g->copied_into[d] | (UINT64_C(1) << d);
     for (uint32_t s = 0; s < g->ndev && !st; s++) {
       uint32_t cq = 2 * s + 1;
       if (!(sources & (UINT64_C(1) << s)) || g->last_item[cq] == NO_ITEM) continue;
-      st = hcq_queue_wait(q, addr_of(g->queue_sig[cq]), hcq_imm(g->last_item[cq] + 1));
+      st = hcq_queue_wait(q, addr_of(in->queue_sig[cq]), hcq_imm(g->last_item[cq] + 1));
     }
     hcq_expr_t *one = hcq_expr_const(1), *next = hcq_expr_binary(HCQ_EXPR_ADD, g->timeline_val[d], one);
     if (!st) st = next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
     hcq_expr_release(one);
     hcq_expr_release(next);
-    if (!st) st = hcq_queue_signal(q, addr_of(g->done_sig[d]), hcq_sym(g->kickoff_var));
+    if (!st) st = hcq_queue_signal(q, addr_of(in->done_sig[d]), hcq_sym(g->kickoff_var));
   }
   for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
-    if (!g->queues[q]) continue;
-    snprintf(g->queue_label[q], sizeof(g->queue_label[q]), "%s %s queue of %s", r->label, q & 1 ? "copy" : "compute",
-             r->devices[q / 2]->name);
-    g->queues[q]->label = g->queue_label[q];
-    st = hcq_queue_bind(g->queues[q], r->devices[q / 2]);
+    if (!in->queues[q]) continue;
+    char label[160];
+    snprintf(label, sizeof(label), "%s %s queue of %s%s", r->label, q & 1 ? "copy" : "compute",
+             r->devices[q / 2]->name, tag);
+    in->queue_label[q] = strdup(label);
+    in->queues[q]->label = in->queue_label[q];
+    st = hcq_queue_bind(in->queues[q], r->devices[q / 2]);
   }
+  return st;
+}
+
+static hcq_status_t build_queues(hcq_graph_impl_t *g) {
+  hcq_status_t st = NULL;
+  for (unsigned i = 0; i < g->ninst && !st; i++) st = build_instance(g, &g->inst[i], i);
   return st;
 }
 
@@ -374,20 +395,38 @@ static hcq_status_t build_profile(hcq_graph_impl_t *g) {
 static void trace_register(hcq_graph_impl_t *g) {
   if (!hcq__trace_on()) return;
   const hcq__runner_t *r = &g->base.runner;
-  hcq__trace_graph_item_t *items = calloc(r->nitems, sizeof(*items));
-  hcq__signal_words_t *done[HCQ__GRAPH_MAX_DEVICES];
-  if (!items) return; /* not traced */
-  for (size_t j = 0; j < r->nitems; j++) {
-    const item_sched_t *s = &g->sched[j];
-    const hcq__signal_words_t *slots = g->prof_slots[s->queue / 2]->mem.host;
-    bool copy = r->items[j].kind == HCQ_ITEM_TRANSFER;
-    items[j] = (hcq__trace_graph_item_t){g->prof_entries[j].name, r->devices[s->queue / 2],
-                                         copy ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE, copy ? r->items[j].transfer.bytes : 0,
-                                         &slots[s->start_slot], &slots[s->end_slot], g->deps.data + s->deps_at, s->ndeps};
+  hcq__trace_graph_item_t *items = calloc(r->nitems * g->ninst, sizeof(*items));
+  hcq__signal_words_t **done = calloc(g->ndev * g->ninst, sizeof(*done));
+  for (unsigned k = 0; items && done && k < g->ninst; k++) {
+    const graph_inst_t *in = &g->inst[k];
+    for (size_t j = 0; j < r->nitems; j++) {
+      const item_sched_t *s = &g->sched[j];
+      const hcq__signal_words_t *slots = in->prof_slots[s->queue / 2]->mem.host;
+      bool copy = r->items[j].kind == HCQ_ITEM_TRANSFER;
+      items[k * r->nitems + j] = (hcq__trace_graph_item_t){
+          g->prof_entries[j].name, r->devices[s->queue / 2], copy ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE,
+          copy ? r->items[j].transfer.bytes : 0, &slots[s->start_slot], &slots[s->end_slot], g->deps.data + s->deps_at,
+          s->ndeps};
+    }
+    for (size_t d = 0; d < g->ndev; d++) done[k * g->ndev + d] = in->done_sig[d]->words;
   }
-  for (size_t d = 0; d < g->ndev; d++) done[d] = g->done_sig[d]->words;
-  g->trace = hcq__trace_graph_register(r->label, items, r->nitems, r->devices, done, g->ndev);
+  if (items && done) g->trace = hcq__trace_graph_register(r->label, items, r->nitems, g->ninst, r->devices, done, g->ndev);
   free(items);
+  free(done);
+}
+
+/* Every slot's last replay, oldest first (all have finished). */
+static void trace_collect_all(hcq_graph_impl_t *g) {
+  if (!g->trace) return;
+  for (uint64_t done = 0;;) {
+    unsigned pick = g->ninst;
+    for (unsigned k = 0; k < g->ninst; k++)
+      if (g->inst[k].kickoff_value > done && (pick == g->ninst || g->inst[k].kickoff_value < g->inst[pick].kickoff_value))
+        pick = k;
+    if (pick == g->ninst) return;
+    hcq__trace_graph_collect(g->trace, pick);
+    done = g->inst[pick].kickoff_value;
+  }
 }
 
 static void collect_timestamps(hcq_graph_impl_t *g) {
@@ -395,7 +434,7 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
   memset(g->prof_timestamps, 0, 2 * r->nitems * sizeof(uint64_t));
   for (size_t j = 0; j < r->nitems; j++) {
     const item_sched_t *s = &g->sched[j];
-    const hcq__signal_words_t *slots = g->prof_slots[s->queue / 2]->mem.host;
+    const hcq__signal_words_t *slots = g->last_inst->prof_slots[s->queue / 2]->mem.host;
     g->prof_timestamps[s->start_slot] = atomic_load_explicit(&slots[s->start_slot].timestamp, memory_order_acquire);
     g->prof_timestamps[s->end_slot] = atomic_load_explicit(&slots[s->end_slot].timestamp, memory_order_acquire);
   }
@@ -404,12 +443,21 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
 
 /* ---- replay (SPEC 5 step 7) ---- */
 
-static hcq_status_t wait_previous(hcq_graph_impl_t *g) {
-  if (!g->kickoff_value) return NULL;
+/* Waits until the slot's last replay finished on every device. */
+static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in) {
+  if (!in->kickoff_value) return NULL;
   hcq__runner_t *r = &g->base.runner;
   for (size_t d = 0; d < g->ndev; d++) {
-    hcq_status_t st = hcq__wait_signal(g->done_sig[d], g->kickoff_value, HCQ_TIMEOUT_DEFAULT, r->devices, g->ndev);
+    hcq_status_t st = hcq__wait_signal(in->done_sig[d], in->kickoff_value, HCQ_TIMEOUT_DEFAULT, r->devices, g->ndev);
     if (st) return hcq_status_annotate(st, "waiting for the previous replay of %s on %s", r->label, r->devices[d]->name);
+  }
+  return NULL;
+}
+
+static hcq_status_t wait_previous(hcq_graph_impl_t *g) {
+  for (unsigned i = 0; i < g->ninst; i++) {
+    hcq_status_t st = wait_instance(g, &g->inst[i]);
+    if (st) return st;
   }
   return NULL;
 }
@@ -430,22 +478,31 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
   hcq__runner_t *r = &base->runner;
   uint64_t start = hcq__now_ns();
-  hcq_status_t st = wait_previous(g);
+  /* The next slot in turn: the host waits only when its previous replay has not finished, so up
+   * to ninst replays are in flight; the device timeline orders them one after another. */
+  unsigned slot = g->next_inst;
+  graph_inst_t *in = &g->inst[slot];
+  hcq_status_t st = wait_instance(g, in);
   if (st) return st;
-  if (g->trace) hcq__trace_graph_collect(g->trace);
+  if (g->trace) hcq__trace_graph_collect(g->trace, slot);
   uint64_t submit_start = g->trace ? hcq__now_ns() : 0;
 
-  /* The kickoff value is a 32-bit payload: restart it (and the device signals compared with it)
-   * before it overflows. Everything of the previous replay has finished here. */
+  /* The kickoff value is a 32-bit payload: restart it (and the signals compared with it) before it
+   * overflows, once every slot's replay has finished. */
   if (g->kickoff_value >= HCQ_TIMELINE_WRAP) {
-    for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(g->dev_sig[d], 0);
-    for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(g->done_sig[d], 0);
-    hcq_signal_set(g->kickoff, 0);
+    if ((st = wait_previous(g))) return st;
+    for (unsigned i = 0; i < g->ninst; i++) {
+      graph_inst_t *x = &g->inst[i];
+      for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(x->dev_sig[d], 0);
+      for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(x->done_sig[d], 0);
+      hcq_signal_set(x->kickoff, 0);
+      x->kickoff_value = 0;
+    }
     g->kickoff_value = 0;
   }
   uint64_t kickoff = g->kickoff_value + 1;
   for (uint32_t q = 0; q < 2 * g->ndev; q++)
-    if (g->queue_sig[q]) hcq_signal_set(g->queue_sig[q], 0);
+    if (in->queue_sig[q]) hcq_signal_set(in->queue_sig[q], 0);
 
   g->values[0].value = (int64_t)kickoff;
   for (size_t i = 0; i < r->vars.len; i++) g->values[g->user_at + i].value = r->pending_values[i];
@@ -461,31 +518,34 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   /* Evaluate every queue and reserve room on every engine before submitting any: a replay runs
    * whole or not at all. */
   for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
-    if (!g->queues[q]) continue;
-    st = hcq__queue_prepare(g->queues[q], g->values, g->nvalues);
+    if (!in->queues[q]) continue;
+    st = hcq__queue_prepare(in->queues[q], g->values, g->nvalues);
     char what[160];
-    if (st) failed_item(g, g->queues[q], what, sizeof(what));
+    if (st) failed_item(g, in->queues[q], what, sizeof(what));
     if (st && *what) st = hcq_status_annotate(st, "%s", what);
   }
   for (uint32_t q = 0; q < 2 * g->ndev && !st; q++)
-    if (g->queues[q]) st = hcq__queue_reserve_locked(g->queues[q], r->devices[q / 2]);
+    if (in->queues[q]) st = hcq__queue_reserve_locked(in->queues[q], r->devices[q / 2]);
   if (!st) {
     g->kickoff_value = kickoff;
-    hcq_signal_set(g->kickoff, kickoff);
+    in->kickoff_value = kickoff;
+    g->last_inst = in;
+    g->next_inst = (g->next_inst + 1) % g->ninst;
+    hcq_signal_set(in->kickoff, kickoff);
     for (size_t d = 0; d < g->ndev; d++) {
       hcq_device_t *dev = r->devices[d];
       /* Cannot fail after the reservation. */
-      hcq_status_free(hcq__queue_commit_locked(g->queues[2 * d], dev));
-      if (g->queues[2 * d + 1]) hcq_status_free(hcq__queue_commit_locked(g->queues[2 * d + 1], dev));
+      hcq_status_free(hcq__queue_commit_locked(in->queues[2 * d], dev));
+      if (in->queues[2 * d + 1]) hcq_status_free(hcq__queue_commit_locked(in->queues[2 * d + 1], dev));
       dev->timeline_value++;
     }
   }
   hcq__device_unlock_many(r->devices, g->ndev);
   if (st) return st;
-  if (g->trace) hcq__trace_graph_submitted(g->trace, kickoff, submit_start);
+  if (g->trace) hcq__trace_graph_submitted(g->trace, slot, kickoff, submit_start);
   hcq__runner_commit(r);
   if (wait) {
-    if ((st = wait_previous(g))) return st;
+    if ((st = wait_instance(g, in))) return st;
     if (out_elapsed_ns) *out_elapsed_ns = hcq__now_ns() - start;
   }
   return NULL;
@@ -498,19 +558,26 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
 static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
   void (*release_signal)(hcq_signal_t *) = keep_signals ? hcq__signal_abandon : hcq__signal_free_internal;
   hcq__trace_graph_unregister(g->trace);
-  for (size_t q = 0; q < 2 * HCQ__GRAPH_MAX_DEVICES; q++) {
-    hcq_queue_free(g->queues[q]);
-    release_signal(g->queue_sig[q]);
+  for (unsigned i = 0; g->inst && i < g->ninst; i++) {
+    graph_inst_t *in = &g->inst[i];
+    for (size_t q = 0; q < 2 * HCQ__GRAPH_MAX_DEVICES; q++) {
+      hcq_queue_free(in->queues[q]);
+      release_signal(in->queue_sig[q]);
+      free(in->queue_label[q]);
+    }
+    for (size_t d = 0; d < HCQ__GRAPH_MAX_DEVICES; d++) {
+      release_signal(in->dev_sig[d]);
+      release_signal(in->done_sig[d]);
+      hcq_buffer_release(in->kernargs[d]);
+      hcq_buffer_release(in->prof_slots[d]);
+    }
+    release_signal(in->kickoff);
   }
+  free(g->inst);
   for (size_t d = 0; d < HCQ__GRAPH_MAX_DEVICES; d++) {
-    release_signal(g->dev_sig[d]);
-    release_signal(g->done_sig[d]);
-    hcq_buffer_release(g->kernargs[d]);
-    hcq_buffer_release(g->prof_slots[d]);
     hcq_expr_release(g->timeline_val[d]);
     hcq_expr_release(g->timeline_addr[d]);
   }
-  release_signal(g->kickoff);
   hcq_expr_release(g->kickoff_var);
   for (size_t k = 0; g->input_vars && k < g->base.runner.ninputs; k++) hcq_expr_release(g->input_vars[k]);
   free(g->input_vars);
@@ -537,7 +604,7 @@ static hcq_status_t hcq_graph_destroy_impl(hcq_graph_t *base) {
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
   hcq_status_t st = wait_previous(g);
   if (st) return st;
-  if (g->trace) hcq__trace_graph_collect(g->trace);
+  trace_collect_all(g);
   free_impl(g);
   return NULL;
 }
@@ -569,9 +636,11 @@ static hcq_status_t hcq_graph_item_schedule_impl(const hcq_graph_t *base, size_t
   return NULL;
 }
 
+/* The queue of the last replay's slot (the first slot before any replay). */
 static const hcq_queue_t *hcq_graph_queue_impl(const hcq_graph_t *base, uint32_t q) {
   const hcq_graph_impl_t *g = (const hcq_graph_impl_t *)base;
-  return q < 2 * g->ndev ? g->queues[q] : NULL;
+  const graph_inst_t *in = g->last_inst ? g->last_inst : &g->inst[0];
+  return q < 2 * g->ndev ? in->queues[q] : NULL;
 }
 
 static hcq_status_t hcq_graph_profile_impl(hcq_graph_t *base, const hcq_profile_event_t **out) {
@@ -595,7 +664,7 @@ static const hcq__graph_vtable_t hcq_graph_vtable = {
     .profile = hcq_graph_profile_impl,
 };
 
-hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out) {
+hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out) {
   if (runner->ndevices > HCQ__GRAPH_MAX_DEVICES)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "an HCQ graph spans at most %d devices; these items use %zu",
                            HCQ__GRAPH_MAX_DEVICES, runner->ndevices);
@@ -606,8 +675,10 @@ hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, hcq_grap
   g->base.runner = *runner;
   g->ndev = runner->ndevices;
   g->profile = profile;
+  g->ninst = inflight ? inflight : hcq__options()->graph_inflight;
+  g->inst = calloc(g->ninst, sizeof(*g->inst));
   g->sched = calloc(runner->nitems, sizeof(*g->sched));
-  hcq_status_t st = g->sched ? NULL : oom();
+  hcq_status_t st = g->sched && g->inst ? NULL : oom();
   if (!st) st = schedule(g);
   if (!st) st = make_vars(g);
   if (!st) st = build_queues(g);
@@ -627,9 +698,13 @@ uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g) { return ((con
 void hcq__graph_pretend_replays_for_tests(hcq_graph_t *base, uint64_t replays) {
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
   g->kickoff_value = replays;
-  hcq_signal_set(g->kickoff, replays);
-  for (size_t d = 0; d < g->ndev; d++) {
-    hcq_signal_set(g->dev_sig[d], replays);
-    hcq_signal_set(g->done_sig[d], replays);
+  for (unsigned i = 0; i < g->ninst; i++) {
+    graph_inst_t *in = &g->inst[i];
+    in->kickoff_value = replays;
+    hcq_signal_set(in->kickoff, replays);
+    for (size_t d = 0; d < g->ndev; d++) {
+      hcq_signal_set(in->dev_sig[d], replays);
+      hcq_signal_set(in->done_sig[d], replays);
+    }
   }
 }

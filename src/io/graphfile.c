@@ -153,6 +153,7 @@ static void gf_free(hcq_graph_file_t *gf) {
     free(p->entry);
     free(p->source);
     free(p->cuda_source);
+    free(p->glsl);
   }
   hcq__vec_free(&gf->programs);
   for (size_t i = gf->buffers.len; i-- > 0;) {
@@ -728,9 +729,9 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
   json_t *v;
   if (!st) json_object_foreach((json_t *)programs, key, v) {
     size_t m2 = push_key(L, key);
-    static const char *const keys[] = {"entry", "c", "cuda", NULL};
+    static const char *const keys[] = {"entry", "c", "cuda", "glsl", NULL};
     gf_program_t p = {0};
-    if (!(st = expect(L, v, JSON_OBJECT, "an object {entry, c, cuda}")) && !(st = only_keys(L, v, keys))) {
+    if (!(st = expect(L, v, JSON_OBJECT, "an object {entry, c, cuda, glsl}")) && !(st = only_keys(L, v, keys))) {
       const json_t *entry = json_object_get(v, "entry"), *c = json_object_get(v, "c");
       if (entry) {
         size_t m3 = push(L, ".entry");
@@ -750,6 +751,12 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
         st = text_or_file(L, cuda, &p.cuda_source);
         pop(L, m3);
       }
+      const json_t *glsl = json_object_get(v, "glsl");
+      if (!st && glsl) {
+        size_t m3 = push(L, ".glsl");
+        st = text_or_file(L, glsl, &p.glsl);
+        pop(L, m3);
+      }
     }
     p.name = strdup(key);
     if (!st && (!p.name || !p.entry || !hcq__vec_push(&L->gf->programs, p))) st = oom(L);
@@ -758,6 +765,7 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
       free(p.entry);
       free(p.source);
       free(p.cuda_source);
+      free(p.glsl);
     }
     pop(L, m2);
     if (st) break;
@@ -779,14 +787,15 @@ static hcq_status_t program_for(loader_t *L, gf_program_t *p, hcq_device_t *dev,
     }
   if (p->ncompiled == GF_MAX_DEVICES) return oom(L);
   hcq_status_t st;
-  /* Each device compiles the source of its kind. */
-  bool cuda = hcq_device_caps(dev) & HCQ_CAP_COMPILE_CUDA;
-  const char *source = cuda ? p->cuda_source : p->source;
-  if (L->opts->skip_compile && (hcq_device_caps(dev) & HCQ_CAP_HOST_CALLABLE))
+  /* Each device compiles the source of its kind: CUDA C, GLSL (Vulkan), or C (CPU). */
+  uint32_t caps = hcq_device_caps(dev);
+  bool cuda = caps & HCQ_CAP_COMPILE_CUDA, glsl = caps & HCQ_CAP_COMPILE_GLSL;
+  const char *source = cuda ? p->cuda_source : glsl ? p->glsl : p->source;
+  if (L->opts->skip_compile && (caps & HCQ_CAP_HOST_CALLABLE))
     st = hcq_program_create_fn(dev, p->entry, noop_kernel, out);
   else if (!source)
     st = hcq_status_make(HCQ_INVALID_ARGUMENT, "program \"%s\" has no source for %s (give \"%s\")", p->name, dev->name,
-                         cuda ? "cuda" : "c");
+                         cuda ? "cuda" : glsl ? "glsl" : "c");
   else
     st = hcq_program_create(dev, p->entry, source, out);
   if (st) return wrap(L, st);

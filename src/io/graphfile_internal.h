@@ -24,6 +24,7 @@ typedef struct gf_buffer {
 typedef struct gf_program {
   char *name, *entry, *source;
   char *cuda_source; /* "cuda": CUDA C or PTX, for devices that compile CUDA (HCQ_CAP_COMPILE_CUDA) */
+  char *glsl; /* GLSL compute source, for devices that compile GLSL (Vulkan) */
   hcq_program_t *compiled[GF_MAX_DEVICES];
   size_t ncompiled;
 } gf_program_t;

@@ -125,7 +125,10 @@ static hcq_status_t program_name(saver_t *s, const hcq_program_t *p, const char 
     return oom();
   }
   json_object_set_new(j, "entry", json_string(hcq_program_name(p)));
-  json_object_set_new(j, hcq_device_caps(hcq_program_device(p)) & HCQ_CAP_COMPILE_CUDA ? "cuda" : "c", json_string(src));
+  /* The source is in the language of the device it was compiled for. */
+  uint32_t caps = hcq_device_caps(hcq_program_device(p));
+  json_object_set_new(j, caps & HCQ_CAP_COMPILE_CUDA ? "cuda" : caps & HCQ_CAP_COMPILE_GLSL ? "glsl" : "c",
+                      json_string(src));
   json_object_set_new(s->programs, name, j);
   *out = name;
   return NULL;

@@ -193,10 +193,12 @@ static hcq_status_t check_unused_vars(hcq_jit_t *jit, const hcq_var_value_t *val
   return NULL;
 }
 
-/* The graph kind that can hold work on a device (both span devices of their kind): 1 the HCQ graph
- * (CPU), 2 the CUDA graph; 0 for none. A batch closes where the kind changes (SPEC 8). */
+/* The graph kind that can hold work on a device (each spans devices of their kind): 1 the HCQ graph
+ * (CPU), 2 the CUDA graph, 3 the HCQ graph on Vulkan devices (apart from CPU ones: a CPU engine reads
+ * addresses as host pointers, which a Vulkan buffer's device address need not be); 0 for none. A
+ * batch closes where the kind changes (SPEC 8). */
 static int graph_kind_of(const hcq_device_t *dev) {
-  return dev->kind == HCQ_DEVICE_CPU ? 1 : dev->kind == HCQ_DEVICE_CUDA ? 2 : 0;
+  return dev->kind == HCQ_DEVICE_CPU ? 1 : dev->kind == HCQ_DEVICE_CUDA ? 2 : dev->kind == HCQ_DEVICE_VULKAN ? 3 : 0;
 }
 
 static int item_graph_kind(const hcq_exec_item_t *it, const char **why) {

@@ -1,0 +1,92 @@
+/* Which cores each open CPU device uses. Recomputed whenever a CPU device opens or closes: the
+ * process's cores (its affinity mask) are split into contiguous, disjoint shares, one per device in
+ * opening order; with more devices than cores each device gets one core, shared round-robin.
+ * HCQ_CPU_THREADS (or hcq_device_options_t.threads) fixes a device's thread count instead; its
+ * cores then follow the others' round-robin. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cpu/cpu_internal.h"
+
+#define MAX_CPU_DEVICES 256
+#define MAX_CORES 1024
+
+static pthread_mutex_t g_layout_lock = PTHREAD_MUTEX_INITIALIZER;
+static hcq_device_t *g_devs[MAX_CPU_DEVICES];
+static size_t g_ndevs;
+static int g_cores[MAX_CORES];
+static int g_ncores;
+
+static void load_cores(void) {
+  if (g_ncores) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE && g_ncores < MAX_CORES; c++)
+      if (CPU_ISSET(c, &set)) g_cores[g_ncores++] = c;
+  if (!g_ncores) g_cores[g_ncores++] = 0;
+}
+
+static unsigned fixed_threads(const hcq_device_t *dev) {
+  return dev->cpu_threads ? dev->cpu_threads : hcq__options()->cpu_threads;
+}
+
+/* Layout lock held. */
+static void relayout(void) {
+  unsigned n = (unsigned)g_ncores, m = (unsigned)g_ndevs, next = 0;
+  int cores[MAX_CORES];
+  for (unsigned i = 0; i < m; i++) {
+    hcq_device_t *dev = g_devs[i];
+    unsigned want = fixed_threads(dev);
+    if (!want) want = m <= n ? n / m + (i < n % m) : 1;
+    if (want > MAX_CORES) want = MAX_CORES;
+    for (unsigned k = 0; k < want; k++) cores[k] = g_cores[(next + k) % n];
+    next = (next + want) % n;
+    hcq__cpu_apply_layout(dev, cores, want);
+    snprintf(dev->layout, sizeof(dev->layout), "%s", "");
+    size_t used = 0;
+    for (unsigned k = 0; k < want && used + 12 < sizeof(dev->layout); k++)
+      used += (size_t)snprintf(dev->layout + used, sizeof(dev->layout) - used, "%s%d", k ? "," : "", cores[k]);
+    dev->ncores = want;
+    for (unsigned k = 0; k < want && k < HCQ__DEVICE_MAX_CORES; k++) dev->cores[k] = cores[k];
+  }
+}
+
+void hcq__cpu_layout_add(hcq_device_t *dev) {
+  pthread_mutex_lock(&g_layout_lock);
+  load_cores();
+  if (g_ndevs < MAX_CPU_DEVICES) {
+    /* Opening order: g_devs stays sorted by dev->order (new devices come last). */
+    g_devs[g_ndevs++] = dev;
+  }
+  relayout();
+  pthread_mutex_unlock(&g_layout_lock);
+}
+
+void hcq__cpu_layout_remove(hcq_device_t *dev) {
+  pthread_mutex_lock(&g_layout_lock);
+  size_t k = 0;
+  for (size_t i = 0; i < g_ndevs; i++)
+    if (g_devs[i] != dev) g_devs[k++] = g_devs[i];
+  g_ndevs = k;
+  relayout();
+  pthread_mutex_unlock(&g_layout_lock);
+}
+
+size_t hcq_device_cores(const hcq_device_t *dev, int *out_cores, size_t cap) {
+  if (!dev || dev->kind != HCQ_DEVICE_CPU) return 0;
+  pthread_mutex_lock(&g_layout_lock);
+  size_t n = dev->ncores;
+  for (size_t i = 0; i < n && i < cap && i < HCQ__DEVICE_MAX_CORES && out_cores; i++) out_cores[i] = dev->cores[i];
+  pthread_mutex_unlock(&g_layout_lock);
+  return n;
+}
+
+size_t hcq__cpu_core_count(void) {
+  pthread_mutex_lock(&g_layout_lock);
+  load_cores();
+  size_t n = (size_t)g_ncores;
+  pthread_mutex_unlock(&g_layout_lock);
+  return n;
+}

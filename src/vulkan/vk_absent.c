@@ -1,0 +1,26 @@
+/* Builds without the Vulkan headers: VULKAN:N devices are absent and say why. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "vulkan/vk_stats.h"
+
+#define WHY "this build of hcq has no Vulkan backend (install libvulkan-dev and libshaderc-dev, then rebuild)"
+
+void hcq__vulkan_query(hcq_device_info_t *info) {
+  info->kind = HCQ_DEVICE_VULKAN;
+  info->available = false;
+  info->count = 0;
+  snprintf(info->description, sizeof(info->description), "absent: %s", WHY);
+}
+
+hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev) {
+  (void)index;
+  return hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: %s", dev->name, WHY);
+}
+
+bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
+  (void)dev;
+  memset(out, 0, sizeof(*out));
+  return false;
+}

@@ -1,0 +1,388 @@
+/* Vulkan programs: GLSL compute shaders compiled with libshaderc after the SPEC 2 prelude, or SPIR-V
+ * given directly ("#spirv" and base64), cached on disk as SPIR-V; pipelines per group size.
+ *
+ * The cache lives in HCQ_CACHE_DIR/spirv, a directory of the current user's alone (0700): it is
+ * used only when it and its parent are owned by the user (or root, for the parent) and writable by
+ * nobody else, and a file only when it is a regular file of the user's that nobody else may write
+ * and whose contents match their recorded hash. Files are written under a temporary name and
+ * renamed, so a reader never sees half a file. Anything suspicious means compiling again, never
+ * trusting the file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#if HCQ_HAVE_SHADERC
+#include <shaderc/shaderc.h>
+#endif
+
+#include "vulkan/vk_source.h"
+#include "vulkan/vk_internal.h"
+
+const char *hcq__vk_result_name(VkResult r);
+
+#define SPIRV_MAGIC 0x07230203u
+#define SPIRV_OP_ENTRY_POINT 15u
+#define SPIRV_EXEC_GLCOMPUTE 5u
+#define CACHE_MAGIC "HCQSPV01"
+#define CACHE_HEADER 24 /* magic, then the XXH128 of the SPIR-V */
+
+/* ---- SPIR-V: checks and the entry point's name ---- */
+
+/* The name of the first GLCompute entry point (up to size bytes), or false. If rename is given,
+ * rewrites the module (a new allocation in *io) so that the entry point is called rename. */
+static bool spirv_entry(uint32_t **io, size_t *nwords, char *name, size_t size, const char *rename) {
+  uint32_t *w = *io;
+  size_t n = *nwords;
+  for (size_t i = 5; i < n;) {
+    uint32_t count = w[i] >> 16, op = w[i] & 0xffffu;
+    if (count == 0 || i + count > n) return false;
+    if (op == SPIRV_OP_ENTRY_POINT && count >= 4 && w[i + 1] == SPIRV_EXEC_GLCOMPUTE) {
+      const char *s = (const char *)&w[i + 3];
+      size_t max = (count - 3) * 4, len = strnlen(s, max);
+      if (len == max) return false;
+      snprintf(name, size, "%.*s", (int)len, s);
+      if (!rename) return true;
+      size_t name_words = len / 4 + 1, new_name_words = strlen(rename) / 4 + 1;
+      size_t rest = count - 3 - name_words, new_count = 3 + new_name_words + rest;
+      uint32_t *out = calloc(n - count + new_count, sizeof(uint32_t));
+      if (!out) return false;
+      memcpy(out, w, i * 4);
+      out[i] = (uint32_t)(new_count << 16) | op;
+      out[i + 1] = w[i + 1];
+      out[i + 2] = w[i + 2];
+      memcpy(&out[i + 3], rename, strlen(rename)); /* calloc'd: NUL-padded */
+      memcpy(&out[i + 3 + new_name_words], &w[i + 3 + name_words], rest * 4);
+      memcpy(&out[i + new_count], &w[i + count], (n - i - count) * 4);
+      *io = out;
+      *nwords = n - count + new_count;
+      return true;
+    }
+    i += count;
+  }
+  return false;
+}
+
+/* ---- the disk cache ---- */
+
+static bool dir_trusted(const char *path, bool allow_root_owner) {
+  struct stat st;
+  if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  bool owner_ok = st.st_uid == geteuid() || (allow_root_owner && st.st_uid == 0);
+  bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  /* A sticky shared directory (like /tmp) keeps others from renaming what we put in it. */
+  return owner_ok && (!others_write || (allow_root_owner && (st.st_mode & S_ISVTX)));
+}
+
+/* HCQ_CACHE_DIR/spirv, made when missing; false when it cannot be trusted (no caching then). */
+static bool cache_dir(char *out, size_t size) {
+  const char *base = hcq__options()->cache_dir;
+  char tmp[1024];
+  snprintf(tmp, sizeof(tmp), "%s", base);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
+  if (!dir_trusted(base, true)) return false;
+  int n = snprintf(out, size, "%s/spirv", base);
+  if (n < 0 || (size_t)n >= size) return false;
+  if (mkdir(out, 0700) != 0 && errno != EEXIST) return false;
+  return dir_trusted(out, false);
+}
+
+static XXH128_hash_t hash_bytes(const void *p, size_t n) { return XXH3_128bits(p, n); }
+
+/* The cached module at path, or NULL when it is missing or not to be trusted. */
+static uint32_t *cache_read(const char *path, size_t *out_words) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  uint32_t *words = NULL;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH)) &&
+      st.st_size > CACHE_HEADER + 20 && st.st_size <= CACHE_HEADER + HCQ__VK_MAX_SPIRV_BYTES &&
+      (st.st_size - CACHE_HEADER) % 4 == 0) {
+    size_t size = (size_t)st.st_size;
+    uint8_t *buf = malloc(size);
+    size_t got = 0;
+    while (buf && got < size) {
+      ssize_t r = read(fd, buf + got, size - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (buf && got == size && !memcmp(buf, CACHE_MAGIC, 8)) {
+      XXH128_hash_t h = hash_bytes(buf + CACHE_HEADER, size - CACHE_HEADER);
+      uint64_t want[2];
+      memcpy(want, buf + 8, 16);
+      if (want[0] == h.high64 && want[1] == h.low64) {
+        words = malloc(size - CACHE_HEADER);
+        if (words) memcpy(words, buf + CACHE_HEADER, size - CACHE_HEADER);
+        *out_words = (size - CACHE_HEADER) / 4;
+      }
+    }
+    free(buf);
+  }
+  close(fd);
+  return words;
+}
+
+static void cache_write(const char *dir, const char *path, const uint32_t *words, size_t nwords) {
+  static atomic_uint counter;
+  char tmp[1200];
+  snprintf(tmp, sizeof(tmp), "%s/.tmp-%ld-%u", dir, (long)getpid(), atomic_fetch_add(&counter, 1));
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  uint8_t header[CACHE_HEADER];
+  memcpy(header, CACHE_MAGIC, 8);
+  XXH128_hash_t h = hash_bytes(words, nwords * 4);
+  uint64_t hv[2] = {h.high64, h.low64};
+  memcpy(header + 8, hv, 16);
+  bool ok = write(fd, header, sizeof(header)) == (ssize_t)sizeof(header) &&
+            write(fd, words, nwords * 4) == (ssize_t)(nwords * 4);
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+}
+
+/* ---- GLSL ---- */
+
+#if HCQ_HAVE_SHADERC
+static pthread_mutex_t g_shaderc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static hcq_status_t compile_glsl(const char *entry, const char *source, uint32_t **out, size_t *out_words) {
+  /* HCQ_KERNEL_<entry> lets one file hold several kernels, each under its #ifdef. */
+  char line[160];
+  bool ident = (entry[0] < '0' || entry[0] > '9');
+  for (const char *c = entry; *c; c++)
+    ident &= (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_';
+  snprintf(line, sizeof(line), "%s%s%s#line 1\n", ident ? "#define HCQ_KERNEL_" : "", ident ? entry : "",
+           ident ? " 1\n" : "");
+  size_t plen = strlen(hcq__vk_glsl_prelude()), llen = strlen(line), slen = strlen(source);
+  char *text = malloc(plen + llen + slen + 2);
+  if (!text) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory compiling %s", entry);
+  memcpy(text, hcq__vk_glsl_prelude(), plen);
+  memcpy(text + plen, line, llen);
+  memcpy(text + plen + llen, source, slen);
+  text[plen + llen + slen] = '\n';
+  text[plen + llen + slen + 1] = '\0';
+  char file[96];
+  snprintf(file, sizeof(file), "%s.comp", entry);
+  hcq_status_t st = NULL;
+  pthread_mutex_lock(&g_shaderc_lock);
+  shaderc_compiler_t c = shaderc_compiler_initialize();
+  shaderc_compile_options_t o = shaderc_compile_options_initialize();
+  if (!c || !o) {
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "cannot start libshaderc to compile %s", entry);
+  } else {
+    shaderc_compile_options_set_target_env(o, shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_2);
+    shaderc_compile_options_set_optimization_level(o, shaderc_optimization_level_performance);
+    shaderc_compilation_result_t r = shaderc_compile_into_spv(c, text, strlen(text), shaderc_compute_shader, file,
+                                                              "main", o);
+    if (!r || shaderc_result_get_compilation_status(r) != shaderc_compilation_status_success) {
+      st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling GLSL kernel %s failed (libshaderc):\n%s", entry,
+                           r ? shaderc_result_get_error_message(r) : "no result");
+    } else {
+      size_t n = shaderc_result_get_length(r);
+      *out = malloc(n ? n : 4);
+      if (!*out)
+        st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory compiling %s", entry);
+      else
+        memcpy(*out, shaderc_result_get_bytes(r), n);
+      *out_words = n / 4;
+    }
+    if (r) shaderc_result_release(r);
+  }
+  if (o) shaderc_compile_options_release(o);
+  if (c) shaderc_compiler_release(c);
+  pthread_mutex_unlock(&g_shaderc_lock);
+  free(text);
+  return st;
+}
+#endif
+
+/* SPIR-V for source: from the cache, compiled, or decoded ("#spirv"); its entry point renamed to
+ * entry for GLSL (whose function is main). */
+static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **out, size_t *out_words) {
+  if (!strncmp(source, "#spirv", 6) && (source[6] == '\n' || source[6] == ' ' || source[6] == '\r')) {
+    const char *why = NULL;
+    size_t len = 0;
+    uint8_t *bytes = hcq__vk_b64_decode(source + 6, &len, &why);
+    if (!bytes) return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the base64 text has %s", entry, why);
+    uint32_t magic = 0;
+    if (len >= 4) memcpy(&magic, bytes, 4);
+    if (len % 4 || len < 20 || magic != SPIRV_MAGIC) {
+      free(bytes);
+      return hcq_status_make(HCQ_COMPILE_ERROR,
+                             "SPIR-V kernel %s: %zu bytes are not a SPIR-V module (magic 0x%08x, want 0x%08x)", entry,
+                             len, magic, SPIRV_MAGIC);
+    }
+    *out = (uint32_t *)(void *)bytes;
+    *out_words = len / 4;
+    char name[128];
+    if (!spirv_entry(out, out_words, name, sizeof(name), NULL)) {
+      free(bytes);
+      return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module has no GLCompute entry point", entry);
+    }
+    if (strcmp(name, entry)) {
+      free(bytes);
+      return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module's compute entry point is \"%s\"", entry,
+                             name);
+    }
+    return NULL;
+  }
+#if HCQ_HAVE_SHADERC
+  XXH3_state_t *hs = XXH3_createState();
+  if (!hs) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory hashing %s", entry);
+  XXH3_128bits_reset(hs);
+  const char *parts[] = {"hcq-vulkan-spirv/1", HCQ_SHADERC_VERSION, hcq__vk_glsl_prelude(), source, entry};
+  for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) XXH3_128bits_update(hs, parts[i], strlen(parts[i]) + 1);
+  XXH128_hash_t h = XXH3_128bits_digest(hs);
+  XXH3_freeState(hs);
+  char dir[1100], path[1200];
+  bool cached = cache_dir(dir, sizeof(dir));
+  if (cached) {
+    snprintf(path, sizeof(path), "%s/%016" PRIx64 "%016" PRIx64 ".spv", dir, (uint64_t)h.high64, (uint64_t)h.low64);
+    if ((*out = cache_read(path, out_words))) {
+      char name[128];
+      if (spirv_entry(out, out_words, name, sizeof(name), NULL) && !strcmp(name, entry)) return NULL;
+      free(*out); /* not what it should be: compile again */
+    }
+  }
+  uint32_t *words = NULL;
+  size_t n = 0;
+  hcq_status_t st = compile_glsl(entry, source, &words, &n);
+  if (st) return st;
+  char name[128];
+  uint32_t *renamed = words;
+  if (!spirv_entry(&renamed, &n, name, sizeof(name), entry)) {
+    free(words);
+    return hcq_status_make(HCQ_COMPILE_ERROR, "GLSL kernel %s: the compiled module has no compute entry point", entry);
+  }
+  if (renamed != words) free(words);
+  if (cached) cache_write(dir, path, renamed, n);
+  *out = renamed;
+  *out_words = n;
+  return NULL;
+#else
+  return hcq_status_make(HCQ_UNIMPLEMENTED,
+                         "GLSL kernel %s: this build has no libshaderc (install libshaderc-dev and rebuild), so only "
+                         "\"#spirv\" sources load",
+                         entry);
+#endif
+}
+
+hcq_status_t hcq__vk_program_compile(hcq_device_t *dev, const char *entry, const char *source,
+                                     hcq__program_impl_t *out) {
+  vk_device_t *vd = dev->backend;
+  if (strlen(entry) >= sizeof(((vk_program_t *)0)->entry))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "kernel name %.32s... is too long", entry);
+  uint32_t *words = NULL;
+  size_t n = 0;
+  hcq_status_t st = spirv_for(entry, source, &words, &n);
+  if (st) return st;
+  vk_program_t *p = calloc(1, sizeof(*p));
+  if (!p) {
+    free(words);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", entry);
+  }
+  p->vd = vd;
+  snprintf(p->entry, sizeof(p->entry), "%s", entry);
+  pthread_mutex_init(&p->lock, NULL);
+  VkShaderModuleCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = n * 4, .pCode = words};
+  VkResult r = vd->fn.vkCreateShaderModule(vd->device, &ci, NULL, &p->module);
+  free(words);
+  if (r != VK_SUCCESS) {
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+    return hcq_status_make(HCQ_COMPILE_ERROR, "%s: vkCreateShaderModule for %s failed: %s", dev->name, entry,
+                           hcq__vk_result_name(r));
+  }
+  /* A pipeline now, for the common group size: a kernel that cannot become a pipeline fails here,
+   * with its name, rather than later inside a queue engine. */
+  VkPipeline unused;
+  if ((st = hcq__vk_pipeline(p, (const uint32_t[3]){64, 1, 1}, &unused))) {
+    hcq__program_impl_t impl = {(uint64_t)(uintptr_t)p, p};
+    hcq__vk_program_unload(dev, &impl);
+    return st;
+  }
+  out->handle = (uint64_t)(uintptr_t)p;
+  out->object = p;
+  return NULL;
+}
+
+void hcq__vk_program_unload(hcq_device_t *dev, hcq__program_impl_t *impl) {
+  vk_program_t *p = impl->object;
+  if (!p) return;
+  vk_device_t *vd = dev->backend;
+  for (size_t i = 0; i < p->nvariants; i++) vd->fn.vkDestroyPipeline(vd->device, p->variants[i].pipeline, NULL);
+  vd->fn.vkDestroyShaderModule(vd->device, p->module, NULL);
+  free(p->variants);
+  pthread_mutex_destroy(&p->lock);
+  free(p);
+  impl->object = NULL;
+}
+
+hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3], VkPipeline *out) {
+  pthread_mutex_lock(&p->lock);
+  for (size_t i = 0; i < p->nvariants; i++)
+    if (!memcmp(p->variants[i].local, local, sizeof(p->variants[i].local))) {
+      *out = p->variants[i].pipeline;
+      pthread_mutex_unlock(&p->lock);
+      return NULL;
+    }
+  vk_device_t *vd = p->vd;
+  const VkPhysicalDeviceLimits *lim = &vd->props.limits;
+  hcq_status_t st = NULL;
+  uint64_t invocations = (uint64_t)local[0] * local[1] * local[2];
+  for (int i = 0; i < 3 && !st; i++)
+    if (local[i] == 0 || local[i] > lim->maxComputeWorkGroupSize[i])
+      st = hcq_status_make(HCQ_OUT_OF_RANGE, "kernel %s: group size %ux%ux%u is outside %s's limits %ux%ux%u", p->entry,
+                           local[0], local[1], local[2], vd->dev->name, lim->maxComputeWorkGroupSize[0],
+                           lim->maxComputeWorkGroupSize[1], lim->maxComputeWorkGroupSize[2]);
+  if (!st && invocations > lim->maxComputeWorkGroupInvocations)
+    st = hcq_status_make(HCQ_OUT_OF_RANGE, "kernel %s: group size %ux%ux%u has %" PRIu64
+                         " invocations, more than %s allows (%u)",
+                         p->entry, local[0], local[1], local[2], invocations, vd->dev->name,
+                         lim->maxComputeWorkGroupInvocations);
+  if (!st && p->nvariants == p->cap) {
+    size_t cap = p->cap ? 2 * p->cap : 4;
+    vk_variant_t *v = realloc(p->variants, cap * sizeof(*v));
+    if (!v)
+      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory making a pipeline for %s", p->entry);
+    else
+      p->variants = v, p->cap = cap;
+  }
+  if (st) {
+    pthread_mutex_unlock(&p->lock);
+    return st;
+  }
+  VkSpecializationMapEntry map[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
+  VkSpecializationInfo spec = {3, map, 12, local};
+  VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+                                    .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                                              .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                                              .module = p->module,
+                                              .pName = p->entry,
+                                              .pSpecializationInfo = &spec},
+                                    .layout = vd->layout};
+  VkPipeline pipe;
+  VkResult r = vd->fn.vkCreateComputePipelines(vd->device, VK_NULL_HANDLE, 1, &ci, NULL, &pipe);
+  if (r != VK_SUCCESS) {
+    pthread_mutex_unlock(&p->lock);
+    return hcq_status_make(HCQ_COMPILE_ERROR, "%s: kernel %s with group size %ux%ux%u: vkCreateComputePipelines failed: %s",
+                           vd->dev->name, p->entry, local[0], local[1], local[2], hcq__vk_result_name(r));
+  }
+  vk_variant_t *v = &p->variants[p->nvariants++];
+  memcpy(v->local, local, sizeof(v->local));
+  v->pipeline = pipe;
+  *out = pipe;
+  pthread_mutex_unlock(&p->lock);
+  return NULL;
+}
+

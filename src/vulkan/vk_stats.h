@@ -1,0 +1,20 @@
+/* What the Vulkan backend did, for tests and benchmarks (builds without Vulkan have it too). */
+#ifndef HCQ_VK_STATS_H
+#define HCQ_VK_STATS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hcq/device.h"
+
+/* Since the device opened: command buffers recorded for runs of bound command lists, runs recorded
+ * again because a word they baked in changed, vkQueueSubmit calls, WAITs the engines resolved on
+ * the host, and WAITs that became timeline-semaphore waits. */
+typedef struct hcq__vk_counters {
+  uint64_t records, rerecords, submits, host_waits, semaphore_waits;
+} hcq__vk_counters_t;
+
+/* Fills out for a Vulkan device; false (and zeros) for any other device or without Vulkan. */
+bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out);
+
+#endif

@@ -1,0 +1,677 @@
+/* One conformance suite for every backend (test_backends in test_util.c): eager launches and
+ * copies, and every HCQ-graph scenario, written once against the public API and run on CPU devices
+ * (suite conformance_cpu), Vulkan devices (conformance_vulkan: lavapipe in CI, four logical devices
+ * over one GPU with HCQ_VULKAN_VIRTUAL=1) and CUDA devices (conformance_cuda). A backend that is
+ * absent here is skipped with the reason. Results are compared with eager execution of the same
+ * items (the ground truth) or with values computed on the host. */
+#include "core/internal.h"
+#include "graph/graph_internal.h"
+#include "vulkan/vk_stats.h"
+#include "world.h"
+
+TestSuite(conformance_cpu, .timeout = 240);
+TestSuite(conformance_vulkan, .timeout = 240);
+TestSuite(conformance_cuda, .timeout = 240);
+
+typedef void (*scenario_fn)(const test_backend_t *b);
+
+static void run_on(const char *kind, int ndev, const char *env, scenario_fn fn) {
+  /* Environment first: options are read once, by the first hcq call. */
+  if (env && *env) {
+    char copy[256];
+    snprintf(copy, sizeof(copy), "%s", env);
+    char *eq = strchr(copy, '=');
+    cr_assert_not_null(eq);
+    *eq = '\0';
+    setenv(copy, eq + 1, 1);
+  }
+  const test_backend_t *b = NULL;
+  for (size_t i = 0; i < test_backend_count; i++)
+    if (!strcmp(test_backends[i].kind, kind)) b = &test_backends[i];
+  cr_assert_not_null(b);
+  const char *why = test_backend_absent(b, ndev);
+  if (why) cr_skip_test("%s absent: %s", kind, why);
+  fn(b);
+}
+
+#define SCENARIO_ENV(name, ndev, env)                                          \
+  static void name(const test_backend_t *b);                                   \
+  Test(conformance_cpu, name) { run_on("CPU", ndev, env, name); }              \
+  Test(conformance_vulkan, name) { run_on("VULKAN", ndev, env, name); }        \
+  Test(conformance_cuda, name) { run_on("CUDA", ndev, env, name); }            \
+  static void name(const test_backend_t *b)
+#define SCENARIO(name, ndev) SCENARIO_ENV(name, ndev, NULL)
+
+static hcq_device_t *open_dev(const test_backend_t *b, int i) {
+  char name[32];
+  test_device_name(b, i, name, sizeof(name));
+  return test_open(name);
+}
+
+static hcq_program_t *kernel(const test_backend_t *b, hcq_device_t *d, const char *entry) {
+  return test_program(d, entry, *b->kernels);
+}
+
+static hcq_operand_t I(int64_t v) { return hcq_imm(v); }
+
+/* ---- eager work ---- */
+
+SCENARIO(eager_one_kernel, 1) {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *p = kernel(b, d, "add_scalar");
+  hcq_buffer_t *a = test_buffer_iota(d, 1000, 2, 1), *out = test_buffer(d, 1000 * 4);
+  hcq_buffer_t *bufs[] = {out, a};
+  int32_t vals[] = {-5, 1000};
+  hcq_launch_desc_t ld = {p, bufs, 2, vals, 2, {4, 1, 1}, {256, 1, 1}};
+  OK(hcq_launch(&ld));
+  int32_t got[1000];
+  test_read(out, got, sizeof(got));
+  for (int i = 0; i < 1000; i++) cr_assert_eq(got[i], i * 2 + 1 - 5, "element %d: %d", i, got[i]);
+  hcq_buffer_release(a);
+  hcq_buffer_release(out);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+/* x = x*3+1 then x = x*5+2, 30 times: any reordering changes the result. */
+SCENARIO(eager_two_kernels_in_order, 1) {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *p = kernel(b, d, "mul_add");
+  enum { N = 512 };
+  hcq_buffer_t *x = test_buffer_iota(d, N, 7, 3);
+  int32_t v1[] = {3, 1, N}, v2[] = {5, 2, N};
+  hcq_launch_desc_t l1 = {p, &x, 1, v1, 3, {2, 1, 1}, {256, 1, 1}};
+  hcq_launch_desc_t l2 = {p, &x, 1, v2, 3, {N / 64, 1, 1}, {64, 1, 1}};
+  uint32_t model[N];
+  for (int i = 0; i < N; i++) model[i] = (uint32_t)i * 7 + 3;
+  for (int r = 0; r < 30; r++) {
+    OK(hcq_launch(&l1));
+    OK(hcq_launch(&l2));
+    for (int i = 0; i < N; i++) model[i] = (model[i] * 3 + 1) * 5 + 2;
+  }
+  uint32_t got[N];
+  test_read(x, got, sizeof(got));
+  cr_assert_arr_eq(got, model, sizeof(got));
+  hcq_buffer_release(x);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+SCENARIO(eager_copy_in_and_out_at_offsets, 1) {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_buffer_t *buf = test_buffer(d, 100);
+  uint8_t zeros[100] = {0}, got[100], src[30];
+  test_read(buf, got, 100);
+  cr_assert_arr_eq(got, zeros, 100, "new buffers start as zeros");
+  for (int i = 0; i < 30; i++) src[i] = (uint8_t)(i + 1);
+  OK(hcq_buffer_copyin(buf, 17, src, 30));
+  OK(hcq_buffer_copyout(buf, 0, got, 100));
+  for (int i = 0; i < 100; i++) cr_assert_eq(got[i], i >= 17 && i < 47 ? i - 16 : 0, "byte %d", i);
+  uint8_t part[10];
+  OK(hcq_buffer_copyout(buf, 21, part, 10));
+  for (int i = 0; i < 10; i++) cr_assert_eq(part[i], 21 - 16 + i);
+  hcq_buffer_release(buf);
+  /* Released memory comes back zeroed for the next buffer of the same size. */
+  buf = test_buffer(d, 100);
+  test_read(buf, got, 100);
+  cr_assert_arr_eq(got, zeros, 100, "a reused allocation starts as zeros");
+  hcq_buffer_release(buf);
+  test_close(d);
+}
+
+/* Staging chunks of 4 KiB: a 256 KiB + 3 bytes copy crosses 65 chunks both ways. */
+SCENARIO_ENV(eager_long_copy_across_staging_chunks, 1, "HCQ_STAGING_CHUNK=4096") {
+  hcq_device_t *d = open_dev(b, 0);
+  const size_t n = (256 << 10) + 3;
+  uint8_t *src = malloc(n), *got = malloc(n);
+  for (size_t i = 0; i < n; i++) src[i] = (uint8_t)(i * 131 + (i >> 12));
+  hcq_buffer_t *buf = test_buffer(d, n);
+  OK(hcq_buffer_copyin(buf, 0, src, n));
+  memset(src + 5000, 0xab, 100); /* the host buffer may be reused once copyin returns */
+  OK(hcq_buffer_copyout(buf, 0, got, n));
+  for (size_t i = 5000; i < 5100; i++) src[i] = (uint8_t)(i * 131 + (i >> 12));
+  cr_assert_arr_eq(got, src, n);
+  free(src);
+  free(got);
+  hcq_buffer_release(buf);
+  test_close(d);
+}
+
+/* A kernel on device 0 writes, a transfer moves the result to device 1, a kernel there reads it,
+ * and back: each step waits for the one before, across devices and queues. */
+SCENARIO(eager_transfers_between_devices_are_ordered, 2) {
+  hcq_device_t *d0 = open_dev(b, 0), *d1 = open_dev(b, 1);
+  hcq_program_t *f0 = kernel(b, d0, "mul_add"), *f1 = kernel(b, d1, "mul_add");
+  enum { N = 1 << 14 };
+  hcq_buffer_t *x0 = test_buffer_iota(d0, N, 1, 0), *x1 = test_buffer(d1, N * 4);
+  int32_t v0[] = {3, 1, N}, v1[] = {2, 5, N};
+  hcq_launch_desc_t l0 = {f0, &x0, 1, v0, 3, {N / 256, 1, 1}, {256, 1, 1}};
+  hcq_launch_desc_t l1 = {f1, &x1, 1, v1, 3, {N / 256, 1, 1}, {256, 1, 1}};
+  uint32_t *model = malloc(N * 4), *got = malloc(N * 4);
+  for (int i = 0; i < N; i++) model[i] = (uint32_t)i;
+  for (int r = 0; r < 8; r++) {
+    OK(hcq_launch(&l0));
+    OK(hcq_transfer(x1, x0, N * 4));
+    OK(hcq_launch(&l1));
+    OK(hcq_transfer(x0, x1, N * 4));
+    for (int i = 0; i < N; i++) model[i] = (model[i] * 3 + 1) * 2 + 5;
+  }
+  test_read(x0, got, N * 4);
+  cr_assert_arr_eq(got, model, N * 4);
+  test_read(x1, got, N * 4);
+  cr_assert_arr_eq(got, model, N * 4);
+  free(model);
+  free(got);
+  hcq_buffer_release(x0);
+  hcq_buffer_release(x1);
+  hcq_program_release(f0);
+  hcq_program_release(f1);
+  test_close(d0);
+  test_close(d1);
+}
+
+/* Views share their base's memory: kernels and copies through views land in the base, overlapping
+ * copies within one buffer behave as memmove. */
+SCENARIO(eager_views_alias_their_base, 1) {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *p = kernel(b, d, "fill");
+  hcq_buffer_t *base = test_buffer(d, 256 * 4), *v1 = NULL, *v2 = NULL;
+  OK(hcq_buffer_view_create(base, 64 * 4, 64 * 4, &v1));
+  OK(hcq_buffer_view_create(v1, 16 * 4, 8 * 4, &v2)); /* a view of a view: words 80..87 */
+  int32_t f1[] = {7, 64}, f2[] = {9, 8};
+  hcq_launch_desc_t l1 = {p, &v1, 1, f1, 2, {1, 1, 1}, {64, 1, 1}}, l2 = {p, &v2, 1, f2, 2, {1, 1, 1}, {64, 1, 1}};
+  OK(hcq_launch(&l1));
+  OK(hcq_launch(&l2));
+  int32_t got[256], model[256] = {0};
+  for (int i = 64; i < 128; i++) model[i] = 7;
+  for (int i = 80; i < 88; i++) model[i] = 9;
+  test_read(base, got, sizeof(got));
+  cr_assert_arr_eq(got, model, sizeof(got));
+  /* Overlapping transfer inside the base: words 60..91 onto 64..95. */
+  hcq_buffer_t *src = NULL, *dst = NULL;
+  OK(hcq_buffer_view_create(base, 60 * 4, 32 * 4, &src));
+  OK(hcq_buffer_view_create(base, 64 * 4, 32 * 4, &dst));
+  OK(hcq_transfer(dst, src, 32 * 4));
+  int32_t before[256];
+  memcpy(before, model, sizeof(model));
+  memmove(model + 64, before + 60, 32 * 4);
+  test_read(base, got, sizeof(got));
+  cr_assert_arr_eq(got, model, sizeof(got), "an overlapping transfer is a memmove");
+  hcq_buffer_release(src);
+  hcq_buffer_release(dst);
+  hcq_buffer_release(v2);
+  hcq_buffer_release(v1);
+  hcq_buffer_release(base);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+/* A 4 KiB argument ring holds 128 launches' arguments: 600 launches wrap it several times, each
+ * waiting for the launches that used its part of the ring. */
+SCENARIO_ENV(eager_kernel_argument_ring_wraps, 1, "HCQ_KERNARGS_RING=4096") {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *p = kernel(b, d, "mul_add");
+  enum { N = 64 };
+  hcq_buffer_t *x = test_buffer_iota(d, N, 1, 1);
+  uint32_t model[N];
+  for (int i = 0; i < N; i++) model[i] = (uint32_t)i + 1;
+  for (int r = 0; r < 600; r++) {
+    int32_t v[] = {r % 3 + 1, r, N};
+    hcq_launch_desc_t l = {p, &x, 1, v, 3, {1, 1, 1}, {64, 1, 1}};
+    OK(hcq_launch(&l));
+    for (int i = 0; i < N; i++) model[i] = model[i] * (uint32_t)(r % 3 + 1) + (uint32_t)r;
+  }
+  uint32_t got[N];
+  test_read(x, got, sizeof(got));
+  cr_assert_arr_eq(got, model, sizeof(got));
+  hcq_buffer_release(x);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+/* Every group of a 3-D grid runs once with the group size it was given; an empty launch runs
+ * nothing. */
+SCENARIO(eager_launch_geometry, 1) {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *p = kernel(b, d, "record_groups");
+  hcq_buffer_t *out = test_buffer(d, 64 * 4);
+  hcq_launch_desc_t l = {p, &out, 1, NULL, 0, {3, 2, 2}, {4, 2, 1}};
+  OK(hcq_launch(&l));
+  OK(hcq_launch(&l));
+  hcq_launch_desc_t empty = {p, &out, 1, NULL, 0, {0, 2, 2}, {4, 2, 1}};
+  OK(hcq_launch(&empty));
+  int32_t got[64];
+  test_read(out, got, sizeof(got));
+  for (int g = 0; g < 64; g++) cr_assert_eq(got[g], g < 12 ? 16 : 0, "group %d: %d", g, got[g]);
+  hcq_buffer_release(out);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+/* The device timeline passes 2^31 and restarts on its shadow signal while launches and copies go on. */
+SCENARIO(eager_timeline_wraps, 1) {
+  char name[32];
+  test_device_name(b, 0, name, sizeof(name));
+  hcq_device_options_t opts = {.timeline_start = HCQ_TIMELINE_WRAP - 4};
+  hcq_device_t *d = NULL;
+  OK(hcq_device_open_ex(name, &opts, &d));
+  hcq_program_t *p = kernel(b, d, "mul_add");
+  enum { N = 64 };
+  hcq_buffer_t *x = test_buffer_iota(d, N, 1, 0);
+  uint32_t model[N];
+  for (int i = 0; i < N; i++) model[i] = (uint32_t)i;
+  hcq_signal_t *first = NULL, *now = NULL;
+  hcq_device_timeline(d, &first, NULL);
+  for (int r = 0; r < 12; r++) {
+    int32_t v[] = {3, r, N};
+    hcq_launch_desc_t l = {p, &x, 1, v, 3, {1, 1, 1}, {64, 1, 1}};
+    OK(hcq_launch(&l));
+    for (int i = 0; i < N; i++) model[i] = model[i] * 3 + (uint32_t)r;
+    uint32_t got[N];
+    test_read(x, got, sizeof(got));
+    cr_assert_arr_eq(got, model, sizeof(got), "after launch %d", r);
+  }
+  uint64_t next = 0;
+  hcq_device_timeline(d, &now, &next);
+  cr_assert_neq(now, first, "the timeline moved to its shadow signal");
+  cr_assert_lt(next, 100, "and restarted (next value %lu)", (unsigned long)next);
+  hcq_buffer_release(x);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+/* ---- HCQ graphs: replays compared with eager execution on mirror buffers ---- */
+
+static hcq_graph_t *build(world_t *w, world_item_t *items, int n, const int *inputs, int ninputs,
+                          const hcq_var_value_t *vals, size_t nvals, bool profile) {
+  hcq_exec_item_t *its = calloc((size_t)n, sizeof(*its));
+  hcq_buffer_t *ins[8];
+  for (int j = 0; j < n; j++) its[j] = items[j].item;
+  for (int k = 0; k < ninputs; k++) ins[k] = w->buf[inputs[k]];
+  hcq_graph_options_t opts = {.profile = profile};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(its, (size_t)n, ins, (size_t)ninputs, vals, nvals, &opts, &g));
+  free(its);
+  cr_assert_str_eq(hcq_graph_kind(g), "hcq");
+  return g;
+}
+
+static void replay(world_t *w, hcq_graph_t *g, world_item_t *items, int n, const int *inputs, const int *swaps,
+                   int ninputs, const hcq_var_value_t *vals, size_t nvals, bool wait, const char *what) {
+  hcq_buffer_t *ins[8];
+  for (int k = 0; k < ninputs; k++) ins[k] = w->buf[swaps && swaps[k] >= 0 ? swaps[k] : inputs[k]];
+  uint64_t ns = 0;
+  OK(hcq_graph_run(g, ins, (size_t)ninputs, vals, nvals, wait, wait ? &ns : NULL));
+  if (wait) cr_assert_gt(ns, 0);
+  world_run_eager(w, items, n, inputs, swaps, ninputs, vals, nvals);
+  world_compare(w, what);
+}
+
+static void replay_n(world_t *w, hcq_graph_t *g, world_item_t *items, int n, int times) {
+  for (int r = 0; r < times; r++) {
+    char what[32];
+    snprintf(what, sizeof(what), "replay %d", r);
+    replay(w, g, items, n, NULL, NULL, 0, NULL, 0, r % 2 == 0, what);
+  }
+}
+
+enum { N = 256 };
+
+/* Write after write, read then write, write then read: each order is kept on one queue. */
+SCENARIO(graph_orders_accesses_to_one_buffer, 1) {
+  world_t w;
+  world_open_on(&w, b, 1);
+  int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 0, N, 2), c = world_buffer(&w, 0, N, 3);
+  world_item_t items[6];
+  world_mix(&w, &items[0], a, x, c, I(2), I(1), I(N), NULL);
+  world_mix(&w, &items[1], a, c, c, I(3), I(7), I(N / 2), NULL); /* write after write */
+  world_mix(&w, &items[2], x, a, a, I(1), I(0), I(N), NULL);     /* write then read */
+  world_mix(&w, &items[3], c, a, x, I(5), I(1), I(N), NULL);
+  world_mix(&w, &items[4], a, c, c, I(2), I(3), I(N), NULL); /* read then write */
+  world_mix(&w, &items[5], x, c, a, I(1), I(1), I(N), NULL);
+  hcq_graph_t *g = build(&w, items, 6, NULL, 0, NULL, 0, false);
+  replay_n(&w, g, items, 6, 4);
+  OK(hcq_graph_destroy(g));
+  world_close(&w);
+}
+
+/* Transfers within and between devices, waits across queues and devices. */
+SCENARIO(graph_copies_between_two_devices, 2) {
+  world_t w;
+  world_open_on(&w, b, 2);
+  int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 0, N, 2), c = world_buffer(&w, 1, N, 3);
+  int d = world_buffer(&w, 1, N, 4), e = world_buffer(&w, 0, N, 5);
+  world_item_t items[7];
+  world_mix(&w, &items[0], a, x, x, I(2), I(1), I(N), NULL); /* write a */
+  world_copy(&w, &items[1], e, a, N * 4);                    /* copy after write, same device */
+  world_copy(&w, &items[2], c, a, N * 4);                    /* copy after write, to device 1 */
+  world_mix(&w, &items[3], d, c, c, I(3), I(2), I(N), NULL); /* read after copy on device 1 */
+  world_mix(&w, &items[4], x, e, a, I(1), I(5), I(N), NULL); /* read after copy on device 0 */
+  world_copy(&w, &items[5], a, d, N * 2);                    /* back, half, overwriting a after reads */
+  world_mix(&w, &items[6], c, c, d, I(7), I(1), I(N), NULL);
+  hcq_graph_t *g = build(&w, items, 7, NULL, 0, NULL, 0, false);
+  cr_assert_eq(hcq_graph_device_count(g), 2);
+  replay_n(&w, g, items, 7, 5);
+  OK(hcq_graph_destroy(g));
+  world_close(&w);
+}
+
+/* Eager transfers among four devices before and after each replay of a graph that copies around
+ * the ring: the timelines order all of it. */
+SCENARIO(graph_among_four_devices_with_eager_transfers, 4) {
+  world_t w;
+  world_open_on(&w, b, 4);
+  int buf[4], tmp[4];
+  for (int d = 0; d < 4; d++) {
+    buf[d] = world_buffer(&w, d, N, 10 + d);
+    tmp[d] = world_buffer(&w, d, N, 20 + d);
+  }
+  world_item_t items[8], before[4], after[4];
+  for (int d = 0; d < 4; d++) {
+    world_mix(&w, &items[2 * d], tmp[d], buf[d], tmp[d], I(d + 2), I(d), I(N), NULL);
+    world_copy(&w, &items[2 * d + 1], buf[(d + 1) % 4], tmp[d], N * 4);
+    world_copy(&w, &before[d], tmp[(d + 2) % 4], buf[d], N * 4);
+    world_copy(&w, &after[d], buf[(d + 3) % 4], tmp[d], N * 2);
+  }
+  hcq_graph_t *g = build(&w, items, 8, NULL, 0, NULL, 0, false);
+  cr_assert_eq(hcq_graph_device_count(g), 4);
+  for (int r = 0; r < 3; r++) {
+    for (int d = 0; d < 4; d++) OK(hcq_exec_item_run(&before[d].item, NULL, 0));
+    world_run_eager(&w, before, 4, NULL, NULL, 0, NULL, 0);
+    replay(&w, g, items, 8, NULL, NULL, 0, NULL, 0, false, "graph among four devices");
+    for (int d = 0; d < 4; d++) OK(hcq_exec_item_run(&after[d].item, NULL, 0));
+    world_run_eager(&w, after, 4, NULL, NULL, 0, NULL, 0);
+    world_compare(&w, "after the eager transfers");
+  }
+  OK(hcq_graph_destroy(g));
+  world_close(&w);
+}
+
+SCENARIO(graph_views_of_one_buffer, 2) {
+  world_t w;
+  world_open_on(&w, b, 2);
+  int base = world_buffer(&w, 0, 4 * N, 1), other = world_buffer(&w, 0, N, 2), far = world_buffer(&w, 1, 2 * N, 3);
+  int v0 = world_view(&w, base, 0, N), v1 = world_view(&w, base, N, N), v2 = world_view(&w, base, 2 * N, 2 * N);
+  int v2a = world_view(&w, v2, N / 2, N);
+  int farv = world_view(&w, far, N, N);
+  world_item_t items[6];
+  world_mix(&w, &items[0], v0, other, other, I(2), I(1), I(N), NULL);
+  world_mix(&w, &items[1], v1, v0, other, I(3), I(0), I(N), NULL);
+  world_copy(&w, &items[2], farv, v1, N * 4);
+  world_mix(&w, &items[3], v2a, v2a, v1, I(1), I(4), I(N), NULL);
+  world_copy(&w, &items[4], v0, farv, N * 4);
+  world_mix(&w, &items[5], other, v2, v0, I(2), I(2), I(N), NULL);
+  hcq_graph_t *g = build(&w, items, 6, NULL, 0, NULL, 0, false);
+  replay_n(&w, g, items, 6, 4);
+  OK(hcq_graph_destroy(g));
+  world_close(&w);
+}
+
+/* Variables in values and grid dims, changed every replay, including each variable's extremes. */
+SCENARIO(graph_variables_and_symbolic_grid_dims, 2) {
+  world_t w;
+  world_open_on(&w, b, 2);
+  int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 0, N, 2), c = world_buffer(&w, 1, N, 3);
+  hcq_expr_t *n = NULL, *k = NULL, *groups = NULL, *add = NULL, *half = NULL, *hgroups = NULL;
+  OK(hcq_var_create("n", 1, N, &n));
+  OK(hcq_var_create("k", -50, 50, &k));
+  const hcq_expr_t *vars[] = {n, k};
+  OK(hcq_expr_parse("(n+63)//64", vars, 2, &groups));
+  OK(hcq_expr_parse("k*2+1", vars, 2, &add));
+  OK(hcq_expr_parse("max(n//2, 1)", vars, 2, &half));
+  OK(hcq_expr_parse("(max(n//2, 1)+63)//64", vars, 2, &hgroups));
+  world_item_t items[4];
+  world_mix(&w, &items[0], a, a, x, hcq_sym(k), hcq_sym(add), hcq_sym(n), groups);
+  world_copy(&w, &items[1], c, a, N * 4);
+  world_mix(&w, &items[2], c, c, c, I(3), hcq_sym(k), hcq_sym(half), hgroups);
+  world_mix(&w, &items[3], x, a, x, hcq_sym(add), I(1), hcq_sym(n), groups);
+  hcq_var_value_t init[] = {{n, 10}, {k, 0}};
+  hcq_graph_t *g = build(&w, items, 4, NULL, 0, init, 2, false);
+  int64_t ns[] = {1, N, 37, 64, 65, 1, N, 200}, ks[] = {-50, 50, 0, 7, -3, 50, -50, 1};
+  for (int r = 0; r < 8; r++) {
+    hcq_var_value_t vals[] = {{k, ks[r]}, {n, ns[r]}};
+    char what[64];
+    snprintf(what, sizeof(what), "replay %d (n=%ld k=%ld)", r, (long)ns[r], (long)ks[r]);
+    replay(&w, g, items, 4, NULL, NULL, 0, vals, 2, r % 3 == 0, what);
+  }
+  OK(hcq_graph_destroy(g));
+  hcq_expr_release(n);
+  hcq_expr_release(k);
+  hcq_expr_release(groups);
+  hcq_expr_release(add);
+  hcq_expr_release(half);
+  hcq_expr_release(hgroups);
+  world_close(&w);
+}
+
+/* Inputs replaced between replays, as kernel arguments and as both ends of copies. */
+SCENARIO(graph_input_swaps, 2) {
+  world_t w;
+  world_open_on(&w, b, 2);
+  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2), x3 = world_buffer(&w, 0, N, 3);
+  int src = world_buffer(&w, 1, N, 4), src2 = world_buffer(&w, 1, N, 5);
+  int dst = world_buffer(&w, 0, N, 6), dst2 = world_buffer(&w, 0, N, 7);
+  int acc = world_buffer(&w, 0, N, 8);
+  world_item_t items[5];
+  world_mix(&w, &items[0], acc, x, acc, I(2), I(1), I(N), NULL);
+  world_copy(&w, &items[1], dst, src, N * 4);
+  world_mix(&w, &items[2], acc, dst, x, I(1), I(3), I(N), NULL);
+  world_copy(&w, &items[3], src, acc, N * 4);
+  world_copy(&w, &items[4], dst, x, N * 4); /* both ends inputs on one device */
+  int inputs[] = {x, src, dst};
+  hcq_graph_t *g = build(&w, items, 5, inputs, 3, NULL, 0, false);
+  int swaps[][3] = {{-1, -1, -1}, {x2, -1, -1}, {x3, src2, dst2}, {x, src, dst2}, {x2, src2, -1}, {x3, -1, dst}};
+  for (int r = 0; r < 6; r++) {
+    char what[32];
+    snprintf(what, sizeof(what), "replay %d", r);
+    replay(&w, g, items, 5, inputs, swaps[r], 3, NULL, 0, r % 2, what);
+  }
+  OK(hcq_graph_destroy(g));
+  world_close(&w);
+}
+
+/* Eager work queued before a replay runs first; eager work right after runs after. */
+SCENARIO(graph_between_eager_work, 2) {
+  world_t w;
+  world_open_on(&w, b, 2);
+  enum { M = 16 * N };
+  int a = world_buffer(&w, 0, M, 1), x = world_buffer(&w, 1, M, 2), c = world_buffer(&w, 0, M, 3);
+  world_item_t items[3], before[2], after[2];
+  world_mix(&w, &items[0], a, a, c, I(3), I(1), I(M), NULL);
+  world_copy(&w, &items[1], x, a, M * 4);
+  world_mix(&w, &items[2], c, c, a, I(1), I(2), I(M), NULL);
+  world_mix(&w, &before[0], a, c, a, I(5), I(5), I(M), NULL);
+  world_mix(&w, &before[1], x, x, x, I(7), I(1), I(M), NULL);
+  world_mix(&w, &after[0], c, a, c, I(2), I(0), I(M), NULL);
+  world_mix(&w, &after[1], x, x, x, I(3), I(3), I(M), NULL);
+  hcq_graph_t *g = build(&w, items, 3, NULL, 0, NULL, 0, false);
+  for (int r = 0; r < 4; r++) {
+    for (int i = 0; i < 2; i++)
+      for (int rep = 0; rep < 3; rep++) OK(hcq_exec_item_run(&before[i].item, NULL, 0));
+    OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
+    for (int i = 0; i < 2; i++) OK(hcq_exec_item_run(&after[i].item, NULL, 0));
+    for (int rep = 0; rep < 3; rep++) world_run_eager(&w, before, 2, NULL, NULL, 0, NULL, 0);
+    world_run_eager(&w, items, 3, NULL, NULL, 0, NULL, 0);
+    world_run_eager(&w, after, 2, NULL, NULL, 0, NULL, 0);
+    world_compare(&w, "eager before, graph, eager after");
+  }
+  OK(hcq_graph_destroy(g));
+  world_close(&w);
+}
+
+SCENARIO(graph_long_chain_replayed_without_waiting, 1) {
+  world_t w;
+  world_open_on(&w, b, 1);
+  int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 0, N, 2);
+  world_item_t items[100];
+  for (int j = 0; j < 100; j++) world_mix(&w, &items[j], j % 2 ? a : x, j % 2 ? x : a, a, I(j % 5 + 1), I(j), I(N), NULL);
+  hcq_graph_t *g = build(&w, items, 100, NULL, 0, NULL, 0, false);
+  for (int r = 0; r < 10; r++) {
+    OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
+    world_run_eager(&w, items, 100, NULL, NULL, 0, NULL, 0);
+  }
+  world_compare(&w, "10 replays of a 100-kernel chain");
+  OK(hcq_graph_destroy(g));
+  world_close(&w);
+}
+
+/* The kickoff value restarts before it outgrows its 32-bit payload (SPEC 5 step 7). */
+SCENARIO(graph_kickoff_value_wraps, 2) {
+  world_t w;
+  world_open_on(&w, b, 2);
+  int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 1, N, 2);
+  world_item_t items[3];
+  world_mix(&w, &items[0], a, a, a, I(3), I(1), I(N), NULL);
+  world_copy(&w, &items[1], x, a, N * 4);
+  world_mix(&w, &items[2], x, x, x, I(1), I(2), I(N), NULL);
+  hcq_graph_t *g = build(&w, items, 3, NULL, 0, NULL, 0, false);
+  OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+  world_run_eager(&w, items, 3, NULL, NULL, 0, NULL, 0);
+  hcq__graph_pretend_replays_for_tests(g, HCQ_TIMELINE_WRAP - 1);
+  for (int r = 0; r < 4; r++) {
+    OK(hcq_graph_run(g, NULL, 0, NULL, 0, r % 2, NULL));
+    world_run_eager(&w, items, 3, NULL, NULL, 0, NULL, 0);
+  }
+  cr_assert_lt(hcq__graph_kickoff_value_for_tests(g), 10, "the kickoff value restarted");
+  world_compare(&w, "across the kickoff restart");
+  OK(hcq_graph_destroy(g));
+  world_close(&w);
+}
+
+/* A replay rewrites only the words whose values changed, however long the graph; on Vulkan the
+ * command buffers recorded for the bound queues are resubmitted as they are. */
+static size_t replay_patch_writes(const test_backend_t *b, int nitems, bool swap, hcq__vk_counters_t *counters) {
+  world_t w;
+  world_open_on(&w, b, 1);
+  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2), acc = world_buffer(&w, 0, N, 3);
+  world_item_t *items = calloc((size_t)nitems, sizeof(*items));
+  hcq_expr_t *k = NULL;
+  OK(hcq_var_create("k", 0, 100, &k));
+  world_mix(&w, &items[0], acc, x, acc, hcq_sym(k), I(1), I(N), NULL);
+  for (int j = 1; j < nitems; j++) world_mix(&w, &items[j], acc, acc, acc, I(1), I(j), I(N), NULL);
+  int inputs[] = {x}, swaps[] = {x2};
+  hcq_var_value_t vals[] = {{k, 3}};
+  hcq_graph_t *g = build(&w, items, nitems, inputs, 1, vals, 1, false);
+  /* Each replay slot (replays in flight at once) writes everything on its first replay. */
+  for (unsigned i = 0; i < hcq__options()->graph_inflight; i++)
+    replay(&w, g, items, nitems, inputs, NULL, 1, vals, 1, true, "first replay of a slot");
+  hcq__vk_counters_t first;
+  hcq__vulkan_counters(w.devs[0], &first);
+  for (int r = 0; r < 3; r++) {
+    hcq_var_value_t v[] = {{k, 3 + (swap ? r : 0)}};
+    replay(&w, g, items, nitems, inputs, swap && r % 2 == 0 ? swaps : NULL, 1, v, 1, true, "later replay");
+  }
+  size_t writes = ((const hcq_queue_t *)hcq_graph_queue(g, 0))->last_patch_writes;
+  hcq__vk_counters_t after;
+  if (hcq__vulkan_counters(w.devs[0], &after)) {
+    counters->records = after.records - first.records;
+    counters->rerecords = after.rerecords - first.rerecords;
+  }
+  OK(hcq_graph_destroy(g));
+  hcq_expr_release(k);
+  free(items);
+  world_close(&w);
+  return writes;
+}
+
+SCENARIO(graph_replay_patches_only_what_changed, 1) {
+  hcq__vk_counters_t c1 = {0}, c2 = {0}, c3 = {0};
+  size_t small = replay_patch_writes(b, 20, false, &c1), big = replay_patch_writes(b, 200, false, &c2);
+  cr_assert_eq(small, big, "a replay rewrote %zu words for 20 items but %zu for 200", small, big);
+  cr_assert_eq(small, 5, "kickoff three times, timeline value twice; got %zu", small);
+  /* The last replay swapped the input and changed k since its slot's previous replay: k's value, and
+   * the input's argument unless that slot's previous replay had swapped it too (two slots: it had). */
+  size_t swapped = replay_patch_writes(b, 200, true, &c3);
+  cr_assert_eq(swapped, hcq__options()->graph_inflight == 2 ? 6u : 7u, "got %zu", swapped);
+  cr_assert_eq(c1.records + c2.records + c3.records, 0, "replays recorded %lu new command buffers",
+               (unsigned long)(c1.records + c2.records + c3.records));
+  cr_assert_eq(c1.rerecords + c2.rerecords + c3.rerecords, 0, "replays re-recorded %lu command buffers",
+               (unsigned long)(c1.rerecords + c2.rerecords + c3.rerecords));
+}
+
+/* Profiling: every entry has a start and an end timestamp, and a kernel that waits for a transfer
+ * starts after the transfer ended, on a clock shared by the devices. */
+SCENARIO(graph_profile_timestamps, 2) {
+  world_t w;
+  world_open_on(&w, b, 2);
+  int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 1, N, 2);
+  world_item_t items[4];
+  world_mix(&w, &items[0], a, a, a, I(2), I(1), I(N), NULL);
+  world_mix(&w, &items[1], a, a, a, I(2), I(1), I(N), NULL);
+  world_copy(&w, &items[2], x, a, N * 4);
+  world_mix(&w, &items[3], x, x, x, I(3), I(1), I(N), NULL);
+  hcq_graph_t *g = build(&w, items, 4, NULL, 0, NULL, 0, true);
+  for (int r = 0; r < 3; r++) replay(&w, g, items, 4, NULL, NULL, 0, NULL, 0, r == 2, "profiled replay");
+  const hcq_profile_event_t *ev = NULL;
+  OK(hcq_graph_profile(g, &ev));
+  cr_assert_eq(ev->nentries, 4);
+  cr_assert_eq(ev->replay, 3);
+  for (size_t i = 0; i < ev->nentries; i++) {
+    uint64_t st = ev->timestamps[ev->entries[i].start_slot], en = ev->timestamps[ev->entries[i].end_slot];
+    cr_assert_gt(st, 0, "entry %zu has no start timestamp", i);
+    cr_assert_leq(st, en, "entry %zu ends before it starts", i);
+  }
+  cr_assert_leq(ev->timestamps[ev->entries[2].end_slot], ev->timestamps[ev->entries[3].start_slot],
+                "the kernel after the transfer starts after it ended");
+  OK(hcq_graph_destroy(g));
+  world_close(&w);
+}
+
+/* Random graphs over 1-4 devices: kernels with constant and symbolic operands, transfers, views,
+ * input swaps, replayed with new values and compared with eager execution. */
+SCENARIO(graph_randomized, 4) {
+  uint32_t seed = 20261130;
+  world_vars_t v;
+  world_vars_open(&v);
+  for (int round = 0; round < 8; round++) {
+    world_t w;
+    world_random_t rw;
+    world_random_on(&w, b, &seed, &v, &rw);
+    hcq_var_value_t init[] = {{v.n, 64}, {v.k, 1}};
+    hcq_graph_t *g = build(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2, false);
+    for (int r = 0; r < 4; r++) {
+      int swaps[WORLD_MAX_DEVS];
+      hcq_var_value_t vals[2];
+      world_random_replay(&rw, &seed, &v, swaps, vals);
+      char what[96];
+      snprintf(what, sizeof(what), "round %d (%d devices, %d items) replay %d", round, w.ndev, rw.nitems, r);
+      replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
+    }
+    OK(hcq_graph_destroy(g));
+    world_close(&w);
+  }
+  world_vars_close(&v);
+}
+
+/* Captured eager work replays as graphs (the JIT) with new inputs, equal to eager execution. */
+SCENARIO(jit_capture_replays_equal_eager, 2) {
+  world_t w;
+  world_open_on(&w, b, 2);
+  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2), a = world_buffer(&w, 0, N, 3);
+  int c = world_buffer(&w, 1, N, 4);
+  world_item_t items[5];
+  world_mix(&w, &items[0], a, x, a, I(2), I(1), I(N), NULL);
+  world_copy(&w, &items[1], c, a, N * 4);
+  world_mix(&w, &items[2], c, c, c, I(3), I(2), I(N), NULL);
+  world_copy(&w, &items[3], a, c, N * 4);
+  world_mix(&w, &items[4], a, a, x, I(1), I(5), I(N), NULL);
+  hcq_capture_t *cap = NULL;
+  OK(hcq_capture_begin(&cap));
+  for (int j = 0; j < 5; j++) OK(hcq_exec_item_run(&items[j].item, NULL, 0));
+  hcq_buffer_t *ins[] = {w.buf[x]};
+  hcq_jit_t *jit = NULL;
+  OK(hcq_capture_end(cap, ins, 1, NULL, 0, NULL, &jit));
+  int inputs[] = {x}, swaps[] = {x2};
+  world_run_eager(&w, items, 5, inputs, NULL, 1, NULL, 0);
+  world_compare(&w, "the capture run");
+  for (int r = 0; r < 4; r++) {
+    hcq_buffer_t *run_ins[] = {w.buf[r % 2 ? x2 : x]};
+    OK(hcq_jit_run(jit, run_ins, 1, NULL, 0, r == 3, NULL));
+    world_run_eager(&w, items, 5, inputs, r % 2 ? swaps : NULL, 1, NULL, 0);
+  }
+  OK(hcq_device_synchronize(w.devs[0]));
+  OK(hcq_device_synchronize(w.devs[1]));
+  world_compare(&w, "after four JIT replays");
+  OK(hcq_jit_destroy(jit));
+  world_close(&w);
+}

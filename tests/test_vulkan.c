@@ -1,0 +1,377 @@
+/* What is particular to Vulkan devices (the rest is in test_conformance.c): GLSL and SPIR-V
+ * programs and their disk cache, launch limits, command buffers recorded once for bound queues,
+ * semaphore waits between the engines, lost devices and hang reports. Skipped without Vulkan. */
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include "core/internal.h"
+#include "vulkan/vk_stats.h"
+#include "world.h"
+
+TestSuite(vulkan, .timeout = 120);
+
+static const test_backend_t *vulkan(void) {
+  for (size_t i = 0; i < test_backend_count; i++)
+    if (!strcmp(test_backends[i].kind, "VULKAN")) return &test_backends[i];
+  return NULL;
+}
+
+/* A fresh kernel cache for this test (set before the first hcq call reads the options). */
+static void fresh_cache(char *dir, size_t size) {
+  const char *tmp = getenv("HCQ_TEST_TMP");
+  char base[512];
+  snprintf(base, sizeof(base), "%s", tmp && *tmp ? tmp : "/tmp");
+  mkdir(base, 0700);
+  snprintf(dir, size, "%s/vkcache-XXXXXX", base);
+  cr_assert_not_null(mkdtemp(dir));
+  setenv("HCQ_CACHE_DIR", dir, 1);
+}
+
+static void need_vulkan(int ndev) {
+  const char *why = test_backend_absent(vulkan(), ndev);
+  if (why) cr_skip_test("Vulkan absent: %s", why);
+}
+
+static int count_spv(const char *dir, char *last, size_t size) {
+  char path[1100];
+  snprintf(path, sizeof(path), "%s/spirv", dir);
+  DIR *d = opendir(path);
+  int n = 0;
+  if (!d) return 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    size_t len = strlen(e->d_name);
+    if (len > 4 && !strcmp(e->d_name + len - 4, ".spv")) {
+      n++;
+      if (last) snprintf(last, size, "%s/%s", path, e->d_name);
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+static uint8_t *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  cr_assert_not_null(f, "cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *buf = malloc((size_t)n);
+  cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+static void fill_and_check(hcq_device_t *d, hcq_program_t *p, int32_t value) {
+  hcq_buffer_t *out = test_buffer(d, 100 * 4);
+  int32_t vals[] = {value, 100};
+  hcq_launch_desc_t l = {p, &out, 1, vals, 2, {2, 1, 1}, {64, 1, 1}};
+  OK(hcq_launch(&l));
+  int32_t got[100];
+  test_read(out, got, sizeof(got));
+  for (int i = 0; i < 100; i++) cr_assert_eq(got[i], value, "element %d", i);
+  hcq_buffer_release(out);
+}
+
+Test(vulkan, devices_are_listed_and_named) {
+  setenv("HCQ_VULKAN_VIRTUAL", "0", 1);
+  need_vulkan(1);
+  hcq_device_info_t infos[8];
+  size_t n = hcq_device_query(infos, 8);
+  bool found = false;
+  for (size_t i = 0; i < n && i < 8; i++)
+    if (infos[i].kind == HCQ_DEVICE_VULKAN) {
+      found = true;
+      cr_assert(infos[i].available, "%s", infos[i].description);
+      cr_assert_geq(infos[i].count, 1);
+      cr_assert(strstr(infos[i].description, "VULKAN:0 is"), "%s", infos[i].description);
+    }
+  cr_assert(found, "hcq_device_query lists VULKAN");
+  hcq_device_t *d = test_open("vulkan:0");
+  cr_assert_str_eq(hcq_device_name(d), "VULKAN:0");
+  cr_assert(hcq_device_caps(d) & HCQ_CAP_COMPILE_GLSL);
+  cr_assert(hcq_device_caps(d) & HCQ_CAP_IN_ORDER_QUEUES);
+  cr_assert_not(hcq_device_caps(d) & HCQ_CAP_HOST_CALLABLE);
+  hcq_program_t *p = NULL;
+  FAILS(hcq_program_create_fn(d, "f", (hcq_cpu_kernel_fn)(uintptr_t)1, &p), HCQ_UNIMPLEMENTED, "VULKAN:0",
+        "function pointers");
+  hcq_device_t *far = NULL;
+  FAILS(hcq_device_open("VULKAN:99", &far), HCQ_NOT_FOUND, "VULKAN:99", "HCQ_VULKAN_VIRTUAL=1");
+  test_close(d);
+}
+
+Test(vulkan, glsl_errors_carry_the_compiler_output) {
+  need_vulkan(1);
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_program_t *p = NULL;
+  FAILS(hcq_program_create(d, "broken", "void main() {\n  int x = ;\n}\n", &p), HCQ_COMPILE_ERROR,
+        "compiling GLSL kernel broken failed", "broken.comp:2:", "program broken on VULKAN:0");
+  cr_assert_null(p);
+  FAILS(hcq_program_create(d, "no_main", "void other() {}\n", &p), HCQ_COMPILE_ERROR, "no_main");
+  test_close(d);
+}
+
+/* SPIR-V given directly: the module compiled from GLSL, taken from the disk cache, loads and runs;
+ * a module that is not SPIR-V, or whose entry point has another name, is refused by name. */
+Test(vulkan, spirv_given_directly) {
+  char dir[600], spv[1200];
+  fresh_cache(dir, sizeof(dir));
+  need_vulkan(1);
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_program_t *glsl = test_program(d, "fill", test_kernels_glsl);
+  fill_and_check(d, glsl, 41);
+  cr_assert_eq(count_spv(dir, spv, sizeof(spv)), 1, "the GLSL program is cached as SPIR-V");
+  size_t len;
+  uint8_t *file = read_all(spv, &len);
+  cr_assert_gt(len, 24 + 20);
+  const uint8_t *module = file + 24; /* after the cache header (magic and hash) */
+  hcq_program_t *p = NULL;
+  OK(hcq_program_create_spirv(d, "fill", module, len - 24, &p));
+  fill_and_check(d, p, -7);
+  cr_assert(!strncmp(hcq_program_source(p), "#spirv\n", 7), "the program keeps its module as source text");
+  hcq_program_t *again = NULL;
+  OK(hcq_program_create(d, "fill", hcq_program_source(p), &again));
+  fill_and_check(d, again, 5);
+  hcq_program_t *bad = NULL;
+  FAILS(hcq_program_create_spirv(d, "other", module, len - 24, &bad), HCQ_COMPILE_ERROR, "entry point is \"fill\"");
+  FAILS(hcq_program_create_spirv(d, "fill", "not spir-v at all", 16, &bad), HCQ_COMPILE_ERROR, "not a SPIR-V module");
+  FAILS(hcq_program_create(d, "fill", "#spirv\n%%%%", &bad), HCQ_COMPILE_ERROR, "not base64");
+  free(file);
+  hcq_program_release(again);
+  hcq_program_release(p);
+  hcq_program_release(glsl);
+  test_close(d);
+}
+
+/* The cache: a directory of the user's alone, files of the user's with a hash; a corrupted file is
+ * compiled again, a directory others may write is not used. */
+Test(vulkan, spirv_cache_is_private_and_checked) {
+  char dir[600], spv[1200], sub[700];
+  fresh_cache(dir, sizeof(dir));
+  need_vulkan(1);
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_program_t *p = test_program(d, "fill", test_kernels_glsl);
+  hcq_program_release(p);
+  cr_assert_eq(count_spv(dir, spv, sizeof(spv)), 1);
+  struct stat st;
+  snprintf(sub, sizeof(sub), "%s/spirv", dir);
+  cr_assert_eq(stat(sub, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0700, "the cache directory is 0700 (%o)", st.st_mode & 0777);
+  cr_assert_eq(stat(spv, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0600, "cached modules are 0600 (%o)", st.st_mode & 0777);
+  size_t len;
+  uint8_t *good = read_all(spv, &len);
+  /* Corrupt one byte of the module: the hash no longer matches, so it is compiled again. */
+  FILE *f = fopen(spv, "r+b");
+  fseek(f, 40, SEEK_SET);
+  fputc(good[40] ^ 0x5a, f);
+  fclose(f);
+  p = test_program(d, "fill", test_kernels_glsl);
+  fill_and_check(d, p, 3);
+  hcq_program_release(p);
+  size_t len2;
+  uint8_t *now = read_all(spv, &len2);
+  cr_assert_eq(len2, len);
+  cr_assert_arr_eq(now, good, len, "the corrupted file was replaced by a good one");
+  free(now);
+  free(good);
+  /* A cache directory others may write to is not trusted: nothing is read or written there. */
+  cr_assert_eq(chmod(sub, 0770), 0);
+  p = test_program(d, "add2", test_kernels_glsl);
+  hcq_program_release(p);
+  cr_assert_eq(count_spv(dir, NULL, 0), 1, "nothing was written to a group-writable cache");
+  chmod(sub, 0700);
+  p = test_program(d, "add2", test_kernels_glsl);
+  hcq_program_release(p);
+  cr_assert_eq(count_spv(dir, NULL, 0), 2);
+  test_close(d);
+}
+
+Test(vulkan, launches_beyond_the_device_limits_are_refused) {
+  need_vulkan(1);
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_program_t *p = test_program(d, "fill", test_kernels_glsl);
+  hcq_buffer_t *out = test_buffer(d, 4096);
+  int32_t vals[] = {1, 0};
+  hcq_launch_desc_t big_group = {p, &out, 1, vals, 2, {1, 1, 1}, {4096, 1, 1}};
+  FAILS(hcq_launch(&big_group), HCQ_OUT_OF_RANGE, "kernel fill", "group size 4096x1x1", "VULKAN:0");
+  hcq_launch_desc_t big_grid = {p, &out, 1, vals, 2, {UINT32_MAX, 1, 1}, {1, 1, 1}};
+  FAILS(hcq_launch(&big_grid), HCQ_OUT_OF_RANGE, "kernel fill", "grid 4294967295x1x1");
+  /* The device is fine afterwards. */
+  fill_and_check(d, p, 9);
+  hcq_buffer_release(out);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+/* Bound graph queues are recorded once: replays that only patch memory (new values, new inputs,
+ * new grid sizes) record nothing; a replay that changes a group size records that run again and
+ * still computes the right thing. */
+Test(vulkan, bound_queues_are_recorded_once) {
+  need_vulkan(1);
+  world_t w;
+  world_open_on(&w, vulkan(), 1);
+  enum { N = 256 };
+  int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 0, N, 2), x2 = world_buffer(&w, 0, N, 3);
+  hcq_expr_t *n = NULL, *l = NULL, *groups = NULL;
+  OK(hcq_var_create("n", 1, N, &n));
+  OK(hcq_var_create("l", 1, 64, &l));
+  const hcq_expr_t *vars[] = {n, l};
+  OK(hcq_expr_parse("(n+l-1)//l", vars, 2, &groups));
+  world_item_t items[3];
+  world_mix(&w, &items[0], a, x, a, hcq_imm(3), hcq_imm(1), hcq_imm(N), NULL);
+  world_mix(&w, &items[1], a, a, a, hcq_imm(1), hcq_imm(2), hcq_sym(n), groups);
+  items[1].item.kernel.local[0] = hcq_sym(l);
+  world_mix(&w, &items[2], x, a, x, hcq_imm(2), hcq_imm(5), hcq_imm(N), NULL);
+  hcq_exec_item_t its[] = {items[0].item, items[1].item, items[2].item};
+  hcq_buffer_t *ins[] = {w.buf[x]};
+  hcq_var_value_t init[] = {{n, N}, {l, 64}};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(its, 3, ins, 1, init, 2, NULL, &g));
+  hcq__vk_counters_t c0, c1, c2;
+  int inputs[] = {x}, swaps[] = {x2};
+  /* Every replay slot (replays in flight at once) records its queues on its first replay. */
+  for (unsigned i = 0; i < hcq__options()->graph_inflight; i++) {
+    OK(hcq_graph_run(g, ins, 1, init, 2, true, NULL));
+    world_run_eager(&w, items, 3, inputs, NULL, 1, init, 2);
+  }
+  world_compare(&w, "first replay");
+  cr_assert(hcq__vulkan_counters(w.devs[0], &c0));
+  cr_assert_gt(c0.records, 0, "the first replay recorded the queues");
+  for (int r = 0; r < 4; r++) {
+    hcq_var_value_t vals[] = {{n, 17 + 50 * r}, {l, 64}};
+    hcq_buffer_t *in[] = {w.buf[r % 2 ? x2 : x]};
+    OK(hcq_graph_run(g, in, 1, vals, 2, r % 2, NULL));
+    world_run_eager(&w, items, 3, inputs, r % 2 ? swaps : NULL, 1, vals, 2);
+    world_compare(&w, "replay with new values, inputs and grid");
+  }
+  cr_assert(hcq__vulkan_counters(w.devs[0], &c1));
+  cr_assert_eq(c1.records, c0.records, "replays recorded nothing new");
+  cr_assert_eq(c1.rerecords, 0, "replays re-recorded nothing");
+  cr_assert_geq(c1.submits - c0.submits, 4, "but submitted every time");
+  hcq_var_value_t other_group[] = {{n, 200}, {l, 32}};
+  OK(hcq_graph_run(g, ins, 1, other_group, 2, true, NULL));
+  world_run_eager(&w, items, 3, inputs, NULL, 1, other_group, 2);
+  world_compare(&w, "replay with another group size");
+  cr_assert(hcq__vulkan_counters(w.devs[0], &c2));
+  cr_assert_eq(c2.rerecords, 1, "the run with the changed group size was recorded again");
+  OK(hcq_graph_destroy(g));
+  hcq_expr_release(n);
+  hcq_expr_release(l);
+  hcq_expr_release(groups);
+  world_close(&w);
+}
+
+/* The copy engine and the compute engine order each other with timeline semaphores, not host
+ * round trips, when the signal they wait for is already submitted: a copy-out right behind a long
+ * kernel waits for it on the device. */
+Test(vulkan, engines_wait_on_each_other_with_semaphores) {
+  need_vulkan(1);
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_program_t *p = test_program(d, "mul_add", test_kernels_glsl);
+  enum { N = 1 << 21, M = 4096 };
+  hcq_buffer_t *x = test_buffer_iota(d, N, 1, 0);
+  uint32_t *got = malloc(M * 4), model[M];
+  for (int i = 0; i < M; i++) model[i] = (uint32_t)i;
+  hcq__vk_counters_t before, after;
+  cr_assert(hcq__vulkan_counters(d, &before));
+  for (int r = 0; r < 4; r++) {
+    int32_t v[] = {3, r, N};
+    hcq_launch_desc_t l = {p, &x, 1, v, 3, {N / 64, 1, 1}, {64, 1, 1}};
+    hcq__vk_counters_t c;
+    cr_assert(hcq__vulkan_counters(d, &c));
+    OK(hcq_launch(&l)); /* compute engine */
+    /* Let the compute engine submit the kernel first (the long kernel then still runs). */
+    for (hcq__vk_counters_t now = c; now.submits == c.submits; hcq__vulkan_counters(d, &now)) usleep(100);
+    OK(hcq_buffer_copyout(x, 0, got, M * 4)); /* copy engine, after the kernel */
+    for (int i = 0; i < M; i++) model[i] = model[i] * 3 + (uint32_t)r;
+    cr_assert_arr_eq(got, model, M * 4, "round %d", r);
+  }
+  cr_assert(hcq__vulkan_counters(d, &after));
+  cr_assert_gt(after.semaphore_waits - before.semaphore_waits, 0, "no wait became a semaphore wait");
+  free(got);
+  hcq_buffer_release(x);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+/* A queue blocked on a signal nobody sets: the timed-out wait carries the hang report, naming the
+ * wait; once the signal is set, the queue goes on. */
+Test(vulkan, hang_report_names_the_blocked_wait) {
+  setenv("HCQ_WAIT_TIMEOUT_MS", "300", 1);
+  need_vulkan(1);
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_signal_t *gate = NULL, *done = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  OK(hcq_signal_create(d, "done", 0, &done));
+  hcq_queue_t *q = NULL;
+  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
+  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
+  OK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(done)), hcq_imm(1)));
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  FAILS(hcq_signal_wait(done, 1, 300), HCQ_TIMEOUT, "signal \"done\"", "hang report", "VULKAN:0",
+        "compute queue: blocked at wait \"gate\" >= 1");
+  hcq_signal_set(gate, 1);
+  OK(hcq_signal_wait(done, 1, 5000));
+  hcq_queue_free(q);
+  hcq_signal_free(gate);
+  hcq_signal_free(done);
+  test_close(d);
+}
+
+/* A lost device fails fast, closes with objects alive, and leaves other devices working. */
+Test(vulkan, lost_device_fails_fast_and_closes) {
+  need_vulkan(2);
+  hcq_device_t *d = test_open("VULKAN:0"), *other = test_open("VULKAN:1");
+  hcq_program_t *p = test_program(d, "fill", test_kernels_glsl), *q = test_program(other, "fill", test_kernels_glsl);
+  hcq_buffer_t *out = test_buffer(d, 256);
+  OK(hcq_device_declare_lost(d, "test says so"));
+  int32_t vals[] = {1, 64};
+  hcq_launch_desc_t l = {p, &out, 1, vals, 2, {1, 1, 1}, {64, 1, 1}};
+  FAILS(hcq_launch(&l), HCQ_DEVICE_LOST, "VULKAN:0", "test says so");
+  uint8_t host[256];
+  FAILS(hcq_buffer_copyout(out, 0, host, 256), HCQ_DEVICE_LOST, "VULKAN:0");
+  OK(hcq_device_close(d));
+  hcq_buffer_release(out);
+  hcq_program_release(p);
+  fill_and_check(other, q, 12);
+  hcq_program_release(q);
+  test_close(other);
+}
+
+/* Eager transfers between a CPU device and a Vulkan device run on the Vulkan copy engine, both ways;
+ * one graph over both kinds is refused by name. */
+Test(vulkan, transfers_with_cpu_devices) {
+  need_vulkan(1);
+  hcq_device_t *v = test_open("VULKAN:0"), *c = test_open("CPU:0");
+  hcq_program_t *pv = test_program(v, "mul_add", test_kernels_glsl), *pc = test_program(c, "mul_add", test_kernels_source);
+  enum { N = 4096 };
+  hcq_buffer_t *xc = test_buffer_iota(c, N, 1, 0), *xv = test_buffer(v, N * 4);
+  uint32_t model[N], got[N];
+  for (int i = 0; i < N; i++) model[i] = (uint32_t)i;
+  for (int r = 0; r < 4; r++) {
+    int32_t a[] = {3, r, N}, b[] = {5, 1, N};
+    hcq_launch_desc_t lc = {pc, &xc, 1, a, 3, {N / 64, 1, 1}, {64, 1, 1}}, lv = {pv, &xv, 1, b, 3, {N / 64, 1, 1}, {64, 1, 1}};
+    OK(hcq_launch(&lc));
+    OK(hcq_transfer(xv, xc, N * 4)); /* CPU -> Vulkan */
+    OK(hcq_launch(&lv));
+    OK(hcq_transfer(xc, xv, N * 4)); /* Vulkan -> CPU */
+    for (int i = 0; i < N; i++) model[i] = (model[i] * 3 + (uint32_t)r) * 5 + 1;
+  }
+  test_read(xc, got, sizeof(got));
+  cr_assert_arr_eq(got, model, sizeof(got));
+  hcq_operand_t vals[] = {hcq_imm(2), hcq_imm(1), hcq_imm(N)};
+  hcq_kernel_item_t kc = {pc, &xc, 1, (uint32_t[]){0}, 1, vals, 3, {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
+                          {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
+  hcq_kernel_item_t kv = {pv, &xv, 1, (uint32_t[]){0}, 1, vals, 3, {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
+                          {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
+  hcq_exec_item_t its[] = {{.kind = HCQ_ITEM_KERNEL, .kernel = kc}, {.kind = HCQ_ITEM_KERNEL, .kernel = kv}};
+  hcq_graph_t *g = NULL;
+  FAILS(hcq_graph_create(its, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "cannot mix CPU:0 with VULKAN:0");
+  hcq_buffer_release(xc);
+  hcq_buffer_release(xv);
+  hcq_program_release(pc);
+  hcq_program_release(pv);
+  test_close(c);
+  test_close(v);
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The Vulkan suite on a machine with a GPU (NVIDIA's Vulkan driver), for tools/gpu-check.sh to call.
+#
+#   tools/vulkan-check.sh prepare [DIR]   here (Debian 12, with `make deps` done): build the Vulkan
+#                                          suite, the hcq command and the examples into DIR
+#                                          (default .vkcarry) with every shared library they need,
+#                                          the Vulkan loader and the dynamic linker included, so the
+#                                          GPU machine needs nothing installed
+#   tools/vulkan-check.sh run [DIR]        on the GPU machine: the Vulkan conformance suite, the
+#                                          Vulkan tests, every example (--check, and bytes equal to
+#                                          the CPU's), hcq bench rows eager vs graph; logs and a
+#                                          summary under $OUT (or DIR/out)
+#
+# DIR must travel with the working tree: add it to .git/info/exclude and name it in the device
+# tool's `carry`. The run uses the machine's Vulkan driver (its ICD file; the NVIDIA one under
+# /usr/local/nvidia is used when the loader finds none), HCQ_VULKAN_VIRTUAL=1 so multi-device
+# scenarios open several logical devices on the one GPU, and exits non-zero when anything failed.
+set -u
+mode=${1:-}
+dir=${2:-.vkcarry}
+
+bundle_libs() { # bundle_libs DEST GLIBC_DEST BINARY...: every shared library the binaries load; the C
+  # library and its dynamic linker apart (used only when the machine's own C library is too old)
+  local dest=$1 glibc=$2; shift 2
+  mkdir -p "$dest" "$glibc"
+  for bin in "$@"; do
+    ldd "$bin" | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
+      case $(basename "$lib") in
+        libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|ld-linux*) cp -L -n "$lib" "$glibc/" ;;
+        *) cp -L -n "$lib" "$dest/" ;;
+      esac
+    done
+  done
+  cp -L -n /lib64/ld-linux-x86-64.so.2 "$glibc/" 2>/dev/null || true
+  # The loader is opened at run time, so ldd does not list it.
+  for lib in libvulkan.so.1; do
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
+    [ -n "$path" ] && cp -L -n "$path" "$dest/"
+  done
+}
+
+case "$mode" in
+  prepare)
+    set -e
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    scripts/install-deps.sh
+    cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHCQ_BUILD_BENCH=OFF >/dev/null
+    cmake --build "$root/build-gpu" -j "$(nproc)" --target test_conformance test_vulkan hcq_cli
+    rm -rf "$dir"
+    mkdir -p "$dir/bin" "$dir/lib" "$dir/glibc"
+    for b in tests/test_conformance tests/test_vulkan cli/hcq; do
+      cp "$root/build-gpu/$b" "$dir/bin/"
+      strip "$dir/bin/$(basename "$b")"
+    done
+    bundle_libs "$dir/lib" "$dir/glibc" "$dir"/bin/*
+    cp -r "$root/examples" "$dir/examples"
+    cp "$root/tests/cli/test_examples_vulkan.sh" "$dir/bin/"
+    cp "$0" "$dir/bin/vulkan-check.sh"
+    du -sh "$dir"
+    echo "prepared $dir: carry it and run tools/vulkan-check.sh run $dir there"
+    ;;
+  run)
+    out=${OUT:-$dir/out}
+    mkdir -p "$out"
+    bin=$(cd "$dir/bin" && pwd)
+    lib=$(cd "$dir/lib" && pwd)
+    glibc=$(cd "$dir/glibc" && pwd)
+    export HCQ_VULKAN_VIRTUAL=1 HCQ_CACHE_DIR=$out/kernel-cache HCQ_TEST_TMP=$out/tmp
+    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    nv_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    # Run a bundled binary: directly when this machine's C library is new enough, else through the
+    # bundled dynamic linker.
+    runner=()
+    if ! "$bin/hcq" info >/dev/null 2>&1; then
+      runner=("$glibc/ld-linux-x86-64.so.2" --library-path "$lib:$glibc")
+    fi
+    hcq() { "${runner[@]}" "$bin/hcq" "$@"; }
+    hcq info | tee "$out/info.txt"
+    if ! grep -q '^VULKAN *available' "$out/info.txt" && [ -f "$nv_icd" ]; then
+      export VK_DRIVER_FILES=$nv_icd VK_ICD_FILENAMES=$nv_icd
+      hcq info | tee "$out/info.txt"
+    fi
+    failed=0
+    step() { # step NAME COMMAND...: runs, logs, counts failures
+      local name=$1; shift
+      echo "== $name"
+      if "$@" >"$out/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; failed=$((failed + 1)); fi
+      tail -3 "$out/$name.log"
+    }
+    step conformance "${runner[@]}" "$bin/test_conformance" --filter='conformance_vulkan/*' --jobs 1 --verbose
+    step vulkan "${runner[@]}" "$bin/test_vulkan" --jobs 1 --verbose
+    hcq_wrapper="$out/hcq"
+    printf '#!/bin/sh\nexec %s "%s" "$@"\n' "${runner[*]}" "$bin/hcq" >"$hcq_wrapper"
+    chmod +x "$hcq_wrapper"
+    step examples bash "$bin/test_examples_vulkan.sh" "$hcq_wrapper" "$dir/examples"
+    for f in "$dir"/examples/*.json; do
+      name=$(basename "$f" .json)
+      step "bench_$name" hcq bench "$f" --device-map CPU=VULKAN --json
+      step "bench_cpu_$name" hcq bench "$f" --json
+    done
+    {
+      echo "device: $(grep '^VULKAN' "$out/info.txt")"
+      for f in "$out"/bench_*.log; do echo "$(basename "$f" .log): $(tail -1 "$f")"; done
+      echo "$failed step(s) failed"
+    } | tee "$out/summary.txt"
+    [ "$failed" = 0 ]
+    ;;
+  *)
+    echo "usage: tools/vulkan-check.sh prepare|run [DIR]" >&2
+    exit 2
+    ;;
+esac
