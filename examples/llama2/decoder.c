@@ -66,10 +66,7 @@ struct llama2_decoder {
   item_args_t *args;
   size_t nitems, nkernels, batch_size;
   bool profile;
-  /* The captured step and a second graph of the same items: steps alternate between them, so a
-   * replay never waits on the host for the one just before it (replays of one graph are
-   * serialised on the host) and the host queues the next step while the devices run this one. */
-  hcq_jit_t *jit[2];
+  hcq_jit_t *jit; /* the captured step */
 };
 
 static hcq_status_t upload(hcq_device_t *dev, const float *src, size_t n, const char *label, int layer,
@@ -279,11 +276,7 @@ hcq_status_t llama2_decoder_destroy(llama2_decoder_t *m) {
   hcq_status_t st = NULL;
   for (int d = 0; d < m->ndev; d++)
     if (m->d[d].dev && !st) st = hcq_device_synchronize(m->d[d].dev);
-  for (int i = 0; i < 2 && !st; i++)
-    if (m->jit[i]) {
-      st = hcq_jit_destroy(m->jit[i]);
-      if (!st) m->jit[i] = NULL;
-    }
+  if (m->jit && !st && !(st = hcq_jit_destroy(m->jit))) m->jit = NULL;
   if (st) return st; /* still running: keep everything alive */
   free(m->items);
   free(m->args);
@@ -331,11 +324,10 @@ hcq_status_t llama2_decoder_step_eager(llama2_decoder_t *m, int pos) {
 
 hcq_status_t llama2_decoder_capture(llama2_decoder_t *m, int pos) {
   TRY(check_pos(m, pos));
-  for (int i = 0; i < 2; i++)
-    if (m->jit[i]) {
-      TRY(hcq_jit_destroy(m->jit[i]));
-      m->jit[i] = NULL;
-    }
+  if (m->jit) {
+    TRY(hcq_jit_destroy(m->jit));
+    m->jit = NULL;
+  }
   hcq_var_value_t v = {m->pos, pos};
   hcq_capture_t *cap;
   TRY(hcq_capture_begin(&cap));
@@ -347,22 +339,16 @@ hcq_status_t llama2_decoder_capture(llama2_decoder_t *m, int pos) {
     }
   }
   hcq_jit_options_t opts = {m->batch_size ? m->batch_size : m->nitems, m->profile, false};
-  TRY(hcq_capture_end(cap, NULL, 0, &v, 1, &opts, &m->jit[0]));
-  const hcq_jit_t *a = m->jit[0];
-  size_t n = hcq_jit_item_count(a);
-  hcq_exec_item_t *items = malloc(n * sizeof(*items));
-  if (!items) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  for (size_t i = 0; i < n; i++) items[i] = *hcq_jit_item(a, i);
-  hcq_status_t st = hcq_jit_create(items, n, NULL, 0, &v, 1, &opts, &m->jit[1]);
-  free(items);
-  return st;
+  return hcq_capture_end(cap, NULL, 0, &v, 1, &opts, &m->jit);
 }
 
+/* Without waiting: the library keeps a few replays of one graph in flight, so the host queues the
+ * next step while the devices run this one, as eager launches do. */
 hcq_status_t llama2_decoder_step_graph(llama2_decoder_t *m, int pos) {
-  if (!m->jit[0]) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llama2 decoder: no captured step to replay");
+  if (!m->jit) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llama2 decoder: no captured step to replay");
   TRY(check_pos(m, pos));
   hcq_var_value_t v = {m->pos, pos};
-  return hcq_jit_run(m->jit[pos & 1], NULL, 0, &v, 1, false, NULL);
+  return hcq_jit_run(m->jit, NULL, 0, &v, 1, false, NULL);
 }
 
 hcq_status_t llama2_decoder_sync(llama2_decoder_t *m) {
@@ -384,6 +370,6 @@ hcq_status_t llama2_decoder_logits(llama2_decoder_t *m, float *out) {
 
 size_t llama2_decoder_items_per_step(const llama2_decoder_t *m) { return m->nitems; }
 size_t llama2_decoder_kernels_per_step(const llama2_decoder_t *m) { return m->nkernels; }
-const hcq_jit_report_t *llama2_decoder_report(const llama2_decoder_t *m) { return m->jit[0] ? hcq_jit_report(m->jit[0]) : NULL; }
+const hcq_jit_report_t *llama2_decoder_report(const llama2_decoder_t *m) { return m->jit ? hcq_jit_report(m->jit) : NULL; }
 const llama2_config_t *llama2_decoder_config(const llama2_decoder_t *m) { return &m->c; }
-hcq_jit_t *llama2_decoder_jit(const llama2_decoder_t *m) { return m->jit[0]; }
+hcq_jit_t *llama2_decoder_jit(const llama2_decoder_t *m) { return m->jit; }

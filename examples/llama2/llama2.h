@@ -112,12 +112,10 @@ HCQ_MUST_USE hcq_status_t llama2_decoder_reset(llama2_decoder_t *dec);
 /* Runs the step at pos (0 <= pos < seq_len) eagerly, kernel by kernel, without waiting. */
 HCQ_MUST_USE hcq_status_t llama2_decoder_step_eager(llama2_decoder_t *dec, int pos);
 /* Runs the step at pos under an hcq capture and keeps the result for llama2_decoder_step_graph.
- * The step runs (and produces its token) like an eager one. A second graph of the same items is
- * built next to it: steps alternate between the two, so that replaying step p+1 does not wait on
- * the host for step p to finish (replays of one graph are serialised) and steps queue back to back
- * as eager launches do. */
+ * The step runs (and produces its token) like an eager one. */
 HCQ_MUST_USE hcq_status_t llama2_decoder_capture(llama2_decoder_t *dec, int pos);
-/* Replays the captured step at pos, without waiting. FAILED_PRECONDITION before a capture. */
+/* Replays the captured step at pos, without waiting (steps queue back to back, like eager
+ * launches). FAILED_PRECONDITION before a capture. */
 HCQ_MUST_USE hcq_status_t llama2_decoder_step_graph(llama2_decoder_t *dec, int pos);
 /* Waits until every step queued so far has finished. */
 HCQ_MUST_USE hcq_status_t llama2_decoder_sync(llama2_decoder_t *dec);
@@ -131,7 +129,7 @@ size_t llama2_decoder_items_per_step(const llama2_decoder_t *dec);
 size_t llama2_decoder_kernels_per_step(const llama2_decoder_t *dec);
 const hcq_jit_report_t *llama2_decoder_report(const llama2_decoder_t *dec);
 const llama2_config_t *llama2_decoder_config(const llama2_decoder_t *dec);
-/* The captured step (borrowed; NULL before a capture); its twin replays the odd positions. */
+/* The captured step (borrowed; NULL before a capture). */
 hcq_jit_t *llama2_decoder_jit(const llama2_decoder_t *dec);
 
 #ifdef __cplusplus
