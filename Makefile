@@ -60,8 +60,11 @@ fuzz:
 	  -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
 	  -dict=fuzz/graphfile.dict -artifact_prefix=build-fuzz/artifacts/ build-fuzz/corpus
 
-bench: build
-	$(BUILD_DIR)/bench/hcq_bench
+# make bench: the benchmark table (bench/run.sh); BENCH_ARGS=--json for JSON, --plot FILE for a plot.
+bench:
+	@HCQ_DEPS_BENCH=1 scripts/install-deps.sh
+	$(call cmake_build,$(BUILD_DIR),)
+	bench/run.sh $(BUILD_DIR) $(BENCH_ARGS)
 
 demo: build-lib
 	@$(BUILD_DIR)/cli/hcq demo

@@ -34,7 +34,17 @@ static inline double median(double *v, int n) {
   return v[n / 2];
 }
 
-static inline void row(const char *what, double value, const char *unit) { printf("| %-58s | %12.1f | %-5s |\n", what, value, unit); }
+#include "rows.h"
+
+/* --rows: one JSON line per result (bench/rows.h) for bench/report.py, instead of the table. */
+extern int bench_rows_mode;
+
+static inline void row(const char *what, double value, const char *unit) {
+  if (bench_rows_mode)
+    emit_row("hcq primitives", what, value, unit, "");
+  else
+    printf("| %-58s | %12.1f | %-5s |\n", what, value, unit);
+}
 
 void bench_empty_kernel(void *const *bufs, const int32_t *vals, const hcq_launch_t *l);
 void bench_graph(hcq_device_t *dev, hcq_program_t *empty);

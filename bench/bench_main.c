@@ -113,8 +113,10 @@ static void bench_plain_loop(void) {
   row("plain C loop of indirect calls (reference)", median(per, REPS), "ns");
 }
 
+int bench_rows_mode;
+
 int main(int argc, char **argv) {
-  (void)argc, (void)argv;
+  bench_rows_mode = argc > 1 && !strcmp(argv[1], "--rows");
   /* Measure with spinning workers (1 ms before they sleep), so that a sample does not depend on
    * whether an engine happened to fall asleep; HCQ_SPIN_NS set by the caller wins. */
   setenv("HCQ_SPIN_NS", "1000000", 0);
@@ -124,10 +126,12 @@ int main(int argc, char **argv) {
   CHECK(hcq_program_create_fn(dev, "empty", bench_empty_kernel, &prog));
   hcq_buffer_t *buf;
   CHECK(hcq_buffer_create(dev, 64, &buf));
+  if (!bench_rows_mode) {
   printf("hcq benchmarks on CPU:0 (%u threads per device, HCQ_SPIN_NS=%s), medians over repetitions\n\n",
          hcq_device_thread_count(dev), getenv("HCQ_SPIN_NS"));
   printf("| %-58s | %12s | %-5s |\n", "measure", "median", "unit");
   printf("|%s|%s|%s|\n", "------------------------------------------------------------", "--------------", "-------");
+  }
   bench_plain_loop();
   bench_eager_launch(dev, prog, buf);
   bench_signal_round_trip(dev);

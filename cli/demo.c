@@ -1,170 +1,248 @@
-/* hcq demo: a decode-style loop (many small kernels per step over two devices, a variable that
- * changes every step) captured once and replayed as graphs, against the same work run eagerly. */
+/* hcq demo: greedy decoding of a llama2.c-layout checkpoint (generated when none is given), eagerly
+ * kernel by kernel, then with the captured step replayed as graphs; the two token streams must be
+ * identical. See examples/llama2/ for the decoder. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli/cli.h"
+#include "llama2.h"
 
-#define TRY(call)                \
-  do {                           \
-    hcq_status_t st_ = (call);   \
-    if (st_) return st_;         \
-  } while (0)
+enum { MAX_REPS = 50 };
 
-enum { N = 256, LAYERS0 = 48, LAYERS1 = 16, ITEMS = LAYERS0 + LAYERS1 + 2, STEPS = 300 };
+typedef struct demo_args {
+  llama2_shape_t shape;
+  const char *model, *tokenizer, *write_model;
+  unsigned long long steps, devices, reps;
+  bool steps_given, reps_given, json;
+} demo_args_t;
 
-static const char *k_source =
-    "void layer(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
-    "  uint32_t *x = b[0]; const uint32_t *w = b[1];\n"
-    "  for (uint32_t t = 0; t < l->lsz[0]; t++) {\n"
-    "    size_t i = (size_t)l->gid[0] * l->lsz[0] + t;\n"
-    "    x[i] = x[i] * (uint32_t)v[0] + w[i] + (uint32_t)v[1];\n"
-    "  }\n"
-    "}\n";
-
-typedef struct side {
-  hcq_buffer_t *x0, *w0, *x1, *w1;
-  hcq_buffer_t *bufs[4][2];
-  hcq_exec_item_t items[ITEMS];
-} side_t;
-
-static const uint32_t k_outs[1] = {0};
-
-/* One step: LAYERS0 layers on CPU:0, to CPU:1, LAYERS1 layers there, back. */
-static void make_items(side_t *s, hcq_program_t *p0, hcq_program_t *p1, const hcq_operand_t *vals) {
-  hcq_buffer_t *pairs[2][2] = {{s->x0, s->w0}, {s->x1, s->w1}};
-  memcpy(s->bufs[0], pairs[0], sizeof(pairs[0]));
-  memcpy(s->bufs[1], pairs[1], sizeof(pairs[1]));
-  size_t j = 0;
-  for (int d = 0; d < 2; d++) {
-    int layers = d ? LAYERS1 : LAYERS0;
-    for (int k = 0; k < layers; k++) {
-      hcq_kernel_item_t it = {d ? p1 : p0, s->bufs[d], 2, k_outs, 1, vals, 2,
-                              {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
-      s->items[j].kind = HCQ_ITEM_KERNEL;
-      s->items[j++].kernel = it;
-    }
-    s->items[j].kind = HCQ_ITEM_TRANSFER;
-    s->items[j++].transfer = (hcq_transfer_item_t){d ? s->x0 : s->x1, d ? s->x1 : s->x0, N * 4};
-  }
-}
-
-static hcq_status_t make_side(side_t *s, hcq_device_t *d0, hcq_device_t *d1) {
-  memset(s, 0, sizeof(*s));
-  uint32_t host[N];
-  TRY(hcq_buffer_create(d0, N * 4, &s->x0));
-  TRY(hcq_buffer_create(d0, N * 4, &s->w0));
-  TRY(hcq_buffer_create(d1, N * 4, &s->x1));
-  TRY(hcq_buffer_create(d1, N * 4, &s->w1));
-  for (int i = 0; i < N; i++) host[i] = (uint32_t)i * 2654435761u;
-  TRY(hcq_buffer_copyin(s->w0, 0, host, sizeof(host)));
-  for (int i = 0; i < N; i++) host[i] = (uint32_t)i ^ 0x5bd1e995u;
-  TRY(hcq_buffer_copyin(s->w1, 0, host, sizeof(host)));
-  return NULL;
-}
-
-static void free_side(side_t *s) {
-  hcq_buffer_release(s->x0);
-  hcq_buffer_release(s->w0);
-  hcq_buffer_release(s->x1);
-  hcq_buffer_release(s->w1);
-}
+typedef struct mode_result {
+  double tok_s;         /* median over repetitions of steps / (first submit .. all done) */
+  double host_us;       /* median over steps of the host time to submit one step */
+  int32_t *tokens;
+} mode_result_t;
 
 static double now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static hcq_status_t demo(hcq_device_t *d0, hcq_device_t *d1, hcq_program_t *p0, hcq_program_t *p1, hcq_expr_t *pos,
-                         side_t *eager, side_t *replayed, int *mismatch) {
-  hcq_operand_t vals[2] = {hcq_imm(3), hcq_sym(pos)};
-  make_items(eager, p0, p1, vals);
-  make_items(replayed, p0, p1, vals);
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
 
-  /* Step 0 of the replayed side runs under capture: it executes and is recorded. */
-  hcq_capture_t *cap;
-  hcq_jit_t *jit = NULL;
-  TRY(hcq_capture_begin(&cap));
-  hcq_var_value_t v0 = {pos, 0};
-  for (size_t j = 0; j < ITEMS; j++) {
-    hcq_status_t st = hcq_exec_item_run(&replayed->items[j], &v0, 1);
-    if (st) {
-      hcq_capture_abort(cap);
-      return st;
-    }
-  }
-  TRY(hcq_capture_end(cap, NULL, 0, &v0, 1, NULL, &jit));
-  for (size_t j = 0; j < ITEMS; j++) TRY(hcq_exec_item_run(&eager->items[j], &v0, 1));
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
-  double te = 0, tg = 0, he = 0, hg = 0;
-  hcq_status_t st = NULL;
-  for (int step = 1; step < STEPS && !st; step++) {
-    hcq_var_value_t v = {pos, step};
+static hcq_status_t step(llama2_decoder_t *dec, bool graph, int pos) {
+  return graph ? llama2_decoder_step_graph(dec, pos) : llama2_decoder_step_eager(dec, pos);
+}
+
+/* Decodes `steps` tokens reps times, each from BOS; throughput runs queue steps back to back (the
+ * argmax feeds the next step on the device) and wait once at the end. Then one run that waits for
+ * the devices before each step measures the host's own time per step, without queueing effects. */
+static hcq_status_t run_mode(llama2_decoder_t *dec, bool graph, int steps, int reps, mode_result_t *out) {
+  double rate[MAX_REPS], *host = malloc((size_t)steps * sizeof(double));
+  hcq_status_t st = host ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  for (int r = 0; r <= reps && !st; r++) { /* run 0 warms caches and is not counted */
+    if ((st = llama2_decoder_reset(dec)) || (st = llama2_decoder_sync(dec))) break;
     double t0 = now_us();
-    for (size_t j = 0; j < ITEMS && !st; j++) st = hcq_exec_item_run(&eager->items[j], &v, 1);
-    double t1 = now_us();
-    if (!st) st = hcq_device_synchronize(d0);
-    double t2 = now_us();
-    if (!st) st = hcq_jit_run(jit, NULL, 0, &v, 1, false, NULL);
-    double t3 = now_us();
-    if (!st) st = hcq_device_synchronize(d0);
-    double t4 = now_us();
-    he += t1 - t0, te += t2 - t0;
-    hg += t3 - t2, tg += t4 - t2;
+    for (int p = 0; p < steps && !st; p++) st = step(dec, graph, p);
+    if (!st) st = llama2_decoder_sync(dec);
+    if (r > 0) rate[r - 1] = steps / ((now_us() - t0) / 1e6);
   }
-  uint32_t a[N], b[N];
-  if (!st) st = hcq_buffer_copyout(eager->x0, 0, a, sizeof(a));
-  if (!st) st = hcq_buffer_copyout(replayed->x0, 0, b, sizeof(b));
+  if (!st) st = llama2_decoder_reset(dec);
+  for (int p = 0; p < steps && !st; p++) {
+    if ((st = llama2_decoder_sync(dec))) break;
+    double t0 = now_us();
+    st = step(dec, graph, p);
+    host[p] = now_us() - t0;
+  }
+  if (!st) st = llama2_decoder_tokens(dec, out->tokens, steps);
   if (!st) {
-    *mismatch = memcmp(a, b, sizeof(a)) != 0;
-    printf("hcq demo: a decode-style step of %d small kernels and 2 transfers over CPU:0 and CPU:1,\n"
-           "          with a step variable in every kernel, %d steps\n\n",
-           LAYERS0 + LAYERS1, STEPS - 1);
-    printf("capture report:\n%s\n", hcq_jit_report(jit)->text);
-    int n = STEPS - 1;
-    printf("                      host time per step   step to completion\n");
-    printf("  eager               %11.1f us       %11.1f us\n", he / n, te / n);
-    printf("  graph replay        %11.1f us       %11.1f us\n", hg / n, tg / n);
-    printf("  graph / eager       %11.2f x        %11.2f x\n", hg > 0 ? he / hg : 0.0, tg > 0 ? te / tg : 0.0);
-    printf("  (host time: what the calling thread spends submitting; the rest of a step is the devices\n"
-           "   working and handing off to each other, which graph replay does not change)\n");
-    printf("  result: %s\n", *mismatch ? "MISMATCH between replay and eager" : "replay matches eager execution byte for byte");
+    out->tok_s = median(rate, (size_t)reps);
+    out->host_us = median(host, (size_t)steps);
   }
-  hcq_status_t dst = hcq_jit_destroy(jit);
-  if (!st) st = dst;
-  else hcq_status_free(dst);
-  (void)d1;
+  free(host);
   return st;
 }
 
+static int parse_args(int argc, char **argv, demo_args_t *a) {
+  *a = (demo_args_t){LLAMA2_SHAPE_SMALL, NULL, NULL, NULL, 256, 1, 5, false, false, false};
+  for (int i = 0; i < argc; i++) {
+    const char *o = argv[i];
+    bool has_value = i + 1 < argc;
+    if (!strcmp(o, "--json")) {
+      a->json = true;
+    } else if (!strcmp(o, "--size") || !strcmp(o, "--model") || !strcmp(o, "--tokenizer") || !strcmp(o, "--steps") ||
+               !strcmp(o, "--devices") || !strcmp(o, "--write-model") || !strcmp(o, "--repeat")) {
+      if (!has_value) return cli_usage_error("demo: %s needs a value", o);
+      const char *v = argv[++i];
+      if (!strcmp(o, "--size")) {
+        if (!strcmp(v, "small")) a->shape = LLAMA2_SHAPE_SMALL;
+        else if (!strcmp(v, "15m")) a->shape = LLAMA2_SHAPE_15M;
+        else return cli_usage_error("demo: --size \"%s\": expected small or 15m", v);
+      } else if (!strcmp(o, "--model")) {
+        a->model = v;
+      } else if (!strcmp(o, "--tokenizer")) {
+        a->tokenizer = v;
+      } else if (!strcmp(o, "--write-model")) {
+        a->write_model = v;
+      } else if (!strcmp(o, "--steps")) {
+        if (!cli_parse_uint(v, 1, 1u << 20, &a->steps)) return cli_usage_error("demo: --steps \"%s\": expected a positive integer", v);
+        a->steps_given = true;
+      } else if (!strcmp(o, "--devices")) {
+        if (!cli_parse_uint(v, 1, 2, &a->devices)) return cli_usage_error("demo: --devices \"%s\": expected 1 or 2", v);
+      } else {
+        if (!cli_parse_uint(v, 1, MAX_REPS, &a->reps))
+          return cli_usage_error("demo: --repeat \"%s\": expected 1..%d", v, MAX_REPS);
+        a->reps_given = true;
+      }
+    } else {
+      return cli_usage_error("demo: unknown argument \"%s\" (usage: hcq demo [--size small|15m] [--model FILE] "
+                             "[--tokenizer FILE] [--steps N] [--devices 1|2] [--repeat N] [--write-model FILE] [--json])",
+                             o);
+    }
+  }
+  return HCQ_EXIT_OK;
+}
+
+static void print_tokens(const int32_t *t, int n, const llama2_tokenizer_t *tok) {
+  if (tok) {
+    printf("  text: ");
+    char scratch[2];
+    int prev = 1;
+    for (int i = 0; i < n; i++) {
+      fputs(llama2_tokenizer_piece(tok, prev, t[i], scratch), stdout);
+      prev = t[i];
+    }
+    printf("\n");
+    return;
+  }
+  enum { SHOWN = 48 };
+  printf("  token ids:");
+  for (int i = 0; i < n && i < SHOWN; i++) printf("%s%d", i % 16 == 0 && i ? "\n            " : " ", t[i]);
+  if (n > SHOWN) printf(" ... (%d in all)", n);
+  printf("\n");
+}
+
+static void print_json(const demo_args_t *a, const llama2_config_t *c, const llama2_decoder_t *dec,
+                       const mode_result_t *e, const mode_result_t *g, int steps, bool identical) {
+  printf("{\"model\": ");
+  if (a->model) {
+    putchar('"');
+    for (const char *p = a->model; *p; p++) {
+      if (*p == '"' || *p == '\\') putchar('\\');
+      if ((unsigned char)*p < 0x20) printf("\\u%04x", *p); else putchar(*p);
+    }
+    putchar('"');
+  } else {
+    printf("\"generated %s\"", a->shape == LLAMA2_SHAPE_SMALL ? "small" : "15m");
+  }
+  printf(", \"config\": {\"dim\": %d, \"hidden_dim\": %d, \"n_layers\": %d, \"n_heads\": %d, \"n_kv_heads\": %d, "
+         "\"vocab_size\": %d, \"seq_len\": %d}",
+         c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
+  const hcq_jit_report_t *rep = llama2_decoder_report(dec);
+  printf(", \"devices\": %llu, \"steps\": %d, \"repetitions\": %llu, \"kernels_per_token\": %zu, "
+         "\"transfers_per_token\": %zu, \"graphs_per_token\": %zu",
+         a->devices, steps, a->reps, llama2_decoder_kernels_per_step(dec),
+         llama2_decoder_items_per_step(dec) - llama2_decoder_kernels_per_step(dec), rep ? rep->batches : 0);
+  printf(", \"eager_tok_s\": %.1f, \"graph_tok_s\": %.1f, \"speedup\": %.3f", e->tok_s, g->tok_s, g->tok_s / e->tok_s);
+  printf(", \"host_us_per_token_eager\": %.2f, \"host_us_per_token_graph\": %.2f", e->host_us, g->host_us);
+  printf(", \"identical\": %s, \"tokens\": [", identical ? "true" : "false");
+  for (int i = 0; i < steps; i++) printf("%s%d", i ? ", " : "", g->tokens[i]);
+  printf("], \"eager_tokens\": [");
+  for (int i = 0; i < steps; i++) printf("%s%d", i ? ", " : "", e->tokens[i]);
+  printf("]}\n");
+}
+
+static void print_screen(const demo_args_t *a, const llama2_config_t *c, const llama2_decoder_t *dec,
+                         const mode_result_t *e, const mode_result_t *g, int steps, bool identical,
+                         const llama2_tokenizer_t *tok) {
+  if (a->model)
+    printf("hcq demo: greedy decoding of %s\n", a->model);
+  else
+    printf("hcq demo: greedy decoding of a generated llama2 model (--size %s)\n",
+           a->shape == LLAMA2_SHAPE_SMALL ? "small" : "15m");
+  printf("  dim %d, hidden %d, %d layers, %d heads, %d KV heads, vocab %d, seq %d\n", c->dim, c->hidden_dim,
+         c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
+  size_t kernels = llama2_decoder_kernels_per_step(dec), transfers = llama2_decoder_items_per_step(dec) - kernels;
+  const hcq_jit_report_t *rep = llama2_decoder_report(dec);
+  printf("  %d steps from BOS on %s; %zu kernels per token", steps, a->devices == 2 ? "CPU:0 + CPU:1" : "CPU:0",
+         kernels);
+  if (transfers) printf(" + %zu transfers", transfers);
+  printf(";\n  one captured step, replayed as %zu graph%s per token\n\n", rep ? rep->batches : 0,
+         rep && rep->batches == 1 ? "" : "s");
+  print_tokens(g->tokens, steps, tok);
+  if (identical) {
+    printf("  eager and graph replay: identical tokens\n\n");
+  } else {
+    int i = 0;
+    while (i < steps && e->tokens[i] == g->tokens[i]) i++;
+    printf("  MISMATCH: eager and graph replay differ first at step %d (eager %d, graph %d)\n\n", i, e->tokens[i],
+           g->tokens[i]);
+  }
+  printf("                    tokens/s   host us/token\n");
+  printf("  eager           %10.1f   %13.2f\n", e->tok_s, e->host_us);
+  printf("  graph replay    %10.1f   %13.2f\n", g->tok_s, g->host_us);
+  printf("  speed-up        %9.2fx   %12.1fx\n", g->tok_s / e->tok_s, e->host_us / g->host_us);
+  printf("\n  tokens/s: median of %llu decodes of %d tokens, steps queued back to back; host us/token: median\n"
+         "  over steps of the time to submit one step with the devices idle (eager: %zu launches; graph: one\n"
+         "  replay). Same kernels in both modes; `hcq demo --help` for options.\n",
+         a->reps, steps, kernels);
+}
+
 int cli_demo(int argc, char **argv) {
-  (void)argv;
-  if (argc > 0) return cli_usage_error("demo takes no arguments");
-  hcq_device_t *d0 = NULL, *d1 = NULL;
-  hcq_program_t *p0 = NULL, *p1 = NULL;
-  hcq_expr_t *pos = NULL;
-  side_t eager = {0}, replayed = {0};
-  int mismatch = 0;
-  hcq_status_t st = hcq_device_open("CPU:0", &d0);
-  if (!st) st = hcq_device_open("CPU:1", &d1);
-  if (!st) st = hcq_program_create(d0, "layer", k_source, &p0);
-  if (!st) st = hcq_program_create(d1, "layer", k_source, &p1);
-  if (!st) st = hcq_var_create("pos", 0, 1 << 20, &pos);
-  if (!st) st = make_side(&eager, d0, d1);
-  if (!st) st = make_side(&replayed, d0, d1);
-  if (!st) st = demo(d0, d1, p0, p1, pos, &eager, &replayed, &mismatch);
-  if (d0) hcq_status_free(hcq_device_synchronize(d0));
-  if (d1) hcq_status_free(hcq_device_synchronize(d1));
-  free_side(&eager);
-  free_side(&replayed);
-  hcq_expr_release(pos);
-  hcq_program_release(p0);
-  hcq_program_release(p1);
-  if (d1) hcq_status_free(hcq_device_close(d1));
-  if (d0) hcq_status_free(hcq_device_close(d0));
+  demo_args_t a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc) return rc;
+  llama2_checkpoint_t ck;
+  llama2_tokenizer_t tok = {0};
+  llama2_decoder_t *dec = NULL;
+  mode_result_t e = {0}, g = {0};
+  hcq_status_t st = a.model ? llama2_checkpoint_load(a.model, &ck) : llama2_checkpoint_generate(a.shape, 42, &ck);
   if (st) return cli_fail(st);
-  return mismatch ? HCQ_EXIT_CHECK_MISMATCH : HCQ_EXIT_OK;
+  const llama2_config_t c = ck.config;
+  if (!a.steps_given && a.steps > (unsigned long long)c.seq_len) a.steps = (unsigned long long)c.seq_len;
+  if (a.steps > (unsigned long long)c.seq_len) {
+    llama2_checkpoint_free(&ck);
+    return cli_usage_error("demo: --steps %llu is more than the model's seq_len %d", a.steps, c.seq_len);
+  }
+  int steps = (int)a.steps;
+  if (a.write_model) st = llama2_checkpoint_write(&ck, a.write_model);
+  if (!st && a.tokenizer) st = llama2_tokenizer_load(a.tokenizer, c.vocab_size, &tok);
+  llama2_decoder_options_t opts = {(int)a.devices, 0};
+  if (!st) st = llama2_decoder_create(&ck, &opts, &dec);
+  llama2_checkpoint_free(&ck);
+  e.tokens = calloc((size_t)steps, sizeof(int32_t));
+  g.tokens = calloc((size_t)steps, sizeof(int32_t));
+  if (!st && (!e.tokens || !g.tokens)) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  if (!st) st = run_mode(dec, false, steps, (int)a.reps, &e);
+  /* One capture of step 0 serves every position: pos is a variable of the graph. */
+  if (!st) st = llama2_decoder_reset(dec);
+  if (!st) st = llama2_decoder_capture(dec, 0);
+  if (!st) st = run_mode(dec, true, steps, (int)a.reps, &g);
+  bool identical = false;
+  if (!st) {
+    identical = !memcmp(e.tokens, g.tokens, (size_t)steps * sizeof(int32_t));
+    if (a.json)
+      print_json(&a, &c, dec, &e, &g, steps, identical);
+    else
+      print_screen(&a, &c, dec, &e, &g, steps, identical, a.tokenizer ? &tok : NULL);
+  }
+  hcq_status_t dst = llama2_decoder_destroy(dec);
+  if (!st) st = dst;
+  else hcq_status_free(dst);
+  llama2_tokenizer_free(&tok);
+  free(e.tokens);
+  free(g.tokens);
+  if (st) return cli_fail(st);
+  return identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH;
 }

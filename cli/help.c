@@ -30,7 +30,7 @@ static const help_t k_help[] = {
      "  info            list this machine's devices and what each supports\n"
      "  run FILE        run a graph file's runs as graph replays or eagerly\n"
      "  bench FILE      time eager execution against graph replay\n"
-     "  demo            the showcase workload, eagerly and as graph replays\n"
+     "  demo            decode a llama2 model eagerly and as graph replays\n"
      "  help [COMMAND]  print this text, or a command's (as hcq COMMAND --help)\n"
      "  --version       print the version\n"
      "\n"
@@ -122,12 +122,34 @@ static const help_t k_help[] = {
      "  --device-map FROM=TO  run the file's devices on others, as for run\n"
      "  -h, --help          print this text\n"},
     {"demo",
-     "usage: hcq demo\n"
+     "usage: hcq demo [--size small|15m] [--model FILE] [--tokenizer FILE]\n"
+     "                [--steps N] [--devices 1|2] [--repeat N] [--write-model FILE]\n"
+     "                [--json]\n"
      "\n"
-     "Runs a decode-style workload (many small kernels per step over CPU:0 and\n"
-     "CPU:1, with a step variable) eagerly and as graph replays of one capture,\n"
-     "prints the host time per step of each, and compares the results byte for\n"
-     "byte: exit status 0 when they match, 1 when they do not.\n"},
+     "Greedy decoding of a llama2 model in the llama2.c checkpoint layout (a\n"
+     "generated one unless --model), token by token: first eagerly, every kernel\n"
+     "launched one by one, then with one captured step replayed as a graph per\n"
+     "token (the position is a variable of the graph). Prints the tokens, tokens\n"
+     "per second and host time per token of both, and the speed-up: exit status 0\n"
+     "when the two token streams are identical, 1 when they are not. A checkpoint\n"
+     "or tokenizer that is short, has a bad header or a size that does not match\n"
+     "its header is bad input (2).\n"
+     "\n"
+     "options:\n"
+     "  --size small|15m    the generated model: small (dim 64, 5 layers, vocab\n"
+     "                      512, the default) or 15m (dim 288, 6 layers, vocab\n"
+     "                      32000)\n"
+     "  --model FILE        a llama2.c checkpoint instead\n"
+     "  --tokenizer FILE    a llama2.c tokenizer.bin: print text instead of ids\n"
+     "  --steps N           tokens to decode from BOS (default 256, at most the\n"
+     "                      model's seq_len)\n"
+     "  --devices 1|2       2 runs the second half of the layers on CPU:1\n"
+     "  --repeat N          timed decodes per mode (default 5); numbers are medians\n"
+     "  --write-model FILE  also write the model as a llama2.c checkpoint\n"
+     "  --json              print one JSON object: tokens, steps, kernels_per_token,\n"
+     "                      eager_tok_s, graph_tok_s, host_us_per_token_eager,\n"
+     "                      host_us_per_token_graph, identical and more\n"
+     "  -h, --help          print this text\n"},
 };
 
 static const help_t *find(const char *command) {

@@ -19,6 +19,12 @@ if [ "${HCQ_DEPS_DEB:-0}" = 1 ]; then
   PACKAGES="$PACKAGES dpkg-dev file"
 fi
 
+# make bench: the peers it measures (OpenMP with LLVM's libomp through clang, StarPU), venvs for
+# tinygrad from PyPI, and matplotlib for the plot.
+if [ "${HCQ_DEPS_BENCH:-0}" = 1 ]; then
+  PACKAGES="$PACKAGES clang libomp-dev libstarpu-dev python3-venv python3-matplotlib"
+fi
+
 missing=""
 for p in $PACKAGES; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -240,3 +240,61 @@ Test(graphfile, errors_give_the_json_path) {
   test_expect_failure(hcq_graph_file_load("/nonexistent/g.json", NULL, &gf), HCQ_NOT_FOUND, "missing file",
                       (const char *[]){"/nonexistent/g.json", NULL});
 }
+
+/* Float inits: fill_f32 stores the float's bits in every word; uniform_f32 word i is
+ * lo + (hi - lo) * (top 24 bits of SplitMix64 output i) / 2^24, computed in float. */
+static float uniform_ref(uint64_t seed, uint64_t i, float lo, float hi) {
+  uint8_t z[8 * 64];
+  splitmix_ref(seed, z, 8 * (size_t)(i + 1));
+  uint64_t v = 0;
+  for (int k = 0; k < 8; k++) v |= (uint64_t)z[8 * i + (uint64_t)k] << (8 * k);
+  return lo + (hi - lo) * ((float)(v >> 40) * (1.0f / 16777216.0f));
+}
+
+Test(graphfile, float_inits) {
+  hcq_graph_file_t *gf = load(HEAD
+                              "\"buffers\": {"
+                              "\"a\": {\"device\": \"CPU:0\", \"bytes\": 12, \"init\": {\"fill_f32\": -1.5}},"
+                              "\"b\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"fill_f32\": 3}},"
+                              "\"u\": {\"device\": \"CPU:0\", \"bytes\": 256, "
+                              "  \"init\": {\"uniform_f32\": {\"seed\": 9, \"lo\": -2, \"hi\": 0.5}}},"
+                              "\"c\": {\"device\": \"CPU:0\", \"bytes\": 6, \"init\": {\"fill_f32\": 1}}},"
+                              "\"items\": [{\"copy\": {\"dst\": \"b\", \"src\": \"b\"}}]}");
+  float f[64];
+  OK(hcq_buffer_copyout(named(gf, "a"), 0, f, 12));
+  for (int i = 0; i < 3; i++) cr_assert_eq(f[i], -1.5f);
+  OK(hcq_buffer_copyout(named(gf, "b"), 0, f, 8));
+  cr_assert_eq(f[0], 3.0f);
+  cr_assert_eq(f[1], 3.0f);
+  OK(hcq_buffer_copyout(named(gf, "u"), 0, f, 256));
+  float lo = 0, hi = -3;
+  for (int i = 0; i < 64; i++) {
+    cr_assert_eq(f[i], uniform_ref(9, (uint64_t)i, -2.0f, 0.5f), "word %d", i);
+    cr_assert(f[i] >= -2.0f && f[i] < 0.5f);
+    lo = f[i] < lo ? f[i] : lo, hi = f[i] > hi ? f[i] : hi;
+  }
+  cr_assert(lo < -1.5f && hi > 0.0f, "the values spread over the range (%g..%g)", (double)lo, (double)hi);
+  uint8_t bytes[6], one[4];
+  float x = 1.0f;
+  memcpy(one, &x, 4);
+  OK(hcq_buffer_copyout(named(gf, "c"), 0, bytes, 6));
+  cr_assert_eq(memcmp(bytes, one, 4), 0);
+  cr_assert_eq(memcmp(bytes + 4, one, 2), 0, "a partial last word holds the first bytes of the float");
+  hcq_graph_file_free(gf);
+}
+
+Test(graphfile, float_init_errors) {
+#define BUF(init) HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": " init "}}, \"items\": []}"
+  load_fails(BUF("{\"fill_f32\": \"1.0\"}"), HCQ_INVALID_ARGUMENT, "buffers.a.init.fill_f32: must be a number");
+  load_fails(BUF("{\"fill_f32\": 1e39}"), HCQ_OUT_OF_RANGE, "buffers.a.init.fill_f32: 1e+39 does not fit a 32-bit float");
+  load_fails(BUF("{\"uniform_f32\": 3}"), HCQ_INVALID_ARGUMENT, "buffers.a.init.uniform_f32: must be an object");
+  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": 0}}"), HCQ_INVALID_ARGUMENT,
+             "buffers.a.init.uniform_f32: needs \"hi\"");
+  load_fails(BUF("{\"uniform_f32\": {\"seed\": -1, \"lo\": 0, \"hi\": 1}}"), HCQ_OUT_OF_RANGE,
+             "buffers.a.init.uniform_f32.seed: -1 is outside");
+  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": 2, \"hi\": 1}}"), HCQ_INVALID_ARGUMENT,
+             "buffers.a.init.uniform_f32.hi: 1 is below lo 2");
+  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": 0, \"hi\": 1, \"mid\": 0}}"), HCQ_INVALID_ARGUMENT, "mid");
+  load_fails(BUF("\"f32\""), HCQ_INVALID_ARGUMENT, "{\"fill_f32\": X}");
+#undef BUF
+}

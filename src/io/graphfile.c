@@ -1,8 +1,10 @@
 /* Loading hcq-graph/1 files with Jansson: every field validated, errors with the JSON path. */
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +111,15 @@ static hcq_status_t get_int(loader_t *L, const json_t *j, int64_t lo, int64_t hi
   if (v < lo || v > hi)
     return fail(L, HCQ_OUT_OF_RANGE, "%lld is outside [%" PRId64 ", %" PRId64 "]", (long long)v, lo, hi);
   *out = (int64_t)v;
+  return NULL;
+}
+
+/* A finite JSON number (integer or real) that a float holds without overflowing. */
+static hcq_status_t get_f32(loader_t *L, const json_t *j, float *out) {
+  if (!json_is_number(j)) return fail(L, HCQ_INVALID_ARGUMENT, "must be a number, not %s", type_name(j));
+  double v = json_number_value(j);
+  if (!isfinite(v) || fabs(v) > FLT_MAX) return fail(L, HCQ_OUT_OF_RANGE, "%g does not fit a 32-bit float", v);
+  *out = (float)v;
   return NULL;
 }
 
@@ -333,6 +344,51 @@ static bool b64_decode(const char *s, uint8_t *out, size_t size) {
 
 /* ---- initial contents ---- */
 
+/* The i-th output (0-based) of the SplitMix64 stream of seed, without producing the ones before. */
+static uint64_t splitmix64_at(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + UINT64_C(0x9E3779B97F4A7C15) * (i + 1);
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+/* uniform_f32 word i: lo + (hi - lo) * u, u = the top 24 bits of output i / 2^24, in float. */
+static uint32_t uniform_f32_word(const gf_buffer_t *b, uint64_t i) {
+  float u = (float)(splitmix64_at(b->init_value, i) >> 40) * (1.0f / 16777216.0f);
+  float x = b->init_lo + (b->init_hi - b->init_lo) * u;
+  uint32_t w;
+  memcpy(&w, &x, 4);
+  return w;
+}
+
+static hcq_status_t parse_uniform_f32(loader_t *L, const json_t *v, gf_buffer_t *b) {
+  static const char *const keys[] = {"seed", "lo", "hi", NULL};
+  hcq_status_t st = expect(L, v, JSON_OBJECT, "an object {\"seed\": S, \"lo\": A, \"hi\": B}");
+  if (!st) st = only_keys(L, v, keys);
+  const char *names[3] = {"seed", "lo", "hi"};
+  for (int k = 0; k < 3 && !st; k++)
+    if (!json_object_get(v, names[k])) st = fail(L, HCQ_INVALID_ARGUMENT, "needs \"%s\"", names[k]);
+  if (st) return st;
+  int64_t seed;
+  size_t m = push(L, ".seed");
+  st = get_int(L, json_object_get(v, "seed"), 0, INT64_MAX, &seed);
+  pop(L, m);
+  if (!st) {
+    m = push(L, ".lo");
+    st = get_f32(L, json_object_get(v, "lo"), &b->init_lo);
+    pop(L, m);
+  }
+  if (!st) {
+    m = push(L, ".hi");
+    st = get_f32(L, json_object_get(v, "hi"), &b->init_hi);
+    if (!st && !(b->init_lo <= b->init_hi))
+      st = fail(L, HCQ_INVALID_ARGUMENT, "%g is below lo %g", (double)b->init_hi, (double)b->init_lo);
+    pop(L, m);
+  }
+  b->init_value = (uint64_t)seed;
+  return st;
+}
+
 void hcq_graph_file_random_bytes(uint64_t seed, void *dst, size_t size) {
   uint8_t *p = dst;
   uint64_t state = seed;
@@ -356,12 +412,15 @@ static hcq_status_t parse_init(loader_t *L, const json_t *j, gf_buffer_t *b) {
     else if (!strcmp(s, "iota32"))
       b->init = GF_INIT_IOTA32;
     else
-      st = fail(L, HCQ_INVALID_ARGUMENT, "unknown init \"%.64s\" (zeros, iota32, {\"random\": SEED}, {\"fill32\": N})", s);
+      st = fail(L, HCQ_INVALID_ARGUMENT,
+                "unknown init \"%.64s\" (zeros, iota32, {\"random\": SEED}, {\"fill32\": N}, {\"fill_f32\": X}, "
+                "{\"uniform_f32\": {...}})",
+                s);
   } else if (json_is_object(j)) {
-    static const char *const keys[] = {"random", "fill32", "base64", "file", NULL};
+    static const char *const keys[] = {"random", "fill32", "fill_f32", "uniform_f32", "base64", "file", NULL};
     if ((st = only_keys(L, j, keys))) goto out;
     if (json_object_size(j) != 1) {
-      st = fail(L, HCQ_INVALID_ARGUMENT, "must have exactly one of random, fill32, base64, file");
+      st = fail(L, HCQ_INVALID_ARGUMENT, "must have exactly one of random, fill32, fill_f32, uniform_f32, base64, file");
       goto out;
     }
     const char *key = json_object_iter_key(json_object_iter((json_t *)j));
@@ -374,6 +433,17 @@ static hcq_status_t parse_init(loader_t *L, const json_t *j, gf_buffer_t *b) {
     } else if (!strcmp(key, "fill32")) {
       b->init = GF_INIT_FILL32;
       if (!(st = get_int(L, v, INT32_MIN, UINT32_MAX, &n))) b->init_value = (uint32_t)n;
+    } else if (!strcmp(key, "fill_f32")) {
+      float x;
+      b->init = GF_INIT_FILL32;
+      if (!(st = get_f32(L, v, &x))) {
+        uint32_t w;
+        memcpy(&w, &x, 4);
+        b->init_value = w;
+      }
+    } else if (!strcmp(key, "uniform_f32")) {
+      b->init = GF_INIT_UNIFORM_F32;
+      st = parse_uniform_f32(L, v, b);
     } else {
       b->init = GF_INIT_DATA;
       char *data = NULL;
@@ -423,7 +493,10 @@ static hcq_status_t write_init(const gf_buffer_t *b) {
       size_t n = b->bytes - done < chunk ? (size_t)(b->bytes - done) : chunk;
       for (size_t i = 0; i < n; i++) {
         uint64_t at = done + i;
-        uint32_t word = b->init == GF_INIT_IOTA32 ? (uint32_t)(at / 4) : b->init == GF_INIT_FILL32 ? (uint32_t)b->init_value : 0;
+        uint32_t word = b->init == GF_INIT_IOTA32         ? (uint32_t)(at / 4)
+                        : b->init == GF_INIT_FILL32       ? (uint32_t)b->init_value
+                        : b->init == GF_INIT_UNIFORM_F32  ? uniform_f32_word(b, at / 4)
+                                                          : 0;
         tmp[i] = (uint8_t)(word >> (8 * (at % 4)));
       }
       st = hcq_buffer_copyin(b->buf, done, tmp, n);

@@ -7,7 +7,7 @@
 
 #define GF_MAX_DEVICES 64
 
-typedef enum { GF_INIT_ZEROS, GF_INIT_IOTA32, GF_INIT_RANDOM, GF_INIT_FILL32, GF_INIT_DATA } gf_init_t;
+typedef enum { GF_INIT_ZEROS, GF_INIT_IOTA32, GF_INIT_RANDOM, GF_INIT_FILL32, GF_INIT_UNIFORM_F32, GF_INIT_DATA } gf_init_t;
 
 typedef struct gf_buffer {
   char *name;
@@ -16,7 +16,8 @@ typedef struct gf_buffer {
   uint64_t bytes;
   bool is_view;
   gf_init_t init;
-  uint64_t init_value; /* seed or fill word */
+  uint64_t init_value; /* seed or fill word (fill_f32: the float's bits) */
+  float init_lo, init_hi; /* uniform_f32 range */
   char *init_data;     /* GF_INIT_DATA: bytes bytes */
 } gf_buffer_t;
 

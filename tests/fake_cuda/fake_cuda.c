@@ -76,6 +76,31 @@ static void k_add_const(const uint8_t *p, uint64_t i) {
   int32_t n = p32(p, 2, 0);
   if ((int64_t)i < n) y[i] = x[i] + (uint32_t)p32(p, 2, 1);
 }
+static void k_saxpy_f32(const uint8_t *p, uint64_t i) {
+  float *y = (float *)p64(p, 0);
+  const float *x = (const float *)p64(p, 1);
+  int32_t n = p32(p, 2, 0), bits = p32(p, 2, 1);
+  float a;
+  memcpy(&a, &bits, 4);
+  if ((int64_t)i < n) y[i] = a * x[i] + y[i];
+}
+static void k_sum_groups(const uint8_t *p, uint64_t i) {
+  float *partial = (float *)p64(p, 0);
+  const float *x = (const float *)p64(p, 1);
+  uint64_t n = (uint64_t)p32(p, 2, 0), per = (uint64_t)p32(p, 2, 1);
+  if (i >= n || i % per) return;
+  float s = 0.0f;
+  for (uint64_t k = i; k < i + per && k < n; k++) s += x[k];
+  partial[i / per] = s;
+}
+static void k_sum_final(const uint8_t *p, uint64_t i) {
+  if (i) return;
+  float *total = (float *)p64(p, 0);
+  const float *partial = (const float *)p64(p, 1);
+  float s = 0.0f;
+  for (int32_t g = 0; g < p32(p, 2, 0); g++) s += partial[g];
+  total[0] = s;
+}
 static void k_timestamp(const uint8_t *p, uint64_t i) {
   (void)i;
   struct timespec ts;
@@ -92,6 +117,8 @@ typedef struct fake_kernel {
 static const fake_kernel_t g_kernels[] = {
     {"axpb", k_axpb, false},           {"mix", k_mix, false},
     {"sum3", k_sum3, false},           {"add_const", k_add_const, false},
+    {"saxpy_f32", k_saxpy_f32, false}, {"sum_groups", k_sum_groups, false},
+    {"sum_final", k_sum_final, false},
     {"hcq_timestamp", k_timestamp, false}, {"hcq_fake_fault", NULL, true},
 };
 

@@ -1,0 +1,82 @@
+#!/bin/sh
+# make bench: every row of the benchmark table, measured in one run on this machine.
+#
+#   bench/run.sh BUILD_DIR [--json] [--plot OUT.svg]
+#
+# Runs the hcq benchmarks and the peers (OpenMP with libgomp and libomp, StarPU, tinygrad 0.10.2
+# and the newest, each tinygrad in its own venv under BUILD_DIR/bench), then prints one table
+# (bench/report.py). A peer that is not built or cannot be installed gets a row saying so.
+set -u
+BUILD=${1:?usage: bench/run.sh BUILD_DIR [--json] [--plot FILE]}
+shift
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+B=$BUILD/bench
+ROWS=$B/rows.jsonl
+LOG=$B/bench.log
+: >"$ROWS"
+: >"$LOG"
+export HCQ_CACHE_DIR=${HCQ_CACHE_DIR:-$BUILD/kernel-cache}
+
+missing() { # SECTION NAME REASON
+  python3 -c 'import json,sys; print(json.dumps({"section": sys.argv[1], "name": sys.argv[2], "value": -1, "unit": "", "note": "missing: " + sys.argv[3]}))' "$1" "$2" "$3" >>"$ROWS"
+}
+LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
+FAN="fan-out/fan-in 1->64->1, CPU:0+CPU:1"
+CHAIN="chain of 1000, alternating CPU:0/CPU:1"
+CHAIN1="chain of 1000, one device"
+
+# run NAME SECTIONS... -- COMMAND...: runs a benchmark program; a missing or failing one becomes
+# "missing" rows in each of its sections.
+run() {
+  name=$1
+  shift
+  sections=""
+  while [ "$1" != "--" ]; do sections="$sections|$1"; shift; done
+  shift
+  echo "bench: $name" >&2
+  if [ ! -x "$1" ]; then
+    why="not built ($(basename "$1"): its library was not found at configure time)"
+  elif "$@" >>"$ROWS" 2>>"$LOG"; then
+    return
+  else
+    why="$(basename "$1") failed with status $? (see $LOG)"
+  fi
+  echo "$sections" | tr '|' '\n' | while read -r s; do [ -n "$s" ] && missing "$s" "$name" "$why"; done
+}
+
+run "hcq decoder" "decoder small" -- "$B/bench_decoder_hcq" 256 5
+run "C decoder, plain sequential" "decoder small" -- "$B/bench_decoder_plain" 256 3
+run "C decoder, OpenMP parallel for" "decoder small" -- "$B/bench_decoder_omp" 256 3
+run "hcq DAGs" "$FAN" -- "$B/bench_dag_hcq" 301
+run "OpenMP tasks + depend (libgomp)" "$FAN" "$CHAIN" -- "$B/bench_dag_gomp" libgomp 301
+run "OpenMP tasks + depend (libomp)" "$FAN" "$CHAIN" -- "$B/bench_dag_libomp" libomp 301
+STARPU_HOME=$B/starpu STARPU_SILENT=1 STARPU_NCPU=${STARPU_NCPU:-$(nproc)} \
+  run "StarPU tasks" "$FAN" "$CHAIN" -- "$B/bench_dag_starpu" 301
+
+# tinygrad from PyPI, each version in its own venv (kept between runs; the newest is re-checked).
+for spec in "tinygrad==0.10.2" "tinygrad"; do
+  case $spec in *==*) dir=$B/venv-tinygrad-${spec#*==}; label="tinygrad ${spec#*==}" ;; *) dir=$B/venv-tinygrad-newest; label="tinygrad (newest)" ;; esac
+  echo "bench: $label" >&2
+  if ! { [ -x "$dir/bin/python" ] || python3 -m venv "$dir" >>"$LOG" 2>&1; }; then
+    missing "$CHAIN1" "$label TinyJit" "cannot create a venv (python3-venv missing?)"
+    continue
+  fi
+  if ! "$dir/bin/pip" install -q --disable-pip-version-check --upgrade "$spec" >>"$LOG" 2>&1; then
+    missing "$CHAIN1" "$label TinyJit" "pip install $spec failed: $(tail -n 1 "$LOG")"
+    continue
+  fi
+  if ! "$dir/bin/python" "$SRC/bench/tinygrad_chain.py" 51 >>"$ROWS" 2>>"$LOG"; then
+    missing "$CHAIN1" "$label TinyJit" "the chain script failed: $(tail -n 1 "$LOG")"
+  fi
+done
+
+# The hcq primitives (launch and replay costs) close the table.
+run "hcq primitives" "hcq primitives" -- "$BUILD/bench/hcq_bench" --rows
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+machine="$(nproc) x ${cpu:-unknown CPU}, $(uname -sr), $(date -u +%Y-%m-%d), load average at start $LOAD_AT_START (end $load)"
+# The plot needs matplotlib (Debian's python3-matplotlib): use a python that has it.
+PY=python3
+if ! $PY -c 'import matplotlib' 2>/dev/null && /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then PY=/usr/bin/python3; fi
+$PY "$SRC/bench/report.py" "$ROWS" --machine "$machine" --command "make bench" "$@"

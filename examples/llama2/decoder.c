@@ -1,0 +1,375 @@
+/* The decoder on hcq: weights in device buffers, one step as a list of exec items whose operands
+ * depend on the variable pos, run eagerly item by item or captured once and replayed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llama2.h"
+
+extern const char llama2_kernels_source[]; /* kernels.c, embedded at build time */
+
+#define TRY(call)              \
+  do {                         \
+    hcq_status_t st_ = (call); \
+    if (st_) return st_;       \
+  } while (0)
+
+/* Rows per work-group of the matrix-vector kernels (even: rotary pairs stay in one group). Their
+ * group size is rows x steps(inputs) threads (kernels.c): the device spreads a launch over its
+ * threads when it has HCQ_CPU_MIN_PARALLEL work-items, which the 15m shape's larger products have
+ * and the small shape's do not. */
+enum { ROWS = 16, CLASSIFIER_ROWS = 32, ATT_CHUNK = 32, MAX_ITEM_BUFS = 9 };
+
+#define KERNELS(X) \
+  X(EMBED, "llama_embed") X(QKV, "llama_qkv") X(ATTN_PART, "llama_attn_part") X(ATTN_COMBINE, "llama_attn_combine") \
+  X(WO, "llama_wo") X(FFN_UP, "llama_ffn_up") X(FFN_DOWN, "llama_ffn_down") X(CLASSIFY, "llama_classify")          \
+  X(ARGMAX, "llama_argmax")
+
+enum {
+#define KERNEL_ENUM(name, entry) K_##name,
+  KERNELS(KERNEL_ENUM)
+#undef KERNEL_ENUM
+  K_COUNT
+};
+static const char *const k_entries[K_COUNT] = {
+#define KERNEL_ENTRY(name, entry) entry,
+    KERNELS(KERNEL_ENTRY)
+#undef KERNEL_ENTRY
+};
+
+/* Per device: its programs and scratch activations. */
+typedef struct dev_state {
+  hcq_device_t *dev;
+  hcq_program_t *prog[K_COUNT];
+  hcq_buffer_t *x, *xb, *q, *hb, *part, *rope;
+} dev_state_t;
+
+enum { W_RMS_ATT, W_Q, W_K, W_V, W_O, W_RMS_FFN, W_1, W_2, W_3, K_CACHE, V_CACHE, LAYER_BUFS };
+
+/* Storage an exec item points into. */
+typedef struct item_args {
+  hcq_buffer_t *bufs[MAX_ITEM_BUFS];
+  uint32_t outs[3];
+  hcq_operand_t vals[2];
+} item_args_t;
+
+struct llama2_decoder {
+  llama2_config_t c;
+  int ndev, split; /* layers [0, split) on device 0, the rest on device 1 */
+  dev_state_t d[2];
+  hcq_buffer_t *(*layer)[LAYER_BUFS];
+  hcq_buffer_t *emb, *cls, *rms_final, *logits, *best, *tokens;
+  int cls_groups;
+  hcq_expr_t *pos, *chunks;
+  hcq_exec_item_t *items;
+  item_args_t *args;
+  size_t nitems, nkernels, batch_size;
+  bool profile;
+  hcq_jit_t *jit; /* the captured step */
+};
+
+static hcq_status_t upload(hcq_device_t *dev, const float *src, size_t n, const char *label, int layer,
+                           hcq_buffer_t **out) {
+  TRY(hcq_buffer_create(dev, n * sizeof(float), out));
+  char name[64];
+  if (layer >= 0)
+    snprintf(name, sizeof(name), "%s[%d]", label, layer);
+  else
+    snprintf(name, sizeof(name), "%s", label);
+  hcq_buffer_set_label(*out, name);
+  return src ? hcq_buffer_copyin(*out, 0, src, n * sizeof(float)) : NULL;
+}
+
+static hcq_status_t make_programs(llama2_decoder_t *m) {
+  const llama2_config_t *c = &m->c;
+  char defines[512];
+  int n = snprintf(defines, sizeof(defines),
+                   "#define DIM %d\n#define HIDDEN %d\n#define KV_DIM %d\n#define N_HEADS %d\n#define KV_MUL %d\n"
+                   "#define HEAD_SIZE %d\n#define VOCAB %d\n#define SEQ_LEN %d\n#define ATT_CHUNK %d\n"
+                   "#define MAX_CHUNKS %d\n",
+                   c->dim, c->hidden_dim, llama2_kv_dim(c), c->n_heads, c->n_heads / c->n_kv_heads,
+                   llama2_head_size(c), c->vocab_size, c->seq_len, ATT_CHUNK, (c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK);
+  size_t len = (size_t)n + strlen(llama2_kernels_source) + 1;
+  char *src = malloc(len);
+  if (!src) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the kernel source");
+  snprintf(src, len, "%s%s", defines, llama2_kernels_source);
+  hcq_status_t st = NULL;
+  for (int d = 0; d < m->ndev && !st; d++)
+    for (int k = 0; k < K_COUNT && !st; k++) st = hcq_program_create(m->d[d].dev, k_entries[k], src, &m->d[d].prog[k]);
+  free(src);
+  return st;
+}
+
+static hcq_status_t make_scratch(dev_state_t *s, const llama2_config_t *c, const float *rope) {
+  size_t dim = (size_t)c->dim, chunks = (size_t)((c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK);
+  size_t hs = (size_t)llama2_head_size(c);
+  TRY(upload(s->dev, NULL, dim, "x", -1, &s->x));
+  TRY(upload(s->dev, NULL, dim, "xb", -1, &s->xb));
+  TRY(upload(s->dev, NULL, dim, "q", -1, &s->q));
+  TRY(upload(s->dev, NULL, (size_t)c->hidden_dim, "hb", -1, &s->hb));
+  TRY(upload(s->dev, NULL, (size_t)c->n_heads * chunks * (hs + 2), "attention partials", -1, &s->part));
+  return upload(s->dev, rope, (size_t)c->seq_len * hs, "rotary table", -1, &s->rope);
+}
+
+static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t *ck) {
+  const llama2_config_t *c = &m->c;
+  const llama2_weights_t *w = &ck->weights;
+  size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, kv = (size_t)llama2_kv_dim(c);
+  /* Rotary table, per position and even element j of a head: cos and sin of pos * 10000^(-j/hs). */
+  int hs = llama2_head_size(c);
+  float *rope = malloc((size_t)c->seq_len * (size_t)hs * sizeof(float));
+  if (!rope) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  for (int t = 0; t < c->seq_len; t++)
+    for (int j = 0; j < hs; j += 2) {
+      float freq = 1.0f / powf(10000.0f, (float)j / (float)hs);
+      float angle = (float)t * freq;
+      rope[(size_t)t * (size_t)hs + (size_t)j] = cosf(angle);
+      rope[(size_t)t * (size_t)hs + (size_t)j + 1] = sinf(angle);
+    }
+  hcq_status_t st = NULL;
+  for (int d = 0; d < m->ndev && !st; d++) st = make_scratch(&m->d[d], c, rope);
+  free(rope);
+  if (st) return st;
+  m->layer = calloc((size_t)c->n_layers, sizeof(*m->layer));
+  if (!m->layer) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  for (int l = 0; l < c->n_layers; l++) {
+    hcq_device_t *dev = m->d[l < m->split ? 0 : 1].dev;
+    hcq_buffer_t **b = m->layer[l];
+    size_t L = (size_t)l;
+    TRY(upload(dev, w->rms_att + L * dim, dim, "rms_att", l, &b[W_RMS_ATT]));
+    TRY(upload(dev, w->wq + L * dim * dim, dim * dim, "wq", l, &b[W_Q]));
+    TRY(upload(dev, w->wk + L * dim * kv, dim * kv, "wk", l, &b[W_K]));
+    TRY(upload(dev, w->wv + L * dim * kv, dim * kv, "wv", l, &b[W_V]));
+    TRY(upload(dev, w->wo + L * dim * dim, dim * dim, "wo", l, &b[W_O]));
+    TRY(upload(dev, w->rms_ffn + L * dim, dim, "rms_ffn", l, &b[W_RMS_FFN]));
+    TRY(upload(dev, w->w1 + L * hid * dim, hid * dim, "w1", l, &b[W_1]));
+    TRY(upload(dev, w->w2 + L * dim * hid, dim * hid, "w2", l, &b[W_2]));
+    TRY(upload(dev, w->w3 + L * hid * dim, hid * dim, "w3", l, &b[W_3]));
+    TRY(upload(dev, NULL, (size_t)c->seq_len * kv, "key cache", l, &b[K_CACHE]));
+    TRY(upload(dev, NULL, (size_t)c->seq_len * kv, "value cache", l, &b[V_CACHE]));
+  }
+  hcq_device_t *d0 = m->d[0].dev;
+  size_t vocab = (size_t)c->vocab_size;
+  TRY(upload(d0, w->token_embedding, vocab * dim, "token embedding", -1, &m->emb));
+  if (c->shared_classifier)
+    m->cls = hcq_buffer_retain(m->emb);
+  else
+    TRY(upload(d0, w->classifier, vocab * dim, "classifier", -1, &m->cls));
+  TRY(upload(d0, w->rms_final, dim, "rms_final", -1, &m->rms_final));
+  TRY(upload(d0, NULL, vocab, "logits", -1, &m->logits));
+  m->cls_groups = (c->vocab_size + CLASSIFIER_ROWS - 1) / CLASSIFIER_ROWS;
+  TRY(upload(d0, NULL, 2 * (size_t)m->cls_groups, "best logits", -1, &m->best));
+  TRY(hcq_buffer_create(d0, ((size_t)c->seq_len + 1) * sizeof(int32_t), &m->tokens));
+  hcq_buffer_set_label(m->tokens, "tokens");
+  return NULL;
+}
+
+/* Appends one kernel item: grid global x local, buffers, the first nouts buffers written. */
+static void add_kernel(llama2_decoder_t *m, const dev_state_t *s, int k, hcq_buffer_t *const *bufs, size_t nbufs,
+                       size_t nouts, const hcq_operand_t *vals, size_t nvals, const hcq_operand_t global[3],
+                       uint32_t local) {
+  item_args_t *a = &m->args[m->nitems];
+  hcq_exec_item_t *it = &m->items[m->nitems++];
+  memcpy(a->bufs, bufs, nbufs * sizeof(*bufs));
+  for (size_t i = 0; i < nouts; i++) a->outs[i] = (uint32_t)i;
+  if (nvals) memcpy(a->vals, vals, nvals * sizeof(*vals));
+  it->kind = HCQ_ITEM_KERNEL;
+  it->kernel = (hcq_kernel_item_t){s->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, nvals,
+                                   {global[0], global[1], global[2]}, {hcq_imm(local), hcq_imm(1), hcq_imm(1)}};
+  m->nkernels++;
+}
+
+static void add_transfer(llama2_decoder_t *m, hcq_buffer_t *dst, hcq_buffer_t *src) {
+  hcq_exec_item_t *it = &m->items[m->nitems++];
+  it->kind = HCQ_ITEM_TRANSFER;
+  it->transfer = (hcq_transfer_item_t){dst, src, hcq_buffer_size(src)};
+}
+
+static hcq_operand_t groups(int rows, int per_group) { return hcq_imm((rows + per_group - 1) / per_group); }
+
+/* Threads of a group of `rows` rows with n inputs each: one per step of eight multiply-adds. */
+static uint32_t matvec_threads(int rows, int n) { return (uint32_t)(rows * ((n + 7) / 8)); }
+
+static hcq_status_t make_items(llama2_decoder_t *m) {
+  const llama2_config_t *c = &m->c;
+  int kv = llama2_kv_dim(c);
+  TRY(hcq_var_create("pos", 0, c->seq_len - 1, &m->pos));
+  hcq_expr_t *chunk = hcq_expr_const(ATT_CHUNK), *one = hcq_expr_const(1);
+  hcq_expr_t *div = hcq_expr_binary(HCQ_EXPR_FLOORDIV, m->pos, chunk);
+  m->chunks = hcq_expr_binary(HCQ_EXPR_ADD, div, one); /* pos // ATT_CHUNK + 1 */
+  hcq_expr_release(chunk), hcq_expr_release(one), hcq_expr_release(div);
+  if (!m->chunks) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  size_t cap = 4 + 6 * (size_t)c->n_layers + 2;
+  m->items = calloc(cap, sizeof(*m->items));
+  m->args = calloc(cap, sizeof(*m->args));
+  if (!m->items || !m->args) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+
+  hcq_operand_t pos[1] = {hcq_sym(m->pos)}, one_group[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)};
+  dev_state_t *s0 = &m->d[0];
+  add_kernel(m, s0, K_EMBED, (hcq_buffer_t *[]){s0->x, m->tokens, m->emb}, 3, 1, pos, 1, one_group, 1);
+  for (int l = 0; l < c->n_layers; l++) {
+    int d = l < m->split ? 0 : 1;
+    dev_state_t *s = &m->d[d];
+    hcq_buffer_t **w = m->layer[l];
+    if (d == 1 && l == m->split) add_transfer(m, s->x, s0->x);
+    hcq_operand_t qkv_grid[3] = {groups(c->dim + 2 * kv, ROWS), hcq_imm(1), hcq_imm(1)};
+    hcq_buffer_t *qkv_bufs[9] = {s->q, w[K_CACHE], w[V_CACHE], s->x, w[W_RMS_ATT], w[W_Q], w[W_K], w[W_V], s->rope};
+    add_kernel(m, s, K_QKV, qkv_bufs, 9, 3, pos, 1, qkv_grid, matvec_threads(ROWS, c->dim));
+    hcq_operand_t part_grid[3] = {hcq_imm(c->n_heads), hcq_sym(m->chunks), hcq_imm(1)};
+    add_kernel(m, s, K_ATTN_PART, (hcq_buffer_t *[]){s->part, s->q, w[K_CACHE], w[V_CACHE]}, 4, 1, pos, 1, part_grid,
+               ATT_CHUNK);
+    hcq_operand_t heads[3] = {hcq_imm(c->n_heads), hcq_imm(1), hcq_imm(1)};
+    add_kernel(m, s, K_ATTN_COMBINE, (hcq_buffer_t *[]){s->xb, s->part}, 2, 1, pos, 1, heads,
+               (uint32_t)llama2_head_size(c));
+    hcq_operand_t dim_grid[3] = {groups(c->dim, ROWS), hcq_imm(1), hcq_imm(1)};
+    add_kernel(m, s, K_WO, (hcq_buffer_t *[]){s->x, s->xb, w[W_O]}, 3, 1, NULL, 0, dim_grid, matvec_threads(ROWS, c->dim));
+    hcq_operand_t hid_grid[3] = {groups(c->hidden_dim, ROWS), hcq_imm(1), hcq_imm(1)};
+    add_kernel(m, s, K_FFN_UP, (hcq_buffer_t *[]){s->hb, s->x, w[W_RMS_FFN], w[W_1], w[W_3]}, 5, 1, NULL, 0, hid_grid,
+               matvec_threads(ROWS, c->dim));
+    add_kernel(m, s, K_FFN_DOWN, (hcq_buffer_t *[]){s->x, s->hb, w[W_2]}, 3, 1, NULL, 0, dim_grid,
+               matvec_threads(ROWS, c->hidden_dim));
+  }
+  if (m->split < c->n_layers) add_transfer(m, s0->x, m->d[1].x);
+  hcq_operand_t cls_grid[3] = {hcq_imm(m->cls_groups), hcq_imm(1), hcq_imm(1)};
+  add_kernel(m, s0, K_CLASSIFY, (hcq_buffer_t *[]){m->logits, m->best, s0->x, m->rms_final, m->cls}, 5, 2, NULL, 0,
+             cls_grid, matvec_threads(CLASSIFIER_ROWS, c->dim));
+  hcq_operand_t argmax_vals[2] = {hcq_sym(m->pos), hcq_imm(m->cls_groups)};
+  add_kernel(m, s0, K_ARGMAX, (hcq_buffer_t *[]){m->tokens, m->best}, 2, 1, argmax_vals, 2, one_group, 1);
+  return NULL;
+}
+
+hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck, const llama2_decoder_options_t *options,
+                                   llama2_decoder_t **out) {
+  *out = NULL;
+  int ndev = options && options->devices ? options->devices : 1;
+  if (ndev != 1 && ndev != 2)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llama2 decoder: %d devices (expected 1 or 2)", ndev);
+  llama2_decoder_t *m = calloc(1, sizeof(*m));
+  if (!m) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating the decoder");
+  m->c = ck->config;
+  m->ndev = ndev;
+  m->split = ndev == 2 ? m->c.n_layers - m->c.n_layers / 2 : m->c.n_layers;
+  m->batch_size = options ? options->batch_size : 0;
+  m->profile = options && options->profile;
+  hcq_status_t st = NULL;
+  for (int d = 0; d < ndev && !st; d++) {
+    char name[16];
+    snprintf(name, sizeof(name), "CPU:%d", d);
+    st = hcq_device_open(name, &m->d[d].dev);
+  }
+  if (!st) st = make_programs(m);
+  if (!st) st = make_buffers(m, ck);
+  if (!st) st = make_items(m);
+  if (!st) st = llama2_decoder_reset(m);
+  if (!st) st = llama2_decoder_sync(m);
+  if (st) {
+    hcq_status_free(llama2_decoder_destroy(m));
+    return hcq_status_annotate(st, "llama2 decoder");
+  }
+  *out = m;
+  return NULL;
+}
+
+hcq_status_t llama2_decoder_destroy(llama2_decoder_t *m) {
+  if (!m) return NULL;
+  hcq_status_t st = NULL;
+  for (int d = 0; d < m->ndev; d++)
+    if (m->d[d].dev && !st) st = hcq_device_synchronize(m->d[d].dev);
+  if (m->jit && !st && !(st = hcq_jit_destroy(m->jit))) m->jit = NULL;
+  if (st) return st; /* still running: keep everything alive */
+  free(m->items);
+  free(m->args);
+  hcq_expr_release(m->chunks);
+  hcq_expr_release(m->pos);
+  if (m->layer)
+    for (int l = 0; l < m->c.n_layers; l++)
+      for (int i = 0; i < LAYER_BUFS; i++) hcq_buffer_release(m->layer[l][i]);
+  free(m->layer);
+  hcq_buffer_t *shared[] = {m->emb, m->cls, m->rms_final, m->logits, m->best, m->tokens};
+  for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) hcq_buffer_release(shared[i]);
+  for (int d = 0; d < m->ndev; d++) {
+    dev_state_t *s = &m->d[d];
+    hcq_buffer_t *scratch[] = {s->x, s->xb, s->q, s->hb, s->part, s->rope};
+    for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++) hcq_buffer_release(scratch[i]);
+    for (int k = 0; k < K_COUNT; k++) hcq_program_release(s->prog[k]);
+  }
+  for (int d = m->ndev - 1; d >= 0; d--) {
+    hcq_status_t cst = m->d[d].dev ? hcq_device_close(m->d[d].dev) : NULL;
+    if (!st) st = cst;
+    else hcq_status_free(cst);
+  }
+  free(m);
+  return st;
+}
+
+hcq_status_t llama2_decoder_reset(llama2_decoder_t *m) {
+  int32_t bos = 1;
+  return hcq_buffer_copyin(m->tokens, 0, &bos, sizeof(bos));
+}
+
+static hcq_status_t check_pos(const llama2_decoder_t *m, int pos) {
+  if (pos < 0 || pos >= m->c.seq_len)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2 decoder: position %d is outside 0..%d (seq_len %d)", pos,
+                           m->c.seq_len - 1, m->c.seq_len);
+  return NULL;
+}
+
+hcq_status_t llama2_decoder_step_eager(llama2_decoder_t *m, int pos) {
+  TRY(check_pos(m, pos));
+  hcq_var_value_t v = {m->pos, pos};
+  for (size_t i = 0; i < m->nitems; i++) TRY(hcq_exec_item_run(&m->items[i], &v, 1));
+  return NULL;
+}
+
+hcq_status_t llama2_decoder_capture(llama2_decoder_t *m, int pos) {
+  TRY(check_pos(m, pos));
+  if (m->jit) {
+    TRY(hcq_jit_destroy(m->jit));
+    m->jit = NULL;
+  }
+  hcq_var_value_t v = {m->pos, pos};
+  hcq_capture_t *cap;
+  TRY(hcq_capture_begin(&cap));
+  for (size_t i = 0; i < m->nitems; i++) {
+    hcq_status_t st = hcq_exec_item_run(&m->items[i], &v, 1);
+    if (st) {
+      hcq_capture_abort(cap);
+      return st;
+    }
+  }
+  hcq_jit_options_t opts = {m->batch_size ? m->batch_size : m->nitems, m->profile, false};
+  return hcq_capture_end(cap, NULL, 0, &v, 1, &opts, &m->jit);
+}
+
+/* Without waiting: the library keeps a few replays of one graph in flight, so the host queues the
+ * next step while the devices run this one, as eager launches do. */
+hcq_status_t llama2_decoder_step_graph(llama2_decoder_t *m, int pos) {
+  if (!m->jit) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llama2 decoder: no captured step to replay");
+  TRY(check_pos(m, pos));
+  hcq_var_value_t v = {m->pos, pos};
+  return hcq_jit_run(m->jit, NULL, 0, &v, 1, false, NULL);
+}
+
+hcq_status_t llama2_decoder_sync(llama2_decoder_t *m) {
+  for (int d = 0; d < m->ndev; d++) TRY(hcq_device_synchronize(m->d[d].dev));
+  return NULL;
+}
+
+hcq_status_t llama2_decoder_tokens(llama2_decoder_t *m, int32_t *out, int n) {
+  if (n < 0 || n > m->c.seq_len)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2 decoder: %d tokens asked, at most %d", n, m->c.seq_len);
+  TRY(llama2_decoder_sync(m));
+  return n ? hcq_buffer_copyout(m->tokens, sizeof(int32_t), out, (size_t)n * sizeof(int32_t)) : NULL;
+}
+
+hcq_status_t llama2_decoder_logits(llama2_decoder_t *m, float *out) {
+  TRY(llama2_decoder_sync(m));
+  return hcq_buffer_copyout(m->logits, 0, out, (size_t)m->c.vocab_size * sizeof(float));
+}
+
+size_t llama2_decoder_items_per_step(const llama2_decoder_t *m) { return m->nitems; }
+size_t llama2_decoder_kernels_per_step(const llama2_decoder_t *m) { return m->nkernels; }
+const hcq_jit_report_t *llama2_decoder_report(const llama2_decoder_t *m) { return m->jit ? hcq_jit_report(m->jit) : NULL; }
+const llama2_config_t *llama2_decoder_config(const llama2_decoder_t *m) { return &m->c; }
+hcq_jit_t *llama2_decoder_jit(const llama2_decoder_t *m) { return m->jit; }
