@@ -43,8 +43,20 @@ static hcq_status_t kernargs_alloc(hcq_device_t *dev, uint64_t size, uint64_t *o
   return NULL;
 }
 
+bool hcq__dims_ok(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3]) {
+  uint64_t items = 1, limit = dev->max_work_items ? dev->max_work_items : UINT64_MAX;
+  bool over = false;
+  for (int i = 0; i < 3; i++) {
+    if (global[i] > UINT32_MAX || local[i] > UINT32_MAX) return false;
+    if (!global[i] || !local[i]) return true; /* an empty launch runs nothing */
+    over |= __builtin_mul_overflow(items, global[i] * local[i], &items);
+  }
+  return !over && items <= limit;
+}
+
 hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3],
                              const char *who) {
+  if (hcq__dims_ok(dev, global, local)) return NULL;
   unsigned __int128 items = 1;
   bool empty = false;
   for (int i = 0; i < 3; i++) {
@@ -93,10 +105,11 @@ static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu (%s) is on %s but the program runs on %s",
                              p->name, i, d->bufs[i]->label, d->bufs[i]->dev->name, p->dev->name);
   }
-  char who[128];
-  snprintf(who, sizeof(who), "launch of %s", p->name);
   uint64_t g[3], l[3];
   for (int i = 0; i < 3; i++) g[i] = d->global[i], l[i] = d->local[i];
+  if (hcq__dims_ok(p->dev, g, l)) return NULL; /* the message is built only for a failure */
+  char who[128];
+  snprintf(who, sizeof(who), "launch of %s", p->name);
   return hcq__check_dims(p->dev, g, l, who);
 }
 

@@ -477,6 +477,8 @@ void hcq__buffer_set_mem_class(hcq_buffer_t *buf, hcq__mem_class_t mem_class);
 /* Launch geometry check: the grid in groups and the group size; OUT_OF_RANGE naming who when the
  * work-item count overflows or passes the device's limit. */
 hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3], const char *who);
+/* The same check without a message: true when the launch is fine (cheap, for hot paths). */
+bool hcq__dims_ok(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3]);
 
 /* Queue internals for the eager path: recording without references, resetting for reuse, and
  * submitting while the caller holds the device lock. */

@@ -92,6 +92,22 @@ static bool kernel_dims_symbolic(const hcq_kernel_item_t *k) {
   return false;
 }
 
+/* Quick form of the check below, with no message: every dim evaluates and the launch is valid. */
+static bool kernel_dims_ok(const hcq_kernel_item_t *k, const hcq_var_value_t *vals, size_t nvals) {
+  uint64_t g[3], l[3];
+  for (int i = 0; i < 3; i++) {
+    int64_t gv = k->global[i].value, lv = k->local[i].value;
+    hcq_status_t st = k->global[i].sym ? hcq_expr_eval(k->global[i].sym, vals, nvals, &gv) : NULL;
+    if (!st && k->local[i].sym) st = hcq_expr_eval(k->local[i].sym, vals, nvals, &lv);
+    if (st || gv < 0 || lv < 0) {
+      hcq_status_free(st);
+      return false;
+    }
+    g[i] = (uint64_t)gv, l[i] = (uint64_t)lv;
+  }
+  return hcq__dims_ok(k->program->dev, g, l);
+}
+
 /* The launch geometry with these values: fits 32 bits per dim and the device's work-item limit.
  * Operands are known to evaluate (checked before). */
 static hcq_status_t check_kernel_dims(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals,
@@ -522,9 +538,12 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
     for (size_t i = 0; i < r->vars.len; i++) r->eval_vals[i].value = r->pending_values[i];
     for (size_t i = 0; i < r->symdim_items.len; i++) {
       uint32_t j = r->symdim_items.data[i];
+      const hcq_kernel_item_t *k = &r->items[j].kernel;
+      if (kernel_dims_ok(k, r->eval_vals, r->vars.len)) continue;
+      /* Something is wrong: the full validation says what. */
       char who[96];
-      snprintf(who, sizeof(who), "item %" PRIu32 " (%s)", j, r->items[j].kernel.program->name);
-      hcq_status_t st = validate_kernel(&r->items[j].kernel, who, r->eval_vals, r->vars.len);
+      snprintf(who, sizeof(who), "item %" PRIu32 " (%s)", j, k->program->name);
+      hcq_status_t st = validate_kernel(k, who, r->eval_vals, r->vars.len);
       if (st) return st;
     }
   }
