@@ -509,6 +509,9 @@ extern _Thread_local const hcq__recorder_t *hcq__recorder;
 
 /* Backends. */
 size_t hcq__cpu_core_count(void);
+/* Whether the calling thread runs on the core the engine of one of devs is pinned to, while some
+ * core runs no engine (so sleeping lets the scheduler move the thread there). */
+bool hcq__on_engine_core(hcq_device_t *const *devs, size_t ndevs);
 hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev);
 hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev);
 void hcq__cuda_query(hcq_device_info_t *info);

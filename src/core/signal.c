@@ -123,10 +123,11 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
   uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
   *seen = v;
   if (v >= want) return HCQ__WAIT_REACHED;
-  const uint64_t spin_ns = hcq__options()->spin_ns;
+  /* A host thread on the core an engine it waits for is pinned to would only take turns with it:
+   * it sleeps at once and lets the engine run. Elsewhere it spins for a while, yielding early. */
+  const uint64_t spin_ns = hcq__on_engine_core(watch, nwatch) ? 0 : hcq__options()->spin_ns;
   uint64_t start = hcq__now_ns();
-  for (unsigned i = 1;; i++) {
-    /* A waiting host yields its core early: it may share it with an engine doing the work. */
+  for (unsigned i = 1; spin_ns; i++) {
     hcq__spin_step_after(i, 8);
     v = atomic_load_explicit(&s->value, memory_order_acquire);
     if (v >= want) {

@@ -17,6 +17,8 @@ static hcq_device_t *g_devs[MAX_CPU_DEVICES];
 static size_t g_ndevs;
 static int g_cores[MAX_CORES];
 static int g_ncores;
+/* Whether some core runs no engine (a waiting application thread has somewhere else to be). */
+static _Atomic bool g_spare_core;
 
 static void load_cores(void) {
   if (g_ncores) return;
@@ -34,7 +36,7 @@ static unsigned fixed_threads(const hcq_device_t *dev) {
 
 /* Layout lock held. */
 static void relayout(void) {
-  unsigned n = (unsigned)g_ncores, m = (unsigned)g_ndevs, next = 0;
+  unsigned n = (unsigned)g_ncores, m = (unsigned)g_ndevs, next = 0, engines = 0;
   int cores[MAX_CORES];
   for (unsigned i = 0; i < m; i++) {
     hcq_device_t *dev = g_devs[i];
@@ -44,13 +46,16 @@ static void relayout(void) {
     for (unsigned k = 0; k < want; k++) cores[k] = g_cores[(next + k) % n];
     next = (next + want) % n;
     hcq__cpu_apply_layout(dev, cores, want);
+    engines++;
     snprintf(dev->layout, sizeof(dev->layout), "%s", "");
     size_t used = 0;
     for (unsigned k = 0; k < want && used + 12 < sizeof(dev->layout); k++)
       used += (size_t)snprintf(dev->layout + used, sizeof(dev->layout) - used, "%s%d", k ? "," : "", cores[k]);
-    dev->ncores = want;
-    for (unsigned k = 0; k < want && k < HCQ__DEVICE_MAX_CORES; k++) dev->cores[k] = cores[k];
+    /* Atomic stores: waiting threads read the engine's core without the lock. */
+    for (unsigned k = 0; k < want && k < HCQ__DEVICE_MAX_CORES; k++) __atomic_store_n(&dev->cores[k], cores[k], __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->ncores, want, __ATOMIC_RELAXED);
   }
+  atomic_store(&g_spare_core, engines < n);
 }
 
 void hcq__cpu_layout_add(hcq_device_t *dev) {
@@ -89,4 +94,19 @@ size_t hcq__cpu_core_count(void) {
   size_t n = (size_t)g_ncores;
   pthread_mutex_unlock(&g_layout_lock);
   return n;
+}
+
+bool hcq__on_engine_core(hcq_device_t *const *devs, size_t ndevs) {
+  if (!ndevs || !atomic_load_explicit(&g_spare_core, memory_order_relaxed)) return false;
+  int cpu = sched_getcpu();
+  if (cpu < 0) return false;
+  for (size_t i = 0; i < ndevs; i++) {
+    const hcq_device_t *d = devs[i];
+    /* The first core of a CPU device's share runs its engine (read without the layout lock: a
+     * stale answer only changes how the caller waits). */
+    if (d && d->kind == HCQ_DEVICE_CPU && __atomic_load_n(&d->ncores, __ATOMIC_RELAXED) &&
+        __atomic_load_n(&d->cores[0], __ATOMIC_RELAXED) == cpu)
+      return true;
+  }
+  return false;
 }
