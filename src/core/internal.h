@@ -115,6 +115,17 @@ static inline uint64_t hcq__rd64(const uint32_t *w) {
 }
 static inline void hcq__wr64(uint32_t *w, uint64_t v) { memcpy(w, &v, sizeof(v)); }
 
+/* A CALL of a bound command list, as rings carry it (call has HCQ__LEN_CALL words). */
+static inline void hcq__encode_call(uint32_t *call, const uint32_t *words, size_t nwords) {
+  call[0] = HCQ__HDR(CALL);
+  hcq__wr64(call + HCQ__CALL_PTR, (uint64_t)(uintptr_t)words);
+  call[HCQ__CALL_LEN] = (uint32_t)nwords;
+}
+
+/* Joins t once *exited is set, or detaches it at deadline_ns and returns false (a thread stuck in a
+ * kernel is abandoned, never waited for). */
+bool hcq__join_by(pthread_t t, _Atomic bool *exited, uint64_t deadline_ns);
+
 /* ---- signals in device memory ---- */
 
 typedef struct hcq__signal_words {

@@ -30,6 +30,19 @@ void hcq__spin_step_after(unsigned iteration, unsigned pauses) {
 
 void hcq__spin_step(unsigned iteration) { hcq__spin_step_after(iteration, 64); }
 
+bool hcq__join_by(pthread_t t, _Atomic bool *exited, uint64_t deadline_ns) {
+  while (!atomic_load(exited)) {
+    if (hcq__now_ns() >= deadline_ns) {
+      pthread_detach(t);
+      return false;
+    }
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+  pthread_join(t, NULL);
+  return true;
+}
+
 void hcq__futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns) {
   struct timespec ts, *tsp = NULL;
   if (timeout_ns) {

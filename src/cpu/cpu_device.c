@@ -545,9 +545,7 @@ static hcq_status_t cpu_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const u
   cpu_queue_t *q = &e->q[kind];
   uint32_t call[HCQ__LEN_CALL];
   if (bound) {
-    call[0] = HCQ__HDR(CALL);
-    hcq__wr64(call + HCQ__CALL_PTR, (uint64_t)(uintptr_t)words);
-    call[HCQ__CALL_LEN] = (uint32_t)nwords;
+    hcq__encode_call(call, words, nwords);
     words = call;
     nwords = HCQ__LEN_CALL;
   }
@@ -696,20 +694,6 @@ void hcq__cpu_apply_layout(hcq_device_t *dev, const int *cores, unsigned ncores)
 
 /* ---- lifecycle ---- */
 
-/* Joins a thread that is expected to leave by deadline; false if it did not (it is detached). */
-static bool join_by(pthread_t t, _Atomic bool *exited, uint64_t deadline) {
-  while (!atomic_load(exited)) {
-    if (hcq__now_ns() >= deadline) {
-      pthread_detach(t);
-      return false;
-    }
-    struct timespec ts = {0, 200000};
-    nanosleep(&ts, NULL);
-  }
-  pthread_join(t, NULL);
-  return true;
-}
-
 static bool cpu_stop(hcq_device_t *dev) {
   cpu_engine_t *e = engine_of(dev);
   hcq__cpu_layout_remove(dev);
@@ -722,7 +706,7 @@ static bool cpu_stop(hcq_device_t *dev) {
     atomic_fetch_add(&e->doorbell, 1);
     hcq__futex_wake(&e->doorbell);
     wake_engine(e);
-    if (!join_by(e->thread, &e->exited, deadline)) abandoned = true;
+    if (!hcq__join_by(e->thread, &e->exited, deadline)) abandoned = true;
     e->started = false;
   }
   cpu_pool_t *p = &e->pool;
@@ -732,7 +716,7 @@ static bool cpu_stop(hcq_device_t *dev) {
   atomic_fetch_add(&p->layout_seq, 1);
   hcq__futex_wake(&p->layout_seq);
   for (unsigned i = 0; i < p->created; i++)
-    if (!join_by(p->threads[i], &p->helper_exited[i], deadline)) abandoned = true;
+    if (!hcq__join_by(p->threads[i], &p->helper_exited[i], deadline)) abandoned = true;
   p->created = 0;
   return abandoned;
 }

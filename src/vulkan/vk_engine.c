@@ -1075,9 +1075,7 @@ hcq_status_t hcq__vk_engine_submit(vk_engine_t *e, const uint32_t *words, size_t
   if (st) return st;
   uint32_t call[HCQ__LEN_CALL];
   if (bound) {
-    call[0] = HCQ__HDR(CALL);
-    hcq__wr64(call + HCQ__CALL_PTR, (uint64_t)(uintptr_t)words);
-    call[HCQ__CALL_LEN] = (uint32_t)nwords;
+    hcq__encode_call(call, words, nwords);
     words = call;
     nwords = HCQ__LEN_CALL;
   }
@@ -1199,19 +1197,6 @@ hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
   return NULL;
 }
 
-static bool join_by(pthread_t t, _Atomic bool *done, uint64_t deadline) {
-  while (!atomic_load(done)) {
-    if (hcq__now_ns() >= deadline) {
-      pthread_detach(t);
-      return false;
-    }
-    struct timespec ts = {0, 200000};
-    nanosleep(&ts, NULL);
-  }
-  pthread_join(t, NULL);
-  return true;
-}
-
 bool hcq__vk_engine_stop(vk_engine_t *e, uint64_t deadline) {
   if (!e) return false;
   pthread_mutex_lock(&e->lock);
@@ -1219,9 +1204,9 @@ bool hcq__vk_engine_stop(vk_engine_t *e, uint64_t deadline) {
   pthread_cond_broadcast(&e->wake);
   pthread_mutex_unlock(&e->lock);
   bool stuck = false;
-  if (e->thread_started && !join_by(e->thread, &e->thread_done, deadline)) stuck = true;
+  if (e->thread_started && !hcq__join_by(e->thread, &e->thread_done, deadline)) stuck = true;
   e->thread_started = false;
-  if (e->completer_started && !join_by(e->completer, &e->completer_done, deadline)) stuck = true;
+  if (e->completer_started && !hcq__join_by(e->completer, &e->completer_done, deadline)) stuck = true;
   e->completer_started = false;
   return stuck;
 }
