@@ -37,14 +37,12 @@
 #include <xxhash.h>
 
 #include "cpu/cpu_compile.h"
+#include "core/kcache.h"
 #include "cpu/cpu_internal.h"
 
 extern char **environ;
 
 #define MAX_COMPILER_OUTPUT (64 * 1024)
-/* Directories we write in are at most MAX_CACHE_DIR long, leaving room in a PATH_BUF for
- * "/tmp-XXXXXX.c", "/<32 hex>.so" and the like. */
-#define MAX_CACHE_DIR (PATH_MAX - 64)
 #define PATH_BUF (PATH_MAX + 64)
 
 static const char k_prelude[] =
@@ -330,132 +328,7 @@ void hcq__cpu_cache_key(const hcq__cpu_key_input_t *in, char out_hex[33]) {
   snprintf(out_hex, 33, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
 }
 
-/* ---- which directories and files to trust ---- */
-
-/* True for a user private group: this user's primary group, named like the user, listing no other
- * member. Distributions that give each user one also give a umask of 002, so everything such a
- * user creates is writable by a group that is only them. Answers are kept (NSS may be slow). */
-static bool group_is_only_me(gid_t gid) {
-  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  static struct known_group {
-    gid_t gid;
-    bool only;
-  } known[8];
-  static size_t nknown;
-  pthread_mutex_lock(&lock);
-  for (size_t i = 0; i < nknown; i++) {
-    if (known[i].gid == gid) {
-      bool only = known[i].only;
-      pthread_mutex_unlock(&lock);
-      return only;
-    }
-  }
-  bool only = false;
-  struct passwd pw, *p = NULL;
-  struct group gr, *g = NULL;
-  for (size_t size = 16384; size <= (1u << 22); size *= 4) {
-    char *buf = malloc(2 * size);
-    if (!buf) break;
-    int e1 = getpwuid_r(geteuid(), &pw, buf, size, &p), e2 = getgrgid_r(gid, &gr, buf + size, size, &g);
-    if (e1 != ERANGE && e2 != ERANGE) {
-      only = p && g && p->pw_gid == gid && !strcmp(g->gr_name, p->pw_name);
-      for (char **m = only ? g->gr_mem : NULL; m && *m; m++) only = only && !strcmp(*m, p->pw_name);
-      free(buf);
-      if (nknown < sizeof(known) / sizeof(known[0])) known[nknown++] = (struct known_group){gid, only};
-      break;
-    }
-    free(buf);
-  }
-  pthread_mutex_unlock(&lock);
-  return only;
-}
-
-/* Who besides the owner may create, rename or delete entries of a directory with this stat: NULL
- * for no one (or only the owner's private group), "others" or "its group". */
-static const char *other_writers(const struct stat *st) {
-  if (st->st_mode & S_IWOTH) return "others";
-  if ((st->st_mode & S_IWGRP) && !group_is_only_me(st->st_gid)) return "its group";
-  return NULL;
-}
-
-/* True when only this process's user (and root) can have put files in dir, a resolved path; else
- * *why says who else could. */
-static bool dir_is_trusted(const char *dir, char *why, size_t size) {
-  uid_t me = geteuid();
-  struct stat st;
-  if (stat(dir, &st) != 0) {
-    snprintf(why, size, "cannot inspect %s: %s", dir, strerror(errno));
-    return false;
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    snprintf(why, size, "%s is not a directory", dir);
-    return false;
-  }
-  if (st.st_uid != me) {
-    snprintf(why, size, "%s is owned by uid %ld, not by this process's uid %ld", dir, (long)st.st_uid, (long)me);
-    return false;
-  }
-  const char *writers = other_writers(&st);
-  if (writers) {
-    snprintf(why, size, "%s is writable by %s (mode %04o)", dir, writers, (unsigned)(st.st_mode & 07777));
-    return false;
-  }
-  /* Whoever may rename entries of a directory above could swap dir for one of theirs. */
-  char up[PATH_MAX];
-  snprintf(up, sizeof(up), "%s", dir);
-  for (char *slash = strrchr(up, '/'); slash; slash = strrchr(up, '/')) {
-    if (slash == up) slash[1] = '\0';
-    else *slash = '\0';
-    if (stat(up, &st) != 0) {
-      snprintf(why, size, "cannot inspect %s: %s", up, strerror(errno));
-      return false;
-    }
-    if (st.st_uid != me && st.st_uid != 0) {
-      snprintf(why, size, "%s, which holds %s, is owned by uid %ld", up, dir, (long)st.st_uid);
-      return false;
-    }
-    if (!(st.st_mode & S_ISVTX) && (writers = other_writers(&st))) {
-      snprintf(why, size, "%s, which holds %s, is writable by %s without the sticky bit (mode %04o)", up, dir, writers,
-               (unsigned)(st.st_mode & 07777));
-      return false;
-    }
-    if (slash == up) break;
-  }
-  return true;
-}
-
-/* Creates dir and its missing parents 0700 (what XDG asks of ~/.cache too). 0 or an errno. */
-static int make_dirs(const char *dir) {
-  char tmp[PATH_MAX];
-  snprintf(tmp, sizeof(tmp), "%s", dir);
-  for (char *p = tmp + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return errno;
-    *p = '/';
-  }
-  if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return errno;
-  return 0;
-}
-
-/* The cache directory, created if missing and resolved into out; false with *why when it cannot
- * be trusted or created. */
-static bool open_cache_dir(const char *dir, char *out, char *why, size_t size) {
-  int err = make_dirs(dir);
-  if (err) {
-    snprintf(why, size, "cannot create the cache directory %s: %s", dir, strerror(err));
-    return false;
-  }
-  if (!realpath(dir, out)) {
-    snprintf(why, size, "cannot resolve the cache directory %s: %s", dir, strerror(errno));
-    return false;
-  }
-  if (strlen(out) > MAX_CACHE_DIR) {
-    snprintf(why, size, "the cache directory %s resolves to a path longer than %d bytes", dir, MAX_CACHE_DIR);
-    return false;
-  }
-  return dir_is_trusted(out, why, size);
-}
+/* ---- which files to trust (the directories: core/kcache.c) ---- */
 
 enum { OBJECT_MISSING, OBJECT_OURS, OBJECT_FOREIGN };
 
@@ -465,7 +338,7 @@ static int inspect_object(const char *path) {
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? OBJECT_MISSING : OBJECT_FOREIGN;
   struct stat st;
-  bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !other_writers(&st);
+  bool ours = fstat(fd, &st) == 0 && hcq__kcache_file_is_ours(&st);
   close(fd);
   return ours ? OBJECT_OURS : OBJECT_FOREIGN;
 }
@@ -917,7 +790,7 @@ static hcq_status_t compile_private(const compiler_t *cc, const char *key, const
       snprintf(why, sizeof(why), "cannot create %s: %s", made, strerror(errno));
       continue;
     }
-    have_dir = realpath(made, dir) && strlen(dir) <= MAX_CACHE_DIR && dir_is_trusted(dir, why, sizeof(why));
+    have_dir = realpath(made, dir) && strlen(dir) <= MAX_CACHE_DIR && hcq__kcache_dir_trusted(dir, why, sizeof(why));
     if (!have_dir) rmdir(made);
   }
   if (!have_dir) return hcq_status_make(HCQ_UNAVAILABLE, "no private directory to compile %s in: %s", entry, why);
@@ -957,7 +830,7 @@ hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *
   hcq__cpu_cache_key(&in, key);
 
   char dir[PATH_MAX], why[2 * PATH_MAX + 256];
-  bool cached = open_cache_dir(o->cache_dir, dir, why, sizeof(why));
+  bool cached = hcq__kcache_open_dir(o->cache_dir, dir, why, sizeof(why));
   if (cached && cc->native && !cpu) {
     snprintf(why, sizeof(why), "the compiler flags ask for the host CPU (\"native\") and /proc/cpuinfo cannot be read to put it in the key");
     cached = false;

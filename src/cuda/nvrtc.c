@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "core/internal.h"
+#include "core/kcache.h"
 
 typedef struct nvrtc_program_st *nvrtc_program;
 
@@ -200,16 +201,16 @@ static hcq_status_t run_nvrtc(const char *entry, const char *source, const char 
 
 /* ---- the cache ---- */
 
-#define CACHE_MAGIC "HCQCUDA1"
+#define CACHE_MAGIC "HCQCUDA2"
 
-typedef struct cache_header {
-  char magic[8];
+/* The payload of a cache file (core/kcache.c adds the magic and the checksum): this header, the
+ * PTX, then the cubin. The key is checked again against the file name's. */
+typedef struct cache_payload {
   uint64_t key_hi, key_lo;
   uint64_t ptx_len, cubin_len;
-  uint64_t checksum; /* XXH3-64 of the PTX then the cubin */
   int32_t arch;
   int32_t reserved;
-} cache_header_t;
+} cache_payload_t;
 
 static XXH128_hash_t cache_key(const char *entry, const char *source, const char *option) {
   char version[32];
@@ -225,90 +226,37 @@ static XXH128_hash_t cache_key(const char *entry, const char *source, const char
   return h;
 }
 
-/* A directory we may trust: ours, a directory, writable by nobody else. */
-static bool dir_is_private(const char *dir) {
-  struct stat st;
-  return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH));
-}
-
-/* HCQ_CACHE_DIR/cuda, created 0700 (with missing parents) when absent; false when it cannot be
- * made or is not private. */
-static bool cache_dir(char *out, size_t size) {
-  const char *base = hcq__options()->cache_dir;
-  int n = snprintf(out, size, "%s/cuda", base);
-  if (n < 0 || (size_t)n >= size) return false;
-  char tmp[1100];
-  snprintf(tmp, sizeof(tmp), "%s", out);
-  for (char *p = tmp + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
-    *p = '/';
-  }
-  if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
-  return dir_is_private(out);
-}
-
 static hcq_status_t path_for(const char *entry, const char *source, const char *option, char *dir, size_t dir_size,
                              char *out, size_t size, XXH128_hash_t *key) {
-  if (!cache_dir(dir, dir_size)) return hcq_status_make(HCQ_UNAVAILABLE, "the kernel cache directory is not usable");
+  if (!hcq__kcache_blob_dir("cuda", dir, dir_size))
+    return hcq_status_make(HCQ_UNAVAILABLE, "the kernel cache directory is not usable");
   *key = cache_key(entry, source, option);
   snprintf(out, size, "%s/%016" PRIx64 "%016" PRIx64 ".cubin", dir, (uint64_t)key->high64, (uint64_t)key->low64);
   return NULL;
 }
 
-static bool read_all(int fd, void *buf, size_t n) {
-  char *p = buf;
-  while (n) {
-    ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r, n -= (size_t)r;
-  }
-  return true;
-}
-
-static bool write_all(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n) {
-    ssize_t r = write(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r, n -= (size_t)r;
-  }
-  return true;
-}
-
 /* Loads a cache file when it is ours, private, and whole; false otherwise (then it is ignored). */
 static bool cache_load(const char *path, XXH128_hash_t key, int arch, hcq__cuda_image_t *out) {
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return false;
-  struct stat st;
-  cache_header_t h;
-  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-            !(st.st_mode & (S_IWGRP | S_IWOTH)) && (uint64_t)st.st_size >= sizeof(h) && read_all(fd, &h, sizeof(h)) &&
-            !memcmp(h.magic, CACHE_MAGIC, 8) && h.key_hi == key.high64 && h.key_lo == key.low64 && h.arch == arch &&
-            h.ptx_len < (UINT64_C(1) << 30) && h.cubin_len < (UINT64_C(1) << 30) &&
-            (uint64_t)st.st_size == sizeof(h) + h.ptx_len + h.cubin_len;
+  size_t size = 0;
+  uint8_t *blob = hcq__kcache_blob_load(path, CACHE_MAGIC, UINT64_C(1) << 31, &size);
+  if (!blob) return false;
+  cache_payload_t h;
+  bool ok = size >= sizeof(h);
+  if (ok) memcpy(&h, blob, sizeof(h));
+  ok = ok && h.key_hi == key.high64 && h.key_lo == key.low64 && h.arch == arch && h.ptx_len < (UINT64_C(1) << 30) &&
+       h.cubin_len < (UINT64_C(1) << 30) && size == sizeof(h) + h.ptx_len + h.cubin_len &&
+       memchr(blob + sizeof(h), '\0', h.ptx_len) == NULL;
   if (ok) {
     out->ptx = malloc(h.ptx_len + 1);
     out->cubin = h.cubin_len ? malloc(h.cubin_len) : NULL;
-    ok = out->ptx && (!h.cubin_len || out->cubin) && read_all(fd, out->ptx, h.ptx_len) &&
-         (!h.cubin_len || read_all(fd, out->cubin, h.cubin_len));
+    ok = out->ptx && (!h.cubin_len || out->cubin);
   }
-  close(fd);
   if (ok) {
+    memcpy(out->ptx, blob + sizeof(h), h.ptx_len);
     out->ptx[h.ptx_len] = '\0';
-    XXH3_state_t *hs = XXH3_createState();
-    ok = hs != NULL;
-    if (ok) {
-      XXH3_64bits_reset(hs);
-      XXH3_64bits_update(hs, out->ptx, h.ptx_len);
-      if (h.cubin_len) XXH3_64bits_update(hs, out->cubin, h.cubin_len);
-      ok = XXH3_64bits_digest(hs) == h.checksum && strlen(out->ptx) == h.ptx_len;
-      XXH3_freeState(hs);
-    }
+    if (h.cubin_len) memcpy(out->cubin, blob + sizeof(h) + h.ptx_len, h.cubin_len);
   }
+  free(blob);
   if (!ok) {
     hcq__cuda_image_free(out);
     return false;
@@ -320,34 +268,16 @@ static bool cache_load(const char *path, XXH128_hash_t key, int arch, hcq__cuda_
   return true;
 }
 
-/* Writes a temporary file in the cache directory and renames it over path: readers see the whole
- * file or none. Failing to cache is not an error (the kernel was compiled all the same). */
 static void cache_store(const char *dir, const char *path, XXH128_hash_t key, const hcq__cuda_image_t *img) {
-  char tmp[1300];
-  snprintf(tmp, sizeof(tmp), "%s/tmp-XXXXXX", dir);
-  int fd = mkostemp(tmp, O_CLOEXEC);
-  if (fd < 0) return;
-  cache_header_t h;
-  memset(&h, 0, sizeof(h));
-  memcpy(h.magic, CACHE_MAGIC, 8);
-  h.key_hi = key.high64;
-  h.key_lo = key.low64;
-  h.ptx_len = img->ptx_len;
-  h.cubin_len = img->cubin ? img->cubin_len : 0;
-  h.arch = img->arch;
-  XXH3_state_t *hs = XXH3_createState();
-  bool ok = hs != NULL;
-  if (ok) {
-    XXH3_64bits_reset(hs);
-    XXH3_64bits_update(hs, img->ptx, img->ptx_len);
-    if (h.cubin_len) XXH3_64bits_update(hs, img->cubin, h.cubin_len);
-    h.checksum = XXH3_64bits_digest(hs);
-    XXH3_freeState(hs);
-  }
-  ok = ok && fchmod(fd, 0600) == 0 && write_all(fd, &h, sizeof(h)) && write_all(fd, img->ptx, img->ptx_len) &&
-       (!h.cubin_len || write_all(fd, img->cubin, h.cubin_len)) && fsync(fd) == 0;
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+  cache_payload_t h = {key.high64, key.low64, img->ptx_len, img->cubin ? img->cubin_len : 0, img->arch, 0};
+  size_t size = sizeof(h) + h.ptx_len + h.cubin_len;
+  uint8_t *blob = malloc(size);
+  if (!blob) return; /* not cached: the kernel was compiled all the same */
+  memcpy(blob, &h, sizeof(h));
+  memcpy(blob + sizeof(h), img->ptx, h.ptx_len);
+  if (h.cubin_len) memcpy(blob + sizeof(h) + h.ptx_len, img->cubin, h.cubin_len);
+  hcq__kcache_blob_store(dir, path, CACHE_MAGIC, blob, size);
+  free(blob);
 }
 
 hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch, char *out, size_t size) {

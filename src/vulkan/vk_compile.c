@@ -1,25 +1,19 @@
 /* Vulkan programs: GLSL compute shaders compiled with libshaderc after the SPEC 2 prelude, or SPIR-V
  * given directly ("#spirv" and base64), cached on disk as SPIR-V; pipelines per group size.
  *
- * The cache lives in HCQ_CACHE_DIR/spirv, a directory of the current user's alone (0700): it is
- * used only when it and its parent are owned by the user (or root, for the parent) and writable by
- * nobody else, and a file only when it is a regular file of the user's that nobody else may write
- * and whose contents match their recorded hash. Files are written under a temporary name and
- * renamed, so a reader never sees half a file. Anything suspicious means compiling again, never
- * trusting the file. */
-#include <errno.h>
-#include <fcntl.h>
+ * The cache is the kernel cache's "spirv" blob directory (core/kcache.h): trusted the way the CPU
+ * backend's cache is, files written whole and checked against their hash on load. Anything
+ * suspicious means compiling again, never trusting the file. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #if HCQ_HAVE_SHADERC
 #include <shaderc/shaderc.h>
 #endif
 
+#include "core/kcache.h"
 #include "vulkan/vk_source.h"
 #include "vulkan/vk_internal.h"
 
@@ -28,8 +22,7 @@ const char *hcq__vk_result_name(VkResult r);
 #define SPIRV_MAGIC 0x07230203u
 #define SPIRV_OP_ENTRY_POINT 15u
 #define SPIRV_EXEC_GLCOMPUTE 5u
-#define CACHE_MAGIC "HCQSPV01"
-#define CACHE_HEADER 24 /* magic, then the XXH128 of the SPIR-V */
+#define CACHE_MAGIC "HCQSPV01" /* the kernel cache's blob header: this, then the XXH128 of the SPIR-V */
 
 /* ---- SPIR-V: checks and the entry point's name ---- */
 
@@ -65,89 +58,6 @@ static bool spirv_entry(uint32_t **io, size_t *nwords, char *name, size_t size, 
     i += count;
   }
   return false;
-}
-
-/* ---- the disk cache ---- */
-
-static bool dir_trusted(const char *path, bool allow_root_owner) {
-  struct stat st;
-  if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return false;
-  bool owner_ok = st.st_uid == geteuid() || (allow_root_owner && st.st_uid == 0);
-  bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
-  /* A sticky shared directory (like /tmp) keeps others from renaming what we put in it. */
-  return owner_ok && (!others_write || (allow_root_owner && (st.st_mode & S_ISVTX)));
-}
-
-/* HCQ_CACHE_DIR/spirv, made when missing; false when it cannot be trusted (no caching then). */
-static bool cache_dir(char *out, size_t size) {
-  const char *base = hcq__options()->cache_dir;
-  char tmp[1024];
-  snprintf(tmp, sizeof(tmp), "%s", base);
-  for (char *p = tmp + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
-    *p = '/';
-  }
-  if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
-  if (!dir_trusted(base, true)) return false;
-  int n = snprintf(out, size, "%s/spirv", base);
-  if (n < 0 || (size_t)n >= size) return false;
-  if (mkdir(out, 0700) != 0 && errno != EEXIST) return false;
-  return dir_trusted(out, false);
-}
-
-static XXH128_hash_t hash_bytes(const void *p, size_t n) { return XXH3_128bits(p, n); }
-
-/* The cached module at path, or NULL when it is missing or not to be trusted. */
-static uint32_t *cache_read(const char *path, size_t *out_words) {
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return NULL;
-  struct stat st;
-  uint32_t *words = NULL;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH)) &&
-      st.st_size > CACHE_HEADER + 20 && st.st_size <= CACHE_HEADER + HCQ__VK_MAX_SPIRV_BYTES &&
-      (st.st_size - CACHE_HEADER) % 4 == 0) {
-    size_t size = (size_t)st.st_size;
-    uint8_t *buf = malloc(size);
-    size_t got = 0;
-    while (buf && got < size) {
-      ssize_t r = read(fd, buf + got, size - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      got += (size_t)r;
-    }
-    if (buf && got == size && !memcmp(buf, CACHE_MAGIC, 8)) {
-      XXH128_hash_t h = hash_bytes(buf + CACHE_HEADER, size - CACHE_HEADER);
-      uint64_t want[2];
-      memcpy(want, buf + 8, 16);
-      if (want[0] == h.high64 && want[1] == h.low64) {
-        words = malloc(size - CACHE_HEADER);
-        if (words) memcpy(words, buf + CACHE_HEADER, size - CACHE_HEADER);
-        *out_words = (size - CACHE_HEADER) / 4;
-      }
-    }
-    free(buf);
-  }
-  close(fd);
-  return words;
-}
-
-static void cache_write(const char *dir, const char *path, const uint32_t *words, size_t nwords) {
-  static atomic_uint counter;
-  char tmp[1200];
-  snprintf(tmp, sizeof(tmp), "%s/.tmp-%ld-%u", dir, (long)getpid(), atomic_fetch_add(&counter, 1));
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return;
-  uint8_t header[CACHE_HEADER];
-  memcpy(header, CACHE_MAGIC, 8);
-  XXH128_hash_t h = hash_bytes(words, nwords * 4);
-  uint64_t hv[2] = {h.high64, h.low64};
-  memcpy(header + 8, hv, 16);
-  bool ok = write(fd, header, sizeof(header)) == (ssize_t)sizeof(header) &&
-            write(fd, words, nwords * 4) == (ssize_t)(nwords * 4);
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) unlink(tmp);
 }
 
 /* ---- GLSL ---- */
@@ -244,13 +154,16 @@ static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **
   for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) XXH3_128bits_update(hs, parts[i], strlen(parts[i]) + 1);
   XXH128_hash_t h = XXH3_128bits_digest(hs);
   XXH3_freeState(hs);
-  char dir[1100], path[1200];
-  bool cached = cache_dir(dir, sizeof(dir));
+  char dir[PATH_MAX], path[PATH_MAX + 64];
+  bool cached = hcq__kcache_blob_dir("spirv", dir, sizeof(dir));
   if (cached) {
     snprintf(path, sizeof(path), "%s/%016" PRIx64 "%016" PRIx64 ".spv", dir, (uint64_t)h.high64, (uint64_t)h.low64);
-    if ((*out = cache_read(path, out_words))) {
+    size_t bytes = 0;
+    if ((*out = hcq__kcache_blob_load(path, CACHE_MAGIC, HCQ__VK_MAX_SPIRV_BYTES, &bytes))) {
+      *out_words = bytes / 4;
       char name[128];
-      if (spirv_entry(out, out_words, name, sizeof(name), NULL) && !strcmp(name, entry)) return NULL;
+      if (bytes % 4 == 0 && bytes > 20 && spirv_entry(out, out_words, name, sizeof(name), NULL) && !strcmp(name, entry))
+        return NULL;
       free(*out); /* not what it should be: compile again */
     }
   }
@@ -265,7 +178,7 @@ static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **
     return hcq_status_make(HCQ_COMPILE_ERROR, "GLSL kernel %s: the compiled module has no compute entry point", entry);
   }
   if (renamed != words) free(words);
-  if (cached) cache_write(dir, path, renamed, n);
+  if (cached) hcq__kcache_blob_store(dir, path, CACHE_MAGIC, renamed, n * 4);
   *out = renamed;
   *out_words = n;
   return NULL;

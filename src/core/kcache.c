@@ -1,0 +1,223 @@
+/* The kernel cache on disk, shared by the backends (see kcache.h). */
+#include "core/kcache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "core/internal.h"
+
+/* ---- which directories and files to trust ---- */
+
+/* True for a user private group: this user's primary group, named like the user, listing no other
+ * member. Distributions that give each user one also give a umask of 002, so everything such a
+ * user creates is writable by a group that is only them. Answers are kept (NSS may be slow). */
+static bool group_is_only_me(gid_t gid) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static struct known_group {
+    gid_t gid;
+    bool only;
+  } known[8];
+  static size_t nknown;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < nknown; i++) {
+    if (known[i].gid == gid) {
+      bool only = known[i].only;
+      pthread_mutex_unlock(&lock);
+      return only;
+    }
+  }
+  bool only = false;
+  struct passwd pw, *p = NULL;
+  struct group gr, *g = NULL;
+  for (size_t size = 16384; size <= (1u << 22); size *= 4) {
+    char *buf = malloc(2 * size);
+    if (!buf) break;
+    int e1 = getpwuid_r(geteuid(), &pw, buf, size, &p), e2 = getgrgid_r(gid, &gr, buf + size, size, &g);
+    if (e1 != ERANGE && e2 != ERANGE) {
+      only = p && g && p->pw_gid == gid && !strcmp(g->gr_name, p->pw_name);
+      for (char **m = only ? g->gr_mem : NULL; m && *m; m++) only = only && !strcmp(*m, p->pw_name);
+      free(buf);
+      if (nknown < sizeof(known) / sizeof(known[0])) known[nknown++] = (struct known_group){gid, only};
+      break;
+    }
+    free(buf);
+  }
+  pthread_mutex_unlock(&lock);
+  return only;
+}
+
+/* Who besides the owner may create, rename or delete entries of a directory with this stat: NULL
+ * for no one (or only the owner's private group), "others" or "its group". */
+static const char *other_writers(const struct stat *st) {
+  if (st->st_mode & S_IWOTH) return "others";
+  if ((st->st_mode & S_IWGRP) && !group_is_only_me(st->st_gid)) return "its group";
+  return NULL;
+}
+
+bool hcq__kcache_dir_trusted(const char *dir, char *why, size_t size) {
+  uid_t me = geteuid();
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    snprintf(why, size, "cannot inspect %s: %s", dir, strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    snprintf(why, size, "%s is not a directory", dir);
+    return false;
+  }
+  if (st.st_uid != me) {
+    snprintf(why, size, "%s is owned by uid %ld, not by this process's uid %ld", dir, (long)st.st_uid, (long)me);
+    return false;
+  }
+  const char *writers = other_writers(&st);
+  if (writers) {
+    snprintf(why, size, "%s is writable by %s (mode %04o)", dir, writers, (unsigned)(st.st_mode & 07777));
+    return false;
+  }
+  /* Whoever may rename entries of a directory above could swap dir for one of theirs. */
+  char up[PATH_MAX];
+  snprintf(up, sizeof(up), "%s", dir);
+  for (char *slash = strrchr(up, '/'); slash; slash = strrchr(up, '/')) {
+    if (slash == up) slash[1] = '\0';
+    else *slash = '\0';
+    if (stat(up, &st) != 0) {
+      snprintf(why, size, "cannot inspect %s: %s", up, strerror(errno));
+      return false;
+    }
+    if (st.st_uid != me && st.st_uid != 0) {
+      snprintf(why, size, "%s, which holds %s, is owned by uid %ld", up, dir, (long)st.st_uid);
+      return false;
+    }
+    if (!(st.st_mode & S_ISVTX) && (writers = other_writers(&st))) {
+      snprintf(why, size, "%s, which holds %s, is writable by %s without the sticky bit (mode %04o)", up, dir, writers,
+               (unsigned)(st.st_mode & 07777));
+      return false;
+    }
+    if (slash == up) break;
+  }
+  return true;
+}
+
+/* 0700: what XDG asks of ~/.cache too. */
+int hcq__kcache_make_dirs(const char *dir) {
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof(tmp), "%s", dir);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return errno;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return errno;
+  return 0;
+}
+
+bool hcq__kcache_open_dir(const char *dir, char *out, char *why, size_t size) {
+  int err = hcq__kcache_make_dirs(dir);
+  if (err) {
+    snprintf(why, size, "cannot create the cache directory %s: %s", dir, strerror(err));
+    return false;
+  }
+  if (!realpath(dir, out)) {
+    snprintf(why, size, "cannot resolve the cache directory %s: %s", dir, strerror(errno));
+    return false;
+  }
+  if (strlen(out) > MAX_CACHE_DIR) {
+    snprintf(why, size, "the cache directory %s resolves to a path longer than %d bytes", dir, MAX_CACHE_DIR);
+    return false;
+  }
+  return hcq__kcache_dir_trusted(out, why, size);
+}
+
+bool hcq__kcache_file_is_ours(const struct stat *st) {
+  return S_ISREG(st->st_mode) && st->st_uid == geteuid() && !other_writers(st);
+}
+
+/* ---- blobs ---- */
+
+#define BLOB_HEADER 24 /* magic, then the XXH128 of the payload */
+
+bool hcq__kcache_blob_dir(const char *sub, char *out, size_t size) {
+  char base[PATH_MAX], why[PATH_MAX + 128];
+  if (!hcq__options()->cache_dir || !hcq__kcache_open_dir(hcq__options()->cache_dir, base, why, sizeof(why)))
+    return false;
+  int n = snprintf(out, size, "%s/%s", base, sub);
+  if (n < 0 || (size_t)n >= size) return false;
+  if (mkdir(out, 0700) != 0 && errno != EEXIST) return false;
+  /* Ours alone: we made it 0700, and a subdirectory gets no private-group allowance. */
+  struct stat st;
+  return lstat(out, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+static bool read_all(int fd, void *buf, size_t n) {
+  char *p = buf;
+  while (n) {
+    ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r, n -= (size_t)r;
+  }
+  return true;
+}
+
+static bool write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t r = write(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r, n -= (size_t)r;
+  }
+  return true;
+}
+
+static void hash_into(uint8_t out[16], const void *payload, size_t size) {
+  XXH128_hash_t h = XXH3_128bits(payload, size);
+  uint64_t v[2] = {h.high64, h.low64};
+  memcpy(out, v, 16);
+}
+
+void *hcq__kcache_blob_load(const char *path, const char *magic, size_t max_size, size_t *out_size) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  uint8_t header[BLOB_HEADER], want[16];
+  void *payload = NULL;
+  size_t size = 0;
+  if (fstat(fd, &st) == 0 && hcq__kcache_file_is_ours(&st) && st.st_size >= BLOB_HEADER &&
+      (uint64_t)st.st_size - BLOB_HEADER <= max_size && read_all(fd, header, sizeof(header)) &&
+      !memcmp(header, magic, 8)) {
+    size = (size_t)st.st_size - BLOB_HEADER;
+    payload = malloc(size ? size : 1);
+    if (payload && (!read_all(fd, payload, size) || (hash_into(want, payload, size), memcmp(want, header + 8, 16)))) {
+      free(payload);
+      payload = NULL;
+    }
+  }
+  close(fd);
+  if (payload) *out_size = size;
+  return payload;
+}
+
+void hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const void *payload, size_t size) {
+  char tmp[PATH_MAX + 32];
+  int n = snprintf(tmp, sizeof(tmp), "%s/tmp-XXXXXX", dir);
+  if (n < 0 || (size_t)n >= sizeof(tmp)) return;
+  int fd = mkostemp(tmp, O_CLOEXEC);
+  if (fd < 0) return;
+  uint8_t header[BLOB_HEADER];
+  memcpy(header, magic, 8);
+  hash_into(header + 8, payload, size);
+  bool ok = fchmod(fd, 0600) == 0 && write_all(fd, header, sizeof(header)) && write_all(fd, payload, size);
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+}
