@@ -282,39 +282,6 @@ SCENARIO(eager_timeline_wraps, 1) {
 
 /* ---- HCQ graphs: replays compared with eager execution on mirror buffers ---- */
 
-static hcq_graph_t *build(world_t *w, world_item_t *items, int n, const int *inputs, int ninputs,
-                          const hcq_var_value_t *vals, size_t nvals, bool profile) {
-  hcq_exec_item_t *its = calloc((size_t)n, sizeof(*its));
-  hcq_buffer_t *ins[8];
-  for (int j = 0; j < n; j++) its[j] = items[j].item;
-  for (int k = 0; k < ninputs; k++) ins[k] = w->buf[inputs[k]];
-  hcq_graph_options_t opts = {.profile = profile};
-  hcq_graph_t *g = NULL;
-  OK(hcq_graph_create(its, (size_t)n, ins, (size_t)ninputs, vals, nvals, &opts, &g));
-  free(its);
-  cr_assert_str_eq(hcq_graph_kind(g), "hcq");
-  return g;
-}
-
-static void replay(world_t *w, hcq_graph_t *g, world_item_t *items, int n, const int *inputs, const int *swaps,
-                   int ninputs, const hcq_var_value_t *vals, size_t nvals, bool wait, const char *what) {
-  hcq_buffer_t *ins[8];
-  for (int k = 0; k < ninputs; k++) ins[k] = w->buf[swaps && swaps[k] >= 0 ? swaps[k] : inputs[k]];
-  uint64_t ns = 0;
-  OK(hcq_graph_run(g, ins, (size_t)ninputs, vals, nvals, wait, wait ? &ns : NULL));
-  if (wait) cr_assert_gt(ns, 0);
-  world_run_eager(w, items, n, inputs, swaps, ninputs, vals, nvals);
-  world_compare(w, what);
-}
-
-static void replay_n(world_t *w, hcq_graph_t *g, world_item_t *items, int n, int times) {
-  for (int r = 0; r < times; r++) {
-    char what[32];
-    snprintf(what, sizeof(what), "replay %d", r);
-    replay(w, g, items, n, NULL, NULL, 0, NULL, 0, r % 2 == 0, what);
-  }
-}
-
 enum { N = 256 };
 
 /* Write after write, read then write, write then read: each order is kept on one queue. */
@@ -329,8 +296,8 @@ SCENARIO(graph_orders_accesses_to_one_buffer, 1) {
   world_mix(&w, &items[3], c, a, x, I(5), I(1), I(N), NULL);
   world_mix(&w, &items[4], a, c, c, I(2), I(3), I(N), NULL); /* read then write */
   world_mix(&w, &items[5], x, c, a, I(1), I(1), I(N), NULL);
-  hcq_graph_t *g = build(&w, items, 6, NULL, 0, NULL, 0, false);
-  replay_n(&w, g, items, 6, 4);
+  hcq_graph_t *g = world_graph(&w, items, 6, NULL, 0, NULL, 0, false);
+  world_replay_n(&w, g, items, 6, 4);
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
@@ -349,9 +316,9 @@ SCENARIO(graph_copies_between_two_devices, 2) {
   world_mix(&w, &items[4], x, e, a, I(1), I(5), I(N), NULL); /* read after copy on device 0 */
   world_copy(&w, &items[5], a, d, N * 2);                    /* back, half, overwriting a after reads */
   world_mix(&w, &items[6], c, c, d, I(7), I(1), I(N), NULL);
-  hcq_graph_t *g = build(&w, items, 7, NULL, 0, NULL, 0, false);
+  hcq_graph_t *g = world_graph(&w, items, 7, NULL, 0, NULL, 0, false);
   cr_assert_eq(hcq_graph_device_count(g), 2);
-  replay_n(&w, g, items, 7, 5);
+  world_replay_n(&w, g, items, 7, 5);
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
@@ -373,12 +340,12 @@ SCENARIO(graph_among_four_devices_with_eager_transfers, 4) {
     world_copy(&w, &before[d], tmp[(d + 2) % 4], buf[d], N * 4);
     world_copy(&w, &after[d], buf[(d + 3) % 4], tmp[d], N * 2);
   }
-  hcq_graph_t *g = build(&w, items, 8, NULL, 0, NULL, 0, false);
+  hcq_graph_t *g = world_graph(&w, items, 8, NULL, 0, NULL, 0, false);
   cr_assert_eq(hcq_graph_device_count(g), 4);
   for (int r = 0; r < 3; r++) {
     for (int d = 0; d < 4; d++) OK(hcq_exec_item_run(&before[d].item, NULL, 0));
     world_run_eager(&w, before, 4, NULL, NULL, 0, NULL, 0);
-    replay(&w, g, items, 8, NULL, NULL, 0, NULL, 0, false, "graph among four devices");
+    world_replay(&w, g, items, 8, NULL, NULL, 0, NULL, 0, false, "graph among four devices");
     for (int d = 0; d < 4; d++) OK(hcq_exec_item_run(&after[d].item, NULL, 0));
     world_run_eager(&w, after, 4, NULL, NULL, 0, NULL, 0);
     world_compare(&w, "after the eager transfers");
@@ -401,8 +368,8 @@ SCENARIO(graph_views_of_one_buffer, 2) {
   world_mix(&w, &items[3], v2a, v2a, v1, I(1), I(4), I(N), NULL);
   world_copy(&w, &items[4], v0, farv, N * 4);
   world_mix(&w, &items[5], other, v2, v0, I(2), I(2), I(N), NULL);
-  hcq_graph_t *g = build(&w, items, 6, NULL, 0, NULL, 0, false);
-  replay_n(&w, g, items, 6, 4);
+  hcq_graph_t *g = world_graph(&w, items, 6, NULL, 0, NULL, 0, false);
+  world_replay_n(&w, g, items, 6, 4);
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
@@ -426,13 +393,13 @@ SCENARIO(graph_variables_and_symbolic_grid_dims, 2) {
   world_mix(&w, &items[2], c, c, c, I(3), hcq_sym(k), hcq_sym(half), hgroups);
   world_mix(&w, &items[3], x, a, x, hcq_sym(add), I(1), hcq_sym(n), groups);
   hcq_var_value_t init[] = {{n, 10}, {k, 0}};
-  hcq_graph_t *g = build(&w, items, 4, NULL, 0, init, 2, false);
+  hcq_graph_t *g = world_graph(&w, items, 4, NULL, 0, init, 2, false);
   int64_t ns[] = {1, N, 37, 64, 65, 1, N, 200}, ks[] = {-50, 50, 0, 7, -3, 50, -50, 1};
   for (int r = 0; r < 8; r++) {
     hcq_var_value_t vals[] = {{k, ks[r]}, {n, ns[r]}};
     char what[64];
     snprintf(what, sizeof(what), "replay %d (n=%ld k=%ld)", r, (long)ns[r], (long)ks[r]);
-    replay(&w, g, items, 4, NULL, NULL, 0, vals, 2, r % 3 == 0, what);
+    world_replay(&w, g, items, 4, NULL, NULL, 0, vals, 2, r % 3 == 0, what);
   }
   OK(hcq_graph_destroy(g));
   hcq_expr_release(n);
@@ -459,12 +426,12 @@ SCENARIO(graph_input_swaps, 2) {
   world_copy(&w, &items[3], src, acc, N * 4);
   world_copy(&w, &items[4], dst, x, N * 4); /* both ends inputs on one device */
   int inputs[] = {x, src, dst};
-  hcq_graph_t *g = build(&w, items, 5, inputs, 3, NULL, 0, false);
+  hcq_graph_t *g = world_graph(&w, items, 5, inputs, 3, NULL, 0, false);
   int swaps[][3] = {{-1, -1, -1}, {x2, -1, -1}, {x3, src2, dst2}, {x, src, dst2}, {x2, src2, -1}, {x3, -1, dst}};
   for (int r = 0; r < 6; r++) {
     char what[32];
     snprintf(what, sizeof(what), "replay %d", r);
-    replay(&w, g, items, 5, inputs, swaps[r], 3, NULL, 0, r % 2, what);
+    world_replay(&w, g, items, 5, inputs, swaps[r], 3, NULL, 0, r % 2, what);
   }
   OK(hcq_graph_destroy(g));
   world_close(&w);
@@ -484,7 +451,7 @@ SCENARIO(graph_between_eager_work, 2) {
   world_mix(&w, &before[1], x, x, x, I(7), I(1), I(M), NULL);
   world_mix(&w, &after[0], c, a, c, I(2), I(0), I(M), NULL);
   world_mix(&w, &after[1], x, x, x, I(3), I(3), I(M), NULL);
-  hcq_graph_t *g = build(&w, items, 3, NULL, 0, NULL, 0, false);
+  hcq_graph_t *g = world_graph(&w, items, 3, NULL, 0, NULL, 0, false);
   for (int r = 0; r < 4; r++) {
     for (int i = 0; i < 2; i++)
       for (int rep = 0; rep < 3; rep++) OK(hcq_exec_item_run(&before[i].item, NULL, 0));
@@ -505,7 +472,7 @@ SCENARIO(graph_long_chain_replayed_without_waiting, 1) {
   int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 0, N, 2);
   world_item_t items[100];
   for (int j = 0; j < 100; j++) world_mix(&w, &items[j], j % 2 ? a : x, j % 2 ? x : a, a, I(j % 5 + 1), I(j), I(N), NULL);
-  hcq_graph_t *g = build(&w, items, 100, NULL, 0, NULL, 0, false);
+  hcq_graph_t *g = world_graph(&w, items, 100, NULL, 0, NULL, 0, false);
   for (int r = 0; r < 10; r++) {
     OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
     world_run_eager(&w, items, 100, NULL, NULL, 0, NULL, 0);
@@ -524,7 +491,7 @@ SCENARIO(graph_kickoff_value_wraps, 2) {
   world_mix(&w, &items[0], a, a, a, I(3), I(1), I(N), NULL);
   world_copy(&w, &items[1], x, a, N * 4);
   world_mix(&w, &items[2], x, x, x, I(1), I(2), I(N), NULL);
-  hcq_graph_t *g = build(&w, items, 3, NULL, 0, NULL, 0, false);
+  hcq_graph_t *g = world_graph(&w, items, 3, NULL, 0, NULL, 0, false);
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
   world_run_eager(&w, items, 3, NULL, NULL, 0, NULL, 0);
   hcq__graph_pretend_replays_for_tests(g, HCQ_TIMELINE_WRAP - 1);
@@ -551,15 +518,15 @@ static size_t replay_patch_writes(const test_backend_t *b, int nitems, bool swap
   for (int j = 1; j < nitems; j++) world_mix(&w, &items[j], acc, acc, acc, I(1), I(j), I(N), NULL);
   int inputs[] = {x}, swaps[] = {x2};
   hcq_var_value_t vals[] = {{k, 3}};
-  hcq_graph_t *g = build(&w, items, nitems, inputs, 1, vals, 1, false);
+  hcq_graph_t *g = world_graph(&w, items, nitems, inputs, 1, vals, 1, false);
   /* Each replay slot (replays in flight at once) writes everything on its first replay. */
   for (unsigned i = 0; i < hcq__options()->graph_inflight; i++)
-    replay(&w, g, items, nitems, inputs, NULL, 1, vals, 1, true, "first replay of a slot");
+    world_replay(&w, g, items, nitems, inputs, NULL, 1, vals, 1, true, "first replay of a slot");
   hcq__vk_counters_t first;
   hcq__vulkan_counters(w.devs[0], &first);
   for (int r = 0; r < 3; r++) {
     hcq_var_value_t v[] = {{k, 3 + (swap ? r : 0)}};
-    replay(&w, g, items, nitems, inputs, swap && r % 2 == 0 ? swaps : NULL, 1, v, 1, true, "later replay");
+    world_replay(&w, g, items, nitems, inputs, swap && r % 2 == 0 ? swaps : NULL, 1, v, 1, true, "later replay");
   }
   size_t writes = ((const hcq_queue_t *)hcq_graph_queue(g, 0))->last_patch_writes;
   hcq__vk_counters_t after;
@@ -600,8 +567,8 @@ SCENARIO(graph_profile_timestamps, 2) {
   world_mix(&w, &items[1], a, a, a, I(2), I(1), I(N), NULL);
   world_copy(&w, &items[2], x, a, N * 4);
   world_mix(&w, &items[3], x, x, x, I(3), I(1), I(N), NULL);
-  hcq_graph_t *g = build(&w, items, 4, NULL, 0, NULL, 0, true);
-  for (int r = 0; r < 3; r++) replay(&w, g, items, 4, NULL, NULL, 0, NULL, 0, r == 2, "profiled replay");
+  hcq_graph_t *g = world_graph(&w, items, 4, NULL, 0, NULL, 0, true);
+  for (int r = 0; r < 3; r++) world_replay(&w, g, items, 4, NULL, NULL, 0, NULL, 0, r == 2, "profiled replay");
   const hcq_profile_event_t *ev = NULL;
   OK(hcq_graph_profile(g, &ev));
   cr_assert_eq(ev->nentries, 4);
@@ -628,14 +595,14 @@ SCENARIO(graph_randomized, 4) {
     world_random_t rw;
     world_random_on(&w, b, &seed, &v, &rw);
     hcq_var_value_t init[] = {{v.n, 64}, {v.k, 1}};
-    hcq_graph_t *g = build(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2, false);
+    hcq_graph_t *g = world_graph(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2, false);
     for (int r = 0; r < 4; r++) {
       int swaps[WORLD_MAX_DEVS];
       hcq_var_value_t vals[2];
       world_random_replay(&rw, &seed, &v, swaps, vals);
       char what[96];
       snprintf(what, sizeof(what), "round %d (%d devices, %d items) replay %d", round, w.ndev, rw.nitems, r);
-      replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
+      world_replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
     }
     OK(hcq_graph_destroy(g));
     world_close(&w);

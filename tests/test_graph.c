@@ -4,39 +4,6 @@
 
 TestSuite(graph, .timeout = 180);
 
-static hcq_graph_t *build(world_t *w, world_item_t *items, int n, const int *inputs, int ninputs,
-                          const hcq_var_value_t *vals, size_t nvals) {
-  hcq_exec_item_t its[256];
-  hcq_buffer_t *ins[8];
-  cr_assert_leq(n, 256);
-  for (int j = 0; j < n; j++) its[j] = items[j].item;
-  for (int k = 0; k < ninputs; k++) ins[k] = w->buf[inputs[k]];
-  hcq_graph_t *g = NULL;
-  OK(hcq_graph_create(its, (size_t)n, ins, (size_t)ninputs, vals, nvals, NULL, &g));
-  cr_assert_str_eq(hcq_graph_kind(g), "hcq");
-  return g;
-}
-
-/* One replay in both worlds, then the comparison. */
-static void replay(world_t *w, hcq_graph_t *g, world_item_t *items, int n, const int *inputs, const int *swaps,
-                   int ninputs, const hcq_var_value_t *vals, size_t nvals, bool wait, const char *what) {
-  hcq_buffer_t *ins[8];
-  for (int k = 0; k < ninputs; k++) ins[k] = w->buf[swaps && swaps[k] >= 0 ? swaps[k] : inputs[k]];
-  uint64_t ns = 0;
-  OK(hcq_graph_run(g, ins, (size_t)ninputs, vals, nvals, wait, wait ? &ns : NULL));
-  if (wait) cr_assert_gt(ns, 0);
-  world_run_eager(w, items, n, inputs, swaps, ninputs, vals, nvals);
-  world_compare(w, what);
-}
-
-static void replay_n(world_t *w, hcq_graph_t *g, world_item_t *items, int n, int times) {
-  for (int r = 0; r < times; r++) {
-    char what[32];
-    snprintf(what, sizeof(what), "replay %d", r);
-    replay(w, g, items, n, NULL, NULL, 0, NULL, 0, r % 2 == 0, what);
-  }
-}
-
 static hcq_operand_t I(int64_t v) { return hcq_imm(v); }
 
 enum { N = 256 };
@@ -49,8 +16,8 @@ Test(graph, two_writes_to_one_buffer) {
   world_mix(&w, &items[0], a, b, c, I(2), I(1), I(N), NULL);
   world_mix(&w, &items[1], a, c, c, I(3), I(7), I(N / 2), NULL);
   world_mix(&w, &items[2], b, a, a, I(1), I(0), I(N), NULL); /* sees the second write */
-  hcq_graph_t *g = build(&w, items, 3, NULL, 0, NULL, 0);
-  replay_n(&w, g, items, 3, 4);
+  hcq_graph_t *g = world_graph(&w, items, 3, NULL, 0, NULL, 0, false);
+  world_replay_n(&w, g, items, 3, 4);
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
@@ -62,8 +29,8 @@ Test(graph, read_then_write) {
   world_item_t items[2];
   world_mix(&w, &items[0], b, a, c, I(5), I(1), I(N), NULL); /* reads a */
   world_mix(&w, &items[1], a, c, c, I(2), I(3), I(N), NULL); /* then overwrites a */
-  hcq_graph_t *g = build(&w, items, 2, NULL, 0, NULL, 0);
-  replay_n(&w, g, items, 2, 4);
+  hcq_graph_t *g = world_graph(&w, items, 2, NULL, 0, NULL, 0, false);
+  world_replay_n(&w, g, items, 2, 4);
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
@@ -76,8 +43,8 @@ Test(graph, write_then_read) {
   world_mix(&w, &items[0], a, b, c, I(2), I(9), I(N), NULL);
   world_mix(&w, &items[1], c, a, a, I(3), I(1), I(N), NULL);
   world_mix(&w, &items[2], b, c, a, I(1), I(1), I(N), NULL);
-  hcq_graph_t *g = build(&w, items, 3, NULL, 0, NULL, 0);
-  replay_n(&w, g, items, 3, 4);
+  hcq_graph_t *g = world_graph(&w, items, 3, NULL, 0, NULL, 0, false);
+  world_replay_n(&w, g, items, 3, 4);
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
@@ -94,8 +61,8 @@ Test(graph, copy_after_write_and_read_after_copy) {
   world_mix(&w, &items[3], d, c, c, I(3), I(2), I(N), NULL); /* read after copy on CPU:1 */
   world_mix(&w, &items[4], b, e, a, I(1), I(5), I(N), NULL); /* read after copy on CPU:0 */
   world_copy(&w, &items[5], a, d, N * 2);                    /* back, half, overwriting a after reads */
-  hcq_graph_t *g = build(&w, items, 6, NULL, 0, NULL, 0);
-  replay_n(&w, g, items, 6, 5);
+  hcq_graph_t *g = world_graph(&w, items, 6, NULL, 0, NULL, 0, false);
+  world_replay_n(&w, g, items, 6, 5);
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
@@ -109,7 +76,7 @@ Test(graph, several_graphs_sharing_buffers) {
   world_copy(&w, &g1_items[1], c, a, N * 4);
   world_copy(&w, &g2_items[0], b, c, N * 4);
   world_mix(&w, &g2_items[1], a, b, a, I(1), I(2), I(N), NULL);
-  hcq_graph_t *g1 = build(&w, g1_items, 2, NULL, 0, NULL, 0), *g2 = build(&w, g2_items, 2, NULL, 0, NULL, 0);
+  hcq_graph_t *g1 = world_graph(&w, g1_items, 2, NULL, 0, NULL, 0, false), *g2 = world_graph(&w, g2_items, 2, NULL, 0, NULL, 0, false);
   for (int r = 0; r < 6; r++) {
     /* No waiting between graphs: their order comes from the device timelines alone. */
     OK(hcq_graph_run(g1, NULL, 0, NULL, 0, false, NULL));
@@ -135,9 +102,9 @@ Test(graph, copies_between_two_devices) {
   world_copy(&w, &items[3], c, d, N * 4);
   world_copy(&w, &items[4], b, c, N * 2); /* CPU:0 -> CPU:1 again, after the copy into c */
   world_mix(&w, &items[5], a, c, a, I(1), I(1), I(N), NULL);
-  hcq_graph_t *g = build(&w, items, 6, NULL, 0, NULL, 0);
+  hcq_graph_t *g = world_graph(&w, items, 6, NULL, 0, NULL, 0, false);
   cr_assert_eq(hcq_graph_device_count(g), 2);
-  replay_n(&w, g, items, 6, 6);
+  world_replay_n(&w, g, items, 6, 6);
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
@@ -159,12 +126,12 @@ Test(graph, copies_among_four_devices_before_and_after_graph_work) {
     world_copy(&w, &before[d], tmp[(d + 2) % 4], buf[d], N * 4);
     world_copy(&w, &after[d], buf[(d + 3) % 4], tmp[d], N * 2);
   }
-  hcq_graph_t *g = build(&w, items, 8, NULL, 0, NULL, 0);
+  hcq_graph_t *g = world_graph(&w, items, 8, NULL, 0, NULL, 0, false);
   cr_assert_eq(hcq_graph_device_count(g), 4);
   for (int r = 0; r < 4; r++) {
     for (int d = 0; d < 4; d++) OK(hcq_exec_item_run(&before[d].item, NULL, 0));
     world_run_eager(&w, before, 4, NULL, NULL, 0, NULL, 0);
-    replay(&w, g, items, 8, NULL, NULL, 0, NULL, 0, false, "graph among four devices");
+    world_replay(&w, g, items, 8, NULL, NULL, 0, NULL, 0, false, "graph among four devices");
     for (int d = 0; d < 4; d++) OK(hcq_exec_item_run(&after[d].item, NULL, 0));
     world_run_eager(&w, after, 4, NULL, NULL, 0, NULL, 0);
     world_compare(&w, "after the eager transfers");
@@ -187,8 +154,8 @@ Test(graph, views_of_one_buffer_used_by_different_items) {
   world_mix(&w, &items[3], v2a, v2a, v1, I(1), I(4), I(N), NULL);      /* in place on a view of a view */
   world_copy(&w, &items[4], v0, farv, N * 4);                          /* back into the base */
   world_mix(&w, &items[5], other, v2, v0, I(2), I(2), I(N), NULL);
-  hcq_graph_t *g = build(&w, items, 6, NULL, 0, NULL, 0);
-  replay_n(&w, g, items, 6, 5);
+  hcq_graph_t *g = world_graph(&w, items, 6, NULL, 0, NULL, 0, false);
+  world_replay_n(&w, g, items, 6, 5);
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
@@ -212,14 +179,14 @@ Test(graph, symbolic_values_and_dims_change_between_replays) {
   world_mix(&w, &items[2], c, c, c, I(3), hcq_sym(k), hcq_sym(half), hgroups);
   world_mix(&w, &items[3], b, a, b, hcq_sym(add), I(1), hcq_sym(n), groups);
   hcq_var_value_t init[] = {{n, 10}, {k, 0}};
-  hcq_graph_t *g = build(&w, items, 4, NULL, 0, init, 2);
+  hcq_graph_t *g = world_graph(&w, items, 4, NULL, 0, init, 2, false);
   cr_assert_eq(hcq_graph_var_count(g), 2);
   int64_t ns[] = {1, N, 37, 64, 65, 1, N, 200}, ks[] = {-50, 50, 0, 7, -3, 50, -50, 1};
   for (int r = 0; r < 8; r++) {
     hcq_var_value_t vals[] = {{k, ks[r]}, {n, ns[r]}};
     char what[64];
     snprintf(what, sizeof(what), "replay %d (n=%ld k=%ld)", r, (long)ns[r], (long)ks[r]);
-    replay(&w, g, items, 4, NULL, NULL, 0, vals, 2, r % 3 == 0, what);
+    world_replay(&w, g, items, 4, NULL, NULL, 0, vals, 2, r % 3 == 0, what);
   }
   /* A replay may pass only some variables: the others keep their last value. */
   hcq_var_value_t only_k[] = {{k, 5}}, both[] = {{k, 5}, {n, 200}};
@@ -250,12 +217,12 @@ Test(graph, input_buffers_swapped_between_replays) {
   world_mix(&w, &items[2], acc, dst, x, I(1), I(3), I(N), NULL);
   world_copy(&w, &items[3], src, acc, N * 4);                   /* input as a copy destination, CPU:0 -> CPU:1 */
   int inputs[] = {x, src, dst};
-  hcq_graph_t *g = build(&w, items, 4, inputs, 3, NULL, 0);
+  hcq_graph_t *g = world_graph(&w, items, 4, inputs, 3, NULL, 0, false);
   int swaps[][3] = {{-1, -1, -1}, {x2, -1, -1}, {x3, src2, dst2}, {x, src, dst2}, {x2, src2, -1}, {x3, -1, dst}};
   for (int r = 0; r < 6; r++) {
     char what[32];
     snprintf(what, sizeof(what), "replay %d", r);
-    replay(&w, g, items, 4, inputs, swaps[r], 3, NULL, 0, r % 2, what);
+    world_replay(&w, g, items, 4, inputs, swaps[r], 3, NULL, 0, r % 2, what);
   }
   OK(hcq_graph_destroy(g));
   world_close(&w);
@@ -275,7 +242,7 @@ Test(graph, eager_work_pending_before_and_submitted_after_a_replay) {
   world_mix(&w, &before[1], b, b, b, I(7), I(1), I(64 * N), NULL);
   world_mix(&w, &after[0], c, a, c, I(2), I(0), I(64 * N), NULL);
   world_mix(&w, &after[1], b, b, b, I(3), I(3), I(64 * N), NULL);
-  hcq_graph_t *g = build(&w, items, 3, NULL, 0, NULL, 0);
+  hcq_graph_t *g = world_graph(&w, items, 3, NULL, 0, NULL, 0, false);
   for (int r = 0; r < 5; r++) {
     for (int i = 0; i < 2; i++)
       for (int rep = 0; rep < 3; rep++) OK(hcq_exec_item_run(&before[i].item, NULL, 0));
@@ -296,7 +263,7 @@ Test(graph, long_chain_and_replay_without_wait) {
   int a = world_buffer(&w, 0, N, 1), b = world_buffer(&w, 0, N, 2);
   world_item_t items[200];
   for (int j = 0; j < 200; j++) world_mix(&w, &items[j], j % 2 ? a : b, j % 2 ? b : a, a, I(j % 5 + 1), I(j), I(N), NULL);
-  hcq_graph_t *g = build(&w, items, 200, NULL, 0, NULL, 0);
+  hcq_graph_t *g = world_graph(&w, items, 200, NULL, 0, NULL, 0, false);
   for (int r = 0; r < 20; r++) {
     OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
     world_run_eager(&w, items, 200, NULL, NULL, 0, NULL, 0);
@@ -317,14 +284,14 @@ Test(graph, randomized_fuzz, .timeout = 300) {
     world_random_t rw;
     world_random(&w, &seed, &v, &rw);
     hcq_var_value_t init[] = {{v.n, 64}, {v.k, 1}};
-    hcq_graph_t *g = build(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2);
+    hcq_graph_t *g = world_graph(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2, false);
     for (int r = 0; r < 6; r++) {
       int swaps[WORLD_MAX_DEVS];
       hcq_var_value_t vals[2];
       world_random_replay(&rw, &seed, &v, swaps, vals);
       char what[96];
       snprintf(what, sizeof(what), "fuzz round %d (%d devices, %d items) replay %d", round, w.ndev, rw.nitems, r);
-      replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
+      world_replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
     }
     OK(hcq_graph_destroy(g));
     world_close(&w);

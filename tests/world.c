@@ -141,6 +141,42 @@ uint32_t world_rand(uint32_t *s) {
   return *s;
 }
 
+hcq_graph_t *world_graph(world_t *w, world_item_t *items, int n, const int *inputs, int ninputs,
+                         const hcq_var_value_t *vals, size_t nvals, bool profile) {
+  hcq_exec_item_t *its = calloc((size_t)n, sizeof(*its));
+  hcq_buffer_t *ins[8];
+  cr_assert(its);
+  cr_assert_leq(ninputs, 8);
+  for (int j = 0; j < n; j++) its[j] = items[j].item;
+  for (int k = 0; k < ninputs; k++) ins[k] = w->buf[inputs[k]];
+  hcq_graph_options_t opts = {.profile = profile};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(its, (size_t)n, ins, (size_t)ninputs, vals, nvals, &opts, &g));
+  free(its);
+  cr_assert_str_eq(hcq_graph_kind(g), "hcq");
+  return g;
+}
+
+void world_replay(world_t *w, hcq_graph_t *g, world_item_t *items, int n, const int *inputs, const int *swaps,
+                  int ninputs, const hcq_var_value_t *vals, size_t nvals, bool wait, const char *what) {
+  hcq_buffer_t *ins[8];
+  cr_assert_leq(ninputs, 8);
+  for (int k = 0; k < ninputs; k++) ins[k] = w->buf[swaps && swaps[k] >= 0 ? swaps[k] : inputs[k]];
+  uint64_t ns = 0;
+  OK(hcq_graph_run(g, ins, (size_t)ninputs, vals, nvals, wait, wait ? &ns : NULL));
+  if (wait) cr_assert_gt(ns, 0);
+  world_run_eager(w, items, n, inputs, swaps, ninputs, vals, nvals);
+  world_compare(w, what);
+}
+
+void world_replay_n(world_t *w, hcq_graph_t *g, world_item_t *items, int n, int times) {
+  for (int r = 0; r < times; r++) {
+    char what[32];
+    snprintf(what, sizeof(what), "replay %d", r);
+    world_replay(w, g, items, n, NULL, NULL, 0, NULL, 0, r % 2 == 0, what);
+  }
+}
+
 void world_vars_open(world_vars_t *v) {
   OK(hcq_var_create("n", 1, 64, &v->n));
   OK(hcq_var_create("k", -9, 9, &v->k));

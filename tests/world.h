@@ -48,6 +48,15 @@ void world_run_eager(world_t *w, world_item_t *items, int nitems, const int *inp
 /* Asserts that every buffer equals its mirror; what names the moment. */
 void world_compare(world_t *w, const char *what);
 
+/* An HCQ graph of items (asserted to be of kind "hcq") with world buffers inputs as its inputs. */
+hcq_graph_t *world_graph(world_t *w, world_item_t *items, int n, const int *inputs, int ninputs,
+                         const hcq_var_value_t *vals, size_t nvals, bool profile);
+/* One replay in both worlds (inputs swapped as in world_run_eager), then the comparison. */
+void world_replay(world_t *w, hcq_graph_t *g, world_item_t *items, int n, const int *inputs, const int *swaps,
+                  int ninputs, const hcq_var_value_t *vals, size_t nvals, bool wait, const char *what);
+/* times replays without inputs or variables, waiting on every other one. */
+void world_replay_n(world_t *w, hcq_graph_t *g, world_item_t *items, int n, int times);
+
 /* Random worlds for fuzzing: 1-4 devices, base buffers and views, inputs with one replacement
  * each, and up to 24 items (kernels with symbolic or constant operands, transfers). */
 typedef struct world_vars {
