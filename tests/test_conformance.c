@@ -73,7 +73,7 @@ SCENARIO(eager_one_kernel, 1) {
   test_close(d);
 }
 
-/* x = x*3+1 then x = x*5+2, 30 times: any reordering changes the result. */
+/* x = x*3+1 then x = x*5+2, 100 times: any reordering changes the result. */
 SCENARIO(eager_two_kernels_in_order, 1) {
   hcq_device_t *d = open_dev(b, 0);
   hcq_program_t *p = kernel(b, d, "mul_add");
@@ -84,7 +84,7 @@ SCENARIO(eager_two_kernels_in_order, 1) {
   hcq_launch_desc_t l2 = {p, &x, 1, v2, 3, {N / 64, 1, 1}, {64, 1, 1}};
   uint32_t model[N];
   for (int i = 0; i < N; i++) model[i] = (uint32_t)i * 7 + 3;
-  for (int r = 0; r < 30; r++) {
+  for (int r = 0; r < 100; r++) {
     OK(hcq_launch(&l1));
     OK(hcq_launch(&l2));
     for (int i = 0; i < N; i++) model[i] = (model[i] * 3 + 1) * 5 + 2;
@@ -119,10 +119,10 @@ SCENARIO(eager_copy_in_and_out_at_offsets, 1) {
   test_close(d);
 }
 
-/* Staging chunks of 4 KiB: a 256 KiB + 3 bytes copy crosses 65 chunks both ways. */
+/* Staging chunks of 4 KiB: a 1 MiB + 3 bytes copy crosses 257 chunks both ways. */
 SCENARIO_ENV(eager_long_copy_across_staging_chunks, 1, "HCQ_STAGING_CHUNK=4096") {
   hcq_device_t *d = open_dev(b, 0);
-  const size_t n = (256 << 10) + 3;
+  const size_t n = (1 << 20) + 3;
   uint8_t *src = malloc(n), *got = malloc(n);
   for (size_t i = 0; i < n; i++) src[i] = (uint8_t)(i * 131 + (i >> 12));
   hcq_buffer_t *buf = test_buffer(d, n);
@@ -142,14 +142,14 @@ SCENARIO_ENV(eager_long_copy_across_staging_chunks, 1, "HCQ_STAGING_CHUNK=4096")
 SCENARIO(eager_transfers_between_devices_are_ordered, 2) {
   hcq_device_t *d0 = open_dev(b, 0), *d1 = open_dev(b, 1);
   hcq_program_t *f0 = kernel(b, d0, "mul_add"), *f1 = kernel(b, d1, "mul_add");
-  enum { N = 1 << 14 };
+  enum { N = 1 << 16 };
   hcq_buffer_t *x0 = test_buffer_iota(d0, N, 1, 0), *x1 = test_buffer(d1, N * 4);
   int32_t v0[] = {3, 1, N}, v1[] = {2, 5, N};
   hcq_launch_desc_t l0 = {f0, &x0, 1, v0, 3, {N / 256, 1, 1}, {256, 1, 1}};
   hcq_launch_desc_t l1 = {f1, &x1, 1, v1, 3, {N / 256, 1, 1}, {256, 1, 1}};
   uint32_t *model = malloc(N * 4), *got = malloc(N * 4);
   for (int i = 0; i < N; i++) model[i] = (uint32_t)i;
-  for (int r = 0; r < 8; r++) {
+  for (int r = 0; r < 10; r++) {
     OK(hcq_launch(&l0));
     OK(hcq_transfer(x1, x0, N * 4));
     OK(hcq_launch(&l1));
