@@ -342,7 +342,7 @@ SCENARIO(graph_among_four_devices_with_eager_transfers, 4) {
   }
   hcq_graph_t *g = world_graph(&w, items, 8, NULL, 0, NULL, 0, false);
   cr_assert_eq(hcq_graph_device_count(g), 4);
-  for (int r = 0; r < 3; r++) {
+  for (int r = 0; r < 4; r++) {
     for (int d = 0; d < 4; d++) OK(hcq_exec_item_run(&before[d].item, NULL, 0));
     world_run_eager(&w, before, 4, NULL, NULL, 0, NULL, 0);
     world_replay(&w, g, items, 8, NULL, NULL, 0, NULL, 0, false, "graph among four devices");
@@ -359,17 +359,17 @@ SCENARIO(graph_views_of_one_buffer, 2) {
   world_open_on(&w, b, 2);
   int base = world_buffer(&w, 0, 4 * N, 1), other = world_buffer(&w, 0, N, 2), far = world_buffer(&w, 1, 2 * N, 3);
   int v0 = world_view(&w, base, 0, N), v1 = world_view(&w, base, N, N), v2 = world_view(&w, base, 2 * N, 2 * N);
-  int v2a = world_view(&w, v2, N / 2, N);
+  int v2a = world_view(&w, v2, N / 2, N); /* a view of a view, overlapping v2 */
   int farv = world_view(&w, far, N, N);
   world_item_t items[6];
-  world_mix(&w, &items[0], v0, other, other, I(2), I(1), I(N), NULL);
-  world_mix(&w, &items[1], v1, v0, other, I(3), I(0), I(N), NULL);
-  world_copy(&w, &items[2], farv, v1, N * 4);
-  world_mix(&w, &items[3], v2a, v2a, v1, I(1), I(4), I(N), NULL);
-  world_copy(&w, &items[4], v0, farv, N * 4);
+  world_mix(&w, &items[0], v0, other, other, I(2), I(1), I(N), NULL); /* writes base via v0 */
+  world_mix(&w, &items[1], v1, v0, other, I(3), I(0), I(N), NULL);    /* reads v0, writes v1: same base */
+  world_copy(&w, &items[2], farv, v1, N * 4);                          /* view as copy source and destination */
+  world_mix(&w, &items[3], v2a, v2a, v1, I(1), I(4), I(N), NULL);      /* in place on a view of a view */
+  world_copy(&w, &items[4], v0, farv, N * 4);                          /* back into the base */
   world_mix(&w, &items[5], other, v2, v0, I(2), I(2), I(N), NULL);
   hcq_graph_t *g = world_graph(&w, items, 6, NULL, 0, NULL, 0, false);
-  world_replay_n(&w, g, items, 6, 4);
+  world_replay_n(&w, g, items, 6, 5);
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
@@ -394,6 +394,7 @@ SCENARIO(graph_variables_and_symbolic_grid_dims, 2) {
   world_mix(&w, &items[3], x, a, x, hcq_sym(add), I(1), hcq_sym(n), groups);
   hcq_var_value_t init[] = {{n, 10}, {k, 0}};
   hcq_graph_t *g = world_graph(&w, items, 4, NULL, 0, init, 2, false);
+  cr_assert_eq(hcq_graph_var_count(g), 2);
   int64_t ns[] = {1, N, 37, 64, 65, 1, N, 200}, ks[] = {-50, 50, 0, 7, -3, 50, -50, 1};
   for (int r = 0; r < 8; r++) {
     hcq_var_value_t vals[] = {{k, ks[r]}, {n, ns[r]}};
@@ -401,6 +402,11 @@ SCENARIO(graph_variables_and_symbolic_grid_dims, 2) {
     snprintf(what, sizeof(what), "replay %d (n=%ld k=%ld)", r, (long)ns[r], (long)ks[r]);
     world_replay(&w, g, items, 4, NULL, NULL, 0, vals, 2, r % 3 == 0, what);
   }
+  /* A replay may pass only some variables: the others keep their last value. */
+  hcq_var_value_t only_k[] = {{k, 5}}, both[] = {{k, 5}, {n, 200}};
+  OK(hcq_graph_run(g, NULL, 0, only_k, 1, true, NULL));
+  world_run_eager(&w, items, 4, NULL, NULL, 0, both, 2);
+  world_compare(&w, "replay with only k");
   OK(hcq_graph_destroy(g));
   hcq_expr_release(n);
   hcq_expr_release(k);
@@ -420,10 +426,10 @@ SCENARIO(graph_input_swaps, 2) {
   int dst = world_buffer(&w, 0, N, 6), dst2 = world_buffer(&w, 0, N, 7);
   int acc = world_buffer(&w, 0, N, 8);
   world_item_t items[5];
-  world_mix(&w, &items[0], acc, x, acc, I(2), I(1), I(N), NULL);
-  world_copy(&w, &items[1], dst, src, N * 4);
+  world_mix(&w, &items[0], acc, x, acc, I(2), I(1), I(N), NULL); /* input as a kernel argument */
+  world_copy(&w, &items[1], dst, src, N * 4);                   /* inputs as both copy ends */
   world_mix(&w, &items[2], acc, dst, x, I(1), I(3), I(N), NULL);
-  world_copy(&w, &items[3], src, acc, N * 4);
+  world_copy(&w, &items[3], src, acc, N * 4);                   /* input as a copy destination, device 0 -> 1 */
   world_copy(&w, &items[4], dst, x, N * 4); /* both ends inputs on one device */
   int inputs[] = {x, src, dst};
   hcq_graph_t *g = world_graph(&w, items, 5, inputs, 3, NULL, 0, false);
@@ -441,18 +447,19 @@ SCENARIO(graph_input_swaps, 2) {
 SCENARIO(graph_between_eager_work, 2) {
   world_t w;
   world_open_on(&w, b, 2);
-  enum { M = 16 * N };
+  enum { M = 64 * N };
   int a = world_buffer(&w, 0, M, 1), x = world_buffer(&w, 1, M, 2), c = world_buffer(&w, 0, M, 3);
   world_item_t items[3], before[2], after[2];
   world_mix(&w, &items[0], a, a, c, I(3), I(1), I(M), NULL);
   world_copy(&w, &items[1], x, a, M * 4);
   world_mix(&w, &items[2], c, c, a, I(1), I(2), I(M), NULL);
+  /* Large eager kernels, so that they are still running when the replay is submitted. */
   world_mix(&w, &before[0], a, c, a, I(5), I(5), I(M), NULL);
   world_mix(&w, &before[1], x, x, x, I(7), I(1), I(M), NULL);
   world_mix(&w, &after[0], c, a, c, I(2), I(0), I(M), NULL);
   world_mix(&w, &after[1], x, x, x, I(3), I(3), I(M), NULL);
   hcq_graph_t *g = world_graph(&w, items, 3, NULL, 0, NULL, 0, false);
-  for (int r = 0; r < 4; r++) {
+  for (int r = 0; r < 5; r++) {
     for (int i = 0; i < 2; i++)
       for (int rep = 0; rep < 3; rep++) OK(hcq_exec_item_run(&before[i].item, NULL, 0));
     OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
@@ -470,14 +477,14 @@ SCENARIO(graph_long_chain_replayed_without_waiting, 1) {
   world_t w;
   world_open_on(&w, b, 1);
   int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 0, N, 2);
-  world_item_t items[100];
-  for (int j = 0; j < 100; j++) world_mix(&w, &items[j], j % 2 ? a : x, j % 2 ? x : a, a, I(j % 5 + 1), I(j), I(N), NULL);
-  hcq_graph_t *g = world_graph(&w, items, 100, NULL, 0, NULL, 0, false);
-  for (int r = 0; r < 10; r++) {
+  world_item_t items[200];
+  for (int j = 0; j < 200; j++) world_mix(&w, &items[j], j % 2 ? a : x, j % 2 ? x : a, a, I(j % 5 + 1), I(j), I(N), NULL);
+  hcq_graph_t *g = world_graph(&w, items, 200, NULL, 0, NULL, 0, false);
+  for (int r = 0; r < 20; r++) {
     OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
-    world_run_eager(&w, items, 100, NULL, NULL, 0, NULL, 0);
+    world_run_eager(&w, items, 200, NULL, NULL, 0, NULL, 0);
   }
-  world_compare(&w, "10 replays of a 100-kernel chain");
+  world_compare(&w, "20 replays of a 200-kernel chain");
   OK(hcq_graph_destroy(g));
   world_close(&w);
 }
