@@ -593,29 +593,7 @@ SCENARIO(graph_profile_timestamps, 2) {
 
 /* Random graphs over 1-4 devices: kernels with constant and symbolic operands, transfers, views,
  * input swaps, replayed with new values and compared with eager execution. */
-SCENARIO(graph_randomized, 4) {
-  uint32_t seed = 20261130;
-  world_vars_t v;
-  world_vars_open(&v);
-  for (int round = 0; round < 8; round++) {
-    world_t w;
-    world_random_t rw;
-    world_random_on(&w, b, &seed, &v, &rw);
-    hcq_var_value_t init[] = {{v.n, 64}, {v.k, 1}};
-    hcq_graph_t *g = world_graph(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2, false);
-    for (int r = 0; r < 4; r++) {
-      int swaps[WORLD_MAX_DEVS];
-      hcq_var_value_t vals[2];
-      world_random_replay(&rw, &seed, &v, swaps, vals);
-      char what[96];
-      snprintf(what, sizeof(what), "round %d (%d devices, %d items) replay %d", round, w.ndev, rw.nitems, r);
-      world_replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
-    }
-    OK(hcq_graph_destroy(g));
-    world_close(&w);
-  }
-  world_vars_close(&v);
-}
+SCENARIO(graph_randomized, 4) { world_graph_fuzz(b, 20261130, 8, 4); }
 
 /* Captured eager work replays as graphs (the JIT) with new inputs, equal to eager execution. */
 SCENARIO(jit_capture_replays_equal_eager, 2) {

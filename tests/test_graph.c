@@ -95,26 +95,4 @@ Test(graph, copies_between_two_devices) {
 
 /* ---- the randomized fuzz ---- */
 
-Test(graph, randomized_fuzz, .timeout = 300) {
-  uint32_t seed = 20261129;
-  world_vars_t v;
-  world_vars_open(&v);
-  for (int round = 0; round < 24; round++) {
-    world_t w;
-    world_random_t rw;
-    world_random(&w, &seed, &v, &rw);
-    hcq_var_value_t init[] = {{v.n, 64}, {v.k, 1}};
-    hcq_graph_t *g = world_graph(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2, false);
-    for (int r = 0; r < 6; r++) {
-      int swaps[WORLD_MAX_DEVS];
-      hcq_var_value_t vals[2];
-      world_random_replay(&rw, &seed, &v, swaps, vals);
-      char what[96];
-      snprintf(what, sizeof(what), "fuzz round %d (%d devices, %d items) replay %d", round, w.ndev, rw.nitems, r);
-      world_replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
-    }
-    OK(hcq_graph_destroy(g));
-    world_close(&w);
-  }
-  world_vars_close(&v);
-}
+Test(graph, randomized_fuzz, .timeout = 300) { world_graph_fuzz(&test_backends[0], 20261129, 24, 6); }

@@ -262,3 +262,26 @@ void world_random_replay(const world_random_t *rw, uint32_t *seed, const world_v
   vals[0] = (hcq_var_value_t){v->n, 1 + world_rand(seed) % 64};
   vals[1] = (hcq_var_value_t){v->k, (int64_t)(world_rand(seed) % 19) - 9};
 }
+
+void world_graph_fuzz(const test_backend_t *b, uint32_t seed, int rounds, int replays) {
+  world_vars_t v;
+  world_vars_open(&v);
+  for (int round = 0; round < rounds; round++) {
+    world_t w;
+    world_random_t rw;
+    world_random_on(&w, b, &seed, &v, &rw);
+    hcq_var_value_t init[] = {{v.n, 64}, {v.k, 1}};
+    hcq_graph_t *g = world_graph(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2, false);
+    for (int r = 0; r < replays; r++) {
+      int swaps[WORLD_MAX_DEVS];
+      hcq_var_value_t vals[2];
+      world_random_replay(&rw, &seed, &v, swaps, vals);
+      char what[96];
+      snprintf(what, sizeof(what), "fuzz round %d (%d devices, %d items) replay %d", round, w.ndev, rw.nitems, r);
+      world_replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
+    }
+    OK(hcq_graph_destroy(g));
+    world_close(&w);
+  }
+  world_vars_close(&v);
+}

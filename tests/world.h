@@ -79,4 +79,8 @@ void world_random_on(world_t *w, const test_backend_t *b, uint32_t *seed, const 
 void world_random_replay(const world_random_t *rw, uint32_t *seed, const world_vars_t *v, int *swaps,
                          hcq_var_value_t vals[2]);
 
+/* rounds random worlds on backend b, each an HCQ graph replayed replays times with random swaps
+ * and values, every replay compared with eager execution. */
+void world_graph_fuzz(const test_backend_t *b, uint32_t seed, int rounds, int replays);
+
 #endif
