@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,9 +42,7 @@ static void write_script(const char *path, const char *body) {
 
 /* A fresh directory with a cache dir path (not created: the library creates it), a private TMPDIR
  * and a logging compiler wrapper; the children inherit this environment. */
-static void setup(void) {
-  const char *base = getenv("HCQ_TEST_TMP");
-  if (!base || !*base) base = "/tmp";
+static void setup_in(const char *base) {
   mkdir(base, 0755);
   snprintf(g_dir, sizeof(g_dir), "%s/kcache-XXXXXX", base);
   cr_assert_not_null(mkdtemp(g_dir));
@@ -58,6 +58,28 @@ static void setup(void) {
   setenv("TMPDIR", g_tmp, 1);
   setenv("HCQ_CC", g_cc, 1);
   unsetenv("HCQ_CFLAGS");
+}
+
+static void setup(void) {
+  const char *base = getenv("HCQ_TEST_TMP");
+  setup_in(base && *base ? base : "/tmp");
+}
+
+/* Whether a user with no rights of owner or group can reach path (search every directory on it). */
+static bool others_can_reach(const char *path) {
+  char dir[PATH_MAX];
+  if (!realpath(path, dir)) return false;
+  for (char *slash = dir + strlen(dir); slash && slash > dir; slash = strrchr(dir, '/')) {
+    *slash = '\0';
+    struct stat st;
+    if (*dir && (stat(dir, &st) != 0 || !(st.st_mode & S_IXOTH))) return false;
+  }
+  return true;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
 }
 
 static int compiler_starts(void) {
@@ -624,8 +646,17 @@ Test(kernel_cache, read_only_cache_dir_compiles_without_caching) {
   cr_assert_eq(mkdir(g_cache, 0700), 0);
   cr_assert_eq(chmod(g_cache, 0500), 0);
   child_spec_t spec = {.source = k_five, .compiles = 2, .before = NULL};
+  bool moved = false;
   if (geteuid() == 0) {
-    /* Root writes anywhere: run the child as nobody, who owns the (read-only) cache dir. */
+    /* Root writes anywhere: run the child as nobody, who owns the (read-only) cache dir. Nobody
+     * must reach the directory: a build tree under a private directory (mktemp -d) is out of its
+     * reach, so the test then runs in a directory of its own under /tmp, removed at the end. */
+    if (!others_can_reach(g_dir)) {
+      setup_in("/tmp");
+      cr_assert_eq(mkdir(g_cache, 0700), 0);
+      cr_assert_eq(chmod(g_cache, 0500), 0);
+      moved = true;
+    }
     cr_assert_eq(chown(g_cache, NOBODY, NOBODY), 0);
     cr_assert_eq(chown(g_tmp, NOBODY, NOBODY), 0);
     spec.before = become_nobody;
@@ -651,6 +682,7 @@ Test(kernel_cache, read_only_cache_dir_compiles_without_caching) {
   read_file(err_path, err, sizeof(err));
   cr_assert_eq(count_occurrences(err, "hcq: warning"), 1, "%s", err);
   cr_assert(strstr(err, g_cache) && strstr(err, "not cached"), "%s", err);
+  if (moved) nftw(g_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* ---- where the cache lives by default ---- */
