@@ -217,7 +217,8 @@ Test(jit, eager_api_calls_are_recorded_and_host_copies_reported) {
   OK(hcq_capture_end(c, NULL, 0, NULL, 0, NULL, &jit));
   const hcq_jit_report_t *rep = hcq_jit_report(jit);
   cr_assert_eq(rep->host_copies, 1);
-  cr_assert(strstr(rep->text, "1 host copy during capture ran once and were not recorded"), "%s", rep->text);
+  cr_assert(strstr(rep->text, "1 host copy ran once during the capture and was not recorded (first: copyin of 4 bytes"),
+            "%s", rep->text);
   cr_assert_eq(rep->batches, 1);
   /* Model: x after capture is ((7)*2+1 at word 0...), then each replay: x=x*2+1; y=x; x=x*2+1. */
   uint32_t model[64], got[64];
@@ -409,6 +410,11 @@ Test(jit, two_captures_sharing_buffers_with_eager_work_around_them) {
   world_close(&w);
 }
 
+/* Counts the warnings about unused inputs. */
+static void count_warning(void *ctx, const char *message) {
+  if (strstr(message, "is used by no captured item")) ++*(size_t *)ctx;
+}
+
 Test(jit, randomized_capture_fuzz, .timeout = 300) {
   uint32_t seed = 777;
   world_vars_t v;
@@ -418,8 +424,25 @@ Test(jit, randomized_capture_fuzz, .timeout = 300) {
     world_random_t rw;
     world_random(&w, &seed, &v, &rw);
     hcq_var_value_t init[] = {{v.n, 64}, {v.k, 1}};
-    hcq_jit_options_t opts = {.first_batch_size = 1 + world_rand(&seed) % 8};
+    /* Random inputs need not be used by a random item list: that is a warning here. */
+    size_t warnings = 0;
+    hcq_jit_options_t opts = {.first_batch_size = 1 + world_rand(&seed) % 8, .allow_unused_inputs = true,
+                              .on_warning = count_warning, .warning_ctx = &warnings};
     hcq_jit_t *jit = capture(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2, &opts);
+    size_t unused = 0;
+    for (int k = 0; k < rw.ninputs; k++) {
+      bool used = false;
+      for (int j = 0; j < rw.nitems && !used; j++) {
+        const hcq_exec_item_t *it = &rw.items[j].item;
+        if (it->kind == HCQ_ITEM_TRANSFER)
+          used = it->transfer.dst == w.buf[rw.inputs[k]] || it->transfer.src == w.buf[rw.inputs[k]];
+        for (size_t i = 0; it->kind == HCQ_ITEM_KERNEL && i < it->kernel.nbufs; i++)
+          used |= it->kernel.bufs[i] == w.buf[rw.inputs[k]];
+      }
+      unused += !used;
+    }
+    cr_assert_eq(hcq_jit_report(jit)->unused_inputs, unused, "%s", hcq_jit_report(jit)->text);
+    cr_assert_eq(warnings, unused ? 1 : 0, "one warning for the unused inputs: %s", hcq_jit_report(jit)->text);
     for (int r = 0; r < 5; r++) {
       int swaps[WORLD_MAX_DEVS];
       hcq_var_value_t vals[2];

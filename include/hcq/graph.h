@@ -45,7 +45,13 @@ typedef struct hcq_kernel_item {
   hcq_program_t *program;
   hcq_buffer_t *const *bufs;
   size_t nbufs;
-  const uint32_t *outs; /* indices into bufs of the buffers the kernel writes */
+  /* Which buffers the kernel writes, as indices into bufs. The one rule for every API (items,
+   * hcq_launch, hcq_launch_sym, graph files): outs NULL (nouts 0) means every buffer is written,
+   * the graph file's missing "outs"; outs given with nouts 0 means the kernel writes nothing, the
+   * file's "outs": []. Buffers not listed count as read-only: an item is ordered only after their
+   * last write, so a kernel that writes one anyway races with other items in a replay.
+   * HCQ_VALIDATE=1 checks the declaration (see hcq_launch in program.h). */
+  const uint32_t *outs;
   size_t nouts;
   const hcq_operand_t *vals; /* 32-bit values, constant or symbolic */
   size_t nvals;
