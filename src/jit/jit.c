@@ -73,6 +73,8 @@ static void open_list_remove(hcq_capture_t *c) {
  * capture of another thread keeps a count per device and the first such operation, and its end
  * reports those on devices its items use. */
 void hcq__capture_note_other_thread(const hcq_device_t *dev, const char *fmt, ...) {
+  /* The common case while capturing: the only open capture is this thread's. */
+  if (g_capturing && atomic_load_explicit(&hcq__captures_open, memory_order_relaxed) == 1) return;
   char what[160];
   va_list ap;
   va_start(ap, fmt);
