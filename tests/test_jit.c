@@ -618,3 +618,35 @@ Test(jit, capture_warns_about_other_threads_work_on_its_devices) {
   test_close(d);
   test_close(d1);
 }
+
+/* The one outs rule through a capture: hcq_launch and hcq_launch_sym with an empty outs array are
+ * recorded as writing nothing, and without one as writing every buffer. */
+Test(jit, capture_keeps_an_empty_outs_array) {
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = test_program(d, "add_scalar", test_kernels_source);
+  hcq_buffer_t *x = test_buffer_iota(d, 64, 1, 0), *y = test_buffer(d, 256);
+  hcq_buffer_t *bufs[] = {y, x};
+  static const uint32_t none[1];
+  int32_t v[] = {1, 0};
+  hcq_operand_t sv[] = {hcq_imm(1), hcq_imm(0)};
+  hcq_launch_desc_t quiet = {p, bufs, 2, v, 2, {1, 1, 1}, {64, 1, 1}, none, 0};
+  hcq_launch_desc_t all = {p, bufs, 2, v, 2, {1, 1, 1}, {64, 1, 1}, NULL, 0};
+  hcq_launch_sym_desc_t quiet_sym = {p, bufs, 2, sv, 2, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}, none, 0};
+  hcq_capture_t *c = NULL;
+  OK(hcq_capture_begin(&c));
+  OK(hcq_launch(&quiet));
+  OK(hcq_launch(&all));
+  OK(hcq_launch_sym(&quiet_sym, NULL, 0));
+  hcq_jit_t *jit = NULL;
+  OK(hcq_capture_end(c, NULL, 0, NULL, 0, NULL, &jit));
+  for (size_t i = 0; i < 3; i += 2) {
+    cr_assert_not_null(hcq_jit_item(jit, i)->kernel.outs, "item %zu writes nothing: an outs array", i);
+    cr_assert_eq(hcq_jit_item(jit, i)->kernel.nouts, 0, "item %zu", i);
+  }
+  cr_assert_eq(hcq_jit_item(jit, 1)->kernel.nouts, 2, "no outs array: every buffer, listed");
+  OK(hcq_jit_destroy(jit));
+  hcq_buffer_release(x);
+  hcq_buffer_release(y);
+  hcq_program_release(p);
+  test_close(d);
+}
