@@ -65,7 +65,8 @@ static const help_t k_help[] = {
      "                        (default 1 MiB)\n"
      "  HCQ_PROFILE           1: build every graph with profiling\n"
      "  HCQ_VALIDATE          1: check handles (released objects, double releases,\n"
-     "                        objects of closed devices)\n"
+     "                        objects of closed devices) and that kernels write\n"
+     "                        only the buffers their outs declare (slow)\n"
      "  HCQ_CPU_ISOLATE       1: a faulting CPU kernel marks its device lost instead\n"
      "                        of ending the process\n"},
     {"info",

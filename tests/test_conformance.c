@@ -627,3 +627,65 @@ SCENARIO(jit_capture_replays_equal_eager, 2) {
   OK(hcq_jit_destroy(jit));
   world_close(&w);
 }
+
+/* ---- HCQ_VALIDATE: writes the outs do not declare (graph.h, the rule of hcq_kernel_item_t) ---- */
+
+/* add_scalar(out, a; v, n) writes out (buffer 0). Eager launches and graph replays that declare
+ * something else are caught with the kernel, item and buffer named; honest declarations pass. */
+SCENARIO_ENV(validate_catches_undeclared_writes, 1, "HCQ_VALIDATE=1") {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *p = kernel(b, d, "add_scalar");
+  hcq_buffer_t *x = test_buffer_iota(d, N, 1, 0), *t = test_buffer(d, N * 4), *y = test_buffer(d, N * 4);
+  hcq_buffer_set_label(x, "x");
+  hcq_buffer_set_label(t, "t");
+  hcq_buffer_set_label(y, "y");
+  hcq_buffer_t *bt[] = {t, x}, *by[] = {y, t};
+  static const uint32_t none[1], first[] = {0}, second[] = {1};
+  int32_t v[] = {5, N}, v0[] = {5, 0};
+  /* Eager: declaring x (read) instead of t (written) is caught at the first changed byte. */
+  hcq_launch_desc_t wrong = {p, bt, 2, v, 2, {N / 64, 1, 1}, {64, 1, 1}, second, 1};
+  FAILS(hcq_launch(&wrong), HCQ_INVALID_ARGUMENT, "launch of add_scalar", "wrote buffer 0 (t)", "offset 0 of 1024",
+        "HCQ_VALIDATE");
+  /* outs given and empty: writes nothing. A kernel that writes nothing passes; one that writes is caught. */
+  hcq_launch_desc_t quiet = {p, bt, 2, v0, 2, {N / 64, 1, 1}, {64, 1, 1}, none, 0};
+  OK(hcq_launch(&quiet));
+  hcq_launch_desc_t loud = {p, by, 2, v, 2, {N / 64, 1, 1}, {64, 1, 1}, none, 0};
+  FAILS(hcq_launch(&loud), HCQ_INVALID_ARGUMENT, "wrote buffer 0 (y)", "declared that it writes nothing");
+  /* Honest outs, and no outs array (every buffer written), pass and compute. */
+  hcq_launch_desc_t honest = {p, bt, 2, v, 2, {N / 64, 1, 1}, {64, 1, 1}, first, 1};
+  OK(hcq_launch(&honest));
+  hcq_launch_desc_t all = {p, by, 2, v, 2, {N / 64, 1, 1}, {64, 1, 1}, NULL, 0};
+  OK(hcq_launch(&all));
+  int32_t got[N];
+  test_read(y, got, sizeof(got));
+  for (int i = 0; i < N; i++) cr_assert_eq(got[i], i + 10, "eager y[%d]", i);
+
+  /* A graph: item 1 writes t but declares x; item 2 reads t. Replays run item by item, checked. */
+  hcq_operand_t ov[] = {I(1), I(N)};
+  hcq_exec_item_t items[3] = {
+      {.kind = HCQ_ITEM_KERNEL, .kernel = {p, by, 2, first, 1, ov, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}},
+      {.kind = HCQ_ITEM_KERNEL, .kernel = {p, bt, 2, second, 1, ov, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}},
+      {.kind = HCQ_ITEM_KERNEL, .kernel = {p, by, 2, first, 1, ov, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}}};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(items, 3, NULL, 0, NULL, 0, NULL, &g));
+  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "item 1 (add_scalar", "wrote buffer 0 (t)");
+  OK(hcq_graph_destroy(g));
+  /* The same graph declared honestly replays (item by item under HCQ_VALIDATE) with the right result. */
+  items[1].kernel.outs = first;
+  OK(hcq_graph_create(items, 3, NULL, 0, NULL, 0, NULL, &g));
+  for (int r = 0; r < 3; r++) OK(hcq_graph_run(g, NULL, 0, NULL, 0, r == 2, NULL));
+  test_read(y, got, sizeof(got));
+  for (int i = 0; i < N; i++) cr_assert_eq(got[i], i + 2, "graph y[%d]", i);
+  OK(hcq_graph_destroy(g));
+  /* In a capture, a launch that fails the check is not recorded. */
+  hcq_capture_t *cap = NULL;
+  OK(hcq_capture_begin(&cap));
+  FAILS(hcq_launch(&wrong), HCQ_INVALID_ARGUMENT, "wrote buffer 0 (t)");
+  cr_assert_eq(hcq_capture_item_count(cap), 0);
+  hcq_capture_abort(cap);
+  hcq_buffer_release(x);
+  hcq_buffer_release(t);
+  hcq_buffer_release(y);
+  hcq_program_release(p);
+  test_close(d);
+}

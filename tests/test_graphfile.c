@@ -298,3 +298,52 @@ Test(graphfile, float_init_errors) {
   load_fails(BUF("\"f32\""), HCQ_INVALID_ARGUMENT, "{\"fill_f32\": X}");
 #undef BUF
 }
+
+/* The one outs rule (graph.h): a missing "outs" is every buffer, "outs": [] none. Dependencies
+ * follow it, and a saved jit writes it back the same way. */
+Test(graphfile, empty_outs_writes_nothing_and_round_trips) {
+  hcq_graph_file_t *gf = load(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 256, \"init\": \"iota32\"},"
+                              "\"o\": {\"device\": \"CPU:0\", \"bytes\": 256}, \"c\": {\"device\": \"CPU:0\", \"bytes\": 256},"
+                              "\"c2\": {\"device\": \"CPU:0\", \"bytes\": 256}},"
+                              PROG "\"vars\": {},"
+                              "\"items\": ["
+                              "  {\"kernel\": \"add1\", \"bufs\": [\"a\", \"o\"], \"outs\": [], \"vals\": [0]},"
+                              "  {\"copy\": {\"dst\": \"c\", \"src\": \"a\"}},"
+                              "  {\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [0]},"
+                              "  {\"copy\": {\"dst\": \"c2\", \"src\": \"o\"}}]}");
+  const hcq_exec_item_t *items = hcq_graph_file_items(gf);
+  cr_assert_not_null(items[0].kernel.outs, "\"outs\": [] is an outs array");
+  cr_assert_eq(items[0].kernel.nouts, 0);
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(items, 4, NULL, 0, NULL, 0, NULL, &g));
+  hcq_graph_item_schedule_t s;
+  OK(hcq_graph_item_schedule(g, 1, &s));
+  cr_assert_eq(s.ndeps, 0, "the copy reads a, which item 0 (\"outs\": []) does not write");
+  OK(hcq_graph_item_schedule(g, 3, &s));
+  cr_assert_eq(s.ndeps, 1, "the copy reads o, which item 2 (no \"outs\") writes");
+  cr_assert_eq(s.deps[0], 2);
+  OK(hcq_graph_destroy(g));
+
+  /* Saved from a jit whose items say "nothing" (empty array) and "every buffer" (NULL). */
+  hcq_exec_item_t mine[2] = {items[0], items[2]};
+  mine[1].kernel.outs = NULL;
+  mine[1].kernel.nouts = 0;
+  hcq_jit_t *jit = NULL;
+  OK(hcq_jit_create(mine, 2, NULL, 0, NULL, 0, NULL, &jit));
+  cr_assert_not_null(hcq_jit_item(jit, 0)->kernel.outs, "copying an item keeps an empty outs array");
+  cr_assert_null(hcq_jit_item(jit, 1)->kernel.outs);
+  const char *base = getenv("HCQ_TEST_TMP");
+  char path[512];
+  snprintf(path, sizeof(path), "%s/outs-%d.json", base && *base ? base : "/tmp", (int)getpid());
+  OK(hcq_jit_save(jit, path));
+  OK(hcq_jit_destroy(jit));
+  hcq_graph_file_t *again = NULL;
+  OK(hcq_graph_file_load(path, NULL, &again));
+  unlink(path);
+  const hcq_exec_item_t *back = hcq_graph_file_items(again);
+  cr_assert_not_null(back[0].kernel.outs, "\"writes nothing\" is saved as \"outs\": []");
+  cr_assert_eq(back[0].kernel.nouts, 0);
+  cr_assert_eq(back[1].kernel.nouts, 2, "\"every buffer\" is saved without outs and loads as every buffer");
+  hcq_graph_file_free(again);
+  hcq_graph_file_free(gf);
+}

@@ -1,6 +1,7 @@
 /* Capture and batching: the capture run executes, replays match eager execution (the ground truth)
  * buffer by buffer, batches have the SPEC 8 sizes, leftovers run eagerly with a reason, and a saved
  * capture runs again through `hcq run`. */
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -217,7 +218,8 @@ Test(jit, eager_api_calls_are_recorded_and_host_copies_reported) {
   OK(hcq_capture_end(c, NULL, 0, NULL, 0, NULL, &jit));
   const hcq_jit_report_t *rep = hcq_jit_report(jit);
   cr_assert_eq(rep->host_copies, 1);
-  cr_assert(strstr(rep->text, "1 host copy during capture ran once and were not recorded"), "%s", rep->text);
+  cr_assert(strstr(rep->text, "1 host copy ran once during the capture and was not recorded (first: copyin of 4 bytes"),
+            "%s", rep->text);
   cr_assert_eq(rep->batches, 1);
   /* Model: x after capture is ((7)*2+1 at word 0...), then each replay: x=x*2+1; y=x; x=x*2+1. */
   uint32_t model[64], got[64];
@@ -409,6 +411,11 @@ Test(jit, two_captures_sharing_buffers_with_eager_work_around_them) {
   world_close(&w);
 }
 
+/* Counts the warnings about unused inputs. */
+static void count_warning(void *ctx, const char *message) {
+  if (strstr(message, "is used by no captured item")) ++*(size_t *)ctx;
+}
+
 Test(jit, randomized_capture_fuzz, .timeout = 300) {
   uint32_t seed = 777;
   world_vars_t v;
@@ -418,8 +425,25 @@ Test(jit, randomized_capture_fuzz, .timeout = 300) {
     world_random_t rw;
     world_random(&w, &seed, &v, &rw);
     hcq_var_value_t init[] = {{v.n, 64}, {v.k, 1}};
-    hcq_jit_options_t opts = {.first_batch_size = 1 + world_rand(&seed) % 8};
+    /* Random inputs need not be used by a random item list: that is a warning here. */
+    size_t warnings = 0;
+    hcq_jit_options_t opts = {.first_batch_size = 1 + world_rand(&seed) % 8, .allow_unused_inputs = true,
+                              .on_warning = count_warning, .warning_ctx = &warnings};
     hcq_jit_t *jit = capture(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2, &opts);
+    size_t unused = 0;
+    for (int k = 0; k < rw.ninputs; k++) {
+      bool used = false;
+      for (int j = 0; j < rw.nitems && !used; j++) {
+        const hcq_exec_item_t *it = &rw.items[j].item;
+        if (it->kind == HCQ_ITEM_TRANSFER)
+          used = it->transfer.dst == w.buf[rw.inputs[k]] || it->transfer.src == w.buf[rw.inputs[k]];
+        for (size_t i = 0; it->kind == HCQ_ITEM_KERNEL && i < it->kernel.nbufs; i++)
+          used |= it->kernel.bufs[i] == w.buf[rw.inputs[k]];
+      }
+      unused += !used;
+    }
+    cr_assert_eq(hcq_jit_report(jit)->unused_inputs, unused, "%s", hcq_jit_report(jit)->text);
+    cr_assert_eq(warnings, unused ? 1 : 0, "one warning for the unused inputs: %s", hcq_jit_report(jit)->text);
     for (int r = 0; r < 5; r++) {
       int swaps[WORLD_MAX_DEVS];
       hcq_var_value_t vals[2];
@@ -432,4 +456,197 @@ Test(jit, randomized_capture_fuzz, .timeout = 300) {
     world_close(&w);
   }
   world_vars_close(&v);
+}
+
+/* ---- captures that record less than the code did ---- */
+
+typedef struct warnings {
+  int n;
+  char text[8][512];
+} warnings_t;
+
+static void keep_warning(void *ctx, const char *message) {
+  warnings_t *w = ctx;
+  if (w->n < 8) snprintf(w->text[w->n], sizeof(w->text[0]), "%s", message);
+  w->n++;
+}
+
+/* An input no captured item holds would make replays swap nothing: an error naming it, or a
+ * warning when the options allow it. A view of the input is not the input. */
+Test(jit, capture_input_that_no_item_uses_is_an_error_or_a_warning) {
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = test_program(d, "mul_add", test_kernels_source);
+  hcq_buffer_t *x = test_buffer_iota(d, 64, 1, 0), *y = test_buffer_iota(d, 64, 1, 0), *view = NULL;
+  OK(hcq_buffer_view_create(y, 0, 128, &view));
+  hcq_buffer_set_label(x, "x");
+  hcq_buffer_set_label(y, "y");
+  int32_t v[] = {2, 1, 32};
+  hcq_launch_desc_t lx = {p, &x, 1, v, 3, {1, 1, 1}, {64, 1, 1}, NULL, 0};
+  hcq_launch_desc_t lv = {p, &view, 1, v, 3, {1, 1, 1}, {64, 1, 1}, NULL, 0};
+  hcq_buffer_t *inputs[] = {x, y};
+  for (int allow = 0; allow < 2; allow++) {
+    hcq_capture_t *c = NULL;
+    OK(hcq_capture_begin(&c));
+    OK(hcq_launch(&lx));
+    OK(hcq_launch(&lv));
+    warnings_t w = {0};
+    hcq_jit_options_t opts = {.allow_unused_inputs = allow, .on_warning = keep_warning, .warning_ctx = &w};
+    hcq_jit_t *jit = NULL;
+    if (!allow) {
+      FAILS(hcq_capture_end(c, inputs, 2, NULL, 0, &opts, &jit), HCQ_INVALID_ARGUMENT, "input 1 (buffer \"y\")",
+            "used by no captured item", "allow_unused_inputs");
+      cr_assert_null(jit);
+      continue;
+    }
+    OK(hcq_capture_end(c, inputs, 2, NULL, 0, &opts, &jit));
+    cr_assert_eq(w.n, 1, "one warning");
+    cr_assert(strstr(w.text[0], "input 1 (buffer \"y\") is used by no captured item"), "%s", w.text[0]);
+    const hcq_jit_report_t *rep = hcq_jit_report(jit);
+    cr_assert_eq(rep->unused_inputs, 1);
+    cr_assert(strstr(rep->text, "input 1 (buffer \"y\")"), "%s", rep->text);
+    OK(hcq_jit_run(jit, inputs, 2, NULL, 0, true, NULL));
+    OK(hcq_jit_destroy(jit));
+  }
+  /* Inputs the items hold are fine: no warning. */
+  hcq_capture_t *c = NULL;
+  OK(hcq_capture_begin(&c));
+  OK(hcq_launch(&lx));
+  OK(hcq_launch(&lv));
+  warnings_t w = {0};
+  hcq_jit_options_t opts = {.on_warning = keep_warning, .warning_ctx = &w};
+  hcq_buffer_t *held[] = {x, view};
+  hcq_jit_t *jit = NULL;
+  OK(hcq_capture_end(c, held, 2, NULL, 0, &opts, &jit));
+  cr_assert_eq(w.n, 0, "%s", w.text[0]);
+  OK(hcq_jit_destroy(jit));
+  hcq_buffer_release(view);
+  hcq_buffer_release(x);
+  hcq_buffer_release(y);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+/* Host copies inside a capture are a warning on the warning channel (once per capture, naming the
+ * first copy), not only a line of the report. */
+Test(jit, capture_host_copies_are_a_warning) {
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = test_program(d, "mul_add", test_kernels_source);
+  hcq_buffer_t *x = test_buffer_iota(d, 64, 1, 0);
+  hcq_buffer_set_label(x, "weights");
+  int32_t v[] = {2, 1, 64}, host[64];
+  hcq_launch_desc_t l = {p, &x, 1, v, 3, {1, 1, 1}, {64, 1, 1}, NULL, 0};
+  hcq_capture_t *c = NULL;
+  OK(hcq_capture_begin(&c));
+  OK(hcq_launch(&l));
+  OK(hcq_buffer_copyout(x, 0, host, 16));
+  OK(hcq_buffer_copyin(x, 0, host, 8));
+  OK(hcq_launch(&l));
+  warnings_t w = {0};
+  hcq_jit_options_t opts = {.on_warning = keep_warning, .warning_ctx = &w};
+  hcq_jit_t *jit = NULL;
+  OK(hcq_capture_end(c, NULL, 0, NULL, 0, &opts, &jit));
+  cr_assert_eq(w.n, 1, "one warning for the capture's host copies");
+  cr_assert(strstr(w.text[0], "2 host copies ran once during the capture and were not recorded (first: copyout of 16 "
+                              "bytes from weights, after item 1)"),
+            "%s", w.text[0]);
+  cr_assert_eq(hcq_jit_report(jit)->host_copies, 2);
+  cr_assert(strstr(hcq_jit_report(jit)->text, w.text[0]), "the warning is a report line too");
+  OK(hcq_jit_destroy(jit));
+  hcq_buffer_release(x);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+typedef struct other_thread {
+  hcq_program_t *p;
+  hcq_buffer_t *on_captured, *elsewhere;
+  hcq_graph_t *graph;
+} other_thread_t;
+
+static void *other_thread_work(void *arg) {
+  other_thread_t *o = arg;
+  int32_t v[] = {3, 0, 64};
+  hcq_launch_desc_t l0 = {o->p, &o->on_captured, 1, v, 3, {1, 1, 1}, {64, 1, 1}, NULL, 0};
+  OK(hcq_launch(&l0));
+  OK(hcq_graph_run(o->graph, NULL, 0, NULL, 0, true, NULL));
+  OK(hcq_buffer_copyin(o->elsewhere, 0, v, sizeof(v))); /* on a device the capture does not use */
+  return NULL;
+}
+
+/* Work another thread does, while a capture is open, on a device the captured items use is not in
+ * the capture: its end warns, per device, with the count and the first operation. */
+Test(jit, capture_warns_about_other_threads_work_on_its_devices) {
+  hcq_device_t *d = test_open("CPU:0"), *d1 = test_open("CPU:1");
+  hcq_program_t *p = test_program(d, "mul_add", test_kernels_source);
+  hcq_buffer_t *x = test_buffer_iota(d, 64, 1, 0), *z = test_buffer_iota(d, 64, 1, 0), *far = test_buffer(d1, 256);
+  int32_t v[] = {2, 1, 64};
+  hcq_launch_desc_t l = {p, &x, 1, v, 3, {1, 1, 1}, {64, 1, 1}, NULL, 0};
+  hcq_operand_t ov[] = {hcq_imm(1), hcq_imm(1), hcq_imm(64)};
+  hcq_exec_item_t gi[2] = {
+      {.kind = HCQ_ITEM_KERNEL, .kernel = {p, &z, 1, NULL, 0, ov, 3, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}}},
+      {.kind = HCQ_ITEM_KERNEL, .kernel = {p, &z, 1, NULL, 0, ov, 3, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}}}};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(gi, 2, NULL, 0, NULL, 0, NULL, &g));
+  hcq_capture_t *c = NULL;
+  OK(hcq_capture_begin(&c));
+  OK(hcq_launch(&l));
+  other_thread_t o = {p, z, far, g};
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, other_thread_work, &o), 0);
+  pthread_join(t, NULL);
+  OK(hcq_launch(&l));
+  warnings_t w = {0};
+  hcq_jit_options_t opts = {.on_warning = keep_warning, .warning_ctx = &w};
+  hcq_jit_t *jit = NULL;
+  OK(hcq_capture_end(c, NULL, 0, NULL, 0, &opts, &jit));
+  cr_assert_eq(w.n, 1, "one warning, for CPU:0 only: %s", w.text[0]);
+  cr_assert(strstr(w.text[0], "other threads did 2 operations on CPU:0"), "%s", w.text[0]);
+  cr_assert(strstr(w.text[0], "(first: launch of mul_add)"), "%s", w.text[0]);
+  cr_assert_eq(hcq_jit_report(jit)->other_thread_work, 2);
+  OK(hcq_jit_destroy(jit));
+  /* Once the capture ended, other threads' work is nobody's business. */
+  hcq_capture_t *c2 = NULL;
+  OK(hcq_capture_begin(&c2));
+  hcq_capture_abort(c2);
+  cr_assert_eq(pthread_create(&t, NULL, other_thread_work, &o), 0);
+  pthread_join(t, NULL);
+  OK(hcq_graph_destroy(g));
+  hcq_buffer_release(x);
+  hcq_buffer_release(z);
+  hcq_buffer_release(far);
+  hcq_program_release(p);
+  test_close(d);
+  test_close(d1);
+}
+
+/* The one outs rule through a capture: hcq_launch and hcq_launch_sym with an empty outs array are
+ * recorded as writing nothing, and without one as writing every buffer. */
+Test(jit, capture_keeps_an_empty_outs_array) {
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = test_program(d, "add_scalar", test_kernels_source);
+  hcq_buffer_t *x = test_buffer_iota(d, 64, 1, 0), *y = test_buffer(d, 256);
+  hcq_buffer_t *bufs[] = {y, x};
+  static const uint32_t none[1];
+  int32_t v[] = {1, 0};
+  hcq_operand_t sv[] = {hcq_imm(1), hcq_imm(0)};
+  hcq_launch_desc_t quiet = {p, bufs, 2, v, 2, {1, 1, 1}, {64, 1, 1}, none, 0};
+  hcq_launch_desc_t all = {p, bufs, 2, v, 2, {1, 1, 1}, {64, 1, 1}, NULL, 0};
+  hcq_launch_sym_desc_t quiet_sym = {p, bufs, 2, sv, 2, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}, none, 0};
+  hcq_capture_t *c = NULL;
+  OK(hcq_capture_begin(&c));
+  OK(hcq_launch(&quiet));
+  OK(hcq_launch(&all));
+  OK(hcq_launch_sym(&quiet_sym, NULL, 0));
+  hcq_jit_t *jit = NULL;
+  OK(hcq_capture_end(c, NULL, 0, NULL, 0, NULL, &jit));
+  for (size_t i = 0; i < 3; i += 2) {
+    cr_assert_not_null(hcq_jit_item(jit, i)->kernel.outs, "item %zu writes nothing: an outs array", i);
+    cr_assert_eq(hcq_jit_item(jit, i)->kernel.nouts, 0, "item %zu", i);
+  }
+  cr_assert_eq(hcq_jit_item(jit, 1)->kernel.nouts, 2, "no outs array: every buffer, listed");
+  OK(hcq_jit_destroy(jit));
+  hcq_buffer_release(x);
+  hcq_buffer_release(y);
+  hcq_program_release(p);
+  test_close(d);
 }

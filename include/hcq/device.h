@@ -136,7 +136,9 @@ size_t hcq_device_report(hcq_device_t *device, char *out, size_t size);
  * program, signal or graph passed again, a double release, or an object of a closed device is
  * reported by name (an error status, or a line on stderr for calls that return nothing) instead of
  * being undefined behaviour. Released objects keep a few bytes each until the process ends. Off by
- * default; off, the checks cost one predictable branch. Counts the complaints printed on stderr. */
+ * default; off, the checks cost one predictable branch. Counts the complaints printed on stderr.
+ * It also checks that kernels write only the buffers their outs declare (hcq_launch in program.h,
+ * graph replays in graph.h). */
 unsigned long hcq_validation_error_count(void);
 
 /* Lists the device kinds this machine has: for each kind, how many devices and a one-line

@@ -19,6 +19,15 @@
  * and blocks only while `inflight` (default 2) earlier replays are still unfinished. Eager work
  * submitted before a replay runs before it; eager work submitted after runs after it.
  *
+ * Validation (HCQ_VALIDATE=1): a kernel item's outs are checked, on every backend. A replay of a graph
+ * that has a kernel item whose outs leave one of its buffers out runs item by item, eagerly, with
+ * the replay's inputs and values, each kernel checked as hcq_launch checks a launch (program.h);
+ * the first kernel that changed a buffer its outs do not cover fails the replay (INVALID_ARGUMENT
+ * naming the item index, kernel, buffer and offset) and the items after it do not run. The replay
+ * computes what the graph would, but its own queues do not run (no profile, no stats), and it
+ * waits for each kernel. Graphs whose kernels all declare every buffer (outs NULL) run as usual.
+ * Checking at build time would mean running the items then, on whatever the buffers hold.
+ *
  * Ownership: the graph retains its programs and buffers (items' and inputs') and keeps its devices
  * from closing until it is destroyed. A graph is used by one thread at a time.
  */
@@ -45,7 +54,13 @@ typedef struct hcq_kernel_item {
   hcq_program_t *program;
   hcq_buffer_t *const *bufs;
   size_t nbufs;
-  const uint32_t *outs; /* indices into bufs of the buffers the kernel writes */
+  /* Which buffers the kernel writes, as indices into bufs. The one rule for every API (items,
+   * hcq_launch, hcq_launch_sym, graph files): outs NULL (nouts 0) means every buffer is written,
+   * the graph file's missing "outs"; outs given with nouts 0 means the kernel writes nothing, the
+   * file's "outs": []. Buffers not listed count as read-only: an item is ordered only after their
+   * last write, so a kernel that writes one anyway races with other items in a replay.
+   * HCQ_VALIDATE=1 checks the declaration (see hcq_launch in program.h). */
+  const uint32_t *outs;
   size_t nouts;
   const hcq_operand_t *vals; /* 32-bit values, constant or symbolic */
   size_t nvals;

@@ -2,8 +2,19 @@
  *
  * Between hcq_capture_begin() and hcq_capture_end() on one thread, every successful hcq_launch(),
  * hcq_transfer() and hcq_exec_item_run() of that thread runs as usual and is also recorded
- * (hcq_exec_item_run with its symbolic operands). Host copies (copyin/copyout) run but are not
- * recorded; the report counts them.
+ * (hcq_exec_item_run with its symbolic operands). A capture records less than the code did in
+ * these cases, and hcq_capture_end() says so (a report line and a warning, see "Warnings"):
+ *  - Host copies (copyin/copyout) of the capturing thread run but are not recorded: one warning per
+ *    capture counts them and names the first (direction, bytes, buffer, after which item).
+ *  - Other threads' work while the capture is open (hcq_launch, hcq_launch_sym, hcq_exec_item_run,
+ *    hcq_transfer, copyin, graph and jit replays) runs and is not recorded: one warning per device
+ *    that the captured items use counts it and names the first operation (report:
+ *    other_thread_work). Their copyouts, which write no device memory, are not counted.
+ *
+ * Inputs: every input given to hcq_capture_end() must be a buffer some captured item holds (by
+ * identity: replays swap (item, argument) slots, so a view of an input is not the input). An input
+ * that none holds would make replays change nothing: INVALID_ARGUMENT naming the input index and
+ * buffer, or, with the options' allow_unused_inputs, a warning (report: unused_inputs).
  *
  * hcq_capture_end() (or hcq_jit_create() from a list of items) splits the items into batches:
  * consecutive items a graph can hold that share a device, or a device kind whose graph spans
@@ -29,6 +40,9 @@
  * hcq_jit_create() ignores such values, as graphs do: its items carry their own symbols.) A
  * capture in which hcq_launch_sym bound one variable to several values is reported the same way
  * (as a warning): a replay gives every item the same value, so it cannot repeat such a capture.
+ *
+ * Warnings go to the options' on_warning, or to standard error as "hcq: warning: ...", and are lines
+ * of the report's text too.
  *
  * Ownership: a jit holds references to everything its items use. One thread at a time.
  */
@@ -62,6 +76,9 @@ typedef struct hcq_jit_options {
   /* Where warnings go; NULL: standard error, as "hcq: warning: ...". */
   hcq_jit_warning_fn on_warning;
   void *warning_ctx;
+  /* hcq_capture_end: an input that no captured item holds is a warning (and a report line) instead
+   * of an error (see "Inputs" above). */
+  bool allow_unused_inputs;
 } hcq_jit_options_t;
 
 /* Starts recording on the calling thread. FAILED_PRECONDITION when it already records. */
@@ -101,6 +118,8 @@ typedef struct hcq_jit_report {
   size_t unused_vars;       /* variables given a value no captured item uses ("Variables" above) */
   const char *text;         /* all of it in words, one line per fact, with the reason for every
                                eager item or run of items */
+  size_t unused_inputs;     /* inputs no captured item holds (with allow_unused_inputs) */
+  size_t other_thread_work; /* operations other threads did during the capture on its devices */
 } hcq_jit_report_t;
 
 /* Valid until the jit is destroyed. A replay that reports an unused variable adds a line to text
@@ -139,8 +158,8 @@ typedef struct hcq_launch_sym_desc {
   size_t nvals;
   hcq_operand_t global[3];   /* grid in work-groups */
   hcq_operand_t local[3];    /* work-group size */
-  const uint32_t *outs;      /* indices into bufs of the buffers the kernel writes; */
-  size_t nouts;              /* nouts 0: every buffer counts as written */
+  const uint32_t *outs;      /* indices into bufs of the buffers the kernel writes: NULL every */
+  size_t nouts;              /* buffer, non-NULL with nouts 0 none (the rule of hcq_kernel_item_t) */
 } hcq_launch_sym_desc_t;
 
 /* Evaluates the descriptor's operands with vals (the current value of each variable they use) and

@@ -87,8 +87,14 @@ typedef struct hcq_launch_desc {
   size_t nvals;
   uint32_t global[3];
   uint32_t local[3];
-  /* Which buffers the kernel writes (indices into bufs). Only a capture uses it, to order replays;
-   * when nouts is 0 every buffer counts as written. */
+  /* Which buffers the kernel writes (indices into bufs), by the rule of hcq_kernel_item_t (graph.h):
+   * outs NULL, every buffer; outs given with nouts 0, none. A capture records it, to order replays.
+   * With HCQ_VALIDATE=1 a launch that gives outs has them checked: the buffers whose base is not
+   * the base of a listed one are copied out before the kernel and compared after it; a changed byte
+   * fails the launch (INVALID_ARGUMENT naming the kernel, the buffer's index and label, and the first
+   * changed offset; the kernel did run, and a capture does not record it). Slow (two copies of
+   * those buffers per launch), blind to a write of the bytes already there, and it assumes no other
+   * thread writes those buffers meanwhile. */
   const uint32_t *outs;
   size_t nouts;
 } hcq_launch_desc_t;

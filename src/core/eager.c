@@ -117,6 +117,8 @@ hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
   uint64_t traced = hcq__trace_host_begin();
   hcq_status_t st = check_launch(d);
   if (st) return st;
+  hcq__write_check_t *wc = NULL;
+  if (hcq__validating && (st = hcq__write_check_begin(d, &wc))) return st;
   hcq_device_t *dev = d->program->dev;
   hcq__trace_op_t op;
   hcq_operand_t global[3], local[3];
@@ -137,9 +139,14 @@ hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
       st = submit_and_signal(q, dev, dev);
   }
   pthread_mutex_unlock(&dev->lock);
-  if (st) return hcq_status_annotate(st, "launch of %s on %s", d->program->name, dev->name);
+  if (st) {
+    hcq__write_check_free(wc);
+    return hcq_status_annotate(st, "launch of %s on %s", d->program->name, dev->name);
+  }
+  if ((st = hcq__write_check_end(wc, d))) return st; /* a launch that failed the check is not recorded */
   hcq__trace_host_end(traced, 0, "launch %s", d->program->name);
   if (hcq__recorder) hcq__recorder->launch(hcq__recorder->ctx, d);
+  if (hcq__captures_elsewhere()) hcq__capture_note_other_thread(dev, "launch of %s", d->program->name);
   return NULL;
 }
 
@@ -208,6 +215,10 @@ hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
   if (st) return hcq_status_annotate(st, "transfer %s -> %s", src->label, dst->label);
   hcq__trace_host_end(traced, size, "transfer %s -> %s", src->dev->name, dst->dev->name);
   if (hcq__recorder) hcq__recorder->transfer(hcq__recorder->ctx, dst, src, size);
+  if (hcq__captures_elsewhere()) {
+    hcq__capture_note_other_thread(src->dev, "transfer %s -> %s", src->label, dst->label);
+    if (dst->dev != src->dev) hcq__capture_note_other_thread(dst->dev, "transfer %s -> %s", src->label, dst->label);
+  }
   return NULL;
 }
 
@@ -268,7 +279,8 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
   pthread_mutex_unlock(&dev->lock);
   if (st) return hcq_status_annotate(st, "copyin to %s", buf->label);
   hcq__trace_host_end(traced, size, "copyin %s", dev->name);
-  if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx);
+  if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx, "copyin", buf, size);
+  if (hcq__captures_elsewhere()) hcq__capture_note_other_thread(dev, "copyin to %s", buf->label);
   return NULL;
 }
 
@@ -310,6 +322,6 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
   pthread_mutex_unlock(&dev->lock);
   if (st) return hcq_status_annotate(st, "copyout from %s", buf->label);
   hcq__trace_host_end(traced, size, "copyout %s", dev->name);
-  if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx);
+  if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx, "copyout", buf, size);
   return NULL;
 }

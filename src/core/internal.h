@@ -513,7 +513,7 @@ typedef struct hcq__recorder {
   void (*launch)(void *ctx, const hcq_launch_desc_t *desc);
   void (*transfer)(void *ctx, hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size);
   void (*item)(void *ctx, const struct hcq_exec_item *item);
-  void (*host_copy)(void *ctx);
+  void (*host_copy)(void *ctx, const char *what, const hcq_buffer_t *buf, uint64_t size); /* what: "copyin" */
   void *ctx;
 } hcq__recorder_t;
 extern _Thread_local const hcq__recorder_t *hcq__recorder;
@@ -528,5 +528,21 @@ hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev);
 void hcq__cuda_query(hcq_device_info_t *info);
 hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev);
 void hcq__vulkan_query(hcq_device_info_t *info);
+
+/* HCQ_VALIDATE=1: the check that a launch writes only the buffers its outs declare (validate.c).
+ * begin copies out the buffers not declared written (nothing when every buffer is: *out NULL);
+ * end, after the kernel, compares them again, frees wc, and fails naming the first changed buffer. */
+typedef struct hcq__write_check hcq__write_check_t;
+hcq_status_t hcq__write_check_begin(const hcq_launch_desc_t *d, hcq__write_check_t **out);
+hcq_status_t hcq__write_check_end(hcq__write_check_t *wc, const hcq_launch_desc_t *d);
+void hcq__write_check_free(hcq__write_check_t *wc);
+
+/* Captures open on any thread (jit.c). While one is, device work submitted by the other threads
+ * is noted (what, on dev) so that its end can say that the capture did not record it. */
+extern atomic_int hcq__captures_open;
+void hcq__capture_note_other_thread(const hcq_device_t *dev, const char *fmt, ...) HCQ_PRINTF(2, 3);
+static inline bool hcq__captures_elsewhere(void) {
+  return atomic_load_explicit(&hcq__captures_open, memory_order_relaxed) != 0;
+}
 
 #endif

@@ -57,7 +57,12 @@ hcq_status_t hcq_graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t n
   if (st) return st;
   if ((st = hcq__runner_enter(&g->runner, "hcq_graph_run"))) return st;
   st = hcq__runner_stage(&g->runner, inputs, ninputs, vals, nvals);
-  if (!st) st = g->vt->run(g, wait, out_elapsed_ns);
+  if (!st && hcq__graph_validates_writes(g))
+    st = hcq__graph_run_validated(g, wait, out_elapsed_ns);
+  else if (!st)
+    st = g->vt->run(g, wait, out_elapsed_ns);
+  for (size_t d = 0; !st && hcq__captures_elsewhere() && d < g->runner.ndevices; d++)
+    hcq__capture_note_other_thread(g->runner.devices[d], "replay of %s", g->runner.label);
   hcq__runner_leave(&g->runner);
   return st ? hcq_status_annotate(st, "graph replay") : NULL;
 }

@@ -31,8 +31,8 @@ static void item_label(const hcq_graph_t *g, size_t j, const hcq_graph_item_sche
     const hcq_kernel_item_t *k = &it->kernel;
     ADD("%zu: %s(", j, k->program->name);
     for (size_t b = 0; b < k->nbufs; b++) {
-      bool written = k->nouts == 0;
-      for (size_t o = 0; o < k->nouts; o++) written |= k->outs[o] == b;
+      bool written = k->outs == NULL; /* the rule of hcq_kernel_item_t */
+      for (size_t o = 0; !written && o < k->nouts; o++) written |= k->outs[o] == b;
       ADD("%s%s%s", b ? ", " : "", k->bufs[b]->label, written ? "*" : "");
     }
     ADD(")\n%s", k->program->dev->name);

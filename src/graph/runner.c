@@ -22,10 +22,11 @@ void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out) {
   }
   out->bufs = it->kernel.bufs;
   out->n = it->kernel.nbufs;
-  /* One rule everywhere: a kernel that does not say what it writes writes every buffer. */
-  bool all = it->kernel.nouts == 0;
+  /* The rule of hcq_kernel_item_t (graph.h): no outs array, every buffer is written; an empty one,
+   * none. */
+  bool all = it->kernel.outs == NULL;
   for (size_t i = 0; i < out->n; i++) out->writes[i] = all;
-  for (size_t i = 0; i < it->kernel.nouts; i++) out->writes[it->kernel.outs[i]] = true;
+  for (size_t i = 0; !all && i < it->kernel.nouts; i++) out->writes[it->kernel.outs[i]] = true;
 }
 
 uint32_t hcq__runner_device_index(const hcq__runner_t *r, const hcq_device_t *dev) {
@@ -192,9 +193,10 @@ hcq_status_t hcq__exec_item_copy(const hcq_exec_item_t *src, hcq_exec_item_t *ds
   hcq_kernel_item_t *c = &dst->kernel;
   c->bufs = NULL, c->outs = NULL, c->vals = NULL;
   hcq_buffer_t **bufs = k->nbufs ? malloc(k->nbufs * sizeof(*bufs)) : NULL;
-  uint32_t *outs = k->nouts ? malloc(k->nouts * sizeof(*outs)) : NULL;
+  /* An empty outs array ("writes nothing") stays an array: NULL would mean "writes everything". */
+  uint32_t *outs = k->outs ? malloc((k->nouts ? k->nouts : 1) * sizeof(*outs)) : NULL;
   hcq_operand_t *vals = k->nvals ? malloc(k->nvals * sizeof(*vals)) : NULL;
-  if ((k->nbufs && !bufs) || (k->nouts && !outs) || (k->nvals && !vals)) {
+  if ((k->nbufs && !bufs) || (k->outs && !outs) || (k->nvals && !vals)) {
     free(bufs), free(outs), free(vals);
     /* Leave nothing that hcq__exec_item_release would release: none of it was retained. */
     memset(c, 0, sizeof(*c));
@@ -584,7 +586,7 @@ static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value
   if (st) return st;
   const hcq_kernel_item_t *k = &it->kernel;
   int32_t ivals[HCQ_MAX_KERNEL_VALS];
-  hcq_launch_desc_t l = {k->program, k->bufs, k->nbufs, ivals, k->nvals, {0}, {0}};
+  hcq_launch_desc_t l = {k->program, k->bufs, k->nbufs, ivals, k->nvals, {0}, {0}, k->outs, k->nouts};
   for (size_t i = 0; i < k->nvals; i++) {
     int64_t v = k->vals[i].value;
     if (k->vals[i].sym) hcq_status_free(hcq_expr_eval(k->vals[i].sym, vals, nvals, &v));

@@ -166,7 +166,10 @@ static hcq_status_t item_json(saver_t *s, const hcq_exec_item_t *it, json_t **ou
       json_array_append_new(l, operand_json(k->local[i]));
     }
     json_object_set_new(j, "bufs", bufs);
-    json_object_set_new(j, "outs", outs);
+    if (k->outs) /* no outs array: every buffer, which is what a missing "outs" means */
+      json_object_set_new(j, "outs", outs);
+    else
+      json_decref(outs);
     json_object_set_new(j, "vals", vals);
     json_object_set_new(j, "global", g);
     json_object_set_new(j, "local", l);

@@ -17,16 +17,88 @@ typedef struct bound_value {
   bool changed;          /* bound to more than one value during the capture */
 } bound_value_t;
 
+/* Device work another thread did on one device while the capture was open. */
+typedef struct other_work {
+  const hcq_device_t *dev; /* compared, never followed: the device may be closed by now */
+  char dev_name[32];
+  size_t count;
+  char first[160];
+} other_work_t;
+
 struct hcq_capture {
   pthread_t owner; /* the capturing thread: only it may end or abort the capture */
   HCQ__VEC(hcq_exec_item_t) items;
   size_t host_copies;
+  char first_host_copy[192]; /* the first one, in words */
+  /* Open captures form a list (g_open, under g_open_lock) that other threads' work is noted in. */
+  hcq_capture_t *next_open, **prev_open;
+  HCQ__VEC(other_work_t) others; /* under g_open_lock while the capture is open */
+  bool others_lost;              /* a note could not be kept (memory) */
   HCQ__VEC(bound_value_t) bound; /* hcq_launch_sym's values, one per variable */
   hcq_status_t error; /* first failure to record (memory): reported by end */
   hcq__recorder_t recorder;
 };
 
 static _Thread_local hcq_capture_t *g_capturing;
+
+atomic_int hcq__captures_open;
+static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
+static hcq_capture_t *g_open;
+
+static void open_list_add(hcq_capture_t *c) {
+  pthread_mutex_lock(&g_open_lock);
+  c->next_open = g_open;
+  c->prev_open = &g_open;
+  if (g_open) g_open->prev_open = &c->next_open;
+  g_open = c;
+  atomic_fetch_add(&hcq__captures_open, 1);
+  pthread_mutex_unlock(&g_open_lock);
+}
+
+/* Stops noting other threads' work for c (idempotent): after this, c->others is c's alone. */
+static void open_list_remove(hcq_capture_t *c) {
+  pthread_mutex_lock(&g_open_lock);
+  if (c->prev_open) {
+    *c->prev_open = c->next_open;
+    if (c->next_open) c->next_open->prev_open = c->prev_open;
+    c->prev_open = NULL;
+    c->next_open = NULL;
+    atomic_fetch_sub(&hcq__captures_open, 1);
+  }
+  pthread_mutex_unlock(&g_open_lock);
+}
+
+/* A capture records its own thread's work only. Work another thread puts on a device the capture
+ * uses may be work the captured items depend on (or race with), and no replay repeats it: each open
+ * capture of another thread keeps a count per device and the first such operation, and its end
+ * reports those on devices its items use. */
+void hcq__capture_note_other_thread(const hcq_device_t *dev, const char *fmt, ...) {
+  /* The common case while capturing: the only open capture is this thread's. */
+  if (g_capturing && atomic_load_explicit(&hcq__captures_open, memory_order_relaxed) == 1) return;
+  char what[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  pthread_t self = pthread_self();
+  pthread_mutex_lock(&g_open_lock);
+  for (hcq_capture_t *c = g_open; c; c = c->next_open) {
+    if (pthread_equal(c->owner, self)) continue;
+    size_t k = 0;
+    while (k < c->others.len && c->others.data[k].dev != dev) k++;
+    if (k == c->others.len) {
+      other_work_t w = {.dev = dev, .count = 0};
+      snprintf(w.dev_name, sizeof(w.dev_name), "%s", dev->name);
+      snprintf(w.first, sizeof(w.first), "%s", what);
+      if (!hcq__vec_push(&c->others, w)) {
+        c->others_lost = true;
+        continue;
+      }
+    }
+    c->others.data[k].count++;
+  }
+  pthread_mutex_unlock(&g_open_lock);
+}
 
 static void record(hcq_capture_t *c, const hcq_exec_item_t *it) {
   if (c->error) return;
@@ -43,7 +115,9 @@ static void record_launch(void *ctx, const hcq_launch_desc_t *d) {
   uint32_t all[HCQ_MAX_KERNEL_BUFS];
   for (size_t i = 0; i < d->nvals; i++) vals[i] = hcq_imm(d->vals[i]);
   for (size_t i = 0; i < d->nbufs; i++) all[i] = (uint32_t)i;
-  hcq_kernel_item_t k = {d->program, d->bufs, d->nbufs, d->nouts ? d->outs : all, d->nouts ? d->nouts : d->nbufs,
+  /* The one rule (graph.h): no outs array, every buffer written (recorded as the full list, so that
+   * items and saved files say it explicitly); an empty array, nothing. */
+  hcq_kernel_item_t k = {d->program, d->bufs, d->nbufs, d->outs ? d->outs : all, d->outs ? d->nouts : d->nbufs,
                          vals, d->nvals, {{0}}, {{0}}};
   for (int i = 0; i < 3; i++) k.global[i] = hcq_imm(d->global[i]), k.local[i] = hcq_imm(d->local[i]);
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL, .kernel = k};
@@ -56,7 +130,12 @@ static void record_transfer(void *ctx, hcq_buffer_t *dst, hcq_buffer_t *src, uin
 }
 
 static void record_item(void *ctx, const hcq_exec_item_t *it) { record(ctx, it); }
-static void record_host_copy(void *ctx) { ((hcq_capture_t *)ctx)->host_copies++; }
+static void record_host_copy(void *ctx, const char *what, const hcq_buffer_t *buf, uint64_t size) {
+  hcq_capture_t *c = ctx;
+  if (c->host_copies++ == 0)
+    snprintf(c->first_host_copy, sizeof(c->first_host_copy), "%s of %" PRIu64 " bytes %s %s, after item %zu", what,
+             size, strcmp(what, "copyin") ? "from" : "to", buf->label, c->items.len);
+}
 
 hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_begin: out_capture is NULL");
@@ -68,6 +147,7 @@ hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
   c->owner = pthread_self();
   g_capturing = c;
   hcq__recorder = &c->recorder;
+  open_list_add(c);
   *out = c;
   return NULL;
 }
@@ -95,6 +175,8 @@ static void capture_free(hcq_capture_t *c) {
     g_capturing = NULL;
     hcq__recorder = NULL;
   }
+  open_list_remove(c);
+  hcq__vec_free(&c->others);
   for (size_t i = 0; i < c->items.len; i++) hcq__exec_item_release(&c->items.data[i]);
   hcq__vec_free(&c->items);
   for (size_t i = 0; i < c->bound.len; i++) hcq_expr_release(c->bound.data[i].var);
@@ -352,9 +434,6 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
   say(jit, "%zu items: %zu graphed in %zu batch%s%s%s%s, %zu eager", r->nitems, jit->report.graphed_items,
       jit->batch_sizes.len, jit->batch_sizes.len == 1 ? "" : "es", used ? " (" : "", sizes, used ? ")" : "",
       jit->report.eager_items);
-  if (host_copies)
-    say(jit, "%zu host cop%s during capture ran once and were not recorded (host memory is not replayed)", host_copies,
-        host_copies == 1 ? "y" : "ies");
   if (reasons) {
     say(jit, "%s", reasons);
     jit->text[--jit->text_len] = '\0'; /* reasons end with their own newline */
@@ -376,6 +455,61 @@ hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems, hcq_buf
   if (!out_jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_create: out_jit is NULL");
   *out_jit = NULL;
   return jit_build(items, nitems, inputs, ninputs, vals, nvals, options, 0, NULL, out_jit);
+}
+
+/* Inputs no captured item holds (by identity, as replays swap them): a replay would replace nothing.
+ * Returns how many, with the message about them in msg. */
+static size_t unused_inputs(const hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs, bool warning,
+                            char *msg, size_t size) {
+  size_t unused = 0, first = 0;
+  for (size_t k = 0; inputs && k < ninputs; k++) {
+    const hcq_buffer_t *in = inputs[k];
+    bool used = in == NULL; /* the runner names NULL inputs */
+    for (size_t j = 0; j < c->items.len && !used; j++) {
+      const hcq_exec_item_t *it = &c->items.data[j];
+      if (it->kind == HCQ_ITEM_TRANSFER) {
+        used = it->transfer.dst == in || it->transfer.src == in;
+        continue;
+      }
+      for (size_t i = 0; i < it->kernel.nbufs && !used; i++) used = it->kernel.bufs[i] == in;
+    }
+    if (!used && unused++ == 0) first = k;
+  }
+  if (!unused) return 0;
+  char more[64] = "";
+  if (unused > 1) snprintf(more, sizeof(more), " (and %zu more inputs)", unused - 1);
+  snprintf(msg, size,
+           "hcq_capture_end: input %zu (buffer \"%s\")%s is used by no captured item, so a replay that replaces it "
+           "changes nothing (items hold the buffers they were given: a view of an input is not the input)%s",
+           first, inputs[first]->label, more,
+           warning ? "" : "; pass the buffers the items use, or set allow_unused_inputs to make this a warning");
+  return unused;
+}
+
+/* Work of other threads on the devices the capture's items use (hcq__capture_note_other_thread):
+ * one warning per device. */
+static void report_other_threads(const hcq_capture_t *c, hcq_jit_t *jit) {
+  for (size_t k = 0; k < c->others.len; k++) {
+    const other_work_t *w = &c->others.data[k];
+    bool used = false;
+    for (size_t j = 0; j < c->items.len && !used; j++) {
+      const hcq_exec_item_t *it = &c->items.data[j];
+      used = hcq__item_device(it) == w->dev || (it->kind == HCQ_ITEM_TRANSFER && it->transfer.dst->dev == w->dev);
+    }
+    if (!used) continue;
+    jit->report.other_thread_work += w->count;
+    char msg[512];
+    snprintf(msg, sizeof(msg),
+             "capture: while it was open, other threads did %zu operation%s on %s, which the captured items use, and "
+             "the capture did not record %s (first: %s): a replay does not repeat %s (capture on the thread that "
+             "does the work, or keep other threads off the device while capturing)",
+             w->count, w->count == 1 ? "" : "s", w->dev_name, w->count == 1 ? "it" : "them", w->first,
+             w->count == 1 ? "it" : "them");
+    report_warning(jit, msg);
+  }
+  if (c->others_lost)
+    report_warning(jit, "capture: other threads worked on devices while it was open, and not all of it could be "
+                        "noted (out of memory)");
 }
 
 hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
@@ -411,12 +545,31 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
       vals = all;
     }
   }
-  if (!st) {
-    /* Recording stops before the graphs are built. */
-    g_capturing = NULL;
-    hcq__recorder = NULL;
+  /* Recording stops before the graphs are built; so does noting other threads' work. */
+  g_capturing = NULL;
+  hcq__recorder = NULL;
+  open_list_remove(c);
+  bool allow_unused = options && options->allow_unused_inputs;
+  size_t unused = 0;
+  char unused_msg[512] = "";
+  if (!st) unused = unused_inputs(c, inputs, ninputs, allow_unused, unused_msg, sizeof(unused_msg));
+  if (!st && unused && !allow_unused) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s", unused_msg);
+  if (!st)
     st = jit_build(c->items.data, c->items.len, inputs, ninputs, vals, nall, options, c->host_copies, "capture", out_jit);
+  if (!st && unused) {
+    (*out_jit)->report.unused_inputs = unused;
+    report_warning(*out_jit, unused_msg);
   }
+  if (!st && c->host_copies) {
+    char msg[512];
+    snprintf(msg, sizeof(msg),
+             "capture: %zu host cop%s ran once during the capture and %s not recorded (first: %s): a replay does not "
+             "repeat %s (host memory is not replayed)",
+             c->host_copies, c->host_copies == 1 ? "y" : "ies", c->host_copies == 1 ? "was" : "were",
+             c->first_host_copy, c->host_copies == 1 ? "it" : "them");
+    report_warning(*out_jit, msg);
+  }
+  if (!st) report_other_threads(c, *out_jit);
   /* Every item of a replay sees one value per variable; a capture whose launches saw several saw
    * work that no replay repeats. */
   for (size_t b = 0; !st && b < c->bound.len; b++) {

@@ -8,8 +8,8 @@ hcq_status_t hcq_launch_sym(const hcq_launch_sym_desc_t *d, const hcq_var_value_
   if (d->nbufs > HCQ_MAX_KERNEL_BUFS)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers exceed the limit (%d)", d->program->name,
                            d->nbufs, HCQ_MAX_KERNEL_BUFS);
-  /* A kernel item with no outs writes nothing as far as a graph's ordering knows; the launch
-   * contract says every buffer is written then, as for hcq_launch(). */
+  /* The one rule (graph.h): no outs array, every buffer written (recorded as the full list, as
+   * hcq_launch's are); an empty array, nothing. */
   uint32_t every[HCQ_MAX_KERNEL_BUFS];
   for (size_t i = 0; i < d->nbufs; i++) every[i] = (uint32_t)i;
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL};
@@ -17,8 +17,8 @@ hcq_status_t hcq_launch_sym(const hcq_launch_sym_desc_t *d, const hcq_var_value_
   k->program = d->program;
   k->bufs = d->bufs;
   k->nbufs = d->nbufs;
-  k->outs = d->nouts ? d->outs : every;
-  k->nouts = d->nouts ? d->nouts : d->nbufs;
+  k->outs = d->outs ? d->outs : every;
+  k->nouts = d->outs ? d->nouts : d->nbufs;
   k->vals = d->vals;
   k->nvals = d->nvals;
   for (int i = 0; i < 3; i++) {

@@ -881,5 +881,22 @@ done
 [ "$bench_bad" -eq 0 ] && ok "bench on truncated files exits 2 (or 0/3), never crashes"
 
 # ---------------------------------------------------------------------------------------------
+# HCQ_VALIDATE=1: a kernel that writes a buffer its "outs" leave out ("outs": [] is "writes
+# nothing") is named with the item and the buffer; without validation the file runs.
+cat >undeclared.json <<'EOF'
+{"format": "hcq-graph/1",
+ "programs": {"add1": {"c": "void add1(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; int32_t *o = b[0]; const int32_t *a = b[1]; for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = (size_t)l->gid[0] * l->lsz[0] + t; if (i < 64) o[i] = a[i] + 1; } }"}},
+ "buffers": {"a": {"device": "CPU:0", "bytes": 256, "init": "iota32"}, "o": {"device": "CPU:0", "bytes": 256},
+             "c": {"device": "CPU:0", "bytes": 256}},
+ "items": [{"kernel": "add1", "bufs": ["o", "a"], "outs": [], "global": [1], "local": [64]},
+           {"kernel": "add1", "bufs": ["c", "o"], "outs": [0], "global": [1], "local": [64]}]}
+EOF
+expect "undeclared write runs without HCQ_VALIDATE" 0 -- run undeclared.json
+HCQ_VALIDATE=1 expect "HCQ_VALIDATE=1 names the undeclared write" 2 "item 0 (add1" "wrote buffer 0 (o)" \
+  "declared that it writes nothing" -- run undeclared.json
+sed 's/"outs": \[\], //' undeclared.json >declared.json
+HCQ_VALIDATE=1 expect "HCQ_VALIDATE=1 passes a kernel without outs (every buffer written)" 0 -- run declared.json --check
+
+# ---------------------------------------------------------------------------------------------
 echo "# $PASS passed, $FAIL failed, $SKIP skipped"
 [ "$FAIL" -eq 0 ]
