@@ -304,15 +304,15 @@ static hcq_status_t check_kernargs(cuda_device_t *cd, const char *kernel, uint64
   if (!addr)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s on %s: its kernel arguments are at address 0", kernel,
                            cd->dev->name);
+  /* One query per launch, of the block's start: a block cannot run from host memory into a device
+   * allocation without first running past the end of its own one. */
   unsigned type = 0;
-  uint64_t ends[2] = {addr, addr + bytes - 1};
-  for (int i = 0; i < 2; i++)
-    if (cd->api->cuPointerGetAttribute(&type, HCQ_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ends[i]) == 0 &&
-        type == HCQ_CU_MEMORYTYPE_DEVICE)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s on %s: its kernel arguments at 0x%" PRIx64 " (%" PRIu32
-                             " bytes) are in GPU memory, which cuLaunchKernel cannot read (it reads them on the host); "
-                             "write them into host-mapped memory (hcq_queue_kernargs into a host-visible buffer)",
-                             kernel, cd->dev->name, addr, bytes);
+  if (cd->api->cuPointerGetAttribute(&type, HCQ_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) == 0 &&
+      type == HCQ_CU_MEMORYTYPE_DEVICE)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s on %s: its kernel arguments at 0x%" PRIx64 " (%" PRIu32
+                           " bytes) are in GPU memory, which cuLaunchKernel cannot read (it reads them on the host); "
+                           "write them into host-mapped memory (hcq_queue_kernargs into a host-visible buffer)",
+                           kernel, cd->dev->name, addr, bytes);
   return NULL;
 }
 
