@@ -93,7 +93,9 @@ fi
 glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}' || true)
 # The CUDA version the driver supports, asked of the library itself ("12.8"; "?" when unknown).
 cuda_version=none
-if [ "$driver" != none ]; then
+if [ "$STAND_IN" = 1 ]; then
+  driver="stand-in (tests/fake_cuda)" cuda_version=${HCQ_FAKE_CUDA_DRIVER_VERSION:-13.0}
+elif [ "$driver" != none ]; then
   cuda_version=$(python3 - <<'PY' 2>/dev/null || echo "?"
 import ctypes
 v = ctypes.c_int(0)
@@ -146,7 +148,12 @@ for path in sys.argv[1:]:
 PY
 }
 vnum() { echo "$1" | awk -F. '{print ($1 + 0) * 1000 + ($2 + 0) * 10}'; } # "12.8" -> 12080
-mapfile -t NVRTC_FOUND < <(nvrtc_candidates)
+if [ -n "${HCQ_NVRTC_LIBRARY:-}" ]; then
+  # The caller's choice (one library, or several ':'-separated) stands, and is checked like the rest.
+  IFS=: read -r -a NVRTC_FOUND <<<"$HCQ_NVRTC_LIBRARY"
+else
+  mapfile -t NVRTC_FOUND < <(nvrtc_candidates)
+fi
 nvrtc_version=none nvrtc_lines=""
 if [ "${#NVRTC_FOUND[@]}" -gt 0 ]; then
   if command -v python3 >/dev/null 2>&1; then
@@ -302,7 +309,6 @@ export HCQ_CACHE_DIR=$B/kernel-cache
 if [ "$STAND_IN" = 1 ]; then
   # The dry run: the stand-in driver where the GPU would be (tests/fake_cuda; kernels run as host twins).
   export HCQ_CUDA_LIBRARY=$B/tests/libhcq_fake_cuda.so HCQ_FAKE_CUDA_DEVICES=2
-  driver="stand-in (tests/fake_cuda)"
   echo "--stand-in: CUDA is the stand-in driver $HCQ_CUDA_LIBRARY; nothing here is measured on a GPU"
 fi
 echo "[$(elapsed)s] built; criterion from: $(ldd "$B/tests/test_cuda" | grep -o '/[^ ]*libcriterion[^ ]*' || echo '?')"
