@@ -29,6 +29,19 @@ static void ptx_of_version(const char *version, char *out, size_t size) {
            "{\n  ret;\n}\n", version);
 }
 
+/* A kernel as PTX text (no NVRTC needed; the stand-in runs its host twin). */
+static hcq_program_t *ptx_program(hcq_device_t *d, const char *entry) {
+  char ptx[512];
+  if (!strcmp(entry, "add_const"))
+    ptx_of_version("8.0", ptx, sizeof(ptx));
+  else
+    snprintf(ptx, sizeof(ptx), ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry %s(.param .u64 y)\n"
+             "{\n  ret;\n}\n", entry);
+  hcq_program_t *p = NULL;
+  OK(hcq_program_create(d, entry, ptx, &p));
+  return p;
+}
+
 static void fake_or_skip(void) {
   const char *lib = getenv("HCQ_CUDA_LIBRARY");
   if (!lib || !strstr(lib, "fake")) cr_skip_test("these tests configure the stand-in driver (tests/fake_cuda)");
@@ -193,7 +206,7 @@ Test(cuda_driver, a_timestamp_into_a_cpu_devices_signal_is_written_on_the_host_w
 Test(cuda_driver, kernel_arguments_in_gpu_memory_are_refused_not_read_on_the_host) {
   fake_or_skip();
   hcq_device_t *d = open_cuda(), *cpu = test_open("CPU:0");
-  hcq_program_t *p = program_or_skip(d, "add_const");
+  hcq_program_t *p = ptx_program(d, "add_const");
   enum { N = 256 };
   hcq_buffer_t *bx = test_buffer(d, 4 * N), *by = test_buffer(d, 4 * N);
   hcq_buffer_t *gpu_args = test_buffer(d, 64), *host_args = test_buffer(cpu, 64);
@@ -238,7 +251,7 @@ static void sticky_error_loses_the_device(const char *code, const char *name) {
   setenv("HCQ_FAKE_CUDA_FAULT", code, 1);
   setenv("HCQ_WAIT_TIMEOUT_MS", "20000", 1);
   hcq_device_t *d = open_cuda();
-  hcq_program_t *p = program_or_skip(d, "hcq_fake_fault");
+  hcq_program_t *p = ptx_program(d, "hcq_fake_fault");
   hcq_buffer_t *b = test_buffer(d, 64);
   hcq_launch_desc_t l = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}};
   hcq_status_t st = hcq_launch(&l);
