@@ -53,7 +53,6 @@ static int g_driver;                 /* the driver's CUDA version (12080), 0 wit
 static hcq__nvrtc_fit_t g_fit;
 static char g_others[160];           /* the other NVRTC versions found, "13.0, 12.4" */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static void load(void);
 
 int hcq__cuda_ptx_isa(int cuda_version) {
   int major = cuda_version / 1000, minor = cuda_version % 1000 / 10;
@@ -70,14 +69,7 @@ static hcq__nvrtc_fit_t fit_of(int major, int minor, int driver) {
   return major == dmajor ? HCQ__NVRTC_CUBIN_ONLY : HCQ__NVRTC_TOO_NEW;
 }
 
-hcq__nvrtc_fit_t hcq__nvrtc_fit(int *nvrtc_version, int *driver_version) {
-  pthread_once(&g_once, load);
-  if (nvrtc_version) *nvrtc_version = g_nvrtc.major * 1000 + g_nvrtc.minor * 10;
-  if (driver_version) *driver_version = g_driver;
-  return g_fit;
-}
-
-/* One candidate, opened: its version, or false (closed again) when it is not NVRTC. */
+/* An opened candidate's version; false when it is not NVRTC. */
 static bool probe(void *lib, int *major, int *minor) {
   int (*version)(int *, int *);
   *(void **)&version = dlsym(lib, "nvrtcVersion");

@@ -27,8 +27,6 @@ typedef enum hcq__nvrtc_fit {
   HCQ__NVRTC_CUBIN_ONLY, /* same major, newer minor: cubins load, its PTX is too new */
   HCQ__NVRTC_TOO_NEW,    /* newer major: neither loads */
 } hcq__nvrtc_fit_t;
-/* The fit, and the versions compared (CUDA versions as cuDriverGetVersion writes them, 12080). */
-hcq__nvrtc_fit_t hcq__nvrtc_fit(int *nvrtc_version, int *driver_version);
 /* The PTX ISA version (major * 10 + minor) that the toolkit of a CUDA version writes, which is also
  * the newest a driver of that version loads: 12.8 -> 87, 13.0 -> 90. */
 int hcq__cuda_ptx_isa(int cuda_version);
