@@ -121,14 +121,14 @@ static void load(void) {
     int rank = (fit == HCQ__NVRTC_FITS || fit == HCQ__NVRTC_NO_DRIVER ? 2 : fit == HCQ__NVRTC_CUBIN_ONLY ? 1 : 0) * 100000 +
                major * 100 + minor;
     if (nfound < 8) found[nfound++] = major * 1000 + minor * 10;
+    /* A candidate not chosen stays loaded: NVRTC's static C++ run time allocates when it loads, and
+     * unloading it strands that memory (and C++ libraries seldom unload cleanly). Only a machine
+     * with several NVRTC versions pays for this, once. */
     if (rank > best_rank) {
-      if (g_nvrtc.lib) dlclose(g_nvrtc.lib);
       g_nvrtc.lib = lib;
       g_nvrtc.major = major, g_nvrtc.minor = minor;
       g_fit = fit;
       best_rank = rank;
-    } else {
-      dlclose(lib);
     }
     /* Without a driver, or with one it fits exactly, nothing later can be better. */
     if (fit == HCQ__NVRTC_NO_DRIVER || (fit == HCQ__NVRTC_FITS && major * 1000 + minor * 10 == g_driver)) break;
