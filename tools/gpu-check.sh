@@ -2,10 +2,14 @@
 # tools/gpu-check.sh: build hcq on a GPU machine and check its CUDA device and CUDA graph there.
 #
 # In order, within 8 minutes:
-#   1. prints the OS, NVIDIA driver, CUDA and NVRTC versions it finds;
+#   1. prints the OS (architecture, glibc), NVIDIA driver and the CUDA version it supports, and every
+#      NVRTC it finds with whether the driver loads what it makes (fails at once when none fits, or
+#      when there is a GPU and no NVRTC);
 #   2. unpacks the carried Debian packages (.gpu-debs/*.deb: Jansson, Criterion, xxHash and what they
-#      need at run time, and pkgconf) with `dpkg -x` into a prefix under /tmp, never into /, and points
-#      pkg-config and CMake at it (the GPU machine reaches no package registry and is not Debian);
+#      need at run time, and pkgconf) with `dpkg -x` (or Python, or ar and the right decompressor,
+#      where there is no dpkg) into a prefix under /tmp, never into /, and points pkg-config and
+#      CMake at it (the GPU machine reaches no package registry and may not be Debian); packages of
+#      another architecture, or needing a newer glibc than the machine's, fail here, saying so;
 #   3. builds hcq (tests on), runs the CUDA tests (ctest -L cuda: the suite on the real driver, the
 #      same suite on the stand-in driver, NVRTC, the update planner is in -L graph), every example
 #      with `hcq run --device-map CPU=CUDA --check`, and `hcq bench` eager against graph on CUDA for
@@ -14,11 +18,18 @@
 #      gpu-check.log, results.json (every bench object), table.txt.
 # Without a GPU it says so in its first lines, still builds and runs what needs none (the stand-in
 # driver's tests, NVRTC, the planner) and exits 0; the GPU rows of the table then read "no GPU".
+# With a GPU but no NVRTC the CUDA C checks fail, loudly: they would otherwise count as skipped.
 # Exit status: 0 when every check that could run passed, 1 otherwise.
 #
+#   bash tools/gpu-check.sh --stand-in   here, without a GPU: the same run with the stand-in driver
+#       (tests/fake_cuda, two devices) in the GPU's place, so every step and row runs (a dry run of
+#       the script itself; the numbers mean nothing)
+#
 # Carrying it to the GPU machine (the device tool; /work/.library/device/README.md):
-#   here, once per checkout (Debian, with apt):   bash tools/gpu-check.sh --download
-#       downloads the .deb files into .gpu-debs/ (git-ignored, about 5 MB)
+#   here, once per checkout (Debian, with apt):   bash tools/gpu-check.sh --download [ARCH]
+#       downloads the .deb files into .gpu-debs/ (git-ignored, about 5 MB); ARCH is the GPU
+#       machine's Debian architecture when it is not this one's (arm64 for a GH200:
+#       `dpkg --add-architecture arm64 && apt-get update` first)
 #   and, for the Vulkan suite too:              tools/vulkan-check.sh prepare
 #       builds it with every library it needs into .vkcarry/ (git-ignored, about 40 MB)
 #   then one call of the device tool's run, from the repository root:
@@ -26,7 +37,7 @@
 #       carry:    [".gpu-debs", ".vkcarry"]
 #       timeout_s: 540
 #   and read gpu-check.log, results.json and table.txt from the files that come back ($OUT).
-set -u
+set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
@@ -36,13 +47,29 @@ DEBS="libcriterion-dev libcriterion3 libjansson-dev libjansson4 libxxhash-dev li
 libnanomsg5 libcom-err2 libgssapi-krb5-2 libhttp-parser2.9 libk5crypto3 libkeyutils1 libkrb5-3 libkrb5support0
 libmbedcrypto7 libmbedtls14 libmbedx509-1 libpcre2-8-0 libssh2-1 libssl3 zlib1g pkgconf-bin libpkgconf3"
 
+# This machine's Debian architecture and multiarch triplet (where the .debs put their libraries).
+case $(uname -m) in
+  x86_64) DEB_ARCH=amd64 MULTIARCH=x86_64-linux-gnu ;;
+  aarch64 | arm64) DEB_ARCH=arm64 MULTIARCH=aarch64-linux-gnu ;;
+  ppc64le) DEB_ARCH=ppc64el MULTIARCH=powerpc64le-linux-gnu ;;
+  *) DEB_ARCH=$(uname -m) MULTIARCH=$(uname -m)-linux-gnu ;;
+esac
+
 if [ "${1:-}" = "--download" ]; then
+  arch=${2:-}
   mkdir -p .gpu-debs && cd .gpu-debs || exit 1
-  # shellcheck disable=SC2086
-  apt-get download $DEBS || { echo "apt-get download failed (run apt-get update first?)" >&2; exit 1; }
-  echo "downloaded $(ls ./*.deb | wc -l) packages into .gpu-debs/ ($(du -sh . | cut -f1))"
+  pkgs=()
+  for p in $DEBS; do pkgs+=("$p${arch:+:$arch}"); done
+  apt-get download "${pkgs[@]}" || {
+    echo "apt-get download failed (run apt-get update first${arch:+; for $arch: dpkg --add-architecture $arch})" >&2
+    exit 1
+  }
+  n=$(find . -maxdepth 1 -name '*.deb' | wc -l)
+  echo "downloaded $n packages into .gpu-debs/ ($(du -sh . | cut -f1))"
   exit 0
 fi
+STAND_IN=0
+[ "${1:-}" = "--stand-in" ] && STAND_IN=1
 
 START=$(date +%s)
 OUTDIR=${OUT:-$ROOT/gpu-check-out}
@@ -55,65 +82,198 @@ note_fail() { FAILED=1; echo "FAILED: $*"; }
 elapsed() { echo $(($(date +%s) - START)); }
 
 # ---- 1. what this machine has ----
+# shellcheck disable=SC1091 # the machine's own file
 os=$( (. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") || uname -sr)
-driver=none gpus=0 gpu_names=""
+driver=none gpu_names="" gpu_cc=""
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
-  gpus=$(nvidia-smi -L | grep -c '^GPU')
   gpu_names=$(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | sed 's/^ *//' | tr '\n' ';')
+  gpu_cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .' || true)
 fi
-# The CUDA version the driver supports and NVRTC's, asked of the libraries themselves.
-lib_version() { # LIBRARY FUNCTION(int*[, int*])
-  command -v python3 >/dev/null 2>&1 || { echo "?"; return; }
-  python3 - "$1" "$2" <<'PY' 2>/dev/null || echo "?"
+glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}' || true)
+# The CUDA version the driver supports, asked of the library itself ("12.8"; "?" when unknown).
+cuda_version=none
+if [ "$STAND_IN" = 1 ]; then
+  driver="stand-in (tests/fake_cuda)" cuda_version=${HCQ_FAKE_CUDA_DRIVER_VERSION:-13.0}
+elif [ "$driver" != none ]; then
+  cuda_version=$(python3 - <<'PY' 2>/dev/null || echo "?"
+import ctypes
+v = ctypes.c_int(0)
+ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v))
+print(f"{v.value // 1000}.{v.value % 1000 // 10}")
+PY
+  )
+fi
+# NVRTC: every libnvrtc.so.N this machine has: the linker cache (Debian's and Fedora's /usr/lib64
+# alike), toolkits under /usr/local/cuda*, /opt/cuda (Arch) and */targets/*/lib, and pip's
+# nvidia-cuda-nvrtc wheels (nvidia/cuda_nvrtc/lib for CUDA 12, nvidia/cu13/lib for 13) in every
+# Python site directory. hcq is given all of them (HCQ_NVRTC_LIBRARY, ':'-separated) and picks
+# the one the driver loads; they are listed here, with what each fits, before anything runs.
+nvrtc_candidates() {
+  {
+    ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.[0-9]/ && !/builtins|\.alt\./ {print $NF}'
+    local sites=""
+    if command -v python3 >/dev/null 2>&1; then
+      sites=$(python3 -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null || true)
+    fi
+    local d
+    for d in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/local/cuda-*/lib /usr/local/cuda*/targets/*/lib \
+      /opt/cuda/lib64 /opt/cuda/targets/*/lib /usr/lib64 /usr/lib/"$MULTIARCH" $sites \
+      /usr/local/lib/python3*/dist-packages /usr/local/lib/python3*/site-packages /opt/*/.venv/lib/python3*/site-packages \
+      /opt/*/lib/python3*/site-packages; do
+      [ -d "$d" ] || continue
+      for f in "$d"/libnvrtc.so.[0-9]* "$d"/nvidia/cuda_nvrtc/lib/libnvrtc.so.[0-9]* "$d"/nvidia/cu[0-9]*/lib/libnvrtc.so.[0-9]*; do
+        case $f in *builtins* | *'*'*) ;; *) [ -e "$f" ] && echo "$f" ;; esac
+      done
+    done
+  } | while read -r f; do readlink -f "$f"; done | awk '!seen[$0]++'
+}
+# One line per candidate: "VERSION ARCHS PATH" (ARCHS: "75,80,...,120"), "? - PATH" when it does not load.
+nvrtc_probe() {
+  python3 - "$@" <<'PY' 2>/dev/null
 import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])
-a, b = ctypes.c_int(0), ctypes.c_int(0)
-if sys.argv[2] == "nvrtcVersion":
-    lib.nvrtcVersion(ctypes.byref(a), ctypes.byref(b)); print(f"{a.value}.{b.value}")
-else:
-    lib.cuDriverGetVersion(ctypes.byref(a)); print(f"{a.value // 1000}.{a.value % 1000 // 10}")
+for path in sys.argv[1:]:
+    try:
+        lib = ctypes.CDLL(path)
+        a, b, n = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+        lib.nvrtcVersion(ctypes.byref(a), ctypes.byref(b))
+        archs = "-"
+        if hasattr(lib, "nvrtcGetNumSupportedArchs") and lib.nvrtcGetNumSupportedArchs(ctypes.byref(n)) == 0:
+            arr = (ctypes.c_int * n.value)()
+            lib.nvrtcGetSupportedArchs(arr)
+            archs = ",".join(str(x) for x in arr)
+        print(f"{a.value}.{b.value} {archs} {path}")
+    except OSError:
+        print(f"? - {path}")
 PY
 }
-cuda_version=none
-[ "$driver" != none ] && cuda_version=$(lib_version libcuda.so.1 cuDriverGetVersion)
-# NVRTC: hcq looks for libnvrtc.so.{13,12,11.2} and libnvrtc.so on the library path and under
-# /usr/local/cuda/lib64; toolkits elsewhere (or pip's nvidia-cuda-nvrtc) are passed by path.
-nvrtc=""
-for cand in libnvrtc.so.13 libnvrtc.so.12 libnvrtc.so.11.2 libnvrtc.so; do
-  if ldconfig -p 2>/dev/null | grep -q "$cand "; then nvrtc=$cand; break; fi
-done
-if [ -z "$nvrtc" ]; then
-  nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.1[0-9]* /usr/local/cuda-*/lib*/libnvrtc.so.1[0-9]* \
-    /usr/local/lib/python3*/dist-packages/nvidia/cu*/lib/libnvrtc.so.1[0-9]* \
-    /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib/libnvrtc.so.1[0-9]* 2>/dev/null | grep -v builtins | head -1)
-  [ -n "$nvrtc" ] && export HCQ_NVRTC_LIBRARY=$nvrtc
+vnum() { echo "$1" | awk -F. '{print ($1 + 0) * 1000 + ($2 + 0) * 10}'; } # "12.8" -> 12080
+if [ -n "${HCQ_NVRTC_LIBRARY:-}" ]; then
+  # The caller's choice (one library, or several ':'-separated) stands, and is checked like the rest.
+  IFS=: read -r -a NVRTC_FOUND <<<"$HCQ_NVRTC_LIBRARY"
+else
+  mapfile -t NVRTC_FOUND < <(nvrtc_candidates)
 fi
-nvrtc_version=none
-[ -n "$nvrtc" ] && nvrtc_version="$(lib_version "$nvrtc" nvrtcVersion) ($nvrtc)"
-echo "OS:     $os ($(uname -m), kernel $(uname -r))"
-echo "driver: $driver${gpu_names:+, GPUs: $gpu_names}"
+nvrtc_version=none nvrtc_lines=""
+if [ "${#NVRTC_FOUND[@]}" -gt 0 ]; then
+  if command -v python3 >/dev/null 2>&1; then
+    nvrtc_lines=$(nvrtc_probe "${NVRTC_FOUND[@]}")
+  else
+    nvrtc_lines=$(for f in "${NVRTC_FOUND[@]}"; do echo "? - $f"; done)
+  fi
+  list=$(printf '%s:' "${NVRTC_FOUND[@]}")
+  list=${list%:}
+  # hcq keeps 255 bytes of it: a longer list is cut to the candidates that fit.
+  while [ "${#list}" -gt 255 ] && [ "${list%:*}" != "$list" ]; do list=${list%:*}; done
+  export HCQ_NVRTC_LIBRARY=$list
+fi
+echo "OS:     $os ($(uname -m), kernel $(uname -r), glibc ${glibc:-unknown})"
+echo "driver: $driver${gpu_names:+, GPUs: $gpu_names}${gpu_cc:+ (sm_$gpu_cc)}"
 echo "CUDA:   $cuda_version (what the driver supports)$(command -v nvcc >/dev/null 2>&1 && echo "; nvcc $(nvcc --version | grep -o 'release [0-9.]*' | cut -d' ' -f2)")"
-echo "NVRTC:  $nvrtc_version"
+if [ -z "$nvrtc_lines" ]; then
+  echo "NVRTC:  none found (searched the linker cache, /usr/local/cuda*, /opt/cuda, /usr/lib64, pip's nvidia packages)"
+else
+  # Which the driver loads: NVRTC X.Y writes PTX that needs a driver for CUDA >= X.Y; cubins need
+  # one of the same major version. The same rule hcq applies (docs/cuda.md).
+  fits=0
+  while read -r v archs path; do
+    fit=""
+    if [ "$v" = "?" ]; then
+      fit="does not load"
+    elif [ "$cuda_version" != none ] && [ "$cuda_version" != "?" ]; then
+      if [ "$(vnum "$v")" -le "$(vnum "$cuda_version")" ]; then
+        fit="fits the driver"; fits=1
+      elif [ "${v%%.*}" = "${cuda_version%%.*}" ]; then
+        fit="newer than the driver: cubins only"; fits=1
+      else
+        fit="TOO NEW for the driver's CUDA $cuda_version"
+      fi
+      if [ -n "$gpu_cc" ] && [ "$archs" != "-" ] && ! echo ",$archs," | grep -q ",$gpu_cc,"; then
+        fit="$fit; knows no sm_$gpu_cc (PTX for an older architecture, compiled by the driver)"
+      fi
+    fi
+    echo "NVRTC:  $v $path${fit:+ ($fit)}"
+    [ "$nvrtc_version" = none ] && [ "$v" != "?" ] && nvrtc_version=$v
+  done <<<"$nvrtc_lines"
+  if [ "$driver" != none ] && [ "$fits" = 0 ] && [ "$cuda_version" != "?" ]; then
+    note_fail "no NVRTC here fits the driver's CUDA $cuda_version: the CUDA C checks will fail (install NVRTC $cuda_version or older)"
+  fi
+fi
 if [ "$driver" = none ]; then
   echo "GPU:    none found (no nvidia-smi or no device): the checks that need a GPU are skipped"
+elif [ "$nvrtc_version" = none ]; then
+  note_fail "a GPU but no NVRTC: every CUDA C test and example fails (pip install nvidia-cuda-nvrtc, or a toolkit)"
 fi
 echo
 
 # ---- 2. the carried packages, unpacked into a prefix ----
 PREFIX=/tmp/hcq-gpu-prefix
-LIBDIR=$PREFIX/usr/lib/x86_64-linux-gnu
+LIBDIR=$PREFIX/usr/lib/$MULTIARCH
 PKGCONF=$(command -v pkg-config || true)
-if ls .gpu-debs/*.deb >/dev/null 2>&1; then
+# A .deb is an ar archive; its data.tar.* is what dpkg -x unpacks. Without dpkg: Python's ar and
+# tar readers, else ar and the right decompressor (tar cannot guess one from a pipe).
+unpack_deb() { # DEB DEST
+  local how=${HCQ_GPU_CHECK_UNPACK:-}
+  if [ -z "$how" ]; then
+    how="ar"
+    command -v python3 >/dev/null 2>&1 && how="python"
+    command -v dpkg >/dev/null 2>&1 && how="dpkg"
+  fi
+  case $how in
+    dpkg) dpkg -x "$1" "$2" ;;
+    python)
+      python3 - "$1" "$2" <<'PY'
+import io, sys, tarfile
+data = open(sys.argv[1], "rb").read()
+if data[:8] != b"!<arch>\n":
+    sys.exit(f"{sys.argv[1]}: not an ar archive")
+pos = 8
+while pos + 60 <= len(data):
+    name, size = data[pos:pos + 16].decode().strip().rstrip("/"), int(data[pos + 48:pos + 58])
+    body = data[pos + 60:pos + 60 + size]
+    if name.startswith("data.tar"):
+        if name.endswith(".zst"):
+            import zstandard  # not in the standard library: fails clearly where it is missing
+            body = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body)).read()
+        tarfile.open(fileobj=io.BytesIO(body)).extractall(sys.argv[2])
+        sys.exit(0)
+    pos += 60 + size + (size & 1)
+sys.exit(f"{sys.argv[1]}: no data.tar member")
+PY
+      ;;
+    ar)
+      local member dec
+      member=$(ar t "$1" | grep '^data\.tar') || { echo "$1: no data.tar member (or no ar)"; return 1; }
+      case $member in
+        *.xz) dec="xz -dc" ;; *.zst) dec="zstd -dc" ;; *.gz) dec="gzip -dc" ;; *.bz2) dec="bzip2 -dc" ;; *) dec="cat" ;;
+      esac
+      command -v "${dec%% *}" >/dev/null 2>&1 || { echo "unpacking $1 needs ${dec%% *}"; return 1; }
+      ar p "$1" "$member" | $dec | (cd "$2" && tar -x -f -)
+      ;;
+  esac
+}
+debs=()
+for f in .gpu-debs/*.deb; do [ -e "$f" ] && debs+=("$f"); done
+if [ "${#debs[@]}" -gt 0 ]; then
+  # Packages for another architecture would unpack fine and then fail to link: say so first.
+  wrong=$(printf '%s\n' "${debs[@]}" | grep -v -e "_${DEB_ARCH}\.deb\$" -e '_all\.deb$' | head -3 | tr '\n' ' ')
+  if [ -n "$wrong" ]; then
+    note_fail "the carried packages are not for $DEB_ARCH ($(uname -m)): $wrong(bash tools/gpu-check.sh --download $DEB_ARCH)"
+    exit 1
+  fi
   rm -rf "$PREFIX" && mkdir -p "$PREFIX"
-  for f in .gpu-debs/*.deb; do
-    if command -v dpkg >/dev/null 2>&1; then
-      dpkg -x "$f" "$PREFIX" || note_fail "dpkg -x $f"
-    else # a .deb is an ar archive: its data.tar.* is what dpkg -x unpacks
-      (cd "$PREFIX" && ar p "$ROOT/$f" "$(ar t "$ROOT/$f" | grep '^data.tar')" | tar -x -a -f - 2>/dev/null ||
-        ar p "$ROOT/$f" "$(ar t "$ROOT/$f" | grep '^data.tar')" | tar -xJ) || note_fail "unpacking $f"
-    fi
-  done
+  for f in "${debs[@]}"; do unpack_deb "$ROOT/$f" "$PREFIX" || note_fail "unpacking $f"; done
+  [ -d "$LIBDIR" ] || { note_fail "the carried packages hold no $LIBDIR"; exit 1; }
+  # The newest glibc symbol version the carried libraries use, against this machine's C library.
+  need=$(cat "$LIBDIR"/*.so* "$PREFIX"/usr/bin/* 2>/dev/null | grep -aoE 'GLIBC_2\.[0-9]+' | sort -t. -k2,2n -u | tail -1 |
+    sed 's/GLIBC_//' || true)
+  if [ -z "$glibc" ]; then
+    note_fail "this machine's C library is not glibc (getconf GNU_LIBC_VERSION fails); the carried libraries need glibc ${need:-?}"
+    exit 1
+  elif [ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "$glibc" | sort -V | tail -1)" != "$glibc" ]; then
+    note_fail "the carried libraries need glibc $need, this machine has $glibc: carry packages of an older Debian, or install Criterion, Jansson and xxHash here"
+    exit 1
+  fi
   # .pc files name /usr: point them at the prefix. Criterion's private requirements are static-link
   # only (their -dev packages are not carried): drop them.
   for pc in "$LIBDIR"/pkgconfig/*.pc; do
@@ -126,7 +286,7 @@ if ls .gpu-debs/*.deb >/dev/null 2>&1; then
     PKGCONF=$PREFIX/bin/pkg-config
   fi
   export PKG_CONFIG_PATH=$LIBDIR/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-  echo "unpacked $(ls .gpu-debs/*.deb | wc -l) packages into $PREFIX; pkg-config: $PKGCONF"
+  echo "unpacked ${#debs[@]} packages into $PREFIX (needs glibc ${need:-?}, have $glibc); pkg-config: $PKGCONF"
 else
   echo "no .gpu-debs/ here: building against the system's Jansson, Criterion and xxHash"
 fi
@@ -146,20 +306,37 @@ fi
 rm -f "$OUTDIR/cmake.txt" "$OUTDIR/build.txt"
 HCQ=$B/cli/hcq
 export HCQ_CACHE_DIR=$B/kernel-cache
+if [ "$STAND_IN" = 1 ]; then
+  # The dry run: the stand-in driver where the GPU would be (tests/fake_cuda; kernels run as host twins).
+  export HCQ_CUDA_LIBRARY=$B/tests/libhcq_fake_cuda.so HCQ_FAKE_CUDA_DEVICES=2
+  echo "--stand-in: CUDA is the stand-in driver $HCQ_CUDA_LIBRARY; nothing here is measured on a GPU"
+fi
 echo "[$(elapsed)s] built; criterion from: $(ldd "$B/tests/test_cuda" | grep -o '/[^ ]*libcriterion[^ ]*' || echo '?')"
-"$HCQ" info
+info=$("$HCQ" info) || note_fail "hcq info"
+echo "$info"
 have_gpu=0
-"$HCQ" info | grep -qE '^CUDA +available' && have_gpu=1
-ndev=$("$HCQ" info | sed -n 's/^CUDA .*, \([0-9]*\) device(s).*/\1/p')
+grep -qE '^CUDA +available' <<<"$info" && have_gpu=1
+ndev=$(sed -n 's/^CUDA .*, \([0-9]*\) device(s).*/\1/p' <<<"$info")
 ndev=${ndev:-0}
+if [ "$have_gpu" = 1 ] && grep -qE '^CUDA .*NVRTC (absent|[0-9.]+ INCOMPATIBLE)' <<<"$info"; then
+  note_fail "hcq has no NVRTC it can use with this driver: $(grep '^CUDA' <<<"$info" | sed 's/.*; NVRTC/NVRTC/')"
+fi
 echo
 
 echo "[$(elapsed)s] CUDA tests (ctest -L 'cuda|graph')"
-timeout 240 ctest --test-dir "$B" -L 'cuda|graph' --output-on-failure || note_fail "CUDA tests"
+timeout 240 ctest --test-dir "$B" -L 'cuda|graph' --output-on-failure >"$OUTDIR/ctest.txt" 2>&1 || note_fail "CUDA tests"
+cat "$OUTDIR/ctest.txt"
+# CTest counts a skipped test as passed: with a GPU, the suite on the real driver must have run.
+if [ "$have_gpu" = 1 ] && grep -E '^[[:space:]]*[0-9]+ - cuda \(Skipped\)|Test +#[0-9]+: cuda +\.+\*+Skipped' "$OUTDIR/ctest.txt"; then
+  note_fail "the CUDA suite was skipped on a machine with a GPU"
+fi
 if [ "$have_gpu" = 1 ]; then
   echo "[$(elapsed)s] the CUDA suite on the GPU, test by test"
-  timeout 120 "$B/tests/test_cuda" --verbose --jobs 1 2>&1 | grep -E '^\[(PASS|FAIL|SKIP|----)\]|Synthesis' ||
-    note_fail "test_cuda"
+  timeout 120 "$B/tests/test_cuda" --verbose --jobs 1 >"$OUTDIR/test_cuda.txt" 2>&1 || note_fail "test_cuda"
+  grep -E '^\[(PASS|FAIL|SKIP|----)\]|Synthesis' "$OUTDIR/test_cuda.txt" || note_fail "test_cuda printed no results"
+  # A skip here means something the GPU run needs is missing (NVRTC, most often): a failure, said so.
+  skipped=$(grep -c '^\[SKIP\]' "$OUTDIR/test_cuda.txt" || true)
+  [ "$skipped" = 0 ] || note_fail "$skipped CUDA tests skipped on a machine with a GPU (see the [SKIP] lines above)"
 fi
 echo
 

@@ -100,6 +100,15 @@ static hcq_status_t load_module(hcq_device_t *dev, const char *entry, const void
   hcq_CUresult rc = api->cuModuleLoadDataEx(out, image, 2, opts, values);
   if (rc == 0) return NULL;
   log[sizeof(log) - 1] = '\0';
+  const char *v = rc == HCQ_CUDA_ERROR_UNSUPPORTED_PTX_VERSION ? strstr((const char *)image, ".version") : NULL;
+  int major = 0, minor = 0;
+  if (v && !memchr(image, '\0', (size_t)(v - (const char *)image)) && sscanf(v + 8, " %d.%d", &major, &minor) == 2) {
+    /* PTX (a cubin starts with a NUL-holding ELF header): say which ISA, and what the driver takes. */
+    int driver = api->driver_version, isa = hcq__cuda_ptx_isa(driver);
+    return hcq__cuda_fail(dev, rc, "loading kernel %s (PTX ISA %d.%d; the driver, for CUDA %d.%d, loads PTX ISA up to "
+                          "%d.%d)%s%s", entry, major, minor, driver / 1000, driver % 1000 / 10, isa / 10, isa % 10,
+                          *log ? ": " : "", log);
+  }
   return hcq__cuda_fail(dev, rc, "loading kernel %s%s%s", entry, *log ? ": " : "", log);
 }
 

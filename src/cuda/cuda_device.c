@@ -80,8 +80,17 @@ void hcq__cuda_device_arch(const hcq_device_t *dev, int *major, int *minor) {
   *minor = cdev(dev)->cc_minor;
 }
 
+/* The errors after which the context is unusable: cuda.h says of most that they leave "the process
+ * in an inconsistent state and any further CUDA work will return the same error" (ILLEGAL_ADDRESS,
+ * LAUNCH_TIMEOUT, HARDWARE_STACK_ERROR, ILLEGAL_INSTRUCTION, MISALIGNED_ADDRESS,
+ * INVALID_ADDRESS_SPACE, INVALID_PC, LAUNCH_FAILED, CONTAINED, TENSOR_MEMORY_LEAK, EXTERNAL_DEVICE);
+ * ASSERT's context "cannot be used anymore"; ECC and NVLink uncorrectable errors are hardware faults. */
 static bool sticky(hcq_CUresult rc) {
   switch (rc) {
+    case HCQ_CUDA_ERROR_NVLINK_UNCORRECTABLE:
+    case HCQ_CUDA_ERROR_CONTAINED:
+    case HCQ_CUDA_ERROR_TENSOR_MEMORY_LEAK:
+    case HCQ_CUDA_ERROR_EXTERNAL_DEVICE:
     case HCQ_CUDA_ERROR_ECC_UNCORRECTABLE:
     case HCQ_CUDA_ERROR_ILLEGAL_ADDRESS:
     case HCQ_CUDA_ERROR_LAUNCH_TIMEOUT:
@@ -226,18 +235,85 @@ static const char k_timestamp_ptx[] =
     "  ret;\n"
     "}\n";
 
+/* A timestamp for a signal in ordinary host memory (a CPU device's), written on the host when the
+ * stream reaches it: a kernel's store there is an illegal address on machines without HMM/ATS. */
+static void set_host_timestamp(void *arg) {
+  hcq__signal_words_t *s = arg;
+  atomic_store_explicit(&s->timestamp, hcq__now_ns(), memory_order_release);
+}
+
+/* The same kernel as CUDA C, for NVRTC: a cubin for the device's own architecture needs no PTX JIT. */
+static const char k_timestamp_cu[] =
+    "extern \"C\" __global__ void hcq_timestamp(unsigned long long *t) {\n"
+    "  unsigned long long v;\n"
+    "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(v));\n"
+    "  *(volatile unsigned long long *)t = v;\n"
+    "}\n";
+
+/* Loads the timestamp kernel once, before the first submission that needs it: a cubin NVRTC made for
+ * this GPU's architecture where NVRTC is usable, else the PTX above, which the driver's PTX JIT
+ * compiles (a driver installed without it, libnvidia-ptxjitcompiler, cannot load PTX at all). */
+static hcq_status_t load_timestamp_kernel(cuda_device_t *cd) {
+  if (cd->ts_fn) return NULL;
+  const hcq__cuda_api_t *api = cd->api;
+  hcq__cuda_image_t img;
+  hcq_status_t nst = hcq__nvrtc_compile("hcq_timestamp", k_timestamp_cu, cd->cc_major * 10 + cd->cc_minor, &img);
+  hcq_CUresult rc = HCQ_CUDA_ERROR_NOT_FOUND;
+  if (!nst && img.cubin) rc = api->cuModuleLoadDataEx(&cd->ts_module, img.cubin, 0, NULL, NULL);
+  if (!nst) hcq__cuda_image_free(&img);
+  char why[300];
+  snprintf(why, sizeof(why), "%.290s", nst ? hcq_status_message(nst) : rc ? "it made no cubin that loads" : "");
+  hcq_status_free(nst);
+  if (rc) rc = api->cuModuleLoadDataEx(&cd->ts_module, k_timestamp_ptx, 0, NULL, NULL);
+  if (rc == HCQ_CUDA_ERROR_JIT_COMPILER_NOT_FOUND || rc == HCQ_CUDA_ERROR_JIT_COMPILATION_DISABLED ||
+      rc == HCQ_CUDA_ERROR_UNSUPPORTED_PTX_VERSION || rc == HCQ_CUDA_ERROR_INVALID_PTX) {
+    char text[192];
+    hcq__cuda_error_text(rc, text, sizeof(text));
+    return hcq_status_make(HCQ_UNAVAILABLE, "%s cannot run timestamps: the driver does not load the timestamp kernel's "
+                           "PTX (%s: its PTX JIT compiler is missing or disabled), and NVRTC gave no cubin for sm_%d%d "
+                           "(%s); install NVRTC, or the driver's PTX JIT (libnvidia-ptxjitcompiler.so.1)",
+                           cd->dev->name, text, cd->cc_major, cd->cc_minor, why);
+  }
+  if (rc) return hcq__cuda_fail(cd->dev, rc, "loading the timestamp kernel");
+  if ((rc = api->cuModuleGetFunction(&cd->ts_fn, cd->ts_module, "hcq_timestamp"))) {
+    api->cuModuleUnload(cd->ts_module);
+    cd->ts_module = NULL;
+    cd->ts_fn = NULL;
+    return hcq__cuda_fail(cd->dev, rc, "resolving the timestamp kernel");
+  }
+  return NULL;
+}
+
 static hcq_CUresult write_timestamp(cuda_device_t *cd, hcq_CUstream s, uint64_t addr) {
   const hcq__cuda_api_t *api = cd->api;
-  hcq_CUresult rc = 0;
-  if (!cd->ts_fn) {
-    if ((rc = api->cuModuleLoadDataEx(&cd->ts_module, k_timestamp_ptx, 0, NULL, NULL))) return rc;
-    if ((rc = api->cuModuleGetFunction(&cd->ts_fn, cd->ts_module, "hcq_timestamp"))) return rc;
-  }
+  if (!reachable(cd, addr)) return api->cuLaunchHostFunc(s, set_host_timestamp, (void *)(uintptr_t)addr);
+  if (!cd->ts_fn) return HCQ_CUDA_ERROR_NOT_FOUND; /* check_words loads it first */
   uint64_t target = addr + offsetof(hcq__signal_words_t, timestamp);
   size_t size = sizeof(target);
   void *extra[] = {HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER, &target, HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    HCQ_CU_LAUNCH_PARAM_END};
   return api->cuLaunchKernel(cd->ts_fn, 1, 1, 1, 1, 1, 1, 0, s, NULL, extra);
+}
+
+/* cuLaunchKernel copies the argument block on the host, when it is called: the block must be memory
+ * the host reads (pinned or ordinary host memory). A block in GPU memory would be a host read of a
+ * device address, which crashes the process, so it is refused here by the driver's own account of
+ * the address (the Vulkan engine likewise checks the block is its own memory). */
+static hcq_status_t check_kernargs(cuda_device_t *cd, const char *kernel, uint64_t addr, uint32_t bytes) {
+  if (!bytes) return NULL; /* nothing is read */
+  if (!addr)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s on %s: its kernel arguments are at address 0", kernel,
+                           cd->dev->name);
+  /* One query per launch, of the block's start: a block cannot run from host memory into a device
+   * allocation without first running past the end of its own one. */
+  unsigned type = 0;
+  if (cd->api->cuPointerGetAttribute(&type, HCQ_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) == 0 &&
+      type == HCQ_CU_MEMORYTYPE_DEVICE)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s on %s: its kernel arguments at 0x%" PRIx64 " (%" PRIu32
+                           " bytes) are in GPU memory, which cuLaunchKernel cannot read (it reads them on the host); "
+                           "write them into host-mapped memory (hcq_queue_kernargs into a host-visible buffer)",
+                           kernel, cd->dev->name, addr, bytes);
+  return NULL;
 }
 
 /* Checks what the driver would refuse before anything is enqueued: a submission runs whole or
@@ -255,11 +331,17 @@ static hcq_status_t check_words(hcq_device_t *dev, const uint32_t *w, size_t n) 
       return hcq_status_make(HCQ_UNIMPLEMENTED, "%s cannot wait on signal \"%s\": it is not in memory the GPU maps (a "
                              "CPU device's signal?)", dev->name, name);
     }
+    if (op == HCQ__OP_TIMESTAMP && reachable(cd, hcq__rd64(w + HCQ__TIMESTAMP_ADDR))) {
+      hcq_status_t tst = load_timestamp_kernel(cd);
+      if (tst) return tst;
+    }
     if (op != HCQ__OP_EXEC) continue;
     const hcq__cuda_kernel_t *k = (const hcq__cuda_kernel_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
     const hcq_program_t *p = (const hcq_program_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_PROGRAM);
     const char *name = p ? p->name : "?";
     if (!k) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: exec of %s without a CUDA kernel", dev->name, name);
+    hcq_status_t ast = check_kernargs(cd, name, hcq__rd64(w + HCQ__EXEC_ARGS), k->param_bytes);
+    if (ast) return ast;
     if (w[HCQ__EXEC_NBUFS] != k->nptrs)
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s on %s: the kernel takes %" PRIu32 " buffers, the launch "
                              "passes %" PRIu32, name, dev->name, k->nptrs, w[HCQ__EXEC_NBUFS]);
@@ -701,8 +783,14 @@ void hcq__cuda_query(hcq_device_info_t *info) {
   }
   info->available = count > 0;
   info->count = count;
-  snprintf(info->description, sizeof(info->description), "driver %d.%d, %d device(s), CUDA:0 is %.60s (sm_%d%d); %.110s",
-           api->driver_version / 1000, (api->driver_version % 1000) / 10, count, name, major, minor, nvrtc);
+  /* NVRTC's part says whether it fits the driver before its path, so a long path is what is cut. */
+  char *desc = info->description;
+  int used = snprintf(desc, sizeof(info->description), "driver %d.%d, %d device(s), CUDA:0 is %.60s (sm_%d%d); ",
+                      api->driver_version / 1000, (api->driver_version % 1000) / 10, count, name, major, minor);
+  size_t at = used > 0 && (size_t)used < sizeof(info->description) ? (size_t)used : 0, n = strlen(nvrtc);
+  if (n > sizeof(info->description) - 1 - at) n = sizeof(info->description) - 1 - at;
+  memcpy(desc + at, nvrtc, n);
+  desc[at + n] = 0;
 }
 
 /* ---- CUDA graph launches (cuda_graph.c) ---- */

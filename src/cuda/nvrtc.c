@@ -15,6 +15,7 @@
 
 #include "core/internal.h"
 #include "core/kcache.h"
+#include "cuda/cuda_api.h"
 
 typedef struct nvrtc_program_st *nvrtc_program;
 
@@ -48,31 +49,106 @@ static struct {
 } g_nvrtc;
 static bool g_ok;
 static char g_why[512];
+static int g_driver;                 /* the driver's CUDA version (12080), 0 without one */
+static hcq__nvrtc_fit_t g_fit;
+static char g_others[160];           /* the other NVRTC versions found, "13.0, 12.4" */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void load(void) {
+int hcq__cuda_ptx_isa(int cuda_version) {
+  int major = cuda_version / 1000, minor = cuda_version % 1000 / 10;
+  /* CUDA 11.x and 12.0-12.5 wrote PTX ISA (major - 4).minor; 12.6 kept 8.5, and from 12.7 on the
+   * ISA is one behind (12.7: 8.6, 12.8: 8.7, 12.9: 8.8); 13.x writes 9.x again. */
+  if (major == 12 && minor >= 6) return minor == 6 ? 85 : 79 + minor;
+  return (major - 4) * 10 + minor;
+}
+
+static hcq__nvrtc_fit_t fit_of(int major, int minor, int driver) {
+  if (!driver) return HCQ__NVRTC_NO_DRIVER;
+  int dmajor = driver / 1000, dminor = driver % 1000 / 10;
+  if (major < dmajor || (major == dmajor && minor <= dminor)) return HCQ__NVRTC_FITS;
+  return major == dmajor ? HCQ__NVRTC_CUBIN_ONLY : HCQ__NVRTC_TOO_NEW;
+}
+
+/* An opened candidate's version; false when it is not NVRTC. */
+static bool probe(void *lib, int *major, int *minor) {
+  int (*version)(int *, int *);
+  *(void **)&version = dlsym(lib, "nvrtcVersion");
+  return version && version(major, minor) == 0;
+}
+
+/* Candidate i of HCQ_NVRTC_LIBRARY's ':'-separated list (or of names), into out; false past the end. */
+static bool candidate(const char *forced, size_t i, char *out, size_t size) {
   static const char *const names[] = {
       "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so",
       "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12",
       "/usr/local/cuda/lib64/libnvrtc.so.11.2", "/usr/local/cuda/lib64/libnvrtc.so",
+      "/opt/cuda/lib64/libnvrtc.so.13", "/opt/cuda/lib64/libnvrtc.so.12", "/opt/cuda/lib64/libnvrtc.so",
   };
+  if (!*forced) {
+    if (i >= sizeof(names) / sizeof(names[0])) return false;
+    snprintf(out, size, "%s", names[i]);
+    return true;
+  }
+  const char *p = forced;
+  for (size_t k = 0; k < i && p; k++) p = strchr(p, ':') ? strchr(p, ':') + 1 : NULL;
+  if (!p || !*p) return false;
+  size_t n = strchr(p, ':') ? (size_t)(strchr(p, ':') - p) : strlen(p);
+  snprintf(out, size, "%.*s", (int)(n < size ? n : size - 1), p);
+  return true;
+}
+
+static void load(void) {
   const char *forced = hcq__options()->nvrtc_library;
-  size_t n = *forced ? 1 : sizeof(names) / sizeof(names[0]);
-  char tried[400] = "";
-  for (size_t i = 0; i < n && !g_nvrtc.lib; i++) {
-    const char *name = *forced ? forced : names[i];
-    g_nvrtc.lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (!g_nvrtc.lib && i < 4) {
-      size_t used = strlen(tried);
-      snprintf(tried + used, sizeof(tried) - used, "%s%s", used ? ", " : "", name);
+  bool single = *forced && !strchr(forced, ':');
+  const hcq__cuda_api_t *api = hcq__cuda_api(NULL);
+  g_driver = api ? api->driver_version : 0;
+  char tried[400] = "", name[512];
+  int best_rank = -1, found[8], nfound = 0;
+  for (size_t i = 0; candidate(forced, i, name, sizeof(name)); i++) {
+    if (!*name) continue;
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    int major = 0, minor = 0;
+    if (!lib || !probe(lib, &major, &minor)) {
+      if (lib) dlclose(lib);
+      if (*forced || i < 4) {
+        size_t used = strlen(tried);
+        snprintf(tried + used, sizeof(tried) - used, "%s%.120s", used ? ", " : "", name);
+      }
+      continue;
     }
+    /* Best: what the driver loads whole, then cubins only, then the newest; newer breaks ties. */
+    hcq__nvrtc_fit_t fit = fit_of(major, minor, g_driver);
+    int rank = (fit == HCQ__NVRTC_FITS || fit == HCQ__NVRTC_NO_DRIVER ? 2 : fit == HCQ__NVRTC_CUBIN_ONLY ? 1 : 0) * 100000 +
+               major * 100 + minor;
+    if (nfound < 8) found[nfound++] = major * 1000 + minor * 10;
+    /* A candidate not chosen stays loaded: NVRTC's static C++ run time allocates when it loads, and
+     * unloading it strands that memory (and C++ libraries seldom unload cleanly). Only a machine
+     * with several NVRTC versions pays for this, once. */
+    if (rank > best_rank) {
+      g_nvrtc.lib = lib;
+      g_nvrtc.major = major, g_nvrtc.minor = minor;
+      g_fit = fit;
+      best_rank = rank;
+    }
+    /* Without a driver, or with one it fits exactly, nothing later can be better. */
+    if (fit == HCQ__NVRTC_NO_DRIVER || (fit == HCQ__NVRTC_FITS && major * 1000 + minor * 10 == g_driver)) break;
+  }
+  /* Remembered for messages: which other versions this machine has. */
+  for (int i = 0; i < nfound; i++) {
+    char v[16];
+    snprintf(v, sizeof(v), "%d.%d", found[i] / 1000, found[i] % 1000 / 10);
+    if (found[i] == g_nvrtc.major * 1000 + g_nvrtc.minor * 10 || strstr(g_others, v)) continue;
+    size_t used = strlen(g_others);
+    snprintf(g_others + used, sizeof(g_others) - used, "%s%s", used ? ", " : "", v);
   }
   if (!g_nvrtc.lib) {
-    if (*forced)
+    if (single)
       snprintf(g_why, sizeof(g_why), "HCQ_NVRTC_LIBRARY=%.200s could not be loaded", forced);
+    else if (*forced)
+      snprintf(g_why, sizeof(g_why), "no library of HCQ_NVRTC_LIBRARY loads (tried %s)", tried);
     else
-      snprintf(g_why, sizeof(g_why), "no NVRTC library found (tried %s, also under /usr/local/cuda/lib64; set "
-               "HCQ_NVRTC_LIBRARY)", tried);
+      snprintf(g_why, sizeof(g_why), "no NVRTC library found (tried %s, also under /usr/local/cuda/lib64 and "
+               "/opt/cuda/lib64; set HCQ_NVRTC_LIBRARY)", tried);
     return;
   }
 #define HCQ__NVRTC_LOAD(name, ret, params)                                             \
@@ -86,10 +162,6 @@ static void load(void) {
   Dl_info info;
   if (dladdr(*(void **)&g_nvrtc.nvrtcVersion, &info) && info.dli_fname)
     snprintf(g_nvrtc.path, sizeof(g_nvrtc.path), "%s", info.dli_fname);
-  if (g_nvrtc.nvrtcVersion(&g_nvrtc.major, &g_nvrtc.minor) != 0) {
-    snprintf(g_why, sizeof(g_why), "nvrtcVersion failed in %.400s", g_nvrtc.path);
-    return;
-  }
   int na = 0;
   if (g_nvrtc.nvrtcGetNumSupportedArchs(&na) == 0 && na > 0 && na <= 64 &&
       g_nvrtc.nvrtcGetSupportedArchs(g_nvrtc.archs) == 0)
@@ -105,10 +177,27 @@ bool hcq__nvrtc_available(const char **out_why) {
 
 void hcq__nvrtc_describe(char *out, size_t size) {
   const char *why;
-  if (hcq__nvrtc_available(&why))
-    snprintf(out, size, "NVRTC %d.%d (%s)", g_nvrtc.major, g_nvrtc.minor, g_nvrtc.path);
-  else
+  if (!hcq__nvrtc_available(&why)) {
     snprintf(out, size, "NVRTC absent: %s", why);
+    return;
+  }
+  int dmajor = g_driver / 1000, dminor = g_driver % 1000 / 10;
+  int isa = hcq__cuda_ptx_isa(g_nvrtc.major * 1000 + g_nvrtc.minor * 10), disa = hcq__cuda_ptx_isa(g_driver);
+  char fit[200] = "";
+  switch (g_fit) {
+    case HCQ__NVRTC_NO_DRIVER: break;
+    case HCQ__NVRTC_FITS: snprintf(fit, sizeof(fit), " compatible with the driver"); break;
+    case HCQ__NVRTC_CUBIN_ONLY:
+      snprintf(fit, sizeof(fit), " newer than the driver's CUDA %d.%d: cubins only (PTX ISA %d.%d > %d.%d)", dmajor,
+               dminor, isa / 10, isa % 10, disa / 10, disa % 10);
+      break;
+    case HCQ__NVRTC_TOO_NEW:
+      snprintf(fit, sizeof(fit), " INCOMPATIBLE: newer than the driver's CUDA %d.%d (PTX ISA %d.%d > %d.%d)", dmajor,
+               dminor, isa / 10, isa % 10, disa / 10, disa % 10);
+      break;
+  }
+  snprintf(out, size, "NVRTC %d.%d%s (%s%s%s%.300s)", g_nvrtc.major, g_nvrtc.minor, fit, *g_others ? "also found " : "",
+           g_others, *g_others ? "; " : "", g_nvrtc.path);
 }
 
 void hcq__cuda_image_free(hcq__cuda_image_t *img) {
@@ -291,12 +380,35 @@ hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int ar
   return path_for(entry, source, option, dir, sizeof(dir), out, size, &key);
 }
 
+/* What this NVRTC makes must be something the driver loads (see hcq__nvrtc_fit). */
+static hcq_status_t check_fit(const char *entry, int arch, bool real) {
+  if (g_fit == HCQ__NVRTC_FITS || g_fit == HCQ__NVRTC_NO_DRIVER || (g_fit == HCQ__NVRTC_CUBIN_ONLY && real)) return NULL;
+  int nv = g_nvrtc.major * 1000 + g_nvrtc.minor * 10, isa = hcq__cuda_ptx_isa(nv), disa = hcq__cuda_ptx_isa(g_driver);
+  char found[sizeof(g_others) + 64] = "";
+  if (*g_others) snprintf(found, sizeof(found), "; the other NVRTC versions found (%s) fit no better", g_others);
+  if (g_fit == HCQ__NVRTC_CUBIN_ONLY)
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile %s for compute_%d: NVRTC %d.%d (%s) writes PTX ISA %d.%d, "
+                           "newer than the driver's CUDA %d.%d loads (%d.%d), and knows no sm_%d to make a cubin for%s; "
+                           "install NVRTC %d.%d or older, or a newer driver", entry, arch, g_nvrtc.major, g_nvrtc.minor,
+                           g_nvrtc.path, isa / 10, isa % 10, g_driver / 1000, g_driver % 1000 / 10, disa / 10,
+                           disa % 10, arch, found, g_driver / 1000, g_driver % 1000 / 10);
+  return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile %s: NVRTC %d.%d (%s) is newer than the driver, which supports "
+                         "CUDA %d.%d: it writes PTX ISA %d.%d and CUDA %d cubins, the driver loads PTX ISA up to %d.%d and "
+                         "cubins up to CUDA %d%s; install NVRTC %d.%d or older (libnvrtc.so.%d), or a driver for CUDA "
+                         "%d.%d, or name a compatible NVRTC with HCQ_NVRTC_LIBRARY", entry, g_nvrtc.major, g_nvrtc.minor,
+                         g_nvrtc.path, g_driver / 1000, g_driver % 1000 / 10, isa / 10, isa % 10, g_nvrtc.major,
+                         disa / 10, disa % 10, g_driver / 1000, found, g_driver / 1000, g_driver % 1000 / 10,
+                         g_driver / 1000, g_nvrtc.major, g_nvrtc.minor);
+}
+
 hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch, hcq__cuda_image_t *out) {
   memset(out, 0, sizeof(*out));
   const char *why;
   if (!hcq__nvrtc_available(&why)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile CUDA C: %s", why);
   bool real;
   int use = pick_arch(arch, &real);
+  hcq_status_t fst = check_fit(entry, use, real);
+  if (fst) return fst;
   if (!use)
     return hcq_status_make(HCQ_UNAVAILABLE, "NVRTC %d.%d cannot compile for compute capability %d.%d (its oldest is %d.%d)",
                            g_nvrtc.major, g_nvrtc.minor, arch / 10, arch % 10,

@@ -8,11 +8,28 @@
 
 #include "hcq/status.h"
 
-/* Loads NVRTC once per process (HCQ_NVRTC_LIBRARY, else libnvrtc.so.13, .12, .11.2, libnvrtc.so,
- * then the same names under /usr/local/cuda/lib64). false, with why, when none loads. */
+/* Loads NVRTC once per process. Candidates: HCQ_NVRTC_LIBRARY (one library, or several separated
+ * by ':'), else libnvrtc.so.13, .12, .11.2, libnvrtc.so on the library path, then the same names
+ * under /usr/local/cuda/lib64 and /opt/cuda/lib64. Where a CUDA driver loads (hcq__cuda_api), the
+ * choice follows what it can load: the newest NVRTC no newer than the driver's CUDA version, else
+ * one of the driver's major version (its cubins load, its PTX does not), else the newest found
+ * (then compiling fails saying why). Without a driver: the first that loads. false, with why, when
+ * none loads. */
 bool hcq__nvrtc_available(const char **out_why);
-/* "NVRTC 13.0 (/usr/local/cuda/lib64/libnvrtc.so.13)" or "NVRTC absent: why". */
+/* "NVRTC 13.0 compatible with the driver (/usr/local/cuda/lib64/libnvrtc.so.13)", with "too new"
+ * and the PTX ISA versions when it is not, or "NVRTC absent: why". */
 void hcq__nvrtc_describe(char *out, size_t size);
+
+/* How the chosen NVRTC's output fits the driver's CUDA version. */
+typedef enum hcq__nvrtc_fit {
+  HCQ__NVRTC_NO_DRIVER,  /* no driver loaded: nothing to compare */
+  HCQ__NVRTC_FITS,       /* NVRTC <= driver: its PTX and cubins load */
+  HCQ__NVRTC_CUBIN_ONLY, /* same major, newer minor: cubins load, its PTX is too new */
+  HCQ__NVRTC_TOO_NEW,    /* newer major: neither loads */
+} hcq__nvrtc_fit_t;
+/* The PTX ISA version (major * 10 + minor) that the toolkit of a CUDA version writes, which is also
+ * the newest a driver of that version loads: 12.8 -> 87, 13.0 -> 90. */
+int hcq__cuda_ptx_isa(int cuda_version);
 
 /* What NVRTC made for one kernel: PTX text always, and a cubin when compiled for a real
  * architecture (sm_XY). Owned by the caller: hcq__cuda_image_free. */

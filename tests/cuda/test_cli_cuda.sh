@@ -31,8 +31,13 @@ if grep -q "NVRTC absent" "$T/info"; then
   exit 77
 fi
 
-check "info lists the stand-in GPUs, the driver and NVRTC versions" 0 "available" "driver 12.8" "2 device(s)" \
+check "info lists the stand-in GPUs, the driver and NVRTC versions" 0 "available" "driver 13.0" "2 device(s)" \
   "hcq fake GPU 0 (sm_90)" "NVRTC" -- info
+if HCQ_CUDA_LIBRARY=$FAKE "$HCQ" info | grep -q "NVRTC 13\."; then
+  check "info says NVRTC 13 fits a CUDA 13.0 driver" 0 "driver 13.0" "compatible with the driver" -- info
+  HCQ_FAKE_CUDA_DRIVER_VERSION=12.8 check "info says NVRTC 13 is too new for a CUDA 12.8 driver, and why" 0 \
+    "driver 12.8" "NVRTC 13.0 INCOMPATIBLE" "PTX ISA 9.0 > 8.7" -- info
+fi
 HCQ_CUDA_LIBRARY=/nonexistent/libcuda.so.1 "$HCQ" info >"$T/out" 2>&1
 if grep -qE "^CUDA +absent +/nonexistent/libcuda.so.1 could not be loaded.*NVRTC" "$T/out"; then
   PASS=$((PASS + 1)); echo "ok   info says why CUDA is absent, and which NVRTC it found"

@@ -12,7 +12,15 @@
  *
  * HCQ_FAKE_CUDA_DEVICES sets the device count (default 1). hcq_fake_cuda_counts() reports the
  * driver calls tests check counts of. A kernel named hcq_fake_fault fails its stream with
- * CUDA_ERROR_ILLEGAL_ADDRESS, as a faulting kernel does. */
+ * CUDA_ERROR_ILLEGAL_ADDRESS, as a faulting kernel does (HCQ_FAKE_CUDA_FAULT=226 makes it another
+ * error, such as CUDA_ERROR_CONTAINED).
+ *
+ * What a real driver does and the host hides, it does too: HCQ_FAKE_CUDA_DRIVER_VERSION (default
+ * 13.0) is the CUDA version it supports, and it refuses PTX and cubins newer than that;
+ * HCQ_FAKE_CUDA_NO_JIT=1 makes it a driver without the PTX JIT (PTX does not load, cubins do); a
+ * launch whose argument block is device memory aborts the process (the real driver reads the
+ * block on the host: a segfault); the timestamp kernel's store into host memory the driver does not
+ * know fails its stream with CUDA_ERROR_ILLEGAL_ADDRESS unless HCQ_FAKE_CUDA_HMM=1 (HMM/ATS). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -149,6 +157,7 @@ typedef struct alloc {
   size_t size;
   ctx_t *ctx;
   struct alloc *next;
+  bool device; /* cuMemAlloc memory: the host cannot read it on a real GPU */
 } alloc_t;
 static pthread_mutex_t g_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 static alloc_t *g_allocs;
@@ -194,6 +203,26 @@ static ctx_t *owner_of(uintptr_t p) {
     if (p >= a->base && p < a->base + a->size) c = a->ctx ? a->ctx : &g_ctx[0];
   pthread_mutex_unlock(&g_alloc_lock);
   return c;
+}
+
+/* Whether p lies in device memory (cuMemAlloc), as opposed to pinned host memory or none. */
+static bool in_device_memory(uintptr_t p) {
+  bool device = false;
+  pthread_mutex_lock(&g_alloc_lock);
+  for (alloc_t *a = g_allocs; a; a = a->next)
+    if (p >= a->base && p < a->base + a->size) {
+      device = a->device;
+      break;
+    }
+  pthread_mutex_unlock(&g_alloc_lock);
+  return device;
+}
+
+static void mark_device(uintptr_t p) {
+  pthread_mutex_lock(&g_alloc_lock);
+  for (alloc_t *a = g_allocs; a; a = a->next)
+    if (a->base == p) a->device = true;
+  pthread_mutex_unlock(&g_alloc_lock);
 }
 
 static void nap(void) {
@@ -266,6 +295,11 @@ typedef struct stream {
   atomic_int error;
 } stream_t;
 
+/* HCQ_FAKE_CUDA_HMM=1: kernels may store to any host memory (HMM or ATS, as on a GH200). Without it,
+ * the timestamp kernel's store into memory the driver does not know (ordinary host memory) fails
+ * its stream with CUDA_ERROR_ILLEGAL_ADDRESS, as on most machines. */
+static bool g_hmm;
+
 static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params) {
   atomic_fetch_add(&g_kernel_launches, 1);
   uint64_t threads = (uint64_t)grid.x * grid.y * grid.z * block.x * block.y * block.z;
@@ -284,6 +318,7 @@ static bool run_op(stream_t *s, op_t *o) {
     case OP_WRITE: __atomic_store_n((uint64_t *)o->a, o->v, __ATOMIC_RELEASE); return true;
     case OP_KERNEL:
       if (o->fn->faults) return false;
+      if (o->fn->fn == k_timestamp && !g_hmm && !owner_of((uintptr_t)p64(o->params, 0))) return false;
       run_kernel(o->fn, o->grid, o->block, o->params);
       return true;
     case OP_MEMCPY: memmove((void *)o->a, (const void *)o->b, o->n); return true;
@@ -321,6 +356,14 @@ static void free_op(op_t *o) {
   free(o);
 }
 
+/* The error a failed operation leaves on its stream: a faulting kernel's is HCQ_FAKE_CUDA_FAULT (a
+ * CUresult number, such as 226 for CUDA_ERROR_CONTAINED), by default CUDA_ERROR_ILLEGAL_ADDRESS. */
+static int g_fault_error = HCQ_CUDA_ERROR_ILLEGAL_ADDRESS;
+static int fault_error(const op_t *o) {
+  bool kernel = (o->kind == OP_KERNEL && o->fn->faults) || o->kind == OP_GRAPH;
+  return kernel ? g_fault_error : HCQ_CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
 static void *stream_main(void *arg) {
   stream_t *s = arg;
   pthread_mutex_lock(&s->lock);
@@ -333,7 +376,7 @@ static void *stream_main(void *arg) {
     s->busy = true;
     pthread_mutex_unlock(&s->lock);
     /* A failed stream drops what follows, as a faulted GPU context does. */
-    if (!atomic_load(&s->error) && !run_op(s, o)) atomic_store(&s->error, HCQ_CUDA_ERROR_ILLEGAL_ADDRESS);
+    if (!atomic_load(&s->error) && !run_op(s, o)) atomic_store(&s->error, fault_error(o));
     free_op(o);
     pthread_mutex_lock(&s->lock);
     s->busy = false;
@@ -383,6 +426,12 @@ static CUresult read_extra(void **extra, uint8_t *out, size_t *out_size) {
     else return HCQ_CUDA_ERROR_INVALID_VALUE;
   }
   if (!buf || !size || *size > 4096) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  if (in_device_memory((uintptr_t)buf) || in_device_memory((uintptr_t)buf + *size - 1)) {
+    /* The real driver copies the block on the host here: from GPU memory, that is a segfault. */
+    fprintf(stderr, "fake libcuda: the launch's argument block at %p is device memory, which the host cannot read "
+            "(a real driver crashes here)\n", buf);
+    abort();
+  }
   memcpy(out, buf, *size);
   *out_size = *size;
   return 0;
@@ -402,11 +451,24 @@ static CUresult f_cuInit(unsigned int flags) {
   const char *n = getenv("HCQ_FAKE_CUDA_DEVICES");
   if (n && *n) g_ndev = atoi(n);
   if (g_ndev < 0 || g_ndev > 8) g_ndev = 1;
+  const char *hmm = getenv("HCQ_FAKE_CUDA_HMM");
+  g_hmm = hmm && atoi(hmm) > 0;
+  const char *fault = getenv("HCQ_FAKE_CUDA_FAULT");
+  if (fault && atoi(fault) > 0) g_fault_error = atoi(fault);
   for (int i = 0; i < 8; i++) g_ctx[i].dev = i;
   return g_ndev ? 0 : HCQ_CUDA_ERROR_NO_DEVICE;
 }
+/* HCQ_FAKE_CUDA_DRIVER_VERSION: the CUDA version this driver supports, "12.8" or 12080 (default 13.0,
+ * the toolkit whose NVRTC the tests find here). */
+static int driver_version(void) {
+  const char *v = getenv("HCQ_FAKE_CUDA_DRIVER_VERSION");
+  int major = 0, minor = 0;
+  if (v && sscanf(v, "%d.%d", &major, &minor) == 2) return major * 1000 + minor * 10;
+  if (v && major >= 1000) return major;
+  return 13000;
+}
 static CUresult f_cuDriverGetVersion(int *v) {
-  *v = 12080;
+  *v = driver_version();
   return 0;
 }
 static CUresult f_cuGetErrorName(CUresult e, const char **s) {
@@ -417,12 +479,25 @@ static CUresult f_cuGetErrorName(CUresult e, const char **s) {
     case 500: *s = "CUDA_ERROR_NOT_FOUND"; break;
     case 600: *s = "CUDA_ERROR_NOT_READY"; break;
     case 700: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    case 218: *s = "CUDA_ERROR_INVALID_PTX"; break;
+    case 221: *s = "CUDA_ERROR_JIT_COMPILER_NOT_FOUND"; break;
+    case 222: *s = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"; break;
+    case 226: *s = "CUDA_ERROR_CONTAINED"; break;
+    case 719: *s = "CUDA_ERROR_LAUNCH_FAILED"; break;
+    case 721: *s = "CUDA_ERROR_TENSOR_MEMORY_LEAK"; break;
     default: *s = "CUDA_ERROR_UNKNOWN"; break;
   }
   return 0;
 }
 static CUresult f_cuGetErrorString(CUresult e, const char **s) {
-  *s = e == 700 ? "an illegal memory access was encountered" : e == 1 ? "invalid argument" : "fake driver error";
+  switch (e) {
+    case 700: *s = "an illegal memory access was encountered"; break;
+    case 1: *s = "invalid argument"; break;
+    case 221: *s = "PTX JIT compiler library not found"; break;
+    case 222: *s = "the provided PTX was compiled with an unsupported toolchain."; break;
+    case 226: *s = "uncorrectable error contained by the GPU"; break;
+    default: *s = "fake driver error"; break;
+  }
   return 0;
 }
 static CUresult f_cuDeviceGetCount(int *n) {
@@ -489,6 +564,7 @@ static CUresult f_cuMemAlloc(hcq_CUdeviceptr *p, size_t n) {
   if (!current()) return 201;
   void *m = track(n ? n : 1);
   if (!m) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
+  mark_device((uintptr_t)m);
   /* Device memory holds garbage until written: hcq must clear it. */
   memset(m, 0xA5, n);
   *p = (hcq_CUdeviceptr)(uintptr_t)m;
@@ -525,7 +601,8 @@ static CUresult f_cuPointerGetAttribute(void *data, int attr, hcq_CUdeviceptr p)
   ctx_t *c = owner_of((uintptr_t)p);
   if (!c) return HCQ_CUDA_ERROR_INVALID_VALUE;
   if (attr == HCQ_CU_POINTER_ATTRIBUTE_CONTEXT) *(hcq_CUcontext *)data = (hcq_CUcontext)c;
-  else if (attr == HCQ_CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *(unsigned *)data = HCQ_CU_MEMORYTYPE_DEVICE;
+  else if (attr == HCQ_CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+    *(unsigned *)data = in_device_memory((uintptr_t)p) ? HCQ_CU_MEMORYTYPE_DEVICE : HCQ_CU_MEMORYTYPE_HOST;
   else return HCQ_CUDA_ERROR_INVALID_VALUE;
   return 0;
 }
@@ -636,11 +713,42 @@ typedef struct module {
   size_t size;
 } module_t;
 
+/* The newest PTX ISA (major * 10 + minor) a driver of this CUDA version loads, which is the one its
+ * toolkit writes (the PTX ISA release notes' table): 12.0-12.5 -> 8.0-8.5, 12.6 -> 8.5, 12.7 -> 8.6,
+ * 12.8 -> 8.7, 12.9 -> 8.8, 13.x -> 9.x, 11.x -> 7.x. */
+static int max_ptx_isa(int cuda) {
+  int major = cuda / 1000, minor = cuda % 1000 / 10;
+  if (major == 12 && minor >= 6) return minor == 6 ? 85 : 79 + minor;
+  return (major - 4) * 10 + minor;
+}
+
+/* Refuses what this driver version cannot load, with the real driver's error: PTX of a newer ISA
+ * (its ".version X.Y" line), a cubin of a newer CUDA major (ELF ABI version 8 is CUDA 13's, 7 CUDA
+ * 12's and older), and with HCQ_FAKE_CUDA_NO_JIT=1 any PTX (a driver installed without its PTX JIT
+ * compiler library, libnvidia-ptxjitcompiler). */
+static CUresult check_image(const unsigned char *p, bool elf) {
+  int driver = driver_version();
+  if (elf) {
+    int abi = p[8]; /* e_ident[EI_ABIVERSION] */
+    if (p[7] == 0x41 && abi >= 8 && driver < 13000) return HCQ_CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+    return 0;
+  }
+  const char *no_jit = getenv("HCQ_FAKE_CUDA_NO_JIT");
+  if (no_jit && atoi(no_jit) > 0) return HCQ_CUDA_ERROR_JIT_COMPILER_NOT_FOUND;
+  const char *v = strstr((const char *)p, ".version");
+  int major = 0, minor = 0;
+  if (!v || sscanf(v + 8, " %d.%d", &major, &minor) != 2) return HCQ_CUDA_ERROR_INVALID_PTX;
+  return major * 10 + minor > max_ptx_isa(driver) ? HCQ_CUDA_ERROR_UNSUPPORTED_PTX_VERSION : 0;
+}
+
 static CUresult f_cuModuleLoadDataEx(hcq_CUmodule *m, const void *image, unsigned int n, int *opts, void **vals) {
   (void)n, (void)opts, (void)vals;
   const unsigned char *p = image;
   size_t size;
-  if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
+  bool elf = p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F';
+  CUresult rc = elf || strstr((const char *)image, ".version") ? check_image(p, elf) : 0;
+  if (rc) return rc;
+  if (elf) {
     /* ELF64: the file ends with the section headers. */
     uint64_t shoff;
     uint16_t shentsize, shnum;
