@@ -782,7 +782,28 @@ static void *read_object(const char *path, size_t *out_size) {
  * a loaded object is not used: the memfd gets another number. Where memfds or /proc are missing,
  * the bytes go to a file in a private directory of ours (0700) instead, removed once loaded. */
 
-/* 0 when loaded (or the object is bad: *out_bad, with a status), else an errno: no memfd here. */
+typedef struct name_search {
+  const char *name;
+  bool found;
+} name_search_t;
+
+static int match_name(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  name_search_t *s = arg;
+  s->found |= info->dlpi_name && !strcmp(info->dlpi_name, s->name);
+  return s->found;
+}
+
+/* Whether a loaded object goes by name (what dlopen would return for it). Walking the list is
+ * cheaper than asking dlopen (RTLD_NOLOAD), which opens the file when no name matches. */
+static bool name_is_loaded(const char *name) {
+  name_search_t s = {name, false};
+  dl_iterate_phdr(match_name, &s);
+  return s.found;
+}
+
+/* Loads bytes through a sealed memfd. *out_unsupported when this system cannot (no memfd, no
+ * /proc): then nothing was tried. */
 static hcq_status_t load_memfd(const void *bytes, size_t size, const char *key, const char *entry,
                                hcq__program_impl_t *out, bool *out_bad, bool *out_unsupported) {
   *out_unsupported = false;
@@ -806,17 +827,11 @@ static hcq_status_t load_memfd(const void *bytes, size_t size, const char *key, 
   hcq_status_t st = NULL;
   for (;;) {
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fds[nfds - 1]);
-    if (access(path, R_OK) != 0) {
-      *out_unsupported = true; /* no /proc */
+    if (!name_is_loaded(path)) {
+      if (access(path, R_OK) != 0) *out_unsupported = true; /* no /proc */
+      else st = load_object(path, entry, out, out_bad);
       break;
     }
-    void *loaded = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
-    if (!loaded) {
-      dlerror();
-      st = load_object(path, entry, out, out_bad);
-      break;
-    }
-    dlclose(loaded);
     /* Holding the numbers tried, the next one is new. */
     int again = nfds < MAX_TRIES ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
     if (again < 0) {
