@@ -658,6 +658,47 @@ Test(kernel_cache, a_cached_object_truncated_after_loading_does_not_crash) {
   cr_assert_eq(compiler_starts(), 2);
 }
 
+/* Objects are loaded from memory under names of the form /proc/self/fd/N, and N is reused once
+ * closed: a kernel loaded while another is alive must still be itself, not the other one. Returns
+ * what each kernel wrote, as digits (123 for 1, 2 and 3), or -1. */
+static int several_programs_alive(void) {
+  hcq_device_t *d = NULL;
+  hcq_program_t *p[3] = {NULL, NULL, NULL};
+  hcq_buffer_t *b = NULL;
+  const char *sources[3] = {K_SOURCE("1"), K_SOURCE("2"), K_SOURCE("3")};
+  int digits = 0;
+  hcq_status_t st = hcq_device_open("CPU:0", &d);
+  if (!st) st = hcq_buffer_create(d, 4, &b);
+  for (int i = 0; !st && i < 3; i++) st = hcq_program_create(d, "k", sources[i], &p[i]);
+  for (int i = 0; !st && i < 3; i++) {
+    int32_t v = -1;
+    hcq_launch_desc_t l = {p[i], &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}};
+    st = hcq_launch(&l);
+    if (!st) st = hcq_buffer_copyout(b, 0, &v, 4);
+    digits = digits * 10 + v;
+  }
+  if (st) fprintf(stderr, "%s\n", hcq_status_message(st));
+  hcq_status_free(st);
+  for (int i = 0; i < 3; i++) hcq_program_release(p[i]);
+  hcq_buffer_release(b);
+  st = d ? hcq_device_close(d) : NULL;
+  int ok = !st;
+  hcq_status_free(st);
+  return ok ? digits : -1;
+}
+
+Test(kernel_cache, kernels_loaded_from_memory_at_once_stay_distinct) {
+  setup();
+  /* Compiled (first child), then all three from the cache (second child). */
+  for (int round = 0; round < 2; round++) {
+    child_spec_t spec = {.source = k_five, .after = several_programs_alive};
+    child_result_t r = run_child(&spec);
+    EXPECT_RAN(r, 5);
+    cr_assert_eq(r.after, 123, "round %d: the kernels wrote %d, expected 1, 2, 3", round, r.after);
+  }
+  cr_assert_eq(compiler_starts(), 4, "the second round did not load from the cache");
+}
+
 /* ---- cache disks that are full or read-only ---- */
 
 static char g_small[700]; /* a small file system of the child's own, holding the cache dir */
@@ -735,6 +776,29 @@ Test(kernel_cache, a_full_or_read_only_cache_disk_compiles_without_caching) {
               "the warning does not say \"not cached\", name %s and say \"%s\": %s", cache, whys[i], err);
     cr_assert_eq(list_dir(g_tmp, NULL, 0), 0, "private build directories were left in TMPDIR");
   }
+}
+
+/* Without /proc (a chroot, a container that does not mount it) an object cannot be dlopened from
+ * a memfd: it is loaded from a file of a private directory instead, removed right after. */
+static void hide_proc(void) {
+  if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("hcq-test", "/proc", "tmpfs", 0, "size=16k") != 0)
+    _exit(6);
+}
+
+Test(kernel_cache, kernels_load_without_proc) {
+  setup();
+  path_in(g_small, sizeof(g_small), "small");
+  cr_assert_eq(mkdir(g_small, 0700), 0);
+  skip_without_mount_namespaces();
+  for (int round = 0; round < 2; round++) {
+    child_spec_t spec = {.source = k_five, .before = hide_proc, .after = several_programs_alive};
+    child_result_t r = run_child(&spec);
+    EXPECT_RAN(r, 5);
+    cr_assert_eq(r.after, 123, "round %d: the kernels wrote %d, expected 1, 2, 3", round, r.after);
+    cr_assert_eq(list_dir(g_tmp, NULL, 0), 0, "private directories were left in TMPDIR");
+  }
+  cr_assert_eq(compiler_starts(), 4, "the second round did not load from the cache");
 }
 
 /* ---- cache directories the cache must not trust ---- */
