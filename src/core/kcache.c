@@ -147,15 +147,27 @@ bool hcq__kcache_file_is_ours(const struct stat *st) {
 #define BLOB_HEADER 24 /* magic, then the XXH128 of the payload */
 
 bool hcq__kcache_blob_dir(const char *sub, char *out, size_t size) {
-  char base[PATH_MAX], why[PATH_MAX + 128];
-  if (!hcq__options()->cache_dir || !hcq__kcache_open_dir(hcq__options()->cache_dir, base, why, sizeof(why)))
+  char base[PATH_MAX], why[2 * PATH_MAX + 128];
+  if (!hcq__options()->cache_dir) return false;
+  if (!hcq__kcache_open_dir(hcq__options()->cache_dir, base, why, sizeof(why))) {
+    hcq__kcache_warn_uncached(why);
     return false;
+  }
   int n = snprintf(out, size, "%s/%s", base, sub);
   if (n < 0 || (size_t)n >= size) return false;
-  if (mkdir(out, 0700) != 0 && errno != EEXIST) return false;
+  if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+    snprintf(why, sizeof(why), "cannot create %s: %s", out, strerror(errno));
+    hcq__kcache_warn_uncached(why);
+    return false;
+  }
   /* Ours alone: we made it 0700, and a subdirectory gets no private-group allowance. */
   struct stat st;
-  return lstat(out, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH));
+  bool ok = lstat(out, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH));
+  if (!ok) {
+    snprintf(why, sizeof(why), "%s is not a directory of this user's that only this user may write", out);
+    hcq__kcache_warn_uncached(why);
+  }
+  return ok;
 }
 
 static bool read_all(int fd, void *buf, size_t n) {

@@ -29,7 +29,8 @@ bool hcq__kcache_file_is_ours(const struct stat *st);
 /* ---- blobs: whole compiled images in a private subdirectory ---- */
 
 /* The cache directory's subdirectory sub (created 0700), resolved into out; false when it cannot
- * be made or trusted, or is writable by anyone but us: then nothing is cached. */
+ * be made or trusted, or is writable by anyone but us: then nothing is cached (the once-per-process
+ * warning says why). */
 bool hcq__kcache_blob_dir(const char *sub, char *out, size_t size);
 /* The payload stored at path (malloc'd, *out_size bytes) when the file is ours, private, starts
  * with magic (8 bytes) and its payload hashes as recorded; NULL otherwise (compile again). A file

@@ -12,8 +12,11 @@
  *   root and writable by others only when sticky, the object a regular file of ours that no one
  *   else may write. Otherwise the kernel is compiled in a private temporary directory, uncached,
  *   with one warning per process saying why.
- * - Nothing partial ever carries a final name: the compiler writes a uniquely named temporary
- *   object (O_EXCL) in the cache directory, which is renamed into place.
+  * - The compiler writes into a private build directory; hcq stores the object (a kcache blob: a
+ *   tag, its hash, the object) under a temporary name that is renamed into place, so nothing
+ *   partial ever carries a final name, and a full or read-only cache disk only means "not cached".
+ * - Objects are loaded from checked bytes in memory (a sealed memfd), never by mapping the cache
+ *   file: a flipped bit is found by the hash, and no one can shrink what is mapped (SIGBUS).
  */
 #include <dlfcn.h>
 #include <errno.h>
