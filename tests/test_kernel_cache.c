@@ -801,6 +801,23 @@ Test(kernel_cache, kernels_load_without_proc) {
   cr_assert_eq(compiler_starts(), 4, "the second round did not load from the cache");
 }
 
+/* A "compiler" that succeeds without writing an object dlopen takes: an error naming the kernel,
+ * and nothing stored for the next process to trust. */
+Test(kernel_cache, an_object_that_does_not_load_is_an_error_and_not_stored) {
+  setup();
+  char wrapper[700];
+  path_in(wrapper, sizeof(wrapper), "cc-garbage.sh");
+  write_script(wrapper, "prev=\nfor a in \"$@\"; do [ \"$prev\" = -o ] && echo 'not an object' > \"$a\"; prev=$a; done\nexit 0\n");
+  char cc_env[800];
+  snprintf(cc_env, sizeof(cc_env), "HCQ_CC=%s", wrapper);
+  const char *env[] = {cc_env, NULL};
+  EXPECT_FAILS(run_source(k_five, env), HCQ_COMPILE_ERROR, "cannot load compiled kernel");
+  int n;
+  cr_assert(only_cache_objects(g_cache, &n));
+  cr_assert_eq(n, 0, "an object that does not load was stored");
+  cr_assert_eq(list_dir(g_tmp, NULL, 0), 0, "private directories were left in TMPDIR");
+}
+
 /* ---- cache directories the cache must not trust ---- */
 
 /* Runs k_five twice in one child with stderr captured; the cache dir must stay without objects

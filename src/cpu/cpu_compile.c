@@ -754,8 +754,8 @@ static void *read_object(const char *path, size_t *out_size) {
   if (fd < 0) return NULL;
   struct stat st;
   char *data = NULL;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= MAX_OBJECT_BYTES &&
-      (data = malloc(st.st_size ? (size_t)st.st_size : 1))) {
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > MAX_OBJECT_BYTES) errno = EFBIG;
+  else if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (data = malloc(st.st_size ? (size_t)st.st_size : 1))) {
     size_t got = 0;
     for (ssize_t n = 1; got < (size_t)st.st_size && n != 0;) {
       n = read(fd, data + got, (size_t)st.st_size - got);
@@ -851,9 +851,13 @@ static hcq_status_t load_memfd(const void *bytes, size_t size, const char *key, 
 static hcq_status_t load_image(const void *bytes, size_t size, const char *key, const char *entry,
                                hcq__program_impl_t *out, bool *out_bad) {
   *out_bad = false;
-  bool unsupported;
+    bool unsupported;
   hcq_status_t st = load_memfd(bytes, size, key, entry, out, out_bad, &unsupported);
-  if (!unsupported) return st;
+  /* A memfd that does not load may be one this system will not map executable (a security
+   * policy): the object is tried once more from a file before it is called bad. */
+  if (!unsupported && !*out_bad) return st;
+  hcq_status_free(st);
+  *out_bad = false;
   char dir[PATH_MAX], path[PATH_BUF];
   if ((st = make_private_dir(entry, dir))) return st;
   /* Named by its key: a later directory may get this one's name, and then the same name holds the
