@@ -1,5 +1,6 @@
 /* The CPU kernel compiler and its on-disk cache in hostile environments: signal dispositions the
- * application chose, cache directories and cached objects that others could have written, compiler
+ * application chose, cache directories and cached objects that others could have written, cached
+ * objects damaged on disk or truncated while loaded, full and read-only cache disks, compiler
  * commands with arguments, long flag lists, entry names that are not C identifiers.
  *
  * Options are read once per process, so every configuration runs in a child process of its own
