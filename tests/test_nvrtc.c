@@ -89,16 +89,28 @@ Test(nvrtc, a_damaged_or_foreign_cache_file_is_ignored) {
   fseek(f, -3, SEEK_END);
   fputc(c ^ 0x5A, f);
   fclose(f);
+  /* Damage is said once, naming the file; the file is then replaced, and read silently. */
+  char err[4000];
+  int saved = test_stderr_begin();
   compile("axpb", k_axpb, 90, &b);
+  test_stderr_end(saved, err, sizeof(err));
   cr_assert_not(b.from_cache, "a flipped byte fails the checksum");
   cr_assert_arr_eq(b.cubin, a.cubin, a.cubin_len, "compiled again, the same");
+  cr_assert(strstr(err, "hcq: warning") && strstr(err, path) && strstr(err, "damaged"), "no warning: %s", err);
+  cr_assert_null(strstr(strstr(err, "hcq: warning") + 1, "hcq: warning"), "more than one warning: %s", err);
   hcq__cuda_image_free(&b);
+  saved = test_stderr_begin();
   compile("axpb", k_axpb, 90, &b);
+  test_stderr_end(saved, err, sizeof(err));
   cr_assert(b.from_cache, "the recompiled file replaced the damaged one");
+  cr_assert_null(strstr(err, "hcq: warning"), "%s", err);
   hcq__cuda_image_free(&b);
   cr_assert_eq(truncate(path, 100), 0);
+  saved = test_stderr_begin();
   compile("axpb", k_axpb, 90, &b);
+  test_stderr_end(saved, err, sizeof(err));
   cr_assert_not(b.from_cache, "a truncated file is ignored");
+  cr_assert(strstr(err, path) && strstr(err, "damaged"), "no warning: %s", err);
   hcq__cuda_image_free(&b);
   cr_assert_eq(chmod(path, 0666), 0);
   compile("axpb", k_axpb, 90, &b);

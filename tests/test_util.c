@@ -139,3 +139,23 @@ hcq_program_t *test_program(hcq_device_t *dev, const char *entry, const char *so
   OK(hcq_program_create(dev, entry, source, &p));
   return p;
 }
+
+int test_stderr_begin(void) {
+  fflush(stderr);
+  FILE *f = tmpfile();
+  cr_assert_not_null(f, "no temporary file for stderr");
+  int saved = dup(2);
+  cr_assert(saved >= 0 && dup2(fileno(f), 2) == 2);
+  fclose(f); /* descriptor 2 keeps the file */
+  return saved;
+}
+
+void test_stderr_end(int saved, char *out, size_t size) {
+  fflush(stderr);
+  off_t len = lseek(2, 0, SEEK_CUR);
+  size_t n = len > 0 ? ((size_t)len < size - 1 ? (size_t)len : size - 1) : 0;
+  ssize_t got = n ? pread(2, out, n, 0) : 0;
+  out[got > 0 ? got : 0] = '\0';
+  cr_assert_eq(dup2(saved, 2), 2);
+  close(saved);
+}

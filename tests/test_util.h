@@ -61,4 +61,10 @@ void test_device_name(const test_backend_t *b, int i, char *out, size_t size);
  * storage). Vulkan opens extra logical devices over one GPU (HCQ_VULKAN_VIRTUAL=1, set here). */
 const char *test_backend_absent(const test_backend_t *b, int ndev);
 
+/* Standard error goes to a temporary file from test_stderr_begin (which returns the saved
+ * descriptor) until test_stderr_end, which restores it and gives what was written (NUL-terminated,
+ * cut to size). For warnings the library prints. */
+int test_stderr_begin(void);
+void test_stderr_end(int saved, char *out, size_t size);
+
 #endif

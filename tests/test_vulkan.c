@@ -166,7 +166,11 @@ Test(vulkan, spirv_cache_is_private_and_checked) {
   fseek(f, 40, SEEK_SET);
   fputc(good[40] ^ 0x5a, f);
   fclose(f);
+  char err[4000];
+  int saved = test_stderr_begin();
   p = test_program(d, "fill", test_kernels_glsl);
+  test_stderr_end(saved, err, sizeof(err));
+  cr_assert(strstr(err, "hcq: warning") && strstr(err, spv) && strstr(err, "damaged"), "no warning: %s", err);
   fill_and_check(d, p, 3);
   hcq_program_release(p);
   size_t len2;

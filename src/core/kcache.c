@@ -147,15 +147,27 @@ bool hcq__kcache_file_is_ours(const struct stat *st) {
 #define BLOB_HEADER 24 /* magic, then the XXH128 of the payload */
 
 bool hcq__kcache_blob_dir(const char *sub, char *out, size_t size) {
-  char base[PATH_MAX], why[PATH_MAX + 128];
-  if (!hcq__options()->cache_dir || !hcq__kcache_open_dir(hcq__options()->cache_dir, base, why, sizeof(why)))
+  char base[PATH_MAX], why[2 * PATH_MAX + 128];
+  if (!hcq__options()->cache_dir) return false;
+  if (!hcq__kcache_open_dir(hcq__options()->cache_dir, base, why, sizeof(why))) {
+    hcq__kcache_warn_uncached(why);
     return false;
+  }
   int n = snprintf(out, size, "%s/%s", base, sub);
   if (n < 0 || (size_t)n >= size) return false;
-  if (mkdir(out, 0700) != 0 && errno != EEXIST) return false;
+  if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+    snprintf(why, sizeof(why), "cannot create %s: %s", out, strerror(errno));
+    hcq__kcache_warn_uncached(why);
+    return false;
+  }
   /* Ours alone: we made it 0700, and a subdirectory gets no private-group allowance. */
   struct stat st;
-  return lstat(out, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH));
+  bool ok = lstat(out, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH));
+  if (!ok) {
+    snprintf(why, sizeof(why), "%s is not a directory of this user's that only this user may write", out);
+    hcq__kcache_warn_uncached(why);
+  }
+  return ok;
 }
 
 static bool read_all(int fd, void *buf, size_t n) {
@@ -163,6 +175,7 @@ static bool read_all(int fd, void *buf, size_t n) {
   while (n) {
     ssize_t r = read(fd, p, n);
     if (r < 0 && errno == EINTR) continue;
+    if (r == 0) errno = 0; /* the file ended early */
     if (r <= 0) return false;
     p += r, n -= (size_t)r;
   }
@@ -174,6 +187,7 @@ static bool write_all(int fd, const void *buf, size_t n) {
   while (n) {
     ssize_t r = write(fd, p, n);
     if (r < 0 && errno == EINTR) continue;
+    if (r == 0) errno = 0;
     if (r <= 0) return false;
     p += r, n -= (size_t)r;
   }
@@ -186,6 +200,22 @@ static void hash_into(uint8_t out[16], const void *payload, size_t size) {
   memcpy(out, v, 16);
 }
 
+static atomic_bool g_warned_uncached;
+
+void hcq__kcache_warn_uncached(const char *why) {
+  if (atomic_exchange(&g_warned_uncached, true)) return;
+  fprintf(stderr,
+          "hcq: warning: compiled kernels are not cached in this process: %s. Each program is compiled without the "
+          "cache instead (docs/kernel-cache.md).\n",
+          why);
+}
+
+/* One line per damaged file: each is replaced right after, so the next process says nothing. */
+static void warn_damaged(const char *path, const char *why) {
+  fprintf(stderr, "hcq: warning: the cached kernel %s is damaged (%s); it is compiled again and replaced.\n", path,
+          why);
+}
+
 void *hcq__kcache_blob_load(const char *path, const char *magic, size_t max_size, size_t *out_size) {
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return NULL;
@@ -193,31 +223,58 @@ void *hcq__kcache_blob_load(const char *path, const char *magic, size_t max_size
   uint8_t header[BLOB_HEADER], want[16];
   void *payload = NULL;
   size_t size = 0;
-  if (fstat(fd, &st) == 0 && hcq__kcache_file_is_ours(&st) && st.st_size >= BLOB_HEADER &&
-      (uint64_t)st.st_size - BLOB_HEADER <= max_size && read_all(fd, header, sizeof(header)) &&
-      !memcmp(header, magic, 8)) {
+  char why[160] = "";
+  if (fstat(fd, &st) != 0 || !hcq__kcache_file_is_ours(&st)) {
+    /* not ours to judge: skipped */
+  } else if (st.st_size < BLOB_HEADER) {
+    snprintf(why, sizeof(why), "%lld bytes, shorter than its %d-byte header", (long long)st.st_size, BLOB_HEADER);
+  } else if ((uint64_t)st.st_size - BLOB_HEADER > max_size) {
+    snprintf(why, sizeof(why), "%lld bytes, more than a kernel of this kind can be", (long long)st.st_size);
+  } else if (!read_all(fd, header, sizeof(header))) {
+    snprintf(why, sizeof(why), "its header cannot be read: %s", errno ? strerror(errno) : "it shrank");
+  } else if (memcmp(header, magic, 8)) {
+    snprintf(why, sizeof(why), "it does not start with the format tag %.8s", magic);
+  } else {
     size = (size_t)st.st_size - BLOB_HEADER;
     payload = malloc(size ? size : 1);
-    if (payload && (!read_all(fd, payload, size) || (hash_into(want, payload, size), memcmp(want, header + 8, 16)))) {
+    if (payload && !read_all(fd, payload, size))
+      snprintf(why, sizeof(why), "it cannot be read whole: %s", errno ? strerror(errno) : "it shrank");
+    else if (payload && (hash_into(want, payload, size), memcmp(want, header + 8, 16)))
+      snprintf(why, sizeof(why), "its contents do not match the hash stored with them: corrupted or truncated");
+    if (why[0]) {
       free(payload);
       payload = NULL;
     }
   }
   close(fd);
+  if (why[0]) warn_damaged(path, why);
   if (payload) *out_size = size;
   return payload;
 }
 
-void hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const void *payload, size_t size) {
-  char tmp[PATH_MAX + 32];
+bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const void *payload, size_t size) {
+  char tmp[PATH_MAX + 32], why[2 * PATH_MAX + 128];
   int n = snprintf(tmp, sizeof(tmp), "%s/tmp-XXXXXX", dir);
-  if (n < 0 || (size_t)n >= sizeof(tmp)) return;
+  if (n < 0 || (size_t)n >= sizeof(tmp)) return false;
   int fd = mkostemp(tmp, O_CLOEXEC);
-  if (fd < 0) return;
+  if (fd < 0) {
+    snprintf(why, sizeof(why), "cannot store %s: cannot create a file in %s: %s", path, dir, strerror(errno));
+    hcq__kcache_warn_uncached(why);
+    return false;
+  }
   uint8_t header[BLOB_HEADER];
   memcpy(header, magic, 8);
   hash_into(header + 8, payload, size);
+  errno = 0;
   bool ok = fchmod(fd, 0600) == 0 && write_all(fd, header, sizeof(header)) && write_all(fd, payload, size);
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+  int err = errno;
+  /* close reports what a network file system could not write back. */
+  if (close(fd) != 0 && ok) ok = false, err = errno;
+  if (ok && rename(tmp, path) != 0) ok = false, err = errno;
+  if (!ok) {
+    unlink(tmp);
+    snprintf(why, sizeof(why), "cannot store %s: %s", path, err ? strerror(err) : "short write");
+    hcq__kcache_warn_uncached(why);
+  }
+  return ok;
 }

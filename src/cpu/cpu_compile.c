@@ -12,8 +12,11 @@
  *   root and writable by others only when sticky, the object a regular file of ours that no one
  *   else may write. Otherwise the kernel is compiled in a private temporary directory, uncached,
  *   with one warning per process saying why.
- * - Nothing partial ever carries a final name: the compiler writes a uniquely named temporary
- *   object (O_EXCL) in the cache directory, which is renamed into place.
+  * - The compiler writes into a private build directory; hcq stores the object (a kcache blob: a
+ *   tag, its hash, the object) under a temporary name that is renamed into place, so nothing
+ *   partial ever carries a final name, and a full or read-only cache disk only means "not cached".
+ * - Objects are loaded from checked bytes in memory (a sealed memfd), never by mapping the cache
+ *   file: a flipped bit is found by the hash, and no one can shrink what is mapped (SIGBUS).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -28,6 +31,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -44,6 +48,10 @@ extern char **environ;
 
 #define MAX_COMPILER_OUTPUT (64 * 1024)
 #define PATH_BUF (PATH_MAX + 64)
+#define MAX_OBJECT_BYTES ((size_t)1 << 30)
+
+/* The tag of a cache file holding a shared object (core/kcache.c adds the payload's hash). */
+static const char k_cache_magic[] = "HCQCPUSO";
 
 static const char k_prelude[] =
     "#include <stdint.h>\n"
@@ -315,7 +323,7 @@ void hcq__cpu_cache_key(const hcq__cpu_key_input_t *in, char out_hex[33]) {
   XXH3_INITSTATE(&state);
   XXH3_128bits_reset(&state);
   bool native = false;
-  feed(&state, "hcq-cpu-kernel/3");
+  feed(&state, "hcq-cpu-kernel/4");
   feed(&state, k_prelude);
   feed(&state, in->entry);
   feed(&state, in->source);
@@ -326,31 +334,6 @@ void hcq__cpu_cache_key(const hcq__cpu_key_input_t *in, char out_hex[33]) {
   feed(&state, native && in->cpu_identity ? in->cpu_identity : "");
   XXH128_hash_t h = XXH3_128bits_digest(&state);
   snprintf(out_hex, 33, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
-}
-
-/* ---- which files to trust (the directories: core/kcache.c) ---- */
-
-enum { OBJECT_MISSING, OBJECT_OURS, OBJECT_FOREIGN };
-
-/* Whether the cached object at path can be loaded: a regular file (not a link) of ours that no one
- * else may write. O_NONBLOCK: a FIFO planted there must not block the open. */
-static int inspect_object(const char *path) {
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? OBJECT_MISSING : OBJECT_FOREIGN;
-  struct stat st;
-  bool ours = fstat(fd, &st) == 0 && hcq__kcache_file_is_ours(&st);
-  close(fd);
-  return ours ? OBJECT_OURS : OBJECT_FOREIGN;
-}
-
-static atomic_bool g_warned_uncached;
-
-static void warn_uncached(const char *why) {
-  if (atomic_exchange(&g_warned_uncached, true)) return;
-  fprintf(stderr,
-          "hcq: warning: compiled kernels are not cached in this process: %s. Each program is compiled in a "
-          "private temporary directory instead (docs/kernel-cache.md).\n",
-          why);
 }
 
 /* ---- running the compiler ----
@@ -695,9 +678,6 @@ static hcq_status_t compile_into(const compiler_t *cc, const char *dir, const ch
     else if (!st && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
       st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s failed (%s exited with status %d):\n%s", entry, cc->cc[0],
                            WIFEXITED(status) ? WEXITSTATUS(status) : -1, output);
-    /* Whatever the umask, the object must pass inspect_object next time. */
-    else if (!st && chmod(so_path, 0755) != 0)
-      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot set the mode of %s: %s", so_path, strerror(errno));
   }
   free(argv);
   free(output);
@@ -736,73 +716,176 @@ static hcq_status_t load_object(const char *path, const char *entry, hcq__progra
   return NULL;
 }
 
-/* ---- the two ways to compile ---- */
+/* ---- a private directory, for compiling and as a last resort for loading ---- */
 
-/* Through the cache in dir (trusted). Sets *out_fallback, with *why, when dir cannot be written:
- * the caller then compiles privately. */
-static hcq_status_t compile_cached(const compiler_t *cc, const char *dir, const char *key, const char *entry,
-                                   const char *source, hcq__program_impl_t *out, bool *out_fallback, char *why,
-                                   size_t why_size) {
-  *out_fallback = false;
-  char final[PATH_BUF], c_path[PATH_BUF], so_path[PATH_BUF];
-  snprintf(final, sizeof(final), "%s/%s.so", dir, key);
-  bool bad = false;
-  if (inspect_object(final) == OBJECT_OURS) {
-    hcq_status_t st = load_object(final, entry, out, &bad);
-    /* An object that does not load (truncated by a crash of an older version, say) is replaced. */
-    if (!st || !bad) return st;
-    hcq_status_free(st);
-  }
-  /* Missing, foreign or broken: compile and rename over it (never write through it). */
-  hcq_status_t st = compile_into(cc, dir, entry, source, c_path, so_path, &bad);
-  if (st && bad) {
-    snprintf(why, why_size, "%s", hcq_status_message(st));
-    hcq_status_free(st);
-    *out_fallback = true;
-    return NULL;
-  }
-  if (st) return st;
-  if (rename(so_path, final) != 0) {
-    /* Never load it under its temporary name: a later object may get that name, and dlopen
-     * would hand back this one for it. */
-    snprintf(why, why_size, "cannot store %s: %s", final, strerror(errno));
-    unlink(so_path);
-    unlink(c_path);
-    *out_fallback = true;
-    return NULL;
-  }
-  unlink(c_path);
-  st = load_object(final, entry, out, &bad);
-  return st;
-}
-
-/* In a private directory made for this compile and removed after it (the object stays mapped). */
-static hcq_status_t compile_private(const compiler_t *cc, const char *key, const char *entry, const char *source,
-                                    hcq__program_impl_t *out) {
+/* A new directory of ours alone (0700) in TMPDIR, else /tmp; the caller removes it. */
+static hcq_status_t make_private_dir(const char *entry, char dir[PATH_MAX]) {
   const hcq__options_t *o = hcq__options();
   const char *bases[] = {o->tmp_dir, "/tmp"};
-  char made[PATH_BUF], dir[PATH_MAX], why[2 * PATH_MAX] = "";
-  bool have_dir = false;
-  for (size_t i = 0; i < 2 && !have_dir; i++) {
+  char made[PATH_BUF], why[2 * PATH_MAX] = "";
+  for (size_t i = 0; i < 2; i++) {
     if (strlen(bases[i]) > MAX_CACHE_DIR) continue;
     snprintf(made, sizeof(made), "%s/hcq-build-XXXXXX", bases[i]);
     if (!mkdtemp(made)) {
       snprintf(why, sizeof(why), "cannot create %s: %s", made, strerror(errno));
       continue;
     }
-    have_dir = realpath(made, dir) && strlen(dir) <= MAX_CACHE_DIR && hcq__kcache_dir_trusted(dir, why, sizeof(why));
-    if (!have_dir) rmdir(made);
+    if (realpath(made, dir) && strlen(dir) <= MAX_CACHE_DIR && hcq__kcache_dir_trusted(dir, why, sizeof(why)))
+      return NULL;
+    rmdir(made);
   }
-  if (!have_dir) return hcq_status_make(HCQ_UNAVAILABLE, "no private directory to compile %s in: %s", entry, why);
-  char c_path[PATH_BUF], so_path[PATH_BUF], named[PATH_BUF];
-  bool bad;
-  hcq_status_t st = compile_into(cc, dir, entry, source, c_path, so_path, &bad);
+  return hcq_status_make(HCQ_UNAVAILABLE, "no private directory to compile %s in: %s", entry, why);
+}
+
+static bool write_bytes(int fd, const void *data, size_t n) {
+  for (const char *p = data; n;) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= (size_t)w;
+  }
+  return true;
+}
+
+/* The whole file at path, malloc'd. */
+static void *read_object(const char *path, size_t *out_size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  char *data = NULL;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > MAX_OBJECT_BYTES) errno = EFBIG;
+  else if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (data = malloc(st.st_size ? (size_t)st.st_size : 1))) {
+    size_t got = 0;
+    for (ssize_t n = 1; got < (size_t)st.st_size && n != 0;) {
+      n = read(fd, data + got, (size_t)st.st_size - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      got += (size_t)n;
+    }
+    if (got == (size_t)st.st_size) {
+      *out_size = got;
+    } else {
+      free(data);
+      data = NULL;
+    }
+  }
+  close(fd);
+  return data;
+}
+
+/* ---- loading from memory ----
+ *
+ * dlopen maps the file it is given: if that file shrinks while mapped (truncated by another
+ * process, or cut short on disk and checked before it was), touching the lost pages is SIGBUS.
+ * So an object is only ever loaded from bytes already in memory and checked (the cache's hash),
+ * copied into a sealed memfd nobody can write, shrink or grow, and dlopened through
+ * /proc/self/fd. glibc knows a loaded object by its name too: a later dlopen of the same
+ * /proc/self/fd/N, once N names another memfd, would return the old object. So a name that names
+ * a loaded object is not used: the memfd gets another number. Where memfds or /proc are missing,
+ * the bytes go to a file in a private directory of ours (0700) instead, removed once loaded. */
+
+typedef struct name_search {
+  const char *name;
+  bool found;
+} name_search_t;
+
+static int match_name(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  name_search_t *s = arg;
+  s->found |= info->dlpi_name && !strcmp(info->dlpi_name, s->name);
+  return s->found;
+}
+
+/* Whether a loaded object goes by name (what dlopen would return for it). Walking the list is
+ * cheaper than asking dlopen (RTLD_NOLOAD), which opens the file when no name matches. */
+static bool name_is_loaded(const char *name) {
+  name_search_t s = {name, false};
+  dl_iterate_phdr(match_name, &s);
+  return s.found;
+}
+
+/* Loads bytes through a sealed memfd. *out_unsupported when this system cannot (no memfd, no
+ * /proc): then nothing was tried. */
+static hcq_status_t load_memfd(const void *bytes, size_t size, const char *key, const char *entry,
+                               hcq__program_impl_t *out, bool *out_bad, bool *out_unsupported) {
+  *out_unsupported = false;
+  char name[64];
+  snprintf(name, sizeof(name), "hcq-%s.so", key);
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    *out_unsupported = true;
+    return NULL;
+  }
+  if (!write_bytes(fd, bytes, size) ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    close(fd);
+    *out_unsupported = true;
+    return NULL;
+  }
+  enum { MAX_TRIES = 16 };
+  int fds[MAX_TRIES], nfds = 0;
+  fds[nfds++] = fd;
+  char path[64];
+  hcq_status_t st = NULL;
+  for (;;) {
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fds[nfds - 1]);
+    if (!name_is_loaded(path)) {
+      if (access(path, R_OK) != 0) *out_unsupported = true; /* no /proc */
+      else st = load_object(path, entry, out, out_bad);
+      break;
+    }
+    /* Holding the numbers tried, the next one is new. */
+    int again = nfds < MAX_TRIES ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (again < 0) {
+      *out_unsupported = true;
+      break;
+    }
+    fds[nfds++] = again;
+  }
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+  return st;
+}
+
+/* Loads the object held in bytes, resolving entry in it. *out_bad: it does not load at all. */
+static hcq_status_t load_image(const void *bytes, size_t size, const char *key, const char *entry,
+                               hcq__program_impl_t *out, bool *out_bad) {
+  *out_bad = false;
+    bool unsupported;
+  hcq_status_t st = load_memfd(bytes, size, key, entry, out, out_bad, &unsupported);
+  /* A memfd that does not load may be one this system will not map executable (a security
+   * policy): the object is tried once more from a file before it is called bad. */
+  if (!unsupported && !*out_bad) return st;
+  hcq_status_free(st);
+  *out_bad = false;
+  char dir[PATH_MAX], path[PATH_BUF];
+  if ((st = make_private_dir(entry, dir))) return st;
+  /* Named by its key: a later directory may get this one's name, and then the same name holds the
+   * same object. */
+  snprintf(path, sizeof(path), "%s/%s.so", dir, key);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+  bool ok = fd >= 0 && write_bytes(fd, bytes, size);
+  int err = errno;
+  if (fd >= 0 && close(fd) != 0 && ok) ok = false, err = errno;
+  if (ok) st = load_object(path, entry, out, out_bad);
+  else st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s to load kernel %s: %s", path, entry, strerror(err));
+  unlink(path);
+  rmdir(dir);
+  return st;
+}
+
+/* Compiles in a private directory made for it and removed after: *out holds the object's bytes. */
+static hcq_status_t compile_to_memory(const compiler_t *cc, const char *entry, const char *source, void **out,
+                                      size_t *out_size) {
+  char dir[PATH_MAX], c_path[PATH_BUF], so_path[PATH_BUF];
+  hcq_status_t st = make_private_dir(entry, dir);
+  if (st) return st;
+  bool unwritable;
+  st = compile_into(cc, dir, entry, source, c_path, so_path, &unwritable);
   if (!st) {
-    /* Named by its key: dlopen only ever returns an already loaded object for the same name. */
-    snprintf(named, sizeof(named), "%s/%s.so", dir, key);
-    if (rename(so_path, named) == 0) st = load_object(named, entry, out, &bad);
-    else st = hcq_status_make(HCQ_UNAVAILABLE, "cannot rename %s: %s", so_path, strerror(errno));
-    unlink(named);
+    if (!(*out = read_object(so_path, out_size)))
+      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot read the compiled kernel %s (%s): %s", entry, so_path,
+                           strerror(errno));
     unlink(so_path);
     unlink(c_path);
   }
@@ -829,19 +912,35 @@ hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *
   char key[33];
   hcq__cpu_cache_key(&in, key);
 
-  char dir[PATH_MAX], why[2 * PATH_MAX + 256];
+  char dir[PATH_MAX], why[2 * PATH_MAX + 256], path[PATH_BUF];
   bool cached = hcq__kcache_open_dir(o->cache_dir, dir, why, sizeof(why));
   if (cached && cc->native && !cpu) {
     snprintf(why, sizeof(why), "the compiler flags ask for the host CPU (\"native\") and /proc/cpuinfo cannot be read to put it in the key");
     cached = false;
   }
+  bool bad;
+  void *bytes;
+  size_t size = 0;
   if (cached) {
-    bool fallback;
-    st = compile_cached(cc, dir, key, entry, source, out, &fallback, why, sizeof(why));
-    if (st || !fallback) return st;
+    snprintf(path, sizeof(path), "%s/%s.so", dir, key);
+    /* Missing, foreign or damaged (the load says which, and warns): compile and store again. */
+    if ((bytes = hcq__kcache_blob_load(path, k_cache_magic, MAX_OBJECT_BYTES, &size))) {
+      st = load_image(bytes, size, key, entry, out, &bad);
+      free(bytes);
+      /* An object that passes its hash but does not load at all is replaced too. */
+      if (!st || !bad) return st;
+      hcq_status_free(st);
+    }
+  } else {
+    hcq__kcache_warn_uncached(why);
   }
-  warn_uncached(why);
-  return compile_private(cc, key, entry, source, out);
+  if ((st = compile_to_memory(cc, entry, source, &bytes, &size))) return st;
+  st = load_image(bytes, size, key, entry, out, &bad);
+  /* Stored only once it loads: an object that lacks its entry would fail the same way next time. A
+   * failed store (full disk, read-only...) warns once and leaves the kernel uncached. */
+  if (!st && cached) hcq__kcache_blob_store(dir, path, k_cache_magic, bytes, size);
+  free(bytes);
+  return st;
 }
 
 void hcq__cpu_unload(hcq_device_t *dev, hcq__program_impl_t *impl) {
