@@ -553,7 +553,11 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   }
   hcq__device_unlock_many(r->devices, g->ndev);
   if (st) return st;
-  if (g->trace) hcq__trace_graph_submitted(g->trace, slot, kickoff, submit_start);
+  if (g->trace) {
+    hcq__trace_graph_submitted(g->trace, slot, kickoff, submit_start);
+    /* The replay before this one is read while this one runs, not before its submit. */
+    if (g->ninst > 1) hcq__trace_graph_collect_finished(g->trace, (slot + g->ninst - 1) % g->ninst);
+  }
   hcq__runner_commit(r);
   if (wait) {
     if ((st = wait_instance(g, in, WAIT_THIS_REPLAY))) return st;
