@@ -108,6 +108,28 @@ static double time_graph(hcq_graph_t *g) {
   return m * 1e6;
 }
 
+/* The cost of profiling: the same items built into a graph while the profiler records (a start and
+ * end timestamp per item on the device, one slice per item read back per replay), against the
+ * unprofiled replay measured just before. Two rows in their own section, the unprofiled one the
+ * baseline. */
+static void profiled_rows(const char *dag, const hcq_exec_item_t *items, size_t n, double unprofiled_us) {
+  char section[128], note[160];
+  snprintf(section, sizeof(section), "profiling: %s", dag);
+  CHECK(hcq_trace_start(NULL));
+  hcq_graph_t *g;
+  CHECK(hcq_graph_create(items, n, NULL, 0, NULL, 0, NULL, &g));
+  double us = time_graph(g);
+  CHECK(hcq_graph_destroy(g));
+  hcq_trace_stats_t stats;
+  hcq_trace_stats(&stats);
+  hcq_trace_stop();
+  emit_row(section, "hcq graph replay, unprofiled", unprofiled_us, "us", "the replay above");
+  snprintf(note, sizeof(note), "%.2fx the unprofiled replay; profiler on (hcq_trace_start), %llu slices recorded", us / unprofiled_us,
+           (unsigned long long)(stats.slices + stats.dropped));
+  if (stats.slices == 0) fprintf(stderr, "dag_hcq: the profiled replays recorded nothing\n"), exit(1);
+  emit_row(section, "hcq graph replay, profiled", us, "us", note);
+}
+
 /* ---- hand-written baselines: two threads handing off through spinning on shared words ---- */
 typedef struct spin_pipe {
   _Alignas(64) _Atomic int64_t go;     /* replay number the worker should run */
@@ -261,6 +283,7 @@ int main(int argc, char **argv) {
     double us = time_graph(fan_one);
     snprintf(note, sizeof(note), "%zu items; %.1fx the plain loop", b->n, us / loop_fan);
     emit_row(fan1, "hcq graph replay", us, "us", note);
+    profiled_rows(fan1, b->items, b->n, us);
   }
   {
     hcq_buffer_t *x = buf(d0, 4, pool, &npool);
@@ -272,6 +295,7 @@ int main(int argc, char **argv) {
     snprintf(note, sizeof(note), "%zu items; %.1fx the plain loop", b->n, us / loop_chain);
     emit_row(chain1, "hcq graph replay", us, "us", note);
     CHECK(hcq_graph_destroy(g));
+    profiled_rows(chain1, b->items, b->n, us);
   }
   /* Back-to-back asynchronous replays: what the host pays per call. */
   {
@@ -307,6 +331,7 @@ int main(int argc, char **argv) {
     snprintf(note, sizeof(note), "%zu items (66 kernels, 2 copies); %.1fx the spin pipeline", b->n, us / spin_fan);
     emit_row(fan2, "hcq graph replay", us, "us", note);
     CHECK(hcq_graph_destroy(g));
+    profiled_rows(fan2, b->items, b->n, us);
   }
   /* 1000 kernels alternating devices, a 4-byte copy between each. */
   {
@@ -324,6 +349,7 @@ int main(int argc, char **argv) {
     snprintf(note, sizeof(note), "%zu items (1000 kernels, 999 copies); %.1fx the spin pipeline", b->n, us / spin_chain);
     emit_row(chain2, "hcq graph replay", us, "us", note);
     CHECK(hcq_graph_destroy(g));
+    profiled_rows(chain2, b->items, b->n, us);
   }
   CHECK(hcq_graph_destroy(fan_one));
   for (size_t i = npool; i-- > 0;) hcq_buffer_release(pool[i]);

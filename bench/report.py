@@ -12,7 +12,8 @@ import json
 import math
 import sys
 
-BASELINES = ("C decoder, plain sequential", "hand-written 2-thread spin pipeline", "plain C loop, one thread")
+BASELINES = ("C decoder, plain sequential", "hand-written 2-thread spin pipeline", "plain C loop, one thread",
+             "hcq graph replay, unprofiled")
 
 
 def load(path):

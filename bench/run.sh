@@ -70,6 +70,26 @@ for spec in "tinygrad==0.10.2" "tinygrad"; do
   fi
 done
 
+# What profiling costs on the example graph files: hcq bench's replay to completion without and
+# with HCQ_PROFILE=1 (every item timestamped on the device, one slice per item read per replay).
+for ex in pipeline_two_devices fanout_fanin chain; do
+  section="profiling: examples/$ex.json (hcq bench)"
+  echo "bench: $section" >&2
+  if plain=$("$BUILD/cli/hcq" bench "$SRC/examples/$ex.json" --json 2>>"$LOG") &&
+     prof=$(HCQ_PROFILE=1 "$BUILD/cli/hcq" bench "$SRC/examples/$ex.json" --json 2>>"$LOG"); then
+    python3 - "$section" "$plain" "$prof" >>"$ROWS" <<'PY'
+import json, sys
+section, plain, prof = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+a, b = plain["graph_us_per_run"], prof["graph_us_per_run"]
+row = lambda name, v, note: print(json.dumps({"section": section, "name": name, "value": v, "unit": "us", "note": note}))
+row("hcq graph replay, unprofiled", a, "%d items, replay to completion" % plain["items"])
+row("hcq graph replay, profiled", b, "%.2fx the unprofiled replay; HCQ_PROFILE=1" % (b / a if a > 0 else 0))
+PY
+  else
+    missing "$section" "hcq graph replay, profiled" "hcq bench failed (see $LOG)"
+  fi
+done
+
 # The hcq primitives (launch and replay costs) close the table.
 run "hcq primitives" "hcq primitives" -- "$BUILD/bench/hcq_bench" --rows
 

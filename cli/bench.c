@@ -149,8 +149,10 @@ int cli_bench(int argc, char **argv) {
       printf("  graph, one replay to completion %11.3f us  (%8.1f ns per item)\n", graph_us, graph_us * 1e3 / (double)n);
       printf("  graph, submit alone            %12.3f us\n", submit_us);
       printf("  speedup                        %12.2f x\n", graph_us > 0 ? eager_us / graph_us : 0.0);
-      printf("  graph kind %s: %.2f parameter updates per unchanged replay, %.2f alternating runs\n", kind, per_replay,
-             alternating);
+      /* Only a CUDA graph updates driver parameters; an HCQ graph patches its own words. */
+      if (!strcmp(kind, "cuda"))
+        printf("  graph kind %s: %.2f parameter updates per unchanged replay, %.2f alternating runs\n", kind,
+               per_replay, alternating);
     }
   }
   if (eager) hcq_status_free(hcq_jit_destroy(eager));

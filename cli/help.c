@@ -68,7 +68,13 @@ static const help_t k_help[] = {
      "                        objects of closed devices) and that kernels write\n"
      "                        only the buffers their outs declare (slow)\n"
      "  HCQ_CPU_ISOLATE       1: a faulting CPU kernel marks its device lost instead\n"
-     "                        of ending the process\n"},
+     "                        of ending the process\n"
+     "  HCQ_VULKAN_VIRTUAL    1: VULKAN:N past the last GPU opens further logical\n"
+     "                        devices over them (two devices on one GPU)\n"
+     "  HCQ_CUDA_LIBRARY      the CUDA driver library (default libcuda.so.1)\n"
+     "  HCQ_NVRTC_LIBRARY     the NVRTC library (default: found by name)\n"
+     "  HCQ_CUDA_ARCH         compile CUDA C for this architecture (sm_90) instead\n"
+     "                        of the device's\n"},
     {"info",
      "usage: hcq info\n"
      "\n"

@@ -1,6 +1,6 @@
 # What `cmake --install` (and `make install`, `make deb`) puts where: the public headers, libhcq.a,
 # libhcq.so.*, the hcq tool and its man page, hcq.pc / hcq-static.pc, the CMake package
-# (find_package(hcq) gives hcq::hcq) and the C examples.
+# (find_package(hcq) gives hcq::hcq), the docs, the C examples and the example graph files.
 include(CMakePackageConfigHelpers)
 
 set(HCQ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hcq)
@@ -13,8 +13,15 @@ install(TARGETS ${HCQ_INSTALL_TARGETS} EXPORT hcqTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS hcq_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES docs/hcq.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
-install(FILES README.md docs/cli.md docs/graph-format.md docs/errors.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# Every doc, laid out as in the repository so the README's links (docs/...) hold; the graph files
+# and kernels the README's and docs' commands use go to share/hcq/examples (the kernels' paths in
+# the files are relative to the file, so they run from there).
+install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs FILES_MATCHING PATTERN "*.md" PATTERN "*.svg")
 install(DIRECTORY examples/c DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+file(GLOB HCQ_EXAMPLE_GRAPHS ${CMAKE_CURRENT_SOURCE_DIR}/examples/*.json)
+install(FILES ${HCQ_EXAMPLE_GRAPHS} examples/README.md DESTINATION ${CMAKE_INSTALL_DATADIR}/hcq/examples)
+install(DIRECTORY examples/kernels DESTINATION ${CMAKE_INSTALL_DATADIR}/hcq/examples)
 
 install(EXPORT hcqTargets NAMESPACE hcq:: DESTINATION ${HCQ_CMAKE_DIR})
 configure_package_config_file(cmake/hcqConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/hcqConfig.cmake

@@ -13,8 +13,11 @@ import sys
 
 NAME = "hcq \\- run, check and time graph files; record kernel launches once, replay them as graphs"
 SEE_ALSO = ("The documentation installed with hcq, under share/doc/hcq in its prefix: README.md (the "
-            "library, how to link it), cli.md (this command in full), graph-format.md (the graph "
-            "file format) and errors.md (what every error means); the C examples in examples/c there.")
+            "library, how to link it and run what links it) and docs/ (cli.md: this command in full; "
+            "graph-format.md: the graph file format; errors.md: what every error means; cpu-device.md, "
+            "vulkan.md, cuda.md, kernel-cache.md, profiling.md); the C examples in examples/c there. "
+            "The example graph files and their kernels are in share/hcq/examples: "
+            "hcq run PREFIX/share/hcq/examples/chain.json --check.")
 
 
 def run(hcq, *args):

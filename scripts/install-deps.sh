@@ -10,6 +10,9 @@ PACKAGES="cmake make gcc pkg-config libcriterion-dev libjansson-dev libxxhash-de
 # (libshaderc-dev with glslang-dev and spirv-tools, linked statically), and Mesa's lavapipe
 # (mesa-vulkan-drivers), the CPU Vulkan driver the Vulkan suite runs on in CI.
 PACKAGES="$PACKAGES libvulkan-dev libshaderc-dev glslang-dev spirv-tools mesa-vulkan-drivers"
+# The Khronos validation layer: the vulkan-validation tests run the Vulkan suite and the examples
+# under it, synchronisation validation on, and fail on any validation error.
+PACKAGES="$PACKAGES vulkan-validationlayers"
 # Extra packages for optional targets: make fuzz needs clang's libFuzzer runtime.
 if [ "${HCQ_DEPS_FUZZ:-0}" = 1 ]; then
   PACKAGES="$PACKAGES clang libclang-rt-14-dev"

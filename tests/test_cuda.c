@@ -488,3 +488,42 @@ Test(cuda, a_launch_past_the_gpu_limits_fails_cleanly_and_the_device_keeps_worki
   hcq_program_release(p);
   test_close(d);
 }
+
+/* A CUDA graph replay whose own wait (wait=true) times out says it was queued, so a caller retrying
+ * on TIMEOUT does not launch it twice; it then runs exactly once. */
+Test(cuda, a_timed_out_graph_replay_says_it_was_queued) {
+  setenv("HCQ_WAIT_TIMEOUT_MS", "500", 1);
+  hcq_device_t *d = open_or_skip(0);
+  hcq_program_t *add = program_or_skip(d, "add_const");
+  hcq_buffer_t *y = test_buffer(d, N * 4);
+  uint32_t zero[N] = {0};
+  OK(hcq_buffer_copyin(y, 0, zero, sizeof(zero)));
+  OK(hcq_device_synchronize(d));
+  hcq_signal_t *gate = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  hcq_queue_t *q = NULL;
+  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
+  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
+  hcq_buffer_t *bufs[2] = {y, y};
+  hcq_operand_t vals[2] = {hcq_imm(N), hcq_imm(1)};
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
+                        .kernel = {add, bufs, 2, (uint32_t[]){0}, 1, vals, 2, {hcq_imm(N / 256), hcq_imm(1), hcq_imm(1)},
+                                   {hcq_imm(256), hcq_imm(1), hcq_imm(1)}}};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g));
+  cr_assert_str_eq(hcq_graph_kind(g), "cuda");
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, "this replay of graph#", "was queued",
+        "do not run it again");
+  hcq_signal_set(gate, 1);
+  OK(hcq_device_synchronize(d));
+  uint32_t got[N];
+  test_read(y, got, sizeof(got));
+  for (int i = 0; i < N; i++) cr_assert_eq(got[i], 1u, "y[%d]: the replay ran %u times", i, got[i]);
+  OK(hcq_graph_destroy(g));
+  hcq_queue_free(q);
+  hcq_signal_free(gate);
+  hcq_buffer_release(y);
+  hcq_program_release(add);
+  test_close(d);
+}

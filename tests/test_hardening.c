@@ -323,8 +323,8 @@ Test(hardening, graph_queue_blocked_at_its_wait_is_named_with_the_item) {
   hcq_exec_item_t it = kernel_item(p, &a, 1, (uint32_t[]){0}, 1, vals, 2, 1, 64);
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g));
-  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, "waiting for the previous replay",
-        "blocked at wait \"gate\" >= 1 (value 0)");
+  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, "this replay of graph#",
+        "was queued but did not finish on CPU:0 in time", "do not run it again", "blocked at wait \"gate\" >= 1 (value 0)");
   hcq_signal_set(gate, 1);
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
   OK(hcq_graph_destroy(g));
@@ -333,6 +333,100 @@ Test(hardening, graph_queue_blocked_at_its_wait_is_named_with_the_item) {
   hcq_buffer_release(a);
   hcq_program_release(p);
   test_close(d);
+}
+
+static void message_of(hcq_status_t st, hcq_status_code_t code, char *out, size_t size) {
+  cr_assert(st, "expected %s", hcq_status_code_name(code));
+  cr_assert_eq(hcq_status_code(st), code, "%s", hcq_status_message(st));
+  snprintf(out, size, "%s", hcq_status_message(st));
+  hcq_status_free(st);
+}
+
+static size_t count_of(const char *hay, const char *needle) {
+  size_t n = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+/* A caller that retries on TIMEOUT must know whether its replay is queued: the count of kernel runs
+ * is the ground truth for each message. */
+Test(hardening, a_timed_out_replay_says_whether_it_was_queued) {
+  short_timeouts();
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = test_program(d, "count_calls", k_bad_kernels);
+  hcq_buffer_t *calls = test_buffer_iota(d, 16, 0, 0);
+  hcq_signal_t *gate = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  hcq_queue_t *q = NULL;
+  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
+  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  hcq_exec_item_t it = kernel_item(p, &calls, 1, NULL, 0, NULL, 0, 1, 1);
+  hcq_graph_options_t opt = {.inflight = 1};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, &opt, &g));
+  /* Replay 1 queues behind the gate; replay 2 cannot take the only slot, so it is not queued. */
+  OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
+  char msg[8192];
+  message_of(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, msg, sizeof(msg));
+  cr_assert(strstr(msg, "waiting for the previous replay of graph#"), "%s", msg);
+  cr_assert(strstr(msg, "this replay was NOT queued: running it again is safe"), "%s", msg);
+  cr_assert(!strstr(msg, "do not run it again"), "%s", msg);
+  hcq_signal_set(gate, 1);
+  OK(hcq_device_synchronize(d));
+  int32_t n = 0;
+  test_read(calls, &n, sizeof(n));
+  cr_assert_eq(n, 1, "only the first replay was queued; the kernel ran %d times", n);
+
+  /* Its own replay timing out: queued, and it runs once, with no retry. */
+  hcq_signal_set(gate, 0);
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  message_of(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, msg, sizeof(msg));
+  cr_assert(strstr(msg, "this replay of graph#"), "%s", msg);
+  cr_assert(strstr(msg, "was queued but did not finish on CPU:0 in time"), "%s", msg);
+  cr_assert(strstr(msg, "do not run it again"), "%s", msg);
+  cr_assert(!strstr(msg, "previous replay") && !strstr(msg, "NOT queued"), "%s", msg);
+  cr_assert_eq(count_of(msg, "hang report"), 1, "one hang report: %s", msg);
+  hcq_signal_set(gate, 1);
+  OK(hcq_device_synchronize(d));
+  test_read(calls, &n, sizeof(n));
+  cr_assert_eq(n, 2, "the timed-out replay ran once; the kernel ran %d times", n);
+  OK(hcq_graph_destroy(g));
+  hcq_queue_free(q);
+  hcq_signal_free(gate);
+  hcq_buffer_release(calls);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+Test(hardening, a_close_that_times_out_carries_one_hang_report) {
+  short_timeouts();
+  hcq_device_t *d = test_open("CPU:0"), *d1 = test_open("CPU:1");
+  hcq_signal_t *gate = NULL;
+  OK(hcq_signal_create(d1, "gate", 0, &gate));
+  hcq_queue_t *q = NULL;
+  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
+  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  /* Eager work behind the gate puts the close's wait on the device timeline. */
+  hcq_program_t *p = test_program(d, "fill", test_kernels_source);
+  hcq_buffer_t *b = test_buffer(d, 256);
+  int32_t v[] = {3, 64};
+  hcq_launch_desc_t ld = {p, &b, 1, v, 2, {1, 1, 1}, {64, 1, 1}, NULL, 0};
+  OK(hcq_launch(&ld));
+  hcq_buffer_release(b);
+  hcq_program_release(p);
+  char msg[8192];
+  message_of(hcq_device_close(d), HCQ_TIMEOUT, msg, sizeof(msg));
+  cr_assert(strstr(msg, "cannot close CPU:0: its work did not finish"), "%s", msg);
+  cr_assert(strstr(msg, "blocked at wait \"gate\" >= 1 (value 0)"), "%s", msg);
+  cr_assert_eq(count_of(msg, "hang report"), 1, "the hang report once: %s", msg);
+  cr_assert_eq(count_of(msg, "compute queue:"), 1, "the queue once: %s", msg);
+  hcq_signal_set(gate, 1);
+  test_close(d);
+  hcq_queue_free(q);
+  hcq_signal_free(gate);
+  test_close(d1);
 }
 
 typedef struct {

@@ -322,10 +322,12 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
   hcq_status_t st = NULL;
   if (!hcq__device_is_lost(dev)) {
     pthread_mutex_lock(&dev->lock);
+    /* A timed-out timeline wait carries the hang report already; the engines' own wait does not. */
     st = hcq__device_synchronize_locked(dev);
+    bool reported = st != NULL;
     if (!st) st = dev->vt->wait_idle(dev, hcq__options()->wait_timeout_ms);
     pthread_mutex_unlock(&dev->lock);
-    if (st && hcq_status_code(st) == HCQ_TIMEOUT) st = hcq__device_annotate_report(st, &dev, 1);
+    if (st && !reported && hcq_status_code(st) == HCQ_TIMEOUT) st = hcq__device_annotate_report(st, &dev, 1);
   }
   pthread_mutex_lock(&g_registry_lock);
   dev->closing = false;

@@ -56,6 +56,18 @@ void hcq__quote(const char *s, char *out, size_t size);
 
 uint64_t hcq__now_ns(void);
 
+/* A cheaper hcq__now_ns for device timestamps (the CPU engine takes one per profiled item): the
+ * time-stamp counter scaled to CLOCK_MONOTONIC, re-anchored on the real clock every ~1 ms, where the
+ * kernel keeps time with an invariant TSC; hcq__now_ns elsewhere. One per thread; zero-initialised. */
+typedef struct hcq__fast_clock {
+  uint64_t tsc0, ns0;    /* first anchor: the scale is measured from it */
+  uint64_t tsc, ns;      /* last anchor */
+  uint64_t span, last;   /* ticks between anchors; the last value returned (never goes back) */
+  double ns_per_tick;    /* 0 until measured over >= 10 ms */
+  int state;             /* 0 unknown, 1 usable, -1 not usable here */
+} hcq__fast_clock_t;
+uint64_t hcq__fast_clock_now(hcq__fast_clock_t *c);
+
 /* One step of a spin-wait: a pause instruction at first, then yielding the CPU, so that on a
  * machine with more busy threads than cores a spinner does not starve the thread it waits for. */
 void hcq__spin_step(unsigned iteration);

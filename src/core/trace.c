@@ -136,10 +136,11 @@ static uint16_t host_track(void) {
   return t_host_track;
 }
 
-static void push(const hcq__trace_slice_t *s) {
+static inline void push(const hcq__trace_slice_t *s) {
   if (s->name == UINT32_MAX || s->track == UINT16_MAX) return; /* out of memory: not recorded */
   g_ring[g_head] = *s;
-  g_head = (g_head + 1) % g_cap;
+  /* No division: a replay pushes one slice per item, in the replay's critical path. */
+  if (++g_head == g_cap) g_head = 0;
   if (g_count < g_cap)
     g_count++;
   else
@@ -640,6 +641,16 @@ static void read_replay(hcq__trace_graph_t *tg, size_t slot) {
 void hcq__trace_graph_collect(hcq__trace_graph_t *tg, unsigned slot) {
   pthread_mutex_lock(&tg->lock);
   if (tg->pending[slot]) read_replay(tg, slot);
+  pthread_mutex_unlock(&tg->lock);
+}
+
+void hcq__trace_graph_collect_finished(hcq__trace_graph_t *tg, unsigned slot) {
+  pthread_mutex_lock(&tg->lock);
+  uint64_t k = tg->pending[slot];
+  bool done = k != 0;
+  for (size_t d = 0; done && d < tg->ndevs; d++)
+    done = atomic_load_explicit(&tg->done[slot * tg->ndevs + d]->value, memory_order_acquire) >= k;
+  if (done) read_replay(tg, slot);
   pthread_mutex_unlock(&tg->lock);
 }
 

@@ -80,6 +80,9 @@ void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned slot, uint64_t 
 /* The graph's thread waited for the slot's last replay: its timestamps are read now (before the slot
  * is reused). */
 void hcq__trace_graph_collect(hcq__trace_graph_t *tg, unsigned slot);
+/* The same when the slot's replay has finished on every device already, without waiting: called
+ * right after the next replay was submitted, so reading overlaps that replay instead of delaying it. */
+void hcq__trace_graph_collect_finished(hcq__trace_graph_t *tg, unsigned slot);
 /* Before the graph frees its slots and signals. NULL is accepted. */
 void hcq__trace_graph_unregister(hcq__trace_graph_t *tg);
 

@@ -93,6 +93,7 @@ typedef struct cpu_engine {
   _Atomic bool exited;
   _Atomic uint32_t barrier_word;
   cpu_pool_t pool;
+  hcq__fast_clock_t clock; /* the engine thread's, for timestamps */
 } cpu_engine_t;
 
 /* Spins (pause, then yield) until ready(ctx) or budget_ns have passed; true when ready. */
@@ -341,7 +342,7 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
         break;
       case HCQ__OP_TIMESTAMP: {
         hcq__signal_words_t *s = (hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__TIMESTAMP_ADDR);
-        atomic_store_explicit(&s->timestamp, hcq__now_ns(), memory_order_release);
+        atomic_store_explicit(&s->timestamp, hcq__fast_clock_now(&e->clock), memory_order_release);
         break;
       }
       case HCQ__OP_BARRIER: full_barrier(e); break;

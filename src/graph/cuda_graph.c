@@ -318,7 +318,10 @@ static hcq_status_t cuda_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_e
   g->stats.replays++;
   hcq__runner_commit(r);
   if (wait) {
-    if ((st = wait_end(g))) return st;
+    /* A caller retrying on TIMEOUT must not launch it a second time. */
+    if ((st = wait_end(g)))
+      return hcq_status_annotate(st, "this replay of %s was queued but did not finish in time; it stays queued and "
+                                 "runs when the device gets to it: do not run it again", r->label);
     float ms = 0;
     const hcq__cuda_api_t *api = api_of(g);
     if (!(st = hcq__cuda_push(dev0(g)))) {

@@ -443,20 +443,31 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
 
 /* ---- replay (SPEC 5 step 7) ---- */
 
+/* What a timed-out wait tells the caller: a caller retrying on TIMEOUT must know whether the replay
+ * it asked for is queued already (running it again would run it twice). */
+typedef enum { WAIT_PREVIOUS, WAIT_BEFORE_SUBMIT, WAIT_THIS_REPLAY } wait_kind_t;
+
 /* Waits until the slot's last replay finished on every device. */
-static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in) {
+static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in, wait_kind_t kind) {
   if (!in->kickoff_value) return NULL;
   hcq__runner_t *r = &g->base.runner;
   for (size_t d = 0; d < g->ndev; d++) {
     hcq_status_t st = hcq__wait_signal(in->done_sig[d], in->kickoff_value, HCQ_TIMEOUT_DEFAULT, r->devices, g->ndev);
-    if (st) return hcq_status_annotate(st, "waiting for the previous replay of %s on %s", r->label, r->devices[d]->name);
+    if (!st) continue;
+    if (kind == WAIT_THIS_REPLAY)
+      return hcq_status_annotate(st,
+                                 "this replay of %s was queued but did not finish on %s in time; it stays queued and "
+                                 "runs when the device gets to it: do not run it again",
+                                 r->label, r->devices[d]->name);
+    return hcq_status_annotate(st, "waiting for the previous replay of %s on %s%s", r->label, r->devices[d]->name,
+                               kind == WAIT_BEFORE_SUBMIT ? " (this replay was NOT queued: running it again is safe)" : "");
   }
   return NULL;
 }
 
-static hcq_status_t wait_previous(hcq_graph_impl_t *g) {
+static hcq_status_t wait_previous(hcq_graph_impl_t *g, wait_kind_t kind) {
   for (unsigned i = 0; i < g->ninst; i++) {
-    hcq_status_t st = wait_instance(g, &g->inst[i]);
+    hcq_status_t st = wait_instance(g, &g->inst[i], kind);
     if (st) return st;
   }
   return NULL;
@@ -482,7 +493,7 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
    * to ninst replays are in flight; the device timeline orders them one after another. */
   unsigned slot = g->next_inst;
   graph_inst_t *in = &g->inst[slot];
-  hcq_status_t st = wait_instance(g, in);
+  hcq_status_t st = wait_instance(g, in, WAIT_BEFORE_SUBMIT);
   if (st) return st;
   if (g->trace) hcq__trace_graph_collect(g->trace, slot);
   uint64_t submit_start = g->trace ? hcq__now_ns() : 0;
@@ -490,7 +501,7 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   /* The kickoff value is a 32-bit payload: restart it (and the signals compared with it) before it
    * overflows, once every slot's replay has finished. */
   if (g->kickoff_value >= HCQ_TIMELINE_WRAP) {
-    if ((st = wait_previous(g))) return st;
+    if ((st = wait_previous(g, WAIT_BEFORE_SUBMIT))) return st;
     for (unsigned i = 0; i < g->ninst; i++) {
       graph_inst_t *x = &g->inst[i];
       for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(x->dev_sig[d], 0);
@@ -542,10 +553,14 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   }
   hcq__device_unlock_many(r->devices, g->ndev);
   if (st) return st;
-  if (g->trace) hcq__trace_graph_submitted(g->trace, slot, kickoff, submit_start);
+  if (g->trace) {
+    hcq__trace_graph_submitted(g->trace, slot, kickoff, submit_start);
+    /* The replay before this one is read while this one runs, not before its submit. */
+    if (g->ninst > 1) hcq__trace_graph_collect_finished(g->trace, (slot + g->ninst - 1) % g->ninst);
+  }
   hcq__runner_commit(r);
   if (wait) {
-    if ((st = wait_instance(g, in))) return st;
+    if ((st = wait_instance(g, in, WAIT_THIS_REPLAY))) return st;
     if (out_elapsed_ns) *out_elapsed_ns = hcq__now_ns() - start;
   }
   return NULL;
@@ -602,7 +617,7 @@ static void free_impl(hcq_graph_impl_t *g) { free_impl_ex(g, false); }
 
 static hcq_status_t hcq_graph_destroy_impl(hcq_graph_t *base) {
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
-  hcq_status_t st = wait_previous(g);
+  hcq_status_t st = wait_previous(g, WAIT_PREVIOUS);
   if (st) return st;
   trace_collect_all(g);
   free_impl(g);
@@ -647,7 +662,7 @@ static hcq_status_t hcq_graph_profile_impl(hcq_graph_t *base, const hcq_profile_
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
   if (!g->profile) return hcq_status_make(HCQ_FAILED_PRECONDITION, "the graph was built without profiling");
   if (!g->kickoff_value) return hcq_status_make(HCQ_FAILED_PRECONDITION, "the graph has not run yet");
-  hcq_status_t st = wait_previous(g);
+  hcq_status_t st = wait_previous(g, WAIT_PREVIOUS);
   if (st) return st;
   collect_timestamps(g);
   *out = &g->prof_event;

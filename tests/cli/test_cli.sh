@@ -326,7 +326,7 @@ assert o["graph_submit_us"] <= o["graph_us_per_run"] * 1.5 + 1, o
 want = o["graph_us_per_run"] * 1000 / o["items"]
 assert abs(o["per_item_graph_ns"] - want) <= 0.01 * want + 0.01, (want, o)
 EOF
-expect "bench (text)" 0 "eager" "graph" -- bench ok.json
+expect "bench (text)" 0 "eager" "graph" "!parameter updates" "!graph kind" -- bench ok.json
 expect "demo" 0 -- demo
 expect "help" 0 "usage" -- --help
 

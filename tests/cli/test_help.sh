@@ -56,6 +56,11 @@ grep -q 'no help for "no-such-command"' "$tmp/err" || fail "hcq help no-such-com
 grep -q "^usage: hcq" "$tmp/err" || fail "hcq without a command: no usage on stderr"
 [ "$("$hcq" --version)" = "hcq $version" ] || fail "hcq --version: $("$hcq" --version), want hcq $version"
 
+# Every variable of the README's environment table is in hcq --help (and so in the man page).
+for v in $(sed -n '/^## Environment/,/^## /p' "$src/README.md" | grep -o '^| `HCQ_[A-Z_]*`' | tr -d '|` '); do
+  grep -q "^  $v\b\|, $v\b" "$tmp/main" || fail "hcq --help does not list $v (README.md's environment table does)"
+done
+
 # The man page.
 python3 "$src/scripts/gen-man.py" "$hcq" --check "$src/docs/hcq.1" || fail "docs/hcq.1 does not match the help texts"
 if command -v groff >/dev/null 2>&1; then

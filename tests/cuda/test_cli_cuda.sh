@@ -67,6 +67,9 @@ check "CPU:1 folded onto CUDA:0 runs the two-device example on one GPU" 0 "3 pas
 check "bench on CUDA reports the CUDA graph and its parameter updates" 0 '"graph_kind": "cuda"' \
   '"graph_updates_per_replay": 0.000' '"graph_updates_alternating_runs": 1.000' -- \
   bench "$EXAMPLES/chain.json" --device-map CPU=CUDA --json
+check "bench (text) on CUDA prints the parameter-update line" 0 \
+  "graph kind cuda: 0.00 parameter updates per unchanged replay, 1.00 alternating runs" -- \
+  bench "$EXAMPLES/chain.json" --device-map CPU=CUDA
 
 echo "# $PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

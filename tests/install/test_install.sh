@@ -3,7 +3,10 @@
 # there (files, SONAME, exported symbols, pkg-config output), then builds examples/c against the
 # installed copy four ways (pkg-config and find_package(hcq), each against the shared and the static
 # library), warning-free under -Wall -Wextra -Werror, and runs every program, and the installed hcq
-# on a capture one of them saved.
+# on a capture one of them saved. Also: every doc and example graph file is installed, the installed
+# hcq runs the installed examples (the README's commands), `pkg-config --static --libs hcq` is a
+# complete link line for libhcq.a, and a program linked against the prefix runs with an rpath or
+# with LD_LIBRARY_PATH (the README's two ways).
 #
 # usage: test_install.sh BUILD_DIR SOURCE_DIR CC VERSION LIBDIR SHARED(ON|OFF) [SANITIZER]
 # SANITIZER (address, undefined or thread) is passed to the example builds, which must match an
@@ -48,10 +51,17 @@ echo "installed into a temporary prefix"
 expect=(include/hcq/hcq.h include/hcq/jit.h "$libdir/libhcq.a" bin/hcq share/man/man1/hcq.1
         "$libdir/pkgconfig/hcq.pc" "$libdir/pkgconfig/hcq-static.pc" "$libdir/cmake/hcq/hcqConfig.cmake"
         "$libdir/cmake/hcq/hcqConfigVersion.cmake" "$libdir/cmake/hcq/hcqTargets.cmake"
-        share/doc/hcq/examples/c/capture_loop.c)
+        share/doc/hcq/examples/c/capture_loop.c share/doc/hcq/README.md share/hcq/examples/README.md)
 [ "$shared" = ON ] && expect+=("$libdir/libhcq.so" "$libdir/libhcq.so.$major" "$libdir/libhcq.so.$version")
 for f in "${expect[@]}"; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
+done
+# Every doc, where the README's links point; every graph file and kernel the README's commands use.
+for d in "$src"/docs/*.md "$src"/docs/*.svg; do
+  cmp -s "$d" "$prefix/share/doc/hcq/docs/$(basename "$d")" || fail "doc docs/$(basename "$d") not installed as it is"
+done
+for e in "$src"/examples/*.json "$src"/examples/kernels/*; do
+  cmp -s "$e" "$prefix/share/hcq/examples/${e#"$src"/examples/}" || fail "example ${e#"$src"/} not installed in share/hcq/examples"
 done
 for h in "$src"/include/hcq/*.h; do
   cmp -s "$h" "$prefix/include/hcq/$(basename "$h")" || fail "header $(basename "$h") not installed as it is"
@@ -81,6 +91,36 @@ static_libs=$(pkg-config --static --libs hcq)
 for l in -lhcq -ljansson -lxxhash -lpthread -ldl; do
   [[ " $static_libs " == *" $l "* ]] || fail "pkg-config --static --libs hcq lacks $l: $static_libs"
 done
+# ... and it is the whole line: libhcq.a (picked by name, as -lhcq would pick the .so) links with it
+# alone into a program that runs without libhcq.so.
+quiet "cc graph.c with pkg-config --static --libs hcq" "$cc" "${flags[@]}" "$src/examples/c/graph.c" -o "$tmp/graph-static-pc" \
+  $(pkg-config --cflags hcq) ${static_libs/-lhcq/-l:libhcq.a} &&
+  if readelf -d "$tmp/graph-static-pc" | grep -q "libhcq.so"; then fail "pkg-config --static: graph links libhcq.so";
+  else quiet "pkg-config --static: graph runs" "$tmp/graph-static-pc"; fi
+
+# The README's commands, from the prefix: the installed tool on the installed example files.
+for ex in pipeline_two_devices chain; do
+  if ! (cd "$tmp" && "$prefix/bin/hcq" run "$prefix/share/hcq/examples/$ex.json" --check) >"$tmp/run.log" 2>&1 ||
+     ! grep -q " passed, 0 failed" "$tmp/run.log"; then
+    cat "$tmp/run.log" >&2
+    fail "hcq run PREFIX/share/hcq/examples/$ex.json --check"
+  fi
+done
+quiet "hcq bench PREFIX/share/hcq/examples/chain.json --json" "$prefix/bin/hcq" bench "$prefix/share/hcq/examples/chain.json" --json
+echo "the installed hcq ran the installed example files"
+
+# A program linked against the private prefix's libhcq.so runs the two ways the README gives: an
+# rpath set at link time, or LD_LIBRARY_PATH (without either the loader does not find it).
+if [ "$shared" = ON ]; then
+  quiet "cc graph.c with an rpath" "$cc" "${flags[@]}" "$src/examples/c/graph.c" -o "$tmp/graph-rpath" \
+    $(pkg-config --cflags --libs hcq) -Wl,-rpath,"$(pkg-config --variable=libdir hcq)" &&
+    quiet "a program with an rpath to the prefix runs" env -u LD_LIBRARY_PATH "$tmp/graph-rpath"
+  quiet "cc graph.c" "$cc" "${flags[@]}" "$src/examples/c/graph.c" -o "$tmp/graph-plain" $(pkg-config --cflags --libs hcq) &&
+    quiet "a program run with LD_LIBRARY_PATH=PREFIX/lib runs" env LD_LIBRARY_PATH="$prefix/$libdir" "$tmp/graph-plain"
+  if env -u LD_LIBRARY_PATH "$tmp/graph-plain" >/dev/null 2>&1; then
+    fail "a program linked against the prefix ran without rpath or LD_LIBRARY_PATH: the check above proves nothing"
+  fi
+fi
 
 # ---- the examples, built against the installed copy ----
 examples=(eager graph capture_loop capture_save)
@@ -131,6 +171,9 @@ for kind in "${kinds[@]}"; do
        -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="${flags[*]}" -DHCQ_USE_STATIC_LIBS=$static_opt &&
      quiet "find_package(hcq) $kind: build" cmake --build "$dir" -j "$jobs"; then
     run_examples "$dir" "$kind" "find_package(hcq) $kind"
+    # The README: CMake gives what it builds against the package an rpath to the prefix.
+    [ "$kind" = shared ] && { quiet "find_package(hcq) shared: eager runs without LD_LIBRARY_PATH" \
+      env -u LD_LIBRARY_PATH "$dir/eager" || true; }
   fi
 done
 
