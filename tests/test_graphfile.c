@@ -298,3 +298,35 @@ Test(graphfile, float_init_errors) {
   load_fails(BUF("\"f32\""), HCQ_INVALID_ARGUMENT, "{\"fill_f32\": X}");
 #undef BUF
 }
+
+/* Launch dims a file leaves out are 1; an explicit constant 0 is refused naming the item and the dim
+ * (it would run nothing); a dim that evaluates to 0 for a run's variables launches nothing then. */
+Test(graphfile, zero_launch_dims) {
+  const char *base = HEAD "\"vars\": {\"n\": {\"min\": 0, \"max\": 16, \"value\": 16}},"
+                          "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"a\": {\"device\": \"CPU:0\", \"bytes\": 64, \"init\": \"iota32\"}},"
+                          PROG;
+  char text[4096];
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16], \"global\": [16, 0]}]"),
+             HCQ_INVALID_ARGUMENT, "t.json: items[0].global[1]: is 0 (launch dims must be >= 1; use 1 for unused dims)");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"a\"}}, {\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16], \"local\": [1, 1, \"2-2\"]}]"),
+             HCQ_INVALID_ARGUMENT, "items[1].local[2]");
+  hcq_graph_file_t *gf = load(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [\"n\"], \"global\": [\"n\"]}]"));
+  const hcq_exec_item_t *it = hcq_graph_file_items(gf);
+  for (int i = 0; i < 3; i++) {
+    if (i) cr_assert_eq(it->kernel.global[i].value, 1, "global[%d] defaults to 1", i);
+    cr_assert(!it->kernel.local[i].sym && it->kernel.local[i].value == 1, "local[%d] defaults to 1", i);
+  }
+  const hcq_expr_t *n = hcq_graph_file_vars(gf)[0].var;
+  hcq_var_value_t zero = {n, 0}, all = {n, 16};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(hcq_graph_file_items(gf), 1, NULL, 0, &zero, 1, NULL, &g));
+  int32_t got[16];
+  OK(hcq_graph_run(g, NULL, 0, &zero, 1, true, NULL));
+  test_read(named(gf, "o"), got, sizeof(got));
+  for (int i = 0; i < 16; i++) cr_assert_eq(got[i], 0, "n = 0 launches nothing (o[%d] = %d)", i, got[i]);
+  OK(hcq_graph_run(g, NULL, 0, &all, 1, true, NULL));
+  test_read(named(gf, "o"), got, sizeof(got));
+  for (int i = 0; i < 16; i++) cr_assert_eq(got[i], i + 1, "n = 16 runs (o[%d] = %d)", i, got[i]);
+  OK(hcq_graph_destroy(g));
+  hcq_graph_file_free(gf);
+}

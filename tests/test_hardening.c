@@ -529,7 +529,7 @@ Test(hardening, replay_with_a_full_ring_on_one_device_submits_nothing_anywhere) 
 
 /* ---- 12. launch dims ---- */
 
-Test(hardening, launch_dims_overflow_is_refused_and_empty_launches_run_nothing) {
+Test(hardening, launch_dims_overflow_and_constant_zeros_are_refused_symbolic_zeros_run_nothing) {
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = test_program(d, "count_calls", k_bad_kernels);
   hcq_buffer_t *c = test_buffer(d, 4);
@@ -537,13 +537,31 @@ Test(hardening, launch_dims_overflow_is_refused_and_empty_launches_run_nothing) 
   FAILS(hcq_launch(&ld), HCQ_OUT_OF_RANGE, "count_calls", "4294967295x4294967295x1", "work-items");
   ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, {2, 1, 1}, NULL, 0};
   FAILS(hcq_launch(&ld), HCQ_OUT_OF_RANGE, "over 2^64");
-  /* A zero anywhere in the group size, or in the grid: the kernel is not called. */
-  uint32_t empty[][6] = {{4, 1, 1, 0, 1, 1}, {4, 1, 1, 1, 1, 0}, {0, 1, 1, 1, 1, 1}, {4, 0, 9, 2, 2, 2}};
+  /* A zero anywhere in the group size or the grid is refused naming the dim; the kernel is not called. */
+  uint32_t zero[][6] = {{4, 1, 1, 0, 1, 1}, {4, 1, 1, 1, 1, 0}, {0, 1, 1, 1, 1, 1}, {4, 0, 9, 2, 2, 2}};
+  const char *named[] = {"local[0] is 0", "local[2] is 0", "global[0] is 0", "global[1] is 0"};
   for (size_t i = 0; i < 4; i++) {
-    ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {empty[i][0], empty[i][1], empty[i][2]},
-                             {empty[i][3], empty[i][4], empty[i][5]}, NULL, 0};
-    OK(hcq_launch(&ld));
+    ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {zero[i][0], zero[i][1], zero[i][2]},
+                             {zero[i][3], zero[i][4], zero[i][5]}, NULL, 0};
+    FAILS(hcq_launch(&ld), HCQ_INVALID_ARGUMENT, "launch of count_calls", named[i], "use 1 for unused dims");
   }
+  /* The mistake this catches: {n} for a 1-D grid leaves y and z 0 (dim3 would make them 1). */
+  ld = (hcq_launch_desc_t){.program = p, .bufs = &c, .nbufs = 1, .global = {3}, .local = {1, 1, 1}};
+  FAILS(hcq_launch(&ld), HCQ_INVALID_ARGUMENT, "count_calls", "global[1] is 0");
+  /* Constant zeros in items: refused at build and by hcq_exec_item_run, naming the item. */
+  hcq_exec_item_t zi[2] = {kernel_item(p, &c, 1, NULL, 0, NULL, 0, 1, 1), kernel_item(p, &c, 1, NULL, 0, NULL, 0, 1, 1)};
+  zi[1].kernel.local[2] = hcq_imm(0);
+  hcq_graph_t *zg = NULL;
+  FAILS(hcq_graph_create(zi, 2, NULL, 0, NULL, 0, NULL, &zg), HCQ_INVALID_ARGUMENT, "item 1 (count_calls)",
+        "local[2] is 0");
+  cr_assert_null(zg);
+  FAILS(hcq_exec_item_run(&zi[1], NULL, 0), HCQ_INVALID_ARGUMENT, "count_calls", "local[2] is 0");
+  hcq_expr_t *zero_expr = hcq_expr_const(0);
+  cr_assert_not_null(zero_expr);
+  zi[1].kernel.local[2] = hcq_imm(1);
+  zi[1].kernel.global[1] = hcq_sym(zero_expr); /* a constant expression is a constant */
+  FAILS(hcq_graph_create(zi, 2, NULL, 0, NULL, 0, NULL, &zg), HCQ_INVALID_ARGUMENT, "item 1", "global[1] is 0");
+  hcq_expr_release(zero_expr);
   ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {3, 1, 1}, {1, 1, 1}, NULL, 0};
   OK(hcq_launch(&ld));
   int32_t calls = 0;
@@ -564,6 +582,12 @@ Test(hardening, launch_dims_overflow_is_refused_and_empty_launches_run_nothing) 
   OK(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL)); /* empty */
   test_read(c, &calls, 4);
   cr_assert_eq(calls, 3 + 4, "the refused replay ran nothing, the empty one nothing: got %d", calls);
+  /* The same item run eagerly with n = 0 launches nothing too, and is no error. */
+  OK(hcq_exec_item_run(&it, &v, 1));
+  v.value = 1;
+  OK(hcq_exec_item_run(&it, &v, 1));
+  test_read(c, &calls, 4);
+  cr_assert_eq(calls, 3 + 4 + 1, "only the n = 1 run ran: got %d", calls);
   OK(hcq_graph_destroy(g));
   hcq_expr_release(n);
   hcq_buffer_release(c);

@@ -77,8 +77,9 @@ const char *hcq_cpu_prelude(void);
 
 /* Launches program eagerly: wait for the device timeline, memory barrier, exec, signal the
  * timeline. Buffers must be on the program's device; kernargs are the buffer addresses then the
- * 32-bit values. global is the grid in work-groups, local the group size; a 0 in either makes an
- * empty launch. Returns once the launch is queued. */
+ * 32-bit values. global is the grid in work-groups, local the group size; every dim must be >= 1
+ * (give 1 for unused dims: {n} leaves y and z 0): a 0 is INVALID_ARGUMENT naming the program and the
+ * dim ("global[1] is 0"). Returns once the launch is queued. */
 typedef struct hcq_launch_desc {
   hcq_program_t *program;
   hcq_buffer_t *const *bufs;

@@ -490,6 +490,10 @@ void hcq__buffer_set_mem_class(hcq_buffer_t *buf, hcq__mem_class_t mem_class);
 hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3], const char *who);
 /* The same check without a message: true when the launch is fine (cheap, for hot paths). */
 bool hcq__dims_ok(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3]);
+/* INVALID_ARGUMENT "<who>: global[1] is 0 (launch dims must be >= 1; ...)": a constant 0 in a launch
+ * dim is refused everywhere (eager launches, items, graph files); only a symbolic dim that evaluates to
+ * 0 at replay makes an empty launch. */
+hcq_status_t hcq__zero_dim_error(const char *dim, int index, const char *who_fmt, ...) HCQ_PRINTF(3, 4);
 
 /* Queue internals for the eager path: recording without references, resetting for reuse, and
  * submitting while the caller holds the device lock. */

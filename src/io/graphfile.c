@@ -848,6 +848,9 @@ static hcq_status_t parse_dims(loader_t *L, const json_t *j, const char *name, h
   for (size_t i = 0; i < json_array_size(j) && !st; i++) {
     size_t m2 = push(L, "[%zu]", i);
     st = parse_operand(L, json_array_get(j, i), 0, UINT32_MAX, &dims[i]);
+    /* Missing dims are 1; an explicit constant 0 would run nothing, silently. */
+    if (!st && (dims[i].sym ? hcq_expr_is_const(dims[i].sym) && hcq_expr_const_value(dims[i].sym) == 0 : !dims[i].value))
+      st = fail(L, HCQ_INVALID_ARGUMENT, "is 0 (launch dims must be >= 1; use 1 for unused dims)");
     pop(L, m2);
   }
   pop(L, m);
