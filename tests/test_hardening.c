@@ -727,3 +727,42 @@ Test(hardening, validation_names_objects_of_a_closed_lost_device) {
   hcq_buffer_release(a);
   unsetenv("HCQ_VALIDATE");
 }
+
+/* ---- closed device handles ---- */
+
+static void nop_fn(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)b, (void)v, (void)l; }
+
+/* A handle used after its close is refused by the device's name, without reading the freed device
+ * (AddressSanitizer builds prove that part); opens and closes pair up like references. */
+Test(hardening, closed_device_handles_are_refused_by_name) {
+  hcq_device_t *d = test_open("CPU:3"), *again = NULL;
+  OK(hcq_device_open("CPU:3", &again));
+  cr_assert_eq(again, d, "a second open returns the same device");
+  OK(hcq_device_close(again)); /* the first open still holds it */
+  OK(hcq_device_synchronize(d));
+  OK(hcq_device_close(d));
+  FAILS(hcq_device_close(d), HCQ_FAILED_PRECONDITION, "hcq_device_close: device CPU:3 was closed");
+  hcq_buffer_t *b = NULL;
+  FAILS(hcq_buffer_create(d, 64, &b), HCQ_FAILED_PRECONDITION, "hcq_buffer_create: device CPU:3 was closed");
+  cr_assert_null(b);
+  hcq_program_t *p = NULL;
+  FAILS(hcq_program_create_fn(d, "nop", nop_fn, &p), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  FAILS(hcq_program_create(d, "nop", "void nop(void) {}", &p), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  cr_assert_null(p);
+  hcq_signal_t *s = NULL;
+  FAILS(hcq_signal_create(d, "s", 0, &s), HCQ_FAILED_PRECONDITION, "hcq_signal_create: device CPU:3 was closed");
+  FAILS(hcq_device_synchronize(d), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  FAILS(hcq_device_health(d), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  FAILS(hcq_device_declare_lost(d, "x"), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  hcq_memory_usage_t usage;
+  FAILS(hcq_device_memory_usage(d, &usage), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  /* Opened again: a new handle that works, while the stale one stays refused. */
+  hcq_device_t *d2 = test_open("CPU:3");
+  cr_assert_neq(d2, d, "a device opened right after a close does not reuse the closed handle's address");
+  OK(hcq_device_synchronize(d2));
+  FAILS(hcq_device_close(d), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  test_close(d2);
+  /* Something that never was a device. */
+  int not_a_device = 0;
+  FAILS(hcq_device_close((hcq_device_t *)&not_a_device), HCQ_INVALID_ARGUMENT, "is not an open device");
+}

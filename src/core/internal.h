@@ -450,6 +450,10 @@ hcq_status_t hcq__wait_signal(const hcq_signal_t *sig, uint64_t value, int64_t t
                               size_t ndevs);
 /* Notes, for the hang report's "for at least N ms", what each engine of devs is doing now. */
 void hcq__device_touch_watch(hcq_device_t *const *devs, size_t ndevs);
+/* For calls given a device handle by the application: NULL when it is an open device; else, without
+ * reading *dev, FAILED_PRECONDITION naming the device it was when it was closed (the last 256 closes
+ * are remembered), or INVALID_ARGUMENT. call names the caller in the message. */
+hcq_status_t hcq__device_handle_check(const hcq_device_t *dev, const char *call);
 /* Drops a struct reference; the last one frees the device (closed devices only). */
 void hcq__device_struct_release(hcq_device_t *dev);
 

@@ -14,7 +14,8 @@ static hcq_status_t program_new(hcq_device_t *dev, const char *name, hcq_program
 }
 
 static hcq_status_t check_name(const char *what, hcq_device_t *dev, const char *name) {
-  if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: device is NULL", what);
+  hcq_status_t st = hcq__device_handle_check(dev, what);
+  if (st) return st;
   if (!name || !*name) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s on %s: the program name is empty", what, dev->name);
   if (strlen(name) >= sizeof(((hcq_program_t *)0)->name))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s on %s: program name \"%.32s...\" is longer than %zu bytes", what,
