@@ -250,6 +250,47 @@ SCENARIO(eager_launch_geometry, 1) {
   test_close(d);
 }
 
+/* A program that declares its buffer and value counts refuses launches, items and item runs that
+ * pass other counts, naming the kernel and both counts, before anything runs (fewer arguments than a
+ * kernel reads is garbage on CPU and a crash inside the Vulkan driver). */
+SCENARIO(declared_argument_counts_are_checked, 1) {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *p = kernel(b, d, "fill");
+  hcq_buffer_t *out = test_buffer(d, 64 * 4);
+  size_t nb = 9, nv = 9;
+  cr_assert(!hcq_program_args(p, &nb, &nv) && nb == 0 && nv == 0, "no counts before the declaration");
+  OK(hcq_program_declare_args(p, 1, 2));
+  OK(hcq_program_declare_args(p, 1, 2)); /* the same again */
+  FAILS(hcq_program_declare_args(p, 1, 1), HCQ_FAILED_PRECONDITION, "fill", "declared with 1 and 2 already");
+  cr_assert(hcq_program_args(p, &nb, &nv) && nb == 1 && nv == 2);
+  int32_t v[2] = {7, 64};
+  hcq_launch_desc_t few = {p, &out, 1, v, 1, {1, 1, 1}, {64, 1, 1}};
+  FAILS(hcq_launch(&few), HCQ_INVALID_ARGUMENT, "launch of fill", "takes 1 buffer and 2 values (as declared)",
+        "1 buffer and 1 value are passed");
+  hcq_launch_desc_t nobuf = {p, NULL, 0, v, 2, {1, 1, 1}, {64, 1, 1}};
+  FAILS(hcq_launch(&nobuf), HCQ_INVALID_ARGUMENT, "fill", "0 buffers and 2 values are passed");
+  hcq_operand_t ov[2] = {I(7), I(64)};
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
+                        .kernel = {.program = p, .bufs = &out, .nbufs = 1, .vals = ov, .nvals = 1,
+                                   .global = {I(1), I(1), I(1)}, .local = {I(64), I(1), I(1)}}};
+  hcq_graph_t *g = NULL;
+  FAILS(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0", "fill", "takes 1 buffer and 2 values");
+  cr_assert_null(g);
+  FAILS(hcq_exec_item_run(&it, NULL, 0), HCQ_INVALID_ARGUMENT, "fill", "1 value are passed");
+  int32_t got[64];
+  test_read(out, got, sizeof(got));
+  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 0, "a refused launch ran: out[%d] = %d", i, got[i]);
+  it.kernel.nvals = 2;
+  OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g));
+  OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+  OK(hcq_graph_destroy(g));
+  test_read(out, got, sizeof(got));
+  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 7, "out[%d] = %d", i, got[i]);
+  hcq_buffer_release(out);
+  hcq_program_release(p);
+  test_close(d);
+}
+
 /* The device timeline passes 2^31 and restarts on its shadow signal while launches and copies go on. */
 SCENARIO(eager_timeline_wraps, 1) {
   char name[32];

@@ -330,3 +330,29 @@ Test(graphfile, zero_launch_dims) {
   OK(hcq_graph_destroy(g));
   hcq_graph_file_free(gf);
 }
+
+/* "nbufs"/"nvals" on a program declare what its kernel reads: an item passing other counts is bad
+ * input naming the item, and the compiled program carries the declaration (eager runs check it). */
+Test(graphfile, declared_program_argument_counts) {
+  const char *prog = "\"programs\": {\"add1\": {\"nbufs\": 2, \"nvals\": 1, \"c\": \"void add1(void *const *b, const int32_t *v, "
+                     "const hcq_launch_t *l) { int32_t *o = b[0]; const int32_t *a = b[1]; for (uint32_t t = 0; t < l->lsz[0]; "
+                     "t++) { size_t i = (size_t)l->gid[0] * l->lsz[0] + t; if (i < (size_t)v[0]) o[i] = a[i] + 1; } }\"}}, ";
+  char base[2048];
+  snprintf(base, sizeof(base), "%s%s%s", HEAD,
+           "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"a\": {\"device\": \"CPU:0\", \"bytes\": 64}},", prog);
+  char text[4096];
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"a\"}}, {\"kernel\": \"add1\", \"bufs\": [\"o\"], \"vals\": [16]}]"),
+             HCQ_INVALID_ARGUMENT,
+             "t.json: items[1]: bufs and vals: kernel add1 takes 2 buffers and 1 value (as declared), but 1 buffer and 1 value are passed");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16, 2]}]"), HCQ_INVALID_ARGUMENT,
+             "but 2 buffers and 2 values are passed");
+  hcq_graph_file_t *gf = load(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16]}]"));
+  size_t nb = 0, nv = 0;
+  cr_assert(hcq_program_args(hcq_graph_file_items(gf)[0].kernel.program, &nb, &nv) && nb == 2 && nv == 1);
+  hcq_graph_file_free(gf);
+  const char *buffers = HEAD "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}}, \"items\": [], ";
+  snprintf(text, sizeof(text), "%s\"programs\": {\"k\": {\"c\": \"\", \"nbufs\": 1}}}", buffers);
+  load_fails(text, HCQ_INVALID_ARGUMENT, "programs.k: give both \"nbufs\" and \"nvals\", or neither");
+  snprintf(text, sizeof(text), "%s\"programs\": {\"k\": {\"c\": \"\", \"nbufs\": 1, \"nvals\": 257}}}", buffers);
+  load_fails(text, HCQ_OUT_OF_RANGE, "programs.k.nvals: 257 is outside [0, 256]");
+}

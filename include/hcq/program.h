@@ -72,6 +72,19 @@ hcq_device_t *hcq_program_device(const hcq_program_t *program);
 /* The source text a program was compiled from; NULL for function-pointer programs. */
 const char *hcq_program_source(const hcq_program_t *program);
 
+/* Declares how many buffers and 32-bit values the kernel reads (optional; it cannot be told from C
+ * or GLSL source). From then on every launch of the program, on every backend (hcq_launch, graph
+ * items at build, hcq_exec_item_run, hcq_launch_sym, captures, graph files' "nbufs"/"nvals"), must
+ * pass exactly that many: else INVALID_ARGUMENT naming the kernel and both counts, and nothing runs
+ * (a kernel given fewer arguments than it reads reads garbage or crashes). Where the backend reads
+ * the parameters from the compiled kernel (CUDA: the PTX .entry parameter list), launches are
+ * checked against those without a declaration, and a declaration that disagrees is INVALID_ARGUMENT.
+ * Declaring the same counts again is fine; other counts are FAILED_PRECONDITION. Declare before the
+ * program's first launch. */
+HCQ_MUST_USE hcq_status_t hcq_program_declare_args(hcq_program_t *program, size_t nbufs, size_t nvals);
+/* The counts launches are checked against: true when declared or known to the backend. */
+bool hcq_program_args(const hcq_program_t *program, size_t *out_nbufs, size_t *out_nvals);
+
 /* The text every CPU kernel source is compiled after. */
 const char *hcq_cpu_prelude(void);
 

@@ -99,6 +99,11 @@ static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
   if (d->nbufs > HCQ_MAX_KERNEL_BUFS || d->nvals > HCQ_MAX_KERNEL_VALS)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers and %zu values exceed the limits (%d, %d)",
                            p->name, d->nbufs, d->nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
+  if (!hcq__program_args_ok(p, d->nbufs, d->nvals)) {
+    char who[96];
+    snprintf(who, sizeof(who), "launch of %s", p->name);
+    return hcq__program_check_args(p, d->nbufs, d->nvals, who);
+  }
   if (d->nouts && !d->outs)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu outs but the array is NULL", p->name, d->nouts);
   for (size_t i = 0; i < d->nouts; i++)

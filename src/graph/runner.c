@@ -131,6 +131,7 @@ static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who,
   if ((k->nbufs && !k->bufs) || (k->nouts && !k->outs) || (k->nvals && !k->vals))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): a buffer, out or value array is NULL", who, name);
   hcq_status_t st = NULL;
+  if (!hcq__program_args_ok(k->program, k->nbufs, k->nvals)) return hcq__program_check_args(k->program, k->nbufs, k->nvals, who);
   if (hcq__validating) {
     char what[96];
     snprintf(what, sizeof(what), "%s: program", who);
