@@ -546,6 +546,21 @@ typedef struct hcq__recorder {
 } hcq__recorder_t;
 extern _Thread_local const hcq__recorder_t *hcq__recorder;
 
+/* Kernel fault reports (src/cpu/cpu_fault.c, the CPU backend's handler, shared): backends whose
+ * kernels run on threads hcq did not start (a Vulkan driver's) register a describer. On a SIGSEGV,
+ * SIGBUS, SIGFPE or SIGILL on a thread that is not a CPU engine's, the handler asks each to append,
+ * async-signal-safely (no locks, no allocation, no stdio), which kernels it has in flight ("kernel
+ * fill (graph item 3) on VULKAN:0's compute queue"); anything appended is printed before the
+ * process ends the way it would have. Adding installs the handler. */
+typedef struct hcq__fault_line {
+  char buf[512];
+  size_t len;
+} hcq__fault_line_t;
+typedef void (*hcq__fault_describer_fn)(hcq__fault_line_t *line);
+void hcq__fault_add_describer(hcq__fault_describer_fn fn);
+void hcq__fault_put(hcq__fault_line_t *line, const char *s);
+void hcq__fault_put_dec(hcq__fault_line_t *line, uint64_t v);
+
 /* Backends. */
 size_t hcq__cpu_core_count(void);
 /* Whether the calling thread runs on the core the engine of one of devs is pinned to, while some
