@@ -229,8 +229,8 @@ SCENARIO_ENV(eager_kernel_argument_ring_wraps, 1, "HCQ_KERNARGS_RING=4096") {
   test_close(d);
 }
 
-/* Every group of a 3-D grid runs once with the group size it was given; an empty launch runs
- * nothing. */
+/* Every group of a 3-D grid runs once with the group size it was given; a 0 dim is refused naming
+ * it and runs nothing. */
 SCENARIO(eager_launch_geometry, 1) {
   hcq_device_t *d = open_dev(b, 0);
   hcq_program_t *p = kernel(b, d, "record_groups");
@@ -238,11 +238,54 @@ SCENARIO(eager_launch_geometry, 1) {
   hcq_launch_desc_t l = {p, &out, 1, NULL, 0, {3, 2, 2}, {4, 2, 1}};
   OK(hcq_launch(&l));
   OK(hcq_launch(&l));
-  hcq_launch_desc_t empty = {p, &out, 1, NULL, 0, {0, 2, 2}, {4, 2, 1}};
-  OK(hcq_launch(&empty));
+  hcq_launch_desc_t empty = {p, &out, 1, NULL, 0, {2, 0, 2}, {4, 2, 1}};
+  FAILS(hcq_launch(&empty), HCQ_INVALID_ARGUMENT, "record_groups", "global[1] is 0");
+  hcq_launch_desc_t one_d = {.program = p, .bufs = &out, .nbufs = 1, .global = {12}, .local = {16, 1, 1}};
+  FAILS(hcq_launch(&one_d), HCQ_INVALID_ARGUMENT, "record_groups", "global[1] is 0");
   int32_t got[64];
   test_read(out, got, sizeof(got));
   for (int g = 0; g < 64; g++) cr_assert_eq(got[g], g < 12 ? 16 : 0, "group %d: %d", g, got[g]);
+  hcq_buffer_release(out);
+  hcq_program_release(p);
+  test_close(d);
+}
+
+/* A program that declares its buffer and value counts refuses launches, items and item runs that
+ * pass other counts, naming the kernel and both counts, before anything runs (fewer arguments than a
+ * kernel reads is garbage on CPU and a crash inside the Vulkan driver). */
+SCENARIO(declared_argument_counts_are_checked, 1) {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *p = kernel(b, d, "fill");
+  hcq_buffer_t *out = test_buffer(d, 64 * 4);
+  size_t nb = 9, nv = 9;
+  cr_assert(!hcq_program_args(p, &nb, &nv) && nb == 0 && nv == 0, "no counts before the declaration");
+  OK(hcq_program_declare_args(p, 1, 2));
+  OK(hcq_program_declare_args(p, 1, 2)); /* the same again */
+  FAILS(hcq_program_declare_args(p, 1, 1), HCQ_FAILED_PRECONDITION, "fill", "declared with 1 and 2 already");
+  cr_assert(hcq_program_args(p, &nb, &nv) && nb == 1 && nv == 2);
+  int32_t v[2] = {7, 64};
+  hcq_launch_desc_t few = {p, &out, 1, v, 1, {1, 1, 1}, {64, 1, 1}};
+  FAILS(hcq_launch(&few), HCQ_INVALID_ARGUMENT, "launch of fill", "takes 1 buffer and 2 values (as declared)",
+        "1 buffer and 1 value are passed");
+  hcq_launch_desc_t nobuf = {p, NULL, 0, v, 2, {1, 1, 1}, {64, 1, 1}};
+  FAILS(hcq_launch(&nobuf), HCQ_INVALID_ARGUMENT, "fill", "0 buffers and 2 values are passed");
+  hcq_operand_t ov[2] = {I(7), I(64)};
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
+                        .kernel = {.program = p, .bufs = &out, .nbufs = 1, .vals = ov, .nvals = 1,
+                                   .global = {I(1), I(1), I(1)}, .local = {I(64), I(1), I(1)}}};
+  hcq_graph_t *g = NULL;
+  FAILS(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0", "fill", "takes 1 buffer and 2 values");
+  cr_assert_null(g);
+  FAILS(hcq_exec_item_run(&it, NULL, 0), HCQ_INVALID_ARGUMENT, "fill", "1 value are passed");
+  int32_t got[64];
+  test_read(out, got, sizeof(got));
+  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 0, "a refused launch ran: out[%d] = %d", i, got[i]);
+  it.kernel.nvals = 2;
+  OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g));
+  OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+  OK(hcq_graph_destroy(g));
+  test_read(out, got, sizeof(got));
+  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 7, "out[%d] = %d", i, got[i]);
   hcq_buffer_release(out);
   hcq_program_release(p);
   test_close(d);
@@ -415,6 +458,45 @@ SCENARIO(graph_variables_and_symbolic_grid_dims, 2) {
   hcq_expr_release(half);
   hcq_expr_release(hgroups);
   world_close(&w);
+}
+
+/* A constant 0 dim in an item is refused at build, naming the item and the dim; a symbolic one that
+ * evaluates to 0 at a replay launches nothing there, and the next replay runs as usual. */
+SCENARIO(graph_zero_dims, 1) {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *p = kernel(b, d, "record_groups");
+  hcq_buffer_t *out = test_buffer(d, 8 * 4);
+  hcq_expr_t *n = NULL;
+  OK(hcq_var_create("n", 0, 8, &n));
+  hcq_exec_item_t it[2];
+  for (int i = 0; i < 2; i++)
+    it[i] = (hcq_exec_item_t){.kind = HCQ_ITEM_KERNEL,
+                              .kernel = {.program = p, .bufs = &out, .nbufs = 1, .global = {I(2), I(1), I(1)},
+                                         .local = {I(1), I(1), I(1)}}};
+  it[1].kernel.global[2] = I(0);
+  hcq_var_value_t v = {n, 3};
+  hcq_graph_t *g = NULL;
+  FAILS(hcq_graph_create(it, 2, NULL, 0, &v, 1, NULL, &g), HCQ_INVALID_ARGUMENT, "item 1 (record_groups)",
+        "global[2] is 0");
+  cr_assert_null(g);
+  it[1].kernel.global[2] = I(1);
+  it[1].kernel.global[0] = hcq_sym(n);
+  OK(hcq_graph_create(it, 2, NULL, 0, &v, 1, NULL, &g));
+  int64_t ns[] = {3, 0, 5};
+  int32_t want[8] = {0};
+  for (int r = 0; r < 3; r++) {
+    v.value = ns[r];
+    OK(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL));
+    for (int i = 0; i < 8; i++) want[i] += (i < 2) + (i < ns[r]);
+    int32_t got[8];
+    test_read(out, got, sizeof(got));
+    for (int i = 0; i < 8; i++) cr_assert_eq(got[i], want[i], "replay %d (n=%ld): group %d ran %d times, not %d", r, (long)ns[r], i, got[i], want[i]);
+  }
+  OK(hcq_graph_destroy(g));
+  hcq_expr_release(n);
+  hcq_buffer_release(out);
+  hcq_program_release(p);
+  test_close(d);
 }
 
 /* Inputs replaced between replays, as kernel arguments and as both ends of copies. */

@@ -96,9 +96,9 @@ Test(cpu_device, launch_dims_reach_the_kernel) {
   int32_t got[4 * 5 * 6];
   test_read(out, got, sizeof(got));
   for (int i = 0; i < 4 * 5 * 6; i++) cr_assert_eq(got[i], 12);
-  /* An empty grid runs nothing. */
+  /* A 0 dim is refused and runs nothing. */
   hcq_launch_desc_t empty = {p, &out, 1, NULL, 0, {0, 5, 6}, {1, 1, 1}};
-  OK(hcq_launch(&empty));
+  FAILS(hcq_launch(&empty), HCQ_INVALID_ARGUMENT, "global[0] is 0");
   test_read(out, got, sizeof(got));
   cr_assert_eq(got[0], 12);
   hcq_buffer_release(out);

@@ -527,3 +527,40 @@ Test(cuda, a_timed_out_graph_replay_says_it_was_queued) {
   hcq_program_release(add);
   test_close(d);
 }
+
+/* The kernel's parameters come from its PTX: a launch, an item or a capture with fewer (or more)
+ * values or buffers than the .entry takes is refused naming the kernel and both counts, before the
+ * kernel could read past its argument block; a declaration must agree with the PTX. */
+Test(cuda, launches_are_checked_against_the_ptx_parameter_list) {
+  hcq_device_t *d = open_or_skip(0);
+  hcq_program_t *p = program_or_skip(d, "add_const");
+  size_t nb = 0, nv = 0;
+  cr_assert(hcq_program_args(p, &nb, &nv), "the PTX tells the parameters");
+  cr_assert(nb == 2 && nv == 2, "add_const takes 2 pointers and 2 ints, not %zu and %zu", nb, nv);
+  hcq_buffer_t *b = test_buffer(d, 4 * 64);
+  hcq_buffer_t *bufs[2] = {b, b};
+  int32_t v[2] = {64, 1};
+  hcq_launch_desc_t l = {p, bufs, 2, v, 1, {1, 1, 1}, {64, 1, 1}};
+  FAILS(hcq_launch(&l), HCQ_INVALID_ARGUMENT, "launch of add_const", "takes 2 buffers and 2 values",
+        "parameter list", "2 buffers and 1 value are passed");
+  hcq_operand_t ov[1] = {hcq_imm(64)};
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
+                        .kernel = {.program = p, .bufs = bufs, .nbufs = 2, .vals = ov, .nvals = 1,
+                                   .global = {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                                   .local = {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
+  hcq_graph_t *g = NULL;
+  FAILS(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0", "add_const",
+        "takes 2 buffers and 2 values");
+  cr_assert_null(g);
+  FAILS(hcq_exec_item_run(&it, NULL, 0), HCQ_INVALID_ARGUMENT, "add_const", "1 value are passed");
+  FAILS(hcq_program_declare_args(p, 2, 1), HCQ_INVALID_ARGUMENT, "add_const", "parameter list takes 2 and 2");
+  OK(hcq_program_declare_args(p, 2, 2));
+  l.nvals = 2;
+  OK(hcq_launch(&l));
+  uint32_t out[64];
+  test_read(b, out, sizeof(out));
+  for (int i = 0; i < 64; i++) cr_assert_eq(out[i], 1u);
+  hcq_buffer_release(b);
+  hcq_program_release(p);
+  test_close(d);
+}

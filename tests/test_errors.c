@@ -193,6 +193,12 @@ Test(errors, queue_recording) {
   FAILS(hcq_queue_exec(cq, p, hcq_imm(0), HCQ_MAX_KERNEL_BUFS + 1, g, l), HCQ_INVALID_ARGUMENT, "exec of fill");
   hcq_operand_t bad[3] = {hcq_imm(-1), hcq_imm(1), hcq_imm(1)};
   FAILS(hcq_queue_exec(cq, p, hcq_imm(0), 0, bad, l), HCQ_OUT_OF_RANGE, "global[0] -1");
+  hcq_operand_t zero[3] = {hcq_imm(1), hcq_imm(0), hcq_imm(1)};
+  FAILS(hcq_queue_exec(cq, p, hcq_imm(0), 0, g, zero), HCQ_INVALID_ARGUMENT, "exec of fill: local[1] is 0");
+  hcq_program_t *declared = test_program(d, "fill", test_kernels_source);
+  OK(hcq_program_declare_args(declared, 1, 2));
+  FAILS(hcq_queue_exec(cq, declared, hcq_imm(0), 2, g, l), HCQ_INVALID_ARGUMENT, "exec of fill: the kernel takes 1 buffer, the exec passes 2");
+  hcq_program_release(declared);
   FAILS(hcq_queue_wait(q, hcq_imm(-5), hcq_imm(0)), HCQ_OUT_OF_RANGE, "wait: signal address -5");
   FAILS(hcq_queue_signal(q, hcq_imm(64), hcq_imm(INT64_C(1) << 33)), HCQ_OUT_OF_RANGE, "signal: value 8589934592",
         "unsigned 32-bit");

@@ -347,3 +347,61 @@ Test(graphfile, empty_outs_writes_nothing_and_round_trips) {
   hcq_graph_file_free(again);
   hcq_graph_file_free(gf);
 }
+
+/* Launch dims a file leaves out are 1; an explicit constant 0 is refused naming the item and the dim
+ * (it would run nothing); a dim that evaluates to 0 for a run's variables launches nothing then. */
+Test(graphfile, zero_launch_dims) {
+  const char *base = HEAD "\"vars\": {\"n\": {\"min\": 0, \"max\": 16, \"value\": 16}},"
+                          "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"a\": {\"device\": \"CPU:0\", \"bytes\": 64, \"init\": \"iota32\"}},"
+                          PROG;
+  char text[4096];
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16], \"global\": [16, 0]}]"),
+             HCQ_INVALID_ARGUMENT, "t.json: items[0].global[1]: is 0 (launch dims must be >= 1; use 1 for unused dims)");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"a\"}}, {\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16], \"local\": [1, 1, \"2-2\"]}]"),
+             HCQ_INVALID_ARGUMENT, "items[1].local[2]");
+  hcq_graph_file_t *gf = load(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [\"n\"], \"global\": [\"n\"]}]"));
+  const hcq_exec_item_t *it = hcq_graph_file_items(gf);
+  for (int i = 0; i < 3; i++) {
+    if (i) cr_assert_eq(it->kernel.global[i].value, 1, "global[%d] defaults to 1", i);
+    cr_assert(!it->kernel.local[i].sym && it->kernel.local[i].value == 1, "local[%d] defaults to 1", i);
+  }
+  const hcq_expr_t *n = hcq_graph_file_vars(gf)[0].var;
+  hcq_var_value_t zero = {n, 0}, all = {n, 16};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(hcq_graph_file_items(gf), 1, NULL, 0, &zero, 1, NULL, &g));
+  int32_t got[16];
+  OK(hcq_graph_run(g, NULL, 0, &zero, 1, true, NULL));
+  test_read(named(gf, "o"), got, sizeof(got));
+  for (int i = 0; i < 16; i++) cr_assert_eq(got[i], 0, "n = 0 launches nothing (o[%d] = %d)", i, got[i]);
+  OK(hcq_graph_run(g, NULL, 0, &all, 1, true, NULL));
+  test_read(named(gf, "o"), got, sizeof(got));
+  for (int i = 0; i < 16; i++) cr_assert_eq(got[i], i + 1, "n = 16 runs (o[%d] = %d)", i, got[i]);
+  OK(hcq_graph_destroy(g));
+  hcq_graph_file_free(gf);
+}
+
+/* "nbufs"/"nvals" on a program declare what its kernel reads: an item passing other counts is bad
+ * input naming the item, and the compiled program carries the declaration (eager runs check it). */
+Test(graphfile, declared_program_argument_counts) {
+  const char *prog = "\"programs\": {\"add1\": {\"nbufs\": 2, \"nvals\": 1, \"c\": \"void add1(void *const *b, const int32_t *v, "
+                     "const hcq_launch_t *l) { int32_t *o = b[0]; const int32_t *a = b[1]; for (uint32_t t = 0; t < l->lsz[0]; "
+                     "t++) { size_t i = (size_t)l->gid[0] * l->lsz[0] + t; if (i < (size_t)v[0]) o[i] = a[i] + 1; } }\"}}, ";
+  char base[2048];
+  snprintf(base, sizeof(base), "%s%s%s", HEAD,
+           "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"a\": {\"device\": \"CPU:0\", \"bytes\": 64}},", prog);
+  char text[4096];
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"a\"}}, {\"kernel\": \"add1\", \"bufs\": [\"o\"], \"vals\": [16]}]"),
+             HCQ_INVALID_ARGUMENT,
+             "t.json: items[1]: bufs and vals: kernel add1 takes 2 buffers and 1 value (as declared), but 1 buffer and 1 value are passed");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16, 2]}]"), HCQ_INVALID_ARGUMENT,
+             "but 2 buffers and 2 values are passed");
+  hcq_graph_file_t *gf = load(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16]}]"));
+  size_t nb = 0, nv = 0;
+  cr_assert(hcq_program_args(hcq_graph_file_items(gf)[0].kernel.program, &nb, &nv) && nb == 2 && nv == 1);
+  hcq_graph_file_free(gf);
+  const char *buffers = HEAD "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}}, \"items\": [], ";
+  snprintf(text, sizeof(text), "%s\"programs\": {\"k\": {\"c\": \"\", \"nbufs\": 1}}}", buffers);
+  load_fails(text, HCQ_INVALID_ARGUMENT, "programs.k: give both \"nbufs\" and \"nvals\", or neither");
+  snprintf(text, sizeof(text), "%s\"programs\": {\"k\": {\"c\": \"\", \"nbufs\": 1, \"nvals\": 257}}}", buffers);
+  load_fails(text, HCQ_OUT_OF_RANGE, "programs.k.nvals: 257 is outside [0, 256]");
+}

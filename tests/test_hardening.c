@@ -623,7 +623,7 @@ Test(hardening, replay_with_a_full_ring_on_one_device_submits_nothing_anywhere) 
 
 /* ---- 12. launch dims ---- */
 
-Test(hardening, launch_dims_overflow_is_refused_and_empty_launches_run_nothing) {
+Test(hardening, launch_dims_overflow_and_constant_zeros_are_refused_symbolic_zeros_run_nothing) {
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = test_program(d, "count_calls", k_bad_kernels);
   hcq_buffer_t *c = test_buffer(d, 4);
@@ -631,13 +631,31 @@ Test(hardening, launch_dims_overflow_is_refused_and_empty_launches_run_nothing) 
   FAILS(hcq_launch(&ld), HCQ_OUT_OF_RANGE, "count_calls", "4294967295x4294967295x1", "work-items");
   ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, {2, 1, 1}, NULL, 0};
   FAILS(hcq_launch(&ld), HCQ_OUT_OF_RANGE, "over 2^64");
-  /* A zero anywhere in the group size, or in the grid: the kernel is not called. */
-  uint32_t empty[][6] = {{4, 1, 1, 0, 1, 1}, {4, 1, 1, 1, 1, 0}, {0, 1, 1, 1, 1, 1}, {4, 0, 9, 2, 2, 2}};
+  /* A zero anywhere in the group size or the grid is refused naming the dim; the kernel is not called. */
+  uint32_t zero[][6] = {{4, 1, 1, 0, 1, 1}, {4, 1, 1, 1, 1, 0}, {0, 1, 1, 1, 1, 1}, {4, 0, 9, 2, 2, 2}};
+  const char *named[] = {"local[0] is 0", "local[2] is 0", "global[0] is 0", "global[1] is 0"};
   for (size_t i = 0; i < 4; i++) {
-    ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {empty[i][0], empty[i][1], empty[i][2]},
-                             {empty[i][3], empty[i][4], empty[i][5]}, NULL, 0};
-    OK(hcq_launch(&ld));
+    ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {zero[i][0], zero[i][1], zero[i][2]},
+                             {zero[i][3], zero[i][4], zero[i][5]}, NULL, 0};
+    FAILS(hcq_launch(&ld), HCQ_INVALID_ARGUMENT, "launch of count_calls", named[i], "use 1 for unused dims");
   }
+  /* The mistake this catches: {n} for a 1-D grid leaves y and z 0 (dim3 would make them 1). */
+  ld = (hcq_launch_desc_t){.program = p, .bufs = &c, .nbufs = 1, .global = {3}, .local = {1, 1, 1}};
+  FAILS(hcq_launch(&ld), HCQ_INVALID_ARGUMENT, "count_calls", "global[1] is 0");
+  /* Constant zeros in items: refused at build and by hcq_exec_item_run, naming the item. */
+  hcq_exec_item_t zi[2] = {kernel_item(p, &c, 1, NULL, 0, NULL, 0, 1, 1), kernel_item(p, &c, 1, NULL, 0, NULL, 0, 1, 1)};
+  zi[1].kernel.local[2] = hcq_imm(0);
+  hcq_graph_t *zg = NULL;
+  FAILS(hcq_graph_create(zi, 2, NULL, 0, NULL, 0, NULL, &zg), HCQ_INVALID_ARGUMENT, "item 1 (count_calls)",
+        "local[2] is 0");
+  cr_assert_null(zg);
+  FAILS(hcq_exec_item_run(&zi[1], NULL, 0), HCQ_INVALID_ARGUMENT, "count_calls", "local[2] is 0");
+  hcq_expr_t *zero_expr = hcq_expr_const(0);
+  cr_assert_not_null(zero_expr);
+  zi[1].kernel.local[2] = hcq_imm(1);
+  zi[1].kernel.global[1] = hcq_sym(zero_expr); /* a constant expression is a constant */
+  FAILS(hcq_graph_create(zi, 2, NULL, 0, NULL, 0, NULL, &zg), HCQ_INVALID_ARGUMENT, "item 1", "global[1] is 0");
+  hcq_expr_release(zero_expr);
   ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {3, 1, 1}, {1, 1, 1}, NULL, 0};
   OK(hcq_launch(&ld));
   int32_t calls = 0;
@@ -658,6 +676,12 @@ Test(hardening, launch_dims_overflow_is_refused_and_empty_launches_run_nothing) 
   OK(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL)); /* empty */
   test_read(c, &calls, 4);
   cr_assert_eq(calls, 3 + 4, "the refused replay ran nothing, the empty one nothing: got %d", calls);
+  /* The same item run eagerly with n = 0 launches nothing too, and is no error. */
+  OK(hcq_exec_item_run(&it, &v, 1));
+  v.value = 1;
+  OK(hcq_exec_item_run(&it, &v, 1));
+  test_read(c, &calls, 4);
+  cr_assert_eq(calls, 3 + 4 + 1, "only the n = 1 run ran: got %d", calls);
   OK(hcq_graph_destroy(g));
   hcq_expr_release(n);
   hcq_buffer_release(c);
@@ -796,4 +820,43 @@ Test(hardening, validation_names_objects_of_a_closed_lost_device) {
   FAILS(hcq_buffer_copyout(a, 0, host, 16), HCQ_FAILED_PRECONDITION, "left behind", "CPU:2", "closed");
   hcq_buffer_release(a);
   unsetenv("HCQ_VALIDATE");
+}
+
+/* ---- closed device handles ---- */
+
+static void nop_fn(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)b, (void)v, (void)l; }
+
+/* A handle used after its close is refused by the device's name, without reading the freed device
+ * (AddressSanitizer builds prove that part); opens and closes pair up like references. */
+Test(hardening, closed_device_handles_are_refused_by_name) {
+  hcq_device_t *d = test_open("CPU:3"), *again = NULL;
+  OK(hcq_device_open("CPU:3", &again));
+  cr_assert_eq(again, d, "a second open returns the same device");
+  OK(hcq_device_close(again)); /* the first open still holds it */
+  OK(hcq_device_synchronize(d));
+  OK(hcq_device_close(d));
+  FAILS(hcq_device_close(d), HCQ_FAILED_PRECONDITION, "hcq_device_close: device CPU:3 was closed");
+  hcq_buffer_t *b = NULL;
+  FAILS(hcq_buffer_create(d, 64, &b), HCQ_FAILED_PRECONDITION, "hcq_buffer_create: device CPU:3 was closed");
+  cr_assert_null(b);
+  hcq_program_t *p = NULL;
+  FAILS(hcq_program_create_fn(d, "nop", nop_fn, &p), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  FAILS(hcq_program_create(d, "nop", "void nop(void) {}", &p), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  cr_assert_null(p);
+  hcq_signal_t *s = NULL;
+  FAILS(hcq_signal_create(d, "s", 0, &s), HCQ_FAILED_PRECONDITION, "hcq_signal_create: device CPU:3 was closed");
+  FAILS(hcq_device_synchronize(d), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  FAILS(hcq_device_health(d), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  FAILS(hcq_device_declare_lost(d, "x"), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  hcq_memory_usage_t usage;
+  FAILS(hcq_device_memory_usage(d, &usage), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  /* Opened again: a new handle that works, while the stale one stays refused. */
+  hcq_device_t *d2 = test_open("CPU:3");
+  cr_assert_neq(d2, d, "a device opened right after a close does not reuse the closed handle's address");
+  OK(hcq_device_synchronize(d2));
+  FAILS(hcq_device_close(d), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  test_close(d2);
+  /* Something that never was a device. */
+  int not_a_device = 0;
+  FAILS(hcq_device_close((hcq_device_t *)&not_a_device), HCQ_INVALID_ARGUMENT, "is not an open device");
 }

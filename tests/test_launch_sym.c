@@ -365,3 +365,47 @@ Test(launch_sym, bad_launches_fail_and_record_nothing) {
   hcq_expr_release(neg), hcq_expr_release(c100);
   fixture_close(&f);
 }
+
+/* Launch dims in captures: a constant 0 (eager or symbolic launch, or a jit item) is refused naming
+ * the dim and records nothing; a symbolic dim that is 0 runs nothing, in the capture and in replays. */
+Test(launch_sym, zero_dims_in_captures) {
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = test_program(d, "fill", test_kernels_source);
+  hcq_buffer_t *out = test_buffer(d, N * 4);
+  hcq_expr_t *k = NULL;
+  OK(hcq_var_create("k", 0, N / 64, &k));
+  hcq_capture_t *cap = NULL;
+  OK(hcq_capture_begin(&cap));
+  int32_t iv[2] = {9, N};
+  hcq_launch_desc_t l = {.program = p, .bufs = &out, .nbufs = 1, .vals = iv, .nvals = 2, .global = {4}, .local = {64, 1, 1}};
+  FAILS(hcq_launch(&l), HCQ_INVALID_ARGUMENT, "launch of fill", "global[1] is 0");
+  hcq_operand_t v[2] = {hcq_imm(9), hcq_imm(N)};
+  hcq_launch_sym_desc_t sd = {p, &out, 1, v, 2, {hcq_sym(k), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(0), hcq_imm(1)}, NULL, 0};
+  hcq_var_value_t k0 = {k, 0};
+  FAILS(hcq_launch_sym(&sd, &k0, 1), HCQ_INVALID_ARGUMENT, "fill", "local[1] is 0");
+  cr_assert_eq(hcq_capture_item_count(cap), 0);
+  sd.local[1] = hcq_imm(1);
+  OK(hcq_launch_sym(&sd, &k0, 1)); /* k = 0: nothing runs */
+  cr_assert_eq(hcq_capture_item_count(cap), 1);
+  hcq_jit_t *jit = NULL;
+  OK(hcq_capture_end(cap, NULL, 0, NULL, 0, NULL, &jit));
+  int32_t got[N];
+  test_read(out, got, sizeof(got));
+  for (int i = 0; i < N; i++) cr_assert_eq(got[i], 0, "k = 0 ran the kernel (out[%d] = %d)", i, got[i]);
+  OK(hcq_jit_run(jit, NULL, 0, &k0, 1, true, NULL));
+  test_read(out, got, sizeof(got));
+  for (int i = 0; i < N; i++) cr_assert_eq(got[i], 0, "a k = 0 replay ran the kernel (out[%d] = %d)", i, got[i]);
+  hcq_var_value_t k2 = {k, 2};
+  OK(hcq_jit_run(jit, NULL, 0, &k2, 1, true, NULL));
+  test_read(out, got, sizeof(got));
+  for (int i = 0; i < N; i++) cr_assert_eq(got[i], i < 128 ? 9 : 0, "k = 2 replay: out[%d] = %d", i, got[i]);
+  OK(hcq_jit_destroy(jit));
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
+                        .kernel = {.program = p, .bufs = &out, .nbufs = 1, .vals = v, .nvals = 2,
+                                   .global = {hcq_imm(1), hcq_imm(1), hcq_imm(0)}, .local = {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
+  FAILS(hcq_jit_create(&it, 1, NULL, 0, NULL, 0, NULL, &jit), HCQ_INVALID_ARGUMENT, "item 0 (fill)", "global[2] is 0");
+  hcq_expr_release(k);
+  hcq_buffer_release(out);
+  hcq_program_release(p);
+  test_close(d);
+}

@@ -3,6 +3,8 @@
  * semaphore waits between the engines, lost devices and hang reports. Skipped without Vulkan. */
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 
 #include "core/internal.h"
 #include "vulkan/vk_stats.h"
@@ -378,4 +380,58 @@ Test(vulkan, transfers_with_cpu_devices) {
   hcq_program_release(pv);
   test_close(c);
   test_close(v);
+}
+
+/* A kernel given fewer buffers than it reads dereferences a value as an address and faults inside
+ * the driver, on a thread hcq did not start: the process still dies, but first says which kernel
+ * (and graph item) the driver was running, as a faulting CPU kernel does. */
+static void launch_with_a_missing_buffer(void) {
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_program_t *p = test_program(d, "fill", test_kernels_glsl);
+  hcq_buffer_t *out = test_buffer(d, 64 * 4);
+  hcq_operand_t vals[2] = {hcq_imm(1), hcq_imm(64)};
+  hcq_exec_item_t items[2];
+  for (int i = 0; i < 2; i++)
+    items[i] = (hcq_exec_item_t){.kind = HCQ_ITEM_KERNEL,
+                                 .kernel = {.program = p, .bufs = &out, .nbufs = 1, .vals = vals, .nvals = 2,
+                                            .global = {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                                            .local = {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
+  items[1].kernel.nbufs = 0; /* buffer 0 is read from where the values are: address 0x4000000001 */
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(items, 2, NULL, 0, NULL, 0, NULL, &g));
+  hcq_status_free(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+  struct timespec ts = {5, 0};
+  nanosleep(&ts, NULL);
+}
+
+Test(vulkan, a_kernel_faulting_inside_the_driver_is_named_before_the_process_dies) {
+  /* Vulkan is first touched in the child: a driver's threads do not survive a fork. */
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    const char *why = test_backend_absent(vulkan(), 1);
+    if (why) {
+      fprintf(stderr, "%s", why);
+      _exit(77);
+    }
+    launch_with_a_missing_buffer();
+    _exit(0);
+  }
+  close(fds[1]);
+  char err[8192];
+  size_t len = 0;
+  for (ssize_t n; (n = read(fds[0], err + len, sizeof(err) - 1 - len)) > 0;) len += (size_t)n;
+  err[len] = '\0';
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) cr_skip_test("Vulkan absent: %s", err);
+  cr_assert(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child went on as if nothing happened: %s", err);
+  cr_assert(strstr(err, "hcq: SIGSEGV at address 0x4000000001") && strstr(err, "VULKAN:0 compute queue: ") &&
+                strstr(err, "kernel fill (graph item 1)") && strstr(err, "the process ends"),
+            "stderr: %s", err);
 }

@@ -93,7 +93,13 @@ HCQ_MUST_USE hcq_status_t hcq_device_open(const char *name, hcq_device_t **out_d
  * (FAILED_PRECONDITION) when the device is already open. options may be NULL. */
 HCQ_MUST_USE hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *options,
                                              hcq_device_t **out_device);
-/* Drops one reference; see above for when the last one fails. NULL is accepted. */
+/* Drops one reference; see above for when the last one fails. NULL is accepted. A handle whose last
+ * reference was dropped is no longer valid: closing it again (or passing it to hcq_buffer_create,
+ * hcq_program_create*, hcq_signal_create, hcq_device_synchronize, hcq_device_health,
+ * hcq_device_declare_lost or hcq_device_memory_usage) is FAILED_PRECONDITION naming the device it
+ * was ("device CPU:0 was closed; its handle is no longer valid"), and reads nothing through it. The
+ * last 256 closes are remembered by name; an older handle, or something that never was a device, is
+ * INVALID_ARGUMENT. Other calls with a closed handle (hcq_device_name, ...) remain undefined. */
 HCQ_MUST_USE hcq_status_t hcq_device_close(hcq_device_t *device);
 
 /* "CPU:0". */

@@ -64,8 +64,12 @@ typedef struct hcq_kernel_item {
   size_t nouts;
   const hcq_operand_t *vals; /* 32-bit values, constant or symbolic */
   size_t nvals;
-  hcq_operand_t global[3]; /* grid in work-groups */
-  hcq_operand_t local[3];  /* work-group size */
+  /* Grid in work-groups and work-group size. Every dim is >= 1: a constant 0 (a dim left out of an
+   * initializer) is INVALID_ARGUMENT naming the item and the dim, at build and in
+   * hcq_exec_item_run. A symbolic dim may evaluate to 0 at a replay (or a run): that item then
+   * launches nothing, which is how a size variable turns a kernel off. */
+  hcq_operand_t global[3];
+  hcq_operand_t local[3];
 } hcq_kernel_item_t;
 
 typedef struct hcq_transfer_item {

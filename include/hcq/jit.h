@@ -156,8 +156,8 @@ typedef struct hcq_launch_sym_desc {
   size_t nbufs;
   const hcq_operand_t *vals; /* the kernel's 32-bit values */
   size_t nvals;
-  hcq_operand_t global[3];   /* grid in work-groups */
-  hcq_operand_t local[3];    /* work-group size */
+  hcq_operand_t global[3];   /* grid in work-groups; a constant 0 is INVALID_ARGUMENT, a symbol */
+  hcq_operand_t local[3];    /* that evaluates to 0 launches nothing (then and in replays) */
   const uint32_t *outs;      /* indices into bufs of the buffers the kernel writes: NULL every */
   size_t nouts;              /* buffer, non-NULL with nouts 0 none (the rule of hcq_kernel_item_t) */
 } hcq_launch_sym_desc_t;

@@ -72,13 +72,27 @@ hcq_device_t *hcq_program_device(const hcq_program_t *program);
 /* The source text a program was compiled from; NULL for function-pointer programs. */
 const char *hcq_program_source(const hcq_program_t *program);
 
+/* Declares how many buffers and 32-bit values the kernel reads (optional; it cannot be told from C
+ * or GLSL source). From then on every launch of the program, on every backend (hcq_launch, graph
+ * items at build, hcq_exec_item_run, hcq_launch_sym, captures, graph files' "nbufs"/"nvals"), must
+ * pass exactly that many: else INVALID_ARGUMENT naming the kernel and both counts, and nothing runs
+ * (a kernel given fewer arguments than it reads reads garbage or crashes). Where the backend reads
+ * the parameters from the compiled kernel (CUDA: the PTX .entry parameter list), launches are
+ * checked against those without a declaration, and a declaration that disagrees is INVALID_ARGUMENT.
+ * Declaring the same counts again is fine; other counts are FAILED_PRECONDITION. Declare before the
+ * program's first launch. */
+HCQ_MUST_USE hcq_status_t hcq_program_declare_args(hcq_program_t *program, size_t nbufs, size_t nvals);
+/* The counts launches are checked against: true when declared or known to the backend. */
+bool hcq_program_args(const hcq_program_t *program, size_t *out_nbufs, size_t *out_nvals);
+
 /* The text every CPU kernel source is compiled after. */
 const char *hcq_cpu_prelude(void);
 
 /* Launches program eagerly: wait for the device timeline, memory barrier, exec, signal the
  * timeline. Buffers must be on the program's device; kernargs are the buffer addresses then the
- * 32-bit values. global is the grid in work-groups, local the group size; a 0 in either makes an
- * empty launch. Returns once the launch is queued. */
+ * 32-bit values. global is the grid in work-groups, local the group size; every dim must be >= 1
+ * (give 1 for unused dims: {n} leaves y and z 0): a 0 is INVALID_ARGUMENT naming the program and the
+ * dim ("global[1] is 0"). Returns once the launch is queued. */
 typedef struct hcq_launch_desc {
   hcq_program_t *program;
   hcq_buffer_t *const *bufs;

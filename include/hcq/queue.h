@@ -72,7 +72,9 @@ HCQ_MUST_USE hcq_status_t hcq_queue_timestamp(hcq_queue_t *queue, hcq_operand_t 
 HCQ_MUST_USE hcq_status_t hcq_queue_memory_barrier(hcq_queue_t *queue);
 /* Runs program over the global grid of local-sized groups, its arguments read from kernargs_addr
  * (nbufs 64-bit buffer addresses, then the 32-bit values). Compute queues only. The queue retains
- * program. */
+ * program. A constant 0 dim is INVALID_ARGUMENT naming it (a symbolic one that evaluates to 0 at a
+ * submit runs nothing); so is an nbufs other than the program's declared or known buffer count
+ * (hcq_program_declare_args). */
 HCQ_MUST_USE hcq_status_t hcq_queue_exec(hcq_queue_t *queue, hcq_program_t *program, hcq_operand_t kernargs_addr,
                                          size_t nbufs, const hcq_operand_t global[3], const hcq_operand_t local[3]);
 /* Copies size bytes from src to dst (device addresses). Copy queues only. */

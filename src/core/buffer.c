@@ -39,7 +39,9 @@ static hcq_status_t buffer_create(hcq_device_t *dev, uint64_t size, uint32_t fla
 }
 
 hcq_status_t hcq_buffer_create(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out_buffer) {
-  return buffer_create(dev, size, 0, out_buffer);
+  if (out_buffer) *out_buffer = NULL;
+  hcq_status_t st = dev ? hcq__device_handle_check(dev, "hcq_buffer_create") : NULL;
+  return st ? st : buffer_create(dev, size, 0, out_buffer);
 }
 
 hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out) {

@@ -31,6 +31,57 @@ static void orphan(void *p) {
 
 void hcq__keep(void *p) { orphan(p); }
 
+/* Closed handles. A call given a handle that was closed must not read it (its struct may be freed):
+ * the handle is looked up among the open devices first, by address only, and a closed one is named
+ * from the tombstone its close left (registry lock). Freed device structs wait in a quarantine
+ * before going back to malloc, so the next device opened does not get the address of one just closed
+ * (a stale handle would then be that device's). */
+#define TOMBSTONES 256
+#define QUARANTINE 64
+static struct {
+  const hcq_device_t *dev;
+  char name[32];
+} g_tombstones[TOMBSTONES];
+static size_t g_tombstone_next;
+static pthread_mutex_t g_quarantine_lock = PTHREAD_MUTEX_INITIALIZER;
+static hcq_device_t *g_quarantine[QUARANTINE];
+static size_t g_quarantine_next;
+
+static void quarantine_free(hcq_device_t *dev) {
+  pthread_mutex_lock(&g_quarantine_lock);
+  hcq_device_t *old = g_quarantine[g_quarantine_next];
+  g_quarantine[g_quarantine_next] = dev;
+  g_quarantine_next = (g_quarantine_next + 1) % QUARANTINE;
+  pthread_mutex_unlock(&g_quarantine_lock);
+  free(old);
+}
+
+static bool is_open_locked(const hcq_device_t *dev) {
+  for (int i = 0; i < MAX_DEVICES; i++)
+    if (g_devices[i] == dev) return true;
+  return false;
+}
+
+/* Under the registry lock, for a handle that is not open: which device it was, from its tombstone. */
+static hcq_status_t stale_handle_locked(const hcq_device_t *dev, const char *call) {
+  for (size_t k = 0; k < TOMBSTONES; k++) {
+    size_t i = (g_tombstone_next + TOMBSTONES - 1 - k) % TOMBSTONES;
+    if (g_tombstones[i].dev == dev)
+      return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: device %s was closed; its handle is no longer valid", call,
+                             g_tombstones[i].name);
+  }
+  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %p is not an open device (closed long ago, or never opened)", call,
+                         (const void *)dev);
+}
+
+hcq_status_t hcq__device_handle_check(const hcq_device_t *dev, const char *call) {
+  if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: device is NULL", call);
+  pthread_mutex_lock(&g_registry_lock);
+  hcq_status_t st = is_open_locked(dev) ? NULL : stale_handle_locked(dev, call);
+  pthread_mutex_unlock(&g_registry_lock);
+  return st;
+}
+
 const char *hcq_device_kind_name(hcq_device_kind_t kind) {
   static const char *const names[] = {
 #define HCQ__DEVICE_KIND_NAME(name, text) text,
@@ -167,7 +218,7 @@ static void destroy_common(hcq_device_t *dev) {
     orphan(dev);
     return;
   }
-  free(dev);
+  quarantine_free(dev);
 }
 
 void hcq__device_struct_release(hcq_device_t *dev) {
@@ -290,9 +341,12 @@ static void describe_objects(hcq_device_t *dev, char *out, size_t size) {
 
 hcq_status_t hcq_device_close(hcq_device_t *dev) {
   if (!dev) return NULL;
-  if (hcq__validating && atomic_load(&dev->state) != HCQ__OBJ_LIVE)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_device_close: device %s was closed already", dev->name);
   pthread_mutex_lock(&g_registry_lock);
+  if (!is_open_locked(dev)) { /* closed already: dev may point at freed memory */
+    hcq_status_t st = stale_handle_locked(dev, "hcq_device_close");
+    pthread_mutex_unlock(&g_registry_lock);
+    return st;
+  }
   if (dev->closing) {
     pthread_mutex_unlock(&g_registry_lock);
     return hcq_status_make(HCQ_FAILED_PRECONDITION, "cannot close %s: another thread is closing it", dev->name);
@@ -348,6 +402,9 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
   dev->open_refs = 0;
   for (int i = 0; i < MAX_DEVICES; i++)
     if (g_devices[i] == dev) g_devices[i] = NULL;
+  g_tombstones[g_tombstone_next].dev = dev;
+  snprintf(g_tombstones[g_tombstone_next].name, sizeof(g_tombstones[0].name), "%s", dev->name);
+  g_tombstone_next = (g_tombstone_next + 1) % TOMBSTONES;
   pthread_mutex_unlock(&g_registry_lock);
   dev->closed = true;
   /* Objects still alive (lost device) keep the struct; the last one to go destroys it. */
@@ -483,16 +540,15 @@ void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...) {
 }
 
 hcq_status_t hcq_device_declare_lost(hcq_device_t *dev, const char *reason) {
-  if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_declare_lost: device is NULL");
-  if (hcq__validating && atomic_load(&dev->state) != HCQ__OBJ_LIVE)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_device_declare_lost: device %s was closed", dev->name);
+  hcq_status_t st = hcq__device_handle_check(dev, "hcq_device_declare_lost");
+  if (st) return st;
   hcq__device_mark_lost(dev, "%s", reason && *reason ? reason : "declared lost by the application");
   return NULL;
 }
 
 hcq_status_t hcq_device_health(const hcq_device_t *dev) {
-  if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_health: device is NULL");
-  return hcq__device_check((hcq_device_t *)dev);
+  hcq_status_t st = hcq__device_handle_check(dev, "hcq_device_health");
+  return st ? st : hcq__device_check((hcq_device_t *)dev);
 }
 
 /* ---- hang reports ---- */
@@ -710,8 +766,9 @@ hcq_status_t hcq__device_prepare_submit(hcq_device_t *dev) {
 }
 
 hcq_status_t hcq_device_synchronize(hcq_device_t *dev) {
-  if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "synchronize: device is NULL");
-  hcq_status_t st = hcq__device_check(dev);
+  hcq_status_t st = hcq__device_handle_check(dev, "synchronize");
+  if (st) return st;
+  st = hcq__device_check(dev);
   if (st) return hcq_status_annotate(st, "synchronize");
   pthread_mutex_lock(&dev->lock);
   st = hcq__device_synchronize_locked(dev);

@@ -1,6 +1,7 @@
 /* Eager work: every piece waits for the device timeline's previous value, does its job, signals the
  * next value. The scratch queues are rebuilt per command under the device lock. */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -77,6 +78,16 @@ hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], 
   return NULL;
 }
 
+hcq_status_t hcq__zero_dim_error(const char *dim, int index, const char *fmt, ...) {
+  char who[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(who, sizeof(who), fmt, ap);
+  va_end(ap);
+  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s[%d] is 0 (launch dims must be >= 1; use 1 for unused dims)", who,
+                         dim, index);
+}
+
 static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
   if (!d || !d->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch: descriptor or program is NULL");
   const hcq_program_t *p = d->program;
@@ -88,6 +99,11 @@ static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
   if (d->nbufs > HCQ_MAX_KERNEL_BUFS || d->nvals > HCQ_MAX_KERNEL_VALS)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers and %zu values exceed the limits (%d, %d)",
                            p->name, d->nbufs, d->nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
+  if (!hcq__program_args_ok(p, d->nbufs, d->nvals)) {
+    char who[96];
+    snprintf(who, sizeof(who), "launch of %s", p->name);
+    return hcq__program_check_args(p, d->nbufs, d->nvals, who);
+  }
   if (d->nouts && !d->outs)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu outs but the array is NULL", p->name, d->nouts);
   for (size_t i = 0; i < d->nouts; i++)
@@ -106,7 +122,12 @@ static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
                              p->name, i, d->bufs[i]->label, d->bufs[i]->dev->name, p->dev->name);
   }
   uint64_t g[3], l[3];
-  for (int i = 0; i < 3; i++) g[i] = d->global[i], l[i] = d->local[i];
+  for (int i = 0; i < 3; i++) {
+    /* A dim left out of an initializer ({n} for {n, 1, 1}) is 0: refused, not an empty launch. */
+    if (!d->global[i] || !d->local[i])
+      return hcq__zero_dim_error(!d->global[i] ? "global" : "local", i, "launch of %s", p->name);
+    g[i] = d->global[i], l[i] = d->local[i];
+  }
   if (hcq__dims_ok(p->dev, g, l)) return NULL; /* the message is built only for a failure */
   char who[128];
   snprintf(who, sizeof(who), "launch of %s", p->name);

@@ -238,7 +238,17 @@ typedef struct hcq__engine_snapshot {
 typedef struct hcq__program_impl {
   uint64_t handle; /* what EXEC carries: on CPU the kernel function pointer */
   void *object;    /* backend's loaded module, or NULL */
+  /* What the kernel reads, where the backend knows it from the compiled code (CUDA: the PTX
+   * parameter list): hcq__args_pack(nbufs, nvals, HCQ__ARGS_FROM_BACKEND); 0 when unknown. */
+  uint32_t args;
 } hcq__program_impl_t;
+
+/* A program's argument counts in one word (launches on any thread read it with one relaxed load):
+ * bits 0-15 values, 16-29 buffers, 30-31 where they come from; 0 means not known. */
+enum { HCQ__ARGS_DECLARED = 1u << 30, HCQ__ARGS_FROM_BACKEND = 2u << 30 };
+static inline uint32_t hcq__args_pack(size_t nbufs, size_t nvals, uint32_t from) {
+  return from | (uint32_t)nbufs << 16 | (uint32_t)nvals;
+}
 
 typedef struct hcq__device_vtable {
   /* Frees backend state after stop (engines gone); memory the core allocated is freed before. */
@@ -393,7 +403,17 @@ struct hcq_program {
   hcq__program_impl_t impl;
   char name[64];
   char *source; /* NULL for function-pointer programs */
+  _Atomic uint32_t args; /* hcq__args_pack(): declared, or known to the backend; 0 unknown */
 };
+
+/* Whether a launch with nbufs buffers and nvals values fits what p is known to take (cheap). */
+static inline bool hcq__program_args_ok(const hcq_program_t *p, size_t nbufs, size_t nvals) {
+  uint32_t a = atomic_load_explicit(&((hcq_program_t *)p)->args, memory_order_relaxed);
+  return !a || (a & ~(3u << 30)) == hcq__args_pack(nbufs, nvals, 0);
+}
+/* INVALID_ARGUMENT "<who>: kernel K takes 2 buffers and 1 value (declared), ... passes 1 and 1" when
+ * the counts do not fit; NULL when they do. */
+hcq_status_t hcq__program_check_args(const hcq_program_t *p, size_t nbufs, size_t nvals, const char *who);
 
 typedef enum { HCQ__FIELD_U32, HCQ__FIELD_I32, HCQ__FIELD_U64 } hcq__field_t;
 
@@ -462,6 +482,10 @@ hcq_status_t hcq__wait_signal(const hcq_signal_t *sig, uint64_t value, int64_t t
                               size_t ndevs);
 /* Notes, for the hang report's "for at least N ms", what each engine of devs is doing now. */
 void hcq__device_touch_watch(hcq_device_t *const *devs, size_t ndevs);
+/* For calls given a device handle by the application: NULL when it is an open device; else, without
+ * reading *dev, FAILED_PRECONDITION naming the device it was when it was closed (the last 256 closes
+ * are remembered), or INVALID_ARGUMENT. call names the caller in the message. */
+hcq_status_t hcq__device_handle_check(const hcq_device_t *dev, const char *call);
 /* Drops a struct reference; the last one frees the device (closed devices only). */
 void hcq__device_struct_release(hcq_device_t *dev);
 
@@ -502,6 +526,10 @@ void hcq__buffer_set_mem_class(hcq_buffer_t *buf, hcq__mem_class_t mem_class);
 hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3], const char *who);
 /* The same check without a message: true when the launch is fine (cheap, for hot paths). */
 bool hcq__dims_ok(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3]);
+/* INVALID_ARGUMENT "<who>: global[1] is 0 (launch dims must be >= 1; ...)": a constant 0 in a launch
+ * dim is refused everywhere (eager launches, items, graph files); only a symbolic dim that evaluates to
+ * 0 at replay makes an empty launch. */
+hcq_status_t hcq__zero_dim_error(const char *dim, int index, const char *who_fmt, ...) HCQ_PRINTF(3, 4);
 
 /* Queue internals for the eager path: recording without references, resetting for reuse, and
  * submitting while the caller holds the device lock. */
@@ -529,6 +557,21 @@ typedef struct hcq__recorder {
   void *ctx;
 } hcq__recorder_t;
 extern _Thread_local const hcq__recorder_t *hcq__recorder;
+
+/* Kernel fault reports (src/cpu/cpu_fault.c, the CPU backend's handler, shared): backends whose
+ * kernels run on threads hcq did not start (a Vulkan driver's) register a describer. On a SIGSEGV,
+ * SIGBUS, SIGFPE or SIGILL on a thread that is not a CPU engine's, the handler asks each to append,
+ * async-signal-safely (no locks, no allocation, no stdio), which kernels it has in flight ("kernel
+ * fill (graph item 3) on VULKAN:0's compute queue"); anything appended is printed before the
+ * process ends the way it would have. Adding installs the handler. */
+typedef struct hcq__fault_line {
+  char buf[512];
+  size_t len;
+} hcq__fault_line_t;
+typedef void (*hcq__fault_describer_fn)(hcq__fault_line_t *line);
+void hcq__fault_add_describer(hcq__fault_describer_fn fn);
+void hcq__fault_put(hcq__fault_line_t *line, const char *s);
+void hcq__fault_put_dec(hcq__fault_line_t *line, uint64_t v);
 
 /* Backends. */
 size_t hcq__cpu_core_count(void);

@@ -36,9 +36,8 @@ void hcq_kernel_cache_usage(uint64_t *out_bytes, uint64_t *out_files, const char
 
 hcq_status_t hcq_device_memory_usage(hcq_device_t *dev, hcq_memory_usage_t *out) {
   if (!dev || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_memory_usage: device or output is NULL");
-  if (hcq__validating && atomic_load(&dev->state) != HCQ__OBJ_LIVE)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_device_memory_usage: device %s was closed (HCQ_VALIDATE)",
-                           dev->name);
+  hcq_status_t st = hcq__device_handle_check(dev, "hcq_device_memory_usage");
+  if (st) return st;
   pthread_mutex_lock(&dev->lock);
   hcq__device_reclaim(dev);
   pthread_mutex_unlock(&dev->lock);

@@ -14,7 +14,8 @@ static hcq_status_t program_new(hcq_device_t *dev, const char *name, hcq_program
 }
 
 static hcq_status_t check_name(const char *what, hcq_device_t *dev, const char *name) {
-  if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: device is NULL", what);
+  hcq_status_t st = hcq__device_handle_check(dev, what);
+  if (st) return st;
   if (!name || !*name) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s on %s: the program name is empty", what, dev->name);
   if (strlen(name) >= sizeof(((hcq_program_t *)0)->name))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s on %s: program name \"%.32s...\" is longer than %zu bytes", what,
@@ -51,6 +52,7 @@ hcq_status_t hcq_program_create(hcq_device_t *dev, const char *entry, const char
     free(p);
     return hcq_status_annotate(st, "program %s on %s", entry, dev->name);
   }
+  atomic_store_explicit(&p->args, p->impl.args, memory_order_relaxed);
   hcq__obj_add(dev, &p->obj, HCQ__OBJ_PROGRAM, p->name);
   *out_program = p;
   return NULL;
@@ -103,3 +105,44 @@ void hcq__program_destroy(hcq_program_t *p) {
 }
 
 const char *hcq_program_source(const hcq_program_t *p) { return p ? p->source : NULL; }
+
+static const char *plural(size_t n, const char *one, const char *many) { return n == 1 ? one : many; }
+
+hcq_status_t hcq__program_check_args(const hcq_program_t *p, size_t nbufs, size_t nvals, const char *who) {
+  if (hcq__program_args_ok(p, nbufs, nvals)) return NULL;
+  uint32_t a = atomic_load_explicit(&((hcq_program_t *)p)->args, memory_order_relaxed);
+  size_t want_bufs = (a >> 16) & 0x3fffu, want_vals = a & 0xffffu;
+  return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                         "%s: kernel %s takes %zu %s and %zu %s (%s), but %zu %s and %zu %s are passed", who, p->name,
+                         want_bufs, plural(want_bufs, "buffer", "buffers"), want_vals, plural(want_vals, "value", "values"),
+                         a & HCQ__ARGS_FROM_BACKEND ? "by its compiled parameter list" : "as declared",
+                         nbufs, plural(nbufs, "buffer", "buffers"), nvals, plural(nvals, "value", "values"));
+}
+
+hcq_status_t hcq_program_declare_args(hcq_program_t *p, size_t nbufs, size_t nvals) {
+  if (!p) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_program_declare_args: program is NULL");
+  hcq_status_t st = hcq__obj_check(&p->obj, HCQ__OBJ_PROGRAM, "hcq_program_declare_args: program");
+  if (st) return st;
+  if (nbufs > HCQ_MAX_KERNEL_BUFS || nvals > HCQ_MAX_KERNEL_VALS)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "program %s: %zu buffers and %zu values exceed the limits (%d, %d)",
+                           p->name, nbufs, nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
+  uint32_t want = hcq__args_pack(nbufs, nvals, HCQ__ARGS_DECLARED), had = 0;
+  if (atomic_compare_exchange_strong_explicit(&p->args, &had, want, memory_order_relaxed, memory_order_relaxed))
+    return NULL;
+  if (hcq__program_args_ok(p, nbufs, nvals)) return NULL; /* the same counts again, or what the backend knows */
+  size_t hb = (had >> 16) & 0x3fffu, hv = had & 0xffffu;
+  if (had & HCQ__ARGS_FROM_BACKEND)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "program %s on %s: declared %zu buffers and %zu values, but its compiled parameter list "
+                           "takes %zu and %zu", p->name, p->dev->name, nbufs, nvals, hb, hv);
+  return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                         "program %s: declared %zu buffers and %zu values, but it was declared with %zu and %zu already",
+                         p->name, nbufs, nvals, hb, hv);
+}
+
+bool hcq_program_args(const hcq_program_t *p, size_t *out_nbufs, size_t *out_nvals) {
+  uint32_t a = p ? atomic_load_explicit(&((hcq_program_t *)p)->args, memory_order_relaxed) : 0;
+  if (out_nbufs) *out_nbufs = a ? (a >> 16) & 0x3fffu : 0;
+  if (out_nvals) *out_nvals = a ? a & 0xffffu : 0;
+  return a != 0;
+}

@@ -330,7 +330,17 @@ hcq_status_t hcq_queue_exec(hcq_queue_t *q, hcq_program_t *program, hcq_operand_
   for (int i = 0; i < 3; i++) {
     CHECK_OPERAND(global[i], HCQ__FIELD_U32, "exec", gname[i]);
     CHECK_OPERAND(local[i], HCQ__FIELD_U32, "exec", lname[i]);
+    /* A constant 0 is a dim left out, as for hcq_launch; a symbolic one may be 0 at a submit. */
+    for (int w = 0; w < 2; w++) {
+      hcq_operand_t op = w ? local[i] : global[i];
+      if (op.sym ? hcq_expr_is_const(op.sym) && hcq_expr_const_value(op.sym) == 0 : op.value == 0)
+        return hcq__zero_dim_error(w ? "local" : "global", i, "exec of %s", program->name);
+    }
   }
+  size_t want_bufs;
+  if (hcq_program_args(program, &want_bufs, NULL) && want_bufs != nbufs)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "exec of %s: the kernel takes %zu buffer%s, the exec passes %zu",
+                           program->name, want_bufs, want_bufs == 1 ? "" : "s", nbufs);
   if ((st = note_device(q, program->dev, "exec", program->name))) return st;
   if (q->retain_refs && !hcq__vec_reserve_for(&q->programs, q->programs.len + 1)) return oom("recording exec");
   size_t at;

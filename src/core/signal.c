@@ -314,14 +314,15 @@ hcq_status_t hcq_signal_create(hcq_device_t *device, const char *name, uint64_t 
                                hcq_signal_t **out_signal) {
   if (!out_signal) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_signal_create: out_signal is NULL");
   *out_signal = NULL;
-  if (!device) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_signal_create: device is NULL");
+  hcq_status_t st = hcq__device_handle_check(device, "hcq_signal_create");
+  if (st) return st;
   static atomic_ulong counter;
   char fallback[64];
   if (!name || !*name) {
     snprintf(fallback, sizeof(fallback), "signal#%lu on %s", atomic_fetch_add(&counter, 1) + 1, device->name);
     name = fallback;
   }
-  hcq_status_t st = hcq__device_check(device);
+  st = hcq__device_check(device);
   if (st) return hcq_status_annotate(st, "hcq_signal_create");
   st = hcq__signal_create_internal(device, name, initial_value, out_signal);
   if (!st) {

@@ -23,14 +23,13 @@ _Thread_local hcq__cpu_fault_ctx_t *hcq__cpu_fault_ctx;
 
 /* ---- async-signal-safe formatting ---- */
 
-typedef struct {
-  char buf[512];
-  size_t len;
-} line_t;
+typedef hcq__fault_line_t line_t;
 
 static void put(line_t *l, const char *s) {
   while (*s && l->len < sizeof(l->buf) - 1) l->buf[l->len++] = *s++;
 }
+
+void hcq__fault_put(hcq__fault_line_t *l, const char *s) { put(l, s); }
 
 static void put_dec(line_t *l, uint64_t v) {
   char tmp[24];
@@ -41,6 +40,8 @@ static void put_dec(line_t *l, uint64_t v) {
   } while (v);
   while (n && l->len < sizeof(l->buf) - 1) l->buf[l->len++] = tmp[--n];
 }
+
+void hcq__fault_put_dec(hcq__fault_line_t *l, uint64_t v) { put_dec(l, v); }
 
 static void put_hex(line_t *l, uint64_t v) {
   char tmp[16];
@@ -115,10 +116,47 @@ static void chain(int sig, siginfo_t *info, void *uctx) {
   if (info->si_code <= 0) raise(sig); /* sent by kill(): it would not come back by itself */
 }
 
+/* Backends whose kernels run on threads hcq did not start (a Vulkan driver's). Slots are filled
+ * once, before the backend's first kernel, and never emptied. */
+#define MAX_DESCRIBERS 4
+static _Atomic(hcq__fault_describer_fn) g_describers[MAX_DESCRIBERS];
+
+void hcq__fault_add_describer(hcq__fault_describer_fn fn) {
+  hcq__cpu_fault_install();
+  for (size_t i = 0; i < MAX_DESCRIBERS; i++) {
+    hcq__fault_describer_fn expected = NULL;
+    if (atomic_load(&g_describers[i]) == fn) return;
+    if (atomic_compare_exchange_strong(&g_describers[i], &expected, fn)) return;
+  }
+}
+
+/* A fault outside a CPU kernel: if a backend has kernels in flight on threads that are not ours,
+ * this fault is most likely one of them (a kernel given a bad address faults inside the driver). */
+static void report_foreign(int sig, const siginfo_t *info) {
+  line_t what = {.len = 0};
+  for (size_t i = 0; i < MAX_DESCRIBERS; i++) {
+    hcq__fault_describer_fn fn = atomic_load(&g_describers[i]);
+    if (fn) fn(&what);
+  }
+  if (!what.len) return;
+  what.buf[what.len] = '\0';
+  line_t l = {.len = 0};
+  put(&l, "hcq: ");
+  put(&l, signal_name(sig));
+  put(&l, " at address ");
+  put_hex(&l, (uint64_t)(uintptr_t)info->si_addr);
+  put(&l, " outside any CPU kernel, while kernels were running in a driver: ");
+  put(&l, what.buf);
+  put(&l, "; most likely one of them faulted (was it given fewer buffers or values than it reads?); the process ends\n");
+  ssize_t ignored = write(2, l.buf, l.len);
+  (void)ignored;
+}
+
 static void on_fault(int sig, siginfo_t *info, void *uctx) {
   hcq__cpu_fault_ctx_t *ctx = hcq__cpu_fault_ctx;
   const uint32_t *cmd = ctx && ctx->current_command ? ctx->current_command(ctx) : NULL;
   if (!cmd || HCQ__HDR_OP(cmd[0]) != HCQ__OP_EXEC || info->si_code <= 0) {
+    if (!ctx && info->si_code > 0) report_foreign(sig, info);
     chain(sig, info, uctx);
     return;
   }

@@ -152,6 +152,9 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
     return st;
   }
   k->param_bytes = k->nptrs * 8 + k->nvals * 4;
+  /* The core checks every launch and item against the parameter list: a launch with fewer values
+   * would have the kernel read past its argument block. */
+  out->args = hcq__args_pack(k->nptrs, k->nvals, HCQ__ARGS_FROM_BACKEND);
   out->handle = (uint64_t)(uintptr_t)k;
   out->object = k;
   return NULL;

@@ -132,6 +132,7 @@ static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who,
   if ((k->nbufs && !k->bufs) || (k->nouts && !k->outs) || (k->nvals && !k->vals))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): a buffer, out or value array is NULL", who, name);
   hcq_status_t st = NULL;
+  if (!hcq__program_args_ok(k->program, k->nbufs, k->nvals)) return hcq__program_check_args(k->program, k->nbufs, k->nvals, who);
   if (hcq__validating) {
     char what[96];
     snprintf(what, sizeof(what), "%s: program", who);
@@ -152,6 +153,14 @@ static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who,
     if (k->outs[i] >= k->nbufs)
       return hcq_status_make(HCQ_OUT_OF_RANGE, "%s (%s): out %zu names buffer %u but the kernel has %zu", who, name,
                              i, k->outs[i], k->nbufs);
+  /* Only a symbolic dim may be 0 (an empty launch at a replay whose values make it so); a constant
+   * 0 is a dim left out of an initializer and would silently run nothing. */
+  for (int i = 0; i < 3; i++)
+    for (int w = 0; w < 2; w++) {
+      hcq_operand_t op = w ? k->local[i] : k->global[i];
+      if (op.sym ? hcq_expr_is_const(op.sym) && hcq_expr_const_value(op.sym) == 0 : op.value == 0)
+        return hcq__zero_dim_error(w ? "local" : "global", i, "%s (%s)", who, name);
+    }
   for (size_t i = 0; i < k->nvals && !st; i++) st = check_operand(k->vals[i], INT32_MIN, INT32_MAX, vals, nvals, who, "value", i);
   for (size_t i = 0; i < 3 && !st; i++) {
     st = check_operand(k->global[i], 0, UINT32_MAX, vals, nvals, who, "global", i);
@@ -598,6 +607,9 @@ static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value
     if (k->local[i].sym) hcq_status_free(hcq_expr_eval(k->local[i].sym, vals, nvals, &lo));
     l.global[i] = (uint32_t)g;
     l.local[i] = (uint32_t)lo;
+    /* Constants were refused above: a symbolic dim is 0 with these values, an empty launch (as at a
+     * replay), which hcq_launch would refuse. */
+    if (!g || !lo) return NULL;
   }
   return hcq_launch(&l);
 }

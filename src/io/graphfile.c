@@ -729,9 +729,19 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
   json_t *v;
   if (!st) json_object_foreach((json_t *)programs, key, v) {
     size_t m2 = push_key(L, key);
-    static const char *const keys[] = {"entry", "c", "cuda", "glsl", NULL};
-    gf_program_t p = {0};
+    static const char *const keys[] = {"entry", "c", "cuda", "glsl", "nbufs", "nvals", NULL};
+    gf_program_t p = {.nbufs = -1, .nvals = -1};
     if (!(st = expect(L, v, JSON_OBJECT, "an object {entry, c, cuda, glsl}")) && !(st = only_keys(L, v, keys))) {
+      const json_t *jnb = json_object_get(v, "nbufs"), *jnv = json_object_get(v, "nvals");
+      if (!jnb != !jnv) st = fail(L, HCQ_INVALID_ARGUMENT, "give both \"nbufs\" and \"nvals\", or neither");
+      if (!st && jnb) {
+        size_t m3 = push(L, ".nbufs");
+        st = get_int(L, jnb, 0, HCQ_MAX_KERNEL_BUFS, &p.nbufs);
+        pop(L, m3);
+        m3 = push(L, ".nvals");
+        if (!st) st = get_int(L, jnv, 0, HCQ_MAX_KERNEL_VALS, &p.nvals);
+        pop(L, m3);
+      }
       const json_t *entry = json_object_get(v, "entry"), *c = json_object_get(v, "c");
       if (entry) {
         size_t m3 = push(L, ".entry");
@@ -798,6 +808,10 @@ static hcq_status_t program_for(loader_t *L, gf_program_t *p, hcq_device_t *dev,
                          cuda ? "cuda" : glsl ? "glsl" : "c");
   else
     st = hcq_program_create(dev, p->entry, source, out);
+  if (!st && p->nbufs >= 0 && (st = hcq_program_declare_args(*out, (size_t)p->nbufs, (size_t)p->nvals))) {
+    hcq_program_release(*out);
+    *out = NULL;
+  }
   if (st) return wrap(L, st);
   p->compiled[p->ncompiled++] = *out;
   return NULL;
@@ -848,6 +862,9 @@ static hcq_status_t parse_dims(loader_t *L, const json_t *j, const char *name, h
   for (size_t i = 0; i < json_array_size(j) && !st; i++) {
     size_t m2 = push(L, "[%zu]", i);
     st = parse_operand(L, json_array_get(j, i), 0, UINT32_MAX, &dims[i]);
+    /* Missing dims are 1; an explicit constant 0 would run nothing, silently. */
+    if (!st && (dims[i].sym ? hcq_expr_is_const(dims[i].sym) && hcq_expr_const_value(dims[i].sym) == 0 : !dims[i].value))
+      st = fail(L, HCQ_INVALID_ARGUMENT, "is 0 (launch dims must be >= 1; use 1 for unused dims)");
     pop(L, m2);
   }
   pop(L, m);
@@ -962,6 +979,9 @@ static hcq_status_t parse_kernel(loader_t *L, const json_t *j, hcq_exec_item_t *
   m = push(L, ".kernel");
   st = program_for(L, prog, dev, &k->program);
   pop(L, m);
+  /* Counts the program declares (or its compiled code tells): bad input, like an unknown buffer. */
+  if (!st && !hcq__program_args_ok(k->program, nbufs, nvals))
+    st = wrap(L, hcq__program_check_args(k->program, nbufs, nvals, "bufs and vals"));
   return st;
 }
 

@@ -27,6 +27,7 @@ typedef struct gf_program {
   char *glsl; /* GLSL compute source, for devices that compile GLSL (Vulkan) */
   hcq_program_t *compiled[GF_MAX_DEVICES];
   size_t ncompiled;
+  int64_t nbufs, nvals; /* "nbufs"/"nvals": what the kernel reads (hcq_program_declare_args); -1 unsaid */
 } gf_program_t;
 
 typedef struct gf_run {

@@ -129,6 +129,11 @@ static hcq_status_t program_name(saver_t *s, const hcq_program_t *p, const char 
   uint32_t caps = hcq_device_caps(hcq_program_device(p));
   json_object_set_new(j, caps & HCQ_CAP_COMPILE_CUDA ? "cuda" : caps & HCQ_CAP_COMPILE_GLSL ? "glsl" : "c",
                       json_string(src));
+  size_t nbufs, nvals;
+  if (hcq_program_args(p, &nbufs, &nvals)) { /* the counts travel, so the loaded file checks them too */
+    json_object_set_new(j, "nbufs", json_integer((json_int_t)nbufs));
+    json_object_set_new(j, "nvals", json_integer((json_int_t)nvals));
+  }
   json_object_set_new(s->programs, name, j);
   *out = name;
   return NULL;

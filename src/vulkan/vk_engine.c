@@ -34,6 +34,8 @@
 #define MAX_BATCH_PEND 64
 #define TS_QUERIES 256u
 #define MAX_TRANSIENT_TS 32
+#define FAULT_EXECS 4    /* kernels of a batch a fault report names */
+#define FAULT_BATCHES 64 /* batches in flight a fault report looks at */
 
 const char *hcq__vk_result_name(VkResult r);
 uint64_t hcq__vk_ticks_to_ns(const vk_device_t *vd, uint64_t ticks);
@@ -116,6 +118,8 @@ typedef struct vk_engine {
   VkCommandBuffer bcbs[MAX_BATCH_CBS];
   seg_t *bsegs[MAX_BATCH_CBS];
   uint32_t nbcbs;
+  const uint32_t *bexecs[FAULT_EXECS]; /* the batch's first EXECs, and how many it has */
+  uint32_t nbexecs;
   VkSemaphore bwait_sem[2];
   uint64_t bwait_val[2];
   uint32_t nbwaits;
@@ -125,6 +129,14 @@ typedef struct vk_engine {
 
   /* hang reports */
   _Atomic(const uint32_t *) blocked_at, interp_at, interp_base, gpu_at, gpu_base, prev;
+
+  /* Batches handed to the driver, by semaphore value, for the fault report (any thread reads them,
+   * without locks, in a signal handler): a slot is valid while its sem is above gpu_done. */
+  struct {
+    _Atomic uint64_t sem;
+    const uint32_t *execs[FAULT_EXECS];
+    uint32_t nexecs;
+  } inflight[FAULT_BATCHES];
 
   _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits;
   pthread_t thread, completer;
@@ -225,6 +237,14 @@ static void flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value) {
                        .pCommandBuffers = e->bcbs,
                        .signalSemaphoreCount = 1,
                        .pSignalSemaphores = &e->sem};
+    /* Published before the driver may run it (lavapipe runs it inside vkQueueSubmit or on its own
+     * threads): a fault there names these kernels. */
+    __typeof__(e->inflight[0]) *f = &e->inflight[sem % FAULT_BATCHES];
+    atomic_store_explicit(&f->sem, 0, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    f->nexecs = e->nbexecs;
+    memcpy(f->execs, e->bexecs, sizeof(f->execs));
+    atomic_store_explicit(&f->sem, sem, memory_order_release);
     pthread_mutex_lock(&e->q->lock);
     VkResult r = vd->fn.vkQueueSubmit(e->q->queue, 1, &si, VK_NULL_HANDLE);
     pthread_mutex_unlock(&e->q->lock);
@@ -252,7 +272,7 @@ static void flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value) {
     if (e->bsegs[i]) e->bsegs[i]->fifo_pos = pos;
   /* Counted once the batch's signal can be found by the other engine. */
   if (submitted) atomic_fetch_add_explicit(&e->submits, 1, memory_order_release);
-  e->nbcbs = e->nbwaits = e->nbpend = 0;
+  e->nbcbs = e->nbwaits = e->nbpend = e->nbexecs = 0;
   e->bfirst = e->blast = NULL;
 }
 
@@ -261,6 +281,11 @@ static void batch_add_cb(vk_engine_t *e, VkCommandBuffer cb, seg_t *seg, const u
   if (e->nbcbs == MAX_BATCH_CBS || (e->nbcbs && e->bbase != base)) flush(e, NULL, 0);
   if (!e->bfirst) e->bfirst = first, e->bbase = base;
   e->blast = last;
+  for (const uint32_t *c = first; c <= last && e->nbexecs < UINT32_MAX; c += HCQ__HDR_LEN(c[0])) {
+    if (HCQ__HDR_OP(c[0]) != HCQ__OP_EXEC) continue;
+    if (e->nbexecs < FAULT_EXECS) e->bexecs[e->nbexecs] = c;
+    e->nbexecs++;
+  }
   e->bsegs[e->nbcbs] = seg;
   e->bcbs[e->nbcbs++] = cb;
 }
@@ -1147,6 +1172,66 @@ void hcq__vk_engine_counters(vk_engine_t *e, hcq__vk_counters_t *out) {
   out->semaphore_waits += atomic_load(&e->sem_waits);
 }
 
+/* ---- fault reports ----
+ * A kernel given a bad address faults inside the driver, on a thread hcq did not start (lavapipe's
+ * compute threads): the shared fault handler (src/cpu/cpu_fault.c) asks what each engine had in
+ * flight and prints it before the process dies. Engines are listed here while they exist. */
+#define MAX_FAULT_ENGINES 64
+static _Atomic(vk_engine_t *) g_fault_engines[MAX_FAULT_ENGINES];
+
+static void describe_exec(hcq__fault_line_t *l, const uint32_t *c) {
+  const hcq_program_t *p = (const hcq_program_t *)(uintptr_t)hcq__rd64(c + HCQ__EXEC_PROGRAM);
+  hcq__fault_put(l, "kernel ");
+  hcq__fault_put(l, p ? p->name : "?");
+  if (c[HCQ__EXEC_TAG]) {
+    hcq__fault_put(l, " (graph item ");
+    hcq__fault_put_dec(l, c[HCQ__EXEC_TAG] - 1);
+    hcq__fault_put(l, ")");
+  }
+}
+
+/* Async-signal-safe: reads only; oldest batch first, as the queue runs them in order. */
+static void describe_in_flight(hcq__fault_line_t *l) {
+  for (size_t i = 0; i < MAX_FAULT_ENGINES; i++) {
+    vk_engine_t *e = atomic_load_explicit(&g_fault_engines[i], memory_order_acquire);
+    if (!e) continue;
+    uint64_t done = atomic_load_explicit(&e->gpu_done, memory_order_relaxed);
+    size_t start = l->len;
+    hcq__fault_put(l, start ? "; " : "");
+    hcq__fault_put(l, e->dev->name);
+    hcq__fault_put(l, e->kind == HCQ_QUEUE_COMPUTE ? " compute queue: " : " copy queue: ");
+    uint64_t shown = 0, more = 0;
+    for (uint64_t sem = done + 1; sem <= done + FAULT_BATCHES; sem++) {
+      const __typeof__(e->inflight[0]) *f = &e->inflight[sem % FAULT_BATCHES];
+      if (atomic_load_explicit(&f->sem, memory_order_acquire) != sem) break; /* not handed over (yet) */
+      for (uint32_t k = 0; k < f->nexecs; k++) {
+        if (shown == FAULT_EXECS || k == FAULT_EXECS) {
+          more += f->nexecs - k;
+          break;
+        }
+        if (shown++) hcq__fault_put(l, ", ");
+        describe_exec(l, f->execs[k]);
+      }
+    }
+    if (!shown) {
+      l->len = start; /* nothing of this engine's in flight */
+      continue;
+    }
+    if (more) {
+      hcq__fault_put(l, " and ");
+      hcq__fault_put_dec(l, more);
+      hcq__fault_put(l, " more");
+    }
+  }
+}
+
+static void fault_register(vk_engine_t *e, bool add) {
+  for (size_t i = 0; i < MAX_FAULT_ENGINES; i++) {
+    vk_engine_t *expected = add ? NULL : e;
+    if (atomic_compare_exchange_strong(&g_fault_engines[i], &expected, add ? e : NULL)) return;
+  }
+}
+
 hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue, vk_engine_t **out) {
   vk_engine_t *e = calloc(1, sizeof(*e));
   if (!e) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening %s", vd->dev->name);
@@ -1194,6 +1279,8 @@ hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
     return hcq_status_make(HCQ_UNAVAILABLE, "%s: cannot start a worker thread", vd->dev->name);
   }
   e->completer_started = true;
+  hcq__fault_add_describer(describe_in_flight);
+  fault_register(e, true);
   return NULL;
 }
 
@@ -1213,6 +1300,7 @@ bool hcq__vk_engine_stop(vk_engine_t *e, uint64_t deadline) {
 
 void hcq__vk_engine_destroy(vk_engine_t *e) {
   if (!e) return;
+  fault_register(e, false);
   vk_device_t *vd = e->vd;
   free_dead_blists(e);
   while (e->blists) {

@@ -460,6 +460,20 @@ bad_file unkprog <<'EOF'
   "items": [ { "kernel": "k", "bufs": ["b"] }, { "kernel": "nope", "bufs": ["b"] } ] }
 EOF
 expect "unknown program" 2 'unkprog.json: items[1].kernel: unknown program "nope"' -- run unkprog.json
+bad_file zerodim <<'EOF'
+{ "format": "hcq-graph/1",
+  "buffers": { "b": { "device": "CPU:0", "bytes": 64 } },
+  "programs": { "k": { "c": { "file": "k.c" } } },
+  "items": [ { "kernel": "k", "bufs": ["b"], "global": [2] }, { "kernel": "k", "bufs": ["b"], "global": [2, 0] } ] }
+EOF
+expect "an explicit 0 launch dim names the item and the dim" 2 'zerodim.json: items[1].global[1]: is 0 (launch dims must be >= 1' -- run zerodim.json
+bad_file arity <<'EOF'
+{ "format": "hcq-graph/1",
+  "buffers": { "b": { "device": "CPU:0", "bytes": 64 } },
+  "programs": { "k": { "c": { "file": "k.c" }, "nbufs": 2, "nvals": 0 } },
+  "items": [ { "kernel": "k", "bufs": ["b", "b"] }, { "kernel": "k", "bufs": ["b"] } ] }
+EOF
+expect "an item passing fewer buffers than its program declares" 2 'arity.json: items[1]: bufs and vals: kernel k takes 2 buffers and 0 values (as declared), but 1 buffer and 0 values are passed' -- run arity.json
 bad_file nosource <<'EOF'
 { "format": "hcq-graph/1",
   "buffers": { "b": { "device": "CPU:0", "bytes": 64 } },
