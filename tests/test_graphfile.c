@@ -187,7 +187,7 @@ Test(graphfile, errors_give_the_json_path) {
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 16}, \"v\": {\"view\": \"a\", \"offset\": 8, \"bytes\": 16}}}",
              HCQ_OUT_OF_RANGE, "buffers.v: view [8, 24) is outside its base \"a\" (16 bytes)");
   load_fails(HEAD "\"buffers\": {\"v\": {\"view\": \"w\", \"bytes\": 4}, \"w\": {\"view\": \"v\", \"bytes\": 4}}}",
-             HCQ_INVALID_ARGUMENT, "nest too deeply");
+             HCQ_INVALID_ARGUMENT, "buffers.v: views form a cycle of 2: v -> w -> v");
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"random\": 1, \"fill32\": 2}}}}",
              HCQ_INVALID_ARGUMENT, "buffers.a.init: must have exactly one");
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"base64\": \"aGVsbG8=\"}}}}",
@@ -297,4 +297,72 @@ Test(graphfile, float_init_errors) {
   load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": 0, \"hi\": 1, \"mid\": 0}}"), HCQ_INVALID_ARGUMENT, "mid");
   load_fails(BUF("\"f32\""), HCQ_INVALID_ARGUMENT, "{\"fill_f32\": X}");
 #undef BUF
+}
+
+/* Names are looked up through hash tables and view chains are walked without recursion: a file
+ * with 100k buffers and a 100k-deep chain of views (declared from the far end, so every view
+ * waits for the one after it) loads, and loads right. Before, loading was quadratic in the
+ * number of buffers (100k did not finish in 40 s) and chains deeper than 64 were refused. */
+Test(graphfile, many_buffers_and_a_deep_view_chain) {
+  enum { N = 100000, DEPTH = 100000 };
+  size_t cap = (size_t)N * 80 + (size_t)DEPTH * 64 + (size_t)N * 10 + 4096, len = 0;
+  char *text = malloc(cap);
+  cr_assert_not_null(text);
+#define ADD(...)                                                \
+  do {                                                          \
+    len += (size_t)snprintf(text + len, cap - len, __VA_ARGS__); \
+    cr_assert_lt(len, cap);                                     \
+  } while (0)
+  ADD(HEAD "\"buffers\": {");
+  for (int i = 0; i < N; i++) ADD("\"b%d\": {\"device\": \"CPU:0\", \"bytes\": 4, \"init\": {\"fill32\": %d}},", i, i * 3);
+  /* v0 = c[0, 8 + DEPTH), v_k = v_(k-1)[1, ...): v_k starts at byte k of c. */
+  for (int k = DEPTH - 1; k > 0; k--) ADD("\"v%d\": {\"view\": \"v%d\", \"offset\": 1, \"bytes\": %d},", k, k - 1, 8 + DEPTH - k);
+  ADD("\"v0\": {\"view\": \"c\", \"bytes\": %d},", 8 + DEPTH);
+  ADD("\"c\": {\"device\": \"CPU:0\", \"bytes\": %d, \"init\": \"iota32\"}},", 8 + DEPTH);
+  ADD("\"items\": [{\"copy\": {\"dst\": \"b%d\", \"src\": \"v%d\"}}], \"inputs\": [", N - 1, DEPTH - 1);
+  for (int i = 0; i < N; i++) ADD("%s\"b%d\"", i ? ", " : "", i);
+  ADD("], \"runs\": [{\"inputs\": {\"b%d\": \"b0\"}}]}", N / 2);
+#undef ADD
+  hcq_graph_file_options_t opts = {.skip_compile = true};
+  hcq_graph_file_t *gf = NULL;
+  OK(hcq_graph_file_load_text(text, len, "big.json", ".", &opts, &gf));
+  free(text);
+  cr_assert_eq(hcq_graph_file_buffer_count(gf), (size_t)N + 1 + DEPTH);
+  cr_assert_eq(hcq_graph_file_input_count(gf), (size_t)N);
+  /* Base buffers in file order, then the views from the base outward. */
+  const size_t probes[] = {0, 1, 4242, N / 2, N - 1};
+  for (size_t p = 0; p < sizeof(probes) / sizeof(probes[0]); p++) {
+    char name[16];
+    snprintf(name, sizeof(name), "b%zu", probes[p]);
+    cr_assert_str_eq(hcq_graph_file_buffer_name(gf, probes[p]), name);
+    uint32_t w;
+    OK(hcq_buffer_copyout(hcq_graph_file_buffer(gf, probes[p]), 0, &w, 4));
+    cr_assert_eq(w, probes[p] * 3, "b%zu", probes[p]);
+    cr_assert_eq(hcq_graph_file_inputs(gf)[probes[p]], hcq_graph_file_buffer(gf, probes[p]));
+  }
+  hcq_buffer_t *c = named(gf, "c");
+  cr_assert_str_eq(hcq_graph_file_buffer_name(gf, N), "c");
+  for (size_t k = 0; k < DEPTH; k += 997) {
+    char name[16];
+    snprintf(name, sizeof(name), "v%zu", k);
+    cr_assert_str_eq(hcq_graph_file_buffer_name(gf, N + 1 + k), name);
+    hcq_buffer_t *v = hcq_graph_file_buffer(gf, N + 1 + k);
+    cr_assert_eq(hcq_buffer_base(v), c);
+    cr_assert_eq(hcq_buffer_offset(v), k, "v%zu", k);
+    cr_assert_eq(hcq_buffer_size(v), 8 + DEPTH - k, "v%zu", k);
+  }
+  hcq_buffer_t *last = hcq_graph_file_buffer(gf, N + DEPTH);
+  cr_assert_eq(hcq_buffer_offset(last), DEPTH - 1);
+  uint8_t got[9], want[9];
+  OK(hcq_buffer_copyout(last, 0, got, 9));
+  for (size_t i = 0; i < 9; i++) {
+    size_t at = DEPTH - 1 + i;
+    want[i] = (uint8_t)((at / 4) >> (8 * (at % 4)));
+  }
+  cr_assert_arr_eq(got, want, 9, "the last view shows c from byte DEPTH - 1");
+  hcq_buffer_t *const *ins;
+  hcq_graph_file_run(gf, 0, &ins, NULL);
+  cr_assert_eq(ins[N / 2], hcq_graph_file_buffer(gf, 0), "the run's swap finds its input by name");
+  cr_assert_eq(ins[N / 2 + 1], hcq_graph_file_buffer(gf, N / 2 + 1));
+  hcq_graph_file_free(gf);
 }
