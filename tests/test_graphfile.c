@@ -1,5 +1,8 @@
 /* The hcq-graph/1 loader: contents, initial data, runs, the device map, and errors with JSON paths. */
 #include "test_util.h"
+#include <limits.h>
+#include <math.h>
+#include <sys/stat.h>
 
 TestSuite(graphfile, .timeout = 120);
 
@@ -244,11 +247,13 @@ Test(graphfile, errors_give_the_json_path) {
 /* Float inits: fill_f32 stores the float's bits in every word; uniform_f32 word i is
  * lo + (hi - lo) * (top 24 bits of SplitMix64 output i) / 2^24, computed in float. */
 static float uniform_ref(uint64_t seed, uint64_t i, float lo, float hi) {
-  uint8_t z[8 * 64];
+  uint8_t *z = malloc(8 * (size_t)(i + 1));
   splitmix_ref(seed, z, 8 * (size_t)(i + 1));
   uint64_t v = 0;
   for (int k = 0; k < 8; k++) v |= (uint64_t)z[8 * i + (uint64_t)k] << (8 * k);
-  return lo + (hi - lo) * ((float)(v >> 40) * (1.0f / 16777216.0f));
+  free(z);
+  float x = lo + (hi - lo) * ((float)(v >> 40) * (1.0f / 16777216.0f));
+  return x >= hi && lo < hi ? nextafterf(hi, lo) : x; /* a value rounded up to hi becomes the float below */
 }
 
 Test(graphfile, float_inits) {
@@ -296,7 +301,42 @@ Test(graphfile, float_init_errors) {
              "buffers.a.init.uniform_f32.hi: 1 is below lo 2");
   load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": 0, \"hi\": 1, \"mid\": 0}}"), HCQ_INVALID_ARGUMENT, "mid");
   load_fails(BUF("\"f32\""), HCQ_INVALID_ARGUMENT, "{\"fill_f32\": X}");
+  /* Each end fits a float but hi - lo does not: the values were +inf (and NaN). */
+  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": -3e38, \"hi\": 3e38}}"), HCQ_OUT_OF_RANGE,
+             "buffers.a.init.uniform_f32: lo -3e+38, hi 3e+38: hi - lo overflows a float");
+  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": -3.4028234e38, \"hi\": 1e32}}"), HCQ_OUT_OF_RANGE,
+             "hi - lo overflows a float");
 #undef BUF
+}
+
+/* lo <= x < hi for every word, as documented, also where lo + (hi - lo) * u rounds up to hi (it
+ * did: [1, 1 + 2^-20) gave hi for u above 15/16, [1, 2) at the largest u), and at the widest
+ * ranges a float allows. */
+Test(graphfile, uniform_f32_stays_in_its_range) {
+  const float ranges[][2] = {{1.0f, 1.0f + 0x1p-20f}, {1.0f, 2.0f}, {-1.7e38f, 1.7e38f}, {0.0f, 3.4e38f}, {-3.4e38f, 0.0f},
+                             {-1.0f, 1.0f}, {5.0f, 5.0f}};
+  for (size_t r = 0; r < sizeof(ranges) / sizeof(ranges[0]); r++) {
+    float lo = ranges[r][0], hi = ranges[r][1];
+    char text[512];
+    snprintf(text, sizeof(text),
+             HEAD "\"buffers\": {\"u\": {\"device\": \"CPU:0\", \"bytes\": 1024, "
+                  "\"init\": {\"uniform_f32\": {\"seed\": 11, \"lo\": %.9g, \"hi\": %.9g}}}},"
+                  "\"items\": [{\"copy\": {\"dst\": \"u\", \"src\": \"u\", \"bytes\": 0}}]}",
+             (double)lo, (double)hi);
+    hcq_graph_file_t *gf = load(text);
+    float f[256];
+    OK(hcq_buffer_copyout(named(gf, "u"), 0, f, sizeof(f)));
+    int at_top = 0;
+    for (int i = 0; i < 256; i++) {
+      cr_assert(isfinite(f[i]), "[%g, %g) word %d is %g", (double)lo, (double)hi, i, (double)f[i]);
+      cr_assert(lo == hi ? f[i] == lo : f[i] >= lo && f[i] < hi, "[%.9g, %.9g) word %d is %.9g", (double)lo, (double)hi,
+                i, (double)f[i]);
+      cr_assert_eq(f[i], uniform_ref(11, (uint64_t)i, lo, hi), "word %d", i);
+      at_top += lo < hi && f[i] == nextafterf(hi, lo);
+    }
+    if (r == 0) cr_assert_gt(at_top, 0, "[1, 1 + 2^-20) reaches the float below hi");
+    hcq_graph_file_free(gf);
+  }
 }
 
 /* Names are looked up through hash tables and view chains are walked without recursion: a file
@@ -365,4 +405,145 @@ Test(graphfile, many_buffers_and_a_deep_view_chain) {
   cr_assert_eq(ins[N / 2], hcq_graph_file_buffer(gf, 0), "the run's swap finds its input by name");
   cr_assert_eq(ins[N / 2 + 1], hcq_graph_file_buffer(gf, N / 2 + 1));
   hcq_graph_file_free(gf);
+}
+
+/* A fresh folder under HCQ_TEST_TMP (or /tmp) for files a test makes. */
+static void temp_dir(char *dir, size_t size) {
+  const char *base = getenv("HCQ_TEST_TMP");
+  base = base && *base ? base : "/tmp";
+  mkdir(base, 0755);
+  snprintf(dir, size, "%s/graphfile-XXXXXX", base);
+  cr_assert_not_null(mkdtemp(dir), "mkdtemp %s", dir);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+  char path[600];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f, "cannot write %s", path);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void load_dir_fails(const char *dir, const char *text, hcq_status_code_t code, const char **fragments) {
+  hcq_graph_file_t *gf = NULL;
+  hcq_status_t st = hcq_graph_file_load_text(text, strlen(text), "t.json", dir, NULL, &gf);
+  cr_assert_null(gf);
+  test_expect_failure(st, code, fragments[0], fragments);
+}
+
+/* Only regular files are read: a FIFO as the graph file or as a {"file": ...} source used to block
+ * forever in open() (the timeout turns a regression into a failure, not a hang). */
+Test(graphfile, non_regular_files_are_refused_without_blocking, .timeout = 20) {
+  char dir[512], fifo[600], path[700];
+  temp_dir(dir, sizeof(dir));
+  snprintf(fifo, sizeof(fifo), "%s/pipe", dir);
+  cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo %s", fifo);
+  mkdir(strcat(strcpy(path, dir), "/folder"), 0755);
+  hcq_graph_file_t *gf = NULL;
+  test_expect_failure(hcq_graph_file_load(fifo, NULL, &gf), HCQ_INVALID_ARGUMENT, "a FIFO as the graph file",
+                      (const char *[]){fifo, "cannot read graph file: it is a FIFO (named pipe), not a regular file", NULL});
+  cr_assert_null(gf);
+  test_expect_failure(hcq_graph_file_load("/dev/zero", NULL, &gf), HCQ_INVALID_ARGUMENT, "a character device",
+                      (const char *[]){"/dev/zero: cannot read graph file: it is a character device", NULL});
+  test_expect_failure(hcq_graph_file_load(path, NULL, &gf), HCQ_INVALID_ARGUMENT, "a directory",
+                      (const char *[]){"folder: cannot read graph file: it is a directory", NULL});
+  const char *src_fmt = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8}},"
+                             "\"programs\": {\"k\": {\"c\": {\"file\": \"%s\"}}}, \"items\": [{\"kernel\": \"k\", \"bufs\": [\"a\"]}]}";
+  const char *data_fmt = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"file\": \"%s\"}}},"
+                              "\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}]}";
+  const char *cases[][2] = {{"pipe", "is a FIFO (named pipe), not a regular file"},
+                            {"/dev/zero", "\"/dev/zero\" is a character device, not a regular file"},
+                            {"folder", "folder\" is a directory, not a regular file"}};
+  char text[1024];
+  for (size_t i = 0; i < 3; i++) {
+    snprintf(text, sizeof(text), src_fmt, cases[i][0]);
+    load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT, (const char *[]){"t.json: programs.k.c.file: ", cases[i][1], NULL});
+    snprintf(text, sizeof(text), data_fmt, cases[i][0]);
+    load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT, (const char *[]){"t.json: buffers.a.init.file: ", cases[i][1], NULL});
+  }
+  /* A regular file through a symlink still loads. */
+  write_text(dir, "data.bin", "12345678");
+  snprintf(path, sizeof(path), "%s/link.bin", dir);
+  cr_assert_eq(symlink("data.bin", path), 0);
+  snprintf(text, sizeof(text), data_fmt, "link.bin");
+  OK(hcq_graph_file_load_text(text, strlen(text), "t.json", dir, NULL, &gf));
+  uint8_t got[8];
+  OK(hcq_buffer_copyout(named(gf, "a"), 0, got, 8));
+  cr_assert_arr_eq(got, "12345678", 8);
+  hcq_graph_file_free(gf);
+}
+
+/* A path longer than PATH_MAX is an error naming it. It used to be cut to PATH_MAX - 1 bytes,
+ * which here names another file that exists (data.bin, not data.bin.missing), and that file was read. */
+Test(graphfile, paths_longer_than_path_max_are_errors) {
+  char dir[512];
+  temp_dir(dir, sizeof(dir));
+  write_text(dir, "data.bin", "abcdefgh");
+  size_t dir_len = strlen(dir), keep = PATH_MAX - 1; /* what a cut path kept */
+  size_t pad = keep - dir_len - 1 - strlen("data.bin");
+  char *rel = malloc(pad + 64), *text = malloc(pad + 1024);
+  size_t n = 0;
+  if (pad % 2) rel[n++] = '.', rel[n++] = '/', rel[n++] = '/', pad -= 3; /* ".//" fixes the parity */
+  for (; pad; pad -= 2) rel[n++] = '.', rel[n++] = '/';
+  strcpy(rel + n, "data.bin.missing");
+  cr_assert_eq(dir_len + 1 + strlen(rel) - strlen(".missing"), keep);
+  sprintf(text, HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"file\": \"%s\"}}},"
+                     "\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}]}", rel);
+  char length[128];
+  snprintf(length, sizeof(length), "is too long: %zu bytes with the graph file's folder", dir_len + 1 + strlen(rel));
+  load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT, (const char *[]){"t.json: buffers.a.init.file: path \"./", length, "PATH_MAX", NULL});
+  free(rel);
+  free(text);
+}
+
+/* Flat expressions longer than the expression tree's limit say so (they reported "out of memory",
+ * which the hcq command turned into exit 3, a runtime failure). */
+Test(graphfile, too_long_expressions_give_their_length_and_the_limit) {
+  size_t terms = 5000;
+  char *expr = malloc(terms * 2 + 1), *text = malloc(terms * 2 + 1024);
+  for (size_t i = 0; i < terms; i++) expr[2 * i] = 'n', expr[2 * i + 1] = '+';
+  expr[2 * terms - 1] = '\0';
+  const char *fmt = HEAD "\"vars\": {\"n\": {\"min\": 0, \"max\": 0}}, \"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64}}," PROG
+                         "\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"a\"], \"vals\": [\"%s\"]}]}";
+  sprintf(text, fmt, expr);
+  load_fails(text, HCQ_INVALID_ARGUMENT, "items[0].vals[0]: expression \"n+n+n+");
+  load_fails(text, HCQ_INVALID_ARGUMENT, "is too long: 5000 terms in a row make it 5000 levels deep, the limit is 1000");
+  expr[2 * 1001 - 1] = '\0';
+  sprintf(text, fmt, expr);
+  load_fails(text, HCQ_INVALID_ARGUMENT, "1001 terms in a row");
+  /* At the limit it loads; grouped in parentheses (10 x 500), the 5000 terms load too. */
+  expr[2 * 1000 - 1] = '\0';
+  sprintf(text, fmt, expr);
+  hcq_graph_file_t *gf = load(text);
+  hcq_graph_file_free(gf);
+  char *grouped = malloc(terms * 3 + 64);
+  size_t n = 0;
+  for (size_t g = 0; g < 10; g++) {
+    n += (size_t)sprintf(grouped + n, "%s(", g ? "+" : "");
+    memcpy(grouped + n, expr, 2 * 500 - 1);
+    n += 2 * 500 - 1;
+    grouped[n++] = ')';
+  }
+  grouped[n] = '\0';
+  text = realloc(text, n + 1024);
+  sprintf(text, fmt, grouped);
+  gf = load(text);
+  hcq_graph_file_free(gf);
+  /* Products and min/max argument lists are chains too. */
+  hcq_expr_t *n_var = NULL, *e = NULL;
+  OK(hcq_var_create("n", 0, 0, &n_var));
+  const hcq_expr_t *vars[] = {n_var};
+  for (size_t i = 0; i < terms; i++) expr[2 * i] = 'n', expr[2 * i + 1] = '*';
+  expr[2 * terms - 1] = '\0';
+  FAILS(hcq_expr_parse(expr, vars, 1, &e), HCQ_INVALID_ARGUMENT, "5000 factors in a row", "the limit is 1000");
+  n = (size_t)sprintf(grouped, "max(");
+  for (size_t i = 0; i < 3000; i++) n += (size_t)sprintf(grouped + n, "%sn", i ? "," : "");
+  strcpy(grouped + n, ")");
+  FAILS(hcq_expr_parse(grouped, vars, 1, &e), HCQ_INVALID_ARGUMENT, "3000 min/max arguments in a row");
+  cr_assert_null(e);
+  hcq_expr_release(n_var);
+  free(grouped);
+  free(expr);
+  free(text);
 }

@@ -401,10 +401,18 @@ static uint64_t splitmix64_at(uint64_t seed, uint64_t i) {
   return z ^ (z >> 31);
 }
 
-/* uniform_f32 word i: lo + (hi - lo) * u, u = the top 24 bits of output i / 2^24, in float. */
+/* uniform_f32: lo + (hi - lo) * u in float, u in [0, 1). The sum can round up to hi itself (u near
+ * 1 and lo + (hi - lo) * u within half a step of hi: [1, 2) does it at the largest u); such values
+ * become the largest float below hi, so that lo <= x < hi holds as documented. */
+static float uniform_f32_at(float lo, float hi, float u) {
+  float x = lo + (hi - lo) * u;
+  return x >= hi && lo < hi ? nextafterf(hi, lo) : x;
+}
+
+/* uniform_f32 word i: u = the top 24 bits of output i / 2^24. */
 static uint32_t uniform_f32_word(const gf_buffer_t *b, uint64_t i) {
   float u = (float)(splitmix64_at(b->init_value, i) >> 40) * (1.0f / 16777216.0f);
-  float x = b->init_lo + (b->init_hi - b->init_lo) * u;
+  float x = uniform_f32_at(b->init_lo, b->init_hi, u);
   uint32_t w;
   memcpy(&w, &x, 4);
   return w;
@@ -434,6 +442,10 @@ static hcq_status_t parse_uniform_f32(loader_t *L, const json_t *v, gf_buffer_t 
       st = fail(L, HCQ_INVALID_ARGUMENT, "%g is below lo %g", (double)b->init_hi, (double)b->init_lo);
     pop(L, m);
   }
+  /* hi - lo past FLT_MAX would make every value +inf (NaN at u = 0), not lo <= x < hi. */
+  if (!st && !isfinite(b->init_hi - b->init_lo))
+    st = fail(L, HCQ_OUT_OF_RANGE, "lo %.9g, hi %.9g: hi - lo overflows a float, so the values would be infinite",
+              json_number_value(json_object_get(v, "lo")), json_number_value(json_object_get(v, "hi")));
   b->init_value = (uint64_t)seed;
   return st;
 }

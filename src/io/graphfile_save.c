@@ -158,11 +158,17 @@ static hcq_status_t program_name(saver_t *s, const hcq_program_t *p, const char 
   return NULL;
 }
 
+/* NULL when memory runs out. An expression is written whole, however long (a cut one would load
+ * as another expression, or not at all). */
 static json_t *operand_json(hcq_operand_t op) {
   if (!op.sym) return json_integer((json_int_t)op.value);
-  char text[1024];
-  hcq_expr_format(op.sym, text, sizeof(text));
-  return json_string(text);
+  size_t len = hcq_expr_format(op.sym, NULL, 0);
+  char *text = malloc(len + 1);
+  if (!text) return NULL;
+  hcq_expr_format(op.sym, text, len + 1);
+  json_t *j = json_string(text);
+  free(text);
+  return j;
 }
 
 static hcq_status_t item_json(saver_t *s, const hcq_exec_item_t *it, json_t **out) {
@@ -184,11 +190,11 @@ static hcq_status_t item_json(saver_t *s, const hcq_exec_item_t *it, json_t **ou
     for (size_t i = 0; i < k->nbufs && !st; i++)
       if (!(st = buffer_name(s, k->bufs[i], &name))) json_array_append_new(bufs, json_string(name));
     for (size_t i = 0; i < k->nouts; i++) json_array_append_new(outs, json_integer(k->outs[i]));
-    for (size_t i = 0; i < k->nvals; i++) json_array_append_new(vals, operand_json(k->vals[i]));
-    for (int i = 0; i < 3; i++) {
-      json_array_append_new(g, operand_json(k->global[i]));
-      json_array_append_new(l, operand_json(k->local[i]));
-    }
+    for (size_t i = 0; i < k->nvals && !st; i++)
+      if (json_array_append_new(vals, operand_json(k->vals[i]))) st = oom();
+    for (int i = 0; i < 3 && !st; i++)
+      if (json_array_append_new(g, operand_json(k->global[i])) || json_array_append_new(l, operand_json(k->local[i])))
+        st = oom();
     json_object_set_new(j, "bufs", bufs);
     json_object_set_new(j, "outs", outs);
     json_object_set_new(j, "vals", vals);
