@@ -547,3 +547,38 @@ Test(graphfile, too_long_expressions_give_their_length_and_the_limit) {
   free(expr);
   free(text);
 }
+
+/* hcq_jit_save writes an expression whole: it was cut at 1023 bytes, so a long one came back as
+ * another expression or a syntax error. */
+Test(graphfile, saved_expressions_are_whole) {
+  size_t terms = 900; /* "n+n+...": 1799 bytes, under the 1000-level limit */
+  char *expr = malloc(terms * 2), *text = malloc(terms * 2 + 2048);
+  for (size_t i = 0; i < terms; i++) expr[2 * i] = 'n', expr[2 * i + 1] = '+';
+  expr[2 * terms - 1] = '\0';
+  sprintf(text, HEAD "\"vars\": {\"n\": {\"min\": 0, \"max\": 1, \"value\": 1}}, \"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64}}," PROG
+                "\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"a\"], \"vals\": [\"%s\"]}]}", expr);
+  hcq_graph_file_t *gf = load(text);
+  hcq_jit_t *jit = NULL;
+  OK(hcq_jit_create(hcq_graph_file_items(gf), hcq_graph_file_item_count(gf), NULL, 0, hcq_graph_file_vars(gf),
+                    hcq_graph_file_var_count(gf), NULL, &jit));
+  char dir[512], path[600];
+  temp_dir(dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/saved.json", dir);
+  OK(hcq_jit_save(jit, path));
+  hcq_graph_file_t *back = NULL;
+  OK(hcq_graph_file_load(path, NULL, &back));
+  const hcq_operand_t *was = &hcq_graph_file_items(gf)[0].kernel.vals[0], *is = &hcq_graph_file_items(back)[0].kernel.vals[0];
+  cr_assert_not_null(is->sym);
+  char a[4096], b[4096];
+  cr_assert_gt(hcq_expr_format(was->sym, a, sizeof(a)), 1024);
+  hcq_expr_format(is->sym, b, sizeof(b));
+  cr_assert_str_eq(b, a);
+  int64_t x;
+  OK(hcq_expr_eval(is->sym, hcq_graph_file_vars(back), 1, &x));
+  cr_assert_eq(x, (int64_t)terms);
+  OK(hcq_jit_destroy(jit));
+  hcq_graph_file_free(back);
+  hcq_graph_file_free(gf);
+  free(expr);
+  free(text);
+}
