@@ -2,6 +2,7 @@
  * execution, profiled, and written out. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,10 @@ static int parse_args(int argc, char **argv, run_args_t *a) {
   if (a->obs.profile_svg && !a->graph)
     return cli_usage_error("--profile-svg draws graph replays: it needs --mode graph");
   if (a->obs.dot && !a->graph) return cli_usage_error("--dot draws the built graphs: it needs --mode graph");
+  /* DIR/NAME.bin must fit PATH_MAX for the longest name (64 bytes): checked before anything runs. */
+  if (a->out && strlen(a->out) + 1 + 64 + 4 >= PATH_MAX)
+    return cli_usage_error("--out \"%.80s...\" is too long: %zu bytes, the limit for a folder is %d", a->out, strlen(a->out),
+                           PATH_MAX - 1 - 1 - 64 - 4);
   return -1;
 }
 
@@ -135,7 +140,7 @@ static hcq_status_t write_outputs(const hcq_graph_file_t *gf, const char *dir) {
     uint8_t *data = malloc(size);
     if (!data) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing %s", hcq_graph_file_buffer_name(gf, i));
     hcq_status_t st = hcq_buffer_copyout(b, 0, data, size);
-    char path[4096];
+    char path[PATH_MAX]; /* parse_args checked that it fits */
     snprintf(path, sizeof(path), "%s/%s.bin", dir, hcq_graph_file_buffer_name(gf, i));
     FILE *f = st ? NULL : fopen(path, "wb");
     if (!st && (!f || fwrite(data, 1, size, f) != size))

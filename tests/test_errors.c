@@ -120,7 +120,9 @@ Test(errors, buffers) {
   FAILS(hcq_buffer_view_create(b, 90, 20, &v), HCQ_OUT_OF_RANGE, "[90, 110)", "weights");
   cr_assert_null(v);
   FAILS(hcq_buffer_view_create(b, 0, 0, &v), HCQ_OUT_OF_RANGE, "weights");
-  FAILS(hcq_buffer_view_create(b, UINT64_MAX, 2, &v), HCQ_OUT_OF_RANGE, "weights");
+  /* A range whose end passes 2^64 is reported with the numbers given, not a wrapped end. */
+  FAILS(hcq_buffer_view_create(b, UINT64_MAX, 2, &v), HCQ_OUT_OF_RANGE, "weights", "offset 18446744073709551615 of 2 bytes");
+  FAILS(hcq_buffer_view_create(b, 50, UINT64_MAX - 10, &v), HCQ_OUT_OF_RANGE, "offset 50 of 18446744073709551605 bytes");
   FAILS(hcq_buffer_view_create(NULL, 0, 1, &v), HCQ_INVALID_ARGUMENT, "NULL");
   char host[200];
   FAILS(hcq_buffer_copyin(b, 50, host, 51), HCQ_OUT_OF_RANGE, "copyin", "weights", "offset 50");

@@ -1,5 +1,8 @@
 /* The hcq-graph/1 loader: contents, initial data, runs, the device map, and errors with JSON paths. */
 #include "test_util.h"
+#include <limits.h>
+#include <math.h>
+#include <sys/stat.h>
 
 TestSuite(graphfile, .timeout = 120);
 
@@ -187,7 +190,7 @@ Test(graphfile, errors_give_the_json_path) {
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 16}, \"v\": {\"view\": \"a\", \"offset\": 8, \"bytes\": 16}}}",
              HCQ_OUT_OF_RANGE, "buffers.v: view [8, 24) is outside its base \"a\" (16 bytes)");
   load_fails(HEAD "\"buffers\": {\"v\": {\"view\": \"w\", \"bytes\": 4}, \"w\": {\"view\": \"v\", \"bytes\": 4}}}",
-             HCQ_INVALID_ARGUMENT, "nest too deeply");
+             HCQ_INVALID_ARGUMENT, "buffers.v: views form a cycle of 2: v -> w -> v");
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"random\": 1, \"fill32\": 2}}}}",
              HCQ_INVALID_ARGUMENT, "buffers.a.init: must have exactly one");
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"base64\": \"aGVsbG8=\"}}}}",
@@ -244,11 +247,13 @@ Test(graphfile, errors_give_the_json_path) {
 /* Float inits: fill_f32 stores the float's bits in every word; uniform_f32 word i is
  * lo + (hi - lo) * (top 24 bits of SplitMix64 output i) / 2^24, computed in float. */
 static float uniform_ref(uint64_t seed, uint64_t i, float lo, float hi) {
-  uint8_t z[8 * 64];
+  uint8_t *z = malloc(8 * (size_t)(i + 1));
   splitmix_ref(seed, z, 8 * (size_t)(i + 1));
   uint64_t v = 0;
   for (int k = 0; k < 8; k++) v |= (uint64_t)z[8 * i + (uint64_t)k] << (8 * k);
-  return lo + (hi - lo) * ((float)(v >> 40) * (1.0f / 16777216.0f));
+  free(z);
+  float x = lo + (hi - lo) * ((float)(v >> 40) * (1.0f / 16777216.0f));
+  return x >= hi && lo < hi ? nextafterf(hi, lo) : x; /* a value rounded up to hi becomes the float below */
 }
 
 Test(graphfile, float_inits) {
@@ -296,6 +301,11 @@ Test(graphfile, float_init_errors) {
              "buffers.a.init.uniform_f32.hi: 1 is below lo 2");
   load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": 0, \"hi\": 1, \"mid\": 0}}"), HCQ_INVALID_ARGUMENT, "mid");
   load_fails(BUF("\"f32\""), HCQ_INVALID_ARGUMENT, "{\"fill_f32\": X}");
+  /* Each end fits a float but hi - lo does not: the values were +inf (and NaN). */
+  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": -3e38, \"hi\": 3e38}}"), HCQ_OUT_OF_RANGE,
+             "buffers.a.init.uniform_f32: lo -3e+38, hi 3e+38: hi - lo overflows a float");
+  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": -3.4028234e38, \"hi\": 1e32}}"), HCQ_OUT_OF_RANGE,
+             "hi - lo overflows a float");
 #undef BUF
 }
 
@@ -404,4 +414,278 @@ Test(graphfile, declared_program_argument_counts) {
   load_fails(text, HCQ_INVALID_ARGUMENT, "programs.k: give both \"nbufs\" and \"nvals\", or neither");
   snprintf(text, sizeof(text), "%s\"programs\": {\"k\": {\"c\": \"\", \"nbufs\": 1, \"nvals\": 257}}}", buffers);
   load_fails(text, HCQ_OUT_OF_RANGE, "programs.k.nvals: 257 is outside [0, 256]");
+}
+
+/* lo <= x < hi for every word, as documented, also where lo + (hi - lo) * u rounds up to hi (it
+ * did: [1, 1 + 2^-20) gave hi for u above 15/16, [1, 2) at the largest u), and at the widest
+ * ranges a float allows. */
+Test(graphfile, uniform_f32_stays_in_its_range) {
+  const float ranges[][2] = {{1.0f, 1.0f + 0x1p-20f}, {1.0f, 2.0f}, {-1.7e38f, 1.7e38f}, {0.0f, 3.4e38f}, {-3.4e38f, 0.0f},
+                             {-1.0f, 1.0f}, {5.0f, 5.0f}};
+  for (size_t r = 0; r < sizeof(ranges) / sizeof(ranges[0]); r++) {
+    float lo = ranges[r][0], hi = ranges[r][1];
+    char text[512];
+    snprintf(text, sizeof(text),
+             HEAD "\"buffers\": {\"u\": {\"device\": \"CPU:0\", \"bytes\": 1024, "
+                  "\"init\": {\"uniform_f32\": {\"seed\": 11, \"lo\": %.9g, \"hi\": %.9g}}}},"
+                  "\"items\": [{\"copy\": {\"dst\": \"u\", \"src\": \"u\", \"bytes\": 0}}]}",
+             (double)lo, (double)hi);
+    hcq_graph_file_t *gf = load(text);
+    float f[256];
+    OK(hcq_buffer_copyout(named(gf, "u"), 0, f, sizeof(f)));
+    int at_top = 0;
+    for (int i = 0; i < 256; i++) {
+      cr_assert(isfinite(f[i]), "[%g, %g) word %d is %g", (double)lo, (double)hi, i, (double)f[i]);
+      cr_assert(lo == hi ? f[i] == lo : f[i] >= lo && f[i] < hi, "[%.9g, %.9g) word %d is %.9g", (double)lo, (double)hi,
+                i, (double)f[i]);
+      cr_assert_eq(f[i], uniform_ref(11, (uint64_t)i, lo, hi), "word %d", i);
+      at_top += lo < hi && f[i] == nextafterf(hi, lo);
+    }
+    if (r == 0) cr_assert_gt(at_top, 0, "[1, 1 + 2^-20) reaches the float below hi");
+    hcq_graph_file_free(gf);
+  }
+}
+
+/* Names are looked up through hash tables and view chains are walked without recursion: a file
+ * with 100k buffers and a 100k-deep chain of views (declared from the far end, so every view
+ * waits for the one after it) loads, and loads right. Before, loading was quadratic in the
+ * number of buffers (100k did not finish in 40 s) and chains deeper than 64 were refused. */
+Test(graphfile, many_buffers_and_a_deep_view_chain) {
+  enum { N = 100000, DEPTH = 100000 };
+  size_t cap = (size_t)N * 80 + (size_t)DEPTH * 64 + (size_t)N * 10 + 4096, len = 0;
+  char *text = malloc(cap);
+  cr_assert_not_null(text);
+#define ADD(...)                                                \
+  do {                                                          \
+    len += (size_t)snprintf(text + len, cap - len, __VA_ARGS__); \
+    cr_assert_lt(len, cap);                                     \
+  } while (0)
+  ADD(HEAD "\"buffers\": {");
+  for (int i = 0; i < N; i++) ADD("\"b%d\": {\"device\": \"CPU:0\", \"bytes\": 4, \"init\": {\"fill32\": %d}},", i, i * 3);
+  /* v0 = c[0, 8 + DEPTH), v_k = v_(k-1)[1, ...): v_k starts at byte k of c. */
+  for (int k = DEPTH - 1; k > 0; k--) ADD("\"v%d\": {\"view\": \"v%d\", \"offset\": 1, \"bytes\": %d},", k, k - 1, 8 + DEPTH - k);
+  ADD("\"v0\": {\"view\": \"c\", \"bytes\": %d},", 8 + DEPTH);
+  ADD("\"c\": {\"device\": \"CPU:0\", \"bytes\": %d, \"init\": \"iota32\"}},", 8 + DEPTH);
+  ADD("\"items\": [{\"copy\": {\"dst\": \"b%d\", \"src\": \"v%d\"}}], \"inputs\": [", N - 1, DEPTH - 1);
+  for (int i = 0; i < N; i++) ADD("%s\"b%d\"", i ? ", " : "", i);
+  ADD("], \"runs\": [{\"inputs\": {\"b%d\": \"b0\"}}]}", N / 2);
+#undef ADD
+  hcq_graph_file_options_t opts = {.skip_compile = true};
+  hcq_graph_file_t *gf = NULL;
+  OK(hcq_graph_file_load_text(text, len, "big.json", ".", &opts, &gf));
+  free(text);
+  cr_assert_eq(hcq_graph_file_buffer_count(gf), (size_t)N + 1 + DEPTH);
+  cr_assert_eq(hcq_graph_file_input_count(gf), (size_t)N);
+  /* Base buffers in file order, then the views from the base outward. */
+  const size_t probes[] = {0, 1, 4242, N / 2, N - 1};
+  for (size_t p = 0; p < sizeof(probes) / sizeof(probes[0]); p++) {
+    char name[16];
+    snprintf(name, sizeof(name), "b%zu", probes[p]);
+    cr_assert_str_eq(hcq_graph_file_buffer_name(gf, probes[p]), name);
+    uint32_t w;
+    OK(hcq_buffer_copyout(hcq_graph_file_buffer(gf, probes[p]), 0, &w, 4));
+    cr_assert_eq(w, probes[p] * 3, "b%zu", probes[p]);
+    cr_assert_eq(hcq_graph_file_inputs(gf)[probes[p]], hcq_graph_file_buffer(gf, probes[p]));
+  }
+  hcq_buffer_t *c = named(gf, "c");
+  cr_assert_str_eq(hcq_graph_file_buffer_name(gf, N), "c");
+  for (size_t k = 0; k < DEPTH; k += 997) {
+    char name[16];
+    snprintf(name, sizeof(name), "v%zu", k);
+    cr_assert_str_eq(hcq_graph_file_buffer_name(gf, N + 1 + k), name);
+    hcq_buffer_t *v = hcq_graph_file_buffer(gf, N + 1 + k);
+    cr_assert_eq(hcq_buffer_base(v), c);
+    cr_assert_eq(hcq_buffer_offset(v), k, "v%zu", k);
+    cr_assert_eq(hcq_buffer_size(v), 8 + DEPTH - k, "v%zu", k);
+  }
+  hcq_buffer_t *last = hcq_graph_file_buffer(gf, N + DEPTH);
+  cr_assert_eq(hcq_buffer_offset(last), DEPTH - 1);
+  uint8_t got[9], want[9];
+  OK(hcq_buffer_copyout(last, 0, got, 9));
+  for (size_t i = 0; i < 9; i++) {
+    size_t at = DEPTH - 1 + i;
+    want[i] = (uint8_t)((at / 4) >> (8 * (at % 4)));
+  }
+  cr_assert_arr_eq(got, want, 9, "the last view shows c from byte DEPTH - 1");
+  hcq_buffer_t *const *ins;
+  hcq_graph_file_run(gf, 0, &ins, NULL);
+  cr_assert_eq(ins[N / 2], hcq_graph_file_buffer(gf, 0), "the run's swap finds its input by name");
+  cr_assert_eq(ins[N / 2 + 1], hcq_graph_file_buffer(gf, N / 2 + 1));
+  hcq_graph_file_free(gf);
+}
+
+/* A fresh folder under HCQ_TEST_TMP (or /tmp) for files a test makes. */
+static void temp_dir(char *dir, size_t size) {
+  const char *base = getenv("HCQ_TEST_TMP");
+  base = base && *base ? base : "/tmp";
+  mkdir(base, 0755);
+  snprintf(dir, size, "%s/graphfile-XXXXXX", base);
+  cr_assert_not_null(mkdtemp(dir), "mkdtemp %s", dir);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+  char path[600];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f, "cannot write %s", path);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void load_dir_fails(const char *dir, const char *text, hcq_status_code_t code, const char **fragments) {
+  hcq_graph_file_t *gf = NULL;
+  hcq_status_t st = hcq_graph_file_load_text(text, strlen(text), "t.json", dir, NULL, &gf);
+  cr_assert_null(gf);
+  test_expect_failure(st, code, fragments[0], fragments);
+}
+
+/* Only regular files are read: a FIFO as the graph file or as a {"file": ...} source used to block
+ * forever in open() (the timeout turns a regression into a failure, not a hang). */
+Test(graphfile, non_regular_files_are_refused_without_blocking, .timeout = 20) {
+  char dir[512], fifo[600], path[700];
+  temp_dir(dir, sizeof(dir));
+  snprintf(fifo, sizeof(fifo), "%s/pipe", dir);
+  cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo %s", fifo);
+  mkdir(strcat(strcpy(path, dir), "/folder"), 0755);
+  hcq_graph_file_t *gf = NULL;
+  test_expect_failure(hcq_graph_file_load(fifo, NULL, &gf), HCQ_INVALID_ARGUMENT, "a FIFO as the graph file",
+                      (const char *[]){fifo, "cannot read graph file: it is a FIFO (named pipe), not a regular file", NULL});
+  cr_assert_null(gf);
+  test_expect_failure(hcq_graph_file_load("/dev/zero", NULL, &gf), HCQ_INVALID_ARGUMENT, "a character device",
+                      (const char *[]){"/dev/zero: cannot read graph file: it is a character device", NULL});
+  test_expect_failure(hcq_graph_file_load(path, NULL, &gf), HCQ_INVALID_ARGUMENT, "a directory",
+                      (const char *[]){"folder: cannot read graph file: it is a directory", NULL});
+  const char *src_fmt = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8}},"
+                             "\"programs\": {\"k\": {\"c\": {\"file\": \"%s\"}}}, \"items\": [{\"kernel\": \"k\", \"bufs\": [\"a\"]}]}";
+  const char *data_fmt = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"file\": \"%s\"}}},"
+                              "\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}]}";
+  const char *cases[][2] = {{"pipe", "is a FIFO (named pipe), not a regular file"},
+                            {"/dev/zero", "\"/dev/zero\" is a character device, not a regular file"},
+                            {"folder", "folder\" is a directory, not a regular file"}};
+  char text[1024];
+  for (size_t i = 0; i < 3; i++) {
+    snprintf(text, sizeof(text), src_fmt, cases[i][0]);
+    load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT, (const char *[]){"t.json: programs.k.c.file: ", cases[i][1], NULL});
+    snprintf(text, sizeof(text), data_fmt, cases[i][0]);
+    load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT, (const char *[]){"t.json: buffers.a.init.file: ", cases[i][1], NULL});
+  }
+  /* A regular file through a symlink still loads. */
+  write_text(dir, "data.bin", "12345678");
+  snprintf(path, sizeof(path), "%s/link.bin", dir);
+  cr_assert_eq(symlink("data.bin", path), 0);
+  snprintf(text, sizeof(text), data_fmt, "link.bin");
+  OK(hcq_graph_file_load_text(text, strlen(text), "t.json", dir, NULL, &gf));
+  uint8_t got[8];
+  OK(hcq_buffer_copyout(named(gf, "a"), 0, got, 8));
+  cr_assert_arr_eq(got, "12345678", 8);
+  hcq_graph_file_free(gf);
+}
+
+/* A path longer than PATH_MAX is an error naming it. It used to be cut to PATH_MAX - 1 bytes,
+ * which here names another file that exists (data.bin, not data.bin.missing), and that file was read. */
+Test(graphfile, paths_longer_than_path_max_are_errors) {
+  char dir[512];
+  temp_dir(dir, sizeof(dir));
+  write_text(dir, "data.bin", "abcdefgh");
+  size_t dir_len = strlen(dir), keep = PATH_MAX - 1; /* what a cut path kept */
+  size_t pad = keep - dir_len - 1 - strlen("data.bin");
+  char *rel = malloc(pad + 64), *text = malloc(pad + 1024);
+  size_t n = 0;
+  if (pad % 2) rel[n++] = '.', rel[n++] = '/', rel[n++] = '/', pad -= 3; /* ".//" fixes the parity */
+  for (; pad; pad -= 2) rel[n++] = '.', rel[n++] = '/';
+  strcpy(rel + n, "data.bin.missing");
+  cr_assert_eq(dir_len + 1 + strlen(rel) - strlen(".missing"), keep);
+  sprintf(text, HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"file\": \"%s\"}}},"
+                     "\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}]}", rel);
+  char length[128];
+  snprintf(length, sizeof(length), "is too long: %zu bytes with the graph file's folder", dir_len + 1 + strlen(rel));
+  load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT, (const char *[]){"t.json: buffers.a.init.file: path \"./", length, "PATH_MAX", NULL});
+  free(rel);
+  free(text);
+}
+
+/* Flat expressions longer than the expression tree's limit say so (they reported "out of memory",
+ * which the hcq command turned into exit 3, a runtime failure). */
+Test(graphfile, too_long_expressions_give_their_length_and_the_limit) {
+  size_t terms = 5000;
+  char *expr = malloc(terms * 2 + 1), *text = malloc(terms * 2 + 1024);
+  for (size_t i = 0; i < terms; i++) expr[2 * i] = 'n', expr[2 * i + 1] = '+';
+  expr[2 * terms - 1] = '\0';
+  const char *fmt = HEAD "\"vars\": {\"n\": {\"min\": 0, \"max\": 0}}, \"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64}}," PROG
+                         "\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"a\"], \"vals\": [\"%s\"]}]}";
+  sprintf(text, fmt, expr);
+  load_fails(text, HCQ_INVALID_ARGUMENT, "items[0].vals[0]: expression \"n+n+n+");
+  load_fails(text, HCQ_INVALID_ARGUMENT, "is too long: 5000 terms in a row make it 5000 levels deep, the limit is 1000");
+  expr[2 * 1001 - 1] = '\0';
+  sprintf(text, fmt, expr);
+  load_fails(text, HCQ_INVALID_ARGUMENT, "1001 terms in a row");
+  /* At the limit it loads; grouped in parentheses (10 x 500), the 5000 terms load too. */
+  expr[2 * 1000 - 1] = '\0';
+  sprintf(text, fmt, expr);
+  hcq_graph_file_t *gf = load(text);
+  hcq_graph_file_free(gf);
+  char *grouped = malloc(terms * 3 + 64);
+  size_t n = 0;
+  for (size_t g = 0; g < 10; g++) {
+    n += (size_t)sprintf(grouped + n, "%s(", g ? "+" : "");
+    memcpy(grouped + n, expr, 2 * 500 - 1);
+    n += 2 * 500 - 1;
+    grouped[n++] = ')';
+  }
+  grouped[n] = '\0';
+  text = realloc(text, n + 1024);
+  sprintf(text, fmt, grouped);
+  gf = load(text);
+  hcq_graph_file_free(gf);
+  /* Products and min/max argument lists are chains too. */
+  hcq_expr_t *n_var = NULL, *e = NULL;
+  OK(hcq_var_create("n", 0, 0, &n_var));
+  const hcq_expr_t *vars[] = {n_var};
+  for (size_t i = 0; i < terms; i++) expr[2 * i] = 'n', expr[2 * i + 1] = '*';
+  expr[2 * terms - 1] = '\0';
+  FAILS(hcq_expr_parse(expr, vars, 1, &e), HCQ_INVALID_ARGUMENT, "5000 factors in a row", "the limit is 1000");
+  n = (size_t)sprintf(grouped, "max(");
+  for (size_t i = 0; i < 3000; i++) n += (size_t)sprintf(grouped + n, "%sn", i ? "," : "");
+  strcpy(grouped + n, ")");
+  FAILS(hcq_expr_parse(grouped, vars, 1, &e), HCQ_INVALID_ARGUMENT, "3000 min/max arguments in a row");
+  cr_assert_null(e);
+  hcq_expr_release(n_var);
+  free(grouped);
+  free(expr);
+  free(text);
+}
+
+/* hcq_jit_save writes an expression whole: it was cut at 1023 bytes, so a long one came back as
+ * another expression or a syntax error. */
+Test(graphfile, saved_expressions_are_whole) {
+  size_t terms = 900; /* "n+n+...": 1799 bytes, under the 1000-level limit */
+  char *expr = malloc(terms * 2), *text = malloc(terms * 2 + 2048);
+  for (size_t i = 0; i < terms; i++) expr[2 * i] = 'n', expr[2 * i + 1] = '+';
+  expr[2 * terms - 1] = '\0';
+  sprintf(text, HEAD "\"vars\": {\"n\": {\"min\": 0, \"max\": 1, \"value\": 1}}, \"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64}}," PROG
+                "\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"a\"], \"vals\": [\"%s\"]}]}", expr);
+  hcq_graph_file_t *gf = load(text);
+  hcq_jit_t *jit = NULL;
+  OK(hcq_jit_create(hcq_graph_file_items(gf), hcq_graph_file_item_count(gf), NULL, 0, hcq_graph_file_vars(gf),
+                    hcq_graph_file_var_count(gf), NULL, &jit));
+  char dir[512], path[600];
+  temp_dir(dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/saved.json", dir);
+  OK(hcq_jit_save(jit, path));
+  hcq_graph_file_t *back = NULL;
+  OK(hcq_graph_file_load(path, NULL, &back));
+  const hcq_operand_t *was = &hcq_graph_file_items(gf)[0].kernel.vals[0], *is = &hcq_graph_file_items(back)[0].kernel.vals[0];
+  cr_assert_not_null(is->sym);
+  char a[4096], b[4096];
+  cr_assert_gt(hcq_expr_format(was->sym, a, sizeof(a)), 1024);
+  hcq_expr_format(is->sym, b, sizeof(b));
+  cr_assert_str_eq(b, a);
+  int64_t x;
+  OK(hcq_expr_eval(is->sym, hcq_graph_file_vars(back), 1, &x));
+  cr_assert_eq(x, (int64_t)terms);
+  OK(hcq_jit_destroy(jit));
+  hcq_graph_file_free(back);
+  hcq_graph_file_free(gf);
+  free(expr);
+  free(text);
 }

@@ -60,6 +60,9 @@ hcq_status_t hcq_buffer_view_create(hcq_buffer_t *buf, uint64_t offset, uint64_t
   if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_view_create: buffer is NULL");
   hcq_status_t st = hcq__obj_check(&buf->obj, HCQ__OBJ_BUFFER, "hcq_buffer_view_create");
   if (st) return st;
+  if (size > UINT64_MAX - offset) /* no wrapped end in the message: the numbers as given */
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "view at offset %" PRIu64 " of %" PRIu64 " bytes ends past 2^64: outside %s (%" PRIu64 " bytes)",
+                           offset, size, buf->label, buf->size);
   if (size == 0 || offset > buf->size || size > buf->size - offset)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
                            "view [%" PRIu64 ", %" PRIu64 ") is outside %s (%" PRIu64 " bytes) or empty", offset,

@@ -328,6 +328,58 @@ static hcq_expr_t *oom_fail(parser_t *ps) {
 
 static hcq_expr_t *parse_expr(parser_t *ps);
 
+/* The height a op b would have, when it passes the limit (0 when it does not, or folds). */
+static uint32_t too_tall(const hcq_expr_t *a, const hcq_expr_t *b) {
+  if (a->op == HCQ_EXPR_CONST && b->op == HCQ_EXPR_CONST) return 0;
+  uint32_t h = (a->height > b->height ? a->height : b->height) + 1;
+  return h > EXPR_MAX_HEIGHT ? h : 0;
+}
+
+/* A chain of terms too long for the tree (n+n+...+n with more than EXPR_MAX_HEIGHT terms): the
+ * rest of the chain is read, without building it, so the message says how long it is. next
+ * parses one more operand after an operator of the chain (NULL: at the end of the chain). */
+static hcq_expr_t *chain_fail(parser_t *ps, size_t terms, uint32_t height, hcq_expr_t *(*next)(parser_t *),
+                              const char *noun) {
+  for (hcq_expr_t *e; (e = next(ps));) {
+    terms++;
+    height = (e->height > height ? e->height : height) + 1;
+    hcq_expr_release(e);
+  }
+  if (ps->err) return NULL;
+  ps->err = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                            "expression \"%.48s%s\" is too long: %zu %s in a row make it %" PRIu32
+                            " levels deep, the limit is %d (group them in parentheses)",
+                            ps->text, strlen(ps->text) > 48 ? "..." : "", terms, noun, height, EXPR_MAX_HEIGHT);
+  return NULL;
+}
+
+static hcq_expr_t *parse_term(parser_t *ps);
+static hcq_expr_t *parse_unary(parser_t *ps);
+
+/* The next operand of a chain after its operator, or NULL at the chain's end (or on an error). */
+static hcq_expr_t *next_term(parser_t *ps) {
+  skip_ws(ps);
+  if (*ps->p != '+' && *ps->p != '-') return NULL;
+  ps->p++;
+  return parse_term(ps);
+}
+static hcq_expr_t *next_factor(parser_t *ps) {
+  skip_ws(ps);
+  if (*ps->p == '*' || *ps->p == '%')
+    ps->p++;
+  else if (ps->p[0] == '/' && ps->p[1] == '/')
+    ps->p += 2;
+  else
+    return NULL;
+  return parse_unary(ps);
+}
+static hcq_expr_t *next_arg(parser_t *ps) {
+  skip_ws(ps);
+  if (*ps->p != ',') return NULL;
+  ps->p++;
+  return parse_expr(ps);
+}
+
 static hcq_expr_t *combine(parser_t *ps, hcq_expr_op_t op, hcq_expr_t *a, hcq_expr_t *b) {
   hcq_expr_t *r = hcq_expr_binary(op, a, b);
   hcq_expr_release(a);
@@ -376,6 +428,12 @@ static hcq_expr_t *parse_primary(parser_t *ps) {
         if (!next) {
           hcq_expr_release(acc);
           return NULL;
+        }
+        uint32_t tall = too_tall(acc, next);
+        if (tall) {
+          hcq_expr_release(acc);
+          hcq_expr_release(next);
+          return chain_fail(ps, (size_t)args + 1, tall, next_arg, "min/max arguments");
         }
         acc = combine(ps, is_min ? HCQ_EXPR_MIN : HCQ_EXPR_MAX, acc, next);
         if (!acc) return NULL;
@@ -429,6 +487,7 @@ static hcq_expr_t *parse_unary(parser_t *ps) {
 
 static hcq_expr_t *parse_term(parser_t *ps) {
   hcq_expr_t *acc = parse_unary(ps);
+  size_t terms = 1;
   while (acc) {
     skip_ws(ps);
     hcq_expr_op_t op;
@@ -452,6 +511,13 @@ static hcq_expr_t *parse_term(parser_t *ps) {
       hcq_expr_release(acc);
       return NULL;
     }
+    terms++;
+    uint32_t tall = too_tall(acc, rhs);
+    if (tall) {
+      hcq_expr_release(acc);
+      hcq_expr_release(rhs);
+      return chain_fail(ps, terms, tall, next_factor, "factors");
+    }
     acc = combine(ps, op, acc, rhs);
   }
   return acc;
@@ -460,6 +526,7 @@ static hcq_expr_t *parse_term(parser_t *ps) {
 static hcq_expr_t *parse_expr(parser_t *ps) {
   if (++ps->depth > PARSE_MAX_DEPTH) return parse_fail(ps, "expression nested too deeply");
   hcq_expr_t *acc = parse_term(ps);
+  size_t terms = 1;
   while (acc) {
     skip_ws(ps);
     hcq_expr_op_t op;
@@ -474,6 +541,14 @@ static hcq_expr_t *parse_expr(parser_t *ps) {
     if (!rhs) {
       hcq_expr_release(acc);
       acc = NULL;
+      break;
+    }
+    terms++;
+    uint32_t tall = too_tall(acc, rhs);
+    if (tall) {
+      hcq_expr_release(acc);
+      hcq_expr_release(rhs);
+      acc = chain_fail(ps, terms, tall, next_term, "terms");
       break;
     }
     acc = combine(ps, op, acc, rhs);

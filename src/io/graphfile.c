@@ -1,5 +1,6 @@
 /* Loading hcq-graph/1 files with Jansson: every field validated, errors with the JSON path. */
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 #include "hcq/graphfile.h"
@@ -27,6 +29,8 @@ typedef struct loader {
   const hcq_graph_file_options_t *opts;
   char path[512];
   size_t path_len;
+  size_t *input_of; /* by buffer index: its index in inputs + 1, or 0 */
+  const hcq_expr_t **var_exprs; /* the variables, for the expression parser (made on first use) */
 } loader_t;
 
 static size_t push(loader_t *L, const char *fmt, ...) HCQ_PRINTF(2, 3);
@@ -166,6 +170,9 @@ static void gf_free(hcq_graph_file_t *gf) {
   for (size_t i = 0; i < gf->vars.len; i++) hcq_expr_release(gf->vars.data[i].var);
   hcq__vec_free(&gf->vars);
   for (size_t i = 0; i < gf->ndevices; i++) hcq_status_free(hcq_device_close(gf->devices[i]));
+  hcq__htab_free(&gf->buffer_names);
+  hcq__htab_free(&gf->program_names);
+  hcq__htab_free(&gf->var_names);
   free(gf);
 }
 
@@ -243,18 +250,55 @@ static hcq_status_t open_device(loader_t *L, const char *name, hcq_device_t **ou
 
 /* ---- file contents from {"file": path} ---- */
 
-static hcq_status_t read_file(loader_t *L, const char *rel, char **out, size_t *out_len) {
-  char full[PATH_MAX];
-  if (rel[0] == '/' || !L->base_dir || !*L->base_dir)
-    snprintf(full, sizeof(full), "%s", rel);
-  else
-    snprintf(full, sizeof(full), "%s/%s", L->base_dir, rel);
-  FILE *f = fopen(full, "rb");
-  if (!f) return fail(L, HCQ_NOT_FOUND, "cannot open \"%s\": %s", full, strerror(errno));
+static const char *file_type(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+/* Opens a regular file for reading, never blocking: a FIFO (or a character device) would wait
+ * for a writer forever, or stream without end, so anything else is refused by type. */
+static hcq_status_t open_regular(loader_t *L, const char *path, FILE **out) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return fail(L, HCQ_NOT_FOUND, "cannot open \"%s\": %s", path, strerror(errno));
   struct stat sb;
-  if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
-    fclose(f);
-    return fail(L, HCQ_INVALID_ARGUMENT, "\"%s\" is not a regular file", full);
+  if (fstat(fd, &sb) != 0) {
+    int e = errno;
+    close(fd);
+    return fail(L, HCQ_UNAVAILABLE, "cannot read \"%s\": %s", path, strerror(e));
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(fd);
+    return fail(L, HCQ_INVALID_ARGUMENT, "\"%s\" is %s, not a regular file", path, file_type(sb.st_mode));
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  *out = fdopen(fd, "rb");
+  if (!*out) {
+    close(fd);
+    return oom(L);
+  }
+  return NULL;
+}
+
+static hcq_status_t read_file(loader_t *L, const char *rel, char **out, size_t *out_len) {
+  /* The whole path or an error: a path cut at PATH_MAX could name another file that exists. */
+  bool relative = rel[0] != '/' && L->base_dir && *L->base_dir;
+  size_t need = (relative ? strlen(L->base_dir) + 1 : 0) + strlen(rel);
+  if (need >= PATH_MAX)
+    return fail(L, HCQ_INVALID_ARGUMENT, "path \"%.80s%s\" is too long: %zu bytes%s, the limit (PATH_MAX) is %d", rel,
+                strlen(rel) > 80 ? "..." : "", need, relative ? " with the graph file's folder" : "", PATH_MAX - 1);
+  char *full = malloc(need + 1);
+  if (!full) return oom(L);
+  snprintf(full, need + 1, relative ? "%s/%s" : "%s%s", relative ? L->base_dir : "", rel);
+  FILE *f;
+  hcq_status_t st = open_regular(L, full, &f);
+  if (st) {
+    free(full);
+    return st;
   }
   size_t cap = 4096, len = 0;
   char *buf = malloc(cap + 1);
@@ -265,13 +309,17 @@ static hcq_status_t read_file(loader_t *L, const char *rel, char **out, size_t *
       int e = errno;
       free(buf);
       fclose(f);
-      return fail(L, HCQ_UNAVAILABLE, "cannot read \"%s\": %s", full, strerror(e));
+      st = fail(L, HCQ_UNAVAILABLE, "cannot read \"%s\": %s", full, strerror(e));
+      free(full);
+      return st;
     }
     if (len < cap) break;
     if (cap >= MAX_FILE_BYTES) {
       free(buf);
       fclose(f);
-      return fail(L, HCQ_OUT_OF_RANGE, "\"%s\" is larger than %u bytes", full, MAX_FILE_BYTES);
+      st = fail(L, HCQ_OUT_OF_RANGE, "\"%s\" is larger than %u bytes", full, MAX_FILE_BYTES);
+      free(full);
+      return st;
     }
     cap *= 2;
     char *nb = realloc(buf, cap + 1);
@@ -279,6 +327,7 @@ static hcq_status_t read_file(loader_t *L, const char *rel, char **out, size_t *
     buf = nb;
   }
   fclose(f);
+  free(full);
   if (!buf) return oom(L);
   buf[len] = '\0';
   *out = buf;
@@ -352,10 +401,18 @@ static uint64_t splitmix64_at(uint64_t seed, uint64_t i) {
   return z ^ (z >> 31);
 }
 
-/* uniform_f32 word i: lo + (hi - lo) * u, u = the top 24 bits of output i / 2^24, in float. */
+/* uniform_f32: lo + (hi - lo) * u in float, u in [0, 1). The sum can round up to hi itself (u near
+ * 1 and lo + (hi - lo) * u within half a step of hi: [1, 2) does it at the largest u); such values
+ * become the largest float below hi, so that lo <= x < hi holds as documented. */
+static float uniform_f32_at(float lo, float hi, float u) {
+  float x = lo + (hi - lo) * u;
+  return x >= hi && lo < hi ? nextafterf(hi, lo) : x;
+}
+
+/* uniform_f32 word i: u = the top 24 bits of output i / 2^24. */
 static uint32_t uniform_f32_word(const gf_buffer_t *b, uint64_t i) {
   float u = (float)(splitmix64_at(b->init_value, i) >> 40) * (1.0f / 16777216.0f);
-  float x = b->init_lo + (b->init_hi - b->init_lo) * u;
+  float x = uniform_f32_at(b->init_lo, b->init_hi, u);
   uint32_t w;
   memcpy(&w, &x, 4);
   return w;
@@ -385,6 +442,10 @@ static hcq_status_t parse_uniform_f32(loader_t *L, const json_t *v, gf_buffer_t 
       st = fail(L, HCQ_INVALID_ARGUMENT, "%g is below lo %g", (double)b->init_hi, (double)b->init_lo);
     pop(L, m);
   }
+  /* hi - lo past FLT_MAX would make every value +inf (NaN at u = 0), not lo <= x < hi. */
+  if (!st && !isfinite(b->init_hi - b->init_lo))
+    st = fail(L, HCQ_OUT_OF_RANGE, "lo %.9g, hi %.9g: hi - lo overflows a float, so the values would be infinite",
+              json_number_value(json_object_get(v, "lo")), json_number_value(json_object_get(v, "hi")));
   b->init_value = (uint64_t)seed;
   return st;
 }
@@ -475,7 +536,8 @@ out:
 /* Writes a base buffer's initial contents (through the device's copyin, so it is ordered). */
 static hcq_status_t write_init(const gf_buffer_t *b) {
   if (b->init == GF_INIT_DATA) return hcq_buffer_copyin(b->buf, 0, b->init_data, b->bytes);
-  size_t chunk = 1 << 20;
+  /* Small buffers get a small scratch: a file of 100k tiny buffers must not map 100k MiB. */
+  size_t chunk = b->bytes < (1u << 20) ? (size_t)(b->bytes + 7) / 8 * 8 : 1u << 20;
   uint8_t *tmp = malloc(chunk);
   if (!tmp) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory initializing %s", b->name);
   hcq_status_t st = NULL;
@@ -555,6 +617,7 @@ static hcq_status_t parse_vars(loader_t *L, const json_t *vars) {
       hcq_expr_release(var);
       st = oom(L);
     }
+    if (!st && !hcq__htab_add(&L->gf->var_names, hcq__hash_str(key), L->gf->vars.len - 1)) st = oom(L);
     pop(L, m2);
   }
   pop(L, m);
@@ -562,9 +625,18 @@ static hcq_status_t parse_vars(loader_t *L, const json_t *vars) {
 }
 
 static ssize_t find_buffer(const hcq_graph_file_t *gf, const char *name) {
-  for (size_t i = 0; i < gf->buffers.len; i++)
+  size_t cursor = 0;
+  for (size_t i; (i = hcq__htab_next(&gf->buffer_names, hcq__hash_str(name), &cursor)) != SIZE_MAX;)
     if (!strcmp(gf->buffers.data[i].name, name)) return (ssize_t)i;
   return -1;
+}
+
+/* Appends b to the buffers, findable by name; false when memory runs out (b is not added). */
+static bool push_buffer(hcq_graph_file_t *gf, gf_buffer_t b) {
+  if (!hcq__vec_push(&gf->buffers, b)) return false;
+  if (hcq__htab_add(&gf->buffer_names, hcq__hash_str(b.name), gf->buffers.len - 1)) return true;
+  gf->buffers.len--;
+  return false;
 }
 
 static hcq_status_t add_base_buffer(loader_t *L, const char *key, const json_t *v) {
@@ -597,7 +669,7 @@ static hcq_status_t add_base_buffer(loader_t *L, const char *key, const json_t *
   if (!st && (st = hcq_buffer_create(b.dev, b.bytes, &b.buf))) st = wrap(L, st);
   if (!st) hcq_buffer_set_label(b.buf, key);
   b.name = strdup(key);
-  if (!st && (!b.name || !hcq__vec_push(&gf->buffers, b))) st = oom(L);
+  if (!st && (!b.name || !push_buffer(gf, b))) st = oom(L);
   if (st) {
     hcq_buffer_release(b.buf);
     free(b.name);
@@ -606,62 +678,73 @@ static hcq_status_t add_base_buffer(loader_t *L, const char *key, const json_t *
   return st;
 }
 
-/* Views may name views declared anywhere: resolve on demand, refusing cycles. */
-static hcq_status_t resolve_view(loader_t *L, const json_t *buffers, const char *key, int depth, ssize_t *out) {
-  hcq_graph_file_t *gf = L->gf;
-  ssize_t have = find_buffer(gf, key);
-  if (have >= 0) {
-    *out = have;
-    return NULL;
-  }
+/* Views may name views declared anywhere, in chains of any length: each chain is walked from the
+ * view toward its base buffer without recursion (a 100k-deep chain must not need 100k stack
+ * frames), then created from the base outward. */
+typedef struct view_walk {
+  hcq__htab_t seen;              /* every view a walk has reached, by name */
+  HCQ__VEC(const char *) names;  /* their names (keys of the JSON object), by table entry */
+  HCQ__VEC(const char *) chain;  /* the walk under way, from the view asked for toward its base */
+} view_walk_t;
+
+static void view_walk_free(view_walk_t *w) {
+  hcq__htab_free(&w->seen);
+  hcq__vec_free(&w->names);
+  hcq__vec_free(&w->chain);
+}
+
+static bool view_seen(const view_walk_t *w, const char *name) {
+  size_t cursor = 0;
+  for (size_t i; (i = hcq__htab_next(&w->seen, hcq__hash_str(name), &cursor)) != SIZE_MAX;)
+    if (!strcmp(w->names.data[i], name)) return true;
+  return false;
+}
+
+/* The fields of view key that do not depend on its base; *base_name is the buffer it views. */
+static hcq_status_t check_view(loader_t *L, const json_t *buffers, const char *key, const char **base_name) {
   const json_t *v = json_object_get(buffers, key);
   size_t m = push(L, "buffers");
   push_key(L, key);
-  hcq_status_t st = NULL;
-  if (depth > 64) {
-    st = fail(L, HCQ_INVALID_ARGUMENT, "views nest too deeply (or form a cycle)");
-    goto out;
-  }
   static const char *const keys[] = {"view", "offset", "bytes", NULL};
-  if ((st = only_keys(L, v, keys))) goto out;
-  const json_t *jview = json_object_get(v, "view"), *joff = json_object_get(v, "offset"), *jbytes = json_object_get(v, "bytes");
-  if (!jbytes) {
+  hcq_status_t st = only_keys(L, v, keys);
+  const json_t *jview = json_object_get(v, "view");
+  if (!st && !json_object_get(v, "bytes"))
     st = fail(L, HCQ_INVALID_ARGUMENT, "a view needs view and bytes (offset defaults to 0)");
-    goto out;
-  }
   size_t m3 = push(L, ".view");
-  if (!(st = expect(L, jview, JSON_STRING, "a buffer name"))) {
-    const char *base_name = json_string_value(jview);
-    const json_t *base = json_object_get(buffers, base_name);
-    if (!base)
-      st = fail(L, HCQ_NOT_FOUND, "unknown buffer \"%.64s\"", base_name);
-    else if (!strcmp(base_name, key))
+  if (!st && !(st = expect(L, jview, JSON_STRING, "a buffer name"))) {
+    *base_name = json_string_value(jview);
+    if (!json_object_get(buffers, *base_name))
+      st = fail(L, HCQ_NOT_FOUND, "unknown buffer \"%.64s\"", *base_name);
+    else if (!strcmp(*base_name, key))
       st = fail(L, HCQ_INVALID_ARGUMENT, "a view cannot view itself");
   }
   pop(L, m3);
-  if (st) goto out;
-  ssize_t base_idx;
-  char saved[sizeof(L->path)];
-  size_t saved_len = L->path_len;
-  memcpy(saved, L->path, sizeof(saved));
-  pop(L, 0); /* the base reports its own path */
-  st = resolve_view(L, buffers, json_string_value(jview), depth + 1, &base_idx);
-  if (st) goto out;
-  memcpy(L->path, saved, sizeof(saved));
-  L->path_len = saved_len;
+  pop(L, m);
+  return st;
+}
+
+/* Creates view key, whose base exists already. */
+static hcq_status_t make_view(loader_t *L, const json_t *buffers, const char *key) {
+  hcq_graph_file_t *gf = L->gf;
+  const json_t *v = json_object_get(buffers, key);
+  const json_t *joff = json_object_get(v, "offset"), *jbytes = json_object_get(v, "bytes");
+  size_t m = push(L, "buffers");
+  push_key(L, key);
+  hcq_status_t st = NULL;
   int64_t off = 0, bytes;
   if (joff) {
-    m3 = push(L, ".offset");
+    size_t m3 = push(L, ".offset");
     st = get_int(L, joff, 0, (int64_t)MAX_BUFFER_BYTES, &off);
     pop(L, m3);
     if (st) goto out;
   }
-  m3 = push(L, ".bytes");
+  size_t m3 = push(L, ".bytes");
   st = get_int(L, jbytes, 1, (int64_t)MAX_BUFFER_BYTES, &bytes);
   pop(L, m3);
   if (st) goto out;
-  gf_buffer_t *base = &gf->buffers.data[base_idx];
+  gf_buffer_t *base = &gf->buffers.data[find_buffer(gf, json_string_value(json_object_get(v, "view")))];
   uint64_t base_bytes = hcq_buffer_size(base->buf);
+  /* Both are at most 2^40, so the end is the true sum, not a wrapped one. */
   if ((uint64_t)off + (uint64_t)bytes > base_bytes) {
     st = fail(L, HCQ_OUT_OF_RANGE, "view [%" PRId64 ", %" PRId64 ") is outside its base \"%s\" (%" PRIu64 " bytes)", off,
               off + bytes, base->name, base_bytes);
@@ -677,15 +760,54 @@ static hcq_status_t resolve_view(loader_t *L, const json_t *buffers, const char 
   }
   hcq_buffer_set_label(b.buf, key);
   b.name = strdup(key);
-  if (!b.name || !hcq__vec_push(&gf->buffers, b)) {
+  if (!b.name || !push_buffer(gf, b)) {
     hcq_buffer_release(b.buf);
     free(b.name);
     st = oom(L);
-    goto out;
   }
-  *out = (ssize_t)gf->buffers.len - 1;
 out:
   pop(L, m);
+  return st;
+}
+
+/* "a -> b -> a": the cycle that starts at chain[from], at most a few names of it. */
+static hcq_status_t cycle_error(loader_t *L, const view_walk_t *w, size_t from) {
+  char text[512];
+  size_t len = 0, n = w->chain.len - from;
+  for (size_t i = from; i <= w->chain.len && len < sizeof(text); i++) {
+    const char *name = i < w->chain.len ? w->chain.data[i] : w->chain.data[from];
+    if (i - from == 6 && n > 7) {
+      len += (size_t)snprintf(text + len, sizeof(text) - len, " -> ...");
+      i = w->chain.len - 2;
+      continue;
+    }
+    len += (size_t)snprintf(text + len, sizeof(text) - len, "%s%s", i > from ? " -> " : "", name);
+  }
+  size_t m = push(L, "buffers");
+  push_key(L, w->chain.data[from]);
+  hcq_status_t st = fail(L, HCQ_INVALID_ARGUMENT, "views form a cycle of %zu: %s", n, text);
+  pop(L, m);
+  return st;
+}
+
+static hcq_status_t resolve_view(loader_t *L, const json_t *buffers, view_walk_t *w, const char *key) {
+  hcq_graph_file_t *gf = L->gf;
+  w->chain.len = 0;
+  hcq_status_t st = NULL;
+  for (const char *at = key; !st && find_buffer(gf, at) < 0;) {
+    /* Earlier walks created every view they reached (or failed the load): a view seen before
+     * and still missing is on this walk's chain. */
+    if (view_seen(w, at)) {
+      size_t from = 0;
+      while (strcmp(w->chain.data[from], at)) from++;
+      return cycle_error(L, w, from);
+    }
+    if (!hcq__vec_push(&w->names, at) || !hcq__htab_add(&w->seen, hcq__hash_str(at), w->names.len - 1) ||
+        !hcq__vec_push(&w->chain, at))
+      return oom(L);
+    st = check_view(L, buffers, at, &at);
+  }
+  for (size_t i = w->chain.len; i-- > 0 && !st;) st = make_view(L, buffers, w->chain.data[i]);
   return st;
 }
 
@@ -714,10 +836,11 @@ static hcq_status_t parse_buffers(loader_t *L, const json_t *buffers) {
     if (st) break;
   }
   pop(L, m);
+  view_walk_t walk = {0};
   if (!st) json_object_foreach((json_t *)buffers, key, v) {
-    ssize_t idx;
-    if ((st = resolve_view(L, buffers, key, 0, &idx))) break;
+    if ((st = resolve_view(L, buffers, &walk, key))) break;
   }
+  view_walk_free(&walk);
   return st;
 }
 
@@ -770,6 +893,10 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
     }
     p.name = strdup(key);
     if (!st && (!p.name || !p.entry || !hcq__vec_push(&L->gf->programs, p))) st = oom(L);
+    if (!st && !hcq__htab_add(&L->gf->program_names, hcq__hash_str(key), L->gf->programs.len - 1)) {
+      L->gf->programs.len--;
+      st = oom(L);
+    }
     if (st) {
       free(p.name);
       free(p.entry);
@@ -826,11 +953,13 @@ static hcq_status_t parse_operand(loader_t *L, const json_t *j, int64_t lo, int6
     return st;
   }
   if (!json_is_string(j)) return fail(L, HCQ_INVALID_ARGUMENT, "must be an integer or an expression, not %s", type_name(j));
-  const hcq_expr_t *vars[256];
-  size_t n = L->gf->vars.len < 256 ? L->gf->vars.len : 256;
-  for (size_t i = 0; i < n; i++) vars[i] = L->gf->vars.data[i].var;
+  size_t n = L->gf->vars.len;
+  if (n && !L->var_exprs) {
+    if (!(L->var_exprs = malloc(n * sizeof(*L->var_exprs)))) return oom(L);
+    for (size_t i = 0; i < n; i++) L->var_exprs[i] = L->gf->vars.data[i].var;
+  }
   hcq_expr_t *e = NULL;
-  hcq_status_t st = hcq_expr_parse(json_string_value(j), vars, n, &e);
+  hcq_status_t st = hcq_expr_parse(json_string_value(j), L->var_exprs, n, &e);
   if (st) return wrap(L, st);
   if (hcq_expr_is_const(e)) {
     int64_t v = hcq_expr_const_value(e);
@@ -899,8 +1028,10 @@ static hcq_status_t parse_kernel(loader_t *L, const json_t *j, hcq_exec_item_t *
   size_t m = push(L, ".kernel");
   gf_program_t *prog = NULL;
   if (!(st = expect(L, jk, JSON_STRING, "a program name"))) {
-    for (size_t i = 0; i < gf->programs.len; i++)
-      if (!strcmp(gf->programs.data[i].name, json_string_value(jk))) prog = &gf->programs.data[i];
+    size_t cursor = 0;
+    const char *name = json_string_value(jk);
+    for (size_t i; !prog && (i = hcq__htab_next(&gf->program_names, hcq__hash_str(name), &cursor)) != SIZE_MAX;)
+      if (!strcmp(gf->programs.data[i].name, name)) prog = &gf->programs.data[i];
     if (!prog) st = fail(L, HCQ_NOT_FOUND, "unknown program \"%.64s\"", json_string_value(jk));
   }
   pop(L, m);
@@ -1055,13 +1186,15 @@ static hcq_status_t parse_inputs(loader_t *L, const json_t *inputs) {
   size_t m = push(L, "inputs");
   hcq_status_t st = inputs ? expect(L, inputs, JSON_ARRAY, "an array of buffer names") : NULL;
   gf->inputs = calloc(n + 1, sizeof(*gf->inputs));
-  if (!st && !gf->inputs) st = oom(L);
+  L->input_of = calloc(gf->buffers.len + 1, sizeof(*L->input_of));
+  if (!st && (!gf->inputs || !L->input_of)) st = oom(L);
   for (size_t i = 0; i < n && !st; i++) {
     size_t m2 = push(L, "[%zu]", i);
     gf_buffer_t *b;
     if (!(st = buffer_ref(L, json_array_get(inputs, i), &b))) {
-      for (size_t k = 0; k < i; k++)
-        if (gf->inputs[k] == b->buf) st = fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is listed twice", b->name);
+      size_t bi = (size_t)(b - gf->buffers.data);
+      if (L->input_of[bi]) st = fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is listed twice", b->name);
+      L->input_of[bi] = i + 1;
       gf->inputs[i] = b->buf;
     }
     pop(L, m2);
@@ -1101,9 +1234,7 @@ static hcq_status_t parse_runs(loader_t *L, const json_t *runs) {
       st = expect(L, ji, JSON_OBJECT, "an object {input: buffer}");
       if (!st) json_object_foreach((json_t *)ji, key, v) {
         size_t m4 = push_key(L, key);
-        ssize_t input = -1, bi = find_buffer(gf, key);
-        for (size_t k = 0; bi >= 0 && k < gf->ninputs; k++)
-          if (gf->inputs[k] == gf->buffers.data[bi].buf) input = (ssize_t)k;
+        ssize_t bi = find_buffer(gf, key), input = bi >= 0 ? (ssize_t)L->input_of[bi] - 1 : -1;
         gf_buffer_t *b = NULL;
         if (input < 0)
           st = fail(L, HCQ_NOT_FOUND, "\"%.64s\" is not an input", key);
@@ -1129,7 +1260,8 @@ static hcq_status_t parse_runs(loader_t *L, const json_t *runs) {
       if (!st) json_object_foreach((json_t *)jv, key, v) {
         size_t m4 = push_key(L, key);
         ssize_t vi = -1;
-        for (size_t k = 0; k < gf->vars.len; k++)
+        size_t cursor = 0;
+        for (size_t k; vi < 0 && (k = hcq__htab_next(&gf->var_names, hcq__hash_str(key), &cursor)) != SIZE_MAX;)
           if (!strcmp(hcq_var_name(gf->vars.data[k].var), key)) vi = (ssize_t)k;
         int64_t value;
         if (vi < 0)
@@ -1224,6 +1356,8 @@ hcq_status_t hcq_graph_file_load_text(const char *text, size_t len, const char *
   L.gf = calloc(1, sizeof(*L.gf));
   if (!L.gf) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", L.name);
   hcq_status_t st = load(&L, text ? text : "", len);
+  free(L.input_of);
+  free(L.var_exprs);
   for (size_t i = 0; i < L.gf->buffers.len && !st; i++)
     if (!L.gf->buffers.data[i].is_view) st = write_init(&L.gf->buffers.data[i]);
   if (st) {
@@ -1246,18 +1380,20 @@ hcq_status_t hcq_graph_file_load(const char *path, const hcq_graph_file_options_
   struct stat sb;
   if (stat(path, &sb) != 0)
     return hcq_status_make(HCQ_NOT_FOUND, "cannot read graph file %s: %s", path, strerror(errno));
-  if (S_ISDIR(sb.st_mode))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot read graph file: it is a directory", path);
+  if (!S_ISREG(sb.st_mode)) /* read_file checks again on what it opens */
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot read graph file: it is %s, not a regular file", path,
+                           file_type(sb.st_mode));
   hcq_status_t st = read_file(&L, path, &text, &len);
   if (st) return hcq_status_annotate(st, "cannot read graph file %s", path);
-  char dir[PATH_MAX];
-  snprintf(dir, sizeof(dir), "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (slash)
-    *slash = '\0';
-  else
-    snprintf(dir, sizeof(dir), ".");
+  /* The folder, whole (a copy cut at PATH_MAX would resolve sources somewhere else). */
+  const char *slash = strrchr(path, '/');
+  char *dir = slash == path ? strdup("/") : slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+  if (!dir) {
+    free(text);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", path);
+  }
   st = hcq_graph_file_load_text(text, len, path, dir, options, out);
+  free(dir);
   free(text);
   return st;
 }

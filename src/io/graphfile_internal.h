@@ -4,6 +4,7 @@
 
 #include "core/vec.h"
 #include "hcq/graphfile.h"
+#include "io/htab.h"
 
 #define GF_MAX_DEVICES 64
 
@@ -46,6 +47,8 @@ struct hcq_graph_file {
   size_t ninputs;
   HCQ__VEC(gf_run_t) runs;
   uint64_t total_bytes;
+  /* Names to indices in buffers, programs and vars (hashes of the names). */
+  hcq__htab_t buffer_names, program_names, var_names;
 };
 
 /* Buffer names (they become file names with --out): letters, digits, '_', '-', '.', at most 64,

@@ -9,6 +9,7 @@
 #include "core/internal.h"
 #include "hcq/jit.h"
 #include "io/graphfile_internal.h"
+#include "io/htab.h"
 
 static const char k_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -32,32 +33,44 @@ typedef struct saver {
   HCQ__VEC(char *) names;
   HCQ__VEC(const hcq_program_t *) progs;
   HCQ__VEC(char *) prog_names;
+  /* Lookups stay O(1) for jits with 100k buffers: bufs by address, progs by (name, source), and
+   * every name given out (entry 2i: names[i], 2i+1: prog_names[i]). */
+  hcq__htab_t buf_index, prog_index, taken;
+  size_t next_counter[2]; /* per prefix: no smaller counter is free any more */
 } saver_t;
 
 static bool name_taken(saver_t *s, const char *name) {
-  for (size_t i = 0; i < s->names.len; i++)
-    if (!strcmp(s->names.data[i], name)) return true;
-  for (size_t i = 0; i < s->prog_names.len; i++)
-    if (!strcmp(s->prog_names.data[i], name)) return true;
+  size_t cursor = 0;
+  for (size_t e; (e = hcq__htab_next(&s->taken, hcq__hash_str(name), &cursor)) != SIZE_MAX;)
+    if (!strcmp(e % 2 ? s->prog_names.data[e / 2] : s->names.data[e / 2], name)) return true;
   return false;
 }
 
-
-/* A unique name from a wish, or prefix + counter. */
-static char *unique_name(saver_t *s, const char *wish, const char *prefix) {
+/* A unique name from a wish, or prefix + counter (counter 0 for "buf", 1 for "program"). Names
+ * are only ever added, so the smallest free counter never goes down: the search resumes there. */
+static char *unique_name(saver_t *s, const char *wish, const char *prefix, int counter) {
   char buf[96];
   if (wish && hcq__graph_file_name_ok(wish) && !name_taken(s, wish)) return strdup(wish);
-  for (size_t i = 0;; i++) {
+  for (size_t i = s->next_counter[counter];; i++) {
     snprintf(buf, sizeof(buf), "%s%zu", prefix, i);
-    if (!name_taken(s, buf)) return strdup(buf);
+    if (!name_taken(s, buf)) {
+      s->next_counter[counter] = i;
+      return strdup(buf);
+    }
   }
+}
+
+static uint64_t program_hash(const hcq_program_t *p) {
+  const char *name = hcq_program_name(p), *src = hcq_program_source(p);
+  return hcq__hash_bytes(hcq__hash_bytes(0, name, strlen(name) + 1), src, strlen(src));
 }
 
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory saving a graph file"); }
 
 /* The name of buf in the file, adding it (and its base first) when new. */
 static hcq_status_t buffer_name(saver_t *s, const hcq_buffer_t *b, const char **out) {
-  for (size_t i = 0; i < s->bufs.len; i++)
+  size_t cursor = 0;
+  for (size_t i; (i = hcq__htab_next(&s->buf_index, hcq__hash_ptr(b), &cursor)) != SIZE_MAX;)
     if (s->bufs.data[i] == b) {
       *out = s->names.data[i];
       return NULL;
@@ -66,13 +79,18 @@ static hcq_status_t buffer_name(saver_t *s, const hcq_buffer_t *b, const char **
   const char *base_name = NULL;
   hcq_status_t st = base != b ? buffer_name(s, base, &base_name) : NULL;
   if (st) return st;
-  char *name = unique_name(s, hcq_buffer_label(b), "buf");
+  char *name = unique_name(s, hcq_buffer_label(b), "buf", 0);
   json_t *j = json_object();
-  if (!name || !j || !hcq__vec_push(&s->bufs, b) || !hcq__vec_push(&s->names, name)) {
+  if (!name || !j || !hcq__vec_reserve_for(&s->bufs, s->bufs.len + 1) ||
+      !hcq__vec_reserve_for(&s->names, s->names.len + 1) ||
+      !hcq__htab_add(&s->buf_index, hcq__hash_ptr(b), s->bufs.len) ||
+      !hcq__htab_add(&s->taken, hcq__hash_str(name), 2 * s->names.len)) {
     free(name);
     json_decref(j);
     return oom();
   }
+  s->bufs.data[s->bufs.len++] = b;
+  s->names.data[s->names.len++] = name;
   if (base != b) {
     json_object_set_new(j, "view", json_string(base_name));
     json_object_set_new(j, "offset", json_integer((json_int_t)hcq_buffer_offset(b)));
@@ -110,20 +128,26 @@ static hcq_status_t program_name(saver_t *s, const hcq_program_t *p, const char 
     return hcq_status_make(HCQ_UNIMPLEMENTED,
                            "program %s was made from a function pointer: only programs from source can be saved",
                            hcq_program_name(p));
-  for (size_t i = 0; i < s->progs.len; i++) {
+  size_t cursor = 0;
+  for (size_t i; (i = hcq__htab_next(&s->prog_index, program_hash(p), &cursor)) != SIZE_MAX;) {
     const hcq_program_t *q = s->progs.data[i];
     if (!strcmp(hcq_program_name(q), hcq_program_name(p)) && !strcmp(hcq_program_source(q), src)) {
       *out = s->prog_names.data[i];
       return NULL;
     }
   }
-  char *name = unique_name(s, hcq_program_name(p), "program");
+  char *name = unique_name(s, hcq_program_name(p), "program", 1);
   json_t *j = json_object();
-  if (!name || !j || !hcq__vec_push(&s->progs, p) || !hcq__vec_push(&s->prog_names, name)) {
+  if (!name || !j || !hcq__vec_reserve_for(&s->progs, s->progs.len + 1) ||
+      !hcq__vec_reserve_for(&s->prog_names, s->prog_names.len + 1) ||
+      !hcq__htab_add(&s->prog_index, program_hash(p), s->progs.len) ||
+      !hcq__htab_add(&s->taken, hcq__hash_str(name), 2 * s->prog_names.len + 1)) {
     free(name);
     json_decref(j);
     return oom();
   }
+  s->progs.data[s->progs.len++] = p;
+  s->prog_names.data[s->prog_names.len++] = name;
   json_object_set_new(j, "entry", json_string(hcq_program_name(p)));
   /* The source is in the language of the device it was compiled for. */
   uint32_t caps = hcq_device_caps(hcq_program_device(p));
@@ -139,11 +163,17 @@ static hcq_status_t program_name(saver_t *s, const hcq_program_t *p, const char 
   return NULL;
 }
 
+/* NULL when memory runs out. An expression is written whole, however long (a cut one would load
+ * as another expression, or not at all). */
 static json_t *operand_json(hcq_operand_t op) {
   if (!op.sym) return json_integer((json_int_t)op.value);
-  char text[1024];
-  hcq_expr_format(op.sym, text, sizeof(text));
-  return json_string(text);
+  size_t len = hcq_expr_format(op.sym, NULL, 0);
+  char *text = malloc(len + 1);
+  if (!text) return NULL;
+  hcq_expr_format(op.sym, text, len + 1);
+  json_t *j = json_string(text);
+  free(text);
+  return j;
 }
 
 static hcq_status_t item_json(saver_t *s, const hcq_exec_item_t *it, json_t **out) {
@@ -165,11 +195,11 @@ static hcq_status_t item_json(saver_t *s, const hcq_exec_item_t *it, json_t **ou
     for (size_t i = 0; i < k->nbufs && !st; i++)
       if (!(st = buffer_name(s, k->bufs[i], &name))) json_array_append_new(bufs, json_string(name));
     for (size_t i = 0; i < k->nouts; i++) json_array_append_new(outs, json_integer(k->outs[i]));
-    for (size_t i = 0; i < k->nvals; i++) json_array_append_new(vals, operand_json(k->vals[i]));
-    for (int i = 0; i < 3; i++) {
-      json_array_append_new(g, operand_json(k->global[i]));
-      json_array_append_new(l, operand_json(k->local[i]));
-    }
+    for (size_t i = 0; i < k->nvals && !st; i++)
+      if (json_array_append_new(vals, operand_json(k->vals[i]))) st = oom();
+    for (int i = 0; i < 3 && !st; i++)
+      if (json_array_append_new(g, operand_json(k->global[i])) || json_array_append_new(l, operand_json(k->local[i])))
+        st = oom();
     json_object_set_new(j, "bufs", bufs);
     if (k->outs) /* no outs array: every buffer, which is what a missing "outs" means */
       json_object_set_new(j, "outs", outs);
@@ -189,7 +219,7 @@ static hcq_status_t item_json(saver_t *s, const hcq_exec_item_t *it, json_t **ou
 
 hcq_status_t hcq_jit_save(hcq_jit_t *jit, const char *path) {
   if (!jit || !path) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_save: jit or path is NULL");
-  saver_t s = {json_object(), json_object(), {0}, {0}, {0}, {0}};
+  saver_t s = {json_object(), json_object(), {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}};
   json_t *root = json_object(), *vars = json_object(), *items = json_array(), *inputs = json_array();
   hcq_status_t st = NULL;
   if (!s.buffers || !s.programs || !root || !vars || !items || !inputs) st = oom();
@@ -242,5 +272,8 @@ hcq_status_t hcq_jit_save(hcq_jit_t *jit, const char *path) {
   hcq__vec_free(&s.names);
   hcq__vec_free(&s.progs);
   hcq__vec_free(&s.prog_names);
+  hcq__htab_free(&s.buf_index);
+  hcq__htab_free(&s.prog_index);
+  hcq__htab_free(&s.taken);
   return st ? hcq_status_annotate(st, "saving %s", path) : NULL;
 }

@@ -717,6 +717,71 @@ expect "a file that is a directory: exit 2, the message names it" 2 "hcq: adir" 
 # The message must say what is wrong (docs/cli.md: it names the thing at fault), not report JSON syntax.
 check "a file that is a directory: the message says it is a directory" \
   sh -c 'cat "$1"; grep -qi directory "$1"' _ "$T/err"
+
+# Only regular files are read: a FIFO as the graph file or a {"file": ...} source blocked forever
+# in open() (the 30 s limit of hcq() turns a regression into a failure, not a hang).
+mkfifo graph.fifo src.fifo
+expect "a FIFO as the graph file: exit 2 at once" 2 "graph.fifo: cannot read graph file: it is a FIFO (named pipe)" -- run graph.fifo
+expect "a character device as the graph file" 2 "/dev/zero: cannot read graph file: it is a character device" -- run /dev/zero
+for src in src.fifo /dev/zero adir; do
+  case $src in
+    src.fifo) what="is a FIFO (named pipe), not a regular file" ;;
+    /dev/zero) what="is a character device, not a regular file" ;;
+    *) what="is a directory, not a regular file" ;;
+  esac
+  cat >nonreg.json <<EOF
+{ "format": "hcq-graph/1",
+  "buffers": { "b": { "device": "CPU:0", "bytes": 64 }, "d": { "device": "CPU:0", "bytes": 8, "init": { "file": "$src" } } },
+  "programs": { "k": { "c": { "file": "k.c" } } },
+  "items": [ { "kernel": "k", "bufs": ["b"] } ] }
+EOF
+  expect "$src as a data file: exit 2" 2 "nonreg.json: buffers.d.init.file:" "$what" -- run nonreg.json
+  sed -e 's/"init": { "file": "[^"]*" }/"init": "zeros"/' -e "s|\"file\": \"k.c\"|\"file\": \"$src\"|" nonreg.json >nonreg2.json
+  expect "$src as a program source: exit 2" 2 "nonreg2.json: programs.k.c.file:" "$what" -- run nonreg2.json
+done
+
+# A source path longer than PATH_MAX (4096 here) is an error. It was cut to 4095 bytes, which here
+# leaves ./././...k.c: another file, read in place of the one named.
+longpath=$(python3 -c 'n = 4095 - len("./") - len("k.c"); print(".//" * (n % 2) + "./" * ((n - 3 * (n % 2)) // 2) + "k.c.missing")')
+cat >longpath.json <<EOF
+{ "format": "hcq-graph/1",
+  "buffers": { "b": { "device": "CPU:0", "bytes": 64 } },
+  "programs": { "k": { "c": { "file": "$longpath" } } },
+  "items": [ { "kernel": "k", "bufs": ["b"] } ] }
+EOF
+expect "a source path longer than PATH_MAX: exit 2, not another file" 2 'longpath.json: programs.k.c.file: path "./' \
+  "is too long: 4103 bytes with the graph file's folder" -- run longpath.json
+expect "--out longer than PATH_MAX allows: exit 2 before running" 2 '--out "' 'is too long' '!1 run' \
+  -- run ok.json --out "$(python3 -c 'print("o" * 4100)')"
+
+# uniform_f32 whose hi - lo overflows a float gave +inf (the docs promise lo <= x < hi).
+bad_file uniform_inf <<'EOF'
+{ "format": "hcq-graph/1",
+  "buffers": { "u": { "device": "CPU:0", "bytes": 64, "init": { "uniform_f32": { "seed": 1, "lo": -3e38, "hi": 3e38 } } } },
+  "items": [ { "copy": { "dst": "u", "src": "u" } } ] }
+EOF
+expect "uniform_f32 with hi - lo past FLT_MAX: exit 2" 2 \
+  'uniform_inf.json: buffers.u.init.uniform_f32: lo -3e+38, hi 3e+38: hi - lo overflows a float' -- run uniform_inf.json
+
+# A 5000-term flat expression was "out of memory" (exit 3): it is bad input, with its length and the limit.
+python3 - <<'EOF'
+import json
+expr = "+".join(["n"] * 5000)
+json.dump({"format": "hcq-graph/1", "vars": {"n": {"min": 1, "max": 1}},
+           "buffers": {"b": {"device": "CPU:0", "bytes": 64}}, "programs": {"k": {"c": {"file": "k.c"}}},
+           "items": [{"kernel": "k", "bufs": ["b"], "vals": [expr]}]}, open("longexpr.json", "w"))
+EOF
+expect "a 5000-term expression: exit 2 with its length and the limit" 2 'longexpr.json: items[0].vals[0]: expression "n+n+n' \
+  'is too long: 5000 terms in a row make it 5000 levels deep, the limit is 1000' '!out of memory' -- run longexpr.json
+
+# A view range reports the numbers of the file.
+bad_file viewrange <<'EOF'
+{ "format": "hcq-graph/1",
+  "buffers": { "b": { "device": "CPU:0", "bytes": 64 }, "v": { "view": "b", "offset": 1099511627776, "bytes": 1099511627776 } },
+  "items": [ { "copy": { "dst": "b", "src": "v" } } ] }
+EOF
+expect "a view past its base: the offsets of the file" 2 \
+  'viewrange.json: buffers.v: view [1099511627776, 2199023255552) is outside its base "b" (64 bytes)' -- run viewrange.json
 expect "bench on a bad file" 2 'unkbuf.json: items[3].bufs[1]: unknown buffer "q"' -- bench unkbuf.json
 expect "--check on a bad file" 2 'unkbuf.json: items[3].bufs[1]: unknown buffer "q"' -- run unkbuf.json --check
 expect "no command" 2 "usage" -- 
