@@ -37,7 +37,8 @@ NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 def norm(line):
-    return DECIMAL.sub("#.#", " ".join(line.split()))
+    # Padding before a number follows its width (aligned columns), so it is not compared either.
+    return " ".join(DECIMAL.sub(" #.# ", line).split())
 
 
 def prefixes(opts, key):
@@ -51,7 +52,7 @@ def line_matches(want, got, opts):
             return g.startswith(p)
     for p in prefixes(opts, "numbers"):
         if w.startswith(p):
-            return NUMBER.sub("#", w) == NUMBER.sub("#", g)
+            return " ".join(NUMBER.sub(" # ", w).split()) == " ".join(NUMBER.sub(" # ", g).split())
     return norm(w) == norm(g)
 
 
