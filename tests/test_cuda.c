@@ -488,3 +488,15 @@ Test(cuda, a_launch_past_the_gpu_limits_fails_cleanly_and_the_device_keeps_worki
   hcq_program_release(p);
   test_close(d);
 }
+
+Test(cuda, an_entry_with_cpp_linkage_is_named_and_the_fix_is_said) {
+  hcq_device_t *d = open_or_skip(0);
+  hcq_program_t *ok = program_or_skip(d, "add_const"); /* skips where NVRTC is missing */
+  hcq_program_release(ok);
+  static const char cpp[] = "__global__ void scale_cpp(unsigned *y, int n) { if ((int)threadIdx.x < n) y[threadIdx.x] *= 2u; }\n";
+  hcq_program_t *p = NULL;
+  FAILS(hcq_program_create(d, "scale_cpp", cpp, &p), HCQ_COMPILE_ERROR, "scale_cpp", "_Z9scale_cppPji",
+        "declare it extern \"C\"");
+  cr_assert_null(p);
+  test_close(d);
+}

@@ -108,10 +108,54 @@ static void k_timestamp(const uint8_t *p, uint64_t i) {
   __atomic_store_n((uint64_t *)p64(p, 0), (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, __ATOMIC_RELEASE);
 }
 
+/* Twins that need the whole CUDA thread geometry (the conformance kernels of tests/test_util.c):
+ * one call per thread of every block, in the CUDA C's own terms. */
+typedef struct cuda_thread {
+  dim3_t blockIdx, threadIdx, blockDim, gridDim;
+} cuda_thread_t;
+typedef void (*cuda_thread_fn)(const uint8_t *params, const cuda_thread_t *t);
+
+#define T_I(t) ((uint64_t)(t)->blockIdx.x * (t)->blockDim.x + (t)->threadIdx.x)
+#define T_ROW0(t) ((t)->threadIdx.y == 0 && (t)->threadIdx.z == 0)
+#define T_BELOW(t, n) (T_I(t) < (uint64_t)(int64_t)(n))
+static void c_add_scalar(const uint8_t *p, const cuda_thread_t *t) {
+  int32_t *out = (int32_t *)p64(p, 0);
+  const int32_t *a = (const int32_t *)p64(p, 1);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 2, 1))) out[T_I(t)] = (int32_t)((uint32_t)a[T_I(t)] + (uint32_t)p32(p, 2, 0));
+}
+static void c_mul_add(const uint8_t *p, const cuda_thread_t *t) {
+  uint32_t *x = (uint32_t *)p64(p, 0);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 1, 2))) x[T_I(t)] = x[T_I(t)] * (uint32_t)p32(p, 1, 0) + (uint32_t)p32(p, 1, 1);
+}
+static void c_add2(const uint8_t *p, const cuda_thread_t *t) {
+  int32_t *out = (int32_t *)p64(p, 0);
+  const int32_t *x = (const int32_t *)p64(p, 1), *y = (const int32_t *)p64(p, 2);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 3, 0))) out[T_I(t)] = (int32_t)((uint32_t)x[T_I(t)] + (uint32_t)y[T_I(t)]);
+}
+static void c_fill(const uint8_t *p, const cuda_thread_t *t) {
+  int32_t *out = (int32_t *)p64(p, 0);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 1, 1))) out[T_I(t)] = p32(p, 1, 0);
+}
+static void c_mix3(const uint8_t *p, const cuda_thread_t *t) {
+  uint32_t *out = (uint32_t *)p64(p, 0);
+  const uint32_t *x = (const uint32_t *)p64(p, 1), *y = (const uint32_t *)p64(p, 2);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 3, 2)))
+    out[T_I(t)] = x[T_I(t)] * (uint32_t)p32(p, 3, 0) + y[T_I(t)] + (uint32_t)p32(p, 3, 1);
+}
+static void c_record_groups(const uint8_t *p, const cuda_thread_t *t) {
+  if (t->threadIdx.x || t->threadIdx.y || t->threadIdx.z) return;
+  int32_t *out = (int32_t *)p64(p, 0);
+  uint32_t g = (t->blockIdx.z * t->gridDim.y + t->blockIdx.y) * t->gridDim.x + t->blockIdx.x;
+  out[g] += (int32_t)(t->blockDim.x * t->blockDim.y * t->blockDim.z);
+}
+
 typedef struct fake_kernel {
   const char *name;
   thread_fn fn;
   bool faults;
+  cuda_thread_fn per_thread; /* instead of fn */
+  size_t psize;              /* non-zero: the twin of the kernel of this name whose argument block has
+                                this size (two sources may use one name for different kernels) */
 } fake_kernel_t;
 
 static const fake_kernel_t g_kernels[] = {
@@ -120,7 +164,20 @@ static const fake_kernel_t g_kernels[] = {
     {"saxpy_f32", k_saxpy_f32, false}, {"sum_groups", k_sum_groups, false},
     {"sum_final", k_sum_final, false},
     {"hcq_timestamp", k_timestamp, false}, {"hcq_fake_fault", NULL, true},
+    /* tests/test_util.c's conformance kernels */
+    {.name = "add_scalar", .per_thread = c_add_scalar}, {.name = "mul_add", .per_thread = c_mul_add},
+    {.name = "add2", .per_thread = c_add2},             {.name = "fill", .per_thread = c_fill},
+    {.name = "mix", .per_thread = c_mix3, .psize = 36}, {.name = "record_groups", .per_thread = c_record_groups},
 };
+
+/* The twin a launch with an argument block of psize bytes runs: k, or another of its name made
+ * for exactly that size. */
+static const fake_kernel_t *twin_for(const fake_kernel_t *k, size_t psize) {
+  if (k->psize == psize) return k;
+  for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
+    if (g_kernels[i].psize == psize && !strcmp(g_kernels[i].name, k->name)) return &g_kernels[i];
+  return k;
+}
 
 /* ---- bookkeeping ---- */
 
@@ -266,8 +323,19 @@ typedef struct stream {
   atomic_int error;
 } stream_t;
 
-static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params) {
+static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params, size_t psize) {
   atomic_fetch_add(&g_kernel_launches, 1);
+  k = twin_for(k, psize);
+  if (k->per_thread) {
+    cuda_thread_t t = {.blockDim = block, .gridDim = grid};
+    for (t.blockIdx.z = 0; t.blockIdx.z < grid.z; t.blockIdx.z++)
+      for (t.blockIdx.y = 0; t.blockIdx.y < grid.y; t.blockIdx.y++)
+        for (t.blockIdx.x = 0; t.blockIdx.x < grid.x; t.blockIdx.x++)
+          for (t.threadIdx.z = 0; t.threadIdx.z < block.z; t.threadIdx.z++)
+            for (t.threadIdx.y = 0; t.threadIdx.y < block.y; t.threadIdx.y++)
+              for (t.threadIdx.x = 0; t.threadIdx.x < block.x; t.threadIdx.x++) k->per_thread(params, &t);
+    return;
+  }
   uint64_t threads = (uint64_t)grid.x * grid.y * grid.z * block.x * block.y * block.z;
   for (uint64_t i = 0; i < threads; i++) k->fn(params, i);
 }
@@ -284,7 +352,7 @@ static bool run_op(stream_t *s, op_t *o) {
     case OP_WRITE: __atomic_store_n((uint64_t *)o->a, o->v, __ATOMIC_RELEASE); return true;
     case OP_KERNEL:
       if (o->fn->faults) return false;
-      run_kernel(o->fn, o->grid, o->block, o->params);
+      run_kernel(o->fn, o->grid, o->block, o->params, o->psize);
       return true;
     case OP_MEMCPY: memmove((void *)o->a, (const void *)o->b, o->n); return true;
     case OP_MEMSET: memset((void *)o->a, (int)o->v, o->n); return true;
@@ -306,7 +374,7 @@ static bool run_op(stream_t *s, op_t *o) {
         if (!g->enabled) continue;
         if (g->kind == 0) {
           if (g->fn->faults) return false;
-          run_kernel(g->fn, g->grid, g->block, g->params);
+          run_kernel(g->fn, g->grid, g->block, g->params, g->psize);
         } else if (g->kind == 1) {
           memmove((void *)g->dst, (const void *)g->src, g->bytes);
         }
@@ -670,9 +738,26 @@ static CUresult f_cuModuleUnload(hcq_CUmodule m) {
   free(mod);
   return 0;
 }
+/* Whether the image defines the symbol name itself: a whole identifier, not part of another (a
+ * C++ kernel's mangled name, _Z3addPi, contains "add" but does not define it). */
+static bool defines_symbol(const module_t *mod, const char *name) {
+  size_t len = strlen(name);
+  for (const char *p = mod->image, *end = mod->image + mod->size; p < end;) {
+    const char *hit = memmem(p, (size_t)(end - p), name, len);
+    if (!hit) return false;
+    char before = hit > mod->image ? hit[-1] : '\0', after = hit + len < end ? hit[len] : '\0';
+    bool ident_before = before == '_' || before == '$' || (before >= '0' && before <= '9') ||
+                        (before >= 'A' && before <= 'Z') || (before >= 'a' && before <= 'z');
+    bool ident_after = after == '_' || after == '$' || (after >= '0' && after <= '9') ||
+                       (after >= 'A' && after <= 'Z') || (after >= 'a' && after <= 'z');
+    if (!ident_before && !ident_after) return true;
+    p = hit + 1;
+  }
+  return false;
+}
 static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const char *name) {
   module_t *mod = (module_t *)m;
-  if (!memmem(mod->image, mod->size, name, strlen(name))) return HCQ_CUDA_ERROR_NOT_FOUND;
+  if (!defines_symbol(mod, name)) return HCQ_CUDA_ERROR_NOT_FOUND;
   for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
     if (!strcmp(g_kernels[i].name, name)) {
       *fn = (hcq_CUfunction)&g_kernels[i];
