@@ -4,6 +4,8 @@
  * this suite twice: against the real driver (the `cuda` test: skipped on machines without a GPU,
  * run by tools/gpu-check.sh on one) and against tests/fake_cuda (`cuda_fake`, two stand-in GPUs),
  * which checks hcq's side of every driver call on any machine. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <dlfcn.h>
 #include <time.h>
 
@@ -499,4 +501,101 @@ Test(cuda, an_entry_with_cpp_linkage_is_named_and_the_fix_is_said) {
         "declare it extern \"C\"");
   cr_assert_null(p);
   test_close(d);
+}
+
+/* Runs fn(arg) on a thread and waits up to ms for it to return: false when it is still inside
+ * (the caller then unblocks it and fails the test, rather than hanging until the suite's timeout). */
+typedef struct bounded_call {
+  void (*fn)(void *);
+  void *arg;
+  pthread_t thread;
+  atomic_bool done;
+} bounded_call_t;
+
+static void *bounded_main(void *p) {
+  bounded_call_t *c = p;
+  c->fn(c->arg);
+  atomic_store(&c->done, true);
+  return NULL;
+}
+
+static bool returns_within(bounded_call_t *c, int ms) {
+  atomic_store(&c->done, false);
+  cr_assert_eq(pthread_create(&c->thread, NULL, bounded_main, c), 0);
+  for (int i = 0; i < ms && !atomic_load(&c->done); i++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return atomic_load(&c->done);
+}
+
+/* A raw queue on the GPU's copy queue that waits until the host sets the gate: eager work on the
+ * same stream queues up behind it. */
+static hcq_queue_t *gate_stream(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate, uint64_t value) {
+  hcq_queue_t *q = NULL;
+  OK(hcq_queue_create(kind, &q));
+  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm((int64_t)value)));
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  return q;
+}
+
+typedef struct cpu_gpu_copies {
+  hcq_buffer_t *cpu_dst, *gpu_src, *gpu_dst, *cpu_src;
+  hcq_status_t st;
+} cpu_gpu_copies_t;
+
+static void do_cpu_gpu_copies(void *p) {
+  cpu_gpu_copies_t *c = p;
+  c->st = hcq_transfer(c->cpu_dst, c->gpu_src, 4 * N);
+  if (!c->st) c->st = hcq_transfer(c->gpu_dst, c->cpu_src, 4 * N);
+}
+
+/* With the stand-in's synchronous pageable copies (the real driver's behaviour for ordinary host
+ * memory), a transfer between a CPU device and a GPU whose copy stream waits on the host must still
+ * return at once: the host is the one that will open the gate. */
+Test(cuda, cpu_gpu_transfers_return_while_the_copy_stream_waits_on_the_host) {
+  setenv("HCQ_FAKE_CUDA_SYNC_PAGEABLE", "1", 1);
+  /* Two CPU devices: a transfer from a CPU device first waits on the host for that device's earlier
+   * work, which for CPU:0 would include the first transfer (behind the gate). */
+  hcq_device_t *d = open_or_skip(0), *cpu = test_open("CPU:0"), *cpu1 = test_open("CPU:1");
+  static uint32_t a[N], b[N], got[N];
+  fill(a, N, 31);
+  fill(b, N, 32);
+  cpu_gpu_copies_t c = {test_buffer(cpu, 4 * N), test_buffer(d, 4 * N), test_buffer(d, 4 * N), test_buffer(cpu1, 4 * N), NULL};
+  OK(hcq_buffer_copyin(c.gpu_src, 0, a, sizeof(a)));
+  OK(hcq_buffer_copyin(c.cpu_src, 0, b, sizeof(b)));
+  OK(hcq_device_synchronize(d));
+  OK(hcq_device_synchronize(cpu1));
+  hcq_signal_t *gate = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  hcq_queue_t *q = gate_stream(d, HCQ_QUEUE_COPY, gate, 1);
+  bounded_call_t call = {do_cpu_gpu_copies, &c};
+  bool returned = returns_within(&call, 5000);
+  hcq_signal_set(gate, 1);
+  pthread_join(call.thread, NULL);
+  cr_assert(returned, "hcq_transfer between CPU:0 and CUDA:0 blocked the host while the copy stream waited on the "
+                      "gate only the host sets (a synchronous cuMemcpyAsync of pageable memory)");
+  OK(c.st);
+  OK(hcq_device_synchronize(d));
+  OK(hcq_device_synchronize(cpu));
+  test_read(c.cpu_dst, got, sizeof(got));
+  cr_assert_arr_eq(got, a, sizeof(a), "GPU -> CPU, after the gate");
+  test_read(c.gpu_dst, got, sizeof(got));
+  cr_assert_arr_eq(got, b, sizeof(b), "CPU -> GPU, after the gate");
+  /* Larger than one stage: the chunks stay in order. */
+  static uint32_t big[3 * 262144 + 7], big_got[3 * 262144 + 7];
+  fill(big, sizeof(big) / 4, 33);
+  hcq_buffer_t *cbig = test_buffer(cpu, sizeof(big)), *gbig = test_buffer(d, sizeof(big)), *cback = test_buffer(cpu, sizeof(big));
+  OK(hcq_buffer_copyin(cbig, 0, big, sizeof(big)));
+  OK(hcq_transfer(gbig, cbig, sizeof(big)));
+  OK(hcq_transfer(cback, gbig, sizeof(big)));
+  test_read(cback, big_got, sizeof(big_got));
+  cr_assert_arr_eq(big_got, big, sizeof(big), "a multi-chunk round trip");
+  hcq_buffer_t *all[] = {c.cpu_dst, c.gpu_src, c.gpu_dst, c.cpu_src, cbig, gbig, cback};
+  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) hcq_buffer_release(all[i]);
+  hcq_queue_free(q);
+  hcq_signal_free(gate);
+  test_close(d);
+  test_close(cpu);
+  test_close(cpu1);
 }

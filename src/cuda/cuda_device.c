@@ -24,6 +24,7 @@
 
 #define RECORDS 1024u           /* submissions remembered per stream, for hang reports */
 #define WORD_RING (1u << 16)    /* words of unbound submissions kept for the same */
+#define STAGE_BYTES (1u << 20) /* per stream: pageable copies move through it in chunks this size */
 #define HOST_SLACK 4096         /* bytes past every host-visible allocation (a kernel's argument read
                                    that runs past a short block stays inside the mapping) */
 
@@ -45,6 +46,7 @@ typedef struct cuda_stream {
   sub_record_t records[RECORDS];
   uint32_t *ring;
   uint64_t ring_head;
+  void *stage; /* pinned, STAGE_BYTES: copies to and from pageable host memory go through it */
 } cuda_stream_t;
 
 typedef struct cuda_device {
@@ -277,6 +279,63 @@ static hcq_status_t check_words(hcq_device_t *dev, const uint32_t *w, size_t n) 
   return NULL;
 }
 
+/* A host-side part of a copy, run by the stream (a host function) when the copy's turn comes. */
+typedef struct host_copy {
+  void *dst;
+  const void *src;
+  size_t n;
+} host_copy_t;
+
+static void run_host_copy(void *arg) {
+  host_copy_t *h = arg;
+  memmove(h->dst, h->src, h->n);
+  free(h);
+}
+
+static hcq_CUresult enqueue_host_copy(const hcq__cuda_api_t *api, hcq_CUstream s, void *dst, const void *src, size_t n) {
+  host_copy_t *h = malloc(sizeof(*h));
+  if (!h) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
+  *h = (host_copy_t){dst, src, n};
+  hcq_CUresult rc = api->cuLaunchHostFunc(s, run_host_copy, h);
+  if (rc) free(h);
+  return rc;
+}
+
+/* A COPY with an end in ordinary (pageable) host memory, a CPU device's buffer: cuMemcpyAsync
+ * would be synchronous there (the driver stages it itself), blocking this thread until the stream
+ * reached the copy, which may be behind a wait that only this thread will satisfy. Instead the
+ * stream does the host side itself, in order, through its pinned stage: a host function fills the
+ * stage, the driver copies from it (or the other way round). Nothing here waits. */
+static hcq_CUresult staged_copy(cuda_device_t *cd, cuda_stream_t *cs, uint64_t dst, uint64_t src, uint64_t size,
+                                bool dst_pinned, bool src_pinned, const char **what) {
+  const hcq__cuda_api_t *api = cd->api;
+  char *d = (char *)(uintptr_t)dst;
+  const char *sp = (const char *)(uintptr_t)src;
+  hcq_CUresult rc = 0;
+  if (!dst_pinned && !src_pinned) {
+    *what = "cuLaunchHostFunc (host to host copy)";
+    return enqueue_host_copy(api, cs->s, d, sp, (size_t)size);
+  }
+  for (uint64_t off = 0; off < size && !rc; off += STAGE_BYTES) {
+    size_t n = (size_t)(size - off < STAGE_BYTES ? size - off : STAGE_BYTES);
+    hcq_CUdeviceptr stage = (hcq_CUdeviceptr)(uintptr_t)cs->stage;
+    if (!src_pinned) {
+      *what = "cuLaunchHostFunc (filling the copy stage)";
+      if (!(rc = enqueue_host_copy(api, cs->s, cs->stage, sp + off, n))) {
+        *what = "cuMemcpyAsync (from the copy stage)";
+        rc = api->cuMemcpyAsync(dst + off, stage, n, cs->s);
+      }
+    } else {
+      *what = "cuMemcpyAsync (into the copy stage)";
+      if (!(rc = api->cuMemcpyAsync(stage, src + off, n, cs->s))) {
+        *what = "cuLaunchHostFunc (draining the copy stage)";
+        rc = enqueue_host_copy(api, cs->s, d + off, cs->stage, n);
+      }
+    }
+  }
+  return rc;
+}
+
 static hcq_CUresult run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *w, const char **what) {
   const hcq__cuda_api_t *api = cd->api;
   hcq_device_t *dev = cd->dev;
@@ -324,8 +383,12 @@ static hcq_CUresult run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint
     case HCQ__OP_COPY: {
       uint64_t size = hcq__rd64(w + HCQ__COPY_SIZE);
       if (!size) return 0;
+      uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC);
+      bool dst_pinned = reachable(cd, dst), src_pinned = reachable(cd, src);
+      if (cs->stage && (!dst_pinned || !src_pinned))
+        return staged_copy(cd, cs, dst, src, size, dst_pinned, src_pinned, what);
       *what = "cuMemcpyAsync";
-      return api->cuMemcpyAsync(hcq__rd64(w + HCQ__COPY_DST), hcq__rd64(w + HCQ__COPY_SRC), (size_t)size, cs->s);
+      return api->cuMemcpyAsync(dst, src, (size_t)size, cs->s);
     }
     default: return 0; /* NOP, BARRIER (a stream's commands are ordered and memory operations fence) */
   }
@@ -544,6 +607,8 @@ static void cuda_destroy(hcq_device_t *dev) {
     if (cd->alloc_stream) api->cuStreamDestroy(cd->alloc_stream);
     if (cd->ts_module) api->cuModuleUnload(cd->ts_module);
     if (cd->progress) api->cuMemFreeHost(cd->progress);
+    for (int k = 0; k < 2; k++)
+      if (cd->streams[k].stage) api->cuMemFreeHost(cd->streams[k].stage);
     hcq_CUcontext prev;
     api->cuCtxPopCurrent(&prev);
   }
@@ -634,6 +699,10 @@ static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
   for (int k = 0; k < 2 && !rc; k++) rc = api->cuStreamCreate(&cd->streams[k].s, HCQ_CU_STREAM_NON_BLOCKING);
   if (!rc) rc = api->cuStreamCreate(&cd->alloc_stream, HCQ_CU_STREAM_NON_BLOCKING);
   if (!rc) rc = api->cuMemHostAlloc(&cd->progress, 128, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
+  /* Only copy queues copy: the copy stream's stage, made now, while no stream can be waiting. */
+  if (!rc)
+    rc = api->cuMemHostAlloc(&cd->streams[HCQ_QUEUE_COPY].stage, STAGE_BYTES,
+                             HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
   if (rc) st = hcq__cuda_fail(dev, rc, "creating its streams");
   for (int k = 0; k < 2 && !st; k++) {
     cuda_stream_t *cs = &cd->streams[k];

@@ -10,7 +10,9 @@
  * arguments, and the results of its graphs against eager execution. What only a GPU can show (the
  * real driver's behaviour, kernels compiled by NVRTC running) is left to tools/gpu-check.sh.
  *
- * HCQ_FAKE_CUDA_DEVICES sets the device count (default 1). hcq_fake_cuda_counts() reports the
+ * HCQ_FAKE_CUDA_DEVICES sets the device count (default 1); HCQ_FAKE_CUDA_SYNC_PAGEABLE and
+ * HCQ_FAKE_CUDA_IMPLICIT_SYNC turn on strict modes (below, at g_streams) where it blocks the host as
+ * the real driver may. hcq_fake_cuda_counts() reports the
  * driver calls tests check counts of. A kernel named hcq_fake_fault fails its stream with
  * CUDA_ERROR_ILLEGAL_ADDRESS, as a faulting kernel does. */
 #include <errno.h>
@@ -321,7 +323,41 @@ typedef struct stream {
   op_t *head, *tail;
   bool busy, stop;
   atomic_int error;
+  uint64_t enqueued, executed; /* operations, under lock */
+  ctx_t *ctx;                  /* current when it was created */
+  struct stream *next;         /* g_streams */
 } stream_t;
+
+/* Every live stream, for the calls that synchronise a whole context. */
+static pthread_mutex_t g_streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static stream_t *g_streams;
+
+/* Strict modes, where the real driver may block the host and a host emulation would not:
+ * HCQ_FAKE_CUDA_SYNC_PAGEABLE=1: cuMemcpyAsync to or from ordinary (pageable, not driver-allocated)
+ *   host memory returns only once the copy ran on its stream, i.e. after the stream's earlier waits
+ *   (the driver stages such copies itself, synchronously).
+ * HCQ_FAKE_CUDA_IMPLICIT_SYNC=1: cuMemFree, cuMemFreeHost, cuMemHostAlloc and the first launch of a
+ *   function the driver loaded lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) wait
+ *   until every stream of the current context is idle, as the real driver may. */
+static bool strict(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+/* Waits until every stream of c has run all it was given (or stopped, or failed). */
+static void sync_context(ctx_t *c) {
+  pthread_mutex_lock(&g_streams_lock);
+  for (stream_t *s = g_streams; s; s = s->next) {
+    if (s->ctx != c) continue;
+    pthread_mutex_lock(&s->lock);
+    while ((s->head || s->busy) && !s->stop && !atomic_load(&s->error)) pthread_cond_wait(&s->cond, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_unlock(&g_streams_lock);
+}
+static void implicit_sync(void) {
+  if (strict("HCQ_FAKE_CUDA_IMPLICIT_SYNC")) sync_context(current());
+}
 
 static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params, size_t psize) {
   atomic_fetch_add(&g_kernel_launches, 1);
@@ -422,13 +458,16 @@ static void *stream_main(void *arg) {
     free_op(o);
     pthread_mutex_lock(&s->lock);
     s->busy = false;
+    s->executed++;
     pthread_cond_broadcast(&s->cond);
   }
   pthread_mutex_unlock(&s->lock);
   return NULL;
 }
 
-static CUresult enqueue(stream_t *s, op_t *o) {
+static CUresult enqueue_seq(stream_t *s, op_t *o, uint64_t *out_seq);
+static CUresult enqueue(stream_t *s, op_t *o) { return enqueue_seq(s, o, NULL); }
+static CUresult enqueue_seq(stream_t *s, op_t *o, uint64_t *out_seq) {
   if (!s) {
     free_op(o);
     return HCQ_CUDA_ERROR_INVALID_VALUE; /* hcq never uses the legacy stream */
@@ -445,6 +484,8 @@ static CUresult enqueue(stream_t *s, op_t *o) {
   else
     s->head = o;
   s->tail = o;
+  if (out_seq) *out_seq = ++s->enqueued;
+  else s->enqueued++;
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   return 0;
@@ -579,15 +620,22 @@ static CUresult f_cuMemAlloc(hcq_CUdeviceptr *p, size_t n) {
   *p = (hcq_CUdeviceptr)(uintptr_t)m;
   return 0;
 }
-static CUresult f_cuMemFree(hcq_CUdeviceptr p) { return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE; }
+static CUresult f_cuMemFree(hcq_CUdeviceptr p) {
+  implicit_sync();
+  return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE;
+}
 static CUresult f_cuMemHostAlloc(void **p, size_t n, unsigned int flags) {
   (void)flags;
   if (!current()) return 201;
+  implicit_sync();
   *p = track(n ? n : 1);
   if (*p) memset(*p, 0x5A, n);
   return *p ? 0 : HCQ_CUDA_ERROR_OUT_OF_MEMORY;
 }
-static CUresult f_cuMemFreeHost(void *p) { return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE; }
+static CUresult f_cuMemFreeHost(void *p) {
+  implicit_sync();
+  return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE;
+}
 static CUresult f_cuMemHostGetDevicePointer(hcq_CUdeviceptr *d, void *h, unsigned int flags) {
   (void)flags;
   if (!owner_of((uintptr_t)h)) return HCQ_CUDA_ERROR_INVALID_VALUE;
@@ -604,7 +652,16 @@ static CUresult f_cuMemcpyAsync(hcq_CUdeviceptr dst, hcq_CUdeviceptr src, size_t
   op_t *o = new_op(OP_MEMCPY);
   if (!o) return 2;
   o->a = (uintptr_t)dst, o->b = (uintptr_t)src, o->n = n;
-  return enqueue((stream_t *)s, o);
+  bool pageable = n && (!owner_of((uintptr_t)dst) || !owner_of((uintptr_t)src));
+  if (!pageable || !strict("HCQ_FAKE_CUDA_SYNC_PAGEABLE")) return enqueue((stream_t *)s, o);
+  uint64_t seq = 0;
+  CUresult rc = enqueue_seq((stream_t *)s, o, &seq);
+  stream_t *st = (stream_t *)s;
+  if (rc) return rc;
+  pthread_mutex_lock(&st->lock);
+  while (st->executed < seq && !st->stop) pthread_cond_wait(&st->cond, &st->lock);
+  pthread_mutex_unlock(&st->lock);
+  return atomic_load(&st->error);
 }
 static CUresult f_cuPointerGetAttribute(void *data, int attr, hcq_CUdeviceptr p) {
   ctx_t *c = owner_of((uintptr_t)p);
@@ -624,11 +681,23 @@ static CUresult f_cuStreamCreate(hcq_CUstream *out, unsigned int flags) {
     free(s);
     return 2;
   }
+  s->ctx = current();
+  pthread_mutex_lock(&g_streams_lock);
+  s->next = g_streams;
+  g_streams = s;
+  pthread_mutex_unlock(&g_streams_lock);
   *out = (hcq_CUstream)s;
   return 0;
 }
 static CUresult f_cuStreamDestroy(hcq_CUstream h) {
   stream_t *s = (stream_t *)h;
+  pthread_mutex_lock(&g_streams_lock);
+  for (stream_t **p = &g_streams; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  pthread_mutex_unlock(&g_streams_lock);
   pthread_mutex_lock(&s->lock);
   __atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&s->cond);
