@@ -599,3 +599,76 @@ Test(cuda, cpu_gpu_transfers_return_while_the_copy_stream_waits_on_the_host) {
   test_close(cpu);
   test_close(cpu1);
 }
+
+typedef struct sync_window {
+  hcq_device_t *d;
+  hcq_program_t *add;
+  hcq_buffer_t *y;
+  int phase;
+  hcq_status_t st;
+} sync_window_t;
+
+static void in_the_window(void *p) {
+  sync_window_t *w = p;
+  if (w->phase == 0) {
+    hcq_memory_usage_t u;
+    w->st = hcq_device_memory_usage(w->d, &u); /* reclaims: the released buffer reaches the backend */
+  } else if (w->phase == 1) {
+    hcq_signal_t *late = NULL;
+    w->st = hcq_signal_create(w->d, "late", 0, &late);
+    if (!w->st) hcq_signal_free(late);
+  } else {
+    int32_t v[2] = {N, 5};
+    hcq_buffer_t *bufs[2] = {w->y, w->y};
+    hcq_launch_desc_t l = {w->add, bufs, 2, v, 2, {N / 256, 1, 1}, {256, 1, 1}};
+    w->st = hcq_launch(&l); /* the kernel's first launch */
+  }
+}
+
+/* With the stand-in's implicit synchronisation (cuMemFree, cuMemFreeHost, cuMemHostAlloc and a lazily
+ * loaded function's first launch wait for every stream, as the real driver may), freeing memory,
+ * making a signal and launching a new kernel while a stream waits on the host must not block. */
+Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
+  setenv("HCQ_FAKE_CUDA_IMPLICIT_SYNC", "1", 1);
+  hcq_device_t *d = open_or_skip(0);
+  sync_window_t w = {d, program_or_skip(d, "add_const"), test_buffer(d, 4 * N), 0, NULL};
+  hcq_buffer_t *doomed = test_buffer(d, 4 * N);
+  hcq_signal_t *gate = NULL, *passed = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  OK(hcq_signal_create(d, "passed", 0, &passed));
+  /* Released under pending work: the core keeps it until the compute stream passes that work. */
+  hcq_queue_t *q = NULL;
+  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
+  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
+  OK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(passed)), hcq_imm(1)));
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  hcq_buffer_release(doomed);
+  hcq_signal_set(gate, 1);
+  OK(hcq_signal_wait(passed, 1, 20000));
+  static const char *const what[] = {"freeing a released buffer (cuMemFree)", "making a signal (cuMemHostAlloc)",
+                                     "the first launch of a kernel the driver loads lazily"};
+  hcq_queue_t *gates[3];
+  for (int phase = 0; phase < 3; phase++) {
+    /* The compute stream waits for the host again. */
+    gates[phase] = gate_stream(d, HCQ_QUEUE_COMPUTE, gate, (uint64_t)phase + 2);
+    w.phase = phase;
+    bounded_call_t call = {in_the_window, &w};
+    bool returned = returns_within(&call, 3000);
+    hcq_signal_set(gate, (uint64_t)phase + 2);
+    pthread_join(call.thread, NULL);
+    cr_assert(returned, "%s blocked the host while the compute stream of CUDA:0 waited on a signal only the host sets",
+              what[phase]);
+    OK(w.st);
+  }
+  OK(hcq_device_synchronize(d));
+  uint32_t got[N];
+  test_read(w.y, got, sizeof(got));
+  for (int i = 0; i < N; i++) cr_assert_eq(got[i], 5u, "y[%d] after the launch behind the gate", i);
+  for (int i = 0; i < 3; i++) hcq_queue_free(gates[i]);
+  hcq_queue_free(q);
+  hcq_signal_free(gate);
+  hcq_signal_free(passed);
+  hcq_buffer_release(w.y);
+  hcq_program_release(w.add);
+  test_close(d);
+}

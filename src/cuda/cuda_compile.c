@@ -160,6 +160,11 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
                                "__global__)", entry)
              : hcq__cuda_fail(dev, rc, "resolving kernel %s", entry);
     api->cuModuleUnload(k->module);
+  } else if (!st && api->cuFuncLoad && (rc = api->cuFuncLoad(k->fn)) != 0) {
+    /* Loaded now rather than at its first launch, where a lazy load synchronises the context and
+     * would wait for streams that wait on the host (the caller's own later work). */
+    st = hcq__cuda_fail(dev, rc, "loading kernel %s (cuFuncLoad)", entry);
+    api->cuModuleUnload(k->module);
   }
   hcq__cuda_pop(dev);
   hcq__cuda_image_free(&img);

@@ -785,10 +785,39 @@ static CUresult f_cuEventElapsedTime(float *ms, hcq_CUevent a, hcq_CUevent b) {
   return 0;
 }
 
+/* A module's function: loaded lazily, on its first launch (or cuFuncLoad), as CUDA 12.2 and later
+ * do by default. */
+typedef struct fake_func {
+  const fake_kernel_t *k;
+  atomic_bool loaded;
+} fake_func_t;
+
 typedef struct module {
   char *image;
   size_t size;
+  fake_func_t funcs[16];
+  int nfuncs;
 } module_t;
+
+static const fake_kernel_t *kernel_of(hcq_CUfunction f) { return f ? ((const fake_func_t *)f)->k : NULL; }
+
+/* Loads f if it is not loaded yet: in the implicit-sync mode that waits for the context's streams. */
+static void load_function(hcq_CUfunction f) {
+  fake_func_t *fn = (fake_func_t *)f;
+  if (!fn || atomic_load(&fn->loaded)) return;
+  implicit_sync();
+  atomic_store(&fn->loaded, true);
+}
+static CUresult f_cuFuncLoad(hcq_CUfunction f) {
+  if (!f) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  load_function(f);
+  return 0;
+}
+static CUresult f_cuModuleGetLoadingMode(int *mode) {
+  if (!mode) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  *mode = strict("HCQ_FAKE_CUDA_IMPLICIT_SYNC") ? 2 /* CU_MODULE_LAZY_LOADING */ : 1 /* EAGER */;
+  return 0;
+}
 
 static CUresult f_cuModuleLoadDataEx(hcq_CUmodule *m, const void *image, unsigned int n, int *opts, void **vals) {
   (void)n, (void)opts, (void)vals;
@@ -815,6 +844,7 @@ static CUresult f_cuModuleLoadDataEx(hcq_CUmodule *m, const void *image, unsigne
   memcpy(mod->image, image, size);
   mod->image[size] = '\0';
   mod->size = size;
+  mod->nfuncs = 0;
   *m = (hcq_CUmodule)mod;
   return 0;
 }
@@ -846,7 +876,16 @@ static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const 
   if (!defines_symbol(mod, name)) return HCQ_CUDA_ERROR_NOT_FOUND;
   for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
     if (!strcmp(g_kernels[i].name, name)) {
-      *fn = (hcq_CUfunction)&g_kernels[i];
+      for (int j = 0; j < mod->nfuncs; j++)
+        if (mod->funcs[j].k == &g_kernels[i]) {
+          *fn = (hcq_CUfunction)&mod->funcs[j];
+          return 0;
+        }
+      if (mod->nfuncs == 16) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
+      fake_func_t *f = &mod->funcs[mod->nfuncs++];
+      f->k = &g_kernels[i];
+      atomic_init(&f->loaded, false);
+      *fn = (hcq_CUfunction)f;
       return 0;
     }
   fprintf(stderr, "fake libcuda: no host implementation of kernel %s\n", name);
@@ -857,7 +896,12 @@ static CUresult f_cuLaunchKernel(hcq_CUfunction f, unsigned gx, unsigned gy, uns
   (void)shared;
   op_t *o = new_op(OP_KERNEL);
   if (!o) return 2;
-  o->fn = (const fake_kernel_t *)f;
+  o->fn = kernel_of(f);
+  if (!o->fn) {
+    free_op(o);
+    return HCQ_CUDA_ERROR_INVALID_VALUE;
+  }
+  load_function(f); /* a lazily loaded function loads at its first launch */
   o->grid = (dim3_t){gx, gy, gz};
   o->block = (dim3_t){bx, by, bz};
   CUresult rc = params ? HCQ_CUDA_ERROR_INVALID_VALUE : check_dims(o->grid, o->block);
@@ -906,7 +950,7 @@ static CUresult add_node(graph_t *g, gnode_t *n, const hcq_CUgraphNode *deps, si
 static CUresult kernel_node(gnode_t *n, const hcq_CUDA_KERNEL_NODE_PARAMS *p) {
   if (!p->func || p->kernelParams) return HCQ_CUDA_ERROR_INVALID_VALUE;
   n->kind = 0;
-  n->fn = (const fake_kernel_t *)p->func;
+  n->fn = kernel_of(p->func);
   n->grid = (dim3_t){p->gridDimX, p->gridDimY, p->gridDimZ};
   n->block = (dim3_t){p->blockDimX, p->blockDimY, p->blockDimZ};
   CUresult rc = check_dims(n->grid, n->block);
@@ -1021,8 +1065,25 @@ static const struct {
 #undef FAKE_ENTRY
 };
 
+/* Entry points hcq looks for only where the driver has them, with the version that introduced them. */
+static const struct {
+  const char *name;
+  void *fn;
+  int since;
+} g_optional[] = {
+    {"cuFuncLoad", (void *)f_cuFuncLoad, 12040},
+    {"cuModuleGetLoadingMode", (void *)f_cuModuleGetLoadingMode, 11070},
+};
+
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
   (void)flags;
+  for (size_t i = 0; i < sizeof(g_optional) / sizeof(g_optional[0]); i++)
+    if (!strcmp(g_optional[i].name, symbol)) {
+      bool ok = version >= g_optional[i].since;
+      *pfn = ok ? g_optional[i].fn : NULL;
+      if (status) *status = ok ? 0 : 2; /* CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT */
+      return ok ? 0 : HCQ_CUDA_ERROR_NOT_FOUND;
+    }
   for (size_t i = 0; i < sizeof(g_entries) / sizeof(g_entries[0]); i++)
     if (!strcmp(g_entries[i].name, symbol) && version >= 12000) {
       *pfn = g_entries[i].fn;
