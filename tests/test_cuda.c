@@ -603,7 +603,7 @@ Test(cuda, cpu_gpu_transfers_return_while_the_copy_stream_waits_on_the_host) {
 typedef struct sync_window {
   hcq_device_t *d;
   hcq_program_t *add;
-  hcq_buffer_t *y;
+  hcq_buffer_t *y, *x;
   int phase;
   hcq_status_t st;
 } sync_window_t;
@@ -617,6 +617,13 @@ static void in_the_window(void *p) {
     hcq_signal_t *late = NULL;
     w->st = hcq_signal_create(w->d, "late", 0, &late);
     if (!w->st) hcq_signal_free(late);
+  } else if (w->phase == 3) {
+    static uint32_t in[N], out[N];
+    fill(in, N, 41);
+    w->st = hcq_buffer_copyin(w->x, 0, in, sizeof(in)); /* the first host copies: staging buffers */
+    if (!w->st) w->st = hcq_buffer_copyout(w->x, 0, out, sizeof(out));
+    if (!w->st && memcmp(in, out, sizeof(in)))
+      w->st = hcq_status_make(HCQ_INTERNAL, "the copy-out differs from the copy-in");
   } else {
     int32_t v[2] = {N, 5};
     hcq_buffer_t *bufs[2] = {w->y, w->y};
@@ -631,7 +638,7 @@ static void in_the_window(void *p) {
 Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
   setenv("HCQ_FAKE_CUDA_IMPLICIT_SYNC", "1", 1);
   hcq_device_t *d = open_or_skip(0);
-  sync_window_t w = {d, program_or_skip(d, "add_const"), test_buffer(d, 4 * N), 0, NULL};
+  sync_window_t w = {d, program_or_skip(d, "add_const"), test_buffer(d, 4 * N), test_buffer(d, 4 * N), 0, NULL};
   hcq_buffer_t *doomed = test_buffer(d, 4 * N);
   hcq_signal_t *gate = NULL, *passed = NULL;
   OK(hcq_signal_create(d, "gate", 0, &gate));
@@ -646,9 +653,11 @@ Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
   hcq_signal_set(gate, 1);
   OK(hcq_signal_wait(passed, 1, 20000));
   static const char *const what[] = {"freeing a released buffer (cuMemFree)", "making a signal (cuMemHostAlloc)",
-                                     "the first launch of a kernel the driver loads lazily"};
-  hcq_queue_t *gates[3];
-  for (int phase = 0; phase < 3; phase++) {
+                                     "the first launch of a kernel the driver loads lazily",
+                                     "the first host copies (staging buffers: cuMemHostAlloc)"};
+  enum { PHASES = 4 };
+  hcq_queue_t *gates[PHASES];
+  for (int phase = 0; phase < PHASES; phase++) {
     /* The compute stream waits for the host again. */
     gates[phase] = gate_stream(d, HCQ_QUEUE_COMPUTE, gate, (uint64_t)phase + 2);
     w.phase = phase;
@@ -664,11 +673,12 @@ Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
   uint32_t got[N];
   test_read(w.y, got, sizeof(got));
   for (int i = 0; i < N; i++) cr_assert_eq(got[i], 5u, "y[%d] after the launch behind the gate", i);
-  for (int i = 0; i < 3; i++) hcq_queue_free(gates[i]);
+  for (int i = 0; i < PHASES; i++) hcq_queue_free(gates[i]);
   hcq_queue_free(q);
   hcq_signal_free(gate);
   hcq_signal_free(passed);
   hcq_buffer_release(w.y);
+  hcq_buffer_release(w.x);
   hcq_program_release(w.add);
   test_close(d);
 }

@@ -73,6 +73,16 @@ typedef struct driver_free {
 } driver_free_t;
 typedef HCQ__VEC(driver_free_t) driver_frees_t;
 
+/* The core's staging buffers (pinned, larger than a slab takes) are made when the device opens,
+ * kept for reuse when freed and given back at close: the first host copy would otherwise call
+ * cuMemHostAlloc at any moment. */
+#define PIN_BLOCKS_KEPT 4
+typedef struct pin_block {
+  void *host;
+  uint64_t bytes; /* usable, HOST_SLACK not counted */
+  struct pin_block *next;
+} pin_block_t;
+
 typedef struct cuda_device {
   hcq_device_t *dev;
   const hcq__cuda_api_t *api;
@@ -96,6 +106,8 @@ typedef struct cuda_device {
   pthread_mutex_t submit_lock;
   pthread_mutex_t mem_lock; /* slabs and frees */
   pin_slab_t *slabs;
+  pin_block_t *blocks;
+  unsigned nblocks;
   driver_frees_t frees;
 } cuda_device_t;
 
@@ -264,6 +276,42 @@ static hcq_status_t pin_alloc(cuda_device_t *cd, uint64_t bytes, void **out_host
   return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot place %" PRIu64 " bytes of pinned memory", cd->dev->name, bytes);
 }
 
+/* The size of the core's staging buffers as this backend allocates them. */
+static uint64_t staging_bytes(void) { return (hcq__options()->staging_chunk + 63) & ~UINT64_C(63); }
+
+/* A kept block of exactly bytes, or NULL. */
+static void *take_block(cuda_device_t *cd, uint64_t bytes) {
+  void *host = NULL;
+  pthread_mutex_lock(&cd->mem_lock);
+  for (pin_block_t **b = &cd->blocks; *b; b = &(*b)->next)
+    if ((*b)->bytes == bytes) {
+      pin_block_t *gone = *b;
+      *b = gone->next;
+      host = gone->host;
+      free(gone);
+      cd->nblocks--;
+      break;
+    }
+  pthread_mutex_unlock(&cd->mem_lock);
+  return host;
+}
+
+/* Keeps a pinned allocation of bytes for reuse; false when enough are kept already. */
+static bool keep_block(cuda_device_t *cd, void *host, uint64_t bytes) {
+  pin_block_t *b = malloc(sizeof(*b));
+  if (!b) return false;
+  pthread_mutex_lock(&cd->mem_lock);
+  bool kept = cd->nblocks < PIN_BLOCKS_KEPT;
+  if (kept) {
+    *b = (pin_block_t){host, bytes, cd->blocks};
+    cd->blocks = b;
+    cd->nblocks++;
+  }
+  pthread_mutex_unlock(&cd->mem_lock);
+  if (!kept) free(b);
+  return kept;
+}
+
 static void pin_free(cuda_device_t *cd, pin_slab_t *sl, void *host, uint64_t bytes) {
   uint64_t off = (uint64_t)((char *)host - sl->base);
   pthread_mutex_lock(&cd->mem_lock);
@@ -310,6 +358,10 @@ static hcq_status_t cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t fl
       out->addr = (uint64_t)(uintptr_t)host;
       out->handle = slab;
     }
+  } else if ((flags & HCQ__MEM_HOST_VISIBLE) && (out->host = take_block(cd, bytes))) {
+    memset(out->host, 0, bytes + HOST_SLACK);
+    out->addr = (uint64_t)(uintptr_t)out->host;
+    out->handle = out->host;
   } else if (flags & HCQ__MEM_HOST_VISIBLE) {
     void *host = NULL;
     hcq_CUdeviceptr addr = 0;
@@ -351,7 +403,7 @@ static void cuda_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   uint64_t bytes = (mem->size + 63) & ~UINT64_C(63);
   if (mem->handle && mem->handle != mem->host)
     pin_free(cd, mem->handle, mem->host, bytes ? bytes : 64);
-  else if (mem->handle)
+  else if (mem->handle && !(bytes == staging_bytes() && keep_block(cd, mem->handle, bytes)))
     defer_driver_free(cd, (driver_free_t){mem->handle, 0});
   else if (mem->addr)
     defer_driver_free(cd, (driver_free_t){NULL, mem->addr});
@@ -792,6 +844,12 @@ static void cuda_destroy(hcq_device_t *dev) {
       free(sl);
     }
     cd->slabs = NULL;
+    for (pin_block_t *b = cd->blocks, *next; b; b = next) {
+      next = b->next;
+      api->cuMemFreeHost(b->host);
+      free(b);
+    }
+    cd->blocks = NULL;
     if (cd->ts_module) api->cuModuleUnload(cd->ts_module);
     if (cd->progress) api->cuMemFreeHost(cd->progress);
     for (int k = 0; k < 2; k++)
@@ -894,6 +952,15 @@ static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
     rc = api->cuMemHostAlloc(&cd->streams[HCQ_QUEUE_COPY].stage, STAGE_BYTES,
                              HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
   if (rc) st = hcq__cuda_fail(dev, rc, "creating its streams");
+  /* The staging buffers the core will ask for, made now (see pin_block_t). */
+  uint64_t chunk = staging_bytes();
+  for (int i = 0; i < HCQ__STAGING_SLOTS && !st && chunk > PIN_MAX; i++) {
+    void *host = NULL;
+    if ((rc = api->cuMemHostAlloc(&host, chunk + HOST_SLACK, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP)))
+      st = hcq__cuda_fail(dev, rc, "cuMemHostAlloc of %" PRIu64 " bytes (staging)", chunk);
+    else if (!keep_block(cd, host, chunk))
+      api->cuMemFreeHost(host);
+  }
   for (int k = 0; k < 2 && !st; k++) {
     cuda_stream_t *cs = &cd->streams[k];
     cs->done = (_Atomic uint64_t *)((char *)cd->progress + 64 * k);
