@@ -4,6 +4,8 @@
  * this suite twice: against the real driver (the `cuda` test: skipped on machines without a GPU,
  * run by tools/gpu-check.sh on one) and against tests/fake_cuda (`cuda_fake`, two stand-in GPUs),
  * which checks hcq's side of every driver call on any machine. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <dlfcn.h>
 #include <time.h>
 
@@ -562,5 +564,197 @@ Test(cuda, launches_are_checked_against_the_ptx_parameter_list) {
   for (int i = 0; i < 64; i++) cr_assert_eq(out[i], 1u);
   hcq_buffer_release(b);
   hcq_program_release(p);
+  test_close(d);
+}
+
+Test(cuda, an_entry_with_cpp_linkage_is_named_and_the_fix_is_said) {
+  hcq_device_t *d = open_or_skip(0);
+  hcq_program_t *ok = program_or_skip(d, "add_const"); /* skips where NVRTC is missing */
+  hcq_program_release(ok);
+  static const char cpp[] = "__global__ void scale_cpp(unsigned *y, int n) { if ((int)threadIdx.x < n) y[threadIdx.x] *= 2u; }\n";
+  hcq_program_t *p = NULL;
+  FAILS(hcq_program_create(d, "scale_cpp", cpp, &p), HCQ_COMPILE_ERROR, "scale_cpp", "_Z9scale_cppPji",
+        "declare it extern \"C\"");
+  cr_assert_null(p);
+  test_close(d);
+}
+
+/* Runs fn(arg) on a thread and waits up to ms for it to return: false when it is still inside
+ * (the caller then unblocks it and fails the test, rather than hanging until the suite's timeout). */
+typedef struct bounded_call {
+  void (*fn)(void *);
+  void *arg;
+  pthread_t thread;
+  atomic_bool done;
+} bounded_call_t;
+
+static void *bounded_main(void *p) {
+  bounded_call_t *c = p;
+  c->fn(c->arg);
+  atomic_store(&c->done, true);
+  return NULL;
+}
+
+static bool returns_within(bounded_call_t *c, int ms) {
+  atomic_store(&c->done, false);
+  cr_assert_eq(pthread_create(&c->thread, NULL, bounded_main, c), 0);
+  for (int i = 0; i < ms && !atomic_load(&c->done); i++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return atomic_load(&c->done);
+}
+
+/* A raw queue on the GPU's copy queue that waits until the host sets the gate: eager work on the
+ * same stream queues up behind it. */
+static hcq_queue_t *gate_stream(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate, uint64_t value) {
+  hcq_queue_t *q = NULL;
+  OK(hcq_queue_create(kind, &q));
+  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm((int64_t)value)));
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  return q;
+}
+
+typedef struct cpu_gpu_copies {
+  hcq_buffer_t *cpu_dst, *gpu_src, *gpu_dst, *cpu_src;
+  hcq_status_t st;
+} cpu_gpu_copies_t;
+
+static void do_cpu_gpu_copies(void *p) {
+  cpu_gpu_copies_t *c = p;
+  c->st = hcq_transfer(c->cpu_dst, c->gpu_src, 4 * N);
+  if (!c->st) c->st = hcq_transfer(c->gpu_dst, c->cpu_src, 4 * N);
+}
+
+/* With the stand-in's synchronous pageable copies (the real driver's behaviour for ordinary host
+ * memory), a transfer between a CPU device and a GPU whose copy stream waits on the host must still
+ * return at once: the host is the one that will open the gate. */
+Test(cuda, cpu_gpu_transfers_return_while_the_copy_stream_waits_on_the_host) {
+  setenv("HCQ_FAKE_CUDA_SYNC_PAGEABLE", "1", 1);
+  /* Two CPU devices: a transfer from a CPU device first waits on the host for that device's earlier
+   * work, which for CPU:0 would include the first transfer (behind the gate). */
+  hcq_device_t *d = open_or_skip(0), *cpu = test_open("CPU:0"), *cpu1 = test_open("CPU:1");
+  static uint32_t a[N], b[N], got[N];
+  fill(a, N, 31);
+  fill(b, N, 32);
+  cpu_gpu_copies_t c = {test_buffer(cpu, 4 * N), test_buffer(d, 4 * N), test_buffer(d, 4 * N), test_buffer(cpu1, 4 * N), NULL};
+  OK(hcq_buffer_copyin(c.gpu_src, 0, a, sizeof(a)));
+  OK(hcq_buffer_copyin(c.cpu_src, 0, b, sizeof(b)));
+  OK(hcq_device_synchronize(d));
+  OK(hcq_device_synchronize(cpu1));
+  hcq_signal_t *gate = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  hcq_queue_t *q = gate_stream(d, HCQ_QUEUE_COPY, gate, 1);
+  bounded_call_t call = {do_cpu_gpu_copies, &c};
+  bool returned = returns_within(&call, 5000);
+  hcq_signal_set(gate, 1);
+  pthread_join(call.thread, NULL);
+  cr_assert(returned, "hcq_transfer between CPU:0 and CUDA:0 blocked the host while the copy stream waited on the "
+                      "gate only the host sets (a synchronous cuMemcpyAsync of pageable memory)");
+  OK(c.st);
+  OK(hcq_device_synchronize(d));
+  OK(hcq_device_synchronize(cpu));
+  test_read(c.cpu_dst, got, sizeof(got));
+  cr_assert_arr_eq(got, a, sizeof(a), "GPU -> CPU, after the gate");
+  test_read(c.gpu_dst, got, sizeof(got));
+  cr_assert_arr_eq(got, b, sizeof(b), "CPU -> GPU, after the gate");
+  /* Larger than one stage: the chunks stay in order. */
+  static uint32_t big[3 * 262144 + 7], big_got[3 * 262144 + 7];
+  fill(big, sizeof(big) / 4, 33);
+  hcq_buffer_t *cbig = test_buffer(cpu, sizeof(big)), *gbig = test_buffer(d, sizeof(big)), *cback = test_buffer(cpu, sizeof(big));
+  OK(hcq_buffer_copyin(cbig, 0, big, sizeof(big)));
+  OK(hcq_transfer(gbig, cbig, sizeof(big)));
+  OK(hcq_transfer(cback, gbig, sizeof(big)));
+  test_read(cback, big_got, sizeof(big_got));
+  cr_assert_arr_eq(big_got, big, sizeof(big), "a multi-chunk round trip");
+  hcq_buffer_t *all[] = {c.cpu_dst, c.gpu_src, c.gpu_dst, c.cpu_src, cbig, gbig, cback};
+  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) hcq_buffer_release(all[i]);
+  hcq_queue_free(q);
+  hcq_signal_free(gate);
+  test_close(d);
+  test_close(cpu);
+  test_close(cpu1);
+}
+
+typedef struct sync_window {
+  hcq_device_t *d;
+  hcq_program_t *add;
+  hcq_buffer_t *y, *x;
+  int phase;
+  hcq_status_t st;
+} sync_window_t;
+
+static void in_the_window(void *p) {
+  sync_window_t *w = p;
+  if (w->phase == 0) {
+    hcq_memory_usage_t u;
+    w->st = hcq_device_memory_usage(w->d, &u); /* reclaims: the released buffer reaches the backend */
+  } else if (w->phase == 1) {
+    hcq_signal_t *late = NULL;
+    w->st = hcq_signal_create(w->d, "late", 0, &late);
+    if (!w->st) hcq_signal_free(late);
+  } else if (w->phase == 3) {
+    static uint32_t in[N], out[N];
+    fill(in, N, 41);
+    w->st = hcq_buffer_copyin(w->x, 0, in, sizeof(in)); /* the first host copies: staging buffers */
+    if (!w->st) w->st = hcq_buffer_copyout(w->x, 0, out, sizeof(out));
+    if (!w->st && memcmp(in, out, sizeof(in)))
+      w->st = hcq_status_make(HCQ_INTERNAL, "the copy-out differs from the copy-in");
+  } else {
+    int32_t v[2] = {N, 5};
+    hcq_buffer_t *bufs[2] = {w->y, w->y};
+    hcq_launch_desc_t l = {w->add, bufs, 2, v, 2, {N / 256, 1, 1}, {256, 1, 1}};
+    w->st = hcq_launch(&l); /* the kernel's first launch */
+  }
+}
+
+/* With the stand-in's implicit synchronisation (cuMemFree, cuMemFreeHost, cuMemHostAlloc and a lazily
+ * loaded function's first launch wait for every stream, as the real driver may), freeing memory,
+ * making a signal and launching a new kernel while a stream waits on the host must not block. */
+Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
+  setenv("HCQ_FAKE_CUDA_IMPLICIT_SYNC", "1", 1);
+  hcq_device_t *d = open_or_skip(0);
+  sync_window_t w = {d, program_or_skip(d, "add_const"), test_buffer(d, 4 * N), test_buffer(d, 4 * N), 0, NULL};
+  hcq_buffer_t *doomed = test_buffer(d, 4 * N);
+  hcq_signal_t *gate = NULL, *passed = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  OK(hcq_signal_create(d, "passed", 0, &passed));
+  /* Released under pending work: the core keeps it until the compute stream passes that work. */
+  hcq_queue_t *q = NULL;
+  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
+  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
+  OK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(passed)), hcq_imm(1)));
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  hcq_buffer_release(doomed);
+  hcq_signal_set(gate, 1);
+  OK(hcq_signal_wait(passed, 1, 20000));
+  static const char *const what[] = {"freeing a released buffer (cuMemFree)", "making a signal (cuMemHostAlloc)",
+                                     "the first launch of a kernel the driver loads lazily",
+                                     "the first host copies (staging buffers: cuMemHostAlloc)"};
+  enum { PHASES = 4 };
+  hcq_queue_t *gates[PHASES];
+  for (int phase = 0; phase < PHASES; phase++) {
+    /* The compute stream waits for the host again. */
+    gates[phase] = gate_stream(d, HCQ_QUEUE_COMPUTE, gate, (uint64_t)phase + 2);
+    w.phase = phase;
+    bounded_call_t call = {in_the_window, &w};
+    bool returned = returns_within(&call, 3000);
+    hcq_signal_set(gate, (uint64_t)phase + 2);
+    pthread_join(call.thread, NULL);
+    cr_assert(returned, "%s blocked the host while the compute stream of CUDA:0 waited on a signal only the host sets",
+              what[phase]);
+    OK(w.st);
+  }
+  OK(hcq_device_synchronize(d));
+  uint32_t got[N];
+  test_read(w.y, got, sizeof(got));
+  for (int i = 0; i < N; i++) cr_assert_eq(got[i], 5u, "y[%d] after the launch behind the gate", i);
+  for (int i = 0; i < PHASES; i++) hcq_queue_free(gates[i]);
+  hcq_queue_free(q);
+  hcq_signal_free(gate);
+  hcq_signal_free(passed);
+  hcq_buffer_release(w.y);
+  hcq_buffer_release(w.x);
+  hcq_program_release(w.add);
   test_close(d);
 }

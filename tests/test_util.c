@@ -61,10 +61,37 @@ const char *const test_kernels_glsl =
     "  i32s(hcq_buf(0)).v[g] += int(gl_WorkGroupSize.x * gl_WorkGroupSize.y * gl_WorkGroupSize.z); }\n"
     "#endif\n";
 
+/* The same for CUDA devices: the x threads of a block's first row act, as on Vulkan. The stand-in
+ * driver (tests/fake_cuda) runs host twins of these, line for line. */
+const char *const test_kernels_cuda =
+    "#define I ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x)\n"
+    "#define ROW0 (threadIdx.y == 0 && threadIdx.z == 0)\n"
+    "#define BELOW(n) (I < (unsigned long long)(n))\n"
+    "extern \"C\" __global__ void add_scalar(int *out, const int *a, int k, int n) {\n"
+    "  if (ROW0 && BELOW(n)) out[I] = a[I] + k;\n"
+    "}\n"
+    "extern \"C\" __global__ void mul_add(unsigned *x, int mul, int add, int n) {\n"
+    "  if (ROW0 && BELOW(n)) x[I] = x[I] * (unsigned)mul + (unsigned)add;\n"
+    "}\n"
+    "extern \"C\" __global__ void add2(int *out, const int *x, const int *y, int n) {\n"
+    "  if (ROW0 && BELOW(n)) out[I] = x[I] + y[I];\n"
+    "}\n"
+    "extern \"C\" __global__ void fill(int *out, int value, int n) {\n"
+    "  if (ROW0 && BELOW(n)) out[I] = value;\n"
+    "}\n"
+    "extern \"C\" __global__ void mix(unsigned *out, const unsigned *x, const unsigned *y, int mul, int add, int n) {\n"
+    "  if (ROW0 && BELOW(n)) out[I] = x[I] * (unsigned)mul + y[I] + (unsigned)add;\n"
+    "}\n"
+    "extern \"C\" __global__ void record_groups(int *out) {\n"
+    "  if (threadIdx.x || threadIdx.y || threadIdx.z) return;\n"
+    "  unsigned g = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;\n"
+    "  out[g] += (int)(blockDim.x * blockDim.y * blockDim.z);\n"
+    "}\n";
+
 const test_backend_t test_backends[] = {
     {"CPU", &test_kernels_source},
     {"VULKAN", &test_kernels_glsl},
-    {"CUDA", NULL}, /* hook: point at CUDA C versions of the test kernels once they exist */
+    {"CUDA", &test_kernels_cuda},
 };
 const size_t test_backend_count = sizeof(test_backends) / sizeof(test_backends[0]);
 

@@ -45,6 +45,8 @@ hcq_program_t *test_program(hcq_device_t *dev, const char *entry, const char *so
 extern const char *const test_kernels_source;
 /* The same kernels in GLSL for Vulkan devices (one source; each kernel under #ifdef HCQ_KERNEL_name). */
 extern const char *const test_kernels_glsl;
+/* The same kernels in CUDA C for CUDA devices (extern "C" __global__, SPEC 2). */
+extern const char *const test_kernels_cuda;
 
 /* The backends the conformance suite runs on: one entry per device kind, with its kernel sources
  * (the kernels above, in the backend's language). A backend whose kernels are NULL, or whose

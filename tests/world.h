@@ -48,7 +48,7 @@ void world_run_eager(world_t *w, world_item_t *items, int nitems, const int *inp
 /* Asserts that every buffer equals its mirror; what names the moment. */
 void world_compare(world_t *w, const char *what);
 
-/* An HCQ graph of items (asserted to be of kind "hcq") with world buffers inputs as its inputs. */
+/* A graph of items (asserted to be of kind "hcq", or "cuda" on CUDA devices) with world buffers inputs as its inputs. */
 hcq_graph_t *world_graph(world_t *w, world_item_t *items, int n, const int *inputs, int ninputs,
                          const hcq_var_value_t *vals, size_t nvals, bool profile);
 /* One replay in both worlds (inputs swapped as in world_run_eager), then the comparison. */

@@ -47,7 +47,9 @@ HCQ_MUST_USE hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset,
 
 /* Device-to-device transfer of size bytes (dst and src may be on different devices): it runs on
  * the source device's copy queue after both devices' earlier work, and later work on either device
- * runs after it. */
+ * runs after it. Source and destination must not be overlapping ranges of one buffer (views of one
+ * base): INVALID_ARGUMENT, on every backend (GPUs leave such copies undefined); the same range
+ * onto itself is allowed. */
 HCQ_MUST_USE hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size);
 
 #pragma GCC visibility pop

@@ -74,7 +74,7 @@ typedef struct hcq_kernel_item {
 
 typedef struct hcq_transfer_item {
   hcq_buffer_t *dst, *src;
-  uint64_t bytes; /* at most the size of each */
+  uint64_t bytes; /* at most the size of each; dst and src must not overlap (see hcq_transfer) */
 } hcq_transfer_item_t;
 
 typedef struct hcq_exec_item {

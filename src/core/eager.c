@@ -217,6 +217,17 @@ static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t
   return submit_and_signal(dq, dd, dd);
 }
 
+hcq_status_t hcq__transfer_overlap_check(const hcq_buffer_t *dst, const hcq_buffer_t *src, uint64_t size, const char *who) {
+  const hcq_buffer_t *db = dst->base ? dst->base : dst, *sb = src->base ? src->base : src;
+  uint64_t d0 = dst->base ? dst->offset : 0, s0 = src->base ? src->offset : 0;
+  if (db != sb || size == 0 || d0 == s0 || d0 >= s0 + size || s0 >= d0 + size) return NULL;
+  return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                         "%s: transfer of %" PRIu64 " bytes from %s to %s: the ranges overlap (bytes %" PRIu64 "..%" PRIu64
+                         " and %" PRIu64 "..%" PRIu64 " of %s); a copy between overlapping ranges is undefined on GPUs, so "
+                         "hcq refuses it everywhere: copy through a scratch buffer",
+                         who, size, src->label, dst->label, s0, s0 + size, d0, d0 + size, db->label);
+}
+
 hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
   uint64_t traced = hcq__trace_host_begin();
   if (!dst || !src) return hcq_status_make(HCQ_INVALID_ARGUMENT, "transfer: destination or source is NULL");
@@ -229,6 +240,7 @@ hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
                            " bytes): larger than a buffer",
                            size, src->label, src->size, dst->label, dst->size);
   if (size == 0) return NULL;
+  if ((vst = hcq__transfer_overlap_check(dst, src, size, "transfer"))) return vst;
   hcq_device_t *devs[2] = {src->dev, dst->dev};
   hcq__device_lock_many(devs, 2);
   hcq_status_t st = transfer_locked(src->dev, dst->dev, dst->addr, src->addr, size);

@@ -24,6 +24,9 @@ typedef struct hcq_CUgraphNode_st *hcq_CUgraphNode;
 typedef struct hcq_CUgraphExec_st *hcq_CUgraphExec;
 typedef void (*hcq_CUhostFn)(void *user_data);
 
+/* The ABI version every entry point is requested with (CUDA 12.0): the oldest driver hcq supports.
+ * Optional entry points (below) are requested at the version that introduced them. */
+#define HCQ_CUDA_FUNC_LOAD_VERSION 12040
 /* The ABI version every entry point is requested with (CUDA 12.0): the oldest driver hcq supports. */
 #define HCQ_CUDA_ABI_VERSION 12000
 
@@ -199,6 +202,10 @@ typedef struct hcq__cuda_api {
 #define HCQ__CUDA_FIELD(name, ret, params) ret(*name) params;
   HCQ_CUDA_ENTRY_POINTS(HCQ__CUDA_FIELD)
 #undef HCQ__CUDA_FIELD
+  /* Optional, NULL where the driver is older: cuFuncLoad (CUDA 12.4), fetched at its own ABI
+   * version. It finishes loading a function the driver loads lazily (CUDA_MODULE_LOADING=LAZY, the
+   * default from 12.2), which a first launch would otherwise do, synchronising the context. */
+  hcq_CUresult (*cuFuncLoad)(hcq_CUfunction fn);
 } hcq__cuda_api_t;
 
 /* Loads libcuda once per process (HCQ_CUDA_LIBRARY names another library, such as the tests'

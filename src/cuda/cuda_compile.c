@@ -36,8 +36,33 @@ static const char *find_entry(const char *ptx, const char *entry) {
   return NULL;
 }
 
+/* The C++-mangled name of a kernel called entry in the PTX (_Z3addPi for add(int *), _ZN2ns3addEPi
+ * inside a namespace), written to out; false when there is none. */
+static bool find_mangled_entry(const char *ptx, const char *entry, char *out, size_t size) {
+  char marker[96];
+  snprintf(marker, sizeof(marker), "%zu%s", strlen(entry), entry);
+  size_t mlen = strlen(marker);
+  for (const char *p = strstr(ptx, ".entry"); p; p = strstr(p + 6, ".entry")) {
+    const char *q = skip_space(p + 6), *e = q;
+    while (isalnum((unsigned char)*e) || *e == '_' || *e == '$') e++;
+    if (strncmp(q, "_Z", 2) != 0) continue;
+    for (const char *m = q + 2; m + mlen <= e; m++) {
+      /* A whole length-prefixed name: the digits before it are not part of a longer length. */
+      if (strncmp(m, marker, mlen) != 0 || isdigit((unsigned char)m[-1])) continue;
+      snprintf(out, size, "%.*s", (int)(e - q < 200 ? e - q : 200), q);
+      return true;
+    }
+  }
+  return false;
+}
+
 hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *out_nptrs, uint32_t *out_nvals) {
   const char *p = find_entry(ptx, entry);
+  char mangled[208];
+  if (!p && find_mangled_entry(ptx, entry, mangled, sizeof(mangled)))
+    return hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not a kernel (.entry) of the program under that name: "
+                           "the source gives it C++ linkage (its name is mangled to %s); declare it extern \"C\" "
+                           "__global__", entry, mangled);
   if (!p) return hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not a kernel (.entry) of the program", entry);
   uint32_t nptrs = 0, nvals = 0, index = 0;
   p = skip_space(p);
@@ -143,6 +168,11 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
              ? hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not defined by the source (declare it extern \"C\" "
                                "__global__)", entry)
              : hcq__cuda_fail(dev, rc, "resolving kernel %s", entry);
+    api->cuModuleUnload(k->module);
+  } else if (!st && api->cuFuncLoad && (rc = api->cuFuncLoad(k->fn)) != 0) {
+    /* Loaded now rather than at its first launch, where a lazy load synchronises the context and
+     * would wait for streams that wait on the host (the caller's own later work). */
+    st = hcq__cuda_fail(dev, rc, "loading kernel %s (cuFuncLoad)", entry);
     api->cuModuleUnload(k->module);
   }
   hcq__cuda_pop(dev);

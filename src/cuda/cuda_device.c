@@ -24,6 +24,7 @@
 
 #define RECORDS 1024u           /* submissions remembered per stream, for hang reports */
 #define WORD_RING (1u << 16)    /* words of unbound submissions kept for the same */
+#define STAGE_BYTES (1u << 20) /* per stream: pageable copies move through it in chunks this size */
 #define HOST_SLACK 4096         /* bytes past every host-visible allocation (a kernel's argument read
                                    that runs past a short block stays inside the mapping) */
 
@@ -45,7 +46,42 @@ typedef struct cuda_stream {
   sub_record_t records[RECORDS];
   uint32_t *ring;
   uint64_t ring_head;
+  void *stage; /* pinned, STAGE_BYTES: copies to and from pageable host memory go through it */
 } cuda_stream_t;
+
+/* Pinned memory for small host-visible allocations (signals, small bound queues, profile slots):
+ * slabs carved up by hcq, so that making or freeing a signal calls no cuMemHostAlloc or
+ * cuMemFreeHost, which may synchronise the context (and so wait for a stream that waits for the
+ * caller). A free range list per slab, sorted by offset. */
+#define PIN_SLAB (1u << 20)
+#define PIN_MAX (64u << 10) /* larger host-visible allocations get pinned memory of their own */
+typedef struct pin_range {
+  uint64_t off, len;
+  struct pin_range *next;
+} pin_range_t;
+typedef struct pin_slab {
+  char *base;
+  pin_range_t *free;
+  struct pin_slab *next;
+} pin_slab_t;
+
+/* Memory to give back to the driver once the device is idle (cuMemFree and cuMemFreeHost may
+ * synchronise the context). */
+typedef struct driver_free {
+  void *host;           /* cuMemFreeHost, or */
+  hcq_CUdeviceptr addr; /* cuMemFree */
+} driver_free_t;
+typedef HCQ__VEC(driver_free_t) driver_frees_t;
+
+/* The core's staging buffers (pinned, larger than a slab takes) are made when the device opens,
+ * kept for reuse when freed and given back at close: the first host copy would otherwise call
+ * cuMemHostAlloc at any moment. */
+#define PIN_BLOCKS_KEPT 4
+typedef struct pin_block {
+  void *host;
+  uint64_t bytes; /* usable, HOST_SLACK not counted */
+  struct pin_block *next;
+} pin_block_t;
 
 typedef struct cuda_device {
   hcq_device_t *dev;
@@ -65,6 +101,14 @@ typedef struct cuda_device {
   uint64_t seen_timeline_value;
   const hcq_signal_t *seen_timeline;
   struct cuda_device *reg_next;
+  /* Held while work is enqueued and published (inside the device lock): a free that found every
+   * stream idle runs before any new work reaches them. */
+  pthread_mutex_t submit_lock;
+  pthread_mutex_t mem_lock; /* slabs and frees */
+  pin_slab_t *slabs;
+  pin_block_t *blocks;
+  unsigned nblocks;
+  driver_frees_t frees;
 } cuda_device_t;
 
 /* Open CUDA devices, for peer access between them. */
@@ -135,6 +179,175 @@ void hcq__cuda_pop(hcq_device_t *dev) {
 
 /* ---- memory ---- */
 
+static bool streams_idle(cuda_device_t *cd) {
+  for (int k = 0; k < 2; k++)
+    if (cd->streams[k].done && atomic_load_explicit(cd->streams[k].done, memory_order_acquire) <
+        atomic_load_explicit(&cd->streams[k].published, memory_order_acquire))
+      return false;
+  return true;
+}
+
+/* Gives the deferred frees back to the driver if no stream has work (or always: force, when the
+ * streams are gone). */
+static void flush_frees(cuda_device_t *cd, bool force) {
+  pthread_mutex_lock(&cd->submit_lock);
+  pthread_mutex_lock(&cd->mem_lock);
+  bool go = cd->frees.len && (force || streams_idle(cd));
+  driver_frees_t frees = {0};
+  if (go) {
+    frees = cd->frees;
+    memset(&cd->frees, 0, sizeof(cd->frees));
+  }
+  pthread_mutex_unlock(&cd->mem_lock);
+  if (go) {
+    hcq_CUcontext prev;
+    if (frees.len && cd->api->cuCtxPushCurrent(cd->ctx) == 0) {
+      for (size_t i = 0; i < frees.len; i++) {
+        if (frees.data[i].host)
+          cd->api->cuMemFreeHost(frees.data[i].host);
+        else
+          cd->api->cuMemFree(frees.data[i].addr);
+      }
+      cd->api->cuCtxPopCurrent(&prev);
+    }
+    hcq__vec_free(&frees);
+  }
+  pthread_mutex_unlock(&cd->submit_lock);
+}
+
+static void defer_driver_free(cuda_device_t *cd, driver_free_t f) {
+  pthread_mutex_lock(&cd->mem_lock);
+  bool kept = hcq__vec_push(&cd->frees, f);
+  pthread_mutex_unlock(&cd->mem_lock);
+  if (kept) {
+    flush_frees(cd, false);
+    return;
+  }
+  /* No memory to remember it: free it now, at the risk of the synchronisation. */
+  hcq_CUcontext prev;
+  if (cd->api->cuCtxPushCurrent(cd->ctx) != 0) return;
+  if (f.host)
+    cd->api->cuMemFreeHost(f.host);
+  else
+    cd->api->cuMemFree(f.addr);
+  cd->api->cuCtxPopCurrent(&prev);
+}
+
+/* bytes (a multiple of 64) from the slabs, zeroed; a new slab when none has room (the one
+ * cuMemHostAlloc left, rare: a slab holds thousands of signals). The context is current. */
+static hcq_status_t pin_alloc(cuda_device_t *cd, uint64_t bytes, void **out_host, pin_slab_t **out_slab) {
+  for (int attempt = 0; attempt < 2; attempt++) {
+    pthread_mutex_lock(&cd->mem_lock);
+    for (pin_slab_t *sl = cd->slabs; sl; sl = sl->next)
+      for (pin_range_t **r = &sl->free; *r; r = &(*r)->next) {
+        if ((*r)->len < bytes) continue;
+        *out_host = sl->base + (*r)->off;
+        *out_slab = sl;
+        (*r)->off += bytes;
+        (*r)->len -= bytes;
+        if (!(*r)->len) {
+          pin_range_t *gone = *r;
+          *r = gone->next;
+          free(gone);
+        }
+        pthread_mutex_unlock(&cd->mem_lock);
+        memset(*out_host, 0, (size_t)bytes);
+        return NULL;
+      }
+    pthread_mutex_unlock(&cd->mem_lock);
+    if (attempt) break;
+    pin_slab_t *sl = calloc(1, sizeof(*sl));
+    pin_range_t *all = calloc(1, sizeof(*all));
+    void *host = NULL;
+    hcq_CUdeviceptr addr = 0;
+    hcq_CUresult rc = sl && all ? cd->api->cuMemHostAlloc(&host, PIN_SLAB + HOST_SLACK, HCQ_CU_MEMHOSTALLOC_PORTABLE |
+                                                                                       HCQ_CU_MEMHOSTALLOC_DEVICEMAP)
+                                : HCQ_CUDA_ERROR_OUT_OF_MEMORY;
+    if (!rc && ((rc = cd->api->cuMemHostGetDevicePointer(&addr, host, 0)) || addr != (hcq_CUdeviceptr)(uintptr_t)host)) {
+      cd->api->cuMemFreeHost(host);
+      free(sl), free(all);
+      return rc ? hcq__cuda_fail(cd->dev, rc, "mapping pinned memory")
+                : hcq_status_make(HCQ_UNAVAILABLE, "%s: pinned memory has a device address other than its host address "
+                                  "(hcq needs unified addressing)", cd->dev->name);
+    }
+    if (rc) {
+      free(sl), free(all);
+      return hcq__cuda_fail(cd->dev, rc, "cuMemHostAlloc of %u bytes", PIN_SLAB);
+    }
+    sl->base = host;
+    *all = (pin_range_t){0, PIN_SLAB, NULL};
+    sl->free = all;
+    pthread_mutex_lock(&cd->mem_lock);
+    sl->next = cd->slabs;
+    cd->slabs = sl;
+    pthread_mutex_unlock(&cd->mem_lock);
+  }
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot place %" PRIu64 " bytes of pinned memory", cd->dev->name, bytes);
+}
+
+/* The size of the core's staging buffers as this backend allocates them. */
+static uint64_t staging_bytes(void) { return (hcq__options()->staging_chunk + 63) & ~UINT64_C(63); }
+
+/* A kept block of exactly bytes, or NULL. */
+static void *take_block(cuda_device_t *cd, uint64_t bytes) {
+  void *host = NULL;
+  pthread_mutex_lock(&cd->mem_lock);
+  for (pin_block_t **b = &cd->blocks; *b; b = &(*b)->next)
+    if ((*b)->bytes == bytes) {
+      pin_block_t *gone = *b;
+      *b = gone->next;
+      host = gone->host;
+      free(gone);
+      cd->nblocks--;
+      break;
+    }
+  pthread_mutex_unlock(&cd->mem_lock);
+  return host;
+}
+
+/* Keeps a pinned allocation of bytes for reuse; false when enough are kept already. */
+static bool keep_block(cuda_device_t *cd, void *host, uint64_t bytes) {
+  pin_block_t *b = malloc(sizeof(*b));
+  if (!b) return false;
+  pthread_mutex_lock(&cd->mem_lock);
+  bool kept = cd->nblocks < PIN_BLOCKS_KEPT;
+  if (kept) {
+    *b = (pin_block_t){host, bytes, cd->blocks};
+    cd->blocks = b;
+    cd->nblocks++;
+  }
+  pthread_mutex_unlock(&cd->mem_lock);
+  if (!kept) free(b);
+  return kept;
+}
+
+static void pin_free(cuda_device_t *cd, pin_slab_t *sl, void *host, uint64_t bytes) {
+  uint64_t off = (uint64_t)((char *)host - sl->base);
+  pthread_mutex_lock(&cd->mem_lock);
+  pin_range_t **r = &sl->free;
+  while (*r && (*r)->off < off) r = &(*r)->next;
+  pin_range_t *prev = r == &sl->free ? NULL : (pin_range_t *)((char *)r - offsetof(pin_range_t, next));
+  if (prev && prev->off + prev->len == off) {
+    prev->len += bytes;
+    if (*r && prev->off + prev->len == (*r)->off) {
+      pin_range_t *gone = *r;
+      prev->len += gone->len;
+      prev->next = gone->next;
+      free(gone);
+    }
+  } else if (*r && off + bytes == (*r)->off) {
+    (*r)->off = off;
+    (*r)->len += bytes;
+  } else {
+    pin_range_t *n = malloc(sizeof(*n));
+    if (n) { /* without memory for the node, the range stays unused: a leak within the slab */
+      *n = (pin_range_t){off, bytes, *r};
+      *r = n;
+    }
+  }
+  pthread_mutex_unlock(&cd->mem_lock);
+}
+
 static hcq_status_t cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out) {
   cuda_device_t *cd = cdev(dev);
   const hcq__cuda_api_t *api = cd->api;
@@ -146,7 +359,19 @@ static hcq_status_t cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t fl
   if (st) return st;
   hcq_CUresult rc;
   memset(out, 0, sizeof(*out));
-  if (flags & HCQ__MEM_HOST_VISIBLE) {
+  if ((flags & HCQ__MEM_HOST_VISIBLE) && bytes <= PIN_MAX) {
+    void *host = NULL;
+    pin_slab_t *slab = NULL;
+    if (!(st = pin_alloc(cd, bytes, &host, &slab))) {
+      out->host = host;
+      out->addr = (uint64_t)(uintptr_t)host;
+      out->handle = slab;
+    }
+  } else if ((flags & HCQ__MEM_HOST_VISIBLE) && (out->host = take_block(cd, bytes))) {
+    memset(out->host, 0, bytes + HOST_SLACK);
+    out->addr = (uint64_t)(uintptr_t)out->host;
+    out->handle = out->host;
+  } else if (flags & HCQ__MEM_HOST_VISIBLE) {
     void *host = NULL;
     hcq_CUdeviceptr addr = 0;
     rc = api->cuMemHostAlloc(&host, bytes + HOST_SLACK, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
@@ -184,15 +409,13 @@ static hcq_status_t cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t fl
 
 static void cuda_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   cuda_device_t *cd = cdev(dev);
-  hcq_status_t st = hcq__cuda_push(dev);
-  if (!st) {
-    if (mem->handle)
-      cd->api->cuMemFreeHost(mem->handle);
-    else if (mem->addr)
-      cd->api->cuMemFree(mem->addr);
-    hcq__cuda_pop(dev);
-  }
-  hcq_status_free(st);
+  uint64_t bytes = (mem->size + 63) & ~UINT64_C(63);
+  if (mem->handle && mem->handle != mem->host)
+    pin_free(cd, mem->handle, mem->host, bytes ? bytes : 64);
+  else if (mem->handle && !(bytes == staging_bytes() && keep_block(cd, mem->handle, bytes)))
+    defer_driver_free(cd, (driver_free_t){mem->handle, 0});
+  else if (mem->addr)
+    defer_driver_free(cd, (driver_free_t){NULL, mem->addr});
   mem->host = NULL;
   mem->handle = NULL;
   mem->addr = 0;
@@ -359,6 +582,63 @@ static hcq_status_t check_words(hcq_device_t *dev, const uint32_t *w, size_t n) 
   return NULL;
 }
 
+/* A host-side part of a copy, run by the stream (a host function) when the copy's turn comes. */
+typedef struct host_copy {
+  void *dst;
+  const void *src;
+  size_t n;
+} host_copy_t;
+
+static void run_host_copy(void *arg) {
+  host_copy_t *h = arg;
+  memmove(h->dst, h->src, h->n);
+  free(h);
+}
+
+static hcq_CUresult enqueue_host_copy(const hcq__cuda_api_t *api, hcq_CUstream s, void *dst, const void *src, size_t n) {
+  host_copy_t *h = malloc(sizeof(*h));
+  if (!h) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
+  *h = (host_copy_t){dst, src, n};
+  hcq_CUresult rc = api->cuLaunchHostFunc(s, run_host_copy, h);
+  if (rc) free(h);
+  return rc;
+}
+
+/* A COPY with an end in ordinary (pageable) host memory, a CPU device's buffer: cuMemcpyAsync
+ * would be synchronous there (the driver stages it itself), blocking this thread until the stream
+ * reached the copy, which may be behind a wait that only this thread will satisfy. Instead the
+ * stream does the host side itself, in order, through its pinned stage: a host function fills the
+ * stage, the driver copies from it (or the other way round). Nothing here waits. */
+static hcq_CUresult staged_copy(cuda_device_t *cd, cuda_stream_t *cs, uint64_t dst, uint64_t src, uint64_t size,
+                                bool dst_pinned, bool src_pinned, const char **what) {
+  const hcq__cuda_api_t *api = cd->api;
+  char *d = (char *)(uintptr_t)dst;
+  const char *sp = (const char *)(uintptr_t)src;
+  hcq_CUresult rc = 0;
+  if (!dst_pinned && !src_pinned) {
+    *what = "cuLaunchHostFunc (host to host copy)";
+    return enqueue_host_copy(api, cs->s, d, sp, (size_t)size);
+  }
+  for (uint64_t off = 0; off < size && !rc; off += STAGE_BYTES) {
+    size_t n = (size_t)(size - off < STAGE_BYTES ? size - off : STAGE_BYTES);
+    hcq_CUdeviceptr stage = (hcq_CUdeviceptr)(uintptr_t)cs->stage;
+    if (!src_pinned) {
+      *what = "cuLaunchHostFunc (filling the copy stage)";
+      if (!(rc = enqueue_host_copy(api, cs->s, cs->stage, sp + off, n))) {
+        *what = "cuMemcpyAsync (from the copy stage)";
+        rc = api->cuMemcpyAsync(dst + off, stage, n, cs->s);
+      }
+    } else {
+      *what = "cuMemcpyAsync (into the copy stage)";
+      if (!(rc = api->cuMemcpyAsync(stage, src + off, n, cs->s))) {
+        *what = "cuLaunchHostFunc (draining the copy stage)";
+        rc = enqueue_host_copy(api, cs->s, d + off, cs->stage, n);
+      }
+    }
+  }
+  return rc;
+}
+
 static hcq_CUresult run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *w, const char **what) {
   const hcq__cuda_api_t *api = cd->api;
   hcq_device_t *dev = cd->dev;
@@ -406,8 +686,12 @@ static hcq_CUresult run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint
     case HCQ__OP_COPY: {
       uint64_t size = hcq__rd64(w + HCQ__COPY_SIZE);
       if (!size) return 0;
+      uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC);
+      bool dst_pinned = reachable(cd, dst), src_pinned = reachable(cd, src);
+      if (cs->stage && (!dst_pinned || !src_pinned))
+        return staged_copy(cd, cs, dst, src, size, dst_pinned, src_pinned, what);
       *what = "cuMemcpyAsync";
-      return api->cuMemcpyAsync(hcq__rd64(w + HCQ__COPY_DST), hcq__rd64(w + HCQ__COPY_SRC), (size_t)size, cs->s);
+      return api->cuMemcpyAsync(dst, src, (size_t)size, cs->s);
     }
     default: return 0; /* NOP, BARRIER (a stream's commands are ordered and memory operations fence) */
   }
@@ -486,6 +770,8 @@ static hcq_status_t cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const 
     return st;
   }
   note_timeline(cd);
+  flush_frees(cd, false);
+  pthread_mutex_lock(&cd->submit_lock);
   hcq_CUresult rc = 0;
   const char *what = "";
   const uint32_t *w = words, *end = words + nwords;
@@ -493,6 +779,7 @@ static hcq_status_t cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const 
   if (rc) st = hcq__cuda_fail(dev, rc, "%s", what);
   /* Whatever was enqueued counts: completion must catch up with it. */
   hcq_status_t fst = finish_submission(cd, cs, words, nwords, bound);
+  pthread_mutex_unlock(&cd->submit_lock);
   hcq__cuda_pop(dev);
   if (st) {
     hcq_status_free(fst);
@@ -548,6 +835,7 @@ static hcq_status_t cuda_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
       if (nap < 1000000) nap *= 2;
     }
   }
+  flush_frees(cd, false);
   return NULL;
 }
 
@@ -624,8 +912,30 @@ static void cuda_destroy(hcq_device_t *dev) {
       }
     }
     if (cd->alloc_stream) api->cuStreamDestroy(cd->alloc_stream);
+    hcq_CUcontext none;
+    api->cuCtxPopCurrent(&none);
+    flush_frees(cd, true); /* the streams are gone */
+    api->cuCtxPushCurrent(cd->ctx);
+    for (pin_slab_t *sl = cd->slabs, *next; sl; sl = next) {
+      next = sl->next;
+      for (pin_range_t *r = sl->free, *rn; r; r = rn) {
+        rn = r->next;
+        free(r);
+      }
+      api->cuMemFreeHost(sl->base);
+      free(sl);
+    }
+    cd->slabs = NULL;
+    for (pin_block_t *b = cd->blocks, *next; b; b = next) {
+      next = b->next;
+      api->cuMemFreeHost(b->host);
+      free(b);
+    }
+    cd->blocks = NULL;
     if (cd->ts_module) api->cuModuleUnload(cd->ts_module);
     if (cd->progress) api->cuMemFreeHost(cd->progress);
+    for (int k = 0; k < 2; k++)
+      if (cd->streams[k].stage) api->cuMemFreeHost(cd->streams[k].stage);
     hcq_CUcontext prev;
     api->cuCtxPopCurrent(&prev);
   }
@@ -635,6 +945,9 @@ static void cuda_destroy(hcq_device_t *dev) {
     free(cd->streams[k].ring);
     pthread_mutex_destroy(&cd->streams[k].records_lock);
   }
+  hcq__vec_free(&cd->frees);
+  pthread_mutex_destroy(&cd->submit_lock);
+  pthread_mutex_destroy(&cd->mem_lock);
   free(cd);
   dev->backend = NULL;
 }
@@ -716,7 +1029,20 @@ static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
   for (int k = 0; k < 2 && !rc; k++) rc = api->cuStreamCreate(&cd->streams[k].s, HCQ_CU_STREAM_NON_BLOCKING);
   if (!rc) rc = api->cuStreamCreate(&cd->alloc_stream, HCQ_CU_STREAM_NON_BLOCKING);
   if (!rc) rc = api->cuMemHostAlloc(&cd->progress, 128, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
+  /* Only copy queues copy: the copy stream's stage, made now, while no stream can be waiting. */
+  if (!rc)
+    rc = api->cuMemHostAlloc(&cd->streams[HCQ_QUEUE_COPY].stage, STAGE_BYTES,
+                             HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
   if (rc) st = hcq__cuda_fail(dev, rc, "creating its streams");
+  /* The staging buffers the core will ask for, made now (see pin_block_t). */
+  uint64_t chunk = staging_bytes();
+  for (int i = 0; i < HCQ__STAGING_SLOTS && !st && chunk > PIN_MAX; i++) {
+    void *host = NULL;
+    if ((rc = api->cuMemHostAlloc(&host, chunk + HOST_SLACK, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP)))
+      st = hcq__cuda_fail(dev, rc, "cuMemHostAlloc of %" PRIu64 " bytes (staging)", chunk);
+    else if (!keep_block(cd, host, chunk))
+      api->cuMemFreeHost(host);
+  }
   for (int k = 0; k < 2 && !st; k++) {
     cuda_stream_t *cs = &cd->streams[k];
     cs->done = (_Atomic uint64_t *)((char *)cd->progress + 64 * k);
@@ -744,6 +1070,8 @@ hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev) {
   cd->dev = dev;
   cd->api = api;
   for (int k = 0; k < 2; k++) pthread_mutex_init(&cd->streams[k].records_lock, NULL);
+  pthread_mutex_init(&cd->submit_lock, NULL);
+  pthread_mutex_init(&cd->mem_lock, NULL);
   dev->vt = &cuda_vtable;
   dev->backend = cd;
   hcq_status_t st = setup(dev, cd, index);
@@ -804,6 +1132,7 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
   hcq_status_t st = hcq__cuda_push(d0);
   if (st) return st;
   note_timeline(c0);
+  pthread_mutex_lock(&c0->submit_lock);
   hcq_CUresult rc = 0;
   const char *what = "";
   /* Kept as command words too, so a hang report can say which earlier work the replay waits for. */
@@ -828,6 +1157,7 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
   if (!rc) rc = run_command(c0, s0, signal, &what);
   if (rc) st = hcq__cuda_fail(d0, rc, "graph launch: %s", what);
   hcq_status_t fst = finish_submission(c0, s0, waits, nwords, false);
+  pthread_mutex_unlock(&c0->submit_lock);
   hcq__cuda_pop(d0);
   if (st || fst) {
     hcq_status_free(fst);
@@ -840,6 +1170,7 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
     cuda_stream_t *cs = &cd->streams[HCQ_QUEUE_COMPUTE];
     if ((st = hcq__cuda_push(d))) break;
     note_timeline(cd);
+    pthread_mutex_lock(&cd->submit_lock);
     rc = api->cuStreamWaitEvent(cs->s, end, 0);
     what = "cuStreamWaitEvent";
     signal[0] = HCQ__HDR(SIGNAL);
@@ -848,6 +1179,7 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
     if (!rc) rc = run_command(cd, cs, signal, &what);
     if (rc) st = hcq__cuda_fail(d, rc, "graph launch: %s", what);
     fst = finish_submission(cd, cs, NULL, 0, false);
+    pthread_mutex_unlock(&cd->submit_lock);
     hcq__cuda_pop(d);
     if (!st) st = fst;
     else hcq_status_free(fst);

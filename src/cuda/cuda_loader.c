@@ -44,6 +44,12 @@ static void load(void) {
   }
   HCQ_CUDA_ENTRY_POINTS(HCQ__CUDA_LOAD)
 #undef HCQ__CUDA_LOAD
+  {
+    void *fn = NULL;
+    int found = -1;
+    if (get_proc("cuFuncLoad", &fn, HCQ_CUDA_FUNC_LOAD_VERSION, 0, &found) == 0 && found == 0 && fn)
+      memcpy(&g_api.cuFuncLoad, &fn, sizeof(fn));
+  }
   int rc = g_api.cuInit(0);
   if (rc != 0) {
     char text[160];

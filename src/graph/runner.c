@@ -187,7 +187,7 @@ static hcq_status_t validate_transfer(const hcq_transfer_item_t *t, const char *
                            who, t->bytes, t->src->label, t->src->size, t->dst->label, t->dst->size);
   if (!(t->src->dev->caps & HCQ_CAP_COPY_QUEUE))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s has no copy queue for transfers", who, t->src->dev->name);
-  return NULL;
+  return hcq__transfer_overlap_check(t->dst, t->src, t->bytes, who);
 }
 
 /* Deep-copies one validated item, retaining its program and buffers. */

@@ -8,7 +8,8 @@ set -u
 HCQ=$1 FAKE=$2 EXAMPLES=$3
 T=$(mktemp -d "${TMPDIR:-/tmp}/hcq-cli-cuda.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
-export HCQ_CACHE_DIR=${HCQ_CACHE_DIR:-$T/cache} HCQ_FAKE_CUDA_DEVICES=2 HCQ_CUDA_ARCH=sm_90
+export HCQ_CACHE_DIR=${HCQ_CACHE_DIR:-$T/cache} HCQ_FAKE_CUDA_DEVICES=2 HCQ_CUDA_ARCH=sm_90 \
+  HCQ_FAKE_CUDA_SYNC_PAGEABLE=1 HCQ_FAKE_CUDA_IMPLICIT_SYNC=1 # the stand-in as strict as the driver may be
 PASS=0 FAIL=0
 
 check() { # NAME WANT_RC FRAGMENT... -- ARGS...  (runs hcq with the stand-in driver)

@@ -84,6 +84,8 @@ _Static_assert(HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE == CU_LAUNCH_PARAM_BUFFER_SIZE, "
 /* The ABI version the entry points are requested at must be one where the *_v2 variants the
  * header declares (kernel node params v2, stream memory operations v2) exist. */
 _Static_assert(HCQ_CUDA_ABI_VERSION >= 12000 && HCQ_CUDA_ABI_VERSION <= CUDA_VERSION, "ABI version");
+/* cuFuncLoad is requested at the version that introduced it (the toolkit declares it from there). */
+_Static_assert(HCQ_CUDA_FUNC_LOAD_VERSION == 12040 && HCQ_CUDA_FUNC_LOAD_VERSION <= CUDA_VERSION, "cuFuncLoad version");
 
 int main(void) {
   printf("cuda_api.h matches cuda.h of CUDA %d.%d\n", CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);

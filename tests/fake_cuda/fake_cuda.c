@@ -10,7 +10,9 @@
  * arguments, and the results of its graphs against eager execution. What only a GPU can show (the
  * real driver's behaviour, kernels compiled by NVRTC running) is left to tools/gpu-check.sh.
  *
- * HCQ_FAKE_CUDA_DEVICES sets the device count (default 1). hcq_fake_cuda_counts() reports the
+ * HCQ_FAKE_CUDA_DEVICES sets the device count (default 1); HCQ_FAKE_CUDA_SYNC_PAGEABLE and
+ * HCQ_FAKE_CUDA_IMPLICIT_SYNC turn on strict modes (below, at g_streams) where it blocks the host as
+ * the real driver may. hcq_fake_cuda_counts() reports the
  * driver calls tests check counts of. A kernel named hcq_fake_fault fails its stream with
  * CUDA_ERROR_ILLEGAL_ADDRESS, as a faulting kernel does (HCQ_FAKE_CUDA_FAULT=226 makes it another
  * error, such as CUDA_ERROR_CONTAINED).
@@ -116,10 +118,54 @@ static void k_timestamp(const uint8_t *p, uint64_t i) {
   __atomic_store_n((uint64_t *)p64(p, 0), (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, __ATOMIC_RELEASE);
 }
 
+/* Twins that need the whole CUDA thread geometry (the conformance kernels of tests/test_util.c):
+ * one call per thread of every block, in the CUDA C's own terms. */
+typedef struct cuda_thread {
+  dim3_t blockIdx, threadIdx, blockDim, gridDim;
+} cuda_thread_t;
+typedef void (*cuda_thread_fn)(const uint8_t *params, const cuda_thread_t *t);
+
+#define T_I(t) ((uint64_t)(t)->blockIdx.x * (t)->blockDim.x + (t)->threadIdx.x)
+#define T_ROW0(t) ((t)->threadIdx.y == 0 && (t)->threadIdx.z == 0)
+#define T_BELOW(t, n) (T_I(t) < (uint64_t)(int64_t)(n))
+static void c_add_scalar(const uint8_t *p, const cuda_thread_t *t) {
+  int32_t *out = (int32_t *)p64(p, 0);
+  const int32_t *a = (const int32_t *)p64(p, 1);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 2, 1))) out[T_I(t)] = (int32_t)((uint32_t)a[T_I(t)] + (uint32_t)p32(p, 2, 0));
+}
+static void c_mul_add(const uint8_t *p, const cuda_thread_t *t) {
+  uint32_t *x = (uint32_t *)p64(p, 0);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 1, 2))) x[T_I(t)] = x[T_I(t)] * (uint32_t)p32(p, 1, 0) + (uint32_t)p32(p, 1, 1);
+}
+static void c_add2(const uint8_t *p, const cuda_thread_t *t) {
+  int32_t *out = (int32_t *)p64(p, 0);
+  const int32_t *x = (const int32_t *)p64(p, 1), *y = (const int32_t *)p64(p, 2);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 3, 0))) out[T_I(t)] = (int32_t)((uint32_t)x[T_I(t)] + (uint32_t)y[T_I(t)]);
+}
+static void c_fill(const uint8_t *p, const cuda_thread_t *t) {
+  int32_t *out = (int32_t *)p64(p, 0);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 1, 1))) out[T_I(t)] = p32(p, 1, 0);
+}
+static void c_mix3(const uint8_t *p, const cuda_thread_t *t) {
+  uint32_t *out = (uint32_t *)p64(p, 0);
+  const uint32_t *x = (const uint32_t *)p64(p, 1), *y = (const uint32_t *)p64(p, 2);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 3, 2)))
+    out[T_I(t)] = x[T_I(t)] * (uint32_t)p32(p, 3, 0) + y[T_I(t)] + (uint32_t)p32(p, 3, 1);
+}
+static void c_record_groups(const uint8_t *p, const cuda_thread_t *t) {
+  if (t->threadIdx.x || t->threadIdx.y || t->threadIdx.z) return;
+  int32_t *out = (int32_t *)p64(p, 0);
+  uint32_t g = (t->blockIdx.z * t->gridDim.y + t->blockIdx.y) * t->gridDim.x + t->blockIdx.x;
+  out[g] += (int32_t)(t->blockDim.x * t->blockDim.y * t->blockDim.z);
+}
+
 typedef struct fake_kernel {
   const char *name;
   thread_fn fn;
   bool faults;
+  cuda_thread_fn per_thread; /* instead of fn */
+  size_t psize;              /* non-zero: the twin of the kernel of this name whose argument block has
+                                this size (two sources may use one name for different kernels) */
 } fake_kernel_t;
 
 static const fake_kernel_t g_kernels[] = {
@@ -128,7 +174,20 @@ static const fake_kernel_t g_kernels[] = {
     {"saxpy_f32", k_saxpy_f32, false}, {"sum_groups", k_sum_groups, false},
     {"sum_final", k_sum_final, false},
     {"hcq_timestamp", k_timestamp, false}, {"hcq_fake_fault", NULL, true},
+    /* tests/test_util.c's conformance kernels */
+    {.name = "add_scalar", .per_thread = c_add_scalar}, {.name = "mul_add", .per_thread = c_mul_add},
+    {.name = "add2", .per_thread = c_add2},             {.name = "fill", .per_thread = c_fill},
+    {.name = "mix", .per_thread = c_mix3, .psize = 36}, {.name = "record_groups", .per_thread = c_record_groups},
 };
+
+/* The twin a launch with an argument block of psize bytes runs: k, or another of its name made
+ * for exactly that size. */
+static const fake_kernel_t *twin_for(const fake_kernel_t *k, size_t psize) {
+  if (k->psize == psize) return k;
+  for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
+    if (g_kernels[i].psize == psize && !strcmp(g_kernels[i].name, k->name)) return &g_kernels[i];
+  return k;
+}
 
 /* ---- bookkeeping ---- */
 
@@ -293,6 +352,9 @@ typedef struct stream {
   op_t *head, *tail;
   bool busy, stop;
   atomic_int error;
+  uint64_t enqueued, executed; /* operations, under lock */
+  ctx_t *ctx;                  /* current when it was created */
+  struct stream *next;         /* g_streams */
 } stream_t;
 
 /* HCQ_FAKE_CUDA_HMM=1: kernels may store to any host memory (HMM or ATS, as on a GH200). Without it,
@@ -300,10 +362,69 @@ typedef struct stream {
  * its stream with CUDA_ERROR_ILLEGAL_ADDRESS, as on most machines. */
 static bool g_hmm;
 
-static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params) {
+/* Every live stream, for the calls that synchronise a whole context. */
+static pthread_mutex_t g_streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static stream_t *g_streams;
+
+/* Strict modes, where the real driver may block the host and a host emulation would not:
+ * HCQ_FAKE_CUDA_SYNC_PAGEABLE=1: cuMemcpyAsync to or from ordinary (pageable, not driver-allocated)
+ *   host memory returns only once the copy ran on its stream, i.e. after the stream's earlier waits
+ *   (the driver stages such copies itself, synchronously).
+ * HCQ_FAKE_CUDA_IMPLICIT_SYNC=1: cuMemFree, cuMemFreeHost, cuMemHostAlloc and the first launch of a
+ *   function the driver loaded lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) wait
+ *   until every stream of the current context is idle, as the real driver may. */
+static bool strict(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+/* Waits until every stream of c has run all it was given (or stopped, or failed). */
+static void sync_context(ctx_t *c) {
+  pthread_mutex_lock(&g_streams_lock);
+  for (stream_t *s = g_streams; s; s = s->next) {
+    if (s->ctx != c) continue;
+    pthread_mutex_lock(&s->lock);
+    while ((s->head || s->busy) && !s->stop && !atomic_load(&s->error)) pthread_cond_wait(&s->cond, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_unlock(&g_streams_lock);
+}
+static void implicit_sync(void) {
+  if (strict("HCQ_FAKE_CUDA_IMPLICIT_SYNC")) sync_context(current());
+}
+
+static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params, size_t psize) {
   atomic_fetch_add(&g_kernel_launches, 1);
+  k = twin_for(k, psize);
+  if (k->per_thread) {
+    cuda_thread_t t = {.blockDim = block, .gridDim = grid};
+    for (t.blockIdx.z = 0; t.blockIdx.z < grid.z; t.blockIdx.z++)
+      for (t.blockIdx.y = 0; t.blockIdx.y < grid.y; t.blockIdx.y++)
+        for (t.blockIdx.x = 0; t.blockIdx.x < grid.x; t.blockIdx.x++)
+          for (t.threadIdx.z = 0; t.threadIdx.z < block.z; t.threadIdx.z++)
+            for (t.threadIdx.y = 0; t.threadIdx.y < block.y; t.threadIdx.y++)
+              for (t.threadIdx.x = 0; t.threadIdx.x < block.x; t.threadIdx.x++) k->per_thread(params, &t);
+    return;
+  }
   uint64_t threads = (uint64_t)grid.x * grid.y * grid.z * block.x * block.y * block.z;
   for (uint64_t i = 0; i < threads; i++) k->fn(params, i);
+}
+
+/* A GPU copy: many blocks at once in no set order, so overlapping ranges are undefined (CUDA says
+ * so). Copying 16-byte blocks in the order that memmove would not use gives such a copy's typical
+ * result (bytes read after they were overwritten) instead of memmove's for free. */
+static void gpu_copy(uintptr_t dst, uintptr_t src, size_t n) {
+  if (dst == src || dst + n <= src || src + n <= dst) {
+    memcpy((void *)dst, (const void *)src, n);
+    return;
+  }
+  enum { BLOCK = 16 };
+  size_t blocks = (n + BLOCK - 1) / BLOCK;
+  for (size_t k = 0; k < blocks; k++) {
+    size_t b = dst > src ? k : blocks - 1 - k; /* forward when memmove would go backward, and back */
+    size_t at = b * BLOCK, len = n - at < BLOCK ? n - at : BLOCK;
+    for (size_t i = 0; i < len; i++) ((volatile uint8_t *)dst)[at + i] = ((const volatile uint8_t *)src)[at + i];
+  }
 }
 
 /* Runs one operation; false when it failed the stream. */
@@ -319,9 +440,9 @@ static bool run_op(stream_t *s, op_t *o) {
     case OP_KERNEL:
       if (o->fn->faults) return false;
       if (o->fn->fn == k_timestamp && !g_hmm && !owner_of((uintptr_t)p64(o->params, 0))) return false;
-      run_kernel(o->fn, o->grid, o->block, o->params);
+      run_kernel(o->fn, o->grid, o->block, o->params, o->psize);
       return true;
-    case OP_MEMCPY: memmove((void *)o->a, (const void *)o->b, o->n); return true;
+    case OP_MEMCPY: gpu_copy(o->a, o->b, o->n); return true;
     case OP_MEMSET: memset((void *)o->a, (int)o->v, o->n); return true;
     case OP_EVENT:
       atomic_store(&o->event->time_ns, now_ns());
@@ -341,9 +462,9 @@ static bool run_op(stream_t *s, op_t *o) {
         if (!g->enabled) continue;
         if (g->kind == 0) {
           if (g->fn->faults) return false;
-          run_kernel(g->fn, g->grid, g->block, g->params);
+          run_kernel(g->fn, g->grid, g->block, g->params, g->psize);
         } else if (g->kind == 1) {
-          memmove((void *)g->dst, (const void *)g->src, g->bytes);
+          gpu_copy(g->dst, g->src, g->bytes);
         }
       }
       return true;
@@ -380,13 +501,16 @@ static void *stream_main(void *arg) {
     free_op(o);
     pthread_mutex_lock(&s->lock);
     s->busy = false;
+    s->executed++;
     pthread_cond_broadcast(&s->cond);
   }
   pthread_mutex_unlock(&s->lock);
   return NULL;
 }
 
-static CUresult enqueue(stream_t *s, op_t *o) {
+static CUresult enqueue_seq(stream_t *s, op_t *o, uint64_t *out_seq);
+static CUresult enqueue(stream_t *s, op_t *o) { return enqueue_seq(s, o, NULL); }
+static CUresult enqueue_seq(stream_t *s, op_t *o, uint64_t *out_seq) {
   if (!s) {
     free_op(o);
     return HCQ_CUDA_ERROR_INVALID_VALUE; /* hcq never uses the legacy stream */
@@ -403,6 +527,8 @@ static CUresult enqueue(stream_t *s, op_t *o) {
   else
     s->head = o;
   s->tail = o;
+  if (out_seq) *out_seq = ++s->enqueued;
+  else s->enqueued++;
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   return 0;
@@ -570,15 +696,22 @@ static CUresult f_cuMemAlloc(hcq_CUdeviceptr *p, size_t n) {
   *p = (hcq_CUdeviceptr)(uintptr_t)m;
   return 0;
 }
-static CUresult f_cuMemFree(hcq_CUdeviceptr p) { return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE; }
+static CUresult f_cuMemFree(hcq_CUdeviceptr p) {
+  implicit_sync();
+  return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE;
+}
 static CUresult f_cuMemHostAlloc(void **p, size_t n, unsigned int flags) {
   (void)flags;
   if (!current()) return 201;
+  implicit_sync();
   *p = track(n ? n : 1);
   if (*p) memset(*p, 0x5A, n);
   return *p ? 0 : HCQ_CUDA_ERROR_OUT_OF_MEMORY;
 }
-static CUresult f_cuMemFreeHost(void *p) { return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE; }
+static CUresult f_cuMemFreeHost(void *p) {
+  implicit_sync();
+  return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE;
+}
 static CUresult f_cuMemHostGetDevicePointer(hcq_CUdeviceptr *d, void *h, unsigned int flags) {
   (void)flags;
   if (!owner_of((uintptr_t)h)) return HCQ_CUDA_ERROR_INVALID_VALUE;
@@ -595,7 +728,16 @@ static CUresult f_cuMemcpyAsync(hcq_CUdeviceptr dst, hcq_CUdeviceptr src, size_t
   op_t *o = new_op(OP_MEMCPY);
   if (!o) return 2;
   o->a = (uintptr_t)dst, o->b = (uintptr_t)src, o->n = n;
-  return enqueue((stream_t *)s, o);
+  bool pageable = n && (!owner_of((uintptr_t)dst) || !owner_of((uintptr_t)src));
+  if (!pageable || !strict("HCQ_FAKE_CUDA_SYNC_PAGEABLE")) return enqueue((stream_t *)s, o);
+  uint64_t seq = 0;
+  CUresult rc = enqueue_seq((stream_t *)s, o, &seq);
+  stream_t *st = (stream_t *)s;
+  if (rc) return rc;
+  pthread_mutex_lock(&st->lock);
+  while (st->executed < seq && !st->stop) pthread_cond_wait(&st->cond, &st->lock);
+  pthread_mutex_unlock(&st->lock);
+  return atomic_load(&st->error);
 }
 static CUresult f_cuPointerGetAttribute(void *data, int attr, hcq_CUdeviceptr p) {
   ctx_t *c = owner_of((uintptr_t)p);
@@ -616,11 +758,23 @@ static CUresult f_cuStreamCreate(hcq_CUstream *out, unsigned int flags) {
     free(s);
     return 2;
   }
+  s->ctx = current();
+  pthread_mutex_lock(&g_streams_lock);
+  s->next = g_streams;
+  g_streams = s;
+  pthread_mutex_unlock(&g_streams_lock);
   *out = (hcq_CUstream)s;
   return 0;
 }
 static CUresult f_cuStreamDestroy(hcq_CUstream h) {
   stream_t *s = (stream_t *)h;
+  pthread_mutex_lock(&g_streams_lock);
+  for (stream_t **p = &g_streams; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  pthread_mutex_unlock(&g_streams_lock);
   pthread_mutex_lock(&s->lock);
   __atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&s->cond);
@@ -708,9 +862,18 @@ static CUresult f_cuEventElapsedTime(float *ms, hcq_CUevent a, hcq_CUevent b) {
   return 0;
 }
 
+/* A module's function: loaded lazily, on its first launch (or cuFuncLoad), as CUDA 12.2 and later
+ * do by default. */
+typedef struct fake_func {
+  const fake_kernel_t *k;
+  atomic_bool loaded;
+} fake_func_t;
+
 typedef struct module {
   char *image;
   size_t size;
+  fake_func_t funcs[16];
+  int nfuncs;
 } module_t;
 
 /* The newest PTX ISA (major * 10 + minor) a driver of this CUDA version loads, which is the one its
@@ -741,6 +904,26 @@ static CUresult check_image(const unsigned char *p, bool elf) {
   return major * 10 + minor > max_ptx_isa(driver) ? HCQ_CUDA_ERROR_UNSUPPORTED_PTX_VERSION : 0;
 }
 
+static const fake_kernel_t *kernel_of(hcq_CUfunction f) { return f ? ((const fake_func_t *)f)->k : NULL; }
+
+/* Loads f if it is not loaded yet: in the implicit-sync mode that waits for the context's streams. */
+static void load_function(hcq_CUfunction f) {
+  fake_func_t *fn = (fake_func_t *)f;
+  if (!fn || atomic_load(&fn->loaded)) return;
+  implicit_sync();
+  atomic_store(&fn->loaded, true);
+}
+static CUresult f_cuFuncLoad(hcq_CUfunction f) {
+  if (!f) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  load_function(f);
+  return 0;
+}
+static CUresult f_cuModuleGetLoadingMode(int *mode) {
+  if (!mode) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  *mode = strict("HCQ_FAKE_CUDA_IMPLICIT_SYNC") ? 2 /* CU_MODULE_LAZY_LOADING */ : 1 /* EAGER */;
+  return 0;
+}
+
 static CUresult f_cuModuleLoadDataEx(hcq_CUmodule *m, const void *image, unsigned int n, int *opts, void **vals) {
   (void)n, (void)opts, (void)vals;
   const unsigned char *p = image;
@@ -769,6 +952,7 @@ static CUresult f_cuModuleLoadDataEx(hcq_CUmodule *m, const void *image, unsigne
   memcpy(mod->image, image, size);
   mod->image[size] = '\0';
   mod->size = size;
+  mod->nfuncs = 0;
   *m = (hcq_CUmodule)mod;
   return 0;
 }
@@ -778,12 +962,38 @@ static CUresult f_cuModuleUnload(hcq_CUmodule m) {
   free(mod);
   return 0;
 }
+/* Whether the image defines the symbol name itself: a whole identifier, not part of another (a
+ * C++ kernel's mangled name, _Z3addPi, contains "add" but does not define it). */
+static bool defines_symbol(const module_t *mod, const char *name) {
+  size_t len = strlen(name);
+  for (const char *p = mod->image, *end = mod->image + mod->size; p < end;) {
+    const char *hit = memmem(p, (size_t)(end - p), name, len);
+    if (!hit) return false;
+    char before = hit > mod->image ? hit[-1] : '\0', after = hit + len < end ? hit[len] : '\0';
+    bool ident_before = before == '_' || before == '$' || (before >= '0' && before <= '9') ||
+                        (before >= 'A' && before <= 'Z') || (before >= 'a' && before <= 'z');
+    bool ident_after = after == '_' || after == '$' || (after >= '0' && after <= '9') ||
+                       (after >= 'A' && after <= 'Z') || (after >= 'a' && after <= 'z');
+    if (!ident_before && !ident_after) return true;
+    p = hit + 1;
+  }
+  return false;
+}
 static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const char *name) {
   module_t *mod = (module_t *)m;
-  if (!memmem(mod->image, mod->size, name, strlen(name))) return HCQ_CUDA_ERROR_NOT_FOUND;
+  if (!defines_symbol(mod, name)) return HCQ_CUDA_ERROR_NOT_FOUND;
   for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
     if (!strcmp(g_kernels[i].name, name)) {
-      *fn = (hcq_CUfunction)&g_kernels[i];
+      for (int j = 0; j < mod->nfuncs; j++)
+        if (mod->funcs[j].k == &g_kernels[i]) {
+          *fn = (hcq_CUfunction)&mod->funcs[j];
+          return 0;
+        }
+      if (mod->nfuncs == 16) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
+      fake_func_t *f = &mod->funcs[mod->nfuncs++];
+      f->k = &g_kernels[i];
+      atomic_init(&f->loaded, false);
+      *fn = (hcq_CUfunction)f;
       return 0;
     }
   fprintf(stderr, "fake libcuda: no host implementation of kernel %s\n", name);
@@ -794,7 +1004,12 @@ static CUresult f_cuLaunchKernel(hcq_CUfunction f, unsigned gx, unsigned gy, uns
   (void)shared;
   op_t *o = new_op(OP_KERNEL);
   if (!o) return 2;
-  o->fn = (const fake_kernel_t *)f;
+  o->fn = kernel_of(f);
+  if (!o->fn) {
+    free_op(o);
+    return HCQ_CUDA_ERROR_INVALID_VALUE;
+  }
+  load_function(f); /* a lazily loaded function loads at its first launch */
   o->grid = (dim3_t){gx, gy, gz};
   o->block = (dim3_t){bx, by, bz};
   CUresult rc = params ? HCQ_CUDA_ERROR_INVALID_VALUE : check_dims(o->grid, o->block);
@@ -843,7 +1058,7 @@ static CUresult add_node(graph_t *g, gnode_t *n, const hcq_CUgraphNode *deps, si
 static CUresult kernel_node(gnode_t *n, const hcq_CUDA_KERNEL_NODE_PARAMS *p) {
   if (!p->func || p->kernelParams) return HCQ_CUDA_ERROR_INVALID_VALUE;
   n->kind = 0;
-  n->fn = (const fake_kernel_t *)p->func;
+  n->fn = kernel_of(p->func);
   n->grid = (dim3_t){p->gridDimX, p->gridDimY, p->gridDimZ};
   n->block = (dim3_t){p->blockDimX, p->blockDimY, p->blockDimZ};
   CUresult rc = check_dims(n->grid, n->block);
@@ -958,8 +1173,25 @@ static const struct {
 #undef FAKE_ENTRY
 };
 
+/* Entry points hcq looks for only where the driver has them, with the version that introduced them. */
+static const struct {
+  const char *name;
+  void *fn;
+  int since;
+} g_optional[] = {
+    {"cuFuncLoad", (void *)f_cuFuncLoad, 12040},
+    {"cuModuleGetLoadingMode", (void *)f_cuModuleGetLoadingMode, 11070},
+};
+
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
   (void)flags;
+  for (size_t i = 0; i < sizeof(g_optional) / sizeof(g_optional[0]); i++)
+    if (!strcmp(g_optional[i].name, symbol)) {
+      bool ok = version >= g_optional[i].since;
+      *pfn = ok ? g_optional[i].fn : NULL;
+      if (status) *status = ok ? 0 : 2; /* CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT */
+      return ok ? 0 : HCQ_CUDA_ERROR_NOT_FOUND;
+    }
   for (size_t i = 0; i < sizeof(g_entries) / sizeof(g_entries[0]); i++)
     if (!strcmp(g_entries[i].name, symbol) && version >= 12000) {
       *pfn = g_entries[i].fn;
