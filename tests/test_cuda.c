@@ -684,6 +684,8 @@ typedef struct sync_window {
   hcq_status_t st;
 } sync_window_t;
 
+static hcq_signal_t *g_window_stamp; /* a signal of the CUDA device, for phase 4 */
+
 static void in_the_window(void *p) {
   sync_window_t *w = p;
   if (w->phase == 0) {
@@ -700,6 +702,14 @@ static void in_the_window(void *p) {
     if (!w->st) w->st = hcq_buffer_copyout(w->x, 0, out, sizeof(out));
     if (!w->st && memcmp(in, out, sizeof(in)))
       w->st = hcq_status_make(HCQ_INTERNAL, "the copy-out differs from the copy-in");
+  } else if (w->phase == 4) {
+    /* The first TIMESTAMP into GPU-mapped memory: the timestamp kernel's first launch. */
+    hcq_queue_t *tq = NULL;
+    w->st = hcq_queue_create(HCQ_QUEUE_COMPUTE, &tq);
+    if (!w->st) w->st = hcq_queue_timestamp(tq, hcq_imm((int64_t)hcq_signal_address(g_window_stamp)));
+    if (!w->st) w->st = hcq_queue_signal(tq, hcq_imm((int64_t)hcq_signal_address(g_window_stamp)), hcq_imm(1));
+    if (!w->st) w->st = hcq_queue_submit(tq, w->d, NULL, 0);
+    hcq_queue_free(tq);
   } else {
     int32_t v[2] = {N, 5};
     hcq_buffer_t *bufs[2] = {w->y, w->y};
@@ -730,8 +740,10 @@ Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
   OK(hcq_signal_wait(passed, 1, 20000));
   static const char *const what[] = {"freeing a released buffer (cuMemFree)", "making a signal (cuMemHostAlloc)",
                                      "the first launch of a kernel the driver loads lazily",
-                                     "the first host copies (staging buffers: cuMemHostAlloc)"};
-  enum { PHASES = 4 };
+                                     "the first host copies (staging buffers: cuMemHostAlloc)",
+                                     "the first timestamp (the timestamp kernel's first launch)"};
+  OK(hcq_signal_create(d, "stamp", 0, &g_window_stamp));
+  enum { PHASES = 5 };
   hcq_queue_t *gates[PHASES];
   for (int phase = 0; phase < PHASES; phase++) {
     /* The compute stream waits for the host again. */
@@ -749,7 +761,10 @@ Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
   uint32_t got[N];
   test_read(w.y, got, sizeof(got));
   for (int i = 0; i < N; i++) cr_assert_eq(got[i], 5u, "y[%d] after the launch behind the gate", i);
+  OK(hcq_signal_wait(g_window_stamp, 1, 20000));
+  cr_assert_neq(hcq_signal_timestamp(g_window_stamp), 0, "the timestamp behind the gate was written");
   for (int i = 0; i < PHASES; i++) hcq_queue_free(gates[i]);
+  hcq_signal_free(g_window_stamp);
   hcq_queue_free(q);
   hcq_signal_free(gate);
   hcq_signal_free(passed);

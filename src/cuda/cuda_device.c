@@ -504,6 +504,14 @@ static hcq_status_t load_timestamp_kernel(cuda_device_t *cd) {
     cd->ts_fn = NULL;
     return hcq__cuda_fail(cd->dev, rc, "resolving the timestamp kernel");
   }
+  /* Loaded now, not at its first launch: a lazily loaded function's first launch may wait for every
+   * stream of the context, one of which may be waiting on the host. */
+  if (api->cuFuncLoad && (rc = api->cuFuncLoad(cd->ts_fn))) {
+    api->cuModuleUnload(cd->ts_module);
+    cd->ts_module = NULL;
+    cd->ts_fn = NULL;
+    return hcq__cuda_fail(cd->dev, rc, "loading the timestamp kernel (cuFuncLoad)");
+  }
   return NULL;
 }
 
@@ -1053,6 +1061,9 @@ static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
     cs->ring = calloc(WORD_RING, sizeof(uint32_t));
     if (!st && !cs->ring) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
   }
+  /* The timestamp kernel too, while no stream can be waiting on the host (loading it may synchronise
+   * the context). Where it cannot be loaded, the first submission that needs it says why. */
+  if (!st) hcq_status_free(load_timestamp_kernel(cd));
   hcq__cuda_pop(dev);
   return st;
 }
