@@ -46,21 +46,9 @@ hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_e
   const hcq__recorder_t *rec = hcq__recorder;
   hcq__recorder = NULL;
   for (size_t j = 0; j < r->nitems && !st; j++) {
-    hcq_exec_item_t it = r->items[j];
-    if (it.kind == HCQ_ITEM_KERNEL) {
-      memcpy(bufs, it.kernel.bufs, it.kernel.nbufs * sizeof(*bufs));
-      it.kernel.bufs = bufs;
-    }
-    for (; s < r->slots.len && r->slots.data[s].item == j; s++) {
-      const hcq__input_slot_t *slot = &r->slots.data[s];
-      hcq_buffer_t *b = r->pending_inputs[slot->input];
-      if (it.kind == HCQ_ITEM_KERNEL)
-        bufs[slot->arg] = b;
-      else if (slot->arg == 0)
-        it.transfer.dst = b;
-      else
-        it.transfer.src = b;
-    }
+    size_t from = s;
+    while (s < r->slots.len && r->slots.data[s].item == j) s++;
+    hcq_exec_item_t it = hcq__runner_item_with_inputs(r, j, from, s, bufs);
     st = hcq_exec_item_run(&it, vals, r->vars.len);
     if (st)
       st = hcq_status_annotate(st, "item %zu (%s; HCQ_VALIDATE runs the replay item by item)", j,

@@ -613,3 +613,23 @@ static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value
   }
   return hcq_launch(&l);
 }
+
+hcq_exec_item_t hcq__runner_item_with_inputs(const hcq__runner_t *r, size_t j, size_t from, size_t to,
+                                             hcq_buffer_t **bufs) {
+  hcq_exec_item_t it = r->items[j];
+  if (it.kind == HCQ_ITEM_KERNEL && from < to) {
+    memcpy(bufs, it.kernel.bufs, it.kernel.nbufs * sizeof(*bufs));
+    it.kernel.bufs = bufs;
+  }
+  for (size_t k = from; k < to; k++) {
+    const hcq__input_slot_t *slot = &r->slots.data[k];
+    hcq_buffer_t *b = r->pending_inputs[slot->input];
+    if (it.kind == HCQ_ITEM_KERNEL)
+      bufs[slot->arg] = b;
+    else if (slot->arg == 0)
+      it.transfer.dst = b;
+    else
+      it.transfer.src = b;
+  }
+  return it;
+}

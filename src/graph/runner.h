@@ -71,6 +71,11 @@ void hcq__runner_commit(hcq__runner_t *r);
 
 /* Index of dev in r->devices. */
 uint32_t hcq__runner_device_index(const hcq__runner_t *r, const hcq_device_t *dev);
+/* Item j with the staged inputs of its slots [from, to) (slots are in item order) in place of the
+ * buffers it was built with: a kernel's buffer list is copied into bufs (HCQ_MAX_KERNEL_BUFS) first,
+ * so the runner's own item stays as it is. For running items eagerly with a replay's inputs. */
+hcq_exec_item_t hcq__runner_item_with_inputs(const hcq__runner_t *r, size_t j, size_t from, size_t to,
+                                             hcq_buffer_t **bufs);
 
 /* The buffers an item touches and whether it writes each: kernels their arguments, transfers
  * {dst (written), src}. */

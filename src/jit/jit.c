@@ -592,21 +592,7 @@ static hcq_status_t run_eager(hcq_jit_t *jit, const segment_t *s) {
   hcq__runner_t *r = &jit->runner;
   hcq_buffer_t *bufs[HCQ_MAX_KERNEL_BUFS];
   for (size_t j = s->first; j < s->first + s->count; j++) {
-    hcq_exec_item_t it = r->items[j];
-    if (it.kind == HCQ_ITEM_KERNEL && jit->slots_at[j] != jit->slots_at[j + 1]) {
-      memcpy(bufs, it.kernel.bufs, it.kernel.nbufs * sizeof(*bufs));
-      it.kernel.bufs = bufs;
-    }
-    for (uint32_t k = jit->slots_at[j]; k < jit->slots_at[j + 1]; k++) {
-      const hcq__input_slot_t *slot = &r->slots.data[k];
-      hcq_buffer_t *b = r->pending_inputs[slot->input];
-      if (it.kind == HCQ_ITEM_KERNEL)
-        bufs[slot->arg] = b;
-      else if (slot->arg == 0)
-        it.transfer.dst = b;
-      else
-        it.transfer.src = b;
-    }
+    hcq_exec_item_t it = hcq__runner_item_with_inputs(r, j, jit->slots_at[j], jit->slots_at[j + 1], bufs);
     hcq_status_t st = hcq_exec_item_run(&it, jit->vals, r->vars.len);
     if (st) return hcq_status_annotate(st, "item %zu", j);
   }
