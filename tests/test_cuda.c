@@ -605,16 +605,6 @@ static bool returns_within(bounded_call_t *c, int ms) {
   return atomic_load(&c->done);
 }
 
-/* A raw queue on the GPU's copy queue that waits until the host sets the gate: eager work on the
- * same stream queues up behind it. */
-static hcq_queue_t *gate_stream(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate, uint64_t value) {
-  hcq_queue_t *q = NULL;
-  OK(hcq_queue_create(kind, &q));
-  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm((int64_t)value)));
-  OK(hcq_queue_submit(q, d, NULL, 0));
-  return q;
-}
-
 typedef struct cpu_gpu_copies {
   hcq_buffer_t *cpu_dst, *gpu_src, *gpu_dst, *cpu_src;
   hcq_status_t st;
@@ -644,7 +634,7 @@ Test(cuda, cpu_gpu_transfers_return_while_the_copy_stream_waits_on_the_host) {
   OK(hcq_device_synchronize(cpu1));
   hcq_signal_t *gate = NULL;
   OK(hcq_signal_create(d, "gate", 0, &gate));
-  hcq_queue_t *q = gate_stream(d, HCQ_QUEUE_COPY, gate, 1);
+  hcq_queue_t *q = test_gate_queue(d, HCQ_QUEUE_COPY, gate, 1);
   bounded_call_t call = {do_cpu_gpu_copies, &c};
   bool returned = returns_within(&call, 5000);
   hcq_signal_set(gate, 1);
@@ -747,7 +737,7 @@ Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
   hcq_queue_t *gates[PHASES];
   for (int phase = 0; phase < PHASES; phase++) {
     /* The compute stream waits for the host again. */
-    gates[phase] = gate_stream(d, HCQ_QUEUE_COMPUTE, gate, (uint64_t)phase + 2);
+    gates[phase] = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, (uint64_t)phase + 2);
     w.phase = phase;
     bounded_call_t call = {in_the_window, &w};
     bool returned = returns_within(&call, 3000);

@@ -67,9 +67,7 @@ Test(errors, close_with_pending_work_is_an_error_not_a_hang) {
   hcq_signal_t *gate = NULL;
   OK(hcq_signal_create(other, "gate", 0, &gate));
   hcq_queue_t *q = NULL;
-  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
-  OK(hcq_queue_submit(q, d, NULL, 0));
+  q = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, 1);
   FAILS(hcq_device_close(d), HCQ_TIMEOUT, "cannot close CPU:0", "compute queue still has work");
   hcq_signal_set(gate, 1);
   test_close(d);
@@ -85,9 +83,7 @@ Test(errors, synchronize_times_out_naming_the_timeline) {
   OK(hcq_signal_create(other, "gate", 0, &gate));
   /* A raw queue blocks the compute engine; the eager launch queued behind it cannot finish. */
   hcq_queue_t *q = NULL;
-  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
-  OK(hcq_queue_submit(q, d, NULL, 0));
+  q = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, 1);
   hcq_program_t *p = test_program(d, "fill", test_kernels_source);
   hcq_buffer_t *b = test_buffer(d, 64);
   int32_t v[] = {1, 16};

@@ -316,9 +316,7 @@ Test(hardening, graph_queue_blocked_at_its_wait_is_named_with_the_item) {
   OK(hcq_signal_create(d, "gate", 0, &gate));
   /* A raw queue holds the compute engine at a wait; the graph queues behind it. */
   hcq_queue_t *q = NULL;
-  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
-  OK(hcq_queue_submit(q, d, NULL, 0));
+  q = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, 1);
   hcq_operand_t vals[] = {hcq_imm(4), hcq_imm(64)};
   hcq_exec_item_t it = kernel_item(p, &a, 1, (uint32_t[]){0}, 1, vals, 2, 1, 64);
   hcq_graph_t *g = NULL;
@@ -358,9 +356,7 @@ Test(hardening, a_timed_out_replay_says_whether_it_was_queued) {
   hcq_signal_t *gate = NULL;
   OK(hcq_signal_create(d, "gate", 0, &gate));
   hcq_queue_t *q = NULL;
-  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
-  OK(hcq_queue_submit(q, d, NULL, 0));
+  q = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, 1);
   hcq_exec_item_t it = kernel_item(p, &calls, 1, NULL, 0, NULL, 0, 1, 1);
   hcq_graph_options_t opt = {.inflight = 1};
   hcq_graph_t *g = NULL;
@@ -405,9 +401,7 @@ Test(hardening, a_close_that_times_out_carries_one_hang_report) {
   hcq_signal_t *gate = NULL;
   OK(hcq_signal_create(d1, "gate", 0, &gate));
   hcq_queue_t *q = NULL;
-  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
-  OK(hcq_queue_submit(q, d, NULL, 0));
+  q = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, 1);
   /* Eager work behind the gate puts the close's wait on the device timeline. */
   hcq_program_t *p = test_program(d, "fill", test_kernels_source);
   hcq_buffer_t *b = test_buffer(d, 256);
@@ -449,9 +443,7 @@ Test(hardening, a_waiting_close_does_not_block_other_devices) {
   hcq_signal_t *gate = NULL;
   OK(hcq_signal_create(d1, "gate", 0, &gate));
   hcq_queue_t *q = NULL;
-  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
-  OK(hcq_queue_submit(q, d, NULL, 0));
+  q = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, 1);
   close_arg_t c = {d, NULL, 0};
   pthread_t t;
   pthread_create(&t, NULL, close_thread, &c);

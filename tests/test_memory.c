@@ -133,9 +133,7 @@ Test(memory, released_memory_waits_in_deferred_while_a_kernel_may_use_it) {
   hcq_buffer_t *b = test_buffer(d, 12345);
   /* The engine is held at a wait, so the buffer's memory cannot be freed yet. */
   hcq_queue_t *q = NULL;
-  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
-  OK(hcq_queue_submit(q, d, NULL, 0));
+  q = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, 1);
   hcq_buffer_release(b);
   hcq_memory_usage_t held = usage(d);
   cr_assert_eq(held.buffers, start.buffers, "released: no longer a live buffer");

@@ -161,6 +161,14 @@ hcq_buffer_t *test_buffer_iota(hcq_device_t *dev, size_t count, int32_t mul, int
 
 void test_read(hcq_buffer_t *buf, void *dst, uint64_t size) { OK(hcq_buffer_copyout(buf, 0, dst, size)); }
 
+hcq_queue_t *test_gate_queue(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate, uint64_t value) {
+  hcq_queue_t *q = NULL;
+  OK(hcq_queue_create(kind, &q));
+  OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm((int64_t)value)));
+  OK(hcq_queue_submit(q, d, NULL, 0));
+  return q;
+}
+
 hcq_program_t *test_program(hcq_device_t *dev, const char *entry, const char *source) {
   hcq_program_t *p = NULL;
   OK(hcq_program_create(dev, entry, source, &p));
