@@ -11,6 +11,24 @@
 // eager steps and graph replays on one device give identical bits.
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer f32s { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer v4s { vec4 v[]; };
+
+// Rows of four-float multiples are read as vec4 (a quarter of the loads; lavapipe gathers each).
+#if DIM % 4 == 0 && HIDDEN % 4 == 0
+#define VEC4 1
+#endif
+
+// w[row] . v over n columns, v a buffer.
+float dot_row(f32s w, uint row, f32s v, uint n) {
+  float s = 0.0;
+#ifdef VEC4
+  v4s w4 = v4s(uint64_t(w) + uint64_t(row * n) * 4ul), v4 = v4s(uint64_t(v));
+  for (uint j = 0u; j < n / 4u; j++) s += dot(w4.v[j], v4.v[j]);
+#else
+  for (uint j = 0u; j < n; j++) s += w.v[row * n + j] * v.v[j];
+#endif
+  return s;
+}
 
 float neg_inf() { return uintBitsToFloat(0xff800000u); }
 
@@ -27,8 +45,14 @@ void load_norm(f32s x, f32s w) {
 }
 float dot_xn(f32s w, uint row) {
   float s = 0.0;
+#ifdef VEC4
+  v4s w4 = v4s(uint64_t(w) + uint64_t(row * uint(DIM)) * 4ul);
+  for (uint j = 0u; j < uint(DIM / 4); j++)
+    s += dot(w4.v[j], vec4(xn[4u * j], xn[4u * j + 1u], xn[4u * j + 2u], xn[4u * j + 3u]));
+#else
   uint b = row * uint(DIM);
   for (uint j = 0u; j < uint(DIM); j++) s += w.v[b + j] * xn[j];
+#endif
   return s;
 }
 #endif
@@ -142,10 +166,7 @@ void main() {
   uint r = gl_GlobalInvocationID.x;
   if (r >= uint(DIM)) return;
   f32s x = f32s(hcq_buf(0)), src = f32s(hcq_buf(1)), w = f32s(hcq_buf(2));
-  float s = 0.0;
-  uint b = r * uint(N);
-  for (uint j = 0u; j < uint(N); j++) s += w.v[b + j] * src.v[j];
-  x.v[r] += s;
+  x.v[r] += dot_row(w, r, src, uint(N));
 }
 #endif
 
