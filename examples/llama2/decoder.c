@@ -109,9 +109,8 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
       snprintf(src, len, "%s%s%s%s", defines, m->kind == HCQ_DEVICE_VULKAN ? "#define KERNEL_" : "",
                m->kind == HCQ_DEVICE_VULKAN ? k_entries[k] : "", m->kind == HCQ_DEVICE_VULKAN ? "\n" : "");
     if (k == 0 || m->kind == HCQ_DEVICE_VULKAN) strcat(src, body);
-    for (int d = 0; d < m->ndev && !st; d++)
-      if ((st = hcq_program_create(m->d[d].dev, k_entries[k], src, &m->d[d].prog[k])))
-        st = hcq_status_annotate(st, "kernel %s on %s", k_entries[k], hcq_device_name(m->d[d].dev));
+    /* A kernel that does not compile: hcq's message names the program, the device and the compiler's. */
+    for (int d = 0; d < m->ndev && !st; d++) st = hcq_program_create(m->d[d].dev, k_entries[k], src, &m->d[d].prog[k]);
   }
   free(src);
   return st;

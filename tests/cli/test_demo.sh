@@ -129,6 +129,9 @@ else
 fi
 expect_fail "unknown device kind" 2 "expected CPU, VULKAN or CUDA" --device TPU
 HCQ_CUDA_LIBRARY=/nonexistent/libcuda.so expect_fail "absent CUDA" 3 "no CUDA device: " --device CUDA --steps 2
+# A kernel that does not compile: exit 3 with the compiler's own message.
+HCQ_CFLAGS="-O2 -include /nonexistent/hcq-missing.h" expect_fail "kernel that does not compile" 3 \
+  "/nonexistent/hcq-missing.h: No such file" --steps 2 --repeat 1
 # demo_on KIND DEVICES GRAPH_KIND [ENV...]: the decode runs there, eager and replays identical.
 demo_on() {
   local kind=$1 n=$2 graph=$3
