@@ -103,12 +103,11 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
   char *src = malloc(len);
   if (!src) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the kernel source");
   hcq_status_t st = NULL;
+  bool per_entry = m->kind == HCQ_DEVICE_VULKAN; /* a GLSL source has one main(): KERNEL_<entry> picks it */
   for (int k = 0; k < K_COUNT && !st; k++) {
-    /* A GLSL source has one main(): KERNEL_<entry> picks the entry's. */
-    if (k == 0 || m->kind == HCQ_DEVICE_VULKAN)
-      snprintf(src, len, "%s%s%s%s", defines, m->kind == HCQ_DEVICE_VULKAN ? "#define KERNEL_" : "",
-               m->kind == HCQ_DEVICE_VULKAN ? k_entries[k] : "", m->kind == HCQ_DEVICE_VULKAN ? "\n" : "");
-    if (k == 0 || m->kind == HCQ_DEVICE_VULKAN) strcat(src, body);
+    if (k == 0 || per_entry)
+      snprintf(src, len, "%s%s%s%s%s", defines, per_entry ? "#define KERNEL_" : "", per_entry ? k_entries[k] : "",
+               per_entry ? "\n" : "", body);
     /* A kernel that does not compile: hcq's message names the program, the device and the compiler's. */
     for (int d = 0; d < m->ndev && !st; d++) st = hcq_program_create(m->d[d].dev, k_entries[k], src, &m->d[d].prog[k]);
   }
