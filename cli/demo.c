@@ -14,6 +14,7 @@ enum { MAX_REPS = 50 };
 
 typedef struct demo_args {
   llama2_shape_t shape;
+  hcq_device_kind_t kind;
   const char *model, *tokenizer, *write_model;
   unsigned long long steps, devices, reps;
   bool steps_given, reps_given, json;
@@ -75,20 +76,26 @@ static hcq_status_t run_mode(llama2_decoder_t *dec, bool graph, int steps, int r
 }
 
 static int parse_args(int argc, char **argv, demo_args_t *a) {
-  *a = (demo_args_t){LLAMA2_SHAPE_SMALL, NULL, NULL, NULL, 256, 1, 5, false, false, false};
+  *a = (demo_args_t){LLAMA2_SHAPE_SMALL, HCQ_DEVICE_CPU, NULL, NULL, NULL, 256, 1, 5, false, false, false};
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
     bool has_value = i + 1 < argc;
     if (!strcmp(o, "--json")) {
       a->json = true;
     } else if (!strcmp(o, "--size") || !strcmp(o, "--model") || !strcmp(o, "--tokenizer") || !strcmp(o, "--steps") ||
-               !strcmp(o, "--devices") || !strcmp(o, "--write-model") || !strcmp(o, "--repeat")) {
+               !strcmp(o, "--devices") || !strcmp(o, "--write-model") || !strcmp(o, "--repeat") ||
+               !strcmp(o, "--device")) {
       if (!has_value) return cli_usage_error("demo: %s needs a value", o);
       const char *v = argv[++i];
       if (!strcmp(o, "--size")) {
         if (!strcmp(v, "small")) a->shape = LLAMA2_SHAPE_SMALL;
         else if (!strcmp(v, "15m")) a->shape = LLAMA2_SHAPE_15M;
         else return cli_usage_error("demo: --size \"%s\": expected small or 15m", v);
+      } else if (!strcmp(o, "--device")) {
+        if (!strcmp(v, "CPU") || !strcmp(v, "cpu")) a->kind = HCQ_DEVICE_CPU;
+        else if (!strcmp(v, "VULKAN") || !strcmp(v, "vulkan")) a->kind = HCQ_DEVICE_VULKAN;
+        else if (!strcmp(v, "CUDA") || !strcmp(v, "cuda")) a->kind = HCQ_DEVICE_CUDA;
+        else return cli_usage_error("demo: --device \"%s\": expected CPU, VULKAN or CUDA", v);
       } else if (!strcmp(o, "--model")) {
         a->model = v;
       } else if (!strcmp(o, "--tokenizer")) {
@@ -107,7 +114,8 @@ static int parse_args(int argc, char **argv, demo_args_t *a) {
       }
     } else {
       return cli_usage_error("demo: unknown argument \"%s\" (usage: hcq demo [--size small|15m] [--model FILE] "
-                             "[--tokenizer FILE] [--steps N] [--devices 1|2] [--repeat N] [--write-model FILE] [--json])",
+                             "[--tokenizer FILE] [--steps N] [--device CPU|VULKAN|CUDA] [--devices 1|2] [--repeat N] "
+                             "[--write-model FILE] [--json])",
                              o);
     }
   }
@@ -150,6 +158,8 @@ static void print_json(const demo_args_t *a, const llama2_config_t *c, const lla
          "\"vocab_size\": %d, \"seq_len\": %d}",
          c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
   const hcq_jit_report_t *rep = llama2_decoder_report(dec);
+  const char *kind = rep && rep->batches ? hcq_graph_kind(hcq_jit_graph(llama2_decoder_jit(dec), 0)) : "none";
+  printf(", \"device_kind\": \"%s\", \"graph_kind\": \"%s\"", hcq_device_kind_name(a->kind), kind);
   printf(", \"devices\": %llu, \"steps\": %d, \"repetitions\": %llu, \"kernels_per_token\": %zu, "
          "\"transfers_per_token\": %zu, \"graphs_per_token\": %zu",
          a->devices, steps, a->reps, llama2_decoder_kernels_per_step(dec),
@@ -175,8 +185,11 @@ static void print_screen(const demo_args_t *a, const llama2_config_t *c, const l
          c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
   size_t kernels = llama2_decoder_kernels_per_step(dec), transfers = llama2_decoder_items_per_step(dec) - kernels;
   const hcq_jit_report_t *rep = llama2_decoder_report(dec);
-  printf("  %d steps from BOS on %s; %zu kernels per token", steps, a->devices == 2 ? "CPU:0 + CPU:1" : "CPU:0",
-         kernels);
+  const char *kn = hcq_device_kind_name(a->kind);
+  if (a->devices == 2)
+    printf("  %d steps from BOS on %s:0 + %s:1; %zu kernels per token", steps, kn, kn, kernels);
+  else
+    printf("  %d steps from BOS on %s:0; %zu kernels per token", steps, kn, kernels);
   if (transfers) printf(" + %zu transfers", transfers);
   printf(";\n  one captured step, replayed as %zu graph%s per token\n\n", rep ? rep->batches : 0,
          rep && rep->batches == 1 ? "" : "s");
@@ -218,7 +231,13 @@ int cli_demo(int argc, char **argv) {
   int steps = (int)a.steps;
   if (a.write_model) st = llama2_checkpoint_write(&ck, a.write_model);
   if (!st && a.tokenizer) st = llama2_tokenizer_load(a.tokenizer, c.vocab_size, &tok);
-  llama2_decoder_options_t opts = {(int)a.devices, 0};
+  /* An absent kind: the reason `hcq info` gives, before any work. */
+  hcq_device_info_t infos[HCQ_DEVICE_KIND_COUNT];
+  size_t ninfo = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
+  for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT && !st; i++)
+    if (infos[i].kind == a.kind && !infos[i].available)
+      st = hcq_status_make(HCQ_UNAVAILABLE, "demo: no %s device: %s", hcq_device_kind_name(a.kind), infos[i].description);
+  llama2_decoder_options_t opts = {(int)a.devices, 0, false, a.kind};
   if (!st) st = llama2_decoder_create(&ck, &opts, &dec);
   llama2_checkpoint_free(&ck);
   e.tokens = calloc((size_t)steps, sizeof(int32_t));

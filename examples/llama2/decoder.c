@@ -7,7 +7,8 @@
 
 #include "llama2.h"
 
-extern const char llama2_kernels_source[]; /* kernels.c, embedded at build time */
+/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA). */
+extern const char llama2_kernels_source[], llama2_kernels_glsl_source[], llama2_kernels_cuda_source[];
 
 #define TRY(call)              \
   do {                         \
@@ -20,6 +21,9 @@ extern const char llama2_kernels_source[]; /* kernels.c, embedded at build time 
  * threads when it has HCQ_CPU_MIN_PARALLEL work-items, which the 15m shape's larger products have
  * and the small shape's do not. */
 enum { ROWS = 16, CLASSIFIER_ROWS = 32, ATT_CHUNK = 32, MAX_ITEM_BUFS = 9 };
+/* On GPUs (kernels.glsl, kernels.cu) a thread per output row, GROUP threads per work-group: small
+ * groups give the small shape's products several groups to spread over a device's cores. */
+enum { GROUP = 32 };
 
 #define KERNELS(X) \
   X(EMBED, "llama_embed") X(QKV, "llama_qkv") X(ATTN_PART, "llama_attn_part") X(ATTN_COMBINE, "llama_attn_combine") \
@@ -56,6 +60,7 @@ typedef struct item_args {
 
 struct llama2_decoder {
   llama2_config_t c;
+  hcq_device_kind_t kind;
   int ndev, split; /* layers [0, split) on device 0, the rest on device 1 */
   dev_state_t d[2];
   hcq_buffer_t *(*layer)[LAYER_BUFS];
@@ -90,13 +95,22 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
                    "#define MAX_CHUNKS %d\n",
                    c->dim, c->hidden_dim, llama2_kv_dim(c), c->n_heads, c->n_heads / c->n_kv_heads,
                    llama2_head_size(c), c->vocab_size, c->seq_len, ATT_CHUNK, (c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK);
-  size_t len = (size_t)n + strlen(llama2_kernels_source) + 1;
+  const char *body = m->kind == HCQ_DEVICE_VULKAN ? llama2_kernels_glsl_source
+                     : m->kind == HCQ_DEVICE_CUDA ? llama2_kernels_cuda_source
+                                                  : llama2_kernels_source;
+  if (m->kind != HCQ_DEVICE_CPU) n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define GROUP %d\n", GROUP);
+  size_t len = (size_t)n + 64 + strlen(body) + 1;
   char *src = malloc(len);
   if (!src) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the kernel source");
-  snprintf(src, len, "%s%s", defines, llama2_kernels_source);
   hcq_status_t st = NULL;
-  for (int d = 0; d < m->ndev && !st; d++)
-    for (int k = 0; k < K_COUNT && !st; k++) st = hcq_program_create(m->d[d].dev, k_entries[k], src, &m->d[d].prog[k]);
+  bool per_entry = m->kind == HCQ_DEVICE_VULKAN; /* a GLSL source has one main(): KERNEL_<entry> picks it */
+  for (int k = 0; k < K_COUNT && !st; k++) {
+    if (k == 0 || per_entry)
+      snprintf(src, len, "%s%s%s%s%s", defines, per_entry ? "#define KERNEL_" : "", per_entry ? k_entries[k] : "",
+               per_entry ? "\n" : "", body);
+    /* A kernel that does not compile: hcq's message names the program, the device and the compiler's. */
+    for (int d = 0; d < m->ndev && !st; d++) st = hcq_program_create(m->d[d].dev, k_entries[k], src, &m->d[d].prog[k]);
+  }
   free(src);
   return st;
 }
@@ -158,26 +172,12 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
     TRY(upload(d0, w->classifier, vocab * dim, "classifier", -1, &m->cls));
   TRY(upload(d0, w->rms_final, dim, "rms_final", -1, &m->rms_final));
   TRY(upload(d0, NULL, vocab, "logits", -1, &m->logits));
-  m->cls_groups = (c->vocab_size + CLASSIFIER_ROWS - 1) / CLASSIFIER_ROWS;
+  int cls_rows = m->kind == HCQ_DEVICE_CPU ? CLASSIFIER_ROWS : GROUP;
+  m->cls_groups = (c->vocab_size + cls_rows - 1) / cls_rows;
   TRY(upload(d0, NULL, 2 * (size_t)m->cls_groups, "best logits", -1, &m->best));
   TRY(hcq_buffer_create(d0, ((size_t)c->seq_len + 1) * sizeof(int32_t), &m->tokens));
   hcq_buffer_set_label(m->tokens, "tokens");
   return NULL;
-}
-
-/* Appends one kernel item: grid global x local, buffers, the first nouts buffers written. */
-static void add_kernel(llama2_decoder_t *m, const dev_state_t *s, int k, hcq_buffer_t *const *bufs, size_t nbufs,
-                       size_t nouts, const hcq_operand_t *vals, size_t nvals, const hcq_operand_t global[3],
-                       uint32_t local) {
-  item_args_t *a = &m->args[m->nitems];
-  hcq_exec_item_t *it = &m->items[m->nitems++];
-  memcpy(a->bufs, bufs, nbufs * sizeof(*bufs));
-  for (size_t i = 0; i < nouts; i++) a->outs[i] = (uint32_t)i;
-  if (nvals) memcpy(a->vals, vals, nvals * sizeof(*vals));
-  it->kind = HCQ_ITEM_KERNEL;
-  it->kernel = (hcq_kernel_item_t){s->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, nvals,
-                                   {global[0], global[1], global[2]}, {hcq_imm(local), hcq_imm(1), hcq_imm(1)}};
-  m->nkernels++;
 }
 
 static void add_transfer(llama2_decoder_t *m, hcq_buffer_t *dst, hcq_buffer_t *src) {
@@ -191,9 +191,66 @@ static hcq_operand_t groups(int rows, int per_group) { return hcq_imm((rows + pe
 /* Threads of a group of `rows` rows with n inputs each: one per step of eight multiply-adds. */
 static uint32_t matvec_threads(int rows, int n) { return (uint32_t)(rows * ((n + 7) / 8)); }
 
+/* The launch geometry of kernel k: with the kernel sources, the one thing that differs by device
+ * kind. CPU groups are blocks of rows (kernels.c); GPU threads are rows, in groups of GROUP. */
+typedef struct geometry {
+  hcq_operand_t grid[3];
+  uint32_t local;
+} geometry_t;
+
+static geometry_t geometry(const llama2_decoder_t *m, int k) {
+  const llama2_config_t *c = &m->c;
+  int kv = llama2_kv_dim(c), hs = llama2_head_size(c);
+  bool cpu = m->kind == HCQ_DEVICE_CPU;
+  geometry_t g = {{hcq_imm(1), hcq_imm(1), hcq_imm(1)}, 1};
+  switch (k) {
+    case K_EMBED:
+      if (!cpu) g.grid[0] = groups(c->dim, GROUP), g.local = GROUP;
+      break;
+    case K_QKV:
+      g.grid[0] = cpu ? groups(c->dim + 2 * kv, ROWS) : groups((c->dim + 2 * kv) / 2, GROUP);
+      g.local = cpu ? matvec_threads(ROWS, c->dim) : GROUP;
+      break;
+    case K_ATTN_PART:
+      g.grid[0] = hcq_imm(c->n_heads), g.grid[1] = hcq_sym(m->chunks);
+      g.local = cpu ? ATT_CHUNK : (uint32_t)hs;
+      break;
+    case K_ATTN_COMBINE: g.grid[0] = hcq_imm(c->n_heads), g.local = (uint32_t)hs; break;
+    case K_WO:
+    case K_FFN_DOWN:
+      g.grid[0] = groups(c->dim, cpu ? ROWS : GROUP);
+      g.local = cpu ? matvec_threads(ROWS, k == K_WO ? c->dim : c->hidden_dim) : GROUP;
+      break;
+    case K_FFN_UP:
+      g.grid[0] = groups(c->hidden_dim, cpu ? ROWS : GROUP);
+      g.local = cpu ? matvec_threads(ROWS, c->dim) : GROUP;
+      break;
+    case K_CLASSIFY:
+      g.grid[0] = hcq_imm(m->cls_groups);
+      g.local = cpu ? matvec_threads(CLASSIFIER_ROWS, c->dim) : GROUP;
+      break;
+    default: break; /* K_ARGMAX: one thread */
+  }
+  return g;
+}
+
+/* Appends one kernel item: grid global x local, buffers, the first nouts buffers written. */
+static void add_kernel(llama2_decoder_t *m, const dev_state_t *s, int k, hcq_buffer_t *const *bufs, size_t nbufs,
+                       size_t nouts, const hcq_operand_t *vals, size_t nvals) {
+  geometry_t g = geometry(m, k);
+  item_args_t *a = &m->args[m->nitems];
+  hcq_exec_item_t *it = &m->items[m->nitems++];
+  memcpy(a->bufs, bufs, nbufs * sizeof(*bufs));
+  for (size_t i = 0; i < nouts; i++) a->outs[i] = (uint32_t)i;
+  if (nvals) memcpy(a->vals, vals, nvals * sizeof(*vals));
+  it->kind = HCQ_ITEM_KERNEL;
+  it->kernel = (hcq_kernel_item_t){s->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, nvals,
+                                   {g.grid[0], g.grid[1], g.grid[2]}, {hcq_imm(g.local), hcq_imm(1), hcq_imm(1)}};
+  m->nkernels++;
+}
+
 static hcq_status_t make_items(llama2_decoder_t *m) {
   const llama2_config_t *c = &m->c;
-  int kv = llama2_kv_dim(c);
   TRY(hcq_var_create("pos", 0, c->seq_len - 1, &m->pos));
   hcq_expr_t *chunk = hcq_expr_const(ATT_CHUNK), *one = hcq_expr_const(1);
   hcq_expr_t *div = hcq_expr_binary(HCQ_EXPR_FLOORDIV, m->pos, chunk);
@@ -205,37 +262,26 @@ static hcq_status_t make_items(llama2_decoder_t *m) {
   m->args = calloc(cap, sizeof(*m->args));
   if (!m->items || !m->args) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
 
-  hcq_operand_t pos[1] = {hcq_sym(m->pos)}, one_group[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)};
+  hcq_operand_t pos[1] = {hcq_sym(m->pos)};
   dev_state_t *s0 = &m->d[0];
-  add_kernel(m, s0, K_EMBED, (hcq_buffer_t *[]){s0->x, m->tokens, m->emb}, 3, 1, pos, 1, one_group, 1);
+  add_kernel(m, s0, K_EMBED, (hcq_buffer_t *[]){s0->x, m->tokens, m->emb}, 3, 1, pos, 1);
   for (int l = 0; l < c->n_layers; l++) {
     int d = l < m->split ? 0 : 1;
     dev_state_t *s = &m->d[d];
     hcq_buffer_t **w = m->layer[l];
     if (d == 1 && l == m->split) add_transfer(m, s->x, s0->x);
-    hcq_operand_t qkv_grid[3] = {groups(c->dim + 2 * kv, ROWS), hcq_imm(1), hcq_imm(1)};
     hcq_buffer_t *qkv_bufs[9] = {s->q, w[K_CACHE], w[V_CACHE], s->x, w[W_RMS_ATT], w[W_Q], w[W_K], w[W_V], s->rope};
-    add_kernel(m, s, K_QKV, qkv_bufs, 9, 3, pos, 1, qkv_grid, matvec_threads(ROWS, c->dim));
-    hcq_operand_t part_grid[3] = {hcq_imm(c->n_heads), hcq_sym(m->chunks), hcq_imm(1)};
-    add_kernel(m, s, K_ATTN_PART, (hcq_buffer_t *[]){s->part, s->q, w[K_CACHE], w[V_CACHE]}, 4, 1, pos, 1, part_grid,
-               ATT_CHUNK);
-    hcq_operand_t heads[3] = {hcq_imm(c->n_heads), hcq_imm(1), hcq_imm(1)};
-    add_kernel(m, s, K_ATTN_COMBINE, (hcq_buffer_t *[]){s->xb, s->part}, 2, 1, pos, 1, heads,
-               (uint32_t)llama2_head_size(c));
-    hcq_operand_t dim_grid[3] = {groups(c->dim, ROWS), hcq_imm(1), hcq_imm(1)};
-    add_kernel(m, s, K_WO, (hcq_buffer_t *[]){s->x, s->xb, w[W_O]}, 3, 1, NULL, 0, dim_grid, matvec_threads(ROWS, c->dim));
-    hcq_operand_t hid_grid[3] = {groups(c->hidden_dim, ROWS), hcq_imm(1), hcq_imm(1)};
-    add_kernel(m, s, K_FFN_UP, (hcq_buffer_t *[]){s->hb, s->x, w[W_RMS_FFN], w[W_1], w[W_3]}, 5, 1, NULL, 0, hid_grid,
-               matvec_threads(ROWS, c->dim));
-    add_kernel(m, s, K_FFN_DOWN, (hcq_buffer_t *[]){s->x, s->hb, w[W_2]}, 3, 1, NULL, 0, dim_grid,
-               matvec_threads(ROWS, c->hidden_dim));
+    add_kernel(m, s, K_QKV, qkv_bufs, 9, 3, pos, 1);
+    add_kernel(m, s, K_ATTN_PART, (hcq_buffer_t *[]){s->part, s->q, w[K_CACHE], w[V_CACHE]}, 4, 1, pos, 1);
+    add_kernel(m, s, K_ATTN_COMBINE, (hcq_buffer_t *[]){s->xb, s->part}, 2, 1, pos, 1);
+    add_kernel(m, s, K_WO, (hcq_buffer_t *[]){s->x, s->xb, w[W_O]}, 3, 1, NULL, 0);
+    add_kernel(m, s, K_FFN_UP, (hcq_buffer_t *[]){s->hb, s->x, w[W_RMS_FFN], w[W_1], w[W_3]}, 5, 1, NULL, 0);
+    add_kernel(m, s, K_FFN_DOWN, (hcq_buffer_t *[]){s->x, s->hb, w[W_2]}, 3, 1, NULL, 0);
   }
   if (m->split < c->n_layers) add_transfer(m, s0->x, m->d[1].x);
-  hcq_operand_t cls_grid[3] = {hcq_imm(m->cls_groups), hcq_imm(1), hcq_imm(1)};
-  add_kernel(m, s0, K_CLASSIFY, (hcq_buffer_t *[]){m->logits, m->best, s0->x, m->rms_final, m->cls}, 5, 2, NULL, 0,
-             cls_grid, matvec_threads(CLASSIFIER_ROWS, c->dim));
+  add_kernel(m, s0, K_CLASSIFY, (hcq_buffer_t *[]){m->logits, m->best, s0->x, m->rms_final, m->cls}, 5, 2, NULL, 0);
   hcq_operand_t argmax_vals[2] = {hcq_sym(m->pos), hcq_imm(m->cls_groups)};
-  add_kernel(m, s0, K_ARGMAX, (hcq_buffer_t *[]){m->tokens, m->best}, 2, 1, argmax_vals, 2, one_group, 1);
+  add_kernel(m, s0, K_ARGMAX, (hcq_buffer_t *[]){m->tokens, m->best}, 2, 1, argmax_vals, 2);
   return NULL;
 }
 
@@ -252,10 +298,16 @@ hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck, const llama2_d
   m->split = ndev == 2 ? m->c.n_layers - m->c.n_layers / 2 : m->c.n_layers;
   m->batch_size = options ? options->batch_size : 0;
   m->profile = options && options->profile;
+  m->kind = options ? options->kind : HCQ_DEVICE_CPU;
+  if (m->kind != HCQ_DEVICE_CPU && m->kind != HCQ_DEVICE_VULKAN && m->kind != HCQ_DEVICE_CUDA) {
+    free(m);
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llama2 decoder: no kernels for %s devices (CPU, VULKAN and CUDA have them)",
+                           hcq_device_kind_name(options->kind));
+  }
   hcq_status_t st = NULL;
   for (int d = 0; d < ndev && !st; d++) {
-    char name[16];
-    snprintf(name, sizeof(name), "CPU:%d", d);
+    char name[32];
+    snprintf(name, sizeof(name), "%s:%d", hcq_device_kind_name(m->kind), d);
     st = hcq_device_open(name, &m->d[d].dev);
   }
   if (!st) st = make_programs(m);
@@ -313,6 +365,12 @@ static hcq_status_t check_pos(const llama2_decoder_t *m, int pos) {
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2 decoder: position %d is outside 0..%d (seq_len %d)", pos,
                            m->c.seq_len - 1, m->c.seq_len);
   return NULL;
+}
+
+hcq_status_t llama2_decoder_set_token(llama2_decoder_t *m, int pos, int32_t token) {
+  TRY(check_pos(m, pos));
+  TRY(llama2_decoder_sync(m));
+  return hcq_buffer_copyin(m->tokens, (size_t)pos * sizeof(int32_t), &token, sizeof(token));
 }
 
 hcq_status_t llama2_decoder_step_eager(llama2_decoder_t *m, int pos) {

@@ -3,7 +3,9 @@
  * Three parts, each usable alone:
  *  - checkpoints in the llama2.c "legacy" layout (read with full validation, generated, written);
  *  - a tokenizer in the same project's format (ids to text);
- *  - the decoder: the forward pass as hcq CPU kernels (kernels.c), one step = one token. The
+ *  - the decoder: the forward pass as hcq kernels, one step = one token, on CPU (kernels.c), Vulkan
+ *    (kernels.glsl) or CUDA (kernels.cu) devices: one item list for all, only the kernel sources and
+ *    their launch geometry differ by kind. The
  *    position `pos` is a symbolic variable: the attention launch dims and the cache offsets depend
  *    on it, so one captured step replays every step. The greedy argmax runs on the device and
  *    writes the next token where the next step's embedding reads it, so decoding needs no host
@@ -94,9 +96,11 @@ const char *llama2_tokenizer_piece(const llama2_tokenizer_t *tok, int prev, int 
 typedef struct llama2_decoder llama2_decoder_t;
 
 typedef struct llama2_decoder_options {
-  int devices;         /* 1 or 2: with 2, the second half of the layers runs on CPU:1 */
+  int devices;         /* 1 or 2: with 2, the second half of the layers runs on KIND:1 */
   size_t batch_size;   /* capture: first JIT batch size; 0 puts the whole step in one graph */
   bool profile;        /* capture with per-item timestamps (hcq_graph_profile on llama2_decoder_jit) */
+  hcq_device_kind_t kind; /* CPU (0, the default), VULKAN (kernels.glsl) or CUDA (kernels.cu): the
+                             devices are KIND:0 and, with 2, KIND:1. Other kinds: UNIMPLEMENTED */
 } llama2_decoder_options_t;
 
 /* Opens the devices, uploads the weights, compiles the kernels (specialised to the config, cached
@@ -109,6 +113,9 @@ HCQ_MUST_USE hcq_status_t llama2_decoder_destroy(llama2_decoder_t *dec);
 /* Restarts decoding: token 1 (BOS) at position 0. Positions are overwritten before they are read,
  * so the caches need no clearing. */
 HCQ_MUST_USE hcq_status_t llama2_decoder_reset(llama2_decoder_t *dec);
+/* Sets the token at position pos, the input of the step at pos (teacher forcing: the step before
+ * wrote it otherwise). Waits for the devices first. */
+HCQ_MUST_USE hcq_status_t llama2_decoder_set_token(llama2_decoder_t *dec, int pos, int32_t token);
 /* Runs the step at pos (0 <= pos < seq_len) eagerly, kernel by kernel, without waiting. */
 HCQ_MUST_USE hcq_status_t llama2_decoder_step_eager(llama2_decoder_t *dec, int pos);
 /* Runs the step at pos under an hcq capture and keeps the result for llama2_decoder_step_graph.

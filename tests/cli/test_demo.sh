@@ -121,5 +121,39 @@ expect_fail "devices 3" 2 "expected 1 or 2" --devices 3
 expect_fail "unknown size" 2 "expected small or 15m" --size 7b
 expect_fail "unknown argument" 2 "unknown argument" --frobnicate
 
+# --device: the kind and the graph kind in --json; an absent kind exits 3 with hcq info's reason.
+if [ "$(json_field gen.json device_kind)" = '"CPU"' ] && [ "$(json_field gen.json graph_kind)" = '"hcq"' ]; then
+  ok "--json names the device kind and graph kind"
+else
+  bad "--json device_kind/graph_kind: $(head -c 300 gen.json)"
+fi
+expect_fail "unknown device kind" 2 "expected CPU, VULKAN or CUDA" --device TPU
+HCQ_CUDA_LIBRARY=/nonexistent/libcuda.so expect_fail "absent CUDA" 3 "no CUDA device: " --device CUDA --steps 2
+# A kernel that does not compile: exit 3 with the compiler's own message.
+HCQ_CFLAGS="-O2 -include /nonexistent/hcq-missing.h" expect_fail "kernel that does not compile" 3 \
+  "/nonexistent/hcq-missing.h: No such file" --steps 2 --repeat 1
+# demo_on KIND DEVICES GRAPH_KIND [ENV...]: the decode runs there, eager and replays identical.
+demo_on() {
+  local kind=$1 n=$2 graph=$3
+  shift 3
+  if env "$@" "$HCQ" demo --device "$kind" --devices "$n" --steps 8 --repeat 1 --json >dev.json 2>err.txt &&
+     [ "$(json_field dev.json device_kind)" = "\"$kind\"" ] && [ "$(json_field dev.json graph_kind)" = "\"$graph\"" ] &&
+     [ "$(json_field dev.json identical)" = true ] && [ "$(json_field dev.json devices)" = "$n" ]; then
+    ok "--device $kind --devices $n"
+  else
+    bad "--device $kind --devices $n: $(head -c 300 err.txt) $(head -c 300 dev.json)"
+  fi
+}
+if "$HCQ" info | grep -q '^VULKAN *available'; then
+  demo_on VULKAN 1 hcq
+  demo_on VULKAN 2 hcq HCQ_VULKAN_VIRTUAL=1
+else
+  echo "skip --device VULKAN: $("$HCQ" info | grep '^VULKAN')"
+fi
+if [ -n "${HCQ_TEST_FAKE_CUDA:-}" ]; then
+  demo_on CUDA 1 cuda HCQ_CUDA_LIBRARY="$HCQ_TEST_FAKE_CUDA" HCQ_FAKE_CUDA_DEVICES=2 HCQ_CUDA_ARCH=sm_90
+  demo_on CUDA 2 cuda HCQ_CUDA_LIBRARY="$HCQ_TEST_FAKE_CUDA" HCQ_FAKE_CUDA_DEVICES=2 HCQ_CUDA_ARCH=sm_90
+fi
+
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

@@ -18,7 +18,8 @@ The marker may name lines that depend on the machine, by their start (after the 
 `<!-- checked-output numbers="CPU|kernel cache" lines="CUDA|VULKAN" -->`: in a line that starts
 with a `numbers` prefix every number matches any number (core counts, the cache's contents); of a
 line that starts with a `lines` prefix only that start is compared (a device kind is available on
-one machine and absent on another).
+one machine and absent on another). `requires="VULKAN"` skips the block, saying so, where `hcq info`
+reports that device kind absent.
 
 usage: check_samples.py HCQ SOURCE_DIR"""
 import glob
@@ -99,8 +100,14 @@ with tempfile.TemporaryDirectory(prefix="hcq-doc-samples.") as tmp:
     os.mkdir(bindir)
     os.symlink(hcq, os.path.join(bindir, "hcq"))
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    info = subprocess.run([hcq, "info"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
     for path in docs:
         for line, opts, cmds in samples(path):
+            kinds = prefixes(opts, "requires")
+            absent = [k for k in kinds if not re.search(rf"^{k}\s+available", info, re.M)]
+            if absent:
+                print(f"skip {os.path.relpath(path, root)}:{line}: no {', '.join(absent)} device here")
+                continue
             for cmd, want in cmds:
                 while want and not want[-1].strip():
                     want.pop()

@@ -24,6 +24,7 @@
  * block on the host: a segfault); the timestamp kernel's store into host memory the driver does not
  * know fails its stream with CUDA_ERROR_ILLEGAL_ADDRESS unless HCQ_FAKE_CUDA_HMM=1 (HMM/ATS). */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -159,6 +160,159 @@ static void c_record_groups(const uint8_t *p, const cuda_thread_t *t) {
   out[g] += (int32_t)(t->blockDim.x * t->blockDim.y * t->blockDim.z);
 }
 
+
+/* Twins of examples/llama2/kernels.cu, one call per block (the block's threads in turn, phase by
+ * phase where the CUDA C has a barrier). The model's shape is compiled into the CUDA C; these read
+ * it from the module, which names it in the entry llama2_shape_DIM_HIDDEN_..._GROUP. */
+enum { S_DIM, S_HIDDEN, S_KV_DIM, S_N_HEADS, S_KV_MUL, S_HEAD_SIZE, S_VOCAB, S_SEQ_LEN, S_ATT_CHUNK, S_MAX_CHUNKS, S_GROUP, S_COUNT };
+typedef void (*cuda_block_fn)(const uint8_t *params, const int32_t *shape, dim3_t block, dim3_t dim);
+#define PF(i) ((float *)p64(p, (i)))
+#define PI(i) ((int32_t *)p64(p, (i)))
+
+static float l_dot(const float *w, const float *v, int n) {
+  float s = 0.0f;
+  for (int j = 0; j < n; j++) s += w[j] * v[j];
+  return s;
+}
+static void l_norm(float *xn, const float *x, const float *w, int dim) {
+  float ss = 0.0f;
+  for (int j = 0; j < dim; j++) ss += x[j] * x[j];
+  float inv = 1.0f / sqrtf(ss / (float)dim + 1e-5f);
+  for (int j = 0; j < dim; j++) xn[j] = w[j] * (inv * x[j]);
+}
+static void l_rope(float *a, float *b, int i, const float *rot, int hs) {
+  float c = rot[i % hs], s = rot[i % hs + 1], a0 = *a, b0 = *b;
+  *a = a0 * c - b0 * s;
+  *b = a0 * s + b0 * c;
+}
+static void l_embed(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
+  for (uint32_t t = 0; t < d.x; t++) {
+    int i = (int)(b.x * d.x + t);
+    if (i >= S[S_DIM]) continue;
+    int tok = PI(1)[p32(p, 3, 0)];
+    if (tok < 0 || tok >= S[S_VOCAB]) tok = 0;
+    PF(0)[i] = PF(2)[(size_t)tok * (size_t)S[S_DIM] + (size_t)i];
+  }
+}
+static void l_qkv(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
+  int dim = S[S_DIM], kvd = S[S_KV_DIM], hs = S[S_HEAD_SIZE], pos = p32(p, 9, 0);
+  float *q = PF(0), *krow = PF(1) + (size_t)pos * (size_t)kvd, *vrow = PF(2) + (size_t)pos * (size_t)kvd;
+  const float *wq = PF(5), *wk = PF(6), *wv = PF(7), *rot = PF(8) + (size_t)pos * (size_t)hs;
+  float *xn = malloc((size_t)dim * sizeof(float));
+  if (!xn) abort();
+  l_norm(xn, PF(3), PF(4), dim);
+  for (uint32_t t = 0; t < d.x; t++) {
+    int r = 2 * (int)(b.x * d.x + t);
+    if (r >= dim + 2 * kvd) continue;
+    if (r < dim) {
+      float a = l_dot(wq + (size_t)r * dim, xn, dim), c = l_dot(wq + (size_t)(r + 1) * dim, xn, dim);
+      l_rope(&a, &c, r, rot, hs);
+      q[r] = a, q[r + 1] = c;
+    } else if (r < dim + kvd) {
+      int i = r - dim;
+      float a = l_dot(wk + (size_t)i * dim, xn, dim), c = l_dot(wk + (size_t)(i + 1) * dim, xn, dim);
+      l_rope(&a, &c, i, rot, hs);
+      krow[i] = a, krow[i + 1] = c;
+    } else {
+      int i = r - dim - kvd;
+      vrow[i] = l_dot(wv + (size_t)i * dim, xn, dim);
+      vrow[i + 1] = l_dot(wv + (size_t)(i + 1) * dim, xn, dim);
+    }
+  }
+  free(xn);
+}
+static void l_attn_part(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
+  int hs = S[S_HEAD_SIZE], kvd = S[S_KV_DIM], chunk = S[S_ATT_CHUNK], pos = p32(p, 4, 0);
+  int h = (int)b.x, c = (int)b.y, t0 = c * chunk, t1 = t0 + chunk < pos + 1 ? t0 + chunk : pos + 1;
+  const float *qh = PF(1) + (size_t)h * (size_t)hs, *kc = PF(2), *vc = PF(3);
+  int kv = (h / S[S_KV_MUL]) * hs;
+  float *dst = PF(0) + ((size_t)h * (size_t)S[S_MAX_CHUNKS] + (size_t)c) * (size_t)(hs + 2);
+  float *score = malloc((size_t)chunk * sizeof(float));
+  if (!score) abort();
+  for (uint32_t i = 0; i < d.x; i++) {
+    float m = -INFINITY, scale = 1.0f / sqrtf((float)hs);
+    for (int t = t0; t < t1; t++) {
+      float s = l_dot(qh, kc + (size_t)t * (size_t)kvd + (size_t)kv, hs) * scale;
+      score[t - t0] = s;
+      if (s > m) m = s;
+    }
+    float sum = 0.0f, o = 0.0f;
+    for (int t = t0; t < t1; t++) {
+      float e = expf(score[t - t0] - m);
+      sum += e;
+      o += e * vc[(size_t)t * (size_t)kvd + (size_t)kv + i];
+    }
+    if (i == 0) dst[0] = m, dst[1] = sum;
+    dst[2 + i] = o;
+  }
+  free(score);
+}
+static void l_attn_combine(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
+  int hs = S[S_HEAD_SIZE], h = (int)b.x, chunks = p32(p, 2, 0) / S[S_ATT_CHUNK] + 1;
+  const float *part = PF(1) + (size_t)h * (size_t)S[S_MAX_CHUNKS] * (size_t)(hs + 2);
+  for (uint32_t i = 0; i < d.x; i++) {
+    float m = -INFINITY;
+    for (int c = 0; c < chunks; c++)
+      if (part[c * (hs + 2)] > m) m = part[c * (hs + 2)];
+    float total = 0.0f, acc = 0.0f;
+    for (int c = 0; c < chunks; c++) {
+      float w = expf(part[c * (hs + 2)] - m);
+      total += w * part[c * (hs + 2) + 1];
+      acc += w * part[c * (hs + 2) + 2 + (int)i];
+    }
+    PF(0)[h * hs + (int)i] = acc / total;
+  }
+}
+static void l_residual(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d, int n) {
+  for (uint32_t t = 0; t < d.x; t++) {
+    int r = (int)(b.x * d.x + t);
+    if (r < S[S_DIM]) PF(0)[r] += l_dot(PF(2) + (size_t)r * (size_t)n, PF(1), n);
+  }
+}
+static void l_wo(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) { l_residual(p, S, b, d, S[S_DIM]); }
+static void l_ffn_down(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) { l_residual(p, S, b, d, S[S_HIDDEN]); }
+static void l_ffn_up(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
+  int dim = S[S_DIM];
+  float *xn = malloc((size_t)dim * sizeof(float));
+  if (!xn) abort();
+  l_norm(xn, PF(1), PF(2), dim);
+  for (uint32_t t = 0; t < d.x; t++) {
+    int r = (int)(b.x * d.x + t);
+    if (r >= S[S_HIDDEN]) continue;
+    float a = l_dot(PF(3) + (size_t)r * dim, xn, dim), c = l_dot(PF(4) + (size_t)r * dim, xn, dim);
+    PF(0)[r] = a * (1.0f / (1.0f + expf(-a))) * c;
+  }
+  free(xn);
+}
+static void l_classify(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
+  int dim = S[S_DIM];
+  float *xn = malloc((size_t)dim * sizeof(float)), top = -INFINITY;
+  if (!xn) abort();
+  l_norm(xn, PF(2), PF(3), dim);
+  int32_t arg = (int32_t)(b.x * d.x);
+  for (uint32_t t = 0; t < d.x; t++) { /* the block's best after its barrier, in thread order */
+    int r = (int)(b.x * d.x + t);
+    float z = -INFINITY;
+    if (r < S[S_VOCAB]) PF(0)[r] = z = l_dot(PF(4) + (size_t)r * dim, xn, dim);
+    if (z > top) top = z, arg = r;
+  }
+  memcpy(&PI(1)[2 * b.x], &top, 4);
+  PI(1)[2 * b.x + 1] = arg;
+  free(xn);
+}
+static void l_argmax(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
+  (void)S, (void)b;
+  if (d.x != 1) return; /* launched as one thread */
+  float top = -INFINITY;
+  int32_t arg = 0;
+  for (int32_t g = 0; g < p32(p, 2, 1); g++) {
+    float z;
+    memcpy(&z, &PI(1)[2 * g], 4);
+    if (z > top) top = z, arg = PI(1)[2 * g + 1];
+  }
+  PI(0)[p32(p, 2, 0) + 1] = arg;
+}
+
 typedef struct fake_kernel {
   const char *name;
   thread_fn fn;
@@ -166,6 +320,7 @@ typedef struct fake_kernel {
   cuda_thread_fn per_thread; /* instead of fn */
   size_t psize;              /* non-zero: the twin of the kernel of this name whose argument block has
                                 this size (two sources may use one name for different kernels) */
+  cuda_block_fn per_block;   /* instead of fn: a llama2 twin, which needs the module's shape */
 } fake_kernel_t;
 
 static const fake_kernel_t g_kernels[] = {
@@ -178,6 +333,12 @@ static const fake_kernel_t g_kernels[] = {
     {.name = "add_scalar", .per_thread = c_add_scalar}, {.name = "mul_add", .per_thread = c_mul_add},
     {.name = "add2", .per_thread = c_add2},             {.name = "fill", .per_thread = c_fill},
     {.name = "mix", .per_thread = c_mix3, .psize = 36}, {.name = "record_groups", .per_thread = c_record_groups},
+    /* examples/llama2/kernels.cu */
+    {.name = "llama_embed", .per_block = l_embed},         {.name = "llama_qkv", .per_block = l_qkv},
+    {.name = "llama_attn_part", .per_block = l_attn_part}, {.name = "llama_attn_combine", .per_block = l_attn_combine},
+    {.name = "llama_wo", .per_block = l_wo},               {.name = "llama_ffn_down", .per_block = l_ffn_down},
+    {.name = "llama_ffn_up", .per_block = l_ffn_up},       {.name = "llama_classify", .per_block = l_classify},
+    {.name = "llama_argmax", .per_block = l_argmax},
 };
 
 /* The twin a launch with an argument block of psize bytes runs: k, or another of its name made
@@ -308,6 +469,7 @@ typedef struct gnode {
   int kind; /* 0 kernel, 1 memcpy, 2 empty */
   int index;
   const fake_kernel_t *fn;
+  int32_t shape[S_COUNT]; /* the function's module's llama2 shape */
   dim3_t grid, block;
   uint8_t params[4096];
   size_t psize;
@@ -336,6 +498,7 @@ typedef struct op {
   uint64_t v;
   size_t n;
   const fake_kernel_t *fn;
+  int32_t shape[S_COUNT];
   dim3_t grid, block;
   uint8_t params[4096];
   size_t psize;
@@ -393,9 +556,16 @@ static void implicit_sync(void) {
   if (strict("HCQ_FAKE_CUDA_IMPLICIT_SYNC")) sync_context(current());
 }
 
-static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params, size_t psize) {
+static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params, size_t psize,
+                       const int32_t *shape) {
   atomic_fetch_add(&g_kernel_launches, 1);
   k = twin_for(k, psize);
+  if (k->per_block) {
+    for (uint32_t z = 0; z < grid.z; z++)
+      for (uint32_t y = 0; y < grid.y; y++)
+        for (uint32_t x = 0; x < grid.x; x++) k->per_block(params, shape, (dim3_t){x, y, z}, block);
+    return;
+  }
   if (k->per_thread) {
     cuda_thread_t t = {.blockDim = block, .gridDim = grid};
     for (t.blockIdx.z = 0; t.blockIdx.z < grid.z; t.blockIdx.z++)
@@ -440,7 +610,7 @@ static bool run_op(stream_t *s, op_t *o) {
     case OP_KERNEL:
       if (o->fn->faults) return false;
       if (o->fn->fn == k_timestamp && !g_hmm && !owner_of((uintptr_t)p64(o->params, 0))) return false;
-      run_kernel(o->fn, o->grid, o->block, o->params, o->psize);
+      run_kernel(o->fn, o->grid, o->block, o->params, o->psize, o->shape);
       return true;
     case OP_MEMCPY: gpu_copy(o->a, o->b, o->n); return true;
     case OP_MEMSET: memset((void *)o->a, (int)o->v, o->n); return true;
@@ -462,7 +632,7 @@ static bool run_op(stream_t *s, op_t *o) {
         if (!g->enabled) continue;
         if (g->kind == 0) {
           if (g->fn->faults) return false;
-          run_kernel(g->fn, g->grid, g->block, g->params, g->psize);
+          run_kernel(g->fn, g->grid, g->block, g->params, g->psize, g->shape);
         } else if (g->kind == 1) {
           gpu_copy(g->dst, g->src, g->bytes);
         }
@@ -867,6 +1037,7 @@ static CUresult f_cuEventElapsedTime(float *ms, hcq_CUevent a, hcq_CUevent b) {
 typedef struct fake_func {
   const fake_kernel_t *k;
   atomic_bool loaded;
+  int32_t shape[S_COUNT];
 } fake_func_t;
 
 typedef struct module {
@@ -992,6 +1163,16 @@ static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const 
       if (mod->nfuncs == 16) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
       fake_func_t *f = &mod->funcs[mod->nfuncs++];
       f->k = &g_kernels[i];
+      memset(f->shape, 0, sizeof(f->shape));
+      const char *sh = g_kernels[i].per_block ? memmem(mod->image, mod->size, "llama2_shape_", 13) : NULL;
+      int32_t *v = f->shape;
+      if (g_kernels[i].per_block &&
+          (!sh || sscanf(sh, "llama2_shape_%d_%d_%d_%d_%d_%d_%d_%d_%d_%d_%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                         &v[6], &v[7], &v[8], &v[9], &v[10]) != S_COUNT)) {
+        fprintf(stderr, "fake libcuda: kernel %s: the module names no llama2 shape\n", name);
+        mod->nfuncs--;
+        return HCQ_CUDA_ERROR_NOT_FOUND;
+      }
       atomic_init(&f->loaded, false);
       *fn = (hcq_CUfunction)f;
       return 0;
@@ -1009,6 +1190,7 @@ static CUresult f_cuLaunchKernel(hcq_CUfunction f, unsigned gx, unsigned gy, uns
     free_op(o);
     return HCQ_CUDA_ERROR_INVALID_VALUE;
   }
+  memcpy(o->shape, ((const fake_func_t *)f)->shape, sizeof(o->shape));
   load_function(f); /* a lazily loaded function loads at its first launch */
   o->grid = (dim3_t){gx, gy, gz};
   o->block = (dim3_t){bx, by, bz};
@@ -1059,6 +1241,7 @@ static CUresult kernel_node(gnode_t *n, const hcq_CUDA_KERNEL_NODE_PARAMS *p) {
   if (!p->func || p->kernelParams) return HCQ_CUDA_ERROR_INVALID_VALUE;
   n->kind = 0;
   n->fn = kernel_of(p->func);
+  if (n->fn) memcpy(n->shape, ((const fake_func_t *)p->func)->shape, sizeof(n->shape));
   n->grid = (dim3_t){p->gridDimX, p->gridDimY, p->gridDimZ};
   n->block = (dim3_t){p->blockDimX, p->blockDimY, p->blockDimZ};
   CUresult rc = check_dims(n->grid, n->block);

@@ -1,0 +1,153 @@
+/* The llama2 decoder on GPU device kinds (Vulkan: lavapipe in CI; CUDA: the stand-in driver, or a
+ * real GPU) against the plain C forward pass (llama2_reference.h). Float sums run in another order
+ * than the reference's, so the check is teacher-forced: every step gets the reference's input
+ * token, and then its argmax equals the reference's (except where the reference's two best logits
+ * are closer than 1e-4 of the largest logit's magnitude, a near tie either order may break) and
+ * every logit is within 1e-3 of the largest logit's magnitude. Free-running eager steps and graph
+ * replays of one captured step give identical tokens. One and two devices of the kind; the small
+ * shape for 32 steps, the 15m shape for 8 (lavapipe's float math is slow). */
+#include <math.h>
+
+#include "llama2.h"
+#include "llama2_reference.h"
+#include "test_util.h"
+
+enum { MAX_STEPS = 32 };
+
+typedef struct model {
+  llama2_checkpoint_t ck;
+  int steps;
+  float *ref_logits; /* steps x vocab */
+  int32_t ref_tokens[MAX_STEPS];
+} model_t;
+
+static void load_model(model_t *m, llama2_shape_t shape, int steps) {
+  OK(llama2_checkpoint_generate(shape, 42, &m->ck));
+  int vocab = m->ck.config.vocab_size;
+  m->steps = steps;
+  m->ref_logits = malloc((size_t)steps * (size_t)vocab * sizeof(float));
+  cr_assert(m->ref_logits);
+  llama2_reference_t ref;
+  cr_assert_eq(ref_init(&ref, &m->ck), 0);
+  int token = 1;
+  for (int p = 0; p < steps; p++) {
+    const float *logits = ref_forward(&ref, token, p);
+    memcpy(m->ref_logits + (size_t)p * (size_t)vocab, logits, (size_t)vocab * sizeof(float));
+    token = m->ref_tokens[p] = ref_argmax(logits, vocab);
+  }
+  ref_free(&ref);
+}
+
+static void free_model(model_t *m) {
+  llama2_checkpoint_free(&m->ck);
+  free(m->ref_logits);
+}
+
+/* Skips the test, saying why, unless `devices` devices of the kind can be opened. */
+static void require(hcq_device_kind_t kind, int devices) {
+  hcq_device_info_t infos[8];
+  size_t n = hcq_device_query(infos, 8);
+  for (size_t i = 0; i < n && i < 8; i++) {
+    if (infos[i].kind != kind) continue;
+    if (!infos[i].available) cr_skip_test("no %s device: %s", hcq_device_kind_name(kind), infos[i].description);
+    const char *virt = getenv("HCQ_VULKAN_VIRTUAL");
+    bool virtual_ok = kind == HCQ_DEVICE_VULKAN && virt && atoi(virt) > 0;
+    if (infos[i].count < devices && !virtual_ok)
+      cr_skip_test("%d %s device(s), the test needs %d", infos[i].count, hcq_device_kind_name(kind), devices);
+    return;
+  }
+  cr_skip_test("hcq does not list %s devices", hcq_device_kind_name(kind));
+}
+
+/* The step's logits against the reference's: within 1e-3 of the largest magnitude, and the argmax
+ * (the token the device wrote) the reference's unless its two best are a near tie. */
+static void check_step(const model_t *m, const float *got, int32_t token, int step, const char *mode) {
+  int vocab = m->ck.config.vocab_size;
+  const float *want = m->ref_logits + (size_t)step * (size_t)vocab;
+  float scale = 0, first = -INFINITY, second = -INFINITY;
+  for (int i = 0; i < vocab; i++) {
+    scale = fmaxf(scale, fabsf(want[i]));
+    if (want[i] > first) second = first, first = want[i];
+    else if (want[i] > second) second = want[i];
+  }
+  cr_assert_gt(scale, 1.0f, "degenerate reference logits at step %d", step);
+  for (int i = 0; i < vocab; i++) {
+    float err = fabsf(got[i] - want[i]) / scale;
+    cr_assert(err <= 1e-3f, "%s step %d: logit %d is %.9g, reference %.9g (error %.3g of the largest)", mode, step, i,
+              (double)got[i], (double)want[i], (double)err);
+  }
+  if (first - second >= 1e-4f * scale)
+    cr_assert_eq(token, m->ref_tokens[step], "%s step %d: argmax %d, reference %d (best logits %.9g, %.9g)", mode, step,
+                 token, m->ref_tokens[step], (double)first, (double)second);
+  cr_assert_eq(token, ref_argmax(got, vocab), "%s step %d: the device's argmax %d is not the largest of its logits",
+               mode, step, token);
+}
+
+/* Teacher-forced steps 0..steps-1, eager or replays of the capture (of step 0). */
+static void forced_run(const model_t *m, llama2_decoder_t *dec, bool graph, float *logits) {
+  const char *mode = graph ? "graph" : "eager";
+  for (int p = 0; p < m->steps; p++) {
+    OK(llama2_decoder_set_token(dec, p, p ? m->ref_tokens[p - 1] : 1));
+    if (graph && p == 0)
+      OK(llama2_decoder_capture(dec, 0));
+    else if (graph)
+      OK(llama2_decoder_step_graph(dec, p));
+    else
+      OK(llama2_decoder_step_eager(dec, p));
+    OK(llama2_decoder_logits(dec, logits));
+    int32_t out[MAX_STEPS + 1];
+    OK(llama2_decoder_tokens(dec, out, p + 1));
+    check_step(m, logits, out[p], p, mode);
+  }
+}
+
+static void check_decoder(hcq_device_kind_t kind, llama2_shape_t shape, int steps, int devices) {
+  require(kind, devices);
+  model_t m;
+  load_model(&m, shape, steps);
+  llama2_decoder_options_t opts = {devices, 0, false, kind};
+  llama2_decoder_t *dec;
+  OK(llama2_decoder_create(&m.ck, &opts, &dec));
+  float *logits = malloc((size_t)m.ck.config.vocab_size * sizeof(float));
+  cr_assert(logits);
+  forced_run(&m, dec, false, logits);
+  forced_run(&m, dec, true, logits);
+  const hcq_jit_report_t *rep = llama2_decoder_report(dec);
+  cr_assert(rep);
+  cr_assert_eq(rep->graphed_items, llama2_decoder_items_per_step(dec), "%s", rep->text);
+
+  /* Free-running: eager steps, then replays queued back to back, from BOS: identical tokens. */
+  int32_t eager[MAX_STEPS], graph[MAX_STEPS];
+  OK(llama2_decoder_reset(dec));
+  for (int p = 0; p < steps; p++) OK(llama2_decoder_step_eager(dec, p));
+  OK(llama2_decoder_tokens(dec, eager, steps));
+  OK(llama2_decoder_reset(dec));
+  for (int p = 0; p < steps; p++) OK(llama2_decoder_step_graph(dec, p));
+  OK(llama2_decoder_tokens(dec, graph, steps));
+  for (int p = 0; p < steps; p++)
+    cr_assert_eq(graph[p], eager[p], "%s: step %d: graph replay token %d, eager %d", hcq_device_kind_name(kind), p,
+                 graph[p], eager[p]);
+  free(logits);
+  OK(llama2_decoder_destroy(dec));
+  free_model(&m);
+}
+
+Test(llama2_vulkan, small_one_device) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_SMALL, 32, 1); }
+Test(llama2_vulkan, small_two_devices) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_SMALL, 32, 2); }
+Test(llama2_vulkan, shape_15m_one_device) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_15M, 8, 1); }
+Test(llama2_vulkan, shape_15m_two_devices) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_15M, 8, 2); }
+Test(llama2_cuda, small_one_device) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_SMALL, 32, 1); }
+Test(llama2_cuda, small_two_devices) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_SMALL, 32, 2); }
+Test(llama2_cuda, shape_15m_one_device) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_15M, 8, 1); }
+Test(llama2_cuda, shape_15m_two_devices) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_15M, 8, 2); }
+
+/* A kind without decoder kernels is refused by name. */
+Test(llama2_kinds, metal_unimplemented) {
+  llama2_checkpoint_t ck;
+  OK(llama2_checkpoint_generate(LLAMA2_SHAPE_SMALL, 42, &ck));
+  llama2_decoder_options_t opts = {1, 0, false, HCQ_DEVICE_METAL};
+  llama2_decoder_t *dec = NULL;
+  FAILS(llama2_decoder_create(&ck, &opts, &dec), HCQ_UNIMPLEMENTED, "METAL");
+  cr_assert_null(dec);
+  llama2_checkpoint_free(&ck);
+}
