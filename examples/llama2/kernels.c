@@ -99,13 +99,13 @@ void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   }
 }
 
-/* exp(x) for x <= 0 (a score minus the chunk's max), within 2 ulp of expf, in plain arithmetic the
- * compiler vectorises over a chunk (a call to expf it cannot): x = k ln2 + r, |r| <= ln2 / 2, with
- * ln2 in two parts so that r is exact, e^r by its Taylor series to r^7 (error below 2^-24 there),
- * times 2^k put into the exponent bits. Below -87 it returns e^-87 (2^-125.5), which
- * adds nothing next to the max's 1. */
-static inline float exp_nonpos(float x) {
-  x = x < -87.0f ? -87.0f : x;
+/* exp(x) within 2 ulp of expf, in plain arithmetic the compiler vectorises over an array (a call
+ * to expf it cannot): x = k ln2 + r, |r| <= ln2 / 2, with ln2 in two parts so that r is exact, e^r
+ * by its Taylor series to r^7 (error below 2^-24 there), times 2^k put into the exponent bits.
+ * x is first clamped to [-87, 88], where 2^k is a normal float: below, e^-87 (2^-125.5) adds
+ * nothing next to the 1 of a softmax's max or of silu's 1 + e^-a; above, e^88 is still finite. */
+static inline float exp_clamped(float x) {
+  x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
   const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
   float k = (x * 1.44269504f + shifter) - shifter;
   float r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
@@ -142,7 +142,7 @@ void llama_attn_part(void *const *b, const int32_t *v, const hcq_launch_t *l) {
     if (s > m) m = s;
   }
   for (int t = n; t < ATT_CHUNK; t++) score[t] = m;
-  for (int t = 0; t < ATT_CHUNK; t++) score[t] = exp_nonpos(score[t] - m);
+  for (int t = 0; t < ATT_CHUNK; t++) score[t] = exp_clamped(score[t] - m);
   float sum = 0, o[HEAD_SIZE];
   for (int i = 0; i < HEAD_SIZE; i++) o[i] = 0;
   for (int t = 0; t < n; t++) {
@@ -190,7 +190,9 @@ void llama_attn_combine(void *const *b, const int32_t *v, const hcq_launch_t *l)
 MATVEC_RESIDUAL(llama_wo, DIM)
 MATVEC_RESIDUAL(llama_ffn_down, HIDDEN)
 
-/* bufs: hb, x, rms weights, w1, w3. hb[r] = silu(w1[r] . xn) * (w3[r] . xn), xn = rmsnorm(x). */
+/* bufs: hb, x, rms weights, w1, w3. hb[r] = silu(w1[r] . xn) * (w3[r] . xn), xn = rmsnorm(x).
+ * The rows go in blocks of FFN_BLOCK, whose exponentials are one vector loop. */
+#define FFN_BLOCK 32
 void llama_ffn_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   (void)v;
   float *hb = b[0];
@@ -198,9 +200,16 @@ void llama_ffn_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float xn[DIM];
   rmsnorm(xn, x, rms);
   int r0, end = group_rows(l, DIM, HIDDEN, &r0);
-  for (int r = r0; r < end; r++) {
-    float a = dot(w1 + (size_t)r * DIM, xn, DIM), c = dot(w3 + (size_t)r * DIM, xn, DIM);
-    hb[r] = a * (1.0f / (1.0f + expf(-a))) * c;
+  for (int base = r0; base < end; base += FFN_BLOCK) {
+    int n = end - base < FFN_BLOCK ? end - base : FFN_BLOCK;
+    float a[FFN_BLOCK], c[FFN_BLOCK], e[FFN_BLOCK];
+    for (int j = 0; j < n; j++) {
+      a[j] = dot(w1 + (size_t)(base + j) * DIM, xn, DIM);
+      c[j] = dot(w3 + (size_t)(base + j) * DIM, xn, DIM);
+    }
+    for (int j = n; j < FFN_BLOCK; j++) a[j] = 0;
+    for (int j = 0; j < FFN_BLOCK; j++) e[j] = exp_clamped(-a[j]);
+    for (int j = 0; j < n; j++) hb[base + j] = a[j] * (1.0f / (1.0f + e[j])) * c[j];
   }
 }
 
