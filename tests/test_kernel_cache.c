@@ -1191,6 +1191,70 @@ Test(kernel_cache, native_flags_compile_and_cache) {
   cr_assert_eq(compiler_starts(), 1);
 }
 
+/* Instruction-set macros a compiler predefines, one bit each. */
+#define ISA_MACROS(X) X(__SSE4_2__) X(__AVX__) X(__AVX2__) X(__FMA__) X(__AVX512F__) X(__ARM_NEON) X(__ARM_FEATURE_SVE)
+
+static const char k_isa[] =
+    "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
+    "  (void)v; (void)l; int32_t m = 0, bit = 1;\n"
+#define ISA_PROBE(name) "#ifdef " #name "\n  m |= bit;\n#endif\n  bit <<= 1;\n"
+    ISA_MACROS(ISA_PROBE)
+#undef ISA_PROBE
+    "  ((int32_t *)b[0])[0] = m;\n}\n";
+
+/* The same bits from `cc -march=native -dM -E`: what the host's instruction set gives. */
+static int32_t host_isa_mask(void) {
+  FILE *f = popen("cc -march=native -dM -E -x c /dev/null 2>/dev/null", "r");
+  cr_assert_not_null(f);
+  char line[512];
+  int32_t m = 0;
+  while (fgets(line, sizeof(line), f)) {
+    int32_t bit = 1;
+#define ISA_MATCH(name)                                                       \
+  if (!strncmp(line, "#define " #name " ", strlen("#define " #name " "))) m |= bit; \
+  bit <<= 1;
+    ISA_MACROS(ISA_MATCH)
+#undef ISA_MATCH
+  }
+  cr_assert_eq(pclose(f), 0, "cc -march=native -dM -E failed");
+  return m;
+}
+
+Test(kernel_cache, default_flags_compile_for_the_host_cpu) {
+  setup();
+  int32_t want = host_isa_mask();
+  EXPECT_RAN(run_source(k_isa, NULL), want);
+  /* HCQ_CFLAGS replaces the default: exactly those flags, here the baseline instruction set. */
+  const char *env[] = {"HCQ_CFLAGS=-O2 -march=x86-64", NULL};
+#if defined(__x86_64__)
+  child_result_t r = run_source(k_isa, env);
+  cr_assert(r.ran, "%s", r.message);
+  cr_assert_eq(r.value & ~1, 0, "-march=x86-64 still saw host instructions (mask %d)", (int)r.value);
+#else
+  (void)env;
+#endif
+}
+
+/* a * a - c with a = 1 + 2^-12 and c = fl(a * a) = 1 + 2^-11 is 0 when the product is rounded and
+ * 2^-24 when it is fused: the default flags keep every product rounded (no FMA contraction), so the
+ * bits do not depend on whether the host has FMA. */
+Test(kernel_cache, default_flags_do_not_fuse_multiply_adds) {
+  setup();
+  /* Volatile loads keep the compiler from folding the expression; it may still fuse it. */
+  static const char src[] =
+      "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
+      "  (void)v; (void)l;\n"
+      "  volatile float va = 1.0f + 1.0f / 4096.0f, vc = 1.0f + 1.0f / 2048.0f;\n"
+      "  float a = va, c = vc, r = a * a - c;\n"
+      "  ((int32_t *)b[0])[0] = r == 0.0f ? 0 : r == 1.0f / 16777216.0f ? 1 : 2;\n}\n";
+  EXPECT_RAN(run_source(src, NULL), 0);
+  /* The probe can see a fused one: with contraction asked for on an FMA host, it is fused. */
+  if (host_isa_mask() & (1 << 3)) {
+    const char *env[] = {"HCQ_CFLAGS=-O2 -march=native -ffp-contract=fast", NULL};
+    EXPECT_RAN(run_source(src, env), 1);
+  }
+}
+
 Test(kernel_cache, words_split_like_a_simple_shell) {
   struct {
     const char *text;

@@ -99,27 +99,55 @@ void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   }
 }
 
+/* exp(x) within 2 ulp of expf, in plain arithmetic the compiler vectorises over an array (a call
+ * to expf it cannot): x = k ln2 + r, |r| <= ln2 / 2, with ln2 in two parts so that r is exact, e^r
+ * by its Taylor series to r^7 (error below 2^-24 there), times 2^k put into the exponent bits.
+ * x is first clamped to [-87, 88], where 2^k is a normal float: below, e^-87 (2^-125.5) adds
+ * nothing next to the 1 of a softmax's max or of silu's 1 + e^-a; above, e^88 is still finite. */
+static inline float exp_clamped(float x) {
+  x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  float k = (x * 1.44269504f + shifter) - shifter;
+  float r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = ((int32_t)k + 127) << 23;
+  float two_k;
+  __builtin_memcpy(&two_k, &bits, 4);
+  return p * two_k;
+}
+
 /* bufs: partials, q, key cache, value cache; vals: pos. Grid: N_HEADS x (pos / ATT_CHUNK + 1).
  * Group (h, c) scores positions c*ATT_CHUNK .. min(c*ATT_CHUNK + ATT_CHUNK, pos + 1) - 1 and
- * writes {max, sum of exp(score - max), sum of exp(score - max) * value} for its chunk. */
+ * writes {max, sum of exp(score - max), sum of exp(score - max) * value} for its chunk. The
+ * exponentials are taken over the whole chunk (a constant trip count: one vector loop), the slots
+ * past the last position set to the max and never used. */
 void llama_attn_part(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *part = b[0];
   const float *q = b[1], *kc = b[2], *vc = b[3];
   int pos = v[0], h = (int)l->gid[0], c = (int)l->gid[1];
-  int t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < pos + 1 ? t0 + ATT_CHUNK : pos + 1;
+  int t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < pos + 1 ? t0 + ATT_CHUNK : pos + 1, n = t1 - t0;
   const float *qh = q + h * HEAD_SIZE;
   int kv = (h / KV_MUL) * HEAD_SIZE;
   float score[ATT_CHUNK], m = -INFINITY, scale = 1.0f / sqrtf((float)HEAD_SIZE);
-  for (int t = t0; t < t1; t++) {
-    float s = dot(qh, kc + (size_t)t * KV_DIM + kv, HEAD_SIZE) * scale;
-    score[t - t0] = s;
+  for (int t = 0; t < n; t++) {
+    float s = dot(qh, kc + (size_t)(t0 + t) * KV_DIM + kv, HEAD_SIZE) * scale;
+    score[t] = s;
     if (s > m) m = s;
   }
+  for (int t = n; t < ATT_CHUNK; t++) score[t] = m;
+  for (int t = 0; t < ATT_CHUNK; t++) score[t] = exp_clamped(score[t] - m);
   float sum = 0, o[HEAD_SIZE];
   for (int i = 0; i < HEAD_SIZE; i++) o[i] = 0;
-  for (int t = t0; t < t1; t++) {
-    float e = expf(score[t - t0] - m);
-    const float *vt = vc + (size_t)t * KV_DIM + kv;
+  for (int t = 0; t < n; t++) {
+    float e = score[t];
+    const float *vt = vc + (size_t)(t0 + t) * KV_DIM + kv;
     sum += e;
     for (int i = 0; i < HEAD_SIZE; i++) o[i] += e * vt[i];
   }
@@ -162,7 +190,9 @@ void llama_attn_combine(void *const *b, const int32_t *v, const hcq_launch_t *l)
 MATVEC_RESIDUAL(llama_wo, DIM)
 MATVEC_RESIDUAL(llama_ffn_down, HIDDEN)
 
-/* bufs: hb, x, rms weights, w1, w3. hb[r] = silu(w1[r] . xn) * (w3[r] . xn), xn = rmsnorm(x). */
+/* bufs: hb, x, rms weights, w1, w3. hb[r] = silu(w1[r] . xn) * (w3[r] . xn), xn = rmsnorm(x).
+ * The rows go in blocks of FFN_BLOCK, whose exponentials are one vector loop. */
+#define FFN_BLOCK 32
 void llama_ffn_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   (void)v;
   float *hb = b[0];
@@ -170,9 +200,16 @@ void llama_ffn_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float xn[DIM];
   rmsnorm(xn, x, rms);
   int r0, end = group_rows(l, DIM, HIDDEN, &r0);
-  for (int r = r0; r < end; r++) {
-    float a = dot(w1 + (size_t)r * DIM, xn, DIM), c = dot(w3 + (size_t)r * DIM, xn, DIM);
-    hb[r] = a * (1.0f / (1.0f + expf(-a))) * c;
+  for (int base = r0; base < end; base += FFN_BLOCK) {
+    int n = end - base < FFN_BLOCK ? end - base : FFN_BLOCK;
+    float a[FFN_BLOCK], c[FFN_BLOCK], e[FFN_BLOCK];
+    for (int j = 0; j < n; j++) {
+      a[j] = dot(w1 + (size_t)(base + j) * DIM, xn, DIM);
+      c[j] = dot(w3 + (size_t)(base + j) * DIM, xn, DIM);
+    }
+    for (int j = n; j < FFN_BLOCK; j++) a[j] = 0;
+    for (int j = 0; j < FFN_BLOCK; j++) e[j] = exp_clamped(-a[j]);
+    for (int j = 0; j < n; j++) hb[base + j] = a[j] * (1.0f / (1.0f + e[j])) * c[j];
   }
 }
 

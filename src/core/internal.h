@@ -18,6 +18,9 @@
 
 /* ---- options: every HCQ_* environment variable, read once ---- */
 
+/* The CPU kernels' flags when HCQ_CFLAGS is unset (docs/kernel-cache.md). */
+#define HCQ__DEFAULT_CFLAGS "-O2 -march=native -ffp-contract=off"
+
 typedef struct hcq__options {
   int64_t wait_timeout_ms;  /* HCQ_WAIT_TIMEOUT_MS */
   unsigned cpu_threads;     /* HCQ_CPU_THREADS: threads per CPU device (0: the core budget decides) */
@@ -34,7 +37,7 @@ typedef struct hcq__options {
   /* CPU kernel compiler and cache (docs/kernel-cache.md), kept whole: src/cpu/cpu_compile.c splits
    * and checks them. NULL only when memory ran out while reading them. */
   const char *cc;             /* HCQ_CC: compiler command, may carry arguments */
-  const char *cflags;         /* HCQ_CFLAGS */
+  const char *cflags;         /* HCQ_CFLAGS (default HCQ__DEFAULT_CFLAGS) */
   const char *cache_dir;      /* HCQ_CACHE_DIR, else $XDG_CACHE_HOME/hcq, ~/.cache/hcq, $TMPDIR/hcq-cache-<euid> */
   const char *cache_dir_from; /* the variable cache_dir came from, for messages */
   const char *tmp_dir;        /* TMPDIR, else /tmp: private build directories when not caching */

@@ -83,7 +83,9 @@ static void load_options(void) {
   if (!strcmp(o->profile, "0")) o->profile[0] = '\0';
   hcq__trace_start_from_env(o->profile); /* the profiler, on from the first use of the library */
   o->cc = env_dup("HCQ_CC", "cc");
-  o->cflags = env_dup("HCQ_CFLAGS", "-O2");
+  /* For the machine the kernels run on, as a JIT compiles; no FMA contraction, so that a kernel
+   * gives the same bits on hosts with and without FMA and as host code built for the baseline ISA. */
+  o->cflags = env_dup("HCQ_CFLAGS", HCQ__DEFAULT_CFLAGS);
   o->tmp_dir = env_dup("TMPDIR", "/tmp");
   load_cache_dir(o);
   env_copy("HCQ_CUDA_LIBRARY", "libcuda.so.1", o->cuda_library, sizeof(o->cuda_library));

@@ -37,6 +37,9 @@
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #define XXH_STATIC_LINKING_ONLY /* a hash state on the stack */
 #include <xxhash.h>
 
@@ -254,11 +257,37 @@ static bool is_cpu_field(const char *line) {
   return false;
 }
 
+/* Without /proc (a chroot, a container that does not mount it) on x86: what -march=native itself
+ * reads, the CPUID leaves of the vendor, family, model and stepping and the feature bits, so that
+ * the default (native) flags still get a key. Elsewhere no identity, and no caching. */
+static void cpuid_identity(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  static const unsigned leaves[][2] = {{0, 0}, {1, 0}, {7, 0}, {7, 1}, {0xd, 1}, {0x14, 0}, {0x19, 0},
+                                       {0x80000001, 0}, {0x80000008, 0}};
+  unsigned regs[sizeof(leaves) / sizeof(leaves[0])][4];
+  memset(regs, 0, sizeof(regs));
+  unsigned max = __get_cpuid_max(0, NULL), max_ext = __get_cpuid_max(0x80000000, NULL);
+  if (max == 0) return;
+  for (size_t i = 0; i < sizeof(leaves) / sizeof(leaves[0]); i++) {
+    unsigned leaf = leaves[i][0];
+    if (leaf < 0x80000000 ? leaf > max : leaf > max_ext) continue;
+    __cpuid_count(leaf, leaves[i][1], regs[i][0], regs[i][1], regs[i][2], regs[i][3]);
+  }
+  /* Leaf 1's EBX holds the APIC id and logical count of the core that ran it: not the ISA. */
+  regs[1][1] = 0;
+  XXH128_hash_t h = XXH3_128bits_withSeed(regs, sizeof(regs), 0x637075);
+  snprintf(g_cpu_identity, sizeof(g_cpu_identity), "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
+#endif
+}
+
 /* The distinct CPU lines over all processors (a machine of identical cores gives the same identity
  * whatever their number), sorted, with the machine name from uname. */
 static void load_cpu_identity(void) {
   FILE *f = fopen("/proc/cpuinfo", "re");
-  if (!f) return;
+  if (!f) {
+    cpuid_identity();
+    return;
+  }
   char **lines = NULL, *line = NULL;
   size_t n = 0, cap = 0, size = 0;
   bool ok = true;
