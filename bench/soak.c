@@ -8,24 +8,12 @@
  * output buffers as the graph's input, without waiting; the output of a replay is read back (and
  * checked against the formula) before its buffer is handed to a later replay. VULKAN uses
  * VULKAN:0 and VULKAN:1 (set HCQ_VULKAN_VIRTUAL=1 on a machine with one Vulkan device).
- * Exit status 0 only when every replay was right. */
+ * Exit status 0 only when every replay was right (1 for a wrong replay or a failed call). */
 #include <dirent.h>
-#include <hcq/hcq.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#define CHECK(call)                                                \
-  do {                                                             \
-    hcq_status_t st_ = (call);                                     \
-    if (st_) {                                                     \
-      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_)); \
-      hcq_status_free(st_);                                        \
-      exit(2);                                                     \
-    }                                                              \
-  } while (0)
+#include "bench.h"
 
 enum { N = 256, RING = 4, GROUP = 64 };
 
@@ -46,11 +34,7 @@ static const char *const kGlslKernel =
     "  dst.v[i] = src.v[i] * 3u + uint(hcq_val(0));\n"
     "}\n";
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+static double now_s(void) { return now_ns() / 1e9; }
 
 static long rss_kib(void) {
   long pages = 0, resident = 0;
