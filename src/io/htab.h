@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 typedef struct hcq__htab {
   uint64_t *hashes;
@@ -17,12 +18,8 @@ typedef struct hcq__htab {
   size_t cap, len;  /* cap is 0 or a power of two */
 } hcq__htab_t;
 
-static inline uint64_t hcq__hash_bytes(uint64_t h, const void *p, size_t n) {
-  const unsigned char *s = p;
-  if (!h) h = UINT64_C(0xcbf29ce484222325); /* FNV-1a */
-  for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * UINT64_C(0x100000001b3);
-  return h;
-}
+/* XXH3 (the xxHash the kernel cache uses); h chains a previous hash in as the seed. */
+static inline uint64_t hcq__hash_bytes(uint64_t h, const void *p, size_t n) { return XXH3_64bits_withSeed(p, n, h); }
 static inline uint64_t hcq__hash_str(const char *s) { return hcq__hash_bytes(0, s, strlen(s)); }
 static inline uint64_t hcq__hash_ptr(const void *p) {
   uint64_t h = (uint64_t)(uintptr_t)p * UINT64_C(0x9E3779B97F4A7C15);
