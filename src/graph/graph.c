@@ -39,6 +39,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
   }
   if (!cuda && !st) st = hcq__hcq_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
   if (st) hcq__runner_deinit(&runner);
+  else (*out_graph)->validated_replays = hcq__graph_validates_writes(*out_graph);
   return st;
 }
 
@@ -57,7 +58,7 @@ hcq_status_t hcq_graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t n
   if (st) return st;
   if ((st = hcq__runner_enter(&g->runner, "hcq_graph_run"))) return st;
   st = hcq__runner_stage(&g->runner, inputs, ninputs, vals, nvals);
-  if (!st && hcq__graph_validates_writes(g))
+  if (!st && g->validated_replays)
     st = hcq__graph_run_validated(g, wait, out_elapsed_ns);
   else if (!st)
     st = g->vt->run(g, wait, out_elapsed_ns);

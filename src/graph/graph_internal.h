@@ -27,6 +27,7 @@ struct hcq_graph {
   const hcq__graph_vtable_t *vt;
   uint32_t magic; /* HCQ__OBJ_LIVE; HCQ__OBJ_DEAD once destroyed (the struct is kept when validating) */
   hcq__runner_t runner;
+  bool validated_replays; /* HCQ_VALIDATE and a kernel item leaves buffers undeclared: set at build */
 };
 
 /* Builds an HCQ graph over the runner's items (the runner is moved into the graph on success). */
@@ -39,7 +40,7 @@ hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, hcq_gra
 uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g);
 void hcq__graph_pretend_replays_for_tests(hcq_graph_t *g, uint64_t replays);
 
-/* HCQ_VALIDATE=1 (graph_validate.c): whether a replay of g runs item by item with each kernel's
+/* HCQ_VALIDATE=1 (graph_validate.c), decided once at build: whether a replay of g runs item by item with each kernel's
  * writes checked (a kernel item declares outs that leave a buffer out), and that replay. */
 bool hcq__graph_validates_writes(const hcq_graph_t *g);
 hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
