@@ -40,8 +40,9 @@ hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, hcq_gra
 uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g);
 void hcq__graph_pretend_replays_for_tests(hcq_graph_t *g, uint64_t replays);
 
-/* HCQ_VALIDATE=1 (graph_validate.c), decided once at build: whether a replay of g runs item by item with each kernel's
- * writes checked (a kernel item declares outs that leave a buffer out), and that replay. */
+/* HCQ_VALIDATE=1 (graph_validate.c): whether replays of g run item by item with each kernel's writes
+ * checked (a kernel item declares outs that leave a buffer out; decided once, at build), and that
+ * replay. */
 bool hcq__graph_validates_writes(const hcq_graph_t *g);
 hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
 
