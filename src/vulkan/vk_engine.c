@@ -36,6 +36,11 @@
 #define MAX_TRANSIENT_TS 32
 #define FAULT_EXECS 4    /* kernels of a batch a fault report names */
 #define FAULT_BATCHES 64 /* batches in flight a fault report looks at */
+/* An idle engine whose work is still on the device: spins as long as a small model's step takes on a
+ * real GPU, then polls (a step on a CPU-emulated GPU such as lavapipe), and sleeps past the longest. */
+#define VK_INFLIGHT_SPIN_NS (UINT64_C(200000))
+#define VK_INFLIGHT_POLL_NS 20000L
+#define VK_INFLIGHT_MAX_NS (UINT64_C(20000000))
 
 const char *hcq__vk_result_name(VkResult r);
 uint64_t hcq__vk_ticks_to_ns(const vk_device_t *vd, uint64_t ticks);
@@ -909,19 +914,32 @@ static void free_dead_blists(vk_engine_t *e) {
   }
 }
 
-/* Spins for HCQ_SPIN_NS while no work comes, so that a submit right after the last one finds the
- * engine awake and needs no wake-up call. */
+/* Waits without sleeping in the kernel while no work comes: for as long as what the engine handed to
+ * the driver is in flight (spinning for the first VK_INFLIGHT_SPIN_NS, then polling every
+ * VK_INFLIGHT_POLL_NS up to VK_INFLIGHT_MAX_NS), then spinning HCQ_SPIN_NS more. A host that waits
+ * for the device and submits again at once (decode step after decode step) then finds the engine
+ * awake and pays no wake-up call, which costs it more than a whole graph replay; the spin yields
+ * the core to the driver's threads after its first pauses, and polling sleeps between looks. */
 static void spin_for_work(vk_engine_t *e, uint64_t interp) {
-  uint64_t budget = hcq__options()->spin_ns, start = 0;
+  uint64_t budget = hcq__options()->spin_ns, start = 0, busy_since = 0;
   for (unsigned i = 1; atomic_load_explicit(&e->head, memory_order_acquire) == interp; i++) {
     hcq__spin_step(i);
-    if ((i & 63) == 0) {
-      uint64_t now = hcq__now_ns();
-      if (!start)
-        start = now;
-      else if (now - start >= budget)
-        return;
+    if ((i & 63) != 0) continue;
+    uint64_t now = hcq__now_ns();
+    if (budget && atomic_load_explicit(&e->tail, memory_order_acquire) < interp) {
+      if (!busy_since) busy_since = now;
+      if (now - busy_since < VK_INFLIGHT_SPIN_NS) continue;
+      if (now - busy_since < VK_INFLIGHT_MAX_NS) {
+        struct timespec ts = {0, VK_INFLIGHT_POLL_NS};
+        nanosleep(&ts, NULL);
+        start = 0;
+        continue;
+      }
     }
+    if (!start)
+      start = now;
+    else if (now - start >= budget)
+      return;
   }
 }
 
