@@ -4,7 +4,7 @@
     report.py ROWS.jsonl [--json] [--plot OUT.svg|OUT.png] [--machine TEXT] [--command TEXT]
 
 Prints a Markdown table grouped by benchmark, each row with its speed against the section's
-baseline (the hand-written code, or the -Ofast single-thread C decoder); --json prints one JSON object instead.
+baseline (the hand-written code, the -Ofast single-thread C decoder, or hcq's eager launches on a GPU); --json prints one JSON object instead.
 --plot draws the same numbers with matplotlib (one panel per benchmark, log scale).
 """
 import argparse
@@ -13,7 +13,7 @@ import math
 import sys
 
 BASELINES = ("C decoder -Ofast, one thread", "hand-written 2-thread spin pipeline", "plain C loop, one thread",
-             "hcq graph replay, unprofiled")
+             "hcq graph replay, unprofiled", "hcq eager on VULKAN", "hcq eager on CUDA", "hcq eager on METAL")
 
 
 def load(path):

@@ -45,6 +45,9 @@ run() {
 }
 
 run "hcq decoder" "decoder small" "decoder 15m" -- "$B/bench_decoder_hcq" 256 5
+# The same decoder on the GPU APIs present (lavapipe here: Vulkan on the CPU, so fewer steps).
+run "hcq decoder on VULKAN" "decoder small on VULKAN" -- "$B/bench_decoder_hcq" 64 3 VULKAN
+run "hcq decoder on CUDA" "decoder small on CUDA" -- "$B/bench_decoder_hcq" 256 5 CUDA
 # The baselines: the decoder as a user builds it for speed (-Ofast -march=native), one thread and
 # OpenMP; the plain reference (the tests' ground truth, -O2, one running sum per row) is an extra row.
 run "C decoder -Ofast, one thread" "decoder small" "decoder 15m" -- "$B/bench_decoder_fast" 256 3

@@ -1,16 +1,12 @@
 /* hcq demo: greedy decoding of a llama2.c-layout checkpoint (generated when none is given), eagerly
  * kernel by kernel, then with the captured step replayed as graphs; the two token streams must be
  * identical. See examples/llama2/ for the decoder. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "llama2.h"
-
-enum { MAX_REPS = 50 };
 
 typedef struct demo_args {
   llama2_shape_t shape;
@@ -21,59 +17,9 @@ typedef struct demo_args {
 } demo_args_t;
 
 typedef struct mode_result {
-  double tok_s;         /* median over repetitions of steps / (first submit .. all done) */
-  double host_us;       /* median over steps of the host time to submit one step */
+  llama2_timing_t t;
   int32_t *tokens;
 } mode_result_t;
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, size_t n) {
-  qsort(v, n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static hcq_status_t step(llama2_decoder_t *dec, bool graph, int pos) {
-  return graph ? llama2_decoder_step_graph(dec, pos) : llama2_decoder_step_eager(dec, pos);
-}
-
-/* Decodes `steps` tokens reps times, each from BOS; throughput runs queue steps back to back (the
- * argmax feeds the next step on the device) and wait once at the end. Then one run that waits for
- * the devices before each step measures the host's own time per step, without queueing effects. */
-static hcq_status_t run_mode(llama2_decoder_t *dec, bool graph, int steps, int reps, mode_result_t *out) {
-  double rate[MAX_REPS], *host = malloc((size_t)steps * sizeof(double));
-  hcq_status_t st = host ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  for (int r = 0; r <= reps && !st; r++) { /* run 0 warms caches and is not counted */
-    if ((st = llama2_decoder_reset(dec)) || (st = llama2_decoder_sync(dec))) break;
-    double t0 = now_us();
-    for (int p = 0; p < steps && !st; p++) st = step(dec, graph, p);
-    if (!st) st = llama2_decoder_sync(dec);
-    if (r > 0) rate[r - 1] = steps / ((now_us() - t0) / 1e6);
-  }
-  if (!st) st = llama2_decoder_reset(dec);
-  for (int p = 0; p < steps && !st; p++) {
-    if ((st = llama2_decoder_sync(dec))) break;
-    double t0 = now_us();
-    st = step(dec, graph, p);
-    host[p] = now_us() - t0;
-  }
-  if (!st) st = llama2_decoder_tokens(dec, out->tokens, steps);
-  if (!st) {
-    out->tok_s = median(rate, (size_t)reps);
-    out->host_us = median(host, (size_t)steps);
-  }
-  free(host);
-  return st;
-}
 
 static int parse_args(int argc, char **argv, demo_args_t *a) {
   *a = (demo_args_t){LLAMA2_SHAPE_SMALL, HCQ_DEVICE_CPU, NULL, NULL, NULL, 256, 1, 5, false, false, false};
@@ -108,8 +54,8 @@ static int parse_args(int argc, char **argv, demo_args_t *a) {
       } else if (!strcmp(o, "--devices")) {
         if (!cli_parse_uint(v, 1, 2, &a->devices)) return cli_usage_error("demo: --devices \"%s\": expected 1 or 2", v);
       } else {
-        if (!cli_parse_uint(v, 1, MAX_REPS, &a->reps))
-          return cli_usage_error("demo: --repeat \"%s\": expected 1..%d", v, MAX_REPS);
+        if (!cli_parse_uint(v, 1, LLAMA2_MAX_REPS, &a->reps))
+          return cli_usage_error("demo: --repeat \"%s\": expected 1..%d", v, LLAMA2_MAX_REPS);
         a->reps_given = true;
       }
     } else {
@@ -164,8 +110,8 @@ static void print_json(const demo_args_t *a, const llama2_config_t *c, const lla
          "\"transfers_per_token\": %zu, \"graphs_per_token\": %zu",
          a->devices, steps, a->reps, llama2_decoder_kernels_per_step(dec),
          llama2_decoder_items_per_step(dec) - llama2_decoder_kernels_per_step(dec), rep ? rep->batches : 0);
-  printf(", \"eager_tok_s\": %.1f, \"graph_tok_s\": %.1f, \"speedup\": %.3f", e->tok_s, g->tok_s, g->tok_s / e->tok_s);
-  printf(", \"host_us_per_token_eager\": %.2f, \"host_us_per_token_graph\": %.2f", e->host_us, g->host_us);
+  printf(", \"eager_tok_s\": %.1f, \"graph_tok_s\": %.1f, \"speedup\": %.3f", e->t.tok_s, g->t.tok_s, g->t.tok_s / e->t.tok_s);
+  printf(", \"host_us_per_token_eager\": %.2f, \"host_us_per_token_graph\": %.2f", e->t.host_us, g->t.host_us);
   printf(", \"identical\": %s, \"tokens\": [", identical ? "true" : "false");
   for (int i = 0; i < steps; i++) printf("%s%d", i ? ", " : "", g->tokens[i]);
   printf("], \"eager_tokens\": [");
@@ -203,9 +149,9 @@ static void print_screen(const demo_args_t *a, const llama2_config_t *c, const l
            g->tokens[i]);
   }
   printf("                    tokens/s   host us/token\n");
-  printf("  eager           %10.1f   %13.2f\n", e->tok_s, e->host_us);
-  printf("  graph replay    %10.1f   %13.2f\n", g->tok_s, g->host_us);
-  printf("  speed-up        %9.2fx   %12.1fx\n", g->tok_s / e->tok_s, e->host_us / g->host_us);
+  printf("  eager           %10.1f   %13.2f\n", e->t.tok_s, e->t.host_us);
+  printf("  graph replay    %10.1f   %13.2f\n", g->t.tok_s, g->t.host_us);
+  printf("  speed-up        %9.2fx   %12.1fx\n", g->t.tok_s / e->t.tok_s, e->t.host_us / g->t.host_us);
   printf("\n  tokens/s: median of %llu decodes of %d tokens, steps queued back to back; host us/token: median\n"
          "  over steps of the time to submit one step with the devices idle (eager: %zu launches; graph: one\n"
          "  replay). Same kernels in both modes; `hcq demo --help` for options.\n",
@@ -243,11 +189,11 @@ int cli_demo(int argc, char **argv) {
   e.tokens = calloc((size_t)steps, sizeof(int32_t));
   g.tokens = calloc((size_t)steps, sizeof(int32_t));
   if (!st && (!e.tokens || !g.tokens)) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  if (!st) st = run_mode(dec, false, steps, (int)a.reps, &e);
+  if (!st) st = llama2_decoder_time(dec, false, steps, (int)a.reps, &e.t, e.tokens);
   /* One capture of step 0 serves every position: pos is a variable of the graph. */
   if (!st) st = llama2_decoder_reset(dec);
   if (!st) st = llama2_decoder_capture(dec, 0);
-  if (!st) st = run_mode(dec, true, steps, (int)a.reps, &g);
+  if (!st) st = llama2_decoder_time(dec, true, steps, (int)a.reps, &g.t, g.tokens);
   bool identical = false;
   if (!st) {
     identical = !memcmp(e.tokens, g.tokens, (size_t)steps * sizeof(int32_t));

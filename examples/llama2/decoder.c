@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "llama2.h"
 
@@ -431,3 +432,57 @@ size_t llama2_decoder_kernels_per_step(const llama2_decoder_t *m) { return m->nk
 const hcq_jit_report_t *llama2_decoder_report(const llama2_decoder_t *m) { return m->jit ? hcq_jit_report(m->jit) : NULL; }
 const llama2_config_t *llama2_decoder_config(const llama2_decoder_t *m) { return &m->c; }
 hcq_jit_t *llama2_decoder_jit(const llama2_decoder_t *m) { return m->jit; }
+
+/* ---- timing (hcq demo, make bench) ---- */
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static hcq_status_t step_one(llama2_decoder_t *m, bool graph, int pos) {
+  return graph ? llama2_decoder_step_graph(m, pos) : llama2_decoder_step_eager(m, pos);
+}
+
+hcq_status_t llama2_decoder_time(llama2_decoder_t *m, bool graph, int steps, int reps, llama2_timing_t *out,
+                                 int32_t *tokens) {
+  if (!m || !out || !tokens) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llama2_decoder_time: NULL argument");
+  if (reps < 1 || reps > LLAMA2_MAX_REPS)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2_decoder_time: %d repetitions, expected 1..%d", reps, LLAMA2_MAX_REPS);
+  if (steps < 1 || steps > m->c.seq_len)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2_decoder_time: %d steps, expected 1..%d", steps, m->c.seq_len);
+  double rate[LLAMA2_MAX_REPS], *host = malloc((size_t)steps * sizeof(double));
+  hcq_status_t st = host ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  for (int r = 0; r <= reps && !st; r++) {
+    if ((st = llama2_decoder_reset(m)) || (st = llama2_decoder_sync(m))) break;
+    double t0 = now_us();
+    for (int p = 0; p < steps && !st; p++) st = step_one(m, graph, p);
+    if (!st) st = llama2_decoder_sync(m);
+    if (r > 0) rate[r - 1] = steps / ((now_us() - t0) / 1e6);
+  }
+  if (!st) st = llama2_decoder_reset(m);
+  for (int p = 0; p < steps && !st; p++) {
+    if ((st = llama2_decoder_sync(m))) break;
+    double t0 = now_us();
+    st = step_one(m, graph, p);
+    host[p] = now_us() - t0;
+  }
+  if (!st) st = llama2_decoder_tokens(m, tokens, steps);
+  if (!st) {
+    out->tok_s = median(rate, (size_t)reps);
+    out->host_us = median(host, (size_t)steps);
+  }
+  free(host);
+  return st;
+}

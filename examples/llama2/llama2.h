@@ -131,6 +131,20 @@ HCQ_MUST_USE hcq_status_t llama2_decoder_tokens(llama2_decoder_t *dec, int32_t *
 /* Copies the logits of the last step (vocab_size floats). Waits. */
 HCQ_MUST_USE hcq_status_t llama2_decoder_logits(llama2_decoder_t *dec, float *out);
 
+/* How fast the decoder runs one way (eager launches or replays of the captured step). */
+typedef struct llama2_timing {
+  double tok_s;   /* median over repetitions of steps / (first submit .. all done), steps queued back to back */
+  double host_us; /* median over steps of the host's time to submit one step, the devices idle before it */
+} llama2_timing_t;
+
+/* Decodes `steps` tokens from BOS reps + 1 times (the first warms caches and is not counted), then
+ * once more waiting for the devices before each step to time the host's own part; the tokens of
+ * that last decode go to tokens (steps of them). graph: replays (after llama2_decoder_capture).
+ * reps is 1..LLAMA2_MAX_REPS. */
+#define LLAMA2_MAX_REPS 50
+HCQ_MUST_USE hcq_status_t llama2_decoder_time(llama2_decoder_t *dec, bool graph, int steps, int reps,
+                                              llama2_timing_t *out, int32_t *tokens);
+
 /* Kernel launches and transfers per step; the capture report (NULL before a capture). */
 size_t llama2_decoder_items_per_step(const llama2_decoder_t *dec);
 size_t llama2_decoder_kernels_per_step(const llama2_decoder_t *dec);
