@@ -14,8 +14,10 @@
 #      same suite on the stand-in driver, NVRTC, the update planner is in -L graph), every example
 #      with `hcq run --device-map CPU=CUDA --check`, and `hcq bench` eager against graph on CUDA for
 #      every example and for a generated 1000-kernel chain;
-#   4. prints a short table. Log and results go under $OUT when it is set (else ./gpu-check-out):
-#      gpu-check.log, results.json (every bench object), table.txt.
+#   4. runs the decoder (`hcq demo --json`, small and 15m shapes) on CUDA, eager against the CUDA
+#      graph, and through tools/vulkan-check.sh on NVIDIA's Vulkan driver, eager against the HCQ graph;
+#   5. prints a short table. Log and results go under $OUT when it is set (else ./gpu-check-out):
+#      gpu-check.log, results.json (every bench object), demo.jsonl (every demo object), table.txt.
 # Without a GPU it says so in its first lines, still builds and runs what needs none (the stand-in
 # driver's tests, NVRTC, the planner) and exits 0; the GPU rows of the table then read "no GPU".
 # With a GPU but no NVRTC the CUDA C checks fail, loudly: they would otherwise count as skipped.
@@ -406,10 +408,35 @@ echo "]" >>"$RESULTS"
 # ---- Vulkan on the same GPU: the bundle tools/vulkan-check.sh prepared here (carry ".vkcarry") ----
 if [ -d .vkcarry ]; then
   echo "[$(elapsed)s] the Vulkan suite on NVIDIA's Vulkan driver (tools/vulkan-check.sh run)"
-  OUT="$OUTDIR/vulkan" timeout 240 bash tools/vulkan-check.sh run .vkcarry || note_fail "Vulkan suite"
+  OUT="$OUTDIR/vulkan" timeout 300 bash tools/vulkan-check.sh run .vkcarry || note_fail "Vulkan suite"
+  # Its decoder runs (demo_*.log: one `hcq demo --json` object each) join the demo table.
+  for f in "$OUTDIR"/vulkan/demo_*.log; do
+    [ -e "$f" ] || continue
+    j=$(tail -1 "$f")
+    [ "${j#\{}" != "$j" ] && printf '{"label": "VULKAN %s", "demo": %s}\n' "$(basename "$f" .log | sed 's/^demo_//')" "$j" >>"$DEMOS"
+  done
 fi
 
-# ---- 4. the table ----
+# ---- the decoder (hcq demo): eager against the CUDA graph on CUDA, against the HCQ graph on Vulkan ----
+DEMOS=$OUTDIR/demo.jsonl
+: >"$DEMOS"
+demo() { # LABEL ARGS...: one `hcq demo --json` object a line in demo.jsonl
+  local label=$1 out
+  shift
+  if out=$(timeout 150 "$HCQ" demo "$@" --json 2>"$OUTDIR/demo-err.txt") && [ "${out#\{}" != "$out" ]; then
+    printf '{"label": "%s", "demo": %s}\n' "$label" "$out" >>"$DEMOS"
+  else
+    tail -5 "$OUTDIR/demo-err.txt"
+    note_fail "hcq demo $* (${label})"
+  fi
+}
+if [ "$have_gpu" = 1 ]; then
+  echo "[$(elapsed)s] hcq demo on CUDA, both shapes"
+  demo "CUDA small" --device CUDA --size small
+  demo "CUDA 15m" --device CUDA --size 15m --steps 64
+fi
+
+# ---- 5. the tables ----
 {
   echo "hcq gpu-check: $os; driver $driver; CUDA $cuda_version; NVRTC $nvrtc_version; $(elapsed)s"
   [ "$have_gpu" = 1 ] || echo "no GPU: only the CPU reference row and the tests that need no GPU ran"
@@ -428,6 +455,21 @@ for r in rows:
           f"{b['speedup']:8.2f} {b['graph_kind']:>5} {upd:>15}")
 print("updates/replay: driver parameter sets per replay with unchanged inputs / alternating the first two runs")
 PY
+    if [ -s "$DEMOS" ]; then
+      python3 - "$DEMOS" <<'PY'
+import json, sys
+print()
+print(f"{'hcq demo':14} {'steps':>5} {'kernels':>7} {'eager tok/s':>12} {'graph tok/s':>12} {'speedup':>8} "
+      f"{'eager host us':>14} {'graph host us':>14} {'graph':>6} {'tokens':>9}")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    d = r["demo"]
+    print(f"{r['label'][:14]:14} {d['steps']:5d} {d['kernels_per_token']:7d} {d['eager_tok_s']:12.1f} {d['graph_tok_s']:12.1f} "
+          f"{d['graph_tok_s'] / d['eager_tok_s']:7.2f}x {d['host_us_per_token_eager']:14.2f} {d['host_us_per_token_graph']:14.2f} "
+          f"{d['graph_kind']:>6} {'identical' if d['identical'] else 'DIFFER':>9}")
+print("host us: the host's time to submit one step with the devices idle (eager: every launch; graph: one replay)")
+PY
+    fi
   else
     cat "$RESULTS"
   fi

@@ -8,7 +8,8 @@
 #                                          GPU machine needs nothing installed
 #   tools/vulkan-check.sh run [DIR]        on the GPU machine: the Vulkan conformance suite, the
 #                                          Vulkan tests, every example (--check, and bytes equal to
-#                                          the CPU's), hcq bench rows eager vs graph; logs and a
+#                                          the CPU's), hcq bench rows eager vs graph, the decoder
+#                                          (hcq demo, both shapes); logs and a
 #                                          summary under $OUT (or DIR/out)
 #
 # DIR must travel with the working tree: add it to .git/info/exclude and name it in the device
@@ -33,10 +34,9 @@ bundle_libs() { # bundle_libs DEST GLIBC_DEST BINARY...: every shared library th
   done
   cp -L -n /lib64/ld-linux-x86-64.so.2 "$glibc/" 2>/dev/null || true
   # The loader is opened at run time, so ldd does not list it.
-  for lib in libvulkan.so.1; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
-    [ -n "$path" ] && cp -L -n "$path" "$dest/"
-  done
+  local path
+  path=$(ldconfig -p | awk '$1 == "libvulkan.so.1" && /x86-64/ {print $NF; exit}')
+  [ -n "$path" ] && cp -L -n "$path" "$dest/"
 }
 
 case "$mode" in
@@ -98,9 +98,12 @@ case "$mode" in
       step "bench_$name" hcq bench "$f" --device-map CPU=VULKAN --json
       step "bench_cpu_$name" hcq bench "$f" --json
     done
+    # The decoder, eager against HCQ graph replays (one JSON object each; tools/gpu-check.sh tabulates them).
+    step demo_small hcq demo --device VULKAN --size small --json
+    step demo_15m hcq demo --device VULKAN --size 15m --steps 64 --json
     {
       echo "device: $(grep '^VULKAN' "$out/info.txt")"
-      for f in "$out"/bench_*.log; do echo "$(basename "$f" .log): $(tail -1 "$f")"; done
+      for f in "$out"/bench_*.log "$out"/demo_*.log; do echo "$(basename "$f" .log): $(tail -1 "$f")"; done
       echo "$failed step(s) failed"
     } | tee "$out/summary.txt"
     [ "$failed" = 0 ]
