@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/internal.h"
 #include "core/trace_internal.h"
 
@@ -241,15 +242,10 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   dev->objects.next = dev->objects.prev = &dev->objects;
   atomic_init(&dev->struct_refs, 1);
   atomic_init(&dev->state, HCQ__OBJ_LIVE);
-  hcq_status_t st;
-  switch (kind) {
-    case HCQ_DEVICE_CPU: st = hcq__cpu_device_create(index, dev); break;
-    case HCQ_DEVICE_CUDA: st = hcq__cuda_device_create(index, dev); break;
-    case HCQ_DEVICE_VULKAN: st = hcq__vulkan_device_create(index, dev); break;
-    default:
-      st = hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: Metal exists on macOS only", dev->name);
-      break;
-  }
+  const hcq__backend_t *b = hcq__backend(kind);
+  hcq_status_t st = b ? b->open(index, dev)
+                      : hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: this build has no %s backend", dev->name,
+                                        hcq_device_kind_name(kind));
   if (st) {
     pthread_mutex_destroy(&dev->lock);
     pthread_mutex_destroy(&dev->obj_lock);
@@ -425,27 +421,16 @@ void hcq_device_timeline(hcq_device_t *dev, hcq_signal_t **out_signal, uint64_t 
 }
 
 size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap) {
-  hcq_device_info_t infos[3];
-  memset(infos, 0, sizeof(infos));
-  const hcq__options_t *o = hcq__options();
-  infos[0].kind = HCQ_DEVICE_CPU;
-  infos[0].available = true;
-  infos[0].count = 1;
-  size_t ncores = hcq__cpu_core_count();
-  char threads[96];
-  if (o->cpu_threads)
-    snprintf(threads, sizeof(threads), "%u threads per device (HCQ_CPU_THREADS)", o->cpu_threads);
-  else
-    snprintf(threads, sizeof(threads), "%zu cores split between the open devices (1 device: %zu threads, 2: %zu each)",
-             ncores, ncores, ncores >= 2 ? ncores / 2 : 1);
-  snprintf(infos[0].description, sizeof(infos[0].description),
-           "CPU:N (any N): %s, C kernels compiled by %.64s, function-pointer kernels, copy queue", threads,
-           o->cc ? o->cc : "cc");
-  infos[1].kind = HCQ_DEVICE_CUDA;
-  hcq__cuda_query(&infos[1]);
-  hcq__vulkan_query(&infos[2]);
-  for (size_t i = 0; i < 3 && i < cap && out_infos; i++) out_infos[i] = infos[i];
-  return 3;
+  size_t n = 0;
+  for (const hcq__backend_t *const *b = hcq__backends; *b; b++, n++) {
+    if (!out_infos || n >= cap) continue;
+    hcq_device_info_t info;
+    memset(&info, 0, sizeof(info));
+    info.kind = (*b)->kind;
+    (*b)->query(&info);
+    out_infos[n] = info;
+  }
+  return n;
 }
 
 /* ---- objects ---- */

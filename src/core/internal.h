@@ -586,11 +586,7 @@ size_t hcq__cpu_core_count(void);
 /* Whether the calling thread runs on the core the engine of one of devs is pinned to, while some
  * core runs no engine (so sleeping lets the scheduler move the thread there). */
 bool hcq__on_engine_core(hcq_device_t *const *devs, size_t ndevs);
-hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev);
-hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev);
-void hcq__cuda_query(hcq_device_info_t *info);
-hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev);
-void hcq__vulkan_query(hcq_device_info_t *info);
+/* Device creation and queries are the backend table's (core/backend.h). */
 
 /* HCQ_VALIDATE=1: the check that a launch writes only the buffers its outs declare (validate.c).
  * begin copies out the buffers not declared written (nothing when every buffer is: *out NULL);

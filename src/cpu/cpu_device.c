@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "core/backend.h"
 #include "core/internal.h"
 #include "cpu/cpu_internal.h"
 
@@ -748,7 +749,7 @@ static const hcq__device_vtable_t cpu_vtable = {
     .program_unload = hcq__cpu_unload,
 };
 
-hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev) {
+static hcq_status_t cpu_device_create(int index, hcq_device_t *dev) {
   (void)index;
   hcq__cpu_fault_install();
   /* Producer and consumer fields sit on separate cache lines: 64-byte aligned. */
@@ -782,3 +783,27 @@ hcq_status_t hcq__cpu_device_create(int index, hcq_device_t *dev) {
   hcq__cpu_layout_add(dev);
   return NULL;
 }
+
+static void cpu_query(hcq_device_info_t *info) {
+  const hcq__options_t *o = hcq__options();
+  info->available = true;
+  info->count = 1;
+  size_t ncores = hcq__cpu_core_count();
+  char threads[96];
+  if (o->cpu_threads)
+    snprintf(threads, sizeof(threads), "%u threads per device (HCQ_CPU_THREADS)", o->cpu_threads);
+  else
+    snprintf(threads, sizeof(threads), "%zu cores split between the open devices (1 device: %zu threads, 2: %zu each)",
+             ncores, ncores, ncores >= 2 ? ncores / 2 : 1);
+  snprintf(info->description, sizeof(info->description),
+           "CPU:N (any N): %s, C kernels compiled by %.64s, function-pointer kernels, copy queue", threads,
+           o->cc ? o->cc : "cc");
+}
+
+const hcq__backend_t hcq__cpu_backend = {
+    .kind = HCQ_DEVICE_CPU,
+    .source_key = "c",
+    .query = cpu_query,
+    .open = cpu_device_create,
+    .graph_create = NULL, /* the HCQ graph (SPEC 5) */
+};

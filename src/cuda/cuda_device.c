@@ -18,9 +18,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/backend.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/nvrtc.h"
-#include "graph/runner.h"
+#include "graph/graph_internal.h"
 
 #define RECORDS 1024u           /* submissions remembered per stream, for hang reports */
 #define WORD_RING (1u << 16)    /* words of unbound submissions kept for the same */
@@ -1068,7 +1069,7 @@ static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
   return st;
 }
 
-hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev) {
+static hcq_status_t cuda_device_create(int index, hcq_device_t *dev) {
   const char *why;
   const hcq__cuda_api_t *api = hcq__cuda_api(&why);
   if (!api) return hcq_status_make(HCQ_UNAVAILABLE, "device CUDA:%d is unavailable: %s", index, why);
@@ -1100,7 +1101,7 @@ hcq_status_t hcq__cuda_device_create(int index, hcq_device_t *dev) {
   return NULL;
 }
 
-void hcq__cuda_query(hcq_device_info_t *info) {
+static void cuda_query(hcq_device_info_t *info) {
   const char *why;
   const hcq__cuda_api_t *api = hcq__cuda_api(&why);
   char nvrtc[400];
@@ -1197,3 +1198,11 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
   }
   return st;
 }
+
+const hcq__backend_t hcq__cuda_backend = {
+    .kind = HCQ_DEVICE_CUDA,
+    .source_key = "cuda",
+    .query = cuda_query,
+    .open = cuda_device_create,
+    .graph_create = hcq__cuda_graph_create, /* SPEC 6 */
+};

@@ -45,4 +45,11 @@ void hcq__cuda_unload(hcq_device_t *dev, hcq__program_impl_t *impl);
  * values) or a COMPILE_ERROR that says what is wrong. */
 hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *out_nptrs, uint32_t *out_nvals);
 
+/* Builds a CUDA graph (cuda_graph.c; every device of the runner is a CUDA device); the runner moves
+ * into the graph on success. inflight is the HCQ graph's option, unused (the driver orders launches
+ * of one graph). */
+struct hcq__runner;
+struct hcq_graph;
+hcq_status_t hcq__cuda_graph_create(struct hcq__runner *runner, bool profile, unsigned inflight, struct hcq_graph **out);
+
 #endif

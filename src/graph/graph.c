@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/trace_internal.h"
 #include "graph/graph_internal.h"
 
@@ -14,18 +15,25 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
   hcq_status_t st = hcq__runner_init(&runner, items, nitems, inputs, ninputs, vals, nvals, "graph");
   if (st) return st;
   bool profile = (options && options->profile) || hcq__options()->profile[0] || hcq__trace_on();
-  /* CUDA devices run the CUDA graph (SPEC 6), which spans CUDA devices only; the rest the HCQ graph. */
-  hcq_device_t *cuda = NULL, *other = NULL;
-  for (size_t d = 0; d < runner.ndevices; d++) {
-    if (runner.devices[d]->kind == HCQ_DEVICE_CUDA && !cuda) cuda = runner.devices[d];
-    if (runner.devices[d]->kind != HCQ_DEVICE_CUDA && !other) other = runner.devices[d];
+  /* A backend with its own graph runner (the CUDA graph, SPEC 6) holds only devices of that runner;
+   * the rest run the HCQ graph. */
+  hcq_device_t *own = NULL, *other = NULL;
+  const hcq__backend_t *ob = NULL;
+  for (size_t d = 0; d < runner.ndevices && !own; d++) {
+    const hcq__backend_t *b = hcq__backend(runner.devices[d]->kind);
+    if (b && b->graph_create) own = runner.devices[d], ob = b;
   }
-  if (cuda && other)
-    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph cannot mix CUDA devices with others (%s and %s): split the items "
-                         "by device kind (the JIT does), or transfer eagerly", cuda->name, other->name);
-  else if (cuda)
-    st = hcq__cuda_graph_create(&runner, profile, out_graph);
-  if (!cuda && !st) {
+  for (size_t d = 0; own && d < runner.ndevices && !other; d++) {
+    const hcq__backend_t *b = hcq__backend(runner.devices[d]->kind);
+    if (!b || b->graph_create != ob->graph_create) other = runner.devices[d];
+  }
+  if (own && other)
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph cannot mix %s devices with others (%s and %s): split the items "
+                         "by device kind (the JIT does), or transfer eagerly", hcq_device_kind_name(own->kind), own->name,
+                         other->name);
+  else if (own)
+    st = ob->graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
+  if (!own && !st) {
     /* An HCQ graph copies on the source device's copy queue: a CPU engine would write through a
      * Vulkan device address as if it were a host pointer. Host-memory devices stay among themselves. */
     hcq_device_t *host = NULL, *gpu = NULL;
@@ -37,7 +45,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
       st = hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph cannot mix %s with %s: split the items by device kind (the "
                            "JIT does), or transfer eagerly", host->name, gpu->name);
   }
-  if (!cuda && !st) st = hcq__hcq_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
+  if (!own && !st) st = hcq__hcq_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
   if (st) hcq__runner_deinit(&runner);
   else (*out_graph)->validated_replays = hcq__graph_validates_writes(*out_graph);
   return st;
@@ -133,4 +141,13 @@ void hcq_graph_stats(const hcq_graph_t *g, hcq_graph_stats_t *out) {
   if (!out) return;
   memset(out, 0, sizeof(*out));
   if (g && g->vt->stats) g->vt->stats(g, out);
+}
+
+uintptr_t hcq__graph_class(const hcq_device_t *dev) {
+  const hcq__backend_t *b = hcq__backend(dev->kind);
+  if (!b) return 0;
+  /* Devices of one runner share graphs; the HCQ graph's host-memory devices (CPU) stay apart from
+   * each of its GPU kinds (a CPU engine reads addresses as host pointers). */
+  if (b->graph_create) return (uintptr_t)b;
+  return dev->caps & HCQ_CAP_HOST_MEMORY ? 1 : (uintptr_t)b;
 }

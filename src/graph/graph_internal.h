@@ -32,8 +32,6 @@ struct hcq_graph {
 
 /* Builds an HCQ graph over the runner's items (the runner is moved into the graph on success). */
 hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
-/* Builds a CUDA graph (every device of the runner is a CUDA device); same ownership rule. */
-hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out);
 
 /* Tests only: the HCQ graph's replay counter, and setting it as if that many replays had finished
  * (with no replay in flight), to exercise its wrap. */
@@ -45,5 +43,10 @@ void hcq__graph_pretend_replays_for_tests(hcq_graph_t *g, uint64_t replays);
  * replay. */
 bool hcq__graph_validates_writes(const hcq_graph_t *g);
 hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
+
+/* Which graph can hold work on dev: devices with equal non-zero classes can share one graph (each
+ * runner spans devices of its kind; the HCQ graph keeps host-memory devices apart from GPU ones);
+ * 0 for a device no graph runner serves. The JIT closes a batch where the class changes. */
+uintptr_t hcq__graph_class(const hcq_device_t *dev);
 
 #endif

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/backend.h"
 #include "core/internal.h"
 #include "hcq/graphfile.h"
 #include "io/graphfile_internal.h"
@@ -155,9 +156,7 @@ static void gf_free(hcq_graph_file_t *gf) {
     for (size_t d = 0; d < p->ncompiled; d++) hcq_program_release(p->compiled[d]);
     free(p->name);
     free(p->entry);
-    free(p->source);
-    free(p->cuda_source);
-    free(p->glsl);
+    for (int k = 0; k < HCQ_DEVICE_KIND_COUNT; k++) free(p->sources[k]);
   }
   hcq__vec_free(&gf->programs);
   for (size_t i = gf->buffers.len; i-- > 0;) {
@@ -852,9 +851,20 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
   json_t *v;
   if (!st) json_object_foreach((json_t *)programs, key, v) {
     size_t m2 = push_key(L, key);
-    static const char *const keys[] = {"entry", "c", "cuda", "glsl", "nbufs", "nvals", NULL};
+    /* The fields: entry, the counts, and one source key per backend. */
+    const char *keys[4 + HCQ_DEVICE_KIND_COUNT] = {"entry", "nbufs", "nvals"};
+    char shape[128] = "an object {entry";
+    size_t nkeys = 3;
+    for (const hcq__backend_t *const *b = hcq__backends; *b; b++) {
+      keys[nkeys++] = (*b)->source_key;
+      size_t n = strlen(shape);
+      snprintf(shape + n, sizeof(shape) - n, ", %s", (*b)->source_key);
+    }
+    keys[nkeys] = NULL;
+    size_t n = strlen(shape);
+    snprintf(shape + n, sizeof(shape) - n, "}");
     gf_program_t p = {.nbufs = -1, .nvals = -1};
-    if (!(st = expect(L, v, JSON_OBJECT, "an object {entry, c, cuda, glsl}")) && !(st = only_keys(L, v, keys))) {
+    if (!(st = expect(L, v, JSON_OBJECT, shape)) && !(st = only_keys(L, v, keys))) {
       const json_t *jnb = json_object_get(v, "nbufs"), *jnv = json_object_get(v, "nvals");
       if (!jnb != !jnv) st = fail(L, HCQ_INVALID_ARGUMENT, "give both \"nbufs\" and \"nvals\", or neither");
       if (!st && jnb) {
@@ -865,7 +875,7 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
         if (!st) st = get_int(L, jnv, 0, HCQ_MAX_KERNEL_VALS, &p.nvals);
         pop(L, m3);
       }
-      const json_t *entry = json_object_get(v, "entry"), *c = json_object_get(v, "c");
+      const json_t *entry = json_object_get(v, "entry");
       if (entry) {
         size_t m3 = push(L, ".entry");
         if (!(st = expect(L, entry, JSON_STRING, "a function name"))) p.entry = strdup(json_string_value(entry));
@@ -873,21 +883,13 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
       } else {
         p.entry = strdup(key);
       }
-      if (!st && c) {
-        size_t m3 = push(L, ".c");
-        st = text_or_file(L, c, &p.source);
-        pop(L, m3);
-      }
-      const json_t *cuda = json_object_get(v, "cuda");
-      if (!st && cuda) {
-        size_t m3 = push(L, ".cuda");
-        st = text_or_file(L, cuda, &p.cuda_source);
-        pop(L, m3);
-      }
-      const json_t *glsl = json_object_get(v, "glsl");
-      if (!st && glsl) {
-        size_t m3 = push(L, ".glsl");
-        st = text_or_file(L, glsl, &p.glsl);
+      for (const hcq__backend_t *const *b = hcq__backends; *b && !st; b++) {
+        const json_t *src = json_object_get(v, (*b)->source_key);
+        if (!src) continue;
+        char field[32];
+        snprintf(field, sizeof(field), ".%s", (*b)->source_key);
+        size_t m3 = push(L, field);
+        st = text_or_file(L, src, &p.sources[(*b)->kind]);
         pop(L, m3);
       }
     }
@@ -900,9 +902,7 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
     if (st) {
       free(p.name);
       free(p.entry);
-      free(p.source);
-      free(p.cuda_source);
-      free(p.glsl);
+      for (int k = 0; k < HCQ_DEVICE_KIND_COUNT; k++) free(p.sources[k]);
     }
     pop(L, m2);
     if (st) break;
@@ -924,15 +924,15 @@ static hcq_status_t program_for(loader_t *L, gf_program_t *p, hcq_device_t *dev,
     }
   if (p->ncompiled == GF_MAX_DEVICES) return oom(L);
   hcq_status_t st;
-  /* Each device compiles the source of its kind: CUDA C, GLSL (Vulkan), or C (CPU). */
+  /* Each device compiles the source of its kind, under its backend's key. */
   uint32_t caps = hcq_device_caps(dev);
-  bool cuda = caps & HCQ_CAP_COMPILE_CUDA, glsl = caps & HCQ_CAP_COMPILE_GLSL;
-  const char *source = cuda ? p->cuda_source : glsl ? p->glsl : p->source;
+  const hcq__backend_t *b = hcq__backend(dev->kind);
+  const char *source = b ? p->sources[dev->kind] : NULL;
   if (L->opts->skip_compile && (caps & HCQ_CAP_HOST_CALLABLE))
     st = hcq_program_create_fn(dev, p->entry, noop_kernel, out);
   else if (!source)
     st = hcq_status_make(HCQ_INVALID_ARGUMENT, "program \"%s\" has no source for %s (give \"%s\")", p->name, dev->name,
-                         cuda ? "cuda" : glsl ? "glsl" : "c");
+                         b ? b->source_key : "?");
   else
     st = hcq_program_create(dev, p->entry, source, out);
   if (!st && p->nbufs >= 0 && (st = hcq_program_declare_args(*out, (size_t)p->nbufs, (size_t)p->nvals))) {

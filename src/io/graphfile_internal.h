@@ -23,9 +23,9 @@ typedef struct gf_buffer {
 } gf_buffer_t;
 
 typedef struct gf_program {
-  char *name, *entry, *source;
-  char *cuda_source; /* "cuda": CUDA C or PTX, for devices that compile CUDA (HCQ_CAP_COMPILE_CUDA) */
-  char *glsl; /* GLSL compute source, for devices that compile GLSL (Vulkan) */
+  char *name, *entry;
+  /* Per device kind, the source under its backend's key ("c", "cuda", "glsl", ...: core/backend.h). */
+  char *sources[HCQ_DEVICE_KIND_COUNT];
   hcq_program_t *compiled[GF_MAX_DEVICES];
   size_t ncompiled;
   int64_t nbufs, nvals; /* "nbufs"/"nvals": what the kernel reads (hcq_program_declare_args); -1 unsaid */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/internal.h"
 #include "hcq/jit.h"
 #include "io/graphfile_internal.h"
@@ -150,9 +151,8 @@ static hcq_status_t program_name(saver_t *s, const hcq_program_t *p, const char 
   s->prog_names.data[s->prog_names.len++] = name;
   json_object_set_new(j, "entry", json_string(hcq_program_name(p)));
   /* The source is in the language of the device it was compiled for. */
-  uint32_t caps = hcq_device_caps(hcq_program_device(p));
-  json_object_set_new(j, caps & HCQ_CAP_COMPILE_CUDA ? "cuda" : caps & HCQ_CAP_COMPILE_GLSL ? "glsl" : "c",
-                      json_string(src));
+  const hcq__backend_t *b = hcq__backend(hcq_device_kind(hcq_program_device(p)));
+  json_object_set_new(j, b ? b->source_key : "c", json_string(src));
   size_t nbufs, nvals;
   if (hcq_program_args(p, &nbufs, &nvals)) { /* the counts travel, so the loaded file checks them too */
     json_object_set_new(j, "nbufs", json_integer((json_int_t)nbufs));

@@ -275,21 +275,17 @@ static hcq_status_t check_unused_vars(hcq_jit_t *jit, const hcq_var_value_t *val
   return NULL;
 }
 
-/* The graph kind that can hold work on a device (each spans devices of their kind): 1 the HCQ graph
- * (CPU), 2 the CUDA graph, 3 the HCQ graph on Vulkan devices (apart from CPU ones: a CPU engine reads
- * addresses as host pointers, which a Vulkan buffer's device address need not be); 0 for none. A
- * batch closes where the kind changes (SPEC 8). */
-static int graph_kind_of(const hcq_device_t *dev) {
-  return dev->kind == HCQ_DEVICE_CPU ? 1 : dev->kind == HCQ_DEVICE_CUDA ? 2 : dev->kind == HCQ_DEVICE_VULKAN ? 3 : 0;
-}
+/* The graph that can hold work on a device (hcq__graph_class: one class per runner, the HCQ graph's
+ * host-memory devices apart from its GPU kinds); 0 for none. A batch closes where it changes (SPEC 8). */
+static uintptr_t graph_kind_of(const hcq_device_t *dev) { return hcq__graph_class(dev); }
 
-static int item_graph_kind(const hcq_exec_item_t *it, const char **why) {
+static uintptr_t item_graph_kind(const hcq_exec_item_t *it, const char **why) {
   if (it->kind == HCQ_ITEM_KERNEL) {
-    int k = graph_kind_of(it->kernel.program->dev);
+    uintptr_t k = graph_kind_of(it->kernel.program->dev);
     if (!k) *why = "its device has no graph runner";
     return k;
   }
-  int k = graph_kind_of(it->transfer.src->dev);
+  uintptr_t k = graph_kind_of(it->transfer.src->dev);
   if (!k || graph_kind_of(it->transfer.dst->dev) != k) {
     *why = "a transfer is graphable only when both ends are devices of the graph's kind";
     return 0;
@@ -349,11 +345,11 @@ static hcq_status_t flush(hcq_jit_t *jit, size_t first, size_t count, size_t *ma
 static hcq_status_t batch(hcq_jit_t *jit, size_t first_batch_size, bool profile) {
   hcq__runner_t *r = &jit->runner;
   size_t max_batch = first_batch_size, start = 0, len = 0;
-  int batch_kind = 0;
+  uintptr_t batch_kind = 0;
   hcq_status_t st = NULL;
   for (size_t j = 0; j < r->nitems && !st; j++) {
     const char *why = NULL;
-    int kind = item_graph_kind(&r->items[j], &why);
+    uintptr_t kind = item_graph_kind(&r->items[j], &why);
     bool fits = kind && len > 0 && kind == batch_kind && len < max_batch;
     if (!fits && len > 0) {
       st = flush(jit, start, len, &max_batch, profile);

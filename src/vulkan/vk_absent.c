@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "vulkan/vk_backend.h"
 #include "vulkan/vk_stats.h"
 
 #define WHY "this build of hcq has no Vulkan backend (install libvulkan-dev and libshaderc-dev, then rebuild)"

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "vulkan/vk_backend.h"
 #include "vulkan/vk_device.h"
 #include "vulkan/vk_stats.h"
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "vulkan/vk_backend.h"
 #include "vulkan/vk_internal.h"
 
 static hcq__vk_instance_t g_vi;
@@ -120,7 +121,6 @@ const char *hcq__vk_unsuitable(const hcq__vk_instance_t *vi, VkPhysicalDevice pd
   return "it has no compute queue";
 }
 
-void hcq__vulkan_query(hcq_device_info_t *info);
 void hcq__vulkan_query(hcq_device_info_t *info) {
   info->kind = HCQ_DEVICE_VULKAN;
   const char *why;

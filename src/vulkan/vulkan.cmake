@@ -19,7 +19,7 @@ foreach(lib ${HCQ_SHADERC_DEPS})
   endif()
 endforeach()
 
-set(HCQ_VULKAN_SOURCES src/vulkan/vk_source.c)
+set(HCQ_VULKAN_SOURCES src/vulkan/vk_source.c src/vulkan/vk_backend.c)
 set(HCQ_VULKAN_INCLUDES "")
 set(HCQ_VULKAN_DEFINITIONS "")
 set(HCQ_VULKAN_LIBS "")

@@ -384,7 +384,8 @@ static const hcq__graph_vtable_t cuda_graph_vtable = {
     .stats = cuda_graph_stats,
 };
 
-hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, hcq_graph_t **out) {
+hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out) {
+  (void)inflight;
   (void)profile; /* no per-item profile (hcq_graph_profile says so); replays with wait are timed with CUDA events */
   if (runner->ndevices > HCQ__GRAPH_MAX_DEVICES)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "a CUDA graph spans at most %d devices; these items use %zu",

@@ -1,0 +1,34 @@
+/* The backend table: what the core, the graph layer, the JIT and the graph-file loader know about a
+ * device kind, in one row per backend (src/backends.c lists the rows). Nothing outside a backend's
+ * own folder and that list names a backend; differences are fields of the row or device caps. */
+#ifndef HCQ_CORE_BACKEND_H
+#define HCQ_CORE_BACKEND_H
+
+#include <stdbool.h>
+
+#include "hcq/device.h"
+
+struct hcq__runner;
+struct hcq_graph;
+
+typedef struct hcq__backend {
+  hcq_device_kind_t kind;
+  /* The graph-file program key of the kernel language its devices compile ("c", "cuda", ...). */
+  const char *source_key;
+  /* Fills info (kind is set already): available, count, description (or why it is absent). */
+  void (*query)(hcq_device_info_t *info);
+  /* Makes dev (name, kind, index, locks set) the index-th device of the kind: vt, backend, caps,
+   * threads. On failure nothing of the backend is left and the status names dev->name. */
+  hcq_status_t (*open)(int index, hcq_device_t *dev);
+  /* The kind's own graph runner (SPEC 6, 7), which holds devices of this backend only; NULL: its
+   * devices run the HCQ graph (SPEC 5). On success the runner moves into the graph. */
+  hcq_status_t (*graph_create)(struct hcq__runner *runner, bool profile, unsigned inflight, struct hcq_graph **out);
+} hcq__backend_t;
+
+/* The row of kind; NULL for a kind no row serves (kinds are public enum values). */
+const hcq__backend_t *hcq__backend(hcq_device_kind_t kind);
+
+/* Every row, in kind order, NULL-terminated (src/backends.c). */
+extern const hcq__backend_t *const hcq__backends[];
+
+#endif
