@@ -338,14 +338,11 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
       if (!(sources & (UINT64_C(1) << s)) || g->last_item[cq] == NO_ITEM) continue;
       st = hcq_queue_wait(q, addr_of(in->queue_sig[cq]), hcq_imm(g->last_item[cq] + 1));
     }
-    /* The slot's done signal before the timeline: a host that saw the timeline reach this replay
-     * (hcq_device_synchronize) and replays again must find the slot free, not wait for a signal
-     * written after the one it waited for (on Vulkan each signal is its own submit). */
-    if (!st) st = hcq_queue_signal(q, addr_of(in->done_sig[d]), hcq_sym(g->kickoff_var));
     hcq_expr_t *one = hcq_expr_const(1), *next = hcq_expr_binary(HCQ_EXPR_ADD, g->timeline_val[d], one);
     if (!st) st = next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
     hcq_expr_release(one);
     hcq_expr_release(next);
+    if (!st) st = hcq_queue_signal(q, addr_of(in->done_sig[d]), hcq_sym(g->kickoff_var));
   }
   for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
     if (!in->queues[q]) continue;
