@@ -342,6 +342,8 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
     if (!st) st = next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
     hcq_expr_release(one);
     hcq_expr_release(next);
+    /* Last: once the host sees it, it may patch this slot's words for the next replay, the
+     * timeline signal's value among them. */
     if (!st) st = hcq_queue_signal(q, addr_of(in->done_sig[d]), hcq_sym(g->kickoff_var));
   }
   for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
