@@ -18,8 +18,8 @@ included), and the mean over the mix. Prints rows as JSON lines (bench/rows.h fo
 A query of n tokens is [CLS], the first n-2 word pieces of a fixed English text, [SEP] (n = 1: the
 [CLS] token alone, as no text tokenizes to fewer than two tokens). Each peer is timed from token
 ids to the normalised embedding (encoder, mean pooling, L2 normalisation), so tokenization, the
-same for every implementation, is left out. The median of the timed queries of each length is
-reported.
+same for every implementation, is left out. The lengths take turns, one query of each per round,
+and each length's median over the rounds is reported.
 """
 import argparse
 import json
@@ -91,20 +91,23 @@ def queries(tokenizer):
     return {n: [cls] if n == 1 else [cls] + ids[1:n - 1] + [sep] for n in LENGTHS}
 
 
-def time_queries(fn, qs, budget_s, min_reps=5, max_reps=200):
-    """Median ms of fn(ids) per length: a few warm-up calls, then repeats for about budget_s."""
-    out = {}
-    for n, ids in qs.items():
+def time_queries(fn, qs, budget_s, min_rounds=5, max_rounds=300):
+    """Median ms of fn(ids) per length. The lengths take turns, one query each per round, as mixed
+    queries arrive (and so a burst of load on the machine falls on every length alike); rounds go on
+    for about budget_s per length."""
+    for ids in qs.values():
         for _ in range(3):
             fn(ids)
-        times = []
-        t_end = time.perf_counter() + budget_s
-        while len(times) < min_reps or (len(times) < max_reps and time.perf_counter() < t_end):
+    times = {n: [] for n in qs}
+    t_end = time.perf_counter() + budget_s * len(qs)
+    rounds = 0
+    while rounds < min_rounds or (rounds < max_rounds and time.perf_counter() < t_end):
+        for n, ids in qs.items():
             t0 = time.perf_counter()
             fn(ids)
-            times.append(time.perf_counter() - t0)
-        out[n] = statistics.median(times) * 1e3
-    return out
+            times[n].append(time.perf_counter() - t0)
+        rounds += 1
+    return {n: statistics.median(t) * 1e3 for n, t in times.items()}, rounds
 
 
 def peers(a):
@@ -134,8 +137,8 @@ def peers(a):
 
     ref = {n: st_embed(ids).numpy() for n, ids in qs.items()}
     versions = "torch %s, sentence-transformers %s" % (torch.__version__, md.version("sentence-transformers"))
-    ms = time_queries(st_embed, qs, a.budget_s)
-    emit(TORCH, LENGTHS, [ms[n] for n in LENGTHS], "%s; %d threads" % (versions, a.threads))
+    ms, rounds = time_queries(st_embed, qs, a.budget_s)
+    emit(TORCH, LENGTHS, [ms[n] for n in LENGTHS], "%s; %d threads; median of %d rounds" % (versions, a.threads, rounds))
 
     try:
         import onnxruntime as ort
@@ -157,10 +160,10 @@ def peers(a):
         if diff > 1e-4:
             missing(ORT, "its embeddings differ from torch's by %.3g" % diff)
             return
-        ms = time_queries(ort_embed, qs, a.budget_s)
+        ms, rounds = time_queries(ort_embed, qs, a.budget_s)
         emit(ORT, LENGTHS, [ms[n] for n in LENGTHS],
-             "onnxruntime %s, all graph optimizations, %d intra-op threads; max |diff| vs torch %.1e"
-             % (ort.__version__, a.threads, diff))
+             "onnxruntime %s, all graph optimizations, %d intra-op threads; max |diff| vs torch %.1e; "
+             "median of %d rounds" % (ort.__version__, a.threads, diff, rounds))
     except Exception as e:  # noqa: BLE001
         missing(ORT, "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:160] if str(e) else ""))
 

@@ -132,7 +132,7 @@ if [ "${HCQ_BENCH_MINILM:-1}" = 0 ]; then
 else
   echo "bench: MiniLM peers" >&2
   if minilm_venv; then
-    "$MV/bin/python" "$MP" --peers >>"$ROWS" 2>>"$LOG" ||
+    "$MV/bin/python" "$MP" --peers --onnx "$B/minilm.onnx" >>"$ROWS" 2>>"$LOG" ||
       minilm_missing "PyTorch eager (CPU), sentence-transformers" "minilm_peers.py failed: $(tail -n 1 "$LOG")"
   else
     minilm_missing "PyTorch eager (CPU), sentence-transformers" "$why"
