@@ -63,7 +63,7 @@ def emit(name, lengths, ms, note, mix_note=""):
         row(SECTION_MIX, name, statistics.mean(by[n] for n in LENGTHS), "ms",
             "mean of the %d lengths' medians; %s" % (len(LENGTHS), mix_note or note))
     else:
-        row(SECTION_MIX, name, -1, "", "missing: the run lacks some of the lengths %s" % LENGTHS)
+        row(SECTION_MIX, name, -1, "", "missing: its lengths %s are not the mix %s" % (list(lengths), LENGTHS))
 
 
 def from_hcq(path):

@@ -76,6 +76,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check([r["value"] for r in rows if r["name"] == "hcq graph replay (CPU)"][0] == -1 and
           [r["value"] for r in rows if r["name"] == "hcq graph replay (CPU)"][-1] == -1,
           "from-hcq: a missing length is not a missing row, or the mix mean is computed without it")
+    check("[4, 8, 16, 32, 64, 128, 256] are not the mix" in rows[-1]["note"], "from-hcq: %r" % rows[-1]["note"])
 
     rows = rows_of("--missing", "ONNX Runtime (CPU), exported from torch", "--why", "pip install failed")
     check(len(rows) == 1 and rows[0]["value"] == -1 and "pip install failed" in rows[0]["note"],
