@@ -4,7 +4,8 @@
 #   bench/run.sh BUILD_DIR [--json] [--plot OUT.svg]
 #
 # Runs the hcq benchmarks and the peers (OpenMP with libgomp and libomp, StarPU, tinygrad 0.10.2
-# and the newest, each tinygrad in its own venv under BUILD_DIR/bench), then prints one table
+# and the newest, each tinygrad in its own venv under BUILD_DIR/bench; for MiniLM, PyTorch and ONNX
+# Runtime in BUILD_DIR/venv-minilm-ref, bench/minilm_peers.py), then prints one table
 # (bench/report.py). A peer that is not built or cannot be installed gets a row saying so.
 set -u
 BUILD=${1:?usage: bench/run.sh BUILD_DIR [--json] [--plot FILE]}
