@@ -151,3 +151,8 @@ uintptr_t hcq__graph_class(const hcq_device_t *dev) {
   if (b->graph_create) return (uintptr_t)b;
   return dev->caps & HCQ_CAP_HOST_MEMORY ? 1 : (uintptr_t)b;
 }
+
+bool hcq__graph_holds_transfers(const hcq_device_t *dev) {
+  const hcq__backend_t *b = hcq__backend(dev->kind);
+  return b && !b->graph_kernels_only;
+}

@@ -48,5 +48,7 @@ hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_e
  * runner spans devices of its kind; the HCQ graph keeps host-memory devices apart from GPU ones);
  * 0 for a device no graph runner serves. The JIT closes a batch where the class changes. */
 uintptr_t hcq__graph_class(const hcq_device_t *dev);
+/* Whether the graph of dev's class holds transfers (the Metal graph holds kernels only). */
+bool hcq__graph_holds_transfers(const hcq_device_t *dev);
 
 #endif
