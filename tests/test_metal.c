@@ -255,3 +255,43 @@ Test(metal, jit_graphs_metal_kernel_batches_and_leaves_transfers_eager) {
   hcq_program_release(p);
   test_close(d);
 }
+
+Test(metal, graph_refuses_transfers_and_other_devices_with_a_reason) {
+  setenv("HCQ_METAL_VIRTUAL", "1", 1);
+  hcq_device_t *d0 = open_metal(), *d1 = test_open("METAL:1");
+  hcq_program_t *p0 = test_program(d0, "fill", test_kernels_msl), *p1 = test_program(d1, "fill", test_kernels_msl);
+  hcq_buffer_t *a = test_buffer(d0, 256), *b = test_buffer(d1, 256);
+  hcq_operand_t vals[2] = {hcq_imm(1), hcq_imm(64)}, one = hcq_imm(1);
+  hcq_exec_item_t k0 = {.kind = HCQ_ITEM_KERNEL,
+                        .kernel = {.program = p0, .bufs = &a, .nbufs = 1, .vals = vals, .nvals = 2,
+                                   .global = {one, one, one}, .local = {hcq_imm(64), one, one}}};
+  hcq_exec_item_t k1 = k0;
+  k1.kernel.program = p1, k1.kernel.bufs = &b;
+  hcq_exec_item_t t = {.kind = HCQ_ITEM_TRANSFER, .transfer = {b, a, 256}};
+  hcq_graph_t *g = NULL;
+  FAILS(hcq_graph_create((hcq_exec_item_t[]){k0, k1}, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT,
+        "Metal graph runs on one device", "2");
+  hcq_buffer_t *a2 = test_buffer(d0, 256);
+  hcq_exec_item_t t0 = {.kind = HCQ_ITEM_TRANSFER, .transfer = {a2, a, 256}};
+  FAILS(hcq_graph_create((hcq_exec_item_t[]){k0, t0}, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 1",
+        "kernel items only");
+  hcq_buffer_release(a2);
+  cr_assert_null(g);
+  /* The JIT graphs each device's kernels apart and runs the transfer eagerly. */
+  hcq_jit_t *jit = NULL;
+  OK(hcq_jit_create((hcq_exec_item_t[]){k0, k0, t, k1, k1}, 5, NULL, 0, NULL, 0, NULL, &jit));
+  const hcq_jit_report_t *rep = hcq_jit_report(jit);
+  cr_assert_eq(rep->batches, 2, "%s", rep->text);
+  cr_assert_eq(rep->eager_items, 1, "%s", rep->text);
+  OK(hcq_jit_run(jit, NULL, 0, NULL, 0, true, NULL));
+  int32_t got[64];
+  test_read(b, got, sizeof(got));
+  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 1);
+  OK(hcq_jit_destroy(jit));
+  hcq_buffer_release(a);
+  hcq_buffer_release(b);
+  hcq_program_release(p0);
+  hcq_program_release(p1);
+  test_close(d1);
+  test_close(d0);
+}

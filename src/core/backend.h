@@ -26,6 +26,8 @@ typedef struct hcq__backend {
   /* The kind's own runner holds kernel items only (the Metal graph): the JIT leaves its transfers
    * eager. */
   bool graph_kernels_only;
+  /* ... and spans one device: the JIT batches each device's items apart. */
+  bool graph_one_device;
 } hcq__backend_t;
 
 /* The row of kind; NULL for a kind no row serves (kinds are public enum values). */

@@ -586,9 +586,12 @@ static hcq_status_t mtl_open(int index, hcq_device_t *dev) {
   const char *why;
   const hcq__mtl_api_t *api = hcq__mtl_api(&why);
   if (!api) return hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: %s", dev->name, why);
-  if (index != 0)
-    return hcq_status_make(HCQ_NOT_FOUND, "device %s: hcq opens the system's default Metal device only (METAL:0)",
-                           dev->name);
+  /* HCQ_METAL_VIRTUAL=1: METAL:N past 0 are more logical devices on the same GPU (each its own queue,
+   * memory and engine), so multi-device behaviour can be tested on one GPU, as with Vulkan. */
+  const char *virt = getenv("HCQ_METAL_VIRTUAL");
+  if (index != 0 && !(virt && !strcmp(virt, "1")))
+    return hcq_status_make(HCQ_NOT_FOUND, "device %s: hcq opens the system's default Metal device only (METAL:0; "
+                           "HCQ_METAL_VIRTUAL=1 opens more logical devices on it)", dev->name);
   mtl_dev_t *md = calloc(1, sizeof(*md));
   if (!md) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening %s", dev->name);
   md->dev = dev;
@@ -650,4 +653,5 @@ const hcq__backend_t hcq__metal_backend = {
     .open = mtl_open,
     .graph_create = hcq__metal_graph_create, /* SPEC 7 */
     .graph_kernels_only = true,
+    .graph_one_device = true,
 };
