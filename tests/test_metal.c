@@ -19,9 +19,17 @@ typedef struct hcq_fake_metal_counts {
   char last_label[64];
 } counts_t;
 
+/* Whether the stand-in plays Metal (tools/metal-check.sh runs this suite on the real framework,
+ * where the call counts and the stand-in's fault kernel do not exist and those checks are skipped). */
+static bool on_stand_in(void) {
+  const char *lib = getenv("HCQ_METAL_FRAMEWORK");
+  return lib && strstr(lib, "fake_metal");
+}
+
 static counts_t counts(void) {
   counts_t c;
   memset(&c, 0, sizeof(c));
+  if (!on_stand_in()) return c;
   const char *lib = getenv("HCQ_METAL_FRAMEWORK");
   void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
   void (*fn)(counts_t *) = h ? (void (*)(counts_t *))(uintptr_t)dlsym(h, "hcq_fake_metal_counts") : NULL;
@@ -48,7 +56,7 @@ Test(metal, info_names_the_stand_in_device_and_caps) {
     if (infos[i].kind == HCQ_DEVICE_METAL) {
       found = true;
       cr_assert(infos[i].available, "%s", infos[i].description);
-      cr_assert(strstr(infos[i].description, "stand-in"), "%s", infos[i].description);
+      if (on_stand_in()) cr_assert(strstr(infos[i].description, "stand-in"), "%s", infos[i].description);
     }
   cr_assert(found, "hcq_device_query lists METAL");
   hcq_device_t *d = open_metal();
@@ -107,6 +115,7 @@ Test(metal, compile_errors_carry_the_compiler_text_and_the_device) {
 }
 
 Test(metal, a_failed_command_buffer_marks_the_device_lost_with_metals_words) {
+  if (!on_stand_in()) cr_skip_test("the stand-in's faulting kernel exists on the stand-in only");
   hcq_device_t *d = open_metal();
   hcq_program_t *p = test_program(d, "hcq_fake_fault", "kernel void hcq_fake_fault(device int *x [[buffer(0)]]) {}\n");
   hcq_buffer_t *b = test_buffer(d, 64);
@@ -154,12 +163,15 @@ Test(metal, graph_replays_equal_eager_and_reset_only_what_changed) {
   uint64_t ns = 0;
   for (int rep = 0; rep < 4; rep++) OK(hcq_graph_run(g, &c1, 1, NULL, 0, rep == 3, &ns));
   counts_t after = counts();
+  bool fake = on_stand_in();
+  if (fake) {
   cr_assert_eq(after.icb_sets, before.icb_sets, "unchanged replays make no ICB calls (%" PRIu64 " made)",
                after.icb_sets - before.icb_sets);
   cr_assert_eq(after.icb_executed - before.icb_executed, 12, "4 replays ran 3 commands each");
   cr_assert_eq(after.empty_dispatches - before.empty_dispatches, 12, "one dummy dispatch per pipeline per replay");
   cr_assert_eq(after.use_resources - before.use_resources, 4);
   cr_assert_str_eq(after.last_label, "batched 3");
+  }
   cr_assert_gt(ns, 0, "a replay with wait reports GPU time");
   uint32_t got[N], c1h[N], c2h[N];
   test_read(c1, c1h, sizeof(c1h));
@@ -171,7 +183,8 @@ Test(metal, graph_replays_equal_eager_and_reset_only_what_changed) {
   before = counts();
   OK(hcq_graph_run(g, &c2, 1, NULL, 0, true, NULL));
   counts_t one = counts();
-  cr_assert_eq(one.icb_sets - before.icb_sets, 1, "one input swap re-sets one binding (%" PRIu64 " calls)",
+  if (fake)
+    cr_assert_eq(one.icb_sets - before.icb_sets, 1, "one input swap re-sets one binding (%" PRIu64 " calls)",
                one.icb_sets - before.icb_sets);
   hcq_graph_stats_t stats;
   hcq_graph_stats(g, &stats);
@@ -212,7 +225,7 @@ Test(metal, graph_with_a_symbolic_dim_resets_the_dispatch_only) {
   v.value = 3;
   OK(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL));
   counts_t after = counts();
-  cr_assert_eq(after.icb_sets - before.icb_sets, 2, "two commands' dispatch sizes re-set, nothing else");
+  if (on_stand_in()) cr_assert_eq(after.icb_sets - before.icb_sets, 2, "two commands' dispatch sizes re-set, nothing else");
   int32_t got[256];
   test_read(out, got, sizeof(got));
   for (int i = 0; i < 256; i++) cr_assert_eq(got[i], i < 192 ? 42 : 0, "out[%d]", i);
