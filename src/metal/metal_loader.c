@@ -12,7 +12,7 @@
 #ifdef __APPLE__
 #define DEFAULT_OBJC "/usr/lib/libobjc.A.dylib"
 #else
-#define DEFAULT_OBJC "libobjc.so.4" /* GNU's runtime, where installed: it has no Metal to go with it */
+#define DEFAULT_OBJC "libobjc.so.4" /* tried only where a Metal framework was found (HCQ_METAL_FRAMEWORK) */
 #endif
 #define DEFAULT_METAL "/System/Library/Frameworks/Metal.framework/Metal"
 
@@ -35,17 +35,16 @@ static void load(void) {
   const char *objc = getenv("HCQ_OBJC_LIBRARY"), *metal = getenv("HCQ_METAL_FRAMEWORK");
   snprintf(g_api.objc_path, sizeof(g_api.objc_path), "%s", objc && *objc ? objc : DEFAULT_OBJC);
   snprintf(g_api.metal_path, sizeof(g_api.metal_path), "%s", metal && *metal ? metal : DEFAULT_METAL);
-  g_api.objc_lib = dlopen(g_api.objc_path, RTLD_NOW | RTLD_GLOBAL);
-  const char *objc_state = g_api.objc_lib ? "present" : "not found either";
+  /* The framework decides, so it is looked for first; without it no runtime is loaded (a runtime
+   * such as GNU's libobjc has nothing to offer hcq, and its start-up allocations stay for good). */
   g_api.metal_lib = dlopen(g_api.metal_path, RTLD_NOW | RTLD_LOCAL);
   if (!g_api.metal_lib) {
-    /* The framework is what decides: name it first. */
     snprintf(g_why, sizeof(g_why),
-             "Metal.framework not found at %.200s (Metal exists on macOS only; HCQ_METAL_FRAMEWORK names another "
-             "path); libobjc (%.120s) %s",
-             g_api.metal_path, g_api.objc_path, objc_state);
+             "Metal.framework not found at %.200s (Metal exists on macOS only; HCQ_METAL_FRAMEWORK names another path)",
+             g_api.metal_path);
     return;
   }
+  g_api.objc_lib = dlopen(g_api.objc_path, RTLD_NOW | RTLD_GLOBAL);
   if (!g_api.objc_lib) {
     const char *e = dlerror();
     snprintf(g_why, sizeof(g_why), "the Objective-C runtime %.200s could not be loaded (%.200s; HCQ_OBJC_LIBRARY names another)",
