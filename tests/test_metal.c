@@ -308,3 +308,27 @@ Test(metal, graph_refuses_transfers_and_other_devices_with_a_reason) {
   test_close(d1);
   test_close(d0);
 }
+
+Test(metal, a_stuck_wait_is_named_in_the_hang_report_and_runs_once_released) {
+  setenv("HCQ_WAIT_TIMEOUT_MS", "300", 1);
+  hcq_device_t *d = open_metal();
+  hcq_signal_t *gate = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  hcq_queue_t *q = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, 1);
+  hcq_program_t *p = test_program(d, "fill", test_kernels_msl);
+  hcq_buffer_t *b = test_buffer(d, 256);
+  int32_t v[2] = {5, 64};
+  hcq_launch_desc_t l = {p, &b, 1, v, 2, {1, 1, 1}, {64, 1, 1}};
+  OK(hcq_launch(&l)); /* queued behind the wait */
+  FAILS(hcq_device_synchronize(d), HCQ_TIMEOUT, "hang report", "METAL:0", "compute queue", "blocked at wait \"gate\" >= 1");
+  hcq_signal_set(gate, 1);
+  OK(hcq_device_synchronize(d));
+  int32_t got[64];
+  test_read(b, got, sizeof(got));
+  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 5);
+  hcq_queue_free(q);
+  hcq_buffer_release(b);
+  hcq_program_release(p);
+  hcq_signal_free(gate);
+  test_close(d);
+}
