@@ -75,7 +75,13 @@ static const help_t k_help[] = {
      "  HCQ_CUDA_LIBRARY      the CUDA driver library (default libcuda.so.1)\n"
      "  HCQ_NVRTC_LIBRARY     the NVRTC library (default: found by name)\n"
      "  HCQ_CUDA_ARCH         compile CUDA C for this architecture (sm_90) instead\n"
-     "                        of the device's\n"},
+     "                        of the device's\n"
+     "  HCQ_OBJC_LIBRARY      the Objective-C runtime Metal is reached through\n"
+     "                        (default /usr/lib/libobjc.A.dylib on macOS)\n"
+     "  HCQ_METAL_FRAMEWORK   the Metal framework (default\n"
+     "                        /System/Library/Frameworks/Metal.framework/Metal)\n"
+     "  HCQ_METAL_VIRTUAL     1: METAL:N past 0 opens further logical devices on\n"
+     "                        the GPU\n"},
     {"info",
      "usage: hcq info\n"
      "\n"

@@ -2,12 +2,13 @@
  * its sources to the build and one line here. */
 #include "core/backend.h"
 
-extern const hcq__backend_t hcq__cpu_backend, hcq__cuda_backend, hcq__vulkan_backend;
+extern const hcq__backend_t hcq__cpu_backend, hcq__cuda_backend, hcq__vulkan_backend, hcq__metal_backend;
 
 const hcq__backend_t *const hcq__backends[] = {
     &hcq__cpu_backend,
     &hcq__cuda_backend,
     &hcq__vulkan_backend,
+    &hcq__metal_backend,
     NULL,
 };
 

@@ -12,6 +12,7 @@
 TestSuite(conformance_cpu, .timeout = 240);
 TestSuite(conformance_vulkan, .timeout = 240);
 TestSuite(conformance_cuda, .timeout = 240);
+TestSuite(conformance_metal, .timeout = 240);
 
 typedef void (*scenario_fn)(const test_backend_t *b);
 
@@ -39,6 +40,7 @@ static void run_on(const char *kind, int ndev, const char *env, scenario_fn fn) 
   Test(conformance_cpu, name) { run_on("CPU", ndev, env, name); }              \
   Test(conformance_vulkan, name) { run_on("VULKAN", ndev, env, name); }        \
   Test(conformance_cuda, name) { run_on("CUDA", ndev, env, name); }            \
+  Test(conformance_metal, name) { run_on("METAL", ndev, env, name); }          \
   static void name(const test_backend_t *b)
 #define SCENARIO(name, ndev) SCENARIO_ENV(name, ndev, NULL)
 
@@ -53,6 +55,11 @@ static hcq_program_t *kernel(const test_backend_t *b, hcq_device_t *d, const cha
 }
 
 static hcq_operand_t I(int64_t v) { return hcq_imm(v); }
+/* A graph scenario with transfer items or items on several devices: the Metal graph holds one
+ * device's kernels (SPEC 7), so there such graphs are refused (tests/test_metal.c checks how). */
+static void needs_general_graph(const test_backend_t *b) {
+  if (!strcmp(b->kind, "METAL")) cr_skip_test("a Metal graph holds one device's kernel items only");
+}
 
 /* ---- eager work ---- */
 
@@ -202,9 +209,13 @@ SCENARIO(eager_views_alias_their_base, 1) {
   cr_assert_null(g);
   OK(hcq_transfer(src, src, 32 * 4));
   item.transfer.dst = src;
-  OK(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g));
-  OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
-  OK(hcq_graph_destroy(g));
+  if (!strcmp(b->kind, "METAL")) { /* the Metal graph holds kernels only (SPEC 7) */
+    FAILS(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0", "kernel items only");
+  } else {
+    OK(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g));
+    OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+    OK(hcq_graph_destroy(g));
+  }
   /* The transfer between abutting ranges is no overlap. */
   hcq_buffer_t *next = NULL;
   OK(hcq_buffer_view_create(base, 92 * 4, 32 * 4, &next));
@@ -369,6 +380,7 @@ SCENARIO(graph_orders_accesses_to_one_buffer, 1) {
 
 /* Transfers within and between devices, waits across queues and devices. */
 SCENARIO(graph_copies_between_two_devices, 2) {
+  needs_general_graph(b);
   world_t w;
   world_open_on(&w, b, 2);
   int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 0, N, 2), c = world_buffer(&w, 1, N, 3);
@@ -391,6 +403,7 @@ SCENARIO(graph_copies_between_two_devices, 2) {
 /* Eager transfers among four devices before and after each replay of a graph that copies around
  * the ring: the timelines order all of it. */
 SCENARIO(graph_among_four_devices_with_eager_transfers, 4) {
+  needs_general_graph(b);
   world_t w;
   world_open_on(&w, b, 4);
   int buf[4], tmp[4];
@@ -420,6 +433,7 @@ SCENARIO(graph_among_four_devices_with_eager_transfers, 4) {
 }
 
 SCENARIO(graph_views_of_one_buffer, 2) {
+  needs_general_graph(b);
   world_t w;
   world_open_on(&w, b, 2);
   int base = world_buffer(&w, 0, 4 * N, 1), other = world_buffer(&w, 0, N, 2), far = world_buffer(&w, 1, 2 * N, 3);
@@ -441,6 +455,7 @@ SCENARIO(graph_views_of_one_buffer, 2) {
 
 /* Variables in values and grid dims, changed every replay, including each variable's extremes. */
 SCENARIO(graph_variables_and_symbolic_grid_dims, 2) {
+  needs_general_graph(b);
   world_t w;
   world_open_on(&w, b, 2);
   int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 0, N, 2), c = world_buffer(&w, 1, N, 3);
@@ -523,6 +538,7 @@ SCENARIO(graph_zero_dims, 1) {
 
 /* Inputs replaced between replays, as kernel arguments and as both ends of copies. */
 SCENARIO(graph_input_swaps, 2) {
+  needs_general_graph(b);
   world_t w;
   world_open_on(&w, b, 2);
   int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2), x3 = world_buffer(&w, 0, N, 3);
@@ -549,6 +565,7 @@ SCENARIO(graph_input_swaps, 2) {
 
 /* Eager work queued before a replay runs first; eager work right after runs after. */
 SCENARIO(graph_between_eager_work, 2) {
+  needs_general_graph(b);
   world_t w;
   world_open_on(&w, b, 2);
   enum { M = 64 * N };
@@ -593,10 +610,13 @@ SCENARIO(graph_long_chain_replayed_without_waiting, 1) {
   world_close(&w);
 }
 
-/* A scenario about the HCQ graph's own machinery (SPEC 5): CUDA devices run the CUDA graph. */
+/* A scenario about the HCQ graph's own machinery (SPEC 5): CUDA devices run the CUDA graph, Metal
+ * devices the Metal graph. */
 static void needs_hcq_graph(const test_backend_t *b, const char *what) {
   if (!strcmp(b->kind, "CUDA")) cr_skip_test("CUDA devices run the CUDA graph (SPEC 6), which has no %s", what);
+  if (!strcmp(b->kind, "METAL")) cr_skip_test("Metal devices run the Metal graph (SPEC 7), which has no %s", what);
 }
+
 
 /* The kickoff value restarts before it outgrows its 32-bit payload (SPEC 5 step 7). */
 SCENARIO(graph_kickoff_value_wraps, 2) {
@@ -658,8 +678,10 @@ static size_t replay_patch_writes(const test_backend_t *b, int nitems, bool swap
   return writes;
 }
 
-/* The CUDA graph's counterpart: a replay sets parameters only for the nodes that changed. */
-static void cuda_replay_sets_only_what_changed(const test_backend_t *b) {
+/* The CUDA and Metal graphs' counterpart: a replay sets parameters only for the nodes (ICB commands)
+ * that changed. want: per run, the driver calls (CUDA: node parameter sets; Metal: ICB calls, where a
+ * value is a memory write and each of the two ICB slots holds its own bindings). */
+static void replay_sets_only_what_changed(const test_backend_t *b, const uint64_t want[6]) {
   world_t w;
   world_open_on(&w, b, 1);
   int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2), acc = world_buffer(&w, 0, N, 3);
@@ -675,8 +697,9 @@ static void cuda_replay_sets_only_what_changed(const test_backend_t *b) {
     int64_t k;
     bool swap;
     uint64_t updates;
-  } runs[] = {{3, false, 0}, {3, false, 0}, {4, false, 1}, {4, true, 1}, {5, false, 1}, {5, false, 0}};
+  } runs[] = {{3, false, 0}, {3, false, 0}, {4, false, 0}, {4, true, 0}, {5, false, 0}, {5, false, 0}};
   for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+    runs[r].updates = want[r];
     hcq_var_value_t v[] = {{k, runs[r].k}};
     world_replay(&w, g, items, ITEMS, inputs, runs[r].swap ? swaps : NULL, 1, v, 1, true, "replay");
     hcq_graph_stats_t stats;
@@ -692,7 +715,12 @@ static void cuda_replay_sets_only_what_changed(const test_backend_t *b) {
 
 SCENARIO(graph_replay_patches_only_what_changed, 1) {
   if (!strcmp(b->kind, "CUDA")) {
-    cuda_replay_sets_only_what_changed(b);
+    replay_sets_only_what_changed(b, (const uint64_t[6]){0, 0, 1, 1, 1, 0});
+    return;
+  }
+  if (!strcmp(b->kind, "METAL")) {
+    cr_assert_eq(hcq__options()->graph_inflight, 2);
+    replay_sets_only_what_changed(b, (const uint64_t[6]){0, 0, 0, 1, 0, 1});
     return;
   }
   hcq__vk_counters_t c1 = {0}, c2 = {0}, c3 = {0};
@@ -740,7 +768,10 @@ SCENARIO(graph_profile_timestamps, 2) {
 
 /* Random graphs over 1-4 devices: kernels with constant and symbolic operands, transfers, views,
  * input swaps, replayed with new values and compared with eager execution. */
-SCENARIO(graph_randomized, 4) { world_graph_fuzz(b, 20261130, 8, 4); }
+SCENARIO(graph_randomized, 4) {
+  needs_general_graph(b);
+  world_graph_fuzz(b, 20261130, 8, 4);
+}
 
 /* Captured eager work replays as graphs (the JIT) with new inputs, equal to eager execution. */
 SCENARIO(jit_capture_replays_equal_eager, 2) {

@@ -88,10 +88,44 @@ const char *const test_kernels_cuda =
     "  out[g] += (int)(blockDim.x * blockDim.y * blockDim.z);\n"
     "}\n";
 
+/* The same in Metal Shading Language (SPEC 7's ABI). The Metal stand-in (tests/fake_metal) runs host
+ * twins of these, line for line. */
+const char *const test_kernels_msl =
+    "#include <metal_stdlib>\n"
+    "using namespace metal;\n"
+    "#define ARGS uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]], \\\n"
+    "  uint3 ntg [[threadgroups_per_grid]], uint3 ntid [[threads_per_threadgroup]]\n"
+    "#define I ((ulong)tg.x * ntid.x + tid.x)\n"
+    "#define ROW0 (tid.y == 0 && tid.z == 0)\n"
+    "kernel void add_scalar(device int *out [[buffer(0)]], device const int *a [[buffer(1)]],\n"
+    "                       constant int *v [[buffer(2)]], ARGS) {\n"
+    "  if (ROW0 && I < (ulong)(long)v[1]) out[I] = a[I] + v[0];\n"
+    "}\n"
+    "kernel void mul_add(device uint *x [[buffer(0)]], constant int *v [[buffer(1)]], ARGS) {\n"
+    "  if (ROW0 && I < (ulong)(long)v[2]) x[I] = x[I] * (uint)v[0] + (uint)v[1];\n"
+    "}\n"
+    "kernel void add2(device int *out [[buffer(0)]], device const int *x [[buffer(1)]], device const int *y [[buffer(2)]],\n"
+    "                 constant int *v [[buffer(3)]], ARGS) {\n"
+    "  if (ROW0 && I < (ulong)(long)v[0]) out[I] = x[I] + y[I];\n"
+    "}\n"
+    "kernel void fill(device int *out [[buffer(0)]], constant int *v [[buffer(1)]], ARGS) {\n"
+    "  if (ROW0 && I < (ulong)(long)v[1]) out[I] = v[0];\n"
+    "}\n"
+    "kernel void mix(device uint *out [[buffer(0)]], device const uint *x [[buffer(1)]], device const uint *y [[buffer(2)]],\n"
+    "                constant int *v [[buffer(3)]], ARGS) {\n"
+    "  if (ROW0 && I < (ulong)(long)v[2]) out[I] = x[I] * (uint)v[0] + y[I] + (uint)v[1];\n"
+    "}\n"
+    "kernel void record_groups(device int *out [[buffer(0)]], constant int *v [[buffer(1)]], ARGS) {\n"
+    "  if (tid.x || tid.y || tid.z) return;\n"
+    "  uint g = (tg.z * ntg.y + tg.y) * ntg.x + tg.x;\n"
+    "  out[g] += (int)(ntid.x * ntid.y * ntid.z);\n"
+    "}\n";
+
 const test_backend_t test_backends[] = {
     {"CPU", &test_kernels_source},
     {"VULKAN", &test_kernels_glsl},
     {"CUDA", &test_kernels_cuda},
+    {"METAL", &test_kernels_msl},
 };
 const size_t test_backend_count = sizeof(test_backends) / sizeof(test_backends[0]);
 

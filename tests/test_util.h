@@ -50,6 +50,8 @@ extern const char *const test_kernels_source;
 extern const char *const test_kernels_glsl;
 /* The same kernels in CUDA C for CUDA devices (extern "C" __global__, SPEC 2). */
 extern const char *const test_kernels_cuda;
+/* The same kernels in Metal Shading Language for Metal devices (SPEC 7). */
+extern const char *const test_kernels_msl;
 
 /* The backends the conformance suite runs on: one entry per device kind, with its kernel sources
  * (the kernels above, in the backend's language). A backend whose kernels are NULL, or whose

@@ -153,8 +153,10 @@ hcq_graph_t *world_graph(world_t *w, world_item_t *items, int n, const int *inpu
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(its, (size_t)n, ins, (size_t)ninputs, vals, nvals, &opts, &g));
   free(its);
-  /* CUDA devices run the CUDA graph (SPEC 6), every other kind the HCQ graph. */
-  cr_assert_str_eq(hcq_graph_kind(g), hcq_device_kind(w->devs[0]) == HCQ_DEVICE_CUDA ? "cuda" : "hcq");
+  /* CUDA devices run the CUDA graph (SPEC 6), Metal ones the Metal graph (SPEC 7), every other kind
+   * the HCQ graph. */
+  hcq_device_kind_t kind = hcq_device_kind(w->devs[0]);
+  cr_assert_str_eq(hcq_graph_kind(g), kind == HCQ_DEVICE_CUDA ? "cuda" : kind == HCQ_DEVICE_METAL ? "metal" : "hcq");
   return g;
 }
 

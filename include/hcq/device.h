@@ -69,6 +69,7 @@ enum {
   HCQ_CAP_COPIES_HOST_MEMORY = 1u << 6, /* its copy queue reads and writes ordinary host memory (HOST_MEMORY
                                            devices' buffers) and sets their signals, but cannot wait on them */
   HCQ_CAP_COMPILE_GLSL = 1u << 8,    /* compiles GLSL compute / loads SPIR-V (Vulkan, hcq/vulkan.h) */
+  HCQ_CAP_COMPILE_METAL = 1u << 9,   /* compiles Metal Shading Language (Metal, docs/metal.md) */
 };
 
 /* Signal values above this make the timeline wrap onto its shadow signal (32-bit payloads). */

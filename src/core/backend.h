@@ -23,6 +23,11 @@ typedef struct hcq__backend {
   /* The kind's own graph runner (SPEC 6, 7), which holds devices of this backend only; NULL: its
    * devices run the HCQ graph (SPEC 5). On success the runner moves into the graph. */
   hcq_status_t (*graph_create)(struct hcq__runner *runner, bool profile, unsigned inflight, struct hcq_graph **out);
+  /* The kind's own runner holds kernel items only (the Metal graph): the JIT leaves its transfers
+   * eager. */
+  bool graph_kernels_only;
+  /* ... and spans one device: the JIT batches each device's items apart. */
+  bool graph_one_device;
 } hcq__backend_t;
 
 /* The row of kind; NULL for a kind no row serves (kinds are public enum values). */

@@ -69,56 +69,9 @@ static void copy_params(cuda_node_t *n, const hcq__plan_values_t *v) {
 /* ---- build ---- */
 
 static hcq_status_t build_plan(cuda_graph_t *g) {
-  hcq__runner_t *r = &g->base.runner;
-  size_t nargs = 0;
-  for (size_t j = 0; j < r->nitems; j++)
-    nargs += r->items[j].kind == HCQ_ITEM_KERNEL ? r->items[j].kernel.nbufs : 2;
-  hcq__plan_item_t *items = calloc(r->nitems, sizeof(*items));
-  uint32_t *arg_input = malloc((nargs + 1) * sizeof(uint32_t));
-  uint64_t *addrs = malloc((nargs + 1) * sizeof(uint64_t));
-  const uint64_t **fixed = calloc(r->nitems, sizeof(*fixed));
-  uint64_t *inputs = calloc(r->ninputs + 1, sizeof(uint64_t));
-  g->input_addrs = calloc(r->ninputs + 1, sizeof(uint64_t));
-  hcq_status_t st = NULL;
-  if (!items || !arg_input || !addrs || !fixed || !inputs || !g->input_addrs) st = oom();
-  size_t at = 0;
-  for (size_t j = 0; j < r->nitems && !st; j++) {
-    const hcq_exec_item_t *it = &r->items[j];
-    hcq__item_access_t acc;
-    hcq__item_access(it, &acc);
-    for (size_t i = 0; i < acc.n; i++) {
-      arg_input[at + i] = HCQ__PLAN_NO_INPUT;
-      addrs[at + i] = acc.bufs[i]->addr;
-    }
-    items[j].nargs = acc.n;
-    items[j].arg_input = arg_input + at;
-    fixed[j] = addrs + at;
-    if (it->kind == HCQ_ITEM_KERNEL) {
-      items[j].nvals = it->kernel.nvals;
-      items[j].vals = it->kernel.vals;
-      items[j].global = it->kernel.global;
-      items[j].local = it->kernel.local;
-    }
-    at += acc.n;
-  }
-  if (!st) {
-    /* Slots are in item order; each names (item, argument, input). */
-    size_t first_arg = 0, item = 0;
-    for (size_t s = 0; s < r->slots.len; s++) {
-      const hcq__input_slot_t *slot = &r->slots.data[s];
-      while (item < slot->item) first_arg += items[item++].nargs;
-      arg_input[first_arg + slot->arg] = slot->input;
-    }
-    for (size_t k = 0; k < r->ninputs; k++) inputs[k] = r->build_inputs[k]->addr;
-    st = hcq__update_plan_create(items, r->nitems, fixed, inputs, r->ninputs, (const hcq_expr_t *const *)r->vars.data,
-                                 r->values, r->vars.len, &g->plan);
-  }
-  free(items);
-  free(arg_input);
-  free(addrs);
-  free((void *)fixed);
-  free(inputs);
-  return st;
+  g->input_addrs = calloc(g->base.runner.ninputs + 1, sizeof(uint64_t));
+  if (!g->input_addrs) return oom();
+  return hcq__update_plan_for_runner(&g->base.runner, &g->plan);
 }
 
 static hcq_status_t add_node(cuda_graph_t *g, uint32_t j, const hcq_CUgraphNode *deps, size_t ndeps) {

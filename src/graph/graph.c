@@ -148,6 +148,11 @@ uintptr_t hcq__graph_class(const hcq_device_t *dev) {
   if (!b) return 0;
   /* Devices of one runner share graphs; the HCQ graph's host-memory devices (CPU) stay apart from
    * each of its GPU kinds (a CPU engine reads addresses as host pointers). */
-  if (b->graph_create) return (uintptr_t)b;
+  if (b->graph_create) return b->graph_one_device ? (uintptr_t)dev : (uintptr_t)b;
   return dev->caps & HCQ_CAP_HOST_MEMORY ? 1 : (uintptr_t)b;
+}
+
+bool hcq__graph_holds_transfers(const hcq_device_t *dev) {
+  const hcq__backend_t *b = hcq__backend(dev->kind);
+  return b && !b->graph_kernels_only;
 }

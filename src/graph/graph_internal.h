@@ -45,8 +45,10 @@ bool hcq__graph_validates_writes(const hcq_graph_t *g);
 hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
 
 /* Which graph can hold work on dev: devices with equal non-zero classes can share one graph (each
- * runner spans devices of its kind; the HCQ graph keeps host-memory devices apart from GPU ones);
+ * runner spans devices of its kind, or just one; the HCQ graph keeps host-memory devices apart from GPU ones);
  * 0 for a device no graph runner serves. The JIT closes a batch where the class changes. */
 uintptr_t hcq__graph_class(const hcq_device_t *dev);
+/* Whether the graph of dev's class holds transfers (the Metal graph holds kernels only). */
+bool hcq__graph_holds_transfers(const hcq_device_t *dev);
 
 #endif

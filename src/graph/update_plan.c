@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/vec.h"
+#include "graph/runner.h"
 
 typedef struct plan_item {
   uint32_t nargs, nvals;
@@ -364,3 +365,57 @@ void hcq__update_plan_abort(hcq__update_plan_t *p) {
 size_t hcq__update_plan_updatable_count(const hcq__update_plan_t *p) { return p->nupdatable; }
 
 size_t hcq__update_plan_evaluated_count(const hcq__update_plan_t *p) { return p->dirty.len; }
+
+/* ---- from a graph runner ---- */
+
+hcq_status_t hcq__update_plan_for_runner(const hcq__runner_t *r, hcq__update_plan_t **out) {
+  size_t nargs = 0;
+  for (size_t j = 0; j < r->nitems; j++)
+    nargs += r->items[j].kind == HCQ_ITEM_KERNEL ? r->items[j].kernel.nbufs : 2;
+  hcq__plan_item_t *items = calloc(r->nitems, sizeof(*items));
+  uint32_t *arg_input = malloc((nargs + 1) * sizeof(uint32_t));
+  uint64_t *addrs = malloc((nargs + 1) * sizeof(uint64_t));
+  const uint64_t **fixed = calloc(r->nitems, sizeof(*fixed));
+  uint64_t *inputs = calloc(r->ninputs + 1, sizeof(uint64_t));
+  hcq_status_t st = NULL;
+  if (!items || !arg_input || !addrs || !fixed || !inputs)
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory planning the updates of %s", r->label);
+  size_t at = 0;
+  for (size_t j = 0; j < r->nitems && !st; j++) {
+    const hcq_exec_item_t *it = &r->items[j];
+    hcq__item_access_t acc;
+    hcq__item_access(it, &acc);
+    for (size_t i = 0; i < acc.n; i++) {
+      arg_input[at + i] = HCQ__PLAN_NO_INPUT;
+      addrs[at + i] = acc.bufs[i]->addr;
+    }
+    items[j].nargs = acc.n;
+    items[j].arg_input = arg_input + at;
+    fixed[j] = addrs + at;
+    if (it->kind == HCQ_ITEM_KERNEL) {
+      items[j].nvals = it->kernel.nvals;
+      items[j].vals = it->kernel.vals;
+      items[j].global = it->kernel.global;
+      items[j].local = it->kernel.local;
+    }
+    at += acc.n;
+  }
+  if (!st) {
+    /* Slots are in item order; each names (item, argument, input). */
+    size_t first_arg = 0, item = 0;
+    for (size_t s = 0; s < r->slots.len; s++) {
+      const hcq__input_slot_t *slot = &r->slots.data[s];
+      while (item < slot->item) first_arg += items[item++].nargs;
+      arg_input[first_arg + slot->arg] = slot->input;
+    }
+    for (size_t k = 0; k < r->ninputs; k++) inputs[k] = r->build_inputs[k]->addr;
+    st = hcq__update_plan_create(items, r->nitems, fixed, inputs, r->ninputs, (const hcq_expr_t *const *)r->vars.data,
+                                 r->values, r->vars.len, out);
+  }
+  free(items);
+  free(arg_input);
+  free(addrs);
+  free((void *)fixed);
+  free(inputs);
+  return st;
+}

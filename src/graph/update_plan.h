@@ -73,4 +73,10 @@ size_t hcq__update_plan_updatable_count(const hcq__update_plan_t *plan);
 /* Items the last prepare evaluated (tests check that the work follows what changed). */
 size_t hcq__update_plan_evaluated_count(const hcq__update_plan_t *plan);
 
+/* The plan of a graph runner's items (kernels and transfers, input slots, variables) as instantiated
+ * with its build inputs and initial values: what every graph runner that patches an instantiated
+ * graph (the CUDA graph, the Metal graph) starts from. */
+struct hcq__runner;
+hcq_status_t hcq__update_plan_for_runner(const struct hcq__runner *r, hcq__update_plan_t **out);
+
 #endif

@@ -285,6 +285,10 @@ static uintptr_t item_graph_kind(const hcq_exec_item_t *it, const char **why) {
     if (!k) *why = "its device has no graph runner";
     return k;
   }
+  if (!hcq__graph_holds_transfers(it->transfer.src->dev)) {
+    *why = "the graph of its device kind holds kernels only";
+    return 0;
+  }
   uintptr_t k = graph_kind_of(it->transfer.src->dev);
   if (!k || graph_kind_of(it->transfer.dst->dev) != k) {
     *why = "a transfer is graphable only when both ends are devices of the graph's kind";
