@@ -19,16 +19,16 @@
  */
 #include <math.h>
 
+
 typedef float v16 __attribute__((vector_size(64)));
+/* The same vector at any float's address: loads and stores of 16 floats (GCC gives vector types
+ * the alias set of their elements). Macros, not functions: a 64-byte vector passed by value would
+ * raise GCC's ABI note for targets without AVX-512. */
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+#define ld(p) (*(const v16u *)(const void *)(p))
+#define st(p, v) (*(v16u *)(void *)(p) = (v))
 
 #define AI static inline __attribute__((always_inline))
-
-AI v16 ld(const float *p) {
-  v16 v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-AI void st(float *p, v16 v) { __builtin_memcpy(p, &v, sizeof(v)); }
 
 /* out[r][0..64) = bias + a_r . wt[.][0..64) for 4 rows a0..a3 (rows past the real ones repeat a0;
  * only nout rows are stored). */
@@ -82,9 +82,9 @@ AI void linear_block(float *out, int ldo, const float *in, int rows, const float
     }
 }
 
-AI float hsum(v16 v) {
-  float t[16];
-  st(t, v);
+/* The sum of 16 floats, in a fixed order. */
+#define hsum(v) ({ float t_[16]; st(t_, (v)); hsum16(t_); })
+AI float hsum16(const float *t) {
   float s[8];
   for (int i = 0; i < 8; i++) s[i] = t[i] + t[i + 8];
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
@@ -238,8 +238,10 @@ LINEAR_LN(mlm_down_ln, INTER)
 
 /* bufs: ctx (n x HIDDEN), qkv, kt; vals: n. Grid: HEADS x ceil(n / QB).
  * ctx[t][head] = softmax_s(q_t . k_s / sqrt(HEAD_DIM)) . v_s over the n tokens s: the padding mask
- * is the bound n, keys past it never count. Scores run 16 keys a vector along kt's rows; the
- * slots past n (up to a multiple of 16, kt is MAXLEN wide) are computed and then dropped. */
+ * is the bound n, keys past it never count. Queries go four at a time (four independent sums per
+ * loaded key vector); scores run 16 keys a vector along kt's rows, the slots past n (up to a
+ * multiple of 16: kt is MAXLEN wide) computed and then dropped. A block's last queries repeat its
+ * last real one and are not stored. */
 AI void mlm_attn_body(KARGS) {
   float *ctx = b[0];
   const float *qkv = b[1], *kt = b[2];
@@ -247,31 +249,46 @@ AI void mlm_attn_body(KARGS) {
   int n16 = (n + 15) / 16;
   const float scale = 1.0f / sqrtf((float)HEAD_DIM);
   const float *kth = kt + (size_t)h * HEAD_DIM * MAXLEN, *V = qkv + 2 * HIDDEN + h * HEAD_DIM;
-  float p[MAXLEN];
-  for (int t = t0; t < t1; t++) {
-    const float *q = qkv + (size_t)t * 3 * HIDDEN + h * HEAD_DIM;
+  float p[4][MAXLEN];
+  for (int t = t0; t < t1; t += 4) {
+    const float *q[4];
+    for (int r = 0; r < 4; r++) q[r] = qkv + (size_t)(t + r < t1 ? t + r : t1 - 1) * 3 * HIDDEN + h * HEAD_DIM;
     for (int c = 0; c < n16; c++) {
-      v16 d = {0};
-      for (int i = 0; i < HEAD_DIM; i++) d += q[i] * ld(kth + (size_t)i * MAXLEN + 16 * c);
-      st(p + 16 * c, d * scale);
+      v16 d0 = {0}, d1 = {0}, d2 = {0}, d3 = {0}, e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+      for (int i = 0; i < HEAD_DIM; i += 2) {
+        v16 k0 = ld(kth + (size_t)i * MAXLEN + 16 * c), k1 = ld(kth + (size_t)(i + 1) * MAXLEN + 16 * c);
+        d0 += q[0][i] * k0, d1 += q[1][i] * k0, d2 += q[2][i] * k0, d3 += q[3][i] * k0;
+        e0 += q[0][i + 1] * k1, e1 += q[1][i + 1] * k1, e2 += q[2][i + 1] * k1, e3 += q[3][i + 1] * k1;
+      }
+      st(p[0] + 16 * c, (d0 + e0) * scale), st(p[1] + 16 * c, (d1 + e1) * scale);
+      st(p[2] + 16 * c, (d2 + e2) * scale), st(p[3] + 16 * c, (d3 + e3) * scale);
     }
-    float m = -INFINITY;
-    for (int s = 0; s < n; s++) m = p[s] > m ? p[s] : m;
-    for (int s = n; s < 16 * n16; s++) p[s] = -INFINITY;
-    v16 sumv = {0};
-    for (int c = 0; c < n16; c++) {
-      float e[16];
-      for (int j = 0; j < 16; j++) e[j] = exp_neg(p[16 * c + j] - m);
-      for (int j = 0; j < 16; j++) p[16 * c + j] = e[j];
-      sumv += ld(e);
+    float inv[4];
+    for (int r = 0; r < 4; r++) {
+      float m = -INFINITY, *pr = p[r];
+      for (int s = 0; s < n; s++) m = pr[s] > m ? pr[s] : m;
+      for (int s = n; s < 16 * n16; s++) pr[s] = -INFINITY;
+      v16 sumv = {0};
+      for (int c = 0; c < n16; c++) {
+        float e[16];
+        for (int j = 0; j < 16; j++) e[j] = exp_neg(pr[16 * c + j] - m);
+        st(pr + 16 * c, ld(e));
+        sumv += ld(e);
+      }
+      inv[r] = 1.0f / hsum(sumv);
     }
-    v16 a0 = {0}, a1 = {0};
+    v16 a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
     for (int s = 0; s < n; s++) {
       const float *vs = V + (size_t)s * 3 * HIDDEN;
-      a0 += p[s] * ld(vs), a1 += p[s] * ld(vs + 16);
+      v16 v0 = ld(vs), v1 = ld(vs + 16);
+      a00 += p[0][s] * v0, a01 += p[0][s] * v1, a10 += p[1][s] * v0, a11 += p[1][s] * v1;
+      a20 += p[2][s] * v0, a21 += p[2][s] * v1, a30 += p[3][s] * v0, a31 += p[3][s] * v1;
     }
-    float inv = 1.0f / hsum(sumv), *o = ctx + (size_t)t * HIDDEN + h * HEAD_DIM;
-    st(o, a0 * inv), st(o + 16, a1 * inv);
+    v16 acc[4][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
+    for (int r = 0; r < 4 && t + r < t1; r++) {
+      float *o = ctx + (size_t)(t + r) * HIDDEN + h * HEAD_DIM;
+      st(o, acc[r][0] * inv[r]), st(o + 16, acc[r][1] * inv[r]);
+    }
   }
 }
 DISPATCH(mlm_attn)
