@@ -20,8 +20,9 @@ extern const char minilm_kernels_source[], minilm_kernels_glsl_source[], minilm_
 /* CPU tiles (kernels.c): RB rows x CB columns per matrix-product group, EMB_ROWS rows per embedding
  * group, QB queries per attention group. */
 enum { RB = 16, CB = 64, EMB_ROWS = 16, QB = 16, MAX_ITEM_BUFS = 8 };
-/* GPU kernels (kernels.glsl, kernels.cu): TILE x TILE output tiles of GROUP threads. */
-enum { GPU_TILE = 16, GPU_GROUP = 256 };
+/* GPU kernels (kernels.glsl, kernels.cu): COLS threads a group along a row of a matrix product,
+ * GROUP threads per row of the row kernels. */
+enum { GPU_COLS = 64, GPU_GROUP = 128 };
 
 #define KERNELS(X)                                                                                    \
   X(EMBED, "mlm_embed") X(QKV, "mlm_qkv") X(ATTN, "mlm_attn") X(PROJ_LN, "mlm_proj_ln") X(FFN_UP, "mlm_ffn_up") \
@@ -89,9 +90,9 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
   int n = snprintf(defines, sizeof(defines),
                    "#define HIDDEN %d\n#define HEADS %d\n#define HEAD_DIM %d\n#define INTER %d\n#define VOCAB %d\n"
                    "#define MAXLEN %d\n#define LN_EPS %.9gf\n#define RB %d\n#define CB %d\n#define EMB_ROWS %d\n"
-                   "#define QB %d\n#define TILE %d\n#define GROUP %d\n",
+                   "#define QB %d\n#define COLS %d\n#define GROUP %d\n",
                    c->hidden, c->heads, c->hidden / c->heads, c->intermediate, c->vocab_size, m->maxlen,
-                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_TILE, GPU_GROUP);
+                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP);
   const char *body = m->kind == HCQ_DEVICE_VULKAN ? minilm_kernels_glsl_source
                      : m->kind == HCQ_DEVICE_CUDA ? minilm_kernels_cuda_source
                                                   : minilm_kernels_source;
@@ -165,7 +166,7 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
 }
 
 /* ceil(n / 16): the row blocks of every tiled kernel (all tiles are 16 rows). */
-_Static_assert(RB == 16 && EMB_ROWS == 16 && QB == 16 && GPU_TILE == 16, "one block expression for all tiles");
+_Static_assert(RB == 16 && EMB_ROWS == 16 && QB == 16, "one block expression for all tiles");
 static hcq_operand_t ceil_n(minilm_encoder_t *m, int d) {
   (void)d;
   return hcq_sym(m->blocks);
@@ -195,16 +196,15 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
     }
     return g;
   }
-  /* GPUs: thread per output element in GPU_TILE x GPU_TILE tiles (matrix products), per row for
-   * the row-wise kernels. */
+  /* GPUs: a thread per output element of the matrix products, a group per row (and per head of
+   * attention) for the others. */
+  hcq_operand_t rows = hcq_sym(m->n);
   switch (k) {
-    case K_EMBED: g.grid[0] = hcq_sym(m->n), g.local = GPU_GROUP; break;
-    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / GPU_TILE), g.grid[1] = ceil_n(m, GPU_TILE), g.local = GPU_TILE * GPU_TILE; break;
-    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / GPU_TILE), g.grid[1] = ceil_n(m, GPU_TILE), g.local = GPU_TILE * GPU_TILE; break;
-    case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = hcq_sym(m->n), g.local = (uint32_t)(c->hidden / c->heads); break;
-    case K_PROJ_LN:
-    case K_DOWN_LN: g.grid[0] = hcq_sym(m->n), g.local = GPU_GROUP; break;
-    default: g.local = GPU_GROUP; break;
+    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS; break;
+    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS; break;
+    case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows, g.local = (uint32_t)(c->hidden / c->heads); break;
+    case K_POOL: g.local = GPU_GROUP; break;
+    default: g.grid[0] = rows, g.local = GPU_GROUP; break; /* embedding, the LayerNorm products */
   }
   return g;
 }
