@@ -86,13 +86,15 @@ static void transpose(float *dst, size_t ld, const float *w, size_t out, size_t 
 
 static hcq_status_t make_programs(minilm_encoder_t *m) {
   const minilm_config_t *c = &m->c;
-  char defines[640];
+  char defines[700];
+  uint32_t eps_bits;
+  memcpy(&eps_bits, &c->ln_eps, 4);
   int n = snprintf(defines, sizeof(defines),
                    "#define HIDDEN %d\n#define HEADS %d\n#define HEAD_DIM %d\n#define INTER %d\n#define VOCAB %d\n"
                    "#define MAXLEN %d\n#define LN_EPS %.9gf\n#define RB %d\n#define CB %d\n#define EMB_ROWS %d\n"
-                   "#define QB %d\n#define COLS %d\n#define GROUP %d\n",
+                   "#define QB %d\n#define COLS %d\n#define GROUP %d\n#define LN_EPS_BITS %u\n",
                    c->hidden, c->heads, c->hidden / c->heads, c->intermediate, c->vocab_size, m->maxlen,
-                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP);
+                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP, eps_bits);
   const char *body = m->kind == HCQ_DEVICE_VULKAN ? minilm_kernels_glsl_source
                      : m->kind == HCQ_DEVICE_CUDA ? minilm_kernels_cuda_source
                                                   : minilm_kernels_source;
