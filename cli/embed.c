@@ -230,10 +230,16 @@ static int embed_texts(const embed_args_t *a, minilm_encoder_t *enc, const minil
     }
     if (n > 1) {
       printf("cosine similarity:\n%6s", "");
-      for (int j = 0; j < n; j++) printf(" [%d]%*s", j + 1, j + 1 < 10 ? 3 : 2, "");
+      for (int j = 0; j < n; j++) {
+        char label[16];
+        snprintf(label, sizeof(label), "[%d]", j + 1);
+        printf(" %6s", label);
+      }
       printf("\n");
       for (int i = 0; i < n; i++) {
-        printf("  [%d]%s", i + 1, i + 1 < 10 ? " " : "");
+        char label[16];
+        snprintf(label, sizeof(label), "[%d]", i + 1);
+        printf("%6s", label);
         for (int j = 0; j < n; j++) {
           double d = 0;
           for (int k = 0; k < h; k++) d += (double)emb[(size_t)i * (size_t)h + (size_t)k] * emb[(size_t)j * (size_t)h + (size_t)k];

@@ -9,8 +9,10 @@
  * with wt [K][N] row-major (transposed on upload), so a tile of 4 rows x 64 columns is 16 vector
  * accumulators updated by one broadcast of in[t][k] and four 16-float loads of wt's row k. A
  * work-group's CB columns of wt (K x 64 floats: 96 KB for K = 384) stay in the core's L2 while its
- * RB rows go through them. The tile is compiled three times, for AVX-512, AVX2+FMA and the
- * baseline, and the best the CPU has runs (the kernels are built with the default -O2, no -march).
+ * RB rows go through them. Every kernel is compiled three times, for AVX-512, AVX2+FMA and the
+ * baseline, and the best the CPU has runs, whatever -march HCQ_CFLAGS gives. The clones are tuned
+ * generically: -march=native's znver4 tuning folds the weight loads into the multiply-adds (four
+ * loads where one would do), which halves the tile's speed.
  *
  * Work-items: the device shares a launch between its threads when it has at least
  * HCQ_CPU_MIN_PARALLEL work-items; the encoder sets each launch's group size to its group's
@@ -18,6 +20,10 @@
  * rows in a fixed order, so eager queries and replays give identical bits.
  */
 #include <math.h>
+
+/* hcq compiles CPU kernels with -ffp-contract=off by default (HCQ_CFLAGS): these kernels want
+ * a * b + c fused, twice the multiply-add rate and one rounding instead of two. */
+#pragma GCC optimize("fp-contract=fast")
 
 
 typedef float v16 __attribute__((vector_size(64)));
@@ -155,8 +161,8 @@ static int simd_level(void) {
 #define KARGS void *const *b, const int32_t *v, const hcq_launch_t *l
 #if defined(__x86_64__)
 #define DISPATCH(name)                                                                  \
-  __attribute__((target("avx512f,fma"))) static void name##_512(KARGS) { name##_body(b, v, l); } \
-  __attribute__((target("avx2,fma"))) static void name##_256(KARGS) { name##_body(b, v, l); }    \
+  __attribute__((target("avx512f,fma,tune=generic"))) static void name##_512(KARGS) { name##_body(b, v, l); } \
+  __attribute__((target("avx2,fma,tune=generic"))) static void name##_256(KARGS) { name##_body(b, v, l); }    \
   static void name##_base(KARGS) { name##_body(b, v, l); }                              \
   void name(KARGS) {                                                                    \
     int lv = simd_level();                                                              \
