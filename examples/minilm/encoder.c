@@ -47,7 +47,7 @@ enum { W_QKV, B_QKV, W_O, B_O, LN1_W, LN1_B, W_I, B_I, W_D, B_D, LN2_W, LN2_B, L
 typedef struct item_args {
   hcq_buffer_t *bufs[MAX_ITEM_BUFS];
   uint32_t outs[2];
-  hcq_operand_t vals[1];
+  hcq_operand_t vals[2];
 } item_args_t;
 
 struct minilm_encoder {
@@ -60,6 +60,10 @@ struct minilm_encoder {
   hcq_buffer_t *word, *pos, *type, *emb_ln_w, *emb_ln_b;
   hcq_buffer_t *ids, *x, *qkv, *kt, *ctx, *inter, *out;
   hcq_expr_t *n, *blocks; /* n and ceil(n / 16) */
+  /* CPU LayerNorm products: rows per group, min(16, max(4, ceil(n / 2) rounded up to 4)), so that
+   * from 8 tokens on there are two groups at least (the device's two threads on two cores), and
+   * their groups ceil(n / ln_rows). */
+  hcq_expr_t *ln_rows, *ln_groups;
   hcq_exec_item_t *items;
   item_args_t *args;
   size_t nitems;
@@ -82,6 +86,11 @@ static hcq_status_t upload(hcq_device_t *dev, const void *src, size_t bytes, con
 static void transpose(float *dst, size_t ld, const float *w, size_t out, size_t in) {
   for (size_t o = 0; o < out; o++)
     for (size_t i = 0; i < in; i++) dst[i * ld + o] = w[o * in + i];
+}
+
+/* The CPU's LayerNorm products also take their rows per group (m->ln_rows). */
+static size_t nvals(const minilm_encoder_t *m, int k) {
+  return m->kind == HCQ_DEVICE_CPU && (k == K_PROJ_LN || k == K_DOWN_LN) ? 2 : 1;
 }
 
 static hcq_status_t make_programs(minilm_encoder_t *m) {
@@ -108,7 +117,7 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
       snprintf(src, len, "%s%s%s%s%s", defines, per_entry ? "#define KERNEL_" : "", per_entry ? k_entries[k] : "",
                per_entry ? "\n" : "", body);
     st = hcq_program_create(m->dev, k_entries[k], src, &m->prog[k]);
-    if (!st) st = hcq_program_declare_args(m->prog[k], k_nbufs[k], 1);
+    if (!st) st = hcq_program_declare_args(m->prog[k], k_nbufs[k], nvals(m, k));
   }
   free(src);
   return st;
@@ -192,8 +201,8 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
       case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
       case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
       case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = ceil_n(m, QB), g.local = QB * 128; break;
-      case K_PROJ_LN: g.grid[0] = ceil_n(m, RB), g.local = RB * h * h / 64; break;
-      case K_DOWN_LN: g.grid[0] = ceil_n(m, RB), g.local = RB * h * in / 64; break;
+      case K_PROJ_LN: g.grid[0] = hcq_sym(m->ln_groups), g.local = RB * h * h / 64; break;
+      case K_DOWN_LN: g.grid[0] = hcq_sym(m->ln_groups), g.local = RB * h * in / 64; break;
       default: break; /* K_POOL: one group */
     }
     return g;
@@ -219,8 +228,9 @@ static void add_kernel(minilm_encoder_t *m, int k, hcq_buffer_t *const *bufs, si
   memcpy(a->bufs, bufs, nbufs * sizeof(*bufs));
   for (size_t i = 0; i < nouts; i++) a->outs[i] = (uint32_t)i;
   a->vals[0] = hcq_sym(m->n);
+  a->vals[1] = hcq_sym(m->ln_rows);
   it->kind = HCQ_ITEM_KERNEL;
-  it->kernel = (hcq_kernel_item_t){m->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, 1,
+  it->kernel = (hcq_kernel_item_t){m->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, nvals(m, k),
                                    {g.grid[0], g.grid[1], g.grid[2]}, {hcq_imm(g.local), hcq_imm(1), hcq_imm(1)}};
 }
 
@@ -231,6 +241,10 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
   m->blocks = hcq_expr_binary(HCQ_EXPR_FLOORDIV, sum, c16);
   hcq_expr_release(c15), hcq_expr_release(c16), hcq_expr_release(sum);
   if (!m->blocks) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+#define LN_ROWS "min(16, max(4, ((n + 1) // 2 + 3) // 4 * 4))"
+  TRY(hcq_expr_parse(LN_ROWS, (const hcq_expr_t *const[]){m->n}, 1, &m->ln_rows));
+  TRY(hcq_expr_parse("(n + " LN_ROWS " - 1) // " LN_ROWS, (const hcq_expr_t *const[]){m->n}, 1, &m->ln_groups));
+#undef LN_ROWS
   size_t cap = 2 + 5 * (size_t)c->layers;
   m->items = calloc(cap, sizeof(*m->items));
   m->args = calloc(cap, sizeof(*m->args));
@@ -297,6 +311,8 @@ hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
   free(m->items);
   free(m->args);
   hcq_expr_release(m->blocks);
+  hcq_expr_release(m->ln_rows);
+  hcq_expr_release(m->ln_groups);
   hcq_expr_release(m->n);
   for (int l = 0; l < m->c.layers; l++)
     for (int i = 0; i < LAYER_BUFS; i++) hcq_buffer_release(m->layer[l][i]);

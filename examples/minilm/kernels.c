@@ -221,7 +221,8 @@ AI void mlm_ffn_up_body(KARGS) {
 }
 DISPATCH(mlm_ffn_up)
 
-/* bufs: x, in, wt (K x HIDDEN), bias, ln w, ln b; vals: n. Grid: ceil(n / RB).
+/* bufs: x, in, wt (K x HIDDEN), bias, ln w, ln b; vals: n, rows per group (at most RB).
+ * Grid: ceil(n / rows).
  * x[t] = LayerNorm(x[t] + bias + in[t] . wt): the residual and the LayerNorm after the attention's
  * output projection (K = HIDDEN) and after the FFN's down projection (K = INTER), whole rows per
  * group. */
@@ -229,7 +230,8 @@ DISPATCH(mlm_ffn_up)
   AI void name##_body(KARGS) {                                                                                \
     float *x = b[0];                                                                                          \
     const float *in = b[1], *wt = b[2], *bias = b[3], *lw = b[4], *lb = b[5];                                  \
-    int n = v[0], t0 = (int)l->gid[0] * RB, t1 = t0 + RB < n ? t0 + RB : n;                                   \
+    int n = v[0], rows = v[1] < RB ? v[1] : RB, t0 = (int)l->gid[0] * rows;                                 \
+    int t1 = t0 + rows < n ? t0 + rows : n;                                                                   \
     float y[RB * HIDDEN];                                                                                     \
     linear_block(y, HIDDEN, in + (size_t)t0 * (K), t1 - t0, wt, HIDDEN, (K), bias, 0, HIDDEN);                 \
     for (int t = t0; t < t1; t++) {                                                                           \
