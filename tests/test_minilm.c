@@ -261,9 +261,9 @@ Test(minilm_tokenizer, bad_input) {
   FAILS(minilm_tokenize(t, "\xc0\xaf", 8, ids, &n), HCQ_INVALID_ARGUMENT, "not valid UTF-8");     /* overlong */
   minilm_tokenizer_free(t);
   minilm_tokenizer_options_t opt = {true, true, true};
-  FAILS(minilm_tokenizer_create("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\na\n", 30, &opt, &t), HCQ_INVALID_ARGUMENT,
-        "\"a\" appears twice", "line 6");
-  FAILS(minilm_tokenizer_create("[PAD]\n[UNK]\n[CLS]\n", 18, &opt, &t), HCQ_INVALID_ARGUMENT, "[SEP]");
+  const char *twice = "[PAD]\n[UNK]\n[CLS]\n[SEP]\na\na\n", *no_sep = "[PAD]\n[UNK]\n[CLS]\n";
+  FAILS(minilm_tokenizer_create(twice, strlen(twice), &opt, &t), HCQ_INVALID_ARGUMENT, "\"a\" appears twice", "line 6");
+  FAILS(minilm_tokenizer_create(no_sep, strlen(no_sep), &opt, &t), HCQ_INVALID_ARGUMENT, "[SEP]");
   FAILS(minilm_tokenizer_load("/nonexistent-minilm", &t), HCQ_NOT_FOUND, "/nonexistent-minilm/vocab.txt");
 }
 
