@@ -64,6 +64,11 @@ struct minilm_encoder {
    * from 8 tokens on there are two groups at least (the device's two threads on two cores), and
    * their groups ceil(n / ln_rows). */
   hcq_expr_t *ln_rows, *ln_groups;
+  /* CPU group size of attention: its groups' multiply-adds / 64 (min(n, 16) queries x n keys), so
+   * that a short query's attention, microseconds of work, stays on one thread. The products keep
+   * constant group sizes and so run on both threads even for one token: a short query is bound by
+   * reading the weights (42 MB a query), and two cores read them faster than one. */
+  hcq_expr_t *attn_local;
   hcq_exec_item_t *items;
   item_args_t *args;
   size_t nitems;
@@ -186,6 +191,7 @@ static hcq_operand_t ceil_n(minilm_encoder_t *m, int d) {
 typedef struct geometry {
   hcq_operand_t grid[3];
   uint32_t local;
+  const hcq_expr_t *local_sym; /* instead of local when set */
 } geometry_t;
 
 /* The launch geometry of kernel k, with the sources the one thing that differs by kind. CPU: a
@@ -194,13 +200,13 @@ typedef struct geometry {
 static geometry_t geometry(minilm_encoder_t *m, int k) {
   const minilm_config_t *c = &m->c;
   uint32_t h = (uint32_t)c->hidden, in = (uint32_t)c->intermediate;
-  geometry_t g = {{hcq_imm(1), hcq_imm(1), hcq_imm(1)}, 1};
+  geometry_t g = {{hcq_imm(1), hcq_imm(1), hcq_imm(1)}, 1, NULL};
   if (m->kind == HCQ_DEVICE_CPU) {
     switch (k) {
       case K_EMBED: g.grid[0] = ceil_n(m, EMB_ROWS), g.local = EMB_ROWS * h / 64; break;
       case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
       case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
-      case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = ceil_n(m, QB), g.local = QB * 128; break;
+      case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = ceil_n(m, QB), g.local_sym = m->attn_local; break;
       case K_PROJ_LN: g.grid[0] = hcq_sym(m->ln_groups), g.local = RB * h * h / 64; break;
       case K_DOWN_LN: g.grid[0] = hcq_sym(m->ln_groups), g.local = RB * h * in / 64; break;
       default: break; /* K_POOL: one group */
@@ -231,7 +237,7 @@ static void add_kernel(minilm_encoder_t *m, int k, hcq_buffer_t *const *bufs, si
   a->vals[1] = hcq_sym(m->ln_rows);
   it->kind = HCQ_ITEM_KERNEL;
   it->kernel = (hcq_kernel_item_t){m->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, nvals(m, k),
-                                   {g.grid[0], g.grid[1], g.grid[2]}, {hcq_imm(g.local), hcq_imm(1), hcq_imm(1)}};
+                                   {g.grid[0], g.grid[1], g.grid[2]}, {g.local_sym ? hcq_sym(g.local_sym) : hcq_imm(g.local), hcq_imm(1), hcq_imm(1)}};
 }
 
 static hcq_status_t make_items(minilm_encoder_t *m) {
@@ -245,6 +251,9 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
   TRY(hcq_expr_parse(LN_ROWS, (const hcq_expr_t *const[]){m->n}, 1, &m->ln_rows));
   TRY(hcq_expr_parse("(n + " LN_ROWS " - 1) // " LN_ROWS, (const hcq_expr_t *const[]){m->n}, 1, &m->ln_groups));
 #undef LN_ROWS
+  char text[96];
+  snprintf(text, sizeof(text), "min(n, %d) * n * %d // 32", QB, c->hidden / c->heads);
+  TRY(hcq_expr_parse(text, (const hcq_expr_t *const[]){m->n}, 1, &m->attn_local));
   size_t cap = 2 + 5 * (size_t)c->layers;
   m->items = calloc(cap, sizeof(*m->items));
   m->args = calloc(cap, sizeof(*m->args));
@@ -313,6 +322,7 @@ hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
   hcq_expr_release(m->blocks);
   hcq_expr_release(m->ln_rows);
   hcq_expr_release(m->ln_groups);
+  hcq_expr_release(m->attn_local);
   hcq_expr_release(m->n);
   for (int l = 0; l < m->c.layers; l++)
     for (int i = 0; i < LAYER_BUFS; i++) hcq_buffer_release(m->layer[l][i]);
