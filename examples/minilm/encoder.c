@@ -22,7 +22,7 @@ extern const char minilm_kernels_source[], minilm_kernels_glsl_source[], minilm_
 enum { RB = 16, CB = 64, EMB_ROWS = 16, QB = 16, MAX_ITEM_BUFS = 8 };
 /* GPU kernels (kernels.glsl, kernels.cu): COLS threads a group along a row of a matrix product,
  * GROUP threads per row of the row kernels. */
-enum { GPU_COLS = 64, GPU_GROUP = 128 };
+enum { GPU_COLS = 32, GPU_GROUP = 128 };
 
 #define KERNELS(X)                                                                                    \
   X(EMBED, "mlm_embed") X(QKV, "mlm_qkv") X(ATTN, "mlm_attn") X(PROJ_LN, "mlm_proj_ln") X(FFN_UP, "mlm_ffn_up") \
@@ -216,9 +216,11 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
   /* GPUs: a thread per output element of the matrix products, a group per row (and per head of
    * attention) for the others. */
   hcq_operand_t rows = hcq_sym(m->n);
+  int cols = m->kind == HCQ_DEVICE_VULKAN ? 4 : 1;
   switch (k) {
-    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS; break;
-    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS; break;
+    /* kernels.glsl: four columns an invocation (vec4 loads); kernels.cu: one. */
+    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / (GPU_COLS * cols)), g.grid[1] = rows, g.local = GPU_COLS; break;
+    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / (GPU_COLS * cols)), g.grid[1] = rows, g.local = GPU_COLS; break;
     case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows, g.local = (uint32_t)(c->hidden / c->heads); break;
     case K_POOL: g.local = GPU_GROUP; break;
     default: g.grid[0] = rows, g.local = GPU_GROUP; break; /* embedding, the LayerNorm products */
@@ -273,9 +275,9 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
 
 static hcq_status_t check_config(const minilm_config_t *c) {
   int hd = c->hidden / c->heads;
-  if (c->hidden % 64 || c->intermediate % 64 || hd != 32)
+  if (c->hidden % 128 || c->intermediate % 128 || hd != 32)
     return hcq_status_make(HCQ_UNIMPLEMENTED,
-                           "minilm encoder: hidden %d and intermediate %d must be multiples of 64 and the head size "
+                           "minilm encoder: hidden %d and intermediate %d must be multiples of 128 and the head size "
                            "(hidden / heads) 32, not %d: the kernels' tiles assume it",
                            c->hidden, c->intermediate, hd);
   if (c->max_seq_len > c->max_positions || c->max_seq_len < 1)

@@ -1,7 +1,7 @@
 // The MiniLM encoder's kernels in GLSL for Vulkan devices (SPEC 2 Vulkan ABI): the same entries,
 // buffers and values (hcq_val(0) is n, the token count) as kernels.c, which documents what each
-// computes. The work split is a GPU's: the matrix products give each invocation one output
-// element (COLS invocations a group along a row, so that neighbours read neighbouring weights),
+// computes. The work split is a GPU's: the split matrix products give each invocation four
+// neighbouring output columns (COLS invocations a group along a row),
 // the row kernels (embedding, the products followed by a LayerNorm, pooling) one work-group of
 // GROUP invocations per token row, attention one group of HEAD_DIM invocations per (head, query).
 // kt (the transposed keys) is the CPU's layout trick: the GPU kernels read keys from qkv.
@@ -12,6 +12,7 @@
 // computes its outputs in a fixed order, so eager queries and replays give identical bits.
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer f32s { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer v4s { vec4 v[]; };
 
 float neg_inf() { return uintBitsToFloat(0xff800000u); }
 
@@ -69,26 +70,37 @@ void main() {
 }
 #endif
 
-// out[t][j] = bias[j] + in[t] . wt[.][j]: one invocation per element, grid N / COLS x n.
-float linear(f32s inp, f32s wt, f32s bias, uint t, uint j, uint K, uint N) {
-  float s = bias.v[j];
-  for (uint k = 0u; k < K; k++) s += inp.v[t * K + k] * wt.v[k * N + j];
+#if defined(KERNEL_mlm_qkv) || defined(KERNEL_mlm_ffn_up)
+// The split products: grid N / (4 COLS) x n, each invocation four neighbouring columns of row t
+// (one 16-byte load of wt a step: lavapipe gathers every load lane by lane, so fewer, wider ones
+// pay), the row read once per group into shared memory.
+shared float xin[HIDDEN];
+vec4 linear4(f32s inp, v4s wt, v4s bias, uint t, uint N) {
+  for (uint k = gl_LocalInvocationID.x; k < uint(HIDDEN); k += gl_WorkGroupSize.x) xin[k] = inp.v[t * uint(HIDDEN) + k];
+  barrier();
+  uint j4 = gl_GlobalInvocationID.x, n4 = N / 4u;
+  vec4 s = bias.v[j4];
+  for (uint k = 0u; k < uint(HIDDEN); k++) s += xin[k] * wt.v[k * n4 + j4];
   return s;
 }
+#endif
 
 #ifdef KERNEL_mlm_qkv
 void main() {
-  f32s outv = f32s(hcq_buf(0)), inp = f32s(hcq_buf(2)), wt = f32s(hcq_buf(3)), bias = f32s(hcq_buf(4));
-  uint j = gl_GlobalInvocationID.x, t = gl_WorkGroupID.y;
-  outv.v[t * uint(3 * HIDDEN) + j] = linear(inp, wt, bias, t, j, uint(HIDDEN), uint(3 * HIDDEN));
+  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(3)), bias = v4s(hcq_buf(4));
+  f32s inp = f32s(hcq_buf(2));
+  uint t = gl_WorkGroupID.y;
+  outv.v[t * uint(3 * HIDDEN / 4) + gl_GlobalInvocationID.x] = linear4(inp, wt, bias, t, uint(3 * HIDDEN));
 }
 #endif
 
 #ifdef KERNEL_mlm_ffn_up
 void main() {
-  f32s outv = f32s(hcq_buf(0)), inp = f32s(hcq_buf(1)), wt = f32s(hcq_buf(2)), bias = f32s(hcq_buf(3));
-  uint j = gl_GlobalInvocationID.x, t = gl_WorkGroupID.y;
-  outv.v[t * uint(INTER) + j] = gelu(linear(inp, wt, bias, t, j, uint(HIDDEN), uint(INTER)));
+  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
+  f32s inp = f32s(hcq_buf(1));
+  uint t = gl_WorkGroupID.y;
+  vec4 s = linear4(inp, wt, bias, t, uint(INTER));
+  outv.v[t * uint(INTER / 4) + gl_GlobalInvocationID.x] = vec4(gelu(s.x), gelu(s.y), gelu(s.z), gelu(s.w));
 }
 #endif
 
@@ -98,12 +110,21 @@ void main() {
 #else
 #define K INTER
 #endif
+// The input row once into shared memory, then four columns an invocation with 16-byte weight loads.
+shared float xk[K];
 void main() {
-  f32s x = f32s(hcq_buf(0)), inp = f32s(hcq_buf(1)), wt = f32s(hcq_buf(2)), bias = f32s(hcq_buf(3));
-  f32s lw = f32s(hcq_buf(4)), lb = f32s(hcq_buf(5));
+  f32s x = f32s(hcq_buf(0)), inp = f32s(hcq_buf(1)), lw = f32s(hcq_buf(4)), lb = f32s(hcq_buf(5));
+  v4s wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
   uint t = gl_WorkGroupID.x, l = gl_LocalInvocationID.x;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP))
-    row[j] = x.v[t * uint(HIDDEN) + j] + linear(inp, wt, bias, t, j, uint(K), uint(HIDDEN));
+  for (uint k = l; k < uint(K); k += uint(GROUP)) xk[k] = inp.v[t * uint(K) + k];
+  barrier();
+  for (uint j4 = l; j4 < uint(HIDDEN / 4); j4 += uint(GROUP)) {
+    vec4 s = bias.v[j4];
+    for (uint k = 0u; k < uint(K); k++) s += xk[k] * wt.v[k * uint(HIDDEN / 4) + j4];
+    uint j = 4u * j4, at = t * uint(HIDDEN) + j;
+    row[j] = x.v[at] + s.x, row[j + 1u] = x.v[at + 1u] + s.y, row[j + 2u] = x.v[at + 2u] + s.z;
+    row[j + 3u] = x.v[at + 3u] + s.w;
+  }
   barrier();
   layernorm_store(x, t, lw, lb);
 }
