@@ -50,5 +50,6 @@ void cli_info_memory(void);
 int cli_run(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_demo(int argc, char **argv);
+int cli_embed(int argc, char **argv);
 
 #endif

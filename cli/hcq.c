@@ -65,7 +65,7 @@ static int cmd_info(int argc, char **argv) {
 static int cmd_help(int argc, char **argv) {
   if (argc > 1) return cli_usage_error("help takes at most one command");
   const char *text = cli_help_text(argc ? argv[0] : NULL);
-  if (!text) return cli_usage_error("no help for \"%s\": commands are info, run, bench, demo", argv[0]);
+  if (!text) return cli_usage_error("no help for \"%s\": commands are info, run, bench, demo, embed", argv[0]);
   fputs(text, stdout);
   return HCQ_EXIT_OK;
 }
@@ -91,6 +91,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "run")) return cli_run(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
   if (!strcmp(cmd, "demo")) return cli_demo(argc - 2, argv + 2);
+  if (!strcmp(cmd, "embed")) return cli_embed(argc - 2, argv + 2);
   fprintf(stderr, "hcq: unknown command \"%s\"\n", cmd);
   usage(stderr);
   return HCQ_EXIT_BAD_INPUT;

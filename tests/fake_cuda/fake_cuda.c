@@ -313,6 +313,8 @@ static void l_argmax(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
   PI(0)[p32(p, 2, 0) + 1] = arg;
 }
 
+#include "fake_cuda_minilm.c" /* examples/minilm/kernels.cu */
+
 typedef struct fake_kernel {
   const char *name;
   thread_fn fn;
@@ -321,6 +323,7 @@ typedef struct fake_kernel {
   size_t psize;              /* non-zero: the twin of the kernel of this name whose argument block has
                                 this size (two sources may use one name for different kernels) */
   cuda_block_fn per_block;   /* instead of fn: a llama2 twin, which needs the module's shape */
+  bool minilm;               /* a per_block twin of examples/minilm: its shape is a minilm_shape_ */
 } fake_kernel_t;
 
 static const fake_kernel_t g_kernels[] = {
@@ -339,6 +342,11 @@ static const fake_kernel_t g_kernels[] = {
     {.name = "llama_wo", .per_block = l_wo},               {.name = "llama_ffn_down", .per_block = l_ffn_down},
     {.name = "llama_ffn_up", .per_block = l_ffn_up},       {.name = "llama_classify", .per_block = l_classify},
     {.name = "llama_argmax", .per_block = l_argmax},
+    /* examples/minilm/kernels.cu */
+    {.name = "mlm_embed", .per_block = m_embed, .minilm = true},   {.name = "mlm_qkv", .per_block = m_qkv, .minilm = true},
+    {.name = "mlm_attn", .per_block = m_attn, .minilm = true},     {.name = "mlm_proj_ln", .per_block = m_proj_ln, .minilm = true},
+    {.name = "mlm_ffn_up", .per_block = m_ffn_up, .minilm = true}, {.name = "mlm_down_ln", .per_block = m_down_ln, .minilm = true},
+    {.name = "mlm_pool", .per_block = m_pool, .minilm = true},
 };
 
 /* The twin a launch with an argument block of psize bytes runs: k, or another of its name made
@@ -1166,7 +1174,15 @@ static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const 
       memset(f->shape, 0, sizeof(f->shape));
       const char *sh = g_kernels[i].per_block ? memmem(mod->image, mod->size, "llama2_shape_", 13) : NULL;
       int32_t *v = f->shape;
-      if (g_kernels[i].per_block &&
+      if (g_kernels[i].minilm) {
+        sh = memmem(mod->image, mod->size, "minilm_shape_", 13);
+        if (!sh || sscanf(sh, "minilm_shape_%d_%d_%d_%d_%d_%d_%d_%d_%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                          &v[7], &v[8]) != M_COUNT) {
+          fprintf(stderr, "fake libcuda: kernel %s: the module names no minilm shape\n", name);
+          mod->nfuncs--;
+          return HCQ_CUDA_ERROR_NOT_FOUND;
+        }
+      } else if (g_kernels[i].per_block &&
           (!sh || sscanf(sh, "llama2_shape_%d_%d_%d_%d_%d_%d_%d_%d_%d_%d_%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
                          &v[6], &v[7], &v[8], &v[9], &v[10]) != S_COUNT)) {
         fprintf(stderr, "fake libcuda: kernel %s: the module names no llama2 shape\n", name);

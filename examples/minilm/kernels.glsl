@@ -1,0 +1,185 @@
+// The MiniLM encoder's kernels in GLSL for Vulkan devices (SPEC 2 Vulkan ABI): the same entries,
+// buffers and values (hcq_val(0) is n, the token count) as kernels.c, which documents what each
+// computes. The work split is a GPU's: the split matrix products give each invocation four
+// neighbouring output columns (COLS invocations a group along a row),
+// the row kernels (embedding, the products followed by a LayerNorm, pooling) one work-group of
+// GROUP invocations per token row, attention one group of HEAD_DIM invocations per (head, query).
+// kt (the transposed keys) is the CPU's layout trick: the GPU kernels read keys from qkv.
+//
+// The encoder compiles this file once per entry after a block of #defines: the model's shape (as
+// for kernels.c), GROUP, COLS and KERNEL_<entry>, which selects the entry's main(). Sums run in
+// another order than on the CPU, so results match within rounding, not bit for bit; every group
+// computes its outputs in a fixed order, so eager queries and replays give identical bits.
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer f32s { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer v4s { vec4 v[]; };
+
+float neg_inf() { return uintBitsToFloat(0xff800000u); }
+
+// BERT's exact GELU with erf from Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7),
+// as kernels.c computes it.
+float gelu(float x) {
+  float z = x * 0.70710678, az = abs(z);
+  float t = 1.0 / (1.0 + 0.3275911 * az);
+  float poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+  float e = 1.0 - poly * exp(-az * az);
+  return 0.5 * x * (1.0 + (z < 0.0 ? -e : e));
+}
+
+#if defined(KERNEL_mlm_embed) || defined(KERNEL_mlm_proj_ln) || defined(KERNEL_mlm_down_ln) || defined(KERNEL_mlm_pool)
+// A row of HIDDEN floats, GROUP invocations a row; the sum over the group in a fixed tree order.
+shared float row[HIDDEN];
+shared float red[GROUP];
+float group_sum(float v) {
+  uint l = gl_LocalInvocationID.x;
+  red[l] = v;
+  barrier();
+  for (uint s = uint(GROUP) / 2u; s > 0u; s >>= 1u) {
+    if (l < s) red[l] += red[l + s];
+    barrier();
+  }
+  float r = red[0];
+  barrier();
+  return r;
+}
+// LayerNorm of the shared row into x at row t.
+void layernorm_store(f32s x, uint t, f32s w, f32s b) {
+  uint l = gl_LocalInvocationID.x;
+  float s = 0.0;
+  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) s += row[j];
+  float mean = group_sum(s) / float(HIDDEN);
+  float q = 0.0;
+  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) q += (row[j] - mean) * (row[j] - mean);
+  float inv = 1.0 / sqrt(group_sum(q) / float(HIDDEN) + LN_EPS);
+  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) x.v[t * uint(HIDDEN) + j] = (row[j] - mean) * inv * w.v[j] + b.v[j];
+}
+#endif
+
+#ifdef KERNEL_mlm_embed
+void main() {
+  f32s x = f32s(hcq_buf(0)), word = f32s(hcq_buf(2)), pos = f32s(hcq_buf(3)), type = f32s(hcq_buf(4));
+  f32s lw = f32s(hcq_buf(5)), lb = f32s(hcq_buf(6));
+  i32s ids = i32s(hcq_buf(1));
+  uint t = gl_WorkGroupID.x, l = gl_LocalInvocationID.x;
+  int id = ids.v[t];
+  if (id < 0 || id >= VOCAB) id = 0;
+  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP))
+    row[j] = word.v[uint(id) * uint(HIDDEN) + j] + pos.v[t * uint(HIDDEN) + j] + type.v[j];
+  barrier();
+  layernorm_store(x, t, lw, lb);
+}
+#endif
+
+#if defined(KERNEL_mlm_qkv) || defined(KERNEL_mlm_ffn_up)
+// The split products: grid N / (4 COLS) x n, each invocation four neighbouring columns of row t
+// (one 16-byte load of wt a step: lavapipe gathers every load lane by lane, so fewer, wider ones
+// pay), the row read once per group into shared memory.
+shared float xin[HIDDEN];
+vec4 linear4(f32s inp, v4s wt, v4s bias, uint t, uint N) {
+  for (uint k = gl_LocalInvocationID.x; k < uint(HIDDEN); k += gl_WorkGroupSize.x) xin[k] = inp.v[t * uint(HIDDEN) + k];
+  barrier();
+  uint j4 = gl_GlobalInvocationID.x, n4 = N / 4u;
+  vec4 s = bias.v[j4];
+  for (uint k = 0u; k < uint(HIDDEN); k++) s += xin[k] * wt.v[k * n4 + j4];
+  return s;
+}
+#endif
+
+#ifdef KERNEL_mlm_qkv
+void main() {
+  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(3)), bias = v4s(hcq_buf(4));
+  f32s inp = f32s(hcq_buf(2));
+  uint t = gl_WorkGroupID.y;
+  outv.v[t * uint(3 * HIDDEN / 4) + gl_GlobalInvocationID.x] = linear4(inp, wt, bias, t, uint(3 * HIDDEN));
+}
+#endif
+
+#ifdef KERNEL_mlm_ffn_up
+void main() {
+  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
+  f32s inp = f32s(hcq_buf(1));
+  uint t = gl_WorkGroupID.y;
+  vec4 s = linear4(inp, wt, bias, t, uint(INTER));
+  outv.v[t * uint(INTER / 4) + gl_GlobalInvocationID.x] = vec4(gelu(s.x), gelu(s.y), gelu(s.z), gelu(s.w));
+}
+#endif
+
+#if defined(KERNEL_mlm_proj_ln) || defined(KERNEL_mlm_down_ln)
+#ifdef KERNEL_mlm_proj_ln
+#define K HIDDEN
+#else
+#define K INTER
+#endif
+// The input row once into shared memory, then four columns an invocation with 16-byte weight loads.
+shared float xk[K];
+void main() {
+  f32s x = f32s(hcq_buf(0)), inp = f32s(hcq_buf(1)), lw = f32s(hcq_buf(4)), lb = f32s(hcq_buf(5));
+  v4s wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
+  uint t = gl_WorkGroupID.x, l = gl_LocalInvocationID.x;
+  for (uint k = l; k < uint(K); k += uint(GROUP)) xk[k] = inp.v[t * uint(K) + k];
+  barrier();
+  for (uint j4 = l; j4 < uint(HIDDEN / 4); j4 += uint(GROUP)) {
+    vec4 s = bias.v[j4];
+    for (uint k = 0u; k < uint(K); k++) s += xk[k] * wt.v[k * uint(HIDDEN / 4) + j4];
+    uint j = 4u * j4, at = t * uint(HIDDEN) + j;
+    row[j] = x.v[at] + s.x, row[j + 1u] = x.v[at + 1u] + s.y, row[j + 2u] = x.v[at + 2u] + s.z;
+    row[j + 3u] = x.v[at + 3u] + s.w;
+  }
+  barrier();
+  layernorm_store(x, t, lw, lb);
+}
+#endif
+
+#ifdef KERNEL_mlm_attn
+shared float p[MAXLEN];
+shared float red[HEAD_DIM];
+void main() {
+  f32s ctx = f32s(hcq_buf(0)), qkv = f32s(hcq_buf(1));
+  uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, i = gl_LocalInvocationID.x;
+  uint n = uint(hcq_val(0)), stride = uint(3 * HIDDEN), q = t * stride + h * uint(HEAD_DIM);
+  float scale = 1.0 / sqrt(float(HEAD_DIM));
+  // Scores: invocation i takes keys i, i + HEAD_DIM, ...; then the max and the sum, each over the
+  // invocations' partial results in a fixed order.
+  float m = neg_inf();
+  for (uint s = i; s < n; s += uint(HEAD_DIM)) {
+    uint k = s * stride + uint(HIDDEN) + h * uint(HEAD_DIM);
+    float d = 0.0;
+    for (uint c = 0u; c < uint(HEAD_DIM); c++) d += qkv.v[q + c] * qkv.v[k + c];
+    p[s] = d * scale;
+    m = max(m, p[s]);
+  }
+  red[i] = m;
+  barrier();
+  m = neg_inf();
+  for (uint c = 0u; c < uint(HEAD_DIM); c++) m = max(m, red[c]);
+  barrier();
+  float sum = 0.0;
+  for (uint s = i; s < n; s += uint(HEAD_DIM)) {
+    p[s] = exp(p[s] - m);
+    sum += p[s];
+  }
+  red[i] = sum;
+  barrier();
+  sum = 0.0;
+  for (uint c = 0u; c < uint(HEAD_DIM); c++) sum += red[c];
+  float acc = 0.0;
+  for (uint s = 0u; s < n; s++) acc += p[s] * qkv.v[s * stride + uint(2 * HIDDEN) + h * uint(HEAD_DIM) + i];
+  ctx.v[t * uint(HIDDEN) + h * uint(HEAD_DIM) + i] = acc / sum;
+}
+#endif
+
+#ifdef KERNEL_mlm_pool
+void main() {
+  f32s outv = f32s(hcq_buf(0)), x = f32s(hcq_buf(1));
+  uint l = gl_LocalInvocationID.x, n = uint(hcq_val(0));
+  float ss = 0.0;
+  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) {
+    float a = 0.0;
+    for (uint t = 0u; t < n; t++) a += x.v[t * uint(HIDDEN) + j];
+    row[j] = a / float(n);
+    ss += row[j] * row[j];
+  }
+  float inv = 1.0 / max(sqrt(group_sum(ss)), 1e-12);
+  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) outv.v[j] = row[j] * inv;
+}
+#endif
