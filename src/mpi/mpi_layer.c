@@ -370,7 +370,9 @@ static bool run_queue(rdev_t *rd, rqueue_t *q, bool *blocked) {
       pthread_mutex_unlock(&q->lock);
       q->running = true;
       q->w = q->ent.w, q->end = q->ent.w + q->ent.n;
-      q->gid = 0;
+      /* A bound list (a graph's queue) is its own entry: its graph id tags its messages. */
+      q->gid = q->ent.owned ? 0 : mem_gid(rd, q->ent.w);
+      atomic_store_explicit(&q->call_base, q->ent.owned ? NULL : q->ent.w, memory_order_relaxed);
       atomic_store_explicit(&q->prev, NULL, memory_order_relaxed);
     }
     if (run_list(rd, q, &moved) == RUN_BLOCKED) {
@@ -379,6 +381,7 @@ static bool run_queue(rdev_t *rd, rqueue_t *q, bool *blocked) {
     }
     free(q->ent.owned);
     q->running = false;
+    atomic_store_explicit(&q->call_base, NULL, memory_order_relaxed);
     moved = true;
     atomic_fetch_add_explicit(&q->completed, 1, memory_order_release);
   }

@@ -438,7 +438,11 @@ static void scenario_fault(bool kill_rank) {
     fflush(stdout);
     if (kill_rank) _exit(0); /* a dead peer: MPI_Finalize could wait for it */
   } else {
-    sleep(1);
+    /* Past rank 0's wait timeout (the runner sets a short one). */
+    const char *t = getenv("HCQ_WAIT_TIMEOUT_MS");
+    long ms = t ? atol(t) : 30000;
+    struct timespec ts = {(ms * 3 / 2) / 1000, ((ms * 3 / 2) % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
   }
   /* hang: let rank 1's side of the stuck replay go (it sends what rank 0 waited for) and finish. */
   if (rank == 1) OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
