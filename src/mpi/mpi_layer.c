@@ -392,8 +392,9 @@ static void *comm_main(void *arg) {
   op_t *posted = NULL;
   unsigned idle = 0;
   for (;;) {
-    bool moved = false, waiting = false;
+    bool moved = false, waiting = false, mpi_pending = false;
     const hcq__signal_words_t *park_on = NULL;
+    uint64_t park_want = 0;
     uint32_t seq = atomic_load_explicit(&G.doorbell, memory_order_seq_cst);
     pthread_mutex_lock(&G.lock);
     op_t *fresh = G.new_ops;
@@ -419,10 +420,12 @@ static void *comm_main(void *arg) {
         moved |= run_queue(rd, q, &blocked);
         if (blocked) {
           waiting = true;
-          if (!q->pending && q->w && HCQ__HDR_OP(q->w[0]) == HCQ__OP_WAIT)
+          if (!q->pending && q->w && HCQ__HDR_OP(q->w[0]) == HCQ__OP_WAIT) {
             park_on = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->w + HCQ__WAIT_ADDR);
-          else
-            park_on = NULL, idle = 0; /* an MPI request in flight: keep polling */
+            park_want = q->w[HCQ__WAIT_VALUE];
+          } else {
+            mpi_pending = true; /* an MPI request in flight: keep polling MPI */
+          }
         }
       }
     }
@@ -438,7 +441,7 @@ static void *comm_main(void *arg) {
         p = &o->next;
       }
     }
-    if (posted) waiting = true, park_on = NULL, idle = 0;
+    if (posted) waiting = true, mpi_pending = true;
     if (moved) {
       idle = 0;
       continue;
@@ -446,16 +449,26 @@ static void *comm_main(void *arg) {
     if (atomic_load(&G.stop) && !waiting) break;
     if (atomic_load(&G.stop) && waiting && idle > 20000) break; /* stopping with requests nobody answers */
     idle++;
-    if (idle < 4000 || (waiting && !park_on)) {
+    /* Spin briefly (a hand-off from another core is near), then sleep: yielding for long starves
+     * the threads being waited for where cores are fewer than busy threads. MPI requests in flight
+     * are polled every few tens of microseconds; a queue waiting on a signal sleeps on it. */
+    if (idle < 256) {
       hcq__spin_step(idle);
       continue;
     }
-    /* Nothing in flight for a while: sleep on the doorbell or on what a queue waits for. */
+    if (mpi_pending) {
+      hcq__futex_wait(&G.doorbell, seq, UINT64_C(20000));
+      continue;
+    }
     hcq__park_t park;
     _Atomic uint32_t *word = &G.doorbell;
     if (park_on) {
       hcq__park_begin(park_on, &park);
       word = park.word, seq = park.seq;
+      if (atomic_load_explicit(&park_on->value, memory_order_seq_cst) >= park_want) {
+        hcq__park_end(&park);
+        continue;
+      }
     }
     atomic_store_explicit(&G.sleep_word, word, memory_order_seq_cst);
     hcq__futex_wait(word, seq, waiting ? UINT64_C(1000000) : UINT64_C(50000000));
