@@ -307,7 +307,10 @@ hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck, const llama2_d
   hcq_status_t st = NULL;
   for (int d = 0; d < ndev && !st; d++) {
     char name[32];
-    snprintf(name, sizeof(name), "%s:%d", hcq_device_kind_name(m->kind), d);
+    if (options && options->ranks == 2)
+      snprintf(name, sizeof(name), "%d/%s:0", d, hcq_device_kind_name(m->kind));
+    else
+      snprintf(name, sizeof(name), "%s:%d", hcq_device_kind_name(m->kind), d);
     st = hcq_device_open(name, &m->d[d].dev);
   }
   if (!st) st = make_programs(m);

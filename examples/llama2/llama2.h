@@ -101,6 +101,9 @@ typedef struct llama2_decoder_options {
   bool profile;        /* capture with per-item timestamps (hcq_graph_profile on llama2_decoder_jit) */
   hcq_device_kind_t kind; /* CPU (0, the default), VULKAN (kernels.glsl) or CUDA (kernels.cu): the
                              devices are KIND:0 and, with 2, KIND:1. Other kinds: UNIMPLEMENTED */
+  int ranks;           /* 2 under the MPI layer (hcq/mpi.h; with devices 2): device d is rank d's KIND:0,
+                          "d/KIND:0", so the layers split over two processes; every rank creates
+                          the decoder and runs the same steps; tokens are read on rank 0 */
 } llama2_decoder_options_t;
 
 /* Opens the devices, uploads the weights, compiles the kernels (specialised to the config, cached

@@ -53,5 +53,17 @@ mpi 2 shm "$HCQ" info >"$T/info.txt" 2>&1
 if grep -q "^MPI    rank 0 of 2" "$T/info.txt" && [ "$(grep -c '^hcq ' "$T/info.txt")" = 1 ]; then ok "hcq info shows the rank (rank 0 only)"
 else fail "hcq info: $(cat "$T/info.txt")"; fi
 
+# The decoder split over two ranks gives the tokens of one process (and eager = graph there).
+"$HCQ" demo --steps 40 --repeat 1 --json >"$T/d1.json" 2>&1
+mpi 2 shm "$HCQ" demo --ranks 2 --steps 40 --repeat 1 --json >"$T/d2.json" 2>"$T/d2.err"
+if python3 - "$T/d1.json" "$T/d2.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+sys.exit(0 if a["tokens"] == b["tokens"] and b["identical"] and b["ranks"] == 2 and len(b["tokens"]) == 40 else 1)
+PY
+then ok "demo --ranks 2: the tokens of one process"; else fail "demo --ranks 2: $(tail -3 "$T/d2.err") $(head -c 300 "$T/d2.json")"; fi
+mpi 2 shm "$HCQ" demo --ranks 3 >"$T/d3.txt" 2>&1
+grep -q 'expected 1 or 2' "$T/d3.txt" && ok "demo --ranks 3 refused" || fail "demo --ranks 3: $(cat "$T/d3.txt")"
+
 [ "$fails" = 0 ] && echo "all mpi cli checks passed"
 exit "$fails"
