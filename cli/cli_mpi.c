@@ -1,4 +1,4 @@
-/* The hcq tool under mpirun (SPEC 10, docs/mpi.md): every rank runs the same command line, rank 0
+/* The hcq tool under mpirun (docs/mpi.md): every rank runs the same command line, rank 0
  * prints, and every rank exits with the same status. Without the MPI layer these are one-process
  * stand-ins. */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* hcq over MPI (SPEC 10, docs/mpi.md): devices, graphs and captures that span processes and machines.
+/* hcq over MPI (docs/mpi.md): devices, graphs and captures that span processes and machines.
  *
  * Optional: built where CMake finds MPI, as the static library hcq_mpi (it uses the core's
  * internals, so it links with the static hcq; libhcq itself never links MPI). Include <mpi.h>

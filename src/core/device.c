@@ -291,7 +291,7 @@ static hcq_status_t open_registered(const char *name, hcq_device_kind_t kind, in
 hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *options, hcq_device_t **out_device) {
   if (!out_device) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_open: out_device is NULL");
   *out_device = NULL;
-  if (name && strchr(name, '/')) { /* "R/KIND:N": the MPI layer's (SPEC 10) */
+  if (name && strchr(name, '/')) { /* "R/KIND:N": the MPI layer's (docs/mpi.md) */
     const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
     if (hooks) return hooks->open(name, options, out_device);
     return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\": a rank-qualified name (R/KIND:N) needs the MPI "

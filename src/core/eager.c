@@ -245,7 +245,7 @@ hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
   hcq__device_lock_many(devs, 2);
   hcq_status_t st;
   if (hcq__device_is_remote(src->dev) || hcq__device_is_remote(dst->dev)) {
-    /* Another rank's end (SPEC 10): on the remote device's copy queue (the one that sends or
+    /* Another rank's end (docs/mpi.md): on the remote device's copy queue (the one that sends or
      * receives), its COPY tagged with the transfer's sequence number, which every rank draws in the
      * same order. */
     const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
@@ -301,7 +301,7 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
   uint64_t traced = hcq__trace_host_begin();
   hcq_status_t st = check_host_copy("copyin", buf, offset, src, size);
   if (st || size == 0) return st;
-  /* Another rank's buffer (SPEC 10): its owner's copyin, in the same SPMD program, fills it. */
+  /* Another rank's buffer (docs/mpi.md): its owner's copyin, in the same SPMD program, fills it. */
   if (hcq__device_is_remote(buf->dev)) return NULL;
   hcq__trace_op_t op;
   hcq_device_t *dev = buf->dev;

@@ -609,7 +609,7 @@ static inline bool hcq__captures_elsewhere(void) {
 }
 
 
-/* ---- remote devices (the optional MPI layer, src/mpi; SPEC 10) ----
+/* ---- remote devices (the optional MPI layer, src/mpi; docs/mpi.md) ----
  * The core never links MPI: the layer installs these hooks when it starts (hcq_mpi_init) and
  * removes them when it stops. A remote device ("R/KIND:N" of another rank) is an ordinary device
  * struct whose backend (the layer) gives its buffers addresses with no storage and runs its queues

@@ -10,7 +10,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
                               hcq_graph_t **out_graph) {
   if (!out_graph) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_create: out_graph is NULL");
   *out_graph = NULL;
-  /* Under MPI every rank builds the same graph: the layer checks that they agree (SPEC 10). */
+  /* Under MPI every rank builds the same graph: the layer checks that they agree (docs/mpi.md). */
   const hcq__remote_hooks_t *remote = atomic_load(&hcq__remote);
   hcq_status_t st = remote ? remote->graph_check(items, nitems) : NULL;
   if (st) return st;

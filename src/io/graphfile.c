@@ -231,7 +231,7 @@ static hcq_status_t open_device(loader_t *L, const char *name, hcq_device_t **ou
   char mapped[128];
   map_device(L->opts->device_map, name, mapped, sizeof(mapped));
   if (atomic_load(&hcq__remote) && !strchr(mapped, '/')) {
-    /* Under MPI (SPEC 10) a file describes one job run by every rank: a device the map does not
+    /* Under MPI (docs/mpi.md) a file describes one job run by every rank: a device the map does not
      * send to a rank is rank 0's, on every rank (plain names would mean each rank's own). */
     char qualified[sizeof(mapped)];
     snprintf(qualified, sizeof(qualified), "0/%.120s", mapped);

@@ -1,4 +1,4 @@
-/* The MPI layer (SPEC 10, hcq/mpi.h, docs/mpi.md): remote devices whose queues run on one
+/* The MPI layer (hcq/mpi.h, docs/mpi.md): remote devices whose queues run on one
  * communication thread per process, which also makes every MPI call hcq needs.
  *
  * A remote device's queues hold the same command words as any device's; the thread walks them as a

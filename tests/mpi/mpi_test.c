@@ -1,4 +1,4 @@
-/* The MPI layer's tests (SPEC 10), run under mpirun by tests/mpi/run_mpi_test.sh: every rank runs
+/* The MPI layer's tests (docs/mpi.md), run under mpirun by tests/mpi/run_mpi_test.sh: every rank runs
  * the same scenario; rank 0 compares what the ranks computed together with the same items run
  * eagerly on local devices of one process (the ground truth), byte for byte.
  *
