@@ -108,10 +108,14 @@ for btl in self,vader self,tcp; do
   run "hcq over MPI ($what)" "MPI, 2 ranks ($what): 4-byte transfer" \
     "MPI, 2 ranks ($what): chain of 1000 alternating rank 0/rank 1" -- \
     "$MPIRUN" -np 2 --bind-to none --mca btl_tcp_if_include lo "$B/bench_mpi" 201
+  # The same chain on StarPU-MPI: one worker per rank, each rank on its own core (StarPU would pin
+  # both ranks' workers to core 0 otherwise).
+  STARPU_HOME=$B/starpu STARPU_SILENT=1 STARPU_NCPU=1 STARPU_WORKERS_NOBIND=1 \
+    run "StarPU-MPI tasks ($what)" "MPI, 2 ranks ($what): chain of 1000 alternating rank 0/rank 1" -- \
+    "$MPIRUN" -np 2 --bind-to core --mca btl_tcp_if_include lo -x STARPU_HOME -x STARPU_SILENT -x STARPU_NCPU \
+    -x STARPU_WORKERS_NOBIND "$B/bench_dag_starpu_mpi" 7
 done 2>>"$LOG"
 unset OMPI_MCA_btl
-missing "MPI, 2 ranks (shared memory): chain of 1000 alternating rank 0/rank 1" "StarPU-MPI tasks" \
-  "not written yet (bench/dag_starpu.c is the single-process StarPU peer)"
 section="decoder 15m over MPI (2 ranks, 1 core each) vs one process (2 cores)"
 echo "bench: $section" >&2
 if [ -n "$MPIRUN" ] && one=$("$BUILD/cli/hcq" demo --size 15m --steps 256 --repeat 3 --json 2>>"$LOG") &&
