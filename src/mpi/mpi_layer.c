@@ -1042,6 +1042,14 @@ hcq_status_t hcq_mpi_init_auto(bool *out_started) {
 
 hcq_status_t hcq_mpi_finalize(void) {
   if (!G.running) return NULL;
+  pthread_mutex_lock(&G.lock);
+  const char *open_dev = G.devices ? G.devices->dev->name : NULL;
+  char name[32] = "";
+  if (open_dev) snprintf(name, sizeof(name), "%s", open_dev);
+  pthread_mutex_unlock(&G.lock);
+  if (open_dev)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_mpi_finalize: remote device %s is still open (close the "
+                           "devices first: nothing would run their queues)", name);
   atomic_store(&hcq__remote, NULL);
   atomic_store(&G.stop, true);
   wake_thread();
