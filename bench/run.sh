@@ -161,6 +161,45 @@ else
   done
 fi
 
+# Graphs across two MPI ranks (docs/mpi.md): bench_mpi against MPI's own latency, over shared memory
+# and TCP loopback; the 15m decoder over two ranks against one process with the same cores.
+MPIRUN=$(command -v mpirun || true)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for btl in self,vader self,tcp; do
+  case $btl in *tcp) what="TCP loopback" ;; *) what="shared memory" ;; esac
+  if [ -z "$MPIRUN" ]; then
+    missing "MPI, 2 ranks ($what): 4-byte transfer" "hcq graph replay, per 4-byte transfer between ranks" "no mpirun (openmpi-bin)"
+    continue
+  fi
+  export OMPI_MCA_btl=$btl
+  run "hcq over MPI ($what)" "MPI, 2 ranks ($what): 4-byte transfer" \
+    "MPI, 2 ranks ($what): chain of 1000 alternating rank 0/rank 1" -- \
+    "$MPIRUN" -np 2 --bind-to none --mca btl_tcp_if_include lo "$B/bench_mpi" 201
+  # The same chain on StarPU-MPI: one worker per rank, each rank on its own core (StarPU would pin
+  # both ranks' workers to core 0 otherwise).
+  STARPU_HOME=$B/starpu STARPU_SILENT=1 STARPU_NCPU=1 STARPU_WORKERS_NOBIND=1 \
+    run "StarPU-MPI tasks ($what)" "MPI, 2 ranks ($what): chain of 1000 alternating rank 0/rank 1" -- \
+    "$MPIRUN" -np 2 --bind-to core --mca btl_tcp_if_include lo -x STARPU_HOME -x STARPU_SILENT -x STARPU_NCPU \
+    -x STARPU_WORKERS_NOBIND "$B/bench_dag_starpu_mpi" 7
+done 2>>"$LOG"
+unset OMPI_MCA_btl
+section="decoder 15m over MPI (2 ranks, 1 core each) vs one process (2 cores)"
+echo "bench: $section" >&2
+if [ -n "$MPIRUN" ] && one=$("$BUILD/cli/hcq" demo --size 15m --steps 256 --repeat 3 --json 2>>"$LOG") &&
+   two=$(timeout 600 "$MPIRUN" -np 2 --bind-to core "$BUILD/cli/hcq" demo --size 15m --ranks 2 --steps 256 --repeat 3 --json 2>>"$LOG"); then
+  python3 - "$section" "$one" "$two" >>"$ROWS" <<'PY'
+import json, sys
+section, one, two = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+row = lambda name, v, note: print(json.dumps({"section": section, "name": name, "value": v, "unit": "tok/s", "note": note}))
+row("hcq graph replay, one process", one["graph_tok_s"], "hcq demo --size 15m, CPU:0 on every core")
+same = "identical tokens" if one["tokens"] == two["tokens"] else "TOKENS DIFFER"
+row("hcq graph replay, two ranks", two["graph_tok_s"], "mpirun -np 2 --bind-to core hcq demo --ranks 2: %.2fx one process; %s"
+    % (two["graph_tok_s"] / one["graph_tok_s"], same))
+PY
+else
+  missing "$section" "hcq graph replay, two ranks" "mpirun or hcq demo failed (see $LOG)"
+fi
+
 # The hcq primitives (launch and replay costs) close the table.
 run "hcq primitives" "hcq primitives" -- "$BUILD/bench/hcq_bench" --rows
 

@@ -47,6 +47,17 @@ void cli_observe_abort(const cli_observe_t *o);
 /* hcq info's memory lines: the kernel cache on disk and what a freshly opened CPU:0 holds. */
 void cli_info_memory(void);
 
+/* Under mpirun (cli/cli_mpi.c; stand-ins without the MPI layer): start starts the MPI layer when the
+ * launcher's environment says so and silences stdout on ranks other than 0; fetch copies a buffer's
+ * bytes to rank 0 from the rank that holds them (every rank calls it, in the same order); finish
+ * agrees on the exit status (the maximum over the ranks) and stops the layer. */
+hcq_status_t cli_mpi_start(void);
+int cli_mpi_rank(void);
+int cli_mpi_size(void);
+bool cli_mpi_on(void);
+hcq_status_t cli_mpi_fetch(hcq_buffer_t *buf, void *dst, uint64_t size);
+int cli_mpi_finish(int rc);
+
 int cli_run(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_demo(int argc, char **argv);

@@ -12,7 +12,7 @@ typedef struct demo_args {
   llama2_shape_t shape;
   hcq_device_kind_t kind;
   const char *model, *tokenizer, *write_model;
-  unsigned long long steps, devices, reps;
+  unsigned long long steps, devices, reps, ranks;
   bool steps_given, reps_given, json;
 } demo_args_t;
 
@@ -22,7 +22,7 @@ typedef struct mode_result {
 } mode_result_t;
 
 static int parse_args(int argc, char **argv, demo_args_t *a) {
-  *a = (demo_args_t){LLAMA2_SHAPE_SMALL, HCQ_DEVICE_CPU, NULL, NULL, NULL, 256, 1, 5, false, false, false};
+  *a = (demo_args_t){LLAMA2_SHAPE_SMALL, HCQ_DEVICE_CPU, NULL, NULL, NULL, 256, 1, 5, 1, false, false, false};
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
     bool has_value = i + 1 < argc;
@@ -30,7 +30,7 @@ static int parse_args(int argc, char **argv, demo_args_t *a) {
       a->json = true;
     } else if (!strcmp(o, "--size") || !strcmp(o, "--model") || !strcmp(o, "--tokenizer") || !strcmp(o, "--steps") ||
                !strcmp(o, "--devices") || !strcmp(o, "--write-model") || !strcmp(o, "--repeat") ||
-               !strcmp(o, "--device")) {
+               !strcmp(o, "--device") || !strcmp(o, "--ranks")) {
       if (!has_value) return cli_usage_error("demo: %s needs a value", o);
       const char *v = argv[++i];
       if (!strcmp(o, "--size")) {
@@ -53,6 +53,11 @@ static int parse_args(int argc, char **argv, demo_args_t *a) {
         a->steps_given = true;
       } else if (!strcmp(o, "--devices")) {
         if (!cli_parse_uint(v, 1, 2, &a->devices)) return cli_usage_error("demo: --devices \"%s\": expected 1 or 2", v);
+      } else if (!strcmp(o, "--ranks")) {
+        if (!cli_parse_uint(v, 1, 2, &a->ranks)) return cli_usage_error("demo: --ranks \"%s\": expected 1 or 2", v);
+        if (a->ranks == 2 && cli_mpi_size() != 2)
+          return cli_usage_error("demo: --ranks 2 runs under mpirun -np 2 (this job has %d rank%s)", cli_mpi_size(),
+                                 cli_mpi_size() == 1 ? "" : "s");
       } else {
         if (!cli_parse_uint(v, 1, LLAMA2_MAX_REPS, &a->reps))
           return cli_usage_error("demo: --repeat \"%s\": expected 1..%d", v, LLAMA2_MAX_REPS);
@@ -60,8 +65,8 @@ static int parse_args(int argc, char **argv, demo_args_t *a) {
       }
     } else {
       return cli_usage_error("demo: unknown argument \"%s\" (usage: hcq demo [--size small|15m] [--model FILE] "
-                             "[--tokenizer FILE] [--steps N] [--device CPU|VULKAN|CUDA] [--devices 1|2] [--repeat N] "
-                             "[--write-model FILE] [--json])",
+                             "[--tokenizer FILE] [--steps N] [--device CPU|VULKAN|CUDA] [--devices 1|2] [--ranks 1|2] "
+                             "[--repeat N] [--write-model FILE] [--json])",
                              o);
     }
   }
@@ -106,6 +111,7 @@ static void print_json(const demo_args_t *a, const llama2_config_t *c, const lla
   const hcq_jit_report_t *rep = llama2_decoder_report(dec);
   const char *kind = rep && rep->batches ? hcq_graph_kind(hcq_jit_graph(llama2_decoder_jit(dec), 0)) : "none";
   printf(", \"device_kind\": \"%s\", \"graph_kind\": \"%s\"", hcq_device_kind_name(a->kind), kind);
+  printf(", \"ranks\": %llu", a->ranks);
   printf(", \"devices\": %llu, \"steps\": %d, \"repetitions\": %llu, \"kernels_per_token\": %zu, "
          "\"transfers_per_token\": %zu, \"graphs_per_token\": %zu",
          a->devices, steps, a->reps, llama2_decoder_kernels_per_step(dec),
@@ -132,7 +138,9 @@ static void print_screen(const demo_args_t *a, const llama2_config_t *c, const l
   size_t kernels = llama2_decoder_kernels_per_step(dec), transfers = llama2_decoder_items_per_step(dec) - kernels;
   const hcq_jit_report_t *rep = llama2_decoder_report(dec);
   const char *kn = hcq_device_kind_name(a->kind);
-  if (a->devices == 2)
+  if (a->ranks == 2)
+    printf("  %d steps from BOS on 0/%s:0 + 1/%s:0 (two MPI ranks); %zu kernels per token", steps, kn, kn, kernels);
+  else if (a->devices == 2)
     printf("  %d steps from BOS on %s:0 + %s:1; %zu kernels per token", steps, kn, kn, kernels);
   else
     printf("  %d steps from BOS on %s:0; %zu kernels per token", steps, kn, kernels);
@@ -183,17 +191,19 @@ int cli_demo(int argc, char **argv) {
   for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT && !st; i++)
     if (infos[i].kind == a.kind && !infos[i].available)
       st = hcq_status_make(HCQ_UNAVAILABLE, "demo: no %s device: %s", hcq_device_kind_name(a.kind), infos[i].description);
-  llama2_decoder_options_t opts = {(int)a.devices, 0, false, a.kind};
+  llama2_decoder_options_t opts = {a.ranks == 2 ? 2 : (int)a.devices, 0, false, a.kind, (int)a.ranks};
   if (!st) st = llama2_decoder_create(&ck, &opts, &dec);
   llama2_checkpoint_free(&ck);
   e.tokens = calloc((size_t)steps, sizeof(int32_t));
   g.tokens = calloc((size_t)steps, sizeof(int32_t));
   if (!st && (!e.tokens || !g.tokens)) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  if (!st) st = llama2_decoder_time(dec, false, steps, (int)a.reps, &e.t, e.tokens);
+  /* Under MPI the tokens live on rank 0 (the first half's device): only it reads them. */
+  bool rank0 = cli_mpi_rank() == 0;
+  if (!st) st = llama2_decoder_time(dec, false, steps, (int)a.reps, &e.t, rank0 ? e.tokens : NULL);
   /* One capture of step 0 serves every position: pos is a variable of the graph. */
   if (!st) st = llama2_decoder_reset(dec);
   if (!st) st = llama2_decoder_capture(dec, 0);
-  if (!st) st = llama2_decoder_time(dec, true, steps, (int)a.reps, &g.t, g.tokens);
+  if (!st) st = llama2_decoder_time(dec, true, steps, (int)a.reps, &g.t, rank0 ? g.tokens : NULL);
   bool identical = false;
   if (!st) {
     identical = !memcmp(e.tokens, g.tokens, (size_t)steps * sizeof(int32_t));

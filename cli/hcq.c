@@ -11,7 +11,10 @@ static void usage(FILE *f) { fputs(cli_help_text(NULL), f); }
 
 int cli_fail(hcq_status_t st) {
   hcq_status_code_t code = hcq_status_code(st);
-  fprintf(stderr, "hcq: %s\n", hcq_status_message(st));
+  if (cli_mpi_on())
+    fprintf(stderr, "hcq (rank %d): %s\n", cli_mpi_rank(), hcq_status_message(st));
+  else
+    fprintf(stderr, "hcq: %s\n", hcq_status_message(st));
   hcq_status_free(st);
   switch (code) {
     case HCQ_INVALID_ARGUMENT:
@@ -55,6 +58,7 @@ static int cmd_info(int argc, char **argv) {
   hcq_device_info_t infos[8];
   size_t n = hcq_device_query(infos, 8);
   printf("hcq %d.%d.%d\n", HCQ_VERSION_MAJOR, HCQ_VERSION_MINOR, HCQ_VERSION_PATCH);
+  if (cli_mpi_on()) printf("MPI    rank %d of %d\n", cli_mpi_rank(), cli_mpi_size());
   for (size_t i = 0; i < n && i < 8; i++)
     printf("%-6s %-9s %s\n", hcq_device_kind_name(infos[i].kind), infos[i].available ? "available" : "absent",
            infos[i].description);
@@ -87,11 +91,18 @@ int main(int argc, char **argv) {
     fputs(help, stdout);
     return HCQ_EXIT_OK;
   }
-  if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
-  if (!strcmp(cmd, "run")) return cli_run(argc - 2, argv + 2);
-  if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
-  if (!strcmp(cmd, "demo")) return cli_demo(argc - 2, argv + 2);
-  if (!strcmp(cmd, "embed")) return cli_embed(argc - 2, argv + 2);
+  int known = !strcmp(cmd, "info") || !strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "demo") ||
+              !strcmp(cmd, "embed");
+  if (known) {
+    hcq_status_t st = cli_mpi_start();
+    if (st) return cli_fail(st);
+    int rc = !strcmp(cmd, "info")    ? cmd_info(argc - 2, argv + 2)
+             : !strcmp(cmd, "run")   ? cli_run(argc - 2, argv + 2)
+             : !strcmp(cmd, "bench") ? cli_bench(argc - 2, argv + 2)
+             : !strcmp(cmd, "demo")  ? cli_demo(argc - 2, argv + 2)
+                                     : cli_embed(argc - 2, argv + 2);
+    return cli_mpi_finish(rc);
+  }
   fprintf(stderr, "hcq: unknown command \"%s\"\n", cmd);
   usage(stderr);
   return HCQ_EXIT_BAD_INPUT;

@@ -139,7 +139,7 @@ static const help_t k_help[] = {
     {"demo",
      "usage: hcq demo [--size small|15m] [--model FILE] [--tokenizer FILE]\n"
      "                [--steps N] [--device CPU|VULKAN|CUDA] [--devices 1|2]\n"
-     "                [--repeat N] [--write-model FILE] [--json]\n"
+     "                [--ranks 1|2] [--repeat N] [--write-model FILE] [--json]\n"
      "\n"
      "Greedy decoding of a llama2 model in the llama2.c checkpoint layout (a\n"
      "generated one unless --model), token by token: first eagerly, every kernel\n"
@@ -164,6 +164,8 @@ static const help_t k_help[] = {
      "                      CPU ones at near ties (float sums in another order)\n"
      "  --devices 1|2       2 runs the second half of the layers on KIND:1 (one\n"
      "                      GPU: HCQ_VULKAN_VIRTUAL=1 gives VULKAN:1)\n"
+     "  --ranks 1|2         2, under mpirun -np 2: the second half of the layers\n"
+     "                      runs on rank 1 (1/KIND:0), the first on rank 0\n"
      "  --repeat N          timed decodes per mode (default 5); numbers are medians\n"
      "  --write-model FILE  also write the model as a llama2.c checkpoint\n"
      "  --json              print one JSON object: tokens, steps, device_kind,\n"

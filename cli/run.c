@@ -118,10 +118,10 @@ static hcq_status_t first_difference(hcq_buffer_t *a, hcq_buffer_t *b, int64_t *
   uint64_t size = hcq_buffer_size(a);
   uint8_t *x = malloc(size), *y = malloc(size);
   hcq_status_t st = (!x || !y) ? hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory comparing buffers") : NULL;
-  if (!st) st = hcq_buffer_copyout(a, 0, x, size);
-  if (!st) st = hcq_buffer_copyout(b, 0, y, size);
+  if (!st) st = cli_mpi_fetch(a, x, size);
+  if (!st) st = cli_mpi_fetch(b, y, size);
   *out = -1;
-  for (uint64_t i = 0; !st && i < size; i++)
+  for (uint64_t i = 0; !st && cli_mpi_rank() == 0 && i < size; i++)
     if (x[i] != y[i]) {
       *out = (int64_t)i;
       break;
@@ -132,14 +132,18 @@ static hcq_status_t first_difference(hcq_buffer_t *a, hcq_buffer_t *b, int64_t *
 }
 
 static hcq_status_t write_outputs(const hcq_graph_file_t *gf, const char *dir) {
-  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+  if (cli_mpi_rank() == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
     return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s", dir, strerror(errno));
   for (size_t i = 0; i < hcq_graph_file_buffer_count(gf); i++) {
     hcq_buffer_t *b = hcq_graph_file_buffer(gf, i);
     uint64_t size = hcq_buffer_size(b);
     uint8_t *data = malloc(size);
     if (!data) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing %s", hcq_graph_file_buffer_name(gf, i));
-    hcq_status_t st = hcq_buffer_copyout(b, 0, data, size);
+    hcq_status_t st = cli_mpi_fetch(b, data, size);
+    if (!st && cli_mpi_rank() != 0) { /* rank 0 writes every buffer (fetched from its rank) */
+      free(data);
+      continue;
+    }
     char path[PATH_MAX]; /* parse_args checked that it fits */
     snprintf(path, sizeof(path), "%s/%s.bin", dir, hcq_graph_file_buffer_name(gf, i));
     FILE *f = st ? NULL : fopen(path, "wb");
@@ -203,9 +207,11 @@ static int run_check(const run_args_t *a) {
       if (st) break;
       const char *bad = NULL;
       int64_t at = -1;
-      for (size_t b = 0; b < hcq_graph_file_buffer_count(graph.gf) && !st && at < 0; b++) {
-        st = first_difference(hcq_graph_file_buffer(graph.gf, b), hcq_graph_file_buffer(truth.gf, b), &at);
-        if (at >= 0) bad = hcq_graph_file_buffer_name(graph.gf, b);
+      /* Under MPI every rank takes part in every buffer's fetch: only rank 0 knows where they differ. */
+      for (size_t b = 0; b < hcq_graph_file_buffer_count(graph.gf) && !st && (at < 0 || cli_mpi_on()); b++) {
+        int64_t here = -1;
+        st = first_difference(hcq_graph_file_buffer(graph.gf, b), hcq_graph_file_buffer(truth.gf, b), &here);
+        if (here >= 0 && at < 0) at = here, bad = hcq_graph_file_buffer_name(graph.gf, b);
       }
       if (st) break;
       char label[64];

@@ -13,6 +13,8 @@ PACKAGES="$PACKAGES libvulkan-dev libshaderc-dev glslang-dev spirv-tools mesa-vu
 # The Khronos validation layer: the vulkan-validation tests run the Vulkan suite and the examples
 # under it, synchronisation validation on, and fail on any validation error.
 PACKAGES="$PACKAGES vulkan-validationlayers"
+# The optional MPI layer (docs/mpi.md): Open MPI's headers and libraries, and mpirun for its tests.
+PACKAGES="$PACKAGES libopenmpi-dev openmpi-bin"
 # Extra packages for optional targets: make fuzz needs clang's libFuzzer runtime.
 if [ "${HCQ_DEPS_FUZZ:-0}" = 1 ]; then
   PACKAGES="$PACKAGES clang libclang-rt-14-dev"

@@ -259,3 +259,15 @@ Test(errors, expressions) {
   FAILS(hcq_var_check(c, 0), HCQ_INVALID_ARGUMENT, "non-variable");
   hcq_expr_release(c);
 }
+
+/* A rank-qualified name (docs/mpi.md) without the MPI layer running: a clear NOT_FOUND, no device. */
+Test(errors, rank_qualified_device_without_mpi) {
+  hcq_device_t *d = (hcq_device_t *)1;
+  hcq_status_t st = hcq_device_open("1/CPU:0", &d);
+  cr_assert_not_null(st);
+  cr_assert_eq(hcq_status_code(st), HCQ_NOT_FOUND);
+  cr_assert(strstr(hcq_status_message(st), "1/CPU:0") && strstr(hcq_status_message(st), "MPI layer"), "%s",
+            hcq_status_message(st));
+  cr_assert_null(d);
+  hcq_status_free(st);
+}

@@ -308,7 +308,10 @@ hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck, const llama2_d
   hcq_status_t st = NULL;
   for (int d = 0; d < ndev && !st; d++) {
     char name[32];
-    snprintf(name, sizeof(name), "%s:%d", hcq_device_kind_name(m->kind), d);
+    if (options && options->ranks == 2)
+      snprintf(name, sizeof(name), "%d/%s:0", d, hcq_device_kind_name(m->kind));
+    else
+      snprintf(name, sizeof(name), "%s:%d", hcq_device_kind_name(m->kind), d);
     st = hcq_device_open(name, &m->d[d].dev);
   }
   if (!st) st = make_programs(m);
@@ -457,7 +460,7 @@ static hcq_status_t step_one(llama2_decoder_t *m, bool graph, int pos) {
 
 hcq_status_t llama2_decoder_time(llama2_decoder_t *m, bool graph, int steps, int reps, llama2_timing_t *out,
                                  int32_t *tokens) {
-  if (!m || !out || !tokens) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llama2_decoder_time: NULL argument");
+  if (!m || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llama2_decoder_time: NULL argument");
   if (reps < 1 || reps > LLAMA2_MAX_REPS)
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2_decoder_time: %d repetitions, expected 1..%d", reps, LLAMA2_MAX_REPS);
   if (steps < 1 || steps > m->c.seq_len)
@@ -478,7 +481,7 @@ hcq_status_t llama2_decoder_time(llama2_decoder_t *m, bool graph, int steps, int
     st = step_one(m, graph, p);
     host[p] = now_us() - t0;
   }
-  if (!st) st = llama2_decoder_tokens(m, tokens, steps);
+  if (!st && tokens) st = llama2_decoder_tokens(m, tokens, steps);
   if (!st) {
     out->tok_s = median(rate, (size_t)reps);
     out->host_us = median(host, (size_t)steps);

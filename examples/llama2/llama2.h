@@ -101,6 +101,9 @@ typedef struct llama2_decoder_options {
   bool profile;        /* capture with per-item timestamps (hcq_graph_profile on llama2_decoder_jit) */
   hcq_device_kind_t kind; /* CPU (0, the default), VULKAN (kernels.glsl) or CUDA (kernels.cu): the
                              devices are KIND:0 and, with 2, KIND:1. Other kinds: UNIMPLEMENTED */
+  int ranks;           /* 2 under the MPI layer (hcq/mpi.h; with devices 2): device d is rank d's KIND:0,
+                          "d/KIND:0", so the layers split over two processes; every rank creates
+                          the decoder and runs the same steps; tokens are read on rank 0 */
 } llama2_decoder_options_t;
 
 /* Opens the devices, uploads the weights, compiles the kernels (specialised to the config, cached
@@ -139,7 +142,8 @@ typedef struct llama2_timing {
 
 /* Decodes `steps` tokens from BOS reps + 1 times (the first warms caches and is not counted), then
  * once more waiting for the devices before each step to time the host's own part; the tokens of
- * that last decode go to tokens (steps of them). graph: replays (after llama2_decoder_capture).
+ * that last decode go to tokens (steps of them; NULL: not read, as on a rank that does not hold
+ * them). graph: replays (after llama2_decoder_capture).
  * reps is 1..LLAMA2_MAX_REPS. */
 #define LLAMA2_MAX_REPS 50
 HCQ_MUST_USE hcq_status_t llama2_decoder_time(llama2_decoder_t *dec, bool graph, int steps, int reps,

@@ -226,8 +226,9 @@ void hcq__device_struct_release(hcq_device_t *dev) {
   if (atomic_fetch_sub_explicit(&dev->struct_refs, 1, memory_order_acq_rel) == 1) destroy_common(dev);
 }
 
+/* create: a backend constructor other than the kind's own (remote devices, hcq__device_open_with). */
 static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_device_options_t *opts,
-                                  hcq_device_t **out) {
+                                  hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx, hcq_device_t **out) {
   hcq_device_t *dev = calloc(1, sizeof(*dev));
   if (!dev) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening a device");
   snprintf(dev->name, sizeof(dev->name), "%s:%d", hcq_device_kind_name(kind), index);
@@ -242,10 +243,14 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   dev->objects.next = dev->objects.prev = &dev->objects;
   atomic_init(&dev->struct_refs, 1);
   atomic_init(&dev->state, HCQ__OBJ_LIVE);
+  hcq_status_t st;
   const hcq__backend_t *b = hcq__backend(kind);
-  hcq_status_t st = b ? b->open(index, dev)
-                      : hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: this build has no %s backend", dev->name,
-                                        hcq_device_kind_name(kind));
+  if (create)
+    st = create(dev, ctx);
+  else
+    st = b ? b->open(index, dev)
+           : hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: this build has no %s backend", dev->name,
+                             hcq_device_kind_name(kind));
   if (st) {
     pthread_mutex_destroy(&dev->lock);
     pthread_mutex_destroy(&dev->obj_lock);
@@ -275,13 +280,41 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   return NULL;
 }
 
+const hcq__remote_hooks_t *_Atomic hcq__remote;
+
+static hcq_status_t open_registered(const char *name, hcq_device_kind_t kind, int index,
+                                    const hcq_device_options_t *options,
+                                    hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx,
+                                    hcq_device_t **out_device);
+
 hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *options, hcq_device_t **out_device) {
   if (!out_device) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_open: out_device is NULL");
   *out_device = NULL;
+  if (name && strchr(name, '/')) { /* "R/KIND:N": the MPI layer's (docs/mpi.md) */
+    const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
+    if (hooks) return hooks->open(name, options, out_device);
+    return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\": a rank-qualified name (R/KIND:N) needs the MPI "
+                           "layer running (hcq_mpi_init, or the hcq tool started under mpirun)", name);
+  }
   hcq_device_kind_t kind = HCQ_DEVICE_CPU;
   int index = 0;
   hcq_status_t st = parse_name(name, &kind, &index);
   if (st) return st;
+  return open_registered(name, kind, index, options, NULL, NULL, out_device);
+}
+
+hcq_status_t hcq__device_open_with(const char *name, hcq_device_kind_t kind, int index,
+                                   hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx,
+                                   hcq_device_t **out) {
+  *out = NULL;
+  return open_registered(name, kind, index, NULL, create, ctx, out);
+}
+
+static hcq_status_t open_registered(const char *name, hcq_device_kind_t kind, int index,
+                                    const hcq_device_options_t *options,
+                                    hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx,
+                                    hcq_device_t **out_device) {
+  hcq_status_t st = NULL;
   if (options && options->timeline_start >= (UINT64_C(1) << 32))
     return hcq_status_make(HCQ_OUT_OF_RANGE, "device %s: timeline_start %" PRIu64 " must be below 2^32", name,
                            options->timeline_start);
@@ -290,7 +323,10 @@ hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *op
   hcq_device_t *dev = NULL;
   int free_slot = -1;
   for (int i = 0; i < MAX_DEVICES; i++) {
-    if (g_devices[i] && g_devices[i]->kind == kind && g_devices[i]->index == index) dev = g_devices[i];
+    if (g_devices[i] && (create ? !strcmp(g_devices[i]->name, name)
+                                : g_devices[i]->kind == kind && g_devices[i]->index == index &&
+                                      !hcq__device_is_remote(g_devices[i])))
+      dev = g_devices[i];
     if (!g_devices[i] && free_slot < 0) free_slot = i;
   }
   if (dev) {
@@ -301,7 +337,7 @@ hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *op
       dev->open_refs++;
   } else if (free_slot < 0) {
     st = hcq_status_make(HCQ_UNAVAILABLE, "cannot open %s: %d devices are open already", name, MAX_DEVICES);
-  } else if (!(st = create_device(kind, index, options, &dev))) {
+  } else if (!(st = create_device(kind, index, options, create, ctx, &dev))) {
     dev->open_refs = 1;
     dev->order = g_device_order++;
     g_devices[free_slot] = dev;
@@ -585,7 +621,7 @@ static void describe_command(const uint32_t *w, char *out, size_t size) {
       break;
     default: snprintf(out, size, "%s", op_name(op)); break;
   }
-  if (tag) {
+  if (tag && !(tag & HCQ__TAG_EAGER_REMOTE)) {
     size_t n = strlen(out);
     snprintf(out + n, size - n, ", graph item %" PRIu32, tag - 1);
   }
@@ -633,6 +669,11 @@ static void report_queue(hcq_device_t *dev, hcq_queue_kind_t kind, char *out, si
       snprintf(where, sizeof(where), " in %s", label);
     else
       snprintf(where, sizeof(where), " in a bound queue");
+  }
+  const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
+  if (hooks && hcq__device_is_remote(dev)) {
+    size_t n = strlen(cur);
+    hooks->describe(dev, s.cur, cur + n, sizeof(cur) - n);
   }
   uint32_t op = HCQ__HDR_OP(s.cur[0]);
   const char *state = op == HCQ__OP_WAIT ? "blocked at" : op == HCQ__OP_EXEC ? "running" : "at";

@@ -243,7 +243,20 @@ hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
   if ((vst = hcq__transfer_overlap_check(dst, src, size, "transfer"))) return vst;
   hcq_device_t *devs[2] = {src->dev, dst->dev};
   hcq__device_lock_many(devs, 2);
-  hcq_status_t st = transfer_locked(src->dev, dst->dev, dst->addr, src->addr, size);
+  hcq_status_t st;
+  if (hcq__device_is_remote(src->dev) || hcq__device_is_remote(dst->dev)) {
+    /* Another rank's end (docs/mpi.md): on the remote device's copy queue (the one that sends or
+     * receives), its COPY tagged with the transfer's sequence number, which every rank draws in the
+     * same order. */
+    const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
+    hcq_device_t *qd = hcq__device_is_remote(dst->dev) ? dst->dev : src->dev;
+    hcq_device_t *od = qd == dst->dev ? src->dev : dst->dev;
+    qd->eager_copy->tag = hooks ? hooks->eager_tag(src->dev, dst->dev) : 0;
+    st = transfer_locked(qd, od, dst->addr, src->addr, size);
+    qd->eager_copy->tag = 0;
+  } else {
+    st = transfer_locked(src->dev, dst->dev, dst->addr, src->addr, size);
+  }
   hcq__device_unlock_many(devs, 2);
   if (st) return hcq_status_annotate(st, "transfer %s -> %s", src->label, dst->label);
   hcq__trace_host_end(traced, size, "transfer %s -> %s", src->dev->name, dst->dev->name);
@@ -288,6 +301,8 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
   uint64_t traced = hcq__trace_host_begin();
   hcq_status_t st = check_host_copy("copyin", buf, offset, src, size);
   if (st || size == 0) return st;
+  /* Another rank's buffer (docs/mpi.md): its owner's copyin, in the same SPMD program, fills it. */
+  if (hcq__device_is_remote(buf->dev)) return NULL;
   hcq__trace_op_t op;
   hcq_device_t *dev = buf->dev;
   uint64_t chunk = hcq__options()->staging_chunk;
@@ -321,6 +336,10 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
   uint64_t traced = hcq__trace_host_begin();
   hcq_status_t st = check_host_copy("copyout", buf, offset, dst, size);
   if (st || size == 0) return st;
+  if (hcq__device_is_remote(buf->dev))
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "copyout from %s: it lives on another rank (%s); fetch it with "
+                           "hcq_transfer into a local buffer (every rank calls it) or hcq_mpi_fetch", buf->label,
+                           buf->dev->name);
   hcq__trace_op_t op;
   hcq_device_t *dev = buf->dev;
   uint64_t chunk = hcq__options()->staging_chunk;

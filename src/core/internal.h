@@ -604,4 +604,35 @@ static inline bool hcq__captures_elsewhere(void) {
   return atomic_load_explicit(&hcq__captures_open, memory_order_relaxed) != 0;
 }
 
+
+/* ---- remote devices (the optional MPI layer, src/mpi; docs/mpi.md) ----
+ * The core never links MPI: the layer installs these hooks when it starts (hcq_mpi_init) and
+ * removes them when it stops. A remote device ("R/KIND:N" of another rank) is an ordinary device
+ * struct whose backend (the layer) gives its buffers addresses with no storage and runs its queues
+ * on the layer's communication thread: kernels are skipped, copies to or from the rank become MPI
+ * sends and receives. Such devices carry HCQ__CAP_REMOTE. */
+#define HCQ__CAP_REMOTE (1u << 30)
+/* COPY tag words with this bit carry an eager cross-rank transfer's sequence number, not a graph item. */
+#define HCQ__TAG_EAGER_REMOTE (1u << 31)
+struct hcq_exec_item;
+typedef struct hcq__remote_hooks {
+  /* Opens a name with a rank ("1/CPU:0"): the local device on its own rank, a remote device elsewhere. */
+  hcq_status_t (*open)(const char *name, const hcq_device_options_t *options, hcq_device_t **out);
+  /* Graph build (every rank, same items): the cross-rank agreement check; a graph id for tags. */
+  hcq_status_t (*graph_check)(const struct hcq_exec_item *items, size_t nitems);
+  /* Called after graph_check's build finished (ok or not): ends the build's tagging window. */
+  void (*graph_built)(void);
+  /* Eager transfer with a remote end, before it is submitted: the tag (HCQ__TAG_EAGER_REMOTE | seq). */
+  uint32_t (*eager_tag)(hcq_device_t *src, hcq_device_t *dst);
+  /* More words for a hang report about cmd on a remote device's queue ("recv of 4 bytes from rank 1..."). */
+  void (*describe)(hcq_device_t *dev, const uint32_t *cmd, char *out, size_t size);
+} hcq__remote_hooks_t;
+extern const hcq__remote_hooks_t *_Atomic hcq__remote;
+/* Opens (or references again) a device made by create (the layer's backend constructor), registered
+ * under name like any other device; kind and index are what it reports. */
+hcq_status_t hcq__device_open_with(const char *name, hcq_device_kind_t kind, int index,
+                                   hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx,
+                                   hcq_device_t **out);
+static inline bool hcq__device_is_remote(const hcq_device_t *dev) { return dev->caps & HCQ__CAP_REMOTE; }
+
 #endif

@@ -44,6 +44,7 @@ static hcq_status_t copy_out(hcq_buffer_t *b, void *dst) {
 hcq_status_t hcq__write_check_begin(const hcq_launch_desc_t *d, hcq__write_check_t **out) {
   *out = NULL;
   if (!d->outs) return NULL; /* every buffer is declared written */
+  if (hcq__device_is_remote(d->program->dev)) return NULL; /* another rank runs it, and checks it there */
   hcq__write_check_t *wc = calloc(1, sizeof(*wc) + d->nbufs * sizeof(wc->snaps[0]));
   if (!wc) return hcq_status_make(HCQ_OUT_OF_MEMORY, "launch of %s: out of memory for HCQ_VALIDATE", d->program->name);
   for (size_t i = 0; i < d->nbufs; i++) {

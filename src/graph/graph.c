@@ -11,9 +11,16 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
                               hcq_graph_t **out_graph) {
   if (!out_graph) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_create: out_graph is NULL");
   *out_graph = NULL;
-  hcq__runner_t runner;
-  hcq_status_t st = hcq__runner_init(&runner, items, nitems, inputs, ninputs, vals, nvals, "graph");
+  /* Under MPI every rank builds the same graph: the layer checks that they agree (docs/mpi.md). */
+  const hcq__remote_hooks_t *remote = atomic_load(&hcq__remote);
+  hcq_status_t st = remote ? remote->graph_check(items, nitems) : NULL;
   if (st) return st;
+  hcq__runner_t runner;
+  st = hcq__runner_init(&runner, items, nitems, inputs, ninputs, vals, nvals, "graph");
+  if (st) {
+    if (remote) remote->graph_built();
+    return st;
+  }
   bool profile = (options && options->profile) || hcq__options()->profile[0] || hcq__trace_on();
   /* A backend with its own graph runner (the CUDA graph, SPEC 6) holds only devices of that runner;
    * the rest run the HCQ graph. */
@@ -46,6 +53,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
                            "JIT does), or transfer eagerly", host->name, gpu->name);
   }
   if (!own && !st) st = hcq__hcq_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
+  if (remote) remote->graph_built();
   if (st) hcq__runner_deinit(&runner);
   else (*out_graph)->validated_replays = hcq__graph_validates_writes(*out_graph);
   return st;

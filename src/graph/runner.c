@@ -7,7 +7,10 @@
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
 
 hcq_device_t *hcq__item_device(const hcq_exec_item_t *it) {
-  return it->kind == HCQ_ITEM_KERNEL ? it->kernel.program->dev : it->transfer.src->dev;
+  if (it->kind == HCQ_ITEM_KERNEL) return it->kernel.program->dev;
+  /* A transfer to another rank's device runs on that remote device's copy queue (the MPI layer's
+   * sends); every other transfer on its source's. */
+  return hcq__device_is_remote(it->transfer.dst->dev) ? it->transfer.dst->dev : it->transfer.src->dev;
 }
 
 void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out) {

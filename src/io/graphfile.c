@@ -229,6 +229,13 @@ static hcq_status_t open_device(loader_t *L, const char *name, hcq_device_t **ou
   hcq_graph_file_t *gf = L->gf;
   char mapped[128];
   map_device(L->opts->device_map, name, mapped, sizeof(mapped));
+  if (atomic_load(&hcq__remote) && !strchr(mapped, '/')) {
+    /* Under MPI (docs/mpi.md) a file describes one job run by every rank: a device the map does not
+     * send to a rank is rank 0's, on every rank (plain names would mean each rank's own). */
+    char qualified[sizeof(mapped)];
+    snprintf(qualified, sizeof(qualified), "0/%.120s", mapped);
+    snprintf(mapped, sizeof(mapped), "%s", qualified);
+  }
   hcq_device_t *dev = NULL;
   hcq_status_t st = hcq_device_open(mapped, &dev);
   if (st) return wrap(L, st);

@@ -1,0 +1,58 @@
+/* The hcq tool under mpirun (docs/mpi.md): every rank runs the same command line, rank 0
+ * prints, and every rank exits with the same status. Without the MPI layer these are one-process
+ * stand-ins. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+#ifdef HCQ_HAVE_MPI
+#include "hcq/mpi.h"
+
+static bool g_started;
+
+hcq_status_t cli_mpi_start(void) {
+  hcq_status_t st = hcq_mpi_init_auto(&g_started);
+  /* Rank 0 reports (CLI.md): the others keep stderr, for what fails on them, and drop stdout. */
+  if (!st && g_started && hcq_mpi_rank() != 0 && !freopen("/dev/null", "w", stdout)) {
+    /* stdout stays: the output doubles, nothing breaks */
+  }
+  return st;
+}
+int cli_mpi_rank(void) { return hcq_mpi_rank(); }
+int cli_mpi_size(void) { return hcq_mpi_size(); }
+bool cli_mpi_on(void) { return g_started; }
+
+hcq_status_t cli_mpi_fetch(hcq_buffer_t *buf, void *dst, uint64_t size) {
+  if (!g_started) return hcq_buffer_copyout(buf, 0, dst, size);
+  return hcq_mpi_fetch(buf, 0, dst, size);
+}
+
+int cli_mpi_finish(int rc) {
+  if (!g_started) return rc;
+  int agreed = rc;
+  hcq_status_t st = hcq_mpi_allreduce_max(rc, &agreed);
+  if (st) {
+    fprintf(stderr, "hcq (rank %d): %s\n", hcq_mpi_rank(), hcq_status_message(st));
+    hcq_status_free(st);
+    agreed = rc > HCQ_EXIT_RUNTIME ? rc : HCQ_EXIT_RUNTIME;
+  }
+  bool failed = hcq_mpi_peer_failed() || st;
+  hcq_status_free(hcq_mpi_finalize());
+  if (failed) {
+    /* A dead peer: MPI_Finalize (and Open MPI's exit handlers) could wait for it forever. */
+    fflush(stdout);
+    fflush(stderr);
+    _exit(agreed);
+  }
+  return agreed;
+}
+#else
+hcq_status_t cli_mpi_start(void) { return NULL; }
+int cli_mpi_rank(void) { return 0; }
+int cli_mpi_size(void) { return 1; }
+bool cli_mpi_on(void) { return false; }
+hcq_status_t cli_mpi_fetch(hcq_buffer_t *buf, void *dst, uint64_t size) { return hcq_buffer_copyout(buf, 0, dst, size); }
+int cli_mpi_finish(int rc) { return rc; }
+#endif

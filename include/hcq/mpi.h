@@ -1,0 +1,87 @@
+/* hcq over MPI (docs/mpi.md): devices, graphs and captures that span processes and machines.
+ *
+ * Optional: built where CMake finds MPI, as the static library hcq_mpi (it uses the core's
+ * internals, so it links with the static hcq; libhcq itself never links MPI). Include <mpi.h>
+ * before this header, or let it include it.
+ *
+ * Start: the application initialises MPI with at least MPI_THREAD_SERIALIZED and calls
+ * hcq_mpi_init(comm) before opening devices; every rank of comm must call it. From then on one
+ * communication thread per process makes every MPI call hcq needs, on duplicates of comm. An
+ * application that makes its own MPI calls while hcq's layer runs needs MPI_THREAD_MULTIPLE
+ * (hcq_mpi_init refuses less than SERIALIZED: FUNNELED would forbid hcq's thread).
+ *
+ * Devices: "R/KIND:N" names device KIND:N of rank R. On rank R it is that local device (the same
+ * handle as "KIND:N"); on every other rank it is a remote device: its buffers have a size and an
+ * address but no storage here, its programs are kept by name and source and compiled only on R,
+ * kernels launched on it do nothing here (rank R runs them), hcq_buffer_copyin into its buffers does
+ * nothing here (rank R's own copyin fills them) and hcq_buffer_copyout from them is
+ * FAILED_PRECONDITION (use hcq_mpi_fetch). hcq_device_name gives "R/KIND:N" for remote devices.
+ *
+ * SPMD: every rank creates the same buffers, builds the same graphs and captures with the same items
+ * in the same order, replays them with the same variable values and calls hcq_transfer in the same
+ * order. A graph whose items touch devices of several ranks is checked at build: the ranks involved
+ * compare a digest of every item (kind, devices, buffer sizes and offsets, kernel names, constant
+ * values and dims, bytes) and fail, every one of them, naming the first item that differs.
+ *
+ * Transfers between ranks run on the remote device's copy queue: a send of the source's bytes on the
+ * source rank, a receive into the destination on the destination rank, ordered by signals like any
+ * other copy; ranks that hold neither end skip them. Message tags are per (graph, item) for graph
+ * replays and per (pair of ranks, sequence number) for eager transfers, so consecutive replays and
+ * transfers never match the wrong message. Only devices whose memory is host memory (CPU) take part
+ * in transfers between ranks; stage GPU buffers through a CPU buffer.
+ *
+ * Faults: a send or receive still pending at the wait timeout (HCQ_WAIT_TIMEOUT_MS) makes the wait
+ * fail with a hang report naming the peer rank, the item, the bytes and the tag. An MPI error on a
+ * request (a peer that died, where the MPI library reports it) declares the remote device lost, so
+ * waits on it end at once with DEVICE_LOST naming the rank. hcq never calls MPI_Abort.
+ */
+#ifndef HCQ_MPI_H
+#define HCQ_MPI_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "hcq/buffer.h"
+#include "hcq/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Starts the layer on comm (duplicated: hcq's messages never meet the application's). Collective
+ * over comm. FAILED_PRECONDITION when MPI is not initialised, its thread level is below
+ * MPI_THREAD_SERIALIZED, or the layer already runs. */
+HCQ_MUST_USE hcq_status_t hcq_mpi_init(MPI_Comm comm);
+/* For tools: when the process was started by mpirun/mpiexec (the launcher's environment says so),
+ * initialises MPI itself (MPI_THREAD_MULTIPLE) and starts the layer on MPI_COMM_WORLD; otherwise does
+ * nothing. *out_started (may be NULL) tells which. */
+HCQ_MUST_USE hcq_status_t hcq_mpi_init_auto(bool *out_started);
+/* Stops the layer (its devices must be closed first). Finalises MPI when hcq_mpi_init_auto
+ * initialised it and no peer failed (MPI_Finalize could wait for a dead rank forever). */
+HCQ_MUST_USE hcq_status_t hcq_mpi_finalize(void);
+bool hcq_mpi_running(void);
+/* This process's rank and the communicator's size (0 and 1 when the layer is not running). */
+int hcq_mpi_rank(void);
+int hcq_mpi_size(void);
+/* The rank a device lives on (this rank for local devices). */
+int hcq_mpi_device_rank(const hcq_device_t *device);
+/* True when the buffer's storage is on another rank. */
+bool hcq_mpi_buffer_is_remote(const hcq_buffer_t *buf);
+/* True once an MPI request failed (a peer died, as far as MPI reports it). */
+bool hcq_mpi_peer_failed(void);
+
+/* Collective over the layer's communicator (every rank calls it, in the same order): the contents of
+ * buf (size bytes from offset 0) arrive in host memory dst on rank root; the buffer's owner sends
+ * them, other ranks pass dst NULL or ignore it. */
+HCQ_MUST_USE hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size);
+/* Collective: the maximum of every rank's value, within the wait timeout (a rank that does not take
+ * part is a TIMEOUT naming the call). */
+HCQ_MUST_USE hcq_status_t hcq_mpi_allreduce_max(int value, int *out_max);
+/* Collective: a barrier within the wait timeout. */
+HCQ_MUST_USE hcq_status_t hcq_mpi_barrier(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
