@@ -39,11 +39,11 @@ static void die(int line, const char *what, hcq_status_t st) {
 
 enum { N = 64 };
 
-/* x[i] = x[i] * a + b */
+/* x[i] = x[i] * a + b, wrapping (unsigned: replays grow the values past INT32_MAX) */
 static void k_mul_add(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {
   (void)l;
-  int32_t *x = bufs[0];
-  for (int i = 0; i < vals[2]; i++) x[i] = x[i] * vals[0] + vals[1];
+  uint32_t *x = bufs[0];
+  for (int i = 0; i < vals[2]; i++) x[i] = x[i] * (uint32_t)vals[0] + (uint32_t)vals[1];
 }
 /* out[i] = sum over rows r of g[r * n + i] */
 static void k_sum_rows(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {
@@ -51,9 +51,9 @@ static void k_sum_rows(void *const *bufs, const int32_t *vals, const hcq_launch_
   int32_t *out = bufs[0];
   const int32_t *g = bufs[1];
   for (int i = 0; i < vals[1]; i++) {
-    int32_t s = 0;
-    for (int r = 0; r < vals[0]; r++) s += g[r * vals[1] + i];
-    out[i] = s;
+    uint32_t s = 0;
+    for (int r = 0; r < vals[0]; r++) s += (uint32_t)g[r * vals[1] + i];
+    out[i] = (int32_t)s;
   }
 }
 
@@ -322,7 +322,7 @@ static void scenario_eager(void) {
       OK(hcq_launch(&ld));
       OK(hcq_transfer(c, b, N * 4));
       OK(hcq_transfer(a, c, N * 4)); /* rank 0 to rank 0: a local copy in the same stream */
-      for (int i = 0; i < N; i++) expect[i] = expect[i] * 2 + round;
+      for (int i = 0; i < N; i++) expect[i] = (int32_t)((uint32_t)expect[i] * 2u + (uint32_t)round);
     }
     int32_t got[N];
     OK(hcq_mpi_fetch(c, 0, got, sizeof(got)));
