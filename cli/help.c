@@ -59,6 +59,8 @@ static const help_t k_help[] = {
      "                        (default 16384)\n"
      "  HCQ_SPIN_NS           how long waiters and idle engines spin before\n"
      "                        sleeping (default 20000)\n"
+     "  HCQ_MPI_SPIN_NS       how long the MPI communication thread polls MPI back\n"
+     "                        to back while a request is in flight (default 200000)\n"
      "  HCQ_WAIT_TIMEOUT_MS   host wait timeout (default 30000)\n"
      "  HCQ_JIT_BATCH_SIZE    first batch size when items are batched into graphs\n"
      "                        (default 32)\n"

@@ -121,6 +121,7 @@ static struct {
   uint32_t *eager_seq, *ctrl_seq;
   pthread_mutex_t seq_lock;
   uint32_t next_gid;
+  uint64_t spin_ns; /* HCQ_MPI_SPIN_NS: how long the thread polls MPI back to back while a request is pending */
 } G = {.lock = PTHREAD_MUTEX_INITIALIZER, .seq_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local uint32_t t_build_gid; /* graph being built by this thread (tags its bound lists) */
@@ -398,6 +399,7 @@ static void *comm_main(void *arg) {
   pthread_setname_np(pthread_self(), "hcq-mpi");
   op_t *posted = NULL;
   unsigned idle = 0;
+  uint64_t idle_since = 0;
   for (;;) {
     bool moved = false, waiting = false, mpi_pending = false;
     const hcq__signal_words_t *park_on = NULL;
@@ -455,11 +457,14 @@ static void *comm_main(void *arg) {
     }
     if (atomic_load(&G.stop) && !waiting) break;
     if (atomic_load(&G.stop) && waiting && idle > 20000) break; /* stopping with requests nobody answers */
-    idle++;
-    /* Spin briefly (a hand-off from another core is near), then sleep: yielding for long starves
-     * the threads being waited for where cores are fewer than busy threads. MPI requests in flight
-     * are polled every few tens of microseconds; a queue waiting on a signal sleeps on it. */
-    if (idle < 256) {
+    if (idle++ == 0) idle_since = hcq__now_ns();
+    /* A message in flight is only completed by MPI's progress, which runs inside MPI_Test: while
+     * one is pending, poll MPI back to back (a pause, then yielding the core to the threads being
+     * waited for) for a bounded time, HCQ_MPI_SPIN_NS, so a reply that comes soon is seen within
+     * a poll rather than a nap. Past it, MPI is polled every 20 us. With nothing in flight the
+     * thread spins only briefly (a hand-off from another core is near) and then sleeps on its
+     * doorbell or on the signal its queue waits for: no CPU is used while idle. */
+    if (idle < 256 || (mpi_pending && hcq__now_ns() - idle_since < G.spin_ns)) {
       hcq__spin_step(idle);
       continue;
     }
@@ -997,6 +1002,15 @@ hcq_status_t hcq_mpi_init(MPI_Comm comm) {
                            "hcq_mpi_init: MPI was initialised with thread level %d; hcq's communication thread needs "
                            "MPI_THREAD_SERIALIZED at least (MPI_THREAD_MULTIPLE when the application calls MPI itself)",
                            level);
+  G.spin_ns = UINT64_C(200000);
+  const char *spin = getenv("HCQ_MPI_SPIN_NS");
+  if (spin && *spin) {
+    char *end = NULL;
+    long long v = strtoll(spin, &end, 10);
+    if (*end || v < 0 || v > INT64_C(10000000000))
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_init: HCQ_MPI_SPIN_NS=%s is not a number of nanoseconds in 0..1e10", spin);
+    G.spin_ns = (uint64_t)v;
+  }
   if (MPI_Comm_dup(comm, &G.data) != MPI_SUCCESS || MPI_Comm_dup(comm, &G.ctrl) != MPI_SUCCESS)
     return hcq_status_make(HCQ_UNAVAILABLE, "hcq_mpi_init: MPI_Comm_dup failed");
   MPI_Comm_set_errhandler(G.data, MPI_ERRORS_RETURN);

@@ -461,24 +461,74 @@ static void scenario_fault(bool kill_rank) {
   OK(hcq_device_close(d1));
 }
 
+/* After replays, with nothing in flight, the communication thread sleeps: the process uses almost no
+ * CPU over 300 ms (its bounded spin, HCQ_MPI_SPIN_NS, is for requests in flight only). */
+static void scenario_idle(void) {
+  /* Every rank builds the same graph: rank r's buffer to rank r+1's, for all r (a ring). */
+  hcq_buffer_t *bufs[MAXR];
+  hcq_device_t *devs[MAXR];
+  for (int r = 0; r < size; r++) {
+    char n[32];
+    snprintf(n, sizeof(n), "%d/CPU:0", r);
+    OK(hcq_device_open(n, &devs[r]));
+    OK(hcq_buffer_create(devs[r], 4, &bufs[r]));
+  }
+  hcq_exec_item_t items[MAXR];
+  for (int r = 0; r < size; r++)
+    items[r] = (hcq_exec_item_t){.kind = HCQ_ITEM_TRANSFER, .transfer = {bufs[(r + 1) % size], bufs[r], 4}};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(items, (size_t)size, NULL, 0, NULL, 0, NULL, &g));
+  for (int i = 0; i < 50; i++) OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+  OK(hcq_mpi_barrier());
+  struct timespec c0, c1, w = {0, 300000000L};
+  nanosleep(&(struct timespec){0, 20000000L}, NULL); /* past any spin after the last replay */
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+  nanosleep(&w, NULL);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+  double ms = (double)(c1.tv_sec - c0.tv_sec) * 1e3 + (double)(c1.tv_nsec - c0.tv_nsec) / 1e6;
+  printf("rank %d: %.2f ms CPU over 300 ms idle\n", rank, ms);
+  if (ms > 30) {
+    fprintf(stderr, "mpi_test idle: rank %d used %.2f ms of CPU while idle (expected < 30)\n", rank, ms);
+    _exit(1);
+  }
+  OK(hcq_graph_destroy(g));
+  for (int r = 0; r < size; r++) hcq_buffer_release(bufs[r]);
+  for (int r = 0; r < size; r++) {
+    OK(hcq_device_synchronize(devs[r]));
+    OK(hcq_device_close(devs[r]));
+  }
+}
+
 int main(int argc, char **argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc != 2 || size > MAXR) {
-    if (rank == 0) fprintf(stderr, "usage: mpirun -np N (N <= %d) mpi_test eager|graph|mismatch|hang|kill\n", MAXR);
+    if (rank == 0) fprintf(stderr, "usage: mpirun -np N (N <= %d) mpi_test eager|graph|mismatch|hang|kill|idle|badspin\n", MAXR);
     MPI_Finalize();
     return 2;
   }
+  const char *s = argv[1];
+  if (!strcmp(s, "badspin")) {
+    /* The runner sets HCQ_MPI_SPIN_NS to something that is not a number of nanoseconds. */
+    hcq_status_t st = hcq_mpi_init(MPI_COMM_WORLD);
+    EXPECT(st && hcq_status_code(st) == HCQ_INVALID_ARGUMENT && strstr(hcq_status_message(st), "HCQ_MPI_SPIN_NS"));
+    EXPECT(!hcq_mpi_running());
+    hcq_status_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) printf("mpi_test badspin: ok\n");
+    MPI_Finalize();
+    return 0;
+  }
   OK(hcq_mpi_init(MPI_COMM_WORLD));
   EXPECT(hcq_mpi_rank() == rank && hcq_mpi_size() == size);
-  const char *s = argv[1];
   if (!strcmp(s, "eager")) scenario_eager();
   else if (!strcmp(s, "graph")) scenario_graph();
   else if (!strcmp(s, "mismatch")) scenario_mismatch();
   else if (!strcmp(s, "hang")) scenario_fault(false);
   else if (!strcmp(s, "kill")) scenario_fault(true);
+  else if (!strcmp(s, "idle")) scenario_idle();
   else die(__LINE__, "unknown scenario", NULL);
   OK(hcq_mpi_barrier());
   if (rank == 0 && strcmp(s, "hang")) printf("mpi_test %s: ok\n", s);
