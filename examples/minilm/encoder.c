@@ -61,6 +61,7 @@ struct minilm_encoder {
   hcq_buffer_t *ids, *x, *qkv, *kt, *ctx, *inter, *out;
   hcq_buffer_t *y; /* CPU: the output and down projections before their residual and LayerNorm */
   hcq_expr_t *n, *blocks; /* n and ceil(n / 16) */
+  hcq_expr_t *blocks4;     /* ceil(n / 4): the row blocks of the GLSL products */
   /* CPU group size of attention: its groups' multiply-adds / 64 (min(n, 16) queries x n keys), so
    * that a short query's attention, microseconds of work, stays on one thread. The products keep
    * constant group sizes and so run on both threads even for one token: a short query is bound by
@@ -219,12 +220,12 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
   }
   /* GPUs: a thread per output element of the matrix products, a group per row (and per head of
    * attention) for the others. */
-  hcq_operand_t rows = hcq_sym(m->n);
+  hcq_operand_t rows = hcq_sym(m->n), prows = m->kind == HCQ_DEVICE_VULKAN ? hcq_sym(m->blocks4) : rows;
   int cols = m->kind == HCQ_DEVICE_VULKAN ? 4 : 1;
   switch (k) {
     /* kernels.glsl: four columns an invocation (vec4 loads); kernels.cu: one. */
-    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / (GPU_COLS * cols)), g.grid[1] = rows, g.local = GPU_COLS; break;
-    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / (GPU_COLS * cols)), g.grid[1] = rows, g.local = GPU_COLS; break;
+    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / (GPU_COLS * cols)), g.grid[1] = prows, g.local = GPU_COLS; break;
+    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / (GPU_COLS * cols)), g.grid[1] = prows, g.local = GPU_COLS; break;
     case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows, g.local = (uint32_t)(c->hidden / c->heads); break;
     case K_POOL: g.local = GPU_GROUP; break;
     default: g.grid[0] = rows, g.local = GPU_GROUP; break; /* embedding, the LayerNorm products */
@@ -252,6 +253,7 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
   m->blocks = hcq_expr_binary(HCQ_EXPR_FLOORDIV, sum, c16);
   hcq_expr_release(c15), hcq_expr_release(c16), hcq_expr_release(sum);
   if (!m->blocks) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  TRY(hcq_expr_parse("(n + 3) // 4", (const hcq_expr_t *const[]){m->n}, 1, &m->blocks4));
   char text[96];
   snprintf(text, sizeof(text), "min(n, %d) * n * %d // 32", QB, c->hidden / c->heads);
   TRY(hcq_expr_parse(text, (const hcq_expr_t *const[]){m->n}, 1, &m->attn_local));
@@ -331,6 +333,7 @@ hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
   free(m->items);
   free(m->args);
   hcq_expr_release(m->blocks);
+  hcq_expr_release(m->blocks4);
   hcq_expr_release(m->attn_local);
   hcq_expr_release(m->n);
   for (int l = 0; l < m->c.layers; l++)

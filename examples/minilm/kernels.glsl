@@ -71,17 +71,35 @@ void main() {
 #endif
 
 #if defined(KERNEL_mlm_qkv) || defined(KERNEL_mlm_ffn_up)
-// The split products: grid N / (4 COLS) x n, each invocation four neighbouring columns of row t
-// (one 16-byte load of wt a step: lavapipe gathers every load lane by lane, so fewer, wider ones
-// pay), the row read once per group into shared memory.
-shared float xin[HIDDEN];
-vec4 linear4(f32s inp, v4s wt, v4s bias, uint t, uint N) {
-  for (uint k = gl_LocalInvocationID.x; k < uint(HIDDEN); k += gl_WorkGroupSize.x) xin[k] = inp.v[t * uint(HIDDEN) + k];
+// The split products: grid N / (4 COLS) x ceil(n / 4), each invocation four neighbouring columns
+// of four rows t0.. (one 16-byte load of wt a step: lavapipe gathers every load lane by lane, so
+// fewer, wider ones pay, and each weight loaded serves the block's rows), the rows read once per
+// group into shared memory. A block of one row (a one-token query) skips the other three.
+shared vec4 xin[4][HIDDEN / 4];
+void linear4(f32s inp, v4s wt, v4s bias, uint t0, uint rows, uint N, out vec4 s[4]) {
+  for (uint i = gl_LocalInvocationID.x; i < uint(HIDDEN); i += gl_WorkGroupSize.x)
+    for (uint r = 0u; r < 4u; r++) xin[r][i / 4u][i % 4u] = r < rows ? inp.v[(t0 + r) * uint(HIDDEN) + i] : 0.0;
   barrier();
   uint j4 = gl_GlobalInvocationID.x, n4 = N / 4u;
-  vec4 s = bias.v[j4];
-  for (uint k = 0u; k < uint(HIDDEN); k++) s += xin[k] * wt.v[k * n4 + j4];
-  return s;
+  vec4 s0 = bias.v[j4], s1 = s0, s2 = s0, s3 = s0;
+  if (rows == 1u) {
+    for (uint k = 0u; k < uint(HIDDEN / 4); k++) {
+      vec4 a = xin[0][k];
+      uint w = 4u * k * n4 + j4;
+      s0 += a.x * wt.v[w] + a.y * wt.v[w + n4] + a.z * wt.v[w + 2u * n4] + a.w * wt.v[w + 3u * n4];
+    }
+  } else {
+    for (uint k = 0u; k < uint(HIDDEN / 4); k++) {
+      uint w = 4u * k * n4 + j4;
+      vec4 w0 = wt.v[w], w1 = wt.v[w + n4], w2 = wt.v[w + 2u * n4], w3 = wt.v[w + 3u * n4];
+      vec4 a = xin[0][k], b = xin[1][k], c = xin[2][k], d = xin[3][k];
+      s0 += a.x * w0 + a.y * w1 + a.z * w2 + a.w * w3;
+      s1 += b.x * w0 + b.y * w1 + b.z * w2 + b.w * w3;
+      s2 += c.x * w0 + c.y * w1 + c.z * w2 + c.w * w3;
+      s3 += d.x * w0 + d.y * w1 + d.z * w2 + d.w * w3;
+    }
+  }
+  s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
 }
 #endif
 
@@ -89,8 +107,10 @@ vec4 linear4(f32s inp, v4s wt, v4s bias, uint t, uint N) {
 void main() {
   v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(3)), bias = v4s(hcq_buf(4));
   f32s inp = f32s(hcq_buf(2));
-  uint t = gl_WorkGroupID.y;
-  outv.v[t * uint(3 * HIDDEN / 4) + gl_GlobalInvocationID.x] = linear4(inp, wt, bias, t, uint(3 * HIDDEN));
+  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
+  vec4 s[4];
+  linear4(inp, wt, bias, t0, rows, uint(3 * HIDDEN), s);
+  for (uint r = 0u; r < rows; r++) outv.v[(t0 + r) * uint(3 * HIDDEN / 4) + gl_GlobalInvocationID.x] = s[r];
 }
 #endif
 
@@ -98,9 +118,11 @@ void main() {
 void main() {
   v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
   f32s inp = f32s(hcq_buf(1));
-  uint t = gl_WorkGroupID.y;
-  vec4 s = linear4(inp, wt, bias, t, uint(INTER));
-  outv.v[t * uint(INTER / 4) + gl_GlobalInvocationID.x] = vec4(gelu(s.x), gelu(s.y), gelu(s.z), gelu(s.w));
+  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
+  vec4 s[4];
+  linear4(inp, wt, bias, t0, rows, uint(INTER), s);
+  for (uint r = 0u; r < rows; r++)
+    outv.v[(t0 + r) * uint(INTER / 4) + gl_GlobalInvocationID.x] = vec4(gelu(s[r].x), gelu(s[r].y), gelu(s[r].z), gelu(s[r].w));
 }
 #endif
 
