@@ -228,6 +228,8 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
     case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / (GPU_COLS * cols)), g.grid[1] = prows, g.local = GPU_COLS; break;
     case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows, g.local = (uint32_t)(c->hidden / c->heads); break;
     case K_POOL: g.local = GPU_GROUP; break;
+    case K_PROJ_LN:
+    case K_DOWN_LN: g.grid[0] = prows, g.local = GPU_GROUP; break; /* GLSL: blocks of four rows */
     default: g.grid[0] = rows, g.local = GPU_GROUP; break; /* embedding, the LayerNorm products */
   }
   return g;

@@ -132,23 +132,57 @@ void main() {
 #else
 #define K INTER
 #endif
-// The input row once into shared memory, then four columns an invocation with 16-byte weight loads.
-shared float xk[K];
+// Blocks of four rows as in the split products: grid ceil(n / 4), the rows' inputs through shared
+// memory KC floats at a time (four rows of K = INTER would not fit lavapipe's 32 KB), invocation l
+// < HIDDEN / 4 four columns of each row, then the residual and each row's LayerNorm.
+#define KC (K < 768 ? K : 768)
+#if HIDDEN / 4 > GROUP
+#error "a row's HIDDEN / 4 column quads need as many invocations"
+#endif
+shared vec4 xk[4][KC / 4];
+shared float rows4[4][HIDDEN];
 void main() {
   f32s x = f32s(hcq_buf(0)), inp = f32s(hcq_buf(1)), lw = f32s(hcq_buf(4)), lb = f32s(hcq_buf(5));
   v4s wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
-  uint t = gl_WorkGroupID.x, l = gl_LocalInvocationID.x;
-  for (uint k = l; k < uint(K); k += uint(GROUP)) xk[k] = inp.v[t * uint(K) + k];
-  barrier();
-  for (uint j4 = l; j4 < uint(HIDDEN / 4); j4 += uint(GROUP)) {
-    vec4 s = bias.v[j4];
-    for (uint k = 0u; k < uint(K); k++) s += xk[k] * wt.v[k * uint(HIDDEN / 4) + j4];
-    uint j = 4u * j4, at = t * uint(HIDDEN) + j;
-    row[j] = x.v[at] + s.x, row[j + 1u] = x.v[at + 1u] + s.y, row[j + 2u] = x.v[at + 2u] + s.z;
-    row[j + 3u] = x.v[at + 3u] + s.w;
+  uint t0 = 4u * gl_WorkGroupID.x, l = gl_LocalInvocationID.x, nr = min(4u, uint(hcq_val(0)) - t0);
+  uint j4 = l, n4 = uint(HIDDEN / 4);
+  bool act = j4 < n4;
+  vec4 s0 = act ? bias.v[j4] : vec4(0.0), s1 = s0, s2 = s0, s3 = s0;
+  for (uint k0 = 0u; k0 < uint(K); k0 += uint(KC)) {
+    for (uint i = l; i < uint(KC); i += uint(GROUP))
+      for (uint r = 0u; r < 4u; r++) xk[r][i / 4u][i % 4u] = r < nr ? inp.v[(t0 + r) * uint(K) + k0 + i] : 0.0;
+    barrier();
+    if (act && nr == 1u) {
+      for (uint k = 0u; k < uint(KC / 4); k++) {
+        vec4 a = xk[0][k];
+        uint w = (k0 + 4u * k) * n4 + j4;
+        s0 += a.x * wt.v[w] + a.y * wt.v[w + n4] + a.z * wt.v[w + 2u * n4] + a.w * wt.v[w + 3u * n4];
+      }
+    } else if (act) {
+      for (uint k = 0u; k < uint(KC / 4); k++) {
+        uint w = (k0 + 4u * k) * n4 + j4;
+        vec4 w0 = wt.v[w], w1 = wt.v[w + n4], w2 = wt.v[w + 2u * n4], w3 = wt.v[w + 3u * n4];
+        vec4 a = xk[0][k], b = xk[1][k], c = xk[2][k], d = xk[3][k];
+        s0 += a.x * w0 + a.y * w1 + a.z * w2 + a.w * w3;
+        s1 += b.x * w0 + b.y * w1 + b.z * w2 + b.w * w3;
+        s2 += c.x * w0 + c.y * w1 + c.z * w2 + c.w * w3;
+        s3 += d.x * w0 + d.y * w1 + d.z * w2 + d.w * w3;
+      }
+    }
+    barrier();
+  }
+  if (act) {
+    vec4 s[4] = vec4[4](s0, s1, s2, s3);
+    for (uint r = 0u; r < nr; r++)
+      for (uint c = 0u; c < 4u; c++) rows4[r][4u * j4 + c] = x.v[(t0 + r) * uint(HIDDEN) + 4u * j4 + c] + s[r][c];
   }
   barrier();
-  layernorm_store(x, t, lw, lb);
+  for (uint r = 0u; r < nr; r++) {
+    for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) row[j] = rows4[r][j];
+    barrier();
+    layernorm_store(x, t0 + r, lw, lb);
+    barrier();
+  }
 }
 #endif
 
