@@ -23,6 +23,9 @@ enum { RB = 16, CB = 64, EMB_ROWS = 16, QB = 16, MAX_ITEM_BUFS = 8 };
 /* GPU kernels (kernels.glsl, kernels.cu): COLS threads a group along a row of a matrix product,
  * GROUP threads per row of the row kernels. */
 enum { GPU_COLS = 32, GPU_GROUP = 128 };
+/* kernels.glsl: invocations a group along a row of a product; 16 makes 6 groups of a one-token
+ * query's smallest product for lavapipe's threads. */
+enum { VK_COLS = 16 };
 
 #define KERNELS(X)                                                                                    \
   X(EMBED, "mlm_embed") X(QKV, "mlm_qkv") X(ATTN, "mlm_attn") X(PROJ_LN, "mlm_proj_ln") X(FFN_UP, "mlm_ffn_up") \
@@ -91,13 +94,13 @@ static void transpose(float *dst, size_t ld, const float *w, size_t out, size_t 
     for (size_t i = 0; i < in; i++) dst[i * ld + o] = w[o * in + i];
 }
 
-/* The CPU splits the products that a LayerNorm follows into a product split by columns (mlm_proj,
+/* The CPU and Vulkan split the products that a LayerNorm follows into a product split by columns (mlm_proj,
  * mlm_down) and a row kernel (mlm_res_ln): a short query's few rows would otherwise be one or two
- * groups, one thread reading a third of the weights while the other waits. The GPU kernels keep
+ * groups, one thread reading a third of the weights while the other waits. The CUDA kernels keep
  * them fused (a work-group a row). */
 static bool has_kernel(const minilm_encoder_t *m, int k) {
   bool split = k == K_PROJ || k == K_DOWN || k == K_RES_LN, fused = k == K_PROJ_LN || k == K_DOWN_LN;
-  return m->kind == HCQ_DEVICE_CPU ? !fused : !split;
+  return m->kind == HCQ_DEVICE_CUDA ? !split : !fused;
 }
 
 static hcq_status_t make_programs(minilm_encoder_t *m) {
@@ -176,7 +179,7 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
   TRY(upload(m->dev, NULL, L * h * 4, "attention context", -1, &m->ctx));
   TRY(upload(m->dev, NULL, L * in * 4, "intermediate", -1, &m->inter));
   TRY(upload(m->dev, NULL, h * 4, "embedding", -1, &m->out));
-  if (m->kind == HCQ_DEVICE_CPU) TRY(upload(m->dev, NULL, L * h * 4, "projection output", -1, &m->y));
+  if (m->kind != HCQ_DEVICE_CUDA) TRY(upload(m->dev, NULL, L * h * 4, "projection output", -1, &m->y));
   /* Keys past n are read (and their scores dropped): zeros keep them finite. */
   float *zeros = calloc(L * h, 4);
   if (!zeros) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -222,14 +225,15 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
    * attention) for the others. */
   hcq_operand_t rows = hcq_sym(m->n), prows = m->kind == HCQ_DEVICE_VULKAN ? hcq_sym(m->blocks4) : rows;
   int cols = m->kind == HCQ_DEVICE_VULKAN ? 4 : 1;
+  uint32_t gcols = m->kind == HCQ_DEVICE_VULKAN ? VK_COLS : GPU_COLS;
   switch (k) {
     /* kernels.glsl: four columns an invocation (vec4 loads); kernels.cu: one. */
-    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / (GPU_COLS * cols)), g.grid[1] = prows, g.local = GPU_COLS; break;
-    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / (GPU_COLS * cols)), g.grid[1] = prows, g.local = GPU_COLS; break;
+    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
+    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
     case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows, g.local = (uint32_t)(c->hidden / c->heads); break;
     case K_POOL: g.local = GPU_GROUP; break;
-    case K_PROJ_LN:
-    case K_DOWN_LN: g.grid[0] = prows, g.local = GPU_GROUP; break; /* GLSL: blocks of four rows */
+    case K_PROJ:
+    case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
     default: g.grid[0] = rows, g.local = GPU_GROUP; break; /* embedding, the LayerNorm products */
   }
   return g;
@@ -268,14 +272,14 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
     hcq_buffer_t **w = m->layer[l];
     add_kernel(m, K_QKV, (hcq_buffer_t *[]){m->qkv, m->kt, m->x, w[W_QKV], w[B_QKV]}, 2);
     add_kernel(m, K_ATTN, (hcq_buffer_t *[]){m->ctx, m->qkv, m->kt}, 1);
-    if (m->kind == HCQ_DEVICE_CPU) {
+    if (m->kind != HCQ_DEVICE_CUDA) {
       add_kernel(m, K_PROJ, (hcq_buffer_t *[]){m->y, m->ctx, w[W_O], w[B_O]}, 1);
       add_kernel(m, K_RES_LN, (hcq_buffer_t *[]){m->x, m->y, w[LN1_W], w[LN1_B]}, 1);
     } else {
       add_kernel(m, K_PROJ_LN, (hcq_buffer_t *[]){m->x, m->ctx, w[W_O], w[B_O], w[LN1_W], w[LN1_B]}, 1);
     }
     add_kernel(m, K_FFN_UP, (hcq_buffer_t *[]){m->inter, m->x, w[W_I], w[B_I]}, 1);
-    if (m->kind == HCQ_DEVICE_CPU) {
+    if (m->kind != HCQ_DEVICE_CUDA) {
       add_kernel(m, K_DOWN, (hcq_buffer_t *[]){m->y, m->inter, w[W_D], w[B_D]}, 1);
       add_kernel(m, K_RES_LN, (hcq_buffer_t *[]){m->x, m->y, w[LN2_W], w[LN2_B]}, 1);
     } else {

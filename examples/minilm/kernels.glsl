@@ -26,7 +26,7 @@ float gelu(float x) {
   return 0.5 * x * (1.0 + (z < 0.0 ? -e : e));
 }
 
-#if defined(KERNEL_mlm_embed) || defined(KERNEL_mlm_proj_ln) || defined(KERNEL_mlm_down_ln) || defined(KERNEL_mlm_pool)
+#if defined(KERNEL_mlm_embed) || defined(KERNEL_mlm_res_ln) || defined(KERNEL_mlm_pool)
 // A row of HIDDEN floats, GROUP invocations a row; the sum over the group in a fixed tree order.
 shared float row[HIDDEN];
 shared float red[GROUP];
@@ -70,36 +70,59 @@ void main() {
 }
 #endif
 
-#if defined(KERNEL_mlm_qkv) || defined(KERNEL_mlm_ffn_up)
-// The split products: grid N / (4 COLS) x ceil(n / 4), each invocation four neighbouring columns
-// of four rows t0.. (one 16-byte load of wt a step: lavapipe gathers every load lane by lane, so
-// fewer, wider ones pay, and each weight loaded serves the block's rows), the rows read once per
-// group into shared memory. A block of one row (a one-token query) skips the other three.
-shared vec4 xin[4][HIDDEN / 4];
+#if defined(KERNEL_mlm_qkv) || defined(KERNEL_mlm_ffn_up) || defined(KERNEL_mlm_proj) || defined(KERNEL_mlm_down)
+#ifdef KERNEL_mlm_down
+#define K INTER
+#else
+#define K HIDDEN
+#endif
+// The products: grid N / (4 COLS) x ceil(n / 4), each invocation four neighbouring columns of four
+// rows t0.. (one 16-byte load of wt a step: lavapipe gathers every load lane by lane, so fewer,
+// wider ones pay, and each weight loaded serves the block's rows), the rows' inputs read once per
+// group into shared memory, KC floats at a time (four rows of K = INTER would not fit lavapipe's
+// 32 KB). A block of one row (a one-token query) skips the other three.
+#define KC (K < 768 ? K : 768)
+shared vec4 xin[4][KC / 4];
 void linear4(f32s inp, v4s wt, v4s bias, uint t0, uint rows, uint N, out vec4 s[4]) {
-  for (uint i = gl_LocalInvocationID.x; i < uint(HIDDEN); i += gl_WorkGroupSize.x)
-    for (uint r = 0u; r < 4u; r++) xin[r][i / 4u][i % 4u] = r < rows ? inp.v[(t0 + r) * uint(HIDDEN) + i] : 0.0;
-  barrier();
-  uint j4 = gl_GlobalInvocationID.x, n4 = N / 4u;
+  uint j4 = gl_GlobalInvocationID.x, n4 = N / 4u, l = gl_LocalInvocationID.x;
   vec4 s0 = bias.v[j4], s1 = s0, s2 = s0, s3 = s0;
-  if (rows == 1u) {
-    for (uint k = 0u; k < uint(HIDDEN / 4); k++) {
-      vec4 a = xin[0][k];
-      uint w = 4u * k * n4 + j4;
-      s0 += a.x * wt.v[w] + a.y * wt.v[w + n4] + a.z * wt.v[w + 2u * n4] + a.w * wt.v[w + 3u * n4];
+  for (uint k0 = 0u; k0 < uint(K); k0 += uint(KC)) {
+    for (uint i = l; i < uint(KC); i += gl_WorkGroupSize.x)
+      for (uint r = 0u; r < 4u; r++) xin[r][i / 4u][i % 4u] = r < rows ? inp.v[(t0 + r) * uint(K) + k0 + i] : 0.0;
+    barrier();
+    if (rows == 1u) {
+      for (uint k = 0u; k < uint(KC / 4); k++) {
+        vec4 a = xin[0][k];
+        uint w = (k0 + 4u * k) * n4 + j4;
+        s0 += a.x * wt.v[w] + a.y * wt.v[w + n4] + a.z * wt.v[w + 2u * n4] + a.w * wt.v[w + 3u * n4];
+      }
+    } else {
+      for (uint k = 0u; k < uint(KC / 4); k++) {
+        uint w = (k0 + 4u * k) * n4 + j4;
+        vec4 w0 = wt.v[w], w1 = wt.v[w + n4], w2 = wt.v[w + 2u * n4], w3 = wt.v[w + 3u * n4];
+        vec4 a = xin[0][k], b = xin[1][k], c = xin[2][k], d = xin[3][k];
+        s0 += a.x * w0 + a.y * w1 + a.z * w2 + a.w * w3;
+        s1 += b.x * w0 + b.y * w1 + b.z * w2 + b.w * w3;
+        s2 += c.x * w0 + c.y * w1 + c.z * w2 + c.w * w3;
+        s3 += d.x * w0 + d.y * w1 + d.z * w2 + d.w * w3;
+      }
     }
-  } else {
-    for (uint k = 0u; k < uint(HIDDEN / 4); k++) {
-      uint w = 4u * k * n4 + j4;
-      vec4 w0 = wt.v[w], w1 = wt.v[w + n4], w2 = wt.v[w + 2u * n4], w3 = wt.v[w + 3u * n4];
-      vec4 a = xin[0][k], b = xin[1][k], c = xin[2][k], d = xin[3][k];
-      s0 += a.x * w0 + a.y * w1 + a.z * w2 + a.w * w3;
-      s1 += b.x * w0 + b.y * w1 + b.z * w2 + b.w * w3;
-      s2 += c.x * w0 + c.y * w1 + c.z * w2 + c.w * w3;
-      s3 += d.x * w0 + d.y * w1 + d.z * w2 + d.w * w3;
-    }
+    barrier();
   }
   s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+}
+#endif
+
+#if defined(KERNEL_mlm_proj) || defined(KERNEL_mlm_down)
+// y = bias + in . wt, before mlm_res_ln: split by columns like the other products, so that a short
+// query's few rows still make work-groups for every lavapipe thread.
+void main() {
+  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
+  f32s inp = f32s(hcq_buf(1));
+  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
+  vec4 s[4];
+  linear4(inp, wt, bias, t0, rows, uint(HIDDEN), s);
+  for (uint r = 0u; r < rows; r++) outv.v[(t0 + r) * uint(HIDDEN / 4) + gl_GlobalInvocationID.x] = s[r];
 }
 #endif
 
@@ -126,63 +149,13 @@ void main() {
 }
 #endif
 
-#if defined(KERNEL_mlm_proj_ln) || defined(KERNEL_mlm_down_ln)
-#ifdef KERNEL_mlm_proj_ln
-#define K HIDDEN
-#else
-#define K INTER
-#endif
-// Blocks of four rows as in the split products: grid ceil(n / 4), the rows' inputs through shared
-// memory KC floats at a time (four rows of K = INTER would not fit lavapipe's 32 KB), invocation l
-// < HIDDEN / 4 four columns of each row, then the residual and each row's LayerNorm.
-#define KC (K < 768 ? K : 768)
-#if HIDDEN / 4 > GROUP
-#error "a row's HIDDEN / 4 column quads need as many invocations"
-#endif
-shared vec4 xk[4][KC / 4];
-shared float rows4[4][HIDDEN];
+#ifdef KERNEL_mlm_res_ln
 void main() {
-  f32s x = f32s(hcq_buf(0)), inp = f32s(hcq_buf(1)), lw = f32s(hcq_buf(4)), lb = f32s(hcq_buf(5));
-  v4s wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
-  uint t0 = 4u * gl_WorkGroupID.x, l = gl_LocalInvocationID.x, nr = min(4u, uint(hcq_val(0)) - t0);
-  uint j4 = l, n4 = uint(HIDDEN / 4);
-  bool act = j4 < n4;
-  vec4 s0 = act ? bias.v[j4] : vec4(0.0), s1 = s0, s2 = s0, s3 = s0;
-  for (uint k0 = 0u; k0 < uint(K); k0 += uint(KC)) {
-    for (uint i = l; i < uint(KC); i += uint(GROUP))
-      for (uint r = 0u; r < 4u; r++) xk[r][i / 4u][i % 4u] = r < nr ? inp.v[(t0 + r) * uint(K) + k0 + i] : 0.0;
-    barrier();
-    if (act && nr == 1u) {
-      for (uint k = 0u; k < uint(KC / 4); k++) {
-        vec4 a = xk[0][k];
-        uint w = (k0 + 4u * k) * n4 + j4;
-        s0 += a.x * wt.v[w] + a.y * wt.v[w + n4] + a.z * wt.v[w + 2u * n4] + a.w * wt.v[w + 3u * n4];
-      }
-    } else if (act) {
-      for (uint k = 0u; k < uint(KC / 4); k++) {
-        uint w = (k0 + 4u * k) * n4 + j4;
-        vec4 w0 = wt.v[w], w1 = wt.v[w + n4], w2 = wt.v[w + 2u * n4], w3 = wt.v[w + 3u * n4];
-        vec4 a = xk[0][k], b = xk[1][k], c = xk[2][k], d = xk[3][k];
-        s0 += a.x * w0 + a.y * w1 + a.z * w2 + a.w * w3;
-        s1 += b.x * w0 + b.y * w1 + b.z * w2 + b.w * w3;
-        s2 += c.x * w0 + c.y * w1 + c.z * w2 + c.w * w3;
-        s3 += d.x * w0 + d.y * w1 + d.z * w2 + d.w * w3;
-      }
-    }
-    barrier();
-  }
-  if (act) {
-    vec4 s[4] = vec4[4](s0, s1, s2, s3);
-    for (uint r = 0u; r < nr; r++)
-      for (uint c = 0u; c < 4u; c++) rows4[r][4u * j4 + c] = x.v[(t0 + r) * uint(HIDDEN) + 4u * j4 + c] + s[r][c];
-  }
+  f32s x = f32s(hcq_buf(0)), y = f32s(hcq_buf(1)), lw = f32s(hcq_buf(2)), lb = f32s(hcq_buf(3));
+  uint t = gl_WorkGroupID.x, l = gl_LocalInvocationID.x;
+  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) row[j] = x.v[t * uint(HIDDEN) + j] + y.v[t * uint(HIDDEN) + j];
   barrier();
-  for (uint r = 0u; r < nr; r++) {
-    for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) row[j] = rows4[r][j];
-    barrier();
-    layernorm_store(x, t0 + r, lw, lb);
-    barrier();
-  }
+  layernorm_store(x, t, lw, lb);
 }
 #endif
 
