@@ -1,9 +1,10 @@
 // The MiniLM encoder's kernels in GLSL for Vulkan devices (SPEC 2 Vulkan ABI): the same entries,
 // buffers and values (hcq_val(0) is n, the token count) as kernels.c, which documents what each
-// computes. The work split is a GPU's: the split matrix products give each invocation four
-// neighbouring output columns (COLS invocations a group along a row),
-// the row kernels (embedding, the products followed by a LayerNorm, pooling) one work-group of
-// GROUP invocations per token row, attention one group of HEAD_DIM invocations per (head, query).
+// computes, and as there the output and down projections (mlm_proj, mlm_down) are split from their
+// residual and LayerNorm (mlm_res_ln). The work split is a GPU's: the matrix products give each
+// invocation four neighbouring output columns of a block of four rows (16 invocations a group
+// along a row), the row kernels (embedding, residual + LayerNorm, pooling) one work-group of GROUP
+// invocations per token row, attention one group of HEAD_DIM invocations per (head, query).
 // kt (the transposed keys) is the CPU's layout trick: the GPU kernels read keys from qkv.
 //
 // The encoder compiles this file once per entry after a block of #defines: the model's shape (as
