@@ -23,10 +23,13 @@ enum { RB = 16, CB = 64, EMB_ROWS = 16, QB = 16, MAX_ITEM_BUFS = 8 };
 /* GPU kernels (kernels.glsl, kernels.cu): COLS threads a group along a row of a matrix product,
  * GROUP threads per row of the row kernels. */
 enum { GPU_COLS = 32, GPU_GROUP = 128 };
+/* kernels.glsl: invocations a group along a row of a product; 16 makes 6 groups of a one-token
+ * query's smallest product for lavapipe's threads. */
+enum { VK_COLS = 16 };
 
 #define KERNELS(X)                                                                                    \
   X(EMBED, "mlm_embed") X(QKV, "mlm_qkv") X(ATTN, "mlm_attn") X(PROJ_LN, "mlm_proj_ln") X(FFN_UP, "mlm_ffn_up") \
-  X(DOWN_LN, "mlm_down_ln") X(POOL, "mlm_pool")
+  X(DOWN_LN, "mlm_down_ln") X(POOL, "mlm_pool") X(PROJ, "mlm_proj") X(DOWN, "mlm_down") X(RES_LN, "mlm_res_ln")
 
 enum {
 #define KERNEL_ENUM(name, entry) K_##name,
@@ -40,7 +43,7 @@ static const char *const k_entries[K_COUNT] = {
 #undef KERNEL_ENTRY
 };
 /* Buffers each kernel takes (its vals are always n). */
-static const size_t k_nbufs[K_COUNT] = {7, 5, 3, 6, 4, 6, 2};
+static const size_t k_nbufs[K_COUNT] = {7, 5, 3, 6, 4, 6, 2, 4, 4, 4};
 
 enum { W_QKV, B_QKV, W_O, B_O, LN1_W, LN1_B, W_I, B_I, W_D, B_D, LN2_W, LN2_B, LAYER_BUFS };
 
@@ -59,11 +62,9 @@ struct minilm_encoder {
   hcq_buffer_t *layer[MINILM_MAX_LAYERS][LAYER_BUFS];
   hcq_buffer_t *word, *pos, *type, *emb_ln_w, *emb_ln_b;
   hcq_buffer_t *ids, *x, *qkv, *kt, *ctx, *inter, *out;
+  hcq_buffer_t *y; /* CPU: the output and down projections before their residual and LayerNorm */
   hcq_expr_t *n, *blocks; /* n and ceil(n / 16) */
-  /* CPU LayerNorm products: rows per group, min(16, max(4, ceil(n / 2) rounded up to 4)), so that
-   * from 8 tokens on there are two groups at least (the device's two threads on two cores), and
-   * their groups ceil(n / ln_rows). */
-  hcq_expr_t *ln_rows, *ln_groups;
+  hcq_expr_t *blocks4;     /* ceil(n / 4): the row blocks of the GLSL products */
   /* CPU group size of attention: its groups' multiply-adds / 64 (min(n, 16) queries x n keys), so
    * that a short query's attention, microseconds of work, stays on one thread. The products keep
    * constant group sizes and so run on both threads even for one token: a short query is bound by
@@ -93,9 +94,13 @@ static void transpose(float *dst, size_t ld, const float *w, size_t out, size_t 
     for (size_t i = 0; i < in; i++) dst[i * ld + o] = w[o * in + i];
 }
 
-/* The CPU's LayerNorm products also take their rows per group (m->ln_rows). */
-static size_t nvals(const minilm_encoder_t *m, int k) {
-  return m->kind == HCQ_DEVICE_CPU && (k == K_PROJ_LN || k == K_DOWN_LN) ? 2 : 1;
+/* The CPU and Vulkan split the products that a LayerNorm follows into a product split by columns (mlm_proj,
+ * mlm_down) and a row kernel (mlm_res_ln): a short query's few rows would otherwise be one or two
+ * groups, one thread reading a third of the weights while the other waits. The CUDA kernels keep
+ * them fused (a work-group a row). */
+static bool has_kernel(const minilm_encoder_t *m, int k) {
+  bool split = k == K_PROJ || k == K_DOWN || k == K_RES_LN, fused = k == K_PROJ_LN || k == K_DOWN_LN;
+  return m->kind == HCQ_DEVICE_CUDA ? !split : !fused;
 }
 
 static hcq_status_t make_programs(minilm_encoder_t *m) {
@@ -118,11 +123,12 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
   hcq_status_t st = NULL;
   bool per_entry = m->kind == HCQ_DEVICE_VULKAN; /* a GLSL source has one main(): KERNEL_<entry> picks it */
   for (int k = 0; k < K_COUNT && !st; k++) {
+    if (!has_kernel(m, k)) continue;
     if (k == 0 || per_entry)
       snprintf(src, len, "%s%s%s%s%s", defines, per_entry ? "#define KERNEL_" : "", per_entry ? k_entries[k] : "",
                per_entry ? "\n" : "", body);
     st = hcq_program_create(m->dev, k_entries[k], src, &m->prog[k]);
-    if (!st) st = hcq_program_declare_args(m->prog[k], k_nbufs[k], nvals(m, k));
+    if (!st) st = hcq_program_declare_args(m->prog[k], k_nbufs[k], 1);
   }
   free(src);
   return st;
@@ -173,6 +179,7 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
   TRY(upload(m->dev, NULL, L * h * 4, "attention context", -1, &m->ctx));
   TRY(upload(m->dev, NULL, L * in * 4, "intermediate", -1, &m->inter));
   TRY(upload(m->dev, NULL, h * 4, "embedding", -1, &m->out));
+  if (m->kind != HCQ_DEVICE_CUDA) TRY(upload(m->dev, NULL, L * h * 4, "projection output", -1, &m->y));
   /* Keys past n are read (and their scores dropped): zeros keep them finite. */
   float *zeros = calloc(L * h, 4);
   if (!zeros) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -207,22 +214,26 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
       case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
       case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
       case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = ceil_n(m, QB), g.local_sym = m->attn_local; break;
-      case K_PROJ_LN: g.grid[0] = hcq_sym(m->ln_groups), g.local = RB * h * h / 64; break;
-      case K_DOWN_LN: g.grid[0] = hcq_sym(m->ln_groups), g.local = RB * h * in / 64; break;
+      case K_PROJ: g.grid[0] = hcq_imm((int64_t)h / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
+      case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * in / 64; break;
+      case K_RES_LN: g.grid[0] = ceil_n(m, EMB_ROWS), g.local = EMB_ROWS * h / 64; break;
       default: break; /* K_POOL: one group */
     }
     return g;
   }
   /* GPUs: a thread per output element of the matrix products, a group per row (and per head of
    * attention) for the others. */
-  hcq_operand_t rows = hcq_sym(m->n);
+  hcq_operand_t rows = hcq_sym(m->n), prows = m->kind == HCQ_DEVICE_VULKAN ? hcq_sym(m->blocks4) : rows;
   int cols = m->kind == HCQ_DEVICE_VULKAN ? 4 : 1;
+  uint32_t gcols = m->kind == HCQ_DEVICE_VULKAN ? VK_COLS : GPU_COLS;
   switch (k) {
     /* kernels.glsl: four columns an invocation (vec4 loads); kernels.cu: one. */
-    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / (GPU_COLS * cols)), g.grid[1] = rows, g.local = GPU_COLS; break;
-    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / (GPU_COLS * cols)), g.grid[1] = rows, g.local = GPU_COLS; break;
+    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
+    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
     case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows, g.local = (uint32_t)(c->hidden / c->heads); break;
     case K_POOL: g.local = GPU_GROUP; break;
+    case K_PROJ:
+    case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
     default: g.grid[0] = rows, g.local = GPU_GROUP; break; /* embedding, the LayerNorm products */
   }
   return g;
@@ -236,9 +247,8 @@ static void add_kernel(minilm_encoder_t *m, int k, hcq_buffer_t *const *bufs, si
   memcpy(a->bufs, bufs, nbufs * sizeof(*bufs));
   for (size_t i = 0; i < nouts; i++) a->outs[i] = (uint32_t)i;
   a->vals[0] = hcq_sym(m->n);
-  a->vals[1] = hcq_sym(m->ln_rows);
   it->kind = HCQ_ITEM_KERNEL;
-  it->kernel = (hcq_kernel_item_t){m->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, nvals(m, k),
+  it->kernel = (hcq_kernel_item_t){m->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, 1,
                                    {g.grid[0], g.grid[1], g.grid[2]}, {g.local_sym ? hcq_sym(g.local_sym) : hcq_imm(g.local), hcq_imm(1), hcq_imm(1)}};
 }
 
@@ -249,14 +259,11 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
   m->blocks = hcq_expr_binary(HCQ_EXPR_FLOORDIV, sum, c16);
   hcq_expr_release(c15), hcq_expr_release(c16), hcq_expr_release(sum);
   if (!m->blocks) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-#define LN_ROWS "min(16, max(4, ((n + 1) // 2 + 3) // 4 * 4))"
-  TRY(hcq_expr_parse(LN_ROWS, (const hcq_expr_t *const[]){m->n}, 1, &m->ln_rows));
-  TRY(hcq_expr_parse("(n + " LN_ROWS " - 1) // " LN_ROWS, (const hcq_expr_t *const[]){m->n}, 1, &m->ln_groups));
-#undef LN_ROWS
+  TRY(hcq_expr_parse("(n + 3) // 4", (const hcq_expr_t *const[]){m->n}, 1, &m->blocks4));
   char text[96];
   snprintf(text, sizeof(text), "min(n, %d) * n * %d // 32", QB, c->hidden / c->heads);
   TRY(hcq_expr_parse(text, (const hcq_expr_t *const[]){m->n}, 1, &m->attn_local));
-  size_t cap = 2 + 5 * (size_t)c->layers;
+  size_t cap = 2 + 7 * (size_t)c->layers;
   m->items = calloc(cap, sizeof(*m->items));
   m->args = calloc(cap, sizeof(*m->args));
   if (!m->items || !m->args) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -265,9 +272,19 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
     hcq_buffer_t **w = m->layer[l];
     add_kernel(m, K_QKV, (hcq_buffer_t *[]){m->qkv, m->kt, m->x, w[W_QKV], w[B_QKV]}, 2);
     add_kernel(m, K_ATTN, (hcq_buffer_t *[]){m->ctx, m->qkv, m->kt}, 1);
-    add_kernel(m, K_PROJ_LN, (hcq_buffer_t *[]){m->x, m->ctx, w[W_O], w[B_O], w[LN1_W], w[LN1_B]}, 1);
+    if (m->kind != HCQ_DEVICE_CUDA) {
+      add_kernel(m, K_PROJ, (hcq_buffer_t *[]){m->y, m->ctx, w[W_O], w[B_O]}, 1);
+      add_kernel(m, K_RES_LN, (hcq_buffer_t *[]){m->x, m->y, w[LN1_W], w[LN1_B]}, 1);
+    } else {
+      add_kernel(m, K_PROJ_LN, (hcq_buffer_t *[]){m->x, m->ctx, w[W_O], w[B_O], w[LN1_W], w[LN1_B]}, 1);
+    }
     add_kernel(m, K_FFN_UP, (hcq_buffer_t *[]){m->inter, m->x, w[W_I], w[B_I]}, 1);
-    add_kernel(m, K_DOWN_LN, (hcq_buffer_t *[]){m->x, m->inter, w[W_D], w[B_D], w[LN2_W], w[LN2_B]}, 1);
+    if (m->kind != HCQ_DEVICE_CUDA) {
+      add_kernel(m, K_DOWN, (hcq_buffer_t *[]){m->y, m->inter, w[W_D], w[B_D]}, 1);
+      add_kernel(m, K_RES_LN, (hcq_buffer_t *[]){m->x, m->y, w[LN2_W], w[LN2_B]}, 1);
+    } else {
+      add_kernel(m, K_DOWN_LN, (hcq_buffer_t *[]){m->x, m->inter, w[W_D], w[B_D], w[LN2_W], w[LN2_B]}, 1);
+    }
   }
   add_kernel(m, K_POOL, (hcq_buffer_t *[]){m->out, m->x}, 1);
   return NULL;
@@ -322,14 +339,13 @@ hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
   free(m->items);
   free(m->args);
   hcq_expr_release(m->blocks);
-  hcq_expr_release(m->ln_rows);
-  hcq_expr_release(m->ln_groups);
+  hcq_expr_release(m->blocks4);
   hcq_expr_release(m->attn_local);
   hcq_expr_release(m->n);
   for (int l = 0; l < m->c.layers; l++)
     for (int i = 0; i < LAYER_BUFS; i++) hcq_buffer_release(m->layer[l][i]);
   hcq_buffer_t *bufs[] = {m->word, m->pos, m->type, m->emb_ln_w, m->emb_ln_b, m->ids,
-                          m->x,    m->qkv, m->kt,   m->ctx,      m->inter,    m->out};
+                          m->x,    m->qkv, m->kt,   m->ctx,      m->inter,    m->out, m->y};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) hcq_buffer_release(bufs[i]);
   for (int k = 0; k < K_COUNT; k++) hcq_program_release(m->prog[k]);
   st = m->dev ? hcq_device_close(m->dev) : NULL;

@@ -221,28 +221,35 @@ AI void mlm_ffn_up_body(KARGS) {
 }
 DISPATCH(mlm_ffn_up)
 
-/* bufs: x, in, wt (K x HIDDEN), bias, ln w, ln b; vals: n, rows per group (at most RB).
- * Grid: ceil(n / rows).
- * x[t] = LayerNorm(x[t] + bias + in[t] . wt): the residual and the LayerNorm after the attention's
- * output projection (K = HIDDEN) and after the FFN's down projection (K = INTER), whole rows per
- * group. */
-#define LINEAR_LN(name, K)                                                                                    \
-  AI void name##_body(KARGS) {                                                                                \
-    float *x = b[0];                                                                                          \
-    const float *in = b[1], *wt = b[2], *bias = b[3], *lw = b[4], *lb = b[5];                                  \
-    int n = v[0], rows = v[1] < RB ? v[1] : RB, t0 = (int)l->gid[0] * rows;                                 \
-    int t1 = t0 + rows < n ? t0 + rows : n;                                                                   \
-    float y[RB * HIDDEN];                                                                                     \
-    linear_block(y, HIDDEN, in + (size_t)t0 * (K), t1 - t0, wt, HIDDEN, (K), bias, 0, HIDDEN);                 \
-    for (int t = t0; t < t1; t++) {                                                                           \
-      float *row = x + (size_t)t * HIDDEN, *yr = y + (size_t)(t - t0) * HIDDEN;                                \
-      for (int j = 0; j < HIDDEN; j += 16) st(row + j, ld(row + j) + ld(yr + j));                              \
-      layernorm(row, lw, lb);                                                                                 \
-    }                                                                                                         \
-  }                                                                                                           \
+/* bufs: y (n x HIDDEN), in (n x K), wt (K x HIDDEN), bias; vals: n. Grid: HIDDEN / CB x ceil(n / RB).
+ * y = bias + in . wt: the attention's output projection (K = HIDDEN) and the FFN's down
+ * projection (K = INTER), split by columns like the other products so that a short query's
+ * weights (the down projection's are a third of a layer's) are read by every thread, not by the
+ * one or two groups whole rows would make. mlm_res_ln adds the residual and normalises. */
+#define LINEAR(name, K)                                                                                      \
+  AI void name##_body(KARGS) {                                                                               \
+    float *y = b[0];                                                                                         \
+    const float *in = b[1], *wt = b[2], *bias = b[3];                                                        \
+    int n = v[0], c0 = (int)l->gid[0] * CB, t0 = (int)l->gid[1] * RB, t1 = t0 + RB < n ? t0 + RB : n;       \
+    linear_block(y + (size_t)t0 * HIDDEN, HIDDEN, in + (size_t)t0 * (K), t1 - t0, wt, HIDDEN, (K), bias, c0, CB); \
+  }                                                                                                          \
   DISPATCH(name)
-LINEAR_LN(mlm_proj_ln, HIDDEN)
-LINEAR_LN(mlm_down_ln, INTER)
+LINEAR(mlm_proj, HIDDEN)
+LINEAR(mlm_down, INTER)
+
+/* bufs: x, y, ln w, ln b; vals: n. Grid: ceil(n / EMB_ROWS). x[t] = LayerNorm(x[t] + y[t]). */
+AI void mlm_res_ln_body(KARGS) {
+  float *x = b[0];
+  const float *y = b[1], *lw = b[2], *lb = b[3];
+  int n = v[0], t0 = (int)l->gid[0] * EMB_ROWS, t1 = t0 + EMB_ROWS < n ? t0 + EMB_ROWS : n;
+  for (int t = t0; t < t1; t++) {
+    float *row = x + (size_t)t * HIDDEN;
+    const float *yr = y + (size_t)t * HIDDEN;
+    for (int j = 0; j < HIDDEN; j += 16) st(row + j, ld(row + j) + ld(yr + j));
+    layernorm(row, lw, lb);
+  }
+}
+DISPATCH(mlm_res_ln)
 
 /* bufs: ctx (n x HIDDEN), qkv, kt; vals: n. Grid: HEADS x ceil(n / QB).
  * ctx[t][head] = softmax_s(q_t . k_s / sqrt(HEAD_DIM)) . v_s over the n tokens s: the padding mask

@@ -1,9 +1,10 @@
 // The MiniLM encoder's kernels in GLSL for Vulkan devices (SPEC 2 Vulkan ABI): the same entries,
 // buffers and values (hcq_val(0) is n, the token count) as kernels.c, which documents what each
-// computes. The work split is a GPU's: the split matrix products give each invocation four
-// neighbouring output columns (COLS invocations a group along a row),
-// the row kernels (embedding, the products followed by a LayerNorm, pooling) one work-group of
-// GROUP invocations per token row, attention one group of HEAD_DIM invocations per (head, query).
+// computes, and as there the output and down projections (mlm_proj, mlm_down) are split from their
+// residual and LayerNorm (mlm_res_ln). The work split is a GPU's: the matrix products give each
+// invocation four neighbouring output columns of a block of four rows (16 invocations a group
+// along a row), the row kernels (embedding, residual + LayerNorm, pooling) one work-group of GROUP
+// invocations per token row, attention one group of HEAD_DIM invocations per (head, query).
 // kt (the transposed keys) is the CPU's layout trick: the GPU kernels read keys from qkv.
 //
 // The encoder compiles this file once per entry after a block of #defines: the model's shape (as
@@ -26,7 +27,7 @@ float gelu(float x) {
   return 0.5 * x * (1.0 + (z < 0.0 ? -e : e));
 }
 
-#if defined(KERNEL_mlm_embed) || defined(KERNEL_mlm_proj_ln) || defined(KERNEL_mlm_down_ln) || defined(KERNEL_mlm_pool)
+#if defined(KERNEL_mlm_embed) || defined(KERNEL_mlm_res_ln) || defined(KERNEL_mlm_pool)
 // A row of HIDDEN floats, GROUP invocations a row; the sum over the group in a fixed tree order.
 shared float row[HIDDEN];
 shared float red[GROUP];
@@ -70,18 +71,59 @@ void main() {
 }
 #endif
 
-#if defined(KERNEL_mlm_qkv) || defined(KERNEL_mlm_ffn_up)
-// The split products: grid N / (4 COLS) x n, each invocation four neighbouring columns of row t
-// (one 16-byte load of wt a step: lavapipe gathers every load lane by lane, so fewer, wider ones
-// pay), the row read once per group into shared memory.
-shared float xin[HIDDEN];
-vec4 linear4(f32s inp, v4s wt, v4s bias, uint t, uint N) {
-  for (uint k = gl_LocalInvocationID.x; k < uint(HIDDEN); k += gl_WorkGroupSize.x) xin[k] = inp.v[t * uint(HIDDEN) + k];
-  barrier();
-  uint j4 = gl_GlobalInvocationID.x, n4 = N / 4u;
-  vec4 s = bias.v[j4];
-  for (uint k = 0u; k < uint(HIDDEN); k++) s += xin[k] * wt.v[k * n4 + j4];
-  return s;
+#if defined(KERNEL_mlm_qkv) || defined(KERNEL_mlm_ffn_up) || defined(KERNEL_mlm_proj) || defined(KERNEL_mlm_down)
+#ifdef KERNEL_mlm_down
+#define K INTER
+#else
+#define K HIDDEN
+#endif
+// The products: grid N / (4 COLS) x ceil(n / 4), each invocation four neighbouring columns of four
+// rows t0.. (one 16-byte load of wt a step: lavapipe gathers every load lane by lane, so fewer,
+// wider ones pay, and each weight loaded serves the block's rows), the rows' inputs read once per
+// group into shared memory, KC floats at a time (four rows of K = INTER would not fit lavapipe's
+// 32 KB). A block of one row (a one-token query) skips the other three.
+#define KC (K < 768 ? K : 768)
+shared vec4 xin[4][KC / 4];
+void linear4(f32s inp, v4s wt, v4s bias, uint t0, uint rows, uint N, out vec4 s[4]) {
+  uint j4 = gl_GlobalInvocationID.x, n4 = N / 4u, l = gl_LocalInvocationID.x;
+  vec4 s0 = bias.v[j4], s1 = s0, s2 = s0, s3 = s0;
+  for (uint k0 = 0u; k0 < uint(K); k0 += uint(KC)) {
+    for (uint i = l; i < uint(KC); i += gl_WorkGroupSize.x)
+      for (uint r = 0u; r < 4u; r++) xin[r][i / 4u][i % 4u] = r < rows ? inp.v[(t0 + r) * uint(K) + k0 + i] : 0.0;
+    barrier();
+    if (rows == 1u) {
+      for (uint k = 0u; k < uint(KC / 4); k++) {
+        vec4 a = xin[0][k];
+        uint w = (k0 + 4u * k) * n4 + j4;
+        s0 += a.x * wt.v[w] + a.y * wt.v[w + n4] + a.z * wt.v[w + 2u * n4] + a.w * wt.v[w + 3u * n4];
+      }
+    } else {
+      for (uint k = 0u; k < uint(KC / 4); k++) {
+        uint w = (k0 + 4u * k) * n4 + j4;
+        vec4 w0 = wt.v[w], w1 = wt.v[w + n4], w2 = wt.v[w + 2u * n4], w3 = wt.v[w + 3u * n4];
+        vec4 a = xin[0][k], b = xin[1][k], c = xin[2][k], d = xin[3][k];
+        s0 += a.x * w0 + a.y * w1 + a.z * w2 + a.w * w3;
+        s1 += b.x * w0 + b.y * w1 + b.z * w2 + b.w * w3;
+        s2 += c.x * w0 + c.y * w1 + c.z * w2 + c.w * w3;
+        s3 += d.x * w0 + d.y * w1 + d.z * w2 + d.w * w3;
+      }
+    }
+    barrier();
+  }
+  s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+}
+#endif
+
+#if defined(KERNEL_mlm_proj) || defined(KERNEL_mlm_down)
+// y = bias + in . wt, before mlm_res_ln: split by columns like the other products, so that a short
+// query's few rows still make work-groups for every lavapipe thread.
+void main() {
+  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
+  f32s inp = f32s(hcq_buf(1));
+  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
+  vec4 s[4];
+  linear4(inp, wt, bias, t0, rows, uint(HIDDEN), s);
+  for (uint r = 0u; r < rows; r++) outv.v[(t0 + r) * uint(HIDDEN / 4) + gl_GlobalInvocationID.x] = s[r];
 }
 #endif
 
@@ -89,8 +131,10 @@ vec4 linear4(f32s inp, v4s wt, v4s bias, uint t, uint N) {
 void main() {
   v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(3)), bias = v4s(hcq_buf(4));
   f32s inp = f32s(hcq_buf(2));
-  uint t = gl_WorkGroupID.y;
-  outv.v[t * uint(3 * HIDDEN / 4) + gl_GlobalInvocationID.x] = linear4(inp, wt, bias, t, uint(3 * HIDDEN));
+  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
+  vec4 s[4];
+  linear4(inp, wt, bias, t0, rows, uint(3 * HIDDEN), s);
+  for (uint r = 0u; r < rows; r++) outv.v[(t0 + r) * uint(3 * HIDDEN / 4) + gl_GlobalInvocationID.x] = s[r];
 }
 #endif
 
@@ -98,33 +142,19 @@ void main() {
 void main() {
   v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
   f32s inp = f32s(hcq_buf(1));
-  uint t = gl_WorkGroupID.y;
-  vec4 s = linear4(inp, wt, bias, t, uint(INTER));
-  outv.v[t * uint(INTER / 4) + gl_GlobalInvocationID.x] = vec4(gelu(s.x), gelu(s.y), gelu(s.z), gelu(s.w));
+  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
+  vec4 s[4];
+  linear4(inp, wt, bias, t0, rows, uint(INTER), s);
+  for (uint r = 0u; r < rows; r++)
+    outv.v[(t0 + r) * uint(INTER / 4) + gl_GlobalInvocationID.x] = vec4(gelu(s[r].x), gelu(s[r].y), gelu(s[r].z), gelu(s[r].w));
 }
 #endif
 
-#if defined(KERNEL_mlm_proj_ln) || defined(KERNEL_mlm_down_ln)
-#ifdef KERNEL_mlm_proj_ln
-#define K HIDDEN
-#else
-#define K INTER
-#endif
-// The input row once into shared memory, then four columns an invocation with 16-byte weight loads.
-shared float xk[K];
+#ifdef KERNEL_mlm_res_ln
 void main() {
-  f32s x = f32s(hcq_buf(0)), inp = f32s(hcq_buf(1)), lw = f32s(hcq_buf(4)), lb = f32s(hcq_buf(5));
-  v4s wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
+  f32s x = f32s(hcq_buf(0)), y = f32s(hcq_buf(1)), lw = f32s(hcq_buf(2)), lb = f32s(hcq_buf(3));
   uint t = gl_WorkGroupID.x, l = gl_LocalInvocationID.x;
-  for (uint k = l; k < uint(K); k += uint(GROUP)) xk[k] = inp.v[t * uint(K) + k];
-  barrier();
-  for (uint j4 = l; j4 < uint(HIDDEN / 4); j4 += uint(GROUP)) {
-    vec4 s = bias.v[j4];
-    for (uint k = 0u; k < uint(K); k++) s += xk[k] * wt.v[k * uint(HIDDEN / 4) + j4];
-    uint j = 4u * j4, at = t * uint(HIDDEN) + j;
-    row[j] = x.v[at] + s.x, row[j + 1u] = x.v[at + 1u] + s.y, row[j + 2u] = x.v[at + 2u] + s.z;
-    row[j + 3u] = x.v[at + 3u] + s.w;
-  }
+  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) row[j] = x.v[t * uint(HIDDEN) + j] + y.v[t * uint(HIDDEN) + j];
   barrier();
   layernorm_store(x, t, lw, lb);
 }
