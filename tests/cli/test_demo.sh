@@ -156,8 +156,10 @@ if [ -n "${HCQ_TEST_FAKE_CUDA:-}" ]; then
   demo_on CUDA 1 cuda HCQ_CUDA_LIBRARY="$HCQ_TEST_FAKE_CUDA" HCQ_FAKE_CUDA_DEVICES=2 HCQ_CUDA_ARCH=sm_90
   demo_on CUDA 2 cuda HCQ_CUDA_LIBRARY="$HCQ_TEST_FAKE_CUDA" HCQ_FAKE_CUDA_DEVICES=2 HCQ_CUDA_ARCH=sm_90
 fi
-if [ -n "${HCQ_TEST_FAKE_METAL:-}" ]; then # the stand-in has one device (METAL:0)
+if [ -n "${HCQ_TEST_FAKE_METAL:-}" ]; then # the stand-in's one GPU; METAL:1 a logical device on it
   demo_on METAL 1 metal HCQ_OBJC_LIBRARY="$HCQ_TEST_FAKE_METAL" HCQ_METAL_FRAMEWORK="$HCQ_TEST_FAKE_METAL"
+  demo_on METAL 2 metal HCQ_OBJC_LIBRARY="$HCQ_TEST_FAKE_METAL" HCQ_METAL_FRAMEWORK="$HCQ_TEST_FAKE_METAL" \
+    HCQ_METAL_VIRTUAL=1
 fi
 
 echo "$PASS passed, $FAIL failed"
