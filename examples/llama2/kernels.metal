@@ -117,18 +117,18 @@ kernel void llama_attn_combine(device float *out [[buffer(0)]], device const flo
   out[h * HEAD_SIZE + i] = acc / total;
 }
 
-kernel void llama_wo(device float *x [[buffer(0)]], device const float *in [[buffer(1)]],
+kernel void llama_wo(device float *x [[buffer(0)]], device const float *xin [[buffer(1)]],
                      device const float *w [[buffer(2)]], uint3 tg [[threadgroup_position_in_grid]],
                      uint3 tid [[thread_position_in_threadgroup]], uint3 ntid [[threads_per_threadgroup]]) {
   int r = (int)(tg.x * ntid.x + tid.x);
-  if (r < DIM) x[r] += dot_dev(w + (ulong)r * DIM, in, DIM);
+  if (r < DIM) x[r] += dot_dev(w + (ulong)r * DIM, xin, DIM);
 }
 
-kernel void llama_ffn_down(device float *x [[buffer(0)]], device const float *in [[buffer(1)]],
+kernel void llama_ffn_down(device float *x [[buffer(0)]], device const float *xin [[buffer(1)]],
                            device const float *w [[buffer(2)]], uint3 tg [[threadgroup_position_in_grid]],
                            uint3 tid [[thread_position_in_threadgroup]], uint3 ntid [[threads_per_threadgroup]]) {
   int r = (int)(tg.x * ntid.x + tid.x);
-  if (r < DIM) x[r] += dot_dev(w + (ulong)r * HIDDEN, in, HIDDEN);
+  if (r < DIM) x[r] += dot_dev(w + (ulong)r * HIDDEN, xin, HIDDEN);
 }
 
 kernel void llama_ffn_up(device float *hb [[buffer(0)]], device const float *x [[buffer(1)]],
