@@ -41,7 +41,8 @@ static int parse_args(int argc, char **argv, demo_args_t *a) {
         if (!strcmp(v, "CPU") || !strcmp(v, "cpu")) a->kind = HCQ_DEVICE_CPU;
         else if (!strcmp(v, "VULKAN") || !strcmp(v, "vulkan")) a->kind = HCQ_DEVICE_VULKAN;
         else if (!strcmp(v, "CUDA") || !strcmp(v, "cuda")) a->kind = HCQ_DEVICE_CUDA;
-        else return cli_usage_error("demo: --device \"%s\": expected CPU, VULKAN or CUDA", v);
+        else if (!strcmp(v, "METAL") || !strcmp(v, "metal")) a->kind = HCQ_DEVICE_METAL;
+        else return cli_usage_error("demo: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);
       } else if (!strcmp(o, "--model")) {
         a->model = v;
       } else if (!strcmp(o, "--tokenizer")) {
@@ -65,7 +66,7 @@ static int parse_args(int argc, char **argv, demo_args_t *a) {
       }
     } else {
       return cli_usage_error("demo: unknown argument \"%s\" (usage: hcq demo [--size small|15m] [--model FILE] "
-                             "[--tokenizer FILE] [--steps N] [--device CPU|VULKAN|CUDA] [--devices 1|2] [--ranks 1|2] "
+                             "[--tokenizer FILE] [--steps N] [--device CPU|VULKAN|CUDA|METAL] [--devices 1|2] [--ranks 1|2] "
                              "[--repeat N] [--write-model FILE] [--json])",
                              o);
     }

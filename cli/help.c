@@ -140,7 +140,7 @@ static const help_t k_help[] = {
      "  -h, --help          print this text\n"},
     {"demo",
      "usage: hcq demo [--size small|15m] [--model FILE] [--tokenizer FILE]\n"
-     "                [--steps N] [--device CPU|VULKAN|CUDA] [--devices 1|2]\n"
+     "                [--steps N] [--device CPU|VULKAN|CUDA|METAL] [--devices 1|2]\n"
      "                [--ranks 1|2] [--repeat N] [--write-model FILE] [--json]\n"
      "\n"
      "Greedy decoding of a llama2 model in the llama2.c checkpoint layout (a\n"
@@ -161,9 +161,10 @@ static const help_t k_help[] = {
      "  --tokenizer FILE    a llama2.c tokenizer.bin: print text instead of ids\n"
      "  --steps N           tokens to decode from BOS (default 256, at most the\n"
      "                      model's seq_len)\n"
-     "  --device KIND       CPU (the default), VULKAN or CUDA: the kernels for that\n"
-     "                      kind run on KIND:0; on GPUs tokens can differ from\n"
-     "                      CPU ones at near ties (float sums in another order)\n"
+     "  --device KIND       CPU (the default), VULKAN, CUDA or METAL: the kernels\n"
+     "                      for that kind run on KIND:0; on GPUs tokens can differ\n"
+     "                      from CPU ones at near ties (float sums in another\n"
+     "                      order)\n"
      "  --devices 1|2       2 runs the second half of the layers on KIND:1 (one\n"
      "                      GPU: HCQ_VULKAN_VIRTUAL=1 gives VULKAN:1)\n"
      "  --ranks 1|2         2, under mpirun -np 2: the second half of the layers\n"

@@ -11,7 +11,9 @@
 #      graph replays against eager results (the stand-in's call counts are skipped there);
 #   4. every example with `hcq run --device-map CPU=METAL --check` (graph replays against eager);
 #   5. `hcq bench` eager against graph on METAL for every example;
-#   6. prints a table (and writes it, the log and the bench JSON under $OUT, else ./metal-check-out).
+#   6. the llama2 decoder on METAL: tests/test_llama2_gpu.c's Metal rows (teacher-forced against
+#      the C reference), then `hcq demo --device METAL --json` for the small and 15m shapes;
+#   7. prints a table (and writes it, the log and the bench JSON under $OUT, else ./metal-check-out).
 # Exit status: 0 when every check passed, 1 otherwise.
 #
 #   bash tools/metal-check.sh --stand-in   on Linux: the same run against tests/fake_metal (a dry run
@@ -96,11 +98,42 @@ for f in "$ROOT"/examples/*.json; do
   printf '%-22s %-22s %-7s %12s %12s\n' "$name" "$checked" "$kind" "$eager" "$graph" >>"$ROWS"
 done
 
+echo "== the llama2 decoder on METAL (examples/llama2/kernels.metal)"
+# Teacher-forced against the C reference (tests/test_llama2_gpu.c; two devices are logical ones on
+# the GPU), then hcq demo: graph replays must give the eager tokens.
+l2suite=failed
+if HCQ_METAL_VIRTUAL=1 "$BUILD/tests/test_llama2_gpu" --filter "llama2_metal/*" --jobs 1 >"$OUTDIR/test_llama2_metal.log" 2>&1; then
+  l2suite=passed
+else
+  note_fail "test_llama2_gpu llama2_metal"
+fi
+grep -E "Synthesis|FAIL" "$OUTDIR/test_llama2_metal.log"
+DEMO_ROWS=$OUTDIR/demo_rows.txt
+: >"$DEMO_ROWS"
+for size in small 15m; do
+  same=FAILED eager=- graph=- kind=-
+  if out=$(timeout 300 "$HCQ" demo --device METAL --size "$size" --steps 64 --repeat 3 --json 2>&1) &&
+    [ "${out#\{}" != "$out" ]; then
+    printf '{"name": "demo %s", "device": "METAL", "demo": %s}\n' "$size" "$out" >>"$RESULTS"
+    same=$(field identical "$out") eager=$(field eager_tok_s "$out") graph=$(field graph_tok_s "$out")
+    kind=$(field graph_kind "$out")
+    [ "$same" = true ] || note_fail "hcq demo --device METAL --size $size: graph tokens differ from eager"
+  else
+    note_fail "hcq demo --device METAL --size $size"
+    printf '%s\n' "$out" | tail -5
+  fi
+  echo "demo $size: identical=$same"
+  printf '%-22s %-22s %-7s %12s %12s\n' "demo $size" "identical: $same" "$kind" "$eager" "$graph" >>"$DEMO_ROWS"
+done
+
 {
   echo "hcq on Metal: ${metal_line#METAL }"
   echo "Metal suite (tests/test_metal.c): $suite"
   printf '%-22s %-22s %-7s %12s %12s\n' example "check" graph "eager us/run" "graph us/run"
   cat "$ROWS"
+  echo "llama2 decoder on METAL, teacher-forced (tests/test_llama2_gpu.c): $l2suite"
+  printf '%-22s %-22s %-7s %12s %12s\n' "hcq demo --device METAL" "64 tokens" graph "eager tok/s" "graph tok/s"
+  cat "$DEMO_ROWS"
   [ "$STAND_IN" = 1 ] && echo "(stand-in run: tests/fake_metal in the framework's place; the numbers mean nothing)"
 } | tee "$TABLE"
 exit "$FAILED"

@@ -8,8 +8,9 @@
 
 #include "llama2.h"
 
-/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA). */
-extern const char llama2_kernels_source[], llama2_kernels_glsl_source[], llama2_kernels_cuda_source[];
+/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA), kernels.metal (Metal). */
+extern const char llama2_kernels_source[], llama2_kernels_glsl_source[], llama2_kernels_cuda_source[],
+    llama2_kernels_metal_source[];
 
 #define TRY(call)              \
   do {                         \
@@ -22,7 +23,7 @@ extern const char llama2_kernels_source[], llama2_kernels_glsl_source[], llama2_
  * threads when it has HCQ_CPU_MIN_PARALLEL work-items, which the 15m shape's larger products have
  * and the small shape's do not. */
 enum { ROWS = 16, CLASSIFIER_ROWS = 32, ATT_CHUNK = 32, MAX_ITEM_BUFS = 9 };
-/* On GPUs (kernels.glsl, kernels.cu) a thread per output row, GROUP threads per work-group: small
+/* On GPUs (kernels.glsl, kernels.cu, kernels.metal) a thread per output row, GROUP threads per work-group: small
  * groups give the small shape's products several groups to spread over a device's cores. */
 enum { GROUP = 32 };
 
@@ -98,6 +99,7 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
                    llama2_head_size(c), c->vocab_size, c->seq_len, ATT_CHUNK, (c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK);
   const char *body = m->kind == HCQ_DEVICE_VULKAN ? llama2_kernels_glsl_source
                      : m->kind == HCQ_DEVICE_CUDA ? llama2_kernels_cuda_source
+                     : m->kind == HCQ_DEVICE_METAL ? llama2_kernels_metal_source
                                                   : llama2_kernels_source;
   if (m->kind != HCQ_DEVICE_CPU) n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define GROUP %d\n", GROUP);
   size_t len = (size_t)n + 64 + strlen(body) + 1;
@@ -300,9 +302,10 @@ hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck, const llama2_d
   m->batch_size = options ? options->batch_size : 0;
   m->profile = options && options->profile;
   m->kind = options ? options->kind : HCQ_DEVICE_CPU;
-  if (m->kind != HCQ_DEVICE_CPU && m->kind != HCQ_DEVICE_VULKAN && m->kind != HCQ_DEVICE_CUDA) {
+  if (m->kind != HCQ_DEVICE_CPU && m->kind != HCQ_DEVICE_VULKAN && m->kind != HCQ_DEVICE_CUDA &&
+      m->kind != HCQ_DEVICE_METAL) {
     free(m);
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "llama2 decoder: no kernels for %s devices (CPU, VULKAN and CUDA have them)",
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llama2 decoder: no kernels for %s devices (CPU, VULKAN, CUDA and METAL have them)",
                            hcq_device_kind_name(options->kind));
   }
   hcq_status_t st = NULL;

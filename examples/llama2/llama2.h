@@ -4,7 +4,7 @@
  *  - checkpoints in the llama2.c "legacy" layout (read with full validation, generated, written);
  *  - a tokenizer in the same project's format (ids to text);
  *  - the decoder: the forward pass as hcq kernels, one step = one token, on CPU (kernels.c), Vulkan
- *    (kernels.glsl) or CUDA (kernels.cu) devices: one item list for all, only the kernel sources and
+ *    (kernels.glsl), CUDA (kernels.cu) or Metal (kernels.metal) devices: one item list for all, only the kernel sources and
  *    their launch geometry differ by kind. The
  *    position `pos` is a symbolic variable: the attention launch dims and the cache offsets depend
  *    on it, so one captured step replays every step. The greedy argmax runs on the device and
@@ -99,8 +99,9 @@ typedef struct llama2_decoder_options {
   int devices;         /* 1 or 2: with 2, the second half of the layers runs on KIND:1 */
   size_t batch_size;   /* capture: first JIT batch size; 0 puts the whole step in one graph */
   bool profile;        /* capture with per-item timestamps (hcq_graph_profile on llama2_decoder_jit) */
-  hcq_device_kind_t kind; /* CPU (0, the default), VULKAN (kernels.glsl) or CUDA (kernels.cu): the
-                             devices are KIND:0 and, with 2, KIND:1. Other kinds: UNIMPLEMENTED */
+  hcq_device_kind_t kind; /* CPU (0, the default), VULKAN (kernels.glsl), CUDA (kernels.cu) or METAL
+                             (kernels.metal): the devices are KIND:0 and, with 2, KIND:1. Other
+                             kinds: UNIMPLEMENTED */
   int ranks;           /* 2 under the MPI layer (hcq/mpi.h; with devices 2): device d is rank d's KIND:0,
                           "d/KIND:0", so the layers split over two processes; every rank creates
                           the decoder and runs the same steps; tokens are read on rank 0 */

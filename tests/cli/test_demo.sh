@@ -127,8 +127,10 @@ if [ "$(json_field gen.json device_kind)" = '"CPU"' ] && [ "$(json_field gen.jso
 else
   bad "--json device_kind/graph_kind: $(head -c 300 gen.json)"
 fi
-expect_fail "unknown device kind" 2 "expected CPU, VULKAN or CUDA" --device TPU
+expect_fail "unknown device kind" 2 "expected CPU, VULKAN, CUDA or METAL" --device TPU
 HCQ_CUDA_LIBRARY=/nonexistent/libcuda.so expect_fail "absent CUDA" 3 "no CUDA device: " --device CUDA --steps 2
+HCQ_METAL_FRAMEWORK=/nonexistent/Metal expect_fail "absent Metal" 3 "no METAL device: Metal.framework not found" \
+  --device METAL --steps 2
 # A kernel that does not compile: exit 3 with the compiler's own message.
 HCQ_CFLAGS="-O2 -include /nonexistent/hcq-missing.h" expect_fail "kernel that does not compile" 3 \
   "/nonexistent/hcq-missing.h: No such file" --steps 2 --repeat 1
@@ -153,6 +155,11 @@ fi
 if [ -n "${HCQ_TEST_FAKE_CUDA:-}" ]; then
   demo_on CUDA 1 cuda HCQ_CUDA_LIBRARY="$HCQ_TEST_FAKE_CUDA" HCQ_FAKE_CUDA_DEVICES=2 HCQ_CUDA_ARCH=sm_90
   demo_on CUDA 2 cuda HCQ_CUDA_LIBRARY="$HCQ_TEST_FAKE_CUDA" HCQ_FAKE_CUDA_DEVICES=2 HCQ_CUDA_ARCH=sm_90
+fi
+if [ -n "${HCQ_TEST_FAKE_METAL:-}" ]; then # the stand-in's one GPU; METAL:1 a logical device on it
+  demo_on METAL 1 metal HCQ_OBJC_LIBRARY="$HCQ_TEST_FAKE_METAL" HCQ_METAL_FRAMEWORK="$HCQ_TEST_FAKE_METAL"
+  demo_on METAL 2 metal HCQ_OBJC_LIBRARY="$HCQ_TEST_FAKE_METAL" HCQ_METAL_FRAMEWORK="$HCQ_TEST_FAKE_METAL" \
+    HCQ_METAL_VIRTUAL=1
 fi
 
 echo "$PASS passed, $FAIL failed"

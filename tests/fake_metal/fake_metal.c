@@ -16,6 +16,7 @@
  * names after "kernel void" in its source, each resolved to a host twin below (a source with an
  * "#error" line fails to compile with Metal's message format). A kernel named hcq_fake_fault fails
  * its command buffer with a GPU fault. hcq_fake_metal_counts() gives tests what they count. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -241,6 +242,7 @@ static nserror_t *make_error(const char *fmt, const char *a, int n) {
 
 typedef struct grid {
   unsigned tg[3], ntg[3], tid[3], ntid[3];
+  const int32_t *shape; /* the llama2 shape of the pipeline's library, or NULL (fake_metal_llama2.c) */
 } grid_t;
 typedef void (*twin_fn)(void *const *b, const int32_t *v, const grid_t *g);
 #define GI ((uint64_t)g->tg[0] * g->ntid[0] + g->tid[0])
@@ -306,6 +308,8 @@ static void t_sum_final(void *const *b, const int32_t *v, const grid_t *g) {
   ((float *)b[0])[0] = s;
 }
 
+#include "fake_metal_llama2.c" /* examples/llama2/kernels.metal */
+
 typedef struct twin {
   const char *name;
   unsigned nbufs; /* 0: any; else only launches binding this many buffers (two kernels share a name) */
@@ -317,6 +321,7 @@ static const twin_t g_twins[] = {
     {"record_groups", 0, t_record_groups},
     {"axpb", 0, t_axpb},             {"sum3", 0, t_sum3},       {"saxpy_f32", 0, t_saxpy_f32},
     {"sum_groups", 0, t_sum_groups}, {"sum_final", 0, t_sum_final},
+    LLAMA2_TWINS
     {"hcq_fake_fault", 0, NULL},
 };
 
@@ -369,10 +374,14 @@ typedef struct library {
   obj_t o;
   char names[32][64];
   int nnames;
+  bool has_shape;
+  int32_t shape[L2_COUNT];
 } library_t;
 typedef struct function {
   obj_t o;
   char name[64];
+  bool has_shape;
+  int32_t shape[L2_COUNT];
 } function_t;
 static const method_t m_function[] = {BASE, {0}};
 static fclass_t c_function = {NULL, "FakeMTLFunction", m_function, NULL};
@@ -382,6 +391,8 @@ static function_t *library_function(library_t *self, const char *sel, nsstring_t
     if (!strcmp(self->names[i], name->s)) {
       function_t *f = alloc_obj(&c_function, sizeof(*f));
       snprintf(f->name, sizeof(f->name), "%s", name->s);
+      f->has_shape = self->has_shape;
+      memcpy(f->shape, self->shape, sizeof(f->shape));
       return f;
     }
   return NULL;
@@ -393,6 +404,8 @@ typedef struct pipeline {
   obj_t o;
   char name[64];
   bool icb_ok;
+  bool has_shape;
+  int32_t shape[L2_COUNT];
 } pipeline_t;
 static unsigned long pipeline_max_threads(pipeline_t *self, const char *sel) {
   (void)self, (void)sel;
@@ -721,7 +734,7 @@ static bool run_twin(cmdbuf_t *cb, pipeline_t *p, void *const *bufs, unsigned nb
              p->name);
     return false;
   }
-  grid_t g;
+  grid_t g = {.shape = p->has_shape ? p->shape : NULL};
   MTLSize sz[2] = {grid, group};
   unsigned long dims[2][3];
   for (int k = 0; k < 2; k++) dims[k][0] = sz[k].width, dims[k][1] = sz[k].height, dims[k][2] = sz[k].depth;
@@ -903,6 +916,7 @@ static library_t *device_library(obj_t *self, const char *sel, nsstring_t *src, 
     size_t len = strcspn(n, " (\n\t");
     if (len && len < sizeof(lib->names[0])) snprintf(lib->names[lib->nnames++], sizeof(lib->names[0]), "%.*s", (int)len, n);
   }
+  lib->has_shape = l2_read_shape(s, lib->shape);
   if (!lib->nnames) {
     obj_release(&lib->o, NULL);
     if (err) *err = make_error("program_source: error: no kernel function in the source%s%.0d", "", 0);
@@ -919,8 +933,16 @@ static pipeline_t *device_pipeline(obj_t *self, const char *sel, pipeline_desc_t
                         desc->fn ? desc->fn->name : "?", 0);
     return NULL;
   }
+  if (!strncmp(desc->fn->name, "llama_", 6) && !desc->fn->has_shape) {
+    if (err)
+      *err = make_error("kernel %s: the source #defines no llama2 shape (DIM ... GROUP; tests/fake_metal/"
+                        "fake_metal_llama2.c)%.0d", desc->fn->name, 0);
+    return NULL;
+  }
   pipeline_t *p = alloc_obj(&c_pipeline, sizeof(*p));
   snprintf(p->name, sizeof(p->name), "%s", desc->fn->name);
+  p->has_shape = desc->fn->has_shape;
+  memcpy(p->shape, desc->fn->shape, sizeof(p->shape));
   p->icb_ok = desc->icb;
   return p;
 }
