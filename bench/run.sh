@@ -151,7 +151,9 @@ else
     # An hcq without the command says 'unknown command "embed"' (exit 2).
     if [ ! -x "$BUILD/cli/hcq" ] || "$BUILD/cli/hcq" embed --help 2>&1 | grep -q 'unknown command'; then
       minilm_missing "hcq graph replay ($dev)" "hcq embed not built"
-    elif "$BUILD/cli/hcq" embed --bench --json --device "$dev" ${model:+--model-dir "$model"} \
+    # A 256-token query takes tens of seconds on lavapipe (Vulkan on the CPU): past the default
+    # 30 s wait timeout, which is for hangs, not for slow devices.
+    elif HCQ_WAIT_TIMEOUT_MS=600000 "$BUILD/cli/hcq" embed --bench --json --device "$dev" ${model:+--model-dir "$model"} \
            >"$B/minilm-$dev.json" 2>>"$LOG"; then
       python3 "$MP" --from-hcq "$B/minilm-$dev.json" >>"$ROWS" 2>>"$LOG" ||
         minilm_missing "hcq graph replay ($dev)" "unreadable hcq embed --bench output: $(tail -n 1 "$LOG")"
