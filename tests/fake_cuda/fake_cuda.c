@@ -35,6 +35,7 @@
 #include <time.h>
 
 #include "cuda/cuda_api.h"
+#include "../llama2_twins.h"
 
 #define EXPORT __attribute__((visibility("default")))
 typedef hcq_CUresult CUresult;
@@ -161,158 +162,44 @@ static void c_record_groups(const uint8_t *p, const cuda_thread_t *t) {
 }
 
 
-/* Twins of examples/llama2/kernels.cu, one call per block (the block's threads in turn, phase by
- * phase where the CUDA C has a barrier). The model's shape is compiled into the CUDA C; these read
- * it from the module, which names it in the entry llama2_shape_DIM_HIDDEN_..._GROUP. */
-enum { S_DIM, S_HIDDEN, S_KV_DIM, S_N_HEADS, S_KV_MUL, S_HEAD_SIZE, S_VOCAB, S_SEQ_LEN, S_ATT_CHUNK, S_MAX_CHUNKS, S_GROUP, S_COUNT };
+/* Twins of examples/llama2/kernels.cu (tests/llama2_twins.h, shared with the Metal stand-in), one
+ * call per block. The model's shape is compiled into the CUDA C; these read it from the module,
+ * which names it in the entry llama2_shape_DIM_HIDDEN_..._GROUP (LT_* order). A kernel's parameters
+ * are its buffer pointers, then its int values. */
 typedef void (*cuda_block_fn)(const uint8_t *params, const int32_t *shape, dim3_t block, dim3_t dim);
+static llama2_twin_t l_twin(const uint8_t *p, int nbufs, const int32_t *S, dim3_t b, dim3_t d, void **bufs,
+                            int32_t *vals) {
+  for (int i = 0; i < nbufs; i++) bufs[i] = (void *)(uintptr_t)p64(p, i);
+  for (int i = 0; i < 2; i++) vals[i] = p32(p, nbufs, i);
+  return (llama2_twin_t){bufs, vals, S, {b.x, b.y}, d.x, -INFINITY};
+}
+#define L_TWIN(name, nbufs)                                                          \
+  static void l_##name(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {     \
+    void *bufs[nbufs];                                                               \
+    int32_t vals[2];                                                                 \
+    llama2_twin_t k = l_twin(p, nbufs, S, b, d, bufs, vals);                         \
+    llama2_twin_##name(&k);                                                          \
+  }
+L_TWIN(embed, 3)
+L_TWIN(qkv, 9)
+L_TWIN(attn_part, 4)
+L_TWIN(attn_combine, 2)
+L_TWIN(wo, 3)
+L_TWIN(ffn_down, 3)
+L_TWIN(ffn_up, 5)
+L_TWIN(classify, 5)
+#undef L_TWIN
+static void l_argmax(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
+  if (d.x != 1) return; /* launched as one thread */
+  void *bufs[2];
+  int32_t vals[2];
+  llama2_twin_t k = l_twin(p, 2, S, b, d, bufs, vals);
+  llama2_twin_argmax(&k);
+}
+
+/* A parameter block's i-th pointer, as a float or an int array. */
 #define PF(i) ((float *)p64(p, (i)))
 #define PI(i) ((int32_t *)p64(p, (i)))
-
-static float l_dot(const float *w, const float *v, int n) {
-  float s = 0.0f;
-  for (int j = 0; j < n; j++) s += w[j] * v[j];
-  return s;
-}
-static void l_norm(float *xn, const float *x, const float *w, int dim) {
-  float ss = 0.0f;
-  for (int j = 0; j < dim; j++) ss += x[j] * x[j];
-  float inv = 1.0f / sqrtf(ss / (float)dim + 1e-5f);
-  for (int j = 0; j < dim; j++) xn[j] = w[j] * (inv * x[j]);
-}
-static void l_rope(float *a, float *b, int i, const float *rot, int hs) {
-  float c = rot[i % hs], s = rot[i % hs + 1], a0 = *a, b0 = *b;
-  *a = a0 * c - b0 * s;
-  *b = a0 * s + b0 * c;
-}
-static void l_embed(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
-  for (uint32_t t = 0; t < d.x; t++) {
-    int i = (int)(b.x * d.x + t);
-    if (i >= S[S_DIM]) continue;
-    int tok = PI(1)[p32(p, 3, 0)];
-    if (tok < 0 || tok >= S[S_VOCAB]) tok = 0;
-    PF(0)[i] = PF(2)[(size_t)tok * (size_t)S[S_DIM] + (size_t)i];
-  }
-}
-static void l_qkv(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
-  int dim = S[S_DIM], kvd = S[S_KV_DIM], hs = S[S_HEAD_SIZE], pos = p32(p, 9, 0);
-  float *q = PF(0), *krow = PF(1) + (size_t)pos * (size_t)kvd, *vrow = PF(2) + (size_t)pos * (size_t)kvd;
-  const float *wq = PF(5), *wk = PF(6), *wv = PF(7), *rot = PF(8) + (size_t)pos * (size_t)hs;
-  float *xn = malloc((size_t)dim * sizeof(float));
-  if (!xn) abort();
-  l_norm(xn, PF(3), PF(4), dim);
-  for (uint32_t t = 0; t < d.x; t++) {
-    int r = 2 * (int)(b.x * d.x + t);
-    if (r >= dim + 2 * kvd) continue;
-    if (r < dim) {
-      float a = l_dot(wq + (size_t)r * dim, xn, dim), c = l_dot(wq + (size_t)(r + 1) * dim, xn, dim);
-      l_rope(&a, &c, r, rot, hs);
-      q[r] = a, q[r + 1] = c;
-    } else if (r < dim + kvd) {
-      int i = r - dim;
-      float a = l_dot(wk + (size_t)i * dim, xn, dim), c = l_dot(wk + (size_t)(i + 1) * dim, xn, dim);
-      l_rope(&a, &c, i, rot, hs);
-      krow[i] = a, krow[i + 1] = c;
-    } else {
-      int i = r - dim - kvd;
-      vrow[i] = l_dot(wv + (size_t)i * dim, xn, dim);
-      vrow[i + 1] = l_dot(wv + (size_t)(i + 1) * dim, xn, dim);
-    }
-  }
-  free(xn);
-}
-static void l_attn_part(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
-  int hs = S[S_HEAD_SIZE], kvd = S[S_KV_DIM], chunk = S[S_ATT_CHUNK], pos = p32(p, 4, 0);
-  int h = (int)b.x, c = (int)b.y, t0 = c * chunk, t1 = t0 + chunk < pos + 1 ? t0 + chunk : pos + 1;
-  const float *qh = PF(1) + (size_t)h * (size_t)hs, *kc = PF(2), *vc = PF(3);
-  int kv = (h / S[S_KV_MUL]) * hs;
-  float *dst = PF(0) + ((size_t)h * (size_t)S[S_MAX_CHUNKS] + (size_t)c) * (size_t)(hs + 2);
-  float *score = malloc((size_t)chunk * sizeof(float));
-  if (!score) abort();
-  for (uint32_t i = 0; i < d.x; i++) {
-    float m = -INFINITY, scale = 1.0f / sqrtf((float)hs);
-    for (int t = t0; t < t1; t++) {
-      float s = l_dot(qh, kc + (size_t)t * (size_t)kvd + (size_t)kv, hs) * scale;
-      score[t - t0] = s;
-      if (s > m) m = s;
-    }
-    float sum = 0.0f, o = 0.0f;
-    for (int t = t0; t < t1; t++) {
-      float e = expf(score[t - t0] - m);
-      sum += e;
-      o += e * vc[(size_t)t * (size_t)kvd + (size_t)kv + i];
-    }
-    if (i == 0) dst[0] = m, dst[1] = sum;
-    dst[2 + i] = o;
-  }
-  free(score);
-}
-static void l_attn_combine(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
-  int hs = S[S_HEAD_SIZE], h = (int)b.x, chunks = p32(p, 2, 0) / S[S_ATT_CHUNK] + 1;
-  const float *part = PF(1) + (size_t)h * (size_t)S[S_MAX_CHUNKS] * (size_t)(hs + 2);
-  for (uint32_t i = 0; i < d.x; i++) {
-    float m = -INFINITY;
-    for (int c = 0; c < chunks; c++)
-      if (part[c * (hs + 2)] > m) m = part[c * (hs + 2)];
-    float total = 0.0f, acc = 0.0f;
-    for (int c = 0; c < chunks; c++) {
-      float w = expf(part[c * (hs + 2)] - m);
-      total += w * part[c * (hs + 2) + 1];
-      acc += w * part[c * (hs + 2) + 2 + (int)i];
-    }
-    PF(0)[h * hs + (int)i] = acc / total;
-  }
-}
-static void l_residual(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d, int n) {
-  for (uint32_t t = 0; t < d.x; t++) {
-    int r = (int)(b.x * d.x + t);
-    if (r < S[S_DIM]) PF(0)[r] += l_dot(PF(2) + (size_t)r * (size_t)n, PF(1), n);
-  }
-}
-static void l_wo(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) { l_residual(p, S, b, d, S[S_DIM]); }
-static void l_ffn_down(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) { l_residual(p, S, b, d, S[S_HIDDEN]); }
-static void l_ffn_up(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
-  int dim = S[S_DIM];
-  float *xn = malloc((size_t)dim * sizeof(float));
-  if (!xn) abort();
-  l_norm(xn, PF(1), PF(2), dim);
-  for (uint32_t t = 0; t < d.x; t++) {
-    int r = (int)(b.x * d.x + t);
-    if (r >= S[S_HIDDEN]) continue;
-    float a = l_dot(PF(3) + (size_t)r * dim, xn, dim), c = l_dot(PF(4) + (size_t)r * dim, xn, dim);
-    PF(0)[r] = a * (1.0f / (1.0f + expf(-a))) * c;
-  }
-  free(xn);
-}
-static void l_classify(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
-  int dim = S[S_DIM];
-  float *xn = malloc((size_t)dim * sizeof(float)), top = -INFINITY;
-  if (!xn) abort();
-  l_norm(xn, PF(2), PF(3), dim);
-  int32_t arg = (int32_t)(b.x * d.x);
-  for (uint32_t t = 0; t < d.x; t++) { /* the block's best after its barrier, in thread order */
-    int r = (int)(b.x * d.x + t);
-    float z = -INFINITY;
-    if (r < S[S_VOCAB]) PF(0)[r] = z = l_dot(PF(4) + (size_t)r * dim, xn, dim);
-    if (z > top) top = z, arg = r;
-  }
-  memcpy(&PI(1)[2 * b.x], &top, 4);
-  PI(1)[2 * b.x + 1] = arg;
-  free(xn);
-}
-static void l_argmax(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
-  (void)S, (void)b;
-  if (d.x != 1) return; /* launched as one thread */
-  float top = -INFINITY;
-  int32_t arg = 0;
-  for (int32_t g = 0; g < p32(p, 2, 1); g++) {
-    float z;
-    memcpy(&z, &PI(1)[2 * g], 4);
-    if (z > top) top = z, arg = PI(1)[2 * g + 1];
-  }
-  PI(0)[p32(p, 2, 0) + 1] = arg;
-}
-
 #include "fake_cuda_minilm.c" /* examples/minilm/kernels.cu */
 
 typedef struct fake_kernel {
@@ -477,7 +364,7 @@ typedef struct gnode {
   int kind; /* 0 kernel, 1 memcpy, 2 empty */
   int index;
   const fake_kernel_t *fn;
-  int32_t shape[S_COUNT]; /* the function's module's llama2 shape */
+  int32_t shape[LT_COUNT]; /* the function's module's llama2 shape */
   dim3_t grid, block;
   uint8_t params[4096];
   size_t psize;
@@ -506,7 +393,7 @@ typedef struct op {
   uint64_t v;
   size_t n;
   const fake_kernel_t *fn;
-  int32_t shape[S_COUNT];
+  int32_t shape[LT_COUNT];
   dim3_t grid, block;
   uint8_t params[4096];
   size_t psize;
@@ -1045,7 +932,7 @@ static CUresult f_cuEventElapsedTime(float *ms, hcq_CUevent a, hcq_CUevent b) {
 typedef struct fake_func {
   const fake_kernel_t *k;
   atomic_bool loaded;
-  int32_t shape[S_COUNT];
+  int32_t shape[LT_COUNT];
 } fake_func_t;
 
 typedef struct module {
@@ -1184,7 +1071,7 @@ static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const 
         }
       } else if (g_kernels[i].per_block &&
           (!sh || sscanf(sh, "llama2_shape_%d_%d_%d_%d_%d_%d_%d_%d_%d_%d_%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                         &v[6], &v[7], &v[8], &v[9], &v[10]) != S_COUNT)) {
+                         &v[6], &v[7], &v[8], &v[9], &v[10]) != LT_COUNT)) {
         fprintf(stderr, "fake libcuda: kernel %s: the module names no llama2 shape\n", name);
         mod->nfuncs--;
         return HCQ_CUDA_ERROR_NOT_FOUND;

@@ -4,7 +4,7 @@
  * The sums run as one thread of the CUDA C would run them, not in its tree order: results match
  * within rounding, and every launch of a twin gives the same bits. */
 enum { M_HIDDEN, M_HEADS, M_HEAD_DIM, M_INTER, M_VOCAB, M_MAXLEN, M_GROUP, M_COLS, M_EPS, M_COUNT };
-_Static_assert((int)M_COUNT <= (int)S_COUNT, "a MiniLM shape fits the llama2 shape's slots");
+_Static_assert((int)M_COUNT <= (int)LT_COUNT, "a MiniLM shape fits the llama2 shape's slots");
 
 static float m_gelu(float x) {
   float z = x * 0.70710678f, az = fabsf(z);

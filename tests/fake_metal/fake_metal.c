@@ -375,13 +375,13 @@ typedef struct library {
   char names[32][64];
   int nnames;
   bool has_shape;
-  int32_t shape[L2_COUNT];
+  int32_t shape[LT_COUNT];
 } library_t;
 typedef struct function {
   obj_t o;
   char name[64];
   bool has_shape;
-  int32_t shape[L2_COUNT];
+  int32_t shape[LT_COUNT];
 } function_t;
 static const method_t m_function[] = {BASE, {0}};
 static fclass_t c_function = {NULL, "FakeMTLFunction", m_function, NULL};
@@ -405,7 +405,7 @@ typedef struct pipeline {
   char name[64];
   bool icb_ok;
   bool has_shape;
-  int32_t shape[L2_COUNT];
+  int32_t shape[LT_COUNT];
 } pipeline_t;
 static unsigned long pipeline_max_threads(pipeline_t *self, const char *sel) {
   (void)self, (void)sel;
