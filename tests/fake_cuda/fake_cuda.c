@@ -167,33 +167,33 @@ static void c_record_groups(const uint8_t *p, const cuda_thread_t *t) {
  * which names it in the entry llama2_shape_DIM_HIDDEN_..._GROUP (LT_* order). A kernel's parameters
  * are its buffer pointers, then its int values. */
 typedef void (*cuda_block_fn)(const uint8_t *params, const int32_t *shape, dim3_t block, dim3_t dim);
-static llama2_twin_t l_twin(const uint8_t *p, int nbufs, const int32_t *S, dim3_t b, dim3_t d, void **bufs,
-                            int32_t *vals) {
+static llama2_twin_t l_twin(const uint8_t *p, int nbufs, int nvals, const int32_t *S, dim3_t b, dim3_t d,
+                            void **bufs, int32_t *vals) {
   for (int i = 0; i < nbufs; i++) bufs[i] = (void *)(uintptr_t)p64(p, i);
-  for (int i = 0; i < 2; i++) vals[i] = p32(p, nbufs, i);
+  for (int i = 0; i < 2; i++) vals[i] = i < nvals ? p32(p, nbufs, i) : 0; /* only what the block holds */
   return (llama2_twin_t){bufs, vals, S, {b.x, b.y}, d.x, -INFINITY};
 }
-#define L_TWIN(name, nbufs)                                                          \
+#define L_TWIN(name, nbufs, nvals)                                                   \
   static void l_##name(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {     \
     void *bufs[nbufs];                                                               \
     int32_t vals[2];                                                                 \
-    llama2_twin_t k = l_twin(p, nbufs, S, b, d, bufs, vals);                         \
+    llama2_twin_t k = l_twin(p, nbufs, nvals, S, b, d, bufs, vals);                  \
     llama2_twin_##name(&k);                                                          \
   }
-L_TWIN(embed, 3)
-L_TWIN(qkv, 9)
-L_TWIN(attn_part, 4)
-L_TWIN(attn_combine, 2)
-L_TWIN(wo, 3)
-L_TWIN(ffn_down, 3)
-L_TWIN(ffn_up, 5)
-L_TWIN(classify, 5)
+L_TWIN(embed, 3, 1)
+L_TWIN(qkv, 9, 1)
+L_TWIN(attn_part, 4, 1)
+L_TWIN(attn_combine, 2, 1)
+L_TWIN(wo, 3, 0)
+L_TWIN(ffn_down, 3, 0)
+L_TWIN(ffn_up, 5, 0)
+L_TWIN(classify, 5, 0)
 #undef L_TWIN
 static void l_argmax(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
   if (d.x != 1) return; /* launched as one thread */
   void *bufs[2];
   int32_t vals[2];
-  llama2_twin_t k = l_twin(p, 2, S, b, d, bufs, vals);
+  llama2_twin_t k = l_twin(p, 2, 2, S, b, d, bufs, vals);
   llama2_twin_argmax(&k);
 }
 
