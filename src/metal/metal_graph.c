@@ -59,6 +59,7 @@ typedef struct metal_graph {
   unsigned nslots, next;
   uint64_t *input_addrs;
   char label[32];
+  hcq_id label_str; /* label as an NSString, made once: replays only set it */
   hcq_graph_stats_t stats;
 } metal_graph_t;
 
@@ -200,8 +201,9 @@ static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
    * pipelines' state unless each pipeline was dispatched once in the encoder: the seed dispatches
    * every pipeline with an empty grid before the ICB there. */
   if (!st) g->needs_fix = strcmp(g->api->object_getClassName(g->slots[0].icb), "AGXG15XFamilyIndirectCommandBuffer") != 0;
-  g->api->objc_autoreleasePoolPop(pool);
   snprintf(g->label, sizeof(g->label), "batched %zu", g->n);
+  if (!st) g->label_str = MSG(hcq_id)(hcq__mtl_string(g->api, g->label), SEL(retain));
+  g->api->objc_autoreleasePoolPop(pool);
   g->stats.updatable_nodes = st ? 0 : hcq__update_plan_updatable_count(g->slots[0].plan);
   return st;
 }
@@ -230,7 +232,7 @@ static hcq_id encode_replay(void *ctx, hcq_device_t *dev, hcq_id queue, char *er
   hcq_NSRange range = {0, g->n};
   MSG(void, hcq_id, hcq_NSRange)(enc, SEL(executeCommandsInBuffer), s->icb, range);
   MSG(void)(enc, SEL(endEncoding));
-  MSG(void, hcq_id)(cb, SEL(setLabel), hcq__mtl_string(g->api, g->label));
+  MSG(void, hcq_id)(cb, SEL(setLabel), g->label_str);
   return cb;
 }
 
@@ -328,6 +330,7 @@ static void free_graph(metal_graph_t *g) {
     free(s->held_args);
     free(s->resources);
   }
+  if (g->label_str) MSG(void)(g->label_str, SEL(release));
   free(g->vals_at);
   free(g->pipelines);
   free(g->input_addrs);
