@@ -22,6 +22,9 @@ int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Parses a whole non-negative decimal integer in [lo, hi]. */
 bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out);
 
+/* A device kind by its name (hcq_device_kind_name), in upper or lower case: "VULKAN", "cuda". */
+bool cli_parse_device_kind(const char *s, hcq_device_kind_t *out);
+
 /* Synchronizes every device of a loaded file. */
 hcq_status_t cli_sync_file(const hcq_graph_file_t *gf);
 

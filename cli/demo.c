@@ -38,11 +38,8 @@ static int parse_args(int argc, char **argv, demo_args_t *a) {
         else if (!strcmp(v, "15m")) a->shape = LLAMA2_SHAPE_15M;
         else return cli_usage_error("demo: --size \"%s\": expected small or 15m", v);
       } else if (!strcmp(o, "--device")) {
-        if (!strcmp(v, "CPU") || !strcmp(v, "cpu")) a->kind = HCQ_DEVICE_CPU;
-        else if (!strcmp(v, "VULKAN") || !strcmp(v, "vulkan")) a->kind = HCQ_DEVICE_VULKAN;
-        else if (!strcmp(v, "CUDA") || !strcmp(v, "cuda")) a->kind = HCQ_DEVICE_CUDA;
-        else if (!strcmp(v, "METAL") || !strcmp(v, "metal")) a->kind = HCQ_DEVICE_METAL;
-        else return cli_usage_error("demo: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);
+        if (!cli_parse_device_kind(v, &a->kind))
+          return cli_usage_error("demo: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);
       } else if (!strcmp(o, "--model")) {
         a->model = v;
       } else if (!strcmp(o, "--tokenizer")) {

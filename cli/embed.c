@@ -54,10 +54,8 @@ static int parse_args(int argc, char **argv, embed_args_t *a) {
       if (i + 1 >= argc) return cli_usage_error("embed: %s needs a value", o);
       const char *v = argv[++i];
       if (!strcmp(o, "--model-dir")) a->model_dir = v;
-      else if (!strcmp(v, "CPU") || !strcmp(v, "cpu")) a->kind = HCQ_DEVICE_CPU;
-      else if (!strcmp(v, "VULKAN") || !strcmp(v, "vulkan")) a->kind = HCQ_DEVICE_VULKAN;
-      else if (!strcmp(v, "CUDA") || !strcmp(v, "cuda")) a->kind = HCQ_DEVICE_CUDA;
-      else return cli_usage_error("embed: --device \"%s\": expected CPU, VULKAN or CUDA", v);
+      else if (!cli_parse_device_kind(v, &a->kind) || a->kind == HCQ_DEVICE_METAL) /* no MSL encoder kernels */
+        return cli_usage_error("embed: --device \"%s\": expected CPU, VULKAN or CUDA", v);
     } else if (options && !strcmp(o, "--json")) {
       a->json = true;
     } else if (options && !strcmp(o, "--bench")) {

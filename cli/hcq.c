@@ -44,6 +44,19 @@ bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi,
   return true;
 }
 
+bool cli_parse_device_kind(const char *s, hcq_device_kind_t *out) {
+  for (int k = 0; s && k < HCQ_DEVICE_KIND_COUNT; k++) {
+    const char *name = hcq_device_kind_name((hcq_device_kind_t)k);
+    bool upper = !strcmp(s, name), lower = strlen(s) == strlen(name);
+    for (size_t i = 0; lower && name[i]; i++) lower = s[i] == (char)(name[i] - 'A' + 'a');
+    if (upper || lower) {
+      *out = (hcq_device_kind_t)k;
+      return true;
+    }
+  }
+  return false;
+}
+
 hcq_status_t cli_sync_file(const hcq_graph_file_t *gf) {
   for (size_t i = 0; i < hcq_graph_file_device_count(gf); i++) {
     hcq_status_t st = hcq_device_synchronize(hcq_graph_file_device(gf, i));
