@@ -446,7 +446,7 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
 
 const char *hcq_device_name(const hcq_device_t *dev) { return dev ? dev->name : ""; }
 hcq_device_kind_t hcq_device_kind(const hcq_device_t *dev) { return dev->kind; }
-uint32_t hcq_device_caps(const hcq_device_t *dev) { return dev ? dev->caps : 0; }
+uint32_t hcq_device_caps(const hcq_device_t *dev) { return dev ? dev->caps & ~HCQ__CAP_ENGINE_REMOTE_COPY : 0; }
 unsigned hcq_device_thread_count(const hcq_device_t *dev) { return dev ? dev->threads : 0; }
 
 void hcq_device_timeline(hcq_device_t *dev, hcq_signal_t **out_signal, uint64_t *out_next_value) {
@@ -621,9 +621,10 @@ static void describe_command(const uint32_t *w, char *out, size_t size) {
       break;
     default: snprintf(out, size, "%s", op_name(op)); break;
   }
-  if (tag && !(tag & HCQ__TAG_EAGER_REMOTE)) {
+  uint32_t item;
+  if (hcq__tag_item(tag, &item)) {
     size_t n = strlen(out);
-    snprintf(out + n, size - n, ", graph item %" PRIu32, tag - 1);
+    snprintf(out + n, size - n, ", graph item %" PRIu32, item);
   }
 }
 
@@ -671,7 +672,9 @@ static void report_queue(hcq_device_t *dev, hcq_queue_kind_t kind, char *out, si
       snprintf(where, sizeof(where), " in a bound queue");
   }
   const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
-  if (hooks && hcq__device_is_remote(dev)) {
+  bool remote_copy = HCQ__HDR_OP(s.cur[0]) == HCQ__OP_COPY &&
+                     (hcq__addr_is_remote(hcq__rd64(s.cur + HCQ__COPY_DST)) || hcq__addr_is_remote(hcq__rd64(s.cur + HCQ__COPY_SRC)));
+  if (hooks && (hcq__device_is_remote(dev) || remote_copy)) {
     size_t n = strlen(cur);
     hooks->describe(dev, s.cur, cur + n, sizeof(cur) - n);
   }

@@ -490,7 +490,8 @@ static hcq_status_t evaluate(hcq_queue_t *q, const hcq_var_value_t *vals, size_t
     q->failed_patch = p;
     char what[48] = "operand", item[32] = "";
     if (p) hcq__operand_name(p->what, what, sizeof(what));
-    if (p && p->tag) snprintf(item, sizeof(item), "item %" PRIu32 ": ", p->tag - 1);
+    uint32_t j;
+    if (p && hcq__tag_item(p->tag, &j)) snprintf(item, sizeof(item), "item %" PRIu32 ": ", j);
     if (st) return hcq_status_annotate(st, "%s%s", item, what);
     char text[128];
     hcq_expr_format(q->syms.syms.data[i], text, sizeof(text));

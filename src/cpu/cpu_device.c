@@ -51,6 +51,7 @@ typedef struct cpu_queue {
   uint32_t entry_len;
   const uint32_t *w, *end;             /* next command and end of the list being run; w NULL: no entry */
   const uint32_t *ret_w, *ret_end;     /* inside a CALL: where the ring entry continues */
+  void *remote_op;                     /* the MPI request of the cross-rank COPY at w (NULL: none) */
 } cpu_queue_t;
 
 /* A launch's work-groups shared between the engine and helper threads. The job fields are written
@@ -95,6 +96,9 @@ typedef struct cpu_engine {
   _Atomic uint32_t barrier_word;
   cpu_pool_t pool;
   hcq__fast_clock_t clock; /* the engine thread's, for timestamps */
+  uint64_t remote_since;   /* when the engine began polling for a cross-rank COPY (0: it is not) */
+  unsigned remote_polls;
+  bool remote_spinning;    /* within the layer's spin budget: poll back to back */
 } cpu_engine_t;
 
 /* Spins (pause, then yield) until ready(ctx) or budget_ns have passed; true when ready. */
@@ -317,6 +321,22 @@ static inline void full_barrier(cpu_engine_t *e) {
 
 enum { RUN_DONE, RUN_BLOCKED, RUN_LOST };
 
+/* A COPY with one end on another rank (docs/mpi.md): the MPI layer posts its send or receive and
+ * this thread polls it, so a hop between ranks crosses no thread here. The queue stays at the COPY
+ * until the request completed (the bytes are in place, or may be reused); the other queue runs on. */
+static int remote_copy(cpu_engine_t *e, cpu_queue_t *q, const uint32_t *w) {
+  const hcq__remote_hooks_t *hooks = atomic_load_explicit(&hcq__remote, memory_order_acquire);
+  if (!hooks || !hooks->copy_start) {
+    hcq__device_mark_lost(e->dev, "a copy to or from another rank, with the MPI layer stopped");
+    return RUN_LOST;
+  }
+  if (!q->remote_op && !(q->remote_op = hooks->copy_start(e->dev, w))) return RUN_LOST;
+  int r = hooks->copy_poll(e->dev, q->remote_op);
+  if (r == 0) return RUN_BLOCKED;
+  q->remote_op = NULL;
+  return r > 0 ? RUN_DONE : RUN_LOST;
+}
+
 /* Runs q's current entry until it ends, blocks at a wait, or the device is lost. */
 static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
   e->running = q;
@@ -355,10 +375,16 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
         }
         if (hcq__device_is_lost(e->dev)) return RUN_LOST;
         break;
-      case HCQ__OP_COPY:
-        memmove((void *)(uintptr_t)hcq__rd64(w + HCQ__COPY_DST), (const void *)(uintptr_t)hcq__rd64(w + HCQ__COPY_SRC),
-                (size_t)hcq__rd64(w + HCQ__COPY_SIZE));
+      case HCQ__OP_COPY: {
+        uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC);
+        if (__builtin_expect(hcq__addr_is_remote(dst) || hcq__addr_is_remote(src), 0)) {
+          int r = remote_copy(e, q, w);
+          if (r != RUN_DONE) return r;
+          break;
+        }
+        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, (size_t)hcq__rd64(w + HCQ__COPY_SIZE));
         break;
+      }
       case HCQ__OP_CALL: {
         const uint32_t *list = (const uint32_t *)(uintptr_t)hcq__rd64(w + HCQ__CALL_PTR);
         q->ret_w = w + HCQ__LEN_CALL, q->ret_end = q->end;
@@ -384,6 +410,11 @@ static void publish_tail(cpu_queue_t *q, uint64_t tail) {
 
 /* Drops everything queued (lost device): the completion counter jumps to what was submitted. */
 static void drop_queue(cpu_queue_t *q) {
+  if (q->remote_op) {
+    const hcq__remote_hooks_t *hooks = atomic_load_explicit(&hcq__remote, memory_order_acquire);
+    if (hooks) hooks->copy_drop(q->remote_op);
+    q->remote_op = NULL;
+  }
   q->w = q->end = q->ret_w = q->ret_end = NULL;
   atomic_store_explicit(&q->cur, NULL, memory_order_relaxed);
   atomic_store_explicit(&q->call_base, NULL, memory_order_relaxed);
@@ -427,6 +458,7 @@ static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
 
 /* True when q could move now: it is blocked at a wait that is satisfied, or it has a new entry. */
 static bool queue_ready(cpu_queue_t *q) {
+  if (q->remote_op) return true; /* only polling MPI moves it (wait_for_work) */
   if (q->w) {
     const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->w + HCQ__WAIT_ADDR);
     return atomic_load_explicit(&s->value, memory_order_acquire) >= q->w[HCQ__WAIT_VALUE];
@@ -444,6 +476,26 @@ static bool engine_ready_ctx(const void *ctx) { return engine_ready((cpu_engine_
 /* Neither queue can move: spin while work is in flight (a hand-off from another core is near),
  * then sleep on what one queue waits for, or on the doorbell when both are empty. */
 static void wait_for_work(cpu_engine_t *e) {
+  if (e->q[0].remote_op || e->q[1].remote_op) {
+    /* A message in flight completes only inside an MPI call: poll back to back for the layer's
+     * spin budget (the peer's reply is usually that near), then every ~20 us. */
+    const hcq__remote_hooks_t *hooks = atomic_load_explicit(&hcq__remote, memory_order_acquire);
+    unsigned polls = e->remote_polls++;
+    /* The clock is read every 64 polls: it costs more than a poll. */
+    if (!e->remote_since || (polls & 63) == 0) {
+      uint64_t now = hcq__now_ns();
+      if (!e->remote_since) e->remote_since = now, e->remote_polls = polls = 0;
+      e->remote_spinning = hooks && now - e->remote_since < hooks->copy_spin_ns;
+    }
+    if (e->remote_spinning) {
+      hcq__spin_step(polls);
+    } else {
+      uint32_t seq = atomic_load_explicit(&e->doorbell, memory_order_seq_cst);
+      hcq__futex_wait(&e->doorbell, seq, UINT64_C(20000));
+    }
+    return;
+  }
+  e->remote_since = 0;
   cpu_queue_t *blocked[2];
   int nblocked = 0;
   for (int k = 0; k < 2; k++)
@@ -484,7 +536,15 @@ static void *engine_main(void *arg) {
     bool moved = run_queue(e, &e->q[HCQ_QUEUE_COMPUTE]);
     moved |= run_queue(e, &e->q[HCQ_QUEUE_COPY]);
     e->running = NULL;
-    if (moved) continue;
+    if (moved) {
+      e->remote_since = 0;
+      continue;
+    }
+    if (atomic_load_explicit(&e->stop, memory_order_acquire) && (e->q[0].remote_op || e->q[1].remote_op)) {
+      /* Closed while a peer has not answered: that transfer cannot finish any more. */
+      hcq__device_mark_lost(e->dev, "closed with a transfer to or from another rank in flight");
+      continue;
+    }
     if (atomic_load_explicit(&e->stop, memory_order_acquire) && !e->q[0].w && !e->q[1].w &&
         atomic_load(&e->q[0].head) == e->q[0].pos && atomic_load(&e->q[1].head) == e->q[1].pos)
       break;
@@ -758,7 +818,8 @@ static hcq_status_t cpu_device_create(int index, hcq_device_t *dev) {
   memset(e, 0, sizeof(*e));
   dev->vt = &cpu_vtable;
   dev->backend = e;
-  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C | HCQ_CAP_HOST_MEMORY;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C | HCQ_CAP_HOST_MEMORY |
+              HCQ__CAP_ENGINE_REMOTE_COPY;
   dev->threads = 1;
   dev->max_work_items = CPU_MAX_WORK_ITEMS;
   e->dev = dev;

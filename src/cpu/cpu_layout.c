@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cpu/cpu_internal.h"
 
@@ -20,6 +21,25 @@ static int g_ncores;
 /* Whether some core runs no engine (a waiting application thread has somewhere else to be). */
 static _Atomic bool g_spare_core;
 
+/* This process's place among the processes of one parallel job on this machine, from the launcher
+ * (Open MPI, MPICH/Hydra, Slurm); false when it says nothing. */
+static bool local_rank(int *rank, int *size) {
+  static const char *const pairs[][2] = {{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+                                         {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+                                         {"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}};
+  for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+    const char *r = getenv(pairs[i][0]), *n = getenv(pairs[i][1]);
+    if (!r || !n) continue;
+    char *e1, *e2;
+    long rv = strtol(r, &e1, 10), nv = strtol(n, &e2, 10);
+    if (*r && *n && !*e1 && !*e2 && nv > 1 && rv >= 0 && rv < nv && nv <= MAX_CORES) {
+      *rank = (int)rv, *size = (int)nv;
+      return true;
+    }
+  }
+  return false;
+}
+
 static void load_cores(void) {
   if (g_ncores) return;
   cpu_set_t set;
@@ -28,6 +48,21 @@ static void load_cores(void) {
     for (int c = 0; c < CPU_SETSIZE && g_ncores < MAX_CORES; c++)
       if (CPU_ISSET(c, &set)) g_cores[g_ncores++] = c;
   if (!g_ncores) g_cores[g_ncores++] = 0;
+  /* Processes of one job started unbound (mpirun --bind-to none) all see every core, and each would
+   * pin its first engine to the first one: they take disjoint shares by local rank instead. */
+  int rank, size;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (local_rank(&rank, &size) && online == g_ncores) {
+    int share = g_ncores / size, first;
+    if (share >= 1) {
+      first = rank * share + (rank < g_ncores % size ? rank : g_ncores % size);
+      share += rank < g_ncores % size;
+    } else {
+      first = rank % g_ncores, share = 1;
+    }
+    for (int k = 0; k < share; k++) g_cores[k] = g_cores[first + k];
+    g_ncores = share;
+  }
 }
 
 static unsigned fixed_threads(const hcq_device_t *dev) {

@@ -28,6 +28,7 @@ typedef struct item_sched {
   uint32_t deps_at, ndeps;
   uint32_t start_slot, end_slot;
   uint64_t kernargs_offset;
+  bool foreign; /* another rank's alone (hcq__item_is_foreign): not encoded here */
 } item_sched_t;
 
 /* One replay slot: its own bound queues, kernel arguments, signals and profile slots, so up to
@@ -52,6 +53,10 @@ typedef struct hcq_graph_impl {
   size_t ndev;
   uint32_t last_item[2 * HCQ__GRAPH_MAX_DEVICES];
   uint64_t copied_into[HCQ__GRAPH_MAX_DEVICES]; /* bit s: device s's copy queue wrote here */
+  /* Devices this process runs queues for: every local one, and a remote one only where an item runs
+   * on its queues (a cross-rank transfer the communication thread makes). A graph ignores the
+   * others' signals and timelines. */
+  bool active[HCQ__GRAPH_MAX_DEVICES];
   uint64_t kickoff_value; /* K of the last replay */
   graph_inst_t *inst;
   unsigned ninst, next_inst;
@@ -108,6 +113,11 @@ static hcq_status_t schedule(hcq_graph_impl_t *g) {
   if (!queue_access || !queue_knows || !item_knows || !deps) st = oom();
   for (size_t d = 0; d < g->ndev; d++) queue_knows[2 * d] = UINT64_C(1) << d;
   for (size_t q = 0; q < nq; q++) g->last_item[q] = NO_ITEM;
+  for (size_t d = 0; d < g->ndev; d++) g->active[d] = !hcq__device_is_remote(r->devices[d]);
+  for (uint32_t j = 0; j < r->nitems; j++) {
+    g->sched[j].foreign = hcq__item_is_foreign(&r->items[j]);
+    if (!g->sched[j].foreign) g->active[hcq__runner_device_index(r, hcq__item_device(&r->items[j]))] = true;
+  }
 
   for (uint32_t j = 0; j < r->nitems && !st; j++) {
     const hcq_exec_item_t *it = &r->items[j];
@@ -115,6 +125,13 @@ static hcq_status_t schedule(hcq_graph_impl_t *g) {
     uint32_t d = hcq__runner_device_index(r, hcq__item_device(it));
     uint32_t q = 2 * d + (it->kind == HCQ_ITEM_TRANSFER);
     s->queue = q;
+    if (s->foreign) {
+      /* Not in the tracker either: no item here waits for it (what it exchanges with this rank is
+       * a message, which orders itself). */
+      s->waits_at = (uint32_t)g->waits.len, s->ready_at = (uint32_t)g->ready.len, s->deps_at = (uint32_t)g->deps.len;
+      s->start_slot = 2 * j, s->end_slot = 2 * j + 1;
+      continue;
+    }
     hcq__item_access_t acc;
     hcq__item_access(it, &acc);
     for (size_t i = 0; i < acc.n; i++) keys[i] = (uintptr_t)hcq_buffer_base(acc.bufs[i]);
@@ -140,7 +157,7 @@ static hcq_status_t schedule(hcq_graph_impl_t *g) {
     s->ready_at = (uint32_t)g->ready.len;
     for (size_t i = 0; i < acc.n; i++) {
       uint32_t bd = hcq__runner_device_index(r, acc.bufs[i]->dev);
-      if (queue_knows[q] & (UINT64_C(1) << bd)) continue;
+      if (!g->active[bd] || (queue_knows[q] & (UINT64_C(1) << bd))) continue;
       queue_knows[q] |= UINT64_C(1) << bd;
       if (!hcq__vec_push(&g->ready, bd)) st = oom();
     }
@@ -245,6 +262,7 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t 
   hcq__runner_t *r = &g->base.runner;
   const hcq_exec_item_t *it = &r->items[j];
   const item_sched_t *s = &g->sched[j];
+  if (s->foreign) return NULL;
   uint32_t d = s->queue / 2;
   hcq_queue_t *q = NULL;
   hcq_status_t st = get_queue(in, s->queue, &q);
@@ -266,7 +284,13 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t 
                           k->nbufs, k->global, k->local);
   } else if (!st) {
     const hcq_transfer_item_t *t = &it->transfer;
+    /* A cross-rank transfer run by this rank's engine: its tag word also carries the graph id. */
+    const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
+    if (hooks && !hcq__device_is_remote(r->devices[d]) &&
+        (hcq__device_is_remote(t->dst->dev) || hcq__device_is_remote(t->src->dev)))
+      q->tag = hooks->graph_copy_tag(j);
     st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst), buffer_operand(g, j, 1, t->src), hcq_imm((int64_t)t->bytes));
+    q->tag = j + 1;
   }
   if (!st && g->profile) st = hcq_queue_timestamp(q, slot_addr(in, d, s->end_slot));
   if (!st && s->signal_value) st = hcq_queue_signal(q, addr_of(in->queue_sig[s->queue]), hcq_imm(s->signal_value));
@@ -281,7 +305,7 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
   uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES] = {0};
   for (uint32_t j = 0; j < r->nitems; j++) {
     const hcq_exec_item_t *it = &r->items[j];
-    if (it->kind != HCQ_ITEM_KERNEL) continue;
+    if (it->kind != HCQ_ITEM_KERNEL || g->sched[j].foreign) continue;
     uint32_t d = g->sched[j].queue / 2;
     g->sched[j].kernargs_offset = kernargs_size[d];
     kernargs_size[d] += hcq_kernargs_size(it->kernel.nbufs, it->kernel.nvals);
@@ -321,6 +345,7 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
   /* Prologue of every compute queue: barrier, previous work on the device, kickoff, device ready. */
   for (uint32_t d = 0; d < g->ndev && !st; d++) {
     hcq_queue_t *q;
+    if (!g->active[d]) continue;
     if ((st = get_queue(in, 2 * d, &q))) break;
     if (!(st = hcq_queue_memory_barrier(q)) &&
         !(st = hcq_queue_wait(q, hcq_sym(g->timeline_addr[d]), hcq_sym(g->timeline_val[d]))) &&
@@ -332,6 +357,7 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
   /* Epilogue: wait for the copy queues that fed the device, then signal its timeline. */
   for (uint32_t d = 0; d < g->ndev && !st; d++) {
     hcq_queue_t *q = in->queues[2 * d];
+    if (!g->active[d]) continue;
     uint64_t sources = g->copied_into[d] | (UINT64_C(1) << d);
     for (uint32_t s = 0; s < g->ndev && !st; s++) {
       uint32_t cq = 2 * s + 1;
@@ -410,9 +436,18 @@ static void trace_register(hcq_graph_impl_t *g) {
           copy ? r->items[j].transfer.bytes : 0, &slots[s->start_slot], &slots[s->end_slot], g->deps.data + s->deps_at,
           s->ndeps};
     }
-    for (size_t d = 0; d < g->ndev; d++) done[k * g->ndev + d] = in->done_sig[d]->words;
+    size_t n = 0;
+    for (size_t d = 0; d < g->ndev; d++)
+      if (g->active[d]) done[k * g->ndev + n++] = in->done_sig[d]->words;
   }
-  if (items && done) g->trace = hcq__trace_graph_register(r->label, items, r->nitems, g->ninst, r->devices, done, g->ndev);
+  /* Only the devices a replay signals here: the others' done signals never move. */
+  hcq_device_t *devs[HCQ__GRAPH_MAX_DEVICES];
+  size_t nactive = 0;
+  for (size_t d = 0; d < g->ndev; d++)
+    if (g->active[d]) devs[nactive++] = r->devices[d];
+  for (unsigned k = 0; done && nactive < g->ndev && k < g->ninst; k++)
+    memmove(done + k * nactive, done + k * g->ndev, nactive * sizeof(*done));
+  if (items && done) g->trace = hcq__trace_graph_register(r->label, items, r->nitems, g->ninst, devs, done, nactive);
   free(items);
   free(done);
 }
@@ -454,6 +489,7 @@ static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in, wait_ki
   if (!in->kickoff_value) return NULL;
   hcq__runner_t *r = &g->base.runner;
   for (size_t d = 0; d < g->ndev; d++) {
+    if (!g->active[d]) continue;
     hcq_status_t st = hcq__wait_signal(in->done_sig[d], in->kickoff_value, HCQ_TIMEOUT_DEFAULT, r->devices, g->ndev);
     if (!st) continue;
     if (kind == WAIT_THIS_REPLAY)
@@ -478,8 +514,8 @@ static hcq_status_t wait_previous(hcq_graph_impl_t *g, wait_kind_t kind) {
 /* "item 3 (kernel mix)" for a failing prepare of q, or "" */
 static void failed_item(const hcq_graph_impl_t *g, const hcq_queue_t *q, char *out, size_t size) {
   out[0] = '\0';
-  if (!q->failed_patch || !q->failed_patch->tag) return;
-  uint32_t j = q->failed_patch->tag - 1;
+  uint32_t j;
+  if (!q->failed_patch || !hcq__tag_item(q->failed_patch->tag, &j) || j >= g->base.runner.nitems) return;
   const hcq_exec_item_t *it = &g->base.runner.items[j];
   if (it->kind == HCQ_ITEM_KERNEL)
     snprintf(out, size, "kernel %s", it->kernel.program->name);
@@ -547,6 +583,7 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
     hcq_signal_set(in->kickoff, kickoff);
     for (size_t d = 0; d < g->ndev; d++) {
       hcq_device_t *dev = r->devices[d];
+      if (!g->active[d]) continue;
       /* Cannot fail after the reservation. */
       hcq_status_free(hcq__queue_commit_locked(in->queues[2 * d], dev));
       if (in->queues[2 * d + 1]) hcq_status_free(hcq__queue_commit_locked(in->queues[2 * d + 1], dev));

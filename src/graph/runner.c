@@ -8,9 +8,22 @@ static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out o
 
 hcq_device_t *hcq__item_device(const hcq_exec_item_t *it) {
   if (it->kind == HCQ_ITEM_KERNEL) return it->kernel.program->dev;
-  /* A transfer to another rank's device runs on that remote device's copy queue (the MPI layer's
-   * sends); every other transfer on its source's. */
-  return hcq__device_is_remote(it->transfer.dst->dev) ? it->transfer.dst->dev : it->transfer.src->dev;
+  hcq_device_t *dst = it->transfer.dst->dev, *src = it->transfer.src->dev;
+  bool rdst = hcq__device_is_remote(dst), rsrc = hcq__device_is_remote(src);
+  if (rdst != rsrc) {
+    /* Between this rank and another (docs/mpi.md): on the local end's copy queue when its engine
+     * sends and receives itself, else on the remote device's copy queue (the communication thread). */
+    hcq_device_t *local = rdst ? src : dst;
+    const hcq__remote_hooks_t *hooks = atomic_load_explicit(&hcq__remote, memory_order_acquire);
+    if (hooks && hooks->engine_copies && (local->caps & HCQ__CAP_ENGINE_REMOTE_COPY)) return local;
+    return rdst ? dst : src;
+  }
+  return src; /* a transfer runs on its source's copy queue */
+}
+
+bool hcq__item_is_foreign(const hcq_exec_item_t *it) {
+  if (it->kind == HCQ_ITEM_KERNEL) return hcq__device_is_remote(it->kernel.program->dev);
+  return hcq__device_is_remote(it->transfer.dst->dev) && hcq__device_is_remote(it->transfer.src->dev);
 }
 
 void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out) {

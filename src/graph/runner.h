@@ -92,7 +92,11 @@ void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out);
 hcq_status_t hcq__exec_item_copy(const hcq_exec_item_t *src, hcq_exec_item_t *dst);
 void hcq__exec_item_release(hcq_exec_item_t *it);
 
-/* The device an item runs on: the program's, or the transfer source's. */
+/* The device an item runs on: the program's, or the transfer source's (a cross-rank transfer: runner.c). */
 hcq_device_t *hcq__item_device(const hcq_exec_item_t *it);
+/* An item of another rank's alone (its kernel, a transfer between two other ranks): this rank runs
+ * nothing for it, and its own items need not wait for it; what they exchange with it is ordered by
+ * the messages themselves (docs/mpi.md). */
+bool hcq__item_is_foreign(const hcq_exec_item_t *it);
 
 #endif

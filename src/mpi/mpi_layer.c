@@ -35,12 +35,15 @@
 #include "hcq/graph.h"
 #include "hcq/mpi.h"
 
-#define REMOTE_TOP UINT64_C(0x7e)
+#define REMOTE_TOP HCQ__REMOTE_ADDR_TOP
 #define REMOTE_OFF_BITS 40
 #define MAX_REMOTE 65535
 
-static inline bool addr_remote(uint64_t a) { return (a >> 56) == REMOTE_TOP; }
+static inline bool addr_remote(uint64_t a) { return hcq__addr_is_remote(a); }
 static inline unsigned addr_owner(uint64_t a) { return (unsigned)((a >> REMOTE_OFF_BITS) & 0xffff); }
+
+/* The rank + 1 of each remote device id (0: none): an engine tags its message without a lock. */
+static _Atomic int32_t id_rank[MAX_REMOTE + 1];
 
 /* ---- MPI operations, run by the communication thread ---- */
 
@@ -168,8 +171,8 @@ static bool op_post(op_t *o) {
   return true;
 }
 
-/* Tests a posted op; true when it finished (done or failed). */
-static bool op_test(op_t *o) {
+/* Tests a posted op; true when it finished (done or failed). Nobody sleeps on its state. */
+static bool op_test_quiet(op_t *o) {
   int flag = 0;
   MPI_Status status;
   int rc = MPI_Test(&o->req, &flag, &status);
@@ -188,6 +191,12 @@ static bool op_test(op_t *o) {
     }
   }
   atomic_store_explicit(&o->state, state, memory_order_release);
+  return true;
+}
+
+/* The same, waking a user thread that waits for o (op_run). */
+static bool op_test(op_t *o) {
+  if (!op_test_quiet(o)) return false;
   hcq__futex_wake(&o->state);
   return true;
 }
@@ -253,6 +262,7 @@ static int copy_role(const rdev_t *rd, const uint32_t *w, uint64_t *local) {
 static int copy_tag(uint32_t word_tag, uint32_t gid) {
   int tag;
   if (word_tag & HCQ__TAG_EAGER_REMOTE) tag = (int)(word_tag & 0x1fffffffu);
+  else if (word_tag & HCQ__TAG_GRAPH_REMOTE) tag = (int)word_tag; /* the same formula, made at build */
   else tag = (int)((1u << 30) | ((gid & 0x3ffu) << 20) | ((word_tag ? word_tag - 1 : 0) & 0xfffffu));
   return G.tag_ub > 0 && tag > G.tag_ub ? tag % (G.tag_ub + 1) : tag;
 }
@@ -698,6 +708,7 @@ static hcq_status_t remote_create(hcq_device_t *dev, void *ctx) {
   pthread_mutex_unlock(&G.lock);
   rd->dev = dev;
   rd->rank = c->rank;
+  atomic_store_explicit(&id_rank[rd->id], c->rank + 1, memory_order_release);
   snprintf(rd->local_name, sizeof(rd->local_name), "%s:%d", hcq_device_kind_name(c->kind), c->index);
   for (int k = 0; k < 2; k++) pthread_mutex_init(&rd->q[k].lock, NULL);
   pthread_mutex_init(&rd->mem_lock, NULL);
@@ -961,32 +972,105 @@ static void describe(hcq_device_t *dev, const uint32_t *cmd, char *out, size_t s
   if (!out || !size) return;
   out[0] = '\0';
   if (HCQ__HDR_OP(cmd[0]) != HCQ__OP_COPY) return;
-  rdev_t *rd = rdev_of(dev);
   uint64_t local = 0;
-  int role = copy_role(rd, cmd, &local);
+  int role = 0, peer = -1;
+  uint32_t gid = 0;
+  if (hcq__device_is_remote(dev)) {
+    rdev_t *rd = rdev_of(dev);
+    role = copy_role(rd, cmd, &local);
+    peer = rd->rank;
+    for (int k = 0; k < 2; k++) {
+      const uint32_t *base = atomic_load_explicit(&rd->q[k].call_base, memory_order_relaxed);
+      if (base) gid = mem_gid(rd, base);
+    }
+  } else { /* a local engine's (engine_copy_start) */
+    uint64_t dst = hcq__rd64(cmd + HCQ__COPY_DST), src = hcq__rd64(cmd + HCQ__COPY_SRC);
+    if (addr_remote(dst) != addr_remote(src)) {
+      role = addr_remote(dst) ? 1 : 2;
+      peer = atomic_load(&id_rank[addr_owner(role == 1 ? dst : src)]) - 1;
+    }
+  }
   if (!role) {
     snprintf(out, size, " (neither end on this rank: skipped)");
     return;
   }
-  uint32_t gid = 0;
-  for (int k = 0; k < 2; k++) {
-    const uint32_t *base = atomic_load_explicit(&rd->q[k].call_base, memory_order_relaxed);
-    if (base) gid = mem_gid(rd, base);
-  }
   uint32_t wt = cmd[HCQ__COPY_TAG];
   char item[64];
   if (wt & HCQ__TAG_EAGER_REMOTE) snprintf(item, sizeof(item), "eager transfer #%u", wt & 0x1fffffffu);
+  else if (wt & HCQ__TAG_GRAPH_REMOTE) snprintf(item, sizeof(item), "graph %u item %u", (wt >> 20) & 0x3ffu, wt & 0xfffffu);
   else snprintf(item, sizeof(item), "graph %u item %u", gid, wt ? wt - 1 : 0);
   snprintf(out, size, ": MPI %s %" PRIu64 " bytes %s rank %d, tag %d (%s)", role == 1 ? "send of" : "receive of",
-           hcq__rd64(cmd + HCQ__COPY_SIZE), role == 1 ? "to" : "from", rd->rank, copy_tag(wt, gid), item);
+           hcq__rd64(cmd + HCQ__COPY_SIZE), role == 1 ? "to" : "from", peer, copy_tag(wt, gid), item);
 }
 
-static const hcq__remote_hooks_t hooks = {
+/* ---- cross-rank copies run by a local engine (HCQ__CAP_ENGINE_REMOTE_COPY) ---- */
+
+static uint32_t graph_copy_tag(uint32_t item) {
+  return HCQ__TAG_GRAPH_REMOTE | ((t_build_gid & 0x3ffu) << 20) | (item & 0xfffffu);
+}
+
+static void *engine_copy_start(hcq_device_t *dev, const uint32_t *w) {
+  uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC), bytes = hcq__rd64(w + HCQ__COPY_SIZE);
+  if (addr_remote(dst) == addr_remote(src)) {
+    hcq__device_mark_lost(dev, "a copy between two buffers of other ranks reached its engine");
+    return NULL;
+  }
+  bool send = addr_remote(dst);
+  int peer = atomic_load_explicit(&id_rank[addr_owner(send ? dst : src)], memory_order_acquire) - 1;
+  if (peer < 0 || bytes > INT32_MAX) {
+    hcq__device_mark_lost(dev, "a copy to or from another rank with %s", peer < 0 ? "no remote device at its address"
+                                                                                   : "more than 2^31-1 bytes");
+    return NULL;
+  }
+  op_t *o = calloc(1, sizeof(*o));
+  if (!o) {
+    hcq__device_mark_lost(dev, "out of memory for an MPI request");
+    return NULL;
+  }
+  o->kind = send ? OP_SEND : OP_RECV;
+  o->buf = (void *)(uintptr_t)(send ? src : dst);
+  o->count = (int)bytes;
+  o->peer = peer;
+  o->tag = copy_tag(w[HCQ__COPY_TAG], 0);
+  o->comm = G.data;
+  if (!op_post(o)) {
+    hcq__device_mark_lost(dev, "MPI %s rank %d failed: %s", send ? "send to" : "receive from", peer, o->error);
+    free(o);
+    return NULL;
+  }
+  return o;
+}
+
+static int engine_copy_poll(hcq_device_t *dev, void *op) {
+  op_t *o = op;
+  if (!op_test_quiet(o)) return 0;
+  bool ok = atomic_load_explicit(&o->state, memory_order_acquire) == OPS_DONE;
+  if (!ok)
+    hcq__device_mark_lost(dev, "MPI %s rank %d failed: %s", o->kind == OP_SEND ? "send to" : "receive from", o->peer,
+                          o->error);
+  free(o);
+  return ok ? 1 : -1;
+}
+
+static void engine_copy_drop(void *op) {
+  op_t *o = op;
+  if (atomic_load(&o->state) == OPS_POSTED) {
+    if (o->kind == OP_RECV) MPI_Cancel(&o->req);
+    MPI_Request_free(&o->req);
+  }
+  free(o);
+}
+
+static hcq__remote_hooks_t hooks = {
     .open = remote_open,
     .graph_check = graph_check,
     .graph_built = graph_built,
     .eager_tag = eager_tag,
     .describe = describe,
+    .graph_copy_tag = graph_copy_tag,
+    .copy_start = engine_copy_start,
+    .copy_poll = engine_copy_poll,
+    .copy_drop = engine_copy_drop,
 };
 
 /* ---- public API ---- */
@@ -1011,6 +1095,13 @@ hcq_status_t hcq_mpi_init(MPI_Comm comm) {
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_init: HCQ_MPI_SPIN_NS=%s is not a number of nanoseconds in 0..1e10", spin);
     G.spin_ns = (uint64_t)v;
   }
+  const char *copies = getenv("HCQ_MPI_COPIES");
+  bool engine = !copies || !*copies || !strcmp(copies, "engine");
+  if (!engine && strcmp(copies, "thread"))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_init: HCQ_MPI_COPIES=%s is neither \"engine\" nor \"thread\"", copies);
+  /* Engines make MPI calls beside the communication thread only under MPI_THREAD_MULTIPLE. */
+  hooks.engine_copies = engine && level >= MPI_THREAD_MULTIPLE;
+  hooks.copy_spin_ns = G.spin_ns;
   if (MPI_Comm_dup(comm, &G.data) != MPI_SUCCESS || MPI_Comm_dup(comm, &G.ctrl) != MPI_SUCCESS)
     return hcq_status_make(HCQ_UNAVAILABLE, "hcq_mpi_init: MPI_Comm_dup failed");
   MPI_Comm_set_errhandler(G.data, MPI_ERRORS_RETURN);

@@ -433,6 +433,15 @@ static void scenario_fault(bool kill_rank) {
       fprintf(stderr, "mpi_test fault: the error does not name rank 1, the bytes and the tag\n");
       _exit(1);
     }
+    /* Which thread waits at the receive (docs/mpi.md, HCQ_MPI_COPIES): the local CPU engine, whose
+     * copy queue the report lists first, or the communication thread on 1/CPU:0's. */
+    const char *copies = getenv("HCQ_MPI_COPIES");
+    bool thread = copies && !strcmp(copies, "thread");
+    const char *at = strstr(m, "MPI receive of 256 bytes from rank 1"), *remote = strstr(m, "1/CPU:0:");
+    if (!kill_rank && (!at || !remote || (thread ? at < remote : at > remote))) {
+      fprintf(stderr, "mpi_test fault: the receive is not on the %s's queue\n", thread ? "communication thread" : "CPU engine");
+      _exit(1);
+    }
     hcq_status_free(st);
     printf("mpi_test %s: ok\n", kill_rank ? "kill" : "hang");
     fflush(stdout);
@@ -459,6 +468,32 @@ static void scenario_fault(bool kill_rank) {
   OK(hcq_device_synchronize(d1));
   OK(hcq_device_close(d0));
   OK(hcq_device_close(d1));
+}
+
+/* Ranks started unbound on one machine (run_mpi_test.sh: --bind-to none) take disjoint shares of
+ * its cores by local rank, so their CPU engines are not all pinned to the first core; with more
+ * ranks than cores, the engine of local rank r is on core r mod cores. */
+static void scenario_layout(void) {
+  hcq_device_t *d;
+  OK(hcq_device_open("CPU:0", &d));
+  int cores[64], mine = -1;
+  size_t n = hcq_device_cores(d, cores, 64);
+  EXPECT(n >= 1);
+  mine = cores[0];
+  int all[MAXR];
+  MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  EXPECT(lr != NULL);
+  for (int r = 0; r < size && rank == 0; r++)
+    for (int q = r + 1; q < size; q++)
+      if (all[r] == all[q] && (size <= online || (r - q) % online != 0)) {
+        fprintf(stderr, "mpi_test layout: ranks %d and %d both run their engine on core %d\n", r, q, all[r]);
+        _exit(1);
+      }
+  if (size > online) EXPECT(mine == (int)(atol(lr) % online));
+  if (size <= online) EXPECT(n == (size_t)(online / size) || n == (size_t)(online / size + 1));
+  OK(hcq_device_close(d));
 }
 
 /* After replays, with nothing in flight, the communication thread sleeps: the process uses almost no
@@ -505,19 +540,20 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc != 2 || size > MAXR) {
-    if (rank == 0) fprintf(stderr, "usage: mpirun -np N (N <= %d) mpi_test eager|graph|mismatch|hang|kill|idle|badspin\n", MAXR);
+    if (rank == 0) fprintf(stderr, "usage: mpirun -np N (N <= %d) mpi_test eager|graph|mismatch|hang|kill|idle|layout|badspin|badcopies\n", MAXR);
     MPI_Finalize();
     return 2;
   }
   const char *s = argv[1];
-  if (!strcmp(s, "badspin")) {
-    /* The runner sets HCQ_MPI_SPIN_NS to something that is not a number of nanoseconds. */
+  if (!strcmp(s, "badspin") || !strcmp(s, "badcopies")) {
+    /* The runner sets HCQ_MPI_SPIN_NS (HCQ_MPI_COPIES) to something it does not take. */
+    const char *var = !strcmp(s, "badspin") ? "HCQ_MPI_SPIN_NS" : "HCQ_MPI_COPIES";
     hcq_status_t st = hcq_mpi_init(MPI_COMM_WORLD);
-    EXPECT(st && hcq_status_code(st) == HCQ_INVALID_ARGUMENT && strstr(hcq_status_message(st), "HCQ_MPI_SPIN_NS"));
+    EXPECT(st && hcq_status_code(st) == HCQ_INVALID_ARGUMENT && strstr(hcq_status_message(st), var));
     EXPECT(!hcq_mpi_running());
     hcq_status_free(st);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) printf("mpi_test badspin: ok\n");
+    if (rank == 0) printf("mpi_test %s: ok\n", s);
     MPI_Finalize();
     return 0;
   }
@@ -529,6 +565,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "hang")) scenario_fault(false);
   else if (!strcmp(s, "kill")) scenario_fault(true);
   else if (!strcmp(s, "idle")) scenario_idle();
+  else if (!strcmp(s, "layout")) scenario_layout();
   else die(__LINE__, "unknown scenario", NULL);
   OK(hcq_mpi_barrier());
   if (rank == 0 && strcmp(s, "hang")) printf("mpi_test %s: ok\n", s);
