@@ -157,19 +157,21 @@ static inline void llama2_twin_ffn_up(const llama2_twin_t *k) {
   }
   free(xn);
 }
-/* bufs logits, best, x, final rms weights, classifier: the group's logits and its best one */
+/* bufs logits, best, x, final rms weights, classifier; vals the first group: the group's logits and
+ * its best one */
 static inline void llama2_twin_classify(const llama2_twin_t *k) {
   int dim = k->S[LT_DIM];
+  int g = (int)k->group[0] + k->v[0];
   float *xn = lt_norm(LT_F(2), LT_F(3), dim), top = k->low;
-  int32_t arg = LT_ROW(0);
+  int32_t arg = g * (int)k->threads;
   for (unsigned t = 0; t < k->threads; t++) { /* the group's scan after its barrier, in thread order */
-    int r = LT_ROW(t);
+    int r = g * (int)k->threads + (int)t;
     float z = k->low;
     if (r < k->S[LT_VOCAB]) LT_F(0)[r] = z = lt_dot(LT_F(4) + (size_t)r * dim, xn, dim);
     if (z > top) top = z, arg = r;
   }
-  memcpy(&LT_I(1)[2 * k->group[0]], &top, 4);
-  LT_I(1)[2 * k->group[0] + 1] = arg;
+  memcpy(&LT_I(1)[2 * g], &top, 4);
+  LT_I(1)[2 * g + 1] = arg;
   free(xn);
 }
 /* bufs tokens, best; vals pos, groups: launched as one thread */

@@ -67,7 +67,10 @@ struct llama2_decoder {
   dev_state_t d[2];
   hcq_buffer_t *(*layer)[LAYER_BUFS];
   hcq_buffer_t *emb, *cls, *rms_final, *logits, *best, *tokens;
-  int cls_groups;
+  int cls_groups, cls_rows, cls_split; /* classifier groups [0, cls_split) on device 0, the rest on device 1 */
+  /* Device 1's part of the classifier (two devices): its weights (only its rows are filled), final
+   * norm, logits and best logits; views of both devices' logits and best from its first group on. */
+  hcq_buffer_t *cls1, *rms_final1, *logits1, *best1, *views[4];
   hcq_expr_t *pos, *chunks;
   hcq_exec_item_t *items;
   item_args_t *args;
@@ -175,9 +178,30 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
     TRY(upload(d0, w->classifier, vocab * dim, "classifier", -1, &m->cls));
   TRY(upload(d0, w->rms_final, dim, "rms_final", -1, &m->rms_final));
   TRY(upload(d0, NULL, vocab, "logits", -1, &m->logits));
-  int cls_rows = m->kind == HCQ_DEVICE_CPU ? CLASSIFIER_ROWS : GROUP;
-  m->cls_groups = (c->vocab_size + cls_rows - 1) / cls_rows;
+  m->cls_rows = m->kind == HCQ_DEVICE_CPU ? CLASSIFIER_ROWS : GROUP;
+  m->cls_groups = (c->vocab_size + m->cls_rows - 1) / m->cls_rows;
+  m->cls_split = m->cls_groups;
   TRY(upload(d0, NULL, 2 * (size_t)m->cls_groups, "best logits", -1, &m->best));
+  if (m->ndev == 2 && m->kind == HCQ_DEVICE_CPU) {
+    /* The classifier is the step's largest matrix: two CPU devices (each on its own cores, or on
+     * its own rank) take half of its rows each (the first also embeds and picks the token), and the
+     * second sends its best logits and logits. GPU devices keep it on the first: two of them are
+     * often virtual devices of one GPU, and a Metal graph would leave each half a batch of one. */
+    m->cls_split = (m->cls_groups + 1) / 2;
+    hcq_device_t *d1 = m->d[1].dev;
+    size_t r0 = (size_t)m->cls_split * (size_t)m->cls_rows, bytes = (vocab - r0) * sizeof(float);
+    const float *wc = c->shared_classifier ? w->token_embedding : w->classifier;
+    TRY(upload(d1, NULL, vocab * dim, "classifier (second half)", -1, &m->cls1));
+    TRY(hcq_buffer_copyin(m->cls1, r0 * dim * sizeof(float), wc + r0 * dim, (vocab - r0) * dim * sizeof(float)));
+    TRY(upload(d1, w->rms_final, dim, "rms_final", -1, &m->rms_final1));
+    TRY(upload(d1, NULL, vocab, "logits (second half)", -1, &m->logits1));
+    TRY(upload(d1, NULL, 2 * (size_t)m->cls_groups, "best logits (second half)", -1, &m->best1));
+    uint64_t best_at = 2 * (uint64_t)m->cls_split * sizeof(int32_t), best_bytes = 2 * (uint64_t)(m->cls_groups - m->cls_split) * 4;
+    TRY(hcq_buffer_view_create(m->logits, r0 * sizeof(float), bytes, &m->views[0]));
+    TRY(hcq_buffer_view_create(m->logits1, r0 * sizeof(float), bytes, &m->views[1]));
+    TRY(hcq_buffer_view_create(m->best, best_at, best_bytes, &m->views[2]));
+    TRY(hcq_buffer_view_create(m->best1, best_at, best_bytes, &m->views[3]));
+  }
   TRY(hcq_buffer_create(d0, ((size_t)c->seq_len + 1) * sizeof(int32_t), &m->tokens));
   hcq_buffer_set_label(m->tokens, "tokens");
   return NULL;
@@ -260,7 +284,7 @@ static hcq_status_t make_items(llama2_decoder_t *m) {
   m->chunks = hcq_expr_binary(HCQ_EXPR_ADD, div, one); /* pos // ATT_CHUNK + 1 */
   hcq_expr_release(chunk), hcq_expr_release(one), hcq_expr_release(div);
   if (!m->chunks) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  size_t cap = 4 + 6 * (size_t)c->n_layers + 2;
+  size_t cap = 4 + 6 * (size_t)c->n_layers + 2 + 4;
   m->items = calloc(cap, sizeof(*m->items));
   m->args = calloc(cap, sizeof(*m->args));
   if (!m->items || !m->args) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -282,7 +306,21 @@ static hcq_status_t make_items(llama2_decoder_t *m) {
     add_kernel(m, s, K_FFN_DOWN, (hcq_buffer_t *[]){s->x, s->hb, w[W_2]}, 3, 1, NULL, 0);
   }
   if (m->split < c->n_layers) add_transfer(m, s0->x, m->d[1].x);
-  add_kernel(m, s0, K_CLASSIFY, (hcq_buffer_t *[]){m->logits, m->best, s0->x, m->rms_final, m->cls}, 5, 2, NULL, 0);
+  hcq_operand_t first[2] = {hcq_imm(0), hcq_imm(m->cls_split)};
+  if (m->cls1) {
+    /* Device 1's half reads a copy of x made after x was sent: its copy queue sends first, so the
+     * other device starts its half at once (an engine runs its compute queue until it blocks). */
+    dev_state_t *s1 = &m->d[1];
+    add_transfer(m, s1->xb, s1->x);
+    add_kernel(m, s1, K_CLASSIFY, (hcq_buffer_t *[]){m->logits1, m->best1, s1->xb, m->rms_final1, m->cls1}, 5, 2, &first[1], 1);
+    m->items[m->nitems - 1].kernel.global[0] = hcq_imm(m->cls_groups - m->cls_split);
+  }
+  add_kernel(m, s0, K_CLASSIFY, (hcq_buffer_t *[]){m->logits, m->best, s0->x, m->rms_final, m->cls}, 5, 2, &first[0], 1);
+  m->items[m->nitems - 1].kernel.global[0] = hcq_imm(m->cls_split);
+  if (m->cls1) {
+    add_transfer(m, m->views[2], m->views[3]);
+    add_transfer(m, m->views[0], m->views[1]);
+  }
   hcq_operand_t argmax_vals[2] = {hcq_sym(m->pos), hcq_imm(m->cls_groups)};
   add_kernel(m, s0, K_ARGMAX, (hcq_buffer_t *[]){m->tokens, m->best}, 2, 1, argmax_vals, 2);
   return NULL;
@@ -345,7 +383,8 @@ hcq_status_t llama2_decoder_destroy(llama2_decoder_t *m) {
     for (int l = 0; l < m->c.n_layers; l++)
       for (int i = 0; i < LAYER_BUFS; i++) hcq_buffer_release(m->layer[l][i]);
   free(m->layer);
-  hcq_buffer_t *shared[] = {m->emb, m->cls, m->rms_final, m->logits, m->best, m->tokens};
+  hcq_buffer_t *shared[] = {m->emb,        m->cls,      m->rms_final, m->logits,   m->best,     m->tokens, m->cls1,
+                            m->rms_final1, m->logits1, m->best1,     m->views[0], m->views[1], m->views[2], m->views[3]};
   for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) hcq_buffer_release(shared[i]);
   for (int d = 0; d < m->ndev; d++) {
     dev_state_t *s = &m->d[d];

@@ -215,8 +215,10 @@ void llama_ffn_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 
 /* bufs: logits, best, x, final rms weights, classifier. Logits of the group's rows and the group's
  * best one in best[2*g] (value bits) and best[2*g + 1] (index). */
-void llama_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
-  (void)v;
+/* vals: the first group (a device may run only groups [v0, v0 + grid) of the whole classifier). */
+void llama_classify(void *const *b, const int32_t *v, const hcq_launch_t *l0) {
+  hcq_launch_t shifted = *l0, *l = &shifted;
+  shifted.gid[0] += (uint32_t)v[0];
   float *logits = b[0];
   int32_t *best = b[1];
   const float *x = b[2], *rms = b[3], *w = b[4];

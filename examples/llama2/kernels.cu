@@ -119,12 +119,14 @@ extern "C" __global__ void llama_ffn_up(float *hb, const float *x, const float *
   hb[r] = a * (1.0f / (1.0f + expf(-a))) * c;
 }
 
-extern "C" __global__ void llama_classify(float *logits, int *best, const float *x, const float *rms, const float *w) {
+// first: the first group (a device may run only some groups of the whole classifier)
+extern "C" __global__ void llama_classify(float *logits, int *best, const float *x, const float *rms, const float *w,
+                                          int first) {
   __shared__ float xn[DIM];
   __shared__ float top_v[GROUP];
   __shared__ int top_i[GROUP];
   load_norm(xn, x, rms);
-  int r = blockIdx.x * blockDim.x + threadIdx.x, l = threadIdx.x;
+  int g = blockIdx.x + first, r = g * blockDim.x + threadIdx.x, l = threadIdx.x;
   float z = LLAMA_NEG_INF;
   if (r < VOCAB) {
     z = dot_n(w + (size_t)r * DIM, xn, DIM);
@@ -135,11 +137,11 @@ extern "C" __global__ void llama_classify(float *logits, int *best, const float 
   __syncthreads();
   if (l != 0) return;
   float top = LLAMA_NEG_INF;
-  int arg = blockIdx.x * blockDim.x;
+  int arg = g * blockDim.x;
   for (int k = 0; k < (int)blockDim.x; k++)
     if (top_v[k] > top) top = top_v[k], arg = top_i[k];
-  best[2 * blockIdx.x] = __float_as_int(top);
-  best[2 * blockIdx.x + 1] = arg;
+  best[2 * g] = __float_as_int(top);
+  best[2 * g + 1] = arg;
 }
 
 extern "C" __global__ void llama_argmax(int *tokens, const int *best, int pos, int groups) {

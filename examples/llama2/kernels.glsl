@@ -189,7 +189,9 @@ void main() {
   f32s logits = f32s(hcq_buf(0)), x = f32s(hcq_buf(2)), rms = f32s(hcq_buf(3)), w = f32s(hcq_buf(4));
   i32s best = i32s(hcq_buf(1));
   load_norm(x, rms);
-  uint r = gl_GlobalInvocationID.x, l = gl_LocalInvocationID.x;
+  // value 0: the first group (a device may run only some groups of the whole classifier)
+  uint g = gl_WorkGroupID.x + uint(hcq_val(0)), l = gl_LocalInvocationID.x;
+  uint r = g * gl_WorkGroupSize.x + l;
   float z = neg_inf();
   if (r < uint(VOCAB)) {
     z = dot_xn(w, r);
@@ -200,14 +202,14 @@ void main() {
   barrier();
   if (l != 0u) return;
   float top = neg_inf();
-  int arg = int(gl_WorkGroupID.x * gl_WorkGroupSize.x);
+  int arg = int(g * gl_WorkGroupSize.x);
   for (uint k = 0u; k < gl_WorkGroupSize.x; k++)
     if (top_v[k] > top) {
       top = top_v[k];
       arg = top_i[k];
     }
-  best.v[2u * gl_WorkGroupID.x] = floatBitsToInt(top);
-  best.v[2u * gl_WorkGroupID.x + 1u] = arg;
+  best.v[2u * g] = floatBitsToInt(top);
+  best.v[2u * g + 1u] = arg;
 }
 #endif
 

@@ -145,13 +145,15 @@ kernel void llama_ffn_up(device float *hb [[buffer(0)]], device const float *x [
 
 kernel void llama_classify(device float *logits [[buffer(0)]], device int *best [[buffer(1)]],
                            device const float *x [[buffer(2)]], device const float *rms [[buffer(3)]],
-                           device const float *w [[buffer(4)]], uint3 tg [[threadgroup_position_in_grid]],
-                           uint3 tid [[thread_position_in_threadgroup]], uint3 ntid [[threads_per_threadgroup]]) {
+                           device const float *w [[buffer(4)]], constant int *v [[buffer(5)]],
+                           uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]],
+                           uint3 ntid [[threads_per_threadgroup]]) {
   threadgroup float xn[DIM];
   threadgroup float top_v[GROUP];
   threadgroup int top_i[GROUP];
   load_norm(xn, x, rms, tid.x, ntid.x);
-  int r = (int)(tg.x * ntid.x + tid.x), l = (int)tid.x;
+  // v[0]: the first group (a device may run only some groups of the whole classifier)
+  int g = (int)tg.x + v[0], r = g * (int)ntid.x + (int)tid.x, l = (int)tid.x;
   float z = LLAMA_LOW;
   if (r < VOCAB) {
     z = dot_tg(w + (ulong)r * DIM, xn, DIM);
@@ -162,11 +164,11 @@ kernel void llama_classify(device float *logits [[buffer(0)]], device int *best 
   threadgroup_barrier(mem_flags::mem_threadgroup);
   if (l != 0) return;
   float top = LLAMA_LOW;
-  int arg = (int)(tg.x * ntid.x);
+  int arg = g * (int)ntid.x;
   for (int k = 0; k < (int)ntid.x; k++)
     if (top_v[k] > top) top = top_v[k], arg = top_i[k];
-  best[2 * tg.x] = as_type<int>(top);
-  best[2 * tg.x + 1] = arg;
+  best[2 * g] = as_type<int>(top);
+  best[2 * g + 1] = arg;
 }
 
 kernel void llama_argmax(device int *tokens [[buffer(0)]], device const int *best [[buffer(1)]],

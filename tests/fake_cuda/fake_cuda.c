@@ -187,7 +187,7 @@ L_TWIN(attn_combine, 2, 1)
 L_TWIN(wo, 3, 0)
 L_TWIN(ffn_down, 3, 0)
 L_TWIN(ffn_up, 5, 0)
-L_TWIN(classify, 5, 0)
+L_TWIN(classify, 5, 1)
 #undef L_TWIN
 static void l_argmax(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
   if (d.x != 1) return; /* launched as one thread */
