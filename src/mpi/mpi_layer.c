@@ -1,5 +1,7 @@
 /* The MPI layer (hcq/mpi.h, docs/mpi.md): remote devices whose queues run on one
- * communication thread per process, which also makes every MPI call hcq needs.
+ * communication thread per process, which also makes the control calls. Under MPI_THREAD_MULTIPLE a
+ * graph's transfers between ranks run instead on the copy queue of their local (CPU) end, whose
+ * engine posts and polls the request through the engine_copy_* hooks below.
  *
  * A remote device's queues hold the same command words as any device's; the thread walks them as a
  * CPU engine would, except that kernels are skipped (their rank runs them) and a COPY that has one
