@@ -484,7 +484,7 @@ static void wait_for_work(cpu_engine_t *e) {
     /* The clock is read every 64 polls: it costs more than a poll. */
     if (!e->remote_since || (polls & 63) == 0) {
       uint64_t now = hcq__now_ns();
-      if (!e->remote_since) e->remote_since = now, e->remote_polls = polls = 0;
+      if (!e->remote_since) e->remote_since = now, e->remote_polls = 1, polls = 0;
       e->remote_spinning = hooks && now - e->remote_since < hooks->copy_spin_ns;
     }
     if (e->remote_spinning) {
