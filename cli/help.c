@@ -56,7 +56,7 @@ static const help_t k_help[] = {
      "                        split the cores, one busy thread per core)\n"
      "  HCQ_GRAPH_INFLIGHT    replays of one graph in flight at once (default 2)\n"
      "  HCQ_CPU_MIN_PARALLEL  work-items before a launch is split across threads\n"
-     "                        (default 16384)\n"
+     "                        (default 8192)\n"
      "  HCQ_SPIN_NS           how long waiters and idle engines spin before\n"
      "                        sleeping (default 20000)\n"
      "  HCQ_MPI_SPIN_NS       how long the MPI communication thread polls MPI back\n"

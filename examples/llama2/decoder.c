@@ -240,7 +240,10 @@ static geometry_t geometry(const llama2_decoder_t *m, int k) {
       break;
     case K_ATTN_PART:
       g.grid[0] = hcq_imm(c->n_heads), g.grid[1] = hcq_sym(m->chunks);
-      g.local = cpu ? ATT_CHUNK : (uint32_t)hs;
+      /* On the CPU the group size is the group's work in steps of eight multiply-adds, as for the
+       * matrix products (the kernel does not read it): ATT_CHUNK scores and ATT_CHUNK weighted
+       * values of a head, so that late positions' attention is shared between the threads. */
+      g.local = cpu ? matvec_threads(2 * ATT_CHUNK, hs) : (uint32_t)hs;
       break;
     case K_ATTN_COMBINE: g.grid[0] = hcq_imm(c->n_heads), g.local = (uint32_t)hs; break;
     case K_WO:

@@ -70,7 +70,7 @@ static void load_options(void) {
   o->wait_timeout_ms = env_int("HCQ_WAIT_TIMEOUT_MS", HCQ_DEFAULT_WAIT_TIMEOUT_MS, 0, INT64_C(1) << 40);
   o->cpu_threads = (unsigned)env_int("HCQ_CPU_THREADS", 0, 0, 256);
   o->graph_inflight = (unsigned)env_int("HCQ_GRAPH_INFLIGHT", 2, 1, 16);
-  o->cpu_min_parallel = (uint64_t)env_int("HCQ_CPU_MIN_PARALLEL", 16384, 1, INT64_MAX);
+  o->cpu_min_parallel = (uint64_t)env_int("HCQ_CPU_MIN_PARALLEL", 8192, 1, INT64_MAX);
   o->spin_ns = (uint64_t)env_int("HCQ_SPIN_NS", 20000, 0, INT64_C(10000000000));
   o->staging_chunk = (uint64_t)env_int("HCQ_STAGING_CHUNK", 2 << 20, 64, INT64_C(1) << 32);
   o->kernargs_ring = (uint64_t)env_int("HCQ_KERNARGS_RING", 1 << 20, 4096, INT64_C(1) << 32);

@@ -33,6 +33,10 @@
 /* How long a blocked engine spins while work is in flight before it sleeps: long enough for any
  * hand-off between cores, short next to a kernel worth sleeping through. */
 #define CPU_INFLIGHT_SPIN_NS (UINT64_C(200000))
+/* Chunks of work-groups per thread that the pool splits a launch into, and the fewest work-items
+ * a chunk has (see pool_run). */
+#define CPU_CHUNKS_PER_THREAD 8
+#define CPU_MIN_CHUNK_ITEMS 2048
 
 /* One queue kind's ring and the engine's place in it. Producer-written and consumer-written fields
  * sit on separate cache lines. */
@@ -127,10 +131,15 @@ static bool word_changed(const void *ctx) {
   return atomic_load_explicit(w->word, memory_order_acquire) != w->seen;
 }
 
-/* Spins until *word != seen or the spin budget is spent; true when it changed. */
-static bool spin_while_equal32(_Atomic uint32_t *word, uint32_t seen) {
+/* Spins until *word != seen or budget_ns have passed; true when it changed. */
+static bool spin_while_equal32_for(_Atomic uint32_t *word, uint32_t seen, uint64_t budget_ns) {
   word_watch_t w = {word, seen};
-  return spin_until(word_changed, &w, hcq__options()->spin_ns);
+  return spin_until(word_changed, &w, budget_ns);
+}
+
+/* The same for the spin budget (HCQ_SPIN_NS). */
+static bool spin_while_equal32(_Atomic uint32_t *word, uint32_t seen) {
+  return spin_while_equal32_for(word, seen, hcq__options()->spin_ns);
 }
 
 static const uint32_t *engine_current_command(const hcq__cpu_fault_ctx_t *ctx) {
@@ -187,6 +196,11 @@ static __attribute__((noinline)) void pool_work_isolated(cpu_pool_t *p, hcq__cpu
   ctx->jump = NULL;
 }
 
+static uint64_t spin_budget_after_job(void) {
+  uint64_t ns = hcq__options()->spin_ns;
+  return ns == 0 || ns > CPU_INFLIGHT_SPIN_NS ? ns : CPU_INFLIGHT_SPIN_NS; /* 0: spinning is off */
+}
+
 typedef struct helper_arg {
   cpu_pool_t *pool;
   unsigned index;
@@ -214,7 +228,12 @@ static void *helper_main(void *arg) {
     }
     uint32_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
     if (g == seen || (g & 1)) {
-      if (fresh || !spin_while_equal32(&p->gen, g)) {
+      /* After a job the next one is usually near: a step's launches follow each other, with
+       * engine-only ones (too small to share) in between that can take tens of microseconds. A
+       * helper that slept through them would be woken for every big launch, and a wake-up on a VM
+       * costs about as much as a small launch. It spins as long as a blocked engine does. */
+      uint64_t budget = spin_budget_after_job();
+      if (fresh || !spin_while_equal32_for(&p->gen, g, budget)) {
         atomic_fetch_add_explicit(&p->helpers_sleeping, 1, memory_order_seq_cst);
         if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop))
           hcq__futex_wait(&p->gen, g, 0);
@@ -251,7 +270,13 @@ static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, con
   }
   p->fn = fn, p->bufs = bufs, p->vals = vals, p->total = total;
   for (int i = 0; i < 3; i++) p->gsz[i] = gsz[i], p->lsz[i] = lsz[i];
-  uint64_t chunk = total / ((uint64_t)(atomic_load(&p->nactive) + 1) * 4);
+  /* Several chunks per thread: a thread that the scheduler takes off its core mid-launch (other
+   * processes on a shared machine) holds up the others by one chunk at most. A chunk is still
+   * worth the two atomic operations on a line shared between cores that taking it costs. */
+  uint64_t chunk = total / ((uint64_t)(atomic_load(&p->nactive) + 1) * CPU_CHUNKS_PER_THREAD);
+  uint64_t group_items = (uint64_t)lsz[0] * lsz[1] * lsz[2];
+  uint64_t min_chunk = (CPU_MIN_CHUNK_ITEMS + group_items - 1) / group_items;
+  if (chunk < min_chunk) chunk = min_chunk;
   p->chunk = chunk ? chunk : 1;
   atomic_store_explicit(&p->next_group, 0, memory_order_relaxed);
   atomic_store_explicit(&p->remaining, total, memory_order_relaxed);
