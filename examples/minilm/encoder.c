@@ -26,6 +26,7 @@ enum { GPU_COLS = 32, GPU_GROUP = 128 };
 /* kernels.glsl: invocations a group along a row of a product; 16 makes 6 groups of a one-token
  * query's smallest product for lavapipe's threads. */
 enum { VK_COLS = 16 };
+enum { VK_LANES = 8, VK_PCOLS = 64 };
 
 #define KERNELS(X)                                                                                    \
   X(EMBED, "mlm_embed") X(QKV, "mlm_qkv") X(ATTN, "mlm_attn") X(PROJ_LN, "mlm_proj_ln") X(FFN_UP, "mlm_ffn_up") \
@@ -65,6 +66,7 @@ struct minilm_encoder {
   hcq_buffer_t *y; /* CPU: the output and down projections before their residual and LayerNorm */
   hcq_expr_t *n, *blocks; /* n and ceil(n / 16) */
   hcq_expr_t *blocks4;     /* ceil(n / 4): the row blocks of the GLSL products */
+  hcq_expr_t *blocks8;     /* ceil(n / 8) */
   /* CPU group size of attention: its groups' multiply-adds / 64 (min(n, 16) queries x n keys), so
    * that a short query's attention, microseconds of work, stays on one thread. The products keep
    * constant group sizes and so run on both threads even for one token: a short query is bound by
@@ -111,9 +113,9 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
   int n = snprintf(defines, sizeof(defines),
                    "#define HIDDEN %d\n#define HEADS %d\n#define HEAD_DIM %d\n#define INTER %d\n#define VOCAB %d\n"
                    "#define MAXLEN %d\n#define LN_EPS %.9gf\n#define RB %d\n#define CB %d\n#define EMB_ROWS %d\n"
-                   "#define QB %d\n#define COLS %d\n#define GROUP %d\n#define LN_EPS_BITS %u\n",
+                   "#define QB %d\n#define COLS %d\n#define GROUP %d\n#define LN_EPS_BITS %u\n#define PCOLS %d\n",
                    c->hidden, c->heads, c->hidden / c->heads, c->intermediate, c->vocab_size, m->maxlen,
-                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP, eps_bits);
+                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP, eps_bits, VK_PCOLS);
   const char *body = m->kind == HCQ_DEVICE_VULKAN ? minilm_kernels_glsl_source
                      : m->kind == HCQ_DEVICE_CUDA ? minilm_kernels_cuda_source
                                                   : minilm_kernels_source;
@@ -134,6 +136,14 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
   return st;
 }
 
+/* kernels.glsl reads a product's weights [K][N] as column blocks of VK_PCOLS: [N / VK_PCOLS][K][VK_PCOLS],
+ * so that a work-group's weights are one contiguous stretch. t is reordered in place (through tmp). */
+static void vk_block_columns(float *t, float *tmp, size_t K, size_t N) {
+  for (size_t b = 0; b < N / VK_PCOLS; b++)
+    for (size_t k = 0; k < K; k++) memcpy(tmp + (b * K + k) * VK_PCOLS, t + k * N + b * VK_PCOLS, VK_PCOLS * 4);
+  memcpy(t, tmp, K * N * 4);
+}
+
 static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) {
   const minilm_config_t *c = &m->c;
   size_t h = (size_t)c->hidden, in = (size_t)c->intermediate, L = (size_t)m->maxlen;
@@ -142,8 +152,13 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
   TRY(upload(m->dev, md->type_emb, h * 4, "token type embedding 0", -1, &m->type));
   TRY(upload(m->dev, md->emb_ln_w, h * 4, "embedding LayerNorm weight", -1, &m->emb_ln_w));
   TRY(upload(m->dev, md->emb_ln_b, h * 4, "embedding LayerNorm bias", -1, &m->emb_ln_b));
-  float *t = malloc(in * h * 4 > 3 * h * h * 4 ? in * h * 4 : 3 * h * h * 4);
-  if (!t) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  size_t tbytes = in * h * 4 > 3 * h * h * 4 ? in * h * 4 : 3 * h * h * 4;
+  float *t = malloc(tbytes), *tmp = m->kind == HCQ_DEVICE_VULKAN ? malloc(tbytes) : NULL;
+  if (!t || (m->kind == HCQ_DEVICE_VULKAN && !tmp)) {
+    free(t), free(tmp);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  }
+  bool vk = m->kind == HCQ_DEVICE_VULKAN;
   hcq_status_t st = NULL;
   for (int l = 0; l < c->layers && !st; l++) {
     const minilm_layer_weights_t *w = &md->layer[l];
@@ -151,26 +166,30 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
     transpose(t, 3 * h, w->q_w, h, h);
     transpose(t + h, 3 * h, w->k_w, h, h);
     transpose(t + 2 * h, 3 * h, w->v_w, h, h);
+    if (vk) vk_block_columns(t, tmp, h, 3 * h);
     if ((st = upload(m->dev, t, 3 * h * h * 4, "qkv weight", l, &b[W_QKV]))) break;
     if ((st = upload(m->dev, NULL, 3 * h * 4, "qkv bias", l, &b[B_QKV]))) break;
     if ((st = hcq_buffer_copyin(b[B_QKV], 0, w->q_b, h * 4)) || (st = hcq_buffer_copyin(b[B_QKV], h * 4, w->k_b, h * 4)) ||
         (st = hcq_buffer_copyin(b[B_QKV], 2 * h * 4, w->v_b, h * 4)))
       break;
     transpose(t, h, w->o_w, h, h);
+    if (vk) vk_block_columns(t, tmp, h, h);
     if ((st = upload(m->dev, t, h * h * 4, "attention output weight", l, &b[W_O]))) break;
     if ((st = upload(m->dev, w->o_b, h * 4, "attention output bias", l, &b[B_O]))) break;
     if ((st = upload(m->dev, w->ln1_w, h * 4, "attention LayerNorm weight", l, &b[LN1_W]))) break;
     if ((st = upload(m->dev, w->ln1_b, h * 4, "attention LayerNorm bias", l, &b[LN1_B]))) break;
     transpose(t, in, w->i_w, in, h);
+    if (vk) vk_block_columns(t, tmp, h, in);
     if ((st = upload(m->dev, t, in * h * 4, "intermediate weight", l, &b[W_I]))) break;
     if ((st = upload(m->dev, w->i_b, in * 4, "intermediate bias", l, &b[B_I]))) break;
     transpose(t, h, w->d_w, h, in);
+    if (vk) vk_block_columns(t, tmp, in, h);
     if ((st = upload(m->dev, t, in * h * 4, "output weight", l, &b[W_D]))) break;
     if ((st = upload(m->dev, w->d_b, h * 4, "output bias", l, &b[B_D]))) break;
     if ((st = upload(m->dev, w->ln2_w, h * 4, "output LayerNorm weight", l, &b[LN2_W]))) break;
     st = upload(m->dev, w->ln2_b, h * 4, "output LayerNorm bias", l, &b[LN2_B]);
   }
-  free(t);
+  free(t), free(tmp);
   if (st) return st;
   TRY(upload(m->dev, NULL, L * 4, "token ids", -1, &m->ids));
   TRY(upload(m->dev, NULL, L * h * 4, "hidden states", -1, &m->x));
@@ -223,6 +242,16 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
   }
   /* GPUs: a thread per output element of the matrix products, a group per row (and per head of
    * attention) for the others. */
+  if (m->kind == HCQ_DEVICE_VULKAN) {
+    hcq_operand_t rows = hcq_sym(m->blocks4);
+    switch (k) {
+      case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / VK_PCOLS), g.grid[1] = rows, g.local = VK_LANES; return g;
+      case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / VK_PCOLS), g.grid[1] = rows, g.local = VK_LANES; return g;
+      case K_PROJ:
+      case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / VK_PCOLS), g.grid[1] = rows, g.local = VK_LANES; return g;
+      default: break;
+    }
+  }
   hcq_operand_t rows = hcq_sym(m->n), prows = m->kind == HCQ_DEVICE_VULKAN ? hcq_sym(m->blocks4) : rows;
   int cols = m->kind == HCQ_DEVICE_VULKAN ? 4 : 1;
   uint32_t gcols = m->kind == HCQ_DEVICE_VULKAN ? VK_COLS : GPU_COLS;
@@ -260,6 +289,7 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
   hcq_expr_release(c15), hcq_expr_release(c16), hcq_expr_release(sum);
   if (!m->blocks) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   TRY(hcq_expr_parse("(n + 3) // 4", (const hcq_expr_t *const[]){m->n}, 1, &m->blocks4));
+  TRY(hcq_expr_parse("(n + 7) // 8", (const hcq_expr_t *const[]){m->n}, 1, &m->blocks8));
   char text[96];
   snprintf(text, sizeof(text), "min(n, %d) * n * %d // 32", QB, c->hidden / c->heads);
   TRY(hcq_expr_parse(text, (const hcq_expr_t *const[]){m->n}, 1, &m->attn_local));
@@ -340,6 +370,7 @@ hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
   free(m->args);
   hcq_expr_release(m->blocks);
   hcq_expr_release(m->blocks4);
+  hcq_expr_release(m->blocks8);
   hcq_expr_release(m->attn_local);
   hcq_expr_release(m->n);
   for (int l = 0; l < m->c.layers; l++)

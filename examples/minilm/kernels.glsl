@@ -72,81 +72,63 @@ void main() {
 #endif
 
 #if defined(KERNEL_mlm_qkv) || defined(KERNEL_mlm_ffn_up) || defined(KERNEL_mlm_proj) || defined(KERNEL_mlm_down)
+#extension GL_KHR_shader_subgroup_ballot : require
 #ifdef KERNEL_mlm_down
 #define K INTER
 #else
 #define K HIDDEN
 #endif
-// The products: grid N / (4 COLS) x ceil(n / 4), each invocation four neighbouring columns of four
-// rows t0.. (one 16-byte load of wt a step: lavapipe gathers every load lane by lane, so fewer,
-// wider ones pay, and each weight loaded serves the block's rows), the rows' inputs read once per
-// group into shared memory, KC floats at a time (four rows of K = INTER would not fit lavapipe's
-// 32 KB). A block of one row (a one-token query) skips the other three.
-#define KC (K < 768 ? K : 768)
-shared vec4 xin[4][KC / 4];
-void linear4(f32s inp, v4s wt, v4s bias, uint t0, uint rows, uint N, out vec4 s[4]) {
-  uint j4 = gl_GlobalInvocationID.x, n4 = N / 4u, l = gl_LocalInvocationID.x;
-  vec4 s0 = bias.v[j4], s1 = s0, s2 = s0, s3 = s0;
-  for (uint k0 = 0u; k0 < uint(K); k0 += uint(KC)) {
-    for (uint i = l; i < uint(KC); i += gl_WorkGroupSize.x)
-      for (uint r = 0u; r < 4u; r++) xin[r][i / 4u][i % 4u] = r < rows ? inp.v[(t0 + r) * uint(K) + k0 + i] : 0.0;
-    barrier();
-    if (rows == 1u) {
-      for (uint k = 0u; k < uint(KC / 4); k++) {
-        vec4 a = xin[0][k];
-        uint w = (k0 + 4u * k) * n4 + j4;
-        s0 += a.x * wt.v[w] + a.y * wt.v[w + n4] + a.z * wt.v[w + 2u * n4] + a.w * wt.v[w + 3u * n4];
-      }
-    } else {
-      for (uint k = 0u; k < uint(KC / 4); k++) {
-        uint w = (k0 + 4u * k) * n4 + j4;
-        vec4 w0 = wt.v[w], w1 = wt.v[w + n4], w2 = wt.v[w + 2u * n4], w3 = wt.v[w + 3u * n4];
-        vec4 a = xin[0][k], b = xin[1][k], c = xin[2][k], d = xin[3][k];
-        s0 += a.x * w0 + a.y * w1 + a.z * w2 + a.w * w3;
-        s1 += b.x * w0 + b.y * w1 + b.z * w2 + b.w * w3;
-        s2 += c.x * w0 + c.y * w1 + c.z * w2 + c.w * w3;
-        s3 += d.x * w0 + d.y * w1 + d.z * w2 + d.w * w3;
-      }
-    }
-    barrier();
+layout(buffer_reference, std430, buffer_reference_align = 32) buffer u64x4s { u64vec4 v[]; };
+vec4 f2(uint64_t a, uint64_t b) { return vec4(uintBitsToFloat(unpackUint2x32(a)), uintBitsToFloat(unpackUint2x32(b))); }
+#define FMA8(r, a) acc[2 * r] += (a) * wa; acc[2 * r + 1] += (a) * wb;
+#define STEP(kk) { u64vec4 w = wt.v[wi]; wi += 8u; vec4 wa = f2(w.x, w.y), wb = f2(w.z, w.w); \
+  FMA8(0, subgroupBroadcast(x0, kk)) FMA8(1, subgroupBroadcast(x1, kk)) FMA8(2, subgroupBroadcast(x2, kk)) FMA8(3, subgroupBroadcast(x3, kk)) }
+// acc[2r], acc[2r + 1]: columns 8 l .. 8 l + 7 of row t0 + r.
+void linear_rows(f32s inp, u64x4s wt, v4s bias, uint N, out vec4 acc[8], out uint t0) {
+  uint n = uint(hcq_val(0)), l = gl_LocalInvocationID.x;
+  t0 = 4u * gl_WorkGroupID.y;
+  uint r0 = min(t0, n - 1u) * uint(K), r1 = min(t0 + 1u, n - 1u) * uint(K), r2 = min(t0 + 2u, n - 1u) * uint(K), r3 = min(t0 + 3u, n - 1u) * uint(K);
+  uint n8 = N / 8u, c8 = gl_WorkGroupID.x * 8u + l;
+  acc[0] = bias.v[2u * c8], acc[1] = bias.v[2u * c8 + 1u];
+  for (uint r = 1u; r < 4u; r++) acc[2u * r] = acc[0], acc[2u * r + 1u] = acc[1];
+  uint wi = gl_WorkGroupID.x * uint(K) * 8u + l;
+  for (uint k = 0u; k < uint(K); k += 8u) {
+    float x0 = inp.v[r0 + k + l], x1 = inp.v[r1 + k + l], x2 = inp.v[r2 + k + l], x3 = inp.v[r3 + k + l];
+    STEP(0u) STEP(1u) STEP(2u) STEP(3u) STEP(4u) STEP(5u) STEP(6u) STEP(7u)
   }
-  s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
 }
+#define STORE(outv, NN, f)                                                               \
+  uint c8 = gl_WorkGroupID.x * 8u + gl_LocalInvocationID.x, n = uint(hcq_val(0));      \
+  for (uint r = 0u; r < 4u; r++)                                                          \
+    if (t0 + r < n) outv.v[(t0 + r) * uint(NN / 4) + 2u * c8] = f(acc[2u * r]), outv.v[(t0 + r) * uint(NN / 4) + 2u * c8 + 1u] = f(acc[2u * r + 1u]);
+vec4 ident(vec4 v) { return v; }
+vec4 gelu4(vec4 s) { return vec4(gelu(s.x), gelu(s.y), gelu(s.z), gelu(s.w)); }
 #endif
 
 #if defined(KERNEL_mlm_proj) || defined(KERNEL_mlm_down)
-// y = bias + in . wt, before mlm_res_ln: split by columns like the other products, so that a short
-// query's few rows still make work-groups for every lavapipe thread.
 void main() {
-  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
-  f32s inp = f32s(hcq_buf(1));
-  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
-  vec4 s[4];
-  linear4(inp, wt, bias, t0, rows, uint(HIDDEN), s);
-  for (uint r = 0u; r < rows; r++) outv.v[(t0 + r) * uint(HIDDEN / 4) + gl_GlobalInvocationID.x] = s[r];
+  v4s outv = v4s(hcq_buf(0)), bias = v4s(hcq_buf(3));
+  vec4 acc[8]; uint t0;
+  linear_rows(f32s(hcq_buf(1)), u64x4s(hcq_buf(2)), bias, uint(HIDDEN), acc, t0);
+  STORE(outv, HIDDEN, ident)
 }
 #endif
 
 #ifdef KERNEL_mlm_qkv
 void main() {
-  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(3)), bias = v4s(hcq_buf(4));
-  f32s inp = f32s(hcq_buf(2));
-  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
-  vec4 s[4];
-  linear4(inp, wt, bias, t0, rows, uint(3 * HIDDEN), s);
-  for (uint r = 0u; r < rows; r++) outv.v[(t0 + r) * uint(3 * HIDDEN / 4) + gl_GlobalInvocationID.x] = s[r];
+  v4s outv = v4s(hcq_buf(0)), bias = v4s(hcq_buf(4));
+  vec4 acc[8]; uint t0;
+  linear_rows(f32s(hcq_buf(2)), u64x4s(hcq_buf(3)), bias, uint(3 * HIDDEN), acc, t0);
+  STORE(outv, 3 * HIDDEN, ident)
 }
 #endif
 
 #ifdef KERNEL_mlm_ffn_up
 void main() {
-  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
-  f32s inp = f32s(hcq_buf(1));
-  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
-  vec4 s[4];
-  linear4(inp, wt, bias, t0, rows, uint(INTER), s);
-  for (uint r = 0u; r < rows; r++)
-    outv.v[(t0 + r) * uint(INTER / 4) + gl_GlobalInvocationID.x] = vec4(gelu(s[r].x), gelu(s[r].y), gelu(s[r].z), gelu(s[r].w));
+  v4s outv = v4s(hcq_buf(0)), bias = v4s(hcq_buf(3));
+  vec4 acc[8]; uint t0;
+  linear_rows(f32s(hcq_buf(1)), u64x4s(hcq_buf(2)), bias, uint(INTER), acc, t0);
+  STORE(outv, INTER, gelu4)
 }
 #endif
 
