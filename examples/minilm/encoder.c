@@ -249,6 +249,9 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
       case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / VK_PCOLS), g.grid[1] = rows, g.local = VK_LANES; return g;
       case K_PROJ:
       case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / VK_PCOLS), g.grid[1] = rows, g.local = VK_LANES; return g;
+      case K_EMBED:
+      case K_RES_LN: g.grid[0] = hcq_sym(m->n), g.local = VK_LANES; return g;
+      case K_POOL: g.local = VK_LANES; return g;
       default: break;
     }
   }
@@ -341,6 +344,10 @@ hcq_status_t minilm_encoder_create(const minilm_model_t *model, const minilm_enc
   if (kind != HCQ_DEVICE_CPU && kind != HCQ_DEVICE_VULKAN && kind != HCQ_DEVICE_CUDA)
     return hcq_status_make(HCQ_UNIMPLEMENTED, "minilm encoder: no kernels for %s devices (CPU, VULKAN and CUDA have them)",
                            hcq_device_kind_name(kind));
+  if (kind == HCQ_DEVICE_VULKAN && model->config.hidden != 384)
+    return hcq_status_make(HCQ_UNIMPLEMENTED,
+                           "minilm encoder: the Vulkan kernels' row kernels hold a row of 384 floats, not %d (hidden)",
+                           model->config.hidden);
   minilm_encoder_t *m = calloc(1, sizeof(*m));
   if (!m) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating the encoder");
   m->c = model->config;

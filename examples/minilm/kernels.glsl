@@ -28,46 +28,46 @@ float gelu(float x) {
 }
 
 #if defined(KERNEL_mlm_embed) || defined(KERNEL_mlm_res_ln) || defined(KERNEL_mlm_pool)
-// A row of HIDDEN floats, GROUP invocations a row; the sum over the group in a fixed tree order.
-shared float row[HIDDEN];
-shared float red[GROUP];
-float group_sum(float v) {
-  uint l = gl_LocalInvocationID.x;
-  red[l] = v;
-  barrier();
-  for (uint s = uint(GROUP) / 2u; s > 0u; s >>= 1u) {
-    if (l < s) red[l] += red[l + s];
-    barrier();
+#extension GL_KHR_shader_subgroup_arithmetic : require
+// A row of HIDDEN floats in one work-group of 8 invocations (one lavapipe vector, so no barriers):
+// lane l holds the 12 four-float pieces 8 i + l of the row in v0..v11, read and written as
+// 16-byte u64vec2 (lavapipe loads lane by lane and component by component: two 64-bit components
+// cost half of four floats). Sums over the row: each lane's pieces in order, then subgroupAdd.
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer u64x2s { u64vec2 v[]; };
+vec4 ld4(u64x2s b, uint i) { u64vec2 u = b.v[i]; return vec4(uintBitsToFloat(unpackUint2x32(u.x)), uintBitsToFloat(unpackUint2x32(u.y))); }
+void st4(u64x2s b, uint i, vec4 v) { b.v[i] = u64vec2(packUint2x32(floatBitsToUint(v.xy)), packUint2x32(floatBitsToUint(v.zw))); }
+#if HIDDEN != 384
+#error the row kernels hold a row of 384 floats in 8 invocations
+#endif
+#define PIECES(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
+#define PIECE(i) (8u * uint(i) + gl_LocalInvocationID.x)
+#define SUM4(v) ((v).x + (v).y + (v).z + (v).w)
+#define P_SUM(i) s += SUM4(v##i);
+#define P_SQ(i) { vec4 d = v##i - mean; q += SUM4(d * d); }
+#define P_LN(i) st4(xo, t * uint(HIDDEN / 4) + PIECE(i), (v##i - mean) * inv * ld4(w, PIECE(i)) + ld4(b, PIECE(i)));
+// LayerNorm of v0..v11 (weight w, bias b) into row t of xo.
+#define LAYERNORM_STORE                                          \
+  {                                                                          \
+    float s = 0.0, q = 0.0;                                                  \
+    PIECES(P_SUM)                                                            \
+    float mean = subgroupAdd(s) / float(HIDDEN);                             \
+    PIECES(P_SQ)                                                             \
+    float inv = 1.0 / sqrt(subgroupAdd(q) / float(HIDDEN) + LN_EPS);         \
+    PIECES(P_LN)                                                             \
   }
-  float r = red[0];
-  barrier();
-  return r;
-}
-// LayerNorm of the shared row into x at row t.
-void layernorm_store(f32s x, uint t, f32s w, f32s b) {
-  uint l = gl_LocalInvocationID.x;
-  float s = 0.0;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) s += row[j];
-  float mean = group_sum(s) / float(HIDDEN);
-  float q = 0.0;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) q += (row[j] - mean) * (row[j] - mean);
-  float inv = 1.0 / sqrt(group_sum(q) / float(HIDDEN) + LN_EPS);
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) x.v[t * uint(HIDDEN) + j] = (row[j] - mean) * inv * w.v[j] + b.v[j];
-}
 #endif
 
 #ifdef KERNEL_mlm_embed
 void main() {
-  f32s x = f32s(hcq_buf(0)), word = f32s(hcq_buf(2)), pos = f32s(hcq_buf(3)), type = f32s(hcq_buf(4));
-  f32s lw = f32s(hcq_buf(5)), lb = f32s(hcq_buf(6));
+  u64x2s xo = u64x2s(hcq_buf(0)), word = u64x2s(hcq_buf(2)), pos = u64x2s(hcq_buf(3)), type = u64x2s(hcq_buf(4));
+  u64x2s w = u64x2s(hcq_buf(5)), b = u64x2s(hcq_buf(6));
   i32s ids = i32s(hcq_buf(1));
-  uint t = gl_WorkGroupID.x, l = gl_LocalInvocationID.x;
+  uint t = gl_WorkGroupID.x;
   int id = ids.v[t];
   if (id < 0 || id >= VOCAB) id = 0;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP))
-    row[j] = word.v[uint(id) * uint(HIDDEN) + j] + pos.v[t * uint(HIDDEN) + j] + type.v[j];
-  barrier();
-  layernorm_store(x, t, lw, lb);
+#define P_EMB(i) vec4 v##i = ld4(word, uint(id) * uint(HIDDEN / 4) + PIECE(i)) + ld4(pos, t * uint(HIDDEN / 4) + PIECE(i)) + ld4(type, PIECE(i));
+  PIECES(P_EMB)
+  LAYERNORM_STORE
 }
 #endif
 
@@ -134,11 +134,11 @@ void main() {
 
 #ifdef KERNEL_mlm_res_ln
 void main() {
-  f32s x = f32s(hcq_buf(0)), y = f32s(hcq_buf(1)), lw = f32s(hcq_buf(2)), lb = f32s(hcq_buf(3));
-  uint t = gl_WorkGroupID.x, l = gl_LocalInvocationID.x;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) row[j] = x.v[t * uint(HIDDEN) + j] + y.v[t * uint(HIDDEN) + j];
-  barrier();
-  layernorm_store(x, t, lw, lb);
+  u64x2s xo = u64x2s(hcq_buf(0)), y = u64x2s(hcq_buf(1)), w = u64x2s(hcq_buf(2)), b = u64x2s(hcq_buf(3));
+  uint t = gl_WorkGroupID.x;
+#define P_RES(i) vec4 v##i = ld4(xo, t * uint(HIDDEN / 4) + PIECE(i)) + ld4(y, t * uint(HIDDEN / 4) + PIECE(i));
+  PIECES(P_RES)
+  LAYERNORM_STORE
 }
 #endif
 
@@ -181,17 +181,19 @@ void main() {
 #endif
 
 #ifdef KERNEL_mlm_pool
+// Mean over the n rows (each lane its pieces, rows in order), then L2 normalised.
 void main() {
-  f32s outv = f32s(hcq_buf(0)), x = f32s(hcq_buf(1));
-  uint l = gl_LocalInvocationID.x, n = uint(hcq_val(0));
-  float ss = 0.0;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) {
-    float a = 0.0;
-    for (uint t = 0u; t < n; t++) a += x.v[t * uint(HIDDEN) + j];
-    row[j] = a / float(n);
-    ss += row[j] * row[j];
-  }
-  float inv = 1.0 / max(sqrt(group_sum(ss)), 1e-12);
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) outv.v[j] = row[j] * inv;
+  u64x2s outv = u64x2s(hcq_buf(0)), x = u64x2s(hcq_buf(1));
+  uint n = uint(hcq_val(0));
+#define P_ZERO(i) vec4 v##i = vec4(0.0);
+#define P_ADD(i) v##i += ld4(x, t * uint(HIDDEN / 4) + PIECE(i));
+#define P_MEAN(i) v##i /= float(n); s += dot(v##i, v##i);
+#define P_OUT(i) st4(outv, PIECE(i), v##i * inv);
+  PIECES(P_ZERO)
+  for (uint t = 0u; t < n; t++) { PIECES(P_ADD) }
+  float s = 0.0;
+  PIECES(P_MEAN)
+  float inv = 1.0 / max(sqrt(subgroupAdd(s)), 1e-12);
+  PIECES(P_OUT)
 }
 #endif
