@@ -252,6 +252,7 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
       case K_EMBED:
       case K_RES_LN: g.grid[0] = hcq_sym(m->n), g.local = VK_LANES; return g;
       case K_POOL: g.local = VK_LANES; return g;
+      case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = hcq_sym(m->n), g.local = VK_LANES; return g;
       default: break;
     }
   }

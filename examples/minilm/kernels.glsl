@@ -143,40 +143,43 @@ void main() {
 #endif
 
 #ifdef KERNEL_mlm_attn
-shared float p[MAXLEN];
-shared float red[HEAD_DIM];
+#extension GL_KHR_shader_subgroup_arithmetic : require
+// One work-group of 8 invocations (one lavapipe vector, no barriers) per (head, query): lane l
+// takes keys l, l + 8, ... with an online softmax (its own running max, sum and context), then the
+// lanes' parts are rescaled to the common max and summed by subgroup operations.
+layout(buffer_reference, std430, buffer_reference_align = 32) buffer u64x4s { u64vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer u64x2s { u64vec2 v[]; };
+vec4 lo4(u64vec4 u) { return vec4(uintBitsToFloat(unpackUint2x32(u.x)), uintBitsToFloat(unpackUint2x32(u.y))); }
+vec4 hi4(u64vec4 u) { return vec4(uintBitsToFloat(unpackUint2x32(u.z)), uintBitsToFloat(unpackUint2x32(u.w))); }
+#define HEAD4(M) M(0) M(1) M(2) M(3)
 void main() {
-  f32s ctx = f32s(hcq_buf(0)), qkv = f32s(hcq_buf(1));
-  uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, i = gl_LocalInvocationID.x;
-  uint n = uint(hcq_val(0)), stride = uint(3 * HIDDEN), q = t * stride + h * uint(HEAD_DIM);
+  u64x4s qkv = u64x4s(hcq_buf(1));
+  u64x2s ctx = u64x2s(hcq_buf(0));
+  uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, l = gl_LocalInvocationID.x;
+  uint n = uint(hcq_val(0)), stride = uint(3 * HIDDEN / 8), hq = h * uint(HEAD_DIM / 8);
   float scale = 1.0 / sqrt(float(HEAD_DIM));
-  // Scores: invocation i takes keys i, i + HEAD_DIM, ...; then the max and the sum, each over the
-  // invocations' partial results in a fixed order.
-  float m = neg_inf();
-  for (uint s = i; s < n; s += uint(HEAD_DIM)) {
-    uint k = s * stride + uint(HIDDEN) + h * uint(HEAD_DIM);
+#define Q_LOAD(i) u64vec4 uq##i = qkv.v[t * stride + hq + uint(i)]; vec4 qa##i = lo4(uq##i) * scale, qb##i = hi4(uq##i) * scale;
+  HEAD4(Q_LOAD)
+#define ACC0(i) vec4 aa##i = vec4(0.0), ab##i = vec4(0.0);
+  HEAD4(ACC0)
+  float m = neg_inf(), sum = 0.0;
+  for (uint s = l; s < n; s += 8u) {
     float d = 0.0;
-    for (uint c = 0u; c < uint(HEAD_DIM); c++) d += qkv.v[q + c] * qkv.v[k + c];
-    p[s] = d * scale;
-    m = max(m, p[s]);
+#define K_DOT(i) { u64vec4 u = qkv.v[s * stride + uint(HIDDEN / 8) + hq + uint(i)]; d += dot(qa##i, lo4(u)) + dot(qb##i, hi4(u)); }
+    HEAD4(K_DOT)
+    float mn = max(m, d), c = exp(m - mn), p = exp(d - mn);
+    m = mn, sum = sum * c + p;
+#define V_ACC(i) { u64vec4 u = qkv.v[s * stride + uint(2 * HIDDEN / 8) + hq + uint(i)]; aa##i = aa##i * c + p * lo4(u); ab##i = ab##i * c + p * hi4(u); }
+    HEAD4(V_ACC)
   }
-  red[i] = m;
-  barrier();
-  m = neg_inf();
-  for (uint c = 0u; c < uint(HEAD_DIM); c++) m = max(m, red[c]);
-  barrier();
-  float sum = 0.0;
-  for (uint s = i; s < n; s += uint(HEAD_DIM)) {
-    p[s] = exp(p[s] - m);
-    sum += p[s];
-  }
-  red[i] = sum;
-  barrier();
-  sum = 0.0;
-  for (uint c = 0u; c < uint(HEAD_DIM); c++) sum += red[c];
-  float acc = 0.0;
-  for (uint s = 0u; s < n; s++) acc += p[s] * qkv.v[s * stride + uint(2 * HIDDEN) + h * uint(HEAD_DIM) + i];
-  ctx.v[t * uint(HIDDEN) + h * uint(HEAD_DIM) + i] = acc / sum;
+  float mx = subgroupMax(m), f = exp(m - mx);
+  float inv = 1.0 / subgroupAdd(sum * f);
+  // Lane l stores dims 4 l .. 4 l + 3 of the head.
+  vec4 mine = vec4(0.0);
+#define V_SUM(i) { vec4 a = subgroupAdd(aa##i * f) * inv, b = subgroupAdd(ab##i * f) * inv; \
+    mine = l == 2u * uint(i) ? a : mine; mine = l == 2u * uint(i) + 1u ? b : mine; }
+  HEAD4(V_SUM)
+  ctx.v[t * uint(HIDDEN / 4) + h * uint(HEAD_DIM / 4) + l] = u64vec2(packUint2x32(floatBitsToUint(mine.xy)), packUint2x32(floatBitsToUint(mine.zw)));
 }
 #endif
 
