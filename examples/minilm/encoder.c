@@ -20,13 +20,12 @@ extern const char minilm_kernels_source[], minilm_kernels_glsl_source[], minilm_
 /* CPU tiles (kernels.c): RB rows x CB columns per matrix-product group, EMB_ROWS rows per embedding
  * group, QB queries per attention group. */
 enum { RB = 16, CB = 64, EMB_ROWS = 16, QB = 16, MAX_ITEM_BUFS = 8 };
-/* GPU kernels (kernels.glsl, kernels.cu): COLS threads a group along a row of a matrix product,
+/* CUDA kernels (kernels.cu): COLS threads a group along a row of a matrix product,
  * GROUP threads per row of the row kernels. */
 enum { GPU_COLS = 32, GPU_GROUP = 128 };
-/* kernels.glsl: invocations a group along a row of a product; 16 makes 6 groups of a one-token
- * query's smallest product for lavapipe's threads. */
-enum { VK_COLS = 16 };
-enum { VK_LANES = 8, VK_PCOLS = 64 };
+/* kernels.glsl: VK_LANES invocations a group (lavapipe's vector width at 256 bits: a group of
+ * one vector needs no coroutines for barriers); a product's group is VK_PCOLS columns x VK_ROWS rows. */
+enum { VK_LANES = 8, VK_PCOLS = 64, VK_ROWS = 4 };
 
 #define KERNELS(X)                                                                                    \
   X(EMBED, "mlm_embed") X(QKV, "mlm_qkv") X(ATTN, "mlm_attn") X(PROJ_LN, "mlm_proj_ln") X(FFN_UP, "mlm_ffn_up") \
@@ -65,8 +64,7 @@ struct minilm_encoder {
   hcq_buffer_t *ids, *x, *qkv, *kt, *ctx, *inter, *out;
   hcq_buffer_t *y; /* CPU: the output and down projections before their residual and LayerNorm */
   hcq_expr_t *n, *blocks; /* n and ceil(n / 16) */
-  hcq_expr_t *blocks4;     /* ceil(n / 4): the row blocks of the GLSL products */
-  hcq_expr_t *blocks8;     /* ceil(n / 8) */
+  hcq_expr_t *vk_blocks;   /* ceil(n / VK_ROWS): the row blocks of the GLSL products */
   /* CPU group size of attention: its groups' multiply-adds / 64 (min(n, 16) queries x n keys), so
    * that a short query's attention, microseconds of work, stays on one thread. The products keep
    * constant group sizes and so run on both threads even for one token: a short query is bound by
@@ -113,9 +111,9 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
   int n = snprintf(defines, sizeof(defines),
                    "#define HIDDEN %d\n#define HEADS %d\n#define HEAD_DIM %d\n#define INTER %d\n#define VOCAB %d\n"
                    "#define MAXLEN %d\n#define LN_EPS %.9gf\n#define RB %d\n#define CB %d\n#define EMB_ROWS %d\n"
-                   "#define QB %d\n#define COLS %d\n#define GROUP %d\n#define LN_EPS_BITS %u\n#define PCOLS %d\n",
+                   "#define QB %d\n#define COLS %d\n#define GROUP %d\n#define LN_EPS_BITS %u\n#define PCOLS %d\n#define ROWS %d\n",
                    c->hidden, c->heads, c->hidden / c->heads, c->intermediate, c->vocab_size, m->maxlen,
-                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP, eps_bits, VK_PCOLS);
+                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP, eps_bits, VK_PCOLS, VK_ROWS);
   const char *body = m->kind == HCQ_DEVICE_VULKAN ? minilm_kernels_glsl_source
                      : m->kind == HCQ_DEVICE_CUDA ? minilm_kernels_cuda_source
                                                   : minilm_kernels_source;
@@ -240,33 +238,31 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
     }
     return g;
   }
-  /* GPUs: a thread per output element of the matrix products, a group per row (and per head of
-   * attention) for the others. */
+  /* kernels.glsl, for lavapipe (see there): groups of VK_LANES invocations, one llvmpipe vector.
+   * The products: a group per VK_PCOLS columns x VK_ROWS rows; the row kernels a group per row,
+   * attention a group per (head, query). */
   if (m->kind == HCQ_DEVICE_VULKAN) {
-    hcq_operand_t rows = hcq_sym(m->blocks4);
+    hcq_operand_t prows = hcq_sym(m->vk_blocks), rows = hcq_sym(m->n);
+    g.local = VK_LANES;
     switch (k) {
-      case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / VK_PCOLS), g.grid[1] = rows, g.local = VK_LANES; return g;
-      case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / VK_PCOLS), g.grid[1] = rows, g.local = VK_LANES; return g;
+      case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / VK_PCOLS), g.grid[1] = prows; break;
+      case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / VK_PCOLS), g.grid[1] = prows; break;
       case K_PROJ:
-      case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / VK_PCOLS), g.grid[1] = rows, g.local = VK_LANES; return g;
-      case K_EMBED:
-      case K_RES_LN: g.grid[0] = hcq_sym(m->n), g.local = VK_LANES; return g;
-      case K_POOL: g.local = VK_LANES; return g;
-      case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = hcq_sym(m->n), g.local = VK_LANES; return g;
-      default: break;
+      case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / VK_PCOLS), g.grid[1] = prows; break;
+      case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows; break;
+      case K_POOL: break;
+      default: g.grid[0] = rows; break; /* embedding, residual + LayerNorm */
     }
+    return g;
   }
-  hcq_operand_t rows = hcq_sym(m->n), prows = m->kind == HCQ_DEVICE_VULKAN ? hcq_sym(m->blocks4) : rows;
-  int cols = m->kind == HCQ_DEVICE_VULKAN ? 4 : 1;
-  uint32_t gcols = m->kind == HCQ_DEVICE_VULKAN ? VK_COLS : GPU_COLS;
+  /* kernels.cu: a thread per output element of the matrix products, a group per row (and per head
+   * of attention) for the others. */
+  hcq_operand_t rows = hcq_sym(m->n);
   switch (k) {
-    /* kernels.glsl: four columns an invocation (vec4 loads); kernels.cu: one. */
-    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
-    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
+    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS; break;
+    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS; break;
     case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows, g.local = (uint32_t)(c->hidden / c->heads); break;
     case K_POOL: g.local = GPU_GROUP; break;
-    case K_PROJ:
-    case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
     default: g.grid[0] = rows, g.local = GPU_GROUP; break; /* embedding, the LayerNorm products */
   }
   return g;
@@ -292,9 +288,9 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
   m->blocks = hcq_expr_binary(HCQ_EXPR_FLOORDIV, sum, c16);
   hcq_expr_release(c15), hcq_expr_release(c16), hcq_expr_release(sum);
   if (!m->blocks) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  TRY(hcq_expr_parse("(n + 3) // 4", (const hcq_expr_t *const[]){m->n}, 1, &m->blocks4));
-  TRY(hcq_expr_parse("(n + 7) // 8", (const hcq_expr_t *const[]){m->n}, 1, &m->blocks8));
   char text[96];
+  snprintf(text, sizeof(text), "(n + %d) // %d", VK_ROWS - 1, VK_ROWS);
+  TRY(hcq_expr_parse(text, (const hcq_expr_t *const[]){m->n}, 1, &m->vk_blocks));
   snprintf(text, sizeof(text), "min(n, %d) * n * %d // 32", QB, c->hidden / c->heads);
   TRY(hcq_expr_parse(text, (const hcq_expr_t *const[]){m->n}, 1, &m->attn_local));
   size_t cap = 2 + 7 * (size_t)c->layers;
@@ -377,8 +373,7 @@ hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
   free(m->items);
   free(m->args);
   hcq_expr_release(m->blocks);
-  hcq_expr_release(m->blocks4);
-  hcq_expr_release(m->blocks8);
+  hcq_expr_release(m->vk_blocks);
   hcq_expr_release(m->attn_local);
   hcq_expr_release(m->n);
   for (int l = 0; l < m->c.layers; l++)

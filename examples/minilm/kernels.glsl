@@ -1,19 +1,31 @@
 // The MiniLM encoder's kernels in GLSL for Vulkan devices (SPEC 2 Vulkan ABI): the same entries,
 // buffers and values (hcq_val(0) is n, the token count) as kernels.c, which documents what each
 // computes, and as there the output and down projections (mlm_proj, mlm_down) are split from their
-// residual and LayerNorm (mlm_res_ln). The work split is a GPU's: the matrix products give each
-// invocation four neighbouring output columns of a block of four rows (16 invocations a group
-// along a row), the row kernels (embedding, residual + LayerNorm, pooling) one work-group of GROUP
-// invocations per token row, attention one group of HEAD_DIM invocations per (head, query).
-// kt (the transposed keys) is the CPU's layout trick: the GPU kernels read keys from qkv.
+// residual and LayerNorm (mlm_res_ln). kt (the transposed keys) is the CPU's layout trick: these
+// kernels read keys from qkv.
+//
+// The work split is for lavapipe (Mesa's llvmpipe: a work-group runs on one thread, its
+// invocations 8 to a 256-bit vector), whose costs decide it (docs/minilm.md, "The GLSL kernels on
+// lavapipe"): every work-group is 8 invocations, one vector, so no barrier needs coroutines; a
+// load from a buffer address is a loop over the lanes and over the load's components, so data is
+// read in 64-bit components (u64vec2 / u64vec4, two floats each) and each lane reads different
+// data, which subgroup operations share (subgroupBroadcast, subgroupAdd, subgroupMax). The
+// products give a group 4 rows x 64 columns (8 a lane), the row kernels (embedding, residual +
+// LayerNorm, pooling) a group per row, held in registers, attention a group per (head, query).
 //
 // The encoder compiles this file once per entry after a block of #defines: the model's shape (as
-// for kernels.c), GROUP, COLS and KERNEL_<entry>, which selects the entry's main(). Sums run in
+// for kernels.c), ROWS, PCOLS and KERNEL_<entry>, which selects the entry's main(). Sums run in
 // another order than on the CPU, so results match within rounding, not bit for bit; every group
 // computes its outputs in a fixed order, so eager queries and replays give identical bits.
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer f32s { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer v4s { vec4 v[]; };
+
+layout(buffer_reference, std430, buffer_reference_align = 32) buffer u64x4s { u64vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer u64x2s { u64vec2 v[]; };
+vec4 f4(uint64_t a, uint64_t b) { return vec4(uintBitsToFloat(unpackUint2x32(a)), uintBitsToFloat(unpackUint2x32(b))); }
+vec4 ld4(u64x2s b, uint i) { u64vec2 u = b.v[i]; return f4(u.x, u.y); }
+void st4(u64x2s b, uint i, vec4 v) { b.v[i] = u64vec2(packUint2x32(floatBitsToUint(v.xy)), packUint2x32(floatBitsToUint(v.zw))); }
 
 float neg_inf() { return uintBitsToFloat(0xff800000u); }
 
@@ -33,9 +45,6 @@ float gelu(float x) {
 // lane l holds the 12 four-float pieces 8 i + l of the row in v0..v11, read and written as
 // 16-byte u64vec2 (lavapipe loads lane by lane and component by component: two 64-bit components
 // cost half of four floats). Sums over the row: each lane's pieces in order, then subgroupAdd.
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer u64x2s { u64vec2 v[]; };
-vec4 ld4(u64x2s b, uint i) { u64vec2 u = b.v[i]; return vec4(uintBitsToFloat(unpackUint2x32(u.x)), uintBitsToFloat(unpackUint2x32(u.y))); }
-void st4(u64x2s b, uint i, vec4 v) { b.v[i] = u64vec2(packUint2x32(floatBitsToUint(v.xy)), packUint2x32(floatBitsToUint(v.zw))); }
 #if HIDDEN != 384
 #error the row kernels hold a row of 384 floats in 8 invocations
 #endif
@@ -78,57 +87,73 @@ void main() {
 #else
 #define K HIDDEN
 #endif
-layout(buffer_reference, std430, buffer_reference_align = 32) buffer u64x4s { u64vec4 v[]; };
-vec4 f2(uint64_t a, uint64_t b) { return vec4(uintBitsToFloat(unpackUint2x32(a)), uintBitsToFloat(unpackUint2x32(b))); }
-#define FMA8(r, a) acc[2 * r] += (a) * wa; acc[2 * r + 1] += (a) * wb;
-#define STEP(kk) { u64vec4 w = wt.v[wi]; wi += 8u; vec4 wa = f2(w.x, w.y), wb = f2(w.z, w.w); \
-  FMA8(0, subgroupBroadcast(x0, kk)) FMA8(1, subgroupBroadcast(x1, kk)) FMA8(2, subgroupBroadcast(x2, kk)) FMA8(3, subgroupBroadcast(x3, kk)) }
-// acc[2r], acc[2r + 1]: columns 8 l .. 8 l + 7 of row t0 + r.
-void linear_rows(f32s inp, u64x4s wt, v4s bias, uint N, out vec4 acc[8], out uint t0) {
-  uint n = uint(hcq_val(0)), l = gl_LocalInvocationID.x;
-  t0 = 4u * gl_WorkGroupID.y;
-  uint r0 = min(t0, n - 1u) * uint(K), r1 = min(t0 + 1u, n - 1u) * uint(K), r2 = min(t0 + 2u, n - 1u) * uint(K), r3 = min(t0 + 3u, n - 1u) * uint(K);
-  uint n8 = N / 8u, c8 = gl_WorkGroupID.x * 8u + l;
-  acc[0] = bias.v[2u * c8], acc[1] = bias.v[2u * c8 + 1u];
-  for (uint r = 1u; r < 4u; r++) acc[2u * r] = acc[0], acc[2u * r + 1u] = acc[1];
-  uint wi = gl_WorkGroupID.x * uint(K) * 8u + l;
-  for (uint k = 0u; k < uint(K); k += 8u) {
-    float x0 = inp.v[r0 + k + l], x1 = inp.v[r1 + k + l], x2 = inp.v[r2 + k + l], x3 = inp.v[r3 + k + l];
-    STEP(0u) STEP(1u) STEP(2u) STEP(3u) STEP(4u) STEP(5u) STEP(6u) STEP(7u)
+#if ROWS != 4 || PCOLS != 64
+#error the products' groups are 4 rows x 64 columns
+#endif
+// out = bias + in . wt for a group's block of 4 rows t0.. x 64 columns, wt in the encoder's
+// column blocks ([N / 64][K][64]: the group's weights are one contiguous stretch). Lane l owns
+// columns 8 l .. 8 l + 7 and reads them as one u64vec4 a k (lavapipe loads global memory lane by
+// lane and component by component, so four 64-bit components halve the cost of eight floats);
+// the rows' inputs are read 8 k at a time, one a lane, and handed round by subgroupBroadcast.
+// Rows past n repeat row n - 1 and are not stored: a one-token query pays the multiply-adds of
+// four rows, a small part of its weight loads.
+#define MAC(kk)                                                                                   \
+  {                                                                                              \
+    u64vec4 w = wt.v[wi];                                                                        \
+    wi += 8u;                                                                                    \
+    vec4 wa = f4(w.x, w.y), wb = f4(w.z, w.w);                                                   \
+    float y0 = subgroupBroadcast(x0, kk), y1 = subgroupBroadcast(x1, kk);                        \
+    float y2 = subgroupBroadcast(x2, kk), y3 = subgroupBroadcast(x3, kk);                        \
+    a0 += y0 * wa, b0 += y0 * wb, a1 += y1 * wa, b1 += y1 * wb;                                  \
+    a2 += y2 * wa, b2 += y2 * wb, a3 += y3 * wa, b3 += y3 * wb;                                  \
   }
-}
-#define STORE(outv, NN, f)                                                               \
-  uint c8 = gl_WorkGroupID.x * 8u + gl_LocalInvocationID.x, n = uint(hcq_val(0));      \
-  for (uint r = 0u; r < 4u; r++)                                                          \
-    if (t0 + r < n) outv.v[(t0 + r) * uint(NN / 4) + 2u * c8] = f(acc[2u * r]), outv.v[(t0 + r) * uint(NN / 4) + 2u * c8 + 1u] = f(acc[2u * r + 1u]);
+#define LINEAR(inp_buf, wt_buf, bias_buf)                                                         \
+  f32s inp = f32s(inp_buf);                                                                      \
+  u64x4s wt = u64x4s(wt_buf);                                                                    \
+  uint n = uint(hcq_val(0)), l = gl_LocalInvocationID.x, t0 = 4u * gl_WorkGroupID.y;             \
+  uint c8 = gl_WorkGroupID.x * 8u + l;                                                           \
+  uint r0 = min(t0, n - 1u) * uint(K), r1 = min(t0 + 1u, n - 1u) * uint(K);                      \
+  uint r2 = min(t0 + 2u, n - 1u) * uint(K), r3 = min(t0 + 3u, n - 1u) * uint(K);                 \
+  vec4 a0 = ld4(u64x2s(bias_buf), 2u * c8), b0 = ld4(u64x2s(bias_buf), 2u * c8 + 1u);            \
+  vec4 a1 = a0, b1 = b0, a2 = a0, b2 = b0, a3 = a0, b3 = b0;                                     \
+  uint wi = gl_WorkGroupID.x * uint(K) * 8u + l;                                                 \
+  for (uint k = 0u; k < uint(K); k += 8u) {                                                      \
+    float x0 = inp.v[r0 + k + l], x1 = inp.v[r1 + k + l], x2 = inp.v[r2 + k + l], x3 = inp.v[r3 + k + l]; \
+    MAC(0u) MAC(1u) MAC(2u) MAC(3u) MAC(4u) MAC(5u) MAC(6u) MAC(7u)                              \
+  }
+#define STORE1(r, f)                                                                              \
+  if (t0 + uint(r) < n) {                                                                        \
+    uint o = (t0 + uint(r)) * uint(NOUT / 4) + 2u * c8;                                          \
+    st4(outv, o, f(a##r)), st4(outv, o + 1u, f(b##r));                                           \
+  }
+#define STORE(out_buf, f)                                                                         \
+  u64x2s outv = u64x2s(out_buf);                                                                 \
+  STORE1(0, f) STORE1(1, f) STORE1(2, f) STORE1(3, f)
 vec4 ident(vec4 v) { return v; }
 vec4 gelu4(vec4 s) { return vec4(gelu(s.x), gelu(s.y), gelu(s.z), gelu(s.w)); }
 #endif
 
 #if defined(KERNEL_mlm_proj) || defined(KERNEL_mlm_down)
+#define NOUT HIDDEN
 void main() {
-  v4s outv = v4s(hcq_buf(0)), bias = v4s(hcq_buf(3));
-  vec4 acc[8]; uint t0;
-  linear_rows(f32s(hcq_buf(1)), u64x4s(hcq_buf(2)), bias, uint(HIDDEN), acc, t0);
-  STORE(outv, HIDDEN, ident)
+  LINEAR(hcq_buf(1), hcq_buf(2), hcq_buf(3))
+  STORE(hcq_buf(0), ident)
 }
 #endif
 
 #ifdef KERNEL_mlm_qkv
+#define NOUT (3 * HIDDEN)
 void main() {
-  v4s outv = v4s(hcq_buf(0)), bias = v4s(hcq_buf(4));
-  vec4 acc[8]; uint t0;
-  linear_rows(f32s(hcq_buf(2)), u64x4s(hcq_buf(3)), bias, uint(3 * HIDDEN), acc, t0);
-  STORE(outv, 3 * HIDDEN, ident)
+  LINEAR(hcq_buf(2), hcq_buf(3), hcq_buf(4))
+  STORE(hcq_buf(0), ident)
 }
 #endif
 
 #ifdef KERNEL_mlm_ffn_up
+#define NOUT INTER
 void main() {
-  v4s outv = v4s(hcq_buf(0)), bias = v4s(hcq_buf(3));
-  vec4 acc[8]; uint t0;
-  linear_rows(f32s(hcq_buf(1)), u64x4s(hcq_buf(2)), bias, uint(INTER), acc, t0);
-  STORE(outv, INTER, gelu4)
+  LINEAR(hcq_buf(1), hcq_buf(2), hcq_buf(3))
+  STORE(hcq_buf(0), gelu4)
 }
 #endif
 
@@ -147,10 +172,8 @@ void main() {
 // One work-group of 8 invocations (one lavapipe vector, no barriers) per (head, query): lane l
 // takes keys l, l + 8, ... with an online softmax (its own running max, sum and context), then the
 // lanes' parts are rescaled to the common max and summed by subgroup operations.
-layout(buffer_reference, std430, buffer_reference_align = 32) buffer u64x4s { u64vec4 v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer u64x2s { u64vec2 v[]; };
-vec4 lo4(u64vec4 u) { return vec4(uintBitsToFloat(unpackUint2x32(u.x)), uintBitsToFloat(unpackUint2x32(u.y))); }
-vec4 hi4(u64vec4 u) { return vec4(uintBitsToFloat(unpackUint2x32(u.z)), uintBitsToFloat(unpackUint2x32(u.w))); }
+vec4 lo4(u64vec4 u) { return f4(u.x, u.y); }
+vec4 hi4(u64vec4 u) { return f4(u.z, u.w); }
 #define HEAD4(M) M(0) M(1) M(2) M(3)
 void main() {
   u64x4s qkv = u64x4s(hcq_buf(1));
@@ -179,7 +202,7 @@ void main() {
 #define V_SUM(i) { vec4 a = subgroupAdd(aa##i * f) * inv, b = subgroupAdd(ab##i * f) * inv; \
     mine = l == 2u * uint(i) ? a : mine; mine = l == 2u * uint(i) + 1u ? b : mine; }
   HEAD4(V_SUM)
-  ctx.v[t * uint(HIDDEN / 4) + h * uint(HEAD_DIM / 4) + l] = u64vec2(packUint2x32(floatBitsToUint(mine.xy)), packUint2x32(floatBitsToUint(mine.zw)));
+  st4(ctx, t * uint(HIDDEN / 4) + h * uint(HEAD_DIM / 4) + l, mine);
 }
 #endif
 
