@@ -20,12 +20,12 @@ extern const char minilm_kernels_source[], minilm_kernels_glsl_source[], minilm_
 /* CPU tiles (kernels.c): RB rows x CB columns per matrix-product group, EMB_ROWS rows per embedding
  * group, QB queries per attention group. */
 enum { RB = 16, CB = 64, EMB_ROWS = 16, QB = 16, MAX_ITEM_BUFS = 8 };
-/* GPU kernels (kernels.glsl, kernels.cu): COLS threads a group along a row of a matrix product,
+/* CUDA kernels (kernels.cu): COLS threads a group along a row of a matrix product,
  * GROUP threads per row of the row kernels. */
 enum { GPU_COLS = 32, GPU_GROUP = 128 };
-/* kernels.glsl: invocations a group along a row of a product; 16 makes 6 groups of a one-token
- * query's smallest product for lavapipe's threads. */
-enum { VK_COLS = 16 };
+/* kernels.glsl: VK_LANES invocations a group (lavapipe's vector width at 256 bits: a group of
+ * one vector needs no coroutines for barriers); a product's group is VK_PCOLS columns x VK_ROWS rows. */
+enum { VK_LANES = 8, VK_PCOLS = 64, VK_ROWS = 4 };
 
 #define KERNELS(X)                                                                                    \
   X(EMBED, "mlm_embed") X(QKV, "mlm_qkv") X(ATTN, "mlm_attn") X(PROJ_LN, "mlm_proj_ln") X(FFN_UP, "mlm_ffn_up") \
@@ -64,7 +64,7 @@ struct minilm_encoder {
   hcq_buffer_t *ids, *x, *qkv, *kt, *ctx, *inter, *out;
   hcq_buffer_t *y; /* CPU: the output and down projections before their residual and LayerNorm */
   hcq_expr_t *n, *blocks; /* n and ceil(n / 16) */
-  hcq_expr_t *blocks4;     /* ceil(n / 4): the row blocks of the GLSL products */
+  hcq_expr_t *vk_blocks;   /* ceil(n / VK_ROWS): the row blocks of the GLSL products */
   /* CPU group size of attention: its groups' multiply-adds / 64 (min(n, 16) queries x n keys), so
    * that a short query's attention, microseconds of work, stays on one thread. The products keep
    * constant group sizes and so run on both threads even for one token: a short query is bound by
@@ -111,9 +111,9 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
   int n = snprintf(defines, sizeof(defines),
                    "#define HIDDEN %d\n#define HEADS %d\n#define HEAD_DIM %d\n#define INTER %d\n#define VOCAB %d\n"
                    "#define MAXLEN %d\n#define LN_EPS %.9gf\n#define RB %d\n#define CB %d\n#define EMB_ROWS %d\n"
-                   "#define QB %d\n#define COLS %d\n#define GROUP %d\n#define LN_EPS_BITS %u\n",
+                   "#define QB %d\n#define COLS %d\n#define GROUP %d\n#define LN_EPS_BITS %u\n#define PCOLS %d\n#define ROWS %d\n",
                    c->hidden, c->heads, c->hidden / c->heads, c->intermediate, c->vocab_size, m->maxlen,
-                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP, eps_bits);
+                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP, eps_bits, VK_PCOLS, VK_ROWS);
   const char *body = m->kind == HCQ_DEVICE_VULKAN ? minilm_kernels_glsl_source
                      : m->kind == HCQ_DEVICE_CUDA ? minilm_kernels_cuda_source
                                                   : minilm_kernels_source;
@@ -134,6 +134,14 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
   return st;
 }
 
+/* kernels.glsl reads a product's weights [K][N] as column blocks of VK_PCOLS: [N / VK_PCOLS][K][VK_PCOLS],
+ * so that a work-group's weights are one contiguous stretch. t is reordered in place (through tmp). */
+static void vk_block_columns(float *t, float *tmp, size_t K, size_t N) {
+  for (size_t b = 0; b < N / VK_PCOLS; b++)
+    for (size_t k = 0; k < K; k++) memcpy(tmp + (b * K + k) * VK_PCOLS, t + k * N + b * VK_PCOLS, VK_PCOLS * 4);
+  memcpy(t, tmp, K * N * 4);
+}
+
 static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) {
   const minilm_config_t *c = &m->c;
   size_t h = (size_t)c->hidden, in = (size_t)c->intermediate, L = (size_t)m->maxlen;
@@ -142,8 +150,13 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
   TRY(upload(m->dev, md->type_emb, h * 4, "token type embedding 0", -1, &m->type));
   TRY(upload(m->dev, md->emb_ln_w, h * 4, "embedding LayerNorm weight", -1, &m->emb_ln_w));
   TRY(upload(m->dev, md->emb_ln_b, h * 4, "embedding LayerNorm bias", -1, &m->emb_ln_b));
-  float *t = malloc(in * h * 4 > 3 * h * h * 4 ? in * h * 4 : 3 * h * h * 4);
-  if (!t) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  size_t tbytes = in * h * 4 > 3 * h * h * 4 ? in * h * 4 : 3 * h * h * 4;
+  float *t = malloc(tbytes), *tmp = m->kind == HCQ_DEVICE_VULKAN ? malloc(tbytes) : NULL;
+  if (!t || (m->kind == HCQ_DEVICE_VULKAN && !tmp)) {
+    free(t), free(tmp);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  }
+  bool vk = m->kind == HCQ_DEVICE_VULKAN;
   hcq_status_t st = NULL;
   for (int l = 0; l < c->layers && !st; l++) {
     const minilm_layer_weights_t *w = &md->layer[l];
@@ -151,26 +164,30 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
     transpose(t, 3 * h, w->q_w, h, h);
     transpose(t + h, 3 * h, w->k_w, h, h);
     transpose(t + 2 * h, 3 * h, w->v_w, h, h);
+    if (vk) vk_block_columns(t, tmp, h, 3 * h);
     if ((st = upload(m->dev, t, 3 * h * h * 4, "qkv weight", l, &b[W_QKV]))) break;
     if ((st = upload(m->dev, NULL, 3 * h * 4, "qkv bias", l, &b[B_QKV]))) break;
     if ((st = hcq_buffer_copyin(b[B_QKV], 0, w->q_b, h * 4)) || (st = hcq_buffer_copyin(b[B_QKV], h * 4, w->k_b, h * 4)) ||
         (st = hcq_buffer_copyin(b[B_QKV], 2 * h * 4, w->v_b, h * 4)))
       break;
     transpose(t, h, w->o_w, h, h);
+    if (vk) vk_block_columns(t, tmp, h, h);
     if ((st = upload(m->dev, t, h * h * 4, "attention output weight", l, &b[W_O]))) break;
     if ((st = upload(m->dev, w->o_b, h * 4, "attention output bias", l, &b[B_O]))) break;
     if ((st = upload(m->dev, w->ln1_w, h * 4, "attention LayerNorm weight", l, &b[LN1_W]))) break;
     if ((st = upload(m->dev, w->ln1_b, h * 4, "attention LayerNorm bias", l, &b[LN1_B]))) break;
     transpose(t, in, w->i_w, in, h);
+    if (vk) vk_block_columns(t, tmp, h, in);
     if ((st = upload(m->dev, t, in * h * 4, "intermediate weight", l, &b[W_I]))) break;
     if ((st = upload(m->dev, w->i_b, in * 4, "intermediate bias", l, &b[B_I]))) break;
     transpose(t, h, w->d_w, h, in);
+    if (vk) vk_block_columns(t, tmp, in, h);
     if ((st = upload(m->dev, t, in * h * 4, "output weight", l, &b[W_D]))) break;
     if ((st = upload(m->dev, w->d_b, h * 4, "output bias", l, &b[B_D]))) break;
     if ((st = upload(m->dev, w->ln2_w, h * 4, "output LayerNorm weight", l, &b[LN2_W]))) break;
     st = upload(m->dev, w->ln2_b, h * 4, "output LayerNorm bias", l, &b[LN2_B]);
   }
-  free(t);
+  free(t), free(tmp);
   if (st) return st;
   TRY(upload(m->dev, NULL, L * 4, "token ids", -1, &m->ids));
   TRY(upload(m->dev, NULL, L * h * 4, "hidden states", -1, &m->x));
@@ -221,19 +238,31 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
     }
     return g;
   }
-  /* GPUs: a thread per output element of the matrix products, a group per row (and per head of
-   * attention) for the others. */
-  hcq_operand_t rows = hcq_sym(m->n), prows = m->kind == HCQ_DEVICE_VULKAN ? hcq_sym(m->blocks4) : rows;
-  int cols = m->kind == HCQ_DEVICE_VULKAN ? 4 : 1;
-  uint32_t gcols = m->kind == HCQ_DEVICE_VULKAN ? VK_COLS : GPU_COLS;
+  /* kernels.glsl, for lavapipe (see there): groups of VK_LANES invocations, one llvmpipe vector.
+   * The products: a group per VK_PCOLS columns x VK_ROWS rows; the row kernels a group per row,
+   * attention a group per (head, query). */
+  if (m->kind == HCQ_DEVICE_VULKAN) {
+    hcq_operand_t prows = hcq_sym(m->vk_blocks), rows = hcq_sym(m->n);
+    g.local = VK_LANES;
+    switch (k) {
+      case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / VK_PCOLS), g.grid[1] = prows; break;
+      case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / VK_PCOLS), g.grid[1] = prows; break;
+      case K_PROJ:
+      case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / VK_PCOLS), g.grid[1] = prows; break;
+      case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows; break;
+      case K_POOL: break;
+      default: g.grid[0] = rows; break; /* embedding, residual + LayerNorm */
+    }
+    return g;
+  }
+  /* kernels.cu: a thread per output element of the matrix products, a group per row (and per head
+   * of attention) for the others. */
+  hcq_operand_t rows = hcq_sym(m->n);
   switch (k) {
-    /* kernels.glsl: four columns an invocation (vec4 loads); kernels.cu: one. */
-    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
-    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
+    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS; break;
+    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS; break;
     case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows, g.local = (uint32_t)(c->hidden / c->heads); break;
     case K_POOL: g.local = GPU_GROUP; break;
-    case K_PROJ:
-    case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / (gcols * cols)), g.grid[1] = prows, g.local = gcols; break;
     default: g.grid[0] = rows, g.local = GPU_GROUP; break; /* embedding, the LayerNorm products */
   }
   return g;
@@ -259,8 +288,9 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
   m->blocks = hcq_expr_binary(HCQ_EXPR_FLOORDIV, sum, c16);
   hcq_expr_release(c15), hcq_expr_release(c16), hcq_expr_release(sum);
   if (!m->blocks) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  TRY(hcq_expr_parse("(n + 3) // 4", (const hcq_expr_t *const[]){m->n}, 1, &m->blocks4));
   char text[96];
+  snprintf(text, sizeof(text), "(n + %d) // %d", VK_ROWS - 1, VK_ROWS);
+  TRY(hcq_expr_parse(text, (const hcq_expr_t *const[]){m->n}, 1, &m->vk_blocks));
   snprintf(text, sizeof(text), "min(n, %d) * n * %d // 32", QB, c->hidden / c->heads);
   TRY(hcq_expr_parse(text, (const hcq_expr_t *const[]){m->n}, 1, &m->attn_local));
   size_t cap = 2 + 7 * (size_t)c->layers;
@@ -311,6 +341,10 @@ hcq_status_t minilm_encoder_create(const minilm_model_t *model, const minilm_enc
   if (kind != HCQ_DEVICE_CPU && kind != HCQ_DEVICE_VULKAN && kind != HCQ_DEVICE_CUDA)
     return hcq_status_make(HCQ_UNIMPLEMENTED, "minilm encoder: no kernels for %s devices (CPU, VULKAN and CUDA have them)",
                            hcq_device_kind_name(kind));
+  if (kind == HCQ_DEVICE_VULKAN && model->config.hidden != 384)
+    return hcq_status_make(HCQ_UNIMPLEMENTED,
+                           "minilm encoder: the Vulkan kernels' row kernels hold a row of 384 floats, not %d (hidden)",
+                           model->config.hidden);
   minilm_encoder_t *m = calloc(1, sizeof(*m));
   if (!m) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating the encoder");
   m->c = model->config;
@@ -339,7 +373,7 @@ hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
   free(m->items);
   free(m->args);
   hcq_expr_release(m->blocks);
-  hcq_expr_release(m->blocks4);
+  hcq_expr_release(m->vk_blocks);
   hcq_expr_release(m->attn_local);
   hcq_expr_release(m->n);
   for (int l = 0; l < m->c.layers; l++)

@@ -1,19 +1,31 @@
 // The MiniLM encoder's kernels in GLSL for Vulkan devices (SPEC 2 Vulkan ABI): the same entries,
 // buffers and values (hcq_val(0) is n, the token count) as kernels.c, which documents what each
 // computes, and as there the output and down projections (mlm_proj, mlm_down) are split from their
-// residual and LayerNorm (mlm_res_ln). The work split is a GPU's: the matrix products give each
-// invocation four neighbouring output columns of a block of four rows (16 invocations a group
-// along a row), the row kernels (embedding, residual + LayerNorm, pooling) one work-group of GROUP
-// invocations per token row, attention one group of HEAD_DIM invocations per (head, query).
-// kt (the transposed keys) is the CPU's layout trick: the GPU kernels read keys from qkv.
+// residual and LayerNorm (mlm_res_ln). kt (the transposed keys) is the CPU's layout trick: these
+// kernels read keys from qkv.
+//
+// The work split is for lavapipe (Mesa's llvmpipe: a work-group runs on one thread, its
+// invocations 8 to a 256-bit vector), whose costs decide it (docs/minilm.md, "The GLSL kernels on
+// lavapipe"): every work-group is 8 invocations, one vector, so no barrier needs coroutines; a
+// load from a buffer address is a loop over the lanes and over the load's components, so data is
+// read in 64-bit components (u64vec2 / u64vec4, two floats each) and each lane reads different
+// data, which subgroup operations share (subgroupBroadcast, subgroupAdd, subgroupMax). The
+// products give a group 4 rows x 64 columns (8 a lane), the row kernels (embedding, residual +
+// LayerNorm, pooling) a group per row, held in registers, attention a group per (head, query).
 //
 // The encoder compiles this file once per entry after a block of #defines: the model's shape (as
-// for kernels.c), GROUP, COLS and KERNEL_<entry>, which selects the entry's main(). Sums run in
+// for kernels.c), ROWS, PCOLS and KERNEL_<entry>, which selects the entry's main(). Sums run in
 // another order than on the CPU, so results match within rounding, not bit for bit; every group
 // computes its outputs in a fixed order, so eager queries and replays give identical bits.
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer f32s { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer v4s { vec4 v[]; };
+
+layout(buffer_reference, std430, buffer_reference_align = 32) buffer u64x4s { u64vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer u64x2s { u64vec2 v[]; };
+vec4 f4(uint64_t a, uint64_t b) { return vec4(uintBitsToFloat(unpackUint2x32(a)), uintBitsToFloat(unpackUint2x32(b))); }
+vec4 ld4(u64x2s b, uint i) { u64vec2 u = b.v[i]; return f4(u.x, u.y); }
+void st4(u64x2s b, uint i, vec4 v) { b.v[i] = u64vec2(packUint2x32(floatBitsToUint(v.xy)), packUint2x32(floatBitsToUint(v.zw))); }
 
 float neg_inf() { return uintBitsToFloat(0xff800000u); }
 
@@ -28,188 +40,186 @@ float gelu(float x) {
 }
 
 #if defined(KERNEL_mlm_embed) || defined(KERNEL_mlm_res_ln) || defined(KERNEL_mlm_pool)
-// A row of HIDDEN floats, GROUP invocations a row; the sum over the group in a fixed tree order.
-shared float row[HIDDEN];
-shared float red[GROUP];
-float group_sum(float v) {
-  uint l = gl_LocalInvocationID.x;
-  red[l] = v;
-  barrier();
-  for (uint s = uint(GROUP) / 2u; s > 0u; s >>= 1u) {
-    if (l < s) red[l] += red[l + s];
-    barrier();
+#extension GL_KHR_shader_subgroup_arithmetic : require
+// A row of HIDDEN floats in one work-group of 8 invocations (one lavapipe vector, so no barriers):
+// lane l holds the 12 four-float pieces 8 i + l of the row in v0..v11, read and written as
+// 16-byte u64vec2 (lavapipe loads lane by lane and component by component: two 64-bit components
+// cost half of four floats). Sums over the row: each lane's pieces in order, then subgroupAdd.
+#if HIDDEN != 384
+#error the row kernels hold a row of 384 floats in 8 invocations
+#endif
+#define PIECES(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
+#define PIECE(i) (8u * uint(i) + gl_LocalInvocationID.x)
+#define SUM4(v) ((v).x + (v).y + (v).z + (v).w)
+#define P_SUM(i) s += SUM4(v##i);
+#define P_SQ(i) { vec4 d = v##i - mean; q += SUM4(d * d); }
+#define P_LN(i) st4(xo, t * uint(HIDDEN / 4) + PIECE(i), (v##i - mean) * inv * ld4(w, PIECE(i)) + ld4(b, PIECE(i)));
+// LayerNorm of v0..v11 (weight w, bias b) into row t of xo.
+#define LAYERNORM_STORE                                          \
+  {                                                                          \
+    float s = 0.0, q = 0.0;                                                  \
+    PIECES(P_SUM)                                                            \
+    float mean = subgroupAdd(s) / float(HIDDEN);                             \
+    PIECES(P_SQ)                                                             \
+    float inv = 1.0 / sqrt(subgroupAdd(q) / float(HIDDEN) + LN_EPS);         \
+    PIECES(P_LN)                                                             \
   }
-  float r = red[0];
-  barrier();
-  return r;
-}
-// LayerNorm of the shared row into x at row t.
-void layernorm_store(f32s x, uint t, f32s w, f32s b) {
-  uint l = gl_LocalInvocationID.x;
-  float s = 0.0;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) s += row[j];
-  float mean = group_sum(s) / float(HIDDEN);
-  float q = 0.0;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) q += (row[j] - mean) * (row[j] - mean);
-  float inv = 1.0 / sqrt(group_sum(q) / float(HIDDEN) + LN_EPS);
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) x.v[t * uint(HIDDEN) + j] = (row[j] - mean) * inv * w.v[j] + b.v[j];
-}
 #endif
 
 #ifdef KERNEL_mlm_embed
 void main() {
-  f32s x = f32s(hcq_buf(0)), word = f32s(hcq_buf(2)), pos = f32s(hcq_buf(3)), type = f32s(hcq_buf(4));
-  f32s lw = f32s(hcq_buf(5)), lb = f32s(hcq_buf(6));
+  u64x2s xo = u64x2s(hcq_buf(0)), word = u64x2s(hcq_buf(2)), pos = u64x2s(hcq_buf(3)), type = u64x2s(hcq_buf(4));
+  u64x2s w = u64x2s(hcq_buf(5)), b = u64x2s(hcq_buf(6));
   i32s ids = i32s(hcq_buf(1));
-  uint t = gl_WorkGroupID.x, l = gl_LocalInvocationID.x;
+  uint t = gl_WorkGroupID.x;
   int id = ids.v[t];
   if (id < 0 || id >= VOCAB) id = 0;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP))
-    row[j] = word.v[uint(id) * uint(HIDDEN) + j] + pos.v[t * uint(HIDDEN) + j] + type.v[j];
-  barrier();
-  layernorm_store(x, t, lw, lb);
+#define P_EMB(i) vec4 v##i = ld4(word, uint(id) * uint(HIDDEN / 4) + PIECE(i)) + ld4(pos, t * uint(HIDDEN / 4) + PIECE(i)) + ld4(type, PIECE(i));
+  PIECES(P_EMB)
+  LAYERNORM_STORE
 }
 #endif
 
 #if defined(KERNEL_mlm_qkv) || defined(KERNEL_mlm_ffn_up) || defined(KERNEL_mlm_proj) || defined(KERNEL_mlm_down)
+#extension GL_KHR_shader_subgroup_ballot : require
 #ifdef KERNEL_mlm_down
 #define K INTER
 #else
 #define K HIDDEN
 #endif
-// The products: grid N / (4 COLS) x ceil(n / 4), each invocation four neighbouring columns of four
-// rows t0.. (one 16-byte load of wt a step: lavapipe gathers every load lane by lane, so fewer,
-// wider ones pay, and each weight loaded serves the block's rows), the rows' inputs read once per
-// group into shared memory, KC floats at a time (four rows of K = INTER would not fit lavapipe's
-// 32 KB). A block of one row (a one-token query) skips the other three.
-#define KC (K < 768 ? K : 768)
-shared vec4 xin[4][KC / 4];
-void linear4(f32s inp, v4s wt, v4s bias, uint t0, uint rows, uint N, out vec4 s[4]) {
-  uint j4 = gl_GlobalInvocationID.x, n4 = N / 4u, l = gl_LocalInvocationID.x;
-  vec4 s0 = bias.v[j4], s1 = s0, s2 = s0, s3 = s0;
-  for (uint k0 = 0u; k0 < uint(K); k0 += uint(KC)) {
-    for (uint i = l; i < uint(KC); i += gl_WorkGroupSize.x)
-      for (uint r = 0u; r < 4u; r++) xin[r][i / 4u][i % 4u] = r < rows ? inp.v[(t0 + r) * uint(K) + k0 + i] : 0.0;
-    barrier();
-    if (rows == 1u) {
-      for (uint k = 0u; k < uint(KC / 4); k++) {
-        vec4 a = xin[0][k];
-        uint w = (k0 + 4u * k) * n4 + j4;
-        s0 += a.x * wt.v[w] + a.y * wt.v[w + n4] + a.z * wt.v[w + 2u * n4] + a.w * wt.v[w + 3u * n4];
-      }
-    } else {
-      for (uint k = 0u; k < uint(KC / 4); k++) {
-        uint w = (k0 + 4u * k) * n4 + j4;
-        vec4 w0 = wt.v[w], w1 = wt.v[w + n4], w2 = wt.v[w + 2u * n4], w3 = wt.v[w + 3u * n4];
-        vec4 a = xin[0][k], b = xin[1][k], c = xin[2][k], d = xin[3][k];
-        s0 += a.x * w0 + a.y * w1 + a.z * w2 + a.w * w3;
-        s1 += b.x * w0 + b.y * w1 + b.z * w2 + b.w * w3;
-        s2 += c.x * w0 + c.y * w1 + c.z * w2 + c.w * w3;
-        s3 += d.x * w0 + d.y * w1 + d.z * w2 + d.w * w3;
-      }
-    }
-    barrier();
+#if ROWS != 4 || PCOLS != 64
+#error the products' groups are 4 rows x 64 columns
+#endif
+// out = bias + in . wt for a group's block of 4 rows t0.. x 64 columns, wt in the encoder's
+// column blocks ([N / 64][K][64]: the group's weights are one contiguous stretch). Lane l owns
+// columns 8 l .. 8 l + 7 and reads them as one u64vec4 a k (lavapipe loads global memory lane by
+// lane and component by component, so four 64-bit components halve the cost of eight floats);
+// the rows' inputs are read 8 k at a time, one a lane, and handed round by subgroupBroadcast.
+// Rows past n repeat row n - 1 and are not stored: a one-token query pays the multiply-adds of
+// four rows, a small part of its weight loads.
+#define MAC(kk)                                                                                   \
+  {                                                                                              \
+    u64vec4 w = wt.v[wi];                                                                        \
+    wi += 8u;                                                                                    \
+    vec4 wa = f4(w.x, w.y), wb = f4(w.z, w.w);                                                   \
+    float y0 = subgroupBroadcast(x0, kk), y1 = subgroupBroadcast(x1, kk);                        \
+    float y2 = subgroupBroadcast(x2, kk), y3 = subgroupBroadcast(x3, kk);                        \
+    a0 += y0 * wa, b0 += y0 * wb, a1 += y1 * wa, b1 += y1 * wb;                                  \
+    a2 += y2 * wa, b2 += y2 * wb, a3 += y3 * wa, b3 += y3 * wb;                                  \
   }
-  s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
-}
+#define LINEAR(inp_buf, wt_buf, bias_buf)                                                         \
+  f32s inp = f32s(inp_buf);                                                                      \
+  u64x4s wt = u64x4s(wt_buf);                                                                    \
+  uint n = uint(hcq_val(0)), l = gl_LocalInvocationID.x, t0 = 4u * gl_WorkGroupID.y;             \
+  uint c8 = gl_WorkGroupID.x * 8u + l;                                                           \
+  uint r0 = min(t0, n - 1u) * uint(K), r1 = min(t0 + 1u, n - 1u) * uint(K);                      \
+  uint r2 = min(t0 + 2u, n - 1u) * uint(K), r3 = min(t0 + 3u, n - 1u) * uint(K);                 \
+  vec4 a0 = ld4(u64x2s(bias_buf), 2u * c8), b0 = ld4(u64x2s(bias_buf), 2u * c8 + 1u);            \
+  vec4 a1 = a0, b1 = b0, a2 = a0, b2 = b0, a3 = a0, b3 = b0;                                     \
+  uint wi = gl_WorkGroupID.x * uint(K) * 8u + l;                                                 \
+  for (uint k = 0u; k < uint(K); k += 8u) {                                                      \
+    float x0 = inp.v[r0 + k + l], x1 = inp.v[r1 + k + l], x2 = inp.v[r2 + k + l], x3 = inp.v[r3 + k + l]; \
+    MAC(0u) MAC(1u) MAC(2u) MAC(3u) MAC(4u) MAC(5u) MAC(6u) MAC(7u)                              \
+  }
+#define STORE1(r, f)                                                                              \
+  if (t0 + uint(r) < n) {                                                                        \
+    uint o = (t0 + uint(r)) * uint(NOUT / 4) + 2u * c8;                                          \
+    st4(outv, o, f(a##r)), st4(outv, o + 1u, f(b##r));                                           \
+  }
+#define STORE(out_buf, f)                                                                         \
+  u64x2s outv = u64x2s(out_buf);                                                                 \
+  STORE1(0, f) STORE1(1, f) STORE1(2, f) STORE1(3, f)
+vec4 ident(vec4 v) { return v; }
+vec4 gelu4(vec4 s) { return vec4(gelu(s.x), gelu(s.y), gelu(s.z), gelu(s.w)); }
 #endif
 
 #if defined(KERNEL_mlm_proj) || defined(KERNEL_mlm_down)
-// y = bias + in . wt, before mlm_res_ln: split by columns like the other products, so that a short
-// query's few rows still make work-groups for every lavapipe thread.
+#define NOUT HIDDEN
 void main() {
-  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
-  f32s inp = f32s(hcq_buf(1));
-  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
-  vec4 s[4];
-  linear4(inp, wt, bias, t0, rows, uint(HIDDEN), s);
-  for (uint r = 0u; r < rows; r++) outv.v[(t0 + r) * uint(HIDDEN / 4) + gl_GlobalInvocationID.x] = s[r];
+  LINEAR(hcq_buf(1), hcq_buf(2), hcq_buf(3))
+  STORE(hcq_buf(0), ident)
 }
 #endif
 
 #ifdef KERNEL_mlm_qkv
+#define NOUT (3 * HIDDEN)
 void main() {
-  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(3)), bias = v4s(hcq_buf(4));
-  f32s inp = f32s(hcq_buf(2));
-  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
-  vec4 s[4];
-  linear4(inp, wt, bias, t0, rows, uint(3 * HIDDEN), s);
-  for (uint r = 0u; r < rows; r++) outv.v[(t0 + r) * uint(3 * HIDDEN / 4) + gl_GlobalInvocationID.x] = s[r];
+  LINEAR(hcq_buf(2), hcq_buf(3), hcq_buf(4))
+  STORE(hcq_buf(0), ident)
 }
 #endif
 
 #ifdef KERNEL_mlm_ffn_up
+#define NOUT INTER
 void main() {
-  v4s outv = v4s(hcq_buf(0)), wt = v4s(hcq_buf(2)), bias = v4s(hcq_buf(3));
-  f32s inp = f32s(hcq_buf(1));
-  uint t0 = 4u * gl_WorkGroupID.y, rows = min(4u, uint(hcq_val(0)) - t0);
-  vec4 s[4];
-  linear4(inp, wt, bias, t0, rows, uint(INTER), s);
-  for (uint r = 0u; r < rows; r++)
-    outv.v[(t0 + r) * uint(INTER / 4) + gl_GlobalInvocationID.x] = vec4(gelu(s[r].x), gelu(s[r].y), gelu(s[r].z), gelu(s[r].w));
+  LINEAR(hcq_buf(1), hcq_buf(2), hcq_buf(3))
+  STORE(hcq_buf(0), gelu4)
 }
 #endif
 
 #ifdef KERNEL_mlm_res_ln
 void main() {
-  f32s x = f32s(hcq_buf(0)), y = f32s(hcq_buf(1)), lw = f32s(hcq_buf(2)), lb = f32s(hcq_buf(3));
-  uint t = gl_WorkGroupID.x, l = gl_LocalInvocationID.x;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) row[j] = x.v[t * uint(HIDDEN) + j] + y.v[t * uint(HIDDEN) + j];
-  barrier();
-  layernorm_store(x, t, lw, lb);
+  u64x2s xo = u64x2s(hcq_buf(0)), y = u64x2s(hcq_buf(1)), w = u64x2s(hcq_buf(2)), b = u64x2s(hcq_buf(3));
+  uint t = gl_WorkGroupID.x;
+#define P_RES(i) vec4 v##i = ld4(xo, t * uint(HIDDEN / 4) + PIECE(i)) + ld4(y, t * uint(HIDDEN / 4) + PIECE(i));
+  PIECES(P_RES)
+  LAYERNORM_STORE
 }
 #endif
 
 #ifdef KERNEL_mlm_attn
-shared float p[MAXLEN];
-shared float red[HEAD_DIM];
+#extension GL_KHR_shader_subgroup_arithmetic : require
+// One work-group of 8 invocations (one lavapipe vector, no barriers) per (head, query): lane l
+// takes keys l, l + 8, ... with an online softmax (its own running max, sum and context), then the
+// lanes' parts are rescaled to the common max and summed by subgroup operations.
+vec4 lo4(u64vec4 u) { return f4(u.x, u.y); }
+vec4 hi4(u64vec4 u) { return f4(u.z, u.w); }
+#define HEAD4(M) M(0) M(1) M(2) M(3)
 void main() {
-  f32s ctx = f32s(hcq_buf(0)), qkv = f32s(hcq_buf(1));
-  uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, i = gl_LocalInvocationID.x;
-  uint n = uint(hcq_val(0)), stride = uint(3 * HIDDEN), q = t * stride + h * uint(HEAD_DIM);
+  u64x4s qkv = u64x4s(hcq_buf(1));
+  u64x2s ctx = u64x2s(hcq_buf(0));
+  uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, l = gl_LocalInvocationID.x;
+  uint n = uint(hcq_val(0)), stride = uint(3 * HIDDEN / 8), hq = h * uint(HEAD_DIM / 8);
   float scale = 1.0 / sqrt(float(HEAD_DIM));
-  // Scores: invocation i takes keys i, i + HEAD_DIM, ...; then the max and the sum, each over the
-  // invocations' partial results in a fixed order.
-  float m = neg_inf();
-  for (uint s = i; s < n; s += uint(HEAD_DIM)) {
-    uint k = s * stride + uint(HIDDEN) + h * uint(HEAD_DIM);
+#define Q_LOAD(i) u64vec4 uq##i = qkv.v[t * stride + hq + uint(i)]; vec4 qa##i = lo4(uq##i) * scale, qb##i = hi4(uq##i) * scale;
+  HEAD4(Q_LOAD)
+#define ACC0(i) vec4 aa##i = vec4(0.0), ab##i = vec4(0.0);
+  HEAD4(ACC0)
+  float m = neg_inf(), sum = 0.0;
+  for (uint s = l; s < n; s += 8u) {
     float d = 0.0;
-    for (uint c = 0u; c < uint(HEAD_DIM); c++) d += qkv.v[q + c] * qkv.v[k + c];
-    p[s] = d * scale;
-    m = max(m, p[s]);
+#define K_DOT(i) { u64vec4 u = qkv.v[s * stride + uint(HIDDEN / 8) + hq + uint(i)]; d += dot(qa##i, lo4(u)) + dot(qb##i, hi4(u)); }
+    HEAD4(K_DOT)
+    float mn = max(m, d), c = exp(m - mn), p = exp(d - mn);
+    m = mn, sum = sum * c + p;
+#define V_ACC(i) { u64vec4 u = qkv.v[s * stride + uint(2 * HIDDEN / 8) + hq + uint(i)]; aa##i = aa##i * c + p * lo4(u); ab##i = ab##i * c + p * hi4(u); }
+    HEAD4(V_ACC)
   }
-  red[i] = m;
-  barrier();
-  m = neg_inf();
-  for (uint c = 0u; c < uint(HEAD_DIM); c++) m = max(m, red[c]);
-  barrier();
-  float sum = 0.0;
-  for (uint s = i; s < n; s += uint(HEAD_DIM)) {
-    p[s] = exp(p[s] - m);
-    sum += p[s];
-  }
-  red[i] = sum;
-  barrier();
-  sum = 0.0;
-  for (uint c = 0u; c < uint(HEAD_DIM); c++) sum += red[c];
-  float acc = 0.0;
-  for (uint s = 0u; s < n; s++) acc += p[s] * qkv.v[s * stride + uint(2 * HIDDEN) + h * uint(HEAD_DIM) + i];
-  ctx.v[t * uint(HIDDEN) + h * uint(HEAD_DIM) + i] = acc / sum;
+  float mx = subgroupMax(m), f = exp(m - mx);
+  float inv = 1.0 / subgroupAdd(sum * f);
+  // Lane l stores dims 4 l .. 4 l + 3 of the head.
+  vec4 mine = vec4(0.0);
+#define V_SUM(i) { vec4 a = subgroupAdd(aa##i * f) * inv, b = subgroupAdd(ab##i * f) * inv; \
+    mine = l == 2u * uint(i) ? a : mine; mine = l == 2u * uint(i) + 1u ? b : mine; }
+  HEAD4(V_SUM)
+  st4(ctx, t * uint(HIDDEN / 4) + h * uint(HEAD_DIM / 4) + l, mine);
 }
 #endif
 
 #ifdef KERNEL_mlm_pool
+// Mean over the n rows (each lane its pieces, rows in order), then L2 normalised.
 void main() {
-  f32s outv = f32s(hcq_buf(0)), x = f32s(hcq_buf(1));
-  uint l = gl_LocalInvocationID.x, n = uint(hcq_val(0));
-  float ss = 0.0;
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) {
-    float a = 0.0;
-    for (uint t = 0u; t < n; t++) a += x.v[t * uint(HIDDEN) + j];
-    row[j] = a / float(n);
-    ss += row[j] * row[j];
-  }
-  float inv = 1.0 / max(sqrt(group_sum(ss)), 1e-12);
-  for (uint j = l; j < uint(HIDDEN); j += uint(GROUP)) outv.v[j] = row[j] * inv;
+  u64x2s outv = u64x2s(hcq_buf(0)), x = u64x2s(hcq_buf(1));
+  uint n = uint(hcq_val(0));
+#define P_ZERO(i) vec4 v##i = vec4(0.0);
+#define P_ADD(i) v##i += ld4(x, t * uint(HIDDEN / 4) + PIECE(i));
+#define P_MEAN(i) v##i /= float(n); s += dot(v##i, v##i);
+#define P_OUT(i) st4(outv, PIECE(i), v##i * inv);
+  PIECES(P_ZERO)
+  for (uint t = 0u; t < n; t++) { PIECES(P_ADD) }
+  float s = 0.0;
+  PIECES(P_MEAN)
+  float inv = 1.0 / max(sqrt(subgroupAdd(s)), 1e-12);
+  PIECES(P_OUT)
 }
 #endif
