@@ -310,7 +310,7 @@ Test(vulkan, engine_waiting_for_its_work_leaves_the_cores_to_it) {
     cr_assert_eq(got[i], want, "the kernel ran: %u at %u, expected %u (%.1f ms)", got[i], i, want, took / 1e6);
   }
   free(got);
-  uint64_t polls = after.idle_polls - before.idle_polls, yields = after.idle_yields - before.idle_yields;
+  uint64_t polls = after.inflight_polls - before.inflight_polls, yields = after.inflight_yields - before.inflight_yields;
   if (hcq__vulkan_is_cpu(d)) {
     cr_assert_eq(polls, 0, "lavapipe: the engine polled %" PRIu64 " times during a %.1f ms kernel", polls, took / 1e6);
     cr_assert_eq(yields, 0, "lavapipe: the engine yielded %" PRIu64 " times during a %.1f ms kernel", yields,

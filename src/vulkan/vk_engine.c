@@ -108,6 +108,7 @@ typedef struct vk_engine {
   _Atomic uint64_t head, tail; /* words submitted / retired */
   bool stop, engine_exited, completer_exited;
   bool engine_sleeping; /* under lock: the engine waits on wake (a submit must signal it) */
+  bool engine_idle_wake; /* under lock: the completion thread woke it when its work retired */
   pending_t *fifo;
   uint64_t fifo_head, fifo_tail;
   VkCommandBuffer *free_cbs;
@@ -144,7 +145,7 @@ typedef struct vk_engine {
     uint32_t nexecs;
   } inflight[FAULT_BATCHES];
 
-  _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits, idle_yields, idle_polls;
+  _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits, inflight_yields, inflight_polls;
   pthread_t thread, completer;
   bool thread_started, completer_started;
   _Atomic bool thread_done, completer_done;
@@ -927,22 +928,23 @@ static void free_dead_blists(vk_engine_t *e) {
  * call the host pays while the device is busy anyway. */
 static void spin_for_work(vk_engine_t *e, uint64_t interp) {
   uint64_t budget = hcq__options()->spin_ns, start = 0, busy_since = 0, yields = 0;
-  bool cpu_device = e->vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  bool cpu_device = e->vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU, inflight = false;
   for (unsigned i = 1; atomic_load_explicit(&e->head, memory_order_acquire) == interp; i++) {
     if ((i & 63) != 0) {
       hcq__spin_step(i);
-      yields += i >= 64;
+      yields += i >= 64 && inflight;
       continue;
     }
     uint64_t now = hcq__now_ns();
-    if (budget && atomic_load_explicit(&e->tail, memory_order_acquire) < interp) {
+    inflight = budget && atomic_load_explicit(&e->tail, memory_order_acquire) < interp;
+    if (inflight) {
       if (cpu_device) break;
       if (!busy_since) busy_since = now;
       if (now - busy_since < VK_INFLIGHT_SPIN_NS) continue;
       if (now - busy_since < VK_INFLIGHT_MAX_NS) {
         struct timespec ts = {0, VK_INFLIGHT_POLL_NS};
         nanosleep(&ts, NULL);
-        atomic_fetch_add_explicit(&e->idle_polls, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&e->inflight_polls, 1, memory_order_relaxed);
         start = 0;
         i = 63; /* the next pass looks at the ring and the clock again, without spinning first */
         continue;
@@ -953,7 +955,7 @@ static void spin_for_work(vk_engine_t *e, uint64_t interp) {
     else if (now - start >= budget)
       break;
   }
-  atomic_fetch_add_explicit(&e->idle_yields, yields, memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->inflight_yields, yields, memory_order_relaxed);
 }
 
 static void *engine_main(void *arg) {
@@ -966,12 +968,16 @@ static void *engine_main(void *arg) {
       spin_for_work(e, interp);
       pthread_mutex_lock(&e->lock);
     }
-    while (interp == atomic_load(&e->head) && !e->stop) {
+    bool idle_wake = false;
+    while (interp == atomic_load(&e->head) && !e->stop && !idle_wake) {
       e->engine_sleeping = true;
       pthread_cond_wait(&e->wake, &e->lock);
       e->engine_sleeping = false;
+      idle_wake = e->engine_idle_wake;
+      e->engine_idle_wake = false;
     }
     uint64_t head = atomic_load(&e->head);
+    if (interp == head && !e->stop) continue; /* woken as the device went idle: spin before sleeping */
     if (interp == head) break;
     pthread_mutex_unlock(&e->lock);
     free_dead_blists(e);
@@ -1059,6 +1065,13 @@ static void apply(vk_engine_t *e, const pending_t *p) {
       atomic_store(&e->tail, p->u.tail);
       pthread_cond_broadcast(&e->space);
       pthread_cond_broadcast(&e->idle);
+      /* An engine that slept through its work (a CPU device) spins HCQ_SPIN_NS once the device is
+       * idle, as one that waited awake does: a host that waited for the device and submits at once
+       * then pays no wake-up call, nor the driver's threads preempting it from that call. */
+      if (e->engine_sleeping && p->u.tail == atomic_load(&e->head)) {
+        e->engine_idle_wake = true;
+        pthread_cond_signal(&e->wake);
+      }
       pthread_mutex_unlock(&e->lock);
       break;
     default: break;
@@ -1201,8 +1214,8 @@ void hcq__vk_engine_counters(vk_engine_t *e, hcq__vk_counters_t *out) {
   out->submits += atomic_load(&e->submits);
   out->host_waits += atomic_load(&e->host_waits);
   out->semaphore_waits += atomic_load(&e->sem_waits);
-  out->idle_yields += atomic_load(&e->idle_yields);
-  out->idle_polls += atomic_load(&e->idle_polls);
+  out->inflight_yields += atomic_load(&e->inflight_yields);
+  out->inflight_polls += atomic_load(&e->inflight_polls);
 }
 
 /* ---- fault reports ----

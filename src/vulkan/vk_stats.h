@@ -10,10 +10,11 @@
 /* Since the device opened: command buffers recorded for runs of bound command lists, runs recorded
  * again because a word they baked in changed, vkQueueSubmit calls, WAITs the engines resolved on
  * the host, and WAITs that became timeline-semaphore waits; sched_yield calls and sleeps of
- * VK_INFLIGHT_POLL_NS the engines made while waiting for work (vk_engine.c). */
+ * VK_INFLIGHT_POLL_NS the engines made while waiting for work with work of theirs on the device
+ * (vk_engine.c). */
 typedef struct hcq__vk_counters {
   uint64_t records, rerecords, submits, host_waits, semaphore_waits;
-  uint64_t idle_yields, idle_polls;
+  uint64_t inflight_yields, inflight_polls;
 } hcq__vk_counters_t;
 
 /* Fills out for a Vulkan device; false (and zeros) for any other device or without Vulkan. */
