@@ -2,6 +2,7 @@
  * programs and their disk cache, launch limits, command buffers recorded once for bound queues,
  * semaphore waits between the engines, lost devices and hang reports. Skipped without Vulkan. */
 #include <dirent.h>
+#include <inttypes.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -266,6 +267,61 @@ Test(vulkan, bound_queues_are_recorded_once) {
   hcq_expr_release(l);
   hcq_expr_release(groups);
   world_close(&w);
+}
+
+/* Each invocation runs val(0) steps of a linear congruential generator from its index: a kernel that
+ * keeps the device busy for as long as asked (lavapipe ends an invocation's loops after 65535
+ * iterations, so the time comes from many invocations). */
+static const char *const lcg_glsl =
+    "layout(buffer_reference, std430, buffer_reference_align = 4) buffer u32s { uint v[]; };\n"
+    "void main() { uint i = gl_GlobalInvocationID.x, a = i;\n"
+    "  for (int k = 0; k < hcq_val(0); k++) a = a * 1664525u + 1013904223u;\n"
+    "  u32s(hcq_buf(0)).v[i] = a; }\n";
+
+/* While its work runs, an engine with nothing else to do waits without taking turns with the
+ * kernels: on a CPU-emulated device (lavapipe) it neither spins nor polls but sleeps until the next
+ * submit (the driver's threads run the kernels on the host's cores); on a GPU it polls, sleeping
+ * between looks rather than calling sched_yield. */
+Test(vulkan, engine_waiting_for_its_work_leaves_the_cores_to_it) {
+  need_vulkan(1);
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_program_t *p = test_program(d, "lcg", lcg_glsl);
+  enum { N = 8192 };
+  hcq_buffer_t *x = NULL;
+  OK(hcq_buffer_create(d, N * 4, &x));
+  int32_t warm = 1, steps = 2048;
+  hcq_launch_desc_t l = {p, &x, 1, &warm, 1, {N / 64, 1, 1}, {64, 1, 1}};
+  OK(hcq_launch(&l)); /* the pipeline is made on the first launch */
+  OK(hcq_device_synchronize(d));
+  usleep(20000); /* past the engine's spin after that work (HCQ_SPIN_NS): it sleeps */
+  hcq__vk_counters_t before, after;
+  cr_assert(hcq__vulkan_counters(d, &before));
+  l.vals = &steps;
+  uint64_t t0 = hcq__now_ns();
+  OK(hcq_launch(&l));
+  OK(hcq_device_synchronize(d));
+  uint64_t took = hcq__now_ns() - t0;
+  cr_assert(hcq__vulkan_counters(d, &after));
+  uint32_t *got = malloc(N * 4);
+  OK(hcq_buffer_copyout(x, 0, got, N * 4));
+  for (uint32_t i = 0; i < N; i += 1021) {
+    uint32_t want = i;
+    for (int32_t k = 0; k < steps; k++) want = want * 1664525u + 1013904223u;
+    cr_assert_eq(got[i], want, "the kernel ran: %u at %u, expected %u (%.1f ms)", got[i], i, want, took / 1e6);
+  }
+  free(got);
+  uint64_t polls = after.inflight_polls - before.inflight_polls, yields = after.inflight_yields - before.inflight_yields;
+  if (hcq__vulkan_is_cpu(d)) {
+    cr_assert_eq(polls, 0, "lavapipe: the engine polled %" PRIu64 " times during a %.1f ms kernel", polls, took / 1e6);
+    cr_assert_eq(yields, 0, "lavapipe: the engine yielded %" PRIu64 " times during a %.1f ms kernel", yields,
+                  took / 1e6);
+  } else {
+    cr_assert_leq(yields, 64 * 1024, "the engine yielded %" PRIu64 " times during a %.1f ms kernel (%" PRIu64 " polls)",
+                  yields, took / 1e6, polls);
+  }
+  hcq_buffer_release(x);
+  hcq_program_release(p);
+  test_close(d);
 }
 
 /* The copy engine and the compute engine order each other with timeline semaphores, not host

@@ -518,8 +518,8 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   return st;
 }
 
-hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
-                               const hcq_var_value_t *vals, size_t nvals) {
+static hcq_status_t stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
+                          size_t nvals, bool check_dims) {
   if (ninputs != r->ninputs)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "the graph has %zu inputs but the replay passed %zu", r->ninputs,
                            ninputs);
@@ -561,7 +561,7 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
     }
   }
   /* Symbolic launch sizes: each must still make a valid launch with these values. */
-  if (r->symdim_items.len) {
+  if (check_dims && r->symdim_items.len) {
     for (size_t i = 0; i < r->vars.len; i++) r->eval_vals[i].value = r->pending_values[i];
     for (size_t i = 0; i < r->symdim_items.len; i++) {
       uint32_t j = r->symdim_items.data[i];
@@ -575,6 +575,16 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
     }
   }
   return NULL;
+}
+
+hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
+                               const hcq_var_value_t *vals, size_t nvals) {
+  return stage(r, inputs, ninputs, vals, nvals, true);
+}
+
+hcq_status_t hcq__runner_stage_dims_checked(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
+                                            const hcq_var_value_t *vals, size_t nvals) {
+  return stage(r, inputs, ninputs, vals, nvals, false);
 }
 
 void hcq__runner_commit(hcq__runner_t *r) {

@@ -338,3 +338,7 @@ bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
   for (int k = 0; k < 2; k++) hcq__vk_engine_counters(VD(dev)->engines[k], out);
   return true;
 }
+
+bool hcq__vulkan_is_cpu(hcq_device_t *dev) {
+  return dev && dev->vt == &vk_vtable && VD(dev)->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+}

@@ -36,8 +36,9 @@
 #define MAX_TRANSIENT_TS 32
 #define FAULT_EXECS 4    /* kernels of a batch a fault report names */
 #define FAULT_BATCHES 64 /* batches in flight a fault report looks at */
-/* An idle engine whose work is still on the device: spins as long as a small model's step takes on a
- * real GPU, then polls (a step on a CPU-emulated GPU such as lavapipe), and sleeps past the longest. */
+/* An idle engine whose work is still on a GPU: spins as long as a small model's step takes there,
+ * then polls (a longer step), and sleeps past the longest. On a CPU-emulated GPU it sleeps at once
+ * (spin_for_work). */
 #define VK_INFLIGHT_SPIN_NS (UINT64_C(200000))
 #define VK_INFLIGHT_POLL_NS 20000L
 #define VK_INFLIGHT_MAX_NS (UINT64_C(20000000))
@@ -107,6 +108,7 @@ typedef struct vk_engine {
   _Atomic uint64_t head, tail; /* words submitted / retired */
   bool stop, engine_exited, completer_exited;
   bool engine_sleeping; /* under lock: the engine waits on wake (a submit must signal it) */
+  bool engine_idle_wake; /* under lock: the completion thread woke it when its work retired */
   pending_t *fifo;
   uint64_t fifo_head, fifo_tail;
   VkCommandBuffer *free_cbs;
@@ -143,7 +145,7 @@ typedef struct vk_engine {
     uint32_t nexecs;
   } inflight[FAULT_BATCHES];
 
-  _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits;
+  _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits, inflight_yields, inflight_polls;
   pthread_t thread, completer;
   bool thread_started, completer_started;
   _Atomic bool thread_done, completer_done;
@@ -919,28 +921,41 @@ static void free_dead_blists(vk_engine_t *e) {
  * VK_INFLIGHT_POLL_NS up to VK_INFLIGHT_MAX_NS), then spinning HCQ_SPIN_NS more. A host that waits
  * for the device and submits again at once (decode step after decode step) then finds the engine
  * awake and pays no wake-up call, which costs it more than a whole graph replay; the spin yields
- * the core to the driver's threads after its first pauses, and polling sleeps between looks. */
+ * the core to the driver's threads after its first pauses, and a poll only sleeps and looks.
+ * On a CPU-emulated GPU (lavapipe) the driver's threads run the kernels on the host's cores: there
+ * the engine does not spin or poll while work is in flight (that took a core from the kernels for
+ * about a tenth of every decode step), it sleeps until the next submit wakes it, whose wake-up
+ * call the host pays while the device is busy anyway. */
 static void spin_for_work(vk_engine_t *e, uint64_t interp) {
-  uint64_t budget = hcq__options()->spin_ns, start = 0, busy_since = 0;
+  uint64_t budget = hcq__options()->spin_ns, start = 0, busy_since = 0, yields = 0;
+  bool cpu_device = e->vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU, inflight = false;
   for (unsigned i = 1; atomic_load_explicit(&e->head, memory_order_acquire) == interp; i++) {
-    hcq__spin_step(i);
-    if ((i & 63) != 0) continue;
+    if ((i & 63) != 0) {
+      hcq__spin_step(i);
+      yields += i >= 64 && inflight;
+      continue;
+    }
     uint64_t now = hcq__now_ns();
-    if (budget && atomic_load_explicit(&e->tail, memory_order_acquire) < interp) {
+    inflight = budget && atomic_load_explicit(&e->tail, memory_order_acquire) < interp;
+    if (inflight) {
+      if (cpu_device) break;
       if (!busy_since) busy_since = now;
       if (now - busy_since < VK_INFLIGHT_SPIN_NS) continue;
       if (now - busy_since < VK_INFLIGHT_MAX_NS) {
         struct timespec ts = {0, VK_INFLIGHT_POLL_NS};
         nanosleep(&ts, NULL);
+        atomic_fetch_add_explicit(&e->inflight_polls, 1, memory_order_relaxed);
         start = 0;
+        i = 63; /* the next pass looks at the ring and the clock again, without spinning first */
         continue;
       }
     }
     if (!start)
       start = now;
     else if (now - start >= budget)
-      return;
+      break;
   }
+  atomic_fetch_add_explicit(&e->inflight_yields, yields, memory_order_relaxed);
 }
 
 static void *engine_main(void *arg) {
@@ -953,12 +968,16 @@ static void *engine_main(void *arg) {
       spin_for_work(e, interp);
       pthread_mutex_lock(&e->lock);
     }
-    while (interp == atomic_load(&e->head) && !e->stop) {
+    bool idle_wake = false;
+    while (interp == atomic_load(&e->head) && !e->stop && !idle_wake) {
       e->engine_sleeping = true;
       pthread_cond_wait(&e->wake, &e->lock);
       e->engine_sleeping = false;
+      idle_wake = e->engine_idle_wake;
+      e->engine_idle_wake = false;
     }
     uint64_t head = atomic_load(&e->head);
+    if (interp == head && !e->stop) continue; /* woken as the device went idle: spin before sleeping */
     if (interp == head) break;
     pthread_mutex_unlock(&e->lock);
     free_dead_blists(e);
@@ -1046,6 +1065,13 @@ static void apply(vk_engine_t *e, const pending_t *p) {
       atomic_store(&e->tail, p->u.tail);
       pthread_cond_broadcast(&e->space);
       pthread_cond_broadcast(&e->idle);
+      /* An engine that slept through its work (a CPU device) spins HCQ_SPIN_NS once the device is
+       * idle, as one that waited awake does: a host that waited for the device and submits at once
+       * then pays no wake-up call, nor the driver's threads preempting it from that call. */
+      if (e->engine_sleeping && p->u.tail == atomic_load(&e->head)) {
+        e->engine_idle_wake = true;
+        pthread_cond_signal(&e->wake);
+      }
       pthread_mutex_unlock(&e->lock);
       break;
     default: break;
@@ -1188,6 +1214,8 @@ void hcq__vk_engine_counters(vk_engine_t *e, hcq__vk_counters_t *out) {
   out->submits += atomic_load(&e->submits);
   out->host_waits += atomic_load(&e->host_waits);
   out->semaphore_waits += atomic_load(&e->sem_waits);
+  out->inflight_yields += atomic_load(&e->inflight_yields);
+  out->inflight_polls += atomic_load(&e->inflight_polls);
 }
 
 /* ---- fault reports ----
@@ -1297,6 +1325,13 @@ hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
     return hcq_status_make(HCQ_UNAVAILABLE, "%s: cannot start a worker thread", vd->dev->name);
   }
   e->completer_started = true;
+  /* "hcqv0.c" and "hcqv0.cd": VULKAN:0's compute engine and its completion thread ("x" for the copy
+   * engine), told apart from the driver's threads in top, perf and /proc. */
+  char name[16];
+  snprintf(name, sizeof(name), "hcqv%d.%c", vd->dev->index % 10000, kind == HCQ_QUEUE_COMPUTE ? 'c' : 'x');
+  pthread_setname_np(e->thread, name);
+  snprintf(name, sizeof(name), "hcqv%d.%cd", vd->dev->index % 10000, kind == HCQ_QUEUE_COMPUTE ? 'c' : 'x');
+  pthread_setname_np(e->completer, name);
   hcq__fault_add_describer(describe_in_flight);
   fault_register(e, true);
   return NULL;

@@ -9,12 +9,17 @@
 
 /* Since the device opened: command buffers recorded for runs of bound command lists, runs recorded
  * again because a word they baked in changed, vkQueueSubmit calls, WAITs the engines resolved on
- * the host, and WAITs that became timeline-semaphore waits. */
+ * the host, and WAITs that became timeline-semaphore waits; sched_yield calls and sleeps of
+ * VK_INFLIGHT_POLL_NS the engines made while waiting for work with work of theirs on the device
+ * (vk_engine.c). */
 typedef struct hcq__vk_counters {
   uint64_t records, rerecords, submits, host_waits, semaphore_waits;
+  uint64_t inflight_yields, inflight_polls;
 } hcq__vk_counters_t;
 
 /* Fills out for a Vulkan device; false (and zeros) for any other device or without Vulkan. */
 bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out);
+/* Whether dev is a Vulkan device the driver runs on the host's CPU (lavapipe). */
+bool hcq__vulkan_is_cpu(hcq_device_t *dev);
 
 #endif
