@@ -274,8 +274,11 @@ static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, con
    * processes on a shared machine) holds up the others by one chunk at most. A chunk is still
    * worth the two atomic operations on a line shared between cores that taking it costs. */
   uint64_t chunk = total / ((uint64_t)(atomic_load(&p->nactive) + 1) * CPU_CHUNKS_PER_THREAD);
+  /* Never coarser than a quarter of the launch size that pays for helpers (HCQ_CPU_MIN_PARALLEL):
+   * a launch big enough to share is always split. */
   uint64_t group_items = (uint64_t)lsz[0] * lsz[1] * lsz[2];
-  uint64_t min_chunk = (CPU_MIN_CHUNK_ITEMS + group_items - 1) / group_items;
+  uint64_t min_items = p->min_parallel / 4 < CPU_MIN_CHUNK_ITEMS ? p->min_parallel / 4 : CPU_MIN_CHUNK_ITEMS;
+  uint64_t min_chunk = (min_items + group_items - 1) / group_items;
   if (chunk < min_chunk) chunk = min_chunk;
   p->chunk = chunk ? chunk : 1;
   atomic_store_explicit(&p->next_group, 0, memory_order_relaxed);
