@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cpu/cpu_internal.h"
@@ -49,19 +50,16 @@ static void load_cores(void) {
       if (CPU_ISSET(c, &set)) g_cores[g_ncores++] = c;
   if (!g_ncores) g_cores[g_ncores++] = 0;
   /* Processes of one job started unbound (mpirun --bind-to none) all see every core, and each would
-   * pin its first engine to the first one: they take disjoint shares by local rank instead. */
+   * pin its first engine to the first one. Each starts its cores at its own share instead (local
+   * rank r of n: at core r * cores / n), so their engines have cores of their own, and keeps the
+   * others for helpers: pipeline stages take turns, and a stage at work may use every core while
+   * the others wait. */
   int rank, size;
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   if (local_rank(&rank, &size) && online == g_ncores) {
-    int share = g_ncores / size, first;
-    if (share >= 1) {
-      first = rank * share + (rank < g_ncores % size ? rank : g_ncores % size);
-      share += rank < g_ncores % size;
-    } else {
-      first = rank % g_ncores, share = 1;
-    }
-    for (int k = 0; k < share; k++) g_cores[k] = g_cores[first + k];
-    g_ncores = share;
+    int first = g_ncores >= size ? (int)((long)rank * g_ncores / size) : rank % g_ncores, rotated[MAX_CORES];
+    for (int k = 0; k < g_ncores; k++) rotated[k] = g_cores[(first + k) % g_ncores];
+    memcpy(g_cores, rotated, sizeof(int) * (size_t)g_ncores);
   }
 }
 

@@ -470,9 +470,10 @@ static void scenario_fault(bool kill_rank) {
   OK(hcq_device_close(d1));
 }
 
-/* Ranks started unbound on one machine (run_mpi_test.sh: --bind-to none) take disjoint shares of
- * its cores by local rank, so their CPU engines are not all pinned to the first core; with more
- * ranks than cores, the engine of local rank r is on core r mod cores. */
+/* Ranks started unbound on one machine (run_mpi_test.sh: --bind-to none) start their cores at
+ * their own share (local rank r of n at core r * cores / n) and keep every core, so their CPU
+ * engines are not all pinned to the first core; with more ranks than cores, the engine of local
+ * rank r is on core r mod cores. */
 static void scenario_layout(void) {
   hcq_device_t *d;
   OK(hcq_device_open("CPU:0", &d));
@@ -492,7 +493,8 @@ static void scenario_layout(void) {
         _exit(1);
       }
   if (size > online) EXPECT(mine == (int)(atol(lr) % online));
-  if (size <= online) EXPECT(n == (size_t)(online / size) || n == (size_t)(online / size + 1));
+  EXPECT(n == (size_t)online); /* every core: the ones after its own go to its helpers */
+  if (size <= online) EXPECT(mine == (int)(atol(lr) * online / size));
   OK(hcq_device_close(d));
 }
 
