@@ -494,7 +494,10 @@ static void report_other_threads(const hcq_capture_t *c, hcq_jit_t *jit) {
     bool used = false;
     for (size_t j = 0; j < c->items.len && !used; j++) {
       const hcq_exec_item_t *it = &c->items.data[j];
-      used = hcq__item_device(it) == w->dev || (it->kind == HCQ_ITEM_TRANSFER && it->transfer.dst->dev == w->dev);
+      /* A transfer uses both ends' devices, whichever queue runs it (a cross-rank one runs on its
+       * local end's: runner.c). */
+      used = it->kind == HCQ_ITEM_TRANSFER ? it->transfer.src->dev == w->dev || it->transfer.dst->dev == w->dev
+                                           : it->kernel.program->dev == w->dev;
     }
     if (!used) continue;
     jit->report.other_thread_work += w->count;
