@@ -352,6 +352,16 @@ static void scenario_eager(void) {
 }
 
 /* A small graph rank 0 -> rank 1 -> rank 0; rank 1's third item differs when differ is set. */
+/* What small_graph made (its graph destroyed first), with the devices synchronised. */
+static void small_graph_free(hcq_device_t *d0, hcq_device_t *d1, hcq_buffer_t **bufs, hcq_program_t **progs) {
+  for (int i = 0; i < 3; i++) hcq_buffer_release(bufs[i]);
+  for (int i = 0; i < 2; i++) hcq_program_release(progs[i]);
+  OK(hcq_device_synchronize(d0));
+  OK(hcq_device_synchronize(d1));
+  OK(hcq_device_close(d0));
+  OK(hcq_device_close(d1));
+}
+
 static hcq_status_t small_graph(bool differ, hcq_graph_t **out, hcq_device_t **d0, hcq_device_t **d1, hcq_buffer_t **bufs,
                                 hcq_program_t **progs) {
   *d0 = open_dev("0/CPU:0");
@@ -401,12 +411,7 @@ static void scenario_mismatch(void) {
   OK(hcq_mpi_fetch(bufs[2], 0, got, sizeof(got)));
   if (rank == 0) EXPECT(got[2] == ((2 * 7 + 1) * 3 + 1) * 2 + 1);
   OK(hcq_graph_destroy(g));
-  for (int i = 0; i < 3; i++) hcq_buffer_release(bufs[i]);
-  for (int i = 0; i < 2; i++) hcq_program_release(progs[i]);
-  OK(hcq_device_synchronize(d0));
-  OK(hcq_device_synchronize(d1));
-  OK(hcq_device_close(d0));
-  OK(hcq_device_close(d1));
+  small_graph_free(d0, d1, bufs, progs);
 }
 
 /* Rank 1 never replays (hang) or dies first (kill): rank 0's replay must fail, not hang. */
@@ -462,12 +467,7 @@ static void scenario_fault(bool kill_rank) {
   }
   OK(hcq_mpi_barrier());
   if (g) OK(hcq_graph_destroy(g));
-  for (int i = 0; i < 3; i++) hcq_buffer_release(bufs[i]);
-  for (int i = 0; i < 2; i++) hcq_program_release(progs[i]);
-  OK(hcq_device_synchronize(d0));
-  OK(hcq_device_synchronize(d1));
-  OK(hcq_device_close(d0));
-  OK(hcq_device_close(d1));
+  small_graph_free(d0, d1, bufs, progs);
 }
 
 /* Ranks started unbound on one machine (run_mpi_test.sh: --bind-to none) start their cores at
