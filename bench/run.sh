@@ -177,6 +177,10 @@ for btl in self,vader self,tcp; do
   run "hcq over MPI ($what)" "MPI, 2 ranks ($what): 4-byte transfer" \
     "MPI, 2 ranks ($what): chain of 1000 alternating rank 0/rank 1" -- \
     "$MPIRUN" -np 2 --bind-to none --mca btl_tcp_if_include lo "$B/bench_mpi" 201
+  # The same with the waiting host leaving the work to the engines (docs/mpi.md, who runs a rank's queues).
+  HCQ_MPI_HOST_RUNS=0 run "hcq over MPI ($what), engines only" "MPI, 2 ranks ($what): 4-byte transfer" \
+    "MPI, 2 ranks ($what): chain of 1000 alternating rank 0/rank 1" -- \
+    "$MPIRUN" -np 2 --bind-to none --mca btl_tcp_if_include lo -x HCQ_MPI_HOST_RUNS "$B/bench_mpi" 201
   # The same chain on StarPU-MPI: one worker per rank, each rank on its own core (StarPU would pin
   # both ranks' workers to core 0 otherwise).
   STARPU_HOME=$B/starpu STARPU_SILENT=1 STARPU_NCPU=1 STARPU_WORKERS_NOBIND=1 \

@@ -64,6 +64,8 @@ static const help_t k_help[] = {
      "  HCQ_MPI_COPIES        who makes a graph's transfers between ranks: engine\n"
      "                        (the CPU device's engine, default) or thread (the\n"
      "                        MPI communication thread)\n"
+     "  HCQ_MPI_HOST_RUNS     1 (default): a waiting host runs its rank's CPU\n"
+     "                        queues itself for up to HCQ_SPIN_NS; 0: engines do\n"
      "  HCQ_WAIT_TIMEOUT_MS   host wait timeout (default 30000)\n"
      "  HCQ_JIT_BATCH_SIZE    first batch size when items are batched into graphs\n"
      "                        (default 32)\n"

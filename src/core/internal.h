@@ -293,11 +293,19 @@ typedef struct hcq__device_vtable {
    * failures (a kernel that faulted) and marks the device lost when it finds one, so the wait ends
    * at once instead of at its timeout. Optional. Any thread; must not block. */
   void (*poll)(hcq_device_t *dev);
+  /* A host thread waiting for a signal this device's queues will set runs them itself instead of
+   * taking turns with the engine (docs/mpi.md, "Who runs a rank's queues"): HCQ__HOST_BEGIN counts
+   * it in, HCQ__HOST_RUN runs the queues when no other thread runs them and says 1 (they moved), 0
+   * (they wait, or another thread runs them) or -1 (nothing is queued: the signal comes from
+   * elsewhere), HCQ__HOST_END counts it out and hands what is left back to the engine. Optional. */
+  int (*host_run)(hcq_device_t *dev, int step);
   /* Compiles source for entry. Optional: NULL means the device cannot compile. */
   hcq_status_t (*program_compile)(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
   /* Releases what program_compile made. Optional. */
   void (*program_unload)(hcq_device_t *dev, hcq__program_impl_t *impl);
 } hcq__device_vtable_t;
+
+enum { HCQ__HOST_BEGIN, HCQ__HOST_RUN, HCQ__HOST_END };
 
 typedef struct hcq__deferred {
   uint64_t fence[2]; /* submitted() of each queue kind when released: unused once completed() passes */
@@ -657,6 +665,9 @@ typedef struct hcq__remote_hooks {
   /* Graphs put cross-rank transfers on the local end's engine (MPI_THREAD_MULTIPLE) rather than on
    * the remote device's queue, which the communication thread runs. */
   bool engine_copies;
+  /* With engine_copies: a host thread waiting briefly for a local CPU device's work runs it itself
+   * (host_run in the device vtable; HCQ_MPI_HOST_RUNS, default on). */
+  bool host_runs;
 } hcq__remote_hooks_t;
 extern const hcq__remote_hooks_t *_Atomic hcq__remote;
 /* Opens (or references again) a device made by create (the layer's backend constructor), registered

@@ -181,11 +181,55 @@ static uint64_t poll_step(hcq_device_t *const *watch, size_t nwatch, uint64_t *p
   return step;
 }
 
+/* Under the MPI layer's engine-run transfers, a host waiting for work of devices that can run their
+ * queues on the caller's thread (host_run) runs them itself while the wait lasts: ranks sharing a
+ * machine's cores then keep one busy thread each instead of a host and an engine taking turns for
+ * a core on every hand-off (docs/mpi.md). Only for as long as a host spins (HCQ_SPIN_NS): longer
+ * work goes back to the engine, which has a core of its own (cpu_layout.c) where an unbound host
+ * thread may end up sharing one with another rank's. True when the signal was reached. */
+static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
+                              size_t nwatch, uint64_t *seen) {
+  const hcq__remote_hooks_t *hooks = atomic_load_explicit(&hcq__remote, memory_order_acquire);
+  if (!hooks || !hooks->host_runs) return false;
+  enum { MAX_RUN = 8 };
+  hcq_device_t *run[MAX_RUN];
+  size_t n = 0;
+  for (size_t i = 0; i < nwatch && n < MAX_RUN; i++)
+    if (watch[i] && watch[i]->vt && watch[i]->vt->host_run) run[n++] = watch[i];
+  if (!n) return false;
+  for (size_t i = 0; i < n; i++) run[i]->vt->host_run(run[i], HCQ__HOST_BEGIN);
+  uint64_t start = hcq__now_ns(), window = hcq__options()->spin_ns;
+  bool reached = false;
+  for (unsigned i = 1;; i++) {
+    bool moved = false, idle = true;
+    for (size_t k = 0; k < n; k++) {
+      int r = run[k]->vt->host_run(run[k], HCQ__HOST_RUN);
+      moved |= r > 0, idle &= r < 0;
+    }
+    uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
+    if (v >= want) {
+      *seen = v;
+      reached = true;
+      break;
+    }
+    if (idle) break; /* the signal comes from another device or thread */
+    if ((i & 15) == 0) {
+      uint64_t now = hcq__now_ns();
+      if (now - start >= window || (deadline_ns && now >= deadline_ns)) break;
+    }
+    if (moved) continue;
+    hcq__spin_step_after(i, 512);
+  }
+  for (size_t i = 0; i < n; i++) run[i]->vt->host_run(run[i], HCQ__HOST_END);
+  return reached;
+}
+
 int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
                            size_t nwatch, uint64_t *seen) {
   uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
   *seen = v;
   if (v >= want) return HCQ__WAIT_REACHED;
+  if (run_while_waiting(s, want, deadline_ns, watch, nwatch, seen)) return HCQ__WAIT_REACHED;
   /* A host thread on the core an engine it waits for is pinned to would only take turns with it:
    * it sleeps at once and lets the engine run. Elsewhere it spins for a while, yielding early. */
   const uint64_t spin_ns = hcq__on_engine_core(watch, nwatch) ? 0 : hcq__options()->spin_ns;

@@ -103,7 +103,29 @@ typedef struct cpu_engine {
   uint64_t remote_since;   /* when the engine began polling for a cross-rank COPY (0: it is not) */
   unsigned remote_polls;
   bool remote_spinning;    /* within the layer's spin budget: poll back to back */
+  /* Who runs the queues now (OWN_*): the engine, or a host thread waiting for their work that runs
+   * them itself (cpu_host_run). The engine sleeps on defer_word while such hosts count in helpers. */
+  _Alignas(64) _Atomic int owner;
+  _Atomic unsigned helpers;
+  _Atomic uint32_t defer_word;
+  _Atomic bool deferring;
 } cpu_engine_t;
+
+enum { OWN_FREE, OWN_ENGINE, OWN_HOST };
+
+static cpu_engine_t *engine_of(hcq_device_t *dev) { return dev->backend; }
+
+/* How long the engine naps between looks while host threads run its queues: it wakes by itself
+ * after that, so a host never has to pay a wake-up call on its way out. */
+#define CPU_DEFER_NAP_NS UINT64_C(100000)
+
+static bool take_queues(cpu_engine_t *e, int who) {
+  int expected = OWN_FREE;
+  return atomic_compare_exchange_strong_explicit(&e->owner, &expected, who, memory_order_acquire,
+                                                 memory_order_relaxed);
+}
+
+static void give_queues(cpu_engine_t *e) { atomic_store_explicit(&e->owner, OWN_FREE, memory_order_release); }
 
 /* Spins (pause, then yield) until ready(ctx) or budget_ns have passed; true when ready. */
 static bool spin_until(bool (*ready)(const void *ctx), const void *ctx, uint64_t budget_ns) {
@@ -503,7 +525,25 @@ static bool engine_ready_ctx(const void *ctx) { return engine_ready((cpu_engine_
 
 /* Neither queue can move: spin while work is in flight (a hand-off from another core is near),
  * then sleep on what one queue waits for, or on the doorbell when both are empty. */
+/* Host threads are waiting and run the queues themselves (cpu_host_run): the engine, which has let
+ * go of the queues, naps, so each rank keeps one thread busy on the work, not two taking turns for a core. */
+static void defer_to_hosts(cpu_engine_t *e) {
+  uint32_t seq = atomic_load_explicit(&e->defer_word, memory_order_seq_cst);
+  atomic_store_explicit(&e->deferring, true, memory_order_seq_cst);
+  if (atomic_load_explicit(&e->helpers, memory_order_seq_cst) && !atomic_load_explicit(&e->stop, memory_order_acquire))
+    hcq__futex_wait(&e->defer_word, seq, CPU_DEFER_NAP_NS);
+  else
+    hcq__spin_step(1); /* a host is finishing its last pass */
+  atomic_store_explicit(&e->deferring, false, memory_order_seq_cst);
+}
+
 static void wait_for_work(cpu_engine_t *e) {
+  if (atomic_load_explicit(&e->helpers, memory_order_seq_cst)) {
+    e->remote_since = 0;
+    give_queues(e);
+    defer_to_hosts(e);
+    return;
+  }
   if (e->q[0].remote_op || e->q[1].remote_op) {
     /* A message in flight completes only inside an MPI call: poll back to back for the layer's
      * spin budget (the peer's reply is usually that near), then every ~20 us. */
@@ -519,6 +559,7 @@ static void wait_for_work(cpu_engine_t *e) {
       hcq__spin_step(polls);
     } else {
       uint32_t seq = atomic_load_explicit(&e->doorbell, memory_order_seq_cst);
+      give_queues(e);
       hcq__futex_wait(&e->doorbell, seq, UINT64_C(20000));
     }
     return;
@@ -540,7 +581,10 @@ static void wait_for_work(cpu_engine_t *e) {
   }
   atomic_store_explicit(&e->sleep_word, word, memory_order_seq_cst);
   /* Two blocked queues wait on two signals; a sleep on one is bounded so the other is seen. */
-  if (!engine_ready(e)) hcq__futex_wait(word, seq, nblocked == 2 ? UINT64_C(1000000) : 0);
+  if (!engine_ready(e)) {
+    give_queues(e);
+    hcq__futex_wait(word, seq, nblocked == 2 ? UINT64_C(1000000) : 0);
+  }
   atomic_store_explicit(&e->sleep_word, NULL, memory_order_seq_cst);
   if (nblocked) hcq__park_end(&park);
 }
@@ -552,11 +596,62 @@ static void wake_engine(cpu_engine_t *e) {
   hcq__futex_wake(word);
 }
 
+/* A host thread waiting for a signal these queues will set (internal.h, host_run). It runs them on
+ * its own thread, kernels included, with the engine's fault context; not under isolation, whose
+ * recovery needs the engine's own stack. */
+static int cpu_host_run(hcq_device_t *dev, int step) {
+  cpu_engine_t *e = engine_of(dev);
+  if (step == HCQ__HOST_BEGIN) {
+    atomic_fetch_add_explicit(&e->helpers, 1, memory_order_seq_cst);
+    return 0;
+  }
+  if (step == HCQ__HOST_END) {
+    atomic_fetch_sub_explicit(&e->helpers, 1, memory_order_seq_cst);
+    /* Work left behind (the wait was for an earlier signal) goes back to the engine at once. */
+    if (take_queues(e, OWN_HOST)) {
+      bool left = engine_ready(e);
+      give_queues(e);
+      if (left && atomic_load_explicit(&e->deferring, memory_order_seq_cst)) {
+        atomic_fetch_add_explicit(&e->defer_word, 1, memory_order_seq_cst);
+        hcq__futex_wake(&e->defer_word);
+      }
+    }
+    return 0;
+  }
+  if (dev->isolate || hcq__device_is_lost(dev) || atomic_load_explicit(&e->stop, memory_order_acquire) ||
+      !take_queues(e, OWN_HOST))
+    return 0;
+  hcq__cpu_fault_ctx_t *outer = hcq__cpu_fault_ctx;
+  hcq__cpu_fault_ctx = &e->fault;
+  /* Progress inside one entry (a bound graph's CALL is one) counts too: the caller's patience
+   * restarts whenever a command ran. */
+  const uint32_t *w0 = e->q[0].w, *w1 = e->q[1].w;
+  uint64_t p0 = e->q[0].pos, p1 = e->q[1].pos;
+  bool entries = true; /* as the engine loops: again while an entry ends */
+  while (entries && !hcq__device_is_lost(dev)) {
+    entries = run_queue(e, &e->q[HCQ_QUEUE_COMPUTE]);
+    entries |= run_queue(e, &e->q[HCQ_QUEUE_COPY]);
+  }
+  bool moved = e->q[0].w != w0 || e->q[1].w != w1 || e->q[0].pos != p0 || e->q[1].pos != p1;
+  bool idle = true;
+  for (int k = 0; k < 2; k++)
+    idle &= !e->q[k].w && e->q[k].pos == atomic_load_explicit(&e->q[k].head, memory_order_acquire);
+  e->running = NULL;
+  hcq__cpu_fault_ctx = outer;
+  give_queues(e);
+  return moved ? 1 : idle ? -1 : 0;
+}
+
 static void *engine_main(void *arg) {
   cpu_engine_t *e = arg;
   hcq__cpu_fault_thread_init(e->altstack);
   hcq__cpu_fault_ctx = &e->fault;
   for (;;) {
+    /* The engine lets go of the queues only to sleep or to defer (wait_for_work). */
+    if (atomic_load_explicit(&e->owner, memory_order_relaxed) != OWN_ENGINE && !take_queues(e, OWN_ENGINE)) {
+      defer_to_hosts(e);
+      continue;
+    }
     if (hcq__device_is_lost(e->dev)) {
       drop_queue(&e->q[0]);
       drop_queue(&e->q[1]);
@@ -613,7 +708,6 @@ static hcq_status_t wait_for_space(hcq_device_t *dev, cpu_queue_t *q, hcq_queue_
 /* Ring words a submission takes: bound lists travel as one CALL. */
 static size_t ring_words(size_t nwords, bool bound) { return bound ? HCQ__LEN_CALL : nwords; }
 
-static cpu_engine_t *engine_of(hcq_device_t *dev) { return dev->backend; }
 
 static hcq_status_t cpu_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound) {
   cpu_queue_t *q = &engine_of(dev)->q[kind];
@@ -795,6 +889,8 @@ static bool cpu_stop(hcq_device_t *dev) {
     atomic_store(&e->stop, true);
     atomic_fetch_add(&e->doorbell, 1);
     hcq__futex_wake(&e->doorbell);
+    atomic_fetch_add(&e->defer_word, 1);
+    hcq__futex_wake(&e->defer_word);
     wake_engine(e);
     if (!hcq__join_by(e->thread, &e->exited, deadline)) abandoned = true;
     e->started = false;
@@ -833,6 +929,7 @@ static const hcq__device_vtable_t cpu_vtable = {
     .wait_idle = cpu_wait_idle,
     .snapshot = cpu_snapshot,
     .lost = cpu_lost,
+    .host_run = cpu_host_run,
     .program_compile = hcq__cpu_compile,
     .program_unload = hcq__cpu_unload,
 };

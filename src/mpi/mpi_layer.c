@@ -1104,6 +1104,10 @@ hcq_status_t hcq_mpi_init(MPI_Comm comm) {
   /* Engines make MPI calls beside the communication thread only under MPI_THREAD_MULTIPLE. */
   hooks.engine_copies = engine && level >= MPI_THREAD_MULTIPLE;
   hooks.copy_spin_ns = G.spin_ns;
+  const char *host_runs = getenv("HCQ_MPI_HOST_RUNS");
+  if (host_runs && *host_runs && strcmp(host_runs, "0") && strcmp(host_runs, "1"))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_init: HCQ_MPI_HOST_RUNS=%s is neither 0 nor 1", host_runs);
+  hooks.host_runs = hooks.engine_copies && !(host_runs && !strcmp(host_runs, "0"));
   if (MPI_Comm_dup(comm, &G.data) != MPI_SUCCESS || MPI_Comm_dup(comm, &G.ctrl) != MPI_SUCCESS)
     return hcq_status_make(HCQ_UNAVAILABLE, "hcq_mpi_init: MPI_Comm_dup failed");
   MPI_Comm_set_errhandler(G.data, MPI_ERRORS_RETURN);

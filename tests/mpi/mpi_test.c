@@ -11,6 +11,7 @@
  *   mpi_test kill       rank 1 dies before the replay: rank 0 fails (no hang) naming rank 1
  * Prints "mpi_test SCENARIO: ok" on rank 0 and exits 0 on success. */
 #include <signal.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -498,6 +499,71 @@ static void scenario_layout(void) {
   OK(hcq_device_close(d));
 }
 
+/* Who runs a rank's queues while its host waits (docs/mpi.md): rank 1 sends 4 bytes to rank 0 after a
+ * nap, rank 0's kernel then reads them. Rank 0's host, waiting for the replay, runs that kernel on its
+ * own thread (the runner gives it a long HCQ_SPIN_NS, the window in which a waiting host runs the
+ * work), unless HCQ_MPI_HOST_RUNS=0, when the engine thread always does. Results are right either way. */
+static pthread_t g_host;
+static _Atomic int g_on_host, g_runs;
+static void k_add_one(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {
+  (void)vals, (void)l;
+  int32_t *x = bufs[0];
+  x[1] = x[0] + 1;
+  g_on_host += pthread_equal(pthread_self(), g_host) != 0;
+  g_runs++;
+}
+
+static void scenario_hostruns(void) {
+  const char *env = getenv("HCQ_MPI_HOST_RUNS");
+  bool engines_only = env && !strcmp(env, "0");
+  g_host = pthread_self();
+  hcq_device_t *d0, *d1;
+  OK(hcq_device_open("0/CPU:0", &d0));
+  OK(hcq_device_open("1/CPU:0", &d1));
+  hcq_buffer_t *x0, *x1;
+  OK(hcq_buffer_create(d0, 8, &x0));
+  OK(hcq_buffer_create(d1, 4, &x1));
+  hcq_program_t *p;
+  OK(hcq_program_create_fn(d0, "add_one", k_add_one, &p));
+  static const uint32_t out0[] = {0};
+  hcq_exec_item_t items[2] = {{.kind = HCQ_ITEM_TRANSFER, .transfer = {x0, x1, 4}}};
+  items[1].kind = HCQ_ITEM_KERNEL;
+  items[1].kernel.program = p;
+  items[1].kernel.bufs = &x0;
+  items[1].kernel.nbufs = 1;
+  items[1].kernel.outs = out0;
+  items[1].kernel.nouts = 1;
+  for (int j = 0; j < 3; j++) items[1].kernel.global[j] = items[1].kernel.local[j] = hcq_imm(1);
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(items, 2, NULL, 0, NULL, 0, NULL, &g));
+  enum { REPLAYS = 20 };
+  for (int32_t i = 0; i < REPLAYS; i++) {
+    if (rank == 1) {
+      OK(hcq_buffer_copyin(x1, 0, &i, 4));
+      nanosleep(&(struct timespec){0, 1000000L}, NULL); /* rank 0 is waiting by now */
+    }
+    OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+    if (rank == 0) {
+      int32_t got[2];
+      OK(hcq_buffer_copyout(x0, 0, got, 8));
+      EXPECT(got[0] == i && got[1] == i + 1);
+    }
+    OK(hcq_mpi_barrier());
+  }
+  if (rank == 0) {
+    EXPECT(g_runs == REPLAYS);
+    if (engines_only) EXPECT(g_on_host == 0);
+    else EXPECT(g_on_host > 0);
+    printf("mpi_test hostruns: %d of %d kernel runs on the waiting host thread\n", (int)g_on_host, REPLAYS);
+  }
+  OK(hcq_graph_destroy(g));
+  hcq_program_release(p);
+  hcq_buffer_release(x0);
+  hcq_buffer_release(x1);
+  OK(hcq_device_close(d0));
+  OK(hcq_device_close(d1));
+}
+
 /* After replays, with nothing in flight, the communication thread sleeps: the process uses almost no
  * CPU over 300 ms (its bounded spin, HCQ_MPI_SPIN_NS, is for requests in flight only). */
 static void scenario_idle(void) {
@@ -542,14 +608,14 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc != 2 || size > MAXR) {
-    if (rank == 0) fprintf(stderr, "usage: mpirun -np N (N <= %d) mpi_test eager|graph|mismatch|hang|kill|idle|layout|badspin|badcopies\n", MAXR);
+    if (rank == 0) fprintf(stderr, "usage: mpirun -np N (N <= %d) mpi_test eager|graph|mismatch|hang|kill|idle|layout|hostruns|badspin|badcopies|badhostruns\n", MAXR);
     MPI_Finalize();
     return 2;
   }
   const char *s = argv[1];
-  if (!strcmp(s, "badspin") || !strcmp(s, "badcopies")) {
-    /* The runner sets HCQ_MPI_SPIN_NS (HCQ_MPI_COPIES) to something it does not take. */
-    const char *var = !strcmp(s, "badspin") ? "HCQ_MPI_SPIN_NS" : "HCQ_MPI_COPIES";
+  if (!strcmp(s, "badspin") || !strcmp(s, "badcopies") || !strcmp(s, "badhostruns")) {
+    /* The runner sets HCQ_MPI_SPIN_NS (HCQ_MPI_COPIES, HCQ_MPI_HOST_RUNS) to something it does not take. */
+    const char *var = !strcmp(s, "badspin") ? "HCQ_MPI_SPIN_NS" : !strcmp(s, "badcopies") ? "HCQ_MPI_COPIES" : "HCQ_MPI_HOST_RUNS";
     hcq_status_t st = hcq_mpi_init(MPI_COMM_WORLD);
     EXPECT(st && hcq_status_code(st) == HCQ_INVALID_ARGUMENT && strstr(hcq_status_message(st), var));
     EXPECT(!hcq_mpi_running());
@@ -568,6 +634,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "kill")) scenario_fault(true);
   else if (!strcmp(s, "idle")) scenario_idle();
   else if (!strcmp(s, "layout")) scenario_layout();
+  else if (!strcmp(s, "hostruns")) scenario_hostruns();
   else die(__LINE__, "unknown scenario", NULL);
   OK(hcq_mpi_barrier());
   if (rank == 0 && strcmp(s, "hang")) printf("mpi_test %s: ok\n", s);
