@@ -30,6 +30,17 @@ static bool parse_kind(const char *name, hcq_device_kind_t *kind) {
   return false;
 }
 
+/* Mesa's lavapipe runs each dispatch on its thread pool (LP_NUM_THREADS, default one thread per core)
+ * or, with LP_NUM_THREADS=0, on its queue thread: a setting of the driver, so its rows get sections
+ * of their own. */
+static const char *driver_setting(void) {
+  const char *lp = getenv("LP_NUM_THREADS");
+  static char buf[64];
+  if (!lp || !*lp) return "";
+  snprintf(buf, sizeof(buf), " (lavapipe LP_NUM_THREADS=%s)", lp);
+  return buf;
+}
+
 int main(int argc, char **argv) {
   int steps = argc > 1 ? atoi(argv[1]) : 256, reps = argc > 2 ? atoi(argv[2]) : 5;
   hcq_device_kind_t kind = HCQ_DEVICE_CPU;
@@ -67,8 +78,8 @@ int main(int argc, char **argv) {
     CHECK(llama2_decoder_time(dec, true, n, reps, &graph, graph_tokens));
     bool same = !memcmp(eager_tokens, graph_tokens, (size_t)n * 4);
     size_t kernels = llama2_decoder_kernels_per_step(dec);
-    char section[64], host_section[96], eager_name[48], note[160];
-    snprintf(section, sizeof(section), gpu ? "%s on %s" : "%s", shape_names[s], kname);
+    char section[128], host_section[160], eager_name[48], note[160];
+    snprintf(section, sizeof(section), gpu ? "%s on %s%s" : "%s", shape_names[s], kname, driver_setting());
     snprintf(eager_name, sizeof(eager_name), gpu ? "hcq eager on %s" : "hcq eager", kname);
     snprintf(note, sizeof(note), "%zu kernels/token, one captured step replayed (%d steps)%s", kernels, n,
              same ? "" : "; TOKENS DIFFER FROM EAGER");

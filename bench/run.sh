@@ -48,6 +48,10 @@ run() {
 run "hcq decoder" "decoder small" "decoder 15m" -- "$B/bench_decoder_hcq" 256 5
 # The same decoder on the GPU APIs present (lavapipe here: Vulkan on the CPU, so fewer steps).
 run "hcq decoder on VULKAN" "decoder small on VULKAN" -- "$B/bench_decoder_hcq" 64 3 VULKAN
+# lavapipe with dispatches on its queue thread, not its pool: each of a small step's dispatches
+# then costs ~2 us instead of ~50 us of hand-offs between the pool's threads on this 2-core machine.
+LP_NUM_THREADS=0 run "hcq decoder on VULKAN, lavapipe inline" "decoder small on VULKAN (lavapipe LP_NUM_THREADS=0)" -- \
+  "$B/bench_decoder_hcq" 64 3 VULKAN
 run "hcq decoder on CUDA" "decoder small on CUDA" -- "$B/bench_decoder_hcq" 256 5 CUDA
 # The baselines: the decoder as a user builds it for speed (-Ofast -march=native), one thread and
 # OpenMP; the plain reference (the tests' ground truth, -O2, one running sum per row) is an extra row.

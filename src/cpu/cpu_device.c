@@ -30,6 +30,10 @@
 #define CPU_MAX_WORK_ITEMS (UINT64_C(1) << 40)
 /* Allocations from this size on are mapped: untouched pages stay unbacked. */
 #define CPU_MMAP_THRESHOLD (UINT64_C(256) << 10)
+/* From this size on, allocations start on a 2 MiB boundary and ask for transparent huge pages: a
+ * kernel streaming a large buffer (a classifier's weights) then misses the TLB once per 2 MiB, not
+ * per 4 KiB, which on this project's machine is ~45% more bandwidth for one thread. */
+#define CPU_HUGE_BYTES (UINT64_C(2) << 20)
 /* How long a blocked engine spins while work is in flight before it sleeps: long enough for any
  * hand-off between cores, short next to a kernel worth sleeping through. */
 #define CPU_INFLIGHT_SPIN_NS (UINT64_C(200000))
@@ -800,10 +804,23 @@ static hcq_status_t cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t fla
   void *p;
   if (rounded >= CPU_MMAP_THRESHOLD) {
     /* Anonymous pages are zero and unbacked until touched; the kernel refuses what cannot fit. */
-    p = mmap(NULL, (size_t)rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    bool huge = rounded >= CPU_HUGE_BYTES;
+    size_t span = (size_t)rounded + (huge ? (size_t)CPU_HUGE_BYTES : 0);
+    p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
       return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory allocating %" PRIu64 " bytes (%s)", dev->name, size,
                              strerror(errno));
+    if (huge) {
+      /* Keep the 2 MiB-aligned stretch of the mapping, give back the rest. */
+      uintptr_t base = (uintptr_t)p, start = (base + CPU_HUGE_BYTES - 1) & ~(uintptr_t)(CPU_HUGE_BYTES - 1);
+      uintptr_t end = start + (((uintptr_t)rounded + 4095) & ~(uintptr_t)4095);
+      if (start > base) munmap(p, start - base);
+      if (base + span > end) munmap((void *)end, base + span - end);
+      p = (void *)start;
+#ifdef MADV_HUGEPAGE
+      madvise(p, (size_t)rounded, MADV_HUGEPAGE); /* advice only: without it the pages are small */
+#endif
+    }
     out->handle = (void *)(uintptr_t)rounded;
   } else {
     p = aligned_alloc(64, (size_t)rounded);
