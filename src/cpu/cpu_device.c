@@ -28,12 +28,6 @@
 #define RING_WORDS (UINT64_C(1) << 18)
 /* Work-items (groups x group size) one launch may have: more would keep a device busy for days. */
 #define CPU_MAX_WORK_ITEMS (UINT64_C(1) << 40)
-/* Allocations from this size on are mapped: untouched pages stay unbacked. */
-#define CPU_MMAP_THRESHOLD (UINT64_C(256) << 10)
-/* From this size on, allocations start on a 2 MiB boundary and ask for transparent huge pages: a
- * kernel streaming a large buffer (a classifier's weights) then misses the TLB once per 2 MiB, not
- * per 4 KiB, which on this project's machine is ~45% more bandwidth for one thread. */
-#define CPU_HUGE_BYTES (UINT64_C(2) << 20)
 /* How long a blocked engine spins while work is in flight before it sleeps: long enough for any
  * hand-off between cores, short next to a kernel worth sleeping through. */
 #define CPU_INFLIGHT_SPIN_NS (UINT64_C(200000))
@@ -794,55 +788,6 @@ static void cpu_lost(hcq_device_t *dev) {
   hcq__futex_wake(&e->pool.done_seq);
 }
 
-/* ---- memory ---- */
-
-static hcq_status_t cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out) {
-  (void)flags; /* all CPU memory is host memory */
-  uint64_t rounded = (size + 63) & ~UINT64_C(63);
-  if (rounded < size || rounded > (UINT64_C(1) << 46))
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot allocate %" PRIu64 " bytes", dev->name, size);
-  void *p;
-  if (rounded >= CPU_MMAP_THRESHOLD) {
-    /* Anonymous pages are zero and unbacked until touched; the kernel refuses what cannot fit. */
-    bool huge = rounded >= CPU_HUGE_BYTES;
-    size_t span = (size_t)rounded + (huge ? (size_t)CPU_HUGE_BYTES : 0);
-    p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-      return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory allocating %" PRIu64 " bytes (%s)", dev->name, size,
-                             strerror(errno));
-    if (huge) {
-      /* Keep the 2 MiB-aligned stretch of the mapping, give back the rest. */
-      uintptr_t base = (uintptr_t)p, start = (base + CPU_HUGE_BYTES - 1) & ~(uintptr_t)(CPU_HUGE_BYTES - 1);
-      uintptr_t end = start + (((uintptr_t)rounded + 4095) & ~(uintptr_t)4095);
-      if (start > base) munmap(p, start - base);
-      if (base + span > end) munmap((void *)end, base + span - end);
-      p = (void *)start;
-#ifdef MADV_HUGEPAGE
-      madvise(p, (size_t)rounded, MADV_HUGEPAGE); /* advice only: without it the pages are small */
-#endif
-    }
-    out->handle = (void *)(uintptr_t)rounded;
-  } else {
-    p = aligned_alloc(64, (size_t)rounded);
-    if (!p) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory allocating %" PRIu64 " bytes", dev->name, size);
-    memset(p, 0, (size_t)rounded);
-    out->handle = NULL;
-  }
-  out->host = p;
-  out->addr = (uint64_t)(uintptr_t)p;
-  out->size = size;
-  return NULL;
-}
-
-static void cpu_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
-  (void)dev;
-  if (mem->handle)
-    munmap(mem->host, (size_t)(uintptr_t)mem->handle);
-  else
-    free(mem->host);
-  mem->host = NULL;
-}
-
 /* ---- threads and their placement ---- */
 
 /* "hcq3.e" (engine of CPU:3), "hcq3.h1" (its second helper): visible in top, gdb and /proc. */
@@ -937,8 +882,8 @@ static void cpu_destroy(hcq_device_t *dev) {
 static const hcq__device_vtable_t cpu_vtable = {
     .destroy = cpu_destroy,
     .stop = cpu_stop,
-    .mem_alloc = cpu_mem_alloc,
-    .mem_free = cpu_mem_free,
+    .mem_alloc = hcq__cpu_mem_alloc,
+    .mem_free = hcq__cpu_mem_free,
     .reserve = cpu_reserve,
     .submit = cpu_submit,
     .submitted = cpu_submitted,
