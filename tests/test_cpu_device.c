@@ -1,4 +1,5 @@
 /* The CPU device: names, independence, work-group spreading, the timeline and its wrap. */
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -215,4 +216,47 @@ Test(cpu_device, many_devices_open_and_close) {
     }
     for (int i = 0; i < 8; i++) test_close(devs[i]);
   }
+}
+
+/* CPU memory (src/cpu/cpu_memory.c): buffers of every size class (heap, huge-page arena, mapping of
+ * their own) are zero, 64-byte aligned and disjoint, also when allocated after others were written
+ * and freed in any order; large ones start on a 2 MiB boundary. */
+Test(cpu_device, buffers_of_every_size_are_zero_aligned_and_disjoint) {
+  hcq_device_t *d;
+  OK(hcq_device_open("CPU:0", &d));
+  static const uint64_t sizes[] = {4, 1000, 300 << 10, 700 << 10, (2 << 20) - 64, 1 << 20, 3 << 20, 9 << 20, 512 << 10};
+  enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+  for (int round = 0; round < 3; round++) {
+    hcq_buffer_t *b[N];
+    for (int i = 0; i < N; i++) {
+      OK(hcq_buffer_create(d, sizes[i], &b[i]));
+      uint64_t a = hcq_buffer_address(b[i]);
+      cr_assert_eq(a % 64, 0, "buffer of %" PRIu64 " bytes at %#" PRIx64, sizes[i], a);
+      if (sizes[i] >= (2 << 20)) cr_assert_eq(a % (2 << 20), 0, "large buffer at %#" PRIx64, a);
+      unsigned char *host = malloc(sizes[i]);
+      OK(hcq_buffer_copyout(b[i], 0, host, sizes[i]));
+      for (uint64_t k = 0; k < sizes[i]; k++) cr_assert_eq(host[k], 0, "round %d, buffer %d, byte %" PRIu64, round, i, k);
+      memset(host, 0xa5 + i, sizes[i]);
+      OK(hcq_buffer_copyin(b[i], 0, host, sizes[i]));
+      free(host);
+    }
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < N; j++) {
+        uint64_t ai = hcq_buffer_address(b[i]), aj = hcq_buffer_address(b[j]);
+        if (i != j) cr_assert(ai + sizes[i] <= aj || aj + sizes[j] <= ai, "buffers %d and %d overlap", i, j);
+      }
+    /* Each buffer still holds its own bytes: no neighbour wrote over it. */
+    for (int i = 0; i < N; i++) {
+      unsigned char first, last;
+      OK(hcq_buffer_copyout(b[i], 0, &first, 1));
+      OK(hcq_buffer_copyout(b[i], sizes[i] - 1, &last, 1));
+      cr_assert(first == (unsigned char)(0xa5 + i) && last == first, "buffer %d", i);
+    }
+    /* Free in another order each round: arenas return when their last buffer goes. */
+    for (int i = 0; i < N; i++) {
+      int k = round == 0 ? i : round == 1 ? N - 1 - i : (2 * i + 1) % N; /* 2 is coprime with N = 9 */
+      hcq_buffer_release(b[k]);
+    }
+  }
+  OK(hcq_device_close(d));
 }
