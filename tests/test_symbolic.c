@@ -1,6 +1,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/expr.h"
 #include "core/symset.h"
 #include "test_util.h"
 
@@ -277,4 +278,47 @@ Test(symbolic, symset_dedupes_equal_symbols) {
   hcq_expr_release(a);
   hcq_expr_release(b);
   hcq_expr_release(n);
+}
+
+/* hcq__expr_bounds (core/expr.h), against every value: random expressions over two small-ranged
+ * variables evaluate, for every pair of values, inside the bounds given, and never fail where
+ * bounds are given; bounds are exact on the leaves, and a divisor whose range holds 0 gives none. */
+Test(symbolic, bounds_hold_for_every_value_in_the_ranges) {
+  srand(99);
+  hcq_expr_t *x = var("x", -20, 30), *y = var("y", -6, 9);
+  const hcq_expr_op_t ops[] = {HCQ_EXPR_ADD, HCQ_EXPR_SUB, HCQ_EXPR_MUL, HCQ_EXPR_FLOORDIV,
+                               HCQ_EXPR_MOD, HCQ_EXPR_MIN, HCQ_EXPR_MAX};
+  int with_bounds = 0;
+  for (int i = 0; i < 400; i++) {
+    /* ((x o1 k1) o2 (y o3 k2)) o4 k3: constants of either sign, y's side may cross 0 */
+    hcq_expr_t *c1 = hcq_expr_const(rand() % 15 - 7), *c2 = hcq_expr_const(rand() % 15 - 7), *c3 = hcq_expr_const(rand() % 9 + 1);
+    hcq_expr_t *a = hcq_expr_binary(ops[rand() % 7], x, c1), *b = hcq_expr_binary(ops[rand() % 7], y, c2);
+    hcq_expr_t *t = a && b ? hcq_expr_binary(ops[rand() % 7], a, b) : NULL;
+    hcq_expr_t *e = t ? hcq_expr_binary(ops[rand() % 7], t, c3) : NULL;
+    int64_t lo = 0, hi = 0;
+    bool known = e && hcq__expr_bounds(e, &lo, &hi);
+    with_bounds += known;
+    for (int64_t xv = -20; known && xv <= 30; xv++)
+      for (int64_t yv = -6; yv <= 9; yv++) {
+        hcq_var_value_t vals[] = {{x, xv}, {y, yv}};
+        int64_t v = 0;
+        hcq_status_t st = hcq_expr_eval(e, vals, 2, &v);
+        char text[256];
+        hcq_expr_format(e, text, sizeof(text));
+        cr_assert_null(st, "%s at x=%ld y=%ld: bounds given but it fails: %s", text, (long)xv, (long)yv, hcq_status_message(st));
+        cr_assert(v >= lo && v <= hi, "%s at x=%ld y=%ld is %ld, outside [%ld, %ld]", text, (long)xv, (long)yv, (long)v,
+                  (long)lo, (long)hi);
+      }
+    hcq_expr_t *all[] = {c1, c2, c3, a, b, t, e};
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) hcq_expr_release(all[k]);
+  }
+  cr_assert_gt(with_bounds, 100, "only %d of 400 expressions got bounds", with_bounds);
+  int64_t lo, hi;
+  cr_assert(hcq__expr_bounds(x, &lo, &hi) && lo == -20 && hi == 30);
+  hcq_expr_t *d = hcq_expr_binary(HCQ_EXPR_FLOORDIV, x, y), *m = hcq_expr_binary(HCQ_EXPR_MOD, x, y);
+  cr_assert(!hcq__expr_bounds(d, &lo, &hi) && !hcq__expr_bounds(m, &lo, &hi), "y may be 0");
+  hcq_expr_release(d);
+  hcq_expr_release(m);
+  hcq_expr_release(x);
+  hcq_expr_release(y);
 }

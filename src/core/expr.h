@@ -53,4 +53,8 @@ static inline hcq__arith_result_t hcq__arith(hcq_expr_op_t op, int64_t a, int64_
   }
 }
 
+/* Every value e can take while each variable stays in its [min, max] lies in [*lo, *hi]; false when
+ * that is not known (e might divide by zero or overflow somewhere in the ranges). */
+bool hcq__expr_bounds(const hcq_expr_t *e, int64_t *lo, int64_t *hi);
+
 #endif

@@ -291,6 +291,62 @@ hcq_status_t hcq_expr_eval(const hcq_expr_t *e, const hcq_var_value_t *vals, siz
   return NULL;
 }
 
+/* ---- bounds ---- */
+
+/* [lo, hi] of a op b over a in [alo, ahi], b in [blo, bhi], from the four corners; false when a
+ * corner fails (overflow, division by zero). Exact for + - * min max, and for // when b keeps one
+ * sign: a // b grows with a for any fixed b, and moves one way with b for any fixed a. */
+static bool corners(hcq_expr_op_t op, int64_t alo, int64_t ahi, int64_t blo, int64_t bhi, int64_t *lo, int64_t *hi) {
+  const int64_t as[2] = {alo, ahi}, bs[2] = {blo, bhi};
+  for (int i = 0; i < 4; i++) {
+    int64_t v;
+    if (hcq__arith(op, as[i / 2], bs[i % 2], &v) != HCQ__ARITH_OK) return false;
+    if (i == 0 || v < *lo) *lo = v;
+    if (i == 0 || v > *hi) *hi = v;
+  }
+  return true;
+}
+
+bool hcq__expr_bounds(const hcq_expr_t *e, int64_t *lo, int64_t *hi) {
+  switch (e->op) {
+    case HCQ_EXPR_CONST: *lo = *hi = e->u.value; return true;
+    case HCQ_EXPR_VAR: *lo = e->u.var.min, *hi = e->u.var.max; return true;
+    default: break;
+  }
+  int64_t alo, ahi, blo = 0, bhi = 0;
+  if (!hcq__expr_bounds(e->u.kids.a, &alo, &ahi)) return false;
+  if (e->op == HCQ_EXPR_NEG) {
+    if (alo == INT64_MIN) return false;
+    *lo = -ahi, *hi = -alo;
+    return true;
+  }
+  if (!hcq__expr_bounds(e->u.kids.b, &blo, &bhi)) return false;
+  switch (e->op) {
+    case HCQ_EXPR_ADD:
+    case HCQ_EXPR_MUL:
+    case HCQ_EXPR_MIN:
+    case HCQ_EXPR_MAX: return corners(e->op, alo, ahi, blo, bhi, lo, hi);
+    case HCQ_EXPR_SUB:
+      if (__builtin_sub_overflow(alo, bhi, lo) || __builtin_sub_overflow(ahi, blo, hi)) return false;
+      return true;
+    case HCQ_EXPR_FLOORDIV:
+      if (blo <= 0 && bhi >= 0) return false; /* the divisor may be 0 */
+      return corners(e->op, alo, ahi, blo, bhi, lo, hi);
+    case HCQ_EXPR_MOD:
+      if (blo <= 0 && bhi >= 0) return false;
+      if (blo > 0) {
+        /* Floor modulo by a positive divisor: in [0, b - 1], or a itself when a is in [0, blo). */
+        if (alo >= 0 && ahi < blo) *lo = alo, *hi = ahi;
+        else *lo = 0, *hi = bhi - 1;
+      } else {
+        if (ahi <= 0 && alo > bhi) *lo = alo, *hi = ahi;
+        else *lo = blo + 1, *hi = 0;
+      }
+      return true;
+    default: return false;
+  }
+}
+
 /* ---- parsing ---- */
 
 #define PARSE_MAX_DEPTH 128

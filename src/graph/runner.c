@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/expr.h"
+
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
 
 hcq_device_t *hcq__item_device(const hcq_exec_item_t *it) {
@@ -107,6 +109,21 @@ static bool kernel_dims_symbolic(const hcq_kernel_item_t *k) {
     if ((k->global[i].sym && !hcq_expr_is_const(k->global[i].sym)) || (k->local[i].sym && !hcq_expr_is_const(k->local[i].sym)))
       return true;
   return false;
+}
+
+/* Every value the variables may take makes a valid launch: no dim can be negative, fail to evaluate,
+ * exceed 32 bits or take the launch past the device's work-item limit (the largest values make the
+ * largest launch). Such an item needs no check per replay. */
+static bool kernel_dims_always_ok(const hcq_kernel_item_t *k) {
+  uint64_t g[3], l[3];
+  for (int i = 0; i < 3; i++) {
+    int64_t glo = k->global[i].value, ghi = glo, llo = k->local[i].value, lhi = llo;
+    if (k->global[i].sym && !hcq__expr_bounds(k->global[i].sym, &glo, &ghi)) return false;
+    if (k->local[i].sym && !hcq__expr_bounds(k->local[i].sym, &llo, &lhi)) return false;
+    if (glo < 0 || llo < 0) return false;
+    g[i] = (uint64_t)ghi, l[i] = (uint64_t)lhi;
+  }
+  return hcq__dims_ok(k->program->dev, g, l);
 }
 
 /* Quick form of the check below, with no message: every dim evaluates and the launch is valid. */
@@ -497,7 +514,7 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   if (!st) st = collect_aliasing(r);
   for (uint32_t j = 0; j < r->nitems && !st; j++)
     if (r->items[j].kind == HCQ_ITEM_KERNEL && kernel_dims_symbolic(&r->items[j].kernel) &&
-        !hcq__vec_push(&r->symdim_items, j))
+        !kernel_dims_always_ok(&r->items[j].kernel) && !hcq__vec_push(&r->symdim_items, j))
       st = oom();
   if (!st) {
     r->eval_vals = calloc(r->vars.len + 1, sizeof(*r->eval_vals));
