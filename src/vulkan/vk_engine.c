@@ -109,6 +109,8 @@ typedef struct vk_engine {
   bool stop, engine_exited, completer_exited;
   bool engine_sleeping; /* under lock: the engine waits on wake (a submit must signal it) */
   bool engine_idle_wake; /* under lock: the completion thread woke it when its work retired */
+  bool wake_at_retire;   /* under lock: a submit found it asleep with work still to retire, and left
+                            the wake-up to that retire (the host saves the call) */
   pending_t *fifo;
   uint64_t fifo_head, fifo_tail;
   VkCommandBuffer *free_cbs;
@@ -1068,8 +1070,9 @@ static void apply(vk_engine_t *e, const pending_t *p) {
       /* An engine that slept through its work (a CPU device) spins HCQ_SPIN_NS once the device is
        * idle, as one that waited awake does: a host that waited for the device and submits at once
        * then pays no wake-up call, nor the driver's threads preempting it from that call. */
-      if (e->engine_sleeping && p->u.tail == atomic_load(&e->head)) {
+      if (e->engine_sleeping && (p->u.tail == atomic_load(&e->head) || e->wake_at_retire)) {
         e->engine_idle_wake = true;
+        e->wake_at_retire = false;
         pthread_cond_signal(&e->wake);
       }
       pthread_mutex_unlock(&e->lock);
@@ -1148,7 +1151,7 @@ hcq_status_t hcq__vk_engine_submit(vk_engine_t *e, const uint32_t *words, size_t
     words = call;
     nwords = HCQ__LEN_CALL;
   }
-  uint64_t head = atomic_load(&e->head), pos = head & (RING_WORDS - 1);
+  uint64_t before = atomic_load(&e->head), head = before, pos = head & (RING_WORDS - 1);
   if (pos + nwords > RING_WORDS) {
     e->ring[pos] = HCQ__HDR(JUMP);
     head += RING_WORDS - pos;
@@ -1156,7 +1159,15 @@ hcq_status_t hcq__vk_engine_submit(vk_engine_t *e, const uint32_t *words, size_t
   memcpy(e->ring + (head & (RING_WORDS - 1)), words, nwords * sizeof(uint32_t));
   pthread_mutex_lock(&e->lock);
   atomic_store(&e->head, head + nwords);
-  if (e->engine_sleeping) pthread_cond_signal(&e->wake);
+  if (e->engine_sleeping) {
+    /* Asleep with work not yet retired (a host that saw the device's last signal and submits at
+     * once, before the completion thread retired that work): the retire wakes it, the host does
+     * not pay the call. The engine sleeps only once it has run all it had, so that retire is queued. */
+    if (atomic_load(&e->tail) < before)
+      e->wake_at_retire = true;
+    else
+      pthread_cond_signal(&e->wake);
+  }
   pthread_mutex_unlock(&e->lock);
   return NULL;
 }
