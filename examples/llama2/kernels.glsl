@@ -51,60 +51,97 @@ float neg_inf() { return uintBitsToFloat(0xff800000u); }
 
 // Floats [f, f + 8) of the row at float index `row` of buffer p (rows of n floats, wd = WIDTH(n),
 // a compile-time constant once inlined), the ones at or past the row's end n read as 0. f is a
-// multiple of 8 below n, so the first load of each width is always inside the row.
+// multiple of 8 below n, so the first load of each width is always inside the row. Loads past the
+// row's end read its first piece again and are dropped by a select, not skipped by a branch: on
+// lavapipe, a load under a branch tests each lane's mask (README.md).
 void ld8(uint64_t p, uint row, uint f, uint n, uint wd, out vec4 a, out vec4 b) {
   uint at = row + f;
   if (wd == 8u) {
     u64vec4 u = u64x4s(p).v[at / 8u];
     a = f4(u.x, u.y), b = f4(u.z, u.w);
   } else if (wd == 4u) {
-    u64vec2 u = u64x2s(p).v[at / 4u];
-    a = f4(u.x, u.y), b = vec4(0.0);
-    if (f + 4u < n) {
-      u = u64x2s(p).v[at / 4u + 1u];
-      b = f4(u.x, u.y);
-    }
+    bool two = f + 4u < n;
+    u64vec2 u = u64x2s(p).v[at / 4u], w = u64x2s(p).v[two ? at / 4u + 1u : at / 4u];
+    a = f4(u.x, u.y), b = two ? f4(w.x, w.y) : vec4(0.0);
   } else if (wd == 2u) {
     u64s q = u64s(p);
-    vec2 c0 = f2(q.v[at / 2u]), c1 = vec2(0.0), c2 = vec2(0.0), c3 = vec2(0.0);
-    if (f + 2u < n) c1 = f2(q.v[at / 2u + 1u]);
-    if (f + 4u < n) c2 = f2(q.v[at / 2u + 2u]);
-    if (f + 6u < n) c3 = f2(q.v[at / 2u + 3u]);
-    a = vec4(c0, c1), b = vec4(c2, c3);
+    uint i = at / 2u;
+    vec2 c[4];
+    for (uint j = 0u; j < 4u; j++) {
+      bool in_row = f + 2u * j < n;
+      vec2 v = f2(q.v[in_row ? i + j : i]);
+      c[j] = in_row ? v : vec2(0.0);
+    }
+    a = vec4(c[0], c[1]), b = vec4(c[2], c[3]);
   } else {
     f32s q = f32s(p);
     float e[8];
-    for (uint j = 0u; j < 8u; j++) e[j] = f + j < n ? q.v[at + j] : 0.0;
+    for (uint j = 0u; j < 8u; j++) {
+      bool in_row = f + j < n;
+      float v = q.v[in_row ? at + j : at];
+      e[j] = in_row ? v : 0.0;
+    }
     a = vec4(e[0], e[1], e[2], e[3]), b = vec4(e[4], e[5], e[6], e[7]);
   }
 }
 
-// Pieces of a row of n floats per lane (the last partly empty when n % 64 != 0).
+// Pieces of a row of n floats per lane (the last partly empty when n % 64 != 0). Piece k of lane
+// l starts at float 64 k + 8 l; a lane past the row's end reads the row's last piece (LAST) and
+// drops it.
 #define PIECES(n) (((n) + 63) / 64)
+#define LAST(n) (uint(((n) - 1) / 8) * 8u)
 
-#if defined(KERNEL_llama_qkv) || defined(KERNEL_llama_ffn_up) || defined(KERNEL_llama_classify)
-// 1 / rms of x (DIM floats): each lane's pieces, then subgroupAdd.
-float rms_inv(uint64_t x) {
-  float ss = 0.0;
+// ---- the matrix-vector products ----
+// A group holds ROWS (CLS_ROWS) consecutive rows, done in rounds of 8: each lane reads its pieces
+// of the 8 rows one row after the other (rows outer, pieces inner: the group's weights are read
+// front to back, which the CPU's prefetcher streams: pieces outer made the 15m classifier 1.5x
+// slower), against the input's pieces held in registers (xa, xb). Round j's rows are stored by
+// lane l as row 8 j + l. The rounds loop is not unrolled (code size: a round is 8 rows x pieces
+// x 4 loops over the lanes).
+#if defined(KERNEL_llama_qkv) || defined(KERNEL_llama_ffn_up) || defined(KERNEL_llama_classify) || defined(KERNEL_llama_wo)
+#define N_IN DIM
+#elif defined(KERNEL_llama_ffn_down)
+#define N_IN HIDDEN
+#endif
+#ifdef N_IN
+#define NP PIECES(N_IN)
+vec4 xa[NP], xb[NP];
+uint xf[NP];   // where the lane's piece k starts (LAST(N_IN) when past the end)
+bool xok[NP];  // whether it is inside the row
+// The lane's pieces of the input (N_IN floats at p).
+void load_input(uint64_t p) {
   uint l = gl_LocalInvocationID.x;
-  for (uint k = 0u; k < uint(PIECES(DIM)); k++) {
+  for (uint k = 0u; k < uint(NP); k++) {
     uint f = 64u * k + 8u * l;
-    if (f < uint(DIM)) {
-      vec4 a, b;
-      ld8(x, 0u, f, uint(DIM), WIDTH(DIM), a, b);
-      ss += dot(a, a) + dot(b, b);
-    }
+    xok[k] = f < uint(N_IN);
+    xf[k] = xok[k] ? f : LAST(N_IN);
+    ld8(p, 0u, xf[k], uint(N_IN), WIDTH(N_IN), xa[k], xb[k]);
+    xa[k] = xok[k] ? xa[k] : vec4(0.0), xb[k] = xok[k] ? xb[k] : vec4(0.0);
   }
-  return 1.0 / sqrt(subgroupAdd(ss) / float(DIM) + 1e-5);
 }
-// The lane's piece at f of the normalised input, w * (inv * x) as in kernels.c.
-void norm8(uint64_t x, uint64_t w, float inv, uint f, out vec4 a, out vec4 b) {
-  vec4 wa, wb;
-  ld8(x, 0u, f, uint(DIM), WIDTH(DIM), a, b);
-  ld8(w, 0u, f, uint(DIM), WIDTH(DIM), wa, wb);
-  a = wa * (inv * a), b = wb * (inv * b);
+// RMS norm of the input in place (eps 1e-5), scaled by w: w * (inv * x) as in kernels.c.
+void norm_input(uint64_t w) {
+  float ss = 0.0;
+  for (uint k = 0u; k < uint(NP); k++) ss += dot(xa[k], xa[k]) + dot(xb[k], xb[k]);
+  float inv = 1.0 / sqrt(subgroupAdd(ss) / float(N_IN) + 1e-5);
+  for (uint k = 0u; k < uint(NP); k++) {
+    vec4 wa, wb;
+    ld8(w, 0u, xf[k], uint(N_IN), WIDTH(N_IN), wa, wb);
+    xa[k] = wa * (inv * xa[k]), xb[k] = wb * (inv * xb[k]);
+  }
+}
+// The lane's part of w[row] . input, row the float index where the row starts.
+float row_part(uint64_t w, uint row) {
+  float s = 0.0;
+  for (uint k = 0u; k < uint(NP); k++) {
+    vec4 wa, wb;
+    ld8(w, row, xf[k], uint(N_IN), WIDTH(N_IN), wa, wb);
+    s += xok[k] ? dot(wa, xa[k]) + dot(wb, xb[k]) : 0.0;
+  }
+  return s;
 }
 #endif
+
 
 #ifdef KERNEL_llama_embed
 // One group: lane l copies the float pairs l, l + 8, ... of the row (DIM is even).
@@ -119,56 +156,47 @@ void main() {
 #endif
 
 #ifdef KERNEL_llama_qkv
-// Rows 0..DIM-1 are q, then KV_DIM of k, then KV_DIM of v (as in kernels.c); a group's ROWS rows
-// start at a multiple of 8, so rotary pairs (even rows of q and k) never straddle two groups.
+// Rows 0..DIM-1 are q, then KV_DIM of k, then KV_DIM of v (as in kernels.c); rounds start at
+// multiples of 8 rows, so rotary pairs (even rows of q and k) stay in one round.
 #define TOTAL (DIM + 2 * KV_DIM)
+// The lane's part of row g of the three.
+float qkv_part(uint64_t wq, uint64_t wk, uint64_t wv, uint g) {
+  uint64_t w = g < uint(DIM) ? wq : g < uint(DIM + KV_DIM) ? wk : wv;
+  uint i = g < uint(DIM) ? g : g < uint(DIM + KV_DIM) ? g - uint(DIM) : g - uint(DIM + KV_DIM);
+  return row_part(w, i * uint(DIM));
+}
 void main() {
   f32s q = f32s(hcq_buf(0)), kc = f32s(hcq_buf(1)), vc = f32s(hcq_buf(2));
-  uint64_t x = hcq_buf(3), rms = hcq_buf(4), wq = hcq_buf(5), wk = hcq_buf(6), wv = hcq_buf(7);
+  uint64_t wq = hcq_buf(5), wk = hcq_buf(6), wv = hcq_buf(7);
   u64s rot = u64s(hcq_buf(8));
   uint pos = uint(hcq_val(0)), l = gl_LocalInvocationID.x, r0 = gl_WorkGroupID.x * uint(ROWS);
-  float inv = rms_inv(x), acc[ROWS];
-  for (uint r = 0u; r < uint(ROWS); r++) acc[r] = 0.0;
-  for (uint k = 0u; k < uint(PIECES(DIM)); k++) {
-    uint f = 64u * k + 8u * l;
-    if (f >= uint(DIM)) continue;
-    vec4 xa, xb;
-    norm8(x, rms, inv, f, xa, xb);
-    for (uint r = 0u; r < uint(ROWS); r++) {
-      uint g = r0 + r;
-      if (g >= uint(TOTAL)) break;
-      uint64_t w = g < uint(DIM) ? wq : g < uint(DIM + KV_DIM) ? wk : wv;
-      uint i = g < uint(DIM) ? g : g < uint(DIM + KV_DIM) ? g - uint(DIM) : g - uint(DIM + KV_DIM);
-      vec4 wa, wb;
-      ld8(w, i * uint(DIM), f, uint(DIM), WIDTH(DIM), wa, wb);
-      acc[r] += dot(wa, xa) + dot(wb, xb);
-    }
-  }
-  // Pairs of rows: both sums (uniform across the lanes), rotated when q or k; lane l keeps rows
-  // l, l + 8, ...
-  float mine[ROWS / 8];
-  for (uint p = 0u; p < uint(ROWS / 2); p++) {
-    uint g = r0 + 2u * p;
-    if (g >= uint(TOTAL)) break;
-    float a = subgroupAdd(acc[2u * p]), b = subgroupAdd(acc[2u * p + 1u]);
-    if (g < uint(DIM + KV_DIM)) {
+  load_input(hcq_buf(3));
+  norm_input(hcq_buf(4));
+  for (uint j = 0u; j < uint(ROWS / 8); j++) {
+    uint rb = r0 + 8u * j;
+    // Pairs of rows: both sums (uniform across the lanes), rotated when q or k; lane l keeps row
+    // l. (Sums go straight to subgroupAdd: an array of the round's 8 partial sums made the kernel
+    // twice as slow on lavapipe.)
+    float mine = 0.0;
+    for (uint p = 0u; p < 4u; p++) {
+      uint g = rb + 2u * p, g1 = min(g + 1u, uint(TOTAL - 1)); // past the end: not stored
+      g = min(g, uint(TOTAL - 1));
+      float a = subgroupAdd(qkv_part(wq, wk, wv, g)), b = subgroupAdd(qkv_part(wq, wk, wv, g1));
       uint i = g < uint(DIM) ? g : g - uint(DIM);
       vec2 cs = f2(rot.v[(pos * uint(HEAD_SIZE) + i % uint(HEAD_SIZE)) / 2u]);
-      float a0 = a, b0 = b;
-      a = a0 * cs.x - b0 * cs.y;
-      b = a0 * cs.y + b0 * cs.x;
+      bool rotate = g < uint(DIM + KV_DIM); // q and k rows
+      float ra = a * cs.x - b * cs.y, rb2 = a * cs.y + b * cs.x;
+      a = rotate ? ra : a, b = rotate ? rb2 : b;
+      mine = l == 2u * p ? a : l == 2u * p + 1u ? b : mine;
     }
-    if (l == (2u * p) % 8u) mine[p / 4u] = a;
-    if (l == (2u * p + 1u) % 8u) mine[p / 4u] = b;
-  }
-  for (uint j = 0u; j < uint(ROWS / 8); j++) {
-    uint g = r0 + l + 8u * j;
-    if (g < uint(DIM)) q.v[g] = mine[j];
-    else if (g < uint(DIM + KV_DIM)) kc.v[pos * uint(KV_DIM) + g - uint(DIM)] = mine[j];
-    else if (g < uint(TOTAL)) vc.v[pos * uint(KV_DIM) + g - uint(DIM + KV_DIM)] = mine[j];
+    uint g = rb + l;
+    if (g < uint(DIM)) q.v[g] = mine;
+    else if (g < uint(DIM + KV_DIM)) kc.v[pos * uint(KV_DIM) + g - uint(DIM)] = mine;
+    else if (g < uint(TOTAL)) vc.v[pos * uint(KV_DIM) + g - uint(DIM + KV_DIM)] = mine;
   }
 }
 #endif
+
 
 #ifdef KERNEL_llama_attn_part
 // Group (head, chunk): lane l scores positions t0 + l, t0 + l + 8, ... of the chunk (q is read
@@ -190,15 +218,15 @@ void main() {
   float score[ATT_CHUNK / 8], m = neg_inf();
   for (int j = 0; j < ATT_CHUNK / 8; j++) {
     int t = t0 + int(l) + 8 * j;
-    float s = neg_inf();
-    if (t < t1) {
-      s = 0.0;
-      for (uint e = 0u; e < uint(QP); e++) {
-        vec4 ka, kb;
-        ld8(kc, uint(t) * uint(KV_DIM) + kv, 8u * e, uint(HEAD_SIZE), WIDTH(HEAD_SIZE), ka, kb);
-        s += dot(qa[e], ka) + dot(qb[e], kb);
-      }
+    bool ok = t < t1;
+    uint kt = uint(ok ? t : t0) * uint(KV_DIM) + kv; // past pos: position t0's key, dropped
+    float s = 0.0;
+    for (uint e = 0u; e < uint(QP); e++) {
+      vec4 ka, kb;
+      ld8(kc, kt, 8u * e, uint(HEAD_SIZE), WIDTH(HEAD_SIZE), ka, kb);
+      s += dot(qa[e], ka) + dot(qb[e], kb);
     }
+    s = ok ? s : neg_inf();
     score[j] = s;
     m = max(m, s);
   }
@@ -208,13 +236,14 @@ void main() {
   for (uint e = 0u; e < uint(QP); e++) oa[e] = vec4(0.0), ob[e] = vec4(0.0);
   for (int j = 0; j < ATT_CHUNK / 8; j++) {
     int t = t0 + int(l) + 8 * j;
-    if (t >= t1) break;
-    float w = exp(score[j] - m);
+    bool ok = t < t1;
+    uint vt = uint(ok ? t : t0) * uint(KV_DIM) + kv;
+    float w = ok ? exp(score[j] - m) : 0.0;
     sum += w;
     for (uint e = 0u; e < uint(QP); e++) {
       vec4 va, vb;
-      ld8(vc, uint(t) * uint(KV_DIM) + kv, 8u * e, uint(HEAD_SIZE), WIDTH(HEAD_SIZE), va, vb);
-      oa[e] += w * va, ob[e] += w * vb;
+      ld8(vc, vt, 8u * e, uint(HEAD_SIZE), WIDTH(HEAD_SIZE), va, vb);
+      oa[e] += ok ? w * va : vec4(0.0), ob[e] += ok ? w * vb : vec4(0.0);
     }
   }
   sum = subgroupAdd(sum);
@@ -224,12 +253,12 @@ void main() {
   uint dst = (h * uint(MAX_CHUNKS) + c) * uint(HEAD_SIZE + 2) / 2u;
   if (l == 0u) part.v[dst] = u2(vec2(m, sum));
   vec2 mine[(HEAD_SIZE / 2 + 7) / 8];
+  for (uint j = 0u; j < uint((HEAD_SIZE / 2 + 7) / 8); j++) mine[j] = vec2(0.0);
   for (uint e = 0u; e < uint(QP); e++) {
     vec4 a = subgroupAdd(oa[e]), b = subgroupAdd(ob[e]);
-    if (l / 4u == e % 2u) {
-      uint i = l % 4u;
-      mine[e / 2u] = i == 0u ? a.xy : i == 1u ? a.zw : i == 2u ? b.xy : b.zw;
-    }
+    uint i = l % 4u;
+    vec2 v = i == 0u ? a.xy : i == 1u ? a.zw : i == 2u ? b.xy : b.zw;
+    mine[e / 2u] = l / 4u == e % 2u ? v : mine[e / 2u];
   }
   for (uint j = 0u; j < uint((HEAD_SIZE / 2 + 7) / 8); j++)
     if (l + 8u * j < uint(HEAD_SIZE / 2)) part.v[dst + 1u + l + 8u * j] = u2(mine[j]);
@@ -269,39 +298,20 @@ void main() {
 #endif
 
 #if defined(KERNEL_llama_wo) || defined(KERNEL_llama_ffn_down)
-#ifdef KERNEL_llama_wo
-#define N DIM
-#else
-#define N HIDDEN
-#endif
 // x[r] += w[r] . src for the group's ROWS rows.
 void main() {
   f32s x = f32s(hcq_buf(0));
-  uint64_t src = hcq_buf(1), w = hcq_buf(2);
+  uint64_t w = hcq_buf(2);
   uint l = gl_LocalInvocationID.x, r0 = gl_WorkGroupID.x * uint(ROWS);
-  float acc[ROWS];
-  for (uint r = 0u; r < uint(ROWS); r++) acc[r] = 0.0;
-  for (uint k = 0u; k < uint(PIECES(N)); k++) {
-    uint f = 64u * k + 8u * l;
-    if (f >= uint(N)) continue;
-    vec4 sa, sb;
-    ld8(src, 0u, f, uint(N), WIDTH(N), sa, sb);
-    for (uint r = 0u; r < uint(ROWS); r++) {
-      if (r0 + r >= uint(DIM)) break;
-      vec4 wa, wb;
-      ld8(w, (r0 + r) * uint(N), f, uint(N), WIDTH(N), wa, wb);
-      acc[r] += dot(wa, sa) + dot(wb, sb);
-    }
-  }
-  float mine[ROWS / 8];
-  for (uint r = 0u; r < uint(ROWS); r++) {
-    if (r0 + r >= uint(DIM)) break;
-    float s = subgroupAdd(acc[r]);
-    if (l == r % 8u) mine[r / 8u] = s;
-  }
+  load_input(hcq_buf(1));
   for (uint j = 0u; j < uint(ROWS / 8); j++) {
-    uint g = r0 + l + 8u * j;
-    if (g < uint(DIM)) x.v[g] += mine[j];
+    uint rb = r0 + 8u * j;
+    float mine = 0.0;
+    for (uint r = 0u; r < 8u; r++) {
+      float s = subgroupAdd(row_part(w, min(rb + r, uint(DIM - 1)) * uint(N_IN)));
+      mine = l == r ? s : mine;
+    }
+    if (rb + l < uint(DIM)) x.v[rb + l] += mine;
   }
 }
 #endif
@@ -310,33 +320,19 @@ void main() {
 // hb[r] = silu(w1[r] . xn) * (w3[r] . xn) for the group's ROWS rows.
 void main() {
   f32s hb = f32s(hcq_buf(0));
-  uint64_t x = hcq_buf(1), rms = hcq_buf(2), w1 = hcq_buf(3), w3 = hcq_buf(4);
+  uint64_t w1 = hcq_buf(3), w3 = hcq_buf(4);
   uint l = gl_LocalInvocationID.x, r0 = gl_WorkGroupID.x * uint(ROWS);
-  float inv = rms_inv(x), a1[ROWS], a3[ROWS];
-  for (uint r = 0u; r < uint(ROWS); r++) a1[r] = 0.0, a3[r] = 0.0;
-  for (uint k = 0u; k < uint(PIECES(DIM)); k++) {
-    uint f = 64u * k + 8u * l;
-    if (f >= uint(DIM)) continue;
-    vec4 xa, xb;
-    norm8(x, rms, inv, f, xa, xb);
-    for (uint r = 0u; r < uint(ROWS); r++) {
-      if (r0 + r >= uint(HIDDEN)) break;
-      vec4 wa, wb;
-      ld8(w1, (r0 + r) * uint(DIM), f, uint(DIM), WIDTH(DIM), wa, wb);
-      a1[r] += dot(wa, xa) + dot(wb, xb);
-      ld8(w3, (r0 + r) * uint(DIM), f, uint(DIM), WIDTH(DIM), wa, wb);
-      a3[r] += dot(wa, xa) + dot(wb, xb);
-    }
-  }
-  float mine[ROWS / 8];
-  for (uint r = 0u; r < uint(ROWS); r++) {
-    if (r0 + r >= uint(HIDDEN)) break;
-    float a = subgroupAdd(a1[r]), c = subgroupAdd(a3[r]);
-    if (l == r % 8u) mine[r / 8u] = a * (1.0 / (1.0 + exp(-a))) * c;
-  }
+  load_input(hcq_buf(1));
+  norm_input(hcq_buf(2));
   for (uint j = 0u; j < uint(ROWS / 8); j++) {
-    uint g = r0 + l + 8u * j;
-    if (g < uint(HIDDEN)) hb.v[g] = mine[j];
+    uint rb = r0 + 8u * j;
+    float mine = 0.0;
+    for (uint r = 0u; r < 8u; r++) {
+      uint row = min(rb + r, uint(HIDDEN - 1)) * uint(DIM);
+      float a = subgroupAdd(row_part(w1, row)), c = subgroupAdd(row_part(w3, row));
+      mine = l == r ? a * (1.0 / (1.0 + exp(-a))) * c : mine;
+    }
+    if (rb + l < uint(HIDDEN)) hb.v[rb + l] = mine;
   }
 }
 #endif
@@ -346,37 +342,24 @@ void main() {
 void main() {
   f32s logits = f32s(hcq_buf(0));
   u64s best = u64s(hcq_buf(1));
-  uint64_t x = hcq_buf(2), rms = hcq_buf(3), w = hcq_buf(4);
+  uint64_t w = hcq_buf(4);
   // value 0: the first group (a device may run only some groups of the whole classifier)
   uint g = gl_WorkGroupID.x + uint(hcq_val(0)), l = gl_LocalInvocationID.x, r0 = g * uint(CLS_ROWS);
-  float inv = rms_inv(x), acc[CLS_ROWS];
-  for (uint r = 0u; r < uint(CLS_ROWS); r++) acc[r] = 0.0;
-  for (uint k = 0u; k < uint(PIECES(DIM)); k++) {
-    uint f = 64u * k + 8u * l;
-    if (f >= uint(DIM)) continue;
-    vec4 xa, xb;
-    norm8(x, rms, inv, f, xa, xb);
-    for (uint r = 0u; r < uint(CLS_ROWS); r++) {
-      if (r0 + r >= uint(VOCAB)) break;
-      vec4 wa, wb;
-      ld8(w, (r0 + r) * uint(DIM), f, uint(DIM), WIDTH(DIM), wa, wb);
-      acc[r] += dot(wa, xa) + dot(wb, xb);
-    }
-  }
-  float mine[CLS_ROWS / 8];
-  for (uint r = 0u; r < uint(CLS_ROWS); r++) {
-    if (r0 + r >= uint(VOCAB)) break;
-    float z = subgroupAdd(acc[r]);
-    if (l == r % 8u) mine[r / 8u] = z;
-  }
+  load_input(hcq_buf(2));
+  norm_input(hcq_buf(3));
   // Lane l: rows r0 + l, r0 + l + 8, ... in order (strict >: its lowest index on ties).
   float top = neg_inf();
   int arg = 0x7fffffff;
   for (uint j = 0u; j < uint(CLS_ROWS / 8); j++) {
-    uint r = r0 + l + 8u * j;
-    if (r >= uint(VOCAB)) break;
-    logits.v[r] = mine[j];
-    if (mine[j] > top) top = mine[j], arg = int(r);
+    uint rb = r0 + 8u * j;
+    float mine = 0.0;
+    for (uint r = 0u; r < 8u; r++) {
+      float z = subgroupAdd(row_part(w, min(rb + r, uint(VOCAB - 1)) * uint(DIM)));
+      mine = l == r ? z : mine;
+    }
+    bool in_vocab = rb + l < uint(VOCAB), better = in_vocab && mine > top;
+    if (in_vocab) logits.v[rb + l] = mine;
+    top = better ? mine : top, arg = better ? int(rb + l) : arg;
   }
   float mx = subgroupMax(top);
   int at = subgroupMin(top == mx ? arg : 0x7fffffff);
@@ -384,6 +367,7 @@ void main() {
   if (l == 0u) best.v[g] = packUint2x32(uvec2(floatBitsToUint(mx), uint(at)));
 }
 #endif
+
 
 #ifdef KERNEL_llama_argmax
 // One group: lane l takes groups l, l + 8, ... in order, then the best over the lanes (the lowest
