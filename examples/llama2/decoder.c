@@ -31,6 +31,12 @@ enum { GROUP = 32 };
  * (the classifier's VK_CLS_ROWS: one load of the normalised input serves more rows), attention
  * one (head, chunk), the embedding and the argmax one group. */
 enum { VK_LANES = 8, VK_ROWS = 8, VK_CLS_ROWS = 32 };
+/* Heads per Vulkan attention group: the query heads that share a key/value head read its keys and
+ * values once, as long as their queries and sums stay in registers (8 pieces of 8 floats a lane). */
+static int vk_att_heads(const llama2_config_t *c) {
+  int kv_mul = c->n_heads / c->n_kv_heads, pieces = (llama2_head_size(c) + 7) / 8;
+  return kv_mul * pieces <= 8 ? kv_mul : 1;
+}
 
 #define KERNELS(X) \
   X(EMBED, "llama_embed") X(QKV, "llama_qkv") X(ATTN_PART, "llama_attn_part") X(ATTN_COMBINE, "llama_attn_combine") \
@@ -110,8 +116,8 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
                      : m->kind == HCQ_DEVICE_METAL ? llama2_kernels_metal_source
                                                   : llama2_kernels_source;
   if (m->kind == HCQ_DEVICE_VULKAN)
-    n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n",
-                  VK_LANES, VK_ROWS, VK_CLS_ROWS);
+    n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n#define ATT_HEADS %d\n",
+                  VK_LANES, VK_ROWS, VK_CLS_ROWS, vk_att_heads(c));
   else if (m->kind != HCQ_DEVICE_CPU)
     n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define GROUP %d\n", GROUP);
   size_t len = (size_t)n + 64 + strlen(body) + 1;
@@ -244,7 +250,7 @@ static geometry_t geometry(const llama2_decoder_t *m, int k) {
     g.local = VK_LANES;
     switch (k) {
       case K_QKV: g.grid[0] = groups(c->dim + 2 * kv, VK_ROWS); break;
-      case K_ATTN_PART: g.grid[0] = hcq_imm(c->n_heads), g.grid[1] = hcq_sym(m->chunks); break;
+      case K_ATTN_PART: g.grid[0] = hcq_imm(c->n_heads / vk_att_heads(c)), g.grid[1] = hcq_sym(m->chunks); break;
       case K_ATTN_COMBINE: g.grid[0] = hcq_imm(c->n_heads); break;
       case K_WO:
       case K_FFN_DOWN: g.grid[0] = groups(c->dim, VK_ROWS); break;

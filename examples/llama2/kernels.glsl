@@ -199,69 +199,88 @@ void main() {
 
 
 #ifdef KERNEL_llama_attn_part
-// Group (head, chunk): lane l scores positions t0 + l, t0 + l + 8, ... of the chunk (q is read
-// whole by every lane: HEAD_SIZE floats, against the chunk's keys), then the max and the sum of
-// exponentials over the lanes, and each element of the weighted value sum as a subgroupAdd.
+// Group (ATT_HEADS heads sharing one key/value head, chunk): lane l scores positions t0 + l,
+// t0 + l + 8, ... of the chunk for each of the heads (q is read whole by every lane: HEAD_SIZE
+// floats a head, against the chunk's keys, each key read once for the group's heads), then per
+// head the max and the sum of exponentials over the lanes, and each element of the weighted value
+// sum as a subgroupAdd of the lanes' parts.
 #define QP ((HEAD_SIZE + 7) / 8)
+#define G ATT_HEADS
+#define TJ (ATT_CHUNK / 8)
+#if KV_MUL % G != 0
+#error ATT_HEADS must divide KV_MUL
+#endif
 void main() {
   uint64_t q = hcq_buf(1), kc = hcq_buf(2), vc = hcq_buf(3);
   int pos = hcq_val(0);
-  uint h = gl_WorkGroupID.x, c = gl_WorkGroupID.y, l = gl_LocalInvocationID.x;
+  uint h0 = gl_WorkGroupID.x * uint(G), c = gl_WorkGroupID.y, l = gl_LocalInvocationID.x;
   int t0 = int(c) * ATT_CHUNK, t1 = min(t0 + ATT_CHUNK, pos + 1);
-  uint qh = h * uint(HEAD_SIZE), kv = (h / uint(KV_MUL)) * uint(HEAD_SIZE);
+  uint kv = (h0 / uint(KV_MUL)) * uint(HEAD_SIZE);
   float scale = 1.0 / sqrt(float(HEAD_SIZE));
-  vec4 qa[QP], qb[QP];
-  for (uint j = 0u; j < uint(QP); j++) {
-    ld8(q, qh, 8u * j, uint(HEAD_SIZE), WIDTH(HEAD_SIZE), qa[j], qb[j]);
-    qa[j] *= scale, qb[j] *= scale;
-  }
-  float score[ATT_CHUNK / 8], m = neg_inf();
-  for (int j = 0; j < ATT_CHUNK / 8; j++) {
+  vec4 qa[G * QP], qb[G * QP];
+  for (uint g = 0u; g < uint(G); g++)
+    for (uint e = 0u; e < uint(QP); e++) {
+      ld8(q, (h0 + g) * uint(HEAD_SIZE), 8u * e, uint(HEAD_SIZE), WIDTH(HEAD_SIZE), qa[g * QP + e], qb[g * QP + e]);
+      qa[g * QP + e] *= scale, qb[g * QP + e] *= scale;
+    }
+  float score[G * TJ], mx[G];
+  for (uint g = 0u; g < uint(G); g++) mx[g] = neg_inf();
+  for (int j = 0; j < TJ; j++) {
     int t = t0 + int(l) + 8 * j;
     bool ok = t < t1;
     uint kt = uint(ok ? t : t0) * uint(KV_DIM) + kv; // past pos: position t0's key, dropped
-    float s = 0.0;
+    float s[G];
+    for (uint g = 0u; g < uint(G); g++) s[g] = 0.0;
     for (uint e = 0u; e < uint(QP); e++) {
       vec4 ka, kb;
       ld8(kc, kt, 8u * e, uint(HEAD_SIZE), WIDTH(HEAD_SIZE), ka, kb);
-      s += dot(qa[e], ka) + dot(qb[e], kb);
+      for (uint g = 0u; g < uint(G); g++) s[g] += dot(qa[g * QP + e], ka) + dot(qb[g * QP + e], kb);
     }
-    s = ok ? s : neg_inf();
-    score[j] = s;
-    m = max(m, s);
+    for (uint g = 0u; g < uint(G); g++) {
+      score[g * TJ + j] = ok ? s[g] : neg_inf();
+      mx[g] = max(mx[g], score[g * TJ + j]);
+    }
   }
-  m = subgroupMax(m);
-  float sum = 0.0;
-  vec4 oa[QP], ob[QP];
-  for (uint e = 0u; e < uint(QP); e++) oa[e] = vec4(0.0), ob[e] = vec4(0.0);
-  for (int j = 0; j < ATT_CHUNK / 8; j++) {
+  float sum[G];
+  vec4 oa[G * QP], ob[G * QP];
+  for (uint g = 0u; g < uint(G); g++) {
+    mx[g] = subgroupMax(mx[g]), sum[g] = 0.0;
+    for (uint e = 0u; e < uint(QP); e++) oa[g * QP + e] = vec4(0.0), ob[g * QP + e] = vec4(0.0);
+  }
+  for (int j = 0; j < TJ; j++) {
     int t = t0 + int(l) + 8 * j;
     bool ok = t < t1;
     uint vt = uint(ok ? t : t0) * uint(KV_DIM) + kv;
-    float w = ok ? exp(score[j] - m) : 0.0;
-    sum += w;
+    float w[G];
+    for (uint g = 0u; g < uint(G); g++) {
+      w[g] = ok ? exp(score[g * TJ + j] - mx[g]) : 0.0;
+      sum[g] += w[g];
+    }
     for (uint e = 0u; e < uint(QP); e++) {
       vec4 va, vb;
       ld8(vc, vt, 8u * e, uint(HEAD_SIZE), WIDTH(HEAD_SIZE), va, vb);
-      oa[e] += ok ? w * va : vec4(0.0), ob[e] += ok ? w * vb : vec4(0.0);
+      for (uint g = 0u; g < uint(G); g++)
+        oa[g * QP + e] += ok ? w[g] * va : vec4(0.0), ob[g * QP + e] += ok ? w[g] * vb : vec4(0.0);
     }
   }
-  sum = subgroupAdd(sum);
-  // Lane l stores the element pairs l, l + 8, ... (HEAD_SIZE + 2 is even: pairs are 8-byte
-  // aligned): pair l + 8 j is component pair l % 4 of piece 2 j + l / 4.
+  // Lane l stores the element pairs l, l + 8, ... of each head (HEAD_SIZE + 2 is even: pairs are
+  // 8-byte aligned): pair l + 8 j is component pair l % 4 of piece 2 j + l / 4.
   u64s part = u64s(hcq_buf(0));
-  uint dst = (h * uint(MAX_CHUNKS) + c) * uint(HEAD_SIZE + 2) / 2u;
-  if (l == 0u) part.v[dst] = u2(vec2(m, sum));
-  vec2 mine[(HEAD_SIZE / 2 + 7) / 8];
-  for (uint j = 0u; j < uint((HEAD_SIZE / 2 + 7) / 8); j++) mine[j] = vec2(0.0);
-  for (uint e = 0u; e < uint(QP); e++) {
-    vec4 a = subgroupAdd(oa[e]), b = subgroupAdd(ob[e]);
-    uint i = l % 4u;
-    vec2 v = i == 0u ? a.xy : i == 1u ? a.zw : i == 2u ? b.xy : b.zw;
-    mine[e / 2u] = l / 4u == e % 2u ? v : mine[e / 2u];
+  for (uint g = 0u; g < uint(G); g++) {
+    uint dst = ((h0 + g) * uint(MAX_CHUNKS) + c) * uint(HEAD_SIZE + 2) / 2u;
+    float total = subgroupAdd(sum[g]);
+    if (l == 0u) part.v[dst] = u2(vec2(mx[g], total));
+    vec2 mine[(HEAD_SIZE / 2 + 7) / 8];
+    for (uint j = 0u; j < uint((HEAD_SIZE / 2 + 7) / 8); j++) mine[j] = vec2(0.0);
+    for (uint e = 0u; e < uint(QP); e++) {
+      vec4 a = subgroupAdd(oa[g * QP + e]), b = subgroupAdd(ob[g * QP + e]);
+      uint i = l % 4u;
+      vec2 v = i == 0u ? a.xy : i == 1u ? a.zw : i == 2u ? b.xy : b.zw;
+      mine[e / 2u] = l / 4u == e % 2u ? v : mine[e / 2u];
+    }
+    for (uint j = 0u; j < uint((HEAD_SIZE / 2 + 7) / 8); j++)
+      if (l + 8u * j < uint(HEAD_SIZE / 2)) part.v[dst + 1u + l + 8u * j] = u2(mine[j]);
   }
-  for (uint j = 0u; j < uint((HEAD_SIZE / 2 + 7) / 8); j++)
-    if (l + 8u * j < uint(HEAD_SIZE / 2)) part.v[dst + 1u + l + 8u * j] = u2(mine[j]);
 }
 #endif
 
