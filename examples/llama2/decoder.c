@@ -23,13 +23,14 @@ extern const char llama2_kernels_source[], llama2_kernels_glsl_source[], llama2_
  * threads when it has HCQ_CPU_MIN_PARALLEL work-items, which the 15m shape's larger products have
  * and the small shape's do not. */
 enum { ROWS = 16, CLASSIFIER_ROWS = 32, ATT_CHUNK = 32, MAX_ITEM_BUFS = 9 };
-/* On GPUs (kernels.glsl, kernels.cu, kernels.metal) a thread per output row, GROUP threads per work-group: small
+/* On CUDA and Metal (kernels.cu, kernels.metal) a thread per output row, GROUP threads per work-group: small
  * groups give the small shape's products several groups to spread over a device's cores. */
 enum { GROUP = 32 };
-/* Vulkan (kernels.glsl, written for lavapipe): every work-group is VK_LANES = 8 invocations, one
- * llvmpipe vector, sharing sums by subgroup operations; a matrix-vector group takes VK_ROWS rows
- * (the classifier's VK_CLS_ROWS: one load of the normalised input serves more rows), attention
- * one (head, chunk), the embedding and the argmax one group. */
+/* Vulkan (kernels.glsl, written for lavapipe: README.md, "The GLSL kernels on lavapipe"): every
+ * work-group is VK_LANES = 8 invocations, one llvmpipe vector, sharing sums by subgroup operations;
+ * a matrix-vector group takes VK_ROWS rows (the classifier's VK_CLS_ROWS: one load of the
+ * normalised input serves more rows), attention one (heads sharing a key/value head, chunk), the
+ * embedding and the argmax one group. */
 enum { VK_LANES = 8, VK_ROWS = 8, VK_CLS_ROWS = 32 };
 /* Heads per Vulkan attention group: the query heads that share a key/value head read its keys and
  * values once, as long as their queries and sums stay in registers (8 pieces of 8 floats a lane). */
