@@ -28,10 +28,13 @@ enum { ROWS = 16, CLASSIFIER_ROWS = 32, ATT_CHUNK = 32, MAX_ITEM_BUFS = 9 };
 enum { GROUP = 32 };
 /* Vulkan (kernels.glsl, written for lavapipe: README.md, "The GLSL kernels on lavapipe"): every
  * work-group is VK_LANES = 8 invocations, one llvmpipe vector, sharing sums by subgroup operations;
- * a matrix-vector group takes VK_ROWS rows (the classifier's VK_CLS_ROWS: one load of the
+ * a matrix-vector group takes vk_rows() rows (the classifier's VK_CLS_ROWS: one load of the
  * normalised input serves more rows), attention one (heads sharing a key/value head, chunk), the
  * embedding and the argmax one group. */
-enum { VK_LANES = 8, VK_ROWS = 8, VK_CLS_ROWS = 32 };
+enum { VK_LANES = 8, VK_CLS_ROWS = 32 };
+/* Rows per Vulkan matrix-vector group: 16 where the products are large enough to keep 16 groups
+ * or more (the group's input and RMS weights are read once for more rows), else 8. */
+static int vk_rows(const llama2_config_t *c) { return c->dim >= 256 ? 16 : 8; }
 /* Heads per Vulkan attention group: the query heads that share a key/value head read its keys and
  * values once, as long as their queries and sums stay in registers (8 pieces of 8 floats a lane). */
 static int vk_att_heads(const llama2_config_t *c) {
@@ -118,7 +121,7 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
                                                   : llama2_kernels_source;
   if (m->kind == HCQ_DEVICE_VULKAN)
     n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n#define ATT_HEADS %d\n",
-                  VK_LANES, VK_ROWS, VK_CLS_ROWS, vk_att_heads(c));
+                  VK_LANES, vk_rows(c), VK_CLS_ROWS, vk_att_heads(c));
   else if (m->kind != HCQ_DEVICE_CPU)
     n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define GROUP %d\n", GROUP);
   size_t len = (size_t)n + 64 + strlen(body) + 1;
@@ -250,12 +253,12 @@ static geometry_t geometry(const llama2_decoder_t *m, int k) {
   if (m->kind == HCQ_DEVICE_VULKAN) {
     g.local = VK_LANES;
     switch (k) {
-      case K_QKV: g.grid[0] = groups(c->dim + 2 * kv, VK_ROWS); break;
+      case K_QKV: g.grid[0] = groups(c->dim + 2 * kv, vk_rows(c)); break;
       case K_ATTN_PART: g.grid[0] = hcq_imm(c->n_heads / vk_att_heads(c)), g.grid[1] = hcq_sym(m->chunks); break;
       case K_ATTN_COMBINE: g.grid[0] = hcq_imm(c->n_heads); break;
       case K_WO:
-      case K_FFN_DOWN: g.grid[0] = groups(c->dim, VK_ROWS); break;
-      case K_FFN_UP: g.grid[0] = groups(c->hidden_dim, VK_ROWS); break;
+      case K_FFN_DOWN: g.grid[0] = groups(c->dim, vk_rows(c)); break;
+      case K_FFN_UP: g.grid[0] = groups(c->hidden_dim, vk_rows(c)); break;
       case K_CLASSIFY: g.grid[0] = hcq_imm(m->cls_groups); break;
       default: break; /* K_EMBED, K_ARGMAX: one group */
     }
