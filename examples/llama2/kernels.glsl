@@ -10,23 +10,25 @@
 // read in 64-bit components (u64vec4 / u64vec2 / uint64_t, two floats each) and no two lanes load
 // the same data where it can be helped.
 //
-// The matrix-vector products give a group ROWS rows (CLS_ROWS for the classifier): lane l takes
-// the 8-float pieces 8 l, 64 + 8 l, 128 + 8 l, ... of every row and of the input (RMS-normalised
-// by the group: a sum of squares over the lanes' pieces, then subgroupAdd), keeps one partial sum
-// per row, and subgroupAdd finishes each row; lane l then holds rows l, l + 8, ... and stores
-// them. Attention gives a group of 8 (head, chunk): lane l scores positions t0 + l, t0 + l + 8,
-// ..., the softmax's max and sum are subgroupMax / subgroupAdd, and each element of the weighted
-// value sum is a subgroupAdd of the lanes' parts. On a GPU whose subgroups are wider (32 on
-// NVIDIA) a group of 8 fills part of one subgroup and the subgroup operations cover its 8 active
-// invocations; subgroups narrower than 8 are not supported.
+// The matrix-vector products give a group ROWS rows (CLS_ROWS for the classifier), in rounds of
+// 8: lane l takes the 8-float pieces 8 l, 64 + 8 l, 128 + 8 l, ... of every row and of the input
+// (RMS-normalised by the group: a sum of squares over the lanes' pieces, then subgroupAdd; kept in
+// registers), reads each row front to back, and subgroupAdd finishes the row; lane l stores row l
+// of each round. Attention gives a group ATT_HEADS query heads that share a key/value head and
+// one chunk of positions: lane l scores positions t0 + l, t0 + l + 8, ..., the softmax's max and
+// sum are subgroupMax / subgroupAdd, and each element of the weighted value sum is a subgroupAdd of
+// the lanes' parts. On a GPU whose subgroups are wider (32 on NVIDIA) a group of 8 fills part of
+// one subgroup and the subgroup operations cover its 8 active invocations; subgroups narrower than
+// 8 are not supported. The u64vec4 loads want 32-byte aligned buffers (hcq's Vulkan buffers are
+// 64-byte aligned).
 //
 // Rows whose length is not a multiple of 8 floats (checkpoints may have any even head size, so
 // any even dim, and any hidden size) are read with the widest load their alignment allows
 // (u64vec2, uint64_t or float: ld8's wd); a lane's last piece of such a row is partly zeros.
 //
 // The decoder compiles this file once per entry after a block of #defines: the model's shape (as
-// for kernels.c), LANES, ROWS, CLS_ROWS and KERNEL_<entry>, which selects the entry's main().
-// Float sums run in another order than on the CPU, so results match the CPU's within rounding,
+// for kernels.c), LANES, ROWS, CLS_ROWS, ATT_HEADS and KERNEL_<entry>, which selects the entry's
+// main(). Float sums run in another order than on the CPU, so results match the CPU's within rounding,
 // not bit for bit; every group computes its outputs in a fixed order, so eager steps and graph
 // replays on one device give identical bits.
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -96,8 +98,9 @@ void ld8(uint64_t p, uint row, uint f, uint n, uint wd, out vec4 a, out vec4 b) 
 // of the 8 rows one row after the other (rows outer, pieces inner: the group's weights are read
 // front to back, which the CPU's prefetcher streams: pieces outer made the 15m classifier 1.5x
 // slower), against the input's pieces held in registers (xa, xb). Round j's rows are stored by
-// lane l as row 8 j + l. The rounds loop is not unrolled (code size: a round is 8 rows x pieces
-// x 4 loops over the lanes).
+// lane l as row 8 j + l. Every loop has a constant trip count and is unrolled: in a loop that
+// llvmpipe keeps, each load tests every lane's mask ([[dont_unroll]] on the rounds made the small
+// shape's products 25-40% slower).
 #if defined(KERNEL_llama_qkv) || defined(KERNEL_llama_ffn_up) || defined(KERNEL_llama_classify) || defined(KERNEL_llama_wo)
 #define N_IN DIM
 #elif defined(KERNEL_llama_ffn_down)
