@@ -348,13 +348,14 @@ void main() {
   norm_input(hcq_buf(2));
   for (uint j = 0u; j < uint(ROWS / 8); j++) {
     uint rb = r0 + 8u * j;
-    float mine = 0.0;
+    float a = 0.0, c = 0.0;
     for (uint r = 0u; r < 8u; r++) {
       uint row = min(rb + r, uint(HIDDEN - 1)) * uint(DIM);
-      float a = subgroupAdd(row_part(w1, row)), c = subgroupAdd(row_part(w3, row));
-      mine = l == r ? a * (1.0 / (1.0 + exp(-a))) * c : mine;
+      float ar = subgroupAdd(row_part(w1, row)), cr = subgroupAdd(row_part(w3, row));
+      a = l == r ? ar : a, c = l == r ? cr : c;
     }
-    if (rb + l < uint(HIDDEN)) hb.v[rb + l] = mine;
+    // silu once for the round's 8 rows, one a lane
+    if (rb + l < uint(HIDDEN)) hb.v[rb + l] = a * (1.0 / (1.0 + exp(-a))) * c;
   }
 }
 #endif
