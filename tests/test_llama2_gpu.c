@@ -12,7 +12,7 @@
 #include "llama2_reference.h"
 #include "test_util.h"
 
-enum { MAX_STEPS = 32 };
+enum { MAX_STEPS = 72 };
 
 typedef struct model {
   llama2_checkpoint_t ck;
@@ -21,8 +21,8 @@ typedef struct model {
   int32_t ref_tokens[MAX_STEPS];
 } model_t;
 
-static void load_model(model_t *m, llama2_shape_t shape, int steps) {
-  OK(llama2_checkpoint_generate(shape, 42, &m->ck));
+/* The reference's logits and tokens for m->ck (set), steps from BOS. */
+static void reference_run(model_t *m, int steps) {
   int vocab = m->ck.config.vocab_size;
   m->steps = steps;
   m->ref_logits = malloc((size_t)steps * (size_t)vocab * sizeof(float));
@@ -36,6 +36,11 @@ static void load_model(model_t *m, llama2_shape_t shape, int steps) {
     token = m->ref_tokens[p] = ref_argmax(logits, vocab);
   }
   ref_free(&ref);
+}
+
+static void load_model(model_t *m, llama2_shape_t shape, int steps) {
+  OK(llama2_checkpoint_generate(shape, 42, &m->ck));
+  reference_run(m, steps);
 }
 
 static void free_model(model_t *m) {
@@ -101,10 +106,8 @@ static void forced_run(const model_t *m, llama2_decoder_t *dec, bool graph, floa
   }
 }
 
-static void check_decoder(hcq_device_kind_t kind, llama2_shape_t shape, int steps, int devices) {
-  require(kind, devices);
-  model_t m;
-  load_model(&m, shape, steps);
+static void check_model(hcq_device_kind_t kind, model_t m, int devices) {
+  int steps = m.steps;
   llama2_decoder_options_t opts = {devices, 0, false, kind};
   llama2_decoder_t *dec;
   OK(llama2_decoder_create(&m.ck, &opts, &dec));
@@ -136,6 +139,58 @@ static void check_decoder(hcq_device_kind_t kind, llama2_shape_t shape, int step
                  graph[p], eager[p]);
   free(logits);
   OK(llama2_decoder_destroy(dec));
+}
+
+static void check_decoder(hcq_device_kind_t kind, llama2_shape_t shape, int steps, int devices) {
+  require(kind, devices);
+  model_t m;
+  load_model(&m, shape, steps);
+  check_model(kind, m, devices);
+  free_model(&m);
+}
+
+/* A checkpoint of any shape, written to a file and read back (the reader validates it): uniform
+ * weights at the generator's scales (checkpoint.c), so that the logits are spread out. */
+static void odd_model(model_t *m, llama2_config_t c, int steps) {
+  int hs = c.dim / c.n_heads, kv = hs * c.n_kv_heads;
+  uint64_t d = (uint64_t)c.dim, h = (uint64_t)c.hidden_dim, l = (uint64_t)c.n_layers, v = (uint64_t)c.vocab_size;
+  uint64_t n[14] = {v * d, l * d, l * d * d, l * d * (uint64_t)kv, l * d * (uint64_t)kv, l * d * d, l * d,
+                    l * h * d, l * d * h, l * h * d, d, (uint64_t)c.seq_len * (uint64_t)hs / 2,
+                    (uint64_t)c.seq_len * (uint64_t)hs / 2, v * d};
+  float in_d = 1.0f / sqrtf((float)c.dim), in_h = 1.0f / sqrtf((float)c.hidden_dim);
+  const float scale[14] = {1.0f, 0, 4.0f * in_d, 4.0f * in_d, 1.7f * in_d, 0.5f * in_d, 0,
+                           1.7f * in_d, 0.5f * in_h, 1.7f * in_d, 0, 0.0f, 0.0f, 5.0f * in_d};
+  char path[] = "/tmp/hcq_llama2_odd_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  FILE *f = fdopen(fd, "wb");
+  cr_assert(f);
+  int32_t header[7] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, -c.vocab_size, c.seq_len};
+  cr_assert_eq(fwrite(header, sizeof(header), 1, f), 1);
+  uint64_t s = 7;
+  for (int t = 0; t < 14; t++)
+    for (uint64_t i = 0; i < n[t]; i++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      float u = (float)(s >> 40) / (float)(1 << 24); /* [0, 1) */
+      float x = t == 1 || t == 6 || t == 10 ? 0.6f + 0.8f * u : (2 * u - 1) * scale[t];
+      cr_assert_eq(fwrite(&x, sizeof(x), 1, f), 1);
+    }
+  cr_assert_eq(fclose(f), 0);
+  OK(llama2_checkpoint_load(path, &m->ck));
+  remove(path);
+  cr_assert_eq(m->ck.config.dim, c.dim);
+  reference_run(m, steps);
+}
+
+/* Shapes off the kernels' fast paths: rows that are not multiples of 8 floats (dim 36 and head size
+ * 12: 16-byte loads; dim 18, head size 6, hidden 54: 8-byte loads; hidden 45: single floats),
+ * vocabularies that leave the classifier's last group part empty, grouped-query attention, and 70
+ * steps, so attention combines three chunks of 32 positions. */
+static void check_odd(hcq_device_kind_t kind, llama2_config_t c, int devices) {
+  require(kind, devices);
+  model_t m;
+  odd_model(&m, c, 70);
+  check_model(kind, m, devices);
   free_model(&m);
 }
 
@@ -143,6 +198,8 @@ Test(llama2_vulkan, small_one_device) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_
 Test(llama2_vulkan, small_two_devices) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_SMALL, 32, 2); }
 Test(llama2_vulkan, shape_15m_one_device) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_15M, 8, 1); }
 Test(llama2_vulkan, shape_15m_two_devices) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_15M, 8, 2); }
+Test(llama2_vulkan, small_odd_shape_a) { check_odd(HCQ_DEVICE_VULKAN, (llama2_config_t){36, 45, 2, 3, 1, 100, 72, false}, 1); }
+Test(llama2_vulkan, small_odd_shape_b) { check_odd(HCQ_DEVICE_VULKAN, (llama2_config_t){18, 54, 3, 3, 3, 77, 72, false}, 2); }
 Test(llama2_cuda, small_one_device) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_SMALL, 32, 1); }
 Test(llama2_cuda, small_two_devices) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_SMALL, 32, 2); }
 Test(llama2_cuda, shape_15m_one_device) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_15M, 8, 1); }

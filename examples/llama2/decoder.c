@@ -23,9 +23,24 @@ extern const char llama2_kernels_source[], llama2_kernels_glsl_source[], llama2_
  * threads when it has HCQ_CPU_MIN_PARALLEL work-items, which the 15m shape's larger products have
  * and the small shape's do not. */
 enum { ROWS = 16, CLASSIFIER_ROWS = 32, ATT_CHUNK = 32, MAX_ITEM_BUFS = 9 };
-/* On GPUs (kernels.glsl, kernels.cu, kernels.metal) a thread per output row, GROUP threads per work-group: small
+/* On CUDA and Metal (kernels.cu, kernels.metal) a thread per output row, GROUP threads per work-group: small
  * groups give the small shape's products several groups to spread over a device's cores. */
 enum { GROUP = 32 };
+/* Vulkan (kernels.glsl, written for lavapipe: README.md, "The GLSL kernels on lavapipe"): every
+ * work-group is VK_LANES = 8 invocations, one llvmpipe vector, sharing sums by subgroup operations;
+ * a matrix-vector group takes vk_rows() rows (the classifier's VK_CLS_ROWS: one load of the
+ * normalised input serves more rows), attention one (heads sharing a key/value head, chunk), the
+ * embedding and the argmax one group. */
+enum { VK_LANES = 8, VK_CLS_ROWS = 32 };
+/* Rows per Vulkan matrix-vector group: 16 where the products are large enough to keep 16 groups
+ * or more (the group's input and RMS weights are read once for more rows), else 8. */
+static int vk_rows(const llama2_config_t *c) { return c->dim >= 256 ? 16 : 8; }
+/* Heads per Vulkan attention group: the query heads that share a key/value head read its keys and
+ * values once, as long as their queries and sums stay in registers (8 pieces of 8 floats a lane). */
+static int vk_att_heads(const llama2_config_t *c) {
+  int kv_mul = c->n_heads / c->n_kv_heads, pieces = (llama2_head_size(c) + 7) / 8;
+  return kv_mul * pieces <= 8 ? kv_mul : 1;
+}
 
 #define KERNELS(X) \
   X(EMBED, "llama_embed") X(QKV, "llama_qkv") X(ATTN_PART, "llama_attn_part") X(ATTN_COMBINE, "llama_attn_combine") \
@@ -104,7 +119,11 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
                      : m->kind == HCQ_DEVICE_CUDA ? llama2_kernels_cuda_source
                      : m->kind == HCQ_DEVICE_METAL ? llama2_kernels_metal_source
                                                   : llama2_kernels_source;
-  if (m->kind != HCQ_DEVICE_CPU) n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define GROUP %d\n", GROUP);
+  if (m->kind == HCQ_DEVICE_VULKAN)
+    n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n#define ATT_HEADS %d\n",
+                  VK_LANES, vk_rows(c), VK_CLS_ROWS, vk_att_heads(c));
+  else if (m->kind != HCQ_DEVICE_CPU)
+    n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define GROUP %d\n", GROUP);
   size_t len = (size_t)n + 64 + strlen(body) + 1;
   char *src = malloc(len);
   if (!src) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the kernel source");
@@ -178,7 +197,7 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
     TRY(upload(d0, w->classifier, vocab * dim, "classifier", -1, &m->cls));
   TRY(upload(d0, w->rms_final, dim, "rms_final", -1, &m->rms_final));
   TRY(upload(d0, NULL, vocab, "logits", -1, &m->logits));
-  m->cls_rows = m->kind == HCQ_DEVICE_CPU ? CLASSIFIER_ROWS : GROUP;
+  m->cls_rows = m->kind == HCQ_DEVICE_CPU ? CLASSIFIER_ROWS : m->kind == HCQ_DEVICE_VULKAN ? VK_CLS_ROWS : GROUP;
   m->cls_groups = (c->vocab_size + m->cls_rows - 1) / m->cls_rows;
   m->cls_split = m->cls_groups;
   TRY(upload(d0, NULL, 2 * (size_t)m->cls_groups, "best logits", -1, &m->best));
@@ -219,7 +238,8 @@ static hcq_operand_t groups(int rows, int per_group) { return hcq_imm((rows + pe
 static uint32_t matvec_threads(int rows, int n) { return (uint32_t)(rows * ((n + 7) / 8)); }
 
 /* The launch geometry of kernel k: with the kernel sources, the one thing that differs by device
- * kind. CPU groups are blocks of rows (kernels.c); GPU threads are rows, in groups of GROUP. */
+ * kind. CPU groups are blocks of rows (kernels.c); Vulkan groups are 8 invocations (VK_LANES);
+ * CUDA and Metal threads are rows, in groups of GROUP. */
 typedef struct geometry {
   hcq_operand_t grid[3];
   uint32_t local;
@@ -230,6 +250,20 @@ static geometry_t geometry(const llama2_decoder_t *m, int k) {
   int kv = llama2_kv_dim(c), hs = llama2_head_size(c);
   bool cpu = m->kind == HCQ_DEVICE_CPU;
   geometry_t g = {{hcq_imm(1), hcq_imm(1), hcq_imm(1)}, 1};
+  if (m->kind == HCQ_DEVICE_VULKAN) {
+    g.local = VK_LANES;
+    switch (k) {
+      case K_QKV: g.grid[0] = groups(c->dim + 2 * kv, vk_rows(c)); break;
+      case K_ATTN_PART: g.grid[0] = hcq_imm(c->n_heads / vk_att_heads(c)), g.grid[1] = hcq_sym(m->chunks); break;
+      case K_ATTN_COMBINE: g.grid[0] = hcq_imm(c->n_heads); break;
+      case K_WO:
+      case K_FFN_DOWN: g.grid[0] = groups(c->dim, vk_rows(c)); break;
+      case K_FFN_UP: g.grid[0] = groups(c->hidden_dim, vk_rows(c)); break;
+      case K_CLASSIFY: g.grid[0] = hcq_imm(m->cls_groups); break;
+      default: break; /* K_EMBED, K_ARGMAX: one group */
+    }
+    return g;
+  }
   switch (k) {
     case K_EMBED:
       if (!cpu) g.grid[0] = groups(c->dim, GROUP), g.local = GROUP;

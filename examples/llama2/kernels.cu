@@ -1,7 +1,8 @@
 // The decoder's kernels in CUDA C (SPEC 2 CUDA ABI): the same entries, buffers and values as
-// kernels.c, which documents what each computes, with the work split of kernels.glsl (one thread
-// per output row, or pair of rows for the rotary kernel, in blocks of GROUP; attention one thread
-// per element of a head). The decoder compiles it after the block of #defines kernels.glsl gets.
+// kernels.c, which documents what each computes, with one thread per output row, or pair of rows
+// for the rotary kernel, in blocks of GROUP; attention one thread per element of a head (the split
+// kernels.glsl had before it was rewritten for lavapipe). The decoder compiles it after the block of
+// shape #defines and GROUP.
 // tests/fake_cuda/fake_cuda.c has host twins of these kernels for the stand-in driver: change both.
 #define LLAMA_NEG_INF __int_as_float(0xff800000)
 
