@@ -338,6 +338,8 @@ struct hcq_device {
   uint32_t caps;
   unsigned threads;
   uint64_t max_work_items; /* per launch (groups x group size); 0: no limit */
+  bool on_host_cores;      /* a GPU API whose kernels run on this machine's cores (lavapipe): a host
+                              waiting for it sleeps at once rather than take a core from them */
   unsigned cpu_threads;    /* CPU: threads asked for by the device option (0: the layout decides) */
 #define HCQ__DEVICE_MAX_CORES 64
   unsigned ncores;         /* CPU: the cores its threads are pinned to (layout lock) */

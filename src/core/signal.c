@@ -230,9 +230,12 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
   *seen = v;
   if (v >= want) return HCQ__WAIT_REACHED;
   if (run_while_waiting(s, want, deadline_ns, watch, nwatch, seen)) return HCQ__WAIT_REACHED;
-  /* A host thread on the core an engine it waits for is pinned to would only take turns with it:
-   * it sleeps at once and lets the engine run. Elsewhere it spins for a while, yielding early. */
-  const uint64_t spin_ns = hcq__on_engine_core(watch, nwatch) ? 0 : hcq__options()->spin_ns;
+  /* A host thread on the core an engine it waits for is pinned to would only take turns with it,
+   * and one waiting for a GPU emulated on the host's cores (lavapipe) would take a core from the
+   * driver's threads: it sleeps at once. Elsewhere it spins for a while, yielding early. */
+  bool emulated = false;
+  for (size_t i = 0; i < nwatch; i++) emulated |= watch[i] && watch[i]->on_host_cores;
+  const uint64_t spin_ns = emulated || hcq__on_engine_core(watch, nwatch) ? 0 : hcq__options()->spin_ns;
   uint64_t start = hcq__now_ns();
   for (unsigned i = 1; spin_ns; i++) {
     hcq__spin_step_after(i, 8);

@@ -329,6 +329,7 @@ hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev) {
   const uint32_t *g = vd->props.limits.maxComputeWorkGroupCount;
   unsigned __int128 items = (unsigned __int128)g[0] * g[1] * g[2] * vd->props.limits.maxComputeWorkGroupInvocations;
   dev->max_work_items = items > (UINT64_C(1) << 62) ? (UINT64_C(1) << 62) : (uint64_t)items;
+  dev->on_host_cores = vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   return NULL;
 }
 
