@@ -143,6 +143,16 @@ float row_part(uint64_t w, uint row) {
   }
   return s;
 }
+// Round rb of 8 rows of w (n_rows rows of N_IN floats): lane l gets row rb + l's dot product with
+// the input. Rows past the end repeat the last one, whose sum no lane keeps.
+float round_of_8(uint64_t w, uint rb, uint n_rows) {
+  float mine = 0.0;
+  for (uint r = 0u; r < 8u; r++) {
+    float s = subgroupAdd(row_part(w, min(rb + r, n_rows - 1u) * uint(N_IN)));
+    mine = gl_LocalInvocationID.x == r ? s : mine;
+  }
+  return mine;
+}
 #endif
 
 
@@ -328,11 +338,7 @@ void main() {
   load_input(hcq_buf(1));
   for (uint j = 0u; j < uint(ROWS / 8); j++) {
     uint rb = r0 + 8u * j;
-    float mine = 0.0;
-    for (uint r = 0u; r < 8u; r++) {
-      float s = subgroupAdd(row_part(w, min(rb + r, uint(DIM - 1)) * uint(N_IN)));
-      mine = l == r ? s : mine;
-    }
+    float mine = round_of_8(w, rb, uint(DIM));
     if (rb + l < uint(DIM)) x.v[rb + l] += mine;
   }
 }
@@ -375,11 +381,7 @@ void main() {
   int arg = 0x7fffffff;
   for (uint j = 0u; j < uint(CLS_ROWS / 8); j++) {
     uint rb = r0 + 8u * j;
-    float mine = 0.0;
-    for (uint r = 0u; r < 8u; r++) {
-      float z = subgroupAdd(row_part(w, min(rb + r, uint(VOCAB - 1)) * uint(DIM)));
-      mine = l == r ? z : mine;
-    }
+    float mine = round_of_8(w, rb, uint(VOCAB));
     bool in_vocab = rb + l < uint(VOCAB), better = in_vocab && mine > top;
     if (in_vocab) logits.v[rb + l] = mine;
     top = better ? mine : top, arg = better ? int(rb + l) : arg;
