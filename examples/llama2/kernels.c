@@ -5,10 +5,12 @@
  * #defines that fix the model's shape (DIM, HIDDEN, KV_DIM, N_HEADS, KV_MUL = n_heads / n_kv_heads,
  * HEAD_SIZE, VOCAB, SEQ_LEN, ATT_CHUNK, MAX_CHUNKS): loops then have constant trip counts.
  *
- * Matrix-vector kernels give each work-group a block of output rows; a row's dot product keeps eight
- * independent partial sums, which the compiler turns into vector registers at -O2 (a single
- * running sum cannot be vectorised without reassociating float adds). One work-item (one of the
- * group's lsz[0] threads) stands for one step of those sums, eight multiply-adds: a row of an
+ * Matrix-vector kernels give each work-group a block of output rows; a row's dot product keeps
+ * sixteen independent partial sums, which the compiler turns into two vector registers at -O2 (a
+ * single running sum cannot be vectorised without reassociating float adds; with one register of
+ * eight, a row was one chain of dependent vector adds whose latency held a core to ~25 GB/s of
+ * weights, and the 15m step was 20-30% slower). One work-item (one of the group's lsz[0] threads)
+ * stands for eight multiply-adds of those sums: a row of an
  * N-input matrix is STEPS(N) threads, so a group of lsz[0] threads holds lsz[0] / STEPS(N) rows.
  * The device shares a launch between its threads when it has enough work-items
  * (HCQ_CPU_MIN_PARALLEL), which so follows the launch's arithmetic. Every group computes its
@@ -23,11 +25,12 @@
 #include <math.h>
 
 static inline float dot(const float *restrict a, const float *restrict b, int n) {
-  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float s[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   int j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int k = 0; k < 8; k++) s[k] += a[j + k] * b[j + k];
-  for (; j < n; j++) s[j & 7] += a[j] * b[j];
+  for (; j + 16 <= n; j += 16)
+    for (int k = 0; k < 16; k++) s[k] += a[j + k] * b[j + k];
+  for (; j < n; j++) s[j & 15] += a[j] * b[j];
+  for (int k = 0; k < 8; k++) s[k] += s[k + 8];
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
