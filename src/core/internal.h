@@ -293,8 +293,9 @@ typedef struct hcq__device_vtable {
    * failures (a kernel that faulted) and marks the device lost when it finds one, so the wait ends
    * at once instead of at its timeout. Optional. Any thread; must not block. */
   void (*poll)(hcq_device_t *dev);
-  /* A host thread waiting for a signal this device's queues will set runs them itself instead of
-   * taking turns with the engine (docs/mpi.md, "Who runs a rank's queues"): HCQ__HOST_BEGIN counts
+  /* A host thread waiting for a signal this device's queues will set runs them itself (up to a
+   * kernel) instead of taking turns with the engine (docs/mpi.md, "Who runs a rank's queues"):
+   * HCQ__HOST_BEGIN counts
    * it in, HCQ__HOST_RUN runs the queues when no other thread runs them and says 1 (they moved), 0
    * (they wait, or another thread runs them) or -1 (nothing is queued: the signal comes from
    * elsewhere), HCQ__HOST_END counts it out and hands what is left back to the engine. Optional. */

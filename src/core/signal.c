@@ -182,7 +182,7 @@ static uint64_t poll_step(hcq_device_t *const *watch, size_t nwatch, uint64_t *p
 }
 
 /* Under the MPI layer's engine-run transfers, a host waiting for work of devices that can run their
- * queues on the caller's thread (host_run) runs them itself while the wait lasts: ranks sharing a
+ * queues on the caller's thread (host_run) runs them itself, up to their first kernel: ranks sharing a
  * machine's cores then keep one busy thread each instead of a host and an engine taking turns for
  * a core on every hand-off (docs/mpi.md). Only for as long as a host spins (HCQ_SPIN_NS): longer
  * work goes back to the engine, which has a core of its own (cpu_layout.c) where an unbound host

@@ -107,9 +107,14 @@ typedef struct cpu_engine {
   _Atomic unsigned helpers;
   _Atomic uint32_t defer_word;
   _Atomic bool deferring;
+  bool on_host;      /* the queues run on a waiting host: it stops at a kernel (left to the engine) */
+  bool kernel_ahead; /* ... and it stopped at one */
+  _Atomic uint64_t host_passes; /* passes of a waiting host that moved a queue (tests) */
 } cpu_engine_t;
 
 enum { OWN_FREE, OWN_ENGINE, OWN_HOST };
+
+static const hcq__device_vtable_t cpu_vtable;
 
 static cpu_engine_t *engine_of(hcq_device_t *dev) { return dev->backend; }
 
@@ -416,6 +421,10 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
       }
       case HCQ__OP_BARRIER: full_barrier(e); break;
       case HCQ__OP_EXEC:
+        if (e->on_host) {
+          e->kernel_ahead = true; /* the queue waits here for the engine, like at a WAIT */
+          return RUN_BLOCKED;
+        }
         if (e->dev->isolate) {
           if (!exec_isolated(e, w)) return RUN_LOST;
         } else {
@@ -507,6 +516,7 @@ static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
 /* True when q could move now: it is blocked at a wait that is satisfied, or it has a new entry. */
 static bool queue_ready(cpu_queue_t *q) {
   if (q->remote_op) return true; /* only polling MPI moves it (wait_for_work) */
+  if (q->w && HCQ__HDR_OP(q->w[0]) != HCQ__OP_WAIT) return true; /* a kernel a waiting host left */
   if (q->w) {
     const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->w + HCQ__WAIT_ADDR);
     return atomic_load_explicit(&s->value, memory_order_acquire) >= q->w[HCQ__WAIT_VALUE];
@@ -566,7 +576,7 @@ static void wait_for_work(cpu_engine_t *e) {
   cpu_queue_t *blocked[2];
   int nblocked = 0;
   for (int k = 0; k < 2; k++)
-    if (e->q[k].w) blocked[nblocked++] = &e->q[k];
+    if (e->q[k].w && HCQ__HDR_OP(e->q[k].w[0]) == HCQ__OP_WAIT) blocked[nblocked++] = &e->q[k];
   uint64_t budget = nblocked ? CPU_INFLIGHT_SPIN_NS : hcq__options()->spin_ns;
   if (budget < hcq__options()->spin_ns) budget = hcq__options()->spin_ns;
   if (spin_until(engine_ready_ctx, e, budget)) return;
@@ -594,9 +604,9 @@ static void wake_engine(cpu_engine_t *e) {
   hcq__futex_wake(word);
 }
 
-/* A host thread waiting for a signal these queues will set (internal.h, host_run). It runs them on
- * its own thread, kernels included, with the engine's fault context; not under isolation, whose
- * recovery needs the engine's own stack. */
+/* A host thread waiting for a signal these queues will set (internal.h, host_run). It runs their
+ * waits, signals and copies (a cross-rank transfer's MPI polling) on its own thread and stops at
+ * the first kernel, which stays with the engine; not under isolation. */
 static int cpu_host_run(hcq_device_t *dev, int step) {
   cpu_engine_t *e = engine_of(dev);
   if (step == HCQ__HOST_BEGIN) {
@@ -621,6 +631,7 @@ static int cpu_host_run(hcq_device_t *dev, int step) {
     return 0;
   hcq__cpu_fault_ctx_t *outer = hcq__cpu_fault_ctx;
   hcq__cpu_fault_ctx = &e->fault;
+  e->on_host = true, e->kernel_ahead = false;
   /* Progress inside one entry (a bound graph's CALL is one) counts too: the caller's patience
    * restarts whenever a command ran. */
   const uint32_t *w0 = e->q[0].w, *w1 = e->q[1].w;
@@ -634,10 +645,19 @@ static int cpu_host_run(hcq_device_t *dev, int step) {
   bool idle = true;
   for (int k = 0; k < 2; k++)
     idle &= !e->q[k].w && e->q[k].pos == atomic_load_explicit(&e->q[k].head, memory_order_acquire);
+  bool kernel = e->kernel_ahead;
+  e->on_host = false;
+  if (moved) atomic_fetch_add_explicit(&e->host_passes, 1, memory_order_relaxed);
   e->running = NULL;
   hcq__cpu_fault_ctx = outer;
   give_queues(e);
-  return moved ? 1 : idle ? -1 : 0;
+  /* A kernel ahead ends the host's turn: kernels run on the engine, on the cores the device's
+   * layout gave it and its helpers (the waiter hands back and the engine is woken). */
+  return kernel ? -1 : moved ? 1 : idle ? -1 : 0;
+}
+
+uint64_t hcq__cpu_host_passes(hcq_device_t *dev) {
+  return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->host_passes) : 0;
 }
 
 static void *engine_main(void *arg) {
