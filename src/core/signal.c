@@ -201,10 +201,10 @@ static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t de
   uint64_t start = hcq__now_ns(), window = hcq__options()->spin_ns;
   bool reached = false;
   for (unsigned i = 1;; i++) {
-    bool moved = false, idle = true;
+    bool moved = false, none_left = true;
     for (size_t k = 0; k < n; k++) {
       int r = run[k]->vt->host_run(run[k], HCQ__HOST_RUN);
-      moved |= r > 0, idle &= r < 0;
+      moved |= r > 0, none_left &= r < 0;
     }
     uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
     if (v >= want) {
@@ -212,7 +212,7 @@ static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t de
       reached = true;
       break;
     }
-    if (idle) break; /* the signal comes from another device or thread */
+    if (none_left) break; /* the rest is kernels (the engine's) or another device's or thread's */
     if ((i & 15) == 0) {
       uint64_t now = hcq__now_ns();
       if (now - start >= window || (deadline_ns && now >= deadline_ns)) break;

@@ -531,8 +531,6 @@ static bool engine_ready(cpu_engine_t *e) {
 
 static bool engine_ready_ctx(const void *ctx) { return engine_ready((cpu_engine_t *)(uintptr_t)ctx); }
 
-/* Neither queue can move: spin while work is in flight (a hand-off from another core is near),
- * then sleep on what one queue waits for, or on the doorbell when both are empty. */
 /* Host threads are waiting and run the queues themselves (cpu_host_run): the engine, which has let
  * go of the queues, naps, so each rank keeps one thread busy on the work, not two taking turns for a core. */
 static void defer_to_hosts(cpu_engine_t *e) {
@@ -545,6 +543,8 @@ static void defer_to_hosts(cpu_engine_t *e) {
   atomic_store_explicit(&e->deferring, false, memory_order_seq_cst);
 }
 
+/* Neither queue can move: spin while work is in flight (a hand-off from another core is near),
+ * then sleep on what one queue waits for, or on the doorbell when both are empty. */
 static void wait_for_work(cpu_engine_t *e) {
   if (atomic_load_explicit(&e->helpers, memory_order_seq_cst)) {
     e->remote_since = 0;
@@ -606,7 +606,7 @@ static void wake_engine(cpu_engine_t *e) {
 
 /* A host thread waiting for a signal these queues will set (internal.h, host_run). It runs their
  * waits, signals and copies (a cross-rank transfer's MPI polling) on its own thread and stops at
- * the first kernel, which stays with the engine; not under isolation. */
+ * the first kernel, which stays with the engine (and with the engine's fault handling). */
 static int cpu_host_run(hcq_device_t *dev, int step) {
   cpu_engine_t *e = engine_of(dev);
   if (step == HCQ__HOST_BEGIN) {
@@ -626,11 +626,8 @@ static int cpu_host_run(hcq_device_t *dev, int step) {
     }
     return 0;
   }
-  if (dev->isolate || hcq__device_is_lost(dev) || atomic_load_explicit(&e->stop, memory_order_acquire) ||
-      !take_queues(e, OWN_HOST))
+  if (hcq__device_is_lost(dev) || atomic_load_explicit(&e->stop, memory_order_acquire) || !take_queues(e, OWN_HOST))
     return 0;
-  hcq__cpu_fault_ctx_t *outer = hcq__cpu_fault_ctx;
-  hcq__cpu_fault_ctx = &e->fault;
   e->on_host = true, e->kernel_ahead = false;
   /* Progress inside one entry (a bound graph's CALL is one) counts too: the caller's patience
    * restarts whenever a command ran. */
@@ -649,7 +646,6 @@ static int cpu_host_run(hcq_device_t *dev, int step) {
   e->on_host = false;
   if (moved) atomic_fetch_add_explicit(&e->host_passes, 1, memory_order_relaxed);
   e->running = NULL;
-  hcq__cpu_fault_ctx = outer;
   give_queues(e);
   /* A kernel ahead ends the host's turn: kernels run on the engine, on the cores the device's
    * layout gave it and its helpers (the waiter hands back and the engine is woken). */

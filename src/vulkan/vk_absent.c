@@ -25,8 +25,3 @@ bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
   memset(out, 0, sizeof(*out));
   return false;
 }
-
-bool hcq__vulkan_is_cpu(hcq_device_t *dev) {
-  (void)dev;
-  return false;
-}

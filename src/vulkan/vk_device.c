@@ -218,6 +218,8 @@ static hcq_status_t open_logical(vk_device_t *vd) {
   const hcq__vk_instance_t *vi = vd->vi;
   vi->vkGetPhysicalDeviceProperties(vd->phys, &vd->props);
   vi->vkGetPhysicalDeviceMemoryProperties(vd->phys, &vd->memprops);
+  /* Set before the engines start: they read it. */
+  dev->on_host_cores = vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   uint32_t nfam = 0;
   VkQueueFamilyProperties fams[32];
   vi->vkGetPhysicalDeviceQueueFamilyProperties(vd->phys, &nfam, NULL);
@@ -329,7 +331,6 @@ hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev) {
   const uint32_t *g = vd->props.limits.maxComputeWorkGroupCount;
   unsigned __int128 items = (unsigned __int128)g[0] * g[1] * g[2] * vd->props.limits.maxComputeWorkGroupInvocations;
   dev->max_work_items = items > (UINT64_C(1) << 62) ? (UINT64_C(1) << 62) : (uint64_t)items;
-  dev->on_host_cores = vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   return NULL;
 }
 
@@ -338,8 +339,4 @@ bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
   if (!dev || dev->vt != &vk_vtable) return false;
   for (int k = 0; k < 2; k++) hcq__vk_engine_counters(VD(dev)->engines[k], out);
   return true;
-}
-
-bool hcq__vulkan_is_cpu(hcq_device_t *dev) {
-  return dev && dev->vt == &vk_vtable && VD(dev)->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 }

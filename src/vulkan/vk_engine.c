@@ -930,7 +930,7 @@ static void free_dead_blists(vk_engine_t *e) {
  * call the host pays while the device is busy anyway. */
 static void spin_for_work(vk_engine_t *e, uint64_t interp) {
   uint64_t budget = hcq__options()->spin_ns, start = 0, busy_since = 0, yields = 0;
-  bool cpu_device = e->vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU, inflight = false;
+  bool cpu_device = e->dev->on_host_cores, inflight = false;
   for (unsigned i = 1; atomic_load_explicit(&e->head, memory_order_acquire) == interp; i++) {
     if ((i & 63) != 0) {
       hcq__spin_step(i);

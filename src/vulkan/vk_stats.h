@@ -19,7 +19,5 @@ typedef struct hcq__vk_counters {
 
 /* Fills out for a Vulkan device; false (and zeros) for any other device or without Vulkan. */
 bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out);
-/* Whether dev is a Vulkan device the driver runs on the host's CPU (lavapipe). */
-bool hcq__vulkan_is_cpu(hcq_device_t *dev);
 
 #endif
