@@ -513,6 +513,13 @@ static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
   }
 }
 
+/* One pass over both queues, compute first; true when an entry of either ended. */
+static bool run_queues(cpu_engine_t *e) {
+  bool moved = run_queue(e, &e->q[HCQ_QUEUE_COMPUTE]);
+  moved |= run_queue(e, &e->q[HCQ_QUEUE_COPY]);
+  return moved;
+}
+
 /* True when q could move now: it is blocked at a wait that is satisfied, or it has a new entry. */
 static bool queue_ready(cpu_queue_t *q) {
   if (q->remote_op) return true; /* only polling MPI moves it (wait_for_work) */
@@ -633,10 +640,8 @@ static int cpu_host_run(hcq_device_t *dev, int step) {
    * restarts whenever a command ran. */
   const uint32_t *w0 = e->q[0].w, *w1 = e->q[1].w;
   uint64_t p0 = e->q[0].pos, p1 = e->q[1].pos;
-  bool entries = true; /* as the engine loops: again while an entry ends */
-  while (entries && !hcq__device_is_lost(dev)) {
-    entries = run_queue(e, &e->q[HCQ_QUEUE_COMPUTE]);
-    entries |= run_queue(e, &e->q[HCQ_QUEUE_COPY]);
+  while (run_queues(e) && !hcq__device_is_lost(dev)) {
+    /* as the engine loops: again while an entry ends */
   }
   bool moved = e->q[0].w != w0 || e->q[1].w != w1 || e->q[0].pos != p0 || e->q[1].pos != p1;
   bool idle = true;
@@ -670,8 +675,7 @@ static void *engine_main(void *arg) {
       drop_queue(&e->q[0]);
       drop_queue(&e->q[1]);
     }
-    bool moved = run_queue(e, &e->q[HCQ_QUEUE_COMPUTE]);
-    moved |= run_queue(e, &e->q[HCQ_QUEUE_COPY]);
+    bool moved = run_queues(e);
     e->running = NULL;
     if (moved) {
       e->remote_since = 0;
