@@ -200,6 +200,10 @@ Test(llama2_vulkan, shape_15m_one_device) { check_decoder(HCQ_DEVICE_VULKAN, LLA
 Test(llama2_vulkan, shape_15m_two_devices) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_15M, 8, 2); }
 Test(llama2_vulkan, small_odd_shape_a) { check_odd(HCQ_DEVICE_VULKAN, (llama2_config_t){36, 45, 2, 3, 1, 100, 72, false}, 1); }
 Test(llama2_vulkan, small_odd_shape_b) { check_odd(HCQ_DEVICE_VULKAN, (llama2_config_t){18, 54, 3, 3, 3, 77, 72, false}, 2); }
+/* The CPU kernels on the same shapes: head sizes of 12 and 6 and 72 positions leave part of the
+ * attention's vectors of positions and of its last chunk unused. */
+Test(llama2_cpu_odd, shape_a) { check_odd(HCQ_DEVICE_CPU, (llama2_config_t){36, 45, 2, 3, 1, 100, 72, false}, 1); }
+Test(llama2_cpu_odd, shape_b) { check_odd(HCQ_DEVICE_CPU, (llama2_config_t){18, 54, 3, 3, 3, 77, 72, false}, 2); }
 Test(llama2_cuda, small_one_device) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_SMALL, 32, 1); }
 Test(llama2_cuda, small_two_devices) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_SMALL, 32, 2); }
 Test(llama2_cuda, shape_15m_one_device) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_15M, 8, 1); }

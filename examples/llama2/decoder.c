@@ -155,6 +155,7 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
   const llama2_config_t *c = &m->c;
   const llama2_weights_t *w = &ck->weights;
   size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, kv = (size_t)llama2_kv_dim(c);
+  size_t seq_pad = (size_t)((c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK * ATT_CHUNK);
   /* Rotary table, per position and even element j of a head: cos and sin of pos * 10000^(-j/hs). */
   int hs = llama2_head_size(c);
   float *rope = malloc((size_t)c->seq_len * (size_t)hs * sizeof(float));
@@ -185,8 +186,10 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
     TRY(upload(dev, w->w1 + L * hid * dim, hid * dim, "w1", l, &b[W_1]));
     TRY(upload(dev, w->w2 + L * dim * hid, dim * hid, "w2", l, &b[W_2]));
     TRY(upload(dev, w->w3 + L * hid * dim, hid * dim, "w3", l, &b[W_3]));
-    TRY(upload(dev, NULL, (size_t)c->seq_len * kv, "key cache", l, &b[K_CACHE]));
-    TRY(upload(dev, NULL, (size_t)c->seq_len * kv, "value cache", l, &b[V_CACHE]));
+    /* Whole chunks of positions: the CPU kernels store both caches transposed, a row per element
+     * of the kv heads, and run attention along a chunk's positions in vectors. */
+    TRY(upload(dev, NULL, seq_pad * kv, "key cache", l, &b[K_CACHE]));
+    TRY(upload(dev, NULL, seq_pad * kv, "value cache", l, &b[V_CACHE]));
   }
   hcq_device_t *d0 = m->d[0].dev;
   size_t vocab = (size_t)c->vocab_size;

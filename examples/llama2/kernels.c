@@ -17,6 +17,10 @@
  * rows in a fixed order, so results do not depend on how the device spreads groups over threads:
  * eager steps and graph replays give identical bits.
  *
+ * The key and value caches are stored transposed, KV_DIM rows of SEQ_PAD positions (MAX_CHUNKS *
+ * ATT_CHUNK, the decoder's allocation), so that attention runs along the positions of a chunk in
+ * vectors instead of one short dot product of a head's elements per position.
+ *
  * Reductions across work-groups are done in two launches: attention keeps, per (head, chunk of
  * ATT_CHUNK positions), the chunk's max score, its sum of exponentials and its weighted value sum,
  * and a second kernel rescales and adds the chunks; the classifier keeps each group's best logit
@@ -52,6 +56,7 @@ static inline void rope(float *a, float *b, int i, const float *rot) {
 }
 
 #define STEPS(n) (((n) + 7) / 8)
+#define SEQ_PAD (MAX_CHUNKS * ATT_CHUNK)
 
 /* The group's rows [*first, return value) of a matrix with `rows` rows of n inputs. */
 static inline int group_rows(const hcq_launch_t *l, int n, int rows, int *first) {
@@ -73,7 +78,7 @@ void llama_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 }
 
 /* bufs: q, key cache, value cache, x, rms weights, wq, wk, wv, rotary table; vals: pos.
- * Rows 0..DIM-1 are q, then KV_DIM rows of k, then KV_DIM of v. Groups hold an even number of rows,
+ * Rows 0..DIM-1 are q, then KV_DIM rows of k, then KV_DIM of v, into column pos of the caches. Groups hold an even number of rows,
  * so a rotary pair never straddles two groups. k and v go to the caches at row pos. */
 void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *q = b[0], *kc = b[1], *vc = b[2];
@@ -82,7 +87,7 @@ void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const float *rot = (const float *)b[8] + (size_t)pos * HEAD_SIZE;
   float xn[DIM];
   rmsnorm(xn, x, rms);
-  float *krow = kc + (size_t)pos * KV_DIM, *vrow = vc + (size_t)pos * KV_DIM;
+  float *kcol = kc + pos, *vcol = vc + pos;
   int r0, end = group_rows(l, DIM, DIM + 2 * KV_DIM, &r0);
   for (int r = r0; r < end; r += 2) {
     if (r < DIM) {
@@ -93,11 +98,11 @@ void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
       int i = r - DIM;
       float a = dot(wk + (size_t)i * DIM, xn, DIM), c = dot(wk + (size_t)(i + 1) * DIM, xn, DIM);
       rope(&a, &c, i, rot);
-      krow[i] = a, krow[i + 1] = c;
+      kcol[(size_t)i * SEQ_PAD] = a, kcol[(size_t)(i + 1) * SEQ_PAD] = c;
     } else {
       int i = r - DIM - KV_DIM;
-      vrow[i] = dot(wv + (size_t)i * DIM, xn, DIM);
-      vrow[i + 1] = dot(wv + (size_t)(i + 1) * DIM, xn, DIM);
+      vcol[(size_t)i * SEQ_PAD] = dot(wv + (size_t)i * DIM, xn, DIM);
+      vcol[(size_t)(i + 1) * SEQ_PAD] = dot(wv + (size_t)(i + 1) * DIM, xn, DIM);
     }
   }
 }
@@ -126,37 +131,115 @@ static inline float exp_clamped(float x) {
   return p * two_k;
 }
 
+/* Vectors of VW floats (GCC's and clang's vector extensions, which the compiler maps onto the
+ * host's registers): attention runs along the positions of a chunk, NV vectors of them. */
+#if defined(__AVX512F__)
+#define VW 16
+#else
+#define VW 8
+#endif
+#define NV (ATT_CHUNK / VW)
+_Static_assert(ATT_CHUNK % VW == 0, "a chunk of positions is whole vectors");
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+typedef float v4 __attribute__((vector_size(16)));
+typedef int32_t vi4 __attribute__((vector_size(16)));
+
+static inline vf vload(const float *p) {
+  vf v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+static inline vf vselect(vi keep, vf a, vf b) { return (vf)((keep & (vi)a) | (~keep & (vi)b)); }
+static inline v4 quarter(vf v, int k) {
+  v4 r;
+  __builtin_memcpy(&r, (const char *)&v + 16 * k, 16);
+  return r;
+}
+/* Horizontal sum and max: the vector folded into four lanes, then those. */
+static inline float vsum(vf v) {
+  v4 r = quarter(v, 0);
+  for (int k = 1; k < VW / 4; k++) r += quarter(v, k);
+  return (r[0] + r[1]) + (r[2] + r[3]);
+}
+static inline float vmax(vf v) {
+  v4 r = quarter(v, 0);
+  for (int k = 1; k < VW / 4; k++) {
+    v4 x = quarter(v, k);
+    r = (v4)(((x > r) & (vi4)x) | (~(x > r) & (vi4)r));
+  }
+  float a = r[0] > r[1] ? r[0] : r[1], c = r[2] > r[3] ? r[2] : r[3];
+  return a > c ? a : c;
+}
+
+/* exp_clamped, lane by lane. */
+static inline vf vexp_clamped(vf x) {
+  vf lo = (vf){0} - 87.0f, hi = (vf){0} + 88.0f;
+  x = vselect(x < lo, lo, x);
+  x = vselect(x > hi, hi, x);
+  const float shifter = 12582912.0f;
+  vf k = (x * 1.44269504f + shifter) - shifter;
+  vf r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
+  vf p = r * (1.0f / 5040) + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  vi bits = (__builtin_convertvector(k, vi) + 127) << 23;
+  return p * (vf)bits;
+}
+
 /* bufs: partials, q, key cache, value cache; vals: pos. Grid: N_HEADS x (pos / ATT_CHUNK + 1).
  * Group (h, c) scores positions c*ATT_CHUNK .. min(c*ATT_CHUNK + ATT_CHUNK, pos + 1) - 1 and
- * writes {max, sum of exp(score - max), sum of exp(score - max) * value} for its chunk. The
- * exponentials are taken over the whole chunk (a constant trip count: one vector loop), the slots
- * past the last position set to the max and never used. */
+ * writes {max, sum of exp(score - max), sum of exp(score - max) * value} for its chunk. Every
+ * loop runs over the whole chunk, one vector lane per position; lanes past the last position are
+ * masked out (their cache slots hold zeros or an earlier run's values). */
 void llama_attn_part(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *part = b[0];
   const float *q = b[1], *kc = b[2], *vc = b[3];
   int pos = v[0], h = (int)l->gid[0], c = (int)l->gid[1];
-  int t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < pos + 1 ? t0 + ATT_CHUNK : pos + 1, n = t1 - t0;
+  int t0 = c * ATT_CHUNK, n = pos + 1 - t0;
   const float *qh = q + h * HEAD_SIZE;
-  int kv = (h / KV_MUL) * HEAD_SIZE;
-  float score[ATT_CHUNK], m = -INFINITY, scale = 1.0f / sqrtf((float)HEAD_SIZE);
-  for (int t = 0; t < n; t++) {
-    float s = dot(qh, kc + (size_t)(t0 + t) * KV_DIM + kv, HEAD_SIZE) * scale;
-    score[t] = s;
-    if (s > m) m = s;
+  size_t kv = (size_t)(h / KV_MUL) * HEAD_SIZE;
+  const float *kt = kc + kv * SEQ_PAD + t0, *vt = vc + kv * SEQ_PAD + t0;
+  /* Scores: two independent sums over the head's elements, NV vectors of positions each. */
+  vf even[NV], odd[NV];
+  for (int j = 0; j < NV; j++) even[j] = odd[j] = (vf){0};
+  int i = 0;
+  for (; i + 2 <= HEAD_SIZE; i += 2) {
+    float qe = qh[i], qo = qh[i + 1];
+    const float *re = kt + (size_t)i * SEQ_PAD, *ro = re + SEQ_PAD;
+    for (int j = 0; j < NV; j++) even[j] += qe * vload(re + j * VW), odd[j] += qo * vload(ro + j * VW);
   }
-  for (int t = n; t < ATT_CHUNK; t++) score[t] = m;
-  for (int t = 0; t < ATT_CHUNK; t++) score[t] = exp_clamped(score[t] - m);
-  float sum = 0, o[HEAD_SIZE];
-  for (int i = 0; i < HEAD_SIZE; i++) o[i] = 0;
-  for (int t = 0; t < n; t++) {
-    float e = score[t];
-    const float *vt = vc + (size_t)(t0 + t) * KV_DIM + kv;
-    sum += e;
-    for (int i = 0; i < HEAD_SIZE; i++) o[i] += e * vt[i];
+  if (i < HEAD_SIZE)
+    for (int j = 0; j < NV; j++) even[j] += qh[i] * vload(kt + (size_t)i * SEQ_PAD + j * VW);
+  const float scale = 1.0f / sqrtf((float)HEAD_SIZE);
+  vi lane;
+  for (int k = 0; k < VW; k++) lane[k] = k;
+  vf score[NV], top = (vf){0} - INFINITY;
+  vi keep[NV];
+  for (int j = 0; j < NV; j++) {
+    score[j] = (even[j] + odd[j]) * scale;
+    keep[j] = lane + j * VW < n;
+    top = vselect(keep[j] & (score[j] > top), score[j], top);
+  }
+  float m = vmax(top);
+  vf e[NV], total = (vf){0};
+  for (int j = 0; j < NV; j++) {
+    e[j] = vselect(keep[j], vexp_clamped(score[j] - m), (vf){0});
+    total += e[j];
   }
   float *dst = part + ((size_t)h * MAX_CHUNKS + c) * (HEAD_SIZE + 2);
-  dst[0] = m, dst[1] = sum;
-  for (int i = 0; i < HEAD_SIZE; i++) dst[2 + i] = o[i];
+  dst[0] = m, dst[1] = vsum(total);
+  /* Weighted values; a lane past the last position adds nothing, whatever its slot holds. */
+  for (int i2 = 0; i2 < HEAD_SIZE; i2++) {
+    const float *row = vt + (size_t)i2 * SEQ_PAD;
+    vf o = (vf){0};
+    for (int j = 0; j < NV; j++) o += vselect(keep[j], e[j] * vload(row + j * VW), (vf){0});
+    dst[2 + i2] = vsum(o);
+  }
 }
 
 /* bufs: out, partials; vals: pos. Grid: N_HEADS. Softmax-weighted values of head gid[0]: the
