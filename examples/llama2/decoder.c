@@ -186,8 +186,8 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
     TRY(upload(dev, w->w1 + L * hid * dim, hid * dim, "w1", l, &b[W_1]));
     TRY(upload(dev, w->w2 + L * dim * hid, dim * hid, "w2", l, &b[W_2]));
     TRY(upload(dev, w->w3 + L * hid * dim, hid * dim, "w3", l, &b[W_3]));
-    /* Whole chunks of positions: the CPU kernels store both caches transposed, a row per element
-     * of the kv heads, and run attention along a chunk's positions in vectors. */
+    /* Whole chunks of positions: the CPU kernels store both caches in blocks of a chunk's positions
+     * per element of a kv head, and run attention along those positions in vectors. */
     TRY(upload(dev, NULL, seq_pad * kv, "key cache", l, &b[K_CACHE]));
     TRY(upload(dev, NULL, seq_pad * kv, "value cache", l, &b[V_CACHE]));
   }

@@ -17,9 +17,11 @@
  * rows in a fixed order, so results do not depend on how the device spreads groups over threads:
  * eager steps and graph replays give identical bits.
  *
- * The key and value caches are stored transposed, KV_DIM rows of SEQ_PAD positions (MAX_CHUNKS *
- * ATT_CHUNK, the decoder's allocation), so that attention runs along the positions of a chunk in
- * vectors instead of one short dot product of a head's elements per position.
+ * The key and value caches are stored transposed in blocks (cache_at: per kv head and chunk of
+ * ATT_CHUNK positions, a row of the chunk's positions per element of the head; MAX_CHUNKS * ATT_CHUNK
+ * positions in all, the decoder's allocation), so that attention runs along the positions of a
+ * chunk in vectors instead of one short dot product of a head's elements per position, and reads a
+ * chunk's keys and values as two contiguous blocks.
  *
  * Reductions across work-groups are done in two launches: attention keeps, per (head, chunk of
  * ATT_CHUNK positions), the chunk's max score, its sum of exponentials and its weighted value sum,
@@ -56,7 +58,12 @@ static inline void rope(float *a, float *b, int i, const float *rot) {
 }
 
 #define STEPS(n) (((n) + 7) / 8)
-#define SEQ_PAD (MAX_CHUNKS * ATT_CHUNK)
+/* Where the cache holds element i (of KV_DIM) at position t: per kv head and chunk of positions, a
+ * block of HEAD_SIZE rows of ATT_CHUNK positions, contiguous (the hardware prefetches a block). */
+static inline size_t cache_at(int i, int t) {
+  size_t head = (size_t)(i / HEAD_SIZE), row = (size_t)(i % HEAD_SIZE);
+  return ((head * MAX_CHUNKS + (size_t)(t / ATT_CHUNK)) * HEAD_SIZE + row) * ATT_CHUNK + (size_t)(t % ATT_CHUNK);
+}
 
 /* The group's rows [*first, return value) of a matrix with `rows` rows of n inputs. */
 static inline int group_rows(const hcq_launch_t *l, int n, int rows, int *first) {
@@ -87,7 +94,6 @@ void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const float *rot = (const float *)b[8] + (size_t)pos * HEAD_SIZE;
   float xn[DIM];
   rmsnorm(xn, x, rms);
-  float *kcol = kc + pos, *vcol = vc + pos;
   int r0, end = group_rows(l, DIM, DIM + 2 * KV_DIM, &r0);
   for (int r = r0; r < end; r += 2) {
     if (r < DIM) {
@@ -98,11 +104,11 @@ void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
       int i = r - DIM;
       float a = dot(wk + (size_t)i * DIM, xn, DIM), c = dot(wk + (size_t)(i + 1) * DIM, xn, DIM);
       rope(&a, &c, i, rot);
-      kcol[(size_t)i * SEQ_PAD] = a, kcol[(size_t)(i + 1) * SEQ_PAD] = c;
+      kc[cache_at(i, pos)] = a, kc[cache_at(i + 1, pos)] = c;
     } else {
       int i = r - DIM - KV_DIM;
-      vcol[(size_t)i * SEQ_PAD] = dot(wv + (size_t)i * DIM, xn, DIM);
-      vcol[(size_t)(i + 1) * SEQ_PAD] = dot(wv + (size_t)(i + 1) * DIM, xn, DIM);
+      vc[cache_at(i, pos)] = dot(wv + (size_t)i * DIM, xn, DIM);
+      vc[cache_at(i + 1, pos)] = dot(wv + (size_t)(i + 1) * DIM, xn, DIM);
     }
   }
 }
@@ -202,19 +208,19 @@ void llama_attn_part(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   int pos = v[0], h = (int)l->gid[0], c = (int)l->gid[1];
   int t0 = c * ATT_CHUNK, n = pos + 1 - t0;
   const float *qh = q + h * HEAD_SIZE;
-  size_t kv = (size_t)(h / KV_MUL) * HEAD_SIZE;
-  const float *kt = kc + kv * SEQ_PAD + t0, *vt = vc + kv * SEQ_PAD + t0;
+  size_t block = cache_at((h / KV_MUL) * HEAD_SIZE, t0);
+  const float *kt = kc + block, *vt = vc + block;
   /* Scores: two independent sums over the head's elements, NV vectors of positions each. */
   vf even[NV], odd[NV];
   for (int j = 0; j < NV; j++) even[j] = odd[j] = (vf){0};
   int i = 0;
   for (; i + 2 <= HEAD_SIZE; i += 2) {
     float qe = qh[i], qo = qh[i + 1];
-    const float *re = kt + (size_t)i * SEQ_PAD, *ro = re + SEQ_PAD;
+    const float *re = kt + (size_t)i * ATT_CHUNK, *ro = re + ATT_CHUNK;
     for (int j = 0; j < NV; j++) even[j] += qe * vload(re + j * VW), odd[j] += qo * vload(ro + j * VW);
   }
   if (i < HEAD_SIZE)
-    for (int j = 0; j < NV; j++) even[j] += qh[i] * vload(kt + (size_t)i * SEQ_PAD + j * VW);
+    for (int j = 0; j < NV; j++) even[j] += qh[i] * vload(kt + (size_t)i * ATT_CHUNK + j * VW);
   const float scale = 1.0f / sqrtf((float)HEAD_SIZE);
   vi lane;
   for (int k = 0; k < VW; k++) lane[k] = k;
@@ -235,7 +241,7 @@ void llama_attn_part(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   dst[0] = m, dst[1] = vsum(total);
   /* Weighted values; a lane past the last position adds nothing, whatever its slot holds. */
   for (int i2 = 0; i2 < HEAD_SIZE; i2++) {
-    const float *row = vt + (size_t)i2 * SEQ_PAD;
+    const float *row = vt + (size_t)i2 * ATT_CHUNK;
     vf o = (vf){0};
     for (int j = 0; j < NV; j++) o += vselect(keep[j], e[j] * vload(row + j * VW), (vf){0});
     dst[2 + i2] = vsum(o);
