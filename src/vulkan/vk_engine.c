@@ -1165,7 +1165,7 @@ hcq_status_t hcq__vk_engine_submit(vk_engine_t *e, const uint32_t *words, size_t
      * not pay the call. The engine sleeps only once it has run all it had, so that retire is queued. */
     if (atomic_load(&e->tail) < before)
       e->wake_at_retire = true;
-    else
+    else if (!e->engine_idle_wake) /* else that retire has woken it already: it finds this work */
       pthread_cond_signal(&e->wake);
   }
   pthread_mutex_unlock(&e->lock);
