@@ -296,9 +296,11 @@ typedef struct hcq__device_vtable {
   /* A host thread waiting for a signal this device's queues will set runs them itself (up to a
    * kernel) instead of taking turns with the engine (docs/mpi.md, "Who runs a rank's queues"):
    * HCQ__HOST_BEGIN counts
-   * it in, HCQ__HOST_RUN runs the queues when no other thread runs them and says 1 (they moved), 0
-   * (they wait, or another thread runs them) or -1 (nothing for this host: the queues are empty,
-   * the signal comes from elsewhere, or a kernel is next), HCQ__HOST_END counts it out and hands what is left back to the engine. Optional. */
+   * it in, HCQ__HOST_RUN runs the queues when no other thread runs them and says 1 (they moved), 2
+   * (they wait for a cross-rank transfer in flight, which the host polls), 0 (they wait, or another
+   * thread runs them) or -1 (nothing for this host: the queues are empty, the signal comes from
+   * elsewhere, or a kernel is next), HCQ__HOST_END counts it out and hands what is left back to the
+   * engine. Optional. */
   int (*host_run)(hcq_device_t *dev, int step);
   /* Compiles source for entry. Optional: NULL means the device cannot compile. */
   hcq_status_t (*program_compile)(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);

@@ -184,8 +184,8 @@ static uint64_t poll_step(hcq_device_t *const *watch, size_t nwatch, uint64_t *p
 /* Under the MPI layer's engine-run transfers, a host waiting for work of devices that can run their
  * queues on the caller's thread (host_run) runs them itself, up to their first kernel: ranks sharing a
  * machine's cores then keep one busy thread each instead of a host and an engine taking turns for
- * a core on every hand-off (docs/mpi.md). Only for as long as a host spins (HCQ_SPIN_NS): longer
- * work goes back to the engine, which has a core of its own (cpu_layout.c) where an unbound host
+ * a core on every hand-off (docs/mpi.md). Only for as long as a host spins (HCQ_SPIN_NS), or polls a
+ * transfer in flight (HCQ_MPI_SPIN_NS): longer work goes back to the engine, which has a core of its own (cpu_layout.c) where an unbound host
  * thread may end up sharing one with another rank's. True when the signal was reached. */
 static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
                               size_t nwatch, uint64_t *seen) {
@@ -199,12 +199,17 @@ static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t de
   if (!n) return false;
   for (size_t i = 0; i < n; i++) run[i]->vt->host_run(run[i], HCQ__HOST_BEGIN);
   uint64_t start = hcq__now_ns(), window = hcq__options()->spin_ns;
-  bool reached = false;
+  /* While a transfer to or from another rank is in flight, the host polls it as long as the engine
+   * it stands in for would (HCQ_MPI_SPIN_NS): handing a transfer back mid-flight costs the engine's
+   * wake-up, and over TCP a round trip outlasts HCQ_SPIN_NS, so every replay paid one. */
+  uint64_t remote_window = hooks->copy_spin_ns > window ? hooks->copy_spin_ns : window;
+  bool reached = false, remote = false;
   for (unsigned i = 1;; i++) {
     bool moved = false, none_left = true;
+    remote = false;
     for (size_t k = 0; k < n; k++) {
       int r = run[k]->vt->host_run(run[k], HCQ__HOST_RUN);
-      moved |= r > 0, none_left &= r < 0;
+      moved |= r == 1, none_left &= r < 0, remote |= r == 2;
     }
     uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
     if (v >= want) {
@@ -215,7 +220,7 @@ static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t de
     if (none_left) break; /* the rest is kernels (the engine's) or another device's or thread's */
     if ((i & 15) == 0) {
       uint64_t now = hcq__now_ns();
-      if (now - start >= window || (deadline_ns && now >= deadline_ns)) break;
+      if (now - start >= (remote ? remote_window : window) || (deadline_ns && now >= deadline_ns)) break;
     }
     if (moved) continue;
     hcq__spin_step_after(i, 512);

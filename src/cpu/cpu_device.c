@@ -647,14 +647,14 @@ static int cpu_host_run(hcq_device_t *dev, int step) {
   bool idle = true;
   for (int k = 0; k < 2; k++)
     idle &= !e->q[k].w && e->q[k].pos == atomic_load_explicit(&e->q[k].head, memory_order_acquire);
-  bool kernel = e->kernel_ahead;
+  bool kernel = e->kernel_ahead, remote = e->q[0].remote_op || e->q[1].remote_op;
   e->on_host = false;
   if (moved) atomic_fetch_add_explicit(&e->host_passes, 1, memory_order_relaxed);
   e->running = NULL;
   give_queues(e);
   /* A kernel ahead ends the host's turn: kernels run on the engine, on the cores the device's
    * layout gave it and its helpers (the waiter hands back and the engine is woken). */
-  return kernel ? -1 : moved ? 1 : idle ? -1 : 0;
+  return kernel ? -1 : moved ? 1 : idle ? -1 : remote ? 2 : 0;
 }
 
 uint64_t hcq__cpu_host_passes(hcq_device_t *dev) {
