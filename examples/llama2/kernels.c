@@ -113,30 +113,6 @@ void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   }
 }
 
-/* exp(x) within 2 ulp of expf, in plain arithmetic the compiler vectorises over an array (a call
- * to expf it cannot): x = k ln2 + r, |r| <= ln2 / 2, with ln2 in two parts so that r is exact, e^r
- * by its Taylor series to r^7 (error below 2^-24 there), times 2^k put into the exponent bits.
- * x is first clamped to [-87, 88], where 2^k is a normal float: below, e^-87 (2^-125.5) adds
- * nothing next to the 1 of a softmax's max or of silu's 1 + e^-a; above, e^88 is still finite. */
-static inline float exp_clamped(float x) {
-  x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-  const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-  float k = (x * 1.44269504f + shifter) - shifter;
-  float r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  int32_t bits = ((int32_t)k + 127) << 23;
-  float two_k;
-  __builtin_memcpy(&two_k, &bits, 4);
-  return p * two_k;
-}
-
 /* Vectors of VW floats (GCC's and clang's vector extensions, which the compiler maps onto the
  * host's registers): attention runs along the positions of a chunk, NV vectors of them. */
 #if defined(__AVX512F__)
@@ -178,12 +154,16 @@ static inline float vmax(vf v) {
   return a > c ? a : c;
 }
 
-/* exp_clamped, lane by lane. */
+/* exp(x) of each lane within 2 ulp of expf, in plain vector arithmetic (a call to expf is one lane
+ * at a time): x = k ln2 + r, |r| <= ln2 / 2, with ln2 in two parts so that r is exact, e^r
+ * by its Taylor series to r^7 (error below 2^-24 there), times 2^k put into the exponent bits.
+ * x is first clamped to [-87, 88], where 2^k is a normal float: below, e^-87 (2^-125.5) adds
+ * nothing next to the 1 of a softmax's max or of silu's 1 + e^-a; above, e^88 is still finite. */
 static inline vf vexp_clamped(vf x) {
   vf lo = (vf){0} - 87.0f, hi = (vf){0} + 88.0f;
   x = vselect(x < lo, lo, x);
   x = vselect(x > hi, hi, x);
-  const float shifter = 12582912.0f;
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
   vf k = (x * 1.44269504f + shifter) - shifter;
   vf r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
   vf p = r * (1.0f / 5040) + 1.0f / 720;
@@ -283,8 +263,9 @@ MATVEC_RESIDUAL(llama_wo, DIM)
 MATVEC_RESIDUAL(llama_ffn_down, HIDDEN)
 
 /* bufs: hb, x, rms weights, w1, w3. hb[r] = silu(w1[r] . xn) * (w3[r] . xn), xn = rmsnorm(x).
- * The rows go in blocks of FFN_BLOCK, whose exponentials are one vector loop. */
+ * The rows go in blocks of FFN_BLOCK, whose exponentials are whole vectors. */
 #define FFN_BLOCK 32
+_Static_assert(FFN_BLOCK % VW == 0, "a block of rows is whole vectors");
 void llama_ffn_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   (void)v;
   float *hb = b[0];
@@ -300,7 +281,10 @@ void llama_ffn_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
       c[j] = dot(w3 + (size_t)(base + j) * DIM, xn, DIM);
     }
     for (int j = n; j < FFN_BLOCK; j++) a[j] = 0;
-    for (int j = 0; j < FFN_BLOCK; j++) e[j] = exp_clamped(-a[j]);
+    for (int j = 0; j < FFN_BLOCK; j += VW) {
+      vf ex = vexp_clamped(-vload(a + j));
+      __builtin_memcpy(e + j, &ex, sizeof(ex));
+    }
     for (int j = 0; j < n; j++) hb[base + j] = a[j] * (1.0f / (1.0f + e[j])) * c[j];
   }
 }
