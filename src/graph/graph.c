@@ -68,13 +68,13 @@ static hcq_status_t check_graph(const hcq_graph_t *g, const char *what) {
 }
 
 static hcq_status_t graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                              size_t nvals, bool wait, uint64_t *out_elapsed_ns, bool dims_checked) {
+                              size_t nvals, bool wait, uint64_t *out_elapsed_ns, bool prechecked) {
   if (!g) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_run: graph is NULL");
   hcq_status_t st = check_graph(g, "hcq_graph_run");
   if (st) return st;
   if ((st = hcq__runner_enter(&g->runner, "hcq_graph_run"))) return st;
-  st = dims_checked ? hcq__runner_stage_dims_checked(&g->runner, inputs, ninputs, vals, nvals)
-                    : hcq__runner_stage(&g->runner, inputs, ninputs, vals, nvals);
+  st = prechecked ? hcq__runner_stage_prechecked(&g->runner, inputs, ninputs, vals, nvals)
+                  : hcq__runner_stage(&g->runner, inputs, ninputs, vals, nvals);
   if (!st && g->validated_replays)
     st = hcq__graph_run_validated(g, wait, out_elapsed_ns);
   else if (!st)
@@ -90,7 +90,7 @@ hcq_status_t hcq_graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t n
   return graph_run(g, inputs, ninputs, vals, nvals, wait, out_elapsed_ns, false);
 }
 
-hcq_status_t hcq__graph_run_dims_checked(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
+hcq_status_t hcq__graph_run_prechecked(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
                                          const hcq_var_value_t *vals, size_t nvals) {
   return graph_run(g, inputs, ninputs, vals, nvals, false, NULL, true);
 }

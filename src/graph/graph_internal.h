@@ -43,10 +43,12 @@ void hcq__graph_pretend_replays_for_tests(hcq_graph_t *g, uint64_t replays);
  * replay. */
 bool hcq__graph_validates_writes(const hcq_graph_t *g);
 hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
-/* hcq_graph_run without waiting, for a jit's batch graph: the jit checked the symbolic launch dims
- * of all its items with these values just before (hcq__runner_stage), so the graph does not again. */
-hcq_status_t hcq__graph_run_dims_checked(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
-                                         const hcq_var_value_t *vals, size_t nvals);
+/* hcq_graph_run without waiting, for a jit's batch graph: the jit checked the inputs, values, devices
+ * and symbolic launch dims of all its items with these arguments just before (hcq__runner_stage), so
+ * the graph does not again: on a host whose caches the device's work evicted, a second runner's
+ * checks cost a tenth of a replay. */
+hcq_status_t hcq__graph_run_prechecked(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
+                                       const hcq_var_value_t *vals, size_t nvals);
 
 /* Which graph can hold work on dev: devices with equal non-zero classes can share one graph (each
  * runner spans devices of its kind, or just one; the HCQ graph keeps host-memory devices apart from GPU ones);

@@ -535,8 +535,8 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   return st;
 }
 
-static hcq_status_t stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                          size_t nvals, bool check_dims) {
+hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
+                               const hcq_var_value_t *vals, size_t nvals) {
   if (ninputs != r->ninputs)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "the graph has %zu inputs but the replay passed %zu", r->ninputs,
                            ninputs);
@@ -578,7 +578,7 @@ static hcq_status_t stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t 
     }
   }
   /* Symbolic launch sizes: each must still make a valid launch with these values. */
-  if (check_dims && r->symdim_items.len) {
+  if (r->symdim_items.len) {
     for (size_t i = 0; i < r->vars.len; i++) r->eval_vals[i].value = r->pending_values[i];
     for (size_t i = 0; i < r->symdim_items.len; i++) {
       uint32_t j = r->symdim_items.data[i];
@@ -594,14 +594,17 @@ static hcq_status_t stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t 
   return NULL;
 }
 
-hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
-                               const hcq_var_value_t *vals, size_t nvals) {
-  return stage(r, inputs, ninputs, vals, nvals, true);
-}
-
-hcq_status_t hcq__runner_stage_dims_checked(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
-                                            const hcq_var_value_t *vals, size_t nvals) {
-  return stage(r, inputs, ninputs, vals, nvals, false);
+hcq_status_t hcq__runner_stage_prechecked(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
+                                          const hcq_var_value_t *vals, size_t nvals) {
+  if (ninputs != r->ninputs)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "the graph has %zu inputs but the replay passed %zu", r->ninputs,
+                           ninputs);
+  memcpy(r->pending_inputs, inputs, ninputs * sizeof(*inputs));
+  memcpy(r->pending_values, r->values, r->vars.len * sizeof(int64_t));
+  for (size_t i = 0; i < nvals; i++)
+    for (size_t v = 0; v < r->vars.len; v++)
+      if (r->vars.data[v] == vals[i].var) r->pending_values[v] = vals[i].value;
+  return NULL;
 }
 
 void hcq__runner_commit(hcq__runner_t *r) {

@@ -66,10 +66,11 @@ void hcq__runner_deinit(hcq__runner_t *r);
 /* Checks a replay's arguments and stages them (pending_*); nothing current changes. */
 hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
                                const hcq_var_value_t *vals, size_t nvals);
-/* The same without evaluating symbolic launch dims, for a caller that checked them with these
- * values already (a jit's batch graph: the jit staged all its items first). */
-hcq_status_t hcq__runner_stage_dims_checked(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
-                                            const hcq_var_value_t *vals, size_t nvals);
+/* Stages without checking, for a caller that checked these arguments already against a runner with
+ * the same inputs whose items, devices and variables include this one's (a jit's batch graph: the jit
+ * staged all its items first). */
+hcq_status_t hcq__runner_stage_prechecked(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
+                                          const hcq_var_value_t *vals, size_t nvals);
 /* Makes the staged arguments current (after a replay was submitted). */
 void hcq__runner_commit(hcq__runner_t *r);
 

@@ -630,7 +630,7 @@ static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t 
   for (size_t i = 0; i < jit->segments.len && !st; i++) {
     const segment_t *s = &jit->segments.data[i];
     if (s->graph)
-      st = hcq__graph_run_dims_checked(s->graph, r->pending_inputs, r->ninputs, jit->vals, r->vars.len);
+      st = hcq__graph_run_prechecked(s->graph, r->pending_inputs, r->ninputs, jit->vals, r->vars.len);
     else
       st = run_eager(jit, s);
     if (st) st = hcq_status_annotate(st, "jit replay, batch %zu (items %zu-%zu)", i, s->first, s->first + s->count - 1);
