@@ -185,8 +185,9 @@ static uint64_t poll_step(hcq_device_t *const *watch, size_t nwatch, uint64_t *p
  * queues on the caller's thread (host_run) runs them itself, up to their first kernel: ranks sharing a
  * machine's cores then keep one busy thread each instead of a host and an engine taking turns for
  * a core on every hand-off (docs/mpi.md). Only for as long as a host spins (HCQ_SPIN_NS), or polls a
- * transfer in flight (HCQ_MPI_SPIN_NS): longer work goes back to the engine, which has a core of its own (cpu_layout.c) where an unbound host
- * thread may end up sharing one with another rank's. True when the signal was reached. */
+ * transfer in flight (HCQ_MPI_SPIN_NS): longer work goes back to the engine, which has a core of its
+ * own (cpu_layout.c) where an unbound host thread may end up sharing one with another rank's. True
+ * when the signal was reached. */
 static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
                               size_t nwatch, uint64_t *seen) {
   const hcq__remote_hooks_t *hooks = atomic_load_explicit(&hcq__remote, memory_order_acquire);

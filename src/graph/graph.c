@@ -91,7 +91,7 @@ hcq_status_t hcq_graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t n
 }
 
 hcq_status_t hcq__graph_run_prechecked(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
-                                         const hcq_var_value_t *vals, size_t nvals) {
+                                       const hcq_var_value_t *vals, size_t nvals) {
   return graph_run(g, inputs, ninputs, vals, nvals, false, NULL, true);
 }
 

@@ -45,8 +45,7 @@ bool hcq__graph_validates_writes(const hcq_graph_t *g);
 hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
 /* hcq_graph_run without waiting, for a jit's batch graph: the jit checked the inputs, values, devices
  * and symbolic launch dims of all its items with these arguments just before (hcq__runner_stage), so
- * the graph does not again: on a host whose caches the device's work evicted, a second runner's
- * checks cost a tenth of a replay. */
+ * the graph does not repeat those checks on its own runner. */
 hcq_status_t hcq__graph_run_prechecked(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
                                        const hcq_var_value_t *vals, size_t nvals);
 
