@@ -85,8 +85,8 @@ void llama_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 }
 
 /* bufs: q, key cache, value cache, x, rms weights, wq, wk, wv, rotary table; vals: pos.
- * Rows 0..DIM-1 are q, then KV_DIM rows of k, then KV_DIM of v, into column pos of the caches. Groups hold an even number of rows,
- * so a rotary pair never straddles two groups. k and v go to the caches at row pos. */
+ * Rows 0..DIM-1 are q, then KV_DIM rows of k, then KV_DIM of v. Groups hold an even number of rows,
+ * so a rotary pair never straddles two groups. k and v go to the caches at position pos (cache_at). */
 void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *q = b[0], *kc = b[1], *vc = b[2];
   const float *x = b[3], *rms = b[4], *wq = b[5], *wk = b[6], *wv = b[7];
@@ -220,11 +220,11 @@ void llama_attn_part(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *dst = part + ((size_t)h * MAX_CHUNKS + c) * (HEAD_SIZE + 2);
   dst[0] = m, dst[1] = vsum(total);
   /* Weighted values; a lane past the last position adds nothing, whatever its slot holds. */
-  for (int i2 = 0; i2 < HEAD_SIZE; i2++) {
-    const float *row = vt + (size_t)i2 * ATT_CHUNK;
+  for (int d = 0; d < HEAD_SIZE; d++) {
+    const float *row = vt + (size_t)d * ATT_CHUNK;
     vf o = (vf){0};
     for (int j = 0; j < NV; j++) o += vselect(keep[j], e[j] * vload(row + j * VW), (vf){0});
-    dst[2 + i2] = vsum(o);
+    dst[2 + d] = vsum(o);
   }
 }
 
