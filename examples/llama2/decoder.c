@@ -213,8 +213,8 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
     hcq_device_t *d1 = m->d[1].dev;
     size_t r0 = (size_t)m->cls_split * (size_t)m->cls_rows, bytes = (vocab - r0) * sizeof(float);
     const float *wc = c->shared_classifier ? w->token_embedding : w->classifier;
-    TRY(upload(d1, NULL, vocab * dim, "classifier (second half)", -1, &m->cls1));
-    TRY(hcq_buffer_copyin(m->cls1, r0 * dim * sizeof(float), wc + r0 * dim, (vocab - r0) * dim * sizeof(float)));
+    /* Only the rows device 1 computes (llama_classify reads them from its first group's on). */
+    TRY(upload(d1, wc + r0 * dim, (vocab - r0) * dim, "classifier (second half)", -1, &m->cls1));
     TRY(upload(d1, w->rms_final, dim, "rms_final", -1, &m->rms_final1));
     TRY(upload(d1, NULL, vocab, "logits (second half)", -1, &m->logits1));
     TRY(upload(d1, NULL, 2 * (size_t)m->cls_groups, "best logits (second half)", -1, &m->best1));

@@ -291,10 +291,12 @@ void llama_ffn_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 
 /* bufs: logits, best, x, final rms weights, classifier. Logits of the group's rows and the group's
  * best one in best[2*g] (value bits) and best[2*g + 1] (index). */
-/* vals: the first group (a device may run only groups [v0, v0 + grid) of the whole classifier). */
+/* vals: the first group (a device may run only groups [v0, v0 + grid) of the whole classifier; its
+ * classifier buffer then holds the rows from group v0's first on, its logits and best all rows). */
 void llama_classify(void *const *b, const int32_t *v, const hcq_launch_t *l0) {
   hcq_launch_t shifted = *l0, *l = &shifted;
   shifted.gid[0] += (uint32_t)v[0];
+  size_t held_from = (size_t)v[0] * (l0->lsz[0] / STEPS(DIM));
   float *logits = b[0];
   int32_t *best = b[1];
   const float *x = b[2], *rms = b[3], *w = b[4];
@@ -303,7 +305,7 @@ void llama_classify(void *const *b, const int32_t *v, const hcq_launch_t *l0) {
   int first, end = group_rows(l, DIM, VOCAB, &first), arg = first;
   float top = -INFINITY;
   for (int r = first; r < end; r++) {
-    float z = dot(w + (size_t)r * DIM, xn, DIM);
+    float z = dot(w + ((size_t)r - held_from) * DIM, xn, DIM);
     logits[r] = z;
     if (z > top) top = z, arg = r;
   }
