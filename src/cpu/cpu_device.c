@@ -239,7 +239,10 @@ static void *helper_main(void *arg) {
   hcq__cpu_fault_thread_init(altstack);
   hcq__cpu_fault_ctx_t ctx = {p->dev, engine_current_command, p->engine, NULL, 0, 0};
   hcq__cpu_fault_ctx = &ctx;
-  uint32_t seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+  /* The generation before any job (jobs are 2, 4, ...): a job published before this thread first
+   * ran (a launch right after the device opened, on a loaded machine) is still taken. Starting from
+   * the current generation made every helper skip it, and the engine ran that launch alone. */
+  uint32_t seen = 0;
   bool fresh = true; /* no job yet: sleep at once instead of spinning for one */
   for (;;) {
     if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
