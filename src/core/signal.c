@@ -206,12 +206,16 @@ static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t de
   uint64_t remote_window = hooks->copy_spin_ns > window ? hooks->copy_spin_ns : window;
   bool reached = false, remote = false;
   for (unsigned i = 1;; i++) {
-    bool moved = false, none_left = true;
-    remote = false;
+    bool moved = false, none_left = true, polled = false;
     for (size_t k = 0; k < n; k++) {
       int r = run[k]->vt->host_run(run[k], HCQ__HOST_RUN);
-      moved |= r == 1, none_left &= r < 0, remote |= r == 2;
+      moved |= r == 1, none_left &= r < 0, polled |= r == 2;
     }
+    /* In flight until a pass moves on (a pass that found the engine at the queues says nothing). */
+    if (polled)
+      remote = true;
+    else if (moved || none_left)
+      remote = false;
     uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
     if (v >= want) {
       *seen = v;

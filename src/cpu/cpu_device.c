@@ -110,6 +110,7 @@ typedef struct cpu_engine {
   bool on_host;      /* the queues run on a waiting host: it stops at a kernel (left to the engine) */
   bool kernel_ahead; /* ... and it stopped at one */
   _Atomic uint64_t host_passes; /* passes of a waiting host that moved a queue (tests) */
+  _Atomic uint64_t host_handbacks; /* hosts that left with a cross-rank transfer in flight (tests) */
 } cpu_engine_t;
 
 enum { OWN_FREE, OWN_ENGINE, OWN_HOST };
@@ -628,6 +629,7 @@ static int cpu_host_run(hcq_device_t *dev, int step) {
     /* Work left behind (the wait was for an earlier signal) goes back to the engine at once. */
     if (take_queues(e, OWN_HOST)) {
       bool left = engine_ready(e);
+      if (e->q[0].remote_op || e->q[1].remote_op) atomic_fetch_add_explicit(&e->host_handbacks, 1, memory_order_relaxed);
       give_queues(e);
       if (left && atomic_load_explicit(&e->deferring, memory_order_seq_cst)) {
         atomic_fetch_add_explicit(&e->defer_word, 1, memory_order_seq_cst);
@@ -662,6 +664,10 @@ static int cpu_host_run(hcq_device_t *dev, int step) {
 
 uint64_t hcq__cpu_host_passes(hcq_device_t *dev) {
   return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->host_passes) : 0;
+}
+
+uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev) {
+  return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->host_handbacks) : 0;
 }
 
 static void *engine_main(void *arg) {

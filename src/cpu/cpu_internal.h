@@ -47,6 +47,9 @@ void hcq__cpu_fault_thread_exit(void *stack);
 
 /* Passes in which a waiting host thread moved dev's queues (cpu_host_run; 0 for other devices). */
 uint64_t hcq__cpu_host_passes(hcq_device_t *dev);
+/* How often a waiting host handed the queues back to the engine with a cross-rank transfer still in
+ * flight (tests: it polls such a transfer for HCQ_MPI_SPIN_NS, so normally never). */
+uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev);
 
 /* ---- memory (cpu_memory.c): the CPU device's mem_alloc and mem_free ---- */
 hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out);
