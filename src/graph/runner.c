@@ -535,11 +535,31 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   return st;
 }
 
+static hcq_status_t check_input_count(const hcq__runner_t *r, size_t ninputs) {
+  if (ninputs == r->ninputs) return NULL;
+  return hcq_status_make(HCQ_INVALID_ARGUMENT, "the graph has %zu inputs but the replay passed %zu", r->ninputs,
+                         ninputs);
+}
+
+/* The replay's variable values over the current ones (others keep theirs); check: each within its
+ * variable's range. */
+static hcq_status_t stage_values(hcq__runner_t *r, const hcq_var_value_t *vals, size_t nvals, bool check) {
+  memcpy(r->pending_values, r->values, r->vars.len * sizeof(int64_t));
+  for (size_t i = 0; i < nvals; i++) {
+    for (size_t v = 0; v < r->vars.len; v++) {
+      if (r->vars.data[v] != vals[i].var) continue;
+      hcq_status_t st = check ? hcq_var_check(vals[i].var, vals[i].value) : NULL;
+      if (st) return st;
+      r->pending_values[v] = vals[i].value;
+    }
+  }
+  return NULL;
+}
+
 hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
                                const hcq_var_value_t *vals, size_t nvals) {
-  if (ninputs != r->ninputs)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "the graph has %zu inputs but the replay passed %zu", r->ninputs,
-                           ninputs);
+  hcq_status_t cst = check_input_count(r, ninputs);
+  if (cst) return cst;
   if ((ninputs && !inputs) || (nvals && !vals))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "replay: an input or value array is NULL");
   for (size_t k = 0; k < ninputs; k++) {
@@ -568,15 +588,7 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
     hcq_status_t st = hcq__device_check(r->devices[i]);
     if (st) return st;
   }
-  memcpy(r->pending_values, r->values, r->vars.len * sizeof(int64_t));
-  for (size_t i = 0; i < nvals; i++) {
-    for (size_t v = 0; v < r->vars.len; v++) {
-      if (r->vars.data[v] != vals[i].var) continue;
-      hcq_status_t st = hcq_var_check(vals[i].var, vals[i].value);
-      if (st) return st;
-      r->pending_values[v] = vals[i].value;
-    }
-  }
+  if ((cst = stage_values(r, vals, nvals, true))) return cst;
   /* Symbolic launch sizes: each must still make a valid launch with these values. */
   if (r->symdim_items.len) {
     for (size_t i = 0; i < r->vars.len; i++) r->eval_vals[i].value = r->pending_values[i];
@@ -596,15 +608,10 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
 
 hcq_status_t hcq__runner_stage_prechecked(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
                                           const hcq_var_value_t *vals, size_t nvals) {
-  if (ninputs != r->ninputs)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "the graph has %zu inputs but the replay passed %zu", r->ninputs,
-                           ninputs);
+  hcq_status_t st = check_input_count(r, ninputs);
+  if (st) return st;
   memcpy(r->pending_inputs, inputs, ninputs * sizeof(*inputs));
-  memcpy(r->pending_values, r->values, r->vars.len * sizeof(int64_t));
-  for (size_t i = 0; i < nvals; i++)
-    for (size_t v = 0; v < r->vars.len; v++)
-      if (r->vars.data[v] == vals[i].var) r->pending_values[v] = vals[i].value;
-  return NULL;
+  return stage_values(r, vals, nvals, false);
 }
 
 void hcq__runner_commit(hcq__runner_t *r) {
