@@ -94,6 +94,9 @@ struct llama2_decoder {
   hcq_jit_t *jit; /* the captured step */
 };
 
+/* Chunks of ATT_CHUNK positions that cover the sequence (MAX_CHUNKS in the kernels). */
+static int att_chunks(const llama2_config_t *c) { return (c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK; }
+
 static hcq_status_t upload(hcq_device_t *dev, const float *src, size_t n, const char *label, int layer,
                            hcq_buffer_t **out) {
   TRY(hcq_buffer_create(dev, n * sizeof(float), out));
@@ -114,7 +117,7 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
                    "#define HEAD_SIZE %d\n#define VOCAB %d\n#define SEQ_LEN %d\n#define ATT_CHUNK %d\n"
                    "#define MAX_CHUNKS %d\n",
                    c->dim, c->hidden_dim, llama2_kv_dim(c), c->n_heads, c->n_heads / c->n_kv_heads,
-                   llama2_head_size(c), c->vocab_size, c->seq_len, ATT_CHUNK, (c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK);
+                   llama2_head_size(c), c->vocab_size, c->seq_len, ATT_CHUNK, att_chunks(c));
   const char *body = m->kind == HCQ_DEVICE_VULKAN ? llama2_kernels_glsl_source
                      : m->kind == HCQ_DEVICE_CUDA ? llama2_kernels_cuda_source
                      : m->kind == HCQ_DEVICE_METAL ? llama2_kernels_metal_source
@@ -141,7 +144,7 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
 }
 
 static hcq_status_t make_scratch(dev_state_t *s, const llama2_config_t *c, const float *rope) {
-  size_t dim = (size_t)c->dim, chunks = (size_t)((c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK);
+  size_t dim = (size_t)c->dim, chunks = (size_t)att_chunks(c);
   size_t hs = (size_t)llama2_head_size(c);
   TRY(upload(s->dev, NULL, dim, "x", -1, &s->x));
   TRY(upload(s->dev, NULL, dim, "xb", -1, &s->xb));
@@ -155,7 +158,7 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
   const llama2_config_t *c = &m->c;
   const llama2_weights_t *w = &ck->weights;
   size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, kv = (size_t)llama2_kv_dim(c);
-  size_t seq_pad = (size_t)((c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK * ATT_CHUNK);
+  size_t seq_pad = (size_t)att_chunks(c) * ATT_CHUNK;
   /* Rotary table, per position and even element j of a head: cos and sin of pos * 10000^(-j/hs). */
   int hs = llama2_head_size(c);
   float *rope = malloc((size_t)c->seq_len * (size_t)hs * sizeof(float));
