@@ -107,10 +107,7 @@ typedef struct vk_engine {
   uint32_t *ring;
   _Atomic uint64_t head, tail; /* words submitted / retired */
   bool stop, engine_exited, completer_exited;
-  /* Written under lock: the engine waits on wake (a submit must signal it). A submit publishes its
-   * head and then reads this, the engine sets it and then reads head (both sequentially consistent),
-   * so a submit that finds it false needs no lock: the engine sees the new head before it sleeps. */
-  _Atomic bool engine_sleeping;
+  bool engine_sleeping; /* under lock: the engine waits on wake (a submit must signal it) */
   bool engine_idle_wake; /* under lock: the completion thread woke it when its work retired */
   bool wake_at_retire;   /* under lock: a submit found it asleep with work still to retire, and left
                             the wake-up to that retire (the host saves the call) */
@@ -974,15 +971,13 @@ static void *engine_main(void *arg) {
       pthread_mutex_lock(&e->lock);
     }
     bool idle_wake = false;
-    for (;;) {
-      atomic_store(&e->engine_sleeping, true);
-      if (interp != atomic_load(&e->head) || e->stop || idle_wake) break;
+    while (interp == atomic_load(&e->head) && !e->stop && !idle_wake) {
+      e->engine_sleeping = true;
       pthread_cond_wait(&e->wake, &e->lock);
-      atomic_store(&e->engine_sleeping, false);
+      e->engine_sleeping = false;
       idle_wake = e->engine_idle_wake;
       e->engine_idle_wake = false;
     }
-    atomic_store(&e->engine_sleeping, false);
     uint64_t head = atomic_load(&e->head);
     if (interp == head && !e->stop) continue; /* woken as the device went idle: spin before sleeping */
     if (interp == head) break;
@@ -1162,11 +1157,8 @@ hcq_status_t hcq__vk_engine_submit(vk_engine_t *e, const uint32_t *words, size_t
     head += RING_WORDS - pos;
   }
   memcpy(e->ring + (head & (RING_WORDS - 1)), words, nwords * sizeof(uint32_t));
-  /* Published before the lock: an engine spinning for work takes it at once, without contending
-   * for the lock this submit would still hold (its unlock then paid a futex wake). */
-  atomic_store(&e->head, head + nwords);
-  if (!atomic_load(&e->engine_sleeping)) return NULL;
   pthread_mutex_lock(&e->lock);
+  atomic_store(&e->head, head + nwords);
   if (e->engine_sleeping) {
     /* Asleep with work not yet retired (a host that saw the device's last signal and submits at
      * once, before the completion thread retired that work): the retire wakes it, the host does
