@@ -357,6 +357,57 @@ Test(vulkan, engines_wait_on_each_other_with_semaphores) {
   test_close(d);
 }
 
+/* Two engines of one device set one signal in turn: the compute engine waits for the copy engine's
+ * value 1 (a semaphore wait, the copy still in flight) and sets 2. The copy engine's SIGNAL of 1
+ * follows another SIGNAL with no work between, so both share a semaphore value; with the copy
+ * engine's completion thread slowed, the 2 must still be written after the 1, never overwritten by
+ * it (the signal would stay at 1 and anything waiting for 2 would hang). */
+Test(vulkan, signal_writes_of_two_engines_keep_their_order) {
+  need_vulkan(1);
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_buffer_t *a = test_buffer_iota(d, 1024, 1, 0), *b = test_buffer(d, 4096);
+  hcq_signal_t *first = NULL, *gate = NULL, *shared = NULL, *done[2] = {NULL, NULL};
+  OK(hcq_signal_create(d, "first", 0, &first));
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  OK(hcq_signal_create(d, "shared", 0, &shared));
+  OK(hcq_signal_create(d, "copy done", 0, &done[0]));
+  OK(hcq_signal_create(d, "compute done", 0, &done[1]));
+  hcq_operand_t shared_at = hcq_imm((int64_t)hcq_signal_address(shared));
+  hcq_queue_t *qk = NULL, *qc = NULL;
+  OK(hcq_queue_create(HCQ_QUEUE_COPY, &qk));
+  OK(hcq_queue_copy(qk, hcq_imm((int64_t)hcq_buffer_address(b)), hcq_imm((int64_t)hcq_buffer_address(a)), hcq_imm(4096)));
+  OK(hcq_queue_signal(qk, hcq_imm((int64_t)hcq_signal_address(first)), hcq_imm(1)));
+  OK(hcq_queue_signal(qk, shared_at, hcq_imm(1)));
+  OK(hcq_queue_signal(qk, hcq_imm((int64_t)hcq_signal_address(done[0])), hcq_imm(1)));
+  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &qc));
+  OK(hcq_queue_wait(qc, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
+  OK(hcq_queue_wait(qc, shared_at, hcq_imm(1)));
+  OK(hcq_queue_signal(qc, shared_at, hcq_imm(2)));
+  OK(hcq_queue_signal(qc, hcq_imm((int64_t)hcq_signal_address(done[1])), hcq_imm(1)));
+  hcq__vk_counters_t before, after;
+  cr_assert(hcq__vulkan_counters(d, &before));
+  cr_assert(hcq__vulkan_slow_completion(d, HCQ_QUEUE_COPY, 100 * 1000 * 1000));
+  OK(hcq_queue_submit(qk, d, NULL, 0));
+  OK(hcq_queue_submit(qc, d, NULL, 0));
+  /* Once the copy engine handed both signals on (its completions lag), let the compute engine go. */
+  for (hcq__vk_counters_t now = before; now.signals < before.signals + 2; hcq__vulkan_counters(d, &now)) usleep(200);
+  hcq_signal_set(gate, 1);
+  for (int k = 0; k < 2; k++) OK(hcq_signal_wait(done[k], 1, 5000));
+  cr_assert(hcq__vulkan_slow_completion(d, HCQ_QUEUE_COPY, 0));
+  cr_assert(hcq__vulkan_counters(d, &after));
+  cr_assert_gt(after.semaphore_waits - before.semaphore_waits, 0, "the compute engine did not wait on the semaphore");
+  cr_assert_eq(hcq_signal_value(shared), 2, "the copy engine's 1 was written after the compute engine's 2");
+  hcq_queue_free(qc);
+  hcq_queue_free(qk);
+  hcq_signal_free(first);
+  hcq_signal_free(gate);
+  hcq_signal_free(shared);
+  for (int k = 0; k < 2; k++) hcq_signal_free(done[k]);
+  hcq_buffer_release(a);
+  hcq_buffer_release(b);
+  test_close(d);
+}
+
 /* A queue blocked on a signal nobody sets: the timed-out wait carries the hang report, naming the
  * wait; once the signal is set, the queue goes on. */
 Test(vulkan, hang_report_names_the_blocked_wait) {

@@ -25,3 +25,8 @@ bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
   memset(out, 0, sizeof(*out));
   return false;
 }
+
+bool hcq__vulkan_slow_completion(hcq_device_t *dev, int kind, uint64_t ns) {
+  (void)dev, (void)kind, (void)ns;
+  return false;
+}

@@ -340,3 +340,9 @@ bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
   for (int k = 0; k < 2; k++) hcq__vk_engine_counters(VD(dev)->engines[k], out);
   return true;
 }
+
+bool hcq__vulkan_slow_completion(hcq_device_t *dev, int kind, uint64_t ns) {
+  if (!dev || dev->vt != &vk_vtable || (kind != HCQ_QUEUE_COMPUTE && kind != HCQ_QUEUE_COPY)) return false;
+  hcq__vk_engine_slow_completion(VD(dev)->engines[kind], ns);
+  return true;
+}

@@ -25,6 +25,7 @@ hcq_status_t hcq__vk_engine_wait_idle(struct vk_engine *e, uint64_t deadline_ns)
 void hcq__vk_engine_snapshot(struct vk_engine *e, hcq__engine_snapshot_t *out);
 void hcq__vk_engine_wake(struct vk_engine *e);
 void hcq__vk_engine_counters(struct vk_engine *e, hcq__vk_counters_t *out);
+void hcq__vk_engine_slow_completion(struct vk_engine *e, uint64_t ns);
 /* Bound command lists in [host, host + size) are gone: their recorded command buffers are dropped. */
 void hcq__vk_forget_bound(vk_device_t *vd, const void *host, uint64_t size);
 

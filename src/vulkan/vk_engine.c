@@ -71,14 +71,14 @@ typedef struct blist {
 typedef struct pending {
   uint8_t kind;
   uint64_t sem;
-  uint64_t dep; /* the other engine's signal writes up to this semaphore value come first */
+  uint64_t dep; /* the other engine's signal writes up to this one (its seq) come first */
   union {
     struct {
       const uint32_t *first, *last, *base;
     } batch;
     struct {
       hcq__signal_words_t *word;
-      uint64_t value;
+      uint64_t value, seq;
     } sig;
     struct {
       uint32_t query;
@@ -97,8 +97,12 @@ typedef struct vk_engine {
   vk_queue_t *q;
   VkSemaphore sem;
   uint64_t sem_last;          /* engine thread: last value submitted */
-  uint64_t dep_other;         /* engine thread: highest value of the other engine's semaphore waited for */
-  _Atomic uint64_t signals_applied; /* semaphore value of the last signal word written */
+  uint64_t dep_other;         /* engine thread: the other engine's last signal (seq) waited for */
+  /* Signals are numbered in the order the engine hands them to its completion thread. Several can
+   * share a semaphore value (a SIGNAL with no work since the last submit adds none), so the order of
+   * two engines' signal writes is kept by number, not by semaphore value. */
+  _Atomic uint64_t signals_flushed;  /* written by the engine thread only */
+  _Atomic uint64_t signals_applied;  /* the number of the last signal word written */
   _Atomic uint64_t gpu_done;  /* semaphore value known reached */
   _Atomic bool gpu_dead;      /* a submit failed or the driver lost the device: stop waiting for it */
 
@@ -147,6 +151,7 @@ typedef struct vk_engine {
     uint32_t nexecs;
   } inflight[FAULT_BATCHES];
 
+  _Atomic uint64_t completion_delay_ns; /* tests: hcq__vulkan_slow_completion */
   _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits, inflight_yields, inflight_polls;
   pthread_t thread, completer;
   bool thread_started, completer_started;
@@ -208,10 +213,11 @@ static void wait_fifo_pos(vk_engine_t *e, uint64_t pos) {
 
 /* ---- batches ---- */
 
-static void record_pending_signal(vk_device_t *vd, const void *word, uint64_t value, uint64_t sem, int kind) {
+static void record_pending_signal(vk_device_t *vd, const void *word, uint64_t value, uint64_t sem, uint64_t seq,
+                                  int kind) {
   size_t slot = ((uintptr_t)word >> 4) % (sizeof(vd->pending_signals) / sizeof(vd->pending_signals[0]));
   pthread_mutex_lock(&vd->pending_lock);
-  vd->pending_signals[slot] = (struct vk_pending_signal){word, value, sem, kind};
+  vd->pending_signals[slot] = (struct vk_pending_signal){word, value, sem, seq, kind};
   pthread_mutex_unlock(&vd->pending_lock);
 }
 
@@ -270,9 +276,11 @@ static void flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value) {
     push_pending(e, &e->bpend[i]);
   }
   if (word) {
-    record_pending_signal(vd, word, value, sem, e->kind);
-    pending_t s = {.kind = P_SIGNAL, .sem = sem, .u.sig = {word, value}};
+    uint64_t seq = atomic_load_explicit(&e->signals_flushed, memory_order_relaxed) + 1;
+    record_pending_signal(vd, word, value, sem, seq, e->kind);
+    pending_t s = {.kind = P_SIGNAL, .sem = sem, .u.sig = {word, value, seq}};
     push_pending(e, &s);
+    atomic_store_explicit(&e->signals_flushed, seq, memory_order_release);
   }
   pthread_mutex_lock(&e->lock);
   uint64_t pos = e->fifo_head;
@@ -394,8 +402,9 @@ static bool do_wait(vk_engine_t *e, const uint32_t *cmd) {
       if (e->nbcbs) flush(e, NULL, 0);
       batch_add_wait(e, src->sem, ps.sem);
       /* Our signal writes must not overtake the one we waited for: two completion threads write
-       * words, and a later value written first would be overwritten by the earlier one. */
-      if (ps.sem > e->dep_other) e->dep_other = ps.sem;
+       * words, and a later value written first would be overwritten by the earlier one. By its
+       * number: a signal of the same semaphore value written before it would not do. */
+      if (ps.seq > e->dep_other) e->dep_other = ps.seq;
       atomic_fetch_add_explicit(&e->sem_waits, 1, memory_order_relaxed);
       return true;
     }
@@ -1032,7 +1041,7 @@ static void apply(vk_engine_t *e, const pending_t *p) {
     case P_BATCH: atomic_store_explicit(&e->prev, p->u.batch.last, memory_order_relaxed); break;
     case P_SIGNAL:
       hcq__signal_words_set(p->u.sig.word, p->u.sig.value);
-      atomic_store(&e->signals_applied, p->sem);
+      atomic_store(&e->signals_applied, p->u.sig.seq);
       break;
     case P_TS: {
       uint64_t ns = hcq__now_ns();
@@ -1089,6 +1098,8 @@ static void *completer_main(void *arg) {
     if (e->fifo_tail == e->fifo_head) break;
     pending_t p = e->fifo[e->fifo_tail % FIFO_CAP];
     pthread_mutex_unlock(&e->lock);
+    uint64_t delay = atomic_load_explicit(&e->completion_delay_ns, memory_order_relaxed);
+    if (delay) nanosleep(&(struct timespec){(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)}, NULL);
     if (p.kind == P_BATCH) {
       atomic_store_explicit(&e->gpu_base, p.u.batch.base, memory_order_relaxed);
       atomic_store_explicit(&e->gpu_at, p.u.batch.first, memory_order_relaxed);
@@ -1225,8 +1236,13 @@ void hcq__vk_engine_counters(vk_engine_t *e, hcq__vk_counters_t *out) {
   out->submits += atomic_load(&e->submits);
   out->host_waits += atomic_load(&e->host_waits);
   out->semaphore_waits += atomic_load(&e->sem_waits);
+  out->signals += atomic_load(&e->signals_flushed);
   out->inflight_yields += atomic_load(&e->inflight_yields);
   out->inflight_polls += atomic_load(&e->inflight_polls);
+}
+
+void hcq__vk_engine_slow_completion(vk_engine_t *e, uint64_t ns) {
+  atomic_store_explicit(&e->completion_delay_ns, ns, memory_order_relaxed);
 }
 
 /* ---- fault reports ----

@@ -189,12 +189,13 @@ typedef struct vk_device {
   VkFence oneshot_fence;
 
   /* Signals a SIGNAL command set on this device, with the engine and timeline-semaphore value that
-   * sets them, so the other engine can wait on the semaphore instead of on the host. A lossy
-   * cache: a missing entry costs a host wait, never correctness. */
+   * sets them and the signal's number among that engine's signals, so the other engine can wait on
+   * the semaphore instead of on the host. A lossy cache: a missing entry costs a host wait, never
+   * correctness. */
   pthread_mutex_t pending_lock;
   struct vk_pending_signal {
     const void *word;
-    uint64_t value, sem;
+    uint64_t value, sem, seq;
     int kind;
   } pending_signals[256];
 

@@ -9,15 +9,20 @@
 
 /* Since the device opened: command buffers recorded for runs of bound command lists, runs recorded
  * again because a word they baked in changed, vkQueueSubmit calls, WAITs the engines resolved on
- * the host, and WAITs that became timeline-semaphore waits; sched_yield calls and sleeps of
- * VK_INFLIGHT_POLL_NS the engines made while waiting for work with work of theirs on the device
- * (vk_engine.c). */
+ * the host, WAITs that became timeline-semaphore waits, and SIGNALs handed to the completion
+ * threads; sched_yield calls and sleeps of VK_INFLIGHT_POLL_NS the engines made while waiting for
+ * work with work of theirs on the device (vk_engine.c). */
 typedef struct hcq__vk_counters {
-  uint64_t records, rerecords, submits, host_waits, semaphore_waits;
+  uint64_t records, rerecords, submits, host_waits, semaphore_waits, signals;
   uint64_t inflight_yields, inflight_polls;
 } hcq__vk_counters_t;
 
 /* Fills out for a Vulkan device; false (and zeros) for any other device or without Vulkan. */
 bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out);
+
+/* For tests of the engines' ordering: the completion thread of dev's queue kind (HCQ_QUEUE_COMPUTE
+ * or HCQ_QUEUE_COPY) sleeps ns before each piece of bookkeeping it takes up, as a thread the
+ * scheduler left behind would. False for any other device or without Vulkan. */
+bool hcq__vulkan_slow_completion(hcq_device_t *dev, int kind, uint64_t ns);
 
 #endif
