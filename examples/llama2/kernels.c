@@ -65,9 +65,12 @@ static inline size_t cache_at(int i, int t) {
   return ((head * MAX_CHUNKS + (size_t)(t / ATT_CHUNK)) * HEAD_SIZE + row) * ATT_CHUNK + (size_t)(t % ATT_CHUNK);
 }
 
+/* Rows of n inputs a group computes: one per STEPS(n) of its threads. */
+static inline int rows_per_group(const hcq_launch_t *l, int n) { return (int)l->lsz[0] / STEPS(n); }
+
 /* The group's rows [*first, return value) of a matrix with `rows` rows of n inputs. */
 static inline int group_rows(const hcq_launch_t *l, int n, int rows, int *first) {
-  int per_group = (int)l->lsz[0] / STEPS(n);
+  int per_group = rows_per_group(l, n);
   int end = (int)(l->gid[0] + 1) * per_group;
   *first = (int)l->gid[0] * per_group;
   return end < rows ? end : rows;
@@ -296,7 +299,7 @@ void llama_ffn_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 void llama_classify(void *const *b, const int32_t *v, const hcq_launch_t *l0) {
   hcq_launch_t shifted = *l0, *l = &shifted;
   shifted.gid[0] += (uint32_t)v[0];
-  size_t held_from = (size_t)v[0] * (l0->lsz[0] / STEPS(DIM));
+  size_t held_from = (size_t)v[0] * (size_t)rows_per_group(l0, DIM);
   float *logits = b[0];
   int32_t *best = b[1];
   const float *x = b[2], *rms = b[3], *w = b[4];

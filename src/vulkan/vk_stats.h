@@ -1,4 +1,5 @@
-/* What the Vulkan backend did, for tests and benchmarks (builds without Vulkan have it too). */
+/* What the Vulkan backend did, and a control to slow it, for tests and benchmarks (builds without
+ * Vulkan have them too). */
 #ifndef HCQ_VK_STATS_H
 #define HCQ_VK_STATS_H
 
