@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "core/backend.h"
+#include "core/cmd_cursor.h"
 #include "core/internal.h"
 #include "cpu/cpu_internal.h"
 
@@ -44,15 +45,10 @@ typedef struct cpu_queue {
   _Alignas(64) _Atomic uint64_t tail; /* words of entries completed */
   _Atomic uint32_t tail_seq;          /* bumped when tail moves while a producer waits for space */
   _Atomic uint32_t space_waiters;
-  /* Written per command by the engine, read only by reports: a line of its own. */
-  _Alignas(64) _Atomic(const uint32_t *) cur; /* command being run or waited at (NULL: idle) */
-  _Atomic(const uint32_t *) prev;     /* the command before it in the same list */
-  _Atomic(const uint32_t *) call_base; /* the bound list being run (NULL: the ring) */
-  /* The engine's cursor (engine thread only). */
-  uint64_t pos;                        /* ring position of the current entry */
+  /* Written per command by the engine (its cursor fields read only by reports): a line of its own. */
+  _Alignas(64) hcq__cmd_cursor_t c;
+  uint64_t pos; /* ring position of the current entry (c.w NULL: no entry) */
   uint32_t entry_len;
-  const uint32_t *w, *end;             /* next command and end of the list being run; w NULL: no entry */
-  const uint32_t *ret_w, *ret_end;     /* inside a CALL: where the ring entry continues */
   void *remote_op;                     /* the MPI request of the cross-rank COPY at w (NULL: none) */
 } cpu_queue_t;
 
@@ -171,7 +167,7 @@ static bool spin_while_equal32(_Atomic uint32_t *word, uint32_t seen) {
 static const uint32_t *engine_current_command(const hcq__cpu_fault_ctx_t *ctx) {
   const cpu_engine_t *e = ctx->owner;
   const cpu_queue_t *q = e->running;
-  return q ? atomic_load_explicit(&q->cur, memory_order_relaxed) : NULL;
+  return q ? atomic_load_explicit(&q->c.cur, memory_order_relaxed) : NULL;
 }
 
 /* ---- running groups ---- */
@@ -394,35 +390,24 @@ static int remote_copy(cpu_engine_t *e, cpu_queue_t *q, const uint32_t *w) {
   return r > 0 ? RUN_DONE : RUN_LOST;
 }
 
+static uint64_t engine_clock(void *e) { return hcq__fast_clock_now(&((cpu_engine_t *)e)->clock); }
+
 /* Runs q's current entry until it ends, blocks at a wait, or the device is lost. */
 static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
   e->running = q;
   for (;;) {
-    if (q->w == q->end) {
-      if (!q->ret_w) return RUN_DONE;
-      /* End of a bound list: back to the ring entry after its CALL. */
-      atomic_store_explicit(&q->prev, q->ret_w - HCQ__LEN_CALL, memory_order_relaxed);
-      q->w = q->ret_w, q->end = q->ret_end, q->ret_w = q->ret_end = NULL;
-      atomic_store_explicit(&q->call_base, NULL, memory_order_relaxed);
+    if (q->c.w == q->c.end) {
+      if (!hcq__cursor_return(&q->c)) return RUN_DONE;
       continue;
     }
-    const uint32_t *w = q->w;
-    uint32_t h = w[0];
-    atomic_store_explicit(&q->cur, w, memory_order_relaxed);
-    switch (HCQ__HDR_OP(h)) {
-      case HCQ__OP_WAIT: {
-        const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__WAIT_ADDR);
-        if (atomic_load_explicit(&s->value, memory_order_acquire) < w[HCQ__WAIT_VALUE]) return RUN_BLOCKED;
-        break;
-      }
-      case HCQ__OP_SIGNAL:
-        hcq__signal_words_set((hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__SIGNAL_ADDR), w[HCQ__SIGNAL_VALUE]);
-        break;
-      case HCQ__OP_TIMESTAMP: {
-        hcq__signal_words_t *s = (hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__TIMESTAMP_ADDR);
-        atomic_store_explicit(&s->timestamp, hcq__fast_clock_now(&e->clock), memory_order_release);
-        break;
-      }
+    const uint32_t *w = q->c.w;
+    int ran = hcq__cmd_run_signal_op(&q->c, w, engine_clock, e);
+    if (ran == HCQ__CMD_BLOCKED) return RUN_BLOCKED;
+    if (ran == HCQ__CMD_RAN) {
+      hcq__cursor_advance(&q->c, w);
+      continue;
+    }
+    switch (HCQ__HDR_OP(w[0])) {
       case HCQ__OP_BARRIER: full_barrier(e); break;
       case HCQ__OP_EXEC:
         if (e->on_host) {
@@ -446,18 +431,10 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
         memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, (size_t)hcq__rd64(w + HCQ__COPY_SIZE));
         break;
       }
-      case HCQ__OP_CALL: {
-        const uint32_t *list = (const uint32_t *)(uintptr_t)hcq__rd64(w + HCQ__CALL_PTR);
-        q->ret_w = w + HCQ__LEN_CALL, q->ret_end = q->end;
-        q->w = list, q->end = list + w[HCQ__CALL_LEN];
-        atomic_store_explicit(&q->call_base, list, memory_order_relaxed);
-        atomic_store_explicit(&q->prev, NULL, memory_order_relaxed);
-        continue;
-      }
+      case HCQ__OP_CALL: hcq__cursor_call(&q->c, w); continue;
       default: break;
     }
-    atomic_store_explicit(&q->prev, w, memory_order_relaxed);
-    q->w = w + HCQ__HDR_LEN(h);
+    hcq__cursor_advance(&q->c, w);
   }
 }
 
@@ -476,9 +453,7 @@ static void drop_queue(cpu_queue_t *q) {
     if (hooks) hooks->copy_drop(q->remote_op);
     q->remote_op = NULL;
   }
-  q->w = q->end = q->ret_w = q->ret_end = NULL;
-  atomic_store_explicit(&q->cur, NULL, memory_order_relaxed);
-  atomic_store_explicit(&q->call_base, NULL, memory_order_relaxed);
+  hcq__cursor_clear(&q->c);
   q->pos = atomic_load_explicit(&q->head, memory_order_acquire);
   publish_tail(q, q->pos);
 }
@@ -487,10 +462,10 @@ static void drop_queue(cpu_queue_t *q) {
 static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
   bool moved = false;
   for (;;) {
-    if (!q->w) {
+    if (!q->c.w) {
       uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
       if (q->pos == head) {
-        atomic_store_explicit(&q->cur, NULL, memory_order_relaxed);
+        atomic_store_explicit(&q->c.cur, NULL, memory_order_relaxed);
         return moved;
       }
       uint64_t at = q->pos & (RING_WORDS - 1);
@@ -501,8 +476,7 @@ static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
         continue;
       }
       q->entry_len = HCQ__HDR_LEN(w[0]);
-      q->w = w, q->end = w + q->entry_len;
-      atomic_store_explicit(&q->prev, NULL, memory_order_relaxed);
+      hcq__cursor_enter(&q->c, w, q->entry_len, NULL);
     }
     int r = run_entry(e, q);
     if (r == RUN_BLOCKED) return moved;
@@ -511,7 +485,7 @@ static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
       drop_queue(q);
       return true;
     }
-    q->w = q->end = NULL;
+    q->c.w = q->c.end = NULL;
     q->pos += q->entry_len;
     publish_tail(q, q->pos);
   }
@@ -527,10 +501,10 @@ static bool run_queues(cpu_engine_t *e) {
 /* True when q could move now: it is blocked at a wait that is satisfied, or it has a new entry. */
 static bool queue_ready(cpu_queue_t *q) {
   if (q->remote_op) return true; /* only polling MPI moves it (wait_for_work) */
-  if (q->w && HCQ__HDR_OP(q->w[0]) != HCQ__OP_WAIT) return true; /* a kernel a waiting host left */
-  if (q->w) {
-    const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->w + HCQ__WAIT_ADDR);
-    return atomic_load_explicit(&s->value, memory_order_acquire) >= q->w[HCQ__WAIT_VALUE];
+  if (q->c.w && HCQ__HDR_OP(q->c.w[0]) != HCQ__OP_WAIT) return true; /* a kernel a waiting host left */
+  if (q->c.w) {
+    const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->c.w + HCQ__WAIT_ADDR);
+    return atomic_load_explicit(&s->value, memory_order_acquire) >= q->c.w[HCQ__WAIT_VALUE];
   }
   return atomic_load_explicit(&q->head, memory_order_acquire) != q->pos;
 }
@@ -587,7 +561,7 @@ static void wait_for_work(cpu_engine_t *e) {
   cpu_queue_t *blocked[2];
   int nblocked = 0;
   for (int k = 0; k < 2; k++)
-    if (e->q[k].w && HCQ__HDR_OP(e->q[k].w[0]) == HCQ__OP_WAIT) blocked[nblocked++] = &e->q[k];
+    if (e->q[k].c.w && HCQ__HDR_OP(e->q[k].c.w[0]) == HCQ__OP_WAIT) blocked[nblocked++] = &e->q[k];
   uint64_t budget = nblocked ? CPU_INFLIGHT_SPIN_NS : hcq__options()->spin_ns;
   if (budget < hcq__options()->spin_ns) budget = hcq__options()->spin_ns;
   if (spin_until(engine_ready_ctx, e, budget)) return;
@@ -595,7 +569,7 @@ static void wait_for_work(cpu_engine_t *e) {
   _Atomic uint32_t *word = &e->doorbell;
   uint32_t seq = atomic_load_explicit(&e->doorbell, memory_order_seq_cst);
   if (nblocked) {
-    hcq__park_begin((const hcq__signal_words_t *)(uintptr_t)hcq__rd64(blocked[0]->w + HCQ__WAIT_ADDR), &park);
+    hcq__park_begin((const hcq__signal_words_t *)(uintptr_t)hcq__rd64(blocked[0]->c.w + HCQ__WAIT_ADDR), &park);
     word = park.word, seq = park.seq;
   }
   atomic_store_explicit(&e->sleep_word, word, memory_order_seq_cst);
@@ -643,15 +617,15 @@ static int cpu_host_run(hcq_device_t *dev, int step) {
   e->on_host = true, e->kernel_ahead = false;
   /* Progress inside one entry (a bound graph's CALL is one) counts too: the caller's patience
    * restarts whenever a command ran. */
-  const uint32_t *w0 = e->q[0].w, *w1 = e->q[1].w;
+  const uint32_t *w0 = e->q[0].c.w, *w1 = e->q[1].c.w;
   uint64_t p0 = e->q[0].pos, p1 = e->q[1].pos;
   while (run_queues(e) && !hcq__device_is_lost(dev)) {
     /* as the engine loops: again while an entry ends */
   }
-  bool moved = e->q[0].w != w0 || e->q[1].w != w1 || e->q[0].pos != p0 || e->q[1].pos != p1;
+  bool moved = e->q[0].c.w != w0 || e->q[1].c.w != w1 || e->q[0].pos != p0 || e->q[1].pos != p1;
   bool idle = true;
   for (int k = 0; k < 2; k++)
-    idle &= !e->q[k].w && e->q[k].pos == atomic_load_explicit(&e->q[k].head, memory_order_acquire);
+    idle &= !e->q[k].c.w && e->q[k].pos == atomic_load_explicit(&e->q[k].head, memory_order_acquire);
   bool kernel = e->kernel_ahead, remote = e->q[0].remote_op || e->q[1].remote_op;
   e->on_host = false;
   if (moved) atomic_fetch_add_explicit(&e->host_passes, 1, memory_order_relaxed);
@@ -695,7 +669,7 @@ static void *engine_main(void *arg) {
       hcq__device_mark_lost(e->dev, "closed with a transfer to or from another rank in flight");
       continue;
     }
-    if (atomic_load_explicit(&e->stop, memory_order_acquire) && !e->q[0].w && !e->q[1].w &&
+    if (atomic_load_explicit(&e->stop, memory_order_acquire) && !e->q[0].c.w && !e->q[1].c.w &&
         atomic_load(&e->q[0].head) == e->q[0].pos && atomic_load(&e->q[1].head) == e->q[1].pos)
       break;
     if (atomic_load_explicit(&e->stop, memory_order_acquire) && hcq__device_is_lost(e->dev)) break;
@@ -801,13 +775,9 @@ static hcq_status_t cpu_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
 
 static void cpu_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out) {
   cpu_queue_t *q = &engine_of(dev)->q[kind];
-  out->present = true;
   out->submitted = atomic_load_explicit(&q->head, memory_order_acquire);
   out->completed = atomic_load_explicit(&q->tail, memory_order_acquire);
-  out->cur = atomic_load_explicit(&q->cur, memory_order_relaxed);
-  out->prev = atomic_load_explicit(&q->prev, memory_order_relaxed);
-  out->call_base = atomic_load_explicit(&q->call_base, memory_order_relaxed);
-  if (out->completed >= out->submitted) out->cur = out->prev = NULL;
+  hcq__cursor_snapshot(&q->c, out);
 }
 
 static void cpu_lost(hcq_device_t *dev) {

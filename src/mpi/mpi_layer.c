@@ -33,6 +33,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "core/cmd_cursor.h"
 #include "core/internal.h"
 #include "hcq/graph.h"
 #include "hcq/mpi.h"
@@ -82,12 +83,9 @@ typedef struct rqueue {
   /* The thread's cursor. */
   bool running;
   rentry_t ent;
-  const uint32_t *w, *end, *ret_w, *ret_end;
+  hcq__cmd_cursor_t c;
   uint32_t gid; /* graph id of the bound list being run (0: the ring) */
   op_t *pending;
-  _Atomic(const uint32_t *) cur;
-  _Atomic(const uint32_t *) prev;
-  _Atomic(const uint32_t *) call_base;
 } rqueue_t;
 
 typedef struct tagged_mem {
@@ -271,33 +269,27 @@ static int copy_tag(uint32_t word_tag, uint32_t gid) {
 
 enum { RUN_DONE, RUN_BLOCKED };
 
+static uint64_t wall_clock(void *unused) {
+  (void)unused;
+  return hcq__now_ns();
+}
+
 static int run_list(rdev_t *rd, rqueue_t *q, bool *moved) {
   for (;;) {
-    if (q->w == q->end) {
-      if (!q->ret_w) return RUN_DONE;
-      atomic_store_explicit(&q->prev, q->ret_w - HCQ__LEN_CALL, memory_order_relaxed);
-      q->w = q->ret_w, q->end = q->ret_end, q->ret_w = q->ret_end = NULL;
+    if (q->c.w == q->c.end) {
+      if (!hcq__cursor_return(&q->c)) return RUN_DONE;
       q->gid = 0;
-      atomic_store_explicit(&q->call_base, NULL, memory_order_relaxed);
       continue;
     }
-    const uint32_t *w = q->w;
-    uint32_t h = w[0];
-    atomic_store_explicit(&q->cur, w, memory_order_relaxed);
-    switch (HCQ__HDR_OP(h)) {
-      case HCQ__OP_WAIT: {
-        const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__WAIT_ADDR);
-        if (atomic_load_explicit(&s->value, memory_order_acquire) < w[HCQ__WAIT_VALUE]) return RUN_BLOCKED;
-        break;
-      }
-      case HCQ__OP_SIGNAL:
-        hcq__signal_words_set((hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__SIGNAL_ADDR), w[HCQ__SIGNAL_VALUE]);
-        break;
-      case HCQ__OP_TIMESTAMP: {
-        hcq__signal_words_t *s = (hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__TIMESTAMP_ADDR);
-        atomic_store_explicit(&s->timestamp, hcq__now_ns(), memory_order_release);
-        break;
-      }
+    const uint32_t *w = q->c.w;
+    int ran = hcq__cmd_run_signal_op(&q->c, w, wall_clock, NULL);
+    if (ran == HCQ__CMD_BLOCKED) return RUN_BLOCKED;
+    if (ran == HCQ__CMD_RAN) {
+      hcq__cursor_advance(&q->c, w);
+      *moved = true;
+      continue;
+    }
+    switch (HCQ__HDR_OP(w[0])) {
       case HCQ__OP_COPY: {
         if (q->pending) {
           uint32_t st = atomic_load_explicit(&q->pending->state, memory_order_acquire);
@@ -332,19 +324,10 @@ static int run_list(rdev_t *rd, rqueue_t *q, bool *moved) {
         }
         continue; /* finished at once: the next look frees it */
       }
-      case HCQ__OP_CALL: {
-        const uint32_t *list = (const uint32_t *)(uintptr_t)hcq__rd64(w + HCQ__CALL_PTR);
-        q->ret_w = w + HCQ__LEN_CALL, q->ret_end = q->end;
-        q->w = list, q->end = list + w[HCQ__CALL_LEN];
-        q->gid = mem_gid(rd, list);
-        atomic_store_explicit(&q->call_base, list, memory_order_relaxed);
-        atomic_store_explicit(&q->prev, NULL, memory_order_relaxed);
-        continue;
-      }
+      case HCQ__OP_CALL: q->gid = mem_gid(rd, hcq__cursor_call(&q->c, w)); continue;
       default: break; /* EXEC: the kernel runs on its own rank; BARRIER, NOP */
     }
-    atomic_store_explicit(&q->prev, w, memory_order_relaxed);
-    q->w = w + HCQ__HDR_LEN(h);
+    hcq__cursor_advance(&q->c, w);
     *moved = true;
   }
 }
@@ -363,11 +346,9 @@ static void drop_queue(rqueue_t *q) {
   if (q->running) free(q->ent.owned);
   while (q->tail < q->head) free(q->ents[q->tail++ % q->cap].owned);
   q->running = false;
-  q->w = q->end = q->ret_w = q->ret_end = NULL;
   atomic_store(&q->completed, q->head);
   pthread_mutex_unlock(&q->lock);
-  atomic_store_explicit(&q->cur, NULL, memory_order_relaxed);
-  atomic_store_explicit(&q->call_base, NULL, memory_order_relaxed);
+  hcq__cursor_clear(&q->c);
 }
 
 /* Runs q until it is empty or blocked; *blocked says whether it waits. */
@@ -379,18 +360,16 @@ static bool run_queue(rdev_t *rd, rqueue_t *q, bool *blocked) {
       pthread_mutex_lock(&q->lock);
       if (q->tail == q->head) {
         pthread_mutex_unlock(&q->lock);
-        atomic_store_explicit(&q->cur, NULL, memory_order_relaxed);
+        atomic_store_explicit(&q->c.cur, NULL, memory_order_relaxed);
         return moved;
       }
       q->ent = q->ents[q->tail % q->cap];
       q->tail++;
       pthread_mutex_unlock(&q->lock);
       q->running = true;
-      q->w = q->ent.w, q->end = q->ent.w + q->ent.n;
       /* A bound list (a graph's queue) is its own entry: its graph id tags its messages. */
       q->gid = q->ent.owned ? 0 : mem_gid(rd, q->ent.w);
-      atomic_store_explicit(&q->call_base, q->ent.owned ? NULL : q->ent.w, memory_order_relaxed);
-      atomic_store_explicit(&q->prev, NULL, memory_order_relaxed);
+      hcq__cursor_enter(&q->c, q->ent.w, q->ent.n, q->ent.owned ? NULL : q->ent.w);
     }
     if (run_list(rd, q, &moved) == RUN_BLOCKED) {
       *blocked = true;
@@ -398,7 +377,7 @@ static bool run_queue(rdev_t *rd, rqueue_t *q, bool *blocked) {
     }
     free(q->ent.owned);
     q->running = false;
-    atomic_store_explicit(&q->call_base, NULL, memory_order_relaxed);
+    atomic_store_explicit(&q->c.call_base, NULL, memory_order_relaxed);
     moved = true;
     atomic_fetch_add_explicit(&q->completed, 1, memory_order_release);
   }
@@ -441,9 +420,9 @@ static void *comm_main(void *arg) {
         moved |= run_queue(rd, q, &blocked);
         if (blocked) {
           waiting = true;
-          if (!q->pending && q->w && HCQ__HDR_OP(q->w[0]) == HCQ__OP_WAIT) {
-            park_on = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->w + HCQ__WAIT_ADDR);
-            park_want = q->w[HCQ__WAIT_VALUE];
+          if (!q->pending && q->c.w && HCQ__HDR_OP(q->c.w[0]) == HCQ__OP_WAIT) {
+            park_on = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->c.w + HCQ__WAIT_ADDR);
+            park_want = q->c.w[HCQ__WAIT_VALUE];
           } else {
             mpi_pending = true; /* an MPI request in flight: keep polling MPI */
           }
@@ -653,13 +632,9 @@ static hcq_status_t r_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
 
 static void r_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out) {
   rqueue_t *q = &rdev_of(dev)->q[kind];
-  out->present = true;
   out->submitted = atomic_load(&q->submitted);
   out->completed = atomic_load(&q->completed);
-  out->cur = atomic_load_explicit(&q->cur, memory_order_relaxed);
-  out->prev = atomic_load_explicit(&q->prev, memory_order_relaxed);
-  out->call_base = atomic_load_explicit(&q->call_base, memory_order_relaxed);
-  if (out->completed >= out->submitted) out->cur = out->prev = NULL;
+  hcq__cursor_snapshot(&q->c, out);
 }
 
 static void r_lost(hcq_device_t *dev) {
@@ -982,7 +957,7 @@ static void describe(hcq_device_t *dev, const uint32_t *cmd, char *out, size_t s
     role = copy_role(rd, cmd, &local);
     peer = rd->rank;
     for (int k = 0; k < 2; k++) {
-      const uint32_t *base = atomic_load_explicit(&rd->q[k].call_base, memory_order_relaxed);
+      const uint32_t *base = atomic_load_explicit(&rd->q[k].c.call_base, memory_order_relaxed);
       if (base) gid = mem_gid(rd, base);
     }
   } else { /* a local engine's (engine_copy_start) */
