@@ -152,7 +152,7 @@ typedef struct vk_engine {
   } inflight[FAULT_BATCHES];
 
   _Atomic uint64_t completion_delay_ns; /* tests: hcq__vulkan_slow_completion */
-  _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits, inflight_yields, inflight_polls;
+  _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits, inflight_yields, inflight_polls, wake_calls;
   pthread_t thread, completer;
   bool thread_started, completer_started;
   _Atomic bool thread_done, completer_done;
@@ -1176,8 +1176,10 @@ hcq_status_t hcq__vk_engine_submit(vk_engine_t *e, const uint32_t *words, size_t
      * not pay the call. The engine sleeps only once it has run all it had, so that retire is queued. */
     if (atomic_load(&e->tail) < before)
       e->wake_at_retire = true;
-    else if (!e->engine_idle_wake) /* else that retire has woken it already: it finds this work */
+    else if (!e->engine_idle_wake) { /* else that retire has woken it already: it finds this work */
       pthread_cond_signal(&e->wake);
+      atomic_fetch_add_explicit(&e->wake_calls, 1, memory_order_relaxed);
+    }
   }
   pthread_mutex_unlock(&e->lock);
   return NULL;
@@ -1239,6 +1241,7 @@ void hcq__vk_engine_counters(vk_engine_t *e, hcq__vk_counters_t *out) {
   out->signals += atomic_load(&e->signals_flushed);
   out->inflight_yields += atomic_load(&e->inflight_yields);
   out->inflight_polls += atomic_load(&e->inflight_polls);
+  out->wake_calls += atomic_load(&e->wake_calls);
 }
 
 void hcq__vk_engine_slow_completion(vk_engine_t *e, uint64_t ns) {

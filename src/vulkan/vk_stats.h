@@ -12,10 +12,11 @@
  * again because a word they baked in changed, vkQueueSubmit calls, WAITs the engines resolved on
  * the host, WAITs that became timeline-semaphore waits, and SIGNALs handed to the completion
  * threads; sched_yield calls and sleeps of VK_INFLIGHT_POLL_NS the engines made while waiting for
- * work with work of theirs on the device (vk_engine.c). */
+ * work with work of theirs on the device, and submits that found the engine asleep and had to wake
+ * it (vk_engine.c). */
 typedef struct hcq__vk_counters {
   uint64_t records, rerecords, submits, host_waits, semaphore_waits, signals;
-  uint64_t inflight_yields, inflight_polls;
+  uint64_t inflight_yields, inflight_polls, wake_calls;
 } hcq__vk_counters_t;
 
 /* Fills out for a Vulkan device; false (and zeros) for any other device or without Vulkan. */
