@@ -281,7 +281,7 @@ static const char *const lcg_glsl =
 /* While its work runs, an engine with nothing else to do waits without taking turns with the
  * kernels: on a CPU-emulated device (lavapipe) it neither spins nor polls but sleeps until the next
  * submit (the driver's threads run the kernels on the host's cores); on a GPU it polls, sleeping
- * between looks rather than calling sched_yield. */
+ * between looks rather than calling sched_yield. Asleep, it is woken by the next submit. */
 Test(vulkan, engine_waiting_for_its_work_leaves_the_cores_to_it) {
   need_vulkan(1);
   hcq_device_t *d = test_open("VULKAN:0");
@@ -311,6 +311,9 @@ Test(vulkan, engine_waiting_for_its_work_leaves_the_cores_to_it) {
   }
   free(got);
   uint64_t polls = after.inflight_polls - before.inflight_polls, yields = after.inflight_yields - before.inflight_yields;
+  /* It slept, so the launch's submit had to wake it (and says so). */
+  cr_assert_geq(after.wake_calls - before.wake_calls, 1, "the launch did not wake the sleeping engine");
+  cr_assert_leq(after.wake_calls - before.wake_calls, after.submits - before.submits + 1);
   if (d->on_host_cores) {
     cr_assert_eq(polls, 0, "lavapipe: the engine polled %" PRIu64 " times during a %.1f ms kernel", polls, took / 1e6);
     cr_assert_eq(yields, 0, "lavapipe: the engine yielded %" PRIu64 " times during a %.1f ms kernel", yields,
