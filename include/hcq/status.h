@@ -57,12 +57,13 @@ const char *hcq_status_code_name(hcq_status_code_t code);
 /* Releases a failure status; NULL and the preallocated out-of-memory status are ignored. */
 void hcq_status_free(hcq_status_t status);
 
-/* Builds a failure status with a printf-style message. Returns the out-of-memory status when the
- * message cannot be allocated. code must not be HCQ_OK. */
+/* Builds a failure status with a printf-style message (fmt NULL: an empty one). Returns the
+ * out-of-memory status when the message cannot be allocated. code must not be HCQ_OK (it becomes
+ * HCQ_INTERNAL). hcq_status_makev is the same with a va_list. */
 hcq_status_t hcq_status_make(hcq_status_code_t code, const char *fmt, ...) HCQ_PRINTF(2, 3);
 hcq_status_t hcq_status_makev(hcq_status_code_t code, const char *fmt, va_list ap);
 /* Returns a new status with "prefix: " put before the message of status, which it consumes.
- * NULL stays NULL. */
+ * NULL stays NULL; a NULL or empty prefix leaves status as it is. */
 hcq_status_t hcq_status_annotate(hcq_status_t status, const char *fmt, ...) HCQ_PRINTF(2, 3);
 
 #pragma GCC visibility pop

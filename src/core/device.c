@@ -445,11 +445,16 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
 }
 
 const char *hcq_device_name(const hcq_device_t *dev) { return dev ? dev->name : ""; }
-hcq_device_kind_t hcq_device_kind(const hcq_device_t *dev) { return dev->kind; }
+hcq_device_kind_t hcq_device_kind(const hcq_device_t *dev) { return dev ? dev->kind : HCQ_DEVICE_CPU; }
 uint32_t hcq_device_caps(const hcq_device_t *dev) { return dev ? dev->caps & ~HCQ__CAP_ENGINE_REMOTE_COPY : 0; }
 unsigned hcq_device_thread_count(const hcq_device_t *dev) { return dev ? dev->threads : 0; }
 
 void hcq_device_timeline(hcq_device_t *dev, hcq_signal_t **out_signal, uint64_t *out_next_value) {
+  if (!dev) {
+    if (out_signal) *out_signal = NULL;
+    if (out_next_value) *out_next_value = 0;
+    return;
+  }
   pthread_mutex_lock(&dev->lock);
   if (out_signal) *out_signal = dev->timeline;
   if (out_next_value) *out_next_value = dev->timeline_value;

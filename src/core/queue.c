@@ -102,7 +102,7 @@ void hcq_queue_free(hcq_queue_t *q) {
   free(q);
 }
 
-hcq_queue_kind_t hcq_queue_kind(const hcq_queue_t *q) { return q->kind; }
+hcq_queue_kind_t hcq_queue_kind(const hcq_queue_t *q) { return q ? q->kind : HCQ_QUEUE_COMPUTE; }
 size_t hcq_queue_size(const hcq_queue_t *q) { return q ? q->words.len : 0; }
 size_t hcq_queue_patch_count(const hcq_queue_t *q) { return q ? q->patches.len : 0; }
 size_t hcq_queue_symbol_count(const hcq_queue_t *q) { return q ? hcq__symset_count(&q->syms) : 0; }

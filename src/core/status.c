@@ -38,6 +38,7 @@ void hcq_status_free(hcq_status_t status) {
 }
 
 hcq_status_t hcq_status_makev(hcq_status_code_t code, const char *fmt, va_list ap) {
+  if (!fmt) fmt = "";
   va_list ap2;
   va_copy(ap2, ap);
   int len = vsnprintf(NULL, 0, fmt, ap2);
@@ -59,7 +60,7 @@ hcq_status_t hcq_status_make(hcq_status_code_t code, const char *fmt, ...) {
 }
 
 hcq_status_t hcq_status_annotate(hcq_status_t status, const char *fmt, ...) {
-  if (!status || status == oom_status()) return status;
+  if (!status || status == oom_status() || !fmt || !*fmt) return status;
   char prefix[512];
   va_list ap;
   va_start(ap, fmt);
