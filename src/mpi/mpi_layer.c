@@ -1197,6 +1197,7 @@ hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size
 }
 
 hcq_status_t hcq_mpi_allreduce_max(int value, int *out_max) {
+  if (!out_max) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_allreduce_max: out_max is NULL");
   if (!G.running) {
     *out_max = value;
     return NULL;

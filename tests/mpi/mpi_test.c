@@ -636,6 +636,14 @@ int main(int argc, char **argv) {
   }
   OK(hcq_mpi_init(MPI_COMM_WORLD));
   EXPECT(hcq_mpi_rank() == rank && hcq_mpi_size() == size);
+  /* The control-plane calls every scenario may lean on: a max over the ranks, a refused NULL. */
+  int most = -1;
+  OK(hcq_mpi_allreduce_max(rank * 10, &most));
+  EXPECT(most == (size - 1) * 10);
+  hcq_status_t refused = hcq_mpi_allreduce_max(rank, NULL);
+  EXPECT(refused && hcq_status_code(refused) == HCQ_INVALID_ARGUMENT);
+  hcq_status_free(refused);
+  EXPECT(!hcq_mpi_peer_failed());
   if (!strcmp(s, "eager")) scenario_eager();
   else if (!strcmp(s, "graph")) scenario_graph();
   else if (!strcmp(s, "mismatch")) scenario_mismatch();
