@@ -66,29 +66,31 @@ static inline void hcq__cursor_snapshot(hcq__cmd_cursor_t *c, hcq__engine_snapsh
   if (out->completed >= out->submitted) out->cur = out->prev = NULL;
 }
 
-/* WAIT, SIGNAL and TIMESTAMP at w (published as the current command first): HCQ__CMD_RAN,
- * HCQ__CMD_BLOCKED (a WAIT not met yet), or HCQ__CMD_OTHER (none of them: the engine's own to run).
- * clock(ctx) is read only for a TIMESTAMP. */
+/* Runs the command at c->w (published as the current one first) when it is a WAIT, SIGNAL or
+ * TIMESTAMP: HCQ__CMD_RAN (the cursor moved past it), HCQ__CMD_BLOCKED (a WAIT not met yet), or
+ * HCQ__CMD_OTHER (none of them: the engine's own to run). clock(ctx) is read only for a TIMESTAMP. */
 enum { HCQ__CMD_RAN, HCQ__CMD_BLOCKED, HCQ__CMD_OTHER };
-static inline int hcq__cmd_run_signal_op(hcq__cmd_cursor_t *c, const uint32_t *w, uint64_t (*clock)(void *),
-                                         void *ctx) {
+static inline int hcq__cursor_run_signal_op(hcq__cmd_cursor_t *c, uint64_t (*clock)(void *), void *ctx) {
+  const uint32_t *w = c->w;
   atomic_store_explicit(&c->cur, w, memory_order_relaxed);
   switch (HCQ__HDR_OP(w[0])) {
     case HCQ__OP_WAIT: {
       const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__WAIT_ADDR);
-      return atomic_load_explicit(&s->value, memory_order_acquire) < w[HCQ__WAIT_VALUE] ? HCQ__CMD_BLOCKED
-                                                                                        : HCQ__CMD_RAN;
+      if (atomic_load_explicit(&s->value, memory_order_acquire) < w[HCQ__WAIT_VALUE]) return HCQ__CMD_BLOCKED;
+      break;
     }
     case HCQ__OP_SIGNAL:
       hcq__signal_words_set((hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__SIGNAL_ADDR), w[HCQ__SIGNAL_VALUE]);
-      return HCQ__CMD_RAN;
+      break;
     case HCQ__OP_TIMESTAMP: {
       hcq__signal_words_t *s = (hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__TIMESTAMP_ADDR);
       atomic_store_explicit(&s->timestamp, clock(ctx), memory_order_release);
-      return HCQ__CMD_RAN;
+      break;
     }
     default: return HCQ__CMD_OTHER;
   }
+  hcq__cursor_advance(c, w);
+  return HCQ__CMD_RAN;
 }
 
 #endif

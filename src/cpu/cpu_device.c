@@ -400,13 +400,10 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
       if (!hcq__cursor_return(&q->c)) return RUN_DONE;
       continue;
     }
-    const uint32_t *w = q->c.w;
-    int ran = hcq__cmd_run_signal_op(&q->c, w, engine_clock, e);
+    int ran = hcq__cursor_run_signal_op(&q->c, engine_clock, e);
     if (ran == HCQ__CMD_BLOCKED) return RUN_BLOCKED;
-    if (ran == HCQ__CMD_RAN) {
-      hcq__cursor_advance(&q->c, w);
-      continue;
-    }
+    if (ran == HCQ__CMD_RAN) continue;
+    const uint32_t *w = q->c.w;
     switch (HCQ__HDR_OP(w[0])) {
       case HCQ__OP_BARRIER: full_barrier(e); break;
       case HCQ__OP_EXEC:

@@ -281,14 +281,13 @@ static int run_list(rdev_t *rd, rqueue_t *q, bool *moved) {
       q->gid = 0;
       continue;
     }
-    const uint32_t *w = q->c.w;
-    int ran = hcq__cmd_run_signal_op(&q->c, w, wall_clock, NULL);
+    int ran = hcq__cursor_run_signal_op(&q->c, wall_clock, NULL);
     if (ran == HCQ__CMD_BLOCKED) return RUN_BLOCKED;
     if (ran == HCQ__CMD_RAN) {
-      hcq__cursor_advance(&q->c, w);
       *moved = true;
       continue;
     }
+    const uint32_t *w = q->c.w;
     switch (HCQ__HDR_OP(w[0])) {
       case HCQ__OP_COPY: {
         if (q->pending) {
