@@ -307,11 +307,7 @@ static void free_graph(cuda_graph_t *g) {
   hcq__update_plan_free(g->plan);
   free(g->nodes);
   free(g->input_addrs);
-  g->base.magic = HCQ__OBJ_DEAD;
-  if (hcq__validating)
-    hcq__keep(g);
-  else
-    free(g);
+  hcq__graph_struct_free(&g->base);
 }
 
 static hcq_status_t cuda_graph_destroy(hcq_graph_t *base) {

@@ -30,6 +30,16 @@ struct hcq_graph {
   bool validated_replays; /* HCQ_VALIDATE and a kernel item leaves buffers undeclared: set at build */
 };
 
+/* The last step of every runner's free: the struct (whose first member is g) is freed, or kept as a
+ * dead graph while validating, so that a use after destroy is reported rather than undefined. */
+static inline void hcq__graph_struct_free(hcq_graph_t *g) {
+  g->magic = HCQ__OBJ_DEAD;
+  if (hcq__validating)
+    hcq__keep(g);
+  else
+    free(g);
+}
+
 /* Builds an HCQ graph over the runner's items (the runner is moved into the graph on success). */
 hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
 

@@ -645,11 +645,7 @@ static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
   free(g->prof_deps);
   free(g->prof_ndeps);
   free(g->prof_timestamps);
-  g->base.magic = HCQ__OBJ_DEAD;
-  if (hcq__validating)
-    hcq__keep(g);
-  else
-    free(g);
+  hcq__graph_struct_free(&g->base);
 }
 
 static void free_impl(hcq_graph_impl_t *g) { free_impl_ex(g, false); }

@@ -334,11 +334,7 @@ static void free_graph(metal_graph_t *g) {
   free(g->vals_at);
   free(g->pipelines);
   free(g->input_addrs);
-  g->base.magic = HCQ__OBJ_DEAD;
-  if (hcq__validating)
-    hcq__keep(g);
-  else
-    free(g);
+  hcq__graph_struct_free(&g->base);
 }
 
 static hcq_status_t metal_graph_destroy(hcq_graph_t *base) {
