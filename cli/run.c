@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -238,9 +239,48 @@ static int run_check(const run_args_t *a) {
   return failed ? HCQ_EXIT_CHECK_MISMATCH : HCQ_EXIT_OK;
 }
 
+/* Whether path (a folder when dir) could be written: it exists as such and is writable, or it does
+ * not exist and its folder is. Said before the runs rather than after them. */
+static hcq_status_t check_output(const char *path, bool dir) {
+  const char *verb = dir ? "cannot create" : "cannot write";
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    if (dir != S_ISDIR(sb.st_mode))
+      return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path, dir ? "it is not a folder" : "it is a folder");
+    if (access(path, dir ? W_OK | X_OK : W_OK) != 0)
+      return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path, strerror(errno));
+    return NULL;
+  }
+  if (errno != ENOENT) return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path, strerror(errno));
+  char parent[PATH_MAX];
+  size_t len = strlen(path);
+  while (len > 1 && path[len - 1] == '/') len--; /* "out/" names the folder out */
+  while (len > 0 && path[len - 1] != '/') len--;
+  if (len >= sizeof(parent)) return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: the path is too long", verb, path);
+  if (len == 0)
+    snprintf(parent, sizeof(parent), ".");
+  else
+    snprintf(parent, sizeof(parent), "%.*s", (int)len, path);
+  if (access(parent, W_OK | X_OK) != 0) return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path, strerror(errno));
+  return NULL;
+}
+
+/* Under MPI rank 0 writes, on its own machine, and every rank must take part in the runs: there
+ * the writes report their own failures. */
+static hcq_status_t check_outputs(const run_args_t *a) {
+  if (cli_mpi_on()) return NULL;
+  hcq_status_t st = a->out ? check_output(a->out, true) : NULL;
+  const char *files[] = {a->obs.profile, a->obs.profile_svg, a->obs.dot};
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]) && !st; i++)
+    if (files[i]) st = check_output(files[i], false);
+  return st;
+}
+
 int cli_run(int argc, char **argv) {
   run_args_t a;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
+  hcq_status_t st = check_outputs(&a);
+  if (st) return cli_fail(st);
   return a.check ? run_check(&a) : run_plain(&a);
 }

@@ -310,7 +310,13 @@ check "--dot names every item and the three dependencies, one kept as a wait" sh
 expect "--profile-svg with --mode eager" 2 "--profile-svg" -- run ok.json --mode eager --profile-svg p.svg
 expect "--dot with --mode eager" 2 "--dot" -- run ok.json --mode eager --dot p.dot
 expect "--dot without a file" 2 "--dot needs an output file" -- run ok.json --dot
-expect "--profile into a missing folder" 3 "cannot write" -- run ok.json --profile no/such/dir/p.json
+expect "--profile into a missing folder" 3 "cannot write no/such/dir/p.json" "!runs x" -- run ok.json --profile no/such/dir/p.json
+# An output that cannot be written is said before the runs, not after them.
+expect "--out into a missing folder: exit 3 before running" 3 "cannot create no/such/out" "!runs x" -- run ok.json --out no/such/out
+expect "--out naming a file" 3 "cannot create ok.json: it is not a folder" "!runs x" -- run ok.json --out ok.json
+expect "--check --out into a missing folder: exit 3 before running" 3 "cannot create no/out" "!passed" -- run ok.json --check --out no/out
+expect "--dot naming a folder" 3 "cannot write out_graph: it is a folder" "!runs x" -- run ok.json --dot out_graph
+expect "--profile-svg into a missing folder" 3 "cannot write no/p.svg" "!runs x" -- run ok.json --profile-svg no/p.svg
 
 expect "bench --json" 0 -- bench ok.json --json
 check "bench --json prints one JSON object with the contract's fields" python3 - "$T/out" <<'EOF'
