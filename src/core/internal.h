@@ -556,6 +556,9 @@ hcq_status_t hcq__zero_dim_error(const char *dim, int index, const char *who_fmt
  * submitting while the caller holds the device lock. */
 hcq_status_t hcq__queue_create(hcq_queue_kind_t kind, bool retain_refs, hcq_queue_t **out);
 void hcq__queue_reset(hcq_queue_t *q);
+/* Values handed to a public call (what names it): each names a variable (not NULL, not another
+ * expression), and no variable twice. INVALID_ARGUMENT naming the value otherwise. */
+hcq_status_t hcq__var_values_check(const hcq_var_value_t *vals, size_t nvals, const char *what);
 hcq_status_t hcq__queue_submit_locked(hcq_queue_t *q, hcq_device_t *dev, const hcq_var_value_t *vals, size_t nvals);
 /* Submit in two steps, for callers that submit several queues all-or-nothing: prepare evaluates
  * every symbol and checks every field (nothing written); commit patches what changed and submits

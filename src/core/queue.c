@@ -555,6 +555,8 @@ hcq_status_t hcq__queue_submit_locked(hcq_queue_t *q, hcq_device_t *dev, const h
 hcq_status_t hcq_queue_submit(hcq_queue_t *q, hcq_device_t *dev, const hcq_var_value_t *vals, size_t nvals) {
   if (!q || !dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "submit: queue or device is NULL");
   if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "submit: %zu values but vals is NULL", nvals);
+  hcq_status_t vst = hcq__var_values_check(vals, nvals, "submit");
+  if (vst) return vst;
   if (q->bound_dev && q->bound_dev != dev)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "submit: queue is bound to %s, not %s", q->bound_dev->name, dev->name);
   if (q->device && q->device != dev)

@@ -281,6 +281,20 @@ static bool eval_rec(const hcq_expr_t *e, eval_ctx_t *ctx, int64_t *out) {
   return false;
 }
 
+hcq_status_t hcq__var_values_check(const hcq_var_value_t *vals, size_t nvals, const char *what) {
+  for (size_t i = 0; i < nvals; i++) {
+    const hcq_expr_t *v = vals[i].var;
+    if (!v) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: value %zu names no variable (NULL)", what, i);
+    if (v->op != HCQ_EXPR_VAR)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: value %zu is for an expression that is not a variable", what, i);
+    for (size_t j = 0; j < i; j++)
+      if (vals[j].var == v)
+        return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: variable %s has two values (values %zu and %zu)", what,
+                               v->u.var.name, j, i);
+  }
+  return NULL;
+}
+
 hcq_status_t hcq_expr_eval(const hcq_expr_t *e, const hcq_var_value_t *vals, size_t nvals, int64_t *out_value) {
   if (!e || !out_value) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_expr_eval: expression or output is NULL");
   if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_expr_eval: %zu values but vals is NULL", nvals);

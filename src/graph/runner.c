@@ -457,6 +457,8 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   if (nitems >= UINT32_MAX / 2) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu items are too many", nitems);
   if (ninputs && !inputs) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu inputs but the array is NULL", ninputs);
   if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu values but the array is NULL", nvals);
+  hcq_status_t values_st = hcq__var_values_check(vals, nvals, kind);
+  if (values_st) return values_st;
   for (size_t k = 0; k < ninputs; k++) {
     if (!inputs[k]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is NULL", k);
     if (hcq__validating) {
@@ -562,6 +564,7 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
   if (cst) return cst;
   if ((ninputs && !inputs) || (nvals && !vals))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "replay: an input or value array is NULL");
+  if ((cst = hcq__var_values_check(vals, nvals, "replay"))) return cst;
   for (size_t k = 0; k < ninputs; k++) {
     const hcq_buffer_t *want = r->inputs[k], *got = inputs[k];
     if (!got) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is missing (NULL)", k);
@@ -638,6 +641,8 @@ hcq_status_t hcq_exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t 
 static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals) {
   if (!it) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: item is NULL");
   if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: %zu values but vals is NULL", nvals);
+  hcq_status_t vst = hcq__var_values_check(vals, nvals, "hcq_exec_item_run");
+  if (vst) return vst;
   if (it->kind == HCQ_ITEM_TRANSFER) {
     hcq_status_t st = validate_transfer(&it->transfer, "transfer");
     return st ? st : hcq_transfer(it->transfer.dst, it->transfer.src, it->transfer.bytes);

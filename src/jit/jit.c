@@ -529,6 +529,10 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
     st = hcq_status_annotate(c->error, "capture"), c->error = NULL;
   else if (c->items.len == 0)
     st = hcq_status_make(HCQ_FAILED_PRECONDITION, "the capture recorded no launches or transfers");
+  else if (nvals && !vals)
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: %zu values but vals is NULL", nvals);
+  else
+    st = hcq__var_values_check(vals, nvals, "hcq_capture_end");
   if (out_jit) *out_jit = NULL;
   /* The values hcq_launch_sym bound fill in for the variables vals does not name. */
   hcq_var_value_t *all = NULL;
