@@ -52,7 +52,8 @@ typedef struct hcq_expr hcq_expr_t;
 /* A value bound to a variable for one evaluation, submit or replay. The calls that take an array of
  * them (graph and jit create and run, hcq_exec_item_run, hcq_launch_sym, hcq_queue_submit,
  * hcq_capture_end) refuse one whose var is NULL or not a variable, and a variable given twice
- * (INVALID_ARGUMENT naming the value); a value for a variable the call does not use is ignored. */
+ * (INVALID_ARGUMENT naming the value); a value for a variable the call does not use is ignored
+ * (a jit made from a capture warns about it, see strict_vars in jit.h). */
 typedef struct hcq_var_value {
   const hcq_expr_t *var;
   int64_t value;
