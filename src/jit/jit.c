@@ -538,9 +538,7 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
   hcq_var_value_t *all = NULL;
   size_t nall = nvals;
   if (!st && c->bound.len) {
-    if (nvals && !vals)
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: %zu values but vals is NULL", nvals);
-    else if (!(all = malloc((nvals + c->bound.len) * sizeof(*all))))
+    if (!(all = malloc((nvals + c->bound.len) * sizeof(*all))))
       st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory ending a capture");
     if (!st) {
       if (nvals) memcpy(all, vals, nvals * sizeof(*all));
