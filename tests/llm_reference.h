@@ -1,0 +1,157 @@
+/* A plain C llama forward pass over a GGUF model (examples/llm), one token at a time: the ground
+ * truth the decoder's tests compare with. Weights are dequantized row by row from the file's blocks
+ * (llm_dequantize_row), dot products are one running sum per row in order, attention is the
+ * textbook softmax. With quantize_inputs, the inputs of matrices stored in 8- or 4-bit blocks are
+ * rounded to 8-bit blocks first (llm_quantize_act), as the decoder and llama.cpp do; the products
+ * are then the dequantized weights times the dequantized inputs.
+ *
+ * Header-only, for the tests. Not fast: a SmolLM2 token is about 0.1 s. */
+#ifndef HCQ_LLM_REFERENCE_H
+#define HCQ_LLM_REFERENCE_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llm.h"
+#include "quant.h"
+
+typedef struct llm_ref {
+  const llm_model_t *model;
+  llm_config_t c;
+  int ctx;
+  bool quantize_inputs;
+  float *kc, *vc; /* [layer][pos][kv_dim] */
+  float *x, *xb, *q, *att, *h, *g, *u, *logits, *row;
+} llm_ref_t;
+
+static inline bool llm_ref_init(llm_ref_t *r, const llm_model_t *model, int ctx, bool quantize_inputs) {
+  memset(r, 0, sizeof(*r));
+  r->model = model;
+  r->c = model->config;
+  r->ctx = ctx;
+  r->quantize_inputs = quantize_inputs;
+  const llm_config_t *c = &r->c;
+  size_t kv = (size_t)c->n_layers * (size_t)ctx * (size_t)llm_kv_dim(c);
+  size_t widest = (size_t)(c->dim > c->ffn ? c->dim : c->ffn);
+  r->kc = calloc(kv, 4), r->vc = calloc(kv, 4);
+  r->x = calloc((size_t)c->dim, 4), r->xb = calloc(widest, 4), r->q = calloc((size_t)c->dim, 4);
+  r->att = calloc((size_t)ctx, 4), r->h = calloc((size_t)c->ffn, 4), r->g = calloc((size_t)c->ffn, 4);
+  r->u = calloc((size_t)c->ffn, 4), r->logits = calloc((size_t)c->vocab, 4), r->row = calloc(widest, 4);
+  return r->kc && r->vc && r->x && r->xb && r->q && r->att && r->h && r->g && r->u && r->logits && r->row;
+}
+
+static inline void llm_ref_free(llm_ref_t *r) {
+  float *all[] = {r->kc, r->vc, r->x, r->xb, r->q, r->att, r->h, r->g, r->u, r->logits, r->row};
+  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
+}
+
+static inline bool llm_ref_quantized(const gguf_tensor_t *t) {
+  return t->type == GGML_TYPE_Q4_0 || t->type == GGML_TYPE_Q4_1 || t->type == GGML_TYPE_Q8_0;
+}
+
+/* out = W in, W a [k, rows] tensor; in rounded to 8-bit blocks first when asked. */
+static inline void llm_ref_matvec(llm_ref_t *r, const gguf_tensor_t *w, const float *in, float *out) {
+  size_t k = (size_t)w->ne[0], rows = (size_t)w->ne[1];
+  size_t row_bytes = k / ggml_block_elems(w->type) * ggml_block_bytes(w->type);
+  float *x = malloc(k * 4);
+  memcpy(x, in, k * 4);
+  if (r->quantize_inputs && llm_ref_quantized(w)) {
+    llm_act_block_t *blocks = malloc((k + 31) / 32 * sizeof(*blocks));
+    llm_quantize_act(in, k, blocks);
+    for (size_t j = 0; j < k; j++) x[j] = blocks[j / 32].d * (float)blocks[j / 32].q[j % 32];
+    free(blocks);
+  }
+  for (size_t i = 0; i < rows; i++) {
+    llm_dequantize_row(w->type, (const uint8_t *)w->data + i * row_bytes, r->row, k);
+    float s = 0;
+    for (size_t j = 0; j < k; j++) s += r->row[j] * x[j];
+    out[i] = s;
+  }
+  free(x);
+}
+
+static inline void llm_ref_rmsnorm(const llm_ref_t *r, const gguf_tensor_t *w, const float *x, float *out) {
+  int n = r->c.dim;
+  float ss = 0;
+  for (int i = 0; i < n; i++) ss += x[i] * x[i];
+  float inv = 1.0f / sqrtf(ss / (float)n + r->c.norm_eps);
+  llm_dequantize_row(w->type, w->data, r->row, (size_t)n);
+  for (int i = 0; i < n; i++) out[i] = (x[i] * inv) * r->row[i];
+}
+
+static inline void llm_ref_rope(const llm_ref_t *r, float *v, int n, int pos) {
+  const llm_config_t *c = &r->c;
+  for (int i = 0; i < n; i += 2) {
+    int e = i % c->head_dim;
+    if (e >= c->rope_dim) continue;
+    double theta = pos * pow((double)c->rope_base, -(double)e / c->rope_dim);
+    float co = (float)cos(theta), si = (float)sin(theta), a = v[i], b = v[i + 1];
+    v[i] = a * co - b * si;
+    v[i + 1] = a * si + b * co;
+  }
+}
+
+/* The logits after token at position pos (positions 0..pos-1 must have been run before). */
+static inline const float *llm_ref_step(llm_ref_t *r, int32_t token, int pos) {
+  const llm_model_t *m = r->model;
+  const llm_config_t *c = &r->c;
+  int dim = c->dim, kvd = llm_kv_dim(c), hd = c->head_dim, kv_mul = c->n_heads / c->n_kv_heads;
+  size_t emb_row = (size_t)dim / ggml_block_elems(m->token_embd->type) * ggml_block_bytes(m->token_embd->type);
+  llm_dequantize_row(m->token_embd->type, (const uint8_t *)m->token_embd->data + (size_t)token * emb_row, r->x, (size_t)dim);
+  for (int l = 0; l < c->n_layers; l++) {
+    const llm_layer_t *L = &m->layers[l];
+    float *kc = r->kc + ((size_t)l * r->ctx + (size_t)pos) * (size_t)kvd;
+    float *vc = r->vc + ((size_t)l * r->ctx + (size_t)pos) * (size_t)kvd;
+    llm_ref_rmsnorm(r, L->attn_norm, r->x, r->xb);
+    llm_ref_matvec(r, L->wq, r->xb, r->q);
+    llm_ref_matvec(r, L->wk, r->xb, kc);
+    llm_ref_matvec(r, L->wv, r->xb, vc);
+    llm_ref_rope(r, r->q, dim, pos);
+    llm_ref_rope(r, kc, kvd, pos);
+    float *out = r->h; /* dim floats of attention output (ffn >= 1; reused below) */
+    float *o = malloc((size_t)dim * 4);
+    for (int h = 0; h < c->n_heads; h++) {
+      const float *qh = r->q + h * hd;
+      int kvh = h / kv_mul;
+      float mx = -INFINITY;
+      for (int t = 0; t <= pos; t++) {
+        const float *k = r->kc + ((size_t)l * r->ctx + (size_t)t) * (size_t)kvd + (size_t)kvh * hd;
+        float s = 0;
+        for (int e = 0; e < hd; e++) s += qh[e] * k[e];
+        r->att[t] = s / sqrtf((float)hd);
+        if (r->att[t] > mx) mx = r->att[t];
+      }
+      float sum = 0;
+      for (int t = 0; t <= pos; t++) sum += r->att[t] = expf(r->att[t] - mx);
+      for (int e = 0; e < hd; e++) {
+        float acc = 0;
+        for (int t = 0; t <= pos; t++)
+          acc += r->att[t] * r->vc[((size_t)l * r->ctx + (size_t)t) * (size_t)kvd + (size_t)kvh * hd + (size_t)e];
+        o[h * hd + e] = acc / sum;
+      }
+    }
+    (void)out;
+    llm_ref_matvec(r, L->wo, o, r->xb);
+    free(o);
+    for (int i = 0; i < dim; i++) r->x[i] += r->xb[i];
+    llm_ref_rmsnorm(r, L->ffn_norm, r->x, r->xb);
+    llm_ref_matvec(r, L->w_gate, r->xb, r->g);
+    llm_ref_matvec(r, L->w_up, r->xb, r->u);
+    for (int i = 0; i < c->ffn; i++) r->h[i] = r->g[i] / (1.0f + expf(-r->g[i])) * r->u[i];
+    llm_ref_matvec(r, L->w_down, r->h, r->xb);
+    for (int i = 0; i < dim; i++) r->x[i] += r->xb[i];
+  }
+  llm_ref_rmsnorm(r, m->output_norm, r->x, r->xb);
+  llm_ref_matvec(r, m->output, r->xb, r->logits);
+  return r->logits;
+}
+
+static inline int llm_ref_argmax(const float *v, int n) {
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
+
+#endif
