@@ -65,5 +65,7 @@ int cli_run(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 int cli_embed(int argc, char **argv);
+int cli_generate(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
 
 #endif

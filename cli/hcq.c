@@ -82,7 +82,7 @@ static int cmd_info(int argc, char **argv) {
 static int cmd_help(int argc, char **argv) {
   if (argc > 1) return cli_usage_error("help takes at most one command");
   const char *text = cli_help_text(argc ? argv[0] : NULL);
-  if (!text) return cli_usage_error("no help for \"%s\": commands are info, run, bench, demo, embed", argv[0]);
+  if (!text) return cli_usage_error("no help for \"%s\": commands are info, run, bench, demo, embed, generate, tokenize", argv[0]);
   fputs(text, stdout);
   return HCQ_EXIT_OK;
 }
@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
     return HCQ_EXIT_OK;
   }
   int known = !strcmp(cmd, "info") || !strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "demo") ||
-              !strcmp(cmd, "embed");
+              !strcmp(cmd, "embed") || !strcmp(cmd, "generate") || !strcmp(cmd, "tokenize");
   if (known) {
     hcq_status_t st = cli_mpi_start();
     if (st) return cli_fail(st);
@@ -113,7 +113,9 @@ int main(int argc, char **argv) {
              : !strcmp(cmd, "run")   ? cli_run(argc - 2, argv + 2)
              : !strcmp(cmd, "bench") ? cli_bench(argc - 2, argv + 2)
              : !strcmp(cmd, "demo")  ? cli_demo(argc - 2, argv + 2)
-                                     : cli_embed(argc - 2, argv + 2);
+             : !strcmp(cmd, "embed") ? cli_embed(argc - 2, argv + 2)
+             : !strcmp(cmd, "generate") ? cli_generate(argc - 2, argv + 2)
+                                        : cli_tokenize(argc - 2, argv + 2);
     return cli_mpi_finish(rc);
   }
   fprintf(stderr, "hcq: unknown command \"%s\"\n", cmd);

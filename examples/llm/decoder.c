@@ -66,7 +66,7 @@ struct llm_decoder {
   hcq_buffer_t *emb, *cls, *out_norm, *tokens, *logits, *best, *params, *scratch;
   program_entry_t programs[MAX_PROGRAMS];
   int nprograms;
-  hcq_expr_t *pos, *p0, *n, *exprs[16];
+  hcq_expr_t *pos, *p0, *n, *choose, *exprs[16];
   int nexprs;
   item_list_t step, pass;
   hcq_jit_t *step_jit, *pass_jit;
@@ -306,7 +306,12 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
   const llm_config_t *c = &m->c;
   hcq_operand_t p0 = hcq_sym(pass ? m->p0 : m->pos), n = pass ? hcq_sym(m->n) : hcq_imm(1);
   hcq_operand_t tiles = pass ? hcq_sym(binary(m, HCQ_EXPR_FLOORDIV, binary(m, HCQ_EXPR_ADD, m->n, TILE - 1), TILE)) : hcq_imm(1);
-  if (pass && !tiles.sym) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the items");
+  /* A pass that is not a prompt's last chooses no token (its classifier would read weights for
+   * nothing, and its token would overwrite the next pass's first prompt token): choose = 0 gives
+   * those launches an empty grid. */
+  hcq_operand_t one_if_chosen = pass ? hcq_sym(m->choose) : hcq_imm(1);
+  hcq_operand_t cls_grid = pass ? hcq_sym(binary(m, HCQ_EXPR_MUL, m->choose, m->cls_groups)) : hcq_imm(m->cls_groups);
+  if (pass && (!tiles.sym || !cls_grid.sym)) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the items");
   int tok_per_group = pass ? TILE : 1, rows_copied = pass ? m->max_batch : 1;
   uint64_t x_bytes = (uint64_t)rows_copied * (uint64_t)c->dim * 4;
   char def[3][64], defs[256];
@@ -365,12 +370,12 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
   TRY(program(m, 0, "llm_norm", "", &norm));
   TRY(program(m, 0, "llm_classify", layout_define(def[0], 64, "W_LAYOUT", m->cls_layout), &classify));
   TRY(program(m, 0, "llm_select", "", &select));
-  TRY(add_kernel(L, &(kernel_desc_t){norm, {s0->xf, s0->xq, s0->x, m->out_norm, s0->info}, 5, 2, 1, {hcq_imm(1)}, {hcq_imm(1)},
-                                     hcq_imm(c->dim / 8 + 1)}));
+  TRY(add_kernel(L, &(kernel_desc_t){norm, {s0->xf, s0->xq, s0->x, m->out_norm, s0->info}, 5, 2, 1, {hcq_imm(1)},
+                                     {one_if_chosen}, hcq_imm(c->dim / 8 + 1)}));
   TRY(add_kernel(L, &(kernel_desc_t){classify, {m->logits, m->best, s0->xf, s0->xq, m->cls}, 5, 2, 1, {hcq_imm(0)},
-                                     {hcq_imm(m->cls_groups)}, cost(16.0 * c->dim)}));
+                                     {cls_grid}, cost(16.0 * c->dim)}));
   TRY(add_kernel(L, &(kernel_desc_t){select, {m->tokens, m->scratch, m->best, m->logits, m->params, s0->info}, 6, 2, 1,
-                                     {hcq_imm(m->cls_groups)}, {hcq_imm(1)}, hcq_imm(1)}));
+                                     {hcq_imm(m->cls_groups)}, {one_if_chosen}, hcq_imm(1)}));
   return NULL;
 }
 
@@ -427,6 +432,7 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   if (!st) st = hcq_var_create("pos", 0, ctx - 1, &m->pos);
   if (!st) st = hcq_var_create("p0", 0, ctx - 1, &m->p0);
   if (!st) st = hcq_var_create("n", 1, max_batch, &m->n);
+  if (!st) st = hcq_var_create("choose", 0, 1, &m->choose);
   if (!st) st = make_buffers(m, model);
   if (!st) st = build_items(m, &m->step, false);
   if (!st) st = build_items(m, &m->pass, true);
@@ -454,7 +460,7 @@ hcq_status_t llm_decoder_destroy(llm_decoder_t *m) {
   list_free(&m->step);
   list_free(&m->pass);
   for (int i = 0; i < m->nexprs; i++) hcq_expr_release(m->exprs[i]);
-  hcq_expr_release(m->pos), hcq_expr_release(m->p0), hcq_expr_release(m->n);
+  hcq_expr_release(m->pos), hcq_expr_release(m->p0), hcq_expr_release(m->n), hcq_expr_release(m->choose);
   if (m->layers)
     for (int l = 0; l < m->c.n_layers; l++)
       for (int i = 0; i < LAYER_BUFS; i++) hcq_buffer_release(m->layers[l].b[i]);
@@ -555,8 +561,8 @@ hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
                            p0, p0 + n - 1, m->ctx);
   for (int done = 0; done < n;) {
     int k = n - done < m->max_batch ? n - done : m->max_batch;
-    hcq_var_value_t v[2] = {{m->p0, p0 + done}, {m->n, k}};
-    TRY(run_list(m, &m->pass, &m->pass_jit, v, 2, graph));
+    hcq_var_value_t v[3] = {{m->p0, p0 + done}, {m->n, k}, {m->choose, done + k == n}};
+    TRY(run_list(m, &m->pass, &m->pass_jit, v, 3, graph));
     done += k;
   }
   return NULL;
@@ -612,6 +618,14 @@ static hcq_status_t token_at(llm_decoder_t *m, fence_t f, int pos, int32_t *out)
   return hcq_buffer_copyout(m->tokens, (uint64_t)pos * 4, out, 4);
 }
 
+/* Records token tok as generated (while the run has not ended). */
+static void took(llm_generate_result_t *out, const llm_generate_options_t *o, int32_t tok) {
+  if (out->ended) return;
+  out->ids[out->n++] = tok;
+  if (o->on_token) o->on_token(o->ctx, tok);
+  out->ended = !o->ignore_eos && o->is_end && o->is_end(o->ctx, tok);
+}
+
 hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, const llm_generate_options_t *o,
                           llm_generate_result_t *out) {
   *out = (llm_generate_result_t){0};
@@ -620,44 +634,44 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llm_generate: a prompt of %d tokens (the context holds %d positions)", nprompt,
                            m->ctx);
   int steps = o->steps < m->ctx - nprompt ? o->steps : m->ctx - nprompt;
-  if (!(out->ids = malloc(((size_t)steps + 1) * sizeof(int32_t)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  out->ids = malloc(((size_t)steps + 1) * sizeof(int32_t));
   double *host = malloc(((size_t)steps + 1) * sizeof(double));
-  if (!host) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  if (!out->ids || !host) {
+    free(out->ids), free(host);
+    out->ids = NULL;
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  }
+  /* Under two ranks both run the same steps (an early stop on one would leave the other waiting
+   * for it): only the rank holding the tokens reads them, and what follows an end token is dropped. */
+  bool stop_early = m->ranks == 1, reads = m->reads_tokens;
   hcq_status_t st = llm_decoder_set_tokens(m, 0, prompt, nprompt);
   double t0 = now_ms(), t1 = t0;
   fence_t fences[2];
   int nhost = 0;
   if (!st && steps > 0) st = llm_decoder_prefill(m, 0, nprompt, o->graph);
   if (!st && steps > 0) {
-    int32_t tok;
-    st = token_at(m, fence_now(m), nprompt, &tok);
+    int32_t tok = 0;
+    st = reads ? token_at(m, fence_now(m), nprompt, &tok) : llm_decoder_sync(m);
     t1 = now_ms();
     out->prefill_ms = t1 - t0;
-    if (!st) {
-      out->ids[out->n++] = tok;
-      if (o->on_token) o->on_token(o->ctx, tok);
-      out->ended = !o->ignore_eos && o->is_end && o->is_end(o->ctx, tok);
-    }
+    if (!st && reads) took(out, o, tok);
   }
   /* Step p reads the token at p and writes p + 1. One step is queued ahead of the one whose token
    * is awaited, so the devices never wait for the host. */
-  int next = nprompt, read = nprompt; /* next step to queue; next step whose token to read */
-  while (!st && !out->ended && out->n < steps) {
-    while (!st && next - read < 2 && next < nprompt + steps - 1) {
+  int next = nprompt, read = nprompt, last = nprompt + steps - 1; /* next step to queue; next step whose token to read */
+  while (!st && !(stop_early && out->ended) && read < last) {
+    while (!st && next - read < 2 && next < last) {
       double h0 = now_ms();
       st = llm_decoder_step(m, next, o->graph);
       host[nhost++] = (now_ms() - h0) * 1e3;
       fences[next % 2] = fence_now(m);
       next++;
     }
-    if (st || read >= next) break;
-    int32_t tok;
-    if (!(st = token_at(m, fences[read % 2], read + 1, &tok))) {
-      read++;
-      out->ids[out->n++] = tok;
-      if (o->on_token) o->on_token(o->ctx, tok);
-      out->ended = !o->ignore_eos && o->is_end && o->is_end(o->ctx, tok);
-    }
+    if (st) break;
+    int32_t tok = 0;
+    if (reads) st = token_at(m, fences[read % 2], read + 1, &tok);
+    if (!st && reads) took(out, o, tok);
+    read++;
   }
   if (!st) st = llm_decoder_sync(m);
   out->decode_ms = now_ms() - t1;

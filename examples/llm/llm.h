@@ -108,7 +108,8 @@ HCQ_MUST_USE hcq_status_t llm_decoder_set_sampler(llm_decoder_t *dec, const llm_
 HCQ_MUST_USE hcq_status_t llm_decoder_set_tokens(llm_decoder_t *dec, int pos, const int32_t *ids, int n);
 
 /* The prompt pass: the n tokens at positions p0..p0+n-1 go through the model together (in passes of
- * at most max_batch), filling the caches, and the token after them is chosen into position p0+n.
+ * at most max_batch; only the last pass runs the classifier), filling the caches, and the token after
+ * them is chosen into position p0+n.
  * graph: replays of the captured pass (captured by the first such call, which runs it), else eager
  * launches. Does not wait. */
 HCQ_MUST_USE hcq_status_t llm_decoder_prefill(llm_decoder_t *dec, int p0, int n, bool graph);

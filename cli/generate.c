@@ -1,0 +1,438 @@
+/* hcq generate: text generation with a llama GGUF model (SmolLM2-135M-Instruct by default), the
+ * prompt as one captured pass and every new token as a replay of one captured step, streamed as
+ * it is chosen; --bench times eager launches against replays. hcq tokenize: the model's token ids
+ * of a text, or the text of ids. See examples/llm/ for the model, tokenizer and decoder. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "llm.h"
+#include "tokenizer.h"
+
+typedef struct gen_args {
+  const char *model, *prompt, *chat, *prompt_ids, *system;
+  unsigned long long steps, devices, ranks, ctx, reps, top_k, seed;
+  double temperature, top_p;
+  hcq_device_kind_t kind;
+  bool ignore_eos, eager, bench, json, fetch, top_k_given;
+} gen_args_t;
+
+static const char k_usage[] =
+    "usage: hcq generate [--model FILE.gguf] (--prompt TEXT | --chat TEXT | --prompt-ids 1,2,3) [--steps N] "
+    "[--ignore-eos] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--device KIND] [--devices 1|2] "
+    "[--ranks 1|2] [--eager] [--bench] [--json]";
+
+static bool parse_double(const char *s, double lo, double hi, double *out) {
+  if (!s || !*s) return false;
+  char *end;
+  double v = strtod(s, &end);
+  if (*end || !isfinite(v) || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+static int parse_args(int argc, char **argv, gen_args_t *a) {
+  *a = (gen_args_t){.steps = 256, .devices = 1, .ranks = 1, .reps = 3, .top_k = 40, .top_p = 1.0, .seed = 42};
+  a->kind = HCQ_DEVICE_CPU;
+  for (int i = 0; i < argc; i++) {
+    const char *o = argv[i];
+    if (!strcmp(o, "--ignore-eos")) a->ignore_eos = true;
+    else if (!strcmp(o, "--eager")) a->eager = true;
+    else if (!strcmp(o, "--bench")) a->bench = true;
+    else if (!strcmp(o, "--json")) a->json = true;
+    else if (!strcmp(o, "--fetch-model")) a->fetch = true;
+    else if (!strncmp(o, "--", 2)) {
+      static const char *const with_value[] = {"--model", "--prompt", "--chat", "--prompt-ids", "--system", "--steps",
+                                               "--temperature", "--top-k", "--top-p", "--seed", "--device", "--devices",
+                                               "--ranks", "--ctx", "--repeat", NULL};
+      bool known = false;
+      for (const char *const *w = with_value; *w; w++) known |= !strcmp(o, *w);
+      if (!known) return cli_usage_error("generate: unknown option \"%s\" (%s)", o, k_usage);
+      if (i + 1 >= argc) return cli_usage_error("generate: %s needs a value", o);
+      const char *v = argv[++i];
+      if (!strcmp(o, "--model")) a->model = v;
+      else if (!strcmp(o, "--prompt")) a->prompt = v;
+      else if (!strcmp(o, "--chat")) a->chat = v;
+      else if (!strcmp(o, "--prompt-ids")) a->prompt_ids = v;
+      else if (!strcmp(o, "--system")) a->system = v;
+      else if (!strcmp(o, "--steps") && !cli_parse_uint(v, 0, 1u << 20, &a->steps))
+        return cli_usage_error("generate: --steps \"%s\": expected 0 to 1048576", v);
+      else if (!strcmp(o, "--temperature") && !parse_double(v, 0, 100, &a->temperature))
+        return cli_usage_error("generate: --temperature \"%s\": expected 0 to 100 (0: greedy)", v);
+      else if (!strcmp(o, "--top-k") && !(a->top_k_given = cli_parse_uint(v, 0, 1u << 24, &a->top_k)))
+        return cli_usage_error("generate: --top-k \"%s\": expected 0 (all) or more", v);
+      else if (!strcmp(o, "--top-p") && !(parse_double(v, 0, 1, &a->top_p) && a->top_p > 0))
+        return cli_usage_error("generate: --top-p \"%s\": expected more than 0, at most 1", v);
+      else if (!strcmp(o, "--seed") && !cli_parse_uint(v, 0, UINT64_MAX, &a->seed))
+        return cli_usage_error("generate: --seed \"%s\": expected a non-negative integer", v);
+      else if (!strcmp(o, "--device") && !cli_parse_device_kind(v, &a->kind))
+        return cli_usage_error("generate: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);
+      else if (!strcmp(o, "--devices") && !cli_parse_uint(v, 1, 2, &a->devices))
+        return cli_usage_error("generate: --devices \"%s\": expected 1 or 2", v);
+      else if (!strcmp(o, "--ranks") && !cli_parse_uint(v, 1, 2, &a->ranks))
+        return cli_usage_error("generate: --ranks \"%s\": expected 1 or 2", v);
+      else if (!strcmp(o, "--ctx") && !cli_parse_uint(v, 1, 1u << 20, &a->ctx))
+        return cli_usage_error("generate: --ctx \"%s\": expected 1 to 1048576 positions", v);
+      else if (!strcmp(o, "--repeat") && !cli_parse_uint(v, 1, 50, &a->reps))
+        return cli_usage_error("generate: --repeat \"%s\": expected 1 to 50", v);
+    } else {
+      return cli_usage_error("generate: unexpected argument \"%s\" (%s)", o, k_usage);
+    }
+  }
+  int prompts = !!a->prompt + !!a->chat + !!a->prompt_ids;
+  if (a->fetch) {
+    if (prompts || a->bench) return cli_usage_error("generate: --fetch-model takes no prompt");
+    return -1;
+  }
+  if (prompts != 1) return cli_usage_error("generate: give one of --prompt, --chat or --prompt-ids (%s)", k_usage);
+  if (a->system && !a->chat) return cli_usage_error("generate: --system goes with --chat");
+  if (a->ranks == 2 && cli_mpi_size() != 2)
+    return cli_usage_error("generate: --ranks 2 runs under mpirun -np 2 (this job has %d rank%s)", cli_mpi_size(),
+                           cli_mpi_size() == 1 ? "" : "s");
+  if (a->ranks == 2 && a->devices == 2) return cli_usage_error("generate: --ranks 2 already splits the layers in two");
+  return -1;
+}
+
+/* The model file: --model, else the default one, downloaded on first use. */
+static hcq_status_t model_path(const char *given, char *out, size_t size) {
+  if (given) {
+    snprintf(out, size, "%s", given);
+    return NULL;
+  }
+  hcq_status_t st = llm_default_model_path(out, size);
+  if (!st || hcq_status_code(st) != HCQ_NOT_FOUND) return st;
+  hcq_status_free(st);
+  return llm_fetch_default_model(stderr, out, size);
+}
+
+static hcq_status_t parse_ids(const char *s, int32_t **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  size_t cap = 1;
+  for (const char *p = s; *p; p++) cap += *p == ',';
+  int32_t *ids = malloc(cap * sizeof(int32_t));
+  if (!ids) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  const char *p = s;
+  for (;;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+      free(ids);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "token ids \"%s\": expected non-negative integers separated by commas", s);
+    }
+    ids[(*n)++] = (int32_t)v;
+    if (!*end) break;
+    p = end + 1;
+  }
+  *out = ids;
+  return NULL;
+}
+
+static void json_string(const char *s, size_t len) {
+  putchar('"');
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '"' || c == '\\') printf("\\%c", c);
+    else if (c == '\n') printf("\\n");
+    else if (c == '\t') printf("\\t");
+    else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
+    else putchar(c);
+  }
+  putchar('"');
+}
+
+static void json_ids(const char *name, const int32_t *ids, size_t n) {
+  printf("\"%s\": [", name);
+  for (size_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
+  printf("]");
+}
+
+/* ---- streaming ---- */
+
+typedef struct stream {
+  const llm_tokenizer_t *tok;
+  llm_detok_t detok;
+  bool print;
+} stream_t;
+
+static bool is_end(void *ctx, int32_t id) { return llm_tokenizer_is_eog(((stream_t *)ctx)->tok, id); }
+
+static void on_token(void *ctx, int32_t id) {
+  stream_t *s = ctx;
+  if (!s->print || llm_tokenizer_is_eog(s->tok, id)) return;
+  char buf[LLM_DETOK_MAX_OUT];
+  size_t n = llm_detok_push(s->tok, &s->detok, id, false, buf, sizeof(buf));
+  fwrite(buf, 1, n, stdout);
+  fflush(stdout);
+}
+
+/* ---- timing (--bench) ---- */
+
+typedef struct timing {
+  double prefill_tok_s, decode_tok_s, host_us;
+  int32_t *ids;
+  int n;
+} timing_t;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* reps + 1 generations of steps tokens (the first warms caches and is not counted), medians; then
+ * the host's time to queue one step with the devices idle, over 32 steps. */
+static hcq_status_t time_mode(llm_decoder_t *dec, const int32_t *prompt, int n, int steps, int reps, bool graph,
+                              timing_t *out) {
+  double pre[51], dec_rate[51], host[32];
+  hcq_status_t st = NULL;
+  *out = (timing_t){0};
+  for (int r = 0; r <= reps && !st; r++) {
+    llm_generate_result_t g;
+    st = llm_generate(dec, prompt, n, &(llm_generate_options_t){.steps = steps, .graph = graph, .ignore_eos = true}, &g);
+    if (st) break;
+    if (r > 0) {
+      pre[r - 1] = n / (g.prefill_ms / 1e3);
+      dec_rate[r - 1] = g.n > 1 ? (g.n - 1) / (g.decode_ms / 1e3) : 0;
+    }
+    free(out->ids);
+    out->ids = g.ids, out->n = g.n;
+  }
+  int hsteps = 0;
+  for (int p = n; p < n + 32 && p < llm_decoder_ctx(dec) && !st; p++) {
+    if ((st = llm_decoder_sync(dec))) break;
+    double t0 = now_us();
+    st = llm_decoder_step(dec, p, graph);
+    host[hsteps++] = now_us() - t0;
+  }
+  if (!st) st = llm_decoder_sync(dec);
+  if (st) return st;
+  qsort(pre, (size_t)reps, sizeof(double), cmp_double);
+  qsort(dec_rate, (size_t)reps, sizeof(double), cmp_double);
+  qsort(host, (size_t)hsteps, sizeof(double), cmp_double);
+  out->prefill_tok_s = pre[reps / 2];
+  out->decode_tok_s = dec_rate[reps / 2];
+  out->host_us = hsteps ? host[hsteps / 2] : 0;
+  return NULL;
+}
+
+static const char *graph_kind(const llm_decoder_t *dec) {
+  hcq_jit_t *jit = llm_decoder_step_jit(dec);
+  return jit && hcq_jit_graph_count(jit) ? hcq_graph_kind(hcq_jit_graph(jit, 0)) : "none";
+}
+
+/* ---- the command ---- */
+
+int cli_generate(int argc, char **argv) {
+  gen_args_t a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  char path[PATH_MAX];
+  if (a.fetch) {
+    hcq_status_t st = llm_default_model_path(path, sizeof(path));
+    if (st && hcq_status_code(st) == HCQ_NOT_FOUND) hcq_status_free(st), st = llm_fetch_default_model(stderr, path, sizeof(path));
+    if (st) return cli_fail(st);
+    printf("%s\n", path);
+    return HCQ_EXIT_OK;
+  }
+  hcq_device_info_t infos[HCQ_DEVICE_KIND_COUNT];
+  size_t ninfo = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
+  for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT; i++)
+    if (infos[i].kind == a.kind && !infos[i].available)
+      return cli_fail(hcq_status_make(HCQ_UNAVAILABLE, "generate: no %s device: %s", hcq_device_kind_name(a.kind),
+                                      infos[i].description));
+  llm_model_t *model = NULL;
+  llm_tokenizer_t *tok = NULL;
+  llm_decoder_t *dec = NULL;
+  int32_t *prompt = NULL;
+  size_t nprompt = 0;
+  char *chat = NULL;
+  timing_t eager = {0}, graph = {0};
+  llm_generate_result_t res = {0};
+  bool identical = true;
+  hcq_status_t st = model_path(a.model, path, sizeof(path));
+  if (!st) st = llm_model_open(path, &model);
+  if (!st) st = llm_tokenizer_from_gguf(model->file, &tok);
+  if (!st && a.chat) st = llm_chat_format(model->file, a.system, a.chat, &chat);
+  if (!st) {
+    if (a.prompt_ids) st = parse_ids(a.prompt_ids, &prompt, &nprompt);
+    else {
+      const char *text = chat ? chat : a.prompt;
+      st = llm_tokenize(tok, text, strlen(text), true, true, &prompt, &nprompt);
+    }
+  }
+  if (!st && nprompt == 0) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
+  for (size_t i = 0; !st && i < nprompt; i++)
+    if (prompt[i] >= model->config.vocab)
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: prompt token %d is outside the vocabulary (%d ids)", prompt[i],
+                           model->config.vocab);
+  if (!st) {
+    llm_decoder_options_t opts = {.devices = (int)a.devices, .ranks = (int)a.ranks, .rank = cli_mpi_rank(),
+                                  .kind = a.kind, .ctx = (int)a.ctx};
+    if (!opts.ctx) {
+      /* the prompt and the steps asked for, rounded up; at most the model's context */
+      unsigned long long want = nprompt + a.steps + 1, ctx = 512;
+      while (ctx < want && ctx < (unsigned long long)model->config.ctx_train) ctx *= 2;
+      opts.ctx = (int)(ctx < (unsigned long long)model->config.ctx_train ? ctx : (unsigned long long)model->config.ctx_train);
+    }
+    if (nprompt + 1 > (size_t)opts.ctx)
+      st = hcq_status_make(HCQ_OUT_OF_RANGE, "generate: the prompt has %zu tokens; the context holds %d positions", nprompt, opts.ctx);
+    if (!st) st = llm_decoder_create(model, &opts, &dec);
+  }
+  if (!st && a.temperature > 0) {
+    llm_sampler_t s = {(float)a.temperature, (float)a.top_p, (int)a.top_k, a.seed};
+    st = llm_decoder_set_sampler(dec, &s);
+  }
+  bool rank0 = cli_mpi_rank() == 0;
+  stream_t stream = {.tok = tok, .print = !a.json && rank0};
+  llm_detok_init(&stream.detok);
+  if (!st) {
+    if (stream.print && !a.bench) fflush(stdout);
+    llm_generate_options_t o = {(int)a.steps, !a.eager, a.ignore_eos, is_end, on_token, &stream};
+    st = llm_generate(dec, prompt, (int)nprompt, &o, &res);
+    if (!st && stream.print) {
+      char buf[16];
+      fwrite(buf, 1, llm_detok_flush(&stream.detok, buf, sizeof(buf)), stdout);
+      printf("\n");
+    }
+  }
+  if (!st && a.bench) {
+    int steps = a.steps ? (int)a.steps : 1;
+    st = time_mode(dec, prompt, (int)nprompt, steps, (int)a.reps, false, &eager);
+    if (!st) st = time_mode(dec, prompt, (int)nprompt, steps, (int)a.reps, true, &graph);
+    identical = !st && (!rank0 || (eager.n == graph.n && !memcmp(eager.ids, graph.ids, (size_t)eager.n * sizeof(int32_t))));
+  }
+  if (!st && rank0) {
+    double prefill_tok_s = res.prefill_ms > 0 ? nprompt / (res.prefill_ms / 1e3) : 0;
+    double decode_tok_s = res.n > 1 && res.decode_ms > 0 ? (res.n - 1) / (res.decode_ms / 1e3) : 0;
+    const llm_config_t *c = &model->config;
+    if (a.json) {
+      char *text = NULL;
+      int n_text = res.n - (res.ended ? 1 : 0);
+      st = llm_detokenize(tok, res.ids, (size_t)n_text, false, &text);
+      if (!st) {
+        printf("{\"model\": ");
+        json_string(path, strlen(path));
+        printf(", \"model_name\": ");
+        json_string(model->name, strlen(model->name));
+        printf(", ");
+        json_ids("prompt_ids", prompt, nprompt);
+        printf(", ");
+        json_ids("token_ids", res.ids, (size_t)res.n);
+        printf(", \"text\": ");
+        json_string(text, strlen(text));
+        printf(", \"ended\": %s, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f", res.ended ? "true" : "false",
+               prefill_tok_s, decode_tok_s);
+        printf(", \"kernels_per_token\": %zu, \"device_kind\": \"%s\", \"graph_kind\": \"%s\", \"devices\": %llu, \"ranks\": %llu",
+               llm_decoder_kernels_per_step(dec), hcq_device_kind_name(a.kind), a.eager ? "none" : graph_kind(dec), a.devices, a.ranks);
+        printf(", \"mode\": \"%s\", \"host_us_per_token\": %.2f", a.eager ? "eager" : "graph", res.host_us_per_step);
+        if (a.bench)
+          printf(", \"eager_decode_tok_s\": %.1f, \"graph_decode_tok_s\": %.1f, \"eager_prefill_tok_s\": %.1f, "
+                 "\"graph_prefill_tok_s\": %.1f, \"host_us_per_token_eager\": %.2f, \"host_us_per_token_graph\": %.2f, "
+                 "\"identical\": %s, \"bench_steps\": %d, \"repetitions\": %llu",
+                 eager.decode_tok_s, graph.decode_tok_s, eager.prefill_tok_s, graph.prefill_tok_s, eager.host_us, graph.host_us,
+                 identical ? "true" : "false", graph.n, a.reps);
+        printf("}\n");
+      }
+      free(text);
+    } else {
+      fprintf(stderr, "\nhcq generate: %s (%s, %d layers, dim %d, vocab %d) on %s%s; %zu kernels per token\n", model->name,
+              path, c->n_layers, c->dim, c->vocab, hcq_device_kind_name(a.kind),
+              a.ranks == 2 ? " (two ranks)" : a.devices == 2 ? " (two devices)" : "", llm_decoder_kernels_per_step(dec));
+      fprintf(stderr, "  prompt %zu tokens at %.0f tok/s; %d new tokens at %.1f tok/s (%s)%s\n", nprompt, prefill_tok_s,
+              res.n, decode_tok_s, a.eager ? "eager launches" : "graph replays", res.ended ? "" : ", no end token");
+    }
+    if (!st && a.bench && !a.json) {
+      printf("\n                      decode tok/s   prompt tok/s   host us/token\n");
+      printf("  eager               %12.1f   %12.1f   %13.2f\n", eager.decode_tok_s, eager.prefill_tok_s, eager.host_us);
+      printf("  graph replay        %12.1f   %12.1f   %13.2f\n", graph.decode_tok_s, graph.prefill_tok_s, graph.host_us);
+      printf("  speed-up            %11.2fx   %11.2fx   %12.1fx\n", graph.decode_tok_s / eager.decode_tok_s,
+             graph.prefill_tok_s / eager.prefill_tok_s, eager.host_us / graph.host_us);
+      printf("\n  %s tokens. decode: median of %llu runs of %d tokens after the %zu-token prompt, steps\n"
+             "  queued back to back; prompt: the prompt as one pass; host us/token: median time to queue one\n"
+             "  step with the devices idle (eager: %zu launches; graph: one replay).\n",
+             identical ? "Eager and graph replay: identical" : "MISMATCH: eager and graph replay differ in their",
+             a.reps, graph.n, nprompt, llm_decoder_kernels_per_step(dec));
+    }
+  }
+  hcq_status_t dst = llm_decoder_destroy(dec);
+  if (!st) st = dst;
+  else hcq_status_free(dst);
+  free(res.ids), free(eager.ids), free(graph.ids), free(prompt), free(chat);
+  llm_tokenizer_free(tok);
+  llm_model_close(model);
+  if (st) return cli_fail(st);
+  return identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH;
+}
+
+int cli_tokenize(int argc, char **argv) {
+  const char *model_given = NULL, *decode = NULL, *text = NULL;
+  bool json = false, special = true;
+  for (int i = 0; i < argc; i++) {
+    const char *o = argv[i];
+    if (!strcmp(o, "--json")) json = true;
+    else if (!strcmp(o, "--no-special")) special = false;
+    else if (!strcmp(o, "--model") || !strcmp(o, "--decode")) {
+      if (i + 1 >= argc) return cli_usage_error("tokenize: %s needs a value", o);
+      *(!strcmp(o, "--model") ? &model_given : &decode) = argv[++i];
+    } else if (!strcmp(o, "--")) {
+      if (i + 1 < argc) text = argv[++i];
+      if (i + 1 < argc) return cli_usage_error("tokenize: one TEXT");
+    } else if (!strncmp(o, "--", 2)) {
+      return cli_usage_error("tokenize: unknown option \"%s\" (usage: hcq tokenize [--model FILE.gguf] [--json] "
+                             "[--no-special] TEXT | --decode 1,2,3)", o);
+    } else if (text) {
+      return cli_usage_error("tokenize: one TEXT (quote it)");
+    } else {
+      text = o;
+    }
+  }
+  if (!!text == !!decode) return cli_usage_error("tokenize: give a TEXT or --decode IDS");
+  char path[PATH_MAX];
+  gguf_file_t *g = NULL;
+  llm_tokenizer_t *tok = NULL;
+  hcq_status_t st = model_path(model_given, path, sizeof(path));
+  if (!st) st = gguf_open(path, &g);
+  if (!st) st = llm_tokenizer_from_gguf(g, &tok);
+  int32_t *ids = NULL;
+  size_t n = 0;
+  char *out = NULL;
+  if (!st && text) {
+    st = llm_tokenize(tok, text, strlen(text), special, true, &ids, &n);
+    if (!st && json) {
+      printf("{");
+      json_ids("ids", ids, n);
+      printf("}\n");
+    } else if (!st) {
+      for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+      printf("\n");
+    }
+  } else if (!st) {
+    st = parse_ids(decode, &ids, &n);
+    for (size_t i = 0; !st && i < n; i++)
+      if (ids[i] >= llm_tokenizer_vocab_size(tok))
+        st = hcq_status_make(HCQ_INVALID_ARGUMENT, "tokenize: id %d is outside the vocabulary (%d ids)", ids[i],
+                             llm_tokenizer_vocab_size(tok));
+    if (!st) st = llm_detokenize(tok, ids, n, special, &out);
+    if (!st && json) {
+      printf("{\"text\": ");
+      json_string(out, strlen(out));
+      printf("}\n");
+    } else if (!st) {
+      printf("%s\n", out);
+    }
+  }
+  free(ids), free(out);
+  llm_tokenizer_free(tok);
+  gguf_close(g);
+  return st ? cli_fail(st) : HCQ_EXIT_OK;
+}

@@ -1,0 +1,113 @@
+/* Tiny llama models in GGUF files, written by the tests (examples/llm): random weights from a seed,
+ * each matrix in the type asked for, so every kernel layout and odd shape can be checked against the
+ * plain C reference (llm_reference.h). Header-only. */
+#ifndef HCQ_LLM_TINY_H
+#define HCQ_LLM_TINY_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gguf.h"
+#include "quant.h"
+
+enum { TINY_EMB, TINY_Q, TINY_K, TINY_V, TINY_O, TINY_GATE, TINY_UP, TINY_DOWN, TINY_OUT, TINY_MATRICES };
+
+typedef struct tiny_spec {
+  int dim, ffn, layers, heads, kv_heads, vocab;
+  ggml_type_t types[TINY_MATRICES]; /* TINY_OUT unused when tied */
+  bool tied;
+  float rope_base;
+  uint64_t seed;
+} tiny_spec_t;
+
+static inline float tiny_uniform(uint64_t *s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return (float)((*s >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* A rows x cols matrix (cols contiguous) of uniform values in [-scale, scale], in type. */
+static inline hcq_status_t tiny_matrix(gguf_writer_t *w, const char *name, ggml_type_t type, int cols, int rows,
+                                       float scale, uint64_t *seed) {
+  size_t row_bytes = (size_t)cols / ggml_block_elems(type) * ggml_block_bytes(type);
+  float *x = malloc((size_t)cols * sizeof(float));
+  uint8_t *data = malloc(row_bytes * (size_t)rows);
+  if (!x || !data) {
+    free(x), free(data);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  }
+  for (int r = 0; r < rows; r++) {
+    for (int c = 0; c < cols; c++) x[c] = scale * tiny_uniform(seed);
+    llm_quantize_row(type, x, data + (size_t)r * row_bytes, (size_t)cols);
+  }
+  uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+  hcq_status_t st = gguf_writer_add_tensor(w, name, type, ne, 2, data);
+  free(x), free(data);
+  return st;
+}
+
+static inline hcq_status_t tiny_norm(gguf_writer_t *w, const char *name, int n, uint64_t *seed) {
+  float *x = malloc((size_t)n * sizeof(float));
+  if (!x) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  for (int i = 0; i < n; i++) x[i] = 1.0f + 0.25f * tiny_uniform(seed);
+  uint64_t ne[1] = {(uint64_t)n};
+  hcq_status_t st = gguf_writer_add_tensor(w, name, GGML_TYPE_F32, ne, 1, x);
+  free(x);
+  return st;
+}
+
+#define TINY_TRY(call)      \
+  do {                      \
+    if (!st) st = (call);   \
+  } while (0)
+
+/* Writes the model to path. Weights are scaled by 1 / sqrt(inputs) (the embedding by 1) so that
+ * activations stay near 1 and the logits spread over a few units. */
+static inline hcq_status_t tiny_write(const tiny_spec_t *s, const char *path) {
+  gguf_writer_t *w;
+  hcq_status_t st = gguf_writer_create(&w);
+  if (st) return st;
+  uint64_t seed = s->seed * 2654435761u + 1;
+  int hd = s->dim / s->heads, kv = hd * s->kv_heads;
+  TINY_TRY(gguf_writer_add_str(w, "general.architecture", "llama"));
+  TINY_TRY(gguf_writer_add_str(w, "general.name", "tiny test llama"));
+  TINY_TRY(gguf_writer_add_u32(w, "llama.block_count", (uint32_t)s->layers));
+  TINY_TRY(gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)s->dim));
+  TINY_TRY(gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)s->ffn));
+  TINY_TRY(gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)s->heads));
+  TINY_TRY(gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)s->kv_heads));
+  TINY_TRY(gguf_writer_add_u32(w, "llama.context_length", 256));
+  TINY_TRY(gguf_writer_add_f32(w, "llama.rope.freq_base", s->rope_base > 0 ? s->rope_base : 10000.0f));
+  TINY_TRY(gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
+  float in_dim = 1.0f / sqrtf((float)s->dim), in_ffn = 1.0f / sqrtf((float)s->ffn);
+  TINY_TRY(tiny_matrix(w, "token_embd.weight", s->types[TINY_EMB], s->dim, s->vocab, 1.0f, &seed));
+  TINY_TRY(tiny_norm(w, "output_norm.weight", s->dim, &seed));
+  if (!s->tied) TINY_TRY(tiny_matrix(w, "output.weight", s->types[TINY_OUT], s->dim, s->vocab, 2.0f * in_dim, &seed));
+  for (int l = 0; l < s->layers && !st; l++) {
+    char n[64];
+#define TINY_NAME(x) (snprintf(n, sizeof(n), "blk.%d.%s.weight", l, x), n)
+    TINY_TRY(tiny_norm(w, TINY_NAME("attn_norm"), s->dim, &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_q"), s->types[TINY_Q], s->dim, s->dim, 2.0f * in_dim, &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_k"), s->types[TINY_K], s->dim, kv, 2.0f * in_dim, &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_v"), s->types[TINY_V], s->dim, kv, in_dim, &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_output"), s->types[TINY_O], s->dim, s->dim, in_dim, &seed));
+    TINY_TRY(tiny_norm(w, TINY_NAME("ffn_norm"), s->dim, &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_gate"), s->types[TINY_GATE], s->dim, s->ffn, 2.0f * in_dim, &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_up"), s->types[TINY_UP], s->dim, s->ffn, in_dim, &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_down"), s->types[TINY_DOWN], s->ffn, s->dim, in_ffn, &seed));
+#undef TINY_NAME
+  }
+  TINY_TRY(gguf_writer_write(w, path));
+  gguf_writer_free(w);
+  return st;
+}
+
+/* Every matrix of one type. */
+static inline tiny_spec_t tiny_uniform_spec(int dim, int ffn, int layers, int heads, int kv_heads, int vocab,
+                                            ggml_type_t type, bool tied, uint64_t seed) {
+  tiny_spec_t s = {dim, ffn, layers, heads, kv_heads, vocab, {0}, tied, 10000.0f, seed};
+  for (int i = 0; i < TINY_MATRICES; i++) s.types[i] = type;
+  return s;
+}
+
+#endif

@@ -1,0 +1,484 @@
+/* The llama GGUF decoder (examples/llm) against ground truth:
+ *  - tiny models the tests write (llm_tiny.h) against the plain C forward pass (llm_reference.h):
+ *    on the float path (F32, F16 weights) the same tokens and logits within 1e-4; with 8- and 4-bit
+ *    blocks, against the reference that rounds the inputs of those matrices the same way;
+ *  - every kernel version (AVX-512 VNNI, AVX2, portable C) the same bits; eager launches and graph
+ *    replays, one device and two, one prompt pass and token-by-token steps the same results;
+ *  - the sampler reproducible from its seed; bad calls refused;
+ *  - the real model (SmolLM2-135M-Instruct, when the llm_model test could fetch it) teacher-forced
+ *    on llama.cpp's greedy token streams (tests/data/llm/smollm2_llamacpp_streams.json, written by
+ *    scripts/llm-llamacpp-reference.py with llama-cpp-python 0.3.36): at least 95% of positions
+ *    give llama.cpp's token and every other one is a near tie (llama.cpp's token within 0.25 of our
+ *    top logit). llama.cpp computes with other roundings, so equality everywhere is not the bar. */
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <sys/stat.h>
+
+#include "llm.h"
+#include "llm_reference.h"
+#include "llm_tiny.h"
+#include "test_util.h"
+#include "tokenizer.h"
+
+/* ---- helpers ---- */
+
+static void tmp_path(char *out, size_t size, const char *name) {
+  const char *dir = getenv("HCQ_TEST_TMP");
+  if (!dir || !*dir) dir = "/tmp";
+  mkdir(dir, 0700);
+  snprintf(out, size, "%s/llm_%d_%s.gguf", dir, (int)getpid(), name);
+}
+
+static llm_model_t *tiny_model(const tiny_spec_t *s, const char *name) {
+  char path[PATH_MAX];
+  tmp_path(path, sizeof(path), name);
+  OK(tiny_write(s, path));
+  llm_model_t *m;
+  OK(llm_model_open(path, &m));
+  unlink(path); /* the mapping stays */
+  return m;
+}
+
+static llm_decoder_t *decoder(const llm_model_t *m, int devices, int ctx, int max_batch) {
+  llm_decoder_t *d;
+  OK(llm_decoder_create(m, &(llm_decoder_options_t){.devices = devices, .ctx = ctx, .max_batch = max_batch}, &d));
+  return d;
+}
+
+/* Logits after each of the n tokens, fed one step at a time (teacher forcing): out[p * vocab ...]. */
+static void forced(llm_decoder_t *d, const int32_t *tokens, int n, bool graph, float *out) {
+  int vocab = llm_decoder_config(d)->vocab;
+  for (int p = 0; p < n; p++) {
+    OK(llm_decoder_set_tokens(d, p, &tokens[p], 1));
+    OK(llm_decoder_step(d, p, graph));
+    OK(llm_decoder_logits(d, out + (size_t)p * vocab));
+  }
+}
+
+static void ref_forced(const llm_model_t *m, const int32_t *tokens, int n, bool quantize, float *out) {
+  llm_ref_t r;
+  cr_assert(llm_ref_init(&r, m, n + 1, quantize));
+  for (int p = 0; p < n; p++) memcpy(out + (size_t)p * r.c.vocab, llm_ref_step(&r, tokens[p], p), (size_t)r.c.vocab * 4);
+  llm_ref_free(&r);
+}
+
+static int argmax(const float *v, int n) { return llm_ref_argmax(v, n); }
+
+static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
+  for (int i = 0; i < n; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    t[i] = (int32_t)((seed >> 33) % (uint64_t)vocab);
+  }
+}
+
+/* Every position: |ours - reference| <= tol for every logit, and the same argmax unless the
+ * reference's own top two are within near of each other. */
+static void compare_logits(const float *got, const float *want, int n, int vocab, float tol, float near, const char *what) {
+  for (int p = 0; p < n; p++) {
+    const float *g = got + (size_t)p * vocab, *w = want + (size_t)p * vocab;
+    float worst = 0;
+    int at = 0;
+    for (int i = 0; i < vocab; i++)
+      if (fabsf(g[i] - w[i]) > worst) worst = fabsf(g[i] - w[i]), at = i;
+    cr_assert(worst <= tol, "%s: position %d: logit %d is %.6f, the reference's %.6f (off by %.3g > %.3g)", what, p, at, g[at],
+              w[at], worst, tol);
+    int ga = argmax(g, vocab), wa = argmax(w, vocab);
+    cr_assert(ga == wa || w[wa] - w[ga] <= near, "%s: position %d: argmax %d, the reference's %d (%.5f vs %.5f)", what, p, ga,
+              wa, w[ga], w[wa]);
+  }
+}
+
+/* ---- tiny models against the reference ---- */
+
+TestSuite(llm_tiny, .timeout = 240);
+
+/* Odd shapes on the float path: rows not a multiple of 16, 5 heads of 8, one KV head, an untied
+ * classifier, 50 positions (two chunks of attention). */
+static void float_path(ggml_type_t type, const char *name) {
+  tiny_spec_t s = tiny_uniform_spec(40, 72, 2, 5, 1, 50, type, false, 11);
+  llm_model_t *m = tiny_model(&s, name);
+  llm_decoder_t *d = decoder(m, 1, 64, 16);
+  enum { N = 50 };
+  int32_t toks[N];
+  random_tokens(toks, N, 50, 3);
+  float *got = malloc(N * 50 * 4), *want = malloc(N * 50 * 4);
+  forced(d, toks, N, true, got);
+  ref_forced(m, toks, N, false, want);
+  compare_logits(got, want, N, 50, 1e-4f, 0, name);
+  /* greedy decoding from a 3-token prompt: the same tokens */
+  llm_generate_result_t r;
+  OK(llm_generate(d, toks, 3, &(llm_generate_options_t){.steps = 40, .graph = true}, &r));
+  llm_ref_t ref;
+  cr_assert(llm_ref_init(&ref, m, 64, false));
+  const float *lg = NULL;
+  for (int p = 0; p < 3; p++) lg = llm_ref_step(&ref, toks[p], p);
+  for (int i = 0; i < r.n; i++) {
+    int want_tok = argmax(lg, 50);
+    cr_assert_eq(r.ids[i], want_tok, "%s: token %d is %d, the reference's %d", name, i, r.ids[i], want_tok);
+    lg = llm_ref_step(&ref, want_tok, 3 + i);
+  }
+  cr_assert_eq(r.n, 40);
+  llm_ref_free(&ref);
+  free(r.ids), free(got), free(want);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
+Test(llm_tiny, f32_weights_match_the_float_reference) { float_path(GGML_TYPE_F32, "f32"); }
+Test(llm_tiny, f16_weights_match_the_float_reference) { float_path(GGML_TYPE_F16, "f16"); }
+
+/* Weights in blocks: the reference rounds the same inputs to 8 bits; what is left are float sums
+ * in another order, which can move a rounding of the next layer's inputs by one step. */
+static void block_path(const tiny_spec_t *s, const char *name) {
+  llm_model_t *m = tiny_model(s, name);
+  llm_decoder_t *d = decoder(m, 1, 64, 16);
+  enum { N = 48 };
+  int32_t toks[N];
+  random_tokens(toks, N, s->vocab, 5);
+  float *got = malloc((size_t)N * s->vocab * 4), *want = malloc((size_t)N * s->vocab * 4);
+  forced(d, toks, N, true, got);
+  ref_forced(m, toks, N, true, want);
+  compare_logits(got, want, N, s->vocab, 0.05f, 0.1f, name);
+  free(got), free(want);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
+Test(llm_tiny, q4_0_weights_match_the_reference) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_0, true, 21);
+  block_path(&s, "q4_0");
+}
+Test(llm_tiny, q4_1_weights_match_the_reference) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_1, true, 22);
+  block_path(&s, "q4_1");
+}
+Test(llm_tiny, q8_0_weights_match_the_reference) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q8_0, false, 23);
+  block_path(&s, "q8_0");
+}
+
+/* Every layout in one model, as a file mixing types may have. */
+static tiny_spec_t mixed_spec(void) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 1, 97, GGML_TYPE_Q4_1, false, 24);
+  s.types[TINY_EMB] = GGML_TYPE_Q8_0;
+  s.types[TINY_K] = GGML_TYPE_Q4_0;
+  s.types[TINY_V] = GGML_TYPE_Q8_0;
+  s.types[TINY_O] = GGML_TYPE_F16;
+  s.types[TINY_GATE] = GGML_TYPE_Q8_0;
+  s.types[TINY_DOWN] = GGML_TYPE_F32;
+  s.types[TINY_OUT] = GGML_TYPE_Q4_0;
+  return s;
+}
+
+Test(llm_tiny, mixed_weight_types_match_the_reference) {
+  tiny_spec_t s = mixed_spec();
+  block_path(&s, "mixed");
+}
+
+/* The AVX-512 VNNI, AVX2 and portable products compute the same sums and float operations in the
+ * same order: the same bits (on a machine without AVX-512 the first two are the same code). */
+Test(llm_tiny, every_kernel_version_gives_the_same_bits) {
+  tiny_spec_t s = mixed_spec();
+  llm_model_t *m = tiny_model(&s, "isa");
+  enum { N = 40 };
+  int32_t toks[N];
+  random_tokens(toks, N, 97, 9);
+  static const char *const caps[] = {"avx512", "avx2", "portable"};
+  float *logits[3];
+  for (int i = 0; i < 3; i++) {
+    setenv("HCQ_LLM_KERNELS", caps[i], 1);
+    llm_decoder_t *d = decoder(m, 1, 64, 16);
+    logits[i] = malloc((size_t)N * 97 * 4);
+    forced(d, toks, N, true, logits[i]);
+    OK(llm_decoder_destroy(d));
+  }
+  unsetenv("HCQ_LLM_KERNELS");
+  for (int i = 1; i < 3; i++)
+    cr_assert(!memcmp(logits[0], logits[i], (size_t)N * 97 * 4), "the %s kernels' logits differ from the %s ones'", caps[i],
+              caps[0]);
+  for (int i = 0; i < 3; i++) free(logits[i]);
+  setenv("HCQ_LLM_KERNELS", "sse", 1);
+  llm_decoder_t *d;
+  FAILS(llm_decoder_create(m, NULL, &d), HCQ_INVALID_ARGUMENT, "HCQ_LLM_KERNELS", "sse");
+  unsetenv("HCQ_LLM_KERNELS");
+  llm_model_close(m);
+}
+
+/* ---- modes give the same bits ---- */
+
+Test(llm_tiny, eager_launches_and_graph_replays_give_the_same_tokens_and_logits) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 3, 4, 2, 97, GGML_TYPE_Q4_1, true, 31);
+  llm_model_t *m = tiny_model(&s, "modes");
+  llm_decoder_t *d = decoder(m, 1, 128, 16);
+  int32_t prompt[5] = {1, 2, 3, 4, 5};
+  llm_generate_result_t e, g;
+  float le[97], lgr[97];
+  OK(llm_generate(d, prompt, 5, &(llm_generate_options_t){.steps = 70, .graph = false}, &e));
+  OK(llm_decoder_logits(d, le));
+  OK(llm_generate(d, prompt, 5, &(llm_generate_options_t){.steps = 70, .graph = true}, &g));
+  OK(llm_decoder_logits(d, lgr));
+  cr_assert_eq(e.n, 70);
+  cr_assert_eq(g.n, 70);
+  cr_assert(!memcmp(e.ids, g.ids, 70 * 4), "eager and graph tokens differ");
+  cr_assert(!memcmp(le, lgr, sizeof(le)), "eager and graph logits differ");
+  cr_assert(llm_decoder_step_jit(d) && llm_decoder_prefill_jit(d), "both passes were captured");
+  /* a replay at another position and length than the capture: a second run, longer prompt */
+  int32_t prompt2[9] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+  OK(llm_generate(d, prompt2, 9, &(llm_generate_options_t){.steps = 20, .graph = false}, &e));
+  OK(llm_generate(d, prompt2, 9, &(llm_generate_options_t){.steps = 20, .graph = true}, &g));
+  cr_assert(!memcmp(e.ids, g.ids, 20 * 4), "eager and graph tokens differ on a second prompt");
+  free(e.ids), free(g.ids);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
+/* A prompt pass computes each token's products and attention as a step does: the last logits and
+ * the chosen token are the same bits, whether the pass is one (n = 20) or several (max_batch 8,
+ * so 8 + 8 + 4 with p0 moving). */
+Test(llm_tiny, a_prompt_pass_equals_token_by_token_steps) {
+  tiny_spec_t s = mixed_spec();
+  llm_model_t *m = tiny_model(&s, "pass");
+  enum { N = 20 };
+  int32_t toks[N], next[3];
+  random_tokens(toks, N, 97, 17);
+  float by_step[N * 97], one_pass[97], chunked[97];
+  llm_decoder_t *d = decoder(m, 1, 64, 32);
+  forced(d, toks, N, true, by_step);
+  OK(llm_decoder_tokens(d, N, &next[0], 1));
+  OK(llm_decoder_set_tokens(d, 0, toks, N));
+  OK(llm_decoder_prefill(d, 0, N, true));
+  OK(llm_decoder_logits(d, one_pass));
+  OK(llm_decoder_tokens(d, N, &next[1], 1));
+  OK(llm_decoder_destroy(d));
+  d = decoder(m, 1, 64, 8);
+  OK(llm_decoder_set_tokens(d, 0, toks, N));
+  OK(llm_decoder_prefill(d, 0, N, true));
+  OK(llm_decoder_logits(d, chunked));
+  OK(llm_decoder_tokens(d, N, &next[2], 1));
+  OK(llm_decoder_destroy(d));
+  cr_assert(!memcmp(by_step + (N - 1) * 97, one_pass, sizeof(one_pass)), "one pass differs from steps");
+  cr_assert(!memcmp(one_pass, chunked, sizeof(one_pass)), "passes of 8 differ from one pass");
+  cr_assert(next[0] == next[1] && next[1] == next[2], "chosen tokens %d %d %d", next[0], next[1], next[2]);
+  cr_assert_eq(next[0], argmax(one_pass, 97));
+  llm_model_close(m);
+}
+
+Test(llm_tiny, two_devices_give_the_bits_of_one) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 3, 4, 2, 97, GGML_TYPE_Q4_1, false, 41);
+  llm_model_t *m = tiny_model(&s, "two");
+  int32_t prompt[6] = {5, 10, 15, 20, 25, 30};
+  llm_generate_result_t r[2];
+  float lg[2][97];
+  for (int devices = 1; devices <= 2; devices++) {
+    llm_decoder_t *d = decoder(m, devices, 64, 16);
+    OK(llm_generate(d, prompt, 6, &(llm_generate_options_t){.steps = 40, .graph = true}, &r[devices - 1]));
+    OK(llm_decoder_logits(d, lg[devices - 1]));
+    OK(llm_decoder_destroy(d));
+  }
+  cr_assert_eq(r[0].n, r[1].n);
+  cr_assert(!memcmp(r[0].ids, r[1].ids, (size_t)r[0].n * 4), "two devices choose other tokens");
+  cr_assert(!memcmp(lg[0], lg[1], sizeof(lg[0])), "two devices give other logits");
+  free(r[0].ids), free(r[1].ids);
+  llm_model_close(m);
+}
+
+/* ---- the sampler and generation ---- */
+
+static void sampled(llm_decoder_t *d, const llm_sampler_t *s, int32_t *out) {
+  int32_t prompt[3] = {1, 2, 3};
+  OK(llm_decoder_set_sampler(d, s));
+  llm_generate_result_t r;
+  OK(llm_generate(d, prompt, 3, &(llm_generate_options_t){.steps = 40, .graph = true}, &r));
+  cr_assert_eq(r.n, 40);
+  memcpy(out, r.ids, 40 * 4);
+  free(r.ids);
+}
+
+Test(llm_tiny, the_sampler_is_reproducible_from_its_seed) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q8_0, true, 51);
+  llm_model_t *m = tiny_model(&s, "sampler");
+  llm_decoder_t *d = decoder(m, 1, 64, 16);
+  int32_t a[40], b[40], c[40], greedy[40], k1[40], all[40], all2[40];
+  /* the tiny model's logits spread over tens of units: a high temperature makes draws differ */
+  sampled(d, &(llm_sampler_t){8.0f, 1.0f, 40, 7}, a);
+  sampled(d, &(llm_sampler_t){8.0f, 1.0f, 40, 7}, b);
+  sampled(d, &(llm_sampler_t){8.0f, 1.0f, 40, 8}, c);
+  sampled(d, &(llm_sampler_t){0, 1.0f, 0, 0}, greedy);
+  sampled(d, &(llm_sampler_t){8.0f, 1.0f, 1, 99}, k1);
+  sampled(d, &(llm_sampler_t){8.0f, 0.9f, 0, 5}, all); /* every logit a candidate, top-p 0.9 */
+  sampled(d, &(llm_sampler_t){8.0f, 0.9f, 0, 5}, all2);
+  cr_assert(!memcmp(a, b, sizeof(a)), "the same seed gave other tokens");
+  cr_assert(memcmp(a, c, sizeof(a)), "seeds 7 and 8 gave the same 40 tokens");
+  cr_assert(!memcmp(greedy, k1, sizeof(a)), "top-k 1 is not greedy");
+  cr_assert(memcmp(a, greedy, sizeof(a)), "temperature 8 gave the greedy tokens");
+  cr_assert(!memcmp(all, all2, sizeof(all)), "top-k 0 (all) is not reproducible");
+  llm_sampler_t bad[] = {{-1, 1, 0, 0}, {NAN, 1, 0, 0}, {1, 0, 0, 0}, {1, 1.5f, 0, 0}, {1, 1, -2, 0}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    FAILS(llm_decoder_set_sampler(d, &bad[i]), HCQ_INVALID_ARGUMENT, "llm sampler");
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
+static bool end_at_token(void *ctx, int32_t id) { return id == *(const int32_t *)ctx; }
+
+Test(llm_tiny, generation_stops_at_an_end_token_and_at_the_step_limit) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_1, true, 61);
+  llm_model_t *m = tiny_model(&s, "stop");
+  llm_decoder_t *d = decoder(m, 1, 64, 16);
+  int32_t prompt[2] = {3, 4};
+  llm_generate_result_t all, cut;
+  OK(llm_generate(d, prompt, 2, &(llm_generate_options_t){.steps = 30, .graph = true}, &all));
+  int32_t end = all.ids[10];
+  int first = 0;
+  while (all.ids[first] != end) first++;
+  OK(llm_generate(d, prompt, 2,
+                  &(llm_generate_options_t){.steps = 30, .graph = true, .is_end = end_at_token, .ctx = &end}, &cut));
+  cr_assert(cut.ended);
+  cr_assert_eq(cut.n, first + 1, "stopped after %d tokens, the end token is token %d", cut.n, first);
+  cr_assert(!memcmp(cut.ids, all.ids, (size_t)cut.n * 4));
+  free(cut.ids);
+  OK(llm_generate(d, prompt, 2,
+                  &(llm_generate_options_t){.steps = 30, .graph = true, .ignore_eos = true, .is_end = end_at_token, .ctx = &end},
+                  &cut));
+  cr_assert(!cut.ended && cut.n == 30 && !memcmp(cut.ids, all.ids, 30 * 4));
+  free(cut.ids);
+  /* the caches end generation: 64 positions, a 2-token prompt leaves 62 */
+  OK(llm_generate(d, prompt, 2, &(llm_generate_options_t){.steps = 1000, .graph = true}, &cut));
+  cr_assert_eq(cut.n, 62);
+  free(cut.ids), free(all.ids);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
+Test(llm_tiny, bad_calls_are_refused) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_1, true, 71);
+  llm_model_t *m = tiny_model(&s, "bad");
+  llm_decoder_t *d;
+  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 3}, &d), HCQ_INVALID_ARGUMENT, "3 devices");
+  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_VULKAN}, &d), HCQ_UNIMPLEMENTED, "VULKAN");
+  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.max_batch = 5000}, &d), HCQ_INVALID_ARGUMENT, "5000");
+  d = decoder(m, 1, 64, 16);
+  int32_t bad_id = 97, ok_id = 1;
+  FAILS(llm_decoder_set_tokens(d, 0, &bad_id, 1), HCQ_INVALID_ARGUMENT, "97", "vocabulary");
+  FAILS(llm_decoder_set_tokens(d, 64, &ok_id, 1), HCQ_OUT_OF_RANGE, "64");
+  FAILS(llm_decoder_step(d, 64, true), HCQ_OUT_OF_RANGE, "64");
+  FAILS(llm_decoder_step(d, -1, false), HCQ_OUT_OF_RANGE, "-1");
+  FAILS(llm_decoder_prefill(d, 60, 5, true), HCQ_OUT_OF_RANGE, "60");
+  FAILS(llm_decoder_prefill(d, 0, 0, true), HCQ_OUT_OF_RANGE, "positions");
+  llm_generate_result_t r;
+  FAILS(llm_generate(d, &ok_id, 0, &(llm_generate_options_t){.steps = 4}, &r), HCQ_OUT_OF_RANGE, "prompt");
+  OK(llm_decoder_destroy(d));
+  OK(llm_decoder_destroy(NULL));
+  llm_model_close(m);
+}
+
+/* ---- the real model ---- */
+
+static llm_model_t *real_model(void) {
+  char path[PATH_MAX];
+  const char *env = getenv("HCQ_LLM_MODEL");
+  if (env && *env) snprintf(path, sizeof(path), "%s", env);
+  else {
+    hcq_status_t st = llm_default_model_path(path, sizeof(path));
+    if (st) {
+      char msg[PATH_MAX + 256];
+      snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
+      hcq_status_free(st);
+      cr_skip_test("%s: the llm_model test fetches it (needs PyPI)", msg);
+    }
+  }
+  llm_model_t *m;
+  OK(llm_model_open(path, &m));
+  return m;
+}
+
+typedef struct stream {
+  char name[64];
+  int32_t prompt[512], gen[512];
+  int nprompt, ngen;
+} stream_t;
+
+static int load_streams(stream_t *out, int cap) {
+  const char *path = HCQ_LLM_STREAMS_DEFAULT;
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  cr_assert(root, "%s: %s", path, err.text);
+  json_t *streams = json_object_get(root, "streams");
+  cr_assert(json_is_array(streams) && json_array_size(streams) >= 1, "%s: no \"streams\" array", path);
+  int n = 0;
+  for (size_t i = 0; i < json_array_size(streams) && n < cap; i++, n++) {
+    json_t *s = json_array_get(streams, i), *p = json_object_get(s, "prompt_ids"), *g = json_object_get(s, "generated_ids");
+    cr_assert(json_is_array(p) && json_is_array(g) && json_array_size(p) <= 512 && json_array_size(g) <= 512);
+    snprintf(out[n].name, sizeof(out[n].name), "%s", json_string_value(json_object_get(s, "name")));
+    out[n].nprompt = (int)json_array_size(p), out[n].ngen = (int)json_array_size(g);
+    for (int j = 0; j < out[n].nprompt; j++) out[n].prompt[j] = (int32_t)json_integer_value(json_array_get(p, (size_t)j));
+    for (int j = 0; j < out[n].ngen; j++) out[n].gen[j] = (int32_t)json_integer_value(json_array_get(g, (size_t)j));
+  }
+  json_decref(root);
+  return n;
+}
+
+TestSuite(llm_real, .timeout = 280);
+
+Test(llm_real, teacher_forced_on_llamacpp_streams) {
+  llm_model_t *m = real_model();
+  static stream_t streams[8];
+  int ns = load_streams(streams, 8);
+  llm_decoder_t *d = decoder(m, 1, 512, 128);
+  int vocab = m->config.vocab, total = 0, same = 0;
+  float *lg = malloc((size_t)vocab * 4);
+  char report[4096] = "";
+  for (int s = 0; s < ns; s++) {
+    const stream_t *st = &streams[s];
+    OK(llm_decoder_set_tokens(d, 0, st->prompt, st->nprompt));
+    OK(llm_decoder_prefill(d, 0, st->nprompt, true));
+    int agree = 0;
+    for (int i = 0; i < st->ngen; i++) {
+      /* the logits that predict generated token i: after the prompt, then after token i - 1 */
+      if (i > 0) {
+        OK(llm_decoder_set_tokens(d, st->nprompt + i - 1, &st->gen[i - 1], 1));
+        OK(llm_decoder_step(d, st->nprompt + i - 1, true));
+      }
+      OK(llm_decoder_logits(d, lg));
+      int top = argmax(lg, vocab);
+      if (top == st->gen[i]) {
+        agree++;
+        continue;
+      }
+      cr_assert(lg[top] - lg[st->gen[i]] <= 0.25f,
+                "%s: generated token %d: ours %d (logit %.3f), llama.cpp's %d has %.3f here: not a near tie", st->name, i,
+                top, lg[top], st->gen[i], lg[st->gen[i]]);
+    }
+    total += st->ngen, same += agree;
+    size_t len = strlen(report);
+    if (len < sizeof(report) - 64) snprintf(report + len, sizeof(report) - len, " %.40s %d/%d", st->name, agree, st->ngen);
+  }
+  cr_log_info("llama.cpp's token at%s positions", report);
+  cr_assert(same * 100 >= 95 * total, "llama.cpp's token at only %d of %d positions (%s)", same, total, report);
+  free(lg);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
+Test(llm_real, eager_and_graph_agree_and_a_pass_equals_steps) {
+  llm_model_t *m = real_model();
+  static stream_t streams[8];
+  load_streams(streams, 8);
+  const stream_t *st = &streams[0];
+  llm_decoder_t *d = decoder(m, 1, 512, 128);
+  llm_generate_result_t e, g;
+  OK(llm_generate(d, st->prompt, st->nprompt, &(llm_generate_options_t){.steps = 24, .graph = false, .ignore_eos = true}, &e));
+  OK(llm_generate(d, st->prompt, st->nprompt, &(llm_generate_options_t){.steps = 24, .graph = true, .ignore_eos = true}, &g));
+  cr_assert(e.n == 24 && g.n == 24 && !memcmp(e.ids, g.ids, 24 * 4), "eager and graph tokens differ");
+  int vocab = m->config.vocab;
+  float *pass = malloc((size_t)vocab * 4), *steps = malloc((size_t)st->nprompt * vocab * 4);
+  OK(llm_decoder_set_tokens(d, 0, st->prompt, st->nprompt));
+  OK(llm_decoder_prefill(d, 0, st->nprompt, true));
+  OK(llm_decoder_logits(d, pass));
+  forced(d, st->prompt, st->nprompt, true, steps);
+  cr_assert(!memcmp(pass, steps + (size_t)(st->nprompt - 1) * vocab, (size_t)vocab * 4), "the prompt pass and the steps differ");
+  free(pass), free(steps), free(e.ids), free(g.ids);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
