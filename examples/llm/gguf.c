@@ -3,6 +3,8 @@
  * the mapping or an allocation sized by the file. */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +31,28 @@ struct gguf_file {
 
 /* ---- types ---- */
 
+static bool value_type_known(uint32_t type) {
+  switch (type) {
+#define GGUF_VT_KNOWN(name, value, text) case value:
+    GGUF_VALUE_TYPES(GGUF_VT_KNOWN)
+#undef GGUF_VT_KNOWN
+    return true;
+    default: return false;
+  }
+}
+
 const char *gguf_value_type_name(uint32_t type) {
   switch (type) {
 #define GGUF_VT_NAME(name, value, text) \
   case value: return text;
     GGUF_VALUE_TYPES(GGUF_VT_NAME)
 #undef GGUF_VT_NAME
-    default: return NULL;
+    default: break;
   }
+  /* gguf.h promises text for any number ("type 77"): per thread, valid until the next such call. */
+  static _Thread_local char unknown[24];
+  snprintf(unknown, sizeof(unknown), "type %u", type);
+  return unknown;
 }
 
 static uint64_t scalar_size(uint32_t type) {
@@ -194,7 +210,7 @@ static bool name_set_add(name_set_t *set, const gguf_str_t *s) {
 static hcq_status_t oom(const gguf_file_t *g) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory", g->path); }
 
 static hcq_status_t parse_kv(cursor_t *c, size_t i, gguf_kv_t *kv) {
-  char what[64], buf[300];
+  char what[320], buf[300]; /* room for the whole key as shown() writes it */
   snprintf(what, sizeof(what), "the key of metadata entry %zu", i);
   hcq_status_t st = read_str(c, &kv->key, what);
   if (st) return st;
@@ -211,7 +227,7 @@ static hcq_status_t parse_kv(cursor_t *c, size_t i, gguf_kv_t *kv) {
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is an array of arrays, which GGUF readers do not support",
                              c->g->path, shown(kv->key, buf));
   }
-  if (!gguf_value_type_name(kv->elem_type))
+  if (!value_type_known(kv->elem_type))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" has unknown value type %u", c->g->path,
                            shown(kv->key, buf), kv->elem_type);
   kv->data = c->g->base + c->pos;
@@ -231,7 +247,7 @@ static hcq_status_t parse_kv(cursor_t *c, size_t i, gguf_kv_t *kv) {
                            (unsigned long long)(c->g->size - c->pos));
   for (uint64_t k = 0; k < kv->count; k++) {
     gguf_str_t s;
-    snprintf(what, sizeof(what), "string %llu of \"%.20s\"", (unsigned long long)k, shown(kv->key, buf));
+    snprintf(what, sizeof(what), "string %llu of \"%s\"", (unsigned long long)k, shown(kv->key, buf));
     if ((st = read_str(c, &s, what))) return st;
   }
   return NULL;
@@ -253,7 +269,7 @@ static hcq_status_t check_alignment(gguf_file_t *g) {
 }
 
 static hcq_status_t parse_tensor(cursor_t *c, size_t i, gguf_tensor_t *t, gguf_str_t *name) {
-  char what[96], buf[300];
+  char what[320], buf[300]; /* room for the whole name as shown() writes it */
   snprintf(what, sizeof(what), "the name of tensor %zu", i);
   hcq_status_t st = read_str(c, name, what);
   if (st) return st;
@@ -290,7 +306,10 @@ static hcq_status_t parse_tensor(cursor_t *c, size_t i, gguf_tensor_t *t, gguf_s
   if (t->ne[0] % block)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" (%s) has rows of %llu elements, not a multiple of the type's block of %u",
                            c->g->path, n, ggml_type_name(type), (unsigned long long)t->ne[0], block);
-  /* elems fits in int64 and bytes <= 4 x elems / block x ... <= 4 x elems: no overflow in uint64. */
+  /* elems fits in int64, but F32 takes 4 bytes an element: 2^62 elements would wrap to 0 bytes. */
+  if (elems / block > (uint64_t)INT64_MAX / bytes)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" (%s) has %llu elements: its byte count overflows",
+                           c->g->path, n, ggml_type_name(type), (unsigned long long)elems);
   t->bytes = elems / block * bytes;
   snprintf(what, sizeof(what), "the data offset of tensor \"%s\"", n);
   if ((st = read_u64(c, &t->offset, what))) return st;
@@ -551,9 +570,13 @@ hcq_status_t gguf_get_i64(const gguf_file_t *g, const char *key, int64_t *out) {
   const gguf_kv_t *kv;
   hcq_status_t st = find(g, key, &kv);
   if (st) return st;
+  int64_t v;
   bool big;
-  if (!int_value(kv, out, &big)) return wrong_type(g, kv, key, "an integer");
-  if (big) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is larger than 2^63", g->path, key);
+  if (!int_value(kv, &v, &big)) return wrong_type(g, kv, key, "an integer");
+  if (big)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is %llu (expected at most 2^63 - 1)", g->path, key,
+                           (unsigned long long)v | 1ull << 63);
+  *out = v;
   return NULL;
 }
 
@@ -577,6 +600,9 @@ hcq_status_t gguf_get_f32(const gguf_file_t *g, const char *key, float *out) {
   } else if (kv->type == GGUF_FLOAT64) {
     double d;
     memcpy(&d, kv->data, 8);
+    if (isfinite(d) && fabs(d) > FLT_MAX)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is %g, beyond the range of a float32", g->path,
+                             key, d);
     *out = (float)d;
   } else {
     return wrong_type(g, kv, key, "a float32");

@@ -68,8 +68,10 @@ void gguf_writer_set_version(gguf_writer_t *w, uint32_t version) { w->version = 
 hcq_status_t gguf_writer_set_alignment(gguf_writer_t *w, uint32_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf writer: alignment %u is not a power of two", alignment);
+  /* Written by gguf_writer_bytes: setting it twice must not put two general.alignment keys in the file,
+   * nor leave one that the last setting (32) no longer matches. */
   w->alignment = alignment;
-  return alignment == 32 ? NULL : gguf_writer_add_u32(w, "general.alignment", alignment);
+  return NULL;
 }
 
 /* key, type, then the value's bytes. */
@@ -123,7 +125,12 @@ hcq_status_t gguf_writer_add_tensor(gguf_writer_t *w, const char *name, ggml_typ
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf writer: tensor \"%s\": bad type %u or %u dimensions", name, type,
                            n_dims);
   uint64_t elems = 1;
-  for (uint32_t d = 0; d < n_dims; d++) elems *= ne[d];
+  for (uint32_t d = 0; d < n_dims; d++) {
+    if (ne[d] == 0 || ne[d] > (uint64_t)INT64_MAX / 4 / elems)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf writer: tensor \"%s\": dimension %u is %llu (%s)", name, d,
+                             (unsigned long long)ne[d], ne[d] ? "too many elements" : "expected at least 1");
+    elems *= ne[d];
+  }
   if (ne[0] % ggml_block_elems(type))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf writer: tensor \"%s\": %llu elements per row, not a multiple of %u",
                            name, (unsigned long long)ne[0], ggml_block_elems(type));
@@ -154,8 +161,10 @@ hcq_status_t gguf_writer_bytes(const gguf_writer_t *w, uint8_t **out, size_t *ou
   *out_size = 0;
   bytes_t b = {0};
   static const uint8_t zeros[256];
-  bool ok = put(&b, "GGUF", 4) && put_u32(&b, w->version) && put_u64(&b, w->ntensors) && put_u64(&b, w->nkv) &&
+  bool align_kv = w->alignment != 32; /* general.alignment, after the metadata added */
+  bool ok = put(&b, "GGUF", 4) && put_u32(&b, w->version) && put_u64(&b, w->ntensors) && put_u64(&b, w->nkv + align_kv) &&
             put(&b, w->kv.p, w->kv.n);
+  if (align_kv) ok = ok && put_str(&b, "general.alignment") && put_u32(&b, GGUF_UINT32) && put_u32(&b, w->alignment);
   uint64_t offset = 0;
   for (size_t i = 0; i < w->ntensors && ok; i++) {
     const wtensor_t *t = &w->tensors[i];

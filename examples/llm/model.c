@@ -53,7 +53,9 @@ static hcq_status_t read_config(const gguf_file_t *g, llm_config_t *c) {
                            path, heads, kv_heads);
   uint32_t head_dim = dim / heads;
   if (head_dim % 2)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: the head size %u is odd (rotary embeddings rotate pairs)", path, head_dim);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: the head size %u (llama.embedding_length %u / llama.attention.head_count %u) is odd (rotary embeddings rotate pairs)",
+                           path, head_dim, dim, heads);
   char k[96];
   const char *same[] = {"attention.key_length", "attention.value_length"};
   for (int i = 0; i < 2; i++) {
@@ -81,9 +83,11 @@ static hcq_status_t read_config(const gguf_file_t *g, llm_config_t *c) {
   if (gguf_find_kv(g, key(k, sizeof(k), "rope.scaling.type"))) TRY(gguf_get_str(g, k, &scaling));
   float factor = 1.0f;
   TRY(gguf_get_f32_or(g, key(k, sizeof(k), "rope.scaling.factor"), &factor));
-  if (!(scaling.len == 4 && !memcmp(scaling.ptr, "none", 4)) || (factor != 0.0f && factor != 1.0f))
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: rope scaling (type \"%.*s\", factor %g) is not supported", path,
-                           (int)(scaling.len > 32 ? 32 : scaling.len), scaling.ptr, factor);
+  if (!(scaling.len == 4 && !memcmp(scaling.ptr, "none", 4)))
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: llama.rope.scaling.type is \"%.*s\" (factor %g): rope scaling is not supported",
+                           path, (int)(scaling.len > 32 ? 32 : scaling.len), scaling.ptr, factor);
+  if (factor != 0.0f && factor != 1.0f)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: llama.rope.scaling.factor is %g: rope scaling is not supported", path, factor);
   *c = (llm_config_t){(int)dim,      (int)ffn,      (int)layers, (int)heads, (int)kv_heads, (int)head_dim,
                       (int)rope_dim, 0,             (int)ctx,    c->rope_base, c->norm_eps, false};
   return NULL;
