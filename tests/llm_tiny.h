@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gguf.h"
 #include "quant.h"
@@ -19,6 +20,8 @@ typedef struct tiny_spec {
   bool tied;
   float rope_base;
   uint64_t seed;
+  bool tokenizer; /* a GPT-2 tokenizer (needs vocab 97): ids 0..94 the printable ASCII bytes, 95
+                     <|im_start|>, 96 <|im_end|> (the end token); no merges, a ChatML template */
 } tiny_spec_t;
 
 static inline float tiny_uniform(uint64_t *s) {
@@ -79,6 +82,28 @@ static inline hcq_status_t tiny_write(const tiny_spec_t *s, const char *path) {
   TINY_TRY(gguf_writer_add_u32(w, "llama.context_length", 256));
   TINY_TRY(gguf_writer_add_f32(w, "llama.rope.freq_base", s->rope_base > 0 ? s->rope_base : 10000.0f));
   TINY_TRY(gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
+  if (s->tokenizer && s->vocab == 97) {
+    char text[95][4];
+    const char *tokens[97];
+    int32_t types[97];
+    for (int i = 0; i < 95; i++) {
+      if (i == 0) strcpy(text[i], "\xc4\xa0"); /* GPT-2's byte-level spelling of a space */
+      else text[i][0] = (char)(32 + i), text[i][1] = 0;
+      tokens[i] = text[i], types[i] = 1;
+    }
+    tokens[95] = "<|im_start|>", tokens[96] = "<|im_end|>", types[95] = types[96] = 3;
+    TINY_TRY(gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2"));
+    TINY_TRY(gguf_writer_add_str(w, "tokenizer.ggml.pre", "gpt-2"));
+    TINY_TRY(gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, 97));
+    TINY_TRY(gguf_writer_add_i32_array(w, "tokenizer.ggml.token_type", types, 97));
+    TINY_TRY(gguf_writer_add_str_array(w, "tokenizer.ggml.merges", NULL, 0));
+    TINY_TRY(gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 95));
+    TINY_TRY(gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 96));
+    TINY_TRY(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false));
+    TINY_TRY(gguf_writer_add_str(w, "tokenizer.chat_template",
+                                 "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                                 "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
+  }
   float in_dim = 1.0f / sqrtf((float)s->dim), in_ffn = 1.0f / sqrtf((float)s->ffn);
   TINY_TRY(tiny_matrix(w, "token_embd.weight", s->types[TINY_EMB], s->dim, s->vocab, 1.0f, &seed));
   TINY_TRY(tiny_norm(w, "output_norm.weight", s->dim, &seed));
@@ -105,7 +130,7 @@ static inline hcq_status_t tiny_write(const tiny_spec_t *s, const char *path) {
 /* Every matrix of one type. */
 static inline tiny_spec_t tiny_uniform_spec(int dim, int ffn, int layers, int heads, int kv_heads, int vocab,
                                             ggml_type_t type, bool tied, uint64_t seed) {
-  tiny_spec_t s = {dim, ffn, layers, heads, kv_heads, vocab, {0}, tied, 10000.0f, seed};
+  tiny_spec_t s = {dim, ffn, layers, heads, kv_heads, vocab, {0}, tied, 10000.0f, seed, vocab == 97};
   for (int i = 0; i < TINY_MATRICES; i++) s.types[i] = type;
   return s;
 }

