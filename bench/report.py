@@ -4,7 +4,7 @@
     report.py ROWS.jsonl [--json] [--plot OUT.svg|OUT.png] [--machine TEXT] [--command TEXT]
 
 Prints a Markdown table grouped by benchmark, each row with its speed against the section's
-baseline (the hand-written code, the -Ofast single-thread C decoder, or hcq's eager launches on a GPU); --json prints one JSON object instead.
+baseline (the hand-written code, the -Ofast single-thread C decoder, llama.cpp, or hcq's eager launches); --json prints one JSON object instead.
 --plot draws the same numbers with matplotlib (one panel per benchmark, log scale).
 """
 import argparse
@@ -14,7 +14,8 @@ import sys
 
 BASELINES = ("C decoder -Ofast, one thread", "hand-written 2-thread spin pipeline", "plain C loop, one thread",
              "hcq graph replay, unprofiled", "hcq eager on VULKAN", "hcq eager on CUDA", "hcq eager on METAL",
-             "PyTorch eager (CPU), sentence-transformers")
+             "PyTorch eager (CPU), sentence-transformers", "llama.cpp", "hcq eager launches, 1 thread",
+             "llama.cpp, VmRSS after the runs")
 
 
 def load(path):

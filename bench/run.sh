@@ -5,7 +5,8 @@
 #
 # Runs the hcq benchmarks and the peers (OpenMP with libgomp and libomp, StarPU, tinygrad 0.10.2
 # and the newest, each tinygrad in its own venv under BUILD_DIR/bench; for MiniLM, PyTorch and ONNX
-# Runtime in BUILD_DIR/venv-minilm-ref, bench/minilm_peers.py), then prints one table
+# Runtime in BUILD_DIR/venv-minilm-ref, bench/minilm_peers.py; for SmolLM2, llama.cpp through
+# llama-cpp-python in BUILD_DIR/bench/venv-llamacpp, bench/llm_peers.py), then prints one table
 # (bench/report.py). A peer that is not built or cannot be installed gets a row saying so.
 set -u
 BUILD=${1:?usage: bench/run.sh BUILD_DIR [--json] [--plot FILE]}
@@ -44,6 +45,28 @@ run() {
   fi
   echo "$sections" | tr '|' '\n' | while read -r s; do [ -n "$s" ] && missing "$s" "$name" "$why"; done
 }
+
+# SmolLM2-135M-Instruct (examples/llm's Q4_1 GGUF, the main job) through hcq and llama.cpp, rounds
+# interleaved (bench/llm_peers.py --hcq): llama-cpp-python 0.3.36 built from source for this CPU
+# (GGML_NATIVE=ON) in BUILD_DIR/bench/venv-llamacpp on the first run (7-15 minutes on 2 cores;
+# pip's wheel cache makes later installs take seconds). llama.cpp's threads busy-wait: on a machine
+# where another job holds a core its 2-thread figure collapses, so run make bench on an idle machine.
+# HCQ_BENCH_LLM=0 skips it (a row says so).
+LP="$SRC/bench/llm_peers.py"
+LV=$B/venv-llamacpp
+if [ "${HCQ_BENCH_LLM:-1}" = 0 ]; then
+  python3 "$LP" --missing --why "skipped (HCQ_BENCH_LLM=0)" >>"$ROWS"
+else
+  echo "bench: SmolLM2-135M-Instruct, hcq and llama.cpp (the first run builds llama.cpp: minutes)" >&2
+  if ! model=$("$BUILD/cli/hcq" generate --fetch-model 2>>"$LOG" | tail -n 1); then
+    python3 "$LP" --missing --why "the model could not be fetched (hcq generate --fetch-model; see $LOG)" >>"$ROWS"
+  elif why=$(python3 "$LP" --install "$LV" --log "$LOG"); then
+    "$LV/bin/python" "$LP" --rows --hcq "$BUILD/cli/hcq" --model "$model" >>"$ROWS" 2>>"$LOG" ||
+      python3 "$LP" --missing --why "llm_peers.py failed: $(tail -n 1 "$LOG")" >>"$ROWS"
+  else
+    python3 "$LP" --missing --why "$why" >>"$ROWS"
+  fi
+fi
 
 run "hcq decoder" "decoder small" "decoder 15m" -- "$B/bench_decoder_hcq" 256 5
 # The same decoder on the GPU APIs present (lavapipe here: Vulkan on the CPU, so fewer steps).

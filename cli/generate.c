@@ -225,6 +225,22 @@ static hcq_status_t time_mode(llm_decoder_t *dec, const int32_t *prompt, int n, 
   return NULL;
 }
 
+/* A line of /proc/self/status in MiB ("VmRSS"), or -1. */
+static double status_mib(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  double v = -1;
+  size_t len = strlen(key);
+  while (fgets(line, sizeof(line), f))
+    if (!strncmp(line, key, len) && line[len] == ':') {
+      v = strtod(line + len + 1, NULL) / 1024; /* kB */
+      break;
+    }
+  fclose(f);
+  return v;
+}
+
 static const char *graph_kind(const llm_decoder_t *dec) {
   hcq_jit_t *jit = llm_decoder_step_jit(dec);
   return jit && hcq_jit_graph_count(jit) ? hcq_graph_kind(hcq_jit_graph(jit, 0)) : "none";
@@ -244,8 +260,9 @@ int cli_generate(int argc, char **argv) {
     printf("%s\n", path);
     return HCQ_EXIT_OK;
   }
+  /* An absent kind: the reason hcq info gives. (Not asked for CPU: a query loads every driver.) */
   hcq_device_info_t infos[HCQ_DEVICE_KIND_COUNT];
-  size_t ninfo = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
+  size_t ninfo = a.kind == HCQ_DEVICE_CPU ? 0 : hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
   for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT; i++)
     if (infos[i].kind == a.kind && !infos[i].available)
       return cli_fail(hcq_status_make(HCQ_UNAVAILABLE, "generate: no %s device: %s", hcq_device_kind_name(a.kind),
@@ -288,6 +305,17 @@ int cli_generate(int argc, char **argv) {
       st = hcq_status_make(HCQ_OUT_OF_RANGE, "generate: the prompt has %zu tokens; the context holds %d positions", nprompt, opts.ctx);
     if (!st) st = llm_decoder_create(model, &opts, &dec);
   }
+  /* The weights are in the devices' memory now: the file's mapping goes (resident memory is the
+   * weights once, not twice). */
+  llm_config_t config = model ? model->config : (llm_config_t){0};
+  char name[sizeof(model->name)] = "";
+  uint64_t file_bytes = 0;
+  if (model) {
+    snprintf(name, sizeof(name), "%s", model->name);
+    file_bytes = gguf_file_size(model->file);
+    llm_model_close(model);
+    model = NULL;
+  }
   if (!st && a.temperature > 0) {
     llm_sampler_t s = {(float)a.temperature, (float)a.top_p, (int)a.top_k, a.seed};
     st = llm_decoder_set_sampler(dec, &s);
@@ -314,7 +342,7 @@ int cli_generate(int argc, char **argv) {
   if (!st && rank0) {
     double prefill_tok_s = res.prefill_ms > 0 ? nprompt / (res.prefill_ms / 1e3) : 0;
     double decode_tok_s = res.n > 1 && res.decode_ms > 0 ? (res.n - 1) / (res.decode_ms / 1e3) : 0;
-    const llm_config_t *c = &model->config;
+    const llm_config_t *c = &config;
     if (a.json) {
       char *text = NULL;
       int n_text = res.n - (res.ended ? 1 : 0);
@@ -323,7 +351,7 @@ int cli_generate(int argc, char **argv) {
         printf("{\"model\": ");
         json_string(path, strlen(path));
         printf(", \"model_name\": ");
-        json_string(model->name, strlen(model->name));
+        json_string(name, strlen(name));
         printf(", ");
         json_ids("prompt_ids", prompt, nprompt);
         printf(", ");
@@ -335,6 +363,12 @@ int cli_generate(int argc, char **argv) {
         printf(", \"kernels_per_token\": %zu, \"device_kind\": \"%s\", \"graph_kind\": \"%s\", \"devices\": %llu, \"ranks\": %llu",
                llm_decoder_kernels_per_step(dec), hcq_device_kind_name(a.kind), a.eager ? "none" : graph_kind(dec), a.devices, a.ranks);
         printf(", \"mode\": \"%s\", \"host_us_per_token\": %.2f", a.eager ? "eager" : "graph", res.host_us_per_step);
+        /* the caches: layers x (K, V) x positions x KV heads x head size, float32 */
+        double kv = (double)c->n_layers * 2 * llm_decoder_ctx(dec) * llm_kv_dim(c) * 4;
+        printf(", \"ctx\": %d, \"kv_cache_bytes\": %.0f, \"model_bytes\": %llu", llm_decoder_ctx(dec), kv,
+               (unsigned long long)file_bytes);
+        printf(", \"memory_mib\": {\"VmRSS\": %.1f, \"VmHWM\": %.1f, \"RssFile\": %.1f, \"RssAnon\": %.1f}",
+               status_mib("VmRSS"), status_mib("VmHWM"), status_mib("RssFile"), status_mib("RssAnon"));
         if (a.bench)
           printf(", \"eager_decode_tok_s\": %.1f, \"graph_decode_tok_s\": %.1f, \"eager_prefill_tok_s\": %.1f, "
                  "\"graph_prefill_tok_s\": %.1f, \"host_us_per_token_eager\": %.2f, \"host_us_per_token_graph\": %.2f, "
@@ -345,7 +379,7 @@ int cli_generate(int argc, char **argv) {
       }
       free(text);
     } else {
-      fprintf(stderr, "\nhcq generate: %s (%s, %d layers, dim %d, vocab %d) on %s%s; %zu kernels per token\n", model->name,
+      fprintf(stderr, "\nhcq generate: %s (%s, %d layers, dim %d, vocab %d) on %s%s; %zu kernels per token\n", name,
               path, c->n_layers, c->dim, c->vocab, hcq_device_kind_name(a.kind),
               a.ranks == 2 ? " (two ranks)" : a.devices == 2 ? " (two devices)" : "", llm_decoder_kernels_per_step(dec));
       fprintf(stderr, "  prompt %zu tokens at %.0f tok/s; %d new tokens at %.1f tok/s (%s)%s\n", nprompt, prefill_tok_s,

@@ -226,6 +226,7 @@ Test(llm_tiny, eager_launches_and_graph_replays_give_the_same_tokens_and_logits)
   cr_assert(llm_decoder_step_jit(d) && llm_decoder_prefill_jit(d), "both passes were captured");
   /* a replay at another position and length than the capture: a second run, longer prompt */
   int32_t prompt2[9] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+  free(e.ids), free(g.ids);
   OK(llm_generate(d, prompt2, 9, &(llm_generate_options_t){.steps = 20, .graph = false}, &e));
   OK(llm_generate(d, prompt2, 9, &(llm_generate_options_t){.steps = 20, .graph = true}, &g));
   cr_assert(!memcmp(e.ids, g.ids, 20 * 4), "eager and graph tokens differ on a second prompt");
