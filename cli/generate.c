@@ -304,6 +304,8 @@ int cli_generate(int argc, char **argv) {
     if (nprompt + 1 > (size_t)opts.ctx)
       st = hcq_status_make(HCQ_OUT_OF_RANGE, "generate: the prompt has %zu tokens; the context holds %d positions", nprompt, opts.ctx);
     if (!st) st = llm_decoder_create(model, &opts, &dec);
+    /* captured before the prompt: the streamed run's rates are replays' */
+    if (!st && !a.eager) st = llm_decoder_capture(dec);
   }
   /* The weights are in the devices' memory now: the file's mapping goes (resident memory is the
    * weights once, not twice). */
@@ -331,6 +333,7 @@ int cli_generate(int argc, char **argv) {
       char buf[16];
       fwrite(buf, 1, llm_detok_flush(&stream.detok, buf, sizeof(buf)), stdout);
       printf("\n");
+      fflush(stdout); /* before the summary on standard error */
     }
   }
   if (!st && a.bench) {
@@ -382,7 +385,7 @@ int cli_generate(int argc, char **argv) {
       fprintf(stderr, "\nhcq generate: %s (%s, %d layers, dim %d, vocab %d) on %s%s; %zu kernels per token\n", name,
               path, c->n_layers, c->dim, c->vocab, hcq_device_kind_name(a.kind),
               a.ranks == 2 ? " (two ranks)" : a.devices == 2 ? " (two devices)" : "", llm_decoder_kernels_per_step(dec));
-      fprintf(stderr, "  prompt %zu tokens at %.0f tok/s; %d new tokens at %.1f tok/s (%s)%s\n", nprompt, prefill_tok_s,
+      fprintf(stderr, "  prompt %zu tokens at %.1f tok/s; %d new tokens at %.1f tok/s (%s)%s\n", nprompt, prefill_tok_s,
               res.n, decode_tok_s, a.eager ? "eager launches" : "graph replays", res.ended ? "" : ", no end token");
     }
     if (!st && a.bench && !a.json) {

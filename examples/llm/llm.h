@@ -116,6 +116,9 @@ HCQ_MUST_USE hcq_status_t llm_decoder_prefill(llm_decoder_t *dec, int p0, int n,
 /* One decoding step: the token at pos in, the next token into pos + 1. graph: a replay of the
  * captured step (captured by the first such call). Does not wait. */
 HCQ_MUST_USE hcq_status_t llm_decoder_step(llm_decoder_t *dec, int pos, bool graph);
+/* Captures the prompt pass and the decoding step now (on scratch positions), so that the first
+ * graph-mode calls are replays; it waits. */
+HCQ_MUST_USE hcq_status_t llm_decoder_capture(llm_decoder_t *dec);
 /* Waits until everything queued has finished. */
 HCQ_MUST_USE hcq_status_t llm_decoder_sync(llm_decoder_t *dec);
 /* The tokens at positions pos..pos+n-1 (waits). */

@@ -19,7 +19,8 @@ The marker may name lines that depend on the machine, by their start (after the 
 with a `numbers` prefix every number matches any number (core counts, the cache's contents); of a
 line that starts with a `lines` prefix only that start is compared (a device kind is available on
 one machine and absent on another). `requires="VULKAN"` skips the block, saying so, where `hcq info`
-reports that device kind absent.
+reports that device kind absent; `requires="SmolLM2"` where the default model of `hcq generate` is not
+in the data folder (the llm_model test fetches it).
 
 usage: check_samples.py HCQ SOURCE_DIR"""
 import glob
@@ -93,6 +94,12 @@ def samples(path):
     return out
 
 
+def model_present():
+    d = os.environ.get("HCQ_DATA_DIR") or (os.path.join(os.environ["XDG_DATA_HOME"], "hcq") if os.environ.get(
+        "XDG_DATA_HOME") else os.path.join(os.path.expanduser("~"), ".local", "share", "hcq"))
+    return os.path.isfile(os.path.join(d, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
 docs = [os.path.join(root, "README.md"), os.path.join(root, "examples/README.md")] + sorted(glob.glob(os.path.join(root, "docs/*.md")))
 checked = 0
 with tempfile.TemporaryDirectory(prefix="hcq-doc-samples.") as tmp:
@@ -104,6 +111,11 @@ with tempfile.TemporaryDirectory(prefix="hcq-doc-samples.") as tmp:
     for path in docs:
         for line, opts, cmds in samples(path):
             kinds = prefixes(opts, "requires")
+            if "SmolLM2" in kinds:
+                kinds.remove("SmolLM2")
+                if not model_present():
+                    print(f"skip {os.path.relpath(path, root)}:{line}: the SmolLM2 model is not here (hcq generate --fetch-model)")
+                    continue
             absent = [k for k in kinds if not re.search(rf"^{k}\s+available", info, re.M)]
             if absent:
                 print(f"skip {os.path.relpath(path, root)}:{line}: no {', '.join(absent)} device here")
