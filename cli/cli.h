@@ -59,6 +59,8 @@ int cli_mpi_rank(void);
 int cli_mpi_size(void);
 bool cli_mpi_on(void);
 hcq_status_t cli_mpi_fetch(hcq_buffer_t *buf, void *dst, uint64_t size);
+/* The largest of every rank's value (every rank calls it, in the same order). */
+hcq_status_t cli_mpi_max(int value, int *out_max);
 int cli_mpi_finish(int rc);
 
 int cli_run(int argc, char **argv);

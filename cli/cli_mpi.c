@@ -29,6 +29,14 @@ hcq_status_t cli_mpi_fetch(hcq_buffer_t *buf, void *dst, uint64_t size) {
   return hcq_mpi_fetch(buf, 0, dst, size);
 }
 
+hcq_status_t cli_mpi_max(int value, int *out_max) {
+  if (!g_started) {
+    *out_max = value;
+    return NULL;
+  }
+  return hcq_mpi_allreduce_max(value, out_max);
+}
+
 int cli_mpi_finish(int rc) {
   if (!g_started) return rc;
   int agreed = rc;
@@ -54,5 +62,9 @@ int cli_mpi_rank(void) { return 0; }
 int cli_mpi_size(void) { return 1; }
 bool cli_mpi_on(void) { return false; }
 hcq_status_t cli_mpi_fetch(hcq_buffer_t *buf, void *dst, uint64_t size) { return hcq_buffer_copyout(buf, 0, dst, size); }
+hcq_status_t cli_mpi_max(int value, int *out_max) {
+  *out_max = value;
+  return NULL;
+}
 int cli_mpi_finish(int rc) { return rc; }
 #endif

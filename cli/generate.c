@@ -161,6 +161,19 @@ typedef struct stream {
 
 static bool is_end(void *ctx, int32_t id) { return llm_tokenizer_is_eog(((stream_t *)ctx)->tok, id); }
 
+/* Under two ranks: rank 0 saw the end (or not); every rank learns it at the same step. */
+static bool agree_end(void *ctx, bool ended) {
+  (void)ctx;
+  int any = 0;
+  hcq_status_t st = cli_mpi_max(ended, &any);
+  if (st) { /* a failed collective: stop here on this rank; the exit status says the rest */
+    fprintf(stderr, "hcq (rank %d): %s\n", cli_mpi_rank(), hcq_status_message(st));
+    hcq_status_free(st);
+    return true;
+  }
+  return any != 0;
+}
+
 static void on_token(void *ctx, int32_t id) {
   stream_t *s = ctx;
   if (!s->print || llm_tokenizer_is_eog(s->tok, id)) return;
@@ -327,7 +340,7 @@ int cli_generate(int argc, char **argv) {
   llm_detok_init(&stream.detok);
   if (!st) {
     if (stream.print && !a.bench) fflush(stdout);
-    llm_generate_options_t o = {(int)a.steps, !a.eager, a.ignore_eos, is_end, on_token, &stream};
+    llm_generate_options_t o = {(int)a.steps, !a.eager, a.ignore_eos, is_end, on_token, &stream, agree_end};
     st = llm_generate(dec, prompt, (int)nprompt, &o, &res);
     if (!st && stream.print) {
       char buf[16];

@@ -646,6 +646,37 @@ Test(llm_cli, bad_input_exit_2_and_absent_kernels_exit_3) {
   unlink(fifo), unlink(path);
 }
 
+/* Under mpirun -np 2 with --ranks 2 the second half of the layers runs on rank 1: the same tokens as
+ * one process. */
+Test(llm_cli, two_mpi_ranks_choose_the_tokens_of_one_process) {
+  const char *mpirun = getenv("HCQ_MPIRUN");
+  if (!mpirun || !*mpirun) cr_skip_test("no mpirun (the MPI layer is not built)");
+  char path[PATH_MAX], args[2 * PATH_MAX + 256];
+  tiny_file(path, sizeof(path));
+  int32_t one[64], two[64];
+  int n1, n2;
+  snprintf(args, sizeof(args), "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos --json", path);
+  json_t *a = run_json(args);
+  ids_of(a, "token_ids", one, &n1);
+  json_decref(a);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1), setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  char cmd[4 * PATH_MAX], out_path[PATH_MAX];
+  tmp_path(out_path, sizeof(out_path), "mpi_out");
+  snprintf(cmd, sizeof(cmd),
+           "timeout 120 '%s' -np 2 --bind-to none '%s' generate --model '%s' --ranks 2 --prompt 'Hi there' --steps 12 "
+           "--ignore-eos --json > '%s' 2>&1",
+           mpirun, cli_path(), path, out_path);
+  int rc = system(cmd);
+  json_error_t err;
+  json_t *b = json_load_file(out_path, 0, &err);
+  cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0 && b, "mpirun -np 2 hcq generate --ranks 2: status %d, %s", rc, err.text);
+  ids_of(b, "token_ids", two, &n2);
+  cr_assert_eq(json_integer_value(json_object_get(b, "ranks")), 2);
+  cr_assert(n1 == 12 && n2 == 12 && !memcmp(one, two, 12 * 4), "two ranks chose other tokens");
+  json_decref(b);
+  unlink(out_path), unlink(path);
+}
+
 /* The real model says what llama.cpp says to the demo's question (llama-cpp-python 0.3.36, greedy:
  * "The capital of France is Paris."). */
 Test(llm_cli, the_real_model_answers_as_llamacpp_does) {

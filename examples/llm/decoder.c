@@ -653,7 +653,7 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
   }
   /* Under two ranks both run the same steps (an early stop on one would leave the other waiting
    * for it): only the rank holding the tokens reads them, and what follows an end token is dropped. */
-  bool stop_early = m->ranks == 1, reads = m->reads_tokens;
+  bool stop_early = m->ranks == 1 || o->agree_end, reads = m->reads_tokens, all_ended = false;
   hcq_status_t st = llm_decoder_set_tokens(m, 0, prompt, nprompt);
   double t0 = now_ms(), t1 = t0, t_last = t0;
   fence_t fences[2];
@@ -669,7 +669,8 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
   /* Step p reads the token at p and writes p + 1. One step is queued ahead of the one whose token
    * is awaited, so the devices never wait for the host. */
   int next = nprompt, read = nprompt, last = nprompt + steps - 1; /* next step to queue; next step whose token to read */
-  while (!st && !(stop_early && out->ended) && read < last) {
+  if (m->ranks > 1 && o->agree_end && steps > 0) all_ended = o->agree_end(o->ctx, out->ended);
+  while (!st && !(stop_early && (m->ranks > 1 ? all_ended : out->ended)) && read < last) {
     while (!st && next - read < 2 && next < last) {
       double h0 = now_ms();
       st = llm_decoder_step(m, next, o->graph);
@@ -680,9 +681,12 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
     if (st) break;
     int32_t tok = 0;
     if (reads) st = token_at(m, fences[read % 2], read + 1, &tok);
-    if (!st && reads) took(out, o, tok);
+    if (!st && reads && !out->ended) {
+      took(out, o, tok);
+      t_last = now_ms();
+    }
     read++;
-    t_last = now_ms();
+    if (!st && m->ranks > 1 && o->agree_end) all_ended = o->agree_end(o->ctx, out->ended);
   }
   /* to the last token known: a step queued past an end token is not counted */
   out->decode_ms = (reads ? t_last : now_ms()) - t1;

@@ -141,6 +141,10 @@ typedef struct llm_generate_options {
   /* Called with each new token as soon as it is known, while later steps run (may be NULL). */
   void (*on_token)(void *ctx, int32_t id);
   void *ctx;
+  /* Under two ranks (where only rank 0 reads the tokens): called on every rank after each step with
+   * whether this rank saw the end; returns whether any did, so that all stop at the same step (NULL:
+   * they run every step, and what follows an end token is dropped). */
+  bool (*agree_end)(void *ctx, bool ended);
 } llm_generate_options_t;
 
 typedef struct llm_generate_result {
