@@ -1,7 +1,8 @@
 /* A plain C llama forward pass over a GGUF model (examples/llm), one token at a time: the ground
  * truth the decoder's tests compare with. Weights are dequantized row by row from the file's blocks
  * (llm_dequantize_row), dot products are one running sum per row in order, attention is the
- * textbook softmax. With quantize_inputs, the inputs of matrices stored in 8- or 4-bit blocks are
+ * textbook softmax.
+ * With quantize_inputs, the inputs of matrices stored in 8- or 4-bit blocks are
  * rounded to 8-bit blocks first (llm_quantize_act), as the decoder and llama.cpp do; the products
  * are then the dequantized weights times the dequantized inputs.
  *

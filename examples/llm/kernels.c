@@ -51,7 +51,6 @@
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
-#define CHUNKS (CTX / 32)
 
 typedef struct {
   float d, sd;
@@ -92,12 +91,11 @@ static inline float half_at(const uint8_t *p, int i) {
   return half_to_float(h);
 }
 
-/* ---- vectors (GCC's and clang's vector extensions) for the float work ---- */
-#if defined(__AVX512F__)
+/* ---- vectors (GCC's and clang's vector extensions) for the float work ----
+ * 16 lanes on every machine (two 256-bit registers where there is no AVX-512): the sums across lanes
+ * (the RMS norm's, the softmax's) then run in the same order everywhere, so every machine computes
+ * the same bits, not only every kernel version on one machine. */
 #define VW 16
-#else
-#define VW 8
-#endif
 typedef float vf __attribute__((vector_size(VW * 4)));
 typedef int32_t vi __attribute__((vector_size(VW * 4)));
 
@@ -504,8 +502,9 @@ static inline void rope(float *out, int row0, const float *rot) {
 /* bufs: q, key cache, value cache, xf, xq, wq, wk, wv, rotary table, info.
  * Grid: (GQ + 2 GKV row groups, tiles of TILE tokens). Row groups of q, then k, then v; q and k
  * rotated at their token's position p0 + i, k and v stored in the caches there: the key cache as
- * [kv head][chunk of 32 positions][element][position in the chunk] (attention scores a chunk's
- * positions in vector lanes), the value cache as [kv head][position][element]. */
+ * [chunk of 32 positions][kv head][element][position in the chunk] (attention scores a chunk's positions in vector lanes), the value cache as
+ * [position][kv head][element]. Positions outermost: the memory a cache touches grows with the
+ * positions used. */
 void llm_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *q = b[0], *kc = b[1], *vc = b[2];
   const float *xf = b[3], *rope_table = b[8];
@@ -531,8 +530,8 @@ void llm_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
         q[(size_t)(first + t) * DIM + row] = out[t][r];
       } else {
         int kvh = row / HD, e = row % HD;
-        if (which == 1) kc[(((size_t)kvh * CHUNKS + pos / 32) * HD + e) * 32 + pos % 32] = out[t][r];
-        else vc[((size_t)kvh * CTX + pos) * HD + e] = out[t][r];
+        if (which == 1) kc[(((size_t)(pos / 32) * NKV + kvh) * HD + e) * 32 + pos % 32] = out[t][r];
+        else vc[((size_t)pos * NKV + kvh) * HD + e] = out[t][r];
       }
     }
   }
@@ -555,7 +554,7 @@ void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float m = -INFINITY, total = 0, acc[HD];
   for (int e = 0; e < HD; e++) acc[e] = 0;
   for (int c = 0; c <= pos / 32; c++) {
-    const float *kt = kc + ((size_t)kvh * CHUNKS + (size_t)c) * HD * 32;
+    const float *kt = kc + ((size_t)c * NKV + (size_t)kvh) * HD * 32;
     vf s[NV];
     for (int j = 0; j < NV; j++) s[j] = (vf){0};
     for (int e = 0; e < HD; e++)
@@ -580,9 +579,12 @@ void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
     total = total * corr + vsum(e_sum);
     for (int e = 0; e < HD; e++) acc[e] *= corr;
     int lim = valid < 32 ? valid : 32;
-    const float *vt = vc + ((size_t)kvh * CTX + (size_t)c * 32) * HD;
-    for (int t = 0; t < lim; t++)
-      for (int e = 0; e < HD; e++) acc[e] += p[t] * vt[(size_t)t * HD + e];
+    for (int t = 0; t < lim; t++) {
+      const float *vt = vc + ((size_t)(32 * c + t) * NKV + (size_t)kvh) * HD;
+      int e = 0;
+      for (; e + VW <= HD; e += VW) vstore(acc + e, vload(acc + e) + p[t] * vload(vt + e));
+      for (; e < HD; e++) acc[e] += p[t] * vt[e];
+    }
     m = nm;
   }
   float *o = out + (size_t)i * DIM + (size_t)h * HD;
