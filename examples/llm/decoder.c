@@ -59,7 +59,7 @@ typedef struct program_entry {
 struct llm_decoder {
   llm_config_t c;
   int ndev, split, ctx, max_batch, isa_cap, cls_groups, ranks;
-  bool profile, reads_tokens;
+  bool profile, reads_tokens, direct;
   dev_state_t d[2];
   layer_state_t *layers;
   llm_layout_t emb_layout, cls_layout;
@@ -121,28 +121,47 @@ static hcq_status_t buffer(hcq_device_t *dev, size_t bytes, const char *label, i
   return NULL;
 }
 
+/* Where the devices' memory is the host's (HCQ_CAP_HOST_MEMORY: CPU devices, one process), a buffer's
+ * address is its host pointer: the decoder writes weights, tokens and parameters there directly
+ * (the devices idle), with no temporary copy and no staging buffers; elsewhere through copies. */
+static void *host_memory(const llm_decoder_t *m, hcq_buffer_t *buf) {
+  return m->direct ? (void *)(uintptr_t)hcq_buffer_address(buf) : NULL;
+}
+
+static hcq_status_t write_buffer(const llm_decoder_t *m, hcq_buffer_t *buf, uint64_t offset, const void *src, uint64_t size) {
+  uint8_t *p = host_memory(m, buf);
+  if (!p) return hcq_buffer_copyin(buf, offset, src, size);
+  memcpy(p + offset, src, size);
+  return NULL;
+}
+
 /* A weight matrix (ne[1] rows of ne[0]) repacked into the kernels' layout. */
-static hcq_status_t upload_matrix(hcq_device_t *dev, const gguf_tensor_t *t, const char *label, int layer,
-                                  hcq_buffer_t **out) {
+static hcq_status_t upload_matrix(const llm_decoder_t *m, hcq_device_t *dev, const gguf_tensor_t *t, const char *label,
+                                  int layer, hcq_buffer_t **out) {
   size_t rows = (size_t)t->ne[1], cols = (size_t)t->ne[0], bytes = llm_repack_bytes(t->type, rows, cols);
+  TRY(buffer(dev, bytes, label, layer, out));
+  void *direct = host_memory(m, *out);
+  if (direct) {
+    llm_repack(t->type, t->data, rows, cols, direct);
+    return NULL;
+  }
   void *tmp = malloc(bytes);
   if (!tmp) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory repacking %s", t->name);
   llm_repack(t->type, t->data, rows, cols, tmp);
-  hcq_status_t st = buffer(dev, bytes, label, layer, out);
-  if (!st) st = hcq_buffer_copyin(*out, 0, tmp, bytes);
+  hcq_status_t st = hcq_buffer_copyin(*out, 0, tmp, bytes);
   free(tmp);
   return st;
 }
 
 /* A norm's weights as floats. */
-static hcq_status_t upload_vector(hcq_device_t *dev, const gguf_tensor_t *t, const char *label, int layer,
-                                  hcq_buffer_t **out) {
+static hcq_status_t upload_vector(const llm_decoder_t *m, hcq_device_t *dev, const gguf_tensor_t *t, const char *label,
+                                  int layer, hcq_buffer_t **out) {
   size_t n = (size_t)t->ne[0];
   float *tmp = malloc(n * sizeof(float));
   if (!tmp) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   llm_dequantize_row(t->type, t->data, tmp, n);
   hcq_status_t st = buffer(dev, n * sizeof(float), label, layer, out);
-  if (!st) st = hcq_buffer_copyin(*out, 0, tmp, n * sizeof(float));
+  if (!st) st = write_buffer(m, *out, 0, tmp, n * sizeof(float));
   free(tmp);
   return st;
 }
@@ -172,7 +191,7 @@ static hcq_status_t make_scratch(llm_decoder_t *m, dev_state_t *s) {
       table[((size_t)p * pairs + j) * 2 + 1] = (float)sin(theta);
     }
   hcq_status_t st = buffer(s->dev, (size_t)m->ctx * pairs * 8, "rotary table", -1, &s->rope);
-  if (!st) st = hcq_buffer_copyin(s->rope, 0, table, (size_t)m->ctx * pairs * 8);
+  if (!st) st = write_buffer(m, s->rope, 0, table, (size_t)m->ctx * pairs * 8);
   free(table);
   return st;
 }
@@ -183,10 +202,10 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   hcq_device_t *d0 = m->d[0].dev;
   m->emb_layout = llm_layout_of(model->token_embd->type);
   m->cls_layout = llm_layout_of(model->output->type);
-  TRY(upload_matrix(d0, model->token_embd, c->tied_classifier ? "embedding and classifier" : "embedding", -1, &m->emb));
+  TRY(upload_matrix(m, d0, model->token_embd, c->tied_classifier ? "embedding and classifier" : "embedding", -1, &m->emb));
   if (c->tied_classifier) m->cls = hcq_buffer_retain(m->emb);
-  else TRY(upload_matrix(d0, model->output, "classifier", -1, &m->cls));
-  TRY(upload_vector(d0, model->output_norm, "output norm", -1, &m->out_norm));
+  else TRY(upload_matrix(m, d0, model->output, "classifier", -1, &m->cls));
+  TRY(upload_vector(m, d0, model->output_norm, "output norm", -1, &m->out_norm));
   m->cls_groups = (c->vocab + 15) / 16;
   TRY(buffer(d0, ((size_t)m->ctx + 1) * 4, "tokens", -1, &m->tokens));
   TRY(buffer(d0, (size_t)c->vocab * 4, "logits", -1, &m->logits));
@@ -203,10 +222,10 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
     const char *names[] = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"};
     for (int i = W_Q; i <= W_DOWN; i++) {
       S->layout[i] = llm_layout_of(mats[i]->type);
-      TRY(upload_matrix(dev, mats[i], names[i], l, &S->b[i]));
+      TRY(upload_matrix(m, dev, mats[i], names[i], l, &S->b[i]));
     }
-    TRY(upload_vector(dev, L->attn_norm, "attention norm", l, &S->b[N_ATTN_NORM]));
-    TRY(upload_vector(dev, L->ffn_norm, "ffn norm", l, &S->b[N_FFN_NORM]));
+    TRY(upload_vector(m, dev, L->attn_norm, "attention norm", l, &S->b[N_ATTN_NORM]));
+    TRY(upload_vector(m, dev, L->ffn_norm, "ffn norm", l, &S->b[N_FFN_NORM]));
     TRY(buffer(dev, cache, "key cache", l, &S->b[K_CACHE]));
     TRY(buffer(dev, cache, "value cache", l, &S->b[V_CACHE]));
   }
@@ -429,6 +448,8 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
     else snprintf(name, sizeof(name), "CPU:%d", d);
     st = hcq_device_open(name, &m->d[d].dev);
   }
+  m->direct = m->ranks == 1;
+  for (int d = 0; d < ndev && !st; d++) m->direct &= (hcq_device_caps(m->d[d].dev) & HCQ_CAP_HOST_MEMORY) != 0;
   if (!st) st = hcq_var_create("pos", 0, ctx - 1, &m->pos);
   if (!st) st = hcq_var_create("p0", 0, ctx - 1, &m->p0);
   if (!st) st = hcq_var_create("n", 1, max_batch, &m->n);
@@ -512,7 +533,7 @@ hcq_status_t llm_decoder_set_sampler(llm_decoder_t *m, const llm_sampler_t *s) {
     uint32_t seed_lo, seed_hi;
   } p = {s->temperature, s->top_p, s->top_k, (uint32_t)s->seed, (uint32_t)(s->seed >> 32)};
   TRY(llm_decoder_sync(m));
-  return hcq_buffer_copyin(m->params, 0, &p, sizeof(p));
+  return write_buffer(m, m->params, 0, &p, sizeof(p));
 }
 
 hcq_status_t llm_decoder_set_tokens(llm_decoder_t *m, int pos, const int32_t *ids, int n) {
@@ -524,7 +545,7 @@ hcq_status_t llm_decoder_set_tokens(llm_decoder_t *m, int pos, const int32_t *id
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: token id %d at position %d is outside the vocabulary (%d ids)",
                              ids[i], pos + i, m->c.vocab);
   TRY(llm_decoder_sync(m));
-  return n ? hcq_buffer_copyin(m->tokens, (uint64_t)pos * 4, ids, (uint64_t)n * 4) : NULL;
+  return n ? write_buffer(m, m->tokens, (uint64_t)pos * 4, ids, (uint64_t)n * 4) : NULL;
 }
 
 /* Runs list eagerly, or its capture (capturing it first, which runs it). */
