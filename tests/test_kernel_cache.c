@@ -632,6 +632,49 @@ Test(kernel_cache, a_truncated_cached_object_is_detected_before_loading) {
   }
 }
 
+/* Another kernel's valid object copied (restored from a backup, renamed) over this one's name, ours
+ * and private like any: loading it would run the other kernel's code and give its result, now and
+ * in every later run. Each cache file records the key it was stored under, so it is damaged. */
+Test(kernel_cache, another_kernels_object_copied_over_this_ones_name_is_not_run) {
+  setup();
+  char path[900];
+  plant_impostor(path, sizeof(path));
+  cr_assert_eq(chmod(path, 0600), 0);
+  expect_rebuilt_with_warning(k_five, 5, path, "copied or restored over it");
+}
+
+/* A file that passes every check (this kernel's key, a whole object) but whose object lacks the
+ * entry: compiled again and replaced, not failing every later run with "entry point k is not
+ * defined". */
+Test(kernel_cache, a_cached_object_without_the_entry_is_replaced) {
+  setup();
+  EXPECT_RAN(run_source(k_five, NULL), 5);
+  char path[900];
+  the_cache_object(path, sizeof(path));
+  char other[700], env_dir[800];
+  path_in(other, sizeof(other), "other-entry-cache");
+  snprintf(env_dir, sizeof(env_dir), "HCQ_CACHE_DIR=%s", other);
+  const char *env[] = {env_dir, NULL};
+  child_spec_t spec = {.env = env, .entry = "k2",
+                       .source = "void k2(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; "
+                                 "((int32_t *)b[0])[0] = 2; }\n"};
+  EXPECT_RAN(run_child(&spec), 2);
+  char names[200], k2_path[900];
+  cr_assert_eq(list_dir(other, names, sizeof(names)), 1);
+  *strchr(names, '\n') = '\0';
+  snprintf(k2_path, sizeof(k2_path), "%s/%s", other, names);
+  size_t len;
+  uint8_t *blob = slurp(k2_path, &len);
+  /* the header: tag (8 bytes), the key (the 32 hex digits of the name), the object's hash */
+  const char *name = strrchr(path, '/') + 1;
+  cr_assert_gt(len, 8 + 32 + 16);
+  memcpy(blob + 8, name, 32);
+  FILE *f = fopen(path, "wb");
+  cr_assert(f && fwrite(blob, 1, len, f) == len && fclose(f) == 0);
+  free(blob);
+  expect_rebuilt_with_warning(k_five, 5, path, "does not load");
+}
+
 /* In the child, between creating the program and launching it: every object in the cache dir cut
  * to nothing, as another process could do. */
 static void truncate_cache_objects(void) {

@@ -2,6 +2,7 @@
  * programs and their disk cache, launch limits, command buffers recorded once for bound queues,
  * semaphore waits between the engines, lost devices and hang reports. Skipped without Vulkan. */
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -114,6 +115,44 @@ Test(vulkan, glsl_errors_carry_the_compiler_output) {
   test_close(d);
 }
 
+/* Another kernel's valid SPIR-V copied over this kernel's cache file (restored from a backup,
+ * renamed): the file records the key it was stored under, so it is damaged, not run; the kernel is
+ * compiled again and gives its own result. */
+Test(vulkan, another_kernels_spirv_copied_over_this_ones_name_is_not_run) {
+  char dir[600], path[1200], other_path[1200];
+  fresh_cache(dir, sizeof(dir));
+  need_vulkan(1);
+  hcq_device_t *d = test_open("VULKAN:0");
+  static const char plus_one[] =
+      "layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };\n"
+      "void main() { uint i = gl_GlobalInvocationID.x;\n"
+      "  if (gl_LocalInvocationID.y == 0u && i < uint(hcq_val(1))) i32s(hcq_buf(0)).v[i] = hcq_val(0) + 1; }\n";
+  hcq_program_t *fill = test_program(d, "fill", test_kernels_glsl);
+  fill_and_check(d, fill, 41);
+  cr_assert_eq(count_spv(dir, path, sizeof(path)), 1);
+  hcq_program_t *other = test_program(d, "fill", plus_one);
+  cr_assert_eq(count_spv(dir, NULL, 0), 2);
+  /* the other file: the one that is not path */
+  char spirv[700];
+  snprintf(spirv, sizeof(spirv), "%s/spirv", dir);
+  DIR *dd = opendir(spirv);
+  cr_assert_not_null(dd);
+  for (struct dirent *e; (e = readdir(dd));) {
+    snprintf(other_path, sizeof(other_path), "%s/%s", spirv, e->d_name);
+    if (strstr(e->d_name, ".spv") && strcmp(other_path, path)) break;
+  }
+  closedir(dd);
+  cr_assert_eq(rename(other_path, path), 0, "rename: %s", strerror(errno));
+  int saved = test_stderr_begin();
+  hcq_program_t *again = test_program(d, "fill", test_kernels_glsl);
+  char err[4096];
+  test_stderr_end(saved, err, sizeof(err));
+  fill_and_check(d, again, 41); /* 41, not the other kernel's 42 */
+  cr_assert(strstr(err, path) && strstr(err, "copied or restored over it"), "the warning names the file: %s", err);
+  hcq_program_release(fill), hcq_program_release(other), hcq_program_release(again);
+  test_close(d);
+}
+
 /* SPIR-V given directly: the module compiled from GLSL, taken from the disk cache, loads and runs;
  * a module that is not SPIR-V, or whose entry point has another name, is refused by name. */
 Test(vulkan, spirv_given_directly) {
@@ -126,17 +165,18 @@ Test(vulkan, spirv_given_directly) {
   cr_assert_eq(count_spv(dir, spv, sizeof(spv)), 1, "the GLSL program is cached as SPIR-V");
   size_t len;
   uint8_t *file = read_all(spv, &len);
-  cr_assert_gt(len, 24 + 20);
-  const uint8_t *module = file + 24; /* after the cache header (magic and hash) */
+  enum { HEADER = 8 + 32 + 16 }; /* the cache header: tag, key, hash (core/kcache.c) */
+  cr_assert_gt(len, HEADER + 20);
+  const uint8_t *module = file + HEADER;
   hcq_program_t *p = NULL;
-  OK(hcq_program_create_spirv(d, "fill", module, len - 24, &p));
+  OK(hcq_program_create_spirv(d, "fill", module, len - HEADER, &p));
   fill_and_check(d, p, -7);
   cr_assert(!strncmp(hcq_program_source(p), "#spirv\n", 7), "the program keeps its module as source text");
   hcq_program_t *again = NULL;
   OK(hcq_program_create(d, "fill", hcq_program_source(p), &again));
   fill_and_check(d, again, 5);
   hcq_program_t *bad = NULL;
-  FAILS(hcq_program_create_spirv(d, "other", module, len - 24, &bad), HCQ_COMPILE_ERROR, "entry point is \"fill\"");
+  FAILS(hcq_program_create_spirv(d, "other", module, len - HEADER, &bad), HCQ_COMPILE_ERROR, "entry point is \"fill\"");
   FAILS(hcq_program_create_spirv(d, "fill", "not spir-v at all", 16, &bad), HCQ_COMPILE_ERROR, "not a SPIR-V module");
   FAILS(hcq_program_create(d, "fill", "#spirv\n%%%%", &bad), HCQ_COMPILE_ERROR, "not base64");
   free(file);

@@ -144,7 +144,11 @@ bool hcq__kcache_file_is_ours(const struct stat *st) {
 
 /* ---- blobs ---- */
 
-#define BLOB_HEADER 24 /* magic, then the XXH128 of the payload */
+/* magic, the key the file is cached under (HCQ__KCACHE_KEY bytes, NUL-padded), the XXH128 of the
+ * payload. The key is checked on load: a valid file of another kernel copied or restored over this
+ * one's name is refused, not run. */
+#define BLOB_HEADER (8 + HCQ__KCACHE_KEY + 16)
+#define BLOB_HASH_AT (8 + HCQ__KCACHE_KEY)
 
 bool hcq__kcache_blob_dir(const char *sub, char *out, size_t size) {
   char base[PATH_MAX], why[2 * PATH_MAX + 128];
@@ -211,19 +215,26 @@ void hcq__kcache_warn_uncached(const char *why) {
 }
 
 /* One line per damaged file: each is replaced right after, so the next process says nothing. */
-static void warn_damaged(const char *path, const char *why) {
+void hcq__kcache_warn_damaged(const char *path, const char *why) {
   fprintf(stderr, "hcq: warning: the cached kernel %s is damaged (%s); it is compiled again and replaced.\n", path,
           why);
 }
 
-void *hcq__kcache_blob_load(const char *path, const char *magic, size_t max_size, size_t *out_size) {
+static void key_field(uint8_t out[HCQ__KCACHE_KEY], const char *key) {
+  memset(out, 0, HCQ__KCACHE_KEY);
+  memcpy(out, key, strnlen(key, HCQ__KCACHE_KEY));
+}
+
+void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key, size_t max_size, size_t *out_size) {
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return NULL;
   struct stat st;
-  uint8_t header[BLOB_HEADER], want[16];
+  uint8_t header[BLOB_HEADER], want[16], want_key[HCQ__KCACHE_KEY];
+  key_field(want_key, key);
   void *payload = NULL;
   size_t size = 0;
-  char why[160] = "";
+  char why[256] = "";
+  bool outdated = false;
   if (fstat(fd, &st) != 0 || !hcq__kcache_file_is_ours(&st)) {
     /* not ours to judge: skipped */
   } else if (st.st_size < BLOB_HEADER) {
@@ -232,14 +243,19 @@ void *hcq__kcache_blob_load(const char *path, const char *magic, size_t max_size
     snprintf(why, sizeof(why), "%lld bytes, more than a kernel of this kind can be", (long long)st.st_size);
   } else if (!read_all(fd, header, sizeof(header))) {
     snprintf(why, sizeof(why), "its header cannot be read: %s", errno ? strerror(errno) : "it shrank");
+  } else if (!memcmp(header, magic, 6) && memcmp(header + 6, magic + 6, 2)) {
+    outdated = true; /* an earlier version of this format: replaced without a word */
   } else if (memcmp(header, magic, 8)) {
     snprintf(why, sizeof(why), "it does not start with the format tag %.8s", magic);
+  } else if (memcmp(header + 8, want_key, HCQ__KCACHE_KEY)) {
+    snprintf(why, sizeof(why), "it holds the kernel cached under key %.*s, not this one's %.*s: copied or restored over it",
+             (int)strnlen((const char *)header + 8, HCQ__KCACHE_KEY), (const char *)header + 8, HCQ__KCACHE_KEY, key);
   } else {
     size = (size_t)st.st_size - BLOB_HEADER;
     payload = malloc(size ? size : 1);
     if (payload && !read_all(fd, payload, size))
       snprintf(why, sizeof(why), "it cannot be read whole: %s", errno ? strerror(errno) : "it shrank");
-    else if (payload && (hash_into(want, payload, size), memcmp(want, header + 8, 16)))
+    else if (payload && (hash_into(want, payload, size), memcmp(want, header + BLOB_HASH_AT, 16)))
       snprintf(why, sizeof(why), "its contents do not match the hash stored with them: corrupted or truncated");
     if (why[0]) {
       free(payload);
@@ -247,12 +263,14 @@ void *hcq__kcache_blob_load(const char *path, const char *magic, size_t max_size
     }
   }
   close(fd);
-  if (why[0]) warn_damaged(path, why);
+  (void)outdated;
+  if (why[0]) hcq__kcache_warn_damaged(path, why);
   if (payload) *out_size = size;
   return payload;
 }
 
-bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const void *payload, size_t size) {
+bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const char *key, const void *payload,
+                            size_t size) {
   char tmp[PATH_MAX + 32], why[2 * PATH_MAX + 128];
   int n = snprintf(tmp, sizeof(tmp), "%s/tmp-XXXXXX", dir);
   if (n < 0 || (size_t)n >= sizeof(tmp)) return false;
@@ -264,7 +282,8 @@ bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic
   }
   uint8_t header[BLOB_HEADER];
   memcpy(header, magic, 8);
-  hash_into(header + 8, payload, size);
+  key_field(header + 8, key);
+  hash_into(header + BLOB_HASH_AT, payload, size);
   errno = 0;
   bool ok = fchmod(fd, 0600) == 0 && write_all(fd, header, sizeof(header)) && write_all(fd, payload, size);
   int err = errno;

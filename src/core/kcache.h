@@ -32,18 +32,28 @@ bool hcq__kcache_file_is_ours(const struct stat *st);
  * be made or trusted, or is writable by anyone but us: then nothing is cached (the once-per-process
  * warning says why). */
 bool hcq__kcache_blob_dir(const char *sub, char *out, size_t size);
+/* Every blob records the key it is cached under: the 32 hex digits its file is named by (at most
+ * HCQ__KCACHE_KEY characters). */
+#define HCQ__KCACHE_KEY 32
+
 /* The payload stored at path (malloc'd, *out_size bytes) when the file is ours, private, starts
- * with magic (8 bytes) and its payload hashes as recorded; NULL otherwise (compile again). A file
- * of ours that fails those checks (a flipped bit, truncated, another format, unreadable) is
- * damaged: one warning on stderr names it, and the caller's store replaces it. A missing file, or
- * one we do not trust (someone else's, a link, a FIFO), is skipped silently. The payload is read
- * whole into memory and checked there: what the caller uses cannot change after the check. */
-void *hcq__kcache_blob_load(const char *path, const char *magic, size_t max_size, size_t *out_size);
-/* Writes magic, the payload's XXH128 and the payload (0600) to a temporary file in dir and renames
- * it over path: readers see the whole file or none, and one that lost its data in a crash fails
- * its hash. Failing (full disk, quota, read-only file system...) is not an error: nothing is
+ * with magic (8 bytes), was stored under key and its payload hashes as recorded; NULL otherwise
+ * (compile again). A file of ours that fails those checks (a flipped bit, truncated, another
+ * format, another kernel's file copied or restored over this name, unreadable) is damaged: one
+ * warning on stderr names it, and the caller's store replaces it. A file in an earlier version of
+ * the format (magic's first 6 bytes equal, its version differs), a missing file, or one we do not
+ * trust (someone else's, a link, a FIFO) is skipped silently. The payload is read whole into memory
+ * and checked there: what the caller uses cannot change after the check. */
+void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key, size_t max_size, size_t *out_size);
+/* Writes magic, key, the payload's XXH128 and the payload (0600) to a temporary file in dir and
+ * renames it over path: readers see the whole file or none, and one that lost its data in a crash
+ * fails its hash. Failing (full disk, quota, read-only file system...) is not an error: nothing is
  * cached, the temporary file is removed and hcq__kcache_warn_uncached says why; returns false. */
-bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const void *payload, size_t size);
+bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const char *key, const void *payload,
+                            size_t size);
+/* Says on stderr that the cached file path is damaged (why) and is compiled again and replaced: for
+ * a file that passed the blob checks but does not load (its caller replaces it). */
+void hcq__kcache_warn_damaged(const char *path, const char *why);
 
 /* Says on stderr, once per process, that compiled kernels are not cached and why. */
 void hcq__kcache_warn_uncached(const char *why);

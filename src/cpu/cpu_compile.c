@@ -54,7 +54,7 @@ extern char **environ;
 #define MAX_OBJECT_BYTES ((size_t)1 << 30)
 
 /* The tag of a cache file holding a shared object (core/kcache.c adds the payload's hash). */
-static const char k_cache_magic[] = "HCQCPUSO";
+static const char k_cache_magic[] = "HCQCPU02"; /* HCQCPUSO: before blobs recorded their key */
 
 static const char k_prelude[] =
     "#include <stdint.h>\n"
@@ -953,11 +953,15 @@ hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *
   if (cached) {
     snprintf(path, sizeof(path), "%s/%s.so", dir, key);
     /* Missing, foreign or damaged (the load says which, and warns): compile and store again. */
-    if ((bytes = hcq__kcache_blob_load(path, k_cache_magic, MAX_OBJECT_BYTES, &size))) {
+    if ((bytes = hcq__kcache_blob_load(path, k_cache_magic, key, MAX_OBJECT_BYTES, &size))) {
       st = load_image(bytes, size, key, entry, out, &bad);
       free(bytes);
-      /* An object that passes its hash but does not load at all is replaced too. */
-      if (!st || !bad) return st;
+      if (!st) return st;
+      /* An object that passes every check but does not load (or lacks the entry) is damaged too:
+       * compiled again and replaced, not left to fail every later run. */
+      char damage[512];
+      snprintf(damage, sizeof(damage), "it does not load: %.400s", hcq_status_message(st));
+      hcq__kcache_warn_damaged(path, damage);
       hcq_status_free(st);
     }
   } else {
@@ -967,7 +971,7 @@ hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *
   st = load_image(bytes, size, key, entry, out, &bad);
   /* Stored only once it loads: an object that lacks its entry would fail the same way next time. A
    * failed store (full disk, read-only...) warns once and leaves the kernel uncached. */
-  if (!st && cached) hcq__kcache_blob_store(dir, path, k_cache_magic, bytes, size);
+  if (!st && cached) hcq__kcache_blob_store(dir, path, k_cache_magic, key, bytes, size);
   free(bytes);
   return st;
 }

@@ -290,7 +290,7 @@ static hcq_status_t run_nvrtc(const char *entry, const char *source, const char 
 
 /* ---- the cache ---- */
 
-#define CACHE_MAGIC "HCQCUDA2"
+#define CACHE_MAGIC "HCQCUDA3" /* HCQCUDA2: before blobs recorded their key */
 
 /* The payload of a cache file (core/kcache.c adds the magic and the checksum): this header, the
  * PTX, then the cubin. The key is checked again against the file name's. */
@@ -325,9 +325,15 @@ static hcq_status_t path_for(const char *entry, const char *source, const char *
 }
 
 /* Loads a cache file when it is ours, private, and whole; false otherwise (then it is ignored). */
+static void key_text(XXH128_hash_t key, char out[HCQ__KCACHE_KEY + 1]) {
+  snprintf(out, HCQ__KCACHE_KEY + 1, "%016" PRIx64 "%016" PRIx64, (uint64_t)key.high64, (uint64_t)key.low64);
+}
+
 static bool cache_load(const char *path, XXH128_hash_t key, int arch, hcq__cuda_image_t *out) {
   size_t size = 0;
-  uint8_t *blob = hcq__kcache_blob_load(path, CACHE_MAGIC, UINT64_C(1) << 31, &size);
+  char text[HCQ__KCACHE_KEY + 1];
+  key_text(key, text);
+  uint8_t *blob = hcq__kcache_blob_load(path, CACHE_MAGIC, text, UINT64_C(1) << 31, &size);
   if (!blob) return false;
   cache_payload_t h;
   bool ok = size >= sizeof(h);
@@ -365,7 +371,9 @@ static void cache_store(const char *dir, const char *path, XXH128_hash_t key, co
   memcpy(blob, &h, sizeof(h));
   memcpy(blob + sizeof(h), img->ptx, h.ptx_len);
   if (h.cubin_len) memcpy(blob + sizeof(h) + h.ptx_len, img->cubin, h.cubin_len);
-  hcq__kcache_blob_store(dir, path, CACHE_MAGIC, blob, size);
+  char text[HCQ__KCACHE_KEY + 1];
+  key_text(key, text);
+  hcq__kcache_blob_store(dir, path, CACHE_MAGIC, text, blob, size);
   free(blob);
 }
 

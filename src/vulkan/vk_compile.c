@@ -22,7 +22,7 @@ const char *hcq__vk_result_name(VkResult r);
 #define SPIRV_MAGIC 0x07230203u
 #define SPIRV_OP_ENTRY_POINT 15u
 #define SPIRV_EXEC_GLCOMPUTE 5u
-#define CACHE_MAGIC "HCQSPV01" /* the kernel cache's blob header: this, then the XXH128 of the SPIR-V */
+#define CACHE_MAGIC "HCQSPV02" /* the kernel cache's blob tag (HCQSPV01: before blobs recorded their key) */
 
 /* ---- SPIR-V: checks and the entry point's name ---- */
 
@@ -154,17 +154,19 @@ static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **
   for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) XXH3_128bits_update(hs, parts[i], strlen(parts[i]) + 1);
   XXH128_hash_t h = XXH3_128bits_digest(hs);
   XXH3_freeState(hs);
-  char dir[PATH_MAX], path[PATH_MAX + 64];
+  char dir[PATH_MAX], path[PATH_MAX + 64], key[HCQ__KCACHE_KEY + 1];
+  snprintf(key, sizeof(key), "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
   bool cached = hcq__kcache_blob_dir("spirv", dir, sizeof(dir));
   if (cached) {
-    snprintf(path, sizeof(path), "%s/%016" PRIx64 "%016" PRIx64 ".spv", dir, (uint64_t)h.high64, (uint64_t)h.low64);
+    snprintf(path, sizeof(path), "%s/%s.spv", dir, key);
     size_t bytes = 0;
-    if ((*out = hcq__kcache_blob_load(path, CACHE_MAGIC, HCQ__VK_MAX_SPIRV_BYTES, &bytes))) {
+    if ((*out = hcq__kcache_blob_load(path, CACHE_MAGIC, key, HCQ__VK_MAX_SPIRV_BYTES, &bytes))) {
       *out_words = bytes / 4;
       char name[128];
       if (bytes % 4 == 0 && bytes > 20 && spirv_entry(out, out_words, name, sizeof(name), NULL) && !strcmp(name, entry))
         return NULL;
-      free(*out); /* not what it should be: compile again */
+      free(*out); /* not what it should be: compile again, and replace it */
+      hcq__kcache_warn_damaged(path, "it is not a SPIR-V module whose compute entry point is this kernel's");
     }
   }
   uint32_t *words = NULL;
@@ -178,7 +180,7 @@ static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **
     return hcq_status_make(HCQ_COMPILE_ERROR, "GLSL kernel %s: the compiled module has no compute entry point", entry);
   }
   if (renamed != words) free(words);
-  if (cached) hcq__kcache_blob_store(dir, path, CACHE_MAGIC, renamed, n * 4);
+  if (cached) hcq__kcache_blob_store(dir, path, CACHE_MAGIC, key, renamed, n * 4);
   *out = renamed;
   *out_words = n;
   return NULL;
