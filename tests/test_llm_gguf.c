@@ -1,4 +1,4 @@
-/* The GGUF reader and writer (examples/llm/gguf.c, gguf_write.c, llm_file.c) and the llama model
+/* The GGUF reader and writer (examples/llm/gguf.c, gguf_write.c; examples/common/example_file.c) and the llama model
  * checks (examples/llm/model.c).
  *
  * Every file here is written by the test: with gguf_writer for valid ones, byte by byte for the

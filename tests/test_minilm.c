@@ -8,6 +8,7 @@
  * tests that need them skip, saying which is missing.
  *
  * The tokenizer and the safetensors reader also have unit cases that need neither. */
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -376,6 +377,44 @@ Test(minilm_safetensors, model_checks) {
            1024, -1);
   FAILS(minilm_model_load(dir, &m), HCQ_INVALID_ARGUMENT, "\"embeddings.position_embeddings.weight\" is missing");
   FAILS(minilm_model_load("/nonexistent-minilm", &m), HCQ_NOT_FOUND, "config.json");
+}
+
+/* Each file of a model directory given as a FIFO with no writer (or a folder): refused at once,
+ * naming the file, instead of an open() or read() that waits forever. */
+Test(minilm_s, model_files_that_are_fifos_are_refused_at_once, .timeout = 30) {
+  static const char *const files[] = {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"};
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    char dir[PATH_MAX], path[PATH_MAX + 64];
+    tmp_path(dir, sizeof(dir), files[i]);
+    mkdir(dir, 0755);
+    /* the files before this one are fine (the loaders get that far) */
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    if (i > 0) {
+      FILE *f = fopen(path, "w");
+      fputs("{\"vocab_size\": 26, \"hidden_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
+            " \"intermediate_size\": 64, \"max_position_embeddings\": 8, \"type_vocab_size\": 1}",
+            f);
+      fclose(f);
+    }
+    if (i > 2) {
+      snprintf(path, sizeof(path), "%s/vocab.txt", dir);
+      FILE *f = fopen(path, "w");
+      fputs(k_vocab, f);
+      fclose(f);
+    }
+    snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+    unlink(path);
+    cr_assert_eq(mkfifo(path, 0600), 0, "mkfifo %s: %s", path, strerror(errno));
+    alarm(10); /* a loader that blocks fails the test instead of hanging it */
+    if (i < 2) {
+      minilm_model_t m;
+      FAILS(minilm_model_load(dir, &m), HCQ_INVALID_ARGUMENT, files[i], "FIFO (named pipe), not a regular file");
+    } else {
+      minilm_tokenizer_t *t;
+      FAILS(minilm_tokenizer_load(dir, &t), HCQ_INVALID_ARGUMENT, files[i], "FIFO (named pipe), not a regular file");
+    }
+    alarm(0);
+  }
 }
 
 /* The command: a bad model file is exit 2 with the file named. */

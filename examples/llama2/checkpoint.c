@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "example_file.h"
 #include "llama2.h"
 
 #define HEADER_BYTES (7 * 4)
@@ -78,14 +79,13 @@ static void set_pointers(llama2_checkpoint_t *ck) {
 
 hcq_status_t llama2_checkpoint_load(const char *path, llama2_checkpoint_t *out) {
   memset(out, 0, sizeof(*out));
-  FILE *f = fopen(path, "rb");
-  if (!f) return hcq_status_make(HCQ_NOT_FOUND, "%s: cannot open the checkpoint: %s", path, strerror(errno));
-  struct stat sb;
-  hcq_status_t st = NULL;
+  FILE *f;
+  uint64_t file_size;
+  hcq_status_t st = hcq_example_fopen(path, "checkpoint", &f, &file_size);
+  if (st) return st;
+  struct stat sb = {.st_size = (off_t)file_size};
   int32_t header[7];
-  if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
-    st = bad(path, "not a regular file");
-  } else if ((uint64_t)sb.st_size < HEADER_BYTES) {
+  if ((uint64_t)sb.st_size < HEADER_BYTES) {
     st = bad(path, "short file: %lld bytes, less than the %d-byte header", (long long)sb.st_size, HEADER_BYTES);
   } else if (fread(header, 4, 7, f) != 7) {
     st = bad(path, "cannot read the header: %s", strerror(errno));
@@ -196,9 +196,10 @@ void llama2_checkpoint_free(llama2_checkpoint_t *ck) {
 
 hcq_status_t llama2_tokenizer_load(const char *path, int vocab_size, llama2_tokenizer_t *out) {
   memset(out, 0, sizeof(*out));
-  FILE *f = fopen(path, "rb");
-  if (!f) return hcq_status_make(HCQ_NOT_FOUND, "%s: cannot open the tokenizer: %s", path, strerror(errno));
-  hcq_status_t st = NULL;
+  FILE *f;
+  uint64_t file_size;
+  hcq_status_t st = hcq_example_fopen(path, "tokenizer", &f, &file_size);
+  if (st) return st;
   int32_t max_len;
   out->pieces = calloc((size_t)vocab_size, sizeof(char *));
   if (!out->pieces) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", path);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "example_file.h"
 #include "minilm.h"
 
 static hcq_status_t bad(const char *what, const char *fmt, ...) HCQ_PRINTF(2, 3);
@@ -122,17 +123,16 @@ hcq_status_t minilm_safetensors_open(const char *path, minilm_safetensors_t *out
   memset(out, 0, sizeof(*out));
   out->path = strdup(path);
   if (!out->path) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
+  int fd;
+  uint64_t file_size;
+  hcq_status_t s = hcq_example_open(path, "safetensors file", &fd, &file_size);
+  if (s) {
     minilm_safetensors_close(out);
-    return hcq_status_make(e == ENOENT ? HCQ_NOT_FOUND : HCQ_INVALID_ARGUMENT, "%s: cannot open: %s", path, strerror(e));
+    return s;
   }
-  struct stat sb;
-  hcq_status_t s = NULL;
-  if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) s = bad(path, "not a regular file");
-  else if (sb.st_size < 8) s = bad(path, "%lld bytes: too short for the 8-byte header length (a truncated file?)",
-                                   (long long)sb.st_size);
+  struct stat sb = {.st_size = (off_t)file_size};
+  if (sb.st_size < 8) s = bad(path, "%lld bytes: too short for the 8-byte header length (a truncated file?)",
+                              (long long)sb.st_size);
   if (!s) {
     out->file_size = (size_t)sb.st_size;
     void *m = mmap(NULL, out->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -177,13 +177,15 @@ static hcq_status_t load_json(const char *dir, const char *file, bool optional, 
   snprintf(path, sizeof(path), "%s/%s", dir, file);
   *out = NULL;
   if (optional && access(path, F_OK)) return NULL;
+  char *text;
+  size_t len;
+  hcq_status_t s = hcq_example_read(path, "model configuration", (size_t)16 << 20, &text, &len);
+  if (s && hcq_status_code(s) == HCQ_NOT_FOUND) s = hcq_status_annotate(s, "is %s a model directory?", dir);
+  if (s) return s;
   json_error_t err;
-  json_t *j = json_load_file(path, 0, &err);
-  if (!j) {
-    if (access(path, R_OK))
-      return hcq_status_make(HCQ_NOT_FOUND, "%s: cannot read: %s (is %s a model directory?)", path, strerror(errno), dir);
-    return bad(path, "not valid JSON: %s (line %d)", err.text, err.line);
-  }
+  json_t *j = json_loadb(text, len, 0, &err);
+  free(text);
+  if (!j) return bad(path, "not valid JSON: %s (line %d)", err.text, err.line);
   if (!json_is_object(j)) {
     json_decref(j);
     return bad(path, "not a JSON object");

@@ -16,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
+#include "example_file.h"
 #include "minilm.h"
 #include "unicode_tables.h"
 
@@ -95,29 +97,9 @@ hcq_status_t minilm_tokenizer_create(const char *vocab, size_t len, const minilm
   return NULL;
 }
 
+/* A vocabulary: at most 64 MiB (bert's is 232 KB). */
 static hcq_status_t read_file(const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return hcq_status_make(errno == ENOENT ? HCQ_NOT_FOUND : HCQ_INVALID_ARGUMENT, "%s: cannot open: %s", path,
-                                 strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
-    n += got;
-    if (n == cap) {
-      char *nb = realloc(buf, cap *= 2);
-      if (!nb) free(buf);
-      buf = nb;
-    }
-  }
-  bool err = ferror(f);
-  fclose(f);
-  if (!buf) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", path);
-  if (err) {
-    free(buf);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: read error", path);
-  }
-  *out = buf, *len = n;
-  return NULL;
+  return hcq_example_read(path, "vocabulary", (size_t)64 << 20, out, len);
 }
 
 hcq_status_t minilm_tokenizer_load(const char *dir, minilm_tokenizer_t **out) {
@@ -125,8 +107,14 @@ hcq_status_t minilm_tokenizer_load(const char *dir, minilm_tokenizer_t **out) {
   minilm_tokenizer_options_t opt = {true, true, true};
   char path[4096];
   snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+  /* optional: absent or unreadable, the defaults (a FIFO or folder is refused, never read) */
+  char *config = NULL;
+  size_t config_len = 0;
+  hcq_status_t rs = access(path, F_OK) ? NULL : hcq_example_read(path, "tokenizer configuration", (size_t)1 << 20, &config, &config_len);
+  if (rs) return rs;
   json_error_t err;
-  json_t *cfg = json_load_file(path, 0, &err);
+  json_t *cfg = config ? json_loadb(config, config_len, 0, &err) : NULL;
+  free(config);
   if (cfg) {
     json_t *lc = json_object_get(cfg, "do_lower_case"), *sa = json_object_get(cfg, "strip_accents"),
            *cj = json_object_get(cfg, "tokenize_chinese_chars");

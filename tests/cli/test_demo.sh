@@ -19,7 +19,7 @@ bad() { FAIL=$((FAIL + 1)); echo "FAIL $*"; }
 expect_fail() {
   local name=$1 code=$2 frag=$3
   shift 3
-  "$HCQ" demo "$@" >out.txt 2>err.txt
+  timeout 60 "$HCQ" demo "$@" >out.txt 2>err.txt
   local rc=$?
   if [ "$rc" -ne "$code" ]; then
     bad "$name: exit $rc, expected $code ($(head -c 300 err.txt))"
@@ -110,6 +110,11 @@ expect_fail "bad header: negative layers" 2 "n_layers is -5" --model neg_layers.
 expect_fail "classifier flag that does not match the size" 2 "with a shared classifier need" --model shared.bin
 expect_fail "missing file" 2 "cannot open the checkpoint" --model nonexistent.bin
 expect_fail "directory" 2 "not a regular file" --model .
+# A FIFO with no writer as the checkpoint or the tokenizer: refused at once, not an open() that
+# waits forever (the timeout above turns a hang into exit 124).
+rm -f fifo.bin && mkfifo fifo.bin
+expect_fail "FIFO checkpoint" 2 "fifo.bin: cannot read the checkpoint: it is a FIFO (named pipe), not a regular file" --model fifo.bin
+expect_fail "FIFO tokenizer" 2 "fifo.bin: cannot read the tokenizer: it is a FIFO (named pipe), not a regular file" --tokenizer fifo.bin --steps 2 --repeat 1
 
 # Malformed tokenizers and options.
 head -c 100 tok.bin >tok_short.bin
