@@ -4,7 +4,8 @@
   install test builds with -Wall -Wextra -Werror and runs), indentation aside;
 - README.md, docs/, examples/ and the public headers cite nothing outside the repository, and every
   repository path they name (a relative link, or a `path/like/this`) exists;
-- README.md's architecture section stays one screen (30 lines).
+- README.md's architecture section stays one screen (30 lines);
+- every script in tools/ and scripts/ that starts with #! is executable.
 usage: test_docs.py SOURCE_DIR"""
 import glob
 import os
@@ -63,6 +64,14 @@ for path in docs:
         target = m.group(1)
         if not glob.glob(os.path.join(root, target)) and not os.path.exists(os.path.join(root, target)):
             failures.append(f"{rel(path)}: names {target}, which is not in the repository")
+
+# ---- scripts the docs tell people to run are executable ----
+for path in sorted(glob.glob(os.path.join(root, "tools/*")) + glob.glob(os.path.join(root, "scripts/*"))):
+    if not os.path.isfile(path):
+        continue
+    with open(path, "rb") as f:
+        if f.read(2) == b"#!" and not os.access(path, os.X_OK):
+            failures.append(f"{rel(path)} starts with #! but is not executable (git update-index --chmod=+x)")
 
 # ---- the architecture section is one screen ----
 m = re.search(r"^## Architecture\n(.*?)(?=^## )", readme, flags=re.S | re.M)
