@@ -181,6 +181,12 @@ Test(graphfile, errors_give_the_json_path) {
   load_fails("{}", HCQ_INVALID_ARGUMENT, "format: missing");
   load_fails("{\"format\": \"hcq-graph/2\"}", HCQ_INVALID_ARGUMENT, "format: must be \"hcq-graph/1\"");
   load_fails(HEAD "\"extra\": 1}", HCQ_INVALID_ARGUMENT, "t.json: extra: unknown field");
+  /* A misspelt "kernel" is an unknown field, named, as a misspelt "init" is (not "an item has
+   * exactly one of kernel and copy"); an item with neither and no stray field says the latter. */
+  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 4}}, \"items\": [{\"kernal\": \"k\", \"bufs\": []}]}",
+             HCQ_INVALID_ARGUMENT, "t.json: items[0].kernal: unknown field");
+  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 4}}, \"items\": [{\"bufs\": []}]}",
+             HCQ_INVALID_ARGUMENT, "items[0]: an item has exactly one of");
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"GPU:0\", \"bytes\": 4}}, \"items\": []}", HCQ_NOT_FOUND,
              "t.json: buffers.a.device: unknown device \"GPU:0\"");
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 0}}}", HCQ_OUT_OF_RANGE,

@@ -1172,9 +1172,11 @@ static hcq_status_t parse_items(loader_t *L, const json_t *items) {
       st = oom(L);
     } else if (!(st = expect(L, j, JSON_OBJECT, "an object with \"kernel\" or \"copy\""))) {
       bool is_kernel = json_object_get(j, "kernel") != NULL, is_copy = json_object_get(j, "copy") != NULL;
-      if (is_kernel == is_copy) {
+      /* A misspelt field ("kernal") is named as such, not reported as a missing kernel. */
+      static const char *const any_item[] = {"kernel", "bufs", "outs", "vals", "global", "local", "device", "copy", NULL};
+      if (is_kernel == is_copy && !(st = only_keys(L, j, any_item))) {
         st = fail(L, HCQ_INVALID_ARGUMENT, "an item has exactly one of \"kernel\" and \"copy\"");
-      } else {
+      } else if (!st) {
         it.kind = is_kernel ? HCQ_ITEM_KERNEL : HCQ_ITEM_TRANSFER;
         st = is_kernel ? parse_kernel(L, j, &it) : parse_copy(L, j, &it);
         /* Kept even when it failed half way: gf_free releases what it holds. */
