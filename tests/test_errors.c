@@ -132,6 +132,27 @@ Test(errors, buffers) {
   hcq_buffer_release(small);
   hcq_buffer_release(b);
   hcq_buffer_release(NULL);
+  /* A buffer with its default label is named by it alone ("buffer#7"), never "buffer buffer#7";
+   * one the user labelled is "buffer \"x\"". */
+  hcq_program_t *p = test_program(d, "fill", test_kernels_source);
+  hcq_buffer_t *in = test_buffer(d, 64), *other = test_buffer(d, 32), *named = test_buffer(d, 32);
+  hcq_buffer_set_label(named, "x");
+  int32_t vals[2] = {1, 16};
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL};
+  hcq_operand_t ops[2] = {hcq_imm(vals[0]), hcq_imm(vals[1])};
+  it.kernel = (hcq_kernel_item_t){p, &in, 1, NULL, 0, ops, 2, {hcq_imm(1), hcq_imm(1), hcq_imm(1)}, {hcq_imm(16), hcq_imm(1), hcq_imm(1)}};
+  hcq_jit_t *jit;
+  OK(hcq_jit_create(&it, 1, &in, 1, NULL, 0, NULL, &jit));
+  char msg[512];
+  hcq_status_t st = hcq_jit_run(jit, &other, 1, NULL, 0, true, NULL);
+  cr_assert(st);
+  snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
+  hcq_status_free(st);
+  cr_assert(strstr(msg, "input 0: buffer#") && !strstr(msg, "buffer buffer#"), "%s", msg);
+  FAILS(hcq_jit_run(jit, &named, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0: buffer \"x\" has 32 bytes");
+  OK(hcq_jit_destroy(jit));
+  hcq_buffer_release(in), hcq_buffer_release(other), hcq_buffer_release(named);
+  hcq_program_release(p);
   assert_device_works(d);
   test_close(d);
 }

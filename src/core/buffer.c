@@ -1,6 +1,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/internal.h"
 
@@ -46,6 +47,12 @@ hcq_status_t hcq_buffer_create(hcq_device_t *dev, uint64_t size, hcq_buffer_t **
 
 hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out) {
   return buffer_create(dev, size, HCQ__MEM_HOST_VISIBLE, out);
+}
+
+const char *hcq__buffer_name(const hcq_buffer_t *buf, char out[96]) {
+  if (!strncmp(buf->label, "buffer#", 7)) snprintf(out, 96, "%s", buf->label);
+  else snprintf(out, 96, "buffer \"%.80s\"", buf->label);
+  return out;
 }
 
 void hcq__buffer_set_mem_class(hcq_buffer_t *buf, hcq__mem_class_t mem_class) {

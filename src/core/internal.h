@@ -537,6 +537,9 @@ bool hcq__signal_lookup(uint64_t addr, char *name, size_t name_size, uint64_t *v
 hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out);
 /* Moves a base buffer's bytes to another accounting class (graph kernargs, profile slots). */
 void hcq__buffer_set_mem_class(hcq_buffer_t *buf, hcq__mem_class_t mem_class);
+/* A buffer as messages name it: its default label as it is ("buffer#5"), a label the user set
+ * quoted after "buffer" ("buffer \"weights\""): never "buffer buffer#5". out holds 96 bytes. */
+const char *hcq__buffer_name(const hcq_buffer_t *buf, char out[96]);
 /* Launch geometry check: the grid in groups and the group size; OUT_OF_RANGE naming who when the
  * work-item count overflows or passes the device's limit. */
 hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3], const char *who);

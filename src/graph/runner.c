@@ -378,20 +378,21 @@ static hcq_status_t check_aliasing(const hcq__runner_t *r, size_t k) {
   if (nb == ob) return NULL;
   bool k_written = r->input_writer[k] != UINT32_MAX;
   const struct hcq__runner_key *f = find_fixed(r, nb);
+  char n1[96], n2[96];
   if (f && (k_written || f->writer != UINT32_MAX))
     return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "input %zu: buffer %s aliases %s, which the graph uses as a fixed buffer (%s by item %" PRIu32
+                           "input %zu: %s aliases %s, which the graph uses as a fixed buffer (%s by item %" PRIu32
                            "): dependencies were fixed at build; pass a buffer that does not overlap the graph's others",
-                           k, nb_buf->label, f->buf->label, k_written ? "the input is written" : "written",
-                           k_written ? r->input_writer[k] : f->writer);
+                           k, hcq__buffer_name(nb_buf, n1), hcq__buffer_name(f->buf, n2),
+                           k_written ? "the input is written" : "written", k_written ? r->input_writer[k] : f->writer);
   for (size_t j = 0; j < r->ninputs; j++) {
     if (j == k || r->input_base[j] == ob) continue;
     if ((uintptr_t)hcq_buffer_base(r->pending_inputs[j]) != nb) continue;
     if (!k_written && r->input_writer[j] == UINT32_MAX) continue;
     return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "input %zu: buffer %s aliases input %zu (%s), and item %" PRIu32
+                           "input %zu: %s aliases input %zu (%s), and item %" PRIu32
                            " writes one of them: dependencies were fixed at build; pass buffers that do not overlap",
-                           k, nb_buf->label, j, r->pending_inputs[j]->label,
+                           k, hcq__buffer_name(nb_buf, n1), j, hcq__buffer_name(r->pending_inputs[j], n2),
                            k_written ? r->input_writer[k] : r->input_writer[j]);
   }
   return NULL;
@@ -568,12 +569,13 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
   for (size_t k = 0; k < ninputs; k++) {
     const hcq_buffer_t *want = r->inputs[k], *got = inputs[k];
     if (!got) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is missing (NULL)", k);
+    char n1[96], n2[96];
     if (got->size != want->size)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu: buffer %s has %" PRIu64 " bytes but the graph's input %s has %" PRIu64,
-                             k, got->label, got->size, want->label, want->size);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu: %s has %" PRIu64 " bytes but the graph's input %s has %" PRIu64,
+                             k, hcq__buffer_name(got, n1), got->size, hcq__buffer_name(want, n2), want->size);
     if (got->dev != want->dev)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu: buffer %s is on %s but the graph's input %s is on %s", k,
-                             got->label, got->dev->name, want->label, want->dev->name);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu: %s is on %s but the graph's input %s is on %s", k,
+                             hcq__buffer_name(got, n1), got->dev->name, hcq__buffer_name(want, n2), want->dev->name);
     if (hcq__validating) {
       char what[32];
       snprintf(what, sizeof(what), "input %zu", k);

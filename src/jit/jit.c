@@ -476,12 +476,12 @@ static size_t unused_inputs(const hcq_capture_t *c, hcq_buffer_t *const *inputs,
     if (!used && unused++ == 0) first = k;
   }
   if (!unused) return 0;
-  char more[64] = "";
+  char more[64] = "", name[96];
   if (unused > 1) snprintf(more, sizeof(more), " (and %zu more inputs)", unused - 1);
   snprintf(msg, size,
-           "hcq_capture_end: input %zu (buffer \"%s\")%s is used by no captured item, so a replay that replaces it "
+           "hcq_capture_end: input %zu (%s)%s is used by no captured item, so a replay that replaces it "
            "changes nothing (items hold the buffers they were given: a view of an input is not the input)%s",
-           first, inputs[first]->label, more,
+           first, hcq__buffer_name(inputs[first], name), more,
            warning ? "" : "; pass the buffers the items use, or set allow_unused_inputs to make this a warning");
   return unused;
 }
