@@ -8,9 +8,9 @@
  *   void NAME(void *const *bufs, const int32_t *vals, const hcq_launch_t *launch);
  *
  * C sources are compiled by the system C compiler (HCQ_CC, default "cc", may carry arguments;
- * HCQ_CFLAGS, default "-O2") into a shared object cached on disk (HCQ_CACHE_DIR, default
- * $XDG_CACHE_HOME/hcq, ~/.cache/hcq or $TMPDIR/hcq-cache-<uid>, created 0700): a second process
- * loads it without compiling. docs/kernel-cache.md has the details.
+ * HCQ_CFLAGS, default "-O2 -march=native -ffp-contract=off") into a shared object cached on disk
+ * (HCQ_CACHE_DIR, default $XDG_CACHE_HOME/hcq, ~/.cache/hcq or $TMPDIR/hcq-cache-<uid>, created
+ * 0700): a second process loads it without compiling. docs/kernel-cache.md has the details.
  *
  * The cache key covers the prelude, the entry, the source, the HCQ_CC words with the identity
  * (resolved path, size, mtime) of the executables among them, the HCQ_CFLAGS words, the fixed
@@ -56,10 +56,11 @@ typedef struct {
 
 typedef void (*hcq_cpu_kernel_fn)(void *const *bufs, const int32_t *vals, const hcq_launch_t *launch);
 
-/* Compiles source (C on CPU devices) and looks up entry, which must be a C identifier defined by
- * the source (else INVALID_ARGUMENT, before anything is written). A compile error is COMPILE_ERROR
- * with the compiler's exit status or signal and its output in the message; bad HCQ_CC, HCQ_CFLAGS
- * or HCQ_CACHE_DIR values are INVALID_ARGUMENT naming the variable. */
+/* Compiles source (C on CPU devices) and looks up entry. An entry that is not a C identifier is
+ * INVALID_ARGUMENT, before anything is compiled or written; one the compiled source does not define
+ * is COMPILE_ERROR ("entry point \"k\" is not defined by the source"), as is a compile error, with
+ * the compiler's exit status or signal and its output in the message; bad HCQ_CC, HCQ_CFLAGS or
+ * HCQ_CACHE_DIR values are INVALID_ARGUMENT naming the variable. */
 HCQ_MUST_USE hcq_status_t hcq_program_create(hcq_device_t *device, const char *entry, const char *source,
                                              hcq_program_t **out_program);
 /* A CPU program from a C function pointer (devices with HCQ_CAP_HOST_CALLABLE). name is copied. */

@@ -5,7 +5,8 @@
 - README.md, docs/, examples/ and the public headers cite nothing outside the repository, and every
   repository path they name (a relative link, or a `path/like/this`) exists;
 - README.md's architecture section stays one screen (30 lines);
-- every script in tools/ and scripts/ that starts with #! is executable.
+- every script in tools/ and scripts/ that starts with #! is executable;
+- the headers and docs give HCQ_CFLAGS's real default.
 usage: test_docs.py SOURCE_DIR"""
 import glob
 import os
@@ -64,6 +65,15 @@ for path in docs:
         target = m.group(1)
         if not glob.glob(os.path.join(root, target)) and not os.path.exists(os.path.join(root, target)):
             failures.append(f"{rel(path)}: names {target}, which is not in the repository")
+
+# ---- the documented default compiler flags are the code's ----
+m = re.search(r'#define HCQ__DEFAULT_CFLAGS "([^"]+)"', open(os.path.join(root, "src/core/internal.h")).read())
+if not m:
+    failures.append("src/core/internal.h: no HCQ__DEFAULT_CFLAGS")
+else:
+    for doc in ("include/hcq/program.h", "README.md", "docs/kernel-cache.md", "cli/help.c"):
+        if m.group(1) not in open(os.path.join(root, doc), encoding="utf-8").read():
+            failures.append(f"{doc} does not give HCQ_CFLAGS's default, {m.group(1)!r}")
 
 # ---- scripts the docs tell people to run are executable ----
 for path in sorted(glob.glob(os.path.join(root, "tools/*")) + glob.glob(os.path.join(root, "scripts/*"))):
