@@ -270,6 +270,39 @@ Test(hardening, kernel_that_never_returns_is_named_and_the_device_can_be_closed)
   test_close(again);
 }
 
+static void *declare_lost_later(void *dev) {
+  sleep_ms(300);
+  hcq_status_free(hcq_device_declare_lost(dev, "test: lost while a replay ran"));
+  return NULL;
+}
+
+/* A replay waited for while its device is declared lost: its work is dropped, and the message says
+ * so (it said the replay "stays queued and runs when the device gets to it"). */
+Test(hardening, a_replay_whose_device_is_lost_says_its_work_was_dropped) {
+  setenv("HCQ_WAIT_TIMEOUT_MS", "20000", 1);
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = test_program(d, "forever", k_bad_kernels);
+  hcq_buffer_t *b = test_buffer(d, 64);
+  hcq_buffer_t *bufs[] = {b};
+  hcq_exec_item_t items[1] = {kernel_item(p, bufs, 1, NULL, 0, NULL, 0, 1, 1)};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(items, 1, NULL, 0, NULL, 0, NULL, &g));
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, declare_lost_later, d), 0);
+  hcq_status_t st = hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL);
+  pthread_join(t, NULL);
+  cr_assert(st, "the replay cannot have finished");
+  char msg[4096];
+  snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
+  cr_assert_eq(hcq_status_code(st), HCQ_DEVICE_LOST, "%s", msg);
+  hcq_status_free(st);
+  cr_assert(strstr(msg, "dropped") && !strstr(msg, "stays queued"), "%s", msg);
+  OK(hcq_device_close(d));
+  OK(hcq_graph_destroy(g));
+  hcq_buffer_release(b);
+  hcq_program_release(p);
+}
+
 Test(hardening, wait_on_a_signal_nobody_sets_names_signal_values_and_item) {
   short_timeouts();
   hcq_device_t *d = test_open("CPU:0"), *d1 = test_open("CPU:1");

@@ -272,7 +272,10 @@ static hcq_status_t cuda_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_e
   hcq__runner_commit(r);
   if (wait) {
     /* A caller retrying on TIMEOUT must not launch it a second time. */
-    if ((st = wait_end(g)))
+    if ((st = wait_end(g)) && hcq_status_code(st) == HCQ_DEVICE_LOST)
+      return hcq_status_annotate(st, "this replay of %s was queued, but the device was lost before it finished: its work "
+                                 "was dropped", r->label);
+    if (st)
       return hcq_status_annotate(st, "this replay of %s was queued but did not finish in time; it stays queued and "
                                  "runs when the device gets to it: do not run it again", r->label);
     float ms = 0;

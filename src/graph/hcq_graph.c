@@ -492,6 +492,9 @@ static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in, wait_ki
     if (!g->active[d]) continue;
     hcq_status_t st = hcq__wait_signal(in->done_sig[d], in->kickoff_value, HCQ_TIMEOUT_DEFAULT, r->devices, g->ndev);
     if (!st) continue;
+    if (kind == WAIT_THIS_REPLAY && hcq_status_code(st) == HCQ_DEVICE_LOST)
+      return hcq_status_annotate(st, "this replay of %s was queued, but %s was lost before it finished: a lost device "
+                                 "runs nothing more, so its work was dropped", r->label, r->devices[d]->name);
     if (kind == WAIT_THIS_REPLAY)
       return hcq_status_annotate(st,
                                  "this replay of %s was queued but did not finish on %s in time; it stays queued and "

@@ -309,7 +309,10 @@ static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
   g->stats.replays++;
   hcq__runner_commit(r);
   if (wait) {
-    if ((st = wait_slot(g, s)))
+    if ((st = wait_slot(g, s)) && hcq_status_code(st) == HCQ_DEVICE_LOST)
+      return hcq_status_annotate(st, "this replay of %s was queued, but the device was lost before it finished: its work "
+                                 "was dropped", r->label);
+    if (st)
       return hcq_status_annotate(st, "this replay of %s was queued but did not finish in time; it stays queued and "
                                  "runs when the device gets to it: do not run it again", r->label);
     if (s->failed) return hcq__device_check(dev);
