@@ -84,6 +84,15 @@ Test(jit, symbolic_values_and_inputs_swapped) {
     hcq_var_value_t vals[] = {{v.n, ns[r]}, {v.k, ks[r]}};
     replay(&w, jit, items, 4, inputs, swaps[r], 2, vals, 2, r % 2, "replay with new values and inputs");
   }
+  /* Another variable called "k" is not the captured k: refused, naming it, not a silent no-op (the
+   * old value stayed, with only a warning that no item uses it). */
+  hcq_expr_t *other_k;
+  OK(hcq_var_create("k", -9, 9, &other_k));
+  hcq_var_value_t wrong[] = {{v.n, 64}, {other_k, 5}};
+  hcq_buffer_t *now_inputs[] = {w.buf[x], w.buf[far]};
+  FAILS(hcq_jit_run(jit, now_inputs, 2, wrong, 2, true, NULL), HCQ_INVALID_ARGUMENT, "variable k is not the one",
+        "another of the same name");
+  hcq_expr_release(other_k);
   OK(hcq_jit_destroy(jit));
   world_vars_close(&v);
   world_close(&w);

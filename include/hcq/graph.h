@@ -11,8 +11,9 @@
  *
  * Variables: the graph's variables are those of its items. Build needs a value for each; a replay
  * may pass new values for any of them (the others keep their last value); values for variables the
- * graph does not use are ignored. A value outside its variable's range is an error and changes
- * nothing.
+ * graph does not use are ignored, except that a variable of the same name as one it uses (another
+ * object: variables are matched by object) is INVALID_ARGUMENT naming it. A value outside its
+ * variable's range is an error and changes nothing.
  *
  * Replays of one graph run one after another on the devices, in the order they were submitted, and
  * may be in flight together: hcq_graph_run(..., wait = false) returns once the replay is queued,

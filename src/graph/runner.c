@@ -549,11 +549,24 @@ static hcq_status_t check_input_count(const hcq__runner_t *r, size_t ninputs) {
 static hcq_status_t stage_values(hcq__runner_t *r, const hcq_var_value_t *vals, size_t nvals, bool check) {
   memcpy(r->pending_values, r->values, r->vars.len * sizeof(int64_t));
   for (size_t i = 0; i < nvals; i++) {
+    bool used = false;
     for (size_t v = 0; v < r->vars.len; v++) {
       if (r->vars.data[v] != vals[i].var) continue;
       hcq_status_t st = check ? hcq_var_check(vals[i].var, vals[i].value) : NULL;
       if (st) return st;
       r->pending_values[v] = vals[i].value;
+      used = true;
+    }
+    /* Another variable object that goes by the name of one the items use: its value would be
+     * dropped while the caller believes it was set (variables are matched by object, not name). */
+    const char *name = check && !used ? hcq_var_name(vals[i].var) : NULL;
+    for (size_t v = 0; name && v < r->vars.len; v++) {
+      const char *mine = hcq_var_name(r->vars.data[v]);
+      if (mine && !strcmp(mine, name))
+        return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                               "replay: variable %s is not the one %s was built with but another of the same name "
+                               "(variables are matched by object: pass the one the items use)",
+                               name, r->label);
     }
   }
   return NULL;
