@@ -539,6 +539,9 @@ Test(hardening, faulting_kernel_is_named_before_the_process_dies) {
   cr_assert(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "the process must not go on as if nothing happened");
   cr_assert(strstr(err, "hcq: kernel boom (graph item 0) on CPU:0 faulted with SIGSEGV at address 0x10"),
             "stderr: %s", err);
+  /* The likeliest cause of a wild address, as the Vulkan path says it: too few arguments. */
+  cr_assert(strstr(err, "was it given fewer buffers or values than it reads? hcq_program_declare_args checks every launch"),
+            "stderr: %s", err);
 }
 
 Test(hardening, faulting_kernel_with_isolation_marks_the_device_lost) {

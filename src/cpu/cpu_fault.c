@@ -86,6 +86,10 @@ void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t 
   put(&l, signal_name(sig));
   put(&l, " at address ");
   put_hex(&l, addr);
+  /* A kernel that reads more buffers or values than its launch passed dereferences whatever
+   * follows them: say so unless the program declared what it reads (then launches are checked). */
+  if (p && !atomic_load_explicit(&((hcq_program_t *)p)->args, memory_order_relaxed))
+    put(&l, " (was it given fewer buffers or values than it reads? hcq_program_declare_args checks every launch)");
   l.buf[l.len] = '\0';
   size_t n = l.len < size - 1 ? l.len : size - 1;
   memcpy(out, l.buf, n);
