@@ -25,6 +25,8 @@ HCQ_MUST_USE hcq_status_t hcq_buffer_create(hcq_device_t *device, uint64_t size,
 HCQ_MUST_USE hcq_status_t hcq_buffer_view_create(hcq_buffer_t *buf, uint64_t offset, uint64_t size,
                                                  hcq_buffer_t **out_view);
 hcq_buffer_t *hcq_buffer_retain(hcq_buffer_t *buf);
+/* Drops one reference. After the last one buf is gone: passing it again is undefined behaviour
+ * that may return OK, unless HCQ_VALIDATE=1 (hcq.h), which reports it by name. */
 void hcq_buffer_release(hcq_buffer_t *buf);
 
 uint64_t hcq_buffer_address(const hcq_buffer_t *buf);

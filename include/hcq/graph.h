@@ -119,7 +119,9 @@ HCQ_MUST_USE hcq_status_t hcq_graph_run(hcq_graph_t *graph, hcq_buffer_t *const 
                                         uint64_t *out_elapsed_ns);
 
 /* Waits for the last replay and frees the graph. On a timeout it returns the error and the graph
- * stays valid (destroy again later). NULL is accepted. */
+ * stays valid (destroy again later). NULL is accepted. Once it succeeded the graph is gone: running
+ * or destroying it again is undefined behaviour that may return OK, unless HCQ_VALIDATE=1 (hcq.h),
+ * which reports it by name. */
 HCQ_MUST_USE hcq_status_t hcq_graph_destroy(hcq_graph_t *graph);
 
 size_t hcq_graph_item_count(const hcq_graph_t *graph);

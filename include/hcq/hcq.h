@@ -6,7 +6,14 @@
  *
  * The library is built with hidden visibility: libhcq.so exports what the module headers declare
  * between their `#pragma GCC visibility push(default)` and `pop`, and nothing else. A new public
- * header needs the same pair. */
+ * header needs the same pair.
+ *
+ * Handles after release: a buffer, program, signal or graph used after its last release (or
+ * released twice) is undefined behaviour, and by default a call given one may well return OK and
+ * act on freed memory. Run with HCQ_VALIDATE=1 while developing: then each such use is an error
+ * naming the object ("buffer \"x\" was released already") or, for calls that return nothing, a line
+ * on stderr (device.h, hcq_validation_error_count). Queues, expressions and jits are never checked.
+ * A closed device handle is checked with or without it (hcq_device_close). */
 #ifndef HCQ_HCQ_H
 #define HCQ_HCQ_H
 

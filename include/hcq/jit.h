@@ -105,7 +105,8 @@ HCQ_MUST_USE hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t ni
 HCQ_MUST_USE hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs,
                                       const hcq_var_value_t *vals, size_t nvals, bool wait, uint64_t *out_elapsed_ns);
 
-/* Waits for the graphs' last replays and frees the jit; on a timeout the jit stays valid. */
+/* Waits for the graphs' last replays and frees the jit; on a timeout the jit stays valid. A freed
+ * jit must not be used again: HCQ_VALIDATE does not check jits. */
 HCQ_MUST_USE hcq_status_t hcq_jit_destroy(hcq_jit_t *jit);
 
 typedef struct hcq_jit_report {

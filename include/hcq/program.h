@@ -67,6 +67,8 @@ HCQ_MUST_USE hcq_status_t hcq_program_create(hcq_device_t *device, const char *e
 HCQ_MUST_USE hcq_status_t hcq_program_create_fn(hcq_device_t *device, const char *name, hcq_cpu_kernel_fn fn,
                                                 hcq_program_t **out_program);
 hcq_program_t *hcq_program_retain(hcq_program_t *program);
+/* Drops one reference. After the last one the program is gone: launching or releasing it again is
+ * undefined behaviour that may return OK, unless HCQ_VALIDATE=1 (hcq.h), which reports it by name. */
 void hcq_program_release(hcq_program_t *program);
 const char *hcq_program_name(const hcq_program_t *program);
 hcq_device_t *hcq_program_device(const hcq_program_t *program);

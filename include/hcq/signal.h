@@ -30,6 +30,8 @@ extern "C" {
  * messages; it is copied. */
 HCQ_MUST_USE hcq_status_t hcq_signal_create(hcq_device_t *device, const char *name, uint64_t initial_value,
                                              hcq_signal_t **out_signal);
+/* Frees the signal. Using it afterwards (a wait, a queue that waits on it, a second free) is
+ * undefined behaviour that may return OK, unless HCQ_VALIDATE=1 (hcq.h), which reports it by name. */
 void hcq_signal_free(hcq_signal_t *signal);
 
 uint64_t hcq_signal_value(const hcq_signal_t *signal);

@@ -74,6 +74,8 @@ hcq_expr_t *hcq_expr_neg(const hcq_expr_t *a);
 hcq_expr_t *hcq_expr_binary(hcq_expr_op_t op, const hcq_expr_t *a, const hcq_expr_t *b);
 
 hcq_expr_t *hcq_expr_retain(const hcq_expr_t *e);
+/* Drops one reference. An expression used after its last release is undefined behaviour, not
+ * checked even with HCQ_VALIDATE=1. */
 void hcq_expr_release(const hcq_expr_t *e);
 
 hcq_expr_op_t hcq_expr_op(const hcq_expr_t *e);

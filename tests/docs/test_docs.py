@@ -83,6 +83,17 @@ for path in sorted(glob.glob(os.path.join(root, "tools/*")) + glob.glob(os.path.
         if f.read(2) == b"#!" and not os.access(path, os.X_OK):
             failures.append(f"{rel(path)} starts with #! but is not executable (git update-index --chmod=+x)")
 
+# ---- every call that ends a handle's life says what using it afterwards does ----
+for header in sorted(glob.glob(os.path.join(root, "include/hcq/*.h"))):
+    text = open(header, encoding="utf-8").read()
+    for m in re.finditer(r"^(?:HCQ_MUST_USE )?[\w \*]+\b(hcq_\w+_(?:release|free|destroy))\(", text, flags=re.M):
+        if m.group(1) in ("hcq_status_free", "hcq_graph_file_free"):
+            continue  # not handles HCQ_VALIDATE knows: a status is plain memory, a file frees its own objects
+        comment = re.search(r"/\*((?:(?!\*/).)*)\*/\s*$", text[:m.start()], flags=re.S)
+        if not comment or "HCQ_VALIDATE" not in comment.group(1):
+            failures.append(f"{rel(header)}: {m.group(1)}'s comment does not say what use after it does "
+                            "(undefined unless HCQ_VALIDATE=1)")
+
 # ---- the architecture section is one screen ----
 m = re.search(r"^## Architecture\n(.*?)(?=^## )", readme, flags=re.S | re.M)
 if not m:
