@@ -153,6 +153,42 @@ Test(vulkan, another_kernels_spirv_copied_over_this_ones_name_is_not_run) {
   test_close(d);
 }
 
+/* docs/vulkan.md says llvmpipe stops an invocation's loops after 65,535 iterations without an error,
+ * and that hcq info says so where it applies: both hold here, and a GPU runs the loop in full. */
+Test(vulkan, lavapipe_ends_long_loops_silently) {
+  need_vulkan(1);
+  hcq_device_info_t infos[8];
+  size_t n = hcq_device_query(infos, 8);
+  const char *description = NULL;
+  for (size_t i = 0; i < n && i < 8; i++)
+    if (infos[i].kind == HCQ_DEVICE_VULKAN) description = infos[i].description;
+  cr_assert_not_null(description);
+  bool lavapipe = strstr(description, "VULKAN:0 is llvmpipe") != NULL;
+  cr_assert_eq(strstr(description, "shader loops end at 65,535 iterations") != NULL, lavapipe,
+               "hcq info warns of the loop limit exactly when VULKAN:0 is lavapipe: %s", description);
+  static const char counting[] =
+      "layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };\n"
+      "void main() { int c = 0;\n"
+      "  for (int i = 0; i < hcq_val(0); i++) c += 1 + (i & hcq_val(1));\n"
+      "  if (gl_GlobalInvocationID.x == 0u) i32s(hcq_buf(0)).v[0] = c; }\n";
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_program_t *p = test_program(d, "count", counting);
+  hcq_buffer_t *out = test_buffer(d, 4);
+  const int32_t trips[] = {1000, 65535, 100000, 2000000000};
+  for (size_t i = 0; i < sizeof(trips) / sizeof(trips[0]); i++) {
+    if (!lavapipe && trips[i] > 100000) continue; /* seconds on one GPU thread, and a watchdog's business */
+    int32_t vals[] = {trips[i], 0}, got = -1;
+    hcq_launch_desc_t l = {p, &out, 1, vals, 2, {1, 1, 1}, {1, 1, 1}};
+    OK(hcq_launch(&l));
+    test_read(out, &got, sizeof(got));
+    int32_t expected = lavapipe && trips[i] > 65535 ? 65535 : trips[i];
+    cr_assert_eq(got, expected, "a loop of %d iterations ran %d", trips[i], got);
+  }
+  hcq_buffer_release(out);
+  hcq_program_release(p);
+  test_close(d);
+}
+
 /* SPIR-V given directly: the module compiled from GLSL, taken from the disk cache, loads and runs;
  * a module that is not SPIR-V, or whose entry point has another name, is refused by name. */
 Test(vulkan, spirv_given_directly) {

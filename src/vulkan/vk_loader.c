@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "vulkan/vk_backend.h"
 #include "vulkan/vk_internal.h"
@@ -131,6 +132,7 @@ void hcq__vulkan_query(hcq_device_info_t *info) {
     return;
   }
   int usable = 0;
+  bool lavapipe = false;
   char first[128] = "", bad[160] = "";
   for (uint32_t i = 0; i < vi->nphys; i++) {
     VkPhysicalDeviceProperties p;
@@ -140,17 +142,20 @@ void hcq__vulkan_query(hcq_device_info_t *info) {
       if (!*bad) snprintf(bad, sizeof(bad), "%.60s: %.80s", p.deviceName, no);
       continue;
     }
-    if (!usable)
+    if (!usable) {
       snprintf(first, sizeof(first), "%.80s, Vulkan %u.%u.%u", p.deviceName, VK_API_VERSION_MAJOR(p.apiVersion),
                VK_API_VERSION_MINOR(p.apiVersion), VK_API_VERSION_PATCH(p.apiVersion));
+      /* The driver reports nothing when it cuts a loop short, so this line is the only warning. */
+      lavapipe = strncmp(p.deviceName, "llvmpipe", 8) == 0;
+    }
     usable++;
   }
   info->count = usable;
   info->available = usable > 0;
   if (usable)
     snprintf(info->description, sizeof(info->description),
-             "%d device(s), VULKAN:0 is %.120s; GLSL compute (libshaderc) and SPIR-V kernels, copy queue", usable,
-             first);
+             "%d device(s), VULKAN:0 is %.86s; GLSL compute (libshaderc) and SPIR-V kernels, copy queue%s", usable,
+             first, lavapipe ? "; lavapipe: shader loops end at 65,535 iterations, silently (docs/vulkan.md)" : "");
   else
     snprintf(info->description, sizeof(info->description), "absent: no device can serve hcq (%.200s)", bad);
 }
