@@ -544,6 +544,54 @@ Test(hardening, faulting_kernel_is_named_before_the_process_dies) {
             "stderr: %s", err);
 }
 
+/* The "for at least N ms" of the line in report that contains what; -1 when there is none. */
+static long report_ms(const char *report, const char *what) {
+  const char *at = strstr(report, what), *ms = at ? strstr(at, ", for at least ") : NULL;
+  const char *eol = at ? strchr(at, '\n') : NULL;
+  if (!ms || (eol && ms > eol)) return -1;
+  return strtol(ms + strlen(", for at least "), NULL, 10);
+}
+
+/* A hang report gives how long a queue has been at its command: from when the engine began it,
+ * not from when someone first asked (asked once, late, that said 0 ms), with and without
+ * isolation (whose reports said 0 ms after a 2 s wait). */
+Test(hardening, hang_report_says_how_long_the_queue_has_been_there) {
+  short_timeouts();
+  for (int isolate = 0; isolate < 2; isolate++) {
+    hcq_device_options_t opts = {.isolate = isolate};
+    hcq_device_t *d = NULL;
+    OK(hcq_device_open_ex("CPU:0", &opts, &d));
+    hcq_program_t *p = test_program(d, "forever", k_bad_kernels);
+    hcq_buffer_t *b = test_buffer(d, 64);
+    hcq_signal_t *gate = NULL;
+    OK(hcq_signal_create(d, "gate", 0, &gate));
+    hcq_queue_t *q = NULL;
+    OK(hcq_queue_create(HCQ_QUEUE_COPY, &q));
+    OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
+    OK(hcq_queue_submit(q, d, NULL, 0));
+    char report[4096];
+    for (int i = 0; i < 5000 && (hcq_device_report(d, report, sizeof(report)), !strstr(report, "blocked at wait")); i++)
+      sleep_ms(1);
+    hcq_launch_desc_t ld = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}, NULL, 0};
+    OK(hcq_launch(&ld));
+    sleep_ms(700);
+    hcq_device_report(d, report, sizeof(report));
+    long kernel = report_ms(report, "running exec kernel forever"), wait = report_ms(report, "blocked at wait \"gate\"");
+    cr_assert(kernel >= 600 && kernel < 60000, "isolate=%d: the kernel has run 700 ms: %s", isolate, report);
+    cr_assert(wait >= 600 && wait < 60000, "isolate=%d: the copy queue has waited 700 ms: %s", isolate, report);
+    /* Asked again: the same start, not a new one. */
+    sleep_ms(100);
+    hcq_device_report(d, report, sizeof(report));
+    cr_assert_geq(report_ms(report, "running exec kernel forever"), kernel + 50, "%s", report);
+    OK(hcq_device_declare_lost(d, "test: the kernel never returns"));
+    OK(hcq_device_close(d));
+    hcq_queue_free(q);
+    hcq_signal_free(gate);
+    hcq_buffer_release(b);
+    hcq_program_release(p);
+  }
+}
+
 Test(hardening, faulting_kernel_with_isolation_marks_the_device_lost) {
   short_timeouts();
   hcq_device_options_t opts = {.isolate = true};

@@ -135,7 +135,8 @@ HCQ_MUST_USE hcq_status_t hcq_device_health(const hcq_device_t *device);
 /* The hang report (docs/errors.md): one line per queue of the device: idle, or the command it runs or is
  * blocked at (`wait "graph copy queue signal of CPU:1" >= 17 (value 16), graph item 5 in graph#2
  * compute queue of CPU:0`; a running kernel by name with its grid), for how long it has been there
- * (at least: measured from when hcq first saw it there), and the last command it completed. Writes
+ * (from when the engine began it on CPU devices and MPI ranks; on GPUs at least: from when hcq
+ * first saw it there), and the last command it completed. Writes
  * at most size bytes (NUL-terminated) into out and returns the report's length (snprintf style).
  * Timed-out waits append the same report to their message. Any thread. */
 size_t hcq_device_report(hcq_device_t *device, char *out, size_t size);

@@ -662,8 +662,12 @@ static void report_queue(hcq_device_t *dev, hcq_queue_kind_t kind, char *out, si
     return;
   }
   uint64_t now = hcq__now_ns(), since = watch_update(dev, kind, &s, now);
+  if (s.cur_since_ns && s.cur_since_ns < since) since = s.cur_since_ns;
   if (!s.cur) {
-    snprintf(out, size, "  %s queue: idle, all work done\n", qname);
+    /* An engine busy on its other queue (a kernel) has not come to this one's work yet. */
+    snprintf(out, size, "  %s queue: %s\n", qname,
+             s.completed < s.submitted ? "work queued, not started yet (its engine is busy on the other queue)"
+                                       : "idle, all work done");
     return;
   }
   char cur[256], prev[256] = "none in this command list", where[128] = "";

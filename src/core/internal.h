@@ -233,6 +233,9 @@ typedef struct hcq__engine_snapshot {
   const uint32_t *cur;    /* the command running or blocked now; NULL when idle */
   const uint32_t *prev;   /* the last command completed in the same command list; may be NULL */
   const uint32_t *call_base; /* the bound command list cur belongs to (NULL: the device ring) */
+  /* When the engine began cur (hcq__now_ns's clock), where it says; 0 when it does not, and the
+   * report falls back to when it first saw cur there. */
+  uint64_t cur_since_ns;
 } hcq__engine_snapshot_t;
 
 /* ---- backends ----

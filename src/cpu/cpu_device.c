@@ -411,6 +411,7 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
           e->kernel_ahead = true; /* the queue waits here for the engine, like at a WAIT */
           return RUN_BLOCKED;
         }
+        hcq__cursor_stamp(&q->c, w, engine_clock(e));
         if (e->dev->isolate) {
           if (!exec_isolated(e, w)) return RUN_LOST;
         } else {
@@ -420,6 +421,7 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
         break;
       case HCQ__OP_COPY: {
         uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC);
+        if (!q->c.stamped) hcq__cursor_stamp(&q->c, w, engine_clock(e));
         if (__builtin_expect(hcq__addr_is_remote(dst) || hcq__addr_is_remote(src), 0)) {
           int r = remote_copy(e, q, w);
           if (r != RUN_DONE) return r;

@@ -300,6 +300,7 @@ static int run_list(rdev_t *rd, rqueue_t *q, bool *moved) {
           q->pending = NULL;
           break;
         }
+        if (!q->c.stamped) hcq__cursor_stamp(&q->c, w, hcq__now_ns());
         uint64_t local = 0;
         int role = copy_role(rd, w, &local);
         uint64_t bytes = hcq__rd64(w + HCQ__COPY_SIZE);

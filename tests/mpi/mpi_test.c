@@ -451,6 +451,14 @@ static void scenario_fault(bool kill_rank) {
       fprintf(stderr, "mpi_test fault: the receive is not on the %s's queue\n", thread ? "communication thread" : "CPU engine");
       _exit(1);
     }
+    /* The receive has been posted since the replay began: its line says so, not "0 ms". */
+    const char *ms = at ? strstr(at, ", for at least ") : NULL;
+    const char *t = getenv("HCQ_WAIT_TIMEOUT_MS");
+    if (!kill_rank && (!ms || (strchr(at, '\n') && ms > strchr(at, '\n')) ||
+                       strtol(ms + strlen(", for at least "), NULL, 10) < (t ? atol(t) : 30000) / 2)) {
+      fprintf(stderr, "mpi_test fault: the receive's line does not say how long it has waited\n");
+      _exit(1);
+    }
     hcq_status_free(st);
     printf("mpi_test %s: ok\n", kill_rank ? "kill" : "hang");
     fflush(stdout);
