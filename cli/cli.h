@@ -4,6 +4,7 @@
 
 #include <hcq/hcq.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 /* Exit codes (docs/cli.md). */
 enum {
@@ -24,6 +25,12 @@ bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi,
 
 /* A device kind by its name (hcq_device_kind_name), in upper or lower case: "VULKAN", "cuda". */
 bool cli_parse_device_kind(const char *s, hcq_device_kind_t *out);
+
+/* Prints text the user gave (cli/text.c): control characters (ESC, C1, DEL, ...) and bytes that
+ * are not UTF-8 escaped (\x1b, \u0085, \n; in JSON \u001b and \ufffd) so that a terminal shows
+ * them instead of acting on them and JSON stays valid; a backslash doubled. With max_chars > 0, at
+ * most that many characters and "..." after them, cut between characters. json adds the quotes. */
+void cli_print_text(FILE *out, const char *text, size_t max_chars, bool json);
 
 /* Synchronizes every device of a loaded file. */
 hcq_status_t cli_sync_file(const hcq_graph_file_t *gf);

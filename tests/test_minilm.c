@@ -14,6 +14,7 @@
 #include <math.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "minilm.h"
 #include "test_util.h"
@@ -441,4 +442,90 @@ Test(minilm_cli, bad_model_exit_2) {
   cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "hcq embed on a truncated file: status %d, expected exit 2", rc);
   snprintf(cmd, sizeof(cmd), "grep -q 'model.safetensors.*outside the data section' '%s.out'", path);
   cr_assert_eq(system(cmd), 0, "the message names the file and the problem");
+}
+
+/* Runs the hcq command with argv (no shell: the texts hold escape bytes) and returns its standard
+ * output (malloc'd, NUL-terminated) and exit status. */
+static char *run_cli(char *const argv[], int *status) {
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(fds[1]);
+  size_t cap = 1 << 16, len = 0;
+  char *out = malloc(cap);
+  for (ssize_t n; (n = read(fds[0], out + len, cap - len - 1)) > 0;) {
+    len += (size_t)n;
+    if (cap - len < 4096) out = realloc(out, cap *= 2);
+  }
+  out[len] = '\0';
+  close(fds[0]);
+  waitpid(pid, status, 0);
+  return out;
+}
+
+static bool valid_utf8(const unsigned char *s) {
+  while (*s) {
+    size_t len = *s < 0x80 ? 1 : (*s & 0xe0) == 0xc0 ? 2 : (*s & 0xf0) == 0xe0 ? 3 : (*s & 0xf8) == 0xf0 ? 4 : 0;
+    if (!len) return false;
+    for (size_t i = 1; i < len; i++)
+      if ((s[i] & 0xc0) != 0x80) return false;
+    s += len;
+  }
+  return true;
+}
+
+/* The echo of a text is safe to print (escape sequences shown, not run), cut between characters,
+ * and the pairwise matrix is bounded: left out past 8 texts unless --similarity asks for it. */
+Test(minilm_cli, echo_is_escaped_cut_between_characters_and_the_matrix_bounded, .timeout = 120) {
+  const char *cli = getenv("HCQ_CLI");
+  if (!cli) cr_skip_test("HCQ_CLI is not set (ctest sets it)");
+  char dir[PATH_MAX];
+  model_dir(dir, sizeof(dir));
+  char long_text[301] = "";
+  for (int i = 0; i < 100; i++) strcat(long_text, "\xc3\xa9"); /* é: two bytes each */
+  char *argv[16] = {(char *)cli, "embed", "--model-dir", dir, "\x1b[2Jred\x1b]0;title\x07", long_text, "\xc2\x85next", NULL};
+  int status;
+  char *out = run_cli(argv, &status);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "hcq embed: status %d: %s", status, out);
+  cr_assert(!strchr(out, 0x1b) && !strchr(out, 0x07), "no raw escape or bell byte reaches the terminal: %s", out);
+  cr_assert(strstr(out, "\\x1b[2Jred\\x1b]0;title\\x07"), "the escape bytes are shown: %s", out);
+  cr_assert(!strstr(out, "\xc2\x85") && strstr(out, "\\u0085next"), "a C1 control is shown, not sent: %s", out);
+  cr_assert(valid_utf8((const unsigned char *)out), "the output is UTF-8 (a shortened echo ends on a character): %s", out);
+  cr_assert(strstr(out, "\xc3\xa9...") && !strstr(out, long_text), "a long text is shortened: %s", out);
+  cr_assert(strstr(out, "cosine similarity:\n"), "3 texts get the matrix: %s", out);
+  free(out);
+  /* JSON: the text comes back exactly, escaped as JSON says. */
+  char *jargv[] = {(char *)cli, "embed", "--model-dir", dir, "--json", "\x1b[31mred", "bad\xff" "byte", NULL};
+  out = run_cli(jargv, &status);
+  cr_assert(WIFEXITED(status), "%s", out);
+  if (WEXITSTATUS(status) == 0) {
+    json_error_t err;
+    json_t *root = json_loads(out, 0, &err);
+    cr_assert_not_null(root, "--json output is JSON: %s (line %d: %s)", out, err.line, err.text);
+    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(root, "texts"), 0)), "\x1b[31mred");
+    json_decref(root);
+  } else {
+    cr_assert_eq(WEXITSTATUS(status), 2, "text that is not UTF-8 is bad input: %s", out);
+  }
+  free(out);
+  /* Nine texts: the 9x9 matrix only when asked for. */
+  char *nine[16] = {(char *)cli, "embed", "--model-dir", dir};
+  for (int i = 0; i < 9; i++) nine[4 + i] = (char *[]){"a", "b", "c", "d", "e", "f", "g", "h", "i"}[i];
+  out = run_cli(nine, &status);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", out);
+  cr_assert(strstr(out, "cosine similarity: left out for 9 texts (more than 8; --similarity prints the 9x9 matrix)"), "%s",
+            out);
+  free(out);
+  memmove(nine + 5, nine + 4, 10 * sizeof(char *));
+  nine[4] = "--similarity";
+  out = run_cli(nine, &status);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", out);
+  cr_assert(strstr(out, "cosine similarity:\n") && strstr(out, "\n   [9]  "), "--similarity prints all 9 rows: %s", out);
+  free(out);
 }
