@@ -743,6 +743,61 @@ Test(kernel_cache, kernels_loaded_from_memory_at_once_stay_distinct) {
   cr_assert_eq(compiler_starts(), 4, "the second round did not load from the cache");
 }
 
+/* Threads compiling and loading programs at once (dlopen of fresh objects in one, the loaded-object
+ * walk of name_is_loaded in another): each program runs its own code. Under ThreadSanitizer this is
+ * the case tests/tsan.supp's note on match_name is about. */
+typedef struct {
+  hcq_device_t *dev;
+  int id;
+  int wrong;
+} compile_thread_t;
+
+static void *compile_and_run(void *arg) {
+  compile_thread_t *t = arg;
+  hcq_buffer_t *b = test_buffer(t->dev, 4);
+  for (int k = 0; k < 4; k++) {
+    char src[256];
+    int32_t want = t->id * 100 + k, got = -1;
+    snprintf(src, sizeof(src),
+             "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; *(int32_t *)b[0] = %d; }\n",
+             (int)want);
+    hcq_program_t *p = NULL;
+    hcq_status_t st = hcq_program_create(t->dev, "k", src, &p);
+    if (st) {
+      hcq_status_free(st);
+      t->wrong++;
+      continue;
+    }
+    hcq_launch_desc_t l = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}, NULL, 0};
+    st = hcq_launch(&l);
+    if (!st) st = hcq_buffer_copyout(b, 0, &got, 4);
+    t->wrong += st != NULL || got != want;
+    hcq_status_free(st);
+    hcq_program_release(p);
+  }
+  hcq_buffer_release(b);
+  return NULL;
+}
+
+Test(kernel_cache, programs_compiled_on_several_threads_at_once_run_their_own_code) {
+  setup();
+  hcq_device_t *d = test_open("CPU:0");
+  for (int round = 0; round < 2; round++) { /* compiled, then loaded from the cache */
+    compile_thread_t t[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+      t[i] = (compile_thread_t){d, i + 1, 0};
+      cr_assert_eq(pthread_create(&th[i], NULL, compile_and_run, &t[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+      pthread_join(th[i], NULL);
+      cr_assert_eq(t[i].wrong, 0, "round %d, thread %d: %d of its programs failed or ran other code", round, i, t[i].wrong);
+    }
+  }
+  cr_assert_eq(compiler_starts(), 16, "16 distinct kernels compiled once each");
+  test_close(d);
+}
+
 /* ---- cache disks that are full or read-only ---- */
 
 static char g_small[700]; /* a small file system of the child's own, holding the cache dir */

@@ -819,6 +819,9 @@ typedef struct name_search {
   bool found;
 } name_search_t;
 
+/* Runs with the loader's list locked (glibc holds dl_load_write_lock over the callbacks; a dlclose
+ * frees names inside it), so a name read here is never freed under it; TSan cannot see that lock
+ * (tests/tsan.supp). */
 static int match_name(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
   name_search_t *s = arg;
