@@ -155,11 +155,12 @@ int cli_bench(int argc, char **argv) {
                per_replay, alternating);
     }
   }
+  int rc = st ? cli_fail(st) : HCQ_EXIT_OK; /* before the teardown, which may wait again */
   if (eager) hcq_status_free(hcq_jit_destroy(eager));
   if (graph) hcq_status_free(hcq_jit_destroy(graph));
   if (gf) {
     hcq_status_free(cli_sync_file(gf));
     hcq_graph_file_free(gf);
   }
-  return st ? cli_fail(st) : HCQ_EXIT_OK;
+  return rc;
 }

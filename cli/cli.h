@@ -60,7 +60,10 @@ void cli_info_memory(void);
 /* Under mpirun (cli/cli_mpi.c; stand-ins without the MPI layer): start starts the MPI layer when the
  * launcher's environment says so and silences stdout on ranks other than 0; fetch copies a buffer's
  * bytes to rank 0 from the rank that holds them (every rank calls it, in the same order); finish
- * agrees on the exit status (the maximum over the ranks) and stops the layer. */
+ * agrees on the exit status (the maximum over the ranks) and stops the layer. give_up, called when a
+ * rank reports a failure (cli_fail), declares every other rank lost when the failure can leave
+ * queues stuck (a timeout, a lost device, a lost peer), so teardown does not wait for them, and
+ * finish then ends the whole job with MPI_Abort: nobody waits for a rank that stopped or died. */
 hcq_status_t cli_mpi_start(void);
 int cli_mpi_rank(void);
 int cli_mpi_size(void);
@@ -68,6 +71,7 @@ bool cli_mpi_on(void);
 hcq_status_t cli_mpi_fetch(hcq_buffer_t *buf, void *dst, uint64_t size);
 /* The largest of every rank's value (every rank calls it, in the same order). */
 hcq_status_t cli_mpi_max(int value, int *out_max);
+void cli_mpi_give_up(hcq_status_code_t code, const char *why);
 int cli_mpi_finish(int rc);
 
 int cli_run(int argc, char **argv);

@@ -3,6 +3,7 @@
  * stand-ins. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -37,21 +38,38 @@ hcq_status_t cli_mpi_max(int value, int *out_max) {
   return hcq_mpi_allreduce_max(value, out_max);
 }
 
+static bool g_gave_up;
+
+void cli_mpi_give_up(hcq_status_code_t code, const char *why) {
+  if (!g_started || g_gave_up) return;
+  if (code != HCQ_TIMEOUT && code != HCQ_DEVICE_LOST && !hcq_mpi_peer_failed()) return; /* every rank agrees later */
+  g_gave_up = true;
+  char reason[200];
+  size_t len = strcspn(why, "\n"); /* the first line: hang reports follow it */
+  snprintf(reason, sizeof(reason), "rank %d gave up on the job after: %.*s", hcq_mpi_rank(), (int)len, why);
+  for (int r = 0; r < hcq_mpi_size(); r++)
+    if (r != hcq_mpi_rank()) hcq_status_free(hcq_mpi_declare_rank_lost(r, reason));
+}
+
 int cli_mpi_finish(int rc) {
   if (!g_started) return rc;
   int agreed = rc;
-  hcq_status_t st = hcq_mpi_allreduce_max(rc, &agreed);
+  hcq_status_t st = g_gave_up ? NULL : hcq_mpi_allreduce_max(rc, &agreed);
   if (st) {
     fprintf(stderr, "hcq (rank %d): %s\n", hcq_mpi_rank(), hcq_status_message(st));
     hcq_status_free(st);
     agreed = rc > HCQ_EXIT_RUNTIME ? rc : HCQ_EXIT_RUNTIME;
+    g_gave_up = true;
   }
-  bool failed = hcq_mpi_peer_failed() || st;
+  bool failed = g_gave_up || hcq_mpi_peer_failed();
   hcq_status_free(hcq_mpi_finalize());
   if (failed) {
-    /* A dead peer: MPI_Finalize (and Open MPI's exit handlers) could wait for it forever. */
+    /* A peer that stopped or died: MPI_Finalize could wait for it forever, and mpirun, with
+     * orte_abort_on_non_zero_status 0, stays up after a rank's _exit. MPI_Abort ends every rank (a
+     * stopped one too) and mpirun with this status. */
     fflush(stdout);
     fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, agreed);
     _exit(agreed);
   }
   return agreed;
@@ -66,5 +84,6 @@ hcq_status_t cli_mpi_max(int value, int *out_max) {
   *out_max = value;
   return NULL;
 }
+void cli_mpi_give_up(hcq_status_code_t code, const char *why) { (void)code, (void)why; }
 int cli_mpi_finish(int rc) { return rc; }
 #endif

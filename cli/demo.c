@@ -210,12 +210,12 @@ int cli_demo(int argc, char **argv) {
     else
       print_screen(&a, &c, dec, &e, &g, steps, identical, a.tokenizer ? &tok : NULL);
   }
+  rc = st ? cli_fail(st) : identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
   hcq_status_t dst = llama2_decoder_destroy(dec);
-  if (!st) st = dst;
+  if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
   else hcq_status_free(dst);
   llama2_tokenizer_free(&tok);
   free(e.tokens);
   free(g.tokens);
-  if (st) return cli_fail(st);
-  return identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH;
+  return rc;
 }

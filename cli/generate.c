@@ -414,14 +414,14 @@ int cli_generate(int argc, char **argv) {
              a.reps, graph.n, nprompt, llm_decoder_kernels_per_step(dec));
     }
   }
+  rc = st ? cli_fail(st) : identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
   hcq_status_t dst = llm_decoder_destroy(dec);
-  if (!st) st = dst;
+  if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
   else hcq_status_free(dst);
   free(res.ids), free(eager.ids), free(graph.ids), free(prompt), free(chat);
   llm_tokenizer_free(tok);
   llm_model_close(model);
-  if (st) return cli_fail(st);
-  return identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH;
+  return rc;
 }
 
 int cli_tokenize(int argc, char **argv) {

@@ -15,6 +15,8 @@ int cli_fail(hcq_status_t st) {
     fprintf(stderr, "hcq (rank %d): %s\n", cli_mpi_rank(), hcq_status_message(st));
   else
     fprintf(stderr, "hcq: %s\n", hcq_status_message(st));
+  fflush(stderr);
+  cli_mpi_give_up(code, hcq_status_message(st));
   hcq_status_free(st);
   switch (code) {
     case HCQ_INVALID_ARGUMENT:

@@ -183,9 +183,11 @@ static int run_plain(const run_args_t *a) {
   }
   st = st ? st : cli_observe_finish(&a->obs, w.jit, w.gf);
   if (!st && a->out) st = write_outputs(w.gf, a->out);
+  /* Said before the teardown, which may wait for the devices again. */
+  int rc = st ? cli_fail(st) : HCQ_EXIT_OK;
   world_close(&w);
   cli_observe_abort(&a->obs);
-  return st ? cli_fail(st) : HCQ_EXIT_OK;
+  return rc;
 }
 
 /* The sequence twice from the initial contents: eagerly (ground truth) and as graph replays,
@@ -232,11 +234,11 @@ static int run_check(const run_args_t *a) {
   if (!st) printf("%zu passed, %zu failed\n", passed, failed);
   st = st ? st : cli_observe_finish(&a->obs, graph.jit, graph.gf);
   if (!st && a->out) st = write_outputs(graph.gf, a->out);
+  int rc = st ? cli_fail(st) : failed ? HCQ_EXIT_CHECK_MISMATCH : HCQ_EXIT_OK; /* before the teardown */
   world_close(&graph);
   world_close(&truth);
   cli_observe_abort(&a->obs);
-  if (st) return cli_fail(st);
-  return failed ? HCQ_EXIT_CHECK_MISMATCH : HCQ_EXIT_OK;
+  return rc;
 }
 
 /* Whether path (a folder when dir) could be written: it exists as such and is writable, or it does

@@ -31,9 +31,14 @@
  * in transfers between ranks; stage GPU buffers through a CPU buffer.
  *
  * Faults: a send or receive still pending at the wait timeout (HCQ_WAIT_TIMEOUT_MS) makes the wait
- * fail with a hang report naming the peer rank, the item, the bytes and the tag. An MPI error on a
- * request (a peer that died, where the MPI library reports it) declares the remote device lost, so
- * waits on it end at once with DEVICE_LOST naming the rank. hcq never calls MPI_Abort.
+ * fail with a hang report naming the peer rank, the item, the bytes and the tag; the work stays
+ * queued (a slow rank may still answer). A peer is *lost* once MPI fails a request with it (a peer
+ * that died, where the MPI library reports it) or the application gives up on it
+ * (hcq_mpi_declare_rank_lost: hcq cannot tell a stopped process from a slow one). Then its remote
+ * devices are lost, a local device whose queue holds a transfer with it is lost (the queue could
+ * never move past it), and control calls with it fail at once: waits end with DEVICE_LOST naming
+ * the rank, and tearing graphs and devices down takes no wait timeout per object. hcq never calls
+ * MPI_Abort (the hcq tool does, to end a job whose peer is lost: docs/mpi.md).
  */
 #ifndef HCQ_MPI_H
 #define HCQ_MPI_H
@@ -68,17 +73,28 @@ int hcq_mpi_size(void);
 int hcq_mpi_device_rank(const hcq_device_t *device);
 /* True when the buffer's storage is on another rank. */
 bool hcq_mpi_buffer_is_remote(const hcq_buffer_t *buf);
-/* True once an MPI request failed (a peer died, as far as MPI reports it). */
+/* True once a peer is lost (an MPI request with it failed, or hcq_mpi_declare_rank_lost). */
 bool hcq_mpi_peer_failed(void);
+/* Gives up on rank for good (until hcq_mpi_finalize), with reason (may be NULL) in every message
+ * it causes: its remote devices are lost, a transfer with it on a local device's queue marks that
+ * device lost, hcq_mpi_fetch, _allreduce_max and _barrier involving it fail at once (UNAVAILABLE).
+ * For an application that has decided a rank is gone, typically after a TIMEOUT whose hang report
+ * names it: teardown then takes no wait timeout per object. OUT_OF_RANGE for a rank that does not
+ * exist, INVALID_ARGUMENT for this process's own. */
+HCQ_MUST_USE hcq_status_t hcq_mpi_declare_rank_lost(int rank, const char *reason);
+/* NULL while rank is not lost; UNAVAILABLE with the reason once it is. OUT_OF_RANGE for a rank that
+ * does not exist. */
+HCQ_MUST_USE hcq_status_t hcq_mpi_rank_health(int rank);
 
 /* Collective over the layer's communicator (every rank calls it, in the same order): the contents of
  * buf (size bytes from offset 0) arrive in host memory dst on rank root; the buffer's owner sends
  * them, other ranks pass dst NULL or ignore it. */
 HCQ_MUST_USE hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size);
-/* Collective: the maximum of every rank's value, within the wait timeout (a rank that does not take
- * part is a TIMEOUT naming the call). */
+/* Collective: the maximum of every rank's value, within the wait timeout. Gathered on rank 0, so a
+ * rank that does not take part is named: a TIMEOUT naming it on every rank (on rank 0 after the
+ * timeout, on the others, told by rank 0, up to a second later); a lost rank fails it at once. */
 HCQ_MUST_USE hcq_status_t hcq_mpi_allreduce_max(int value, int *out_max);
-/* Collective: a barrier within the wait timeout. */
+/* Collective: a barrier within the wait timeout; failures as hcq_mpi_allreduce_max's. */
 HCQ_MUST_USE hcq_status_t hcq_mpi_barrier(void);
 
 #ifdef __cplusplus

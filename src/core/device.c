@@ -559,10 +559,24 @@ void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...) {
     vsnprintf(dev->lost_reason, sizeof(dev->lost_reason), fmt, ap);
     va_end(ap);
     atomic_store_explicit(&dev->lost, true, memory_order_seq_cst);
+    if (hcq__device_is_remote(dev)) atomic_fetch_add_explicit(&hcq__remote_lost, 1, memory_order_seq_cst);
   }
   pthread_mutex_unlock(&dev->watch_lock);
   if (dev->vt->lost) dev->vt->lost(dev);
   hcq__signal_wake_all();
+}
+
+void hcq__device_lose_if_orphaned(hcq_device_t *dev) {
+  if (!atomic_load_explicit(&hcq__remote_lost, memory_order_acquire) || hcq__device_is_lost(dev)) return;
+  for (int k = 0; k < 2; k++) {
+    hcq__engine_snapshot_t snap = {0};
+    dev->vt->snapshot(dev, (hcq_queue_kind_t)k, &snap);
+    char why[400];
+    if (snap.present && snap.cur && HCQ__HDR_OP(snap.cur[0]) == HCQ__OP_WAIT && hcq__wait_is_orphaned(snap.cur, why, sizeof(why))) {
+      hcq__device_mark_lost(dev, "its %s queue can never move: %s", k ? "copy" : "compute", why);
+      return;
+    }
+  }
 }
 
 hcq_status_t hcq_device_declare_lost(hcq_device_t *dev, const char *reason) {

@@ -690,5 +690,13 @@ hcq_status_t hcq__device_open_with(const char *name, hcq_device_kind_t kind, int
                                    hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx,
                                    hcq_device_t **out);
 static inline bool hcq__device_is_remote(const hcq_device_t *dev) { return dev->caps & HCQ__CAP_REMOTE; }
+/* Remote devices marked lost so far: engines look for orphaned waits only once there is one. */
+extern _Atomic unsigned hcq__remote_lost;
+/* True when the WAIT at cmd is for a signal of a lost remote device: only that device's queues (run
+ * by the MPI layer) set it, so the wait can never end; why names the signal and the device. */
+bool hcq__wait_is_orphaned(const uint32_t *cmd, char *why, size_t why_size);
+/* Marks dev lost when one of its queues is at such a wait (called by engines before they sleep, and
+ * by graph destroys that free a lost device's signals while dev may still wait for them). */
+void hcq__device_lose_if_orphaned(hcq_device_t *dev);
 
 #endif

@@ -326,6 +326,21 @@ bool hcq__signal_lookup(uint64_t addr, char *name, size_t name_size, uint64_t *v
   return s != NULL;
 }
 
+_Atomic unsigned hcq__remote_lost;
+
+bool hcq__wait_is_orphaned(const uint32_t *cmd, char *why, size_t why_size) {
+  if (!atomic_load_explicit(&hcq__remote_lost, memory_order_acquire)) return false;
+  char name[80];
+  uint64_t value = 0;
+  hcq_device_t *owner = NULL;
+  if (!hcq__signal_lookup(hcq__rd64(cmd + HCQ__WAIT_ADDR), name, sizeof(name), &value, &owner) || !owner ||
+      !hcq__device_is_remote(owner) || !hcq__device_is_lost(owner))
+    return false;
+  snprintf(why, why_size, "it waits for signal \"%s\" >= %" PRIu32 " (value %" PRIu64 "), which only %s sets, and %s is lost: %s",
+           name, cmd[HCQ__WAIT_VALUE], value, owner->name, owner->name, owner->lost_reason);
+  return true;
+}
+
 /* ---- public signal objects ---- */
 
 hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, uint64_t value, hcq_signal_t **out) {

@@ -564,6 +564,7 @@ static void wait_for_work(cpu_engine_t *e) {
   uint64_t budget = nblocked ? CPU_INFLIGHT_SPIN_NS : hcq__options()->spin_ns;
   if (budget < hcq__options()->spin_ns) budget = hcq__options()->spin_ns;
   if (spin_until(engine_ready_ctx, e, budget)) return;
+  if (nblocked && (hcq__device_lose_if_orphaned(e->dev), hcq__device_is_lost(e->dev))) return;
   hcq__park_t park;
   _Atomic uint32_t *word = &e->doorbell;
   uint32_t seq = atomic_load_explicit(&e->doorbell, memory_order_seq_cst);

@@ -114,6 +114,8 @@ hcq_status_t hcq_graph_destroy(hcq_graph_t *g) {
       return st;
     }
     hcq_status_free(st);
+    /* A device still waiting for the lost one's signals would wait for freed ones forever. */
+    for (size_t i = 0; i < ndevs; i++) hcq__device_lose_if_orphaned(devs[i]);
     st = g->vt->destroy_anyway(g);
   }
   hcq__runner_deinit(&runner);

@@ -664,10 +664,12 @@ static hcq_status_t hcq_graph_destroy_impl(hcq_graph_t *base) {
 
 static hcq_status_t hcq_graph_destroy_anyway_impl(hcq_graph_t *base) {
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+  /* A device still at its queues may read this graph's signals, whichever device owns them; a lost
+   * one too, until its engine has dropped its work (a CPU engine's completion counter then jumps to
+   * what was submitted). Their memory is kept rather than freed under it. */
   bool busy = false;
   for (size_t d = 0; d < g->ndev; d++) {
     hcq_device_t *dev = base->runner.devices[d];
-    if (hcq__device_is_lost(dev)) continue;
     for (int k = 0; k < 2; k++)
       busy |= dev->vt->completed(dev, (hcq_queue_kind_t)k) < dev->vt->submitted(dev, (hcq_queue_kind_t)k);
   }

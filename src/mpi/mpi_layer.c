@@ -50,20 +50,20 @@ static _Atomic int32_t id_rank[MAX_REMOTE + 1];
 
 /* ---- MPI operations, run by the communication thread ---- */
 
-enum { OP_SEND, OP_RECV, OP_ALLREDUCE_MAX, OP_BARRIER };
+enum { OP_SEND, OP_RECV };
 enum { OPS_NEW, OPS_POSTED, OPS_DONE, OPS_FAILED };
 
 typedef struct op {
   int kind;
   void *buf;
-  int count; /* bytes (SEND, RECV); ints (ALLREDUCE) */
+  int count; /* bytes */
   int peer, tag;
   MPI_Comm comm;
-  int *result; /* ALLREDUCE: in buf, out result */
   MPI_Request req;
   _Atomic uint32_t state;
   char error[160];
   uint64_t posted_ns;
+  bool lost; /* failed because its peer was given up on (op_fail_lost) */
   _Atomic bool abandoned;
   struct op *next; /* on the thread's posted list, or the new list */
 } op_t;
@@ -122,10 +122,15 @@ static struct {
   _Atomic bool peer_failed;
   /* Sequence numbers per peer: eager transfers, control messages. */
   uint32_t *eager_seq, *ctrl_seq;
+  /* Ranks given up on (hcq_mpi_declare_rank_lost, or an MPI error on a request with them): the
+   * reason is written, under lost_lock, before the flag is set, and never changes after. */
+  _Atomic uint8_t *rank_lost;
+  char (*rank_lost_reason)[200];
+  pthread_mutex_t lost_lock;
   pthread_mutex_t seq_lock;
   uint32_t next_gid;
   uint64_t spin_ns; /* HCQ_MPI_SPIN_NS: how long the thread polls MPI back to back while a request is pending */
-} G = {.lock = PTHREAD_MUTEX_INITIALIZER, .seq_lock = PTHREAD_MUTEX_INITIALIZER};
+} G = {.lock = PTHREAD_MUTEX_INITIALIZER, .seq_lock = PTHREAD_MUTEX_INITIALIZER, .lost_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local uint32_t t_build_gid; /* graph being built by this thread (tags its bound lists) */
 
@@ -149,6 +154,27 @@ static void mpi_error_text(int rc, char *out, size_t size) {
   out[n] = '\0';
 }
 
+static bool rank_is_lost(int rank) {
+  return rank >= 0 && rank < G.size && G.rank_lost && atomic_load_explicit(&G.rank_lost[rank], memory_order_acquire);
+}
+
+/* Gives up on rank for good: the communication thread marks its remote devices lost, engines drop
+ * their transfers with it (engine_copy_poll) and control messages with it fail (op_fail_lost). */
+static void rank_mark_lost(int rank, const char *fmt, ...) {
+  if (rank < 0 || rank >= G.size || rank == G.rank || !G.rank_lost) return;
+  pthread_mutex_lock(&G.lost_lock);
+  if (!atomic_load_explicit(&G.rank_lost[rank], memory_order_relaxed)) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(G.rank_lost_reason[rank], sizeof(G.rank_lost_reason[rank]), fmt, ap);
+    va_end(ap);
+    atomic_store_explicit(&G.rank_lost[rank], 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&G.lost_lock);
+  atomic_store(&G.peer_failed, true);
+  wake_thread();
+}
+
 /* The thread posts a new op; true when it is in flight (false: failed, and a user's op may be gone). */
 static bool op_post(op_t *o) {
   int rc = MPI_SUCCESS;
@@ -156,13 +182,11 @@ static bool op_post(op_t *o) {
   switch (o->kind) {
     case OP_SEND: rc = MPI_Isend(o->buf, o->count, MPI_BYTE, o->peer, o->tag, o->comm, &o->req); break;
     case OP_RECV: rc = MPI_Irecv(o->buf, o->count, MPI_BYTE, o->peer, o->tag, o->comm, &o->req); break;
-    case OP_ALLREDUCE_MAX: rc = MPI_Iallreduce(o->buf, o->result, o->count, MPI_INT, MPI_MAX, o->comm, &o->req); break;
-    case OP_BARRIER: rc = MPI_Ibarrier(o->comm, &o->req); break;
     default: break;
   }
   if (rc != MPI_SUCCESS) {
     mpi_error_text(rc, o->error, sizeof(o->error));
-    atomic_store(&G.peer_failed, true);
+    rank_mark_lost(o->peer, "MPI failed a %s it: %s", o->kind == OP_SEND ? "send to" : "receive from", o->error);
     atomic_store_explicit(&o->state, OPS_FAILED, memory_order_release);
     hcq__futex_wake(&o->state);
     return false;
@@ -180,7 +204,7 @@ static bool op_test_quiet(op_t *o) {
   uint32_t state = OPS_DONE;
   if (rc != MPI_SUCCESS) {
     mpi_error_text(rc, o->error, sizeof(o->error));
-    atomic_store(&G.peer_failed, true);
+    rank_mark_lost(o->peer, "MPI failed a %s it: %s", o->kind == OP_SEND ? "send to" : "receive from", o->error);
     state = OPS_FAILED;
   } else if (o->kind == OP_RECV) {
     int got = 0;
@@ -201,37 +225,64 @@ static bool op_test(op_t *o) {
   return true;
 }
 
-/* User threads: hands o to the thread and waits for it within timeout_ms. On a timeout the op stays
- * with the thread (it frees it when it ends) and the caller must not touch it again. */
-static hcq_status_t op_run(op_t *o, int64_t timeout_ms, const char *what) {
-  if (!G.running) return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: the MPI layer is not running", what);
+/* The thread ends a posted op whose peer was given up on: its request is cancelled (a receive) or
+ * left to MPI (a send), and whoever waits for it hears why. */
+static void op_fail_lost(op_t *o) {
+  if (o->kind == OP_RECV) MPI_Cancel(&o->req);
+  MPI_Request_free(&o->req);
+  snprintf(o->error, sizeof(o->error), "rank %d is lost: %s", o->peer, G.rank_lost_reason[o->peer]);
+  o->lost = true;
+  atomic_store_explicit(&o->state, OPS_FAILED, memory_order_release);
+  hcq__futex_wake(&o->state);
+}
+
+static hcq_status_t lost_status(int rank, const char *what) {
+  return hcq_status_make(HCQ_UNAVAILABLE, "%s: rank %d is lost: %s", what, rank, G.rank_lost_reason[rank]);
+}
+
+/* User threads: hands o to the thread (false: its peer is lost, o is not taken). */
+static bool op_submit(op_t *o) {
+  if (rank_is_lost(o->peer)) return false;
   atomic_store(&o->state, OPS_NEW);
   pthread_mutex_lock(&G.lock);
   o->next = G.new_ops;
   G.new_ops = o;
   pthread_mutex_unlock(&G.lock);
   wake_thread();
-  uint64_t deadline = hcq__deadline_after_ms(timeout_ms < 0 ? hcq__options()->wait_timeout_ms : timeout_ms);
+  return true;
+}
+
+/* Waits for a submitted op until deadline_ns. On a timeout the op stays with the thread (it frees it
+ * when it ends) and the caller must not touch it again. */
+static hcq_status_t op_wait(op_t *o, uint64_t deadline_ns, int64_t timeout_ms, const char *what) {
   for (unsigned i = 0;; i++) {
     uint32_t s = atomic_load_explicit(&o->state, memory_order_acquire);
     if (s == OPS_DONE) return NULL;
-    if (s == OPS_FAILED) return hcq_status_make(HCQ_UNAVAILABLE, "%s: MPI failed: %s", what, o->error);
+    if (s == OPS_FAILED) return hcq_status_make(HCQ_UNAVAILABLE, "%s: %s%s", what, o->lost ? "" : "MPI failed: ", o->error);
     uint64_t now = hcq__now_ns();
-    if (deadline && now >= deadline) {
-      atomic_store(&o->abandoned, true);
-      return hcq_status_make(HCQ_TIMEOUT, "%s: %s of %d %s %s rank %d (tag %d) still pending after %" PRId64
-                             " ms: that rank did not take part (did it fail, or does it run a different program?)",
-                             what, o->kind == OP_SEND ? "send" : o->kind == OP_RECV ? "receive" : "collective",
-                             o->count, o->kind <= OP_RECV ? "bytes" : "values",
-                             o->kind == OP_SEND ? "to" : "from", o->peer, o->tag, hcq__options()->wait_timeout_ms);
+    if (deadline_ns && now >= deadline_ns) {
+      hcq_status_t st = hcq_status_make(HCQ_TIMEOUT, "%s: %s of %d bytes %s rank %d (tag %d) still pending after %" PRId64
+                                        " ms: that rank did not take part (did it fail, stop, or run a different program?)",
+                                        what, o->kind == OP_SEND ? "send" : "receive", o->count,
+                                        o->kind == OP_SEND ? "to" : "from", o->peer, o->tag, timeout_ms);
+      atomic_store(&o->abandoned, true); /* the thread's from here on: it may free o at once */
+      return st;
     }
     if (i < 2000) {
       hcq__spin_step(i);
     } else {
-      uint64_t left = deadline ? deadline - now : UINT64_C(1000000);
+      uint64_t left = deadline_ns ? deadline_ns - now : UINT64_C(1000000);
       hcq__futex_wait(&o->state, s, left < UINT64_C(1000000) ? left : UINT64_C(1000000));
     }
   }
+}
+
+/* Both, within the wait timeout. */
+static hcq_status_t op_run(op_t *o, const char *what) {
+  if (!G.running) return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: the MPI layer is not running", what);
+  if (!op_submit(o)) return lost_status(o->peer, what);
+  int64_t ms = hcq__options()->wait_timeout_ms;
+  return op_wait(o, hcq__deadline_after_ms(ms), ms, what);
 }
 
 /* ---- remote device queues ---- */
@@ -409,6 +460,8 @@ static void *comm_main(void *arg) {
       moved = true;
     }
     for (rdev_t *rd = G.devices; rd; rd = rd->next) {
+      if (rank_is_lost(rd->rank) && !hcq__device_is_lost(rd->dev))
+        hcq__device_mark_lost(rd->dev, "rank %d is lost: %s", rd->rank, G.rank_lost_reason[rd->rank]);
       for (int k = 0; k < 2; k++) {
         rqueue_t *q = &rd->q[k];
         if (hcq__device_is_lost(rd->dev)) {
@@ -433,7 +486,9 @@ static void *comm_main(void *arg) {
     for (op_t **p = &posted; *p;) {
       op_t *o = *p, *next = o->next;
       bool abandoned = atomic_load(&o->abandoned); /* once done, a waiting user may free o at once */
-      if (op_test(o)) {
+      bool ended = op_test(o);
+      if (!ended && rank_is_lost(o->peer)) op_fail_lost(o), ended = true;
+      if (ended) {
         *p = next;
         if (abandoned) free(o);
         moved = true;
@@ -817,7 +872,7 @@ static hcq_status_t ctrl_msg(int kind, int peer, void *buf, int bytes, const cha
   o->peer = peer;
   o->tag = (int)next_ctrl_tag(peer);
   o->comm = G.ctrl;
-  hcq_status_t st = op_run(o, -1, what);
+  hcq_status_t st = op_run(o, what);
   if (!st && kind == OP_RECV) memcpy(buf, o->buf, (size_t)bytes);
   if (!st || hcq_status_code(st) != HCQ_TIMEOUT) free(o);
   return st;
@@ -999,6 +1054,11 @@ static void *engine_copy_start(hcq_device_t *dev, const uint32_t *w) {
                                                                                    : "more than 2^31-1 bytes");
     return NULL;
   }
+  if (rank_is_lost(peer)) {
+    hcq__device_mark_lost(dev, "its queue reached a %s rank %d, which is lost: %s", send ? "send to" : "receive from",
+                          peer, G.rank_lost_reason[peer]);
+    return NULL;
+  }
   op_t *o = calloc(1, sizeof(*o));
   if (!o) {
     hcq__device_mark_lost(dev, "out of memory for an MPI request");
@@ -1018,9 +1078,19 @@ static void *engine_copy_start(hcq_device_t *dev, const uint32_t *w) {
   return o;
 }
 
+static void engine_copy_drop(void *op);
+
 static int engine_copy_poll(hcq_device_t *dev, void *op) {
   op_t *o = op;
-  if (!op_test_quiet(o)) return 0;
+  if (!op_test_quiet(o)) {
+    if (!rank_is_lost(o->peer)) return 0;
+    /* The queue cannot move past a transfer that will never complete. */
+    hcq__device_mark_lost(dev, "its %s of %d bytes %s rank %d cannot complete: rank %d is lost: %s",
+                          o->kind == OP_SEND ? "send" : "receive", o->count, o->kind == OP_SEND ? "to" : "from",
+                          o->peer, o->peer, G.rank_lost_reason[o->peer]);
+    engine_copy_drop(o);
+    return -1;
+  }
   bool ok = atomic_load_explicit(&o->state, memory_order_acquire) == OPS_DONE;
   if (!ok)
     hcq__device_mark_lost(dev, "MPI %s rank %d failed: %s", o->kind == OP_SEND ? "send to" : "receive from", o->peer,
@@ -1051,6 +1121,14 @@ static hcq__remote_hooks_t hooks = {
 };
 
 /* ---- public API ---- */
+
+static void free_rank_tables(void) {
+  free(G.eager_seq), free(G.ctrl_seq);
+  free((void *)G.rank_lost), free(G.rank_lost_reason);
+  G.eager_seq = G.ctrl_seq = NULL;
+  G.rank_lost = NULL;
+  G.rank_lost_reason = NULL;
+}
 
 hcq_status_t hcq_mpi_init(MPI_Comm comm) {
   int inited = 0, level = 0;
@@ -1094,15 +1172,17 @@ hcq_status_t hcq_mpi_init(MPI_Comm comm) {
   G.tag_ub = flag && ub ? *ub : 32767;
   G.eager_seq = calloc((size_t)G.size, sizeof(uint32_t));
   G.ctrl_seq = calloc((size_t)G.size, sizeof(uint32_t));
-  if (!G.eager_seq || !G.ctrl_seq) {
-    free(G.eager_seq), free(G.ctrl_seq);
+  G.rank_lost = calloc((size_t)G.size, sizeof(*G.rank_lost));
+  G.rank_lost_reason = calloc((size_t)G.size, sizeof(*G.rank_lost_reason));
+  if (!G.eager_seq || !G.ctrl_seq || !G.rank_lost || !G.rank_lost_reason) {
+    free_rank_tables();
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "hcq_mpi_init: out of memory");
   }
   G.next_gid = 0;
   atomic_store(&G.stop, false);
   atomic_store(&G.peer_failed, false);
   if (pthread_create(&G.thread, NULL, comm_main, NULL)) {
-    free(G.eager_seq), free(G.ctrl_seq);
+    free_rank_tables();
     return hcq_status_make(HCQ_UNAVAILABLE, "hcq_mpi_init: cannot start the communication thread");
   }
   G.running = true;
@@ -1149,8 +1229,7 @@ hcq_status_t hcq_mpi_finalize(void) {
     MPI_Comm_free(&G.data);
     MPI_Comm_free(&G.ctrl);
   }
-  free(G.eager_seq), free(G.ctrl_seq);
-  G.eager_seq = G.ctrl_seq = NULL;
+  free_rank_tables();
   if (G.own_mpi && !failed) {
 #ifdef __SANITIZE_ADDRESS__
     /* Open MPI drops, without freeing, what MPI_Init allocated, and unmaps its components, so the
@@ -1170,6 +1249,28 @@ int hcq_mpi_size(void) { return G.running ? G.size : 1; }
 int hcq_mpi_device_rank(const hcq_device_t *device) { return device ? dev_rank(device) : -1; }
 bool hcq_mpi_buffer_is_remote(const hcq_buffer_t *buf) { return buf && hcq__device_is_remote(buf->dev); }
 bool hcq_mpi_peer_failed(void) { return atomic_load(&G.peer_failed); }
+
+hcq_status_t hcq_mpi_declare_rank_lost(int rank, const char *reason) {
+  if (!G.running) return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_mpi_declare_rank_lost: the MPI layer is not running");
+  if (rank < 0 || rank >= G.size)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_declare_rank_lost: no rank %d (%d ranks)", rank, G.size);
+  if (rank == G.rank)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_declare_rank_lost: rank %d is this process", rank);
+  rank_mark_lost(rank, "%s", reason && *reason ? reason : "declared lost by the application");
+  /* Its remote devices at once (the communication thread would soon): the caller may look next. */
+  pthread_mutex_lock(&G.lock);
+  for (rdev_t *rd = G.devices; rd; rd = rd->next)
+    if (rd->rank == rank) hcq__device_mark_lost(rd->dev, "rank %d is lost: %s", rank, G.rank_lost_reason[rank]);
+  pthread_mutex_unlock(&G.lock);
+  return NULL;
+}
+
+hcq_status_t hcq_mpi_rank_health(int rank) {
+  if (!G.running) return rank == 0 ? NULL : hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_rank_health: no rank %d (1 rank)", rank);
+  if (rank < 0 || rank >= G.size)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_rank_health: no rank %d (%d ranks)", rank, G.size);
+  return rank_is_lost(rank) ? lost_status(rank, "hcq_mpi_rank_health") : NULL;
+}
 
 hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size) {
   if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_fetch: buffer is NULL");
@@ -1196,36 +1297,137 @@ hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size
   return NULL;
 }
 
-hcq_status_t hcq_mpi_allreduce_max(int value, int *out_max) {
-  if (!out_max) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_allreduce_max: out_max is NULL");
-  if (!G.running) {
-    *out_max = value;
-    return NULL;
+/* Ops handed to the thread together, waited for with one deadline: their peers' ranks in order,
+ * each op a control message of count bytes (sent from buf, or received into it). */
+typedef struct ctrl_batch {
+  op_t *ops[64];
+  size_t n;
+} ctrl_batch_t;
+
+/* Ends a batch: ops still in flight are left to the thread (abandoned), the others freed. */
+static void batch_free(ctrl_batch_t *b) {
+  for (size_t i = 0; i < b->n; i++) {
+    op_t *o = b->ops[i];
+    uint32_t s = o ? atomic_load_explicit(&o->state, memory_order_acquire) : OPS_DONE;
+    if (o && (s == OPS_NEW || s == OPS_POSTED)) atomic_store(&o->abandoned, true);
+    else free(o);
   }
-  op_t *o = calloc(1, sizeof(*o) + 2 * sizeof(int));
-  if (!o) return hcq_status_make(HCQ_OUT_OF_MEMORY, "hcq_mpi_allreduce_max: out of memory");
-  int *vals = (int *)(o + 1);
-  vals[0] = value;
-  o->kind = OP_ALLREDUCE_MAX;
-  o->buf = &vals[0];
-  o->result = &vals[1];
-  o->count = 1;
-  o->peer = -1;
+  b->n = 0;
+}
+
+/* A control message of bytes with peer, handed to the thread as part of b (NULL: sent or posted). */
+static hcq_status_t batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf, int bytes, const char *what) {
+  op_t *o = calloc(1, sizeof(*o) + (size_t)bytes);
+  if (!o) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory", what);
+  o->kind = kind;
+  o->buf = o + 1;
+  if (kind == OP_SEND) memcpy(o->buf, buf, (size_t)bytes);
+  o->count = bytes;
+  o->peer = peer;
+  o->tag = (int)next_ctrl_tag(peer);
   o->comm = G.ctrl;
-  hcq_status_t st = op_run(o, -1, "hcq_mpi_allreduce_max");
-  if (!st) *out_max = vals[1];
-  if (!st || hcq_status_code(st) != HCQ_TIMEOUT) free(o);
+  if (!op_submit(o)) {
+    free(o);
+    return lost_status(peer, what);
+  }
+  b->ops[b->n++] = o;
+  return NULL;
+}
+
+/* Waits for op i of b; a timed-out op is the thread's from then on, so b forgets it. */
+static hcq_status_t batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns, int64_t timeout_ms, const char *what) {
+  hcq_status_t st = op_wait(b->ops[i], deadline_ns, timeout_ms, what);
+  if (st && hcq_status_code(st) == HCQ_TIMEOUT) b->ops[i] = NULL;
   return st;
 }
 
-hcq_status_t hcq_mpi_barrier(void) {
-  if (!G.running) return NULL;
-  op_t *o = calloc(1, sizeof(*o));
-  if (!o) return hcq_status_make(HCQ_OUT_OF_MEMORY, "hcq_mpi_barrier: out of memory");
-  o->kind = OP_BARRIER;
-  o->peer = -1;
-  o->comm = G.ctrl;
-  hcq_status_t st = op_run(o, -1, "hcq_mpi_barrier");
-  if (!st || hcq_status_code(st) != HCQ_TIMEOUT) free(o);
+/* Waits for every op of b and ends it: the first failure. */
+static hcq_status_t batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t timeout_ms, const char *what) {
+  hcq_status_t st = NULL;
+  for (size_t i = 0; i < b->n; i++) {
+    hcq_status_t w = batch_wait(b, i, deadline_ns, timeout_ms, what);
+    if (w && !st) st = w;
+    else hcq_status_free(w);
+  }
+  batch_free(b);
   return st;
+}
+
+/* The earlier of two outcomes (the later one is dropped). */
+static hcq_status_t first_status(hcq_status_t a, hcq_status_t b) {
+  if (!a) return b;
+  hcq_status_free(b);
+  return a;
+}
+
+/* Rank 0 gathers every value, takes the maximum and sends it back with the first rank that did not
+ * take part: unlike an MPI collective, a failure names the rank. The others wait for rank 0 a second
+ * longer than it waits for them, so they hear its verdict rather than time out first. */
+static hcq_status_t agree_max(int value, int *out_max, const char *what) {
+  if (!G.running || G.size == 1) {
+    *out_max = value;
+    return NULL;
+  }
+  int64_t ms = hcq__options()->wait_timeout_ms;
+  ctrl_batch_t b = {.n = 0};
+  hcq_status_t st = NULL;
+  /* The reply: the maximum, and the rank that did not take part (-1: every rank did; 0: rank 0
+   * could not gather for another reason, in its own message). */
+  int32_t reply[2] = {value, -1};
+  if (G.rank != 0) {
+    int64_t longer = ms > INT64_MAX - 1000 ? ms : ms + 1000;
+    uint64_t deadline = hcq__deadline_after_ms(longer);
+    st = batch_add(&b, OP_SEND, 0, &(int32_t){value}, sizeof(int32_t), what);
+    if (!st) st = batch_add(&b, OP_RECV, 0, NULL, sizeof(reply), what);
+    for (size_t i = 0; i < b.n && !st; i++) st = batch_wait(&b, i, deadline, longer, what);
+    if (!st) memcpy(reply, b.ops[1] + 1, sizeof(reply));
+    batch_free(&b);
+    if (!st && reply[1] > 0)
+      st = hcq_status_make(HCQ_TIMEOUT, "%s: rank %d did not take part within %" PRId64 " ms (rank 0 waited for it: "
+                           "did it fail, stop, or run a different program?)", what, (int)reply[1], ms);
+    else if (!st && reply[1] == 0)
+      st = hcq_status_make(HCQ_UNAVAILABLE, "%s: rank 0 could not gather every rank's value (its message says why)", what);
+    if (!st) *out_max = reply[0];
+    return st;
+  }
+  uint64_t deadline = hcq__deadline_after_ms(ms);
+  for (int first = 1; first < G.size && !st; first += 64) { /* 64 ranks at a time: a batch's size */
+    int last = first + 63 < G.size ? first + 63 : G.size - 1;
+    for (int r = first; r <= last && !st; r++) {
+      st = batch_add(&b, OP_RECV, r, NULL, sizeof(int32_t), what);
+      if (st && rank_is_lost(r)) reply[1] = r;
+    }
+    for (size_t i = 0; i < b.n && !st; i++) {
+      int peer = b.ops[i]->peer;
+      st = batch_wait(&b, i, deadline, ms, what);
+      if (st && (hcq_status_code(st) == HCQ_TIMEOUT || rank_is_lost(peer))) reply[1] = peer;
+      int32_t v;
+      if (!st) memcpy(&v, b.ops[i] + 1, sizeof(v));
+      if (!st && v > reply[0]) reply[0] = v;
+    }
+    batch_free(&b);
+  }
+  if (st && reply[1] < 0) reply[1] = 0;
+  /* Every rank that took part hears the outcome, so none times out in turn; the sends are small,
+   * and a rank that is there takes them within a second. */
+  uint64_t reply_deadline = hcq__deadline_after_ms(1000);
+  for (int r = 1; r < G.size; r++) {
+    if (r == reply[1] || rank_is_lost(r)) continue;
+    hcq_status_t sent = batch_add(&b, OP_SEND, r, reply, sizeof(reply), what);
+    if (!sent && b.n == 64) sent = batch_drain(&b, reply_deadline, 1000, what);
+    st = first_status(st, sent);
+  }
+  st = first_status(st, batch_drain(&b, reply_deadline, 1000, what));
+  if (!st) *out_max = reply[0];
+  return st;
+}
+
+hcq_status_t hcq_mpi_allreduce_max(int value, int *out_max) {
+  if (!out_max) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_allreduce_max: out_max is NULL");
+  return agree_max(value, out_max, "hcq_mpi_allreduce_max");
+}
+
+hcq_status_t hcq_mpi_barrier(void) {
+  int unused;
+  return agree_max(0, &unused, "hcq_mpi_barrier");
 }

@@ -69,5 +69,44 @@ then ok "demo --ranks 2: the tokens of one process"; else fail "demo --ranks 2: 
 mpi 2 shm "$HCQ" demo --ranks 3 >"$T/d3.txt" 2>&1
 grep -q 'expected 1 or 2' "$T/d3.txt" && ok "demo --ranks 3 refused" || fail "demo --ranks 3: $(cat "$T/d3.txt")"
 
+# A rank that stops (SIGSTOP) or is killed mid-run: rank 0 reports within the wait timeout + 1 s,
+# naming the rank, then gives up on it (no second wait per object while tearing down) and ends the
+# whole job with MPI_Abort, also under --mca orte_abort_on_non_zero_status 0, where mpirun used to
+# stay up after both ranks were gone (docs/mpi.md).
+stamp() { while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done; }
+lost_rank() { # lost_rank NAME SIGNAL shm|tcp [mpirun options]
+  local name=$1 sig=$2 tr=$3
+  shift 3
+  rm -f "$T"/pid.* "$T/lost.rc"
+  (HCQ_WAIT_TIMEOUT_MS=2000 mpi 2 "$tr" "$@" sh -c 'echo $$ >"$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$1" run "$2" \
+     --device-map CPU:1=1/CPU:0 --repeat 100000000' "$T" "$HCQ" "$EX/pipeline_two_devices.json" 2>&1 | stamp >"$T/lost.txt"
+   echo "${PIPESTATUS[0]}" >"$T/lost.rc") &
+  local job=$! i
+  # Both ranks past MPI_Init (their hcq-mpi thread runs: MPI errors are no longer fatal), then
+  # replays under way.
+  started() { [ -s "$T/pid.$1" ] && grep -qs '^hcq-mpi$' /proc/"$(cat "$T/pid.$1")"/task/*/comm; }
+  for i in $(seq 300); do started 0 && started 1 && break; sleep 0.1; done
+  sleep 2
+  local stopped=$EPOCHREALTIME
+  kill "-$sig" "$(cat "$T/pid.1")"
+  wait "$job"
+  local ended=$EPOCHREALTIME
+  kill -KILL "$(cat "$T/pid.1")" 2>/dev/null
+  local first rc
+  first=$(grep -m1 'hcq (rank 0):' "$T/lost.txt" | cut -d' ' -f1)
+  rc=$(cat "$T/lost.rc" 2>/dev/null)
+  if [ -z "$first" ]; then fail "$name: rank 0 reported nothing (exit \"$rc\"): $(tail -5 "$T/lost.txt")"; return; fi
+  local ok=1
+  awk -v a="$stopped" -v b="$first" 'BEGIN { exit !(b - a <= 3.0) }' || { ok=0; fail "$name: rank 0 reported $(awk -v a="$stopped" -v b="$first" 'BEGIN { printf "%.2f", b - a }') s after the stop (timeout 2 s + 1 s allowed)"; }
+  awk -v a="$stopped" -v b="$ended" 'BEGIN { exit !(b - a <= 5.0) }' || { ok=0; fail "$name: the job ended $(awk -v a="$stopped" -v b="$ended" 'BEGIN { printf "%.2f", b - a }') s after the stop (5 s allowed)"; }
+  grep 'hcq (rank 0):' -A8 "$T/lost.txt" | grep -q 'rank 1' || { ok=0; fail "$name: rank 0's report does not name rank 1: $(grep -A8 'hcq (rank 0):' "$T/lost.txt" | head -9)"; }
+  # MPI_Abort's status (3, a runtime failure); mpirun reports a rank killed by a signal as 137.
+  case "$sig:$rc" in STOP:3 | KILL:3 | KILL:137) ;; *) ok=0; fail "$name: mpirun exit status \"$rc\"" ;; esac
+  [ "$ok" = 1 ] && ok "$name: rank 0 reported in $(awk -v a="$stopped" -v b="$first" 'BEGIN { printf "%.2f", b - a }') s, the job ended in $(awk -v a="$stopped" -v b="$ended" 'BEGIN { printf "%.2f", b - a }') s (exit $rc)"
+}
+lost_rank "rank 1 stopped, shm" STOP shm
+lost_rank "rank 1 stopped, tcp, transfers on the communication thread" STOP tcp -x HCQ_MPI_COPIES=thread
+lost_rank "rank 1 killed, orte_abort_on_non_zero_status 0" KILL shm --mca orte_abort_on_non_zero_status 0
+
 [ "$fails" = 0 ] && echo "all mpi cli checks passed"
 exit "$fails"

@@ -9,6 +9,9 @@
  *   mpi_test mismatch   rank 1 builds a different item: every rank gets the error naming item 2
  *   mpi_test hang       rank 1 never replays: rank 0's replay times out naming rank 1, bytes, tag
  *   mpi_test kill       rank 1 dies before the replay: rank 0 fails (no hang) naming rank 1
+ *   mpi_test stopped    rank 1 stops: rank 0's replay fails in time naming it; once rank 0 declares
+ *                       it lost, control calls fail at once and teardown waits for nothing
+ *   mpi_test absent     rank 1 is late to an allreduce: every rank's error names it
  * Prints "mpi_test SCENARIO: ok" on rank 0 and exits 0 on success. */
 #include <signal.h>
 #include <inttypes.h>
@@ -482,6 +485,113 @@ static void scenario_fault(bool kill_rank) {
   small_graph_free(d0, d1, bufs, progs);
 }
 
+static double seconds_since(const struct timespec *t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static double wait_timeout_s(void) {
+  const char *t = getenv("HCQ_WAIT_TIMEOUT_MS");
+  return (t ? atof(t) : 30000) / 1000;
+}
+
+/* A failure whose code and message are as expected (die otherwise). */
+static void expect_error(int line, hcq_status_t st, hcq_status_code_t code, const char *needle) {
+  if (!st || hcq_status_code(st) != code || !strstr(hcq_status_message(st), needle)) {
+    fprintf(stderr, "mpi_test rank %d: line %d: expected %s naming \"%s\", got %s: %s\n", rank, line,
+            hcq_status_code_name(code), needle, st ? hcq_status_code_name(hcq_status_code(st)) : "OK",
+            st ? hcq_status_message(st) : "");
+    _exit(1);
+  }
+  hcq_status_free(st);
+}
+
+/* Rank 1 stops (SIGSTOP) before a replay, as a process stopped by a debugger or the scheduler would:
+ * rank 0's replay fails at the wait timeout naming it. Once rank 0 gives up on it
+ * (hcq_mpi_declare_rank_lost), tearing everything down takes no timeout per object, and control
+ * calls with it fail at once naming it. Rank 0 then kills it. */
+static void scenario_stopped(void) {
+  EXPECT(size == 2);
+  hcq_graph_t *g = NULL;
+  hcq_device_t *d0, *d1;
+  hcq_buffer_t *bufs[3];
+  hcq_program_t *progs[2];
+  OK(small_graph(false, &g, &d0, &d1, bufs, progs));
+  OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL)); /* one good replay first */
+  int pid = (int)getpid(), pids[2] = {0, 0};
+  MPI_Allgather(&pid, 1, MPI_INT, pids, 1, MPI_INT, MPI_COMM_WORLD);
+  OK(hcq_mpi_barrier());
+  if (rank == 1) {
+    raise(SIGSTOP);
+    _exit(0); /* continued: the job is over */
+  }
+  double timeout = wait_timeout_s();
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  hcq_status_t st = hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL);
+  double found = seconds_since(&t0);
+  printf("rank 0: the replay failed after %.2f s\n", found);
+  expect_error(__LINE__, st, HCQ_TIMEOUT, "rank 1");
+  EXPECT(found <= timeout + 1.0);
+
+  OK(hcq_mpi_rank_health(1));
+  expect_error(__LINE__, hcq_mpi_declare_rank_lost(0, NULL), HCQ_INVALID_ARGUMENT, "this process");
+  expect_error(__LINE__, hcq_mpi_declare_rank_lost(2, NULL), HCQ_OUT_OF_RANGE, "no rank 2");
+  expect_error(__LINE__, hcq_mpi_rank_health(-1), HCQ_OUT_OF_RANGE, "no rank -1");
+  OK(hcq_mpi_declare_rank_lost(1, "it stopped answering (mpi_test)"));
+  EXPECT(hcq_mpi_peer_failed());
+  expect_error(__LINE__, hcq_mpi_rank_health(1), HCQ_UNAVAILABLE, "rank 1 is lost: it stopped answering (mpi_test)");
+
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  /* Control calls with the lost rank fail at once, naming it. */
+  int most = 0;
+  expect_error(__LINE__, hcq_mpi_allreduce_max(1, &most), HCQ_UNAVAILABLE, "rank 1 is lost");
+  expect_error(__LINE__, hcq_mpi_barrier(), HCQ_UNAVAILABLE, "rank 1 is lost");
+  int32_t got[N];
+  expect_error(__LINE__, hcq_mpi_fetch(bufs[1], 0, got, sizeof(got)), HCQ_UNAVAILABLE, "rank 1 is lost");
+  /* Its remote device is lost; so is the local one whose queue holds (engines) or waits for (the
+   * communication thread's queue) the transfer with it. */
+  expect_error(__LINE__, hcq_device_health(d1), HCQ_DEVICE_LOST, "rank 1 is lost");
+  OK(hcq_graph_destroy(g));
+  for (int i = 0; i < 3; i++) hcq_buffer_release(bufs[i]);
+  for (int i = 0; i < 2; i++) hcq_program_release(progs[i]);
+  expect_error(__LINE__, hcq_device_synchronize(d0), HCQ_DEVICE_LOST, "rank 1");
+  OK(hcq_device_close(d0));
+  OK(hcq_device_close(d1));
+  double teardown = seconds_since(&t0);
+  printf("rank 0: control calls and teardown took %.3f s (wait timeout %.1f s)\n", teardown, timeout);
+  EXPECT(teardown < timeout / 2);
+  printf("mpi_test stopped: ok\n");
+  fflush(stdout);
+  kill((pid_t)pids[1], SIGKILL);
+  _exit(0); /* a lost peer: MPI_Finalize could wait for it */
+}
+
+/* Rank 1 comes late to hcq_mpi_allreduce_max (past the wait timeout): every rank's error names rank
+ * 1, rank 0's after the timeout and the others', told by rank 0, soon after. */
+static void scenario_absent(void) {
+  double timeout = wait_timeout_s();
+  int most = 0;
+  if (rank == 1) {
+    struct timespec late = {(time_t)(timeout * 1.5), (long)((timeout * 1.5 - (double)(time_t)(timeout * 1.5)) * 1e9)};
+    nanosleep(&late, NULL);
+    hcq_status_free(hcq_mpi_allreduce_max(rank, &most)); /* rank 0 gave up on it: no reply comes */
+    _exit(0);
+  }
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  hcq_status_t st = hcq_mpi_allreduce_max(rank, &most);
+  double s = seconds_since(&t0);
+  printf("rank %d: %.2f s: %s\n", rank, s, st ? hcq_status_message(st) : "OK");
+  fflush(stdout);
+  expect_error(__LINE__, st, HCQ_TIMEOUT, "rank 1");
+  EXPECT(s >= timeout - 0.1 && s <= timeout + 1.5);
+  if (rank == 0) printf("mpi_test absent: ok\n");
+  fflush(stdout);
+  _exit(0);
+}
+
 /* Ranks started unbound on one machine (run_mpi_test.sh: --bind-to none) start their cores at
  * their own share (local rank r of n at core r * cores / n) and keep every core, so their CPU
  * engines are not all pinned to the first core; with more ranks than cores, the engine of local
@@ -625,7 +735,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc != 2 || size > MAXR) {
-    if (rank == 0) fprintf(stderr, "usage: mpirun -np N (N <= %d) mpi_test eager|graph|mismatch|hang|kill|idle|layout|hostruns|badspin|badcopies|badhostruns\n", MAXR);
+    if (rank == 0) fprintf(stderr, "usage: mpirun -np N (N <= %d) mpi_test eager|graph|mismatch|hang|kill|stopped|absent|idle|layout|hostruns|badspin|badcopies|badhostruns\n", MAXR);
     MPI_Finalize();
     return 2;
   }
@@ -657,6 +767,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "mismatch")) scenario_mismatch();
   else if (!strcmp(s, "hang")) scenario_fault(false);
   else if (!strcmp(s, "kill")) scenario_fault(true);
+  else if (!strcmp(s, "stopped")) scenario_stopped();
+  else if (!strcmp(s, "absent")) scenario_absent();
   else if (!strcmp(s, "idle")) scenario_idle();
   else if (!strcmp(s, "layout")) scenario_layout();
   else if (!strcmp(s, "hostruns")) scenario_hostruns();
