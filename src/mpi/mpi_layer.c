@@ -218,7 +218,7 @@ static bool op_test_quiet(op_t *o) {
   return true;
 }
 
-/* The same, waking a user thread that waits for o (op_run). */
+/* The same, waking a user thread that waits for o (op_wait). */
 static bool op_test(op_t *o) {
   if (!op_test_quiet(o)) return false;
   hcq__futex_wake(&o->state);
@@ -275,14 +275,6 @@ static hcq_status_t op_wait(op_t *o, uint64_t deadline_ns, int64_t timeout_ms, c
       hcq__futex_wait(&o->state, s, left < UINT64_C(1000000) ? left : UINT64_C(1000000));
     }
   }
-}
-
-/* Both, within the wait timeout. */
-static hcq_status_t op_run(op_t *o, const char *what) {
-  if (!G.running) return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: the MPI layer is not running", what);
-  if (!op_submit(o)) return lost_status(o->peer, what);
-  int64_t ms = hcq__options()->wait_timeout_ms;
-  return op_wait(o, hcq__deadline_after_ms(ms), ms, what);
 }
 
 /* ---- remote device queues ---- */
@@ -860,9 +852,29 @@ static uint32_t next_ctrl_tag(int peer) {
   return G.tag_ub > 0 && (int)t > G.tag_ub ? t % (uint32_t)(G.tag_ub + 1) : t;
 }
 
-/* The bytes travel through the op's own memory, so a caller that timed out may drop its buffer while
- * the request stays with the thread. */
-static hcq_status_t ctrl_msg(int kind, int peer, void *buf, int bytes, const char *what) {
+/* Ops handed to the thread together, waited for with one deadline: their peers' ranks in order,
+ * each op a control message of count bytes (sent from buf, or received into it). */
+typedef struct ctrl_batch {
+  op_t *ops[64];
+  size_t n;
+} ctrl_batch_t;
+
+/* Ends a batch: ops still in flight are left to the thread (abandoned), the others freed. */
+static void batch_free(ctrl_batch_t *b) {
+  for (size_t i = 0; i < b->n; i++) {
+    op_t *o = b->ops[i];
+    uint32_t s = o ? atomic_load_explicit(&o->state, memory_order_acquire) : OPS_DONE;
+    if (o && (s == OPS_NEW || s == OPS_POSTED)) atomic_store(&o->abandoned, true);
+    else free(o);
+  }
+  b->n = 0;
+}
+
+/* A control message of bytes with peer, handed to the thread as part of b (NULL: sent or posted). The
+ * bytes travel through the op's own memory, so a caller that timed out may drop its buffer while the
+ * request stays with the thread. */
+static hcq_status_t batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf, int bytes, const char *what) {
+  if (!G.running) return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: the MPI layer is not running", what);
   op_t *o = calloc(1, sizeof(*o) + (size_t)bytes);
   if (!o) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory", what);
   o->kind = kind;
@@ -872,9 +884,48 @@ static hcq_status_t ctrl_msg(int kind, int peer, void *buf, int bytes, const cha
   o->peer = peer;
   o->tag = (int)next_ctrl_tag(peer);
   o->comm = G.ctrl;
-  hcq_status_t st = op_run(o, what);
-  if (!st && kind == OP_RECV) memcpy(buf, o->buf, (size_t)bytes);
-  if (!st || hcq_status_code(st) != HCQ_TIMEOUT) free(o);
+  if (!op_submit(o)) {
+    free(o);
+    return lost_status(peer, what);
+  }
+  b->ops[b->n++] = o;
+  return NULL;
+}
+
+/* Waits for op i of b; a timed-out op is the thread's from then on, so b forgets it. */
+static hcq_status_t batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns, int64_t timeout_ms, const char *what) {
+  hcq_status_t st = op_wait(b->ops[i], deadline_ns, timeout_ms, what);
+  if (st && hcq_status_code(st) == HCQ_TIMEOUT) b->ops[i] = NULL;
+  return st;
+}
+
+/* Waits for every op of b and ends it: the first failure. */
+static hcq_status_t batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t timeout_ms, const char *what) {
+  hcq_status_t st = NULL;
+  for (size_t i = 0; i < b->n; i++) {
+    hcq_status_t w = batch_wait(b, i, deadline_ns, timeout_ms, what);
+    if (w && !st) st = w;
+    else hcq_status_free(w);
+  }
+  batch_free(b);
+  return st;
+}
+
+/* The earlier of two outcomes (the later one is dropped). */
+static hcq_status_t first_status(hcq_status_t a, hcq_status_t b) {
+  if (!a) return b;
+  hcq_status_free(b);
+  return a;
+}
+
+/* One control message within the wait timeout. */
+static hcq_status_t ctrl_msg(int kind, int peer, void *buf, int bytes, const char *what) {
+  ctrl_batch_t b = {.n = 0};
+  hcq_status_t st = batch_add(&b, kind, peer, buf, bytes, what);
+  int64_t ms = hcq__options()->wait_timeout_ms;
+  if (!st) st = batch_wait(&b, 0, hcq__deadline_after_ms(ms), ms, what);
+  if (!st && kind == OP_RECV) memcpy(buf, b.ops[0] + 1, (size_t)bytes);
+  batch_free(&b);
   return st;
 }
 
@@ -1295,69 +1346,6 @@ hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size
     return ctrl_msg(OP_RECV, owner, dst, (int)size, "hcq_mpi_fetch");
   }
   return NULL;
-}
-
-/* Ops handed to the thread together, waited for with one deadline: their peers' ranks in order,
- * each op a control message of count bytes (sent from buf, or received into it). */
-typedef struct ctrl_batch {
-  op_t *ops[64];
-  size_t n;
-} ctrl_batch_t;
-
-/* Ends a batch: ops still in flight are left to the thread (abandoned), the others freed. */
-static void batch_free(ctrl_batch_t *b) {
-  for (size_t i = 0; i < b->n; i++) {
-    op_t *o = b->ops[i];
-    uint32_t s = o ? atomic_load_explicit(&o->state, memory_order_acquire) : OPS_DONE;
-    if (o && (s == OPS_NEW || s == OPS_POSTED)) atomic_store(&o->abandoned, true);
-    else free(o);
-  }
-  b->n = 0;
-}
-
-/* A control message of bytes with peer, handed to the thread as part of b (NULL: sent or posted). */
-static hcq_status_t batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf, int bytes, const char *what) {
-  op_t *o = calloc(1, sizeof(*o) + (size_t)bytes);
-  if (!o) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory", what);
-  o->kind = kind;
-  o->buf = o + 1;
-  if (kind == OP_SEND) memcpy(o->buf, buf, (size_t)bytes);
-  o->count = bytes;
-  o->peer = peer;
-  o->tag = (int)next_ctrl_tag(peer);
-  o->comm = G.ctrl;
-  if (!op_submit(o)) {
-    free(o);
-    return lost_status(peer, what);
-  }
-  b->ops[b->n++] = o;
-  return NULL;
-}
-
-/* Waits for op i of b; a timed-out op is the thread's from then on, so b forgets it. */
-static hcq_status_t batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns, int64_t timeout_ms, const char *what) {
-  hcq_status_t st = op_wait(b->ops[i], deadline_ns, timeout_ms, what);
-  if (st && hcq_status_code(st) == HCQ_TIMEOUT) b->ops[i] = NULL;
-  return st;
-}
-
-/* Waits for every op of b and ends it: the first failure. */
-static hcq_status_t batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t timeout_ms, const char *what) {
-  hcq_status_t st = NULL;
-  for (size_t i = 0; i < b->n; i++) {
-    hcq_status_t w = batch_wait(b, i, deadline_ns, timeout_ms, what);
-    if (w && !st) st = w;
-    else hcq_status_free(w);
-  }
-  batch_free(b);
-  return st;
-}
-
-/* The earlier of two outcomes (the later one is dropped). */
-static hcq_status_t first_status(hcq_status_t a, hcq_status_t b) {
-  if (!a) return b;
-  hcq_status_free(b);
-  return a;
 }
 
 /* Rank 0 gathers every value, takes the maximum and sends it back with the first rank that did not
