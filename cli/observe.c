@@ -84,6 +84,32 @@ hcq_status_t cli_observe_finish(const cli_observe_t *o, hcq_jit_t *jit, const hc
   return st;
 }
 
+/* What the first device of each kind present has, as its driver or the host says. */
+static void print_device_memory(void) {
+  hcq_device_info_t infos[HCQ_DEVICE_KIND_COUNT];
+  size_t n = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
+  for (size_t i = 0; i < n && i < HCQ_DEVICE_KIND_COUNT; i++) {
+    if (!infos[i].available) continue;
+    char name[32];
+    snprintf(name, sizeof(name), "%s:0", hcq_device_kind_name(infos[i].kind));
+    hcq_device_t *dev = NULL;
+    hcq_device_memory_t m;
+    hcq_status_t st = hcq_device_open(name, &dev);
+    if (!st) st = hcq_device_memory(dev, &m);
+    if (st) {
+      printf("device memory %s: unknown (%s)\n", name, hcq_status_message(st));
+    } else {
+      char total[24], avail[24];
+      format_bytes(m.total, total, sizeof(total));
+      format_bytes(m.available, avail, sizeof(avail));
+      printf("device memory %s: %s, %s available (%s)\n", name, m.total ? total : "size unknown",
+             m.available ? avail : "unknown", m.source);
+    }
+    hcq_status_free(st);
+    if (dev) hcq_status_free(hcq_device_close(dev));
+  }
+}
+
 void cli_info_memory(void) {
   print_kernel_cache();
   hcq_device_t *dev = NULL;
@@ -92,4 +118,5 @@ void cli_info_memory(void) {
   if (st) printf("memory CPU:0: unknown (%s)\n", hcq_status_message(st));
   hcq_status_free(st);
   hcq_status_free(hcq_device_close(dev));
+  print_device_memory();
 }

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <dlfcn.h>
+#include <inttypes.h>
 #include <time.h>
 
 #include "test_util.h"
@@ -121,6 +122,32 @@ Test(cuda, eager_launch_and_host_copies_compute_the_hand_computed_result) {
   hcq_buffer_release(by);
   hcq_program_release(p);
   hcq_program_release(add);
+  test_close(d);
+}
+
+/* The driver's own numbers (cuMemGetInfo), not hcq's counters: a buffer's memory leaves the
+ * available bytes while it lives and comes back once released. */
+Test(cuda, device_memory_comes_from_the_driver_and_follows_a_buffer) {
+  hcq_device_t *d = open_or_skip(0);
+  const uint64_t size = UINT64_C(64) << 20;
+  hcq_device_memory_t before, during, after;
+  OK(hcq_device_memory(d, &before));
+  cr_assert_gt(before.total, 0);
+  cr_assert_leq(before.available, before.total);
+  cr_assert_str_eq(before.source, "cuMemGetInfo");
+  hcq_buffer_t *b = test_buffer(d, size);
+  OK(hcq_device_memory(d, &during));
+  cr_assert_eq(during.total, before.total);
+  cr_assert_leq(during.available + size, before.available, "a %" PRIu64 " byte buffer: available %" PRIu64
+                " before, %" PRIu64 " while it lives", size, before.available, during.available);
+  hcq_buffer_release(b);
+  OK(hcq_device_synchronize(d));
+  OK(hcq_device_memory(d, &after));
+  cr_assert_geq(after.available, during.available + size, "available %" PRIu64 " with the buffer, %" PRIu64
+                " after its release", during.available, after.available);
+  cr_assert_leq(after.available, after.total);
+  FAILS(hcq_device_memory(NULL, &after), HCQ_INVALID_ARGUMENT, "hcq_device_memory");
+  FAILS(hcq_device_memory(d, NULL), HCQ_INVALID_ARGUMENT, "hcq_device_memory");
   test_close(d);
 }
 

@@ -165,3 +165,38 @@ Test(memory, the_kernel_cache_on_disk_is_counted) {
   hcq_program_release(p);
   test_close(d);
 }
+
+/* ---- what the system says (hcq_device_memory) ---- */
+
+/* A "Key: N kB" line of /proc/meminfo, read here independently of the library. */
+static uint64_t meminfo(const char *key) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  cr_assert_not_null(f);
+  char line[256];
+  uint64_t v = 0;
+  while (fgets(line, sizeof(line), f))
+    if (!strncmp(line, key, strlen(key))) v = strtoull(line + strlen(key), NULL, 10) << 10;
+  fclose(f);
+  return v;
+}
+
+Test(memory, a_cpu_device_has_the_hosts_memory) {
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_device_memory_t m;
+  OK(hcq_device_memory(d, &m));
+  uint64_t total = meminfo("MemTotal:"), avail = meminfo("MemAvailable:");
+  cr_assert_not_null(m.source);
+  cr_assert(strstr(m.source, "/proc/meminfo"), "%s", m.source);
+  if (!strstr(m.source, "cgroup")) {
+    cr_assert_eq(m.total, total, "MemTotal %" PRIu64 ", hcq %" PRIu64, total, m.total);
+    /* MemAvailable moves with every other process: within 1 GiB of a read a moment apart. */
+    uint64_t diff = m.available > avail ? m.available - avail : avail - m.available;
+    cr_assert_lt(diff, UINT64_C(1) << 30, "MemAvailable %" PRIu64 ", hcq %" PRIu64, avail, m.available);
+  } else {
+    cr_assert_lt(m.total, total, "a cgroup limit is used only when it is below the host's memory");
+  }
+  cr_assert(m.available > 0 && m.available <= m.total, "%" PRIu64 " of %" PRIu64, m.available, m.total);
+  FAILS(hcq_device_memory(d, NULL), HCQ_INVALID_ARGUMENT, "NULL");
+  FAILS(hcq_device_memory(NULL, &m), HCQ_INVALID_ARGUMENT, "NULL");
+  test_close(d);
+}

@@ -3,7 +3,8 @@
  * work and copies, the compiler's error text, a failed command buffer marking the device lost, and
  * the Metal graph: results equal to eager ones, the ICB calls a replay makes (none when nothing
  * changed; one per command that uses a swapped input), the resources it declares, the M1/M2
- * workaround's dummy dispatches, its "batched N" label, and JIT batches on Metal. */
+ * workaround's dummy dispatches, its "batched N" label, JIT batches on Metal, and the device's memory
+ * as Metal reports it. */
 #include <dlfcn.h>
 #include <inttypes.h>
 
@@ -330,5 +331,28 @@ Test(metal, a_stuck_wait_is_named_in_the_hang_report_and_runs_once_released) {
   hcq_buffer_release(b);
   hcq_program_release(p);
   hcq_signal_free(gate);
+  test_close(d);
+}
+
+Test(metal, device_memory_is_the_working_set_less_what_the_device_allocated) {
+  hcq_device_t *d = open_metal();
+  hcq_device_memory_t before, held, after;
+  OK(hcq_device_memory(d, &before)); /* UNAVAILABLE when the backend does not implement it */
+  cr_assert_gt(before.total, 0);
+  cr_assert_leq(before.available, before.total);
+  cr_assert(before.source && strstr(before.source, "recommendedMaxWorkingSetSize"), "source: %s",
+            before.source ? before.source : "(null)");
+  if (on_stand_in()) cr_assert_eq(before.total, UINT64_C(48) << 30, "the stand-in recommends 48 GiB");
+  const uint64_t size = UINT64_C(64) << 20;
+  hcq_buffer_t *b = test_buffer(d, size);
+  OK(hcq_device_memory(d, &held));
+  cr_assert_eq(held.total, before.total);
+  cr_assert_leq(held.available + size, before.available, "available %" PRIu64 " with a 64 MiB buffer, %" PRIu64 " before",
+                held.available, before.available);
+  hcq_buffer_release(b);
+  OK(hcq_device_synchronize(d)); /* a released buffer's memory is freed once the work queued before it finished */
+  OK(hcq_device_memory(d, &after));
+  cr_assert_geq(after.available, held.available + size, "available %" PRIu64 " after the release, %" PRIu64 " with the buffer",
+                after.available, held.available);
   test_close(d);
 }

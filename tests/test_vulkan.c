@@ -104,6 +104,24 @@ Test(vulkan, devices_are_listed_and_named) {
   test_close(d);
 }
 
+/* The heap device buffers are made in, as the driver reports it; what is still available only where
+ * the driver has VK_EXT_memory_budget (lavapipe in Debian 12 does not). */
+Test(vulkan, device_memory_is_the_drivers_heap) {
+  setenv("HCQ_VULKAN_VIRTUAL", "0", 1);
+  need_vulkan(1);
+  hcq_device_t *d = test_open("VULKAN:0");
+  hcq_device_memory_t m;
+  OK(hcq_device_memory(d, &m));
+  cr_assert_gt(m.total, UINT64_C(1) << 26, "a heap of %" PRIu64 " bytes", m.total);
+  if (strcmp(m.source, "VK_EXT_memory_budget")) {
+    cr_assert(strstr(m.source, "no VK_EXT_memory_budget"), "%s", m.source);
+    cr_assert_eq(m.available, 0, "unknown without the extension");
+  } else {
+    cr_assert(m.available > 0 && m.available <= m.total, "%" PRIu64 " of %" PRIu64, m.available, m.total);
+  }
+  test_close(d);
+}
+
 Test(vulkan, glsl_errors_carry_the_compiler_output) {
   need_vulkan(1);
   hcq_device_t *d = test_open("VULKAN:0");

@@ -1,4 +1,5 @@
-/* Eager launches: open a device, compile a kernel, copy data in, launch it, copy the result out.
+/* Eager launches: open a device, compile a kernel, copy data in, launch it, copy the result out; then
+ * how much memory the device has.
  *
  *   cc eager.c $(pkg-config --cflags --libs hcq) -o eager && ./eager
  */
@@ -52,6 +53,11 @@ int main(void) {
   int bad = 0;
   for (uint32_t i = 0; i < N; i++) bad += host[i] != (i * 3 + 1) * 3 + 1;
   printf("eager: y[999] = %u, %s\n", host[N - 1], bad ? "WRONG" : "as expected");
+
+  hcq_device_memory_t mem;
+  CHECK(hcq_device_memory(dev, &mem)); /* UNAVAILABLE where the backend cannot tell */
+  printf("%s: %llu of %llu bytes available (%s)\n", hcq_device_name(dev), (unsigned long long)mem.available,
+         (unsigned long long)mem.total, mem.source);
 
   hcq_buffer_release(y);
   hcq_program_release(prog);

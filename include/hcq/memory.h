@@ -45,6 +45,27 @@ typedef struct hcq_memory_usage {
  * INVALID_ARGUMENT for NULL arguments. Any thread. */
 HCQ_MUST_USE hcq_status_t hcq_device_memory_usage(hcq_device_t *device, hcq_memory_usage_t *out_usage);
 
+/* What the device has, as its driver (or, for devices that run on the host, the machine) reports
+ * it: not what hcq counts (hcq_device_memory_usage) but what the system sees, other processes
+ * included. */
+typedef struct hcq_device_memory {
+  uint64_t total;     /* bytes of the memory buffers are made in: the device-local heap (Vulkan),
+                         the GPU's memory (CUDA), the recommended working set (Metal), the host's RAM
+                         or the cgroup's limit when lower (CPU); 0 when unknown */
+  uint64_t available; /* bytes this process could still allocate there now, the driver's estimate
+                         (Vulkan's heap budget minus its usage, cuMemGetInfo's free, the working set
+                         minus what the device has allocated, MemAvailable or what the cgroup still
+                         allows); 0 when unknown */
+  const char *source; /* where the numbers come from, e.g. "VK_EXT_memory_budget", "/proc/meminfo";
+                         static text */
+} hcq_device_memory_t;
+
+/* Fills out for device, first freeing deferred memory whose work is done (never waits).
+ * UNAVAILABLE with the reason when its backend cannot tell (a Vulkan driver
+ * without VK_EXT_memory_budget still gives the heap's size as total, available 0). INVALID_ARGUMENT
+ * for NULL arguments; a closed device as for every call. Any thread; asks the driver each time. */
+HCQ_MUST_USE hcq_status_t hcq_device_memory(hcq_device_t *device, hcq_device_memory_t *out);
+
 /* The kernel cache on disk alone: files and bytes of compiled kernels under HCQ_CACHE_DIR (0 and 0
  * when the directory does not exist yet). out_dir (may be NULL) receives the directory. */
 void hcq_kernel_cache_usage(uint64_t *out_bytes, uint64_t *out_files, const char **out_dir);

@@ -12,6 +12,7 @@
 #include "core/vec.h"
 #include "hcq/buffer.h"
 #include "hcq/device.h"
+#include "hcq/memory.h"
 #include "hcq/program.h"
 #include "hcq/queue.h"
 #include "hcq/signal.h"
@@ -309,6 +310,10 @@ typedef struct hcq__device_vtable {
   hcq_status_t (*program_compile)(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
   /* Releases what program_compile made. Optional. */
   void (*program_unload)(hcq_device_t *dev, hcq__program_impl_t *impl);
+  /* The memory the device has and what this process could still allocate on it now, as its driver
+   * or the host reports them (hcq_device_memory); a field it cannot tell stays 0, and source names
+   * where the numbers come from. Optional: NULL means the backend cannot tell (UNAVAILABLE). */
+  hcq_status_t (*memory_info)(hcq_device_t *dev, hcq_device_memory_t *out);
 } hcq__device_vtable_t;
 
 enum { HCQ__HOST_BEGIN, HCQ__HOST_RUN, HCQ__HOST_END };

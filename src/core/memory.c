@@ -52,3 +52,19 @@ hcq_status_t hcq_device_memory_usage(hcq_device_t *dev, hcq_memory_usage_t *out)
   if (dev->caps & HCQ_CAP_COMPILE_C) hcq_kernel_cache_usage(&out->kernel_cache_bytes, &out->kernel_cache_files, NULL);
   return NULL;
 }
+
+hcq_status_t hcq_device_memory(hcq_device_t *dev, hcq_device_memory_t *out) {
+  if (!dev || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_memory: device or output is NULL");
+  hcq_status_t st = hcq__device_handle_check(dev, "hcq_device_memory");
+  if (st) return st;
+  /* Released memory whose work is done goes back first, as hcq_device_memory_usage does, so the
+   * driver does not count it as used. */
+  pthread_mutex_lock(&dev->lock);
+  hcq__device_reclaim(dev);
+  pthread_mutex_unlock(&dev->lock);
+  memset(out, 0, sizeof(*out));
+  if (!dev->vt->memory_info)
+    return hcq_status_make(HCQ_UNAVAILABLE, "hcq_device_memory: %s cannot tell its memory (its backend does not ask a driver)",
+                           dev->name);
+  return dev->vt->memory_info(dev, out);
+}

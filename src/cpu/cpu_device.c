@@ -889,6 +889,7 @@ static const hcq__device_vtable_t cpu_vtable = {
     .completed = cpu_completed,
     .wait_idle = cpu_wait_idle,
     .snapshot = cpu_snapshot,
+    .memory_info = hcq__cpu_memory_info,
     .lost = cpu_lost,
     .host_run = cpu_host_run,
     .program_compile = hcq__cpu_compile,

@@ -54,5 +54,7 @@ uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev);
 /* ---- memory (cpu_memory.c): the CPU device's mem_alloc and mem_free ---- */
 hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out);
 void hcq__cpu_mem_free(hcq_device_t *dev, hcq__mem_t *mem);
+/* The host's memory (MemTotal, MemAvailable), bounded by the process's cgroup v2 limit. */
+hcq_status_t hcq__cpu_memory_info(hcq_device_t *dev, hcq_device_memory_t *out);
 
 #endif

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -128,4 +129,64 @@ void hcq__cpu_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   else
     munmap(mem->host, (size_t)h);
   mem->host = NULL;
+}
+
+/* ---- what the host has (hcq_device_memory) ---- */
+
+/* A "Key:   123 kB" line of /proc/meminfo, in bytes (0: absent). */
+static uint64_t meminfo_bytes(const char *text, const char *key) {
+  const char *at = strstr(text, key);
+  if (!at) return 0;
+  unsigned long long kb = 0;
+  return sscanf(at + strlen(key), " %llu kB", &kb) == 1 ? (uint64_t)kb << 10 : 0;
+}
+
+/* The first line of path as a number of bytes; false when absent or not a number ("max"). */
+static bool read_bytes(const char *path, uint64_t *out) {
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  unsigned long long v = 0;
+  bool ok = fscanf(f, "%llu", &v) == 1;
+  fclose(f);
+  *out = v;
+  return ok;
+}
+
+/* The process's cgroup v2 memory limit and use (a container's share of the host), when it has one. */
+static bool cgroup_memory(uint64_t *limit, uint64_t *used) {
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  if (!f) return false;
+  char line[512], dir[600] = "";
+  while (fgets(line, sizeof(line), f))
+    if (!strncmp(line, "0::", 3)) { /* the unified hierarchy's line */
+      line[strcspn(line, "\n")] = '\0';
+      snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", strcmp(line + 3, "/") ? line + 3 : "");
+    }
+  fclose(f);
+  if (!*dir) return false;
+  char path[700];
+  snprintf(path, sizeof(path), "%s/memory.max", dir);
+  if (!read_bytes(path, limit)) return false;
+  snprintf(path, sizeof(path), "%s/memory.current", dir);
+  return read_bytes(path, used);
+}
+
+hcq_status_t hcq__cpu_memory_info(hcq_device_t *dev, hcq_device_memory_t *out) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char text[8192];
+  size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+  if (f) fclose(f);
+  text[n] = '\0';
+  out->total = meminfo_bytes(text, "MemTotal:");
+  out->available = meminfo_bytes(text, "MemAvailable:");
+  if (!out->total) return hcq_status_make(HCQ_UNAVAILABLE, "hcq_device_memory: %s: cannot read /proc/meminfo", dev->name);
+  out->source = "/proc/meminfo";
+  uint64_t limit = 0, used = 0;
+  if (cgroup_memory(&limit, &used) && limit < out->total) {
+    out->total = limit;
+    uint64_t left = used < limit ? limit - used : 0;
+    if (left < out->available) out->available = left;
+    out->source = "/proc/meminfo and the cgroup's memory.max";
+  }
+  return NULL;
 }

@@ -1,7 +1,7 @@
 /* The few CUDA driver API types, constants and entry points hcq uses, declared by us so the library
  * builds on machines without the CUDA toolkit. libcuda is loaded at run time (dlopen) and every
  * entry point is fetched through cuGetProcAddress with an explicit ABI version, so a newer driver
- * gives us exactly the variant these declarations describe. tests/test_cuda_decls.c checks them
+ * gives us exactly the variant these declarations describe. tests/cuda/test_cuda_decls.c checks them
  * against the toolkit's cuda.h where one is installed. */
 #ifndef HCQ_CUDA_API_H
 #define HCQ_CUDA_API_H
@@ -130,7 +130,9 @@ typedef struct hcq_CUDA_MEMCPY3D {
   size_t WidthInBytes, Height, Depth;
 } hcq_CUDA_MEMCPY3D;
 
-/* X(name, return, parameters): fetched as cuGetProcAddress(name, HCQ_CUDA_ABI_VERSION). */
+/* X(name, return, parameters): fetched as cuGetProcAddress(name, HCQ_CUDA_ABI_VERSION). name is the
+ * base name: the driver hands back the variant current at that version (cuMemAlloc_v2,
+ * cuMemGetInfo_v2 with size_t sizes), never the 32-bit originals. */
 #define HCQ_CUDA_ENTRY_POINTS(X)                                                                                     \
   X(cuInit, hcq_CUresult, (unsigned int flags))                                                                      \
   X(cuDriverGetVersion, hcq_CUresult, (int *version))                                                                \
@@ -149,6 +151,7 @@ typedef struct hcq_CUDA_MEMCPY3D {
   X(cuCtxEnablePeerAccess, hcq_CUresult, (hcq_CUcontext peer, unsigned int flags))                                   \
   X(cuMemAlloc, hcq_CUresult, (hcq_CUdeviceptr * ptr, size_t bytes))                                                 \
   X(cuMemFree, hcq_CUresult, (hcq_CUdeviceptr ptr))                                                                  \
+  X(cuMemGetInfo, hcq_CUresult, (size_t * free_bytes, size_t * total_bytes))                                         \
   X(cuMemHostAlloc, hcq_CUresult, (void **ptr, size_t bytes, unsigned int flags))                                    \
   X(cuMemFreeHost, hcq_CUresult, (void *ptr))                                                                        \
   X(cuMemHostGetDevicePointer, hcq_CUresult, (hcq_CUdeviceptr * dptr, void *host, unsigned int flags))               \

@@ -422,6 +422,24 @@ static void cuda_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   mem->addr = 0;
 }
 
+/* What the driver says the GPU has and this process could still allocate there. */
+static hcq_status_t cuda_memory_info(hcq_device_t *dev, hcq_device_memory_t *out) {
+  cuda_device_t *cd = cdev(dev);
+  /* Memory of released buffers that waits here for the streams to pass it would otherwise count
+   * as taken, though the caller gave it back; hand it to the driver first where the streams allow. */
+  flush_frees(cd, false);
+  hcq_status_t st = hcq__cuda_push(dev);
+  if (st) return st;
+  size_t free_bytes = 0, total_bytes = 0;
+  hcq_CUresult rc = cd->api->cuMemGetInfo(&free_bytes, &total_bytes);
+  hcq__cuda_pop(dev);
+  if (rc) return hcq__cuda_fail(dev, rc, "cuMemGetInfo");
+  out->total = total_bytes;
+  out->available = free_bytes;
+  out->source = "cuMemGetInfo";
+  return NULL;
+}
+
 /* ---- submission ---- */
 
 /* Whether the driver knows addr (device memory or pinned host memory): stream memory operations
@@ -976,6 +994,7 @@ static const hcq__device_vtable_t cuda_vtable = {
     .poll = cuda_poll,
     .program_compile = hcq__cuda_compile,
     .program_unload = hcq__cuda_unload,
+    .memory_info = cuda_memory_info,
 };
 
 /* Peer access both ways with every other open CUDA device that allows it (copies between them then

@@ -152,6 +152,20 @@ static void mtl_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   memset(mem, 0, sizeof(*mem));
 }
 
+/* Metal's own numbers, not hcq's count: the working set is the most the GPU can use without the
+ * system paging (unified memory has no fixed device heap), and the device's allocated size counts
+ * everything this process made on it, hcq's internal buffers included. Allocations can exceed the
+ * recommendation, hence the clamp. */
+static hcq_status_t mtl_memory_info(hcq_device_t *dev, hcq_device_memory_t *out) {
+  mtl_dev_t *md = mdev(dev);
+  uint64_t total = MSG(uint64_t)(md->device, SEL(recommendedMaxWorkingSetSize));
+  uint64_t used = MSG(hcq_NSUInteger)(md->device, SEL(currentAllocatedSize));
+  out->total = total;
+  out->available = used < total ? total - used : 0;
+  out->source = "MTLDevice recommendedMaxWorkingSetSize";
+  return NULL;
+}
+
 /* ---- the engine ---- */
 
 static void end_encoder(mtl_dev_t *md) {
@@ -580,6 +594,7 @@ static const hcq__device_vtable_t mtl_vtable = {
     .lost = mtl_lost,
     .program_compile = mtl_compile,
     .program_unload = mtl_unload,
+    .memory_info = mtl_memory_info,
 };
 
 static hcq_status_t mtl_open(int index, hcq_device_t *dev) {

@@ -46,6 +46,8 @@ enum {
   X(setSupportIndirectCommandBuffers, "setSupportIndirectCommandBuffers:")                          \
   X(newComputePipelineStateWithDescriptor, "newComputePipelineStateWithDescriptor:options:reflection:error:") \
   X(maxTotalThreadsPerThreadgroup, "maxTotalThreadsPerThreadgroup")                                 \
+  X(recommendedMaxWorkingSetSize, "recommendedMaxWorkingSetSize")                                   \
+  X(currentAllocatedSize, "currentAllocatedSize")                                                   \
   X(commandBuffer, "commandBuffer") X(computeCommandEncoder, "computeCommandEncoder")               \
   X(blitCommandEncoder, "blitCommandEncoder") X(setComputePipelineState, "setComputePipelineState:") \
   X(setBuffer, "setBuffer:offset:atIndex:") X(setBytes, "setBytes:length:atIndex:")                  \

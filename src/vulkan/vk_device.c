@@ -90,6 +90,27 @@ static void vk_destroy(hcq_device_t *dev) {
   dev->backend = NULL;
 }
 
+/* The heap device buffers are made in: its size, and with VK_EXT_memory_budget what the driver says
+ * this process may still use of it (its budget, which accounts for other processes, minus its
+ * usage). */
+static hcq_status_t vk_memory_info(hcq_device_t *dev, hcq_device_memory_t *out) {
+  vk_device_t *vd = VD(dev);
+  uint32_t heap = vd->memprops.memoryTypes[vd->mem_type[0]].heapIndex;
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 props = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
+                                             .pNext = vd->memory_budget ? &budget : NULL};
+  vd->vi->vkGetPhysicalDeviceMemoryProperties2(vd->phys, &props);
+  out->total = props.memoryProperties.memoryHeaps[heap].size;
+  if (!vd->memory_budget) {
+    out->source = "heap size; the driver has no VK_EXT_memory_budget";
+    return NULL;
+  }
+  uint64_t b = budget.heapBudget[heap], used = budget.heapUsage[heap];
+  out->available = b > used ? b - used : 0;
+  out->source = "VK_EXT_memory_budget";
+  return NULL;
+}
+
 static const hcq__device_vtable_t vk_vtable = {
     .destroy = vk_destroy,
     .stop = vk_stop,
@@ -104,6 +125,7 @@ static const hcq__device_vtable_t vk_vtable = {
     .lost = vk_lost,
     .program_compile = hcq__vk_program_compile,
     .program_unload = hcq__vk_program_unload,
+    .memory_info = vk_memory_info,
 };
 
 /* ---- opening ---- */
@@ -251,10 +273,12 @@ static hcq_status_t open_logical(vk_device_t *vd) {
                                           .bufferDeviceAddress = VK_TRUE};
   VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
   f.features.shaderInt64 = VK_TRUE;
-  const char *exts[1];
+  const char *exts[2];
   uint32_t next = 0;
   bool calibrated = has_extension(vi, vd->phys, VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
   if (calibrated) exts[next++] = VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME;
+  vd->memory_budget = has_extension(vi, vd->phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  if (vd->memory_budget) exts[next++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
   VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                             .pNext = &f,
                             .queueCreateInfoCount = 1,

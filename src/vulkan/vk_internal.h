@@ -16,6 +16,7 @@
   X(vkGetPhysicalDeviceFeatures2)           \
   X(vkGetPhysicalDeviceQueueFamilyProperties) \
   X(vkGetPhysicalDeviceMemoryProperties)    \
+  X(vkGetPhysicalDeviceMemoryProperties2)   \
   X(vkEnumerateDeviceExtensionProperties)   \
   X(vkCreateDevice)                         \
   X(vkGetDeviceProcAddr)
@@ -174,6 +175,7 @@ typedef struct vk_device {
   int nqueues;
   uint32_t mem_type[2]; /* [0] device memory, [1] host visible */
   bool device_mem_mapped; /* device memory type is host visible too */
+  bool memory_budget;     /* VK_EXT_memory_budget: the heap's budget and usage (hcq_device_memory) */
   VkPipelineLayout layout;
   uint64_t timestamp_mask;
   double timestamp_period;  /* ns per tick */

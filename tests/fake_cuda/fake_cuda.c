@@ -720,9 +720,11 @@ static CUresult f_cuDeviceGetAttribute(int *v, int attr, hcq_CUdevice d) {
   }
   return 0;
 }
+/* Every stand-in GPU has this much memory; cuMemGetInfo counts what cuMemAlloc took from it. */
+#define FAKE_DEVICE_MEMORY ((size_t)4 << 30)
 static CUresult f_cuDeviceTotalMem(size_t *b, hcq_CUdevice d) {
   (void)d;
-  *b = (size_t)1 << 32;
+  *b = FAKE_DEVICE_MEMORY;
   return 0;
 }
 static CUresult f_cuDeviceCanAccessPeer(int *can, hcq_CUdevice a, hcq_CUdevice b) {
@@ -764,6 +766,20 @@ static CUresult f_cuMemAlloc(hcq_CUdeviceptr *p, size_t n) {
 static CUresult f_cuMemFree(hcq_CUdeviceptr p) {
   implicit_sync();
   return untrack((uintptr_t)p) ? 0 : HCQ_CUDA_ERROR_INVALID_VALUE;
+}
+/* The current context's device's memory, less its live cuMemAlloc allocations (pinned host memory
+ * is not device memory and does not count), as the driver's free estimate. */
+static CUresult f_cuMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+  ctx_t *c = current();
+  if (!c) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+  size_t taken = 0;
+  pthread_mutex_lock(&g_alloc_lock);
+  for (alloc_t *a = g_allocs; a; a = a->next)
+    if (a->device && a->ctx && a->ctx->dev == c->dev) taken += a->size;
+  pthread_mutex_unlock(&g_alloc_lock);
+  *total_bytes = FAKE_DEVICE_MEMORY;
+  *free_bytes = taken < FAKE_DEVICE_MEMORY ? FAKE_DEVICE_MEMORY - taken : 0;
+  return 0;
 }
 static CUresult f_cuMemHostAlloc(void **p, size_t n, unsigned int flags) {
   (void)flags;

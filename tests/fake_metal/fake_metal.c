@@ -15,7 +15,9 @@
  * command buffer, as the GPU would fault. MSL cannot be compiled here: a library's kernels are the
  * names after "kernel void" in its source, each resolved to a host twin below (a source with an
  * "#error" line fails to compile with Metal's message format). A kernel named hcq_fake_fault fails
- * its command buffer with a GPU fault. hcq_fake_metal_counts() gives tests what they count. */
+ * its command buffer with a GPU fault. The device recommends a fixed working set (48 GiB) and counts
+ * the bytes of its live buffers as currentAllocatedSize. hcq_fake_metal_counts() gives tests what
+ * they count. */
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -345,9 +347,19 @@ static const twin_t *twin_for(const char *name, unsigned nbufs) {
 typedef struct buffer {
   obj_t o;
   void *mem;
-  size_t len;
+  size_t len, pages; /* pages: the bytes held, len rounded up to whole pages as Metal allocates */
 } buffer_t;
-static void buffer_dealloc(void *self) { free(((buffer_t *)self)->mem); }
+
+/* currentAllocatedSize: bytes of the buffers alive now. One count for the process, not per device
+ * object: on a Mac every MTLCreateSystemDefaultDevice returns the same device, so the allocations of
+ * all of hcq's METAL:N (HCQ_METAL_VIRTUAL) count together there too. */
+static _Atomic uint64_t g_allocated;
+
+static void buffer_dealloc(void *self) {
+  buffer_t *b = self;
+  atomic_fetch_sub(&g_allocated, b->pages);
+  free(b->mem);
+}
 static void *buffer_contents(buffer_t *self, const char *sel) {
   (void)sel;
   return self->mem;
@@ -879,14 +891,25 @@ static buffer_t *device_buffer(obj_t *self, const char *sel, unsigned long len, 
     abort();
   }
   buffer_t *b = alloc_obj(&c_buffer, sizeof(*b));
-  b->mem = aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
+  b->pages = (len + 4095) & ~(size_t)4095;
+  b->mem = aligned_alloc(4096, b->pages);
   if (!b->mem) {
     free(b);
     return NULL;
   }
   memset(b->mem, 0, len); /* Metal's new buffers are zero-filled */
   b->len = len;
+  atomic_fetch_add(&g_allocated, b->pages);
   return b;
+}
+/* A fixed working set, about what a Mac with 64 GiB of unified memory recommends (three quarters). */
+static uint64_t device_working_set(obj_t *self, const char *sel) {
+  (void)self, (void)sel;
+  return UINT64_C(48) << 30;
+}
+static unsigned long device_allocated(obj_t *self, const char *sel) {
+  (void)self, (void)sel;
+  return (unsigned long)atomic_load(&g_allocated);
 }
 static event_t *device_event(obj_t *self, const char *sel) {
   (void)self, (void)sel;
@@ -967,6 +990,8 @@ static const method_t m_device[] = {BASE,
                                     M("newLibraryWithSource:options:error:", device_library),
                                     M("newComputePipelineStateWithDescriptor:options:reflection:error:", device_pipeline),
                                     M("newIndirectCommandBufferWithDescriptor:maxCommandCount:options:", device_icb),
+                                    M("recommendedMaxWorkingSetSize", device_working_set),
+                                    M("currentAllocatedSize", device_allocated),
                                     {0}};
 static fclass_t c_device = {NULL, "FakeMTLDevice", m_device, NULL};
 
