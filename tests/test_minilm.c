@@ -382,6 +382,24 @@ Test(minilm_safetensors, model_checks) {
 
 /* Each file of a model directory given as a FIFO with no writer (or a folder): refused at once,
  * naming the file, instead of an open() or read() that waits forever. */
+/* A model installed on demand goes with the other fetched models, not into the kernel cache users
+ * are told they may delete (it went to ~/.cache/hcq/venv-minilm). */
+Test(minilm_s, the_model_venv_is_kept_apart_from_the_kernel_cache) {
+  char venv[4096];
+  unsetenv("HCQ_DATA_DIR");
+  unsetenv("XDG_DATA_HOME");
+  setenv("XDG_CACHE_HOME", "/nonexistent/cache", 1);
+  setenv("HOME", "/nonexistent/home", 1);
+  minilm_user_venv(venv, sizeof(venv));
+  cr_assert_str_eq(venv, "/nonexistent/home/.local/share/hcq/venv-minilm");
+  setenv("XDG_DATA_HOME", "/nonexistent/data", 1);
+  minilm_user_venv(venv, sizeof(venv));
+  cr_assert_str_eq(venv, "/nonexistent/data/hcq/venv-minilm");
+  setenv("HCQ_DATA_DIR", "/nonexistent/models", 1); /* where hcq generate keeps its models too */
+  minilm_user_venv(venv, sizeof(venv));
+  cr_assert_str_eq(venv, "/nonexistent/models/venv-minilm");
+}
+
 Test(minilm_s, model_files_that_are_fifos_are_refused_at_once, .timeout = 30) {
   static const char *const files[] = {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"};
   for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -40,4 +42,12 @@ int hcq_example_mkdirs(const char *path) {
       *s = '/';
     }
   return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+void hcq_example_data_dir(char *out, size_t size) {
+  const char *env = getenv("HCQ_DATA_DIR"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+  if (env && *env) snprintf(out, size, "%s", env);
+  else if (xdg && *xdg) snprintf(out, size, "%s/hcq", xdg);
+  else if (home && *home) snprintf(out, size, "%s/.local/share/hcq", home);
+  else snprintf(out, size, "/tmp/hcq-data-%u", (unsigned)getuid());
 }

@@ -3,6 +3,7 @@
 #ifndef HCQ_EXAMPLES_SPAWN_H
 #define HCQ_EXAMPLES_SPAWN_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 /* Runs argv (argv[0] looked up in PATH) with its standard output and error on log's descriptor and
@@ -10,5 +11,9 @@
 int hcq_example_run(char *const *argv, FILE *log);
 /* Creates path and the folders above it (mode 0755); 0, or -1 with errno. */
 int hcq_example_mkdirs(const char *path);
+/* Where fetched models live: $HCQ_DATA_DIR, else $XDG_DATA_HOME/hcq, else ~/.local/share/hcq (else
+ * /tmp/hcq-data-UID). Apart from the kernel cache (~/.cache/hcq), which users are told they may
+ * delete at any time: deleting it must not cost a 100 MB download. */
+void hcq_example_data_dir(char *out, size_t size);
 
 #endif

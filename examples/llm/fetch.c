@@ -13,13 +13,7 @@
 #include "llm.h"
 #include "example_spawn.h"
 
-void llm_data_dir(char *out, size_t size) {
-  const char *env = getenv("HCQ_DATA_DIR"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
-  if (env && *env) snprintf(out, size, "%s", env);
-  else if (xdg && *xdg) snprintf(out, size, "%s/hcq", xdg);
-  else if (home && *home) snprintf(out, size, "%s/.local/share/hcq", home);
-  else snprintf(out, size, "/tmp/hcq-data-%u", (unsigned)getuid());
-}
+void llm_data_dir(char *out, size_t size) { hcq_example_data_dir(out, size); }
 
 static void model_path(char *out, size_t size) {
   char dir[PATH_MAX];

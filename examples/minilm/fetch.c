@@ -35,9 +35,13 @@ void minilm_default_venv(char *out, size_t size) {
       }
     }
   }
-  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  if (xdg && *xdg) snprintf(out, size, "%s/hcq/venv-minilm", xdg);
-  else snprintf(out, size, "%s/.cache/hcq/venv-minilm", home && *home ? home : "/tmp");
+  minilm_user_venv(out, size);
+}
+
+void minilm_user_venv(char *out, size_t size) {
+  char dir[PATH_MAX];
+  hcq_example_data_dir(dir, sizeof(dir));
+  snprintf(out, size, "%s/venv-minilm", dir);
 }
 
 hcq_status_t minilm_find_model(const char *venv, char *out, size_t size) {

