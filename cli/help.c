@@ -52,6 +52,8 @@ static const help_t k_help[] = {
      "environment:\n"
      "  HCQ_CACHE_DIR         compiled kernel cache (default $XDG_CACHE_HOME/hcq\n"
      "                        or ~/.cache/hcq)\n"
+     "  HCQ_CACHE_MAX_MB      cap on the kernel cache in MiB (default 0: none);\n"
+     "                        least recently used kernels go first\n"
      "  HCQ_CC, HCQ_CFLAGS    compiler and flags for CPU kernels (default cc,\n"
      "                        -O2 -march=native -ffp-contract=off)\n"
      "  HCQ_CPU_THREADS       threads per CPU device (default: the open CPU devices\n"

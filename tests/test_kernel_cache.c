@@ -19,6 +19,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cpu/cpu_compile.h"
@@ -1385,4 +1386,112 @@ Test(kernel_cache, words_split_like_a_simple_shell) {
     FAILS(hcq__cpu_split_words("HCQ_TEST", bad[i], &words, &n), HCQ_INVALID_ARGUMENT, "HCQ_TEST");
     cr_assert_null(words);
   }
+}
+
+/* ---- the size cap (HCQ_CACHE_MAX_MB) ---- */
+
+/* A file of size bytes named like a cached kernel at rel in the cache, last used ago_s seconds ago. */
+static void plant_cached(const char *rel, size_t size, int ago_s) {
+  char path[PATH_MAX];
+  path_in(path, sizeof(path), "cache");
+  snprintf(path + strlen(path), sizeof(path) - strlen(path), "/%s", rel);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+  cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+  struct timespec t[2];
+  clock_gettime(CLOCK_REALTIME, &t[0]);
+  t[0].tv_sec -= ago_s;
+  t[1] = t[0];
+  cr_assert_eq(futimens(fd, t), 0);
+  close(fd);
+}
+
+static bool in_cache(const char *rel) {
+  char path[PATH_MAX];
+  path_in(path, sizeof(path), "cache");
+  snprintf(path + strlen(path), sizeof(path) - strlen(path), "/%s", rel);
+  return access(path, F_OK) == 0;
+}
+
+static time_t last_use(const char *path) {
+  struct stat st;
+  cr_assert_eq(stat(path, &st), 0, "%s", path);
+  return st.st_mtime;
+}
+
+static void run_k(hcq_device_t *d, const char *source, int32_t want) {
+  hcq_program_t *p = NULL;
+  OK(hcq_program_create(d, "k", source, &p));
+  hcq_buffer_t *b = test_buffer(d, 4);
+  hcq_launch_desc_t l = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}, NULL, 0};
+  OK(hcq_launch(&l));
+  int32_t got = 0;
+  OK(hcq_buffer_copyout(b, 0, &got, 4));
+  cr_assert_eq(got, want);
+  hcq_buffer_release(b);
+  hcq_program_release(p);
+}
+
+#define HEX32(c) c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c
+
+/* The one object hcq stored (not planted: the planted names repeat one digit). */
+static void stored_object(char *out, size_t size) {
+  DIR *d = opendir(g_cache);
+  cr_assert_not_null(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (strstr(e->d_name, ".so") && e->d_name[0] != e->d_name[1]) snprintf(out, size, "%s/%s", g_cache, e->d_name), n++;
+  closedir(d);
+  cr_assert_eq(n, 1, "expected one stored object in %s, found %d", g_cache, n);
+}
+
+/* Past the cap, a store removes the least recently used kernels, of every backend, until the cache
+ * fits; never the one just stored, nor a store in progress; a load counts as a use. */
+Test(kernel_cache, a_size_cap_removes_the_least_recently_used_kernels_first) {
+  setup();
+  setenv("HCQ_CACHE_MAX_MB", "1", 1);
+  cr_assert_eq(mkdir(g_cache, 0700), 0);
+  char sub[PATH_MAX];
+  path_in(sub, sizeof(sub), "cache/spirv");
+  cr_assert_eq(mkdir(sub, 0700), 0);
+  plant_cached("spirv/" HEX32("a") ".spv", 400 << 10, 4 * 3600);
+  plant_cached(HEX32("b") ".so", 400 << 10, 3 * 3600);
+  plant_cached(HEX32("c") ".so", 300 << 10, 2 * 3600);
+  plant_cached(HEX32("d") ".so", 100 << 10, 3600);
+  plant_cached("tmp-store1", 600 << 10, 5 * 3600); /* another process's store in progress */
+  hcq_device_t *d = test_open("CPU:0");
+  run_k(d, K_SOURCE("7"), 7); /* 1.2 MiB + this object: over 1 MiB */
+  cr_assert_not(in_cache("spirv/" HEX32("a") ".spv"), "the least recently used kernel (any backend's) goes first");
+  cr_assert(in_cache(HEX32("b") ".so") && in_cache(HEX32("c") ".so") && in_cache(HEX32("d") ".so"),
+            "only as many as needed go");
+  cr_assert(in_cache("tmp-store1"), "a store in progress is not a cached kernel");
+  char seven[PATH_MAX];
+  stored_object(seven, sizeof(seven));
+  /* A load makes a kernel recently used again. */
+  struct timespec old[2] = {{time(NULL) - 6 * 3600, 0}, {time(NULL) - 6 * 3600, 0}};
+  cr_assert_eq(utimensat(AT_FDCWD, seven, old, 0), 0);
+  int starts = compiler_starts();
+  run_k(d, K_SOURCE("7"), 7);
+  cr_assert_eq(compiler_starts(), starts, "loaded from the cache, not compiled");
+  cr_assert_geq(last_use(seven), time(NULL) - 60, "the load marks it used");
+  /* Next store: the reloaded object was stored 6 h ago, the oldest but for that load; b (3 h) goes,
+   * which is enough. */
+  plant_cached(HEX32("e") ".so", 500 << 10, 60);
+  run_k(d, K_SOURCE("8"), 8);
+  cr_assert_not(in_cache(HEX32("b") ".so"));
+  cr_assert(in_cache(HEX32("c") ".so") && in_cache(HEX32("d") ".so") && in_cache(HEX32("e") ".so"));
+  cr_assert_eq(access(seven, F_OK), 0, "used a moment ago: kept over older ones");
+  test_close(d);
+}
+
+/* Without HCQ_CACHE_MAX_MB nothing is ever removed. */
+Test(kernel_cache, no_cap_removes_nothing) {
+  setup();
+  unsetenv("HCQ_CACHE_MAX_MB");
+  cr_assert_eq(mkdir(g_cache, 0700), 0);
+  plant_cached(HEX32("b") ".so", 2 << 20, 3 * 3600);
+  hcq_device_t *d = test_open("CPU:0");
+  run_k(d, K_SOURCE("9"), 9);
+  cr_assert(in_cache(HEX32("b") ".so"));
+  test_close(d);
 }

@@ -41,6 +41,7 @@ typedef struct hcq__options {
   const char *cflags;         /* HCQ_CFLAGS (default HCQ__DEFAULT_CFLAGS) */
   const char *cache_dir;      /* HCQ_CACHE_DIR, else $XDG_CACHE_HOME/hcq, ~/.cache/hcq, $TMPDIR/hcq-cache-<euid> */
   const char *cache_dir_from; /* the variable cache_dir came from, for messages */
+  uint64_t cache_max_bytes;   /* HCQ_CACHE_MAX_MB in bytes; 0: no cap */
   const char *tmp_dir;        /* TMPDIR, else /tmp: private build directories when not caching */
   char cuda_library[256];   /* HCQ_CUDA_LIBRARY: the driver library (libcuda.so.1; tests name a stand-in) */
   char nvrtc_library[256];  /* HCQ_NVRTC_LIBRARY: "" finds NVRTC by the names toolkits install */

@@ -1,6 +1,7 @@
 /* The kernel cache on disk, shared by the backends (see kcache.h). */
 #include "core/kcache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -262,11 +264,79 @@ void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key
       payload = NULL;
     }
   }
+  /* Used now: the size cap (HCQ_CACHE_MAX_MB) removes the least recently used files first. */
+  if (payload && hcq__options()->cache_max_bytes) futimens(fd, NULL);
   close(fd);
   (void)outdated;
   if (why[0]) hcq__kcache_warn_damaged(path, why);
   if (payload) *out_size = size;
   return payload;
+}
+
+/* ---- the size cap (HCQ_CACHE_MAX_MB) ---- */
+
+typedef struct cached_file {
+  char path[PATH_MAX];
+  uint64_t size;
+  struct timespec used; /* mtime: stored, or last loaded (blob_load touches it) */
+} cached_file_t;
+typedef HCQ__VEC(cached_file_t) cached_files_t;
+
+/* A cached kernel's name: 32 hex digits of its key, a dot, an extension (".so", ".spv", ".cubin").
+ * Temporary files ("tmp-...") of stores in progress are not. */
+static bool is_cached_kernel(const char *name) {
+  for (int i = 0; i < HCQ__KCACHE_KEY; i++)
+    if (!strchr("0123456789abcdef", name[i]) || !name[i]) return false;
+  return name[HCQ__KCACHE_KEY] == '.' && name[HCQ__KCACHE_KEY + 1];
+}
+
+/* The cached kernels of ours in dir, appended to *files. */
+static void list_cached(const char *dir, cached_files_t *files, int depth) {
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    cached_file_t f;
+    if (snprintf(f.path, sizeof(f.path), "%s/%s", dir, e->d_name) >= (int)sizeof(f.path)) continue;
+    struct stat st;
+    if (lstat(f.path, &st) != 0) continue;
+    if (S_ISDIR(st.st_mode) && depth == 0 && st.st_uid == geteuid()) { /* a backend's blobs: spirv/, cuda/ */
+      list_cached(f.path, files, 1);
+      continue;
+    }
+    if (!is_cached_kernel(e->d_name) || !hcq__kcache_file_is_ours(&st)) continue;
+    f.size = (uint64_t)st.st_size;
+    f.used = st.st_mtim;
+    if (!hcq__vec_push(files, f)) break;
+  }
+  if (d) closedir(d);
+}
+
+static int by_last_use(const void *a, const void *b) {
+  const struct timespec *x = &((const cached_file_t *)a)->used, *y = &((const cached_file_t *)b)->used;
+  if (x->tv_sec != y->tv_sec) return x->tv_sec < y->tv_sec ? -1 : 1;
+  return x->tv_nsec < y->tv_nsec ? -1 : x->tv_nsec > y->tv_nsec;
+}
+
+/* Removes the least recently used cached kernels until the cache holds at most cap bytes, never
+ * keep (the file just stored). A kernel in use is never affected: every backend reads its file
+ * whole into memory before using it (a CPU object is loaded from a memfd), so removing the file
+ * removes nothing a process runs; a process opening it at that moment reads it whole or compiles
+ * again. */
+static void trim_cache(uint64_t cap, const char *keep) {
+  char root[PATH_MAX];
+  if (!realpath(hcq__options()->cache_dir, root)) return;
+  cached_files_t files = {0};
+  list_cached(root, &files, 0);
+  uint64_t total = 0;
+  for (size_t i = 0; i < files.len; i++) total += files.data[i].size;
+  if (total > cap) {
+    qsort(files.data, files.len, sizeof(cached_file_t), by_last_use);
+    for (size_t i = 0; i < files.len && total > cap; i++) {
+      if (!strcmp(files.data[i].path, keep)) continue;
+      if (unlink(files.data[i].path) == 0 || errno == ENOENT) total -= files.data[i].size;
+    }
+  }
+  hcq__vec_free(&files);
 }
 
 bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const char *key, const void *payload,
@@ -295,5 +365,6 @@ bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic
     snprintf(why, sizeof(why), "cannot store %s: %s", path, err ? strerror(err) : "short write");
     hcq__kcache_warn_uncached(why);
   }
+  if (ok && hcq__options()->cache_max_bytes) trim_cache(hcq__options()->cache_max_bytes, path);
   return ok;
 }

@@ -88,6 +88,7 @@ static void load_options(void) {
   o->cflags = env_dup("HCQ_CFLAGS", HCQ__DEFAULT_CFLAGS);
   o->tmp_dir = env_dup("TMPDIR", "/tmp");
   load_cache_dir(o);
+  o->cache_max_bytes = (uint64_t)env_int("HCQ_CACHE_MAX_MB", 0, 0, INT64_C(1) << 30) << 20;
   env_copy("HCQ_CUDA_LIBRARY", "libcuda.so.1", o->cuda_library, sizeof(o->cuda_library));
   env_copy("HCQ_NVRTC_LIBRARY", "", o->nvrtc_library, sizeof(o->nvrtc_library));
   env_copy("HCQ_CUDA_ARCH", "", o->cuda_arch, sizeof(o->cuda_arch));
