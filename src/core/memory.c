@@ -34,13 +34,21 @@ void hcq_kernel_cache_usage(uint64_t *out_bytes, uint64_t *out_files, const char
   if (out_dir) *out_dir = dir;
 }
 
-hcq_status_t hcq_device_memory_usage(hcq_device_t *dev, hcq_memory_usage_t *out) {
-  if (!dev || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_memory_usage: device or output is NULL");
-  hcq_status_t st = hcq__device_handle_check(dev, "hcq_device_memory_usage");
+/* The checks both memory calls make, then frees the deferred memory whose work is done (never
+ * waits): released bytes count as free, in hcq's classes and for the driver alike. */
+static hcq_status_t check_and_reclaim(hcq_device_t *dev, const void *out, const char *what) {
+  if (!dev || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: device or output is NULL", what);
+  hcq_status_t st = hcq__device_handle_check(dev, what);
   if (st) return st;
   pthread_mutex_lock(&dev->lock);
   hcq__device_reclaim(dev);
   pthread_mutex_unlock(&dev->lock);
+  return NULL;
+}
+
+hcq_status_t hcq_device_memory_usage(hcq_device_t *dev, hcq_memory_usage_t *out) {
+  hcq_status_t st = check_and_reclaim(dev, out, "hcq_device_memory_usage");
+  if (st) return st;
   memset(out, 0, sizeof(*out));
   out->buffers = read_class(dev, HCQ__MEMC_BUFFERS);
   out->graph_kernargs = read_class(dev, HCQ__MEMC_KERNARGS);
@@ -54,14 +62,8 @@ hcq_status_t hcq_device_memory_usage(hcq_device_t *dev, hcq_memory_usage_t *out)
 }
 
 hcq_status_t hcq_device_memory(hcq_device_t *dev, hcq_device_memory_t *out) {
-  if (!dev || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_memory: device or output is NULL");
-  hcq_status_t st = hcq__device_handle_check(dev, "hcq_device_memory");
+  hcq_status_t st = check_and_reclaim(dev, out, "hcq_device_memory");
   if (st) return st;
-  /* Released memory whose work is done goes back first, as hcq_device_memory_usage does, so the
-   * driver does not count it as used. */
-  pthread_mutex_lock(&dev->lock);
-  hcq__device_reclaim(dev);
-  pthread_mutex_unlock(&dev->lock);
   memset(out, 0, sizeof(*out));
   if (!dev->vt->memory_info)
     return hcq_status_make(HCQ_UNAVAILABLE, "hcq_device_memory: %s cannot tell its memory (its backend does not ask a driver)",

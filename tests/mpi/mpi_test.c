@@ -421,14 +421,28 @@ static void scenario_mismatch(void) {
   small_graph_free(d0, d1, bufs, progs);
 }
 
-/* Rank 1 never replays (hang) or dies first (kill): rank 0's replay must fail, not hang. */
-static void scenario_fault(bool kill_rank) {
-  hcq_graph_t *g = NULL;
+/* The fault scenarios' start: the small graph between ranks 0 and 1, replayed once correctly. */
+typedef struct fault_world {
+  hcq_graph_t *g;
   hcq_device_t *d0, *d1;
   hcq_buffer_t *bufs[3];
   hcq_program_t *progs[2];
-  OK(small_graph(false, &g, &d0, &d1, bufs, progs));
-  OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL)); /* one good replay first */
+} fault_world_t;
+
+static void fault_world_build(fault_world_t *w) {
+  w->g = NULL;
+  OK(small_graph(false, &w->g, &w->d0, &w->d1, w->bufs, w->progs));
+  OK(hcq_graph_run(w->g, NULL, 0, NULL, 0, true, NULL)); /* one good replay first */
+}
+
+/* Rank 1 never replays (hang) or dies first (kill): rank 0's replay must fail, not hang. */
+static void scenario_fault(bool kill_rank) {
+  fault_world_t w;
+  fault_world_build(&w);
+  hcq_graph_t *g = w.g;
+  hcq_device_t *d0 = w.d0, *d1 = w.d1;
+  hcq_buffer_t **bufs = w.bufs;
+  hcq_program_t **progs = w.progs;
   OK(hcq_mpi_barrier());
   if (rank == 1 && kill_rank) raise(SIGKILL);
   if (rank == 0) {
@@ -513,12 +527,12 @@ static void expect_error(int line, hcq_status_t st, hcq_status_code_t code, cons
  * calls with it fail at once naming it. Rank 0 then kills it. */
 static void scenario_stopped(void) {
   EXPECT(size == 2);
-  hcq_graph_t *g = NULL;
-  hcq_device_t *d0, *d1;
-  hcq_buffer_t *bufs[3];
-  hcq_program_t *progs[2];
-  OK(small_graph(false, &g, &d0, &d1, bufs, progs));
-  OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL)); /* one good replay first */
+  fault_world_t w;
+  fault_world_build(&w);
+  hcq_graph_t *g = w.g;
+  hcq_device_t *d0 = w.d0, *d1 = w.d1;
+  hcq_buffer_t **bufs = w.bufs;
+  hcq_program_t **progs = w.progs;
   int pid = (int)getpid(), pids[2] = {0, 0};
   MPI_Allgather(&pid, 1, MPI_INT, pids, 1, MPI_INT, MPI_COMM_WORLD);
   OK(hcq_mpi_barrier());
