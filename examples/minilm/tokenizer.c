@@ -20,6 +20,7 @@
 #include <xxhash.h>
 
 #include "example_file.h"
+#include "example_utf8.h"
 #include "minilm.h"
 #include "unicode_tables.h"
 
@@ -246,21 +247,6 @@ static void normalise_char(const minilm_tokenizer_t *t, cps_t *a, uint32_t c) {
   if (cjk) push(a, ' ');
 }
 
-/* Decodes one UTF-8 sequence at s (n bytes left): its length, 0 when malformed. */
-static int utf8_decode(const unsigned char *s, size_t n, uint32_t *out) {
-  if (s[0] < 0x80) return *out = s[0], 1;
-  int len = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
-  if (!len || (size_t)len > n) return 0;
-  uint32_t c = s[0] & (0x7F >> len);
-  for (int i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    c = c << 6 | (s[i] & 0x3F);
-  }
-  static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (c < min[len] || c > 0x10FFFF || (c >= 0xD800 && c < 0xE000)) return 0;
-  *out = c;
-  return len;
-}
 
 static size_t utf8_encode(uint32_t c, char *o) {
   if (c < 0x80) return o[0] = (char)c, 1;
@@ -312,7 +298,7 @@ hcq_status_t minilm_tokenize(const minilm_tokenizer_t *t, const char *text, int 
   size_t n = strlen(text);
   for (size_t i = 0; i < n;) {
     uint32_t c;
-    int len = utf8_decode(s + i, n - i, &c);
+    int len = (int)hcq_example_utf8_decode(s + i, n - i, &c);
     if (!len) {
       free(a.v);
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "text is not valid UTF-8 (byte %zu: 0x%02x)", i, s[i]);

@@ -236,7 +236,6 @@ void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key
   void *payload = NULL;
   size_t size = 0;
   char why[256] = "";
-  bool outdated = false;
   if (fstat(fd, &st) != 0 || !hcq__kcache_file_is_ours(&st)) {
     /* not ours to judge: skipped */
   } else if (st.st_size < BLOB_HEADER) {
@@ -246,7 +245,7 @@ void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key
   } else if (!read_all(fd, header, sizeof(header))) {
     snprintf(why, sizeof(why), "its header cannot be read: %s", errno ? strerror(errno) : "it shrank");
   } else if (!memcmp(header, magic, 6) && memcmp(header + 6, magic + 6, 2)) {
-    outdated = true; /* an earlier version of this format: replaced without a word */
+    /* an earlier version of this format: replaced without a word */
   } else if (memcmp(header, magic, 8)) {
     snprintf(why, sizeof(why), "it does not start with the format tag %.8s", magic);
   } else if (memcmp(header + 8, want_key, HCQ__KCACHE_KEY)) {
@@ -267,7 +266,6 @@ void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key
   /* Used now: the size cap (HCQ_CACHE_MAX_MB) removes the least recently used files first. */
   if (payload && hcq__options()->cache_max_bytes) futimens(fd, NULL);
   close(fd);
-  (void)outdated;
   if (why[0]) hcq__kcache_warn_damaged(path, why);
   if (payload) *out_size = size;
   return payload;
@@ -286,7 +284,7 @@ typedef HCQ__VEC(cached_file_t) cached_files_t;
  * Temporary files ("tmp-...") of stores in progress are not. */
 static bool is_cached_kernel(const char *name) {
   for (int i = 0; i < HCQ__KCACHE_KEY; i++)
-    if (!strchr("0123456789abcdef", name[i]) || !name[i]) return false;
+    if (!name[i] || !strchr("0123456789abcdef", name[i])) return false;
   return name[HCQ__KCACHE_KEY] == '.' && name[HCQ__KCACHE_KEY + 1];
 }
 

@@ -62,7 +62,6 @@ typedef struct op {
   MPI_Request req;
   _Atomic uint32_t state;
   char error[160];
-  uint64_t posted_ns;
   bool lost; /* failed because its peer was given up on (op_fail_lost) */
   _Atomic bool abandoned;
   struct op *next; /* on the thread's posted list, or the new list */
@@ -178,7 +177,6 @@ static void rank_mark_lost(int rank, const char *fmt, ...) {
 /* The thread posts a new op; true when it is in flight (false: failed, and a user's op may be gone). */
 static bool op_post(op_t *o) {
   int rc = MPI_SUCCESS;
-  o->posted_ns = hcq__now_ns();
   switch (o->kind) {
     case OP_SEND: rc = MPI_Isend(o->buf, o->count, MPI_BYTE, o->peer, o->tag, o->comm, &o->req); break;
     case OP_RECV: rc = MPI_Irecv(o->buf, o->count, MPI_BYTE, o->peer, o->tag, o->comm, &o->req); break;
