@@ -807,6 +807,146 @@ SCENARIO(jit_capture_replays_equal_eager, 2) {
   world_close(&w);
 }
 
+/* ---- fences and mapped buffers (hcq/fence.h, hcq_buffer_map) ---- */
+
+/* fill(out; value, n) replayed with value = v, as a graph of one item. */
+static hcq_graph_t *fill_graph(hcq_program_t *fill, hcq_buffer_t *out, const hcq_expr_t *v) {
+  hcq_operand_t vals[] = {hcq_sym(v), I(N)};
+  hcq_exec_item_t item = {.kind = HCQ_ITEM_KERNEL,
+                          .kernel = {fill, &out, 1, NULL, 0, vals, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}};
+  hcq_var_value_t init = {v, 0};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(&item, 1, NULL, 0, &init, 1, NULL, &g));
+  return g;
+}
+
+static void expect_filled(const int32_t *host, int32_t value, const char *when) {
+  for (int i = 0; i < N; i++) cr_assert_eq(host[i], value, "%s: element %d is %d, not %d", when, i, host[i], value);
+}
+
+/* Replay 1's fence is reached, and its output read through the mapped pointer, while replay 2 is
+ * held behind a gate on the same device: a fence waits for its own replay, not for all. */
+SCENARIO(fence_of_a_replay_is_reached_while_a_later_replay_is_held, 1) {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *fill = kernel(b, d, "fill");
+  hcq_buffer_t *out1 = NULL, *out2 = NULL;
+  OK(hcq_buffer_create_mapped(d, N * 4, &out1));
+  OK(hcq_buffer_create_mapped(d, N * 4, &out2));
+  int32_t *host1 = NULL, *host2 = NULL;
+  OK(hcq_buffer_map(out1, (void **)&host1));
+  OK(hcq_buffer_map(out2, (void **)&host2));
+  hcq_expr_t *v = NULL;
+  OK(hcq_var_create("v", 0, 1000, &v));
+  hcq_graph_t *g1 = fill_graph(fill, out1, v), *g2 = fill_graph(fill, out2, v);
+  hcq_fence_t *f1 = NULL, *f2 = NULL;
+  OK(hcq_fence_create(&f1));
+  OK(hcq_fence_create(&f2));
+  hcq_signal_t *gate = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+
+  hcq_var_value_t one = {v, 1}, two = {v, 2};
+  OK(hcq_graph_submit(g1, NULL, 0, &one, 1, f1));
+  cr_assert_eq(hcq_fence_device_count(f1), 1);
+  hcq_queue_t *held = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, 1);
+  OK(hcq_graph_submit(g2, NULL, 0, &two, 1, f2));
+  OK(hcq_fence_wait(f1, HCQ_TIMEOUT_DEFAULT));
+  expect_filled(host1, 1, "after replay 1's fence");
+  bool done = true;
+  OK(hcq_fence_poll(f2, &done));
+  cr_assert(!done, "replay 2 is behind the gate");
+  FAILS(hcq_fence_wait(f2, 50), HCQ_TIMEOUT, "fence on", hcq_device_name(d));
+  expect_filled(host2, 0, "replay 2 held");
+  hcq_signal_set(gate, 1);
+  OK(hcq_fence_wait(f2, HCQ_TIMEOUT_DEFAULT));
+  OK(hcq_fence_poll(f2, &done));
+  cr_assert(done);
+  expect_filled(host2, 2, "after replay 2's fence");
+  OK(hcq_fence_poll(f1, &done));
+  cr_assert(done, "a reached fence stays reached");
+
+  /* Eager work: a fence recorded after a launch. */
+  int32_t vals[] = {7, N};
+  hcq_launch_desc_t l = {fill, &out1, 1, vals, 2, {N / 64, 1, 1}, {64, 1, 1}};
+  OK(hcq_launch(&l));
+  OK(hcq_fence_record(f1, &d, 1));
+  OK(hcq_fence_wait(f1, HCQ_TIMEOUT_DEFAULT));
+  expect_filled(host1, 7, "after an eager launch's fence");
+
+  OK(hcq_graph_destroy(g1));
+  OK(hcq_graph_destroy(g2));
+  hcq_queue_free(held);
+  hcq_signal_free(gate);
+  hcq_fence_destroy(f1);
+  hcq_fence_destroy(f2);
+  hcq_expr_release(v);
+  hcq_buffer_release(out1);
+  hcq_buffer_release(out2);
+  hcq_program_release(fill);
+  test_close(d);
+}
+
+/* Host writes through a mapped pointer are what a kernel submitted after them reads; a view maps
+ * to its base's bytes at its offset. */
+SCENARIO(mapped_buffers_are_read_and_written_by_host_and_kernels, 1) {
+  hcq_device_t *d = open_dev(b, 0);
+  hcq_program_t *add = kernel(b, d, "add_scalar");
+  hcq_buffer_t *in = NULL, *out = NULL, *view = NULL;
+  OK(hcq_buffer_create_mapped(d, N * 4, &in));
+  OK(hcq_buffer_create_mapped(d, N * 4, &out));
+  OK(hcq_buffer_view_create(in, 64, 128, &view));
+  int32_t *hin = NULL, *hout = NULL;
+  char *hview = NULL;
+  OK(hcq_buffer_map(in, (void **)&hin));
+  OK(hcq_buffer_map(out, (void **)&hout));
+  OK(hcq_buffer_map(view, (void **)&hview));
+  cr_assert_eq(hview, (char *)hin + 64, "a view maps at its offset");
+  hcq_fence_t *f = NULL;
+  OK(hcq_fence_create(&f));
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < N; i++) hin[i] = i * (round + 1);
+    hcq_buffer_t *bufs[] = {out, in};
+    int32_t vals[] = {100 * round, N};
+    hcq_launch_desc_t l = {add, bufs, 2, vals, 2, {N / 64, 1, 1}, {64, 1, 1}};
+    OK(hcq_launch(&l));
+    OK(hcq_fence_record(f, &d, 1));
+    OK(hcq_fence_wait(f, HCQ_TIMEOUT_DEFAULT));
+    for (int i = 0; i < N; i++) cr_assert_eq(hout[i], i * (round + 1) + 100 * round, "round %d element %d", round, i);
+  }
+  /* copyout agrees with the mapped bytes */
+  int32_t got[N];
+  test_read(out, got, sizeof(got));
+  cr_assert_arr_eq(got, hout, sizeof(got));
+
+  /* A plain buffer maps where the device memory is the host's, and says why not elsewhere. */
+  hcq_buffer_t *plain = test_buffer(d, 64);
+  void *hp = NULL;
+  if (!strcmp(b->kind, "CUDA")) {
+    FAILS(hcq_buffer_map(plain, &hp), HCQ_UNAVAILABLE, "not host-visible", "hcq_buffer_create_mapped");
+    cr_assert_null(hp);
+  } else {
+    OK(hcq_buffer_map(plain, &hp));
+    cr_assert_not_null(hp);
+  }
+  /* Wrapping the application's memory: only where kernels run on host memory. */
+  static int32_t mine[N] __attribute__((aligned(64)));
+  hcq_buffer_t *wrapped = NULL;
+  if (hcq_device_caps(d) & HCQ_CAP_HOST_MEMORY) {
+    OK(hcq_buffer_wrap(d, mine, sizeof(mine), NULL, NULL, &wrapped));
+    hcq_buffer_release(wrapped);
+  } else {
+    FAILS(hcq_buffer_wrap(d, mine, sizeof(mine), NULL, NULL, &wrapped), HCQ_UNAVAILABLE, hcq_device_name(d),
+          "do not run on host memory");
+    cr_assert_null(wrapped);
+  }
+  hcq_buffer_release(plain);
+  hcq_fence_destroy(f);
+  hcq_buffer_release(view);
+  hcq_buffer_release(in);
+  hcq_buffer_release(out);
+  hcq_program_release(add);
+  test_close(d);
+}
+
 /* ---- HCQ_VALIDATE: writes the outs do not declare (graph.h, the rule of hcq_kernel_item_t) ---- */
 
 /* add_scalar(out, a; v, n) writes out (buffer 0). Eager launches and graph replays that declare

@@ -200,3 +200,109 @@ Test(memory, a_cpu_device_has_the_hosts_memory) {
   FAILS(hcq_device_memory(NULL, &m), HCQ_INVALID_ARGUMENT, "NULL");
   test_close(d);
 }
+
+/* ---- wrapped memory (hcq_buffer_wrap): the application's bytes, zero-copy, handed back ---- */
+
+typedef struct handed_back {
+  int calls;
+  void *host;
+} handed_back_t;
+
+static void hand_back(void *ctx, void *host) {
+  handed_back_t *h = ctx;
+  h->calls++;
+  h->host = host;
+}
+
+Test(memory, wrapped_memory_is_used_in_place_and_handed_back_after_the_work) {
+  enum { W = 256 };
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *add = test_program(d, "add_scalar", test_kernels_source);
+  int32_t *in = aligned_alloc(64, W * 4), *out = aligned_alloc(64, W * 4);
+  for (int i = 0; i < W; i++) in[i] = 3 * i, out[i] = -1;
+  handed_back_t hin = {0}, hout = {0};
+  hcq_memory_usage_t start = usage(d);
+  hcq_buffer_t *bin = NULL, *bout = NULL;
+  OK(hcq_buffer_wrap(d, in, W * 4, hand_back, &hin, &bin));
+  OK(hcq_buffer_wrap(d, out, W * 4, hand_back, &hout, &bout));
+  cr_assert_eq(hcq_buffer_address(bin), (uint64_t)(uintptr_t)in, "the kernel gets the application's pointer");
+  void *mapped = NULL;
+  OK(hcq_buffer_map(bout, &mapped));
+  cr_assert_eq(mapped, out);
+  cr_assert_eq(usage(d).buffers, start.buffers, "the application's bytes are not hcq's");
+
+  /* Held at a gate: the buffers are released while the kernel that uses them waits. */
+  hcq_signal_t *gate = NULL;
+  OK(hcq_signal_create(d, "gate", 0, &gate));
+  hcq_queue_t *held = test_gate_queue(d, HCQ_QUEUE_COMPUTE, gate, 1);
+  hcq_buffer_t *bufs[] = {bout, bin};
+  int32_t vals[] = {5, W};
+  hcq_launch_desc_t l = {add, bufs, 2, vals, 2, {W / 64, 1, 1}, {64, 1, 1}};
+  OK(hcq_launch(&l));
+  hcq_buffer_release(bin);
+  hcq_buffer_release(bout);
+  cr_assert_eq(hin.calls + hout.calls, 0, "not handed back while a kernel may use it");
+  cr_assert_eq(out[0], -1, "the kernel has not run");
+  hcq_signal_set(gate, 1);
+  OK(hcq_device_synchronize(d));
+  for (int i = 0; i < W; i++) cr_assert_eq(out[i], 3 * i + 5, "written in place: element %d", i);
+  cr_assert_eq(hin.calls, 1);
+  cr_assert_eq(hout.calls, 1);
+  cr_assert_eq(hin.host, in);
+  cr_assert_eq(hout.host, out);
+  hcq_queue_free(held);
+  hcq_signal_free(gate);
+  hcq_program_release(add);
+  free(in);
+  free(out);
+  test_close(d);
+}
+
+Test(memory, a_graph_keeps_wrapped_memory_until_it_is_destroyed) {
+  enum { W = 128 };
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *fill = test_program(d, "fill", test_kernels_source);
+  int32_t *mine = aligned_alloc(64, W * 4);
+  handed_back_t h = {0};
+  hcq_buffer_t *b = NULL;
+  OK(hcq_buffer_wrap(d, mine, W * 4, hand_back, &h, &b));
+  hcq_operand_t vals[] = {hcq_imm(9), hcq_imm(W)};
+  hcq_exec_item_t item = {.kind = HCQ_ITEM_KERNEL,
+                          .kernel = {fill, &b, 1, NULL, 0, vals, 2, {hcq_imm(W / 64), hcq_imm(1), hcq_imm(1)},
+                                     {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g));
+  hcq_buffer_release(b);
+  OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+  OK(hcq_device_synchronize(d));
+  cr_assert_eq(h.calls, 0, "the graph holds the buffer");
+  for (int i = 0; i < W; i++) cr_assert_eq(mine[i], 9);
+  OK(hcq_graph_destroy(g));
+  OK(hcq_device_synchronize(d));
+  cr_assert_eq(h.calls, 1, "handed back once the graph is gone");
+  hcq_program_release(fill);
+  free(mine);
+  test_close(d);
+}
+
+Test(memory, wrapping_bad_memory_is_refused_by_name) {
+  hcq_device_t *d = test_open("CPU:0");
+  static char bytes[256] __attribute__((aligned(64)));
+  hcq_buffer_t *b = NULL;
+  FAILS(hcq_buffer_wrap(d, bytes + 4, 64, NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "not aligned to 16 bytes", "CPU:0");
+  cr_assert_null(b);
+  FAILS(hcq_buffer_wrap(d, NULL, 64, NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "host is NULL");
+  FAILS(hcq_buffer_wrap(d, bytes, 0, NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "size must be greater than 0");
+  FAILS(hcq_buffer_wrap(d, bytes, 64, NULL, NULL, NULL), HCQ_INVALID_ARGUMENT, "out_buffer is NULL");
+  FAILS(hcq_buffer_wrap(NULL, bytes, 64, NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "device is NULL");
+  FAILS(hcq_buffer_wrap(d, (void *)(UINTPTR_MAX & ~(uintptr_t)63), 4096, NULL, NULL, &b), HCQ_OUT_OF_RANGE,
+        "past the address space");
+  void *p = (void *)1;
+  FAILS(hcq_buffer_map(NULL, &p), HCQ_INVALID_ARGUMENT, "buffer is NULL");
+  cr_assert_null(p);
+  /* NULL on_release: the application keeps the bytes until it has synchronized. */
+  OK(hcq_buffer_wrap(d, bytes, sizeof(bytes), NULL, NULL, &b));
+  hcq_buffer_release(b);
+  OK(hcq_device_synchronize(d));
+  test_close(d);
+}

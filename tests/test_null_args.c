@@ -124,6 +124,17 @@ Test(null_args, devices_buffers_signals) {
   REFUSED(hcq_buffer_copyin(NULL, 0, &byte, 1));
   REFUSED(hcq_buffer_copyout(NULL, 0, &byte, 1));
   REFUSED(hcq_transfer(NULL, NULL, 1));
+  REFUSED(hcq_buffer_map(NULL, &(void *){NULL}));
+  REFUSED(hcq_buffer_create_mapped(NULL, 64, &(hcq_buffer_t *){NULL}));
+  REFUSED(hcq_buffer_wrap(NULL, &byte, 1, NULL, NULL, &(hcq_buffer_t *){NULL}));
+  REFUSED(hcq_fence_create(NULL));
+  REFUSED(hcq_fence_record(NULL, NULL, 0));
+  REFUSED(hcq_fence_wait(NULL, 0));
+  REFUSED(hcq_fence_poll(NULL, &(bool){false}));
+  hcq_fence_destroy(NULL);
+  cr_assert_eq(hcq_fence_device_count(NULL), 0);
+  REFUSED(hcq_graph_submit(NULL, NULL, 0, NULL, 0, NULL));
+  REFUSED(hcq_jit_submit(NULL, NULL, 0, NULL, 0, NULL));
 
   REFUSED(hcq_signal_create(NULL, "s", 0, &(hcq_signal_t *){NULL}));
   hcq_signal_free(NULL);
@@ -138,6 +149,8 @@ Test(null_args, devices_buffers_signals) {
   /* On a real device: NULL out-pointers and a NULL buffer are refused, not written through. */
   hcq_device_t *d = test_open("CPU:0");
   REFUSED(hcq_buffer_create(d, 64, NULL));
+  REFUSED(hcq_buffer_create_mapped(d, 64, NULL));
+  REFUSED(hcq_buffer_wrap(d, &byte, 1, NULL, NULL, NULL));
   REFUSED(hcq_signal_create(d, "s", 0, NULL));
   REFUSED(hcq_device_memory_usage(d, NULL));
   hcq_buffer_t *b = test_buffer(d, 64);

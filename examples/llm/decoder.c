@@ -70,7 +70,8 @@ struct llm_decoder {
   int nexprs;
   item_list_t step, pass;
   hcq_jit_t *step_jit, *pass_jit;
-  const volatile int32_t *tokens_host; /* the tokens buffer through its host address (CPU devices) */
+  const volatile int32_t *tokens_host; /* the tokens buffer mapped (hcq_buffer_map), where it can be */
+  hcq_fence_t *fences[2];              /* the last two steps queued (llm_generate) */
 };
 
 /* ---- programs ---- */
@@ -125,7 +126,9 @@ static hcq_status_t buffer(hcq_device_t *dev, size_t bytes, const char *label, i
  * address is its host pointer: the decoder writes weights, tokens and parameters there directly
  * (the devices idle), with no temporary copy and no staging buffers; elsewhere through copies. */
 static void *host_memory(const llm_decoder_t *m, hcq_buffer_t *buf) {
-  return m->direct ? (void *)(uintptr_t)hcq_buffer_address(buf) : NULL;
+  void *p = NULL;
+  if (m->direct) hcq_status_free(hcq_buffer_map(buf, &p)); /* NULL where it cannot be mapped */
+  return p;
 }
 
 static hcq_status_t write_buffer(const llm_decoder_t *m, hcq_buffer_t *buf, uint64_t offset, const void *src, uint64_t size) {
@@ -207,7 +210,13 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   else TRY(upload_matrix(m, d0, model->output, "classifier", -1, &m->cls));
   TRY(upload_vector(m, d0, model->output_norm, "output norm", -1, &m->out_norm));
   m->cls_groups = (c->vocab + 15) / 16;
-  TRY(buffer(d0, ((size_t)m->ctx + 1) * 4, "tokens", -1, &m->tokens));
+  /* Mapped where the device has such memory: the host reads each token as its step finishes,
+   * while the next step runs (llm_generate). */
+  hcq_status_t mapped = hcq_buffer_create_mapped(d0, ((size_t)m->ctx + 1) * 4, &m->tokens);
+  if (mapped && hcq_status_code(mapped) != HCQ_UNAVAILABLE) return mapped;
+  hcq_status_free(mapped);
+  if (m->tokens) hcq_buffer_set_label(m->tokens, "tokens");
+  else TRY(buffer(d0, ((size_t)m->ctx + 1) * 4, "tokens", -1, &m->tokens));
   TRY(buffer(d0, (size_t)c->vocab * 4, "logits", -1, &m->logits));
   TRY(buffer(d0, (size_t)m->cls_groups * 8, "best logits", -1, &m->best));
   TRY(buffer(d0, 64, "sampler", -1, &m->params));
@@ -459,8 +468,10 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   if (!st) st = build_items(m, &m->pass, true);
   if (!st) st = llm_decoder_set_sampler(m, &(llm_sampler_t){0, 1, 0, 0});
   /* Under two ranks only rank 0 holds the tokens (the other's handle of its device is remote). */
-  if (!st && (hcq_device_caps(m->d[0].dev) & HCQ_CAP_HOST_MEMORY) && m->reads_tokens)
-    m->tokens_host = (const volatile int32_t *)(uintptr_t)hcq_buffer_address(m->tokens);
+  void *tokens_host = NULL;
+  if (!st && m->reads_tokens) hcq_status_free(hcq_buffer_map(m->tokens, &tokens_host));
+  m->tokens_host = tokens_host;
+  for (int i = 0; i < 2 && !st; i++) st = hcq_fence_create(&m->fences[i]);
   if (!st) st = llm_decoder_sync(m);
   if (st) {
     hcq_status_free(llm_decoder_destroy(m));
@@ -480,6 +491,7 @@ hcq_status_t llm_decoder_destroy(llm_decoder_t *m) {
   if (st) return st; /* still running: keep everything alive */
   list_free(&m->step);
   list_free(&m->pass);
+  for (int i = 0; i < 2; i++) hcq_fence_destroy(m->fences[i]);
   for (int i = 0; i < m->nexprs; i++) hcq_expr_release(m->exprs[i]);
   hcq_expr_release(m->pos), hcq_expr_release(m->p0), hcq_expr_release(m->n), hcq_expr_release(m->choose);
   if (m->layers)
@@ -548,13 +560,20 @@ hcq_status_t llm_decoder_set_tokens(llm_decoder_t *m, int pos, const int32_t *id
   return n ? write_buffer(m, m->tokens, (uint64_t)pos * 4, ids, (uint64_t)n * 4) : NULL;
 }
 
-/* Runs list eagerly, or its capture (capturing it first, which runs it). */
+/* Arms fence (when given) at the work queued so far on the decoder's devices. */
+static hcq_status_t record(llm_decoder_t *m, hcq_fence_t *fence) {
+  hcq_device_t *devs[2] = {m->d[0].dev, m->ndev > 1 ? m->d[1].dev : NULL};
+  return fence ? hcq_fence_record(fence, devs, (size_t)m->ndev) : NULL;
+}
+
+/* Runs list eagerly, or its capture (capturing it first, which runs it), and arms fence (may be
+ * NULL) at what it queued. */
 static hcq_status_t run_list(llm_decoder_t *m, item_list_t *L, hcq_jit_t **jit, const hcq_var_value_t *v, size_t nv,
-                             bool graph) {
+                             bool graph, hcq_fence_t *fence) {
   if (!graph || *jit) {
-    if (graph) return hcq_jit_run(*jit, NULL, 0, v, nv, false, NULL);
+    if (graph) return hcq_jit_submit(*jit, NULL, 0, v, nv, fence);
     for (size_t i = 0; i < L->n; i++) TRY(hcq_exec_item_run(&L->items[i], v, nv));
-    return NULL;
+    return record(m, fence);
   }
   hcq_capture_t *cap;
   TRY(hcq_capture_begin(&cap));
@@ -566,15 +585,18 @@ static hcq_status_t run_list(llm_decoder_t *m, item_list_t *L, hcq_jit_t **jit, 
     }
   }
   hcq_jit_options_t opts = {L->n, m->profile, false, false, NULL, NULL, false};
-  return hcq_capture_end(cap, NULL, 0, v, nv, &opts, jit);
+  TRY(hcq_capture_end(cap, NULL, 0, v, nv, &opts, jit));
+  return record(m, fence);
 }
 
-hcq_status_t llm_decoder_step(llm_decoder_t *m, int pos, bool graph) {
+static hcq_status_t step(llm_decoder_t *m, int pos, bool graph, hcq_fence_t *fence) {
   if (pos < 0 || pos >= m->ctx)
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: position %d is outside the context (0..%d)", pos, m->ctx - 1);
   hcq_var_value_t v = {m->pos, pos};
-  return run_list(m, &m->step, &m->step_jit, &v, 1, graph);
+  return run_list(m, &m->step, &m->step_jit, &v, 1, graph, fence);
 }
+
+hcq_status_t llm_decoder_step(llm_decoder_t *m, int pos, bool graph) { return step(m, pos, graph, NULL); }
 
 hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
   if (n < 1 || p0 < 0 || p0 > m->ctx - n)
@@ -583,7 +605,7 @@ hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
   for (int done = 0; done < n;) {
     int k = n - done < m->max_batch ? n - done : m->max_batch;
     hcq_var_value_t v[3] = {{m->p0, p0 + done}, {m->n, k}, {m->choose, done + k == n}};
-    TRY(run_list(m, &m->pass, &m->pass_jit, v, 3, graph));
+    TRY(run_list(m, &m->pass, &m->pass_jit, v, 3, graph, NULL));
     done += k;
   }
   return NULL;
@@ -624,25 +646,12 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The work queued so far on device 0 (which chooses every token): a fence to wait on. */
-typedef struct fence {
-  hcq_signal_t *signal;
-  uint64_t value;
-} fence_t;
-
-static fence_t fence_now(llm_decoder_t *m) {
-  fence_t f;
-  hcq_device_timeline(m->d[0].dev, &f.signal, &f.value);
-  f.value--;
-  return f;
-}
-
-/* The token at pos once the work before fence f has finished: read through the host address where
- * the device's memory is the host's, so later steps keep running; else a copy (which waits for
- * them too). */
-static hcq_status_t token_at(llm_decoder_t *m, fence_t f, int pos, int32_t *out) {
+/* The token at pos once the work fence f covers has finished: read through the mapped tokens
+ * buffer, so later steps keep running; where it cannot be mapped, a copy (which waits for them
+ * too). */
+static hcq_status_t token_at(llm_decoder_t *m, const hcq_fence_t *f, int pos, int32_t *out) {
   if (m->tokens_host) {
-    TRY(hcq_signal_wait(f.signal, f.value, HCQ_TIMEOUT_DEFAULT));
+    TRY(hcq_fence_wait(f, HCQ_TIMEOUT_DEFAULT));
     *out = m->tokens_host[pos];
     return NULL;
   }
@@ -677,12 +686,12 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
   bool stop_early = m->ranks == 1 || o->agree_end, reads = m->reads_tokens, all_ended = false;
   hcq_status_t st = llm_decoder_set_tokens(m, 0, prompt, nprompt);
   double t0 = now_ms(), t1 = t0, t_last = t0;
-  fence_t fences[2];
   int nhost = 0;
   if (!st && steps > 0) st = llm_decoder_prefill(m, 0, nprompt, o->graph);
   if (!st && steps > 0) {
     int32_t tok = 0;
-    st = reads ? token_at(m, fence_now(m), nprompt, &tok) : llm_decoder_sync(m);
+    if (reads && !(st = record(m, m->fences[0]))) st = token_at(m, m->fences[0], nprompt, &tok);
+    else if (!reads) st = llm_decoder_sync(m);
     t_last = t1 = now_ms();
     out->prefill_ms = t1 - t0;
     if (!st && reads) took(out, o, tok);
@@ -694,14 +703,13 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
   while (!st && !(stop_early && (m->ranks > 1 ? all_ended : out->ended)) && read < last) {
     while (!st && next - read < 2 && next < last) {
       double h0 = now_ms();
-      st = llm_decoder_step(m, next, o->graph);
+      st = step(m, next, o->graph, m->fences[next % 2]);
       host[nhost++] = (now_ms() - h0) * 1e3;
-      fences[next % 2] = fence_now(m);
       next++;
     }
     if (st) break;
     int32_t tok = 0;
-    if (reads) st = token_at(m, fences[read % 2], read + 1, &tok);
+    if (reads) st = token_at(m, m->fences[read % 2], read + 1, &tok);
     if (!st && reads && !out->ended) {
       took(out, o, tok);
       t_last = now_ms();

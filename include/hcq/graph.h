@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "hcq/buffer.h"
+#include "hcq/fence.h"
 #include "hcq/program.h"
 #include "hcq/queue.h"
 #include "hcq/symbolic.h"
@@ -117,6 +118,14 @@ HCQ_MUST_USE hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t 
 HCQ_MUST_USE hcq_status_t hcq_graph_run(hcq_graph_t *graph, hcq_buffer_t *const *inputs, size_t ninputs,
                                         const hcq_var_value_t *vals, size_t nvals, bool wait,
                                         uint64_t *out_elapsed_ns);
+
+/* Replays the graph as hcq_graph_run without waiting, and arms fence (may be NULL; hcq/fence.h) at
+ * this replay: it is reached once the replay, and everything submitted before it on the graph's
+ * devices, finished. Waiting on it waits for this replay only, not for replays submitted later. An
+ * error leaves the fence as it was; its message says, as hcq_graph_run's do, whether the replay
+ * was queued. */
+HCQ_MUST_USE hcq_status_t hcq_graph_submit(hcq_graph_t *graph, hcq_buffer_t *const *inputs, size_t ninputs,
+                                           const hcq_var_value_t *vals, size_t nvals, hcq_fence_t *fence);
 
 /* Waits for the last replay and frees the graph. On a timeout it returns the error and the graph
  * stays valid (destroy again later). NULL is accepted. Once it succeeded the graph is gone: running

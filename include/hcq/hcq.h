@@ -21,6 +21,7 @@
 #include "hcq/symbolic.h"
 #include "hcq/device.h"
 #include "hcq/signal.h"
+#include "hcq/fence.h"
 #include "hcq/buffer.h"
 #include "hcq/program.h"
 #include "hcq/queue.h"

@@ -105,6 +105,12 @@ HCQ_MUST_USE hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t ni
 HCQ_MUST_USE hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs,
                                       const hcq_var_value_t *vals, size_t nvals, bool wait, uint64_t *out_elapsed_ns);
 
+/* Replays everything as hcq_jit_run without waiting, and arms fence (may be NULL; hcq/fence.h) at
+ * this replay: it is reached once the replay's graphs and eager items, and everything submitted
+ * before them on the jit's devices, finished. On an error the fence is as it was. */
+HCQ_MUST_USE hcq_status_t hcq_jit_submit(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs,
+                                         const hcq_var_value_t *vals, size_t nvals, hcq_fence_t *fence);
+
 /* Waits for the graphs' last replays and frees the jit; on a timeout the jit stays valid. A freed
  * jit must not be used again: HCQ_VALIDATE does not check jits. */
 HCQ_MUST_USE hcq_status_t hcq_jit_destroy(hcq_jit_t *jit);

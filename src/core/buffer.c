@@ -45,6 +45,75 @@ hcq_status_t hcq_buffer_create(hcq_device_t *dev, uint64_t size, hcq_buffer_t **
   return st ? st : buffer_create(dev, size, 0, out_buffer);
 }
 
+/* Why dev's buffers have no host address, for UNAVAILABLE messages. */
+static const char *why_unmapped(const hcq_device_t *dev) {
+  if (hcq__device_is_remote(dev)) return "it is another process's device (MPI): its memory is not in this process";
+  return "its device memory is not host-visible";
+}
+
+hcq_status_t hcq_buffer_create_mapped(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out_buffer) {
+  if (out_buffer) *out_buffer = NULL;
+  hcq_status_t st = dev ? hcq__device_handle_check(dev, "hcq_buffer_create_mapped") : NULL;
+  if (st || (st = buffer_create(dev, size, HCQ__MEM_MAPPED, out_buffer))) return st;
+  if ((*out_buffer)->mem.host) return NULL;
+  hcq_buffer_release(*out_buffer);
+  *out_buffer = NULL;
+  return hcq_status_make(HCQ_UNAVAILABLE, "hcq_buffer_create_mapped on %s: %s, and it has no memory that both its "
+                         "kernels and the host reach", dev->name, why_unmapped(dev));
+}
+
+hcq_status_t hcq_buffer_wrap(hcq_device_t *dev, void *host, uint64_t size, void (*on_release)(void *ctx, void *host),
+                             void *ctx, hcq_buffer_t **out_buffer) {
+  if (!out_buffer) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_wrap: out_buffer is NULL");
+  *out_buffer = NULL;
+  hcq_status_t st = hcq__device_handle_check(dev, "hcq_buffer_wrap");
+  if (st) return st;
+  if (!host) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_wrap on %s: host is NULL", dev->name);
+  if (size == 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_wrap on %s: size must be greater than 0", dev->name);
+  if ((uintptr_t)host % HCQ_WRAP_ALIGN)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_buffer_wrap on %s: host %p is not aligned to %d bytes (kernels read vector types from "
+                           "a buffer's start; malloc's memory is aligned enough)",
+                           dev->name, host, HCQ_WRAP_ALIGN);
+  if ((uintptr_t)host > UINTPTR_MAX - size)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_buffer_wrap on %s: %" PRIu64 " bytes at %p end past the address space",
+                           dev->name, size, host);
+  if (!(dev->caps & HCQ_CAP_HOST_MEMORY) || hcq__device_is_remote(dev))
+    return hcq_status_make(HCQ_UNAVAILABLE, "hcq_buffer_wrap on %s: %s (only devices of this process whose memory is "
+                           "the host's, HCQ_CAP_HOST_MEMORY, can wrap the application's memory); copy it in instead",
+                           dev->name, hcq__device_is_remote(dev) ? why_unmapped(dev) : "its kernels do not run on host memory");
+  if ((st = hcq__device_check(dev))) return hcq_status_annotate(st, "hcq_buffer_wrap");
+  hcq_buffer_t *b = buffer_new(dev);
+  if (!b) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory wrapping memory on %s", dev->name);
+  b->mem = (hcq__mem_t){(uint64_t)(uintptr_t)host, host, size, NULL};
+  b->size = size;
+  b->addr = b->mem.addr;
+  b->wrapped = true;
+  b->on_release = on_release;
+  b->release_ctx = ctx;
+  b->mem_class = HCQ__MEMC_BUFFERS; /* counted nowhere: the application's bytes, not hcq's */
+  hcq__obj_add(dev, &b->obj, HCQ__OBJ_BUFFER, b->label);
+  *out_buffer = b;
+  return NULL;
+}
+
+hcq_status_t hcq_buffer_map(hcq_buffer_t *buf, void **out_host) {
+  if (!out_host) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_map: out_host is NULL");
+  *out_host = NULL;
+  if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_map: buffer is NULL");
+  hcq_status_t st = hcq__obj_check(&buf->obj, HCQ__OBJ_BUFFER, "hcq_buffer_map");
+  if (st) return st;
+  const hcq_buffer_t *base = hcq_buffer_base(buf);
+  if (!base->mem.host) {
+    char name[96];
+    return hcq_status_make(HCQ_UNAVAILABLE, "hcq_buffer_map: %s on %s: %s (hcq_buffer_create_mapped makes buffers the "
+                           "host can map where the device has such memory)",
+                           hcq__buffer_name(buf, name), buf->dev->name, why_unmapped(buf->dev));
+  }
+  *out_host = (char *)base->mem.host + buf->offset;
+  return NULL;
+}
+
 hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out) {
   return buffer_create(dev, size, HCQ__MEM_HOST_VISIBLE, out);
 }
@@ -98,6 +167,8 @@ void hcq_buffer_release(hcq_buffer_t *buf) {
   hcq_device_t *dev = buf->dev;
   if (buf->base) {
     hcq_buffer_release(buf->base);
+  } else if (buf->wrapped) {
+    hcq__device_defer_wrapped(dev, buf->mem.host, buf->on_release, buf->release_ctx);
   } else {
     hcq__mem_count(dev, buf->mem_class, -(int64_t)buf->mem.size);
     hcq__device_defer_mem(dev, buf->mem);

@@ -128,8 +128,10 @@ static void release_deferred(hcq_device_t *dev, hcq__deferred_t *d) {
   if (d->kind == 0) {
     hcq__mem_count(dev, HCQ__MEMC_DEFERRED, -(int64_t)d->mem.size);
     dev->vt->mem_free(dev, &d->mem);
-  } else {
+  } else if (d->kind == 1) {
     hcq__program_destroy(d->program);
+  } else if (d->on_release) {
+    d->on_release(d->release_ctx, d->mem.host);
   }
 }
 
@@ -162,12 +164,17 @@ static void defer(hcq_device_t *dev, hcq__deferred_t d) {
 }
 
 void hcq__device_defer_mem(hcq_device_t *dev, hcq__mem_t mem) {
-  hcq__deferred_t d = {{0, 0}, 0, mem, NULL};
+  hcq__deferred_t d = {{0, 0}, 0, mem, NULL, NULL, NULL};
   defer(dev, d);
 }
 
 void hcq__device_defer_program(hcq_device_t *dev, hcq_program_t *program) {
-  hcq__deferred_t d = {{0, 0}, 1, {0}, program};
+  hcq__deferred_t d = {{0, 0}, 1, {0}, program, NULL, NULL};
+  defer(dev, d);
+}
+
+void hcq__device_defer_wrapped(hcq_device_t *dev, void *host, hcq__wrap_release_fn on_release, void *ctx) {
+  hcq__deferred_t d = {{0, 0}, 2, {.host = host}, NULL, on_release, ctx};
   defer(dev, d);
 }
 
@@ -789,6 +796,7 @@ hcq_status_t hcq__device_wait_timeline(hcq_device_t *dev, uint64_t value) {
 }
 
 static void wrap_timeline(hcq_device_t *dev) {
+  atomic_fetch_add_explicit(&dev->timeline_epoch, 1, memory_order_release);
   hcq_signal_t *t = dev->timeline;
   dev->timeline = dev->shadow_timeline;
   dev->shadow_timeline = t;

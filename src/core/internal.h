@@ -12,6 +12,7 @@
 #include "core/vec.h"
 #include "hcq/buffer.h"
 #include "hcq/device.h"
+#include "hcq/fence.h"
 #include "hcq/memory.h"
 #include "hcq/program.h"
 #include "hcq/queue.h"
@@ -196,6 +197,9 @@ typedef struct hcq__mem {
 enum {
   HCQ__MEM_HOST_VISIBLE = 1u << 0, /* host must read and write it through mem.host (signals, kernargs,
                                       staging, bound command words) */
+  HCQ__MEM_MAPPED = 1u << 1,       /* kernels use it and the host maps it (hcq_buffer_create_mapped):
+                                      backends whose device memory is not host-visible allocate such
+                                      memory if they can; the core checks mem.host */
 };
 
 /* ---- live objects ----
@@ -319,11 +323,15 @@ typedef struct hcq__device_vtable {
 
 enum { HCQ__HOST_BEGIN, HCQ__HOST_RUN, HCQ__HOST_END };
 
+typedef void (*hcq__wrap_release_fn)(void *ctx, void *host);
+
 typedef struct hcq__deferred {
   uint64_t fence[2]; /* submitted() of each queue kind when released: unused once completed() passes */
-  int kind;          /* 0: device memory, 1: program */
+  int kind;          /* 0: device memory, 1: program, 2: wrapped memory handed back to its owner */
   hcq__mem_t mem;
   hcq_program_t *program;
+  hcq__wrap_release_fn on_release; /* kind 2 */
+  void *release_ctx;
 } hcq__deferred_t;
 
 /* Memory accounting: live bytes per device in these classes (see hcq_device_memory_usage). */
@@ -381,6 +389,9 @@ struct hcq_device {
   atomic_size_t ndeferred;
   hcq_signal_t *timeline, *shadow_timeline;
   uint64_t timeline_value;
+  /* Wraps so far (written under the lock, read without it): a fence armed in an older epoch has
+   * been reached, since a wrap waits for all work first (fence.c). */
+  _Atomic uint64_t timeline_epoch;
 
   hcq_queue_t *eager_compute, *eager_copy; /* scratch queues, rebuilt per eager command */
   hcq__mem_t kernargs;
@@ -418,6 +429,9 @@ struct hcq_buffer {
   hcq__mem_t mem; /* base buffers only */
   uint64_t id;
   uint8_t mem_class; /* hcq__mem_class_t its bytes count in (base buffers) */
+  bool wrapped;      /* memory the application owns (hcq_buffer_wrap): handed back, never freed */
+  hcq__wrap_release_fn on_release;
+  void *release_ctx;
   char label[64];
 };
 
@@ -514,6 +528,10 @@ hcq_status_t hcq__device_handle_check(const hcq_device_t *dev, const char *call)
 /* Drops a struct reference; the last one frees the device (closed devices only). */
 void hcq__device_struct_release(hcq_device_t *dev);
 
+/* Fences (fence.c): room for ndevices points, then arming (which cannot fail after the reserve). */
+hcq_status_t hcq__fence_reserve(hcq_fence_t *fence, size_t ndevices);
+void hcq__fence_arm(hcq_fence_t *fence, hcq_device_t *const *devices, size_t ndevices);
+
 /* Device registry and locking. */
 void hcq__device_lock_many(hcq_device_t *const *devs, size_t n);
 void hcq__device_unlock_many(hcq_device_t *const *devs, size_t n);
@@ -525,6 +543,8 @@ hcq_status_t hcq__device_wait_timeline(hcq_device_t *dev, uint64_t value);
 hcq_status_t hcq__device_synchronize_locked(hcq_device_t *dev);
 /* Frees memory / unloads a program once every engine of the device finished what it was given. */
 void hcq__device_defer_mem(hcq_device_t *dev, hcq__mem_t mem);
+/* Calls on_release(ctx, host) once the device's work submitted so far has finished. */
+void hcq__device_defer_wrapped(hcq_device_t *dev, void *host, hcq__wrap_release_fn on_release, void *ctx);
 void hcq__device_defer_program(hcq_device_t *dev, hcq_program_t *program);
 /* Unloads and frees a program whose work is done. */
 void hcq__program_destroy(hcq_program_t *program);

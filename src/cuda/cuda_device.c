@@ -360,6 +360,8 @@ static hcq_status_t cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t fl
   if (st) return st;
   hcq_CUresult rc;
   memset(out, 0, sizeof(*out));
+  /* Mapped buffers are pinned host memory at the same address on both sides, as ours are. */
+  if (flags & HCQ__MEM_MAPPED) flags |= HCQ__MEM_HOST_VISIBLE;
   if ((flags & HCQ__MEM_HOST_VISIBLE) && bytes <= PIN_MAX) {
     void *host = NULL;
     pin_slab_t *slab = NULL;

@@ -67,18 +67,23 @@ static hcq_status_t check_graph(const hcq_graph_t *g, const char *what) {
                          g->magic == HCQ__OBJ_DEAD ? "the graph was destroyed already" : "not a live hcq graph");
 }
 
+/* fence (may be NULL) is armed once the replay is submitted; room for it is made before, so a
+ * replay that was queued never returns an error for it. */
 static hcq_status_t graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                              size_t nvals, bool wait, uint64_t *out_elapsed_ns, bool prechecked) {
-  if (!g) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_run: graph is NULL");
-  hcq_status_t st = check_graph(g, "hcq_graph_run");
+                              size_t nvals, bool wait, uint64_t *out_elapsed_ns, bool prechecked, hcq_fence_t *fence,
+                              const char *call) {
+  if (!g) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: graph is NULL", call);
+  hcq_status_t st = check_graph(g, call);
   if (st) return st;
-  if ((st = hcq__runner_enter(&g->runner, "hcq_graph_run"))) return st;
+  if ((st = hcq__runner_enter(&g->runner, call))) return st;
   st = prechecked ? hcq__runner_stage_prechecked(&g->runner, inputs, ninputs, vals, nvals)
                   : hcq__runner_stage(&g->runner, inputs, ninputs, vals, nvals);
+  if (!st && fence) st = hcq__fence_reserve(fence, g->runner.ndevices);
   if (!st && g->validated_replays)
     st = hcq__graph_run_validated(g, wait, out_elapsed_ns);
   else if (!st)
     st = g->vt->run(g, wait, out_elapsed_ns);
+  if (!st && fence) hcq__fence_arm(fence, g->runner.devices, g->runner.ndevices);
   for (size_t d = 0; !st && hcq__captures_elsewhere() && d < g->runner.ndevices; d++)
     hcq__capture_note_other_thread(g->runner.devices[d], "replay of %s", g->runner.label);
   hcq__runner_leave(&g->runner);
@@ -87,12 +92,17 @@ static hcq_status_t graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_
 
 hcq_status_t hcq_graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
                            size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
-  return graph_run(g, inputs, ninputs, vals, nvals, wait, out_elapsed_ns, false);
+  return graph_run(g, inputs, ninputs, vals, nvals, wait, out_elapsed_ns, false, NULL, "hcq_graph_run");
+}
+
+hcq_status_t hcq_graph_submit(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
+                              size_t nvals, hcq_fence_t *fence) {
+  return graph_run(g, inputs, ninputs, vals, nvals, false, NULL, false, fence, "hcq_graph_submit");
 }
 
 hcq_status_t hcq__graph_run_prechecked(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
                                        const hcq_var_value_t *vals, size_t nvals) {
-  return graph_run(g, inputs, ninputs, vals, nvals, false, NULL, true);
+  return graph_run(g, inputs, ninputs, vals, nvals, false, NULL, true, NULL, "hcq_graph_run");
 }
 
 hcq_status_t hcq_graph_destroy(hcq_graph_t *g) {

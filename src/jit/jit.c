@@ -618,6 +618,20 @@ hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t nin
   return st;
 }
 
+hcq_status_t hcq_jit_submit(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
+                            size_t nvals, hcq_fence_t *fence) {
+  if (!jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_submit: jit is NULL");
+  hcq__runner_t *r = &jit->runner;
+  hcq_status_t st = hcq__runner_enter(r, "hcq_jit_submit");
+  if (st) return st;
+  /* Room first: a replay that was queued never fails for the fence. */
+  if (fence) st = hcq__fence_reserve(fence, r->ndevices);
+  if (!st) st = jit_run(jit, inputs, ninputs, vals, nvals, false, NULL);
+  if (!st && fence) hcq__fence_arm(fence, r->devices, r->ndevices);
+  hcq__runner_leave(r);
+  return st;
+}
+
 static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
                             size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
   uint64_t start = hcq__now_ns();

@@ -123,7 +123,7 @@ if [ "$shared" = ON ]; then
 fi
 
 # ---- the examples, built against the installed copy ----
-examples=(eager graph capture_loop capture_save)
+examples=(eager graph capture_loop capture_save fences)
 run_examples() { # DIR KIND(shared|static) HOW
   local dir=$1 kind=$2 how=$3 ex
   for ex in "${examples[@]}"; do
