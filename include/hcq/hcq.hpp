@@ -50,6 +50,10 @@
 #ifndef HCQ_HCQ_HPP
 #define HCQ_HCQ_HPP
 
+#if !defined(__cplusplus) || __cplusplus < 201703L
+#error "hcq/hcq.hpp needs C++17 or later; C programs include hcq/hcq.h"
+#endif
+
 #include <array>
 #include <cstdint>
 #include <cstdio>
