@@ -46,7 +46,11 @@
  * while another thread uses it.
  *
  * Lost devices, HCQ_VALIDATE and the rest of the semantics are those of the C calls each method
- * names; read the C headers for them. */
+ * names; read the C headers for them.
+ *
+ * Layout: one section per C module, in hcq.h's order. A new handle type is a class over
+ * detail::unique_handle (or detail::shared_handle when C has a retain) given the C call that ends
+ * it; a new call is a method that passes its status to check(). */
 #ifndef HCQ_HCQ_HPP
 #define HCQ_HCQ_HPP
 
@@ -55,9 +59,9 @@
 #endif
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstddef>
 #include <functional>
 #include <initializer_list>
 #include <iterator>
