@@ -1,6 +1,6 @@
 # What `cmake --install` (and `make install`, `make deb`) puts where: the public headers, libhcq.a,
 # libhcq.so.*, the hcq tool and its man page, hcq.pc / hcq-static.pc, the CMake package
-# (find_package(hcq) gives hcq::hcq), the docs, the C examples and the example graph files.
+# (find_package(hcq) gives hcq::hcq), the docs, the C and C++ examples and the example graph files.
 include(CMakePackageConfigHelpers)
 
 set(HCQ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hcq)
@@ -18,7 +18,7 @@ install(FILES docs/hcq.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 # the files are relative to the file, so they run from there).
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs FILES_MATCHING PATTERN "*.md" PATTERN "*.svg")
-install(DIRECTORY examples/c DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+install(DIRECTORY examples/c examples/cpp DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
 file(GLOB HCQ_EXAMPLE_GRAPHS ${CMAKE_CURRENT_SOURCE_DIR}/examples/*.json)
 install(FILES ${HCQ_EXAMPLE_GRAPHS} examples/README.md DESTINATION ${CMAKE_INSTALL_DATADIR}/hcq/examples)
 install(DIRECTORY examples/kernels DESTINATION ${CMAKE_INSTALL_DATADIR}/hcq/examples)

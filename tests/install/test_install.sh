@@ -6,7 +6,7 @@
 # on a capture one of them saved. Also: every doc and example graph file is installed, the installed
 # hcq runs the installed examples (the README's commands), `pkg-config --static --libs hcq` is a
 # complete link line for libhcq.a, and a program linked against the prefix runs with an rpath or
-# with LD_LIBRARY_PATH (the README's two ways).
+# with LD_LIBRARY_PATH (the README's two ways). The C++ header builds examples/cpp with g++ and clang++.
 #
 # usage: test_install.sh BUILD_DIR SOURCE_DIR CC VERSION LIBDIR SHARED(ON|OFF) [SANITIZER]
 # SANITIZER (address, undefined or thread) is passed to the example builds, which must match an
@@ -176,6 +176,35 @@ for kind in "${kinds[@]}"; do
       env -u LD_LIBRARY_PATH "$dir/eager" || true; }
   fi
 done
+
+# ---- C++: hcq/hcq.hpp and examples/cpp/mlp.cpp against the installed copy, with g++ and clang++ ----
+# Through pkg-config and find_package(hcq), warning-free under -Wpedantic too. Under a sanitizer only
+# the compiler of CC's family builds them: g++ and clang++ have different sanitizer runtimes.
+cmp -s "$src/include/hcq/hcq.hpp" "$prefix/include/hcq/hcq.hpp" || fail "header hcq.hpp not installed as it is"
+[ -e "$prefix/share/doc/hcq/examples/cpp/mlp.cpp" ] || fail "not installed: share/doc/hcq/examples/cpp/mlp.cpp"
+cxxs=(g++ clang++)
+if [ -n "$sanitize" ]; then
+  case "$("$cc" --version)" in *clang*) cxxs=(clang++) ;; *) cxxs=(g++) ;; esac
+fi
+module=hcq
+[ "$shared" = ON ] || module=hcq-static
+for cxx in "${cxxs[@]}"; do
+  dir=$tmp/cpp-$cxx
+  mkdir -p "$dir"
+  expect_mlp() { # HOW BIN
+    if ! LD_LIBRARY_PATH=$prefix/$libdir "$2" >"$tmp/run.log" 2>&1 || ! grep -q "as expected" "$tmp/run.log"; then
+      cat "$tmp/run.log" >&2
+      fail "$1: mlp did not say its result was as expected"
+    fi
+  }
+  quiet "pkg-config $module: $cxx mlp.cpp" "$cxx" -std=c++17 -Wpedantic "${flags[@]}" "$src/examples/cpp/mlp.cpp" \
+    -o "$dir/mlp-pc" $(pkg-config --cflags --libs "$module") && expect_mlp "pkg-config $module, $cxx" "$dir/mlp-pc"
+  quiet "find_package(hcq) $cxx: configure" cmake -S "$src/examples/cpp" -B "$dir/cmake" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CXX_FLAGS="-Wpedantic ${flags[*]}" &&
+    quiet "find_package(hcq) $cxx: build" cmake --build "$dir/cmake" -j "$jobs" &&
+    expect_mlp "find_package(hcq), $cxx" "$dir/cmake/mlp"
+done
+echo "examples/cpp/mlp.cpp built against the installed hcq.hpp with ${cxxs[*]} (pkg-config, find_package) and ran"
 
 if [ "$fails" -gt 0 ]; then
   echo "$fails check(s) failed" >&2
