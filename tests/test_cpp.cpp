@@ -281,6 +281,48 @@ static void capture_matches_eager() {
   expect_error("empty capture", [] { hcq::capture([] {}); }, HCQ_FAILED_PRECONDITION, "recorded no");
 }
 
+/* Replays in flight with a fence each; outputs read through map(), the input wrapped in place. */
+static void fences_and_mapped_buffers() {
+  hcq::device dev("CPU:0");
+  hcq::program axpb(dev, "axpb", kAxpb);
+  const int n = 64;
+  alignas(64) static int32_t input[n];
+  for (int i = 0; i < n; i++) input[i] = i;
+  {
+    hcq::buffer x = hcq::buffer::wrap(dev, input, n);
+    std::array<hcq::buffer, 2> out = {hcq::buffer::mapped(dev, n * 4), hcq::buffer::mapped(dev, n * 4)};
+    hcq::span<int32_t> seen = out[1].map<int32_t>();
+    EXPECT(seen.size() == size_t(n));
+    hcq::expr a = hcq::expr::var("a", 0, 100);
+    hcq::jit j = hcq::capture([&] { axpb.launch_sym({out[0], x}, {n, a}, {1}, {64}, {a.bind(0)}, nullptr); },
+                              {out[0]}, {a.bind(0)});
+    hcq::fence done[2];
+    hcq::signal gate(dev, "gate");
+    hcq::queue held(HCQ_QUEUE_COMPUTE);
+    hcq::check(hcq_queue_wait(held.get(), hcq_imm(int64_t(gate.address())), hcq_imm(1)));
+    j.submit(done[0], {out[0]}, {a.bind(1)});
+    hcq::check(hcq_queue_submit(held.get(), dev.get(), nullptr, 0));  // replay 2 waits for the gate
+    j.submit(done[1], {out[1]}, {a.bind(2)});
+    done[0].wait();
+    std::vector<int32_t> first(out[0].map<int32_t>().begin(), out[0].map<int32_t>().end());
+    for (int i = 0; i < n; i++) EXPECT(first[size_t(i)] == 2 * i);  // the capture left x; x * 1 + x
+    EXPECT(!done[1].done());
+    expect_error("fence of a held replay", [&] { done[1].wait(20); }, HCQ_TIMEOUT, "fence on CPU:0");
+    gate.set(1);
+    done[1].wait();
+    EXPECT(done[1].done());
+    for (int i = 0; i < n; i++) EXPECT(seen[size_t(i)] == i);  // out[1] was 0: 0 * 2 + x
+    // Eager work, fenced by record().
+    axpb.launch({out[1], x}, {n, 3}, {1}, {64});
+    done[0].record({dev});
+    done[0].wait();
+    for (int i = 0; i < n; i++) EXPECT(seen[size_t(i)] == i * 3 + i);
+  }
+  dev.synchronize();  // the wrapped input's last user has finished
+  expect_error("wrap of misaligned memory", [&] { hcq::buffer::wrap(dev, input + 1, 4); }, HCQ_INVALID_ARGUMENT,
+               "not aligned");
+}
+
 int main() {
   setenv("HCQ_VALIDATE", "1", 1);
   hcq_device_t *raw;
@@ -291,6 +333,7 @@ int main() {
     moves_do_not_double_release(raw);
     spans_copy_their_bytes();
     capture_matches_eager();
+    fences_and_mapped_buffers();
   } catch (const hcq::error &e) {
     std::fprintf(stderr, "unexpected hcq::error %s: %s\n", e.code_name(), e.what());
     failures++;

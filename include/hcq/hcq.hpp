@@ -10,6 +10,9 @@
  *   hcq::jit step = hcq::capture([&] { forward(); }, {x}); // runs forward() once and records it
  *   step.run({other_x});                                   // a replay, with another input buffer
  *   y.copyout(host);                                       // waits for the work before it
+ *   hcq::fence done;                                       // replays in flight, each waited on alone:
+ *   step.submit(done, {next_x});                           //   queued, done armed at this replay
+ *   done.wait();                                           //   then out.map<float>() reads in place
  *
  * Argument lists are braced lists, which do not narrow: a value or dim that is not a constant must
  * have the parameter's type (int32_t values, uint32_t dims) or be cast to it.
@@ -19,7 +22,7 @@
  * mix freely. Objects the C API reference-counts and lets callers retain (buffer, program, expr) are
  * copyable: a copy is one more reference (hcq_*_retain), like std::shared_ptr. The others are
  * move-only, like std::unique_ptr: device (each open is one reference that only a close drops;
- * there is no retain), signal, queue, graph, jit and graph_file (one owner, freed once). A moved-from
+ * there is no retain), signal, fence, queue, graph, jit and graph_file (one owner, freed once). A moved-from
  * handle holds nothing and its destructor does nothing.
  *
  * Order of destruction: the last close of a device fails while buffers, programs, signals or graphs
@@ -157,6 +160,7 @@ class shared_handle : public unique_handle<T, Free> {
 inline void free_signal(hcq_signal_t *s) { hcq_signal_free(s); }
 inline void free_queue(hcq_queue_t *q) { hcq_queue_free(q); }
 inline void free_graph_file(hcq_graph_file_t *f) { hcq_graph_file_free(f); }
+inline void destroy_fence(hcq_fence_t *f) { hcq_fence_destroy(f); }
 inline void release_buffer(hcq_buffer_t *b) { hcq_buffer_release(b); }
 inline void release_program(hcq_program_t *p) { hcq_program_release(p); }
 inline void release_expr(hcq_expr_t *e) { hcq_expr_release(e); }
@@ -203,6 +207,9 @@ class span {
   constexpr span(T *data, size_t count) noexcept : data_(data), size_(count) {}
   constexpr T *data() const noexcept { return data_; }
   constexpr size_t size() const noexcept { return size_; }
+  constexpr T &operator[](size_t i) const noexcept { return data_[i]; }
+  constexpr T *begin() const noexcept { return data_; }
+  constexpr T *end() const noexcept { return data_ + size_; }
 
  private:
   T *data_;
@@ -274,6 +281,21 @@ class buffer : public detail::shared_handle<hcq_buffer_t, hcq_buffer_retain, det
     check(hcq_buffer_create(dev.get(), bytes, &b));
     reset(b);
   }
+  /* hcq_buffer_create_mapped: memory both the device's kernels and the host reach (see map()). */
+  static buffer mapped(const device &dev, uint64_t bytes) {
+    hcq_buffer_t *b = nullptr;
+    check(hcq_buffer_create_mapped(dev.get(), bytes, &b));
+    return buffer(b);
+  }
+  /* hcq_buffer_wrap: the caller's count elements at data, used in place (devices whose kernels run
+   * on host memory). The memory must outlive the buffer and the work using it: hcq_buffer_wrap's
+   * rules, with on_release NULL (synchronize the device after the last release). */
+  template <class T>
+  static buffer wrap(const device &dev, T *data, size_t count) {
+    hcq_buffer_t *b = nullptr;
+    check(hcq_buffer_wrap(dev.get(), static_cast<void *>(data), uint64_t(count) * sizeof(T), nullptr, nullptr, &b));
+    return buffer(b);
+  }
   /* hcq_buffer_view_create: bytes [offset, offset + size) of this one. */
   buffer view(uint64_t offset, uint64_t size) const {
     hcq_buffer_t *v = nullptr;
@@ -299,6 +321,15 @@ class buffer : public detail::shared_handle<hcq_buffer_t, hcq_buffer_retain, det
     static_assert(std::is_trivially_copyable<T>::value, "copyout copies bytes: elements must be trivially copyable");
     static_assert(!std::is_const<T>::value, "copyout writes into dst: it cannot be const");
     check(hcq_buffer_copyout(get(), offset, std::data(dst), uint64_t(std::size(dst)) * sizeof(T)));
+  }
+  /* hcq_buffer_map: the buffer's bytes seen as size() / sizeof(T) elements of T, in place. Read what
+   * device work wrote only after waiting for it (a fence), as buffer.h's coherence rules say. */
+  template <class T>
+  span<T> map() const {
+    static_assert(std::is_trivially_copyable<T>::value, "mapped bytes are read as trivially copyable elements");
+    void *host = nullptr;
+    check(hcq_buffer_map(get(), &host));
+    return span<T>{static_cast<T *>(host), size_t(size() / sizeof(T))};
   }
   /* count elements from byte offset; count 0: as many as fit in the rest of the buffer. */
   template <class T>
@@ -447,6 +478,33 @@ class signal : public detail::unique_handle<hcq_signal_t, detail::free_signal> {
   uint64_t address() const noexcept { return hcq_signal_address(get()); }
 };
 
+/* ---- fences (hcq/fence.h) ---- */
+
+class fence : public detail::unique_handle<hcq_fence_t, detail::destroy_fence> {
+ public:
+  /* hcq_fence_create: covers nothing yet (reached). */
+  fence() {
+    hcq_fence_t *f = nullptr;
+    check(hcq_fence_create(&f));
+    reset(f);
+  }
+  explicit fence(hcq_fence_t *raw) noexcept : unique_handle(raw) {}
+  /* hcq_fence_record: all work submitted so far to these devices. */
+  void record(std::initializer_list<std::reference_wrapper<const device>> devices) const {
+    std::vector<hcq_device_t *> devs;
+    for (const device &d : devices) devs.push_back(d.get());
+    check(hcq_fence_record(get(), devs.data(), devs.size()));
+  }
+  /* hcq_fence_wait; timeout_ms < 0: the default. A timeout throws (TIMEOUT). */
+  void wait(int64_t timeout_ms = HCQ_TIMEOUT_DEFAULT) const { check(hcq_fence_wait(get(), timeout_ms)); }
+  /* hcq_fence_poll: never blocks; a lost device throws (DEVICE_LOST). */
+  bool done() const {
+    bool d = false;
+    check(hcq_fence_poll(get(), &d));
+    return d;
+  }
+};
+
 /* ---- queues (hcq/queue.h): record with the C calls on get() ---- */
 
 class queue : public detail::unique_handle<hcq_queue_t, detail::free_queue> {
@@ -483,6 +541,12 @@ class graph : public detail::unique_handle<hcq_graph_t, detail::destroy_graph> {
     check(hcq_graph_run(get(), in.data(), in.size(), vals.begin(), vals.size(), wait, &ns));
     return ns;
   }
+  /* hcq_graph_submit: queues the replay and arms f at it. */
+  void submit(const fence &f, std::initializer_list<buffer_ref> inputs = {},
+              std::initializer_list<hcq_var_value_t> vals = {}) const {
+    detail::small_array<hcq_buffer_t *> in(inputs);
+    check(hcq_graph_submit(get(), in.data(), in.size(), vals.begin(), vals.size(), f.get()));
+  }
   /* hcq_graph_destroy with its error (a timeout keeps the graph). */
   void destroy() {
     check(hcq_graph_destroy(get()));
@@ -504,6 +568,12 @@ class jit : public detail::unique_handle<hcq_jit_t, detail::destroy_jit> {
     uint64_t ns = 0;
     check(hcq_jit_run(get(), in.data(), in.size(), vals.begin(), vals.size(), wait, &ns));
     return ns;
+  }
+  /* hcq_jit_submit, as graph::submit. */
+  void submit(const fence &f, std::initializer_list<buffer_ref> inputs = {},
+              std::initializer_list<hcq_var_value_t> vals = {}) const {
+    detail::small_array<hcq_buffer_t *> in(inputs);
+    check(hcq_jit_submit(get(), in.data(), in.size(), vals.begin(), vals.size(), f.get()));
   }
   void destroy() {
     check(hcq_jit_destroy(get()));
