@@ -148,7 +148,7 @@ HCQ_MUST_USE hcq_status_t hcq_program_create_binary(hcq_device_t *device, hcq_bi
  *   CUDA    CUDA C to cubin (the default) or ptx with NVRTC, for arch ("sm_90", "90" or "9.0";
  *           NULL: HCQ_CUDA_ARCH, else INVALID_ARGUMENT); a cubin needs an NVRTC that knows arch
  *   METAL   UNIMPLEMENTED: a metallib is built by Apple's toolchain (xcrun metal, then metallib)
- *   CPU     UNIMPLEMENTED (CPU devices load no binaries)
+ *   CPU     INVALID_ARGUMENT (CPU devices load no binaries)
  *
  * On success *out_bytes (free with hcq_binary_free) holds *out_size bytes. A compile error is
  * COMPILE_ERROR with the compiler's log; a missing compiler UNAVAILABLE or UNIMPLEMENTED, saying

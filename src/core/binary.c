@@ -263,7 +263,7 @@ hcq_status_t hcq_binary_compile(hcq_device_kind_t kind, hcq_binary_format_t form
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "compiling %s: a %s does not load on %s devices, which load: %s", entry,
                            hcq_binary_format_name(format), kname, list);
   if (!b->binary_compile)
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "compiling %s for %s: %s", entry, kname,
+    return hcq_status_make(b->binary_formats ? HCQ_UNIMPLEMENTED : HCQ_INVALID_ARGUMENT, "compiling %s for %s: %s", entry, kname,
                            b->no_compile_why ? b->no_compile_why : "hcq makes no binaries for this kind");
   /* Only CUDA binaries are made for an architecture; a check here keeps backends from parsing it. */
   if (arch && kind != HCQ_DEVICE_CUDA)
