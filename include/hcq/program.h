@@ -125,7 +125,7 @@ bool hcq_binary_format_parse(const char *name, hcq_binary_format_t *out_format);
  *           CPU kernels come from C source (hcq_program_create) or function pointers only.
  *
  * The bytes are copied: the caller may free them on return. CUDA kernels take their parameters
- * the SPEC 2 way (pointers, then 32-bit values); hcq reads the list from the PTX or from the
+ * as CUDA C kernels do (pointers, then 32-bit values); hcq reads the list from the PTX or from the
  * cubin's kernel information, so launches are checked against it as for CUDA C
  * (hcq_program_declare_args). A fatbin whose only image for the device is compressed PTX is
  * refused: its parameter list cannot be read. The program behaves like one from source (launches,
@@ -157,6 +157,8 @@ HCQ_MUST_USE hcq_status_t hcq_program_create_binary(hcq_device_t *device, hcq_bi
 HCQ_MUST_USE hcq_status_t hcq_binary_compile(hcq_device_kind_t kind, hcq_binary_format_t format, const char *arch,
                                              const char *entry, const char *source, void **out_bytes,
                                              size_t *out_size);
+/* Frees what hcq_binary_compile returned (NULL is fine). Plain memory, not a handle: HCQ_VALIDATE
+ * does not track it, and freeing it twice is undefined behaviour. */
 void hcq_binary_free(void *bytes);
 
 /* The text every CPU kernel source is compiled after. */
