@@ -340,6 +340,48 @@ Test(binary, cuda_fatbin_picks_the_devices_code) {
   test_close(d);
 }
 
+/* What nvcc itself writes, where a toolkit is installed: cubins for sm_80 and sm_90 and PTX (which
+ * CUDA 13's nvcc compresses) in one fatbin; and a fatbin of compressed PTX only. */
+static uint8_t *nvcc_fatbin(const char *dir, const char *gencode, size_t *size) {
+  char cmd[2048], path[1100];
+  snprintf(path, sizeof(path), "%s/k.cu", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fputs(k_cuda, f);
+  fclose(f);
+  snprintf(cmd, sizeof(cmd), "cd '%s' && /usr/local/cuda/bin/nvcc -fatbin %s k.cu -o k.fatbin >nvcc.log 2>&1", dir, gencode);
+  cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+  snprintf(path, sizeof(path), "%s/k.fatbin", dir);
+  f = fopen(path, "rb");
+  cr_assert_not_null(f);
+  uint8_t *b = malloc(1 << 20);
+  *size = fread(b, 1, 1 << 20, f);
+  fclose(f);
+  return b;
+}
+
+static void make_dir(char *dir, size_t size);
+
+Test(binary, cuda_fatbin_from_nvcc, .timeout = 300) {
+  if (access("/usr/local/cuda/bin/nvcc", X_OK)) cr_skip_test("no nvcc at /usr/local/cuda/bin");
+  hcq_device_t *d = cuda_or_skip();
+  char dir[600];
+  make_dir(dir, sizeof(dir));
+  size_t size = 0;
+  uint8_t *fb = nvcc_fatbin(dir, "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]",
+                            &size);
+  hcq_program_t *p = NULL;
+  OK(hcq_program_create_binary(d, HCQ_BINARY_FATBIN, fb, size, "add_const", &p));
+  check_add(d, p, 128);
+  hcq_program_release(p);
+  free(fb);
+  fb = nvcc_fatbin(dir, "-gencode arch=compute_90,code=compute_90", &size);
+  FAILS(hcq_program_create_binary(d, HCQ_BINARY_FATBIN, fb, size, "add_const", &p), HCQ_COMPILE_ERROR,
+        "PTX compute_90 (compressed)", "cannot read the kernel's parameter list");
+  free(fb);
+  test_close(d);
+}
+
 Test(binary, cuda_bad_binaries_errors) {
   hcq_device_t *d = cuda_or_skip();
   size_t n80 = 0, n90 = 0, nptx = 0;
