@@ -155,12 +155,17 @@ static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const cha
     /* Text: NUL bytes may end it (a C string written whole), never sit inside it. */
     size_t text_len = len;
     while (text_len && !bytes[text_len - 1]) text_len--;
-    uint8_t *text = memchr(bytes, '\0', text_len) ? NULL : realloc(bytes, text_len + 1);
+    bool holed = memchr(bytes, '\0', text_len) != NULL;
+    uint8_t *text = holed ? NULL : realloc(bytes, text_len + 1);
+    if (!holed && !text) {
+      free(bytes);
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", entry);
+    }
     if (text) {
       bytes = text;
       bytes[text_len] = '\0';
     }
-    if (!text || !hcq__is_ptx((const char *)bytes)) {
+    if (holed || !hcq__is_ptx((const char *)bytes)) {
       char what[128];
       hcq__binary_describe(bytes, len, what, sizeof(what));
       free(bytes);
