@@ -75,6 +75,7 @@ void cli_mpi_give_up(hcq_status_code_t code, const char *why);
 int cli_mpi_finish(int rc);
 
 int cli_run(int argc, char **argv);
+int cli_compile(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 int cli_embed(int argc, char **argv);

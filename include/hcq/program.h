@@ -88,6 +88,79 @@ HCQ_MUST_USE hcq_status_t hcq_program_declare_args(hcq_program_t *program, size_
 /* The counts launches are checked against: true when declared or known to the backend. */
 bool hcq_program_args(const hcq_program_t *program, size_t *out_nbufs, size_t *out_nvals);
 
+/* ---- Precompiled kernels ----
+ *
+ * Kernels built offline, loaded without a compiler. X(name, text): the closed set of formats. */
+#define HCQ_BINARY_FORMATS(X) \
+  X(SPIRV, "spirv")          \
+  X(PTX, "ptx")              \
+  X(CUBIN, "cubin")          \
+  X(FATBIN, "fatbin")        \
+  X(METALLIB, "metallib")
+
+typedef enum hcq_binary_format {
+  HCQ_BINARY_NONE = 0, /* no format: hcq_binary_compile's "the kind's default" */
+#define HCQ__BINARY_FORMAT_ENUM(name, text) HCQ_BINARY_##name,
+  HCQ_BINARY_FORMATS(HCQ__BINARY_FORMAT_ENUM)
+#undef HCQ__BINARY_FORMAT_ENUM
+  HCQ_BINARY_FORMAT_COUNT
+} hcq_binary_format_t;
+
+/* "spirv", "ptx", "cubin", "fatbin", "metallib"; "none" for HCQ_BINARY_NONE, "?" out of range. */
+const char *hcq_binary_format_name(hcq_binary_format_t format);
+/* The format of a name above (any case); false for anything else. */
+bool hcq_binary_format_parse(const char *name, hcq_binary_format_t *out_format);
+
+/* A program from a precompiled kernel: size bytes at bytes, in format, whose kernel is entry.
+ * Which device kinds load which formats:
+ *
+ *   VULKAN  spirv      a SPIR-V module whose GLCompute entry point is named entry (the GLSL ABI of
+ *                      hcq/vulkan.h; hcq compile --device VULKAN writes one)
+ *   CUDA    ptx        PTX text (.version first; NUL bytes only at its end)
+ *           cubin      an ELF cubin for sm_XY: it loads on a device of the same major version and
+ *                      a minor version at least Y (a cubin for sm_80 on sm_86, not sm_90)
+ *           fatbin     a fat binary (nvcc -fatbin): the driver picks its cubin or PTX for the device
+ *   METAL   metallib   a Metal library (xcrun metal + metallib), kernel function named entry
+ *   CPU     none: a shared object is machine code hcq cannot check and would run in-process, so
+ *           CPU kernels come from C source (hcq_program_create) or function pointers only.
+ *
+ * The bytes are copied: the caller may free them on return. CUDA kernels take their parameters
+ * as CUDA C kernels do (pointers, then 32-bit values); hcq reads the list from the PTX or from the
+ * cubin's kernel information, so launches are checked against it as for CUDA C
+ * (hcq_program_declare_args). A fatbin whose only image for the device is compressed PTX is
+ * refused: its parameter list cannot be read. The program behaves like one from source (launches,
+ * graphs, captures); hcq_program_source() gives its text form, "#FORMAT" and a line break, then
+ * the bytes in base64, which hcq_program_create() also takes and saved graph files carry.
+ *
+ * Errors: out_program, device or bytes NULL, size 0, a format out of range, an entry that is not a
+ * C identifier, or a format the device's kind does not load (the message names the kind and what
+ * it loads) are INVALID_ARGUMENT; more than 256 MiB is OUT_OF_RANGE. Bytes that are not what format
+ * says (garbage, truncated, another format: the message says what they look like), a cubin for
+ * another architecture (naming both), and an entry the binary does not define are COMPILE_ERROR. */
+HCQ_MUST_USE hcq_status_t hcq_program_create_binary(hcq_device_t *device, hcq_binary_format_t format, const void *bytes,
+                                                    size_t size, const char *entry, hcq_program_t **out_program);
+
+/* Compiles source for entry into a precompiled kernel for devices of kind, without opening one:
+ * what `hcq compile` writes. format HCQ_BINARY_NONE picks the kind's default.
+ *
+ *   VULKAN  GLSL (the hcq/vulkan.h prelude) to spirv, with libshaderc; its entry point is renamed
+ *           entry, as hcq_program_create does
+ *   CUDA    CUDA C to cubin (the default) or ptx with NVRTC, for arch ("sm_90", "90" or "9.0";
+ *           NULL: HCQ_CUDA_ARCH, else INVALID_ARGUMENT); a cubin needs an NVRTC that knows arch
+ *   METAL   UNIMPLEMENTED: a metallib is built by Apple's toolchain (xcrun metal, then metallib)
+ *   CPU     INVALID_ARGUMENT (CPU devices load no binaries)
+ *
+ * On success *out_bytes (free with hcq_binary_free) holds *out_size bytes. A compile error is
+ * COMPILE_ERROR with the compiler's log; a missing compiler UNAVAILABLE or UNIMPLEMENTED, saying
+ * why; a format the kind does not load, or arch given for a kind that takes none,
+ * INVALID_ARGUMENT. */
+HCQ_MUST_USE hcq_status_t hcq_binary_compile(hcq_device_kind_t kind, hcq_binary_format_t format, const char *arch,
+                                             const char *entry, const char *source, void **out_bytes,
+                                             size_t *out_size);
+/* Frees what hcq_binary_compile returned (NULL is fine). Plain memory, not a handle: HCQ_VALIDATE
+ * does not track it, and freeing it twice is undefined behaviour. */
+void hcq_binary_free(void *bytes);
+
 /* The text every CPU kernel source is compiled after. */
 const char *hcq_cpu_prelude(void);
 

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "hcq/device.h"
+#include "hcq/program.h"
 
 struct hcq__runner;
 struct hcq_graph;
@@ -28,6 +29,16 @@ typedef struct hcq__backend {
   bool graph_kernels_only;
   /* ... and spans one device: the JIT batches each device's items apart. */
   bool graph_one_device;
+  /* The precompiled formats its devices load (bit 1 << hcq_binary_format_t; hcq/program.h): the
+   * core refuses others, naming the kind and these. 0: none. */
+  unsigned binary_formats;
+  /* Compiles source into a binary of format (HCQ_BINARY_NONE: the kind's default) without a device
+   * (hcq_binary_compile validated the arguments; format is one the kind loads); arch as given by
+   * the caller, may be NULL. On success *out is malloc'd. Optional: NULL means hcq cannot make
+   * binaries for the kind, and no_compile_why says why. */
+  hcq_status_t (*binary_compile)(const char *entry, const char *source, hcq_binary_format_t format, const char *arch,
+                                 void **out, size_t *out_size);
+  const char *no_compile_why;
 } hcq__backend_t;
 
 /* The row of kind; NULL for a kind no row serves (kinds are public enum values). */

@@ -1,6 +1,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/backend.h"
+#include "core/binary.h"
 #include "core/internal.h"
 
 static hcq_status_t program_new(hcq_device_t *dev, const char *name, hcq_program_t **out) {
@@ -36,6 +38,16 @@ hcq_status_t hcq_program_create(hcq_device_t *dev, const char *entry, const char
     return hcq_status_make(HCQ_INVALID_ARGUMENT,
                            "program on %s: entry %s is not a C identifier (letters, digits and _, not starting with a digit)",
                            dev->name, quoted);
+  }
+  /* A binary's text form (core/binary.h) reaches only backends that load its format. */
+  hcq_binary_format_t bf = hcq__binary_of_source(source);
+  const hcq__backend_t *row = hcq__backend(dev->kind);
+  if (bf && !(row && (row->binary_formats & (1u << bf)))) {
+    char list[96];
+    hcq__binary_list(row ? row->binary_formats : 0, list, sizeof(list));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "program %s on %s: the source is a %s (\"#%s\"), which does not load on "
+                           "%s devices (they load: %s)", entry, dev->name, hcq_binary_format_name(bf),
+                           hcq_binary_format_name(bf), hcq_device_kind_name(dev->kind), list);
   }
   if ((st = hcq__device_check(dev))) return hcq_status_annotate(st, "program %s", entry);
   if (!dev->vt->program_compile)

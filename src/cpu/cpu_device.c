@@ -954,4 +954,9 @@ const hcq__backend_t hcq__cpu_backend = {
     .query = cpu_query,
     .open = cpu_device_create,
     .graph_create = NULL, /* the HCQ graph (SPEC 5) */
+    /* No binary formats: a shared object would be machine code hcq cannot check, run in-process,
+     * and tied to one OS, libc and CPU; C source through the kernel cache gives the same reuse. */
+    .binary_formats = 0,
+    .no_compile_why = "CPU devices load no precompiled kernels; their kernels come from C source "
+                      "(hcq_program_create), compiled once into the kernel cache",
 };

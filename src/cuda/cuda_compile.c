@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/binary.h"
+#include "cuda/cuda_binary.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/nvrtc.h"
 
@@ -137,36 +139,86 @@ static hcq_status_t load_module(hcq_device_t *dev, const char *entry, const void
   return hcq__cuda_fail(dev, rc, "loading kernel %s%s%s", entry, *log ? ": " : "", log);
 }
 
+/* A precompiled kernel's image (the text form's bytes; core/binary.h), checked, with its
+ * parameters read; *out_image is what the driver loads (NUL-terminated PTX, or the bytes). */
+static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const char *source, hcq__cuda_kernel_t *k,
+                                 uint8_t **out_image) {
+  hcq_binary_format_t format = hcq__binary_of_source(source);
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  hcq_status_t st = hcq__binary_decode(source, entry, &bytes, &len);
+  if (st) return st;
+  int major, minor;
+  hcq__cuda_device_arch(dev, &major, &minor);
+  int arch = major * 10 + minor;
+  if (format == HCQ_BINARY_PTX) {
+    /* Text: NUL bytes may end it (a C string written whole), never sit inside it. */
+    size_t text_len = len;
+    while (text_len && !bytes[text_len - 1]) text_len--;
+    bool holed = memchr(bytes, '\0', text_len) != NULL;
+    uint8_t *text = holed ? NULL : realloc(bytes, text_len + 1);
+    if (!holed && !text) {
+      free(bytes);
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", entry);
+    }
+    if (text) {
+      bytes = text;
+      bytes[text_len] = '\0';
+    }
+    if (holed || !hcq__is_ptx((const char *)bytes)) {
+      char what[128];
+      hcq__binary_describe(bytes, len, what, sizeof(what));
+      free(bytes);
+      return hcq_status_make(HCQ_COMPILE_ERROR, "PTX kernel %s: %zu bytes are not PTX text (its first directive is "
+                             ".version): %s", entry, len, what);
+    }
+    st = hcq__cuda_ptx_params((const char *)bytes, entry, &k->nptrs, &k->nvals);
+  } else if (format == HCQ_BINARY_CUBIN) {
+    st = hcq__cubin_inspect(bytes, len, entry, dev->name, arch, &k->nptrs, &k->nvals);
+  } else {
+    st = hcq__fatbin_inspect(bytes, len, entry, dev->name, arch, &k->nptrs, &k->nvals);
+  }
+  if (st) {
+    free(bytes);
+    return st;
+  }
+  *out_image = bytes;
+  return NULL;
+}
+
 hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out) {
   hcq__cuda_image_t img;
   memset(&img, 0, sizeof(img));
   const char *ptx = source;
+  uint8_t *binary = NULL;
   hcq_status_t st = NULL;
-  if (!hcq__is_ptx(source)) {
-    if ((st = hcq__nvrtc_compile(entry, source, target_arch(dev), &img))) return st;
-    ptx = img.ptx;
-  }
   hcq__cuda_kernel_t *k = calloc(1, sizeof(*k));
-  if (!k) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", entry);
-  if (!st) st = hcq__cuda_ptx_params(ptx, entry, &k->nptrs, &k->nvals);
+  if (!k) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", entry);
+  if (hcq__binary_of_source(source)) {
+    st = binary_image(dev, entry, source, k, &binary);
+  } else {
+    if (!hcq__is_ptx(source) && !(st = hcq__nvrtc_compile(entry, source, target_arch(dev), &img))) ptx = img.ptx;
+    if (!st) st = hcq__cuda_ptx_params(ptx, entry, &k->nptrs, &k->nvals);
+  }
   if (!st) st = hcq__cuda_push(dev);
   if (st) {
     free(k);
+    free(binary);
     hcq__cuda_image_free(&img);
     return st;
   }
   const hcq__cuda_api_t *api = hcq__cuda_device_api(dev);
   /* A cubin for another architecture (HCQ_CUDA_ARCH) does not load: the PTX does, through the driver. */
-  st = load_module(dev, entry, img.cubin ? img.cubin : (const void *)ptx, &k->module);
-  if (st && img.cubin && !hcq__device_is_lost(dev)) {
+  st = load_module(dev, entry, binary ? binary : img.cubin ? img.cubin : (const void *)ptx, &k->module);
+  if (st && !binary && img.cubin && !hcq__device_is_lost(dev)) {
     hcq_status_free(st);
     st = load_module(dev, entry, ptx, &k->module);
   }
   hcq_CUresult rc = 0;
   if (!st && (rc = api->cuModuleGetFunction(&k->fn, k->module, entry)) != 0) {
     st = rc == HCQ_CUDA_ERROR_NOT_FOUND
-             ? hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not defined by the source (declare it extern \"C\" "
-                               "__global__)", entry)
+             ? hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not defined by the %s (declare it extern \"C\" "
+                               "__global__)", entry, binary ? "binary" : "source")
              : hcq__cuda_fail(dev, rc, "resolving kernel %s", entry);
     api->cuModuleUnload(k->module);
   } else if (!st && api->cuFuncLoad && (rc = api->cuFuncLoad(k->fn)) != 0) {
@@ -177,6 +229,7 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
   }
   hcq__cuda_pop(dev);
   hcq__cuda_image_free(&img);
+  free(binary); /* the driver copied what it keeps */
   if (st) {
     free(k);
     return st;
@@ -187,6 +240,47 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
   out->args = hcq__args_pack(k->nptrs, k->nvals, HCQ__ARGS_FROM_BACKEND);
   out->handle = (uint64_t)(uintptr_t)k;
   out->object = k;
+  return NULL;
+}
+
+/* The row's binary_compile: CUDA C through NVRTC into a cubin (the default) or PTX for arch. */
+hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source, hcq_binary_format_t format,
+                                      const char *arch, void **out, size_t *out_size) {
+  if (format == HCQ_BINARY_FATBIN)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "NVRTC makes PTX and cubins, not fatbins (nvcc -fatbin makes those)");
+  if (!format) format = HCQ_BINARY_CUBIN;
+  if (!arch || !*arch) arch = *hcq__options()->cuda_arch ? hcq__options()->cuda_arch : NULL;
+  int want = hcq__binary_arch(arch);
+  if (!want)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "a CUDA binary is built for an architecture: name one (sm_90; "
+                           "HCQ_CUDA_ARCH or hcq compile --arch)%s%s%s", arch ? " (\"" : "", arch ? arch : "",
+                           arch ? "\" is not one)" : "");
+  hcq__cuda_image_t img;
+  memset(&img, 0, sizeof(img));
+  hcq_status_t st = hcq__nvrtc_compile(entry, source, want, &img);
+  if (st) return st;
+  uint32_t nptrs, nvals;
+  /* What hcq could not launch is an error now, not on the machine that loads it. */
+  if ((st = hcq__cuda_ptx_params(img.ptx, entry, &nptrs, &nvals))) {
+    hcq__cuda_image_free(&img);
+    return st;
+  }
+  if (format == HCQ_BINARY_CUBIN && (!img.cubin || img.arch != want)) {
+    st = hcq_status_make(HCQ_UNAVAILABLE, "this NVRTC cannot make a cubin for sm_%d (it compiled PTX for compute_%d): "
+                         "ask for --format ptx, or use an NVRTC that knows sm_%d", want, img.arch, want);
+    hcq__cuda_image_free(&img);
+    return st;
+  }
+  if (format == HCQ_BINARY_CUBIN) {
+    *out = img.cubin;
+    *out_size = img.cubin_len;
+    img.cubin = NULL;
+  } else {
+    *out = img.ptx;
+    *out_size = img.ptx_len;
+    img.ptx = NULL;
+  }
+  hcq__cuda_image_free(&img);
   return NULL;
 }
 

@@ -1226,4 +1226,6 @@ const hcq__backend_t hcq__cuda_backend = {
     .query = cuda_query,
     .open = cuda_device_create,
     .graph_create = hcq__cuda_graph_create, /* SPEC 6 */
+    .binary_formats = 1u << HCQ_BINARY_PTX | 1u << HCQ_BINARY_CUBIN | 1u << HCQ_BINARY_FATBIN,
+    .binary_compile = hcq__cuda_binary_compile,
 };

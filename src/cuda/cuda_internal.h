@@ -41,6 +41,9 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
  * (source starting with PTX directives), cached on disk, loaded, entry resolved. */
 hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
 void hcq__cuda_unload(hcq_device_t *dev, hcq__program_impl_t *impl);
+/* The backend row's binary_compile (core/backend.h): CUDA C to a cubin or PTX, without a device. */
+hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source, hcq_binary_format_t format,
+                                      const char *arch, void **out, size_t *out_size);
 /* Reads the parameter list of entry in PTX text: SPEC 2 layout (64-bit pointers, then 32-bit
  * values) or a COMPILE_ERROR that says what is wrong. */
 hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *out_nptrs, uint32_t *out_nvals);

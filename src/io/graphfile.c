@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/backend.h"
+#include "core/binary.h"
 #include "core/internal.h"
 #include "hcq/graphfile.h"
 #include "io/graphfile_internal.h"
@@ -365,6 +366,68 @@ static hcq_status_t text_or_file(loader_t *L, const json_t *j, char **out) {
     return st;
   }
   return fail(L, HCQ_INVALID_ARGUMENT, "must be source text or {\"file\": path}, not %s", type_name(j));
+}
+
+/* A precompiled kernel named by a program's source key: {"binary": PATH, "format": F}, the format
+ * from PATH's extension when not given. It becomes the binary's text form (core/binary.h), which the
+ * device's program_compile takes like any source. */
+static hcq_status_t binary_source(loader_t *L, const json_t *j, const hcq__backend_t *b, char **out) {
+  static const char *const keys[] = {"binary", "format", NULL};
+  hcq_status_t st = only_keys(L, j, keys);
+  if (st) return st;
+  const json_t *path = json_object_get(j, "binary"), *format = json_object_get(j, "format");
+  size_t m = push(L, ".binary");
+  if ((st = expect(L, path, JSON_STRING, "a path"))) {
+    pop(L, m);
+    return st;
+  }
+  const char *rel = json_string_value(path);
+  hcq_binary_format_t f = HCQ_BINARY_NONE;
+  if (!format) {
+    static const struct {
+      const char *ext;
+      hcq_binary_format_t f;
+    } exts[] = {{".spv", HCQ_BINARY_SPIRV},     {".spirv", HCQ_BINARY_SPIRV}, {".ptx", HCQ_BINARY_PTX},
+                {".cubin", HCQ_BINARY_CUBIN},   {".fatbin", HCQ_BINARY_FATBIN}, {".metallib", HCQ_BINARY_METALLIB}};
+    const char *dot = strrchr(rel, '.');
+    for (size_t i = 0; dot && !strchr(dot, '/') && i < sizeof(exts) / sizeof(exts[0]); i++)
+      if (!strcmp(dot, exts[i].ext)) f = exts[i].f;
+    if (!f)
+      st = fail(L, HCQ_INVALID_ARGUMENT, "cannot tell the format of \"%s\" from its extension (.spv, .ptx, .cubin, "
+                ".fatbin, .metallib): give \"format\"", rel);
+  } else {
+    pop(L, m);
+    m = push(L, ".format");
+    if (!(st = expect(L, format, JSON_STRING, "a binary format (spirv, ptx, cubin, fatbin, metallib)")) &&
+        !hcq_binary_format_parse(json_string_value(format), &f))
+      st = fail(L, HCQ_INVALID_ARGUMENT, "\"%s\" is not a binary format (spirv, ptx, cubin, fatbin, metallib)",
+                json_string_value(format));
+  }
+  if (!st && !(b->binary_formats & (1u << f))) {
+    char list[96];
+    hcq__binary_list(b->binary_formats, list, sizeof(list));
+    st = fail(L, HCQ_INVALID_ARGUMENT, "a %s does not load on %s devices, whose kernels \"%s\" holds (they load: %s)",
+              hcq_binary_format_name(f), hcq_device_kind_name(b->kind), b->source_key, list);
+  }
+  pop(L, m);
+  if (st) return st;
+  m = push(L, ".binary");
+  char *data = NULL;
+  size_t len = 0;
+  if (!(st = read_file(L, rel, &data, &len)) && !len) st = fail(L, HCQ_INVALID_ARGUMENT, "\"%s\" is empty", rel);
+  if (!st && !(*out = hcq__binary_text(f, data, len))) st = oom(L);
+  free(data);
+  pop(L, m);
+  return st;
+}
+
+/* A program's source for one backend: text, {"file": PATH} or {"binary": PATH, ...}. */
+static hcq_status_t program_source(loader_t *L, const json_t *j, const hcq__backend_t *b, char **out) {
+  if (json_is_object(j) && json_object_get(j, "binary")) return binary_source(L, j, b, out);
+  if (!json_is_string(j) && !json_is_object(j))
+    return fail(L, HCQ_INVALID_ARGUMENT, "must be source text, {\"file\": path} or {\"binary\": path}, not %s",
+                type_name(j));
+  return text_or_file(L, j, out);
 }
 
 /* ---- base64 (the "base64" init, used by saved files) ---- */
@@ -896,7 +959,7 @@ static hcq_status_t parse_programs(loader_t *L, const json_t *programs) {
         char field[32];
         snprintf(field, sizeof(field), ".%s", (*b)->source_key);
         size_t m3 = push(L, field);
-        st = text_or_file(L, src, &p.sources[(*b)->kind]);
+        st = program_source(L, src, *b, &p.sources[(*b)->kind]);
         pop(L, m3);
       }
     }

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "core/backend.h"
+#include "core/binary.h"
 #include "metal/metal_internal.h"
 
 typedef struct mtl_entry {
@@ -523,6 +524,23 @@ static void mtl_destroy(hcq_device_t *dev) {
   dev->backend = NULL;
 }
 
+/* A metallib starts "MTLB" and records its own size as a u64 at byte 16 (after the platform, the file
+ * version, the library type and the OS version): fewer bytes than that is a truncated file. */
+static hcq_status_t metallib_check(const char *entry, const uint8_t *b, size_t size) {
+  if (size < 24 || memcmp(b, "MTLB", 4)) {
+    char what[128];
+    hcq__binary_describe(b, size, what, sizeof(what));
+    return hcq_status_make(HCQ_COMPILE_ERROR, "metallib kernel %s: %zu bytes are not a Metal library (\"MTLB\" and a "
+                           "24-byte header): %s", entry, size, what);
+  }
+  uint64_t file_size = 0;
+  for (int i = 7; i >= 0; i--) file_size = file_size << 8 | b[16 + i];
+  if (file_size > size || file_size < 24)
+    return hcq_status_make(HCQ_COMPILE_ERROR, "metallib kernel %s: %s: its header says %llu bytes, but there are %zu",
+                           entry, file_size > size ? "truncated" : "damaged", (unsigned long long)file_size, size);
+  return NULL;
+}
+
 static hcq_status_t mtl_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out) {
   mtl_dev_t *md = mdev(dev);
   const hcq__mtl_api_t *api = md->api;
@@ -531,9 +549,28 @@ static hcq_status_t mtl_compile(hcq_device_t *dev, const char *entry, const char
   void *pool = api->objc_autoreleasePoolPush();
   hcq_status_t st = NULL;
   hcq_id err = NULL;
-  k->library = MSG(hcq_id, hcq_id, hcq_id, hcq_id *)(md->device, SEL(newLibraryWithSource), hcq__mtl_string(api, source),
-                                                      NULL, &err);
-  if (!k->library) {
+  uint8_t *lib_bytes = NULL;
+  size_t lib_len = 0;
+  bool is_lib = hcq__binary_of_source(source) != HCQ_BINARY_NONE;
+  if (is_lib) {
+    /* A metallib (core/binary.h): checked to be one, and whole, before Metal reads it. */
+    if (!(st = hcq__binary_decode(source, entry, &lib_bytes, &lib_len))) st = metallib_check(entry, lib_bytes, lib_len);
+    void *data = st ? NULL : api->dispatch_data_create(lib_bytes, lib_len, NULL, NULL);
+    if (!st && !data) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading the metallib of %s", entry);
+    if (!st) {
+      k->library = MSG(hcq_id, void *, hcq_id *)(md->device, SEL(newLibraryWithData), data, &err);
+      api->dispatch_release(data);
+    }
+    free(lib_bytes);
+  } else {
+    k->library = MSG(hcq_id, hcq_id, hcq_id, hcq_id *)(md->device, SEL(newLibraryWithSource),
+                                                        hcq__mtl_string(api, source), NULL, &err);
+  }
+  if (!st && !k->library && is_lib) {
+    hcq_id text = err ? MSG(hcq_id)(err, SEL(localizedDescription)) : NULL;
+    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: Metal rejected the metallib of %s: %s", dev->name, entry,
+                         text ? hcq__mtl_cstring(api, text) : "(no error text)");
+  } else if (!st && !k->library) {
     hcq_id text = err ? MSG(hcq_id)(err, SEL(localizedDescription)) : NULL;
     st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: the Metal compiler rejected the source of %s:\n%s", dev->name, entry,
                          text ? hcq__mtl_cstring(api, text) : "(no error text)");
@@ -669,4 +706,7 @@ const hcq__backend_t hcq__metal_backend = {
     .graph_create = hcq__metal_graph_create, /* SPEC 7 */
     .graph_kernels_only = true,
     .graph_one_device = true,
+    .binary_formats = 1u << HCQ_BINARY_METALLIB,
+    .no_compile_why = "a metallib is built by Apple's toolchain, which hcq does not drive: on macOS, "
+                      "xcrun -sdk macosx metal -c k.metal -o k.air && xcrun -sdk macosx metallib k.air -o k.metallib",
 };

@@ -41,6 +41,7 @@ enum {
   X(contents, "contents") X(newSharedEvent, "newSharedEvent")                   \
   X(signaledValue, "signaledValue")                                                                 \
   X(newLibraryWithSource, "newLibraryWithSource:options:error:")                                    \
+  X(newLibraryWithData, "newLibraryWithData:error:")                                                \
   X(newFunctionWithName, "newFunctionWithName:")                                                    \
   X(setComputeFunction, "setComputeFunction:")                                                      \
   X(setSupportIndirectCommandBuffers, "setSupportIndirectCommandBuffers:")                          \
@@ -82,6 +83,10 @@ typedef struct hcq__mtl_api {
   void *(*objc_autoreleasePoolPush)(void);
   void (*objc_autoreleasePoolPop)(void *pool);
   hcq_id (*MTLCreateSystemDefaultDevice)(void);
+  /* libdispatch (part of libSystem, found through Metal's handle): newLibraryWithData: takes a
+   * dispatch_data_t. A NULL destructor means the data copies the bytes. */
+  void *(*dispatch_data_create)(const void *buffer, size_t size, void *queue, void *destructor);
+  void (*dispatch_release)(void *object);
   hcq__mtl_sels_t sel;
   /* Classes */
   hcq_id NSString, MTLComputePipelineDescriptor, MTLIndirectCommandBufferDescriptor;

@@ -58,7 +58,9 @@ static void load(void) {
       !sym(g_api.objc_lib, op, "object_getClassName", &g_api.object_getClassName) ||
       !sym(g_api.objc_lib, op, "objc_autoreleasePoolPush", &g_api.objc_autoreleasePoolPush) ||
       !sym(g_api.objc_lib, op, "objc_autoreleasePoolPop", &g_api.objc_autoreleasePoolPop) ||
-      !sym(g_api.metal_lib, mp, "MTLCreateSystemDefaultDevice", &g_api.MTLCreateSystemDefaultDevice))
+      !sym(g_api.metal_lib, mp, "MTLCreateSystemDefaultDevice", &g_api.MTLCreateSystemDefaultDevice) ||
+      !sym(g_api.metal_lib, mp, "dispatch_data_create", &g_api.dispatch_data_create) ||
+      !sym(g_api.metal_lib, mp, "dispatch_release", &g_api.dispatch_release))
     return;
 #define HCQ__MTL_SEL_LOAD(field, text) g_api.sel.field = g_api.sel_registerName(text);
   HCQ__MTL_SELECTORS(HCQ__MTL_SEL_LOAD)

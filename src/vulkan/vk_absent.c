@@ -20,6 +20,12 @@ hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev) {
   return hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: %s", dev->name, WHY);
 }
 
+hcq_status_t hcq__vulkan_binary_compile(const char *entry, const char *source, hcq_binary_format_t format,
+                                        const char *arch, void **out, size_t *out_size) {
+  (void)source, (void)format, (void)arch, (void)out, (void)out_size;
+  return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile %s to SPIR-V: %s", entry, WHY);
+}
+
 bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
   (void)dev;
   memset(out, 0, sizeof(*out));

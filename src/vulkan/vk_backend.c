@@ -10,4 +10,6 @@ const hcq__backend_t hcq__vulkan_backend = {
     .query = hcq__vulkan_query,
     .open = hcq__vulkan_device_create,
     .graph_create = NULL, /* the HCQ graph on Vulkan queues (SPEC 6b) */
+    .binary_formats = 1u << HCQ_BINARY_SPIRV,
+    .binary_compile = hcq__vulkan_binary_compile,
 };

@@ -7,5 +7,8 @@
 
 void hcq__vulkan_query(hcq_device_info_t *info);
 hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev);
+/* The row's binary_compile: GLSL (or "#spirv" text) to SPIR-V, without a device. */
+hcq_status_t hcq__vulkan_binary_compile(const char *entry, const char *source, hcq_binary_format_t format,
+                                        const char *arch, void **out, size_t *out_size);
 
 #endif

@@ -9,8 +9,5 @@
 
 /* The text every GLSL kernel source is compiled after. */
 const char *hcq__vk_glsl_prelude(void);
-/* Decodes base64 text (whitespace ignored, '=' padding optional) into a new allocation; NULL and
- * a reason when malformed. */
-uint8_t *hcq__vk_b64_decode(const char *text, size_t *out_len, const char **why);
 
 #endif

@@ -983,5 +983,78 @@ sed 's/"outs": \[\], //' undeclared.json >declared.json
 HCQ_VALIDATE=1 expect "HCQ_VALIDATE=1 passes a kernel without outs (every buffer written)" 0 -- run declared.json --check
 
 # ---------------------------------------------------------------------------------------------
+# hcq compile: kernels built offline (docs/cli.md), and graph files that name the result.
+cat >add1.glsl <<'EOF'
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer u32s { uint v[]; };
+void main() {
+  uint i = gl_GlobalInvocationID.x;
+  if (i < uint(hcq_val(0))) u32s(hcq_buf(0)).v[i] = u32s(hcq_buf(1)).v[i] + uint(hcq_val(1));
+}
+EOF
+printf 'void main() { this is not GLSL; }\n' >broken.glsl
+cat >add_const.cu <<'EOF'
+extern "C" __global__ void add_const(unsigned *y, const unsigned *x, int n, int k) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] + (unsigned)k;
+}
+EOF
+expect "compile without --device: exit 2" 2 "--device KIND is required" -- compile --out x.spv add1.glsl
+expect "compile without --out: exit 2" 2 "--out FILE is required" -- compile --device VULKAN add1.glsl
+expect "compile without SOURCE: exit 2" 2 "give the kernel's SOURCE file" -- compile --device VULKAN --out x.spv
+expect "compile --device TPU: exit 2" 2 "\"TPU\" is not a device kind" -- compile --device TPU --out x add1.glsl
+expect "compile --format elf: exit 2" 2 "\"elf\" is not a format" -- compile --device CUDA --format elf --out x add_const.cu
+expect "compile --bogus: exit 2" 2 "unknown option \"--bogus\"" -- compile --bogus --device VULKAN --out x add1.glsl
+expect "compile a missing SOURCE: exit 2" 2 "nothere.glsl" -- compile --device VULKAN --out x.spv nothere.glsl
+mkfifo compile.fifo
+expect "compile a FIFO: refused by type, exit 2" 2 "FIFO" -- compile --device VULKAN --out x.spv compile.fifo
+expect "compile for CPU: exit 2, CPU loads no binaries" 2 "CPU devices load no precompiled kernels" -- \
+  compile --device CPU --out k.so add1.glsl
+expect "compile for METAL: exit 3, Apple's toolchain" 3 "Apple's toolchain" "xcrun" -- \
+  compile --device METAL --out k.metallib add1.glsl
+expect "compile a cubin for VULKAN: exit 2" 2 "a cubin does not load on VULKAN devices" -- \
+  compile --device VULKAN --format cubin --out x add1.glsl
+expect "compile --arch for VULKAN: exit 2" 2 "for CUDA only" -- compile --device VULKAN --arch sm_90 --out x add1.glsl
+if "$HCQ" compile --device VULKAN --out probe.spv add1.glsl 2>/dev/null; then
+  expect "compile GLSL to SPIR-V (entry from the file name)" 0 -- compile --device VULKAN --out add1.spv add1.glsl
+  check "the SPIR-V file starts with the SPIR-V magic" sh -c '[ "$(od -An -tx4 -N4 add1.spv | tr -d " ")" = 07230203 ]'
+  expect "a GLSL compile error: exit 3 with the compiler's log" 3 "broken" "libshaderc" -- \
+    compile --device VULKAN --out broken.spv broken.glsl
+  check "a failed compile leaves no output file" sh -c '! ls broken.spv* 2>/dev/null'
+  expect "compile --out in a missing folder: exit 2" 2 "--out nodir/x.spv" -- \
+    compile --device VULKAN --out nodir/x.spv add1.glsl
+  cat >bin.json <<'EOF'
+{"format": "hcq-graph/1",
+ "buffers": {"x": {"device": "VULKAN:0", "bytes": 4096, "init": "iota32"},
+             "y": {"device": "VULKAN:0", "bytes": 4096, "init": "zeros"}},
+ "programs": {"add1": {"glsl": {"binary": "add1.spv"}}},
+ "items": [{"kernel": "add1", "bufs": ["y", "x"], "outs": [0], "vals": [1024, 5],
+            "global": [16, 1, 1], "local": [64, 1, 1]}],
+ "runs": [{}, {}]}
+EOF
+  if "$HCQ" info 2>/dev/null | grep -q "^VULKAN *available"; then
+    expect "a graph file naming the SPIR-V runs and checks" 0 "2 passed, 0 failed" -- run bin.json --check --out bin_out
+    check "the SPIR-V kernel's output is x + 5" python3 - bin_out/y.bin <<'EOF'
+import struct, sys
+y = struct.unpack("<1024I", open(sys.argv[1], "rb").read())
+assert all(v == i + 5 for i, v in enumerate(y)), y[:8]
+EOF
+  else
+    skip "a graph file naming the SPIR-V (no Vulkan device here)"
+  fi
+  sed 's/"add1.spv"/"add1.spv", "format": "ptx"/' bin.json >bin_bad.json
+  expect "a binary's format for another kind: exit 2 with the JSON path" 2 \
+    "programs.add1.glsl.format: a ptx does not load on VULKAN devices" -- run bin_bad.json
+else
+  skip "compile to SPIR-V (this build has no libshaderc)"
+fi
+expect "compile CUDA without --arch: exit 2" 2 "name one (sm_90" -- compile --device CUDA --out k.ptx add_const.cu
+"$HCQ" compile --device CUDA --arch sm_90 --format ptx --out add_const.ptx add_const.cu >"$T/out" 2>"$T/err"
+case $? in
+  0) check "compile CUDA C to PTX for sm_90 (NVRTC, no GPU)" grep -q "^.visible .entry add_const" add_const.ptx ;;
+  3) if grep -q "NVRTC" "$T/err"; then skip "compile CUDA C (no NVRTC here)"; else bad "compile CUDA C: $(cat "$T/err")"; fi ;;
+  *) bad "compile CUDA C to PTX: unexpected exit status" ;;
+esac
+
+# ---------------------------------------------------------------------------------------------
 echo "# $PASS passed, $FAIL failed, $SKIP skipped"
 [ "$FAIL" -eq 0 ]

@@ -20,6 +20,8 @@
  * What a real driver does and the host hides, it does too: HCQ_FAKE_CUDA_DRIVER_VERSION (default
  * 13.0) is the CUDA version it supports, and it refuses PTX and cubins newer than that;
  * HCQ_FAKE_CUDA_NO_JIT=1 makes it a driver without the PTX JIT (PTX does not load, cubins do); a
+ * cubin for another architecture than its GPU's (compute capability 9.0) is refused with
+ * CUDA_ERROR_NO_BINARY_FOR_GPU, and a fatbin loads the image the GPU runs (see fatbin_pick); a
  * launch whose argument block is device memory aborts the process (the real driver reads the
  * block on the host: a segfault); the timestamp kernel's store into host memory the driver does not
  * know fails its stream with CUDA_ERROR_ILLEGAL_ADDRESS unless HCQ_FAKE_CUDA_HMM=1 (HMM/ATS). */
@@ -1006,21 +1008,86 @@ static CUresult f_cuModuleGetLoadingMode(int *mode) {
   return 0;
 }
 
+static uint32_t le32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint64_t le64(const unsigned char *p) { return le32(p) | (uint64_t)le32(p + 4) << 32; }
+
+/* The stand-in's GPU is compute capability 9.0 (cuDeviceGetAttribute): code for sm_XY runs on it
+ * when X is 9 and Y is 0, as the real driver's rule goes (same major version, no newer minor). */
+static bool runs_here(int arch) { return arch / 10 == 9 && arch % 10 <= 0; }
+
+/* A cubin's architecture from e_flags: bits 0-7 up to ELF ABI version 7, bits 8-15 from 8. */
+static int elf_arch(const unsigned char *p) {
+  uint32_t flags = le32(p + 0x30);
+  return (int)(p[8] >= 8 ? (flags >> 8) & 0xff : flags & 0xff);
+}
+
+/* An ELF image's size from its headers (the driver gets no size): the end of the section header
+ * table or of the furthest section, whichever is later. */
+static size_t elf_size(const unsigned char *p) {
+  uint64_t shoff = le64(p + 0x28), end;
+  uint16_t shentsize = (uint16_t)(p[0x3A] | p[0x3B] << 8), shnum = (uint16_t)(p[0x3C] | p[0x3D] << 8);
+  end = shoff + (uint64_t)shentsize * shnum;
+  for (unsigned i = 0; i < shnum; i++) {
+    const unsigned char *sh = p + shoff + (uint64_t)i * shentsize;
+    if (le32(sh + 4) != 8 /* SHT_NOBITS */ && le64(sh + 24) + le64(sh + 32) > end) end = le64(sh + 24) + le64(sh + 32);
+  }
+  return (size_t)end;
+}
+
+/* The image of a fatbin (magic 0xBA55ED50, entries of kind 1 PTX or 2 ELF with their architecture
+ * at byte 28 and flags at 40) that this GPU runs: its cubin for sm_90, else its PTX for compute_90
+ * or older. Compressed entries (flags 0x2000 or 0x8000) the stand-in cannot read: it refuses them
+ * with CUDA_ERROR_INVALID_IMAGE, saying so, where the real driver would decompress them. */
+static CUresult fatbin_pick(const unsigned char *p, const unsigned char **out, bool *elf) {
+  uint64_t hs = (uint64_t)(p[6] | p[7] << 8), fat = le64(p + 8);
+  const unsigned char *ptx = NULL;
+  bool compressed_ptx = false;
+  for (uint64_t off = hs; off < hs + fat;) {
+    const unsigned char *e = p + off;
+    uint16_t kind = (uint16_t)(e[0] | e[1] << 8);
+    uint32_t ehs = le32(e + 4);
+    uint64_t size = le64(e + 8), flags = le64(e + 40);
+    int arch = (int)le32(e + 28);
+    bool compressed = (flags & 0xA000u) != 0;
+    if (kind == 2 && runs_here(arch)) {
+      if (compressed) {
+        fprintf(stderr, "fake libcuda: fatbin cubin for sm_%d is compressed; the stand-in cannot read it\n", arch);
+        return HCQ_CUDA_ERROR_INVALID_IMAGE;
+      }
+      *out = e + ehs;
+      *elf = true;
+      return 0;
+    }
+    if (kind == 1 && arch <= 90 && !ptx) ptx = e + ehs, compressed_ptx = compressed;
+    off += ehs + size;
+  }
+  if (!ptx) return HCQ_CUDA_ERROR_NO_BINARY_FOR_GPU;
+  if (compressed_ptx) {
+    fprintf(stderr, "fake libcuda: fatbin PTX is compressed; the stand-in cannot read it\n");
+    return HCQ_CUDA_ERROR_INVALID_IMAGE;
+  }
+  *out = ptx;
+  *elf = false;
+  return 0;
+}
+
 static CUresult f_cuModuleLoadDataEx(hcq_CUmodule *m, const void *image, unsigned int n, int *opts, void **vals) {
   (void)n, (void)opts, (void)vals;
   const unsigned char *p = image;
   size_t size;
+  if (le32(p) == 0xBA55ED50u) {
+    bool is_elf = false;
+    CUresult frc = fatbin_pick(p, &p, &is_elf);
+    if (frc) return frc;
+    image = p;
+  }
   bool elf = p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F';
+  if (elf && (p[18] != 190 || p[19] != 0)) return HCQ_CUDA_ERROR_INVALID_IMAGE; /* not for EM_CUDA */
+  if (elf && !runs_here(elf_arch(p))) return HCQ_CUDA_ERROR_NO_BINARY_FOR_GPU;
   CUresult rc = elf || strstr((const char *)image, ".version") ? check_image(p, elf) : 0;
   if (rc) return rc;
   if (elf) {
-    /* ELF64: the file ends with the section headers. */
-    uint64_t shoff;
-    uint16_t shentsize, shnum;
-    memcpy(&shoff, p + 0x28, 8);
-    memcpy(&shentsize, p + 0x3A, 2);
-    memcpy(&shnum, p + 0x3C, 2);
-    size = (size_t)(shoff + (uint64_t)shentsize * shnum);
+    size = elf_size(p);
   } else if (strstr((const char *)image, ".version")) {
     size = strlen(image);
   } else {

@@ -17,7 +17,8 @@
  * "#error" line fails to compile with Metal's message format). A kernel named hcq_fake_fault fails
  * its command buffer with a GPU fault. The device recommends a fixed working set (48 GiB) and counts
  * the bytes of its live buffers as currentAllocatedSize. hcq_fake_metal_counts() gives tests what
- * they count. */
+ * they count. newLibraryWithData: takes a metallib's function names the same way (see
+ * device_library_data), from dispatch data this library also provides (dispatch_data_create). */
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -947,6 +948,71 @@ static library_t *device_library(obj_t *self, const char *sel, nsstring_t *src, 
   }
   return lib;
 }
+/* libdispatch's data objects, as newLibraryWithData: receives them: dispatch_data_create with no
+ * destructor copies the bytes. */
+typedef struct dispatch_data {
+  obj_t o;
+  size_t size;
+  unsigned char bytes[];
+} dispatch_data_t_;
+static void data_dealloc(void *self) { (void)self; }
+static const method_t m_data[] = {BASE, {0}};
+static fclass_t c_data = {NULL, "OS_dispatch_data", m_data, data_dealloc};
+EXPORT void *dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor) {
+  if (queue || destructor) {
+    fprintf(stderr, "fake Metal: dispatch_data_create with a queue or destructor is not modelled\n");
+    abort();
+  }
+  dispatch_data_t_ *d = alloc_obj(&c_data, sizeof(*d) + size);
+  d->size = size;
+  memcpy(d->bytes, buffer, size);
+  return d;
+}
+EXPORT void dispatch_release(void *object) { obj_release(object, NULL); }
+
+static uint64_t rd_le(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+/* A metallib as Apple's metallib tool writes it: "MTLB", then at byte 16 the file's size (u64), at
+ * 24 and 32 the function list's offset and size; the list is a u32 count and per function a u32
+ * byte count and tags (4 letters, a u16 size, the data) up to "ENDT", the function's name in the
+ * "NAME" tag. The stand-in takes the names as the library's kernels (host twins, as for sources);
+ * anything else is Metal's "Invalid library file". */
+static library_t *device_library_data(obj_t *self, const char *sel, dispatch_data_t_ *data, nserror_t **err) {
+  (void)self, (void)sel;
+  const unsigned char *b = data->bytes;
+  size_t n = data->size;
+  uint64_t list = n >= 40 ? rd_le(b + 24, 8) : 0, list_size = n >= 40 ? rd_le(b + 32, 8) : 0;
+  if (n < 40 || memcmp(b, "MTLB", 4) || rd_le(b + 16, 8) != n || list > n || list_size > n - list || list_size < 4) {
+    if (err) *err = make_error("Invalid library file%s%.0d", "", 0);
+    return NULL;
+  }
+  library_t *lib = alloc_obj(&c_library, sizeof(*lib));
+  const unsigned char *p = b + list, *end = b + list + list_size;
+  uint32_t count = (uint32_t)rd_le(p, 4);
+  p += 4;
+  for (uint32_t f = 0; f < count && p + 4 <= end; f++) {
+    uint32_t fsize = (uint32_t)rd_le(p, 4);
+    const unsigned char *fend = p + fsize <= end ? p + fsize : end, *t = p + 4;
+    while (t + 4 <= fend && memcmp(t, "ENDT", 4)) {
+      if (t + 6 > fend) break;
+      size_t tsize = (size_t)rd_le(t + 4, 2);
+      if (!memcmp(t, "NAME", 4) && tsize && t + 6 + tsize <= fend && memchr(t + 6, 0, tsize) && lib->nnames < 32)
+        snprintf(lib->names[lib->nnames++], sizeof(lib->names[0]), "%s", (const char *)t + 6);
+      t += 6 + tsize;
+    }
+    p += fsize ? fsize : 4;
+  }
+  if (!lib->nnames) {
+    obj_release(&lib->o, NULL);
+    if (err) *err = make_error("Invalid library file: no functions%s%.0d", "", 0);
+    return NULL;
+  }
+  return lib;
+}
 static pipeline_t *device_pipeline(obj_t *self, const char *sel, pipeline_desc_t *desc, unsigned long options,
                                    void *reflection, nserror_t **err) {
   (void)self, (void)sel, (void)options, (void)reflection;
@@ -988,6 +1054,7 @@ static const method_t m_device[] = {BASE,
                                     M("newBufferWithLength:options:", device_buffer),
                                     M("newSharedEvent", device_event),
                                     M("newLibraryWithSource:options:error:", device_library),
+                                    M("newLibraryWithData:error:", device_library_data),
                                     M("newComputePipelineStateWithDescriptor:options:reflection:error:", device_pipeline),
                                     M("newIndirectCommandBufferWithDescriptor:maxCommandCount:options:", device_icb),
                                     M("recommendedMaxWorkingSetSize", device_working_set),

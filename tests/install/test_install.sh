@@ -206,6 +206,36 @@ for cxx in "${cxxs[@]}"; do
 done
 echo "examples/cpp/mlp.cpp built against the installed hcq.hpp with ${cxxs[*]} (pkg-config, find_package) and ran"
 
+# ---- precompiled kernels: the installed hcq compile writes SPIR-V, and examples/c/precompiled.c,
+# built against the prefix (above, by CMake; here by pkg-config), loads it with
+# hcq_program_create_binary and runs it. Needs a Vulkan device; without one the reason is said. ----
+pre=$tmp/precompiled
+mkdir -p "$pre"
+if ! "$prefix/bin/hcq" compile --device VULKAN --out "$pre/axpb.spv" "$prefix/share/hcq/examples/kernels/axpb.glsl" \
+     >"$tmp/out.log" 2>&1; then
+  if grep -q "no libshaderc\|no Vulkan backend" "$tmp/out.log"; then
+    echo "skipped precompiled kernels: this build cannot compile GLSL ($(head -c 200 "$tmp/out.log"))"
+  else
+    cat "$tmp/out.log" >&2
+    fail "installed hcq compile --device VULKAN"
+  fi
+elif quiet "pkg-config hcq: cc precompiled.c" "$cc" "${flags[@]}" "$src/examples/c/precompiled.c" -o "$pre/precompiled" \
+       $(pkg-config --cflags --libs "$([ "$shared" = ON ] && echo hcq || echo hcq-static)"); then
+  for bin in "$pre/precompiled" "$tmp/cmake-static/precompiled"; do
+    [ -x "$bin" ] || continue
+    rc=0
+    LD_LIBRARY_PATH=$prefix/$libdir "$bin" "$pre/axpb.spv" >"$tmp/run.log" 2>&1 || rc=$?
+    if [ "$rc" = 77 ]; then
+      echo "skipped running precompiled: $(cat "$tmp/run.log")"
+    elif [ "$rc" != 0 ] || ! grep -q "as expected" "$tmp/run.log"; then
+      cat "$tmp/run.log" >&2
+      fail "precompiled ($bin) on the installed hcq compile's SPIR-V"
+    else
+      echo "hcq compile wrote SPIR-V; $(cat "$tmp/run.log")"
+    fi
+  done
+fi
+
 if [ "$fails" -gt 0 ]; then
   echo "$fails check(s) failed" >&2
   exit 1
