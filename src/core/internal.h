@@ -703,7 +703,11 @@ typedef struct hcq__remote_hooks {
    * (host_run in the device vtable; HCQ_MPI_HOST_RUNS, default on). */
   bool host_runs;
 } hcq__remote_hooks_t;
-extern HCQ__PRIVATE_EXPORT const hcq__remote_hooks_t *_Atomic hcq__remote;
+extern const hcq__remote_hooks_t *_Atomic hcq__remote;
+/* Installs the layer's hooks (NULL removes them). The layer's one write to hcq__remote, through a
+ * function so that libhcq.so exports no data object (ASan would add an ODR indicator beside it, and
+ * a variable's size would become part of what libhcq_mpi.so assumes). */
+HCQ__PRIVATE_EXPORT void hcq__remote_set(const hcq__remote_hooks_t *hooks);
 /* Opens (or references again) a device made by create (the layer's backend constructor), registered
  * under name like any other device; kind and index are what it reports. */
 HCQ__PRIVATE_EXPORT hcq_status_t hcq__device_open_with(const char *name, hcq_device_kind_t kind, int index,

@@ -96,6 +96,9 @@ if [ "$shared" = ON ]; then
     fail "libhcq.so exports internals outside $private_node: $(grep -v "@@$private_node\$" "$tmp/private_versioned" | head -5 | tr '\n' ' ')"
   fi
   sed 's/@.*//' "$tmp/private_versioned" >"$tmp/private_exported"
+  # Functions only: an exported variable's size would be part of what libhcq_mpi.so assumes.
+  nm -D --defined-only "$so" | awk '$3 ~ /^hcq__/ && $2 != "T" {print $3}' >"$tmp/private_data"
+  if [ -s "$tmp/private_data" ]; then fail "libhcq.so exports internal data: $(head -5 "$tmp/private_data" | tr '\n' ' ')"; fi
   # Exactly the internals declared HCQ__PRIVATE_EXPORT, no other hcq__ symbol.
   python3 "$src/tests/install/private_api.py" "$src" >"$tmp/private_declared"
   if ! diff "$tmp/private_declared" "$tmp/private_exported" >"$tmp/private.diff"; then
