@@ -1,6 +1,7 @@
 # What `cmake --install` (and `make install`, `make deb`) puts where: the public headers, libhcq.a,
 # libhcq.so.*, the hcq tool and its man page, hcq.pc / hcq-static.pc, the CMake package
-# (find_package(hcq) gives hcq::hcq), the docs, the C and C++ examples and the example graph files.
+# (find_package(hcq) gives hcq::hcq), the docs, the C and C++ examples and the example graph files;
+# where the MPI layer is built, libhcq_mpi.a, libhcq_mpi.so.*, hcq-mpi.pc / hcq-mpi-static.pc and hcq::mpi.
 include(CMakePackageConfigHelpers)
 
 set(HCQ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hcq)
@@ -24,6 +25,15 @@ install(FILES ${HCQ_EXAMPLE_GRAPHS} examples/README.md DESTINATION ${CMAKE_INSTA
 install(DIRECTORY examples/kernels DESTINATION ${CMAKE_INSTALL_DATADIR}/hcq/examples)
 
 install(EXPORT hcqTargets NAMESPACE hcq:: DESTINATION ${HCQ_CMAKE_DIR})
+# The MPI layer's targets in a file of their own: they name MPI::MPI_C, which hcqConfig.cmake
+# defines (find_package(MPI)) only for a project that has MPI, and hcq::hcq must work without.
+if(HCQ_HAVE_MPI)
+  install(TARGETS ${HCQ_MPI_INSTALL_TARGETS} EXPORT hcqMpiTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(EXPORT hcqMpiTargets NAMESPACE hcq:: DESTINATION ${HCQ_CMAKE_DIR})
+endif()
 configure_package_config_file(cmake/hcqConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/hcqConfig.cmake
   INSTALL_DESTINATION ${HCQ_CMAKE_DIR})
 # 0.x: a minor release may change the API, so only the same MAJOR.MINOR satisfies a request.
@@ -42,6 +52,12 @@ configure_file(cmake/hcq.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq.pc @ONLY)
 configure_file(cmake/hcq-static.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq-static.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/hcq.pc ${CMAKE_CURRENT_BINARY_DIR}/hcq-static.pc
   DESTINATION ${HCQ_PKGCONFIG_DIR})
+if(HCQ_HAVE_MPI)
+  configure_file(cmake/hcq-mpi.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq-mpi.pc @ONLY)
+  configure_file(cmake/hcq-mpi-static.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq-mpi-static.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/hcq-mpi.pc ${CMAKE_CURRENT_BINARY_DIR}/hcq-mpi-static.pc
+    DESTINATION ${HCQ_PKGCONFIG_DIR})
+endif()
 
 # make deb: one Debian package with everything above under /usr. Kernels for CPU devices are compiled
 # at run time, so it needs a C compiler; hcq.pc names jansson and libxxhash (Requires.private).

@@ -5,8 +5,9 @@
  * CMake `find_package(hcq)` and `target_link_libraries(app PRIVATE hcq::hcq)`.
  *
  * The library is built with hidden visibility: libhcq.so exports what the module headers declare
- * between their `#pragma GCC visibility push(default)` and `pop`, and nothing else. A new public
- * header needs the same pair.
+ * between their `#pragma GCC visibility push(default)` and `pop`, and nothing else but the few
+ * internals its MPI layer (libhcq_mpi.so) calls, under the version node HCQ_PRIVATE_<version>: no
+ * API, never to be called. A new public header needs the same pair.
  *
  * Handles after release: a buffer, program, signal or graph used after its last release (or
  * released twice) is undefined behaviour, and by default a call given one may well return OK and

@@ -1,8 +1,14 @@
 /* hcq over MPI (docs/mpi.md): devices, graphs and captures that span processes and machines.
  *
- * Optional: built where CMake finds MPI, as the static library hcq_mpi (it uses the core's
- * internals, so it links with the static hcq; libhcq itself never links MPI). Include <mpi.h>
- * before this header, or let it include it.
+ * Optional: built and installed where CMake finds MPI, as libhcq_mpi.so (which uses libhcq.so, the
+ * one core in the process) and libhcq_mpi.a (with libhcq.a); libhcq itself never links MPI. Include
+ * <mpi.h> before this header, or let it include it. Linking, with your MPI's compiler wrapper:
+ *
+ *   mpicc app.c $(pkg-config --cflags --libs hcq-mpi)          (libhcq_mpi.so, libhcq.so)
+ *   mpicc app.c $(pkg-config --cflags --libs hcq-mpi-static)   (libhcq_mpi.a, libhcq.a)
+ *
+ * or in CMake `find_package(hcq REQUIRED COMPONENTS mpi)` and `target_link_libraries(app PRIVATE
+ * hcq::mpi)` (hcq::mpi_static, or -DHCQ_USE_STATIC_LIBS=ON; it brings MPI::MPI_C).
  *
  * Start: the application initialises MPI with at least MPI_THREAD_SERIALIZED and calls
  * hcq_mpi_init(comm) before opening devices; every rank of comm must call it. From then on one
@@ -53,6 +59,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default) /* exported from libhcq_mpi.so */
 
 /* Starts the layer on comm (duplicated: hcq's messages never meet the application's). Collective
  * over comm. FAILED_PRECONDITION when MPI is not initialised, its thread level is below
@@ -97,6 +104,7 @@ HCQ_MUST_USE hcq_status_t hcq_mpi_allreduce_max(int value, int *out_max);
 /* Collective: a barrier within the wait timeout; failures as hcq_mpi_allreduce_max's. */
 HCQ_MUST_USE hcq_status_t hcq_mpi_barrier(void);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

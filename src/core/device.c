@@ -289,6 +289,8 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
 
 const hcq__remote_hooks_t *_Atomic hcq__remote;
 
+void hcq__remote_set(const hcq__remote_hooks_t *hooks) { atomic_store(&hcq__remote, hooks); }
+
 static hcq_status_t open_registered(const char *name, hcq_device_kind_t kind, int index,
                                     const hcq_device_options_t *options,
                                     hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx,

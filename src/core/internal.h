@@ -18,6 +18,20 @@
 #include "hcq/queue.h"
 #include "hcq/signal.h"
 
+/* The internals the MPI layer calls. It is a library of its own (libhcq_mpi.so) that must use the
+ * one core in the process, libhcq.so's, not carry a copy (two device registries, two option sets),
+ * so libhcq.so exports these and no other hcq__ symbol: under the version node HCQ_PRIVATE_<version>
+ * (cmake/libhcq.map.in), which no header offers and which only a libhcq_mpi.so linked against this
+ * very release of libhcq.so finds. Protected, so calls inside libhcq.so still bind directly, as for
+ * every hidden internal (the core's objects are compiled with HCQ__CORE); the layer's references
+ * must be plain (default), as a protected reference would have to be defined in its own library.
+ * tests/install checks that this list and libhcq_mpi.so's needs are the same. */
+#ifdef HCQ__CORE
+#define HCQ__PRIVATE_EXPORT __attribute__((visibility("protected")))
+#else
+#define HCQ__PRIVATE_EXPORT __attribute__((visibility("default")))
+#endif
+
 /* ---- options: every HCQ_* environment variable, read once ---- */
 
 /* The CPU kernels' flags when HCQ_CFLAGS is unset (docs/kernel-cache.md). */
@@ -49,7 +63,7 @@ typedef struct hcq__options {
   char cuda_arch[32];       /* HCQ_CUDA_ARCH: "" compiles for the device; "sm_90" compiles for that */
 } hcq__options_t;
 
-const hcq__options_t *hcq__options(void);
+HCQ__PRIVATE_EXPORT const hcq__options_t *hcq__options(void);
 
 /* ---- text ---- */
 
@@ -60,7 +74,7 @@ void hcq__quote(const char *s, char *out, size_t size);
 
 /* ---- time and spinning ---- */
 
-uint64_t hcq__now_ns(void);
+HCQ__PRIVATE_EXPORT uint64_t hcq__now_ns(void);
 
 /* A cheaper hcq__now_ns for device timestamps (the CPU engine takes one per profiled item): the
  * time-stamp counter scaled to CLOCK_MONOTONIC, re-anchored on the real clock every ~1 ms, where the
@@ -76,7 +90,7 @@ uint64_t hcq__fast_clock_now(hcq__fast_clock_t *c);
 
 /* One step of a spin-wait: a pause instruction at first, then yielding the CPU, so that on a
  * machine with more busy threads than cores a spinner does not starve the thread it waits for. */
-void hcq__spin_step(unsigned iteration);
+HCQ__PRIVATE_EXPORT void hcq__spin_step(unsigned iteration);
 /* The same with the number of pause iterations before yielding. */
 void hcq__spin_step_after(unsigned iteration, unsigned pauses);
 
@@ -153,7 +167,7 @@ typedef struct hcq__signal_words {
 
 /* Stores value and wakes sleepers. The store is its last access to *s: a waiter that sees the value
  * may free the signal at once, so sleepers are counted in a table outside signal memory. */
-void hcq__signal_words_set(hcq__signal_words_t *s, uint64_t value);
+HCQ__PRIVATE_EXPORT void hcq__signal_words_set(hcq__signal_words_t *s, uint64_t value);
 /* Waits until value >= want, spinning then sleeping; deadline_ns 0 means forever. Returns
  * HCQ__WAIT_REACHED, HCQ__WAIT_TIMEOUT, or HCQ__WAIT_LOST when one of the watched devices (may be
  * NULL/0) is declared lost meanwhile; *seen is the last value read. */
@@ -168,8 +182,8 @@ typedef struct hcq__park {
   _Atomic uint32_t *word, *sleepers;
   uint32_t seq;
 } hcq__park_t;
-void hcq__park_begin(const hcq__signal_words_t *s, hcq__park_t *p);
-void hcq__park_end(hcq__park_t *p);
+HCQ__PRIVATE_EXPORT void hcq__park_begin(const hcq__signal_words_t *s, hcq__park_t *p);
+HCQ__PRIVATE_EXPORT void hcq__park_end(hcq__park_t *p);
 /* Wakes every sleeping waiter in the process, so each re-checks its condition (device lost). */
 void hcq__signal_wake_all(void);
 /* Devices whose hardware writes signals without waking host sleepers (a GPU writing host memory)
@@ -178,11 +192,11 @@ void hcq__signal_wake_all(void);
  * poll for the devices they watch. */
 void hcq__signal_device_writers_add(int delta);
 /* now + timeout_ms, saturating; 0 never (forever) results from a finite timeout. */
-uint64_t hcq__deadline_after_ms(int64_t timeout_ms);
+HCQ__PRIVATE_EXPORT uint64_t hcq__deadline_after_ms(int64_t timeout_ms);
 
 /* Futex helpers on a 32-bit word. */
-void hcq__futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns);
-void hcq__futex_wake(_Atomic uint32_t *word);
+HCQ__PRIVATE_EXPORT void hcq__futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns);
+HCQ__PRIVATE_EXPORT void hcq__futex_wake(_Atomic uint32_t *word);
 
 /* ---- device memory ---- */
 
@@ -507,14 +521,14 @@ const hcq_queue_t *hcq__queue_find_bound(const uint32_t *word, char *label, size
 
 /* Device state. NULL when dev is usable; DEVICE_LOST naming it (and why) when it was declared lost;
  * FAILED_PRECONDITION when closed. */
-hcq_status_t hcq__device_check(hcq_device_t *dev);
+HCQ__PRIVATE_EXPORT hcq_status_t hcq__device_check(hcq_device_t *dev);
 static inline bool hcq__device_is_lost(const hcq_device_t *dev) {
   return atomic_load_explicit(&dev->lost, memory_order_acquire);
 }
 /* Declares dev lost (first reason wins); engines drop their work, waiters wake. */
-void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...) HCQ_PRINTF(2, 3);
+HCQ__PRIVATE_EXPORT void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...) HCQ_PRINTF(2, 3);
 /* Appends dev's hang report (one line per queue, see hcq_device_report) to st's message. */
-hcq_status_t hcq__device_annotate_report(hcq_status_t st, hcq_device_t *const *devs, size_t ndevs);
+HCQ__PRIVATE_EXPORT hcq_status_t hcq__device_annotate_report(hcq_status_t st, hcq_device_t *const *devs, size_t ndevs);
 /* Host wait for a signal on behalf of devs: a timeout carries their hang report, a lost device
  * ends it with DEVICE_LOST. timeout_ms < 0: the default. */
 hcq_status_t hcq__wait_signal(const hcq_signal_t *sig, uint64_t value, int64_t timeout_ms, hcq_device_t *const *devs,
@@ -710,11 +724,15 @@ typedef struct hcq__remote_hooks {
   bool host_runs;
 } hcq__remote_hooks_t;
 extern const hcq__remote_hooks_t *_Atomic hcq__remote;
+/* Installs the layer's hooks (NULL removes them). The layer's one write to hcq__remote, through a
+ * function so that libhcq.so exports no data object (ASan would add an ODR indicator beside it, and
+ * a variable's size would become part of what libhcq_mpi.so assumes). */
+HCQ__PRIVATE_EXPORT void hcq__remote_set(const hcq__remote_hooks_t *hooks);
 /* Opens (or references again) a device made by create (the layer's backend constructor), registered
  * under name like any other device; kind and index are what it reports. */
-hcq_status_t hcq__device_open_with(const char *name, hcq_device_kind_t kind, int index,
-                                   hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx,
-                                   hcq_device_t **out);
+HCQ__PRIVATE_EXPORT hcq_status_t hcq__device_open_with(const char *name, hcq_device_kind_t kind, int index,
+                                                       hcq_status_t (*create)(hcq_device_t *dev, void *ctx),
+                                                       void *ctx, hcq_device_t **out);
 static inline bool hcq__device_is_remote(const hcq_device_t *dev) { return dev->caps & HCQ__CAP_REMOTE; }
 /* Remote devices marked lost so far: engines look for orphaned waits only once there is one. */
 extern _Atomic unsigned hcq__remote_lost;

@@ -1235,7 +1235,7 @@ hcq_status_t hcq_mpi_init(MPI_Comm comm) {
     return hcq_status_make(HCQ_UNAVAILABLE, "hcq_mpi_init: cannot start the communication thread");
   }
   G.running = true;
-  atomic_store(&hcq__remote, &hooks);
+  hcq__remote_set(&hooks);
   return NULL;
 }
 
@@ -1268,7 +1268,7 @@ hcq_status_t hcq_mpi_finalize(void) {
   if (open_dev)
     return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_mpi_finalize: remote device %s is still open (close the "
                            "devices first: nothing would run their queues)", name);
-  atomic_store(&hcq__remote, NULL);
+  hcq__remote_set(NULL);
   atomic_store(&G.stop, true);
   wake_thread();
   pthread_join(G.thread, NULL);

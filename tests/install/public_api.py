@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Prints the functions the public headers declare (one per line), read from the preprocessed
-hcq/hcq.h: every top-level declaration of a function, not static inline ones, not typedefs.
-usage: public_api.py CC INCLUDE_DIR"""
+hcq/hcq.h (or HEADER, e.g. hcq/mpi.h with CC an MPI compiler wrapper): every top-level declaration
+of a function, not static inline ones, not typedefs.
+usage: public_api.py CC INCLUDE_DIR [HEADER]"""
 import re
 import subprocess
 import sys
 
 cc, include = sys.argv[1], sys.argv[2]
+header = sys.argv[3] if len(sys.argv) > 3 else "hcq/hcq.h"
 text = subprocess.run([cc, "-E", "-P", "-D__attribute__(x)=", "-I", include, "-x", "c", "-"],
-                      input="#include <hcq/hcq.h>\n", capture_output=True, text=True, check=True).stdout
+                      input=f"#include <{header}>\n", capture_output=True, text=True, check=True).stdout
 
 names, depth, stmt = set(), 0, []
 for ch in text:

@@ -6,14 +6,20 @@
 # on a capture one of them saved. Also: every doc and example graph file is installed, the installed
 # hcq runs the installed examples (the README's commands), `pkg-config --static --libs hcq` is a
 # complete link line for libhcq.a, and a program linked against the prefix runs with an rpath or
-# with LD_LIBRARY_PATH (the README's two ways). The C++ header builds examples/cpp with g++ and clang++.
+# with LD_LIBRARY_PATH (the README's two ways). The C++ header builds examples/cpp with g++ and
+# clang++; the installed hcq compile writes SPIR-V that examples/c/precompiled.c loads. Where hcq has
+# its MPI layer: libhcq_mpi.so (linked to libhcq.so, which exports just the internals it needs, under
+# HCQ_PRIVATE_<version>) and libhcq_mpi.a, and examples/c/mpi_pipeline.c built with mpicc through
+# hcq-mpi / hcq-mpi-static and through find_package(hcq) + hcq::mpi, each run under mpirun -np 2.
 #
-# usage: test_install.sh BUILD_DIR SOURCE_DIR CC VERSION LIBDIR SHARED(ON|OFF) [SANITIZER]
+# usage: test_install.sh BUILD_DIR SOURCE_DIR CC VERSION LIBDIR SHARED(ON|OFF) [SANITIZER [MPICC MPIEXEC]]
 # SANITIZER (address, undefined or thread) is passed to the example builds, which must match an
-# instrumented library.
+# instrumented library. MPICC is empty when hcq was built without its MPI layer (then nothing of it
+# may be installed); MPIEXEC empty builds the MPI example without running it.
 set -euo pipefail
 
-build=$1 src=$2 cc=$3 version=$4 libdir=$5 shared=$6 sanitize=${7:-}
+build=$1 src=$2 cc=$3 version=$4 libdir=$5 shared=$6 sanitize=${7:-} mpicc=${8:-} mpiexec=${9:-}
+src=$(cd "$src" && pwd) # commands below run in other folders
 major=${version%%.*}
 jobs=2
 
@@ -53,6 +59,16 @@ expect=(include/hcq/hcq.h include/hcq/jit.h "$libdir/libhcq.a" bin/hcq share/man
         "$libdir/cmake/hcq/hcqConfigVersion.cmake" "$libdir/cmake/hcq/hcqTargets.cmake"
         share/doc/hcq/examples/c/capture_loop.c share/doc/hcq/README.md share/hcq/examples/README.md)
 [ "$shared" = ON ] && expect+=("$libdir/libhcq.so" "$libdir/libhcq.so.$major" "$libdir/libhcq.so.$version")
+mpi_files=("$libdir/libhcq_mpi.a" "$libdir/pkgconfig/hcq-mpi.pc" "$libdir/pkgconfig/hcq-mpi-static.pc"
+           "$libdir/cmake/hcq/hcqMpiTargets.cmake")
+[ "$shared" = ON ] && mpi_files+=("$libdir/libhcq_mpi.so" "$libdir/libhcq_mpi.so.$major" "$libdir/libhcq_mpi.so.$version")
+if [ -n "$mpicc" ]; then
+  expect+=("${mpi_files[@]}" share/doc/hcq/examples/c/mpi_pipeline.c)
+else
+  for f in "${mpi_files[@]}"; do
+    [ -e "$prefix/$f" ] && fail "installed by an hcq built without its MPI layer: $f"
+  done
+fi
 for f in "${expect[@]}"; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
@@ -72,8 +88,25 @@ if [ "$shared" = ON ]; then
   [ "$(readlink "$prefix/$libdir/libhcq.so.$major")" = "libhcq.so.$version" ] || fail "libhcq.so.$major is not a link to libhcq.so.$version"
   [ "$(readlink "$prefix/$libdir/libhcq.so")" = "libhcq.so.$major" ] || fail "libhcq.so is not a link to libhcq.so.$major"
   readelf -d "$so" | grep -q "Library soname: \[libhcq.so.$major\]" || fail "SONAME of $so is not libhcq.so.$major"
-  nm -D --defined-only "$so" | awk '$2 ~ /^[A-Z]$/ && $2 != "A" {print $3}' | sort >"$tmp/exported"
-  if grep -q '^hcq__' "$tmp/exported"; then fail "libhcq.so exports internal symbols: $(grep '^hcq__' "$tmp/exported" | head -5 | tr '\n' ' ')"; fi
+  if readelf -d "$so" | grep NEEDED | grep -qi mpi; then fail "libhcq.so links MPI: $(readelf -d "$so" | grep NEEDED | grep -i mpi)"; fi
+  # NAME@@VERSION for versioned symbols: the public API has none, the internals below HCQ_PRIVATE_<version>.
+  nm -D --defined-only "$so" | awk '$2 ~ /^[A-Z]$/ && $2 != "A" {print $3}' | sort >"$tmp/exported_versioned"
+  private_node=HCQ_PRIVATE_$version
+  grep '^hcq__' "$tmp/exported_versioned" >"$tmp/private_versioned" || true
+  if grep -v "@@$private_node\$" "$tmp/private_versioned" | grep -q .; then
+    fail "libhcq.so exports internals outside $private_node: $(grep -v "@@$private_node\$" "$tmp/private_versioned" | head -5 | tr '\n' ' ')"
+  fi
+  sed 's/@.*//' "$tmp/private_versioned" >"$tmp/private_exported"
+  # Functions only: an exported variable's size would be part of what libhcq_mpi.so assumes.
+  nm -D --defined-only "$so" | awk '$3 ~ /^hcq__/ && $2 != "T" {print $3}' >"$tmp/private_data"
+  if [ -s "$tmp/private_data" ]; then fail "libhcq.so exports internal data: $(head -5 "$tmp/private_data" | tr '\n' ' ')"; fi
+  # Exactly the internals declared HCQ__PRIVATE_EXPORT, no other hcq__ symbol.
+  python3 "$src/tests/install/private_api.py" "$src" >"$tmp/private_declared"
+  if ! diff "$tmp/private_declared" "$tmp/private_exported" >"$tmp/private.diff"; then
+    fail "libhcq.so's hcq__ exports differ from HCQ__PRIVATE_EXPORT (< declared only, > exported only): $(grep '^[<>]' "$tmp/private.diff" | head -10 | tr '\n' ' ')"
+  fi
+  grep -v '^hcq__' "$tmp/exported_versioned" >"$tmp/exported" || true
+  if grep -q '@' "$tmp/exported"; then fail "libhcq.so's public symbols carry versions: $(grep '@' "$tmp/exported" | head -5 | tr '\n' ' ')"; fi
   if grep -v '^hcq_' "$tmp/exported" | grep -q .; then fail "libhcq.so exports non-hcq symbols: $(grep -v '^hcq_' "$tmp/exported" | head -5 | tr '\n' ' ')"; fi
   # Both ways: every function the headers declare is exported (a header without the visibility
   # pragma would hide its functions), and nothing else is.
@@ -82,7 +115,35 @@ if [ "$shared" = ON ]; then
   if ! diff "$tmp/declared" "$tmp/exported" >"$tmp/api.diff"; then
     fail "exports differ from the public headers (< declared only, > exported only): $(grep '^[<>]' "$tmp/api.diff" | head -10 | tr '\n' ' ')"
   fi
-  echo "libhcq.so: SONAME libhcq.so.$major, $(wc -l <"$tmp/exported") symbols exported, $(wc -l <"$tmp/declared") declared in include/hcq"
+  echo "libhcq.so: SONAME libhcq.so.$major, $(wc -l <"$tmp/exported") symbols exported, $(wc -l <"$tmp/declared") declared in include/hcq; $(wc -l <"$tmp/private_exported") internals under $private_node"
+fi
+
+# libhcq_mpi.so: its own SONAME, hcq/mpi.h's functions exported and nothing else, and no copy of the
+# core: it needs libhcq.so, defines none of its symbols, and what it takes from libhcq.so's internals
+# is exactly what libhcq.so exports under HCQ_PRIVATE_<version> (so none is exported for nothing).
+if [ "$shared" = ON ] && [ -n "$mpicc" ]; then
+  mso=$prefix/$libdir/libhcq_mpi.so.$version
+  [ "$(readlink "$prefix/$libdir/libhcq_mpi.so.$major")" = "libhcq_mpi.so.$version" ] || fail "libhcq_mpi.so.$major is not a link to libhcq_mpi.so.$version"
+  [ "$(readlink "$prefix/$libdir/libhcq_mpi.so")" = "libhcq_mpi.so.$major" ] || fail "libhcq_mpi.so is not a link to libhcq_mpi.so.$major"
+  readelf -d "$mso" | grep -q "Library soname: \[libhcq_mpi.so.$major\]" || fail "SONAME of $mso is not libhcq_mpi.so.$major"
+  readelf -d "$mso" | grep -q "Shared library: \[libhcq.so.$major\]" || fail "libhcq_mpi.so does not link libhcq.so.$major"
+  nm -D --defined-only "$mso" | awk '$2 ~ /^[A-Z]$/ && $2 != "A" {print $3}' | sort >"$tmp/mpi_exported"
+  OMPI_CC=$cc MPICH_CC=$cc python3 "$src/tests/install/public_api.py" "$mpicc" "$prefix/include" hcq/mpi.h |
+    comm -23 - "$tmp/declared" >"$tmp/mpi_declared"
+  [ "$(wc -l <"$tmp/mpi_declared")" -gt 5 ] || fail "public_api.py found only $(wc -l <"$tmp/mpi_declared") functions in hcq/mpi.h"
+  if ! diff "$tmp/mpi_declared" "$tmp/mpi_exported" >"$tmp/mpi_api.diff"; then
+    fail "libhcq_mpi.so's exports differ from hcq/mpi.h (< declared only, > exported only): $(grep '^[<>]' "$tmp/mpi_api.diff" | head -10 | tr '\n' ' ')"
+  fi
+  nm --defined-only "$mso" | awk '{print $3}' | sort -u | comm -12 - <(sed 's/@.*//' "$tmp/exported_versioned" | sort -u) >"$tmp/mpi_dup"
+  if [ -s "$tmp/mpi_dup" ]; then fail "libhcq_mpi.so carries its own copy of core symbols: $(head -5 "$tmp/mpi_dup" | tr '\n' ' ')"; fi
+  nm -D --undefined-only "$mso" | awk '$1 == "U" && $2 ~ /^hcq__/ {print $2}' | sort >"$tmp/mpi_needs_versioned"
+  if grep -v "@$private_node\$" "$tmp/mpi_needs_versioned" | grep -q .; then
+    fail "libhcq_mpi.so takes internals not bound to $private_node: $(grep -v "@$private_node\$" "$tmp/mpi_needs_versioned" | head -5 | tr '\n' ' ')"
+  fi
+  if ! sed 's/@.*//' "$tmp/mpi_needs_versioned" | diff - "$tmp/private_exported" >"$tmp/mpi_needs.diff"; then
+    fail "libhcq_mpi.so's needs differ from libhcq.so's private exports (< needed only, > exported only): $(grep '^[<>]' "$tmp/mpi_needs.diff" | head -10 | tr '\n' ' ')"
+  fi
+  echo "libhcq_mpi.so: SONAME libhcq_mpi.so.$major, $(wc -l <"$tmp/mpi_exported") symbols exported (hcq/mpi.h), $(wc -l <"$tmp/mpi_needs_versioned") internals taken from libhcq.so"
 fi
 
 export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
@@ -150,6 +211,33 @@ run_examples() { # DIR KIND(shared|static) HOW
   echo "$how: ${#examples[@]} examples built and ran; hcq run --check passed on the saved capture"
 }
 
+# examples/c/mpi_pipeline.c under mpirun -np 2 (tests/mpi/run_mpi_test.sh: the root variables,
+# --oversubscribe, a timeout), from the prefix. Shared: it uses libhcq_mpi.so and libhcq.so, the one
+# core; static: neither.
+run_mpi_pipeline() { # BIN KIND(shared|static) HOW
+  local bin=$1 kind=$2 how=$3
+  if [ "$shared" = ON ]; then
+    if [ "$kind" = shared ]; then
+      for l in "libhcq_mpi.so.$major" "libhcq.so.$major"; do
+        readelf -d "$bin" | grep -q "\[$l\]" || fail "$how: mpi_pipeline does not use $l"
+      done
+    elif readelf -d "$bin" | grep -q "libhcq"; then fail "$how: mpi_pipeline links a shared libhcq, not the archives"; fi
+  fi
+  if [ -z "$mpiexec" ]; then
+    echo "$how: mpi_pipeline built; not run (no mpirun found)"
+    return
+  fi
+  if ! (cd "$tmp" && LD_LIBRARY_PATH=$prefix/$libdir "$src/tests/mpi/run_mpi_test.sh" "$mpiexec" 2 shm "$bin") >"$tmp/run.log" 2>&1; then
+    cat "$tmp/run.log" >&2
+    fail "$how: mpirun -np 2 mpi_pipeline failed"
+  elif ! grep -q "over 2 ranks, .*as expected" "$tmp/run.log"; then
+    cat "$tmp/run.log" >&2
+    fail "$how: mpi_pipeline did not say its result was as expected"
+  else
+    echo "$how: mpi_pipeline ran under mpirun -np 2: $(grep -o 'z\[1\] = .*' "$tmp/run.log")"
+  fi
+}
+
 kinds=(static)
 [ "$shared" = ON ] && kinds=(shared static)
 for kind in "${kinds[@]}"; do
@@ -163,6 +251,14 @@ for kind in "${kinds[@]}"; do
       $(pkg-config --cflags --libs "$module") || ok=0
   done
   [ $ok = 1 ] && run_examples "$dir" "$kind" "pkg-config $module"
+  # MPI comes from the wrapper (mpicc), hcq's layer from hcq-mpi; the same compiler as the library.
+  if [ -n "$mpicc" ]; then
+    module=hcq-mpi
+    [ "$kind" = static ] && module=hcq-mpi-static
+    quiet "pkg-config $module: mpicc mpi_pipeline.c" env OMPI_CC="$cc" MPICH_CC="$cc" "$mpicc" "${flags[@]}" \
+      "$src/examples/c/mpi_pipeline.c" -o "$dir/mpi_pipeline" $(pkg-config --cflags --libs "$module") &&
+      run_mpi_pipeline "$dir/mpi_pipeline" "$kind" "pkg-config $module"
+  fi
 
   dir=$tmp/cmake-$kind
   static_opt=OFF
@@ -171,6 +267,10 @@ for kind in "${kinds[@]}"; do
        -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="${flags[*]}" -DHCQ_USE_STATIC_LIBS=$static_opt &&
      quiet "find_package(hcq) $kind: build" cmake --build "$dir" -j "$jobs"; then
     run_examples "$dir" "$kind" "find_package(hcq) $kind"
+    if [ -n "$mpicc" ]; then
+      if [ -x "$dir/mpi_pipeline" ]; then run_mpi_pipeline "$dir/mpi_pipeline" "$kind" "find_package(hcq) $kind, hcq::mpi"
+      else fail "find_package(hcq) $kind: no hcq::mpi, so mpi_pipeline was not built"; fi
+    elif [ -e "$dir/mpi_pipeline" ]; then fail "find_package(hcq) $kind: hcq::mpi from an hcq built without its MPI layer"; fi
     # The README: CMake gives what it builds against the package an rpath to the prefix.
     [ "$kind" = shared ] && { quiet "find_package(hcq) shared: eager runs without LD_LIBRARY_PATH" \
       env -u LD_LIBRARY_PATH "$dir/eager" || true; }
@@ -234,6 +334,29 @@ elif quiet "pkg-config hcq: cc precompiled.c" "$cc" "${flags[@]}" "$src/examples
       echo "hcq compile wrote SPIR-V; $(cat "$tmp/run.log")"
     fi
   done
+fi
+
+# find_package(hcq) where the project has no MPI (CMAKE_DISABLE_FIND_PACKAGE_MPI stands for a machine
+# without one): hcq::hcq still comes, hcq::mpi does not, and requiring the component says why.
+mkdir -p "$tmp/nompi"
+cat >"$tmp/nompi/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.18)
+project(nompi C)
+find_package(hcq REQUIRED COMPONENTS ${WANT})
+if(NOT TARGET hcq::hcq OR TARGET hcq::mpi)
+  message(FATAL_ERROR "hcq::hcq missing or hcq::mpi present without MPI")
+endif()
+CMAKE
+quiet "find_package(hcq) without MPI" cmake -S "$tmp/nompi" -B "$tmp/nompi/a" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DWANT=
+if cmake -S "$tmp/nompi" -B "$tmp/nompi/b" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" \
+     -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DWANT=mpi >"$tmp/nompi.log" 2>&1; then
+  fail "find_package(hcq REQUIRED COMPONENTS mpi) succeeded without MPI"
+elif ! grep -q "hcq's MPI layer (component mpi) is not available" "$tmp/nompi.log"; then
+  cat "$tmp/nompi.log" >&2
+  fail "find_package(hcq REQUIRED COMPONENTS mpi) without MPI did not say why"
+else
+  echo "find_package(hcq) without MPI: hcq::hcq, no hcq::mpi; COMPONENTS mpi fails saying why"
 fi
 
 if [ "$fails" -gt 0 ]; then
