@@ -323,6 +323,38 @@ static void fences_and_mapped_buffers() {
                "not aligned");
 }
 
+/* A precompiled kernel: SPIR-V from hcq_binary_compile on Vulkan where a device opens; CPU devices
+ * load no binaries, which is an exception naming the kind. */
+static void binaries() {
+  hcq::device cpu("CPU:0");
+  const std::vector<char> junk(64, 'x');
+  expect_error("a binary on CPU", [&] { hcq::program::binary(cpu, HCQ_BINARY_SPIRV, junk, "k"); },
+               HCQ_INVALID_ARGUMENT, "CPU");
+  hcq_device_t *raw = nullptr;
+  hcq_status_t st = hcq_device_open("VULKAN:0", &raw);
+  if (st) {
+    std::printf("binaries: no Vulkan device (%s): SPIR-V not loaded\n", hcq_status_message(st));
+    hcq_status_free(st);
+    return;
+  }
+  hcq::device vk(raw);
+  static const char *const kFill =
+      "layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };\n"
+      "void main() {\n"
+      "  uint i = gl_GlobalInvocationID.x;\n"
+      "  if (i < uint(hcq_val(1))) i32s(hcq_buf(0)).v[i] = hcq_val(0);\n"
+      "}\n";
+  void *bytes = nullptr;
+  size_t size = 0;
+  hcq::check(hcq_binary_compile(HCQ_DEVICE_VULKAN, HCQ_BINARY_SPIRV, nullptr, "fill", kFill, &bytes, &size));
+  std::vector<unsigned char> spirv(static_cast<unsigned char *>(bytes), static_cast<unsigned char *>(bytes) + size);
+  hcq_binary_free(bytes);
+  hcq::program fill = hcq::program::binary(vk, HCQ_BINARY_SPIRV, spirv, "fill");
+  hcq::buffer out(vk, 64 * 4);
+  fill.launch({out}, {7, 64}, {1}, {64});
+  for (int32_t v : out.read<int32_t>()) EXPECT(v == 7);
+}
+
 int main() {
   setenv("HCQ_VALIDATE", "1", 1);
   hcq_device_t *raw;
@@ -334,6 +366,7 @@ int main() {
     spans_copy_their_bytes();
     capture_matches_eager();
     fences_and_mapped_buffers();
+    binaries();
   } catch (const hcq::error &e) {
     std::fprintf(stderr, "unexpected hcq::error %s: %s\n", e.code_name(), e.what());
     failures++;

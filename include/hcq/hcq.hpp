@@ -417,6 +417,14 @@ class program : public detail::shared_handle<hcq_program_t, hcq_program_retain, 
     check(hcq_program_create_fn(dev.get(), name, fn, &p));
     reset(p);
   }
+  /* hcq_program_create_binary: a precompiled kernel (SPIR-V, PTX, cubin, fatbin, metallib) from
+   * any contiguous container of bytes (a std::vector<char> read from `hcq compile`'s file). */
+  template <class C, class T = detail::element_t<const C>>
+  static program binary(const device &dev, hcq_binary_format_t format, const C &bytes, const char *entry) {
+    hcq_program_t *p = nullptr;
+    check(hcq_program_create_binary(dev.get(), format, std::data(bytes), std::size(bytes) * sizeof(T), entry, &p));
+    return program(p);
+  }
   const char *name() const noexcept { return hcq_program_name(get()); }
   void declare_args(size_t nbufs, size_t nvals) const { check(hcq_program_declare_args(get(), nbufs, nvals)); }
 
