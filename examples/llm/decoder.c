@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu_abi.h" /* the kernel ABI every kind follows */
 #include "llm.h"
 #include "quant.h"
 
