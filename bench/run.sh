@@ -68,6 +68,31 @@ else
   fi
 fi
 
+# SmolLM2's decoder on each GPU kind (examples/llm/kernels.glsl on Vulkan; CUDA and Metal have no
+# kernels yet): `hcq generate --bench` decode tok/s, eager and graph, and the host's time to queue
+# a step; a kind that cannot run it gets a row with hcq's reason. lavapipe runs the shaders on the
+# CPU: a short prompt, 16 tokens, one timed repetition.
+for kind in VULKAN CUDA METAL; do
+  section="SmolLM2-135M-Instruct decode on $kind"
+  echo "bench: $section" >&2
+  if [ "${HCQ_BENCH_LLM:-1}" = 0 ]; then
+    missing "$section" "hcq generate --device $kind" "skipped (HCQ_BENCH_LLM=0)"
+  elif out=$("$BUILD/cli/hcq" generate --device "$kind" --prompt-ids 1,4093,198,1780,314,260,3575,282,4649,47,2,198 \
+               --steps 16 --ignore-eos --ctx 64 --bench --repeat 1 --json 2>>"$LOG"); then
+    python3 - "$section" "$out" >>"$ROWS" <<'PY'
+import json, sys
+section, j = sys.argv[1], json.loads(sys.argv[2])
+row = lambda name, v, unit, note: print(json.dumps({"section": section, "name": name, "value": v, "unit": unit, "note": note}))
+note = "%d kernels per token, %d tokens after a %d-token prompt" % (j["kernels_per_token"], j["bench_steps"], len(j["prompt_ids"]))
+row("hcq eager, decode", j["eager_decode_tok_s"], "tok/s", "every kernel launched one by one; " + note)
+row("hcq graph, decode", j["graph_decode_tok_s"], "tok/s", "one captured step replayed per token; " + note)
+row("hcq eager, host per token", j["host_us_per_token_eager"], "us", "the host's time to queue one step, devices idle")
+row("hcq graph, host per token", j["host_us_per_token_graph"], "us", "the host's time to queue one replay, devices idle")
+PY
+  else
+    missing "$section" "hcq generate --device $kind" "$(tail -n 1 "$LOG" | sed 's/^hcq: //')"
+  fi
+done
 run "hcq decoder" "decoder small" "decoder 15m" -- "$B/bench_decoder_hcq" 256 5
 # The same decoder on the GPU APIs present (lavapipe here: Vulkan on the CPU, so fewer steps).
 run "hcq decoder on VULKAN" "decoder small on VULKAN" -- "$B/bench_decoder_hcq" 64 3 VULKAN

@@ -358,7 +358,8 @@ Test(llm_tiny, bad_calls_are_refused) {
   llm_model_t *m = tiny_model(&s, "bad");
   llm_decoder_t *d;
   FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 3}, &d), HCQ_INVALID_ARGUMENT, "3 devices");
-  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_VULKAN}, &d), HCQ_UNIMPLEMENTED, "VULKAN");
+  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_CUDA}, &d), HCQ_UNIMPLEMENTED, "CUDA");
+  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_METAL}, &d), HCQ_UNIMPLEMENTED, "METAL");
   FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.max_batch = 5000}, &d), HCQ_INVALID_ARGUMENT, "5000");
   d = decoder(m, 1, 64, 16);
   int32_t bad_id = 97, ok_id = 1;
@@ -644,6 +645,44 @@ Test(llm_cli, bad_input_exit_2_and_absent_kernels_exit_3) {
   cr_assert_eq(run_cli(args, &out), 2);
   free(out);
   unlink(fifo), unlink(path);
+}
+
+/* --device VULKAN (one device and two): the CPU's greedy tokens on the tiny model (its logits agree
+ * within 0.05 and its top two are further apart here); CUDA, absent here, exits 3 with hcq info's
+ * reason. */
+Test(llm_cli, generate_on_vulkan_chooses_the_cpu_tokens_and_an_absent_kind_exits_3) {
+  hcq_device_info_t infos[HCQ_DEVICE_KIND_COUNT];
+  size_t ninfo = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
+  char path[PATH_MAX], args[PATH_MAX + 256];
+  tiny_file(path, sizeof(path));
+  int32_t want[64], got[64];
+  int nwant, ngot;
+  snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json", path);
+  json_t *j = run_json(args);
+  ids_of(j, "token_ids", want, &nwant);
+  json_decref(j);
+  for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT; i++) {
+    if (infos[i].kind == HCQ_DEVICE_CUDA && !infos[i].available) {
+      char *out;
+      snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --device CUDA", path);
+      cr_assert_eq(run_cli(args, &out), 3, "hcq %s", args);
+      free(out);
+    }
+    if (infos[i].kind != HCQ_DEVICE_VULKAN || !infos[i].available) continue;
+    setenv("HCQ_VULKAN_VIRTUAL", "1", 1);
+    for (int devices = 1; devices <= 2; devices++) {
+      snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json --device VULKAN --devices %d",
+               path, devices);
+      j = run_json(args);
+      ids_of(j, "token_ids", got, &ngot);
+      cr_assert_str_eq(json_string_value(json_object_get(j, "device_kind")), "VULKAN");
+      json_decref(j);
+      cr_assert_eq(ngot, nwant);
+      cr_assert(!memcmp(got, want, (size_t)ngot * 4), "%d Vulkan device(s): other tokens than the CPU's", devices);
+    }
+    unsetenv("HCQ_VULKAN_VIRTUAL");
+  }
+  unlink(path);
 }
 
 /* Under mpirun -np 2 with --ranks 2 the second half of the layers runs on rank 1: the same tokens as

@@ -10,10 +10,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu_abi.h" /* the kernel ABI every kind follows */
 #include "llm.h"
 #include "quant.h"
 
-extern const char llm_kernels_source[];
+/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan). */
+extern const char llm_kernels_source[], llm_kernels_glsl_source[];
 
 #define TRY(call)              \
   do {                         \
@@ -25,6 +27,22 @@ enum { MAX_ITEM_BUFS = 10, TILE = 8, CHUNK = 32, MAX_PROGRAMS = 64 };
 /* A work-item, for the CPU device's choice to share a launch between its threads
  * (HCQ_CPU_MIN_PARALLEL work-items), stands for this many multiply-adds of 8-bit products. */
 enum { MACS_PER_ITEM = 64 };
+/* Vulkan (kernels.glsl, written for lavapipe; gpu_abi.h): work-groups of VK_LANES invocations (one
+ * llvmpipe vector: sums across it are subgroup operations); products of VK_ROWS rows a group,
+ * the classifier's VK_CLS_ROWS (one load of the input serves more rows); the sampler one group of
+ * VK_SEL, so that its passes over the vocabulary stay far below lavapipe's 65,535 loop iterations
+ * per invocation (docs/vulkan.md). */
+enum { VK_LANES = 8, VK_ROWS = 16, VK_CLS_ROWS = 32, VK_SEL = 256 };
+
+/* Rows of the classifier a group computes (one entry of the best logits per group). */
+static int cls_rows(hcq_device_kind_t kind) { return kind == HCQ_DEVICE_VULKAN ? VK_CLS_ROWS : 16; }
+
+/* Bits that hold a token id (the GPU sampler's keys). */
+static int id_bits(int vocab) {
+  int b = 1;
+  while (b < 31 && (1 << b) < vocab) b++;
+  return b;
+}
 
 typedef struct dev_state {
   hcq_device_t *dev;
@@ -58,6 +76,7 @@ typedef struct program_entry {
 
 struct llm_decoder {
   llm_config_t c;
+  hcq_device_kind_t kind;
   int ndev, split, ctx, max_batch, isa_cap, cls_groups, ranks;
   bool profile, reads_tokens, direct;
   dev_state_t d[2];
@@ -78,12 +97,16 @@ struct llm_decoder {
 
 static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const char *defines, hcq_program_t **out) {
   const llm_config_t *c = &m->c;
-  char key[768];
-  snprintf(key, sizeof(key),
-           "#define DIM %d\n#define FFN %d\n#define NH %d\n#define NKV %d\n#define HD %d\n#define RD %d\n#define VOCAB %d\n"
-           "#define CTX %d\n#define NORM_EPS %.9gf\n#define LLM_ISA_CAP %d\n%s",
-           c->dim, c->ffn, c->n_heads, c->n_kv_heads, c->head_dim, c->rope_dim, c->vocab, m->ctx, (double)c->norm_eps,
-           m->isa_cap, defines);
+  char key[1024];
+  int len = snprintf(key, sizeof(key),
+                     "#define DIM %d\n#define FFN %d\n#define NH %d\n#define NKV %d\n#define HD %d\n#define RD %d\n#define VOCAB %d\n"
+                     "#define CTX %d\n#define NORM_EPS %.9gf\n#define LLM_ISA_CAP %d\n%s",
+                     c->dim, c->ffn, c->n_heads, c->n_kv_heads, c->head_dim, c->rope_dim, c->vocab, m->ctx, (double)c->norm_eps,
+                     m->isa_cap, defines);
+  if (m->kind == HCQ_DEVICE_VULKAN) /* one main() per GLSL source: KERNEL_<entry> picks it */
+    snprintf(key + len, sizeof(key) - (size_t)len, "#define KERNEL_%s\n#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n"
+             "#define SEL %d\n#define ID_BITS %d\n", entry, VK_LANES, VK_ROWS, VK_CLS_ROWS, VK_SEL, id_bits(c->vocab));
+  const char *body = m->kind == HCQ_DEVICE_VULKAN ? llm_kernels_glsl_source : llm_kernels_source;
   for (int i = 0; i < m->nprograms; i++)
     if (m->programs[i].dev == d && !strcmp(m->programs[i].key + strlen(m->programs[i].key) + 1, entry) &&
         !strcmp(m->programs[i].key, key)) {
@@ -92,7 +115,7 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
     }
   if (m->nprograms == MAX_PROGRAMS) return hcq_status_make(HCQ_INTERNAL, "llm decoder: more than %d programs", MAX_PROGRAMS);
   size_t klen = strlen(key), elen = strlen(entry);
-  char *stored = malloc(klen + 1 + elen + 1), *src = malloc(klen + strlen(llm_kernels_source) + 1);
+  char *stored = malloc(klen + 1 + elen + 1), *src = malloc(klen + strlen(body) + 1);
   if (!stored || !src) {
     free(stored), free(src);
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -100,7 +123,7 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
   memcpy(stored, key, klen + 1);
   memcpy(stored + klen + 1, entry, elen + 1);
   memcpy(src, key, klen);
-  strcpy(src + klen, llm_kernels_source);
+  strcpy(src + klen, body);
   hcq_status_t st = hcq_program_create(m->d[d].dev, entry, src, out);
   free(src);
   if (st) {
@@ -138,19 +161,23 @@ static hcq_status_t write_buffer(const llm_decoder_t *m, hcq_buffer_t *buf, uint
   return NULL;
 }
 
-/* A weight matrix (ne[1] rows of ne[0]) repacked into the kernels' layout. */
+/* A weight matrix (ne[1] rows of ne[0]) repacked into the kernels' layout: the CPU's 16-row
+ * interleave (quant.h), or the GPU layout (gpu_abi.h). */
 static hcq_status_t upload_matrix(const llm_decoder_t *m, hcq_device_t *dev, const gguf_tensor_t *t, const char *label,
                                   int layer, hcq_buffer_t **out) {
-  size_t rows = (size_t)t->ne[1], cols = (size_t)t->ne[0], bytes = llm_repack_bytes(t->type, rows, cols);
+  bool cpu = m->kind == HCQ_DEVICE_CPU;
+  void (*pack)(ggml_type_t, const void *, size_t, size_t, void *) = cpu ? llm_repack : llm_gpu_pack;
+  size_t rows = (size_t)t->ne[1], cols = (size_t)t->ne[0];
+  size_t bytes = cpu ? llm_repack_bytes(t->type, rows, cols) : llm_gpu_pack_bytes(t->type, rows, cols);
   TRY(buffer(dev, bytes, label, layer, out));
   void *direct = host_memory(m, *out);
   if (direct) {
-    llm_repack(t->type, t->data, rows, cols, direct);
+    pack(t->type, t->data, rows, cols, direct);
     return NULL;
   }
   void *tmp = malloc(bytes);
   if (!tmp) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory repacking %s", t->name);
-  llm_repack(t->type, t->data, rows, cols, tmp);
+  pack(t->type, t->data, rows, cols, tmp);
   hcq_status_t st = hcq_buffer_copyin(*out, 0, tmp, bytes);
   free(tmp);
   return st;
@@ -209,7 +236,7 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   if (c->tied_classifier) m->cls = hcq_buffer_retain(m->emb);
   else TRY(upload_matrix(m, d0, model->output, "classifier", -1, &m->cls));
   TRY(upload_vector(m, d0, model->output_norm, "output norm", -1, &m->out_norm));
-  m->cls_groups = (c->vocab + 15) / 16;
+  m->cls_groups = (c->vocab + cls_rows(m->kind) - 1) / cls_rows(m->kind);
   /* Mapped where the device has such memory: the host reads each token as its step finishes,
    * while the next step runs (llm_generate). */
   hcq_status_t mapped = hcq_buffer_create_mapped(d0, ((size_t)m->ctx + 1) * 4, &m->tokens);
@@ -326,32 +353,112 @@ static hcq_operand_t cost(double macs) {
   return hcq_imm(items < 1 ? 1 : items > 65536 ? 65536 : (int64_t)items);
 }
 
+/* ---- launch geometry: with the kernel sources, the one thing that differs by device kind ---- */
+
+/* The kernels of the item list, in the order a layer runs them. */
+typedef enum kernel_id {
+  K_EMBED, K_BEGIN, K_NORM, K_QKV, K_ATTN, K_QUANTIZE, K_WO, K_GATE_UP, K_DOWN, K_NORM_LAST, K_CLASSIFY, K_SELECT
+} kernel_id_t;
+
+/* What a pass's geometry depends on: its token count n, its tiles of TILE tokens (CPU), whether it
+ * chooses a token (1 or the variable choose) and the classifier's grid (choose x its groups). */
+typedef struct pass_ops {
+  hcq_operand_t n, tiles, chosen, cls_grid;
+  int tok_per_group;
+} pass_ops_t;
+
+typedef struct geometry {
+  hcq_operand_t grid[2], local;
+} geometry_t;
+
+/* CPU (kernels.c): a group is a block of 16 rows (32 FFN rows for gate_up) times a tile of TILE
+ * tokens; the group size is the group's work in MACS_PER_ITEM (the device shares a launch between
+ * its threads by it), never read by the kernels. */
+static geometry_t cpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
+  const llm_config_t *c = &m->c;
+  int gq = (c->dim + 15) / 16, gkv = (llm_kv_dim(c) + 15) / 16, gffn = (c->ffn + 31) / 32, tpg = o->tok_per_group;
+  hcq_operand_t rows_local = hcq_imm(c->dim / 8 + 1);
+  switch (k) {
+    case K_EMBED:
+    case K_NORM:
+    case K_QUANTIZE: return (geometry_t){{o->n}, rows_local};
+    case K_BEGIN: return (geometry_t){{hcq_imm(1)}, hcq_imm(1)};
+    case K_QKV: return (geometry_t){{hcq_imm(gq + 2 * gkv), o->tiles}, cost(16.0 * c->dim * tpg)};
+    /* a group's work grows with the position; counted at 256 positions (2 x 256 x head_dim
+     * multiply-adds of floats, 8 a work-item) */
+    case K_ATTN: return (geometry_t){{hcq_imm(c->n_heads), o->n}, hcq_imm((int64_t)c->head_dim * 256 * 2 / 8)};
+    case K_WO: return (geometry_t){{hcq_imm(gq), o->tiles}, cost(16.0 * c->dim * tpg)};
+    case K_GATE_UP: return (geometry_t){{hcq_imm(gffn), o->tiles}, cost(64.0 * c->dim * tpg)};
+    case K_DOWN: return (geometry_t){{hcq_imm(gq), o->tiles}, cost(16.0 * c->ffn * tpg)};
+    case K_NORM_LAST: return (geometry_t){{o->chosen}, rows_local};
+    case K_CLASSIFY: return (geometry_t){{o->cls_grid}, cost(16.0 * c->dim)};
+    case K_SELECT: return (geometry_t){{o->chosen}, hcq_imm(1)};
+  }
+  return (geometry_t){{hcq_imm(1)}, hcq_imm(1)};
+}
+
+/* Vulkan (kernels.glsl): groups of VK_LANES invocations, one token each (grid y = n); products of
+ * VK_ROWS rows a group (VK_CLS_ROWS for the classifier, 32 FFN rows for gate_up: one activation
+ * block); attention a group per (head, token); the sampler one group of VK_SEL. */
+static geometry_t vulkan_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
+  const llm_config_t *c = &m->c;
+  int gq = (c->dim + VK_ROWS - 1) / VK_ROWS, gkv = (llm_kv_dim(c) + VK_ROWS - 1) / VK_ROWS;
+  hcq_operand_t lanes = hcq_imm(VK_LANES);
+  switch (k) {
+    case K_EMBED:
+    case K_NORM:
+    case K_QUANTIZE: return (geometry_t){{o->n}, lanes};
+    case K_BEGIN: return (geometry_t){{hcq_imm(1)}, lanes};
+    case K_QKV: return (geometry_t){{hcq_imm(gq + 2 * gkv), o->n}, lanes};
+    case K_ATTN: return (geometry_t){{hcq_imm(c->n_heads), o->n}, lanes};
+    case K_WO:
+    case K_DOWN: return (geometry_t){{hcq_imm(gq), o->n}, lanes};
+    case K_GATE_UP: return (geometry_t){{hcq_imm((c->ffn + 31) / 32), o->n}, lanes};
+    case K_NORM_LAST: return (geometry_t){{o->chosen}, lanes};
+    case K_CLASSIFY: return (geometry_t){{o->cls_grid}, lanes};
+    case K_SELECT: return (geometry_t){{o->chosen}, hcq_imm(VK_SEL)};
+  }
+  return (geometry_t){{hcq_imm(1)}, lanes};
+}
+
+static geometry_t geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
+  return m->kind == HCQ_DEVICE_VULKAN ? vulkan_geometry(m, k, o) : cpu_geometry(m, k, o);
+}
+
+/* The kernel k with its buffers and values, at k's geometry. */
+static hcq_status_t add(llm_decoder_t *m, item_list_t *L, const pass_ops_t *o, kernel_id_t k, hcq_program_t *prog,
+                        hcq_buffer_t *const *bufs, size_t nbufs, size_t nouts, const hcq_operand_t *vals, size_t nvals) {
+  geometry_t g = geometry(m, k, o);
+  kernel_desc_t d = {prog, {0}, nbufs, nouts, nvals, {{0}}, {g.grid[0], g.grid[1]}, g.local};
+  memcpy(d.bufs, bufs, nbufs * sizeof(bufs[0]));
+  if (nvals) memcpy(d.vals, vals, nvals * sizeof(vals[0]));
+  return add_kernel(L, &d);
+}
+
 /* The forward pass of n tokens from position p0. pass: n and p0 are the prompt pass's variables and
  * transfers move max_batch rows; otherwise n is 1 and p0 the step's pos. Only the first kernel on
  * each device takes p0 and n as values (kernels.c, info_t): a decoding replay patches one word per
- * device. */
+ * device. The list is the same for every kind; geometry() and the sources differ. */
 static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
   const llm_config_t *c = &m->c;
   hcq_operand_t p0 = hcq_sym(pass ? m->p0 : m->pos), n = pass ? hcq_sym(m->n) : hcq_imm(1);
-  hcq_operand_t tiles = pass ? hcq_sym(binary(m, HCQ_EXPR_FLOORDIV, binary(m, HCQ_EXPR_ADD, m->n, TILE - 1), TILE)) : hcq_imm(1);
-  /* A pass that is not a prompt's last chooses no token (its classifier would read weights for
-   * nothing, and its token would overwrite the next pass's first prompt token): choose = 0 gives
-   * those launches an empty grid. */
-  hcq_operand_t one_if_chosen = pass ? hcq_sym(m->choose) : hcq_imm(1);
-  hcq_operand_t cls_grid = pass ? hcq_sym(binary(m, HCQ_EXPR_MUL, m->choose, m->cls_groups)) : hcq_imm(m->cls_groups);
-  if (pass && (!tiles.sym || !cls_grid.sym)) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the items");
-  int tok_per_group = pass ? TILE : 1, rows_copied = pass ? m->max_batch : 1;
+  pass_ops_t o = {n, pass ? hcq_sym(binary(m, HCQ_EXPR_FLOORDIV, binary(m, HCQ_EXPR_ADD, m->n, TILE - 1), TILE)) : hcq_imm(1),
+                  /* A pass that is not a prompt's last chooses no token (its classifier would read weights
+                   * for nothing, and its token would overwrite the next pass's first prompt token):
+                   * choose = 0 gives those launches an empty grid. */
+                  pass ? hcq_sym(m->choose) : hcq_imm(1),
+                  pass ? hcq_sym(binary(m, HCQ_EXPR_MUL, m->choose, m->cls_groups)) : hcq_imm(m->cls_groups), pass ? TILE : 1};
+  if (pass && (!o.tiles.sym || !o.cls_grid.sym)) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the items");
+  int rows_copied = pass ? m->max_batch : 1;
   uint64_t x_bytes = (uint64_t)rows_copied * (uint64_t)c->dim * 4;
+  bool gpu = m->kind != HCQ_DEVICE_CPU;
   char def[3][64], defs[256];
   dev_state_t *s0 = &m->d[0];
   hcq_program_t *prog;
+  hcq_operand_t p0_n[2] = {p0, n}, zero = hcq_imm(0), one = hcq_imm(1);
 
   TRY(program(m, 0, "llm_embed", layout_define(def[0], 64, "W_LAYOUT", m->emb_layout), &prog));
-  TRY(add_kernel(L, &(kernel_desc_t){prog, {s0->x, s0->info, m->tokens, m->emb}, 4, 2, 2, {p0, n}, {n}, hcq_imm(c->dim / 8 + 1)}));
-  int gq = (c->dim + 15) / 16, gkv = (llm_kv_dim(c) + 15) / 16, gdim = gq, gffn = (c->ffn + 31) / 32;
-  /* attention: a group's work grows with the position; counted at 256 positions (2 x 256 x
-   * head_dim multiply-adds of floats, 8 a work-item) */
-  hcq_operand_t att_cost = hcq_imm((int64_t)c->head_dim * 256 * 2 / 8);
+  TRY(add(m, L, &o, K_EMBED, prog, (hcq_buffer_t *[]){s0->x, s0->info, m->tokens, m->emb}, 4, 2, p0_n, 2));
   for (int l = 0; l < c->n_layers; l++) {
     int d = l < m->split ? 0 : 1;
     dev_state_t *s = &m->d[d];
@@ -359,7 +466,7 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
     if (d == 1 && l == m->split) {
       TRY(add_transfer(L, s->x, s0->x, x_bytes));
       TRY(program(m, d, "llm_begin", "", &prog));
-      TRY(add_kernel(L, &(kernel_desc_t){prog, {s->info}, 1, 1, 2, {p0, n}, {hcq_imm(1)}, hcq_imm(1)}));
+      TRY(add(m, L, &o, K_BEGIN, prog, (hcq_buffer_t *[]){s->info}, 1, 1, p0_n, 2));
     }
     hcq_program_t *norm, *qkv, *attn, *quant, *wo, *gate_up, *down;
     TRY(program(m, d, "llm_norm", "", &norm));
@@ -368,42 +475,39 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
     TRY(program(m, d, "llm_qkv", defs, &qkv));
     TRY(program(m, d, "llm_attn", "", &attn));
     TRY(program(m, d, "llm_quantize", "", &quant));
-    TRY(program(m, d, "llm_matmul_add", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_O]), &wo));
+    /* GPU products hold their input in registers: its length is a constant there (K_IN) */
+    snprintf(defs, sizeof(defs), "%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_O]), gpu ? "#define K_IN DIM\n" : "");
+    TRY(program(m, d, "llm_matmul_add", defs, &wo));
     snprintf(defs, sizeof(defs), "%s%s", layout_define(def[0], 64, "WG_LAYOUT", S->layout[W_GATE]),
              layout_define(def[1], 64, "WU_LAYOUT", S->layout[W_UP]));
     TRY(program(m, d, "llm_gate_up", defs, &gate_up));
-    TRY(program(m, d, "llm_matmul_add", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_DOWN]), &down));
+    snprintf(defs, sizeof(defs), "%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_DOWN]), gpu ? "#define K_IN FFN\n" : "");
+    TRY(program(m, d, "llm_matmul_add", defs, &down));
 
     hcq_buffer_t **w = S->b;
-    TRY(add_kernel(L, &(kernel_desc_t){norm, {s->xf, s->xq, s->x, w[N_ATTN_NORM], s->info}, 5, 2, 1, {hcq_imm(0)}, {n},
-                                       hcq_imm(c->dim / 8 + 1)}));
-    TRY(add_kernel(L, &(kernel_desc_t){qkv,
-                                       {s->q, w[K_CACHE], w[V_CACHE], s->xf, s->xq, w[W_Q], w[W_K], w[W_V], s->rope, s->info},
-                                       10, 3, 0, {{0}}, {hcq_imm(gq + 2 * gkv), tiles}, cost(16.0 * c->dim * tok_per_group)}));
-    TRY(add_kernel(L, &(kernel_desc_t){attn, {s->att, s->q, w[K_CACHE], w[V_CACHE], s->info}, 5, 1, 0, {{0}},
-                                       {hcq_imm(c->n_heads), n}, att_cost}));
+    hcq_operand_t k_dim = hcq_imm(c->dim), k_ffn = hcq_imm(c->ffn);
+    TRY(add(m, L, &o, K_NORM, norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_ATTN_NORM], s->info}, 5, 2, &zero, 1));
+    TRY(add(m, L, &o, K_QKV, qkv,
+            (hcq_buffer_t *[]){s->q, w[K_CACHE], w[V_CACHE], s->xf, s->xq, w[W_Q], w[W_K], w[W_V], s->rope, s->info}, 10, 3, NULL, 0));
+    TRY(add(m, L, &o, K_ATTN, attn, (hcq_buffer_t *[]){s->att, s->q, w[K_CACHE], w[V_CACHE], s->info}, 5, 1, NULL, 0));
     if (S->layout[W_O] == LLM_LAYOUT_Q4X16 || S->layout[W_O] == LLM_LAYOUT_Q8X16)
-      TRY(add_kernel(L, &(kernel_desc_t){quant, {s->attq, s->att}, 2, 1, 0, {{0}}, {n}, hcq_imm(c->dim / 8 + 1)}));
-    TRY(add_kernel(L, &(kernel_desc_t){wo, {s->x, s->att, s->attq, w[W_O], s->info}, 5, 1, 1, {hcq_imm(c->dim)},
-                                       {hcq_imm(gdim), tiles}, cost(16.0 * c->dim * tok_per_group)}));
-    TRY(add_kernel(L, &(kernel_desc_t){norm, {s->xf, s->xq, s->x, w[N_FFN_NORM], s->info}, 5, 2, 1, {hcq_imm(0)}, {n},
-                                       hcq_imm(c->dim / 8 + 1)}));
-    TRY(add_kernel(L, &(kernel_desc_t){gate_up, {s->hf, s->hq, s->xf, s->xq, w[W_GATE], w[W_UP], s->info}, 7, 2, 0, {{0}},
-                                       {hcq_imm(gffn), tiles}, cost(64.0 * c->dim * tok_per_group)}));
-    TRY(add_kernel(L, &(kernel_desc_t){down, {s->x, s->hf, s->hq, w[W_DOWN], s->info}, 5, 1, 1, {hcq_imm(c->ffn)},
-                                       {hcq_imm(gdim), tiles}, cost(16.0 * c->ffn * tok_per_group)}));
+      TRY(add(m, L, &o, K_QUANTIZE, quant, (hcq_buffer_t *[]){s->attq, s->att}, 2, 1, NULL, 0));
+    TRY(add(m, L, &o, K_WO, wo, (hcq_buffer_t *[]){s->x, s->att, s->attq, w[W_O], s->info}, 5, 1, &k_dim, 1));
+    TRY(add(m, L, &o, K_NORM, norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_FFN_NORM], s->info}, 5, 2, &zero, 1));
+    TRY(add(m, L, &o, K_GATE_UP, gate_up, (hcq_buffer_t *[]){s->hf, s->hq, s->xf, s->xq, w[W_GATE], w[W_UP], s->info}, 7, 2,
+            NULL, 0));
+    TRY(add(m, L, &o, K_DOWN, down, (hcq_buffer_t *[]){s->x, s->hf, s->hq, w[W_DOWN], s->info}, 5, 1, &k_ffn, 1));
   }
   if (m->split < c->n_layers) TRY(add_transfer(L, s0->x, m->d[1].x, x_bytes));
   hcq_program_t *norm, *classify, *select;
   TRY(program(m, 0, "llm_norm", "", &norm));
   TRY(program(m, 0, "llm_classify", layout_define(def[0], 64, "W_LAYOUT", m->cls_layout), &classify));
   TRY(program(m, 0, "llm_select", "", &select));
-  TRY(add_kernel(L, &(kernel_desc_t){norm, {s0->xf, s0->xq, s0->x, m->out_norm, s0->info}, 5, 2, 1, {hcq_imm(1)},
-                                     {one_if_chosen}, hcq_imm(c->dim / 8 + 1)}));
-  TRY(add_kernel(L, &(kernel_desc_t){classify, {m->logits, m->best, s0->xf, s0->xq, m->cls}, 5, 2, 1, {hcq_imm(0)},
-                                     {cls_grid}, cost(16.0 * c->dim)}));
-  TRY(add_kernel(L, &(kernel_desc_t){select, {m->tokens, m->scratch, m->best, m->logits, m->params, s0->info}, 6, 2, 1,
-                                     {hcq_imm(m->cls_groups)}, {one_if_chosen}, hcq_imm(1)}));
+  hcq_operand_t groups = hcq_imm(m->cls_groups);
+  TRY(add(m, L, &o, K_NORM_LAST, norm, (hcq_buffer_t *[]){s0->xf, s0->xq, s0->x, m->out_norm, s0->info}, 5, 2, &one, 1));
+  TRY(add(m, L, &o, K_CLASSIFY, classify, (hcq_buffer_t *[]){m->logits, m->best, s0->xf, s0->xq, m->cls}, 5, 2, &zero, 1));
+  TRY(add(m, L, &o, K_SELECT, select, (hcq_buffer_t *[]){m->tokens, m->scratch, m->best, m->logits, m->params, s0->info}, 6, 2,
+          &groups, 1));
   return NULL;
 }
 
@@ -424,14 +528,17 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   int ndev = opts.ranks == 2 ? 2 : opts.devices ? opts.devices : 1;
   if (ndev != 1 && ndev != 2)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d devices (expected 1 or 2)", opts.devices);
-  if (opts.kind != HCQ_DEVICE_CPU)
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no kernels for %s devices yet (CPU has them)",
+  if (opts.kind != HCQ_DEVICE_CPU && opts.kind != HCQ_DEVICE_VULKAN)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no kernels for %s devices yet (CPU and VULKAN have them)",
                            hcq_device_kind_name(opts.kind));
   int cap = isa_cap();
   if (cap < 0)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "HCQ_LLM_KERNELS=\"%s\": expected auto, avx512, avx2 or portable",
                            getenv("HCQ_LLM_KERNELS"));
   const llm_config_t *c = &model->config;
+  if (opts.kind != HCQ_DEVICE_CPU && c->head_dim % 4)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: a head size of %d (the %s kernels read heads in 4-float vectors)",
+                           c->head_dim, hcq_device_kind_name(opts.kind));
   int ctx = opts.ctx ? opts.ctx : (c->ctx_train < 4096 ? c->ctx_train : 4096);
   if (ctx < 1 || ctx > (1 << 20))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a context of %d positions (expected 1 to 2^20)", ctx);
@@ -442,6 +549,7 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   llm_decoder_t *m = calloc(1, sizeof(*m));
   if (!m) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating the decoder");
   m->c = *c;
+  m->kind = opts.kind;
   m->ndev = ndev;
   m->split = ndev == 2 ? c->n_layers - c->n_layers / 2 : c->n_layers;
   m->ctx = ctx;
@@ -453,8 +561,8 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   hcq_status_t st = NULL;
   for (int d = 0; d < ndev && !st; d++) {
     char name[32];
-    if (opts.ranks == 2) snprintf(name, sizeof(name), "%d/CPU:0", d);
-    else snprintf(name, sizeof(name), "CPU:%d", d);
+    if (opts.ranks == 2) snprintf(name, sizeof(name), "%d/%s:0", d, hcq_device_kind_name(m->kind));
+    else snprintf(name, sizeof(name), "%s:%d", hcq_device_kind_name(m->kind), d);
     st = hcq_device_open(name, &m->d[d].dev);
   }
   m->direct = m->ranks == 1;

@@ -197,6 +197,40 @@ void llm_repack(ggml_type_t type, const void *src, size_t rows, size_t cols, voi
   }
 }
 
+size_t llm_gpu_pack_bytes(ggml_type_t type, size_t rows, size_t cols) {
+  switch (llm_layout_of(type)) {
+    case LLM_LAYOUT_F32X16: return rows * cols * 4;
+    case LLM_LAYOUT_F16X16: return rows * cols * 2;
+    case LLM_LAYOUT_Q4X16: return rows * (cols / 32) * (16 + 8);
+    default: return rows * (cols / 32) * (32 + 4);
+  }
+}
+
+void llm_gpu_pack(ggml_type_t type, const void *src, size_t rows, size_t cols, void *dst) {
+  llm_layout_t layout = llm_layout_of(type);
+  if (layout == LLM_LAYOUT_F32X16 || layout == LLM_LAYOUT_F16X16) {
+    memcpy(dst, src, rows * cols * (layout == LLM_LAYOUT_F32X16 ? 4 : 2));
+    return;
+  }
+  size_t nb = rows * (cols / 32), qbytes = layout == LLM_LAYOUT_Q4X16 ? 16 : 32;
+  size_t in_bytes = type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q4_0 ? 18 : 34;
+  uint8_t *quants = dst;
+  float *scales = (float *)(quants + nb * qbytes);
+  for (size_t b = 0; b < nb; b++) { /* rows are whole blocks: block b of the matrix is block b of the file */
+    const uint8_t *blk = (const uint8_t *)src + b * in_bytes;
+    float d = get_half(blk);
+    if (layout == LLM_LAYOUT_Q8X16) {
+      memcpy(quants + b * 32, blk + 2, 32);
+      scales[b] = d;
+    } else {
+      bool q41 = type == GGML_TYPE_Q4_1;
+      memcpy(quants + b * 16, blk + (q41 ? 4 : 2), 16);
+      scales[2 * b] = d;
+      scales[2 * b + 1] = q41 ? get_half(blk + 2) : -8 * d;
+    }
+  }
+}
+
 void llm_quantize_act(const float *x, size_t n, llm_act_block_t *out) {
   for (size_t b = 0; b < (n + 31) / 32; b++) {
     float v[32] = {0}, amax = 0;

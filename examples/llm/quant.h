@@ -50,6 +50,17 @@ size_t llm_repack_bytes(ggml_type_t type, size_t rows, size_t cols);
 /* Repacks rows x cols elements of type (ggml layout, row-major) into dst (llm_repack_bytes). */
 void llm_repack(ggml_type_t type, const void *src, size_t rows, size_t cols, void *dst);
 
+/* The GPU layout (kernels.glsl, and the CUDA and Metal kernels to come: gpu_abi.h), one per matrix,
+ * rows in order, no interleave:
+ *   F32, F16: the rows as they are (rows x cols values).
+ *   Q4_0, Q4_1: the blocks' 16 bytes of nibbles (ggml's order: element j < 16 the low nibble of byte
+ *     j, j + 16 its high nibble), rows x cols / 32 blocks of 16 bytes; then per block two floats
+ *     d, m (value = d x q + m; Q4_0: m = -8 d), 8 bytes each, in the same order.
+ *   Q8_0: the blocks' 32 int8, rows x cols / 32 blocks of 32 bytes; then per block the float d.
+ * Quants and scales apart keep every load aligned (a Q4_1 block is 20 bytes, a Q8_0 block 34). */
+size_t llm_gpu_pack_bytes(ggml_type_t type, size_t rows, size_t cols);
+void llm_gpu_pack(ggml_type_t type, const void *src, size_t rows, size_t cols, void *dst);
+
 /* An activation block as the kernels write it before a quantized matrix product: d = max |x| / 127,
  * q = x / d rounded to nearest (ties to even), s = the sum of the q, sd = s x d. 48 bytes. */
 typedef struct llm_act_block {

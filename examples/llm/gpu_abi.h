@@ -1,0 +1,60 @@
+/* The decoder's kernel ABI on GPU device kinds: what a kernels.glsl (Vulkan, written), kernels.cu
+ * (CUDA) or kernels.metal (Metal) must provide, and what decoder.c gives it. One item list serves
+ * every kind (build_items); only the sources and the launch geometry (one function per kind:
+ * cpu_geometry, vulkan_geometry; add cuda_geometry / metal_geometry beside them and a case in
+ * geometry()) differ. A new kind also needs its source embedded (CMakeLists.txt), picked in
+ * program() and allowed in llm_decoder_create.
+ *
+ * Compilation. decoder.c compiles the source once per (entry, defines) after:
+ *   #define DIM FFN NH NKV HD RD VOCAB CTX   the model's shape (HD the head size, RD the rotary
+ *                                            part of it, KV_DIM = NKV HD), CTX the cache positions
+ *   #define NORM_EPS 1e-05f  LLM_ISA_CAP n   (the latter CPU only; harmless elsewhere)
+ *   the entry's layouts: W_LAYOUT (llm_embed, llm_matmul_add, llm_classify), WQ_/WK_/WV_LAYOUT
+ *     (llm_qkv), WG_/WU_LAYOUT (llm_gate_up): 0 F32, 1 F16, 2 Q4 (Q4_0 and Q4_1), 3 Q8 (Q8_0)
+ *   GPU kinds also: K_IN (llm_matmul_add's input length, DIM for wo, FFN for down)
+ *   Vulkan also: KERNEL_<entry>, LANES, ROWS, CLS_ROWS, SEL, ID_BITS (the sources' own constants;
+ *     a kind adds what its geometry needs in program()).
+ *
+ * Entries: buffers (the first nouts written), then 32-bit values, in this order; n is the
+ * pass's token count (1 for a decoding step), p0 its first position. Every entry but llm_embed and
+ * llm_begin reads p0 and n from the info buffer ({int32 p0, n}), which those two write, so a
+ * replay patches one value per device.
+ *   llm_embed     x, info, tokens, embedding            vals p0, n    x[i] = row tokens[p0 + i]
+ *   llm_begin     info                                  vals p0, n    (the second device's info)
+ *   llm_norm      xf, xq, x, weights, info              vals last     rows of x RMS-normed into xf
+ *                                                                     (floats) and xq (blocks); last:
+ *                                                                     row n - 1 only, into row 0
+ *   llm_qkv       q, kcache, vcache, xf, xq, wq, wk, wv, rope, info   q, k rotated at p0 + i; k, v
+ *                                                                     into the caches at p0 + i
+ *   llm_attn      out, q, kcache, vcache, info                        token i attends 0..p0 + i
+ *   llm_quantize  out blocks, in                                      rows of DIM into blocks
+ *   llm_matmul_add x, in floats, in blocks, w, info     vals k        x[i] += w . in[i]
+ *   llm_gate_up   hf, hq, xf, xq, wgate, wup, info                    silu(g.x) (u.x) into hf, hq
+ *   llm_classify  logits, best, xf, xq, classifier      vals first    logits of row 0; per group
+ *                                                                     g: best[2g] = the top
+ *                                                                     logit's bits, best[2g + 1]
+ *                                                                     its lowest index
+ *   llm_select    tokens, scratch, best, logits, sampler, info  vals groups   tokens[p0 + n]
+ * Each kind decides how many classifier rows a group takes (cls_rows(): one best entry per group,
+ * `groups` of them); the sampler's parameters are {float temperature, top_p; int32 top_k; uint32
+ * seed_lo, seed_hi}; scratch holds VOCAB x 16 bytes. The choice must be kernels.c's: greedy, the
+ * highest logit and the lowest id on ties; sampling, kernels.c's sample() (kernels.glsl's
+ * llm_select does it without a sort, with exact integer sums).
+ *
+ * Memory. x, xf, q, att: max_batch rows of DIM floats; hf: rows of FFN floats; xq, attq, hq:
+ * rows of NBLK(k) activation blocks (llm_act_block_t, 48 bytes: float d, float s d, int32 s,
+ * pad, int8 q[32]; d = max|x| / 127, q rounded to nearest even); the caches: CTX x KV_DIM floats
+ * each, laid out as the kind likes (Vulkan: [position][kv head][element]); the rotary table: per
+ * position RD floats, (cos, sin) per pair. Weights: the GPU layout of quant.h (llm_gpu_pack): rows
+ * in order; Q4: 16 bytes of nibbles per block (ggml's order) for all blocks, then (float d, float
+ * m) per block; Q8: 32 int8 per block, then float d per block; F32/F16 as in the file; norms as
+ * floats. Buffers start 64-byte aligned.
+ *
+ * Vulkan's geometry (vulkan_geometry): groups of 8 (one lavapipe vector), a token per group along
+ * y, products of ROWS = 16 rows a group in rounds of 8 (subgroupAdd finishes a row), attention a
+ * group per (head, token), the sampler one group of SEL = 256. A GPU kind would rather give a warp
+ * or SIMD group per row block, several tokens per group for the prompt pass (the weights read once
+ * for them), and attention split over chunks of positions when contexts are long. */
+#ifndef HCQ_LLM_GPU_ABI_H
+#define HCQ_LLM_GPU_ABI_H
+#endif

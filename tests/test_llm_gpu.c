@@ -1,0 +1,371 @@
+/* The llama GGUF decoder (examples/llm) on GPU device kinds (Vulkan: lavapipe in CI), against the
+ * CPU path and the plain C reference:
+ *  - tiny models (llm_tiny.h) against the reference (llm_reference.h): float weights within 1e-4 of
+ *    it and its greedy tokens; weights in blocks within 0.05 (the reference rounds the inputs of
+ *    those matrices to 8 bits as the kernels do; what is left is float sums in another order, as
+ *    on the CPU); the sampler draws the CPU path's tokens from the same seeds; a prompt pass gives
+ *    the bits of token-by-token steps, eager launches those of graph replays, two devices those of one;
+ *  - the real model (SmolLM2-135M-Instruct) teacher-forced on the CPU path's greedy tokens of two
+ *    prompts, prompt pass and decoding steps: at every position the CPU path's token, or a near
+ *    tie (the CPU path's two best logits within 0.25); eager and graph the same tokens.
+ * lavapipe runs the shaders on the CPU: the real model runs a few tokens only. */
+#include <limits.h>
+#include <math.h>
+#include <sys/stat.h>
+
+#include "llm.h"
+#include "llm_reference.h"
+#include "llm_tiny.h"
+#include "test_util.h"
+
+static hcq_device_kind_t g_kind = HCQ_DEVICE_VULKAN;
+
+/* Skips the test, saying why, unless `devices` devices of the kind can be opened. */
+static void require(int devices) {
+  hcq_device_info_t infos[HCQ_DEVICE_KIND_COUNT];
+  size_t n = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
+  for (size_t i = 0; i < n && i < HCQ_DEVICE_KIND_COUNT; i++) {
+    if (infos[i].kind != g_kind) continue;
+    if (!infos[i].available) cr_skip_test("no %s device: %s", hcq_device_kind_name(g_kind), infos[i].description);
+    const char *virt = getenv("HCQ_VULKAN_VIRTUAL");
+    if (infos[i].count < devices && !(virt && atoi(virt) > 0))
+      cr_skip_test("%d %s devices wanted, %d present (HCQ_VULKAN_VIRTUAL=1 opens more)", devices,
+                   hcq_device_kind_name(g_kind), infos[i].count);
+    return;
+  }
+  cr_skip_test("no %s row in hcq info", hcq_device_kind_name(g_kind));
+}
+
+static void tmp_path(char *out, size_t size, const char *name) {
+  const char *dir = getenv("HCQ_TEST_TMP");
+  if (!dir || !*dir) dir = "/tmp";
+  mkdir(dir, 0700);
+  snprintf(out, size, "%s/llm_gpu_%d_%s.gguf", dir, (int)getpid(), name);
+}
+
+static llm_model_t *tiny_model(const tiny_spec_t *s, const char *name) {
+  char path[PATH_MAX];
+  tmp_path(path, sizeof(path), name);
+  OK(tiny_write(s, path));
+  llm_model_t *m;
+  OK(llm_model_open(path, &m));
+  unlink(path);
+  return m;
+}
+
+static llm_decoder_t *decoder(const llm_model_t *m, hcq_device_kind_t kind, int devices, int ctx, int max_batch) {
+  llm_decoder_t *d;
+  OK(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kind, .devices = devices, .ctx = ctx, .max_batch = max_batch}, &d));
+  return d;
+}
+
+static void forced(llm_decoder_t *d, const int32_t *tokens, int n, bool graph, float *out) {
+  int vocab = llm_decoder_config(d)->vocab;
+  for (int p = 0; p < n; p++) {
+    OK(llm_decoder_set_tokens(d, p, &tokens[p], 1));
+    OK(llm_decoder_step(d, p, graph));
+    OK(llm_decoder_logits(d, out + (size_t)p * vocab));
+  }
+}
+
+static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
+  for (int i = 0; i < n; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    t[i] = (int32_t)((seed >> 33) % (uint64_t)vocab);
+  }
+}
+
+/* Every position: every logit within tol of the reference's, the same argmax unless the
+ * reference's top two are within near. */
+static void compare_logits(const float *got, const float *want, int n, int vocab, float tol, float near, const char *what) {
+  for (int p = 0; p < n; p++) {
+    const float *g = got + (size_t)p * vocab, *w = want + (size_t)p * vocab;
+    float worst = 0;
+    int at = 0;
+    for (int i = 0; i < vocab; i++)
+      if (!(fabsf(g[i] - w[i]) <= worst)) worst = fabsf(g[i] - w[i]), at = i;
+    cr_assert(worst <= tol, "%s: position %d: logit %d is %.6f, the reference's %.6f (off by %.3g > %.3g)", what, p, at, g[at],
+              w[at], worst, tol);
+    int ga = llm_ref_argmax(g, vocab), wa = llm_ref_argmax(w, vocab);
+    cr_assert(ga == wa || w[wa] - w[ga] <= near, "%s: position %d: argmax %d, the reference's %d (%.5f vs %.5f)", what, p, ga,
+              wa, w[ga], w[wa]);
+  }
+}
+
+/* ---- tiny models ---- */
+
+TestSuite(llm_vulkan_tiny, .timeout = 280);
+
+/* Odd shapes (as test_llm.c's float path): rows not a multiple of 16, 5 heads of 8, one KV head,
+ * an untied classifier, 40 positions. */
+static void float_path(ggml_type_t type, const char *name) {
+  require(1);
+  tiny_spec_t s = tiny_uniform_spec(40, 72, 2, 5, 1, 50, type, false, 11);
+  llm_model_t *m = tiny_model(&s, name);
+  llm_decoder_t *d = decoder(m, g_kind, 1, 64, 16);
+  enum { N = 40 };
+  int32_t toks[N];
+  random_tokens(toks, N, 50, 3);
+  float *got = malloc(N * 50 * 4), *want = malloc(N * 50 * 4);
+  forced(d, toks, N, true, got);
+  llm_ref_t r;
+  cr_assert(llm_ref_init(&r, m, N + 1, false));
+  for (int p = 0; p < N; p++) memcpy(want + (size_t)p * 50, llm_ref_step(&r, toks[p], p), 50 * 4);
+  llm_ref_free(&r);
+  compare_logits(got, want, N, 50, 1e-4f, 0, name);
+  llm_generate_result_t g;
+  OK(llm_generate(d, toks, 3, &(llm_generate_options_t){.steps = 20, .graph = true}, &g));
+  cr_assert(llm_ref_init(&r, m, 64, false));
+  const float *lg = NULL;
+  for (int p = 0; p < 3; p++) lg = llm_ref_step(&r, toks[p], p);
+  for (int i = 0; i < g.n; i++) {
+    int want_tok = llm_ref_argmax(lg, 50);
+    cr_assert_eq(g.ids[i], want_tok, "%s: token %d is %d, the reference's %d", name, i, g.ids[i], want_tok);
+    lg = llm_ref_step(&r, want_tok, 3 + i);
+  }
+  cr_assert_eq(g.n, 20);
+  llm_ref_free(&r);
+  free(g.ids), free(got), free(want);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
+Test(llm_vulkan_tiny, f32_weights_match_the_float_reference) { float_path(GGML_TYPE_F32, "f32"); }
+Test(llm_vulkan_tiny, f16_weights_match_the_float_reference) { float_path(GGML_TYPE_F16, "f16"); }
+
+static void block_path(const tiny_spec_t *s, const char *name) {
+  require(1);
+  llm_model_t *m = tiny_model(s, name);
+  llm_decoder_t *d = decoder(m, g_kind, 1, 64, 16);
+  enum { N = 40 };
+  int32_t toks[N];
+  random_tokens(toks, N, s->vocab, 5);
+  float *got = malloc((size_t)N * s->vocab * 4), *want = malloc((size_t)N * s->vocab * 4);
+  forced(d, toks, N, true, got);
+  llm_ref_t r;
+  cr_assert(llm_ref_init(&r, m, N + 1, true));
+  for (int p = 0; p < N; p++) memcpy(want + (size_t)p * s->vocab, llm_ref_step(&r, toks[p], p), (size_t)s->vocab * 4);
+  llm_ref_free(&r);
+  compare_logits(got, want, N, s->vocab, 0.05f, 0.1f, name);
+  free(got), free(want);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
+Test(llm_vulkan_tiny, q4_0_weights_match_the_reference) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_0, true, 21);
+  block_path(&s, "q4_0");
+}
+Test(llm_vulkan_tiny, q4_1_weights_match_the_reference) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_1, true, 22);
+  block_path(&s, "q4_1");
+}
+Test(llm_vulkan_tiny, q8_0_weights_match_the_reference) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q8_0, false, 23);
+  block_path(&s, "q8_0");
+}
+
+static tiny_spec_t mixed_spec(void) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 1, 97, GGML_TYPE_Q4_1, false, 24);
+  s.types[TINY_EMB] = GGML_TYPE_Q8_0;
+  s.types[TINY_K] = GGML_TYPE_Q4_0;
+  s.types[TINY_V] = GGML_TYPE_Q8_0;
+  s.types[TINY_O] = GGML_TYPE_F16;
+  s.types[TINY_GATE] = GGML_TYPE_Q8_0;
+  s.types[TINY_DOWN] = GGML_TYPE_F32;
+  s.types[TINY_OUT] = GGML_TYPE_Q4_0;
+  return s;
+}
+
+Test(llm_vulkan_tiny, mixed_weight_types_match_the_reference) {
+  tiny_spec_t s = mixed_spec();
+  block_path(&s, "mixed");
+}
+
+/* Each group computes a token's outputs in one fixed order whatever the grid: a pass of 20 tokens,
+ * passes of 8 + 8 + 4, and 20 steps give the same bits; eager and graph too. */
+Test(llm_vulkan_tiny, a_pass_equals_steps_and_eager_equals_graph) {
+  require(1);
+  tiny_spec_t s = mixed_spec();
+  llm_model_t *m = tiny_model(&s, "pass");
+  enum { N = 20 };
+  int32_t toks[N], next[4];
+  random_tokens(toks, N, 97, 17);
+  float by_step[N * 97], eager[N * 97], one_pass[97], chunked[97];
+  llm_decoder_t *d = decoder(m, g_kind, 1, 64, 32);
+  forced(d, toks, N, true, by_step);
+  OK(llm_decoder_tokens(d, N, &next[0], 1));
+  forced(d, toks, N, false, eager);
+  OK(llm_decoder_tokens(d, N, &next[3], 1));
+  OK(llm_decoder_set_tokens(d, 0, toks, N));
+  OK(llm_decoder_prefill(d, 0, N, true));
+  OK(llm_decoder_logits(d, one_pass));
+  OK(llm_decoder_tokens(d, N, &next[1], 1));
+  OK(llm_decoder_destroy(d));
+  d = decoder(m, g_kind, 1, 64, 8);
+  OK(llm_decoder_set_tokens(d, 0, toks, N));
+  OK(llm_decoder_prefill(d, 0, N, false));
+  OK(llm_decoder_logits(d, chunked));
+  OK(llm_decoder_tokens(d, N, &next[2], 1));
+  OK(llm_decoder_destroy(d));
+  cr_assert(!memcmp(by_step, eager, sizeof(eager)), "eager steps differ from graph replays");
+  cr_assert(!memcmp(by_step + (N - 1) * 97, one_pass, sizeof(one_pass)), "one pass differs from steps");
+  cr_assert(!memcmp(one_pass, chunked, sizeof(one_pass)), "passes of 8 differ from one pass");
+  cr_assert(next[0] == next[1] && next[1] == next[2] && next[2] == next[3], "chosen tokens %d %d %d %d", next[0], next[1],
+            next[2], next[3]);
+  cr_assert_eq(next[0], llm_ref_argmax(one_pass, 97));
+  llm_model_close(m);
+}
+
+Test(llm_vulkan_tiny, two_devices_give_the_bits_of_one) {
+  require(2);
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 3, 4, 2, 97, GGML_TYPE_Q4_1, false, 41);
+  llm_model_t *m = tiny_model(&s, "two");
+  int32_t prompt[6] = {5, 10, 15, 20, 25, 30};
+  llm_generate_result_t r[2];
+  float lg[2][97];
+  for (int devices = 1; devices <= 2; devices++) {
+    llm_decoder_t *d = decoder(m, g_kind, devices, 64, 16);
+    OK(llm_generate(d, prompt, 6, &(llm_generate_options_t){.steps = 20, .graph = true}, &r[devices - 1]));
+    OK(llm_decoder_logits(d, lg[devices - 1]));
+    OK(llm_decoder_destroy(d));
+  }
+  cr_assert_eq(r[0].n, r[1].n);
+  cr_assert(!memcmp(r[0].ids, r[1].ids, (size_t)r[0].n * 4), "two devices choose other tokens");
+  cr_assert(!memcmp(lg[0], lg[1], sizeof(lg[0])), "two devices give other logits");
+  free(r[0].ids), free(r[1].ids);
+  llm_model_close(m);
+}
+
+/* The sampler: the CPU path's draws for the same seeds. The float model's logits agree within
+ * 1e-4, and a draw differs only when it falls that close to a boundary between two candidates
+ * (kernels.glsl, llm_select): with these seeds none does (a different draw would show as a
+ * different token at once, and the streams would part). Greedy, top-k 1, top-k 5, every
+ * candidate, top-p 0.9 and 0.5. */
+static void sampled(llm_decoder_t *d, const llm_sampler_t *s, int32_t *out, int steps) {
+  int32_t prompt[3] = {1, 2, 3};
+  OK(llm_decoder_set_sampler(d, s));
+  llm_generate_result_t r;
+  OK(llm_generate(d, prompt, 3, &(llm_generate_options_t){.steps = steps, .graph = true}, &r));
+  cr_assert_eq(r.n, steps);
+  memcpy(out, r.ids, (size_t)steps * 4);
+  free(r.ids);
+}
+
+Test(llm_vulkan_tiny, the_sampler_draws_the_cpu_paths_tokens) {
+  require(1);
+  tiny_spec_t s = tiny_uniform_spec(40, 72, 2, 5, 1, 97, GGML_TYPE_F32, true, 51);
+  llm_model_t *m = tiny_model(&s, "sampler");
+  llm_decoder_t *cpu = decoder(m, HCQ_DEVICE_CPU, 1, 64, 16), *gpu = decoder(m, g_kind, 1, 64, 16);
+  const llm_sampler_t cases[] = {{0, 1, 0, 0},         {4.0f, 1, 1, 9},   {4.0f, 1, 5, 7},  {4.0f, 1, 0, 8},
+                                 {4.0f, 0.9f, 0, 5},   {2.0f, 0.5f, 40, 3}, {8.0f, 1, 40, 11}};
+  enum { STEPS = 30 };
+  int differ_from_greedy = 0;
+  int32_t greedy[STEPS];
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    int32_t a[STEPS], b[STEPS];
+    sampled(cpu, &cases[i], a, STEPS);
+    sampled(gpu, &cases[i], b, STEPS);
+    for (int t = 0; t < STEPS; t++)
+      cr_assert_eq(b[t], a[t], "sampler case %zu (T %g, top-p %g, top-k %d, seed %llu): token %d is %d, the CPU's %d", i,
+                   (double)cases[i].temperature, (double)cases[i].top_p, cases[i].top_k, (unsigned long long)cases[i].seed, t,
+                   b[t], a[t]);
+    if (i == 0) memcpy(greedy, a, sizeof(a));
+    else differ_from_greedy += memcmp(a, greedy, sizeof(a)) != 0;
+  }
+  cr_assert_geq(differ_from_greedy, 4, "the sampled streams should mostly differ from the greedy one");
+  OK(llm_decoder_destroy(cpu));
+  OK(llm_decoder_destroy(gpu));
+  llm_model_close(m);
+}
+
+/* ---- the real model ---- */
+
+TestSuite(llm_vulkan_real, .timeout = 280);
+
+static llm_model_t *real_model(void) {
+  char path[PATH_MAX];
+  const char *env = getenv("HCQ_LLM_MODEL");
+  if (env && *env) snprintf(path, sizeof(path), "%s", env);
+  else {
+    hcq_status_t st = llm_default_model_path(path, sizeof(path));
+    if (st) {
+      char msg[PATH_MAX + 256];
+      snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
+      hcq_status_free(st);
+      cr_skip_test("%s: the llm_model test fetches it (needs PyPI)", msg);
+    }
+  }
+  llm_model_t *m;
+  OK(llm_model_open(path, &m));
+  return m;
+}
+
+enum { REAL_STEPS = 4, REAL_CTX = 64 };
+
+/* The CPU path's greedy tokens after the prompt, and its logits where each was chosen (the prompt
+ * pass's, then each step's). */
+static void cpu_run(const llm_model_t *m, const int32_t *prompt, int n, int32_t *toks, float *logits) {
+  int vocab = m->config.vocab;
+  llm_decoder_t *d = decoder(m, HCQ_DEVICE_CPU, 1, REAL_CTX, 16);
+  OK(llm_decoder_set_tokens(d, 0, prompt, n));
+  OK(llm_decoder_prefill(d, 0, n, true));
+  OK(llm_decoder_logits(d, logits));
+  OK(llm_decoder_tokens(d, n, &toks[0], 1));
+  for (int i = 1; i < REAL_STEPS; i++) {
+    OK(llm_decoder_step(d, n + i - 1, true));
+    OK(llm_decoder_logits(d, logits + (size_t)i * vocab));
+    OK(llm_decoder_tokens(d, n + i, &toks[i], 1));
+  }
+  OK(llm_decoder_destroy(d));
+}
+
+/* Teacher-forced: each step gets the CPU path's token; its choice is the CPU path's, or the CPU
+ * path's top two logits are within 0.25. */
+static void gpu_forced(llm_decoder_t *d, const int32_t *prompt, int n, const int32_t *want, const float *cpu_logits, int vocab,
+                       bool graph, int32_t *got, const char *what) {
+  OK(llm_decoder_set_tokens(d, 0, prompt, n));
+  OK(llm_decoder_prefill(d, 0, n, graph));
+  for (int i = 0; i < REAL_STEPS; i++) {
+    if (i > 0) {
+      OK(llm_decoder_set_tokens(d, n + i - 1, &want[i - 1], 1));
+      OK(llm_decoder_step(d, n + i - 1, graph));
+    }
+    OK(llm_decoder_tokens(d, n + i, &got[i], 1));
+    const float *c = cpu_logits + (size_t)i * vocab;
+    float top = -INFINITY, second = -INFINITY;
+    for (int v = 0; v < vocab; v++)
+      if (c[v] > top) second = top, top = c[v];
+      else if (c[v] > second) second = c[v];
+    cr_assert(got[i] == want[i] || top - second <= 0.25f,
+              "%s (%s): position %d: token %d, the CPU path's %d (its top two logits %.3f apart)", what,
+              graph ? "graph" : "eager", n + i, got[i], want[i], (double)(top - second));
+  }
+}
+
+Test(llm_vulkan_real, teacher_forced_on_the_cpu_paths_tokens) {
+  require(1);
+  llm_model_t *m = real_model();
+  int vocab = m->config.vocab;
+  /* "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n" and "The quick brown fox" */
+  static const int32_t p1[] = {1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198};
+  static const int32_t p2[] = {504, 2365, 6354, 16438};
+  const struct {
+    const int32_t *ids;
+    int n;
+  } prompts[2] = {{p1, (int)(sizeof(p1) / 4)}, {p2, (int)(sizeof(p2) / 4)}};
+  float *cpu_logits = malloc((size_t)REAL_STEPS * vocab * 4);
+  llm_decoder_t *d = decoder(m, g_kind, 1, REAL_CTX, 16);
+  for (int k = 0; k < 2; k++) {
+    int32_t want[REAL_STEPS], eager[REAL_STEPS], graph[REAL_STEPS];
+    cpu_run(m, prompts[k].ids, prompts[k].n, want, cpu_logits);
+    char what[32];
+    snprintf(what, sizeof(what), "prompt %d", k + 1);
+    gpu_forced(d, prompts[k].ids, prompts[k].n, want, cpu_logits, vocab, false, eager, what);
+    gpu_forced(d, prompts[k].ids, prompts[k].n, want, cpu_logits, vocab, true, graph, what);
+    cr_assert(!memcmp(eager, graph, sizeof(eager)), "%s: eager and graph tokens differ", what);
+  }
+  free(cpu_logits);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
