@@ -13,6 +13,7 @@
 #include <math.h>
 #include <sys/stat.h>
 
+#include "cuda/nvrtc.h"
 #include "llm.h"
 #include "llm_reference.h"
 #include "llm_tiny.h"
@@ -27,10 +28,11 @@ static void require(int devices) {
   for (size_t i = 0; i < n && i < HCQ_DEVICE_KIND_COUNT; i++) {
     if (infos[i].kind != g_kind) continue;
     if (!infos[i].available) cr_skip_test("no %s device: %s", hcq_device_kind_name(g_kind), infos[i].description);
-    const char *virt = getenv("HCQ_VULKAN_VIRTUAL");
-    if (infos[i].count < devices && !(virt && atoi(virt) > 0))
-      cr_skip_test("%d %s devices wanted, %d present (HCQ_VULKAN_VIRTUAL=1 opens more)", devices,
-                   hcq_device_kind_name(g_kind), infos[i].count);
+    const char *virt_name = g_kind == HCQ_DEVICE_METAL ? "HCQ_METAL_VIRTUAL" : "HCQ_VULKAN_VIRTUAL", *virt = getenv(virt_name);
+    bool can_virt = g_kind == HCQ_DEVICE_VULKAN || g_kind == HCQ_DEVICE_METAL;
+    if (infos[i].count < devices && !(can_virt && virt && atoi(virt) > 0))
+      cr_skip_test("%d %s devices wanted, %d present%s", devices, hcq_device_kind_name(g_kind), infos[i].count,
+                   can_virt ? " (HCQ_*_VIRTUAL=1 opens more)" : "");
     return;
   }
   cr_skip_test("no %s row in hcq info", hcq_device_kind_name(g_kind));
@@ -94,7 +96,6 @@ static void compare_logits(const float *got, const float *want, int n, int vocab
 
 /* ---- tiny models ---- */
 
-TestSuite(llm_vulkan_tiny, .timeout = 280);
 
 /* Odd shapes (as test_llm.c's float path): rows not a multiple of 16, 5 heads of 8, one KV head,
  * an untied classifier, 40 positions. */
@@ -130,8 +131,8 @@ static void float_path(ggml_type_t type, const char *name) {
   llm_model_close(m);
 }
 
-Test(llm_vulkan_tiny, f32_weights_match_the_float_reference) { float_path(GGML_TYPE_F32, "f32"); }
-Test(llm_vulkan_tiny, f16_weights_match_the_float_reference) { float_path(GGML_TYPE_F16, "f16"); }
+static void f32_weights(void) { float_path(GGML_TYPE_F32, "f32"); }
+static void f16_weights(void) { float_path(GGML_TYPE_F16, "f16"); }
 
 static void block_path(const tiny_spec_t *s, const char *name) {
   require(1);
@@ -152,15 +153,15 @@ static void block_path(const tiny_spec_t *s, const char *name) {
   llm_model_close(m);
 }
 
-Test(llm_vulkan_tiny, q4_0_weights_match_the_reference) {
+static void q4_0_weights(void) {
   tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_0, true, 21);
   block_path(&s, "q4_0");
 }
-Test(llm_vulkan_tiny, q4_1_weights_match_the_reference) {
+static void q4_1_weights(void) {
   tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_1, true, 22);
   block_path(&s, "q4_1");
 }
-Test(llm_vulkan_tiny, q8_0_weights_match_the_reference) {
+static void q8_0_weights(void) {
   tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q8_0, false, 23);
   block_path(&s, "q8_0");
 }
@@ -177,14 +178,14 @@ static tiny_spec_t mixed_spec(void) {
   return s;
 }
 
-Test(llm_vulkan_tiny, mixed_weight_types_match_the_reference) {
+static void mixed_weights(void) {
   tiny_spec_t s = mixed_spec();
   block_path(&s, "mixed");
 }
 
 /* Each group computes a token's outputs in one fixed order whatever the grid: a pass of 20 tokens,
  * passes of 8 + 8 + 4, and 20 steps give the same bits; eager and graph too. */
-Test(llm_vulkan_tiny, a_pass_equals_steps_and_eager_equals_graph) {
+static void pass_equals_steps(void) {
   require(1);
   tiny_spec_t s = mixed_spec();
   llm_model_t *m = tiny_model(&s, "pass");
@@ -217,7 +218,7 @@ Test(llm_vulkan_tiny, a_pass_equals_steps_and_eager_equals_graph) {
   llm_model_close(m);
 }
 
-Test(llm_vulkan_tiny, two_devices_give_the_bits_of_one) {
+static void two_devices(void) {
   require(2);
   tiny_spec_t s = tiny_uniform_spec(64, 96, 3, 4, 2, 97, GGML_TYPE_Q4_1, false, 41);
   llm_model_t *m = tiny_model(&s, "two");
@@ -252,7 +253,7 @@ static void sampled(llm_decoder_t *d, const llm_sampler_t *s, int32_t *out, int 
   free(r.ids);
 }
 
-Test(llm_vulkan_tiny, the_sampler_draws_the_cpu_paths_tokens) {
+static void sampler(void) {
   require(1);
   tiny_spec_t s = tiny_uniform_spec(40, 72, 2, 5, 1, 97, GGML_TYPE_F32, true, 51);
   llm_model_t *m = tiny_model(&s, "sampler");
@@ -281,7 +282,6 @@ Test(llm_vulkan_tiny, the_sampler_draws_the_cpu_paths_tokens) {
 
 /* ---- the real model ---- */
 
-TestSuite(llm_vulkan_real, .timeout = 280);
 
 static llm_model_t *real_model(void) {
   char path[PATH_MAX];
@@ -343,7 +343,7 @@ static void gpu_forced(llm_decoder_t *d, const int32_t *prompt, int n, const int
   }
 }
 
-Test(llm_vulkan_real, teacher_forced_on_the_cpu_paths_tokens) {
+static void teacher_forced(void) {
   require(1);
   llm_model_t *m = real_model();
   int vocab = m->config.vocab;
@@ -369,3 +369,77 @@ Test(llm_vulkan_real, teacher_forced_on_the_cpu_paths_tokens) {
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
 }
+
+/* ---- kernels.cu compiled by the real NVRTC (no GPU needed) ---- */
+
+extern const char llm_kernels_cuda_source[];
+
+TestSuite(llm_cuda_nvrtc, .timeout = 280);
+
+/* Every entry of kernels.cu, with every weight layout its products take, compiles for sm_90 with
+ * SmolLM2-135M's shape (the #defines decoder.c's program() writes): a CUDA C error fails here on a
+ * machine without a GPU. Skips, saying why, where NVRTC does not load. */
+Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
+  const char *why;
+  if (!hcq__nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
+  const char *shape = "#define DIM 576\n#define FFN 1536\n#define NH 9\n#define NKV 3\n#define HD 64\n#define RD 64\n"
+                      "#define VOCAB 49152\n#define CTX 4096\n#define NORM_EPS 9.99999975e-06f\n#define LLM_ISA_CAP 3\n"
+                      "#define ROWS 32\n#define CLS_ROWS 64\n#define SEL 256\n#define ID_BITS 16\n#define NORM_EPS_BITS 925353388\n";
+  struct {
+    const char *entry, *fmt; /* fmt: the entry's layout #defines, %d the layout */
+  } cases[] = {
+      {"llm_embed", "#define W_LAYOUT %d\n"},
+      {"llm_begin", ""},
+      {"llm_norm", ""},
+      {"llm_quantize", ""},
+      {"llm_qkv", "#define WQ_LAYOUT %1$d\n#define WK_LAYOUT %1$d\n#define WV_LAYOUT %1$d\n"},
+      {"llm_attn", ""},
+      {"llm_matmul_add", "#define W_LAYOUT %d\n#define K_IN DIM\n"},
+      {"llm_matmul_add", "#define W_LAYOUT %d\n#define K_IN FFN\n"},
+      {"llm_gate_up", "#define WG_LAYOUT %1$d\n#define WU_LAYOUT %1$d\n"},
+      {"llm_classify", "#define W_LAYOUT %d\n"},
+      {"llm_select", ""},
+  };
+  size_t body = strlen(llm_kernels_cuda_source);
+  char *src = malloc(body + 2048);
+  cr_assert(src);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (int lay = 0; lay < (*cases[i].fmt ? 4 : 1); lay++) {
+      int n = snprintf(src, 2048, "%s#define KERNEL_%s\n", shape, cases[i].entry);
+      n += snprintf(src + n, 2048 - (size_t)n, cases[i].fmt, lay);
+      memcpy(src + n, llm_kernels_cuda_source, body + 1);
+      hcq__cuda_image_t img;
+      OK(hcq__nvrtc_compile(cases[i].entry, src, 90, &img));
+      char want[64];
+      snprintf(want, sizeof(want), ".entry %s(", cases[i].entry);
+      cr_assert(strstr(img.ptx, want), "%s (layout %d): no %s in the PTX", cases[i].entry, lay, want);
+      cr_assert(strstr(img.ptx, ".entry llm_shape_576_1536_9_3_64_64_49152_4096_925353388_"),
+                "%s: the PTX names no shape for the stand-in", cases[i].entry);
+      hcq__cuda_image_free(&img);
+    }
+  free(src);
+}
+
+/* ---- the suites: one per kind ---- */
+
+#define TINY_SUITE(suite, kind)                                                                             \
+  TestSuite(suite, .timeout = 280);                                                                         \
+  Test(suite, f32_weights_match_the_float_reference) { g_kind = kind, f32_weights(); }                      \
+  Test(suite, f16_weights_match_the_float_reference) { g_kind = kind, f16_weights(); }                      \
+  Test(suite, q4_0_weights_match_the_reference) { g_kind = kind, q4_0_weights(); }                          \
+  Test(suite, q4_1_weights_match_the_reference) { g_kind = kind, q4_1_weights(); }                          \
+  Test(suite, q8_0_weights_match_the_reference) { g_kind = kind, q8_0_weights(); }                          \
+  Test(suite, mixed_weight_types_match_the_reference) { g_kind = kind, mixed_weights(); }                   \
+  Test(suite, a_pass_equals_steps_and_eager_equals_graph) { g_kind = kind, pass_equals_steps(); }           \
+  Test(suite, two_devices_give_the_bits_of_one) { g_kind = kind, two_devices(); }                          \
+  Test(suite, the_sampler_draws_the_cpu_paths_tokens) { g_kind = kind, sampler(); }
+#define REAL_SUITE(suite, kind) \
+  TestSuite(suite, .timeout = 280); \
+  Test(suite, teacher_forced_on_the_cpu_paths_tokens) { g_kind = kind, teacher_forced(); }
+
+TINY_SUITE(llm_vulkan_tiny, HCQ_DEVICE_VULKAN)
+REAL_SUITE(llm_vulkan_real, HCQ_DEVICE_VULKAN)
+/* CUDA: the stand-in driver's twins (tests/llm_twins.h) of kernels.cu, which the real NVRTC compiles
+ * first; a real GPU where one is. */
+TINY_SUITE(llm_cuda_tiny, HCQ_DEVICE_CUDA)
+REAL_SUITE(llm_cuda_real, HCQ_DEVICE_CUDA)

@@ -14,8 +14,8 @@
 #include "llm.h"
 #include "quant.h"
 
-/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan). */
-extern const char llm_kernels_source[], llm_kernels_glsl_source[];
+/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA). */
+extern const char llm_kernels_source[], llm_kernels_glsl_source[], llm_kernels_cuda_source[];
 
 #define TRY(call)              \
   do {                         \
@@ -33,9 +33,17 @@ enum { MACS_PER_ITEM = 64 };
  * VK_SEL, so that its passes over the vocabulary stay far below lavapipe's 65,535 loop iterations
  * per invocation (docs/vulkan.md). */
 enum { VK_LANES = 8, VK_ROWS = 16, VK_CLS_ROWS = 32, VK_SEL = 256 };
+/* CUDA and Metal (kernels.cu, kernels.metal: one work split, so one set of host twins for their
+ * stand-ins): a group is one warp / SIMD group of WARP lanes; products of WARP rows a group (a row
+ * a lane), the classifier's WARP_CLS_ROWS; the sampler one group of WARP_SEL. */
+enum { WARP = 32, WARP_CLS_ROWS = 64, WARP_SEL = 256 };
+
+static bool warp_kind(hcq_device_kind_t kind) { return kind == HCQ_DEVICE_CUDA || kind == HCQ_DEVICE_METAL; }
 
 /* Rows of the classifier a group computes (one entry of the best logits per group). */
-static int cls_rows(hcq_device_kind_t kind) { return kind == HCQ_DEVICE_VULKAN ? VK_CLS_ROWS : 16; }
+static int cls_rows(hcq_device_kind_t kind) {
+  return kind == HCQ_DEVICE_VULKAN ? VK_CLS_ROWS : warp_kind(kind) ? WARP_CLS_ROWS : 16;
+}
 
 /* Bits that hold a token id (the GPU sampler's keys). */
 static int id_bits(int vocab) {
@@ -106,7 +114,16 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
   if (m->kind == HCQ_DEVICE_VULKAN) /* one main() per GLSL source: KERNEL_<entry> picks it */
     snprintf(key + len, sizeof(key) - (size_t)len, "#define KERNEL_%s\n#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n"
              "#define SEL %d\n#define ID_BITS %d\n", entry, VK_LANES, VK_ROWS, VK_CLS_ROWS, VK_SEL, id_bits(c->vocab));
-  const char *body = m->kind == HCQ_DEVICE_VULKAN ? llm_kernels_glsl_source : llm_kernels_source;
+  if (warp_kind(m->kind)) { /* NORM_EPS_BITS: the stand-ins' twins read the shape back from integers */
+    uint32_t eps_bits;
+    memcpy(&eps_bits, &c->norm_eps, 4);
+    snprintf(key + len, sizeof(key) - (size_t)len, "#define KERNEL_%s\n#define ROWS %d\n#define CLS_ROWS %d\n#define SEL %d\n"
+             "#define ID_BITS %d\n#define NORM_EPS_BITS %u\n", entry, WARP, WARP_CLS_ROWS, WARP_SEL, id_bits(c->vocab),
+             (unsigned)eps_bits);
+  }
+  const char *body = m->kind == HCQ_DEVICE_VULKAN ? llm_kernels_glsl_source
+                     : m->kind == HCQ_DEVICE_CUDA ? llm_kernels_cuda_source
+                                                  : llm_kernels_source;
   for (int i = 0; i < m->nprograms; i++)
     if (m->programs[i].dev == d && !strcmp(m->programs[i].key + strlen(m->programs[i].key) + 1, entry) &&
         !strcmp(m->programs[i].key, key)) {
@@ -421,8 +438,41 @@ static geometry_t vulkan_geometry(const llm_decoder_t *m, kernel_id_t k, const p
   return (geometry_t){{hcq_imm(1)}, lanes};
 }
 
+/* CUDA (kernels.cu): blocks of one warp, one token each (grid y = n); products of WARP rows a block
+ * (WARP_CLS_ROWS for the classifier, WARP FFN rows for gate_up: one activation block); attention a
+ * block per (head, token); the sampler one block of WARP_SEL. */
+static geometry_t cuda_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
+  const llm_config_t *c = &m->c;
+  int gq = (c->dim + WARP - 1) / WARP, gkv = (llm_kv_dim(c) + WARP - 1) / WARP;
+  hcq_operand_t lanes = hcq_imm(WARP);
+  switch (k) {
+    case K_EMBED:
+    case K_NORM:
+    case K_QUANTIZE: return (geometry_t){{o->n}, lanes};
+    case K_BEGIN: return (geometry_t){{hcq_imm(1)}, lanes};
+    case K_QKV: return (geometry_t){{hcq_imm(gq + 2 * gkv), o->n}, lanes};
+    case K_ATTN: return (geometry_t){{hcq_imm(c->n_heads), o->n}, lanes};
+    case K_WO:
+    case K_DOWN: return (geometry_t){{hcq_imm(gq), o->n}, lanes};
+    case K_GATE_UP: return (geometry_t){{hcq_imm((c->ffn + WARP - 1) / WARP), o->n}, lanes};
+    case K_NORM_LAST: return (geometry_t){{o->chosen}, lanes};
+    case K_CLASSIFY: return (geometry_t){{o->cls_grid}, lanes};
+    case K_SELECT: return (geometry_t){{o->chosen}, hcq_imm(WARP_SEL)};
+  }
+  return (geometry_t){{hcq_imm(1)}, lanes};
+}
+
+/* Metal (kernels.metal): kernels.cu's split, a SIMD group of 32 for a warp, so that the stand-ins
+ * share one set of host twins (tests/llm_twins.h). */
+static geometry_t metal_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) { return cuda_geometry(m, k, o); }
+
 static geometry_t geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
-  return m->kind == HCQ_DEVICE_VULKAN ? vulkan_geometry(m, k, o) : cpu_geometry(m, k, o);
+  switch (m->kind) {
+    case HCQ_DEVICE_VULKAN: return vulkan_geometry(m, k, o);
+    case HCQ_DEVICE_CUDA: return cuda_geometry(m, k, o);
+    case HCQ_DEVICE_METAL: return metal_geometry(m, k, o);
+    default: return cpu_geometry(m, k, o);
+  }
 }
 
 /* The kernel k with its buffers and values, at k's geometry. */
@@ -528,8 +578,8 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   int ndev = opts.ranks == 2 ? 2 : opts.devices ? opts.devices : 1;
   if (ndev != 1 && ndev != 2)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d devices (expected 1 or 2)", opts.devices);
-  if (opts.kind != HCQ_DEVICE_CPU && opts.kind != HCQ_DEVICE_VULKAN)
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no kernels for %s devices yet (CPU and VULKAN have them)",
+  if (opts.kind != HCQ_DEVICE_CPU && opts.kind != HCQ_DEVICE_VULKAN && opts.kind != HCQ_DEVICE_CUDA)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no kernels for %s devices yet (CPU, VULKAN and CUDA have them)",
                            hcq_device_kind_name(opts.kind));
   int cap = isa_cap();
   if (cap < 0)

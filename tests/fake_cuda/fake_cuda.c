@@ -38,9 +38,13 @@
 
 #include "cuda/cuda_api.h"
 #include "../llama2_twins.h"
+#include "../llm_twins.h"
 
 #define EXPORT __attribute__((visibility("default")))
 typedef hcq_CUresult CUresult;
+
+/* A module's shape (llama2's, MiniLM's or the LLM's, read from the name of an empty entry). */
+enum { SHAPE_SLOTS = (int)LLMT_COUNT > (int)LT_COUNT ? (int)LLMT_COUNT : (int)LT_COUNT };
 
 /* ---- kernels ---- */
 
@@ -204,6 +208,33 @@ static void l_argmax(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
 #define PI(i) ((int32_t *)p64(p, (i)))
 #include "fake_cuda_minilm.c" /* examples/minilm/kernels.cu */
 
+/* Twins of examples/llm/kernels.cu (tests/llm_twins.h, shared with the Metal stand-in), one call per
+ * block; the module names the shape in the entry llm_shape_DIM_FFN_..._SEL (LLMT_* order). */
+static llm_twin_t llm_twin(const uint8_t *p, int nbufs, int nvals, const int32_t *S, dim3_t b, void **bufs, int32_t *vals) {
+  for (int i = 0; i < nbufs; i++) bufs[i] = (void *)(uintptr_t)p64(p, i);
+  for (int i = 0; i < 2; i++) vals[i] = i < nvals ? p32(p, nbufs, i) : 0;
+  return (llm_twin_t){bufs, vals, S, {b.x, b.y}, -INFINITY};
+}
+#define LLM_TWIN(name, nbufs, nvals)                                                 \
+  static void llm_##name(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {   \
+    (void)d;                                                                         \
+    void *bufs[nbufs];                                                               \
+    int32_t vals[2];                                                                 \
+    llm_twin_t k = llm_twin(p, nbufs, nvals, S, b, bufs, vals);                      \
+    llm_twin_##name(&k);                                                             \
+  }
+LLM_TWIN(embed, 4, 2)
+LLM_TWIN(begin, 1, 2)
+LLM_TWIN(norm, 5, 1)
+LLM_TWIN(quantize, 2, 0)
+LLM_TWIN(qkv, 10, 0)
+LLM_TWIN(attn, 5, 0)
+LLM_TWIN(matmul_add, 5, 1)
+LLM_TWIN(gate_up, 7, 0)
+LLM_TWIN(classify, 5, 1)
+LLM_TWIN(select, 6, 1)
+#undef LLM_TWIN
+
 typedef struct fake_kernel {
   const char *name;
   thread_fn fn;
@@ -213,6 +244,7 @@ typedef struct fake_kernel {
                                 this size (two sources may use one name for different kernels) */
   cuda_block_fn per_block;   /* instead of fn: a llama2 twin, which needs the module's shape */
   bool minilm;               /* a per_block twin of examples/minilm: its shape is a minilm_shape_ */
+  bool llm;                  /* a per_block twin of examples/llm: its shape is an llm_shape_ */
 } fake_kernel_t;
 
 static const fake_kernel_t g_kernels[] = {
@@ -236,6 +268,13 @@ static const fake_kernel_t g_kernels[] = {
     {.name = "mlm_attn", .per_block = m_attn, .minilm = true},     {.name = "mlm_proj_ln", .per_block = m_proj_ln, .minilm = true},
     {.name = "mlm_ffn_up", .per_block = m_ffn_up, .minilm = true}, {.name = "mlm_down_ln", .per_block = m_down_ln, .minilm = true},
     {.name = "mlm_pool", .per_block = m_pool, .minilm = true},
+    /* examples/llm/kernels.cu */
+    {.name = "llm_embed", .per_block = llm_embed, .llm = true},       {.name = "llm_begin", .per_block = llm_begin, .llm = true},
+    {.name = "llm_norm", .per_block = llm_norm, .llm = true},         {.name = "llm_quantize", .per_block = llm_quantize, .llm = true},
+    {.name = "llm_qkv", .per_block = llm_qkv, .llm = true},           {.name = "llm_attn", .per_block = llm_attn, .llm = true},
+    {.name = "llm_matmul_add", .per_block = llm_matmul_add, .llm = true},
+    {.name = "llm_gate_up", .per_block = llm_gate_up, .llm = true},   {.name = "llm_classify", .per_block = llm_classify, .llm = true},
+    {.name = "llm_select", .per_block = llm_select, .llm = true},
 };
 
 /* The twin a launch with an argument block of psize bytes runs: k, or another of its name made
@@ -366,7 +405,7 @@ typedef struct gnode {
   int kind; /* 0 kernel, 1 memcpy, 2 empty */
   int index;
   const fake_kernel_t *fn;
-  int32_t shape[LT_COUNT]; /* the function's module's llama2 shape */
+  int32_t shape[SHAPE_SLOTS]; /* the function's module's llama2 shape */
   dim3_t grid, block;
   uint8_t params[4096];
   size_t psize;
@@ -395,7 +434,7 @@ typedef struct op {
   uint64_t v;
   size_t n;
   const fake_kernel_t *fn;
-  int32_t shape[LT_COUNT];
+  int32_t shape[SHAPE_SLOTS];
   dim3_t grid, block;
   uint8_t params[4096];
   size_t psize;
@@ -950,7 +989,7 @@ static CUresult f_cuEventElapsedTime(float *ms, hcq_CUevent a, hcq_CUevent b) {
 typedef struct fake_func {
   const fake_kernel_t *k;
   atomic_bool loaded;
-  int32_t shape[LT_COUNT];
+  int32_t shape[SHAPE_SLOTS];
 } fake_func_t;
 
 typedef struct module {
@@ -1144,7 +1183,22 @@ static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const 
       memset(f->shape, 0, sizeof(f->shape));
       const char *sh = g_kernels[i].per_block ? memmem(mod->image, mod->size, "llama2_shape_", 13) : NULL;
       int32_t *v = f->shape;
-      if (g_kernels[i].minilm) {
+      if (g_kernels[i].llm) {
+        sh = memmem(mod->image, mod->size, "llm_shape_", 10);
+        int got = 0;
+        for (int k = 0; sh && k < LLMT_COUNT; k++) { /* the values joined by '_' after the prefix */
+          char *end;
+          const char *at = k == 0 ? sh + 10 : sh;
+          long x = strtol(at, &end, 10);
+          if (end == at || (k + 1 < LLMT_COUNT && *end != '_')) break;
+          v[k] = (int32_t)x, got++, sh = end + 1;
+        }
+        if (got != LLMT_COUNT) {
+          fprintf(stderr, "fake libcuda: kernel %s: the module names no llm shape\n", name);
+          mod->nfuncs--;
+          return HCQ_CUDA_ERROR_NOT_FOUND;
+        }
+      } else if (g_kernels[i].minilm) {
         sh = memmem(mod->image, mod->size, "minilm_shape_", 13);
         if (!sh || sscanf(sh, "minilm_shape_%d_%d_%d_%d_%d_%d_%d_%d_%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
                           &v[7], &v[8]) != M_COUNT) {

@@ -1,0 +1,471 @@
+// The llama forward pass in CUDA C: the entries, buffers and values of gpu_abi.h (kernels.c says
+// what each computes), over the GPU weight layout, with kernels.glsl's arithmetic: 8-bit activation
+// blocks, an integer sum per block (__dp4a) scaled once, d_w d_x sum(q_w q_x) (+ m_w s_x d_x for Q4).
+//
+// The work split (kernels.metal has the same, so one set of host twins, tests/llm_twins.h, serves
+// both stand-ins): a block is one warp of 32 lanes (the sampler: SEL threads). A product gives a
+// block 32 rows of one token (CLS_ROWS for the classifier, in rounds of 32): lane l holds the
+// 32-element blocks l, l + 32, ... of the token's input in registers, takes the same blocks of each
+// row, and a butterfly of shuffles (warp_sum: lane l adds lane l ^ o for o = 16 .. 1, so every lane
+// holds the same bits) finishes the row; lane r keeps row r. Attention is a block per (head,
+// token), lane l taking positions l, l + 32, ... with its own online softmax. Sums run in another
+// order than on the CPU, so results match the CPU's within rounding; every block computes in a
+// fixed order, so eager steps, graph replays and the prompt pass give the same bits.
+//
+// The decoder compiles it once per entry after the model's #defines and KERNEL_<entry>, ROWS (32),
+// CLS_ROWS, SEL, ID_BITS, NORM_EPS_BITS (NORM_EPS's bits) and, for llm_matmul_add, K_IN.
+// tests/llm_twins.h has host twins of these kernels for the stand-in driver: change both.
+
+#if ROWS != 32 || CLS_ROWS % 32 != 0 || SEL % 32 != 0 || HD % 4 != 0
+#error the kernels are written for warps of 32 rows, classifier groups of multiples of 32 and head sizes of multiples of 4
+#endif
+
+#define L_F32 0
+#define L_F16 1
+#define L_Q4 2
+#define L_Q8 3
+#define NBLK(k) (((k) + 31) / 32)
+#define KV_DIM (NKV * HD)
+#define KV_MUL (NH / NKV)
+#define LOW __int_as_float(0xff800000) // below every value: -infinity
+#define FULL 0xffffffffu
+
+// Names the shape in the module: the stand-in driver's twins read it there (a GPU never runs it).
+#ifdef W_LAYOUT
+#define LLM_WL W_LAYOUT
+#else
+#define LLM_WL 0
+#endif
+#ifdef WQ_LAYOUT
+#define LLM_WQ WQ_LAYOUT
+#define LLM_WK WK_LAYOUT
+#define LLM_WV WV_LAYOUT
+#else
+#define LLM_WQ 0
+#define LLM_WK 0
+#define LLM_WV 0
+#endif
+#ifdef WG_LAYOUT
+#define LLM_WG WG_LAYOUT
+#define LLM_WU WU_LAYOUT
+#else
+#define LLM_WG 0
+#define LLM_WU 0
+#endif
+#ifdef K_IN
+#define LLM_KIN K_IN
+#else
+#define LLM_KIN 0
+#endif
+#define LLM_SHAPE_NAME2(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t) \
+  llm_shape_##a##_##b##_##c##_##d##_##e##_##f##_##g##_##h##_##i##_##j##_##k##_##l##_##m##_##n##_##o##_##p##_##q##_##r##_##s##_##t
+#define LLM_SHAPE_NAME(...) LLM_SHAPE_NAME2(__VA_ARGS__)
+extern "C" __global__ void LLM_SHAPE_NAME(DIM, FFN, NH, NKV, HD, RD, VOCAB, CTX, NORM_EPS_BITS, LLM_WL, LLM_WQ, LLM_WK,
+                                          LLM_WV, LLM_WG, LLM_WU, LLM_KIN, ID_BITS, ROWS, CLS_ROWS, SEL)() {}
+
+// An activation block (llm_act_block_t): d = max|x| / 127, s d, s = sum q, pad, q (int8, 4 a word).
+struct act {
+  float d, sd;
+  int s, pad;
+  int q[8];
+};
+
+__device__ __forceinline__ unsigned lane() { return threadIdx.x & 31u; }
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+  return v;
+}
+__device__ __forceinline__ int warp_sum_i(int v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+  return v;
+}
+__device__ __forceinline__ int warp_min_i(int v) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(FULL, v, o));
+  return v;
+}
+__device__ __forceinline__ float half_at(const unsigned short *h, size_t i) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h[i]));
+  return f;
+}
+
+// Element j of row `row` of a matrix of `rows` rows and k columns in the GPU layout: for the
+// embedding and the float layouts' products.
+__device__ float weight_at(const unsigned char *w, int lay, size_t rows, size_t k, size_t row, size_t j) {
+  if (lay == L_F32) return ((const float *)w)[row * k + j];
+  if (lay == L_F16) return half_at((const unsigned short *)w, row * k + j);
+  size_t nb = k / 32, b = row * nb + j / 32, e = j % 32;
+  if (lay == L_Q4) {
+    unsigned char by = w[b * 16 + e % 16];
+    const float *dm = (const float *)(w + rows * nb * 16) + 2 * b;
+    return dm[0] * (float)(e < 16 ? by & 15 : by >> 4) + dm[1];
+  }
+  return ((const float *)(w + rows * nb * 32))[b] * (float)(signed char)w[b * 32 + e];
+}
+
+// Quantizes v (a block of 32 floats, zeros past the row's end) into o, as kernels.c's quantize().
+__device__ void store_block(act *o, const float *v) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+  float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+  int s = 0;
+  for (int j = 0; j < 8; j++) {
+    unsigned word = 0;
+    for (int i = 0; i < 4; i++) {
+      int q = (int)rintf(v[4 * j + i] * id);
+      s += q;
+      word |= (unsigned)(q & 0xff) << (8 * i);
+    }
+    o->q[j] = (int)word;
+  }
+  o->d = d, o->sd = (float)s * d, o->s = s, o->pad = 0;
+}
+
+// ---- the products ----
+#if defined(KERNEL_llm_qkv) || defined(KERNEL_llm_gate_up) || defined(KERNEL_llm_classify)
+#define N_IN DIM
+#elif defined(KERNEL_llm_matmul_add)
+#define N_IN K_IN
+#endif
+#ifdef N_IN
+#define NB (NBLK(N_IN))
+#define NBL ((NB + 31) / 32)
+// The lane's blocks of one token's input: ints for the block layouts, the floats' address for the others.
+struct input {
+  int q[NBL][8];
+  float d[NBL], sd[NBL];
+  const float *f;
+};
+
+__device__ void load_input(input &in, const float *xf, const act *xq, unsigned t) {
+  in.f = xf + (size_t)t * N_IN;
+  for (int k = 0; k < NBL; k++) {
+    unsigned b = lane() + 32u * k;
+    const act *a = xq + (size_t)t * NB + (b < NB ? b : NB - 1);
+    in.d[k] = a->d, in.sd[k] = a->sd;
+    for (int i = 0; i < 8; i++) in.q[k][i] = a->q[i];
+  }
+}
+
+// The lane's part of row `row` (of `rows`) of w . the input: its blocks' products in order.
+__device__ float row_part(const input &in, const unsigned char *w, int lay, size_t rows, size_t row) {
+  const size_t nb = N_IN / 32;
+  float s = 0.0f;
+  for (int k = 0; k < NBL; k++) {
+    unsigned b = lane() + 32u * k;
+    if (b >= NB) continue;
+    float c = 0.0f;
+    if (lay == L_Q4) {
+      size_t blk = row * nb + b;
+      uint4 wv = ((const uint4 *)w)[blk];
+      float2 dm = ((const float2 *)(w + rows * nb * 16))[blk];
+      unsigned ww[4] = {wv.x, wv.y, wv.z, wv.w};
+      int acc = 0;
+      for (int i = 0; i < 4; i++) {
+        acc = __dp4a((int)(ww[i] & 0x0f0f0f0fu), in.q[k][i], acc);        // elements 4i .. 4i + 3: low nibbles
+        acc = __dp4a((int)((ww[i] >> 4) & 0x0f0f0f0fu), in.q[k][4 + i], acc); // 16 + 4i ..: high nibbles
+      }
+      c = (dm.x * in.d[k]) * (float)acc + dm.y * in.sd[k];
+    } else if (lay == L_Q8) {
+      size_t blk = row * nb + b;
+      uint4 w0 = ((const uint4 *)w)[2 * blk], w1 = ((const uint4 *)w)[2 * blk + 1];
+      unsigned ww[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      float d = ((const float *)(w + rows * nb * 32))[blk];
+      int acc = 0;
+      for (int i = 0; i < 8; i++) acc = __dp4a((int)ww[i], in.q[k][i], acc);
+      c = (d * in.d[k]) * (float)acc;
+    } else {
+      for (unsigned j = 0; j < 32; j++) {
+        unsigned e = 32u * b + j;
+        if (e < N_IN) c += weight_at(w, lay, rows, N_IN, row, e) * in.f[e];
+      }
+    }
+    s += c;
+  }
+  return s;
+}
+
+// Rows rb .. rb + 31 of w: lane l gets row rb + l's product. Rows past the end repeat the last one,
+// which no lane stores.
+__device__ float rows32(const input &in, const unsigned char *w, int lay, unsigned rows, unsigned rb) {
+  float mine = 0.0f;
+  for (unsigned r = 0; r < 32; r++) {
+    float s = warp_sum(row_part(in, w, lay, rows, rb + r < rows ? rb + r : rows - 1));
+    if (lane() == r) mine = s;
+  }
+  return mine;
+}
+#endif
+
+#ifdef KERNEL_llm_embed
+// Block per token; lane l copies elements l, l + 32, ...
+extern "C" __global__ void llm_embed(float *x, int *info, const int *tokens, const unsigned char *emb, int p0, int n) {
+  unsigned i = blockIdx.x;
+  if (i == 0 && lane() == 0) info[0] = p0, info[1] = n;
+  int tok = tokens[p0 + i];
+  if (tok < 0 || tok >= VOCAB) tok = 0;
+  for (unsigned j = lane(); j < DIM; j += 32) x[(size_t)i * DIM + j] = weight_at(emb, W_LAYOUT, VOCAB, DIM, tok, j);
+}
+#endif
+
+#ifdef KERNEL_llm_begin
+extern "C" __global__ void llm_begin(int *info, int p0, int n) {
+  if (blockIdx.x == 0 && lane() == 0) info[0] = p0, info[1] = n;
+}
+#endif
+
+#ifdef KERNEL_llm_norm
+// Block per row; lane l takes blocks l, l + 32, ...
+extern "C" __global__ void llm_norm(float *xf, act *xq, const float *x, const float *w, const int *info, int last) {
+  unsigned i = blockIdx.x, row = last ? info[1] - 1 : i;
+  const float *xr = x + (size_t)row * DIM;
+  float ss = 0.0f;
+  for (unsigned b = lane(); b < NBLK(DIM); b += 32)
+    for (unsigned j = 0; j < 32 && 32 * b + j < DIM; j++) ss += xr[32 * b + j] * xr[32 * b + j];
+  float inv = 1.0f / sqrtf(warp_sum(ss) / (float)DIM + NORM_EPS);
+  for (unsigned b = lane(); b < NBLK(DIM); b += 32) {
+    float v[32];
+    for (unsigned j = 0; j < 32; j++) {
+      unsigned e = 32 * b + j;
+      v[j] = e < DIM ? (xr[e] * inv) * w[e] : 0.0f;
+      if (e < DIM) xf[(size_t)i * DIM + e] = v[j];
+    }
+    store_block(xq + (size_t)i * NBLK(DIM) + b, v);
+  }
+}
+#endif
+
+#ifdef KERNEL_llm_quantize
+extern "C" __global__ void llm_quantize(act *out, const float *in) {
+  unsigned i = blockIdx.x;
+  for (unsigned b = lane(); b < NBLK(DIM); b += 32) {
+    float v[32];
+    for (unsigned j = 0; j < 32; j++) v[j] = 32 * b + j < DIM ? in[(size_t)i * DIM + 32 * b + j] : 0.0f;
+    store_block(out + (size_t)i * NBLK(DIM) + b, v);
+  }
+}
+#endif
+
+#ifdef KERNEL_llm_qkv
+// Grid (GQ + 2 GKV blocks of 32 rows, n tokens): q, then k, then v (each block starts at an even row,
+// so rotary pairs stay in one); q and k rotated at the token's position; k and v into the caches as
+// [position][kv head][element].
+#define GQ ((DIM + 31) / 32)
+#define GKV ((KV_DIM + 31) / 32)
+extern "C" __global__ void llm_qkv(float *q, float *kc, float *vc, const float *xf, const act *xq, const unsigned char *wq,
+                                   const unsigned char *wk, const unsigned char *wv, const float *rope, const int *info) {
+  unsigned g = blockIdx.x, t = blockIdx.y, l = lane();
+  unsigned pos = (unsigned)info[0] + t;
+  unsigned which = g < GQ ? 0 : g < GQ + GKV ? 1 : 2;
+  unsigned lg = which == 0 ? g : which == 1 ? g - GQ : g - GQ - GKV, rows = which == 0 ? DIM : KV_DIM;
+  input in;
+  load_input(in, xf, xq, t);
+  float mine = which == 0   ? rows32(in, wq, WQ_LAYOUT, rows, 32 * lg)
+               : which == 1 ? rows32(in, wk, WK_LAYOUT, rows, 32 * lg)
+                            : rows32(in, wv, WV_LAYOUT, rows, 32 * lg);
+  float pair = __shfl_xor_sync(FULL, mine, 1);
+  unsigned row = 32 * lg + l, e = row % HD, e0 = e & ~1u;
+  if (which < 2 && e < RD) {
+    float c = rope[(size_t)pos * RD + e0], s = rope[(size_t)pos * RD + e0 + 1];
+    // even row: a c - z s with z its odd partner; odd row: a s + z c with a its even partner
+    mine = (e & 1) == 0 ? mine * c - pair * s : pair * s + mine * c;
+  }
+  if (row < rows) {
+    if (which == 0) q[(size_t)t * DIM + row] = mine;
+    else (which == 1 ? kc : vc)[(size_t)pos * KV_DIM + row] = mine;
+  }
+}
+#endif
+
+#ifdef KERNEL_llm_attn
+// Grid (NH heads, n tokens). Lane l takes positions l, l + 32, ... up to the token's, with its own
+// running max, sum and weighted values; the lanes' parts are rescaled to the overall max and summed.
+#define H4 (HD / 4)
+extern "C" __global__ void llm_attn(float *out, const float *q, const float *kc, const float *vc, const int *info) {
+  unsigned h = blockIdx.x, i = blockIdx.y, l = lane();
+  int pos = info[0] + (int)i;
+  unsigned kvh = h / KV_MUL;
+  const float4 *qh = (const float4 *)(q + (size_t)i * DIM + h * HD);
+  float scale = 1.0f / sqrtf((float)HD);
+  float4 qv[H4], acc[H4];
+  for (int e = 0; e < H4; e++) qv[e] = qh[e], acc[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float m = LOW, total = 0.0f;
+  for (int t = (int)l; t <= pos; t += 32) {
+    const float4 *k = (const float4 *)(kc + (size_t)t * KV_DIM + kvh * HD), *v = (const float4 *)(vc + (size_t)t * KV_DIM + kvh * HD);
+    float s = 0.0f;
+    for (int e = 0; e < H4; e++) {
+      float4 kk = k[e];
+      s += qv[e].x * kk.x + qv[e].y * kk.y + qv[e].z * kk.z + qv[e].w * kk.w;
+    }
+    s *= scale;
+    float nm = fmaxf(m, s), corr = m == LOW ? 0.0f : expf(m - nm), p = expf(s - nm);
+    total = total * corr + p;
+    for (int e = 0; e < H4; e++) {
+      float4 vv = v[e];
+      acc[e].x = acc[e].x * corr + p * vv.x, acc[e].y = acc[e].y * corr + p * vv.y;
+      acc[e].z = acc[e].z * corr + p * vv.z, acc[e].w = acc[e].w * corr + p * vv.w;
+    }
+    m = nm;
+  }
+  float mx = warp_max(m), w = m == LOW ? 0.0f : expf(m - mx);
+  float sum = warp_sum(total * w);
+  float4 *o = (float4 *)(out + (size_t)i * DIM + h * HD);
+  for (int e = 0; e < H4; e++) {
+    float4 r = make_float4(warp_sum(acc[e].x * w) / sum, warp_sum(acc[e].y * w) / sum, warp_sum(acc[e].z * w) / sum,
+                           warp_sum(acc[e].w * w) / sum);
+    if (e % 32 == (int)l) o[e] = r;
+  }
+}
+#endif
+
+#ifdef KERNEL_llm_matmul_add
+// Grid (blocks of 32 rows of DIM, n): x[t] += w . in[t].
+extern "C" __global__ void llm_matmul_add(float *x, const float *inf, const act *inq, const unsigned char *w, const int *info,
+                                          int k) {
+  unsigned g = blockIdx.x, t = blockIdx.y, l = lane();
+  input in;
+  load_input(in, inf, inq, t);
+  float mine = rows32(in, w, W_LAYOUT, DIM, 32 * g);
+  if (32 * g + l < DIM) x[(size_t)t * DIM + 32 * g + l] += mine;
+}
+#endif
+
+#ifdef KERNEL_llm_gate_up
+// Grid (blocks of 32 FFN rows, n): h = silu(gate . x) (up . x) for the block's rows (lane l: row l),
+// into hf and, quantized, block g of hq (the rows past FFN zeros).
+extern "C" __global__ void llm_gate_up(float *hf, act *hq, const float *xf, const act *xq, const unsigned char *wg,
+                                       const unsigned char *wu, const int *info) {
+  unsigned g = blockIdx.x, t = blockIdx.y, l = lane(), row = 32 * g + l;
+  input in;
+  load_input(in, xf, xq, t);
+  float a = rows32(in, wg, WG_LAYOUT, FFN, 32 * g), u = rows32(in, wu, WU_LAYOUT, FFN, 32 * g);
+  float h = row < FFN ? a / (1.0f + expf(-a)) * u : 0.0f;
+  if (row < FFN) hf[(size_t)t * FFN + row] = h;
+  float amax = warp_max(fabsf(h)), d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+  int q = (int)rintf(h * id), s = warp_sum_i(q);
+  act *o = hq + (size_t)t * NBLK(FFN) + g;
+  ((signed char *)o->q)[l] = (signed char)q;
+  if (l == 0) o->d = d, o->sd = (float)s * d, o->s = s, o->pad = 0;
+}
+#endif
+
+#ifdef KERNEL_llm_classify
+// Grid: blocks of CLS_ROWS rows of row 0's logits. The block's best: best[2 g] the value's bits,
+// best[2 g + 1] the lowest index holding it.
+extern "C" __global__ void llm_classify(float *logits, int *best, const float *xf, const act *xq, const unsigned char *w,
+                                        int first) {
+  unsigned g = blockIdx.x + (unsigned)first, l = lane(), r0 = g * CLS_ROWS;
+  input in;
+  load_input(in, xf, xq, 0);
+  float top = LOW;
+  int arg = 0x7fffffff;
+  for (unsigned rb = r0; rb < r0 + CLS_ROWS; rb += 32) {
+    float mine = rows32(in, w, W_LAYOUT, VOCAB, rb);
+    if (rb + l < VOCAB) {
+      logits[rb + l] = mine;
+      if (mine > top) top = mine, arg = (int)(rb + l);
+    }
+  }
+  float mx = warp_max(top);
+  int at = warp_min_i(top == mx ? arg : 0x7fffffff);
+  if (at == 0x7fffffff) at = (int)r0; // every logit -inf or NaN: the group's first row, as kernels.c
+  if (l == 0) best[2 * g] = __float_as_int(mx), best[2 * g + 1] = at;
+}
+#endif
+
+#ifdef KERNEL_llm_select
+// One block of SEL threads: the token into tokens[p0 + n]. Greedy: the highest of the groups' bests
+// (lowest index on ties). Sampling: kernels.glsl's llm_select (which explains it): keys ranking the
+// candidates, each choice a search for a key bit by bit over exact integer sums across the
+// vocabulary, probabilities exp((logit - max) / T) x 2^40 as integers.
+typedef unsigned long long u64;
+__device__ u64 reduce(u64 *red, u64 v, bool is_max) {
+  unsigned l = threadIdx.x;
+  red[l] = v;
+  __syncthreads();
+  for (unsigned s = SEL / 2; s > 0; s >>= 1) {
+    if (l < s) red[l] = is_max ? max(red[l], red[l + s]) : red[l] + red[l + s];
+    __syncthreads();
+  }
+  u64 r = red[0];
+  __syncthreads();
+  return r;
+}
+__device__ unsigned ordered(unsigned bits) { return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u; }
+__device__ float unordered(unsigned o) { return __uint_as_float((o & 0x80000000u) ? o & 0x7fffffffu : ~o); }
+#define ID_MASK ((1ull << ID_BITS) - 1ull)
+#define KEY_BITS (32 + ID_BITS)
+
+// The largest key K (a candidate's) such that sum over keys >= K of (count ? 1 : P) >= need
+// (strictly more with `above`).
+__device__ u64 search(u64 *red, const u64 *keys, const u64 *probs, bool count, u64 need, bool above) {
+  u64 k = 0;
+  for (int bit = KEY_BITS - 1; bit >= 0; bit--) {
+    u64 trial = k | (1ull << bit), part = 0;
+    for (unsigned i = threadIdx.x; i < VOCAB; i += SEL) part += keys[i] >= trial ? (count ? 1ull : probs[i]) : 0ull;
+    u64 total = reduce(red, part, false);
+    if (above ? total > need : total >= need) k = trial;
+  }
+  return k;
+}
+// need x frac / 2^bits, frac < 2^32, need < 2^56, without overflow.
+__device__ u64 scale_down(u64 need, u64 frac, int bits) {
+  return ((need >> 32) * frac << (32 - bits)) + (((need & 0xffffffffull) * frac) >> bits);
+}
+
+extern "C" __global__ void llm_select(int *tokens, u64 *scratch, const int *best, const float *logits, const unsigned *sp,
+                                      const int *info, int groups) {
+  __shared__ u64 red[SEL];
+  unsigned l = threadIdx.x;
+  float temperature = __uint_as_float(sp[0]), top_p = __uint_as_float(sp[1]);
+  int top_k = (int)sp[2];
+  u64 seed = (u64)sp[3] | (u64)sp[4] << 32;
+  int at = info[0] + info[1];
+  if (!(temperature > 0.0f)) {
+    u64 mine = 0;
+    for (int g = (int)l; g < groups; g += SEL)
+      mine = max(mine, (u64)ordered((unsigned)best[2 * g]) << 32 | (0xffffffffu - (unsigned)best[2 * g + 1]));
+    u64 k = reduce(red, mine, true);
+    if (l == 0) tokens[at] = (int)(0xffffffffu - (unsigned)k);
+    return;
+  }
+  u64 *keys = scratch, *probs = scratch + VOCAB;
+  u64 top = 0;
+  for (unsigned i = l; i < VOCAB; i += SEL) {
+    u64 key = (u64)ordered(__float_as_uint(logits[i])) << ID_BITS | (ID_MASK - i);
+    keys[i] = key;
+    top = max(top, key);
+  }
+  __syncthreads();
+  top = reduce(red, top, true);
+  float mx = unordered((unsigned)(top >> ID_BITS));
+  u64 cut = top_k > 0 && top_k < VOCAB ? search(red, keys, probs, true, (u64)top_k, false) : 0;
+  u64 part = 0;
+  for (unsigned i = l; i < VOCAB; i += SEL) {
+    u64 p = keys[i] >= cut ? (u64)(expf((logits[i] - mx) / temperature) * 1099511627776.0f + 0.5f) : 0;
+    probs[i] = p;
+    part += p;
+  }
+  __syncthreads();
+  u64 kept = reduce(red, part, false);
+  if (top_p < 1.0f) {
+    u64 need = scale_down(kept, (u64)(top_p * 16777216.0f), 24);
+    cut = search(red, keys, probs, false, need, false);
+    part = 0;
+    for (unsigned i = l; i < VOCAB; i += SEL) part += keys[i] >= cut ? probs[i] : 0;
+    kept = reduce(red, part, false);
+  }
+  // splitmix64 of the seed and the position, as kernels.c's uniform(); its top 32 bits
+  u64 z = seed + 0x9e3779b97f4a7c15ull * (u64)(at + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  u64 u = scale_down(kept, z >> 32, 32);
+  u64 k = search(red, keys, probs, false, u, true);
+  if (l == 0) tokens[at] = (int)(ID_MASK - (k & ID_MASK));
+}
+#endif
