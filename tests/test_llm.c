@@ -358,7 +358,6 @@ Test(llm_tiny, bad_calls_are_refused) {
   llm_model_t *m = tiny_model(&s, "bad");
   llm_decoder_t *d;
   FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 3}, &d), HCQ_INVALID_ARGUMENT, "3 devices");
-  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_METAL}, &d), HCQ_UNIMPLEMENTED, "METAL");
   FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.max_batch = 5000}, &d), HCQ_INVALID_ARGUMENT, "5000");
   d = decoder(m, 1, 64, 16);
   int32_t bad_id = 97, ok_id = 1;

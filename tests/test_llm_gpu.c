@@ -443,3 +443,7 @@ REAL_SUITE(llm_vulkan_real, HCQ_DEVICE_VULKAN)
  * first; a real GPU where one is. */
 TINY_SUITE(llm_cuda_tiny, HCQ_DEVICE_CUDA)
 REAL_SUITE(llm_cuda_real, HCQ_DEVICE_CUDA)
+/* Metal: the stand-in Objective-C runtime and Metal's twins (the same as CUDA's) of kernels.metal,
+ * which cannot be compiled here; a Mac where one is. */
+TINY_SUITE(llm_metal_tiny, HCQ_DEVICE_METAL)
+REAL_SUITE(llm_metal_real, HCQ_DEVICE_METAL)

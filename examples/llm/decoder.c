@@ -14,8 +14,8 @@
 #include "llm.h"
 #include "quant.h"
 
-/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA). */
-extern const char llm_kernels_source[], llm_kernels_glsl_source[], llm_kernels_cuda_source[];
+/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA), kernels.metal (Metal). */
+extern const char llm_kernels_source[], llm_kernels_glsl_source[], llm_kernels_cuda_source[], llm_kernels_metal_source[];
 
 #define TRY(call)              \
   do {                         \
@@ -123,7 +123,8 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
   }
   const char *body = m->kind == HCQ_DEVICE_VULKAN ? llm_kernels_glsl_source
                      : m->kind == HCQ_DEVICE_CUDA ? llm_kernels_cuda_source
-                                                  : llm_kernels_source;
+                     : m->kind == HCQ_DEVICE_METAL ? llm_kernels_metal_source
+                                                   : llm_kernels_source;
   for (int i = 0; i < m->nprograms; i++)
     if (m->programs[i].dev == d && !strcmp(m->programs[i].key + strlen(m->programs[i].key) + 1, entry) &&
         !strcmp(m->programs[i].key, key)) {
@@ -578,8 +579,9 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   int ndev = opts.ranks == 2 ? 2 : opts.devices ? opts.devices : 1;
   if (ndev != 1 && ndev != 2)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d devices (expected 1 or 2)", opts.devices);
-  if (opts.kind != HCQ_DEVICE_CPU && opts.kind != HCQ_DEVICE_VULKAN && opts.kind != HCQ_DEVICE_CUDA)
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no kernels for %s devices yet (CPU, VULKAN and CUDA have them)",
+  if (opts.kind != HCQ_DEVICE_CPU && opts.kind != HCQ_DEVICE_VULKAN && opts.kind != HCQ_DEVICE_CUDA &&
+      opts.kind != HCQ_DEVICE_METAL)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no kernels for %s devices (CPU, VULKAN, CUDA and METAL have them)",
                            hcq_device_kind_name(opts.kind));
   int cap = isa_cap();
   if (cap < 0)

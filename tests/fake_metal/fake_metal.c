@@ -246,6 +246,7 @@ static nserror_t *make_error(const char *fmt, const char *a, int n) {
 typedef struct grid {
   unsigned tg[3], ntg[3], tid[3], ntid[3];
   const int32_t *shape; /* the llama2 shape of the pipeline's library, or NULL (fake_metal_llama2.c) */
+  const int32_t *llm;   /* the LLM shape of the pipeline's library, or NULL (fake_metal_llm.c) */
 } grid_t;
 typedef void (*twin_fn)(void *const *b, const int32_t *v, const grid_t *g);
 #define GI ((uint64_t)g->tg[0] * g->ntid[0] + g->tid[0])
@@ -312,6 +313,7 @@ static void t_sum_final(void *const *b, const int32_t *v, const grid_t *g) {
 }
 
 #include "fake_metal_llama2.c" /* examples/llama2/kernels.metal */
+#include "fake_metal_llm.c"    /* examples/llm/kernels.metal */
 
 typedef struct twin {
   const char *name;
@@ -325,6 +327,7 @@ static const twin_t g_twins[] = {
     {"axpb", 0, t_axpb},             {"sum3", 0, t_sum3},       {"saxpy_f32", 0, t_saxpy_f32},
     {"sum_groups", 0, t_sum_groups}, {"sum_final", 0, t_sum_final},
     LLAMA2_TWINS
+    LLM_TWINS
     {"hcq_fake_fault", 0, NULL},
 };
 
@@ -387,14 +390,14 @@ typedef struct library {
   obj_t o;
   char names[32][64];
   int nnames;
-  bool has_shape;
-  int32_t shape[LT_COUNT];
+  bool has_shape, has_llm;
+  int32_t shape[LT_COUNT], llm[LLMT_COUNT];
 } library_t;
 typedef struct function {
   obj_t o;
   char name[64];
-  bool has_shape;
-  int32_t shape[LT_COUNT];
+  bool has_shape, has_llm;
+  int32_t shape[LT_COUNT], llm[LLMT_COUNT];
 } function_t;
 static const method_t m_function[] = {BASE, {0}};
 static fclass_t c_function = {NULL, "FakeMTLFunction", m_function, NULL};
@@ -404,8 +407,9 @@ static function_t *library_function(library_t *self, const char *sel, nsstring_t
     if (!strcmp(self->names[i], name->s)) {
       function_t *f = alloc_obj(&c_function, sizeof(*f));
       snprintf(f->name, sizeof(f->name), "%s", name->s);
-      f->has_shape = self->has_shape;
+      f->has_shape = self->has_shape, f->has_llm = self->has_llm;
       memcpy(f->shape, self->shape, sizeof(f->shape));
+      memcpy(f->llm, self->llm, sizeof(f->llm));
       return f;
     }
   return NULL;
@@ -417,8 +421,8 @@ typedef struct pipeline {
   obj_t o;
   char name[64];
   bool icb_ok;
-  bool has_shape;
-  int32_t shape[LT_COUNT];
+  bool has_shape, has_llm;
+  int32_t shape[LT_COUNT], llm[LLMT_COUNT];
 } pipeline_t;
 static unsigned long pipeline_max_threads(pipeline_t *self, const char *sel) {
   (void)self, (void)sel;
@@ -747,7 +751,7 @@ static bool run_twin(cmdbuf_t *cb, pipeline_t *p, void *const *bufs, unsigned nb
              p->name);
     return false;
   }
-  grid_t g = {.shape = p->has_shape ? p->shape : NULL};
+  grid_t g = {.shape = p->has_shape ? p->shape : NULL, .llm = p->has_llm ? p->llm : NULL};
   MTLSize sz[2] = {grid, group};
   unsigned long dims[2][3];
   for (int k = 0; k < 2; k++) dims[k][0] = sz[k].width, dims[k][1] = sz[k].height, dims[k][2] = sz[k].depth;
@@ -941,6 +945,7 @@ static library_t *device_library(obj_t *self, const char *sel, nsstring_t *src, 
     if (len && len < sizeof(lib->names[0])) snprintf(lib->names[lib->nnames++], sizeof(lib->names[0]), "%.*s", (int)len, n);
   }
   lib->has_shape = l2_read_shape(s, lib->shape);
+  lib->has_llm = llm_read_shape(s, lib->llm);
   if (!lib->nnames) {
     obj_release(&lib->o, NULL);
     if (err) *err = make_error("program_source: error: no kernel function in the source%s%.0d", "", 0);
@@ -1028,10 +1033,17 @@ static pipeline_t *device_pipeline(obj_t *self, const char *sel, pipeline_desc_t
                         "fake_metal_llama2.c)%.0d", desc->fn->name, 0);
     return NULL;
   }
+  if (!strncmp(desc->fn->name, "llm_", 4) && !desc->fn->has_llm) {
+    if (err)
+      *err = make_error("kernel %s: the source #defines no LLM shape (DIM ... NORM_EPS_BITS ...; tests/fake_metal/"
+                        "fake_metal_llm.c)%.0d", desc->fn->name, 0);
+    return NULL;
+  }
   pipeline_t *p = alloc_obj(&c_pipeline, sizeof(*p));
   snprintf(p->name, sizeof(p->name), "%s", desc->fn->name);
-  p->has_shape = desc->fn->has_shape;
+  p->has_shape = desc->fn->has_shape, p->has_llm = desc->fn->has_llm;
   memcpy(p->shape, desc->fn->shape, sizeof(p->shape));
+  memcpy(p->llm, desc->fn->llm, sizeof(p->llm));
   p->icb_ok = desc->icb;
   return p;
 }

@@ -1,0 +1,418 @@
+// The llama forward pass in MSL: kernels.cu's entries, work split and arithmetic (kernels.cu says it
+// all), so that one set of host twins (tests/llm_twins.h) serves the CUDA and Metal stand-ins. A
+// threadgroup is one SIMD group of 32 (the sampler: SEL threads); sums across it are butterflies of
+// simd_shuffle_xor rather than simd_sum, whose order Metal does not specify, so every lane holds the
+// same bits and the twins can follow them. Buffers are at [[buffer(i)]], the values (where an entry
+// has any) at [[buffer(nbufs)]].
+//
+// The decoder compiles it once per entry after the #defines kernels.cu gets.
+// tests/llm_twins.h has host twins of these kernels for the stand-in: change both.
+#include <metal_stdlib>
+using namespace metal;
+
+static_assert(ROWS == 32 && CLS_ROWS % 32 == 0 && SEL % 32 == 0 && HD % 4 == 0,
+              "the kernels are written for SIMD groups of 32 rows, classifier groups of multiples of 32 and head sizes of multiples of 4");
+
+#define L_F32 0
+#define L_F16 1
+#define L_Q4 2
+#define L_Q8 3
+#define NBLK(k) (((k) + 31) / 32)
+#define KV_DIM (NKV * HD)
+#define KV_MUL (NH / NKV)
+// Below every value: Metal compiles with fast math by default, which may assume no infinities, so
+// -FLT_MAX rather than -INFINITY.
+#define LOW (-FLT_MAX)
+
+struct act {
+  float d, sd;
+  int s, pad;
+  int q[8];
+};
+
+static float lane_sum(float v) {
+  for (ushort o = 16; o > 0; o >>= 1) v += simd_shuffle_xor(v, o);
+  return v;
+}
+static float lane_max(float v) {
+  for (ushort o = 16; o > 0; o >>= 1) v = fmax(v, simd_shuffle_xor(v, o));
+  return v;
+}
+static int lane_sum_i(int v) {
+  for (ushort o = 16; o > 0; o >>= 1) v += simd_shuffle_xor(v, o);
+  return v;
+}
+static int lane_min_i(int v) {
+  for (ushort o = 16; o > 0; o >>= 1) v = min(v, simd_shuffle_xor(v, o));
+  return v;
+}
+// The integer dot product of 4 signed bytes each (CUDA's __dp4a).
+static int dot4(uint a, int b) {
+  char4 x = as_type<char4>(a), y = as_type<char4>(b);
+  return int(x.x) * int(y.x) + int(x.y) * int(y.y) + int(x.z) * int(y.z) + int(x.w) * int(y.w);
+}
+
+static float weight_at(device const uchar *w, int lay, ulong rows, ulong k, ulong row, ulong j) {
+  if (lay == L_F32) return ((device const float *)w)[row * k + j];
+  if (lay == L_F16) return float(((device const half *)w)[row * k + j]);
+  ulong nb = k / 32, b = row * nb + j / 32, e = j % 32;
+  if (lay == L_Q4) {
+    uchar by = w[b * 16 + e % 16];
+    device const float *dm = (device const float *)(w + rows * nb * 16) + 2 * b;
+    return dm[0] * float(e < 16 ? by & 15 : by >> 4) + dm[1];
+  }
+  return ((device const float *)(w + rows * nb * 32))[b] * float(as_type<char>(w[b * 32 + e]));
+}
+
+static void store_block(device act *o, thread const float *v) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; j++) amax = fmax(amax, fabs(v[j]));
+  float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+  int s = 0;
+  for (int j = 0; j < 8; j++) {
+    uint word = 0;
+    for (int i = 0; i < 4; i++) {
+      int q = int(rint(v[4 * j + i] * id));
+      s += q;
+      word |= uint(q & 0xff) << (8 * i);
+    }
+    o->q[j] = int(word);
+  }
+  o->d = d, o->sd = float(s) * d, o->s = s, o->pad = 0;
+}
+
+// ---- the products ----
+#if defined(KERNEL_llm_qkv) || defined(KERNEL_llm_gate_up) || defined(KERNEL_llm_classify)
+#define N_IN DIM
+#elif defined(KERNEL_llm_matmul_add)
+#define N_IN K_IN
+#endif
+#ifdef N_IN
+#define NB (NBLK(N_IN))
+#define NBL ((NB + 31) / 32)
+struct input {
+  int q[NBL][8];
+  float d[NBL], sd[NBL];
+  device const float *f;
+};
+
+static void load_input(thread input &in, device const float *xf, device const act *xq, uint t, uint l) {
+  in.f = xf + ulong(t) * N_IN;
+  for (int k = 0; k < NBL; k++) {
+    uint b = l + 32u * k;
+    device const act *a = xq + ulong(t) * NB + (b < NB ? b : NB - 1);
+    in.d[k] = a->d, in.sd[k] = a->sd;
+    for (int i = 0; i < 8; i++) in.q[k][i] = a->q[i];
+  }
+}
+
+static float row_part(thread const input &in, device const uchar *w, int lay, ulong rows, ulong row, uint l) {
+  const ulong nb = N_IN / 32;
+  float s = 0.0f;
+  for (int k = 0; k < NBL; k++) {
+    uint b = l + 32u * k;
+    if (b >= NB) continue;
+    float c = 0.0f;
+    if (lay == L_Q4) {
+      ulong blk = row * nb + b;
+      uint4 wv = ((device const uint4 *)w)[blk];
+      float2 dm = ((device const float2 *)(w + rows * nb * 16))[blk];
+      int acc = 0;
+      for (int i = 0; i < 4; i++) {
+        acc += dot4(wv[i] & 0x0f0f0f0fu, in.q[k][i]);
+        acc += dot4((wv[i] >> 4) & 0x0f0f0f0fu, in.q[k][4 + i]);
+      }
+      c = (dm.x * in.d[k]) * float(acc) + dm.y * in.sd[k];
+    } else if (lay == L_Q8) {
+      ulong blk = row * nb + b;
+      uint4 w0 = ((device const uint4 *)w)[2 * blk], w1 = ((device const uint4 *)w)[2 * blk + 1];
+      float d = ((device const float *)(w + rows * nb * 32))[blk];
+      int acc = 0;
+      for (int i = 0; i < 4; i++) acc += dot4(w0[i], in.q[k][i]);
+      for (int i = 0; i < 4; i++) acc += dot4(w1[i], in.q[k][4 + i]);
+      c = (d * in.d[k]) * float(acc);
+    } else {
+      for (uint j = 0; j < 32; j++) {
+        uint e = 32u * b + j;
+        if (e < N_IN) c += weight_at(w, lay, rows, N_IN, row, e) * in.f[e];
+      }
+    }
+    s += c;
+  }
+  return s;
+}
+
+static float rows32(thread const input &in, device const uchar *w, int lay, uint rows, uint rb, uint l) {
+  float mine = 0.0f;
+  for (uint r = 0; r < 32; r++) {
+    float s = lane_sum(row_part(in, w, lay, rows, rb + r < rows ? rb + r : rows - 1, l));
+    if (l == r) mine = s;
+  }
+  return mine;
+}
+#endif
+
+#ifdef KERNEL_llm_embed
+kernel void llm_embed(device float *x [[buffer(0)]], device int *info [[buffer(1)]], device const int *tokens [[buffer(2)]],
+                      device const uchar *emb [[buffer(3)]], constant int *v [[buffer(4)]],
+                      uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+  uint i = tg.x, l = tid.x;
+  if (i == 0 && l == 0) info[0] = v[0], info[1] = v[1];
+  int tok = tokens[v[0] + int(i)];
+  if (tok < 0 || tok >= VOCAB) tok = 0;
+  for (uint j = l; j < DIM; j += 32) x[ulong(i) * DIM + j] = weight_at(emb, W_LAYOUT, VOCAB, DIM, ulong(tok), j);
+}
+#endif
+
+#ifdef KERNEL_llm_begin
+kernel void llm_begin(device int *info [[buffer(0)]], constant int *v [[buffer(1)]], uint3 tg [[threadgroup_position_in_grid]],
+                      uint3 tid [[thread_position_in_threadgroup]]) {
+  if (tg.x == 0 && tid.x == 0) info[0] = v[0], info[1] = v[1];
+}
+#endif
+
+#ifdef KERNEL_llm_norm
+kernel void llm_norm(device float *xf [[buffer(0)]], device act *xq [[buffer(1)]], device const float *x [[buffer(2)]],
+                     device const float *w [[buffer(3)]], device const int *info [[buffer(4)]], constant int *v [[buffer(5)]],
+                     uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+  uint i = tg.x, l = tid.x, row = v[0] ? uint(info[1] - 1) : i;
+  device const float *xr = x + ulong(row) * DIM;
+  float ss = 0.0f;
+  for (uint b = l; b < NBLK(DIM); b += 32)
+    for (uint j = 0; j < 32 && 32 * b + j < DIM; j++) ss += xr[32 * b + j] * xr[32 * b + j];
+  float inv = 1.0f / sqrt(lane_sum(ss) / float(DIM) + NORM_EPS);
+  for (uint b = l; b < NBLK(DIM); b += 32) {
+    float vals[32];
+    for (uint j = 0; j < 32; j++) {
+      uint e = 32 * b + j;
+      vals[j] = e < DIM ? (xr[e] * inv) * w[e] : 0.0f;
+      if (e < DIM) xf[ulong(i) * DIM + e] = vals[j];
+    }
+    store_block(xq + ulong(i) * NBLK(DIM) + b, vals);
+  }
+}
+#endif
+
+#ifdef KERNEL_llm_quantize
+kernel void llm_quantize(device act *out [[buffer(0)]], device const float *in [[buffer(1)]],
+                         uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+  uint i = tg.x;
+  for (uint b = tid.x; b < NBLK(DIM); b += 32) {
+    float vals[32];
+    for (uint j = 0; j < 32; j++) vals[j] = 32 * b + j < DIM ? in[ulong(i) * DIM + 32 * b + j] : 0.0f;
+    store_block(out + ulong(i) * NBLK(DIM) + b, vals);
+  }
+}
+#endif
+
+#ifdef KERNEL_llm_qkv
+#define GQ ((DIM + 31) / 32)
+#define GKV ((KV_DIM + 31) / 32)
+kernel void llm_qkv(device float *q [[buffer(0)]], device float *kc [[buffer(1)]], device float *vc [[buffer(2)]],
+                    device const float *xf [[buffer(3)]], device const act *xq [[buffer(4)]], device const uchar *wq [[buffer(5)]],
+                    device const uchar *wk [[buffer(6)]], device const uchar *wv [[buffer(7)]],
+                    device const float *rope [[buffer(8)]], device const int *info [[buffer(9)]],
+                    uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+  uint g = tg.x, t = tg.y, l = tid.x;
+  uint pos = uint(info[0]) + t;
+  uint which = g < GQ ? 0 : g < GQ + GKV ? 1 : 2;
+  uint lg = which == 0 ? g : which == 1 ? g - GQ : g - GQ - GKV, rows = which == 0 ? DIM : KV_DIM;
+  input in;
+  load_input(in, xf, xq, t, l);
+  float mine = which == 0   ? rows32(in, wq, WQ_LAYOUT, rows, 32 * lg, l)
+               : which == 1 ? rows32(in, wk, WK_LAYOUT, rows, 32 * lg, l)
+                            : rows32(in, wv, WV_LAYOUT, rows, 32 * lg, l);
+  float pair = simd_shuffle_xor(mine, ushort(1));
+  uint row = 32 * lg + l, e = row % HD, e0 = e & ~1u;
+  if (which < 2 && e < RD) {
+    float c = rope[ulong(pos) * RD + e0], s = rope[ulong(pos) * RD + e0 + 1];
+    // even row: a c - z s with z its odd partner; odd row: a s + z c with a its even partner
+    mine = (e & 1) == 0 ? mine * c - pair * s : pair * s + mine * c;
+  }
+  if (row < rows) {
+    if (which == 0) q[ulong(t) * DIM + row] = mine;
+    else if (which == 1) kc[ulong(pos) * KV_DIM + row] = mine;
+    else vc[ulong(pos) * KV_DIM + row] = mine;
+  }
+}
+#endif
+
+#ifdef KERNEL_llm_attn
+#define H4 (HD / 4)
+kernel void llm_attn(device float *out [[buffer(0)]], device const float *q [[buffer(1)]], device const float *kc [[buffer(2)]],
+                     device const float *vc [[buffer(3)]], device const int *info [[buffer(4)]],
+                     uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+  uint h = tg.x, i = tg.y, l = tid.x;
+  int pos = info[0] + int(i);
+  uint kvh = h / KV_MUL;
+  device const float4 *qh = (device const float4 *)(q + ulong(i) * DIM + h * HD);
+  float scale = 1.0f / sqrt(float(HD));
+  float4 qv[H4], acc[H4];
+  for (int e = 0; e < H4; e++) qv[e] = qh[e], acc[e] = float4(0.0f);
+  float m = LOW, total = 0.0f;
+  for (int t = int(l); t <= pos; t += 32) {
+    device const float4 *k = (device const float4 *)(kc + ulong(t) * KV_DIM + kvh * HD);
+    device const float4 *v = (device const float4 *)(vc + ulong(t) * KV_DIM + kvh * HD);
+    float s = 0.0f;
+    for (int e = 0; e < H4; e++) {
+      float4 kk = k[e];
+      s += qv[e].x * kk.x + qv[e].y * kk.y + qv[e].z * kk.z + qv[e].w * kk.w;
+    }
+    s *= scale;
+    float nm = fmax(m, s), corr = m == LOW ? 0.0f : exp(m - nm), p = exp(s - nm);
+    total = total * corr + p;
+    for (int e = 0; e < H4; e++) acc[e] = acc[e] * corr + p * v[e];
+    m = nm;
+  }
+  float mx = lane_max(m), w = m == LOW ? 0.0f : exp(m - mx);
+  float sum = lane_sum(total * w);
+  device float4 *o = (device float4 *)(out + ulong(i) * DIM + h * HD);
+  for (int e = 0; e < H4; e++) {
+    float4 r = float4(lane_sum(acc[e].x * w) / sum, lane_sum(acc[e].y * w) / sum, lane_sum(acc[e].z * w) / sum,
+                      lane_sum(acc[e].w * w) / sum);
+    if (e % 32 == int(l)) o[e] = r;
+  }
+}
+#endif
+
+#ifdef KERNEL_llm_matmul_add
+kernel void llm_matmul_add(device float *x [[buffer(0)]], device const float *inf [[buffer(1)]],
+                           device const act *inq [[buffer(2)]], device const uchar *w [[buffer(3)]],
+                           device const int *info [[buffer(4)]], constant int *v [[buffer(5)]],
+                           uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+  uint g = tg.x, t = tg.y, l = tid.x;
+  input in;
+  load_input(in, inf, inq, t, l);
+  float mine = rows32(in, w, W_LAYOUT, DIM, 32 * g, l);
+  if (32 * g + l < DIM) x[ulong(t) * DIM + 32 * g + l] += mine;
+}
+#endif
+
+#ifdef KERNEL_llm_gate_up
+kernel void llm_gate_up(device float *hf [[buffer(0)]], device act *hq [[buffer(1)]], device const float *xf [[buffer(2)]],
+                        device const act *xq [[buffer(3)]], device const uchar *wg [[buffer(4)]],
+                        device const uchar *wu [[buffer(5)]], device const int *info [[buffer(6)]],
+                        uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+  uint g = tg.x, t = tg.y, l = tid.x, row = 32 * g + l;
+  input in;
+  load_input(in, xf, xq, t, l);
+  float a = rows32(in, wg, WG_LAYOUT, FFN, 32 * g, l), u = rows32(in, wu, WU_LAYOUT, FFN, 32 * g, l);
+  float h = row < FFN ? a / (1.0f + exp(-a)) * u : 0.0f;
+  if (row < FFN) hf[ulong(t) * FFN + row] = h;
+  float amax = lane_max(fabs(h)), d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+  int q = int(rint(h * id)), s = lane_sum_i(q);
+  device act *o = hq + ulong(t) * NBLK(FFN) + g;
+  ((device char *)o->q)[l] = char(q);
+  if (l == 0) o->d = d, o->sd = float(s) * d, o->s = s, o->pad = 0;
+}
+#endif
+
+#ifdef KERNEL_llm_classify
+kernel void llm_classify(device float *logits [[buffer(0)]], device int *best [[buffer(1)]], device const float *xf [[buffer(2)]],
+                         device const act *xq [[buffer(3)]], device const uchar *w [[buffer(4)]], constant int *v [[buffer(5)]],
+                         uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+  uint g = tg.x + uint(v[0]), l = tid.x, r0 = g * CLS_ROWS;
+  input in;
+  load_input(in, xf, xq, 0, l);
+  float top = LOW;
+  int arg = 0x7fffffff;
+  for (uint rb = r0; rb < r0 + CLS_ROWS; rb += 32) {
+    float mine = rows32(in, w, W_LAYOUT, VOCAB, rb, l);
+    if (rb + l < VOCAB) {
+      logits[rb + l] = mine;
+      if (mine > top) top = mine, arg = int(rb + l);
+    }
+  }
+  float mx = lane_max(top);
+  int at = lane_min_i(top == mx ? arg : 0x7fffffff);
+  if (at == 0x7fffffff) at = int(r0); // every logit at LOW or NaN: the group's first row, as kernels.c
+  if (l == 0) best[2 * g] = as_type<int>(mx), best[2 * g + 1] = at;
+}
+#endif
+
+#ifdef KERNEL_llm_select
+static ulong reduce(threadgroup ulong *red, ulong v, bool is_max, uint l) {
+  red[l] = v;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint s = SEL / 2; s > 0; s >>= 1) {
+    if (l < s) red[l] = is_max ? max(red[l], red[l + s]) : red[l] + red[l + s];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  ulong r = red[0];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  return r;
+}
+static uint ordered(uint bits) { return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u; }
+static float unordered(uint o) { return as_type<float>((o & 0x80000000u) ? o & 0x7fffffffu : ~o); }
+#define ID_MASK ((1ul << ID_BITS) - 1ul)
+#define KEY_BITS (32 + ID_BITS)
+
+static ulong search(threadgroup ulong *red, device const ulong *keys, device const ulong *probs, bool count, ulong need,
+                    bool above, uint l) {
+  ulong k = 0;
+  for (int bit = KEY_BITS - 1; bit >= 0; bit--) {
+    ulong trial = k | (1ul << bit), part = 0;
+    for (uint i = l; i < VOCAB; i += SEL) part += keys[i] >= trial ? (count ? 1ul : probs[i]) : 0ul;
+    ulong total = reduce(red, part, false, l);
+    if (above ? total > need : total >= need) k = trial;
+  }
+  return k;
+}
+static ulong scale_down(ulong need, ulong frac, int bits) {
+  return ((need >> 32) * frac << (32 - bits)) + (((need & 0xfffffffful) * frac) >> bits);
+}
+
+kernel void llm_select(device int *tokens [[buffer(0)]], device ulong *scratch [[buffer(1)]], device const int *best [[buffer(2)]],
+                       device const float *logits [[buffer(3)]], device const uint *sp [[buffer(4)]],
+                       device const int *info [[buffer(5)]], constant int *v [[buffer(6)]],
+                       uint3 tid [[thread_position_in_threadgroup]]) {
+  threadgroup ulong red[SEL];
+  uint l = tid.x;
+  float temperature = as_type<float>(sp[0]), top_p = as_type<float>(sp[1]);
+  int top_k = int(sp[2]);
+  ulong seed = ulong(sp[3]) | ulong(sp[4]) << 32;
+  int at = info[0] + info[1];
+  if (!(temperature > 0.0f)) {
+    ulong mine = 0;
+    for (int g = int(l); g < v[0]; g += SEL)
+      mine = max(mine, ulong(ordered(uint(best[2 * g]))) << 32 | ulong(0xffffffffu - uint(best[2 * g + 1])));
+    ulong k = reduce(red, mine, true, l);
+    if (l == 0) tokens[at] = int(0xffffffffu - uint(k));
+    return;
+  }
+  device ulong *keys = scratch, *probs = scratch + VOCAB;
+  ulong top = 0;
+  for (uint i = l; i < VOCAB; i += SEL) {
+    ulong key = ulong(ordered(as_type<uint>(logits[i]))) << ID_BITS | (ID_MASK - ulong(i));
+    keys[i] = key;
+    top = max(top, key);
+  }
+  threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+  top = reduce(red, top, true, l);
+  float mx = unordered(uint(top >> ID_BITS));
+  ulong cut = top_k > 0 && top_k < VOCAB ? search(red, keys, probs, true, ulong(top_k), false, l) : 0;
+  ulong part = 0;
+  for (uint i = l; i < VOCAB; i += SEL) {
+    ulong p = keys[i] >= cut ? ulong(exp((logits[i] - mx) / temperature) * 1099511627776.0f + 0.5f) : 0;
+    probs[i] = p;
+    part += p;
+  }
+  threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+  ulong kept = reduce(red, part, false, l);
+  if (top_p < 1.0f) {
+    ulong need = scale_down(kept, ulong(top_p * 16777216.0f), 24);
+    cut = search(red, keys, probs, false, need, false, l);
+    part = 0;
+    for (uint i = l; i < VOCAB; i += SEL) part += keys[i] >= cut ? probs[i] : 0;
+    kept = reduce(red, part, false, l);
+  }
+  // splitmix64 of the seed and the position, as kernels.c's uniform(); its top 32 bits
+  ulong z = seed + 0x9e3779b97f4a7c15ul * ulong(at + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ul;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebul;
+  z ^= z >> 31;
+  ulong u = scale_down(kept, z >> 32, 32);
+  ulong k = search(red, keys, probs, false, u, true, l);
+  if (l == 0) tokens[at] = int(ID_MASK - (k & ID_MASK));
+}
+#endif
