@@ -683,6 +683,41 @@ Test(llm_cli, generate_on_vulkan_chooses_the_cpu_tokens_and_an_absent_kind_exits
   unlink(path);
 }
 
+/* --device CUDA and --device METAL on the stand-ins (HCQ_TEST_FAKE_CUDA, HCQ_TEST_FAKE_METAL: the
+ * libraries the CLI is pointed at), one device and two: the CPU's greedy tokens on the tiny model,
+ * as on Vulkan. Skipped, saying why, without them. */
+Test(llm_cli, generate_on_the_cuda_and_metal_stand_ins_chooses_the_cpu_tokens) {
+  const char *cuda = getenv("HCQ_TEST_FAKE_CUDA"), *metal = getenv("HCQ_TEST_FAKE_METAL");
+  if (!cuda || !*cuda || !metal || !*metal) cr_skip_test("HCQ_TEST_FAKE_CUDA and HCQ_TEST_FAKE_METAL name the stand-ins");
+  char path[PATH_MAX], args[PATH_MAX + 256];
+  tiny_file(path, sizeof(path));
+  int32_t want[64], got[64];
+  int nwant, ngot;
+  snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json", path);
+  json_t *j = run_json(args);
+  ids_of(j, "token_ids", want, &nwant);
+  json_decref(j);
+  /* for the CLI's processes only: this one has read its options already */
+  setenv("HCQ_CUDA_LIBRARY", cuda, 1), setenv("HCQ_FAKE_CUDA_DEVICES", "2", 1), setenv("HCQ_CUDA_ARCH", "sm_90", 1);
+  setenv("HCQ_OBJC_LIBRARY", metal, 1), setenv("HCQ_METAL_FRAMEWORK", metal, 1), setenv("HCQ_METAL_VIRTUAL", "1", 1);
+  const char *kinds[] = {"CUDA", "METAL"};
+  for (int k = 0; k < 2; k++)
+    for (int devices = 1; devices <= 2; devices++) {
+      snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json --device %s --devices %d",
+               path, kinds[k], devices);
+      j = run_json(args);
+      ids_of(j, "token_ids", got, &ngot);
+      cr_assert_str_eq(json_string_value(json_object_get(j, "device_kind")), kinds[k]);
+      json_decref(j);
+      cr_assert_eq(ngot, nwant);
+      cr_assert(!memcmp(got, want, (size_t)ngot * 4), "%d %s device(s): other tokens than the CPU's", devices, kinds[k]);
+    }
+  const char *set[] = {"HCQ_CUDA_LIBRARY", "HCQ_FAKE_CUDA_DEVICES", "HCQ_CUDA_ARCH", "HCQ_OBJC_LIBRARY", "HCQ_METAL_FRAMEWORK",
+                       "HCQ_METAL_VIRTUAL"};
+  for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) unsetenv(set[i]);
+  unlink(path);
+}
+
 /* Under mpirun -np 2 with --ranks 2 the second half of the layers runs on rank 1: the same tokens as
  * one process. HCQ_MPIRUN is tests/mpi/run_mpi_test.sh MPIRUN 2 shm (a time limit, root allowed,
  * what sanitizer builds need to leave Open MPI's own leaks out). */
