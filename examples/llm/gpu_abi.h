@@ -1,9 +1,9 @@
-/* The decoder's kernel ABI on GPU device kinds: what a kernels.glsl (Vulkan, written), kernels.cu
- * (CUDA) or kernels.metal (Metal) must provide, and what decoder.c gives it. One item list serves
- * every kind (build_items); only the sources and the launch geometry (one function per kind:
- * cpu_geometry, vulkan_geometry; add cuda_geometry / metal_geometry beside them and a case in
- * geometry()) differ. A new kind also needs its source embedded (CMakeLists.txt), picked in
- * program() and allowed in llm_decoder_create.
+/* The decoder's kernel ABI on GPU device kinds: what kernels.glsl (Vulkan), kernels.cu (CUDA) and
+ * kernels.metal (Metal) provide, and what decoder.c gives them. One item list serves every kind
+ * (build_items); only the sources and the launch geometry (one function per kind: cpu_geometry,
+ * vulkan_geometry, cuda_geometry, metal_geometry, picked in geometry()) differ. A new kind also
+ * needs its source embedded (CMakeLists.txt), picked in program() and allowed in
+ * llm_decoder_create.
  *
  * Compilation. decoder.c compiles the source once per (entry, defines) after:
  *   #define DIM FFN NH NKV HD RD VOCAB CTX   the model's shape (HD the head size, RD the rotary
@@ -14,6 +14,8 @@
  *   GPU kinds also: K_IN (llm_matmul_add's input length, DIM for wo, FFN for down)
  *   Vulkan also: KERNEL_<entry>, LANES, ROWS, CLS_ROWS, SEL, ID_BITS (the sources' own constants;
  *     a kind adds what its geometry needs in program()).
+ *   CUDA and Metal also: KERNEL_<entry>, ROWS (32), CLS_ROWS, SEL, ID_BITS, NORM_EPS_BITS (NORM_EPS's
+ *     bits as an integer: the stand-ins' host twins read the shape back from the source).
  *
  * Entries: buffers (the first nouts written), then 32-bit values, in this order; n is the
  * pass's token count (1 for a decoding step), p0 its first position. Every entry but llm_embed and
@@ -52,9 +54,15 @@
  *
  * Vulkan's geometry (vulkan_geometry): groups of 8 (one lavapipe vector), a token per group along
  * y, products of ROWS = 16 rows a group in rounds of 8 (subgroupAdd finishes a row), attention a
- * group per (head, token), the sampler one group of SEL = 256. A GPU kind would rather give a warp
- * or SIMD group per row block, several tokens per group for the prompt pass (the weights read once
- * for them), and attention split over chunks of positions when contexts are long. */
+ * group per (head, token), the sampler one group of SEL = 256.
+ *
+ * CUDA's and Metal's geometry (cuda_geometry; metal_geometry is the same, so one set of host twins,
+ * tests/llm_twins.h, serves both stand-ins): groups of one warp / SIMD group of 32, a token per group
+ * along y, products of 32 rows a group (a row a lane; the classifier CLS_ROWS = 64 in rounds of
+ * 32), sums across a group as butterflies of xor shuffles (every lane the same bits), attention a
+ * group per (head, token), the sampler one group of SEL = 256. Not yet on any GPU kind: several
+ * tokens per group for the prompt pass (the weights read once for them) and attention split over
+ * chunks of positions when contexts are long. */
 #ifndef HCQ_LLM_GPU_ABI_H
 #define HCQ_LLM_GPU_ABI_H
 #endif
