@@ -17,6 +17,7 @@
 #include "llm.h"
 #include "llm_reference.h"
 #include "llm_tiny.h"
+#include "llm_test_util.h"
 #include "test_util.h"
 
 static hcq_device_kind_t g_kind = HCQ_DEVICE_VULKAN;
@@ -38,64 +39,13 @@ static void require(int devices) {
   cr_skip_test("no %s row in hcq info", hcq_device_kind_name(g_kind));
 }
 
-static void tmp_path(char *out, size_t size, const char *name) {
-  const char *dir = getenv("HCQ_TEST_TMP");
-  if (!dir || !*dir) dir = "/tmp";
-  mkdir(dir, 0700);
-  snprintf(out, size, "%s/llm_gpu_%d_%s.gguf", dir, (int)getpid(), name);
-}
-
-static llm_model_t *tiny_model(const tiny_spec_t *s, const char *name) {
-  char path[PATH_MAX];
-  tmp_path(path, sizeof(path), name);
-  OK(tiny_write(s, path));
-  llm_model_t *m;
-  OK(llm_model_open(path, &m));
-  unlink(path);
-  return m;
-}
-
 static llm_decoder_t *decoder(const llm_model_t *m, hcq_device_kind_t kind, int devices, int ctx, int max_batch) {
   llm_decoder_t *d;
   OK(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kind, .devices = devices, .ctx = ctx, .max_batch = max_batch}, &d));
   return d;
 }
 
-static void forced(llm_decoder_t *d, const int32_t *tokens, int n, bool graph, float *out) {
-  int vocab = llm_decoder_config(d)->vocab;
-  for (int p = 0; p < n; p++) {
-    OK(llm_decoder_set_tokens(d, p, &tokens[p], 1));
-    OK(llm_decoder_step(d, p, graph));
-    OK(llm_decoder_logits(d, out + (size_t)p * vocab));
-  }
-}
-
-static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
-  for (int i = 0; i < n; i++) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    t[i] = (int32_t)((seed >> 33) % (uint64_t)vocab);
-  }
-}
-
-/* Every position: every logit within tol of the reference's, the same argmax unless the
- * reference's top two are within near. */
-static void compare_logits(const float *got, const float *want, int n, int vocab, float tol, float near, const char *what) {
-  for (int p = 0; p < n; p++) {
-    const float *g = got + (size_t)p * vocab, *w = want + (size_t)p * vocab;
-    float worst = 0;
-    int at = 0;
-    for (int i = 0; i < vocab; i++)
-      if (!(fabsf(g[i] - w[i]) <= worst)) worst = fabsf(g[i] - w[i]), at = i;
-    cr_assert(worst <= tol, "%s: position %d: logit %d is %.6f, the reference's %.6f (off by %.3g > %.3g)", what, p, at, g[at],
-              w[at], worst, tol);
-    int ga = llm_ref_argmax(g, vocab), wa = llm_ref_argmax(w, vocab);
-    cr_assert(ga == wa || w[wa] - w[ga] <= near, "%s: position %d: argmax %d, the reference's %d (%.5f vs %.5f)", what, p, ga,
-              wa, w[ga], w[wa]);
-  }
-}
-
 /* ---- tiny models ---- */
-
 
 /* Odd shapes (as test_llm.c's float path): rows not a multiple of 16, 5 heads of 8, one KV head,
  * an untied classifier, 40 positions. */
@@ -164,18 +114,6 @@ static void q4_1_weights(void) {
 static void q8_0_weights(void) {
   tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q8_0, false, 23);
   block_path(&s, "q8_0");
-}
-
-static tiny_spec_t mixed_spec(void) {
-  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 1, 97, GGML_TYPE_Q4_1, false, 24);
-  s.types[TINY_EMB] = GGML_TYPE_Q8_0;
-  s.types[TINY_K] = GGML_TYPE_Q4_0;
-  s.types[TINY_V] = GGML_TYPE_Q8_0;
-  s.types[TINY_O] = GGML_TYPE_F16;
-  s.types[TINY_GATE] = GGML_TYPE_Q8_0;
-  s.types[TINY_DOWN] = GGML_TYPE_F32;
-  s.types[TINY_OUT] = GGML_TYPE_Q4_0;
-  return s;
 }
 
 static void mixed_weights(void) {
@@ -281,25 +219,6 @@ static void sampler(void) {
 }
 
 /* ---- the real model ---- */
-
-
-static llm_model_t *real_model(void) {
-  char path[PATH_MAX];
-  const char *env = getenv("HCQ_LLM_MODEL");
-  if (env && *env) snprintf(path, sizeof(path), "%s", env);
-  else {
-    hcq_status_t st = llm_default_model_path(path, sizeof(path));
-    if (st) {
-      char msg[PATH_MAX + 256];
-      snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
-      hcq_status_free(st);
-      cr_skip_test("%s: the llm_model test fetches it (needs PyPI)", msg);
-    }
-  }
-  llm_model_t *m;
-  OK(llm_model_open(path, &m));
-  return m;
-}
 
 enum { REAL_STEPS = 4, REAL_CTX = 64 };
 
