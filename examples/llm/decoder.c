@@ -415,13 +415,24 @@ static geometry_t cpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass
   return (geometry_t){{hcq_imm(1)}, hcq_imm(1)};
 }
 
-/* Vulkan (kernels.glsl): groups of VK_LANES invocations, one token each (grid y = n); products of
- * VK_ROWS rows a group (VK_CLS_ROWS for the classifier, 32 FFN rows for gate_up: one activation
- * block); attention a group per (head, token); the sampler one group of VK_SEL. */
-static geometry_t vulkan_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
+/* The GPU kinds share one split and differ in its sizes: a group of `lanes` threads, one token each
+ * (grid y = n); products of `rows` rows a group (`gate_rows` FFN rows for gate_up: one activation
+ * block), the classifier's rows by cls_rows(); attention a group per (head, token); the sampler one
+ * group of `sel`. */
+typedef struct gpu_shape {
+  int lanes, rows, gate_rows, sel;
+} gpu_shape_t;
+
+/* Vulkan (kernels.glsl): groups of VK_LANES invocations (one lavapipe vector), products of VK_ROWS
+ * rows in rounds of VK_LANES. CUDA (kernels.cu): blocks of one warp, WARP rows a block. Metal
+ * (kernels.metal): kernels.cu's split with a SIMD group of 32 for a warp, so that the stand-ins share
+ * one set of host twins (tests/llm_twins.h). */
+static const gpu_shape_t vulkan_shape = {VK_LANES, VK_ROWS, 32, VK_SEL}, warp_shape = {WARP, WARP, WARP, WARP_SEL};
+
+static geometry_t gpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o, const gpu_shape_t *s) {
   const llm_config_t *c = &m->c;
-  int gq = (c->dim + VK_ROWS - 1) / VK_ROWS, gkv = (llm_kv_dim(c) + VK_ROWS - 1) / VK_ROWS;
-  hcq_operand_t lanes = hcq_imm(VK_LANES);
+  int gq = (c->dim + s->rows - 1) / s->rows, gkv = (llm_kv_dim(c) + s->rows - 1) / s->rows;
+  hcq_operand_t lanes = hcq_imm(s->lanes);
   switch (k) {
     case K_EMBED:
     case K_NORM:
@@ -431,47 +442,19 @@ static geometry_t vulkan_geometry(const llm_decoder_t *m, kernel_id_t k, const p
     case K_ATTN: return (geometry_t){{hcq_imm(c->n_heads), o->n}, lanes};
     case K_WO:
     case K_DOWN: return (geometry_t){{hcq_imm(gq), o->n}, lanes};
-    case K_GATE_UP: return (geometry_t){{hcq_imm((c->ffn + 31) / 32), o->n}, lanes};
+    case K_GATE_UP: return (geometry_t){{hcq_imm((c->ffn + s->gate_rows - 1) / s->gate_rows), o->n}, lanes};
     case K_NORM_LAST: return (geometry_t){{o->chosen}, lanes};
     case K_CLASSIFY: return (geometry_t){{o->cls_grid}, lanes};
-    case K_SELECT: return (geometry_t){{o->chosen}, hcq_imm(VK_SEL)};
+    case K_SELECT: return (geometry_t){{o->chosen}, hcq_imm(s->sel)};
   }
   return (geometry_t){{hcq_imm(1)}, lanes};
 }
-
-/* CUDA (kernels.cu): blocks of one warp, one token each (grid y = n); products of WARP rows a block
- * (WARP_CLS_ROWS for the classifier, WARP FFN rows for gate_up: one activation block); attention a
- * block per (head, token); the sampler one block of WARP_SEL. */
-static geometry_t cuda_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
-  const llm_config_t *c = &m->c;
-  int gq = (c->dim + WARP - 1) / WARP, gkv = (llm_kv_dim(c) + WARP - 1) / WARP;
-  hcq_operand_t lanes = hcq_imm(WARP);
-  switch (k) {
-    case K_EMBED:
-    case K_NORM:
-    case K_QUANTIZE: return (geometry_t){{o->n}, lanes};
-    case K_BEGIN: return (geometry_t){{hcq_imm(1)}, lanes};
-    case K_QKV: return (geometry_t){{hcq_imm(gq + 2 * gkv), o->n}, lanes};
-    case K_ATTN: return (geometry_t){{hcq_imm(c->n_heads), o->n}, lanes};
-    case K_WO:
-    case K_DOWN: return (geometry_t){{hcq_imm(gq), o->n}, lanes};
-    case K_GATE_UP: return (geometry_t){{hcq_imm((c->ffn + WARP - 1) / WARP), o->n}, lanes};
-    case K_NORM_LAST: return (geometry_t){{o->chosen}, lanes};
-    case K_CLASSIFY: return (geometry_t){{o->cls_grid}, lanes};
-    case K_SELECT: return (geometry_t){{o->chosen}, hcq_imm(WARP_SEL)};
-  }
-  return (geometry_t){{hcq_imm(1)}, lanes};
-}
-
-/* Metal (kernels.metal): kernels.cu's split, a SIMD group of 32 for a warp, so that the stand-ins
- * share one set of host twins (tests/llm_twins.h). */
-static geometry_t metal_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) { return cuda_geometry(m, k, o); }
 
 static geometry_t geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
   switch (m->kind) {
-    case HCQ_DEVICE_VULKAN: return vulkan_geometry(m, k, o);
-    case HCQ_DEVICE_CUDA: return cuda_geometry(m, k, o);
-    case HCQ_DEVICE_METAL: return metal_geometry(m, k, o);
+    case HCQ_DEVICE_VULKAN: return gpu_geometry(m, k, o, &vulkan_shape);
+    case HCQ_DEVICE_CUDA:
+    case HCQ_DEVICE_METAL: return gpu_geometry(m, k, o, &warp_shape);
     default: return cpu_geometry(m, k, o);
   }
 }

@@ -1,7 +1,7 @@
 /* The decoder's kernel ABI on GPU device kinds: what kernels.glsl (Vulkan), kernels.cu (CUDA) and
  * kernels.metal (Metal) provide, and what decoder.c gives them. One item list serves every kind
- * (build_items); only the sources and the launch geometry (one function per kind: cpu_geometry,
- * vulkan_geometry, cuda_geometry, metal_geometry, picked in geometry()) differ. A new kind also
+ * (build_items); only the sources and the launch geometry (cpu_geometry on CPU; on GPU kinds
+ * gpu_geometry over the kind's gpu_shape_t; picked in geometry()) differ. A new kind also
  * needs its source embedded (CMakeLists.txt), picked in program() and allowed in
  * llm_decoder_create.
  *
@@ -52,11 +52,11 @@
  * m) per block; Q8: 32 int8 per block, then float d per block; F32/F16 as in the file; norms as
  * floats. Buffers start 64-byte aligned.
  *
- * Vulkan's geometry (vulkan_geometry): groups of 8 (one lavapipe vector), a token per group along
+ * Vulkan's geometry (vulkan_shape): groups of 8 (one lavapipe vector), a token per group along
  * y, products of ROWS = 16 rows a group in rounds of 8 (subgroupAdd finishes a row), attention a
  * group per (head, token), the sampler one group of SEL = 256.
  *
- * CUDA's and Metal's geometry (cuda_geometry; metal_geometry is the same, so one set of host twins,
+ * CUDA's and Metal's geometry (warp_shape, the same for both, so one set of host twins,
  * tests/llm_twins.h, serves both stand-ins): groups of one warp / SIMD group of 32, a token per group
  * along y, products of 32 rows a group (a row a lane; the classifier CLS_ROWS = 64 in rounds of
  * 32), sums across a group as butterflies of xor shuffles (every lane the same bits), attention a
