@@ -6,8 +6,8 @@
 # CMake, a C compiler, Python 3 and what step 2 below unpacks; for llama.cpp's row, cuBLAS of the
 # CUDA major version it was built with (a toolkit, or pip's nvidia-cublas). It reaches no package
 # registry, so everything else is carried (below). In order, within 6 minutes (HCQ_GPU_CHECK_BUDGET
-# seconds, default 360: every step runs under what is left of it, and one that finds too little
-# left is skipped, saying so):
+# seconds, default 360, and 3600 with --stand-in: every step runs under what is left of it, and one
+# that finds too little left is skipped, saying so):
 #   1. prints the OS (architecture, glibc), NVIDIA driver and the CUDA version it supports, and every
 #      NVRTC it finds with whether the driver loads what it makes (fails at once when none fits, or
 #      when there is a GPU and no NVRTC);
@@ -192,7 +192,7 @@ if [ "${1:-}" = "--pack" ]; then
     k=$((k + 1))
     mkdir -p ".gpu-carry/$k" && mv "$f" ".gpu-carry/$k/piece" || exit 1
     printf 'pack=%s\npieces=%s\npiece=%s\nsha256=%s\ncontents=%s\n' "$id" "$n" "$k" \
-      "$(sha256sum ".gpu-carry/$k/piece" | cut -d' ' -f1)" "${items[*]+${items[*]}} model/$MODEL_FILE" >".gpu-carry/$k/MANIFEST"
+      "$(sha256sum ".gpu-carry/$k/piece" | cut -d' ' -f1)" "${items[*]+${items[*]} }model/$MODEL_FILE" >".gpu-carry/$k/MANIFEST"
   done
   rm -f .gpu-carry/all.tar
   echo "packed ${items[*]+${items[*]} }$MODEL_FILE into $n pieces of at most $((piece >> 20)) MiB (pack $id; the tree is $((tree >> 20)) MiB)"
@@ -210,7 +210,8 @@ exec > >(tee -a "$LOG") 2>&1
 FAILED=0
 note_fail() { FAILED=1; echo "FAILED: $*"; }
 elapsed() { echo $(($(date +%s) - START)); }
-BUDGET=${HCQ_GPU_CHECK_BUDGET:-360}
+# The GPU run fits in 6 minutes; the stand-in's, on a small machine's few cores, is not held to it.
+BUDGET=${HCQ_GPU_CHECK_BUDGET:-$([ "$STAND_IN" = 1 ] && echo 3600 || echo 360)}
 # cap N: N seconds, or what is left of the budget when that is less (at least 1).
 cap() {
   local left=$((BUDGET - $(elapsed)))
@@ -249,8 +250,8 @@ for d in "$CARRY"/*/; do
   fi
   rm -rf "$d/unpacked" && mkdir -p "$d/unpacked" || exit 1
   for k in $(seq 1 "$n"); do cat "$d/piece.$k"; done | tar -x -C "$d/unpacked" || { note_fail "unpacking pack $(basename "$d")"; exit 1; }
+  echo "unpacked pack $(basename "$d") ($n pieces): $(find "$d/unpacked" -mindepth 1 -maxdepth 2 ! -path '*/.*/*' -printf '%P ')"
   rm -f "$d"/piece.* && touch "$d/unpacked/complete"
-  echo "unpacked pack $(basename "$d") ($n pieces): $(cd "$d/unpacked" && echo .[!.]* model/*)"
 done
 # What was carried: in the working tree itself, else in the unpacked pack.
 UNPACKED=$(find "$CARRY" -mindepth 3 -maxdepth 3 -path '*/unpacked/complete' 2>/dev/null | head -1)
