@@ -482,7 +482,7 @@ LDFLAGS_EXTRA="-L$LIBDIR -Wl,-rpath-link,$LIBDIR -Wl,--disable-new-dtags -Wl,-rp
 echo "[$(elapsed)s] configuring and building in $B"
 if ! cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DHCQ_BUILD_BENCH=OFF -DPKG_CONFIG_EXECUTABLE="$PKGCONF" \
   -DCMAKE_EXE_LINKER_FLAGS="$LDFLAGS_EXTRA" -DCMAKE_SHARED_LINKER_FLAGS="$LDFLAGS_EXTRA" >"$OUTDIR/cmake.txt" 2>&1 ||
-  ! timeout "$(cap 300)" cmake --build "$B" -j "$(nproc)" >"$OUTDIR/build.txt" 2>&1; then
+  ! timeout "$(cap "$([ "$STAND_IN" = 1 ] && echo 3000 || echo 300)")" cmake --build "$B" -j "$(nproc)" >"$OUTDIR/build.txt" 2>&1; then
   tail -30 "$OUTDIR/cmake.txt" "$OUTDIR/build.txt" 2>/dev/null
   note_fail "the build"
   exit 1

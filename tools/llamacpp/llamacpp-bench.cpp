@@ -29,10 +29,10 @@
 namespace {
 
 bool g_verbose = false;
-std::string g_flash_attn_log;  // llama.cpp's log line that says what flash attention resolved to
+std::string g_flash_attn_log;  // llama.cpp's log lines on flash attention: asked for, then what "auto" resolved to
 
 void log_cb(ggml_log_level, const char *text, void *) {
-  if (strstr(text, "flash_attn")) g_flash_attn_log += text;
+  if (strstr(text, "flash_attn") || strstr(text, "Flash Attention")) g_flash_attn_log += text;
   if (g_verbose) fputs(text, stderr);
 }
 
