@@ -3,10 +3,10 @@
 launches against graph replays, and llama.cpp on the same GGUF and the same token ids, in one table.
 
     llm-race.py --hcq HCQ --device CUDA|VULKAN --model FILE.gguf [--llamacpp BIN | --llamacpp-why TEXT]
-                [--targets] [--quick] [--out DIR] [--title TEXT] [--timeout S]
+                [--targets] [--quick] [--out DIR] [--title TEXT] [--timeout S] [--budget S]
 
 Needs Python 3 and its standard library only (the GPU machine has it). Runs, each under --timeout
-seconds (default 90):
+seconds (default 90), all of them within --budget seconds when given:
   1. `HCQ tokenize` on the chat prompt and the text of bench/llm_peers.py (the CPU race's inputs):
      the 37-token chat prompt "What is the capital of France?" in SmolLM2's template, and the first
      100 ids of a fixed English text;
@@ -49,9 +49,14 @@ def last_line(text):
     return lines[-1][:300] if lines else ""
 
 
+DEADLINE = None  # --budget: when every run must be over
+
+
 def run(cmd, timeout, env=None):
-    """(status, stdout, stderr, seconds); status None when it ran past the timeout."""
+    """(status, stdout, stderr, seconds); status None when it ran past the timeout (or the budget)."""
     t = time.time()
+    if DEADLINE is not None:
+        timeout = max(1, min(timeout, int(DEADLINE - t)))
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
         return p.returncode, p.stdout, p.stderr, time.time() - t
@@ -90,7 +95,7 @@ def hcq_generate(a, ids, steps, reps):
     rc, out, err, secs = run(cmd, a.timeout)
     j = json_object(out)
     if rc is None:
-        return {"why": "ran past %d s" % a.timeout, "failed": True, "seconds": secs}
+        return {"why": "ran past its time (%.0f s)" % secs, "failed": True, "seconds": secs}
     if j and "identical" in j and rc in (0, 1):
         return {"ok": j, "failed": not j["identical"], "seconds": secs}
     why = last_line(err) or last_line(out) or "no output"
@@ -107,7 +112,7 @@ def llamacpp(a, chat, prompt, steps, rounds):
     rc, out, err, secs = run(cmd, a.timeout)
     j = json_object(out)
     if rc is None:
-        return {"why": "ran past %d s" % a.timeout}
+        return {"why": "ran past its time (%.0f s)" % secs}
     if rc != 0 or not j:
         return {"why": "exit %s: %s" % (rc, last_line(err) or last_line(out) or "no output")}
     j["seconds"] = secs
@@ -200,7 +205,11 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--title")
     ap.add_argument("--timeout", type=int, default=90)
+    ap.add_argument("--budget", type=int, help="seconds for everything: no run goes past it")
     a = ap.parse_args()
+    global DEADLINE
+    if a.budget:
+        DEADLINE = time.time() + a.budget
     steps = 8 if a.quick else llm_peers.N_DECODE
     nprompt = 16 if a.quick else llm_peers.N_PROMPT
     reps = 1 if a.quick else 3

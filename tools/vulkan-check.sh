@@ -122,10 +122,8 @@ case "$mode" in
     elif ! command -v python3 >/dev/null 2>&1; then
       echo "LLM on VULKAN: NOT RUN: no python3" >"$out/llm-table.txt"
     else
-      t=$(left)
-      [ "$t" -gt 90 ] && t=90
-      step llm python3 "$race" --hcq "$hcq_wrapper" --device VULKAN --model "$model" --timeout "$t" --out "$out" \
-        --llamacpp-why "llama.cpp runs on CUDA: its row is in the CUDA table" --title "LLM on VULKAN ($(grep '^VULKAN' "$out/info.txt" | head -1 | sed 's/  */ /g'))"
+      step llm python3 "$race" --hcq "$hcq_wrapper" --device VULKAN --model "$model" --budget $(($(left) - 5)) --out "$out" \
+        --llamacpp-why "llama.cpp runs on CUDA: its row is in the CUDA table" --title "LLM on VULKAN ($(sed -n 's/^VULKAN.*VULKAN:0 is \([^;]*\).*/\1/p' "$out/info.txt" | head -1))"
       [ -s "$out/llm-table.txt" ] || echo "LLM on VULKAN: FAILED: no table (see llm.log)" >"$out/llm-table.txt"
     fi
     for f in "$dir"/examples/*.json; do
