@@ -670,8 +670,9 @@ elif ! command -v python3 >/dev/null 2>&1; then
 elif ! spent 30 "the LLM race on CUDA"; then
   echo "[$(elapsed)s] the LLM on CUDA: hcq generate eager against the CUDA graph, and llama.cpp (tools/llm-race.py)"
   # tools/llm-race.py's exit status 1: tokens differ, or hcq generate failed (not for want of kernels).
-  timeout "$(cap 200)" python3 tools/llm-race.py --hcq "$HCQ" --device CUDA --model "$MODEL" "${llm_args[@]}" \
-    --timeout "$(cap 90)" --out "$OUTDIR" --title "LLM on CUDA (${gpu_names:-$driver})" >/dev/null ||
+  t=$(cap 200)
+  timeout "$t" python3 tools/llm-race.py --hcq "$HCQ" --device CUDA --model "$MODEL" "${llm_args[@]}" \
+    --timeout 90 --budget $((t - 5)) --out "$OUTDIR" --title "LLM on CUDA (${gpu_names:-$driver})" >/dev/null ||
     note_fail "the LLM race on CUDA (see llm-table.txt)"
   [ -s "$LLM_TABLE" ] || echo "LLM on CUDA: FAILED: tools/llm-race.py printed no table (past its time?)" >"$LLM_TABLE"
   cat "$LLM_TABLE"
