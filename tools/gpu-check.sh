@@ -1,44 +1,84 @@
 #!/usr/bin/env bash
-# tools/gpu-check.sh: build hcq on a GPU machine and check its CUDA device and CUDA graph there.
+# tools/gpu-check.sh: build hcq on a GPU machine and check its CUDA device, its CUDA graph and its
+# LLM decoder there, the decoder raced against llama.cpp's CUDA backend on the same model file.
 #
-# In order, within 8 minutes:
+# Needs, on the GPU machine: an NVIDIA driver, NVRTC (a CUDA toolkit, or pip's nvidia-cuda-nvrtc),
+# CMake, a C compiler, Python 3 and what step 2 below unpacks; for llama.cpp's row, cuBLAS of the
+# CUDA major version it was built with (a toolkit, or pip's nvidia-cublas). It reaches no package
+# registry, so everything else is carried (below). In order, within 6 minutes (HCQ_GPU_CHECK_BUDGET
+# seconds, default 360, and 3600 with --stand-in: every step runs under what is left of it, and one
+# that finds too little left is skipped, saying so):
 #   1. prints the OS (architecture, glibc), NVIDIA driver and the CUDA version it supports, and every
 #      NVRTC it finds with whether the driver loads what it makes (fails at once when none fits, or
 #      when there is a GPU and no NVRTC);
 #   2. unpacks the carried Debian packages (.gpu-debs/*.deb: Jansson, Criterion, xxHash and what they
 #      need at run time, and pkgconf) with `dpkg -x` (or Python, or ar and the right decompressor,
 #      where there is no dpkg) into a prefix under /tmp, never into /, and points pkg-config and
-#      CMake at it (the GPU machine reaches no package registry and may not be Debian); packages of
-#      another architecture, or needing a newer glibc than the machine's, fail here, saying so;
+#      CMake at it (the GPU machine may not be Debian); packages of another architecture, or needing
+#      a newer glibc than the machine's, fail here, saying so;
 #   3. builds hcq (tests on), runs the CUDA tests (ctest -L cuda: the suite on the real driver, the
 #      same suite on the stand-in driver, NVRTC, the update planner is in -L graph), every example
 #      with `hcq run --device-map CPU=CUDA --check`, and `hcq bench` eager against graph on CUDA for
 #      every example and for a generated 1000-kernel chain;
-#   4. runs the decoder (`hcq demo --json`, small and 15m shapes) on CUDA, eager against the CUDA
-#      graph, and through tools/vulkan-check.sh on NVIDIA's Vulkan driver, eager against the HCQ graph;
-#   5. prints a short table. Log and results go under $OUT when it is set (else ./gpu-check-out):
-#      gpu-check.log, results.json (every bench object), demo.jsonl (every demo object), table.txt.
+#   4. runs the llama2 decoder (`hcq demo --json`, small and 15m shapes) on CUDA, eager against the
+#      CUDA graph;
+#   5. races the LLM (tools/llm-race.py): `hcq generate --device CUDA --bench --json` on
+#      SmolLM2-135M-Instruct Q4_1 (the GGUF of `make demo`), eager launches against CUDA graph
+#      replays (decode of 128 tokens after a 37-token chat prompt, a 100-token prompt in one pass,
+#      the host's microseconds to queue a token, identical tokens), and llama.cpp's CUDA backend
+#      (tools/llamacpp/llamacpp-bench, CUDA graphs on as llama.cpp ships) on the same file and ids;
+#      the targets set for an H200 are printed beside what was measured (CUDA graph decode >= 3x
+#      eager, >= 1.5x llama.cpp's decode, <= 5 us of host time per token): a missed target is
+#      reported, not failed;
+#   6. runs tools/vulkan-check.sh on NVIDIA's Vulkan driver (the Vulkan suite, the examples, the
+#      decoders eager against the HCQ graph, the LLM rows on VULKAN), when its bundle was carried;
+#   7. prints one table. Log and results go under $OUT when it is set (else ./gpu-check-out):
+#      gpu-check.log, results.json (every bench object), demo.jsonl (every demo object),
+#      llm.json (the LLM race), table.txt.
 # Without a GPU it says so in its first lines, still builds and runs what needs none (the stand-in
 # driver's tests, NVRTC, the planner) and exits 0; the GPU rows of the table then read "no GPU".
 # With a GPU but no NVRTC the CUDA C checks fail, loudly: they would otherwise count as skipped.
-# Exit status: 0 when every check that could run passed, 1 otherwise.
+# Exit status: 0 when every check that could run passed, 1 otherwise (a speed target is not a
+# check; eager and replay tokens that differ are); 2 when pieces of the carry are still missing
+# (nothing was checked).
 #
 #   bash tools/gpu-check.sh --stand-in   here, without a GPU: the same run with the stand-in driver
 #       (tests/fake_cuda, two devices) in the GPU's place, so every step and row runs (a dry run of
-#       the script itself; the numbers mean nothing)
+#       the script itself; the numbers mean nothing). The LLM race runs shortened (--quick); its
+#       llama.cpp row says why llama.cpp cannot run on the stand-in.
 #
-# Carrying it to the GPU machine (the device tool; /work/.library/device/README.md):
+# Carrying it to the GPU machine, which reaches no package registry and takes at most 64 MiB a
+# call (the working tree and the carried folders together, with the device tool this project uses):
 #   here, once per checkout (Debian, with apt):   bash tools/gpu-check.sh --download [ARCH]
 #       downloads the .deb files into .gpu-debs/ (git-ignored, about 5 MB); ARCH is the GPU
 #       machine's Debian architecture when it is not this one's (arm64 for a GH200:
 #       `dpkg --add-architecture arm64 && apt-get update` first)
-#   and, for the Vulkan suite too:              tools/vulkan-check.sh prepare
+#   for llama.cpp's row (needs a CUDA toolkit with nvcc, CMake, a C++ compiler and pip here):
+#                                                 bash tools/gpu-check.sh --prepare-llamacpp
+#       downloads llama-cpp-python 0.3.36's source (pip download) and builds the llama.cpp it
+#       vendors with its CUDA backend (-DGGML_CUDA=ON, CUDA graphs on, for compute capability 9.0,
+#       the H100 and H200; HCQ_LLAMACPP_CUDA_ARCH=80 for an A100...) into build-llamacpp/, linked
+#       statically but for cudart, cuBLAS and the driver; stages tools/llamacpp/llamacpp-bench with
+#       libcudart into .llamacpp/ (git-ignored). cuBLAS (about 570 MB) is not carried: the GPU
+#       machine's is used. The build compiles about 200 CUDA files: an hour or more on 2 cores
+#   and, for the Vulkan suite too:              bash tools/vulkan-check.sh prepare
 #       builds it with every library it needs into .vkcarry/ (git-ignored, about 40 MB)
-#   then one call of the device tool's run, from the repository root:
+#   then:                                         bash tools/gpu-check.sh --pack
+#       packs .gpu-debs/, .llamacpp/, .vkcarry/ (those there are) and the model file (98 MB: hcq's
+#       copy, `hcq generate --fetch-model`, or HCQ_GPU_CHECK_MODEL) into pieces small enough to
+#       travel one a call beside the working tree: .gpu-carry/1, .gpu-carry/2, ... (git-ignored);
+#       it prints the calls to make
+#   then one call of the device tool's run per piece, from the repository root, back to back (the
+#   machine keeps /tmp only while it stays warm between calls, 30 s on the H200 machine):
 #       command:  bash tools/gpu-check.sh
-#       carry:    [".gpu-debs", ".vkcarry"]
-#       timeout_s: 540
-#   and read gpu-check.log, results.json and table.txt from the files that come back ($OUT).
+#       carry:    [".gpu-carry/K"]        (K = 1, 2, ...; one piece a call)
+#       timeout_s: 420
+#   Each call puts its piece in /tmp/hcq-gpu-carry and checks it; the calls before the last say
+#   which pieces are still missing and exit 2; the last unpacks them all and runs the check. A
+#   machine given back between calls loses the pieces: start again from the first. Without the
+#   model or llama.cpp the old way still works: carry [".gpu-debs", ".vkcarry"] in one call (the
+#   LLM rows then say what was not carried). Read gpu-check.log, llm.json and table.txt from the
+#   files that come back ($OUT).
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -73,6 +113,94 @@ fi
 STAND_IN=0
 [ "${1:-}" = "--stand-in" ] && STAND_IN=1
 
+LLAMACPP_PY_VERSION=0.3.36 # llama-cpp-python's release, whose vendored llama.cpp bench/llm_peers.py races on the CPU
+MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+# The model where hcq keeps it (`hcq generate --fetch-model` puts it there), or HCQ_GPU_CHECK_MODEL.
+model_here() {
+  if [ -n "${HCQ_GPU_CHECK_MODEL:-}" ]; then echo "$HCQ_GPU_CHECK_MODEL"; return; fi
+  local d=${HCQ_DATA_DIR:-}
+  [ -n "$d" ] || d=${XDG_DATA_HOME:+$XDG_DATA_HOME/hcq}
+  [ -n "$d" ] || d=${HOME:-/tmp}/.local/share/hcq
+  echo "$d/models/$MODEL_FILE"
+}
+
+if [ "${1:-}" = "--prepare-llamacpp" ]; then
+  # llama.cpp's CUDA backend, built here and staged into .llamacpp/ for the GPU machine.
+  W=$ROOT/build-llamacpp
+  arch=${HCQ_LLAMACPP_CUDA_ARCH:-90}
+  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  [ -x "$nvcc" ] || { echo "--prepare-llamacpp needs nvcc (a CUDA toolkit) on the PATH or in /usr/local/cuda" >&2; exit 1; }
+  for t in cmake python3 c++ readelf strip; do
+    command -v "$t" >/dev/null 2>&1 || { echo "--prepare-llamacpp needs $t" >&2; exit 1; }
+  done
+  mkdir -p "$W" || exit 1
+  src=$W/llama_cpp_python-$LLAMACPP_PY_VERSION
+  if [ ! -f "$src/vendor/llama.cpp/include/llama.h" ]; then
+    python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$LLAMACPP_PY_VERSION" -d "$W" ||
+      { echo "pip download llama-cpp-python==$LLAMACPP_PY_VERSION failed" >&2; exit 1; }
+    tar -xzf "$W/llama_cpp_python-$LLAMACPP_PY_VERSION.tar.gz" -C "$W" || exit 1
+  fi
+  gen=()
+  command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+  # Only what llamacpp-bench links: ggml (CPU and CUDA) and libllama, static; no tools, tests,
+  # server, OpenSSL or NCCL. CUDA graphs stay on, as llama.cpp's CMakeLists sets them.
+  cmake -S tools/llamacpp -B "$W/cuda" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CPP_DIR="$src/vendor/llama.cpp" \
+    -DCMAKE_CUDA_COMPILER="$nvcc" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGGML_NATIVE=OFF \
+    -DBUILD_SHARED_LIBS=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_COMMON=OFF \
+    -DLLAMA_OPENSSL=OFF >"$W/configure.log" 2>&1 || { tail -20 "$W/configure.log"; exit 1; }
+  jobs=$(nproc)
+  echo "building llama.cpp (llama-cpp-python $LLAMACPP_PY_VERSION) with CUDA for sm_$arch on $jobs cores; log: $W/build.log"
+  t0=$(date +%s)
+  cmake --build "$W/cuda" -j "$jobs" --target llamacpp-bench >"$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
+  secs=$(($(date +%s) - t0))
+  rm -rf .llamacpp && mkdir -p .llamacpp/bin .llamacpp/lib || exit 1
+  cp "$W/cuda/llamacpp-bench" .llamacpp/bin/ && strip .llamacpp/bin/llamacpp-bench || exit 1
+  needed=$(readelf -d .llamacpp/bin/llamacpp-bench | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+  # cudart is small: carried. cuBLAS is not (about 570 MB): the GPU machine's is found at run time.
+  ldd "$W/cuda/llamacpp-bench" | awk '/libcudart\.so/ {print $3}' | while read -r f; do cp -L "$f" .llamacpp/lib/; done
+  {
+    echo "llama.cpp vendored by llama-cpp-python $LLAMACPP_PY_VERSION, built $(date -u +%Y-%m-%dT%H:%MZ) in ${secs}s on $jobs cores"
+    echo "nvcc: $("$nvcc" --version | grep -o 'release [0-9.]*')"
+    echo "CUDA architectures: $arch; GGML_CUDA=ON, GGML_CUDA_GRAPHS=$(sed -n 's/^GGML_CUDA_GRAPHS:BOOL=//p' "$W/cuda/CMakeCache.txt")"
+    echo "needed: $needed"
+  } >.llamacpp/BUILD.txt
+  cat .llamacpp/BUILD.txt
+  echo "staged .llamacpp/ ($(du -sh .llamacpp | cut -f1)): bash tools/gpu-check.sh --pack takes it with the rest"
+  exit 0
+fi
+
+if [ "${1:-}" = "--pack" ]; then
+  # Everything that must travel, in pieces that fit beside the working tree in one call each.
+  model=$(model_here)
+  [ -f "$model" ] || { echo "no model at $model (hcq generate --fetch-model downloads it; or HCQ_GPU_CHECK_MODEL=FILE)" >&2; exit 1; }
+  items=()
+  for d in .gpu-debs .llamacpp .vkcarry; do [ -d "$d" ] && items+=("$d"); done
+  # The working tree that travels with each piece: tracked and untracked-not-ignored files.
+  tree=$(git ls-files -z -c -o --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+  piece=$(((64 << 20) - tree - (2 << 20)))
+  [ "$piece" -gt $((8 << 20)) ] || { echo "the working tree is $((tree >> 20)) MiB: too little room for pieces" >&2; exit 1; }
+  rm -rf .gpu-carry && mkdir -p .gpu-carry/model || exit 1
+  cp "$model" .gpu-carry/model/ || exit 1
+  tar -cf .gpu-carry/all.tar ${items[@]+"${items[@]}"} -C .gpu-carry model || exit 1
+  rm -rf .gpu-carry/model
+  id=$(sha256sum .gpu-carry/all.tar | cut -c1-16)
+  (cd .gpu-carry && split -b "$piece" -d -a 2 all.tar part.) || exit 1
+  n=$(find .gpu-carry -name 'part.*' | wc -l)
+  k=0
+  for f in $(find .gpu-carry -name 'part.*' | sort); do
+    k=$((k + 1))
+    mkdir -p ".gpu-carry/$k" && mv "$f" ".gpu-carry/$k/piece" || exit 1
+    printf 'pack=%s\npieces=%s\npiece=%s\nsha256=%s\ncontents=%s\n' "$id" "$n" "$k" \
+      "$(sha256sum ".gpu-carry/$k/piece" | cut -d' ' -f1)" "${items[*]+${items[*]} }model/$MODEL_FILE" >".gpu-carry/$k/MANIFEST"
+  done
+  rm -f .gpu-carry/all.tar
+  echo "packed ${items[*]+${items[*]} }$MODEL_FILE into $n pieces of at most $((piece >> 20)) MiB (pack $id; the tree is $((tree >> 20)) MiB)"
+  echo "make $n calls of the device tool's run, back to back, from the repository root:"
+  for k in $(seq 1 "$n"); do echo "  command: bash tools/gpu-check.sh   carry: [\".gpu-carry/$k\"]   timeout_s: 420"; done
+  exit 0
+fi
+
 START=$(date +%s)
 OUTDIR=${OUT:-$ROOT/gpu-check-out}
 mkdir -p "$OUTDIR"
@@ -82,6 +210,60 @@ exec > >(tee -a "$LOG") 2>&1
 FAILED=0
 note_fail() { FAILED=1; echo "FAILED: $*"; }
 elapsed() { echo $(($(date +%s) - START)); }
+# The GPU run fits in 6 minutes; the stand-in's, on a small machine's few cores, is not held to it.
+BUDGET=${HCQ_GPU_CHECK_BUDGET:-$([ "$STAND_IN" = 1 ] && echo 3600 || echo 360)}
+# cap N: N seconds, or what is left of the budget when that is less (at least 1).
+cap() {
+  local left=$((BUDGET - $(elapsed)))
+  [ "$left" -lt "$1" ] && { [ "$left" -gt 0 ] && echo "$left" || echo 1; } || echo "$1"
+}
+# spent NEED STEP: true (and says so) when less than NEED seconds of the budget are left for STEP.
+spent() {
+  [ $((BUDGET - $(elapsed))) -ge "$1" ] && return 1
+  echo "[$(elapsed)s] skipped: $2 (less than $1 s of the ${BUDGET} s budget left)"
+  SKIPPED+=("$2")
+  return 0
+}
+declare -a SKIPPED
+
+# ---- 0. the carried pieces (bash tools/gpu-check.sh --pack): kept in /tmp between calls ----
+CARRY=/tmp/hcq-gpu-carry
+for m in .gpu-carry/*/MANIFEST; do
+  [ -e "$m" ] || continue
+  p=$(sed -n 's/^pack=//p' "$m") n=$(sed -n 's/^pieces=//p' "$m") k=$(sed -n 's/^piece=//p' "$m")
+  want=$(sed -n 's/^sha256=//p' "$m")
+  got=$(sha256sum "$(dirname "$m")/piece" | cut -d' ' -f1)
+  [ "$got" = "$want" ] || { note_fail "piece $k of pack $p arrived damaged (sha256 $got, not $want)"; exit 1; }
+  # Another pack's pieces (an earlier run on this warm machine) go.
+  find "$CARRY" -mindepth 1 -maxdepth 1 ! -name "$p" -exec rm -rf {} + 2>/dev/null
+  mkdir -p "$CARRY/$p" && cp "$(dirname "$m")/piece" "$CARRY/$p/piece.$k" && echo "$n" >"$CARRY/$p/pieces" || exit 1
+  echo "received piece $k of $n (pack $p) into $CARRY/$p"
+done
+for d in "$CARRY"/*/; do
+  if [ ! -f "$d/pieces" ] || [ -f "$d/unpacked/complete" ]; then continue; fi
+  n=$(cat "$d/pieces") have=() absent=()
+  for k in $(seq 1 "$n"); do if [ -f "$d/piece.$k" ]; then have+=("$k"); else absent+=("$k"); fi; done
+  if [ "${#absent[@]}" -gt 0 ]; then
+    echo "pack $(basename "$d"): have piece(s) ${have[*]} of $n; missing ${absent[*]}: carry .gpu-carry/${absent[0]} in the next call"
+    echo "(the pieces wait in $CARRY only while this machine stays warm). Nothing was checked yet."
+    exit 2
+  fi
+  rm -rf "$d/unpacked" && mkdir -p "$d/unpacked" || exit 1
+  for k in $(seq 1 "$n"); do cat "$d/piece.$k"; done | tar -x -C "$d/unpacked" || { note_fail "unpacking pack $(basename "$d")"; exit 1; }
+  echo "unpacked pack $(basename "$d") ($n pieces): $(find "$d/unpacked" -mindepth 1 -maxdepth 2 ! -path '*/.*/*' -printf '%P ')"
+  rm -f "$d"/piece.* && touch "$d/unpacked/complete"
+done
+# What was carried: in the working tree itself, else in the unpacked pack.
+UNPACKED=$(find "$CARRY" -mindepth 3 -maxdepth 3 -path '*/unpacked/complete' 2>/dev/null | head -1)
+UNPACKED=${UNPACKED:+$(dirname "$UNPACKED")}
+carried() { # carried NAME: the path of a carried folder or file, or nothing
+  if [ -e "$ROOT/$1" ]; then echo "$ROOT/$1"; elif [ -n "$UNPACKED" ] && [ -e "$UNPACKED/$1" ]; then echo "$UNPACKED/$1"; fi
+}
+DEBDIR=$(carried .gpu-debs)
+VKDIR=$(carried .vkcarry)
+LLAMACPP=$(carried .llamacpp)
+MODEL=$(carried "model/$MODEL_FILE")
+[ -n "$MODEL" ] || { [ -f "$(model_here)" ] && MODEL=$(model_here); }
 
 # ---- 1. what this machine has ----
 # shellcheck disable=SC1091 # the machine's own file
@@ -255,7 +437,7 @@ PY
   esac
 }
 debs=()
-for f in .gpu-debs/*.deb; do [ -e "$f" ] && debs+=("$f"); done
+for f in ${DEBDIR:+"$DEBDIR"/*.deb}; do [ -e "$f" ] && debs+=("$f"); done
 if [ "${#debs[@]}" -gt 0 ]; then
   # Packages for another architecture would unpack fine and then fail to link: say so first.
   wrong=$(printf '%s\n' "${debs[@]}" | grep -v -e "_${DEB_ARCH}\.deb\$" -e '_all\.deb$' | head -3 | tr '\n' ' ')
@@ -264,7 +446,7 @@ if [ "${#debs[@]}" -gt 0 ]; then
     exit 1
   fi
   rm -rf "$PREFIX" && mkdir -p "$PREFIX"
-  for f in "${debs[@]}"; do unpack_deb "$ROOT/$f" "$PREFIX" || note_fail "unpacking $f"; done
+  for f in "${debs[@]}"; do unpack_deb "$f" "$PREFIX" || note_fail "unpacking $f"; done
   [ -d "$LIBDIR" ] || { note_fail "the carried packages hold no $LIBDIR"; exit 1; }
   # The newest glibc symbol version the carried libraries use, against this machine's C library.
   need=$(cat "$LIBDIR"/*.so* "$PREFIX"/usr/bin/* 2>/dev/null | grep -aoE 'GLIBC_2\.[0-9]+' | sort -t. -k2,2n -u | tail -1 |
@@ -300,7 +482,7 @@ LDFLAGS_EXTRA="-L$LIBDIR -Wl,-rpath-link,$LIBDIR -Wl,--disable-new-dtags -Wl,-rp
 echo "[$(elapsed)s] configuring and building in $B"
 if ! cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DHCQ_BUILD_BENCH=OFF -DPKG_CONFIG_EXECUTABLE="$PKGCONF" \
   -DCMAKE_EXE_LINKER_FLAGS="$LDFLAGS_EXTRA" -DCMAKE_SHARED_LINKER_FLAGS="$LDFLAGS_EXTRA" >"$OUTDIR/cmake.txt" 2>&1 ||
-  ! timeout 300 cmake --build "$B" -j "$(nproc)" >"$OUTDIR/build.txt" 2>&1; then
+  ! timeout "$(cap "$([ "$STAND_IN" = 1 ] && echo 3000 || echo 300)")" cmake --build "$B" -j "$(nproc)" >"$OUTDIR/build.txt" 2>&1; then
   tail -30 "$OUTDIR/cmake.txt" "$OUTDIR/build.txt" 2>/dev/null
   note_fail "the build"
   exit 1
@@ -325,16 +507,18 @@ if [ "$have_gpu" = 1 ] && grep -qE '^CUDA .*NVRTC (absent|[0-9.]+ INCOMPATIBLE)'
 fi
 echo
 
-echo "[$(elapsed)s] CUDA tests (ctest -L 'cuda|graph')"
-timeout 240 ctest --test-dir "$B" -L 'cuda|graph' --output-on-failure >"$OUTDIR/ctest.txt" 2>&1 || note_fail "CUDA tests"
-cat "$OUTDIR/ctest.txt"
-# CTest counts a skipped test as passed: with a GPU, the suite on the real driver must have run.
-if [ "$have_gpu" = 1 ] && grep -E '^[[:space:]]*[0-9]+ - cuda \(Skipped\)|Test +#[0-9]+: cuda +\.+\*+Skipped' "$OUTDIR/ctest.txt"; then
-  note_fail "the CUDA suite was skipped on a machine with a GPU"
+if ! spent 30 "the CUDA tests (ctest -L 'cuda|graph')"; then
+  echo "[$(elapsed)s] CUDA tests (ctest -L 'cuda|graph')"
+  timeout "$(cap 240)" ctest --test-dir "$B" -L 'cuda|graph' --output-on-failure >"$OUTDIR/ctest.txt" 2>&1 || note_fail "CUDA tests"
+  cat "$OUTDIR/ctest.txt"
+  # CTest counts a skipped test as passed: with a GPU, the suite on the real driver must have run.
+  if [ "$have_gpu" = 1 ] && grep -E '^[[:space:]]*[0-9]+ - cuda \(Skipped\)|Test +#[0-9]+: cuda +\.+\*+Skipped' "$OUTDIR/ctest.txt"; then
+    note_fail "the CUDA suite was skipped on a machine with a GPU"
+  fi
 fi
-if [ "$have_gpu" = 1 ]; then
+if [ "$have_gpu" = 1 ] && ! spent 20 "the CUDA suite test by test"; then
   echo "[$(elapsed)s] the CUDA suite on the GPU, test by test"
-  timeout 120 "$B/tests/test_cuda" --verbose --jobs 1 >"$OUTDIR/test_cuda.txt" 2>&1 || note_fail "test_cuda"
+  timeout "$(cap 120)" "$B/tests/test_cuda" --verbose --jobs 1 >"$OUTDIR/test_cuda.txt" 2>&1 || note_fail "test_cuda"
   grep -E '^\[(PASS|FAIL|SKIP|----)\]|Synthesis' "$OUTDIR/test_cuda.txt" || note_fail "test_cuda printed no results"
   # A skip here means something the GPU run needs is missing (NVRTC, most often): a failure, said so.
   skipped=$(grep -c '^\[SKIP\]' "$OUTDIR/test_cuda.txt" || true)
@@ -344,12 +528,12 @@ echo
 
 # ---- examples with --check on CUDA ----
 declare -a ROWS
-if [ "$have_gpu" = 1 ]; then
+if [ "$have_gpu" = 1 ] && ! spent 20 "the examples with --check on CUDA"; then
   for f in examples/*.json; do
     map=CPU=CUDA
     # Examples on two devices fold CPU:1 onto CUDA:0 when there is one GPU.
     if grep -q '"CPU:1"' "$f" && [ "$ndev" -lt 2 ]; then map=CPU:1=CUDA:0,CPU=CUDA; fi
-    if out=$(timeout 120 "$HCQ" run "$f" --device-map "$map" --check --repeat 3 2>&1); then
+    if out=$(timeout "$(cap 120)" "$HCQ" run "$f" --device-map "$map" --check --repeat 3 2>&1); then
       ROWS+=("check $(basename "$f" .json) ($map): $(echo "$out" | tail -1)")
     else
       echo "$out" | tail -20
@@ -384,7 +568,8 @@ echo "[" >"$RESULTS"
 first=1
 bench() { # NAME FILE MAP
   local out
-  if out=$(timeout 120 "$HCQ" bench "$2" --device-map "$3" --json 2>&1) && [ "${out#\{}" != "$out" ]; then
+  spent 10 "hcq bench $1" && return
+  if out=$(timeout "$(cap 120)" "$HCQ" bench "$2" --device-map "$3" --json 2>&1) && [ "${out#\{}" != "$out" ]; then
     [ $first = 1 ] || echo "," >>"$RESULTS"
     first=0
     printf '{"name": "%s", "device_map": "%s", "bench": %s}\n' "$1" "$3" "$out" >>"$RESULTS"
@@ -405,25 +590,14 @@ fi
 bench "chain1000 on CPU (reference)" "$CHAIN" CPU=CPU
 echo "]" >>"$RESULTS"
 
-# ---- Vulkan on the same GPU: the bundle tools/vulkan-check.sh prepared here (carry ".vkcarry") ----
-if [ -d .vkcarry ]; then
-  echo "[$(elapsed)s] the Vulkan suite on NVIDIA's Vulkan driver (tools/vulkan-check.sh run)"
-  OUT="$OUTDIR/vulkan" timeout 300 bash tools/vulkan-check.sh run .vkcarry || note_fail "Vulkan suite"
-  # Its decoder runs (demo_*.log: one `hcq demo --json` object each) join the demo table.
-  for f in "$OUTDIR"/vulkan/demo_*.log; do
-    [ -e "$f" ] || continue
-    j=$(tail -1 "$f")
-    [ "${j#\{}" != "$j" ] && printf '{"label": "VULKAN %s", "demo": %s}\n' "$(basename "$f" .log | sed 's/^demo_//')" "$j" >>"$DEMOS"
-  done
-fi
-
-# ---- the decoder (hcq demo): eager against the CUDA graph on CUDA, against the HCQ graph on Vulkan ----
+# ---- the decoder (hcq demo): eager against the CUDA graph on CUDA ----
 DEMOS=$OUTDIR/demo.jsonl
 : >"$DEMOS"
 demo() { # LABEL ARGS...: one `hcq demo --json` object a line in demo.jsonl
   local label=$1 out
   shift
-  if out=$(timeout 150 "$HCQ" demo "$@" --json 2>"$OUTDIR/demo-err.txt") && [ "${out#\{}" != "$out" ]; then
+  spent 15 "hcq demo ($label)" && return
+  if out=$(timeout "$(cap 150)" "$HCQ" demo "$@" --json 2>"$OUTDIR/demo-err.txt") && [ "${out#\{}" != "$out" ]; then
     printf '{"label": "%s", "demo": %s}\n' "$label" "$out" >>"$DEMOS"
   else
     tail -5 "$OUTDIR/demo-err.txt"
@@ -436,7 +610,88 @@ if [ "$have_gpu" = 1 ]; then
   demo "CUDA 15m" --device CUDA --size 15m --steps 64
 fi
 
-# ---- 5. the tables ----
+# ---- 5. the LLM race: hcq generate on CUDA (eager, CUDA graph) and llama.cpp CUDA, one file ----
+LLM_TABLE=$OUTDIR/llm-table.txt
+: >"$LLM_TABLE"
+# find_lib SONAME: the folder of a library the machine has (the linker cache, CUDA toolkits, pip's
+# nvidia packages in every Python site directory), or nothing.
+find_lib() {
+  local f d sites=""
+  f=$(ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n {print $NF; exit}')
+  [ -n "$f" ] && { dirname "$f"; return; }
+  command -v python3 >/dev/null 2>&1 &&
+    sites=$(python3 -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
+  for d in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/local/cuda*/targets/*/lib /opt/cuda/lib64 $sites \
+    /usr/local/lib/python3*/dist-packages /opt/*/.venv/lib/python3*/site-packages; do
+    for f in "$d/$1" "$d"/nvidia/cu[0-9]*/lib/"$1" "$d"/nvidia/cublas/lib/"$1"; do
+      [ -e "$f" ] && { dirname "$(readlink -f "$f")"; return; }
+    done
+  done
+}
+llm_args=()
+if [ "$STAND_IN" = 1 ]; then
+  llm_args=(--quick --llamacpp-why "llama.cpp's CUDA backend needs NVIDIA's driver and a GPU; the stand-in plays only the driver calls hcq makes")
+elif [ "$have_gpu" = 0 ]; then
+  llm_args=(--llamacpp-why "no GPU")
+elif [ -z "$LLAMACPP" ]; then
+  llm_args=(--llamacpp-why "not carried: bash tools/gpu-check.sh --prepare-llamacpp here, then --pack")
+else
+  # The libraries llamacpp-bench needs beyond the carried cudart: the machine's cuBLAS and driver.
+  ldirs=$LLAMACPP/lib missing=""
+  read -r -a needed <<<"$(sed -n 's/^needed: //p' "$LLAMACPP/BUILD.txt")"
+  for so in ${needed[@]+"${needed[@]}"}; do
+    [ -e "$LLAMACPP/lib/$so" ] && continue
+    case $so in libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux*) continue ;; esac
+    d=$(find_lib "$so")
+    if [ -n "$d" ]; then
+      case ":$ldirs:" in *":$d:"*) ;; *) ldirs=$ldirs:$d ;; esac
+    else
+      missing="$missing $so"
+    fi
+  done
+  echo "llama.cpp: $(head -1 "$LLAMACPP/BUILD.txt"); libraries from $ldirs${missing:+; NOT FOUND:$missing}"
+  if [ -n "$missing" ]; then
+    llm_args=(--llamacpp-why "this machine has no$missing (a CUDA toolkit of the major version in .llamacpp/BUILD.txt, or pip's nvidia-cublas)")
+  else
+    # A small wrapper, so that only llama.cpp's process sees these libraries.
+    # shellcheck disable=SC2016 # the wrapper expands them when it runs
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' "$ldirs" \
+      "$LLAMACPP/bin/llamacpp-bench" >"$OUTDIR/llamacpp-bench"
+    chmod +x "$OUTDIR/llamacpp-bench"
+    llm_args=(--llamacpp "$OUTDIR/llamacpp-bench" --targets)
+  fi
+fi
+if [ "$have_gpu" = 0 ]; then
+  echo "LLM on CUDA: no GPU" >"$LLM_TABLE"
+elif [ -z "$MODEL" ]; then
+  echo "LLM on CUDA: NOT RUN: no $MODEL_FILE here (bash tools/gpu-check.sh --pack carries it)" >"$LLM_TABLE"
+elif ! command -v python3 >/dev/null 2>&1; then
+  echo "LLM on CUDA: NOT RUN: no python3 (tools/llm-race.py)" >"$LLM_TABLE"
+elif ! spent 30 "the LLM race on CUDA"; then
+  echo "[$(elapsed)s] the LLM on CUDA: hcq generate eager against the CUDA graph, and llama.cpp (tools/llm-race.py)"
+  # tools/llm-race.py's exit status 1: tokens differ, or hcq generate failed (not for want of kernels).
+  t=$(cap 200)
+  timeout "$t" python3 tools/llm-race.py --hcq "$HCQ" --device CUDA --model "$MODEL" "${llm_args[@]}" \
+    --timeout 90 --budget $((t - 5)) --out "$OUTDIR" --title "LLM on CUDA (${gpu_names:-$driver})" >/dev/null ||
+    note_fail "the LLM race on CUDA (see llm-table.txt)"
+  [ -s "$LLM_TABLE" ] || echo "LLM on CUDA: FAILED: tools/llm-race.py printed no table (past its time?)" >"$LLM_TABLE"
+  cat "$LLM_TABLE"
+fi
+
+# ---- 6. Vulkan on the same GPU: the bundle tools/vulkan-check.sh prepared here (carry .vkcarry) ----
+if [ -n "$VKDIR" ] && ! spent 40 "the Vulkan suite (tools/vulkan-check.sh run)"; then
+  echo "[$(elapsed)s] the Vulkan suite on NVIDIA's Vulkan driver (tools/vulkan-check.sh run)"
+  OUT="$OUTDIR/vulkan" HCQ_VULKAN_CHECK_BUDGET=$(($(cap 300) - 5)) timeout "$(cap 300)" \
+    bash tools/vulkan-check.sh run "$VKDIR" ${MODEL:+"$MODEL"} || note_fail "Vulkan suite"
+  # Its decoder runs (demo_*.log: one `hcq demo --json` object each) join the demo table.
+  for f in "$OUTDIR"/vulkan/demo_*.log; do
+    [ -e "$f" ] || continue
+    j=$(tail -1 "$f")
+    [ "${j#\{}" != "$j" ] && printf '{"label": "VULKAN %s", "demo": %s}\n' "$(basename "$f" .log | sed 's/^demo_//')" "$j" >>"$DEMOS"
+  done
+fi
+
+# ---- 7. the table ----
 {
   echo "hcq gpu-check: $os; driver $driver; CUDA $cuda_version; NVRTC $nvrtc_version; $(elapsed)s"
   [ "$have_gpu" = 1 ] || echo "no GPU: only the CPU reference row and the tests that need no GPU ran"
@@ -473,6 +728,10 @@ PY
   else
     cat "$RESULTS"
   fi
+  echo
+  cat "$LLM_TABLE"
+  if [ -s "$OUTDIR/vulkan/llm-table.txt" ]; then echo; cat "$OUTDIR/vulkan/llm-table.txt"; fi
+  for r in ${SKIPPED[@]+"${SKIPPED[@]}"}; do echo "skipped (the ${BUDGET} s budget was spent): $r"; done
 } | tee "$OUTDIR/table.txt"
 echo "[$(elapsed)s] done; $([ $FAILED = 0 ] && echo "every check passed" || echo "SOME CHECKS FAILED"); files in $OUTDIR"
 exit $FAILED

@@ -5,20 +5,31 @@
 #                                          suite, the hcq command and the examples into DIR
 #                                          (default .vkcarry) with every shared library they need,
 #                                          the Vulkan loader and the dynamic linker included, so the
-#                                          GPU machine needs nothing installed
-#   tools/vulkan-check.sh run [DIR]        on the GPU machine: the Vulkan conformance suite, the
+#                                          GPU machine needs nothing installed but its driver and
+#                                          Python 3 (for the LLM rows)
+#   tools/vulkan-check.sh run [DIR] [MODEL]
+#                                          on the GPU machine: the Vulkan conformance suite, the
 #                                          Vulkan tests, every example (--check, and bytes equal to
-#                                          the CPU's), hcq bench rows eager vs graph, the decoder
-#                                          (hcq demo, both shapes); logs and a
-#                                          summary under $OUT (or DIR/out)
+#                                          the CPU's), the LLM rows when MODEL (SmolLM2-135M-Instruct
+#                                          Q4_1, the GGUF of `make demo`) is given: `hcq generate
+#                                          --device VULKAN --bench` eager launches against HCQ graph
+#                                          replays, decode and prompt tok/s, host us per token,
+#                                          identical tokens (tools/llm-race.py, the rows
+#                                          tools/gpu-check.sh makes on CUDA), hcq bench rows eager
+#                                          vs graph, the llama2 decoder (hcq demo, both shapes);
+#                                          logs, llm-table.txt and a summary under $OUT (or DIR/out)
 #
-# DIR must travel with the working tree: add it to .git/info/exclude and name it in the device
-# tool's `carry`. The run uses the machine's Vulkan driver (its ICD file; the NVIDIA one under
-# /usr/local/nvidia is used when the loader finds none), HCQ_VULKAN_VIRTUAL=1 so multi-device
-# scenarios open several logical devices on the one GPU, and exits non-zero when anything failed.
+# DIR must travel with the working tree: tools/gpu-check.sh --pack packs it with the rest (or name
+# it in the device tool's `carry` when it fits). The run uses the machine's Vulkan driver (its ICD
+# file; the NVIDIA one under /usr/local/nvidia is used when the loader finds none),
+# HCQ_VULKAN_VIRTUAL=1 so multi-device scenarios open several logical devices on the one GPU, and
+# exits non-zero when anything failed (a speed figure is not a check). Every step runs under what
+# is left of HCQ_VULKAN_CHECK_BUDGET seconds (default 300); one that finds less than 10 s left is
+# skipped, saying so.
 set -u
 mode=${1:-}
 dir=${2:-.vkcarry}
+model=${3:-}
 
 bundle_libs() { # bundle_libs DEST GLIBC_DEST BINARY...: every shared library the binaries load; the C
   # library and its dynamic linker apart (used only when the machine's own C library is too old)
@@ -56,6 +67,9 @@ case "$mode" in
     cp -r "$root/examples" "$dir/examples"
     cp "$root/tests/cli/test_examples_vulkan.sh" "$dir/bin/"
     cp "$0" "$dir/bin/vulkan-check.sh"
+    # The LLM rows' driver and its inputs (it imports bench/llm_peers.py from beside its folder).
+    cp "$root/tools/llm-race.py" "$dir/bin/"
+    mkdir -p "$dir/bench" && cp "$root/bench/llm_peers.py" "$dir/bench/"
     du -sh "$dir"
     echo "prepared $dir: carry it and run tools/vulkan-check.sh run $dir there"
     ;;
@@ -81,10 +95,17 @@ case "$mode" in
       hcq info | tee "$out/info.txt"
     fi
     failed=0
-    step() { # step NAME COMMAND...: runs, logs, counts failures
+    start=$(date +%s)
+    budget=${HCQ_VULKAN_CHECK_BUDGET:-300}
+    left() { echo $((budget - ($(date +%s) - start))); }
+    step() { # step NAME COMMAND...: runs under what is left of the budget, logs, counts failures
       local name=$1; shift
       echo "== $name"
-      if "$@" >"$out/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; failed=$((failed + 1)); fi
+      if [ "$(left)" -lt 10 ]; then
+        echo "skipped: less than 10 s of the $budget s budget left" | tee "$out/$name.log"
+        return
+      fi
+      if timeout "$(left)" "$@" >"$out/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; failed=$((failed + 1)); fi
       tail -3 "$out/$name.log"
     }
     step conformance "${runner[@]}" "$bin/test_conformance" --filter='conformance_vulkan/*' --jobs 1 --verbose
@@ -93,23 +114,36 @@ case "$mode" in
     printf '#!/bin/sh\nexec %s "%s" "$@"\n' "${runner[*]}" "$bin/hcq" >"$hcq_wrapper"
     chmod +x "$hcq_wrapper"
     step examples bash "$bin/test_examples_vulkan.sh" "$hcq_wrapper" "$dir/examples"
+    # The LLM: eager launches against HCQ graph replays (llama.cpp's row is CUDA's, in gpu-check.sh).
+    race=$bin/llm-race.py
+    [ -f "$race" ] || race=$(dirname "$0")/llm-race.py
+    if [ -z "$model" ]; then
+      echo "LLM on VULKAN: NOT RUN: no model given (tools/vulkan-check.sh run DIR MODEL)" >"$out/llm-table.txt"
+    elif ! command -v python3 >/dev/null 2>&1; then
+      echo "LLM on VULKAN: NOT RUN: no python3" >"$out/llm-table.txt"
+    else
+      step llm python3 "$race" --hcq "$hcq_wrapper" --device VULKAN --model "$model" --budget $(($(left) - 5)) --out "$out" \
+        --llamacpp-why "llama.cpp runs on CUDA: its row is in the CUDA table" --title "LLM on VULKAN ($(sed -n 's/^VULKAN.*VULKAN:0 is \([^;]*\).*/\1/p' "$out/info.txt" | head -1))"
+      [ -s "$out/llm-table.txt" ] || echo "LLM on VULKAN: FAILED: no table (see llm.log)" >"$out/llm-table.txt"
+    fi
     for f in "$dir"/examples/*.json; do
       name=$(basename "$f" .json)
-      step "bench_$name" hcq bench "$f" --device-map CPU=VULKAN --json
-      step "bench_cpu_$name" hcq bench "$f" --json
+      step "bench_$name" "$hcq_wrapper" bench "$f" --device-map CPU=VULKAN --json
+      step "bench_cpu_$name" "$hcq_wrapper" bench "$f" --json
     done
     # The decoder, eager against HCQ graph replays (one JSON object each; tools/gpu-check.sh tabulates them).
-    step demo_small hcq demo --device VULKAN --size small --json
-    step demo_15m hcq demo --device VULKAN --size 15m --steps 64 --json
+    step demo_small "$hcq_wrapper" demo --device VULKAN --size small --json
+    step demo_15m "$hcq_wrapper" demo --device VULKAN --size 15m --steps 64 --json
     {
       echo "device: $(grep '^VULKAN' "$out/info.txt")"
       for f in "$out"/bench_*.log "$out"/demo_*.log; do echo "$(basename "$f" .log): $(tail -1 "$f")"; done
+      [ -s "$out/llm-table.txt" ] && cat "$out/llm-table.txt"
       echo "$failed step(s) failed"
     } | tee "$out/summary.txt"
     [ "$failed" = 0 ]
     ;;
   *)
-    echo "usage: tools/vulkan-check.sh prepare|run [DIR]" >&2
+    echo "usage: tools/vulkan-check.sh prepare [DIR] | run [DIR] [MODEL]" >&2
     exit 2
     ;;
 esac

@@ -3,8 +3,9 @@
 - every C snippet (```c) in README.md is a run of consecutive lines of a file in examples/c/, and
   every C++ snippet (```cpp) of one in examples/cpp/ (the install test builds both with -Wall
   -Wextra -Werror and runs them), indentation aside;
-- README.md, docs/, examples/ and the public headers cite nothing outside the repository, and every
-  repository path they name (a relative link, or a `path/like/this`) exists;
+- README.md, docs/, examples/, the public headers and tools/ (the scripts run on other machines,
+  whose headers say what they need) cite nothing outside the repository, and every repository path
+  they name (a relative link, or a `path/like/this`) exists;
 - README.md's architecture section stays one screen (30 lines);
 - every script in tools/ and scripts/ that starts with #! is executable;
 - the headers and docs give HCQ_CFLAGS's real default.
@@ -50,9 +51,10 @@ for lang, pattern in (("c", "examples/c/*.c"), ("cpp", "examples/cpp/*.cpp")):
 # ---- nothing outside the repository ----
 docs = [readme_path] + glob.glob(os.path.join(root, "docs/*")) + glob.glob(os.path.join(root, "examples/**/*.md"), recursive=True) \
     + glob.glob(os.path.join(root, "examples/c/*")) + glob.glob(os.path.join(root, "examples/cpp/*")) \
-    + glob.glob(os.path.join(root, "include/hcq/*.h")) + glob.glob(os.path.join(root, "include/hcq/*.hpp"))
+    + glob.glob(os.path.join(root, "include/hcq/*.h")) + glob.glob(os.path.join(root, "include/hcq/*.hpp")) \
+    + [p for p in glob.glob(os.path.join(root, "tools/**/*"), recursive=True) if os.path.isfile(p)]
 outside = [r"\.\./shared", r"\bshared/", r"\b(?:CLI|SPEC|STYLE)\.md\b", r"\bSPEC \d", r"/work/"]
-path_re = re.compile(r"`((?:docs|include|examples|src|scripts|tests|cli|bench|fuzz|cmake)/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])`")
+path_re = re.compile(r"`((?:docs|include|examples|src|scripts|tests|cli|bench|fuzz|cmake|tools)/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])`")
 for path in docs:
     text = open(path, encoding="utf-8").read()
     for pattern in outside:
