@@ -27,7 +27,7 @@
 
 static int g_replays = 301;
 
-/* ---- kernels (SPEC 2 ABI, host function pointers) ---- */
+/* ---- kernels (the CPU ABI of hcq/program.h, host function pointers) ---- */
 static void k_produce(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v, (void)l, dag_produce(b[0]); }
 static void k_consume(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)l, dag_consume(b[0], b[1], v[0]); }
 static void k_fanin2(void *const *b, const int32_t *v, const hcq_launch_t *l) {

@@ -15,7 +15,7 @@ static bool g_started;
 
 hcq_status_t cli_mpi_start(void) {
   hcq_status_t st = hcq_mpi_init_auto(&g_started);
-  /* Rank 0 reports (CLI.md): the others keep stderr, for what fails on them, and drop stdout. */
+  /* Rank 0 reports (docs/cli.md): the others keep stderr, for what fails on them, and drop stdout. */
   if (!st && g_started && hcq_mpi_rank() != 0 && !freopen("/dev/null", "w", stdout)) {
     /* stdout stays: the output doubles, nothing breaks */
   }

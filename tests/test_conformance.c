@@ -56,7 +56,8 @@ static hcq_program_t *kernel(const test_backend_t *b, hcq_device_t *d, const cha
 
 static hcq_operand_t I(int64_t v) { return hcq_imm(v); }
 /* A graph scenario with transfer items or items on several devices: the Metal graph holds one
- * device's kernels (SPEC 7), so there such graphs are refused (tests/test_metal.c checks how). */
+ * device's kernels (docs/design.md, "The Metal graph"), so there such graphs are refused
+ * (tests/test_metal.c checks how). */
 static void needs_general_graph(const test_backend_t *b) {
   if (!strcmp(b->kind, "METAL")) cr_skip_test("a Metal graph holds one device's kernel items only");
 }
@@ -209,7 +210,7 @@ SCENARIO(eager_views_alias_their_base, 1) {
   cr_assert_null(g);
   OK(hcq_transfer(src, src, 32 * 4));
   item.transfer.dst = src;
-  if (!strcmp(b->kind, "METAL")) { /* the Metal graph holds kernels only (SPEC 7) */
+  if (!strcmp(b->kind, "METAL")) { /* the Metal graph holds kernels only (docs/metal.md) */
     FAILS(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0", "kernel items only");
   } else {
     OK(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g));
@@ -610,15 +611,16 @@ SCENARIO(graph_long_chain_replayed_without_waiting, 1) {
   world_close(&w);
 }
 
-/* A scenario about the HCQ graph's own machinery (SPEC 5): CUDA devices run the CUDA graph, Metal
- * devices the Metal graph. */
+/* A scenario about the HCQ graph's own machinery (docs/design.md, "The HCQ graph"): CUDA devices
+ * run the CUDA graph, Metal devices the Metal graph. */
 static void needs_hcq_graph(const test_backend_t *b, const char *what) {
-  if (!strcmp(b->kind, "CUDA")) cr_skip_test("CUDA devices run the CUDA graph (SPEC 6), which has no %s", what);
-  if (!strcmp(b->kind, "METAL")) cr_skip_test("Metal devices run the Metal graph (SPEC 7), which has no %s", what);
+  if (!strcmp(b->kind, "CUDA")) cr_skip_test("CUDA devices run the CUDA graph, which has no %s", what);
+  if (!strcmp(b->kind, "METAL")) cr_skip_test("Metal devices run the Metal graph, which has no %s", what);
 }
 
 
-/* The kickoff value restarts before it outgrows its 32-bit payload (SPEC 5 step 7). */
+/* The kickoff value restarts before it outgrows its 32-bit payload (docs/design.md,
+ * "The HCQ graph", "Replay"). */
 SCENARIO(graph_kickoff_value_wraps, 2) {
   needs_hcq_graph(b, "kickoff signal");
   world_t w;

@@ -1,4 +1,4 @@
-/* The HCQ graph's schedule (SPEC 5), inspected item by item; its profile; its errors. */
+/* The HCQ graph's schedule (docs/design.md, "The HCQ graph"), inspected item by item; its profile; its errors. */
 #include "core/internal.h"
 #include "graph/graph_internal.h"
 #include "world.h"

@@ -1,4 +1,4 @@
-/* Faults, hangs, misuse and hostile environments (SPEC 9, issue 7): one test (or more) per class of
+/* Faults, hangs, misuse and hostile environments (docs/errors.md, issue 7): one test (or more) per class of
  * failure. Each asserts behaviour: no crash, no hang (every wait is bounded by a short
  * HCQ_WAIT_TIMEOUT_MS), no wrong result, and the culprit named in the message. */
 #include <errno.h>
@@ -16,7 +16,7 @@
 
 TestSuite(hardening, .timeout = 60);
 
-/* Kernels that misbehave (SPEC 2 CPU ABI). */
+/* Kernels that misbehave (the CPU ABI of hcq/program.h). */
 static const char *const k_bad_kernels =
     "#include <unistd.h>\n"
     "void forever(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"

@@ -1,6 +1,6 @@
 /* Capture and batching: the capture run executes, replays match eager execution (the ground truth)
- * buffer by buffer, batches have the SPEC 8 sizes, leftovers run eagerly with a reason, and a saved
- * capture runs again through `hcq run`. */
+ * buffer by buffer, batches have the sizes of docs/design.md, "Capture and batching", leftovers run
+ * eagerly with a reason, and a saved capture runs again through `hcq run`. */
 #include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-/* The Metal backend (SPEC 7, docs/metal.md) against the stand-in runtime in tests/fake_metal (the
+/* The Metal backend (docs/metal.md) against the stand-in runtime in tests/fake_metal (the
  * environment names it: HCQ_OBJC_LIBRARY, HCQ_METAL_FRAMEWORK). What is checked: the device's eager
  * work and copies, the compiler's error text, a failed command buffer marking the device lost, and
  * the Metal graph: results equal to eager ones, the ICB calls a replay makes (none when nothing

@@ -1,5 +1,5 @@
 /* NVRTC compile and the on-disk cache of CUDA kernels (no GPU needed), and the PTX parameter rules
- * of SPEC 2. Every compiling test skips, saying why, where NVRTC does not load. */
+ * of docs/cuda.md. Every compiling test skips, saying why, where NVRTC does not load. */
 #include <sys/stat.h>
 
 #include "cuda/cuda_internal.h"

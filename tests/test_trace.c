@@ -631,9 +631,9 @@ Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
   cr_assert_not_null(strstr(dot, "label=\"CPU:1 compute queue\""));
   cr_assert_null(strstr(dot, "CPU:1 copy queue"), "CPU:1 copies nothing");
   cr_assert_not_null(strstr(dot, "g0_i2 [label=\"2: copy CPU:0 -> CPU:1\\nb0 -> b2, 256 bytes"));
-  /* By hand from SPEC 5: waits kept where another queue must be waited for; dropped on the same
-   * in-order queue, or when the queue already waited for as much (4 on 2: it waits for 3, later on
-   * the same copy queue). */
+  /* By hand from docs/design.md, "The HCQ graph": waits kept where another queue must be waited
+   * for; dropped on the same in-order queue, or when the queue already waited for as much (4 on 2:
+   * it waits for 3, later on the same copy queue). */
   const char *kept[] = {"g0_i0 -> g0_i2 [class=\"wait\"", "g0_i1 -> g0_i3 [class=\"wait\"",
                         "g0_i3 -> g0_i4 [class=\"wait\"", "g0_i2 -> g0_i5 [class=\"wait\""};
   const char *dropped[] = {"g0_i0 -> g0_i1 [class=\"dropped\", style=dashed, color=\"#999999\", fontcolor=\"#777777\", label=\"in order\"",

@@ -88,7 +88,7 @@ const char *const test_kernels_cuda =
     "  out[g] += (int)(blockDim.x * blockDim.y * blockDim.z);\n"
     "}\n";
 
-/* The same in Metal Shading Language (SPEC 7's ABI). The Metal stand-in (tests/fake_metal) runs host
+/* The same in Metal Shading Language (the ABI of docs/metal.md). The Metal stand-in (tests/fake_metal) runs host
  * twins of these, line for line. */
 const char *const test_kernels_msl =
     "#include <metal_stdlib>\n"

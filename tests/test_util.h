@@ -37,7 +37,7 @@ void test_read(hcq_buffer_t *buf, void *dst, uint64_t size);
 hcq_queue_t *test_gate_queue(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate, uint64_t value);
 hcq_program_t *test_program(hcq_device_t *dev, const char *entry, const char *source);
 
-/* Kernels used across suites (SPEC 2 CPU ABI). Every one loops over its group's lsz[0] threads and
+/* Kernels used across suites (the CPU ABI of hcq/program.h). Every one loops over its group's lsz[0] threads and
  * skips indices >= n where it takes n.
  *   add_scalar(out, a; v0, n): out[i] = a[i] + v0
  *   mul_add(x; mul, add, n):   x[i] = x[i] * mul + add   (in place)
@@ -48,9 +48,9 @@ hcq_program_t *test_program(hcq_device_t *dev, const char *entry, const char *so
 extern const char *const test_kernels_source;
 /* The same kernels in GLSL for Vulkan devices (one source; each kernel under #ifdef HCQ_KERNEL_name). */
 extern const char *const test_kernels_glsl;
-/* The same kernels in CUDA C for CUDA devices (extern "C" __global__, SPEC 2). */
+/* The same kernels in CUDA C for CUDA devices (extern "C" __global__, docs/cuda.md). */
 extern const char *const test_kernels_cuda;
-/* The same kernels in Metal Shading Language for Metal devices (SPEC 7). */
+/* The same kernels in Metal Shading Language for Metal devices (docs/metal.md). */
 extern const char *const test_kernels_msl;
 
 /* The backends the conformance suite runs on: one entry per device kind, with its kernel sources

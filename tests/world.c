@@ -153,7 +153,7 @@ hcq_graph_t *world_graph(world_t *w, world_item_t *items, int n, const int *inpu
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(its, (size_t)n, ins, (size_t)ninputs, vals, nvals, &opts, &g));
   free(its);
-  /* CUDA devices run the CUDA graph (SPEC 6), Metal ones the Metal graph (SPEC 7), every other kind
+  /* CUDA devices run the CUDA graph, Metal ones the Metal graph, every other kind
    * the HCQ graph. */
   hcq_device_kind_t kind = hcq_device_kind(w->devs[0]);
   cr_assert_str_eq(hcq_graph_kind(g), kind == HCQ_DEVICE_CUDA ? "cuda" : kind == HCQ_DEVICE_METAL ? "metal" : "hcq");

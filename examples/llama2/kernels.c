@@ -1,4 +1,4 @@
-/* The decoder's forward pass as hcq CPU kernels (SPEC 2 ABI: called once per work-group, each
+/* The decoder's forward pass as hcq CPU kernels (the CPU ABI of hcq/program.h: called once per work-group, each
  * group loops over its own lsz threads).
  *
  * The decoder compiles this file once per kernel entry, after the hcq prelude and a block of

@@ -1,4 +1,4 @@
-// The decoder's kernels in CUDA C (SPEC 2 CUDA ABI): the same entries, buffers and values as
+// The decoder's kernels in CUDA C (the CUDA ABI of docs/cuda.md): the same entries, buffers and values as
 // kernels.c, which documents what each computes, with one thread per output row, or pair of rows
 // for the rotary kernel, in blocks of GROUP; attention one thread per element of a head (the split
 // kernels.glsl had before it was rewritten for lavapipe). The decoder compiles it after the block of

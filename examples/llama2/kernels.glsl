@@ -1,4 +1,4 @@
-// The decoder's kernels in GLSL for Vulkan devices (SPEC 2 Vulkan ABI): the same entries, buffers
+// The decoder's kernels in GLSL for Vulkan devices (the GLSL ABI of hcq/vulkan.h): the same entries, buffers
 // and values as kernels.c, which documents what each computes. Only the work split differs.
 //
 // The split is for lavapipe (Mesa's llvmpipe: a work-group runs on one thread, its invocations 8

@@ -1,4 +1,4 @@
-// The decoder's kernels in MSL (SPEC 7 Metal ABI): the same entries, buffers and values as
+// The decoder's kernels in MSL (the MSL ABI of docs/metal.md): the same entries, buffers and values as
 // kernels.c, which documents what each computes, with the work split of kernels.cu (one thread per
 // output row, or pair of rows for the rotary kernel, in threadgroups of GROUP; attention one thread
 // per element of a head). Buffers are at [[buffer(i)]], the values (where a kernel has any) at

@@ -1,4 +1,4 @@
-/* The MiniLM (BERT) encoder as hcq CPU kernels (SPEC 2 ABI: called once per work-group).
+/* The MiniLM (BERT) encoder as hcq CPU kernels (the CPU ABI of hcq/program.h: called once per work-group).
  *
  * The encoder compiles this file after the hcq prelude and #defines fixing the model's shape
  * (HIDDEN, HEADS, HEAD_DIM, INTER, VOCAB, MAXLEN: max_seq_len rounded up to 16, LN_EPS) and the tiles (RB rows, CB

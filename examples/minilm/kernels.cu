@@ -1,4 +1,4 @@
-// The MiniLM encoder's kernels in CUDA C (SPEC 2 CUDA ABI): the same entries, buffers and values
+// The MiniLM encoder's kernels in CUDA C (the CUDA ABI of docs/cuda.md): the same entries, buffers and values
 // (n, the token count, last) as kernels.c, which documents what each computes, with the work split
 // of kernels.glsl: a thread per output element of the matrix products (COLS threads a block along
 // a row), a block of GROUP threads per token row for the row kernels, a block of HEAD_DIM threads

@@ -1,4 +1,4 @@
-// The MiniLM encoder's kernels in GLSL for Vulkan devices (SPEC 2 Vulkan ABI): the same entries,
+// The MiniLM encoder's kernels in GLSL for Vulkan devices (the GLSL ABI of hcq/vulkan.h): the same entries,
 // buffers and values (hcq_val(0) is n, the token count) as kernels.c, which documents what each
 // computes, and as there the output and down projections (mlm_proj, mlm_down) are split from their
 // residual and LayerNorm (mlm_res_ln). kt (the transposed keys) is the CPU's layout trick: these

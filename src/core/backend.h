@@ -21,8 +21,9 @@ typedef struct hcq__backend {
   /* Makes dev (name, kind, index, locks set) the index-th device of the kind: vt, backend, caps,
    * threads. On failure nothing of the backend is left and the status names dev->name. */
   hcq_status_t (*open)(int index, hcq_device_t *dev);
-  /* The kind's own graph runner (SPEC 6, 7), which holds devices of this backend only; NULL: its
-   * devices run the HCQ graph (SPEC 5). On success the runner moves into the graph. */
+  /* The kind's own graph runner (docs/design.md, "The CUDA graph", "The Metal graph"), which holds
+   * devices of this backend only; NULL: its devices run the HCQ graph. On success the runner moves
+   * into the graph. */
   hcq_status_t (*graph_create)(struct hcq__runner *runner, bool profile, unsigned inflight, struct hcq_graph **out);
   /* The kind's own runner holds kernel items only (the Metal graph): the JIT leaves its transfers
    * eager. */

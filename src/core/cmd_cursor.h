@@ -1,7 +1,8 @@
-/* A software engine's place in the command words it interprets (SPEC 4): the CPU device's engine
- * and the MPI layer's communication thread read the same rings and bound lists, follow CALLs the
- * same way, run WAIT, SIGNAL and TIMESTAMP alike and publish the same hang-report state. What
- * differs (EXEC, COPY, where an entry comes from) stays in each engine. */
+/* A software engine's place in the command words it interprets (docs/design.md,
+ * "Queues and patch points"): the CPU device's engine and the MPI layer's communication thread read
+ * the same rings and bound lists, follow CALLs the same way, run WAIT, SIGNAL and TIMESTAMP alike
+ * and publish the same hang-report state. What differs (EXEC, COPY, where an entry comes from)
+ * stays in each engine. */
 #ifndef HCQ_CORE_CMD_CURSOR_H
 #define HCQ_CORE_CMD_CURSOR_H
 

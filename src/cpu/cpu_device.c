@@ -953,7 +953,7 @@ const hcq__backend_t hcq__cpu_backend = {
     .source_key = "c",
     .query = cpu_query,
     .open = cpu_device_create,
-    .graph_create = NULL, /* the HCQ graph (SPEC 5) */
+    .graph_create = NULL, /* the HCQ graph (docs/design.md, "The HCQ graph") */
     /* No binary formats: a shared object would be machine code hcq cannot check, run in-process,
      * and tied to one OS, libc and CPU; C source through the kernel cache gives the same reuse. */
     .binary_formats = 0,

@@ -1,6 +1,6 @@
-/* Kernel faults on CPU devices (SPEC 9): a kernel that dies with SIGSEGV, SIGBUS, SIGFPE or SIGILL is
- * named (kernel, device, graph item) on stderr before the process dies, or, with isolation on, its
- * device is marked lost and the thread goes back to its loop.
+/* Kernel faults on CPU devices (docs/errors.md, "Kernel crashes"): a kernel that dies with SIGSEGV,
+ * SIGBUS, SIGFPE or SIGILL is named (kernel, device, graph item) on stderr before the process dies,
+ * or, with isolation on, its device is marked lost and the thread goes back to its loop.
  *
  * The handler is installed once, when the first CPU device opens, and chains to whatever handler
  * was there before (the application's, a sanitizer's, or the default action), so hcq only adds a

@@ -1,5 +1,5 @@
 /* Precompiled CUDA kernels read before loading (cuda_binary.c): whole, for the device's
- * architecture, and the kernel's parameter list (SPEC 2: pointers, then 32-bit values). */
+ * architecture, and the kernel's parameter list (the kernargs layout: pointers, then 32-bit values). */
 #ifndef HCQ_CUDA_BINARY_H
 #define HCQ_CUDA_BINARY_H
 

@@ -1,6 +1,7 @@
 /* CUDA programs: CUDA C through NVRTC (cached on disk, nvrtc.c) or PTX text, loaded into the
- * device's primary context; the kernel's parameter list is read from its PTX and must follow SPEC 2
- * (pointers, then 32-bit values), which is what one packed argument block can feed. */
+ * device's primary context; the kernel's parameter list is read from its PTX and must follow the
+ * kernargs layout (docs/cuda.md, "Programs") (pointers, then 32-bit values), which is what one
+ * packed argument block can feed. */
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>

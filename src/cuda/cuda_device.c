@@ -4,7 +4,8 @@
  *   SIGNAL    cuStreamWriteValue64, or for a signal in ordinary host memory (a CPU device's), a host
  *             function that sets it and wakes its waiters
  *   TIMESTAMP a one-thread kernel that writes %globaltimer (ns) into the signal's timestamp
- *   EXEC      cuLaunchKernel with the packed kernargs block (SPEC 2) as CU_LAUNCH_PARAM_BUFFER_POINTER
+ *   EXEC      cuLaunchKernel with the packed kernargs block as CU_LAUNCH_PARAM_BUFFER_POINTER
+ *             (docs/design.md, "Programs and kernel ABIs")
  *   COPY      cuMemcpyAsync (unified addressing: device, peer and host memory alike)
  * Progress: each submission ends by writing its sequence number into a host-visible completion word
  * of its stream, which completed() reads; the timeline signal and deferred frees build on that.
@@ -1225,7 +1226,7 @@ const hcq__backend_t hcq__cuda_backend = {
     .source_key = "cuda",
     .query = cuda_query,
     .open = cuda_device_create,
-    .graph_create = hcq__cuda_graph_create, /* SPEC 6 */
+    .graph_create = hcq__cuda_graph_create, /* docs/design.md, "The CUDA graph" */
     .binary_formats = 1u << HCQ_BINARY_PTX | 1u << HCQ_BINARY_CUBIN | 1u << HCQ_BINARY_FATBIN,
     .binary_compile = hcq__cuda_binary_compile,
 };

@@ -1,11 +1,11 @@
-/* The CUDA graph (SPEC 6): one kernel node per kernel item, one memcpy node per transfer, edges from
- * buffer access (deps.c), instantiated once. A replay asks the update planner which nodes' parameters
- * differ from what the instantiated graph holds (input buffers, variables, symbolic dims), sets only
- * those (cuGraphExecKernelNodeSetParams / cuGraphExecMemcpyNodeSetParams; a launch whose dims become
- * empty disables its node), and launches the graph on the first device's compute stream behind every
- * device's earlier eager work; each device's timeline is signalled after it. The driver copies node
- * parameters when they are set and orders launches of one graph, so a replay never waits for the
- * previous one on the host. */
+/* The CUDA graph (docs/design.md, "The CUDA graph"): one kernel node per kernel item, one memcpy
+ * node per transfer, edges from buffer access (deps.c), instantiated once. A replay asks the update
+ * planner which nodes' parameters differ from what the instantiated graph holds (input buffers,
+ * variables, symbolic dims), sets only those (cuGraphExecKernelNodeSetParams /
+ * cuGraphExecMemcpyNodeSetParams; a launch whose dims become empty disables its node), and launches
+ * the graph on the first device's compute stream behind every device's earlier eager work; each
+ * device's timeline is signalled after it. The driver copies node parameters when they are set and
+ * orders launches of one graph, so a replay never waits for the previous one on the host. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,8 @@
 #include "cuda/cuda_api.h"
 
 /* A loaded kernel: what an EXEC command carries (as its FN operand) on a CUDA device. Its
- * parameters follow SPEC 2: nptrs 64-bit pointers, then nvals 32-bit values, packed. */
+ * parameters follow the kernargs layout (docs/design.md, "Programs and kernel ABIs"): nptrs 64-bit
+ * pointers, then nvals 32-bit values, packed. */
 typedef struct hcq__cuda_kernel {
   hcq_CUfunction fn;
   hcq_CUmodule module;
@@ -44,7 +45,7 @@ void hcq__cuda_unload(hcq_device_t *dev, hcq__program_impl_t *impl);
 /* The backend row's binary_compile (core/backend.h): CUDA C to a cubin or PTX, without a device. */
 hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source, hcq_binary_format_t format,
                                       const char *arch, void **out, size_t *out_size);
-/* Reads the parameter list of entry in PTX text: SPEC 2 layout (64-bit pointers, then 32-bit
+/* Reads the parameter list of entry in PTX text: the kernargs layout (64-bit pointers, then 32-bit
  * values) or a COMPILE_ERROR that says what is wrong. */
 hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *out_nptrs, uint32_t *out_nvals);
 

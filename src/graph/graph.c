@@ -22,8 +22,8 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
     return st;
   }
   bool profile = (options && options->profile) || hcq__options()->profile[0] || hcq__trace_on();
-  /* A backend with its own graph runner (the CUDA graph, SPEC 6) holds only devices of that runner;
-   * the rest run the HCQ graph. */
+  /* A backend with its own graph runner (the CUDA graph, docs/design.md, "Graph runners") holds
+   * only devices of that runner; the rest run the HCQ graph. */
   hcq_device_t *own = NULL, *other = NULL;
   const hcq__backend_t *ob = NULL;
   for (size_t d = 0; d < runner.ndevices && !own; d++) {

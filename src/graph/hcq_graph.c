@@ -1,6 +1,6 @@
-/* The HCQ graph (SPEC 5): exec items scheduled once onto one compute queue per device and a copy
- * queue per transfer-source device, bound, and replayed by patching symbols and ringing one doorbell
- * per queue.
+/* The HCQ graph (docs/design.md, "The HCQ graph"): exec items scheduled once onto one compute queue
+ * per device and a copy queue per transfer-source device, bound, and replayed by patching symbols
+ * and ringing one doorbell per queue.
  *
  * Synchronisation. Every queue has a signal; item j signals j+1 on its queue's signal when someone
  * waits for it (transfers always do). Items wait for the items they depend on (buffer access by base
@@ -87,7 +87,7 @@ static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out o
 
 static inline hcq_operand_t addr_of(const hcq_signal_t *s) { return hcq_imm((int64_t)hcq_signal_address(s)); }
 
-/* ---- scheduling (SPEC 5 steps 4-5) ---- */
+/* ---- scheduling (docs/design.md, "The HCQ graph", build steps 4-5) ---- */
 
 typedef struct {
   uint32_t queue, value;
@@ -235,7 +235,7 @@ static hcq_status_t make_vars(hcq_graph_impl_t *g) {
   return NULL;
 }
 
-/* ---- queue building (SPEC 5 step 6) ---- */
+/* ---- queue building (docs/design.md, "The HCQ graph", build step 6) ---- */
 
 static hcq_status_t get_queue(graph_inst_t *in, uint32_t q, hcq_queue_t **out) {
   if (!in->queues[q]) {
@@ -390,7 +390,7 @@ static hcq_status_t build_queues(hcq_graph_impl_t *g) {
   return st;
 }
 
-/* ---- profiling (SPEC 5 step 8) ---- */
+/* ---- profiling (docs/design.md, "The HCQ graph", "Profiling") ---- */
 
 static hcq_status_t build_profile(hcq_graph_impl_t *g) {
   hcq__runner_t *r = &g->base.runner;
@@ -478,7 +478,7 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
   g->prof_event.replay = g->kickoff_value;
 }
 
-/* ---- replay (SPEC 5 step 7) ---- */
+/* ---- replay (docs/design.md, "The HCQ graph", "Replay") ---- */
 
 /* What a timed-out wait tells the caller: a caller retrying on TIMEOUT must know whether the replay
  * it asked for is queued already (running it again would run it twice). */

@@ -1,4 +1,4 @@
-/* The Metal device (SPEC 7): METAL:0 through the Objective-C runtime (metal_internal.h).
+/* The Metal device (docs/metal.md): METAL:0 through the Objective-C runtime (metal_internal.h).
  *
  * Memory is shared-storage MTLBuffers: host and GPU see the same bytes, and a buffer's device
  * address is its host address (contents), so kernargs blocks and signals are read and written in
@@ -703,7 +703,7 @@ const hcq__backend_t hcq__metal_backend = {
     .source_key = "metal",
     .query = mtl_query,
     .open = mtl_open,
-    .graph_create = hcq__metal_graph_create, /* SPEC 7 */
+    .graph_create = hcq__metal_graph_create, /* docs/design.md, "The Metal graph" */
     .graph_kernels_only = true,
     .graph_one_device = true,
     .binary_formats = 1u << HCQ_BINARY_METALLIB,

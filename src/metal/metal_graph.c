@@ -1,14 +1,15 @@
-/* The Metal graph (SPEC 7, the seed's MetalGraph): kernel items encoded once into an indirect
- * command buffer, one concurrent-dispatch command per item followed by a barrier, its buffers bound
- * at their indices and its values read from one shared int buffer bound after them.
+/* The Metal graph (docs/design.md, "The Metal graph"; tinygrad's MetalGraph): kernel items encoded
+ * once into an indirect command buffer, one concurrent-dispatch command per item followed by a
+ * barrier, its buffers bound at their indices and its values read from one shared int buffer bound
+ * after them.
  *
  * A replay encodes one command buffer on the device's engine, in order with its eager work: a
  * compute encoder that declares every buffer resident (useResources:count:usage:), a dummy dispatch
  * per pipeline where the GPU family needs it (below), executeCommandsInBuffer:withRange:, labelled
  * "batched N". With wait it reports the command buffer's GPU start-to-end time.
  *
- * Beyond the seed: the graph keeps its encoded state in slots (HCQ_GRAPH_INFLIGHT or the inflight
- * option, default 2), each an ICB with its own value buffer and its own update plan
+ * Beyond tinygrad's MetalGraph: the graph keeps its encoded state in slots (HCQ_GRAPH_INFLIGHT or
+ * the inflight option, default 2), each an ICB with its own value buffer and its own update plan
  * (update_plan.h). A replay takes the next slot, waits only if that slot's last replay has not
  * finished, and re-sets only the commands whose buffers or dims differ from what that ICB holds
  * (values are memory writes, no ICB call). So an unchanged replay makes no ICB call, and a replay
@@ -198,8 +199,8 @@ static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
   hcq_status_t st = NULL;
   for (unsigned k = 0; k < g->nslots && !st; k++) st = build_slot(g, &g->slots[k]);
   /* Apple's M1 and M2 GPUs (the ICB classes before AGXG15X) run an ICB's commands without the
-   * pipelines' state unless each pipeline was dispatched once in the encoder: the seed dispatches
-   * every pipeline with an empty grid before the ICB there. */
+   * pipelines' state unless each pipeline was dispatched once in the encoder: tinygrad's MetalGraph
+   * dispatches every pipeline with an empty grid before the ICB there. */
   if (!st) g->needs_fix = strcmp(g->api->object_getClassName(g->slots[0].icb), "AGXG15XFamilyIndirectCommandBuffer") != 0;
   snprintf(g->label, sizeof(g->label), "batched %zu", g->n);
   if (!st) g->label_str = MSG(hcq_id)(hcq__mtl_string(g->api, g->label), SEL(retain));

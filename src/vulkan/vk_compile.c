@@ -1,5 +1,6 @@
-/* Vulkan programs: GLSL compute shaders compiled with libshaderc after the SPEC 2 prelude, or SPIR-V
- * given directly ("#spirv" and base64), cached on disk as SPIR-V; pipelines per group size.
+/* Vulkan programs: GLSL compute shaders compiled with libshaderc after the GLSL prelude
+ * (docs/design.md, "Programs and kernel ABIs"), or SPIR-V given directly ("#spirv" and base64),
+ * cached on disk as SPIR-V; pipelines per group size.
  *
  * The cache is the kernel cache's "spirv" blob directory (core/kcache.h): trusted the way the CPU
  * backend's cache is, files written whole and checked against their hash on load. Anything

@@ -146,7 +146,7 @@ typedef struct vk_program {
   size_t nvariants, cap;
 } vk_program_t;
 
-/* Compiles GLSL (SPEC 2 prelude) or loads "#spirv" base64 source into a shader module. */
+/* Compiles GLSL (after the prelude of hcq/vulkan.h) or loads "#spirv" base64 source into a shader module. */
 hcq_status_t hcq__vk_program_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
 void hcq__vk_program_unload(hcq_device_t *dev, hcq__program_impl_t *impl);
 /* The pipeline for a group size (specialization constants 0, 1, 2), made on first use. */

@@ -1,4 +1,4 @@
-/* Vulkan kernel sources without the Vulkan headers: the GLSL prelude (SPEC 2), and SPIR-V carried
+/* Vulkan kernel sources without the Vulkan headers: the GLSL prelude (hcq/vulkan.h), and SPIR-V carried
  * as text ("#spirv", then the module in base64: core/binary.h) so that it travels wherever source
  * text does. */
 #include <stdio.h>

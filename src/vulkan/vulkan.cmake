@@ -1,4 +1,4 @@
-# The Vulkan backend (SPEC 6b): built when the Vulkan headers are present; GLSL kernels need
+# The Vulkan backend (docs/vulkan.md): built when the Vulkan headers are present; GLSL kernels need
 # libshaderc too (Debian: libvulkan-dev, libshaderc-dev). The loader itself is opened at run time.
 # Sets HCQ_VULKAN_SOURCES, HCQ_VULKAN_INCLUDES, HCQ_VULKAN_DEFINITIONS and HCQ_VULKAN_LIBS for the
 # top-level CMakeLists.txt to add to the library.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hcq tool under mpirun (docs/mpi.md, CLI.md): a graph file run with its devices spread over ranks
+# The hcq tool under mpirun (docs/mpi.md, docs/cli.md): a graph file run with its devices spread over ranks
 # by --device-map gives the single-process result byte for byte (--check passes, rank 0 writes every
 # buffer with --out), over shared memory and TCP, with 2 and 4 ranks; every rank exits with the same
 # status; hcq info shows the rank.

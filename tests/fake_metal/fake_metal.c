@@ -785,7 +785,7 @@ static bool run_icb(cmdbuf_t *cb, const op_t *o) {
       bufs[k] = (char *)c->bufs[k]->mem + c->offs[k];
       nbufs = k + 1;
     }
-    /* The values are the last binding (SPEC 7: constant int *vals [[buffer(nbufs)]]). */
+    /* The values are the last binding (the MSL ABI, docs/metal.md: constant int *vals [[buffer(nbufs)]]). */
     if (nbufs) vals = bufs[--nbufs];
     if (!run_twin(cb, c->pipeline, bufs, nbufs, vals, c->grid, c->group)) return false;
   }
