@@ -6,6 +6,9 @@
 - README.md, docs/, examples/, the public headers and tools/ (the scripts run on other machines,
   whose headers say what they need) cite nothing outside the repository, and every repository path
   they name (a relative link, or a `path/like/this`) exists;
+- no source either: src/, cli/, tests/, bench/, scripts/, cmake/, fuzz/, examples/, every
+  CMakeLists.txt, the Makefile and .ci/ cite nothing outside the repository (the design is
+  docs/design.md: comments cite its sections, never a document only some contributors have);
 - README.md's architecture section stays one screen (30 lines);
 - every script in tools/ and scripts/ that starts with #! is executable;
 - the headers and docs give HCQ_CFLAGS's real default.
@@ -53,7 +56,40 @@ docs = [readme_path] + glob.glob(os.path.join(root, "docs/*")) + glob.glob(os.pa
     + glob.glob(os.path.join(root, "examples/c/*")) + glob.glob(os.path.join(root, "examples/cpp/*")) \
     + glob.glob(os.path.join(root, "include/hcq/*.h")) + glob.glob(os.path.join(root, "include/hcq/*.hpp")) \
     + [p for p in glob.glob(os.path.join(root, "tools/**/*"), recursive=True) if os.path.isfile(p)]
-outside = [r"\.\./shared", r"\bshared/", r"\b(?:CLI|SPEC|STYLE)\.md\b", r"\bSPEC \d", r"/work/"]
+# References to documents outside the repository: the design notes (SPEC and its sections, STYLE, CLI)
+# and the directories they lived in, named with a slash. Not ordinary words: a "shared library",
+# "shared.bin", or a directory of that name inside a longer path (a build tree's) is fine.
+outside = [r"\.\./shared\b", r"(?<![\w./${}-])shared(?=/)", r"\b(?:CLI|SPEC|STYLE)\.md\b", r"\bSPEC ?(?:\d|\u00a7)",
+           r"\bSPEC section", r"(?<![\w.-])/wor[k]/"]
+# The patterns catch what they are for and leave ordinary words alone (written split, so that this
+# file does not match itself).
+for sample in ["(SPEC " + "5 step 7)", "SPEC" + " 6b", "see SPEC" + ".md", "../" + "shar" + "ed/SPEC", "shared" + "/STYLE",
+               "CLI" + ".md", "/wor" + "k/shared/x", "SPEC \u00a7" + "3"]:
+    if not any(re.search(p, sample) for p in outside):
+        failures.append(f"test_docs.py: no pattern catches {sample!r}")
+for sample in ["a shared library", "shared.bin", "libhcq_shared", "${CMAKE_BINARY_DIR}/shared/x", "build/shared/", "SPECIAL_OFF",
+               "SPEC = 'llama-cpp-python'", "the spec of a model", "docs/cli.md", "network/work/x"]:
+    if any(re.search(p, sample) for p in outside):
+        failures.append(f"test_docs.py: a pattern catches the ordinary {sample!r}")
+
+# Sources: every text file of these kinds under the source directories, every CMakeLists.txt.
+source_exts = (".c", ".h", ".cpp", ".hpp", ".cu", ".glsl", ".metal", ".m", ".in", ".cmake", ".py", ".sh", ".txt",
+               ".supp", ".dict", ".json", ".md", ".1")
+sources = [p for d in ("src", "cli", "tests", "bench", "scripts", "cmake", "fuzz", "examples")
+           for p in glob.glob(os.path.join(root, d, "**", "*"), recursive=True)
+           if os.path.isfile(p) and (p.endswith(source_exts) or os.path.basename(p) == "CMakeLists.txt")]
+sources += [os.path.join(root, f) for f in ("CMakeLists.txt", "Makefile", ".ci/run") if os.path.isfile(os.path.join(root, f))]
+sources = sorted(set(sources) - set(docs))
+for path in sources:
+    try:
+        text = open(path, encoding="utf-8").read()
+    except UnicodeDecodeError:
+        continue
+    for pattern in outside:
+        for m in re.finditer(pattern, text):
+            line = text.count("\n", 0, m.start()) + 1
+            failures.append(f"{rel(path)}:{line}: cites something outside the repository ({m.group(0)!r}): "
+                            "cite docs/design.md or the doc that covers it")
 path_re = re.compile(r"`((?:docs|include|examples|src|scripts|tests|cli|bench|fuzz|cmake|tools)/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])`")
 for path in docs:
     text = open(path, encoding="utf-8").read()
@@ -110,6 +146,6 @@ elif m.group(0).count("\n") > 30:
 
 for f in failures:
     print("FAIL:", f)
-print(f"{len(snippets)} README snippets, {len(docs)} documents checked: "
+print(f"{len(snippets)} README snippets, {len(docs)} documents and {len(sources)} sources checked: "
       f"{'all good' if not failures else str(len(failures)) + ' problem(s)'}")
 sys.exit(1 if failures else 0)
