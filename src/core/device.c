@@ -694,8 +694,8 @@ static void report_queue(hcq_device_t *dev, hcq_queue_kind_t kind, char *out, si
     return;
   }
   char cur[256], prev[256] = "none in this command list", where[128] = "";
-  describe_command(s.cur, cur, sizeof(cur));
-  if (s.prev) describe_command(s.prev, prev, sizeof(prev));
+  describe_command(s.words_copied ? s.cur_words : s.cur, cur, sizeof(cur));
+  if (s.prev) describe_command(s.words_copied ? s.prev_words : s.prev, prev, sizeof(prev));
   if (s.call_base) {
     char label[96];
     if (hcq__queue_find_bound(s.call_base, label, sizeof(label)))

@@ -121,6 +121,9 @@ enum {
 #undef HCQ__OP_LEN
 };
 
+/* The longest command (EXEC). */
+#define HCQ__MAX_CMD_WORDS 15
+
 #define HCQ__HDR(op) ((uint32_t)HCQ__OP_##op | ((uint32_t)HCQ__LEN_##op << 8))
 #define HCQ__HDR_OP(w) ((w) & 0xffu)
 #define HCQ__HDR_LEN(w) ((w) >> 8)
@@ -256,7 +259,18 @@ typedef struct hcq__engine_snapshot {
   /* When the engine began cur (hcq__now_ns's clock), where it says; 0 when it does not, and the
    * report falls back to when it first saw cur there. */
   uint64_t cur_since_ns;
+  /* A backend that frees command words once they ran copies cur's and prev's here, under the lock
+   * its engine frees them under, and sets words_copied: the report reads these, and uses cur and
+   * prev only as identities. */
+  bool words_copied;
+  uint32_t cur_words[HCQ__MAX_CMD_WORDS], prev_words[HCQ__MAX_CMD_WORDS];
 } hcq__engine_snapshot_t;
+
+/* Copies the command at w (its header says its length, at most HCQ__MAX_CMD_WORDS) to out. */
+static inline void hcq__copy_command(const uint32_t *w, uint32_t out[HCQ__MAX_CMD_WORDS]) {
+  uint32_t len = HCQ__HDR_LEN(w[0]);
+  memcpy(out, w, (len < HCQ__MAX_CMD_WORDS ? len : HCQ__MAX_CMD_WORDS) * sizeof(uint32_t));
+}
 
 /* ---- backends ----
  * Every member is mandatory unless marked optional. The core validates arguments and holds the

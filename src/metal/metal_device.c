@@ -385,10 +385,13 @@ static void *engine_main(void *arg) {
       for (size_t i = 0; i < md->pending.len; i++) MSG(void)(md->pending.data[i], SEL(release));
       md->pending.len = 0;
     }
+    /* Under the lock a hang report copies the current command under (mtl_snapshot). */
+    pthread_mutex_lock(&md->lock);
     atomic_store_explicit(&md->cur, NULL, memory_order_relaxed);
     atomic_store_explicit(&md->prev, NULL, memory_order_relaxed);
     atomic_fetch_add_explicit(&md->completed[e->kind], 1, memory_order_release);
     free(e->owned);
+    pthread_mutex_unlock(&md->lock);
     free(e);
   }
   atomic_store(&md->exited, true);
@@ -476,9 +479,15 @@ static void mtl_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_s
   out->submitted = mtl_submitted(dev, kind);
   out->completed = mtl_completed(dev, kind);
   bool mine = atomic_load_explicit(&md->cur_kind, memory_order_relaxed) == (int)kind && out->completed < out->submitted;
+  /* An unbound submission's words are freed once it ran: copied while the engine cannot free them. */
+  pthread_mutex_lock(&md->lock);
   out->cur = mine ? atomic_load_explicit(&md->cur, memory_order_relaxed) : NULL;
   out->prev = mine ? atomic_load_explicit(&md->prev, memory_order_relaxed) : NULL;
   out->call_base = mine ? atomic_load_explicit(&md->call_base, memory_order_relaxed) : NULL;
+  if (out->cur) hcq__copy_command(out->cur, out->cur_words);
+  if (out->prev) hcq__copy_command(out->prev, out->prev_words);
+  out->words_copied = true;
+  pthread_mutex_unlock(&md->lock);
 }
 
 static void mtl_lost(hcq_device_t *dev) {

@@ -1,5 +1,6 @@
 /* Runner for the TSan stand-in of Criterion: forks one process per test, enforces the timeout, and
  * prints a Criterion-like synthesis. Exit status 0 only when every test passed. */
+#include <fnmatch.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -64,14 +65,18 @@ static const struct shim_suite *suite_of(const struct shim_test *t) {
 }
 
 int main(int argc, char **argv) {
+  /* Criterion's forms: --filter=GLOB and --filter GLOB, matched against "suite/test" as a glob
+   * (the CTest entries select suites with "suite/*"). */
   const char *filter = NULL;
-  for (int i = 1; i < argc; i++)
+  for (int i = 1; i < argc; i++) {
     if (!strncmp(argv[i], "--filter=", 9)) filter = argv[i] + 9;
+    else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+  }
   int passed = 0, failed = 0, crashed = 0, skipped = 0;
   for (struct shim_test *t = g_tests; t; t = t->next) {
     char full[256];
     snprintf(full, sizeof(full), "%s/%s", t->suite, t->name);
-    if (filter && !strstr(full, filter)) continue;
+    if (filter && fnmatch(filter, full, 0) != 0) continue;
     const struct shim_suite *s = suite_of(t);
     double timeout = t->opts.timeout > 0 ? t->opts.timeout : s && s->opts.timeout > 0 ? s->opts.timeout : 300;
     fflush(NULL);
