@@ -66,7 +66,7 @@ static const struct shim_suite *suite_of(const struct shim_test *t) {
 
 int main(int argc, char **argv) {
   /* Criterion's forms: --filter=GLOB and --filter GLOB, matched against "suite/test" as a glob
-   * (the CTest entries select suites with "suite/*"). */
+   * (the CTest entries select a suite with "suite/" and a star). */
   const char *filter = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strncmp(argv[i], "--filter=", 9)) filter = argv[i] + 9;
