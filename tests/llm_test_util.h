@@ -67,6 +67,34 @@ static inline void compare_logits(const float *got, const float *want, int n, in
   }
 }
 
+/* The reference's logits after each of the n tokens, fed one at a time: out[p * vocab ...]. */
+static inline void ref_forced(const llm_model_t *m, const int32_t *tokens, int n, bool quantize, float *out) {
+  llm_ref_t r;
+  cr_assert(llm_ref_init(&r, m, n + 1, quantize));
+  for (int p = 0; p < n; p++) memcpy(out + (size_t)p * r.c.vocab, llm_ref_step(&r, tokens[p], p), (size_t)r.c.vocab * 4);
+  llm_ref_free(&r);
+}
+
+/* Greedy generation of steps tokens after the nprompt-token prompt (graph replays) chooses the float
+ * reference's argmax at every step. */
+static inline void greedy_matches_reference(llm_decoder_t *d, const llm_model_t *m, const int32_t *prompt, int nprompt,
+                                            int steps, const char *name) {
+  llm_generate_result_t g;
+  OK(llm_generate(d, prompt, nprompt, &(llm_generate_options_t){.steps = steps, .graph = true}, &g));
+  llm_ref_t r;
+  cr_assert(llm_ref_init(&r, m, 64, false));
+  const float *lg = NULL;
+  for (int p = 0; p < nprompt; p++) lg = llm_ref_step(&r, prompt[p], p);
+  for (int i = 0; i < g.n; i++) {
+    int want_tok = llm_ref_argmax(lg, r.c.vocab);
+    cr_assert_eq(g.ids[i], want_tok, "%s: token %d is %d, the reference's %d", name, i, g.ids[i], want_tok);
+    lg = llm_ref_step(&r, want_tok, nprompt + i);
+  }
+  cr_assert_eq(g.n, steps);
+  llm_ref_free(&r);
+  free(g.ids);
+}
+
 /* Every layout in one model, as a file mixing types may have. */
 static inline tiny_spec_t mixed_spec(void) {
   tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 1, 97, GGML_TYPE_Q4_1, false, 24);

@@ -31,13 +31,6 @@ static llm_decoder_t *decoder(const llm_model_t *m, int devices, int ctx, int ma
   return d;
 }
 
-static void ref_forced(const llm_model_t *m, const int32_t *tokens, int n, bool quantize, float *out) {
-  llm_ref_t r;
-  cr_assert(llm_ref_init(&r, m, n + 1, quantize));
-  for (int p = 0; p < n; p++) memcpy(out + (size_t)p * r.c.vocab, llm_ref_step(&r, tokens[p], p), (size_t)r.c.vocab * 4);
-  llm_ref_free(&r);
-}
-
 static int argmax(const float *v, int n) { return llm_ref_argmax(v, n); }
 
 /* ---- tiny models against the reference ---- */
@@ -57,21 +50,8 @@ static void float_path(ggml_type_t type, const char *name) {
   forced(d, toks, N, true, got);
   ref_forced(m, toks, N, false, want);
   compare_logits(got, want, N, 50, 1e-4f, 0, name);
-  /* greedy decoding from a 3-token prompt: the same tokens */
-  llm_generate_result_t r;
-  OK(llm_generate(d, toks, 3, &(llm_generate_options_t){.steps = 40, .graph = true}, &r));
-  llm_ref_t ref;
-  cr_assert(llm_ref_init(&ref, m, 64, false));
-  const float *lg = NULL;
-  for (int p = 0; p < 3; p++) lg = llm_ref_step(&ref, toks[p], p);
-  for (int i = 0; i < r.n; i++) {
-    int want_tok = argmax(lg, 50);
-    cr_assert_eq(r.ids[i], want_tok, "%s: token %d is %d, the reference's %d", name, i, r.ids[i], want_tok);
-    lg = llm_ref_step(&ref, want_tok, 3 + i);
-  }
-  cr_assert_eq(r.n, 40);
-  llm_ref_free(&ref);
-  free(r.ids), free(got), free(want);
+  greedy_matches_reference(d, m, toks, 3, 40, name); /* greedy decoding from a 3-token prompt */
+  free(got), free(want);
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
 }

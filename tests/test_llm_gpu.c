@@ -59,24 +59,10 @@ static void float_path(ggml_type_t type, const char *name) {
   random_tokens(toks, N, 50, 3);
   float *got = malloc(N * 50 * 4), *want = malloc(N * 50 * 4);
   forced(d, toks, N, true, got);
-  llm_ref_t r;
-  cr_assert(llm_ref_init(&r, m, N + 1, false));
-  for (int p = 0; p < N; p++) memcpy(want + (size_t)p * 50, llm_ref_step(&r, toks[p], p), 50 * 4);
-  llm_ref_free(&r);
+  ref_forced(m, toks, N, false, want);
   compare_logits(got, want, N, 50, 1e-4f, 0, name);
-  llm_generate_result_t g;
-  OK(llm_generate(d, toks, 3, &(llm_generate_options_t){.steps = 20, .graph = true}, &g));
-  cr_assert(llm_ref_init(&r, m, 64, false));
-  const float *lg = NULL;
-  for (int p = 0; p < 3; p++) lg = llm_ref_step(&r, toks[p], p);
-  for (int i = 0; i < g.n; i++) {
-    int want_tok = llm_ref_argmax(lg, 50);
-    cr_assert_eq(g.ids[i], want_tok, "%s: token %d is %d, the reference's %d", name, i, g.ids[i], want_tok);
-    lg = llm_ref_step(&r, want_tok, 3 + i);
-  }
-  cr_assert_eq(g.n, 20);
-  llm_ref_free(&r);
-  free(g.ids), free(got), free(want);
+  greedy_matches_reference(d, m, toks, 3, 20, name);
+  free(got), free(want);
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
 }
@@ -93,10 +79,7 @@ static void block_path(const tiny_spec_t *s, const char *name) {
   random_tokens(toks, N, s->vocab, 5);
   float *got = malloc((size_t)N * s->vocab * 4), *want = malloc((size_t)N * s->vocab * 4);
   forced(d, toks, N, true, got);
-  llm_ref_t r;
-  cr_assert(llm_ref_init(&r, m, N + 1, true));
-  for (int p = 0; p < N; p++) memcpy(want + (size_t)p * s->vocab, llm_ref_step(&r, toks[p], p), (size_t)s->vocab * 4);
-  llm_ref_free(&r);
+  ref_forced(m, toks, N, true, want);
   compare_logits(got, want, N, s->vocab, 0.05f, 0.1f, name);
   free(got), free(want);
   OK(llm_decoder_destroy(d));
