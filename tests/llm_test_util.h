@@ -75,6 +75,19 @@ static inline void ref_forced(const llm_model_t *m, const int32_t *tokens, int n
   llm_ref_free(&r);
 }
 
+/* The decoder's logits (teacher-forced, graph replays) against the reference's (its inputs rounded to
+ * 8 bits when quantize), by compare_logits. */
+static inline void forced_matches_reference(llm_decoder_t *d, const llm_model_t *m, const int32_t *tokens, int n,
+                                            bool quantize, float tol, float near, const char *name) {
+  int vocab = llm_decoder_config(d)->vocab;
+  float *got = malloc((size_t)n * vocab * 4), *want = malloc((size_t)n * vocab * 4);
+  cr_assert(got && want);
+  forced(d, tokens, n, true, got);
+  ref_forced(m, tokens, n, quantize, want);
+  compare_logits(got, want, n, vocab, tol, near, name);
+  free(got), free(want);
+}
+
 /* Greedy generation of steps tokens after the nprompt-token prompt (graph replays) chooses the float
  * reference's argmax at every step. */
 static inline void greedy_matches_reference(llm_decoder_t *d, const llm_model_t *m, const int32_t *prompt, int nprompt,

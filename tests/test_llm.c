@@ -46,12 +46,8 @@ static void float_path(ggml_type_t type, const char *name) {
   enum { N = 50 };
   int32_t toks[N];
   random_tokens(toks, N, 50, 3);
-  float *got = malloc(N * 50 * 4), *want = malloc(N * 50 * 4);
-  forced(d, toks, N, true, got);
-  ref_forced(m, toks, N, false, want);
-  compare_logits(got, want, N, 50, 1e-4f, 0, name);
+  forced_matches_reference(d, m, toks, N, false, 1e-4f, 0, name);
   greedy_matches_reference(d, m, toks, 3, 40, name); /* greedy decoding from a 3-token prompt */
-  free(got), free(want);
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
 }
@@ -67,11 +63,7 @@ static void block_path(const tiny_spec_t *s, const char *name) {
   enum { N = 48 };
   int32_t toks[N];
   random_tokens(toks, N, s->vocab, 5);
-  float *got = malloc((size_t)N * s->vocab * 4), *want = malloc((size_t)N * s->vocab * 4);
-  forced(d, toks, N, true, got);
-  ref_forced(m, toks, N, true, want);
-  compare_logits(got, want, N, s->vocab, 0.05f, 0.1f, name);
-  free(got), free(want);
+  forced_matches_reference(d, m, toks, N, true, 0.05f, 0.1f, name);
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
 }
@@ -544,6 +536,29 @@ Test(llm_cli, bad_input_exit_2_and_absent_kernels_exit_3) {
   unlink(fifo), unlink(path);
 }
 
+/* The tokens `hcq generate` chooses on the tiny model (prompt 1,2,3, 12 greedy steps), on CPU when
+ * kind is NULL; on kind it must say it ran there. */
+static void cli_tokens(const char *path, const char *kind, int devices, int32_t *ids, int *n) {
+  char args[PATH_MAX + 256];
+  int used = snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json", path);
+  if (kind) snprintf(args + used, sizeof(args) - (size_t)used, " --device %s --devices %d", kind, devices);
+  json_t *j = run_json(args);
+  ids_of(j, "token_ids", ids, n);
+  if (kind) cr_assert_str_eq(json_string_value(json_object_get(j, "device_kind")), kind);
+  json_decref(j);
+}
+
+/* kind (one device and two) chooses the CPU's tokens. */
+static void expect_cpu_tokens(const char *path, const char *kind, const int32_t *want, int nwant) {
+  for (int devices = 1; devices <= 2; devices++) {
+    int32_t got[64];
+    int ngot;
+    cli_tokens(path, kind, devices, got, &ngot);
+    cr_assert_eq(ngot, nwant);
+    cr_assert(!memcmp(got, want, (size_t)ngot * 4), "%d %s device(s): other tokens than the CPU's", devices, kind);
+  }
+}
+
 /* --device VULKAN (one device and two): the CPU's greedy tokens on the tiny model (its logits agree
  * within 0.05 and its top two are further apart here); CUDA, absent here, exits 3 with hcq info's
  * reason. */
@@ -552,12 +567,9 @@ Test(llm_cli, generate_on_vulkan_chooses_the_cpu_tokens_and_an_absent_kind_exits
   size_t ninfo = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
   char path[PATH_MAX], args[PATH_MAX + 256];
   tiny_file(path, sizeof(path));
-  int32_t want[64], got[64];
-  int nwant, ngot;
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json", path);
-  json_t *j = run_json(args);
-  ids_of(j, "token_ids", want, &nwant);
-  json_decref(j);
+  int32_t want[64];
+  int nwant;
+  cli_tokens(path, NULL, 1, want, &nwant);
   for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT; i++) {
     if (infos[i].kind == HCQ_DEVICE_CUDA && !infos[i].available) {
       char *out;
@@ -567,16 +579,7 @@ Test(llm_cli, generate_on_vulkan_chooses_the_cpu_tokens_and_an_absent_kind_exits
     }
     if (infos[i].kind != HCQ_DEVICE_VULKAN || !infos[i].available) continue;
     setenv("HCQ_VULKAN_VIRTUAL", "1", 1);
-    for (int devices = 1; devices <= 2; devices++) {
-      snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json --device VULKAN --devices %d",
-               path, devices);
-      j = run_json(args);
-      ids_of(j, "token_ids", got, &ngot);
-      cr_assert_str_eq(json_string_value(json_object_get(j, "device_kind")), "VULKAN");
-      json_decref(j);
-      cr_assert_eq(ngot, nwant);
-      cr_assert(!memcmp(got, want, (size_t)ngot * 4), "%d Vulkan device(s): other tokens than the CPU's", devices);
-    }
+    expect_cpu_tokens(path, "VULKAN", want, nwant);
     unsetenv("HCQ_VULKAN_VIRTUAL");
   }
   unlink(path);
@@ -588,29 +591,16 @@ Test(llm_cli, generate_on_vulkan_chooses_the_cpu_tokens_and_an_absent_kind_exits
 Test(llm_cli, generate_on_the_cuda_and_metal_stand_ins_chooses_the_cpu_tokens) {
   const char *cuda = getenv("HCQ_TEST_FAKE_CUDA"), *metal = getenv("HCQ_TEST_FAKE_METAL");
   if (!cuda || !*cuda || !metal || !*metal) cr_skip_test("HCQ_TEST_FAKE_CUDA and HCQ_TEST_FAKE_METAL name the stand-ins");
-  char path[PATH_MAX], args[PATH_MAX + 256];
+  char path[PATH_MAX];
   tiny_file(path, sizeof(path));
-  int32_t want[64], got[64];
-  int nwant, ngot;
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json", path);
-  json_t *j = run_json(args);
-  ids_of(j, "token_ids", want, &nwant);
-  json_decref(j);
+  int32_t want[64];
+  int nwant;
+  cli_tokens(path, NULL, 1, want, &nwant);
   /* for the CLI's processes only: this one has read its options already */
   setenv("HCQ_CUDA_LIBRARY", cuda, 1), setenv("HCQ_FAKE_CUDA_DEVICES", "2", 1), setenv("HCQ_CUDA_ARCH", "sm_90", 1);
   setenv("HCQ_OBJC_LIBRARY", metal, 1), setenv("HCQ_METAL_FRAMEWORK", metal, 1), setenv("HCQ_METAL_VIRTUAL", "1", 1);
-  const char *kinds[] = {"CUDA", "METAL"};
-  for (int k = 0; k < 2; k++)
-    for (int devices = 1; devices <= 2; devices++) {
-      snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json --device %s --devices %d",
-               path, kinds[k], devices);
-      j = run_json(args);
-      ids_of(j, "token_ids", got, &ngot);
-      cr_assert_str_eq(json_string_value(json_object_get(j, "device_kind")), kinds[k]);
-      json_decref(j);
-      cr_assert_eq(ngot, nwant);
-      cr_assert(!memcmp(got, want, (size_t)ngot * 4), "%d %s device(s): other tokens than the CPU's", devices, kinds[k]);
-    }
+  expect_cpu_tokens(path, "CUDA", want, nwant);
+  expect_cpu_tokens(path, "METAL", want, nwant);
   const char *set[] = {"HCQ_CUDA_LIBRARY", "HCQ_FAKE_CUDA_DEVICES", "HCQ_CUDA_ARCH", "HCQ_OBJC_LIBRARY", "HCQ_METAL_FRAMEWORK",
                        "HCQ_METAL_VIRTUAL"};
   for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) unsetenv(set[i]);

@@ -57,12 +57,8 @@ static void float_path(ggml_type_t type, const char *name) {
   enum { N = 40 };
   int32_t toks[N];
   random_tokens(toks, N, 50, 3);
-  float *got = malloc(N * 50 * 4), *want = malloc(N * 50 * 4);
-  forced(d, toks, N, true, got);
-  ref_forced(m, toks, N, false, want);
-  compare_logits(got, want, N, 50, 1e-4f, 0, name);
+  forced_matches_reference(d, m, toks, N, false, 1e-4f, 0, name);
   greedy_matches_reference(d, m, toks, 3, 20, name);
-  free(got), free(want);
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
 }
@@ -77,11 +73,7 @@ static void block_path(const tiny_spec_t *s, const char *name) {
   enum { N = 40 };
   int32_t toks[N];
   random_tokens(toks, N, s->vocab, 5);
-  float *got = malloc((size_t)N * s->vocab * 4), *want = malloc((size_t)N * s->vocab * 4);
-  forced(d, toks, N, true, got);
-  ref_forced(m, toks, N, true, want);
-  compare_logits(got, want, N, s->vocab, 0.05f, 0.1f, name);
-  free(got), free(want);
+  forced_matches_reference(d, m, toks, N, true, 0.05f, 0.1f, name);
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
 }
