@@ -32,6 +32,33 @@ static inline llm_model_t *tiny_model(const tiny_spec_t *s, const char *name) {
   return m;
 }
 
+static inline llm_decoder_t *decoder_on(const llm_model_t *m, hcq_device_kind_t kind, int devices, int ctx, int max_batch) {
+  llm_decoder_t *d;
+  OK(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kind, .devices = devices, .ctx = ctx, .max_batch = max_batch}, &d));
+  return d;
+}
+
+/* The layers split over two devices of kind give the tokens and the last logits of one, bit for bit
+ * (steps greedy tokens after a 6-token prompt, graph replays). */
+static inline void two_devices_match_one(hcq_device_kind_t kind, int steps) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 3, 4, 2, 97, GGML_TYPE_Q4_1, false, 41);
+  llm_model_t *m = tiny_model(&s, "two");
+  int32_t prompt[6] = {5, 10, 15, 20, 25, 30};
+  llm_generate_result_t r[2];
+  float lg[2][97];
+  for (int devices = 1; devices <= 2; devices++) {
+    llm_decoder_t *d = decoder_on(m, kind, devices, 64, 16);
+    OK(llm_generate(d, prompt, 6, &(llm_generate_options_t){.steps = steps, .graph = true}, &r[devices - 1]));
+    OK(llm_decoder_logits(d, lg[devices - 1]));
+    OK(llm_decoder_destroy(d));
+  }
+  cr_assert_eq(r[0].n, r[1].n);
+  cr_assert(!memcmp(r[0].ids, r[1].ids, (size_t)r[0].n * 4), "two devices choose other tokens");
+  cr_assert(!memcmp(lg[0], lg[1], sizeof(lg[0])), "two devices give other logits");
+  free(r[0].ids), free(r[1].ids);
+  llm_model_close(m);
+}
+
 /* Logits after each of the n tokens, fed one step at a time (teacher forcing): out[p * vocab ...]. */
 static inline void forced(llm_decoder_t *d, const int32_t *tokens, int n, bool graph, float *out) {
   int vocab = llm_decoder_config(d)->vocab;

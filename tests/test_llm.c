@@ -26,9 +26,7 @@
 /* ---- helpers ---- */
 
 static llm_decoder_t *decoder(const llm_model_t *m, int devices, int ctx, int max_batch) {
-  llm_decoder_t *d;
-  OK(llm_decoder_create(m, &(llm_decoder_options_t){.devices = devices, .ctx = ctx, .max_batch = max_batch}, &d));
-  return d;
+  return decoder_on(m, HCQ_DEVICE_CPU, devices, ctx, max_batch);
 }
 
 static int argmax(const float *v, int n) { return llm_ref_argmax(v, n); }
@@ -176,22 +174,7 @@ Test(llm_tiny, a_prompt_pass_equals_token_by_token_steps) {
 }
 
 Test(llm_tiny, two_devices_give_the_bits_of_one) {
-  tiny_spec_t s = tiny_uniform_spec(64, 96, 3, 4, 2, 97, GGML_TYPE_Q4_1, false, 41);
-  llm_model_t *m = tiny_model(&s, "two");
-  int32_t prompt[6] = {5, 10, 15, 20, 25, 30};
-  llm_generate_result_t r[2];
-  float lg[2][97];
-  for (int devices = 1; devices <= 2; devices++) {
-    llm_decoder_t *d = decoder(m, devices, 64, 16);
-    OK(llm_generate(d, prompt, 6, &(llm_generate_options_t){.steps = 40, .graph = true}, &r[devices - 1]));
-    OK(llm_decoder_logits(d, lg[devices - 1]));
-    OK(llm_decoder_destroy(d));
-  }
-  cr_assert_eq(r[0].n, r[1].n);
-  cr_assert(!memcmp(r[0].ids, r[1].ids, (size_t)r[0].n * 4), "two devices choose other tokens");
-  cr_assert(!memcmp(lg[0], lg[1], sizeof(lg[0])), "two devices give other logits");
-  free(r[0].ids), free(r[1].ids);
-  llm_model_close(m);
+  two_devices_match_one(HCQ_DEVICE_CPU, 40);
 }
 
 /* ---- the sampler and generation ---- */

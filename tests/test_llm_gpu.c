@@ -39,11 +39,6 @@ static void require(int devices) {
   cr_skip_test("no %s row in hcq info", hcq_device_kind_name(g_kind));
 }
 
-static llm_decoder_t *decoder(const llm_model_t *m, hcq_device_kind_t kind, int devices, int ctx, int max_batch) {
-  llm_decoder_t *d;
-  OK(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kind, .devices = devices, .ctx = ctx, .max_batch = max_batch}, &d));
-  return d;
-}
 
 /* ---- tiny models ---- */
 
@@ -53,7 +48,7 @@ static void float_path(ggml_type_t type, const char *name) {
   require(1);
   tiny_spec_t s = tiny_uniform_spec(40, 72, 2, 5, 1, 50, type, false, 11);
   llm_model_t *m = tiny_model(&s, name);
-  llm_decoder_t *d = decoder(m, g_kind, 1, 64, 16);
+  llm_decoder_t *d = decoder_on(m, g_kind, 1, 64, 16);
   enum { N = 40 };
   int32_t toks[N];
   random_tokens(toks, N, 50, 3);
@@ -69,7 +64,7 @@ static void f16_weights(void) { float_path(GGML_TYPE_F16, "f16"); }
 static void block_path(const tiny_spec_t *s, const char *name) {
   require(1);
   llm_model_t *m = tiny_model(s, name);
-  llm_decoder_t *d = decoder(m, g_kind, 1, 64, 16);
+  llm_decoder_t *d = decoder_on(m, g_kind, 1, 64, 16);
   enum { N = 40 };
   int32_t toks[N];
   random_tokens(toks, N, s->vocab, 5);
@@ -106,7 +101,7 @@ static void pass_equals_steps(void) {
   int32_t toks[N], next[4];
   random_tokens(toks, N, 97, 17);
   float by_step[N * 97], eager[N * 97], one_pass[97], chunked[97];
-  llm_decoder_t *d = decoder(m, g_kind, 1, 64, 32);
+  llm_decoder_t *d = decoder_on(m, g_kind, 1, 64, 32);
   forced(d, toks, N, true, by_step);
   OK(llm_decoder_tokens(d, N, &next[0], 1));
   forced(d, toks, N, false, eager);
@@ -116,7 +111,7 @@ static void pass_equals_steps(void) {
   OK(llm_decoder_logits(d, one_pass));
   OK(llm_decoder_tokens(d, N, &next[1], 1));
   OK(llm_decoder_destroy(d));
-  d = decoder(m, g_kind, 1, 64, 8);
+  d = decoder_on(m, g_kind, 1, 64, 8);
   OK(llm_decoder_set_tokens(d, 0, toks, N));
   OK(llm_decoder_prefill(d, 0, N, false));
   OK(llm_decoder_logits(d, chunked));
@@ -133,22 +128,7 @@ static void pass_equals_steps(void) {
 
 static void two_devices(void) {
   require(2);
-  tiny_spec_t s = tiny_uniform_spec(64, 96, 3, 4, 2, 97, GGML_TYPE_Q4_1, false, 41);
-  llm_model_t *m = tiny_model(&s, "two");
-  int32_t prompt[6] = {5, 10, 15, 20, 25, 30};
-  llm_generate_result_t r[2];
-  float lg[2][97];
-  for (int devices = 1; devices <= 2; devices++) {
-    llm_decoder_t *d = decoder(m, g_kind, devices, 64, 16);
-    OK(llm_generate(d, prompt, 6, &(llm_generate_options_t){.steps = 20, .graph = true}, &r[devices - 1]));
-    OK(llm_decoder_logits(d, lg[devices - 1]));
-    OK(llm_decoder_destroy(d));
-  }
-  cr_assert_eq(r[0].n, r[1].n);
-  cr_assert(!memcmp(r[0].ids, r[1].ids, (size_t)r[0].n * 4), "two devices choose other tokens");
-  cr_assert(!memcmp(lg[0], lg[1], sizeof(lg[0])), "two devices give other logits");
-  free(r[0].ids), free(r[1].ids);
-  llm_model_close(m);
+  two_devices_match_one(g_kind, 20);
 }
 
 /* The sampler: the CPU path's draws for the same seeds. The float model's logits agree within
@@ -170,7 +150,7 @@ static void sampler(void) {
   require(1);
   tiny_spec_t s = tiny_uniform_spec(40, 72, 2, 5, 1, 97, GGML_TYPE_F32, true, 51);
   llm_model_t *m = tiny_model(&s, "sampler");
-  llm_decoder_t *cpu = decoder(m, HCQ_DEVICE_CPU, 1, 64, 16), *gpu = decoder(m, g_kind, 1, 64, 16);
+  llm_decoder_t *cpu = decoder_on(m, HCQ_DEVICE_CPU, 1, 64, 16), *gpu = decoder_on(m, g_kind, 1, 64, 16);
   const llm_sampler_t cases[] = {{0, 1, 0, 0},         {4.0f, 1, 1, 9},   {4.0f, 1, 5, 7},  {4.0f, 1, 0, 8},
                                  {4.0f, 0.9f, 0, 5},   {2.0f, 0.5f, 40, 3}, {8.0f, 1, 40, 11}};
   enum { STEPS = 30 };
@@ -201,7 +181,7 @@ enum { REAL_STEPS = 4, REAL_CTX = 64 };
  * pass's, then each step's). */
 static void cpu_run(const llm_model_t *m, const int32_t *prompt, int n, int32_t *toks, float *logits) {
   int vocab = m->config.vocab;
-  llm_decoder_t *d = decoder(m, HCQ_DEVICE_CPU, 1, REAL_CTX, 16);
+  llm_decoder_t *d = decoder_on(m, HCQ_DEVICE_CPU, 1, REAL_CTX, 16);
   OK(llm_decoder_set_tokens(d, 0, prompt, n));
   OK(llm_decoder_prefill(d, 0, n, true));
   OK(llm_decoder_logits(d, logits));
@@ -249,7 +229,7 @@ static void teacher_forced(void) {
     int n;
   } prompts[2] = {{p1, (int)(sizeof(p1) / 4)}, {p2, (int)(sizeof(p2) / 4)}};
   float *cpu_logits = malloc((size_t)REAL_STEPS * vocab * 4);
-  llm_decoder_t *d = decoder(m, g_kind, 1, REAL_CTX, 16);
+  llm_decoder_t *d = decoder_on(m, g_kind, 1, REAL_CTX, 16);
   for (int k = 0; k < 2; k++) {
     int32_t want[REAL_STEPS], eager[REAL_STEPS], graph[REAL_STEPS];
     cpu_run(m, prompts[k].ids, prompts[k].n, want, cpu_logits);
