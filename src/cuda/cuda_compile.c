@@ -108,13 +108,8 @@ hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *
 
 /* HCQ_CUDA_ARCH ("sm_90", "90" or "9.0"), else the device's compute capability. */
 static int target_arch(hcq_device_t *dev) {
-  const char *a = hcq__options()->cuda_arch;
-  if (*a) {
-    if (!strncmp(a, "sm_", 3) || !strncmp(a, "compute_", 8)) a = strchr(a, '_') + 1;
-    int major = 0, minor = 0;
-    if (sscanf(a, "%d.%d", &major, &minor) == 2) return major * 10 + minor;
-    if (major > 0) return major;
-  }
+  int arch = hcq__binary_arch(hcq__options()->cuda_arch); /* the one parser, hcq compile --arch's */
+  if (arch) return arch;
   int major, minor;
   hcq__cuda_device_arch(dev, &major, &minor);
   return major * 10 + minor;
