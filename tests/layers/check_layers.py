@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""hcq's layers import only downward: core <- backends <- graph <- jit <- io <- mpi <- models <- cli.
+
+Two checks, both on what the build really holds:
+  * includes: a source or private header may include only private headers of its own layer or a
+    lower one (public headers in include/hcq/ are the API and may be included anywhere);
+  * calls: every symbol an object file uses from another hcq object file must be defined in its
+    own layer or a lower one (read with nm from the build directory's object files).
+
+  check_layers.py SOURCE_DIR BUILD_DIR            the check (exit 1 naming every violation)
+  check_layers.py SOURCE_DIR BUILD_DIR --report   also counts files over 800 and 1,000 lines and
+                                                  functions over 80 lines (the house metrics)
+"""
+import os
+import re
+import subprocess
+import sys
+
+LAYERS = ["core", "backends", "graph", "jit", "io", "mpi", "models", "cli"]
+
+# Folder (relative to the source root) -> layer. The longest matching prefix wins.
+FOLDERS = {
+    "src/core": "core",
+    "src/trace": "core",
+    "src/cpu": "backends",
+    "src/cuda": "backends",
+    "src/vulkan": "backends",
+    "src/metal": "backends",
+    "src/graph": "graph",
+    "src/jit": "jit",
+    "src/io": "io",
+    "src/mpi": "mpi",
+    "models": "models",
+    "cli": "cli",
+}
+
+# The backend table is the one place the library names every backend: it sits with the backends,
+# and core reaches it through hcq__backend_table, whose declaration lives in core (backend.h) and
+# whose definition is linked in with the backends. It is data, not a call, and is the only
+# reference core holds to a layer above.
+ALLOWED_UP = {("core", "hcq__backend_table")}
+
+
+def layer_of(rel):
+    best = None
+    for folder, layer in FOLDERS.items():
+        if rel == folder or rel.startswith(folder + "/"):
+            if best is None or len(folder) > len(best[0]):
+                best = (folder, layer)
+    if rel == "src/backends.c":
+        return "backends"
+    return best[1] if best else None
+
+
+def rank(layer):
+    return LAYERS.index(layer)
+
+
+def sources(root):
+    for top in ("src", "cli", "models"):
+        for d, _, files in os.walk(os.path.join(root, top)):
+            for f in sorted(files):
+                if f.endswith((".c", ".h", ".cpp", ".hpp")):
+                    yield os.path.relpath(os.path.join(d, f), root)
+
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def resolve_include(root, rel, name):
+    here = os.path.dirname(rel)
+    for base in (here, "src", ".", "models"):
+        cand = os.path.normpath(os.path.join(base, name))
+        if os.path.isfile(os.path.join(root, cand)):
+            return cand
+    return None
+
+
+def include_violations(root):
+    out = []
+    for rel in sources(root):
+        mine = layer_of(rel)
+        if mine is None:
+            continue
+        text = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read()
+        for m in INCLUDE.finditer(text):
+            target = resolve_include(root, rel, m.group(1))
+            if target is None or target.startswith("include/"):
+                continue
+            theirs = layer_of(target)
+            if theirs is not None and rank(theirs) > rank(mine):
+                line = text.count("\n", 0, m.start()) + 1
+                out.append(f"{rel}:{line}: includes {target} ({mine} includes {theirs})")
+    return out
+
+
+def objects(build, root):
+    """(object path, source path relative to root) for every hcq object file in the build."""
+    found = []
+    for d, _, files in os.walk(build):
+        for f in files:
+            if not f.endswith(".o"):
+                continue
+            path = os.path.join(d, f)
+            # CMake names objects <target>.dir/<source path relative to the source dir>.o
+            m = re.search(r"\.dir/(.+)\.o$", path)
+            if not m:
+                continue
+            src = m.group(1)
+            # tests, benchmarks, examples and tools are users of the library, not layers of it
+            if layer_of(src) is None or not os.path.isfile(os.path.join(root, src)):
+                continue
+            found.append((path, src))
+    return found
+
+
+def nm(path):
+    res = subprocess.run(["nm", "-P", path], capture_output=True, text=True, check=True)
+    defined, used = set(), set()
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        name, kind = parts[0], parts[1]
+        if kind == "U":
+            used.add(name)
+        elif kind in "TDBRCVWGS" or kind in "tdbr":
+            if kind.isupper():
+                defined.add(name)
+    return defined, used
+
+
+def call_violations(build, root):
+    objs = objects(build, root)
+    if not objs:
+        return None
+    where = {}  # symbol -> (layer, source)
+    uses = []
+    for path, src in objs:
+        defined, used = nm(path)
+        for s in defined:
+            where.setdefault(s, (layer_of(src), src))
+        uses.append((src, used))
+    out = set()
+    for src, used in uses:
+        mine = layer_of(src)
+        for s in used:
+            if s not in where:
+                continue
+            theirs, dsrc = where[s]
+            if rank(theirs) > rank(mine) and (mine, s) not in ALLOWED_UP:
+                out.add(f"{src}: calls {s} from {dsrc} ({mine} calls {theirs})")
+    return sorted(out)
+
+
+FUNC_START = re.compile(r"^[A-Za-z_][\w \*,()\[\]]*\)\s*\{\s*$")
+
+
+def long_functions(root, limit=80):
+    out = []
+    for rel in sources(root):
+        if not rel.endswith((".c", ".cpp")):
+            continue
+        lines = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read().split("\n")
+        start = None
+        for i, line in enumerate(lines):
+            if start is None and FUNC_START.match(line) and not line.startswith(("typedef", "struct", "enum", "static const", "const")):
+                start = i
+            elif start is not None and line.startswith("}"):
+                n = i - start + 1
+                if n > limit:
+                    name = re.search(r"(\w+)\s*\(", lines[start])
+                    out.append((n, f"{rel}:{start + 1} {name.group(1) if name else '?'}"))
+                start = None
+    return sorted(out, reverse=True)
+
+
+def big_files(root, limit):
+    out = []
+    for rel in sources(root):
+        if rel.endswith(("unicode_tables.c",)):  # generated data
+            continue
+        n = sum(1 for _ in open(os.path.join(root, rel), encoding="utf-8", errors="replace"))
+        if n > limit:
+            out.append((n, rel))
+    return sorted(out, reverse=True)
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    root, build = sys.argv[1], sys.argv[2]
+    report = "--report" in sys.argv[3:]
+    bad = include_violations(root)
+    calls = call_violations(build, root)
+    if calls is None:
+        print(f"check_layers: no hcq object files under {build}", file=sys.stderr)
+        return 1
+    bad += calls
+    for b in bad:
+        print(b)
+    if report:
+        for limit in (800, 1000):
+            files = big_files(root, limit)
+            print(f"files over {limit} lines: {len(files)}")
+            for n, rel in files:
+                print(f"  {n:5d} {rel}")
+        funcs = long_functions(root)
+        print(f"functions over 80 lines: {len(funcs)}")
+        for n, where in funcs:
+            print(f"  {n:5d} {where}")
+        print(f"upward includes and calls: {len(bad)}")
+    if bad:
+        print(f"check_layers: {len(bad)} upward includes or calls (layers: {' <- '.join(LAYERS)})")
+        return 1
+    print(f"check_layers: every include and call goes downward ({' <- '.join(LAYERS)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
