@@ -19,8 +19,9 @@ typedef struct hcq__backend {
   /* Fills info (kind is set already): available, count, description (or why it is absent). */
   void (*query)(hcq_device_info_t *info);
   /* Makes dev (name, kind, index, locks set) the index-th device of the kind: vt, backend, caps,
-   * threads. On failure nothing of the backend is left and the status names dev->name. */
-  hcq_status_t (*open)(int index, hcq_device_t *dev);
+   * threads; opts (may be NULL) as the caller gave them, for what is the backend's own (threads).
+   * On failure nothing of the backend is left and the status names dev->name. */
+  hcq_status_t (*open)(int index, const hcq_device_options_t *opts, hcq_device_t *dev);
   /* The kind's own graph runner (docs/design.md, "The CUDA graph", "The Metal graph"), which holds
    * devices of this backend only; NULL: its devices run the HCQ graph. On success the runner moves
    * into the graph. */

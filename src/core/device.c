@@ -242,7 +242,6 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   dev->kind = kind;
   dev->index = index;
   dev->isolate = hcq__options()->cpu_isolate || (opts && opts->isolate);
-  dev->cpu_threads = opts ? opts->threads : 0;
   pthread_mutex_init(&dev->lock, NULL);
   pthread_mutex_init(&dev->obj_lock, NULL);
   pthread_mutex_init(&dev->defer_lock, NULL);
@@ -255,7 +254,7 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   if (create)
     st = create(dev, ctx);
   else
-    st = b ? b->open(index, dev)
+    st = b ? b->open(index, opts, dev)
            : hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: this build has no %s backend", dev->name,
                              hcq_device_kind_name(kind));
   if (st) {
@@ -454,6 +453,12 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
 }
 
 const char *hcq_device_name(const hcq_device_t *dev) { return dev ? dev->name : ""; }
+const hcq__backend_t *hcq__backend(hcq_device_kind_t kind) {
+  for (const hcq__backend_t *const *b = hcq__backends; *b; b++)
+    if ((*b)->kind == kind) return *b;
+  return NULL;
+}
+
 hcq_device_kind_t hcq_device_kind(const hcq_device_t *dev) { return dev ? dev->kind : HCQ_DEVICE_CPU; }
 uint32_t hcq_device_caps(const hcq_device_t *dev) { return dev ? dev->caps & ~HCQ__CAP_ENGINE_REMOTE_COPY : 0; }
 unsigned hcq_device_thread_count(const hcq_device_t *dev) { return dev ? dev->threads : 0; }

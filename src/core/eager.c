@@ -8,8 +8,6 @@
 #include "core/internal.h"
 #include "core/trace_internal.h"
 
-_Thread_local const hcq__recorder_t *hcq__recorder;
-
 static inline hcq_operand_t sig_addr(const hcq_signal_t *s) { return hcq_imm((int64_t)s->mem.addr); }
 
 /* Appends wait(timeline, tv - 1) to q. */

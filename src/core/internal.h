@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/capture.h"
 #include "core/symset.h"
 #include "core/vec.h"
 #include "hcq/buffer.h"
@@ -347,6 +348,10 @@ typedef struct hcq__device_vtable {
    * or the host reports them (hcq_device_memory); a field it cannot tell stays 0, and source names
    * where the numbers come from. Optional: NULL means the backend cannot tell (UNAVAILABLE). */
   hcq_status_t (*memory_info)(hcq_device_t *dev, hcq_device_memory_t *out);
+  /* Whether the calling thread runs on the core the device's engine is pinned to while some core
+   * runs no engine, so that a host waiting for it should sleep at once (the scheduler then moves
+   * the thread) rather than spin. Optional (NULL: no engine is pinned). Any thread; must not block. */
+  bool (*waiter_on_engine_core)(hcq_device_t *dev);
 } hcq__device_vtable_t;
 
 enum { HCQ__HOST_BEGIN, HCQ__HOST_RUN, HCQ__HOST_END };
@@ -388,11 +393,6 @@ struct hcq_device {
   uint64_t max_work_items; /* per launch (groups x group size); 0: no limit */
   bool on_host_cores;      /* a GPU API whose kernels run on this machine's cores (lavapipe): a host
                               waiting for it sleeps at once rather than take a core from them */
-  unsigned cpu_threads;    /* CPU: threads asked for by the device option (0: the layout decides) */
-#define HCQ__DEVICE_MAX_CORES 64
-  unsigned ncores;         /* CPU: the cores its threads are pinned to (layout lock) */
-  int cores[HCQ__DEVICE_MAX_CORES];
-  char layout[128];        /* "0,1" */
   int open_refs;     /* registry references, under the registry lock */
   bool closing;      /* a close is waiting for the work (registry lock) */
   _Atomic bool closed; /* closed while lost, with objects still alive: freed when the last goes */
@@ -630,38 +630,8 @@ hcq_status_t hcq__queue_reserve_locked(hcq_queue_t *q, hcq_device_t *dev);
 /* Kernel-argument block written with constants only (eager path). */
 void hcq__kernargs_fill(void *host, hcq_buffer_t *const *bufs, size_t nbufs, const int32_t *vals, size_t nvals);
 
-/* Capture: while a thread records, successful eager work is reported to its recorder (installed
- * by the capture layer). hcq_exec_item_run reports the item itself with its symbols. */
-struct hcq_exec_item;
-typedef struct hcq__recorder {
-  void (*launch)(void *ctx, const hcq_launch_desc_t *desc);
-  void (*transfer)(void *ctx, hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size);
-  void (*item)(void *ctx, const struct hcq_exec_item *item);
-  void (*host_copy)(void *ctx, const char *what, const hcq_buffer_t *buf, uint64_t size); /* what: "copyin" */
-  void *ctx;
-} hcq__recorder_t;
-extern _Thread_local const hcq__recorder_t *hcq__recorder;
 
-/* Kernel fault reports (src/cpu/cpu_fault.c, the CPU backend's handler, shared): backends whose
- * kernels run on threads hcq did not start (a Vulkan driver's) register a describer. On a SIGSEGV,
- * SIGBUS, SIGFPE or SIGILL on a thread that is not a CPU engine's, the handler asks each to append,
- * async-signal-safely (no locks, no allocation, no stdio), which kernels it has in flight ("kernel
- * fill (graph item 3) on VULKAN:0's compute queue"); anything appended is printed before the
- * process ends the way it would have. Adding installs the handler. */
-typedef struct hcq__fault_line {
-  char buf[512];
-  size_t len;
-} hcq__fault_line_t;
-typedef void (*hcq__fault_describer_fn)(hcq__fault_line_t *line);
-void hcq__fault_add_describer(hcq__fault_describer_fn fn);
-void hcq__fault_put(hcq__fault_line_t *line, const char *s);
-void hcq__fault_put_dec(hcq__fault_line_t *line, uint64_t v);
 
-/* Backends. */
-size_t hcq__cpu_core_count(void);
-/* Whether the calling thread runs on the core the engine of one of devs is pinned to, while some
- * core runs no engine (so sleeping lets the scheduler move the thread there). */
-bool hcq__on_engine_core(hcq_device_t *const *devs, size_t ndevs);
 /* Device creation and queries are the backend table's (core/backend.h). */
 
 /* HCQ_VALIDATE=1: the check that a launch writes only the buffers its outs declare (validate.c).
@@ -672,13 +642,6 @@ hcq_status_t hcq__write_check_begin(const hcq_launch_desc_t *d, hcq__write_check
 hcq_status_t hcq__write_check_end(hcq__write_check_t *wc, const hcq_launch_desc_t *d);
 void hcq__write_check_free(hcq__write_check_t *wc);
 
-/* Captures open on any thread (jit.c). While one is, device work submitted by the other threads
- * is noted (what, on dev) so that its end can say that the capture did not record it. */
-extern atomic_int hcq__captures_open;
-void hcq__capture_note_other_thread(const hcq_device_t *dev, const char *fmt, ...) HCQ_PRINTF(2, 3);
-static inline bool hcq__captures_elsewhere(void) {
-  return atomic_load_explicit(&hcq__captures_open, memory_order_relaxed) != 0;
-}
 
 
 /* ---- remote devices (the optional MPI layer, src/mpi; docs/mpi.md) ----

@@ -94,6 +94,7 @@ typedef struct cpu_engine {
   _Atomic uint32_t barrier_word;
   cpu_pool_t pool;
   hcq__fast_clock_t clock; /* the engine thread's, for timestamps */
+  hcq__cpu_share_t share;  /* its cores (cpu_layout.c) */
   uint64_t remote_since;   /* when the engine began polling for a cross-rank COPY (0: it is not) */
   unsigned remote_polls;
   bool remote_spinning;    /* within the layer's spin budget: poll back to back */
@@ -114,6 +115,8 @@ enum { OWN_FREE, OWN_ENGINE, OWN_HOST };
 static const hcq__device_vtable_t cpu_vtable;
 
 static cpu_engine_t *engine_of(hcq_device_t *dev) { return dev->backend; }
+
+hcq__cpu_share_t *hcq__cpu_share(hcq_device_t *dev) { return &engine_of(dev)->share; }
 
 /* How long the engine naps between looks while host threads run its queues: it wakes by itself
  * after that, so a host never has to pay a wake-up call on its way out. */
@@ -894,9 +897,10 @@ static const hcq__device_vtable_t cpu_vtable = {
     .host_run = cpu_host_run,
     .program_compile = hcq__cpu_compile,
     .program_unload = hcq__cpu_unload,
+    .waiter_on_engine_core = hcq__cpu_waiter_on_engine_core,
 };
 
-static hcq_status_t cpu_device_create(int index, hcq_device_t *dev) {
+static hcq_status_t cpu_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
   (void)index;
   hcq__cpu_fault_install();
   /* Producer and consumer fields sit on separate cache lines: 64-byte aligned. */
@@ -910,6 +914,7 @@ static hcq_status_t cpu_device_create(int index, hcq_device_t *dev) {
   dev->threads = 1;
   dev->max_work_items = CPU_MAX_WORK_ITEMS;
   e->dev = dev;
+  e->share.threads_asked = opts ? opts->threads : 0;
   e->pool.dev = dev;
   e->pool.engine = e;
   e->pool.min_parallel = hcq__options()->cpu_min_parallel;

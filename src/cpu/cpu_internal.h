@@ -19,6 +19,18 @@ void hcq__cpu_layout_add(hcq_device_t *dev);
 void hcq__cpu_layout_remove(hcq_device_t *dev);
 /* Called by the layout (its lock held) with the cores a device may use, first for its engine. */
 void hcq__cpu_apply_layout(hcq_device_t *dev, const int *cores, unsigned ncores);
+/* A CPU device's place in the layout, kept in its engine. */
+#define HCQ__CPU_MAX_SHARE 64
+typedef struct hcq__cpu_share {
+  unsigned threads_asked; /* by the device option (0: the layout decides) */
+  unsigned ncores;        /* the cores its threads are pinned to (layout lock; read atomically) */
+  int cores[HCQ__CPU_MAX_SHARE];
+} hcq__cpu_share_t;
+hcq__cpu_share_t *hcq__cpu_share(hcq_device_t *dev);
+/* The cores this process may use. */
+size_t hcq__cpu_core_count(void);
+/* The device's waiter_on_engine_core (core/internal.h). */
+bool hcq__cpu_waiter_on_engine_core(hcq_device_t *dev);
 
 /* ---- kernel faults (cpu_fault.c) ----
  * Every thread that runs kernels points hcq__cpu_fault_ctx at its context; the fault handler reads
@@ -34,7 +46,7 @@ typedef struct hcq__cpu_fault_ctx {
 } hcq__cpu_fault_ctx_t;
 extern _Thread_local hcq__cpu_fault_ctx_t *hcq__cpu_fault_ctx;
 
-/* Installs the handler for SIGSEGV, SIGBUS, SIGFPE and SIGILL once per process. */
+/* Registers the CPU claimer with the core fault handler (core/fault.h), installing it once. */
 void hcq__cpu_fault_install(void);
 /* "kernel mix (graph item 3) on CPU:0 faulted with SIGSEGV at address 0x10" */
 void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t addr, char *out, size_t size);

@@ -63,8 +63,9 @@ static void load_cores(void) {
   }
 }
 
-static unsigned fixed_threads(const hcq_device_t *dev) {
-  return dev->cpu_threads ? dev->cpu_threads : hcq__options()->cpu_threads;
+static unsigned fixed_threads(hcq_device_t *dev) {
+  unsigned asked = hcq__cpu_share(dev)->threads_asked;
+  return asked ? asked : hcq__options()->cpu_threads;
 }
 
 /* Layout lock held. */
@@ -80,13 +81,10 @@ static void relayout(void) {
     next = (next + want) % n;
     hcq__cpu_apply_layout(dev, cores, want);
     engines++;
-    snprintf(dev->layout, sizeof(dev->layout), "%s", "");
-    size_t used = 0;
-    for (unsigned k = 0; k < want && used + 12 < sizeof(dev->layout); k++)
-      used += (size_t)snprintf(dev->layout + used, sizeof(dev->layout) - used, "%s%d", k ? "," : "", cores[k]);
+    hcq__cpu_share_t *sh = hcq__cpu_share(dev);
     /* Atomic stores: waiting threads read the engine's core without the lock. */
-    for (unsigned k = 0; k < want && k < HCQ__DEVICE_MAX_CORES; k++) __atomic_store_n(&dev->cores[k], cores[k], __ATOMIC_RELAXED);
-    __atomic_store_n(&dev->ncores, want, __ATOMIC_RELAXED);
+    for (unsigned k = 0; k < want && k < HCQ__CPU_MAX_SHARE; k++) __atomic_store_n(&sh->cores[k], cores[k], __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->ncores, want, __ATOMIC_RELAXED);
   }
   atomic_store(&g_spare_core, engines < n);
 }
@@ -115,8 +113,9 @@ void hcq__cpu_layout_remove(hcq_device_t *dev) {
 size_t hcq_device_cores(const hcq_device_t *dev, int *out_cores, size_t cap) {
   if (!dev || dev->kind != HCQ_DEVICE_CPU) return 0;
   pthread_mutex_lock(&g_layout_lock);
-  size_t n = dev->ncores;
-  for (size_t i = 0; i < n && i < cap && i < HCQ__DEVICE_MAX_CORES && out_cores; i++) out_cores[i] = dev->cores[i];
+  const hcq__cpu_share_t *sh = hcq__cpu_share((hcq_device_t *)dev);
+  size_t n = sh->ncores;
+  for (size_t i = 0; i < n && i < cap && i < HCQ__CPU_MAX_SHARE && out_cores; i++) out_cores[i] = sh->cores[i];
   pthread_mutex_unlock(&g_layout_lock);
   return n;
 }
@@ -129,17 +128,12 @@ size_t hcq__cpu_core_count(void) {
   return n;
 }
 
-bool hcq__on_engine_core(hcq_device_t *const *devs, size_t ndevs) {
-  if (!ndevs || !atomic_load_explicit(&g_spare_core, memory_order_relaxed)) return false;
+bool hcq__cpu_waiter_on_engine_core(hcq_device_t *dev) {
+  if (!atomic_load_explicit(&g_spare_core, memory_order_relaxed)) return false;
   int cpu = sched_getcpu();
-  if (cpu < 0) return false;
-  for (size_t i = 0; i < ndevs; i++) {
-    const hcq_device_t *d = devs[i];
-    /* The first core of a CPU device's share runs its engine (read without the layout lock: a
-     * stale answer only changes how the caller waits). */
-    if (d && d->kind == HCQ_DEVICE_CPU && __atomic_load_n(&d->ncores, __ATOMIC_RELAXED) &&
-        __atomic_load_n(&d->cores[0], __ATOMIC_RELAXED) == cpu)
-      return true;
-  }
-  return false;
+  /* The first core of a CPU device's share runs its engine (read without the layout lock: a stale
+   * answer only changes how the caller waits). */
+  const hcq__cpu_share_t *sh = hcq__cpu_share(dev);
+  return cpu >= 0 && __atomic_load_n(&sh->ncores, __ATOMIC_RELAXED) &&
+         __atomic_load_n(&sh->cores[0], __ATOMIC_RELAXED) == cpu;
 }

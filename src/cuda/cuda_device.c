@@ -1091,7 +1091,8 @@ static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
   return st;
 }
 
-static hcq_status_t cuda_device_create(int index, hcq_device_t *dev) {
+static hcq_status_t cuda_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
+  (void)opts;
   const char *why;
   const hcq__cuda_api_t *api = hcq__cuda_api(&why);
   if (!api) return hcq_status_make(HCQ_UNAVAILABLE, "device CUDA:%d is unavailable: %s", index, why);

@@ -17,88 +17,19 @@ typedef struct bound_value {
   bool changed;          /* bound to more than one value during the capture */
 } bound_value_t;
 
-/* Device work another thread did on one device while the capture was open. */
-typedef struct other_work {
-  const hcq_device_t *dev; /* compared, never followed: the device may be closed by now */
-  char dev_name[32];
-  size_t count;
-  char first[160];
-} other_work_t;
-
 struct hcq_capture {
-  pthread_t owner; /* the capturing thread: only it may end or abort the capture */
   HCQ__VEC(hcq_exec_item_t) items;
   size_t host_copies;
   char first_host_copy[192]; /* the first one, in words */
-  /* Open captures form a list (g_open, under g_open_lock) that other threads' work is noted in. */
-  hcq_capture_t *next_open, **prev_open;
-  HCQ__VEC(other_work_t) others; /* under g_open_lock while the capture is open */
-  bool others_lost;              /* a note could not be kept (memory) */
+  /* Other threads' work on devices while the capture is open (core/capture.h); watch.owner is the
+   * capturing thread: only it may end or abort the capture. */
+  hcq__capture_watch_t watch;
   HCQ__VEC(bound_value_t) bound; /* hcq_launch_sym's values, one per variable */
   hcq_status_t error; /* first failure to record (memory): reported by end */
   hcq__recorder_t recorder;
 };
 
 static _Thread_local hcq_capture_t *g_capturing;
-
-atomic_int hcq__captures_open;
-static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
-static hcq_capture_t *g_open;
-
-static void open_list_add(hcq_capture_t *c) {
-  pthread_mutex_lock(&g_open_lock);
-  c->next_open = g_open;
-  c->prev_open = &g_open;
-  if (g_open) g_open->prev_open = &c->next_open;
-  g_open = c;
-  atomic_fetch_add(&hcq__captures_open, 1);
-  pthread_mutex_unlock(&g_open_lock);
-}
-
-/* Stops noting other threads' work for c (idempotent): after this, c->others is c's alone. */
-static void open_list_remove(hcq_capture_t *c) {
-  pthread_mutex_lock(&g_open_lock);
-  if (c->prev_open) {
-    *c->prev_open = c->next_open;
-    if (c->next_open) c->next_open->prev_open = c->prev_open;
-    c->prev_open = NULL;
-    c->next_open = NULL;
-    atomic_fetch_sub(&hcq__captures_open, 1);
-  }
-  pthread_mutex_unlock(&g_open_lock);
-}
-
-/* A capture records its own thread's work only. Work another thread puts on a device the capture
- * uses may be work the captured items depend on (or race with), and no replay repeats it: each open
- * capture of another thread keeps a count per device and the first such operation, and its end
- * reports those on devices its items use. */
-void hcq__capture_note_other_thread(const hcq_device_t *dev, const char *fmt, ...) {
-  /* The common case while capturing: the only open capture is this thread's. */
-  if (g_capturing && atomic_load_explicit(&hcq__captures_open, memory_order_relaxed) == 1) return;
-  char what[160];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof(what), fmt, ap);
-  va_end(ap);
-  pthread_t self = pthread_self();
-  pthread_mutex_lock(&g_open_lock);
-  for (hcq_capture_t *c = g_open; c; c = c->next_open) {
-    if (pthread_equal(c->owner, self)) continue;
-    size_t k = 0;
-    while (k < c->others.len && c->others.data[k].dev != dev) k++;
-    if (k == c->others.len) {
-      other_work_t w = {.dev = dev, .count = 0};
-      snprintf(w.dev_name, sizeof(w.dev_name), "%s", dev->name);
-      snprintf(w.first, sizeof(w.first), "%s", what);
-      if (!hcq__vec_push(&c->others, w)) {
-        c->others_lost = true;
-        continue;
-      }
-    }
-    c->others.data[k].count++;
-  }
-  pthread_mutex_unlock(&g_open_lock);
-}
 
 static void record(hcq_capture_t *c, const hcq_exec_item_t *it) {
   if (c->error) return;
@@ -144,10 +75,9 @@ hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
   hcq_capture_t *c = calloc(1, sizeof(*c));
   if (!c) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory starting a capture");
   c->recorder = (hcq__recorder_t){record_launch, record_transfer, record_item, record_host_copy, c};
-  c->owner = pthread_self();
   g_capturing = c;
   hcq__recorder = &c->recorder;
-  open_list_add(c);
+  hcq__capture_watch_open(&c->watch);
   *out = c;
   return NULL;
 }
@@ -175,8 +105,8 @@ static void capture_free(hcq_capture_t *c) {
     g_capturing = NULL;
     hcq__recorder = NULL;
   }
-  open_list_remove(c);
-  hcq__vec_free(&c->others);
+  hcq__capture_watch_close(&c->watch);
+  hcq__vec_free(&c->watch.others);
   for (size_t i = 0; i < c->items.len; i++) hcq__exec_item_release(&c->items.data[i]);
   hcq__vec_free(&c->items);
   for (size_t i = 0; i < c->bound.len; i++) hcq_expr_release(c->bound.data[i].var);
@@ -187,7 +117,7 @@ static void capture_free(hcq_capture_t *c) {
 
 /* The recorder lives in the capturing thread's thread-local state: another thread cannot take it
  * down without racing with that thread's launches. */
-static bool on_owner_thread(const hcq_capture_t *c) { return pthread_equal(c->owner, pthread_self()) && g_capturing == c; }
+static bool on_owner_thread(const hcq_capture_t *c) { return pthread_equal(c->watch.owner, pthread_self()) && g_capturing == c; }
 
 void hcq_capture_abort(hcq_capture_t *c) {
   if (!c) return;
@@ -490,8 +420,8 @@ static size_t unused_inputs(const hcq_capture_t *c, hcq_buffer_t *const *inputs,
 /* Work of other threads on the devices the capture's items use (hcq__capture_note_other_thread):
  * one warning per device. */
 static void report_other_threads(const hcq_capture_t *c, hcq_jit_t *jit) {
-  for (size_t k = 0; k < c->others.len; k++) {
-    const other_work_t *w = &c->others.data[k];
+  for (size_t k = 0; k < c->watch.others.len; k++) {
+    const hcq__other_work_t *w = &c->watch.others.data[k];
     bool used = false;
     for (size_t j = 0; j < c->items.len && !used; j++) {
       const hcq_exec_item_t *it = &c->items.data[j];
@@ -511,7 +441,7 @@ static void report_other_threads(const hcq_capture_t *c, hcq_jit_t *jit) {
              w->count == 1 ? "it" : "them");
     report_warning(jit, msg);
   }
-  if (c->others_lost)
+  if (c->watch.others_lost)
     report_warning(jit, "capture: other threads worked on devices while it was open, and not all of it could be "
                         "noted (out of memory)");
 }
@@ -554,7 +484,7 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
   /* Recording stops before the graphs are built; so does noting other threads' work. */
   g_capturing = NULL;
   hcq__recorder = NULL;
-  open_list_remove(c);
+  hcq__capture_watch_close(&c->watch);
   bool allow_unused = options && options->allow_unused_inputs;
   size_t unused = 0;
   char unused_msg[512] = "";

@@ -643,7 +643,8 @@ static const hcq__device_vtable_t mtl_vtable = {
     .memory_info = mtl_memory_info,
 };
 
-static hcq_status_t mtl_open(int index, hcq_device_t *dev) {
+static hcq_status_t mtl_open(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
+  (void)opts;
   const char *why;
   const hcq__mtl_api_t *api = hcq__mtl_api(&why);
   if (!api) return hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: %s", dev->name, why);

@@ -15,7 +15,8 @@ void hcq__vulkan_query(hcq_device_info_t *info) {
   snprintf(info->description, sizeof(info->description), "absent: %s", WHY);
 }
 
-hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev) {
+hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
+  (void)opts;
   (void)index;
   return hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: %s", dev->name, WHY);
 }

@@ -316,7 +316,8 @@ static hcq_status_t open_logical(vk_device_t *vd) {
   return st;
 }
 
-hcq_status_t hcq__vulkan_device_create(int index, hcq_device_t *dev) {
+hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
+  (void)opts;
   const char *why;
   const hcq__vk_instance_t *vi = hcq__vk_instance(&why);
   if (!vi) return hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: %s", dev->name, why);

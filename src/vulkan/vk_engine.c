@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/fault.h"
 #include "vulkan/vk_device.h"
 
 #define RING_WORDS (UINT64_C(1) << 16)

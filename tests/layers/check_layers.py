@@ -34,11 +34,10 @@ FOLDERS = {
     "cli": "cli",
 }
 
-# The backend table is the one place the library names every backend: it sits with the backends,
-# and core reaches it through hcq__backend_table, whose declaration lives in core (backend.h) and
-# whose definition is linked in with the backends. It is data, not a call, and is the only
-# reference core holds to a layer above.
-ALLOWED_UP = {("core", "hcq__backend_table")}
+# The backend table is the one place the library names every backend: its rows sit with the
+# backends (src/backends.c), and core reads them through hcq__backends, declared in core/backend.h.
+# It is data, not a call, and the only reference core holds to a layer above.
+ALLOWED_UP = {("core", "hcq__backends")}
 
 
 def layer_of(rel):
