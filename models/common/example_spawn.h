@@ -1,5 +1,5 @@
 /* Running a helper program and making folders, for the example models that fetch their files
- * (examples/minilm, examples/llm). */
+ * (models/minilm, models/llm). */
 #ifndef HCQ_EXAMPLES_SPAWN_H
 #define HCQ_EXAMPLES_SPAWN_H
 
