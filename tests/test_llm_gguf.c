@@ -1,4 +1,4 @@
-/* The GGUF reader and writer (models/llm/gguf.c, gguf_write.c; models/common/example_file.c) and the llama model
+/* The GGUF reader and writer (models/llm/gguf.c, gguf_write.c; models/common/model_file.c) and the llama model
  * checks (models/llm/model.c).
  *
  * Every file here is written by the test: with gguf_writer for valid ones, byte by byte for the

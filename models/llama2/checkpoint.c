@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "example_file.h"
+#include "model_file.h"
 #include "llama2.h"
 
 #define HEADER_BYTES (7 * 4)
@@ -81,7 +81,7 @@ hcq_status_t llama2_checkpoint_load(const char *path, llama2_checkpoint_t *out) 
   memset(out, 0, sizeof(*out));
   FILE *f;
   uint64_t file_size;
-  hcq_status_t st = hcq_example_fopen(path, "checkpoint", &f, &file_size);
+  hcq_status_t st = hcq_model_fopen(path, "checkpoint", &f, &file_size);
   if (st) return st;
   struct stat sb = {.st_size = (off_t)file_size};
   int32_t header[7];
@@ -198,7 +198,7 @@ hcq_status_t llama2_tokenizer_load(const char *path, int vocab_size, llama2_toke
   memset(out, 0, sizeof(*out));
   FILE *f;
   uint64_t file_size;
-  hcq_status_t st = hcq_example_fopen(path, "tokenizer", &f, &file_size);
+  hcq_status_t st = hcq_model_fopen(path, "tokenizer", &f, &file_size);
   if (st) return st;
   int32_t max_len;
   out->pieces = calloc((size_t)vocab_size, sizeof(char *));

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "example_file.h"
+#include "model_file.h"
 #include "minilm.h"
 
 static hcq_status_t bad(const char *what, const char *fmt, ...) HCQ_PRINTF(2, 3);
@@ -125,7 +125,7 @@ hcq_status_t minilm_safetensors_open(const char *path, minilm_safetensors_t *out
   if (!out->path) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   int fd;
   uint64_t file_size;
-  hcq_status_t s = hcq_example_open(path, "safetensors file", &fd, &file_size);
+  hcq_status_t s = hcq_model_open(path, "safetensors file", &fd, &file_size);
   if (s) {
     minilm_safetensors_close(out);
     return s;
@@ -179,7 +179,7 @@ static hcq_status_t load_json(const char *dir, const char *file, bool optional, 
   if (optional && access(path, F_OK)) return NULL;
   char *text;
   size_t len;
-  hcq_status_t s = hcq_example_read(path, "model configuration", (size_t)16 << 20, &text, &len);
+  hcq_status_t s = hcq_model_read(path, "model configuration", (size_t)16 << 20, &text, &len);
   if (s && hcq_status_code(s) == HCQ_NOT_FOUND) s = hcq_status_annotate(s, "is %s a model directory?", dir);
   if (s) return s;
   json_error_t err;

@@ -19,8 +19,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "example_file.h"
-#include "example_utf8.h"
+#include "model_file.h"
+#include "model_utf8.h"
 #include "minilm.h"
 #include "unicode_tables.h"
 
@@ -100,7 +100,7 @@ hcq_status_t minilm_tokenizer_create(const char *vocab, size_t len, const minilm
 
 /* A vocabulary: at most 64 MiB (bert's is 232 KB). */
 static hcq_status_t read_file(const char *path, char **out, size_t *len) {
-  return hcq_example_read(path, "vocabulary", (size_t)64 << 20, out, len);
+  return hcq_model_read(path, "vocabulary", (size_t)64 << 20, out, len);
 }
 
 hcq_status_t minilm_tokenizer_load(const char *dir, minilm_tokenizer_t **out) {
@@ -111,7 +111,7 @@ hcq_status_t minilm_tokenizer_load(const char *dir, minilm_tokenizer_t **out) {
   /* optional: absent or unreadable, the defaults (a FIFO or folder is refused, never read) */
   char *config = NULL;
   size_t config_len = 0;
-  hcq_status_t rs = access(path, F_OK) ? NULL : hcq_example_read(path, "tokenizer configuration", (size_t)1 << 20, &config, &config_len);
+  hcq_status_t rs = access(path, F_OK) ? NULL : hcq_model_read(path, "tokenizer configuration", (size_t)1 << 20, &config, &config_len);
   if (rs) return rs;
   json_error_t err;
   json_t *cfg = config ? json_loadb(config, config_len, 0, &err) : NULL;
@@ -298,7 +298,7 @@ hcq_status_t minilm_tokenize(const minilm_tokenizer_t *t, const char *text, int 
   size_t n = strlen(text);
   for (size_t i = 0; i < n;) {
     uint32_t c;
-    int len = (int)hcq_example_utf8_decode(s + i, n - i, &c);
+    int len = (int)hcq_model_utf8_decode(s + i, n - i, &c);
     if (!len) {
       free(a.v);
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "text is not valid UTF-8 (byte %zu: 0x%02x)", i, s[i]);

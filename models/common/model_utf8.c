@@ -1,6 +1,6 @@
-#include "example_utf8.h"
+#include "model_utf8.h"
 
-size_t hcq_example_utf8_decode(const unsigned char *s, size_t n, uint32_t *out) {
+size_t hcq_model_utf8_decode(const unsigned char *s, size_t n, uint32_t *out) {
   if (s[0] < 0x80) return *out = s[0], 1;
   size_t len = s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : s[0] >= 0xE0 && s[0] < 0xF0 ? 3 : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
   if (!len || len > n) return 0;
