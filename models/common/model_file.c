@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -89,4 +90,13 @@ hcq_status_t hcq_model_read(const char *path, const char *what, size_t max_bytes
   *out = buf;
   *out_len = n;
   return NULL;
+}
+
+hcq_status_t hcq_model_invalid(const char *what, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s", what, msg);
 }

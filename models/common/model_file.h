@@ -21,5 +21,8 @@ HCQ_MUST_USE hcq_status_t hcq_model_fopen(const char *path, const char *what, FI
 /* The whole file, NUL-terminated (malloc'd; *out_len bytes before the NUL), at most max_bytes. */
 HCQ_MUST_USE hcq_status_t hcq_model_read(const char *path, const char *what, size_t max_bytes, char **out,
                                          size_t *out_len);
+/* INVALID_ARGUMENT, "WHAT: MESSAGE": what a reader returns for a file whose contents are not what
+ * the format says (a bad header, a tensor of the wrong shape); WHAT is usually the file's path. */
+HCQ_MUST_USE hcq_status_t hcq_model_invalid(const char *what, const char *fmt, ...) HCQ_PRINTF(2, 3);
 
 #endif

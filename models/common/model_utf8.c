@@ -14,3 +14,16 @@ size_t hcq_model_utf8_decode(const unsigned char *s, size_t n, uint32_t *out) {
   *out = c;
   return len;
 }
+
+size_t hcq_model_utf8_encode(uint32_t c, unsigned char *o) {
+  if (c < 0x80) return o[0] = (unsigned char)c, 1;
+  if (c < 0x800) return o[0] = (unsigned char)(0xC0 | c >> 6), o[1] = (unsigned char)(0x80 | (c & 0x3F)), 2;
+  if (c < 0x10000) {
+    o[0] = (unsigned char)(0xE0 | c >> 12), o[1] = (unsigned char)(0x80 | (c >> 6 & 0x3F));
+    o[2] = (unsigned char)(0x80 | (c & 0x3F));
+    return 3;
+  }
+  o[0] = (unsigned char)(0xF0 | c >> 18), o[1] = (unsigned char)(0x80 | (c >> 12 & 0x3F));
+  o[2] = (unsigned char)(0x80 | (c >> 6 & 0x3F)), o[3] = (unsigned char)(0x80 | (c & 0x3F));
+  return 4;
+}

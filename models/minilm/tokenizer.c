@@ -248,16 +248,6 @@ static void normalise_char(const minilm_tokenizer_t *t, cps_t *a, uint32_t c) {
 }
 
 
-static size_t utf8_encode(uint32_t c, char *o) {
-  if (c < 0x80) return o[0] = (char)c, 1;
-  if (c < 0x800) return o[0] = (char)(0xC0 | c >> 6), o[1] = (char)(0x80 | (c & 0x3F)), 2;
-  if (c < 0x10000)
-    return o[0] = (char)(0xE0 | c >> 12), o[1] = (char)(0x80 | ((c >> 6) & 0x3F)), o[2] = (char)(0x80 | (c & 0x3F)), 3;
-  o[0] = (char)(0xF0 | c >> 18), o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-  o[2] = (char)(0x80 | ((c >> 6) & 0x3F)), o[3] = (char)(0x80 | (c & 0x3F));
-  return 4;
-}
-
 /* Appends the pieces of word w (nc code points) to ids, at most room of them. */
 static int word_pieces(const minilm_tokenizer_t *t, const uint32_t *w, size_t nc, int32_t *ids, int room) {
   if (room <= 0) return 0;
@@ -266,7 +256,7 @@ static int word_pieces(const minilm_tokenizer_t *t, const uint32_t *w, size_t nc
   size_t at[MAX_WORD_CHARS + 1], len = 0; /* the word's UTF-8 and the byte offset of each character */
   for (size_t i = 0; i < nc; i++) {
     at[i] = len;
-    len += utf8_encode(w[i], buf + len);
+    len += hcq_model_utf8_encode(w[i], (unsigned char *)buf + len);
   }
   at[nc] = len;
   int32_t found[MAX_WORD_CHARS];
