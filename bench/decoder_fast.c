@@ -3,7 +3,7 @@
  * dot-product loops for this CPU), and once more with -fopenmp, where every matrix product is an
  * `omp parallel for` over its output rows and the attention an `omp parallel for` over its heads.
  * Those are the builds llama2.c calls `runfast` and `runomp`; this file is written here against the
- * checkpoint layout of examples/llama2 (llama2_weights_t), not taken from there.
+ * checkpoint layout of models/llama2 (llama2_weights_t), not taken from there.
  *
  * Decodes the generated models of `hcq demo` greedily from BOS and prints tokens/s rows
  * (bench/rows.h); the note says whether the tokens equal the plain C reference's

@@ -1,4 +1,4 @@
-/* The llama2 decoder on hcq (examples/llama2), as `hcq demo` runs it: tokens/s of graph replays
+/* The llama2 decoder on hcq (models/llama2), as `hcq demo` runs it: tokens/s of graph replays
  * and of eager launches, steps queued back to back, median over repetitions (bench/rows.h rows).
  *
  *   decoder_hcq [STEPS] [REPS] [KIND]                 (defaults 256, 5 and CPU)

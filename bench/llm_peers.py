@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The llama.cpp rows of `make bench`: SmolLM2-135M-Instruct (the Q4_1 GGUF examples/llm decodes)
+"""The llama.cpp rows of `make bench`: SmolLM2-135M-Instruct (the Q4_1 GGUF models/llm decodes)
 through llama.cpp, as llama-cpp-python 0.3.36 built from source for this CPU runs it.
 
     llm_peers.py [--model FILE] [--threads 1,2] [--rounds 5] [--json | --rows] [--flash-attn] [--hcq HCQ]

@@ -46,7 +46,7 @@ run() {
   echo "$sections" | tr '|' '\n' | while read -r s; do [ -n "$s" ] && missing "$s" "$name" "$why"; done
 }
 
-# SmolLM2-135M-Instruct (examples/llm's Q4_1 GGUF, the main job) through hcq and llama.cpp, rounds
+# SmolLM2-135M-Instruct (models/llm's Q4_1 GGUF, the main job) through hcq and llama.cpp, rounds
 # interleaved (bench/llm_peers.py --hcq): llama-cpp-python 0.3.36 built from source for this CPU
 # (GGML_NATIVE=ON) in BUILD_DIR/bench/venv-llamacpp on the first run (7-15 minutes on 2 cores;
 # pip's wheel cache makes later installs take seconds). llama.cpp's threads busy-wait: on a machine
@@ -68,7 +68,7 @@ else
   fi
 fi
 
-# SmolLM2's decoder on each GPU kind (examples/llm/kernels.glsl on Vulkan; CUDA and Metal have no
+# SmolLM2's decoder on each GPU kind (models/llm/kernels.glsl on Vulkan; CUDA and Metal have no
 # kernels yet): `hcq generate --bench` decode tok/s, eager and graph, and the host's time to queue
 # a step; a kind that cannot run it gets a row with hcq's reason. lavapipe runs the shaders on the
 # CPU: a short prompt, 16 tokens, one timed repetition.

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "example_file.h"
+#include "model_file.h"
 
 /* Writes the bytes whole under a temporary name beside path, then renames it into place, so a
  * failed or interrupted compile never leaves a partial kernel where a loader would take it. */
@@ -89,7 +89,7 @@ int cli_compile(int argc, char **argv) {
   }
   char *text = NULL;
   size_t len = 0;
-  hcq_status_t st = hcq_example_read(source, "kernel source", 64u << 20, &text, &len);
+  hcq_status_t st = hcq_model_read(source, "kernel source", 64u << 20, &text, &len);
   if (st) return cli_fail(st);
   if (strlen(text) != len) {
     free(text);

@@ -1,6 +1,6 @@
 /* hcq demo: greedy decoding of a llama2.c-layout checkpoint (generated when none is given), eagerly
  * kernel by kernel, then with the captured step replayed as graphs; the two token streams must be
- * identical. See examples/llama2/ for the decoder. */
+ * identical. See models/llama2/ for the decoder. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* hcq embed: all-MiniLM-L6-v2 sentence embeddings of the texts given, through one captured query
  * replayed for every text whatever its length; --bench times queries of mixed lengths eagerly and
- * replayed. See examples/minilm/ for the model, the tokenizer and the encoder. */
+ * replayed. See models/minilm/ for the model, the tokenizer and the encoder. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>

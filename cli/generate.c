@@ -1,7 +1,7 @@
 /* hcq generate: text generation with a llama GGUF model (SmolLM2-135M-Instruct by default), the
  * prompt as one captured pass and every new token as a replay of one captured step, streamed as
  * it is chosen; --bench times eager launches against replays. hcq tokenize: the model's token ids
- * of a text, or the text of ids. See examples/llm/ for the model, tokenizer and decoder. */
+ * of a text, or the text of ids. See models/llm/ for the model, tokenizer and decoder. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>

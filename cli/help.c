@@ -226,7 +226,7 @@ static const help_t k_help[] = {
      "  --seed S            the sampler's seed (default 42): the same seed gives\n"
      "                      the same tokens\n"
      "  --device KIND       CPU (the default), VULKAN, CUDA or METAL (the kernels:\n"
-     "                      examples/llm/kernels.glsl, .cu, .metal; --devices 2\n"
+     "                      models/llm/kernels.glsl, .cu, .metal; --devices 2\n"
      "                      with HCQ_VULKAN_VIRTUAL=1 on one GPU); an absent kind\n"
      "                      exits 3\n"
      "  --devices 1|2       2 runs the second half of the layers on CPU:1\n"

@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "example_utf8.h"
+#include "model_utf8.h"
 
 
 void cli_print_text(FILE *out, const char *text, size_t max_chars, bool json) {
@@ -19,7 +19,7 @@ void cli_print_text(FILE *out, const char *text, size_t max_chars, bool json) {
     }
     chars++;
     uint32_t cp;
-    size_t len = hcq_example_utf8_decode(s + i, n - i, &cp);
+    size_t len = hcq_model_utf8_decode(s + i, n - i, &cp);
     if (!len) { /* a byte that is not UTF-8: shown, never passed through */
       if (json) fputs("\\ufffd", out);
       else fprintf(out, "\\x%02x", s[i]);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes examples/llm/unicode_llm.c: the Unicode data the byte-level BPE pre-tokenizers of
-examples/llm/tokenizer.c need, from Python's unicodedata (its Unicode version is printed into the
+"""Writes models/llm/unicode_llm.c: the Unicode data the byte-level BPE pre-tokenizers of
+models/llm/tokenizer.c need, from Python's unicodedata (its Unicode version is printed into the
 file).
 
   - classes: sorted, disjoint code point ranges of letters (general category L*) and numbers (N*),
@@ -12,7 +12,7 @@ Adjacent ranges of one class are merged. llama.cpp's own tables (src/unicode-dat
 later Unicode: a code point assigned since this file's version (Python 3.11: 14.0; llama.cpp 0.3.36:
 15.0, e.g. CJK extension H/I, Kawi, Nag Mundari) is "other" here and may split differently. Re-run after a Python upgrade (and run the tokenizer
 test, test_llm_tokenizer):
-    python3 scripts/gen-llm-unicode.py > examples/llm/unicode_llm.c
+    python3 scripts/gen-llm-unicode.py > models/llm/unicode_llm.c
 """
 import sys
 import unicodedata

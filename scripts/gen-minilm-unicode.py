@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes examples/minilm/unicode_tables.c: the Unicode data the MiniLM WordPiece tokenizer
-(examples/minilm/tokenizer.c) needs, from Python's unicodedata (its Unicode version is printed
+"""Writes models/minilm/unicode_tables.c: the Unicode data the MiniLM WordPiece tokenizer
+(models/minilm/tokenizer.c) needs, from Python's unicodedata (its Unicode version is printed
 into the file).
 
   - classes: sorted code point ranges of the general-category classes the BERT normaliser and
@@ -10,7 +10,7 @@ into the file).
   - lower: each code point whose lower-case mapping differs from itself, with the mapping.
 
 Re-run after a Python upgrade (and check the tokenizer test):
-    python3 scripts/gen-minilm-unicode.py > examples/minilm/unicode_tables.c
+    python3 scripts/gen-minilm-unicode.py > models/minilm/unicode_tables.c
 """
 import sys
 import unicodedata

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/data/llm/smollm2_llamacpp_streams.json: llama.cpp's greedy token streams for three
-prompts with the SmolLM2-135M-Instruct Q4_1 GGUF, the reference that examples/llm's decoder is
+prompts with the SmolLM2-135M-Instruct Q4_1 GGUF, the reference that models/llm's decoder is
 compared against.
 
 Run it with llama-cpp-python 0.3.36 built on this machine (the committed file was made with

@@ -1,4 +1,4 @@
-/* Host twins of the llama2 decoder's GPU kernels (examples/llama2/kernels.cu and kernels.metal, the
+/* Host twins of the llama2 decoder's GPU kernels (models/llama2/kernels.cu and kernels.metal, the
  * same work split), shared by the CUDA and Metal stand-ins. Each call runs one whole work-group
  * (CUDA block, Metal threadgroup): its threads in turn, phase by phase where the kernel has a
  * barrier, in float32 and in the kernel's order, so a dot product is one running sum over j and a

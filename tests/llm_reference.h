@@ -1,4 +1,4 @@
-/* A plain C llama forward pass over a GGUF model (examples/llm), one token at a time: the ground
+/* A plain C llama forward pass over a GGUF model (models/llm), one token at a time: the ground
  * truth the decoder's tests compare with. Weights are dequantized row by row from the file's blocks
  * (llm_dequantize_row), dot products are one running sum per row in order, attention is the
  * textbook softmax.

@@ -1,4 +1,4 @@
-/* Tiny llama models in GGUF files, written by the tests (examples/llm): random weights from a seed,
+/* Tiny llama models in GGUF files, written by the tests (models/llm): random weights from a seed,
  * each matrix in the type asked for, so every kernel layout and odd shape can be checked against the
  * plain C reference (llm_reference.h). Header-only. */
 #ifndef HCQ_LLM_TINY_H

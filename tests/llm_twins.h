@@ -1,4 +1,4 @@
-/* Host twins of the SmolLM2 decoder's GPU kernels (examples/llm/kernels.cu and kernels.metal, one work
+/* Host twins of the SmolLM2 decoder's GPU kernels (models/llm/kernels.cu and kernels.metal, one work
  * split), shared by the CUDA and Metal stand-ins. Each call runs one whole work-group (CUDA block,
  * Metal threadgroup) of 32 lanes (the sampler: SEL threads), lane by lane, phase by phase, in
  * float32 and in the kernel's order: a lane's part of a row runs over its blocks l, l + 32, ...; a

@@ -1,4 +1,4 @@
-/* The llama GGUF decoder (examples/llm) against ground truth:
+/* The llama GGUF decoder (models/llm) against ground truth:
  *  - tiny models the tests write (llm_tiny.h) against the plain C forward pass (llm_reference.h):
  *    on the float path (F32, F16 weights) the same tokens and logits within 1e-4; with 8- and 4-bit
  *    blocks, against the reference that rounds the inputs of those matrices the same way;

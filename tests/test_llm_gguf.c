@@ -1,5 +1,5 @@
-/* The GGUF reader and writer (examples/llm/gguf.c, gguf_write.c; examples/common/example_file.c) and the llama model
- * checks (examples/llm/model.c).
+/* The GGUF reader and writer (models/llm/gguf.c, gguf_write.c; models/common/model_file.c) and the llama model
+ * checks (models/llm/model.c).
  *
  * Every file here is written by the test: with gguf_writer for valid ones, byte by byte for the
  * hostile ones, so the reader is checked against a layout written independently of it. Files that

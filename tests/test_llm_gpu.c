@@ -1,4 +1,4 @@
-/* The llama GGUF decoder (examples/llm) on GPU device kinds (Vulkan: lavapipe in CI), against the
+/* The llama GGUF decoder (models/llm) on GPU device kinds (Vulkan: lavapipe in CI), against the
  * CPU path and the plain C reference:
  *  - tiny models (llm_tiny.h) against the reference (llm_reference.h): float weights within 1e-4 of
  *    it and its greedy tokens; weights in blocks within 0.05 (the reference rounds the inputs of

@@ -1,4 +1,4 @@
-/* all-MiniLM-L6-v2 through hcq (examples/minilm) against the reference implementation.
+/* all-MiniLM-L6-v2 through hcq (models/minilm) against the reference implementation.
  *
  * Ground truth is tests/data/minilm/reference.json, written by scripts/minilm_reference.py with
  * Hugging Face `tokenizers` and `transformers` (HCQ_MINILM_FIXTURE names another file): its token

@@ -98,7 +98,7 @@ for f in "$ROOT"/examples/*.json; do
   printf '%-22s %-22s %-7s %12s %12s\n' "$name" "$checked" "$kind" "$eager" "$graph" >>"$ROWS"
 done
 
-echo "== the llama2 decoder on METAL (examples/llama2/kernels.metal)"
+echo "== the llama2 decoder on METAL (models/llama2/kernels.metal)"
 # Teacher-forced against the C reference (tests/test_llama2_gpu.c; two devices are logical ones on
 # the GPU), then hcq demo: graph replays must give the eager tokens.
 l2suite=failed

@@ -61,7 +61,7 @@ then ok "--json has the contract's fields"; else bad "--json fields"; fi
 # Two devices: the same tokens as one.
 if "$HCQ" demo --devices 2 --steps 24 --repeat 1 --json >two.json 2>err.txt &&
    [ "$(json_field gen.json tokens)" = "$(json_field two.json tokens)" ] &&
-   [ "$(json_field two.json transfers_per_token)" = 5 ]; then # x there and back; the classifier's split (examples/llama2)
+   [ "$(json_field two.json transfers_per_token)" = 5 ]; then # x there and back; the classifier's split (models/llama2)
   ok "--devices 2 gives the same tokens"
 else
   bad "--devices 2: $(cat err.txt)"

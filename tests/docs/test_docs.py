@@ -3,10 +3,10 @@
 - every C snippet (```c) in README.md is a run of consecutive lines of a file in examples/c/, and
   every C++ snippet (```cpp) of one in examples/cpp/ (the install test builds both with -Wall
   -Wextra -Werror and runs them), indentation aside;
-- README.md, docs/, examples/, the public headers and tools/ (the scripts run on other machines,
-  whose headers say what they need) cite nothing outside the repository, and every repository path
-  they name (a relative link, or a `path/like/this`) exists;
-- no source either: src/, cli/, tests/, bench/, scripts/, cmake/, fuzz/, examples/, every
+- README.md, docs/, examples/, the models' READMEs, the public headers and tools/ (the scripts run
+  on other machines, whose headers say what they need) cite nothing outside the repository, and
+  every repository path they name (a relative link, or a `path/like/this`) exists;
+- no source either: src/, cli/, models/, tests/, bench/, scripts/, cmake/, fuzz/, examples/, every
   CMakeLists.txt, the Makefile and .ci/ cite nothing outside the repository (the design is
   docs/design.md: comments cite its sections, never a document only some contributors have);
 - README.md's architecture section stays one screen (30 lines);
@@ -53,6 +53,7 @@ for lang, pattern in (("c", "examples/c/*.c"), ("cpp", "examples/cpp/*.cpp")):
 
 # ---- nothing outside the repository ----
 docs = [readme_path] + glob.glob(os.path.join(root, "docs/*")) + glob.glob(os.path.join(root, "examples/**/*.md"), recursive=True) \
+    + glob.glob(os.path.join(root, "models/**/*.md"), recursive=True) \
     + glob.glob(os.path.join(root, "examples/c/*")) + glob.glob(os.path.join(root, "examples/cpp/*")) \
     + glob.glob(os.path.join(root, "include/hcq/*.h")) + glob.glob(os.path.join(root, "include/hcq/*.hpp")) \
     + [p for p in glob.glob(os.path.join(root, "tools/**/*"), recursive=True) if os.path.isfile(p)]
@@ -75,7 +76,7 @@ for sample in ["a shared library", "shared.bin", "libhcq_shared", "${CMAKE_BINAR
 # Sources: every text file of these kinds under the source directories, every CMakeLists.txt.
 source_exts = (".c", ".h", ".cpp", ".hpp", ".cu", ".glsl", ".metal", ".m", ".in", ".cmake", ".py", ".sh", ".txt",
                ".supp", ".dict", ".json", ".md", ".1")
-sources = [p for d in ("src", "cli", "tests", "bench", "scripts", "cmake", "fuzz", "examples")
+sources = [p for d in ("src", "cli", "models", "tests", "bench", "scripts", "cmake", "fuzz", "examples")
            for p in glob.glob(os.path.join(root, d, "**", "*"), recursive=True)
            if os.path.isfile(p) and (p.endswith(source_exts) or os.path.basename(p) == "CMakeLists.txt")]
 sources += [os.path.join(root, f) for f in ("CMakeLists.txt", "Makefile", ".ci/run") if os.path.isfile(os.path.join(root, f))]
@@ -90,7 +91,7 @@ for path in sources:
             line = text.count("\n", 0, m.start()) + 1
             failures.append(f"{rel(path)}:{line}: cites something outside the repository ({m.group(0)!r}): "
                             "cite docs/design.md or the doc that covers it")
-path_re = re.compile(r"`((?:docs|include|examples|src|scripts|tests|cli|bench|fuzz|cmake|tools)/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])`")
+path_re = re.compile(r"`((?:docs|include|examples|models|src|scripts|tests|cli|bench|fuzz|cmake|tools)/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])`")
 for path in docs:
     text = open(path, encoding="utf-8").read()
     for pattern in outside:

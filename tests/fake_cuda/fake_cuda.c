@@ -168,7 +168,7 @@ static void c_record_groups(const uint8_t *p, const cuda_thread_t *t) {
 }
 
 
-/* Twins of examples/llama2/kernels.cu (tests/llama2_twins.h, shared with the Metal stand-in), one
+/* Twins of models/llama2/kernels.cu (tests/llama2_twins.h, shared with the Metal stand-in), one
  * call per block. The model's shape is compiled into the CUDA C; these read it from the module,
  * which names it in the entry llama2_shape_DIM_HIDDEN_..._GROUP (LT_* order). A kernel's parameters
  * are its buffer pointers, then its int values. */
@@ -206,9 +206,9 @@ static void l_argmax(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
 /* A parameter block's i-th pointer, as a float or an int array. */
 #define PF(i) ((float *)p64(p, (i)))
 #define PI(i) ((int32_t *)p64(p, (i)))
-#include "fake_cuda_minilm.c" /* examples/minilm/kernels.cu */
+#include "fake_cuda_minilm.c" /* models/minilm/kernels.cu */
 
-/* Twins of examples/llm/kernels.cu (tests/llm_twins.h, shared with the Metal stand-in), one call per
+/* Twins of models/llm/kernels.cu (tests/llm_twins.h, shared with the Metal stand-in), one call per
  * block; the module names the shape in the entry llm_shape_DIM_FFN_..._SEL (LLMT_* order). */
 static llm_twin_t llm_twin(const uint8_t *p, int nbufs, int nvals, const int32_t *S, dim3_t b, void **bufs, int32_t *vals) {
   for (int i = 0; i < nbufs; i++) bufs[i] = (void *)(uintptr_t)p64(p, i);
@@ -243,8 +243,8 @@ typedef struct fake_kernel {
   size_t psize;              /* non-zero: the twin of the kernel of this name whose argument block has
                                 this size (two sources may use one name for different kernels) */
   cuda_block_fn per_block;   /* instead of fn: a llama2 twin, which needs the module's shape */
-  bool minilm;               /* a per_block twin of examples/minilm: its shape is a minilm_shape_ */
-  bool llm;                  /* a per_block twin of examples/llm: its shape is an llm_shape_ */
+  bool minilm;               /* a per_block twin of models/minilm: its shape is a minilm_shape_ */
+  bool llm;                  /* a per_block twin of models/llm: its shape is an llm_shape_ */
 } fake_kernel_t;
 
 static const fake_kernel_t g_kernels[] = {
@@ -257,18 +257,18 @@ static const fake_kernel_t g_kernels[] = {
     {.name = "add_scalar", .per_thread = c_add_scalar}, {.name = "mul_add", .per_thread = c_mul_add},
     {.name = "add2", .per_thread = c_add2},             {.name = "fill", .per_thread = c_fill},
     {.name = "mix", .per_thread = c_mix3, .psize = 36}, {.name = "record_groups", .per_thread = c_record_groups},
-    /* examples/llama2/kernels.cu */
+    /* models/llama2/kernels.cu */
     {.name = "llama_embed", .per_block = l_embed},         {.name = "llama_qkv", .per_block = l_qkv},
     {.name = "llama_attn_part", .per_block = l_attn_part}, {.name = "llama_attn_combine", .per_block = l_attn_combine},
     {.name = "llama_wo", .per_block = l_wo},               {.name = "llama_ffn_down", .per_block = l_ffn_down},
     {.name = "llama_ffn_up", .per_block = l_ffn_up},       {.name = "llama_classify", .per_block = l_classify},
     {.name = "llama_argmax", .per_block = l_argmax},
-    /* examples/minilm/kernels.cu */
+    /* models/minilm/kernels.cu */
     {.name = "mlm_embed", .per_block = m_embed, .minilm = true},   {.name = "mlm_qkv", .per_block = m_qkv, .minilm = true},
     {.name = "mlm_attn", .per_block = m_attn, .minilm = true},     {.name = "mlm_proj_ln", .per_block = m_proj_ln, .minilm = true},
     {.name = "mlm_ffn_up", .per_block = m_ffn_up, .minilm = true}, {.name = "mlm_down_ln", .per_block = m_down_ln, .minilm = true},
     {.name = "mlm_pool", .per_block = m_pool, .minilm = true},
-    /* examples/llm/kernels.cu */
+    /* models/llm/kernels.cu */
     {.name = "llm_embed", .per_block = llm_embed, .llm = true},       {.name = "llm_begin", .per_block = llm_begin, .llm = true},
     {.name = "llm_norm", .per_block = llm_norm, .llm = true},         {.name = "llm_quantize", .per_block = llm_quantize, .llm = true},
     {.name = "llm_qkv", .per_block = llm_qkv, .llm = true},           {.name = "llm_attn", .per_block = llm_attn, .llm = true},

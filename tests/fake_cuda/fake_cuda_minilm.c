@@ -1,4 +1,4 @@
-/* Twins of examples/minilm/kernels.cu for the stand-in driver, one call per block, included by
+/* Twins of models/minilm/kernels.cu for the stand-in driver, one call per block, included by
  * fake_cuda.c. The model's shape is compiled into the CUDA C; these read it from the module, which
  * names it in the entry minilm_shape_HIDDEN_HEADS_HEAD_DIM_INTER_VOCAB_MAXLEN_GROUP_COLS_EPSBITS.
  * The sums run as one thread of the CUDA C would run them, not in its tree order: results match

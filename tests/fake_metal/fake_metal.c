@@ -312,8 +312,8 @@ static void t_sum_final(void *const *b, const int32_t *v, const grid_t *g) {
   ((float *)b[0])[0] = s;
 }
 
-#include "fake_metal_llama2.c" /* examples/llama2/kernels.metal */
-#include "fake_metal_llm.c"    /* examples/llm/kernels.metal */
+#include "fake_metal_llama2.c" /* models/llama2/kernels.metal */
+#include "fake_metal_llm.c"    /* models/llm/kernels.metal */
 
 typedef struct twin {
   const char *name;

@@ -1,4 +1,4 @@
-/* Twins of examples/llama2/kernels.metal for the Metal stand-in, #included by fake_metal.c. Each
+/* Twins of models/llama2/kernels.metal for the Metal stand-in, #included by fake_metal.c. Each
  * runs a whole threadgroup when called for its thread 0 (the others return), through the twins
  * the CUDA stand-in uses too (tests/llama2_twins.h: kernels.metal has kernels.cu's work split and
  * order). The model's shape is compiled into the MSL by #defines; the stand-in reads them

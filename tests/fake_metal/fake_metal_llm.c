@@ -1,4 +1,4 @@
-/* Twins of examples/llm/kernels.metal for the Metal stand-in, #included by fake_metal.c. Each runs a
+/* Twins of models/llm/kernels.metal for the Metal stand-in, #included by fake_metal.c. Each runs a
  * whole threadgroup when called for its thread 0 (the others return), through the twins the CUDA
  * stand-in uses too (tests/llm_twins.h: kernels.metal has kernels.cu's work split and order). The
  * shape is compiled into the MSL by #defines; the stand-in reads them from the library's source

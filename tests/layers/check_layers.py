@@ -68,7 +68,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 def resolve_include(root, rel, name):
     here = os.path.dirname(rel)
-    for base in (here, "src", ".", "models"):
+    for base in (here, "src", ".", "models", "models/common"):
         cand = os.path.normpath(os.path.join(base, name))
         if os.path.isfile(os.path.join(root, cand)):
             return cand
@@ -101,11 +101,13 @@ def objects(build, root):
             if not f.endswith(".o"):
                 continue
             path = os.path.join(d, f)
-            # CMake names objects <target>.dir/<source path relative to the source dir>.o
-            m = re.search(r"\.dir/(.+)\.o$", path)
+            # CMake names objects <build subfolder>/CMakeFiles/<target>.dir/<source path relative to
+            # that subfolder's source folder>.o: models/llm/CMakeFiles/hcq_llm.dir/gguf.c.o is
+            # models/llm/gguf.c.
+            m = re.search(r"^(?:(.*)/)?CMakeFiles/[^/]+\.dir/(.+)\.o$", os.path.relpath(path, build))
             if not m:
                 continue
-            src = m.group(1)
+            src = os.path.normpath(os.path.join(m.group(1) or "", m.group(2)))
             # tests, benchmarks, examples and tools are users of the library, not layers of it
             if layer_of(src) is None or not os.path.isfile(os.path.join(root, src)):
                 continue

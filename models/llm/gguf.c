@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
-#include "example_file.h"
+#include "model_file.h"
 
 struct gguf_file {
   char *path;
@@ -462,7 +462,7 @@ hcq_status_t gguf_open(const char *path, gguf_file_t **out) {
   if (!path) return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf_open: path is NULL");
   int fd;
   uint64_t size;
-  hcq_status_t st = hcq_example_open(path, "model file", &fd, &size);
+  hcq_status_t st = hcq_model_open(path, "model file", &fd, &size);
   if (st) return st;
   if (size == 0) {
     close(fd);

@@ -1,7 +1,8 @@
-#include "example_file.h"
+#include "model_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,7 +18,7 @@ static const char *file_kind(mode_t mode) {
   return "a special file";
 }
 
-hcq_status_t hcq_example_open(const char *path, const char *what, int *out_fd, uint64_t *out_size) {
+hcq_status_t hcq_model_open(const char *path, const char *what, int *out_fd, uint64_t *out_size) {
   *out_fd = -1;
   *out_size = 0;
   /* O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one forever. */
@@ -45,10 +46,10 @@ hcq_status_t hcq_example_open(const char *path, const char *what, int *out_fd, u
   return NULL;
 }
 
-hcq_status_t hcq_example_fopen(const char *path, const char *what, FILE **out, uint64_t *out_size) {
+hcq_status_t hcq_model_fopen(const char *path, const char *what, FILE **out, uint64_t *out_size) {
   *out = NULL;
   int fd;
-  hcq_status_t st = hcq_example_open(path, what, &fd, out_size);
+  hcq_status_t st = hcq_model_open(path, what, &fd, out_size);
   if (st) return st;
   if (!(*out = fdopen(fd, "rb"))) {
     int err = errno;
@@ -58,12 +59,12 @@ hcq_status_t hcq_example_fopen(const char *path, const char *what, FILE **out, u
   return NULL;
 }
 
-hcq_status_t hcq_example_read(const char *path, const char *what, size_t max_bytes, char **out, size_t *out_len) {
+hcq_status_t hcq_model_read(const char *path, const char *what, size_t max_bytes, char **out, size_t *out_len) {
   *out = NULL;
   *out_len = 0;
   int fd;
   uint64_t size;
-  hcq_status_t st = hcq_example_open(path, what, &fd, &size);
+  hcq_status_t st = hcq_model_open(path, what, &fd, &size);
   if (st) return st;
   if (size > max_bytes) {
     close(fd);
@@ -89,4 +90,13 @@ hcq_status_t hcq_example_read(const char *path, const char *what, size_t max_byt
   *out = buf;
   *out_len = n;
   return NULL;
+}
+
+hcq_status_t hcq_model_invalid(const char *what, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s", what, msg);
 }

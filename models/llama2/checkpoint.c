@@ -7,20 +7,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "example_file.h"
+#include "model_file.h"
 #include "llama2.h"
 
 #define HEADER_BYTES (7 * 4)
-
-static hcq_status_t bad(const char *what, const char *fmt, ...) HCQ_PRINTF(2, 3);
-static hcq_status_t bad(const char *what, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s", what, msg);
-}
 
 hcq_status_t llama2_config_from_header(const int32_t h[7], const char *what, llama2_config_t *out) {
   static const char *const names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
@@ -29,17 +19,18 @@ hcq_status_t llama2_config_from_header(const int32_t h[7], const char *what, lla
   for (int i = 0; i < 7; i++) {
     int64_t v = i == 5 ? llabs((long long)h[i]) : h[i];
     if (v <= 0 || v > limits[i])
-      return bad(what, "bad header: %s is %" PRId32 " (expected 1..%" PRId64 "%s)", names[i], h[i], limits[i],
-                 i == 5 ? ", negative when the classifier is stored separately" : "");
+      return hcq_model_invalid(what, "bad header: %s is %" PRId32 " (expected 1..%" PRId64 "%s)", names[i], h[i],
+                               limits[i], i == 5 ? ", negative when the classifier is stored separately" : "");
   }
   llama2_config_t c = {h[0], h[1], h[2], h[3], h[4], h[5] < 0 ? -h[5] : h[5], h[6], h[5] > 0};
   if (c.dim % c.n_heads)
-    return bad(what, "bad header: dim %d is not a multiple of n_heads %d", c.dim, c.n_heads);
+    return hcq_model_invalid(what, "bad header: dim %d is not a multiple of n_heads %d", c.dim, c.n_heads);
   if (c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads)
-    return bad(what, "bad header: n_heads %d is not a multiple of n_kv_heads %d", c.n_heads, c.n_kv_heads);
+    return hcq_model_invalid(what, "bad header: n_heads %d is not a multiple of n_kv_heads %d", c.n_heads,
+                             c.n_kv_heads);
   if (llama2_head_size(&c) % 2)
-    return bad(what, "bad header: head size %d (dim / n_heads) is odd; rotary embedding needs pairs",
-               llama2_head_size(&c));
+    return hcq_model_invalid(what, "bad header: head size %d (dim / n_heads) is odd; rotary embedding needs pairs",
+                             llama2_head_size(&c));
   *out = c;
   return NULL;
 }
@@ -81,30 +72,33 @@ hcq_status_t llama2_checkpoint_load(const char *path, llama2_checkpoint_t *out) 
   memset(out, 0, sizeof(*out));
   FILE *f;
   uint64_t file_size;
-  hcq_status_t st = hcq_example_fopen(path, "checkpoint", &f, &file_size);
+  hcq_status_t st = hcq_model_fopen(path, "checkpoint", &f, &file_size);
   if (st) return st;
   struct stat sb = {.st_size = (off_t)file_size};
   int32_t header[7];
   if ((uint64_t)sb.st_size < HEADER_BYTES) {
-    st = bad(path, "short file: %lld bytes, less than the %d-byte header", (long long)sb.st_size, HEADER_BYTES);
+    st = hcq_model_invalid(path, "short file: %lld bytes, less than the %d-byte header", (long long)sb.st_size,
+                           HEADER_BYTES);
   } else if (fread(header, 4, 7, f) != 7) {
-    st = bad(path, "cannot read the header: %s", strerror(errno));
+    st = hcq_model_invalid(path, "cannot read the header: %s", strerror(errno));
   } else if (!(st = llama2_config_from_header(header, path, &out->config))) {
     uint64_t want = llama2_checkpoint_bytes(&out->config);
     const llama2_config_t *c = &out->config;
     if ((uint64_t)sb.st_size != want) {
-      st = bad(path,
-               "size does not match the header: the file has %lld bytes, but dim=%d hidden_dim=%d n_layers=%d "
-               "n_heads=%d n_kv_heads=%d vocab_size=%d seq_len=%d with a %s classifier need %" PRIu64 " bytes",
-               (long long)sb.st_size, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
-               c->seq_len, c->shared_classifier ? "shared" : "separate", want);
+      st = hcq_model_invalid(path,
+                             "size does not match the header: the file has %lld bytes, but dim=%d hidden_dim=%d "
+                             "n_layers=%d n_heads=%d n_kv_heads=%d vocab_size=%d seq_len=%d with a %s classifier need "
+                             "%" PRIu64 " bytes",
+                             (long long)sb.st_size, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
+                             c->vocab_size, c->seq_len, c->shared_classifier ? "shared" : "separate", want);
     } else {
       out->data_floats = (size_t)total_floats(c);
       out->data = malloc(out->data_floats * sizeof(float));
       if (!out->data)
         st = hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory for %zu weights", path, out->data_floats);
       else if (fread(out->data, sizeof(float), out->data_floats, f) != out->data_floats)
-        st = bad(path, "cannot read the weights: %s", ferror(f) ? strerror(errno) : "unexpected end of file");
+        st = hcq_model_invalid(path, "cannot read the weights: %s",
+                               ferror(f) ? strerror(errno) : "unexpected end of file");
     }
   }
   fclose(f);
@@ -198,30 +192,33 @@ hcq_status_t llama2_tokenizer_load(const char *path, int vocab_size, llama2_toke
   memset(out, 0, sizeof(*out));
   FILE *f;
   uint64_t file_size;
-  hcq_status_t st = hcq_example_fopen(path, "tokenizer", &f, &file_size);
+  hcq_status_t st = hcq_model_fopen(path, "tokenizer", &f, &file_size);
   if (st) return st;
   int32_t max_len;
   out->pieces = calloc((size_t)vocab_size, sizeof(char *));
   if (!out->pieces) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", path);
-  else if (fread(&max_len, 4, 1, f) != 1) st = bad(path, "short tokenizer file: no header");
-  else if (max_len <= 0 || max_len > (1 << 16)) st = bad(path, "bad tokenizer header: max_token_length %" PRId32, max_len);
+  else if (fread(&max_len, 4, 1, f) != 1) st = hcq_model_invalid(path, "short tokenizer file: no header");
+  else if (max_len <= 0 || max_len > (1 << 16))
+    st = hcq_model_invalid(path, "bad tokenizer header: max_token_length %" PRId32, max_len);
   for (int i = 0; i < vocab_size && !st; i++) {
     float score;
     int32_t len;
     if (fread(&score, 4, 1, f) != 1 || fread(&len, 4, 1, f) != 1) {
-      st = bad(path, "holds %d tokens, fewer than the model's vocab_size %d", i, vocab_size);
+      st = hcq_model_invalid(path, "holds %d tokens, fewer than the model's vocab_size %d", i, vocab_size);
     } else if (len < 0 || len > max_len) {
-      st = bad(path, "token %d has length %" PRId32 ", outside 0..max_token_length %" PRId32, i, len, max_len);
+      st = hcq_model_invalid(path, "token %d has length %" PRId32 ", outside 0..max_token_length %" PRId32, i, len,
+                             max_len);
     } else if (!(out->pieces[i] = malloc((size_t)len + 1))) {
       st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", path);
     } else if (fread(out->pieces[i], 1, (size_t)len, f) != (size_t)len) {
-      st = bad(path, "token %d is cut short (%" PRId32 " bytes announced)", i, len);
+      st = hcq_model_invalid(path, "token %d is cut short (%" PRId32 " bytes announced)", i, len);
     } else {
       out->pieces[i][len] = '\0';
       out->vocab_size = i + 1;
     }
   }
-  if (!st && fgetc(f) != EOF) st = bad(path, "holds more tokens than the model's vocab_size %d", vocab_size);
+  if (!st && fgetc(f) != EOF)
+    st = hcq_model_invalid(path, "holds more tokens than the model's vocab_size %d", vocab_size);
   fclose(f);
   if (st) {
     out->vocab_size = vocab_size;

