@@ -4,7 +4,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "core/trace_model.h"
+#include "trace/trace_model.h"
 
 static void put_string(FILE *f, const char *s) {
   fputc('"', f);

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/trace_model.h"
+#include "trace/trace_model.h"
 
 #define EAGER_SLOTS 256u /* eager operations in flight per device before the oldest is waited for */
 #define NO_SLOT UINT32_MAX

@@ -1,11 +1,11 @@
 /* What the profiler records (trace.c) and what its writers (trace_json.c, trace_svg.c) read: a
  * consistent view of the ring, taken under the profiler's lock. */
-#ifndef HCQ_CORE_TRACE_MODEL_H
-#define HCQ_CORE_TRACE_MODEL_H
+#ifndef HCQ_TRACE_TRACE_MODEL_H
+#define HCQ_TRACE_TRACE_MODEL_H
 
 #include <stdio.h>
 
-#include "core/trace_internal.h"
+#include "trace/trace_internal.h"
 
 typedef enum {
   HCQ__SLICE_KERNEL, /* a kernel on a compute queue (graph item or eager launch) */

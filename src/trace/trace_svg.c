@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/trace_model.h"
+#include "trace/trace_model.h"
 
 enum { LABEL_W = 230, PLOT_W = 1400, RIGHT_W = 30, TOP = 64, ROW_H = 30, BOX_H = 20, AXIS_H = 44 };
 #define CHAR_W 6.6 /* average glyph width at font-size 11 */
