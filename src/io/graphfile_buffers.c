@@ -52,7 +52,7 @@ static hcq_status_t add_base_buffer(gf_loader_t *L, const char *key, const json_
   if (L->opts->max_total_bytes && gf->total_bytes + b.bytes > L->opts->max_total_bytes) {
     m = hcq__gf_push(L, ".bytes");
     st = hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "the file's buffers need more than the %" PRIu64 " bytes allowed",
-              L->opts->max_total_bytes);
+                      L->opts->max_total_bytes);
     hcq__gf_pop(L, m);
     return st;
   }
@@ -143,7 +143,7 @@ static hcq_status_t make_view(gf_loader_t *L, const json_t *buffers, const char 
   /* Both are at most 2^40, so the end is the true sum, not a wrapped one. */
   if ((uint64_t)off + (uint64_t)bytes > base_bytes) {
     st = hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "view [%" PRId64 ", %" PRId64 ") is outside its base \"%s\" (%" PRIu64 " bytes)", off,
-              off + bytes, base->name, base_bytes);
+                      off + bytes, base->name, base_bytes);
     goto out;
   }
   gf_buffer_t b = {0};

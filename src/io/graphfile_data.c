@@ -60,7 +60,7 @@ hcq_status_t hcq__gf_read_file(gf_loader_t *L, const char *rel, char **out, size
   size_t need = (relative ? strlen(L->base_dir) + 1 : 0) + strlen(rel);
   if (need >= PATH_MAX)
     return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "path \"%.80s%s\" is too long: %zu bytes%s, the limit (PATH_MAX) is %d", rel,
-                strlen(rel) > 80 ? "..." : "", need, relative ? " with the graph file's folder" : "", PATH_MAX - 1);
+                        strlen(rel) > 80 ? "..." : "", need, relative ? " with the graph file's folder" : "", PATH_MAX - 1);
   char *full = malloc(need + 1);
   if (!full) return hcq__gf_oom(L);
   snprintf(full, need + 1, relative ? "%s/%s" : "%s%s", relative ? L->base_dir : "", rel);
@@ -189,7 +189,7 @@ static hcq_status_t parse_uniform_f32(gf_loader_t *L, const json_t *v, gf_buffer
   /* hi - lo past FLT_MAX would make every value +inf (NaN at u = 0), not lo <= x < hi. */
   if (!st && !isfinite(b->init_hi - b->init_lo))
     st = hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "lo %.9g, hi %.9g: hi - lo overflows a float, so the values would be infinite",
-              json_number_value(json_object_get(v, "lo")), json_number_value(json_object_get(v, "hi")));
+                      json_number_value(json_object_get(v, "lo")), json_number_value(json_object_get(v, "hi")));
   b->init_value = (uint64_t)seed;
   return st;
 }
@@ -218,9 +218,9 @@ hcq_status_t hcq__gf_parse_init(gf_loader_t *L, const json_t *j, gf_buffer_t *b)
       b->init = GF_INIT_IOTA32;
     else
       st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
-                "unknown init \"%.64s\" (zeros, iota32, {\"random\": SEED}, {\"fill32\": N}, {\"fill_f32\": X}, "
-                "{\"uniform_f32\": {...}})",
-                s);
+                        "unknown init \"%.64s\" (zeros, iota32, {\"random\": SEED}, {\"fill32\": N}, {\"fill_f32\": X}, "
+                        "{\"uniform_f32\": {...}})",
+                        s);
   } else if (json_is_object(j)) {
     static const char *const keys[] = {"random", "fill32", "fill_f32", "uniform_f32", "base64", "file", NULL};
     if ((st = hcq__gf_only_keys(L, j, keys))) goto out;

@@ -63,20 +63,20 @@ static hcq_status_t binary_source(gf_loader_t *L, const json_t *j, const hcq__ba
       if (!strcmp(dot, exts[i].ext)) f = exts[i].f;
     if (!f)
       st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "cannot tell the format of \"%s\" from its extension (.spv, .ptx, .cubin, "
-                ".fatbin, .metallib): give \"format\"", rel);
+                        ".fatbin, .metallib): give \"format\"", rel);
   } else {
     hcq__gf_pop(L, m);
     m = hcq__gf_push(L, ".format");
     if (!(st = hcq__gf_expect(L, format, JSON_STRING, "a binary format (spirv, ptx, cubin, fatbin, metallib)")) &&
         !hcq_binary_format_parse(json_string_value(format), &f))
       st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "\"%s\" is not a binary format (spirv, ptx, cubin, fatbin, metallib)",
-                json_string_value(format));
+                        json_string_value(format));
   }
   if (!st && !(b->binary_formats & (1u << f))) {
     char list[96];
     hcq__binary_list(b->binary_formats, list, sizeof(list));
     st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a %s does not load on %s devices, whose kernels \"%s\" holds (they load: %s)",
-              hcq_binary_format_name(f), hcq_device_kind_name(b->kind), b->source_key, list);
+                      hcq_binary_format_name(f), hcq_device_kind_name(b->kind), b->source_key, list);
   }
   hcq__gf_pop(L, m);
   if (st) return st;
@@ -95,7 +95,7 @@ static hcq_status_t program_source(gf_loader_t *L, const json_t *j, const hcq__b
   if (json_is_object(j) && json_object_get(j, "binary")) return binary_source(L, j, b, out);
   if (!json_is_string(j) && !json_is_object(j))
     return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must be source text, {\"file\": path} or {\"binary\": path}, not %s",
-                hcq__gf_type_name(j));
+                        hcq__gf_type_name(j));
   return text_or_file(L, j, out);
 }
 

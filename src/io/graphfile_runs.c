@@ -118,10 +118,10 @@ hcq_status_t hcq__gf_parse_runs(gf_loader_t *L, const json_t *runs) {
           const hcq_buffer_t *want = gf->inputs[input];
           if (hcq_buffer_size(b->buf) != hcq_buffer_size(want))
             st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" has %" PRIu64 " bytes but input \"%s\" has %" PRIu64, b->name,
-                      hcq_buffer_size(b->buf), key, hcq_buffer_size(want));
+                              hcq_buffer_size(b->buf), key, hcq_buffer_size(want));
           else if (hcq_buffer_device(b->buf) != hcq_buffer_device(want))
             st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is on %s but input \"%s\" is on %s", b->name,
-                      hcq_device_name(hcq_buffer_device(b->buf)), key, hcq_device_name(hcq_buffer_device(want)));
+                              hcq_device_name(hcq_buffer_device(b->buf)), key, hcq_device_name(hcq_buffer_device(want)));
           else
             run.inputs[input] = b->buf;
         }
