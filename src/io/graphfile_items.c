@@ -73,19 +73,13 @@ static hcq_status_t optional_array(gf_loader_t *L, const json_t *j, const char *
   return st;
 }
 
-static hcq_status_t parse_kernel(gf_loader_t *L, const json_t *j, hcq_exec_item_t *it) {
-  static const char *const keys[] = {"kernel", "bufs", "outs", "vals", "global", "local", "device", NULL};
-  hcq_status_t st = hcq__gf_only_keys(L, j, keys);
-  if (st) return st;
+/* "kernel": the program the item runs, by name. */
+static hcq_status_t kernel_program(gf_loader_t *L, const json_t *jk, gf_program_t **out) {
   hcq_graph_file_t *gf = L->gf;
-  it->kind = HCQ_ITEM_KERNEL;
-  hcq_kernel_item_t *k = &it->kernel;
-  for (int i = 0; i < 3; i++) k->global[i] = k->local[i] = hcq_imm(1);
-  const json_t *jk = json_object_get(j, "kernel"), *jbufs = json_object_get(j, "bufs"), *jouts = json_object_get(j, "outs");
-  const json_t *jvals = json_object_get(j, "vals"), *jdev = json_object_get(j, "device");
   size_t m = hcq__gf_push(L, ".kernel");
   gf_program_t *prog = NULL;
-  if (!(st = hcq__gf_expect(L, jk, JSON_STRING, "a program name"))) {
+  hcq_status_t st = hcq__gf_expect(L, jk, JSON_STRING, "a program name");
+  if (!st) {
     size_t cursor = 0;
     const char *name = json_string_value(jk);
     for (size_t i; !prog && (i = hcq__htab_next(&gf->program_names, hcq__hash_str(name), &cursor)) != SIZE_MAX;)
@@ -93,49 +87,64 @@ static hcq_status_t parse_kernel(gf_loader_t *L, const json_t *j, hcq_exec_item_
     if (!prog) st = hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown program \"%.64s\"", json_string_value(jk));
   }
   hcq__gf_pop(L, m);
-  if (st) return st;
+  *out = prog;
+  return st;
+}
 
+/* "bufs": the buffers the kernel gets, in order. k->bufs is set as soon as it exists, so that the
+ * item frees it even when a name is wrong. */
+static hcq_status_t kernel_bufs(gf_loader_t *L, const json_t *jbufs, hcq_kernel_item_t *k) {
   size_t nbufs;
-  if ((st = optional_array(L, jbufs, ".bufs", "buffer names", "buffers", HCQ_MAX_KERNEL_BUFS, &nbufs))) return st;
+  hcq_status_t st = optional_array(L, jbufs, ".bufs", "buffer names", "buffers", HCQ_MAX_KERNEL_BUFS, &nbufs);
+  if (st) return st;
   hcq_buffer_t **bufs = calloc(nbufs + 1, sizeof(*bufs));
   if (!bufs) return hcq__gf_oom(L);
   k->bufs = bufs;
   for (size_t i = 0; i < nbufs && !st; i++) {
-    m = hcq__gf_push(L, ".bufs[%zu]", i);
+    size_t m = hcq__gf_push(L, ".bufs[%zu]", i);
     gf_buffer_t *b;
     if (!(st = hcq__gf_buffer_ref(L, json_array_get(jbufs, i), &b))) bufs[i] = b->buf;
     hcq__gf_pop(L, m);
   }
   k->nbufs = nbufs;
-  if (st) return st;
+  return st;
+}
 
-  hcq_device_t *dev = nbufs ? bufs[0]->dev : NULL;
+/* The device the kernel runs on: "device", else its first buffer's. Every buffer must be on it
+ * (a kernel reads only its own device's memory). */
+static hcq_status_t kernel_device(gf_loader_t *L, const json_t *jdev, const hcq_kernel_item_t *k, hcq_device_t **out) {
+  hcq_status_t st;
+  hcq_device_t *dev = k->nbufs ? k->bufs[0]->dev : NULL;
   if (jdev) {
-    m = hcq__gf_push(L, ".device");
+    size_t m = hcq__gf_push(L, ".device");
     if (!(st = hcq__gf_expect(L, jdev, JSON_STRING, "a device name"))) st = hcq__gf_open_device(L, json_string_value(jdev), &dev);
     hcq__gf_pop(L, m);
     if (st) return st;
   }
   if (!dev) return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a kernel without buffers must name its device");
-  for (size_t i = 0; i < nbufs; i++)
-    if (bufs[i]->dev != dev) {
-      m = hcq__gf_push(L, ".bufs[%zu]", i);
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is on %s but the kernel runs on %s", hcq_buffer_label(bufs[i]),
-                bufs[i]->dev->name, dev->name);
+  for (size_t i = 0; i < k->nbufs; i++)
+    if (k->bufs[i]->dev != dev) {
+      size_t m = hcq__gf_push(L, ".bufs[%zu]", i);
+      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is on %s but the kernel runs on %s",
+                        hcq_buffer_label(k->bufs[i]), k->bufs[i]->dev->name, dev->name);
       hcq__gf_pop(L, m);
       return st;
     }
+  *out = dev;
+  return NULL;
+}
 
-  /* outs: which buffers the kernel writes. Unless the file says, every buffer counts as written:
-   * an undeclared write could let a replay reorder the item; an extra dependency only costs
-   * overlap. */
-  size_t nouts = jouts ? json_array_size(jouts) : nbufs;
+/* outs: which buffers the kernel writes. Unless the file says, every buffer counts as written: an
+ * undeclared write could let a replay reorder the item; an extra dependency only costs overlap. */
+static hcq_status_t kernel_outs(gf_loader_t *L, const json_t *jouts, hcq_kernel_item_t *k) {
+  size_t nbufs = k->nbufs, nouts = jouts ? json_array_size(jouts) : nbufs;
   uint32_t *outs = calloc(nouts + 1, sizeof(*outs));
   if (!outs) return hcq__gf_oom(L);
   k->outs = outs;
   for (size_t i = 0; !jouts && i < nbufs; i++) outs[i] = (uint32_t)i;
+  hcq_status_t st = NULL;
   if (jouts) {
-    m = hcq__gf_push(L, ".outs");
+    size_t m = hcq__gf_push(L, ".outs");
     st = hcq__gf_expect(L, jouts, JSON_ARRAY, "an array of buffer indices");
     hcq__gf_pop(L, m);
     for (size_t i = 0; i < nouts && !st; i++) {
@@ -149,28 +158,48 @@ static hcq_status_t parse_kernel(gf_loader_t *L, const json_t *j, hcq_exec_item_
     }
   }
   k->nouts = st ? 0 : nouts;
-  if (st) return st;
+  return st;
+}
 
+/* "vals": 32-bit operands. k->nvals counts those parsed, whose expressions the item releases. */
+static hcq_status_t kernel_vals(gf_loader_t *L, const json_t *jvals, hcq_kernel_item_t *k) {
   size_t nvals;
-  if ((st = optional_array(L, jvals, ".vals", "values", "values", HCQ_MAX_KERNEL_VALS, &nvals))) return st;
+  hcq_status_t st = optional_array(L, jvals, ".vals", "values", "values", HCQ_MAX_KERNEL_VALS, &nvals);
+  if (st) return st;
   hcq_operand_t *vals = calloc(nvals + 1, sizeof(*vals));
   if (!vals) return hcq__gf_oom(L);
   k->vals = vals;
   for (size_t i = 0; i < nvals && !st; i++) {
-    m = hcq__gf_push(L, ".vals[%zu]", i);
+    size_t m = hcq__gf_push(L, ".vals[%zu]", i);
     st = parse_operand(L, json_array_get(jvals, i), INT32_MIN, INT32_MAX, &vals[i]);
     hcq__gf_pop(L, m);
     k->nvals = i + (st ? 0 : 1);
   }
+  return st;
+}
+
+static hcq_status_t parse_kernel(gf_loader_t *L, const json_t *j, hcq_exec_item_t *it) {
+  static const char *const keys[] = {"kernel", "bufs", "outs", "vals", "global", "local", "device", NULL};
+  hcq_status_t st = hcq__gf_only_keys(L, j, keys);
   if (st) return st;
+  it->kind = HCQ_ITEM_KERNEL;
+  hcq_kernel_item_t *k = &it->kernel;
+  for (int i = 0; i < 3; i++) k->global[i] = k->local[i] = hcq_imm(1);
+  gf_program_t *prog = NULL;
+  hcq_device_t *dev = NULL;
+  if ((st = kernel_program(L, json_object_get(j, "kernel"), &prog))) return st;
+  if ((st = kernel_bufs(L, json_object_get(j, "bufs"), k))) return st;
+  if ((st = kernel_device(L, json_object_get(j, "device"), k, &dev))) return st;
+  if ((st = kernel_outs(L, json_object_get(j, "outs"), k))) return st;
+  if ((st = kernel_vals(L, json_object_get(j, "vals"), k))) return st;
   if ((st = parse_dims(L, json_object_get(j, "global"), "global", k->global))) return st;
   if ((st = parse_dims(L, json_object_get(j, "local"), "local", k->local))) return st;
-  m = hcq__gf_push(L, ".kernel");
+  size_t m = hcq__gf_push(L, ".kernel");
   st = hcq__gf_program_for(L, prog, dev, &k->program);
   hcq__gf_pop(L, m);
   /* Counts the program declares (or its compiled code tells): bad input, like an unknown buffer. */
-  if (!st && !hcq__program_args_ok(k->program, nbufs, nvals))
-    st = hcq__gf_wrap(L, hcq__program_check_args(k->program, nbufs, nvals, "bufs and vals"));
+  if (!st && !hcq__program_args_ok(k->program, k->nbufs, k->nvals))
+    st = hcq__gf_wrap(L, hcq__program_check_args(k->program, k->nbufs, k->nvals, "bufs and vals"));
   return st;
 }
 
