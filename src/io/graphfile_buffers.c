@@ -1,6 +1,7 @@
 /* A graph file's "buffers": base buffers, created on their devices, and views of them. Views may
  * name views declared anywhere in the object, so they are resolved after every base buffer exists,
- * chain by chain; buffer_ref is how the rest of the loader names a buffer. */
+ * chain by chain. Items, inputs and runs name buffers through hcq__gf_buffer_ref, so an unknown
+ * name reads the same wherever it appears. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
