@@ -261,87 +261,114 @@ static const char *graph_kind(const llm_decoder_t *dec) {
 
 /* ---- the command ---- */
 
-int cli_generate(int argc, char **argv) {
-  gen_args_t a;
-  int rc = parse_args(argc, argv, &a);
-  if (rc >= 0) return rc;
+/* What one run holds from set-up to teardown. The model itself goes once the weights are on the
+ * devices; what the report needs of it is kept here. */
+typedef struct gen {
   char path[PATH_MAX];
-  if (a.fetch) {
-    hcq_status_t st = llm_default_model_path(path, sizeof(path));
-    if (st && hcq_status_code(st) == HCQ_NOT_FOUND) hcq_status_free(st), st = llm_fetch_default_model(stderr, path, sizeof(path));
-    if (st) return cli_fail(st);
-    printf("%s\n", path);
-    return HCQ_EXIT_OK;
-  }
-  /* An absent kind: the reason hcq info gives. (Not asked for CPU: a query loads every driver.) */
+  llm_model_t *model;
+  llm_tokenizer_t *tok;
+  llm_decoder_t *dec;
+  int32_t *prompt;
+  size_t nprompt;
+  char *chat;
+  llm_config_t config;
+  char name[sizeof(((llm_model_t *)0)->name)];
+  uint64_t file_bytes;
+  llm_generate_result_t res;
+  timing_t eager, graph;
+  bool identical;
+} gen_t;
+
+/* --fetch-model: the default model's path, downloaded first when it is not there. */
+static int fetch_model(void) {
+  char path[PATH_MAX];
+  hcq_status_t st = llm_default_model_path(path, sizeof(path));
+  if (st && hcq_status_code(st) == HCQ_NOT_FOUND) hcq_status_free(st), st = llm_fetch_default_model(stderr, path, sizeof(path));
+  if (st) return cli_fail(st);
+  printf("%s\n", path);
+  return HCQ_EXIT_OK;
+}
+
+/* An absent kind: the reason hcq info gives. (Not asked for CPU: a query loads every driver.) */
+static hcq_status_t kind_available(hcq_device_kind_t kind) {
   hcq_device_info_t infos[HCQ_DEVICE_KIND_COUNT];
-  size_t ninfo = a.kind == HCQ_DEVICE_CPU ? 0 : hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
+  size_t ninfo = kind == HCQ_DEVICE_CPU ? 0 : hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
   for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT; i++)
-    if (infos[i].kind == a.kind && !infos[i].available)
-      return cli_fail(hcq_status_make(HCQ_UNAVAILABLE, "generate: no %s device: %s", hcq_device_kind_name(a.kind),
-                                      infos[i].description));
-  llm_model_t *model = NULL;
-  llm_tokenizer_t *tok = NULL;
-  llm_decoder_t *dec = NULL;
-  int32_t *prompt = NULL;
-  size_t nprompt = 0;
-  char *chat = NULL;
-  timing_t eager = {0}, graph = {0};
-  llm_generate_result_t res = {0};
-  bool identical = true;
-  hcq_status_t st = model_path(a.model, path, sizeof(path));
-  if (!st) st = llm_model_open(path, &model);
-  if (!st) st = llm_tokenizer_from_gguf(model->file, &tok);
-  if (!st && a.chat) st = llm_chat_format(model->file, a.system, a.chat, &chat);
+    if (infos[i].kind == kind && !infos[i].available)
+      return hcq_status_make(HCQ_UNAVAILABLE, "generate: no %s device: %s", hcq_device_kind_name(kind),
+                             infos[i].description);
+  return NULL;
+}
+
+/* The prompt's token ids: --prompt-ids as given, else --prompt or the --chat template tokenized;
+ * every id in the vocabulary. */
+static hcq_status_t prompt_ids(gen_t *g, const gen_args_t *a) {
+  hcq_status_t st = NULL;
+  if (a->chat) st = llm_chat_format(g->model->file, a->system, a->chat, &g->chat);
   if (!st) {
-    if (a.prompt_ids) st = parse_ids(a.prompt_ids, &prompt, &nprompt);
+    if (a->prompt_ids) st = parse_ids(a->prompt_ids, &g->prompt, &g->nprompt);
     else {
-      const char *text = chat ? chat : a.prompt;
-      st = llm_tokenize(tok, text, strlen(text), true, true, &prompt, &nprompt);
+      const char *text = g->chat ? g->chat : a->prompt;
+      st = llm_tokenize(g->tok, text, strlen(text), true, true, &g->prompt, &g->nprompt);
     }
   }
-  if (!st && nprompt == 0) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
-  for (size_t i = 0; !st && i < nprompt; i++)
-    if (prompt[i] >= model->config.vocab)
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: prompt token %d is outside the vocabulary (%d ids)", prompt[i],
-                           model->config.vocab);
-  if (!st) {
-    llm_decoder_options_t opts = {.devices = (int)a.devices, .ranks = (int)a.ranks, .rank = cli_mpi_rank(),
-                                  .kind = a.kind, .ctx = (int)a.ctx};
-    if (!opts.ctx) {
-      /* the prompt and the steps asked for, rounded up; at most the model's context */
-      unsigned long long want = nprompt + a.steps + 1, ctx = 512;
-      while (ctx < want && ctx < (unsigned long long)model->config.ctx_train) ctx *= 2;
-      opts.ctx = (int)(ctx < (unsigned long long)model->config.ctx_train ? ctx : (unsigned long long)model->config.ctx_train);
-    }
-    if (nprompt + 1 > (size_t)opts.ctx)
-      st = hcq_status_make(HCQ_OUT_OF_RANGE, "generate: the prompt has %zu tokens; the context holds %d positions", nprompt, opts.ctx);
-    if (!st) st = llm_decoder_create(model, &opts, &dec);
-    /* captured before the prompt: the streamed run's rates are replays' */
-    if (!st && !a.eager) st = llm_decoder_capture(dec);
+  if (!st && g->nprompt == 0) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
+  for (size_t i = 0; !st && i < g->nprompt; i++)
+    if (g->prompt[i] >= g->model->config.vocab)
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: prompt token %d is outside the vocabulary (%d ids)", g->prompt[i],
+                           g->model->config.vocab);
+  return st;
+}
+
+/* The model, its tokenizer, the prompt and the decoder (captured unless --eager). */
+static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
+  hcq_status_t st = model_path(a->model, g->path, sizeof(g->path));
+  if (!st) st = llm_model_open(g->path, &g->model);
+  if (!st) st = llm_tokenizer_from_gguf(g->model->file, &g->tok);
+  if (!st) st = prompt_ids(g, a);
+  if (st) return st;
+  const llm_config_t *c = &g->model->config;
+  llm_decoder_options_t opts = {.devices = (int)a->devices, .ranks = (int)a->ranks, .rank = cli_mpi_rank(),
+                                .kind = a->kind, .ctx = (int)a->ctx};
+  if (!opts.ctx) {
+    /* the prompt and the steps asked for, rounded up; at most the model's context */
+    unsigned long long want = g->nprompt + a->steps + 1, ctx = 512;
+    while (ctx < want && ctx < (unsigned long long)c->ctx_train) ctx *= 2;
+    opts.ctx = (int)(ctx < (unsigned long long)c->ctx_train ? ctx : (unsigned long long)c->ctx_train);
   }
-  /* The weights are in the devices' memory now: the file's mapping goes (resident memory is the
-   * weights once, not twice). */
-  llm_config_t config = model ? model->config : (llm_config_t){0};
-  char name[sizeof(model->name)] = "";
-  uint64_t file_bytes = 0;
-  if (model) {
-    snprintf(name, sizeof(name), "%s", model->name);
-    file_bytes = gguf_file_size(model->file);
-    llm_model_close(model);
-    model = NULL;
+  if (g->nprompt + 1 > (size_t)opts.ctx)
+    st = hcq_status_make(HCQ_OUT_OF_RANGE, "generate: the prompt has %zu tokens; the context holds %d positions", g->nprompt, opts.ctx);
+  if (!st) st = llm_decoder_create(g->model, &opts, &g->dec);
+  /* captured before the prompt: the streamed run's rates are replays' */
+  if (!st && !a->eager) st = llm_decoder_capture(g->dec);
+  return st;
+}
+
+/* The weights are in the devices' memory now: the file's mapping goes (resident memory is the
+ * weights once, not twice). */
+static void close_model(gen_t *g) {
+  g->config = g->model ? g->model->config : (llm_config_t){0};
+  if (g->model) {
+    snprintf(g->name, sizeof(g->name), "%s", g->model->name);
+    g->file_bytes = gguf_file_size(g->model->file);
+    llm_model_close(g->model);
+    g->model = NULL;
   }
-  if (!st && a.temperature > 0) {
-    llm_sampler_t s = {(float)a.temperature, (float)a.top_p, (int)a.top_k, a.seed};
-    st = llm_decoder_set_sampler(dec, &s);
+}
+
+/* The generation itself, streamed to standard output by rank 0 (unless --json). */
+static hcq_status_t run(gen_t *g, const gen_args_t *a) {
+  hcq_status_t st = NULL;
+  if (a->temperature > 0) {
+    llm_sampler_t s = {(float)a->temperature, (float)a->top_p, (int)a->top_k, a->seed};
+    st = llm_decoder_set_sampler(g->dec, &s);
   }
-  bool rank0 = cli_mpi_rank() == 0;
-  stream_t stream = {.tok = tok, .print = !a.json && rank0};
+  stream_t stream = {.tok = g->tok, .print = !a->json && cli_mpi_rank() == 0};
   llm_detok_init(&stream.detok);
   if (!st) {
-    if (stream.print && !a.bench) fflush(stdout);
-    llm_generate_options_t o = {(int)a.steps, !a.eager, a.ignore_eos, is_end, on_token, &stream, agree_end};
-    st = llm_generate(dec, prompt, (int)nprompt, &o, &res);
+    if (stream.print && !a->bench) fflush(stdout);
+    llm_generate_options_t o = {(int)a->steps, !a->eager, a->ignore_eos, is_end, on_token, &stream, agree_end};
+    st = llm_generate(g->dec, g->prompt, (int)g->nprompt, &o, &g->res);
     if (!st && stream.print) {
       char buf[16];
       fwrite(buf, 1, llm_detok_flush(&stream.detok, buf, sizeof(buf)), stdout);
@@ -349,78 +376,117 @@ int cli_generate(int argc, char **argv) {
       fflush(stdout); /* before the summary on standard error */
     }
   }
-  if (!st && a.bench) {
-    int steps = a.steps ? (int)a.steps : 1;
-    st = time_mode(dec, prompt, (int)nprompt, steps, (int)a.reps, false, &eager);
-    if (!st) st = time_mode(dec, prompt, (int)nprompt, steps, (int)a.reps, true, &graph);
-    identical = !st && (!rank0 || (eager.n == graph.n && !memcmp(eager.ids, graph.ids, (size_t)eager.n * sizeof(int32_t))));
+  return st;
+}
+
+/* --bench: eager launches against replays, and whether they chose the same tokens. */
+static hcq_status_t bench(gen_t *g, const gen_args_t *a) {
+  int steps = a->steps ? (int)a->steps : 1;
+  hcq_status_t st = time_mode(g->dec, g->prompt, (int)g->nprompt, steps, (int)a->reps, false, &g->eager);
+  if (!st) st = time_mode(g->dec, g->prompt, (int)g->nprompt, steps, (int)a->reps, true, &g->graph);
+  g->identical = !st && (cli_mpi_rank() != 0 || (g->eager.n == g->graph.n &&
+                                                  !memcmp(g->eager.ids, g->graph.ids, (size_t)g->eager.n * sizeof(int32_t))));
+  return st;
+}
+
+static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefill_tok_s, double decode_tok_s) {
+  const llm_generate_result_t *res = &g->res;
+  const llm_config_t *c = &g->config;
+  char *text = NULL;
+  int n_text = res->n - (res->ended ? 1 : 0);
+  hcq_status_t st = llm_detokenize(g->tok, res->ids, (size_t)n_text, false, &text);
+  if (!st) {
+    printf("{\"model\": ");
+    json_string(g->path, strlen(g->path));
+    printf(", \"model_name\": ");
+    json_string(g->name, strlen(g->name));
+    printf(", ");
+    json_ids("prompt_ids", g->prompt, g->nprompt);
+    printf(", ");
+    json_ids("token_ids", res->ids, (size_t)res->n);
+    printf(", \"text\": ");
+    json_string(text, strlen(text));
+    printf(", \"ended\": %s, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f", res->ended ? "true" : "false",
+           prefill_tok_s, decode_tok_s);
+    printf(", \"kernels_per_token\": %zu, \"device_kind\": \"%s\", \"graph_kind\": \"%s\", \"devices\": %llu, \"ranks\": %llu",
+           llm_decoder_kernels_per_step(g->dec), hcq_device_kind_name(a->kind), a->eager ? "none" : graph_kind(g->dec),
+           a->devices, a->ranks);
+    printf(", \"mode\": \"%s\", \"host_us_per_token\": %.2f", a->eager ? "eager" : "graph", res->host_us_per_step);
+    /* the caches: layers x (K, V) x positions x KV heads x head size, float32 */
+    double kv = (double)c->n_layers * 2 * llm_decoder_ctx(g->dec) * llm_kv_dim(c) * 4;
+    printf(", \"ctx\": %d, \"kv_cache_bytes\": %.0f, \"model_bytes\": %llu", llm_decoder_ctx(g->dec), kv,
+           (unsigned long long)g->file_bytes);
+    printf(", \"memory_mib\": {\"VmRSS\": %.1f, \"VmHWM\": %.1f, \"RssFile\": %.1f, \"RssAnon\": %.1f}",
+           status_mib("VmRSS"), status_mib("VmHWM"), status_mib("RssFile"), status_mib("RssAnon"));
+    if (a->bench)
+      printf(", \"eager_decode_tok_s\": %.1f, \"graph_decode_tok_s\": %.1f, \"eager_prefill_tok_s\": %.1f, "
+             "\"graph_prefill_tok_s\": %.1f, \"host_us_per_token_eager\": %.2f, \"host_us_per_token_graph\": %.2f, "
+             "\"identical\": %s, \"bench_steps\": %d, \"repetitions\": %llu",
+             g->eager.decode_tok_s, g->graph.decode_tok_s, g->eager.prefill_tok_s, g->graph.prefill_tok_s,
+             g->eager.host_us, g->graph.host_us, g->identical ? "true" : "false", g->graph.n, a->reps);
+    printf("}\n");
   }
-  if (!st && rank0) {
-    double prefill_tok_s = res.prefill_ms > 0 ? nprompt / (res.prefill_ms / 1e3) : 0;
-    double decode_tok_s = res.n > 1 && res.decode_ms > 0 ? (res.n - 1) / (res.decode_ms / 1e3) : 0;
-    const llm_config_t *c = &config;
-    if (a.json) {
-      char *text = NULL;
-      int n_text = res.n - (res.ended ? 1 : 0);
-      st = llm_detokenize(tok, res.ids, (size_t)n_text, false, &text);
-      if (!st) {
-        printf("{\"model\": ");
-        json_string(path, strlen(path));
-        printf(", \"model_name\": ");
-        json_string(name, strlen(name));
-        printf(", ");
-        json_ids("prompt_ids", prompt, nprompt);
-        printf(", ");
-        json_ids("token_ids", res.ids, (size_t)res.n);
-        printf(", \"text\": ");
-        json_string(text, strlen(text));
-        printf(", \"ended\": %s, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f", res.ended ? "true" : "false",
-               prefill_tok_s, decode_tok_s);
-        printf(", \"kernels_per_token\": %zu, \"device_kind\": \"%s\", \"graph_kind\": \"%s\", \"devices\": %llu, \"ranks\": %llu",
-               llm_decoder_kernels_per_step(dec), hcq_device_kind_name(a.kind), a.eager ? "none" : graph_kind(dec), a.devices, a.ranks);
-        printf(", \"mode\": \"%s\", \"host_us_per_token\": %.2f", a.eager ? "eager" : "graph", res.host_us_per_step);
-        /* the caches: layers x (K, V) x positions x KV heads x head size, float32 */
-        double kv = (double)c->n_layers * 2 * llm_decoder_ctx(dec) * llm_kv_dim(c) * 4;
-        printf(", \"ctx\": %d, \"kv_cache_bytes\": %.0f, \"model_bytes\": %llu", llm_decoder_ctx(dec), kv,
-               (unsigned long long)file_bytes);
-        printf(", \"memory_mib\": {\"VmRSS\": %.1f, \"VmHWM\": %.1f, \"RssFile\": %.1f, \"RssAnon\": %.1f}",
-               status_mib("VmRSS"), status_mib("VmHWM"), status_mib("RssFile"), status_mib("RssAnon"));
-        if (a.bench)
-          printf(", \"eager_decode_tok_s\": %.1f, \"graph_decode_tok_s\": %.1f, \"eager_prefill_tok_s\": %.1f, "
-                 "\"graph_prefill_tok_s\": %.1f, \"host_us_per_token_eager\": %.2f, \"host_us_per_token_graph\": %.2f, "
-                 "\"identical\": %s, \"bench_steps\": %d, \"repetitions\": %llu",
-                 eager.decode_tok_s, graph.decode_tok_s, eager.prefill_tok_s, graph.prefill_tok_s, eager.host_us, graph.host_us,
-                 identical ? "true" : "false", graph.n, a.reps);
-        printf("}\n");
-      }
-      free(text);
-    } else {
-      fprintf(stderr, "\nhcq generate: %s (%s, %d layers, dim %d, vocab %d) on %s%s; %zu kernels per token\n", name,
-              path, c->n_layers, c->dim, c->vocab, hcq_device_kind_name(a.kind),
-              a.ranks == 2 ? " (two ranks)" : a.devices == 2 ? " (two devices)" : "", llm_decoder_kernels_per_step(dec));
-      fprintf(stderr, "  prompt %zu tokens at %.1f tok/s; %d new tokens at %.1f tok/s (%s)%s\n", nprompt, prefill_tok_s,
-              res.n, decode_tok_s, a.eager ? "eager launches" : "graph replays", res.ended ? "" : ", no end token");
-    }
-    if (!st && a.bench && !a.json) {
-      printf("\n                      decode tok/s   prompt tok/s   host us/token\n");
-      printf("  eager               %12.1f   %12.1f   %13.2f\n", eager.decode_tok_s, eager.prefill_tok_s, eager.host_us);
-      printf("  graph replay        %12.1f   %12.1f   %13.2f\n", graph.decode_tok_s, graph.prefill_tok_s, graph.host_us);
-      printf("  speed-up            %11.2fx   %11.2fx   %12.1fx\n", graph.decode_tok_s / eager.decode_tok_s,
-             graph.prefill_tok_s / eager.prefill_tok_s, eager.host_us / graph.host_us);
-      printf("\n  %s tokens. decode: median of %llu runs of %d tokens after the %zu-token prompt, steps\n"
-             "  queued back to back; prompt: the prompt as one pass; host us/token: median time to queue one\n"
-             "  step with the devices idle (eager: %zu launches; graph: one replay).\n",
-             identical ? "Eager and graph replay: identical" : "MISMATCH: eager and graph replay differ in their",
-             a.reps, graph.n, nprompt, llm_decoder_kernels_per_step(dec));
-    }
-  }
-  rc = st ? cli_fail(st) : identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
-  hcq_status_t dst = llm_decoder_destroy(dec);
+  free(text);
+  return st;
+}
+
+static void print_summary(const gen_t *g, const gen_args_t *a, double prefill_tok_s, double decode_tok_s) {
+  const llm_config_t *c = &g->config;
+  fprintf(stderr, "\nhcq generate: %s (%s, %d layers, dim %d, vocab %d) on %s%s; %zu kernels per token\n", g->name,
+          g->path, c->n_layers, c->dim, c->vocab, hcq_device_kind_name(a->kind),
+          a->ranks == 2 ? " (two ranks)" : a->devices == 2 ? " (two devices)" : "", llm_decoder_kernels_per_step(g->dec));
+  fprintf(stderr, "  prompt %zu tokens at %.1f tok/s; %d new tokens at %.1f tok/s (%s)%s\n", g->nprompt, prefill_tok_s,
+          g->res.n, decode_tok_s, a->eager ? "eager launches" : "graph replays", g->res.ended ? "" : ", no end token");
+}
+
+static void print_bench_table(const gen_t *g, const gen_args_t *a) {
+  const timing_t *eager = &g->eager, *graph = &g->graph;
+  printf("\n                      decode tok/s   prompt tok/s   host us/token\n");
+  printf("  eager               %12.1f   %12.1f   %13.2f\n", eager->decode_tok_s, eager->prefill_tok_s, eager->host_us);
+  printf("  graph replay        %12.1f   %12.1f   %13.2f\n", graph->decode_tok_s, graph->prefill_tok_s, graph->host_us);
+  printf("  speed-up            %11.2fx   %11.2fx   %12.1fx\n", graph->decode_tok_s / eager->decode_tok_s,
+         graph->prefill_tok_s / eager->prefill_tok_s, eager->host_us / graph->host_us);
+  printf("\n  %s tokens. decode: median of %llu runs of %d tokens after the %zu-token prompt, steps\n"
+         "  queued back to back; prompt: the prompt as one pass; host us/token: median time to queue one\n"
+         "  step with the devices idle (eager: %zu launches; graph: one replay).\n",
+         g->identical ? "Eager and graph replay: identical" : "MISMATCH: eager and graph replay differ in their",
+         a->reps, graph->n, g->nprompt, llm_decoder_kernels_per_step(g->dec));
+}
+
+/* Rank 0's report: the JSON object, or the summary on standard error and --bench's table. */
+static hcq_status_t report(const gen_t *g, const gen_args_t *a) {
+  const llm_generate_result_t *res = &g->res;
+  double prefill_tok_s = res->prefill_ms > 0 ? g->nprompt / (res->prefill_ms / 1e3) : 0;
+  double decode_tok_s = res->n > 1 && res->decode_ms > 0 ? (res->n - 1) / (res->decode_ms / 1e3) : 0;
+  hcq_status_t st = NULL;
+  if (a->json)
+    st = print_json(g, a, prefill_tok_s, decode_tok_s);
+  else
+    print_summary(g, a, prefill_tok_s, decode_tok_s);
+  if (!st && a->bench && !a->json) print_bench_table(g, a);
+  return st;
+}
+
+int cli_generate(int argc, char **argv) {
+  gen_args_t a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  if (a.fetch) return fetch_model();
+  hcq_status_t st = kind_available(a.kind);
+  if (st) return cli_fail(st);
+  gen_t g = {.identical = true};
+  st = set_up(&g, &a);
+  close_model(&g);
+  if (!st) st = run(&g, &a);
+  if (!st && a.bench) st = bench(&g, &a);
+  if (!st && cli_mpi_rank() == 0) st = report(&g, &a);
+  rc = st ? cli_fail(st) : g.identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
+  hcq_status_t dst = llm_decoder_destroy(g.dec);
   if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
   else hcq_status_free(dst);
-  free(res.ids), free(eager.ids), free(graph.ids), free(prompt), free(chat);
-  llm_tokenizer_free(tok);
-  llm_model_close(model);
+  free(g.res.ids), free(g.eager.ids), free(g.graph.ids), free(g.prompt), free(g.chat);
+  llm_tokenizer_free(g.tok);
+  llm_model_close(g.model);
   return rc;
 }
 

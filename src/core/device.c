@@ -8,7 +8,7 @@
 
 #include "core/backend.h"
 #include "core/internal.h"
-#include "core/trace_internal.h"
+#include "trace/trace_internal.h"
 
 /* ---- registry: one device object per name, process wide ---- */
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
-#include "core/trace_internal.h"
+#include "trace/trace_internal.h"
 
 static inline hcq_operand_t sig_addr(const hcq_signal_t *s) { return hcq_imm((int64_t)s->mem.addr); }
 

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
-#include "core/trace_internal.h"
+#include "trace/trace_internal.h"
 
 static hcq__options_t g_options;
 static pthread_once_t g_options_once = PTHREAD_ONCE_INIT;

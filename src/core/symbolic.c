@@ -457,74 +457,85 @@ static hcq_expr_t *combine(parser_t *ps, hcq_expr_op_t op, hcq_expr_t *a, hcq_ex
   return r ? r : oom_fail(ps);
 }
 
+/* A decimal integer at ps->p (a digit): it must fit int64_t and not run into a name ("2n"). */
+static hcq_expr_t *parse_number(parser_t *ps) {
+  const char *start = ps->p;
+  uint64_t v = 0;
+  while (isdigit((unsigned char)*ps->p)) {
+    unsigned d = (unsigned)(*ps->p - '0');
+    if (v > (UINT64_C(9223372036854775807) - d) / 10) {
+      ps->p = start;
+      return parse_fail(ps, "integer does not fit in 64 bits");
+    }
+    v = v * 10 + d;
+    ps->p++;
+  }
+  if (isalpha((unsigned char)*ps->p) || *ps->p == '_') return parse_fail(ps, "unexpected character after number");
+  hcq_expr_t *e = hcq_expr_const((int64_t)v);
+  return e ? e : oom_fail(ps);
+}
+
+/* min(a, b, ...) or max(...) after its name: two arguments or more, folded left into a chain whose
+ * height is bounded like a chain of terms. */
+static hcq_expr_t *parse_min_max(parser_t *ps, bool is_min) {
+  skip_ws(ps);
+  if (*ps->p != '(') return parse_fail(ps, "expected '(' after min/max");
+  ps->p++;
+  hcq_expr_t *acc = parse_expr(ps);
+  if (!acc) return NULL;
+  int args = 1;
+  for (;;) {
+    skip_ws(ps);
+    if (*ps->p == ')') break;
+    if (*ps->p != ',') {
+      hcq_expr_release(acc);
+      return parse_fail(ps, "expected ',' or ')' in min/max");
+    }
+    ps->p++;
+    hcq_expr_t *next = parse_expr(ps);
+    if (!next) {
+      hcq_expr_release(acc);
+      return NULL;
+    }
+    uint32_t tall = too_tall(acc, next);
+    if (tall) {
+      hcq_expr_release(acc);
+      hcq_expr_release(next);
+      return chain_fail(ps, (size_t)args + 1, tall, next_arg, "min/max arguments");
+    }
+    acc = combine(ps, is_min ? HCQ_EXPR_MIN : HCQ_EXPR_MAX, acc, next);
+    if (!acc) return NULL;
+    args++;
+  }
+  if (args < 2) {
+    hcq_expr_release(acc);
+    return parse_fail(ps, "min/max needs at least two arguments");
+  }
+  ps->p++;
+  return acc;
+}
+
+/* A name at ps->p (a letter or '_'): min or max with its arguments, else one of the variables. */
+static hcq_expr_t *parse_name(parser_t *ps) {
+  const char *start = ps->p;
+  while (isalnum((unsigned char)*ps->p) || *ps->p == '_') ps->p++;
+  size_t n = (size_t)(ps->p - start);
+  bool is_min = n == 3 && !strncmp(start, "min", 3), is_max = n == 3 && !strncmp(start, "max", 3);
+  if (is_min || is_max) return parse_min_max(ps, is_min);
+  for (size_t i = 0; i < ps->nvars; i++) {
+    const char *name = hcq_var_name(ps->vars[i]);
+    if (name && strlen(name) == n && !strncmp(name, start, n)) return hcq_expr_retain(ps->vars[i]);
+  }
+  if (!ps->err)
+    ps->err = hcq_status_make(HCQ_NOT_FOUND, "expression \"%s\": unknown variable \"%.*s\" at column %d", ps->text,
+                              (int)(n > 64 ? 64 : n), start, (int)(start - ps->text) + 1);
+  return NULL;
+}
+
 static hcq_expr_t *parse_primary(parser_t *ps) {
   skip_ws(ps);
-  const char *start = ps->p;
-  if (isdigit((unsigned char)*ps->p)) {
-    uint64_t v = 0;
-    while (isdigit((unsigned char)*ps->p)) {
-      unsigned d = (unsigned)(*ps->p - '0');
-      if (v > (UINT64_C(9223372036854775807) - d) / 10) {
-        ps->p = start;
-        return parse_fail(ps, "integer does not fit in 64 bits");
-      }
-      v = v * 10 + d;
-      ps->p++;
-    }
-    if (isalpha((unsigned char)*ps->p) || *ps->p == '_') return parse_fail(ps, "unexpected character after number");
-    hcq_expr_t *e = hcq_expr_const((int64_t)v);
-    return e ? e : oom_fail(ps);
-  }
-  if (isalpha((unsigned char)*ps->p) || *ps->p == '_') {
-    while (isalnum((unsigned char)*ps->p) || *ps->p == '_') ps->p++;
-    size_t n = (size_t)(ps->p - start);
-    bool is_min = n == 3 && !strncmp(start, "min", 3), is_max = n == 3 && !strncmp(start, "max", 3);
-    if (is_min || is_max) {
-      skip_ws(ps);
-      if (*ps->p != '(') return parse_fail(ps, "expected '(' after min/max");
-      ps->p++;
-      hcq_expr_t *acc = parse_expr(ps);
-      if (!acc) return NULL;
-      int args = 1;
-      for (;;) {
-        skip_ws(ps);
-        if (*ps->p == ')') break;
-        if (*ps->p != ',') {
-          hcq_expr_release(acc);
-          return parse_fail(ps, "expected ',' or ')' in min/max");
-        }
-        ps->p++;
-        hcq_expr_t *next = parse_expr(ps);
-        if (!next) {
-          hcq_expr_release(acc);
-          return NULL;
-        }
-        uint32_t tall = too_tall(acc, next);
-        if (tall) {
-          hcq_expr_release(acc);
-          hcq_expr_release(next);
-          return chain_fail(ps, (size_t)args + 1, tall, next_arg, "min/max arguments");
-        }
-        acc = combine(ps, is_min ? HCQ_EXPR_MIN : HCQ_EXPR_MAX, acc, next);
-        if (!acc) return NULL;
-        args++;
-      }
-      if (args < 2) {
-        hcq_expr_release(acc);
-        return parse_fail(ps, "min/max needs at least two arguments");
-      }
-      ps->p++;
-      return acc;
-    }
-    for (size_t i = 0; i < ps->nvars; i++) {
-      const char *name = hcq_var_name(ps->vars[i]);
-      if (name && strlen(name) == n && !strncmp(name, start, n)) return hcq_expr_retain(ps->vars[i]);
-    }
-    if (!ps->err)
-      ps->err = hcq_status_make(HCQ_NOT_FOUND, "expression \"%s\": unknown variable \"%.*s\" at column %d", ps->text,
-                                (int)(n > 64 ? 64 : n), start, (int)(start - ps->text) + 1);
-    return NULL;
-  }
+  if (isdigit((unsigned char)*ps->p)) return parse_number(ps);
+  if (isalpha((unsigned char)*ps->p) || *ps->p == '_') return parse_name(ps);
   if (*ps->p == '(') {
     ps->p++;
     hcq_expr_t *e = parse_expr(ps);

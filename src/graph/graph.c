@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "core/trace_internal.h"
+#include "trace/trace_internal.h"
 #include "graph/graph_internal.h"
 
 hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/trace_internal.h"
+#include "trace/trace_internal.h"
 #include "graph/graph_internal.h"
 
 #define NO_ITEM UINT32_MAX

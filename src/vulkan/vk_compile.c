@@ -150,54 +150,57 @@ static hcq_status_t validate_spirv(const char *entry, const uint32_t *words, siz
 }
 #endif
 
-/* SPIR-V for source: from the cache, compiled, or decoded ("#spirv"); its entry point renamed to
- * entry for GLSL (whose function is main). */
-static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **out, size_t *out_words) {
-  if (hcq__binary_of_source(source) == HCQ_BINARY_SPIRV) {
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    hcq_status_t st = hcq__binary_decode(source, entry, &bytes, &len);
-    if (st) return st;
-    uint32_t magic = 0;
-    if (len >= 4) memcpy(&magic, bytes, 4);
-    if (len % 4 || len < 20 || magic != SPIRV_MAGIC) {
-      char what[128];
-      hcq__binary_describe(bytes, len, what, sizeof(what));
-      free(bytes);
-      return hcq_status_make(HCQ_COMPILE_ERROR,
-                             "SPIR-V kernel %s: %zu bytes are not a SPIR-V module (magic 0x%08x, want 0x%08x): %s%s",
-                             entry, len, magic, SPIRV_MAGIC, what,
-                             magic == SPIRV_MAGIC ? (len % 4 ? ", not a whole number of words: truncated?" : ", shorter "
-                             "than the 5-word header") : "");
-    }
-    *out = (uint32_t *)(void *)bytes;
-    *out_words = len / 4;
-    char name[128];
-    size_t bad = 0;
-    int found = spirv_entry(out, out_words, name, sizeof(name), NULL, &bad);
-    if (found <= 0) {
-      free(bytes);
-      if (found < 0)
-        return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module is truncated or damaged: the instruction "
-                               "at word %zu runs past its end (%zu words)", entry, bad, len / 4);
-      return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module has no GLCompute entry point", entry);
-    }
-    if (strcmp(name, entry)) {
-      free(bytes);
-      return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module's compute entry point is \"%s\", not "
-                             "\"%s\"", entry, name, entry);
-    }
-    /* Every instruction in bounds, not only those up to the entry point: drivers trust the module
-     * (validating it is the application's job), so a cut one must stop here. */
-    for (size_t i = 5; i < len / 4; i += (*out)[i] >> 16)
-      if (!((*out)[i] >> 16) || i + ((*out)[i] >> 16) > len / 4) {
-        free(bytes);
-        return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module is truncated or damaged: the "
-                               "instruction at word %zu runs past its end (%zu words)", entry, i, len / 4);
-      }
-    if ((st = validate_spirv(entry, *out, len / 4))) free(bytes);
-    return st;
+/* A "#spirv" source, decoded: its framing, its entry point's name and every instruction's bounds
+ * are checked here, since a driver trusts the module it is given. */
+static hcq_status_t spirv_from_binary(const char *entry, const char *source, uint32_t **out, size_t *out_words) {
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  hcq_status_t st = hcq__binary_decode(source, entry, &bytes, &len);
+  if (st) return st;
+  uint32_t magic = 0;
+  if (len >= 4) memcpy(&magic, bytes, 4);
+  if (len % 4 || len < 20 || magic != SPIRV_MAGIC) {
+    char what[128];
+    hcq__binary_describe(bytes, len, what, sizeof(what));
+    free(bytes);
+    return hcq_status_make(HCQ_COMPILE_ERROR,
+                           "SPIR-V kernel %s: %zu bytes are not a SPIR-V module (magic 0x%08x, want 0x%08x): %s%s",
+                           entry, len, magic, SPIRV_MAGIC, what,
+                           magic == SPIRV_MAGIC ? (len % 4 ? ", not a whole number of words: truncated?" : ", shorter "
+                           "than the 5-word header") : "");
   }
+  *out = (uint32_t *)(void *)bytes;
+  *out_words = len / 4;
+  char name[128];
+  size_t bad = 0;
+  int found = spirv_entry(out, out_words, name, sizeof(name), NULL, &bad);
+  if (found <= 0) {
+    free(bytes);
+    if (found < 0)
+      return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module is truncated or damaged: the instruction "
+                             "at word %zu runs past its end (%zu words)", entry, bad, len / 4);
+    return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module has no GLCompute entry point", entry);
+  }
+  if (strcmp(name, entry)) {
+    free(bytes);
+    return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module's compute entry point is \"%s\", not "
+                           "\"%s\"", entry, name, entry);
+  }
+  /* Every instruction in bounds, not only those up to the entry point: drivers trust the module
+   * (validating it is the application's job), so a cut one must stop here. */
+  for (size_t i = 5; i < len / 4; i += (*out)[i] >> 16)
+    if (!((*out)[i] >> 16) || i + ((*out)[i] >> 16) > len / 4) {
+      free(bytes);
+      return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module is truncated or damaged: the "
+                             "instruction at word %zu runs past its end (%zu words)", entry, i, len / 4);
+    }
+  if ((st = validate_spirv(entry, *out, len / 4))) free(bytes);
+  return st;
+}
+
+/* GLSL: SPIR-V from the cache, else compiled (and cached), its entry point renamed from main to
+ * entry. */
+static hcq_status_t spirv_from_glsl(const char *entry, const char *source, uint32_t **out, size_t *out_words) {
 #if HCQ_HAVE_SHADERC
   XXH3_state_t *hs = XXH3_createState();
   if (!hs) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory hashing %s", entry);
@@ -238,11 +241,18 @@ static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **
   *out_words = n;
   return NULL;
 #else
+  (void)source, (void)out, (void)out_words;
   return hcq_status_make(HCQ_UNIMPLEMENTED,
                          "GLSL kernel %s: this build has no libshaderc (install libshaderc-dev and rebuild), so only "
                          "\"#spirv\" sources load",
                          entry);
 #endif
+}
+
+/* SPIR-V for source: decoded ("#spirv") or from GLSL. */
+static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **out, size_t *out_words) {
+  if (hcq__binary_of_source(source) == HCQ_BINARY_SPIRV) return spirv_from_binary(entry, source, out, out_words);
+  return spirv_from_glsl(entry, source, out, out_words);
 }
 
 hcq_status_t hcq__vulkan_binary_compile(const char *entry, const char *source, hcq_binary_format_t format,

@@ -7,15 +7,17 @@
  * lock, waiting on timestamp flags rather than on device timelines.
  *
  * A session runs from hcq_trace_start to hcq_trace_stop. Graph entries and device states remember
- * the session they were set up in; anything from an older session records nothing. */
-#include <errno.h>
+ * the session they were set up in; anything from an older session records nothing.
+ *
+ * This file records; what is made of the ring (the view, the files written from it) is
+ * trace_view.c's, which sees the ring only through hcq__trace_with_view. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/trace_model.h"
+#include "trace/trace_model.h"
 
 #define EAGER_SLOTS 256u /* eager operations in flight per device before the oldest is waited for */
 #define NO_SLOT UINT32_MAX
@@ -667,7 +669,7 @@ void hcq__trace_graph_unregister(hcq__trace_graph_t *tg) {
 
 /* ---- flush: read every pending replay and eager operation ---- */
 
-static void collect_pending(void) {
+void hcq__trace_collect_pending(void) {
   HCQ__VEC(hcq__trace_graph_t *) graphs = {0};
   HCQ__VEC(struct hcq__trace_device *) devices = {0};
   pthread_mutex_lock(&g_lock);
@@ -719,116 +721,6 @@ static void collect_pending(void) {
   hcq__vec_free(&devices);
 }
 
-/* ---- views and writing ---- */
-
-static int cmp_device_names(const void *a, const void *b) {
-  const hcq__trace_track_t *x = *(hcq__trace_track_t *const *)a, *y = *(hcq__trace_track_t *const *)b;
-  int c = strverscmp(x->device, y->device);
-  return c ? c : (int)x->queue - (int)y->queue;
-}
-
-/* g_lock held. Numbers processes (host 1, devices 2, 3, ... by name) and threads, and the rows. */
-static bool make_view(hcq__trace_view_t *v) {
-  memset(v, 0, sizeof(*v));
-  size_t oldest = (g_head + g_cap - g_count) % g_cap;
-  v->seg[0] = g_ring + oldest;
-  v->seg_len[0] = oldest + g_count <= g_cap ? g_count : g_cap - oldest;
-  v->seg[1] = g_ring;
-  v->seg_len[1] = g_count - v->seg_len[0];
-  v->nslices = g_count;
-  v->tracks = g_tracks.data;
-  v->ntracks = g_tracks.len;
-  v->names = g_names.data;
-  v->graphs = g_graphs.data;
-  v->ngraphs = g_graphs.len;
-  v->capacity = g_cap;
-  v->dropped = g_dropped;
-  hcq__trace_track_t **dev = malloc((g_tracks.len + 1) * sizeof(*dev));
-  if (!dev) return false;
-  size_t ndev = 0;
-  uint32_t order = 0;
-  for (uint32_t h = 1; h <= g_host_threads; h++)
-    for (size_t i = 0; i < g_tracks.len; i++)
-      if (!g_tracks.data[i].is_device && g_tracks.data[i].host_thread == h) {
-        g_tracks.data[i].pid = 1;
-        g_tracks.data[i].tid = h;
-        g_tracks.data[i].order = order++;
-      }
-  for (size_t i = 0; i < g_tracks.len; i++)
-    if (g_tracks.data[i].is_device) dev[ndev++] = &g_tracks.data[i];
-  qsort(dev, ndev, sizeof(*dev), cmp_device_names);
-  uint32_t pid = 1;
-  for (size_t i = 0; i < ndev; i++) {
-    if (i == 0 || strcmp(dev[i]->device, dev[i - 1]->device)) pid++;
-    dev[i]->pid = pid;
-    dev[i]->tid = 1000000u + pid * 16u + dev[i]->queue;
-    dev[i]->order = order++;
-  }
-  free(dev);
-  return true;
-}
-
-bool hcq__trace_view_flows(const hcq__trace_view_t *v, size_t first, void (*fn)(void *ctx, size_t src, size_t dst),
-                           void *ctx) {
-  size_t most = 0;
-  for (size_t g = 0; g < v->ngraphs; g++)
-    if (v->graphs[g]->nitems > most) most = v->graphs[g]->nitems;
-  size_t *at = malloc((most + 1) * sizeof(*at));
-  if (!at) return false;
-  /* The slices of one replay were pushed together: consecutive slices with the same graph and
-   * replay (the oldest group may have lost its head to the ring). */
-  for (size_t i = first; i < v->nslices;) {
-    const hcq__trace_slice_t *s = hcq__view_slice(v, i);
-    if (!s->graph || s->kind == HCQ__SLICE_SUBMIT) {
-      i++;
-      continue;
-    }
-    const hcq__trace_graph_t *tg = v->graphs[s->graph - 1];
-    for (size_t j = 0; j < tg->nitems; j++) at[j] = SIZE_MAX;
-    size_t end = i;
-    for (; end < v->nslices; end++) {
-      const hcq__trace_slice_t *e = hcq__view_slice(v, end);
-      if (e->graph != s->graph || e->replay != s->replay || e->kind == HCQ__SLICE_SUBMIT) break;
-      if (e->item < tg->nitems) at[e->item] = end;
-    }
-    for (size_t k = i; k < end; k++) {
-      uint32_t j = hcq__view_slice(v, k)->item;
-      const hcq__trace_graph_item_rec_t *r = &tg->items[j];
-      for (size_t d = 0; d < r->ndeps; d++)
-        if (r->deps[d] < tg->nitems && at[r->deps[d]] != SIZE_MAX) fn(ctx, at[r->deps[d]], k);
-    }
-    i = end;
-  }
-  free(at);
-  return true;
-}
-
-typedef bool (*writer_fn)(FILE *f, const hcq__trace_view_t *v);
-
-static hcq_status_t write_with(const char *path, writer_fn writer, const char *what) {
-  if (!path || !*path) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: no file name", what);
-  if (!hcq_trace_active()) return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s %s: the profiler is off", what, path);
-  collect_pending();
-  FILE *f = fopen(path, "w");
-  if (!f) return hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
-  pthread_mutex_lock(&g_lock);
-  hcq__trace_view_t v;
-  bool ok = g_active;
-  hcq_status_t st = NULL;
-  if (!ok) st = hcq_status_make(HCQ_FAILED_PRECONDITION, "%s %s: the profiler was stopped", what, path);
-  if (ok && !make_view(&v)) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing %s", path);
-  if (!st && !writer(f, &v)) st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
-  pthread_mutex_unlock(&g_lock);
-  if (fclose(f) != 0 && !st) st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
-  return st;
-}
-
-hcq_status_t hcq_trace_write(const char *path) { return write_with(path, hcq__trace_write_json, "hcq_trace_write"); }
-
-hcq_status_t hcq_trace_write_svg(const char *path) {
-  return write_with(path, hcq__trace_write_svg_view, "hcq_trace_write_svg");
-}
-
 hcq_status_t hcq_trace_flush(void) {
   pthread_mutex_lock(&g_lock);
   char *path = g_active && g_path ? strdup(g_path) : NULL;
@@ -842,4 +734,32 @@ hcq_status_t hcq_trace_flush(void) {
   hcq_status_t st = hcq_trace_write(path);
   free(path);
   return st;
+}
+
+/* ---- the view (trace_view.c numbers its tracks and writes it) ---- */
+
+bool hcq__trace_with_view(void (*fn)(hcq__trace_view_t *v, void *ctx), void *ctx) {
+  pthread_mutex_lock(&g_lock);
+  bool on = g_active;
+  if (on) {
+    hcq__trace_view_t v;
+    memset(&v, 0, sizeof(v));
+    size_t oldest = (g_head + g_cap - g_count) % g_cap;
+    v.seg[0] = g_ring + oldest;
+    v.seg_len[0] = oldest + g_count <= g_cap ? g_count : g_cap - oldest;
+    v.seg[1] = g_ring;
+    v.seg_len[1] = g_count - v.seg_len[0];
+    v.nslices = g_count;
+    v.tracks = g_tracks.data;
+    v.ntracks = g_tracks.len;
+    v.host_threads = g_host_threads;
+    v.names = g_names.data;
+    v.graphs = g_graphs.data;
+    v.ngraphs = g_graphs.len;
+    v.capacity = g_cap;
+    v.dropped = g_dropped;
+    fn(&v, ctx);
+  }
+  pthread_mutex_unlock(&g_lock);
+  return on;
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/trace_model.h"
+#include "trace/trace_model.h"
 
 enum { LABEL_W = 230, PLOT_W = 1400, RIGHT_W = 30, TOP = 64, ROW_H = 30, BOX_H = 20, AXIS_H = 44 };
 #define CHAR_W 6.6 /* average glyph width at font-size 11 */
@@ -74,37 +74,32 @@ static int by_row_then_start(const void *x, const void *y) {
   return (a->start > b->start) - (a->start < b->start);
 }
 
-bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
-  svg_ctx_t c = {f, v, UINT64_MAX, 1.0, v->nslices > HCQ_TRACE_SVG_MAX_SLICES ? v->nslices - HCQ_TRACE_SVG_MAX_SLICES : 0,
-                 calloc(v->ntracks + 1, sizeof(uint32_t))};
-  span_t *spans = malloc((v->nslices - c.first + 1) * sizeof(*spans));
-  uint64_t *busy = calloc(v->ntracks + 1, sizeof(*busy));
-  bool *drawn = calloc(v->ntracks + 1, sizeof(*drawn));
-  if (!c.row || !spans || !busy || !drawn) {
-    free(c.row);
-    free(spans);
-    free(busy);
-    free(drawn);
-    return false;
-  }
+/* The time range of the drawn slices (at least 1 ns) and a row for each track with one of them, in
+ * track order (host threads, then devices by name): empty tracks would only push rows apart.
+ * Returns the number of rows. */
+static uint32_t place_rows(svg_ctx_t *c, bool *drawn, uint64_t *range) {
+  const hcq__trace_view_t *v = c->v;
   uint64_t t1 = 0;
-  for (size_t i = c.first; i < v->nslices; i++) {
+  for (size_t i = c->first; i < v->nslices; i++) {
     const hcq__trace_slice_t *s = hcq__view_slice(v, i);
-    if (s->start_ns < c.t0) c.t0 = s->start_ns;
+    if (s->start_ns < c->t0) c->t0 = s->start_ns;
     if (s->end_ns > t1) t1 = s->end_ns;
     drawn[s->track] = true;
   }
-  /* Rows in track order (host threads, then devices by name), only for tracks with slices. */
   uint32_t nrows = 0;
   for (uint32_t order = 0; order < v->ntracks; order++)
     for (size_t k = 0; k < v->ntracks; k++)
-      if (v->tracks[k].order == order && drawn[k]) c.row[k] = nrows++;
-  if (c.t0 == UINT64_MAX) c.t0 = t1 = 0;
-  uint64_t range = t1 > c.t0 ? t1 - c.t0 : 1;
-  c.scale = (double)PLOT_W / (double)range;
-  int height = TOP + (int)nrows * ROW_H + AXIS_H;
-  int width = LABEL_W + PLOT_W + RIGHT_W;
+      if (v->tracks[k].order == order && drawn[k]) c->row[k] = nrows++;
+  if (c->t0 == UINT64_MAX) c->t0 = t1 = 0;
+  *range = t1 > c->t0 ? t1 - c->t0 : 1;
+  c->scale = (double)PLOT_W / (double)*range;
+  return nrows;
+}
 
+/* The document's start, its styles and arrow marker, and the title with the legend. */
+static void put_header(const svg_ctx_t *c, int width, int height, uint64_t range) {
+  FILE *f = c->f;
+  const hcq__trace_view_t *v = c->v;
   fprintf(f,
           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -130,14 +125,17 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
           "<text x=\"8\" y=\"36\">%zu slices over %s; %" PRIu64 " dropped by the ring (capacity %" PRIu64
           ")%s. Boxes: kernels (colour per kernel), copies (orange), graph submits and eager calls on the host rows; "
           "dashed boxes ran eagerly. Arrows: dependencies between items of one replay.</text>\n",
-          v->nslices - c.first, range_text, v->dropped, v->capacity,
-          c.first ? "; only the newest slices are drawn" : "");
+          v->nslices - c->first, range_text, v->dropped, v->capacity,
+          c->first ? "; only the newest slices are drawn" : "");
+}
 
-  /* Rows with their labels and busy share. */
+/* busy[row]: the time the row's slices cover, overlaps counted once (the union of their spans). */
+static void busy_time(const svg_ctx_t *c, span_t *spans, uint64_t *busy) {
+  const hcq__trace_view_t *v = c->v;
   size_t nspans = 0;
-  for (size_t i = c.first; i < v->nslices; i++) {
+  for (size_t i = c->first; i < v->nslices; i++) {
     const hcq__trace_slice_t *s = hcq__view_slice(v, i);
-    spans[nspans++] = (span_t){s->start_ns, s->end_ns > s->start_ns ? s->end_ns : s->start_ns, c.row[s->track]};
+    spans[nspans++] = (span_t){s->start_ns, s->end_ns > s->start_ns ? s->end_ns : s->start_ns, c->row[s->track]};
   }
   qsort(spans, nspans, sizeof(*spans), by_row_then_start);
   for (size_t i = 0; i < nspans;) {
@@ -152,12 +150,16 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
     }
     busy[row] += hi - lo;
   }
-  free(spans);
-  for (size_t i = 0; i < v->ntracks; i++) {
-    const hcq__trace_track_t *t = &v->tracks[i];
+}
+
+/* The rows' backgrounds and labels, each with its busy share. */
+static void put_rows(const svg_ctx_t *c, const bool *drawn, const uint64_t *busy, int width, uint64_t range) {
+  FILE *f = c->f;
+  for (size_t i = 0; i < c->v->ntracks; i++) {
+    const hcq__trace_track_t *t = &c->v->tracks[i];
     if (!drawn[i]) continue;
-    int y = TOP + (int)c.row[i] * ROW_H;
-    fprintf(f, "<rect class=\"row%s\" x=\"0\" y=\"%d\" width=\"%d\" height=\"%d\"/>\n", c.row[i] % 2 ? " odd" : "", y,
+    int y = TOP + (int)c->row[i] * ROW_H;
+    fprintf(f, "<rect class=\"row%s\" x=\"0\" y=\"%d\" width=\"%d\" height=\"%d\"/>\n", c->row[i] % 2 ? " odd" : "", y,
             width, ROW_H);
     char name[64];
     if (t->is_device)
@@ -166,12 +168,13 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
       snprintf(name, sizeof(name), "host thread %" PRIu32, t->host_thread);
     fprintf(f, "<text class=\"label\" x=\"8\" y=\"%d\">", y + ROW_H / 2 + 4);
     put_text(f, name, 64);
-    fprintf(f, " <tspan fill=\"#666666\">busy %.0f%%</tspan></text>\n", 100.0 * (double)busy[c.row[i]] / (double)range);
+    fprintf(f, " <tspan fill=\"#666666\">busy %.0f%%</tspan></text>\n", 100.0 * (double)busy[c->row[i]] / (double)range);
   }
-  free(busy);
-  free(drawn);
+}
 
-  /* Time axis: 1, 2 or 5 times a power of ten, at most about ten ticks. */
+/* Time axis: 1, 2 or 5 times a power of ten, at most about ten ticks. */
+static void put_axis(const svg_ctx_t *c, uint64_t range, uint32_t nrows) {
+  FILE *f = c->f;
   double step = pow(10.0, floor(log10((double)range)));
   while (range / step < 4) step /= 2;
   while (range / step > 10) step *= 2;
@@ -179,7 +182,7 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
   fprintf(f, "<line class=\"tick\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333333\"/>\n", LABEL_W, axis_y,
           LABEL_W + PLOT_W, axis_y);
   for (double t = 0; t <= (double)range + 0.5; t += step) {
-    double x = LABEL_W + t * c.scale;
+    double x = LABEL_W + t * c->scale;
     char label[32];
     format_time((uint64_t)llround(t), label, sizeof(label));
     fprintf(f, "<line class=\"tick\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\"/>\n", x, TOP - 6, x, axis_y + 5);
@@ -187,55 +190,81 @@ bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
   }
   fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#666666\">time since the first slice</text>\n",
           LABEL_W + PLOT_W / 2, axis_y + 36);
+}
 
-  /* Boxes. */
-  for (size_t i = c.first; i < v->nslices; i++) {
-    const hcq__trace_slice_t *s = hcq__view_slice(v, i);
-    const char *name = v->names[s->name];
-    uint64_t dur = s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0;
-    double x = x_of(&c, s->start_ns), w = (double)dur * c.scale;
-    if (w < 1) w = 1;
-    double y = TOP + c.row[s->track] * ROW_H + (ROW_H - BOX_H) / 2.0;
-    const char *cls = s->kind == HCQ__SLICE_SUBMIT ? "submit"
-                      : s->kind == HCQ__SLICE_CALL ? "call"
-                      : s->kind == HCQ__SLICE_ALIGN ? "profiler"
-                      : s->graph                   ? "item"
-                                                   : "eager";
-    char fill[32];
-    if (s->kind == HCQ__SLICE_KERNEL)
-      snprintf(fill, sizeof(fill), "hsl(%u, 55%%, 68%%)", hash_name(name) % 360);
-    else
-      snprintf(fill, sizeof(fill), "%s",
-               s->kind == HCQ__SLICE_COPY     ? "#f5a65b"
-               : s->kind == HCQ__SLICE_SUBMIT ? "#8fb3d9"
-               : s->kind == HCQ__SLICE_ALIGN  ? "#eeeeee"
-                                              : "#c8c8c8");
-    char dur_text[32];
-    format_time(dur, dur_text, sizeof(dur_text));
-    fputs("<g><title>", f);
-    put_text(f, name, 160);
-    if (s->graph) {
-      fputs(" (", f);
-      put_text(f, v->graphs[s->graph - 1]->label, 80);
-      fprintf(f, ", replay %" PRIu64, s->replay);
-      if (s->kind != HCQ__SLICE_SUBMIT) fprintf(f, ", item %" PRIu32, s->item);
-      fputc(')', f);
-    }
-    fprintf(f, ": %s", dur_text);
-    if (s->bytes) fprintf(f, ", %" PRIu64 " bytes", s->bytes);
-    if (s->bytes && dur && s->kind == HCQ__SLICE_COPY) fprintf(f, ", %.3f GB/s", (double)s->bytes / (double)dur);
-    fprintf(f, "</title><rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>", cls, x, y,
-            w, BOX_H, fill);
-    size_t len = strlen(name), fits = w > 8 ? (size_t)((w - 6) / CHAR_W) : 0;
-    if (fits >= 3) {
-      fprintf(f, "<text class=\"box\" x=\"%.2f\" y=\"%.2f\">", x + 3, y + BOX_H / 2.0 + 4);
-      put_text(f, name, fits < len ? fits - 1 : len);
-      if (fits < len) fputs("&#8230;", f);
-      fputs("</text>", f);
-    }
-    fputs("</g>\n", f);
+/* One slice's box, its tooltip (what, where from, how long) and as much of its name as fits. */
+static void put_box(const svg_ctx_t *c, const hcq__trace_slice_t *s) {
+  FILE *f = c->f;
+  const char *name = c->v->names[s->name];
+  uint64_t dur = s->end_ns > s->start_ns ? s->end_ns - s->start_ns : 0;
+  double x = x_of(c, s->start_ns), w = (double)dur * c->scale;
+  if (w < 1) w = 1;
+  double y = TOP + c->row[s->track] * ROW_H + (ROW_H - BOX_H) / 2.0;
+  const char *cls = s->kind == HCQ__SLICE_SUBMIT ? "submit"
+                    : s->kind == HCQ__SLICE_CALL ? "call"
+                    : s->kind == HCQ__SLICE_ALIGN ? "profiler"
+                    : s->graph                   ? "item"
+                                                 : "eager";
+  char fill[32];
+  if (s->kind == HCQ__SLICE_KERNEL)
+    snprintf(fill, sizeof(fill), "hsl(%u, 55%%, 68%%)", hash_name(name) % 360);
+  else
+    snprintf(fill, sizeof(fill), "%s",
+             s->kind == HCQ__SLICE_COPY     ? "#f5a65b"
+             : s->kind == HCQ__SLICE_SUBMIT ? "#8fb3d9"
+             : s->kind == HCQ__SLICE_ALIGN  ? "#eeeeee"
+                                            : "#c8c8c8");
+  char dur_text[32];
+  format_time(dur, dur_text, sizeof(dur_text));
+  fputs("<g><title>", f);
+  put_text(f, name, 160);
+  if (s->graph) {
+    fputs(" (", f);
+    put_text(f, c->v->graphs[s->graph - 1]->label, 80);
+    fprintf(f, ", replay %" PRIu64, s->replay);
+    if (s->kind != HCQ__SLICE_SUBMIT) fprintf(f, ", item %" PRIu32, s->item);
+    fputc(')', f);
   }
+  fprintf(f, ": %s", dur_text);
+  if (s->bytes) fprintf(f, ", %" PRIu64 " bytes", s->bytes);
+  if (s->bytes && dur && s->kind == HCQ__SLICE_COPY) fprintf(f, ", %.3f GB/s", (double)s->bytes / (double)dur);
+  fprintf(f, "</title><rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>", cls, x, y,
+          w, BOX_H, fill);
+  size_t len = strlen(name), fits = w > 8 ? (size_t)((w - 6) / CHAR_W) : 0;
+  if (fits >= 3) {
+    fprintf(f, "<text class=\"box\" x=\"%.2f\" y=\"%.2f\">", x + 3, y + BOX_H / 2.0 + 4);
+    put_text(f, name, fits < len ? fits - 1 : len);
+    if (fits < len) fputs("&#8230;", f);
+    fputs("</text>", f);
+  }
+  fputs("</g>\n", f);
+}
 
+bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
+  svg_ctx_t c = {f, v, UINT64_MAX, 1.0, v->nslices > HCQ_TRACE_SVG_MAX_SLICES ? v->nslices - HCQ_TRACE_SVG_MAX_SLICES : 0,
+                 calloc(v->ntracks + 1, sizeof(uint32_t))};
+  span_t *spans = malloc((v->nslices - c.first + 1) * sizeof(*spans));
+  uint64_t *busy = calloc(v->ntracks + 1, sizeof(*busy));
+  bool *drawn = calloc(v->ntracks + 1, sizeof(*drawn));
+  if (!c.row || !spans || !busy || !drawn) {
+    free(c.row);
+    free(spans);
+    free(busy);
+    free(drawn);
+    return false;
+  }
+  uint64_t range;
+  uint32_t nrows = place_rows(&c, drawn, &range);
+  int height = TOP + (int)nrows * ROW_H + AXIS_H;
+  int width = LABEL_W + PLOT_W + RIGHT_W;
+  put_header(&c, width, height, range);
+  busy_time(&c, spans, busy);
+  free(spans);
+  put_rows(&c, drawn, busy, width, range);
+  free(busy);
+  free(drawn);
+  put_axis(&c, range, nrows);
+  for (size_t i = c.first; i < v->nslices; i++) put_box(&c, hcq__view_slice(v, i));
   bool ok = hcq__trace_view_flows(v, c.first, put_arrow, &c);
   free(c.row);
   fputs("</svg>\n", f);

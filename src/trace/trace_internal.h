@@ -1,8 +1,8 @@
 /* The profiler's hooks, called by the core's eager paths, device teardown and the HCQ graph. Each
  * hook costs one relaxed load and a branch while the profiler is off (hcq/trace.h says what is
  * recorded while it is on). */
-#ifndef HCQ_CORE_TRACE_INTERNAL_H
-#define HCQ_CORE_TRACE_INTERNAL_H
+#ifndef HCQ_TRACE_TRACE_INTERNAL_H
+#define HCQ_TRACE_TRACE_INTERNAL_H
 
 #include "core/internal.h"
 #include "hcq/trace.h"

@@ -1,11 +1,11 @@
-/* What the profiler records (trace.c) and what its writers (trace_json.c, trace_svg.c) read: a
- * consistent view of the ring, taken under the profiler's lock. */
-#ifndef HCQ_CORE_TRACE_MODEL_H
-#define HCQ_CORE_TRACE_MODEL_H
+/* What the profiler records (trace.c) and what its writers (trace_view.c, trace_json.c,
+ * trace_svg.c) read: a consistent view of the ring, taken under the profiler's lock. */
+#ifndef HCQ_TRACE_TRACE_MODEL_H
+#define HCQ_TRACE_TRACE_MODEL_H
 
 #include <stdio.h>
 
-#include "core/trace_internal.h"
+#include "trace/trace_internal.h"
 
 typedef enum {
   HCQ__SLICE_KERNEL, /* a kernel on a compute queue (graph item or eager launch) */
@@ -75,8 +75,9 @@ typedef struct hcq__trace_view {
   const hcq__trace_slice_t *seg[2]; /* oldest first: seg[0] then seg[1] */
   size_t seg_len[2];
   size_t nslices;
-  hcq__trace_track_t *tracks;
+  hcq__trace_track_t *tracks; /* the writers number them (pid, tid, order) */
   size_t ntracks;
+  uint32_t host_threads; /* host tracks are threads 1 to host_threads */
   char *const *names;
   hcq__trace_graph_t *const *graphs;
   size_t ngraphs;
@@ -86,6 +87,13 @@ typedef struct hcq__trace_view {
 static inline const hcq__trace_slice_t *hcq__view_slice(const hcq__trace_view_t *v, size_t i) {
   return i < v->seg_len[0] ? &v->seg[0][i] : &v->seg[1][i - v->seg_len[0]];
 }
+
+/* Reads every pending replay and eager operation into the ring: before a view is taken, so that
+ * it holds all that finished. Takes no device lock (trace.c says why). */
+void hcq__trace_collect_pending(void);
+/* Calls fn with a view of the ring, under the profiler's lock: the view and what it points to are
+ * valid during the call only. Returns false, without calling fn, when the profiler is off. */
+bool hcq__trace_with_view(void (*fn)(hcq__trace_view_t *v, void *ctx), void *ctx);
 
 /* Calls fn for every dependency edge between two slices of the same graph replay, both in view
  * slices [first, nslices): src before dst. Returns false when out of memory. */

@@ -4,7 +4,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "core/trace_model.h"
+#include "trace/trace_model.h"
 
 static void put_string(FILE *f, const char *s) {
   fputc('"', f);
@@ -71,13 +71,9 @@ static void put_metadata(FILE *f, const char *what, uint32_t pid, uint32_t tid, 
   fputs("}}", f);
 }
 
-bool hcq__trace_write_json(FILE *f, const hcq__trace_view_t *v) {
-  uint64_t t0 = UINT64_MAX;
-  for (size_t i = 0; i < v->nslices; i++)
-    if (hcq__view_slice(v, i)->start_ns < t0) t0 = hcq__view_slice(v, i)->start_ns;
-  if (t0 == UINT64_MAX) t0 = 0;
-
-  fputs("{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n", f);
+/* The metadata events that name and order the processes (host, then each device) and their
+ * threads (host threads, device queues), so that viewers show the rows as the SVG does. */
+static void put_track_names(FILE *f, const hcq__trace_view_t *v) {
   fputs("{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 1, \"tid\": 0, \"args\": {\"name\": \"host\"}}", f);
   put_metadata(f, "process_sort_index", 1, 0, "sort_index", NULL, 0);
   for (size_t i = 0; i < v->ntracks; i++) {
@@ -97,44 +93,41 @@ bool hcq__trace_write_json(FILE *f, const hcq__trace_view_t *v) {
     put_metadata(f, "thread_name", t->pid, t->tid, "name", name, 0);
     put_metadata(f, "thread_sort_index", t->pid, t->tid, "sort_index", NULL, t->order);
   }
+}
 
-  for (size_t i = 0; i < v->nslices; i++) {
-    const hcq__trace_slice_t *s = hcq__view_slice(v, i);
-    const hcq__trace_track_t *t = &v->tracks[s->track];
-    uint64_t dur = s->end_ns >= s->start_ns ? s->end_ns - s->start_ns : 0;
-    fputs(",\n{\"ph\": \"X\", \"name\": ", f);
-    put_string(f, v->names[s->name]);
-    fprintf(f, ", \"cat\": \"%s\", \"pid\": %" PRIu32 ", \"tid\": %" PRIu32 ", \"ts\": ", category(s), t->pid, t->tid);
-    put_us(f, s->start_ns - t0);
-    fputs(", \"dur\": ", f);
-    put_us(f, dur);
-    fputs(", \"args\": {", f);
-    const char *sep = "";
-    if (s->graph) {
-      const hcq__trace_graph_t *tg = v->graphs[s->graph - 1];
-      fprintf(f, "\"graph\": %" PRIu32 ", \"graph_label\": ", s->graph - 1);
-      put_string(f, tg->label);
-      fprintf(f, ", \"replay\": %" PRIu64, s->replay);
-      if (s->kind != HCQ__SLICE_SUBMIT) fprintf(f, ", \"item\": %" PRIu32, s->item);
-      sep = ", ";
-    } else if (s->kind == HCQ__SLICE_KERNEL || s->kind == HCQ__SLICE_COPY) {
-      fputs("\"eager\": true", f);
-      sep = ", ";
-    }
-    if (s->bytes) {
-      fprintf(f, "%s\"bytes\": %" PRIu64, sep, s->bytes);
-      /* bytes per nanosecond is GB/s */
-      if (dur && s->kind == HCQ__SLICE_COPY) fprintf(f, ", \"GB/s\": %.3f", (double)s->bytes / (double)dur);
-    }
-    fputs("}}", f);
+/* One slice as a complete event: its graph, replay and item, or that it ran eagerly, in args. */
+static void put_slice(FILE *f, const hcq__trace_view_t *v, const hcq__trace_slice_t *s, uint64_t t0) {
+  const hcq__trace_track_t *t = &v->tracks[s->track];
+  uint64_t dur = s->end_ns >= s->start_ns ? s->end_ns - s->start_ns : 0;
+  fputs(",\n{\"ph\": \"X\", \"name\": ", f);
+  put_string(f, v->names[s->name]);
+  fprintf(f, ", \"cat\": \"%s\", \"pid\": %" PRIu32 ", \"tid\": %" PRIu32 ", \"ts\": ", category(s), t->pid, t->tid);
+  put_us(f, s->start_ns - t0);
+  fputs(", \"dur\": ", f);
+  put_us(f, dur);
+  fputs(", \"args\": {", f);
+  const char *sep = "";
+  if (s->graph) {
+    const hcq__trace_graph_t *tg = v->graphs[s->graph - 1];
+    fprintf(f, "\"graph\": %" PRIu32 ", \"graph_label\": ", s->graph - 1);
+    put_string(f, tg->label);
+    fprintf(f, ", \"replay\": %" PRIu64, s->replay);
+    if (s->kind != HCQ__SLICE_SUBMIT) fprintf(f, ", \"item\": %" PRIu32, s->item);
+    sep = ", ";
+  } else if (s->kind == HCQ__SLICE_KERNEL || s->kind == HCQ__SLICE_COPY) {
+    fputs("\"eager\": true", f);
+    sep = ", ";
   }
+  if (s->bytes) {
+    fprintf(f, "%s\"bytes\": %" PRIu64, sep, s->bytes);
+    /* bytes per nanosecond is GB/s */
+    if (dur && s->kind == HCQ__SLICE_COPY) fprintf(f, ", \"GB/s\": %.3f", (double)s->bytes / (double)dur);
+  }
+  fputs("}}", f);
+}
 
-  flow_ctx_t fc = {f, v, t0, 0};
-  bool ok = hcq__trace_view_flows(v, 0, put_flow, &fc);
-
-  fputs("\n],\n\"hcq\": {\"format\": \"hcq-trace/1\", \"ring\": ", f);
-  fprintf(f, "{\"capacity\": %" PRIu64 ", \"slices\": %zu, \"dropped\": %" PRIu64 "}, \"start_ns\": %" PRIu64,
-          v->capacity, v->nslices, v->dropped, t0);
+/* hcq.clocks: each device queue's clock alignment, so a reader can judge the device times. */
+static void put_clocks(FILE *f, const hcq__trace_view_t *v) {
   fputs(",\n \"clocks\": [", f);
   bool first = true;
   for (size_t i = 0; i < v->ntracks; i++) {
@@ -148,7 +141,12 @@ bool hcq__trace_write_json(FILE *f, const hcq__trace_view_t *v) {
             hcq__queue_kind_word(t->queue), t->offset_ns, t->round_trip_ns, t->samples);
     first = false;
   }
-  fputs("],\n \"graphs\": [", f);
+  fputs("]", f);
+}
+
+/* hcq.graphs: each graph's items and dependencies, which the slices refer to by index. */
+static void put_graphs(FILE *f, const hcq__trace_view_t *v) {
+  fputs(",\n \"graphs\": [", f);
   for (size_t g = 0; g < v->ngraphs; g++) {
     const hcq__trace_graph_t *tg = v->graphs[g];
     fprintf(f, "%s\n  {\"id\": %zu, \"label\": ", g ? "," : "", g);
@@ -168,6 +166,26 @@ bool hcq__trace_write_json(FILE *f, const hcq__trace_view_t *v) {
     }
     fputs("]}", f);
   }
-  fputs("]}}\n", f);
+  fputs("]", f);
+}
+
+bool hcq__trace_write_json(FILE *f, const hcq__trace_view_t *v) {
+  uint64_t t0 = UINT64_MAX;
+  for (size_t i = 0; i < v->nslices; i++)
+    if (hcq__view_slice(v, i)->start_ns < t0) t0 = hcq__view_slice(v, i)->start_ns;
+  if (t0 == UINT64_MAX) t0 = 0;
+
+  fputs("{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n", f);
+  put_track_names(f, v);
+  for (size_t i = 0; i < v->nslices; i++) put_slice(f, v, hcq__view_slice(v, i), t0);
+  flow_ctx_t fc = {f, v, t0, 0};
+  bool ok = hcq__trace_view_flows(v, 0, put_flow, &fc);
+
+  fputs("\n],\n\"hcq\": {\"format\": \"hcq-trace/1\", \"ring\": ", f);
+  fprintf(f, "{\"capacity\": %" PRIu64 ", \"slices\": %zu, \"dropped\": %" PRIu64 "}, \"start_ns\": %" PRIu64,
+          v->capacity, v->nslices, v->dropped, t0);
+  put_clocks(f, v);
+  put_graphs(f, v);
+  fputs("}}\n", f);
   return ok && !ferror(f);
 }
