@@ -91,7 +91,7 @@ Test(null_args, devices_buffers_signals) {
   REFUSED(hcq_device_open_ex(NULL, NULL, &(hcq_device_t *){NULL}));
   OK(hcq_device_close(NULL));
   cr_assert_str_eq(hcq_device_name(NULL), "");
-  cr_assert_eq(hcq_device_kind(NULL), HCQ_DEVICE_CPU);
+  cr_assert_eq(hcq_device_kind(NULL), HCQ_DEVICE_KIND_COUNT);
   cr_assert_not_null(hcq_device_kind_name((hcq_device_kind_t)99));
   cr_assert_eq(hcq_device_caps(NULL), 0);
   cr_assert_eq(hcq_device_cores(NULL, NULL, 0), 0);

@@ -105,7 +105,7 @@ HCQ_MUST_USE hcq_status_t hcq_device_close(hcq_device_t *device);
 
 /* "CPU:0". */
 const char *hcq_device_name(const hcq_device_t *device);
-/* The device's kind (HCQ_DEVICE_CPU for NULL). */
+/* The device's kind; HCQ_DEVICE_KIND_COUNT (no kind: hcq_device_kind_name says "UNKNOWN") for NULL. */
 hcq_device_kind_t hcq_device_kind(const hcq_device_t *device);
 const char *hcq_device_kind_name(hcq_device_kind_t kind);
 uint32_t hcq_device_caps(const hcq_device_t *device);

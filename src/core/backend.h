@@ -6,11 +6,9 @@
 
 #include <stdbool.h>
 
+#include "core/export.h"
 #include "hcq/device.h"
 #include "hcq/program.h"
-
-struct hcq__runner;
-struct hcq_graph;
 
 typedef struct hcq__backend {
   hcq_device_kind_t kind;
@@ -22,15 +20,6 @@ typedef struct hcq__backend {
    * threads; opts (may be NULL) as the caller gave them, for what is the backend's own (threads).
    * On failure nothing of the backend is left and the status names dev->name. */
   hcq_status_t (*open)(int index, const hcq_device_options_t *opts, hcq_device_t *dev);
-  /* The kind's own graph runner (docs/design.md, "The CUDA graph", "The Metal graph"), which holds
-   * devices of this backend only; NULL: its devices run the HCQ graph. On success the runner moves
-   * into the graph. */
-  hcq_status_t (*graph_create)(struct hcq__runner *runner, bool profile, unsigned inflight, struct hcq_graph **out);
-  /* The kind's own runner holds kernel items only (the Metal graph): the JIT leaves its transfers
-   * eager. */
-  bool graph_kernels_only;
-  /* ... and spans one device: the JIT batches each device's items apart. */
-  bool graph_one_device;
   /* The precompiled formats its devices load (bit 1 << hcq_binary_format_t; hcq/program.h): the
    * core refuses others, naming the kind and these. 0: none. */
   unsigned binary_formats;
@@ -41,10 +30,15 @@ typedef struct hcq__backend {
   hcq_status_t (*binary_compile)(const char *entry, const char *source, hcq_binary_format_t format, const char *arch,
                                  void **out, size_t *out_size);
   const char *no_compile_why;
+  /* Its binaries are made for an architecture (hcq_binary_compile's arch; CUDA's sm_XY). */
+  bool binary_arch;
+  /* The caps its devices have for running and compiling kernels (HCQ_CAP_HOST_CALLABLE,
+   * HCQ_CAP_COMPILE_*), which another rank's device of the kind shows too (the MPI layer). */
+  uint32_t kernel_caps;
 } hcq__backend_t;
 
 /* The row of kind; NULL for a kind no row serves (kinds are public enum values). */
-const hcq__backend_t *hcq__backend(hcq_device_kind_t kind);
+HCQ__PRIVATE_EXPORT const hcq__backend_t *hcq__backend(hcq_device_kind_t kind);
 
 /* Every row, in kind order, NULL-terminated (src/backends.c). */
 extern const hcq__backend_t *const hcq__backends[];

@@ -265,10 +265,17 @@ hcq_status_t hcq_binary_compile(hcq_device_kind_t kind, hcq_binary_format_t form
   if (!b->binary_compile)
     return hcq_status_make(b->binary_formats ? HCQ_UNIMPLEMENTED : HCQ_INVALID_ARGUMENT, "compiling %s for %s: %s", entry, kname,
                            b->no_compile_why ? b->no_compile_why : "hcq makes no binaries for this kind");
-  /* Only CUDA binaries are made for an architecture; a check here keeps backends from parsing it. */
-  if (arch && kind != HCQ_DEVICE_CUDA)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "compiling %s for %s: an architecture (\"%.40s\") is for CUDA only",
-                           entry, kname, arch);
+  /* A check here keeps backends whose binaries name no architecture from parsing one. */
+  if (arch && !b->binary_arch) {
+    char with_arch[64] = "";
+    size_t used = 0;
+    for (const hcq__backend_t *const *r = hcq__backends; *r && used < sizeof(with_arch); r++)
+      if ((*r)->binary_arch)
+        used += (size_t)snprintf(with_arch + used, sizeof(with_arch) - used, "%s%s", used ? ", " : "",
+                                 hcq_device_kind_name((*r)->kind));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "compiling %s for %s: an architecture (\"%.40s\") is for %s only",
+                           entry, kname, arch, with_arch);
+  }
   if (arch && !parse_arch(arch))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "compiling %s for %s: architecture \"%.40s\" is not sm_XY (sm_90), "
                            "XY or X.Y", entry, kname, arch);

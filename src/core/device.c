@@ -304,7 +304,7 @@ hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *op
     return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\": a rank-qualified name (R/KIND:N) needs the MPI "
                            "layer running (hcq_mpi_init, or the hcq tool started under mpirun)", name);
   }
-  hcq_device_kind_t kind = HCQ_DEVICE_CPU;
+  hcq_device_kind_t kind = HCQ_DEVICE_KIND_COUNT;
   int index = 0;
   hcq_status_t st = parse_name(name, &kind, &index);
   if (st) return st;
@@ -459,7 +459,7 @@ const hcq__backend_t *hcq__backend(hcq_device_kind_t kind) {
   return NULL;
 }
 
-hcq_device_kind_t hcq_device_kind(const hcq_device_t *dev) { return dev ? dev->kind : HCQ_DEVICE_CPU; }
+hcq_device_kind_t hcq_device_kind(const hcq_device_t *dev) { return dev ? dev->kind : HCQ_DEVICE_KIND_COUNT; }
 uint32_t hcq_device_caps(const hcq_device_t *dev) { return dev ? dev->caps & ~HCQ__CAP_ENGINE_REMOTE_COPY : 0; }
 unsigned hcq_device_thread_count(const hcq_device_t *dev) { return dev ? dev->threads : 0; }
 

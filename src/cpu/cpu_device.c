@@ -958,10 +958,10 @@ const hcq__backend_t hcq__cpu_backend = {
     .source_key = "c",
     .query = cpu_query,
     .open = cpu_device_create,
-    .graph_create = NULL, /* the HCQ graph (docs/design.md, "The HCQ graph") */
     /* No binary formats: a shared object would be machine code hcq cannot check, run in-process,
      * and tied to one OS, libc and CPU; C source through the kernel cache gives the same reuse. */
     .binary_formats = 0,
+    .kernel_caps = HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C,
     .no_compile_why = "CPU devices load no precompiled kernels; their kernels come from C source "
                       "(hcq_program_create), compiled once into the kernel cache",
 };

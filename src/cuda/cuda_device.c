@@ -22,7 +22,6 @@
 #include "core/backend.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/nvrtc.h"
-#include "graph/graph_internal.h"
 
 #define RECORDS 1024u           /* submissions remembered per stream, for hang reports */
 #define WORD_RING (1u << 16)    /* words of unbound submissions kept for the same */
@@ -1156,7 +1155,7 @@ static void cuda_query(hcq_device_info_t *info) {
   desc[at + n] = 0;
 }
 
-/* ---- CUDA graph launches (cuda_graph.c) ---- */
+/* ---- CUDA graph launches (src/graph/cuda_graph.c) ---- */
 
 hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq_CUgraphExec exec, hcq_CUevent start,
                                     hcq_CUevent end) {
@@ -1171,9 +1170,9 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
   hcq_CUresult rc = 0;
   const char *what = "";
   /* Kept as command words too, so a hang report can say which earlier work the replay waits for. */
-  uint32_t waits[HCQ__GRAPH_MAX_DEVICES * HCQ__LEN_WAIT];
+  uint32_t waits[HCQ__CUDA_GRAPH_MAX_DEVICES * HCQ__LEN_WAIT];
   size_t nwords = 0;
-  for (size_t i = 0; i < ndevs && i < HCQ__GRAPH_MAX_DEVICES && !rc; i++) {
+  for (size_t i = 0; i < ndevs && i < HCQ__CUDA_GRAPH_MAX_DEVICES && !rc; i++) {
     hcq_device_t *d = devs[i];
     uint32_t *wait = waits + nwords;
     memset(wait, 0, HCQ__LEN_WAIT * sizeof(uint32_t));
@@ -1227,7 +1226,8 @@ const hcq__backend_t hcq__cuda_backend = {
     .source_key = "cuda",
     .query = cuda_query,
     .open = cuda_device_create,
-    .graph_create = hcq__cuda_graph_create, /* docs/design.md, "The CUDA graph" */
     .binary_formats = 1u << HCQ_BINARY_PTX | 1u << HCQ_BINARY_CUBIN | 1u << HCQ_BINARY_FATBIN,
+    .binary_arch = true,
+    .kernel_caps = HCQ_CAP_COMPILE_CUDA,
     .binary_compile = hcq__cuda_binary_compile,
 };

@@ -33,6 +33,7 @@ hcq_status_t hcq__cuda_fail(hcq_device_t *dev, hcq_CUresult rc, const char *fmt,
  * records end; every other device's compute stream waits for end. Then each device's compute
  * stream signals its timeline with its current value, which the caller bumps afterwards. Counts as
  * one submission of each device's compute queue (deferred frees wait for it). start may be NULL. */
+#define HCQ__CUDA_GRAPH_MAX_DEVICES 64 /* ndevs at most */
 hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq_CUgraphExec exec, hcq_CUevent start,
                                     hcq_CUevent end);
 
@@ -48,12 +49,5 @@ hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source, hcq
 /* Reads the parameter list of entry in PTX text: the kernargs layout (64-bit pointers, then 32-bit
  * values) or a COMPILE_ERROR that says what is wrong. */
 hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *out_nptrs, uint32_t *out_nvals);
-
-/* Builds a CUDA graph (cuda_graph.c; every device of the runner is a CUDA device); the runner moves
- * into the graph on success. inflight is the HCQ graph's option, unused (the driver orders launches
- * of one graph). */
-struct hcq__runner;
-struct hcq_graph;
-hcq_status_t hcq__cuda_graph_create(struct hcq__runner *runner, bool profile, unsigned inflight, struct hcq_graph **out);
 
 #endif

@@ -25,21 +25,17 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
   /* A backend with its own graph runner (the CUDA graph, docs/design.md, "Graph runners") holds
    * only devices of that runner; the rest run the HCQ graph. */
   hcq_device_t *own = NULL, *other = NULL;
-  const hcq__backend_t *ob = NULL;
-  for (size_t d = 0; d < runner.ndevices && !own; d++) {
-    const hcq__backend_t *b = hcq__backend(runner.devices[d]->kind);
-    if (b && b->graph_create) own = runner.devices[d], ob = b;
-  }
-  for (size_t d = 0; own && d < runner.ndevices && !other; d++) {
-    const hcq__backend_t *b = hcq__backend(runner.devices[d]->kind);
-    if (!b || b->graph_create != ob->graph_create) other = runner.devices[d];
-  }
+  const hcq__graph_kind_t *ok = NULL;
+  for (size_t d = 0; d < runner.ndevices && !own; d++)
+    if ((ok = hcq__graph_kind(runner.devices[d]->kind))) own = runner.devices[d];
+  for (size_t d = 0; own && d < runner.ndevices && !other; d++)
+    if (hcq__graph_kind(runner.devices[d]->kind) != ok) other = runner.devices[d];
   if (own && other)
     st = hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph cannot mix %s devices with others (%s and %s): split the items "
                          "by device kind (the JIT does), or transfer eagerly", hcq_device_kind_name(own->kind), own->name,
                          other->name);
   else if (own)
-    st = ob->graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
+    st = ok->create(&runner, profile, options ? options->inflight : 0, out_graph);
   if (!own && !st) {
     /* An HCQ graph copies on the source device's copy queue: a CPU engine would write through a
      * Vulkan device address as if it were a host pointer. Host-memory devices stay among themselves. */
@@ -174,16 +170,28 @@ void hcq_graph_stats(const hcq_graph_t *g, hcq_graph_stats_t *out) {
   if (g && g->vt->stats) g->vt->stats(g, out);
 }
 
+static const hcq__graph_kind_t k_own_runners[] = {
+    {HCQ_DEVICE_CUDA, hcq__cuda_graph_create, false, false}, /* docs/design.md, "The CUDA graph" */
+    {HCQ_DEVICE_METAL, hcq__metal_graph_create, true, true}, /* docs/design.md, "The Metal graph" */
+};
+
+const hcq__graph_kind_t *hcq__graph_kind(hcq_device_kind_t kind) {
+  for (size_t i = 0; i < sizeof(k_own_runners) / sizeof(k_own_runners[0]); i++)
+    if (k_own_runners[i].kind == kind) return &k_own_runners[i];
+  return NULL;
+}
+
 uintptr_t hcq__graph_class(const hcq_device_t *dev) {
   const hcq__backend_t *b = hcq__backend(dev->kind);
   if (!b) return 0;
   /* Devices of one runner share graphs; the HCQ graph's host-memory devices (CPU) stay apart from
    * each of its GPU kinds (a CPU engine reads addresses as host pointers). */
-  if (b->graph_create) return b->graph_one_device ? (uintptr_t)dev : (uintptr_t)b;
+  const hcq__graph_kind_t *own = hcq__graph_kind(dev->kind);
+  if (own) return own->one_device ? (uintptr_t)dev : (uintptr_t)own;
   return dev->caps & HCQ_CAP_HOST_MEMORY ? 1 : (uintptr_t)b;
 }
 
 bool hcq__graph_holds_transfers(const hcq_device_t *dev) {
-  const hcq__backend_t *b = hcq__backend(dev->kind);
-  return b && !b->graph_kernels_only;
+  const hcq__graph_kind_t *own = hcq__graph_kind(dev->kind);
+  return hcq__backend(dev->kind) && !(own && own->kernels_only);
 }

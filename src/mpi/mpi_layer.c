@@ -33,6 +33,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "core/backend.h"
 #include "core/cmd_cursor.h"
 #include "core/internal.h"
 #include "hcq/graph.h"
@@ -737,9 +738,8 @@ static hcq_status_t remote_create(hcq_device_t *dev, void *ctx) {
   snprintf(dev->name, sizeof(dev->name), "%s", c->name);
   dev->vt = &remote_vtable;
   dev->backend = rd;
-  uint32_t kind_caps = c->kind == HCQ_DEVICE_CPU ? HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C
-                       : c->kind == HCQ_DEVICE_CUDA ? HCQ_CAP_COMPILE_CUDA
-                       : c->kind == HCQ_DEVICE_VULKAN ? HCQ_CAP_COMPILE_GLSL : 0;
+  const hcq__backend_t *row = hcq__backend(c->kind);
+  uint32_t kind_caps = row ? row->kernel_caps : 0;
   dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_MEMORY | HCQ__CAP_REMOTE | kind_caps;
   dev->threads = 0;
   pthread_mutex_lock(&G.lock);

@@ -9,7 +9,7 @@ const hcq__backend_t hcq__vulkan_backend = {
     .source_key = "glsl",
     .query = hcq__vulkan_query,
     .open = hcq__vulkan_device_create,
-    .graph_create = NULL, /* the HCQ graph on Vulkan queues (docs/design.md, "The HCQ graph") */
     .binary_formats = 1u << HCQ_BINARY_SPIRV,
+    .kernel_caps = HCQ_CAP_COMPILE_GLSL,
     .binary_compile = hcq__vulkan_binary_compile,
 };

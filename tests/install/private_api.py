@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Prints the core internals libhcq.so exports for the MPI layer (one per line): the names whose
-declaration in src/**/*.h carries HCQ__PRIVATE_EXPORT (src/core/internal.h).
+declaration in src/**/*.h carries HCQ__PRIVATE_EXPORT (src/core/export.h).
 usage: private_api.py SRC_DIR"""
 import glob
 import os

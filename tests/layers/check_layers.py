@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """hcq's layers import only downward: core <- backends <- graph <- jit <- io <- mpi <- models <- cli.
 
-Two checks, both on what the build really holds:
+Three checks, on the sources and on what the build really holds:
   * includes: a source or private header may include only private headers of its own layer or a
     lower one (public headers in include/hcq/ are the API and may be included anywhere);
   * calls: every symbol an object file uses from another hcq object file must be defined in its
-    own layer or a lower one (read with nm from the build directory's object files).
+    own layer or a lower one (read with nm from the build directory's object files);
+  * backends stand side by side: one backend's folder neither includes nor calls another's, and
+    the layers that serve every kind (core, jit, io, mpi) name no kind (HCQ_DEVICE_CPU, ...); the
+    backend table (src/backends.c) and the graph layer's runners are where kinds are named.
 
   check_layers.py SOURCE_DIR BUILD_DIR            the check (exit 1 naming every violation)
   check_layers.py SOURCE_DIR BUILD_DIR --report   also counts files over 800 and 1,000 lines and
@@ -75,6 +78,38 @@ def resolve_include(root, rel, name):
     return None
 
 
+BACKEND_FOLDERS = ("src/cpu", "src/cuda", "src/vulkan", "src/metal")
+KIND_BLIND = ("src/core", "src/trace", "src/jit", "src/io", "src/mpi")
+KIND_NAME = re.compile(r"\bHCQ_DEVICE_(CPU|CUDA|VULKAN|METAL)\b")
+
+
+def backend_of(rel):
+    for f in BACKEND_FOLDERS:
+        if rel.startswith(f + "/"):
+            return f
+    return None
+
+
+def sideways(rel, target):
+    a, b = backend_of(rel), backend_of(target)
+    return a is not None and b is not None and a != b
+
+
+def kind_names(root):
+    out = []
+    for rel in sources(root):
+        if not rel.startswith(tuple(f + "/" for f in KIND_BLIND)):
+            continue
+        for n, line in enumerate(open(os.path.join(root, rel), encoding="utf-8", errors="replace"), 1):
+            code = line.split("//")[0]
+            if code.lstrip().startswith(("/*", "*")):
+                continue
+            m = KIND_NAME.search(code)
+            if m:
+                out.append(f"{rel}:{n}: names the kind {m.group(0)} (a layer that serves every kind asks the backend table)")
+    return out
+
+
 def include_violations(root):
     out = []
     for rel in sources(root):
@@ -87,9 +122,11 @@ def include_violations(root):
             if target is None or target.startswith("include/"):
                 continue
             theirs = layer_of(target)
+            line = text.count("\n", 0, m.start()) + 1
             if theirs is not None and rank(theirs) > rank(mine):
-                line = text.count("\n", 0, m.start()) + 1
                 out.append(f"{rel}:{line}: includes {target} ({mine} includes {theirs})")
+            elif sideways(rel, target):
+                out.append(f"{rel}:{line}: includes {target} (one backend includes another)")
     return out
 
 
@@ -151,6 +188,8 @@ def call_violations(build, root):
             theirs, dsrc = where[s]
             if rank(theirs) > rank(mine) and (mine, s) not in ALLOWED_UP:
                 out.add(f"{src}: calls {s} from {dsrc} ({mine} calls {theirs})")
+            elif sideways(src, dsrc):
+                out.add(f"{src}: calls {s} from {dsrc} (one backend calls another)")
     return sorted(out)
 
 
@@ -193,7 +232,7 @@ def main():
         return 2
     root, build = sys.argv[1], sys.argv[2]
     report = "--report" in sys.argv[3:]
-    bad = include_violations(root)
+    bad = include_violations(root) + kind_names(root)
     calls = call_violations(build, root)
     if calls is None:
         print(f"check_layers: no hcq object files under {build}", file=sys.stderr)

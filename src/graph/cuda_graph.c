@@ -15,6 +15,8 @@
 #include "graph/graph_internal.h"
 #include "graph/update_plan.h"
 
+_Static_assert(HCQ__GRAPH_MAX_DEVICES <= HCQ__CUDA_GRAPH_MAX_DEVICES, "a graph's devices fit one CUDA graph launch");
+
 typedef struct cuda_node {
   hcq_CUgraphNode node;
   bool is_copy, empty, enabled;
