@@ -38,7 +38,7 @@ static double create_kernels(int n) {
   if (!st && dev) st = hcq_device_close(dev);
   if (st) {
     fprintf(stderr, "hcq_bench_compile: %s\n", hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     return -1;
   }
   return ms;

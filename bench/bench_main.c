@@ -59,11 +59,11 @@ static void bench_signal_round_trip(hcq_device_t *dev) {
     rt[r] = (now_ns() - t0) / M;
   }
   row("signal round trip between two queues (two hand-offs)", median(rt, REPS), "ns");
-  hcq_queue_free(a);
-  hcq_queue_free(b);
+  hcq_queue_destroy(a);
+  hcq_queue_destroy(b);
   hcq_expr_release(base);
-  hcq_signal_free(ping);
-  hcq_signal_free(pong);
+  hcq_signal_destroy(ping);
+  hcq_signal_destroy(pong);
 }
 
 /* One bound compute queue of N empty one-group execs: the engine's per-command cost. */
@@ -92,9 +92,9 @@ static void bench_bound_chain(hcq_device_t *dev, hcq_program_t *prog, hcq_buffer
     per[i] = (now_ns() - t0) / N;
   }
   row("bound queue of 100000 empty execs: device time per exec", median(per, REPS), "ns");
-  hcq_queue_free(q);
+  hcq_queue_destroy(q);
   hcq_expr_release(r);
-  hcq_signal_free(done);
+  hcq_signal_destroy(done);
   hcq_buffer_release(args);
 }
 

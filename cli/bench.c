@@ -156,11 +156,11 @@ int cli_bench(int argc, char **argv) {
     }
   }
   int rc = st ? cli_fail(st) : HCQ_EXIT_OK; /* before the teardown, which may wait again */
-  if (eager) hcq_status_free(hcq_jit_destroy(eager));
-  if (graph) hcq_status_free(hcq_jit_destroy(graph));
+  if (eager) hcq_status_destroy(hcq_jit_destroy(eager));
+  if (graph) hcq_status_destroy(hcq_jit_destroy(graph));
   if (gf) {
-    hcq_status_free(cli_sync_file(gf));
-    hcq_graph_file_free(gf);
+    hcq_status_destroy(cli_sync_file(gf));
+    hcq_graph_file_destroy(gf);
   }
   return rc;
 }

@@ -48,7 +48,7 @@ void cli_mpi_give_up(hcq_status_code_t code, const char *why) {
   size_t len = strcspn(why, "\n"); /* the first line: hang reports follow it */
   snprintf(reason, sizeof(reason), "rank %d gave up on the job after: %.*s", hcq_mpi_rank(), (int)len, why);
   for (int r = 0; r < hcq_mpi_size(); r++)
-    if (r != hcq_mpi_rank()) hcq_status_free(hcq_mpi_declare_rank_lost(r, reason));
+    if (r != hcq_mpi_rank()) hcq_status_destroy(hcq_mpi_declare_rank_lost(r, reason));
 }
 
 int cli_mpi_finish(int rc) {
@@ -57,12 +57,12 @@ int cli_mpi_finish(int rc) {
   hcq_status_t st = g_gave_up ? NULL : hcq_mpi_allreduce_max(rc, &agreed);
   if (st) {
     fprintf(stderr, "hcq (rank %d): %s\n", hcq_mpi_rank(), hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     agreed = rc > HCQ_EXIT_RUNTIME ? rc : HCQ_EXIT_RUNTIME;
     g_gave_up = true;
   }
   bool failed = g_gave_up || hcq_mpi_peer_failed();
-  hcq_status_free(hcq_mpi_finalize());
+  hcq_status_destroy(hcq_mpi_finalize());
   if (failed) {
     /* A peer that stopped or died: MPI_Finalize could wait for it forever, and mpirun, with
      * orte_abort_on_non_zero_status 0, stays up after a rank's _exit. MPI_Abort ends every rank (a

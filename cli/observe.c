@@ -13,7 +13,7 @@ hcq_status_t cli_observe_start(const cli_observe_t *o, bool paused) {
   hcq_status_t st = hcq_trace_start(NULL);
   if (st && hcq_status_code(st) == HCQ_FAILED_PRECONDITION) {
     /* HCQ_PROFILE started it already: this run's files take over. */
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     hcq_trace_stop();
     st = hcq_trace_start(NULL);
   }
@@ -105,8 +105,8 @@ static void print_device_memory(void) {
       printf("device memory %s: %s, %s available (%s)\n", name, m.total ? total : "size unknown",
              m.available ? avail : "unknown", m.source);
     }
-    hcq_status_free(st);
-    if (dev) hcq_status_free(hcq_device_close(dev));
+    hcq_status_destroy(st);
+    if (dev) hcq_status_destroy(hcq_device_close(dev));
   }
 }
 
@@ -116,7 +116,7 @@ void cli_info_memory(void) {
   hcq_status_t st = hcq_device_open("CPU:0", &dev);
   if (!st) st = print_memory(dev, " (just opened)");
   if (st) printf("memory CPU:0: unknown (%s)\n", hcq_status_message(st));
-  hcq_status_free(st);
-  hcq_status_free(hcq_device_close(dev));
+  hcq_status_destroy(st);
+  hcq_status_destroy(hcq_device_close(dev));
   print_device_memory();
 }

@@ -99,10 +99,10 @@ static hcq_status_t world_open(world_t *w, const run_args_t *a, bool graph, bool
 }
 
 static void world_close(world_t *w) {
-  if (w->jit) hcq_status_free(hcq_jit_destroy(w->jit));
+  if (w->jit) hcq_status_destroy(hcq_jit_destroy(w->jit));
   if (w->gf) {
-    hcq_status_free(cli_sync_file(w->gf));
-    hcq_graph_file_free(w->gf);
+    hcq_status_destroy(cli_sync_file(w->gf));
+    hcq_graph_file_destroy(w->gf);
   }
 }
 

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *base = getenv("HCQ_FUZZ_BASE_DIR");
   hcq_status_t st = hcq_graph_file_load_text((const char *)data, size, "fuzz.json", base ? base : ".", &opts, &gf);
   if (st) {
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     return 0;
   }
   hcq_jit_t *jit = NULL;
@@ -26,10 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     hcq_graph_file_run(gf, r, &inputs, &vals);
     st = hcq_jit_run(jit, inputs, hcq_graph_file_input_count(gf), vals, hcq_graph_file_var_count(gf), true, NULL);
   }
-  hcq_status_free(st);
-  if (jit) hcq_status_free(hcq_jit_destroy(jit));
+  hcq_status_destroy(st);
+  if (jit) hcq_status_destroy(hcq_jit_destroy(jit));
   for (size_t i = 0; i < hcq_graph_file_device_count(gf); i++)
-    hcq_status_free(hcq_device_synchronize(hcq_graph_file_device(gf, i)));
-  hcq_graph_file_free(gf);
+    hcq_status_destroy(hcq_device_synchronize(hcq_graph_file_device(gf, i)));
+  hcq_graph_file_destroy(gf);
   return 0;
 }

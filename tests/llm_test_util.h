@@ -158,7 +158,7 @@ static inline llm_model_t *real_model(void) {
     if (st) {
       char msg[PATH_MAX + 256];
       snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
-      hcq_status_free(st);
+      hcq_status_destroy(st);
       cr_skip_test("%s: the llm_model test fetches it (needs PyPI)", msg);
     }
   }

@@ -31,7 +31,7 @@ static hcq_device_t *open_or_skip(const char *name) {
   if (st) {
     char why[600];
     snprintf(why, sizeof(why), "%s", hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     cr_skip_test("%s absent here: %s", name, why);
   }
   return d;
@@ -45,7 +45,7 @@ static uint8_t *compile_or_skip(hcq_device_kind_t kind, hcq_binary_format_t fmt,
   if (st && (hcq_status_code(st) == HCQ_UNAVAILABLE || hcq_status_code(st) == HCQ_UNIMPLEMENTED)) {
     char why[600];
     snprintf(why, sizeof(why), "%s", hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     cr_skip_test("cannot compile here: %s", why);
   }
   OK(st);
@@ -201,7 +201,7 @@ Test(binary, vulkan_bad_spirv_errors) {
     hcq_status_t st = hcq_program_create_binary(d, HCQ_BINARY_SPIRV, spv, cut, "add1", &p);
     cr_assert(st, "%zu of %zu bytes loaded", cut, size);
     cr_assert_eq(hcq_status_code(st), HCQ_COMPILE_ERROR, "%zu bytes: %s", cut, hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
   }
   static const char ptx[] = ".version 9.0\n.target sm_90\n.address_size 64\n";
   FAILS(hcq_program_create_binary(d, HCQ_BINARY_SPIRV, ptx, sizeof(ptx) - 1, "add1", &p), HCQ_COMPILE_ERROR,
@@ -218,7 +218,7 @@ Test(binary, vulkan_bad_spirv_errors) {
   hcq_status_t st = hcq_program_create_binary(d, HCQ_BINARY_SPIRV, bad, size, "add1", &p);
   cr_assert(st, "a damaged module loaded");
   cr_assert_eq(hcq_status_code(st), HCQ_COMPILE_ERROR, "%s", hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   FAILS(hcq_program_create_binary(d, HCQ_BINARY_SPIRV, NULL, 4, "add1", &p), HCQ_INVALID_ARGUMENT, "bytes is NULL");
   FAILS(hcq_program_create_binary(d, HCQ_BINARY_SPIRV, spv, 0, "add1", &p), HCQ_INVALID_ARGUMENT, "size is 0");
   FAILS(hcq_program_create_binary(d, (hcq_binary_format_t)42, spv, size, "add1", &p), HCQ_INVALID_ARGUMENT,
@@ -406,7 +406,7 @@ Test(binary, cuda_bad_binaries_errors) {
     hcq_status_t st = hcq_program_create_binary(d, HCQ_BINARY_CUBIN, c90, cut, "add_const", &p);
     cr_assert(st, "%zu of %zu bytes loaded", cut, n90);
     cr_assert_eq(hcq_status_code(st), HCQ_COMPILE_ERROR, "%zu bytes: %s", cut, hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
   }
   /* PTX with a NUL inside, PTX cut before its kernel. */
   uint8_t *holed = malloc(nptx);
@@ -564,7 +564,7 @@ Test(binary, graph_file_names_a_binary) {
     for (uint32_t i = 0; i < 1024; i++) cr_assert_eq(y[i], i + 5, "file %d, y[%u] = %u", g, i, y[i]);
     if (g == 0) OK(hcq_jit_save(jit, saved));
     OK(hcq_jit_destroy(jit));
-    hcq_graph_file_free(gf);
+    hcq_graph_file_destroy(gf);
     gf = NULL;
   }
   /* The saved file carries the module inline, in its text form. */

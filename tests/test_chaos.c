@@ -43,7 +43,7 @@ static void slot_lose_and_reopen(slot_t *s, const char *why) {
   OK(hcq_device_declare_lost(s->dev, why));
   hcq_status_t st = hcq_device_health(s->dev);
   cr_assert_eq(hcq_status_code(st), HCQ_DEVICE_LOST);
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   OK(hcq_device_close(s->dev));
   hcq_program_release(s->affine);
   slot_open(s);
@@ -131,7 +131,7 @@ static void wait_nobody_sets(slot_t *s, slot_t *other) {
   OK(hcq_queue_create(HCQ_QUEUE_COPY, &q));
   OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(never)), hcq_imm(5)));
   OK(hcq_queue_submit(q, s->dev, NULL, 0));
-  hcq_queue_free(q); /* the pending wait keeps what it needs */
+  hcq_queue_destroy(q); /* the pending wait keeps what it needs */
   hcq_buffer_t *x = test_buffer(s->dev, 64), *y = test_buffer(s->dev, 64);
   /* Copy-queue work queues behind the stuck wait. */
   OK(hcq_transfer(y, x, 64));
@@ -139,7 +139,7 @@ static void wait_nobody_sets(slot_t *s, slot_t *other) {
   hcq_buffer_release(x);
   hcq_buffer_release(y);
   slot_lose_and_reopen(s, "chaos: waits on a signal nobody sets");
-  hcq_signal_free(never);
+  hcq_signal_destroy(never);
 }
 
 Test(chaos, seeded_faults_hangs_and_good_graphs) {

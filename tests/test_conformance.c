@@ -876,8 +876,8 @@ SCENARIO(fence_of_a_replay_is_reached_while_a_later_replay_is_held, 1) {
 
   OK(hcq_graph_destroy(g1));
   OK(hcq_graph_destroy(g2));
-  hcq_queue_free(held);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(held);
+  hcq_signal_destroy(gate);
   hcq_fence_destroy(f1);
   hcq_fence_destroy(f2);
   hcq_expr_release(v);

@@ -334,7 +334,7 @@ static void binaries() {
   hcq_status_t st = hcq_device_open("VULKAN:0", &raw);
   if (st) {
     std::printf("binaries: no Vulkan device (%s): SPIR-V not loaded\n", hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     return;
   }
   hcq::device vk(raw);
@@ -375,7 +375,7 @@ int main() {
   hcq_status_t st = hcq_device_close(raw);
   if (st) {
     std::fprintf(stderr, "closing CPU:0 at the end: %s\n", hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     failures++;
   }
   std::printf("test_cpp: %s (%d failure%s)\n", failures ? "FAILED" : "all checks passed", failures,

@@ -44,7 +44,7 @@ static hcq_device_t *open_or_skip(int index) {
   if (st) {
     char why[600];
     snprintf(why, sizeof(why), "%s: %s", name, hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     cr_skip_test("no CUDA here (%s)", why);
   }
   return d;
@@ -56,7 +56,7 @@ static hcq_program_t *program_or_skip(hcq_device_t *d, const char *entry) {
   if (st && hcq_status_code(st) == HCQ_UNAVAILABLE) {
     char why[600];
     snprintf(why, sizeof(why), "%s", hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     cr_skip_test("cannot compile CUDA C here (%s)", why);
   }
   OK(st);
@@ -197,7 +197,7 @@ Test(cuda, peer_copies_between_two_gpus) {
   hcq_device_t *d1 = NULL;
   hcq_status_t st = hcq_device_open("CUDA:1", &d1);
   if (st) {
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     test_close(d0);
     cr_skip_test("one GPU only: the two-GPU case needs CUDA:1");
   }
@@ -472,9 +472,9 @@ Test(cuda, a_wait_that_never_completes_times_out_with_a_hang_report) {
   FAILS(st, HCQ_TIMEOUT, "\"done\"", "hang report", "CUDA:0", "compute queue", "wait \"gate\" >= 1");
   hcq_signal_set(gate, 1);
   OK(hcq_signal_wait(done, 5, 20000));
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
-  hcq_signal_free(done);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
+  hcq_signal_destroy(done);
   test_close(d);
 }
 
@@ -550,8 +550,8 @@ Test(cuda, a_timed_out_graph_replay_says_it_was_queued) {
   test_read(y, got, sizeof(got));
   for (int i = 0; i < N; i++) cr_assert_eq(got[i], 1u, "y[%d]: the replay ran %u times", i, got[i]);
   OK(hcq_graph_destroy(g));
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
   hcq_buffer_release(y);
   hcq_program_release(add);
   test_close(d);
@@ -686,8 +686,8 @@ Test(cuda, cpu_gpu_transfers_return_while_the_copy_stream_waits_on_the_host) {
   cr_assert_arr_eq(big_got, big, sizeof(big), "a multi-chunk round trip");
   hcq_buffer_t *all[] = {c.cpu_dst, c.gpu_src, c.gpu_dst, c.cpu_src, cbig, gbig, cback};
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) hcq_buffer_release(all[i]);
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
   test_close(d);
   test_close(cpu);
   test_close(cpu1);
@@ -711,7 +711,7 @@ static void in_the_window(void *p) {
   } else if (w->phase == 1) {
     hcq_signal_t *late = NULL;
     w->st = hcq_signal_create(w->d, "late", 0, &late);
-    if (!w->st) hcq_signal_free(late);
+    if (!w->st) hcq_signal_destroy(late);
   } else if (w->phase == 3) {
     static uint32_t in[N], out[N];
     fill(in, N, 41);
@@ -726,7 +726,7 @@ static void in_the_window(void *p) {
     if (!w->st) w->st = hcq_queue_timestamp(tq, hcq_imm((int64_t)hcq_signal_address(g_window_stamp)));
     if (!w->st) w->st = hcq_queue_signal(tq, hcq_imm((int64_t)hcq_signal_address(g_window_stamp)), hcq_imm(1));
     if (!w->st) w->st = hcq_queue_submit(tq, w->d, NULL, 0);
-    hcq_queue_free(tq);
+    hcq_queue_destroy(tq);
   } else {
     int32_t v[2] = {N, 5};
     hcq_buffer_t *bufs[2] = {w->y, w->y};
@@ -780,11 +780,11 @@ Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
   for (int i = 0; i < N; i++) cr_assert_eq(got[i], 5u, "y[%d] after the launch behind the gate", i);
   OK(hcq_signal_wait(g_window_stamp, 1, 20000));
   cr_assert_neq(hcq_signal_timestamp(g_window_stamp), 0, "the timestamp behind the gate was written");
-  for (int i = 0; i < PHASES; i++) hcq_queue_free(gates[i]);
-  hcq_signal_free(g_window_stamp);
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
-  hcq_signal_free(passed);
+  for (int i = 0; i < PHASES; i++) hcq_queue_destroy(gates[i]);
+  hcq_signal_destroy(g_window_stamp);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
+  hcq_signal_destroy(passed);
   hcq_buffer_release(w.y);
   hcq_buffer_release(w.x);
   hcq_program_release(w.add);

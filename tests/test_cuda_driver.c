@@ -64,7 +64,7 @@ static hcq_program_t *program_or_skip(hcq_device_t *d, const char *entry) {
   hcq_program_t *p = NULL;
   hcq_status_t st = hcq_program_create(d, entry, k_source, &p);
   if (st && hcq_status_code(st) == HCQ_UNAVAILABLE && strstr(hcq_status_message(st), "cannot compile CUDA C:")) {
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     cr_skip_test("NVRTC is not available here");
   }
   OK(st);
@@ -175,7 +175,7 @@ static hcq_status_t timestamp_and_signal(hcq_device_t *d, hcq_signal_t *sig) {
   OK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(sig)), hcq_imm(1)));
   hcq_status_t st = hcq_queue_submit(q, d, NULL, 0);
   if (!st) st = hcq_signal_wait(sig, 1, 20000);
-  hcq_queue_free(q);
+  hcq_queue_destroy(q);
   return st;
 }
 
@@ -195,8 +195,8 @@ Test(cuda_driver, a_timestamp_into_a_cpu_devices_signal_is_written_on_the_host_w
   OK(timestamp_and_signal(d, gpu_sig));
   cr_assert_gt(hcq_signal_timestamp(gpu_sig), 0u);
   OK(hcq_device_synchronize(d));
-  hcq_signal_free(host_sig);
-  hcq_signal_free(gpu_sig);
+  hcq_signal_destroy(host_sig);
+  hcq_signal_destroy(gpu_sig);
   test_close(d);
   test_close(cpu);
 }
@@ -225,7 +225,7 @@ Test(cuda_driver, kernel_arguments_in_gpu_memory_are_refused_not_read_on_the_hos
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
   OK(hcq_queue_exec(q, p, hcq_imm((int64_t)hcq_buffer_address(gpu_args)), 2, g, l));
   FAILS(hcq_queue_submit(q, d, NULL, 0), HCQ_INVALID_ARGUMENT, "add_const", "CUDA:0", "GPU memory", "host");
-  hcq_queue_free(q);
+  hcq_queue_destroy(q);
   /* The same block in host memory runs, and the device kept working. */
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
   OK(hcq_queue_exec(q, p, hcq_imm((int64_t)hcq_buffer_address(host_args)), 2, g, l));
@@ -235,11 +235,11 @@ Test(cuda_driver, kernel_arguments_in_gpu_memory_are_refused_not_read_on_the_hos
   OK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(ran)), hcq_imm(1)));
   OK(hcq_queue_submit(q, d, NULL, 0));
   OK(hcq_signal_wait(ran, 1, 20000));
-  hcq_signal_free(ran);
+  hcq_signal_destroy(ran);
   uint32_t y[N];
   test_read(by, y, sizeof(y));
   for (int i = 0; i < N; i++) cr_assert_eq(y[i], 9u, "y[%d] (x is zeros)", i);
-  hcq_queue_free(q);
+  hcq_queue_destroy(q);
   hcq_buffer_release(bx);
   hcq_buffer_release(by);
   hcq_buffer_release(gpu_args);
@@ -288,7 +288,7 @@ Test(cuda_driver, timestamps_work_without_the_ptx_jit_through_an_nvrtc_cubin) {
   OK(hcq_signal_create(d, "stamped", 0, &sig));
   OK(timestamp_and_signal(d, sig));
   cr_assert_gt(hcq_signal_timestamp(sig), 0u);
-  hcq_signal_free(sig);
+  hcq_signal_destroy(sig);
   hcq_program_release(p);
   test_close(d);
 }
@@ -308,12 +308,12 @@ Test(cuda_driver, without_the_ptx_jit_or_nvrtc_a_timestamp_says_so_plainly) {
         "CUDA_ERROR_JIT_COMPILER_NOT_FOUND", "NVRTC");
   /* Nothing of the refused submission ran; the device still works. */
   cr_assert_eq(hcq_signal_value(sig), 0u);
-  hcq_queue_free(q);
+  hcq_queue_destroy(q);
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
   OK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(sig)), hcq_imm(2)));
   OK(hcq_queue_submit(q, d, NULL, 0));
   OK(hcq_signal_wait(sig, 2, 20000));
-  hcq_queue_free(q);
-  hcq_signal_free(sig);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(sig);
   test_close(d);
 }

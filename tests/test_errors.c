@@ -38,7 +38,7 @@ Test(errors, device_open) {
   hcq_status_t st = hcq_device_open("CUDA:0", &d);
   cr_assert_not_null(st, "CUDA cannot open here");
   cr_assert(strstr(hcq_status_message(st), "CUDA:0"), "%s", hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   hcq_device_options_t opts = {.timeline_start = UINT64_C(1) << 40};
   FAILS(hcq_device_open_ex("CPU:0", &opts, &d), HCQ_OUT_OF_RANGE, "timeline_start");
   OK(hcq_device_close(NULL));
@@ -55,7 +55,7 @@ Test(errors, close_with_live_objects_fails_and_keeps_the_device) {
         "signal \"x\"");
   assert_device_works(d);
   hcq_buffer_release(b);
-  hcq_signal_free(s);
+  hcq_signal_destroy(s);
   test_close(d);
 }
 
@@ -71,8 +71,8 @@ Test(errors, close_with_pending_work_is_an_error_not_a_hang) {
   FAILS(hcq_device_close(d), HCQ_TIMEOUT, "cannot close CPU:0", "compute queue still has work");
   hcq_signal_set(gate, 1);
   test_close(d);
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
   test_close(other);
 }
 
@@ -97,8 +97,8 @@ Test(errors, synchronize_times_out_naming_the_timeline) {
   assert_device_works(d);
   hcq_buffer_release(b);
   hcq_program_release(p);
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
   test_close(d);
   test_close(other);
 }
@@ -147,7 +147,7 @@ Test(errors, buffers) {
   hcq_status_t st = hcq_jit_run(jit, &other, 1, NULL, 0, true, NULL);
   cr_assert(st);
   snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   cr_assert(strstr(msg, "input 0: buffer#") && !strstr(msg, "buffer buffer#"), "%s", msg);
   FAILS(hcq_jit_run(jit, &named, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0: buffer \"x\" has 32 bytes");
   OK(hcq_jit_destroy(jit));
@@ -248,9 +248,9 @@ Test(errors, queue_recording) {
   cr_assert_eq(hcq_queue_patch_count(cq), 0);
   hcq_buffer_release(args1);
   hcq_buffer_release(args);
-  hcq_queue_free(q);
-  hcq_queue_free(cq);
-  hcq_queue_free(NULL);
+  hcq_queue_destroy(q);
+  hcq_queue_destroy(cq);
+  hcq_queue_destroy(NULL);
   hcq_program_release(p);
   hcq_program_release(p1);
   assert_device_works(d);
@@ -266,7 +266,7 @@ Test(errors, signals) {
   FAILS(hcq_signal_wait(NULL, 1, 0), HCQ_INVALID_ARGUMENT, "signal is NULL");
   cr_assert_eq(hcq_signal_value(NULL), 0);
   hcq_signal_set(NULL, 3);
-  hcq_signal_free(NULL);
+  hcq_signal_destroy(NULL);
   test_close(d);
 }
 
@@ -290,5 +290,5 @@ Test(errors, rank_qualified_device_without_mpi) {
   cr_assert(strstr(hcq_status_message(st), "1/CPU:0") && strstr(hcq_status_message(st), "MPI layer"), "%s",
             hcq_status_message(st));
   cr_assert_null(d);
-  hcq_status_free(st);
+  hcq_status_destroy(st);
 }

@@ -76,15 +76,15 @@ Test(fence, recorded_over_two_devices_waits_for_both) {
   cr_assert_eq(got[N - 1], 2);
   /* Work submitted after the fence was armed does not hold it back. */
   hcq_signal_set(gate, 0);
-  hcq_queue_free(held);
+  hcq_queue_destroy(held);
   held = test_gate_queue(d[1], HCQ_QUEUE_COMPUTE, gate, 3);
   launch_fill(fill1, b, 3);
   cr_assert(reached(f));
   OK(hcq_fence_wait(f, 0));
   hcq_signal_set(gate, 3);
   OK(hcq_device_synchronize(d[1]));
-  hcq_queue_free(held);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(held);
+  hcq_signal_destroy(gate);
   hcq_fence_destroy(f);
   hcq_buffer_release(a);
   hcq_buffer_release(b);
@@ -162,13 +162,13 @@ Test(fence, a_lost_device_ends_the_wait_and_says_its_work_was_dropped) {
   FAILS(hcq_fence_poll(after, &done), HCQ_DEVICE_LOST, "its work was dropped");
   cr_assert(!done);
   cr_assert(reached(before), "work finished before the loss stays reached");
-  hcq_queue_free(held);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(held);
+  hcq_signal_destroy(gate);
   hcq_fence_destroy(before);
   hcq_fence_destroy(after);
   hcq_buffer_release(x);
   hcq_program_release(fill);
-  hcq_status_free(hcq_device_close(d));
+  hcq_status_destroy(hcq_device_close(d));
 }
 
 Test(fence, a_closed_device_is_named) {
@@ -229,8 +229,8 @@ Test(fence, jit_replays_each_have_their_fence) {
   FAILS(hcq_jit_submit(jit, NULL, 0, &v1, 1, f[0]), HCQ_INVALID_ARGUMENT, "input");
   cr_assert_eq(hcq_fence_device_count(f[0]), 1);
   OK(hcq_jit_destroy(jit));
-  hcq_queue_free(held);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(held);
+  hcq_signal_destroy(gate);
   for (int i = 0; i < 3; i++) hcq_fence_destroy(f[i]);
   for (int i = 0; i < 4; i++) hcq_buffer_release(slot[i]);
   hcq_expr_release(step);

@@ -85,7 +85,7 @@ Test(graphfile, initial_contents) {
   cr_assert_arr_eq(got, want, n);
   free(got);
   free(want);
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
 }
 
 Test(graphfile, items_views_inputs_and_runs) {
@@ -139,7 +139,7 @@ Test(graphfile, items_views_inputs_and_runs) {
   int32_t got[64];
   OK(hcq_buffer_copyout(named(gf, "o"), 0, got, sizeof(got)));
   for (int i = 0; i < 64; i++) cr_assert_eq(got[i], i < 16 ? i + 1 : 0);
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
 }
 
 Test(graphfile, device_map_and_skip_compile) {
@@ -152,7 +152,7 @@ Test(graphfile, device_map_and_skip_compile) {
   cr_assert_str_eq(hcq_device_name(hcq_buffer_device(named(gf, "a"))), "CPU:0");
   cr_assert_str_eq(hcq_device_name(hcq_buffer_device(named(gf, "b"))), "CPU:2");
   OK(hcq_exec_item_run(&hcq_graph_file_items(gf)[0], NULL, 0));
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
   /* Without skip_compile the same source is a compile error. */
   opts.skip_compile = false;
   hcq_status_t st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &opts, &gf);
@@ -168,7 +168,7 @@ Test(graphfile, device_map_and_skip_compile) {
   hcq_graph_file_options_t exact = {.device_map = "CPU:0=CPU:3"};
   OK(hcq_graph_file_load_text(plain, strlen(plain), "p.json", ".", &exact, &gf));
   cr_assert_str_eq(hcq_device_name(hcq_buffer_device(named(gf, "a"))), "CPU:3");
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
   opts.max_total_bytes = 100;
   st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &opts, &gf);
   test_expect_failure(st, HCQ_OUT_OF_RANGE, "limit", (const char *[]){"buffers.b.bytes", "100 bytes allowed", NULL});
@@ -291,7 +291,7 @@ Test(graphfile, float_inits) {
   OK(hcq_buffer_copyout(named(gf, "c"), 0, bytes, 6));
   cr_assert_eq(memcmp(bytes, one, 4), 0);
   cr_assert_eq(memcmp(bytes + 4, one, 2), 0, "a partial last word holds the first bytes of the float");
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
 }
 
 Test(graphfile, float_init_errors) {
@@ -360,8 +360,8 @@ Test(graphfile, empty_outs_writes_nothing_and_round_trips) {
   cr_assert_not_null(back[0].kernel.outs, "\"writes nothing\" is saved as \"outs\": []");
   cr_assert_eq(back[0].kernel.nouts, 0);
   cr_assert_eq(back[1].kernel.nouts, 2, "\"every buffer\" is saved without outs and loads as every buffer");
-  hcq_graph_file_free(again);
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(again);
+  hcq_graph_file_destroy(gf);
 }
 
 /* Launch dims a file leaves out are 1; an explicit constant 0 is refused naming the item and the dim
@@ -393,7 +393,7 @@ Test(graphfile, zero_launch_dims) {
   test_read(named(gf, "o"), got, sizeof(got));
   for (int i = 0; i < 16; i++) cr_assert_eq(got[i], i + 1, "n = 16 runs (o[%d] = %d)", i, got[i]);
   OK(hcq_graph_destroy(g));
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
 }
 
 /* "nbufs"/"nvals" on a program declare what its kernel reads: an item passing other counts is bad
@@ -414,7 +414,7 @@ Test(graphfile, declared_program_argument_counts) {
   hcq_graph_file_t *gf = load(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16]}]"));
   size_t nb = 0, nv = 0;
   cr_assert(hcq_program_args(hcq_graph_file_items(gf)[0].kernel.program, &nb, &nv) && nb == 2 && nv == 1);
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
   const char *buffers = HEAD "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}}, \"items\": [], ";
   snprintf(text, sizeof(text), "%s\"programs\": {\"k\": {\"c\": \"\", \"nbufs\": 1}}}", buffers);
   load_fails(text, HCQ_INVALID_ARGUMENT, "programs.k: give both \"nbufs\" and \"nvals\", or neither");
@@ -448,7 +448,7 @@ Test(graphfile, uniform_f32_stays_in_its_range) {
       at_top += lo < hi && f[i] == nextafterf(hi, lo);
     }
     if (r == 0) cr_assert_gt(at_top, 0, "[1, 1 + 2^-20) reaches the float below hi");
-    hcq_graph_file_free(gf);
+    hcq_graph_file_destroy(gf);
   }
 }
 
@@ -517,7 +517,7 @@ Test(graphfile, many_buffers_and_a_deep_view_chain) {
   hcq_graph_file_run(gf, 0, &ins, NULL);
   cr_assert_eq(ins[N / 2], hcq_graph_file_buffer(gf, 0), "the run's swap finds its input by name");
   cr_assert_eq(ins[N / 2 + 1], hcq_graph_file_buffer(gf, N / 2 + 1));
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
 }
 
 /* A fresh folder under HCQ_TEST_TMP (or /tmp) for files a test makes. */
@@ -584,7 +584,7 @@ Test(graphfile, non_regular_files_are_refused_without_blocking, .timeout = 20) {
   uint8_t got[8];
   OK(hcq_buffer_copyout(named(gf, "a"), 0, got, 8));
   cr_assert_arr_eq(got, "12345678", 8);
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
 }
 
 /* A path longer than PATH_MAX is an error naming it. It used to be cut to PATH_MAX - 1 bytes,
@@ -629,7 +629,7 @@ Test(graphfile, too_long_expressions_give_their_length_and_the_limit) {
   expr[2 * 1000 - 1] = '\0';
   sprintf(text, fmt, expr);
   hcq_graph_file_t *gf = load(text);
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
   char *grouped = malloc(terms * 3 + 64);
   size_t n = 0;
   for (size_t g = 0; g < 10; g++) {
@@ -642,7 +642,7 @@ Test(graphfile, too_long_expressions_give_their_length_and_the_limit) {
   text = realloc(text, n + 1024);
   sprintf(text, fmt, grouped);
   gf = load(text);
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(gf);
   /* Products and min/max argument lists are chains too. */
   hcq_expr_t *n_var = NULL, *e = NULL;
   OK(hcq_var_create("n", 0, 0, &n_var));
@@ -690,8 +690,8 @@ Test(graphfile, saved_expressions_are_whole) {
   OK(hcq_expr_eval(is->sym, hcq_graph_file_vars(back), 1, &x));
   cr_assert_eq(x, (int64_t)terms);
   OK(hcq_jit_destroy(jit));
-  hcq_graph_file_free(back);
-  hcq_graph_file_free(gf);
+  hcq_graph_file_destroy(back);
+  hcq_graph_file_destroy(gf);
   free(expr);
   free(text);
 }

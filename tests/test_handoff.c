@@ -245,9 +245,9 @@ Test(handoff, both_queues_of_a_device_hand_off_on_one_engine) {
   OK(hcq_queue_submit(b, d, NULL, 0));
   OK(hcq_signal_wait(pong, 200, HCQ_TIMEOUT_DEFAULT));
   cr_assert_eq(hcq_signal_value(ping), 200);
-  hcq_queue_free(a);
-  hcq_queue_free(b);
-  hcq_signal_free(ping);
-  hcq_signal_free(pong);
+  hcq_queue_destroy(a);
+  hcq_queue_destroy(b);
+  hcq_signal_destroy(ping);
+  hcq_signal_destroy(pong);
   test_close(d);
 }

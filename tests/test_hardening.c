@@ -79,12 +79,12 @@ Test(hardening, raw_queue_freed_with_its_objects_under_pending_work) {
   OK(hcq_queue_submit(q, d, NULL, 0));
   /* The application lets go of everything the pending work uses: the queue's words, the program
    * (its shared object), the kernel arguments and the signal it waits on. */
-  hcq_queue_free(q);
+  hcq_queue_destroy(q);
   hcq_program_release(p);
   hcq_buffer_release(args);
   hcq_signal_t *gate_alias = gate;
   hcq_signal_set(gate_alias, 1);
-  hcq_signal_free(gate);
+  hcq_signal_destroy(gate);
   sleep_ms(30);
   int32_t got[64];
   test_read(out, got, sizeof(got)); /* copyout is ordered after eager work only: wait by hand */
@@ -161,7 +161,7 @@ Test(hardening, huge_timeouts_saturate_and_64bit_values_wake_waiters) {
   OK(hcq_signal_wait(s, (UINT64_C(1) << 32) + 1, INT64_MAX));
   pthread_join(t, NULL);
   OK(hcq_signal_wait(s, 1, INT64_MAX / 1000));
-  hcq_signal_free(s);
+  hcq_signal_destroy(s);
   test_close(d);
 }
 
@@ -272,7 +272,7 @@ Test(hardening, kernel_that_never_returns_is_named_and_the_device_can_be_closed)
 
 static void *declare_lost_later(void *dev) {
   sleep_ms(300);
-  hcq_status_free(hcq_device_declare_lost(dev, "test: lost while a replay ran"));
+  hcq_status_destroy(hcq_device_declare_lost(dev, "test: lost while a replay ran"));
   return NULL;
 }
 
@@ -295,7 +295,7 @@ Test(hardening, a_replay_whose_device_is_lost_says_its_work_was_dropped) {
   char msg[4096];
   snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
   cr_assert_eq(hcq_status_code(st), HCQ_DEVICE_LOST, "%s", msg);
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   cr_assert(strstr(msg, "dropped") && !strstr(msg, "stays queued"), "%s", msg);
   OK(hcq_device_close(d));
   OK(hcq_graph_destroy(g));
@@ -331,8 +331,8 @@ Test(hardening, wait_on_a_signal_nobody_sets_names_signal_values_and_item) {
   test_read(b, got, sizeof(got));
   for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 4);
   OK(hcq_graph_destroy(g));
-  hcq_queue_free(q);
-  hcq_signal_free(never);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(never);
   hcq_buffer_release(a);
   hcq_buffer_release(b);
   hcq_program_release(p);
@@ -359,8 +359,8 @@ Test(hardening, graph_queue_blocked_at_its_wait_is_named_with_the_item) {
   hcq_signal_set(gate, 1);
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
   OK(hcq_graph_destroy(g));
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
   hcq_buffer_release(a);
   hcq_program_release(p);
   test_close(d);
@@ -370,7 +370,7 @@ static void message_of(hcq_status_t st, hcq_status_code_t code, char *out, size_
   cr_assert(st, "expected %s", hcq_status_code_name(code));
   cr_assert_eq(hcq_status_code(st), code, "%s", hcq_status_message(st));
   snprintf(out, size, "%s", hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
 }
 
 static size_t count_of(const char *hay, const char *needle) {
@@ -421,8 +421,8 @@ Test(hardening, a_timed_out_replay_says_whether_it_was_queued) {
   test_read(calls, &n, sizeof(n));
   cr_assert_eq(n, 2, "the timed-out replay ran once; the kernel ran %d times", n);
   OK(hcq_graph_destroy(g));
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
   hcq_buffer_release(calls);
   hcq_program_release(p);
   test_close(d);
@@ -451,8 +451,8 @@ Test(hardening, a_close_that_times_out_carries_one_hang_report) {
   cr_assert_eq(count_of(msg, "compute queue:"), 1, "the queue once: %s", msg);
   hcq_signal_set(gate, 1);
   test_close(d);
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
   test_close(d1);
 }
 
@@ -488,8 +488,8 @@ Test(hardening, a_waiting_close_does_not_block_other_devices) {
   hcq_signal_set(gate, 1);
   pthread_join(t, NULL);
   OK(c.st);
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
   test_close(d1);
 }
 
@@ -529,7 +529,7 @@ static void launch_boom(void) {
   hcq_exec_item_t items[2] = {kernel_item(p, &b, 1, NULL, 0, vals, 1, 1, 1), kernel_item(p, &b, 1, NULL, 0, vals, 1, 1, 1)};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(items, 2, NULL, 0, NULL, 0, NULL, &g));
-  hcq_status_free(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+  hcq_status_destroy(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
   sleep_ms(2000);
 }
 
@@ -585,8 +585,8 @@ Test(hardening, hang_report_says_how_long_the_queue_has_been_there) {
     cr_assert_geq(report_ms(report, "running exec kernel forever"), kernel + 50, "%s", report);
     OK(hcq_device_declare_lost(d, "test: the kernel never returns"));
     OK(hcq_device_close(d));
-    hcq_queue_free(q);
-    hcq_signal_free(gate);
+    hcq_queue_destroy(q);
+    hcq_signal_destroy(gate);
     hcq_buffer_release(b);
     hcq_program_release(p);
   }
@@ -686,9 +686,9 @@ Test(hardening, replay_with_a_full_ring_on_one_device_submits_nothing_anywhere) 
   expect_iota(a, 64, 0, 6, "CPU:0 after the replay");
   expect_iota(b, 64, 0, 6, "CPU:1 after the replay");
   OK(hcq_graph_destroy(g));
-  hcq_queue_free(block);
-  hcq_queue_free(filler);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(block);
+  hcq_queue_destroy(filler);
+  hcq_signal_destroy(gate);
   hcq_buffer_release(a);
   hcq_buffer_release(b);
   hcq_program_release(p0);

@@ -220,7 +220,7 @@ static void *child_work(void *arg) {
   r->ran = st == NULL;
   r->code = hcq_status_code(st);
   snprintf(r->message, sizeof(r->message), "%s", hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   return NULL;
 }
 
@@ -723,12 +723,12 @@ static int several_programs_alive(void) {
     digits = digits * 10 + v;
   }
   if (st) fprintf(stderr, "%s\n", hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   for (int i = 0; i < 3; i++) hcq_program_release(p[i]);
   hcq_buffer_release(b);
   st = d ? hcq_device_close(d) : NULL;
   int ok = !st;
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   return ok ? digits : -1;
 }
 
@@ -765,7 +765,7 @@ static void *compile_and_run(void *arg) {
     hcq_program_t *p = NULL;
     hcq_status_t st = hcq_program_create(t->dev, "k", src, &p);
     if (st) {
-      hcq_status_free(st);
+      hcq_status_destroy(st);
       t->wrong++;
       continue;
     }
@@ -773,7 +773,7 @@ static void *compile_and_run(void *arg) {
     st = hcq_launch(&l);
     if (!st) st = hcq_buffer_copyout(b, 0, &got, 4);
     t->wrong += st != NULL || got != want;
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     hcq_program_release(p);
   }
   hcq_buffer_release(b);

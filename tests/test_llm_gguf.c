@@ -95,7 +95,7 @@ static void failure(hcq_status_t st, hcq_status_code_t code, char *msg, size_t s
   cr_assert_not_null(st, "%s succeeded; expected %s", what, hcq_status_code_name(code));
   snprintf(msg, size, "%s", hcq_status_message(st));
   hcq_status_code_t got = hcq_status_code(st);
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   cr_assert_eq(got, code, "%s: %s, expected %s: %s", what, hcq_status_code_name(got), hcq_status_code_name(code), msg);
 }
 

@@ -61,7 +61,7 @@ static const char *model_path(void) {
   if (st) {
     char msg[4400];
     snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     cr_skip_test("%s: the llm_model test fetches it (needs PyPI)", msg);
   }
   return found;

@@ -142,8 +142,8 @@ Test(memory, released_memory_waits_in_deferred_while_a_kernel_may_use_it) {
   hcq_memory_usage_t done = usage_once_freed(d, start.deferred);
   cr_assert_eq(done.deferred, start.deferred);
   cr_assert_eq(done.total, start.total);
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
   test_close(d);
 }
 
@@ -261,8 +261,8 @@ Test(memory, wrapped_memory_is_used_in_place_and_handed_back_after_the_work) {
   cr_assert_eq(hout.calls, 1);
   cr_assert_eq(hin.host, in);
   cr_assert_eq(hout.host, out);
-  hcq_queue_free(held);
-  hcq_signal_free(gate);
+  hcq_queue_destroy(held);
+  hcq_signal_destroy(gate);
   hcq_program_release(add);
   free(in);
   free(out);

@@ -327,10 +327,10 @@ Test(metal, a_stuck_wait_is_named_in_the_hang_report_and_runs_once_released) {
   int32_t got[64];
   test_read(b, got, sizeof(got));
   for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 5);
-  hcq_queue_free(q);
+  hcq_queue_destroy(q);
   hcq_buffer_release(b);
   hcq_program_release(p);
-  hcq_signal_free(gate);
+  hcq_signal_destroy(gate);
   test_close(d);
 }
 

@@ -62,7 +62,7 @@ static void model_dir(char *dir, size_t size) {
   if (st) {
     char msg[1024];
     snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     cr_skip_test("%s: the minilm_model test installs it (needs PyPI)", msg);
   }
 }

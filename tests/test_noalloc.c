@@ -110,9 +110,9 @@ Test(noalloc, queue_submit_allocates_nothing) {
     long allocs = stop_counting();
     cr_assert_eq(allocs, 0, "%s queue: %ld allocations in 500 submits", which ? "unbound" : "bound", allocs);
   }
-  hcq_queue_free(bound);
-  hcq_queue_free(loose);
-  hcq_signal_free(done);
+  hcq_queue_destroy(bound);
+  hcq_queue_destroy(loose);
+  hcq_signal_destroy(done);
   hcq_expr_release(g);
   hcq_expr_release(n);
   hcq_expr_release(k);

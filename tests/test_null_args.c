@@ -13,7 +13,7 @@ static void refused(hcq_status_t st, hcq_status_code_t code, const char *what) {
   cr_assert_eq(hcq_status_code(st), code, "%s: %s (%s)", what, hcq_status_code_name(hcq_status_code(st)),
                hcq_status_message(st));
   cr_assert_gt(strlen(hcq_status_message(st)), 0, "%s: no message", what);
-  hcq_status_free(st);
+  hcq_status_destroy(st);
 }
 #define REFUSED(call) refused((call), HCQ_INVALID_ARGUMENT, #call)
 
@@ -21,11 +21,11 @@ Test(null_args, status) {
   hcq_status_t s = hcq_status_make(HCQ_INTERNAL, NULL);
   cr_assert_eq(hcq_status_code(s), HCQ_INTERNAL);
   cr_assert_str_eq(hcq_status_message(s), "");
-  hcq_status_free(s);
+  hcq_status_destroy(s);
   s = hcq_status_annotate(hcq_status_make(HCQ_NOT_FOUND, "x"), NULL);
   cr_assert_eq(hcq_status_code(s), HCQ_NOT_FOUND);
   cr_assert_str_eq(hcq_status_message(s), "x");
-  hcq_status_free(s);
+  hcq_status_destroy(s);
 }
 
 static hcq_status_t make_v(hcq_status_code_t code, const char *fmt, ...) {
@@ -40,10 +40,10 @@ Test(null_args, status_makev_formats_like_make) {
   hcq_status_t s = make_v(HCQ_OUT_OF_RANGE, "%s = %d", "n", 7);
   cr_assert_eq(hcq_status_code(s), HCQ_OUT_OF_RANGE);
   cr_assert_str_eq(hcq_status_message(s), "n = 7");
-  hcq_status_free(s);
+  hcq_status_destroy(s);
   s = make_v(HCQ_OK, "odd");
   cr_assert_neq(hcq_status_code(s), HCQ_OK, "a status that is made is a failure");
-  hcq_status_free(s);
+  hcq_status_destroy(s);
 }
 
 Test(null_args, symbolic) {
@@ -137,7 +137,7 @@ Test(null_args, devices_buffers_signals) {
   REFUSED(hcq_jit_submit(NULL, NULL, 0, NULL, 0, NULL));
 
   REFUSED(hcq_signal_create(NULL, "s", 0, &(hcq_signal_t *){NULL}));
-  hcq_signal_free(NULL);
+  hcq_signal_destroy(NULL);
   cr_assert_eq(hcq_signal_value(NULL), 0);
   cr_assert_eq(hcq_signal_timestamp(NULL), 0);
   hcq_signal_set(NULL, 1);
@@ -198,7 +198,7 @@ Test(null_args, programs_and_launches) {
 Test(null_args, queues) {
   REFUSED(hcq_queue_create(HCQ_QUEUE_COMPUTE, NULL));
   REFUSED(hcq_queue_create((hcq_queue_kind_t)7, &(hcq_queue_t *){NULL}));
-  hcq_queue_free(NULL);
+  hcq_queue_destroy(NULL);
   cr_assert_eq(hcq_queue_kind(NULL), HCQ_QUEUE_COMPUTE);
   cr_assert_eq(hcq_queue_size(NULL), 0);
   cr_assert_eq(hcq_queue_patch_count(NULL), 0);
@@ -224,10 +224,10 @@ Test(null_args, queues) {
   REFUSED(hcq_queue_kernargs(q, NULL, 0, NULL, 0, NULL, 0));
   REFUSED(hcq_queue_bind(q, NULL));
   REFUSED(hcq_queue_submit(q, NULL, NULL, 0));
-  hcq_queue_free(q);
+  hcq_queue_destroy(q);
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
   cr_assert_eq(hcq_queue_kind(q), HCQ_QUEUE_COMPUTE);
-  hcq_queue_free(q);
+  hcq_queue_destroy(q);
 }
 
 Test(null_args, graphs_and_jits) {
@@ -333,7 +333,7 @@ Test(null_args, graph_files_and_traces) {
   REFUSED(hcq_graph_file_load(NULL, NULL, &(hcq_graph_file_t *){NULL}));
   REFUSED(hcq_graph_file_load_text(NULL, 0, "t", NULL, NULL, &(hcq_graph_file_t *){NULL}));
   REFUSED(hcq_graph_file_load_text("{}", 2, "t", NULL, NULL, NULL));
-  hcq_graph_file_free(NULL);
+  hcq_graph_file_destroy(NULL);
   REFUSED(hcq_graph_file_reset(NULL));
   cr_assert_eq(hcq_graph_file_item_count(NULL), 0);
   cr_assert_null(hcq_graph_file_items(NULL));
@@ -366,7 +366,7 @@ Test(null_args, graph_files_and_traces) {
   cr_assert_null(hcq_graph_file_device(f, 2));
   cr_assert_null(hcq_graph_file_buffer(f, 2));
   cr_assert_null(hcq_graph_file_buffer_name(f, 2));
-  hcq_graph_file_free(f);
+  hcq_graph_file_destroy(f);
 
   cr_assert_not(hcq_trace_active());
   hcq_trace_pause(true);
@@ -435,7 +435,7 @@ Test(null_args, variable_values_name_one_variable_each) {
     for (int k = 0; k < 8; k++) want = want * 2 + 1;
     cr_assert_eq(got[i], want, "x[%d] = %d, expected %d", i, got[i], want);
   }
-  hcq_queue_free(q);
+  hcq_queue_destroy(q);
   OK(hcq_jit_destroy(j));
   OK(hcq_graph_destroy(g));
   hcq_expr_release(twice);

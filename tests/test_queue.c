@@ -58,8 +58,8 @@ Test(queue, symbolic_signal_value_resubmitted) {
     while (hcq_signal_value(s) != 3 && deadline_spins++ < 100000000) {
     }
     cr_assert_eq(hcq_signal_value(s), 3);
-    hcq_queue_free(q);
-    hcq_signal_free(s);
+    hcq_queue_destroy(q);
+    hcq_signal_destroy(s);
     hcq_expr_release(v);
   }
 }
@@ -81,9 +81,9 @@ Test(queue, wait_and_signal_chain_orders_work) {
     hcq_signal_set(go, (uint64_t)round);
     OK(hcq_signal_wait(done, (uint64_t)round + 1, 5000));
   }
-  hcq_queue_free(q);
-  hcq_signal_free(go);
-  hcq_signal_free(done);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(go);
+  hcq_signal_destroy(done);
   hcq_expr_release(k1);
   hcq_expr_release(k);
 }
@@ -125,8 +125,8 @@ Test(queue, symbolic_kernel_args_and_dims_fuzz) {
   }
   free(model);
   free(got);
-  hcq_queue_free(q);
-  hcq_signal_free(done);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(done);
   hcq_expr_release(groups);
   hcq_expr_release(n);
   hcq_expr_release(k);
@@ -168,8 +168,8 @@ Test(queue, copy_with_symbolic_addresses_and_size) {
     cr_assert_arr_eq(got, model[i], sizeof(got), "buffer %d", i);
     hcq_buffer_release(bufs[i]);
   }
-  hcq_queue_free(q);
-  hcq_signal_free(done);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(done);
   hcq_expr_release(dst);
   hcq_expr_release(src);
   hcq_expr_release(sz);
@@ -214,9 +214,9 @@ Test(queue, bind_patches_only_changed_words) {
   cr_assert_eq(hcq_signal_value(s1), 4);
 
   FAILS(hcq_queue_submit(q, dev1, v3, 2), HCQ_INVALID_ARGUMENT, "bound to CPU:0, not CPU:1");
-  hcq_queue_free(q);
-  hcq_signal_free(s1);
-  hcq_signal_free(s2);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(s1);
+  hcq_signal_destroy(s2);
   hcq_expr_release(a);
   hcq_expr_release(b);
 }
@@ -247,8 +247,8 @@ Test(queue, bound_queue_reruns_kernel_many_times) {
   uint32_t got[256];
   test_read(x, got, sizeof(got));
   cr_assert_arr_eq(got, model, sizeof(got));
-  hcq_queue_free(q);
-  hcq_signal_free(done);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(done);
   hcq_expr_release(m);
   hcq_expr_release(r);
   hcq_buffer_release(x);
@@ -283,10 +283,10 @@ Test(queue, wait_on_another_devices_signal) {
     test_read(out, got, sizeof(got));
     for (int i = 0; i < 64; i++) cr_assert_eq(got[i], round * 11);
   }
-  hcq_queue_free(waiter);
-  hcq_queue_free(setter);
-  hcq_signal_free(gate);
-  hcq_signal_free(done);
+  hcq_queue_destroy(waiter);
+  hcq_queue_destroy(setter);
+  hcq_signal_destroy(gate);
+  hcq_signal_destroy(done);
   hcq_expr_release(v);
   hcq_buffer_release(out);
   hcq_buffer_release(args);
@@ -324,10 +324,10 @@ Test(queue, memory_barrier_before_copy) {
     for (int i = 0; i < N; i++) cr_assert_eq(got[i], round, "round %ld word %d", (long)round, i);
     free(got);
   }
-  hcq_queue_free(cq);
-  hcq_queue_free(xq);
-  hcq_signal_free(written);
-  hcq_signal_free(copied);
+  hcq_queue_destroy(cq);
+  hcq_queue_destroy(xq);
+  hcq_signal_destroy(written);
+  hcq_signal_destroy(copied);
   hcq_expr_release(r);
   hcq_buffer_release(src);
   hcq_buffer_release(dst);
@@ -353,10 +353,10 @@ Test(queue, timestamps_move_forward) {
     cr_assert_geq(b, a);
     last = b;
   }
-  hcq_queue_free(q);
-  hcq_signal_free(t1);
-  hcq_signal_free(t2);
-  hcq_signal_free(done);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(t1);
+  hcq_signal_destroy(t2);
+  hcq_signal_destroy(done);
   hcq_expr_release(r);
 }
 
@@ -379,8 +379,8 @@ Test(queue, submit_is_all_or_nothing) {
   hcq_var_value_t again[] = {{a, 5}, {big, 6}};
   OK(hcq_queue_submit(q, dev, again, 2));
   OK(hcq_signal_wait(s, 6, 5000));
-  hcq_queue_free(q);
-  hcq_signal_free(s);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(s);
   hcq_expr_release(a);
   hcq_expr_release(big);
 }

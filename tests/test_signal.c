@@ -23,7 +23,7 @@ Test(signal, set_and_wait) {
   cr_assert_str_eq(hcq_signal_name(s), "flag");
   cr_assert_eq(hcq_signal_device(s), dev);
   cr_assert_neq(hcq_signal_address(s), 0);
-  hcq_signal_free(s);
+  hcq_signal_destroy(s);
 }
 
 typedef struct {
@@ -54,7 +54,7 @@ Test(signal, wait_satisfied_late_by_another_thread) {
   cr_assert_geq(hcq_signal_value(s), 5);
   double ms = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
   cr_assert_geq(ms, 40.0, "the wait returned before the value was set (%.1f ms)", ms);
-  hcq_signal_free(s);
+  hcq_signal_destroy(s);
 }
 
 Test(signal, many_waiters_all_wake) {
@@ -66,14 +66,14 @@ Test(signal, many_waiters_all_wake) {
   OK(hcq_signal_wait(s, 1, 10000));
   OK(hcq_signal_wait(s, 1, 0));
   pthread_join(t, NULL);
-  hcq_signal_free(s);
+  hcq_signal_destroy(s);
 }
 
 Test(signal, wait_times_out_with_message) {
   hcq_signal_t *s = NULL;
   OK(hcq_signal_create(dev, "never", 4, &s));
   FAILS(hcq_signal_wait(s, 9, 30), HCQ_TIMEOUT, "\"never\"", "reach 9", "seen: 4", "30 ms");
-  hcq_signal_free(s);
+  hcq_signal_destroy(s);
 }
 
 Test(signal, device_timeline_signal_tracks_work) {
@@ -101,7 +101,7 @@ Test(signal_env, default_timeout_from_environment, .timeout = 60) {
   OK(hcq_signal_create(d, NULL, 0, &s));
   cr_assert(strstr(hcq_signal_name(s), "on CPU:0"), "default name: %s", hcq_signal_name(s));
   FAILS(hcq_signal_wait(s, 1, HCQ_TIMEOUT_DEFAULT), HCQ_TIMEOUT, "after 40 ms", "seen: 0");
-  hcq_signal_free(s);
+  hcq_signal_destroy(s);
   test_close(d);
 }
 

@@ -248,8 +248,8 @@ Test(symbolic, compiled_symbols_match_plain_c_fuzz) {
         cr_assert_eq(got, want, "expression %d: compiled %ld, plain C %ld", i, (long)got, (long)want);
         cr_assert_eq(tree, want);
       }
-      hcq_status_free(s1);
-      hcq_status_free(s2);
+      hcq_status_destroy(s1);
+      hcq_status_destroy(s2);
     }
   }
   for (int i = 0; i < N; i++) hcq_expr_release(exprs[i]);

@@ -142,7 +142,7 @@ const char *test_backend_absent(const test_backend_t *b, int ndev) {
     hcq_status_t st = hcq_device_open(name, &devs[i]);
     if (st) {
       snprintf(why, sizeof(why), "%s", hcq_status_message(st));
-      hcq_status_free(st);
+      hcq_status_destroy(st);
       res = why;
     }
   }
@@ -161,7 +161,7 @@ void test_expect_failure(hcq_status_t st, hcq_status_code_t code, const char *wh
   char msg[4096];
   snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
   hcq_status_code_t got = hcq_status_code(st);
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   if (got != code) cr_assert_fail("%s failed with %s, expected %s: %s", what, hcq_status_code_name(got), hcq_status_code_name(code), msg);
   for (const char **f = fragments; *f; f++)
     if (!strstr(msg, *f)) cr_assert_fail("%s: message lacks \"%s\": %s", what, *f, msg);

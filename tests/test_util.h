@@ -17,7 +17,7 @@
     if (ok_st_) {                                                                                  \
       char ok_msg_[2048];                                                                          \
       snprintf(ok_msg_, sizeof(ok_msg_), "%s", hcq_status_message(ok_st_));                        \
-      hcq_status_free(ok_st_);                                                                     \
+      hcq_status_destroy(ok_st_);                                                                     \
       cr_assert_fail("%s failed: %s", #call, ok_msg_);                                                   \
     }                                                                                              \
   } while (0)

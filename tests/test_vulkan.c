@@ -494,12 +494,12 @@ Test(vulkan, signal_writes_of_two_engines_keep_their_order) {
   cr_assert(hcq__vulkan_counters(d, &after));
   cr_assert_gt(after.semaphore_waits - before.semaphore_waits, 0, "the compute engine did not wait on the semaphore");
   cr_assert_eq(hcq_signal_value(shared), 2, "the copy engine's 1 was written after the compute engine's 2");
-  hcq_queue_free(qc);
-  hcq_queue_free(qk);
-  hcq_signal_free(first);
-  hcq_signal_free(gate);
-  hcq_signal_free(shared);
-  for (int k = 0; k < 2; k++) hcq_signal_free(done[k]);
+  hcq_queue_destroy(qc);
+  hcq_queue_destroy(qk);
+  hcq_signal_destroy(first);
+  hcq_signal_destroy(gate);
+  hcq_signal_destroy(shared);
+  for (int k = 0; k < 2; k++) hcq_signal_destroy(done[k]);
   hcq_buffer_release(a);
   hcq_buffer_release(b);
   test_close(d);
@@ -523,9 +523,9 @@ Test(vulkan, hang_report_names_the_blocked_wait) {
         "compute queue: blocked at wait \"gate\" >= 1");
   hcq_signal_set(gate, 1);
   OK(hcq_signal_wait(done, 1, 5000));
-  hcq_queue_free(q);
-  hcq_signal_free(gate);
-  hcq_signal_free(done);
+  hcq_queue_destroy(q);
+  hcq_signal_destroy(gate);
+  hcq_signal_destroy(done);
   test_close(d);
 }
 
@@ -603,7 +603,7 @@ static void launch_with_a_missing_buffer(void) {
   items[1].kernel.nbufs = 0; /* buffer 0 is read from where the values are: address 0x4000000001 */
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(items, 2, NULL, 0, NULL, 0, NULL, &g));
-  hcq_status_free(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+  hcq_status_destroy(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
   struct timespec ts = {5, 0};
   nanosleep(&ts, NULL);
 }

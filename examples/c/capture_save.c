@@ -13,7 +13,7 @@
     hcq_status_t st_ = (call);                                              \
     if (st_) {                                                              \
       fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_));          \
-      hcq_status_free(st_);                                                 \
+      hcq_status_destroy(st_);                                                 \
       exit(1);                                                              \
     }                                                                       \
   } while (0)

@@ -21,7 +21,7 @@
     hcq_status_t st_ = (call);                                              \
     if (st_) {                                                              \
       fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_));          \
-      hcq_status_free(st_);                                                 \
+      hcq_status_destroy(st_);                                                 \
       exit(1);                                                              \
     }                                                                       \
   } while (0)
@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
   hcq_status_t st = hcq_device_open("VULKAN:0", &dev);
   if (st) {
     printf("precompiled: no Vulkan device here, nothing run (%s)\n", hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     free(spirv);
     return 77;
   }

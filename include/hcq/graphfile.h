@@ -43,7 +43,7 @@ HCQ_MUST_USE hcq_status_t hcq_graph_file_load_text(const char *text, size_t len,
                                                    const char *base_dir, const hcq_graph_file_options_t *options,
                                                    hcq_graph_file_t **out_file);
 /* Waits for nothing: the caller synchronizes first. Releases every object the file made. */
-void hcq_graph_file_free(hcq_graph_file_t *file);
+void hcq_graph_file_destroy(hcq_graph_file_t *file);
 
 /* Rewrites every base buffer with its initial contents ("init"), in order after earlier work. */
 HCQ_MUST_USE hcq_status_t hcq_graph_file_reset(hcq_graph_file_t *file);

@@ -105,7 +105,7 @@ inline void check(hcq_status_t status) {
   if (!status) return;
   struct owner {
     hcq_status_t s;
-    ~owner() { hcq_status_free(s); }
+    ~owner() { hcq_status_destroy(s); }
   } own{status};
   throw error(hcq_status_code(status), hcq_status_message(status));
 }
@@ -156,10 +156,10 @@ class shared_handle : public unique_handle<T, Free> {
   ~shared_handle() = default;
 };
 
-/* The C free calls have varied signatures; these give them the one Free shape. */
-inline void free_signal(hcq_signal_t *s) { hcq_signal_free(s); }
-inline void free_queue(hcq_queue_t *q) { hcq_queue_free(q); }
-inline void free_graph_file(hcq_graph_file_t *f) { hcq_graph_file_free(f); }
+/* The C destroy and release calls have varied signatures; these give them the one Free shape. */
+inline void destroy_signal(hcq_signal_t *s) { hcq_signal_destroy(s); }
+inline void destroy_queue(hcq_queue_t *q) { hcq_queue_destroy(q); }
+inline void destroy_graph_file(hcq_graph_file_t *f) { hcq_graph_file_destroy(f); }
 inline void destroy_fence(hcq_fence_t *f) { hcq_fence_destroy(f); }
 inline void release_buffer(hcq_buffer_t *b) { hcq_buffer_release(b); }
 inline void release_program(hcq_program_t *p) { hcq_program_release(p); }
@@ -169,7 +169,7 @@ inline hcq_expr_t *retain_expr(hcq_expr_t *e) { return hcq_expr_retain(e); }
 inline void report(const char *what, hcq_status_t st) noexcept {
   if (!st) return;
   std::fprintf(stderr, "hcq: %s failed: %s\n", what, hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
 }
 inline void close_device(hcq_device_t *d) { report("hcq_device_close in ~device()", hcq_device_close(d)); }
 inline void destroy_graph(hcq_graph_t *g) { report("hcq_graph_destroy in ~graph()", hcq_graph_destroy(g)); }
@@ -468,7 +468,7 @@ class program : public detail::shared_handle<hcq_program_t, hcq_program_retain, 
 
 /* ---- signals (hcq/signal.h) ---- */
 
-class signal : public detail::unique_handle<hcq_signal_t, detail::free_signal> {
+class signal : public detail::unique_handle<hcq_signal_t, detail::destroy_signal> {
  public:
   signal() noexcept = default;
   explicit signal(hcq_signal_t *raw) noexcept : unique_handle(raw) {}
@@ -515,7 +515,7 @@ class fence : public detail::unique_handle<hcq_fence_t, detail::destroy_fence> {
 
 /* ---- queues (hcq/queue.h): record with the C calls on get() ---- */
 
-class queue : public detail::unique_handle<hcq_queue_t, detail::free_queue> {
+class queue : public detail::unique_handle<hcq_queue_t, detail::destroy_queue> {
  public:
   queue() noexcept = default;
   explicit queue(hcq_queue_t *raw) noexcept : unique_handle(raw) {}
@@ -616,7 +616,7 @@ jit capture(F &&body, std::initializer_list<buffer_ref> inputs = {}, std::initia
 
 /* ---- graph files (hcq/graphfile.h) ---- */
 
-class graph_file : public detail::unique_handle<hcq_graph_file_t, detail::free_graph_file> {
+class graph_file : public detail::unique_handle<hcq_graph_file_t, detail::destroy_graph_file> {
  public:
   graph_file() noexcept = default;
   explicit graph_file(hcq_graph_file_t *raw) noexcept : unique_handle(raw) {}

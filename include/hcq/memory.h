@@ -7,7 +7,7 @@
  * with one relaxed atomic add per allocation: it is always on and costs nothing on the replay path.
  *
  * Classes of live objects drop the moment the object is released (hcq_buffer_release,
- * hcq_graph_destroy, hcq_queue_free): after everything a program made is released they are back at
+ * hcq_graph_destroy, hcq_queue_destroy): after everything a program made is released they are back at
  * their starting values. The bytes then move to `deferred` until the engines pass them;
  * hcq_device_memory_usage() frees what has become free before it reads the counters.
  *

@@ -55,7 +55,7 @@ static inline hcq_operand_t hcq_sym(const hcq_expr_t *sym) {
 
 HCQ_MUST_USE hcq_status_t hcq_queue_create(hcq_queue_kind_t kind, hcq_queue_t **out_queue);
 /* Frees the queue. A freed queue must not be used again: HCQ_VALIDATE does not check queues. */
-void hcq_queue_free(hcq_queue_t *queue);
+void hcq_queue_destroy(hcq_queue_t *queue);
 hcq_queue_kind_t hcq_queue_kind(const hcq_queue_t *queue); /* HCQ_QUEUE_COMPUTE for NULL */
 /* Number of 32-bit command words recorded. */
 size_t hcq_queue_size(const hcq_queue_t *queue);

@@ -32,7 +32,7 @@ HCQ_MUST_USE hcq_status_t hcq_signal_create(hcq_device_t *device, const char *na
                                              hcq_signal_t **out_signal);
 /* Frees the signal. Using it afterwards (a wait, a queue that waits on it, a second free) is
  * undefined behaviour that may return OK, unless HCQ_VALIDATE=1 (hcq.h), which reports it by name. */
-void hcq_signal_free(hcq_signal_t *signal);
+void hcq_signal_destroy(hcq_signal_t *signal);
 
 uint64_t hcq_signal_value(const hcq_signal_t *signal);
 uint64_t hcq_signal_timestamp(const hcq_signal_t *signal);

@@ -2,7 +2,7 @@
  *
  * A status is a pointer. NULL means success and costs nothing; a failure is a heap object holding a
  * code and a message that names the thing at fault (device, buffer, item, variable, signal). The
- * caller owns a failure status and must release it with hcq_status_free() (passing NULL is fine).
+ * caller owns a failure status and must release it with hcq_status_destroy() (passing NULL is fine).
  * Out-of-memory failures return a preallocated status, so reporting never needs memory it lacks.
  */
 #ifndef HCQ_STATUS_H
@@ -50,12 +50,12 @@ typedef struct hcq_status *hcq_status_t;
 
 /* HCQ_OK for NULL, else the failure's code. */
 hcq_status_code_t hcq_status_code(hcq_status_t status);
-/* "" for NULL, else the failure's message. Valid until hcq_status_free(). */
+/* "" for NULL, else the failure's message. Valid until hcq_status_destroy(). */
 const char *hcq_status_message(hcq_status_t status);
 /* Stable upper-case name of a code ("TIMEOUT"); "UNKNOWN" for values outside the set. */
 const char *hcq_status_code_name(hcq_status_code_t code);
 /* Releases a failure status; NULL and the preallocated out-of-memory status are ignored. */
-void hcq_status_free(hcq_status_t status);
+void hcq_status_destroy(hcq_status_t status);
 
 /* Builds a failure status with a printf-style message (fmt NULL: an empty one). Returns the
  * out-of-memory status when the message cannot be allocated. code must not be HCQ_OK (it becomes

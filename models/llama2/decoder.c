@@ -404,7 +404,7 @@ hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck, const llama2_d
   if (!st) st = llama2_decoder_reset(m);
   if (!st) st = llama2_decoder_sync(m);
   if (st) {
-    hcq_status_free(llama2_decoder_destroy(m));
+    hcq_status_destroy(llama2_decoder_destroy(m));
     return hcq_status_annotate(st, "llama2 decoder");
   }
   *out = m;
@@ -438,7 +438,7 @@ hcq_status_t llama2_decoder_destroy(llama2_decoder_t *m) {
   for (int d = m->ndev - 1; d >= 0; d--) {
     hcq_status_t cst = m->d[d].dev ? hcq_device_close(m->d[d].dev) : NULL;
     if (!st) st = cst;
-    else hcq_status_free(cst);
+    else hcq_status_destroy(cst);
   }
   free(m);
   return st;

@@ -168,7 +168,7 @@ static hcq_status_t buffer(hcq_device_t *dev, size_t bytes, const char *label, i
  * (the devices idle), with no temporary copy and no staging buffers; elsewhere through copies. */
 static void *host_memory(const llm_decoder_t *m, hcq_buffer_t *buf) {
   void *p = NULL;
-  if (m->direct) hcq_status_free(hcq_buffer_map(buf, &p)); /* NULL where it cannot be mapped */
+  if (m->direct) hcq_status_destroy(hcq_buffer_map(buf, &p)); /* NULL where it cannot be mapped */
   return p;
 }
 
@@ -259,7 +259,7 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
    * while the next step runs (llm_generate). */
   hcq_status_t mapped = hcq_buffer_create_mapped(d0, ((size_t)m->ctx + 1) * 4, &m->tokens);
   if (mapped && hcq_status_code(mapped) != HCQ_UNAVAILABLE) return mapped;
-  hcq_status_free(mapped);
+  hcq_status_destroy(mapped);
   if (m->tokens) hcq_buffer_set_label(m->tokens, "tokens");
   else TRY(buffer(d0, ((size_t)m->ctx + 1) * 4, "tokens", -1, &m->tokens));
   TRY(buffer(d0, (size_t)c->vocab * 4, "logits", -1, &m->logits));
@@ -612,12 +612,12 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   if (!st) st = llm_decoder_set_sampler(m, &(llm_sampler_t){0, 1, 0, 0});
   /* Under two ranks only rank 0 holds the tokens (the other's handle of its device is remote). */
   void *tokens_host = NULL;
-  if (!st && m->reads_tokens) hcq_status_free(hcq_buffer_map(m->tokens, &tokens_host));
+  if (!st && m->reads_tokens) hcq_status_destroy(hcq_buffer_map(m->tokens, &tokens_host));
   m->tokens_host = tokens_host;
   for (int i = 0; i < 2 && !st; i++) st = hcq_fence_create(&m->fences[i]);
   if (!st) st = llm_decoder_sync(m);
   if (st) {
-    hcq_status_free(llm_decoder_destroy(m));
+    hcq_status_destroy(llm_decoder_destroy(m));
     return hcq_status_annotate(st, "llm decoder");
   }
   *out = m;
@@ -655,7 +655,7 @@ hcq_status_t llm_decoder_destroy(llm_decoder_t *m) {
   for (int d = m->ndev - 1; d >= 0; d--) {
     hcq_status_t cst = m->d[d].dev ? hcq_device_close(m->d[d].dev) : NULL;
     if (!st) st = cst;
-    else hcq_status_free(cst);
+    else hcq_status_destroy(cst);
   }
   free(m);
   return st;

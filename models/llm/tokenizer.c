@@ -195,7 +195,7 @@ static uint8_t cp_flags(uint32_t c) {
 static hcq_status_t required(hcq_status_t s) {
   if (hcq_status_code(s) != HCQ_NOT_FOUND) return s;
   hcq_status_t r = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (the tokenizer needs it)", hcq_status_message(s));
-  hcq_status_free(s);
+  hcq_status_destroy(s);
   return r;
 }
 

@@ -358,7 +358,7 @@ hcq_status_t minilm_encoder_create(const minilm_model_t *model, const minilm_enc
   if (!st) st = make_items(m);
   if (!st) st = hcq_device_synchronize(m->dev);
   if (st) {
-    hcq_status_free(minilm_encoder_destroy(m));
+    hcq_status_destroy(minilm_encoder_destroy(m));
     return hcq_status_annotate(st, "minilm encoder");
   }
   *out = m;

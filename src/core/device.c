@@ -208,8 +208,8 @@ static void destroy_common(hcq_device_t *dev) {
   for (size_t i = 0; i < dev->deferred.len; i++) release_deferred(dev, &dev->deferred.data[i]);
   hcq__vec_free(&dev->deferred);
   hcq__trace_device_gone(dev);
-  if (dev->eager_compute) hcq_queue_free(dev->eager_compute);
-  if (dev->eager_copy) hcq_queue_free(dev->eager_copy);
+  if (dev->eager_compute) hcq_queue_destroy(dev->eager_compute);
+  if (dev->eager_copy) hcq_queue_destroy(dev->eager_copy);
   if (dev->kernargs.host) dev->vt->mem_free(dev, &dev->kernargs);
   for (int i = 0; i < HCQ__STAGING_SLOTS; i++)
     if (dev->staging[i].host) dev->vt->mem_free(dev, &dev->staging[i]);
@@ -426,7 +426,7 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
   pthread_mutex_lock(&g_registry_lock);
   dev->closing = false;
   if (st && hcq__device_is_lost(dev)) {
-    hcq_status_free(st); /* lost while we waited: a lost device closes */
+    hcq_status_destroy(st); /* lost while we waited: a lost device closes */
     st = NULL;
   }
   if (st) {
@@ -766,7 +766,7 @@ hcq_status_t hcq__device_annotate_report(hcq_status_t st, hcq_device_t *const *d
   if (!used) return st;
   if (report[used - 1] == '\n') report[used - 1] = '\0';
   hcq_status_t out = hcq_status_make(hcq_status_code(st), "%s\nhang report:\n%s", hcq_status_message(st), report);
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   return out;
 }
 

@@ -113,7 +113,7 @@ hcq_status_t hcq_fence_wait(const hcq_fence_t *fence, int64_t timeout_ms) {
     hcq_device_t *dev = p->dev;
     st = hcq__wait_signal(p->timeline, p->value, left_ms, &dev, 1);
     if (st && hcq_status_code(st) == HCQ_DEVICE_LOST && point_reached(p)) {
-      hcq_status_free(st); /* finished just before the loss */
+      hcq_status_destroy(st); /* finished just before the loss */
       continue;
     }
     if (st) return hcq_status_annotate(st, "fence on %s", dev->name);

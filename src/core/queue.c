@@ -80,7 +80,7 @@ const hcq_queue_t *hcq__queue_find_bound(const uint32_t *word, char *label, size
   return q;
 }
 
-void hcq_queue_free(hcq_queue_t *q) {
+void hcq_queue_destroy(hcq_queue_t *q) {
   if (!q) return;
   release_refs(q);
   if (q->bound_dev) {

@@ -406,8 +406,8 @@ hcq_status_t hcq_signal_create(hcq_device_t *device, const char *name, uint64_t 
   return st;
 }
 
-void hcq_signal_free(hcq_signal_t *signal) {
-  if (!signal || hcq__obj_released_again(&signal->obj, "hcq_signal_free")) return;
+void hcq_signal_destroy(hcq_signal_t *signal) {
+  if (!signal || hcq__obj_released_again(&signal->obj, "hcq_signal_destroy")) return;
   hcq_device_t *dev = signal->dev;
   reg_remove(signal);
   hcq__device_defer_mem(dev, signal->mem);

@@ -33,7 +33,7 @@ const char *hcq_status_code_name(hcq_status_code_t code) {
   return names[code];
 }
 
-void hcq_status_free(hcq_status_t status) {
+void hcq_status_destroy(hcq_status_t status) {
   if (status && status != oom_status()) free(status);
 }
 
@@ -68,7 +68,7 @@ hcq_status_t hcq_status_annotate(hcq_status_t status, const char *fmt, ...) {
   va_end(ap);
   hcq_status_t out = hcq_status_make(status->code, "%s: %s", prefix, status->message);
   if (out == oom_status()) return status; /* keep the original rather than lose it */
-  hcq_status_free(status);
+  hcq_status_destroy(status);
   return out;
 }
 

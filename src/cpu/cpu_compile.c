@@ -165,7 +165,7 @@ static pthread_once_t g_compiler_once = PTHREAD_ONCE_INIT;
 static void compiler_error(compiler_t *c, hcq_status_t st) {
   c->error_code = hcq_status_code(st);
   snprintf(c->error, sizeof(c->error), "%s", hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
 }
 
 /* One line of the identity: an executable's resolved path, size and modification time (a changed
@@ -888,7 +888,7 @@ static hcq_status_t load_image(const void *bytes, size_t size, const char *key, 
   /* A memfd that does not load may be one this system will not map executable (a security
    * policy): the object is tried once more from a file before it is called bad. */
   if (!unsupported && !*out_bad) return st;
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   *out_bad = false;
   char dir[PATH_MAX], path[PATH_BUF];
   if ((st = make_private_dir(entry, dir))) return st;
@@ -965,7 +965,7 @@ hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *
       char damage[512];
       snprintf(damage, sizeof(damage), "it does not load: %.400s", hcq_status_message(st));
       hcq__kcache_warn_damaged(path, damage);
-      hcq_status_free(st);
+      hcq_status_destroy(st);
     }
   } else {
     hcq__kcache_warn_uncached(why);

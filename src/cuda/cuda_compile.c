@@ -207,7 +207,7 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
   /* A cubin for another architecture (HCQ_CUDA_ARCH) does not load: the PTX does, through the driver. */
   st = load_module(dev, entry, binary ? binary : img.cubin ? img.cubin : (const void *)ptx, &k->module);
   if (st && !binary && img.cubin && !hcq__device_is_lost(dev)) {
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     st = load_module(dev, entry, ptx, &k->module);
   }
   hcq_CUresult rc = 0;
@@ -288,7 +288,7 @@ void hcq__cuda_unload(hcq_device_t *dev, hcq__program_impl_t *impl) {
     hcq__cuda_device_api(dev)->cuModuleUnload(k->module);
     hcq__cuda_pop(dev);
   }
-  hcq_status_free(st);
+  hcq_status_destroy(st);
   free(k);
   impl->object = NULL;
 }

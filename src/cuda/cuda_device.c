@@ -507,7 +507,7 @@ static hcq_status_t load_timestamp_kernel(cuda_device_t *cd) {
   if (!nst) hcq__cuda_image_free(&img);
   char why[300];
   snprintf(why, sizeof(why), "%.290s", nst ? hcq_status_message(nst) : rc ? "it made no cubin that loads" : "");
-  hcq_status_free(nst);
+  hcq_status_destroy(nst);
   if (rc) rc = api->cuModuleLoadDataEx(&cd->ts_module, k_timestamp_ptx, 0, NULL, NULL);
   if (rc == HCQ_CUDA_ERROR_JIT_COMPILER_NOT_FOUND || rc == HCQ_CUDA_ERROR_JIT_COMPILATION_DISABLED ||
       rc == HCQ_CUDA_ERROR_UNSUPPORTED_PTX_VERSION || rc == HCQ_CUDA_ERROR_INVALID_PTX) {
@@ -811,7 +811,7 @@ static hcq_status_t cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const 
   pthread_mutex_unlock(&cd->submit_lock);
   hcq__cuda_pop(dev);
   if (st) {
-    hcq_status_free(fst);
+    hcq_status_destroy(fst);
     return st;
   }
   return fst;
@@ -835,7 +835,7 @@ static void cuda_poll(hcq_device_t *dev) {
   if (hcq__device_is_lost(dev)) return;
   hcq_status_t st = hcq__cuda_push(dev);
   if (st) {
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     return;
   }
   for (int k = 0; k < 2 && !st; k++) {
@@ -843,7 +843,7 @@ static void cuda_poll(hcq_device_t *dev) {
     if (rc && rc != HCQ_CUDA_ERROR_NOT_READY) st = hcq__cuda_fail(dev, rc, "the %s stream", k ? "copy" : "compute");
   }
   hcq__cuda_pop(dev);
-  hcq_status_free(st);
+  hcq_status_destroy(st);
 }
 
 static hcq_status_t cuda_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
@@ -1085,7 +1085,7 @@ static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
   }
   /* The timestamp kernel too, while no stream can be waiting on the host (loading it may synchronise
    * the context). Where it cannot be loaded, the first submission that needs it says why. */
-  if (!st) hcq_status_free(load_timestamp_kernel(cd));
+  if (!st) hcq_status_destroy(load_timestamp_kernel(cd));
   hcq__cuda_pop(dev);
   return st;
 }
@@ -1194,7 +1194,7 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
   pthread_mutex_unlock(&c0->submit_lock);
   hcq__cuda_pop(d0);
   if (st || fst) {
-    hcq_status_free(fst);
+    hcq_status_destroy(fst);
     return st ? st : fst;
   }
   /* The other devices' compute streams follow the graph (an event the driver sees), then signal. */
@@ -1216,7 +1216,7 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
     pthread_mutex_unlock(&cd->submit_lock);
     hcq__cuda_pop(d);
     if (!st) st = fst;
-    else hcq_status_free(fst);
+    else hcq_status_destroy(fst);
   }
   return st;
 }

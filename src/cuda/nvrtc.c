@@ -426,7 +426,7 @@ hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch,
   XXH128_hash_t key = {0, 0};
   hcq_status_t cst = path_for(entry, source, option, dir, sizeof(dir), path, sizeof(path), &key);
   bool cache = cst == NULL;
-  hcq_status_free(cst);
+  hcq_status_destroy(cst);
   if (cache && cache_load(path, key, use, out)) return NULL;
   hcq_status_t st = run_nvrtc(entry, source, option, real, out);
   if (st) return st;

@@ -307,7 +307,7 @@ static void free_graph(cuda_graph_t *g) {
       if (g->end) api->cuEventDestroy(g->end);
       hcq__cuda_pop(d0);
     }
-    hcq_status_free(st);
+    hcq_status_destroy(st);
   }
   hcq__update_plan_free(g->plan);
   free(g->nodes);

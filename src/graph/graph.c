@@ -119,7 +119,7 @@ hcq_status_t hcq_graph_destroy(hcq_graph_t *g) {
       hcq__runner_leave(&g->runner);
       return st;
     }
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     /* A device still waiting for the lost one's signals would wait for freed ones forever. */
     for (size_t i = 0; i < ndevs; i++) hcq__device_lose_if_orphaned(devs[i]);
     st = g->vt->destroy_anyway(g);

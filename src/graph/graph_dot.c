@@ -91,7 +91,7 @@ static void write_dependency_edges(FILE *f, const hcq_graph_t *g, size_t gi) {
     for (size_t i = 0; i < acc.n; i++) keys[i] = (uintptr_t)hcq_buffer_base(acc.bufs[i]);
     hcq_status_t st = hcq__deps_access(&tracker, keys, acc.writes, acc.n, j, &deps);
     if (st) {
-      hcq_status_free(st);
+      hcq_status_destroy(st);
       break;
     }
     for (size_t d = 0; d < deps.len; d++)
@@ -108,7 +108,7 @@ static void write_graph(FILE *f, const hcq_graph_t *g, size_t gi) {
   for (size_t j = 0; j < n && scheduled; j++) {
     hcq_status_t st = g->vt->item_schedule(g, j, &sched[j]);
     scheduled = st == NULL;
-    hcq_status_free(st);
+    hcq_status_destroy(st);
   }
   fprintf(f, "  subgraph cluster_g%zu {\n    label=\"", gi);
   put_escaped(f, g->runner.label ? g->runner.label : "graph");

@@ -588,8 +588,8 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
       hcq_device_t *dev = r->devices[d];
       if (!g->active[d]) continue;
       /* Cannot fail after the reservation. */
-      hcq_status_free(hcq__queue_commit_locked(in->queues[2 * d], dev));
-      if (in->queues[2 * d + 1]) hcq_status_free(hcq__queue_commit_locked(in->queues[2 * d + 1], dev));
+      hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d], dev));
+      if (in->queues[2 * d + 1]) hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d + 1], dev));
       dev->timeline_value++;
     }
   }
@@ -618,7 +618,7 @@ static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
   for (unsigned i = 0; g->inst && i < g->ninst; i++) {
     graph_inst_t *in = &g->inst[i];
     for (size_t q = 0; q < 2 * HCQ__GRAPH_MAX_DEVICES; q++) {
-      hcq_queue_free(in->queues[q]);
+      hcq_queue_destroy(in->queues[q]);
       release_signal(in->queue_sig[q]);
       free(in->queue_label[q]);
     }

@@ -134,7 +134,7 @@ static bool kernel_dims_ok(const hcq_kernel_item_t *k, const hcq_var_value_t *va
     hcq_status_t st = k->global[i].sym ? hcq_expr_eval(k->global[i].sym, vals, nvals, &gv) : NULL;
     if (!st && k->local[i].sym) st = hcq_expr_eval(k->local[i].sym, vals, nvals, &lv);
     if (st || gv < 0 || lv < 0) {
-      hcq_status_free(st);
+      hcq_status_destroy(st);
       return false;
     }
     g[i] = (uint64_t)gv, l[i] = (uint64_t)lv;
@@ -149,8 +149,8 @@ static hcq_status_t check_kernel_dims(const hcq_kernel_item_t *k, const char *wh
   uint64_t g[3], l[3];
   for (int i = 0; i < 3; i++) {
     int64_t gv = k->global[i].value, lv = k->local[i].value;
-    if (k->global[i].sym) hcq_status_free(hcq_expr_eval(k->global[i].sym, vals, nvals, &gv));
-    if (k->local[i].sym) hcq_status_free(hcq_expr_eval(k->local[i].sym, vals, nvals, &lv));
+    if (k->global[i].sym) hcq_status_destroy(hcq_expr_eval(k->global[i].sym, vals, nvals, &gv));
+    if (k->local[i].sym) hcq_status_destroy(hcq_expr_eval(k->local[i].sym, vals, nvals, &lv));
     g[i] = (uint64_t)gv, l[i] = (uint64_t)lv;
   }
   return hcq__check_dims(k->program->dev, g, l, who);
@@ -671,13 +671,13 @@ static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value
   hcq_launch_desc_t l = {k->program, k->bufs, k->nbufs, ivals, k->nvals, {0}, {0}, k->outs, k->nouts};
   for (size_t i = 0; i < k->nvals; i++) {
     int64_t v = k->vals[i].value;
-    if (k->vals[i].sym) hcq_status_free(hcq_expr_eval(k->vals[i].sym, vals, nvals, &v));
+    if (k->vals[i].sym) hcq_status_destroy(hcq_expr_eval(k->vals[i].sym, vals, nvals, &v));
     ivals[i] = (int32_t)v;
   }
   for (int i = 0; i < 3; i++) {
     int64_t g = k->global[i].value, lo = k->local[i].value;
-    if (k->global[i].sym) hcq_status_free(hcq_expr_eval(k->global[i].sym, vals, nvals, &g));
-    if (k->local[i].sym) hcq_status_free(hcq_expr_eval(k->local[i].sym, vals, nvals, &lo));
+    if (k->global[i].sym) hcq_status_destroy(hcq_expr_eval(k->global[i].sym, vals, nvals, &g));
+    if (k->local[i].sym) hcq_status_destroy(hcq_expr_eval(k->local[i].sym, vals, nvals, &lo));
     l.global[i] = (uint32_t)g;
     l.local[i] = (uint32_t)lo;
     /* Constants were refused above: a symbolic dim is 0 with these values, an empty launch (as at a

@@ -53,14 +53,14 @@ static void gf_free(hcq_graph_file_t *gf) {
   hcq__vec_free(&gf->buffers);
   for (size_t i = 0; i < gf->vars.len; i++) hcq_expr_release(gf->vars.data[i].var);
   hcq__vec_free(&gf->vars);
-  for (size_t i = 0; i < gf->ndevices; i++) hcq_status_free(hcq_device_close(gf->devices[i]));
+  for (size_t i = 0; i < gf->ndevices; i++) hcq_status_destroy(hcq_device_close(gf->devices[i]));
   hcq__htab_free(&gf->buffer_names);
   hcq__htab_free(&gf->program_names);
   hcq__htab_free(&gf->var_names);
   free(gf);
 }
 
-void hcq_graph_file_free(hcq_graph_file_t *gf) { gf_free(gf); }
+void hcq_graph_file_destroy(hcq_graph_file_t *gf) { gf_free(gf); }
 
 /* ---- devices and the device map ---- */
 
@@ -124,12 +124,12 @@ hcq_status_t hcq__gf_open_device(gf_loader_t *L, const char *name, hcq_device_t 
   if (st) return hcq__gf_wrap(L, st);
   for (size_t i = 0; i < gf->ndevices; i++)
     if (gf->devices[i] == dev) {
-      hcq_status_free(hcq_device_close(dev)); /* one reference per device is enough */
+      hcq_status_destroy(hcq_device_close(dev)); /* one reference per device is enough */
       *out = dev;
       return NULL;
     }
   if (gf->ndevices == GF_MAX_DEVICES) {
-    hcq_status_free(hcq_device_close(dev));
+    hcq_status_destroy(hcq_device_close(dev));
     return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a graph file uses at most %d devices", GF_MAX_DEVICES);
   }
   gf->devices[gf->ndevices++] = dev;
@@ -185,7 +185,7 @@ hcq_status_t hcq_graph_file_load_text(const char *text, size_t len, const char *
     if (!L.gf->buffers.data[i].is_view) st = hcq__gf_write_init(&L.gf->buffers.data[i]);
   if (st) {
     /* Initial copies may still be in flight: let them land before freeing. */
-    for (size_t i = 0; i < L.gf->ndevices; i++) hcq_status_free(hcq_device_synchronize(L.gf->devices[i]));
+    for (size_t i = 0; i < L.gf->ndevices; i++) hcq_status_destroy(hcq_device_synchronize(L.gf->devices[i]));
     gf_free(L.gf);
     return st;
   }

@@ -181,7 +181,7 @@ hcq_status_t hcq__gf_check_items(gf_loader_t *L) {
                      (v - k->nvals) % 3);
           hcq_status_t out = hcq_status_make(hcq_status_code(st), "%s: %s: %s (with the values of run %zu)", L->name,
                                              where, hcq_status_message(st), r);
-          hcq_status_free(st);
+          hcq_status_destroy(st);
           return out;
         }
       }

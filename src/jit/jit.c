@@ -111,7 +111,7 @@ static void capture_free(hcq_capture_t *c) {
   hcq__vec_free(&c->items);
   for (size_t i = 0; i < c->bound.len; i++) hcq_expr_release(c->bound.data[i].var);
   hcq__vec_free(&c->bound);
-  hcq_status_free(c->error);
+  hcq_status_destroy(c->error);
   free(c);
 }
 
@@ -264,11 +264,11 @@ static hcq_status_t flush(hcq_jit_t *jit, size_t first, size_t count, size_t *ma
     if (hcq_status_code(st) == HCQ_OUT_OF_MEMORY) return st;
     char why[768];
     snprintf(why, sizeof(why), "building their graph failed: %s", hcq_status_message(st));
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     return add_eager(jit, first, count, why);
   }
   if (!hcq__vec_reserve_for(&jit->batch_sizes, jit->batch_sizes.len + 1) || (st = add_segment(jit, first, count, g))) {
-    hcq_status_free(hcq_graph_destroy(g));
+    hcq_status_destroy(hcq_graph_destroy(g));
     return st ? st : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory batching");
   }
   jit->batch_sizes.data[jit->batch_sizes.len++] = count;
@@ -304,7 +304,7 @@ static hcq_status_t batch(hcq_jit_t *jit, size_t first_batch_size, bool profile)
 
 static void jit_free(hcq_jit_t *jit) {
   for (size_t i = 0; i < jit->segments.len; i++)
-    if (jit->segments.data[i].graph) hcq_status_free(hcq_graph_destroy(jit->segments.data[i].graph));
+    if (jit->segments.data[i].graph) hcq_status_destroy(hcq_graph_destroy(jit->segments.data[i].graph));
   hcq__vec_free(&jit->segments);
   hcq__vec_free(&jit->batch_sizes);
   free(jit->vals);

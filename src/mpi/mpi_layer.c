@@ -903,7 +903,7 @@ static hcq_status_t batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t t
   for (size_t i = 0; i < b->n; i++) {
     hcq_status_t w = batch_wait(b, i, deadline_ns, timeout_ms, what);
     if (w && !st) st = w;
-    else hcq_status_free(w);
+    else hcq_status_destroy(w);
   }
   batch_free(b);
   return st;
@@ -912,7 +912,7 @@ static hcq_status_t batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t t
 /* The earlier of two outcomes (the later one is dropped). */
 static hcq_status_t first_status(hcq_status_t a, hcq_status_t b) {
   if (!a) return b;
-  hcq_status_free(b);
+  hcq_status_destroy(b);
   return a;
 }
 

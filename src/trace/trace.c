@@ -188,7 +188,7 @@ static void at_exit_flush(void) {
   if (!write) return;
   hcq_status_t st = hcq_trace_flush();
   if (st) fprintf(stderr, "hcq: writing the profile at exit: %s\n", hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
 }
 
 hcq_status_t hcq_trace_start(const hcq_trace_options_t *options) {
@@ -233,7 +233,7 @@ void hcq__trace_start_from_env(const char *value) {
   hcq_status_t st = hcq_trace_start(&o);
   if (st && hcq_status_code(st) != HCQ_FAILED_PRECONDITION)
     fprintf(stderr, "hcq: HCQ_PROFILE=%s: %s\n", value, hcq_status_message(st));
-  hcq_status_free(st);
+  hcq_status_destroy(st);
 }
 
 void hcq_trace_stop(void) {
@@ -317,8 +317,8 @@ static void align_clock(struct hcq__trace_device *st, hcq_device_t *dev, hcq_que
     offsets[n] = (int64_t)(ts - (t0 + (t1 - t0) / 2));
     trips[n] = (int64_t)(t1 - t0);
   }
-  hcq_status_free(s);
-  hcq_queue_free(q);
+  hcq_status_destroy(s);
+  hcq_queue_destroy(q);
   if (!n) return; /* unaligned: offset 0, samples 0 (the written file says so) */
   qsort(offsets, n, sizeof(offsets[0]), cmp_i64);
   qsort(trips, n, sizeof(trips[0]), cmp_i64);

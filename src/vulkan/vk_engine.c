@@ -460,7 +460,7 @@ static bool ensure_scratch(vk_engine_t *e, uint64_t size) {
   vk_block_t *b;
   hcq_status_t st = hcq__vk_scratch_block(e->vd, want, &b);
   if (st) {
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     return false;
   }
   /* Recorded command buffers may still name the old one: it lives as long as the engine. */
@@ -507,7 +507,7 @@ static bool record(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *w, size_t
       hcq_status_t st = hcq__vk_pipeline(p, local, &pipe);
       if (st) {
         lose(e, c, "%s", hcq_status_message(st));
-        hcq_status_free(st);
+        hcq_status_destroy(st);
         return false;
       }
       uint64_t nbufs = c[HCQ__EXEC_NBUFS];
@@ -758,7 +758,7 @@ static bool use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t 
       hcq_status_t st = check_exec(e->vd, w + c, true);
       if (st) {
         lose(e, w + c, "%s", hcq_status_message(st));
-        hcq_status_free(st);
+        hcq_status_destroy(st);
         return false;
       }
     }

@@ -131,7 +131,7 @@ for path in sorted(glob.glob(os.path.join(root, "tools/*")) + glob.glob(os.path.
 for header in sorted(glob.glob(os.path.join(root, "include/hcq/*.h"))):
     text = open(header, encoding="utf-8").read()
     for m in re.finditer(r"^(?:HCQ_MUST_USE )?[\w \*]+\b(hcq_\w+_(?:release|free|destroy))\(", text, flags=re.M):
-        if m.group(1) in ("hcq_status_free", "hcq_graph_file_free"):
+        if m.group(1) in ("hcq_status_destroy", "hcq_graph_file_destroy"):
             continue  # not handles HCQ_VALIDATE knows: a status is plain memory, a file frees its own objects
         comment = re.search(r"/\*((?:(?!\*/).)*)\*/\s*$", text[:m.start()], flags=re.S)
         if not comment or "HCQ_VALIDATE" not in comment.group(1):

@@ -345,7 +345,7 @@ static void scenario_eager(void) {
     if (rank != 0) {
       hcq_status_t st = hcq_buffer_copyout(a, 0, got, sizeof(got));
       EXPECT(st && hcq_status_code(st) == HCQ_FAILED_PRECONDITION && strstr(hcq_status_message(st), "another rank"));
-      hcq_status_free(st);
+      hcq_status_destroy(st);
     }
     hcq_buffer_release(a);
     hcq_buffer_release(b);
@@ -405,7 +405,7 @@ static void scenario_mismatch(void) {
       _exit(1);
     }
     if (rank == 0) printf("rank 0 error: %s\n", m);
-    hcq_status_free(st);
+    hcq_status_destroy(st);
   }
   /* Both ranks go on working: a matching graph builds and runs afterwards. */
   for (int i = 0; i < 3; i++) hcq_buffer_release(bufs[i]);
@@ -476,7 +476,7 @@ static void scenario_fault(bool kill_rank) {
       fprintf(stderr, "mpi_test fault: the receive's line does not say how long it has waited\n");
       _exit(1);
     }
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     printf("mpi_test %s: ok\n", kill_rank ? "kill" : "hang");
     fflush(stdout);
     if (kill_rank) _exit(0); /* a dead peer: MPI_Finalize could wait for it */
@@ -518,7 +518,7 @@ static void expect_error(int line, hcq_status_t st, hcq_status_code_t code, cons
             st ? hcq_status_message(st) : "");
     _exit(1);
   }
-  hcq_status_free(st);
+  hcq_status_destroy(st);
 }
 
 /* Rank 1 stops (SIGSTOP) before a replay, as a process stopped by a debugger or the scheduler would:
@@ -590,7 +590,7 @@ static void scenario_absent(void) {
   if (rank == 1) {
     struct timespec late = {(time_t)(timeout * 1.5), (long)((timeout * 1.5 - (double)(time_t)(timeout * 1.5)) * 1e9)};
     nanosleep(&late, NULL);
-    hcq_status_free(hcq_mpi_allreduce_max(rank, &most)); /* rank 0 gave up on it: no reply comes */
+    hcq_status_destroy(hcq_mpi_allreduce_max(rank, &most)); /* rank 0 gave up on it: no reply comes */
     _exit(0);
   }
   struct timespec t0;
@@ -760,7 +760,7 @@ int main(int argc, char **argv) {
     hcq_status_t st = hcq_mpi_init(MPI_COMM_WORLD);
     EXPECT(st && hcq_status_code(st) == HCQ_INVALID_ARGUMENT && strstr(hcq_status_message(st), var));
     EXPECT(!hcq_mpi_running());
-    hcq_status_free(st);
+    hcq_status_destroy(st);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) printf("mpi_test %s: ok\n", s);
     MPI_Finalize();
@@ -774,7 +774,7 @@ int main(int argc, char **argv) {
   EXPECT(most == (size - 1) * 10);
   hcq_status_t refused = hcq_mpi_allreduce_max(rank, NULL);
   EXPECT(refused && hcq_status_code(refused) == HCQ_INVALID_ARGUMENT);
-  hcq_status_free(refused);
+  hcq_status_destroy(refused);
   EXPECT(!hcq_mpi_peer_failed());
   if (!strcmp(s, "eager")) scenario_eager();
   else if (!strcmp(s, "graph")) scenario_graph();
