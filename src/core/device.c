@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/backend.h"
 #include "core/internal.h"
@@ -419,7 +420,8 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
     /* A timed-out timeline wait carries the hang report already; the engines' own wait does not. */
     st = hcq__device_synchronize_locked(dev);
     bool reported = st != NULL;
-    if (!st) st = dev->vt->wait_idle(dev, hcq__options()->wait_timeout_ms);
+    if (!st) st = dev->vt->wait_idle ? dev->vt->wait_idle(dev, hcq__options()->wait_timeout_ms)
+                                      : hcq__device_wait_engines(dev, hcq__options()->wait_timeout_ms);
     pthread_mutex_unlock(&dev->lock);
     if (st && !reported && hcq_status_code(st) == HCQ_TIMEOUT) st = hcq__device_annotate_report(st, &dev, 1);
   }
@@ -801,6 +803,30 @@ void hcq__device_unlock_many(hcq_device_t *const *devs, size_t n) {
 hcq_status_t hcq__device_wait_timeline(hcq_device_t *dev, uint64_t value) {
   return hcq__wait_signal(dev->timeline, value, HCQ_TIMEOUT_DEFAULT, &dev, 1);
 }
+
+hcq_status_t hcq__device_wait_engines(hcq_device_t *dev, int64_t timeout_ms) {
+  uint64_t deadline = hcq__deadline_after_ms(timeout_ms), nap_ns = 10000;
+  for (int k = 0; k < 2; k++) {
+    uint64_t want = dev->vt->submitted(dev, (hcq_queue_kind_t)k);
+    while (dev->vt->completed(dev, (hcq_queue_kind_t)k) < want) {
+      if (dev->vt->poll) dev->vt->poll(dev);
+      hcq_status_t st = hcq__device_check(dev);
+      if (st) return st;
+      if (hcq__now_ns() >= deadline)
+        return hcq_status_make(HCQ_TIMEOUT, "%s: its %s queue still has work after %" PRId64 " ms (waiting on a signal?)",
+                               dev->name, k == HCQ_QUEUE_COMPUTE ? "compute" : "copy", timeout_ms);
+      /* Short naps first: the work is usually nearly done when a close or drain asks. */
+      struct timespec ts = {0, (long)nap_ns};
+      nanosleep(&ts, NULL);
+      if (nap_ns < 1000000) nap_ns *= 2;
+    }
+  }
+  return NULL;
+}
+
+/* The one place the timeline moves forward: every submitter (eager work, each graph runner) calls
+ * it once the work that signals the current value is submitted, so wraps and fences see one order. */
+void hcq__timeline_advance(hcq_device_t *dev) { dev->timeline_value++; }
 
 static void wrap_timeline(hcq_device_t *dev) {
   atomic_fetch_add_explicit(&dev->timeline_epoch, 1, memory_order_release);

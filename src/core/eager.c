@@ -19,7 +19,7 @@ static hcq_status_t wait_timeline(hcq_queue_t *q, const hcq_device_t *dev) {
 static hcq_status_t submit_and_signal(hcq_queue_t *q, hcq_device_t *on, hcq_device_t *timeline_dev) {
   hcq_status_t st = hcq_queue_signal(q, sig_addr(timeline_dev->timeline), hcq_imm((int64_t)timeline_dev->timeline_value));
   if (!st) st = hcq__queue_submit_locked(q, on, NULL, 0);
-  if (!st) timeline_dev->timeline_value++;
+  if (!st) hcq__timeline_advance(timeline_dev);
   if (!st) hcq__trace_op_submitted(on);
   return st;
 }
@@ -185,7 +185,7 @@ static hcq_status_t transfer_via_host_locked(hcq_device_t *gpu, hcq_device_t *ho
       (st = hcq_queue_signal(q, sig_addr(host_dev->timeline), hcq_imm((int64_t)host_dev->timeline_value))) ||
       (st = submit_and_signal(q, gpu, gpu)))
     return st;
-  host_dev->timeline_value++;
+  hcq__timeline_advance(host_dev);
   return NULL;
 }
 

@@ -306,7 +306,9 @@ typedef struct hcq__device_vtable {
   uint64_t (*submitted)(hcq_device_t *dev, hcq_queue_kind_t kind);
   uint64_t (*completed)(hcq_device_t *dev, hcq_queue_kind_t kind);
   /* Waits until every queue engine has run all it was given (raw queue submissions are not on the
-   * timeline). TIMEOUT after timeout_ms; DEVICE_LOST when the device is lost meanwhile. */
+   * timeline). TIMEOUT after timeout_ms; DEVICE_LOST when the device is lost meanwhile. Optional:
+   * NULL is hcq__device_wait_engines, which watches submitted/completed; a backend sets its own
+   * only for a wait its driver offers or for work after the wait (it may call that one first). */
   hcq_status_t (*wait_idle)(hcq_device_t *dev, int64_t timeout_ms);
   /* What the engine of kind is doing now, for hang reports. Optional (NULL: reports say only the
    * progress counters... nothing). Any thread; must not block. */
@@ -523,14 +525,14 @@ const hcq_queue_t *hcq__queue_find_bound(const uint32_t *word, char *label, size
 
 /* Device state. NULL when dev is usable; DEVICE_LOST naming it (and why) when it was declared lost;
  * FAILED_PRECONDITION when closed. */
-HCQ__PRIVATE_EXPORT hcq_status_t hcq__device_check(hcq_device_t *dev);
+hcq_status_t hcq__device_check(hcq_device_t *dev);
 static inline bool hcq__device_is_lost(const hcq_device_t *dev) {
   return atomic_load_explicit(&dev->lost, memory_order_acquire);
 }
 /* Declares dev lost (first reason wins); engines drop their work, waiters wake. */
 HCQ__PRIVATE_EXPORT void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...) HCQ_PRINTF(2, 3);
 /* Appends dev's hang report (one line per queue, see hcq_device_report) to st's message. */
-HCQ__PRIVATE_EXPORT hcq_status_t hcq__device_annotate_report(hcq_status_t st, hcq_device_t *const *devs, size_t ndevs);
+hcq_status_t hcq__device_annotate_report(hcq_status_t st, hcq_device_t *const *devs, size_t ndevs);
 /* Host wait for a signal on behalf of devs: a timeout carries their hang report, a lost device
  * ends it with DEVICE_LOST. timeout_ms < 0: the default. */
 hcq_status_t hcq__wait_signal(const hcq_signal_t *sig, uint64_t value, int64_t timeout_ms, hcq_device_t *const *devs,
@@ -555,6 +557,12 @@ void hcq__device_unlock_many(hcq_device_t *const *devs, size_t n);
 hcq_status_t hcq__device_prepare_submit(hcq_device_t *dev);
 /* Under the device lock: waits until the device timeline reached value. */
 hcq_status_t hcq__device_wait_timeline(hcq_device_t *dev, uint64_t value);
+/* The default wait_idle (see the vtable): polls completed() up to what submitted() said, calling
+ * poll() between naps; TIMEOUT names the queue (closing adds the hang report). */
+hcq_status_t hcq__device_wait_engines(hcq_device_t *dev, int64_t timeout_ms);
+/* Under the device lock, after submitting work that signals the timeline's current value: the
+ * next work signals the next one. The only writer of timeline_value besides open and wrap. */
+void hcq__timeline_advance(hcq_device_t *dev);
 /* Under the device lock: waits for all submitted work and wraps the timeline when due. */
 hcq_status_t hcq__device_synchronize_locked(hcq_device_t *dev);
 /* Frees memory / unloads a program once every engine of the device finished what it was given. */

@@ -757,25 +757,6 @@ static uint64_t cpu_completed(hcq_device_t *dev, hcq_queue_kind_t kind) {
   return atomic_load_explicit(&engine_of(dev)->q[kind].tail, memory_order_acquire);
 }
 
-static hcq_status_t cpu_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
-  cpu_engine_t *e = engine_of(dev);
-  uint64_t deadline = hcq__deadline_after_ms(timeout_ms);
-  for (int k = 0; k < 2; k++) {
-    cpu_queue_t *q = &e->q[k];
-    uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
-    while (atomic_load_explicit(&q->tail, memory_order_acquire) < head) {
-      hcq_status_t st = hcq__device_check(dev);
-      if (st) return st;
-      if (hcq__now_ns() >= deadline)
-        return hcq_status_make(HCQ_TIMEOUT, "%s: its %s queue still has work after %" PRId64 " ms (waiting on a signal?)",
-                               dev->name, k == HCQ_QUEUE_COMPUTE ? "compute" : "copy", timeout_ms);
-      struct timespec ts = {0, 100000};
-      nanosleep(&ts, NULL);
-    }
-  }
-  return NULL;
-}
-
 static void cpu_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out) {
   cpu_queue_t *q = &engine_of(dev)->q[kind];
   out->submitted = atomic_load_explicit(&q->head, memory_order_acquire);
@@ -890,7 +871,6 @@ static const hcq__device_vtable_t cpu_vtable = {
     .submit = cpu_submit,
     .submitted = cpu_submitted,
     .completed = cpu_completed,
-    .wait_idle = cpu_wait_idle,
     .snapshot = cpu_snapshot,
     .memory_info = hcq__cpu_memory_info,
     .lost = cpu_lost,

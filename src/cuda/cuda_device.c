@@ -846,26 +846,11 @@ static void cuda_poll(hcq_device_t *dev) {
   hcq_status_destroy(st);
 }
 
+/* The core's wait, then the frees that waited for the streams. */
 static hcq_status_t cuda_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
-  cuda_device_t *cd = cdev(dev);
-  uint64_t deadline = hcq__deadline_after_ms(timeout_ms), nap = 10000;
-  for (int k = 0; k < 2; k++) {
-    cuda_stream_t *cs = &cd->streams[k];
-    uint64_t want = atomic_load_explicit(&cs->published, memory_order_acquire);
-    while (atomic_load_explicit(cs->done, memory_order_acquire) < want) {
-      cuda_poll(dev);
-      hcq_status_t st = hcq__device_check(dev);
-      if (st) return st;
-      if (hcq__now_ns() >= deadline)
-        return hcq_status_make(HCQ_TIMEOUT, "%s: its %s queue still has work after %" PRId64 " ms (waiting on a signal?)",
-                               dev->name, k == HCQ_QUEUE_COMPUTE ? "compute" : "copy", timeout_ms);
-      struct timespec ts = {0, (long)nap};
-      nanosleep(&ts, NULL);
-      if (nap < 1000000) nap *= 2;
-    }
-  }
-  flush_frees(cd, false);
-  return NULL;
+  hcq_status_t st = hcq__device_wait_engines(dev, timeout_ms);
+  if (!st) flush_frees(cdev(dev), false);
+  return st;
 }
 
 /* The command a stream is at: the first wait of its oldest unfinished submission whose signal has

@@ -266,7 +266,7 @@ static hcq_status_t cuda_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_e
   for (size_t d = 0; d < r->ndevices && !st; d++) st = hcq__device_prepare_submit(r->devices[d]);
   if (!st) st = hcq__cuda_graph_launch(r->devices, r->ndevices, g->exec, wait ? g->start : NULL, g->end);
   if (!st)
-    for (size_t d = 0; d < r->ndevices; d++) r->devices[d]->timeline_value++;
+    for (size_t d = 0; d < r->ndevices; d++) hcq__timeline_advance(r->devices[d]);
   hcq__device_unlock_many(r->devices, r->ndevices);
   if (st) return st;
   g->launched = true;

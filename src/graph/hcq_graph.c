@@ -590,7 +590,7 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
       /* Cannot fail after the reservation. */
       hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d], dev));
       if (in->queues[2 * d + 1]) hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d + 1], dev));
-      dev->timeline_value++;
+      hcq__timeline_advance(dev);
     }
   }
   hcq__device_unlock_many(r->devices, g->ndev);

@@ -302,7 +302,7 @@ static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
     atomic_store_explicit(&s->busy, true, memory_order_relaxed);
     st = hcq__mtl_submit_job(dev, &job, words, HCQ__LEN_SIGNAL);
     if (st) atomic_store(&s->busy, false);
-    else dev->timeline_value++;
+    else hcq__timeline_advance(dev);
   }
   pthread_mutex_unlock(&dev->lock);
   if (st) return st;

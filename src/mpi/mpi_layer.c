@@ -656,26 +656,6 @@ static uint64_t r_completed(hcq_device_t *dev, hcq_queue_kind_t kind) {
   return atomic_load_explicit(&rdev_of(dev)->q[kind].completed, memory_order_acquire);
 }
 
-static hcq_status_t r_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
-  uint64_t deadline = hcq__deadline_after_ms(timeout_ms);
-  for (int k = 0; k < 2; k++) {
-    rqueue_t *q = &rdev_of(dev)->q[k];
-    uint64_t want = atomic_load(&q->submitted);
-    while (atomic_load(&q->completed) < want) {
-      hcq_status_t st = hcq__device_check(dev);
-      if (st) return st;
-      if (deadline && hcq__now_ns() >= deadline) {
-        st = hcq_status_make(HCQ_TIMEOUT, "%s: its %s queue still has work after %" PRId64 " ms", dev->name,
-                             k ? "copy" : "compute", timeout_ms);
-        return hcq__device_annotate_report(st, &dev, 1);
-      }
-      struct timespec ts = {0, 100000};
-      nanosleep(&ts, NULL);
-    }
-  }
-  return NULL;
-}
-
 static void r_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out) {
   rqueue_t *q = &rdev_of(dev)->q[kind];
   out->submitted = atomic_load(&q->submitted);
@@ -704,7 +684,6 @@ static const hcq__device_vtable_t remote_vtable = {
     .submit = r_submit,
     .submitted = r_submitted,
     .completed = r_completed,
-    .wait_idle = r_wait_idle,
     .snapshot = r_snapshot,
     .lost = r_lost,
     .program_compile = r_compile,
