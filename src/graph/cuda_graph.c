@@ -344,11 +344,8 @@ hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, unsigne
   if (runner->ndevices > HCQ__GRAPH_MAX_DEVICES)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "a CUDA graph spans at most %d devices; these items use %zu",
                            HCQ__GRAPH_MAX_DEVICES, runner->ndevices);
-  cuda_graph_t *g = calloc(1, sizeof(*g));
+  cuda_graph_t *g = hcq__graph_alloc(sizeof(*g), &cuda_graph_vtable, runner);
   if (!g) return oom();
-  g->base.vt = &cuda_graph_vtable;
-  g->base.magic = HCQ__OBJ_LIVE;
-  g->base.runner = *runner;
   hcq_status_t st = build(g);
   if (st) {
     /* The runner stays with the caller, who releases it. */

@@ -170,6 +170,15 @@ void hcq_graph_stats(const hcq_graph_t *g, hcq_graph_stats_t *out) {
   if (g && g->vt->stats) g->vt->stats(g, out);
 }
 
+void *hcq__graph_alloc(size_t size, const hcq__graph_vtable_t *vt, const hcq__runner_t *runner) {
+  hcq_graph_t *g = calloc(1, size);
+  if (!g) return NULL;
+  g->vt = vt;
+  g->magic = HCQ__OBJ_LIVE;
+  g->runner = *runner;
+  return g;
+}
+
 static const hcq__graph_kind_t k_own_runners[] = {
     {HCQ_DEVICE_CUDA, hcq__cuda_graph_create, false, false}, /* docs/design.md, "The CUDA graph" */
     {HCQ_DEVICE_METAL, hcq__metal_graph_create, true, true}, /* docs/design.md, "The Metal graph" */

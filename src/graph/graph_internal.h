@@ -40,6 +40,10 @@ static inline void hcq__graph_struct_free(hcq_graph_t *g) {
     free(g);
 }
 
+/* The start of every runner's constructor: a zeroed struct of size bytes (its first member a struct
+ * hcq_graph) with vt set, live, and holding a copy of the runner; NULL when memory ran out. */
+void *hcq__graph_alloc(size_t size, const hcq__graph_vtable_t *vt, const hcq__runner_t *runner);
+
 /* The graph runners (docs/design.md, "Graph runners"). Each builds a graph over the runner's items
  * and takes the runner on success; inflight is the replays one graph may have in flight (0: the
  * HCQ_GRAPH_INFLIGHT default). */

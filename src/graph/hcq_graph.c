@@ -723,11 +723,8 @@ hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned
   if (runner->ndevices > HCQ__GRAPH_MAX_DEVICES)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "an HCQ graph spans at most %d devices; these items use %zu",
                            HCQ__GRAPH_MAX_DEVICES, runner->ndevices);
-  hcq_graph_impl_t *g = calloc(1, sizeof(*g));
+  hcq_graph_impl_t *g = hcq__graph_alloc(sizeof(*g), &hcq_graph_vtable, runner);
   if (!g) return oom();
-  g->base.vt = &hcq_graph_vtable;
-  g->base.magic = HCQ__OBJ_LIVE;
-  g->base.runner = *runner;
   g->ndev = runner->ndevices;
   g->profile = profile;
   g->ninst = inflight ? inflight : hcq__options()->graph_inflight;

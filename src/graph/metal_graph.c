@@ -380,11 +380,8 @@ hcq_status_t hcq__metal_graph_create(hcq__runner_t *runner, bool profile, unsign
   if (runner->ndevices != 1)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "a Metal graph runs on one device; these items use %zu", runner->ndevices);
   const hcq__mtl_api_t *api = hcq__mtl_api(NULL);
-  metal_graph_t *g = calloc(1, sizeof(*g));
+  metal_graph_t *g = hcq__graph_alloc(sizeof(*g), &metal_graph_vtable, runner);
   if (!g) return oom();
-  g->base.vt = &metal_graph_vtable;
-  g->base.magic = HCQ__OBJ_LIVE;
-  g->base.runner = *runner;
   g->dev = runner->devices[0];
   g->api = api;
   hcq_status_t st = build(g, inflight);

@@ -1,6 +1,7 @@
 /* The part of every graph runner that does not depend on the device kind: validated, owned copies
- * of the exec items, input-slot replacement, the graph's variables, replay arguments. The HCQ graph
- * uses it now; a CUDA graph would use the same. */
+ * of the exec items, input-slot replacement, the graph's variables, replay arguments. All three
+ * runners (hcq_graph.c, cuda_graph.c, metal_graph.c) are built on it and differ only in how they
+ * encode and replay the items. */
 #ifndef HCQ_GRAPH_RUNNER_H
 #define HCQ_GRAPH_RUNNER_H
 
