@@ -111,7 +111,8 @@ void hcq__cpu_layout_remove(hcq_device_t *dev) {
 }
 
 size_t hcq_device_cores(const hcq_device_t *dev, int *out_cores, size_t cap) {
-  if (!dev || dev->kind != HCQ_DEVICE_CPU) return 0;
+  /* A device struct outlives its engine while objects of a closed device are alive. */
+  if (!dev || dev->kind != HCQ_DEVICE_CPU || !dev->backend) return 0;
   pthread_mutex_lock(&g_layout_lock);
   const hcq__cpu_share_t *sh = hcq__cpu_share((hcq_device_t *)dev);
   size_t n = sh->ncores;
