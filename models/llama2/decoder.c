@@ -7,16 +7,11 @@
 #include <time.h>
 
 #include "llama2.h"
+#include "model_status.h"
 
 /* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA), kernels.metal (Metal). */
 extern const char llama2_kernels_source[], llama2_kernels_glsl_source[], llama2_kernels_cuda_source[],
     llama2_kernels_metal_source[];
-
-#define TRY(call)              \
-  do {                         \
-    hcq_status_t st_ = (call); \
-    if (st_) return st_;       \
-  } while (0)
 
 /* Rows per work-group of the matrix-vector kernels (even: rotary pairs stay in one group). Their
  * group size is rows x steps(inputs) threads (kernels.c): the device spreads a launch over its

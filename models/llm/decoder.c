@@ -12,16 +12,11 @@
 
 #include "gpu_abi.h" /* the kernel ABI every kind follows */
 #include "llm.h"
+#include "model_status.h"
 #include "quant.h"
 
 /* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA), kernels.metal (Metal). */
 extern const char llm_kernels_source[], llm_kernels_glsl_source[], llm_kernels_cuda_source[], llm_kernels_metal_source[];
-
-#define TRY(call)              \
-  do {                         \
-    hcq_status_t st_ = (call); \
-    if (st_) return st_;       \
-  } while (0)
 
 enum { MAX_ITEM_BUFS = 10, TILE = 8, CHUNK = 32, MAX_PROGRAMS = 64 };
 /* A work-item, for the CPU device's choice to share a launch between its threads

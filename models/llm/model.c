@@ -5,12 +5,7 @@
 #include <string.h>
 
 #include "llm.h"
-
-#define TRY(call)              \
-  do {                         \
-    hcq_status_t st_ = (call); \
-    if (st_) return st_;       \
-  } while (0)
+#include "model_status.h"
 
 /* A key under the architecture's prefix ("llama.block_count"). */
 static const char *key(char *buf, size_t size, const char *suffix) {

@@ -7,15 +7,10 @@
 #include <string.h>
 
 #include "minilm.h"
+#include "model_status.h"
 
 /* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA). */
 extern const char minilm_kernels_source[], minilm_kernels_glsl_source[], minilm_kernels_cuda_source[];
-
-#define TRY(call)              \
-  do {                         \
-    hcq_status_t st_ = (call); \
-    if (st_) return st_;       \
-  } while (0)
 
 /* CPU tiles (kernels.c): RB rows x CB columns per matrix-product group, EMB_ROWS rows per embedding
  * group, QB queries per attention group. */
