@@ -7,7 +7,8 @@
 
 #include "core/backend.h"
 #include "core/binary.h"
-#include "core/internal.h"
+#include "core/device.h"
+#include "core/status.h"
 
 static const char *const k_names[] = {
     "none",

@@ -26,7 +26,7 @@ char *hcq__binary_text(hcq_binary_format_t format, const void *bytes, size_t siz
 /* The format when source is a binary's text form ("#cubin\n..."), else HCQ_BINARY_NONE. */
 hcq_binary_format_t hcq__binary_of_source(const char *source);
 /* The bytes of a binary's text form (malloc'd). COMPILE_ERROR naming entry when the base64 is bad. */
-hcq_status_t hcq__binary_decode(const char *source, const char *entry, uint8_t **out, size_t *out_len);
+HCQ_MUST_USE hcq_status_t hcq__binary_decode(const char *source, const char *entry, uint8_t **out, size_t *out_len);
 
 /* What bytes look like, for messages: "a SPIR-V module", "an ELF file (a cubin?)", "text starting
  * \"__global__ v\"", ... Writes into out. */

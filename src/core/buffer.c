@@ -3,7 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/buffer.h"
+#include "core/device.h"
+#include "core/memory.h"
+#include "core/object.h"
+#include "core/remote.h"
 
 static atomic_ulong g_buffer_ids;
 

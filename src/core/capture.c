@@ -4,7 +4,8 @@
 #include <stdio.h>
 
 #include "core/capture.h"
-#include "core/internal.h"
+#include "core/device.h"
+#include "core/vec.h"
 
 _Thread_local const hcq__recorder_t *hcq__recorder;
 

@@ -5,7 +5,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/internal.h"
+#include "core/buffer.h"
+#include "core/capture.h"
+#include "core/device.h"
+#include "core/eager.h"
+#include "core/memory.h"
+#include "core/object.h"
+#include "core/options.h"
+#include "core/program.h"
+#include "core/queue.h"
+#include "core/remote.h"
+#include "core/validate.h"
 #include "trace/trace_internal.h"
 
 static inline hcq_operand_t sig_addr(const hcq_signal_t *s) { return hcq_imm((int64_t)s->mem.addr); }

@@ -6,7 +6,11 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "core/internal.h"
+#include "core/device.h"
+#include "core/fence.h"
+#include "core/host_wait.h"
+#include "core/options.h"
+#include "core/signal.h"
 #include "hcq/fence.h"
 
 typedef struct fence_point {

@@ -1,11 +1,13 @@
-/* Memory accounting: the counters live in each device (internal.h, hcq__mem_count at the core's
+/* Memory accounting: the counters live in each device (core/device.h, hcq__mem_count at the core's
  * allocation and free points); this file reads them and sizes the kernel cache on disk. */
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/internal.h"
+#include "core/device.h"
+#include "core/memory.h"
+#include "core/options.h"
 #include "hcq/memory.h"
 
 static uint64_t read_class(hcq_device_t *dev, hcq__mem_class_t c) {

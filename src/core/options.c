@@ -5,7 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/object.h"
+#include "core/options.h"
 #include "trace/trace_internal.h"
 
 static hcq__options_t g_options;

@@ -3,7 +3,10 @@
 
 #include "core/backend.h"
 #include "core/binary.h"
-#include "core/internal.h"
+#include "core/device.h"
+#include "core/object.h"
+#include "core/program.h"
+#include "core/status.h"
 
 static hcq_status_t program_new(hcq_device_t *dev, const char *name, hcq_program_t **out) {
   hcq_program_t *p = calloc(1, sizeof(*p));

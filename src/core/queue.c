@@ -2,7 +2,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/internal.h"
+#include "core/buffer.h"
+#include "core/command.h"
+#include "core/device.h"
+#include "core/eager.h"
+#include "core/memory.h"
+#include "core/program.h"
+#include "core/queue.h"
+#include "core/remote.h"
+#include "core/symset.h"
+#include "core/vec.h"
 
 #define NO_PATCH UINT32_MAX
 

@@ -1,10 +1,9 @@
-#include "hcq/status.h"
-
-#include "core/internal.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/status.h"
+#include "hcq/status.h"
 
 struct hcq_status {
   hcq_status_code_t code;

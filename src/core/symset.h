@@ -32,7 +32,7 @@ void hcq__symset_init(hcq__symset_t *set);
 void hcq__symset_deinit(hcq__symset_t *set);
 
 /* Adds expr (retained) unless an equal one is there; *out_index is its symbol index. */
-hcq_status_t hcq__symset_add(hcq__symset_t *set, const hcq_expr_t *expr, uint32_t *out_index);
+HCQ_MUST_USE hcq_status_t hcq__symset_add(hcq__symset_t *set, const hcq_expr_t *expr, uint32_t *out_index);
 
 /* Undoing additions: a mark taken before adding, truncate drops what was added since (symbols and
  * the variables they brought). */
@@ -44,10 +44,10 @@ void hcq__symset_truncate(hcq__symset_t *set, hcq__symset_mark_t mark);
 
 /* Binds the values of every variable of the set: missing values and values outside a variable's
  * range are errors naming the variable. Extra values for other variables are ignored. */
-hcq_status_t hcq__symset_bind(hcq__symset_t *set, const hcq_var_value_t *vals, size_t nvals);
+HCQ_MUST_USE hcq_status_t hcq__symset_bind(hcq__symset_t *set, const hcq_var_value_t *vals, size_t nvals);
 
 /* Evaluates symbol i with the bound values. */
-hcq_status_t hcq__symset_eval(const hcq__symset_t *set, uint32_t i, int64_t *out_value);
+HCQ_MUST_USE hcq_status_t hcq__symset_eval(const hcq__symset_t *set, uint32_t i, int64_t *out_value);
 
 static inline size_t hcq__symset_count(const hcq__symset_t *set) { return set->syms.len; }
 

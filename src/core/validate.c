@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/internal.h"
+#include "core/buffer.h"
+#include "core/capture.h"
+#include "core/remote.h"
+#include "core/validate.h"
 
 struct hcq__write_check {
   size_t n;

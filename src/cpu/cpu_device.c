@@ -23,7 +23,13 @@
 
 #include "core/backend.h"
 #include "core/cmd_cursor.h"
-#include "core/internal.h"
+#include "core/command.h"
+#include "core/device.h"
+#include "core/hang_report.h"
+#include "core/host_wait.h"
+#include "core/options.h"
+#include "core/remote.h"
+#include "core/signal.h"
 #include "cpu/cpu_internal.h"
 
 #define RING_WORDS (UINT64_C(1) << 18)

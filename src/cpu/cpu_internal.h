@@ -7,7 +7,8 @@
 #include "core/internal.h"
 
 /* Compiles source with the system C compiler into a cached shared object and resolves entry. */
-hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
+HCQ_MUST_USE hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *source,
+                                           hcq__program_impl_t *out);
 void hcq__cpu_unload(hcq_device_t *dev, hcq__program_impl_t *impl);
 
 /* ---- threads and cores (cpu_layout.c) ----
@@ -29,7 +30,7 @@ typedef struct hcq__cpu_share {
 hcq__cpu_share_t *hcq__cpu_share(hcq_device_t *dev);
 /* The cores this process may use. */
 size_t hcq__cpu_core_count(void);
-/* The device's waiter_on_engine_core (core/internal.h). */
+/* The device's waiter_on_engine_core (core/backend.h). */
 bool hcq__cpu_waiter_on_engine_core(hcq_device_t *dev);
 
 /* ---- kernel faults (cpu_fault.c) ----
@@ -64,9 +65,9 @@ uint64_t hcq__cpu_host_passes(hcq_device_t *dev);
 uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev);
 
 /* ---- memory (cpu_memory.c): the CPU device's mem_alloc and mem_free ---- */
-hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out);
+HCQ_MUST_USE hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out);
 void hcq__cpu_mem_free(hcq_device_t *dev, hcq__mem_t *mem);
 /* The host's memory (MemTotal, MemAvailable), bounded by the process's cgroup v2 limit. */
-hcq_status_t hcq__cpu_memory_info(hcq_device_t *dev, hcq_device_memory_t *out);
+HCQ_MUST_USE hcq_status_t hcq__cpu_memory_info(hcq_device_t *dev, hcq_device_memory_t *out);
 
 #endif

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "core/internal.h"
+#include "core/memory.h"
 #include "cpu/cpu_internal.h"
 
 #define HEAP_BELOW (UINT64_C(256) << 10)

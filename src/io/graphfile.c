@@ -9,7 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/internal.h"
+#include "core/remote.h"
+#include "core/vec.h"
 #include "hcq/graphfile.h"
 #include "io/graphfile_internal.h"
 

@@ -83,41 +83,41 @@ void hcq__gf_pop(gf_loader_t *L, size_t mark);
 size_t hcq__gf_push_key(gf_loader_t *L, const char *key);
 /* Errors at the path: fail makes one, wrap prefixes a status from the library, oom is out of
  * memory. */
-hcq_status_t hcq__gf_fail(gf_loader_t *L, hcq_status_code_t code, const char *fmt, ...) HCQ_PRINTF(3, 4);
-hcq_status_t hcq__gf_wrap(gf_loader_t *L, hcq_status_t st);
-hcq_status_t hcq__gf_oom(gf_loader_t *L);
+HCQ_MUST_USE hcq_status_t hcq__gf_fail(gf_loader_t *L, hcq_status_code_t code, const char *fmt, ...) HCQ_PRINTF(3, 4);
+HCQ_MUST_USE hcq_status_t hcq__gf_wrap(gf_loader_t *L, hcq_status_t st);
+HCQ_MUST_USE hcq_status_t hcq__gf_oom(gf_loader_t *L);
 /* Readers of one JSON value: a wrong type or value is an error at the path. */
 const char *hcq__gf_type_name(const json_t *j);
-hcq_status_t hcq__gf_expect(gf_loader_t *L, const json_t *j, json_type type, const char *what);
-hcq_status_t hcq__gf_only_keys(gf_loader_t *L, const json_t *obj, const char *const *allowed);
-hcq_status_t hcq__gf_get_int(gf_loader_t *L, const json_t *j, int64_t lo, int64_t hi, int64_t *out);
-hcq_status_t hcq__gf_get_f32(gf_loader_t *L, const json_t *j, float *out);
-hcq_status_t hcq__gf_required_section(gf_loader_t *L, const json_t *j, json_type type, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__gf_expect(gf_loader_t *L, const json_t *j, json_type type, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__gf_only_keys(gf_loader_t *L, const json_t *obj, const char *const *allowed);
+HCQ_MUST_USE hcq_status_t hcq__gf_get_int(gf_loader_t *L, const json_t *j, int64_t lo, int64_t hi, int64_t *out);
+HCQ_MUST_USE hcq_status_t hcq__gf_get_f32(gf_loader_t *L, const json_t *j, float *out);
+HCQ_MUST_USE hcq_status_t hcq__gf_required_section(gf_loader_t *L, const json_t *j, json_type type, const char *what);
 
 /* A device by its name in the file, after the device map; the file holds one reference to each. */
-hcq_status_t hcq__gf_open_device(gf_loader_t *L, const char *name, hcq_device_t **out);
+HCQ_MUST_USE hcq_status_t hcq__gf_open_device(gf_loader_t *L, const char *name, hcq_device_t **out);
 
 /* A regular file's whole contents (rel: from the graph file's folder); what a non-regular one is. */
-hcq_status_t hcq__gf_read_file(gf_loader_t *L, const char *rel, char **out, size_t *out_len);
+HCQ_MUST_USE hcq_status_t hcq__gf_read_file(gf_loader_t *L, const char *rel, char **out, size_t *out_len);
 const char *hcq__gf_file_type(mode_t mode);
 /* A base buffer's "init", and writing it to the buffer (at load and at hcq_graph_file_reset). */
-hcq_status_t hcq__gf_parse_init(gf_loader_t *L, const json_t *j, gf_buffer_t *b);
-hcq_status_t hcq__gf_write_init(const gf_buffer_t *b);
+HCQ_MUST_USE hcq_status_t hcq__gf_parse_init(gf_loader_t *L, const json_t *j, gf_buffer_t *b);
+HCQ_MUST_USE hcq_status_t hcq__gf_write_init(const gf_buffer_t *b);
 
 /* A buffer by name: its index (-1 when unknown), or from a JSON string with an error at the path. */
 ssize_t hcq__gf_find_buffer(const hcq_graph_file_t *gf, const char *name);
-hcq_status_t hcq__gf_buffer_ref(gf_loader_t *L, const json_t *j, gf_buffer_t **out);
+HCQ_MUST_USE hcq_status_t hcq__gf_buffer_ref(gf_loader_t *L, const json_t *j, gf_buffer_t **out);
 
 /* The program compiled for dev (once per device). */
-hcq_status_t hcq__gf_program_for(gf_loader_t *L, gf_program_t *p, hcq_device_t *dev, hcq_program_t **out);
+HCQ_MUST_USE hcq_status_t hcq__gf_program_for(gf_loader_t *L, gf_program_t *p, hcq_device_t *dev, hcq_program_t **out);
 
 /* The sections, in the order the load reads them: each may use what the ones before it made. */
-hcq_status_t hcq__gf_parse_vars(gf_loader_t *L, const json_t *vars);
-hcq_status_t hcq__gf_parse_buffers(gf_loader_t *L, const json_t *buffers);
-hcq_status_t hcq__gf_parse_programs(gf_loader_t *L, const json_t *programs);
-hcq_status_t hcq__gf_parse_items(gf_loader_t *L, const json_t *items);
-hcq_status_t hcq__gf_parse_inputs(gf_loader_t *L, const json_t *inputs);
-hcq_status_t hcq__gf_parse_runs(gf_loader_t *L, const json_t *runs);
-hcq_status_t hcq__gf_check_items(gf_loader_t *L);
+HCQ_MUST_USE hcq_status_t hcq__gf_parse_vars(gf_loader_t *L, const json_t *vars);
+HCQ_MUST_USE hcq_status_t hcq__gf_parse_buffers(gf_loader_t *L, const json_t *buffers);
+HCQ_MUST_USE hcq_status_t hcq__gf_parse_programs(gf_loader_t *L, const json_t *programs);
+HCQ_MUST_USE hcq_status_t hcq__gf_parse_items(gf_loader_t *L, const json_t *items);
+HCQ_MUST_USE hcq_status_t hcq__gf_parse_inputs(gf_loader_t *L, const json_t *inputs);
+HCQ_MUST_USE hcq_status_t hcq__gf_parse_runs(gf_loader_t *L, const json_t *runs);
+HCQ_MUST_USE hcq_status_t hcq__gf_check_items(gf_loader_t *L);
 
 #endif

@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/buffer.h"
+#include "core/device.h"
+#include "core/program.h"
+#include "core/vec.h"
 #include "io/graphfile_internal.h"
 
 /* An integer operand or an expression over the file's variables. */

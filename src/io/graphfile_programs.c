@@ -8,7 +8,8 @@
 
 #include "core/backend.h"
 #include "core/binary.h"
-#include "core/internal.h"
+#include "core/device.h"
+#include "core/vec.h"
 #include "io/graphfile_internal.h"
 
 /* A string field that may be given as {"file": path}. */

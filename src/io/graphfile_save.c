@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "core/internal.h"
+#include "core/vec.h"
 #include "hcq/jit.h"
 #include "io/graphfile_internal.h"
 #include "io/htab.h"

@@ -1,6 +1,6 @@
 /* Symbolic launches: hcq_launch() with operands that may be expressions. The launch runs as a kernel
  * exec item, which evaluates the operands and which a capture records with its symbols. */
-#include "core/internal.h"
+#include "core/program.h"
 #include "jit/jit_internal.h"
 
 hcq_status_t hcq_launch_sym(const hcq_launch_sym_desc_t *d, const hcq_var_value_t *vals, size_t nvals) {

@@ -14,12 +14,18 @@
  *   WAIT      commits what is open (without waiting for it), then waits on the host for the signal
  * A command buffer that ends in error marks the device lost with Metal's error text. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "core/backend.h"
 #include "core/binary.h"
+#include "core/device.h"
+#include "core/host_wait.h"
+#include "core/options.h"
+#include "core/signal.h"
+#include "core/vec.h"
 #include "metal/metal_internal.h"
 
 typedef struct mtl_entry {

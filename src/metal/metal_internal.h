@@ -10,7 +10,12 @@
 #ifndef HCQ_METAL_INTERNAL_H
 #define HCQ_METAL_INTERNAL_H
 
-#include "core/internal.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hcq/device.h"
+#include "hcq/status.h"
 
 typedef void *hcq_id;
 typedef void *hcq_SEL;
@@ -119,7 +124,8 @@ typedef struct hcq__mtl_job {
   void (*done)(void *ctx, hcq_id cb, bool failed);
   void *ctx;
 } hcq__mtl_job_t;
-hcq_status_t hcq__mtl_submit_job(hcq_device_t *dev, const hcq__mtl_job_t *job, const uint32_t *words, size_t nwords);
+HCQ_MUST_USE hcq_status_t hcq__mtl_submit_job(hcq_device_t *dev, const hcq__mtl_job_t *job, const uint32_t *words,
+                                              size_t nwords);
 /* NSString from C text (autoreleased) and back. */
 hcq_id hcq__mtl_string(const hcq__mtl_api_t *api, const char *s);
 const char *hcq__mtl_cstring(const hcq__mtl_api_t *api, hcq_id str);

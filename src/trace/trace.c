@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/queue.h"
 #include "trace/trace_model.h"
 
 #define EAGER_SLOTS 256u /* eager operations in flight per device before the oldest is waited for */

@@ -4,7 +4,9 @@
 #ifndef HCQ_TRACE_TRACE_INTERNAL_H
 #define HCQ_TRACE_TRACE_INTERNAL_H
 
-#include "core/internal.h"
+#include "core/device.h"
+#include "core/host_wait.h"
+#include "core/signal.h"
 #include "hcq/trace.h"
 
 /* Recording now: started and not paused. */
@@ -27,16 +29,16 @@ typedef struct hcq__trace_op {
   bool on;
 } hcq__trace_op_t;
 
-hcq_status_t hcq__trace_op_begin_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q);
-static inline hcq_status_t hcq__trace_op_begin(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q) {
+HCQ_MUST_USE hcq_status_t hcq__trace_op_begin_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q);
+HCQ_MUST_USE static inline hcq_status_t hcq__trace_op_begin(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q) {
   op->on = false;
   return hcq__tracing() ? hcq__trace_op_begin_slow(op, dev, q) : NULL;
 }
 /* name: the kernel; for a copy from -> to (either may be "host"). */
-hcq_status_t hcq__trace_op_end_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q, const char *name,
-                                    const char *to, uint64_t bytes);
-static inline hcq_status_t hcq__trace_op_end(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q,
-                                             const char *name, const char *to, uint64_t bytes) {
+HCQ_MUST_USE hcq_status_t hcq__trace_op_end_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q,
+                                                 const char *name, const char *to, uint64_t bytes);
+HCQ_MUST_USE static inline hcq_status_t hcq__trace_op_end(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q,
+                                                          const char *name, const char *to, uint64_t bytes) {
   return op->on ? hcq__trace_op_end_slow(op, dev, q, name, to, bytes) : NULL;
 }
 void hcq__trace_op_submitted_slow(hcq_device_t *dev);

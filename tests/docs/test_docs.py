@@ -111,9 +111,9 @@ for path in docs:
             failures.append(f"{rel(path)}: names {target}, which is not in the repository")
 
 # ---- the documented default compiler flags are the code's ----
-m = re.search(r'#define HCQ__DEFAULT_CFLAGS "([^"]+)"', open(os.path.join(root, "src/core/internal.h")).read())
+m = re.search(r'#define HCQ__DEFAULT_CFLAGS "([^"]+)"', open(os.path.join(root, "src/core/options.h")).read())
 if not m:
-    failures.append("src/core/internal.h: no HCQ__DEFAULT_CFLAGS")
+    failures.append("src/core/options.h: no HCQ__DEFAULT_CFLAGS")
 else:
     for doc in ("include/hcq/program.h", "README.md", "docs/kernel-cache.md", "cli/help.c"):
         if m.group(1) not in open(os.path.join(root, doc), encoding="utf-8").read():
