@@ -156,6 +156,106 @@ static bool run_queue(rdev_t *rd, rqueue_t *q, bool *blocked) {
   }
 }
 
+/* What one pass of the thread over its work found: whether anything moved, whether some queue or
+ * request still waits (and whether on MPI), and the signal a queue waits for, if one does. */
+typedef struct sweep {
+  bool moved, waiting, mpi_pending;
+  const hcq__signal_words_t *park_on;
+  uint64_t park_want;
+} sweep_t;
+
+/* Posts the ops user threads handed over onto the thread's posted list (under hcq__mpi.lock). */
+static void post_new_ops(op_t **posted, sweep_t *s) {
+  op_t *fresh = hcq__mpi.new_ops;
+  hcq__mpi.new_ops = NULL;
+  while (fresh) {
+    op_t *o = fresh;
+    fresh = o->next;
+    if (hcq__mpi_op_post(o)) {
+      o->next = *posted;
+      *posted = o;
+    }
+    s->moved = true;
+  }
+}
+
+/* Runs every remote device's queues as far as they go (under hcq__mpi.lock); a lost device's are dropped. */
+static void run_devices(sweep_t *s) {
+  for (rdev_t *rd = hcq__mpi.devices; rd; rd = rd->next) {
+    if (hcq__mpi_rank_is_lost(rd->rank) && !hcq__device_is_lost(rd->dev))
+      hcq__device_mark_lost(rd->dev, "rank %d is lost: %s", rd->rank, hcq__mpi.rank_lost_reason[rd->rank]);
+    for (int k = 0; k < 2; k++) {
+      rqueue_t *q = &rd->q[k];
+      if (hcq__device_is_lost(rd->dev)) {
+        if (q->running || atomic_load(&q->completed) != atomic_load(&q->submitted)) hcq__mpi_drop_queue(q);
+        continue;
+      }
+      if (q->pending && atomic_load(&q->pending->state) == OPS_POSTED) hcq__mpi_op_test(q->pending);
+      bool blocked;
+      s->moved |= run_queue(rd, q, &blocked);
+      if (blocked) {
+        s->waiting = true;
+        if (!q->pending && q->c.w && HCQ__HDR_OP(q->c.w[0]) == HCQ__OP_WAIT) {
+          s->park_on = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->c.w + HCQ__WAIT_ADDR);
+          s->park_want = q->c.w[HCQ__WAIT_VALUE];
+        } else {
+          s->mpi_pending = true; /* an MPI request in flight: keep polling MPI */
+        }
+      }
+    }
+  }
+}
+
+/* Tests the posted ops and takes the ended ones off the list. */
+static void reap_posted(op_t **posted, sweep_t *s) {
+  for (op_t **p = posted; *p;) {
+    op_t *o = *p, *next = o->next;
+    bool abandoned = atomic_load(&o->abandoned); /* once done, a waiting user may free o at once */
+    bool ended = hcq__mpi_op_test(o);
+    if (!ended && hcq__mpi_rank_is_lost(o->peer)) hcq__mpi_op_fail_lost(o), ended = true;
+    if (ended) {
+      *p = next;
+      if (abandoned) free(o);
+      s->moved = true;
+    } else {
+      p = &o->next;
+    }
+  }
+  if (*posted) s->waiting = true, s->mpi_pending = true;
+}
+
+/* One pause of an idle thread (idle passes in a row, the first at idle_since; seq: the doorbell
+ * before the pass). A message in flight is only completed by MPI's progress, which runs inside
+ * MPI_Test: while one is pending, poll MPI back to back (a pause, then yielding the core to the
+ * threads being waited for) for a bounded time, HCQ_MPI_SPIN_NS, so a reply that comes soon is
+ * seen within a poll rather than a nap. Past it, MPI is polled every 20 us. With nothing in flight
+ * the thread spins only briefly (a hand-off from another core is near) and then sleeps on its
+ * doorbell or on the signal its queue waits for: no CPU is used while idle. */
+static void nap(const sweep_t *s, uint32_t seq, unsigned idle, uint64_t idle_since) {
+  if (idle < 256 || (s->mpi_pending && hcq__now_ns() - idle_since < hcq__mpi.spin_ns)) {
+    hcq__spin_step(idle);
+    return;
+  }
+  if (s->mpi_pending) {
+    hcq__futex_wait(&hcq__mpi.doorbell, seq, UINT64_C(20000));
+    return;
+  }
+  hcq__park_t park;
+  _Atomic uint32_t *word = &hcq__mpi.doorbell;
+  if (s->park_on) {
+    hcq__park_begin(s->park_on, &park);
+    word = park.word, seq = park.seq;
+    if (atomic_load_explicit(&s->park_on->value, memory_order_seq_cst) >= s->park_want) {
+      hcq__park_end(&park);
+      return;
+    }
+  }
+  atomic_store_explicit(&hcq__mpi.sleep_word, word, memory_order_seq_cst);
+  hcq__futex_wait(word, seq, s->waiting ? UINT64_C(1000000) : UINT64_C(50000000));
+  atomic_store_explicit(&hcq__mpi.sleep_word, NULL, memory_order_seq_cst);
+  if (s->park_on) hcq__park_end(&park);
+}
+
 void *hcq__mpi_comm_main(void *arg) {
   (void)arg;
   /* Its naps between MPI polls are short: the default 50 us timer slack would triple them. */
@@ -165,95 +265,21 @@ void *hcq__mpi_comm_main(void *arg) {
   unsigned idle = 0;
   uint64_t idle_since = 0;
   for (;;) {
-    bool moved = false, waiting = false, mpi_pending = false;
-    const hcq__signal_words_t *park_on = NULL;
-    uint64_t park_want = 0;
+    sweep_t s = {.moved = false};
     uint32_t seq = atomic_load_explicit(&hcq__mpi.doorbell, memory_order_seq_cst);
     pthread_mutex_lock(&hcq__mpi.lock);
-    op_t *fresh = hcq__mpi.new_ops;
-    hcq__mpi.new_ops = NULL;
-    while (fresh) {
-      op_t *o = fresh;
-      fresh = o->next;
-      if (hcq__mpi_op_post(o)) {
-        o->next = posted;
-        posted = o;
-      }
-      moved = true;
-    }
-    for (rdev_t *rd = hcq__mpi.devices; rd; rd = rd->next) {
-      if (hcq__mpi_rank_is_lost(rd->rank) && !hcq__device_is_lost(rd->dev))
-        hcq__device_mark_lost(rd->dev, "rank %d is lost: %s", rd->rank, hcq__mpi.rank_lost_reason[rd->rank]);
-      for (int k = 0; k < 2; k++) {
-        rqueue_t *q = &rd->q[k];
-        if (hcq__device_is_lost(rd->dev)) {
-          if (q->running || atomic_load(&q->completed) != atomic_load(&q->submitted)) hcq__mpi_drop_queue(q);
-          continue;
-        }
-        if (q->pending && atomic_load(&q->pending->state) == OPS_POSTED) hcq__mpi_op_test(q->pending);
-        bool blocked;
-        moved |= run_queue(rd, q, &blocked);
-        if (blocked) {
-          waiting = true;
-          if (!q->pending && q->c.w && HCQ__HDR_OP(q->c.w[0]) == HCQ__OP_WAIT) {
-            park_on = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->c.w + HCQ__WAIT_ADDR);
-            park_want = q->c.w[HCQ__WAIT_VALUE];
-          } else {
-            mpi_pending = true; /* an MPI request in flight: keep polling MPI */
-          }
-        }
-      }
-    }
+    post_new_ops(&posted, &s);
+    run_devices(&s);
     pthread_mutex_unlock(&hcq__mpi.lock);
-    for (op_t **p = &posted; *p;) {
-      op_t *o = *p, *next = o->next;
-      bool abandoned = atomic_load(&o->abandoned); /* once done, a waiting user may free o at once */
-      bool ended = hcq__mpi_op_test(o);
-      if (!ended && hcq__mpi_rank_is_lost(o->peer)) hcq__mpi_op_fail_lost(o), ended = true;
-      if (ended) {
-        *p = next;
-        if (abandoned) free(o);
-        moved = true;
-      } else {
-        p = &o->next;
-      }
-    }
-    if (posted) waiting = true, mpi_pending = true;
-    if (moved) {
+    reap_posted(&posted, &s);
+    if (s.moved) {
       idle = 0;
       continue;
     }
-    if (atomic_load(&hcq__mpi.stop) && !waiting) break;
-    if (atomic_load(&hcq__mpi.stop) && waiting && idle > 20000) break; /* stopping with requests nobody answers */
+    if (atomic_load(&hcq__mpi.stop) && !s.waiting) break;
+    if (atomic_load(&hcq__mpi.stop) && s.waiting && idle > 20000) break; /* stopping with requests nobody answers */
     if (idle++ == 0) idle_since = hcq__now_ns();
-    /* A message in flight is only completed by MPI's progress, which runs inside MPI_Test: while
-     * one is pending, poll MPI back to back (a pause, then yielding the core to the threads being
-     * waited for) for a bounded time, HCQ_MPI_SPIN_NS, so a reply that comes soon is seen within
-     * a poll rather than a nap. Past it, MPI is polled every 20 us. With nothing in flight the
-     * thread spins only briefly (a hand-off from another core is near) and then sleeps on its
-     * doorbell or on the signal its queue waits for: no CPU is used while idle. */
-    if (idle < 256 || (mpi_pending && hcq__now_ns() - idle_since < hcq__mpi.spin_ns)) {
-      hcq__spin_step(idle);
-      continue;
-    }
-    if (mpi_pending) {
-      hcq__futex_wait(&hcq__mpi.doorbell, seq, UINT64_C(20000));
-      continue;
-    }
-    hcq__park_t park;
-    _Atomic uint32_t *word = &hcq__mpi.doorbell;
-    if (park_on) {
-      hcq__park_begin(park_on, &park);
-      word = park.word, seq = park.seq;
-      if (atomic_load_explicit(&park_on->value, memory_order_seq_cst) >= park_want) {
-        hcq__park_end(&park);
-        continue;
-      }
-    }
-    atomic_store_explicit(&hcq__mpi.sleep_word, word, memory_order_seq_cst);
-    hcq__futex_wait(word, seq, waiting ? UINT64_C(1000000) : UINT64_C(50000000));
-    atomic_store_explicit(&hcq__mpi.sleep_word, NULL, memory_order_seq_cst);
-    if (park_on) hcq__park_end(&park);
+    nap(&s, seq, idle, idle_since);
   }
   while (posted) {
     op_t *o = posted;

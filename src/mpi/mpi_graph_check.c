@@ -68,6 +68,100 @@ typedef struct check_result {
   uint64_t gid, bad_item, bad_rank, bad_n, leader_n;
 } check_result_t;
 
+/* The digest of one item (never 0); devs: the devices it runs on or moves between. */
+static uint64_t item_digest(digest_ctx_t *c, const hcq_exec_item_t *it, const hcq_device_t *devs[2]) {
+  XXH3_64bits_reset(c->h);
+  feed_u64(c, (uint64_t)it->kind);
+  if (it->kind == HCQ_ITEM_KERNEL) {
+    const hcq_kernel_item_t *k = &it->kernel;
+    if (k->program) {
+      devs[0] = k->program->dev;
+      feed_str(c, k->program->name);
+      feed_dev(c, k->program->dev);
+    }
+    feed_u64(c, k->nbufs);
+    for (size_t i = 0; i < k->nbufs && k->bufs; i++) feed_buf(c, k->bufs[i]);
+    feed_u64(c, k->outs ? k->nouts + 1 : 0);
+    for (size_t i = 0; i < k->nouts && k->outs; i++) feed_u64(c, k->outs[i]);
+    feed_u64(c, k->nvals);
+    for (size_t i = 0; i < k->nvals && k->vals; i++) feed_operand(c, &k->vals[i]);
+    for (int i = 0; i < 3; i++) feed_operand(c, &k->global[i]), feed_operand(c, &k->local[i]);
+  } else if (it->kind == HCQ_ITEM_TRANSFER) {
+    feed_buf(c, it->transfer.dst);
+    feed_buf(c, it->transfer.src);
+    feed_u64(c, it->transfer.bytes);
+    if (it->transfer.dst) devs[0] = it->transfer.dst->dev;
+    if (it->transfer.src) devs[1] = it->transfer.src->dev;
+  }
+  uint64_t h = XXH3_64bits_digest(c->h);
+  return h ? h : 1;
+}
+
+/* The leader's side: each other rank of the graph (in) sends its item digests, the first that
+ * differs from the leader's own (dig) is the verdict, and every one of them hears it. */
+static hcq_status_t lead_check(const uint8_t *in, int leader, const uint64_t *dig, size_t nitems, check_result_t *res) {
+  hcq_status_t st = NULL;
+  res->gid = hcq__mpi.next_gid + 1;
+  res->leader_n = nitems;
+  for (int r = leader + 1; r < hcq__mpi.size && !st; r++) {
+    if (!in[r]) continue;
+    uint64_t hdr[2];
+    st = hcq__mpi_ctrl_msg(OP_RECV, r, hdr, sizeof(hdr), "graph build check (receiving a rank's item list)");
+    uint64_t *theirs = st ? NULL : malloc((hdr[0] ? hdr[0] : 1) * sizeof(uint64_t));
+    if (!st && !theirs) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
+    if (!st && hdr[0]) st = hcq__mpi_ctrl_msg(OP_RECV, r, theirs, (int)(hdr[0] * sizeof(uint64_t)), "graph build check");
+    if (!st) {
+      if (hdr[1] > res->gid) res->gid = hdr[1];
+      size_t n = hdr[0] < nitems ? hdr[0] : nitems, i = 0;
+      while (i < n && theirs[i] == dig[i]) i++;
+      if ((i < n || hdr[0] != nitems) && !res->bad_rank) {
+        res->bad_item = i;
+        res->bad_rank = (uint64_t)r + 1;
+        res->bad_n = hdr[0];
+      }
+    }
+    free(theirs);
+  }
+  for (int r = leader + 1; r < hcq__mpi.size && !st; r++)
+    if (in[r]) st = hcq__mpi_ctrl_msg(OP_SEND, r, res, sizeof(*res), "graph build check (sending the verdict)");
+  return st;
+}
+
+/* Every other rank's side: its item digests (dig) to the leader, and the leader's verdict back. */
+static hcq_status_t follow_check(int leader, uint64_t *dig, size_t nitems, check_result_t *res) {
+  uint64_t hdr[2] = {nitems, hcq__mpi.next_gid + 1};
+  hcq_status_t st =
+      hcq__mpi_ctrl_msg(OP_SEND, leader, hdr, sizeof(hdr), "graph build check (sending this rank's item list)");
+  if (!st) st = hcq__mpi_ctrl_msg(OP_SEND, leader, dig, (int)(nitems * sizeof(uint64_t)), "graph build check");
+  if (!st) st = hcq__mpi_ctrl_msg(OP_RECV, leader, res, sizeof(*res), "graph build check (waiting for the verdict)");
+  return st;
+}
+
+/* The ranks of the graph (in) agree that each built the same items (dig: this rank's digests), and
+ * on the graph's id, which then tags the bound lists this thread allocates (hcq__mpi_build_gid). */
+static hcq_status_t agree_on_items(const hcq_exec_item_t *items, size_t nitems, const uint8_t *in, uint64_t *dig) {
+  int leader = 0;
+  while (!in[leader]) leader++;
+  check_result_t res = {0};
+  hcq_status_t st =
+      hcq__mpi.rank == leader ? lead_check(in, leader, dig, nitems, &res) : follow_check(leader, dig, nitems, &res);
+  if (st) return hcq_status_annotate(st, "graph build: the ranks of the graph (leader rank %d) did not agree in time", leader);
+  if (res.bad_rank) {
+    char mine[160] = "";
+    size_t j = (size_t)res.bad_item;
+    if (j < nitems) describe_item(&items[j], j, mine, sizeof(mine));
+    else snprintf(mine, sizeof(mine), "no item %zu (this rank has %zu items)", j, nitems);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "graph build: the ranks disagree on the item list: rank %d (%" PRIu64 " items) differs from "
+                           "rank %d (%" PRIu64 " items) first at item %" PRIu64 "; on this rank (%d) it is %s. Every "
+                           "rank must build the same graphs with the same items in the same order (SPMD)",
+                           (int)(res.bad_rank - 1), res.bad_n, leader, res.leader_n, res.bad_item, hcq__mpi.rank, mine);
+  }
+  hcq__mpi.next_gid = (uint32_t)res.gid;
+  hcq__mpi_build_gid = (uint32_t)res.gid;
+  return NULL;
+}
+
 hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems) {
   hcq__mpi_build_gid = 0;
   if (!items || !nitems) return NULL;
@@ -79,31 +173,8 @@ hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems) {
   if (!in || !dig || !c.h || !c.bases) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
   bool local = false, remote = false;
   for (size_t j = 0; j < nitems && !st; j++) {
-    const hcq_exec_item_t *it = &items[j];
-    XXH3_64bits_reset(c.h);
-    feed_u64(&c, (uint64_t)it->kind);
     const hcq_device_t *devs[2] = {NULL, NULL};
-    if (it->kind == HCQ_ITEM_KERNEL) {
-      const hcq_kernel_item_t *k = &it->kernel;
-      if (k->program) {
-        devs[0] = k->program->dev;
-        feed_str(&c, k->program->name);
-        feed_dev(&c, k->program->dev);
-      }
-      feed_u64(&c, k->nbufs);
-      for (size_t i = 0; i < k->nbufs && k->bufs; i++) feed_buf(&c, k->bufs[i]);
-      feed_u64(&c, k->outs ? k->nouts + 1 : 0);
-      for (size_t i = 0; i < k->nouts && k->outs; i++) feed_u64(&c, k->outs[i]);
-      feed_u64(&c, k->nvals);
-      for (size_t i = 0; i < k->nvals && k->vals; i++) feed_operand(&c, &k->vals[i]);
-      for (int i = 0; i < 3; i++) feed_operand(&c, &k->global[i]), feed_operand(&c, &k->local[i]);
-    } else if (it->kind == HCQ_ITEM_TRANSFER) {
-      feed_buf(&c, it->transfer.dst);
-      feed_buf(&c, it->transfer.src);
-      feed_u64(&c, it->transfer.bytes);
-      if (it->transfer.dst) devs[0] = it->transfer.dst->dev;
-      if (it->transfer.src) devs[1] = it->transfer.src->dev;
-    }
+    dig[j] = item_digest(&c, &items[j], devs);
     for (int i = 0; i < 2; i++)
       if (devs[i]) {
         int r = hcq__mpi_dev_rank(devs[i]);
@@ -111,61 +182,9 @@ hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems) {
         if (r == hcq__mpi.rank) local = true;
         else remote = true;
       }
-    uint64_t h = XXH3_64bits_digest(c.h);
-    dig[j] = h ? h : 1;
   }
   /* Only graphs with work here and elsewhere need agreement (and message tags). */
-  if (!st && local && remote) {
-    int leader = 0;
-    while (!in[leader]) leader++;
-    check_result_t res = {0};
-    if (hcq__mpi.rank == leader) {
-      res.gid = hcq__mpi.next_gid + 1;
-      res.leader_n = nitems;
-      for (int r = leader + 1; r < hcq__mpi.size && !st; r++) {
-        if (!in[r]) continue;
-        uint64_t hdr[2];
-        st = hcq__mpi_ctrl_msg(OP_RECV, r, hdr, sizeof(hdr), "graph build check (receiving a rank's item list)");
-        uint64_t *theirs = st ? NULL : malloc((hdr[0] ? hdr[0] : 1) * sizeof(uint64_t));
-        if (!st && !theirs) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
-        if (!st && hdr[0]) st = hcq__mpi_ctrl_msg(OP_RECV, r, theirs, (int)(hdr[0] * sizeof(uint64_t)), "graph build check");
-        if (!st) {
-          if (hdr[1] > res.gid) res.gid = hdr[1];
-          size_t n = hdr[0] < nitems ? hdr[0] : nitems, i = 0;
-          while (i < n && theirs[i] == dig[i]) i++;
-          if ((i < n || hdr[0] != nitems) && !res.bad_rank) {
-            res.bad_item = i;
-            res.bad_rank = (uint64_t)r + 1;
-            res.bad_n = hdr[0];
-          }
-        }
-        free(theirs);
-      }
-      for (int r = leader + 1; r < hcq__mpi.size && !st; r++)
-        if (in[r]) st = hcq__mpi_ctrl_msg(OP_SEND, r, &res, sizeof(res), "graph build check (sending the verdict)");
-    } else {
-      uint64_t hdr[2] = {nitems, hcq__mpi.next_gid + 1};
-      st = hcq__mpi_ctrl_msg(OP_SEND, leader, hdr, sizeof(hdr), "graph build check (sending this rank's item list)");
-      if (!st) st = hcq__mpi_ctrl_msg(OP_SEND, leader, dig, (int)(nitems * sizeof(uint64_t)), "graph build check");
-      if (!st) st = hcq__mpi_ctrl_msg(OP_RECV, leader, &res, sizeof(res), "graph build check (waiting for the verdict)");
-    }
-    if (st) {
-      st = hcq_status_annotate(st, "graph build: the ranks of the graph (leader rank %d) did not agree in time", leader);
-    } else if (res.bad_rank) {
-      char mine[160] = "";
-      size_t j = (size_t)res.bad_item;
-      if (j < nitems) describe_item(&items[j], j, mine, sizeof(mine));
-      else snprintf(mine, sizeof(mine), "no item %zu (this rank has %zu items)", j, nitems);
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "graph build: the ranks disagree on the item list: rank %d (%" PRIu64 " items) differs from "
-                           "rank %d (%" PRIu64 " items) first at item %" PRIu64 "; on this rank (%d) it is %s. Every "
-                           "rank must build the same graphs with the same items in the same order (SPMD)",
-                           (int)(res.bad_rank - 1), res.bad_n, leader, res.leader_n, res.bad_item, hcq__mpi.rank, mine);
-    } else {
-      hcq__mpi.next_gid = (uint32_t)res.gid;
-      hcq__mpi_build_gid = (uint32_t)res.gid;
-    }
-  }
+  if (!st && local && remote) st = agree_on_items(items, nitems, in, dig);
   free(in);
   free(dig);
   free(c.bases);
