@@ -28,6 +28,8 @@ void hcq__cuda_pop(hcq_device_t *dev);
  * context unusable (a kernel that faulted) also mark the device lost. */
 hcq_status_t hcq__cuda_fail(hcq_device_t *dev, hcq_CUresult rc, const char *fmt, ...) HCQ_PRINTF(3, 4);
 
+/* ---- graph launches (cuda_submit.c) ---- */
+
 /* A graph replay on devs (all CUDA, their locks held, devs[0] launches): devs[0]'s compute stream
  * waits for every device's earlier eager work (its timeline), records start, launches exec,
  * records end; every other device's compute stream waits for end. Then each device's compute
