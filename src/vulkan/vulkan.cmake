@@ -26,7 +26,8 @@ set(HCQ_VULKAN_LIBS "")
 set(HCQ_VULKAN_PC_LIBS "") # the same for hcq-static.pc
 if(HCQ_VULKAN_INCLUDE)
   list(APPEND HCQ_VULKAN_SOURCES src/vulkan/vk_loader.c src/vulkan/vk_device.c src/vulkan/vk_memory.c
-              src/vulkan/vk_engine.c src/vulkan/vk_compile.c)
+              src/vulkan/vk_engine.c src/vulkan/vk_batch.c src/vulkan/vk_interp.c src/vulkan/vk_record.c
+              src/vulkan/vk_fault.c src/vulkan/vk_compile.c)
   list(APPEND HCQ_VULKAN_INCLUDES ${HCQ_VULKAN_INCLUDE})
   if(HCQ_SHADERC_INCLUDE AND HCQ_SHADERC_OK)
     pkg_check_modules(HCQ_SHADERC_PC QUIET shaderc)
