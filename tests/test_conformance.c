@@ -4,7 +4,8 @@
  * over one GPU with HCQ_VULKAN_VIRTUAL=1) and CUDA devices (conformance_cuda). A backend that is
  * absent here is skipped with the reason. Results are compared with eager execution of the same
  * items (the ground truth) or with values computed on the host. */
-#include "core/internal.h"
+#include "core/object.h"
+#include "core/options.h"
 #include "graph/graph_internal.h"
 #include "vulkan/vk_stats.h"
 #include "world.h"

@@ -1,6 +1,9 @@
 /* Fences (hcq/fence.h) on CPU devices: what a fence covers, timeline wraps, lost and closed devices,
  * JIT replays, and misuse. The same fences on every backend: tests/test_conformance.c. */
-#include "core/internal.h"
+#include <pthread.h>
+
+#include "core/device.h"
+#include "core/signal.h"
 #include "test_util.h"
 
 TestSuite(fence, .timeout = 60);

@@ -1,5 +1,6 @@
 /* The HCQ graph's schedule (docs/design.md, "The HCQ graph"), inspected item by item; its profile; its errors. */
-#include "core/internal.h"
+#include "core/command.h"
+#include "core/options.h"
 #include "graph/graph_internal.h"
 #include "world.h"
 

@@ -8,8 +8,6 @@
 #include "test_util.h"
 #include "world.h"
 
-#include "core/internal.h"
-
 TestSuite(handoff, .timeout = 120);
 
 /* N replays submitted back to back (wait = false), each with other inputs and values, then one

@@ -9,10 +9,9 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "test_util.h"
-
-#include "core/internal.h"
+#include "core/signal.h"
 #include "graph/graph_internal.h"
+#include "test_util.h"
 
 TestSuite(hardening, .timeout = 60);
 

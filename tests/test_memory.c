@@ -3,9 +3,8 @@
 #include <inttypes.h>
 #include <time.h>
 
+#include "core/options.h"
 #include "test_util.h"
-
-#include "core/internal.h"
 
 TestSuite(memory, .timeout = 60);
 

@@ -8,7 +8,6 @@
 #include <dlfcn.h>
 #include <inttypes.h>
 
-#include "core/internal.h"
 #include "graph/graph_internal.h"
 #include "hcq/jit.h"
 #include "test_util.h"

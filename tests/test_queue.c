@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/command.h"
+#include "core/queue.h"
 #include "test_util.h"
 
 static hcq_device_t *dev, *dev1;

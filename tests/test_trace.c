@@ -6,7 +6,8 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
-#include "core/internal.h"
+#include "core/device.h"
+#include "core/host_wait.h"
 #include "world.h"
 
 TestSuite(trace, .timeout = 120);

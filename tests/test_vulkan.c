@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "core/internal.h"
+#include "core/device.h"
+#include "core/host_wait.h"
+#include "core/options.h"
 #include "vulkan/vk_stats.h"
 #include "world.h"
 

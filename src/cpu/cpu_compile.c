@@ -37,15 +37,21 @@
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 #define XXH_STATIC_LINKING_ONLY /* a hash state on the stack */
 #include <xxhash.h>
+#include <pthread.h>
+#include <string.h>
 
 #include "cpu/cpu_compile.h"
 #include "core/kcache.h"
 #include "cpu/cpu_internal.h"
+#include "core/options.h"
+#include "core/program.h"
+#include "core/status.h"
 
 extern char **environ;
 

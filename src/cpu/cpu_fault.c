@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/command.h"
+#include "core/device.h"
 #include "core/fault.h"
 #include "cpu/cpu_internal.h"
 

@@ -4,7 +4,9 @@
 
 #include <setjmp.h>
 
-#include "core/internal.h"
+#include "core/memory.h"
+#include "core/program.h"
+#include "hcq/memory.h"
 
 /* Compiles source with the system C compiler into a cached shared object and resolves entry. */
 HCQ_MUST_USE hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *source,

@@ -3,12 +3,15 @@
  * opening order; with more devices than cores each device gets one core, shared round-robin.
  * HCQ_CPU_THREADS (or hcq_device_options_t.threads) fixes a device's thread count instead; its
  * cores then follow the others' round-robin. */
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/device.h"
+#include "core/options.h"
 #include "cpu/cpu_internal.h"
 
 #define MAX_CPU_DEVICES 256

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/device.h"
 #include "core/memory.h"
 #include "cpu/cpu_internal.h"
 

@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/command.h"
+#include "core/host_wait.h"
+#include "core/signal.h"
 #include "cuda/cuda_device.h"
 #include "cuda/nvrtc.h"
 

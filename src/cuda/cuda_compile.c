@@ -6,8 +6,11 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/binary.h"
+#include "core/device.h"
+#include "core/options.h"
 #include "cuda/cuda_binary.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/nvrtc.h"

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 
 #include "core/backend.h"
+#include "core/device.h"
+#include "core/signal.h"
+#include "core/vec.h"
 #include "cuda/cuda_device.h"
 #include "cuda/nvrtc.h"
 

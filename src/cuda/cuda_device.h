@@ -20,7 +20,13 @@
 #ifndef HCQ_CUDA_DEVICE_H
 #define HCQ_CUDA_DEVICE_H
 
+#include "core/device.h"
+#include "core/hang_report.h"
+#include "core/memory.h"
+#include "core/vec.h"
 #include "cuda/cuda_internal.h"
+#include "hcq/memory.h"
+#include "hcq/queue.h"
 
 #define HCQ__CUDA_RECORDS 1024u          /* submissions remembered per stream, for hang reports */
 #define HCQ__CUDA_WORD_RING (1u << 16)   /* words of unbound submissions kept for the same */
@@ -110,37 +116,37 @@ static inline cuda_device_t *hcq__cuda_cdev(const hcq_device_t *dev) { return de
 
 /* ---- memory (cuda_memory.c) ---- */
 
-hcq_status_t hcq__cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out);
+HCQ_MUST_USE hcq_status_t hcq__cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out);
 void hcq__cuda_mem_free(hcq_device_t *dev, hcq__mem_t *mem);
-hcq_status_t hcq__cuda_memory_info(hcq_device_t *dev, hcq_device_memory_t *out);
+HCQ_MUST_USE hcq_status_t hcq__cuda_memory_info(hcq_device_t *dev, hcq_device_memory_t *out);
 /* Gives the deferred frees back to the driver if no stream has work (or always: force, when the
  * streams are gone). */
 void hcq__cuda_flush_frees(cuda_device_t *cd, bool force);
 /* The staging buffers the core will ask for, made when the device opens (see pin_block_t). The
  * context is current. */
-hcq_status_t hcq__cuda_make_staging_blocks(cuda_device_t *cd);
+HCQ_MUST_USE hcq_status_t hcq__cuda_make_staging_blocks(cuda_device_t *cd);
 /* At close, the streams gone and the context current: the slabs and kept blocks go back to the driver. */
 void hcq__cuda_memory_release(cuda_device_t *cd);
 
 /* ---- command words as driver calls (cuda_commands.c) ---- */
 
 /* Loads the timestamp kernel once, before the first submission that needs it. */
-hcq_status_t hcq__cuda_load_timestamp_kernel(cuda_device_t *cd);
+HCQ_MUST_USE hcq_status_t hcq__cuda_load_timestamp_kernel(cuda_device_t *cd);
 /* Checks what the driver would refuse before anything is enqueued: a submission runs whole or
  * fails without side effects (the driver's own asynchronous failures aside). */
-hcq_status_t hcq__cuda_check_words(hcq_device_t *dev, const uint32_t *w, size_t n);
+HCQ_MUST_USE hcq_status_t hcq__cuda_check_words(hcq_device_t *dev, const uint32_t *w, size_t n);
 /* Enqueues the command at w on cs; on failure *what names the driver call. */
 hcq_CUresult hcq__cuda_run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *w, const char **what);
 
 /* ---- submission and progress (cuda_submit.c): the vtable's queue members ---- */
 
-hcq_status_t hcq__cuda_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound);
-hcq_status_t hcq__cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords,
-                              bool bound);
+HCQ_MUST_USE hcq_status_t hcq__cuda_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound);
+HCQ_MUST_USE hcq_status_t hcq__cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords,
+                                           bool bound);
 uint64_t hcq__cuda_submitted(hcq_device_t *dev, hcq_queue_kind_t kind);
 uint64_t hcq__cuda_completed(hcq_device_t *dev, hcq_queue_kind_t kind);
 void hcq__cuda_poll(hcq_device_t *dev);
-hcq_status_t hcq__cuda_wait_idle(hcq_device_t *dev, int64_t timeout_ms);
+HCQ_MUST_USE hcq_status_t hcq__cuda_wait_idle(hcq_device_t *dev, int64_t timeout_ms);
 void hcq__cuda_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out);
 
 #endif

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/options.h"
 #include "cuda/cuda_api.h"
 
 typedef hcq_CUresult (*get_proc_fn)(const char *symbol, void **pfn, int version, uint64_t flags, int *status);

@@ -3,6 +3,10 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "core/device.h"
+#include "core/memory.h"
+#include "core/options.h"
+#include "core/vec.h"
 #include "cuda/cuda_device.h"
 
 #define HOST_SLACK 4096 /* bytes past every host-visible allocation (a kernel's argument read

@@ -1,5 +1,9 @@
 /* Submitting to the CUDA device's streams and following their progress: completion words, the
  * records hang reports read, and CUDA graph launches. */
+#include "core/command.h"
+#include "core/device.h"
+#include "core/hang_report.h"
+#include "core/signal.h"
 #include "cuda/cuda_device.h"
 
 /* Remembers a submission's words for hang reports: bound words stay valid, others are copied. */

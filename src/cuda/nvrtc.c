@@ -1,6 +1,4 @@
 /* NVRTC found at run time, and its on-disk cache (see nvrtc.h for the rules the cache keeps). */
-#include "cuda/nvrtc.h"
-
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,9 +11,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "core/internal.h"
 #include "core/kcache.h"
+#include "core/options.h"
 #include "cuda/cuda_api.h"
+#include "cuda/nvrtc.h"
 
 typedef struct nvrtc_program_st *nvrtc_program;
 

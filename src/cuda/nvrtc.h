@@ -51,10 +51,10 @@ void hcq__cuda_image_free(hcq__cuda_image_t *img);
  * this user and are writable by nobody else; files are written whole (temporary file, then
  * rename) and checked (key, sizes, checksum) before use. COMPILE_ERROR carries NVRTC's log;
  * UNAVAILABLE says why NVRTC is missing. */
-hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch, hcq__cuda_image_t *out);
+HCQ_MUST_USE hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch, hcq__cuda_image_t *out);
 
 /* The cache file compile would use for these arguments (tests plant and inspect it). */
-hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch, char *out, size_t size);
+HCQ_MUST_USE hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch, char *out, size_t size);
 
 /* True when text is PTX (its first directive, after comments, is .version). */
 bool hcq__is_ptx(const char *text);

@@ -33,7 +33,8 @@
 #include <stdint.h>
 
 #include "core/cmd_cursor.h"
-#include "core/internal.h"
+#include "core/remote.h"
+#include "core/vec.h"
 #include "hcq/graph.h"
 #include "hcq/mpi.h"
 
@@ -151,7 +152,7 @@ bool hcq__mpi_op_post(op_t *o);
 bool hcq__mpi_op_test_quiet(op_t *o);
 bool hcq__mpi_op_test(op_t *o);
 void hcq__mpi_op_fail_lost(op_t *o);
-hcq_status_t hcq__mpi_lost_status(int rank, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_lost_status(int rank, const char *what);
 
 /* Ops handed to the thread together, waited for with one deadline: their peers' ranks in order,
  * each op a control message of count bytes (sent from buf, or received into it). */
@@ -161,10 +162,10 @@ typedef struct ctrl_batch {
 } ctrl_batch_t;
 
 void hcq__mpi_batch_free(ctrl_batch_t *b);
-hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf, int bytes, const char *what);
-hcq_status_t hcq__mpi_batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns, int64_t timeout_ms, const char *what);
-hcq_status_t hcq__mpi_batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t timeout_ms, const char *what);
-hcq_status_t hcq__mpi_ctrl_msg(int kind, int peer, void *buf, int bytes, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf, int bytes, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns, int64_t timeout_ms, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t timeout_ms, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_ctrl_msg(int kind, int peer, void *buf, int bytes, const char *what);
 
 /* ---- mpi_comm_thread.c ---- */
 
@@ -177,9 +178,9 @@ void hcq__mpi_drop_queue(rqueue_t *q);
 /* ---- the hooks the core calls (hcq__remote_hooks_t), in the files named ---- */
 
 /* mpi_remote_device.c */
-hcq_status_t hcq__mpi_remote_open(const char *name, const hcq_device_options_t *options, hcq_device_t **out);
+HCQ_MUST_USE hcq_status_t hcq__mpi_remote_open(const char *name, const hcq_device_options_t *options, hcq_device_t **out);
 /* mpi_graph_check.c */
-hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems);
+HCQ_MUST_USE hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems);
 void hcq__mpi_graph_built(void);
 /* mpi_transfers.c */
 uint32_t hcq__mpi_eager_tag(hcq_device_t *src, hcq_device_t *dst);

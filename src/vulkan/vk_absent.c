@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/device.h"
 #include "vulkan/vk_backend.h"
 #include "vulkan/vk_stats.h"
 

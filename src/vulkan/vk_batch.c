@@ -2,6 +2,8 @@
  * engine thread collects, their submission with a timeline-semaphore signal, and the FIFO that hands
  * what each batch leaves to do (signal words, timestamps, command buffers to take back) to the
  * completion thread. */
+#include "core/command.h"
+#include "core/signal.h"
 #include "vulkan/vk_engine_internal.h"
 
 /* ---- the FIFO to the completion thread ---- */

@@ -18,8 +18,8 @@
 #include "core/kcache.h"
 #include "vulkan/vk_source.h"
 #include "vulkan/vk_internal.h"
+#include "core/device.h"
 
-const char *hcq__vk_result_name(VkResult r);
 
 #define SPIRV_MAGIC 0x07230203u
 #define SPIRV_OP_ENTRY_POINT 15u
@@ -130,6 +130,7 @@ static hcq_status_t compile_glsl(const char *entry, const char *source, uint32_t
  * it: a module that is whole but wrong would otherwise be undefined behaviour in the driver. */
 #if HCQ_HAVE_SHADERC && __has_include(<spirv-tools/libspirv.h>)
 #include <spirv-tools/libspirv.h>
+#include <string.h>
 static hcq_status_t validate_spirv(const char *entry, const uint32_t *words, size_t n) {
   spv_context ctx = spvContextCreate(SPV_ENV_VULKAN_1_2);
   if (!ctx) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory validating %s", entry);

@@ -5,11 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/backend.h"
+#include "core/device.h"
+#include "core/hang_report.h"
+#include "core/host_wait.h"
+#include "core/options.h"
 #include "vulkan/vk_backend.h"
 #include "vulkan/vk_device.h"
 #include "vulkan/vk_stats.h"
-
-const char *hcq__vk_result_name(VkResult r);
 
 uint64_t hcq__vk_ticks_to_ns(const vk_device_t *vd, uint64_t ticks) {
   double ns = (double)(ticks & vd->timestamp_mask) * vd->timestamp_period;

@@ -7,6 +7,13 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/command.h"
+#include "core/device.h"
+#include "core/hang_report.h"
+#include "core/host_wait.h"
+#include "core/options.h"
+#include "core/signal.h"
+#include "core/vec.h"
 #include "vulkan/vk_engine_internal.h"
 
 #define RING_WORDS (UINT64_C(1) << 16)

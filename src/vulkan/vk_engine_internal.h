@@ -29,6 +29,9 @@
 #ifndef HCQ_VK_ENGINE_INTERNAL_H
 #define HCQ_VK_ENGINE_INTERNAL_H
 
+#include "core/command.h"
+#include "core/signal.h"
+#include "core/vec.h"
 #include "vulkan/vk_device.h"
 
 #define FIFO_CAP 4096u
@@ -39,7 +42,6 @@
 #define FAULT_EXECS 4    /* kernels of a batch a fault report names */
 #define FAULT_BATCHES 64 /* batches in flight a fault report looks at */
 
-const char *hcq__vk_result_name(VkResult r);                         /* vk_loader.c */
 uint64_t hcq__vk_ticks_to_ns(const vk_device_t *vd, uint64_t ticks); /* vk_device.c */
 
 enum { P_BATCH, P_SIGNAL, P_TS, P_SEGTS, P_CB, P_RETIRE };

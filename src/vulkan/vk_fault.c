@@ -3,6 +3,8 @@
  * A kernel given a bad address faults inside the driver, on a thread hcq did not start (lavapipe's
  * compute threads): the shared fault handler (core/fault.h) asks what each engine had in
  * flight and prints it before the process dies. Engines are listed here while they exist. */
+#include "core/command.h"
+#include "core/device.h"
 #include "core/fault.h"
 #include "vulkan/vk_engine_internal.h"
 

@@ -4,9 +4,11 @@
 #define HCQ_VK_INTERNAL_H
 
 #define VK_NO_PROTOTYPES
+#include <pthread.h>
 #include <vulkan/vulkan.h>
 
-#include "core/internal.h"
+#include "core/memory.h"
+#include "core/program.h"
 #include "vulkan/vk_stats.h"
 
 /* Entry points found with vkGetInstanceProcAddr on the instance. X(name) */
@@ -94,6 +96,8 @@ typedef struct hcq__vk_fns {
 /* The process's one instance (created on first use, never destroyed); NULL with the reason why
  * Vulkan is absent. Any thread. */
 const hcq__vk_instance_t *hcq__vk_instance(const char **out_why);
+/* "VK_ERROR_DEVICE_LOST" for messages (vk_loader.c). */
+const char *hcq__vk_result_name(VkResult r);
 /* Why a physical device cannot serve hcq (Vulkan 1.2 with timeline semaphores, buffer device
  * addresses and 64-bit shader integers, a compute queue), or NULL when it can. */
 const char *hcq__vk_unsuitable(const hcq__vk_instance_t *vi, VkPhysicalDevice pd);
@@ -147,10 +151,10 @@ typedef struct vk_program {
 } vk_program_t;
 
 /* Compiles GLSL (after the prelude of hcq/vulkan.h) or loads "#spirv" base64 source into a shader module. */
-hcq_status_t hcq__vk_program_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
+HCQ_MUST_USE hcq_status_t hcq__vk_program_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
 void hcq__vk_program_unload(hcq_device_t *dev, hcq__program_impl_t *impl);
 /* The pipeline for a group size (specialization constants 0, 1, 2), made on first use. */
-hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3], VkPipeline *out);
+HCQ_MUST_USE hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3], VkPipeline *out);
 /* The GLSL text every Vulkan kernel source is compiled after. */
 const char *hcq__vk_glsl_prelude(void);
 

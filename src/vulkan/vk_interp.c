@@ -3,6 +3,9 @@
  * (WAIT, SIGNAL, a COPY that leaves the device) are handled here, against the addresses they name. */
 #include <inttypes.h>
 
+#include "core/command.h"
+#include "core/device.h"
+#include "core/signal.h"
 #include "vulkan/vk_engine_internal.h"
 
 /* ---- addresses ---- */

@@ -28,7 +28,6 @@ static const char *vk_result_name(VkResult r) {
   }
 }
 
-const char *hcq__vk_result_name(VkResult r);
 const char *hcq__vk_result_name(VkResult r) { return vk_result_name(r); }
 
 static void load(void) {

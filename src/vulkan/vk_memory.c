@@ -4,13 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/device.h"
+#include "core/memory.h"
 #include "vulkan/vk_device.h"
 
 #define SLOT_MIN 64u
 #define SLOT_CLASSES 11 /* 64 B .. 64 KiB */
 #define BLOCK_BYTES (UINT64_C(1) << 20)
 
-const char *hcq__vk_result_name(VkResult r);
 
 /* ---- the registry: address ranges of every block of every Vulkan device ---- */
 

@@ -4,6 +4,10 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "core/command.h"
+#include "core/device.h"
+#include "core/signal.h"
+#include "core/vec.h"
 #include "vulkan/vk_engine_internal.h"
 
 /* ---- recording ---- */
