@@ -136,17 +136,20 @@ void hcq__vk_batch_add_wait(vk_engine_t *e, VkSemaphore sem, uint64_t value) {
   e->bwait_val[e->nbwaits++] = value;
 }
 
-/* Waits on the host until this engine's submitted work finished. */
-void hcq__vk_wait_own_gpu(vk_engine_t *e) {
+void hcq__vk_wait_gpu(vk_engine_t *e, uint64_t v, bool note_done) {
   vk_device_t *vd = e->vd;
-  uint64_t v = e->sem_last;
   while (atomic_load(&e->gpu_done) < v && !atomic_load(&e->gpu_dead)) {
     VkSemaphoreWaitInfo wi = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
                               .semaphoreCount = 1,
                               .pSemaphores = &e->sem,
                               .pValues = &v};
     VkResult r = vd->fn.vkWaitSemaphores(vd->device, &wi, UINT64_C(200000000));
-    if (r == VK_SUCCESS) break;
+    if (r == VK_SUCCESS) {
+      uint64_t done = atomic_load(&e->gpu_done);
+      while (note_done && done < v && !atomic_compare_exchange_weak(&e->gpu_done, &done, v)) {
+      }
+      return;
+    }
     if (r != VK_TIMEOUT) {
       atomic_store(&e->gpu_dead, true);
       hcq__vk_lose(e, NULL, "the Vulkan driver reported %s", hcq__vk_result_name(r));

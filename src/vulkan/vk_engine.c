@@ -150,27 +150,6 @@ static void *engine_main(void *arg) {
 
 /* ---- the completion thread ---- */
 
-static void wait_gpu(vk_engine_t *e, uint64_t v) {
-  vk_device_t *vd = e->vd;
-  while (atomic_load(&e->gpu_done) < v && !atomic_load(&e->gpu_dead)) {
-    VkSemaphoreWaitInfo wi = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
-                              .semaphoreCount = 1,
-                              .pSemaphores = &e->sem,
-                              .pValues = &v};
-    VkResult r = vd->fn.vkWaitSemaphores(vd->device, &wi, UINT64_C(200000000));
-    if (r == VK_SUCCESS) {
-      uint64_t done = atomic_load(&e->gpu_done);
-      while (done < v && !atomic_compare_exchange_weak(&e->gpu_done, &done, v)) {
-      }
-      return;
-    }
-    if (r != VK_TIMEOUT) {
-      atomic_store(&e->gpu_dead, true);
-      hcq__vk_lose(e, NULL, "the Vulkan driver reported %s", hcq__vk_result_name(r));
-    }
-  }
-}
-
 static void apply(vk_engine_t *e, const pending_t *p) {
   vk_device_t *vd = e->vd;
   switch (p->kind) {
@@ -240,7 +219,7 @@ static void *completer_main(void *arg) {
       atomic_store_explicit(&e->gpu_base, p.u.batch.base, memory_order_relaxed);
       atomic_store_explicit(&e->gpu_at, p.u.batch.first, memory_order_relaxed);
     }
-    if (p.sem > atomic_load(&e->gpu_done)) wait_gpu(e, p.sem);
+    if (p.sem > atomic_load(&e->gpu_done)) hcq__vk_wait_gpu(e, p.sem, true);
     if (p.dep) {
       vk_engine_t *other = e->vd->engines[!e->kind];
       pthread_mutex_lock(&other->lock);

@@ -178,8 +178,9 @@ void hcq__vk_batch_add_cb(vk_engine_t *e, VkCommandBuffer cb, seg_t *seg, const 
                           const uint32_t *last, const uint32_t *base);
 void hcq__vk_batch_add_pending(vk_engine_t *e, const pending_t *p);
 void hcq__vk_batch_add_wait(vk_engine_t *e, VkSemaphore sem, uint64_t value);
-/* Waits on the host until this engine's submitted work finished. */
-void hcq__vk_wait_own_gpu(vk_engine_t *e);
+/* Waits on the host until this engine's work up to semaphore value v finished (a lost driver marks
+ * the device lost). note_done: the completion thread, which owns gpu_done, advances it to v. */
+void hcq__vk_wait_gpu(vk_engine_t *e, uint64_t v, bool note_done);
 
 /* reading the words (vk_interp.c) */
 /* The signal words at addr, reachable by the host; NULL (device lost) when they are not. */

@@ -102,7 +102,7 @@ static bool do_host_copy(vk_engine_t *e, const uint32_t *cmd) {
   char *src = dst ? host_pointer(e, cmd, hcq__rd64(cmd + HCQ__COPY_SRC), size, "source") : NULL;
   if (!dst || !src) return false;
   hcq__vk_flush(e, NULL, 0);
-  hcq__vk_wait_own_gpu(e);
+  hcq__vk_wait_gpu(e, e->sem_last, false);
   if (hcq__device_is_lost(e->dev)) return false;
   memmove(dst, src, (size_t)size);
   return true;

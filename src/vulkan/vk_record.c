@@ -277,7 +277,7 @@ static bool seg_matches(const seg_t *s, const uint32_t *w) {
   return true;
 }
 
-static bool seg_record(vk_engine_t *e, blist_t *bl, seg_t *s, const uint32_t *w, size_t i, size_t j,
+static bool seg_record(vk_engine_t *e, seg_t *s, const uint32_t *w, size_t i, size_t j,
                        const vk_where_t *list) {
   vk_device_t *vd = e->vd;
   s->start = (uint32_t)i;
@@ -306,7 +306,6 @@ static bool seg_record(vk_engine_t *e, blist_t *bl, seg_t *s, const uint32_t *w,
   memcpy(s->words, w + i, (j - i) * 4);
   s->cb = new_cb(e);
   if (!s->cb) return false;
-  (void)bl;
   return record(e, s->cb, w, i, j, list, s, NULL, NULL);
 }
 
@@ -366,7 +365,7 @@ bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t
       hcq__vk_wait_fifo_pos(e, s->fifo_pos);
       seg_release(e, s);
       atomic_fetch_add_explicit(&e->rerecords, 1, memory_order_relaxed);
-      if (!seg_record(e, bl, s, w, i, j, list)) return false;
+      if (!seg_record(e, s, w, i, j, list)) return false;
     }
   } else {
     if (bl->nsegs == bl->cap) {
@@ -386,7 +385,7 @@ bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t
     }
     bl->segs[bl->nsegs++] = s;
     atomic_fetch_add_explicit(&e->records, 1, memory_order_relaxed);
-    if (!seg_record(e, bl, s, w, i, j, list)) return false;
+    if (!seg_record(e, s, w, i, j, list)) return false;
   }
   const uint32_t *last = w + i;
   for (size_t c = i; c < j; c += HCQ__HDR_LEN(w[c])) last = w + c;
