@@ -26,25 +26,25 @@ typedef struct item_sched {
   uint32_t waits_at, nwaits;
   uint32_t ready_at, nready;
   uint32_t deps_at, ndeps;
-  uint32_t start_slot, end_slot;
+  uint32_t start_stamp, end_stamp; /* indices of its timestamp words in a profile buffer */
   uint64_t kernargs_offset;
   bool foreign; /* another rank's alone (hcq__item_is_foreign): not encoded here */
 } item_sched_t;
 
-/* One replay slot: its own bound queues, kernel arguments, signals and profile slots, so up to
- * `inflight` replays of one graph can be in flight at once, each patched on its own. Replays use the
- * slots in turn; a slot is reused once its previous replay finished. */
+/* One replay instance: its own bound queues, kernel arguments, signals and profile timestamps, so up
+ * to `inflight` replays of one graph can be in flight at once, each patched on its own. Replays use
+ * the instances in turn; an instance is reused once its previous replay finished. */
 typedef struct graph_inst {
   hcq_queue_t *queues[2 * HCQ__GRAPH_MAX_DEVICES]; /* 2d compute, 2d+1 copy (NULL when unused) */
   hcq_signal_t *queue_sig[2 * HCQ__GRAPH_MAX_DEVICES];
   hcq_signal_t *dev_sig[HCQ__GRAPH_MAX_DEVICES];
-  /* Each compute queue ends by setting its device's done signal to K: a later replay in this slot,
+  /* Each compute queue ends by setting its device's done signal to K: a later replay of this instance,
    * a profile and destroy wait for it. The graph's own signal, so timeline wraps cannot reset it. */
   hcq_signal_t *done_sig[HCQ__GRAPH_MAX_DEVICES];
   hcq_buffer_t *kernargs[HCQ__GRAPH_MAX_DEVICES];
-  hcq_buffer_t *prof_slots[HCQ__GRAPH_MAX_DEVICES];
+  hcq_buffer_t *prof_stamps[HCQ__GRAPH_MAX_DEVICES];
   hcq_signal_t *kickoff;
-  uint64_t kickoff_value; /* K of the slot's last replay (0: none yet) */
+  uint64_t kickoff_value; /* K of the instance's last replay (0: none yet) */
   char *queue_label[2 * HCQ__GRAPH_MAX_DEVICES];
 } graph_inst_t;
 
@@ -60,7 +60,7 @@ typedef struct hcq_graph_impl {
   uint64_t kickoff_value; /* K of the last replay */
   graph_inst_t *inst;
   unsigned ninst, next_inst;
-  graph_inst_t *last_inst; /* the slot of the last replay */
+  graph_inst_t *last_inst; /* the instance of the last replay */
 
   /* Variables the queues are patched with; values[] is the array every submit receives. */
   hcq_expr_t *kickoff_var;
@@ -129,7 +129,7 @@ static hcq_status_t schedule(hcq_graph_impl_t *g) {
       /* Not in the tracker either: no item here waits for it (what it exchanges with this rank is
        * a message, which orders itself). */
       s->waits_at = (uint32_t)g->waits.len, s->ready_at = (uint32_t)g->ready.len, s->deps_at = (uint32_t)g->deps.len;
-      s->start_slot = 2 * j, s->end_slot = 2 * j + 1;
+      s->start_stamp = 2 * j, s->end_stamp = 2 * j + 1;
       continue;
     }
     hcq__item_access_t acc;
@@ -185,8 +185,8 @@ static hcq_status_t schedule(hcq_graph_impl_t *g) {
 
     /* A chained item (no waits at all) starts when the previous item of its queue ended. */
     bool chained = s->nwaits == 0 && s->nready == 0 && g->last_item[q] != NO_ITEM;
-    s->start_slot = chained ? 2 * g->last_item[q] + 1 : 2 * j;
-    s->end_slot = 2 * j + 1;
+    s->start_stamp = chained ? 2 * g->last_item[q] + 1 : 2 * j;
+    s->end_stamp = 2 * j + 1;
 
     item_knows[j] = queue_knows[q];
     g->last_item[q] = j;
@@ -246,7 +246,7 @@ static hcq_status_t get_queue(graph_inst_t *in, uint32_t q, hcq_queue_t **out) {
   return NULL;
 }
 
-/* The operand of item j's argument i: its input variable if the slot holds an input. */
+/* The operand of item j's argument i: its input variable if an input slot names that argument. */
 static hcq_operand_t buffer_operand(const hcq_graph_impl_t *g, uint32_t j, uint32_t i, const hcq_buffer_t *b) {
   const hcq__runner_t *r = &g->base.runner;
   for (size_t s = 0; s < r->slots.len; s++)
@@ -254,8 +254,8 @@ static hcq_operand_t buffer_operand(const hcq_graph_impl_t *g, uint32_t j, uint3
   return hcq_imm((int64_t)b->addr);
 }
 
-static hcq_operand_t slot_addr(const graph_inst_t *in, uint32_t dev, uint32_t slot) {
-  return hcq_imm((int64_t)(hcq_buffer_address(in->prof_slots[dev]) + (uint64_t)slot * sizeof(hcq__signal_words_t)));
+static hcq_operand_t stamp_addr(const graph_inst_t *in, uint32_t dev, uint32_t stamp) {
+  return hcq_imm((int64_t)(hcq_buffer_address(in->prof_stamps[dev]) + (uint64_t)stamp * sizeof(hcq__signal_words_t)));
 }
 
 static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t j) {
@@ -273,7 +273,7 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t 
     const hcq_graph_wait_t *w = &g->waits.data[s->waits_at + i];
     st = hcq_queue_wait(q, addr_of(in->queue_sig[w->queue]), hcq_imm(w->value));
   }
-  if (!st && g->profile && s->start_slot == 2 * j) st = hcq_queue_timestamp(q, slot_addr(in, d, s->start_slot));
+  if (!st && g->profile && s->start_stamp == 2 * j) st = hcq_queue_timestamp(q, stamp_addr(in, d, s->start_stamp));
   if (!st && it->kind == HCQ_ITEM_KERNEL) {
     const hcq_kernel_item_t *k = &it->kernel;
     hcq_operand_t bufs[HCQ_MAX_KERNEL_BUFS];
@@ -292,13 +292,13 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t 
     st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst), buffer_operand(g, j, 1, t->src), hcq_imm((int64_t)t->bytes));
     q->tag = j + 1;
   }
-  if (!st && g->profile) st = hcq_queue_timestamp(q, slot_addr(in, d, s->end_slot));
+  if (!st && g->profile) st = hcq_queue_timestamp(q, stamp_addr(in, d, s->end_stamp));
   if (!st && s->signal_value) st = hcq_queue_signal(q, addr_of(in->queue_sig[s->queue]), hcq_imm(s->signal_value));
   if (q) q->tag = 0;
   return st ? hcq_status_annotate(st, "item %u", j) : NULL;
 }
 
-static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsigned slot) {
+static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsigned index) {
   hcq__runner_t *r = &g->base.runner;
   hcq_status_t st = NULL;
   /* Kernel arguments: one block per device, each item's block 16-byte aligned. */
@@ -311,7 +311,7 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
     kernargs_size[d] += hcq_kernargs_size(it->kernel.nbufs, it->kernel.nvals);
   }
   char tag[24] = "";
-  if (g->ninst > 1) snprintf(tag, sizeof(tag), " (slot %u)", slot);
+  if (g->ninst > 1) snprintf(tag, sizeof(tag), " (instance %u)", index);
   for (size_t d = 0; d < g->ndev && !st; d++) {
     hcq_device_t *dev = r->devices[d];
     char name[96];
@@ -322,10 +322,10 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
       hcq__buffer_set_mem_class(in->kernargs[d], HCQ__MEMC_KERNARGS);
     }
     if (!st && g->profile) {
-      st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &in->prof_slots[d]);
-      snprintf(name, sizeof(name), "profile slots of %s%s", r->label, tag);
-      if (!st) hcq_buffer_set_label(in->prof_slots[d], name);
-      if (!st) hcq__buffer_set_mem_class(in->prof_slots[d], HCQ__MEMC_PROFILE);
+      st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &in->prof_stamps[d]);
+      snprintf(name, sizeof(name), "profile timestamps of %s%s", r->label, tag);
+      if (!st) hcq_buffer_set_label(in->prof_stamps[d], name);
+      if (!st) hcq__buffer_set_mem_class(in->prof_stamps[d], HCQ__MEMC_PROFILE);
     }
     snprintf(name, sizeof(name), "graph device signal of %s%s", dev->name, tag);
     if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->dev_sig[d]);
@@ -368,7 +368,7 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
     if (!st) st = next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
     hcq_expr_release(one);
     hcq_expr_release(next);
-    /* Last: once the host sees it, it may patch this slot's words for the next replay, the
+    /* Last: once the host sees it, it may patch this instance's words for the next replay, the
      * timeline signal's value among them. */
     if (!st) st = hcq_queue_signal(q, addr_of(in->done_sig[d]), hcq_sym(g->kickoff_var));
   }
@@ -409,7 +409,7 @@ static hcq_status_t build_profile(hcq_graph_impl_t *g) {
       snprintf(name, 80, "%s", it->kernel.program->name);
     else
       snprintf(name, 80, "%s -> %s", it->transfer.src->dev->name, it->transfer.dst->dev->name);
-    g->prof_entries[j] = (hcq_profile_entry_t){r->devices[s->queue / 2]->name, name, s->start_slot, s->end_slot,
+    g->prof_entries[j] = (hcq_profile_entry_t){r->devices[s->queue / 2]->name, name, s->start_stamp, s->end_stamp,
                                                it->kind == HCQ_ITEM_TRANSFER};
     g->prof_deps[j] = g->deps.data + s->deps_at;
     g->prof_ndeps[j] = s->ndeps;
@@ -429,12 +429,12 @@ static void trace_register(hcq_graph_impl_t *g) {
     const graph_inst_t *in = &g->inst[k];
     for (size_t j = 0; j < r->nitems; j++) {
       const item_sched_t *s = &g->sched[j];
-      const hcq__signal_words_t *slots = in->prof_slots[s->queue / 2]->mem.host;
+      const hcq__signal_words_t *stamps = in->prof_stamps[s->queue / 2]->mem.host;
       bool copy = r->items[j].kind == HCQ_ITEM_TRANSFER;
       items[k * r->nitems + j] = (hcq__trace_graph_item_t){
           g->prof_entries[j].name, r->devices[s->queue / 2], copy ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE,
-          copy ? r->items[j].transfer.bytes : 0, &slots[s->start_slot], &slots[s->end_slot], g->deps.data + s->deps_at,
-          s->ndeps};
+          copy ? r->items[j].transfer.bytes : 0, &stamps[s->start_stamp], &stamps[s->end_stamp],
+          g->deps.data + s->deps_at, s->ndeps};
     }
     size_t n = 0;
     for (size_t d = 0; d < g->ndev; d++)
@@ -452,7 +452,7 @@ static void trace_register(hcq_graph_impl_t *g) {
   free(done);
 }
 
-/* Every slot's last replay, oldest first (all have finished). */
+/* Every instance's last replay, oldest first (all have finished). */
 static void trace_collect_all(hcq_graph_impl_t *g) {
   if (!g->trace) return;
   for (uint64_t done = 0;;) {
@@ -471,9 +471,9 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
   memset(g->prof_timestamps, 0, 2 * r->nitems * sizeof(uint64_t));
   for (size_t j = 0; j < r->nitems; j++) {
     const item_sched_t *s = &g->sched[j];
-    const hcq__signal_words_t *slots = g->last_inst->prof_slots[s->queue / 2]->mem.host;
-    g->prof_timestamps[s->start_slot] = atomic_load_explicit(&slots[s->start_slot].timestamp, memory_order_acquire);
-    g->prof_timestamps[s->end_slot] = atomic_load_explicit(&slots[s->end_slot].timestamp, memory_order_acquire);
+    const hcq__signal_words_t *stamps = g->last_inst->prof_stamps[s->queue / 2]->mem.host;
+    g->prof_timestamps[s->start_stamp] = atomic_load_explicit(&stamps[s->start_stamp].timestamp, memory_order_acquire);
+    g->prof_timestamps[s->end_stamp] = atomic_load_explicit(&stamps[s->end_stamp].timestamp, memory_order_acquire);
   }
   g->prof_event.replay = g->kickoff_value;
 }
@@ -484,7 +484,7 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
  * it asked for is queued already (running it again would run it twice). */
 typedef enum { WAIT_PREVIOUS, WAIT_BEFORE_SUBMIT, WAIT_THIS_REPLAY } wait_kind_t;
 
-/* Waits until the slot's last replay finished on every device. */
+/* Waits until the instance's last replay finished on every device. */
 static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in, wait_kind_t kind) {
   if (!in->kickoff_value) return NULL;
   hcq__runner_t *r = &g->base.runner;
@@ -530,17 +530,17 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
   hcq__runner_t *r = &base->runner;
   uint64_t start = hcq__now_ns();
-  /* The next slot in turn: the host waits only when its previous replay has not finished, so up
-   * to ninst replays are in flight; the device timeline orders them one after another. */
-  unsigned slot = g->next_inst;
-  graph_inst_t *in = &g->inst[slot];
+  /* The next instance in turn: the host waits only when its previous replay has not finished, so
+   * up to ninst replays are in flight; the device timeline orders them one after another. */
+  unsigned index = g->next_inst;
+  graph_inst_t *in = &g->inst[index];
   hcq_status_t st = wait_instance(g, in, WAIT_BEFORE_SUBMIT);
   if (st) return st;
-  if (g->trace) hcq__trace_graph_collect(g->trace, slot);
+  if (g->trace) hcq__trace_graph_collect(g->trace, index);
   uint64_t submit_start = g->trace ? hcq__now_ns() : 0;
 
   /* The kickoff value is a 32-bit payload: restart it (and the signals compared with it) before it
-   * overflows, once every slot's replay has finished. */
+   * overflows, once every instance's replay has finished. */
   if (g->kickoff_value >= HCQ_TIMELINE_WRAP) {
     if ((st = wait_previous(g, WAIT_BEFORE_SUBMIT))) return st;
     for (unsigned i = 0; i < g->ninst; i++) {
@@ -596,9 +596,9 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   hcq__device_unlock_many(r->devices, g->ndev);
   if (st) return st;
   if (g->trace) {
-    hcq__trace_graph_submitted(g->trace, slot, kickoff, submit_start);
+    hcq__trace_graph_submitted(g->trace, index, kickoff, submit_start);
     /* The replay before this one is read while this one runs, not before its submit. */
-    if (g->ninst > 1) hcq__trace_graph_collect_finished(g->trace, (slot + g->ninst - 1) % g->ninst);
+    if (g->ninst > 1) hcq__trace_graph_collect_finished(g->trace, (index + g->ninst - 1) % g->ninst);
   }
   hcq__runner_commit(r);
   if (wait) {
@@ -626,7 +626,7 @@ static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
       release_signal(in->dev_sig[d]);
       release_signal(in->done_sig[d]);
       hcq_buffer_release(in->kernargs[d]);
-      hcq_buffer_release(in->prof_slots[d]);
+      hcq_buffer_release(in->prof_stamps[d]);
     }
     release_signal(in->kickoff);
   }
@@ -691,7 +691,7 @@ static hcq_status_t hcq_graph_item_schedule_impl(const hcq_graph_t *base, size_t
   return NULL;
 }
 
-/* The queue of the last replay's slot (the first slot before any replay). */
+/* The queue of the last replay's instance (the first instance before any replay). */
 static const hcq_queue_t *hcq_graph_queue_impl(const hcq_graph_t *base, uint32_t q) {
   const hcq_graph_impl_t *g = (const hcq_graph_impl_t *)base;
   const graph_inst_t *in = g->last_inst ? g->last_inst : &g->inst[0];
