@@ -240,7 +240,8 @@ static int cmp_special(const void *a, const void *b) {
   return (x[0] & 0xFFFFFFFF) < (y[0] & 0xFFFFFFFF) ? -1 : (x[0] & 0xFFFFFFFF) > (y[0] & 0xFFFFFFFF);
 }
 
-static hcq_status_t load_vocab(llm_tokenizer_t *t, const gguf_file_t *g) {
+/* The token texts, each findable by its text; *out_total: the bytes their decoded forms may take. */
+static hcq_status_t load_token_texts(llm_tokenizer_t *t, const gguf_file_t *g, size_t *out_total) {
   const char *path = gguf_path(g);
   gguf_str_t *toks;
   uint64_t n;
@@ -281,16 +282,22 @@ static hcq_status_t load_vocab(llm_tokenizer_t *t, const gguf_file_t *g) {
     map_put(t, (uint32_t)add_str(t, p, len)); /* cannot fail: preallocated */
   }
   free(toks);
+  *out_total = total;
+  return NULL;
+}
 
+/* Each token's type (normal where the file gives none) and which tokens end a generation. */
+static hcq_status_t load_token_types(llm_tokenizer_t *t, const gguf_file_t *g) {
+  uint64_t n = (uint64_t)t->n_vocab;
   memset(t->type, LLM_TOKEN_NORMAL, n);
   if (gguf_find_kv(g, "tokenizer.ggml.token_type")) {
     const void *types;
     uint64_t count;
-    s = gguf_get_array(g, "tokenizer.ggml.token_type", GGUF_INT32, &types, &count);
+    hcq_status_t s = gguf_get_array(g, "tokenizer.ggml.token_type", GGUF_INT32, &types, &count);
     if (s) return s;
     if (count < n)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tokenizer.ggml.token_type holds %llu values for %llu tokens", path,
-                             (unsigned long long)count, (unsigned long long)n);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tokenizer.ggml.token_type holds %llu values for %llu tokens",
+                             gguf_path(g), (unsigned long long)count, (unsigned long long)n);
     for (uint64_t i = 0; i < n; i++) {
       int32_t v;
       memcpy(&v, (const char *)types + 4 * i, 4);
@@ -301,8 +308,12 @@ static hcq_status_t load_vocab(llm_tokenizer_t *t, const gguf_file_t *g) {
     int64_t id = find_str(t, eog_texts[k], strlen(eog_texts[k]));
     if (id >= 0) t->type[id] = LLM_TOKEN_CONTROL, t->eog[id] = 1;
   }
+  return NULL;
+}
 
-  /* Decoded bytes. */
+/* The bytes each token stands for, by its type; total bounds them all. */
+static hcq_status_t decode_vocab(llm_tokenizer_t *t, const gguf_file_t *g, size_t total) {
+  uint64_t n = (uint64_t)t->n_vocab;
   t->bytes = malloc(total + 1), t->bytes_off = malloc(n * sizeof(size_t)), t->bytes_len = malloc(n * sizeof(uint32_t));
   if (!t->bytes || !t->bytes_off || !t->bytes_len) return oom(g);
   size_t o = 0;
@@ -320,8 +331,12 @@ static hcq_status_t load_vocab(llm_tokenizer_t *t, const gguf_file_t *g) {
     }
     t->bytes_len[i] = (uint32_t)(o - t->bytes_off[i]);
   }
+  return NULL;
+}
 
-  /* Special tokens for the partition. */
+/* Special tokens for the partition: longest first, then lower id. */
+static hcq_status_t collect_special_tokens(llm_tokenizer_t *t, const gguf_file_t *g) {
+  uint64_t n = (uint64_t)t->n_vocab;
   int64_t *sp = malloc(n * sizeof(*sp));
   if (!sp) return oom(g);
   size_t ns = 0;
@@ -338,6 +353,15 @@ static hcq_status_t load_vocab(llm_tokenizer_t *t, const gguf_file_t *g) {
   t->n_special = ns;
   free(sp);
   return NULL;
+}
+
+static hcq_status_t load_vocab(llm_tokenizer_t *t, const gguf_file_t *g) {
+  size_t total = 0;
+  hcq_status_t s = load_token_texts(t, g, &total);
+  if (!s) s = load_token_types(t, g);
+  if (!s) s = decode_vocab(t, g, total);
+  if (!s) s = collect_special_tokens(t, g);
+  return s;
 }
 
 static size_t pair_slot(const llm_tokenizer_t *t, uint64_t key) {

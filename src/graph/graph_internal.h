@@ -71,7 +71,7 @@ const hcq__graph_kind_t *hcq__graph_kind(hcq_device_kind_t kind);
 uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g);
 void hcq__graph_pretend_replays_for_tests(hcq_graph_t *g, uint64_t replays);
 
-/* HCQ_VALIDATE=1 (graph_validate.c): whether replays of g run item by item with each kernel's writes
+/* HCQ_VALIDATE=1 (exec_item.c): whether replays of g run item by item with each kernel's writes
  * checked (a kernel item declares outs that leave a buffer out; decided once, at build), and that
  * replay. */
 bool hcq__graph_validates_writes(const hcq_graph_t *g);

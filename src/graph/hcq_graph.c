@@ -15,190 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "trace/trace_internal.h"
-#include "graph/graph_internal.h"
-
-#define NO_ITEM UINT32_MAX
-
-typedef struct item_sched {
-  uint32_t queue;
-  uint32_t signal_value;
-  uint32_t waits_at, nwaits;
-  uint32_t ready_at, nready;
-  uint32_t deps_at, ndeps;
-  uint32_t start_slot, end_slot;
-  uint64_t kernargs_offset;
-  bool foreign; /* another rank's alone (hcq__item_is_foreign): not encoded here */
-} item_sched_t;
-
-/* One replay slot: its own bound queues, kernel arguments, signals and profile slots, so up to
- * `inflight` replays of one graph can be in flight at once, each patched on its own. Replays use the
- * slots in turn; a slot is reused once its previous replay finished. */
-typedef struct graph_inst {
-  hcq_queue_t *queues[2 * HCQ__GRAPH_MAX_DEVICES]; /* 2d compute, 2d+1 copy (NULL when unused) */
-  hcq_signal_t *queue_sig[2 * HCQ__GRAPH_MAX_DEVICES];
-  hcq_signal_t *dev_sig[HCQ__GRAPH_MAX_DEVICES];
-  /* Each compute queue ends by setting its device's done signal to K: a later replay in this slot,
-   * a profile and destroy wait for it. The graph's own signal, so timeline wraps cannot reset it. */
-  hcq_signal_t *done_sig[HCQ__GRAPH_MAX_DEVICES];
-  hcq_buffer_t *kernargs[HCQ__GRAPH_MAX_DEVICES];
-  hcq_buffer_t *prof_slots[HCQ__GRAPH_MAX_DEVICES];
-  hcq_signal_t *kickoff;
-  uint64_t kickoff_value; /* K of the slot's last replay (0: none yet) */
-  char *queue_label[2 * HCQ__GRAPH_MAX_DEVICES];
-} graph_inst_t;
-
-typedef struct hcq_graph_impl {
-  struct hcq_graph base;
-  size_t ndev;
-  uint32_t last_item[2 * HCQ__GRAPH_MAX_DEVICES];
-  uint64_t copied_into[HCQ__GRAPH_MAX_DEVICES]; /* bit s: device s's copy queue wrote here */
-  /* Devices this process runs queues for: every local one, and a remote one only where an item runs
-   * on its queues (a cross-rank transfer the communication thread makes). A graph ignores the
-   * others' signals and timelines. */
-  bool active[HCQ__GRAPH_MAX_DEVICES];
-  uint64_t kickoff_value; /* K of the last replay */
-  graph_inst_t *inst;
-  unsigned ninst, next_inst;
-  graph_inst_t *last_inst; /* the slot of the last replay */
-
-  /* Variables the queues are patched with; values[] is the array every submit receives. */
-  hcq_expr_t *kickoff_var;
-  hcq_expr_t *timeline_val[HCQ__GRAPH_MAX_DEVICES], *timeline_addr[HCQ__GRAPH_MAX_DEVICES];
-  hcq_expr_t **input_vars;
-  hcq_var_value_t *values;
-  size_t nvalues, user_at, timeline_at, inputs_at;
-
-  item_sched_t *sched;
-  HCQ__VEC(hcq_graph_wait_t) waits;
-  hcq__u32_vec_t ready, deps;
-
-  bool profile;
-  hcq_profile_entry_t *prof_entries;
-  char *prof_names; /* storage for entry names */
-  const uint32_t **prof_deps;
-  size_t *prof_ndeps;
-  uint64_t *prof_timestamps;
-  hcq_profile_event_t prof_event;
-  hcq__trace_graph_t *trace; /* the profiler's entry (NULL when it was off at build) */
-} hcq_graph_impl_t;
+#include "graph/hcq_graph_impl.h"
 
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
 
 static inline hcq_operand_t addr_of(const hcq_signal_t *s) { return hcq_imm((int64_t)hcq_signal_address(s)); }
-
-/* ---- scheduling (docs/design.md, "The HCQ graph", build steps 4-5) ---- */
-
-typedef struct {
-  uint32_t queue, value;
-} dep_t;
-
-static int dep_by_value_desc(const void *a, const void *b) {
-  const dep_t *x = a, *y = b;
-  return x->value < y->value ? 1 : x->value > y->value ? -1 : (x->queue > y->queue) - (x->queue < y->queue);
-}
-
-static hcq_status_t schedule(hcq_graph_impl_t *g) {
-  hcq__runner_t *r = &g->base.runner;
-  size_t nq = 2 * g->ndev;
-  hcq_status_t st = NULL;
-  uint32_t *queue_access = calloc(nq * nq, sizeof(uint32_t)); /* [q][q']: highest value of q' that q waited for */
-  uint64_t *queue_knows = calloc(nq, sizeof(uint64_t));      /* devices each queue knows are ready */
-  uint64_t *item_knows = calloc(r->nitems, sizeof(uint64_t)); /* what its queue knew after each item */
-  dep_t *deps = malloc((r->nitems + 1) * sizeof(dep_t));
-  uintptr_t keys[HCQ_MAX_KERNEL_BUFS];
-  hcq__deps_t tracker;
-  hcq__deps_init(&tracker);
-  hcq__u32_vec_t rdeps = {0};
-  if (!queue_access || !queue_knows || !item_knows || !deps) st = oom();
-  for (size_t d = 0; d < g->ndev; d++) queue_knows[2 * d] = UINT64_C(1) << d;
-  for (size_t q = 0; q < nq; q++) g->last_item[q] = NO_ITEM;
-  for (size_t d = 0; d < g->ndev; d++) g->active[d] = !hcq__device_is_remote(r->devices[d]);
-  for (uint32_t j = 0; j < r->nitems; j++) {
-    g->sched[j].foreign = hcq__item_is_foreign(&r->items[j]);
-    if (!g->sched[j].foreign) g->active[hcq__runner_device_index(r, hcq__item_device(&r->items[j]))] = true;
-  }
-
-  for (uint32_t j = 0; j < r->nitems && !st; j++) {
-    const hcq_exec_item_t *it = &r->items[j];
-    item_sched_t *s = &g->sched[j];
-    uint32_t d = hcq__runner_device_index(r, hcq__item_device(it));
-    uint32_t q = 2 * d + (it->kind == HCQ_ITEM_TRANSFER);
-    s->queue = q;
-    if (s->foreign) {
-      /* Not in the tracker either: no item here waits for it (what it exchanges with this rank is
-       * a message, which orders itself). */
-      s->waits_at = (uint32_t)g->waits.len, s->ready_at = (uint32_t)g->ready.len, s->deps_at = (uint32_t)g->deps.len;
-      s->start_slot = 2 * j, s->end_slot = 2 * j + 1;
-      continue;
-    }
-    hcq__item_access_t acc;
-    hcq__item_access(it, &acc);
-    for (size_t i = 0; i < acc.n; i++) keys[i] = (uintptr_t)hcq_buffer_base(acc.bufs[i]);
-    if ((st = hcq__deps_access(&tracker, keys, acc.writes, acc.n, j, &rdeps))) break;
-
-    /* Resource dependencies as (queue, value), plus the previous item of this queue. */
-    size_t nd = 0;
-    for (size_t i = 0; i < rdeps.len; i++) deps[nd++] = (dep_t){g->sched[rdeps.data[i]].queue, rdeps.data[i] + 1};
-    if (g->last_item[q] != NO_ITEM) deps[nd++] = (dep_t){q, g->last_item[q] + 1};
-    qsort(deps, nd, sizeof(dep_t), dep_by_value_desc);
-
-    /* Drop what this queue already waited for; learn what the waited-for items knew. */
-    size_t kept = 0;
-    for (size_t i = 0; i < nd; i++) {
-      uint32_t *seen = &queue_access[q * nq + deps[i].queue];
-      if (*seen >= deps[i].value) continue;
-      *seen = deps[i].value;
-      queue_knows[q] |= item_knows[deps[i].value - 1];
-      deps[kept++] = deps[i];
-    }
-
-    /* Device readiness: wait for the device signal of every device not known ready. */
-    s->ready_at = (uint32_t)g->ready.len;
-    for (size_t i = 0; i < acc.n; i++) {
-      uint32_t bd = hcq__runner_device_index(r, acc.bufs[i]->dev);
-      if (!g->active[bd] || (queue_knows[q] & (UINT64_C(1) << bd))) continue;
-      queue_knows[q] |= UINT64_C(1) << bd;
-      if (!hcq__vec_push(&g->ready, bd)) st = oom();
-    }
-    s->nready = (uint32_t)(g->ready.len - s->ready_at);
-
-    /* In-order queues need no waits on themselves. */
-    bool in_order = (it->kind == HCQ_ITEM_TRANSFER) || (r->devices[d]->caps & HCQ_CAP_IN_ORDER_QUEUES);
-    s->waits_at = (uint32_t)g->waits.len;
-    for (size_t i = 0; i < kept && !st; i++) {
-      if (in_order && deps[i].queue == q) continue;
-      hcq_graph_wait_t w = {deps[i].queue, deps[i].value};
-      if (!hcq__vec_push(&g->waits, w)) st = oom();
-      g->sched[deps[i].value - 1].signal_value = deps[i].value;
-    }
-    s->nwaits = (uint32_t)(g->waits.len - s->waits_at);
-    if (it->kind == HCQ_ITEM_TRANSFER) {
-      s->signal_value = j + 1;
-      g->copied_into[hcq__runner_device_index(r, it->transfer.dst->dev)] |= UINT64_C(1) << d;
-    }
-
-    s->deps_at = (uint32_t)g->deps.len;
-    for (size_t i = 0; i < rdeps.len && !st; i++)
-      if (!hcq__vec_push(&g->deps, rdeps.data[i])) st = oom();
-    s->ndeps = (uint32_t)rdeps.len;
-
-    /* A chained item (no waits at all) starts when the previous item of its queue ended. */
-    bool chained = s->nwaits == 0 && s->nready == 0 && g->last_item[q] != NO_ITEM;
-    s->start_slot = chained ? 2 * g->last_item[q] + 1 : 2 * j;
-    s->end_slot = 2 * j + 1;
-
-    item_knows[j] = queue_knows[q];
-    g->last_item[q] = j;
-  }
-  hcq__vec_free(&rdeps);
-  hcq__deps_deinit(&tracker);
-  free(queue_access);
-  free(queue_knows);
-  free(item_knows);
-  free(deps);
-  return st;
-}
 
 /* ---- variables ---- */
 
@@ -246,7 +67,7 @@ static hcq_status_t get_queue(graph_inst_t *in, uint32_t q, hcq_queue_t **out) {
   return NULL;
 }
 
-/* The operand of item j's argument i: its input variable if the slot holds an input. */
+/* The operand of item j's argument i: its input variable if an input slot names that argument. */
 static hcq_operand_t buffer_operand(const hcq_graph_impl_t *g, uint32_t j, uint32_t i, const hcq_buffer_t *b) {
   const hcq__runner_t *r = &g->base.runner;
   for (size_t s = 0; s < r->slots.len; s++)
@@ -254,8 +75,8 @@ static hcq_operand_t buffer_operand(const hcq_graph_impl_t *g, uint32_t j, uint3
   return hcq_imm((int64_t)b->addr);
 }
 
-static hcq_operand_t slot_addr(const graph_inst_t *in, uint32_t dev, uint32_t slot) {
-  return hcq_imm((int64_t)(hcq_buffer_address(in->prof_slots[dev]) + (uint64_t)slot * sizeof(hcq__signal_words_t)));
+static hcq_operand_t stamp_addr(const graph_inst_t *in, uint32_t dev, uint32_t stamp) {
+  return hcq_imm((int64_t)(hcq_buffer_address(in->prof_stamps[dev]) + (uint64_t)stamp * sizeof(hcq__signal_words_t)));
 }
 
 static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t j) {
@@ -273,7 +94,7 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t 
     const hcq_graph_wait_t *w = &g->waits.data[s->waits_at + i];
     st = hcq_queue_wait(q, addr_of(in->queue_sig[w->queue]), hcq_imm(w->value));
   }
-  if (!st && g->profile && s->start_slot == 2 * j) st = hcq_queue_timestamp(q, slot_addr(in, d, s->start_slot));
+  if (!st && g->profile && s->start_stamp == 2 * j) st = hcq_queue_timestamp(q, stamp_addr(in, d, s->start_stamp));
   if (!st && it->kind == HCQ_ITEM_KERNEL) {
     const hcq_kernel_item_t *k = &it->kernel;
     hcq_operand_t bufs[HCQ_MAX_KERNEL_BUFS];
@@ -292,17 +113,16 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t 
     st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst), buffer_operand(g, j, 1, t->src), hcq_imm((int64_t)t->bytes));
     q->tag = j + 1;
   }
-  if (!st && g->profile) st = hcq_queue_timestamp(q, slot_addr(in, d, s->end_slot));
+  if (!st && g->profile) st = hcq_queue_timestamp(q, stamp_addr(in, d, s->end_stamp));
   if (!st && s->signal_value) st = hcq_queue_signal(q, addr_of(in->queue_sig[s->queue]), hcq_imm(s->signal_value));
   if (q) q->tag = 0;
   return st ? hcq_status_annotate(st, "item %u", j) : NULL;
 }
 
-static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsigned slot) {
+/* Kernel arguments: one block per device, each item's block 16-byte aligned. Fills in each kernel
+ * item's offset and each device's block size. */
+static void layout_kernargs(hcq_graph_impl_t *g, uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES]) {
   hcq__runner_t *r = &g->base.runner;
-  hcq_status_t st = NULL;
-  /* Kernel arguments: one block per device, each item's block 16-byte aligned. */
-  uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES] = {0};
   for (uint32_t j = 0; j < r->nitems; j++) {
     const hcq_exec_item_t *it = &r->items[j];
     if (it->kind != HCQ_ITEM_KERNEL || g->sched[j].foreign) continue;
@@ -310,39 +130,42 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
     g->sched[j].kernargs_offset = kernargs_size[d];
     kernargs_size[d] += hcq_kernargs_size(it->kernel.nbufs, it->kernel.nvals);
   }
-  char tag[24] = "";
-  if (g->ninst > 1) snprintf(tag, sizeof(tag), " (slot %u)", slot);
-  for (size_t d = 0; d < g->ndev && !st; d++) {
-    hcq_device_t *dev = r->devices[d];
-    char name[96];
-    if (kernargs_size[d]) st = hcq__buffer_create_host_visible(dev, kernargs_size[d], &in->kernargs[d]);
-    if (!st && kernargs_size[d]) {
-      snprintf(name, sizeof(name), "kernargs of %s%s", r->label, tag);
-      hcq_buffer_set_label(in->kernargs[d], name);
-      hcq__buffer_set_mem_class(in->kernargs[d], HCQ__MEMC_KERNARGS);
-    }
-    if (!st && g->profile) {
-      st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &in->prof_slots[d]);
-      snprintf(name, sizeof(name), "profile slots of %s%s", r->label, tag);
-      if (!st) hcq_buffer_set_label(in->prof_slots[d], name);
-      if (!st) hcq__buffer_set_mem_class(in->prof_slots[d], HCQ__MEMC_PROFILE);
-    }
-    snprintf(name, sizeof(name), "graph device signal of %s%s", dev->name, tag);
-    if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->dev_sig[d]);
-    snprintf(name, sizeof(name), "%s done on %s%s", r->label, dev->name, tag);
-    if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->done_sig[d]);
-    for (int kind = 0; kind < 2 && !st; kind++) {
-      if (kind == 1 && g->last_item[2 * d + 1] == NO_ITEM) continue;
-      snprintf(name, sizeof(name), "graph %s queue signal of %s%s", kind ? "copy" : "compute", dev->name, tag);
-      st = hcq__signal_create_internal(dev, name, 0, &in->queue_sig[2 * d + kind]);
-    }
-  }
-  char kname[64];
-  snprintf(kname, sizeof(kname), "graph kickoff%s", tag);
-  if (!st) st = hcq__signal_create_internal(r->devices[0], kname, 0, &in->kickoff);
-  if (st) return st;
+}
 
-  /* Prologue of every compute queue: barrier, previous work on the device, kickoff, device ready. */
+/* The instance's memory and signals on device d; tag tells instances apart in their labels. */
+static hcq_status_t create_device_objects(hcq_graph_impl_t *g, graph_inst_t *in, size_t d, uint64_t kernargs_size,
+                                          const char *tag) {
+  hcq__runner_t *r = &g->base.runner;
+  hcq_device_t *dev = r->devices[d];
+  hcq_status_t st = NULL;
+  char name[96];
+  if (kernargs_size) st = hcq__buffer_create_host_visible(dev, kernargs_size, &in->kernargs[d]);
+  if (!st && kernargs_size) {
+    snprintf(name, sizeof(name), "kernargs of %s%s", r->label, tag);
+    hcq_buffer_set_label(in->kernargs[d], name);
+    hcq__buffer_set_mem_class(in->kernargs[d], HCQ__MEMC_KERNARGS);
+  }
+  if (!st && g->profile) {
+    st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &in->prof_stamps[d]);
+    snprintf(name, sizeof(name), "profile timestamps of %s%s", r->label, tag);
+    if (!st) hcq_buffer_set_label(in->prof_stamps[d], name);
+    if (!st) hcq__buffer_set_mem_class(in->prof_stamps[d], HCQ__MEMC_PROFILE);
+  }
+  snprintf(name, sizeof(name), "graph device signal of %s%s", dev->name, tag);
+  if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->dev_sig[d]);
+  snprintf(name, sizeof(name), "%s done on %s%s", r->label, dev->name, tag);
+  if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->done_sig[d]);
+  for (int kind = 0; kind < 2 && !st; kind++) {
+    if (kind == 1 && g->last_item[2 * d + 1] == NO_ITEM) continue;
+    snprintf(name, sizeof(name), "graph %s queue signal of %s%s", kind ? "copy" : "compute", dev->name, tag);
+    st = hcq__signal_create_internal(dev, name, 0, &in->queue_sig[2 * d + kind]);
+  }
+  return st;
+}
+
+/* Prologue of every compute queue: barrier, previous work on the device, kickoff, device ready. */
+static hcq_status_t encode_prologues(hcq_graph_impl_t *g, graph_inst_t *in) {
+  hcq_status_t st = NULL;
   for (uint32_t d = 0; d < g->ndev && !st; d++) {
     hcq_queue_t *q;
     if (!g->active[d]) continue;
@@ -352,9 +175,13 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
         !(st = hcq_queue_wait(q, addr_of(in->kickoff), hcq_sym(g->kickoff_var))))
       st = hcq_queue_signal(q, addr_of(in->dev_sig[d]), hcq_sym(g->kickoff_var));
   }
-  for (uint32_t j = 0; j < r->nitems && !st; j++) st = encode_item(g, in, j);
+  return st;
+}
 
-  /* Epilogue: wait for the copy queues that fed the device, then signal its timeline. */
+/* Epilogue of every compute queue: wait for the copy queues that fed the device, then signal its
+ * timeline. */
+static hcq_status_t encode_epilogues(hcq_graph_impl_t *g, graph_inst_t *in) {
+  hcq_status_t st = NULL;
   for (uint32_t d = 0; d < g->ndev && !st; d++) {
     hcq_queue_t *q = in->queues[2 * d];
     if (!g->active[d]) continue;
@@ -368,10 +195,29 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
     if (!st) st = next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
     hcq_expr_release(one);
     hcq_expr_release(next);
-    /* Last: once the host sees it, it may patch this slot's words for the next replay, the
+    /* Last: once the host sees it, it may patch this instance's words for the next replay, the
      * timeline signal's value among them. */
     if (!st) st = hcq_queue_signal(q, addr_of(in->done_sig[d]), hcq_sym(g->kickoff_var));
   }
+  return st;
+}
+
+static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsigned index) {
+  hcq__runner_t *r = &g->base.runner;
+  hcq_status_t st = NULL;
+  uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES] = {0};
+  layout_kernargs(g, kernargs_size);
+  char tag[24] = "";
+  if (g->ninst > 1) snprintf(tag, sizeof(tag), " (instance %u)", index);
+  for (size_t d = 0; d < g->ndev && !st; d++) st = create_device_objects(g, in, d, kernargs_size[d], tag);
+  char kname[64];
+  snprintf(kname, sizeof(kname), "graph kickoff%s", tag);
+  if (!st) st = hcq__signal_create_internal(r->devices[0], kname, 0, &in->kickoff);
+  if (st) return st;
+
+  st = encode_prologues(g, in);
+  for (uint32_t j = 0; j < r->nitems && !st; j++) st = encode_item(g, in, j);
+  if (!st) st = encode_epilogues(g, in);
   for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
     if (!in->queues[q]) continue;
     char label[160];
@@ -409,7 +255,7 @@ static hcq_status_t build_profile(hcq_graph_impl_t *g) {
       snprintf(name, 80, "%s", it->kernel.program->name);
     else
       snprintf(name, 80, "%s -> %s", it->transfer.src->dev->name, it->transfer.dst->dev->name);
-    g->prof_entries[j] = (hcq_profile_entry_t){r->devices[s->queue / 2]->name, name, s->start_slot, s->end_slot,
+    g->prof_entries[j] = (hcq_profile_entry_t){r->devices[s->queue / 2]->name, name, s->start_stamp, s->end_stamp,
                                                it->kind == HCQ_ITEM_TRANSFER};
     g->prof_deps[j] = g->deps.data + s->deps_at;
     g->prof_ndeps[j] = s->ndeps;
@@ -429,12 +275,12 @@ static void trace_register(hcq_graph_impl_t *g) {
     const graph_inst_t *in = &g->inst[k];
     for (size_t j = 0; j < r->nitems; j++) {
       const item_sched_t *s = &g->sched[j];
-      const hcq__signal_words_t *slots = in->prof_slots[s->queue / 2]->mem.host;
+      const hcq__signal_words_t *stamps = in->prof_stamps[s->queue / 2]->mem.host;
       bool copy = r->items[j].kind == HCQ_ITEM_TRANSFER;
       items[k * r->nitems + j] = (hcq__trace_graph_item_t){
           g->prof_entries[j].name, r->devices[s->queue / 2], copy ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE,
-          copy ? r->items[j].transfer.bytes : 0, &slots[s->start_slot], &slots[s->end_slot], g->deps.data + s->deps_at,
-          s->ndeps};
+          copy ? r->items[j].transfer.bytes : 0, &stamps[s->start_stamp], &stamps[s->end_stamp],
+          g->deps.data + s->deps_at, s->ndeps};
     }
     size_t n = 0;
     for (size_t d = 0; d < g->ndev; d++)
@@ -452,7 +298,7 @@ static void trace_register(hcq_graph_impl_t *g) {
   free(done);
 }
 
-/* Every slot's last replay, oldest first (all have finished). */
+/* Every instance's last replay, oldest first (all have finished). */
 static void trace_collect_all(hcq_graph_impl_t *g) {
   if (!g->trace) return;
   for (uint64_t done = 0;;) {
@@ -471,9 +317,9 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
   memset(g->prof_timestamps, 0, 2 * r->nitems * sizeof(uint64_t));
   for (size_t j = 0; j < r->nitems; j++) {
     const item_sched_t *s = &g->sched[j];
-    const hcq__signal_words_t *slots = g->last_inst->prof_slots[s->queue / 2]->mem.host;
-    g->prof_timestamps[s->start_slot] = atomic_load_explicit(&slots[s->start_slot].timestamp, memory_order_acquire);
-    g->prof_timestamps[s->end_slot] = atomic_load_explicit(&slots[s->end_slot].timestamp, memory_order_acquire);
+    const hcq__signal_words_t *stamps = g->last_inst->prof_stamps[s->queue / 2]->mem.host;
+    g->prof_timestamps[s->start_stamp] = atomic_load_explicit(&stamps[s->start_stamp].timestamp, memory_order_acquire);
+    g->prof_timestamps[s->end_stamp] = atomic_load_explicit(&stamps[s->end_stamp].timestamp, memory_order_acquire);
   }
   g->prof_event.replay = g->kickoff_value;
 }
@@ -484,7 +330,7 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
  * it asked for is queued already (running it again would run it twice). */
 typedef enum { WAIT_PREVIOUS, WAIT_BEFORE_SUBMIT, WAIT_THIS_REPLAY } wait_kind_t;
 
-/* Waits until the slot's last replay finished on every device. */
+/* Waits until the instance's last replay finished on every device. */
 static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in, wait_kind_t kind) {
   if (!in->kickoff_value) return NULL;
   hcq__runner_t *r = &g->base.runner;
@@ -526,32 +372,54 @@ static void failed_item(const hcq_graph_impl_t *g, const hcq_queue_t *q, char *o
     snprintf(out, size, "transfer %s -> %s", it->transfer.src->label, it->transfer.dst->label);
 }
 
+/* The kickoff value is a 32-bit payload: restart it (and the signals compared with it) before it
+ * overflows, once every instance's replay has finished. */
+static hcq_status_t restart_kickoff(hcq_graph_impl_t *g) {
+  hcq_status_t st = wait_previous(g, WAIT_BEFORE_SUBMIT);
+  if (st) return st;
+  for (unsigned i = 0; i < g->ninst; i++) {
+    graph_inst_t *x = &g->inst[i];
+    for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(x->dev_sig[d], 0);
+    for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(x->done_sig[d], 0);
+    hcq_signal_set(x->kickoff, 0);
+    x->kickoff_value = 0;
+  }
+  g->kickoff_value = 0;
+  return NULL;
+}
+
+/* Hands every queue of the instance over (the devices are locked, and room on every engine was
+ * reserved, so nothing here can fail) and makes it the last replay. */
+static inline void commit_replay(hcq_graph_impl_t *g, graph_inst_t *in, uint64_t kickoff) {
+  hcq__runner_t *r = &g->base.runner;
+  g->kickoff_value = kickoff;
+  in->kickoff_value = kickoff;
+  g->last_inst = in;
+  g->next_inst = (g->next_inst + 1) % g->ninst;
+  hcq_signal_set(in->kickoff, kickoff);
+  for (size_t d = 0; d < g->ndev; d++) {
+    hcq_device_t *dev = r->devices[d];
+    if (!g->active[d]) continue;
+    hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d], dev));
+    if (in->queues[2 * d + 1]) hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d + 1], dev));
+    hcq__timeline_advance(dev);
+  }
+}
+
 static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
   hcq__runner_t *r = &base->runner;
   uint64_t start = hcq__now_ns();
-  /* The next slot in turn: the host waits only when its previous replay has not finished, so up
-   * to ninst replays are in flight; the device timeline orders them one after another. */
-  unsigned slot = g->next_inst;
-  graph_inst_t *in = &g->inst[slot];
+  /* The next instance in turn: the host waits only when its previous replay has not finished, so
+   * up to ninst replays are in flight; the device timeline orders them one after another. */
+  unsigned index = g->next_inst;
+  graph_inst_t *in = &g->inst[index];
   hcq_status_t st = wait_instance(g, in, WAIT_BEFORE_SUBMIT);
   if (st) return st;
-  if (g->trace) hcq__trace_graph_collect(g->trace, slot);
+  if (g->trace) hcq__trace_graph_collect(g->trace, index);
   uint64_t submit_start = g->trace ? hcq__now_ns() : 0;
 
-  /* The kickoff value is a 32-bit payload: restart it (and the signals compared with it) before it
-   * overflows, once every slot's replay has finished. */
-  if (g->kickoff_value >= HCQ_TIMELINE_WRAP) {
-    if ((st = wait_previous(g, WAIT_BEFORE_SUBMIT))) return st;
-    for (unsigned i = 0; i < g->ninst; i++) {
-      graph_inst_t *x = &g->inst[i];
-      for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(x->dev_sig[d], 0);
-      for (size_t d = 0; d < g->ndev; d++) hcq_signal_set(x->done_sig[d], 0);
-      hcq_signal_set(x->kickoff, 0);
-      x->kickoff_value = 0;
-    }
-    g->kickoff_value = 0;
-  }
+  if (g->kickoff_value >= HCQ_TIMELINE_WRAP && (st = restart_kickoff(g))) return st;
   uint64_t kickoff = g->kickoff_value + 1;
   for (uint32_t q = 0; q < 2 * g->ndev; q++)
     if (in->queue_sig[q]) hcq_signal_set(in->queue_sig[q], 0);
@@ -578,27 +446,13 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   }
   for (uint32_t q = 0; q < 2 * g->ndev && !st; q++)
     if (in->queues[q]) st = hcq__queue_reserve_locked(in->queues[q], r->devices[q / 2]);
-  if (!st) {
-    g->kickoff_value = kickoff;
-    in->kickoff_value = kickoff;
-    g->last_inst = in;
-    g->next_inst = (g->next_inst + 1) % g->ninst;
-    hcq_signal_set(in->kickoff, kickoff);
-    for (size_t d = 0; d < g->ndev; d++) {
-      hcq_device_t *dev = r->devices[d];
-      if (!g->active[d]) continue;
-      /* Cannot fail after the reservation. */
-      hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d], dev));
-      if (in->queues[2 * d + 1]) hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d + 1], dev));
-      hcq__timeline_advance(dev);
-    }
-  }
+  if (!st) commit_replay(g, in, kickoff);
   hcq__device_unlock_many(r->devices, g->ndev);
   if (st) return st;
   if (g->trace) {
-    hcq__trace_graph_submitted(g->trace, slot, kickoff, submit_start);
+    hcq__trace_graph_submitted(g->trace, index, kickoff, submit_start);
     /* The replay before this one is read while this one runs, not before its submit. */
-    if (g->ninst > 1) hcq__trace_graph_collect_finished(g->trace, (slot + g->ninst - 1) % g->ninst);
+    if (g->ninst > 1) hcq__trace_graph_collect_finished(g->trace, (index + g->ninst - 1) % g->ninst);
   }
   hcq__runner_commit(r);
   if (wait) {
@@ -626,7 +480,7 @@ static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
       release_signal(in->dev_sig[d]);
       release_signal(in->done_sig[d]);
       hcq_buffer_release(in->kernargs[d]);
-      hcq_buffer_release(in->prof_slots[d]);
+      hcq_buffer_release(in->prof_stamps[d]);
     }
     release_signal(in->kickoff);
   }
@@ -691,7 +545,7 @@ static hcq_status_t hcq_graph_item_schedule_impl(const hcq_graph_t *base, size_t
   return NULL;
 }
 
-/* The queue of the last replay's slot (the first slot before any replay). */
+/* The queue of the last replay's instance (the first instance before any replay). */
 static const hcq_queue_t *hcq_graph_queue_impl(const hcq_graph_t *base, uint32_t q) {
   const hcq_graph_impl_t *g = (const hcq_graph_impl_t *)base;
   const graph_inst_t *in = g->last_inst ? g->last_inst : &g->inst[0];
@@ -731,7 +585,7 @@ hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned
   g->inst = calloc(g->ninst, sizeof(*g->inst));
   g->sched = calloc(runner->nitems, sizeof(*g->sched));
   hcq_status_t st = g->sched && g->inst ? NULL : oom();
-  if (!st) st = schedule(g);
+  if (!st) st = hcq__hcq_graph_schedule(g);
   if (!st) st = make_vars(g);
   if (!st) st = build_queues(g);
   if (!st && profile) st = build_profile(g);

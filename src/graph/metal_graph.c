@@ -8,10 +8,10 @@
  * per pipeline where the GPU family needs it (below), executeCommandsInBuffer:withRange:, labelled
  * "batched N". With wait it reports the command buffer's GPU start-to-end time.
  *
- * Beyond tinygrad's MetalGraph: the graph keeps its encoded state in slots (HCQ_GRAPH_INFLIGHT or
- * the inflight option, default 2), each an ICB with its own value buffer and its own update plan
- * (update_plan.h). A replay takes the next slot, waits only if that slot's last replay has not
- * finished, and re-sets only the commands whose buffers or dims differ from what that ICB holds
+ * Beyond tinygrad's MetalGraph: the graph keeps its encoded state in instances (HCQ_GRAPH_INFLIGHT
+ * or the inflight option, default 2), each an ICB with its own value buffer and its own update plan
+ * (update_plan.h). A replay takes the next instance, waits only if that instance's last replay has
+ * not finished, and re-sets only the commands whose buffers or dims differ from what that ICB holds
  * (values are memory writes, no ICB call). So an unchanged replay makes no ICB call, and a replay
  * does not wait for the one before it. */
 #include <inttypes.h>
@@ -23,7 +23,7 @@
 #include "graph/update_plan.h"
 #include "metal/metal_internal.h"
 
-#define MAX_SLOTS 8
+#define MAX_INSTANCES 8
 
 typedef struct held_cmd {
   uint64_t *args; /* nbufs addresses the command binds */
@@ -31,7 +31,7 @@ typedef struct held_cmd {
   bool empty; /* reset (no dispatch): a dim is 0 */
 } held_cmd_t;
 
-typedef struct mtl_slot {
+typedef struct mtl_inst {
   struct metal_graph *g;
   hcq_id icb, vals_buf;
   int32_t *vals;
@@ -44,20 +44,20 @@ typedef struct mtl_slot {
   _Atomic bool busy;
   bool failed;
   uint64_t elapsed_ns;
-} mtl_slot_t;
+} mtl_inst_t;
 
 typedef struct metal_graph {
   struct hcq_graph base;
   hcq_device_t *dev;
   const hcq__mtl_api_t *api;
   size_t n;
-  uint32_t *vals_at; /* per item: first int of its values in a slot's value buffer */
+  uint32_t *vals_at; /* per item: first int of its values in an instance's value buffer */
   size_t nvals_total;
   hcq_id *pipelines; /* distinct, for the dummy dispatches */
   size_t npipelines;
   bool needs_fix;
-  mtl_slot_t slots[MAX_SLOTS];
-  unsigned nslots, next;
+  mtl_inst_t inst[MAX_INSTANCES];
+  unsigned ninst, next_inst;
   uint64_t *input_addrs;
   char label[32];
   hcq_id label_str; /* label as an NSString, made once: replays only set it */
@@ -73,16 +73,16 @@ static const hcq__mtl_kernel_t *kernel_of(const metal_graph_t *g, size_t j) {
   return g->base.runner.items[j].kernel.program->impl.object;
 }
 
-/* Encodes command j of s from v where it differs from what s holds (all when full); returns the
+/* Encodes command j of in from v where it differs from what in holds (all when full); returns the
  * number of ICB calls made. */
-static uint64_t encode_command(metal_graph_t *g, mtl_slot_t *s, uint32_t j, const hcq__plan_values_t *v, bool full) {
+static uint64_t encode_command(metal_graph_t *g, mtl_inst_t *in, uint32_t j, const hcq__plan_values_t *v, bool full) {
   const hcq_kernel_item_t *k = &g->base.runner.items[j].kernel;
-  held_cmd_t *h = &s->held[j];
+  held_cmd_t *h = &in->held[j];
   uint64_t calls = 0;
-  memcpy(s->vals + g->vals_at[j], v->vals, 4 * k->nvals); /* values are memory: no ICB call */
+  memcpy(in->vals + g->vals_at[j], v->vals, 4 * k->nvals); /* values are memory: no ICB call */
   bool empty = false;
   for (int i = 0; i < 3; i++) empty |= v->global[i] == 0 || v->local[i] == 0;
-  hcq_id cmd = MSG(hcq_id, hcq_NSUInteger)(s->icb, SEL(indirectComputeCommandAtIndex), j);
+  hcq_id cmd = MSG(hcq_id, hcq_NSUInteger)(in->icb, SEL(indirectComputeCommandAtIndex), j);
   if (empty) {
     if (!h->empty || full) MSG(void)(cmd, SEL(reset)), calls++;
     h->empty = true;
@@ -91,7 +91,7 @@ static uint64_t encode_command(metal_graph_t *g, mtl_slot_t *s, uint32_t j, cons
   bool all = full || h->empty; /* a reset command has lost its state */
   if (all) {
     MSG(void, hcq_id)(cmd, SEL(setComputePipelineState), kernel_of(g, j)->pipeline), calls++;
-    MSG(void, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(cmd, SEL(setKernelBuffer), s->vals_buf,
+    MSG(void, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(cmd, SEL(setKernelBuffer), in->vals_buf,
                                                       (hcq_NSUInteger)g->vals_at[j] * 4, k->nbufs), calls++;
   }
   for (size_t i = 0; i < k->nbufs; i++) {
@@ -100,7 +100,7 @@ static uint64_t encode_command(metal_graph_t *g, mtl_slot_t *s, uint32_t j, cons
     hcq_id buf = hcq__mtl_buffer_at(g->dev, v->args[i], &off);
     MSG(void, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(cmd, SEL(setKernelBuffer), buf, (hcq_NSUInteger)off, i), calls++;
     h->args[i] = v->args[i];
-    s->resources_stale = true;
+    in->resources_stale = true;
   }
   if (all || memcmp(h->global, v->global, sizeof(h->global)) || memcmp(h->local, v->local, sizeof(h->local))) {
     hcq_MTLSize grid = {v->global[0], v->global[1], v->global[2]}, group = {v->local[0], v->local[1], v->local[2]};
@@ -113,59 +113,59 @@ static uint64_t encode_command(metal_graph_t *g, mtl_slot_t *s, uint32_t j, cons
   return calls;
 }
 
-/* Every buffer the slot's commands bind, once, plus its value buffer. */
-static hcq_status_t collect_resources(metal_graph_t *g, mtl_slot_t *s) {
+/* Every buffer the instance's commands bind, once, plus its value buffer. */
+static hcq_status_t collect_resources(metal_graph_t *g, mtl_inst_t *in) {
   size_t n = 0;
   for (size_t j = 0; j < g->n; j++) {
     const hcq_kernel_item_t *k = &g->base.runner.items[j].kernel;
     for (size_t i = 0; i < k->nbufs; i++) {
       uint64_t off;
-      hcq_id buf = hcq__mtl_buffer_at(g->dev, s->held[j].args[i], &off);
+      hcq_id buf = hcq__mtl_buffer_at(g->dev, in->held[j].args[i], &off);
       bool dup = false;
-      for (size_t r = 0; r < n && !dup; r++) dup = s->resources[r] == buf;
-      if (buf && !dup) s->resources[n++] = buf;
+      for (size_t r = 0; r < n && !dup; r++) dup = in->resources[r] == buf;
+      if (buf && !dup) in->resources[n++] = buf;
     }
   }
-  s->resources[n++] = s->vals_buf;
-  s->nresources = n;
-  s->resources_stale = false;
+  in->resources[n++] = in->vals_buf;
+  in->nresources = n;
+  in->resources_stale = false;
   return NULL;
 }
 
-static hcq_status_t build_slot(metal_graph_t *g, mtl_slot_t *s) {
+static hcq_status_t build_instance(metal_graph_t *g, mtl_inst_t *in) {
   hcq__runner_t *r = &g->base.runner;
-  s->g = g;
-  hcq_status_t st = hcq__update_plan_for_runner(r, &s->plan);
+  in->g = g;
+  hcq_status_t st = hcq__update_plan_for_runner(r, &in->plan);
   if (st) return st;
   size_t nargs = 0;
   for (size_t j = 0; j < g->n; j++) nargs += r->items[j].kernel.nbufs;
-  s->held = calloc(g->n, sizeof(*s->held));
-  s->held_args = calloc(nargs + 1, sizeof(uint64_t));
-  s->resources = calloc(nargs + 1, sizeof(hcq_id));
-  if (!s->held || !s->held_args || !s->resources) return oom();
-  for (size_t j = 0, at = 0; j < g->n; at += r->items[j].kernel.nbufs, j++) s->held[j].args = s->held_args + at;
+  in->held = calloc(g->n, sizeof(*in->held));
+  in->held_args = calloc(nargs + 1, sizeof(uint64_t));
+  in->resources = calloc(nargs + 1, sizeof(hcq_id));
+  if (!in->held || !in->held_args || !in->resources) return oom();
+  for (size_t j = 0, at = 0; j < g->n; at += r->items[j].kernel.nbufs, j++) in->held[j].args = in->held_args + at;
   hcq_id device = hcq__mtl_device(g->dev);
   size_t vbytes = g->nvals_total * 4 < 64 ? 64 : g->nvals_total * 4;
-  s->vals_buf = MSG(hcq_id, hcq_NSUInteger, hcq_NSUInteger)(device, SEL(newBufferWithLength), vbytes,
+  in->vals_buf = MSG(hcq_id, hcq_NSUInteger, hcq_NSUInteger)(device, SEL(newBufferWithLength), vbytes,
                                                              HCQ_MTL_RESOURCE_STORAGE_SHARED);
-  s->vals = s->vals_buf ? MSG(void *)(s->vals_buf, SEL(contents)) : NULL;
-  if (!s->vals) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: no memory for a Metal graph's value buffer", g->dev->name);
+  in->vals = in->vals_buf ? MSG(void *)(in->vals_buf, SEL(contents)) : NULL;
+  if (!in->vals) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: no memory for a Metal graph's value buffer", g->dev->name);
   hcq_id desc = MSG(hcq_id)(g->api->MTLIndirectCommandBufferDescriptor, SEL(new_));
   MSG(void, hcq_NSUInteger)(desc, SEL(setCommandTypes), HCQ_MTL_INDIRECT_CONCURRENT_DISPATCH);
   MSG(void, signed char)(desc, SEL(setInheritBuffers), 0);
   MSG(void, signed char)(desc, SEL(setInheritPipelineState), 0);
   MSG(void, hcq_NSUInteger)(desc, SEL(setMaxKernelBufferBindCount), HCQ_MTL_MAX_BUFFER_BINDS);
-  s->icb = MSG(hcq_id, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(device, SEL(newIndirectCommandBuffer), desc, g->n, 0);
+  in->icb = MSG(hcq_id, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(device, SEL(newIndirectCommandBuffer), desc, g->n, 0);
   MSG(void)(desc, SEL(release));
-  if (!s->icb)
+  if (!in->icb)
     return hcq_status_make(HCQ_UNAVAILABLE, "%s: newIndirectCommandBufferWithDescriptor failed (%zu commands)", g->dev->name,
                            g->n);
   for (uint32_t j = 0; j < g->n; j++) {
     hcq__plan_values_t v;
-    hcq__update_plan_values(s->plan, j, &v);
-    encode_command(g, s, j, &v, true);
+    hcq__update_plan_values(in->plan, j, &v);
+    encode_command(g, in, j, &v, true);
   }
-  return collect_resources(g, s);
+  return collect_resources(g, in);
 }
 
 static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
@@ -194,26 +194,26 @@ static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
     if (!dup) g->pipelines[g->npipelines++] = ps;
   }
   if (!inflight) inflight = hcq__options()->graph_inflight;
-  g->nslots = inflight < 1 ? 1 : inflight > MAX_SLOTS ? MAX_SLOTS : inflight;
+  g->ninst = inflight < 1 ? 1 : inflight > MAX_INSTANCES ? MAX_INSTANCES : inflight;
   void *pool = g->api->objc_autoreleasePoolPush();
   hcq_status_t st = NULL;
-  for (unsigned k = 0; k < g->nslots && !st; k++) st = build_slot(g, &g->slots[k]);
+  for (unsigned k = 0; k < g->ninst && !st; k++) st = build_instance(g, &g->inst[k]);
   /* Apple's M1 and M2 GPUs (the ICB classes before AGXG15X) run an ICB's commands without the
    * pipelines' state unless each pipeline was dispatched once in the encoder: tinygrad's MetalGraph
    * dispatches every pipeline with an empty grid before the ICB there. */
-  if (!st) g->needs_fix = strcmp(g->api->object_getClassName(g->slots[0].icb), "AGXG15XFamilyIndirectCommandBuffer") != 0;
+  if (!st) g->needs_fix = strcmp(g->api->object_getClassName(g->inst[0].icb), "AGXG15XFamilyIndirectCommandBuffer") != 0;
   snprintf(g->label, sizeof(g->label), "batched %zu", g->n);
   if (!st) g->label_str = MSG(hcq_id)(hcq__mtl_string(g->api, g->label), SEL(retain));
   g->api->objc_autoreleasePoolPop(pool);
-  g->stats.updatable_nodes = st ? 0 : hcq__update_plan_updatable_count(g->slots[0].plan);
+  g->stats.updatable_nodes = st ? 0 : hcq__update_plan_updatable_count(g->inst[0].plan);
   return st;
 }
 
 /* ---- replay (on the device's engine) ---- */
 
 static hcq_id encode_replay(void *ctx, hcq_device_t *dev, hcq_id queue, char *err, size_t err_size) {
-  mtl_slot_t *s = ctx;
-  metal_graph_t *g = s->g;
+  mtl_inst_t *in = ctx;
+  metal_graph_t *g = in->g;
   (void)dev;
   hcq_id cb = MSG(hcq_id)(queue, SEL(commandBuffer));
   hcq_id enc = cb ? MSG(hcq_id)(cb, SEL(computeCommandEncoder)) : NULL;
@@ -221,7 +221,7 @@ static hcq_id encode_replay(void *ctx, hcq_device_t *dev, hcq_id queue, char *er
     snprintf(err, err_size, "no command buffer or compute encoder for %s", g->base.runner.label);
     return NULL;
   }
-  MSG(void, const hcq_id *, hcq_NSUInteger, hcq_NSUInteger)(enc, SEL(useResources), s->resources, s->nresources,
+  MSG(void, const hcq_id *, hcq_NSUInteger, hcq_NSUInteger)(enc, SEL(useResources), in->resources, in->nresources,
                                                             HCQ_MTL_RESOURCE_USAGE_READ_WRITE);
   if (g->needs_fix) {
     hcq_MTLSize none = {0, 0, 0};
@@ -231,26 +231,26 @@ static hcq_id encode_replay(void *ctx, hcq_device_t *dev, hcq_id queue, char *er
     }
   }
   hcq_NSRange range = {0, g->n};
-  MSG(void, hcq_id, hcq_NSRange)(enc, SEL(executeCommandsInBuffer), s->icb, range);
+  MSG(void, hcq_id, hcq_NSRange)(enc, SEL(executeCommandsInBuffer), in->icb, range);
   MSG(void)(enc, SEL(endEncoding));
   MSG(void, hcq_id)(cb, SEL(setLabel), g->label_str);
   return cb;
 }
 
 static void replay_done(void *ctx, hcq_id cb, bool failed) {
-  mtl_slot_t *s = ctx;
-  metal_graph_t *g = s->g;
-  s->failed = failed;
+  mtl_inst_t *in = ctx;
+  metal_graph_t *g = in->g;
+  in->failed = failed;
   if (cb && !failed) {
     double t0 = MSG(double)(cb, SEL(GPUStartTime)), t1 = MSG(double)(cb, SEL(GPUEndTime));
-    s->elapsed_ns = t1 > t0 ? (uint64_t)((t1 - t0) * 1e9) : 0;
+    in->elapsed_ns = t1 > t0 ? (uint64_t)((t1 - t0) * 1e9) : 0;
   }
-  atomic_store_explicit(&s->busy, false, memory_order_release);
+  atomic_store_explicit(&in->busy, false, memory_order_release);
 }
 
-static hcq_status_t wait_slot(metal_graph_t *g, mtl_slot_t *s) {
+static hcq_status_t wait_instance(metal_graph_t *g, mtl_inst_t *in) {
   uint64_t deadline = hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT);
-  for (unsigned i = 0; atomic_load_explicit(&s->busy, memory_order_acquire); i++) {
+  for (unsigned i = 0; atomic_load_explicit(&in->busy, memory_order_acquire); i++) {
     hcq_status_t st = hcq__device_check(g->dev);
     if (st) return st;
     if (deadline && hcq__now_ns() >= deadline) {
@@ -271,23 +271,23 @@ static hcq_status_t wait_slot(metal_graph_t *g, mtl_slot_t *s) {
 static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
   metal_graph_t *g = (metal_graph_t *)base;
   hcq__runner_t *r = &base->runner;
-  mtl_slot_t *s = &g->slots[g->next];
-  hcq_status_t st = wait_slot(g, s);
+  mtl_inst_t *in = &g->inst[g->next_inst];
+  hcq_status_t st = wait_instance(g, in);
   if (st) return st;
   for (size_t k = 0; k < r->ninputs; k++) g->input_addrs[k] = r->pending_inputs[k]->addr;
   const uint32_t *changed;
   size_t nchanged;
-  if ((st = hcq__update_plan_prepare(s->plan, g->input_addrs, r->pending_values, &changed, &nchanged))) return st;
+  if ((st = hcq__update_plan_prepare(in->plan, g->input_addrs, r->pending_values, &changed, &nchanged))) return st;
   uint64_t calls = 0;
   void *pool = g->api->objc_autoreleasePoolPush();
   for (size_t i = 0; i < nchanged; i++) {
     hcq__plan_values_t v;
-    hcq__update_plan_values(s->plan, changed[i], &v);
-    calls += encode_command(g, s, changed[i], &v, false);
+    hcq__update_plan_values(in->plan, changed[i], &v);
+    calls += encode_command(g, in, changed[i], &v, false);
   }
   g->api->objc_autoreleasePoolPop(pool);
-  hcq__update_plan_commit(s->plan);
-  if (s->resources_stale) collect_resources(g, s);
+  hcq__update_plan_commit(in->plan);
+  if (in->resources_stale) collect_resources(g, in);
   g->stats.last_replay_updates = calls;
   g->stats.total_updates += calls;
 
@@ -298,26 +298,26 @@ static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
     uint32_t words[HCQ__LEN_SIGNAL] = {HCQ__HDR(SIGNAL)};
     hcq__wr64(words + HCQ__SIGNAL_ADDR, dev->timeline->mem.addr);
     words[HCQ__SIGNAL_VALUE] = (uint32_t)dev->timeline_value;
-    hcq__mtl_job_t job = {encode_replay, replay_done, s};
-    atomic_store_explicit(&s->busy, true, memory_order_relaxed);
+    hcq__mtl_job_t job = {encode_replay, replay_done, in};
+    atomic_store_explicit(&in->busy, true, memory_order_relaxed);
     st = hcq__mtl_submit_job(dev, &job, words, HCQ__LEN_SIGNAL);
-    if (st) atomic_store(&s->busy, false);
+    if (st) atomic_store(&in->busy, false);
     else hcq__timeline_advance(dev);
   }
   pthread_mutex_unlock(&dev->lock);
   if (st) return st;
-  g->next = (g->next + 1) % g->nslots;
+  g->next_inst = (g->next_inst + 1) % g->ninst;
   g->stats.replays++;
   hcq__runner_commit(r);
   if (wait) {
-    if ((st = wait_slot(g, s)) && hcq_status_code(st) == HCQ_DEVICE_LOST)
+    if ((st = wait_instance(g, in)) && hcq_status_code(st) == HCQ_DEVICE_LOST)
       return hcq_status_annotate(st, "this replay of %s was queued, but the device was lost before it finished: its work "
                                  "was dropped", r->label);
     if (st)
       return hcq_status_annotate(st, "this replay of %s was queued but did not finish in time; it stays queued and "
                                  "runs when the device gets to it: do not run it again", r->label);
-    if (s->failed) return hcq__device_check(dev);
-    if (out_elapsed_ns) *out_elapsed_ns = s->elapsed_ns;
+    if (in->failed) return hcq__device_check(dev);
+    if (out_elapsed_ns) *out_elapsed_ns = in->elapsed_ns;
   }
   return NULL;
 }
@@ -325,14 +325,14 @@ static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
 /* ---- the rest of the vtable ---- */
 
 static void free_graph(metal_graph_t *g) {
-  for (unsigned k = 0; k < MAX_SLOTS; k++) {
-    mtl_slot_t *s = &g->slots[k];
-    if (s->icb) MSG(void)(s->icb, SEL(release));
-    if (s->vals_buf) MSG(void)(s->vals_buf, SEL(release));
-    hcq__update_plan_free(s->plan);
-    free(s->held);
-    free(s->held_args);
-    free(s->resources);
+  for (unsigned k = 0; k < MAX_INSTANCES; k++) {
+    mtl_inst_t *in = &g->inst[k];
+    if (in->icb) MSG(void)(in->icb, SEL(release));
+    if (in->vals_buf) MSG(void)(in->vals_buf, SEL(release));
+    hcq__update_plan_free(in->plan);
+    free(in->held);
+    free(in->held_args);
+    free(in->resources);
   }
   if (g->label_str) MSG(void)(g->label_str, SEL(release));
   free(g->vals_at);
@@ -343,8 +343,8 @@ static void free_graph(metal_graph_t *g) {
 
 static hcq_status_t metal_graph_destroy(hcq_graph_t *base) {
   metal_graph_t *g = (metal_graph_t *)base;
-  for (unsigned k = 0; k < g->nslots; k++) {
-    hcq_status_t st = wait_slot(g, &g->slots[k]);
+  for (unsigned k = 0; k < g->ninst; k++) {
+    hcq_status_t st = wait_instance(g, &g->inst[k]);
     if (st) return st;
   }
   free_graph(g);
@@ -354,7 +354,7 @@ static hcq_status_t metal_graph_destroy(hcq_graph_t *base) {
 static hcq_status_t metal_graph_destroy_anyway(hcq_graph_t *base) {
   metal_graph_t *g = (metal_graph_t *)base;
   bool busy = false;
-  for (unsigned k = 0; k < g->nslots; k++) busy |= atomic_load(&g->slots[k].busy);
+  for (unsigned k = 0; k < g->ninst; k++) busy |= atomic_load(&g->inst[k].busy);
   if (busy) { /* the engine may still encode from it: keep it (a lost device drops the job soon) */
     hcq__keep(g);
     return NULL;

@@ -4,48 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/expr.h"
-
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
-
-hcq_device_t *hcq__item_device(const hcq_exec_item_t *it) {
-  if (it->kind == HCQ_ITEM_KERNEL) return it->kernel.program->dev;
-  hcq_device_t *dst = it->transfer.dst->dev, *src = it->transfer.src->dev;
-  bool rdst = hcq__device_is_remote(dst), rsrc = hcq__device_is_remote(src);
-  if (rdst != rsrc) {
-    /* Between this rank and another (docs/mpi.md): on the local end's copy queue when its engine
-     * sends and receives itself, else on the remote device's copy queue (the communication thread). */
-    hcq_device_t *local = rdst ? src : dst;
-    const hcq__remote_hooks_t *hooks = atomic_load_explicit(&hcq__remote, memory_order_acquire);
-    if (hooks && hooks->engine_copies && (local->caps & HCQ__CAP_ENGINE_REMOTE_COPY)) return local;
-    return rdst ? dst : src;
-  }
-  return src; /* a transfer runs on its source's copy queue */
-}
-
-bool hcq__item_is_foreign(const hcq_exec_item_t *it) {
-  if (it->kind == HCQ_ITEM_KERNEL) return hcq__device_is_remote(it->kernel.program->dev);
-  return hcq__device_is_remote(it->transfer.dst->dev) && hcq__device_is_remote(it->transfer.src->dev);
-}
-
-void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out) {
-  if (it->kind == HCQ_ITEM_TRANSFER) {
-    out->pair[0] = it->transfer.dst;
-    out->pair[1] = it->transfer.src;
-    out->bufs = out->pair;
-    out->n = 2;
-    out->writes[0] = true;
-    out->writes[1] = false;
-    return;
-  }
-  out->bufs = it->kernel.bufs;
-  out->n = it->kernel.nbufs;
-  /* The rule of hcq_kernel_item_t (graph.h): no outs array, every buffer is written; an empty one,
-   * none. */
-  bool all = it->kernel.outs == NULL;
-  for (size_t i = 0; i < out->n; i++) out->writes[i] = all;
-  for (size_t i = 0; !all && i < it->kernel.nouts; i++) out->writes[it->kernel.outs[i]] = true;
-}
 
 uint32_t hcq__runner_device_index(const hcq__runner_t *r, const hcq_device_t *dev) {
   for (size_t i = 0; i < r->ndevices; i++)
@@ -84,199 +43,6 @@ static hcq_status_t add_vars(hcq__runner_t *r, const hcq_expr_t *e) {
   return st;
 }
 
-/* Stands for "no values" where NULL would mean "do not evaluate". */
-static const hcq_var_value_t k_no_values[1];
-
-/* Checks a constant operand's range, or evaluates a symbolic one with vals (NULL: constants only).
- * The operand is named "<what>[index]" or "<what> index" in messages, built only on failure. */
-static hcq_status_t check_operand(hcq_operand_t op, int64_t lo, int64_t hi, const hcq_var_value_t *vals, size_t nvals,
-                                  const char *who, const char *what, size_t index) {
-  int64_t v = op.value;
-  if (op.sym && !vals) return NULL;
-  hcq_status_t st = op.sym ? hcq_expr_eval(op.sym, vals, nvals, &v) : NULL;
-  if (!st && v >= lo && v <= hi) return NULL;
-  char name[32];
-  snprintf(name, sizeof(name), strcmp(what, "value") ? "%s[%zu]" : "%s %zu", what, index);
-  if (st) return hcq_status_annotate(st, "%s: %s", who, name);
-  char text[128] = "";
-  if (op.sym) hcq_expr_format(op.sym, text, sizeof(text));
-  return hcq_status_make(HCQ_OUT_OF_RANGE, "%s: %s %s%s%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", who, name,
-                         text, op.sym ? " = " : "", v, lo, hi);
-}
-
-static bool kernel_dims_symbolic(const hcq_kernel_item_t *k) {
-  for (int i = 0; i < 3; i++)
-    if ((k->global[i].sym && !hcq_expr_is_const(k->global[i].sym)) || (k->local[i].sym && !hcq_expr_is_const(k->local[i].sym)))
-      return true;
-  return false;
-}
-
-/* Every value the variables may take makes a valid launch: no dim can be negative, fail to evaluate,
- * exceed 32 bits or take the launch past the device's work-item limit (the largest values make the
- * largest launch). Such an item needs no check per replay. */
-static bool kernel_dims_always_ok(const hcq_kernel_item_t *k) {
-  uint64_t g[3], l[3];
-  for (int i = 0; i < 3; i++) {
-    int64_t glo = k->global[i].value, ghi = glo, llo = k->local[i].value, lhi = llo;
-    if (k->global[i].sym && !hcq__expr_bounds(k->global[i].sym, &glo, &ghi)) return false;
-    if (k->local[i].sym && !hcq__expr_bounds(k->local[i].sym, &llo, &lhi)) return false;
-    if (glo < 0 || llo < 0) return false;
-    g[i] = (uint64_t)ghi, l[i] = (uint64_t)lhi;
-  }
-  return hcq__dims_ok(k->program->dev, g, l);
-}
-
-/* Quick form of the check below, with no message: every dim evaluates and the launch is valid. */
-static bool kernel_dims_ok(const hcq_kernel_item_t *k, const hcq_var_value_t *vals, size_t nvals) {
-  uint64_t g[3], l[3];
-  for (int i = 0; i < 3; i++) {
-    int64_t gv = k->global[i].value, lv = k->local[i].value;
-    hcq_status_t st = k->global[i].sym ? hcq_expr_eval(k->global[i].sym, vals, nvals, &gv) : NULL;
-    if (!st && k->local[i].sym) st = hcq_expr_eval(k->local[i].sym, vals, nvals, &lv);
-    if (st || gv < 0 || lv < 0) {
-      hcq_status_destroy(st);
-      return false;
-    }
-    g[i] = (uint64_t)gv, l[i] = (uint64_t)lv;
-  }
-  return hcq__dims_ok(k->program->dev, g, l);
-}
-
-/* The launch geometry with these values: fits 32 bits per dim and the device's work-item limit.
- * Operands are known to evaluate (checked before). */
-static hcq_status_t check_kernel_dims(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals,
-                                      size_t nvals) {
-  uint64_t g[3], l[3];
-  for (int i = 0; i < 3; i++) {
-    int64_t gv = k->global[i].value, lv = k->local[i].value;
-    if (k->global[i].sym) hcq_status_destroy(hcq_expr_eval(k->global[i].sym, vals, nvals, &gv));
-    if (k->local[i].sym) hcq_status_destroy(hcq_expr_eval(k->local[i].sym, vals, nvals, &lv));
-    g[i] = (uint64_t)gv, l[i] = (uint64_t)lv;
-  }
-  return hcq__check_dims(k->program->dev, g, l, who);
-}
-
-static hcq_status_t validate_kernel(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals, size_t nvals) {
-  if (!k->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: kernel has no program", who);
-  const char *name = k->program->name;
-  if (k->nbufs > HCQ_MAX_KERNEL_BUFS || k->nvals > HCQ_MAX_KERNEL_VALS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): %zu buffers and %zu values exceed the limits (%d, %d)",
-                           who, name, k->nbufs, k->nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
-  if ((k->nbufs && !k->bufs) || (k->nouts && !k->outs) || (k->nvals && !k->vals))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): a buffer, out or value array is NULL", who, name);
-  hcq_status_t st = NULL;
-  if (!hcq__program_args_ok(k->program, k->nbufs, k->nvals)) return hcq__program_check_args(k->program, k->nbufs, k->nvals, who);
-  if (hcq__validating) {
-    char what[96];
-    snprintf(what, sizeof(what), "%s: program", who);
-    if ((st = hcq__obj_check(&k->program->obj, HCQ__OBJ_PROGRAM, what))) return st;
-  }
-  for (size_t i = 0; i < k->nbufs; i++) {
-    if (!k->bufs[i]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): buffer %zu is NULL", who, name, i);
-    if (hcq__validating) {
-      char what[96];
-      snprintf(what, sizeof(what), "%s (%s): buffer %zu", who, name, i);
-      if ((st = hcq__obj_check(&k->bufs[i]->obj, HCQ__OBJ_BUFFER, what))) return st;
-    }
-    if (k->bufs[i]->dev != k->program->dev)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): buffer %zu (%s) is on %s but the program runs on %s",
-                             who, name, i, k->bufs[i]->label, k->bufs[i]->dev->name, k->program->dev->name);
-  }
-  for (size_t i = 0; i < k->nouts; i++)
-    if (k->outs[i] >= k->nbufs)
-      return hcq_status_make(HCQ_OUT_OF_RANGE, "%s (%s): out %zu names buffer %u but the kernel has %zu", who, name,
-                             i, k->outs[i], k->nbufs);
-  /* Only a symbolic dim may be 0 (an empty launch at a replay whose values make it so); a constant
-   * 0 is a dim left out of an initializer and would silently run nothing. */
-  for (int i = 0; i < 3; i++)
-    for (int w = 0; w < 2; w++) {
-      hcq_operand_t op = w ? k->local[i] : k->global[i];
-      if (op.sym ? hcq_expr_is_const(op.sym) && hcq_expr_const_value(op.sym) == 0 : op.value == 0)
-        return hcq__zero_dim_error(w ? "local" : "global", i, "%s (%s)", who, name);
-    }
-  for (size_t i = 0; i < k->nvals && !st; i++) st = check_operand(k->vals[i], INT32_MIN, INT32_MAX, vals, nvals, who, "value", i);
-  for (size_t i = 0; i < 3 && !st; i++) {
-    st = check_operand(k->global[i], 0, UINT32_MAX, vals, nvals, who, "global", i);
-    if (!st) st = check_operand(k->local[i], 0, UINT32_MAX, vals, nvals, who, "local", i);
-  }
-  if (!st && (vals || !kernel_dims_symbolic(k))) st = check_kernel_dims(k, who, vals, nvals);
-  return st;
-}
-
-static hcq_status_t validate_transfer(const hcq_transfer_item_t *t, const char *who) {
-  if (!t->dst || !t->src) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: transfer with a NULL buffer", who);
-  if (hcq__validating) {
-    char what[64];
-    snprintf(what, sizeof(what), "%s: transfer destination", who);
-    hcq_status_t st = hcq__obj_check(&t->dst->obj, HCQ__OBJ_BUFFER, what);
-    snprintf(what, sizeof(what), "%s: transfer source", who);
-    if (!st) st = hcq__obj_check(&t->src->obj, HCQ__OBJ_BUFFER, what);
-    if (st) return st;
-  }
-  if (t->bytes > t->dst->size || t->bytes > t->src->size)
-    return hcq_status_make(HCQ_OUT_OF_RANGE,
-                           "%s: transfer of %" PRIu64 " bytes from %s (%" PRIu64 " bytes) to %s (%" PRIu64
-                           " bytes) is larger than a buffer",
-                           who, t->bytes, t->src->label, t->src->size, t->dst->label, t->dst->size);
-  if (!(t->src->dev->caps & HCQ_CAP_COPY_QUEUE))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s has no copy queue for transfers", who, t->src->dev->name);
-  return hcq__transfer_overlap_check(t->dst, t->src, t->bytes, who);
-}
-
-/* Deep-copies one validated item, retaining its program and buffers. */
-hcq_status_t hcq__exec_item_copy(const hcq_exec_item_t *src, hcq_exec_item_t *dst) {
-  *dst = *src;
-  if (src->kind == HCQ_ITEM_TRANSFER) {
-    hcq_buffer_retain(dst->transfer.dst);
-    hcq_buffer_retain(dst->transfer.src);
-    return NULL;
-  }
-  const hcq_kernel_item_t *k = &src->kernel;
-  hcq_kernel_item_t *c = &dst->kernel;
-  c->bufs = NULL, c->outs = NULL, c->vals = NULL;
-  hcq_buffer_t **bufs = k->nbufs ? malloc(k->nbufs * sizeof(*bufs)) : NULL;
-  /* An empty outs array ("writes nothing") stays an array: NULL would mean "writes everything". */
-  uint32_t *outs = k->outs ? malloc((k->nouts ? k->nouts : 1) * sizeof(*outs)) : NULL;
-  hcq_operand_t *vals = k->nvals ? malloc(k->nvals * sizeof(*vals)) : NULL;
-  if ((k->nbufs && !bufs) || (k->outs && !outs) || (k->nvals && !vals)) {
-    free(bufs), free(outs), free(vals);
-    /* Leave nothing that hcq__exec_item_release would release: none of it was retained. */
-    memset(c, 0, sizeof(*c));
-    return oom();
-  }
-  for (size_t i = 0; i < k->nbufs; i++) bufs[i] = hcq_buffer_retain(k->bufs[i]);
-  if (k->nouts) memcpy(outs, k->outs, k->nouts * sizeof(*outs));
-  for (size_t i = 0; i < k->nvals; i++) {
-    vals[i] = k->vals[i];
-    hcq_expr_retain(vals[i].sym);
-  }
-  for (int i = 0; i < 3; i++) {
-    hcq_expr_retain(c->global[i].sym);
-    hcq_expr_retain(c->local[i].sym);
-  }
-  c->bufs = bufs, c->outs = outs, c->vals = vals;
-  hcq_program_retain(c->program);
-  return NULL;
-}
-
-void hcq__exec_item_release(hcq_exec_item_t *it) {
-  if (it->kind == HCQ_ITEM_TRANSFER) {
-    hcq_buffer_release(it->transfer.dst);
-    hcq_buffer_release(it->transfer.src);
-    return;
-  }
-  hcq_kernel_item_t *k = &it->kernel;
-  for (size_t i = 0; i < k->nbufs; i++) hcq_buffer_release(k->bufs[i]);
-  for (size_t i = 0; i < k->nvals; i++) hcq_expr_release(k->vals[i].sym);
-  for (int i = 0; i < 3; i++) {
-    hcq_expr_release(k->global[i].sym);
-    hcq_expr_release(k->local[i].sym);
-  }
-  free((void *)k->bufs);
-  free((void *)k->outs);
-  free((void *)k->vals);
-  hcq_program_release(k->program);
-}
 
 void hcq__runner_deinit(hcq__runner_t *r) {
   for (size_t j = 0; j < r->nitems; j++) hcq__exec_item_release(&r->items[j]);
@@ -419,9 +185,9 @@ static hcq_status_t collect(hcq__runner_t *r, const hcq_exec_item_t *items, size
     char who[32];
     snprintf(who, sizeof(who), "item %zu", j);
     if (it->kind == HCQ_ITEM_KERNEL)
-      st = validate_kernel(&it->kernel, who, vals, nvals);
+      st = hcq__kernel_item_check(&it->kernel, who, vals, nvals);
     else if (it->kind == HCQ_ITEM_TRANSFER)
-      st = validate_transfer(&it->transfer, who);
+      st = hcq__transfer_item_check(&it->transfer, who);
     else
       st = hcq_status_make(HCQ_INVALID_ARGUMENT, "item %zu: unknown kind %d", j, (int)it->kind);
     if (st) return st;
@@ -504,7 +270,7 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   for (size_t j = 0; j < nitems && !st; j++) {
     char who[96];
     snprintf(who, sizeof(who), "item %zu (%s)", j, items[j].kind == HCQ_ITEM_KERNEL ? items[j].kernel.program->name : "");
-    if (items[j].kind == HCQ_ITEM_KERNEL) st = validate_kernel(&items[j].kernel, who, nvals ? vals : k_no_values, nvals);
+    if (items[j].kind == HCQ_ITEM_KERNEL) st = hcq__kernel_item_check(&items[j].kernel, who, nvals ? vals : hcq__no_var_values, nvals);
   }
   if (!st) {
     r->items = calloc(nitems, sizeof(*r->items));
@@ -516,8 +282,8 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   }
   if (!st) st = collect_aliasing(r);
   for (uint32_t j = 0; j < r->nitems && !st; j++)
-    if (r->items[j].kind == HCQ_ITEM_KERNEL && kernel_dims_symbolic(&r->items[j].kernel) &&
-        !kernel_dims_always_ok(&r->items[j].kernel) && !hcq__vec_push(&r->symdim_items, j))
+    if (r->items[j].kind == HCQ_ITEM_KERNEL && hcq__kernel_dims_symbolic(&r->items[j].kernel) &&
+        !hcq__kernel_dims_always_ok(&r->items[j].kernel) && !hcq__vec_push(&r->symdim_items, j))
       st = oom();
   if (!st) {
     r->eval_vals = calloc(r->vars.len + 1, sizeof(*r->eval_vals));
@@ -613,11 +379,11 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
     for (size_t i = 0; i < r->symdim_items.len; i++) {
       uint32_t j = r->symdim_items.data[i];
       const hcq_kernel_item_t *k = &r->items[j].kernel;
-      if (kernel_dims_ok(k, r->eval_vals, r->vars.len)) continue;
+      if (hcq__kernel_dims_ok(k, r->eval_vals, r->vars.len)) continue;
       /* Something is wrong: the full validation says what. */
       char who[96];
       snprintf(who, sizeof(who), "item %" PRIu32 " (%s)", j, k->program->name);
-      hcq_status_t st = validate_kernel(k, who, r->eval_vals, r->vars.len);
+      hcq_status_t st = hcq__kernel_item_check(k, who, r->eval_vals, r->vars.len);
       if (st) return st;
     }
   }
@@ -641,51 +407,6 @@ void hcq__runner_commit(hcq__runner_t *r) {
   memcpy(r->values, r->pending_values, r->vars.len * sizeof(int64_t));
 }
 
-static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals);
-
-hcq_status_t hcq_exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals) {
-  /* A capture records the item with its symbols, not the launch it turns into. */
-  const hcq__recorder_t *rec = hcq__recorder;
-  hcq__recorder = NULL;
-  hcq_status_t st = exec_item_run(it, vals, nvals);
-  hcq__recorder = rec;
-  if (!st && rec) rec->item(rec->ctx, it);
-  return st;
-}
-
-static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals) {
-  if (!it) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: item is NULL");
-  if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: %zu values but vals is NULL", nvals);
-  hcq_status_t vst = hcq__var_values_check(vals, nvals, "hcq_exec_item_run");
-  if (vst) return vst;
-  if (it->kind == HCQ_ITEM_TRANSFER) {
-    hcq_status_t st = validate_transfer(&it->transfer, "transfer");
-    return st ? st : hcq_transfer(it->transfer.dst, it->transfer.src, it->transfer.bytes);
-  }
-  if (it->kind != HCQ_ITEM_KERNEL) return hcq_status_make(HCQ_INVALID_ARGUMENT, "item: unknown kind %d", (int)it->kind);
-  /* Validation evaluates every operand; evaluate again into the launch (cheap, and keeps one path). */
-  hcq_status_t st = validate_kernel(&it->kernel, "kernel", nvals ? vals : k_no_values, nvals);
-  if (st) return st;
-  const hcq_kernel_item_t *k = &it->kernel;
-  int32_t ivals[HCQ_MAX_KERNEL_VALS];
-  hcq_launch_desc_t l = {k->program, k->bufs, k->nbufs, ivals, k->nvals, {0}, {0}, k->outs, k->nouts};
-  for (size_t i = 0; i < k->nvals; i++) {
-    int64_t v = k->vals[i].value;
-    if (k->vals[i].sym) hcq_status_destroy(hcq_expr_eval(k->vals[i].sym, vals, nvals, &v));
-    ivals[i] = (int32_t)v;
-  }
-  for (int i = 0; i < 3; i++) {
-    int64_t g = k->global[i].value, lo = k->local[i].value;
-    if (k->global[i].sym) hcq_status_destroy(hcq_expr_eval(k->global[i].sym, vals, nvals, &g));
-    if (k->local[i].sym) hcq_status_destroy(hcq_expr_eval(k->local[i].sym, vals, nvals, &lo));
-    l.global[i] = (uint32_t)g;
-    l.local[i] = (uint32_t)lo;
-    /* Constants were refused above: a symbolic dim is 0 with these values, an empty launch (as at a
-     * replay), which hcq_launch would refuse. */
-    if (!g || !lo) return NULL;
-  }
-  return hcq_launch(&l);
-}
 
 hcq_exec_item_t hcq__runner_item_with_inputs(const hcq__runner_t *r, size_t j, size_t from, size_t to,
                                              hcq_buffer_t **bufs) {

@@ -1,12 +1,16 @@
-/* The part of every graph runner that does not depend on the device kind: validated, owned copies
- * of the exec items, input-slot replacement, the graph's variables, replay arguments. All three
- * runners (hcq_graph.c, cuda_graph.c, metal_graph.c) are built on it and differ only in how they
- * encode and replay the items. */
+/* The part of every graph runner that does not depend on the device kind: owned copies of the exec
+ * items, checked (exec_item.h), and the devices they use; input slots (which item argument each input
+ * replaces at a replay) and the aliasing checks on replacements; the graph's variables; staging a
+ * replay's arguments; one thread at a time. hcq__graph_alloc (graph_internal.h) builds each of the
+ * three runners (hcq_graph.c, cuda_graph.c, metal_graph.c) on one, and they differ only in how they
+ * encode and replay the items. A jit keeps one of its own, to stage its replays and run the items
+ * left out of its graphs eagerly. */
 #ifndef HCQ_GRAPH_RUNNER_H
 #define HCQ_GRAPH_RUNNER_H
 
 #include "core/internal.h"
 #include "graph/deps.h"
+#include "graph/exec_item.h"
 #include "hcq/graph.h"
 
 /* The HCQ graph tracks devices in 64-bit sets. */
@@ -82,27 +86,5 @@ uint32_t hcq__runner_device_index(const hcq__runner_t *r, const hcq_device_t *de
  * so the runner's own item stays as it is. For running items eagerly with a replay's inputs. */
 hcq_exec_item_t hcq__runner_item_with_inputs(const hcq__runner_t *r, size_t j, size_t from, size_t to,
                                              hcq_buffer_t **bufs);
-
-/* The buffers an item touches and whether it writes each: kernels their arguments, transfers
- * {dst (written), src}. */
-typedef struct hcq__item_access {
-  hcq_buffer_t *const *bufs;
-  size_t n;
-  hcq_buffer_t *pair[2];
-  bool writes[HCQ_MAX_KERNEL_BUFS];
-} hcq__item_access_t;
-void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out);
-
-/* A deep copy of an item that owns its arrays and holds references to its program, buffers and
- * symbols (no validation); release undoes it. On failure dst holds nothing to release. */
-hcq_status_t hcq__exec_item_copy(const hcq_exec_item_t *src, hcq_exec_item_t *dst);
-void hcq__exec_item_release(hcq_exec_item_t *it);
-
-/* The device an item runs on: the program's, or the transfer source's (a cross-rank transfer: runner.c). */
-hcq_device_t *hcq__item_device(const hcq_exec_item_t *it);
-/* An item of another rank's alone (its kernel, a transfer between two other ranks): this rank runs
- * nothing for it, and its own items need not wait for it; what they exchange with it is ordered by
- * the messages themselves (docs/mpi.md). */
-bool hcq__item_is_foreign(const hcq_exec_item_t *it);
 
 #endif
