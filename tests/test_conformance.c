@@ -6,6 +6,7 @@
  * items (the ground truth) or with values computed on the host. */
 #include "core/object.h"
 #include "core/options.h"
+#include "core/queue.h"
 #include "graph/graph_internal.h"
 #include "vulkan/vk_stats.h"
 #include "world.h"
@@ -659,7 +660,7 @@ static size_t replay_patch_writes(const test_backend_t *b, int nitems, bool swap
   int inputs[] = {x}, swaps[] = {x2};
   hcq_var_value_t vals[] = {{k, 3}};
   hcq_graph_t *g = world_graph(&w, items, nitems, inputs, 1, vals, 1, false);
-  /* Each replay slot (replays in flight at once) writes everything on its first replay. */
+  /* Each replay instance (replays in flight at once) writes everything on its first replay. */
   for (unsigned i = 0; i < hcq__options()->graph_inflight; i++)
     world_replay(&w, g, items, nitems, inputs, NULL, 1, vals, 1, true, "first replay of a slot");
   hcq__vk_counters_t first;

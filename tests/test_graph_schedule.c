@@ -1,6 +1,7 @@
 /* The HCQ graph's schedule (docs/design.md, "The HCQ graph"), inspected item by item; its profile; its errors. */
 #include "core/command.h"
 #include "core/options.h"
+#include "core/queue.h"
 #include "graph/graph_internal.h"
 #include "world.h"
 
@@ -339,7 +340,7 @@ static size_t replay_patch_writes(int nitems, bool swap) {
   hcq_var_value_t vals[] = {{k, 3}};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(its, (size_t)nitems, ins, 1, vals, 1, NULL, &g));
-  /* Every replay slot submits once with everything written, then only what changed since its own
+  /* Every replay instance submits once with everything written, then only what changed since its own
    * last replay. */
   for (unsigned i = 0; i < hcq__options()->graph_inflight; i++) OK(hcq_graph_run(g, ins, 1, vals, 1, true, NULL));
   OK(hcq_graph_run(g, swap ? ins2 : ins, 1, vals, 1, true, NULL));

@@ -11,7 +11,7 @@
 TestSuite(handoff, .timeout = 120);
 
 /* N replays submitted back to back (wait = false), each with other inputs and values, then one
- * comparison: the slots' patched words and kernel arguments must not bleed into each other. */
+ * comparison: the instances' patched words and kernel arguments must not bleed into each other. */
 static void pipelined_equals_eager(unsigned inflight, uint32_t seed) {
   world_vars_t v;
   world_vars_open(&v);

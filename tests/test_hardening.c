@@ -393,7 +393,7 @@ Test(hardening, a_timed_out_replay_says_whether_it_was_queued) {
   hcq_graph_options_t opt = {.inflight = 1};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, &opt, &g));
-  /* Replay 1 queues behind the gate; replay 2 cannot take the only slot, so it is not queued. */
+  /* Replay 1 queues behind the gate; replay 2 cannot take the only instance, so it is not queued. */
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
   char msg[8192];
   message_of(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, msg, sizeof(msg));

@@ -333,7 +333,7 @@ Test(vulkan, bound_queues_are_recorded_once) {
   OK(hcq_graph_create(its, 3, ins, 1, init, 2, NULL, &g));
   hcq__vk_counters_t c0, c1, c2;
   int inputs[] = {x}, swaps[] = {x2};
-  /* Every replay slot (replays in flight at once) records its queues on its first replay. */
+  /* Every replay instance (replays in flight at once) records its queues on its first replay. */
   for (unsigned i = 0; i < hcq__options()->graph_inflight; i++) {
     OK(hcq_graph_run(g, ins, 1, init, 2, true, NULL));
     world_run_eager(&w, items, 3, inputs, NULL, 1, init, 2);

@@ -112,7 +112,7 @@ HCQ_MUST_USE hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t 
  * of the one it replaces) and variable values. With wait, returns once the replay finished and
  * stores its elapsed host time in nanoseconds (out_elapsed_ns may be NULL); without, returns once
  * it is submitted. A TIMEOUT says which wait timed out: "waiting for the previous replay ... (this
- * replay was NOT queued: running it again is safe)" when the replay's slot was still busy, or "this
+ * replay was NOT queued: running it again is safe)" when the replay's instance was still busy, or "this
  * replay ... was queued but did not finish ...: do not run it again" when it was submitted and its
  * own wait (wait=true) ran out: it still runs once. */
 HCQ_MUST_USE hcq_status_t hcq_graph_run(hcq_graph_t *graph, hcq_buffer_t *const *inputs, size_t ninputs,

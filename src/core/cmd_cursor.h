@@ -6,7 +6,10 @@
 #ifndef HCQ_CORE_CMD_CURSOR_H
 #define HCQ_CORE_CMD_CURSOR_H
 
-#include "internal.h"
+#include "core/command.h"
+#include "core/hang_report.h"
+#include "core/host_wait.h"
+#include "core/signal.h"
 
 typedef struct hcq__cmd_cursor {
   /* Written per command by the engine, read only by hang reports. */

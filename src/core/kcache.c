@@ -1,6 +1,4 @@
 /* The kernel cache on disk, shared by the backends (see kcache.h). */
-#include "core/kcache.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +13,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "core/internal.h"
+#include "core/kcache.h"
+#include "core/options.h"
+#include "core/vec.h"
 
 /* ---- which directories and files to trust ---- */
 

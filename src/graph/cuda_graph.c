@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/buffer.h"
+#include "core/host_wait.h"
+#include "core/options.h"
 #include "cuda/cuda_internal.h"
 #include "graph/graph_internal.h"
 #include "graph/update_plan.h"

@@ -29,7 +29,7 @@ void hcq__deps_deinit(hcq__deps_t *d);
  * first) the tokens it depends on, ascending and without repeats: a read depends on the last
  * writer, a write on the last writer and every reader since. All accesses of one item are taken
  * together, so an item never depends on itself. Keys must not be 0. */
-hcq_status_t hcq__deps_access(hcq__deps_t *d, const uintptr_t *keys, const bool *writes, size_t n, uint32_t token,
-                              hcq__u32_vec_t *out);
+HCQ_MUST_USE hcq_status_t hcq__deps_access(hcq__deps_t *d, const uintptr_t *keys, const bool *writes, size_t n, uint32_t token,
+                                           hcq__u32_vec_t *out);
 
 #endif

@@ -6,7 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/buffer.h"
+#include "core/capture.h"
+#include "core/eager.h"
 #include "core/expr.h"
+#include "core/host_wait.h"
+#include "core/queue.h"
+#include "core/remote.h"
 #include "graph/graph_internal.h"
 
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }

@@ -4,7 +4,6 @@
 #ifndef HCQ_GRAPH_EXEC_ITEM_H
 #define HCQ_GRAPH_EXEC_ITEM_H
 
-#include "core/internal.h"
 #include "hcq/graph.h"
 
 /* The buffers an item touches and whether it writes each: kernels their arguments, transfers
@@ -28,11 +27,11 @@ bool hcq__item_is_foreign(const hcq_exec_item_t *it);
 /* Checks a kernel item (who names it in messages): its program, buffers, outs and dims, and each
  * operand evaluated with vals into its field. vals NULL evaluates no symbol (constants only); to
  * evaluate with no values at all, pass hcq__no_var_values. */
-hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals,
-                                    size_t nvals);
+HCQ_MUST_USE hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals,
+                                                 size_t nvals);
 extern const hcq_var_value_t hcq__no_var_values[1];
 /* Checks a transfer item (named who in messages): its buffers, size and the source's copy queue. */
-hcq_status_t hcq__transfer_item_check(const hcq_transfer_item_t *t, const char *who);
+HCQ_MUST_USE hcq_status_t hcq__transfer_item_check(const hcq_transfer_item_t *t, const char *who);
 
 /* Whether a launch dim of k is an expression that is not a constant. */
 bool hcq__kernel_dims_symbolic(const hcq_kernel_item_t *k);
@@ -46,7 +45,7 @@ bool hcq__kernel_dims_ok(const hcq_kernel_item_t *k, const hcq_var_value_t *vals
 
 /* A deep copy of an item that owns its arrays and holds references to its program, buffers and
  * symbols (no validation); release undoes it. On failure dst holds nothing to release. */
-hcq_status_t hcq__exec_item_copy(const hcq_exec_item_t *src, hcq_exec_item_t *dst);
+HCQ_MUST_USE hcq_status_t hcq__exec_item_copy(const hcq_exec_item_t *src, hcq_exec_item_t *dst);
 void hcq__exec_item_release(hcq_exec_item_t *it);
 
 #endif

@@ -3,8 +3,12 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "trace/trace_internal.h"
+#include "core/capture.h"
+#include "core/fence.h"
+#include "core/options.h"
+#include "core/remote.h"
 #include "graph/graph_internal.h"
+#include "trace/trace_internal.h"
 
 hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
                               const hcq_var_value_t *vals, size_t nvals, const hcq_graph_options_t *options,

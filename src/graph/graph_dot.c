@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buffer.h"
 #include "graph/graph_internal.h"
 
 /* Text inside a DOT double-quoted string: quotes and backslashes escaped, newlines as \n. */

@@ -2,6 +2,7 @@
 #ifndef HCQ_GRAPH_INTERNAL_H
 #define HCQ_GRAPH_INTERNAL_H
 
+#include "core/device.h"
 #include "graph/runner.h"
 
 typedef struct hcq__graph_vtable {
@@ -49,12 +50,12 @@ void *hcq__graph_alloc(size_t size, const hcq__graph_vtable_t *vt, const hcq__ru
  * HCQ_GRAPH_INFLIGHT default). */
 typedef hcq_status_t (*hcq__graph_create_fn)(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
 /* The HCQ graph (hcq_graph.c): queues of command words, any backend. */
-hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
+HCQ_MUST_USE hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
 /* The CUDA graph (cuda_graph.c): every device of the runner is a CUDA device; inflight is unused
  * (the driver orders launches of one graph). */
-hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
+HCQ_MUST_USE hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
 /* The Metal graph (metal_graph.c): kernel items of one Metal device. */
-hcq_status_t hcq__metal_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
+HCQ_MUST_USE hcq_status_t hcq__metal_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
 
 /* A device kind with a runner of its own; kinds without one run the HCQ graph. */
 typedef struct hcq__graph_kind {
@@ -75,12 +76,12 @@ void hcq__graph_pretend_replays_for_tests(hcq_graph_t *g, uint64_t replays);
  * checked (a kernel item declares outs that leave a buffer out; decided once, at build), and that
  * replay. */
 bool hcq__graph_validates_writes(const hcq_graph_t *g);
-hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
+HCQ_MUST_USE hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
 /* hcq_graph_run without waiting, for a jit's batch graph: the jit checked the inputs, values, devices
  * and symbolic launch dims of all its items with these arguments just before (hcq__runner_stage), so
  * the graph does not repeat those checks on its own runner. */
-hcq_status_t hcq__graph_run_prechecked(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
-                                       const hcq_var_value_t *vals, size_t nvals);
+HCQ_MUST_USE hcq_status_t hcq__graph_run_prechecked(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
+                                                    const hcq_var_value_t *vals, size_t nvals);
 
 /* Which graph can hold work on dev: devices with equal non-zero classes can share one graph (each
  * runner spans devices of its kind, or just one; the HCQ graph keeps host-memory devices apart from GPU ones);

@@ -15,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/buffer.h"
+#include "core/options.h"
+#include "core/queue.h"
+#include "core/remote.h"
 #include "graph/hcq_graph_impl.h"
 
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }

@@ -73,6 +73,6 @@ typedef struct hcq_graph_impl {
 /* Schedules every item onto its queue: its waits, device readiness, signal and timestamp words
  * (docs/design.md, "The HCQ graph", build steps 4-5). Fills in g->sched, last_item, active,
  * copied_into, waits, ready and deps. */
-hcq_status_t hcq__hcq_graph_schedule(hcq_graph_impl_t *g);
+HCQ_MUST_USE hcq_status_t hcq__hcq_graph_schedule(hcq_graph_impl_t *g);
 
 #endif

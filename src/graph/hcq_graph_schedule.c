@@ -3,6 +3,8 @@
  * sets and where its timestamps go. */
 #include <stdlib.h>
 
+#include "core/buffer.h"
+#include "core/remote.h"
 #include "graph/hcq_graph_impl.h"
 
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }

@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/buffer.h"
+#include "core/host_wait.h"
+#include "core/options.h"
+#include "core/signal.h"
 #include "graph/graph_internal.h"
 #include "graph/update_plan.h"
 #include "metal/metal_internal.h"

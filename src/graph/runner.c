@@ -1,8 +1,13 @@
-#include "graph/runner.h"
-
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "core/buffer.h"
+#include "core/device.h"
+#include "core/program.h"
+#include "core/queue.h"
+#include "graph/runner.h"
 
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
 

@@ -8,7 +8,8 @@
 #ifndef HCQ_GRAPH_RUNNER_H
 #define HCQ_GRAPH_RUNNER_H
 
-#include "core/internal.h"
+#include "core/object.h"
+#include "core/vec.h"
 #include "graph/deps.h"
 #include "graph/exec_item.h"
 #include "hcq/graph.h"
@@ -57,25 +58,25 @@ typedef struct hcq__runner {
 
 /* One thread at a time per graph or jit: enter fails with FAILED_PRECONDITION naming what while
  * another thread is inside. */
-hcq_status_t hcq__runner_enter(hcq__runner_t *r, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__runner_enter(hcq__runner_t *r, const char *what);
 void hcq__runner_leave(hcq__runner_t *r);
 
 /* Validates and copies items, retains what they use, collects variables and input slots, and checks
  * that every symbolic operand evaluates to a value that fits its field with the initial values.
  * On failure everything taken is released. */
-hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems,
-                              hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
-                              const char *kind);
+HCQ_MUST_USE hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems,
+                                           hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
+                                           const char *kind);
 void hcq__runner_deinit(hcq__runner_t *r);
 
 /* Checks a replay's arguments and stages them (pending_*); nothing current changes. */
-hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
-                               const hcq_var_value_t *vals, size_t nvals);
+HCQ_MUST_USE hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
+                                            const hcq_var_value_t *vals, size_t nvals);
 /* Stages without checking, for a caller that checked these arguments already against a runner with
  * the same inputs whose items, devices and variables include this one's (a jit's batch graph: the jit
  * staged all its items first). */
-hcq_status_t hcq__runner_stage_prechecked(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
-                                          const hcq_var_value_t *vals, size_t nvals);
+HCQ_MUST_USE hcq_status_t hcq__runner_stage_prechecked(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
+                                                       const hcq_var_value_t *vals, size_t nvals);
 /* Makes the staged arguments current (after a replay was submitted). */
 void hcq__runner_commit(hcq__runner_t *r);
 

@@ -1,12 +1,12 @@
-#include "graph/update_plan.h"
-
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buffer.h"
 #include "core/vec.h"
 #include "graph/runner.h"
+#include "graph/update_plan.h"
 
 typedef struct plan_item {
   uint32_t nargs, nvals;

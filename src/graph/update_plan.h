@@ -49,9 +49,9 @@ typedef struct hcq__update_plan hcq__update_plan_t;
  * inputs the input addresses the graph was instantiated with, vars/values the variables and the
  * values it was instantiated with (every variable of the items must be among them). The held
  * values start as these. */
-hcq_status_t hcq__update_plan_create(const hcq__plan_item_t *items, size_t nitems, const uint64_t *const *fixed_args,
-                                     const uint64_t *inputs, size_t ninputs, const hcq_expr_t *const *vars,
-                                     const int64_t *values, size_t nvars, hcq__update_plan_t **out);
+HCQ_MUST_USE hcq_status_t hcq__update_plan_create(const hcq__plan_item_t *items, size_t nitems, const uint64_t *const *fixed_args,
+                                                  const uint64_t *inputs, size_t ninputs, const hcq_expr_t *const *vars,
+                                                  const int64_t *values, size_t nvars, hcq__update_plan_t **out);
 void hcq__update_plan_free(hcq__update_plan_t *plan);
 
 /* Evaluates the items that depend on an input or variable whose value differs from the last
@@ -59,8 +59,8 @@ void hcq__update_plan_free(hcq__update_plan_t *plan);
  * differ from what the graph holds. values are per variable, in the order given at create.
  * Nothing held changes. Fails (OUT_OF_RANGE naming the item and operand) when an operand does
  * not fit its field; then nothing is listed. */
-hcq_status_t hcq__update_plan_prepare(hcq__update_plan_t *plan, const uint64_t *inputs, const int64_t *values,
-                                      const uint32_t **out_items, size_t *out_count);
+HCQ_MUST_USE hcq_status_t hcq__update_plan_prepare(hcq__update_plan_t *plan, const uint64_t *inputs, const int64_t *values,
+                                                   const uint32_t **out_items, size_t *out_count);
 /* The operands of item j as of the last prepare (changed items: the new ones). */
 void hcq__update_plan_values(const hcq__update_plan_t *plan, uint32_t item, hcq__plan_values_t *out);
 /* The graph now holds what prepare listed. */
@@ -77,6 +77,6 @@ size_t hcq__update_plan_evaluated_count(const hcq__update_plan_t *plan);
  * with its build inputs and initial values: what every graph runner that patches an instantiated
  * graph (the CUDA graph, the Metal graph) starts from. */
 struct hcq__runner;
-hcq_status_t hcq__update_plan_for_runner(const struct hcq__runner *r, hcq__update_plan_t **out);
+HCQ_MUST_USE hcq_status_t hcq__update_plan_for_runner(const struct hcq__runner *r, hcq__update_plan_t **out);
 
 #endif

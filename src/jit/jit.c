@@ -1,11 +1,17 @@
 /* Capture and batching (include/hcq/jit.h): recorded items split into graph batches, replayed with
  * new inputs and variable values; leftovers run eagerly, and the report says why. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <pthread.h>
 
+#include "core/buffer.h"
+#include "core/capture.h"
+#include "core/fence.h"
+#include "core/host_wait.h"
+#include "core/options.h"
+#include "core/queue.h"
 #include "graph/graph_internal.h"
 #include "jit/jit_internal.h"
 

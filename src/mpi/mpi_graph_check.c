@@ -7,6 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/buffer.h"
 #include "mpi/mpi_internal.h"
 
 _Thread_local uint32_t hcq__mpi_build_gid;

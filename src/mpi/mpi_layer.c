@@ -3,6 +3,7 @@
  * control messages (mpi_ops.c). The layer itself is described in mpi_internal.h. */
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/lsan_interface.h>
+
 #endif
 #include <inttypes.h>
 #include <pthread.h>
@@ -11,6 +12,8 @@
 #include <string.h>
 
 #include "mpi/mpi_internal.h"
+#include "core/buffer.h"
+#include "core/options.h"
 
 hcq__mpi_state_t hcq__mpi = {.lock = PTHREAD_MUTEX_INITIALIZER, .seq_lock = PTHREAD_MUTEX_INITIALIZER,
                              .lost_lock = PTHREAD_MUTEX_INITIALIZER};

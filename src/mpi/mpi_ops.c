@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/options.h"
 #include "mpi/mpi_internal.h"
 
 void hcq__mpi_wake_thread(void) {

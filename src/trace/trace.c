@@ -528,7 +528,7 @@ void hcq__trace_device_gone(hcq_device_t *dev) {
 /* ---- graphs ---- */
 
 hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trace_graph_item_t *items, size_t nitems,
-                                              size_t nslots, hcq_device_t *const *devs,
+                                              size_t ninst, hcq_device_t *const *devs,
                                               hcq__signal_words_t *const *done, size_t ndevs) {
   if (!hcq__trace_on()) return NULL;
   hcq__trace_graph_t *tg = calloc(1, sizeof(*tg));
@@ -538,24 +538,24 @@ hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trac
   tg->label = strdup(label);
   tg->items = calloc(nitems, sizeof(*tg->items));
   tg->devs = calloc(ndevs, sizeof(*tg->devs));
-  tg->done = calloc(ndevs * nslots, sizeof(*tg->done));
-  tg->pending = calloc(nslots, sizeof(*tg->pending));
-  tg->pending_replay = calloc(nslots, sizeof(*tg->pending_replay));
+  tg->done = calloc(ndevs * ninst, sizeof(*tg->done));
+  tg->pending = calloc(ninst, sizeof(*tg->pending));
+  tg->pending_replay = calloc(ninst, sizeof(*tg->pending_replay));
   bool ok = tg->label && tg->items && tg->devs && tg->done && tg->pending && tg->pending_replay;
   tg->nitems = nitems;
   tg->ndevs = ndevs;
-  tg->nslots = nslots;
+  tg->ninst = ninst;
   for (size_t d = 0; d < ndevs && ok; d++) tg->devs[d] = devs[d];
-  for (size_t k = 0; k < ndevs * nslots && ok; k++) tg->done[k] = done[k];
+  for (size_t k = 0; k < ndevs * ninst && ok; k++) tg->done[k] = done[k];
   for (size_t j = 0; j < nitems && ok; j++) {
     hcq__trace_graph_item_rec_t *r = &tg->items[j];
     r->deps = malloc((items[j].ndeps + 1) * sizeof(*r->deps));
-    r->start = calloc(nslots, sizeof(*r->start));
-    r->end = calloc(nslots, sizeof(*r->end));
+    r->start = calloc(ninst, sizeof(*r->start));
+    r->end = calloc(ninst, sizeof(*r->end));
     ok = r->deps && r->start && r->end;
     if (ok) memcpy(r->deps, items[j].deps, items[j].ndeps * sizeof(*r->deps));
     r->ndeps = items[j].ndeps;
-    for (size_t k = 0; k < nslots && ok; k++) {
+    for (size_t k = 0; k < ninst && ok; k++) {
       r->start[k] = items[k * nitems + j].start;
       r->end[k] = items[k * nitems + j].end;
     }
@@ -597,16 +597,16 @@ hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trac
   return tg;
 }
 
-void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned slot, uint64_t kickoff, uint64_t host_start_ns) {
+void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned inst, uint64_t kickoff, uint64_t host_start_ns) {
   uint64_t end_ns = hcq__now_ns();
   pthread_mutex_lock(&tg->lock);
   pthread_mutex_lock(&g_lock);
   if (g_active && !g_paused && tg->session == g_session) {
-    tg->pending[slot] = kickoff;
-    tg->pending_replay[slot] = ++tg->replays;
+    tg->pending[inst] = kickoff;
+    tg->pending_replay[inst] = ++tg->replays;
     char name[160];
     snprintf(name, sizeof(name), "replay %s", tg->label);
-    hcq__trace_slice_t s = {.start_ns = host_start_ns, .end_ns = end_ns, .replay = tg->pending_replay[slot],
+    hcq__trace_slice_t s = {.start_ns = host_start_ns, .end_ns = end_ns, .replay = tg->pending_replay[inst],
                             .graph = tg->index + 1, .kind = HCQ__SLICE_SUBMIT};
     s.track = host_track();
     s.name = intern(name);
@@ -616,19 +616,19 @@ void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned slot, uint64_t 
   pthread_mutex_unlock(&tg->lock);
 }
 
-/* tg->lock held; the slot's replay has finished. One slice per item, pushed together. */
-static void read_replay(hcq__trace_graph_t *tg, size_t slot) {
+/* tg->lock held; the instance's replay has finished. One slice per item, pushed together. */
+static void read_replay(hcq__trace_graph_t *tg, size_t inst) {
   pthread_mutex_lock(&g_lock);
   if (g_active && tg->session == g_session) {
     for (size_t j = 0; j < tg->nitems; j++) {
       const hcq__trace_graph_item_rec_t *r = &tg->items[j];
-      uint64_t t0 = atomic_load_explicit(&((hcq__signal_words_t *)r->start[slot])->timestamp, memory_order_acquire);
-      uint64_t t1 = atomic_load_explicit(&((hcq__signal_words_t *)r->end[slot])->timestamp, memory_order_acquire);
+      uint64_t t0 = atomic_load_explicit(&((hcq__signal_words_t *)r->start[inst])->timestamp, memory_order_acquire);
+      uint64_t t1 = atomic_load_explicit(&((hcq__signal_words_t *)r->end[inst])->timestamp, memory_order_acquire);
       if (!t0 || !t1) continue; /* never ran (a lost device) */
       hcq__trace_slice_t s = {.start_ns = (uint64_t)((int64_t)t0 - r->offset_ns),
                               .end_ns = (uint64_t)((int64_t)t1 - r->offset_ns),
                               .bytes = r->bytes,
-                              .replay = tg->pending_replay[slot],
+                              .replay = tg->pending_replay[inst],
                               .name = r->name,
                               .graph = tg->index + 1,
                               .item = (uint32_t)j,
@@ -638,22 +638,22 @@ static void read_replay(hcq__trace_graph_t *tg, size_t slot) {
     }
   }
   pthread_mutex_unlock(&g_lock);
-  tg->pending[slot] = 0;
+  tg->pending[inst] = 0;
 }
 
-void hcq__trace_graph_collect(hcq__trace_graph_t *tg, unsigned slot) {
+void hcq__trace_graph_collect(hcq__trace_graph_t *tg, unsigned inst) {
   pthread_mutex_lock(&tg->lock);
-  if (tg->pending[slot]) read_replay(tg, slot);
+  if (tg->pending[inst]) read_replay(tg, inst);
   pthread_mutex_unlock(&tg->lock);
 }
 
-void hcq__trace_graph_collect_finished(hcq__trace_graph_t *tg, unsigned slot) {
+void hcq__trace_graph_collect_finished(hcq__trace_graph_t *tg, unsigned inst) {
   pthread_mutex_lock(&tg->lock);
-  uint64_t k = tg->pending[slot];
+  uint64_t k = tg->pending[inst];
   bool done = k != 0;
   for (size_t d = 0; done && d < tg->ndevs; d++)
-    done = atomic_load_explicit(&tg->done[slot * tg->ndevs + d]->value, memory_order_acquire) >= k;
-  if (done) read_replay(tg, slot);
+    done = atomic_load_explicit(&tg->done[inst * tg->ndevs + d]->value, memory_order_acquire) >= k;
+  if (done) read_replay(tg, inst);
   pthread_mutex_unlock(&tg->lock);
 }
 
@@ -661,7 +661,7 @@ void hcq__trace_graph_unregister(hcq__trace_graph_t *tg) {
   if (!tg) return;
   pthread_mutex_lock(&tg->lock);
   tg->alive = false;
-  for (size_t k = 0; k < tg->nslots; k++) tg->pending[k] = 0;
+  for (size_t k = 0; k < tg->ninst; k++) tg->pending[k] = 0;
   pthread_mutex_unlock(&tg->lock);
   pthread_mutex_lock(&g_lock);
   graph_unref(tg);
@@ -688,28 +688,28 @@ void hcq__trace_collect_pending(void) {
   for (size_t i = 0; i < graphs.len; i++) {
     hcq__trace_graph_t *tg = graphs.data[i];
     pthread_mutex_lock(&tg->lock);
-    /* Oldest replay first: the slots in the order their replays were submitted. */
+    /* Oldest replay first: the instances in the order their replays were submitted. */
     for (;;) {
-      size_t slot = tg->nslots;
-      for (size_t k = 0; k < tg->nslots; k++)
-        if (tg->pending[k] && (slot == tg->nslots || tg->pending_replay[k] < tg->pending_replay[slot])) slot = k;
-      if (!tg->alive || slot == tg->nslots) break;
+      size_t inst = tg->ninst;
+      for (size_t k = 0; k < tg->ninst; k++)
+        if (tg->pending[k] && (inst == tg->ninst || tg->pending_replay[k] < tg->pending_replay[inst])) inst = k;
+      if (!tg->alive || inst == tg->ninst) break;
       bool done = true;
       for (size_t d = 0; done && d < tg->ndevs; d++) {
         uint64_t seen;
-        done = hcq__signal_words_wait(tg->done[slot * tg->ndevs + d], tg->pending[slot],
+        done = hcq__signal_words_wait(tg->done[inst * tg->ndevs + d], tg->pending[inst],
                                       hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT), tg->devs, tg->ndevs,
                                       &seen) == HCQ__WAIT_REACHED;
       }
       if (!done) break;
-      read_replay(tg, slot);
+      read_replay(tg, inst);
     }
     pthread_mutex_unlock(&tg->lock);
   }
   for (size_t i = 0; i < devices.len; i++) {
     struct hcq__trace_device *st = devices.data[i];
     pthread_mutex_lock(&st->lock);
-    /* Oldest first: the slot after the newest is the oldest. */
+    /* Oldest first: the instance after the newest is the oldest. */
     for (uint32_t k = 0; k < EAGER_SLOTS; k++) harvest(st, (st->next + k) % EAGER_SLOTS, true);
     pthread_mutex_unlock(&st->lock);
   }

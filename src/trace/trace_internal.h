@@ -12,7 +12,7 @@
 /* Recording now: started and not paused. */
 extern atomic_bool hcq__trace_recording;
 static inline bool hcq__tracing(void) { return atomic_load_explicit(&hcq__trace_recording, memory_order_relaxed); }
-/* Started (paused or not): graphs built now get timestamp slots and are registered. */
+/* Started (paused or not): graphs built now get timestamp words and are registered. */
 extern atomic_bool hcq__trace_started;
 static inline bool hcq__trace_on(void) { return atomic_load_explicit(&hcq__trace_started, memory_order_relaxed); }
 
@@ -63,29 +63,29 @@ typedef struct hcq__trace_graph_item {
   hcq_device_t *dev;                       /* whose queue runs it */
   hcq_queue_kind_t queue;
   uint64_t bytes;                          /* copies */
-  const hcq__signal_words_t *start, *end;  /* its timestamp slots (the graph's memory) */
+  const hcq__signal_words_t *start, *end;  /* its timestamp words (the graph's memory) */
   const uint32_t *deps;                    /* resource dependencies, item indices */
   size_t ndeps;
 } hcq__trace_graph_item_t;
 
-/* Registers a graph built with timestamp slots: NULL when the profiler is off (or out of memory: the graph
- * is then not traced). A graph has nslots replay slots (replays in flight at once), each with its own
- * timestamp slots and done signals: items holds nslots * nitems entries, slot by slot (names, devices,
- * queues and dependencies are read from slot 0); done[slot * ndevs + d] is the signal devs[d]'s compute
- * queue sets to the kickoff value at the end of a replay in that slot. Aligns the clocks of devices
+/* Registers a graph built with timestamps: NULL when the profiler is off (or out of memory: the graph
+ * is then not traced). A graph has ninst replay instances (replays in flight at once), each with its
+ * own timestamp words and done signals: items holds ninst * nitems entries, instance by instance (names,
+ * devices, queues and dependencies are read from instance 0); done[inst * ndevs + d] is the signal
+ * devs[d]'s compute queue sets to the kickoff value at the end of a replay in that instance. Aligns the clocks of devices
  * met for the first time (waits for their work). */
 hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trace_graph_item_t *items, size_t nitems,
-                                              size_t nslots, hcq_device_t *const *devs,
+                                              size_t ninst, hcq_device_t *const *devs,
                                               hcq__signal_words_t *const *done, size_t ndevs);
-/* A replay was submitted in slot with kickoff value K; host_start_ns is when its submit began. */
-void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned slot, uint64_t kickoff, uint64_t host_start_ns);
-/* The graph's thread waited for the slot's last replay: its timestamps are read now (before the slot
- * is reused). */
-void hcq__trace_graph_collect(hcq__trace_graph_t *tg, unsigned slot);
-/* The same when the slot's replay has finished on every device already, without waiting: called
+/* A replay was submitted in instance inst with kickoff value K; host_start_ns is when its submit began. */
+void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned inst, uint64_t kickoff, uint64_t host_start_ns);
+/* The graph's thread waited for the instance's last replay: its timestamps are read now (before
+ * the instance is reused). */
+void hcq__trace_graph_collect(hcq__trace_graph_t *tg, unsigned inst);
+/* The same when the instance's replay has finished on every device already, without waiting: called
  * right after the next replay was submitted, so reading overlaps that replay instead of delaying it. */
-void hcq__trace_graph_collect_finished(hcq__trace_graph_t *tg, unsigned slot);
-/* Before the graph frees its slots and signals. NULL is accepted. */
+void hcq__trace_graph_collect_finished(hcq__trace_graph_t *tg, unsigned inst);
+/* Before the graph frees its instances and signals. NULL is accepted. */
 void hcq__trace_graph_unregister(hcq__trace_graph_t *tg);
 
 #endif

@@ -48,7 +48,7 @@ typedef struct hcq__trace_graph_item_rec {
   uint8_t kind; /* HCQ__SLICE_KERNEL or HCQ__SLICE_COPY */
   uint64_t bytes;
   int64_t offset_ns; /* the queue's clock offset when registered */
-  const hcq__signal_words_t **start, **end; /* per replay slot */
+  const hcq__signal_words_t **start, **end; /* per replay instance */
   uint32_t *deps;
   size_t ndeps;
 } hcq__trace_graph_item_rec_t;
@@ -62,12 +62,12 @@ struct hcq__trace_graph {
   hcq__trace_graph_item_rec_t *items;
   size_t nitems;
   hcq_device_t **devs;        /* the graph's devices (it holds them open while alive) */
-  hcq__signal_words_t **done; /* done[slot * ndevs + d]: set to the kickoff value when a replay ends on d */
+  hcq__signal_words_t **done; /* done[inst * ndevs + d]: set to the kickoff value when a replay ends on d */
   size_t ndevs;
-  size_t nslots;            /* replay slots: replays in flight at once, each with its timestamp slots */
-  bool alive;               /* the graph exists: slots and signals are valid */
-  uint64_t *pending;        /* per slot: kickoff value of a replay whose timestamps were not read; 0 none */
-  uint64_t *pending_replay; /* per slot: its replay number */
+  size_t ninst;             /* replay instances: replays in flight at once, each with its timestamps */
+  bool alive;               /* the graph exists: instances and signals are valid */
+  uint64_t *pending;        /* per instance: kickoff value of a replay whose timestamps were not read; 0 none */
+  uint64_t *pending_replay; /* per instance: its replay number */
   uint64_t replays;         /* replays submitted while recording */
 };
 
