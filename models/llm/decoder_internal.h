@@ -1,0 +1,81 @@
+/* The llm decoder's private state, shared by its files: decoder.c (create, destroy, the weights and
+ * buffers), decoder_items.c (the kernels' programs, the item lists and their launch geometry) and
+ * decoder_run.c (eager runs, capture, replay, generation). */
+#ifndef HCQ_LLM_DECODER_INTERNAL_H
+#define HCQ_LLM_DECODER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llm.h"
+#include "quant.h"
+
+enum { MAX_PROGRAMS = 64 };
+
+/* One device's activations, rotary table and pass info (each device holds its own). */
+typedef struct dev_state {
+  hcq_device_t *dev;
+  hcq_buffer_t *x, *xf, *xq, *q, *att, *attq, *hf, *hq, *rope, *info;
+} dev_state_t;
+
+/* A layer's buffers: its matrices, its norms' weights and its caches. */
+enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, N_ATTN_NORM, N_FFN_NORM, K_CACHE, V_CACHE, LAYER_BUFS };
+
+typedef struct layer_state {
+  hcq_buffer_t *b[LAYER_BUFS];
+  llm_layout_t layout[W_DOWN + 1];
+} layer_state_t;
+
+/* One item's buffers, outputs and values, which its exec item points into (decoder_items.c). */
+typedef struct item_args item_args_t;
+
+typedef struct item_list {
+  hcq_exec_item_t *items;
+  item_args_t *args;
+  size_t n, cap, kernels;
+} item_list_t;
+
+typedef struct program_entry {
+  int dev;
+  char *key; /* entry and defines */
+  hcq_program_t *prog;
+} program_entry_t;
+
+/* The decoder owns every device, buffer, program, expression, list and jit it points to;
+ * llm_decoder_destroy releases them (decoder.c). */
+struct llm_decoder {
+  llm_config_t c;
+  hcq_device_kind_t kind;
+  int ndev, split, ctx, max_batch, isa_cap, cls_groups, ranks;
+  bool profile, reads_tokens, direct;
+  dev_state_t d[2];
+  layer_state_t *layers;
+  llm_layout_t emb_layout, cls_layout;
+  hcq_buffer_t *emb, *cls, *out_norm, *tokens, *logits, *best, *params, *scratch;
+  program_entry_t programs[MAX_PROGRAMS];
+  int nprograms;
+  hcq_expr_t *pos, *p0, *n, *choose, *exprs[16];
+  int nexprs;
+  item_list_t step, pass;
+  hcq_jit_t *step_jit, *pass_jit;
+  const volatile int32_t *tokens_host; /* the tokens buffer mapped (hcq_buffer_map), where it can be */
+  hcq_fence_t *fences[2];              /* the last two steps queued (llm_generate) */
+};
+
+/* decoder.c */
+
+/* Writes size bytes from src at offset in buf: straight into its memory where the devices' memory is
+ * the host's (the devices idle), elsewhere as a copy. */
+HCQ_MUST_USE hcq_status_t llm_write_buffer(const llm_decoder_t *m, hcq_buffer_t *buf, uint64_t offset, const void *src,
+                                           uint64_t size);
+
+/* decoder_items.c */
+
+/* Rows of the classifier a group computes on kind (one entry of the best logits per group). */
+int llm_cls_rows(hcq_device_kind_t kind);
+/* Builds m->step and m->pass (compiling the programs they run), once the buffers exist. */
+HCQ_MUST_USE hcq_status_t llm_build_item_lists(llm_decoder_t *m);
+void llm_item_list_free(item_list_t *L);
+
+#endif

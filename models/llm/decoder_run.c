@@ -1,0 +1,217 @@
+/* Running the decoder: its item lists eagerly, or as their captures (each list is captured by its
+ * first graph-mode call), the tokens in and out, and the generation loop that keeps one step queued
+ * ahead of the token it reads. */
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "decoder_internal.h"
+#include "model_status.h"
+
+/* ---- running ---- */
+
+hcq_status_t llm_decoder_sync(llm_decoder_t *m) {
+  for (int d = 0; d < m->ndev; d++) TRY(hcq_device_synchronize(m->d[d].dev));
+  return NULL;
+}
+
+hcq_status_t llm_decoder_set_sampler(llm_decoder_t *m, const llm_sampler_t *s) {
+  if (!s) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: NULL");
+  if (!(s->temperature >= 0) || !isfinite(s->temperature))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: temperature %g (expected 0 or more)", (double)s->temperature);
+  if (!(s->top_p > 0 && s->top_p <= 1))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: top-p %g (expected more than 0, at most 1)", (double)s->top_p);
+  if (s->top_k < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: top-k %d (expected 0 or more)", s->top_k);
+  struct {
+    float temperature, top_p;
+    int32_t top_k;
+    uint32_t seed_lo, seed_hi;
+  } p = {s->temperature, s->top_p, s->top_k, (uint32_t)s->seed, (uint32_t)(s->seed >> 32)};
+  TRY(llm_decoder_sync(m));
+  return llm_write_buffer(m, m->params, 0, &p, sizeof(p));
+}
+
+hcq_status_t llm_decoder_set_tokens(llm_decoder_t *m, int pos, const int32_t *ids, int n) {
+  if (n < 0 || pos < 0 || pos > m->ctx - n)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: tokens %d..%d are outside the context (%d positions)", pos,
+                           pos + n - 1, m->ctx);
+  for (int i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= m->c.vocab)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: token id %d at position %d is outside the vocabulary (%d ids)",
+                             ids[i], pos + i, m->c.vocab);
+  TRY(llm_decoder_sync(m));
+  return n ? llm_write_buffer(m, m->tokens, (uint64_t)pos * 4, ids, (uint64_t)n * 4) : NULL;
+}
+
+/* Arms fence (when given) at the work queued so far on the decoder's devices. */
+static hcq_status_t record(llm_decoder_t *m, hcq_fence_t *fence) {
+  hcq_device_t *devs[2] = {m->d[0].dev, m->ndev > 1 ? m->d[1].dev : NULL};
+  return fence ? hcq_fence_record(fence, devs, (size_t)m->ndev) : NULL;
+}
+
+/* Runs list eagerly, or its capture (capturing it first, which runs it), and arms fence (may be
+ * NULL) at what it queued. */
+static hcq_status_t run_list(llm_decoder_t *m, item_list_t *L, hcq_jit_t **jit, const hcq_var_value_t *v, size_t nv,
+                             bool graph, hcq_fence_t *fence) {
+  if (!graph || *jit) {
+    if (graph) return hcq_jit_submit(*jit, NULL, 0, v, nv, fence);
+    for (size_t i = 0; i < L->n; i++) TRY(hcq_exec_item_run(&L->items[i], v, nv));
+    return record(m, fence);
+  }
+  hcq_capture_t *cap;
+  TRY(hcq_capture_begin(&cap));
+  for (size_t i = 0; i < L->n; i++) {
+    hcq_status_t st = hcq_exec_item_run(&L->items[i], v, nv);
+    if (st) {
+      hcq_capture_abort(cap);
+      return st;
+    }
+  }
+  hcq_jit_options_t opts = {L->n, m->profile, false, false, NULL, NULL, false};
+  TRY(hcq_capture_end(cap, NULL, 0, v, nv, &opts, jit));
+  return record(m, fence);
+}
+
+static hcq_status_t step(llm_decoder_t *m, int pos, bool graph, hcq_fence_t *fence) {
+  if (pos < 0 || pos >= m->ctx)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: position %d is outside the context (0..%d)", pos, m->ctx - 1);
+  hcq_var_value_t v = {m->pos, pos};
+  return run_list(m, &m->step, &m->step_jit, &v, 1, graph, fence);
+}
+
+hcq_status_t llm_decoder_step(llm_decoder_t *m, int pos, bool graph) { return step(m, pos, graph, NULL); }
+
+hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
+  if (n < 1 || p0 < 0 || p0 > m->ctx - n)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: a prompt at positions %d..%d is outside the context (%d positions)",
+                           p0, p0 + n - 1, m->ctx);
+  for (int done = 0; done < n;) {
+    int k = n - done < m->max_batch ? n - done : m->max_batch;
+    hcq_var_value_t v[3] = {{m->p0, p0 + done}, {m->n, k}, {m->choose, done + k == n}};
+    TRY(run_list(m, &m->pass, &m->pass_jit, v, 3, graph, NULL));
+    done += k;
+  }
+  return NULL;
+}
+
+hcq_status_t llm_decoder_capture(llm_decoder_t *m) {
+  /* A pass of one token at 0 and a step at 1: what they write (the caches at 0 and 1, tokens 1 and
+   * 2) is written again before anything reads it. */
+  int32_t zero[2] = {0, 0};
+  TRY(llm_decoder_set_tokens(m, 0, zero, 2));
+  if (!m->pass_jit) TRY(llm_decoder_prefill(m, 0, 1, true));
+  if (!m->step_jit && m->ctx > 1) TRY(llm_decoder_step(m, 1, true));
+  return llm_decoder_sync(m);
+}
+
+hcq_status_t llm_decoder_tokens(llm_decoder_t *m, int pos, int32_t *out, int n) {
+  if (n < 0 || pos < 0 || pos > m->ctx + 1 - n)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: tokens %d..%d are outside 0..%d", pos, pos + n - 1, m->ctx);
+  TRY(llm_decoder_sync(m));
+  return n ? hcq_buffer_copyout(m->tokens, (uint64_t)pos * 4, out, (uint64_t)n * 4) : NULL;
+}
+
+hcq_status_t llm_decoder_logits(llm_decoder_t *m, float *out) {
+  TRY(llm_decoder_sync(m));
+  return hcq_buffer_copyout(m->logits, 0, out, (uint64_t)m->c.vocab * 4);
+}
+
+/* ---- generation ---- */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The token at pos once the work fence f covers has finished: read through the mapped tokens
+ * buffer, so later steps keep running; where it cannot be mapped, a copy (which waits for them
+ * too). */
+static hcq_status_t token_at(llm_decoder_t *m, const hcq_fence_t *f, int pos, int32_t *out) {
+  if (m->tokens_host) {
+    TRY(hcq_fence_wait(f, HCQ_TIMEOUT_DEFAULT));
+    *out = m->tokens_host[pos];
+    return NULL;
+  }
+  return hcq_buffer_copyout(m->tokens, (uint64_t)pos * 4, out, 4);
+}
+
+/* Records token tok as generated (while the run has not ended). */
+static void took(llm_generate_result_t *out, const llm_generate_options_t *o, int32_t tok) {
+  if (out->ended) return;
+  out->ids[out->n++] = tok;
+  if (o->on_token) o->on_token(o->ctx, tok);
+  out->ended = !o->ignore_eos && o->is_end && o->is_end(o->ctx, tok);
+}
+
+hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, const llm_generate_options_t *o,
+                          llm_generate_result_t *out) {
+  *out = (llm_generate_result_t){0};
+  if (!o || o->steps < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_generate: bad options");
+  if (nprompt < 1 || nprompt >= m->ctx)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm_generate: a prompt of %d tokens (the context holds %d positions)", nprompt,
+                           m->ctx);
+  int steps = o->steps < m->ctx - nprompt ? o->steps : m->ctx - nprompt;
+  out->ids = malloc(((size_t)steps + 1) * sizeof(int32_t));
+  double *host = malloc(((size_t)steps + 1) * sizeof(double));
+  if (!out->ids || !host) {
+    free(out->ids), free(host);
+    out->ids = NULL;
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  }
+  /* Under two ranks both run the same steps (an early stop on one would leave the other waiting
+   * for it): only the rank holding the tokens reads them, and what follows an end token is dropped. */
+  bool stop_early = m->ranks == 1 || o->agree_end, reads = m->reads_tokens, all_ended = false;
+  hcq_status_t st = llm_decoder_set_tokens(m, 0, prompt, nprompt);
+  double t0 = now_ms(), t1 = t0, t_last = t0;
+  int nhost = 0;
+  if (!st && steps > 0) st = llm_decoder_prefill(m, 0, nprompt, o->graph);
+  if (!st && steps > 0) {
+    int32_t tok = 0;
+    if (reads && !(st = record(m, m->fences[0]))) st = token_at(m, m->fences[0], nprompt, &tok);
+    else if (!reads) st = llm_decoder_sync(m);
+    t_last = t1 = now_ms();
+    out->prefill_ms = t1 - t0;
+    if (!st && reads) took(out, o, tok);
+  }
+  /* Step p reads the token at p and writes p + 1. One step is queued ahead of the one whose token
+   * is awaited, so the devices never wait for the host. */
+  int next = nprompt, read = nprompt, last = nprompt + steps - 1; /* next step to queue; next step whose token to read */
+  if (m->ranks > 1 && o->agree_end && steps > 0) all_ended = o->agree_end(o->ctx, out->ended);
+  while (!st && !(stop_early && (m->ranks > 1 ? all_ended : out->ended)) && read < last) {
+    while (!st && next - read < 2 && next < last) {
+      double h0 = now_ms();
+      st = step(m, next, o->graph, m->fences[next % 2]);
+      host[nhost++] = (now_ms() - h0) * 1e3;
+      next++;
+    }
+    if (st) break;
+    int32_t tok = 0;
+    if (reads) st = token_at(m, m->fences[read % 2], read + 1, &tok);
+    if (!st && reads && !out->ended) {
+      took(out, o, tok);
+      t_last = now_ms();
+    }
+    read++;
+    if (!st && m->ranks > 1 && o->agree_end) all_ended = o->agree_end(o->ctx, out->ended);
+  }
+  /* to the last token known: a step queued past an end token is not counted */
+  out->decode_ms = (reads ? t_last : now_ms()) - t1;
+  if (!st) st = llm_decoder_sync(m);
+  if (nhost) {
+    qsort(host, (size_t)nhost, sizeof(double), cmp_double);
+    out->host_us_per_step = host[nhost / 2];
+  }
+  free(host);
+  if (st) {
+    free(out->ids);
+    out->ids = NULL;
+    out->n = 0;
+  }
+  return st;
+}
