@@ -251,7 +251,7 @@ extern const char llm_kernels_cuda_source[];
 TestSuite(llm_cuda_nvrtc, .timeout = 280);
 
 /* Every entry of kernels.cu, with every weight layout its products take, compiles for sm_90 with
- * SmolLM2-135M's shape (the #defines decoder.c's program() writes): a CUDA C error fails here on a
+ * SmolLM2-135M's shape (the #defines decoder_items.c's program() writes): a CUDA C error fails here on a
  * machine without a GPU. Skips, saying why, where NVRTC does not load. */
 Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
   const char *why;

@@ -1,11 +1,11 @@
 /* The decoder's kernel ABI on GPU device kinds: what kernels.glsl (Vulkan), kernels.cu (CUDA) and
- * kernels.metal (Metal) provide, and what decoder.c gives them. One item list serves every kind
+ * kernels.metal (Metal) provide, and what decoder_items.c gives them. One item list serves every kind
  * (build_items); only the sources and the launch geometry (cpu_geometry on CPU; on GPU kinds
  * gpu_geometry over the kind's gpu_shape_t; picked in geometry()) differ. A new kind also
  * needs its source embedded (CMakeLists.txt), picked in program() and allowed in
  * llm_decoder_create.
  *
- * Compilation. decoder.c compiles the source once per (entry, defines) after:
+ * Compilation. decoder_items.c compiles the source once per (entry, defines) after:
  *   #define DIM FFN NH NKV HD RD VOCAB CTX   the model's shape (HD the head size, RD the rotary
  *                                            part of it, KV_DIM = NKV HD), CTX the cache positions
  *   #define NORM_EPS 1e-05f  LLM_ISA_CAP n   (the latter CPU only; harmless elsewhere)

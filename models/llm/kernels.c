@@ -1,7 +1,7 @@
 /* The llama forward pass as hcq CPU kernels (the CPU ABI in include/hcq/program.h: called once per
  * work-group; each group loops over its own work).
  *
- * decoder.c compiles this file once per entry, after a block of #defines that fix the model's shape
+ * decoder_items.c compiles this file once per entry, after a block of #defines that fix the model's shape
  * (DIM, FFN, NH, NKV, HD, RD, VOCAB, CTX, NORM_EPS, ...) and the device layouts of the matrices the
  * entry reads (W_LAYOUT, or WQ_LAYOUT ... for the entries that read several; quant.h describes
  * the layouts). A launch covers n tokens (1 for a decoding step, up to MAXB for a prompt pass), so
