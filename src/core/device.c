@@ -223,7 +223,7 @@ static void destroy_common(hcq_device_t *dev) {
   if (dev->eager_compute) hcq_queue_destroy(dev->eager_compute);
   if (dev->eager_copy) hcq_queue_destroy(dev->eager_copy);
   if (dev->kernargs.host) dev->vt->mem_free(dev, &dev->kernargs);
-  for (int i = 0; i < HCQ__STAGING_SLOTS; i++)
+  for (int i = 0; i < HCQ__STAGING_BUFFERS; i++)
     if (dev->staging[i].host) dev->vt->mem_free(dev, &dev->staging[i]);
   hcq__signal_destroy_now(dev->timeline);
   hcq__signal_destroy_now(dev->shadow_timeline);

@@ -26,7 +26,7 @@ typedef struct hcq__deferred {
 } hcq__deferred_t;
 
 #define HCQ__KERNARGS_SEGMENTS 16
-#define HCQ__STAGING_SLOTS 2
+#define HCQ__STAGING_BUFFERS 2
 
 struct hcq_device {
   const hcq__device_vtable_t *vt;
@@ -72,8 +72,8 @@ struct hcq_device {
   hcq__mem_t kernargs;
   uint64_t kernargs_head;
   uint64_t kernargs_fence[HCQ__KERNARGS_SEGMENTS];
-  hcq__mem_t staging[HCQ__STAGING_SLOTS];
-  uint64_t staging_fence[HCQ__STAGING_SLOTS];
+  hcq__mem_t staging[HCQ__STAGING_BUFFERS];
+  uint64_t staging_fence[HCQ__STAGING_BUFFERS];
   unsigned staging_next;
   HCQ__VEC(hcq__deferred_t) deferred;
 

@@ -278,9 +278,9 @@ hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
 
 /* ---- host transfers through staging buffers ---- */
 
-static hcq_status_t staging_slot(hcq_device_t *dev, unsigned *out_slot) {
+static hcq_status_t next_staging(hcq_device_t *dev, unsigned *out_index) {
   unsigned s = dev->staging_next;
-  dev->staging_next = (s + 1) % HCQ__STAGING_SLOTS;
+  dev->staging_next = (s + 1) % HCQ__STAGING_BUFFERS;
   if (!dev->staging[s].host) {
     hcq_status_t st = dev->vt->mem_alloc(dev, hcq__options()->staging_chunk, HCQ__MEM_HOST_VISIBLE, &dev->staging[s]);
     if (st) return hcq_status_annotate(st, "staging buffer on %s", dev->name);
@@ -288,7 +288,7 @@ static hcq_status_t staging_slot(hcq_device_t *dev, unsigned *out_slot) {
   }
   hcq_status_t st = hcq__device_wait_timeline(dev, dev->staging_fence[s]);
   if (st) return st;
-  *out_slot = s;
+  *out_index = s;
   return NULL;
 }
 
@@ -320,7 +320,7 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
   for (uint64_t done = 0; done < size && !st; done += chunk) {
     uint64_t n = size - done < chunk ? size - done : chunk;
     unsigned s;
-    if ((st = staging_slot(dev, &s))) break;
+    if ((st = next_staging(dev, &s))) break;
     memcpy(dev->staging[s].host, (const char *)src + done, n);
     hcq_queue_t *q = dev->eager_copy;
     hcq__queue_reset(q);
@@ -354,7 +354,7 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
   pthread_mutex_lock(&dev->lock);
   /* Two chunks in flight: the device fills one staging buffer while the host drains the other. */
   uint64_t pending_off = 0, pending_n = 0, pending_fence = 0;
-  unsigned pending_slot = 0;
+  unsigned pending_buf = 0;
   st = hcq__device_prepare_submit(dev);
   for (uint64_t done = 0; !st && (done < size || pending_n); done += chunk) {
     uint64_t n = done < size ? (size - done < chunk ? size - done : chunk) : 0;
@@ -362,7 +362,7 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
     uint64_t fence = 0;
     if (n) {
       hcq_queue_t *q = dev->eager_copy;
-      if ((st = staging_slot(dev, &s))) break;
+      if ((st = next_staging(dev, &s))) break;
       hcq__queue_reset(q);
       if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
           (st = hcq_queue_copy(q, hcq_imm((int64_t)dev->staging[s].addr), hcq_imm((int64_t)(buf->addr + offset + done)),
@@ -375,9 +375,9 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
     }
     if (pending_n) {
       if ((st = hcq__device_wait_timeline(dev, pending_fence))) break;
-      memcpy((char *)dst + pending_off, dev->staging[pending_slot].host, pending_n);
+      memcpy((char *)dst + pending_off, dev->staging[pending_buf].host, pending_n);
     }
-    pending_off = done, pending_n = n, pending_fence = fence, pending_slot = s;
+    pending_off = done, pending_n = n, pending_fence = fence, pending_buf = s;
   }
   pthread_mutex_unlock(&dev->lock);
   if (st) return hcq_status_annotate(st, "copyout from %s", buf->label);

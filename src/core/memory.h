@@ -26,7 +26,7 @@ typedef enum {
   HCQ__MEMC_BUFFERS,  /* base buffers (hcq_buffer_create) */
   HCQ__MEMC_KERNARGS, /* kernel-argument blocks of graphs */
   HCQ__MEMC_COMMANDS, /* bound command words (graph queues, bound queues) */
-  HCQ__MEMC_PROFILE,  /* timestamp slots of profiled graphs */
+  HCQ__MEMC_PROFILE,  /* timestamps of profiled graphs */
   HCQ__MEMC_EAGER,    /* the device's eager kernel-argument ring and staging buffers */
   HCQ__MEMC_DEFERRED, /* released memory waiting for the engines (deferred frees) */
   HCQ__MEMC_COUNT

@@ -277,7 +277,7 @@ hcq_status_t hcq__cuda_memory_info(hcq_device_t *dev, hcq_device_memory_t *out) 
 
 hcq_status_t hcq__cuda_make_staging_blocks(cuda_device_t *cd) {
   uint64_t chunk = staging_bytes();
-  for (int i = 0; i < HCQ__STAGING_SLOTS && chunk > PIN_MAX; i++) {
+  for (int i = 0; i < HCQ__STAGING_BUFFERS && chunk > PIN_MAX; i++) {
     void *host = NULL;
     hcq_CUresult rc =
         cd->api->cuMemHostAlloc(&host, chunk + HOST_SLACK, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);

@@ -1,7 +1,7 @@
 /* The profiler: a process-wide ring of slices fed by graph replays and eager work.
  *
  * Locks, always taken in this order: a device's lock (eager hooks run under it) -> a device's
- * profiler state lock (its eager timestamp slots) or a graph entry's lock (its pending replay) ->
+ * profiler state lock (its eager timestamp entries) or a graph entry's lock (its pending replay) ->
  * g_lock (the ring, names, tracks, the session's lists). A flush takes no device lock: it snapshots
  * the session's graphs and device states under g_lock, releases it, then visits each under its own
  * lock, waiting on timestamp flags rather than on device timelines.
@@ -20,8 +20,8 @@
 #include "core/queue.h"
 #include "trace/trace_model.h"
 
-#define EAGER_SLOTS 256u /* eager operations in flight per device before the oldest is waited for */
-#define NO_SLOT UINT32_MAX
+#define EAGER_ENTRIES 256u /* eager operations in flight per device before the oldest is waited for */
+#define NO_ENTRY UINT32_MAX
 #define MAX_TRACKS 65535u
 
 atomic_bool hcq__trace_recording;
@@ -47,7 +47,7 @@ static _Thread_local uint16_t t_host_track;
  * its host slice there, the alignment having its own slice. */
 static _Thread_local uint64_t t_aligned_at;
 
-/* ---- per-device state: clock alignment and eager timestamp slots ---- */
+/* ---- per-device state: clock alignment and eager timestamp entries ---- */
 
 typedef struct pending_op {
   uint64_t session;
@@ -63,8 +63,8 @@ struct hcq__trace_device {
   hcq_device_t *dev; /* NULL once the device is gone */
   int refs;          /* under g_lock: the device's, the session list's, a flush's */
   uint64_t session;  /* clocks, tracks and membership of g_devices belong to this session */
-  hcq__mem_t mem;    /* EAGER_SLOTS start/end pairs, then one pair for clock alignment */
-  pending_op_t pend[EAGER_SLOTS];
+  hcq__mem_t mem;    /* EAGER_ENTRIES start/end pairs, then one pair for clock alignment */
+  pending_op_t pend[EAGER_ENTRIES];
   uint32_t next;
   uint32_t staged; /* closed by op_end, waiting for its submit (device lock) */
   pending_op_t staged_op;
@@ -74,11 +74,11 @@ struct hcq__trace_device {
   uint16_t track[2];
 };
 
-static hcq__signal_words_t *slot_words(struct hcq__trace_device *st, uint32_t slot, int end) {
-  return (hcq__signal_words_t *)st->mem.host + 2 * slot + (uint32_t)end;
+static hcq__signal_words_t *entry_words(struct hcq__trace_device *st, uint32_t entry, int end) {
+  return (hcq__signal_words_t *)st->mem.host + 2 * entry + (uint32_t)end;
 }
-static uint64_t slot_addr(struct hcq__trace_device *st, uint32_t slot, int end) {
-  return st->mem.addr + (2 * (uint64_t)slot + (uint64_t)end) * sizeof(hcq__signal_words_t);
+static uint64_t entry_addr(struct hcq__trace_device *st, uint32_t entry, int end) {
+  return st->mem.addr + (2 * (uint64_t)entry + (uint64_t)end) * sizeof(hcq__signal_words_t);
 }
 
 /* ---- names, tracks, the ring (g_lock held) ---- */
@@ -299,8 +299,8 @@ static void align_clock(struct hcq__trace_device *st, hcq_device_t *dev, hcq_que
   st->round_trip_ns[kind] = 0;
   st->samples[kind] = 0;
   hcq_queue_t *q = NULL;
-  hcq__signal_words_t *w = slot_words(st, EAGER_SLOTS, 0);
-  uint64_t addr = slot_addr(st, EAGER_SLOTS, 0);
+  hcq__signal_words_t *w = entry_words(st, EAGER_ENTRIES, 0);
+  uint64_t addr = entry_addr(st, EAGER_ENTRIES, 0);
   hcq_status_t s = hcq__device_wait_timeline(dev, dev->timeline_value - 1);
   if (!s) s = hcq__queue_create(kind, false, &q);
   if (!s) s = hcq_queue_timestamp(q, hcq_imm((int64_t)addr));
@@ -335,16 +335,16 @@ static struct hcq__trace_device *device_state_locked(hcq_device_t *dev) {
   if (!st) {
     st = calloc(1, sizeof(*st));
     if (!st) return NULL;
-    if (dev->vt->mem_alloc(dev, (EAGER_SLOTS + 1) * 2 * sizeof(hcq__signal_words_t), HCQ__MEM_HOST_VISIBLE,
+    if (dev->vt->mem_alloc(dev, (EAGER_ENTRIES + 1) * 2 * sizeof(hcq__signal_words_t), HCQ__MEM_HOST_VISIBLE,
                            &st->mem)) {
       free(st);
-      return NULL; /* no memory for slots: this device's eager work is not traced */
+      return NULL; /* no memory for entries: this device's eager work is not traced */
     }
     hcq__mem_count(dev, HCQ__MEMC_PROFILE, (int64_t)st->mem.size);
     pthread_mutex_init(&st->lock, NULL);
     st->dev = dev;
     st->refs = 1;
-    st->staged = NO_SLOT;
+    st->staged = NO_ENTRY;
     dev->trace = st;
   }
   pthread_mutex_lock(&g_lock);
@@ -354,8 +354,8 @@ static struct hcq__trace_device *device_state_locked(hcq_device_t *dev) {
   if (st->session == session) return st;
 
   pthread_mutex_lock(&st->lock);
-  for (uint32_t i = 0; i < EAGER_SLOTS; i++) st->pend[i].busy = false; /* an older session's work */
-  st->staged = NO_SLOT;
+  for (uint32_t i = 0; i < EAGER_ENTRIES; i++) st->pend[i].busy = false; /* an older session's work */
+  st->staged = NO_ENTRY;
   uint64_t align_start = hcq__now_ns();
   align_clock(st, dev, HCQ_QUEUE_COMPUTE);
   if (dev->caps & HCQ_CAP_COPY_QUEUE) {
@@ -396,10 +396,10 @@ static struct hcq__trace_device *device_state_locked(hcq_device_t *dev) {
 
 /* st->lock held. Reads a finished operation's timestamps into the ring; waits for it when wait is
  * set (the device may still run it), else leaves it pending (or drops it once the device is gone). */
-static void harvest(struct hcq__trace_device *st, uint32_t slot, bool wait) {
-  pending_op_t *p = &st->pend[slot];
+static void harvest(struct hcq__trace_device *st, uint32_t entry, bool wait) {
+  pending_op_t *p = &st->pend[entry];
   if (!p->busy) return;
-  hcq__signal_words_t *s = slot_words(st, slot, 0), *e = slot_words(st, slot, 1);
+  hcq__signal_words_t *s = entry_words(st, entry, 0), *e = entry_words(st, entry, 1);
   if (atomic_load_explicit(&e->value, memory_order_acquire) < 1) {
     uint64_t seen;
     if (!st->dev) {
@@ -436,23 +436,23 @@ hcq_status_t hcq__trace_op_begin_slow(hcq__trace_op_t *op, hcq_device_t *dev, hc
   struct hcq__trace_device *st = device_state_locked(dev);
   if (!st) return NULL;
   pthread_mutex_lock(&st->lock);
-  st->staged = NO_SLOT; /* one staged but never submitted: its submit failed */
-  uint32_t slot = st->next;
-  harvest(st, slot, true);
-  st->next = (slot + 1) % EAGER_SLOTS;
-  atomic_store(&slot_words(st, slot, 0)->timestamp, 0);
-  atomic_store(&slot_words(st, slot, 1)->timestamp, 0);
-  atomic_store(&slot_words(st, slot, 1)->value, 0);
+  st->staged = NO_ENTRY; /* one staged but never submitted: its submit failed */
+  uint32_t entry = st->next;
+  harvest(st, entry, true);
+  st->next = (entry + 1) % EAGER_ENTRIES;
+  atomic_store(&entry_words(st, entry, 0)->timestamp, 0);
+  atomic_store(&entry_words(st, entry, 1)->timestamp, 0);
+  atomic_store(&entry_words(st, entry, 1)->value, 0);
   pthread_mutex_unlock(&st->lock);
-  op->slot = slot;
+  op->entry = entry;
   op->on = true;
-  return hcq_queue_timestamp(q, hcq_imm((int64_t)slot_addr(st, slot, 0)));
+  return hcq_queue_timestamp(q, hcq_imm((int64_t)entry_addr(st, entry, 0)));
 }
 
 hcq_status_t hcq__trace_op_end_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q, const char *name,
                                     const char *to, uint64_t bytes) {
   struct hcq__trace_device *st = dev->trace;
-  uint64_t end = slot_addr(st, op->slot, 1);
+  uint64_t end = entry_addr(st, op->entry, 1);
   hcq_status_t s = hcq_queue_timestamp(q, hcq_imm((int64_t)end));
   if (!s) s = hcq_queue_signal(q, hcq_imm((int64_t)end), hcq_imm(1));
   if (s) return s;
@@ -470,17 +470,17 @@ hcq_status_t hcq__trace_op_end_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_
                                  .queue = (uint8_t)q->kind,
                                  .busy = true};
   pthread_mutex_unlock(&g_lock);
-  st->staged = op->slot;
+  st->staged = op->entry;
   pthread_mutex_unlock(&st->lock);
   return NULL;
 }
 
 void hcq__trace_op_submitted_slow(hcq_device_t *dev) {
   struct hcq__trace_device *st = dev->trace;
-  if (st->staged == NO_SLOT) return;
+  if (st->staged == NO_ENTRY) return;
   pthread_mutex_lock(&st->lock);
   st->pend[st->staged] = st->staged_op;
-  st->staged = NO_SLOT;
+  st->staged = NO_ENTRY;
   pthread_mutex_unlock(&st->lock);
 }
 
@@ -507,9 +507,9 @@ void hcq__trace_device_gone(hcq_device_t *dev) {
   struct hcq__trace_device *st = dev->trace;
   if (!st) return;
   pthread_mutex_lock(&st->lock);
-  for (uint32_t i = 0; i < EAGER_SLOTS; i++) harvest(st, i, false); /* the engines stopped: done is done */
+  for (uint32_t i = 0; i < EAGER_ENTRIES; i++) harvest(st, i, false); /* the engines stopped: done is done */
   st->dev = NULL;
-  for (uint32_t i = 0; i < EAGER_SLOTS; i++) harvest(st, i, false);
+  for (uint32_t i = 0; i < EAGER_ENTRIES; i++) harvest(st, i, false);
   hcq__mem_count(dev, HCQ__MEMC_PROFILE, -(int64_t)st->mem.size);
   dev->vt->mem_free(dev, &st->mem);
   pthread_mutex_unlock(&st->lock);
@@ -709,8 +709,8 @@ void hcq__trace_collect_pending(void) {
   for (size_t i = 0; i < devices.len; i++) {
     struct hcq__trace_device *st = devices.data[i];
     pthread_mutex_lock(&st->lock);
-    /* Oldest first: the instance after the newest is the oldest. */
-    for (uint32_t k = 0; k < EAGER_SLOTS; k++) harvest(st, (st->next + k) % EAGER_SLOTS, true);
+    /* Oldest first: the entry after the newest is the oldest. */
+    for (uint32_t k = 0; k < EAGER_ENTRIES; k++) harvest(st, (st->next + k) % EAGER_ENTRIES, true);
     pthread_mutex_unlock(&st->lock);
   }
 

@@ -23,9 +23,9 @@ void hcq__trace_start_from_env(const char *value);
  * Around one device operation recorded into an eager queue q, under the device lock:
  *   begin (before the command: a start timestamp), the command, end (an end timestamp and a flag),
  *   and hcq__trace_op_submitted() once the queue was submitted. Only then is the operation
- *   pending; its timestamps are read when its slot is needed again or at a flush. */
+ *   pending; its timestamps are read when its entry is needed again or at a flush. */
 typedef struct hcq__trace_op {
-  uint32_t slot;
+  uint32_t entry;
   bool on;
 } hcq__trace_op_t;
 
