@@ -1,5 +1,6 @@
-/* Private pieces of the CPU kernel compiler (cpu_compile.c), declared for its tests. What the cache
- * key covers and how the cache protects itself: docs/kernel-cache.md. */
+/* Private pieces of the CPU kernel compiler (cpu_compile.c; the cache key: cpu_compile_key.c),
+ * declared for its tests. What the cache key covers and how the cache protects itself:
+ * docs/kernel-cache.md. */
 #ifndef HCQ_CPU_COMPILE_H
 #define HCQ_CPU_COMPILE_H
 

@@ -60,7 +60,7 @@ void *hcq__cpu_fault_stack_alloc(void);
 void hcq__cpu_fault_thread_init(void *stack);
 void hcq__cpu_fault_thread_exit(void *stack);
 
-/* Passes in which a waiting host thread moved dev's queues (cpu_host_run; 0 for other devices). */
+/* Passes in which a waiting host thread moved dev's queues (hcq__cpu_host_run; 0 for other devices). */
 uint64_t hcq__cpu_host_passes(hcq_device_t *dev);
 /* How often a waiting host handed the queues back to the engine with a cross-rank transfer still in
  * flight (tests: it polls such a transfer for HCQ_MPI_SPIN_NS, so normally never). */

@@ -1,0 +1,174 @@
+/* The CPU device's engine, its two queues and the pool of helper threads that shares big launches,
+ * for the files that make it up: cpu_device.c (producers and lifecycle), cpu_engine.c (the engine
+ * thread) and cpu_pool.c (the helper threads and where threads run). The small helpers here are
+ * static inline because the engine, its helpers and producers call them on their hot paths. */
+#ifndef HCQ_CPU_ENGINE_H
+#define HCQ_CPU_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/cmd_cursor.h"
+#include "core/device.h"
+#include "core/host_wait.h"
+#include "core/options.h"
+#include "cpu/cpu_internal.h"
+#include "hcq/program.h"
+
+#define RING_WORDS (UINT64_C(1) << 18)
+/* How long a blocked engine spins while work is in flight before it sleeps: long enough for any
+ * hand-off between cores, short next to a kernel worth sleeping through. */
+#define CPU_INFLIGHT_SPIN_NS (UINT64_C(200000))
+
+/* One queue kind's ring and the engine's place in it. Producer-written and consumer-written fields
+ * sit on separate cache lines. */
+typedef struct cpu_queue {
+  uint32_t *ring; /* RING_WORDS words */
+  _Alignas(64) _Atomic uint64_t head; /* words published by the producer */
+  _Alignas(64) _Atomic uint64_t tail; /* words of entries completed */
+  _Atomic uint32_t tail_seq;          /* bumped when tail moves while a producer waits for space */
+  _Atomic uint32_t space_waiters;
+  /* Written per command by the engine (its cursor fields read only by reports): a line of its own. */
+  _Alignas(64) hcq__cmd_cursor_t c;
+  uint64_t pos; /* ring position of the current entry (c.w NULL: no entry) */
+  uint32_t entry_len;
+  void *remote_op;                     /* the MPI request of the cross-rank COPY at w (NULL: none) */
+} cpu_queue_t;
+
+/* A launch's work-groups shared between the engine and helper threads. The job fields are written
+ * only while no helper is inside (active == 0, gen odd), published by an even gen. */
+typedef struct cpu_pool {
+  hcq_device_t *dev;
+  struct cpu_engine *engine;
+  uint64_t min_parallel; /* work-items below which a launch runs on the engine alone */
+  pthread_t threads[HCQ__CPU_MAX_HELPERS];
+  void *altstacks[HCQ__CPU_MAX_HELPERS];
+  _Atomic bool helper_exited[HCQ__CPU_MAX_HELPERS];
+  unsigned created;           /* helper threads started (layout lock) */
+  _Atomic uint32_t nactive;   /* helpers that take part: the layout's budget */
+  _Atomic uint32_t layout_seq; /* parked helpers sleep here until the budget changes */
+  _Atomic uint32_t gen;
+  _Atomic uint32_t active;
+  _Atomic uint32_t helpers_sleeping;
+  _Atomic uint64_t next_group;
+  _Atomic uint64_t remaining;
+  _Atomic uint32_t done_seq;
+  _Atomic uint32_t worker_sleeping;
+  _Atomic bool stop;
+  hcq_cpu_kernel_fn fn;
+  void *const *bufs;
+  const int32_t *vals;
+  uint32_t gsz[3], lsz[3];
+  uint64_t total, chunk;
+} cpu_pool_t;
+
+typedef struct cpu_engine {
+  hcq_device_t *dev;
+  pthread_t thread;
+  bool started;
+  hcq__cpu_fault_ctx_t fault;
+  void *altstack;
+  cpu_queue_t q[2]; /* by hcq_queue_kind_t */
+  _Alignas(64) cpu_queue_t *running; /* the queue whose command runs (for the fault handler) */
+  _Alignas(64) _Atomic uint32_t doorbell;  /* where an idle engine sleeps */
+  _Atomic(_Atomic uint32_t *) sleep_word;  /* where the engine sleeps now (NULL: awake) */
+  _Atomic bool stop;
+  _Atomic bool exited;
+  _Atomic uint32_t barrier_word;
+  cpu_pool_t pool;
+  hcq__fast_clock_t clock; /* the engine thread's, for timestamps */
+  hcq__cpu_share_t share;  /* its cores (cpu_layout.c) */
+  uint64_t remote_since;   /* when the engine began polling for a cross-rank COPY (0: it is not) */
+  unsigned remote_polls;
+  bool remote_spinning;    /* within the layer's spin budget: poll back to back */
+  /* Who runs the queues now (OWN_*): the engine, or a host thread waiting for their work that runs
+   * them itself (hcq__cpu_host_run). The engine sleeps on defer_word while such hosts count in helpers. */
+  _Alignas(64) _Atomic int owner;
+  _Atomic unsigned helpers;
+  _Atomic uint32_t defer_word;
+  _Atomic bool deferring;
+  bool on_host;      /* the queues run on a waiting host: it stops at a kernel (left to the engine) */
+  bool kernel_ahead; /* ... and it stopped at one */
+  _Atomic uint64_t host_passes; /* passes of a waiting host that moved a queue (tests) */
+  _Atomic uint64_t host_handbacks; /* hosts that left with a cross-rank transfer in flight (tests) */
+} cpu_engine_t;
+
+enum { OWN_FREE, OWN_ENGINE, OWN_HOST };
+
+static inline cpu_engine_t *engine_of(hcq_device_t *dev) { return dev->backend; }
+
+static inline void wake_engine(cpu_engine_t *e) {
+  _Atomic uint32_t *word = atomic_load_explicit(&e->sleep_word, memory_order_seq_cst);
+  if (!word) return;
+  atomic_fetch_add_explicit(word, 1, memory_order_seq_cst);
+  hcq__futex_wake(word);
+}
+
+/* Spins (pause, then yield) until ready(ctx) or budget_ns have passed; true when ready. */
+static inline bool spin_until(bool (*ready)(const void *ctx), const void *ctx, uint64_t budget_ns) {
+  uint64_t start = 0;
+  for (unsigned i = 1;; i++) {
+    if (ready(ctx)) return true;
+    hcq__spin_step(i);
+    if ((i & 63) == 0) {
+      uint64_t now = hcq__now_ns();
+      if (!start)
+        start = now;
+      else if (now - start >= budget_ns)
+        return false;
+    }
+  }
+}
+
+typedef struct {
+  _Atomic uint32_t *word;
+  uint32_t seen;
+} word_watch_t;
+
+static inline bool word_changed(const void *ctx) {
+  const word_watch_t *w = ctx;
+  return atomic_load_explicit(w->word, memory_order_acquire) != w->seen;
+}
+
+/* Spins until *word != seen or budget_ns have passed; true when it changed. */
+static inline bool spin_while_equal32_for(_Atomic uint32_t *word, uint32_t seen, uint64_t budget_ns) {
+  word_watch_t w = {word, seen};
+  return spin_until(word_changed, &w, budget_ns);
+}
+
+/* The same for the spin budget (HCQ_SPIN_NS). */
+static inline bool spin_while_equal32(_Atomic uint32_t *word, uint32_t seen) {
+  return spin_while_equal32_for(word, seen, hcq__options()->spin_ns);
+}
+
+static inline void run_groups(hcq_cpu_kernel_fn fn, void *const *bufs, const int32_t *vals, const uint32_t gsz[3],
+                              const uint32_t lsz[3], uint64_t first, uint64_t count) {
+  hcq_launch_t l;
+  for (int i = 0; i < 3; i++) l.gsz[i] = gsz[i], l.lsz[i] = lsz[i];
+  uint64_t plane = (uint64_t)gsz[0] * gsz[1];
+  for (uint64_t g = first; g < first + count; g++) {
+    l.gid[2] = (uint32_t)(g / plane);
+    uint64_t r = g % plane;
+    l.gid[1] = (uint32_t)(r / gsz[0]);
+    l.gid[0] = (uint32_t)(r % gsz[0]);
+    fn(bufs, vals, &l);
+  }
+}
+
+/* ---- across the device's files ---- */
+
+/* cpu_engine.c: the engine thread; the device's host_run (core/backend.h); what a kernel thread
+ * runs, for the fault handler (cpu_internal.h). */
+void *hcq__cpu_engine_main(void *arg);
+int hcq__cpu_host_run(hcq_device_t *dev, int step);
+const uint32_t *hcq__cpu_engine_current_command(const hcq__cpu_fault_ctx_t *ctx);
+
+/* cpu_pool.c: takes chunks of the pool's current job until none are left; marks the device lost
+ * after a fault in a kernel with isolation on; names a thread of the device. */
+void hcq__cpu_pool_work(cpu_pool_t *p);
+void hcq__cpu_isolated_fault(hcq__cpu_fault_ctx_t *ctx);
+void hcq__cpu_name_thread(pthread_t t, const hcq_device_t *dev, const char *role, unsigned n);
+
+#endif
