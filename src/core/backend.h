@@ -115,10 +115,12 @@ typedef struct hcq__device_vtable {
    * or the host reports them (hcq_device_memory); a field it cannot tell stays 0, and source names
    * where the numbers come from. Optional: NULL means the backend cannot tell (UNAVAILABLE). */
   hcq_status_t (*memory_info)(hcq_device_t *dev, hcq_device_memory_t *out);
-  /* Whether the calling thread runs on the core the device's engine is pinned to while some core
-   * runs no engine, so that a host waiting for it should sleep at once (the scheduler then moves
-   * the thread) rather than spin. Optional (NULL: no engine is pinned). Any thread; must not block. */
-  bool (*waiter_on_engine_core)(hcq_device_t *dev);
+  /* Whether a host thread about to wait for a signal of this device's queues should sleep at once
+   * rather than spin: when the device's kernels run on this machine's cores (lavapipe), a spinning
+   * waiter takes a core from them; when the caller runs on the core the device's engine is pinned
+   * to while some core runs no engine, it would only take turns with the engine (a sleeper is moved
+   * by the scheduler). Optional (NULL: spin first). Any thread; must not block. */
+  bool (*waiter_sleeps_at_once)(hcq_device_t *dev);
 } hcq__device_vtable_t;
 
 enum { HCQ__HOST_BEGIN, HCQ__HOST_RUN, HCQ__HOST_END };

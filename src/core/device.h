@@ -38,8 +38,6 @@ struct hcq_device {
   uint32_t caps;
   unsigned threads;
   uint64_t max_work_items; /* per launch (groups x group size); 0: no limit */
-  bool on_host_cores;      /* a GPU API whose kernels run on this machine's cores (lavapipe): a host
-                              waiting for it sleeps at once rather than take a core from them */
   int open_refs;     /* registry references, under the registry lock */
   bool closing;      /* a close is waiting for the work (registry lock) */
   _Atomic bool closed; /* closed while lost, with objects still alive: freed when the last goes */

@@ -143,9 +143,8 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
    * and one waiting for a GPU emulated on the host's cores (lavapipe) would take a core from the
    * driver's threads: it sleeps at once. Elsewhere it spins for a while, yielding early. */
   bool sleep_at_once = false;
-  for (size_t i = 0; i < nwatch; i++) sleep_at_once |= watch[i] && watch[i]->on_host_cores;
   for (size_t i = 0; i < nwatch && !sleep_at_once; i++)
-    sleep_at_once = watch[i] && watch[i]->vt->waiter_on_engine_core && watch[i]->vt->waiter_on_engine_core(watch[i]);
+    sleep_at_once = watch[i] && watch[i]->vt->waiter_sleeps_at_once && watch[i]->vt->waiter_sleeps_at_once(watch[i]);
   const uint64_t spin_ns = sleep_at_once ? 0 : hcq__options()->spin_ns;
   uint64_t start = hcq__now_ns();
   for (unsigned i = 1; spin_ns; i++) {

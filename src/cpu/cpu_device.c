@@ -21,6 +21,7 @@
 #include "core/hang_report.h"
 #include "core/host_wait.h"
 #include "core/options.h"
+#include "core/remote.h"
 #include "cpu/cpu_engine.h"
 #include "cpu/cpu_internal.h"
 
@@ -182,7 +183,7 @@ static const hcq__device_vtable_t cpu_vtable = {
     .host_run = hcq__cpu_host_run,
     .program_compile = hcq__cpu_compile,
     .program_unload = hcq__cpu_unload,
-    .waiter_on_engine_core = hcq__cpu_waiter_on_engine_core,
+    .waiter_sleeps_at_once = hcq__cpu_waiter_sleeps_at_once,
 };
 
 static hcq_status_t cpu_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {

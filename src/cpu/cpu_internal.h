@@ -32,8 +32,8 @@ typedef struct hcq__cpu_share {
 hcq__cpu_share_t *hcq__cpu_share(hcq_device_t *dev);
 /* The cores this process may use. */
 size_t hcq__cpu_core_count(void);
-/* The device's waiter_on_engine_core (core/backend.h). */
-bool hcq__cpu_waiter_on_engine_core(hcq_device_t *dev);
+/* The device's waiter_sleeps_at_once (core/backend.h): the caller is on its engine's core. */
+bool hcq__cpu_waiter_sleeps_at_once(hcq_device_t *dev);
 
 /* ---- kernel faults (cpu_fault.c) ----
  * Every thread that runs kernels points hcq__cpu_fault_ctx at its context; the fault handler reads

@@ -132,7 +132,7 @@ size_t hcq__cpu_core_count(void) {
   return n;
 }
 
-bool hcq__cpu_waiter_on_engine_core(hcq_device_t *dev) {
+bool hcq__cpu_waiter_sleeps_at_once(hcq_device_t *dev) {
   if (!atomic_load_explicit(&g_spare_core, memory_order_relaxed)) return false;
   int cpu = sched_getcpu();
   /* The first core of a CPU device's share runs its engine (read without the layout lock: a stale

@@ -114,6 +114,10 @@ static hcq_status_t vk_memory_info(hcq_device_t *dev, hcq_device_memory_t *out) 
   return NULL;
 }
 
+/* On lavapipe the driver's threads run the kernels on the host's cores: a spinning waiter would take
+ * one from them. */
+static bool vk_waiter_sleeps_at_once(hcq_device_t *dev) { return VD(dev)->on_host_cores; }
+
 static const hcq__device_vtable_t vk_vtable = {
     .destroy = vk_destroy,
     .stop = vk_stop,
@@ -129,6 +133,7 @@ static const hcq__device_vtable_t vk_vtable = {
     .program_compile = hcq__vk_program_compile,
     .program_unload = hcq__vk_program_unload,
     .memory_info = vk_memory_info,
+    .waiter_sleeps_at_once = vk_waiter_sleeps_at_once,
 };
 
 /* ---- opening ---- */
@@ -244,7 +249,7 @@ static hcq_status_t open_logical(vk_device_t *vd) {
   vi->vkGetPhysicalDeviceProperties(vd->phys, &vd->props);
   vi->vkGetPhysicalDeviceMemoryProperties(vd->phys, &vd->memprops);
   /* Set before the engines start: they read it. */
-  dev->on_host_cores = vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  vd->on_host_cores = vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   uint32_t nfam = 0;
   VkQueueFamilyProperties fams[32];
   vi->vkGetPhysicalDeviceQueueFamilyProperties(vd->phys, &nfam, NULL);

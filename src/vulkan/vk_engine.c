@@ -75,7 +75,7 @@ static void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t dea
  * call the host pays while the device is busy anyway. */
 static void spin_for_work(vk_engine_t *e, uint64_t interp) {
   uint64_t budget = hcq__options()->spin_ns, start = 0, busy_since = 0, yields = 0;
-  bool cpu_device = e->dev->on_host_cores, inflight = false;
+  bool cpu_device = e->vd->on_host_cores, inflight = false;
   for (unsigned i = 1; atomic_load_explicit(&e->head, memory_order_acquire) == interp; i++) {
     if ((i & 63) != 0) {
       hcq__spin_step(i);

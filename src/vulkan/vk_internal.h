@@ -172,6 +172,7 @@ typedef struct vk_device {
   VkPhysicalDevice phys;
   VkPhysicalDeviceProperties props;
   VkPhysicalDeviceMemoryProperties memprops;
+  bool on_host_cores; /* a CPU device (lavapipe): its kernels run on this machine's cores */
   VkDevice device;
   hcq__vk_fns_t fn;
   uint32_t family;
