@@ -24,6 +24,8 @@ typedef struct hcq__recorder {
   void (*transfer)(void *ctx, hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size);
   void (*item)(void *ctx, const struct hcq_exec_item *item);
   void (*host_copy)(void *ctx, const char *what, const hcq_buffer_t *buf, uint64_t size); /* what: "copyin" */
+  /* The variable values a symbolic launch was given (hcq_launch_sym): replays start from them. */
+  void (*bind)(void *ctx, const hcq_var_value_t *vals, size_t nvals);
   void *ctx;
 } hcq__recorder_t;
 extern _Thread_local const hcq__recorder_t *hcq__recorder;

@@ -1,7 +1,7 @@
 /* One exec item (include/hcq/graph.h): the device it runs on and the buffers it touches, the checks
  * every item passes (at a graph's build, at a replay whose symbolic dims may have gone wrong, before
- * hcq_exec_item_run), owned copies of it, running it eagerly, and HCQ_VALIDATE's replay of a graph as
- * its items run one by one. */
+ * hcq_exec_item_run), owned copies of it, running it eagerly (hcq_exec_item_run, and hcq_launch_sym
+ * on top of it), and HCQ_VALIDATE's replay of a graph as its items run one by one. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,10 +10,12 @@
 #include "core/capture.h"
 #include "core/eager.h"
 #include "core/expr.h"
+#include "core/program.h"
 #include "core/host_wait.h"
 #include "core/queue.h"
 #include "core/remote.h"
 #include "graph/graph_internal.h"
+#include "hcq/jit.h"
 
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
 
@@ -296,6 +298,38 @@ static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value
     if (!g || !lo) return NULL;
   }
   return hcq_launch(&l);
+}
+
+/* Symbolic launches (include/hcq/jit.h): hcq_launch() with operands that may be expressions, run as
+ * a kernel item, which evaluates the operands and which a capture records with its symbols. */
+hcq_status_t hcq_launch_sym(const hcq_launch_sym_desc_t *d, const hcq_var_value_t *vals, size_t nvals) {
+  if (!d || !d->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_launch_sym: descriptor or program is NULL");
+  if (d->nbufs > HCQ_MAX_KERNEL_BUFS)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers exceed the limit (%d)", d->program->name,
+                           d->nbufs, HCQ_MAX_KERNEL_BUFS);
+  /* The one rule (graph.h): no outs array, every buffer written (recorded as the full list, as
+   * hcq_launch's are); an empty array, nothing. */
+  uint32_t every[HCQ_MAX_KERNEL_BUFS];
+  for (size_t i = 0; i < d->nbufs; i++) every[i] = (uint32_t)i;
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL};
+  hcq_kernel_item_t *k = &it.kernel;
+  k->program = d->program;
+  k->bufs = d->bufs;
+  k->nbufs = d->nbufs;
+  k->outs = d->outs ? d->outs : every;
+  k->nouts = d->outs ? d->nouts : d->nbufs;
+  k->vals = d->vals;
+  k->nvals = d->nvals;
+  for (int i = 0; i < 3; i++) {
+    k->global[i] = d->global[i];
+    k->local[i] = d->local[i];
+  }
+  hcq_status_t st = hcq_exec_item_run(&it, vals, nvals);
+  if (st) return hcq_status_annotate(st, "hcq_launch_sym of %s", d->program->name);
+  /* A capture starts its replays from the values the launches were given. */
+  const hcq__recorder_t *rec = hcq__recorder;
+  if (rec) rec->bind(rec->ctx, vals, nvals);
+  return NULL;
 }
 
 /* ---- HCQ_VALIDATE=1 graph replays (include/hcq/graph.h, "Validation") ----

@@ -13,7 +13,7 @@
 #include "core/options.h"
 #include "core/queue.h"
 #include "graph/graph_internal.h"
-#include "jit/jit_internal.h"
+#include "hcq/jit.h"
 
 /* ---- capture ---- */
 
@@ -80,7 +80,7 @@ hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
   if (g_capturing) return hcq_status_make(HCQ_FAILED_PRECONDITION, "this thread is already capturing");
   hcq_capture_t *c = calloc(1, sizeof(*c));
   if (!c) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory starting a capture");
-  c->recorder = (hcq__recorder_t){record_launch, record_transfer, record_item, record_host_copy, c};
+  c->recorder = (hcq__recorder_t){record_launch, record_transfer, record_item, record_host_copy, record_bind, c};
   g_capturing = c;
   hcq__recorder = &c->recorder;
   hcq__capture_watch_open(&c->watch);
@@ -90,9 +90,11 @@ hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
 
 size_t hcq_capture_item_count(const hcq_capture_t *c) { return c ? c->items.len : 0; }
 
-void hcq__capture_bind(const hcq_var_value_t *vals, size_t nvals) {
-  hcq_capture_t *c = g_capturing;
-  for (size_t i = 0; c && !c->error && i < nvals; i++) {
+/* Keeps vals as values of the capture, the newest value of each variable replacing older ones. A
+ * failure to keep them (memory) fails the capture's end. */
+static void record_bind(void *ctx, const hcq_var_value_t *vals, size_t nvals) {
+  hcq_capture_t *c = ctx;
+  for (size_t i = 0; !c->error && i < nvals; i++) {
     size_t k = 0;
     while (k < c->bound.len && c->bound.data[k].var != vals[i].var) k++;
     if (k < c->bound.len) {
