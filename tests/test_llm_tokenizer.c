@@ -1,4 +1,4 @@
-/* The LLM tokenizer (models/llm/tokenizer.c, chat.c) against llama.cpp.
+/* The LLM tokenizer (models/llm/tokenizer.c, tokenizer_load.c, chat.c) against llama.cpp.
  *
  * Ground truth is tests/data/llm/smollm2_tokenizer.json (HCQ_LLM_TOKENIZER_FIXTURE names another
  * file), written by scripts/llm-tokenizer-reference.py with llama-cpp-python 0.3.36 from

@@ -8,7 +8,7 @@
 
 /* The classes the pre-tokenizers' split expressions name: \p{L} (general category L*) and \p{N}
  * (N*). Code points in no range are LLM_CP_OTHER. White space is not a class here (see
- * llm_cp_is_space in tokenizer.c). */
+ * cp_is_space in tokenizer.c). */
 enum { LLM_CP_OTHER = 0, LLM_CP_LETTER = 1, LLM_CP_NUMBER = 2 };
 
 /* A run of code points first..last of one class. The table is sorted and its ranges disjoint. */

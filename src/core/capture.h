@@ -15,6 +15,7 @@
 #include "hcq/device.h"
 #include "hcq/program.h"
 #include "hcq/status.h"
+#include "hcq/symbolic.h"
 
 /* While a thread records, successful eager work is reported to its recorder (installed by the
  * capture layer). hcq_exec_item_run reports the item itself with its symbols. */

@@ -74,22 +74,6 @@ static void record_host_copy(void *ctx, const char *what, const hcq_buffer_t *bu
              size, strcmp(what, "copyin") ? "from" : "to", buf->label, c->items.len);
 }
 
-hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
-  if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_begin: out_capture is NULL");
-  *out = NULL;
-  if (g_capturing) return hcq_status_make(HCQ_FAILED_PRECONDITION, "this thread is already capturing");
-  hcq_capture_t *c = calloc(1, sizeof(*c));
-  if (!c) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory starting a capture");
-  c->recorder = (hcq__recorder_t){record_launch, record_transfer, record_item, record_host_copy, record_bind, c};
-  g_capturing = c;
-  hcq__recorder = &c->recorder;
-  hcq__capture_watch_open(&c->watch);
-  *out = c;
-  return NULL;
-}
-
-size_t hcq_capture_item_count(const hcq_capture_t *c) { return c ? c->items.len : 0; }
-
 /* Keeps vals as values of the capture, the newest value of each variable replacing older ones. A
  * failure to keep them (memory) fails the capture's end. */
 static void record_bind(void *ctx, const hcq_var_value_t *vals, size_t nvals) {
@@ -107,6 +91,23 @@ static void record_bind(void *ctx, const hcq_var_value_t *vals, size_t nvals) {
     }
   }
 }
+
+hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
+  if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_begin: out_capture is NULL");
+  *out = NULL;
+  if (g_capturing) return hcq_status_make(HCQ_FAILED_PRECONDITION, "this thread is already capturing");
+  hcq_capture_t *c = calloc(1, sizeof(*c));
+  if (!c) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory starting a capture");
+  c->recorder = (hcq__recorder_t){record_launch, record_transfer, record_item, record_host_copy, record_bind, c};
+  g_capturing = c;
+  hcq__recorder = &c->recorder;
+  hcq__capture_watch_open(&c->watch);
+  *out = c;
+  return NULL;
+}
+
+size_t hcq_capture_item_count(const hcq_capture_t *c) { return c ? c->items.len : 0; }
+
 
 static void capture_free(hcq_capture_t *c) {
   if (g_capturing == c) {
