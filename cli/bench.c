@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "model_time.h"
 
 static double now_us(void) {
   struct timespec ts;
@@ -12,13 +13,8 @@ static double now_us(void) {
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static double median(double *v, size_t n) {
-  qsort(v, n, sizeof(double), cmp_double);
+  qsort(v, n, sizeof(double), hcq_model_cmp_double);
   return v[n / 2];
 }
 

@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "minilm.h"
+#include "model_time.h"
 
 /* A text's echo stops after this many characters; the n x n similarity matrix is printed for this
  * many texts at most unless --similarity asks for it (10,000 texts made 546 MB of it). */
@@ -22,17 +23,6 @@ typedef struct embed_args {
   char **texts;
   int ntexts;
 } embed_args_t;
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static int parse_args(int argc, char **argv, embed_args_t *a) {
   *a = (embed_args_t){0};
@@ -99,11 +89,11 @@ static const int k_lengths[] = {1, 4, 8, 16, 32, 64, 128, 256}; /* the mix of ma
 enum { NLEN = sizeof(k_lengths) / sizeof(k_lengths[0]), MAX_REPS = 41 };
 
 static hcq_status_t timed(minilm_encoder_t *enc, const int32_t *ids, int n, bool graph, float *emb, double *ms) {
-  double t0 = now_ms();
+  double t0 = hcq_model_now_ms();
   hcq_status_t st = minilm_encoder_set_input(enc, ids, n);
   if (!st) st = graph ? minilm_encoder_run_graph(enc) : minilm_encoder_run_eager(enc);
   if (!st) st = minilm_encoder_embedding(enc, emb);
-  *ms = now_ms() - t0;
+  *ms = hcq_model_now_ms() - t0;
   return st;
 }
 
@@ -146,8 +136,8 @@ static int bench(const embed_args_t *a, minilm_encoder_t *enc, const minilm_toke
       if (!st && memcmp(e1, e2, (size_t)c->hidden * 4)) identical = false;
     }
     if (st) break;
-    qsort(te, (size_t)reps, sizeof(double), cmp_double);
-    qsort(tg, (size_t)reps, sizeof(double), cmp_double);
+    qsort(te, (size_t)reps, sizeof(double), hcq_model_cmp_double);
+    qsort(tg, (size_t)reps, sizeof(double), hcq_model_cmp_double);
     lengths[nl] = n, eager[nl] = te[reps / 2], graph[nl] = tg[reps / 2];
     nl++;
   }

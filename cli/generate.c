@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "llm.h"
+#include "model_time.h"
 #include "tokenizer.h"
 
 typedef struct gen_args {
@@ -191,11 +192,6 @@ typedef struct timing {
   int n;
 } timing_t;
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static double now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -229,9 +225,9 @@ static hcq_status_t time_mode(llm_decoder_t *dec, const int32_t *prompt, int n, 
   }
   if (!st) st = llm_decoder_sync(dec);
   if (st) return st;
-  qsort(pre, (size_t)reps, sizeof(double), cmp_double);
-  qsort(dec_rate, (size_t)reps, sizeof(double), cmp_double);
-  qsort(host, (size_t)hsteps, sizeof(double), cmp_double);
+  qsort(pre, (size_t)reps, sizeof(double), hcq_model_cmp_double);
+  qsort(dec_rate, (size_t)reps, sizeof(double), hcq_model_cmp_double);
+  qsort(host, (size_t)hsteps, sizeof(double), hcq_model_cmp_double);
   out->prefill_tok_s = pre[reps / 2];
   out->decode_tok_s = dec_rate[reps / 2];
   out->host_us = hsteps ? host[hsteps / 2] : 0;

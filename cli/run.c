@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "model_time.h"
 
 typedef struct run_args {
   const char *file, *device_map, *out;
@@ -157,12 +158,6 @@ static hcq_status_t write_outputs(const hcq_graph_file_t *gf, const char *dir) {
   return NULL;
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static int run_plain(const run_args_t *a) {
   world_t w;
   /* Profiled: the runs, not the loading (the graphs are built while the profiler is paused). */
@@ -171,11 +166,11 @@ static int run_plain(const run_args_t *a) {
   st = world_open(&w, a, a->graph, a->obs.profile || a->obs.profile_svg);
   hcq_trace_pause(false);
   size_t runs = w.gf ? hcq_graph_file_run_count(w.gf) : 0;
-  double t0 = now_ms();
+  double t0 = hcq_model_now_ms();
   for (size_t r = 0; r < runs && !st; r++)
     for (unsigned long long k = 0; k < a->repeat && !st; k++) st = world_run(&w, r);
   if (!st) st = cli_sync_file(w.gf);
-  double t1 = now_ms();
+  double t1 = hcq_model_now_ms();
   if (!st) {
     printf("%s: %zu run%s x %llu of %zu items (%s) in %.3f ms\n", a->file, runs, runs == 1 ? "" : "s", a->repeat,
            hcq_graph_file_item_count(w.gf), a->graph ? "graph" : "eager", t1 - t0);

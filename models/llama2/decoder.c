@@ -8,6 +8,7 @@
 
 #include "llama2.h"
 #include "model_status.h"
+#include "model_time.h"
 
 /* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA), kernels.metal (Metal). */
 extern const char llama2_kernels_source[], llama2_kernels_glsl_source[], llama2_kernels_cuda_source[],
@@ -524,13 +525,8 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static double median(double *v, size_t n) {
-  qsort(v, n, sizeof(double), cmp_double);
+  qsort(v, n, sizeof(double), hcq_model_cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 

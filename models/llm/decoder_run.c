@@ -7,6 +7,7 @@
 
 #include "decoder_internal.h"
 #include "model_status.h"
+#include "model_time.h"
 
 /* ---- running ---- */
 
@@ -118,17 +119,6 @@ hcq_status_t llm_decoder_logits(llm_decoder_t *m, float *out) {
 
 /* ---- generation ---- */
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* The token at pos once the work fence f covers has finished: read through the mapped tokens
  * buffer, so later steps keep running; where it cannot be mapped, a copy (which waits for them
  * too). */
@@ -168,14 +158,14 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
    * for it): only the rank holding the tokens reads them, and what follows an end token is dropped. */
   bool stop_early = m->ranks == 1 || o->agree_end, reads = m->reads_tokens, all_ended = false;
   hcq_status_t st = llm_decoder_set_tokens(m, 0, prompt, nprompt);
-  double t0 = now_ms(), t1 = t0, t_last = t0;
+  double t0 = hcq_model_now_ms(), t1 = t0, t_last = t0;
   int nhost = 0;
   if (!st && steps > 0) st = llm_decoder_prefill(m, 0, nprompt, o->graph);
   if (!st && steps > 0) {
     int32_t tok = 0;
     if (reads && !(st = record(m, m->fences[0]))) st = token_at(m, m->fences[0], nprompt, &tok);
     else if (!reads) st = llm_decoder_sync(m);
-    t_last = t1 = now_ms();
+    t_last = t1 = hcq_model_now_ms();
     out->prefill_ms = t1 - t0;
     if (!st && reads) took(out, o, tok);
   }
@@ -185,9 +175,9 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
   if (m->ranks > 1 && o->agree_end && steps > 0) all_ended = o->agree_end(o->ctx, out->ended);
   while (!st && !(stop_early && (m->ranks > 1 ? all_ended : out->ended)) && read < last) {
     while (!st && next - read < 2 && next < last) {
-      double h0 = now_ms();
+      double h0 = hcq_model_now_ms();
       st = step(m, next, o->graph, m->fences[next % 2]);
-      host[nhost++] = (now_ms() - h0) * 1e3;
+      host[nhost++] = (hcq_model_now_ms() - h0) * 1e3;
       next++;
     }
     if (st) break;
@@ -195,16 +185,16 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
     if (reads) st = token_at(m, m->fences[read % 2], read + 1, &tok);
     if (!st && reads && !out->ended) {
       took(out, o, tok);
-      t_last = now_ms();
+      t_last = hcq_model_now_ms();
     }
     read++;
     if (!st && m->ranks > 1 && o->agree_end) all_ended = o->agree_end(o->ctx, out->ended);
   }
   /* to the last token known: a step queued past an end token is not counted */
-  out->decode_ms = (reads ? t_last : now_ms()) - t1;
+  out->decode_ms = (reads ? t_last : hcq_model_now_ms()) - t1;
   if (!st) st = llm_decoder_sync(m);
   if (nhost) {
-    qsort(host, (size_t)nhost, sizeof(double), cmp_double);
+    qsort(host, (size_t)nhost, sizeof(double), hcq_model_cmp_double);
     out->host_us_per_step = host[nhost / 2];
   }
   free(host);
