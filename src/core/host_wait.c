@@ -10,12 +10,6 @@
 #include "core/host_wait.h"
 #include "core/options.h"
 
-uint64_t hcq__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 #if defined(__x86_64__)
 #include <x86intrin.h>
 
@@ -65,20 +59,6 @@ uint64_t hcq__fast_clock_now(hcq__fast_clock_t *c) {
   return hcq__now_ns();
 }
 #endif
-
-void hcq__spin_step_after(unsigned iteration, unsigned pauses) {
-  if (iteration < pauses) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-  } else {
-    sched_yield();
-  }
-}
-
-void hcq__spin_step(unsigned iteration) { hcq__spin_step_after(iteration, 64); }
 
 bool hcq__join_by(pthread_t t, _Atomic bool *exited, uint64_t deadline_ns) {
   while (!atomic_load(exited)) {

@@ -4,13 +4,20 @@
 #define HCQ_CORE_HOST_WAIT_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "core/export.h"
 
-HCQ__PRIVATE_EXPORT uint64_t hcq__now_ns(void);
+/* CLOCK_MONOTONIC in ns. Inline, as the spin steps below: waiters call them in their spin loops. */
+static inline uint64_t hcq__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* A cheaper hcq__now_ns for device timestamps (the CPU engine takes one per profiled item): the
  * time-stamp counter scaled to CLOCK_MONOTONIC, re-anchored on the real clock every ~1 ms, where the
@@ -24,11 +31,21 @@ typedef struct hcq__fast_clock {
 } hcq__fast_clock_t;
 uint64_t hcq__fast_clock_now(hcq__fast_clock_t *c);
 
-/* One step of a spin-wait: a pause instruction at first, then yielding the CPU, so that on a
+/* One step of a spin-wait with pauses pause instructions before it yields the CPU, so that on a
  * machine with more busy threads than cores a spinner does not starve the thread it waits for. */
-HCQ__PRIVATE_EXPORT void hcq__spin_step(unsigned iteration);
-/* The same with the number of pause iterations before yielding. */
-void hcq__spin_step_after(unsigned iteration, unsigned pauses);
+static inline void hcq__spin_step_after(unsigned iteration, unsigned pauses) {
+  if (iteration < pauses) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+  } else {
+    sched_yield();
+  }
+}
+/* The same with 64 pauses. */
+static inline void hcq__spin_step(unsigned iteration) { hcq__spin_step_after(iteration, 64); }
 
 /* now + timeout_ms, saturating; 0 never (forever) results from a finite timeout. */
 HCQ__PRIVATE_EXPORT uint64_t hcq__deadline_after_ms(int64_t timeout_ms);
