@@ -605,7 +605,6 @@ hcq_status_t hcq__device_wait_engines(hcq_device_t *dev, int64_t timeout_ms) {
 
 /* The one place the timeline moves forward: every submitter (eager work, each graph runner) calls
  * it once the work that signals the current value is submitted, so wraps and fences see one order. */
-void hcq__timeline_advance(hcq_device_t *dev) { dev->timeline_value++; }
 
 static void wrap_timeline(hcq_device_t *dev) {
   atomic_fetch_add_explicit(&dev->timeline_epoch, 1, memory_order_release);

@@ -115,7 +115,7 @@ HCQ_MUST_USE hcq_status_t hcq__device_wait_timeline(hcq_device_t *dev, uint64_t 
 HCQ_MUST_USE hcq_status_t hcq__device_wait_engines(hcq_device_t *dev, int64_t timeout_ms);
 /* Under the device lock, after submitting work that signals the timeline's current value: the
  * next work signals the next one. The only writer of timeline_value besides open and wrap. */
-void hcq__timeline_advance(hcq_device_t *dev);
+static inline void hcq__timeline_advance(hcq_device_t *dev) { dev->timeline_value++; }
 /* Under the device lock: waits for all submitted work and wraps the timeline when due. */
 HCQ_MUST_USE hcq_status_t hcq__device_synchronize_locked(hcq_device_t *dev);
 
