@@ -222,21 +222,26 @@ static void bpe_word(session_t *s, const uint8_t *w, size_t n) {
 
 static void word(session_t *s, size_t a, size_t b) { bpe_word(s, s->norm + s->off[a], s->off[b] - s->off[a]); }
 
+/* The length of an English contraction ('s 't 'm 'd 're 've 'll) starting at pos, 0 for none;
+ * fold_case: the llama 3 pattern's (?i:...), which folds ASCII letters. */
+static size_t contraction(const uint32_t *c, size_t pos, size_t hi, bool fold_case) {
+  if (c[pos] != '\'' || pos + 1 >= hi) return 0;
+  uint32_t n1 = c[pos + 1], n2 = pos + 2 < hi ? c[pos + 2] : 0;
+  if (fold_case) n1 |= n1 < 0x80 ? 0x20 : 0, n2 |= n2 < 0x80 ? 0x20 : 0;
+  if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') return 2;
+  if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) return 3;
+  return 0;
+}
+
 /* The GPT-2 split of code points [lo, hi). */
 static void split_gpt2(session_t *s, size_t lo, size_t hi) {
   const uint32_t *c = s->cps;
   const uint8_t *f = s->flags;
   for (size_t pos = lo; pos < hi;) {
-    if (c[pos] == '\'' && pos + 1 < hi) {
-      uint32_t n1 = c[pos + 1], n2 = pos + 2 < hi ? c[pos + 2] : 0;
-      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') {
-        word(s, pos, pos + 2), pos += 2;
-        continue;
-      }
-      if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
-        word(s, pos, pos + 3), pos += 3;
-        continue;
-      }
+    size_t n = contraction(c, pos, hi, false);
+    if (n) {
+      word(s, pos, pos + n), pos += n;
+      continue;
     }
     /* ' ?X+' for X letters, numbers or others: the class of the character after an optional space. */
     size_t start = pos, first = c[pos] == ' ' ? pos + 1 : pos;
@@ -261,16 +266,10 @@ static void split_llama3(session_t *s, size_t lo, size_t hi) {
   const uint8_t *f = s->flags;
   for (size_t pos = lo; pos < hi;) {
     uint32_t cp = c[pos];
-    if (cp == '\'' && pos + 1 < hi) {
-      uint32_t n1 = c[pos + 1] | (c[pos + 1] < 0x80 ? 0x20 : 0), n2 = pos + 2 < hi ? c[pos + 2] | (c[pos + 2] < 0x80 ? 0x20 : 0) : 0;
-      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') {
-        word(s, pos, pos + 2), pos += 2;
-        continue;
-      }
-      if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
-        word(s, pos, pos + 3), pos += 3;
-        continue;
-      }
+    size_t n = contraction(c, pos, hi, true);
+    if (n) {
+      word(s, pos, pos + n), pos += n;
+      continue;
     }
     size_t end = pos + 1;
     if (cp != '\r' && cp != '\n' && !(f[pos] & F_NUMBER) && ((f[pos] & F_LETTER) || (end < hi && (f[end] & F_LETTER)))) {
