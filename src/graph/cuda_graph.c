@@ -42,7 +42,6 @@ typedef struct cuda_graph {
   bool launched;
   hcq__update_plan_t *plan;
   uint64_t *input_addrs;
-  hcq_graph_stats_t stats;
 } cuda_graph_t;
 
 static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a CUDA graph"); }
@@ -168,7 +167,7 @@ static hcq_status_t build(cuda_graph_t *g) {
   hcq__vec_free(&rdeps);
   hcq__deps_deinit(&tracker);
   free(deps);
-  if (!st) g->stats.updatable_nodes = hcq__update_plan_updatable_count(g->plan);
+  if (!st) g->base.stats.updatable_nodes = hcq__update_plan_updatable_count(g->plan);
   return st;
 }
 
@@ -257,8 +256,8 @@ static hcq_status_t cuda_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_e
     st = apply_updates(g, changed, nchanged, &calls);
     hcq__cuda_pop(dev0(g));
   }
-  g->stats.last_replay_updates = calls;
-  g->stats.total_updates += calls;
+  g->base.stats.last_replay_updates = calls;
+  g->base.stats.total_updates += calls;
   if (st) {
     hcq__update_plan_abort(g->plan);
     return st;
@@ -273,7 +272,7 @@ static hcq_status_t cuda_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_e
   hcq__device_unlock_many(r->devices, r->ndevices);
   if (st) return st;
   g->launched = true;
-  g->stats.replays++;
+  g->base.stats.replays++;
   hcq__runner_commit(r);
   if (wait) {
     /* A caller retrying on TIMEOUT must not launch it a second time. */
@@ -331,14 +330,11 @@ static hcq_status_t cuda_graph_destroy_anyway(hcq_graph_t *base) {
   return NULL;
 }
 
-static void cuda_graph_stats(const hcq_graph_t *base, hcq_graph_stats_t *out) { *out = ((const cuda_graph_t *)base)->stats; }
-
 static const hcq__graph_vtable_t cuda_graph_vtable = {
     .kind = "cuda",
     .destroy = cuda_graph_destroy,
     .destroy_anyway = cuda_graph_destroy_anyway,
     .run = cuda_graph_run,
-    .stats = cuda_graph_stats,
 };
 
 hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out) {

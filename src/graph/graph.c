@@ -170,8 +170,10 @@ hcq_status_t hcq_graph_profile(hcq_graph_t *g, const hcq_profile_event_t **out) 
 
 void hcq_graph_stats(const hcq_graph_t *g, hcq_graph_stats_t *out) {
   if (!out) return;
-  memset(out, 0, sizeof(*out));
-  if (g && g->vt->stats) g->vt->stats(g, out);
+  if (g)
+    *out = g->stats;
+  else
+    memset(out, 0, sizeof(*out));
 }
 
 void *hcq__graph_alloc(size_t size, const hcq__graph_vtable_t *vt, const hcq__runner_t *runner) {

@@ -20,8 +20,6 @@ typedef struct hcq__graph_vtable {
   hcq_status_t (*item_schedule)(const hcq_graph_t *g, size_t i, hcq_graph_item_schedule_t *out);
   const hcq_queue_t *(*queue)(const hcq_graph_t *g, uint32_t queue);
   hcq_status_t (*profile)(hcq_graph_t *g, const hcq_profile_event_t **out);
-  /* Optional (NULL: replays and updates are not counted). */
-  void (*stats)(const hcq_graph_t *g, hcq_graph_stats_t *out);
 } hcq__graph_vtable_t;
 
 struct hcq_graph {
@@ -29,6 +27,7 @@ struct hcq_graph {
   uint32_t magic; /* HCQ__OBJ_LIVE; HCQ__OBJ_DEAD once destroyed (the struct is kept when validating) */
   hcq__runner_t runner;
   bool validated_replays; /* HCQ_VALIDATE and a kernel item leaves buffers undeclared: set at build */
+  hcq_graph_stats_t stats; /* replays and updates, where the runner counts them (CUDA, Metal); else 0 */
 };
 
 /* The last step of every runner's free: the struct (whose first member is g) is freed, or kept as a

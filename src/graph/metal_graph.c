@@ -65,7 +65,6 @@ typedef struct metal_graph {
   uint64_t *input_addrs;
   char label[32];
   hcq_id label_str; /* label as an NSString, made once: replays only set it */
-  hcq_graph_stats_t stats;
 } metal_graph_t;
 
 #define MSG(ret, ...) HCQ__MSG(g->api, ret, ##__VA_ARGS__)
@@ -209,7 +208,7 @@ static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
   snprintf(g->label, sizeof(g->label), "batched %zu", g->n);
   if (!st) g->label_str = MSG(hcq_id)(hcq__mtl_string(g->api, g->label), SEL(retain));
   g->api->objc_autoreleasePoolPop(pool);
-  g->stats.updatable_nodes = st ? 0 : hcq__update_plan_updatable_count(g->inst[0].plan);
+  g->base.stats.updatable_nodes = st ? 0 : hcq__update_plan_updatable_count(g->inst[0].plan);
   return st;
 }
 
@@ -292,8 +291,8 @@ static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
   g->api->objc_autoreleasePoolPop(pool);
   hcq__update_plan_commit(in->plan);
   if (in->resources_stale) collect_resources(g, in);
-  g->stats.last_replay_updates = calls;
-  g->stats.total_updates += calls;
+  g->base.stats.last_replay_updates = calls;
+  g->base.stats.total_updates += calls;
 
   hcq_device_t *dev = g->dev;
   pthread_mutex_lock(&dev->lock);
@@ -311,7 +310,7 @@ static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
   pthread_mutex_unlock(&dev->lock);
   if (st) return st;
   g->next_inst = (g->next_inst + 1) % g->ninst;
-  g->stats.replays++;
+  g->base.stats.replays++;
   hcq__runner_commit(r);
   if (wait) {
     if ((st = wait_instance(g, in)) && hcq_status_code(st) == HCQ_DEVICE_LOST)
@@ -367,16 +366,11 @@ static hcq_status_t metal_graph_destroy_anyway(hcq_graph_t *base) {
   return NULL;
 }
 
-static void metal_graph_stats(const hcq_graph_t *base, hcq_graph_stats_t *out) {
-  *out = ((const metal_graph_t *)base)->stats;
-}
-
 static const hcq__graph_vtable_t metal_graph_vtable = {
     .kind = "metal",
     .destroy = metal_graph_destroy,
     .destroy_anyway = metal_graph_destroy_anyway,
     .run = metal_graph_run,
-    .stats = metal_graph_stats,
 };
 
 hcq_status_t hcq__metal_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out) {
