@@ -226,16 +226,7 @@ static const char *signal_name(int sig, char *buf, size_t size) {
 
 /* ---- compiling into a directory ---- */
 
-static bool write_all(int fd, const char *s) {
-  for (size_t len = strlen(s); len;) {
-    ssize_t n = write(fd, s, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    s += n;
-    len -= (size_t)n;
-  }
-  return true;
-}
+static bool write_all(int fd, const char *s) { return hcq__cpu_write_bytes(fd, s, strlen(s)); }
 
 /* Compiles into new, uniquely named files of dir: c_path (the source, whose name reserves the
  * pair) and so_path (the object). On success both exist and the caller removes c_path once done

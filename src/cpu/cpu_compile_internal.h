@@ -25,6 +25,9 @@ HCQ_MUST_USE hcq_status_t hcq__cpu_run_compiler(const char *exe, char *const arg
 /* A new directory of ours alone (0700) in TMPDIR, else /tmp; the caller removes it. (cpu_load.c) */
 HCQ_MUST_USE hcq_status_t hcq__cpu_make_private_dir(const char *entry, char dir[PATH_MAX]);
 
+/* Writes all n bytes (retrying short writes and EINTR); false on an error. (cpu_load.c) */
+bool hcq__cpu_write_bytes(int fd, const void *data, size_t n);
+
 /* Loads the object held in bytes (checked by the caller; key names it), resolving entry in it.
  * *out_bad: it does not load at all. (cpu_load.c) */
 HCQ_MUST_USE hcq_status_t hcq__cpu_load_image(const void *bytes, size_t size, const char *key, const char *entry,

@@ -63,7 +63,7 @@ hcq_status_t hcq__cpu_make_private_dir(const char *entry, char dir[PATH_MAX]) {
   return hcq_status_make(HCQ_UNAVAILABLE, "no private directory to compile %s in: %s", entry, why);
 }
 
-static bool write_bytes(int fd, const void *data, size_t n) {
+bool hcq__cpu_write_bytes(int fd, const void *data, size_t n) {
   for (const char *p = data; n;) {
     ssize_t w = write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
@@ -120,7 +120,7 @@ static hcq_status_t load_memfd(const void *bytes, size_t size, const char *key, 
     *out_unsupported = true;
     return NULL;
   }
-  if (!write_bytes(fd, bytes, size) ||
+  if (!hcq__cpu_write_bytes(fd, bytes, size) ||
       fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
     close(fd);
     *out_unsupported = true;
@@ -166,7 +166,7 @@ hcq_status_t hcq__cpu_load_image(const void *bytes, size_t size, const char *key
    * same object. */
   snprintf(path, sizeof(path), "%s/%s.so", dir, key);
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
-  bool ok = fd >= 0 && write_bytes(fd, bytes, size);
+  bool ok = fd >= 0 && hcq__cpu_write_bytes(fd, bytes, size);
   int err = errno;
   if (fd >= 0 && close(fd) != 0 && ok) ok = false, err = errno;
   if (ok) st = load_object(path, entry, out, out_bad);
