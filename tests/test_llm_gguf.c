@@ -1671,11 +1671,12 @@ Test(llm_model, extra_tensor) {
   tiny_llama_t s = tiny();
   s.extra = "blk.0.attn_q.bias";
   MODEL_FAILS(tiny_llama(&s), HCQ_UNIMPLEMENTED, "\"blk.0.attn_q.bias\"");
-  /* a layer past block_count */
+  /* a layer past block_count: the metadata disagrees with the tensors (bad input, not unsupported) */
   s.extra = "blk.2.attn_norm.weight";
-  MODEL_FAILS(tiny_llama(&s), HCQ_UNIMPLEMENTED, "\"blk.2.attn_norm.weight\"");
+  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"blk.2.attn_norm.weight\"", "llama.block_count is 2");
+  /* rope_freqs of the wrong length (a llama 3 file has rope dimensions / 2 of them) */
   s.extra = "rope_freqs.weight";
-  MODEL_FAILS(tiny_llama(&s), HCQ_UNIMPLEMENTED, "\"rope_freqs.weight\"");
+  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"rope_freqs.weight\"");
 }
 
 Test(llm_model, bad_heads) {
@@ -1698,11 +1699,15 @@ Test(llm_model, bad_heads) {
   s = tiny();
   s.skip_key = "llama.attention.head_count";
   MODEL_FAILS(tiny_llama(&s), HCQ_NOT_FOUND, "\"llama.attention.head_count\"");
-  /* key_length other than the head size */
+  /* key_length sets the head size: q's rows are then heads x 32, which the tensors do not have */
   s = tiny();
   gguf_writer_t *w = tiny_llama(&s);
   OK(gguf_writer_add_u32(w, "llama.attention.key_length", 32));
-  MODEL_FAILS(w, HCQ_UNIMPLEMENTED, "llama.attention.key_length", "32", "16");
+  MODEL_FAILS(w, HCQ_INVALID_ARGUMENT, "\"blk.0.attn_q.weight\"", "[64, 128]");
+  /* a value length other than the key length */
+  w = tiny_llama(&s);
+  OK(gguf_writer_add_u32(w, "llama.attention.value_length", 32));
+  MODEL_FAILS(w, HCQ_UNIMPLEMENTED, "llama.attention.value_length", "32", "16");
   /* rope dimensions: odd, larger than the head */
   s.rope_dims = 7;
   MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "llama.rope.dimension_count", "7");

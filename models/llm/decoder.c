@@ -77,37 +77,56 @@ static hcq_status_t upload_vector(const llm_decoder_t *m, hcq_device_t *dev, con
 
 static size_t act_bytes(int rows, int cols) { return (size_t)rows * (size_t)((cols + 31) / 32) * sizeof(llm_act_block_t); }
 
-static hcq_status_t make_scratch(llm_decoder_t *m, dev_state_t *s) {
+/* cos and sin of pos x base^(-2j / rope_dim) / factor_j for every position and pair j, in double
+ * precision (factors: llama 3's rope_freqs, else 1). */
+static hcq_status_t rope_table(llm_decoder_t *m, dev_state_t *s, double base, const float *factors, const char *label,
+                               hcq_buffer_t **out) {
   const llm_config_t *c = &m->c;
-  size_t rows = (size_t)m->max_batch, dim = (size_t)c->dim;
-  TRY(buffer(s->dev, rows * dim * 4, "x", -1, &s->x));
-  TRY(buffer(s->dev, rows * dim * 4, "x normed", -1, &s->xf));
-  TRY(buffer(s->dev, act_bytes(m->max_batch, c->dim), "x quantized", -1, &s->xq));
-  TRY(buffer(s->dev, rows * dim * 4, "q", -1, &s->q));
-  TRY(buffer(s->dev, rows * dim * 4, "attention", -1, &s->att));
-  TRY(buffer(s->dev, act_bytes(m->max_batch, c->dim), "attention quantized", -1, &s->attq));
-  TRY(buffer(s->dev, rows * (size_t)c->ffn * 4, "h", -1, &s->hf));
-  TRY(buffer(s->dev, act_bytes(m->max_batch, c->ffn), "h quantized", -1, &s->hq));
-  TRY(buffer(s->dev, 64, "pass info", -1, &s->info));
-  /* cos and sin of pos x base^(-2j / rope_dim) for every position and pair, in double precision */
   size_t pairs = (size_t)c->rope_dim / 2;
   float *table = malloc((size_t)m->ctx * pairs * 2 * sizeof(float));
   if (!table) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (int p = 0; p < m->ctx; p++)
     for (size_t j = 0; j < pairs; j++) {
-      double theta = p * pow((double)c->rope_base, -2.0 * (double)j / c->rope_dim);
+      double theta = p * pow(base, -2.0 * (double)j / c->rope_dim) / (factors ? (double)factors[j] : 1.0);
       table[((size_t)p * pairs + j) * 2] = (float)cos(theta);
       table[((size_t)p * pairs + j) * 2 + 1] = (float)sin(theta);
     }
-  hcq_status_t st = buffer(s->dev, (size_t)m->ctx * pairs * 8, "rotary table", -1, &s->rope);
-  if (!st) st = llm_write_buffer(m, s->rope, 0, table, (size_t)m->ctx * pairs * 8);
+  hcq_status_t st = buffer(s->dev, (size_t)m->ctx * pairs * 8, label, -1, out);
+  if (!st) st = llm_write_buffer(m, *out, 0, table, (size_t)m->ctx * pairs * 8);
   free(table);
   return st;
 }
 
+static hcq_status_t make_scratch(llm_decoder_t *m, dev_state_t *s, const float *rope_factors) {
+  const llm_config_t *c = &m->c;
+  size_t rows = (size_t)m->max_batch, dim = (size_t)c->dim, qd = (size_t)llm_q_dim(c);
+  TRY(buffer(s->dev, rows * dim * 4, "x", -1, &s->x));
+  TRY(buffer(s->dev, rows * dim * 4, "x normed", -1, &s->xf));
+  TRY(buffer(s->dev, act_bytes(m->max_batch, c->dim), "x quantized", -1, &s->xq));
+  TRY(buffer(s->dev, rows * qd * 4, "q", -1, &s->q));
+  TRY(buffer(s->dev, rows * qd * 4, "attention", -1, &s->att));
+  TRY(buffer(s->dev, act_bytes(m->max_batch, (int)qd), "attention quantized", -1, &s->attq));
+  TRY(buffer(s->dev, rows * (size_t)c->ffn * 4, "h", -1, &s->hf));
+  TRY(buffer(s->dev, act_bytes(m->max_batch, c->ffn), "h quantized", -1, &s->hq));
+  TRY(buffer(s->dev, 64, "pass info", -1, &s->info));
+  if (c->rope_neox || c->qk_norm) TRY(buffer(s->dev, rows * (size_t)llm_kv_dim(c) * 4, "k before rope", -1, &s->kraw));
+  if (c->post_norms) TRY(buffer(s->dev, rows * dim * 4, "layer output", -1, &s->xb));
+  TRY(rope_table(m, s, c->rope_base, rope_factors, "rotary table", &s->rope));
+  if (c->swa_window) TRY(rope_table(m, s, c->rope_base_swa, rope_factors, "sliding-window rotary table", &s->rope_swa));
+  return NULL;
+}
+
 static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   const llm_config_t *c = &m->c;
-  for (int d = 0; d < m->ndev; d++) TRY(make_scratch(m, &m->d[d]));
+  float *factors = NULL;
+  if (model->rope_freqs) {
+    if (!(factors = malloc((size_t)c->rope_dim / 2 * sizeof(float)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+    llm_dequantize_row(model->rope_freqs->type, model->rope_freqs->data, factors, (size_t)c->rope_dim / 2);
+  }
+  hcq_status_t st = NULL;
+  for (int d = 0; d < m->ndev && !st; d++) st = make_scratch(m, &m->d[d], factors);
+  free(factors);
+  if (st) return st;
   hcq_device_t *d0 = m->d[0].dev;
   m->emb_layout = llm_layout_of(model->token_embd->type);
   m->cls_layout = llm_layout_of(model->output->type);
@@ -141,6 +160,10 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
     }
     TRY(upload_vector(m, dev, L->attn_norm, "attention norm", l, &S->b[N_ATTN_NORM]));
     TRY(upload_vector(m, dev, L->ffn_norm, "ffn norm", l, &S->b[N_FFN_NORM]));
+    const gguf_tensor_t *extra[] = {L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->post_attn_norm, L->post_ffn_norm};
+    const char *extra_names[] = {"q bias", "k bias", "v bias", "q norm", "k norm", "post-attention norm", "post-ffn norm"};
+    for (int i = 0; i < 7; i++)
+      if (extra[i]) TRY(upload_vector(m, dev, extra[i], extra_names[i], l, &S->b[B_Q + i]));
     TRY(buffer(dev, cache, "key cache", l, &S->b[K_CACHE]));
     TRY(buffer(dev, cache, "value cache", l, &S->b[V_CACHE]));
   }
@@ -173,6 +196,12 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "HCQ_LLM_KERNELS=\"%s\": expected auto, avx512, avx2 or portable",
                            getenv("HCQ_LLM_KERNELS"));
   const llm_config_t *c = &model->config;
+  if (opts.kind != HCQ_DEVICE_CPU && (c->arch != LLM_ARCH_LLAMA || c->rope_freqs || llm_q_dim(c) != c->dim))
+    return hcq_status_make(HCQ_UNIMPLEMENTED,
+                           "llm decoder: the %s kernels run llama models whose heads span the width, without rope_freqs (this "
+                           "model: %s%s%s); it runs on CPU",
+                           hcq_device_kind_name(opts.kind), llm_arch_name(c->arch), c->rope_freqs ? ", rope_freqs" : "",
+                           llm_q_dim(c) != c->dim ? ", heads x head size != width" : "");
   if (opts.kind != HCQ_DEVICE_CPU && c->head_dim % 4)
     return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: a head size of %d (the %s kernels read heads in 4-float vectors)",
                            c->head_dim, hcq_device_kind_name(opts.kind));
@@ -246,7 +275,8 @@ hcq_status_t llm_decoder_destroy(llm_decoder_t *m) {
   for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) hcq_buffer_release(shared[i]);
   for (int d = 0; d < m->ndev; d++) {
     dev_state_t *s = &m->d[d];
-    hcq_buffer_t *scratch[] = {s->x, s->xf, s->xq, s->q, s->att, s->attq, s->hf, s->hq, s->rope, s->info};
+    hcq_buffer_t *scratch[] = {s->x,  s->xf, s->xq,  s->q,    s->att, s->attq,    s->hf,
+                               s->hq, s->rope, s->info, s->kraw, s->xb,  s->rope_swa};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++) hcq_buffer_release(scratch[i]);
   }
   for (int i = 0; i < m->nprograms; i++) {

@@ -11,16 +11,22 @@
 #include "llm.h"
 #include "quant.h"
 
-enum { MAX_PROGRAMS = 64 };
+enum { MAX_PROGRAMS = 128 };
 
-/* One device's activations, rotary table and pass info (each device holds its own). */
+/* One device's activations, rotary tables and pass info (each device holds its own): kraw holds k
+ * between the product and llm_rope_heads, xb a layer output before its post-norm (post_norms),
+ * rope_swa the sliding-window layers' table (rope where the model has none). */
 typedef struct dev_state {
   hcq_device_t *dev;
-  hcq_buffer_t *x, *xf, *xq, *q, *att, *attq, *hf, *hq, *rope, *info;
+  hcq_buffer_t *x, *xf, *xq, *q, *att, *attq, *hf, *hq, *rope, *info, *kraw, *xb, *rope_swa;
 } dev_state_t;
 
-/* A layer's buffers: its matrices, its norms' weights and its caches. */
-enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, N_ATTN_NORM, N_FFN_NORM, K_CACHE, V_CACHE, LAYER_BUFS };
+/* A layer's buffers: its matrices, its norms' weights and its caches; then what some architectures
+ * add (biases, per-head norms, post-norms: NULL where the model has none). */
+enum {
+  W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, N_ATTN_NORM, N_FFN_NORM, K_CACHE, V_CACHE,
+  B_Q, B_K, B_V, N_Q, N_K, N_POST_ATTN, N_POST_FFN, LAYER_BUFS
+};
 
 typedef struct layer_state {
   hcq_buffer_t *b[LAYER_BUFS];

@@ -14,7 +14,7 @@
 /* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA), kernels.metal (Metal). */
 extern const char llm_kernels_source[], llm_kernels_glsl_source[], llm_kernels_cuda_source[], llm_kernels_metal_source[];
 
-enum { MAX_ITEM_BUFS = 10, TILE = 8 };
+enum { MAX_ITEM_BUFS = 14, TILE = 8 };
 /* A work-item, for the CPU device's choice to share a launch between its threads
  * (HCQ_CPU_MIN_PARALLEL work-items), stands for this many multiply-adds of 8-bit products. */
 enum { MACS_PER_ITEM = 64 };
@@ -44,7 +44,7 @@ static int id_bits(int vocab) {
 
 struct item_args {
   hcq_buffer_t *bufs[MAX_ITEM_BUFS];
-  uint32_t outs[3];
+  uint32_t outs[4];
   hcq_operand_t vals[2];
 };
 
@@ -58,6 +58,11 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
                      "#define CTX %d\n#define NORM_EPS %.9gf\n#define LLM_ISA_CAP %d\n%s",
                      c->dim, c->ffn, c->n_heads, c->n_kv_heads, c->head_dim, c->rope_dim, c->vocab, m->ctx, (double)c->norm_eps,
                      m->isa_cap, defines);
+  if (len < 0 || (size_t)len >= sizeof(key)) return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
+  if (m->kind == HCQ_DEVICE_CPU) /* what the architecture changes (kernels.c) */
+    snprintf(key + len, sizeof(key) - (size_t)len, "#define QD %d\n#define ROPE_NEOX %d\n#define EMB_SCALE %.9ef\n"
+             "#define ATTN_SCALE %.9ef\n#define FFN_GELU %d\n", llm_q_dim(c), c->rope_neox, (double)c->emb_scale,
+             (double)c->attn_scale, c->gelu);
   if (m->kind == HCQ_DEVICE_VULKAN) /* one main() per GLSL source: KERNEL_<entry> picks it */
     snprintf(key + len, sizeof(key) - (size_t)len, "#define KERNEL_%s\n#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n"
              "#define SEL %d\n#define ID_BITS %d\n", entry, VK_LANES, VK_ROWS, VK_CLS_ROWS, VK_SEL, id_bits(c->vocab));
@@ -129,6 +134,7 @@ void llm_item_list_free(item_list_t *L) {
 typedef struct kernel_desc {
   hcq_program_t *prog;
   hcq_buffer_t *bufs[MAX_ITEM_BUFS];
+  const uint32_t *outs; /* which bufs it writes (NULL: the first nouts) */
   size_t nbufs, nouts, nvals;
   hcq_operand_t vals[2], grid[2], local;
 } kernel_desc_t;
@@ -141,7 +147,7 @@ static hcq_status_t add_kernel(item_list_t *L, const kernel_desc_t *k) {
   item_args_t *a = &L->args[L->n];
   hcq_exec_item_t *it = &L->items[L->n++];
   memcpy(a->bufs, k->bufs, k->nbufs * sizeof(k->bufs[0]));
-  for (size_t i = 0; i < k->nouts; i++) a->outs[i] = (uint32_t)i;
+  for (size_t i = 0; i < k->nouts; i++) a->outs[i] = k->outs ? k->outs[i] : (uint32_t)i;
   memcpy(a->vals, k->vals, sizeof(a->vals));
   it->kind = HCQ_ITEM_KERNEL;
   it->kernel = (hcq_kernel_item_t){k->prog, a->bufs, k->nbufs, a->outs, k->nouts, a->vals, k->nvals,
@@ -188,7 +194,8 @@ static hcq_operand_t cost(double macs) {
 
 /* The kernels of the item list, in the order a layer runs them. */
 typedef enum kernel_id {
-  K_EMBED, K_BEGIN, K_NORM, K_QKV, K_ATTN, K_QUANTIZE, K_WO, K_GATE_UP, K_DOWN, K_NORM_LAST, K_CLASSIFY, K_SELECT
+  K_EMBED, K_BEGIN, K_NORM, K_QKV, K_ROPE, K_ATTN, K_QUANTIZE, K_WO, K_NORM_ADD, K_GATE_UP, K_DOWN, K_NORM_LAST, K_CLASSIFY,
+  K_SELECT
 } kernel_id_t;
 
 /* What a pass's geometry depends on: its token count n, its tiles of TILE tokens (CPU), whether it
@@ -207,20 +214,23 @@ typedef struct geometry {
  * its threads by it), never read by the kernels. */
 static geometry_t cpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
   const llm_config_t *c = &m->c;
-  int gq = (c->dim + 15) / 16, gkv = (llm_kv_dim(c) + 15) / 16, gffn = (c->ffn + 31) / 32, tpg = o->tok_per_group;
+  int gq = (llm_q_dim(c) + 15) / 16, gdim = (c->dim + 15) / 16, gkv = (llm_kv_dim(c) + 15) / 16, gffn = (c->ffn + 31) / 32,
+      tpg = o->tok_per_group;
   hcq_operand_t rows_local = hcq_imm(c->dim / 8 + 1);
   switch (k) {
     case K_EMBED:
     case K_NORM:
+    case K_NORM_ADD:
     case K_QUANTIZE: return (geometry_t){{o->n}, rows_local};
     case K_BEGIN: return (geometry_t){{hcq_imm(1)}, hcq_imm(1)};
     case K_QKV: return (geometry_t){{hcq_imm(gq + 2 * gkv), o->tiles}, cost(16.0 * c->dim * tpg)};
+    case K_ROPE: return (geometry_t){{hcq_imm(c->n_heads + c->n_kv_heads), o->n}, hcq_imm(c->head_dim / 4 + 1)};
     /* a group's work grows with the position; counted at 256 positions (2 x 256 x head_dim
      * multiply-adds of floats, 8 a work-item) */
     case K_ATTN: return (geometry_t){{hcq_imm(c->n_heads), o->n}, hcq_imm((int64_t)c->head_dim * 256 * 2 / 8)};
-    case K_WO: return (geometry_t){{hcq_imm(gq), o->tiles}, cost(16.0 * c->dim * tpg)};
+    case K_WO: return (geometry_t){{hcq_imm(gdim), o->tiles}, cost(16.0 * llm_q_dim(c) * tpg)};
     case K_GATE_UP: return (geometry_t){{hcq_imm(gffn), o->tiles}, cost(64.0 * c->dim * tpg)};
-    case K_DOWN: return (geometry_t){{hcq_imm(gq), o->tiles}, cost(16.0 * c->ffn * tpg)};
+    case K_DOWN: return (geometry_t){{hcq_imm(gdim), o->tiles}, cost(16.0 * c->ffn * tpg)};
     case K_NORM_LAST: return (geometry_t){{o->chosen}, rows_local};
     case K_CLASSIFY: return (geometry_t){{o->cls_grid}, cost(16.0 * c->dim)};
     case K_SELECT: return (geometry_t){{o->chosen}, hcq_imm(1)};
@@ -249,7 +259,9 @@ static geometry_t gpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass
   switch (k) {
     case K_EMBED:
     case K_NORM:
+    case K_NORM_ADD:
     case K_QUANTIZE: return (geometry_t){{o->n}, lanes};
+    case K_ROPE: return (geometry_t){{hcq_imm(c->n_heads + c->n_kv_heads), o->n}, lanes};
     case K_BEGIN: return (geometry_t){{hcq_imm(1)}, lanes};
     case K_QKV: return (geometry_t){{hcq_imm(gq + 2 * gkv), o->n}, lanes};
     case K_ATTN: return (geometry_t){{hcq_imm(c->n_heads), o->n}, lanes};
@@ -276,10 +288,67 @@ static geometry_t geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops
 static hcq_status_t add(llm_decoder_t *m, item_list_t *L, const pass_ops_t *o, kernel_id_t k, hcq_program_t *prog,
                         hcq_buffer_t *const *bufs, size_t nbufs, size_t nouts, const hcq_operand_t *vals, size_t nvals) {
   geometry_t g = geometry(m, k, o);
-  kernel_desc_t d = {prog, {0}, nbufs, nouts, nvals, {{0}}, {g.grid[0], g.grid[1]}, g.local};
+  /* llm_qkv without fused rope also writes kraw (its 11th buffer) */
+  static const uint32_t qkv_raw_outs[] = {0, 1, 2, 10};
+  kernel_desc_t d = {prog, {0}, k == K_QKV && nouts == 4 ? qkv_raw_outs : NULL, nbufs, nouts, nvals, {{0}},
+                     {g.grid[0], g.grid[1]}, g.local};
   memcpy(d.bufs, bufs, nbufs * sizeof(bufs[0]));
   if (nvals) memcpy(d.vals, vals, nvals * sizeof(vals[0]));
   return add_kernel(L, &d);
+}
+
+static bool quantized_layout(llm_layout_t layout) { return layout != LLM_LAYOUT_F32X16 && layout != LLM_LAYOUT_F16X16; }
+
+/* One layer's kernels on device d: norm, q k v (their rope and norms), attention, the output
+ * projection (and its post-norm), norm, gate and up, down (and its post-norm). */
+static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t *o, int l, int d) {
+  const llm_config_t *c = &m->c;
+  dev_state_t *s = &m->d[d];
+  layer_state_t *S = &m->layers[l];
+  bool gpu = m->kind != HCQ_DEVICE_CPU, fused = !c->rope_neox && !c->qk_norm, swa = llm_layer_swa(c, l);
+  char def[3][64], defs[384];
+  hcq_program_t *norm, *qkv, *rope = NULL, *attn, *quant, *wo, *norm_add = NULL, *gate_up, *down;
+  TRY(program(m, d, "llm_norm", "", &norm));
+  snprintf(defs, sizeof(defs), "%s%s%s%s%s", layout_define(def[0], 64, "WQ_LAYOUT", S->layout[W_Q]),
+           layout_define(def[1], 64, "WK_LAYOUT", S->layout[W_K]), layout_define(def[2], 64, "WV_LAYOUT", S->layout[W_V]),
+           fused ? "" : "#define QKV_FUSED 0\n", c->qkv_bias ? "#define QKV_BIAS 1\n" : "");
+  TRY(program(m, d, "llm_qkv", defs, &qkv));
+  if (!fused) TRY(program(m, d, "llm_rope_heads", c->qk_norm ? "#define QK_NORM 1\n" : "", &rope));
+  snprintf(defs, sizeof(defs), swa ? "#define WINDOW %d\n" : "", c->swa_window);
+  TRY(program(m, d, "llm_attn", defs, &attn));
+  TRY(program(m, d, "llm_quantize", "", &quant));
+  /* GPU products hold their input in registers: its length is a constant there (K_IN) */
+  const char *set = c->post_norms ? "#define MATMUL_SET 1\n" : "";
+  snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_O]), gpu ? "#define K_IN DIM\n" : "", set);
+  TRY(program(m, d, "llm_matmul_add", defs, &wo));
+  snprintf(defs, sizeof(defs), "%s%s", layout_define(def[0], 64, "WG_LAYOUT", S->layout[W_GATE]),
+           layout_define(def[1], 64, "WU_LAYOUT", S->layout[W_UP]));
+  TRY(program(m, d, "llm_gate_up", defs, &gate_up));
+  snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_DOWN]), gpu ? "#define K_IN FFN\n" : "",
+           set);
+  TRY(program(m, d, "llm_matmul_add", defs, &down));
+  if (c->post_norms) TRY(program(m, d, "llm_norm_add", "", &norm_add));
+
+  hcq_buffer_t **w = S->b, *table = swa ? s->rope_swa : s->rope, *proj_out = c->post_norms ? s->xb : s->x;
+  hcq_operand_t k_q = hcq_imm(llm_q_dim(c)), k_ffn = hcq_imm(c->ffn), zero = hcq_imm(0);
+  TRY(add(m, L, o, K_NORM, norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_ATTN_NORM], s->info}, 5, 2, &zero, 1));
+  hcq_buffer_t *qkv_bufs[] = {s->q,    w[K_CACHE], w[V_CACHE], s->xf, s->xq, w[W_Q], w[W_K],
+                              w[W_V],  table,      s->info,    s->kraw, w[B_Q], w[B_K], w[B_V]};
+  size_t nqkv = c->qkv_bias ? 14 : fused ? 10 : 11;
+  TRY(add(m, L, o, K_QKV, qkv, qkv_bufs, nqkv, fused ? 3 : 4, NULL, 0));
+  if (!fused) {
+    hcq_buffer_t *rope_bufs[] = {s->q, w[K_CACHE], s->kraw, table, s->info, w[N_Q], w[N_K]};
+    TRY(add(m, L, o, K_ROPE, rope, rope_bufs, c->qk_norm ? 7 : 5, 2, NULL, 0));
+  }
+  TRY(add(m, L, o, K_ATTN, attn, (hcq_buffer_t *[]){s->att, s->q, w[K_CACHE], w[V_CACHE], s->info}, 5, 1, NULL, 0));
+  if (quantized_layout(S->layout[W_O])) TRY(add(m, L, o, K_QUANTIZE, quant, (hcq_buffer_t *[]){s->attq, s->att}, 2, 1, NULL, 0));
+  TRY(add(m, L, o, K_WO, wo, (hcq_buffer_t *[]){proj_out, s->att, s->attq, w[W_O], s->info}, 5, 1, &k_q, 1));
+  if (c->post_norms) TRY(add(m, L, o, K_NORM_ADD, norm_add, (hcq_buffer_t *[]){s->x, s->xb, w[N_POST_ATTN]}, 3, 1, NULL, 0));
+  TRY(add(m, L, o, K_NORM, norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_FFN_NORM], s->info}, 5, 2, &zero, 1));
+  TRY(add(m, L, o, K_GATE_UP, gate_up, (hcq_buffer_t *[]){s->hf, s->hq, s->xf, s->xq, w[W_GATE], w[W_UP], s->info}, 7, 2, NULL, 0));
+  TRY(add(m, L, o, K_DOWN, down, (hcq_buffer_t *[]){proj_out, s->hf, s->hq, w[W_DOWN], s->info}, 5, 1, &k_ffn, 1));
+  if (c->post_norms) TRY(add(m, L, o, K_NORM_ADD, norm_add, (hcq_buffer_t *[]){s->x, s->xb, w[N_POST_FFN]}, 3, 1, NULL, 0));
+  return NULL;
 }
 
 /* The forward pass of n tokens from position p0. pass: n and p0 are the prompt pass's variables and
@@ -298,8 +367,7 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
   if (pass && (!o.tiles.sym || !o.cls_grid.sym)) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the items");
   int rows_copied = pass ? m->max_batch : 1;
   uint64_t x_bytes = (uint64_t)rows_copied * (uint64_t)c->dim * 4;
-  bool gpu = m->kind != HCQ_DEVICE_CPU;
-  char def[3][64], defs[256];
+  char def[1][64];
   dev_state_t *s0 = &m->d[0];
   hcq_program_t *prog;
   hcq_operand_t p0_n[2] = {p0, n}, zero = hcq_imm(0), one = hcq_imm(1);
@@ -309,41 +377,12 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
   for (int l = 0; l < c->n_layers; l++) {
     int d = l < m->split ? 0 : 1;
     dev_state_t *s = &m->d[d];
-    layer_state_t *S = &m->layers[l];
     if (d == 1 && l == m->split) {
       TRY(add_transfer(L, s->x, s0->x, x_bytes));
       TRY(program(m, d, "llm_begin", "", &prog));
       TRY(add(m, L, &o, K_BEGIN, prog, (hcq_buffer_t *[]){s->info}, 1, 1, p0_n, 2));
     }
-    hcq_program_t *norm, *qkv, *attn, *quant, *wo, *gate_up, *down;
-    TRY(program(m, d, "llm_norm", "", &norm));
-    snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "WQ_LAYOUT", S->layout[W_Q]),
-             layout_define(def[1], 64, "WK_LAYOUT", S->layout[W_K]), layout_define(def[2], 64, "WV_LAYOUT", S->layout[W_V]));
-    TRY(program(m, d, "llm_qkv", defs, &qkv));
-    TRY(program(m, d, "llm_attn", "", &attn));
-    TRY(program(m, d, "llm_quantize", "", &quant));
-    /* GPU products hold their input in registers: its length is a constant there (K_IN) */
-    snprintf(defs, sizeof(defs), "%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_O]), gpu ? "#define K_IN DIM\n" : "");
-    TRY(program(m, d, "llm_matmul_add", defs, &wo));
-    snprintf(defs, sizeof(defs), "%s%s", layout_define(def[0], 64, "WG_LAYOUT", S->layout[W_GATE]),
-             layout_define(def[1], 64, "WU_LAYOUT", S->layout[W_UP]));
-    TRY(program(m, d, "llm_gate_up", defs, &gate_up));
-    snprintf(defs, sizeof(defs), "%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_DOWN]), gpu ? "#define K_IN FFN\n" : "");
-    TRY(program(m, d, "llm_matmul_add", defs, &down));
-
-    hcq_buffer_t **w = S->b;
-    hcq_operand_t k_dim = hcq_imm(c->dim), k_ffn = hcq_imm(c->ffn);
-    TRY(add(m, L, &o, K_NORM, norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_ATTN_NORM], s->info}, 5, 2, &zero, 1));
-    TRY(add(m, L, &o, K_QKV, qkv,
-            (hcq_buffer_t *[]){s->q, w[K_CACHE], w[V_CACHE], s->xf, s->xq, w[W_Q], w[W_K], w[W_V], s->rope, s->info}, 10, 3, NULL, 0));
-    TRY(add(m, L, &o, K_ATTN, attn, (hcq_buffer_t *[]){s->att, s->q, w[K_CACHE], w[V_CACHE], s->info}, 5, 1, NULL, 0));
-    if (S->layout[W_O] == LLM_LAYOUT_Q4X16 || S->layout[W_O] == LLM_LAYOUT_Q8X16)
-      TRY(add(m, L, &o, K_QUANTIZE, quant, (hcq_buffer_t *[]){s->attq, s->att}, 2, 1, NULL, 0));
-    TRY(add(m, L, &o, K_WO, wo, (hcq_buffer_t *[]){s->x, s->att, s->attq, w[W_O], s->info}, 5, 1, &k_dim, 1));
-    TRY(add(m, L, &o, K_NORM, norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_FFN_NORM], s->info}, 5, 2, &zero, 1));
-    TRY(add(m, L, &o, K_GATE_UP, gate_up, (hcq_buffer_t *[]){s->hf, s->hq, s->xf, s->xq, w[W_GATE], w[W_UP], s->info}, 7, 2,
-            NULL, 0));
-    TRY(add(m, L, &o, K_DOWN, down, (hcq_buffer_t *[]){s->x, s->hf, s->hq, w[W_DOWN], s->info}, 5, 1, &k_ffn, 1));
+    TRY(add_layer(m, L, &o, l, d));
   }
   if (m->split < c->n_layers) TRY(add_transfer(L, s0->x, m->d[1].x, x_bytes));
   hcq_program_t *norm, *classify, *select;

@@ -51,6 +51,25 @@
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
+/* What the architecture changes (llm_config_t's flags; decoder_items.c defines them for the model):
+ * QD the width of q and of the attention output (heads x head size), ROPE_NEOX rotary pairs
+ * (e, e + RD / 2) instead of (2j, 2j + 1), EMB_SCALE the embeddings' factor, ATTN_SCALE the
+ * scores', FFN_GELU a GELU gate instead of SiLU. */
+#ifndef QD
+#define QD DIM
+#endif
+#ifndef ROPE_NEOX
+#define ROPE_NEOX 0
+#endif
+#ifndef EMB_SCALE
+#define EMB_SCALE 1.0f
+#endif
+#ifndef ATTN_SCALE
+#define ATTN_SCALE (1.0f / sqrtf((float)HD))
+#endif
+#ifndef FFN_GELU
+#define FFN_GELU 0
+#endif
 
 typedef struct {
   float d, sd;
@@ -161,17 +180,22 @@ static void quantize(const float *x, int n, act_t *out) {
   }
 }
 
-/* RMS norm of x (DIM) scaled by w, into xf; quantized into xq. */
-static void rmsnorm(const float *x, const float *w, float *xf, act_t *xq) {
+/* 1 / RMS of the n floats of x (with the model's epsilon). */
+static inline float inv_rms(const float *x, int n) {
   vf acc = (vf){0};
   int i = 0;
-  for (; i + VW <= DIM; i += VW) {
+  for (; i + VW <= n; i += VW) {
     vf v = vload(x + i);
     acc += v * v;
   }
   float ss = vsum(acc);
-  for (; i < DIM; i++) ss += x[i] * x[i];
-  float inv = 1.0f / sqrtf(ss / (float)DIM + NORM_EPS);
+  for (; i < n; i++) ss += x[i] * x[i];
+  return 1.0f / sqrtf(ss / (float)n + NORM_EPS);
+}
+
+/* RMS norm of x (DIM) scaled by w, into xf; quantized into xq. */
+static void rmsnorm(const float *x, const float *w, float *xf, act_t *xq) {
+  float inv = inv_rms(x, DIM);
   for (int j = 0; j < DIM; j++) xf[j] = (x[j] * inv) * w[j];
   quantize(xf, DIM, xq);
 }
@@ -461,6 +485,8 @@ void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
       }
     }
   }
+  if (EMB_SCALE != 1.0f)
+    for (int k = 0; k < DIM; k++) x[k] *= EMB_SCALE;
 }
 #endif
 
@@ -477,17 +503,52 @@ void llm_norm(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   rmsnorm((const float *)b[2] + row * DIM, b[3], (float *)b[0] + i * DIM, (act_t *)b[1] + i * NBLK(DIM));
 }
 
-/* bufs: out quantized, in. Grid: rows. Quantizes row i of in (DIM floats). */
+/* bufs: x, out, weights. Grid: rows. x[i] += RMS norm of out[i] scaled by the weights: a layer's
+ * attention or FFN output normalised before its residual add (post_norms). */
+void llm_norm_add(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)v;
+  size_t i = l->gid[0];
+  float *x = (float *)b[0] + i * DIM;
+  const float *o = (const float *)b[1] + i * DIM, *w = b[2];
+  float inv = inv_rms(o, DIM);
+  for (int j = 0; j < DIM; j++) x[j] += (o[j] * inv) * w[j];
+}
+
+/* bufs: out quantized, in. Grid: rows. Quantizes row i of in (QD floats: the attention output). */
 void llm_quantize(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   (void)v;
   size_t i = l->gid[0];
-  quantize((const float *)b[1] + i * DIM, DIM, (act_t *)b[0] + i * NBLK(DIM));
+  quantize((const float *)b[1] + i * QD, QD, (act_t *)b[0] + i * NBLK(QD));
 }
 
+/* Rotates the rotary pairs of one head's HD values at the position's row of the table (cos, sin
+ * per pair): (2j, 2j + 1), or with ROPE_NEOX (j, j + RD / 2). */
+static inline void rope_head(float *h, const float *rot) {
+  for (int j = 0; j < RD / 2; j++) {
+    int e0 = ROPE_NEOX ? j : 2 * j, e1 = ROPE_NEOX ? j + RD / 2 : 2 * j + 1;
+    float c = rot[2 * j], s = rot[2 * j + 1], a = h[e0], z = h[e1];
+    h[e0] = a * c - z * s;
+    h[e1] = a * s + z * c;
+  }
+}
+
+/* Where key element e of kv head kvh at position pos lives in the key cache: [chunk of 32 positions]
+ * [kv head][element][position in the chunk] (attention scores a chunk's positions in vector lanes). */
+#define KEY_AT(pos, kvh, e) ((((size_t)((pos) / 32) * NKV + (size_t)(kvh)) * HD + (size_t)(e)) * 32 + (size_t)(pos) % 32)
+
 #ifdef WQ_LAYOUT
-/* Rotates the pairs of one row group's outputs that are rotary elements of their head, at the
- * position's row of the table (cos, sin per pair). rows: the matrix's row of out[0]. */
-static inline void rope(float *out, int row0, const float *rot) {
+/* QKV_FUSED: rope applied in the product's own row group (adjacent pairs, no per-head norm), k
+ * straight into the cache; otherwise q and k leave raw (k into kraw) for llm_rope_heads. QKV_BIAS:
+ * biases added to the products. */
+#ifndef QKV_FUSED
+#define QKV_FUSED 1
+#endif
+#ifndef QKV_BIAS
+#define QKV_BIAS 0
+#endif
+/* Rotates the pairs of one row group's outputs that are rotary elements of their head (adjacent
+ * pairs: a pair never straddles a group). row0: the matrix's row of out[0]. */
+static inline void rope_group(float *out, int row0, const float *rot) {
   for (int r = 0; r < 16; r += 2) {
     int e = (row0 + r) % HD;
     if (e >= RD) continue;
@@ -497,19 +558,19 @@ static inline void rope(float *out, int row0, const float *rot) {
   }
 }
 
-#define GQ ((DIM + 15) / 16)
+#define GQ ((QD + 15) / 16)
 #define GKV ((KV_DIM + 15) / 16)
-/* bufs: q, key cache, value cache, xf, xq, wq, wk, wv, rotary table, info.
- * Grid: (GQ + 2 GKV row groups, tiles of TILE tokens). Row groups of q, then k, then v; q and k
- * rotated at their token's position p0 + i, k and v stored in the caches there: the key cache as
- * [chunk of 32 positions][kv head][element][position in the chunk] (attention scores a chunk's positions in vector lanes), the value cache as
+/* bufs: q, key cache, value cache, xf, xq, wq, wk, wv, rotary table, info, kraw, bq, bk, bv.
+ * Grid: (GQ + 2 GKV row groups, tiles of TILE tokens). Row groups of q, then k, then v (plus
+ * biases); fused: q and k rotated at their token's position p0 + i, k stored in the key cache there
+ * (KEY_AT); else q raw and k raw into kraw [token][KV_DIM]. v goes into the value cache as
  * [position][kv head][element]. Positions outermost: the memory a cache touches grows with the
  * positions used. */
 void llm_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
-  float *q = b[0], *kc = b[1], *vc = b[2];
+  float *q = b[0], *kc = b[1], *vc = b[2], *kraw = b[10];
   const float *xf = b[3], *rope_table = b[8];
   const act_t *xq = b[4];
-  (void)v;
+  (void)v, (void)kraw, (void)rope_table;
   const info_t *info = b[9];
   int p0 = info->p0, n = info->n, first, end = tile_tokens(l, n, &first), g = (int)l->gid[0];
   if (first >= end) return;
@@ -520,51 +581,94 @@ void llm_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   if (which == 0) group_dot(WQ_LAYOUT, (const uint8_t *)b[5] + (size_t)lg * group_bytes(WQ_LAYOUT, DIM), DIM, fin, qin, end - first, out);
   else if (which == 1) group_dot(WK_LAYOUT, (const uint8_t *)b[6] + (size_t)lg * group_bytes(WK_LAYOUT, DIM), DIM, fin, qin, end - first, out);
   else group_dot(WV_LAYOUT, (const uint8_t *)b[7] + (size_t)lg * group_bytes(WV_LAYOUT, DIM), DIM, fin, qin, end - first, out);
-  int rows = which == 0 ? DIM : KV_DIM;
+  int rows = which == 0 ? QD : KV_DIM;
+#if QKV_BIAS
+  const float *bias = (const float *)b[11 + which] + lg * 16;
+  for (int t = 0; t < end - first; t++)
+    for (int r = 0; r < 16 && lg * 16 + r < rows; r++) out[t][r] += bias[r];
+#endif
   for (int t = 0; t < end - first; t++) {
     int pos = p0 + first + t;
-    if (which < 2) rope(out[t], lg * 16, rope_table + (size_t)pos * RD);
+#if QKV_FUSED
+    if (which < 2) rope_group(out[t], lg * 16, rope_table + (size_t)pos * RD);
+#endif
     for (int r = 0; r < 16 && lg * 16 + r < rows; r++) {
       int row = lg * 16 + r;
       if (which == 0) {
-        q[(size_t)(first + t) * DIM + row] = out[t][r];
+        q[(size_t)(first + t) * QD + row] = out[t][r];
+      } else if (which == 1) {
+#if QKV_FUSED
+        kc[KEY_AT(pos, row / HD, row % HD)] = out[t][r];
+#else
+        kraw[(size_t)(first + t) * KV_DIM + row] = out[t][r];
+#endif
       } else {
-        int kvh = row / HD, e = row % HD;
-        if (which == 1) kc[(((size_t)(pos / 32) * NKV + kvh) * HD + e) * 32 + pos % 32] = out[t][r];
-        else vc[((size_t)pos * NKV + kvh) * HD + e] = out[t][r];
+        vc[((size_t)pos * NKV + (size_t)(row / HD)) * HD + (size_t)(row % HD)] = out[t][r];
       }
     }
   }
 }
 #endif
 
+#ifndef QK_NORM
+#define QK_NORM 0
+#endif
+/* bufs: q, key cache, kraw, rotary table, info, q norm, k norm. Grid: (NH + NKV heads, n tokens).
+ * The heads of q (in place) and of k (from kraw into the key cache at the token's position),
+ * each RMS-normalised over its HD values and scaled by its norm's weights (QK_NORM), then rotated. */
+void llm_rope_heads(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)v;
+  float *q = b[0], *kc = b[1];
+  const float *kraw = b[2], *rope_table = b[3];
+  const info_t *info = b[4];
+  int h = (int)l->gid[0], i = (int)l->gid[1], pos = info->p0 + i;
+  int is_q = h < NH;
+  float *src = is_q ? q + (size_t)i * QD + (size_t)h * HD : (float *)kraw + (size_t)i * KV_DIM + (size_t)(h - NH) * HD;
+  float head[HD];
+  memcpy(head, src, sizeof(head));
+#if QK_NORM
+  const float *w = is_q ? b[5] : b[6];
+  float inv = inv_rms(head, HD);
+  for (int e = 0; e < HD; e++) head[e] = (head[e] * inv) * w[e];
+#endif
+  rope_head(head, rope_table + (size_t)pos * RD);
+  if (is_q) memcpy(src, head, sizeof(head));
+  else
+    for (int e = 0; e < HD; e++) kc[KEY_AT(pos, h - NH, e)] = head[e];
+}
+
+#ifndef WINDOW
+#define WINDOW 0
+#endif
 /* bufs: out, q, key cache, value cache, info. Grid: (NH heads, n tokens). Head h of token i
- * (position p0 + i) attends to positions 0..p0 + i, a chunk of 32 at a time with a running max
- * (online softmax): the chunk's scores in vector lanes, masked past the last position. */
+ * (position p0 + i) attends to positions 0..p0 + i (WINDOW: the last WINDOW of them), a chunk of
+ * 32 at a time with a running max (online softmax): the chunk's scores in vector lanes, masked
+ * outside the positions seen. */
 void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *out = b[0];
   const float *q = b[1], *kc = b[2], *vc = b[3];
   (void)v;
   int h = (int)l->gid[0], i = (int)l->gid[1], pos = ((const info_t *)b[4])->p0 + i, kvh = h / KV_MUL;
-  const float *qh = q + (size_t)i * DIM + (size_t)h * HD;
-  const float scale = 1.0f / sqrtf((float)HD);
+  int lo = WINDOW && pos >= WINDOW ? pos - WINDOW + 1 : 0;
+  const float *qh = q + (size_t)i * QD + (size_t)h * HD;
+  const float scale = ATTN_SCALE;
   enum { NV = 32 / VW };
   vi lane;
   for (int k = 0; k < VW; k++) lane[k] = k;
   float m = -INFINITY, total = 0, acc[HD];
   for (int e = 0; e < HD; e++) acc[e] = 0;
-  for (int c = 0; c <= pos / 32; c++) {
+  for (int c = lo / 32; c <= pos / 32; c++) {
     const float *kt = kc + ((size_t)c * NKV + (size_t)kvh) * HD * 32;
     vf s[NV];
     for (int j = 0; j < NV; j++) s[j] = (vf){0};
     for (int e = 0; e < HD; e++)
       for (int j = 0; j < NV; j++) s[j] += qh[e] * vload(kt + (size_t)e * 32 + j * VW);
-    int valid = pos - 32 * c + 1;
+    int valid = pos - 32 * c + 1, first = lo - 32 * c;
     vi keep[NV];
     vf top = (vf){0} - INFINITY;
     for (int j = 0; j < NV; j++) {
       s[j] *= scale;
-      keep[j] = lane + j * VW < valid;
+      keep[j] = (lane + j * VW < valid) & (lane + j * VW >= first);
       top = vselect(keep[j] & (s[j] > top), s[j], top);
     }
     float cm = vmax(top), nm = cm > m ? cm : m;
@@ -579,7 +683,7 @@ void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
     total = total * corr + vsum(e_sum);
     for (int e = 0; e < HD; e++) acc[e] *= corr;
     int lim = valid < 32 ? valid : 32;
-    for (int t = 0; t < lim; t++) {
+    for (int t = first > 0 ? first : 0; t < lim; t++) {
       const float *vt = vc + ((size_t)(32 * c + t) * NKV + (size_t)kvh) * HD;
       int e = 0;
       for (; e + VW <= HD; e += VW) vstore(acc + e, vload(acc + e) + p[t] * vload(vt + e));
@@ -587,13 +691,17 @@ void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
     }
     m = nm;
   }
-  float *o = out + (size_t)i * DIM + (size_t)h * HD;
+  float *o = out + (size_t)i * QD + (size_t)h * HD;
   for (int e = 0; e < HD; e++) o[e] = acc[e] / total;
 }
 
 #ifdef W_LAYOUT
+#ifndef MATMUL_SET
+#define MATMUL_SET 0
+#endif
 /* bufs: x, in floats, in blocks, w, info; vals: k. Grid: (row groups of DIM, tiles). x[i] += w . in[i]
- * (k inputs): the output projections with the residual add fused. */
+ * (k inputs): the output projections with the residual add fused; MATMUL_SET: x[i] = w . in[i]
+ * (post_norms: the output is normalised before the add, llm_norm_add). */
 void llm_matmul_add(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *x = b[0];
   int n = ((const info_t *)b[4])->n, k = v[0], first, end = tile_tokens(l, n, &first), g = (int)l->gid[0];
@@ -602,13 +710,28 @@ void llm_matmul_add(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   group_dot(W_LAYOUT, (const uint8_t *)b[3] + (size_t)g * group_bytes(W_LAYOUT, k), k, (const float *)b[1] + (size_t)first * k,
             (const act_t *)b[2] + (size_t)first * NBLK(k), end - first, out);
   for (int t = 0; t < end - first; t++)
-    for (int r = 0; r < 16 && g * 16 + r < DIM; r++) x[(size_t)(first + t) * DIM + g * 16 + r] += out[t][r];
+    for (int r = 0; r < 16 && g * 16 + r < DIM; r++) {
+      float *dst = &x[(size_t)(first + t) * DIM + g * 16 + r];
+      *dst = MATMUL_SET ? out[t][r] : *dst + out[t][r];
+    }
 }
 #endif
 
+/* The FFN's gate: silu(a) = a / (1 + e^-a), or with FFN_GELU GELU's tanh form
+ * 0.5 a (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3))), tanh(y) = 1 - 2 / (e^2y + 1). */
+static inline vf gate_fn(vf a) {
+#if FFN_GELU
+  vf y = 0.7978845608f * (a + 0.044715f * a * a * a);
+  vf t = 1.0f - 2.0f / (vexp(2.0f * y) + 1.0f);
+  return 0.5f * a * (1.0f + t);
+#else
+  return a / (1.0f + vexp(-a));
+#endif
+}
+
 #ifdef WG_LAYOUT
 /* bufs: hf, hq, xf, xq, w_gate, w_up, info. Grid: (blocks of 32 FFN rows, tiles).
- * h = silu(gate . x) * (up . x) for the group's 32 rows, into hf and, quantized, block g of hq. */
+ * h = gate(gate . x) * (up . x) for the group's 32 rows, into hf and, quantized, block g of hq. */
 void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *hf = b[0];
   act_t *hq = b[1];
@@ -630,10 +753,7 @@ void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   for (int t = 0; t < end - first; t++) {
     float h[32];
     for (int half = 0; half < 2; half++)
-      for (int j = 0; j < 16; j += VW) {
-        vf a = vload(&gate[half][t][j]), e = vexp(-a);
-        vstore(&h[16 * half + j], a / (1.0f + e) * vload(&up[half][t][j]));
-      }
+      for (int j = 0; j < 16; j += VW) vstore(&h[16 * half + j], gate_fn(vload(&gate[half][t][j])) * vload(&up[half][t][j]));
     int rows = FFN - 32 * g < 32 ? FFN - 32 * g : 32;
     float *dst = hf + (size_t)(first + t) * FFN + 32 * g;
     for (int j = 0; j < rows; j++) dst[j] = h[j];

@@ -34,35 +34,68 @@ extern "C" {
 #endif
 
 /* ---- the model ---- */
+/* The architectures the decoder runs (general.architecture). What differs between them is in
+ * llm_config_t's flags, so the kernels and the reference test flags, never the architecture. */
+typedef enum llm_arch { LLM_ARCH_LLAMA, LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_GEMMA3 } llm_arch_t;
+const char *llm_arch_name(llm_arch_t arch); /* "llama", ... as in general.architecture */
+
 typedef struct llm_config {
   int dim, ffn, n_layers, n_heads, n_kv_heads, head_dim, rope_dim, vocab, ctx_train;
   float rope_base, norm_eps;
   bool tied_classifier; /* no output.weight: the classifier is token_embd */
+  llm_arch_t arch;
+  bool rope_neox;    /* rotary pairs (e, e + rope_dim / 2) (qwen, gemma) instead of (2j, 2j + 1) (llama) */
+  bool qkv_bias;     /* q, k and v have biases (qwen2) */
+  bool qk_norm;      /* each head of q and k RMS-normalised before rope (qwen3, gemma3) */
+  bool post_norms;   /* the attention and FFN outputs RMS-normalised before their residual add (gemma3) */
+  bool gelu;         /* FFN gate through GELU (tanh form) instead of SiLU (gemma3) */
+  bool rope_freqs;   /* per-pair divisors of the rotary frequencies (llama 3's rope_freqs.weight) */
+  float emb_scale;   /* embeddings multiplied by this (gemma3: sqrt(dim)); 1 otherwise */
+  float attn_scale;  /* attention scores multiplied by this: 1 / sqrt(head_dim) */
+  /* Sliding-window attention (gemma3): layer l attends to its last swa_window positions when
+   * l % swa_pattern < swa_pattern - 1, with rotary base rope_base_swa; the other layers see every
+   * position with rope_base. swa_window 0: every layer sees every position. */
+  int swa_window, swa_pattern;
+  float rope_base_swa;
 } llm_config_t;
 
 static inline int llm_kv_dim(const llm_config_t *c) { return c->n_kv_heads * c->head_dim; }
+/* Width of q and of the attention output: heads x head size (gemma3's differs from dim). */
+static inline int llm_q_dim(const llm_config_t *c) { return c->n_heads * c->head_dim; }
+static inline bool llm_layer_swa(const llm_config_t *c, int layer) {
+  return c->swa_window > 0 && layer % c->swa_pattern < c->swa_pattern - 1;
+}
 
 typedef struct llm_layer {
   const gguf_tensor_t *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+  const gguf_tensor_t *bq, *bk, *bv;           /* qkv_bias */
+  const gguf_tensor_t *q_norm, *k_norm;        /* qk_norm: head_dim weights each */
+  const gguf_tensor_t *post_attn_norm, *post_ffn_norm; /* post_norms */
 } llm_layer_t;
 
 typedef struct llm_model {
   gguf_file_t *file;
   llm_config_t config;
   const gguf_tensor_t *token_embd, *output_norm, *output; /* output == token_embd when tied */
+  const gguf_tensor_t *rope_freqs;                        /* rope_dim / 2 divisors (config.rope_freqs) */
   llm_layer_t *layers;
   char name[128]; /* general.name, or the file's base name */
 } llm_model_t;
 
-/* Opens path and checks that it is a llama model this decoder runs: general.architecture "llama";
- * the dimensions from llama.* (head count dividing the width, KV heads dividing the heads, an even
- * head size, no rope scaling); every tensor present with the shape they imply, of a type the
- * kernels read (F32, F16, Q4_0, Q4_1, Q8_0; norms F32 or F16); no tensor the decoder would ignore.
- * Errors name the file and the key or tensor. */
+/* Opens path and checks that it is a model this decoder runs: general.architecture llama, qwen2,
+ * qwen3 or gemma3; the dimensions and every hyperparameter from "<arch>." keys (head count dividing
+ * the width, KV heads dividing the heads, an even rotary width); every tensor present with the shape
+ * they imply, of a type the kernels read (llm_weight_type_runs; norms and biases F32 or F16), and no
+ * tensor the decoder would ignore. A key or tensor that changes the math and is not implemented
+ * (rope scaling, experts, logit soft-capping, non-causal attention) is UNIMPLEMENTED naming it;
+ * so is a weight type the kernels lack (naming tensor and type). A damaged or inconsistent file is
+ * INVALID_ARGUMENT. */
 HCQ_MUST_USE hcq_status_t llm_model_open(const char *path, llm_model_t **out);
 /* The same over a GGUF file already open; the model takes it over (closes it). */
 HCQ_MUST_USE hcq_status_t llm_model_from_gguf(gguf_file_t *file, llm_model_t **out);
 void llm_model_close(llm_model_t *model); /* NULL is accepted */
+/* Whether the CPU kernels read weight matrices of this type. */
+bool llm_weight_type_runs(ggml_type_t type);
 /* "Q4_1" when every matrix is Q4_1, "mixed (Q4_1, Q8_0)" otherwise (static storage per call site: copy it). */
 void llm_model_weight_types(const llm_model_t *model, char *out, size_t size);
 
