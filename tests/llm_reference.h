@@ -36,7 +36,9 @@ static inline bool llm_ref_init(llm_ref_t *r, const llm_model_t *model, int ctx,
   size_t kv = (size_t)c->n_layers * (size_t)ctx * (size_t)llm_kv_dim(c);
   size_t widest = (size_t)(c->dim > c->ffn ? c->dim : c->ffn);
   r->kc = calloc(kv, 4), r->vc = calloc(kv, 4);
-  r->x = calloc((size_t)c->dim, 4), r->xb = calloc(widest, 4), r->q = calloc((size_t)c->dim, 4);
+  size_t qd = (size_t)llm_q_dim(c);
+  if (widest < qd) widest = qd;
+  r->x = calloc((size_t)c->dim, 4), r->xb = calloc(widest, 4), r->q = calloc(qd, 4);
   r->att = calloc((size_t)ctx, 4), r->h = calloc((size_t)c->ffn, 4), r->g = calloc((size_t)c->ffn, 4);
   r->u = calloc((size_t)c->ffn, 4), r->logits = calloc((size_t)c->vocab, 4), r->row = calloc(widest, 4);
   return r->kc && r->vc && r->x && r->xb && r->q && r->att && r->h && r->g && r->u && r->logits && r->row;
@@ -72,8 +74,8 @@ static inline void llm_ref_matvec(llm_ref_t *r, const gguf_tensor_t *w, const fl
   free(x);
 }
 
-static inline void llm_ref_rmsnorm(const llm_ref_t *r, const gguf_tensor_t *w, const float *x, float *out) {
-  int n = r->c.dim;
+/* RMS norm of n floats scaled by w (n of them). */
+static inline void llm_ref_rmsnorm_n(const llm_ref_t *r, const gguf_tensor_t *w, const float *x, float *out, int n) {
   float ss = 0;
   for (int i = 0; i < n; i++) ss += x[i] * x[i];
   float inv = 1.0f / sqrtf(ss / (float)n + r->c.norm_eps);
@@ -81,25 +83,84 @@ static inline void llm_ref_rmsnorm(const llm_ref_t *r, const gguf_tensor_t *w, c
   for (int i = 0; i < n; i++) out[i] = (x[i] * inv) * r->row[i];
 }
 
-static inline void llm_ref_rope(const llm_ref_t *r, float *v, int n, int pos) {
+static inline void llm_ref_rmsnorm(const llm_ref_t *r, const gguf_tensor_t *w, const float *x, float *out) {
+  llm_ref_rmsnorm_n(r, w, x, out, r->c.dim);
+}
+
+static inline void llm_ref_add_bias(const gguf_tensor_t *b, float *v, float *tmp) {
+  if (!b) return;
+  llm_dequantize_row(b->type, b->data, tmp, (size_t)b->ne[0]);
+  for (size_t i = 0; i < (size_t)b->ne[0]; i++) v[i] += tmp[i];
+}
+
+/* Rotates the rotary pairs of each head of v (n values) at pos: pairs (2j, 2j + 1), or (j, j + rd / 2)
+ * for NEOX; angle pos x base^(-2j / rd), divided by llama 3's rope_freqs where the model has them. */
+static inline void llm_ref_rope(const llm_ref_t *r, float *v, int n, int pos, double base) {
   const llm_config_t *c = &r->c;
-  for (int i = 0; i < n; i += 2) {
-    int e = i % c->head_dim;
-    if (e >= c->rope_dim) continue;
-    double theta = pos * pow((double)c->rope_base, -(double)e / c->rope_dim);
-    float co = (float)cos(theta), si = (float)sin(theta), a = v[i], b = v[i + 1];
-    v[i] = a * co - b * si;
-    v[i + 1] = a * si + b * co;
+  int rd = c->rope_dim;
+  float factors[512];
+  if (r->model->rope_freqs) llm_dequantize_row(r->model->rope_freqs->type, r->model->rope_freqs->data, factors, (size_t)rd / 2);
+  for (int h = 0; h < n; h += c->head_dim)
+    for (int j = 0; j < rd / 2; j++) {
+      int e0 = c->rope_neox ? j : 2 * j, e1 = c->rope_neox ? j + rd / 2 : 2 * j + 1;
+      double theta = pos * pow(base, -2.0 * j / rd) / (r->model->rope_freqs ? (double)factors[j] : 1.0);
+      float co = (float)cos(theta), si = (float)sin(theta), a = v[h + e0], b = v[h + e1];
+      v[h + e0] = a * co - b * si;
+      v[h + e1] = a * si + b * co;
+    }
+}
+
+/* Head by head attention of layer l's q (r->q) over its cache, into o. */
+static inline void llm_ref_attention(llm_ref_t *r, int l, int pos, float *o) {
+  const llm_config_t *c = &r->c;
+  int kvd = llm_kv_dim(c), hd = c->head_dim, kv_mul = c->n_heads / c->n_kv_heads;
+  int lo = llm_layer_swa(c, l) && pos >= c->swa_window ? pos - c->swa_window + 1 : 0;
+  for (int h = 0; h < c->n_heads; h++) {
+    const float *qh = r->q + h * hd;
+    int kvh = h / kv_mul;
+    float mx = -INFINITY;
+    for (int t = lo; t <= pos; t++) {
+      const float *k = r->kc + ((size_t)l * r->ctx + (size_t)t) * (size_t)kvd + (size_t)kvh * hd;
+      float s = 0;
+      for (int e = 0; e < hd; e++) s += qh[e] * k[e];
+      r->att[t] = s * c->attn_scale;
+      if (r->att[t] > mx) mx = r->att[t];
+    }
+    float sum = 0;
+    for (int t = lo; t <= pos; t++) sum += r->att[t] = expf(r->att[t] - mx);
+    for (int e = 0; e < hd; e++) {
+      float acc = 0;
+      for (int t = lo; t <= pos; t++)
+        acc += r->att[t] * r->vc[((size_t)l * r->ctx + (size_t)t) * (size_t)kvd + (size_t)kvh * hd + (size_t)e];
+      o[h * hd + e] = acc / sum;
+    }
   }
+}
+
+/* x += out, or with post_norms x += RMS norm of out scaled by post (the gemma3 layer outputs). */
+static inline void llm_ref_residual(llm_ref_t *r, const gguf_tensor_t *post, const float *out) {
+  float *tmp = malloc((size_t)r->c.dim * 4);
+  if (post) llm_ref_rmsnorm(r, post, out, tmp);
+  else memcpy(tmp, out, (size_t)r->c.dim * 4);
+  for (int i = 0; i < r->c.dim; i++) r->x[i] += tmp[i];
+  free(tmp);
+}
+
+static inline float llm_ref_gate(const llm_config_t *c, float g) {
+  if (c->gelu) return 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)));
+  return g / (1.0f + expf(-g));
 }
 
 /* The logits after token at position pos (positions 0..pos-1 must have been run before). */
 static inline const float *llm_ref_step(llm_ref_t *r, int32_t token, int pos) {
   const llm_model_t *m = r->model;
   const llm_config_t *c = &r->c;
-  int dim = c->dim, kvd = llm_kv_dim(c), hd = c->head_dim, kv_mul = c->n_heads / c->n_kv_heads;
+  int dim = c->dim, kvd = llm_kv_dim(c), hd = c->head_dim, qd = llm_q_dim(c);
   size_t emb_row = (size_t)dim / ggml_block_elems(m->token_embd->type) * ggml_block_bytes(m->token_embd->type);
   llm_dequantize_row(m->token_embd->type, (const uint8_t *)m->token_embd->data + (size_t)token * emb_row, r->x, (size_t)dim);
+  if (c->emb_scale != 1.0f)
+    for (int i = 0; i < dim; i++) r->x[i] *= c->emb_scale;
+  float *o = malloc((size_t)qd * 4), *tmp = malloc((size_t)(qd > dim ? qd : dim) * 4);
   for (int l = 0; l < c->n_layers; l++) {
     const llm_layer_t *L = &m->layers[l];
     float *kc = r->kc + ((size_t)l * r->ctx + (size_t)pos) * (size_t)kvd;
@@ -108,41 +169,25 @@ static inline const float *llm_ref_step(llm_ref_t *r, int32_t token, int pos) {
     llm_ref_matvec(r, L->wq, r->xb, r->q);
     llm_ref_matvec(r, L->wk, r->xb, kc);
     llm_ref_matvec(r, L->wv, r->xb, vc);
-    llm_ref_rope(r, r->q, dim, pos);
-    llm_ref_rope(r, kc, kvd, pos);
-    float *out = r->h; /* dim floats of attention output (ffn >= 1; reused below) */
-    float *o = malloc((size_t)dim * 4);
-    for (int h = 0; h < c->n_heads; h++) {
-      const float *qh = r->q + h * hd;
-      int kvh = h / kv_mul;
-      float mx = -INFINITY;
-      for (int t = 0; t <= pos; t++) {
-        const float *k = r->kc + ((size_t)l * r->ctx + (size_t)t) * (size_t)kvd + (size_t)kvh * hd;
-        float s = 0;
-        for (int e = 0; e < hd; e++) s += qh[e] * k[e];
-        r->att[t] = s / sqrtf((float)hd);
-        if (r->att[t] > mx) mx = r->att[t];
-      }
-      float sum = 0;
-      for (int t = 0; t <= pos; t++) sum += r->att[t] = expf(r->att[t] - mx);
-      for (int e = 0; e < hd; e++) {
-        float acc = 0;
-        for (int t = 0; t <= pos; t++)
-          acc += r->att[t] * r->vc[((size_t)l * r->ctx + (size_t)t) * (size_t)kvd + (size_t)kvh * hd + (size_t)e];
-        o[h * hd + e] = acc / sum;
-      }
+    llm_ref_add_bias(L->bq, r->q, tmp), llm_ref_add_bias(L->bk, kc, tmp), llm_ref_add_bias(L->bv, vc, tmp);
+    if (c->qk_norm) {
+      for (int h = 0; h < c->n_heads; h++) memcpy(tmp, r->q + h * hd, (size_t)hd * 4), llm_ref_rmsnorm_n(r, L->q_norm, tmp, r->q + h * hd, hd);
+      for (int h = 0; h < c->n_kv_heads; h++) memcpy(tmp, kc + h * hd, (size_t)hd * 4), llm_ref_rmsnorm_n(r, L->k_norm, tmp, kc + h * hd, hd);
     }
-    (void)out;
+    double base = llm_layer_swa(c, l) ? c->rope_base_swa : c->rope_base;
+    llm_ref_rope(r, r->q, qd, pos, base);
+    llm_ref_rope(r, kc, kvd, pos, base);
+    llm_ref_attention(r, l, pos, o);
     llm_ref_matvec(r, L->wo, o, r->xb);
-    free(o);
-    for (int i = 0; i < dim; i++) r->x[i] += r->xb[i];
+    llm_ref_residual(r, L->post_attn_norm, r->xb);
     llm_ref_rmsnorm(r, L->ffn_norm, r->x, r->xb);
     llm_ref_matvec(r, L->w_gate, r->xb, r->g);
     llm_ref_matvec(r, L->w_up, r->xb, r->u);
-    for (int i = 0; i < c->ffn; i++) r->h[i] = r->g[i] / (1.0f + expf(-r->g[i])) * r->u[i];
+    for (int i = 0; i < c->ffn; i++) r->h[i] = llm_ref_gate(c, r->g[i]) * r->u[i];
     llm_ref_matvec(r, L->w_down, r->h, r->xb);
-    for (int i = 0; i < dim; i++) r->x[i] += r->xb[i];
+    llm_ref_residual(r, L->post_ffn_norm, r->xb);
   }
+  free(o), free(tmp);
   llm_ref_rmsnorm(r, m->output_norm, r->x, r->xb);
   llm_ref_matvec(r, m->output, r->xb, r->logits);
   return r->logits;

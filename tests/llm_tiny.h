@@ -22,6 +22,14 @@ typedef struct tiny_spec {
   uint64_t seed;
   bool tokenizer; /* a GPT-2 tokenizer (needs vocab 97): ids 0..94 the printable ASCII bytes, 95
                      <|im_start|>, 96 <|im_end|> (the end token); no merges, a ChatML template */
+  /* The architecture (NULL: "llama") and what it adds: head_dim (0: dim / heads; else written as
+   * key_length and value_length), rope_freqs (llama: a rope_freqs.weight of divisors), window
+   * (gemma3: attention.sliding_window) */
+  const char *arch;
+  int head_dim;
+  bool rope_freqs;
+  int window;
+  const char *omit; /* a tensor left out (its name) */
 } tiny_spec_t;
 
 static inline float tiny_uniform(uint64_t *s) {
@@ -30,6 +38,9 @@ static inline float tiny_uniform(uint64_t *s) {
 }
 
 /* A rows x cols matrix (cols contiguous) of uniform values in [-scale, scale], in type. */
+/* The tensor left out by the spec being written (tiny_build sets it). */
+static const char *tiny_omit;
+
 static inline hcq_status_t tiny_matrix(gguf_writer_t *w, const char *name, ggml_type_t type, int cols, int rows,
                                        float scale, uint64_t *seed) {
   size_t row_bytes = (size_t)cols / ggml_block_elems(type) * ggml_block_bytes(type);
@@ -44,19 +55,24 @@ static inline hcq_status_t tiny_matrix(gguf_writer_t *w, const char *name, ggml_
     llm_quantize_row(type, x, data + (size_t)r * row_bytes, (size_t)cols);
   }
   uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-  hcq_status_t st = gguf_writer_add_tensor(w, name, type, ne, 2, data);
+  hcq_status_t st = tiny_omit && !strcmp(name, tiny_omit) ? NULL : gguf_writer_add_tensor(w, name, type, ne, 2, data);
   free(x), free(data);
   return st;
 }
 
-static inline hcq_status_t tiny_norm(gguf_writer_t *w, const char *name, int n, uint64_t *seed) {
+/* n floats around center (norm weights near 1, biases and rope divisors). */
+static inline hcq_status_t tiny_vector(gguf_writer_t *w, const char *name, int n, float center, float spread, uint64_t *seed) {
   float *x = malloc((size_t)n * sizeof(float));
   if (!x) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  for (int i = 0; i < n; i++) x[i] = 1.0f + 0.25f * tiny_uniform(seed);
+  for (int i = 0; i < n; i++) x[i] = center + spread * tiny_uniform(seed);
   uint64_t ne[1] = {(uint64_t)n};
-  hcq_status_t st = gguf_writer_add_tensor(w, name, GGML_TYPE_F32, ne, 1, x);
+  hcq_status_t st = tiny_omit && !strcmp(name, tiny_omit) ? NULL : gguf_writer_add_tensor(w, name, GGML_TYPE_F32, ne, 1, x);
   free(x);
   return st;
+}
+
+static inline hcq_status_t tiny_norm(gguf_writer_t *w, const char *name, int n, uint64_t *seed) {
+  return tiny_vector(w, name, n, 1.0f, 0.25f, seed);
 }
 
 #define TINY_TRY(call)      \
@@ -64,24 +80,35 @@ static inline hcq_status_t tiny_norm(gguf_writer_t *w, const char *name, int n, 
     if (!st) st = (call);   \
   } while (0)
 
-/* Writes the model to path. Weights are scaled by 1 / sqrt(inputs) (the embedding by 1) so that
+/* The model in a writer (more keys may be added before it is written). Weights are scaled by 1 / sqrt(inputs) (the embedding by 1) so that
  * activations stay near 1 and the logits spread over a few units. */
-static inline hcq_status_t tiny_write(const tiny_spec_t *s, const char *path) {
+static inline hcq_status_t tiny_build(const tiny_spec_t *s, gguf_writer_t **out) {
   gguf_writer_t *w;
   hcq_status_t st = gguf_writer_create(&w);
   if (st) return st;
+  tiny_omit = s->omit;
   uint64_t seed = s->seed * 2654435761u + 1;
-  int hd = s->dim / s->heads, kv = hd * s->kv_heads;
-  TINY_TRY(gguf_writer_add_str(w, "general.architecture", "llama"));
-  TINY_TRY(gguf_writer_add_str(w, "general.name", "tiny test llama"));
-  TINY_TRY(gguf_writer_add_u32(w, "llama.block_count", (uint32_t)s->layers));
-  TINY_TRY(gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)s->dim));
-  TINY_TRY(gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)s->ffn));
-  TINY_TRY(gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)s->heads));
-  TINY_TRY(gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)s->kv_heads));
-  TINY_TRY(gguf_writer_add_u32(w, "llama.context_length", 256));
-  TINY_TRY(gguf_writer_add_f32(w, "llama.rope.freq_base", s->rope_base > 0 ? s->rope_base : 10000.0f));
-  TINY_TRY(gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
+  const char *arch = s->arch ? s->arch : "llama";
+  bool qwen2 = !strcmp(arch, "qwen2"), qk_norm = !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3"), gemma = !strcmp(arch, "gemma3");
+  int hd = s->head_dim ? s->head_dim : s->dim / s->heads, kv = hd * s->kv_heads, qd = hd * s->heads;
+  char k[96];
+#define TINY_KEY(suffix) (snprintf(k, sizeof(k), "%s.%s", arch, suffix), k)
+  TINY_TRY(gguf_writer_add_str(w, "general.architecture", arch));
+  TINY_TRY(gguf_writer_add_str(w, "general.name", "tiny test model"));
+  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("block_count"), (uint32_t)s->layers));
+  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("embedding_length"), (uint32_t)s->dim));
+  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("feed_forward_length"), (uint32_t)s->ffn));
+  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.head_count"), (uint32_t)s->heads));
+  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.head_count_kv"), (uint32_t)s->kv_heads));
+  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("context_length"), 256));
+  TINY_TRY(gguf_writer_add_f32(w, TINY_KEY("rope.freq_base"), s->rope_base > 0 ? s->rope_base : 10000.0f));
+  TINY_TRY(gguf_writer_add_f32(w, TINY_KEY("attention.layer_norm_rms_epsilon"), 1e-5f));
+  if (s->head_dim) {
+    TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.key_length"), (uint32_t)hd));
+    TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.value_length"), (uint32_t)hd));
+  }
+  if (s->window) TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.sliding_window"), (uint32_t)s->window));
+#undef TINY_KEY
   if (s->tokenizer && s->vocab == 97) {
     char text[95][4];
     const char *tokens[97];
@@ -108,21 +135,48 @@ static inline hcq_status_t tiny_write(const tiny_spec_t *s, const char *path) {
   TINY_TRY(tiny_matrix(w, "token_embd.weight", s->types[TINY_EMB], s->dim, s->vocab, 1.0f, &seed));
   TINY_TRY(tiny_norm(w, "output_norm.weight", s->dim, &seed));
   if (!s->tied) TINY_TRY(tiny_matrix(w, "output.weight", s->types[TINY_OUT], s->dim, s->vocab, 2.0f * in_dim, &seed));
+  if (s->rope_freqs) TINY_TRY(tiny_vector(w, "rope_freqs.weight", hd / 2, 4.0f, 3.0f, &seed));
   for (int l = 0; l < s->layers && !st; l++) {
     char n[64];
 #define TINY_NAME(x) (snprintf(n, sizeof(n), "blk.%d.%s.weight", l, x), n)
     TINY_TRY(tiny_norm(w, TINY_NAME("attn_norm"), s->dim, &seed));
-    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_q"), s->types[TINY_Q], s->dim, s->dim, 2.0f * in_dim, &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_q"), s->types[TINY_Q], s->dim, qd, 2.0f * in_dim, &seed));
     TINY_TRY(tiny_matrix(w, TINY_NAME("attn_k"), s->types[TINY_K], s->dim, kv, 2.0f * in_dim, &seed));
     TINY_TRY(tiny_matrix(w, TINY_NAME("attn_v"), s->types[TINY_V], s->dim, kv, in_dim, &seed));
-    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_output"), s->types[TINY_O], s->dim, s->dim, in_dim, &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_output"), s->types[TINY_O], qd, s->dim, 1.0f / sqrtf((float)qd), &seed));
     TINY_TRY(tiny_norm(w, TINY_NAME("ffn_norm"), s->dim, &seed));
+    if (qwen2) {
+      snprintf(n, sizeof(n), "blk.%d.attn_q.bias", l);
+      TINY_TRY(tiny_vector(w, n, qd, 0.0f, 0.5f, &seed));
+      snprintf(n, sizeof(n), "blk.%d.attn_k.bias", l);
+      TINY_TRY(tiny_vector(w, n, kv, 0.0f, 0.5f, &seed));
+      snprintf(n, sizeof(n), "blk.%d.attn_v.bias", l);
+      TINY_TRY(tiny_vector(w, n, kv, 0.0f, 0.5f, &seed));
+    }
+    if (qk_norm) {
+      TINY_TRY(tiny_norm(w, TINY_NAME("attn_q_norm"), hd, &seed));
+      TINY_TRY(tiny_norm(w, TINY_NAME("attn_k_norm"), hd, &seed));
+    }
+    if (gemma) {
+      TINY_TRY(tiny_norm(w, TINY_NAME("post_attention_norm"), s->dim, &seed));
+      TINY_TRY(tiny_norm(w, TINY_NAME("post_ffw_norm"), s->dim, &seed));
+    }
     TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_gate"), s->types[TINY_GATE], s->dim, s->ffn, 2.0f * in_dim, &seed));
     TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_up"), s->types[TINY_UP], s->dim, s->ffn, in_dim, &seed));
     TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_down"), s->types[TINY_DOWN], s->ffn, s->dim, in_ffn, &seed));
 #undef TINY_NAME
   }
-  TINY_TRY(gguf_writer_write(w, path));
+  if (st) gguf_writer_free(w), w = NULL;
+  *out = w;
+  return st;
+}
+
+/* Writes the model to path (tiny_build, then the file). */
+static inline hcq_status_t tiny_write(const tiny_spec_t *s, const char *path) {
+  gguf_writer_t *w;
+  hcq_status_t st = tiny_build(s, &w);
+  if (st) return st;
+  st = gguf_writer_write(w, path);
   gguf_writer_free(w);
   return st;
 }
@@ -130,7 +184,7 @@ static inline hcq_status_t tiny_write(const tiny_spec_t *s, const char *path) {
 /* Every matrix of one type. */
 static inline tiny_spec_t tiny_uniform_spec(int dim, int ffn, int layers, int heads, int kv_heads, int vocab,
                                             ggml_type_t type, bool tied, uint64_t seed) {
-  tiny_spec_t s = {dim, ffn, layers, heads, kv_heads, vocab, {0}, tied, 10000.0f, seed, vocab == 97};
+  tiny_spec_t s = {dim, ffn, layers, heads, kv_heads, vocab, {0}, tied, 10000.0f, seed, vocab == 97, NULL, 0, false, 0, NULL};
   for (int i = 0; i < TINY_MATRICES; i++) s.types[i] = type;
   return s;
 }
