@@ -337,7 +337,7 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
     TRY(add(m, L, &o, K_QKV, qkv,
             (hcq_buffer_t *[]){s->q, w[K_CACHE], w[V_CACHE], s->xf, s->xq, w[W_Q], w[W_K], w[W_V], s->rope, s->info}, 10, 3, NULL, 0));
     TRY(add(m, L, &o, K_ATTN, attn, (hcq_buffer_t *[]){s->att, s->q, w[K_CACHE], w[V_CACHE], s->info}, 5, 1, NULL, 0));
-    if (S->layout[W_O] == LLM_LAYOUT_Q4X16 || S->layout[W_O] == LLM_LAYOUT_Q8X16)
+    if (llm_layout_quantized(S->layout[W_O]))
       TRY(add(m, L, &o, K_QUANTIZE, quant, (hcq_buffer_t *[]){s->attq, s->att}, 2, 1, NULL, 0));
     TRY(add(m, L, &o, K_WO, wo, (hcq_buffer_t *[]){s->x, s->att, s->attq, w[W_O], s->info}, 5, 1, &k_dim, 1));
     TRY(add(m, L, &o, K_NORM, norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_FFN_NORM], s->info}, 5, 2, &zero, 1));

@@ -109,8 +109,8 @@ static hcq_status_t tensor(const gguf_file_t *g, bool *used, const char *name, u
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" has shape %s; the metadata implies %s", gguf_path(g), name,
                            got, want);
   }
-  if (norm && t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" is %s (norm weights must be F32 or F16)", gguf_path(g), name,
+  if (norm && t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" is %s (norm weights must be F32, F16 or BF16)", gguf_path(g), name,
                            ggml_type_name(t->type));
   return NULL;
 }
