@@ -2,7 +2,7 @@
  * truth the decoder's tests compare with. Weights are dequantized row by row from the file's blocks
  * (llm_dequantize_row), dot products are one running sum per row in order, attention is the
  * textbook softmax.
- * With quantize_inputs, the inputs of matrices stored in 8- or 4-bit blocks are
+ * With quantize_inputs, the inputs of matrices stored in blocks (every type but F32, F16, BF16) are
  * rounded to 8-bit blocks first (llm_quantize_act), as the decoder and llama.cpp do; the products
  * are then the dequantized weights times the dequantized inputs.
  *
@@ -49,8 +49,9 @@ static inline void llm_ref_free(llm_ref_t *r) {
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
 }
 
+/* Every type but the float ones (F32, F16, BF16) takes 8-bit input blocks. */
 static inline bool llm_ref_quantized(const gguf_tensor_t *t) {
-  return t->type == GGML_TYPE_Q4_0 || t->type == GGML_TYPE_Q4_1 || t->type == GGML_TYPE_Q8_0;
+  return t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16;
 }
 
 /* out = W in, W a [k, rows] tensor; in rounded to 8-bit blocks first when asked. */

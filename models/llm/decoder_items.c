@@ -297,8 +297,6 @@ static hcq_status_t add(llm_decoder_t *m, item_list_t *L, const pass_ops_t *o, k
   return add_kernel(L, &d);
 }
 
-static bool quantized_layout(llm_layout_t layout) { return layout != LLM_LAYOUT_F32X16 && layout != LLM_LAYOUT_F16X16; }
-
 /* One layer's kernels on device d: norm, q k v (their rope and norms), attention, the output
  * projection (and its post-norm), norm, gate and up, down (and its post-norm). */
 static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t *o, int l, int d) {
@@ -341,7 +339,7 @@ static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t
     TRY(add(m, L, o, K_ROPE, rope, rope_bufs, c->qk_norm ? 7 : 5, 2, NULL, 0));
   }
   TRY(add(m, L, o, K_ATTN, attn, (hcq_buffer_t *[]){s->att, s->q, w[K_CACHE], w[V_CACHE], s->info}, 5, 1, NULL, 0));
-  if (quantized_layout(S->layout[W_O])) TRY(add(m, L, o, K_QUANTIZE, quant, (hcq_buffer_t *[]){s->attq, s->att}, 2, 1, NULL, 0));
+  if (llm_layout_quantized(S->layout[W_O])) TRY(add(m, L, o, K_QUANTIZE, quant, (hcq_buffer_t *[]){s->attq, s->att}, 2, 1, NULL, 0));
   TRY(add(m, L, o, K_WO, wo, (hcq_buffer_t *[]){proj_out, s->att, s->attq, w[W_O], s->info}, 5, 1, &k_q, 1));
   if (c->post_norms) TRY(add(m, L, o, K_NORM_ADD, norm_add, (hcq_buffer_t *[]){s->x, s->xb, w[N_POST_ATTN]}, 3, 1, NULL, 0));
   TRY(add(m, L, o, K_NORM, norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_FFN_NORM], s->info}, 5, 2, &zero, 1));

@@ -40,10 +40,12 @@ const char *gguf_value_type_name(uint32_t type); /* "uint32"; "type 77" style te
 
 /* The tensor types this reader accepts (ggml's numbering). Others are refused by gguf_open, naming
  * the type and the tensor. */
-#define GGML_TYPES(X)                                  \
-  X(F32, 0, "F32", 1, 4) X(F16, 1, "F16", 1, 2)       \
-  X(Q4_0, 2, "Q4_0", 32, 18) X(Q4_1, 3, "Q4_1", 32, 20) \
-  X(Q8_0, 8, "Q8_0", 32, 34)
+#define GGML_TYPES(X)                                                                                   \
+  X(F32, 0, "F32", 1, 4) X(F16, 1, "F16", 1, 2) X(Q4_0, 2, "Q4_0", 32, 18) X(Q4_1, 3, "Q4_1", 32, 20)    \
+  X(Q5_0, 6, "Q5_0", 32, 22) X(Q5_1, 7, "Q5_1", 32, 24) X(Q8_0, 8, "Q8_0", 32, 34)                       \
+  X(Q2_K, 10, "Q2_K", 256, 84) X(Q3_K, 11, "Q3_K", 256, 110) X(Q4_K, 12, "Q4_K", 256, 144)               \
+  X(Q5_K, 13, "Q5_K", 256, 176) X(Q6_K, 14, "Q6_K", 256, 210) X(IQ4_NL, 20, "IQ4_NL", 32, 18)            \
+  X(IQ4_XS, 23, "IQ4_XS", 256, 136) X(BF16, 30, "BF16", 1, 2)
 typedef enum ggml_type {
 #define GGML_TYPE_ENUM(name, value, text, block, bytes) GGML_TYPE_##name = value,
   GGML_TYPES(GGML_TYPE_ENUM)

@@ -48,6 +48,9 @@
 #define L_F16 1
 #define L_Q4 2
 #define L_Q8 3
+#define L_K4 4   /* two-level scales: d sc_h q - dmin m_h (quant.h), 4-bit q, superblocks of 8 blocks */
+#define L_K8 5   /* the same with int8 q */
+#define L_K8_1 6 /* L_K8 with superblocks of one block (Q5_1) */
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
@@ -73,16 +76,29 @@
 
 typedef struct {
   float d, sd;
-  int32_t s, pad;
+  int32_t s, s16; /* the sum of the q, of the first 16 q */
   int8_t q[32];
 } act_t;
 _Static_assert(sizeof(act_t) == 48, "activation block");
 
+/* The K layouts: blocks per superblock, bytes of a block's quants, of a block (quants, int8 sc[2][16],
+ * int8 m[2][16]) and of a superblock (half d[16], half dmin[16], its blocks). */
+#define K_SB(layout) ((layout) == L_K8_1 ? 1 : 8)
+#define K_QB(layout) ((layout) == L_K4 ? 256 : 512)
+#define K_BB(layout) (K_QB(layout) + 64)
+#define K_SBB(layout) (64 + K_SB(layout) * K_BB(layout))
+
 /* Bytes of one row group (16 rows) of a matrix with k columns. */
 static inline size_t group_bytes(int layout, int k) {
-  return layout == L_F32 ? (size_t)k * 64 : layout == L_F16 ? (size_t)k * 32 : layout == L_Q4 ? (size_t)k / 32 * 320 : (size_t)k / 32 * 544;
+  switch (layout) {
+    case L_F32: return (size_t)k * 64;
+    case L_F16: return (size_t)k * 32;
+    case L_Q4: return (size_t)k / 32 * 320;
+    case L_Q8: return (size_t)k / 32 * 544;
+    default: return (size_t)(k / 32 / K_SB(layout)) * K_SBB(layout);
+  }
 }
-static inline int quantized(int layout) { return layout == L_Q4 || layout == L_Q8; }
+static inline int quantized(int layout) { return layout != L_F32 && layout != L_F16; }
 
 static inline float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
@@ -169,14 +185,15 @@ static void quantize(const float *x, int n, act_t *out) {
     float amax = 0;
     for (int j = 0; j < 32; j++) amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
     float d = amax / 127, id = d != 0.0f ? 127 / amax : 0.0f;
-    int s = 0;
+    int s = 0, s16 = 0;
     for (int j = 0; j < 32; j++) {
       float t = (v[j] * id + 12582912.0f) - 12582912.0f;
       int q = (int)t;
       out[b].q[j] = (int8_t)q;
       s += q;
+      if (j == 15) s16 = s;
     }
-    out[b].d = d, out[b].s = s, out[b].sd = (float)s * d, out[b].pad = 0;
+    out[b].d = d, out[b].s = s, out[b].sd = (float)s * d, out[b].s16 = s16;
   }
 }
 
@@ -256,6 +273,72 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
       }
       __m512i si = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * x->s));
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), _mm512_cvtepi32_ps(si), acc[t]);
+    }
+  }
+  UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+/* A K layout's block (quant.h): the integer sums of each half of the block (elements 0-15: sA, 16-31:
+ * sB) times the half's scale, the activation's sum over each half times the half's min, scaled by
+ * the activation's d into the superblock's sums tD, tM; at the superblock's end
+ * acc += d tD - dmin tM. */
+static inline __attribute__((always_inline)) void k_block_sums(const uint8_t *scales, const act_t *x, __m512i sA, __m512i sB,
+                                                               __m512 *tD, __m512 *tM) {
+  __m512i scA = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)scales));
+  __m512i scB = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(scales + 16)));
+  __m512i mA = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(scales + 32)));
+  __m512i mB = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(scales + 48)));
+  __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(scA, sA), _mm512_mullo_epi32(scB, sB));
+  __m512i msum = _mm512_add_epi32(_mm512_mullo_epi32(mA, _mm512_set1_epi32(x->s16)),
+                                  _mm512_mullo_epi32(mB, _mm512_set1_epi32(x->s - x->s16)));
+  __m512 xd = _mm512_set1_ps(x->d);
+  *tD = _mm512_fmadd_ps(xd, _mm512_cvtepi32_ps(isum), *tD);
+  *tM = _mm512_fmadd_ps(xd, _mm512_cvtepi32_ps(msum), *tM);
+}
+
+/* The K layouts (L_K4: unsigned nibbles as L_Q4's; L_K8, L_K8_1: int8 as L_Q8's, flipped by 128). */
+static inline __attribute__((always_inline)) void k_tile(int tn, int layout, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                                                         float (*out)[16]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+  const int sb = K_SB(layout);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int s = 0; s < nb / sb; s++) {
+    const uint8_t *sup = w + (size_t)s * K_SBB(layout);
+    __m512 tD[4], tM[4];
+    UNROLL for (int t = 0; t < 4; t++) tD[t] = tM[t] = _mm512_setzero_ps();
+    for (int b = 0; b < sb; b++) {
+      const uint8_t *blk = sup + 64 + (size_t)b * K_BB(layout);
+      __m512i u[8]; /* L_K4: the low and high nibbles of chunks 0-3 (elements 4i..4i+3 in u[i]); L_K8: q + 128 */
+      if (layout == L_K4) {
+        UNROLL for (int c = 0; c < 4; c++) {
+          __m512i v = _mm512_loadu_si512(blk + 64 * c);
+          u[2 * c] = _mm512_and_si512(v, m4);
+          u[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+      } else {
+        UNROLL for (int c = 0; c < 8; c++) u[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * c), flip);
+      }
+      UNROLL for (int t = 0; t < tn; t++) {
+        const act_t *x = a + (size_t)t * stride + (size_t)s * sb + b;
+        int32_t q[8];
+        memcpy(q, x->q, 32);
+        __m512i sA = _mm512_setzero_si512(), sB = _mm512_setzero_si512();
+        UNROLL for (int c = 0; c < 4; c++) {
+          sA = _mm512_dpbusd_epi32(sA, u[c], _mm512_set1_epi32(q[c]));
+          sB = _mm512_dpbusd_epi32(sB, u[c + 4], _mm512_set1_epi32(q[c + 4]));
+        }
+        if (layout != L_K4) { /* sum (q + 128) x = sum q x + 128 sum x, per half */
+          sA = _mm512_sub_epi32(sA, _mm512_set1_epi32(128 * x->s16));
+          sB = _mm512_sub_epi32(sB, _mm512_set1_epi32(128 * (x->s - x->s16)));
+        }
+        k_block_sums(blk + K_QB(layout), x, sA, sB, &tD[t], &tM[t]);
+      }
+    }
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup));
+    __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sup + 32)));
+    UNROLL for (int t = 0; t < tn; t++) {
+      acc[t] = _mm512_fmadd_ps(d, tD[t], acc[t]);
+      acc[t] = _mm512_fnmadd_ps(dmin, tM[t], acc[t]);
     }
   }
   UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
@@ -346,6 +429,72 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
   }
 }
 
+/* A K layout's block, rows 8h..8h+7 (the AVX-512 version says what). */
+static inline __attribute__((always_inline)) void k_block_sums(const uint8_t *scales, int h, const act_t *x, __m256i sA, __m256i sB,
+                                                               __m256 *tD, __m256 *tM) {
+  __m256i scA = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 8 * h)));
+  __m256i scB = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 16 + 8 * h)));
+  __m256i mA = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 32 + 8 * h)));
+  __m256i mB = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 48 + 8 * h)));
+  __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(scA, sA), _mm256_mullo_epi32(scB, sB));
+  __m256i msum = _mm256_add_epi32(_mm256_mullo_epi32(mA, _mm256_set1_epi32(x->s16)),
+                                  _mm256_mullo_epi32(mB, _mm256_set1_epi32(x->s - x->s16)));
+  __m256 xd = _mm256_set1_ps(x->d);
+  *tD = _mm256_fmadd_ps(xd, _mm256_cvtepi32_ps(isum), *tD);
+  *tM = _mm256_fmadd_ps(xd, _mm256_cvtepi32_ps(msum), *tM);
+}
+
+/* The K layouts: L_K4's nibbles are at most 15, safe for maddubs; L_K8's int8 by their magnitudes
+ * and the inputs given their signs, as q8_tile. */
+static inline __attribute__((always_inline)) void k_tile(int tn, int layout, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                                                         float (*out)[16]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const int sb = K_SB(layout);
+  for (int h = 0; h < 2; h++) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int s = 0; s < nb / sb; s++) {
+      const uint8_t *sup = w + (size_t)s * K_SBB(layout);
+      __m256 tD[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, tM[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int b = 0; b < sb; b++) {
+        const uint8_t *blk = sup + 64 + (size_t)b * K_BB(layout);
+        __m256i u[8], wv[8]; /* L_K4: nibbles (elements 4i..4i+3 in u[i]); L_K8: |q| and q */
+        if (layout == L_K4) {
+          UNROLL for (int c = 0; c < 4; c++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 64 * c + 32 * h));
+            u[2 * c] = _mm256_and_si256(v, m4);
+            u[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          }
+        } else {
+          UNROLL for (int c = 0; c < 8; c++) {
+            wv[c] = _mm256_loadu_si256((const __m256i *)(blk + 64 * c + 32 * h));
+            u[c] = _mm256_sign_epi8(wv[c], wv[c]);
+          }
+        }
+        UNROLL for (int t = 0; t < tn; t++) {
+          const act_t *x = a + (size_t)t * stride + (size_t)s * sb + b;
+          int32_t q[8];
+          memcpy(q, x->q, 32);
+          __m256i sA = _mm256_setzero_si256(), sB = _mm256_setzero_si256();
+          UNROLL for (int c = 0; c < 4; c++) {
+            __m256i xa = _mm256_set1_epi32(q[c]), xb = _mm256_set1_epi32(q[c + 4]);
+            if (layout != L_K4) xa = _mm256_sign_epi8(xa, wv[c]), xb = _mm256_sign_epi8(xb, wv[c + 4]);
+            sA = dp_u8s8(sA, u[c], xa);
+            sB = dp_u8s8(sB, u[c + 4], xb);
+          }
+          k_block_sums(blk + K_QB(layout), h, x, sA, sB, &tD[t], &tM[t]);
+        }
+      }
+      __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sup + 16 * h)));
+      __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sup + 32 + 16 * h)));
+      UNROLL for (int t = 0; t < tn; t++) {
+        acc[t] = _mm256_fmadd_ps(d, tD[t], acc[t]);
+        acc[t] = _mm256_fnmadd_ps(dmin, tM[t], acc[t]);
+      }
+    }
+    UNROLL for (int t = 0; t < tn; t++) _mm256_storeu_ps(out[t] + 8 * h, acc[t]);
+  }
+}
+
 static inline __attribute__((always_inline)) void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x,
                                                          float (*out)[16]) {
   for (int h = 0; h < 2; h++) {
@@ -399,6 +548,45 @@ static inline void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, siz
   }
 }
 
+/* The K layouts: per row, the integer sums of each half block times the half's scale (and the
+ * activation's half sums times its min), then acc += d tD - dmin tM per superblock. */
+static inline void k_tile(int tn, int layout, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
+  const int sb = K_SB(layout);
+  for (int t = 0; t < tn; t++) {
+    float acc[16] = {0};
+    for (int s = 0; s < nb / sb; s++) {
+      const uint8_t *sup = w + (size_t)s * K_SBB(layout);
+      float tD[16] = {0}, tM[16] = {0};
+      for (int b = 0; b < sb; b++) {
+        const uint8_t *blk = sup + 64 + (size_t)b * K_BB(layout);
+        const int8_t *sc = (const int8_t *)(blk + K_QB(layout)), *m = sc + 32;
+        const act_t *x = a + (size_t)t * stride + (size_t)s * sb + b;
+        for (int r = 0; r < 16; r++) {
+          int32_t sum[2] = {0, 0}; /* elements 0-15, 16-31 */
+          if (layout == L_K4) {
+            for (int c = 0; c < 4; c++)
+              for (int i = 0; i < 4; i++) {
+                uint8_t byte = blk[64 * c + 4 * r + i];
+                sum[c / 2] += (byte & 15) * x->q[8 * c + i] + (byte >> 4) * x->q[8 * c + 4 + i];
+              }
+          } else {
+            for (int c = 0; c < 8; c++)
+              for (int i = 0; i < 4; i++) sum[c / 4] += (int8_t)blk[64 * c + 4 * r + i] * x->q[4 * c + i];
+          }
+          int32_t isum = sc[r] * sum[0] + sc[16 + r] * sum[1], msum = m[r] * x->s16 + m[16 + r] * (x->s - x->s16);
+          tD[r] = fmaf(x->d, (float)isum, tD[r]);
+          tM[r] = fmaf(x->d, (float)msum, tM[r]);
+        }
+      }
+      for (int r = 0; r < 16; r++) {
+        acc[r] = fmaf(half_at(sup, r), tD[r], acc[r]);
+        acc[r] = fmaf(-half_at(sup + 32, r), tM[r], acc[r]);
+      }
+    }
+    memcpy(out[t], acc, sizeof(acc));
+  }
+}
+
 static inline void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x, float (*out)[16]) {
   for (int t = 0; t < tn; t++) {
     float acc[16] = {0};
@@ -425,6 +613,7 @@ static inline __attribute__((always_inline)) void group_dot(int layout, const ui
   case N:                                                                                          \
     if (layout == L_Q4) q4_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);           \
     else if (layout == L_Q8) q8_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);      \
+    else if (quantized(layout)) k_tile(N, layout, w, nb, qin + (size_t)t0 * stride, stride, out + t0); \
     else f_tile(N, layout, w, k, fin + (size_t)t0 * k, out + t0);                                  \
     break;
     switch (tn) {
@@ -472,7 +661,19 @@ void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   for (int k = 0; k < NBLK(DIM) * 32 && k < DIM; k += 32) {
     const uint8_t *blk = g + (size_t)(k / 32) * (W_LAYOUT == L_Q4 ? 320 : 544);
     for (int j = 0; j < 32 && k + j < DIM; j++) {
-      if (W_LAYOUT == L_F32) {
+      if (W_LAYOUT >= L_K4) { /* d sc_h q - dmin m_h */
+        const uint8_t *sup = g + (size_t)(k / 32 / K_SB(W_LAYOUT)) * K_SBB(W_LAYOUT);
+        const uint8_t *kb = sup + 64 + (size_t)(k / 32 % K_SB(W_LAYOUT)) * K_BB(W_LAYOUT);
+        const int8_t *sc = (const int8_t *)(kb + K_QB(W_LAYOUT)) + 16 * (j / 16) + r, *m = sc + 32;
+        int q;
+        if (W_LAYOUT == L_K4) {
+          uint8_t byte = kb[64 * (j / 8) + 4 * r + (j % 4)];
+          q = j % 8 < 4 ? byte & 15 : byte >> 4;
+        } else {
+          q = (int8_t)kb[64 * (j / 4) + 4 * r + j % 4];
+        }
+        x[k + j] = half_at(sup, r) * (float)*sc * (float)q - half_at(sup + 32, r) * (float)*m;
+      } else if (W_LAYOUT == L_F32) {
         x[k + j] = ((const float *)g)[(size_t)(k + j) * 16 + r];
       } else if (W_LAYOUT == L_F16) {
         x[k + j] = half_at(g + (size_t)(k + j) * 32, r);

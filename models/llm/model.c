@@ -37,7 +37,17 @@ bool llm_weight_type_runs(ggml_type_t type) {
     case GGML_TYPE_F16:
     case GGML_TYPE_Q4_0:
     case GGML_TYPE_Q4_1:
-    case GGML_TYPE_Q8_0: return true;
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_BF16:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1:
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K:
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K:
+    case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_IQ4_XS: return true;
     default: return false;
   }
 }
@@ -207,8 +217,8 @@ static hcq_status_t tensor(const gguf_file_t *g, bool *used, const char *name, u
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" has shape %s; the metadata implies %s", gguf_path(g), name,
                            got, want);
   }
-  if (!ne1 && t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" is %s (norm weights and biases must be F32 or F16)",
+  if (!ne1 && t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" is %s (norm weights and biases must be F32, F16 or BF16)",
                            gguf_path(g), name, ggml_type_name(t->type));
   if (ne1 && !llm_weight_type_runs(t->type))
     return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: tensor \"%s\" has type %s, which the decoder's kernels do not read",

@@ -55,6 +55,66 @@ static float get_half(const uint8_t *p) {
   memcpy(&h, p, 2);
   return llm_half_to_float(h);
 }
+/* f rounded to a half and back. */
+static float get_half_of(float f) { return llm_half_to_float(llm_float_to_half(f)); }
+
+static bool k_type(ggml_type_t type) { return ggml_block_elems(type) == 256; }
+
+static int8_t clamp8(float v, int lo, int hi) {
+  int q = (int)v;
+  return (int8_t)(q < lo ? lo : q > hi ? hi : q);
+}
+
+/* Q4_0 / Q5_0 (bits 4 or 5: ggml's d = the signed maximum / -8 or -16), Q4_1 / Q5_1 (d = range / 15
+ * or 31, m = the minimum): the block's scales into o, its quants into q[32]. */
+static void quantize_nibbles(ggml_type_t type, const float *x, uint8_t *o, int q[32]) {
+  bool with_min = type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1;
+  int bits = type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ? 5 : 4, top = (1 << bits) - 1;
+  if (with_min) {
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < 32; j++) lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
+    float d = (hi - lo) / (float)top, id = d ? 1 / d : 0;
+    put_half(o, d);
+    put_half(o + 2, lo);
+    for (int j = 0; j < 32; j++) q[j] = clamp8((x[j] - lo) * id + 0.5f, 0, top);
+    return;
+  }
+  float amax = 0, max = 0; /* the value of largest magnitude, with its sign */
+  for (int j = 0; j < 32; j++)
+    if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+  float d = max / (float)-(1 << (bits - 1)), id = d ? 1 / d : 0;
+  put_half(o, d);
+  for (int j = 0; j < 32; j++) q[j] = clamp8(x[j] * id + (float)(1 << (bits - 1)) + 0.5f, 0, top);
+}
+
+static void quantize_block(ggml_type_t type, const float *x, uint8_t *o) {
+  int q[32];
+  if (type == GGML_TYPE_Q8_0) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    float d = amax / 127, id = d ? 1 / d : 0;
+    put_half(o, d);
+    for (int j = 0; j < 32; j++) o[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+    return;
+  }
+  if (type == GGML_TYPE_IQ4_NL) { /* the value of largest magnitude on kvalues[0] = -127 */
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; j++)
+      if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+    float d = get_half_of(max / -127), id = d ? 1 / d : 0;
+    put_half(o, d);
+    for (int j = 0; j < 32; j++) q[j] = llm_iq4_nearest(x[j] * id);
+  } else {
+    quantize_nibbles(type, x, o, q);
+  }
+  bool with_min = type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1;
+  bool fifth = type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1;
+  size_t head = (with_min ? 4 : 2) + (fifth ? 4 : 0);
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; j++) o[head + (size_t)j] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+  for (int j = 0; j < 32; j++) qh |= (uint32_t)(q[j] >> 4 & 1) << j;
+  if (fifth) memcpy(o + head - 4, &qh, 4);
+}
 
 void llm_quantize_row(ggml_type_t type, const float *x, void *dst, size_t n) {
   uint8_t *o = dst;
@@ -63,39 +123,58 @@ void llm_quantize_row(ggml_type_t type, const float *x, void *dst, size_t n) {
     case GGML_TYPE_F16:
       for (size_t i = 0; i < n; i++) put_half(o + 2 * i, x[i]);
       return;
+    case GGML_TYPE_BF16:
+      for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], 4);
+        uint16_t h = (uint16_t)((bits + 0x7fff + (bits >> 16 & 1)) >> 16); /* to nearest even (finite inputs) */
+        memcpy(o + 2 * i, &h, 2);
+      }
+      return;
     default: break;
   }
-  for (size_t b = 0; b < n / 32; b++, x += 32) {
-    if (type == GGML_TYPE_Q8_0) {
-      float amax = 0;
-      for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-      float d = amax / 127, id = d ? 1 / d : 0;
-      put_half(o, d);
-      for (int j = 0; j < 32; j++) o[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
-      o += 34;
-    } else if (type == GGML_TYPE_Q4_0) {
-      float amax = 0, max = 0; /* the value of largest magnitude, with its sign */
-      for (int j = 0; j < 32; j++)
-        if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
-      float d = max / -8, id = d ? 1 / d : 0;
-      put_half(o, d);
-      for (int j = 0; j < 16; j++) {
-        int lo4 = (int)fminf(15, x[j] * id + 8.5f), hi4 = (int)fminf(15, x[j + 16] * id + 8.5f);
-        o[2 + j] = (uint8_t)(lo4 | hi4 << 4);
-      }
-      o += 18;
-    } else { /* Q4_1 */
-      float lo = x[0], hi = x[0];
-      for (int j = 1; j < 32; j++) lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
-      float d = (hi - lo) / 15, id = d ? 1 / d : 0;
-      put_half(o, d);
-      put_half(o + 2, lo);
-      for (int j = 0; j < 16; j++) {
-        int lo4 = (int)fminf(15, (x[j] - lo) * id + 0.5f), hi4 = (int)fminf(15, (x[j + 16] - lo) * id + 0.5f);
-        o[4 + j] = (uint8_t)(lo4 | hi4 << 4);
-      }
-      o += 20;
-    }
+  if (k_type(type)) {
+    llm_quantize_row_k(type, x, o, n);
+    return;
+  }
+  for (size_t b = 0; b < n / 32; b++, x += 32, o += ggml_block_bytes(type)) quantize_block(type, x, o);
+}
+
+void llm_q8_parts(ggml_type_t type, const uint8_t *blk, int8_t q[32], uint16_t *d) {
+  memcpy(d, blk, 2);
+  if (type == GGML_TYPE_Q8_0) {
+    memcpy(q, blk + 2, 32);
+    return;
+  }
+  bool iq4 = type == GGML_TYPE_IQ4_NL;
+  const uint8_t *qs = blk + (iq4 ? 2 : 6);
+  uint32_t qh = 0;
+  if (!iq4) memcpy(&qh, blk + 2, 4);
+  for (int j = 0; j < 32; j++) {
+    int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+    q[j] = iq4 ? llm_iq4_values[nib] : (int8_t)((nib | (int)(qh >> j & 1) << 4) - 16);
+  }
+}
+
+/* In ggml's float operations: d q (+ m). */
+static void dequantize_block(ggml_type_t type, const uint8_t *p, float *x) {
+  if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL) {
+    int8_t q[32];
+    uint16_t dh;
+    llm_q8_parts(type, p, q, &dh);
+    float d = llm_half_to_float(dh);
+    for (int j = 0; j < 32; j++) x[j] = (float)q[j] * d;
+  } else if (type == GGML_TYPE_Q4_0) {
+    float d = get_half(p);
+    for (int j = 0; j < 16; j++) x[j] = d * (float)((p[2 + j] & 15) - 8), x[j + 16] = d * (float)((p[2 + j] >> 4) - 8);
+  } else if (type == GGML_TYPE_Q4_1) {
+    float d = get_half(p), m = get_half(p + 2);
+    for (int j = 0; j < 16; j++) x[j] = d * (float)(p[4 + j] & 15) + m, x[j + 16] = d * (float)(p[4 + j] >> 4) + m;
+  } else { /* Q5_1 */
+    llm_kparts_t k;
+    llm_kparts(type, p, &k);
+    float d = get_half(p), m = get_half(p + 2);
+    for (int j = 0; j < 32; j++) x[j] = (float)k.q[j] * d + m;
   }
 }
 
@@ -106,23 +185,19 @@ void llm_dequantize_row(ggml_type_t type, const void *src, float *x, size_t n) {
     case GGML_TYPE_F16:
       for (size_t i = 0; i < n; i++) x[i] = get_half(p + 2 * i);
       return;
+    case GGML_TYPE_BF16:
+      for (size_t i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)p[2 * i] << 16 | (uint32_t)p[2 * i + 1] << 24;
+        memcpy(&x[i], &bits, 4);
+      }
+      return;
     default: break;
   }
-  for (size_t b = 0; b < n / 32; b++, x += 32) {
-    if (type == GGML_TYPE_Q8_0) {
-      float d = get_half(p);
-      for (int j = 0; j < 32; j++) x[j] = d * (float)(int8_t)p[2 + j];
-      p += 34;
-    } else if (type == GGML_TYPE_Q4_0) {
-      float d = get_half(p);
-      for (int j = 0; j < 16; j++) x[j] = d * (float)((p[2 + j] & 15) - 8), x[j + 16] = d * (float)((p[2 + j] >> 4) - 8);
-      p += 18;
-    } else {
-      float d = get_half(p), m = get_half(p + 2);
-      for (int j = 0; j < 16; j++) x[j] = d * (float)(p[4 + j] & 15) + m, x[j + 16] = d * (float)(p[4 + j] >> 4) + m;
-      p += 20;
-    }
+  if (k_type(type)) {
+    llm_dequantize_row_k(type, p, x, n);
+    return;
   }
+  for (size_t b = 0; b < n / 32; b++, x += 32, p += ggml_block_bytes(type)) dequantize_block(type, p, x);
 }
 
 /* ---- device layouts ---- */
@@ -132,22 +207,40 @@ llm_layout_t llm_layout_of(ggml_type_t type) {
     case GGML_TYPE_F16: return LLM_LAYOUT_F16X16;
     case GGML_TYPE_Q4_0:
     case GGML_TYPE_Q4_1: return LLM_LAYOUT_Q4X16;
-    case GGML_TYPE_Q8_0: return LLM_LAYOUT_Q8X16;
-    default: return LLM_LAYOUT_F32X16;
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_IQ4_NL: return LLM_LAYOUT_Q8X16;
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K:
+    case GGML_TYPE_Q4_K: return LLM_LAYOUT_K4X16;
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K:
+    case GGML_TYPE_IQ4_XS: return LLM_LAYOUT_K8X16;
+    case GGML_TYPE_Q5_1: return LLM_LAYOUT_K8X16_1;
+    default: return LLM_LAYOUT_F32X16; /* F32, BF16 */
   }
 }
 
+bool llm_layout_quantized(llm_layout_t layout) { return layout != LLM_LAYOUT_F32X16 && layout != LLM_LAYOUT_F16X16; }
+
 const char *llm_layout_name(llm_layout_t layout) {
-  static const char *const names[] = {"F32X16", "F16X16", "Q4X16", "Q8X16"};
+  static const char *const names[] = {"F32X16", "F16X16", "Q4X16", "Q8X16", "K4X16", "K8X16", "K8X16_1"};
   return names[layout];
 }
+
+/* The K layouts: bytes of a block's quants, of a block, of a superblock (its 64-byte header first). */
+static size_t k_quant_bytes(llm_layout_t layout) { return layout == LLM_LAYOUT_K4X16 ? 256 : 512; }
+static size_t k_block_bytes(llm_layout_t layout) { return k_quant_bytes(layout) + 64; }
+static size_t k_blocks(llm_layout_t layout) { return layout == LLM_LAYOUT_K8X16_1 ? 1 : 8; }
+static size_t k_super_bytes(llm_layout_t layout) { return 64 + k_blocks(layout) * k_block_bytes(layout); }
 
 static size_t group_bytes(llm_layout_t layout, size_t cols) {
   switch (layout) {
     case LLM_LAYOUT_F32X16: return cols * 16 * 4;
     case LLM_LAYOUT_F16X16: return cols * 16 * 2;
     case LLM_LAYOUT_Q4X16: return cols / 32 * 320;
-    default: return cols / 32 * 544;
+    case LLM_LAYOUT_Q8X16: return cols / 32 * 544;
+    default: return cols / (32 * k_blocks(layout)) * k_super_bytes(layout);
   }
 }
 
@@ -158,72 +251,125 @@ size_t llm_repack_bytes(ggml_type_t type, size_t rows, size_t cols) {
 /* Element e (0..31) of a Q4_0/Q4_1 block's nibbles. */
 static unsigned nibble(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
 
+/* 32 values (unsigned nibbles, or int8) of one row into a Q4X16/K4X16 or Q8X16/K8X16 block's quants. */
+static void put_quants4(uint8_t *o, size_t lane, const int8_t q[32]) {
+  for (int c = 0; c < 4; c++)
+    for (int i = 0; i < 4; i++) o[c * 64 + lane * 4 + (size_t)i] = (uint8_t)((q[8 * c + i] & 15) | (q[8 * c + 4 + i] & 15) << 4);
+}
+static void put_quants8(uint8_t *o, size_t lane, const int8_t q[32]) {
+  for (int c = 0; c < 8; c++)
+    for (int i = 0; i < 4; i++) o[c * 64 + lane * 4 + (size_t)i] = (uint8_t)q[4 * c + i];
+}
+
+/* One row (lane of its group g) of a type in a K layout. */
+static void repack_k_row(ggml_type_t type, llm_layout_t layout, const uint8_t *in, size_t cols, uint8_t *g, size_t lane) {
+  size_t supers = cols / (32 * k_blocks(layout)), in_bytes = ggml_block_bytes(type), qb = k_quant_bytes(layout);
+  llm_kparts_t k;
+  for (size_t s = 0; s < supers; s++) {
+    llm_kparts(type, in + s * in_bytes, &k);
+    uint8_t *o = g + s * k_super_bytes(layout);
+    memcpy(o + lane * 2, &k.d, 2);
+    memcpy(o + 32 + lane * 2, &k.dmin, 2);
+    for (int b = 0; b < k.blocks; b++) {
+      uint8_t *blk = o + 64 + (size_t)b * k_block_bytes(layout);
+      if (layout == LLM_LAYOUT_K4X16) put_quants4(blk, lane, k.q + 32 * b);
+      else put_quants8(blk, lane, k.q + 32 * b);
+      for (int h = 0; h < 2; h++) {
+        blk[qb + (size_t)h * 16 + lane] = (uint8_t)k.sc[b][h];
+        blk[qb + 32 + (size_t)h * 16 + lane] = (uint8_t)k.m[b][h];
+      }
+    }
+  }
+}
+
+/* One row of a type in Q4X16 or Q8X16. */
+static void repack_block_row(ggml_type_t type, llm_layout_t layout, const uint8_t *in, size_t cols, uint8_t *g, size_t lane) {
+  size_t in_bytes = ggml_block_bytes(type);
+  for (size_t b = 0; b < cols / 32; b++) {
+    const uint8_t *blk = in + b * in_bytes;
+    if (layout == LLM_LAYOUT_Q8X16) {
+      int8_t q[32];
+      uint16_t d;
+      llm_q8_parts(type, blk, q, &d);
+      put_quants8(g + b * 544, lane, q);
+      memcpy(g + b * 544 + 512 + lane * 2, &d, 2);
+      continue;
+    }
+    bool q41 = type == GGML_TYPE_Q4_1;
+    const uint8_t *qs = blk + (q41 ? 4 : 2);
+    int8_t q[32];
+    for (int e = 0; e < 32; e++) q[e] = (int8_t)nibble(qs, e);
+    uint8_t *o = g + b * 320;
+    put_quants4(o, lane, q);
+    memcpy(o + 256 + lane * 2, blk, 2);
+    if (q41) {
+      memcpy(o + 288 + lane * 2, blk + 2, 2);
+    } else { /* d (q - 8) = d q + m with m = -8 d: exact in half precision (a power of two) */
+      put_half(o + 288 + lane * 2, -8 * get_half(blk));
+    }
+  }
+}
+
 void llm_repack(ggml_type_t type, const void *src, size_t rows, size_t cols, void *dst) {
   llm_layout_t layout = llm_layout_of(type);
   size_t gbytes = group_bytes(layout, cols), row_bytes = cols / ggml_block_elems(type) * ggml_block_bytes(type);
-  size_t groups = (rows + 15) / 16, nb = cols / 32;
+  size_t groups = (rows + 15) / 16;
   memset(dst, 0, groups * gbytes);
   for (size_t r = 0; r < rows; r++) {
     const uint8_t *in = (const uint8_t *)src + r * row_bytes;
     uint8_t *g = (uint8_t *)dst + r / 16 * gbytes;
     size_t lane = r % 16;
-    if (layout == LLM_LAYOUT_F32X16 || layout == LLM_LAYOUT_F16X16) {
+    if (type == GGML_TYPE_BF16) { /* exactly a float's high half */
+      for (size_t k = 0; k < cols; k++) {
+        uint8_t f[4] = {0, 0, in[2 * k], in[2 * k + 1]};
+        memcpy(g + (k * 16 + lane) * 4, f, 4);
+      }
+    } else if (layout == LLM_LAYOUT_F32X16 || layout == LLM_LAYOUT_F16X16) {
       size_t es = layout == LLM_LAYOUT_F32X16 ? 4 : 2;
       for (size_t k = 0; k < cols; k++) memcpy(g + (k * 16 + lane) * es, in + k * es, es);
-      continue;
-    }
-    for (size_t b = 0; b < nb; b++) {
-      if (layout == LLM_LAYOUT_Q8X16) {
-        const uint8_t *blk = in + b * 34;
-        uint8_t *o = g + b * 544;
-        for (int c = 0; c < 8; c++)
-          for (int i = 0; i < 4; i++) o[c * 64 + lane * 4 + (size_t)i] = blk[2 + 4 * c + i];
-        memcpy(o + 512 + lane * 2, blk, 2);
-        continue;
-      }
-      bool q41 = type == GGML_TYPE_Q4_1;
-      const uint8_t *blk = in + b * (q41 ? 20 : 18), *qs = blk + (q41 ? 4 : 2);
-      uint8_t *o = g + b * 320;
-      for (int c = 0; c < 4; c++)
-        for (int i = 0; i < 4; i++)
-          o[c * 64 + lane * 4 + (size_t)i] = (uint8_t)(nibble(qs, 8 * c + i) | nibble(qs, 8 * c + 4 + i) << 4);
-      memcpy(o + 256 + lane * 2, blk, 2);
-      if (q41) {
-        memcpy(o + 288 + lane * 2, blk + 2, 2);
-      } else { /* d (q - 8) = d q + m with m = -8 d: exact in half precision (a power of two) */
-        put_half(o + 288 + lane * 2, -8 * get_half(blk));
-      }
+    } else if (layout == LLM_LAYOUT_Q4X16 || layout == LLM_LAYOUT_Q8X16) {
+      repack_block_row(type, layout, in, cols, g, lane);
+    } else {
+      repack_k_row(type, layout, in, cols, g, lane);
     }
   }
 }
+
+bool llm_gpu_has_layout(ggml_type_t type) { return llm_layout_of(type) <= LLM_LAYOUT_Q8X16; }
 
 size_t llm_gpu_pack_bytes(ggml_type_t type, size_t rows, size_t cols) {
   switch (llm_layout_of(type)) {
     case LLM_LAYOUT_F32X16: return rows * cols * 4;
     case LLM_LAYOUT_F16X16: return rows * cols * 2;
     case LLM_LAYOUT_Q4X16: return rows * (cols / 32) * (16 + 8);
-    default: return rows * (cols / 32) * (32 + 4);
+    case LLM_LAYOUT_Q8X16: return rows * (cols / 32) * (32 + 4);
+    default: return 0; /* no GPU layout (llm_gpu_has_layout) */
   }
 }
 
 void llm_gpu_pack(ggml_type_t type, const void *src, size_t rows, size_t cols, void *dst) {
   llm_layout_t layout = llm_layout_of(type);
+  if (type == GGML_TYPE_BF16) {
+    llm_dequantize_row(type, src, dst, rows * cols); /* exact */
+    return;
+  }
   if (layout == LLM_LAYOUT_F32X16 || layout == LLM_LAYOUT_F16X16) {
     memcpy(dst, src, rows * cols * (layout == LLM_LAYOUT_F32X16 ? 4 : 2));
     return;
   }
-  size_t nb = rows * (cols / 32), qbytes = layout == LLM_LAYOUT_Q4X16 ? 16 : 32;
-  size_t in_bytes = type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q4_0 ? 18 : 34;
+  if (layout != LLM_LAYOUT_Q4X16 && layout != LLM_LAYOUT_Q8X16) return;
+  size_t nb = rows * (cols / 32), qbytes = layout == LLM_LAYOUT_Q4X16 ? 16 : 32, in_bytes = ggml_block_bytes(type);
   uint8_t *quants = dst;
   float *scales = (float *)(quants + nb * qbytes);
   for (size_t b = 0; b < nb; b++) { /* rows are whole blocks: block b of the matrix is block b of the file */
     const uint8_t *blk = (const uint8_t *)src + b * in_bytes;
-    float d = get_half(blk);
     if (layout == LLM_LAYOUT_Q8X16) {
-      memcpy(quants + b * 32, blk + 2, 32);
-      scales[b] = d;
+      uint16_t d;
+      llm_q8_parts(type, blk, (int8_t *)quants + b * 32, &d);
+      scales[b] = llm_half_to_float(d);
     } else {
       bool q41 = type == GGML_TYPE_Q4_1;
+      float d = get_half(blk);
       memcpy(quants + b * 16, blk + (q41 ? 4 : 2), 16);
       scales[2 * b] = d;
       scales[2 * b + 1] = q41 ? get_half(blk + 2) : -8 * d;
@@ -237,15 +383,16 @@ void llm_quantize_act(const float *x, size_t n, llm_act_block_t *out) {
     for (size_t j = 0; j < 32 && b * 32 + j < n; j++) v[j] = x[b * 32 + j];
     for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
     float d = amax / 127, id = d ? 127 / amax : 0;
-    int s = 0;
+    int s = 0, s16 = 0;
     for (int j = 0; j < 32; j++) {
       int q = (int)nearbyintf(v[j] * id);
       out[b].q[j] = (int8_t)q;
       s += q;
+      if (j == 15) s16 = s;
     }
     out[b].d = d;
     out[b].s = s;
     out[b].sd = (float)s * d;
-    out[b].pad = 0;
+    out[b].s16 = s16;
   }
 }
