@@ -3,10 +3,10 @@
 models/llm/tokenizer.c need, from Python's unicodedata (its Unicode version is printed into the
 file).
 
-  - classes: sorted, disjoint code point ranges of letters (general category L*) and numbers (N*),
-    the \\p{L} and \\p{N} of the GPT-2 / llama3 split expressions. Every other code point (marks,
-    punctuation, symbols, separators, controls, unassigned) is "other"; white space is a fixed
-    list in tokenizer.c (Unicode's White_Space property), tested before the class.
+  - classes: sorted, disjoint code point ranges of letters (general category L*), numbers (N*)
+    and punctuation (P*), the \\p{L}, \\p{N} and \\p{P} of the pre-tokenizers' split expressions.
+    Every other code point (marks, symbols, separators, controls, unassigned) is "other"; white
+    space is a fixed list in tokenizer.c (Unicode's White_Space property), tested before the class.
 
 Adjacent ranges of one class are merged. llama.cpp's own tables (src/unicode-data.cpp) may be of a
 later Unicode: a code point assigned since this file's version (Python 3.11: 14.0; llama.cpp 0.3.36:
@@ -26,6 +26,8 @@ def cls(cp):
         return 1
     if cat[0] == "N":
         return 2
+    if cat[0] == "P":
+        return 3
     return 0
 
 
@@ -44,8 +46,10 @@ def main():
                 ranges.append((start, cp - 1, cur))
             cur, start = c, cp
     out.write("const llm_unicode_range_t llm_unicode_classes[] = {\n")
-    for a, b, c in ranges:
-        out.write("    {0x%X, 0x%X, %s},\n" % (a, b, "LLM_CP_LETTER" if c == 1 else "LLM_CP_NUMBER"))
+    names = ("", "LLM_CP_LETTER", "LLM_CP_NUMBER", "LLM_CP_PUNCT")
+    cells = ["{0x%X, 0x%X, %s}," % (a, b, names[c]) for a, b, c in ranges]
+    for i in range(0, len(cells), 3):  # three a line: the file stays short
+        out.write("    " + " ".join(cells[i:i + 3]) + "\n")
     out.write("};\nconst size_t llm_unicode_classes_count = %d;\n" % len(ranges))
 
 

@@ -537,8 +537,8 @@ enum {
   MINI_NO_TOKENS,
   MINI_TOKENS_U32,
   MINI_NO_MERGES,
-  MINI_MODEL_LLAMA,
-  MINI_PRE_QWEN2,
+  MINI_MODEL_BERT,
+  MINI_PRE_FALCON,
   MINI_NO_MODEL,
   MINI_BOS_RANGE,
   MINI_TYPES_SHORT,
@@ -573,10 +573,10 @@ static gguf_file_t *mini(int variant, const char *template, uint8_t **bytes) {
   const char *merges[] = {"a b", "ab c", "\xC4\xA0 x"};
   gguf_writer_t *w;
   OK(gguf_writer_create(&w));
-  if (variant != MINI_NO_MODEL) OK(gguf_writer_add_str(w, "tokenizer.ggml.model", variant == MINI_MODEL_LLAMA ? "llama" : "gpt2"));
+  if (variant != MINI_NO_MODEL) OK(gguf_writer_add_str(w, "tokenizer.ggml.model", variant == MINI_MODEL_BERT ? "bert" : "gpt2"));
   if (variant != MINI_NO_PRE)
     OK(gguf_writer_add_str(w, "tokenizer.ggml.pre",
-                           variant == MINI_PRE_QWEN2 ? "qwen2" : variant == MINI_LLAMA_BPE ? "llama-bpe" : "smollm"));
+                           variant == MINI_PRE_FALCON ? "falcon" : variant == MINI_LLAMA_BPE ? "llama-bpe" : "smollm"));
   if (variant == MINI_TOKENS_U32) OK(gguf_writer_add_u32(w, "tokenizer.ggml.tokens", 7));
   else if (variant != MINI_NO_TOKENS) OK(gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, 263));
   if (variant == MINI_TYPES_STRINGS) OK(gguf_writer_add_str_array(w, "tokenizer.ggml.token_type", tokens, 263));
@@ -603,13 +603,12 @@ Test(llm_tokenizer, bad_metadata) {
       {MINI_NO_TOKENS, HCQ_INVALID_ARGUMENT, "tokenizer.ggml.tokens"},
       {MINI_TOKENS_U32, HCQ_INVALID_ARGUMENT, "tokenizer.ggml.tokens"},
       {MINI_NO_MERGES, HCQ_INVALID_ARGUMENT, "tokenizer.ggml.merges"},
-      {MINI_MODEL_LLAMA, HCQ_UNIMPLEMENTED, "\"llama\""},
-      {MINI_PRE_QWEN2, HCQ_UNIMPLEMENTED, "\"qwen2\""},
+      {MINI_MODEL_BERT, HCQ_UNIMPLEMENTED, "\"bert\""},
+      {MINI_PRE_FALCON, HCQ_UNIMPLEMENTED, "\"falcon\""},
       {MINI_NO_MODEL, HCQ_INVALID_ARGUMENT, "tokenizer.ggml.model"},
       {MINI_BOS_RANGE, HCQ_INVALID_ARGUMENT, "tokenizer.ggml.bos_token_id"},
       {MINI_TYPES_SHORT, HCQ_INVALID_ARGUMENT, "tokenizer.ggml.token_type"},
       {MINI_TYPES_STRINGS, HCQ_INVALID_ARGUMENT, "tokenizer.ggml.token_type"},
-      {MINI_NO_PRE, HCQ_UNIMPLEMENTED, "default"},
       {MINI_LONG_TOKEN, HCQ_INVALID_ARGUMENT, "tokenizer.ggml.tokens"},
       {MINI_BOS_MISSING, HCQ_INVALID_ARGUMENT, "tokenizer.ggml.add_bos_token"},
   };
@@ -652,6 +651,15 @@ Test(llm_tokenizer, mini_merges) {
   cr_assert_eq(llm_token_bytes(t, 261, false, &p), 2);
   cr_assert(!memcmp(p, " x", 2));
   cr_assert_eq(llm_token_bytes(t, 259, false, &p), 6, "user-defined tokens always give their text");
+  llm_tokenizer_free(t);
+  gguf_close(g);
+  free(bytes);
+
+  /* no tokenizer.ggml.pre: llama.cpp's "default" */
+  g = mini(MINI_NO_PRE, NULL, &bytes);
+  OK(llm_tokenizer_from_gguf(g, &t));
+  cr_assert_str_eq(llm_tokenizer_pre_name(t), "default");
+  expect_ids(t, "abc", true, (int32_t[]){257}, 1);
   llm_tokenizer_free(t);
   gguf_close(g);
   free(bytes);

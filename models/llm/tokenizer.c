@@ -56,20 +56,33 @@ static bool cp_is_space(uint32_t c) {
 
 enum { F_LETTER = 1, F_NUMBER = 2, F_SPACE = 4, F_OTHER = 8 };
 
+/* The class of a code point in unicode_llm.c's table (LLM_CP_*). */
+static uint8_t cp_class(uint32_t c) {
+  size_t lo = 0, hi = llm_unicode_classes_count;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c < llm_unicode_classes[mid].first) hi = mid;
+    else if (c > llm_unicode_classes[mid].last) lo = mid + 1;
+    else return llm_unicode_classes[mid].cls;
+  }
+  return LLM_CP_OTHER;
+}
+
 static uint8_t cp_flags(uint32_t c) {
   if (cp_is_space(c)) return F_SPACE;
   if (c < 0x80) {
     if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return F_LETTER;
     return c >= '0' && c <= '9' ? F_NUMBER : F_OTHER;
   }
-  size_t lo = 0, hi = llm_unicode_classes_count;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (c < llm_unicode_classes[mid].first) hi = mid;
-    else if (c > llm_unicode_classes[mid].last) lo = mid + 1;
-    else return llm_unicode_classes[mid].cls == LLM_CP_LETTER ? F_LETTER : F_NUMBER;
-  }
-  return F_OTHER;
+  uint8_t k = cp_class(c);
+  return k == LLM_CP_LETTER ? F_LETTER : k == LLM_CP_NUMBER ? F_NUMBER : F_OTHER;
+}
+
+/* The "default" split's first expression, [\p{P}\$\+<=>\^~\|]: punctuation and eight ASCII
+ * symbols. */
+static bool cp_is_default_punct(uint32_t c) {
+  if (c < 0x80 && c && strchr("$+<=>^~|", (int)c)) return true;
+  return c > 0x20 && cp_class(c) == LLM_CP_PUNCT;
 }
 
 /* ---- tokenizing ---- */
@@ -220,7 +233,36 @@ static void bpe_word(session_t *s, const uint8_t *w, size_t n) {
   for (int32_t i = 0; i >= 0; i = y[i].next) emit_piece(s, y[i].id);
 }
 
-static void word(session_t *s, size_t a, size_t b) { bpe_word(s, s->norm + s->off[a], s->off[b] - s->off[a]); }
+static void bpe_range(session_t *s, size_t a, size_t b) { bpe_word(s, s->norm + s->off[a], s->off[b] - s->off[a]); }
+
+/* The "default" split's last two expressions on a word: \p{N}+ runs apart from the rest, and
+ * within them [0-9][0-9][0-9] groups apart, leftmost first ("12345": "123", "45"). */
+static void default_digits(session_t *s, size_t a, size_t b) {
+  const uint32_t *c = s->cps;
+  for (size_t pos = a; pos < b;) {
+    size_t end = pos;
+    bool number = s->flags[pos] & F_NUMBER;
+    while (end < b && !(s->flags[end] & F_NUMBER) == !number) end++;
+    for (size_t q = pos; number && q + 3 <= end;) {
+      bool three = c[q] - '0' < 10 && c[q + 1] - '0' < 10 && c[q + 2] - '0' < 10;
+      if (!three) {
+        q++;
+        continue;
+      }
+      if (q > pos) bpe_range(s, pos, q);
+      bpe_range(s, q, q + 3);
+      pos = q += 3;
+    }
+    if (end > pos) bpe_range(s, pos, end);
+    pos = end;
+  }
+}
+
+/* A word of the split: merged, after the "default" split's digit stages. */
+static void word(session_t *s, size_t a, size_t b) {
+  if (s->t->pre == PRE_DEFAULT) default_digits(s, a, b);
+  else bpe_range(s, a, b);
+}
 
 /* The length of an English contraction ('s 't 'm 'd 're 've 'll) starting at pos, 0 for none;
  * fold_case: the llama 3 pattern's (?i:...), which folds ASCII letters. */
@@ -260,8 +302,8 @@ static void split_gpt2(session_t *s, size_t lo, size_t hi) {
   }
 }
 
-/* llama 3's split of code points [lo, hi). */
-static void split_llama3(session_t *s, size_t lo, size_t hi) {
+/* llama 3's split of code points [lo, hi); max_digits 1 is Qwen2's (\p{N} for \p{N}{1,3}). */
+static void split_llama3(session_t *s, size_t lo, size_t hi, size_t max_digits) {
   const uint32_t *c = s->cps;
   const uint8_t *f = s->flags;
   for (size_t pos = lo; pos < hi;) {
@@ -275,7 +317,7 @@ static void split_llama3(session_t *s, size_t lo, size_t hi) {
     if (cp != '\r' && cp != '\n' && !(f[pos] & F_NUMBER) && ((f[pos] & F_LETTER) || (end < hi && (f[end] & F_LETTER)))) {
       while (end < hi && (f[end] & F_LETTER)) end++; /* [^\r\n\p{L}\p{N}]?\p{L}+ */
     } else if (f[pos] & F_NUMBER) {
-      while (end < hi && end - pos < 3 && (f[end] & F_NUMBER)) end++; /* \p{N}{1,3} */
+      while (end < hi && end - pos < max_digits && (f[end] & F_NUMBER)) end++; /* \p{N}{1,3} */
     } else {
       size_t first = cp == ' ' ? pos + 1 : pos;
       if (first < hi && (f[first] & F_OTHER)) { /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
@@ -292,6 +334,19 @@ static void split_llama3(session_t *s, size_t lo, size_t hi) {
       }
     }
     word(s, pos, end), pos = end;
+  }
+}
+
+/* llama.cpp's "default" split: runs of [\p{P}$+<=>^~|] apart from the text between, each piece
+ * split by GPT-2's expression, then (word()) the digit stages. */
+static void split_default(session_t *s, size_t n) {
+  for (size_t pos = 0; pos < n;) {
+    size_t end = pos;
+    bool punct = cp_is_default_punct(s->cps[pos]);
+    while (end < n && cp_is_default_punct(s->cps[end]) == punct) end++;
+    if (punct) word(s, pos, end);
+    else split_gpt2(s, pos, end);
+    pos = end;
   }
 }
 
@@ -318,8 +373,10 @@ static void plain_text(session_t *s, const uint8_t *p, size_t len) {
     o += hcq_model_utf8_encode(cp, s->norm + o);
   }
   s->off[n] = o;
-  if (s->t->pre == PRE_LLAMA3) split_llama3(s, 0, n);
+  if (s->t->pre == PRE_LLAMA3) split_llama3(s, 0, n, 3);
+  else if (s->t->pre == PRE_QWEN2) split_llama3(s, 0, n, 1);
   else if (s->t->pre == PRE_GPT2) split_gpt2(s, 0, n);
+  else if (s->t->pre == PRE_DEFAULT) split_default(s, n);
   else /* smollm: each \p{N} alone, the GPT-2 split between */
     for (size_t a = 0; a < n;) {
       size_t b = a;
@@ -393,6 +450,26 @@ nomem:
   return false;
 }
 
+/* SentencePiece over the pieces: a space in front of a piece at the start or after a special token
+ * when the model says add_space_prefix (llama.cpp's order). */
+static void spm_pieces(session_t *s, const char *text, const frag_t *fr, size_t nf) {
+  llm_id_list_t ids = {0};
+  bool after_special = true;
+  for (size_t i = 0; i < nf && !s->nomem; i++) {
+    if (fr[i].id >= 0) {
+      emit(s, fr[i].id);
+      after_special = true;
+      continue;
+    }
+    ids.n = 0;
+    llm_spm_tokenize(s->t, text + fr[i].off, fr[i].len, s->t->add_space_prefix && after_special, &ids);
+    if (ids.nomem) s->nomem = true;
+    for (size_t k = 0; k < ids.n && !s->nomem; k++) emit(s, ids.ids[k]);
+    after_special = false;
+  }
+  free(ids.ids);
+}
+
 hcq_status_t llm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bool parse_special, bool with_bos,
                           int32_t **out_ids, size_t *out_n) {
   if (!out_ids || !out_n) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_tokenize: out_ids or out_n is NULL");
@@ -406,10 +483,12 @@ hcq_status_t llm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len
   frag_t *fr = NULL;
   size_t nf = 0;
   if (!partition(t, text, len, parse_special, &fr, &nf)) s.nomem = true;
-  for (size_t i = 0; i < nf && !s.nomem; i++) {
+  if (t->model == MODEL_SPM) spm_pieces(&s, text, fr, nf);
+  for (size_t i = 0; i < nf && !s.nomem && t->model != MODEL_SPM; i++) {
     if (fr[i].id >= 0) emit(&s, fr[i].id);
     else plain_text(&s, (const uint8_t *)text + fr[i].off, fr[i].len);
   }
+  if (with_bos && t->add_eos) emit(&s, t->eos);
   free(fr);
   free(s.cps), free(s.flags), free(s.off), free(s.norm), free(s.syms), free(s.heap), free(s.enc);
   if (s.nomem) {
@@ -429,9 +508,9 @@ static size_t put(char *out, size_t cap, size_t o, const void *p, size_t n) {
   return o + n <= cap ? o + n : cap + 1; /* past cap: nothing more is written */
 }
 
-size_t llm_detok_push(const llm_tokenizer_t *t, llm_detok_t *d, int32_t id, bool special, char *out, size_t cap) {
-  const char *piece;
-  size_t n = llm_token_bytes(t, id, special, &piece), total = d->nheld + n, o = 0;
+/* Feeds the bytes piece[0..n) (n <= LLM_TOKEN_MAX_BYTES). */
+static size_t push_bytes(llm_detok_t *d, const char *piece, size_t n, char *out, size_t cap) {
+  size_t total = d->nheld + n, o = 0;
   uint8_t buf[LLM_TOKEN_MAX_BYTES + 3];
   memcpy(buf, d->held, d->nheld);
   memcpy(buf + d->nheld, piece, n);
@@ -448,6 +527,12 @@ size_t llm_detok_push(const llm_tokenizer_t *t, llm_detok_t *d, int32_t id, bool
     }
   }
   return o > cap ? cap : o;
+}
+
+size_t llm_detok_push(const llm_tokenizer_t *t, llm_detok_t *d, int32_t id, bool special, char *out, size_t cap) {
+  const char *piece;
+  size_t n = llm_token_bytes(t, id, special, &piece);
+  return push_bytes(d, piece, n, out, cap);
 }
 
 size_t llm_detok_flush(llm_detok_t *d, char *out, size_t cap) {
@@ -471,7 +556,15 @@ hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t
       s = p;
       if (!s) break;
     }
-    len += i < n ? llm_detok_push(t, &d, ids[i], special, s + len, LLM_DETOK_MAX_OUT) : llm_detok_flush(&d, s + len, 3);
+    if (i == n) {
+      len += llm_detok_flush(&d, s + len, 3);
+      break;
+    }
+    const char *piece;
+    size_t k = llm_token_bytes(t, ids[i], special, &piece);
+    /* llama.cpp's llama_detokenize: with add_space_prefix, the first token loses one leading space */
+    if (i == 0 && t->add_space_prefix && k && piece[0] == ' ') piece++, k--;
+    len += push_bytes(&d, piece, k, s + len, LLM_DETOK_MAX_OUT);
   }
   if (!s) return hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_detokenize: out of memory (%zu tokens)", n);
   s[len] = 0;

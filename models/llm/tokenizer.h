@@ -89,8 +89,12 @@ int32_t llm_tokenizer_vocab_size(const llm_tokenizer_t *t);
 int32_t llm_tokenizer_bos(const llm_tokenizer_t *t);
 int32_t llm_tokenizer_eos(const llm_tokenizer_t *t);
 int32_t llm_tokenizer_eot(const llm_tokenizer_t *t);
-/* Whether llm_tokenize puts BOS in front (when with_bos is true). */
+int32_t llm_tokenizer_unk(const llm_tokenizer_t *t);
+/* Whether llm_tokenize puts BOS in front / EOS at the end (when with_bos is true). */
 bool llm_tokenizer_add_bos(const llm_tokenizer_t *t);
+bool llm_tokenizer_add_eos(const llm_tokenizer_t *t);
+/* Whether it is a SentencePiece tokenizer (tokenizer.ggml.model "llama"). */
+bool llm_tokenizer_is_spm(const llm_tokenizer_t *t);
 /* End of generation: eos, eot, and the tokens spelled as listed at llm_tokenizer_from_gguf. */
 bool llm_tokenizer_is_eog(const llm_tokenizer_t *t, int32_t id);
 /* tokenizer.ggml.pre as the file spells it ("smollm"). */

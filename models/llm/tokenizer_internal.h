@@ -16,7 +16,10 @@
 
 #include "tokenizer.h"
 
-enum { PRE_SMOLLM, PRE_GPT2, PRE_LLAMA3 };
+/* tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece, tokenizer_spm.c). */
+enum { MODEL_BPE, MODEL_SPM };
+/* The BPE pre-tokenizers (tokenizer.h, step 3). */
+enum { PRE_SMOLLM, PRE_GPT2, PRE_LLAMA3, PRE_QWEN2, PRE_DEFAULT };
 
 typedef struct pair_entry {
   uint64_t key; /* left id << 32 | right id; UINT64_MAX: empty */
@@ -25,10 +28,13 @@ typedef struct pair_entry {
 
 struct llm_tokenizer {
   int32_t n_vocab;
-  int pre;
+  int model, pre;
   char *pre_name;
-  int32_t bos, eos, eot;
-  bool add_bos;
+  int32_t bos, eos, eot, unk;
+  bool add_bos, add_eos;
+  bool add_space_prefix; /* SPM: a space in front of the text (and after each special token) */
+  float *scores;         /* SPM: tokenizer.ggml.scores, per vocab id */
+  int32_t spm_byte[256]; /* SPM: each byte's fallback token (<0xXX>, else the byte itself), -1: none */
   /* Strings: vocab ids 0..n_vocab-1, then the strings that are not tokens. */
   char *text;
   size_t text_len, text_cap;
@@ -71,6 +77,26 @@ static inline const pair_entry_t *llm_tokenizer_find_pair(const llm_tokenizer_t 
 /* The id of the string s[0..n): a vocab id, or one past the vocab for a string the merges need; -1
  * when it is none. */
 int64_t llm_tokenizer_find_str(const llm_tokenizer_t *t, const char *s, size_t n);
+
+/* tokenizer_spm.c */
+
+/* SentencePiece's part of llm_tokenizer_from_gguf: scores, byte tokens, defaults. */
+HCQ_MUST_USE hcq_status_t llm_spm_load(llm_tokenizer_t *t, const gguf_file_t *g);
+/* The bytes an SPM token of the given type stands for (U+2581 as a space, <0xXX> as its byte), written
+ * to out (room for n bytes suffices); the length. */
+size_t llm_spm_decode_token(const char *s, size_t n, int type, char *out);
+
+/* Ids appended by a tokenizing step; nomem is set (and nothing more appended) when out of memory. */
+typedef struct llm_id_list {
+  int32_t *ids;
+  size_t n, cap;
+  bool nomem;
+} llm_id_list_t;
+void llm_id_list_push(llm_id_list_t *l, int32_t id);
+
+/* SentencePiece over one piece of plain text (special tokens already cut out): appends its ids.
+ * space_prefix: a space goes in front (add_space_prefix at the start or after a special token). */
+void llm_spm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bool space_prefix, llm_id_list_t *out);
 
 /* tokenizer.c */
 

@@ -12,9 +12,10 @@ static const struct {
   const char *name;
   int pre;
 } pre_names[] = {
-    {"smollm", PRE_SMOLLM}, {"starcoder", PRE_SMOLLM}, {"refact", PRE_SMOLLM},   {"codeshell", PRE_SMOLLM},
-    {"gpt-2", PRE_GPT2},    {"phi-2", PRE_GPT2},       {"llama-bpe", PRE_LLAMA3}, {"llama3", PRE_LLAMA3},
-    {"llama-v3", PRE_LLAMA3},
+    {"smollm", PRE_SMOLLM},   {"starcoder", PRE_SMOLLM},        {"refact", PRE_SMOLLM},   {"codeshell", PRE_SMOLLM},
+    {"gpt-2", PRE_GPT2},      {"phi-2", PRE_GPT2},              {"llama-bpe", PRE_LLAMA3}, {"llama3", PRE_LLAMA3},
+    {"llama-v3", PRE_LLAMA3}, {"qwen2", PRE_QWEN2},             {"deepseek-r1-qwen", PRE_QWEN2},
+    {"megrez", PRE_QWEN2},    {"stablelm2", PRE_QWEN2},         {"default", PRE_DEFAULT},
 };
 
 /* Tokens that end a turn when a model spells them so (llama.cpp also makes them control tokens). */
@@ -217,6 +218,11 @@ static hcq_status_t decode_vocab(llm_tokenizer_t *t, const gguf_file_t *g, size_
     const char *p = t->text + t->str_off[i];
     size_t len = t->str_len[i];
     t->bytes_off[i] = o;
+    if (t->model == MODEL_SPM) {
+      o += llm_spm_decode_token(p, len, t->type[i], t->bytes + o);
+      t->bytes_len[i] = (uint32_t)(o - t->bytes_off[i]);
+      continue;
+    }
     switch (t->type[i]) {
     case LLM_TOKEN_NORMAL:
     case LLM_TOKEN_BYTE: o += decode_token(t, p, len, t->bytes + o); break;
@@ -323,33 +329,73 @@ nomem:
   return oom(g);
 }
 
+/* tokenizer.ggml.model and, for BPE, tokenizer.ggml.pre (absent: llama.cpp's "default"). */
+static hcq_status_t read_kind(const gguf_file_t *g, int *model, int *pre, gguf_str_t *pre_name) {
+  const char *path = gguf_path(g);
+  gguf_str_t m;
+  hcq_status_t s = required(gguf_get_str(g, "tokenizer.ggml.model", &m));
+  if (s) return s;
+  if (m.len == 4 && !memcmp(m.ptr, "gpt2", 4)) *model = MODEL_BPE;
+  else if (m.len == 5 && !memcmp(m.ptr, "llama", 5)) *model = MODEL_SPM;
+  else
+    return hcq_status_make(HCQ_UNIMPLEMENTED,
+                           "%s: tokenizer.ggml.model is \"%.*s\": only byte-level BPE (\"gpt2\") and SentencePiece "
+                           "(\"llama\") tokenizers are supported",
+                           path, (int)(m.len > 64 ? 64 : m.len), m.ptr);
+  *pre_name = (gguf_str_t){"default", 7};
+  if (gguf_find_kv(g, "tokenizer.ggml.pre") && (s = gguf_get_str(g, "tokenizer.ggml.pre", pre_name))) return s;
+  *pre = PRE_DEFAULT;
+  if (*model == MODEL_SPM) return NULL; /* SentencePiece has no pre-tokenizer (llama.cpp ignores the key) */
+  for (size_t i = 0; i < sizeof(pre_names) / sizeof(pre_names[0]); i++)
+    if (pre_name->len == strlen(pre_names[i].name) && !memcmp(pre_name->ptr, pre_names[i].name, pre_name->len)) {
+      *pre = pre_names[i].pre;
+      return NULL;
+    }
+  return hcq_status_make(HCQ_UNIMPLEMENTED,
+                         "%s: pre-tokenizer \"%.*s\" (tokenizer.ggml.pre) is not supported (smollm, gpt-2, llama-bpe, "
+                         "qwen2 and default are)",
+                         path, (int)(pre_name->len > 64 ? 64 : pre_name->len), pre_name->ptr);
+}
+
+/* A special token id: the key's value, or dflt (-1: none) when the key is absent. */
+static hcq_status_t get_id_or(const gguf_file_t *g, const char *key, int32_t n_vocab, int32_t dflt, int32_t *out) {
+  *out = dflt < n_vocab ? dflt : -1;
+  return gguf_find_kv(g, key) ? get_id(g, key, n_vocab, out) : NULL;
+}
+
+/* The special ids and flags; llama.cpp's defaults: SentencePiece bos 1, eos 2, unk 0, add_bos and
+ * add_space_prefix true; BPE none, add_bos only for llama-bpe. */
+static hcq_status_t load_specials(llm_tokenizer_t *t, const gguf_file_t *g) {
+  bool spm = t->model == MODEL_SPM;
+  int32_t n = t->n_vocab;
+  t->add_bos = spm || t->pre == PRE_LLAMA3;
+  t->add_space_prefix = spm;
+  hcq_status_t s = NULL;
+  if (!(s = get_id_or(g, "tokenizer.ggml.bos_token_id", n, spm ? 1 : -1, &t->bos)) &&
+      !(s = get_id_or(g, "tokenizer.ggml.eos_token_id", n, spm ? 2 : -1, &t->eos)) &&
+      !(s = get_id_or(g, "tokenizer.ggml.unknown_token_id", n, spm ? 0 : -1, &t->unk)) &&
+      !(s = get_id_or(g, "tokenizer.ggml.eot_token_id", n, -1, &t->eot)) &&
+      !(s = gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", &t->add_bos)) &&
+      !(s = gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", &t->add_eos)) &&
+      !(s = gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix))) {
+    if (t->add_bos && t->bos < 0)
+      s = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                          "%s: tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id", gguf_path(g));
+    else if (t->add_eos && t->eos < 0)
+      s = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                          "%s: tokenizer.ggml.add_eos_token is true but there is no tokenizer.ggml.eos_token_id", gguf_path(g));
+  }
+  return s;
+}
+
 hcq_status_t llm_tokenizer_from_gguf(const gguf_file_t *g, llm_tokenizer_t **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_tokenizer_from_gguf: out is NULL");
   *out = NULL;
   if (!g) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_tokenizer_from_gguf: g is NULL");
-  const char *path = gguf_path(g);
-  gguf_str_t model;
-  hcq_status_t s = required(gguf_get_str(g, "tokenizer.ggml.model", &model));
-  if (s) return s;
-  if (model.len != 4 || memcmp(model.ptr, "gpt2", 4))
-    return hcq_status_make(HCQ_UNIMPLEMENTED,
-                           "%s: tokenizer.ggml.model is \"%.*s\": only byte-level BPE (\"gpt2\") tokenizers are supported",
-                           path, (int)(model.len > 64 ? 64 : model.len), model.ptr);
-  if (!gguf_find_kv(g, "tokenizer.ggml.pre"))
-    return hcq_status_make(HCQ_UNIMPLEMENTED,
-                           "%s: no tokenizer.ggml.pre: llama.cpp's \"default\" pre-tokenizer is not supported (smollm, "
-                           "gpt-2 and llama-bpe are)",
-                           path);
+  int model = MODEL_BPE, kind = PRE_DEFAULT;
   gguf_str_t pre;
-  if ((s = gguf_get_str(g, "tokenizer.ggml.pre", &pre))) return s;
-  int kind = -1;
-  for (size_t i = 0; i < sizeof(pre_names) / sizeof(pre_names[0]); i++)
-    if (pre.len == strlen(pre_names[i].name) && !memcmp(pre.ptr, pre_names[i].name, pre.len)) kind = pre_names[i].pre;
-  if (kind < 0)
-    return hcq_status_make(HCQ_UNIMPLEMENTED,
-                           "%s: pre-tokenizer \"%.*s\" (tokenizer.ggml.pre) is not supported (smollm, gpt-2 and llama-bpe are)",
-                           path, (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
-
+  hcq_status_t s = read_kind(g, &model, &kind, &pre);
+  if (s) return s;
   llm_tokenizer_t *t = calloc(1, sizeof(*t));
   if (!t || !(t->pre_name = malloc(pre.len + 1))) {
     free(t);
@@ -357,18 +403,10 @@ hcq_status_t llm_tokenizer_from_gguf(const gguf_file_t *g, llm_tokenizer_t **out
   }
   memcpy(t->pre_name, pre.ptr, pre.len);
   t->pre_name[pre.len] = 0;
-  t->pre = kind;
-  t->add_bos = kind == PRE_LLAMA3;
+  t->model = model, t->pre = kind;
   init_byte_map(t);
-  if (!(s = load_vocab(t, g)) && !(s = load_merges(t, g)) &&
-      !(s = get_id(g, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos)) &&
-      !(s = get_id(g, "tokenizer.ggml.eos_token_id", t->n_vocab, &t->eos)) &&
-      !(s = get_id(g, "tokenizer.ggml.eot_token_id", t->n_vocab, &t->eot)) &&
-      !(s = gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", &t->add_bos))) {
-    if (t->add_bos && t->bos < 0)
-      s = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                          "%s: tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id", path);
-  }
+  if (!(s = load_vocab(t, g)) && !(s = model == MODEL_SPM ? llm_spm_load(t, g) : load_merges(t, g)))
+    s = load_specials(t, g);
   if (s) {
     llm_tokenizer_free(t);
     return s;
@@ -393,6 +431,7 @@ void llm_tokenizer_free(llm_tokenizer_t *t) {
   free(t->bytes_len);
   free(t->pairs);
   free(t->special);
+  free(t->scores);
   free(t);
 }
 
@@ -400,7 +439,10 @@ int32_t llm_tokenizer_vocab_size(const llm_tokenizer_t *t) { return t->n_vocab; 
 int32_t llm_tokenizer_bos(const llm_tokenizer_t *t) { return t->bos; }
 int32_t llm_tokenizer_eos(const llm_tokenizer_t *t) { return t->eos; }
 int32_t llm_tokenizer_eot(const llm_tokenizer_t *t) { return t->eot; }
+int32_t llm_tokenizer_unk(const llm_tokenizer_t *t) { return t->unk; }
 bool llm_tokenizer_add_bos(const llm_tokenizer_t *t) { return t->add_bos; }
+bool llm_tokenizer_add_eos(const llm_tokenizer_t *t) { return t->add_eos; }
+bool llm_tokenizer_is_spm(const llm_tokenizer_t *t) { return t->model == MODEL_SPM; }
 const char *llm_tokenizer_pre_name(const llm_tokenizer_t *t) { return t->pre_name; }
 
 bool llm_tokenizer_is_eog(const llm_tokenizer_t *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->eog[id]; }

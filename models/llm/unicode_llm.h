@@ -6,10 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The classes the pre-tokenizers' split expressions name: \p{L} (general category L*) and \p{N}
- * (N*). Code points in no range are LLM_CP_OTHER. White space is not a class here (see
- * cp_is_space in tokenizer.c). */
-enum { LLM_CP_OTHER = 0, LLM_CP_LETTER = 1, LLM_CP_NUMBER = 2 };
+/* The classes the pre-tokenizers' split expressions name: \p{L} (general category L*), \p{N} (N*)
+ * and \p{P} (P*: llama.cpp's "default" split). Code points in no range are LLM_CP_OTHER. White
+ * space is not a class here (see cp_is_space in tokenizer.c). */
+enum { LLM_CP_OTHER = 0, LLM_CP_LETTER = 1, LLM_CP_NUMBER = 2, LLM_CP_PUNCT = 3 };
 
 /* A run of code points first..last of one class. The table is sorted and its ranges disjoint. */
 typedef struct llm_unicode_range {
