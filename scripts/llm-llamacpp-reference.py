@@ -11,6 +11,10 @@ to the last bits, depend on the build and the CPU):
     CMAKE_ARGS=-DGGML_NATIVE=ON /tmp/lcpp-venv/bin/pip install --no-binary llama-cpp-python llama-cpp-python==0.3.36
     /tmp/lcpp-venv/bin/python scripts/llm-llamacpp-reference.py \\
         ~/.local/share/hcq/models/SmolLM2-135M-Instruct.Q4_1.gguf > tests/data/llm/smollm2_llamacpp_streams.json
+    /tmp/lcpp-venv/bin/python scripts/llm-llamacpp-reference.py --gemma \\
+        ~/.local/share/hcq/models/gemma-3-270m-q4_k_m.gguf > tests/data/llm/gemma3_llamacpp_streams.json
+
+(--gemma: Gemma 3 270M's four raw prompts with BOS, GEMMA_PROMPTS below.)
 
 (bench/llm_peers.py --install VENV does the same install.) It takes under a minute on 2 cores and
 prints its checks on stderr.
@@ -72,6 +76,14 @@ PROMPTS = [
     ("chat_france", "chat", chat("What is the capital of France?")),
     ("chat_reverse_string", "chat", chat("Write a short Python function that reverses a string.")),
     ("raw_once_upon_a_time", "raw", "Once upon a time, in a small village by the sea,"),
+]
+
+# Gemma 3 270M is a base model: raw prompts, BOS in front (its tokenizer.ggml.add_bos_token).
+GEMMA_PROMPTS = [
+    ("raw_france", "raw", "The capital of France is"),
+    ("raw_once_upon_a_time", "raw", "Once upon a time, in a small village by the sea,"),
+    ("raw_python", "raw", "def reverse_string(s):\n    \"\"\"Return s reversed.\"\"\"\n"),
+    ("raw_recipe", "raw", "To bake bread at home, you need flour, water, salt and"),
 ]
 
 
@@ -199,18 +211,21 @@ def log(*a):
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    path = sys.argv[1]
+    path = args[0]
+    prompts = GEMMA_PROMPTS if "--gemma" in sys.argv else PROMPTS
+    add_bos = "--gemma" in sys.argv
     llm = load(path, N_THREADS)
     run = Runner(llm)
     vocab = llm._model.vocab
     eog = [i for i in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, i)]
 
     streams, checks = [], {"generate_agrees": True, "create_completion_agrees": True, "details": []}
-    for name, kind, text in PROMPTS:
-        prompt_ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+    for name, kind, text in prompts:
+        prompt_ids = llm.tokenize(text.encode(), add_bos=add_bos, special=True)
         ids, tops, stop = run.generate(prompt_ids)
         body = ids[:-1] if stop == "eog" else ids
         if stop == "eog" and len(body) < MIN_NEW:
@@ -284,7 +299,7 @@ def main():
         "n_threads": N_THREADS, "n_threads_batch": N_THREADS,
         "flash_attn": False, "kv_cache_type": "f16",
         "max_new": MAX_NEW, "min_new": MIN_NEW, "eog_ids": eog,
-        "tokenize": "llm.tokenize(text.encode(), add_bos=False, special=True)",
+        "tokenize": "llm.tokenize(text.encode(), add_bos=%s, special=True)" % add_bos,
         "method": "prompt decoded as one batch (llama_batch_get_one) from an empty cache, then one token per "
                   "llama_decode; each id the argmax of llama_get_logits_ith(ctx, -1) (lowest id among equal "
                   "maxima); logits_all=False; stops after MAX_NEW ids or at an eog id, which is kept",

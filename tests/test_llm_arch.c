@@ -10,9 +10,11 @@
  *  - what an architecture says that the decoder does not implement is refused by name (exit 3), what
  *    contradicts itself is bad input (exit 2); GPU kinds refuse what their kernels lack. */
 #include <string.h>
+#include <unistd.h>
 
 #include "llm.h"
 #include "llm_reference.h"
+#include "llm_streams.h"
 #include "llm_test_util.h"
 #include "llm_tiny.h"
 #include "test_util.h"
@@ -165,4 +167,69 @@ Test(llm_arch, gpu_kinds_refuse_what_their_kernels_lack) {
           archs[i]);
     llm_model_close(m);
   }
+}
+
+/* ---- Gemma 3 270M (Q4_K_M: Q8_0, Q5_0, Q4_K and Q6_K matrices) against llama.cpp ---- */
+
+/* The Gemma file: $HCQ_GEMMA_GGUF, else the data folder's (hcq generate --model gemma-3-270m fetches
+ * it); skips, saying why, when it is absent. */
+static llm_model_t *gemma_model(void) {
+  char path[PATH_MAX];
+  const char *env = getenv("HCQ_GEMMA_GGUF");
+  if (env && *env) {
+    snprintf(path, sizeof(path), "%s", env);
+  } else {
+    char dir[PATH_MAX - 64];
+    llm_data_dir(dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/models/gemma-3-270m-q4_k_m.gguf", dir);
+  }
+  if (access(path, R_OK)) cr_skip_test("%s: absent (the llm_gemma_fetch test fetches it from PyPI)", path);
+  llm_model_t *m;
+  OK(llm_model_open(path, &m));
+  return m;
+}
+
+TestSuite(llm_gemma, .timeout = 280);
+
+/* llama.cpp's token at >= 95% of positions; every other a near tie (Gemma's logits run to ~25, so
+ * the bar is 0.5). */
+Test(llm_gemma, teacher_forced_on_llamacpp_streams) {
+  llm_model_t *m = gemma_model();
+  static stream_t streams[8];
+  int ns = load_streams(HCQ_GEMMA_STREAMS, streams, 8);
+  llm_decoder_t *d = decoder_on(m, HCQ_DEVICE_CPU, 1, 512, 128);
+  forced_result_t r = teacher_forced(d, streams, ns, 0.5f);
+  cr_log_info("llama.cpp's token at%s positions; largest gap where not %.3f", r.report, (double)r.worst_gap);
+  fprintf(stderr, "gemma: llama.cpp's token at%s positions (%d/%d); largest gap where not %.3f\n", r.report, r.same, r.total,
+          (double)r.worst_gap);
+  cr_assert(r.same * 100 >= 95 * r.total, "llama.cpp's token at only %d of %d positions (%s)", r.same, r.total, r.report);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
+/* Eager launches and graph replays, a prompt pass and steps: the same bits on the real file. */
+Test(llm_gemma, eager_graph_and_a_pass_agree) {
+  llm_model_t *m = gemma_model();
+  static stream_t streams[8];
+  load_streams(HCQ_GEMMA_STREAMS, streams, 8);
+  const stream_t *st = &streams[0];
+  int vocab = m->config.vocab, n = st->nprompt + 8;
+  int32_t toks[64];
+  memcpy(toks, st->prompt, (size_t)st->nprompt * 4);
+  memcpy(toks + st->nprompt, st->gen, 8 * 4);
+  float *eager = malloc((size_t)vocab * 4), *graph = malloc((size_t)vocab * 4), *pass = malloc((size_t)vocab * 4);
+  llm_decoder_t *d = decoder_on(m, HCQ_DEVICE_CPU, 1, 64, 32);
+  float *all = malloc((size_t)n * vocab * 4);
+  forced(d, toks, n, false, all);
+  memcpy(eager, all + (size_t)(n - 1) * vocab, (size_t)vocab * 4);
+  forced(d, toks, n, true, all);
+  memcpy(graph, all + (size_t)(n - 1) * vocab, (size_t)vocab * 4);
+  OK(llm_decoder_set_tokens(d, 0, toks, n));
+  OK(llm_decoder_prefill(d, 0, n, true));
+  OK(llm_decoder_logits(d, pass));
+  cr_assert(!memcmp(eager, graph, (size_t)vocab * 4), "eager and graph differ");
+  cr_assert(!memcmp(graph, pass, (size_t)vocab * 4), "a prompt pass differs from steps");
+  free(all), free(eager), free(graph), free(pass);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
 }
