@@ -238,6 +238,7 @@ static hcq_status_t parse_kv(cursor_t *c, size_t i, gguf_kv_t *kv) {
                              c->g->path, shown(kv->key, buf), (unsigned long long)kv->count, (unsigned long long)size,
                              (unsigned long long)c->pos, (unsigned long long)c->g->size);
     c->pos += kv->count * size;
+    kv->bytes = kv->count * size;
     return NULL;
   }
   /* Strings: each is at least its 8-byte length, so the count is bounded before the walk. */
@@ -250,6 +251,7 @@ static hcq_status_t parse_kv(cursor_t *c, size_t i, gguf_kv_t *kv) {
     snprintf(what, sizeof(what), "string %llu of \"%s\"", (unsigned long long)k, shown(kv->key, buf));
     if ((st = read_str(c, &s, what))) return st;
   }
+  kv->bytes = (uint64_t)(c->g->base + c->pos - kv->data);
   return NULL;
 }
 

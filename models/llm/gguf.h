@@ -66,12 +66,14 @@ typedef struct gguf_str {
 
 /* One metadata entry. For arrays, type is GGUF_ARRAY, elem_type the elements' type, count their
  * number; data points at the first element (for string arrays: the first length word). For scalars
- * data points at the value (strings: the length word). */
+ * data points at the value (strings: the length word). bytes: the size of what data points at
+ * (the values, each string with its length word). */
 typedef struct gguf_kv {
   gguf_str_t key;
   uint32_t type, elem_type;
   uint64_t count;
   const uint8_t *data;
+  uint64_t bytes;
 } gguf_kv_t;
 
 #define GGUF_MAX_DIMS 4
@@ -145,6 +147,8 @@ HCQ_MUST_USE hcq_status_t gguf_writer_add_i32_array(gguf_writer_t *w, const char
 /* Raw: any value type with its bytes as they go in the file (for tests of odd files). */
 HCQ_MUST_USE hcq_status_t gguf_writer_add_raw(gguf_writer_t *w, const char *key, uint32_t type, const void *bytes,
                                               size_t size);
+/* A copy of another file's entry (its key, type and value as they are). */
+HCQ_MUST_USE hcq_status_t gguf_writer_copy_kv(gguf_writer_t *w, const gguf_kv_t *kv);
 /* A tensor: data holds its bytes in the type's layout (ggml_block_bytes per block); copied. */
 HCQ_MUST_USE hcq_status_t gguf_writer_add_tensor(gguf_writer_t *w, const char *name, ggml_type_t type,
                                                  const uint64_t *ne, uint32_t n_dims, const void *data);

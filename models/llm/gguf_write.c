@@ -119,6 +119,16 @@ hcq_status_t gguf_writer_add_i32_array(gguf_writer_t *w, const char *key, const 
   return st;
 }
 
+hcq_status_t gguf_writer_copy_kv(gguf_writer_t *w, const gguf_kv_t *kv) {
+  char *key = strndup(kv->key.ptr, kv->key.len);
+  bytes_t b = {0};
+  bool ok = key && (kv->type != GGUF_ARRAY || (put_u32(&b, kv->elem_type) && put_u64(&b, kv->count))) &&
+            put(&b, kv->data, kv->bytes);
+  hcq_status_t st = ok ? add(w, key, kv->type, b.p, b.n) : oom();
+  free(b.p), free(key);
+  return st;
+}
+
 hcq_status_t gguf_writer_add_tensor(gguf_writer_t *w, const char *name, ggml_type_t type, const uint64_t *ne,
                                     uint32_t n_dims, const void *data) {
   if (!ggml_type_known(type) || n_dims < 1 || n_dims > GGUF_MAX_DIMS)
