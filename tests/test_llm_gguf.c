@@ -144,6 +144,16 @@ static uint64_t tensor_bytes(ggml_type_t type, const uint64_t *ne, uint32_t n_di
     case GGML_TYPE_Q4_0: return elems / 32 * 18;
     case GGML_TYPE_Q4_1: return elems / 32 * 20;
     case GGML_TYPE_Q8_0: return elems / 32 * 34;
+    case GGML_TYPE_Q5_0: return elems / 32 * 22;
+    case GGML_TYPE_Q5_1: return elems / 32 * 24;
+    case GGML_TYPE_IQ4_NL: return elems / 32 * 18;
+    case GGML_TYPE_BF16: return elems * 2;
+    case GGML_TYPE_Q2_K: return elems / 256 * 84;
+    case GGML_TYPE_Q3_K: return elems / 256 * 110;
+    case GGML_TYPE_Q4_K: return elems / 256 * 144;
+    case GGML_TYPE_Q5_K: return elems / 256 * 176;
+    case GGML_TYPE_Q6_K: return elems / 256 * 210;
+    case GGML_TYPE_IQ4_XS: return elems / 256 * 136;
   }
   cr_assert_fail("type %d", (int)type);
   return 0;
@@ -505,20 +515,23 @@ Test(llm_gguf, type_tables) {
     uint32_t type;
     const char *name;
     uint32_t block, bytes;
-  } known[] = {{0, "F32", 1, 4}, {1, "F16", 1, 2}, {2, "Q4_0", 32, 18}, {3, "Q4_1", 32, 20}, {8, "Q8_0", 32, 34}};
-  for (int i = 0; i < 5; i++) {
+  } known[] = {{0, "F32", 1, 4},        {1, "F16", 1, 2},         {2, "Q4_0", 32, 18},      {3, "Q4_1", 32, 20},
+               {6, "Q5_0", 32, 22},      {7, "Q5_1", 32, 24},      {8, "Q8_0", 32, 34},      {10, "Q2_K", 256, 84},
+               {11, "Q3_K", 256, 110},   {12, "Q4_K", 256, 144},   {13, "Q5_K", 256, 176},   {14, "Q6_K", 256, 210},
+               {20, "IQ4_NL", 32, 18},   {23, "IQ4_XS", 256, 136}, {30, "BF16", 1, 2}};
+  for (int i = 0; i < 15; i++) {
     cr_assert(ggml_type_known(known[i].type));
     cr_assert_str_eq(ggml_type_name(known[i].type), known[i].name);
     cr_assert_eq(ggml_block_elems((ggml_type_t)known[i].type), known[i].block);
     cr_assert_eq(ggml_block_bytes((ggml_type_t)known[i].type), known[i].bytes);
   }
-  cr_assert_not(ggml_type_known(14));
-  cr_assert_str_eq(ggml_type_name(14), "Q6_K");
-  cr_assert_str_eq(ggml_type_name(30), "BF16");
+  cr_assert_not(ggml_type_known(9));
+  cr_assert_str_eq(ggml_type_name(9), "Q8_1");
+  cr_assert_str_eq(ggml_type_name(16), "IQ2_XXS");
   cr_assert_null(ggml_type_name(31));
   cr_assert_null(ggml_type_name(77));
   cr_assert_null(ggml_type_name(UINT32_MAX));
-  cr_assert_eq(ggml_block_elems((ggml_type_t)14), 0u);
+  cr_assert_eq(ggml_block_elems((ggml_type_t)9), 0u);
   cr_assert_eq(ggml_block_bytes((ggml_type_t)77), 0u);
   cr_assert_str_eq(gguf_value_type_name(GGUF_UINT32), "uint32");
   cr_assert_str_eq(gguf_value_type_name(GGUF_FLOAT64), "float64");
@@ -1069,11 +1082,14 @@ Test(llm_gguf, hostile_tensor_infos) {
     one_tensor(&b, "rows", 2, (uint64_t[]){1, 32}, blocked[i], 0, 256);
     FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"rows\"", "not a multiple");
   }
+  /* superblocks of 256: a row of 288 (a multiple of 32) is not whole */
+  one_tensor(&b, "rows", 2, (uint64_t[]){288, 2}, GGML_TYPE_Q4_K, 0, 1024);
+  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"rows\"", "Q4_K", "288", "256");
   /* types this reader does not read */
-  one_tensor(&b, "k6", 2, (uint64_t[]){256, 2}, 14, 0, 512);
-  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"k6\"", "Q6_K");
-  one_tensor(&b, "bf", 1, (uint64_t[]){32}, 30, 0, 64);
-  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"bf\"", "BF16");
+  one_tensor(&b, "k8", 2, (uint64_t[]){256, 2}, 15, 0, 512);
+  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"k8\"", "Q8_K");
+  one_tensor(&b, "iq2", 1, (uint64_t[]){256}, 16, 0, 64);
+  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"iq2\"", "IQ2_XXS");
   one_tensor(&b, "t77", 1, (uint64_t[]){32}, 77, 0, 64);
   FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"t77\"", "77");
   one_tensor(&b, "tmax", 1, (uint64_t[]){32}, UINT32_MAX, 0, 64);

@@ -11,8 +11,10 @@
 #include "gpu_abi.h" /* the kernel ABI every kind follows */
 #include "model_status.h"
 
-/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA), kernels.metal (Metal). */
-extern const char llm_kernels_source[], llm_kernels_glsl_source[], llm_kernels_cuda_source[], llm_kernels_metal_source[];
+/* Embedded at build time: kernels_tiles.c then kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA),
+ * kernels.metal (Metal). */
+extern const char llm_kernels_tiles_source[], llm_kernels_source[], llm_kernels_glsl_source[], llm_kernels_cuda_source[],
+    llm_kernels_metal_source[];
 
 enum { MAX_ITEM_BUFS = 14, TILE = 8 };
 /* A work-item, for the CPU device's choice to share a launch between its threads
@@ -85,7 +87,9 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
     }
   if (m->nprograms == MAX_PROGRAMS) return hcq_status_make(HCQ_INTERNAL, "llm decoder: more than %d programs", MAX_PROGRAMS);
   size_t klen = strlen(key), elen = strlen(entry);
-  char *stored = malloc(klen + 1 + elen + 1), *src = malloc(klen + strlen(body) + 1);
+  const char *first = m->kind == HCQ_DEVICE_CPU ? llm_kernels_tiles_source : ""; /* the CPU's products */
+  size_t flen = strlen(first);
+  char *stored = malloc(klen + 1 + elen + 1), *src = malloc(klen + flen + strlen(body) + 1);
   if (!stored || !src) {
     free(stored), free(src);
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -93,7 +97,8 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
   memcpy(stored, key, klen + 1);
   memcpy(stored + klen + 1, entry, elen + 1);
   memcpy(src, key, klen);
-  strcpy(src + klen, body);
+  memcpy(src + klen, first, flen);
+  strcpy(src + klen + flen, body);
   hcq_status_t st = hcq_program_create(m->d[d].dev, entry, src, out);
   free(src);
   if (st) {

@@ -1,6 +1,6 @@
 /* Weight formats on the host: half floats, ggml's block formats (quantizing, for the models the
  * tests write, and dequantizing, for the plain C reference) and the device layouts the CPU kernels
- * read (kernels.c), into which the decoder repacks each weight matrix once when it loads.
+ * read (kernels_tiles.c), into which the decoder repacks each weight matrix once when it loads.
  *
  * ggml's blocks (ggml-common.h; d, dmin, m are half floats):
  *   BF16: the high 16 bits of a float.
