@@ -16,6 +16,7 @@
 #include "gguf.h"
 #include "llm.h"
 #include "quant.h"
+#include "support.h"
 #include "test_util.h"
 
 TestSuite(llm_gguf, .timeout = 60);
@@ -1224,6 +1225,60 @@ Test(llm_gguf, real_k_quant_file) {
   cr_assert_eq(counts[GGML_TYPE_Q8_0], 10u);
   cr_assert_eq(counts[GGML_TYPE_F32], 109u);
   gguf_close(g);
+}
+
+/* A file with one norm (F32) and one matrix of type, general.architecture arch (NULL: none). */
+static gguf_file_t *support_file(const char *arch, ggml_type_t type, uint8_t **bytes) {
+  gguf_writer_t *w;
+  OK(gguf_writer_create(&w));
+  if (arch) OK(gguf_writer_add_str(w, "general.architecture", arch));
+  uint32_t block = ggml_block_elems(type), size = ggml_block_bytes(type);
+  uint8_t *data = calloc(4 * size + 1024, 1);
+  cr_assert_not_null(data);
+  OK(gguf_writer_add_tensor(w, "blk.0.attn_norm.weight", GGML_TYPE_F32, (uint64_t[]){64}, 1, data));
+  OK(gguf_writer_add_tensor(w, "blk.0.attn_k.weight", type, (uint64_t[]){2 * block, 2}, 2, data));
+  free(data);
+  size_t n;
+  OK(gguf_writer_bytes(w, bytes, &n));
+  gguf_writer_free(w);
+  gguf_file_t *g;
+  OK(gguf_open_memory(*bytes, n, "support.gguf", &g));
+  return g;
+}
+
+Test(llm_gguf, support_check) {
+  uint8_t *bytes;
+  gguf_file_t *g = support_file("gemma3", GGML_TYPE_Q5_0, &bytes);
+  OK(llm_model_check(g, HCQ_DEVICE_CPU));
+  FAILS(llm_model_check(g, HCQ_DEVICE_VULKAN), HCQ_UNIMPLEMENTED, "support.gguf", "gemma3", "VULKAN");
+  gguf_close(g), free(bytes);
+  g = support_file("llama", GGML_TYPE_Q5_0, &bytes);
+  OK(llm_model_check(g, HCQ_DEVICE_CPU));
+  FAILS(llm_model_check(g, HCQ_DEVICE_CUDA), HCQ_UNIMPLEMENTED, "support.gguf", "tensor blk.0.attn_k.weight is Q5_0",
+        "CUDA", "F32, F16, Q4_0, Q4_1 and Q8_0");
+  gguf_close(g), free(bytes);
+  g = support_file("llama", GGML_TYPE_IQ2_XS, &bytes);
+  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_UNIMPLEMENTED, "tensor blk.0.attn_k.weight is IQ2_XS", "CPU", "IQ4_XS");
+  gguf_close(g), free(bytes);
+  g = support_file("phi3", GGML_TYPE_Q8_0, &bytes);
+  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_UNIMPLEMENTED, "architecture \"phi3\"", "llama, qwen2, qwen3 and gemma3");
+  FAILS(llm_model_check(g, HCQ_DEVICE_METAL), HCQ_UNIMPLEMENTED, "architecture \"phi3\"", "runs llama on METAL");
+  gguf_close(g), free(bytes);
+  g = support_file(NULL, GGML_TYPE_Q8_0, &bytes);
+  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_INVALID_ARGUMENT, "general.architecture is missing");
+  gguf_close(g), free(bytes);
+  /* the predicates */
+  const uint32_t cpu[] = {0, 1, 30, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23};
+  for (int i = 0; i < 15; i++) cr_assert(llm_type_supported(cpu[i], HCQ_DEVICE_CPU), "%u", cpu[i]);
+  for (uint32_t t = 0; t < 64; t++) {
+    bool on_gpu = t == 0 || t == 1 || t == 2 || t == 3 || t == 8;
+    cr_assert_eq(llm_type_supported(t, HCQ_DEVICE_VULKAN), on_gpu, "%u", t);
+  }
+  cr_assert_not(llm_type_supported(GGML_TYPE_Q8_K, HCQ_DEVICE_CPU));
+  cr_assert_not(llm_type_supported(GGML_TYPE_MXFP4, HCQ_DEVICE_CPU));
+  cr_assert(llm_architecture_supported("qwen3", HCQ_DEVICE_CPU));
+  cr_assert_not(llm_architecture_supported("qwen3", HCQ_DEVICE_VULKAN));
+  cr_assert_not(llm_architecture_supported(NULL, HCQ_DEVICE_CPU));
 }
 
 /* Two tensors of 64 bytes (F32 [16]) at the given offsets, data_bytes of data. */
