@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "fetch.h"
 #include "llm.h"
 #include "model_time.h"
 #include "tokenizer.h"
@@ -98,16 +99,10 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   return -1;
 }
 
-/* The model file: --model, else the default one, downloaded on first use. */
+/* The model file: --model's path or known name (fetch.h), else the default one; a known model is
+ * downloaded on first use. */
 static hcq_status_t model_path(const char *given, char *out, size_t size) {
-  if (given) {
-    snprintf(out, size, "%s", given);
-    return NULL;
-  }
-  hcq_status_t st = llm_default_model_path(out, size);
-  if (!st || hcq_status_code(st) != HCQ_NOT_FOUND) return st;
-  hcq_status_destroy(st);
-  return llm_fetch_default_model(stderr, out, size);
+  return llm_resolve_model(given, stderr, out, size);
 }
 
 static hcq_status_t parse_ids(const char *s, int32_t **out, size_t *n) {
