@@ -24,7 +24,7 @@ typedef struct gen_args {
 } gen_args_t;
 
 static const char k_usage[] =
-    "usage: hcq generate [--model FILE.gguf] (--prompt TEXT | --chat TEXT | --prompt-ids 1,2,3) [--steps N] "
+    "usage: hcq generate [--model FILE|NAME] (--prompt TEXT | --chat TEXT | --prompt-ids 1,2,3) [--steps N] "
     "[--ignore-eos] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--device KIND] [--devices 1|2] "
     "[--ranks 1|2] [--eager] [--bench] [--json]";
 
@@ -495,7 +495,7 @@ int cli_tokenize(int argc, char **argv) {
       if (i + 1 < argc) text = argv[++i];
       if (i + 1 < argc) return cli_usage_error("tokenize: one TEXT");
     } else if (!strncmp(o, "--", 2)) {
-      return cli_usage_error("tokenize: unknown option \"%s\" (usage: hcq tokenize [--model FILE.gguf] [--json] "
+      return cli_usage_error("tokenize: unknown option \"%s\" (usage: hcq tokenize [--model FILE|NAME] [--json] "
                              "[--no-special] TEXT | --decode 1,2,3)", o);
     } else if (text) {
       return cli_usage_error("tokenize: one TEXT (quote it)");

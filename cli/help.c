@@ -192,7 +192,7 @@ static const help_t k_help[] = {
      "                      host_us_per_token_graph, identical and more\n"
      "  -h, --help          print this text\n"},
     {"generate",
-     "usage: hcq generate [--model FILE.gguf] (--prompt TEXT | --chat TEXT |\n"
+     "usage: hcq generate [--model FILE|NAME] (--prompt TEXT | --chat TEXT |\n"
      "                    --prompt-ids 1,2,3) [--steps N] [--ignore-eos]\n"
      "                    [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
      "                    [--device KIND] [--devices 1|2] [--ranks 1|2] [--ctx N]\n"
@@ -291,8 +291,8 @@ static const help_t k_help[] = {
      "format the kind does not load; 3 for a compile error (with the compiler's\n"
      "log) or a compiler that is missing.\n"},
     {"tokenize",
-     "usage: hcq tokenize [--model FILE.gguf] [--json] [--no-special] TEXT\n"
-     "       hcq tokenize [--model FILE.gguf] [--json] --decode 1,2,3\n"
+     "usage: hcq tokenize [--model FILE|NAME] [--json] [--no-special] TEXT\n"
+     "       hcq tokenize [--model FILE|NAME] [--json] --decode 1,2,3\n"
      "\n"
      "Prints the model's token ids for TEXT, separated by spaces, or with --decode\n"
      "the text of the ids. The tokenizer is the model's own, from the GGUF metadata\n"
