@@ -47,18 +47,23 @@ tsan: deps
 	$(call cmake_build,build-tsan,-DHCQ_SANITIZE=thread -DHCQ_BUILD_BENCH=OFF)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp ctest --test-dir build-tsan --output-on-failure
 
-# make fuzz: libFuzzer on the graph-file loader, seeded from examples/, for FUZZ_SECONDS (60).
+# make fuzz: libFuzzer on the graph-file loader (seeded from examples/), then on the GGUF reader and
+# the tokenizers (seeded by gguf_seeds), each for FUZZ_SECONDS (60).
 FUZZ_SECONDS ?= 60
 fuzz:
 	@HCQ_DEPS_FUZZ=1 scripts/install-deps.sh
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHCQ_FUZZ=ON -DHCQ_BUILD_TESTS=OFF -DHCQ_BUILD_BENCH=OFF >/dev/null
-	cmake --build build-fuzz -j $(NPROC) --target graphfile_fuzz
-	mkdir -p build-fuzz/corpus build-fuzz/artifacts
+	cmake --build build-fuzz -j $(NPROC) --target graphfile_fuzz gguf_fuzz gguf_seeds
+	mkdir -p build-fuzz/corpus build-fuzz/artifacts build-fuzz/gguf-corpus build-fuzz/gguf-artifacts
 	cp examples/*.json build-fuzz/corpus/
 	HCQ_CACHE_DIR=$(CURDIR)/build-fuzz/kernel-cache HCQ_FUZZ_BASE_DIR=$(CURDIR)/examples ASAN_OPTIONS=detect_leaks=1 \
 	  build-fuzz/fuzz/graphfile_fuzz \
 	  -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
 	  -dict=fuzz/graphfile.dict -artifact_prefix=build-fuzz/artifacts/ build-fuzz/corpus
+	build-fuzz/fuzz/gguf_seeds build-fuzz/gguf-corpus
+	ASAN_OPTIONS=detect_leaks=1 build-fuzz/fuzz/gguf_fuzz \
+	  -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=4096 -max_len=8192 -print_final_stats=1 \
+	  -dict=fuzz/gguf.dict -artifact_prefix=build-fuzz/gguf-artifacts/ build-fuzz/gguf-corpus
 
 # make bench: the benchmark table (bench/run.sh); BENCH_ARGS=--json for JSON, --plot FILE for a plot.
 bench:

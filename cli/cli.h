@@ -81,5 +81,6 @@ int cli_demo(int argc, char **argv);
 int cli_embed(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
+int cli_inspect(int argc, char **argv); /* cli/inspect.c */
 
 #endif

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "fetch.h"
 #include "llm.h"
 #include "model_time.h"
 #include "tokenizer.h"
@@ -23,7 +24,7 @@ typedef struct gen_args {
 } gen_args_t;
 
 static const char k_usage[] =
-    "usage: hcq generate [--model FILE.gguf] (--prompt TEXT | --chat TEXT | --prompt-ids 1,2,3) [--steps N] "
+    "usage: hcq generate [--model FILE|NAME] (--prompt TEXT | --chat TEXT | --prompt-ids 1,2,3) [--steps N] "
     "[--ignore-eos] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--device KIND] [--devices 1|2] "
     "[--ranks 1|2] [--eager] [--bench] [--json]";
 
@@ -98,16 +99,10 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   return -1;
 }
 
-/* The model file: --model, else the default one, downloaded on first use. */
+/* The model file: --model's path or known name (fetch.h), else the default one; a known model is
+ * downloaded on first use. */
 static hcq_status_t model_path(const char *given, char *out, size_t size) {
-  if (given) {
-    snprintf(out, size, "%s", given);
-    return NULL;
-  }
-  hcq_status_t st = llm_default_model_path(out, size);
-  if (!st || hcq_status_code(st) != HCQ_NOT_FOUND) return st;
-  hcq_status_destroy(st);
-  return llm_fetch_default_model(stderr, out, size);
+  return llm_resolve_model(given, stderr, out, size);
 }
 
 static hcq_status_t parse_ids(const char *s, int32_t **out, size_t *n) {
@@ -500,7 +495,7 @@ int cli_tokenize(int argc, char **argv) {
       if (i + 1 < argc) text = argv[++i];
       if (i + 1 < argc) return cli_usage_error("tokenize: one TEXT");
     } else if (!strncmp(o, "--", 2)) {
-      return cli_usage_error("tokenize: unknown option \"%s\" (usage: hcq tokenize [--model FILE.gguf] [--json] "
+      return cli_usage_error("tokenize: unknown option \"%s\" (usage: hcq tokenize [--model FILE|NAME] [--json] "
                              "[--no-special] TEXT | --decode 1,2,3)", o);
     } else if (text) {
       return cli_usage_error("tokenize: one TEXT (quote it)");

@@ -17,6 +17,7 @@
 
 #include "gguf.h"
 #include "quant.h"
+#include "support.h"
 
 static inline bool llm_requant_super(ggml_type_t t) { return ggml_block_elems(t) == 256; }
 
@@ -32,7 +33,7 @@ static inline bool llm_requant_type(const char *recipe, const char *name, uint64
   }
   for (uint32_t i = 0; i < 64; i++) {
     const char *n = ggml_type_name(i);
-    if (n && !strcmp(n, recipe) && ggml_type_known(i) && llm_weight_type_runs((ggml_type_t)i)) {
+    if (n && !strcmp(n, recipe) && ggml_type_known(i) && llm_type_supported(i, HCQ_DEVICE_CPU)) {
       t = (ggml_type_t)i;
       if (ne0 % ggml_block_elems(t)) t = GGML_TYPE_Q8_0;
       *out = t;

@@ -16,6 +16,7 @@
 #include "gguf.h"
 #include "llm.h"
 #include "quant.h"
+#include "support.h"
 #include "test_util.h"
 
 TestSuite(llm_gguf, .timeout = 60);
@@ -145,15 +146,9 @@ static uint64_t tensor_bytes(ggml_type_t type, const uint64_t *ne, uint32_t n_di
     case GGML_TYPE_Q4_1: return elems / 32 * 20;
     case GGML_TYPE_Q8_0: return elems / 32 * 34;
     case GGML_TYPE_Q5_0: return elems / 32 * 22;
-    case GGML_TYPE_Q5_1: return elems / 32 * 24;
-    case GGML_TYPE_IQ4_NL: return elems / 32 * 18;
-    case GGML_TYPE_BF16: return elems * 2;
-    case GGML_TYPE_Q2_K: return elems / 256 * 84;
-    case GGML_TYPE_Q3_K: return elems / 256 * 110;
     case GGML_TYPE_Q4_K: return elems / 256 * 144;
-    case GGML_TYPE_Q5_K: return elems / 256 * 176;
     case GGML_TYPE_Q6_K: return elems / 256 * 210;
-    case GGML_TYPE_IQ4_XS: return elems / 256 * 136;
+    default: break;
   }
   cr_assert_fail("type %d", (int)type);
   return 0;
@@ -510,28 +505,76 @@ Test(llm_gguf, writer_refuses_bad_arguments) {
   gguf_writer_free(w);
 }
 
+/* ggml's types with their blocks, written from ggml-common.h's block structs (QK_K = 256, a half is
+ * 2 bytes) rather than from gguf.h's table. */
+static const struct {
+  uint32_t type;
+  const char *name;
+  uint32_t block, bytes;
+} k_ggml_types[] = {
+    {0, "F32", 1, 4},
+    {1, "F16", 1, 2},
+    {2, "Q4_0", 32, 2 + 16},            /* d, 32 nibbles */
+    {3, "Q4_1", 32, 2 + 2 + 16},        /* d, m, nibbles */
+    {6, "Q5_0", 32, 2 + 4 + 16},        /* d, qh, nibbles */
+    {7, "Q5_1", 32, 2 + 2 + 4 + 16},    /* d, m, qh, nibbles */
+    {8, "Q8_0", 32, 2 + 32},            /* d, bytes */
+    {9, "Q8_1", 32, 2 + 2 + 32},        /* d, s, bytes */
+    {10, "Q2_K", 256, 16 + 64 + 2 + 2}, /* scales, 2-bit quants, d, dmin */
+    {11, "Q3_K", 256, 32 + 64 + 12 + 2}, /* hmask, quants, scales, d */
+    {12, "Q4_K", 256, 2 + 2 + 12 + 128},
+    {13, "Q5_K", 256, 2 + 2 + 12 + 32 + 128},
+    {14, "Q6_K", 256, 128 + 64 + 16 + 2}, /* ql, qh, scales, d */
+    {15, "Q8_K", 256, 4 + 256 + 32},      /* float d, quants, 16 int16 sums */
+    {16, "IQ2_XXS", 256, 2 + 64},
+    {17, "IQ2_XS", 256, 2 + 64 + 8},
+    {18, "IQ3_XXS", 256, 2 + 96},
+    {19, "IQ1_S", 256, 2 + 32 + 16},
+    {20, "IQ4_NL", 32, 2 + 16},
+    {21, "IQ3_S", 256, 2 + 64 + 8 + 32 + 4},
+    {22, "IQ2_S", 256, 2 + 64 + 8 + 8},
+    {23, "IQ4_XS", 256, 2 + 2 + 4 + 128},
+    {24, "I8", 1, 1},
+    {25, "I16", 1, 2},
+    {26, "I32", 1, 4},
+    {27, "I64", 1, 8},
+    {28, "F64", 1, 8},
+    {29, "IQ1_M", 256, 32 + 16 + 8},
+    {30, "BF16", 1, 2},
+    {34, "TQ1_0", 256, 48 + 4 + 2},
+    {35, "TQ2_0", 256, 64 + 2},
+    {39, "MXFP4", 32, 1 + 16},
+};
+
 Test(llm_gguf, type_tables) {
-  const struct {
-    uint32_t type;
-    const char *name;
-    uint32_t block, bytes;
-  } known[] = {{0, "F32", 1, 4},        {1, "F16", 1, 2},         {2, "Q4_0", 32, 18},      {3, "Q4_1", 32, 20},
-               {6, "Q5_0", 32, 22},      {7, "Q5_1", 32, 24},      {8, "Q8_0", 32, 34},      {10, "Q2_K", 256, 84},
-               {11, "Q3_K", 256, 110},   {12, "Q4_K", 256, 144},   {13, "Q5_K", 256, 176},   {14, "Q6_K", 256, 210},
-               {20, "IQ4_NL", 32, 18},   {23, "IQ4_XS", 256, 136}, {30, "BF16", 1, 2}};
-  for (int i = 0; i < 15; i++) {
-    cr_assert(ggml_type_known(known[i].type));
-    cr_assert_str_eq(ggml_type_name(known[i].type), known[i].name);
-    cr_assert_eq(ggml_block_elems((ggml_type_t)known[i].type), known[i].block);
-    cr_assert_eq(ggml_block_bytes((ggml_type_t)known[i].type), known[i].bytes);
+  size_t n = sizeof(k_ggml_types) / sizeof(k_ggml_types[0]);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t t = k_ggml_types[i].type;
+    cr_assert(ggml_type_known(t), "type %u", t);
+    cr_assert_not(ggml_type_removed(t));
+    cr_assert_str_eq(ggml_type_name(t), k_ggml_types[i].name);
+    cr_assert_eq(ggml_block_elems((ggml_type_t)t), k_ggml_types[i].block, "%s", k_ggml_types[i].name);
+    cr_assert_eq(ggml_block_bytes((ggml_type_t)t), k_ggml_types[i].bytes, "%s", k_ggml_types[i].name);
+    cr_assert_eq(ggml_type_quantized(t), k_ggml_types[i].block > 1, "%s", k_ggml_types[i].name);
   }
-  cr_assert_not(ggml_type_known(9));
-  cr_assert_str_eq(ggml_type_name(9), "Q8_1");
-  cr_assert_str_eq(ggml_type_name(16), "IQ2_XXS");
-  cr_assert_null(ggml_type_name(31));
+  /* every other number below 64: removed (with its old name) or not a type at all */
+  const uint32_t removed[] = {4, 5, 31, 32, 33, 36, 37, 38};
+  const char *removed_names[] = {"Q4_2", "Q4_3", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8"};
+  for (int i = 0; i < 8; i++) {
+    cr_assert_not(ggml_type_known(removed[i]));
+    cr_assert(ggml_type_removed(removed[i]));
+    cr_assert_str_eq(ggml_type_name(removed[i]), removed_names[i]);
+    cr_assert_eq(ggml_block_bytes((ggml_type_t)removed[i]), 0u);
+  }
+  size_t known = 0;
+  for (uint32_t t = 0; t < 64; t++) known += ggml_type_known(t);
+  cr_assert_eq(known, n);
+  cr_assert_not(ggml_type_known(40));
+  cr_assert_null(ggml_type_name(40));
   cr_assert_null(ggml_type_name(77));
   cr_assert_null(ggml_type_name(UINT32_MAX));
-  cr_assert_eq(ggml_block_elems((ggml_type_t)9), 0u);
+  cr_assert_not(ggml_type_quantized(77));
+  cr_assert_eq(ggml_block_elems((ggml_type_t)77), 0u);
   cr_assert_eq(ggml_block_bytes((ggml_type_t)77), 0u);
   cr_assert_str_eq(gguf_value_type_name(GGUF_UINT32), "uint32");
   cr_assert_str_eq(gguf_value_type_name(GGUF_FLOAT64), "float64");
@@ -1082,18 +1125,26 @@ Test(llm_gguf, hostile_tensor_infos) {
     one_tensor(&b, "rows", 2, (uint64_t[]){1, 32}, blocked[i], 0, 256);
     FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"rows\"", "not a multiple");
   }
-  /* superblocks of 256: a row of 288 (a multiple of 32) is not whole */
-  one_tensor(&b, "rows", 2, (uint64_t[]){288, 2}, GGML_TYPE_Q4_K, 0, 1024);
-  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"rows\"", "Q4_K", "288", "256");
-  /* types this reader does not read */
-  one_tensor(&b, "k8", 2, (uint64_t[]){256, 2}, 15, 0, 512);
-  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"k8\"", "Q8_K");
-  one_tensor(&b, "iq2", 1, (uint64_t[]){256}, 16, 0, 64);
-  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"iq2\"", "IQ2_XXS");
-  one_tensor(&b, "t77", 1, (uint64_t[]){32}, 77, 0, 64);
-  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"t77\"", "77");
-  one_tensor(&b, "tmax", 1, (uint64_t[]){32}, UINT32_MAX, 0, 64);
-  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"tmax\"", "4294967295");
+  /* every ggml type is sized: Q6_K [256, 2] is 420 bytes, BF16 [32] 64 */
+  one_tensor(&b, "k6", 2, (uint64_t[]){256, 2}, GGML_TYPE_Q6_K, 0, 420);
+  OK(try_open(&b));
+  one_tensor(&b, "bf", 1, (uint64_t[]){32}, GGML_TYPE_BF16, 0, 64);
+  OK(try_open(&b));
+  /* removed numbers, and numbers that never were types */
+  const uint32_t removed[] = {4, 5, 31, 33, 36, 38};
+  for (int i = 0; i < 6; i++) {
+    one_tensor(&b, "old", 1, (uint64_t[]){256}, removed[i], 0, 512);
+    char num[16];
+    snprintf(num, sizeof(num), "type %u", removed[i]);
+    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"old\"", num, ggml_type_name(removed[i]), "removed");
+  }
+  const uint32_t unknown[] = {40, 77, 200, UINT32_MAX};
+  for (int i = 0; i < 4; i++) {
+    one_tensor(&b, "t", 1, (uint64_t[]){32}, unknown[i], 0, 64);
+    char num[32];
+    snprintf(num, sizeof(num), "type %u", unknown[i]);
+    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"t\"", num, "not a ggml type");
+  }
   /* names: empty, with a NUL byte */
   one_tensor(&b, "", 1, (uint64_t[]){4}, GGML_TYPE_F32, 0, 16);
   FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "tensor 0", "empty name");
@@ -1107,6 +1158,128 @@ Test(llm_gguf, hostile_tensor_infos) {
   put_data(&b, 32, 16);
   FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "tensor 0", "NUL", "ab\\x00cd");
   free(b.p);
+}
+
+/* The types the reader learned beyond F32..Q8_0: every one sized from its block, a tensor cut short
+ * by one byte refused, rows that are not whole blocks refused, counts whose bytes pass the end. */
+Test(llm_gguf, hostile_block_types) {
+  limit_memory();
+  buf_t b = {0};
+  size_t n = sizeof(k_ggml_types) / sizeof(k_ggml_types[0]);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t t = k_ggml_types[i].type, block = k_ggml_types[i].block, bytes = k_ggml_types[i].bytes;
+    const char *name = k_ggml_types[i].name;
+    /* 3 rows of 2 blocks: exactly 6 blocks of data opens, one byte less does not */
+    one_tensor(&b, "w", 2, (uint64_t[]){2 * block, 3}, t, 0, 6 * bytes);
+    OK(try_open(&b));
+    one_tensor(&b, "w", 2, (uint64_t[]){2 * block, 3}, t, 0, 6 * bytes - 1);
+    char size[32];
+    snprintf(size, sizeof(size), "(%u bytes", 6 * bytes);
+    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"w\"", size, "past the end");
+    /* far more rows than the file holds */
+    one_tensor(&b, "w", 2, (uint64_t[]){block, 1ull << 40}, t, 0, 4 * bytes);
+    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"w\"", "past the end");
+    /* counts whose byte count passes 2^63 */
+    one_tensor(&b, "w", 3, (uint64_t[]){block, 1ull << 31, 1ull << 31}, t, 0, 64);
+    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"w\"");
+    if (block == 1) continue;
+    /* a row that is not whole blocks: Q4_K of 100 columns, Q4_0 of 48 */
+    uint64_t cols = block == 256 ? 100 : 48;
+    one_tensor(&b, "rows", 2, (uint64_t[]){cols, 4}, t, 0, 4 * bytes);
+    char what[64];
+    snprintf(what, sizeof(what), "rows of %llu elements", (unsigned long long)cols);
+    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"rows\"", name, what, block == 256 ? "block of 256" : "block of 32");
+  }
+  /* a K-quant tensor whose data ends inside its last super-block */
+  one_tensor(&b, "blk.0.ffn_down.weight", 2, (uint64_t[]){512, 4}, GGML_TYPE_Q4_K, 0, 8 * 144 - 100);
+  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"blk.0.ffn_down.weight\"", "1152 bytes", "past the end");
+  free(b.p);
+}
+
+/* A real file with K-quants (Gemma 3 270M, Q4_K_M: Q5_0, Q4_K, Q6_K, Q8_0 and F32 tensors): every
+ * tensor sized from its block, so the last one ends where the file does. */
+Test(llm_gguf, real_k_quant_file) {
+  const char *path = getenv("HCQ_GEMMA_MODEL");
+  path = path && *path ? path : "/work/gemma/gemma-3-270m-q4_k_m.gguf";
+  if (access(path, R_OK)) cr_skip_test("no Gemma 3 270M file at %s (HCQ_GEMMA_MODEL names one)", path);
+  gguf_file_t *g;
+  OK(gguf_open(path, &g));
+  uint64_t end = 0;
+  size_t counts[64] = {0};
+  for (size_t i = 0; i < gguf_tensor_count(g); i++) {
+    const gguf_tensor_t *t = gguf_tensor_at(g, i);
+    cr_assert_lt((uint32_t)t->type, 64u);
+    counts[t->type]++;
+    if (t->offset + t->bytes > end) end = t->offset + t->bytes;
+  }
+  /* what is before the data section: the header, metadata (the tokenizer's 262144 tokens) and infos,
+   * padded to the alignment; a block size wrong by one byte would move the end by thousands */
+  uint64_t head = gguf_file_size(g) - end;
+  cr_assert_eq(head % gguf_alignment(g), 0u, "the data ends %llu bytes before the file does", (unsigned long long)head);
+  cr_assert_lt(head, 8u << 20);
+  cr_assert_eq(gguf_file_size(g), 253113024u);
+  cr_assert_eq(gguf_tensor_count(g), 236u);
+  cr_assert_eq(counts[GGML_TYPE_Q5_0], 81u);
+  cr_assert_eq(counts[GGML_TYPE_Q4_K], 27u);
+  cr_assert_eq(counts[GGML_TYPE_Q6_K], 9u);
+  cr_assert_eq(counts[GGML_TYPE_Q8_0], 10u);
+  cr_assert_eq(counts[GGML_TYPE_F32], 109u);
+  gguf_close(g);
+}
+
+/* A file with one norm (F32) and one matrix of type, general.architecture arch (NULL: none). */
+static gguf_file_t *support_file(const char *arch, ggml_type_t type, uint8_t **bytes) {
+  gguf_writer_t *w;
+  OK(gguf_writer_create(&w));
+  if (arch) OK(gguf_writer_add_str(w, "general.architecture", arch));
+  uint32_t block = ggml_block_elems(type), size = ggml_block_bytes(type);
+  uint8_t *data = calloc(4 * size + 1024, 1);
+  cr_assert_not_null(data);
+  OK(gguf_writer_add_tensor(w, "blk.0.attn_norm.weight", GGML_TYPE_F32, (uint64_t[]){64}, 1, data));
+  OK(gguf_writer_add_tensor(w, "blk.0.attn_k.weight", type, (uint64_t[]){2 * block, 2}, 2, data));
+  free(data);
+  size_t n;
+  OK(gguf_writer_bytes(w, bytes, &n));
+  gguf_writer_free(w);
+  gguf_file_t *g;
+  OK(gguf_open_memory(*bytes, n, "support.gguf", &g));
+  return g;
+}
+
+Test(llm_gguf, support_check) {
+  uint8_t *bytes;
+  gguf_file_t *g = support_file("gemma3", GGML_TYPE_Q5_0, &bytes);
+  OK(llm_model_check(g, HCQ_DEVICE_CPU));
+  FAILS(llm_model_check(g, HCQ_DEVICE_VULKAN), HCQ_UNIMPLEMENTED, "support.gguf", "gemma3", "VULKAN");
+  gguf_close(g), free(bytes);
+  g = support_file("llama", GGML_TYPE_Q6_K, &bytes);
+  OK(llm_model_check(g, HCQ_DEVICE_CPU));
+  FAILS(llm_model_check(g, HCQ_DEVICE_CUDA), HCQ_UNIMPLEMENTED, "support.gguf", "tensor blk.0.attn_k.weight is Q6_K",
+        "CUDA", "F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL and BF16");
+  gguf_close(g), free(bytes);
+  g = support_file("llama", GGML_TYPE_IQ2_XS, &bytes);
+  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_UNIMPLEMENTED, "tensor blk.0.attn_k.weight is IQ2_XS", "CPU", "IQ4_XS");
+  gguf_close(g), free(bytes);
+  g = support_file("phi3", GGML_TYPE_Q8_0, &bytes);
+  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_UNIMPLEMENTED, "architecture \"phi3\"", "llama, qwen2, qwen3 and gemma3");
+  FAILS(llm_model_check(g, HCQ_DEVICE_METAL), HCQ_UNIMPLEMENTED, "architecture \"phi3\"", "runs llama on METAL");
+  gguf_close(g), free(bytes);
+  g = support_file(NULL, GGML_TYPE_Q8_0, &bytes);
+  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_INVALID_ARGUMENT, "general.architecture is missing");
+  gguf_close(g), free(bytes);
+  /* the predicates */
+  const uint32_t cpu[] = {0, 1, 30, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23};
+  for (int i = 0; i < 15; i++) cr_assert(llm_type_supported(cpu[i], HCQ_DEVICE_CPU), "%u", cpu[i]);
+  for (uint32_t t = 0; t < 64; t++) {
+    /* the GPU layouts: the float ones, Q4 and Q8 blocks (Q5_0, IQ4_NL: exact as Q8_0; BF16 as F32) */
+    bool on_gpu = t == 0 || t == 1 || t == 2 || t == 3 || t == 6 || t == 8 || t == 20 || t == 30;
+    cr_assert_eq(llm_type_supported(t, HCQ_DEVICE_VULKAN), on_gpu, "%u", t);
+  }
+  cr_assert_not(llm_type_supported(GGML_TYPE_Q8_K, HCQ_DEVICE_CPU));
+  cr_assert_not(llm_type_supported(GGML_TYPE_MXFP4, HCQ_DEVICE_CPU));
+  cr_assert(llm_architecture_supported("qwen3", HCQ_DEVICE_CPU));
+  cr_assert_not(llm_architecture_supported("qwen3", HCQ_DEVICE_VULKAN));
+  cr_assert_not(llm_architecture_supported(NULL, HCQ_DEVICE_CPU));
 }
 
 /* Two tensors of 64 bytes (F32 [16]) at the given offsets, data_bytes of data. */

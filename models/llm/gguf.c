@@ -82,14 +82,22 @@ bool ggml_type_known(uint32_t type) {
   }
 }
 
-/* Names of ggml types this reader does not read, for messages (ggml's numbering). */
-static const char *const k_other_types[] = {
-    [4] = "Q4_2 (removed)", [5] = "Q4_3 (removed)", [6] = "Q5_0",    [7] = "Q5_1",   [9] = "Q8_1",    [10] = "Q2_K",
-    [11] = "Q3_K",          [12] = "Q4_K",          [13] = "Q5_K",    [14] = "Q6_K",  [15] = "Q8_K",   [16] = "IQ2_XXS",
-    [17] = "IQ2_XS",        [18] = "IQ3_XXS",       [19] = "IQ1_S",   [20] = "IQ4_NL", [21] = "IQ3_S", [22] = "IQ2_S",
-    [23] = "IQ4_XS",        [24] = "I8",            [25] = "I16",     [26] = "I32",    [27] = "I64",    [28] = "F64",
-    [29] = "IQ1_M",         [30] = "BF16",          [34] = "TQ1_0",   [35] = "TQ2_0",  [39] = "MXFP4",
-};
+/* The numbers ggml has dropped, with their old names, for messages. */
+static const char *removed_type_name(uint32_t type) {
+  switch (type) {
+    case 4: return "Q4_2";
+    case 5: return "Q4_3";
+    case 31: return "Q4_0_4_4";
+    case 32: return "Q4_0_4_8";
+    case 33: return "Q4_0_8_8";
+    case 36: return "IQ4_NL_4_4";
+    case 37: return "IQ4_NL_4_8";
+    case 38: return "IQ4_NL_8_8";
+    default: return NULL;
+  }
+}
+
+bool ggml_type_removed(uint32_t type) { return removed_type_name(type) != NULL; }
 
 const char *ggml_type_name(uint32_t type) {
   switch (type) {
@@ -97,9 +105,13 @@ const char *ggml_type_name(uint32_t type) {
   case value: return text;
     GGML_TYPES(GGML_NAME)
 #undef GGML_NAME
-    default: break;
+    default: return removed_type_name(type);
   }
-  return type < sizeof(k_other_types) / sizeof(k_other_types[0]) ? k_other_types[type] : NULL;
+}
+
+bool ggml_type_quantized(uint32_t type) {
+  /* Blocks of one element are plain numbers; every block type carries a scale. */
+  return ggml_type_known(type) && ggml_block_elems((ggml_type_t)type) > 1;
 }
 
 uint32_t ggml_block_elems(ggml_type_t type) {
@@ -298,10 +310,12 @@ static hcq_status_t parse_tensor(cursor_t *c, size_t i, gguf_tensor_t *t, gguf_s
   snprintf(what, sizeof(what), "the type of tensor \"%s\"", n);
   if ((st = read_u32(c, &type, what))) return st;
   if (!ggml_type_known(type)) {
-    const char *tn = ggml_type_name(type);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "%s: tensor \"%s\" has type %s%s%u, which hcq does not read (it reads F32, F16, Q4_0, Q4_1 and Q8_0)",
-                           c->g->path, n, tn ? tn : "", tn ? " = " : "", type);
+    if (ggml_type_removed(type))
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "%s: tensor \"%s\" has type %u (%s), which ggml has removed: no GGUF reader reads it",
+                             c->g->path, n, type, ggml_type_name(type));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" has type %u, which is not a ggml type", c->g->path, n,
+                           type);
   }
   t->type = (ggml_type_t)type;
   uint32_t block = ggml_block_elems(t->type), bytes = ggml_block_bytes(t->type);

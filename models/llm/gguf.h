@@ -38,22 +38,36 @@ typedef enum gguf_value_type {
 } gguf_value_type_t;
 const char *gguf_value_type_name(uint32_t type); /* "uint32"; "type 77" style text for unknown ones */
 
-/* The tensor types this reader accepts (ggml's numbering). Others are refused by gguf_open, naming
- * the type and the tensor. */
-#define GGML_TYPES(X)                                                                                   \
-  X(F32, 0, "F32", 1, 4) X(F16, 1, "F16", 1, 2) X(Q4_0, 2, "Q4_0", 32, 18) X(Q4_1, 3, "Q4_1", 32, 20)    \
-  X(Q5_0, 6, "Q5_0", 32, 22) X(Q5_1, 7, "Q5_1", 32, 24) X(Q8_0, 8, "Q8_0", 32, 34)                       \
-  X(Q2_K, 10, "Q2_K", 256, 84) X(Q3_K, 11, "Q3_K", 256, 110) X(Q4_K, 12, "Q4_K", 256, 144)               \
-  X(Q5_K, 13, "Q5_K", 256, 176) X(Q6_K, 14, "Q6_K", 256, 210) X(IQ4_NL, 20, "IQ4_NL", 32, 18)            \
-  X(IQ4_XS, 23, "IQ4_XS", 256, 136) X(BF16, 30, "BF16", 1, 2)
+/* Every tensor type of ggml's numbering, with its block: elements per block and bytes per block
+ * (ggml's type_traits; F32 is a block of 1 element of 4 bytes, Q4_K 256 elements in 144 bytes). The
+ * reader sizes and places a tensor of any of them; which ones the kernels read is support.h's
+ * question. Numbers 4, 5, 31-33 and 36-38 were ggml types once and are gone from GGUF files
+ * (ggml_type_removed); any other number is not a ggml type. */
+#define GGML_TYPES(X)                                                                                       \
+  X(F32, 0, "F32", 1, 4) X(F16, 1, "F16", 1, 2) X(Q4_0, 2, "Q4_0", 32, 18) X(Q4_1, 3, "Q4_1", 32, 20)         \
+  X(Q5_0, 6, "Q5_0", 32, 22) X(Q5_1, 7, "Q5_1", 32, 24) X(Q8_0, 8, "Q8_0", 32, 34) X(Q8_1, 9, "Q8_1", 32, 36) \
+  X(Q2_K, 10, "Q2_K", 256, 84) X(Q3_K, 11, "Q3_K", 256, 110) X(Q4_K, 12, "Q4_K", 256, 144)                   \
+  X(Q5_K, 13, "Q5_K", 256, 176) X(Q6_K, 14, "Q6_K", 256, 210) X(Q8_K, 15, "Q8_K", 256, 292)                  \
+  X(IQ2_XXS, 16, "IQ2_XXS", 256, 66) X(IQ2_XS, 17, "IQ2_XS", 256, 74) X(IQ3_XXS, 18, "IQ3_XXS", 256, 98)     \
+  X(IQ1_S, 19, "IQ1_S", 256, 50) X(IQ4_NL, 20, "IQ4_NL", 32, 18) X(IQ3_S, 21, "IQ3_S", 256, 110)             \
+  X(IQ2_S, 22, "IQ2_S", 256, 82) X(IQ4_XS, 23, "IQ4_XS", 256, 136) X(I8, 24, "I8", 1, 1)                     \
+  X(I16, 25, "I16", 1, 2) X(I32, 26, "I32", 1, 4) X(I64, 27, "I64", 1, 8) X(F64, 28, "F64", 1, 8)            \
+  X(IQ1_M, 29, "IQ1_M", 256, 56) X(BF16, 30, "BF16", 1, 2) X(TQ1_0, 34, "TQ1_0", 256, 54)                    \
+  X(TQ2_0, 35, "TQ2_0", 256, 66) X(MXFP4, 39, "MXFP4", 32, 17)
 typedef enum ggml_type {
 #define GGML_TYPE_ENUM(name, value, text, block, bytes) GGML_TYPE_##name = value,
   GGML_TYPES(GGML_TYPE_ENUM)
 #undef GGML_TYPE_ENUM
 } ggml_type_t;
-/* "Q4_1"; for types this reader does not know, ggml's name when it has one ("Q6_K"), else NULL. */
+/* "Q4_1"; for a removed number its old name ("Q4_2"), else NULL. */
 const char *ggml_type_name(uint32_t type);
+/* A type of the table above: gguf_open sizes its tensors. */
 bool ggml_type_known(uint32_t type);
+/* 4, 5, 31-33, 36-38: ggml's types once, refused by every GGUF reader today. */
+bool ggml_type_removed(uint32_t type);
+/* A type stored in blocks of several elements with scales (Q4_0, Q4_K, IQ4_XS, MXFP4, ...), as
+ * against plain numbers (F32, F16, BF16, F64, I8..I64). false for an unknown type. */
+bool ggml_type_quantized(uint32_t type);
 /* Elements per block and bytes per block (1 and 4 for F32). 0 for an unknown type. */
 uint32_t ggml_block_elems(ggml_type_t type);
 uint32_t ggml_block_bytes(ggml_type_t type);
@@ -90,7 +104,7 @@ typedef struct gguf_tensor {
 typedef struct gguf_file gguf_file_t;
 
 /* Maps and validates path: header, every metadata entry (strings and arrays within the file, known
- * types, no duplicate keys), every tensor info (known type, 1..4 dims each >= 1, ne[0] a multiple
+ * types, no duplicate keys), every tensor info (a ggml type of GGML_TYPES, 1..4 dims each >= 1, ne[0] a multiple
  * of the type's block, element and byte counts that do not overflow, offsets aligned, data inside
  * the file, no two tensors overlapping, no duplicate names) and general.alignment (a uint32 power of
  * two). The file stays mapped until gguf_close. */

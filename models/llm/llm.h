@@ -85,7 +85,7 @@ typedef struct llm_model {
 /* Opens path and checks that it is a model this decoder runs: general.architecture llama, qwen2,
  * qwen3 or gemma3; the dimensions and every hyperparameter from "<arch>." keys (head count dividing
  * the width, KV heads dividing the heads, an even rotary width); every tensor present with the shape
- * they imply, of a type the kernels read (llm_weight_type_runs; norms and biases F32 or F16), and no
+ * they imply, of a type the CPU kernels read (support.h; norms and biases F32, F16 or BF16), and no
  * tensor the decoder would ignore. A key or tensor that changes the math and is not implemented
  * (rope scaling, experts, logit soft-capping, non-causal attention) is UNIMPLEMENTED naming it;
  * so is a weight type the kernels lack (naming tensor and type). A damaged or inconsistent file is
@@ -94,8 +94,6 @@ HCQ_MUST_USE hcq_status_t llm_model_open(const char *path, llm_model_t **out);
 /* The same over a GGUF file already open; the model takes it over (closes it). */
 HCQ_MUST_USE hcq_status_t llm_model_from_gguf(gguf_file_t *file, llm_model_t **out);
 void llm_model_close(llm_model_t *model); /* NULL is accepted */
-/* Whether the CPU kernels read weight matrices of this type. */
-bool llm_weight_type_runs(ggml_type_t type);
 /* "Q4_1" when every matrix is Q4_1, "mixed (Q4_1, Q8_0)" otherwise (static storage per call site: copy it). */
 void llm_model_weight_types(const llm_model_t *model, char *out, size_t size);
 

@@ -9,6 +9,7 @@
 
 #include "llm.h"
 #include "model_status.h"
+#include "support.h"
 
 /* What each architecture is, as llama.cpp builds it (src/models/<arch>.cpp). */
 typedef struct arch_info {
@@ -29,27 +30,6 @@ const char *llm_arch_name(llm_arch_t arch) {
   for (int i = 0; i < NARCHS; i++)
     if (ARCHS[i].arch == arch) return ARCHS[i].name;
   return "unknown";
-}
-
-bool llm_weight_type_runs(ggml_type_t type) {
-  switch ((int)type) {
-    case GGML_TYPE_F32:
-    case GGML_TYPE_F16:
-    case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q4_1:
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_BF16:
-    case GGML_TYPE_Q5_0:
-    case GGML_TYPE_Q5_1:
-    case GGML_TYPE_Q2_K:
-    case GGML_TYPE_Q3_K:
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K:
-    case GGML_TYPE_IQ4_NL:
-    case GGML_TYPE_IQ4_XS: return true;
-    default: return false;
-  }
 }
 
 /* The metadata of one architecture: keys under its prefix ("gemma3.block_count"). */
@@ -220,7 +200,7 @@ static hcq_status_t tensor(const gguf_file_t *g, bool *used, const char *name, u
   if (!ne1 && t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" is %s (norm weights and biases must be F32, F16 or BF16)",
                            gguf_path(g), name, ggml_type_name(t->type));
-  if (ne1 && !llm_weight_type_runs(t->type))
+  if (ne1 && !llm_type_supported(t->type, HCQ_DEVICE_CPU))
     return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: tensor \"%s\" has type %s, which the decoder's kernels do not read",
                            gguf_path(g), name, ggml_type_name(t->type));
   return NULL;
