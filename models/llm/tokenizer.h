@@ -147,24 +147,73 @@ size_t llm_detok_flush(llm_detok_t *d, char *out, size_t cap);
 HCQ_MUST_USE hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special,
                                          char **out);
 
-/* ---- chat template (chat.c) ----
+/* ---- chat templates (chat.c) ----
  *
- * The prompt for one user message, rendered as the model's tokenizer.chat_template would with
- * add_generation_prompt. Only ChatML templates are supported, recognised as llama.cpp recognises
- * them (the template contains "<|im_start|>", and neither "<|im_sep|>" (phi4) nor
- * "<end_of_utterance>" (smolvlm)):
- *     <|im_start|>system\n{system}<|im_end|>\n        (when there is a system prompt)
- *     <|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n
- * system NULL: the template's default system prompt, if it has one: the first string literal of
- * the template that holds a whole "<|im_start|>system\n...<|im_end|>" (SmolLM2's and Qwen2.5's
- * templates insert theirs so when the first message is not a system one); else no system turn.
- * system "" is an empty system turn. A model without a template (or with an empty one) gets ChatML
- * without a default system prompt (llama.cpp's fallback). Another template is UNIMPLEMENTED naming the family found
- * (llama3, mistral, gemma, ...) or quoting its start. *out is malloc'd. */
+ * A conversation rendered as llama.cpp's built-in templates render it (llm_chat_apply_template);
+ * no Jinja is run. The families, with the conversation system S, user U1, assistant A, user U2 and
+ * the generation prompt:
+ *   chatml  <|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\n
+ *           A<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n
+ *   llama3  <|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|> ... (user, assistant alike)
+ *           <|start_header_id|>assistant<|end_header_id|>\n\n   (contents trimmed)
+ *   gemma   <start_of_turn>user\nS\n\nU1<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n
+ *           <start_of_turn>user\nU2<end_of_turn>\n<start_of_turn>model\n
+ *           (no system role: the system text opens the next user turn; contents trimmed)
+ *   llama2  [INST] S\nU1 [/INST]A</s>[INST] U2 [/INST]      (llama2-sys: "<<SYS>>\nS\n<</SYS>>\n\n"
+ *           for the system text; llama2-sys-bos: "<s>[INST] " from the second turn on;
+ *           llama2-sys-strip: contents trimmed; no generation prompt)
+ *   mistral-v1, -v3, -v3-tekken, -v7: Mistral's official [INST] layouts (llama-chat.cpp).
+ * A template is recognised from tokenizer.chat_template by llama.cpp's substring tests, in its
+ * order: "<|im_start|>" is chatml (unless "<|im_sep|>": phi4, or "<end_of_utterance>": smolvlm),
+ * a template starting "mistral" or holding "[INST]" is mistral-v7 ("[SYSTEM_PROMPT]"), v1/v3/
+ * v3-tekken (Mistral's official markers) or a llama2 variant ("content.strip()", "bos_token +
+ * '[INST]", "<<SYS>>"), "<start_of_turn>" is gemma, "<|start_header_id|>" with "<|end_header_id|>"
+ * llama3; a template that is a family's name is that family. Other families (phi3, zephyr,
+ * command-r, ...) are UNIMPLEMENTED naming the family found; an unrecognised template is
+ * UNIMPLEMENTED quoting its start. */
+typedef enum llm_chat_kind {
+  LLM_CHAT_CHATML,
+  LLM_CHAT_LLAMA3,
+  LLM_CHAT_GEMMA,
+  LLM_CHAT_LLAMA2,
+  LLM_CHAT_LLAMA2_SYS,
+  LLM_CHAT_LLAMA2_SYS_BOS,
+  LLM_CHAT_LLAMA2_SYS_STRIP,
+  LLM_CHAT_MISTRAL_V1,
+  LLM_CHAT_MISTRAL_V3,
+  LLM_CHAT_MISTRAL_V3_TEKKEN,
+  LLM_CHAT_MISTRAL_V7,
+  LLM_CHAT_KIND_COUNT
+} llm_chat_kind_t;
+
+typedef struct llm_chat_message {
+  const char *role; /* "system", "user", "assistant" */
+  const char *content;
+} llm_chat_message_t;
+
+/* The family's name ("chatml", "llama2-sys", ...), and back (an unknown name: INVALID_ARGUMENT
+ * listing the names). */
+const char *llm_chat_kind_name(llm_chat_kind_t kind);
+HCQ_MUST_USE hcq_status_t llm_chat_kind_from_name(const char *name, llm_chat_kind_t *out);
+/* The family of a template's text (see above). */
+HCQ_MUST_USE hcq_status_t llm_chat_detect(const char *tmpl, size_t tmpl_len, llm_chat_kind_t *out);
+/* n messages rendered; add_generation_prompt: the assistant's opening after them. *out malloc'd. */
+HCQ_MUST_USE hcq_status_t llm_chat_apply(llm_chat_kind_t kind, const llm_chat_message_t *msgs, size_t n,
+                                         bool add_generation_prompt, char **out);
+
+/* The prompt for one user message with the generation prompt, in the model's template, or in the
+ * family named by forced (when not NULL: the template is then not read). system NULL: for chatml,
+ * the template's default system prompt, if it has one: the first string literal of the template
+ * that holds a whole "<|im_start|>system\n...<|im_end|>" (SmolLM2's and Qwen2.5's templates insert
+ * theirs so when the first message is not a system one); else no system message. system "" is an
+ * empty system message. A model without a template (or with an empty one) and no forced family is
+ * INVALID_ARGUMENT ("has no chat template"). *out is malloc'd. */
+HCQ_MUST_USE hcq_status_t llm_chat_format_as(const gguf_file_t *g, const char *forced, const char *system,
+                                             const char *user, char **out);
 HCQ_MUST_USE hcq_status_t llm_chat_format(const gguf_file_t *g, const char *system, const char *user, char **out);
 /* The same from the template text itself (tmpl NULL: no template). */
-HCQ_MUST_USE hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const char *system,
-                                                   const char *user, char **out);
+HCQ_MUST_USE hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const char *forced,
+                                                   const char *system, const char *user, char **out);
 
 #ifdef __cplusplus
 }
