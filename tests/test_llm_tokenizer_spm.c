@@ -305,3 +305,41 @@ Test(llm_tokenizer_spm, gemma3_reference) {
   llm_tokenizer_free(t);
   gguf_close(g);
 }
+
+/* Random bytes and 1 MB texts through the Gemma tokenizer: ids in the vocab, valid UTF-8 back, and
+ * no quadratic time (6,414 special tokens are cut out first; runs of spaces, one long word). */
+Test(llm_tokenizer_spm, gemma3_hostile) {
+  gguf_file_t *g = open_gemma();
+  llm_tokenizer_t *t;
+  OK(llm_tokenizer_from_gguf(g, &t));
+  size_t cap = 1 << 20, size;
+  char *buf = malloc(cap);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < (1 << 16); i++) x = x * 6364136223846793005ull + 1442695040888963407ull, buf[i] = (char)(x >> 56);
+  const char *unit[] = {NULL, "Hello, wörld! 中文 🙂 123 don't\n\t  <start_of_turn>", "a", " ", "\xFF", "\n"};
+  for (size_t u = 0; u < sizeof(unit) / sizeof(unit[0]); u++) {
+    if (unit[u]) {
+      size_t ul = strlen(unit[u]);
+      for (size = 0; size + ul <= cap; size += ul) memcpy(buf + size, unit[u], ul);
+    } else {
+      size = 1 << 16;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int32_t *ids;
+    size_t n;
+    OK(llm_tokenize(t, buf, size, u & 1, true, &ids, &n));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+    cr_log_info("unit %zu: %zu bytes, %zu tokens in %.1f ms", u, size, n, ms);
+    cr_assert_lt(ms, 30000, "quadratic?");
+    for (size_t i = 0; i < n; i++) cr_assert(ids[i] >= 0 && ids[i] < 262144);
+    char *s;
+    OK(llm_detokenize(t, ids, n, true, &s));
+    free(s);
+    free(ids);
+  }
+  free(buf);
+  llm_tokenizer_free(t);
+  gguf_close(g);
+}
