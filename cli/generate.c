@@ -16,7 +16,7 @@
 #include "tokenizer.h"
 
 typedef struct gen_args {
-  const char *model, *prompt, *chat, *prompt_ids, *system;
+  const char *model, *prompt, *chat, *prompt_ids, *system, *chat_template;
   unsigned long long steps, devices, ranks, ctx, reps, top_k, seed;
   double temperature, top_p;
   hcq_device_kind_t kind;
@@ -24,7 +24,8 @@ typedef struct gen_args {
 } gen_args_t;
 
 static const char k_usage[] =
-    "usage: hcq generate [--model FILE|NAME] (--prompt TEXT | --chat TEXT | --prompt-ids 1,2,3) [--steps N] "
+    "usage: hcq generate [--model FILE|NAME] (--prompt TEXT | --chat TEXT [--chat-template NAME] | --prompt-ids 1,2,3) "
+    "[--steps N] "
     "[--ignore-eos] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--device KIND] [--devices 1|2] "
     "[--ranks 1|2] [--eager] [--bench] [--json]";
 
@@ -35,6 +36,14 @@ static bool parse_double(const char *s, double lo, double hi, double *out) {
   if (*end || !isfinite(v) || v < lo || v > hi) return false;
   *out = v;
   return true;
+}
+
+/* A --chat-template name llm_chat_kind_from_name knows. */
+static bool known_template(const char *name) {
+  llm_chat_kind_t kind;
+  hcq_status_t st = llm_chat_kind_from_name(name, &kind);
+  hcq_status_destroy(st);
+  return !st;
 }
 
 static int parse_args(int argc, char **argv, gen_args_t *a) {
@@ -48,7 +57,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
     else if (!strcmp(o, "--json")) a->json = true;
     else if (!strcmp(o, "--fetch-model")) a->fetch = true;
     else if (!strncmp(o, "--", 2)) {
-      static const char *const with_value[] = {"--model", "--prompt", "--chat", "--prompt-ids", "--system", "--steps",
+      static const char *const with_value[] = {"--model", "--prompt", "--chat", "--prompt-ids", "--system", "--chat-template", "--steps",
                                                "--temperature", "--top-k", "--top-p", "--seed", "--device", "--devices",
                                                "--ranks", "--ctx", "--repeat", NULL};
       bool known = false;
@@ -61,6 +70,10 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
       else if (!strcmp(o, "--chat")) a->chat = v;
       else if (!strcmp(o, "--prompt-ids")) a->prompt_ids = v;
       else if (!strcmp(o, "--system")) a->system = v;
+      else if (!strcmp(o, "--chat-template") && !known_template(v))
+        return cli_usage_error("generate: --chat-template \"%s\": expected chatml, llama3, gemma, llama2 (or llama2-sys, "
+                               "llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7)", v);
+      else if (!strcmp(o, "--chat-template")) a->chat_template = v;
       else if (!strcmp(o, "--steps") && !cli_parse_uint(v, 0, 1u << 20, &a->steps))
         return cli_usage_error("generate: --steps \"%s\": expected 0 to 1048576", v);
       else if (!strcmp(o, "--temperature") && !parse_double(v, 0, 100, &a->temperature))
@@ -92,6 +105,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   }
   if (prompts != 1) return cli_usage_error("generate: give one of --prompt, --chat or --prompt-ids (%s)", k_usage);
   if (a->system && !a->chat) return cli_usage_error("generate: --system goes with --chat");
+  if (a->chat_template && !a->chat) return cli_usage_error("generate: --chat-template goes with --chat");
   if (a->ranks == 2 && cli_mpi_size() != 2)
     return cli_usage_error("generate: --ranks 2 runs under mpirun -np 2 (this job has %d rank%s)", cli_mpi_size(),
                            cli_mpi_size() == 1 ? "" : "s");
@@ -295,7 +309,15 @@ static hcq_status_t kind_available(hcq_device_kind_t kind) {
  * every id in the vocabulary. */
 static hcq_status_t prompt_ids(gen_t *g, const gen_args_t *a) {
   hcq_status_t st = NULL;
-  if (a->chat) st = llm_chat_format(g->model->file, a->system, a->chat, &g->chat);
+  if (a->chat) st = llm_chat_format_as(g->model->file, a->chat_template, a->system, a->chat, &g->chat);
+  if (st && a->chat && !a->chat_template && hcq_status_code(st) == HCQ_INVALID_ARGUMENT) {
+    hcq_status_t hint = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                                        "generate: %s; give --chat-template chatml, llama3, gemma or llama2 to choose one, "
+                                        "or --prompt for plain text",
+                                        hcq_status_message(st));
+    hcq_status_destroy(st);
+    st = hint;
+  }
   if (!st) {
     if (a->prompt_ids) st = parse_ids(a->prompt_ids, &g->prompt, &g->nprompt);
     else {

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Writes tests/data/llm/smollm2_tokenizer.json: llama.cpp's tokenization of a set of texts with
-the SmolLM2-135M-Instruct GGUF, the reference table of tests/test_llm_tokenizer.c.
+the SmolLM2-135M-Instruct GGUF, the reference table of tests/test_llm_tokenizer.c; with --spm,
+tests/data/llm/gemma3_tokenizer.json from Gemma 3 270M's GGUF (SentencePiece), the table of
+tests/test_llm_tokenizer_spm.c.
 
 Run it with llama-cpp-python (0.3.36 made the committed table; any version whose llama.cpp knows
 the "smollm" pre-tokenizer should give the same ids) and the gguf package:
@@ -9,6 +11,9 @@ the "smollm" pre-tokenizer should give the same ids) and the gguf package:
     /tmp/lcpp-venv/bin/python scripts/llm-tokenizer-reference.py \\
         /path/to/SmolLM2-135M-Instruct.Q4_1.gguf > tests/data/llm/smollm2_tokenizer.json
 
+    /tmp/lcpp-venv/bin/python scripts/llm-tokenizer-reference.py --spm \\
+        /path/to/gemma-3-270m-q4_k_m.gguf > tests/data/llm/gemma3_tokenizer.json
+
 Only the vocabulary is loaded (vocab_only=True). What the table holds:
   - cases: {"text" or "hex", "special", "ids"}: llm.tokenize(bytes, add_bos=False, special=...).
     "hex" holds bytes that are not valid UTF-8 (JSON strings cannot) or that the vocab cannot
@@ -16,6 +21,11 @@ Only the vocabulary is loaded (vocab_only=True). What the table holds:
   - pieces: {"id", "hex"}: llama_token_to_piece(id, special=True), the bytes of single tokens (the
     first 300 ids, then every 61st); called directly, as Llama.detokenize cuts pieces at 32 bytes;
   - pieces_plain: the same with special=False for the control tokens (all empty).
+With --spm the cases are the texts above and SPM_TEXTS, each with special=True and special=False,
+some also with add_special=True ("bos": true: BOS in front as the model says), and each case has
+"detok_hex": llama_detokenize(ids, remove_special=False, unparse_special=special), the bytes
+llama.cpp's whole-text detokenizer gives back (its leading-space rule included), and where those
+are not valid UTF-8, "detok_valid_hex": them with U+FFFD for each maximal ill-formed subpart.
 """
 import ctypes
 import json
@@ -189,6 +199,74 @@ RAW = [
 ]
 
 
+# SentencePiece's own troubles: spaces (U+2581), byte fallback, Gemma's user-defined runs of
+# newlines and tabs, its turn markers.
+SPM_TEXTS = [
+    " leading space",
+    "  two leading spaces",
+    "trailing space ",
+    "trailing spaces  ",
+    "multiple   spaces   inside",
+    "\n",
+    "\n\n",
+    "a\nb\n\nc\n\n\nd",
+    "\t",
+    "\t\tx\t",
+    " \t \n ",
+    "emoji 🙂🤖🦙 done",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    "CJK 中文字符 漢字 日本語 한국어",
+    "rare 𠀀𠀁𪚥 CJK extension",
+    "\u2581 literal space mark \u2581\u2581",
+    "<start_of_turn>user\n",
+    "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n",
+    "<bos>",
+    "<bos>text after bos",
+    "text <bos> inside",
+    "<eos><pad><unk>",
+    "<start_of_turn",
+    "<unused0> <unused1>",
+    "<start_of_image>",
+    "[multimodal]",
+    "I'm here. Aren't you?",
+]
+
+
+def detok(llm, ids, special):
+    arr = (llama_cpp.llama_token * max(1, len(ids)))(*ids)
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = llama_cpp.llama_detokenize(llm._model.vocab, arr, len(ids), buf, len(buf), False, special)
+    assert 0 <= n <= len(buf)
+    return buf.raw[:n]
+
+
+def with_detok(case, llm, ids, special):
+    """llama_detokenize's bytes, and where they are not valid UTF-8, what a decoder that writes one
+    U+FFFD per maximal ill-formed subpart (Python's errors="replace", hcq's llm_detokenize) makes
+    of them."""
+    raw = detok(llm, ids, special)
+    case["detok_hex"] = raw.hex()
+    valid = raw.decode("utf-8", errors="replace").encode("utf-8")
+    if valid != raw:
+        case["detok_valid_hex"] = valid.hex()
+    return case
+
+
+def spm_cases(llm):
+    cases = []
+    for text in TEXTS + SPM_TEXTS:
+        for special in (True, False):
+            ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+            cases.append(with_detok({"text": text, "special": special, "ids": ids}, llm, ids, special))
+    for text in ["Hello world", "", " x", "<start_of_turn>user\nHi<end_of_turn>\n"]:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        cases.append(with_detok({"text": text, "special": True, "bos": True, "ids": ids}, llm, ids, True))
+    for raw in RAW:
+        ids = llm.tokenize(raw, add_bos=False, special=True)
+        cases.append(with_detok({"hex": raw.hex(), "special": True, "ids": ids}, llm, ids, True))
+    return cases
+
+
 def piece(llm, token, special):
     buf = ctypes.create_string_buffer(4096)
     n = llama_cpp.llama_token_to_piece(llm._model.vocab, token, buf, len(buf), 0, special)
@@ -197,25 +275,29 @@ def piece(llm, token, special):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: llm-tokenizer-reference.py MODEL.gguf > smollm2_tokenizer.json")
-    path = sys.argv[1]
+    args = sys.argv[1:]
+    spm = args[:1] == ["--spm"]
+    args = args[1:] if spm else args
+    if len(args) != 1:
+        sys.exit("usage: llm-tokenizer-reference.py [--spm] MODEL.gguf > TABLE.json")
+    path = args[0]
     llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
-    cases = []
-    for text in TEXTS:
+    cases = spm_cases(llm) if spm else []
+    for text in TEXTS if not spm else []:
         cases.append({"text": text, "special": True,
                       "ids": llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)})
-    for text in SPECIAL_OFF:
+    for text in SPECIAL_OFF if not spm else []:
         cases.append({"text": text, "special": False,
                       "ids": llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)})
-    for raw in RAW:
+    for raw in RAW if not spm else []:
         cases.append({"hex": raw.hex(), "special": True, "ids": llm.tokenize(raw, add_bos=False, special=True)})
     n_vocab = llm.n_vocab()
-    ids = sorted(set(list(range(300)) + list(range(300, n_vocab, 61)) + [n_vocab - 1]))
+    step = 613 if spm else 61  # Gemma's 262k tokens: about 700 pieces
+    ids = sorted(set(list(range(300)) + list(range(300, n_vocab, step)) + [n_vocab - 1]))
     pieces = [{"id": i, "hex": piece(llm, i, True).hex()} for i in ids]
     control = [i for i in range(n_vocab) if llama_cpp.llama_vocab_get_attr(llm._model.vocab, i)
                & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL]
-    plain = [{"id": i, "hex": piece(llm, i, False).hex()} for i in control]
+    plain = [{"id": i, "hex": piece(llm, i, False).hex()} for i in (control[:200] if spm else control)]
     out = sys.stdout
     out.write('{"producer": %s,\n "model": %s,\n' % (
         json.dumps("llama-cpp-python %s (scripts/llm-tokenizer-reference.py)" % LLAMA_CPP_VERSION),

@@ -694,12 +694,12 @@ static const char plain_chatml[] =
     "'\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 static const char llama3[] =
-    "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + "
+    "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
     "message['content'] + '<|eot_id|>' }}{% endfor %}";
 
 static void expect_chat(const char *tmpl, const char *system, const char *want) {
   char *s;
-  OK(llm_chat_format_template(tmpl, tmpl ? strlen(tmpl) : 0, system, "Hi", &s));
+  OK(llm_chat_format_template(tmpl, tmpl ? strlen(tmpl) : 0, tmpl ? NULL : "chatml", system, "Hi", &s));
   cr_assert_str_eq(s, want);
   free(s);
 }
@@ -715,22 +715,25 @@ Test(llm_tokenizer, chat_templates) {
   expect_chat(NULL, NULL, USER_TURN);
   expect_chat(NULL, "S", "<|im_start|>system\nS<|im_end|>\n" USER_TURN);
   char *s = (char *)&s;
-  FAILS(llm_chat_format_template(llama3, strlen(llama3), NULL, "Hi", &s), HCQ_UNIMPLEMENTED, "llama3", "ChatML");
+  FAILS(llm_chat_format_template(NULL, 0, NULL, NULL, "Hi", &s), HCQ_INVALID_ARGUMENT, "no chat template");
   cr_assert_null(s);
   const char *odd = "{{ messages }}\x01";
-  FAILS(llm_chat_format_template(odd, strlen(odd), NULL, "Hi", &s), HCQ_UNIMPLEMENTED, "unrecognised", "{{ messages }}");
+  FAILS(llm_chat_format_template(odd, strlen(odd), NULL, NULL, "Hi", &s), HCQ_UNIMPLEMENTED, "unrecognised", "{{ messages }}");
   const char *phi4 = "<|im_start|>user<|im_sep|>";
-  FAILS(llm_chat_format_template(phi4, strlen(phi4), NULL, "Hi", &s), HCQ_UNIMPLEMENTED, "phi4");
-  FAILS(llm_chat_format_template(NULL, 0, NULL, NULL, &s), HCQ_INVALID_ARGUMENT, "user");
+  FAILS(llm_chat_format_template(phi4, strlen(phi4), NULL, NULL, "Hi", &s), HCQ_UNIMPLEMENTED, "phi4");
+  FAILS(llm_chat_format_template(NULL, 0, NULL, NULL, NULL, &s), HCQ_INVALID_ARGUMENT, "user");
 
   /* from a GGUF file */
   uint8_t *bytes;
   gguf_file_t *g = mini(MINI_OK, llama3, &bytes);
-  FAILS(llm_chat_format(g, NULL, "Hi", &s), HCQ_UNIMPLEMENTED, "mini.gguf", "tokenizer.chat_template", "llama3");
+  OK(llm_chat_format(g, NULL, "Hi", &s));
+  cr_assert_str_eq(s, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  free(s);
   gguf_close(g);
   free(bytes);
   g = mini(MINI_OK, NULL, &bytes);
-  OK(llm_chat_format(g, NULL, "Hi", &s));
+  FAILS(llm_chat_format(g, NULL, "Hi", &s), HCQ_INVALID_ARGUMENT, "mini.gguf", "no chat template");
+  OK(llm_chat_format_as(g, "chatml", NULL, "Hi", &s));
   cr_assert_str_eq(s, USER_TURN);
   free(s);
   gguf_close(g);

@@ -1,5 +1,6 @@
 /* Byte-level BPE as llama.cpp runs it for tokenizer.ggml.model "gpt2" (the contract: tokenizer.h):
- * text -> ids, and the streaming detokenizer. The tokenizer is built in tokenizer_load.c; the
+ * text -> ids (the special tokens cut out for SentencePiece too, whose pieces tokenizer_spm.c
+ * takes), and the streaming detokenizer. The tokenizer is built in tokenizer_load.c; the
  * state they share, and how a word is merged: tokenizer_internal.h. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,11 +1,13 @@
-/* The tokenizer of a GGUF language model: byte-level BPE (tokenizer.ggml.model "gpt2") as
- * llama.cpp runs it, the streaming detokenizer `hcq generate` prints with, and the chat template.
+/* The tokenizer of a GGUF language model as llama.cpp runs it: byte-level BPE (tokenizer.ggml.model
+ * "gpt2") and SentencePiece ("llama", tokenizer_spm.c), the streaming detokenizer `hcq generate`
+ * prints with, and the chat templates.
  *
  * Text -> ids, in llama.cpp's order:
  *  1. special tokens: the text is cut at every occurrence of a control, user-defined or unknown
  *     token's text, longest token first (ties: lower id first), each occurrence leftmost first in
  *     what is still plain text. Control and unknown tokens are only cut out when parse_special is
  *     true (llama.cpp's special=True); user-defined ones always.
+ *  BPE:
  *  2. each piece of plain text is decoded as UTF-8 as llama.cpp decodes it: a byte that does not
  *     start a sequence whose continuation bytes are all present becomes U+FFFD (so its token is
  *     that of "\xEF\xBF\xBD"); over-long forms and surrogates are accepted as the code point they
@@ -20,23 +22,44 @@
  *         that token (no merges):
  *         (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*
  *         |\s*[\r\n]+|\s+(?!\S)|\s+
- *     \p{L} and \p{N} are the general categories L* and N* (unicode_llm.c, generated from Python's
- *     unicodedata), \s is Unicode's White_Space. Other pre-tokenizers are UNIMPLEMENTED.
+ *       qwen2 (also deepseek-r1-qwen, megrez, stablelm2): llama 3's split with \p{N} for \p{N}{1,3}
+ *         (each digit alone), merges as usual;
+ *       default (also a file without tokenizer.ggml.pre, as llama.cpp): four splits one after the
+ *         other, each keeping what it does not match as pieces of their own:
+ *         [\p{P}\$\+<=>\^~\|]+ , the GPT-2 split, \p{N}+ , [0-9][0-9][0-9]
+ *     \p{L}, \p{N} and \p{P} are the general categories L*, N* and P* (unicode_llm.c, generated from
+ *     Python's unicodedata), \s is Unicode's White_Space. Other pre-tokenizers are UNIMPLEMENTED.
  *  4. each word's bytes, mapped to GPT-2's byte characters, are merged pair by pair, lowest
  *     tokenizer.ggml.merges rank first (leftmost first among equal ranks), and each resulting piece
  *     is its vocab id (a piece that is not in the vocab: the ids of its single bytes that are).
- *  5. BOS in front when the model says so (tokenizer.ggml.add_bos_token; default false for the
- *     gpt-2 and smollm pre-tokenizers, true for llama-bpe) and the caller asks for it.
+ *  SentencePiece (llama.cpp's llm_tokenizer_spm):
+ *  2. each piece of plain text has its spaces replaced by U+2581, with one U+2581 in front when
+ *     tokenizer.ggml.add_space_prefix (default true) says so and the piece starts the text or
+ *     follows a special token; its bytes are not decoded (invalid UTF-8 goes through as bytes);
+ *  3. the symbols are its characters as llama.cpp counts them (a lead byte's length, cut at the
+ *     end); repeatedly the adjacent pair whose concatenation is a vocab token with the highest
+ *     tokenizer.ggml.scores value merges (leftmost first on ties);
+ *  4. each final symbol is its token, else each of its bytes is its byte token <0xXX> (else the
+ *     one-byte token; a byte with neither is left out, where llama.cpp throws).
+ *  5. BOS in front and EOS at the end when the model says so (tokenizer.ggml.add_bos_token: default
+ *     true for SentencePiece and llama-bpe, else false; add_eos_token: default false) and the
+ *     caller asks for it. SentencePiece's default ids are llama.cpp's: bos 1, eos 2, unk 0.
  *
- * Ids -> bytes: a normal token's text with GPT-2's byte<->character map undone (a character
- * outside that map, which no byte-level vocab has, is kept as its UTF-8); control and unknown
- * tokens give their text only when asked for special tokens; user-defined tokens always give their
- * text; unused and undefined tokens give nothing. No clean-up of spaces is done, so
- * detokenize(tokenize(s)) == s for valid UTF-8 s.
+ * Ids -> bytes: BPE: a normal token's text with GPT-2's byte<->character map undone (a character
+ * outside that map, which no byte-level vocab has, is kept as its UTF-8); SentencePiece: a normal
+ * token's text with U+2581 as a space, a byte token <0xXX> its byte. Control and unknown tokens give
+ * their text only when asked for special tokens; user-defined tokens always give their text; unused
+ * and undefined tokens give nothing. No clean-up of spaces is done, so detokenize(tokenize(s)) == s
+ * for valid UTF-8 s, but for llama.cpp's one rule: with add_space_prefix, llm_detokenize drops one
+ * leading space of the first token's bytes (the streaming detokenizer does not).
+ *
+ * The tokens spelled <|endoftext|>, <|im_end|>, <|eot_id|>, <|end|>, <end_of_turn>,
+ * <|end_of_text|>, <|eom_id|>, </s>, <EOT> and <end_of_utterance> are made control tokens that end
+ * a generation, as llama.cpp does.
  *
  * Threads: a tokenizer is read-only after llm_tokenizer_from_gguf; any number of threads may call
  * the functions below on it at once (each with its own llm_detok_t). It does not refer to the GGUF
- * file after it is built.
+ * file after it is built. Building it hashes the vocab once (Gemma 3's 262,144 tokens: ~40 ms).
  */
 #ifndef HCQ_LLM_TOKENIZER_H
 #define HCQ_LLM_TOKENIZER_H
@@ -74,13 +97,13 @@ typedef enum llm_token_type {
 
 typedef struct llm_tokenizer llm_tokenizer_t;
 
-/* Builds the tokenizer of a GGUF model from its tokenizer.ggml.* metadata: model (must be "gpt2"),
- * pre, tokens, token_type (optional: all normal), merges, bos/eos/eot_token_id (optional),
- * add_bos_token (optional). A missing or ill-typed required key, an id out of the vocab, a
- * token_type array shorter than the vocab or a token longer than LLM_TOKEN_MAX_BYTES is
- * INVALID_ARGUMENT naming the file and the key; another model or pre-tokenizer is UNIMPLEMENTED
- * naming it. As llama.cpp does, a token spelled <|endoftext|>, <|im_end|>, <|eot_id|>, <|end|> or
- * <end_of_turn> is made a control token. */
+/* Builds the tokenizer of a GGUF model from its tokenizer.ggml.* metadata: model ("gpt2" or
+ * "llama"), pre (BPE; optional: default), tokens, token_type (optional: all normal), merges (BPE),
+ * scores (SentencePiece; float32 or int32, optional: all 0), bos/eos/eot/unknown_token_id,
+ * add_bos_token, add_eos_token, add_space_prefix (optional). A missing or ill-typed required key,
+ * an id out of the vocab, a token_type or scores array shorter than the vocab or a token longer
+ * than LLM_TOKEN_MAX_BYTES is INVALID_ARGUMENT naming the file and the key; another model or
+ * pre-tokenizer is UNIMPLEMENTED naming it. */
 HCQ_MUST_USE hcq_status_t llm_tokenizer_from_gguf(const gguf_file_t *g, llm_tokenizer_t **out);
 void llm_tokenizer_free(llm_tokenizer_t *t); /* NULL is accepted */
 
@@ -95,7 +118,7 @@ bool llm_tokenizer_add_bos(const llm_tokenizer_t *t);
 bool llm_tokenizer_add_eos(const llm_tokenizer_t *t);
 /* Whether it is a SentencePiece tokenizer (tokenizer.ggml.model "llama"). */
 bool llm_tokenizer_is_spm(const llm_tokenizer_t *t);
-/* End of generation: eos, eot, and the tokens spelled as listed at llm_tokenizer_from_gguf. */
+/* End of generation: eos, eot, and the tokens spelled as listed at the top of this file. */
 bool llm_tokenizer_is_eog(const llm_tokenizer_t *t, int32_t id);
 /* tokenizer.ggml.pre as the file spells it ("smollm"). */
 const char *llm_tokenizer_pre_name(const llm_tokenizer_t *t);
@@ -109,7 +132,7 @@ int32_t llm_token_find(const llm_tokenizer_t *t, const char *text, size_t len);
 
 /* Tokenizes len bytes of text (any bytes: NULs and invalid UTF-8 are fine; see the top of this
  * file). parse_special: control tokens spelled in the text are single ids. with_bos: BOS in front
- * when llm_tokenizer_add_bos says so. *out_ids is malloc'd (free it; NULL when *out_n is 0).
+ * and EOS at the end when llm_tokenizer_add_bos / add_eos say so (llama.cpp's add_special). *out_ids is malloc'd (free it; NULL when *out_n is 0).
  * Text longer than LLM_TOKENIZE_MAX_BYTES is INVALID_ARGUMENT. */
 HCQ_MUST_USE hcq_status_t llm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bool parse_special,
                                        bool with_bos, int32_t **out_ids, size_t *out_n);
@@ -147,24 +170,73 @@ size_t llm_detok_flush(llm_detok_t *d, char *out, size_t cap);
 HCQ_MUST_USE hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special,
                                          char **out);
 
-/* ---- chat template (chat.c) ----
+/* ---- chat templates (chat.c) ----
  *
- * The prompt for one user message, rendered as the model's tokenizer.chat_template would with
- * add_generation_prompt. Only ChatML templates are supported, recognised as llama.cpp recognises
- * them (the template contains "<|im_start|>", and neither "<|im_sep|>" (phi4) nor
- * "<end_of_utterance>" (smolvlm)):
- *     <|im_start|>system\n{system}<|im_end|>\n        (when there is a system prompt)
- *     <|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n
- * system NULL: the template's default system prompt, if it has one: the first string literal of
- * the template that holds a whole "<|im_start|>system\n...<|im_end|>" (SmolLM2's and Qwen2.5's
- * templates insert theirs so when the first message is not a system one); else no system turn.
- * system "" is an empty system turn. A model without a template (or with an empty one) gets ChatML
- * without a default system prompt (llama.cpp's fallback). Another template is UNIMPLEMENTED naming the family found
- * (llama3, mistral, gemma, ...) or quoting its start. *out is malloc'd. */
+ * A conversation rendered as llama.cpp's built-in templates render it (llm_chat_apply_template);
+ * no Jinja is run. The families, with the conversation system S, user U1, assistant A, user U2 and
+ * the generation prompt:
+ *   chatml  <|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\n
+ *           A<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n
+ *   llama3  <|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|> ... (user, assistant alike)
+ *           <|start_header_id|>assistant<|end_header_id|>\n\n   (contents trimmed)
+ *   gemma   <start_of_turn>user\nS\n\nU1<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n
+ *           <start_of_turn>user\nU2<end_of_turn>\n<start_of_turn>model\n
+ *           (no system role: the system text opens the next user turn; contents trimmed)
+ *   llama2  [INST] S\nU1 [/INST]A</s>[INST] U2 [/INST]      (llama2-sys: "<<SYS>>\nS\n<</SYS>>\n\n"
+ *           for the system text; llama2-sys-bos: "<s>[INST] " from the second turn on;
+ *           llama2-sys-strip: contents trimmed; no generation prompt)
+ *   mistral-v1, -v3, -v3-tekken, -v7: Mistral's official [INST] layouts (llama-chat.cpp).
+ * A template is recognised from tokenizer.chat_template by llama.cpp's substring tests, in its
+ * order: "<|im_start|>" is chatml (unless "<|im_sep|>": phi4, or "<end_of_utterance>": smolvlm),
+ * a template starting "mistral" or holding "[INST]" is mistral-v7 ("[SYSTEM_PROMPT]"), v1/v3/
+ * v3-tekken (Mistral's official markers) or a llama2 variant ("content.strip()", "bos_token +
+ * '[INST]", "<<SYS>>"), "<start_of_turn>" is gemma, "<|start_header_id|>" with "<|end_header_id|>"
+ * llama3; a template that is a family's name is that family. Other families (phi3, zephyr,
+ * command-r, ...) are UNIMPLEMENTED naming the family found; an unrecognised template is
+ * UNIMPLEMENTED quoting its start. */
+typedef enum llm_chat_kind {
+  LLM_CHAT_CHATML,
+  LLM_CHAT_LLAMA3,
+  LLM_CHAT_GEMMA,
+  LLM_CHAT_LLAMA2,
+  LLM_CHAT_LLAMA2_SYS,
+  LLM_CHAT_LLAMA2_SYS_BOS,
+  LLM_CHAT_LLAMA2_SYS_STRIP,
+  LLM_CHAT_MISTRAL_V1,
+  LLM_CHAT_MISTRAL_V3,
+  LLM_CHAT_MISTRAL_V3_TEKKEN,
+  LLM_CHAT_MISTRAL_V7,
+  LLM_CHAT_KIND_COUNT
+} llm_chat_kind_t;
+
+typedef struct llm_chat_message {
+  const char *role; /* "system", "user", "assistant" */
+  const char *content;
+} llm_chat_message_t;
+
+/* The family's name ("chatml", "llama2-sys", ...), and back (an unknown name: INVALID_ARGUMENT
+ * listing the names). */
+const char *llm_chat_kind_name(llm_chat_kind_t kind);
+HCQ_MUST_USE hcq_status_t llm_chat_kind_from_name(const char *name, llm_chat_kind_t *out);
+/* The family of a template's text (see above). */
+HCQ_MUST_USE hcq_status_t llm_chat_detect(const char *tmpl, size_t tmpl_len, llm_chat_kind_t *out);
+/* n messages rendered; add_generation_prompt: the assistant's opening after them. *out malloc'd. */
+HCQ_MUST_USE hcq_status_t llm_chat_apply(llm_chat_kind_t kind, const llm_chat_message_t *msgs, size_t n,
+                                         bool add_generation_prompt, char **out);
+
+/* The prompt for one user message with the generation prompt, in the model's template, or in the
+ * family named by forced (when not NULL: the template is then not read). system NULL: for chatml,
+ * the template's default system prompt, if it has one: the first string literal of the template
+ * that holds a whole "<|im_start|>system\n...<|im_end|>" (SmolLM2's and Qwen2.5's templates insert
+ * theirs so when the first message is not a system one); else no system message. system "" is an
+ * empty system message. A model without a template (or with an empty one) and no forced family is
+ * INVALID_ARGUMENT ("has no chat template"). *out is malloc'd. */
+HCQ_MUST_USE hcq_status_t llm_chat_format_as(const gguf_file_t *g, const char *forced, const char *system,
+                                             const char *user, char **out);
 HCQ_MUST_USE hcq_status_t llm_chat_format(const gguf_file_t *g, const char *system, const char *user, char **out);
 /* The same from the template text itself (tmpl NULL: no template). */
-HCQ_MUST_USE hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const char *system,
-                                                   const char *user, char **out);
+HCQ_MUST_USE hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const char *forced,
+                                                   const char *system, const char *user, char **out);
 
 #ifdef __cplusplus
 }

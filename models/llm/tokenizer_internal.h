@@ -1,6 +1,7 @@
 /* The tokenizer's private state, shared by its files: tokenizer_load.c (its strings, the tokenizer
- * built from the GGUF metadata, its accessors) and tokenizer.c (UTF-8 and character classes, text ->
- * ids, ids -> text). The contract is tokenizer.h.
+ * built from the GGUF metadata, its accessors), tokenizer.c (UTF-8 and character classes, text ->
+ * ids, ids -> text) and tokenizer_spm.c (SentencePiece's scores and merging). The contract is
+ * tokenizer.h.
  *
  * Every string the merges can produce gets an integer id: vocab tokens keep theirs, and the rare
  * string that is not a token (a merge part or result missing from the vocab, or one of the 256

@@ -18,8 +18,11 @@ static const struct {
     {"megrez", PRE_QWEN2},    {"stablelm2", PRE_QWEN2},         {"default", PRE_DEFAULT},
 };
 
-/* Tokens that end a turn when a model spells them so (llama.cpp also makes them control tokens). */
-static const char *const eog_texts[] = {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"};
+/* Tokens that end a turn when a model spells them so (llama.cpp also makes them control tokens, so
+ * that Gemma's user-defined "</s>" is one). */
+static const char *const eog_texts[] = {"<|endoftext|>", "<|im_end|>",       "<|eot_id|>", "<|end|>",
+                                        "<end_of_turn>", "<|end_of_text|>",  "<|eom_id|>", "</s>",
+                                        "<EOT>",         "<end_of_utterance>"};
 
 /* ---- strings ---- */
 
