@@ -42,6 +42,7 @@ The model is found where hcq keeps it ($HCQ_DATA_DIR, else $XDG_DATA_HOME/hcq, e
 downloads it) unless --model names it.
 """
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -57,18 +58,26 @@ N_DECODE = 128
 N_PROMPT = 100
 PROMPT_REPEATS = 3  # prompt passes per turn (a pass is short)
 
-SECTION_MEMORY = "SmolLM2-135M Q4_1: resident memory, n_ctx 512"
-SECTION_HOST = "SmolLM2-135M Q4_1: host us to queue a decode step"
+# The model file's name in the sections (--label): SmolLM2's Q4_1 file by default.
+LABEL = "SmolLM2-135M Q4_1"
+
+
+def section_memory():
+    return "%s: resident memory, n_ctx 512" % LABEL
+
+
+def section_host():
+    return "%s: host us to queue a decode step" % LABEL
 NAME = "llama.cpp"
 HCQ_GRAPH, HCQ_EAGER = "hcq graph replay", "hcq eager launches"
 
 
 def section_decode(t):
-    return "SmolLM2-135M Q4_1: decode, 128 tokens greedily after a chat prompt, %s" % threads_name(t)
+    return "%s: decode, 128 tokens greedily after a chat prompt, %s" % (LABEL, threads_name(t))
 
 
 def section_prompt(t):
-    return "SmolLM2-135M Q4_1: prompt of 100 tokens in one batch, %s" % threads_name(t)
+    return "%s: prompt of 100 tokens in one batch, %s" % (LABEL, threads_name(t))
 
 CHAT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
         "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
@@ -339,6 +348,25 @@ def measure(a):
     }
 
 
+def quantize(ftype, src, dst):
+    """llama.cpp's own requantization (what llama-quantize does) of src into dst: test files in other
+    weight types, not better models."""
+    import llama_cpp
+    code = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + ftype.upper(), None)
+    if code is None:
+        print("llm_peers.py: llama.cpp has no file type %s" % ftype, file=sys.stderr)
+        return 2
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = code
+    params.allow_requantize = True
+    params.nthread = 2
+    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
+    if rc != 0:
+        print("llm_peers.py: llama_model_quantize returned %d" % rc, file=sys.stderr)
+        return 1
+    return 0
+
+
 def mib(x):
     return "%.2f MiB" % x if x < 100 else "%.1f MiB" % x
 
@@ -380,20 +408,20 @@ def emit_rows(j):
     if h:
         for t in j["threads"]:
             x = h["results"][str(t)]
-            row(SECTION_HOST, "%s, %s" % (HCQ_EAGER, threads_name(t)), x["host_eager"], "us",
+            row(section_host(), "%s, %s" % (HCQ_EAGER, threads_name(t)), x["host_eager"], "us",
                 "median time to queue one step with the devices idle: %d launches" % h["kernels_per_token"])
-            row(SECTION_HOST, "%s, %s" % (HCQ_GRAPH, threads_name(t)), x["host_graph"], "us", "one replay")
+            row(section_host(), "%s, %s" % (HCQ_GRAPH, threads_name(t)), x["host_graph"], "us", "one replay")
     m = j["memory_mib"]
     base = "model file %s (mmapped), KV cache %s (%s); python with llama_cpp imported %s" % (
         mib(j["model_bytes"] / 2**20), mib(j["kv_cache_bytes"] / 2**20), j["kv_cache_formula"],
         mib(m["after_import"]["VmRSS"]))
-    row(SECTION_MEMORY, "%s, VmRSS after the runs" % NAME, m["after_runs"]["VmRSS"], "MiB",
+    row(section_memory(), "%s, VmRSS after the runs" % NAME, m["after_runs"]["VmRSS"], "MiB",
         "RssFile %s, RssAnon %s; peak (VmHWM) %s; %s" % (
             mib(m["after_runs"].get("RssFile", 0)), mib(m["after_runs"].get("RssAnon", 0)),
             mib(m["after_runs"]["VmHWM"]), base))
     if h:
         hm = h["memory_mib"]
-        row(SECTION_MEMORY, "hcq generate, VmRSS after the runs", hm["VmRSS"], "MiB",
+        row(section_memory(), "hcq generate, VmRSS after the runs", hm["VmRSS"], "MiB",
             "RssFile %s, RssAnon %s, peak %s; the weights repacked into device buffers, the file unmapped; KV "
             "cache %s (float32, %d positions); target: file + KV cache + 20 MiB = %s" % (
                 mib(hm["RssFile"]), mib(hm["RssAnon"]), mib(hm["VmHWM"]), mib(h["kv_cache_bytes"] / 2**20), h["ctx"],
@@ -440,6 +468,7 @@ def parse_threads(s):
 
 
 def main():
+    global LABEL
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--install", nargs="?", const=DEFAULT_VENV, metavar="VENV")
     ap.add_argument("--log", help="with --install: where pip's output goes (appended)")
@@ -453,7 +482,14 @@ def main():
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--rows", action="store_true")
     ap.add_argument("--hcq", help="the hcq command: measure hcq generate --bench in the same rounds")
+    ap.add_argument("--label", help="the model file's name in the rows' sections (default: %s)" % LABEL)
+    ap.add_argument("--quantize", nargs=3, metavar=("TYPE", "IN", "OUT"),
+                    help="write IN requantized by llama.cpp (llama_model_quantize, allow_requantize) as TYPE "
+                         "(Q4_K_M, Q8_0, ...) to OUT, and exit")
     a = ap.parse_args()
+    LABEL = a.label or LABEL
+    if a.quantize:
+        return quantize(*a.quantize)
     if a.install:
         why = install(a.install, a.log, a.rebuild)
         if why:

@@ -51,9 +51,16 @@ run() {
 # (GGML_NATIVE=ON) in BUILD_DIR/bench/venv-llamacpp on the first run (7-15 minutes on 2 cores;
 # pip's wheel cache makes later installs take seconds). llama.cpp's threads busy-wait: on a machine
 # where another job holds a core its 2-thread figure collapses, so run make bench on an idle machine.
-# HCQ_BENCH_LLM=0 skips it (a row says so).
+# Then the same rows for the other files users bring (issue 41): SmolLM2 requantized by llama.cpp
+# itself (llama_model_quantize) into Q4_K_M (Q5_0, Q4_K, Q6_K, Q8_0 matrices) and Q8_0, and Gemma 3
+# 270M Q4_K_M (fetched like SmolLM2: hcq generate --model gemma-3-270m --fetch-model).
+# HCQ_BENCH_LLM=0 skips it (a row says so); HCQ_BENCH_LLM_FILES=smollm2 measures the Q4_1 file only.
 LP="$SRC/bench/llm_peers.py"
 LV=$B/venv-llamacpp
+peers() { # peers LABEL FILE: the rows of one model file
+  "$LV/bin/python" "$LP" --rows --hcq "$BUILD/cli/hcq" --model "$2" --label "$1" >>"$ROWS" 2>>"$LOG" ||
+    python3 "$LP" --missing --label "$1" --why "llm_peers.py failed: $(tail -n 1 "$LOG")" >>"$ROWS"
+}
 if [ "${HCQ_BENCH_LLM:-1}" = 0 ]; then
   python3 "$LP" --missing --why "skipped (HCQ_BENCH_LLM=0)" >>"$ROWS"
 else
@@ -61,8 +68,24 @@ else
   if ! model=$("$BUILD/cli/hcq" generate --fetch-model 2>>"$LOG" | tail -n 1); then
     python3 "$LP" --missing --why "the model could not be fetched (hcq generate --fetch-model; see $LOG)" >>"$ROWS"
   elif why=$(python3 "$LP" --install "$LV" --log "$LOG"); then
-    "$LV/bin/python" "$LP" --rows --hcq "$BUILD/cli/hcq" --model "$model" >>"$ROWS" 2>>"$LOG" ||
-      python3 "$LP" --missing --why "llm_peers.py failed: $(tail -n 1 "$LOG")" >>"$ROWS"
+    peers "SmolLM2-135M Q4_1" "$model"
+    if [ "${HCQ_BENCH_LLM_FILES:-all}" != smollm2 ]; then
+      for t in Q4_K_M Q8_0; do
+        echo "bench: SmolLM2-135M-Instruct requantized to $t by llama.cpp, hcq and llama.cpp" >&2
+        f="$B/SmolLM2-135M-Instruct.$t.gguf"
+        if [ -s "$f" ] || "$LV/bin/python" "$LP" --quantize "$t" "$model" "$f" >>"$LOG" 2>&1; then
+          peers "SmolLM2-135M $t (requantized)" "$f"
+        else
+          python3 "$LP" --missing --label "SmolLM2-135M $t (requantized)" --why "llama_model_quantize failed (see $LOG)" >>"$ROWS"
+        fi
+      done
+      echo "bench: Gemma 3 270M Q4_K_M, hcq and llama.cpp" >&2
+      if gemma=$("$BUILD/cli/hcq" generate --model gemma-3-270m --fetch-model 2>>"$LOG" | tail -n 1); then
+        peers "Gemma-3-270M Q4_K_M" "$gemma"
+      else
+        python3 "$LP" --missing --label "Gemma-3-270M Q4_K_M" --why "the model could not be fetched (see $LOG)" >>"$ROWS"
+      fi
+    fi
   else
     python3 "$LP" --missing --why "$why" >>"$ROWS"
   fi

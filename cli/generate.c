@@ -284,11 +284,10 @@ typedef struct gen {
   bool identical;
 } gen_t;
 
-/* --fetch-model: the default model's path, downloaded first when it is not there. */
-static int fetch_model(void) {
+/* --fetch-model: the model's path (--model NAME, else the default), downloaded first when it is not there. */
+static int fetch_model(const char *model) {
   char path[PATH_MAX];
-  hcq_status_t st = llm_default_model_path(path, sizeof(path));
-  if (st && hcq_status_code(st) == HCQ_NOT_FOUND) hcq_status_destroy(st), st = llm_fetch_default_model(stderr, path, sizeof(path));
+  hcq_status_t st = llm_resolve_model(model, stderr, path, sizeof(path));
   if (st) return cli_fail(st);
   printf("%s\n", path);
   return HCQ_EXIT_OK;
@@ -484,7 +483,7 @@ int cli_generate(int argc, char **argv) {
   gen_args_t a;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
-  if (a.fetch) return fetch_model();
+  if (a.fetch) return fetch_model(a.model);
   hcq_status_t st = kind_available(a.kind);
   if (st) return cli_fail(st);
   gen_t g = {.identical = true};

