@@ -16,6 +16,13 @@ to the last bits, depend on the build and the CPU):
 
 (--gemma: Gemma 3 270M's four raw prompts with BOS, GEMMA_PROMPTS below.)
 
+    /tmp/lcpp-venv/bin/python scripts/llm-llamacpp-reference.py --types build/tests/llm_requant \\
+        ~/.local/share/hcq/models/SmolLM2-135M-Instruct.Q4_1.gguf > tests/data/llm/smollm2_types_llamacpp_streams.json
+
+(--types: SmolLM2 requantized by tests/llm_requant.h into every recipe of TYPE_RECIPES below, each
+file's SHA-256 and llama.cpp's greedy streams for two prompts; the test writes the files again and
+checks the SHA-256 before comparing.)
+
 (bench/llm_peers.py --install VENV does the same install.) It takes under a minute on 2 cores and
 prints its checks on stderr.
 
@@ -210,7 +217,55 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
+# --types: SmolLM2 requantized by tests/llm_requant.h into each recipe (the files the tests write
+# again), two prompts of 48 tokens each.
+TYPE_RECIPES = ["Q8_0", "Q5_0", "Q5_1", "IQ4_NL", "BF16", "Q4_K_M", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"]
+TYPE_PROMPTS = [PROMPTS[0], PROMPTS[2]]
+TYPE_MAX_NEW = 48
+
+
+def types_main(requant, path):
+    """llama.cpp's greedy streams on each requantized file: {"producer", "files": [{recipe, sha256, bytes,
+    streams: [{name, prompt_ids, generated_ids, stop}]}]}."""
+    import hashlib
+    import subprocess
+    import tempfile
+    global MAX_NEW
+    MAX_NEW = TYPE_MAX_NEW
+    files = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for recipe in TYPE_RECIPES:
+            out = os.path.join(tmp, recipe + ".gguf")
+            subprocess.run([requant, path, out, recipe], check=True)
+            with open(out, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            llm = load(out, N_THREADS)
+            run = Runner(llm)
+            streams = []
+            for name, kind, text in TYPE_PROMPTS:
+                prompt_ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+                ids, _, stop = run.generate(prompt_ids)
+                streams.append({"name": name, "prompt_ids": prompt_ids, "generated_ids": ids, "stop": stop})
+            llm.close()
+            files.append({"recipe": recipe, "sha256": digest, "bytes": os.path.getsize(out), "streams": streams})
+            log("%s: %s, %d bytes, %s" % (recipe, digest[:12], os.path.getsize(out),
+                                          ", ".join("%s %d ids" % (s["name"], len(s["generated_ids"])) for s in streams)))
+    producer = {"llama_cpp_python": llama_cpp.__version__, "ggml": ggml_info(), "cpu": cpu_name(),
+                "source_model": os.path.basename(path), "requant": "tests/llm_requant.h (build/tests/llm_requant)",
+                "n_ctx": N_CTX, "n_threads": N_THREADS, "max_new": TYPE_MAX_NEW,
+                "method": "as the main streams: prompt as one batch, then greedy argmax per llama_decode",
+                "script": "scripts/llm-llamacpp-reference.py --types"}
+    print(compact_json({"producer": producer, "files": files}))
+    return 0
+
+
 def main():
+    if "--types" in sys.argv:
+        rest = [a for a in sys.argv[1:] if a != "--types"]
+        if len(rest) != 2:
+            print(__doc__, file=sys.stderr)
+            return 2
+        return types_main(rest[0], rest[1])
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     if len(args) != 1:
         print(__doc__, file=sys.stderr)
