@@ -91,6 +91,29 @@ static void mixed_weights(void) {
   block_path(&s, "mixed");
 }
 
+/* Every other ggml weight type (quant.h's GPU layouts): a tiny model whose matrices are all of the
+ * type against the reference that rounds the same inputs to 8 bits, within the bounds of the other
+ * block types (test_llm_types.c's shapes: the K-quants' superblocks of 256 need widths of 256). */
+static void type_weights(ggml_type_t type, uint64_t seed) {
+  tiny_spec_t s = ggml_block_elems(type) == 256 ? tiny_uniform_spec(256, 512, 2, 4, 2, 97, type, false, seed)
+                                                : tiny_uniform_spec(160, 96, 2, 5, 1, 97, type, false, seed);
+  block_path(&s, ggml_type_name(type));
+}
+
+/* Every K layout with the others in one model, a K-quant classifier and embedding included. */
+static void mixed_k_weights(void) {
+  tiny_spec_t s = tiny_uniform_spec(256, 512, 2, 4, 2, 97, GGML_TYPE_Q4_K, false, 141);
+  s.types[TINY_EMB] = GGML_TYPE_Q6_K;
+  s.types[TINY_K] = GGML_TYPE_Q5_K;
+  s.types[TINY_V] = GGML_TYPE_Q3_K;
+  s.types[TINY_O] = GGML_TYPE_Q2_K;
+  s.types[TINY_GATE] = GGML_TYPE_IQ4_XS;
+  s.types[TINY_UP] = GGML_TYPE_Q5_1;
+  s.types[TINY_DOWN] = GGML_TYPE_Q8_0;
+  s.types[TINY_OUT] = GGML_TYPE_Q6_K;
+  block_path(&s, "mixed K");
+}
+
 /* Each group computes a token's outputs in one fixed order whatever the grid: a pass of 20 tokens,
  * passes of 8 + 8 + 4, and 20 steps give the same bits; eager and graph too. */
 static void pass_equals_steps(void) {
@@ -307,11 +330,26 @@ Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
   Test(suite, a_pass_equals_steps_and_eager_equals_graph) { g_kind = kind, pass_equals_steps(); }           \
   Test(suite, two_devices_give_the_bits_of_one) { g_kind = kind, two_devices(); }                          \
   Test(suite, the_sampler_draws_the_cpu_paths_tokens) { g_kind = kind, sampler(); }
+/* The weight types beyond F32, F16, Q4_0, Q4_1 and Q8_0, in the tiny suite (its ctest entries and the
+ * validation layer's run them). */
+#define TYPES_TESTS(suite, kind)                                                                            \
+  Test(suite, bf16_weights_match_the_float_reference) { g_kind = kind, float_path(GGML_TYPE_BF16, "bf16"); } \
+  Test(suite, q5_0_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q5_0, 102); }       \
+  Test(suite, q5_1_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q5_1, 103); }       \
+  Test(suite, iq4_nl_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_IQ4_NL, 104); }   \
+  Test(suite, q2_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q2_K, 105); }       \
+  Test(suite, q3_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q3_K, 106); }       \
+  Test(suite, q4_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q4_K, 107); }       \
+  Test(suite, q5_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q5_K, 108); }       \
+  Test(suite, q6_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q6_K, 109); }       \
+  Test(suite, iq4_xs_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_IQ4_XS, 110); }   \
+  Test(suite, every_k_layout_mixed_matches_the_reference) { g_kind = kind, mixed_k_weights(); }
 #define REAL_SUITE(suite, kind) \
   TestSuite(suite, .timeout = 280); \
   Test(suite, teacher_forced_on_the_cpu_paths_tokens) { g_kind = kind, teacher_forced(); }
 
 TINY_SUITE(llm_vulkan_tiny, HCQ_DEVICE_VULKAN)
+TYPES_TESTS(llm_vulkan_tiny, HCQ_DEVICE_VULKAN)
 REAL_SUITE(llm_vulkan_real, HCQ_DEVICE_VULKAN)
 /* CUDA: the stand-in driver's twins (tests/llm_twins.h) of kernels.cu, which the real NVRTC compiles
  * first; a real GPU where one is. */

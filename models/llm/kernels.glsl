@@ -35,10 +35,15 @@ layout(buffer_reference, std430, buffer_reference_align = 32) buffer u64x4s { u6
 #define L_F16 1
 #define L_Q4 2
 #define L_Q8 3
+#define L_K4 4   // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
+#define L_K8 5   // int8 q
+#define L_K8_1 6 // int8 q, superblocks of one block (Q5_1)
+#define K_QB(lay) ((lay) == L_K4 ? 16u : 32u)  // bytes of a block's quants
+#define K_SB(lay) ((lay) == L_K8_1 ? 1u : 8u)  // blocks per superblock
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
-#define ACT_WORDS 12u // an activation block (llm_act_block_t): d, sd, s, pad, 8 words of int8
+#define ACT_WORDS 12u // an activation block (llm_act_block_t): d, sd, s, s16, 8 words of int8
 
 float neg_inf() { return uintBitsToFloat(0xff800000u); }
 uint lane() { return gl_LocalInvocationID.x; }
@@ -57,6 +62,20 @@ float weight_at(uint64_t w, int lay, uint rows, uint k, uint row, uint j) {
     return (e & 1u) == 0u ? h.x : h.y;
   }
   uint nb = k / 32u, b = row * nb + j / 32u, e = j % 32u;
+  if (lay >= L_K4) { // d sc_h q - dmin m_h, as kernels.c's llm_embed
+    int q;
+    if (lay == L_K4) {
+      uint byte = (u32s(w).v[b * 4u + (e % 16u) / 4u] >> (8u * (e % 4u))) & 0xffu;
+      q = int(e < 16u ? byte & 15u : byte >> 4u);
+    } else {
+      q = bitfieldExtract(int(u32s(w).v[b * 8u + e / 4u]), int(8u * (e % 4u)), 8);
+    }
+    uint64_t sc_at = w + uint64_t(rows) * nb * K_QB(lay);
+    int scm = int(u32s(sc_at).v[b]), h = int(e / 16u);
+    f32s sup = f32s(sc_at + uint64_t(rows) * nb * 4u);
+    uint at = 2u * (b / K_SB(lay));
+    return sup.v[at] * float(bitfieldExtract(scm, 8 * h, 8)) * float(q) - sup.v[at + 1u] * float(bitfieldExtract(scm, 16 + 8 * h, 8));
+  }
   if (lay == L_Q4) {
     uint byte = (u32s(w).v[b * 4u + (e % 16u) / 4u] >> (8u * (e % 4u))) & 0xffu;
     uint q = e < 16u ? byte & 15u : byte >> 4u;
@@ -73,7 +92,7 @@ void store_block(uint64_t xq, uint b, float v[32]) {
   float amax = 0.0;
   for (int j = 0; j < 32; j++) amax = max(amax, abs(v[j]));
   float d = amax / 127.0, id = d != 0.0 ? 127.0 / amax : 0.0;
-  int s = 0;
+  int s = 0, s16 = 0;
   u32s o = u32s(xq);
   uint at = b * ACT_WORDS;
   for (int j = 0; j < 8; j++) {
@@ -84,8 +103,9 @@ void store_block(uint64_t xq, uint b, float v[32]) {
       word |= uint(q & 0xff) << (8 * i);
     }
     o.v[at + 4u + uint(j)] = word;
+    if (j == 3) s16 = s;
   }
-  o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d), o.v[at + 2u] = uint(s), o.v[at + 3u] = 0u;
+  o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d), o.v[at + 2u] = uint(s), o.v[at + 3u] = uint(s16);
 }
 
 // ---- the products ----
@@ -101,6 +121,7 @@ void store_block(uint64_t xq, uint b, float v[32]) {
 #define NBL ((NB + 7) / 8)
 ivec4 aq[NBL][8];   // the block's 32 int8 inputs, 4 a vector
 float ad[NBL], asd[NBL];
+int asum[NBL], asum16[NBL]; // the block's sum of q, of its first 16 q (the K layouts' mins)
 uint64_t in_f;      // the token's float inputs (float layouts)
 
 void load_input(uint64_t xf, uint64_t xq, uint t) {
@@ -108,12 +129,43 @@ void load_input(uint64_t xf, uint64_t xq, uint t) {
   u32s q = u32s(xq);
   for (uint k = 0u; k < uint(NBL); k++) {
     uint b = min(lane() + 8u * k, uint(NB - 1)), at = (t * uint(NB) + b) * ACT_WORDS;
-    ad[k] = uintBitsToFloat(q.v[at]), asd[k] = uintBitsToFloat(q.v[at + 1u]);
+    ad[k] = uintBitsToFloat(q.v[at]), asd[k] = uintBitsToFloat(q.v[at + 1u]), asum[k] = int(q.v[at + 2u]), asum16[k] = int(q.v[at + 3u]);
     for (uint i = 0u; i < 8u; i++) aq[k][i] = ivec4(uvec4(q.v[at + 4u + i]) << uvec4(24, 16, 8, 0)) >> 24;
   }
 }
 
 int isum4(ivec4 p) { return p.x + p.y + p.z + p.w; }
+
+// Block blk of a K layout times the lane's k-th input block: integer sums per half block (sA, sB),
+// sc_0 sA + sc_1 sB and m_0 s16 + m_1 (s - s16) in integers as kernels.c's k tiles, then
+// d d_x isum - dmin d_x msum.
+float k_block(uint64_t w, int lay, uint rows, uint blk, uint k) {
+  uint nb = uint(N_IN) / 32u;
+  uint64_t sc_at = w + uint64_t(rows) * nb * K_QB(lay);
+  ivec4 scm = ivec4(uvec4(u32s(sc_at).v[blk]) << uvec4(24, 16, 8, 0)) >> 24; // sc_0, sc_1, m_0, m_1
+  f32s sup = f32s(sc_at + uint64_t(rows) * nb * 4u);
+  uint at = 2u * (blk / K_SB(lay));
+  int sA = 0, sB = 0;
+  if (lay == L_K4) { // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
+    u64vec2 qq = u64x2s(w).v[blk];
+    uvec4 wv = uvec4(unpackUint2x32(qq.x), unpackUint2x32(qq.y));
+    for (uint i = 0u; i < 4u; i++) {
+      uvec4 by = uvec4(wv[i]) >> uvec4(0, 8, 16, 24);
+      sA += isum4(ivec4(by & 15u) * aq[k][i]);
+      sB += isum4(ivec4((by >> 4u) & 15u) * aq[k][4u + i]);
+    }
+  } else {
+    u64vec4 qq = u64x4s(w).v[blk];
+    uvec2 p0 = unpackUint2x32(qq.x), p1 = unpackUint2x32(qq.y), p2 = unpackUint2x32(qq.z), p3 = unpackUint2x32(qq.w);
+    uint wv[8] = uint[8](p0.x, p0.y, p1.x, p1.y, p2.x, p2.y, p3.x, p3.y);
+    for (uint i = 0u; i < 4u; i++) {
+      sA += isum4((ivec4(uvec4(wv[i]) << uvec4(24, 16, 8, 0)) >> 24) * aq[k][i]);
+      sB += isum4((ivec4(uvec4(wv[4u + i]) << uvec4(24, 16, 8, 0)) >> 24) * aq[k][4u + i]);
+    }
+  }
+  int isum = scm.x * sA + scm.y * sB, msum = scm.z * asum16[k] + scm.w * (asum[k] - asum16[k]);
+  return (sup.v[at] * ad[k]) * float(isum) - (sup.v[at + 1u] * ad[k]) * float(msum);
+}
 
 // The lane's part of row `row` (of `rows`) of w . the input.
 float row_part(uint64_t w, int lay, uint rows, uint row) {
@@ -143,6 +195,8 @@ float row_part(uint64_t w, int lay, uint rows, uint row) {
       int acc = 0;
       for (uint i = 0u; i < 8u; i++) acc += isum4((ivec4(uvec4(wv[i]) << uvec4(24, 16, 8, 0)) >> 24) * aq[k][i]);
       c = (d * ad[k]) * float(acc);
+    } else if (lay >= L_K4) {
+      c = k_block(w, lay, rows, row * nb + min(b, nb - 1u), k);
     } else {
       f32s x = f32s(in_f);
       for (uint j = 0u; j < 32u; j++) {
@@ -334,6 +388,7 @@ void main() {
   float d = amax / 127.0, id = d != 0.0 ? 127.0 / amax : 0.0;
   int q[4], s = 0;
   for (uint j = 0u; j < 4u; j++) q[j] = int(roundEven(h[j] * id)), s += q[j];
+  int s16 = subgroupAdd(q[0] + q[1]); // rounds 0 and 1: the block's first 16 rows
   s = subgroupAdd(s);
   // word w holds rows 4w .. 4w + 3: round w / 2, lanes 4 (w % 2) ..
   u32s o = u32s(hcq_buf(1));
@@ -343,7 +398,7 @@ void main() {
     uint word = subgroupAdd(mine);
     if (l == 0u) o.v[at + 4u + w] = word;
   }
-  if (l == 0u) o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d), o.v[at + 2u] = uint(s), o.v[at + 3u] = 0u;
+  if (l == 0u) o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d), o.v[at + 2u] = uint(s), o.v[at + 3u] = uint(s16);
 }
 #endif
 
