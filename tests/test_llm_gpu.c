@@ -114,6 +114,60 @@ static void mixed_k_weights(void) {
   block_path(&s, "mixed K");
 }
 
+/* ---- the architectures (llm_config_t's flags; test_llm_arch.c runs the same models on the CPU) ---- */
+
+/* test_llm_arch.c's tiny models: 7 layers so that gemma3's sixth is a global one, 4 heads of 16 over 2
+ * KV heads (gemma3: of 24, q 96 wide for an x of 64, a window of 8); llama with llama 3's rope_freqs. */
+static tiny_spec_t arch_spec(const char *arch, ggml_type_t type, uint64_t seed) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 7, 4, 2, 60, type, false, seed);
+  s.arch = arch;
+  if (!strcmp(arch, "gemma3")) s.head_dim = 24, s.window = 8, s.tied = true;
+  if (!strcmp(arch, "llama")) s.rope_freqs = true, s.rope_base = 500000.0f;
+  return s;
+}
+
+/* Float weights: within 1e-4 of the reference over 40 positions (past gemma3's window), the same
+ * greedy tokens. */
+static void arch_matches_reference(const char *arch) {
+  require(1);
+  tiny_spec_t s = arch_spec(arch, GGML_TYPE_F32, 71);
+  llm_model_t *m = tiny_model(&s, arch);
+  llm_decoder_t *d = decoder_on(m, g_kind, 1, 64, 16);
+  enum { N = 40 };
+  int32_t toks[N];
+  random_tokens(toks, N, s.vocab, 9);
+  forced_matches_reference(d, m, toks, N, false, 1e-4f, 0, arch);
+  greedy_matches_reference(d, m, toks, 3, 30, arch);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
+/* Blocks (Q8_0 and an F16 embedding) against the reference that rounds inputs to 8 bits; eager =
+ * graph and a prompt pass = steps, bit for bit. */
+static void arch_same_bits(const char *arch) {
+  require(1);
+  tiny_spec_t s = arch_spec(arch, GGML_TYPE_Q8_0, 5);
+  s.types[TINY_EMB] = GGML_TYPE_F16;
+  llm_model_t *m = tiny_model(&s, arch);
+  enum { N = 20, V = 60 };
+  int32_t toks[N];
+  random_tokens(toks, N, s.vocab, 13);
+  float *eager = malloc(N * V * 4), *graph = malloc(N * V * 4), *want = malloc(N * V * 4), pass[V];
+  llm_decoder_t *d = decoder_on(m, g_kind, 1, 64, 32);
+  forced(d, toks, N, false, eager);
+  forced(d, toks, N, true, graph);
+  OK(llm_decoder_set_tokens(d, 0, toks, N));
+  OK(llm_decoder_prefill(d, 0, N, true));
+  OK(llm_decoder_logits(d, pass));
+  OK(llm_decoder_destroy(d));
+  ref_forced(m, toks, N, true, want);
+  compare_logits(graph, want, N, V, 0.05f, 0.1f, arch);
+  cr_assert(!memcmp(eager, graph, N * V * 4), "%s: eager launches and graph replays differ", arch);
+  cr_assert(!memcmp(graph + (N - 1) * V, pass, sizeof(pass)), "%s: a prompt pass differs from steps", arch);
+  free(eager), free(graph), free(want);
+  llm_model_close(m);
+}
+
 /* Each group computes a token's outputs in one fixed order whatever the grid: a pass of 20 tokens,
  * passes of 8 + 8 + 4, and 20 steps give the same bits; eager and graph too. */
 static void pass_equals_steps(void) {
@@ -344,12 +398,24 @@ Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
   Test(suite, q6_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q6_K, 109); }       \
   Test(suite, iq4_xs_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_IQ4_XS, 110); }   \
   Test(suite, every_k_layout_mixed_matches_the_reference) { g_kind = kind, mixed_k_weights(); }
+/* The architectures beyond llama 2's, in the tiny suite. */
+#define ARCH_TESTS(suite, kind)                                                                             \
+  Test(suite, llama3_rope_freqs_matches_the_reference) { g_kind = kind, arch_matches_reference("llama"); }   \
+  Test(suite, qwen2_matches_the_reference) { g_kind = kind, arch_matches_reference("qwen2"); }              \
+  Test(suite, qwen3_matches_the_reference) { g_kind = kind, arch_matches_reference("qwen3"); }              \
+  Test(suite, gemma3_matches_the_reference) { g_kind = kind, arch_matches_reference("gemma3"); }            \
+  Test(suite, every_architecture_in_blocks_eager_graph_and_a_pass_agree) {                                  \
+    g_kind = kind;                                                                                          \
+    const char *archs[] = {"llama", "qwen2", "qwen3", "gemma3"};                                            \
+    for (int i = 0; i < 4; i++) arch_same_bits(archs[i]);                                                   \
+  }
 #define REAL_SUITE(suite, kind) \
   TestSuite(suite, .timeout = 280); \
   Test(suite, teacher_forced_on_the_cpu_paths_tokens) { g_kind = kind, teacher_forced(); }
 
 TINY_SUITE(llm_vulkan_tiny, HCQ_DEVICE_VULKAN)
 TYPES_TESTS(llm_vulkan_tiny, HCQ_DEVICE_VULKAN)
+ARCH_TESTS(llm_vulkan_tiny, HCQ_DEVICE_VULKAN)
 REAL_SUITE(llm_vulkan_real, HCQ_DEVICE_VULKAN)
 /* CUDA: the stand-in driver's twins (tests/llm_twins.h) of kernels.cu, which the real NVRTC compiles
  * first; a real GPU where one is. */
