@@ -368,7 +368,7 @@ extern const char llm_kernels_cuda_source[];
 
 TestSuite(llm_cuda_nvrtc, .timeout = 280);
 
-/* Every entry of kernels.cu, with every weight layout its products take, compiles for sm_90 with
+/* Every entry of kernels.cu, with every weight layout its products take (the seven of quant.h), compiles for sm_90 with
  * SmolLM2-135M's shape (the #defines decoder_items.c's program() writes): a CUDA C error fails here on a
  * machine without a GPU. Skips, saying why, where NVRTC does not load. */
 Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
@@ -396,7 +396,7 @@ Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
   char *src = malloc(body + 2048);
   cr_assert(src);
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-    for (int lay = 0; lay < (*cases[i].fmt ? 4 : 1); lay++) {
+    for (int lay = 0; lay < (*cases[i].fmt ? 7 : 1); lay++) {
       int n = snprintf(src, 2048, "%s#define KERNEL_%s\n", shape, cases[i].entry);
       n += snprintf(src + n, 2048 - (size_t)n, cases[i].fmt, lay);
       memcpy(src + n, llm_kernels_cuda_source, body + 1);
@@ -462,8 +462,10 @@ Test(llm_vulkan_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) { g_kind = 
 /* CUDA: the stand-in driver's twins (tests/llm_twins.h) of kernels.cu, which the real NVRTC compiles
  * first; a real GPU where one is. */
 TINY_SUITE(llm_cuda_tiny, HCQ_DEVICE_CUDA)
+TYPES_TESTS(llm_cuda_tiny, HCQ_DEVICE_CUDA)
 REAL_SUITE(llm_cuda_real, HCQ_DEVICE_CUDA)
 /* Metal: the stand-in Objective-C runtime and Metal's twins (the same as CUDA's) of kernels.metal,
  * which cannot be compiled here; a Mac where one is. */
 TINY_SUITE(llm_metal_tiny, HCQ_DEVICE_METAL)
+TYPES_TESTS(llm_metal_tiny, HCQ_DEVICE_METAL)
 REAL_SUITE(llm_metal_real, HCQ_DEVICE_METAL)

@@ -172,8 +172,7 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
 
 /* ---- create, destroy ---- */
 
-/* The GPU layouts hold every type (quant.h, llm_gpu_pack); kernels.glsl reads them all, kernels.cu
- * and kernels.metal not yet the K layouts (Q2_K .. Q6_K, IQ4_XS, Q5_1). */
+/* The GPU layouts hold every type (quant.h, llm_gpu_pack) and every kind's kernels read them all. */
 static hcq_status_t check_gpu_types(const llm_model_t *model, hcq_device_kind_t kind) {
   if (kind == HCQ_DEVICE_CPU) return NULL;
   const llm_config_t *c = &model->config;
@@ -186,8 +185,7 @@ static hcq_status_t check_gpu_types(const llm_model_t *model, hcq_device_kind_t 
       const gguf_tensor_t *mats[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
       t = mats[i % 7];
     }
-    bool k_layout = llm_layout_of(t->type) >= LLM_LAYOUT_K4X16;
-    if (!llm_gpu_has_layout(t->type) || (k_layout && kind != HCQ_DEVICE_VULKAN))
+    if (!llm_gpu_has_layout(t->type))
       return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: tensor \"%s\" is %s: the llm decoder has no kernels for %s on %s yet (CPU has)",
                              gguf_path(model->file), t->name, ggml_type_name(t->type), ggml_type_name(t->type),
                              hcq_device_kind_name(kind));

@@ -24,6 +24,11 @@
 #define L_F16 1
 #define L_Q4 2
 #define L_Q8 3
+#define L_K4 4   // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
+#define L_K8 5   // int8 q
+#define L_K8_1 6 // int8 q, superblocks of one block (Q5_1)
+#define K_QB(lay) ((lay) == L_K4 ? 16 : 32) // bytes of a block's quants
+#define K_SB(lay) ((lay) == L_K8_1 ? 1 : 8) // blocks per superblock
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
@@ -63,10 +68,11 @@
 extern "C" __global__ void LLM_SHAPE_NAME(DIM, FFN, NH, NKV, HD, RD, VOCAB, CTX, NORM_EPS_BITS, LLM_WL, LLM_WQ, LLM_WK,
                                           LLM_WV, LLM_WG, LLM_WU, LLM_KIN, ID_BITS, ROWS, CLS_ROWS, SEL)() {}
 
-// An activation block (llm_act_block_t): d = max|x| / 127, s d, s = sum q, pad, q (int8, 4 a word).
+// An activation block (llm_act_block_t): d = max|x| / 127, s d, s = sum q, s16 = the sum of the
+// first 16 q (the K layouts' mins), q (int8, 4 a word).
 struct act {
   float d, sd;
-  int s, pad;
+  int s, s16;
   int q[8];
 };
 
@@ -99,6 +105,13 @@ __device__ float weight_at(const unsigned char *w, int lay, size_t rows, size_t 
   if (lay == L_F32) return ((const float *)w)[row * k + j];
   if (lay == L_F16) return half_at((const unsigned short *)w, row * k + j);
   size_t nb = k / 32, b = row * nb + j / 32, e = j % 32;
+  if (lay >= L_K4) { // d sc_h q - dmin m_h, as kernels.c's llm_embed
+    unsigned char by = w[b * 16 + e % 16];
+    int q = lay == L_K4 ? (e < 16 ? by & 15 : by >> 4) : (signed char)w[b * 32 + e];
+    const signed char *scm = (const signed char *)(w + rows * nb * K_QB(lay)) + 4 * b;
+    const float *sup = (const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (b / K_SB(lay));
+    return sup[0] * (float)scm[e / 16] * (float)q - sup[1] * (float)scm[2 + e / 16];
+  }
   if (lay == L_Q4) {
     unsigned char by = w[b * 16 + e % 16];
     const float *dm = (const float *)(w + rows * nb * 16) + 2 * b;
@@ -112,7 +125,7 @@ __device__ void store_block(act *o, const float *v) {
   float amax = 0.0f;
   for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
   float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
-  int s = 0;
+  int s = 0, s16 = 0;
   for (int j = 0; j < 8; j++) {
     unsigned word = 0;
     for (int i = 0; i < 4; i++) {
@@ -121,8 +134,9 @@ __device__ void store_block(act *o, const float *v) {
       word |= (unsigned)(q & 0xff) << (8 * i);
     }
     o->q[j] = (int)word;
+    if (j == 3) s16 = s;
   }
-  o->d = d, o->sd = (float)s * d, o->s = s, o->pad = 0;
+  o->d = d, o->sd = (float)s * d, o->s = s, o->s16 = s16;
 }
 
 // ---- the products ----
@@ -138,6 +152,7 @@ __device__ void store_block(act *o, const float *v) {
 struct input {
   int q[NBL][8];
   float d[NBL], sd[NBL];
+  int s[NBL], s16[NBL];
   const float *f;
 };
 
@@ -146,9 +161,34 @@ __device__ void load_input(input &in, const float *xf, const act *xq, unsigned t
   for (int k = 0; k < NBL; k++) {
     unsigned b = lane() + 32u * k;
     const act *a = xq + (size_t)t * NB + (b < NB ? b : NB - 1);
-    in.d[k] = a->d, in.sd[k] = a->sd;
+    in.d[k] = a->d, in.sd[k] = a->sd, in.s[k] = a->s, in.s16[k] = a->s16;
     for (int i = 0; i < 8; i++) in.q[k][i] = a->q[i];
   }
+}
+
+// Block blk of a K layout times the lane's k-th input block: integer sums per half block (sA, sB),
+// sc_0 sA + sc_1 sB and m_0 s16 + m_1 (s - s16) in integers as kernels.c's k tiles, then
+// d d_x isum - dmin d_x msum.
+__device__ float k_block(const input &in, int k, const unsigned char *w, int lay, size_t rows, size_t blk) {
+  const size_t nb = N_IN / 32;
+  const signed char *scm = (const signed char *)(w + rows * nb * K_QB(lay)) + 4 * blk;
+  // 4-byte loads: with Q5_1's superblocks of one block the floats may start off an 8-byte boundary
+  const float *dm = (const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (blk / K_SB(lay));
+  int sA = 0, sB = 0;
+  if (lay == L_K4) { // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
+    uint4 wv = ((const uint4 *)w)[blk];
+    unsigned ww[4] = {wv.x, wv.y, wv.z, wv.w};
+    for (int i = 0; i < 4; i++) {
+      sA = __dp4a((int)(ww[i] & 0x0f0f0f0fu), in.q[k][i], sA);
+      sB = __dp4a((int)((ww[i] >> 4) & 0x0f0f0f0fu), in.q[k][4 + i], sB);
+    }
+  } else {
+    uint4 w0 = ((const uint4 *)w)[2 * blk], w1 = ((const uint4 *)w)[2 * blk + 1];
+    unsigned ww[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    for (int i = 0; i < 4; i++) sA = __dp4a((int)ww[i], in.q[k][i], sA), sB = __dp4a((int)ww[4 + i], in.q[k][4 + i], sB);
+  }
+  int isum = scm[0] * sA + scm[1] * sB, msum = scm[2] * in.s16[k] + scm[3] * (in.s[k] - in.s16[k]);
+  return (dm[0] * in.d[k]) * (float)isum - (dm[1] * in.d[k]) * (float)msum;
 }
 
 // The lane's part of row `row` (of `rows`) of w . the input: its blocks' products in order.
@@ -178,6 +218,8 @@ __device__ float row_part(const input &in, const unsigned char *w, int lay, size
       int acc = 0;
       for (int i = 0; i < 8; i++) acc = __dp4a((int)ww[i], in.q[k][i], acc);
       c = (d * in.d[k]) * (float)acc;
+    } else if (lay >= L_K4) {
+      c = k_block(in, k, w, lay, rows, row * nb + b);
     } else {
       for (unsigned j = 0; j < 32; j++) {
         unsigned e = 32u * b + j;
@@ -346,10 +388,10 @@ extern "C" __global__ void llm_gate_up(float *hf, act *hq, const float *xf, cons
   float h = row < FFN ? a / (1.0f + expf(-a)) * u : 0.0f;
   if (row < FFN) hf[(size_t)t * FFN + row] = h;
   float amax = warp_max(fabsf(h)), d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
-  int q = (int)rintf(h * id), s = warp_sum_i(q);
+  int q = (int)rintf(h * id), s = warp_sum_i(q), s16 = warp_sum_i(l < 16 ? q : 0);
   act *o = hq + (size_t)t * NBLK(FFN) + g;
   ((signed char *)o->q)[l] = (signed char)q;
-  if (l == 0) o->d = d, o->sd = (float)s * d, o->s = s, o->pad = 0;
+  if (l == 0) o->d = d, o->sd = (float)s * d, o->s = s, o->s16 = s16;
 }
 #endif
 
