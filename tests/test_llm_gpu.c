@@ -412,6 +412,48 @@ Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
   free(src);
 }
 
+/* The architectures' variants of kernels.cu (gpu_abi.h's defines: NEOX rope, biases, unfused rope
+ * with per-head norms, sliding windows, post-norms, GELU, scales) compile for sm_90 too. The
+ * stand-in's twins do not run them yet (the decoder refuses those architectures on CUDA). */
+Test(llm_cuda_nvrtc, every_architecture_variant_compiles_for_sm_90) {
+  const char *why;
+  if (!hcq__nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
+  const char *shape = "#define DIM 640\n#define FFN 2048\n#define NH 4\n#define NKV 1\n#define HD 256\n#define RD 256\n"
+                      "#define VOCAB 262144\n#define CTX 4096\n#define NORM_EPS 9.99999997e-07f\n#define LLM_ISA_CAP 3\n"
+                      "#define ROWS 32\n#define CLS_ROWS 64\n#define SEL 256\n#define ID_BITS 18\n#define NORM_EPS_BITS 897988541\n"
+                      "#define QD 1024\n#define ROPE_NEOX 1\n#define EMB_SCALE 2.529822159e+01f\n#define ATTN_SCALE 6.250000000e-02f\n"
+                      "#define FFN_GELU 1\n";
+  struct {
+    const char *entry, *defs;
+  } cases[] = {
+      {"llm_embed", "#define W_LAYOUT 5\n"},
+      {"llm_quantize", ""},
+      {"llm_qkv", "#define WQ_LAYOUT 4\n#define WK_LAYOUT 4\n#define WV_LAYOUT 5\n#define QKV_FUSED 0\n"},
+      {"llm_qkv", "#define WQ_LAYOUT 3\n#define WK_LAYOUT 3\n#define WV_LAYOUT 3\n#define QKV_FUSED 0\n#define QKV_BIAS 1\n"},
+      {"llm_qkv", "#define WQ_LAYOUT 3\n#define WK_LAYOUT 3\n#define WV_LAYOUT 3\n#define QKV_BIAS 1\n"},
+      {"llm_rope_heads", "#define QK_NORM 1\n"},
+      {"llm_rope_heads", ""},
+      {"llm_attn", "#define WINDOW 512\n"},
+      {"llm_matmul_add", "#define W_LAYOUT 4\n#define K_IN 1024\n#define MATMUL_SET 1\n"},
+      {"llm_norm_add", ""},
+      {"llm_gate_up", "#define WG_LAYOUT 4\n#define WU_LAYOUT 4\n"},
+  };
+  size_t body = strlen(llm_kernels_cuda_source);
+  char *src = malloc(body + 2048);
+  cr_assert(src);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    int n = snprintf(src, 2048, "%s#define KERNEL_%s\n%s", shape, cases[i].entry, cases[i].defs);
+    memcpy(src + n, llm_kernels_cuda_source, body + 1);
+    hcq__cuda_image_t img;
+    OK(hcq__nvrtc_compile(cases[i].entry, src, 90, &img));
+    char want[64];
+    snprintf(want, sizeof(want), ".entry %s(", cases[i].entry);
+    cr_assert(strstr(img.ptx, want), "%s (%s): no %s in the PTX", cases[i].entry, cases[i].defs, want);
+    hcq__cuda_image_free(&img);
+  }
+  free(src);
+}
+
 /* ---- the suites: one per kind ---- */
 
 #define TINY_SUITE(suite, kind)                                                                             \
