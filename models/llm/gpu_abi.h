@@ -17,7 +17,8 @@
  *     ROPE_NEOX, EMB_SCALE, ATTN_SCALE, FFN_GELU; per entry QKV_FUSED 0 (llm_qkv leaves q and k
  *     unrotated: NEOX rope or per-head norms), QKV_BIAS 1, QK_NORM 1 (llm_rope_heads), WINDOW n
  *     (llm_attn on a sliding-window layer), MATMUL_SET 1 (post-norms). kernels.glsl implements them
- *     all; kernels.cu and kernels.metal only the llama 2 values (the decoder refuses the rest there)
+ *     all, kernels.cu too (compiled by NVRTC in the tests, but its stand-in's twins lack them, so
+ *     the decoder refuses those architectures on CUDA), kernels.metal only the llama 2 values
  *   GPU kinds also: K_IN (llm_matmul_add's input length: QD as a number for wo, FFN for down)
  *   Vulkan also: KERNEL_<entry>, LANES, ROWS, CLS_ROWS, SEL, ID_BITS (the sources' own constants;
  *     a kind adds what its geometry needs in program()).
