@@ -34,12 +34,15 @@ typedef struct llm_twin {
 
 typedef struct llmt_act {
   float d, sd;
-  int32_t s, pad;
+  int32_t s, s16; /* the sum of the q, of the first 16 */
   int8_t q[32];
 } llmt_act_t;
 _Static_assert(sizeof(llmt_act_t) == 48, "llm_act_block_t is 48 bytes");
 
-enum { LLMT_LANES = 32, LLMT_F32 = 0, LLMT_F16 = 1, LLMT_Q4 = 2, LLMT_Q8 = 3 };
+enum { LLMT_LANES = 32, LLMT_F32 = 0, LLMT_F16 = 1, LLMT_Q4 = 2, LLMT_Q8 = 3, LLMT_K4 = 4, LLMT_K8 = 5, LLMT_K8_1 = 6 };
+/* The K layouts: bytes of a block's quants, blocks per superblock. */
+#define LLMT_K_QB(lay) ((size_t)((lay) == LLMT_K4 ? 16 : 32))
+#define LLMT_K_SB(lay) ((size_t)((lay) == LLMT_K8_1 ? 1 : 8))
 #define LLMT_NBLK(k) (((k) + 31) / 32)
 
 static inline float llmt_bits(int32_t b) {
@@ -90,6 +93,13 @@ static inline float llmt_weight(const uint8_t *w, int lay, size_t rows, size_t k
   if (lay == LLMT_F32) return ((const float *)w)[row * k + j];
   if (lay == LLMT_F16) return llmt_half(((const uint16_t *)w)[row * k + j]);
   size_t nb = k / 32, b = row * nb + j / 32, e = j % 32;
+  if (lay >= LLMT_K4) { /* d sc_h q - dmin m_h */
+    uint8_t by = w[b * 16 + e % 16];
+    int q = lay == LLMT_K4 ? (e < 16 ? by & 15 : by >> 4) : (int8_t)w[b * 32 + e];
+    const int8_t *scm = (const int8_t *)(w + rows * nb * LLMT_K_QB(lay)) + 4 * b;
+    const float *sup = (const float *)(w + rows * nb * (LLMT_K_QB(lay) + 4)) + 2 * (b / LLMT_K_SB(lay));
+    return sup[0] * (float)scm[e / 16] * (float)q - sup[1] * (float)scm[2 + e / 16];
+  }
   if (lay == LLMT_Q4) {
     uint8_t by = w[b * 16 + e % 16];
     const float *dm = (const float *)(w + rows * nb * 16) + 2 * b;
@@ -115,6 +125,18 @@ static inline float llmt_block(const uint8_t *w, int lay, size_t rows, int nin, 
     int acc = 0;
     for (int e = 0; e < 32; e++) acc += q[e] * xq[b].q[e];
     return (((const float *)(w + rows * nb * 32))[blk] * xq[b].d) * (float)acc;
+  }
+  if (lay >= LLMT_K4) { /* k_block: integer sums per half block, isum and msum in integers */
+    const int8_t *scm = (const int8_t *)(w + rows * nb * LLMT_K_QB(lay)) + 4 * blk;
+    const float *dm = (const float *)(w + rows * nb * (LLMT_K_QB(lay) + 4)) + 2 * (blk / LLMT_K_SB(lay));
+    int sum[2] = {0, 0};
+    for (int e = 0; e < 32; e++) {
+      int q = lay == LLMT_K4 ? (e < 16 ? w[blk * 16 + (size_t)e] & 15 : w[blk * 16 + (size_t)e - 16] >> 4)
+                             : (int8_t)w[blk * 32 + (size_t)e];
+      sum[e / 16] += q * xq[b].q[e];
+    }
+    int isum = scm[0] * sum[0] + scm[1] * sum[1], msum = scm[2] * xq[b].s16 + scm[3] * (xq[b].s - xq[b].s16);
+    return (dm[0] * xq[b].d) * (float)isum - (dm[1] * xq[b].d) * (float)msum;
   }
   float c = 0.0f;
   for (int j = 0; j < 32; j++) {
@@ -145,13 +167,14 @@ static inline void llmt_store(llmt_act_t *o, const float *v) {
   float amax = 0.0f;
   for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
   float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
-  int s = 0;
+  int s = 0, s16 = 0;
   for (int j = 0; j < 32; j++) {
     int q = (int)rintf(v[j] * id);
     s += q;
     o->q[j] = (int8_t)q;
+    if (j == 15) s16 = s;
   }
-  o->d = d, o->sd = (float)s * d, o->s = s, o->pad = 0;
+  o->d = d, o->sd = (float)s * d, o->s = s, o->s16 = s16;
 }
 
 #define LLMT_F(i) ((float *)k->b[(i)])
@@ -282,13 +305,14 @@ static inline void llm_twin_gate_up(const llm_twin_t *k) {
   }
   float amax = llmt_max(mag), d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
   llmt_act_t *o = LLMT_A(1) + (size_t)t * LLMT_NBLK(ffn) + g;
-  int s = 0;
+  int s = 0, s16 = 0;
   for (int l = 0; l < LLMT_LANES; l++) {
     int q = (int)rintf(h[l] * id);
     s += q;
     o->q[l] = (int8_t)q;
+    if (l == 15) s16 = s;
   }
-  o->d = d, o->sd = (float)s * d, o->s = s, o->pad = 0;
+  o->d = d, o->sd = (float)s * d, o->s = s, o->s16 = s16;
 }
 /* bufs logits, best, xf, xq, classifier; vals first group. Group: CLS_ROWS rows of row 0's logits,
  * and the group's best (the value's bits, its lowest index). */

@@ -157,14 +157,19 @@ Test(llm_arch, a_tensor_the_architecture_needs_is_required) {
   }
 }
 
+/* VULKAN runs every architecture (test_llm_gpu.c); CUDA and METAL only llama without rope_freqs so
+ * far, and refuse the rest before opening a device. */
 Test(llm_arch, gpu_kinds_refuse_what_their_kernels_lack) {
-  const char *archs[] = {"gemma3", "qwen2", "llama"};
-  for (int i = 0; i < 3; i++) {
+  const char *archs[] = {"gemma3", "qwen2", "qwen3", "llama"};
+  const hcq_device_kind_t kinds[] = {HCQ_DEVICE_CUDA, HCQ_DEVICE_METAL};
+  for (int i = 0; i < 4; i++) {
     tiny_spec_t s = arch_spec(archs[i], GGML_TYPE_F32, 3);
     llm_model_t *m = tiny_model(&s, archs[i]);
-    llm_decoder_t *d;
-    FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_VULKAN}, &d), HCQ_UNIMPLEMENTED, "VULKAN",
-          archs[i]);
+    for (int k = 0; k < 2; k++) {
+      llm_decoder_t *d;
+      FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kinds[k]}, &d), HCQ_UNIMPLEMENTED,
+            hcq_device_kind_name(kinds[k]), archs[i]);
+    }
     llm_model_close(m);
   }
 }

@@ -172,8 +172,7 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
 
 /* ---- create, destroy ---- */
 
-/* The GPU kernels read F32, F16, Q4_0, Q4_1, Q8_0 and what packs exactly into their layouts (BF16,
- * Q5_0, IQ4_NL: quant.h); the K layouts are CPU-only for now. */
+/* The GPU layouts hold every type (quant.h, llm_gpu_pack) and every kind's kernels read them all. */
 static hcq_status_t check_gpu_types(const llm_model_t *model, hcq_device_kind_t kind) {
   if (kind == HCQ_DEVICE_CPU) return NULL;
   const llm_config_t *c = &model->config;
@@ -218,7 +217,9 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "HCQ_LLM_KERNELS=\"%s\": expected auto, avx512, avx2 or portable",
                            getenv("HCQ_LLM_KERNELS"));
   const llm_config_t *c = &model->config;
-  if (opts.kind != HCQ_DEVICE_CPU && (c->arch != LLM_ARCH_LLAMA || c->rope_freqs || llm_q_dim(c) != c->dim))
+  /* kernels.glsl has every architecture's entries and flags; kernels.cu and kernels.metal not yet */
+  bool warp = opts.kind == HCQ_DEVICE_CUDA || opts.kind == HCQ_DEVICE_METAL;
+  if (warp && (c->arch != LLM_ARCH_LLAMA || c->rope_freqs || llm_q_dim(c) != c->dim))
     return hcq_status_make(HCQ_UNIMPLEMENTED,
                            "llm decoder: the %s kernels run llama models whose heads span the width, without rope_freqs (this "
                            "model: %s%s%s); it runs on CPU",

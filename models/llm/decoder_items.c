@@ -61,10 +61,12 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
                      c->dim, c->ffn, c->n_heads, c->n_kv_heads, c->head_dim, c->rope_dim, c->vocab, m->ctx, (double)c->norm_eps,
                      m->isa_cap, defines);
   if (len < 0 || (size_t)len >= sizeof(key)) return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
-  if (m->kind == HCQ_DEVICE_CPU) /* what the architecture changes (kernels.c) */
-    snprintf(key + len, sizeof(key) - (size_t)len, "#define QD %d\n#define ROPE_NEOX %d\n#define EMB_SCALE %.9ef\n"
-             "#define ATTN_SCALE %.9ef\n#define FFN_GELU %d\n", llm_q_dim(c), c->rope_neox, (double)c->emb_scale,
-             (double)c->attn_scale, c->gelu);
+  /* what the architecture changes (kernels.c; on every kind: gpu_abi.h) */
+  int arch_len = snprintf(key + len, sizeof(key) - (size_t)len, "#define QD %d\n#define ROPE_NEOX %d\n#define EMB_SCALE %.9ef\n"
+                          "#define ATTN_SCALE %.9ef\n#define FFN_GELU %d\n", llm_q_dim(c), c->rope_neox, (double)c->emb_scale,
+                          (double)c->attn_scale, c->gelu);
+  if (arch_len < 0 || (size_t)(len += arch_len) >= sizeof(key))
+    return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
   if (m->kind == HCQ_DEVICE_VULKAN) /* one main() per GLSL source: KERNEL_<entry> picks it */
     snprintf(key + len, sizeof(key) - (size_t)len, "#define KERNEL_%s\n#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n"
              "#define SEL %d\n#define ID_BITS %d\n", entry, VK_LANES, VK_ROWS, VK_CLS_ROWS, VK_SEL, id_bits(c->vocab));
@@ -259,7 +261,8 @@ static const gpu_shape_t vulkan_shape = {VK_LANES, VK_ROWS, 32, VK_SEL}, warp_sh
 
 static geometry_t gpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o, const gpu_shape_t *s) {
   const llm_config_t *c = &m->c;
-  int gq = (c->dim + s->rows - 1) / s->rows, gkv = (llm_kv_dim(c) + s->rows - 1) / s->rows;
+  int gq = (llm_q_dim(c) + s->rows - 1) / s->rows, gdim = (c->dim + s->rows - 1) / s->rows,
+      gkv = (llm_kv_dim(c) + s->rows - 1) / s->rows;
   hcq_operand_t lanes = hcq_imm(s->lanes);
   switch (k) {
     case K_EMBED:
@@ -271,7 +274,7 @@ static geometry_t gpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass
     case K_QKV: return (geometry_t){{hcq_imm(gq + 2 * gkv), o->n}, lanes};
     case K_ATTN: return (geometry_t){{hcq_imm(c->n_heads), o->n}, lanes};
     case K_WO:
-    case K_DOWN: return (geometry_t){{hcq_imm(gq), o->n}, lanes};
+    case K_DOWN: return (geometry_t){{hcq_imm(gdim), o->n}, lanes};
     case K_GATE_UP: return (geometry_t){{hcq_imm((c->ffn + s->gate_rows - 1) / s->gate_rows), o->n}, lanes};
     case K_NORM_LAST: return (geometry_t){{o->chosen}, lanes};
     case K_CLASSIFY: return (geometry_t){{o->cls_grid}, lanes};
@@ -320,9 +323,12 @@ static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t
   snprintf(defs, sizeof(defs), swa ? "#define WINDOW %d\n" : "", c->swa_window);
   TRY(program(m, d, "llm_attn", defs, &attn));
   TRY(program(m, d, "llm_quantize", "", &quant));
-  /* GPU products hold their input in registers: its length is a constant there (K_IN) */
+  /* GPU products hold their input in registers: its length is a constant there (K_IN: wo's is the q
+   * width, as a number, since the Metal stand-in reads K_IN back as a number or DIM or FFN) */
   const char *set = c->post_norms ? "#define MATMUL_SET 1\n" : "";
-  snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_O]), gpu ? "#define K_IN DIM\n" : "", set);
+  char k_in[32] = "";
+  if (gpu) snprintf(k_in, sizeof(k_in), "#define K_IN %d\n", llm_q_dim(c));
+  snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_O]), k_in, set);
   TRY(program(m, d, "llm_matmul_add", defs, &wo));
   snprintf(defs, sizeof(defs), "%s%s", layout_define(def[0], 64, "WG_LAYOUT", S->layout[W_GATE]),
            layout_define(def[1], 64, "WU_LAYOUT", S->layout[W_UP]));

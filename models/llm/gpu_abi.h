@@ -10,8 +10,16 @@
  *                                            part of it, KV_DIM = NKV HD), CTX the cache positions
  *   #define NORM_EPS 1e-05f  LLM_ISA_CAP n   (the latter CPU only; harmless elsewhere)
  *   the entry's layouts: W_LAYOUT (llm_embed, llm_matmul_add, llm_classify), WQ_/WK_/WV_LAYOUT
- *     (llm_qkv), WG_/WU_LAYOUT (llm_gate_up): 0 F32, 1 F16, 2 Q4 (Q4_0 and Q4_1), 3 Q8 (Q8_0)
- *   GPU kinds also: K_IN (llm_matmul_add's input length, DIM for wo, FFN for down)
+ *     (llm_qkv), WG_/WU_LAYOUT (llm_gate_up): quant.h's llm_layout_t: 0 F32 (and BF16), 1 F16, 2 Q4
+ *     (Q4_0, Q4_1), 3 Q8 (Q8_0, Q5_0, IQ4_NL), 4 K4 (Q2_K, Q3_K, Q4_K), 5 K8 (Q5_K, Q6_K, IQ4_XS),
+ *     6 K8_1 (Q5_1); every kind reads all seven
+ *   what the architecture changes (every kind; kernels.c says each): QD (q's width, heads x head size),
+ *     ROPE_NEOX, EMB_SCALE, ATTN_SCALE, FFN_GELU; per entry QKV_FUSED 0 (llm_qkv leaves q and k
+ *     unrotated: NEOX rope or per-head norms), QKV_BIAS 1, QK_NORM 1 (llm_rope_heads), WINDOW n
+ *     (llm_attn on a sliding-window layer), MATMUL_SET 1 (post-norms). kernels.glsl implements them
+ *     all, kernels.cu too (compiled by NVRTC in the tests, but its stand-in's twins lack them, so
+ *     the decoder refuses those architectures on CUDA), kernels.metal only the llama 2 values
+ *   GPU kinds also: K_IN (llm_matmul_add's input length: QD as a number for wo, FFN for down)
  *   Vulkan also: KERNEL_<entry>, LANES, ROWS, CLS_ROWS, SEL, ID_BITS (the sources' own constants;
  *     a kind adds what its geometry needs in program()).
  *   CUDA and Metal also: KERNEL_<entry>, ROWS (32), CLS_ROWS, SEL, ID_BITS, NORM_EPS_BITS (NORM_EPS's
@@ -26,12 +34,19 @@
  *   llm_norm      xf, xq, x, weights, info              vals last     rows of x RMS-normed into xf
  *                                                                     (floats) and xq (blocks); last:
  *                                                                     row n - 1 only, into row 0
- *   llm_qkv       q, kcache, vcache, xf, xq, wq, wk, wv, rope, info   q, k rotated at p0 + i; k, v
- *                                                                     into the caches at p0 + i
+ *   llm_qkv       q, kcache, vcache, xf, xq, wq, wk, wv, rope, info[, kraw[, bq, bk, bv]]
+ *                                                                     q, k rotated at p0 + i; k, v
+ *                                                                     into the caches at p0 + i (not
+ *                                                                     fused: q raw, k raw into kraw
+ *                                                                     [token][KV_DIM]; biases added)
+ *   llm_rope_heads q, kcache, kraw, rope, info[, q norm, k norm]      grid (NH + NKV, n): a head
+ *                                                                     normed (QK_NORM), rotated; q in
+ *                                                                     place, k into the cache
  *   llm_attn      out, q, kcache, vcache, info                        token i attends 0..p0 + i
  *   llm_quantize  out blocks, in                                      rows of DIM into blocks
- *   llm_matmul_add x, in floats, in blocks, w, info     vals k        x[i] += w . in[i]
- *   llm_gate_up   hf, hq, xf, xq, wgate, wup, info                    silu(g.x) (u.x) into hf, hq
+ *   llm_matmul_add x, in floats, in blocks, w, info     vals k        x[i] += w . in[i] (MATMUL_SET: =)
+ *   llm_norm_add  x, out, weights                                     x[i] += RMS norm of out[i] x w
+ *   llm_gate_up   hf, hq, xf, xq, wgate, wup, info                    gate(g.x) (u.x) into hf, hq
  *   llm_classify  logits, best, xf, xq, classifier      vals first    logits of row 0; per group
  *                                                                     g: best[2g] = the top
  *                                                                     logit's bits, best[2g + 1]
@@ -43,14 +58,21 @@
  * highest logit and the lowest id on ties; sampling, kernels.c's sample() (kernels.glsl's
  * llm_select does it without a sort, with exact integer sums).
  *
- * Memory. x, xf, q, att: max_batch rows of DIM floats; hf: rows of FFN floats; xq, attq, hq:
- * rows of NBLK(k) activation blocks (llm_act_block_t, 48 bytes: float d, float s d, int32 s,
- * pad, int8 q[32]; d = max|x| / 127, q rounded to nearest even); the caches: CTX x KV_DIM floats
+ * Memory. x, xf (and xb, post-norms' projection output): max_batch rows of DIM floats; q, att: of
+ * QD; kraw: of KV_DIM; hf: rows of FFN floats; xq, attq, hq: rows of NBLK(k) activation blocks (llm_act_block_t, 48 bytes: float d, float s d, int32 s,
+ * int32 s16, int8 q[32]; d = max|x| / 127, q rounded to nearest even, s the sum of the q, s16 that of
+ * the first 16: the K layouts' mins take each half's); the caches: CTX x KV_DIM floats
  * each, laid out as the kind likes (Vulkan: [position][kv head][element]); the rotary table: per
  * position RD floats, (cos, sin) per pair. Weights: the GPU layout of quant.h (llm_gpu_pack): rows
  * in order; Q4: 16 bytes of nibbles per block (ggml's order) for all blocks, then (float d, float
- * m) per block; Q8: 32 int8 per block, then float d per block; F32/F16 as in the file; norms as
- * floats. Buffers start 64-byte aligned.
+ * m) per block; Q8: 32 int8 per block, then float d per block; K4/K8/K8_1: the blocks' quants (16
+ * bytes of nibbles in Q4's order, or 32 int8), then per block a word of int8 {sc_0, sc_1, m_0, m_1},
+ * then per superblock (8 blocks, K8_1 1) floats {d, dmin}: element j of a block is
+ * d sc_h q_j - dmin m_h (h = j / 16); a block's product is kept in integers up to
+ * sc_0 sA + sc_1 sB and m_0 s16 + m_1 (s - s16) (sA, sB the halves' sums of q_w q_x), then
+ * d d_x isum - dmin d_x msum; F32/F16 as in the file (BF16 widened to F32); norms and biases as
+ * floats. Buffers start 64-byte aligned. The rotary table is the sliding-window one (its own base)
+ * on a window layer; llama 3's rope_freqs are in the table already.
  *
  * Vulkan's geometry (vulkan_shape): groups of 8 (one lavapipe vector), a token per group along
  * y, products of ROWS = 16 rows a group in rounds of 8 (subgroupAdd finishes a row), attention a

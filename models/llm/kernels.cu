@@ -24,9 +24,48 @@
 #define L_F16 1
 #define L_Q4 2
 #define L_Q8 3
+#define L_K4 4   // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
+#define L_K8 5   // int8 q
+#define L_K8_1 6 // int8 q, superblocks of one block (Q5_1)
+#define K_QB(lay) ((lay) == L_K4 ? 16 : 32) // bytes of a block's quants
+#define K_SB(lay) ((lay) == L_K8_1 ? 1 : 8) // blocks per superblock
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
+// What the architecture changes (kernels.c says each; gpu_abi.h). Written to kernels.glsl's
+// arithmetic and compiled by NVRTC in the tests, but not yet run: the stand-in's twins
+// (tests/llm_twins.h) have only the llama 2 values, so the decoder refuses the other architectures
+// on CUDA until they follow.
+#ifndef QD
+#define QD DIM
+#endif
+#ifndef ROPE_NEOX
+#define ROPE_NEOX 0
+#endif
+#ifndef EMB_SCALE
+#define EMB_SCALE 1.0f
+#endif
+#ifndef ATTN_SCALE
+#define ATTN_SCALE (1.0f / sqrtf((float)HD))
+#endif
+#ifndef FFN_GELU
+#define FFN_GELU 0
+#endif
+#ifndef QKV_FUSED
+#define QKV_FUSED 1
+#endif
+#ifndef QKV_BIAS
+#define QKV_BIAS 0
+#endif
+#ifndef QK_NORM
+#define QK_NORM 0
+#endif
+#ifndef WINDOW
+#define WINDOW 0
+#endif
+#ifndef MATMUL_SET
+#define MATMUL_SET 0
+#endif
 #define LOW __int_as_float(0xff800000) // below every value: -infinity
 #define FULL 0xffffffffu
 
@@ -63,10 +102,11 @@
 extern "C" __global__ void LLM_SHAPE_NAME(DIM, FFN, NH, NKV, HD, RD, VOCAB, CTX, NORM_EPS_BITS, LLM_WL, LLM_WQ, LLM_WK,
                                           LLM_WV, LLM_WG, LLM_WU, LLM_KIN, ID_BITS, ROWS, CLS_ROWS, SEL)() {}
 
-// An activation block (llm_act_block_t): d = max|x| / 127, s d, s = sum q, pad, q (int8, 4 a word).
+// An activation block (llm_act_block_t): d = max|x| / 127, s d, s = sum q, s16 = the sum of the
+// first 16 q (the K layouts' mins), q (int8, 4 a word).
 struct act {
   float d, sd;
-  int s, pad;
+  int s, s16;
   int q[8];
 };
 
@@ -99,6 +139,13 @@ __device__ float weight_at(const unsigned char *w, int lay, size_t rows, size_t 
   if (lay == L_F32) return ((const float *)w)[row * k + j];
   if (lay == L_F16) return half_at((const unsigned short *)w, row * k + j);
   size_t nb = k / 32, b = row * nb + j / 32, e = j % 32;
+  if (lay >= L_K4) { // d sc_h q - dmin m_h, as kernels.c's llm_embed
+    unsigned char by = w[b * 16 + e % 16];
+    int q = lay == L_K4 ? (e < 16 ? by & 15 : by >> 4) : (signed char)w[b * 32 + e];
+    const signed char *scm = (const signed char *)(w + rows * nb * K_QB(lay)) + 4 * b;
+    const float *sup = (const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (b / K_SB(lay));
+    return sup[0] * (float)scm[e / 16] * (float)q - sup[1] * (float)scm[2 + e / 16];
+  }
   if (lay == L_Q4) {
     unsigned char by = w[b * 16 + e % 16];
     const float *dm = (const float *)(w + rows * nb * 16) + 2 * b;
@@ -112,7 +159,7 @@ __device__ void store_block(act *o, const float *v) {
   float amax = 0.0f;
   for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
   float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
-  int s = 0;
+  int s = 0, s16 = 0;
   for (int j = 0; j < 8; j++) {
     unsigned word = 0;
     for (int i = 0; i < 4; i++) {
@@ -121,8 +168,9 @@ __device__ void store_block(act *o, const float *v) {
       word |= (unsigned)(q & 0xff) << (8 * i);
     }
     o->q[j] = (int)word;
+    if (j == 3) s16 = s;
   }
-  o->d = d, o->sd = (float)s * d, o->s = s, o->pad = 0;
+  o->d = d, o->sd = (float)s * d, o->s = s, o->s16 = s16;
 }
 
 // ---- the products ----
@@ -138,6 +186,7 @@ __device__ void store_block(act *o, const float *v) {
 struct input {
   int q[NBL][8];
   float d[NBL], sd[NBL];
+  int s[NBL], s16[NBL];
   const float *f;
 };
 
@@ -146,9 +195,34 @@ __device__ void load_input(input &in, const float *xf, const act *xq, unsigned t
   for (int k = 0; k < NBL; k++) {
     unsigned b = lane() + 32u * k;
     const act *a = xq + (size_t)t * NB + (b < NB ? b : NB - 1);
-    in.d[k] = a->d, in.sd[k] = a->sd;
+    in.d[k] = a->d, in.sd[k] = a->sd, in.s[k] = a->s, in.s16[k] = a->s16;
     for (int i = 0; i < 8; i++) in.q[k][i] = a->q[i];
   }
+}
+
+// Block blk of a K layout times the lane's k-th input block: integer sums per half block (sA, sB),
+// sc_0 sA + sc_1 sB and m_0 s16 + m_1 (s - s16) in integers as kernels.c's k tiles, then
+// d d_x isum - dmin d_x msum.
+__device__ float k_block(const input &in, int k, const unsigned char *w, int lay, size_t rows, size_t blk) {
+  const size_t nb = N_IN / 32;
+  const signed char *scm = (const signed char *)(w + rows * nb * K_QB(lay)) + 4 * blk;
+  // 4-byte loads: with Q5_1's superblocks of one block the floats may start off an 8-byte boundary
+  const float *dm = (const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (blk / K_SB(lay));
+  int sA = 0, sB = 0;
+  if (lay == L_K4) { // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
+    uint4 wv = ((const uint4 *)w)[blk];
+    unsigned ww[4] = {wv.x, wv.y, wv.z, wv.w};
+    for (int i = 0; i < 4; i++) {
+      sA = __dp4a((int)(ww[i] & 0x0f0f0f0fu), in.q[k][i], sA);
+      sB = __dp4a((int)((ww[i] >> 4) & 0x0f0f0f0fu), in.q[k][4 + i], sB);
+    }
+  } else {
+    uint4 w0 = ((const uint4 *)w)[2 * blk], w1 = ((const uint4 *)w)[2 * blk + 1];
+    unsigned ww[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    for (int i = 0; i < 4; i++) sA = __dp4a((int)ww[i], in.q[k][i], sA), sB = __dp4a((int)ww[4 + i], in.q[k][4 + i], sB);
+  }
+  int isum = scm[0] * sA + scm[1] * sB, msum = scm[2] * in.s16[k] + scm[3] * (in.s[k] - in.s16[k]);
+  return (dm[0] * in.d[k]) * (float)isum - (dm[1] * in.d[k]) * (float)msum;
 }
 
 // The lane's part of row `row` (of `rows`) of w . the input: its blocks' products in order.
@@ -178,6 +252,8 @@ __device__ float row_part(const input &in, const unsigned char *w, int lay, size
       int acc = 0;
       for (int i = 0; i < 8; i++) acc = __dp4a((int)ww[i], in.q[k][i], acc);
       c = (d * in.d[k]) * (float)acc;
+    } else if (lay >= L_K4) {
+      c = k_block(in, k, w, lay, rows, row * nb + b);
     } else {
       for (unsigned j = 0; j < 32; j++) {
         unsigned e = 32u * b + j;
@@ -208,7 +284,7 @@ extern "C" __global__ void llm_embed(float *x, int *info, const int *tokens, con
   if (i == 0 && lane() == 0) info[0] = p0, info[1] = n;
   int tok = tokens[p0 + i];
   if (tok < 0 || tok >= VOCAB) tok = 0;
-  for (unsigned j = lane(); j < DIM; j += 32) x[(size_t)i * DIM + j] = weight_at(emb, W_LAYOUT, VOCAB, DIM, tok, j);
+  for (unsigned j = lane(); j < DIM; j += 32) x[(size_t)i * DIM + j] = weight_at(emb, W_LAYOUT, VOCAB, DIM, tok, j) * EMB_SCALE;
 }
 #endif
 
@@ -240,44 +316,105 @@ extern "C" __global__ void llm_norm(float *xf, act *xq, const float *x, const fl
 #endif
 
 #ifdef KERNEL_llm_quantize
+// Rows of QD (the attention output).
 extern "C" __global__ void llm_quantize(act *out, const float *in) {
   unsigned i = blockIdx.x;
-  for (unsigned b = lane(); b < NBLK(DIM); b += 32) {
+  for (unsigned b = lane(); b < NBLK(QD); b += 32) {
     float v[32];
-    for (unsigned j = 0; j < 32; j++) v[j] = 32 * b + j < DIM ? in[(size_t)i * DIM + 32 * b + j] : 0.0f;
-    store_block(out + (size_t)i * NBLK(DIM) + b, v);
+    for (unsigned j = 0; j < 32; j++) v[j] = 32 * b + j < QD ? in[(size_t)i * QD + 32 * b + j] : 0.0f;
+    store_block(out + (size_t)i * NBLK(QD) + b, v);
   }
 }
 #endif
 
 #ifdef KERNEL_llm_qkv
-// Grid (GQ + 2 GKV blocks of 32 rows, n tokens): q, then k, then v (each block starts at an even row,
-// so rotary pairs stay in one); q and k rotated at the token's position; k and v into the caches as
-// [position][kv head][element].
-#define GQ ((DIM + 31) / 32)
+// Grid (GQ + 2 GKV blocks of 32 rows, n tokens): q (QD rows), then k, then v (each block starts at
+// an even row, so rotary pairs stay in one), plus their biases (QKV_BIAS). QKV_FUSED: q and k
+// rotated at the token's position, k into the cache; else q raw and k raw into kraw [token][KV_DIM]
+// (llm_rope_heads rotates them). Caches as [position][kv head][element].
+#define GQ ((QD + 31) / 32)
 #define GKV ((KV_DIM + 31) / 32)
 extern "C" __global__ void llm_qkv(float *q, float *kc, float *vc, const float *xf, const act *xq, const unsigned char *wq,
-                                   const unsigned char *wk, const unsigned char *wv, const float *rope, const int *info) {
+                                   const unsigned char *wk, const unsigned char *wv, const float *rope, const int *info
+#if !QKV_FUSED || QKV_BIAS
+                                   , float *kraw
+#endif
+#if QKV_BIAS
+                                   , const float *bq, const float *bk, const float *bv
+#endif
+) {
   unsigned g = blockIdx.x, t = blockIdx.y, l = lane();
   unsigned pos = (unsigned)info[0] + t;
   unsigned which = g < GQ ? 0 : g < GQ + GKV ? 1 : 2;
-  unsigned lg = which == 0 ? g : which == 1 ? g - GQ : g - GQ - GKV, rows = which == 0 ? DIM : KV_DIM;
+  unsigned lg = which == 0 ? g : which == 1 ? g - GQ : g - GQ - GKV, rows = which == 0 ? QD : KV_DIM;
   input in;
   load_input(in, xf, xq, t);
   float mine = which == 0   ? rows32(in, wq, WQ_LAYOUT, rows, 32 * lg)
                : which == 1 ? rows32(in, wk, WK_LAYOUT, rows, 32 * lg)
                             : rows32(in, wv, WV_LAYOUT, rows, 32 * lg);
-  float pair = __shfl_xor_sync(FULL, mine, 1);
   unsigned row = 32 * lg + l, e = row % HD, e0 = e & ~1u;
+#if QKV_BIAS
+  mine += (which == 0 ? bq : which == 1 ? bk : bv)[row < rows ? row : rows - 1];
+#endif
+  float pair = __shfl_xor_sync(FULL, mine, 1);
+#if QKV_FUSED
   if (which < 2 && e < RD) {
     float c = rope[(size_t)pos * RD + e0], s = rope[(size_t)pos * RD + e0 + 1];
     // even row: a c - z s with z its odd partner; odd row: a s + z c with a its even partner
     mine = (e & 1) == 0 ? mine * c - pair * s : pair * s + mine * c;
   }
+#else
+  (void)pair, (void)e0;
+#endif
   if (row < rows) {
-    if (which == 0) q[(size_t)t * DIM + row] = mine;
+    if (which == 0) q[(size_t)t * QD + row] = mine;
+#if QKV_FUSED
     else (which == 1 ? kc : vc)[(size_t)pos * KV_DIM + row] = mine;
+#else
+    else if (which == 1) kraw[(size_t)t * KV_DIM + row] = mine;
+    else vc[(size_t)pos * KV_DIM + row] = mine;
+#endif
   }
+}
+#endif
+
+#ifdef KERNEL_llm_rope_heads
+// Grid (NH + NKV heads, n tokens): a head of q (in place) or of k (from kraw into the key cache at
+// the token's position), RMS-normed over its HD values and scaled by its norm (QK_NORM), then
+// rotated: pairs (2j, 2j + 1), or with ROPE_NEOX (j, j + RD / 2). Lane l takes pairs l, l + 32, ...
+// and the unrotated elements RD + l, ...
+extern "C" __global__ void llm_rope_heads(float *q, float *kc, const float *kraw, const float *rope, const int *info
+#if QK_NORM
+                                          , const float *q_norm, const float *k_norm
+#endif
+) {
+  unsigned h = blockIdx.x, i = blockIdx.y, l = lane(), pos = (unsigned)info[0] + i;
+  bool is_q = h < NH;
+  const float *x = is_q ? q + (size_t)i * QD + h * HD : kraw + (size_t)i * KV_DIM + (h - NH) * HD;
+  float *o = is_q ? q + (size_t)i * QD + h * HD : kc + (size_t)pos * KV_DIM + (h - NH) * HD;
+  const float *rot = rope + (size_t)pos * RD;
+#if QK_NORM
+  const float *w = is_q ? q_norm : k_norm;
+  float ss = 0.0f;
+  for (unsigned e = l; e < HD; e += 32) ss += x[e] * x[e];
+  float inv = 1.0f / sqrtf(warp_sum(ss) / (float)HD + NORM_EPS);
+#define NORMED(e) ((x[e] * inv) * w[e])
+#else
+#define NORMED(e) (x[e])
+#endif
+  float a[(RD / 2 + 31) / 32], z[(RD / 2 + 31) / 32], rest[(HD - RD + 31) / 32 + 1];
+  // every lane reads its values before any writes (q is rotated in place)
+  for (unsigned j = l, n = 0; j < RD / 2; j += 32, n++)
+    a[n] = NORMED(ROPE_NEOX ? j : 2 * j), z[n] = NORMED(ROPE_NEOX ? j + RD / 2 : 2 * j + 1);
+  for (unsigned e = RD + l, n = 0; e < HD; e += 32, n++) rest[n] = NORMED(e);
+  __syncwarp();
+  for (unsigned j = l, n = 0; j < RD / 2; j += 32, n++) {
+    float c = rot[2 * j], s = rot[2 * j + 1];
+    o[ROPE_NEOX ? j : 2 * j] = a[n] * c - z[n] * s;
+    o[ROPE_NEOX ? j + RD / 2 : 2 * j + 1] = a[n] * s + z[n] * c;
+  }
+  for (unsigned e = RD + l, n = 0; e < HD; e += 32, n++) o[e] = rest[n];
+#undef NORMED
 }
 #endif
 
@@ -289,12 +426,13 @@ extern "C" __global__ void llm_attn(float *out, const float *q, const float *kc,
   unsigned h = blockIdx.x, i = blockIdx.y, l = lane();
   int pos = info[0] + (int)i;
   unsigned kvh = h / KV_MUL;
-  const float4 *qh = (const float4 *)(q + (size_t)i * DIM + h * HD);
-  float scale = 1.0f / sqrtf((float)HD);
+  const float4 *qh = (const float4 *)(q + (size_t)i * QD + h * HD);
+  float scale = ATTN_SCALE;
+  int lo = WINDOW > 0 && pos >= WINDOW ? pos - WINDOW + 1 : 0; // a sliding window's first position
   float4 qv[H4], acc[H4];
   for (int e = 0; e < H4; e++) qv[e] = qh[e], acc[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float m = LOW, total = 0.0f;
-  for (int t = (int)l; t <= pos; t += 32) {
+  for (int t = lo + (int)l; t <= pos; t += 32) {
     const float4 *k = (const float4 *)(kc + (size_t)t * KV_DIM + kvh * HD), *v = (const float4 *)(vc + (size_t)t * KV_DIM + kvh * HD);
     float s = 0.0f;
     for (int e = 0; e < H4; e++) {
@@ -313,7 +451,7 @@ extern "C" __global__ void llm_attn(float *out, const float *q, const float *kc,
   }
   float mx = warp_max(m), w = m == LOW ? 0.0f : expf(m - mx);
   float sum = warp_sum(total * w);
-  float4 *o = (float4 *)(out + (size_t)i * DIM + h * HD);
+  float4 *o = (float4 *)(out + (size_t)i * QD + h * HD);
   for (int e = 0; e < H4; e++) {
     float4 r = make_float4(warp_sum(acc[e].x * w) / sum, warp_sum(acc[e].y * w) / sum, warp_sum(acc[e].z * w) / sum,
                            warp_sum(acc[e].w * w) / sum);
@@ -330,11 +468,35 @@ extern "C" __global__ void llm_matmul_add(float *x, const float *inf, const act 
   input in;
   load_input(in, inf, inq, t);
   float mine = rows32(in, w, W_LAYOUT, DIM, 32 * g);
-  if (32 * g + l < DIM) x[(size_t)t * DIM + 32 * g + l] += mine;
+  if (32 * g + l < DIM) {
+    float *dst = &x[(size_t)t * DIM + 32 * g + l];
+    *dst = MATMUL_SET ? mine : *dst + mine; // MATMUL_SET: post-norms, llm_norm_add adds it normed
+  }
+}
+#endif
+
+#ifdef KERNEL_llm_norm_add
+// Block per row: x[i] += RMS norm of out[i] scaled by the weights (post-norms).
+extern "C" __global__ void llm_norm_add(float *x, const float *out, const float *w) {
+  unsigned i = blockIdx.x, l = lane();
+  const float *o = out + (size_t)i * DIM;
+  float ss = 0.0f;
+  for (unsigned e = l; e < DIM; e += 32) ss += o[e] * o[e];
+  float inv = 1.0f / sqrtf(warp_sum(ss) / (float)DIM + NORM_EPS);
+  for (unsigned e = l; e < DIM; e += 32) x[(size_t)i * DIM + e] += (o[e] * inv) * w[e];
 }
 #endif
 
 #ifdef KERNEL_llm_gate_up
+// silu(a), or with FFN_GELU GELU's tanh form with tanh(y) = 1 - 2 / (e^2y + 1), as kernels.c.
+__device__ float gate_fn(float a) {
+#if FFN_GELU
+  float y = 0.7978845608f * (a + 0.044715f * a * a * a);
+  return 0.5f * a * (1.0f + (1.0f - 2.0f / (expf(2.0f * y) + 1.0f)));
+#else
+  return a / (1.0f + expf(-a));
+#endif
+}
 // Grid (blocks of 32 FFN rows, n): h = silu(gate . x) (up . x) for the block's rows (lane l: row l),
 // into hf and, quantized, block g of hq (the rows past FFN zeros).
 extern "C" __global__ void llm_gate_up(float *hf, act *hq, const float *xf, const act *xq, const unsigned char *wg,
@@ -343,13 +505,13 @@ extern "C" __global__ void llm_gate_up(float *hf, act *hq, const float *xf, cons
   input in;
   load_input(in, xf, xq, t);
   float a = rows32(in, wg, WG_LAYOUT, FFN, 32 * g), u = rows32(in, wu, WU_LAYOUT, FFN, 32 * g);
-  float h = row < FFN ? a / (1.0f + expf(-a)) * u : 0.0f;
+  float h = row < FFN ? gate_fn(a) * u : 0.0f;
   if (row < FFN) hf[(size_t)t * FFN + row] = h;
   float amax = warp_max(fabsf(h)), d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
-  int q = (int)rintf(h * id), s = warp_sum_i(q);
+  int q = (int)rintf(h * id), s = warp_sum_i(q), s16 = warp_sum_i(l < 16 ? q : 0);
   act *o = hq + (size_t)t * NBLK(FFN) + g;
   ((signed char *)o->q)[l] = (signed char)q;
-  if (l == 0) o->d = d, o->sd = (float)s * d, o->s = s, o->pad = 0;
+  if (l == 0) o->d = d, o->sd = (float)s * d, o->s = s, o->s16 = s16;
 }
 #endif
 

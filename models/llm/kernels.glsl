@@ -35,10 +35,49 @@ layout(buffer_reference, std430, buffer_reference_align = 32) buffer u64x4s { u6
 #define L_F16 1
 #define L_Q4 2
 #define L_Q8 3
+#define L_K4 4   // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
+#define L_K8 5   // int8 q
+#define L_K8_1 6 // int8 q, superblocks of one block (Q5_1)
+#define K_QB(lay) ((lay) == L_K4 ? 16u : 32u)  // bytes of a block's quants
+#define K_SB(lay) ((lay) == L_K8_1 ? 1u : 8u)  // blocks per superblock
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
+// What the architecture changes (kernels.c says each; decoder_items.c defines them for the model):
+// QD the width of q and of the attention output, ROPE_NEOX rotary pairs (j, j + RD / 2),
+// EMB_SCALE, ATTN_SCALE, FFN_GELU; per entry QKV_FUSED (rope in llm_qkv), QKV_BIAS, QK_NORM,
+// WINDOW (sliding-window attention), MATMUL_SET (x = w . in, for post-norms).
+#ifndef QD
+#define QD DIM
+#endif
+#ifndef ROPE_NEOX
+#define ROPE_NEOX 0
+#endif
+#ifndef EMB_SCALE
+#define EMB_SCALE 1.0
+#endif
+#ifndef ATTN_SCALE
+#define ATTN_SCALE (1.0 / sqrt(float(HD)))
+#endif
+#ifndef FFN_GELU
+#define FFN_GELU 0
+#endif
+#ifndef QKV_FUSED
+#define QKV_FUSED 1
+#endif
+#ifndef QKV_BIAS
+#define QKV_BIAS 0
+#endif
+#ifndef QK_NORM
+#define QK_NORM 0
+#endif
+#ifndef WINDOW
+#define WINDOW 0
+#endif
+#ifndef MATMUL_SET
+#define MATMUL_SET 0
+#endif
 #define KV_MUL (NH / NKV)
-#define ACT_WORDS 12u // an activation block (llm_act_block_t): d, sd, s, pad, 8 words of int8
+#define ACT_WORDS 12u // an activation block (llm_act_block_t): d, sd, s, s16, 8 words of int8
 
 float neg_inf() { return uintBitsToFloat(0xff800000u); }
 uint lane() { return gl_LocalInvocationID.x; }
@@ -57,6 +96,20 @@ float weight_at(uint64_t w, int lay, uint rows, uint k, uint row, uint j) {
     return (e & 1u) == 0u ? h.x : h.y;
   }
   uint nb = k / 32u, b = row * nb + j / 32u, e = j % 32u;
+  if (lay >= L_K4) { // d sc_h q - dmin m_h, as kernels.c's llm_embed
+    int q;
+    if (lay == L_K4) {
+      uint byte = (u32s(w).v[b * 4u + (e % 16u) / 4u] >> (8u * (e % 4u))) & 0xffu;
+      q = int(e < 16u ? byte & 15u : byte >> 4u);
+    } else {
+      q = bitfieldExtract(int(u32s(w).v[b * 8u + e / 4u]), int(8u * (e % 4u)), 8);
+    }
+    uint64_t sc_at = w + uint64_t(rows) * nb * K_QB(lay);
+    int scm = int(u32s(sc_at).v[b]), h = int(e / 16u);
+    f32s sup = f32s(sc_at + uint64_t(rows) * nb * 4u);
+    uint at = 2u * (b / K_SB(lay));
+    return sup.v[at] * float(bitfieldExtract(scm, 8 * h, 8)) * float(q) - sup.v[at + 1u] * float(bitfieldExtract(scm, 16 + 8 * h, 8));
+  }
   if (lay == L_Q4) {
     uint byte = (u32s(w).v[b * 4u + (e % 16u) / 4u] >> (8u * (e % 4u))) & 0xffu;
     uint q = e < 16u ? byte & 15u : byte >> 4u;
@@ -73,7 +126,7 @@ void store_block(uint64_t xq, uint b, float v[32]) {
   float amax = 0.0;
   for (int j = 0; j < 32; j++) amax = max(amax, abs(v[j]));
   float d = amax / 127.0, id = d != 0.0 ? 127.0 / amax : 0.0;
-  int s = 0;
+  int s = 0, s16 = 0;
   u32s o = u32s(xq);
   uint at = b * ACT_WORDS;
   for (int j = 0; j < 8; j++) {
@@ -84,8 +137,9 @@ void store_block(uint64_t xq, uint b, float v[32]) {
       word |= uint(q & 0xff) << (8 * i);
     }
     o.v[at + 4u + uint(j)] = word;
+    if (j == 3) s16 = s;
   }
-  o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d), o.v[at + 2u] = uint(s), o.v[at + 3u] = 0u;
+  o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d), o.v[at + 2u] = uint(s), o.v[at + 3u] = uint(s16);
 }
 
 // ---- the products ----
@@ -101,6 +155,7 @@ void store_block(uint64_t xq, uint b, float v[32]) {
 #define NBL ((NB + 7) / 8)
 ivec4 aq[NBL][8];   // the block's 32 int8 inputs, 4 a vector
 float ad[NBL], asd[NBL];
+int asum[NBL], asum16[NBL]; // the block's sum of q, of its first 16 q (the K layouts' mins)
 uint64_t in_f;      // the token's float inputs (float layouts)
 
 void load_input(uint64_t xf, uint64_t xq, uint t) {
@@ -108,12 +163,43 @@ void load_input(uint64_t xf, uint64_t xq, uint t) {
   u32s q = u32s(xq);
   for (uint k = 0u; k < uint(NBL); k++) {
     uint b = min(lane() + 8u * k, uint(NB - 1)), at = (t * uint(NB) + b) * ACT_WORDS;
-    ad[k] = uintBitsToFloat(q.v[at]), asd[k] = uintBitsToFloat(q.v[at + 1u]);
+    ad[k] = uintBitsToFloat(q.v[at]), asd[k] = uintBitsToFloat(q.v[at + 1u]), asum[k] = int(q.v[at + 2u]), asum16[k] = int(q.v[at + 3u]);
     for (uint i = 0u; i < 8u; i++) aq[k][i] = ivec4(uvec4(q.v[at + 4u + i]) << uvec4(24, 16, 8, 0)) >> 24;
   }
 }
 
 int isum4(ivec4 p) { return p.x + p.y + p.z + p.w; }
+
+// Block blk of a K layout times the lane's k-th input block: integer sums per half block (sA, sB),
+// sc_0 sA + sc_1 sB and m_0 s16 + m_1 (s - s16) in integers as kernels.c's k tiles, then
+// d d_x isum - dmin d_x msum.
+float k_block(uint64_t w, int lay, uint rows, uint blk, uint k) {
+  uint nb = uint(N_IN) / 32u;
+  uint64_t sc_at = w + uint64_t(rows) * nb * K_QB(lay);
+  ivec4 scm = ivec4(uvec4(u32s(sc_at).v[blk]) << uvec4(24, 16, 8, 0)) >> 24; // sc_0, sc_1, m_0, m_1
+  f32s sup = f32s(sc_at + uint64_t(rows) * nb * 4u);
+  uint at = 2u * (blk / K_SB(lay));
+  int sA = 0, sB = 0;
+  if (lay == L_K4) { // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
+    u64vec2 qq = u64x2s(w).v[blk];
+    uvec4 wv = uvec4(unpackUint2x32(qq.x), unpackUint2x32(qq.y));
+    for (uint i = 0u; i < 4u; i++) {
+      uvec4 by = uvec4(wv[i]) >> uvec4(0, 8, 16, 24);
+      sA += isum4(ivec4(by & 15u) * aq[k][i]);
+      sB += isum4(ivec4((by >> 4u) & 15u) * aq[k][4u + i]);
+    }
+  } else {
+    u64vec4 qq = u64x4s(w).v[blk];
+    uvec2 p0 = unpackUint2x32(qq.x), p1 = unpackUint2x32(qq.y), p2 = unpackUint2x32(qq.z), p3 = unpackUint2x32(qq.w);
+    uint wv[8] = uint[8](p0.x, p0.y, p1.x, p1.y, p2.x, p2.y, p3.x, p3.y);
+    for (uint i = 0u; i < 4u; i++) {
+      sA += isum4((ivec4(uvec4(wv[i]) << uvec4(24, 16, 8, 0)) >> 24) * aq[k][i]);
+      sB += isum4((ivec4(uvec4(wv[4u + i]) << uvec4(24, 16, 8, 0)) >> 24) * aq[k][4u + i]);
+    }
+  }
+  int isum = scm.x * sA + scm.y * sB, msum = scm.z * asum16[k] + scm.w * (asum[k] - asum16[k]);
+  return (sup.v[at] * ad[k]) * float(isum) - (sup.v[at + 1u] * ad[k]) * float(msum);
+}
 
 // The lane's part of row `row` (of `rows`) of w . the input.
 float row_part(uint64_t w, int lay, uint rows, uint row) {
@@ -143,6 +229,8 @@ float row_part(uint64_t w, int lay, uint rows, uint row) {
       int acc = 0;
       for (uint i = 0u; i < 8u; i++) acc += isum4((ivec4(uvec4(wv[i]) << uvec4(24, 16, 8, 0)) >> 24) * aq[k][i]);
       c = (d * ad[k]) * float(acc);
+    } else if (lay >= L_K4) {
+      c = k_block(w, lay, rows, row * nb + min(b, nb - 1u), k);
     } else {
       f32s x = f32s(in_f);
       for (uint j = 0u; j < 32u; j++) {
@@ -177,7 +265,7 @@ void main() {
   int tok = i32s(hcq_buf(2)).v[hcq_val(0) + int(i)];
   if (tok < 0 || tok >= VOCAB) tok = 0;
   f32s x = f32s(hcq_buf(0) + uint64_t(i) * uint(DIM) * 4u);
-  for (uint j = lane(); j < uint(DIM); j += 8u) x.v[j] = weight_at(hcq_buf(3), W_LAYOUT, uint(VOCAB), uint(DIM), uint(tok), j);
+  for (uint j = lane(); j < uint(DIM); j += 8u) x.v[j] = weight_at(hcq_buf(3), W_LAYOUT, uint(VOCAB), uint(DIM), uint(tok), j) * EMB_SCALE;
 }
 #endif
 
@@ -215,31 +303,32 @@ void main() {
 #endif
 
 #ifdef KERNEL_llm_quantize
-// bufs: out quantized, in. Group per row.
+// bufs: out quantized, in. Group per row of QD (the attention output).
 void main() {
   uint i = gl_WorkGroupID.x;
-  f32s x = f32s(hcq_buf(1) + uint64_t(i) * uint(DIM) * 4u);
-  for (uint b = lane(); b < uint(NBLK(DIM)); b += 8u) {
+  f32s x = f32s(hcq_buf(1) + uint64_t(i) * uint(QD) * 4u);
+  for (uint b = lane(); b < uint(NBLK(QD)); b += 8u) {
     float v[32];
-    for (uint j = 0u; j < 32u; j++) v[j] = 32u * b + j < uint(DIM) ? x.v[min(32u * b + j, uint(DIM - 1))] : 0.0;
-    store_block(hcq_buf(0), i * uint(NBLK(DIM)) + b, v);
+    for (uint j = 0u; j < 32u; j++) v[j] = 32u * b + j < uint(QD) ? x.v[min(32u * b + j, uint(QD - 1))] : 0.0;
+    store_block(hcq_buf(0), i * uint(NBLK(QD)) + b, v);
   }
 }
 #endif
 
 #ifdef KERNEL_llm_qkv
-// bufs: q, key cache, value cache, xf, xq, wq, wk, wv, rotary table, info. Grid: (GQ + 2 GKV groups
-// of ROWS rows, n tokens). Groups of q, then k, then v (each starts a round: rotary pairs, even
-// row first, stay in one); q and k rotated at the token's position; k and v stored in the caches
-// as [position][kv head][element].
-#define GQ ((DIM + ROWS - 1) / ROWS)
+// bufs: q, key cache, value cache, xf, xq, wq, wk, wv, rotary table, info, kraw, bq, bk, bv. Grid:
+// (GQ + 2 GKV groups of ROWS rows, n tokens). Groups of q (QD rows), then k, then v (each starts a
+// round: rotary pairs, even row first, stay in one), plus their biases (QKV_BIAS). QKV_FUSED: q and
+// k rotated at the token's position, k into the cache; else q raw and k raw into kraw [token][KV_DIM]
+// (llm_rope_heads rotates them). Caches as [position][kv head][element].
+#define GQ ((QD + ROWS - 1) / ROWS)
 #define GKV ((KV_DIM + ROWS - 1) / ROWS)
 void main() {
   uint g = gl_WorkGroupID.x, t = gl_WorkGroupID.y, l = lane();
   uint pos = uint(info_p0(hcq_buf(9))) + t;
   uint which = g < uint(GQ) ? 0u : g < uint(GQ + GKV) ? 1u : 2u;
   uint lg = which == 0u ? g : which == 1u ? g - uint(GQ) : g - uint(GQ + GKV);
-  uint rows = which == 0u ? uint(DIM) : uint(KV_DIM);
+  uint rows = which == 0u ? uint(QD) : uint(KV_DIM);
   load_input(hcq_buf(3), hcq_buf(4), t);
   f32s rot = f32s(hcq_buf(8));
   for (uint j = 0u; j < uint(ROWS / 8); j++) {
@@ -248,36 +337,82 @@ void main() {
     if (which == 0u) mine = round_of_8(hcq_buf(5), WQ_LAYOUT, rows, rb, pair);
     else if (which == 1u) mine = round_of_8(hcq_buf(6), WK_LAYOUT, rows, rb, pair);
     else mine = round_of_8(hcq_buf(7), WV_LAYOUT, rows, rb, pair);
+#if QKV_BIAS
+    f32s bias = f32s(hcq_buf(11u + which));
+    mine += bias.v[min(row, rows - 1u)], pair += bias.v[min(rb + (l ^ 1u), rows - 1u)];
+#endif
     uint e = row % uint(HD), e0 = e & ~1u;
+#if QKV_FUSED
     if (which < 2u && e < uint(RD)) {
       float c = rot.v[pos * uint(RD) + e0], s = rot.v[pos * uint(RD) + e0 + 1u];
       // even row: a c - z s with z its odd partner; odd row: a s + z c with a its even partner
       mine = (e & 1u) == 0u ? mine * c - pair * s : pair * s + mine * c;
     }
+#endif
     if (row < rows) {
-      if (which == 0u) f32s(hcq_buf(0)).v[t * uint(DIM) + row] = mine;
+      if (which == 0u) f32s(hcq_buf(0)).v[t * uint(QD) + row] = mine;
+#if QKV_FUSED
       else if (which == 1u) f32s(hcq_buf(1)).v[pos * uint(KV_DIM) + row] = mine;
+#else
+      else if (which == 1u) f32s(hcq_buf(10)).v[t * uint(KV_DIM) + row] = mine;
+#endif
       else f32s(hcq_buf(2)).v[pos * uint(KV_DIM) + row] = mine;
     }
   }
 }
 #endif
 
+#ifdef KERNEL_llm_rope_heads
+// bufs: q, key cache, kraw, rotary table, info, q norm, k norm. Grid: (NH + NKV heads, n tokens).
+// A head of q (in place) or of k (from kraw into the key cache at the token's position): RMS-normed
+// over its HD values and scaled by its norm (QK_NORM), then rotated, pairs (2j, 2j + 1) or with
+// ROPE_NEOX (j, j + RD / 2). Lane l takes the pairs l, l + 8, ... and the unrotated elements
+// RD + l, RD + l + 8, ...
+void main() {
+  uint h = gl_WorkGroupID.x, i = gl_WorkGroupID.y, l = lane();
+  uint pos = uint(info_p0(hcq_buf(4))) + i;
+  bool is_q = h < uint(NH);
+  uint64_t src = is_q ? hcq_buf(0) + (uint64_t(i) * uint(QD) + h * uint(HD)) * 4u
+                      : hcq_buf(2) + (uint64_t(i) * uint(KV_DIM) + (h - uint(NH)) * uint(HD)) * 4u;
+  uint64_t dst = is_q ? src : hcq_buf(1) + (uint64_t(pos) * uint(KV_DIM) + (h - uint(NH)) * uint(HD)) * 4u;
+  f32s x = f32s(src), o = f32s(dst), rot = f32s(hcq_buf(3) + uint64_t(pos) * uint(RD) * 4u);
+  float inv = 1.0;
+#if QK_NORM
+  f32s w = f32s(is_q ? hcq_buf(5) : hcq_buf(6));
+  float ss = 0.0;
+  for (uint e = l; e < uint(HD); e += 8u) ss += x.v[e] * x.v[e];
+  inv = 1.0 / sqrt(subgroupAdd(ss) / float(HD) + NORM_EPS);
+#define NORMED(e) ((x.v[e] * inv) * w.v[e])
+#else
+#define NORMED(e) (x.v[e])
+#endif
+  for (uint j = l; j < uint(RD / 2); j += 8u) {
+    uint e0 = ROPE_NEOX != 0 ? j : 2u * j, e1 = ROPE_NEOX != 0 ? j + uint(RD / 2) : 2u * j + 1u;
+    float c = rot.v[2u * j], s = rot.v[2u * j + 1u], a = NORMED(e0), z = NORMED(e1);
+    o.v[e0] = a * c - z * s;
+    o.v[e1] = a * s + z * c;
+  }
+  for (uint e = uint(RD) + l; e < uint(HD); e += 8u) o.v[e] = NORMED(e);
+}
+#endif
+
 #ifdef KERNEL_llm_attn
-// bufs: out, q, key cache, value cache, info. Grid: (NH heads, n tokens). Lane l takes positions l,
-// l + 8, ... up to the token's, with its own running max, sum and weighted values (online softmax);
-// the lanes' parts are rescaled to the overall max and summed at the end.
+// bufs: out, q, key cache, value cache, info. Grid: (NH heads, n tokens). Lane l takes positions
+// lo + l, lo + l + 8, ... up to the token's (lo: 0, or with WINDOW the first of the last WINDOW),
+// with its own running max, sum and weighted values (online softmax); the lanes' parts are rescaled
+// to the overall max and summed at the end.
 #define H4 (HD / 4)
 void main() {
   uint h = gl_WorkGroupID.x, i = gl_WorkGroupID.y, l = lane();
   int pos = info_p0(hcq_buf(4)) + int(i);
   uint kvh = h / uint(KV_MUL);
-  v4s q = v4s(hcq_buf(1) + (uint64_t(i) * uint(DIM) + h * uint(HD)) * 4u);
-  float scale = 1.0 / sqrt(float(HD));
+  int lo = WINDOW > 0 && pos >= WINDOW ? pos - WINDOW + 1 : 0;
+  v4s q = v4s(hcq_buf(1) + (uint64_t(i) * uint(QD) + h * uint(HD)) * 4u);
+  float scale = ATTN_SCALE;
   vec4 qv[H4], acc[H4];
   for (uint e = 0u; e < uint(H4); e++) qv[e] = q.v[e], acc[e] = vec4(0.0);
   float m = neg_inf(), total = 0.0;
-  for (int t = int(l); t <= pos; t += 8) {
+  for (int t = lo + int(l); t <= pos; t += 8) {
     uint64_t at = (uint64_t(t) * uint(KV_DIM) + kvh * uint(HD)) * 4u;
     v4s k = v4s(hcq_buf(2) + at), v = v4s(hcq_buf(3) + at);
     float s = 0.0;
@@ -290,7 +425,7 @@ void main() {
   }
   float mx = subgroupMax(m), w = m == neg_inf() ? 0.0 : exp(m - mx);
   float sum = subgroupAdd(total * w);
-  v4s o = v4s(hcq_buf(0) + (uint64_t(i) * uint(DIM) + h * uint(HD)) * 4u);
+  v4s o = v4s(hcq_buf(0) + (uint64_t(i) * uint(QD) + h * uint(HD)) * 4u);
   for (uint e = 0u; e < uint(H4); e++) {
     vec4 r = subgroupAdd(acc[e] * w) / sum;
     if (e % 8u == l) o.v[e] = r;
@@ -300,7 +435,7 @@ void main() {
 
 #ifdef KERNEL_llm_matmul_add
 // bufs: x, in floats, in blocks, w, info; vals: k (K_IN). Grid: (groups of ROWS rows of DIM, n).
-// x[t] += w . in[t].
+// x[t] += w . in[t]; MATMUL_SET: x[t] = w . in[t] (post-norms: llm_norm_add adds it normed).
 void main() {
   uint g = gl_WorkGroupID.x, t = gl_WorkGroupID.y, l = lane();
   load_input(hcq_buf(1), hcq_buf(2), t);
@@ -308,13 +443,37 @@ void main() {
   for (uint j = 0u; j < uint(ROWS / 8); j++) {
     uint rb = g * uint(ROWS) + 8u * j;
     float pair, mine = round_of_8(hcq_buf(3), W_LAYOUT, uint(DIM), rb, pair);
-    if (rb + l < uint(DIM)) x.v[rb + l] += mine;
+    if (rb + l < uint(DIM)) x.v[rb + l] = MATMUL_SET != 0 ? mine : x.v[rb + l] + mine;
   }
 }
 #endif
 
+#ifdef KERNEL_llm_norm_add
+// bufs: x, out, weights. Group per row: x[i] += RMS norm of out[i] scaled by the weights (post-norms).
+void main() {
+  uint i = gl_WorkGroupID.x;
+  f32s x = f32s(hcq_buf(0) + uint64_t(i) * uint(DIM) * 4u), o = f32s(hcq_buf(1) + uint64_t(i) * uint(DIM) * 4u);
+  f32s w = f32s(hcq_buf(2));
+  float ss = 0.0;
+  for (uint e = lane(); e < uint(DIM); e += 8u) ss += o.v[e] * o.v[e];
+  float inv = 1.0 / sqrt(subgroupAdd(ss) / float(DIM) + NORM_EPS);
+  for (uint e = lane(); e < uint(DIM); e += 8u) x.v[e] += (o.v[e] * inv) * w.v[e];
+}
+#endif
+
 #ifdef KERNEL_llm_gate_up
-// bufs: hf, hq, xf, xq, w_gate, w_up, info. Grid: (blocks of 32 FFN rows, n). h = silu(gate . x) x
+// The FFN's gate: silu(a) = a / (1 + e^-a), or with FFN_GELU GELU's tanh form
+// 0.5 a (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3))), tanh(y) = 1 - 2 / (e^2y + 1) as kernels.c.
+float gate_fn(float a) {
+#if FFN_GELU
+  float y = 0.7978845608 * (a + 0.044715 * a * a * a);
+  return 0.5 * a * (1.0 + (1.0 - 2.0 / (exp(2.0 * y) + 1.0)));
+#else
+  return a / (1.0 + exp(-a));
+#endif
+}
+
+// bufs: hf, hq, xf, xq, w_gate, w_up, info. Grid: (blocks of 32 FFN rows, n). h = gate_fn(gate . x) x
 // (up . x) for the block's rows (lane l: rows l, 8 + l, 16 + l, 24 + l), into hf and, quantized,
 // block g of hq (the rows past FFN zeros).
 void main() {
@@ -326,7 +485,7 @@ void main() {
     uint rb = 32u * g + 8u * j;
     float pair, a = round_of_8(hcq_buf(4), WG_LAYOUT, uint(FFN), rb, pair);
     float u = round_of_8(hcq_buf(5), WU_LAYOUT, uint(FFN), rb, pair);
-    h[j] = rb + l < uint(FFN) ? a / (1.0 + exp(-a)) * u : 0.0;
+    h[j] = rb + l < uint(FFN) ? gate_fn(a) * u : 0.0;
     amax = max(amax, abs(h[j]));
     if (rb + l < uint(FFN)) f32s(hcq_buf(0)).v[t * uint(FFN) + rb + l] = h[j];
   }
@@ -334,6 +493,7 @@ void main() {
   float d = amax / 127.0, id = d != 0.0 ? 127.0 / amax : 0.0;
   int q[4], s = 0;
   for (uint j = 0u; j < 4u; j++) q[j] = int(roundEven(h[j] * id)), s += q[j];
+  int s16 = subgroupAdd(q[0] + q[1]); // rounds 0 and 1: the block's first 16 rows
   s = subgroupAdd(s);
   // word w holds rows 4w .. 4w + 3: round w / 2, lanes 4 (w % 2) ..
   u32s o = u32s(hcq_buf(1));
@@ -343,7 +503,7 @@ void main() {
     uint word = subgroupAdd(mine);
     if (l == 0u) o.v[at + 4u + w] = word;
   }
-  if (l == 0u) o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d), o.v[at + 2u] = uint(s), o.v[at + 3u] = 0u;
+  if (l == 0u) o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d), o.v[at + 2u] = uint(s), o.v[at + 3u] = uint(s16);
 }
 #endif
 

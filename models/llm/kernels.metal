@@ -17,6 +17,11 @@ static_assert(ROWS == 32 && CLS_ROWS % 32 == 0 && SEL % 32 == 0 && HD % 4 == 0,
 #define L_F16 1
 #define L_Q4 2
 #define L_Q8 3
+#define L_K4 4   // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
+#define L_K8 5   // int8 q
+#define L_K8_1 6 // int8 q, superblocks of one block (Q5_1)
+#define K_QB(lay) ((lay) == L_K4 ? 16 : 32) // bytes of a block's quants
+#define K_SB(lay) ((lay) == L_K8_1 ? 1 : 8) // blocks per superblock
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
@@ -26,7 +31,7 @@ static_assert(ROWS == 32 && CLS_ROWS % 32 == 0 && SEL % 32 == 0 && HD % 4 == 0,
 
 struct act {
   float d, sd;
-  int s, pad;
+  int s, s16; // the sum of the q, of the first 16 (the K layouts' mins)
   int q[8];
 };
 
@@ -56,6 +61,13 @@ static float weight_at(device const uchar *w, int lay, ulong rows, ulong k, ulon
   if (lay == L_F32) return ((device const float *)w)[row * k + j];
   if (lay == L_F16) return float(((device const half *)w)[row * k + j]);
   ulong nb = k / 32, b = row * nb + j / 32, e = j % 32;
+  if (lay >= L_K4) { // d sc_h q - dmin m_h, as kernels.c's llm_embed
+    uchar by = w[b * 16 + e % 16];
+    int q = lay == L_K4 ? int(e < 16 ? by & 15 : by >> 4) : int(as_type<char>(w[b * 32 + e]));
+    device const char *scm = (device const char *)(w + rows * nb * K_QB(lay)) + 4 * b;
+    device const float *sup = (device const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (b / K_SB(lay));
+    return sup[0] * float(scm[e / 16]) * float(q) - sup[1] * float(scm[2 + e / 16]);
+  }
   if (lay == L_Q4) {
     uchar by = w[b * 16 + e % 16];
     device const float *dm = (device const float *)(w + rows * nb * 16) + 2 * b;
@@ -68,7 +80,7 @@ static void store_block(device act *o, thread const float *v) {
   float amax = 0.0f;
   for (int j = 0; j < 32; j++) amax = fmax(amax, fabs(v[j]));
   float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
-  int s = 0;
+  int s = 0, s16 = 0;
   for (int j = 0; j < 8; j++) {
     uint word = 0;
     for (int i = 0; i < 4; i++) {
@@ -77,8 +89,9 @@ static void store_block(device act *o, thread const float *v) {
       word |= uint(q & 0xff) << (8 * i);
     }
     o->q[j] = int(word);
+    if (j == 3) s16 = s;
   }
-  o->d = d, o->sd = float(s) * d, o->s = s, o->pad = 0;
+  o->d = d, o->sd = float(s) * d, o->s = s, o->s16 = s16;
 }
 
 // ---- the products ----
@@ -93,6 +106,7 @@ static void store_block(device act *o, thread const float *v) {
 struct input {
   int q[NBL][8];
   float d[NBL], sd[NBL];
+  int s[NBL], s16[NBL];
   device const float *f;
 };
 
@@ -101,9 +115,29 @@ static void load_input(thread input &in, device const float *xf, device const ac
   for (int k = 0; k < NBL; k++) {
     uint b = l + 32u * k;
     device const act *a = xq + ulong(t) * NB + (b < NB ? b : NB - 1);
-    in.d[k] = a->d, in.sd[k] = a->sd;
+    in.d[k] = a->d, in.sd[k] = a->sd, in.s[k] = a->s, in.s16[k] = a->s16;
     for (int i = 0; i < 8; i++) in.q[k][i] = a->q[i];
   }
+}
+
+// Block blk of a K layout times the lane's k-th input block (kernels.cu's k_block).
+static float k_block(thread const input &in, int k, device const uchar *w, int lay, ulong rows, ulong blk) {
+  const ulong nb = N_IN / 32;
+  device const char *scm = (device const char *)(w + rows * nb * K_QB(lay)) + 4 * blk;
+  device const float *dm = (device const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (blk / K_SB(lay));
+  int sA = 0, sB = 0;
+  if (lay == L_K4) { // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
+    uint4 wv = ((device const uint4 *)w)[blk];
+    for (int i = 0; i < 4; i++) {
+      sA += dot4(wv[i] & 0x0f0f0f0fu, in.q[k][i]);
+      sB += dot4((wv[i] >> 4) & 0x0f0f0f0fu, in.q[k][4 + i]);
+    }
+  } else {
+    uint4 w0 = ((device const uint4 *)w)[2 * blk], w1 = ((device const uint4 *)w)[2 * blk + 1];
+    for (int i = 0; i < 4; i++) sA += dot4(w0[i], in.q[k][i]), sB += dot4(w1[i], in.q[k][4 + i]);
+  }
+  int isum = int(scm[0]) * sA + int(scm[1]) * sB, msum = int(scm[2]) * in.s16[k] + int(scm[3]) * (in.s[k] - in.s16[k]);
+  return (dm[0] * in.d[k]) * float(isum) - (dm[1] * in.d[k]) * float(msum);
 }
 
 static float row_part(thread const input &in, device const uchar *w, int lay, ulong rows, ulong row, uint l) {
@@ -131,6 +165,8 @@ static float row_part(thread const input &in, device const uchar *w, int lay, ul
       for (int i = 0; i < 4; i++) acc += dot4(w0[i], in.q[k][i]);
       for (int i = 0; i < 4; i++) acc += dot4(w1[i], in.q[k][4 + i]);
       c = (d * in.d[k]) * float(acc);
+    } else if (lay >= L_K4) {
+      c = k_block(in, k, w, lay, rows, row * nb + b);
     } else {
       for (uint j = 0; j < 32; j++) {
         uint e = 32u * b + j;
@@ -300,10 +336,10 @@ kernel void llm_gate_up(device float *hf [[buffer(0)]], device act *hq [[buffer(
   float h = row < FFN ? a / (1.0f + exp(-a)) * u : 0.0f;
   if (row < FFN) hf[ulong(t) * FFN + row] = h;
   float amax = lane_max(fabs(h)), d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
-  int q = int(rint(h * id)), s = lane_sum_i(q);
+  int q = int(rint(h * id)), s = lane_sum_i(q), s16 = lane_sum_i(l < 16 ? q : 0);
   device act *o = hq + ulong(t) * NBLK(FFN) + g;
   ((device char *)o->q)[l] = char(q);
-  if (l == 0) o->d = d, o->sd = float(s) * d, o->s = s, o->pad = 0;
+  if (l == 0) o->d = d, o->sd = float(s) * d, o->s = s, o->s16 = s16;
 }
 #endif
 

@@ -335,15 +335,50 @@ void llm_repack(ggml_type_t type, const void *src, size_t rows, size_t cols, voi
   }
 }
 
-bool llm_gpu_has_layout(ggml_type_t type) { return llm_layout_of(type) <= LLM_LAYOUT_Q8X16; }
+/* Every type with a CPU layout (llm_layout_of's default, F32X16, also stands for types it does not know). */
+bool llm_gpu_has_layout(ggml_type_t type) {
+  return type == GGML_TYPE_F32 || type == GGML_TYPE_BF16 || llm_layout_of(type) != LLM_LAYOUT_F32X16;
+}
+
+/* The GPU's K layouts: bytes of a block's quants (unsigned nibbles, or int8). */
+static size_t gpu_k_quant_bytes(llm_layout_t layout) { return layout == LLM_LAYOUT_K4X16 ? 16 : 32; }
 
 size_t llm_gpu_pack_bytes(ggml_type_t type, size_t rows, size_t cols) {
-  switch (llm_layout_of(type)) {
+  llm_layout_t layout = llm_layout_of(type);
+  size_t nb = rows * (cols / 32);
+  switch (layout) {
     case LLM_LAYOUT_F32X16: return rows * cols * 4;
     case LLM_LAYOUT_F16X16: return rows * cols * 2;
-    case LLM_LAYOUT_Q4X16: return rows * (cols / 32) * (16 + 8);
-    case LLM_LAYOUT_Q8X16: return rows * (cols / 32) * (32 + 4);
-    default: return 0; /* no GPU layout (llm_gpu_has_layout) */
+    case LLM_LAYOUT_Q4X16: return nb * (16 + 8);
+    case LLM_LAYOUT_Q8X16: return nb * (32 + 4);
+    default: /* quants and a word of sc, m per block; d, dmin per superblock */
+      return nb * (gpu_k_quant_bytes(layout) + 4) + nb / k_blocks(layout) * 8;
+  }
+}
+
+/* A type in a K layout: each row's superblocks (llm_kparts) into the quants, the per-block words
+ * {sc[0], sc[1], m[0], m[1]} (int8 each) and the per-superblock floats {d, dmin}. */
+static void gpu_pack_k(ggml_type_t type, llm_layout_t layout, const uint8_t *src, size_t rows, size_t cols, uint8_t *dst) {
+  size_t sb = k_blocks(layout), nb = rows * (cols / 32), qb = gpu_k_quant_bytes(layout);
+  size_t supers = nb / sb, in_bytes = ggml_block_bytes(type);
+  uint8_t *scales = dst + nb * qb;
+  float *super = (float *)(scales + nb * 4);
+  llm_kparts_t k;
+  for (size_t s = 0; s < supers; s++) { /* rows are whole superblocks: superblock s of the matrix is the file's */
+    llm_kparts(type, src + s * in_bytes, &k);
+    super[2 * s] = llm_half_to_float(k.d);
+    super[2 * s + 1] = llm_half_to_float(k.dmin);
+    for (size_t b = 0; b < sb; b++) {
+      size_t blk = s * sb + b;
+      const int8_t *q = k.q + 32 * b;
+      uint8_t *o = dst + blk * qb;
+      if (layout == LLM_LAYOUT_K4X16) /* Q4_0's order: element j < 16 the low nibble of byte j, j + 16 its high one */
+        for (int j = 0; j < 16; j++) o[j] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+      else
+        memcpy(o, q, 32);
+      uint8_t *w = scales + blk * 4;
+      w[0] = (uint8_t)k.sc[b][0], w[1] = (uint8_t)k.sc[b][1], w[2] = (uint8_t)k.m[b][0], w[3] = (uint8_t)k.m[b][1];
+    }
   }
 }
 
@@ -357,7 +392,10 @@ void llm_gpu_pack(ggml_type_t type, const void *src, size_t rows, size_t cols, v
     memcpy(dst, src, rows * cols * (layout == LLM_LAYOUT_F32X16 ? 4 : 2));
     return;
   }
-  if (layout != LLM_LAYOUT_Q4X16 && layout != LLM_LAYOUT_Q8X16) return;
+  if (layout != LLM_LAYOUT_Q4X16 && layout != LLM_LAYOUT_Q8X16) {
+    gpu_pack_k(type, layout, src, rows, cols, dst);
+    return;
+  }
   size_t nb = rows * (cols / 32), qbytes = layout == LLM_LAYOUT_Q4X16 ? 16 : 32, in_bytes = ggml_block_bytes(type);
   uint8_t *quants = dst;
   float *scales = (float *)(quants + nb * qbytes);

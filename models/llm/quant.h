@@ -87,17 +87,23 @@ size_t llm_repack_bytes(ggml_type_t type, size_t rows, size_t cols);
 /* Repacks rows x cols elements of type (ggml layout, row-major) into dst (llm_repack_bytes). */
 void llm_repack(ggml_type_t type, const void *src, size_t rows, size_t cols, void *dst);
 
-/* The GPU layout (kernels.glsl, and the CUDA and Metal kernels to come: gpu_abi.h), one per matrix,
- * rows in order, no interleave:
- *   F32, F16: the rows as they are (rows x cols values).
+/* The GPU layout (kernels.glsl, kernels.cu, kernels.metal: gpu_abi.h), one per matrix, rows in
+ * order, no interleave; block b of row r is block r x cols / 32 + b of the matrix:
+ *   F32, F16: the rows as they are (rows x cols values). BF16 as F32.
  *   Q4_0, Q4_1: the blocks' 16 bytes of nibbles (ggml's order: element j < 16 the low nibble of byte
  *     j, j + 16 its high nibble), rows x cols / 32 blocks of 16 bytes; then per block two floats
  *     d, m (value = d x q + m; Q4_0: m = -8 d), 8 bytes each, in the same order.
  *   Q8_0: the blocks' 32 int8, rows x cols / 32 blocks of 32 bytes; then per block the float d.
- *     Q5_0 (q - 16) and IQ4_NL (kvalues[q]) the same way; BF16 as F32.
+ *     Q5_0 (q - 16) and IQ4_NL (kvalues[q]) the same way.
+ *   The K layouts (the CPU's K4X16, K8X16, K8X16_1 terms, llm_kparts: element j of a block is
+ *     d sc_h q_j - dmin m_h, h = j / 16): the blocks' quants (K4: 16 bytes of unsigned nibbles in
+ *     Q4_0's order; K8 and K8_1: 32 int8); then per block one 32-bit word of int8 {sc_0, sc_1, m_0,
+ *     m_1}; then per superblock (8 blocks; K8_1: 1) two floats d, dmin (the halves widened). The
+ *     kernels keep the CPU's sums: per half block an integer sum, sc_0 sA + sc_1 sB and m_0 s16 +
+ *     m_1 (s - s16) in integers, scaled by floats once per block.
  * Quants and scales apart keep every load aligned (a Q4_1 block is 20 bytes, a Q8_0 block 34). */
-/* Whether the GPU layout below holds the type: F32, F16, BF16 (as F32), Q4_0, Q4_1, Q8_0, Q5_0 and
- * IQ4_NL (as Q8_0). The others (the K layouts) have no GPU kernels yet. */
+/* Whether the GPU layout holds the type: every type the CPU layouts hold (all of ggml's that the
+ * decoder reads). */
 bool llm_gpu_has_layout(ggml_type_t type);
 size_t llm_gpu_pack_bytes(ggml_type_t type, size_t rows, size_t cols);
 void llm_gpu_pack(ggml_type_t type, const void *src, size_t rows, size_t cols, void *dst);
