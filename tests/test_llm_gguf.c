@@ -8,6 +8,7 @@
  * with random weights; tiny_llama() writes one in any weight type and with one thing wrong. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -1253,12 +1254,15 @@ Test(llm_gguf, support_check) {
   uint8_t *bytes;
   gguf_file_t *g = support_file("gemma3", GGML_TYPE_Q5_0, &bytes);
   OK(llm_model_check(g, HCQ_DEVICE_CPU));
-  FAILS(llm_model_check(g, HCQ_DEVICE_VULKAN), HCQ_UNIMPLEMENTED, "support.gguf", "gemma3", "VULKAN");
+  OK(llm_model_check(g, HCQ_DEVICE_VULKAN));
+  FAILS(llm_model_check(g, HCQ_DEVICE_CUDA), HCQ_UNIMPLEMENTED, "support.gguf", "gemma3", "CUDA");
   gguf_close(g), free(bytes);
   g = support_file("llama", GGML_TYPE_Q6_K, &bytes);
   OK(llm_model_check(g, HCQ_DEVICE_CPU));
-  FAILS(llm_model_check(g, HCQ_DEVICE_CUDA), HCQ_UNIMPLEMENTED, "support.gguf", "tensor blk.0.attn_k.weight is Q6_K",
-        "CUDA", "F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL and BF16");
+  OK(llm_model_check(g, HCQ_DEVICE_CUDA));
+  gguf_close(g), free(bytes);
+  g = support_file("llama", GGML_TYPE_IQ2_XS, &bytes);
+  FAILS(llm_model_check(g, HCQ_DEVICE_METAL), HCQ_UNIMPLEMENTED, "tensor blk.0.attn_k.weight is IQ2_XS", "METAL");
   gguf_close(g), free(bytes);
   g = support_file("llama", GGML_TYPE_IQ2_XS, &bytes);
   FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_UNIMPLEMENTED, "tensor blk.0.attn_k.weight is IQ2_XS", "CPU", "IQ4_XS");
@@ -1274,14 +1278,14 @@ Test(llm_gguf, support_check) {
   const uint32_t cpu[] = {0, 1, 30, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23};
   for (int i = 0; i < 15; i++) cr_assert(llm_type_supported(cpu[i], HCQ_DEVICE_CPU), "%u", cpu[i]);
   for (uint32_t t = 0; t < 64; t++) {
-    /* the GPU layouts: the float ones, Q4 and Q8 blocks (Q5_0, IQ4_NL: exact as Q8_0; BF16 as F32) */
-    bool on_gpu = t == 0 || t == 1 || t == 2 || t == 3 || t == 6 || t == 8 || t == 20 || t == 30;
-    cr_assert_eq(llm_type_supported(t, HCQ_DEVICE_VULKAN), on_gpu, "%u", t);
+    /* every type the CPU reads has a GPU layout */
+    cr_assert_eq(llm_type_supported(t, HCQ_DEVICE_VULKAN), llm_type_supported(t, HCQ_DEVICE_CPU), "%u", t);
   }
   cr_assert_not(llm_type_supported(GGML_TYPE_Q8_K, HCQ_DEVICE_CPU));
   cr_assert_not(llm_type_supported(GGML_TYPE_MXFP4, HCQ_DEVICE_CPU));
   cr_assert(llm_architecture_supported("qwen3", HCQ_DEVICE_CPU));
-  cr_assert_not(llm_architecture_supported("qwen3", HCQ_DEVICE_VULKAN));
+  cr_assert(llm_architecture_supported("qwen3", HCQ_DEVICE_VULKAN));
+  cr_assert_not(llm_architecture_supported("qwen3", HCQ_DEVICE_CUDA));
   cr_assert_not(llm_architecture_supported(NULL, HCQ_DEVICE_CPU));
 }
 

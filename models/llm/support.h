@@ -16,11 +16,11 @@
 extern "C" {
 #endif
 
-/* Whether kind's kernels read matrices of type: on the CPU F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
- * Q8_0, Q2_K..Q6_K, IQ4_NL and IQ4_XS; on VULKAN, CUDA and METAL F32, F16, Q4_0, Q4_1 and Q8_0. */
+/* Whether kind's kernels read matrices of type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * Q2_K..Q6_K, IQ4_NL and IQ4_XS (on the GPU kinds: those llm_gpu_pack lays out, today the same). */
 bool llm_type_supported(uint32_t type, hcq_device_kind_t kind);
-/* Whether kind runs general.architecture arch: llama, qwen2, qwen3 and gemma3 on the CPU, llama
- * elsewhere. */
+/* Whether kind runs general.architecture arch: llama, qwen2, qwen3 and gemma3 on CPU and VULKAN,
+ * llama on CUDA and METAL. */
 bool llm_architecture_supported(const char *arch, hcq_device_kind_t kind);
 
 /* NULL when kind runs g's architecture and reads every 2-D tensor's type; else UNIMPLEMENTED naming
