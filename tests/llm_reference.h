@@ -54,15 +54,23 @@ static inline bool llm_ref_quantized(const gguf_tensor_t *t) {
   return t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16;
 }
 
-/* out = W in, W a [k, rows] tensor; in rounded to 8-bit blocks first when asked. */
-static inline void llm_ref_matvec(llm_ref_t *r, const gguf_tensor_t *w, const float *in, float *out) {
+/* LLM_REF_Q8K (1 unless the including file says otherwise): inputs that only K-quant matrices read
+ * are rounded as llama.cpp's Q8_K (llm_quantize_act_k), as the CPU kernels do; the GPU kernels round
+ * every input in blocks of 32, and their suites define it 0. */
+#ifndef LLM_REF_Q8K
+#define LLM_REF_Q8K 1
+#endif
+
+/* out = W in, W a [k, rows] tensor; in rounded to 8-bit blocks first when asked (act_k: Q8_K-style). */
+static inline void llm_ref_matvec_as(llm_ref_t *r, const gguf_tensor_t *w, const float *in, float *out, bool act_k) {
   size_t k = (size_t)w->ne[0], rows = (size_t)w->ne[1];
   size_t row_bytes = k / ggml_block_elems(w->type) * ggml_block_bytes(w->type);
   float *x = malloc(k * 4);
   memcpy(x, in, k * 4);
   if (r->quantize_inputs && llm_ref_quantized(w)) {
     llm_act_block_t *blocks = malloc((k + 31) / 32 * sizeof(*blocks));
-    llm_quantize_act(in, k, blocks);
+    if (act_k && LLM_REF_Q8K) llm_quantize_act_k(in, k, blocks);
+    else llm_quantize_act(in, k, blocks);
     for (size_t j = 0; j < k; j++) x[j] = blocks[j / 32].d * (float)blocks[j / 32].q[j % 32];
     free(blocks);
   }
@@ -73,6 +81,13 @@ static inline void llm_ref_matvec(llm_ref_t *r, const gguf_tensor_t *w, const fl
     out[i] = s;
   }
   free(x);
+}
+
+static inline bool llm_ref_act_k(const gguf_tensor_t *w) { return llm_act_superblock(llm_layout_of(w->type)); }
+
+/* A matrix whose input no other matrix reads. */
+static inline void llm_ref_matvec(llm_ref_t *r, const gguf_tensor_t *w, const float *in, float *out) {
+  llm_ref_matvec_as(r, w, in, out, llm_ref_act_k(w));
 }
 
 /* RMS norm of n floats scaled by w (n of them). */
@@ -167,9 +182,11 @@ static inline const float *llm_ref_step(llm_ref_t *r, int32_t token, int pos) {
     float *kc = r->kc + ((size_t)l * r->ctx + (size_t)pos) * (size_t)kvd;
     float *vc = r->vc + ((size_t)l * r->ctx + (size_t)pos) * (size_t)kvd;
     llm_ref_rmsnorm(r, L->attn_norm, r->x, r->xb);
-    llm_ref_matvec(r, L->wq, r->xb, r->q);
-    llm_ref_matvec(r, L->wk, r->xb, kc);
-    llm_ref_matvec(r, L->wv, r->xb, vc);
+    /* one input for q, k and v: Q8_K-style only when all three are K-quants (decoder_items.c) */
+    bool qkv_k = llm_ref_act_k(L->wq) && llm_ref_act_k(L->wk) && llm_ref_act_k(L->wv);
+    llm_ref_matvec_as(r, L->wq, r->xb, r->q, qkv_k);
+    llm_ref_matvec_as(r, L->wk, r->xb, kc, qkv_k);
+    llm_ref_matvec_as(r, L->wv, r->xb, vc, qkv_k);
     llm_ref_add_bias(L->bq, r->q, tmp), llm_ref_add_bias(L->bk, kc, tmp), llm_ref_add_bias(L->bv, vc, tmp);
     if (c->qk_norm) {
       for (int h = 0; h < c->n_heads; h++) memcpy(tmp, r->q + h * hd, (size_t)hd * 4), llm_ref_rmsnorm_n(r, L->q_norm, tmp, r->q + h * hd, hd);
@@ -182,8 +199,9 @@ static inline const float *llm_ref_step(llm_ref_t *r, int32_t token, int pos) {
     llm_ref_matvec(r, L->wo, o, r->xb);
     llm_ref_residual(r, L->post_attn_norm, r->xb);
     llm_ref_rmsnorm(r, L->ffn_norm, r->x, r->xb);
-    llm_ref_matvec(r, L->w_gate, r->xb, r->g);
-    llm_ref_matvec(r, L->w_up, r->xb, r->u);
+    bool gate_up_k = llm_ref_act_k(L->w_gate) && llm_ref_act_k(L->w_up);
+    llm_ref_matvec_as(r, L->w_gate, r->xb, r->g, gate_up_k);
+    llm_ref_matvec_as(r, L->w_up, r->xb, r->u, gate_up_k);
     for (int i = 0; i < c->ffn; i++) r->h[i] = llm_ref_gate(c, r->g[i]) * r->u[i];
     llm_ref_matvec(r, L->w_down, r->h, r->xb);
     llm_ref_residual(r, L->post_ffn_norm, r->xb);

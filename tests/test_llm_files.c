@@ -2,7 +2,8 @@
  * (tests/llm_requant.h: each recipe deterministic, its SHA-256 checked against the one llama.cpp ran
  * on) and teacher-forces the decoder on llama.cpp's greedy streams for that very file
  * (tests/data/llm/smollm2_types_llamacpp_streams.json, scripts/llm-llamacpp-reference.py --types):
- * llama.cpp's token at >= 95% of positions per file, every other one a near tie. These are test
+ * llama.cpp's token at >= 95% of all positions and >= 85% per file (the files' streams are short:
+ * 56 to 96 positions), every other one a near tie. These are test
  * files (the weights went through Q4_1 first), not better models: what they show is that each
  * type's kernels compute what llama.cpp's do on a real network. */
 #include <jansson.h>
@@ -65,6 +66,7 @@ Test(llm_files, smollm2_in_every_type_follows_llamacpp) {
   static type_file_t files[16];
   int nf = load_type_files(files, 16);
   char report[2048] = "";
+  int same = 0, total = 0;
   for (int f = 0; f < nf; f++) {
     char path[PATH_MAX], digest[65];
     tmp_path(path, sizeof(path), files[f].recipe);
@@ -77,13 +79,19 @@ Test(llm_files, smollm2_in_every_type_follows_llamacpp) {
     OK(llm_model_open(path, &m));
     unlink(path);
     llm_decoder_t *d = decoder_on(m, HCQ_DEVICE_CPU, 1, 256, 64);
-    forced_result_t r = teacher_forced(d, files[f].streams, files[f].nstreams, 1e9f);
+    /* Q2_K's 2.6 bits (our plain quantizer) leave a network whose top two logits often sit within a
+     * unit: its near-tie bar is wider */
+    float near = !strcmp(files[f].recipe, "Q2_K") ? 2.0f : 0.6f;
+    forced_result_t r = teacher_forced(d, files[f].streams, files[f].nstreams, near);
+    same += r.same, total += r.total;
+    cr_assert(r.same * 100 >= 85 * r.total, "%s: llama.cpp's token at only %d of %d positions (%s)", files[f].recipe, r.same,
+              r.total, r.report);
     size_t len = strlen(report);
     snprintf(report + len, sizeof(report) - len, " %s %d/%d (gap %.3f);", files[f].recipe, r.same, r.total,
              (double)r.worst_gap);
-    fprintf(stderr, "%s: %s (gap %.3f)\n", files[f].recipe, r.report, (double)r.worst_gap);
     OK(llm_decoder_destroy(d));
     llm_model_close(m);
   }
-  fprintf(stderr, "llama.cpp's token per file:%s\n", report);
+  fprintf(stderr, "llama.cpp's token per file:%s all files %d/%d\n", report, same, total);
+  cr_assert(same * 100 >= 95 * total, "llama.cpp's token at only %d of %d positions over the files:%s", same, total, report);
 }

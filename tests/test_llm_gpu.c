@@ -15,6 +15,8 @@
 
 #include "cuda/nvrtc.h"
 #include "llm.h"
+/* the GPU kernels round every input in blocks of 32 (no Q8_K-style inputs) */
+#define LLM_REF_Q8K 0
 #include "llm_reference.h"
 #include "tokenizer.h"
 #include "llm_tiny.h"

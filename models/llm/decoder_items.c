@@ -312,9 +312,15 @@ static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t
   dev_state_t *s = &m->d[d];
   layer_state_t *S = &m->layers[l];
   bool gpu = m->kind != HCQ_DEVICE_CPU, fused = !c->rope_neox && !c->qk_norm, swa = llm_layer_swa(c, l);
+  /* Inputs rounded as llama.cpp's Q8_K where every matrix reading them is a K-quant (CPU kernels) */
+  const llm_layout_t *lay = S->layout;
+  bool k_qkv = !gpu && llm_act_superblock(lay[W_Q]) && llm_act_superblock(lay[W_K]) && llm_act_superblock(lay[W_V]);
+  bool k_gate_up = !gpu && llm_act_superblock(lay[W_GATE]) && llm_act_superblock(lay[W_UP]);
+  bool k_wo = !gpu && llm_act_superblock(lay[W_O]), k_down = !gpu && llm_act_superblock(lay[W_DOWN]);
   char def[3][64], defs[384];
-  hcq_program_t *norm, *qkv, *rope = NULL, *attn, *quant, *wo, *norm_add = NULL, *gate_up, *down;
-  TRY(program(m, d, "llm_norm", "", &norm));
+  hcq_program_t *norm, *ffn_norm, *qkv, *rope = NULL, *attn, *quant, *quant_h = NULL, *wo, *norm_add = NULL, *gate_up, *down;
+  TRY(program(m, d, "llm_norm", k_qkv ? "#define ACT_K 1\n" : "", &norm));
+  TRY(program(m, d, "llm_norm", k_gate_up ? "#define ACT_K 1\n" : "", &ffn_norm));
   snprintf(defs, sizeof(defs), "%s%s%s%s%s", layout_define(def[0], 64, "WQ_LAYOUT", S->layout[W_Q]),
            layout_define(def[1], 64, "WK_LAYOUT", S->layout[W_K]), layout_define(def[2], 64, "WV_LAYOUT", S->layout[W_V]),
            fused ? "" : "#define QKV_FUSED 0\n", c->qkv_bias ? "#define QKV_BIAS 1\n" : "");
@@ -322,7 +328,8 @@ static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t
   if (!fused) TRY(program(m, d, "llm_rope_heads", c->qk_norm ? "#define QK_NORM 1\n" : "", &rope));
   snprintf(defs, sizeof(defs), swa ? "#define WINDOW %d\n" : "", c->swa_window);
   TRY(program(m, d, "llm_attn", defs, &attn));
-  TRY(program(m, d, "llm_quantize", "", &quant));
+  TRY(program(m, d, "llm_quantize", k_wo ? "#define ACT_K 1\n" : "", &quant));
+  if (k_down) TRY(program(m, d, "llm_quantize", "#define ACT_K 1\n#define QUANT_W FFN\n", &quant_h));
   /* GPU products hold their input in registers: its length is a constant there (K_IN: wo's is the q
    * width, as a number, since the Metal stand-in reads K_IN back as a number or DIM or FFN) */
   const char *set = c->post_norms ? "#define MATMUL_SET 1\n" : "";
@@ -330,8 +337,8 @@ static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t
   if (gpu) snprintf(k_in, sizeof(k_in), "#define K_IN %d\n", llm_q_dim(c));
   snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_O]), k_in, set);
   TRY(program(m, d, "llm_matmul_add", defs, &wo));
-  snprintf(defs, sizeof(defs), "%s%s", layout_define(def[0], 64, "WG_LAYOUT", S->layout[W_GATE]),
-           layout_define(def[1], 64, "WU_LAYOUT", S->layout[W_UP]));
+  snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "WG_LAYOUT", S->layout[W_GATE]),
+           layout_define(def[1], 64, "WU_LAYOUT", S->layout[W_UP]), k_down ? "#define DOWN_ACT_K 1\n" : "");
   TRY(program(m, d, "llm_gate_up", defs, &gate_up));
   snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_DOWN]), gpu ? "#define K_IN FFN\n" : "",
            set);
@@ -353,8 +360,9 @@ static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t
   if (llm_layout_quantized(S->layout[W_O])) TRY(add(m, L, o, K_QUANTIZE, quant, (hcq_buffer_t *[]){s->attq, s->att}, 2, 1, NULL, 0));
   TRY(add(m, L, o, K_WO, wo, (hcq_buffer_t *[]){proj_out, s->att, s->attq, w[W_O], s->info}, 5, 1, &k_q, 1));
   if (c->post_norms) TRY(add(m, L, o, K_NORM_ADD, norm_add, (hcq_buffer_t *[]){s->x, s->xb, w[N_POST_ATTN]}, 3, 1, NULL, 0));
-  TRY(add(m, L, o, K_NORM, norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_FFN_NORM], s->info}, 5, 2, &zero, 1));
+  TRY(add(m, L, o, K_NORM, ffn_norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_FFN_NORM], s->info}, 5, 2, &zero, 1));
   TRY(add(m, L, o, K_GATE_UP, gate_up, (hcq_buffer_t *[]){s->hf, s->hq, s->xf, s->xq, w[W_GATE], w[W_UP], s->info}, 7, 2, NULL, 0));
+  if (k_down) TRY(add(m, L, o, K_QUANTIZE, quant_h, (hcq_buffer_t *[]){s->hq, s->hf}, 2, 1, NULL, 0));
   TRY(add(m, L, o, K_DOWN, down, (hcq_buffer_t *[]){proj_out, s->hf, s->hq, w[W_DOWN], s->info}, 5, 1, &k_ffn, 1));
   if (c->post_norms) TRY(add(m, L, o, K_NORM_ADD, norm_add, (hcq_buffer_t *[]){s->x, s->xb, w[N_POST_FFN]}, 3, 1, NULL, 0));
   return NULL;
@@ -395,7 +403,8 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
   }
   if (m->split < c->n_layers) TRY(add_transfer(L, s0->x, m->d[1].x, x_bytes));
   hcq_program_t *norm, *classify, *select;
-  TRY(program(m, 0, "llm_norm", "", &norm));
+  bool k_cls = m->kind == HCQ_DEVICE_CPU && llm_act_superblock(m->cls_layout);
+  TRY(program(m, 0, "llm_norm", k_cls ? "#define ACT_K 1\n" : "", &norm));
   TRY(program(m, 0, "llm_classify", layout_define(def[0], 64, "W_LAYOUT", m->cls_layout), &classify));
   TRY(program(m, 0, "llm_select", "", &select));
   hcq_operand_t groups = hcq_imm(m->cls_groups);

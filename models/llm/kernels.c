@@ -123,6 +123,40 @@ static void quantize(const float *x, int n, act_t *out) {
   }
 }
 
+/* The inputs of a K-quant or IQ4_XS matrix, as llama.cpp's Q8_K: one scale per 256 elements (the
+ * element of largest magnitude maps to -127, d = 1 / (-127 / max)), shared by the superblock's 8
+ * blocks; q = min(127, round(x / d)). n is a multiple of 256. */
+static void quantize_k(const float *x, int n, act_t *out) {
+  for (int sb = 0; sb < n / 256; sb++) {
+    const float *v = x + 256 * sb;
+    float amax = 0, max = 0;
+    for (int j = 0; j < 256; j++)
+      if (fabsf(v[j]) > amax) amax = fabsf(v[j]), max = v[j];
+    float iscale = amax != 0.0f ? -127.0f / max : 0.0f, d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+    for (int b = 0; b < 8; b++) {
+      act_t *o = &out[8 * sb + b];
+      int s = 0, s16 = 0;
+      for (int j = 0; j < 32; j++) {
+        int q = (int)((iscale * v[32 * b + j] + 12582912.0f) - 12582912.0f);
+        q = q < 127 ? q : 127;
+        o->q[j] = (int8_t)q;
+        s += q;
+        if (j == 15) s16 = s;
+      }
+      o->d = d, o->s = s, o->sd = (float)s * d, o->s16 = s16;
+    }
+  }
+}
+
+/* ACT_K: the entry's quantized output feeds K-quant matrices only (llama.cpp's Q8_K inputs). */
+#ifndef ACT_K
+#define ACT_K 0
+#endif
+static inline void quantize_act(const float *x, int n, act_t *out) {
+  if (ACT_K) quantize_k(x, n, out);
+  else quantize(x, n, out);
+}
+
 /* 1 / RMS of the n floats of x (with the model's epsilon). */
 static inline float inv_rms(const float *x, int n) {
   vf acc = (vf){0};
@@ -140,7 +174,7 @@ static inline float inv_rms(const float *x, int n) {
 static void rmsnorm(const float *x, const float *w, float *xf, act_t *xq) {
   float inv = inv_rms(x, DIM);
   for (int j = 0; j < DIM; j++) xf[j] = (x[j] * inv) * w[j];
-  quantize(xf, DIM, xq);
+  quantize_act(xf, DIM, xq);
 }
 
 
@@ -228,11 +262,15 @@ void llm_norm_add(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   for (int j = 0; j < DIM; j++) x[j] += (o[j] * inv) * w[j];
 }
 
-/* bufs: out quantized, in. Grid: rows. Quantizes row i of in (QD floats: the attention output). */
+#ifndef QUANT_W
+#define QUANT_W QD
+#endif
+/* bufs: out quantized, in. Grid: rows. Quantizes row i of in (QUANT_W floats: the attention output,
+ * or with QUANT_W FFN the FFN's hidden row for a K-quant down matrix). */
 void llm_quantize(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   (void)v;
   size_t i = l->gid[0];
-  quantize((const float *)b[1] + i * QD, QD, (act_t *)b[0] + i * NBLK(QD));
+  quantize_act((const float *)b[1] + i * QUANT_W, QUANT_W, (act_t *)b[0] + i * NBLK(QUANT_W));
 }
 
 /* Rotates the rotary pairs of one head's HD values at the position's row of the table (cos, sin
@@ -444,6 +482,11 @@ static inline vf gate_fn(vf a) {
 }
 
 #ifdef WG_LAYOUT
+/* DOWN_ACT_K: the down matrix takes Q8_K-style inputs, which llm_quantize makes from hf over the
+ * whole row (a group sees 32 rows of it): hq is not written here. */
+#ifndef DOWN_ACT_K
+#define DOWN_ACT_K 0
+#endif
 /* bufs: hf, hq, xf, xq, w_gate, w_up, info. Grid: (blocks of 32 FFN rows, tiles).
  * h = gate(gate . x) * (up . x) for the group's 32 rows, into hf and, quantized, block g of hq. */
 void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
@@ -471,7 +514,7 @@ void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
     int rows = FFN - 32 * g < 32 ? FFN - 32 * g : 32;
     float *dst = hf + (size_t)(first + t) * FFN + 32 * g;
     for (int j = 0; j < rows; j++) dst[j] = h[j];
-    quantize(h, rows, hq + (size_t)(first + t) * NBLK(FFN) + g);
+    if (!DOWN_ACT_K) quantize(h, rows, hq + (size_t)(first + t) * NBLK(FFN) + g);
   }
 }
 #endif

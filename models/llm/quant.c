@@ -415,6 +415,30 @@ void llm_gpu_pack(ggml_type_t type, const void *src, size_t rows, size_t cols, v
   }
 }
 
+bool llm_act_superblock(llm_layout_t layout) { return layout == LLM_LAYOUT_K4X16 || layout == LLM_LAYOUT_K8X16; }
+
+void llm_quantize_act_k(const float *x, size_t n, llm_act_block_t *out) {
+  for (size_t sb = 0; sb < n / 256; sb++) {
+    const float *v = x + sb * 256;
+    float amax = 0, max = 0;
+    for (int j = 0; j < 256; j++)
+      if (fabsf(v[j]) > amax) amax = fabsf(v[j]), max = v[j];
+    float iscale = amax != 0.0f ? -127.0f / max : 0.0f, d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+    for (int b = 0; b < 8; b++) {
+      llm_act_block_t *o = &out[sb * 8 + (size_t)b];
+      int sum = 0, s16 = 0;
+      for (int j = 0; j < 32; j++) {
+        int q = (int)nearbyintf(iscale * v[32 * b + j]);
+        q = q < 127 ? q : 127;
+        o->q[j] = (int8_t)q;
+        sum += q;
+        if (j == 15) s16 = sum;
+      }
+      o->d = d, o->s = sum, o->s16 = s16, o->sd = (float)sum * d;
+    }
+  }
+}
+
 void llm_quantize_act(const float *x, size_t n, llm_act_block_t *out) {
   for (size_t b = 0; b < (n + 31) / 32; b++) {
     float v[32] = {0}, amax = 0;

@@ -119,6 +119,12 @@ typedef struct llm_act_block {
 /* The same quantization as the kernels (for the reference). n need not be a multiple of 32: the
  * last block is padded with zeros. */
 void llm_quantize_act(const float *x, size_t n, llm_act_block_t *out);
+/* The inputs of a K-quant (or IQ4_XS) matrix, rounded as llama.cpp's Q8_K: one scale per 256 (the
+ * element of largest magnitude maps to -127: d = -max / 127, q = min(127, round(x / d))), the 8 blocks
+ * of a superblock sharing it. n a multiple of 256. */
+void llm_quantize_act_k(const float *x, size_t n, llm_act_block_t *out);
+/* Whether a matrix of this layout takes Q8_K-style inputs (llm_quantize_act_k): K4X16, K8X16. */
+bool llm_act_superblock(llm_layout_t layout);
 
 /* ---- between quant.c and quant_k.c ---- */
 
