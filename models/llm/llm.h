@@ -1,4 +1,4 @@
-/* A llama-architecture language model from a GGUF file, on hcq: the model behind `hcq generate`.
+/* A language model from a GGUF file (llama, qwen2, qwen3, gemma3), on hcq: the model behind `hcq generate`.
  *
  * Parts, each usable alone:
  *  - the model: a GGUF file (gguf.h) whose metadata says llama, checked tensor by tensor against the
