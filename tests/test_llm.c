@@ -18,6 +18,7 @@
 
 #include "llm.h"
 #include "llm_reference.h"
+#include "llm_streams.h"
 #include "llm_tiny.h"
 #include "llm_test_util.h"
 #include "test_util.h"
@@ -268,70 +269,16 @@ Test(llm_tiny, bad_calls_are_refused) {
 
 /* ---- the real model ---- */
 
-typedef struct stream {
-  char name[64];
-  int32_t prompt[512], gen[512];
-  int nprompt, ngen;
-} stream_t;
-
-static int load_streams(stream_t *out, int cap) {
-  const char *path = HCQ_LLM_STREAMS_DEFAULT;
-  json_error_t err;
-  json_t *root = json_load_file(path, 0, &err);
-  cr_assert(root, "%s: %s", path, err.text);
-  json_t *streams = json_object_get(root, "streams");
-  cr_assert(json_is_array(streams) && json_array_size(streams) >= 1, "%s: no \"streams\" array", path);
-  int n = 0;
-  for (size_t i = 0; i < json_array_size(streams) && n < cap; i++, n++) {
-    json_t *s = json_array_get(streams, i), *p = json_object_get(s, "prompt_ids"), *g = json_object_get(s, "generated_ids");
-    cr_assert(json_is_array(p) && json_is_array(g) && json_array_size(p) <= 512 && json_array_size(g) <= 512);
-    snprintf(out[n].name, sizeof(out[n].name), "%s", json_string_value(json_object_get(s, "name")));
-    out[n].nprompt = (int)json_array_size(p), out[n].ngen = (int)json_array_size(g);
-    for (int j = 0; j < out[n].nprompt; j++) out[n].prompt[j] = (int32_t)json_integer_value(json_array_get(p, (size_t)j));
-    for (int j = 0; j < out[n].ngen; j++) out[n].gen[j] = (int32_t)json_integer_value(json_array_get(g, (size_t)j));
-  }
-  json_decref(root);
-  return n;
-}
-
 TestSuite(llm_real, .timeout = 280);
 
 Test(llm_real, teacher_forced_on_llamacpp_streams) {
   llm_model_t *m = real_model();
   static stream_t streams[8];
-  int ns = load_streams(streams, 8);
+  int ns = load_streams(HCQ_LLM_STREAMS_DEFAULT, streams, 8);
   llm_decoder_t *d = decoder(m, 1, 512, 128);
-  int vocab = m->config.vocab, total = 0, same = 0;
-  float *lg = malloc((size_t)vocab * 4);
-  char report[4096] = "";
-  for (int s = 0; s < ns; s++) {
-    const stream_t *st = &streams[s];
-    OK(llm_decoder_set_tokens(d, 0, st->prompt, st->nprompt));
-    OK(llm_decoder_prefill(d, 0, st->nprompt, true));
-    int agree = 0;
-    for (int i = 0; i < st->ngen; i++) {
-      /* the logits that predict generated token i: after the prompt, then after token i - 1 */
-      if (i > 0) {
-        OK(llm_decoder_set_tokens(d, st->nprompt + i - 1, &st->gen[i - 1], 1));
-        OK(llm_decoder_step(d, st->nprompt + i - 1, true));
-      }
-      OK(llm_decoder_logits(d, lg));
-      int top = argmax(lg, vocab);
-      if (top == st->gen[i]) {
-        agree++;
-        continue;
-      }
-      cr_assert(lg[top] - lg[st->gen[i]] <= 0.25f,
-                "%s: generated token %d: ours %d (logit %.3f), llama.cpp's %d has %.3f here: not a near tie", st->name, i,
-                top, lg[top], st->gen[i], lg[st->gen[i]]);
-    }
-    total += st->ngen, same += agree;
-    size_t len = strlen(report);
-    if (len < sizeof(report) - 64) snprintf(report + len, sizeof(report) - len, " %.40s %d/%d", st->name, agree, st->ngen);
-  }
-  cr_log_info("llama.cpp's token at%s positions", report);
-  cr_assert(same * 100 >= 95 * total, "llama.cpp's token at only %d of %d positions (%s)", same, total, report);
-  free(lg);
+  forced_result_t r = teacher_forced(d, streams, ns, 0.25f);
+  cr_log_info("llama.cpp's token at%s positions", r.report);
+  cr_assert(r.same * 100 >= 95 * r.total, "llama.cpp's token at only %d of %d positions (%s)", r.same, r.total, r.report);
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
 }
@@ -339,7 +286,7 @@ Test(llm_real, teacher_forced_on_llamacpp_streams) {
 Test(llm_real, eager_and_graph_agree_and_a_pass_equals_steps) {
   llm_model_t *m = real_model();
   static stream_t streams[8];
-  load_streams(streams, 8);
+  load_streams(HCQ_LLM_STREAMS_DEFAULT, streams, 8);
   const stream_t *st = &streams[0];
   llm_decoder_t *d = decoder(m, 1, 512, 128);
   llm_generate_result_t e, g;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "llm.h"
+#include "llm_gemma.h"
 #include "llm_reference.h"
 #include "llm_streams.h"
 #include "llm_test_util.h"
@@ -176,21 +177,10 @@ Test(llm_arch, gpu_kinds_refuse_what_their_kernels_lack) {
 
 /* ---- Gemma 3 270M (Q4_K_M: Q8_0, Q5_0, Q4_K and Q6_K matrices) against llama.cpp ---- */
 
-/* The Gemma file: $HCQ_GEMMA_GGUF, else the data folder's (hcq generate --model gemma-3-270m fetches
- * it); skips, saying why, when it is absent. */
 static llm_model_t *gemma_model(void) {
-  char path[PATH_MAX];
-  const char *env = getenv("HCQ_GEMMA_GGUF");
-  if (env && *env) {
-    snprintf(path, sizeof(path), "%s", env);
-  } else {
-    char dir[PATH_MAX - 64];
-    llm_data_dir(dir, sizeof(dir));
-    snprintf(path, sizeof(path), "%s/models/gemma-3-270m-q4_k_m.gguf", dir);
-  }
-  if (access(path, R_OK)) cr_skip_test("%s: absent (the llm_gemma_fetch test fetches it from PyPI)", path);
+  char path[4096];
   llm_model_t *m;
-  OK(llm_model_open(path, &m));
+  OK(llm_model_open(llm_gemma_path(path, sizeof(path)), &m));
   return m;
 }
 

@@ -16,6 +16,7 @@
 
 #include "gguf.h"
 #include "llm.h"
+#include "llm_gemma.h"
 #include "quant.h"
 #include "support.h"
 #include "test_util.h"
@@ -1200,12 +1201,8 @@ Test(llm_gguf, hostile_block_types) {
 /* A real file with K-quants (Gemma 3 270M, Q4_K_M: Q5_0, Q4_K, Q6_K, Q8_0 and F32 tensors): every
  * tensor sized from its block, so the last one ends where the file does. */
 Test(llm_gguf, real_k_quant_file) {
-  char fetched[PATH_MAX], dir[PATH_MAX - 64];
-  llm_data_dir(dir, sizeof(dir));
-  snprintf(fetched, sizeof(fetched), "%s/models/gemma-3-270m-q4_k_m.gguf", dir);
-  const char *path = getenv("HCQ_GEMMA_GGUF");
-  path = path && *path ? path : fetched;
-  if (access(path, R_OK)) cr_skip_test("no Gemma 3 270M file at %s (llm_gemma_fetch fetches it; HCQ_GEMMA_GGUF names one)", path);
+  char buf[4096];
+  const char *path = llm_gemma_path(buf, sizeof(buf));
   gguf_file_t *g;
   OK(gguf_open(path, &g));
   uint64_t end = 0;

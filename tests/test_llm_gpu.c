@@ -15,6 +15,7 @@
 
 #include "cuda/nvrtc.h"
 #include "llm.h"
+#include "llm_gemma.h"
 /* the GPU kernels round every input in blocks of 32 (no Q8_K-style inputs) */
 #define LLM_REF_Q8K 0
 #include "llm_reference.h"
@@ -330,16 +331,8 @@ static void teacher_forced(void) {
  * two within 0.5 (Gemma's logits run to ~25, as test_llm_arch.c's bar); eager = graph. */
 static void gemma_forced(void) {
   require(1);
-  char path[PATH_MAX];
-  const char *env = getenv("HCQ_GEMMA_GGUF");
-  if (env && *env) {
-    snprintf(path, sizeof(path), "%s", env);
-  } else {
-    char dir[PATH_MAX - 64];
-    llm_data_dir(dir, sizeof(dir));
-    snprintf(path, sizeof(path), "%s/models/gemma-3-270m-q4_k_m.gguf", dir);
-  }
-  if (access(path, R_OK)) cr_skip_test("%s: absent (the llm_gemma_fetch test fetches it from PyPI)", path);
+  char path[4096];
+  llm_gemma_path(path, sizeof(path));
   llm_model_t *m;
   OK(llm_model_open(path, &m));
   int vocab = m->config.vocab;

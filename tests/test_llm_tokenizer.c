@@ -89,16 +89,6 @@ typedef struct fixture {
   size_t ncases;
 } fixture_t;
 
-static size_t unhex(const char *h, char *out) {
-  size_t n = 0;
-  for (; h[0] && h[1]; h += 2) {
-    unsigned v;
-    cr_assert_eq(sscanf(h, "%2x", &v), 1, "bad hex \"%s\"", h);
-    out[n++] = (char)v;
-  }
-  return n;
-}
-
 static void load_fixture(fixture_t *f) {
   const char *path = getenv("HCQ_LLM_TOKENIZER_FIXTURE");
   if (!path || !*path) path = HCQ_LLM_TOKENIZER_FIXTURE_DEFAULT;
@@ -123,7 +113,7 @@ static void load_fixture(fixture_t *f) {
       memcpy(r->text, json_string_value(text), r->len + 1);
     } else {
       r->text = malloc(strlen(json_string_value(hex)) / 2 + 1);
-      r->len = unhex(json_string_value(hex), r->text);
+      r->len = test_unhex(json_string_value(hex), r->text);
     }
     r->n = json_array_size(ids);
     r->ids = malloc((r->n + 1) * sizeof(int32_t));
@@ -207,7 +197,7 @@ Test(llm_tokenizer, reference_pieces) {
     json_array_foreach(rows, i, row) {
       int32_t id = (int32_t)json_integer_value(json_object_get(row, "id"));
       char want[LLM_TOKEN_MAX_BYTES];
-      size_t n = unhex(json_string_value(json_object_get(row, "hex")), want);
+      size_t n = test_unhex(json_string_value(json_object_get(row, "hex")), want);
       const char *got;
       size_t k = llm_token_bytes(t, id, !plain, &got);
       cr_assert(k == n && !memcmp(got, want, n), "token %d (special %d): %zu bytes, llama.cpp's %zu", id, !plain, k, n);

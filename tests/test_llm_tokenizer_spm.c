@@ -14,20 +14,11 @@
 
 #include "gguf.h"
 #include "llm.h"
+#include "llm_gemma.h"
 #include "test_util.h"
 #include "tokenizer.h"
 
 /* ---- helpers ---- */
-
-static size_t from_hex(const char *h, char *out) {
-  size_t n = 0;
-  for (; h[0] && h[1]; h += 2) {
-    unsigned v;
-    cr_assert_eq(sscanf(h, "%2x", &v), 1, "bad hex \"%s\"", h);
-    out[n++] = (char)v;
-  }
-  return n;
-}
 
 static void expect(const llm_tokenizer_t *t, const char *text, bool special, bool bos, const int32_t *want, size_t nwant) {
   int32_t *ids;
@@ -211,14 +202,7 @@ Test(llm_tokenizer_spm, qwen2_and_default_splits) {
 
 static gguf_file_t *open_gemma(void) {
   static char path[4096];
-  const char *env = getenv("HCQ_GEMMA_GGUF");
-  if (env && *env) snprintf(path, sizeof(path), "%s", env);
-  else {
-    char dir[3900];
-    llm_data_dir(dir, sizeof(dir));
-    snprintf(path, sizeof(path), "%s/models/gemma-3-270m-q4_k_m.gguf", dir);
-  }
-  if (access(path, R_OK)) cr_skip_test("no Gemma 3 GGUF at %s (HCQ_GEMMA_GGUF names one)", path);
+  llm_gemma_path(path, sizeof(path));
   gguf_file_t *g = NULL;
   hcq_status_t st = gguf_open(path, &g);
   if (st && hcq_status_code(st) == HCQ_UNIMPLEMENTED) {
@@ -245,7 +229,7 @@ static void check_case(const llm_tokenizer_t *t, json_t *c, size_t index) {
   json_t *text = json_object_get(c, "text"), *hex = json_object_get(c, "hex"), *want = json_object_get(c, "ids");
   static char buf[1 << 16], detok[1 << 16];
   memset(buf, 0, 64);
-  size_t len = json_is_string(text) ? json_string_length(text) : from_hex(json_string_value(hex), buf);
+  size_t len = json_is_string(text) ? json_string_length(text) : test_unhex(json_string_value(hex), buf);
   if (json_is_string(text)) memcpy(buf, json_string_value(text), len);
   bool special = json_is_true(json_object_get(c, "special")), bos = json_is_true(json_object_get(c, "bos"));
   int32_t *ids;
@@ -259,7 +243,7 @@ static void check_case(const llm_tokenizer_t *t, json_t *c, size_t index) {
   char *s;
   /* llama.cpp's bytes, or where they are not UTF-8, them with U+FFFD as our detokenizer writes */
   json_t *valid = json_object_get(c, "detok_valid_hex");
-  size_t dl = from_hex(json_string_value(valid ? valid : json_object_get(c, "detok_hex")), detok);
+  size_t dl = test_unhex(json_string_value(valid ? valid : json_object_get(c, "detok_hex")), detok);
   OK(llm_detokenize(t, ids, n, special, &s));
   /* (a text with a NUL byte: strlen stops there, the bytes are compared whole) */
   cr_assert((strlen(s) == dl || memchr(detok, 0, dl)) && !memcmp(s, detok, dl), "case %zu (\"%.40s\"): detokenized \"%s\", llama.cpp \"%.*s\"",
@@ -295,7 +279,7 @@ Test(llm_tokenizer_spm, gemma3_reference) {
       json_t *p = json_array_get(pieces, i);
       int32_t id = (int32_t)json_integer_value(json_object_get(p, "id"));
       char want[1024];
-      size_t wl = from_hex(json_string_value(json_object_get(p, "hex")), want);
+      size_t wl = test_unhex(json_string_value(json_object_get(p, "hex")), want);
       const char *got;
       size_t gl = llm_token_bytes(t, id, l == 0, &got);
       cr_assert(gl == wl && !memcmp(got, want, wl), "%s: token %d", lists[l], id);

@@ -228,3 +228,13 @@ void test_stderr_end(int saved, char *out, size_t size) {
   cr_assert_eq(dup2(saved, 2), 2);
   close(saved);
 }
+
+size_t test_unhex(const char *hex, char *out) {
+  size_t n = 0;
+  for (; hex[0] && hex[1]; hex += 2) {
+    unsigned v;
+    cr_assert_eq(sscanf(hex, "%2x", &v), 1, "bad hex \"%s\"", hex);
+    out[n++] = (char)v;
+  }
+  return n;
+}

@@ -74,4 +74,7 @@ const char *test_backend_absent(const test_backend_t *b, int ndev);
 int test_stderr_begin(void);
 void test_stderr_end(int saved, char *out, size_t size);
 
+/* The bytes a string of hex digit pairs spells ("41ff" -> 'A', 0xff) into out; their count. */
+size_t test_unhex(const char *hex, char *out);
+
 #endif
