@@ -505,9 +505,13 @@ Test(llm_vulkan_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) { g_kind = 
  * first; a real GPU where one is. */
 TINY_SUITE(llm_cuda_tiny, HCQ_DEVICE_CUDA)
 TYPES_TESTS(llm_cuda_tiny, HCQ_DEVICE_CUDA)
+ARCH_TESTS(llm_cuda_tiny, HCQ_DEVICE_CUDA)
 REAL_SUITE(llm_cuda_real, HCQ_DEVICE_CUDA)
+Test(llm_cuda_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) { g_kind = HCQ_DEVICE_CUDA, gemma_forced(); }
 /* Metal: the stand-in Objective-C runtime and Metal's twins (the same as CUDA's) of kernels.metal,
  * which cannot be compiled here; a Mac where one is. */
 TINY_SUITE(llm_metal_tiny, HCQ_DEVICE_METAL)
 TYPES_TESTS(llm_metal_tiny, HCQ_DEVICE_METAL)
+ARCH_TESTS(llm_metal_tiny, HCQ_DEVICE_METAL)
 REAL_SUITE(llm_metal_real, HCQ_DEVICE_METAL)
+Test(llm_metal_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) { g_kind = HCQ_DEVICE_METAL, gemma_forced(); }
