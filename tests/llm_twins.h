@@ -19,10 +19,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The shape: the model's, the entry's layouts (0 where the entry has none), K_IN (0 likewise) and
- * the sources' constants. */
+/* The shape: the model's, the entry's layouts (0 where the entry has none), K_IN (0 likewise), the
+ * sources' constants, then what the architecture changes (gpu_abi.h; the stand-ins fill in the
+ * sources' defaults where the decoder defines none: QD = DIM, QKV_FUSED 1, EMB_SCALE 1, ATTN_SCALE
+ * 1 / sqrt(HD)), the two scales as their floats' bits. */
 enum { LLMT_DIM, LLMT_FFN, LLMT_NH, LLMT_NKV, LLMT_HD, LLMT_RD, LLMT_VOCAB, LLMT_CTX, LLMT_EPS_BITS, LLMT_WL, LLMT_WQ,
-       LLMT_WK, LLMT_WV, LLMT_WG, LLMT_WU, LLMT_K_IN, LLMT_ID_BITS, LLMT_ROWS, LLMT_CLS_ROWS, LLMT_SEL, LLMT_COUNT };
+       LLMT_WK, LLMT_WV, LLMT_WG, LLMT_WU, LLMT_K_IN, LLMT_ID_BITS, LLMT_ROWS, LLMT_CLS_ROWS, LLMT_SEL,
+       LLMT_QD, LLMT_ROPE_NEOX, LLMT_FFN_GELU, LLMT_QKV_FUSED, LLMT_QKV_BIAS, LLMT_QK_NORM, LLMT_WINDOW, LLMT_MATMUL_SET,
+       LLMT_EMB_SCALE_BITS, LLMT_ATTN_SCALE_BITS, LLMT_COUNT };
+/* The first architecture entry: the CUDA module names the integers up to LLMT_EMB_SCALE_BITS in its
+ * shape entry, the scales apart (kernels.cu's llm_scales). */
+#define LLMT_NAMED LLMT_EMB_SCALE_BITS
 
 typedef struct llm_twin {
   void *const *b;    /* the kernel's buffers, in order */
@@ -66,6 +73,14 @@ static inline float llmt_half(uint16_t h) {
     bits = s | (e << 23) | ((m & 1023u) << 13);
   }
   return llmt_bits((int32_t)bits);
+}
+
+/* The sources' defaults for what a stand-in found no value of (0): q as wide as x, no embedding
+ * scale, attention scaled by 1 / sqrt(HD) (no architecture has a scale of 0). */
+static inline void llmt_default_arch(int32_t *S) {
+  if (S[LLMT_QD] <= 0) S[LLMT_QD] = S[LLMT_DIM];
+  if (!S[LLMT_EMB_SCALE_BITS]) S[LLMT_EMB_SCALE_BITS] = llmt_int(1.0f);
+  if (!S[LLMT_ATTN_SCALE_BITS] && S[LLMT_HD] > 0) S[LLMT_ATTN_SCALE_BITS] = llmt_int(1.0f / sqrtf((float)S[LLMT_HD]));
 }
 
 /* The butterflies across the 32 lanes (kernels.cu warp_sum etc.): lane l takes v[l] op v[l ^ o]. */
@@ -189,8 +204,10 @@ static inline void llm_twin_embed(const llm_twin_t *k) {
   if (i == 0) LLMT_I(1)[0] = k->v[0], LLMT_I(1)[1] = k->v[1];
   int tok = LLMT_I(2)[k->v[0] + i];
   if (tok < 0 || tok >= S[LLMT_VOCAB]) tok = 0;
+  float scale = llmt_bits(S[LLMT_EMB_SCALE_BITS]);
   for (int j = 0; j < dim; j++)
-    LLMT_F(0)[(size_t)i * dim + j] = llmt_weight(LLMT_U8(3), S[LLMT_WL], (size_t)S[LLMT_VOCAB], (size_t)dim, (size_t)tok, (size_t)j);
+    LLMT_F(0)[(size_t)i * dim + j] =
+        llmt_weight(LLMT_U8(3), S[LLMT_WL], (size_t)S[LLMT_VOCAB], (size_t)dim, (size_t)tok, (size_t)j) * scale;
 }
 /* bufs info; vals p0, n */
 static inline void llm_twin_begin(const llm_twin_t *k) {
@@ -218,9 +235,9 @@ static inline void llm_twin_norm(const llm_twin_t *k) {
     llmt_store(LLMT_A(1) + (size_t)i * nbk + b, v);
   }
 }
-/* bufs out blocks, in. Group: row. */
+/* bufs out blocks, in. Group: row (of QD, the attention output). */
 static inline void llm_twin_quantize(const llm_twin_t *k) {
-  int dim = k->S[LLMT_DIM], nbk = LLMT_NBLK(dim), i = (int)k->group[0];
+  int dim = k->S[LLMT_QD], nbk = LLMT_NBLK(dim), i = (int)k->group[0];
   const float *x = LLMT_F(1) + (size_t)i * dim;
   for (int b = 0; b < nbk; b++) {
     float v[32];
@@ -228,39 +245,87 @@ static inline void llm_twin_quantize(const llm_twin_t *k) {
     llmt_store(LLMT_A(0) + (size_t)i * nbk + b, v);
   }
 }
-/* bufs q, key cache, value cache, xf, xq, wq, wk, wv, rotary table, info. Group (row block, token). */
+/* bufs q, key cache, value cache, xf, xq, wq, wk, wv, rotary table, info[, kraw (not fused or biases)[, bq, bk, bv
+ * (biases)]]. Group (row block of q (QD rows), k or v, token): the biases added to every lane's row (the
+ * rows past the end take the last one's), then, fused, q and k rotated (pairs (2j, 2j + 1)) and k into
+ * the cache; not fused, q raw and k raw into kraw [token][KV_DIM] (llm_rope_heads rotates them). */
 static inline void llm_twin_qkv(const llm_twin_t *k) {
   const int32_t *S = k->S;
-  int dim = S[LLMT_DIM], kvd = S[LLMT_NKV] * S[LLMT_HD], hd = S[LLMT_HD], rd = S[LLMT_RD];
-  int gq = (dim + 31) / 32, gkv = (kvd + 31) / 32, g = (int)k->group[0], t = (int)k->group[1];
+  int dim = S[LLMT_DIM], qd = S[LLMT_QD], kvd = S[LLMT_NKV] * S[LLMT_HD], hd = S[LLMT_HD], rd = S[LLMT_RD];
+  int gq = (qd + 31) / 32, gkv = (kvd + 31) / 32, g = (int)k->group[0], t = (int)k->group[1];
   int pos = LLMT_I(9)[0] + t, which = g < gq ? 0 : g < gq + gkv ? 1 : 2;
-  int lg = which == 0 ? g : which == 1 ? g - gq : g - gq - gkv, rows = which == 0 ? dim : kvd;
+  int lg = which == 0 ? g : which == 1 ? g - gq : g - gq - gkv, rows = which == 0 ? qd : kvd;
   int lay = S[which == 0 ? LLMT_WQ : which == 1 ? LLMT_WK : LLMT_WV];
+  bool fused = S[LLMT_QKV_FUSED] != 0, bias = S[LLMT_QKV_BIAS] != 0;
   float out[LLMT_LANES];
   llmt_rows32(LLMT_U8(5 + which), lay, rows, dim, 32 * lg, LLMT_F(3) + (size_t)t * dim,
               LLMT_A(4) + (size_t)t * LLMT_NBLK(dim), out);
+  for (int l = 0; l < LLMT_LANES && bias; l++) {
+    int row = 32 * lg + l;
+    out[l] += LLMT_F(11 + which)[row < rows ? row : rows - 1];
+  }
   const float *rot = LLMT_F(8) + (size_t)pos * rd;
   for (int l = 0; l < LLMT_LANES; l++) {
     int row = 32 * lg + l, e = row % hd, e0 = e & ~1;
     float mine = out[l], pair = out[l ^ 1];
-    if (which < 2 && e < rd) mine = (e & 1) == 0 ? mine * rot[e0] - pair * rot[e0 + 1] : pair * rot[e0 + 1] + mine * rot[e0];
+    if (fused && which < 2 && e < rd)
+      mine = (e & 1) == 0 ? mine * rot[e0] - pair * rot[e0 + 1] : pair * rot[e0 + 1] + mine * rot[e0];
     if (row >= rows) continue;
-    if (which == 0) LLMT_F(0)[(size_t)t * dim + row] = mine;
-    else LLMT_F(which)[(size_t)pos * kvd + row] = mine;
+    if (which == 0) LLMT_F(0)[(size_t)t * qd + row] = mine;
+    else if (fused || which == 2) LLMT_F(which)[(size_t)pos * kvd + row] = mine;
+    else LLMT_F(10)[(size_t)t * kvd + row] = mine;
   }
 }
-/* bufs out, q, key cache, value cache, info. Group (head, token); lane l takes positions l, l + 32, ... */
+/* bufs q, key cache, kraw, rotary table, info[, q norm, k norm (QK_NORM)]. Group (head of q (NH) or of
+ * k (NKV), token): the head RMS-normed over its HD values and scaled by its norm's weights (QK_NORM:
+ * lane l sums elements l, l + 32, ...), then rotated: pairs (2j, 2j + 1), or with ROPE_NEOX (j, j +
+ * RD / 2); q in place, k from kraw into the cache at the token's position. Every value is read before
+ * any is written (kernels.cu's registers). */
+static inline void llm_twin_rope_heads(const llm_twin_t *k) {
+  const int32_t *S = k->S;
+  int nh = S[LLMT_NH], hd = S[LLMT_HD], rd = S[LLMT_RD], qd = S[LLMT_QD], kvd = S[LLMT_NKV] * hd;
+  int h = (int)k->group[0], i = (int)k->group[1], pos = LLMT_I(4)[0] + i;
+  bool is_q = h < nh, neox = S[LLMT_ROPE_NEOX] != 0;
+  const float *x = is_q ? LLMT_F(0) + (size_t)i * qd + (size_t)h * hd : LLMT_F(2) + (size_t)i * kvd + (size_t)(h - nh) * hd;
+  float *o = is_q ? LLMT_F(0) + (size_t)i * qd + (size_t)h * hd : LLMT_F(1) + (size_t)pos * kvd + (size_t)(h - nh) * hd;
+  const float *rot = LLMT_F(3) + (size_t)pos * rd;
+  float *v = malloc((size_t)hd * sizeof(float));
+  if (!v) abort();
+  if (S[LLMT_QK_NORM]) {
+    const float *w = LLMT_F(is_q ? 5 : 6);
+    float ss[LLMT_LANES];
+    for (int l = 0; l < LLMT_LANES; l++) {
+      ss[l] = 0.0f;
+      for (int e = l; e < hd; e += LLMT_LANES) ss[l] += x[e] * x[e];
+    }
+    float inv = 1.0f / sqrtf(llmt_sum(ss) / (float)hd + llmt_bits(S[LLMT_EPS_BITS]));
+    for (int e = 0; e < hd; e++) v[e] = (x[e] * inv) * w[e];
+  } else {
+    memcpy(v, x, (size_t)hd * sizeof(float));
+  }
+  for (int j = 0; j < rd / 2; j++) {
+    int ea = neox ? j : 2 * j, ez = neox ? j + rd / 2 : 2 * j + 1;
+    float c = rot[2 * j], sn = rot[2 * j + 1];
+    o[ea] = v[ea] * c - v[ez] * sn;
+    o[ez] = v[ea] * sn + v[ez] * c;
+  }
+  for (int e = rd; e < hd; e++) o[e] = v[e];
+  free(v);
+}
+/* bufs out, q, key cache, value cache, info. Group (head, token); lane l takes positions lo + l, lo + l + 32,
+ * ... (lo: the window's first position, WINDOW > 0), scores scaled by ATTN_SCALE. */
 static inline void llm_twin_attn(const llm_twin_t *k) {
   const int32_t *S = k->S;
-  int hd = S[LLMT_HD], kvd = S[LLMT_NKV] * hd, dim = S[LLMT_DIM], h = (int)k->group[0], i = (int)k->group[1];
-  int pos = LLMT_I(4)[0] + i, kvh = h / (S[LLMT_NH] / S[LLMT_NKV]);
-  const float *q = LLMT_F(1) + (size_t)i * dim + (size_t)h * hd;
-  float scale = 1.0f / sqrtf((float)hd), m[LLMT_LANES], total[LLMT_LANES], wt[LLMT_LANES];
+  int hd = S[LLMT_HD], kvd = S[LLMT_NKV] * hd, qd = S[LLMT_QD], h = (int)k->group[0], i = (int)k->group[1];
+  int pos = LLMT_I(4)[0] + i, kvh = h / (S[LLMT_NH] / S[LLMT_NKV]), window = S[LLMT_WINDOW];
+  int lo = window > 0 && pos >= window ? pos - window + 1 : 0; /* a sliding window's first position */
+  const float *q = LLMT_F(1) + (size_t)i * qd + (size_t)h * hd;
+  float scale = llmt_bits(S[LLMT_ATTN_SCALE_BITS]), m[LLMT_LANES], total[LLMT_LANES], wt[LLMT_LANES];
   float *acc = calloc((size_t)LLMT_LANES * hd, sizeof(float));
   if (!acc) abort();
   for (int l = 0; l < LLMT_LANES; l++) {
     m[l] = k->low, total[l] = 0.0f;
-    for (int t = l; t <= pos; t += LLMT_LANES) {
+    for (int t = lo + l; t <= pos; t += LLMT_LANES) {
       const float *kr = LLMT_F(2) + (size_t)t * kvd + (size_t)kvh * hd, *vr = LLMT_F(3) + (size_t)t * kvd + (size_t)kvh * hd;
       float s = 0.0f;
       for (int e = 0; e < hd; e += 4) s += q[e] * kr[e] + q[e + 1] * kr[e + 1] + q[e + 2] * kr[e + 2] + q[e + 3] * kr[e + 3];
@@ -274,20 +339,42 @@ static inline void llm_twin_attn(const llm_twin_t *k) {
   float mx = llmt_max(m), part[LLMT_LANES];
   for (int l = 0; l < LLMT_LANES; l++) wt[l] = m[l] == k->low ? 0.0f : expf(m[l] - mx), part[l] = total[l] * wt[l];
   float sum = llmt_sum(part);
-  float *o = LLMT_F(0) + (size_t)i * dim + (size_t)h * hd;
+  float *o = LLMT_F(0) + (size_t)i * qd + (size_t)h * hd;
   for (int e = 0; e < hd; e++) {
     for (int l = 0; l < LLMT_LANES; l++) part[l] = acc[l * hd + e] * wt[l];
     o[e] = llmt_sum(part) / sum;
   }
   free(acc);
 }
-/* bufs x, in floats, in blocks, w, info; vals k. Group (32 rows, token): x[t] += w . in[t]. */
+/* bufs x, in floats, in blocks, w, info; vals k. Group (32 rows, token): x[t] += w . in[t] (MATMUL_SET: =). */
 static inline void llm_twin_matmul_add(const llm_twin_t *k) {
   int dim = k->S[LLMT_DIM], nin = k->S[LLMT_K_IN], g = (int)k->group[0], t = (int)k->group[1];
   float out[LLMT_LANES];
   llmt_rows32(LLMT_U8(3), k->S[LLMT_WL], dim, nin, 32 * g, LLMT_F(1) + (size_t)t * nin, LLMT_A(2) + (size_t)t * LLMT_NBLK(nin),
               out);
-  for (int l = 0; l < LLMT_LANES && 32 * g + l < dim; l++) LLMT_F(0)[(size_t)t * dim + 32 * g + l] += out[l];
+  for (int l = 0; l < LLMT_LANES && 32 * g + l < dim; l++) {
+    float *dst = &LLMT_F(0)[(size_t)t * dim + 32 * g + l];
+    *dst = k->S[LLMT_MATMUL_SET] ? out[l] : *dst + out[l];
+  }
+}
+/* bufs x, out, weights. Group: row i: x[i] += RMS norm of out[i] times the weights (post-norms; lane l
+ * sums elements l, l + 32, ...). */
+static inline void llm_twin_norm_add(const llm_twin_t *k) {
+  int dim = k->S[LLMT_DIM], i = (int)k->group[0];
+  const float *o = LLMT_F(1) + (size_t)i * dim, *w = LLMT_F(2);
+  float ss[LLMT_LANES];
+  for (int l = 0; l < LLMT_LANES; l++) {
+    ss[l] = 0.0f;
+    for (int e = l; e < dim; e += LLMT_LANES) ss[l] += o[e] * o[e];
+  }
+  float inv = 1.0f / sqrtf(llmt_sum(ss) / (float)dim + llmt_bits(k->S[LLMT_EPS_BITS]));
+  for (int e = 0; e < dim; e++) LLMT_F(0)[(size_t)i * dim + e] += (o[e] * inv) * w[e];
+}
+/* silu(a), or GELU's tanh form with tanh(y) = 1 - 2 / (e^2y + 1) (kernels.cu's gate_fn). */
+static inline float llmt_gate(float a, bool gelu) {
+  if (!gelu) return a / (1.0f + expf(-a));
+  float y = 0.7978845608f * (a + 0.044715f * a * a * a);
+  return 0.5f * a * (1.0f + (1.0f - 2.0f / (expf(2.0f * y) + 1.0f)));
 }
 /* bufs hf, hq, xf, xq, w_gate, w_up, info. Group (32 FFN rows: one activation block, token). */
 static inline void llm_twin_gate_up(const llm_twin_t *k) {
@@ -299,7 +386,7 @@ static inline void llm_twin_gate_up(const llm_twin_t *k) {
   llmt_rows32(LLMT_U8(5), k->S[LLMT_WU], ffn, dim, 32 * g, xf, xq, u);
   for (int l = 0; l < LLMT_LANES; l++) {
     int row = 32 * g + l;
-    h[l] = row < ffn ? a[l] / (1.0f + expf(-a[l])) * u[l] : 0.0f;
+    h[l] = row < ffn ? llmt_gate(a[l], k->S[LLMT_FFN_GELU] != 0) * u[l] : 0.0f;
     if (row < ffn) LLMT_F(0)[(size_t)t * ffn + row] = h[l];
     mag[l] = fabsf(h[l]);
   }

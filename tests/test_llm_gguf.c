@@ -1252,7 +1252,8 @@ Test(llm_gguf, support_check) {
   gguf_file_t *g = support_file("gemma3", GGML_TYPE_Q5_0, &bytes);
   OK(llm_model_check(g, HCQ_DEVICE_CPU));
   OK(llm_model_check(g, HCQ_DEVICE_VULKAN));
-  FAILS(llm_model_check(g, HCQ_DEVICE_CUDA), HCQ_UNIMPLEMENTED, "support.gguf", "gemma3", "CUDA");
+  OK(llm_model_check(g, HCQ_DEVICE_CUDA));
+  OK(llm_model_check(g, HCQ_DEVICE_METAL));
   gguf_close(g), free(bytes);
   g = support_file("llama", GGML_TYPE_Q6_K, &bytes);
   OK(llm_model_check(g, HCQ_DEVICE_CPU));
@@ -1266,7 +1267,8 @@ Test(llm_gguf, support_check) {
   gguf_close(g), free(bytes);
   g = support_file("phi3", GGML_TYPE_Q8_0, &bytes);
   FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_UNIMPLEMENTED, "architecture \"phi3\"", "llama, qwen2, qwen3 and gemma3");
-  FAILS(llm_model_check(g, HCQ_DEVICE_METAL), HCQ_UNIMPLEMENTED, "architecture \"phi3\"", "runs llama on METAL");
+  FAILS(llm_model_check(g, HCQ_DEVICE_METAL), HCQ_UNIMPLEMENTED, "architecture \"phi3\"",
+        "runs llama, qwen2, qwen3 and gemma3 on METAL");
   gguf_close(g), free(bytes);
   g = support_file(NULL, GGML_TYPE_Q8_0, &bytes);
   FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_INVALID_ARGUMENT, "general.architecture is missing");
@@ -1280,9 +1282,13 @@ Test(llm_gguf, support_check) {
   }
   cr_assert_not(llm_type_supported(GGML_TYPE_Q8_K, HCQ_DEVICE_CPU));
   cr_assert_not(llm_type_supported(GGML_TYPE_MXFP4, HCQ_DEVICE_CPU));
-  cr_assert(llm_architecture_supported("qwen3", HCQ_DEVICE_CPU));
-  cr_assert(llm_architecture_supported("qwen3", HCQ_DEVICE_VULKAN));
-  cr_assert_not(llm_architecture_supported("qwen3", HCQ_DEVICE_CUDA));
+  /* every kind runs every architecture */
+  const hcq_device_kind_t kinds[] = {HCQ_DEVICE_CPU, HCQ_DEVICE_VULKAN, HCQ_DEVICE_CUDA, HCQ_DEVICE_METAL};
+  for (int k = 0; k < 4; k++) {
+    cr_assert(llm_architecture_supported("qwen3", kinds[k]));
+    cr_assert(llm_architecture_supported("gemma3", kinds[k]));
+    cr_assert_not(llm_architecture_supported("phi3", kinds[k]));
+  }
   cr_assert_not(llm_architecture_supported(NULL, HCQ_DEVICE_CPU));
 }
 

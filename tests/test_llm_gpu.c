@@ -8,7 +8,9 @@
  *  - the real model (SmolLM2-135M-Instruct) teacher-forced on the CPU path's greedy tokens of two
  *    prompts, prompt pass and decoding steps: at every position the CPU path's token, or a near
  *    tie (the CPU path's two best logits within 0.25); eager and graph the same tokens.
- * lavapipe runs the shaders on the CPU: the real model runs a few tokens only. */
+ * lavapipe runs the shaders on the CPU: the real model runs a few tokens only. The same suites run on
+ * the CUDA and Metal stand-ins (host twins of kernels.cu / kernels.metal), every architecture and
+ * Gemma 3 270M included. */
 #include <limits.h>
 #include <math.h>
 #include <sys/stat.h>
@@ -408,8 +410,9 @@ Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
 }
 
 /* The architectures' variants of kernels.cu (gpu_abi.h's defines: NEOX rope, biases, unfused rope
- * with per-head norms, sliding windows, post-norms, GELU, scales) compile for sm_90 too. The
- * stand-in's twins do not run them yet (the decoder refuses those architectures on CUDA). */
+ * with per-head norms, sliding windows, post-norms, GELU, scales) compile for sm_90 too, and the PTX
+ * names what the stand-in's twins read: the architecture's integers in the shape entry, the scales
+ * in llm_scales. */
 Test(llm_cuda_nvrtc, every_architecture_variant_compiles_for_sm_90) {
   const char *why;
   if (!hcq__nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
@@ -444,6 +447,9 @@ Test(llm_cuda_nvrtc, every_architecture_variant_compiles_for_sm_90) {
     char want[64];
     snprintf(want, sizeof(want), ".entry %s(", cases[i].entry);
     cr_assert(strstr(img.ptx, want), "%s (%s): no %s in the PTX", cases[i].entry, cases[i].defs, want);
+    /* ..._SEL, then QD 1024, ROPE_NEOX 1, FFN_GELU 1, QKV_FUSED, ... */
+    cr_assert(strstr(img.ptx, "_18_32_64_256_1024_1_1_"), "%s: the PTX names no architecture shape", cases[i].entry);
+    cr_assert(strstr(img.ptx, "llm_scales["), "%s: the PTX has no llm_scales for the stand-in", cases[i].entry);
     hcq__cuda_image_free(&img);
   }
   free(src);
@@ -497,12 +503,16 @@ ARCH_TESTS(llm_vulkan_tiny, HCQ_DEVICE_VULKAN)
 REAL_SUITE(llm_vulkan_real, HCQ_DEVICE_VULKAN)
 Test(llm_vulkan_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) { g_kind = HCQ_DEVICE_VULKAN, gemma_forced(); }
 /* CUDA: the stand-in driver's twins (tests/llm_twins.h) of kernels.cu, which the real NVRTC compiles
- * first; a real GPU where one is. */
+ * first; a real GPU where one is. Every architecture, and Gemma 3 270M where the file is. */
 TINY_SUITE(llm_cuda_tiny, HCQ_DEVICE_CUDA)
 TYPES_TESTS(llm_cuda_tiny, HCQ_DEVICE_CUDA)
+ARCH_TESTS(llm_cuda_tiny, HCQ_DEVICE_CUDA)
 REAL_SUITE(llm_cuda_real, HCQ_DEVICE_CUDA)
+Test(llm_cuda_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) { g_kind = HCQ_DEVICE_CUDA, gemma_forced(); }
 /* Metal: the stand-in Objective-C runtime and Metal's twins (the same as CUDA's) of kernels.metal,
- * which cannot be compiled here; a Mac where one is. */
+ * which cannot be compiled here; a Mac where one is. Every architecture, and Gemma as on CUDA. */
 TINY_SUITE(llm_metal_tiny, HCQ_DEVICE_METAL)
 TYPES_TESTS(llm_metal_tiny, HCQ_DEVICE_METAL)
+ARCH_TESTS(llm_metal_tiny, HCQ_DEVICE_METAL)
 REAL_SUITE(llm_metal_real, HCQ_DEVICE_METAL)
+Test(llm_metal_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) { g_kind = HCQ_DEVICE_METAL, gemma_forced(); }

@@ -217,14 +217,7 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "HCQ_LLM_KERNELS=\"%s\": expected auto, avx512, avx2 or portable",
                            getenv("HCQ_LLM_KERNELS"));
   const llm_config_t *c = &model->config;
-  /* kernels.glsl has every architecture's entries and flags; kernels.cu and kernels.metal not yet */
-  bool warp = opts.kind == HCQ_DEVICE_CUDA || opts.kind == HCQ_DEVICE_METAL;
-  if (warp && (c->arch != LLM_ARCH_LLAMA || c->rope_freqs || llm_q_dim(c) != c->dim))
-    return hcq_status_make(HCQ_UNIMPLEMENTED,
-                           "llm decoder: the %s kernels run llama models whose heads span the width, without rope_freqs (this "
-                           "model: %s%s%s); it runs on CPU",
-                           hcq_device_kind_name(opts.kind), llm_arch_name(c->arch), c->rope_freqs ? ", rope_freqs" : "",
-                           llm_q_dim(c) != c->dim ? ", heads x head size != width" : "");
+  /* every kind's kernels have every architecture's entries and flags (gpu_abi.h) */
   if (opts.kind != HCQ_DEVICE_CPU && c->head_dim % 4)
     return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: a head size of %d (the %s kernels read heads in 4-float vectors)",
                            c->head_dim, hcq_device_kind_name(opts.kind));

@@ -16,14 +16,15 @@
  *   what the architecture changes (every kind; kernels.c says each): QD (q's width, heads x head size),
  *     ROPE_NEOX, EMB_SCALE, ATTN_SCALE, FFN_GELU; per entry QKV_FUSED 0 (llm_qkv leaves q and k
  *     unrotated: NEOX rope or per-head norms), QKV_BIAS 1, QK_NORM 1 (llm_rope_heads), WINDOW n
- *     (llm_attn on a sliding-window layer), MATMUL_SET 1 (post-norms). kernels.glsl implements them
- *     all, kernels.cu too (compiled by NVRTC in the tests, but its stand-in's twins lack them, so
- *     the decoder refuses those architectures on CUDA), kernels.metal only the llama 2 values
+ *     (llm_attn on a sliding-window layer), MATMUL_SET 1 (post-norms). kernels.glsl, kernels.cu and
+ *     kernels.metal implement them all (and the stand-ins' twins, tests/llm_twins.h)
  *   GPU kinds also: K_IN (llm_matmul_add's input length: QD as a number for wo, FFN for down)
  *   Vulkan also: KERNEL_<entry>, LANES, ROWS, CLS_ROWS, SEL, ID_BITS (the sources' own constants;
  *     a kind adds what its geometry needs in program()).
  *   CUDA and Metal also: KERNEL_<entry>, ROWS (32), CLS_ROWS, SEL, ID_BITS, NORM_EPS_BITS (NORM_EPS's
- *     bits as an integer: the stand-ins' host twins read the shape back from the source).
+ *     bits as an integer: the stand-ins' host twins read the shape back: the Metal one from the
+ *     source's #defines, the CUDA one from kernels.cu's empty entry llm_shape_<the integers> and the
+ *     two float scales from its global llm_scales, a tag and the floats' bytes).
  *
  * Entries: buffers (the first nouts written), then 32-bit values, in this order; n is the
  * pass's token count (1 for a decoding step), p0 its first position. Every entry but llm_embed and
@@ -35,6 +36,7 @@
  *                                                                     (floats) and xq (blocks); last:
  *                                                                     row n - 1 only, into row 0
  *   llm_qkv       q, kcache, vcache, xf, xq, wq, wk, wv, rope, info[, kraw[, bq, bk, bv]]
+ *                 (10, 11 or 14 buffers: kraw unless QKV_FUSED and no biases, the biases with QKV_BIAS)
  *                                                                     q, k rotated at p0 + i; k, v
  *                                                                     into the caches at p0 + i (not
  *                                                                     fused: q raw, k raw into kraw

@@ -32,10 +32,8 @@
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
-// What the architecture changes (kernels.c says each; gpu_abi.h). Written to kernels.glsl's
-// arithmetic and compiled by NVRTC in the tests, but not yet run: the stand-in's twins
-// (tests/llm_twins.h) have only the llama 2 values, so the decoder refuses the other architectures
-// on CUDA until they follow.
+// What the architecture changes (kernels.c says each; gpu_abi.h), with kernels.glsl's arithmetic;
+// the stand-in's twins (tests/llm_twins.h) have every flag.
 #ifndef QD
 #define QD DIM
 #endif
@@ -47,6 +45,9 @@
 #endif
 #ifndef ATTN_SCALE
 #define ATTN_SCALE (1.0f / sqrtf((float)HD))
+#define LLM_ATTN_SCALE_INIT 0.0f // not a constant initializer: llm_scales says 0, the stand-in knows the default
+#else
+#define LLM_ATTN_SCALE_INIT ATTN_SCALE
 #endif
 #ifndef FFN_GELU
 #define FFN_GELU 0
@@ -96,11 +97,20 @@
 #else
 #define LLM_KIN 0
 #endif
-#define LLM_SHAPE_NAME2(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t) \
-  llm_shape_##a##_##b##_##c##_##d##_##e##_##f##_##g##_##h##_##i##_##j##_##k##_##l##_##m##_##n##_##o##_##p##_##q##_##r##_##s##_##t
+// Then the architecture's integers (LLMT_QD .. LLMT_MATMUL_SET); its two float scales cannot be
+// pasted into a name, so llm_scales holds them after a tag the stand-in finds in a cubin's
+// initial data (or in the PTX's list of the global's initial bytes).
+#define LLM_SHAPE_NAME2(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x, y, z, aa, ab)           \
+  llm_shape_##a##_##b##_##c##_##d##_##e##_##f##_##g##_##h##_##i##_##j##_##k##_##l##_##m##_##n##_##o##_##p##_##q##_##r##_##s##_##t##_##u##_##v##_##w##_##x##_##y##_##z##_##aa##_##ab
 #define LLM_SHAPE_NAME(...) LLM_SHAPE_NAME2(__VA_ARGS__)
 extern "C" __global__ void LLM_SHAPE_NAME(DIM, FFN, NH, NKV, HD, RD, VOCAB, CTX, NORM_EPS_BITS, LLM_WL, LLM_WQ, LLM_WK,
-                                          LLM_WV, LLM_WG, LLM_WU, LLM_KIN, ID_BITS, ROWS, CLS_ROWS, SEL)() {}
+                                          LLM_WV, LLM_WG, LLM_WU, LLM_KIN, ID_BITS, ROWS, CLS_ROWS, SEL, QD, ROPE_NEOX,
+                                          FFN_GELU, QKV_FUSED, QKV_BIAS, QK_NORM, WINDOW, MATMUL_SET)() {}
+struct llm_scales_t {
+  char tag[12];
+  float emb, attn;
+};
+extern "C" __device__ llm_scales_t llm_scales = {"LLM_SCALES:", EMB_SCALE, LLM_ATTN_SCALE_INIT};
 
 // An activation block (llm_act_block_t): d = max|x| / 127, s d, s = sum q, s16 = the sum of the
 // first 16 q (the K layouts' mins), q (int8, 4 a word).

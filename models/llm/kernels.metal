@@ -25,6 +25,37 @@ static_assert(ROWS == 32 && CLS_ROWS % 32 == 0 && SEL % 32 == 0 && HD % 4 == 0,
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
+// What the architecture changes (kernels.c says each; gpu_abi.h): kernels.cu's defaults.
+#ifndef QD
+#define QD DIM
+#endif
+#ifndef ROPE_NEOX
+#define ROPE_NEOX 0
+#endif
+#ifndef EMB_SCALE
+#define EMB_SCALE 1.0f
+#endif
+#ifndef ATTN_SCALE
+#define ATTN_SCALE (1.0f / sqrt(float(HD)))
+#endif
+#ifndef FFN_GELU
+#define FFN_GELU 0
+#endif
+#ifndef QKV_FUSED
+#define QKV_FUSED 1
+#endif
+#ifndef QKV_BIAS
+#define QKV_BIAS 0
+#endif
+#ifndef QK_NORM
+#define QK_NORM 0
+#endif
+#ifndef WINDOW
+#define WINDOW 0
+#endif
+#ifndef MATMUL_SET
+#define MATMUL_SET 0
+#endif
 // Below every value: Metal compiles with fast math by default, which may assume no infinities, so
 // -FLT_MAX rather than -INFINITY.
 #define LOW (-FLT_MAX)
@@ -196,7 +227,7 @@ kernel void llm_embed(device float *x [[buffer(0)]], device int *info [[buffer(1
   if (i == 0 && l == 0) info[0] = v[0], info[1] = v[1];
   int tok = tokens[v[0] + int(i)];
   if (tok < 0 || tok >= VOCAB) tok = 0;
-  for (uint j = l; j < DIM; j += 32) x[ulong(i) * DIM + j] = weight_at(emb, W_LAYOUT, VOCAB, DIM, ulong(tok), j);
+  for (uint j = l; j < DIM; j += 32) x[ulong(i) * DIM + j] = weight_at(emb, W_LAYOUT, VOCAB, DIM, ulong(tok), j) * EMB_SCALE;
 }
 #endif
 
@@ -230,46 +261,106 @@ kernel void llm_norm(device float *xf [[buffer(0)]], device act *xq [[buffer(1)]
 #endif
 
 #ifdef KERNEL_llm_quantize
+// Rows of QD (the attention output).
 kernel void llm_quantize(device act *out [[buffer(0)]], device const float *in [[buffer(1)]],
                          uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
   uint i = tg.x;
-  for (uint b = tid.x; b < NBLK(DIM); b += 32) {
+  for (uint b = tid.x; b < NBLK(QD); b += 32) {
     float vals[32];
-    for (uint j = 0; j < 32; j++) vals[j] = 32 * b + j < DIM ? in[ulong(i) * DIM + 32 * b + j] : 0.0f;
-    store_block(out + ulong(i) * NBLK(DIM) + b, vals);
+    for (uint j = 0; j < 32; j++) vals[j] = 32 * b + j < QD ? in[ulong(i) * QD + 32 * b + j] : 0.0f;
+    store_block(out + ulong(i) * NBLK(QD) + b, vals);
   }
 }
 #endif
 
 #ifdef KERNEL_llm_qkv
-#define GQ ((DIM + 31) / 32)
+// kernels.cu's llm_qkv: q (QD rows), k, v in groups of 32 rows, biases (QKV_BIAS), rope fused or
+// q and k raw (QKV_FUSED 0: k into kraw, llm_rope_heads rotates them).
+#define GQ ((QD + 31) / 32)
 #define GKV ((KV_DIM + 31) / 32)
 kernel void llm_qkv(device float *q [[buffer(0)]], device float *kc [[buffer(1)]], device float *vc [[buffer(2)]],
                     device const float *xf [[buffer(3)]], device const act *xq [[buffer(4)]], device const uchar *wq [[buffer(5)]],
                     device const uchar *wk [[buffer(6)]], device const uchar *wv [[buffer(7)]],
                     device const float *rope [[buffer(8)]], device const int *info [[buffer(9)]],
+#if !QKV_FUSED || QKV_BIAS
+                    device float *kraw [[buffer(10)]],
+#endif
+#if QKV_BIAS
+                    device const float *bq [[buffer(11)]], device const float *bk [[buffer(12)]],
+                    device const float *bv [[buffer(13)]],
+#endif
                     uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
   uint g = tg.x, t = tg.y, l = tid.x;
   uint pos = uint(info[0]) + t;
   uint which = g < GQ ? 0 : g < GQ + GKV ? 1 : 2;
-  uint lg = which == 0 ? g : which == 1 ? g - GQ : g - GQ - GKV, rows = which == 0 ? DIM : KV_DIM;
+  uint lg = which == 0 ? g : which == 1 ? g - GQ : g - GQ - GKV, rows = which == 0 ? QD : KV_DIM;
   input in;
   load_input(in, xf, xq, t, l);
   float mine = which == 0   ? rows32(in, wq, WQ_LAYOUT, rows, 32 * lg, l)
                : which == 1 ? rows32(in, wk, WK_LAYOUT, rows, 32 * lg, l)
                             : rows32(in, wv, WV_LAYOUT, rows, 32 * lg, l);
-  float pair = simd_shuffle_xor(mine, ushort(1));
   uint row = 32 * lg + l, e = row % HD, e0 = e & ~1u;
+#if QKV_BIAS
+  mine += (which == 0 ? bq : which == 1 ? bk : bv)[row < rows ? row : rows - 1];
+#endif
+  float pair = simd_shuffle_xor(mine, ushort(1));
+#if QKV_FUSED
   if (which < 2 && e < RD) {
     float c = rope[ulong(pos) * RD + e0], s = rope[ulong(pos) * RD + e0 + 1];
     // even row: a c - z s with z its odd partner; odd row: a s + z c with a its even partner
     mine = (e & 1) == 0 ? mine * c - pair * s : pair * s + mine * c;
   }
+#else
+  (void)pair, (void)e0;
+#endif
   if (row < rows) {
-    if (which == 0) q[ulong(t) * DIM + row] = mine;
+    if (which == 0) q[ulong(t) * QD + row] = mine;
+#if QKV_FUSED
     else if (which == 1) kc[ulong(pos) * KV_DIM + row] = mine;
+#else
+    else if (which == 1) kraw[ulong(t) * KV_DIM + row] = mine;
+#endif
     else vc[ulong(pos) * KV_DIM + row] = mine;
   }
+}
+#endif
+
+#ifdef KERNEL_llm_rope_heads
+// kernels.cu's llm_rope_heads: grid (NH + NKV heads, n tokens); a head of q (in place) or of k (from
+// kraw into the cache), RMS-normed (QK_NORM), rotated: pairs (2j, 2j + 1) or, ROPE_NEOX, (j, j + RD / 2).
+kernel void llm_rope_heads(device float *q [[buffer(0)]], device float *kc [[buffer(1)]], device const float *kraw [[buffer(2)]],
+                           device const float *rope [[buffer(3)]], device const int *info [[buffer(4)]],
+#if QK_NORM
+                           device const float *q_norm [[buffer(5)]], device const float *k_norm [[buffer(6)]],
+#endif
+                           uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+  uint h = tg.x, i = tg.y, l = tid.x, pos = uint(info[0]) + i;
+  bool is_q = h < NH;
+  device const float *x = is_q ? q + ulong(i) * QD + h * HD : kraw + ulong(i) * KV_DIM + (h - NH) * HD;
+  device float *o = is_q ? q + ulong(i) * QD + h * HD : kc + ulong(pos) * KV_DIM + (h - NH) * HD;
+  device const float *rot = rope + ulong(pos) * RD;
+#if QK_NORM
+  device const float *w = is_q ? q_norm : k_norm;
+  float ss = 0.0f;
+  for (uint e = l; e < HD; e += 32) ss += x[e] * x[e];
+  float inv = 1.0f / sqrt(lane_sum(ss) / float(HD) + NORM_EPS);
+#define NORMED(e) ((x[e] * inv) * w[e])
+#else
+#define NORMED(e) (x[e])
+#endif
+  float a[(RD / 2 + 31) / 32], z[(RD / 2 + 31) / 32], rest[(HD - RD + 31) / 32 + 1];
+  // every lane reads its values before any writes (q is rotated in place)
+  for (uint j = l, n = 0; j < RD / 2; j += 32, n++)
+    a[n] = NORMED(ROPE_NEOX ? j : 2 * j), z[n] = NORMED(ROPE_NEOX ? j + RD / 2 : 2 * j + 1);
+  for (uint e = RD + l, n = 0; e < HD; e += 32, n++) rest[n] = NORMED(e);
+  simdgroup_barrier(mem_flags::mem_device);
+  for (uint j = l, n = 0; j < RD / 2; j += 32, n++) {
+    float c = rot[2 * j], s = rot[2 * j + 1];
+    o[ROPE_NEOX ? j : 2 * j] = a[n] * c - z[n] * s;
+    o[ROPE_NEOX ? j + RD / 2 : 2 * j + 1] = a[n] * s + z[n] * c;
+  }
+  for (uint e = RD + l, n = 0; e < HD; e += 32, n++) o[e] = rest[n];
+#undef NORMED
 }
 #endif
 
@@ -281,12 +372,13 @@ kernel void llm_attn(device float *out [[buffer(0)]], device const float *q [[bu
   uint h = tg.x, i = tg.y, l = tid.x;
   int pos = info[0] + int(i);
   uint kvh = h / KV_MUL;
-  device const float4 *qh = (device const float4 *)(q + ulong(i) * DIM + h * HD);
-  float scale = 1.0f / sqrt(float(HD));
+  device const float4 *qh = (device const float4 *)(q + ulong(i) * QD + h * HD);
+  float scale = ATTN_SCALE;
+  int lo = WINDOW > 0 && pos >= WINDOW ? pos - WINDOW + 1 : 0; // a sliding window's first position
   float4 qv[H4], acc[H4];
   for (int e = 0; e < H4; e++) qv[e] = qh[e], acc[e] = float4(0.0f);
   float m = LOW, total = 0.0f;
-  for (int t = int(l); t <= pos; t += 32) {
+  for (int t = lo + int(l); t <= pos; t += 32) {
     device const float4 *k = (device const float4 *)(kc + ulong(t) * KV_DIM + kvh * HD);
     device const float4 *v = (device const float4 *)(vc + ulong(t) * KV_DIM + kvh * HD);
     float s = 0.0f;
@@ -302,7 +394,7 @@ kernel void llm_attn(device float *out [[buffer(0)]], device const float *q [[bu
   }
   float mx = lane_max(m), w = m == LOW ? 0.0f : exp(m - mx);
   float sum = lane_sum(total * w);
-  device float4 *o = (device float4 *)(out + ulong(i) * DIM + h * HD);
+  device float4 *o = (device float4 *)(out + ulong(i) * QD + h * HD);
   for (int e = 0; e < H4; e++) {
     float4 r = float4(lane_sum(acc[e].x * w) / sum, lane_sum(acc[e].y * w) / sum, lane_sum(acc[e].z * w) / sum,
                       lane_sum(acc[e].w * w) / sum);
@@ -320,11 +412,36 @@ kernel void llm_matmul_add(device float *x [[buffer(0)]], device const float *in
   input in;
   load_input(in, inf, inq, t, l);
   float mine = rows32(in, w, W_LAYOUT, DIM, 32 * g, l);
-  if (32 * g + l < DIM) x[ulong(t) * DIM + 32 * g + l] += mine;
+  if (32 * g + l < DIM) {
+    device float *dst = &x[ulong(t) * DIM + 32 * g + l];
+    *dst = MATMUL_SET ? mine : *dst + mine; // MATMUL_SET: post-norms, llm_norm_add adds it normed
+  }
+}
+#endif
+
+#ifdef KERNEL_llm_norm_add
+// Threadgroup per row: x[i] += RMS norm of out[i] scaled by the weights (post-norms).
+kernel void llm_norm_add(device float *x [[buffer(0)]], device const float *out [[buffer(1)]], device const float *w [[buffer(2)]],
+                         uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+  uint i = tg.x, l = tid.x;
+  device const float *o = out + ulong(i) * DIM;
+  float ss = 0.0f;
+  for (uint e = l; e < DIM; e += 32) ss += o[e] * o[e];
+  float inv = 1.0f / sqrt(lane_sum(ss) / float(DIM) + NORM_EPS);
+  for (uint e = l; e < DIM; e += 32) x[ulong(i) * DIM + e] += (o[e] * inv) * w[e];
 }
 #endif
 
 #ifdef KERNEL_llm_gate_up
+// silu(a), or with FFN_GELU GELU's tanh form with tanh(y) = 1 - 2 / (e^2y + 1), as kernels.cu.
+static float gate_fn(float a) {
+#if FFN_GELU
+  float y = 0.7978845608f * (a + 0.044715f * a * a * a);
+  return 0.5f * a * (1.0f + (1.0f - 2.0f / (exp(2.0f * y) + 1.0f)));
+#else
+  return a / (1.0f + exp(-a));
+#endif
+}
 kernel void llm_gate_up(device float *hf [[buffer(0)]], device act *hq [[buffer(1)]], device const float *xf [[buffer(2)]],
                         device const act *xq [[buffer(3)]], device const uchar *wg [[buffer(4)]],
                         device const uchar *wu [[buffer(5)]], device const int *info [[buffer(6)]],
@@ -333,7 +450,7 @@ kernel void llm_gate_up(device float *hf [[buffer(0)]], device act *hq [[buffer(
   input in;
   load_input(in, xf, xq, t, l);
   float a = rows32(in, wg, WG_LAYOUT, FFN, 32 * g, l), u = rows32(in, wu, WU_LAYOUT, FFN, 32 * g, l);
-  float h = row < FFN ? a / (1.0f + exp(-a)) * u : 0.0f;
+  float h = row < FFN ? gate_fn(a) * u : 0.0f;
   if (row < FFN) hf[ulong(t) * FFN + row] = h;
   float amax = lane_max(fabs(h)), d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
   int q = int(rint(h * id)), s = lane_sum_i(q), s16 = lane_sum_i(l < 16 ? q : 0);

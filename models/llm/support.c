@@ -5,10 +5,8 @@
 #include "quant.h"
 #include "support.h"
 
-/* The CPU and Vulkan kernels have every architecture's entries; CUDA's and Metal's stand-in twins do
- * not yet, so those kinds run llama only (decoder.c refuses the rest by name). */
-static const char *const k_cpu_architectures[] = {"llama", "qwen2", "qwen3", "gemma3"};
-static const char *const k_gpu_architectures[] = {"llama"};
+/* Every kind's kernels have every architecture's entries and flags (gpu_abi.h). */
+static const char *const k_architectures[] = {"llama", "qwen2", "qwen3", "gemma3"};
 
 /* The CPU kernels read every type quant.h repacks; the GPU kinds those llm_gpu_pack lays out. */
 static const uint32_t k_cpu_types[] = {
@@ -19,9 +17,9 @@ static const uint32_t k_cpu_types[] = {
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char *const *architectures_of(hcq_device_kind_t kind, size_t *n) {
-  bool cpu = kind == HCQ_DEVICE_CPU || kind == HCQ_DEVICE_VULKAN;
-  *n = cpu ? COUNT(k_cpu_architectures) : COUNT(k_gpu_architectures);
-  return cpu ? k_cpu_architectures : k_gpu_architectures;
+  (void)kind;
+  *n = COUNT(k_architectures);
+  return k_architectures;
 }
 
 bool llm_type_supported(uint32_t type, hcq_device_kind_t kind) {

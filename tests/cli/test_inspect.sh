@@ -139,7 +139,7 @@ expect "inspect: llama with Q6_K runs everywhere" 0 "CPU: yes" "VULKAN: yes" "CU
   -- inspect q5.gguf
 tiny qwen3 Q4_K "<start_of_turn>user" qwen.gguf
 expect "inspect: qwen3 with Q4_K" 0 "architecture   qwen3" "tensors        2: F32 1, Q4_K 1" "CPU: yes" \
-  "VULKAN: yes" 'CUDA: no: qwen.gguf: architecture "qwen3": hcq runs llama on CUDA' "gemma" -- inspect qwen.gguf
+  "VULKAN: yes" "CUDA: yes" "METAL: yes" "gemma" -- inspect qwen.gguf
 tiny gemma3 IQ2_XS "[INST] {{ x }} [/INST]" iq.gguf
 expect "inspect: a type no kernel reads" 0 "CPU: no: iq.gguf: tensor blk.0.attn_k.weight is IQ2_XS" "llama2" -- inspect iq.gguf
 tiny phi3 Q6_K "{{ unknown }}" phi.gguf
@@ -207,7 +207,7 @@ if [ -r "$GEMMA" ]; then
   expect "inspect: Gemma 3 270M" 0 "architecture   gemma3" "layers         18" "dim            640" "heads          4" \
     "kv heads       1" "head dim       256" "ffn            2048" "vocab          262144" "context        32768" \
     "F32 109, Q8_0 10, Q5_0 81, Q4_K 27, Q6_K 9" "tokenizer      llama (pre-tokenizer default)" 'bos            2 "<bos>"' \
-    "CPU: yes" 'VULKAN: yes' 'CUDA: no:' -- inspect "$GEMMA"
+    "CPU: yes" 'VULKAN: yes' 'CUDA: yes' 'METAL: yes' -- inspect "$GEMMA"
 else
   skip "inspect: Gemma 3 270M (no file at $GEMMA; HCQ_GEMMA_GGUF names one)"
 fi

@@ -209,7 +209,10 @@ static void l_argmax(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
 #include "fake_cuda_minilm.c" /* models/minilm/kernels.cu */
 
 /* Twins of models/llm/kernels.cu (tests/llm_twins.h, shared with the Metal stand-in), one call per
- * block; the module names the shape in the entry llm_shape_DIM_FFN_..._SEL (LLMT_* order). */
+ * block; the module names the shape in the entry llm_shape_DIM_FFN_..._MATMUL_SET (LLMT_* order up
+ * to LLMT_NAMED) and the scales in llm_scales (llmt_default_arch fills in a 0). An entry's buffer
+ * count may follow the shape's flags (llm_qkv: 10, 11 or 14; llm_rope_heads: 5 or 7). */
+enum { LLM_MAX_BUFS = 14 };
 static llm_twin_t llm_twin(const uint8_t *p, int nbufs, int nvals, const int32_t *S, dim3_t b, void **bufs, int32_t *vals) {
   for (int i = 0; i < nbufs; i++) bufs[i] = (void *)(uintptr_t)p64(p, i);
   for (int i = 0; i < 2; i++) vals[i] = i < nvals ? p32(p, nbufs, i) : 0;
@@ -218,22 +221,50 @@ static llm_twin_t llm_twin(const uint8_t *p, int nbufs, int nvals, const int32_t
 #define LLM_TWIN(name, nbufs, nvals)                                                 \
   static void llm_##name(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {   \
     (void)d;                                                                         \
-    void *bufs[nbufs];                                                               \
+    void *bufs[LLM_MAX_BUFS];                                                        \
     int32_t vals[2];                                                                 \
-    llm_twin_t k = llm_twin(p, nbufs, nvals, S, b, bufs, vals);                      \
+    llm_twin_t k = llm_twin(p, (nbufs), nvals, S, b, bufs, vals);                    \
     llm_twin_##name(&k);                                                             \
   }
 LLM_TWIN(embed, 4, 2)
 LLM_TWIN(begin, 1, 2)
 LLM_TWIN(norm, 5, 1)
 LLM_TWIN(quantize, 2, 0)
-LLM_TWIN(qkv, 10, 0)
+/* kraw when not fused or with biases, then the three biases */
+LLM_TWIN(qkv, 10 + (!S[LLMT_QKV_FUSED] || S[LLMT_QKV_BIAS]) + 3 * !!S[LLMT_QKV_BIAS], 0)
+LLM_TWIN(rope_heads, 5 + 2 * !!S[LLMT_QK_NORM], 0)
 LLM_TWIN(attn, 5, 0)
 LLM_TWIN(matmul_add, 5, 1)
+LLM_TWIN(norm_add, 3, 0)
 LLM_TWIN(gate_up, 7, 0)
 LLM_TWIN(classify, 5, 1)
 LLM_TWIN(select, 6, 1)
 #undef LLM_TWIN
+
+/* The scales' bits from kernels.cu's llm_scales {char tag[12] "LLM_SCALES:", float emb, attn}: in
+ * a cubin its initial bytes lie as they are, in PTX they are spelled out ("llm_scales[20] = {76,
+ * 76, ...}"). False when the module has neither. */
+static bool llm_scales(const char *image, size_t size, int32_t *emb_bits, int32_t *attn_bits) {
+  enum { TAG = 12 };
+  uint8_t bytes[TAG + 8];
+  const char *at = memmem(image, size, "LLM_SCALES:", TAG);
+  if (at && (size_t)(at - image) + sizeof(bytes) <= size) {
+    memcpy(bytes, at, sizeof(bytes));
+  } else {
+    at = memmem(image, size, "llm_scales[", 11);
+    const char *p = at ? strchr(at, '{') : NULL; /* the image is NUL-terminated */
+    for (size_t i = 0; p && i < sizeof(bytes); i++) {
+      char *end;
+      unsigned long v = strtoul(p + 1, &end, 10);
+      if (end == p + 1 || v > 255) return false;
+      bytes[i] = (uint8_t)v, p = end;
+    }
+    if (!p || memcmp(bytes, "LLM_SCALES:", TAG)) return false;
+  }
+  memcpy(emb_bits, bytes + TAG, 4);
+  memcpy(attn_bits, bytes + TAG + 4, 4);
+  return true;
+}
 
 typedef struct fake_kernel {
   const char *name;
@@ -272,6 +303,8 @@ static const fake_kernel_t g_kernels[] = {
     {.name = "llm_embed", .per_block = llm_embed, .llm = true},       {.name = "llm_begin", .per_block = llm_begin, .llm = true},
     {.name = "llm_norm", .per_block = llm_norm, .llm = true},         {.name = "llm_quantize", .per_block = llm_quantize, .llm = true},
     {.name = "llm_qkv", .per_block = llm_qkv, .llm = true},           {.name = "llm_attn", .per_block = llm_attn, .llm = true},
+    {.name = "llm_rope_heads", .per_block = llm_rope_heads, .llm = true},
+    {.name = "llm_norm_add", .per_block = llm_norm_add, .llm = true},
     {.name = "llm_matmul_add", .per_block = llm_matmul_add, .llm = true},
     {.name = "llm_gate_up", .per_block = llm_gate_up, .llm = true},   {.name = "llm_classify", .per_block = llm_classify, .llm = true},
     {.name = "llm_select", .per_block = llm_select, .llm = true},
@@ -1186,14 +1219,19 @@ static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const 
       if (g_kernels[i].llm) {
         sh = memmem(mod->image, mod->size, "llm_shape_", 10);
         int got = 0;
-        for (int k = 0; sh && k < LLMT_COUNT; k++) { /* the values joined by '_' after the prefix */
+        for (int k = 0; sh && k < LLMT_NAMED; k++) { /* the values joined by '_' after the prefix */
           char *end;
           const char *at = k == 0 ? sh + 10 : sh;
           long x = strtol(at, &end, 10);
-          if (end == at || (k + 1 < LLMT_COUNT && *end != '_')) break;
+          if (end == at || (k + 1 < LLMT_NAMED && *end != '_')) break;
           v[k] = (int32_t)x, got++, sh = end + 1;
         }
-        if (got != LLMT_COUNT) {
+        if (got == LLMT_NAMED &&
+            llm_scales((const char *)mod->image, mod->size, &v[LLMT_EMB_SCALE_BITS], &v[LLMT_ATTN_SCALE_BITS]))
+          llmt_default_arch(v);
+        else
+          got = 0;
+        if (got != LLMT_NAMED) {
           fprintf(stderr, "fake libcuda: kernel %s: the module names no llm shape\n", name);
           mod->nfuncs--;
           return HCQ_CUDA_ERROR_NOT_FOUND;

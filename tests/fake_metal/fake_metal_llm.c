@@ -8,7 +8,9 @@
 /* The shape's #define names, in LLMT_* order. */
 static const char *const llm_names[LLMT_COUNT] = {
     "DIM",       "FFN",       "NH",        "NKV",       "HD",   "RD",      "VOCAB",    "CTX", "NORM_EPS_BITS", "W_LAYOUT",
-    "WQ_LAYOUT", "WK_LAYOUT", "WV_LAYOUT", "WG_LAYOUT", "WU_LAYOUT", "K_IN", "ID_BITS", "ROWS", "CLS_ROWS", "SEL"};
+    "WQ_LAYOUT", "WK_LAYOUT", "WV_LAYOUT", "WG_LAYOUT", "WU_LAYOUT", "K_IN", "ID_BITS", "ROWS", "CLS_ROWS", "SEL",
+    "QD",        "ROPE_NEOX", "FFN_GELU",  "QKV_FUSED", "QKV_BIAS", "QK_NORM", "WINDOW", "MATMUL_SET", "EMB_SCALE",
+    "ATTN_SCALE"};
 
 /* The text after `#define NAME ` in src, or NULL. */
 static const char *llm_define(const char *src, const char *name) {
@@ -19,17 +21,29 @@ static const char *llm_define(const char *src, const char *name) {
 }
 
 /* True when src is an LLM kernel source (it #defines NORM_EPS_BITS) whose shape names are
- * integers, or a shape name (K_IN: DIM or FFN); the layouts and K_IN an entry lacks are 0. */
+ * integers, or a shape name (K_IN, QD: DIM or FFN); the layouts and K_IN an entry lacks are 0. The
+ * first #define of a name counts: the decoder's, else the source's default (kernels.metal's
+ * `#ifndef QD` ...; one that is no number, ATTN_SCALE's, is filled in by llmt_default_arch). The
+ * scales are floats (the decoder writes 9 decimals after the point: strtof gives the float MSL
+ * reads), kept as bits. */
 static bool llm_read_shape(const char *src, int32_t *shape) {
   if (!llm_define(src, "NORM_EPS_BITS")) return false;
   for (int k = 0; k < LLMT_COUNT; k++) {
     const char *v = llm_define(src, llm_names[k]);
     shape[k] = 0;
+    if (k == LLMT_EMB_SCALE_BITS || k == LLMT_ATTN_SCALE_BITS) {
+      char *end;
+      float f = v ? strtof(v, &end) : 0.0f;
+      shape[k] = v && end != v ? llmt_int(f) : 0;
+      continue;
+    }
     if (v && (*v < '0' || *v > '9')) v = llm_define(src, !strncmp(v, "DIM", 3) ? "DIM" : !strncmp(v, "FFN", 3) ? "FFN" : "?");
     if (v) shape[k] = (int32_t)strtol(v, NULL, 10);
-    bool optional = (k >= LLMT_WL && k <= LLMT_K_IN);
+    else if (k == LLMT_QKV_FUSED) shape[k] = 1;
+    bool optional = k >= LLMT_WL && k != LLMT_ID_BITS && k != LLMT_ROWS && k != LLMT_CLS_ROWS && k != LLMT_SEL;
     if (!optional && shape[k] <= 0) return false;
   }
+  llmt_default_arch(shape);
   return true;
 }
 
@@ -44,8 +58,10 @@ LLM_TWIN(begin)
 LLM_TWIN(norm)
 LLM_TWIN(quantize)
 LLM_TWIN(qkv)
+LLM_TWIN(rope_heads)
 LLM_TWIN(attn)
 LLM_TWIN(matmul_add)
+LLM_TWIN(norm_add)
 LLM_TWIN(gate_up)
 LLM_TWIN(classify)
 LLM_TWIN(select)
@@ -55,5 +71,6 @@ LLM_TWIN(select)
 #define LLM_TWINS                                                                                          \
   {"llm_embed", 0, t_llm_embed}, {"llm_begin", 0, t_llm_begin}, {"llm_norm", 0, t_llm_norm},               \
       {"llm_quantize", 0, t_llm_quantize}, {"llm_qkv", 0, t_llm_qkv}, {"llm_attn", 0, t_llm_attn},         \
+      {"llm_rope_heads", 0, t_llm_rope_heads}, {"llm_norm_add", 0, t_llm_norm_add},                        \
       {"llm_matmul_add", 0, t_llm_matmul_add}, {"llm_gate_up", 0, t_llm_gate_up},                          \
       {"llm_classify", 0, t_llm_classify}, {"llm_select", 0, t_llm_select},
