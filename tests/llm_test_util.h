@@ -167,4 +167,30 @@ static inline llm_model_t *real_model(void) {
   return m;
 }
 
+/* The architectures' tiny models (test_llm_arch.c on CPU, test_llm_gpu.c on the GPU kinds): 7 layers
+ * so that gemma3's sixth is a global one, 4 heads of 16 over 2 KV heads (gemma3: of 24, q 96 wide for
+ * an x of 64, a window of 8, a tied classifier); llama with llama 3's rope_freqs. */
+static inline tiny_spec_t arch_spec(const char *arch, ggml_type_t type, uint64_t seed) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 7, 4, 2, 60, type, false, seed);
+  s.arch = arch;
+  if (!strcmp(arch, "gemma3")) s.head_dim = 24, s.window = 8, s.tied = true;
+  if (!strcmp(arch, "llama")) s.rope_freqs = true, s.rope_base = 500000.0f;
+  return s;
+}
+
+/* Float weights on kind: within 1e-4 of the reference over 40 positions (past gemma3's window), the
+ * same greedy tokens. */
+static inline void arch_matches_reference(hcq_device_kind_t kind, const char *arch) {
+  tiny_spec_t s = arch_spec(arch, GGML_TYPE_F32, 71);
+  llm_model_t *m = tiny_model(&s, arch);
+  llm_decoder_t *d = decoder_on(m, kind, 1, 64, 16);
+  enum { N = 40 };
+  int32_t toks[N];
+  random_tokens(toks, N, s.vocab, 9);
+  forced_matches_reference(d, m, toks, N, false, 1e-4f, 0, arch);
+  greedy_matches_reference(d, m, toks, 3, 30, arch);
+  OK(llm_decoder_destroy(d));
+  llm_model_close(m);
+}
+
 #endif

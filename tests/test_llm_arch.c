@@ -22,28 +22,7 @@
 
 TestSuite(llm_arch, .timeout = 240);
 
-/* A tiny model of arch: 7 layers so that gemma3's sixth is a global one, 4 heads of 16 over 2 KV
- * heads (gemma3: of 24, q 96 wide for an x of 64). */
-static tiny_spec_t arch_spec(const char *arch, ggml_type_t type, uint64_t seed) {
-  tiny_spec_t s = tiny_uniform_spec(64, 96, 7, 4, 2, 60, type, false, seed);
-  s.arch = arch;
-  if (!strcmp(arch, "gemma3")) s.head_dim = 24, s.window = 8, s.tied = true;
-  if (!strcmp(arch, "llama")) s.rope_freqs = true, s.rope_base = 500000.0f;
-  return s;
-}
-
-static void matches_reference(const char *arch) {
-  tiny_spec_t s = arch_spec(arch, GGML_TYPE_F32, 71);
-  llm_model_t *m = tiny_model(&s, arch);
-  llm_decoder_t *d = decoder_on(m, HCQ_DEVICE_CPU, 1, 64, 16);
-  enum { N = 40 };
-  int32_t toks[N];
-  random_tokens(toks, N, s.vocab, 9);
-  forced_matches_reference(d, m, toks, N, false, 1e-4f, 0, arch);
-  greedy_matches_reference(d, m, toks, 3, 30, arch);
-  OK(llm_decoder_destroy(d));
-  llm_model_close(m);
-}
+static void matches_reference(const char *arch) { arch_matches_reference(HCQ_DEVICE_CPU, arch); }
 
 Test(llm_arch, llama3_rope_freqs_matches_the_reference) { matches_reference("llama"); }
 Test(llm_arch, qwen2_matches_the_reference) { matches_reference("qwen2"); }

@@ -122,30 +122,10 @@ static void mixed_k_weights(void) {
 
 /* ---- the architectures (llm_config_t's flags; test_llm_arch.c runs the same models on the CPU) ---- */
 
-/* test_llm_arch.c's tiny models: 7 layers so that gemma3's sixth is a global one, 4 heads of 16 over 2
- * KV heads (gemma3: of 24, q 96 wide for an x of 64, a window of 8); llama with llama 3's rope_freqs. */
-static tiny_spec_t arch_spec(const char *arch, ggml_type_t type, uint64_t seed) {
-  tiny_spec_t s = tiny_uniform_spec(64, 96, 7, 4, 2, 60, type, false, seed);
-  s.arch = arch;
-  if (!strcmp(arch, "gemma3")) s.head_dim = 24, s.window = 8, s.tied = true;
-  if (!strcmp(arch, "llama")) s.rope_freqs = true, s.rope_base = 500000.0f;
-  return s;
-}
-
-/* Float weights: within 1e-4 of the reference over 40 positions (past gemma3's window), the same
- * greedy tokens. */
-static void arch_matches_reference(const char *arch) {
+/* Float weights: within 1e-4 of the reference (llm_test_util.h's arch_matches_reference). */
+static void arch_on_kind(const char *arch) {
   require(1);
-  tiny_spec_t s = arch_spec(arch, GGML_TYPE_F32, 71);
-  llm_model_t *m = tiny_model(&s, arch);
-  llm_decoder_t *d = decoder_on(m, g_kind, 1, 64, 16);
-  enum { N = 40 };
-  int32_t toks[N];
-  random_tokens(toks, N, s.vocab, 9);
-  forced_matches_reference(d, m, toks, N, false, 1e-4f, 0, arch);
-  greedy_matches_reference(d, m, toks, 3, 30, arch);
-  OK(llm_decoder_destroy(d));
-  llm_model_close(m);
+  arch_matches_reference(g_kind, arch);
 }
 
 /* Blocks (Q8_0 and an F16 embedding) against the reference that rounds inputs to 8 bits; eager =
@@ -484,10 +464,10 @@ Test(llm_cuda_nvrtc, every_architecture_variant_compiles_for_sm_90) {
   Test(suite, every_k_layout_mixed_matches_the_reference) { g_kind = kind, mixed_k_weights(); }
 /* The architectures beyond llama 2's, in the tiny suite. */
 #define ARCH_TESTS(suite, kind)                                                                             \
-  Test(suite, llama3_rope_freqs_matches_the_reference) { g_kind = kind, arch_matches_reference("llama"); }   \
-  Test(suite, qwen2_matches_the_reference) { g_kind = kind, arch_matches_reference("qwen2"); }              \
-  Test(suite, qwen3_matches_the_reference) { g_kind = kind, arch_matches_reference("qwen3"); }              \
-  Test(suite, gemma3_matches_the_reference) { g_kind = kind, arch_matches_reference("gemma3"); }            \
+  Test(suite, llama3_rope_freqs_matches_the_reference) { g_kind = kind, arch_on_kind("llama"); }   \
+  Test(suite, qwen2_matches_the_reference) { g_kind = kind, arch_on_kind("qwen2"); }              \
+  Test(suite, qwen3_matches_the_reference) { g_kind = kind, arch_on_kind("qwen3"); }              \
+  Test(suite, gemma3_matches_the_reference) { g_kind = kind, arch_on_kind("gemma3"); }            \
   Test(suite, every_architecture_in_blocks_eager_graph_and_a_pass_agree) {                                  \
     g_kind = kind;                                                                                          \
     const char *archs[] = {"llama", "qwen2", "qwen3", "gemma3"};                                            \

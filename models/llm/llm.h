@@ -105,7 +105,7 @@ typedef struct llm_decoder_options {
   int ranks;               /* 2 under the MPI layer: the halves on ranks 0 and 1 (devices "r/KIND:0"); every
                               rank creates the decoder and runs the same calls */
   int rank;                /* with ranks 2: this process's rank (rank 0 reads the tokens) */
-  hcq_device_kind_t kind;  /* CPU (the default) or VULKAN; CUDA and METAL: UNIMPLEMENTED for now (gpu_abi.h) */
+  hcq_device_kind_t kind;  /* CPU (the default), VULKAN, CUDA or METAL (gpu_abi.h) */
   int ctx;                 /* positions the caches hold: 0 = min(the model's context, 4096) */
   int max_batch;           /* prompt tokens per pass: 0 = 128; longer prompts take several passes */
   bool profile;            /* capture with per-item timestamps */
