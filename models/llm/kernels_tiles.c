@@ -94,12 +94,27 @@ static inline float half_at(const uint8_t *p, int i) {
  * stride NBLK(k)): float layouts read fin, quantized ones qin. */
 
 #if LLM_ISA == 3
+/* Weights are read once per token, from memory: the loop asks for the bytes PREFETCH_DISTANCE ahead
+ * of the block it is at (one hint per cache line), so that more lines are on their way than the
+ * out-of-order window alone would request. */
+#define PREFETCH_DISTANCE 2048
+static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *blk, int bytes) {
+  UNROLL for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)blk + PREFETCH_DISTANCE + o, _MM_HINT_T0);
+}
+/* Activation bytes 4c..4c+3 of a block in every 32-bit lane (a broadcast straight from memory). */
+static inline __attribute__((always_inline)) __m512i act_word(const act_t *x, int c) {
+  int32_t v;
+  memcpy(&v, x->q + 4 * c, 4);
+  return _mm512_set1_epi32(v);
+}
+
 static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   for (int b = 0; b < nb; b++) {
     const uint8_t *blk = w + (size_t)b * 320;
+    prefetch_ahead(blk, 320);
     __m512i lo[4], hi[4];
     UNROLL for (int c = 0; c < 4; c++) {
       __m512i v = _mm512_loadu_si512(blk + 64 * c);
@@ -110,12 +125,10 @@ static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t 
     __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 288)));
     UNROLL for (int t = 0; t < tn; t++) {
       const act_t *x = a + (size_t)t * stride + b;
-      int32_t q[8];
-      memcpy(q, x->q, 32);
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
       UNROLL for (int c = 0; c < 4; c++) {
-        s0 = _mm512_dpbusd_epi32(s0, lo[c], _mm512_set1_epi32(q[2 * c]));
-        s1 = _mm512_dpbusd_epi32(s1, hi[c], _mm512_set1_epi32(q[2 * c + 1]));
+        s0 = _mm512_dpbusd_epi32(s0, lo[c], act_word(x, 2 * c));
+        s1 = _mm512_dpbusd_epi32(s1, hi[c], act_word(x, 2 * c + 1));
       }
       __m512 s = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), s, acc[t]);
@@ -131,17 +144,16 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   for (int b = 0; b < nb; b++) {
     const uint8_t *blk = w + (size_t)b * 544;
+    prefetch_ahead(blk, 544);
     __m512i u[8]; /* w + 128 as unsigned bytes: sum (w + 128) q = sum w q + 128 sum q */
     UNROLL for (int c = 0; c < 8; c++) u[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * c), flip);
     __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 512)));
     UNROLL for (int t = 0; t < tn; t++) {
       const act_t *x = a + (size_t)t * stride + b;
-      int32_t q[8];
-      memcpy(q, x->q, 32);
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
       UNROLL for (int c = 0; c < 8; c += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, u[c], _mm512_set1_epi32(q[c]));
-        s1 = _mm512_dpbusd_epi32(s1, u[c + 1], _mm512_set1_epi32(q[c + 1]));
+        s0 = _mm512_dpbusd_epi32(s0, u[c], act_word(x, c));
+        s1 = _mm512_dpbusd_epi32(s1, u[c + 1], act_word(x, c + 1));
       }
       __m512i si = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * x->s));
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), _mm512_cvtepi32_ps(si), acc[t]);
@@ -180,6 +192,7 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
     UNROLL for (int t = 0; t < 4; t++) tD[t] = tM[t] = _mm512_setzero_ps();
     for (int b = 0; b < sb; b++) {
       const uint8_t *blk = sup + 64 + (size_t)b * K_BB(layout);
+      prefetch_ahead(blk, K_BB(layout) + (b == 0 ? 64 : 0));
       __m512i u[8]; /* L_K4: the low and high nibbles of chunks 0-3 (elements 4i..4i+3 in u[i]); L_K8: q + 128 */
       if (layout == L_K4) {
         UNROLL for (int c = 0; c < 4; c++) {
@@ -192,12 +205,10 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
       }
       UNROLL for (int t = 0; t < tn; t++) {
         const act_t *x = a + (size_t)t * stride + (size_t)s * sb + b;
-        int32_t q[8];
-        memcpy(q, x->q, 32);
         __m512i sA = _mm512_setzero_si512(), sB = _mm512_setzero_si512();
         UNROLL for (int c = 0; c < 4; c++) {
-          sA = _mm512_dpbusd_epi32(sA, u[c], _mm512_set1_epi32(q[c]));
-          sB = _mm512_dpbusd_epi32(sB, u[c + 4], _mm512_set1_epi32(q[c + 4]));
+          sA = _mm512_dpbusd_epi32(sA, u[c], act_word(x, c));
+          sB = _mm512_dpbusd_epi32(sB, u[c + 4], act_word(x, c + 4));
         }
         if (layout != L_K4) { /* sum (q + 128) x = sum q x + 128 sum x, per half */
           sA = _mm512_sub_epi32(sA, _mm512_set1_epi32(128 * x->s16));
