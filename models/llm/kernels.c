@@ -172,9 +172,9 @@ void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const uint8_t *g = (const uint8_t *)b[3] + (size_t)(tok / 16) * group_bytes(W_LAYOUT, DIM);
   int r = tok % 16;
   for (int k = 0; k < NBLK(DIM) * 32 && k < DIM; k += 32) {
-    const uint8_t *blk = g + (size_t)(k / 32) * (W_LAYOUT == L_Q4 ? 320 : 544);
+    const uint8_t *blk = g + (size_t)(k / 32) * (W_LAYOUT == L_Q4 ? 320 : W_LAYOUT == L_Q5 ? 352 : 544);
     for (int j = 0; j < 32 && k + j < DIM; j++) {
-      if (W_LAYOUT >= L_K4) { /* d sc_h q - dmin m_h */
+      if (W_LAYOUT >= L_K4 && W_LAYOUT <= L_K8_1) { /* d sc_h q - dmin m_h */
         const uint8_t *sup = g + (size_t)(k / 32 / K_SB(W_LAYOUT)) * K_SBB(W_LAYOUT);
         const uint8_t *kb = sup + 64 + (size_t)(k / 32 % K_SB(W_LAYOUT)) * K_BB(W_LAYOUT);
         const int8_t *sc = (const int8_t *)(kb + K_QB(W_LAYOUT)) + 16 * (j / 16) + r, *m = sc + 32;
@@ -194,6 +194,10 @@ void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
         int c = j / 8, i = j % 8;
         uint8_t byte = blk[64 * c + 4 * r + (i & 3)];
         x[k + j] = half_at(blk + 256, r) * (float)(i < 4 ? byte & 15 : byte >> 4) + half_at(blk + 288, r);
+      } else if (W_LAYOUT == L_Q5) {
+        int c = j / 8, i = j % 8, fifth = (int)(q5_bits(blk, c, i >= 4) >> (4 * r + (i & 3)) & 1);
+        uint8_t byte = blk[64 * c + 4 * r + (i & 3)];
+        x[k + j] = half_at(blk + 320, r) * (float)((i < 4 ? byte & 15 : byte >> 4) + 16 * fifth - 16);
       } else {
         x[k + j] = half_at(blk + 512, r) * (float)(int8_t)blk[64 * (j / 4) + 4 * r + j % 4];
       }
