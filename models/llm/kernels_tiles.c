@@ -522,13 +522,14 @@ static inline void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, siz
       const act_t *x = a + (size_t)t * stride + b;
       for (int r = 0; r < 16; r++) {
         int32_t s = 0;
-        for (int c = 0; c < 4; c++)
+        for (int c = 0; c < 4; c++) {
+          uint64_t lo_bits = q5_bits(blk, c, 0) >> 4 * r, hi_bits = q5_bits(blk, c, 1) >> 4 * r;
           for (int i = 0; i < 4; i++) {
             uint8_t byte = blk[64 * c + 4 * r + i];
-            int lo = (byte & 15) | (int)(q5_bits(blk, c, 0) >> (4 * r + i) & 1) << 4;
-            int hi = (byte >> 4) | (int)(q5_bits(blk, c, 1) >> (4 * r + i) & 1) << 4;
+            int lo = (byte & 15) | (int)(lo_bits >> i & 1) << 4, hi = (byte >> 4) | (int)(hi_bits >> i & 1) << 4;
             s += (lo - 16) * x->q[8 * c + i] + (hi - 16) * x->q[8 * c + 4 + i];
           }
+        }
         acc[r] = fmaf(half_at(blk + 320, r) * x->d, (float)s, acc[r]);
       }
     }
