@@ -481,20 +481,26 @@ void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 #endif
 
 #ifdef W_LAYOUT
-/* bufs: logits, best, xf, xq, classifier; vals: first group. Grid: row groups. Logits of the group's
- * 16 rows (for the input in row 0) and its best: best[2 g] the value's bits, best[2 g + 1] the
- * lowest index holding it. */
+#ifndef CLS_ROWS
+#define CLS_ROWS 16
+#endif
+/* bufs: logits, best, xf, xq, classifier; vals: first group. Grid: groups of CLS_ROWS rows (a multiple
+ * of 16: llm_cls_rows(), several row groups a call, so that the engine's cost per call is shared
+ * by more weights). Logits of the group's rows (for the input in row 0) and its best: best[2 g] the
+ * value's bits, best[2 g + 1] the lowest index holding it. */
 void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *logits = b[0];
   int32_t *best = b[1];
   int g = (int)l->gid[0] + v[0];
-  float out[1][16];
-  group_dot(W_LAYOUT, (const uint8_t *)b[4] + (size_t)(g - v[0]) * group_bytes(W_LAYOUT, DIM), DIM, b[2], b[3], 1, out);
   float top = -INFINITY;
-  int arg = g * 16;
-  for (int r = 0; r < 16 && g * 16 + r < VOCAB; r++) {
-    logits[g * 16 + r] = out[0][r];
-    if (out[0][r] > top) top = out[0][r], arg = g * 16 + r;
+  int arg = g * CLS_ROWS;
+  for (int rg = g * (CLS_ROWS / 16); rg < (g + 1) * (CLS_ROWS / 16) && rg * 16 < VOCAB; rg++) {
+    float out[1][16];
+    group_dot(W_LAYOUT, (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM), DIM, b[2], b[3], 1, out);
+    for (int r = 0; r < 16 && rg * 16 + r < VOCAB; r++) {
+      logits[rg * 16 + r] = out[0][r];
+      if (out[0][r] > top) top = out[0][r], arg = rg * 16 + r;
+    }
   }
   memcpy(&best[2 * g], &top, 4);
   best[2 * g + 1] = arg;
