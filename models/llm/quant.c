@@ -298,8 +298,10 @@ static void repack_q5_row(const uint8_t *in, size_t cols, uint8_t *g, size_t lan
     uint8_t *o = g + b * 352;
     for (int e = 0; e < 32; e++) q[e] = (int8_t)(q[e] + 16);
     put_quants4(o, lane, q);
-    for (int e = 0; e < 32; e++) /* element 8c + 4h + i: bit 4 lane + i of the chunk's mask h */
-      if (q[e] & 16) o[256 + 16 * (e / 8) + 8 * (e % 8 / 4) + (4 * lane + (size_t)(e % 4)) / 8] |= (uint8_t)(1u << ((4 * lane + (size_t)(e % 4)) % 8));
+    for (int e = 0; e < 32; e++) { /* element 8c + 4h + i: bit 4 lane + i of mask 2c + h */
+      size_t bit = 4 * lane + (size_t)(e % 4);
+      if (q[e] & 16) o[256 + 16 * (e / 8) + 8 * (e % 8 / 4) + bit / 8] |= (uint8_t)(1u << bit % 8);
+    }
     memcpy(o + 320 + lane * 2, &d, 2);
   }
 }
