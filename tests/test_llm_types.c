@@ -117,6 +117,14 @@ static float repacked_element(llm_layout_t layout, const uint8_t *w, size_t cols
     default: break;
   }
   uint16_t d, m;
+  if (layout == LLM_LAYOUT_Q5X16) { /* nibbles as Q4X16, mask 2c + h's bit 4 lane + i the fifth bit, d (q - 16) */
+    const uint8_t *blk = w + (r / 16 * (cols / 32) + b) * 352;
+    size_t c = j / 8, h = j % 8 / 4, i = j % 4, bit = 4 * lane + i;
+    uint8_t byte = blk[64 * c + 4 * lane + i];
+    int q = (h ? byte >> 4 : byte & 15) | (blk[256 + 16 * c + 8 * h + bit / 8] >> (bit % 8) & 1) << 4;
+    memcpy(&d, blk + 320 + lane * 2, 2);
+    return llm_half_to_float(d) * (float)(q - 16);
+  }
   if (layout == LLM_LAYOUT_Q4X16 || layout == LLM_LAYOUT_Q8X16) {
     bool q4 = layout == LLM_LAYOUT_Q4X16;
     const uint8_t *blk = w + (r / 16 * (cols / 32) + b) * (q4 ? 320 : 544);

@@ -128,8 +128,10 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   free(factors);
   if (st) return st;
   hcq_device_t *d0 = m->d[0].dev;
-  m->emb_layout = llm_layout_of(model->token_embd->type);
-  m->cls_layout = llm_layout_of(model->output->type);
+  /* the CPU's layouts or the GPUs' (quant.h: they differ for Q5_0) */
+  llm_layout_t (*layout_of)(ggml_type_t) = m->kind == HCQ_DEVICE_CPU ? llm_layout_of : llm_gpu_layout_of;
+  m->emb_layout = layout_of(model->token_embd->type);
+  m->cls_layout = layout_of(model->output->type);
   TRY(upload_matrix(m, d0, model->token_embd, c->tied_classifier ? "embedding and classifier" : "embedding", -1, &m->emb));
   if (c->tied_classifier) m->cls = hcq_buffer_retain(m->emb);
   else TRY(upload_matrix(m, d0, model->output, "classifier", -1, &m->cls));
@@ -155,7 +157,7 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
     const gguf_tensor_t *mats[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
     const char *names[] = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"};
     for (int i = W_Q; i <= W_DOWN; i++) {
-      S->layout[i] = llm_layout_of(mats[i]->type);
+      S->layout[i] = layout_of(mats[i]->type);
       TRY(upload_matrix(m, dev, mats[i], names[i], l, &S->b[i]));
     }
     TRY(upload_vector(m, dev, L->attn_norm, "attention norm", l, &S->b[N_ATTN_NORM]));

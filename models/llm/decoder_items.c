@@ -30,11 +30,13 @@ enum { VK_LANES = 8, VK_ROWS = 16, VK_CLS_ROWS = 32, VK_SEL = 256 };
  * stand-ins): a group is one warp / SIMD group of WARP lanes; products of WARP rows a group (a row
  * a lane), the classifier's WARP_CLS_ROWS; the sampler one group of WARP_SEL. */
 enum { WARP = 32, WARP_CLS_ROWS = 64, WARP_SEL = 256 };
+/* CPU: the classifier's rows a work-group (kernels.c's CLS_ROWS), four row groups of 16 a call. */
+enum { CPU_CLS_ROWS = 64 };
 
 static bool warp_kind(hcq_device_kind_t kind) { return kind == HCQ_DEVICE_CUDA || kind == HCQ_DEVICE_METAL; }
 
 int llm_cls_rows(hcq_device_kind_t kind) {
-  return kind == HCQ_DEVICE_VULKAN ? VK_CLS_ROWS : warp_kind(kind) ? WARP_CLS_ROWS : 16;
+  return kind == HCQ_DEVICE_VULKAN ? VK_CLS_ROWS : warp_kind(kind) ? WARP_CLS_ROWS : CPU_CLS_ROWS;
 }
 
 /* Bits that hold a token id (the GPU sampler's keys). */
@@ -67,6 +69,11 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
                           (double)c->attn_scale, c->gelu);
   if (arch_len < 0 || (size_t)(len += arch_len) >= sizeof(key))
     return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
+  if (m->kind == HCQ_DEVICE_CPU) { /* the classifier's rows per work-group (llm_cls_rows) */
+    int cls_len = snprintf(key + len, sizeof(key) - (size_t)len, "#define CLS_ROWS %d\n", CPU_CLS_ROWS);
+    if (cls_len < 0 || (size_t)(len += cls_len) >= sizeof(key))
+      return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
+  }
   if (m->kind == HCQ_DEVICE_VULKAN) /* one main() per GLSL source: KERNEL_<entry> picks it */
     snprintf(key + len, sizeof(key) - (size_t)len, "#define KERNEL_%s\n#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n"
              "#define SEL %d\n#define ID_BITS %d\n", entry, VK_LANES, VK_ROWS, VK_CLS_ROWS, VK_SEL, id_bits(c->vocab));
@@ -216,9 +223,9 @@ typedef struct geometry {
   hcq_operand_t grid[2], local;
 } geometry_t;
 
-/* CPU (kernels.c): a group is a block of 16 rows (32 FFN rows for gate_up) times a tile of TILE
- * tokens; the group size is the group's work in MACS_PER_ITEM (the device shares a launch between
- * its threads by it), never read by the kernels. */
+/* CPU (kernels.c): a group is a block of 16 rows (32 FFN rows for gate_up, the classifier's
+ * CPU_CLS_ROWS) times a tile of TILE tokens; the group size is the group's work in MACS_PER_ITEM (the
+ * device shares a launch between its threads by it), never read by the kernels. */
 static geometry_t cpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
   const llm_config_t *c = &m->c;
   int gq = (llm_q_dim(c) + 15) / 16, gdim = (c->dim + 15) / 16, gkv = (llm_kv_dim(c) + 15) / 16, gffn = (c->ffn + 31) / 32,
@@ -239,7 +246,7 @@ static geometry_t cpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass
     case K_GATE_UP: return (geometry_t){{hcq_imm(gffn), o->tiles}, cost(64.0 * c->dim * tpg)};
     case K_DOWN: return (geometry_t){{hcq_imm(gdim), o->tiles}, cost(16.0 * c->ffn * tpg)};
     case K_NORM_LAST: return (geometry_t){{o->chosen}, rows_local};
-    case K_CLASSIFY: return (geometry_t){{o->cls_grid}, cost(16.0 * c->dim)};
+    case K_CLASSIFY: return (geometry_t){{o->cls_grid}, cost((double)CPU_CLS_ROWS * c->dim)};
     case K_SELECT: return (geometry_t){{o->chosen}, hcq_imm(1)};
   }
   return (geometry_t){{hcq_imm(1)}, hcq_imm(1)};

@@ -206,9 +206,9 @@ void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const uint8_t *g = (const uint8_t *)b[3] + (size_t)(tok / 16) * group_bytes(W_LAYOUT, DIM);
   int r = tok % 16;
   for (int k = 0; k < NBLK(DIM) * 32 && k < DIM; k += 32) {
-    const uint8_t *blk = g + (size_t)(k / 32) * (W_LAYOUT == L_Q4 ? 320 : 544);
+    const uint8_t *blk = g + (size_t)(k / 32) * (W_LAYOUT == L_Q4 ? 320 : W_LAYOUT == L_Q5 ? 352 : 544);
     for (int j = 0; j < 32 && k + j < DIM; j++) {
-      if (W_LAYOUT >= L_K4) { /* d sc_h q - dmin m_h */
+      if (W_LAYOUT >= L_K4 && W_LAYOUT <= L_K8_1) { /* d sc_h q - dmin m_h */
         const uint8_t *sup = g + (size_t)(k / 32 / K_SB(W_LAYOUT)) * K_SBB(W_LAYOUT);
         const uint8_t *kb = sup + 64 + (size_t)(k / 32 % K_SB(W_LAYOUT)) * K_BB(W_LAYOUT);
         const int8_t *sc = (const int8_t *)(kb + K_QB(W_LAYOUT)) + 16 * (j / 16) + r, *m = sc + 32;
@@ -228,6 +228,10 @@ void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
         int c = j / 8, i = j % 8;
         uint8_t byte = blk[64 * c + 4 * r + (i & 3)];
         x[k + j] = half_at(blk + 256, r) * (float)(i < 4 ? byte & 15 : byte >> 4) + half_at(blk + 288, r);
+      } else if (W_LAYOUT == L_Q5) {
+        int c = j / 8, i = j % 8, fifth = (int)(q5_bits(blk, c, i >= 4) >> (4 * r + (i & 3)) & 1);
+        uint8_t byte = blk[64 * c + 4 * r + (i & 3)];
+        x[k + j] = half_at(blk + 320, r) * (float)((i < 4 ? byte & 15 : byte >> 4) + 16 * fifth - 16);
       } else {
         x[k + j] = half_at(blk + 512, r) * (float)(int8_t)blk[64 * (j / 4) + 4 * r + j % 4];
       }
@@ -520,20 +524,26 @@ void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 #endif
 
 #ifdef W_LAYOUT
-/* bufs: logits, best, xf, xq, classifier; vals: first group. Grid: row groups. Logits of the group's
- * 16 rows (for the input in row 0) and its best: best[2 g] the value's bits, best[2 g + 1] the
- * lowest index holding it. */
+#ifndef CLS_ROWS
+#define CLS_ROWS 16
+#endif
+/* bufs: logits, best, xf, xq, classifier; vals: first group. Grid: groups of CLS_ROWS rows (a multiple
+ * of 16: llm_cls_rows(), several row groups a call, so that the engine's cost per call is shared
+ * by more weights). Logits of the group's rows (for the input in row 0) and its best: best[2 g] the
+ * value's bits, best[2 g + 1] the lowest index holding it. */
 void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *logits = b[0];
   int32_t *best = b[1];
   int g = (int)l->gid[0] + v[0];
-  float out[1][16];
-  group_dot(W_LAYOUT, (const uint8_t *)b[4] + (size_t)(g - v[0]) * group_bytes(W_LAYOUT, DIM), DIM, b[2], b[3], 1, out);
   float top = -INFINITY;
-  int arg = g * 16;
-  for (int r = 0; r < 16 && g * 16 + r < VOCAB; r++) {
-    logits[g * 16 + r] = out[0][r];
-    if (out[0][r] > top) top = out[0][r], arg = g * 16 + r;
+  int arg = g * CLS_ROWS;
+  for (int rg = g * (CLS_ROWS / 16); rg < (g + 1) * (CLS_ROWS / 16) && rg * 16 < VOCAB; rg++) {
+    float out[1][16];
+    group_dot(W_LAYOUT, (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM), DIM, b[2], b[3], 1, out);
+    for (int r = 0; r < 16 && rg * 16 + r < VOCAB; r++) {
+      logits[rg * 16 + r] = out[0][r];
+      if (out[0][r] > top) top = out[0][r], arg = rg * 16 + r;
+    }
   }
   memcpy(&best[2 * g], &top, 4);
   best[2 * g + 1] = arg;

@@ -35,6 +35,7 @@
 #define L_K4 4   /* two-level scales: d sc_h q - dmin m_h (quant.h), 4-bit q, superblocks of 8 blocks */
 #define L_K8 5   /* the same with int8 q */
 #define L_K8_1 6 /* L_K8 with superblocks of one block (Q5_1) */
+#define L_Q5 7   /* 4-bit nibbles as L_Q4 plus a plane of fifth bits, d (q - 16) (Q5_0) */
 #define NBLK(k) (((k) + 31) / 32)
 
 typedef struct {
@@ -58,10 +59,18 @@ static inline size_t group_bytes(int layout, int k) {
     case L_F16: return (size_t)k * 32;
     case L_Q4: return (size_t)k / 32 * 320;
     case L_Q8: return (size_t)k / 32 * 544;
+    case L_Q5: return (size_t)k / 32 * 352;
     default: return (size_t)(k / 32 / K_SB(layout)) * K_SBB(layout);
   }
 }
 static inline int quantized(int layout) { return layout != L_F32 && layout != L_F16; }
+/* L_Q5's fifth bits of one chunk's 64 bytes (c = 0..3; hi: the high nibbles' elements): bit 4 r + i
+ * for row r's byte i, as ggml's qh keeps them per element (quant.h). */
+static inline uint64_t q5_bits(const uint8_t *blk, int c, int hi) {
+  uint64_t bits;
+  memcpy(&bits, blk + 256 + 16 * c + 8 * hi, 8);
+  return bits;
+}
 
 static inline float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
@@ -94,12 +103,27 @@ static inline float half_at(const uint8_t *p, int i) {
  * stride NBLK(k)): float layouts read fin, quantized ones qin. */
 
 #if LLM_ISA == 3
+/* Weights are read once per token, from memory: the loop asks for the bytes PREFETCH_DISTANCE ahead
+ * of the block it is at (one hint per cache line), so that more lines are on their way than the
+ * out-of-order window alone would request. */
+#define PREFETCH_DISTANCE 2048
+static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *blk, int bytes) {
+  UNROLL for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)blk + PREFETCH_DISTANCE + o, _MM_HINT_T0);
+}
+/* Activation bytes 4c..4c+3 of a block in every 32-bit lane (a broadcast straight from memory). */
+static inline __attribute__((always_inline)) __m512i act_word(const act_t *x, int c) {
+  int32_t v;
+  memcpy(&v, x->q + 4 * c, 4);
+  return _mm512_set1_epi32(v);
+}
+
 static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   for (int b = 0; b < nb; b++) {
     const uint8_t *blk = w + (size_t)b * 320;
+    prefetch_ahead(blk, 320);
     __m512i lo[4], hi[4];
     UNROLL for (int c = 0; c < 4; c++) {
       __m512i v = _mm512_loadu_si512(blk + 64 * c);
@@ -110,12 +134,10 @@ static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t 
     __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 288)));
     UNROLL for (int t = 0; t < tn; t++) {
       const act_t *x = a + (size_t)t * stride + b;
-      int32_t q[8];
-      memcpy(q, x->q, 32);
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
       UNROLL for (int c = 0; c < 4; c++) {
-        s0 = _mm512_dpbusd_epi32(s0, lo[c], _mm512_set1_epi32(q[2 * c]));
-        s1 = _mm512_dpbusd_epi32(s1, hi[c], _mm512_set1_epi32(q[2 * c + 1]));
+        s0 = _mm512_dpbusd_epi32(s0, lo[c], act_word(x, 2 * c));
+        s1 = _mm512_dpbusd_epi32(s1, hi[c], act_word(x, 2 * c + 1));
       }
       __m512 s = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), s, acc[t]);
@@ -131,19 +153,50 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   for (int b = 0; b < nb; b++) {
     const uint8_t *blk = w + (size_t)b * 544;
+    prefetch_ahead(blk, 544);
     __m512i u[8]; /* w + 128 as unsigned bytes: sum (w + 128) q = sum w q + 128 sum q */
     UNROLL for (int c = 0; c < 8; c++) u[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * c), flip);
     __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 512)));
     UNROLL for (int t = 0; t < tn; t++) {
       const act_t *x = a + (size_t)t * stride + b;
-      int32_t q[8];
-      memcpy(q, x->q, 32);
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
       UNROLL for (int c = 0; c < 8; c += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, u[c], _mm512_set1_epi32(q[c]));
-        s1 = _mm512_dpbusd_epi32(s1, u[c + 1], _mm512_set1_epi32(q[c + 1]));
+        s0 = _mm512_dpbusd_epi32(s0, u[c], act_word(x, c));
+        s1 = _mm512_dpbusd_epi32(s1, u[c + 1], act_word(x, c + 1));
       }
       __m512i si = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * x->s));
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), _mm512_cvtepi32_ps(si), acc[t]);
+    }
+  }
+  UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+/* L_Q5: the nibbles with their fifth bit added (q 0..31, an unsigned operand as it is), summed with
+ * the inputs; sum (q - 16) x = sum q x - 16 sum x: the same integer and float operations as L_Q8
+ * gives a Q5_0 matrix. */
+static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                                                          float (*out)[16]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int b = 0; b < nb; b++) {
+    const uint8_t *blk = w + (size_t)b * 352;
+    prefetch_ahead(blk, 352);
+    __m512i u[8]; /* u[2c]: elements 8c..8c+3 of each row, u[2c + 1]: 8c+4..8c+7 */
+    UNROLL for (int c = 0; c < 4; c++) {
+      __m512i v = _mm512_loadu_si512(blk + 64 * c);
+      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      u[2 * c] = _mm512_mask_add_epi8(lo, _cvtu64_mask64(q5_bits(blk, c, 0)), lo, sixteen);
+      u[2 * c + 1] = _mm512_mask_add_epi8(hi, _cvtu64_mask64(q5_bits(blk, c, 1)), hi, sixteen);
+    }
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 320)));
+    UNROLL for (int t = 0; t < tn; t++) {
+      const act_t *x = a + (size_t)t * stride + b;
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+      UNROLL for (int c = 0; c < 8; c += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, u[c], act_word(x, c));
+        s1 = _mm512_dpbusd_epi32(s1, u[c + 1], act_word(x, c + 1));
+      }
+      __m512i si = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(16 * x->s));
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), _mm512_cvtepi32_ps(si), acc[t]);
     }
   }
@@ -180,6 +233,7 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
     UNROLL for (int t = 0; t < 4; t++) tD[t] = tM[t] = _mm512_setzero_ps();
     for (int b = 0; b < sb; b++) {
       const uint8_t *blk = sup + 64 + (size_t)b * K_BB(layout);
+      prefetch_ahead(blk, K_BB(layout) + (b == 0 ? 64 : 0));
       __m512i u[8]; /* L_K4: the low and high nibbles of chunks 0-3 (elements 4i..4i+3 in u[i]); L_K8: q + 128 */
       if (layout == L_K4) {
         UNROLL for (int c = 0; c < 4; c++) {
@@ -192,12 +246,10 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
       }
       UNROLL for (int t = 0; t < tn; t++) {
         const act_t *x = a + (size_t)t * stride + (size_t)s * sb + b;
-        int32_t q[8];
-        memcpy(q, x->q, 32);
         __m512i sA = _mm512_setzero_si512(), sB = _mm512_setzero_si512();
         UNROLL for (int c = 0; c < 4; c++) {
-          sA = _mm512_dpbusd_epi32(sA, u[c], _mm512_set1_epi32(q[c]));
-          sB = _mm512_dpbusd_epi32(sB, u[c + 4], _mm512_set1_epi32(q[c + 4]));
+          sA = _mm512_dpbusd_epi32(sA, u[c], act_word(x, c));
+          sB = _mm512_dpbusd_epi32(sB, u[c + 4], act_word(x, c + 4));
         }
         if (layout != L_K4) { /* sum (q + 128) x = sum q x + 128 sum x, per half */
           sA = _mm512_sub_epi32(sA, _mm512_set1_epi32(128 * x->s16));
@@ -295,6 +347,48 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
         }
         __m256 s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
         acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x->d)), s, acc[t]);
+      }
+    }
+    UNROLL for (int t = 0; t < tn; t++) _mm256_storeu_ps(out[t] + 8 * h, acc[t]);
+  }
+}
+
+/* L_Q5, rows 8h..8h+7 (the AVX-512 version says what): each byte's fifth bit, from its bit of the
+ * 32 that cover the half's bytes, made 16 by a byte shuffle, a test and a mask; q <= 31 is safe for
+ * maddubs. */
+static inline __m256i q5_fifth(uint32_t bits) {
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
+                                          3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+  __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread), bit);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
+}
+
+static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                                                          float (*out)[16]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  for (int h = 0; h < 2; h++) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int b = 0; b < nb; b++) {
+      const uint8_t *blk = w + (size_t)b * 352;
+      __m256i u[8];
+      UNROLL for (int c = 0; c < 4; c++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 64 * c + 32 * h));
+        u[2 * c] = _mm256_or_si256(_mm256_and_si256(v, m4), q5_fifth((uint32_t)(q5_bits(blk, c, 0) >> (32 * h))));
+        u[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), q5_fifth((uint32_t)(q5_bits(blk, c, 1) >> (32 * h))));
+      }
+      __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 320 + 16 * h)));
+      UNROLL for (int t = 0; t < tn; t++) {
+        const act_t *x = a + (size_t)t * stride + b;
+        int32_t q[8];
+        memcpy(q, x->q, 32);
+        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 8; c += 2) {
+          s0 = dp_u8s8(s0, u[c], _mm256_set1_epi32(q[c]));
+          s1 = dp_u8s8(s1, u[c + 1], _mm256_set1_epi32(q[c + 1]));
+        }
+        __m256i si = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(16 * x->s));
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x->d)), _mm256_cvtepi32_ps(si), acc[t]);
       }
     }
     UNROLL for (int t = 0; t < tn; t++) _mm256_storeu_ps(out[t] + 8 * h, acc[t]);
@@ -420,6 +514,29 @@ static inline void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, siz
   }
 }
 
+static inline void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
+  for (int t = 0; t < tn; t++) {
+    float acc[16] = {0};
+    for (int b = 0; b < nb; b++) {
+      const uint8_t *blk = w + (size_t)b * 352;
+      const act_t *x = a + (size_t)t * stride + b;
+      for (int r = 0; r < 16; r++) {
+        int32_t s = 0;
+        for (int c = 0; c < 4; c++) {
+          uint64_t lo_bits = q5_bits(blk, c, 0) >> 4 * r, hi_bits = q5_bits(blk, c, 1) >> 4 * r;
+          for (int i = 0; i < 4; i++) {
+            uint8_t byte = blk[64 * c + 4 * r + i];
+            int lo = (byte & 15) | (int)(lo_bits >> i & 1) << 4, hi = (byte >> 4) | (int)(hi_bits >> i & 1) << 4;
+            s += (lo - 16) * x->q[8 * c + i] + (hi - 16) * x->q[8 * c + 4 + i];
+          }
+        }
+        acc[r] = fmaf(half_at(blk + 320, r) * x->d, (float)s, acc[r]);
+      }
+    }
+    memcpy(out[t], acc, sizeof(acc));
+  }
+}
+
 /* The K layouts: per row, the integer sums of each half block times the half's scale (and the
  * activation's half sums times its min), then acc += d tD - dmin tM per superblock. */
 static inline void k_tile(int tn, int layout, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
@@ -485,6 +602,7 @@ static inline __attribute__((always_inline)) void group_dot(int layout, const ui
   case N:                                                                                          \
     if (layout == L_Q4) q4_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);           \
     else if (layout == L_Q8) q8_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);      \
+    else if (layout == L_Q5) q5_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);      \
     else if (quantized(layout)) k_tile(N, layout, w, nb, qin + (size_t)t0 * stride, stride, out + t0); \
     else f_tile(N, layout, w, k, fin + (size_t)t0 * k, out + t0);                                  \
     break;

@@ -207,8 +207,8 @@ llm_layout_t llm_layout_of(ggml_type_t type) {
     case GGML_TYPE_F16: return LLM_LAYOUT_F16X16;
     case GGML_TYPE_Q4_0:
     case GGML_TYPE_Q4_1: return LLM_LAYOUT_Q4X16;
+    case GGML_TYPE_Q5_0: return LLM_LAYOUT_Q5X16;
     case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q5_0:
     case GGML_TYPE_IQ4_NL: return LLM_LAYOUT_Q8X16;
     case GGML_TYPE_Q2_K:
     case GGML_TYPE_Q3_K:
@@ -221,10 +221,15 @@ llm_layout_t llm_layout_of(ggml_type_t type) {
   }
 }
 
+llm_layout_t llm_gpu_layout_of(ggml_type_t type) {
+  llm_layout_t layout = llm_layout_of(type);
+  return layout == LLM_LAYOUT_Q5X16 ? LLM_LAYOUT_Q8X16 : layout; /* the GPUs read Q5_0 as int8 */
+}
+
 bool llm_layout_quantized(llm_layout_t layout) { return layout != LLM_LAYOUT_F32X16 && layout != LLM_LAYOUT_F16X16; }
 
 const char *llm_layout_name(llm_layout_t layout) {
-  static const char *const names[] = {"F32X16", "F16X16", "Q4X16", "Q8X16", "K4X16", "K8X16", "K8X16_1"};
+  static const char *const names[] = {"F32X16", "F16X16", "Q4X16", "Q8X16", "K4X16", "K8X16", "K8X16_1", "Q5X16"};
   return names[layout];
 }
 
@@ -240,6 +245,7 @@ static size_t group_bytes(llm_layout_t layout, size_t cols) {
     case LLM_LAYOUT_F16X16: return cols * 16 * 2;
     case LLM_LAYOUT_Q4X16: return cols / 32 * 320;
     case LLM_LAYOUT_Q8X16: return cols / 32 * 544;
+    case LLM_LAYOUT_Q5X16: return cols / 32 * 352;
     default: return cols / (32 * k_blocks(layout)) * k_super_bytes(layout);
   }
 }
@@ -279,6 +285,24 @@ static void repack_k_row(ggml_type_t type, llm_layout_t layout, const uint8_t *i
         blk[qb + 32 + (size_t)h * 16 + lane] = (uint8_t)k.m[b][h];
       }
     }
+  }
+}
+
+/* One row of Q5_0 in Q5X16: its nibbles as Q4X16's, the fifth bits apart (quant.h), d. */
+static void repack_q5_row(const uint8_t *in, size_t cols, uint8_t *g, size_t lane) {
+  for (size_t b = 0; b < cols / 32; b++) {
+    const uint8_t *blk = in + b * ggml_block_bytes(GGML_TYPE_Q5_0);
+    int8_t q[32];
+    uint16_t d;
+    llm_q8_parts(GGML_TYPE_Q5_0, blk, q, &d); /* q - 16 */
+    uint8_t *o = g + b * 352;
+    for (int e = 0; e < 32; e++) q[e] = (int8_t)(q[e] + 16);
+    put_quants4(o, lane, q);
+    for (int e = 0; e < 32; e++) { /* element 8c + 4h + i: bit 4 lane + i of mask 2c + h */
+      size_t bit = 4 * lane + (size_t)(e % 4);
+      if (q[e] & 16) o[256 + 16 * (e / 8) + 8 * (e % 8 / 4) + bit / 8] |= (uint8_t)(1u << bit % 8);
+    }
+    memcpy(o + 320 + lane * 2, &d, 2);
   }
 }
 
@@ -329,6 +353,8 @@ void llm_repack(ggml_type_t type, const void *src, size_t rows, size_t cols, voi
       for (size_t k = 0; k < cols; k++) memcpy(g + (k * 16 + lane) * es, in + k * es, es);
     } else if (layout == LLM_LAYOUT_Q4X16 || layout == LLM_LAYOUT_Q8X16) {
       repack_block_row(type, layout, in, cols, g, lane);
+    } else if (layout == LLM_LAYOUT_Q5X16) {
+      repack_q5_row(in, cols, g, lane);
     } else {
       repack_k_row(type, layout, in, cols, g, lane);
     }
@@ -337,14 +363,14 @@ void llm_repack(ggml_type_t type, const void *src, size_t rows, size_t cols, voi
 
 /* Every type with a CPU layout (llm_layout_of's default, F32X16, also stands for types it does not know). */
 bool llm_gpu_has_layout(ggml_type_t type) {
-  return type == GGML_TYPE_F32 || type == GGML_TYPE_BF16 || llm_layout_of(type) != LLM_LAYOUT_F32X16;
+  return type == GGML_TYPE_F32 || type == GGML_TYPE_BF16 || llm_gpu_layout_of(type) != LLM_LAYOUT_F32X16;
 }
 
 /* The GPU's K layouts: bytes of a block's quants (unsigned nibbles, or int8). */
 static size_t gpu_k_quant_bytes(llm_layout_t layout) { return layout == LLM_LAYOUT_K4X16 ? 16 : 32; }
 
 size_t llm_gpu_pack_bytes(ggml_type_t type, size_t rows, size_t cols) {
-  llm_layout_t layout = llm_layout_of(type);
+  llm_layout_t layout = llm_gpu_layout_of(type);
   size_t nb = rows * (cols / 32);
   switch (layout) {
     case LLM_LAYOUT_F32X16: return rows * cols * 4;
@@ -383,7 +409,7 @@ static void gpu_pack_k(ggml_type_t type, llm_layout_t layout, const uint8_t *src
 }
 
 void llm_gpu_pack(ggml_type_t type, const void *src, size_t rows, size_t cols, void *dst) {
-  llm_layout_t layout = llm_layout_of(type);
+  llm_layout_t layout = llm_gpu_layout_of(type);
   if (type == GGML_TYPE_BF16) {
     llm_dequantize_row(type, src, dst, rows * cols); /* exact */
     return;

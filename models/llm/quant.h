@@ -32,8 +32,13 @@
  *     row (row r at 4 r), byte i of a row's 4 holding element 8c + i in its low nibble and element
  *     8c + 4 + i in its high nibble; then 16 half d, then 16 half m (value d q + m; Q4_0: m = -8 d,
  *     exactly).
- *   LLM_LAYOUT_Q8X16 (Q8_0; Q5_0 as q - 16; IQ4_NL as kvalues[q]): per block 544 bytes: chunk c = 0..7
+ *   LLM_LAYOUT_Q8X16 (Q8_0; IQ4_NL as kvalues[q]): per block 544 bytes: chunk c = 0..7
  *     is 64 bytes, byte i of row r's 4 (at 4 r) being the int8 of element 4c + i; then 16 half d.
+ *   LLM_LAYOUT_Q5X16 (Q5_0, 5.5 bits a weight as in the file): per block 352 bytes: the low 4 bits of
+ *     q (0..31) as Q4X16's 256 bytes; then 8 little-endian 64-bit masks of fifth bits, mask 2c + h
+ *     (h = 0: the chunk's low nibbles, 1: its high ones) holding in bit 4 r + i the fifth bit of
+ *     element 8c + 4h + i of row r (one bit per byte of the chunk's 64); then 16 half d; value
+ *     d (q - 16). The GPUs read Q5_0 as Q8X16 (llm_gpu_layout_of).
  *   The K layouts, two-level scales: element j of a block of 32 is d sc_h q_j - dmin m_h, h = j / 16
  *     its half, sc_h and m_h int8 per row and half block, d and dmin halves per row and superblock
  *     (SB blocks). Per superblock: 16 half d, 16 half dmin (64 bytes), then its SB blocks, each the
@@ -74,10 +79,14 @@ typedef enum llm_layout {
   LLM_LAYOUT_Q8X16,
   LLM_LAYOUT_K4X16,
   LLM_LAYOUT_K8X16,
-  LLM_LAYOUT_K8X16_1
+  LLM_LAYOUT_K8X16_1,
+  LLM_LAYOUT_Q5X16
 } llm_layout_t;
 #define LLM_ROW_GROUP 16
 llm_layout_t llm_layout_of(ggml_type_t type);
+/* The layout the GPU kinds' kernels read the type in (below; the CPU's where they are the same:
+ * Q5_0 is Q5X16 on the CPU, Q8X16 on the GPUs). */
+llm_layout_t llm_gpu_layout_of(ggml_type_t type);
 /* Whether the layout's products take 8-bit input blocks (all but the float layouts). */
 bool llm_layout_quantized(llm_layout_t layout);
 /* "F32X16" ... (also the kernels' #define suffix). */
