@@ -241,7 +241,9 @@ def measure(a):
     ctx, mdl = llm.ctx, llm._model.model
     n_layer, n_head = llama_cpp.llama_model_n_layer(mdl), llama_cpp.llama_model_n_head(mdl)
     n_head_kv, n_embd = llama_cpp.llama_model_n_head_kv(mdl), llama_cpp.llama_model_n_embd(mdl)
-    head_dim = n_embd // n_head
+    # the head size: the file's key_length where it has one (Gemma 3: 256 in a 640-wide model)
+    arch = llm.metadata.get("general.architecture", "llama")
+    head_dim = int(llm.metadata.get("%s.attention.key_length" % arch, n_embd // n_head))
     kv_bytes = n_layer * 2 * N_CTX * n_head_kv * head_dim * 2
 
     chat = llm.tokenize(CHAT.encode(), add_bos=False, special=True)
