@@ -114,7 +114,7 @@ static inline void llm_ref_add_bias(const gguf_tensor_t *b, float *v, float *tmp
 static inline void llm_ref_rope(const llm_ref_t *r, float *v, int n, int pos, double base) {
   const llm_config_t *c = &r->c;
   int rd = c->rope_dim;
-  float factors[512];
+  float factors[2048]; /* rope_dim / 2: the head size is at most 4096 (model.c) */
   if (r->model->rope_freqs) llm_dequantize_row(r->model->rope_freqs->type, r->model->rope_freqs->data, factors, (size_t)rd / 2);
   for (int h = 0; h < n; h += c->head_dim)
     for (int j = 0; j < rd / 2; j++) {

@@ -174,7 +174,8 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
 
 /* ---- create, destroy ---- */
 
-/* The GPU layouts hold every type (quant.h, llm_gpu_pack) and every kind's kernels read them all. */
+/* Every type the CPU reads has a GPU layout today (quant.h, llm_gpu_pack); a type added for the CPU
+ * alone is refused here, by name, on the GPU kinds. */
 static hcq_status_t check_gpu_types(const llm_model_t *model, hcq_device_kind_t kind) {
   if (kind == HCQ_DEVICE_CPU) return NULL;
   const llm_config_t *c = &model->config;
