@@ -147,6 +147,19 @@ static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t 
   UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
 }
 
+/* One block of 8-bit unsigned weights u (each stored as w + offset: Q8_0 flipped by 128, Q5_0's
+ * q = w + 16) times the activation block x: sum u q - offset sum q, scaled by d_w d_x into acc. */
+static inline __attribute__((always_inline)) __m512 offset_block(const __m512i u[8], const act_t *x, int offset, __m512 d,
+                                                                 __m512 acc) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  UNROLL for (int c = 0; c < 8; c += 2) {
+    s0 = _mm512_dpbusd_epi32(s0, u[c], act_word(x, c));
+    s1 = _mm512_dpbusd_epi32(s1, u[c + 1], act_word(x, c + 1));
+  }
+  __m512i si = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(offset * x->s));
+  return _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), _mm512_cvtepi32_ps(si), acc);
+}
+
 static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -157,16 +170,7 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
     __m512i u[8]; /* w + 128 as unsigned bytes: sum (w + 128) q = sum w q + 128 sum q */
     UNROLL for (int c = 0; c < 8; c++) u[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * c), flip);
     __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 512)));
-    UNROLL for (int t = 0; t < tn; t++) {
-      const act_t *x = a + (size_t)t * stride + b;
-      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-      UNROLL for (int c = 0; c < 8; c += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, u[c], act_word(x, c));
-        s1 = _mm512_dpbusd_epi32(s1, u[c + 1], act_word(x, c + 1));
-      }
-      __m512i si = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * x->s));
-      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), _mm512_cvtepi32_ps(si), acc[t]);
-    }
+    UNROLL for (int t = 0; t < tn; t++) acc[t] = offset_block(u, a + (size_t)t * stride + b, 128, d, acc[t]);
   }
   UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
 }
@@ -189,16 +193,7 @@ static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t 
       u[2 * c + 1] = _mm512_mask_add_epi8(hi, _cvtu64_mask64(q5_bits(blk, c, 1)), hi, sixteen);
     }
     __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 320)));
-    UNROLL for (int t = 0; t < tn; t++) {
-      const act_t *x = a + (size_t)t * stride + b;
-      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-      UNROLL for (int c = 0; c < 8; c += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, u[c], act_word(x, c));
-        s1 = _mm512_dpbusd_epi32(s1, u[c + 1], act_word(x, c + 1));
-      }
-      __m512i si = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(16 * x->s));
-      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), _mm512_cvtepi32_ps(si), acc[t]);
-    }
+    UNROLL for (int t = 0; t < tn; t++) acc[t] = offset_block(u, a + (size_t)t * stride + b, 16, d, acc[t]);
   }
   UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
 }
