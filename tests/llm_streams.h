@@ -83,4 +83,17 @@ static inline forced_result_t teacher_forced(llm_decoder_t *d, const stream_t *s
   return r;
 }
 
+/* The streams in path, teacher-forced on d: llama.cpp's token at >= 95% of positions, every other a
+ * near tie (within near); the counts go to standard error under label. */
+static inline forced_result_t follows_llamacpp(llm_decoder_t *d, const char *path, float near, const char *label) {
+  static stream_t streams[8];
+  int ns = load_streams(path, streams, 8);
+  forced_result_t r = teacher_forced(d, streams, ns, near);
+  fprintf(stderr, "%s: llama.cpp's token at%s positions (%d/%d); largest gap where not %.3f\n", label, r.report, r.same,
+          r.total, (double)r.worst_gap);
+  cr_assert(r.same * 100 >= 95 * r.total, "%s: llama.cpp's token at only %d of %d positions (%s)", label, r.same, r.total,
+            r.report);
+  return r;
+}
+
 #endif

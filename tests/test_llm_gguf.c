@@ -588,6 +588,16 @@ Test(llm_gguf, type_tables) {
 
 /* ---- getters ---- */
 
+/* w's file, written into memory (*bytes, the caller's to free with the file) and opened as name. */
+static gguf_file_t *writer_opened(gguf_writer_t *w, const char *name, uint8_t **bytes) {
+  size_t size;
+  OK(gguf_writer_bytes(w, bytes, &size));
+  gguf_writer_free(w);
+  gguf_file_t *g;
+  OK(gguf_open_memory(*bytes, size, name, &g));
+  return g;
+}
+
 static gguf_file_t *getters_file(uint8_t **bytes) {
   gguf_writer_t *w;
   OK(gguf_writer_create(&w));
@@ -621,12 +631,7 @@ static gguf_file_t *getters_file(uint8_t **bytes) {
   OK(gguf_writer_add_str_array(w, "strs.empty", NULL, 0));
   const int32_t ints[] = {5, -6, 7};
   OK(gguf_writer_add_i32_array(w, "ints", ints, 3));
-  size_t size;
-  OK(gguf_writer_bytes(w, bytes, &size));
-  gguf_writer_free(w);
-  gguf_file_t *g;
-  OK(gguf_open_memory(*bytes, size, "getters.gguf", &g));
-  return g;
+  return writer_opened(w, "getters.gguf", bytes);
 }
 
 Test(llm_gguf, getters_integers) {
@@ -1239,12 +1244,7 @@ static gguf_file_t *support_file(const char *arch, ggml_type_t type, uint8_t **b
   OK(gguf_writer_add_tensor(w, "blk.0.attn_norm.weight", GGML_TYPE_F32, (uint64_t[]){64}, 1, data));
   OK(gguf_writer_add_tensor(w, "blk.0.attn_k.weight", type, (uint64_t[]){2 * block, 2}, 2, data));
   free(data);
-  size_t n;
-  OK(gguf_writer_bytes(w, bytes, &n));
-  gguf_writer_free(w);
-  gguf_file_t *g;
-  OK(gguf_open_memory(*bytes, n, "support.gguf", &g));
-  return g;
+  return writer_opened(w, "support.gguf", bytes);
 }
 
 Test(llm_gguf, support_check) {
