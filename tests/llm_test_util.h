@@ -167,6 +167,20 @@ static inline llm_model_t *real_model(void) {
   return m;
 }
 
+/* On a decoder of kind over devices: the logits of the n tokens fed step by step eagerly (eager, n x
+ * vocab; may be NULL) and as graph replays (graph; may be NULL), and of the last token after one prompt
+ * pass (pass, vocab floats). */
+static inline void eager_graph_pass(const llm_model_t *m, hcq_device_kind_t kind, int devices, const int32_t *toks, int n,
+                                    float *eager, float *graph, float *pass) {
+  llm_decoder_t *d = decoder_on(m, kind, devices, 64, 32);
+  if (eager) forced(d, toks, n, false, eager);
+  if (graph) forced(d, toks, n, true, graph);
+  OK(llm_decoder_set_tokens(d, 0, toks, n));
+  OK(llm_decoder_prefill(d, 0, n, true));
+  OK(llm_decoder_logits(d, pass));
+  OK(llm_decoder_destroy(d));
+}
+
 /* The architectures' tiny models (test_llm_arch.c on CPU, test_llm_gpu.c on the GPU kinds): 7 layers
  * so that gemma3's sixth is a global one, 4 heads of 16 over 2 KV heads (gemma3: of 24, q 96 wide for
  * an x of 64, a window of 8, a tied classifier); llama with llama 3's rope_freqs. */

@@ -139,13 +139,7 @@ static void arch_same_bits(const char *arch) {
   int32_t toks[N];
   random_tokens(toks, N, s.vocab, 13);
   float *eager = malloc(N * V * 4), *graph = malloc(N * V * 4), *want = malloc(N * V * 4), pass[V];
-  llm_decoder_t *d = decoder_on(m, g_kind, 1, 64, 32);
-  forced(d, toks, N, false, eager);
-  forced(d, toks, N, true, graph);
-  OK(llm_decoder_set_tokens(d, 0, toks, N));
-  OK(llm_decoder_prefill(d, 0, N, true));
-  OK(llm_decoder_logits(d, pass));
-  OK(llm_decoder_destroy(d));
+  eager_graph_pass(m, g_kind, 1, toks, N, eager, graph, pass);
   ref_forced(m, toks, N, true, want);
   compare_logits(graph, want, N, V, 0.05f, 0.1f, arch);
   cr_assert(!memcmp(eager, graph, N * V * 4), "%s: eager launches and graph replays differ", arch);
