@@ -49,7 +49,6 @@ typedef struct llm_config {
   bool qk_norm;      /* each head of q and k RMS-normalised before rope (qwen3, gemma3) */
   bool post_norms;   /* the attention and FFN outputs RMS-normalised before their residual add (gemma3) */
   bool gelu;         /* FFN gate through GELU (tanh form) instead of SiLU (gemma3) */
-  bool rope_freqs;   /* per-pair divisors of the rotary frequencies (llama 3's rope_freqs.weight) */
   float emb_scale;   /* embeddings multiplied by this (gemma3: sqrt(dim)); 1 otherwise */
   float attn_scale;  /* attention scores multiplied by this: 1 / sqrt(head_dim) */
   /* Sliding-window attention (gemma3): layer l attends to its last swa_window positions when
@@ -77,7 +76,7 @@ typedef struct llm_model {
   gguf_file_t *file;
   llm_config_t config;
   const gguf_tensor_t *token_embd, *output_norm, *output; /* output == token_embd when tied */
-  const gguf_tensor_t *rope_freqs;                        /* rope_dim / 2 divisors (config.rope_freqs) */
+  const gguf_tensor_t *rope_freqs;                        /* llama 3: rope_dim / 2 divisors of the pairs' frequencies */
   llm_layer_t *layers;
   char name[128]; /* general.name, or the file's base name */
 } llm_model_t;

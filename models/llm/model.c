@@ -275,7 +275,6 @@ static hcq_status_t read_tensors_into(llm_model_t *m, bool *used) {
   /* Llama 3's rotary frequency divisors (llama.cpp reads them for the llama architecture) */
   if (c->arch == LLM_ARCH_LLAMA) {
     TRY(tensor(g, used, "rope_freqs.weight", (uint64_t)c->rope_dim / 2, 0, true, &m->rope_freqs));
-    c->rope_freqs = m->rope_freqs != NULL;
   }
   if (!(m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (int l = 0; l < c->n_layers; l++) TRY(read_layer(g, used, c, l, &m->layers[l]));
