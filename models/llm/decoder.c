@@ -10,6 +10,7 @@
 
 #include "decoder_internal.h"
 #include "model_status.h"
+#include "support.h"
 
 enum { CHUNK = 32 };
 
@@ -174,28 +175,6 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
 
 /* ---- create, destroy ---- */
 
-/* Every type the CPU reads has a GPU layout today (quant.h, llm_gpu_pack); a type added for the CPU
- * alone is refused here, by name, on the GPU kinds. */
-static hcq_status_t check_gpu_types(const llm_model_t *model, hcq_device_kind_t kind) {
-  if (kind == HCQ_DEVICE_CPU) return NULL;
-  const llm_config_t *c = &model->config;
-  for (int i = -2; i < 7 * c->n_layers; i++) {
-    const gguf_tensor_t *t;
-    if (i < 0) {
-      t = i == -2 ? model->token_embd : model->output;
-    } else {
-      const llm_layer_t *L = &model->layers[i / 7];
-      const gguf_tensor_t *mats[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
-      t = mats[i % 7];
-    }
-    if (!llm_gpu_has_layout(t->type))
-      return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: tensor \"%s\" is %s: the llm decoder has no kernels for %s on %s yet (CPU has)",
-                             gguf_path(model->file), t->name, ggml_type_name(t->type), ggml_type_name(t->type),
-                             hcq_device_kind_name(kind));
-  }
-  return NULL;
-}
-
 static int isa_cap(void) {
   const char *e = getenv("HCQ_LLM_KERNELS");
   if (!e || !*e || !strcmp(e, "auto") || !strcmp(e, "avx512")) return 3;
@@ -224,7 +203,7 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   if (opts.kind != HCQ_DEVICE_CPU && c->head_dim % 4)
     return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: a head size of %d (the %s kernels read heads in 4-float vectors)",
                            c->head_dim, hcq_device_kind_name(opts.kind));
-  TRY(check_gpu_types(model, opts.kind));
+  TRY(llm_model_check(model->file, opts.kind)); /* the architecture and every matrix's type on this kind (support.c) */
   int ctx = opts.ctx ? opts.ctx : (c->ctx_train < 4096 ? c->ctx_train : 4096);
   if (ctx < 1 || ctx > (1 << 20))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a context of %d positions (expected 1 to 2^20)", ctx);
