@@ -1,6 +1,7 @@
 # What `cmake --install` (and `make install`, `make deb`) puts where: the public headers, libhcq.a,
 # libhcq.so.*, the hcq tool and its man page, hcq.pc / hcq-static.pc, the CMake package
 # (find_package(hcq) gives hcq::hcq), the docs, the C and C++ examples and the example graph files;
+# the LLM library: libhcq_llm.a, libhcq_llm.so.*, hcq-llm.pc / hcq-llm-static.pc and hcq::llm;
 # where the MPI layer is built, libhcq_mpi.a, libhcq_mpi.so.*, hcq-mpi.pc / hcq-mpi-static.pc and hcq::mpi.
 include(CMakePackageConfigHelpers)
 
@@ -34,6 +35,12 @@ if(HCQ_HAVE_MPI)
     INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   install(EXPORT hcqMpiTargets NAMESPACE hcq:: DESTINATION ${HCQ_CMAKE_DIR})
 endif()
+# The LLM library (include/hcq/llm.h): libhcq_llm.a / libhcq_llm.so.* and hcq::llm.
+install(TARGETS ${HCQ_LLM_INSTALL_TARGETS} EXPORT hcqLlmTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT hcqLlmTargets NAMESPACE hcq:: DESTINATION ${HCQ_CMAKE_DIR})
 configure_package_config_file(cmake/hcqConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/hcqConfig.cmake
   INSTALL_DESTINATION ${HCQ_CMAKE_DIR})
 # 0.x: a minor release may change the API, so only the same MAJOR.MINOR satisfies a request.
@@ -50,8 +57,10 @@ file(RELATIVE_PATH HCQ_PC_PREFIX_FROM_PCFILEDIR "/p/${HCQ_PKGCONFIG_DIR}" "/p")
 string(REGEX REPLACE "/$" "" HCQ_PC_PREFIX_FROM_PCFILEDIR "${HCQ_PC_PREFIX_FROM_PCFILEDIR}")
 configure_file(cmake/hcq.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq.pc @ONLY)
 configure_file(cmake/hcq-static.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq-static.pc @ONLY)
+configure_file(cmake/hcq-llm.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq-llm.pc @ONLY)
+configure_file(cmake/hcq-llm-static.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq-llm-static.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/hcq.pc ${CMAKE_CURRENT_BINARY_DIR}/hcq-static.pc
-  DESTINATION ${HCQ_PKGCONFIG_DIR})
+  ${CMAKE_CURRENT_BINARY_DIR}/hcq-llm.pc ${CMAKE_CURRENT_BINARY_DIR}/hcq-llm-static.pc DESTINATION ${HCQ_PKGCONFIG_DIR})
 if(HCQ_HAVE_MPI)
   configure_file(cmake/hcq-mpi.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq-mpi.pc @ONLY)
   configure_file(cmake/hcq-mpi-static.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hcq-mpi-static.pc @ONLY)

@@ -306,31 +306,47 @@ hcq_status_t llm_chat_apply(llm_chat_kind_t kind, const llm_chat_message_t *msgs
   return NULL;
 }
 
-/* ---- one user message ---- */
+/* ---- a conversation in a model's template ---- */
 
-hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const char *forced, const char *system,
-                                      const char *user, char **out) {
-  if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_format: out is NULL");
+hcq_status_t llm_chat_render(const char *tmpl, size_t tmpl_len, const char *forced, const llm_chat_message_t *msgs,
+                             size_t n, bool add_generation_prompt, char **out) {
+  if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_render: out is NULL");
   *out = NULL;
-  if (!user) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_format: user is NULL");
+  if (!msgs && n) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_render: messages are NULL");
   llm_chat_kind_t kind = LLM_CHAT_CHATML;
   hcq_status_t s = NULL;
   if (forced) s = llm_chat_kind_from_name(forced, &kind);
   else if (!tmpl) s = hcq_status_make(HCQ_INVALID_ARGUMENT, "the model has no chat template (tokenizer.chat_template)");
   else s = llm_chat_detect(tmpl, tmpl_len, &kind);
   if (s) return s;
+  bool has_system = n && msgs[0].role && !strcmp(msgs[0].role, "system");
   char *dflt = NULL;
   size_t sys_len = 0;
   bool nomem = false;
-  if (!system && tmpl && kind == LLM_CHAT_CHATML) dflt = default_system(tmpl, tmpl_len, &sys_len, &nomem);
-  if (nomem) return hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_chat_format: out of memory");
+  if (!has_system && tmpl && kind == LLM_CHAT_CHATML) dflt = default_system(tmpl, tmpl_len, &sys_len, &nomem);
+  if (nomem) return hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_chat_render: out of memory");
+  if (!dflt) return llm_chat_apply(kind, msgs, n, add_generation_prompt, out);
+  llm_chat_message_t *all = malloc((n + 1) * sizeof(*all));
+  if (!all) s = hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_chat_render: out of memory");
+  if (all) {
+    all[0] = (llm_chat_message_t){"system", dflt};
+    if (n) memcpy(all + 1, msgs, n * sizeof(*all));
+    s = llm_chat_apply(kind, all, n + 1, add_generation_prompt, out);
+  }
+  free(all), free(dflt);
+  return s;
+}
+
+hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const char *forced, const char *system,
+                                      const char *user, char **out) {
+  if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_format: out is NULL");
+  *out = NULL;
+  if (!user) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_format: user is NULL");
   llm_chat_message_t msgs[2];
   size_t n = 0;
-  if (system || dflt) msgs[n++] = (llm_chat_message_t){"system", system ? system : dflt};
+  if (system) msgs[n++] = (llm_chat_message_t){"system", system};
   msgs[n++] = (llm_chat_message_t){"user", user};
-  s = llm_chat_apply(kind, msgs, n, true, out);
-  free(dflt);
-  return s;
+  return llm_chat_render(tmpl, tmpl_len, forced, msgs, n, true, out);
 }
 
 hcq_status_t llm_chat_format_as(const gguf_file_t *g, const char *forced, const char *system, const char *user,

