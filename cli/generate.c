@@ -11,7 +11,7 @@
 
 #include "cli/cli.h"
 #include "fetch.h"
-#include "llm.h"
+#include "llm_api.h"
 #include "model_time.h"
 #include "tokenizer.h"
 
@@ -163,14 +163,6 @@ static void json_ids(const char *name, const int32_t *ids, size_t n) {
 
 /* ---- streaming ---- */
 
-typedef struct stream {
-  const llm_tokenizer_t *tok;
-  llm_detok_t detok;
-  bool print;
-} stream_t;
-
-static bool is_end(void *ctx, int32_t id) { return llm_tokenizer_is_eog(((stream_t *)ctx)->tok, id); }
-
 /* Under two ranks: rank 0 saw the end (or not); every rank learns it at the same step. */
 static bool agree_end(void *ctx, bool ended) {
   (void)ctx;
@@ -184,13 +176,11 @@ static bool agree_end(void *ctx, bool ended) {
   return any != 0;
 }
 
-static void on_token(void *ctx, int32_t id) {
-  stream_t *s = ctx;
-  if (!s->print || llm_tokenizer_is_eog(s->tok, id)) return;
-  char buf[LLM_DETOK_MAX_OUT];
-  size_t n = llm_detok_push(s->tok, &s->detok, id, false, buf, sizeof(buf));
-  fwrite(buf, 1, n, stdout);
+static bool print_piece(void *ctx, int32_t id, const char *text, size_t len) {
+  (void)ctx, (void)id;
+  fwrite(text, 1, len, stdout);
   fflush(stdout);
+  return true;
 }
 
 /* ---- timing (--bench) ---- */
@@ -266,20 +256,12 @@ static const char *graph_kind(const llm_decoder_t *dec) {
 
 /* ---- the command ---- */
 
-/* What one run holds from set-up to teardown. The model itself goes once the weights are on the
- * devices; what the report needs of it is kept here. */
+/* What one run holds from set-up to teardown. */
 typedef struct gen {
-  char path[PATH_MAX];
-  llm_model_t *model;
-  llm_tokenizer_t *tok;
-  llm_decoder_t *dec;
+  hcq_llm_t *llm;
   int32_t *prompt;
   size_t nprompt;
-  char *chat;
-  llm_config_t config;
-  char name[sizeof(((llm_model_t *)0)->name)];
-  uint64_t file_bytes;
-  llm_generate_result_t res;
+  hcq_llm_result_t res;
   timing_t eager, graph;
   bool identical;
 } gen_t;
@@ -304,42 +286,48 @@ static hcq_status_t kind_available(hcq_device_kind_t kind) {
   return NULL;
 }
 
-/* The prompt's token ids: --prompt-ids as given, else --prompt or the --chat template tokenized;
- * every id in the vocabulary. */
-static hcq_status_t prompt_ids(gen_t *g, const gen_args_t *a) {
-  hcq_status_t st = NULL;
-  if (a->chat) st = llm_chat_format_as(g->model->file, a->chat_template, a->system, a->chat, &g->chat);
-  if (st && a->chat && !a->chat_template && hcq_status_code(st) == HCQ_INVALID_ARGUMENT) {
-    hcq_status_t hint = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                                        "generate: %s; give --chat-template chatml, llama3, gemma or llama2 to choose one, "
-                                        "or --prompt for plain text",
-                                        hcq_status_message(st));
-    hcq_status_destroy(st);
-    st = hint;
-  }
-  if (!st) {
-    if (a->prompt_ids) st = parse_ids(a->prompt_ids, &g->prompt, &g->nprompt);
-    else {
-      const char *text = g->chat ? g->chat : a->prompt;
-      st = llm_tokenize(g->tok, text, strlen(text), true, true, &g->prompt, &g->nprompt);
-    }
-  }
-  if (!st && g->nprompt == 0) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
-  for (size_t i = 0; !st && i < g->nprompt; i++)
-    if (g->prompt[i] >= g->model->config.vocab)
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: prompt token %d is outside the vocabulary (%d ids)", g->prompt[i],
-                           g->model->config.vocab);
+/* --chat's text in the model's template (or --chat-template's), malloc'd. */
+static hcq_status_t chat_text(const gen_t *g, const gen_args_t *a, char **out) {
+  hcq_llm_message_t msgs[2];
+  size_t n = 0, len = 0;
+  if (a->system) msgs[n++] = (hcq_llm_message_t){"system", a->system};
+  msgs[n++] = (hcq_llm_message_t){"user", a->chat};
+  hcq_status_t st = hcq_llm_chat_prompt(g->llm, msgs, n, a->chat_template, NULL, 0, &len);
+  if (!st && !(*out = malloc(len + 1))) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  if (!st) st = hcq_llm_chat_prompt(g->llm, msgs, n, a->chat_template, *out, len + 1, &len);
+  if (st && !a->chat_template && hcq_status_code(st) == HCQ_INVALID_ARGUMENT)
+    st = hcq_status_annotate(st, "generate (--chat-template NAME chooses a template, --prompt takes plain text)");
   return st;
 }
 
-/* The model, its tokenizer, the prompt and the decoder (captured unless --eager). */
+/* The prompt's token ids: --prompt-ids as given, else --prompt or the --chat template tokenized;
+ * every id in the vocabulary. */
+static hcq_status_t prompt_ids(gen_t *g, const gen_args_t *a) {
+  if (a->prompt_ids) return parse_ids(a->prompt_ids, &g->prompt, &g->nprompt);
+  char *chat = NULL;
+  hcq_status_t st = a->chat ? chat_text(g, a, &chat) : NULL;
+  const char *text = chat ? chat : a->prompt;
+  if (!st) st = hcq_llm_tokenize(g->llm, text, strlen(text), true, true, NULL, 0, &g->nprompt);
+  if (!st && !(g->prompt = malloc((g->nprompt + 1) * sizeof(int32_t))))
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  if (!st) st = hcq_llm_tokenize(g->llm, text, strlen(text), true, true, g->prompt, g->nprompt, &g->nprompt);
+  free(chat);
+  return st;
+}
+
+/* The model, its tokenizer, the prompt, then the decoder (captured unless --eager) with a context
+ * that holds the prompt and the steps asked for. */
 static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
-  hcq_status_t st = model_path(a->model, g->path, sizeof(g->path));
-  if (!st) st = llm_model_open(g->path, &g->model);
-  if (!st) st = llm_tokenizer_from_gguf(g->model->file, &g->tok);
+  hcq_llm_options_t o = {.eager = a->eager, .log = stderr};
+  hcq_status_t st = llm_api_load(a->model, &o, &g->llm);
   if (!st) st = prompt_ids(g, a);
+  if (!st && g->nprompt == 0) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
   if (st) return st;
-  const llm_config_t *c = &g->model->config;
+  const llm_config_t *c = llm_api_config(g->llm);
+  for (size_t i = 0; i < g->nprompt; i++)
+    if (g->prompt[i] >= c->vocab)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: prompt token %d is outside the vocabulary (%d ids)",
+                             g->prompt[i], c->vocab);
   llm_decoder_options_t opts = {.devices = (int)a->devices, .ranks = (int)a->ranks, .rank = cli_mpi_rank(),
                                 .kind = a->kind, .ctx = (int)a->ctx};
   if (!opts.ctx) {
@@ -349,44 +337,23 @@ static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
     opts.ctx = (int)(ctx < (unsigned long long)c->ctx_train ? ctx : (unsigned long long)c->ctx_train);
   }
   if (g->nprompt + 1 > (size_t)opts.ctx)
-    st = hcq_status_make(HCQ_OUT_OF_RANGE, "generate: the prompt has %zu tokens; the context holds %d positions", g->nprompt, opts.ctx);
-  if (!st) st = llm_decoder_create(g->model, &opts, &g->dec);
-  /* captured before the prompt: the streamed run's rates are replays' */
-  if (!st && !a->eager) st = llm_decoder_capture(g->dec);
-  return st;
-}
-
-/* The weights are in the devices' memory now: the file's mapping goes (resident memory is the
- * weights once, not twice). */
-static void close_model(gen_t *g) {
-  g->config = g->model ? g->model->config : (llm_config_t){0};
-  if (g->model) {
-    snprintf(g->name, sizeof(g->name), "%s", g->model->name);
-    g->file_bytes = gguf_file_size(g->model->file);
-    llm_model_close(g->model);
-    g->model = NULL;
-  }
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "generate: the prompt has %zu tokens; the context holds %d positions",
+                           g->nprompt, opts.ctx);
+  return llm_api_start(g->llm, &opts);
 }
 
 /* The generation itself, streamed to standard output by rank 0 (unless --json). */
 static hcq_status_t run(gen_t *g, const gen_args_t *a) {
-  hcq_status_t st = NULL;
-  if (a->temperature > 0) {
-    llm_sampler_t s = {(float)a->temperature, (float)a->top_p, (int)a->top_k, a->seed};
-    st = llm_decoder_set_sampler(g->dec, &s);
-  }
-  stream_t stream = {.tok = g->tok, .print = !a->json && cli_mpi_rank() == 0};
-  llm_detok_init(&stream.detok);
-  if (!st) {
-    if (stream.print && !a->bench) fflush(stdout);
-    llm_generate_options_t o = {(int)a->steps, !a->eager, a->ignore_eos, is_end, on_token, &stream, agree_end};
-    st = llm_generate(g->dec, g->prompt, (int)g->nprompt, &o, &g->res);
-    if (!st && stream.print) {
-      char buf[16];
-      fwrite(buf, 1, llm_detok_flush(&stream.detok, buf, sizeof(buf)), stdout);
-      printf("\n");
-      fflush(stdout); /* before the summary on standard error */
-    }
+  bool print = !a->json && cli_mpi_rank() == 0;
+  hcq_llm_generate_options_t o = {.max_tokens = (int)a->steps, .ignore_eos = a->ignore_eos,
+                                  .on_token = print ? print_piece : NULL};
+  if (a->temperature > 0) o.sampling = (hcq_llm_sampling_t){(float)a->temperature, (float)a->top_p, (int)a->top_k, a->seed};
+  if (print && !a->bench) fflush(stdout);
+  hcq_status_t st = a->steps ? llm_api_generate(g->llm, g->prompt, g->nprompt, &o, a->ranks > 1 ? agree_end : NULL, &g->res)
+                             : NULL;
+  if (!st && print) {
+    printf("\n");
+    fflush(stdout); /* before the summary on standard error */
   }
   return st;
 }
@@ -394,40 +361,44 @@ static hcq_status_t run(gen_t *g, const gen_args_t *a) {
 /* --bench: eager launches against replays, and whether they chose the same tokens. */
 static hcq_status_t bench(gen_t *g, const gen_args_t *a) {
   int steps = a->steps ? (int)a->steps : 1;
-  hcq_status_t st = time_mode(g->dec, g->prompt, (int)g->nprompt, steps, (int)a->reps, false, &g->eager);
-  if (!st) st = time_mode(g->dec, g->prompt, (int)g->nprompt, steps, (int)a->reps, true, &g->graph);
+  hcq_status_t st = time_mode(llm_api_decoder(g->llm), g->prompt, (int)g->nprompt, steps, (int)a->reps, false, &g->eager);
+  if (!st) st = time_mode(llm_api_decoder(g->llm), g->prompt, (int)g->nprompt, steps, (int)a->reps, true, &g->graph);
   g->identical = !st && (cli_mpi_rank() != 0 || (g->eager.n == g->graph.n &&
                                                   !memcmp(g->eager.ids, g->graph.ids, (size_t)g->eager.n * sizeof(int32_t))));
   return st;
 }
 
 static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefill_tok_s, double decode_tok_s) {
-  const llm_generate_result_t *res = &g->res;
-  const llm_config_t *c = &g->config;
+  const hcq_llm_result_t *res = &g->res;
+  const llm_config_t *c = llm_api_config(g->llm);
+  llm_decoder_t *dec = llm_api_decoder(g->llm);
+  hcq_llm_info_t info;
+  hcq_llm_get_info(g->llm, &info);
   char *text = NULL;
-  int n_text = res->n - (res->ended ? 1 : 0);
-  hcq_status_t st = llm_detokenize(g->tok, res->ids, (size_t)n_text, false, &text);
+  bool ended = res->stop == HCQ_LLM_STOP_END && res->n;
+  size_t n_text = res->n - (ended ? 1 : 0);
+  hcq_status_t st = llm_detokenize(llm_api_tokenizer(g->llm), res->ids, n_text, false, &text);
   if (!st) {
     printf("{\"model\": ");
-    json_string(g->path, strlen(g->path));
+    json_string(info.path, strlen(info.path));
     printf(", \"model_name\": ");
-    json_string(g->name, strlen(g->name));
+    json_string(info.name, strlen(info.name));
     printf(", ");
     json_ids("prompt_ids", g->prompt, g->nprompt);
     printf(", ");
-    json_ids("token_ids", res->ids, (size_t)res->n);
+    json_ids("token_ids", res->ids, res->n);
     printf(", \"text\": ");
     json_string(text, strlen(text));
-    printf(", \"ended\": %s, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f", res->ended ? "true" : "false",
+    printf(", \"ended\": %s, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f", ended ? "true" : "false",
            prefill_tok_s, decode_tok_s);
     printf(", \"kernels_per_token\": %zu, \"device_kind\": \"%s\", \"graph_kind\": \"%s\", \"devices\": %llu, \"ranks\": %llu",
-           llm_decoder_kernels_per_step(g->dec), hcq_device_kind_name(a->kind), a->eager ? "none" : graph_kind(g->dec),
+           info.kernels_per_token, hcq_device_kind_name(a->kind), a->eager ? "none" : graph_kind(dec),
            a->devices, a->ranks);
-    printf(", \"mode\": \"%s\", \"host_us_per_token\": %.2f", a->eager ? "eager" : "graph", res->host_us_per_step);
+    printf(", \"mode\": \"%s\", \"host_us_per_token\": %.2f", a->eager ? "eager" : "graph", res->host_us_per_token);
     /* the caches: layers x (K, V) x positions x KV heads x head size, float32 */
-    double kv = (double)c->n_layers * 2 * llm_decoder_ctx(g->dec) * llm_kv_dim(c) * 4;
-    printf(", \"ctx\": %d, \"kv_cache_bytes\": %.0f, \"model_bytes\": %llu", llm_decoder_ctx(g->dec), kv,
-           (unsigned long long)g->file_bytes);
+    double kv = (double)c->n_layers * 2 * info.ctx * llm_kv_dim(c) * 4;
+    printf(", \"ctx\": %d, \"kv_cache_bytes\": %.0f, \"model_bytes\": %llu", info.ctx, kv,
+           (unsigned long long)llm_api_file_bytes(g->llm));
     printf(", \"memory_mib\": {\"VmRSS\": %.1f, \"VmHWM\": %.1f, \"RssFile\": %.1f, \"RssAnon\": %.1f}",
            status_mib("VmRSS"), status_mib("VmHWM"), status_mib("RssFile"), status_mib("RssAnon"));
     if (a->bench)
@@ -443,12 +414,14 @@ static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefi
 }
 
 static void print_summary(const gen_t *g, const gen_args_t *a, double prefill_tok_s, double decode_tok_s) {
-  const llm_config_t *c = &g->config;
-  fprintf(stderr, "\nhcq generate: %s (%s, %d layers, dim %d, vocab %d) on %s%s; %zu kernels per token\n", g->name,
-          g->path, c->n_layers, c->dim, c->vocab, hcq_device_kind_name(a->kind),
-          a->ranks == 2 ? " (two ranks)" : a->devices == 2 ? " (two devices)" : "", llm_decoder_kernels_per_step(g->dec));
-  fprintf(stderr, "  prompt %zu tokens at %.1f tok/s; %d new tokens at %.1f tok/s (%s)%s\n", g->nprompt, prefill_tok_s,
-          g->res.n, decode_tok_s, a->eager ? "eager launches" : "graph replays", g->res.ended ? "" : ", no end token");
+  hcq_llm_info_t i;
+  hcq_llm_get_info(g->llm, &i);
+  fprintf(stderr, "\nhcq generate: %s (%s, %d layers, dim %d, vocab %d) on %s%s; %zu kernels per token\n", i.name,
+          i.path, i.layers, i.dim, i.vocab, hcq_device_kind_name(a->kind),
+          a->ranks == 2 ? " (two ranks)" : a->devices == 2 ? " (two devices)" : "", i.kernels_per_token);
+  fprintf(stderr, "  prompt %zu tokens at %.1f tok/s; %zu new tokens at %.1f tok/s (%s)%s\n", g->nprompt, prefill_tok_s,
+          g->res.n, decode_tok_s, a->eager ? "eager launches" : "graph replays",
+          g->res.stop == HCQ_LLM_STOP_END ? "" : ", no end token");
 }
 
 static void print_bench_table(const gen_t *g, const gen_args_t *a) {
@@ -462,14 +435,14 @@ static void print_bench_table(const gen_t *g, const gen_args_t *a) {
          "  queued back to back; prompt: the prompt as one pass; host us/token: median time to queue one\n"
          "  step with the devices idle (eager: %zu launches; graph: one replay).\n",
          g->identical ? "Eager and graph replay: identical" : "MISMATCH: eager and graph replay differ in their",
-         a->reps, graph->n, g->nprompt, llm_decoder_kernels_per_step(g->dec));
+         a->reps, graph->n, g->nprompt, llm_decoder_kernels_per_step(llm_api_decoder(g->llm)));
 }
 
 /* Rank 0's report: the JSON object, or the summary on standard error and --bench's table. */
 static hcq_status_t report(const gen_t *g, const gen_args_t *a) {
-  const llm_generate_result_t *res = &g->res;
-  double prefill_tok_s = res->prefill_ms > 0 ? g->nprompt / (res->prefill_ms / 1e3) : 0;
-  double decode_tok_s = res->n > 1 && res->decode_ms > 0 ? (res->n - 1) / (res->decode_ms / 1e3) : 0;
+  const hcq_llm_result_t *res = &g->res;
+  double prefill_tok_s = res->prompt_ms > 0 ? g->nprompt / (res->prompt_ms / 1e3) : 0;
+  double decode_tok_s = res->n > 1 && res->decode_ms > 0 ? (double)(res->n - 1) / (res->decode_ms / 1e3) : 0;
   hcq_status_t st = NULL;
   if (a->json)
     st = print_json(g, a, prefill_tok_s, decode_tok_s);
@@ -488,17 +461,15 @@ int cli_generate(int argc, char **argv) {
   if (st) return cli_fail(st);
   gen_t g = {.identical = true};
   st = set_up(&g, &a);
-  close_model(&g);
   if (!st) st = run(&g, &a);
   if (!st && a.bench) st = bench(&g, &a);
   if (!st && cli_mpi_rank() == 0) st = report(&g, &a);
   rc = st ? cli_fail(st) : g.identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
-  hcq_status_t dst = llm_decoder_destroy(g.dec);
+  hcq_status_t dst = hcq_llm_close(g.llm);
   if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
   else hcq_status_destroy(dst);
-  free(g.res.ids), free(g.eager.ids), free(g.graph.ids), free(g.prompt), free(g.chat);
-  llm_tokenizer_free(g.tok);
-  llm_model_close(g.model);
+  hcq_llm_result_free(&g.res);
+  free(g.eager.ids), free(g.graph.ids), free(g.prompt);
   return rc;
 }
 

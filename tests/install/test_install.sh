@@ -359,6 +359,54 @@ else
   echo "find_package(hcq) without MPI: hcq::hcq, no hcq::mpi; COMPONENTS mpi fails saying why"
 fi
 
+# ---- the LLM library: libhcq_llm (hcq/llm.h), its pkg-config files and hcq::llm ----
+# Installed whole: its own SONAME, linked to libhcq.so (no copy of the core), exporting exactly
+# hcq/llm.h's functions; examples/c/llm_chat.c built through hcq-llm / hcq-llm-static (above, through
+# find_package(hcq) with hcq::llm) and run on SmolLM2 where the llm_model test fetched it.
+llm_files=("$libdir/libhcq_llm.a" "$libdir/pkgconfig/hcq-llm.pc" "$libdir/pkgconfig/hcq-llm-static.pc"
+           "$libdir/cmake/hcq/hcqLlmTargets.cmake" include/hcq/llm.h share/doc/hcq/examples/c/llm_chat.c)
+[ "$shared" = ON ] && llm_files+=("$libdir/libhcq_llm.so" "$libdir/libhcq_llm.so.$major" "$libdir/libhcq_llm.so.$version")
+for f in "${llm_files[@]}"; do
+  [ -e "$prefix/$f" ] || fail "not installed: $f"
+done
+if [ "$shared" = ON ]; then
+  lso=$prefix/$libdir/libhcq_llm.so.$version
+  readelf -d "$lso" | grep -q "Library soname: \[libhcq_llm.so.$major\]" || fail "SONAME of $lso is not libhcq_llm.so.$major"
+  readelf -d "$lso" | grep -q "Shared library: \[libhcq.so.$major\]" || fail "libhcq_llm.so does not link libhcq.so.$major"
+  nm -D --defined-only "$lso" | awk '$2 ~ /^[A-Z]$/ && $2 != "A" {print $3}' | sort >"$tmp/llm_exported"
+  python3 "$src/tests/install/public_api.py" "$cc" "$prefix/include" hcq/llm.h | comm -23 - "$tmp/declared" >"$tmp/llm_declared"
+  [ "$(wc -l <"$tmp/llm_declared")" -gt 10 ] || fail "public_api.py found only $(wc -l <"$tmp/llm_declared") functions in hcq/llm.h"
+  if ! diff "$tmp/llm_declared" "$tmp/llm_exported" >"$tmp/llm_api.diff"; then
+    fail "libhcq_llm.so's exports differ from hcq/llm.h (< declared only, > exported only): $(grep '^[<>]' "$tmp/llm_api.diff" | head -10 | tr '\n' ' ')"
+  fi
+  nm --defined-only "$lso" | awk '{print $3}' | sort -u | comm -12 - <(sed 's/@.*//' "$tmp/exported_versioned" | sort -u) >"$tmp/llm_dup"
+  if [ -s "$tmp/llm_dup" ]; then fail "libhcq_llm.so carries its own copy of core symbols: $(head -5 "$tmp/llm_dup" | tr '\n' ' ')"; fi
+  echo "libhcq_llm.so: SONAME libhcq_llm.so.$major, $(wc -l <"$tmp/llm_exported") symbols exported (hcq/llm.h)"
+fi
+data=${HCQ_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/hcq}
+smollm2=$data/models/SmolLM2-135M-Instruct.Q4_1.gguf
+llm_kinds=(static)
+[ "$shared" = ON ] && llm_kinds=(shared static)
+for kind in "${llm_kinds[@]}"; do
+  module=hcq-llm
+  [ "$kind" = static ] && module=hcq-llm-static
+  bin=$tmp/pkg-config-$kind/llm_chat
+  quiet "pkg-config $module: cc llm_chat.c" "$cc" "${flags[@]}" "$src/examples/c/llm_chat.c" -o "$bin" \
+    $(pkg-config --cflags --libs "$module") || continue
+  if [ "$kind" = shared ] && ! readelf -d "$bin" | grep -q "libhcq_llm.so.$major"; then fail "pkg-config hcq-llm: llm_chat does not use libhcq_llm.so.$major"; fi
+  if [ "$kind" = static ] && readelf -d "$bin" | grep -q "libhcq"; then fail "pkg-config hcq-llm-static: llm_chat links a shared libhcq"; fi
+  [ -x "$tmp/cmake-$kind/llm_chat" ] || fail "find_package(hcq) $kind: hcq::llm did not build llm_chat"
+  if [ ! -e "$smollm2" ]; then
+    echo "pkg-config $module: llm_chat built; not run (no SmolLM2 at $smollm2: the llm_model test fetches it)"
+  elif ! LD_LIBRARY_PATH=$prefix/$libdir "$bin" "$smollm2" >"$tmp/llm.out" 2>"$tmp/llm.err" ||
+       ! grep -q "stopped: " "$tmp/llm.err" || ! grep -qi "paris" "$tmp/llm.out"; then
+    cat "$tmp/llm.out" "$tmp/llm.err" >&2
+    fail "pkg-config $module: llm_chat on SmolLM2 did not answer (Paris)"
+  else
+    echo "pkg-config $module: llm_chat answered: $(head -c 80 "$tmp/llm.out" | tr '\n' ' ')"
+  fi
+done
+
 if [ "$fails" -gt 0 ]; then
   echo "$fails check(s) failed" >&2
   exit 1
