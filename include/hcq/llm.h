@@ -7,7 +7,7 @@
  * The architectures are llama (Llama 2 and 3, SmolLM2, Mistral), qwen2, qwen3 and gemma3, with any
  * weight type `hcq inspect FILE` says its device runs (F32, F16, BF16, Q4_0..Q8_0, the K-quants,
  * IQ4_NL/XS). The prompt goes through the model as one captured pass and each new token is one
- * replay of a captured step (docs/design.md, "The LLM"); tokens are chosen on the device.
+ * replay of a captured step (models/llm/README.md); tokens are chosen on the device.
  *
  *   hcq_llm_t *llm;
  *   hcq_status_t st = hcq_llm_open("model.gguf", NULL, &llm);      // or NULL: SmolLM2-135M-Instruct
