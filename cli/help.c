@@ -86,6 +86,8 @@ static const help_t k_help[] = {
      "  HCQ_VALIDATE          1: check handles (released objects, double releases,\n"
      "                        objects of closed devices) and that kernels write\n"
      "                        only the buffers their outs declare (slow)\n"
+     "  HCQ_PORTABLE          1: every device refuses launches and buffers past the\n"
+     "                        limits all backends share (docs/portability.md)\n"
      "  HCQ_CPU_ISOLATE       1: a faulting CPU kernel marks its device lost instead\n"
      "                        of ending the process\n"
      "  HCQ_VULKAN_VIRTUAL    1: VULKAN:N past the last GPU opens further logical\n"

@@ -323,6 +323,26 @@ static void fences_and_mapped_buffers() {
                "not aligned");
 }
 
+/* Limits through device::limits; a jit replay's nullptr input keeps its binding (double-buffered
+ * outputs, the input x captured and never passed again). */
+static void limits_and_kept_bindings() {
+  hcq::device dev("CPU:0");
+  hcq_device_limits_t l = dev.limits();
+  EXPECT(!l.portable && l.max_group_threads == UINT32_MAX && l.max_kernel_buffers == HCQ_MAX_KERNEL_BUFS);
+  hcq::program axpb(dev, "axpb", kAxpb);
+  const int n = 64;
+  alignas(64) static int32_t input[n];
+  for (int i = 0; i < n; i++) input[i] = i;
+  hcq::buffer x = hcq::buffer::wrap(dev, input, n);
+  std::array<hcq::buffer, 2> out = {hcq::buffer::mapped(dev, n * 4), hcq::buffer::mapped(dev, n * 4)};
+  hcq::jit j = hcq::capture([&] { axpb.launch({out[0], x}, {n, 2}, {1}, {64}); }, {out[0], x});
+  j.run({out[1], nullptr}, {}, true);  // out[1] was 0: 0 * 2 + x
+  j.run({out[1], nullptr}, {}, true);  // x * 2 + x
+  dev.synchronize();
+  hcq::span<int32_t> got = out[1].map<int32_t>();
+  for (int i = 0; i < n; i++) EXPECT(got[size_t(i)] == 3 * i);
+}
+
 /* A precompiled kernel: SPIR-V from hcq_binary_compile on Vulkan where a device opens; CPU devices
  * load no binaries, which is an exception naming the kind. */
 static void binaries() {
@@ -366,6 +386,7 @@ int main() {
     spans_copy_their_bytes();
     capture_matches_eager();
     fences_and_mapped_buffers();
+    limits_and_kept_bindings();
     binaries();
   } catch (const hcq::error &e) {
     std::fprintf(stderr, "unexpected hcq::error %s: %s\n", e.code_name(), e.what());

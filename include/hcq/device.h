@@ -85,6 +85,9 @@ typedef struct hcq_device_options {
   /* CPU: threads for this device (its engine plus helpers that share big launches); 0 lets the
    * core budget decide (see hcq_device_cores). HCQ_CPU_THREADS sets it for every device. */
   unsigned threads;
+  /* Portable mode (HCQ_PORTABLE=1 turns it on for every device): the device refuses what some
+   * backend would refuse, by the HCQ_PORTABLE_* limits below (hcq_device_limits). */
+  bool portable;
 } hcq_device_options_t;
 
 /* Opens (or references again) the device called name. Unknown names are NOT_FOUND, devices whose
@@ -109,6 +112,50 @@ const char *hcq_device_name(const hcq_device_t *device);
 hcq_device_kind_t hcq_device_kind(const hcq_device_t *device);
 const char *hcq_device_kind_name(hcq_device_kind_t kind);
 uint32_t hcq_device_caps(const hcq_device_t *device);
+
+/* Every limit a kernel launch or a buffer can hit on a device (hcq_device_limits). Work-group
+ * sizes count threads; the grid counts work-groups. */
+typedef struct hcq_device_limits {
+  uint32_t max_group_threads;   /* local[0] * local[1] * local[2] */
+  uint32_t max_group_size[3];   /* local[i] */
+  uint32_t max_grid[3];         /* global[i] */
+  uint64_t max_work_items;      /* per launch: groups x group size */
+  uint32_t max_kernel_buffers;  /* buffer arguments of one launch */
+  uint32_t max_kernel_values;   /* 32-bit value arguments of one launch */
+  uint64_t max_buffer_size;     /* bytes of one buffer (hcq_buffer_create) */
+  uint32_t buffer_alignment;    /* every buffer's device address is a multiple of this */
+  uint32_t view_offset_alignment; /* a view's offset that lets kernels read any type through it */
+  uint32_t shared_memory;       /* bytes of work-group shared memory a kernel may declare; 0: its kernel
+                                   language has none (CPU kernels use ordinary locals). Not checked by hcq */
+  bool portable;                /* these are the HCQ_PORTABLE_* ones, enforced (portable mode) */
+} hcq_device_limits_t;
+
+/* The portable limits, enforced in portable mode: what every backend accepts. 1024 threads per
+ * work-group is what NVIDIA, AMD, Intel and Apple GPUs and lavapipe all run (Vulkan itself requires
+ * only 128); 64 deep is CUDA's block depth; the grid, the shared memory and the offset alignment are
+ * what Vulkan requires of every device, the buffer size what Vulkan 1.1 requires of one allocation;
+ * 30 buffers fill Metal's 31-entry argument table with the values in the last entry. */
+#define HCQ_PORTABLE_MAX_GROUP_THREADS 1024u
+#define HCQ_PORTABLE_MAX_GROUP_SIZE_X 1024u
+#define HCQ_PORTABLE_MAX_GROUP_SIZE_Y 1024u
+#define HCQ_PORTABLE_MAX_GROUP_SIZE_Z 64u
+#define HCQ_PORTABLE_MAX_GRID 65535u
+#define HCQ_PORTABLE_MAX_KERNEL_BUFFERS 30u
+#define HCQ_PORTABLE_MAX_KERNEL_VALUES 256u
+#define HCQ_PORTABLE_MAX_BUFFER_SIZE (UINT64_C(1) << 30)
+#define HCQ_PORTABLE_VIEW_OFFSET_ALIGNMENT 16u
+#define HCQ_PORTABLE_SHARED_MEMORY 16384u
+
+/* The limits launches and buffers on device are checked against: the device's own, or, in
+ * portable mode, the smaller of its own and the portable ones (portable set). hcq_launch and graph
+ * items refuse a launch past a group, grid or argument limit, and hcq_buffer_create a size past
+ * max_buffer_size, with OUT_OF_RANGE naming the limit, the value asked and the maximum, and
+ * "(HCQ_PORTABLE)" when only portable mode refuses it; in portable mode hcq_buffer_view_create
+ * also refuses an offset that is not a multiple of view_offset_alignment. INVALID_ARGUMENT for a
+ * NULL device or out. Any thread. */
+HCQ_MUST_USE hcq_status_t hcq_device_limits(const hcq_device_t *device, hcq_device_limits_t *out);
+/* The HCQ_PORTABLE_* limits as a struct (portable set). */
+void hcq_device_limits_portable(hcq_device_limits_t *out);
 /* CPU: the cores the device's threads are pinned to, its engine's first. The CPU devices open
  * together split the process's cores (its affinity mask) into disjoint shares, one per device in
  * opening order, so no core runs two busy hcq threads; with more devices than cores, devices share

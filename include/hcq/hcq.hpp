@@ -224,6 +224,8 @@ class buffer_ref {
  public:
   buffer_ref(const buffer &b) noexcept;  // NOLINT: implicit on purpose, for {a, b} argument lists
   buffer_ref(hcq_buffer_t *b) noexcept : raw_(b) {}  // NOLINT
+  /* No buffer: in a jit replay's inputs, the input keeps its last binding (hcq_jit_run). */
+  buffer_ref(std::nullptr_t) noexcept : raw_(nullptr) {}  // NOLINT
   hcq_buffer_t *get() const noexcept { return raw_; }
 
  private:
@@ -255,6 +257,12 @@ class device : public detail::unique_handle<hcq_device_t, detail::close_device> 
   const char *name() const noexcept { return hcq_device_name(get()); }
   hcq_device_kind_t kind() const noexcept { return hcq_device_kind(get()); }
   uint32_t caps() const noexcept { return hcq_device_caps(get()); }
+  /* hcq_device_limits: what launches and buffers are checked against (portable mode included). */
+  hcq_device_limits_t limits() const {
+    hcq_device_limits_t l;
+    check(hcq_device_limits(get(), &l));
+    return l;
+  }
   /* hcq/memory.h: hcq's own bytes by class, and the driver's view. */
   hcq_memory_usage_t memory_usage() const {
     hcq_memory_usage_t u;
@@ -569,7 +577,7 @@ class jit : public detail::unique_handle<hcq_jit_t, detail::destroy_jit> {
  public:
   jit() noexcept = default;
   explicit jit(hcq_jit_t *raw) noexcept : unique_handle(raw) {}
-  /* hcq_jit_run, as graph::run. */
+  /* hcq_jit_run, as graph::run; an input given as nullptr keeps its last binding. */
   uint64_t run(std::initializer_list<buffer_ref> inputs = {}, std::initializer_list<hcq_var_value_t> vals = {},
                bool wait = false) const {
     detail::small_array<hcq_buffer_t *> in(inputs);

@@ -27,7 +27,11 @@
  *
  * A replay runs each batch as a graph and each eager leftover eagerly, with new input buffers
  * (same count, each the size and device of the one it replaces) and variable values (unset ones
- * keep their last value). Inputs and variable ranges are checked before anything runs; an
+ * keep their last value). An input given as NULL keeps its binding: the buffer the last replay gave
+ * it, or before the first replay the one captured (hcq_capture_end's / hcq_jit_create's inputs),
+ * as a CUDA graph keeps its kernel parameters; the jit holds a reference to it, so it stays alive
+ * after the caller released its own (double-buffered outputs: pass the swapped buffer, NULL for the
+ * unchanged inputs). Inputs and variable ranges are checked before anything runs; an
  * expression that cannot be evaluated with the new values (division by zero, a negative launch
  * size) stops the replay at the batch that holds it, with an error naming the batch.
  *

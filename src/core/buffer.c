@@ -5,6 +5,7 @@
 
 #include "core/buffer.h"
 #include "core/device.h"
+#include "core/limits.h"
 #include "core/memory.h"
 #include "core/object.h"
 #include "core/remote.h"
@@ -28,6 +29,7 @@ static hcq_status_t buffer_create(hcq_device_t *dev, uint64_t size, uint32_t fla
   if (size == 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "buffer on %s: size must be greater than 0", dev->name);
   hcq_status_t st = hcq__device_check(dev);
   if (st) return hcq_status_annotate(st, "buffer of %" PRIu64 " bytes", size);
+  if ((st = hcq__check_buffer_size(dev, size))) return st;
   hcq_buffer_t *b = buffer_new(dev);
   if (!b) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a buffer on %s", dev->name);
   st = dev->vt->mem_alloc(dev, size, flags, &b->mem);
@@ -148,6 +150,7 @@ hcq_status_t hcq_buffer_view_create(hcq_buffer_t *buf, uint64_t offset, uint64_t
                            "view [%" PRIu64 ", %" PRIu64 ") is outside %s (%" PRIu64 " bytes) or empty", offset,
                            offset + size, buf->label, buf->size);
   hcq_buffer_t *base = hcq_buffer_base(buf);
+  if ((st = hcq__check_view_offset(buf->dev, buf->offset + offset, base->label))) return st;
   hcq_buffer_t *v = buffer_new(buf->dev);
   if (!v) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a view of %s", buf->label);
   v->base = hcq_buffer_retain(base);

@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "core/command.h"
 #include "core/device.h"
+#include "core/limits.h"
 #include "core/hang_report.h"
 #include "core/host_wait.h"
 #include "core/memory.h"
@@ -261,6 +262,7 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   dev->objects.next = dev->objects.prev = &dev->objects;
   atomic_init(&dev->struct_refs, 1);
   atomic_init(&dev->state, HCQ__OBJ_LIVE);
+  hcq__limits_unbounded(&dev->limits);
   hcq_status_t st;
   const hcq__backend_t *b = hcq__backend(kind);
   if (create)
@@ -277,6 +279,7 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
     free(dev);
     return st;
   }
+  if (hcq__portable_wanted(opts)) hcq__limits_make_portable(&dev->limits);
   char name[64];
   snprintf(name, sizeof(name), "%s timeline", dev->name);
   if (!st) st = hcq__signal_create_internal(dev, name, 0, &dev->timeline);

@@ -37,7 +37,9 @@ struct hcq_device {
   uint64_t order; /* creation order: devices are locked in this order */
   uint32_t caps;
   unsigned threads;
-  uint64_t max_work_items; /* per launch (groups x group size); 0: no limit */
+  /* What launches and buffers are checked against (hcq_device_limits): the backend's open sets what
+   * it knows over hcq__limits_unbounded; portable mode then lowers them to the portable set. */
+  hcq_device_limits_t limits;
   int open_refs;     /* registry references, under the registry lock */
   bool closing;      /* a close is waiting for the work (registry lock) */
   _Atomic bool closed; /* closed while lost, with objects still alive: freed when the last goes */

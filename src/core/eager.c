@@ -9,6 +9,7 @@
 #include "core/capture.h"
 #include "core/device.h"
 #include "core/eager.h"
+#include "core/limits.h"
 #include "core/memory.h"
 #include "core/object.h"
 #include "core/options.h"
@@ -53,14 +54,17 @@ static hcq_status_t kernargs_alloc(hcq_device_t *dev, uint64_t size, uint64_t *o
 }
 
 bool hcq__dims_ok(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3]) {
-  uint64_t items = 1, limit = dev->max_work_items ? dev->max_work_items : UINT64_MAX;
+  const hcq_device_limits_t *l = &dev->limits;
+  uint64_t items = 1, threads = 1;
   bool over = false;
   for (int i = 0; i < 3; i++) {
     if (global[i] > UINT32_MAX || local[i] > UINT32_MAX) return false;
     if (!global[i] || !local[i]) return true; /* an empty launch runs nothing */
+    over |= global[i] > l->max_grid[i] || local[i] > l->max_group_size[i];
     over |= __builtin_mul_overflow(items, global[i] * local[i], &items);
+    over |= __builtin_mul_overflow(threads, local[i], &threads);
   }
-  return !over && items <= limit;
+  return !over && items <= l->max_work_items && threads <= l->max_group_threads;
 }
 
 hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3],
@@ -76,7 +80,9 @@ hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], 
     items *= (unsigned __int128)global[i] * local[i];
   }
   if (empty) return NULL; /* an empty launch runs nothing */
-  uint64_t limit = dev->max_work_items ? dev->max_work_items : UINT64_MAX;
+  hcq_status_t st = hcq__check_group_limits(dev, global, local, who);
+  if (st) return st;
+  uint64_t limit = dev->limits.max_work_items;
   if (items > limit)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
                            "%s: grid %" PRIu64 "x%" PRIu64 "x%" PRIu64 " of groups %" PRIu64 "x%" PRIu64 "x%" PRIu64
@@ -111,6 +117,11 @@ static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
     char who[96];
     snprintf(who, sizeof(who), "launch of %s", p->name);
     return hcq__program_check_args(p, d->nbufs, d->nvals, who);
+  }
+  if (d->nbufs > p->dev->limits.max_kernel_buffers || d->nvals > p->dev->limits.max_kernel_values) {
+    char who[96];
+    snprintf(who, sizeof(who), "launch of %s", p->name);
+    return hcq__check_arg_limits(p->dev, d->nbufs, d->nvals, who);
   }
   if (d->nouts && !d->outs)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu outs but the array is NULL", p->name, d->nouts);

@@ -79,6 +79,7 @@ static void load_options(void) {
   o->validate = env_int("HCQ_VALIDATE", 0, 0, 1) != 0;
   hcq__validating = o->validate;
   o->cpu_isolate = env_int("HCQ_CPU_ISOLATE", 0, 0, 1) != 0;
+  o->portable = env_int("HCQ_PORTABLE", 0, 0, 1) != 0;
   o->vulkan_virtual = env_int("HCQ_VULKAN_VIRTUAL", 0, 0, 1) != 0;
   env_copy("HCQ_PROFILE", "", o->profile, sizeof(o->profile));
   if (!strcmp(o->profile, "0")) o->profile[0] = '\0';

@@ -21,6 +21,7 @@ typedef struct hcq__options {
   unsigned jit_batch_size;  /* HCQ_JIT_BATCH_SIZE: first capture batch size */
   bool validate;            /* HCQ_VALIDATE: check handles (released, double release, closed device) */
   bool cpu_isolate;         /* HCQ_CPU_ISOLATE: a faulting CPU kernel marks its device lost instead of killing */
+  bool portable;            /* HCQ_PORTABLE: every device enforces the portable limits (hcq/device.h) */
   bool vulkan_virtual;      /* HCQ_VULKAN_VIRTUAL: VULKAN:N past the last GPU opens more logical devices */
   char profile[1024];       /* HCQ_PROFILE: "" off; "1" on; otherwise on, and a path for the trace */
   /* CPU kernel compiler and cache (docs/kernel-cache.md), kept whole: src/cpu/cpu_compile.c splits

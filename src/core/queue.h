@@ -73,8 +73,9 @@ HCQ_MUST_USE hcq_status_t hcq__queue_commit_locked(hcq_queue_t *q, hcq_device_t 
 HCQ_MUST_USE hcq_status_t hcq__queue_reserve_locked(hcq_queue_t *q, hcq_device_t *dev);
 /* Kernel-argument block written with constants only (eager path). */
 void hcq__kernargs_fill(void *host, hcq_buffer_t *const *bufs, size_t nbufs, const int32_t *vals, size_t nvals);
-/* Values handed to a public call (what names it): each names a variable (not NULL, not another
- * expression), and no variable twice. INVALID_ARGUMENT naming the value otherwise (symbolic.c). */
+/* Values handed to a public call (what names it; NULL: no prefix, for a caller that annotates): each
+ * names a variable (not NULL, not another expression), and no variable twice. INVALID_ARGUMENT
+ * naming the value otherwise (symbolic.c). */
 HCQ_MUST_USE hcq_status_t hcq__var_values_check(const hcq_var_value_t *vals, size_t nvals, const char *what);
 
 #endif

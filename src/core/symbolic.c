@@ -282,14 +282,17 @@ static bool eval_rec(const hcq_expr_t *e, eval_ctx_t *ctx, int64_t *out) {
 }
 
 hcq_status_t hcq__var_values_check(const hcq_var_value_t *vals, size_t nvals, const char *what) {
+  const char *sep = what ? ": " : "";
+  if (!what) what = "";
   for (size_t i = 0; i < nvals; i++) {
     const hcq_expr_t *v = vals[i].var;
-    if (!v) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: value %zu names no variable (NULL)", what, i);
+    if (!v) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s%svalue %zu names no variable (NULL)", what, sep, i);
     if (v->op != HCQ_EXPR_VAR)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: value %zu is for an expression that is not a variable", what, i);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s%svalue %zu is for an expression that is not a variable", what,
+                             sep, i);
     for (size_t j = 0; j < i; j++)
       if (vals[j].var == v)
-        return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: variable %s has two values (values %zu and %zu)", what,
+        return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s%svariable %s has two values (values %zu and %zu)", what, sep,
                                v->u.var.name, j, i);
   }
   return NULL;

@@ -198,7 +198,8 @@ static hcq_status_t cpu_device_create(int index, const hcq_device_options_t *opt
   dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C | HCQ_CAP_HOST_MEMORY |
               HCQ__CAP_ENGINE_REMOTE_COPY;
   dev->threads = 1;
-  dev->max_work_items = CPU_MAX_WORK_ITEMS;
+  /* A CPU kernel loops over its group's threads itself: only the total work per launch is bounded. */
+  dev->limits.max_work_items = CPU_MAX_WORK_ITEMS;
   e->dev = dev;
   e->share.threads_asked = opts ? opts->threads : 0;
   e->pool.dev = dev;

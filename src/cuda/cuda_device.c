@@ -180,6 +180,23 @@ static void enable_peers(cuda_device_t *cd) {
   pthread_mutex_unlock(&g_reg_lock);
 }
 
+/* The driver's block and grid limits (read by setup) and its static shared memory per block. */
+static void set_limits(hcq_device_t *dev, const cuda_device_t *cd) {
+  hcq_device_limits_t *l = &dev->limits;
+  l->max_group_threads = (uint32_t)cd->max_threads;
+  for (int i = 0; i < 3; i++) {
+    l->max_group_size[i] = (uint32_t)cd->max_block[i];
+    l->max_grid[i] = (uint32_t)cd->max_grid[i];
+  }
+  /* Kernel arguments travel as the kernel's parameters: 8 bytes per buffer, 4 per value, within
+   * the 4 KiB every architecture takes, so hcq's own argument limits hold. */
+  l->view_offset_alignment = 16; /* float4, int4: CUDA's widest vector loads */
+  int shared = 0;
+  if (cd->api->cuDeviceGetAttribute(&shared, HCQ_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, cd->cudev) || shared <= 0)
+    shared = 48 << 10; /* the static shared memory every architecture gives a block */
+  l->shared_memory = (uint32_t)shared;
+}
+
 static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
   const hcq__cuda_api_t *api = cd->api;
   hcq_CUresult rc;
@@ -267,7 +284,7 @@ static hcq_status_t cuda_device_create(int index, const hcq_device_options_t *op
   cd->counted = true;
   dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_CUDA | HCQ_CAP_COPIES_HOST_MEMORY;
   dev->threads = 1;
-  dev->max_work_items = 0; /* the grid and block limits are checked per launch */
+  set_limits(dev, cd);
   return NULL;
 }
 

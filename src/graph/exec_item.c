@@ -10,6 +10,7 @@
 #include "core/capture.h"
 #include "core/eager.h"
 #include "core/expr.h"
+#include "core/limits.h"
 #include "core/host_wait.h"
 #include "core/program.h"
 #include "core/queue.h"
@@ -139,6 +140,7 @@ hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who,
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): a buffer, out or value array is NULL", who, name);
   hcq_status_t st = NULL;
   if (!hcq__program_args_ok(k->program, k->nbufs, k->nvals)) return hcq__program_check_args(k->program, k->nbufs, k->nvals, who);
+  if ((st = hcq__check_arg_limits(k->program->dev, k->nbufs, k->nvals, who))) return st;
   if (hcq__validating) {
     char what[96];
     snprintf(what, sizeof(what), "%s: program", who);

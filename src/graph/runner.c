@@ -335,7 +335,7 @@ static hcq_status_t stage_values(hcq__runner_t *r, const hcq_var_value_t *vals, 
       const char *mine = hcq_var_name(r->vars.data[v]);
       if (mine && !strcmp(mine, name))
         return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                               "replay: variable %s is not the one %s was built with but another of the same name "
+                               "variable %s is not the one %s was built with but another of the same name "
                                "(variables are matched by object: pass the one the items use)",
                                name, r->label);
     }
@@ -348,8 +348,9 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
   hcq_status_t cst = check_input_count(r, ninputs);
   if (cst) return cst;
   if ((ninputs && !inputs) || (nvals && !vals))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "replay: an input or value array is NULL");
-  if ((cst = hcq__var_values_check(vals, nvals, "replay"))) return cst;
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "an input or value array is NULL");
+  /* No prefix of ours: the graph and jit replays that stage say "graph replay" / "jit replay". */
+  if ((cst = hcq__var_values_check(vals, nvals, NULL))) return cst;
   for (size_t k = 0; k < ninputs; k++) {
     const hcq_buffer_t *want = r->inputs[k], *got = inputs[k];
     if (!got) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is missing (NULL)", k);

@@ -151,6 +151,7 @@ struct hcq_jit {
   HCQ__VEC(size_t) batch_sizes;
   hcq_var_value_t *vals; /* the runner's variables, values filled per replay */
   uint32_t *slots_at;    /* per item: first index into runner.slots (slots are in item order) */
+  hcq_buffer_t **bound;  /* scratch: a replay's inputs with each NULL replaced by its kept binding */
   char *text;
   size_t text_len, text_cap;
   hcq_jit_report_t report;
@@ -318,6 +319,7 @@ static void jit_free(hcq_jit_t *jit) {
   hcq__vec_free(&jit->batch_sizes);
   free(jit->vals);
   free(jit->slots_at);
+  free(jit->bound);
   free(jit->text);
   for (size_t i = 0; i < jit->unused.len; i++) hcq_expr_release(jit->unused.data[i]);
   hcq__vec_free(&jit->unused);
@@ -344,7 +346,8 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
   }
   jit->vals = calloc(r->vars.len + 1, sizeof(*jit->vals));
   jit->slots_at = calloc(r->nitems + 1, sizeof(*jit->slots_at));
-  if (!jit->vals || !jit->slots_at) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
+  jit->bound = calloc(r->ninputs + 1, sizeof(*jit->bound));
+  if (!jit->vals || !jit->slots_at || !jit->bound) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
   for (size_t i = 0; i < r->vars.len && !st; i++) jit->vals[i] = (hcq_var_value_t){r->vars.data[i], r->values[i]};
   for (size_t j = 0, s = 0; j <= r->nitems && !st; j++) {
     while (s < r->slots.len && r->slots.data[s].item < j) s++;
@@ -576,6 +579,12 @@ static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t 
                             size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
   uint64_t start = hcq__now_ns();
   hcq__runner_t *r = &jit->runner;
+  /* A NULL input keeps its binding: the runner's current input, which it holds a reference to (the
+   * last replay's, or the one captured), so it is alive; validation checks it again when staged. */
+  if (inputs && ninputs == r->ninputs) {
+    for (size_t k = 0; k < ninputs; k++) jit->bound[k] = inputs[k] ? inputs[k] : r->inputs[k];
+    inputs = jit->bound;
+  }
   hcq_status_t st = hcq__runner_stage(r, inputs, ninputs, vals, nvals);
   if (st) return hcq_status_annotate(st, "jit replay");
   if ((st = check_unused_vars(jit, vals, nvals, "jit replay"))) return st;

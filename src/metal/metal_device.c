@@ -686,7 +686,14 @@ static hcq_status_t mtl_open(int index, const hcq_device_options_t *opts, hcq_de
   md->started = true;
   dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_METAL | HCQ_CAP_COPIES_HOST_MEMORY;
   dev->threads = 1;
-  dev->max_work_items = 0;
+  /* Every Apple GPU family: 1024 threads per threadgroup (a pipeline may allow fewer: checked when
+   * it runs), 32 KiB of threadgroup memory; the argument table's 31 entries hold the buffers and,
+   * in the last, the values. */
+  dev->limits.max_group_threads = 1024;
+  for (int i = 0; i < 3; i++) dev->limits.max_group_size[i] = 1024;
+  dev->limits.max_kernel_buffers = 30;
+  dev->limits.view_offset_alignment = 16;
+  dev->limits.shared_memory = 32u << 10;
   return NULL;
 }
 

@@ -324,6 +324,22 @@ static hcq_status_t open_logical(vk_device_t *vd) {
   return st;
 }
 
+/* The physical device's compute limits. Kernels reach their buffers through device addresses (push
+ * constants point at the arguments), so no descriptor limit applies to the argument counts. */
+static void set_limits(hcq_device_t *dev, const VkPhysicalDeviceLimits *vl) {
+  hcq_device_limits_t *l = &dev->limits;
+  l->max_group_threads = vl->maxComputeWorkGroupInvocations;
+  for (int i = 0; i < 3; i++) {
+    l->max_group_size[i] = vl->maxComputeWorkGroupSize[i];
+    l->max_grid[i] = vl->maxComputeWorkGroupCount[i];
+  }
+  const uint32_t *g = vl->maxComputeWorkGroupCount;
+  unsigned __int128 items = (unsigned __int128)g[0] * g[1] * g[2] * vl->maxComputeWorkGroupInvocations;
+  l->max_work_items = items > (UINT64_C(1) << 62) ? (UINT64_C(1) << 62) : (uint64_t)items;
+  l->view_offset_alignment = 16; /* vec4 loads through a device address */
+  l->shared_memory = vl->maxComputeSharedMemorySize;
+}
+
 hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
   (void)opts;
   const char *why;
@@ -361,9 +377,7 @@ hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *op
   /* Its copy engine copies to and from host memory and sets host signals (eager CPU transfers). */
   dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_GLSL | HCQ_CAP_COPIES_HOST_MEMORY;
   dev->threads = 1;
-  const uint32_t *g = vd->props.limits.maxComputeWorkGroupCount;
-  unsigned __int128 items = (unsigned __int128)g[0] * g[1] * g[2] * vd->props.limits.maxComputeWorkGroupInvocations;
-  dev->max_work_items = items > (UINT64_C(1) << 62) ? (UINT64_C(1) << 62) : (uint64_t)items;
+  set_limits(dev, &vd->props.limits);
   return NULL;
 }
 

@@ -788,6 +788,7 @@ static CUresult f_cuDeviceGetAttribute(int *v, int attr, hcq_CUdevice d) {
     case HCQ_CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
     case HCQ_CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
     case HCQ_CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+    case HCQ_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 49152; break;
     case HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
     case HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
     default: *v = 1; break;
