@@ -504,7 +504,7 @@ Test(cuda, a_launch_past_the_gpu_limits_fails_cleanly_and_the_device_keeps_worki
   int32_t v[2] = {N, 1};
   hcq_buffer_t *bufs[2] = {b, b};
   hcq_launch_desc_t l = {p, bufs, 2, v, 2, {1, 1, 1}, {4096, 1, 1}};
-  FAILS(hcq_launch(&l), HCQ_OUT_OF_RANGE, "add_const", "CUDA:0", "limits");
+  FAILS(hcq_launch(&l), HCQ_OUT_OF_RANGE, "add_const", "CUDA:0", "limit");
   hcq_launch_desc_t wrong = {p, bufs, 1, v, 2, {1, 1, 1}, {64, 1, 1}};
   FAILS(hcq_launch(&wrong), HCQ_INVALID_ARGUMENT, "takes 2 buffers");
   l.local[0] = 256;

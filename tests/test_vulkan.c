@@ -297,9 +297,9 @@ Test(vulkan, launches_beyond_the_device_limits_are_refused) {
   hcq_buffer_t *out = test_buffer(d, 4096);
   int32_t vals[] = {1, 0};
   hcq_launch_desc_t big_group = {p, &out, 1, vals, 2, {1, 1, 1}, {4096, 1, 1}};
-  FAILS(hcq_launch(&big_group), HCQ_OUT_OF_RANGE, "kernel fill", "group size 4096x1x1", "VULKAN:0");
+  FAILS(hcq_launch(&big_group), HCQ_OUT_OF_RANGE, "launch of fill", "local size 4096x1x1", "VULKAN:0", "limit of");
   hcq_launch_desc_t big_grid = {p, &out, 1, vals, 2, {UINT32_MAX, 1, 1}, {1, 1, 1}};
-  FAILS(hcq_launch(&big_grid), HCQ_OUT_OF_RANGE, "kernel fill", "grid 4294967295x1x1");
+  FAILS(hcq_launch(&big_grid), HCQ_OUT_OF_RANGE, "launch of fill", "global[0] 4294967295", "limit of 65535");
   /* The device is fine afterwards. */
   fill_and_check(d, p, 9);
   hcq_buffer_release(out);
