@@ -15,8 +15,7 @@
  *   hcq_llm_generate_options_t o = {.max_tokens = 64, .on_token = print_piece};
  *   hcq_llm_result_t r;
  *   if (!st) st = hcq_llm_chat(llm, chat, 1, &o, &r);               // print_piece gets the text
- *   ...
- *   hcq_llm_result_free(&r);
+ *   ... r.ids, r.n, r.stop ...; hcq_llm_result_free(&r);
  *   hcq_status_destroy(hcq_llm_close(llm));
  *
  * Errors are hcq statuses (hcq/status.h) whose message names the file, tensor, key or argument at
