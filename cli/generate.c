@@ -348,6 +348,9 @@ static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
     while (ctx < want && ctx < (unsigned long long)c->ctx_train) ctx *= 2;
     opts.ctx = (int)(ctx < (unsigned long long)c->ctx_train ? ctx : (unsigned long long)c->ctx_train);
   }
+  if (a->ctx > (unsigned long long)c->ctx_train)
+    fprintf(stderr, "hcq: warning: --ctx %llu is beyond the %d positions the model was trained on: past them its output "
+            "may be poor\n", a->ctx, c->ctx_train);
   if (g->nprompt + 1 > (size_t)opts.ctx)
     st = hcq_status_make(HCQ_OUT_OF_RANGE, "generate: the prompt has %zu tokens; the context holds %d positions", g->nprompt, opts.ctx);
   if (!st) st = llm_decoder_create(g->model, &opts, &g->dec);
@@ -381,6 +384,10 @@ static hcq_status_t run(gen_t *g, const gen_args_t *a) {
     if (stream.print && !a->bench) fflush(stdout);
     llm_generate_options_t o = {(int)a->steps, !a->eager, a->ignore_eos, is_end, on_token, &stream, agree_end};
     st = llm_generate(g->dec, g->prompt, (int)g->nprompt, &o, &g->res);
+    /* llm_generate stops at the context's last position, never past it: said, not silent */
+    if (!st && !g->res.ended && g->res.n < (int)a->steps && (int)g->nprompt + g->res.n >= llm_decoder_ctx(g->dec))
+      fprintf(stderr, "\nhcq: stopped after %d tokens: the context holds %d positions (the model was trained on %d; "
+              "--ctx sets it)\n", g->res.n, llm_decoder_ctx(g->dec), g->config.ctx_train);
     if (!st && stream.print) {
       char buf[16];
       fwrite(buf, 1, llm_detok_flush(&stream.detok, buf, sizeof(buf)), stdout);

@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "fetch.h"
+#include "llm.h"
+#include "llm_tiny.h"
 #include "model_spawn.h"
 #include "test_util.h"
 
@@ -284,4 +286,52 @@ Test(leftovers, a_kernel_cache_on_a_full_disk_says_so) {
   text[n] = 0;
   fclose(f);
   cr_assert(strstr(text, "is full") && strstr(text, cache) && strstr(text, "bytes needed"), "%s", text);
+}
+
+/* ---- the context against memory and the model ---- */
+
+/* A tiny llama (2 layers, 2 KV heads of 16: 32 floats a position a layer) trained on context_length
+ * positions (0: 256), opened. */
+static llm_model_t *tiny_model(int context_length) {
+  char dir[512], path[600];
+  temp_dir(dir, sizeof(dir), "leftovers-llm");
+  snprintf(path, sizeof(path), "%s/tiny.gguf", dir);
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_F32, true, 7);
+  s.context_length = context_length;
+  OK(tiny_write(&s, path));
+  llm_model_t *m = NULL;
+  OK(llm_model_open(path, &m));
+  return m;
+}
+
+Test(leftovers, a_context_memory_cannot_hold_is_refused_before_reserving) {
+  llm_model_t *m = tiny_model(0);
+  /* 4096 positions: 2 layers x 2 x 4096 x 32 floats = 2 MiB of caches, with 1 MB available */
+  setenv("HCQ_LLM_MEMORY_BYTES", "1000000", 1);
+  llm_decoder_t *dec = NULL;
+  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_CPU, .ctx = 4096}, &dec), HCQ_OUT_OF_RANGE,
+        "4096 positions", "0.00 GB of memory is available", "--ctx");
+  cr_assert_null(dec);
+  /* 256 positions: 131 kB */
+  OK(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_CPU, .ctx = 256}, &dec));
+  cr_assert_eq(llm_decoder_ctx(dec), 256);
+  OK(llm_decoder_destroy(dec));
+  llm_model_close(m);
+}
+
+/* A model trained on 7 positions: the decoder holds 7 (not a whole chunk of 32) and generating stops
+ * there, whatever the steps asked for. */
+Test(leftovers, decoding_stops_at_a_tiny_trained_context) {
+  llm_model_t *m = tiny_model(7);
+  cr_assert_eq(m->config.ctx_train, 7);
+  llm_decoder_t *dec = NULL;
+  OK(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_CPU}, &dec));
+  cr_assert_eq(llm_decoder_ctx(dec), 7);
+  int32_t prompt[] = {10, 11, 12};
+  llm_generate_result_t res;
+  OK(llm_generate(dec, prompt, 3, &(llm_generate_options_t){.steps = 20, .ignore_eos = true}, &res));
+  cr_assert_eq(res.n, 4, "positions 3..6 only: %d tokens", res.n);
+  free(res.ids);
+  OK(llm_decoder_destroy(dec));
+  llm_model_close(m);
 }
