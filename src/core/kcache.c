@@ -345,7 +345,7 @@ static void disk_full_why(char *why, size_t size, const char *dir, const char *p
   if (statvfs(dir, &sv) == 0)
     snprintf(free_text, sizeof(free_text), ", %llu free", (unsigned long long)sv.f_bavail * sv.f_frsize);
   snprintf(why, size, "cannot store %s: the disk holding %s is full (%s): %zu bytes needed%s", path, dir,
-           err == EDQUOT ? "the quota is used up" : "no space left", need, free_text);
+           strerror(err), need, free_text);
 }
 
 bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const char *key, const void *payload,
