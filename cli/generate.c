@@ -336,6 +336,9 @@ static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
     while (ctx < want && ctx < (unsigned long long)c->ctx_train) ctx *= 2;
     opts.ctx = (int)(ctx < (unsigned long long)c->ctx_train ? ctx : (unsigned long long)c->ctx_train);
   }
+  if (a->ctx > (unsigned long long)c->ctx_train)
+    fprintf(stderr, "hcq: warning: --ctx %llu is beyond the %d positions the model was trained on: past them its output "
+            "may be poor\n", a->ctx, c->ctx_train);
   if (g->nprompt + 1 > (size_t)opts.ctx)
     return hcq_status_make(HCQ_OUT_OF_RANGE, "generate: the prompt has %zu tokens; the context holds %d positions",
                            g->nprompt, opts.ctx);
@@ -354,6 +357,13 @@ static hcq_status_t run(gen_t *g, const gen_args_t *a) {
   if (!st && print) {
     printf("\n");
     fflush(stdout); /* before the summary on standard error */
+  }
+  /* generation stops at the context's last position, never past it: said, not silent */
+  if (!st && g->res.stop == HCQ_LLM_STOP_CONTEXT && cli_mpi_rank() == 0) {
+    hcq_llm_info_t i;
+    hcq_llm_get_info(g->llm, &i);
+    fprintf(stderr, "hcq: stopped after %zu tokens: the context holds %d positions (the model was trained on %d; "
+            "--ctx sets it)\n", g->res.n, i.ctx, i.ctx_train);
   }
   return st;
 }

@@ -30,6 +30,7 @@ typedef struct tiny_spec {
   bool rope_freqs;
   int window;
   const char *omit; /* a tensor left out (its name) */
+  int context_length; /* 0: 256 */
 } tiny_spec_t;
 
 static inline float tiny_uniform(uint64_t *s) {
@@ -100,7 +101,7 @@ static inline hcq_status_t tiny_build(const tiny_spec_t *s, gguf_writer_t **out)
   TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("feed_forward_length"), (uint32_t)s->ffn));
   TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.head_count"), (uint32_t)s->heads));
   TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.head_count_kv"), (uint32_t)s->kv_heads));
-  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("context_length"), 256));
+  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("context_length"), s->context_length ? (uint32_t)s->context_length : 256));
   TINY_TRY(gguf_writer_add_f32(w, TINY_KEY("rope.freq_base"), s->rope_base > 0 ? s->rope_base : 10000.0f));
   TINY_TRY(gguf_writer_add_f32(w, TINY_KEY("attention.layer_norm_rms_epsilon"), 1e-5f));
   if (s->head_dim) {

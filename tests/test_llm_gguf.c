@@ -1948,6 +1948,21 @@ Test(llm_model, vocab_size_disagrees) {
   llm_model_close(m);
 }
 
+/* More tokenizer tokens than embedding rows: ids the embedding lacks (bad input); fewer is padding. */
+Test(llm_model, tokenizer_tokens_beyond_the_embedding) {
+  const char *tokens[41];
+  for (int i = 0; i < 41; i++) tokens[i] = "t";
+  tiny_llama_t s = tiny();
+  gguf_writer_t *w = tiny_llama(&s);
+  OK(gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, 41));
+  MODEL_FAILS(w, HCQ_INVALID_ARGUMENT, "tokenizer.ggml.tokens", "41 tokens", "40 rows");
+  w = tiny_llama(&s);
+  OK(gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, 39));
+  llm_model_t *m;
+  OK(open_tiny(w, &m));
+  llm_model_close(m);
+}
+
 Test(llm_model, bad_dimensions) {
   tiny_llama_t s = tiny();
   s.layers = 0;

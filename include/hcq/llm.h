@@ -21,8 +21,8 @@
  * Errors are hcq statuses (hcq/status.h) whose message names the file, tensor, key or argument at
  * fault: NOT_FOUND (no such file or model name), INVALID_ARGUMENT (a damaged file, bad arguments),
  * UNIMPLEMENTED (a valid model this library does not run, naming what), UNAVAILABLE (no device of
- * the kind asked, or a download that failed), OUT_OF_MEMORY (a context too large for the machine's
- * memory), OUT_OF_RANGE (a prompt longer than the context, a buffer too small).
+ * the kind asked, or a download that failed or found the disk full), OUT_OF_RANGE (a context too
+ * large for the machine's memory, a prompt longer than the context, a buffer too small).
  *
  * Threads: one thread at a time per hcq_llm_t; different hcq_llm_t may run on different threads.
  * Strings are UTF-8 (token text passed to callbacks is always whole, valid UTF-8).
@@ -51,7 +51,8 @@ typedef struct hcq_llm_options {
   const char *device;
   /* Positions the caches hold (prompt plus new tokens): 0 is the model's trained context, at most
    * 4096. More than the trained context is allowed (quality falls past it); more than the machine's
-   * memory holds is OUT_OF_MEMORY before anything is allocated. */
+   * memory holds is OUT_OF_RANGE (naming the bytes needed and available) before anything is
+   * allocated; the context stops at the model's trained length when that is less than asked. */
   int ctx;
   /* Prompt tokens per pass: 0 is 128. Longer prompts take several passes. */
   int max_batch;

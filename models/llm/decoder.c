@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "decoder_internal.h"
 #include "model_status.h"
@@ -84,16 +85,16 @@ static hcq_status_t rope_table(llm_decoder_t *m, dev_state_t *s, double base, co
                                hcq_buffer_t **out) {
   const llm_config_t *c = &m->c;
   size_t pairs = (size_t)c->rope_dim / 2;
-  float *table = malloc((size_t)m->ctx * pairs * 2 * sizeof(float));
+  float *table = malloc((size_t)m->ctx_alloc * pairs * 2 * sizeof(float));
   if (!table) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  for (int p = 0; p < m->ctx; p++)
+  for (int p = 0; p < m->ctx_alloc; p++)
     for (size_t j = 0; j < pairs; j++) {
       double theta = p * pow(base, -2.0 * (double)j / c->rope_dim) / (factors ? (double)factors[j] : 1.0);
       table[((size_t)p * pairs + j) * 2] = (float)cos(theta);
       table[((size_t)p * pairs + j) * 2 + 1] = (float)sin(theta);
     }
-  hcq_status_t st = buffer(s->dev, (size_t)m->ctx * pairs * 8, label, -1, out);
-  if (!st) st = llm_write_buffer(m, *out, 0, table, (size_t)m->ctx * pairs * 8);
+  hcq_status_t st = buffer(s->dev, (size_t)m->ctx_alloc * pairs * 8, label, -1, out);
+  if (!st) st = llm_write_buffer(m, *out, 0, table, (size_t)m->ctx_alloc * pairs * 8);
   free(table);
   return st;
 }
@@ -140,17 +141,17 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   m->cls_groups = (c->vocab + llm_cls_rows(m->kind) - 1) / llm_cls_rows(m->kind);
   /* Mapped where the device has such memory: the host reads each token as its step finishes,
    * while the next step runs (llm_generate). */
-  hcq_status_t mapped = hcq_buffer_create_mapped(d0, ((size_t)m->ctx + 1) * 4, &m->tokens);
+  hcq_status_t mapped = hcq_buffer_create_mapped(d0, ((size_t)m->ctx_alloc + 1) * 4, &m->tokens);
   if (mapped && hcq_status_code(mapped) != HCQ_UNAVAILABLE) return mapped;
   hcq_status_destroy(mapped);
   if (m->tokens) hcq_buffer_set_label(m->tokens, "tokens");
-  else TRY(buffer(d0, ((size_t)m->ctx + 1) * 4, "tokens", -1, &m->tokens));
+  else TRY(buffer(d0, ((size_t)m->ctx_alloc + 1) * 4, "tokens", -1, &m->tokens));
   TRY(buffer(d0, (size_t)c->vocab * 4, "logits", -1, &m->logits));
   TRY(buffer(d0, (size_t)m->cls_groups * 8, "best logits", -1, &m->best));
   TRY(buffer(d0, 64, "sampler", -1, &m->params));
   TRY(buffer(d0, (size_t)c->vocab * 16, "sampler scratch", -1, &m->scratch));
   if (!(m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  size_t cache = (size_t)c->n_kv_heads * (size_t)m->ctx * (size_t)c->head_dim * 4;
+  size_t cache = (size_t)c->n_kv_heads * (size_t)m->ctx_alloc * (size_t)c->head_dim * 4;
   for (int l = 0; l < c->n_layers; l++) {
     const llm_layer_t *L = &model->layers[l];
     layer_state_t *S = &m->layers[l];
@@ -183,6 +184,35 @@ static int isa_cap(void) {
   return -1;
 }
 
+/* The memory the host has for a decoder: $HCQ_LLM_MEMORY_BYTES (tests set it), else /proc/meminfo's
+ * MemAvailable, else the physical memory; 0 when unknown. */
+static uint64_t host_memory_available(void) {
+  const char *env = getenv("HCQ_LLM_MEMORY_BYTES");
+  if (env && *env) return strtoull(env, NULL, 10);
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[128];
+  unsigned long long kib = 0;
+  while (f && fgets(line, sizeof(line), f) && sscanf(line, "MemAvailable: %llu kB", &kib) != 1) kib = 0;
+  if (f) fclose(f);
+  if (kib) return kib * 1024ull;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+/* The caches' bytes, computed before anything is reserved: a context the host's memory cannot hold
+ * is refused (the weights, already mapped, are not counted). Devices with their own memory check
+ * their buffers when created. */
+static hcq_status_t check_memory(const llm_config_t *c, hcq_device_kind_t kind, int ctx, int ctx_alloc) {
+  uint64_t kv = (uint64_t)c->n_layers * 2 * (uint64_t)ctx_alloc * (uint64_t)llm_kv_dim(c) * 4;
+  uint64_t tables = (uint64_t)ctx_alloc * (uint64_t)c->rope_dim * 4 * 2 + ((uint64_t)ctx_alloc + 1) * 4;
+  uint64_t need = kv + tables, have = kind == HCQ_DEVICE_CPU ? host_memory_available() : 0;
+  if (!have || need <= have) return NULL;
+  return hcq_status_make(HCQ_OUT_OF_RANGE,
+                         "llm decoder: a context of %d positions needs %.2f GB for its caches (%d layers x 2 x %d floats "
+                         "a position) and %.2f GB of memory is available: ask for fewer positions (hcq generate --ctx)",
+                         ctx, need / 1e9, c->n_layers, llm_kv_dim(c), have / 1e9);
+}
+
 hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_options_t *o, llm_decoder_t **out) {
   *out = NULL;
   if (!model) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_decoder_create: model is NULL");
@@ -207,7 +237,8 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   int ctx = opts.ctx ? opts.ctx : (c->ctx_train < 4096 ? c->ctx_train : 4096);
   if (ctx < 1 || ctx > (1 << 20))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a context of %d positions (expected 1 to 2^20)", ctx);
-  ctx = (ctx + CHUNK - 1) / CHUNK * CHUNK;
+  int ctx_alloc = (ctx + CHUNK - 1) / CHUNK * CHUNK;
+  TRY(check_memory(c, opts.kind, ctx, ctx_alloc));
   int max_batch = opts.max_batch ? opts.max_batch : 128;
   if (max_batch < 1 || max_batch > 4096)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a prompt batch of %d tokens (expected 1 to 4096)", max_batch);
@@ -218,6 +249,7 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   m->ndev = ndev;
   m->split = ndev == 2 ? c->n_layers - c->n_layers / 2 : c->n_layers;
   m->ctx = ctx;
+  m->ctx_alloc = ctx_alloc;
   m->max_batch = max_batch;
   m->isa_cap = cap;
   m->profile = opts.profile;

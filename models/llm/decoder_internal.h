@@ -54,6 +54,7 @@ struct llm_decoder {
   llm_config_t c;
   hcq_device_kind_t kind;
   int ndev, split, ctx, max_batch, isa_cap, cls_groups, ranks;
+  int ctx_alloc; /* the positions the caches and tables hold: ctx rounded up to whole chunks (ctx: those used) */
   bool profile, reads_tokens, direct;
   dev_state_t d[2];
   layer_state_t *layers;

@@ -60,7 +60,7 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
   int len = snprintf(key, sizeof(key),
                      "#define DIM %d\n#define FFN %d\n#define NH %d\n#define NKV %d\n#define HD %d\n#define RD %d\n#define VOCAB %d\n"
                      "#define CTX %d\n#define NORM_EPS %.9gf\n#define LLM_ISA_CAP %d\n%s",
-                     c->dim, c->ffn, c->n_heads, c->n_kv_heads, c->head_dim, c->rope_dim, c->vocab, m->ctx, (double)c->norm_eps,
+                     c->dim, c->ffn, c->n_heads, c->n_kv_heads, c->head_dim, c->rope_dim, c->vocab, m->ctx_alloc, (double)c->norm_eps,
                      m->isa_cap, defines);
   if (len < 0 || (size_t)len >= sizeof(key)) return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
   /* what the architecture changes (kernels.c; on every kind: gpu_abi.h) */

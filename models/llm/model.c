@@ -250,6 +250,12 @@ static hcq_status_t read_embedding(const gguf_file_t *g, llm_config_t *c) {
   TRY(gguf_get_u32_or(g, k, &v));
   if (v != (uint32_t)c->vocab)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s is %u but token_embd.weight has %d rows", gguf_path(g), k, v, c->vocab);
+  /* More rows than tokens is padding (Qwen pads to a multiple of 128); more tokens than rows would
+   * let the tokenizer give ids the embedding does not have. */
+  const gguf_kv_t *tokens = gguf_find_kv(g, "tokenizer.ggml.tokens");
+  if (tokens && tokens->type == GGUF_ARRAY && tokens->count > (uint64_t)c->vocab)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tokenizer.ggml.tokens holds %llu tokens but token_embd.weight has %d rows",
+                           gguf_path(g), (unsigned long long)tokens->count, c->vocab);
   return NULL;
 }
 

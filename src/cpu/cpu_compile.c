@@ -335,7 +335,7 @@ static hcq_status_t compile_to_memory(const compiler_t *cc, const char *entry, c
     unlink(so_path);
     unlink(c_path);
   }
-  rmdir(dir);
+  hcq__cpu_remove_private_dir(dir);
   return st;
 }
 

@@ -22,8 +22,12 @@ static inline bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n';
 HCQ_MUST_USE hcq_status_t hcq__cpu_run_compiler(const char *exe, char *const argv[], char *output, size_t cap,
                                                 int *out_status);
 
-/* A new directory of ours alone (0700) in TMPDIR, else /tmp; the caller removes it. (cpu_load.c) */
+/* A new directory of ours alone (0700) in TMPDIR, else /tmp, locked while we use it; the caller
+ * removes it with hcq__cpu_remove_private_dir. The first call of a process removes the
+ * hcq-build-* directories of processes that died without removing theirs. (cpu_load.c) */
 HCQ_MUST_USE hcq_status_t hcq__cpu_make_private_dir(const char *entry, char dir[PATH_MAX]);
+/* Removes dir (and whatever a compile left in it) and lets its lock go. (cpu_load.c) */
+void hcq__cpu_remove_private_dir(const char *dir);
 
 /* Writes all n bytes (retrying short writes and EINTR); false on an error. (cpu_load.c) */
 bool hcq__cpu_write_bytes(int fd, const void *data, size_t n);

@@ -1,13 +1,19 @@
 /* Loading a compiled CPU kernel: from checked bytes in memory (a sealed memfd), else from a file
  * in a private directory of ours, never by mapping the cache file (docs/kernel-cache.md). */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/kcache.h"
@@ -43,22 +49,118 @@ static hcq_status_t load_object(const char *path, const char *entry, hcq__progra
   return NULL;
 }
 
-/* ---- a private directory, for compiling and as a last resort for loading ---- */
+/* ---- a private directory, for compiling and as a last resort for loading ----
+ *
+ * A process killed while it compiles (kill -9, the OOM killer) cannot remove its directory. So
+ * each directory is flocked by its owner for as long as the owner uses it, and the first compile of
+ * a later process removes every hcq-build-* directory of ours whose lock it can take: the kernel
+ * drops a dead process's locks, whatever pid namespace it ran in, and a reused pid changes nothing.
+ * The lock is held on the directory itself (no file inside to remove first). */
+
+typedef struct held_dir {
+  char *path;
+  int fd;
+} held_dir_t;
+
+static pthread_mutex_t g_held_lock = PTHREAD_MUTEX_INITIALIZER;
+static held_dir_t *g_held;
+static size_t g_held_len, g_held_cap;
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)ftw;
+  if (flag == FTW_DP) rmdir(path);
+  else unlink(path);
+  return 0; /* what cannot be removed stays; the rest goes */
+}
+
+static void remove_tree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* Removes base's hcq-build-* directories of ours whose owner is gone (their lock is free). */
+static void reap_stale_dirs(const char *base) {
+  DIR *d = opendir(base);
+  if (!d) return;
+  char path[PATH_BUF];
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strncmp(e->d_name, "hcq-build-", 10)) continue;
+    int n = snprintf(path, sizeof(path), "%s/%s", base, e->d_name);
+    if (n < 0 || (size_t)n >= sizeof(path)) continue;
+    struct stat sb;
+    if (lstat(path, &sb) || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid()) continue;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) remove_tree(path); /* removed while locked: see lock_new_dir */
+    close(fd);
+  }
+  closedir(d);
+}
+
+/* Takes the lock of the directory mkdtemp just made and records it: false when the directory was
+ * reaped before the lock was taken (a later process saw it unlocked), or cannot be locked. */
+static bool lock_new_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat sb;
+  /* a reaper holding the lock is removing the directory: once it lets go, no link is left */
+  if (flock(fd, LOCK_EX) != 0 || fstat(fd, &sb) != 0 || sb.st_nlink == 0) {
+    close(fd);
+    return false;
+  }
+  pthread_mutex_lock(&g_held_lock);
+  bool kept = false;
+  if (g_held_len == g_held_cap) {
+    size_t cap = g_held_cap ? 2 * g_held_cap : 8;
+    held_dir_t *grown = realloc(g_held, cap * sizeof(*grown));
+    if (grown) g_held = grown, g_held_cap = cap;
+  }
+  char *copy = g_held_len < g_held_cap ? strdup(dir) : NULL;
+  if (copy) g_held[g_held_len++] = (held_dir_t){copy, fd}, kept = true;
+  pthread_mutex_unlock(&g_held_lock);
+  if (!kept) close(fd); /* out of memory: the directory is used unlocked (a reaper may take it) */
+  return true;
+}
+
+void hcq__cpu_remove_private_dir(const char *dir) {
+  remove_tree(dir);
+  pthread_mutex_lock(&g_held_lock);
+  for (size_t i = 0; i < g_held_len; i++)
+    if (!strcmp(g_held[i].path, dir)) {
+      close(g_held[i].fd);
+      free(g_held[i].path);
+      g_held[i] = g_held[--g_held_len];
+      break;
+    }
+  pthread_mutex_unlock(&g_held_lock);
+}
+
+static atomic_bool g_reaped;
 
 hcq_status_t hcq__cpu_make_private_dir(const char *entry, char dir[PATH_MAX]) {
   const hcq__options_t *o = hcq__options();
   const char *bases[] = {o->tmp_dir, "/tmp"};
+  if (!atomic_exchange(&g_reaped, true))
+    for (size_t i = 0; i < 2; i++)
+      if (i == 0 || strcmp(bases[0], bases[1])) reap_stale_dirs(bases[i]);
   char made[PATH_BUF], why[2 * PATH_MAX] = "";
-  for (size_t i = 0; i < 2; i++) {
+  for (size_t i = 0, tries = 0; i < 2; i++) {
     if (strlen(bases[i]) > MAX_CACHE_DIR) continue;
     snprintf(made, sizeof(made), "%s/hcq-build-XXXXXX", bases[i]);
     if (!mkdtemp(made)) {
       snprintf(why, sizeof(why), "cannot create %s: %s", made, strerror(errno));
       continue;
     }
-    if (realpath(made, dir) && strlen(dir) <= MAX_CACHE_DIR && hcq__kcache_dir_trusted(dir, why, sizeof(why)))
-      return NULL;
-    rmdir(made);
+    if (!realpath(made, dir)) {
+      snprintf(why, sizeof(why), "cannot resolve %s: %s", made, strerror(errno));
+      rmdir(made);
+      continue;
+    }
+    if (!lock_new_dir(dir)) {
+      rmdir(dir);
+      if (++tries < 4) i--; /* reaped before it was locked: another name */
+      else snprintf(why, sizeof(why), "cannot lock %s", dir);
+      continue;
+    }
+    if (strlen(dir) <= MAX_CACHE_DIR && hcq__kcache_dir_trusted(dir, why, sizeof(why))) return NULL;
+    hcq__cpu_remove_private_dir(dir);
   }
   return hcq_status_make(HCQ_UNAVAILABLE, "no private directory to compile %s in: %s", entry, why);
 }
@@ -172,6 +274,6 @@ hcq_status_t hcq__cpu_load_image(const void *bytes, size_t size, const char *key
   if (ok) st = load_object(path, entry, out, out_bad);
   else st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s to load kernel %s: %s", path, entry, strerror(err));
   unlink(path);
-  rmdir(dir);
+  hcq__cpu_remove_private_dir(dir);
   return st;
 }
