@@ -33,7 +33,8 @@ int main(int argc, char **argv) {
   hcq_program_t *p = NULL;
   if ((st = hcq_program_create_fn(dev, "nothing", nothing, &p))) return fail(st, "program");
   hcq_operand_t one = hcq_imm(1);
-  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL, .kernel = {p, &x, 1, NULL, 0, NULL, 0, {one, one, one}, {one, one, one}}};
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
+                        .kernel = {p, &x, 1, NULL, 0, NULL, 0, {one, one, one}, {one, one, one}}};
   hcq_exec_item_t items[2] = {it, it};
   hcq_jit_t *jit = NULL;
   if ((st = hcq_jit_create(items, 2, NULL, 0, NULL, 0, NULL, &jit))) return fail(st, "jit");

@@ -27,7 +27,8 @@ Test(leaks, a_failed_close_tells_the_users_objects_from_what_a_jit_holds) {
   hcq_program_t *p = NULL;
   OK(hcq_program_create_fn(d, "nothing", nothing, &p));
   hcq_operand_t one = hcq_imm(1);
-  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL, .kernel = {p, &x, 1, NULL, 0, NULL, 0, {one, one, one}, {one, one, one}}};
+  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
+                        .kernel = {p, &x, 1, NULL, 0, NULL, 0, {one, one, one}, {one, one, one}}};
   hcq_exec_item_t items[2] = {it, it};
   hcq_jit_t *jit = NULL;
   OK(hcq_jit_create(items, 2, NULL, 0, NULL, 0, NULL, &jit));
