@@ -10,9 +10,13 @@
  *
  * Devices are process-wide and reference counted by name: opening "CPU:0" twice returns the same
  * device, and each open needs one hcq_device_close(). The last close of a device fails (and the
- * device stays open) when buffers, programs, signals or graphs of it are still alive (the message
- * names them), or when its work does not finish within the wait timeout (the message carries the
- * hang report): closing with work pending is an error, not a hang. A close waits without holding
+ * device stays open) when buffers, programs, signals, graphs or jits of it are still alive (the
+ * message names the ones the application made, with the call that made each, apart from those a
+ * jit or graph holds on its behalf, and counts what it does not name), or when its work does not
+ * finish within the wait timeout (the message carries the hang report): closing with work pending
+ * is an error, not a hang. Leak report (docs/errors.md): with HCQ_VALIDATE=1 or HCQ_LEAK_REPORT=1
+ * (=backtrace: with the stack that made each), the objects still alive when the process exits are
+ * listed on standard error, and so are those of a lost device as it closes. A close waits without holding
  * any lock other threads need to open or close other devices.
  *
  * Lost devices (docs/errors.md): a device whose work is stuck (a kernel that never returns, a queue waiting

@@ -22,7 +22,9 @@ static hcq_buffer_t *buffer_new(hcq_device_t *dev) {
   return b;
 }
 
-static hcq_status_t buffer_create(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq_buffer_t **out_buffer) {
+/* call: the public call that made it, for the leak report. */
+static hcq_status_t buffer_create(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq_buffer_t **out_buffer,
+                                  const char *call) {
   if (!out_buffer) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_create: out_buffer is NULL");
   *out_buffer = NULL;
   if (!dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_buffer_create: device is NULL");
@@ -40,7 +42,7 @@ static hcq_status_t buffer_create(hcq_device_t *dev, uint64_t size, uint32_t fla
   b->size = size;
   b->addr = b->mem.addr;
   hcq__mem_count(dev, b->mem_class = HCQ__MEMC_BUFFERS, (int64_t)b->mem.size);
-  hcq__obj_add(dev, &b->obj, HCQ__OBJ_BUFFER, b->label);
+  hcq__obj_add_from(dev, &b->obj, HCQ__OBJ_BUFFER, b->label, call);
   *out_buffer = b;
   return NULL;
 }
@@ -48,7 +50,7 @@ static hcq_status_t buffer_create(hcq_device_t *dev, uint64_t size, uint32_t fla
 hcq_status_t hcq_buffer_create(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out_buffer) {
   if (out_buffer) *out_buffer = NULL;
   hcq_status_t st = dev ? hcq__device_handle_check(dev, "hcq_buffer_create") : NULL;
-  return st ? st : buffer_create(dev, size, 0, out_buffer);
+  return st ? st : buffer_create(dev, size, 0, out_buffer, "hcq_buffer_create");
 }
 
 /* Why dev's buffers have no host address, for UNAVAILABLE messages. */
@@ -60,7 +62,7 @@ static const char *why_unmapped(const hcq_device_t *dev) {
 hcq_status_t hcq_buffer_create_mapped(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out_buffer) {
   if (out_buffer) *out_buffer = NULL;
   hcq_status_t st = dev ? hcq__device_handle_check(dev, "hcq_buffer_create_mapped") : NULL;
-  if (st || (st = buffer_create(dev, size, HCQ__MEM_MAPPED, out_buffer))) return st;
+  if (st || (st = buffer_create(dev, size, HCQ__MEM_MAPPED, out_buffer, "hcq_buffer_create_mapped"))) return st;
   if ((*out_buffer)->mem.host) return NULL;
   hcq_buffer_release(*out_buffer);
   *out_buffer = NULL;
@@ -112,16 +114,21 @@ hcq_status_t hcq_buffer_map(hcq_buffer_t *buf, void **out_host) {
   const hcq_buffer_t *base = hcq_buffer_base(buf);
   if (!base->mem.host) {
     char name[96];
-    return hcq_status_make(HCQ_UNAVAILABLE, "hcq_buffer_map: %s on %s: %s (hcq_buffer_create_mapped makes buffers the "
-                           "host can map where the device has such memory)",
-                           hcq__buffer_name(buf, name), buf->dev->name, why_unmapped(buf->dev));
+    /* What works instead: on a remote device no buffer maps here, hcq_buffer_create_mapped's neither. */
+    const char *instead = hcq__device_is_remote(buf->dev)
+                              ? "read its bytes here with hcq_mpi_fetch (every rank calls it), or map it on the rank "
+                                "that owns the device"
+                              : "hcq_buffer_create_mapped makes buffers the host can map where the device has such "
+                                "memory; hcq_buffer_copyin and hcq_buffer_copyout work on every buffer";
+    return hcq_status_make(HCQ_UNAVAILABLE, "hcq_buffer_map: %s on %s: %s (%s)", hcq__buffer_name(buf, name),
+                           buf->dev->name, why_unmapped(buf->dev), instead);
   }
   *out_host = (char *)base->mem.host + buf->offset;
   return NULL;
 }
 
 hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out) {
-  return buffer_create(dev, size, HCQ__MEM_HOST_VISIBLE, out);
+  return buffer_create(dev, size, HCQ__MEM_HOST_VISIBLE, out, "hcq (internal)");
 }
 
 const char *hcq__buffer_name(const hcq_buffer_t *buf, char out[96]) {

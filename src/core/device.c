@@ -20,6 +20,7 @@
 #include "core/queue.h"
 #include "core/remote.h"
 #include "core/signal.h"
+#include "core/validate.h"
 #include "core/vec.h"
 #include "trace/trace_internal.h"
 
@@ -374,23 +375,31 @@ hcq_status_t hcq_device_open(const char *name, hcq_device_t **out_device) {
   return hcq_device_open_ex(name, NULL, out_device);
 }
 
-/* "buffer \"a\", signal \"gate\" and 3 more" */
-
-static void describe_objects(hcq_device_t *dev, char *out, size_t size) {
-  size_t used = 0;
-  long shown = 0;
-  out[0] = '\0';
-  pthread_mutex_lock(&dev->obj_lock);
-  for (hcq__obj_t *o = dev->objects.next; o != &dev->objects && used < size; o = o->next) {
-    if (shown == 6) {
-      snprintf(out + used, size - used, " and %ld more", dev->nobjects - shown);
-      break;
+/* The at-exit leak report (core/object.h): at exit other threads may still hold the locks, so it
+ * only tries them, and says what it could not list. */
+void hcq__devices_report_leaks_at_exit(void) {
+  long total = hcq__obj_live_count();
+  if (total <= 0) return; /* a clean shutdown */
+  fprintf(stderr, "hcq: %ld object%s still alive at exit (%s):\n", total, total == 1 ? "" : "s",
+          hcq__validating ? "HCQ_VALIDATE=1" : "HCQ_LEAK_REPORT");
+  long listed = 0, budget = 200;
+  if (pthread_mutex_trylock(&g_registry_lock) == 0) {
+    for (int i = 0; i < MAX_DEVICES; i++) {
+      hcq_device_t *dev = g_devices[i];
+      if (!dev || pthread_mutex_trylock(&dev->obj_lock) != 0) continue;
+      listed += hcq__obj_print_locked(dev, stderr, &budget);
+      pthread_mutex_unlock(&dev->obj_lock);
     }
-    int n = snprintf(out + used, size - used, "%s%s \"%.64s\"", shown ? ", " : "", hcq__obj_kind_name(o->kind), o->label);
-    used += n > 0 ? (size_t)n : 0;
-    shown++;
+    pthread_mutex_unlock(&g_registry_lock);
   }
-  pthread_mutex_unlock(&dev->obj_lock);
+  long printed = 200 - budget;
+  if (listed > printed) fprintf(stderr, "  and %ld more\n", listed - printed);
+  if (total > listed)
+    fprintf(stderr, "  and %ld not listed (of devices closed while lost, or busy in another thread at exit)\n",
+            total - listed);
+  fprintf(stderr, "hcq: release each (hcq_buffer_release, hcq_program_release, hcq_signal_destroy, hcq_graph_destroy, "
+                  "hcq_jit_destroy) before closing its device%s\n",
+          hcq__leak_report_env() == 2 ? "" : "; HCQ_LEAK_REPORT=backtrace shows where each was made");
 }
 
 hcq_status_t hcq_device_close(hcq_device_t *dev) {
@@ -419,11 +428,20 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
   pthread_mutex_unlock(&dev->obj_lock);
   if (live > 0 && !hcq__device_is_lost(dev)) {
     pthread_mutex_unlock(&g_registry_lock);
-    char names[512];
-    describe_objects(dev, names, sizeof(names));
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "cannot close %s: %ld object%s of it %s still alive: %s",
-                           dev->name, live, live == 1 ? "" : "s", live == 1 ? "is" : "are", names);
+    /* Names them all within reason: 32 by default, more when a leak report was asked for. */
+    size_t size = hcq__leak_reporting() ? 32768 : 4096;
+    char *names = malloc(size);
+    if (!names)
+      return hcq_status_make(HCQ_FAILED_PRECONDITION, "cannot close %s: %ld object%s of it %s still alive", dev->name,
+                             live, live == 1 ? "" : "s", live == 1 ? "is" : "are");
+    hcq__obj_describe(dev, names, size, hcq__leak_reporting() ? 256 : 32);
+    hcq_status_t st = hcq_status_make(HCQ_FAILED_PRECONDITION,
+                                      "cannot close %s: %ld object%s of it %s still alive: %s; release them first",
+                                      dev->name, live, live == 1 ? "" : "s", live == 1 ? "is" : "are", names);
+    free(names);
+    return st;
   }
+  if (live > 0) hcq__leak_report_device(dev, "as it closes (lost: they stay valid handles until released)");
   /* Wait without the registry lock: other devices open and close meanwhile. */
   dev->closing = true;
   pthread_mutex_unlock(&g_registry_lock);

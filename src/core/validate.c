@@ -10,8 +10,10 @@
  *
  * What it cannot see: a write of the bytes a buffer already held. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/buffer.h"
 #include "core/capture.h"
@@ -42,6 +44,25 @@ static hcq_status_t copy_out(hcq_buffer_t *b, void *dst) {
   hcq_status_t st = hcq_buffer_copyout(b, 0, dst, b->size);
   hcq__recorder = rec;
   return st;
+}
+
+static int g_leak_report_env;
+static pthread_once_t g_leak_report_once = PTHREAD_ONCE_INIT;
+
+static void read_leak_report_env(void) {
+  const char *s = getenv("HCQ_LEAK_REPORT");
+  if (!s || !*s || !strcmp(s, "0")) return;
+  if (!strcmp(s, "1"))
+    g_leak_report_env = 1;
+  else if (!strcmp(s, "backtrace"))
+    g_leak_report_env = 2;
+  else
+    fprintf(stderr, "hcq: ignoring HCQ_LEAK_REPORT=\"%.64s\": expected 0, 1 or backtrace\n", s);
+}
+
+int hcq__leak_report_env(void) {
+  pthread_once(&g_leak_report_once, read_leak_report_env);
+  return g_leak_report_env;
 }
 
 hcq_status_t hcq__write_check_begin(const hcq_launch_desc_t *d, hcq__write_check_t **out) {

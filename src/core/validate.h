@@ -11,4 +11,8 @@ HCQ_MUST_USE hcq_status_t hcq__write_check_begin(const hcq_launch_desc_t *d, hcq
 HCQ_MUST_USE hcq_status_t hcq__write_check_end(hcq__write_check_t *wc, const hcq_launch_desc_t *d);
 void hcq__write_check_free(hcq__write_check_t *wc);
 
+/* HCQ_LEAK_REPORT (docs/errors.md, "Leak report"), read once: 0 unset or "0", 1 on ("1"), 2 with the
+ * creating stack of each object ("backtrace"). Anything else warns once and counts as 0. */
+int hcq__leak_report_env(void);
+
 #endif

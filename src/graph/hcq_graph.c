@@ -148,12 +148,14 @@ static hcq_status_t create_device_objects(hcq_graph_impl_t *g, graph_inst_t *in,
     snprintf(name, sizeof(name), "kernargs of %s%s", r->label, tag);
     hcq_buffer_set_label(in->kernargs[d], name);
     hcq__buffer_set_mem_class(in->kernargs[d], HCQ__MEMC_KERNARGS);
+    hcq__obj_set_holder(&in->kernargs[d]->obj, &r->objs[d]); /* the graph's, not the user's */
   }
   if (!st && g->profile) {
     st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &in->prof_stamps[d]);
     snprintf(name, sizeof(name), "profile timestamps of %s%s", r->label, tag);
     if (!st) hcq_buffer_set_label(in->prof_stamps[d], name);
     if (!st) hcq__buffer_set_mem_class(in->prof_stamps[d], HCQ__MEMC_PROFILE);
+    if (!st) hcq__obj_set_holder(&in->prof_stamps[d]->obj, &r->objs[d]);
   }
   snprintf(name, sizeof(name), "graph device signal of %s%s", dev->name, tag);
   if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->dev_sig[d]);

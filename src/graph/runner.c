@@ -80,6 +80,18 @@ void hcq__runner_deinit(hcq__runner_t *r) {
   memset(r, 0, sizeof(*r));
 }
 
+void hcq__runner_mark(hcq__runner_t *r, const char *created_by, const hcq__runner_t *holder) {
+  for (size_t i = 0; i < r->ndevices && r->objs; i++) {
+    if (created_by) { /* messages read it under the device's object lock */
+      pthread_mutex_lock(&r->devices[i]->obj_lock);
+      r->objs[i].created_by = created_by;
+      pthread_mutex_unlock(&r->devices[i]->obj_lock);
+    }
+    uint32_t k = holder ? hcq__runner_device_index(holder, r->devices[i]) : UINT32_MAX;
+    if (k != UINT32_MAX && holder->objs) hcq__obj_set_holder(&r->objs[i], &holder->objs[k]);
+  }
+}
+
 static int key_cmp(const void *a, const void *b) {
   uintptr_t x = ((const struct hcq__runner_key *)a)->base, y = ((const struct hcq__runner_key *)b)->base;
   return (x > y) - (x < y);
@@ -304,7 +316,10 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
     r->objs = calloc(r->ndevices, sizeof(*r->objs));
     if (!r->label || !r->objs) st = oom();
   }
-  for (size_t i = 0; i < r->ndevices && !st; i++) hcq__obj_add(r->devices[i], &r->objs[i], HCQ__OBJ_GRAPH, r->label);
+  bool jit = !strcmp(kind, "jit");
+  for (size_t i = 0; i < r->ndevices && !st; i++)
+    hcq__obj_add_from(r->devices[i], &r->objs[i], jit ? HCQ__OBJ_JIT : HCQ__OBJ_GRAPH, r->label,
+                      jit ? "hcq_jit_create" : "hcq_graph_create");
   if (st) hcq__runner_deinit(r);
   return st;
 }

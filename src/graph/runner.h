@@ -68,6 +68,9 @@ HCQ_MUST_USE hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item
                                            hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
                                            const char *kind);
 void hcq__runner_deinit(hcq__runner_t *r);
+/* For the leak report: names the call that made r (when created_by is not NULL), and marks r's hold
+ * on each device as taken on behalf of holder (a jit's graphs: the jit), when holder is not NULL. */
+void hcq__runner_mark(hcq__runner_t *r, const char *created_by, const hcq__runner_t *holder);
 
 /* Checks a replay's arguments and stages them (pending_*); nothing current changes. */
 HCQ_MUST_USE hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,

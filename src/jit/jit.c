@@ -277,6 +277,7 @@ static hcq_status_t flush(hcq_jit_t *jit, size_t first, size_t count, size_t *ma
     hcq_status_destroy(st);
     return add_eager(jit, first, count, why);
   }
+  hcq__runner_mark(&g->runner, NULL, r); /* the jit's graph: a leak report lists it under the jit */
   if (!hcq__vec_reserve_for(&jit->batch_sizes, jit->batch_sizes.len + 1) || (st = add_segment(jit, first, count, g))) {
     hcq_status_destroy(hcq_graph_destroy(g));
     return st ? st : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory batching");
@@ -339,6 +340,7 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
     return st;
   }
   hcq__runner_t *r = &jit->runner;
+  if (when) hcq__runner_mark(r, "hcq_capture_end", NULL);
   if (options) {
     jit->strict_vars = options->strict_vars;
     jit->on_warning = options->on_warning;

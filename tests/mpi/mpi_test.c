@@ -346,6 +346,12 @@ static void scenario_eager(void) {
       hcq_status_t st = hcq_buffer_copyout(a, 0, got, sizeof(got));
       EXPECT(st && hcq_status_code(st) == HCQ_FAILED_PRECONDITION && strstr(hcq_status_message(st), "another rank"));
       hcq_status_destroy(st);
+      /* Mapping it fails too, and the message suggests what works here (not create_mapped, which fails as well). */
+      void *host = NULL;
+      st = hcq_buffer_map(a, &host);
+      EXPECT(st && hcq_status_code(st) == HCQ_UNAVAILABLE && strstr(hcq_status_message(st), "hcq_mpi_fetch") &&
+             !strstr(hcq_status_message(st), "hcq_buffer_create_mapped") && !host);
+      hcq_status_destroy(st);
     }
     hcq_buffer_release(a);
     hcq_buffer_release(b);
