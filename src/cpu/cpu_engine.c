@@ -18,6 +18,7 @@
 #include "core/command.h"
 #include "core/device.h"
 #include "core/host_wait.h"
+#include "core/object.h"
 #include "core/options.h"
 #include "core/remote.h"
 #include "core/signal.h"
@@ -182,6 +183,7 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
         } else {
           exec_command(e, w);
         }
+        if (__builtin_expect(hcq__validating, 0) && !hcq__cpu_bounds_check(e->dev, w)) return RUN_LOST;
         if (hcq__device_is_lost(e->dev)) return RUN_LOST;
         break;
       case HCQ__OP_COPY: {

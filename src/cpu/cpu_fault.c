@@ -36,9 +36,17 @@ void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t 
   hcq__fault_put(&l, hcq__fault_signal_name(sig));
   hcq__fault_put(&l, " at address ");
   hcq__fault_put_hex(&l, addr);
+  /* Under HCQ_VALIDATE the address may be a buffer's guard page: then that is the whole story.
+   * (Validation turns isolation on, so this runs after the handler jumped back, not inside it.) */
+  char guard[300];
+  bool guarded = p && hcq__cpu_guard_describe(ctx->device, cmd, addr, guard, sizeof(guard));
+  if (guarded) {
+    hcq__fault_put(&l, ": it ");
+    hcq__fault_put(&l, guard);
+  }
   /* A kernel that reads more buffers or values than its launch passed dereferences whatever
    * follows them: say so unless the program declared what it reads (then launches are checked). */
-  if (p && !atomic_load_explicit(&((hcq_program_t *)p)->args, memory_order_relaxed))
+  if (!guarded && p && !atomic_load_explicit(&((hcq_program_t *)p)->args, memory_order_relaxed))
     hcq__fault_put(&l, " (was it given fewer buffers or values than it reads? hcq_program_declare_args checks every launch)");
   l.buf[l.len] = '\0';
   size_t n = l.len < size - 1 ? l.len : size - 1;
