@@ -142,6 +142,19 @@ Test(bounds, a_view_is_named_with_its_base_and_offset) {
   rig_close(&r, bufs, 2);
 }
 
+Test(bounds, a_launch_shared_by_the_device_threads_is_checked_too) {
+  needs_validation();
+  rig_t r = rig_open();
+  enum { N = 1 << 20 };
+  /* y is 16 floats short: the last group (64 work-items) writes past its end, on whichever thread. */
+  hcq_buffer_t *bufs[2] = {labelled(r.dev, N * sizeof(float), "x"), labelled(r.dev, (N - 16) * sizeof(float), "y")};
+  hcq_launch_desc_t ld = {r.prog[3], bufs, 2, (int32_t[]){1, N}, 2, {N / 64, 1, 1}, {64, 1, 1}, NULL, 0};
+  OK(hcq_launch(&ld));
+  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel axpy on CPU:0", "buffer \"y\" (argument 1, 4194240 bytes)",
+        "past its end");
+  rig_close(&r, bufs, 2);
+}
+
 /* ---- graph replays and the JIT ---- */
 
 static hcq_exec_item_t poke_item(hcq_program_t *p, hcq_buffer_t **b, const hcq_operand_t *v) {

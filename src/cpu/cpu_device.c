@@ -199,8 +199,6 @@ static hcq_status_t cpu_device_create(int index, const hcq_device_options_t *opt
               HCQ__CAP_ENGINE_REMOTE_COPY;
   dev->threads = 1;
   dev->max_work_items = CPU_MAX_WORK_ITEMS;
-  /* A kernel that meets a guard page (HCQ_VALIDATE) is reported and its device lost, not the process. */
-  if (hcq__validating) dev->isolate = true;
   e->dev = dev;
   e->share.threads_asked = opts ? opts->threads : 0;
   e->pool.dev = dev;

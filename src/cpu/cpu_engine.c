@@ -178,7 +178,8 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
           return RUN_BLOCKED;
         }
         hcq__cursor_stamp(&q->c, w, engine_clock(e));
-        if (e->dev->isolate) {
+        /* HCQ_VALIDATE arms the jump too: a kernel meeting a guard page loses its device, not the process. */
+        if (e->dev->isolate || hcq__validating) {
           if (!exec_isolated(e, w)) return RUN_LOST;
         } else {
           exec_command(e, w);

@@ -10,6 +10,7 @@
 #include "core/command.h"
 #include "core/device.h"
 #include "core/fault.h"
+#include "core/object.h"
 #include "cpu/cpu_internal.h"
 
 _Thread_local hcq__cpu_fault_ctx_t *hcq__cpu_fault_ctx;
@@ -61,7 +62,9 @@ static int claim(int sig, const siginfo_t *info) {
   const uint32_t *cmd = ctx->current_command ? ctx->current_command(ctx) : NULL;
   if (!cmd || HCQ__HDR_OP(cmd[0]) != HCQ__OP_EXEC) return HCQ__FAULT_MINE;
   uint64_t addr = (uint64_t)(uintptr_t)info->si_addr;
-  if (ctx->jump) {
+  /* Under HCQ_VALIDATE the jump is armed for every kernel, but only a guard page fault is taken
+   * back without HCQ_CPU_ISOLATE: any other fault still ends the process, named, as it would. */
+  if (ctx->jump && (ctx->device->isolate || hcq__cpu_guard_hit(addr))) {
     ctx->fault_signal = sig;
     ctx->fault_addr = addr;
     siglongjmp(*ctx->jump, 1);

@@ -183,7 +183,7 @@ static guarded_t *guard_alloc(uint64_t size) {
   guarded_t *g = calloc(1, sizeof(*g));
   if (!g) return NULL;
   g->map_len = data_len + 2 * page;
-  g->map = mmap(NULL, g->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  g->map = mmap(NULL, g->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (g->map == MAP_FAILED || mprotect(g->map + page, data_len, PROT_READ | PROT_WRITE)) {
     int err = errno;
     if (g->map != MAP_FAILED) munmap(g->map, g->map_len);
@@ -268,6 +268,16 @@ static void name_buffer(hcq_device_t *dev, const uint32_t *w, const guarded_t *g
     return;
   }
   snprintf(out, size, "%s (%" PRIu64 " bytes, not an argument of the launch)", name, g->size);
+}
+
+bool hcq__cpu_guard_hit(uint64_t addr) {
+  if (!hcq__validating || !atomic_load_explicit(&g_any_guard, memory_order_relaxed)) return false;
+  /* In the fault handler: the lock is never held by a kernel, so another holder soon lets go. */
+  pthread_mutex_lock(&g_guard_lock);
+  const guarded_t *g = guard_find((uintptr_t)addr);
+  bool hit = g && ((uintptr_t)addr < (uintptr_t)g->front || (uintptr_t)addr >= (uintptr_t)g->back_end);
+  pthread_mutex_unlock(&g_guard_lock);
+  return hit;
 }
 
 bool hcq__cpu_guard_describe(hcq_device_t *dev, const uint32_t *w, uint64_t addr, char *out, size_t size) {
