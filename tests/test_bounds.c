@@ -83,6 +83,18 @@ Test(bounds, write_one_element_past_the_end_is_named_at_synchronize) {
   test_close(again);
 }
 
+Test(bounds, a_launch_whose_write_check_waits_reports_it_itself) {
+  needs_validation();
+  rig_t r = rig_open();
+  hcq_buffer_t *bufs[2] = {labelled(r.dev, 16, "small"), labelled(r.dev, 16, "other")};
+  /* outs lists buffer 0 only: the undeclared-write check copies buffer 1 after the kernel, which
+   * waits for it, so hcq_launch returns the kernel's error. */
+  int32_t v = 4;
+  hcq_launch_desc_t ld = {r.prog[0], bufs, 2, &v, 1, {1, 1, 1}, {1, 1, 1}, (uint32_t[]){0}, 1};
+  FAILS(hcq_launch(&ld), HCQ_DEVICE_LOST, "kernel poke", "wrote past the end of buffer \"small\" (argument 0, 16 bytes)");
+  rig_close(&r, bufs, 2);
+}
+
 Test(bounds, write_far_past_the_end_is_cut_short_at_the_guard_page) {
   needs_validation();
   rig_t r = rig_open();
