@@ -260,10 +260,11 @@ static void name_buffer(hcq_device_t *dev, const uint32_t *w, const guarded_t *g
   void *const *bufs = (void *const *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_ARGS);
   uint32_t nbufs = w[HCQ__EXEC_NBUFS];
   for (uint32_t i = 0; i < nbufs; i++) {
-    const char *p = bufs[i];
-    if (p < g->front || p >= g->back_end) continue;
+    uintptr_t p = (uintptr_t)bufs[i];
+    if (p < (uintptr_t)g->front || p >= (uintptr_t)g->back_end) continue;
     char view[64] = "";
-    if (p != g->data) snprintf(view, sizeof(view), ", a view at its byte %td", p - g->data);
+    if (p != (uintptr_t)g->data)
+      snprintf(view, sizeof(view), ", a view at its byte %" PRIu64, (uint64_t)(p - (uintptr_t)g->data));
     snprintf(out, size, "%s (argument %u%s, %" PRIu64 " bytes)", name, i, view, g->size);
     return;
   }
