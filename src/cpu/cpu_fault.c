@@ -38,7 +38,8 @@ void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t 
   hcq__fault_put(&l, " at address ");
   hcq__fault_put_hex(&l, addr);
   /* Under HCQ_VALIDATE the address may be a buffer's guard page: then that is the whole story.
-   * (Validation turns isolation on, so this runs after the handler jumped back, not inside it.) */
+   * A guard page fault always jumps back (claim), so naming the buffer (which takes locks) runs
+   * outside the handler; inside it, for other faults, the lookup only finds no guard page. */
   char guard[300];
   bool guarded = p && hcq__cpu_guard_describe(ctx->device, cmd, addr, guard, sizeof(guard));
   if (guarded) {
