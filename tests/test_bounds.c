@@ -72,7 +72,8 @@ Test(bounds, write_one_element_past_the_end_is_named_at_synchronize) {
   rig_t r = rig_open();
   hcq_buffer_t *small = labelled(r.dev, 16, "small");
   OK(launch1(r.prog[0], &small, 1, 4)); /* floats 0..3 are the buffer; 4 is the next one */
-  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel poke on CPU:0", "wrote past the end of buffer \"small\"",
+  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel poke on CPU:0",
+        "wrote past the end of buffer \"small\"",
         "argument 0", "16 bytes", "bytes 16 to 19 of it", "0 to 3 bytes past its end");
   /* Nothing runs on the device after it: the next launch is refused with the same story. */
   FAILS(launch1(r.prog[0], &small, 1, 0), HCQ_DEVICE_LOST, "wrote past the end of buffer \"small\"");
@@ -91,7 +92,8 @@ Test(bounds, a_launch_whose_write_check_waits_reports_it_itself) {
    * waits for it, so hcq_launch returns the kernel's error. */
   int32_t v = 4;
   hcq_launch_desc_t ld = {r.prog[0], bufs, 2, &v, 1, {1, 1, 1}, {1, 1, 1}, (uint32_t[]){0}, 1};
-  FAILS(hcq_launch(&ld), HCQ_DEVICE_LOST, "kernel poke", "wrote past the end of buffer \"small\" (argument 0, 16 bytes)");
+  FAILS(hcq_launch(&ld), HCQ_DEVICE_LOST, "kernel poke",
+        "wrote past the end of buffer \"small\" (argument 0, 16 bytes)");
   rig_close(&r, bufs, 2);
 }
 
@@ -102,7 +104,8 @@ Test(bounds, write_far_past_the_end_is_cut_short_at_the_guard_page) {
   /* 512 floats into 16 bytes: byte 64 is the guard page's first (the buffer ends 48 bytes before). */
   hcq_launch_desc_t ld = {r.prog[1], bufs + 1, 1, (int32_t[]){512}, 1, {1, 1, 1}, {1, 1, 1}, NULL, 0};
   OK(hcq_launch(&ld));
-  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel fill on CPU:0", "SIGSEGV", "byte 64 of buffer \"small\"",
+  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel fill on CPU:0", "SIGSEGV",
+        "byte 64 of buffer \"small\"",
         "argument 0", "48 bytes past its end", "guard page", "cut short");
   rig_close(&r, bufs, 2);
 }
@@ -134,7 +137,8 @@ Test(bounds, read_past_the_end_names_the_argument_read) {
   hcq_buffer_t *bufs[2] = {labelled(r.dev, 4, "out"), labelled(r.dev, 16, "in")};
   /* Float 16 is byte 64: the guard page after "in" (reads of the 48 bytes before it are not seen). */
   OK(launch1(r.prog[2], bufs, 2, 16));
-  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel peek", "byte 64 of buffer \"in\" (argument 1, 16 bytes)",
+  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel peek",
+        "byte 64 of buffer \"in\" (argument 1, 16 bytes)",
         "48 bytes past its end");
   rig_close(&r, bufs, 2);
 }
@@ -162,7 +166,8 @@ Test(bounds, a_launch_shared_by_the_device_threads_is_checked_too) {
   hcq_buffer_t *bufs[2] = {labelled(r.dev, N * sizeof(float), "x"), labelled(r.dev, (N - 16) * sizeof(float), "y")};
   hcq_launch_desc_t ld = {r.prog[3], bufs, 2, (int32_t[]){1, N}, 2, {N / 64, 1, 1}, {64, 1, 1}, NULL, 0};
   OK(hcq_launch(&ld));
-  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel axpy on CPU:0", "buffer \"y\" (argument 1, 4194240 bytes)",
+  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel axpy on CPU:0",
+        "buffer \"y\" (argument 1, 4194240 bytes)",
         "past its end");
   rig_close(&r, bufs, 2);
 }
@@ -222,7 +227,8 @@ Test(bounds, correct_kernels_give_the_eager_results_and_the_device_stays_healthy
   hcq_operand_t vals[2] = {hcq_imm(3), hcq_imm(N)};
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
                         .kernel = {r.prog[3], bufs, 2, (uint32_t[]){1}, 1, vals, 2,
-                                   {hcq_imm((N + 63) / 64), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
+                                   {hcq_imm((N + 63) / 64), hcq_imm(1), hcq_imm(1)},
+                                   {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g));
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
