@@ -136,9 +136,17 @@ static void canary_fill(char *from, char *to) {
   for (char *p = from; p < to; p++) *p = (char)canary_at(p);
 }
 
+/* The canary of a page, from an address that is a multiple of 8 (canary_fill'ed once, before the
+ * first guarded buffer exists): slack compares against it with memcmp, the after-kernel fast path. */
+static _Alignas(64) char g_canary_page[4096 + 8];
+static pthread_once_t g_canary_once = PTHREAD_ONCE_INIT;
+static void canary_page_fill(void) { canary_fill(g_canary_page, g_canary_page + sizeof(g_canary_page)); }
+
 /* The first and last changed canary bytes of [from, to); false when none changed. */
 static bool canary_changed(const char *from, const char *to, const char **first, const char **last) {
   *first = *last = NULL;
+  size_t len = (size_t)(to - from);
+  if (len <= 4096 && !memcmp(from, g_canary_page + ((uintptr_t)from & 7), len)) return false;
   const char *p = from;
   for (; p < to && ((uintptr_t)p & 7); p++)
     if ((unsigned char)*p != canary_at(p)) *last = p, *first = *first ? *first : p;
@@ -177,6 +185,7 @@ static guarded_t *guard_find(uintptr_t addr) {
 static guarded_t *guard_alloc(uint64_t size) {
   static size_t page;
   if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+  pthread_once(&g_canary_once, canary_page_fill);
   uint64_t rounded = (size + 63) & ~UINT64_C(63);
   size_t data_len = (size_t)((rounded + page - 1) / page * page);
   if (!data_len) data_len = page;
