@@ -140,7 +140,11 @@ static void canary_fill(char *from, char *to) {
  * first guarded buffer exists): slack compares against it with memcmp, the after-kernel fast path. */
 static _Alignas(64) char g_canary_page[4096 + 8];
 static pthread_once_t g_canary_once = PTHREAD_ONCE_INIT;
-static void canary_page_fill(void) { canary_fill(g_canary_page, g_canary_page + sizeof(g_canary_page)); }
+static size_t g_page;
+static void canary_page_fill(void) {
+  g_page = (size_t)sysconf(_SC_PAGESIZE);
+  canary_fill(g_canary_page, g_canary_page + sizeof(g_canary_page));
+}
 
 /* The first and last changed canary bytes of [from, to); false when none changed. */
 static bool canary_changed(const char *from, const char *to, const char **first, const char **last) {
@@ -183,9 +187,8 @@ static guarded_t *guard_find(uintptr_t addr) {
 
 /* A guarded mapping for size bytes; NULL with errno set when refused, or (errno 0) past GUARD_MAX. */
 static guarded_t *guard_alloc(uint64_t size) {
-  static size_t page;
-  if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
   pthread_once(&g_canary_once, canary_page_fill);
+  size_t page = g_page;
   uint64_t rounded = (size + 63) & ~UINT64_C(63);
   size_t data_len = (size_t)((rounded + page - 1) / page * page);
   if (!data_len) data_len = page;
