@@ -198,7 +198,11 @@ size_t hcq_device_report(hcq_device_t *device, char *out, size_t size);
  * being undefined behaviour. Released objects keep a few bytes each until the process ends. Off by
  * default; off, the checks cost one predictable branch. Counts the complaints printed on stderr.
  * It also checks that kernels write only the buffers their outs declare (hcq_launch in program.h,
- * graph replays in graph.h). */
+ * graph replays in graph.h), and that CPU kernels stay inside their buffers: each CPU buffer gets
+ * guard pages and canaries, and a kernel writing or reading out of bounds loses its device with a
+ * message naming the kernel, the argument, the buffer and the offset, before anything else runs
+ * there (returned by the synchronize, replay or copy that waits for it). That costs each buffer its
+ * round-up to whole pages and each kernel a check (docs/errors.md, "Out-of-bounds accesses"). */
 unsigned long hcq_validation_error_count(void);
 
 /* Lists the device kinds this machine has: for each kind, how many devices and a one-line

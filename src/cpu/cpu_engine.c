@@ -18,6 +18,7 @@
 #include "core/command.h"
 #include "core/device.h"
 #include "core/host_wait.h"
+#include "core/object.h"
 #include "core/options.h"
 #include "core/remote.h"
 #include "core/signal.h"
@@ -177,11 +178,13 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
           return RUN_BLOCKED;
         }
         hcq__cursor_stamp(&q->c, w, engine_clock(e));
-        if (e->dev->isolate) {
+        /* HCQ_VALIDATE arms the jump too: a kernel meeting a guard page loses its device, not the process. */
+        if (e->dev->isolate || hcq__validating) {
           if (!exec_isolated(e, w)) return RUN_LOST;
         } else {
           exec_command(e, w);
         }
+        if (__builtin_expect(hcq__validating, 0) && !hcq__cpu_bounds_check(e->dev, w)) return RUN_LOST;
         if (hcq__device_is_lost(e->dev)) return RUN_LOST;
         break;
       case HCQ__OP_COPY: {

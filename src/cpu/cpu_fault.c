@@ -10,6 +10,7 @@
 #include "core/command.h"
 #include "core/device.h"
 #include "core/fault.h"
+#include "core/object.h"
 #include "cpu/cpu_internal.h"
 
 _Thread_local hcq__cpu_fault_ctx_t *hcq__cpu_fault_ctx;
@@ -36,9 +37,18 @@ void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t 
   hcq__fault_put(&l, hcq__fault_signal_name(sig));
   hcq__fault_put(&l, " at address ");
   hcq__fault_put_hex(&l, addr);
+  /* Under HCQ_VALIDATE the address may be a buffer's guard page: then that is the whole story.
+   * A guard page fault always jumps back (claim), so naming the buffer (which takes locks) runs
+   * outside the handler; inside it, for other faults, the lookup only finds no guard page. */
+  char guard[300];
+  bool guarded = p && hcq__cpu_guard_describe(ctx->device, cmd, addr, guard, sizeof(guard));
+  if (guarded) {
+    hcq__fault_put(&l, ": it ");
+    hcq__fault_put(&l, guard);
+  }
   /* A kernel that reads more buffers or values than its launch passed dereferences whatever
    * follows them: say so unless the program declared what it reads (then launches are checked). */
-  if (p && !atomic_load_explicit(&((hcq_program_t *)p)->args, memory_order_relaxed))
+  if (!guarded && p && !atomic_load_explicit(&((hcq_program_t *)p)->args, memory_order_relaxed))
     hcq__fault_put(&l, " (was it given fewer buffers or values than it reads? hcq_program_declare_args checks every launch)");
   l.buf[l.len] = '\0';
   size_t n = l.len < size - 1 ? l.len : size - 1;
@@ -53,7 +63,9 @@ static int claim(int sig, const siginfo_t *info) {
   const uint32_t *cmd = ctx->current_command ? ctx->current_command(ctx) : NULL;
   if (!cmd || HCQ__HDR_OP(cmd[0]) != HCQ__OP_EXEC) return HCQ__FAULT_MINE;
   uint64_t addr = (uint64_t)(uintptr_t)info->si_addr;
-  if (ctx->jump) {
+  /* Under HCQ_VALIDATE the jump is armed for every kernel, but only a guard page fault is taken
+   * back without HCQ_CPU_ISOLATE: any other fault still ends the process, named, as it would. */
+  if (ctx->jump && (ctx->device->isolate || hcq__cpu_guard_hit(addr))) {
     ctx->fault_signal = sig;
     ctx->fault_addr = addr;
     siglongjmp(*ctx->jump, 1);

@@ -69,6 +69,16 @@ uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev);
 /* ---- memory (cpu_memory.c): the CPU device's mem_alloc and mem_free ---- */
 HCQ_MUST_USE hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out);
 void hcq__cpu_mem_free(hcq_device_t *dev, hcq__mem_t *mem);
+/* HCQ_VALIDATE=1 (docs/errors.md, "Out-of-bounds accesses"): CPU buffers sit between guard pages,
+ * with canaries in the slack around them. bounds_check, after each kernel (w its EXEC command),
+ * compares the canaries of the buffers w was given; on a change it marks dev lost, naming the kernel,
+ * the argument, the buffer and the offsets, and returns false. guard_describe says which buffer's
+ * guard page addr (a fault address) is in, and where, for the fault report; false when none.
+ * Validation arms the fault jump around every kernel (cpu_engine.c, cpu_pool.c) even without
+ * HCQ_CPU_ISOLATE; the handler takes it only for a guard page fault. */
+bool hcq__cpu_bounds_check(hcq_device_t *dev, const uint32_t *w);
+bool hcq__cpu_guard_hit(uint64_t addr); /* addr is in a guard page (for the fault handler) */
+bool hcq__cpu_guard_describe(hcq_device_t *dev, const uint32_t *w, uint64_t addr, char *out, size_t size);
 /* The host's memory (MemTotal, MemAvailable), bounded by the process's cgroup v2 limit. */
 HCQ_MUST_USE hcq_status_t hcq__cpu_memory_info(hcq_device_t *dev, hcq_device_memory_t *out);
 

@@ -7,6 +7,7 @@
 
 #include "core/device.h"
 #include "core/host_wait.h"
+#include "core/object.h"
 #include "core/options.h"
 #include "cpu/cpu_engine.h"
 #include "cpu/cpu_internal.h"
@@ -96,7 +97,7 @@ static void *helper_main(void *arg) {
     /* Enter, then confirm the job did not change meanwhile (the publisher waits for active == 0). */
     atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !hcq__device_is_lost(p->dev)) {
-      if (p->dev->isolate)
+      if (p->dev->isolate || hcq__validating) /* HCQ_VALIDATE: guard page faults (cpu_fault.c) */
         pool_work_isolated(p, &ctx);
       else
         hcq__cpu_pool_work(p);
