@@ -142,6 +142,26 @@ Test(graphfile, items_views_inputs_and_runs) {
   hcq_graph_file_destroy(gf);
 }
 
+/* null keeps the previous run's binding (double buffering): the first run's null is the declared one. */
+Test(graphfile, a_null_input_keeps_the_previous_runs_binding) {
+  hcq_graph_file_t *gf = load(HEAD "\"buffers\": {"
+                              "\"x\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"x2\": {\"device\": \"CPU:0\", \"bytes\": 64},"
+                              "\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"o2\": {\"device\": \"CPU:0\", \"bytes\": 64}},"
+                              "\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"x\"}}],"
+                              "\"inputs\": [\"x\", \"o\"],"
+                              "\"runs\": [{\"inputs\": {\"x\": null}}, {\"inputs\": {\"o\": \"o2\"}},"
+                              "          {\"inputs\": {\"o\": null, \"x\": \"x2\"}}, {\"inputs\": {\"x\": null}}, {}]}");
+  hcq_buffer_t *x = named(gf, "x"), *x2 = named(gf, "x2"), *o = named(gf, "o"), *o2 = named(gf, "o2");
+  hcq_buffer_t *want[5][2] = {{x, o}, {x, o2}, {x2, o2}, {x2, o}, {x, o}};
+  cr_assert_eq(hcq_graph_file_run_count(gf), 5);
+  for (size_t r = 0; r < 5; r++) {
+    hcq_buffer_t *const *ins;
+    hcq_graph_file_run(gf, r, &ins, NULL);
+    cr_expect(ins[0] == want[r][0] && ins[1] == want[r][1], "run %zu", r);
+  }
+  hcq_graph_file_destroy(gf);
+}
+
 Test(graphfile, device_map_and_skip_compile) {
   const char *text = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:1\", \"bytes\": 64}, \"b\": {\"device\": \"CPU:2\", \"bytes\": 64}},"
                           "\"programs\": {\"k\": {\"c\": \"this is not C\"}},"

@@ -114,6 +114,8 @@ hcq_status_t hcq__gf_parse_runs(gf_loader_t *L, const json_t *runs) {
         gf_buffer_t *b = NULL;
         if (input < 0)
           st = hcq__gf_fail(L, HCQ_NOT_FOUND, "\"%.64s\" is not an input", key);
+        else if (json_is_null(v)) /* keeps the previous run's binding (the first run's: the declared one) */
+          run.inputs[input] = r ? gf->runs.data[r - 1].inputs[input] : gf->inputs[input];
         else if (!(st = hcq__gf_buffer_ref(L, v, &b))) {
           const hcq_buffer_t *want = gf->inputs[input];
           if (hcq_buffer_size(b->buf) != hcq_buffer_size(want))
