@@ -275,3 +275,50 @@ Test(bounds_off, without_validation_nothing_is_guarded_or_reported) {
   OK(hcq_device_health(r.dev));
   rig_close(&r, &small, 1);
 }
+
+/* ---- devices whose memory is not the host's (core/guard.c): Vulkan here, CUDA and Metal on their
+ * stand-ins where the test environment loads them ---- */
+
+/* fill(out; value, n) over n threads on backend b: OK, or the launch's status. */
+static hcq_status_t gpu_fill(hcq_program_t *p, hcq_buffer_t *out, int32_t n) {
+  int32_t vals[] = {7, n};
+  hcq_launch_desc_t d = {p, &out, 1, vals, 2, {1, 1, 1}, {(uint32_t)n, 1, 1}};
+  return hcq_launch(&d);
+}
+
+static void gpu_overflow(const char *kind) {
+  needs_validation();
+  const test_backend_t *b = NULL;
+  for (size_t i = 0; i < test_backend_count; i++)
+    if (!strcmp(test_backends[i].kind, kind)) b = &test_backends[i];
+  cr_assert_not_null(b);
+  const char *why = test_backend_absent(b, 1);
+  if (why) cr_skip_test("%s absent: %s", kind, why);
+  char name[32];
+  test_device_name(b, 0, name, sizeof(name));
+  hcq_device_t *dev = test_open(name);
+  hcq_program_t *p = test_program(dev, "fill", *b->kernels);
+  hcq_buffer_t *ok = labelled(dev, 32, "fits"), *small = labelled(dev, 16, "small");
+  /* a kernel that stays inside its buffer: the guards change nothing it computes */
+  OK(gpu_fill(p, ok, 8));
+  int32_t got[8];
+  OK(hcq_buffer_copyout(ok, 0, got, sizeof(got)));
+  for (int i = 0; i < 8; i++) cr_expect_eq(got[i], 7);
+  char where[64];
+  snprintf(where, sizeof(where), "kernel fill on %s", name);
+  FAILS(gpu_fill(p, small, 8), HCQ_DEVICE_LOST, where, "wrote past the end of buffer \"small\"",
+        "(argument 0, 16 bytes)", "bytes 16 to 31 of it, 0 to 15 bytes past its end", "HCQ_VALIDATE canary");
+  FAILS(hcq_device_synchronize(dev), HCQ_DEVICE_LOST, "wrote past the end of buffer \"small\"");
+  hcq_buffer_release(ok);
+  hcq_buffer_release(small);
+  hcq_program_release(p);
+  OK(hcq_device_close(dev));
+  /* the same name opens a healthy device */
+  dev = test_open(name);
+  OK(hcq_device_health(dev));
+  OK(hcq_device_close(dev));
+}
+
+Test(bounds, vulkan_kernel_writing_past_a_buffer_is_named) { gpu_overflow("VULKAN"); }
+Test(bounds, cuda_kernel_writing_past_a_buffer_is_named) { gpu_overflow("CUDA"); }
+Test(bounds, metal_kernel_writing_past_a_buffer_is_named) { gpu_overflow("METAL"); }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/buffer.h"
+#include "core/guard.h"
 #include "core/device.h"
 #include "core/limits.h"
 #include "core/memory.h"
@@ -34,12 +35,19 @@ static hcq_status_t buffer_create(hcq_device_t *dev, uint64_t size, uint32_t fla
   if ((st = hcq__check_buffer_size(dev, size))) return st;
   hcq_buffer_t *b = buffer_new(dev);
   if (!b) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a buffer on %s", dev->name);
-  st = dev->vt->mem_alloc(dev, size, flags, &b->mem);
+  bool guard = hcq__guard_wanted(dev, flags) && size <= UINT64_MAX - 2 * HCQ__GUARD_BYTES;
+  st = dev->vt->mem_alloc(dev, guard ? size + 2 * HCQ__GUARD_BYTES : size, flags, &b->mem);
   if (st) {
     free(b);
     return hcq_status_annotate(st, "buffer of %" PRIu64 " bytes on %s", size, dev->name);
   }
   b->size = size;
+  if (guard && (st = hcq__guard_set_up(b))) {
+    hcq__mem_t m = hcq__guard_allocation(b);
+    dev->vt->mem_free(dev, &m);
+    free(b);
+    return st;
+  }
   b->addr = b->mem.addr;
   hcq__mem_count(dev, b->mem_class = HCQ__MEMC_BUFFERS, (int64_t)b->mem.size);
   hcq__obj_add_from(dev, &b->obj, HCQ__OBJ_BUFFER, b->label, call);
@@ -185,7 +193,7 @@ void hcq_buffer_release(hcq_buffer_t *buf) {
     hcq__device_defer_wrapped(dev, buf->mem.host, buf->on_release, buf->release_ctx);
   } else {
     hcq__mem_count(dev, buf->mem_class, -(int64_t)buf->mem.size);
-    hcq__device_defer_mem(dev, buf->mem);
+    hcq__device_defer_mem(dev, hcq__guard_allocation(buf));
   }
   hcq__obj_remove(&buf->obj);
   /* Validation keeps the struct to recognise it if passed again. */

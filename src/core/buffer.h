@@ -20,6 +20,7 @@ struct hcq_buffer {
   uint64_t id;
   uint8_t mem_class; /* hcq__mem_class_t its bytes count in (base buffers) */
   bool wrapped;      /* memory the application owns (hcq_buffer_wrap): handed back, never freed */
+  bool guarded;      /* HCQ_VALIDATE canaries on both sides of its bytes (core/guard.h) */
   hcq__wrap_release_fn on_release;
   void *release_ctx;
   char label[64];

@@ -9,6 +9,7 @@
 #include "core/capture.h"
 #include "core/device.h"
 #include "core/eager.h"
+#include "core/guard.h"
 #include "core/limits.h"
 #include "core/memory.h"
 #include "core/object.h"
@@ -184,6 +185,7 @@ hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
     return hcq_status_annotate(st, "launch of %s on %s", d->program->name, dev->name);
   }
   if ((st = hcq__write_check_end(wc, d))) return st; /* a launch that failed the check is not recorded */
+  if (hcq__validating && (st = hcq__guard_check_launch(d))) return st;
   hcq__trace_host_end(traced, 0, "launch %s", d->program->name);
   if (hcq__recorder) hcq__recorder->launch(hcq__recorder->ctx, d);
   if (hcq__captures_elsewhere()) hcq__capture_note_other_thread(dev, "launch of %s", d->program->name);
@@ -316,18 +318,12 @@ static hcq_status_t check_host_copy(const char *what, hcq_buffer_t *buf, uint64_
   return NULL;
 }
 
-hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *src, uint64_t size) {
-  uint64_t traced = hcq__trace_host_begin();
-  hcq_status_t st = check_host_copy("copyin", buf, offset, src, size);
-  if (st || size == 0) return st;
-  /* Another rank's buffer (docs/mpi.md): its owner's copyin, in the same SPMD program, fills it. */
-  if (hcq__device_is_remote(buf->dev)) return NULL;
+hcq_status_t hcq__device_write(hcq_device_t *dev, uint64_t addr, const void *src, uint64_t size) {
   hcq__trace_op_t op;
-  hcq_device_t *dev = buf->dev;
   uint64_t chunk = hcq__options()->staging_chunk;
   pthread_mutex_lock(&dev->lock);
   /* One wrap check up front: a wrap mid-way would invalidate the fences of chunks in flight. */
-  st = hcq__device_prepare_submit(dev);
+  hcq_status_t st = hcq__device_prepare_submit(dev);
   for (uint64_t done = 0; done < size && !st; done += chunk) {
     uint64_t n = size - done < chunk ? size - done : chunk;
     unsigned s;
@@ -336,7 +332,7 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
     hcq_queue_t *q = dev->eager_copy;
     hcq__queue_reset(q);
     if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
-        (st = hcq_queue_copy(q, hcq_imm((int64_t)(buf->addr + offset + done)), hcq_imm((int64_t)dev->staging[s].addr),
+        (st = hcq_queue_copy(q, hcq_imm((int64_t)(addr + done)), hcq_imm((int64_t)dev->staging[s].addr),
                              hcq_imm((int64_t)n))) ||
         (st = hcq__trace_op_end(&op, dev, q, "host", dev->name, n)))
       break;
@@ -344,29 +340,31 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
     st = submit_and_signal(q, dev, dev);
   }
   pthread_mutex_unlock(&dev->lock);
-  if (st) return hcq_status_annotate(st, "copyin to %s", buf->label);
+  return st;
+}
+
+hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *src, uint64_t size) {
+  uint64_t traced = hcq__trace_host_begin();
+  hcq_status_t st = check_host_copy("copyin", buf, offset, src, size);
+  if (st || size == 0) return st;
+  /* Another rank's buffer (docs/mpi.md): its owner's copyin, in the same SPMD program, fills it. */
+  if (hcq__device_is_remote(buf->dev)) return NULL;
+  hcq_device_t *dev = buf->dev;
+  if ((st = hcq__device_write(dev, buf->addr + offset, src, size))) return hcq_status_annotate(st, "copyin to %s", buf->label);
   hcq__trace_host_end(traced, size, "copyin %s", dev->name);
   if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx, "copyin", buf, size);
   if (hcq__captures_elsewhere()) hcq__capture_note_other_thread(dev, "copyin to %s", buf->label);
   return NULL;
 }
 
-hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, uint64_t size) {
-  uint64_t traced = hcq__trace_host_begin();
-  hcq_status_t st = check_host_copy("copyout", buf, offset, dst, size);
-  if (st || size == 0) return st;
-  if (hcq__device_is_remote(buf->dev))
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "copyout from %s: it lives on another rank (%s); fetch it with "
-                           "hcq_transfer into a local buffer (every rank calls it) or hcq_mpi_fetch", buf->label,
-                           buf->dev->name);
+hcq_status_t hcq__device_read(hcq_device_t *dev, uint64_t addr, void *dst, uint64_t size) {
   hcq__trace_op_t op;
-  hcq_device_t *dev = buf->dev;
   uint64_t chunk = hcq__options()->staging_chunk;
   pthread_mutex_lock(&dev->lock);
   /* Two chunks in flight: the device fills one staging buffer while the host drains the other. */
   uint64_t pending_off = 0, pending_n = 0, pending_fence = 0;
   unsigned pending_buf = 0;
-  st = hcq__device_prepare_submit(dev);
+  hcq_status_t st = hcq__device_prepare_submit(dev);
   for (uint64_t done = 0; !st && (done < size || pending_n); done += chunk) {
     uint64_t n = done < size ? (size - done < chunk ? size - done : chunk) : 0;
     unsigned s = 0;
@@ -376,7 +374,7 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
       if ((st = next_staging(dev, &s))) break;
       hcq__queue_reset(q);
       if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
-          (st = hcq_queue_copy(q, hcq_imm((int64_t)dev->staging[s].addr), hcq_imm((int64_t)(buf->addr + offset + done)),
+          (st = hcq_queue_copy(q, hcq_imm((int64_t)dev->staging[s].addr), hcq_imm((int64_t)(addr + done)),
                                hcq_imm((int64_t)n))) ||
           (st = hcq__trace_op_end(&op, dev, q, dev->name, "host", n)))
         break;
@@ -391,7 +389,19 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
     pending_off = done, pending_n = n, pending_fence = fence, pending_buf = s;
   }
   pthread_mutex_unlock(&dev->lock);
-  if (st) return hcq_status_annotate(st, "copyout from %s", buf->label);
+  return st;
+}
+
+hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, uint64_t size) {
+  uint64_t traced = hcq__trace_host_begin();
+  hcq_status_t st = check_host_copy("copyout", buf, offset, dst, size);
+  if (st || size == 0) return st;
+  if (hcq__device_is_remote(buf->dev))
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "copyout from %s: it lives on another rank (%s); fetch it with "
+                           "hcq_transfer into a local buffer (every rank calls it) or hcq_mpi_fetch", buf->label,
+                           buf->dev->name);
+  hcq_device_t *dev = buf->dev;
+  if ((st = hcq__device_read(dev, buf->addr + offset, dst, size))) return hcq_status_annotate(st, "copyout from %s", buf->label);
   hcq__trace_host_end(traced, size, "copyout %s", dev->name);
   if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx, "copyout", buf, size);
   return NULL;

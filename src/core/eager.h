@@ -26,4 +26,11 @@ HCQ_MUST_USE hcq_status_t hcq__zero_dim_error(const char *dim, int index, const 
 HCQ_MUST_USE hcq_status_t hcq__transfer_overlap_check(const hcq_buffer_t *dst, const hcq_buffer_t *src, uint64_t size,
                                                       const char *who);
 
+/* size bytes between the host and dev's memory at a device address, through the eager copy queue
+ * and the staging buffers, each waiting for the device's earlier work (read: and its own copies).
+ * What hcq_buffer_copyin / copyout do once checked; HCQ_VALIDATE's guards (guard.c) reach bytes
+ * outside any buffer with them. Neither is traced as the application's or recorded by a capture. */
+HCQ_MUST_USE hcq_status_t hcq__device_write(hcq_device_t *dev, uint64_t addr, const void *src, uint64_t size);
+HCQ_MUST_USE hcq_status_t hcq__device_read(hcq_device_t *dev, uint64_t addr, void *dst, uint64_t size);
+
 #endif
