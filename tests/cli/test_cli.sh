@@ -250,6 +250,14 @@ check "run --check prints one line per run and the closing line" \
 expect "run --check --repeat 3" 0 "run 0 (repeat 1): ok" "run 0 (repeat 3): ok" "run 1 (repeat 3): ok" \
   "6 passed, 0 failed" -- run ok.json --check --repeat 3
 expect "run --repeat 3" 0 "2 runs x 3 of 3 items" -- run ok.json --repeat 3
+# Portable limits (docs/portability.md): a work-group of 2048 runs on the CPU, and HCQ_PORTABLE=1
+# refuses it as a GPU would, naming the limit.
+sed 's|"global": \["(n+15)//16", 1, 1\], "local": \[16, 1, 1\]|"global": [1, 1, 1], "local": [2048, 1, 1]|' ok.json >big_group.json
+check "big_group.json has the 2048-thread work-group" grep -q '"local": \[2048' big_group.json
+expect "a 2048-thread work-group runs on the CPU" 0 "2 runs x 1 of 3 items" -- run big_group.json
+HCQ_PORTABLE=1 expect "HCQ_PORTABLE=1 refuses it naming the limit" any "2048" "portable limit of 1024 threads per work-group" \
+  "HCQ_PORTABLE" -- run big_group.json
+check "... and fails" test "$RC" != 0
 
 compare_out() { # DIR: every buffer of ok.json written with the expected bytes
   local d=$1 n
