@@ -31,8 +31,15 @@ typedef struct hcq__fast_clock {
 } hcq__fast_clock_t;
 uint64_t hcq__fast_clock_now(hcq__fast_clock_t *c);
 
+struct hcq__spin_policy;
+static inline bool hcq__host_contended_now(void);
+
 /* One step of a spin-wait with pauses pause instructions before it yields the CPU, so that on a
- * machine with more busy threads than cores a spinner does not starve the thread it waits for. */
+ * machine with more busy threads than cores a spinner does not starve the thread it waits for. On a
+ * contended host (below) it sleeps a microsecond instead of yielding: the scheduler (EEVDF, Linux
+ * 6.6 on) moves a yielding thread's deadline a slice later at every yield, so a thread that yields
+ * in a loop falls behind every busy process on its core and stays there once its work comes, where
+ * a sleep is placed afresh when it wakes. */
 static inline void hcq__spin_step_after(unsigned iteration, unsigned pauses) {
   if (iteration < pauses) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -40,6 +47,9 @@ static inline void hcq__spin_step_after(unsigned iteration, unsigned pauses) {
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
+  } else if (hcq__host_contended_now()) {
+    struct timespec us = {0, 1000};
+    nanosleep(&us, NULL);
   } else {
     sched_yield();
   }
@@ -75,6 +85,12 @@ HCQ__PRIVATE_EXPORT bool hcq__spin_policy_observe(hcq__spin_policy_t *p, uint64_
 /* True while spins are cut short. */
 static inline bool hcq__spin_policy_contended(hcq__spin_policy_t *p, uint64_t now_ns) {
   return now_ns < atomic_load_explicit(&p->contended_until_ns, memory_order_relaxed);
+}
+
+/* True while the process's spins are cut short (hcq__host_spin_policy). */
+static inline bool hcq__host_contended_now(void) {
+  return atomic_load_explicit(&hcq__host_spin_policy.contended_until_ns, memory_order_relaxed) &&
+         hcq__spin_policy_contended(&hcq__host_spin_policy, hcq__now_ns());
 }
 
 /* Spins (64 pauses, then yields) until ready(ctx) or budget_ns have passed, as policy p allows;
