@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/host_load.h"
 #include "llama2.h"
 
 typedef struct demo_args {
@@ -162,6 +163,7 @@ static void print_screen(const demo_args_t *a, const llama2_config_t *c, const l
          "  over steps of the time to submit one step with the devices idle (eager: %zu launches; graph: one\n"
          "  replay). Same kernels in both modes; `hcq demo --help` for options.\n",
          a->reps, steps, kernels);
+  cli_host_load_print(stdout);
 }
 
 int cli_demo(int argc, char **argv) {
@@ -205,10 +207,12 @@ int cli_demo(int argc, char **argv) {
   bool identical = false;
   if (!st) {
     identical = !memcmp(e.tokens, g.tokens, (size_t)steps * sizeof(int32_t));
-    if (a.json)
+    if (a.json) {
       print_json(&a, &c, dec, &e, &g, steps, identical);
-    else
+      cli_host_load_print(stderr); /* standard output holds only the JSON object */
+    } else {
       print_screen(&a, &c, dec, &e, &g, steps, identical, a.tokenizer ? &tok : NULL);
+    }
   }
   rc = st ? cli_fail(st) : identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
   hcq_status_t dst = llama2_decoder_destroy(dec);

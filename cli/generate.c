@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/host_load.h"
 #include "fetch.h"
 #include "llm_api.h"
 #include "model_time.h"
@@ -459,6 +460,7 @@ static hcq_status_t report(const gen_t *g, const gen_args_t *a) {
   else
     print_summary(g, a, prefill_tok_s, decode_tok_s);
   if (!st && a->bench && !a->json) print_bench_table(g, a);
+  if (!st && a->bench) cli_host_load_print(a->json ? stderr : stdout); /* what the timings ran beside */
   return st;
 }
 

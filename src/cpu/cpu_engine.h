@@ -106,20 +106,10 @@ static inline void wake_engine(cpu_engine_t *e) {
   hcq__futex_wake(word);
 }
 
-/* Spins (pause, then yield) until ready(ctx) or budget_ns have passed; true when ready. */
+/* Spins (pause, then yield) until ready(ctx) or budget_ns have passed; true when ready. On a
+ * contended host it stops early (core/host_wait.h: hcq__spin_until_with). */
 static inline bool spin_until(bool (*ready)(const void *ctx), const void *ctx, uint64_t budget_ns) {
-  uint64_t start = 0;
-  for (unsigned i = 1;; i++) {
-    if (ready(ctx)) return true;
-    hcq__spin_step(i);
-    if ((i & 63) == 0) {
-      uint64_t now = hcq__now_ns();
-      if (!start)
-        start = now;
-      else if (now - start >= budget_ns)
-        return false;
-    }
-  }
+  return hcq__spin_until_with(&hcq__host_spin_policy, ready, ctx, budget_ns);
 }
 
 typedef struct {
