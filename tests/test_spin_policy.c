@@ -1,10 +1,13 @@
 /* Spinning on a busy host (issue 45, item 5): the policy that cuts spins short once spinners saw
  * themselves taken off their cores, driven with made-up times, and a CPU device whose threads all
- * wait that way still computing what it should. */
+ * wait that way still computing what it should; the sample that calls a host contended (other
+ * processes' runnable threads), and a waiting host thread taking part in shared launches then. */
 #include <stdatomic.h>
 #include <time.h>
 
 #include "core/host_wait.h"
+#include "cpu/cpu_engine.h"
+#include "cpu/cpu_internal.h"
 #include "test_util.h"
 
 TestSuite(spin_policy, .timeout = 120);
@@ -117,4 +120,52 @@ Test(spin_policy, results_stay_exact_with_every_spin_cut_short) {
   hcq_program_release(p);
   test_close(d);
   atomic_store(&hcq__host_spin_policy.contended_until_ns, 0);
+}
+
+/* ---- a waiting host thread lends itself to shared launches on a contended host ---- */
+
+Test(spin_policy, other_processes_runnable_threads_mean_contended) {
+  /* 2 cores, this process's 3 busy threads (engine, helper, the caller) */
+  cr_assert(!hcq__cpu_foreign_load_contends(3, 3, 2), "only this process runs");
+  cr_assert(!hcq__cpu_foreign_load_contends(2, 3, 2), "fewer than its own");
+  cr_assert(hcq__cpu_foreign_load_contends(4, 3, 2), "one other thread on 2 cores is half a core each");
+  cr_assert(hcq__cpu_foreign_load_contends(8, 3, 2), "2.5 per core");
+  cr_assert(!hcq__cpu_foreign_load_contends(-1, 3, 2), "unknown");
+  /* 16 cores: a few others are not contention, eight are */
+  cr_assert(!hcq__cpu_foreign_load_contends(20, 17, 16));
+  cr_assert(hcq__cpu_foreign_load_contends(25, 17, 16));
+}
+
+/* With the host held contended, a thread waiting for replays of shared launches takes part in them
+ * (the pool counts it) and every replay still adds exactly one to every element. */
+Test(spin_policy, a_waiting_host_helps_with_shared_launches_and_results_stay_exact) {
+  atomic_store(&hcq__cpu_force_contended, true);
+  setenv("HCQ_CPU_THREADS", "2", 1);
+  setenv("HCQ_CPU_MIN_PARALLEL", "1", 1);
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = NULL;
+  OK(hcq_program_create_fn(d, "add_one", add_one, &p));
+  enum { N = 1 << 16 };
+  hcq_buffer_t *x = test_buffer_iota(d, N, 1, 0);
+  hcq_exec_item_t item = {.kind = HCQ_ITEM_KERNEL,
+                          .kernel = {.program = p, .bufs = &x, .nbufs = 1, .global = {hcq_imm(N / 16), hcq_imm(1), hcq_imm(1)},
+                                     .local = {hcq_imm(16), hcq_imm(1), hcq_imm(1)}}};
+  hcq_graph_t *g = NULL;
+  OK(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g));
+  const cpu_pool_t *pool = &engine_of(d)->pool;
+  int runs = 0;
+  while (runs < 400 && (runs < 50 || !atomic_load(&pool->assisted))) {
+    OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+    runs++;
+  }
+  cr_expect_gt(atomic_load(&pool->assisted), 0, "the waiting thread never took part in %d replays", runs);
+  int32_t *got = malloc(N * sizeof(int32_t));
+  test_read(x, got, N * sizeof(int32_t));
+  for (int i = 0; i < N; i++) cr_assert_eq(got[i], i + runs, "element %d is %d after %d replays", i, got[i], runs);
+  free(got);
+  OK(hcq_graph_destroy(g));
+  hcq_buffer_release(x);
+  hcq_program_release(p);
+  test_close(d);
+  atomic_store(&hcq__cpu_force_contended, false);
 }

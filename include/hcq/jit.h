@@ -83,6 +83,10 @@ typedef struct hcq_jit_options {
   /* hcq_capture_end: an input that no captured item holds is a warning (and a report line) instead
    * of an error (see "Inputs" above). */
   bool allow_unused_inputs;
+  /* Replays of each batch graph that may be in flight at once (hcq_graph_options_t.inflight; 0:
+   * HCQ_GRAPH_INFLIGHT, default 2): a caller that queues several replays ahead of the one it
+   * waits for sets it as deep. */
+  unsigned inflight;
 } hcq_jit_options_t;
 
 /* Starts recording on the calling thread. FAILED_PRECONDITION when it already records. */

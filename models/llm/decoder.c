@@ -275,7 +275,7 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   void *tokens_host = NULL;
   if (!st && m->reads_tokens) hcq_status_destroy(hcq_buffer_map(m->tokens, &tokens_host));
   m->tokens_host = tokens_host;
-  for (int i = 0; i < 2 && !st; i++) st = hcq_fence_create(&m->fences[i]);
+  for (int i = 0; i < LLM_STEPS_AHEAD && !st; i++) st = hcq_fence_create(&m->fences[i]);
   if (!st) st = llm_decoder_sync(m);
   if (st) {
     hcq_status_destroy(llm_decoder_destroy(m));
@@ -295,7 +295,7 @@ hcq_status_t llm_decoder_destroy(llm_decoder_t *m) {
   if (st) return st; /* still running: keep everything alive */
   llm_item_list_free(&m->step);
   llm_item_list_free(&m->pass);
-  for (int i = 0; i < 2; i++) hcq_fence_destroy(m->fences[i]);
+  for (int i = 0; i < LLM_STEPS_AHEAD; i++) hcq_fence_destroy(m->fences[i]);
   for (int i = 0; i < m->nexprs; i++) hcq_expr_release(m->exprs[i]);
   hcq_expr_release(m->pos), hcq_expr_release(m->p0), hcq_expr_release(m->n), hcq_expr_release(m->choose);
   if (m->layers)

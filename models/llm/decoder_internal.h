@@ -4,6 +4,11 @@
 #ifndef HCQ_LLM_DECODER_INTERNAL_H
 #define HCQ_LLM_DECODER_INTERNAL_H
 
+/* Decoding steps queued ahead of the one whose token the host reads (llm_generate), and replays
+ * of the captured step in flight: on a busy machine the host may wait several milliseconds for a
+ * core when its token is ready, and the devices go on with the steps already queued meanwhile. */
+#define LLM_STEPS_AHEAD 4
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -67,7 +72,7 @@ struct llm_decoder {
   item_list_t step, pass;
   hcq_jit_t *step_jit, *pass_jit;
   const volatile int32_t *tokens_host; /* the tokens buffer mapped (hcq_buffer_map), where it can be */
-  hcq_fence_t *fences[2];              /* the last two steps queued (llm_generate) */
+  hcq_fence_t *fences[LLM_STEPS_AHEAD]; /* the last steps queued (llm_generate) */
 };
 
 /* decoder.c */

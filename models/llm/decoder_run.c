@@ -68,7 +68,7 @@ static hcq_status_t run_list(llm_decoder_t *m, item_list_t *L, hcq_jit_t **jit, 
       return st;
     }
   }
-  hcq_jit_options_t opts = {L->n, m->profile, false, false, NULL, NULL, false};
+  hcq_jit_options_t opts = {L->n, m->profile, false, false, NULL, NULL, false, LLM_STEPS_AHEAD};
   TRY(hcq_capture_end(cap, NULL, 0, v, nv, &opts, jit));
   return record(m, fence);
 }
@@ -169,20 +169,20 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
     out->prefill_ms = t1 - t0;
     if (!st && reads) took(out, o, tok);
   }
-  /* Step p reads the token at p and writes p + 1. One step is queued ahead of the one whose token
-   * is awaited, so the devices never wait for the host. */
+  /* Step p reads the token at p and writes p + 1. Steps are queued ahead of the one whose token is
+   * awaited (LLM_STEPS_AHEAD in all), so the devices never wait for the host. */
   int next = nprompt, read = nprompt, last = nprompt + steps - 1; /* next step to queue; next step whose token to read */
   if (m->ranks > 1 && o->agree_end && steps > 0) all_ended = o->agree_end(o->ctx, out->ended);
   while (!st && !(stop_early && (m->ranks > 1 ? all_ended : out->ended)) && read < last) {
-    while (!st && next - read < 2 && next < last) {
+    while (!st && next - read < LLM_STEPS_AHEAD && next < last) {
       double h0 = hcq_model_now_ms();
-      st = step(m, next, o->graph, m->fences[next % 2]);
+      st = step(m, next, o->graph, m->fences[next % LLM_STEPS_AHEAD]);
       host[nhost++] = (hcq_model_now_ms() - h0) * 1e3;
       next++;
     }
     if (st) break;
     int32_t tok = 0;
-    if (reads) st = token_at(m, m->fences[read % 2], read + 1, &tok);
+    if (reads) st = token_at(m, m->fences[read % LLM_STEPS_AHEAD], read + 1, &tok);
     if (!st && reads && !out->ended) {
       took(out, o, tok);
       t_last = hcq_model_now_ms();

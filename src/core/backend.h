@@ -121,6 +121,14 @@ typedef struct hcq__device_vtable {
    * to while some core runs no engine, it would only take turns with the engine (a sleeper is moved
    * by the scheduler). Optional (NULL: spin first). Any thread; must not block. */
   bool (*waiter_sleeps_at_once)(hcq_device_t *dev);
+  /* A host thread about to sleep until a signal of this device's queues is set lends itself to the
+   * device's work while the host is contended (more runnable threads than cores): it takes part in
+   * the work-groups of a shared launch in progress, if any are left, as the device's own helper
+   * threads do, or else sleeps until the next one is published or max_ns passed. Each thread gets
+   * its share of a busy core, so a waiter that works adds a share (docs/cpu-device.md, "Waiting on
+   * a busy machine"). 1: it ran some of a launch; 0: it waited for one; -1: not now (the host is
+   * not contended): the waiter sleeps on the signal. Optional. */
+  int (*assist)(hcq_device_t *dev, uint64_t max_ns);
 } hcq__device_vtable_t;
 
 enum { HCQ__HOST_BEGIN, HCQ__HOST_RUN, HCQ__HOST_END };

@@ -133,6 +133,30 @@ static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t de
   return reached;
 }
 
+/* On a contended host (more runnable threads than cores) every thread gets its share of a core
+ * whatever it does, so a waiter that sleeps gives its share to other processes: one waiting for a
+ * device that can use it (backend assist: a CPU device's shared launches, which also judges whether
+ * the host is contended) works on the device's launches instead, between looks at the signal. A
+ * replay then runs on the engine, its helpers and the waiting thread; eager launches leave the host
+ * less time to lend. True when the signal was reached; false when the device declines, the deadline
+ * passed or a device was lost (the caller's sleep then sees which). */
+static bool assist_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
+                                 size_t nwatch, uint64_t *seen) {
+  hcq_device_t *dev = NULL;
+  for (size_t i = 0; i < nwatch && !dev; i++)
+    if (watch[i] && watch[i]->vt->assist) dev = watch[i];
+  for (int r = 0; dev && r >= 0;) {
+    uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
+    *seen = v;
+    if (v >= want) return true;
+    if ((deadline_ns && hcq__now_ns() >= deadline_ns) || any_lost(watch, nwatch)) return false;
+    /* A signal set while this thread sleeps for the next launch is seen within a millisecond: the
+     * waits this serves (a token whose next step is already queued) have work queued behind them. */
+    r = dev->vt->assist(dev, UINT64_C(1000000));
+  }
+  return false;
+}
+
 int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
                            size_t nwatch, uint64_t *seen) {
   uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
@@ -156,6 +180,7 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
     }
     if ((i & 63) == 0 && hcq__now_ns() - start >= spin_ns) break;
   }
+  if (assist_while_waiting(s, want, deadline_ns, watch, nwatch, seen)) return HCQ__WAIT_REACHED;
   park_bucket_t *b = bucket_of(s);
   hcq__device_touch_watch(watch, nwatch);
   uint64_t poll_ns = 8000;

@@ -28,6 +28,8 @@
 /* Work-items (groups x group size) one launch may have: more would keep a device busy for days. */
 #define CPU_MAX_WORK_ITEMS (UINT64_C(1) << 40)
 
+static int cpu_assist(hcq_device_t *dev, uint64_t max_ns) { return hcq__cpu_pool_assist(&engine_of(dev)->pool, max_ns); }
+
 static const hcq__device_vtable_t cpu_vtable;
 
 hcq__cpu_share_t *hcq__cpu_share(hcq_device_t *dev) { return &engine_of(dev)->share; }
@@ -184,6 +186,7 @@ static const hcq__device_vtable_t cpu_vtable = {
     .program_compile = hcq__cpu_compile,
     .program_unload = hcq__cpu_unload,
     .waiter_sleeps_at_once = hcq__cpu_waiter_sleeps_at_once,
+    .assist = cpu_assist,
 };
 
 static hcq_status_t cpu_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {

@@ -57,6 +57,7 @@ typedef struct cpu_pool {
   _Atomic uint32_t done_seq;
   _Atomic uint32_t worker_sleeping;
   _Atomic bool stop;
+  _Atomic uint64_t assisted; /* launches a waiting host thread took part in (hcq__cpu_pool_assist) */
   hcq_cpu_kernel_fn fn;
   void *const *bufs;
   const int32_t *vals;
@@ -158,6 +159,9 @@ const uint32_t *hcq__cpu_engine_current_command(const hcq__cpu_fault_ctx_t *ctx)
 /* cpu_pool.c: takes chunks of the pool's current job until none are left; marks the device lost
  * after a fault in a kernel with isolation on; names a thread of the device. */
 void hcq__cpu_pool_work(cpu_pool_t *p);
+/* A waiting host thread on a contended machine takes chunks of the published job (core/backend.h,
+ * assist): 1 when it ran some, 0 when it waited for one, -1 when the host is not contended. */
+int hcq__cpu_pool_assist(cpu_pool_t *p, uint64_t max_ns);
 void hcq__cpu_isolated_fault(hcq__cpu_fault_ctx_t *ctx);
 void hcq__cpu_name_thread(pthread_t t, const hcq_device_t *dev, const char *role, unsigned n);
 

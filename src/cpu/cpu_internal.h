@@ -34,6 +34,14 @@ hcq__cpu_share_t *hcq__cpu_share(hcq_device_t *dev);
 size_t hcq__cpu_core_count(void);
 /* The device's waiter_sleeps_at_once (core/backend.h): the caller is on its engine's core. */
 bool hcq__cpu_waiter_sleeps_at_once(hcq_device_t *dev);
+/* Whether other processes' threads compete with this one's for the cores now (cpu_layout.c): a
+ * waiting host thread then works on shared launches (hcq__cpu_pool_assist) instead of sleeping. */
+bool hcq__cpu_host_contended(void);
+/* Tests: true makes hcq__cpu_host_contended say so whatever the load. */
+extern _Atomic bool hcq__cpu_force_contended;
+/* The rule it applies to a sample: runnable threads machine-wide (-1: unknown), this process's busy
+ * threads and the cores; true when the others make at least half a thread per core. */
+bool hcq__cpu_foreign_load_contends(int runnable, unsigned own, unsigned cores);
 
 /* ---- kernel faults (cpu_fault.c) ----
  * Every thread that runs kernels points hcq__cpu_fault_ctx at its context; the fault handler reads

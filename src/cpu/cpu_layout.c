@@ -3,7 +3,9 @@
  * opening order; with more devices than cores each device gets one core, shared round-robin.
  * HCQ_CPU_THREADS (or hcq_device_options_t.threads) fixes a device's thread count instead; its
  * cores then follow the others' round-robin. */
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/device.h"
+#include "core/host_wait.h"
 #include "core/options.h"
 #include "cpu/cpu_internal.h"
 
@@ -24,6 +27,7 @@ static int g_cores[MAX_CORES];
 static int g_ncores;
 /* Whether some core runs no engine (a waiting application thread has somewhere else to be). */
 static _Atomic bool g_spare_core;
+static _Atomic unsigned g_busy_threads; /* engines and helpers of every CPU device (the layout's) */
 
 /* This process's place among the processes of one parallel job on this machine, from the launcher
  * (Open MPI, MPICH/Hydra, Slurm); false when it says nothing. */
@@ -73,13 +77,14 @@ static unsigned fixed_threads(hcq_device_t *dev) {
 
 /* Layout lock held. */
 static void relayout(void) {
-  unsigned n = (unsigned)g_ncores, m = (unsigned)g_ndevs, next = 0, engines = 0;
+  unsigned n = (unsigned)g_ncores, m = (unsigned)g_ndevs, next = 0, engines = 0, busy = 0;
   int cores[MAX_CORES];
   for (unsigned i = 0; i < m; i++) {
     hcq_device_t *dev = g_devs[i];
     unsigned want = fixed_threads(dev);
     if (!want) want = m <= n ? n / m + (i < n % m) : 1;
     if (want > MAX_CORES) want = MAX_CORES;
+    busy += want;
     for (unsigned k = 0; k < want; k++) cores[k] = g_cores[(next + k) % n];
     next = (next + want) % n;
     hcq__cpu_apply_layout(dev, cores, want);
@@ -90,6 +95,7 @@ static void relayout(void) {
     __atomic_store_n(&sh->ncores, want, __ATOMIC_RELAXED);
   }
   atomic_store(&g_spare_core, engines < n);
+  atomic_store(&g_busy_threads, busy);
 }
 
 void hcq__cpu_layout_add(hcq_device_t *dev) {
@@ -140,4 +146,60 @@ bool hcq__cpu_waiter_sleeps_at_once(hcq_device_t *dev) {
   const hcq__cpu_share_t *sh = hcq__cpu_share(dev);
   return cpu >= 0 && __atomic_load_n(&sh->ncores, __ATOMIC_RELAXED) &&
          __atomic_load_n(&sh->cores[0], __ATOMIC_RELAXED) == cpu;
+}
+
+/* ---- is the host contended? ----
+ *
+ * /proc/loadavg's fourth field counts the threads runnable right now, machine-wide. Less this
+ * process's busy threads (the layout's engines and helpers, and the caller), what is left runs
+ * beside them: when that is at least half a thread per core in two samples in a row (10 ms apart:
+ * one could catch a passing burst), the host is contended for the next 250 ms. The spin policy's
+ * own sign (a spinner seen off its core, core/host_wait.h) counts too. */
+#define CONTENDED_SAMPLE_NS UINT64_C(10000000)
+#define CONTENDED_HOLD_NS UINT64_C(250000000)
+
+static _Atomic uint64_t g_next_sample_ns, g_contended_until_ns;
+static _Atomic int g_loadavg_fd = -2, g_streak;
+
+/* Threads runnable machine-wide now, or -1 when /proc/loadavg cannot be read. */
+static int runnable_now(void) {
+  int fd = atomic_load_explicit(&g_loadavg_fd, memory_order_relaxed);
+  if (fd == -2) {
+    int opened = open("/proc/loadavg", O_RDONLY | O_CLOEXEC), expected = -2;
+    if (!atomic_compare_exchange_strong(&g_loadavg_fd, &expected, opened) && opened >= 0) close(opened);
+    fd = atomic_load(&g_loadavg_fd);
+  }
+  char buf[128];
+  ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  int running = -1;
+  const char *slash = strchr(buf, '/');
+  while (slash && slash > buf && slash[-1] >= '0' && slash[-1] <= '9') slash--;
+  if (slash) running = atoi(slash);
+  return running;
+}
+
+bool hcq__cpu_foreign_load_contends(int runnable, unsigned own, unsigned cores) {
+  int foreign = runnable - (int)own;
+  return runnable >= 0 && foreign > 0 && 2 * (unsigned)foreign >= cores;
+}
+
+_Atomic bool hcq__cpu_force_contended;
+
+bool hcq__cpu_host_contended(void) {
+  if (atomic_load_explicit(&hcq__cpu_force_contended, memory_order_relaxed)) return true;
+  uint64_t now = hcq__now_ns();
+  if (now >= atomic_load_explicit(&g_next_sample_ns, memory_order_relaxed)) {
+    atomic_store_explicit(&g_next_sample_ns, now + CONTENDED_SAMPLE_NS, memory_order_relaxed);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned own = atomic_load_explicit(&g_busy_threads, memory_order_relaxed) + 1;
+    if (hcq__cpu_foreign_load_contends(runnable_now(), own, cores > 0 ? (unsigned)cores : 1)) {
+      if (atomic_fetch_add_explicit(&g_streak, 1, memory_order_relaxed) >= 1)
+        atomic_store_explicit(&g_contended_until_ns, now + CONTENDED_HOLD_NS, memory_order_relaxed);
+    } else {
+      atomic_store_explicit(&g_streak, 0, memory_order_relaxed);
+    }
+  }
+  return now < atomic_load_explicit(&g_contended_until_ns, memory_order_relaxed) || hcq__host_contended_now();
 }

@@ -28,6 +28,34 @@ void hcq__cpu_pool_work(cpu_pool_t *p) {
   }
 }
 
+/* A host thread waiting on a contended machine (core/backend.h, assist): the job the engine has
+ * published, entered as a helper enters it, while chunks of it are left; else a sleep until the
+ * next job (the engine wakes sleepers it counts) or max_ns. Not with isolation or validation: a
+ * kernel that faults on the host's thread could not be taken back there. */
+int hcq__cpu_pool_assist(cpu_pool_t *p, uint64_t max_ns) {
+  if (p->dev->isolate || hcq__validating || hcq__device_is_lost(p->dev) || !hcq__cpu_host_contended()) return -1;
+  uint32_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
+  if (g && !(g & 1)) {
+    bool worked = false;
+    atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
+    /* The publisher waits for active == 0 before it writes the next job: with g still current,
+     * the job's fields stay as they are until this thread leaves. */
+    if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == g &&
+        atomic_load_explicit(&p->next_group, memory_order_relaxed) < p->total) {
+      hcq__cpu_pool_work(p);
+      worked = true;
+      atomic_fetch_add_explicit(&p->assisted, 1, memory_order_relaxed);
+    }
+    atomic_fetch_sub_explicit(&p->active, 1, memory_order_seq_cst);
+    if (worked) return 1;
+  }
+  atomic_fetch_add_explicit(&p->helpers_sleeping, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop))
+    hcq__futex_wait(&p->gen, g, max_ns);
+  atomic_fetch_sub_explicit(&p->helpers_sleeping, 1, memory_order_seq_cst);
+  return 0;
+}
+
 /* A fault inside a kernel with isolation on comes back here: the device is lost. */
 void hcq__cpu_isolated_fault(hcq__cpu_fault_ctx_t *ctx) {
   char what[400];

@@ -157,6 +157,7 @@ struct hcq_jit {
   hcq_jit_report_t report;
   bool from_capture; /* values for unused variables are reported (see check_unused_vars) */
   bool strict_vars;
+  unsigned inflight; /* replays of each batch graph in flight (hcq_jit_options_t; 0: the default) */
   hcq_jit_warning_fn on_warning;
   void *warning_ctx;
   HCQ__VEC(const hcq_expr_t *) unused; /* variables already reported as unused (retained) */
@@ -267,7 +268,7 @@ static hcq_status_t flush(hcq_jit_t *jit, size_t first, size_t count, size_t *ma
   if (count == 0) return NULL;
   if (count == 1) return add_eager(jit, first, 1, "a batch of one item is not graphed");
   hcq__runner_t *r = &jit->runner;
-  hcq_graph_options_t opts = {.profile = profile};
+  hcq_graph_options_t opts = {.profile = profile, .inflight = jit->inflight};
   hcq_graph_t *g = NULL;
   hcq_status_t st = hcq_graph_create(r->items + first, count, r->inputs, r->ninputs, jit->vals, r->vars.len, &opts, &g);
   if (st) {
@@ -356,6 +357,7 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
     jit->slots_at[j] = (uint32_t)s;
   }
   size_t first = options && options->first_batch_size ? options->first_batch_size : hcq__options()->jit_batch_size;
+  jit->inflight = options ? options->inflight : 0;
   if (!st && options && options->eager_only)
     st = add_eager(jit, 0, r->nitems, "graphs are turned off (eager only)");
   else if (!st)
