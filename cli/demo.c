@@ -121,7 +121,9 @@ static void print_json(const demo_args_t *a, const llama2_config_t *c, const lla
   for (int i = 0; i < steps; i++) printf("%s%d", i ? ", " : "", g->tokens[i]);
   printf("], \"eager_tokens\": [");
   for (int i = 0; i < steps; i++) printf("%s%d", i ? ", " : "", e->tokens[i]);
-  printf("]}\n");
+  printf("]");
+  cli_host_load_print_json(stdout); /* what the timings ran beside */
+  printf("}\n");
 }
 
 static void print_screen(const demo_args_t *a, const llama2_config_t *c, const llama2_decoder_t *dec,
@@ -209,7 +211,6 @@ int cli_demo(int argc, char **argv) {
     identical = !memcmp(e.tokens, g.tokens, (size_t)steps * sizeof(int32_t));
     if (a.json) {
       print_json(&a, &c, dec, &e, &g, steps, identical);
-      cli_host_load_print(stderr); /* standard output holds only the JSON object */
     } else {
       print_screen(&a, &c, dec, &e, &g, steps, identical, a.tokenizer ? &tok : NULL);
     }

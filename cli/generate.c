@@ -418,6 +418,7 @@ static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefi
              "\"identical\": %s, \"bench_steps\": %d, \"repetitions\": %llu",
              g->eager.decode_tok_s, g->graph.decode_tok_s, g->eager.prefill_tok_s, g->graph.prefill_tok_s,
              g->eager.host_us, g->graph.host_us, g->identical ? "true" : "false", g->graph.n, a->reps);
+    if (a->bench) cli_host_load_print_json(stdout); /* what the timings ran beside */
     printf("}\n");
   }
   free(text);
@@ -460,7 +461,7 @@ static hcq_status_t report(const gen_t *g, const gen_args_t *a) {
   else
     print_summary(g, a, prefill_tok_s, decode_tok_s);
   if (!st && a->bench && !a->json) print_bench_table(g, a);
-  if (!st && a->bench) cli_host_load_print(a->json ? stderr : stdout); /* what the timings ran beside */
+  if (!st && a->bench && !a->json) cli_host_load_print(stdout); /* what the timings ran beside */
   return st;
 }
 

@@ -33,3 +33,14 @@ void cli_host_load_print(FILE *f) {
   cli_host_load_describe(cli_host_load_read(), line, sizeof(line));
   fprintf(f, "  %s\n", line);
 }
+
+void cli_host_load_print_json(FILE *f) {
+  cli_host_load_t l = cli_host_load_read();
+  char line[160];
+  bool busy = cli_host_load_describe(l, line, sizeof(line));
+  if (l.known)
+    fprintf(f, ", \"load_average\": %.2f", l.load1);
+  else
+    fprintf(f, ", \"load_average\": null");
+  fprintf(f, ", \"cpus\": %ld, \"busy\": %s", l.cpus, busy ? "true" : "false");
+}

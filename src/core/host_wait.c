@@ -98,6 +98,11 @@ uint64_t hcq__deadline_after_ms(int64_t timeout_ms) {
 
 hcq__spin_policy_t hcq__host_spin_policy;
 
+bool hcq__host_contended_now(void) {
+  return atomic_load_explicit(&hcq__host_spin_policy.contended_until_ns, memory_order_relaxed) &&
+         hcq__spin_policy_contended(&hcq__host_spin_policy, hcq__now_ns());
+}
+
 bool hcq__spin_policy_observe(hcq__spin_policy_t *p, uint64_t gap_ns, uint64_t now_ns) {
   if (gap_ns <= HCQ__SPIN_GAP_NS) return hcq__spin_policy_contended(p, now_ns);
   uint64_t before = atomic_exchange_explicit(&p->last_gap_ns, now_ns, memory_order_relaxed);

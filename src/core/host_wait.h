@@ -31,8 +31,10 @@ typedef struct hcq__fast_clock {
 } hcq__fast_clock_t;
 uint64_t hcq__fast_clock_now(hcq__fast_clock_t *c);
 
-struct hcq__spin_policy;
-static inline bool hcq__host_contended_now(void);
+/* True while the process's spins are cut short (hcq__host_spin_policy, below). A function, not an
+ * inline reading the policy: the MPI layer's spins call it from libhcq_mpi.so, and libhcq.so
+ * exports functions only. */
+HCQ__PRIVATE_EXPORT bool hcq__host_contended_now(void);
 
 /* One step of a spin-wait with pauses pause instructions before it yields the CPU, so that on a
  * machine with more busy threads than cores a spinner does not starve the thread it waits for. On a
@@ -77,21 +79,16 @@ typedef struct hcq__spin_policy {
   _Atomic uint64_t contended_until_ns; /* spins are cut short until then */
   _Atomic uint64_t contended_spells;   /* how often the host was found contended (tests, reports) */
 } hcq__spin_policy_t;
-HCQ__PRIVATE_EXPORT extern hcq__spin_policy_t hcq__host_spin_policy;
+extern hcq__spin_policy_t hcq__host_spin_policy;
 
 /* A spin saw gap_ns between two of its clock reads, at now_ns. True when that made (or kept) the
  * host contended: the spinner should sleep now. */
-HCQ__PRIVATE_EXPORT bool hcq__spin_policy_observe(hcq__spin_policy_t *p, uint64_t gap_ns, uint64_t now_ns);
+bool hcq__spin_policy_observe(hcq__spin_policy_t *p, uint64_t gap_ns, uint64_t now_ns);
 /* True while spins are cut short. */
 static inline bool hcq__spin_policy_contended(hcq__spin_policy_t *p, uint64_t now_ns) {
   return now_ns < atomic_load_explicit(&p->contended_until_ns, memory_order_relaxed);
 }
 
-/* True while the process's spins are cut short (hcq__host_spin_policy). */
-static inline bool hcq__host_contended_now(void) {
-  return atomic_load_explicit(&hcq__host_spin_policy.contended_until_ns, memory_order_relaxed) &&
-         hcq__spin_policy_contended(&hcq__host_spin_policy, hcq__now_ns());
-}
 
 /* Spins (64 pauses, then yields) until ready(ctx) or budget_ns have passed, as policy p allows;
  * true when ready. The clock is read every 64 steps: it costs more than a step. */
