@@ -367,8 +367,11 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
   /* No prefix of ours: the graph and jit replays that stage say "graph replay" / "jit replay". */
   if ((cst = hcq__var_values_check(vals, nvals, NULL))) return cst;
   for (size_t k = 0; k < ninputs; k++) {
-    const hcq_buffer_t *want = r->inputs[k], *got = inputs[k];
-    if (!got) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is missing (NULL)", k);
+    hcq_buffer_t *want = r->inputs[k], *got = inputs[k];
+    if (!got && !r->null_input_keeps) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is missing (NULL)", k);
+    /* Kept: the runner holds a reference to its current input (the last replay's, or the built
+     * one), so it is alive; validation checks it again below. */
+    if (!got) got = want;
     char n1[96], n2[96];
     if (got->size != want->size)
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu: %s has %" PRIu64 " bytes but the graph's input %s has %" PRIu64,
@@ -382,7 +385,7 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
       hcq_status_t vst = hcq__obj_check(&got->obj, HCQ__OBJ_BUFFER, what);
       if (vst) return vst;
     }
-    r->pending_inputs[k] = inputs[k];
+    r->pending_inputs[k] = got;
   }
   for (size_t k = 0; k < ninputs; k++) {
     if (r->pending_inputs[k] == r->inputs[k] && r->pending_inputs[k] == r->build_inputs[k]) continue;

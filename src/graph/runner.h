@@ -29,6 +29,7 @@ typedef struct hcq__runner {
   hcq_buffer_t **inputs;   /* current inputs (retained); build-time ones define size and device */
   hcq_buffer_t **pending_inputs;
   size_t ninputs;
+  bool null_input_keeps; /* a NULL input of a replay keeps the current one (jits), else it is refused */
   HCQ__VEC(hcq__input_slot_t) slots;
   HCQ__VEC(const hcq_expr_t *) vars; /* retained */
   int64_t *values;                   /* current value per variable */

@@ -151,7 +151,6 @@ struct hcq_jit {
   HCQ__VEC(size_t) batch_sizes;
   hcq_var_value_t *vals; /* the runner's variables, values filled per replay */
   uint32_t *slots_at;    /* per item: first index into runner.slots (slots are in item order) */
-  hcq_buffer_t **bound;  /* scratch: a replay's inputs with each NULL replaced by its kept binding */
   char *text;
   size_t text_len, text_cap;
   hcq_jit_report_t report;
@@ -321,7 +320,6 @@ static void jit_free(hcq_jit_t *jit) {
   hcq__vec_free(&jit->batch_sizes);
   free(jit->vals);
   free(jit->slots_at);
-  free(jit->bound);
   free(jit->text);
   for (size_t i = 0; i < jit->unused.len; i++) hcq_expr_release(jit->unused.data[i]);
   hcq__vec_free(&jit->unused);
@@ -341,6 +339,7 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
     return st;
   }
   hcq__runner_t *r = &jit->runner;
+  r->null_input_keeps = true; /* a replay's NULL input keeps its binding (hcq/jit.h) */
   if (when) hcq__runner_mark(r, "hcq_capture_end", NULL);
   if (options) {
     jit->strict_vars = options->strict_vars;
@@ -349,8 +348,7 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
   }
   jit->vals = calloc(r->vars.len + 1, sizeof(*jit->vals));
   jit->slots_at = calloc(r->nitems + 1, sizeof(*jit->slots_at));
-  jit->bound = calloc(r->ninputs + 1, sizeof(*jit->bound));
-  if (!jit->vals || !jit->slots_at || !jit->bound) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
+  if (!jit->vals || !jit->slots_at) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
   for (size_t i = 0; i < r->vars.len && !st; i++) jit->vals[i] = (hcq_var_value_t){r->vars.data[i], r->values[i]};
   for (size_t j = 0, s = 0; j <= r->nitems && !st; j++) {
     while (s < r->slots.len && r->slots.data[s].item < j) s++;
@@ -583,12 +581,6 @@ static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t 
                             size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
   uint64_t start = hcq__now_ns();
   hcq__runner_t *r = &jit->runner;
-  /* A NULL input keeps its binding: the runner's current input, which it holds a reference to (the
-   * last replay's, or the one captured), so it is alive; validation checks it again when staged. */
-  if (inputs && ninputs == r->ninputs) {
-    for (size_t k = 0; k < ninputs; k++) jit->bound[k] = inputs[k] ? inputs[k] : r->inputs[k];
-    inputs = jit->bound;
-  }
   hcq_status_t st = hcq__runner_stage(r, inputs, ninputs, vals, nvals);
   if (st) return hcq_status_annotate(st, "jit replay");
   if ((st = check_unused_vars(jit, vals, nvals, "jit replay"))) return st;
