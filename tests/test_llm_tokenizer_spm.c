@@ -36,6 +36,11 @@ static void expect_text(const llm_tokenizer_t *t, const int32_t *ids, size_t n, 
   OK(llm_detokenize(t, ids, n, special, &s));
   cr_assert_str_eq(s, want);
   free(s);
+  /* the length comes with the text, after the first token's dropped space prefix too */
+  size_t len;
+  OK(llm_detokenize_len(t, ids, n, special, &s, &len));
+  cr_assert_eq(len, strlen(want), "length %zu of \"%s\"", len, want);
+  free(s);
 }
 
 static llm_tokenizer_t *from_writer(gguf_writer_t *w, uint8_t **bytes, gguf_file_t **g) {

@@ -211,15 +211,9 @@ hcq_status_t hcq_llm_detokenize(const hcq_llm_t *llm, const int32_t *ids, size_t
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_detokenize: id %d (ids[%zu]) is outside the vocabulary (%d ids)",
                              ids[i], i, llm->config.vocab);
   char *text = NULL;
-  hcq_status_t st = llm_detokenize(llm->tok, ids, n, special, &text);
-  if (st) return st;
-  /* the detokenizer's output may hold NUL bytes (a NUL token): its length is the stream's */
   size_t text_len = 0;
-  llm_detok_t d;
-  llm_detok_init(&d);
-  char piece[LLM_DETOK_MAX_OUT];
-  for (size_t i = 0; i < n; i++) text_len += llm_detok_push(llm->tok, &d, ids[i], special, piece, sizeof(piece));
-  text_len += llm_detok_flush(&d, piece, sizeof(piece));
+  hcq_status_t st = llm_detokenize_len(llm->tok, ids, n, special, &text, &text_len);
+  if (st) return st;
   return give_text("hcq_llm_detokenize", text, text_len, out, cap, len);
 }
 

@@ -543,8 +543,15 @@ size_t llm_detok_flush(llm_detok_t *d, char *out, size_t cap) {
 }
 
 hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special, char **out) {
-  if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_detokenize: out is NULL");
+  size_t len;
+  return llm_detokenize_len(t, ids, n, special, out, &len);
+}
+
+hcq_status_t llm_detokenize_len(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special, char **out,
+                                size_t *out_len) {
+  if (!out || !out_len) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_detokenize: out is NULL");
   *out = NULL;
+  *out_len = 0;
   if (!t || (!ids && n)) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_detokenize: tokenizer or ids is NULL");
   size_t len = 0, cap = 256;
   char *s = malloc(cap);
@@ -570,5 +577,6 @@ hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t
   if (!s) return hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_detokenize: out of memory (%zu tokens)", n);
   s[len] = 0;
   *out = s;
+  *out_len = len;
   return NULL;
 }

@@ -169,6 +169,9 @@ size_t llm_detok_flush(llm_detok_t *d, char *out, size_t cap);
  * string: always valid UTF-8; embedded NULs are possible (a NUL byte token). */
 HCQ_MUST_USE hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special,
                                          char **out);
+/* The same, with the text's length (embedded NULs included) in *out_len. */
+HCQ_MUST_USE hcq_status_t llm_detokenize_len(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special,
+                                             char **out, size_t *out_len);
 
 /* ---- chat templates (chat.c) ----
  *
