@@ -290,12 +290,10 @@ static hcq_status_t kind_available(hcq_device_kind_t kind) {
 /* --chat's text in the model's template (or --chat-template's), malloc'd. */
 static hcq_status_t chat_text(const gen_t *g, const gen_args_t *a, char **out) {
   hcq_llm_message_t msgs[2];
-  size_t n = 0, len = 0;
+  size_t n = 0;
   if (a->system) msgs[n++] = (hcq_llm_message_t){"system", a->system};
   msgs[n++] = (hcq_llm_message_t){"user", a->chat};
-  hcq_status_t st = hcq_llm_chat_prompt(g->llm, msgs, n, a->chat_template, NULL, 0, &len);
-  if (!st && !(*out = malloc(len + 1))) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  if (!st) st = hcq_llm_chat_prompt(g->llm, msgs, n, a->chat_template, *out, len + 1, &len);
+  hcq_status_t st = llm_api_chat_text(g->llm, msgs, n, a->chat_template, out);
   if (st && !a->chat_template && hcq_status_code(st) == HCQ_INVALID_ARGUMENT)
     st = hcq_status_annotate(st, "generate (--chat-template NAME chooses a template, --prompt takes plain text)");
   return st;
@@ -308,10 +306,7 @@ static hcq_status_t prompt_ids(gen_t *g, const gen_args_t *a) {
   char *chat = NULL;
   hcq_status_t st = a->chat ? chat_text(g, a, &chat) : NULL;
   const char *text = chat ? chat : a->prompt;
-  if (!st) st = hcq_llm_tokenize(g->llm, text, strlen(text), true, true, NULL, 0, &g->nprompt);
-  if (!st && !(g->prompt = malloc((g->nprompt + 1) * sizeof(int32_t))))
-    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  if (!st) st = hcq_llm_tokenize(g->llm, text, strlen(text), true, true, g->prompt, g->nprompt, &g->nprompt);
+  if (!st) st = llm_tokenize(llm_api_tokenizer(g->llm), text, strlen(text), true, true, &g->prompt, &g->nprompt);
   free(chat);
   return st;
 }

@@ -219,9 +219,9 @@ hcq_status_t hcq_llm_detokenize(const hcq_llm_t *llm, const int32_t *ids, size_t
 
 bool hcq_llm_is_end_token(const hcq_llm_t *llm, int32_t id) { return llm && llm_tokenizer_is_eog(llm->tok, id); }
 
-/* The conversation rendered, malloc'd. */
-static hcq_status_t chat_text(const hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
-                              const char *template_name, char **out) {
+/* The conversation rendered, malloc'd (llm_api.h). */
+hcq_status_t llm_api_chat_text(const hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
+                               const char *template_name, char **out) {
   /* hcq_llm_message_t and llm_chat_message_t are the same two pointers */
   _Static_assert(sizeof(hcq_llm_message_t) == sizeof(llm_chat_message_t), "message layouts");
   hcq_status_t st = llm_chat_render(llm->chat_template, llm->chat_template_len, template_name,
@@ -240,7 +240,7 @@ hcq_status_t hcq_llm_chat_prompt(const hcq_llm_t *llm, const hcq_llm_message_t *
   if (!llm || !len || (!messages && n) || (!out && cap)) return bad("hcq_llm_chat_prompt: llm, len, messages or out is NULL");
   *len = 0;
   char *text = NULL;
-  hcq_status_t st = chat_text(llm, messages, n, template_name, &text);
+  hcq_status_t st = llm_api_chat_text(llm, messages, n, template_name, &text);
   return st ? st : give_text("hcq_llm_chat_prompt", text, strlen(text), out, cap, len);
 }
 
@@ -351,7 +351,7 @@ hcq_status_t hcq_llm_chat(hcq_llm_t *llm, const hcq_llm_message_t *messages, siz
   if (!llm || !out) return bad("hcq_llm_chat: llm or out is NULL");
   if (!messages && n) return bad("hcq_llm_chat: messages is NULL");
   char *text = NULL;
-  hcq_status_t st = chat_text(llm, messages, n, NULL, &text);
+  hcq_status_t st = llm_api_chat_text(llm, messages, n, NULL, &text);
   if (!st) st = hcq_llm_generate_text(llm, text, options, out);
   free(text);
   return st;

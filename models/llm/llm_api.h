@@ -21,6 +21,10 @@ HCQ_MUST_USE hcq_status_t llm_api_load(const char *model, const hcq_llm_options_
  * decoder: the decoder options (kind, ctx and max_batch from hcq_llm_open's options when NULL). */
 HCQ_MUST_USE hcq_status_t llm_api_start(hcq_llm_t *llm, const llm_decoder_options_t *decoder);
 
+/* hcq_llm_chat_prompt's text, malloc'd (*out), in one rendering. */
+HCQ_MUST_USE hcq_status_t llm_api_chat_text(const hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
+                                            const char *template_name, char **out);
+
 llm_decoder_t *llm_api_decoder(hcq_llm_t *llm); /* NULL before llm_api_start */
 const llm_tokenizer_t *llm_api_tokenizer(const hcq_llm_t *llm);
 const llm_config_t *llm_api_config(const hcq_llm_t *llm);
