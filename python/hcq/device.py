@@ -128,8 +128,8 @@ class Device:
         """What a launch or a buffer may use here (hcq_device_limits_t's fields)."""
         out = ffi.new("hcq_device_limits_t *")
         check(lib.hcq_device_limits(self._live(), out))
-        return {f: (list(getattr(out, f)) if ffi.typeof(getattr(out, f)).kind == "array" else getattr(out, f))
-                for f in dir(out)}
+        fields = {f: getattr(out, f) for f in dir(out)}
+        return {f: (list(v) if isinstance(v, ffi.CData) else v) for f, v in fields.items()}
 
     def synchronize(self) -> None:
         """Waits until all work submitted to the device so far has finished (hcq.Timeout after the

@@ -71,7 +71,7 @@ class GraphFile(Owned):
         check(lib.hcq_graph_create(lib.hcq_graph_file_items(h), lib.hcq_graph_file_item_count(h),
                                    lib.hcq_graph_file_inputs(h), lib.hcq_graph_file_input_count(h), vals, len(keep),
                                    options, out))
-        return Graph._made(out[0], len(self.inputs))
+        return Graph._made(out[0], [b._live() for b in self.inputs])
 
 
 class Graph(Owned):
@@ -81,11 +81,11 @@ class Graph(Owned):
     _close_order = 0
 
     @classmethod
-    def _made(cls, handle, ninputs):
+    def _made(cls, handle, inputs):
         self = cls.__new__(cls)
         self._handle, self.label, self.device = handle, "graph", None
-        self._ninputs = ninputs
-        self._inputs = ffi.new("hcq_buffer_t *[]", max(ninputs, 1))
+        self._ninputs = len(inputs)
+        self._inputs = ffi.new("hcq_buffer_t *[]", inputs or [NULL])  # the built inputs until a run swaps them
         register_with_devices(self, [lib.hcq_graph_device(handle, i) for i in range(lib.hcq_graph_device_count(handle))])
         return self
 
@@ -108,10 +108,10 @@ class Graph(Owned):
             for i, buf in enumerate(inputs):
                 self._inputs[i] = buf._live()
         vals, keep = var_values(values or {})
-        return (self._inputs if inputs is not None else NULL), (self._ninputs if inputs is not None else 0), vals, len(keep)
+        return self._inputs, self._ninputs, vals, len(keep)
 
     def run(self, inputs: Optional[Sequence[Buffer]] = None, values=None, wait: bool = True) -> int:
-        """Replays (inputs: all of them, or None for the built ones); with wait, returns the elapsed
+        """Replays (inputs: all of them, or None for the last ones); with wait, returns the elapsed
         host nanoseconds once it finished."""
         ins, nins, vals, nvals = self._bind(inputs, values)
         elapsed = ffi.new("uint64_t *")

@@ -15,7 +15,7 @@ from ._ffi import NULL, ffi, lib, text
 from .buffer import Buffer
 from .device import Owned, register_with_devices
 from .status import Error, InvalidArgument, check, closed_error
-from .symbolic import Expr, Var, bindings_of, var_values
+from .symbolic import Expr, Var, bindings_of, capture_values, var_values
 
 
 class HcqWarning(UserWarning):
@@ -199,6 +199,8 @@ class Capture:
         out = ffi.new("hcq_capture_t **")
         check(lib.hcq_capture_begin(out))
         self._ptr = out[0]
+        self._outer_values = getattr(capture_values, "values", None)
+        capture_values.values = self.values
         return self
 
     @property
@@ -210,6 +212,7 @@ class Capture:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         capture, self._ptr = self._ptr, NULL
+        capture_values.values = self._outer_values
         if exc_type is not None:
             lib.hcq_capture_abort(capture)
             return

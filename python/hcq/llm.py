@@ -172,12 +172,12 @@ class Model:
                     yield out
             if pending:
                 yield pending.decode("utf-8", "replace")
-        finally:
+        finally:  # also when the reader is closed or collected (GeneratorExit)
             stop.set()
             worker.join()
+            self.last_result = outcome.get("result", self.last_result)
         if "error" in outcome:
             raise outcome["error"]
-        self.last_result = outcome["result"]
 
     def complete(self, prompt: Union[str, Sequence[int]], max_tokens: int = 256, **kw) -> str:
         """generate() joined into one string."""

@@ -7,6 +7,7 @@ with them by a capture, and each replay computes them from its values. `n.bind(1
 variable with a value for the call at hand (as tinygrad's Variable.bind): a launch, or an
 @hcq.jit function, reads the values from the bound variables it is given.
 """
+import threading
 from typing import Dict, Iterable, Mapping, Union
 
 from ._ffi import NULL, ffi, lib, text
@@ -146,9 +147,14 @@ def var_values(values: Mapping[Var, int]):
     return array, items
 
 
+# The values of the capture open on this thread (hcq.capture(values=...)): launches inside read them.
+capture_values = threading.local()
+
+
 def bindings_of(operands: Iterable) -> Dict[Var, int]:
-    """The values bound into any of the operands (Exprs built from bound variables)."""
-    out: Dict[Var, int] = {}
+    """The values for a launch's symbolic operands: those of the capture open on this thread, then
+    those bound into the operands (Exprs built from bound variables)."""
+    out: Dict[Var, int] = dict(getattr(capture_values, "values", None) or {})
     for op in operands:
         if isinstance(op, Expr) and op.bindings:
             out.update(op.bindings)
