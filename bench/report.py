@@ -15,7 +15,7 @@ import sys
 BASELINES = ("C decoder -Ofast, one thread", "hand-written 2-thread spin pipeline", "plain C loop, one thread",
              "hcq graph replay, unprofiled", "hcq eager on VULKAN", "hcq eager on CUDA", "hcq eager on METAL",
              "PyTorch eager (CPU), sentence-transformers", "llama.cpp", "hcq eager launches, 1 thread",
-             "llama.cpp, VmRSS after the runs")
+             "llama.cpp, VmRSS after the runs", "hcq C call through cffi: hcq_jit_run")
 
 
 def load(path):

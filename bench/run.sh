@@ -153,6 +153,21 @@ for spec in "tinygrad==0.10.2" "tinygrad"; do
   fi
 done
 
+# The Python package (issue 43): a 100-item replay from Python against the C call, and tinygrad
+# 0.14.0's TinyJit replaying the same chain (bench/python_replay.py; tinygrad in its own venv).
+PYSEC="python: replay of a chain of 100 tiny kernels, CPU"
+echo "bench: Python package replay" >&2
+PYTHONPATH="$SRC/python" HCQ_LIBRARY="$BUILD/libhcq.so" python3 "$SRC/bench/python_replay.py" hcq "$BUILD/cli/hcq" \
+  >>"$ROWS" 2>>"$LOG" || missing "$PYSEC" "hcq Python: Jit.run(wait=False)" "python_replay.py failed (cffi and numpy needed; see $LOG)"
+TG14=$B/venv-tinygrad-0.14.0
+if { [ -x "$TG14/bin/python" ] || python3 -m venv "$TG14" >>"$LOG" 2>&1; } &&
+   "$TG14/bin/pip" install -q --disable-pip-version-check "tinygrad==0.14.0" >>"$LOG" 2>&1; then
+  "$TG14/bin/python" "$SRC/bench/python_replay.py" tinygrad >>"$ROWS" 2>>"$LOG" ||
+    missing "$PYSEC" "tinygrad 0.14.0 TinyJit" "python_replay.py tinygrad failed (see $LOG)"
+else
+  missing "$PYSEC" "tinygrad 0.14.0 TinyJit" "pip install tinygrad==0.14.0 failed: $(tail -n 1 "$LOG")"
+fi
+
 # What profiling costs on the example graph files: hcq bench's replay to completion without and
 # with HCQ_PROFILE=1 (every item timestamped on the device, one slice per item read per replay).
 for ex in pipeline_two_devices fanout_fanin chain; do

