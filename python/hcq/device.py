@@ -48,7 +48,7 @@ class Owned:
 
     def _live(self):
         if self._handle == NULL:
-            raise closed_error("%s %r" % (self._kind, getattr(self, "label", "")))
+            raise closed_error("%s %r" % (self._kind, getattr(self, "_label_at_close", "")))
         return self._handle
 
     def _release(self, handle) -> None:  # the C release call of the subclass
@@ -56,6 +56,8 @@ class Owned:
 
     def close(self) -> None:
         """Releases the C object now (idempotent). Further use raises hcq.FailedPrecondition."""
+        if self._handle != NULL:
+            self._label_at_close = self.label
         handle, self._handle = self._handle, NULL
         if handle != NULL:
             self._release(handle)

@@ -131,6 +131,8 @@ def test_dlpack_both_ways_is_zero_copy(dev, add_one):
     odd = np.zeros(9, np.uint8)[1:]  # misaligned: copied
     copy = hcq.from_dlpack(odd, dev)
     assert copy.nbytes == 8
+    with pytest.raises(hcq.InvalidArgument, match="not a tensor"):
+        hcq.from_dlpack(object(), dev)
 
 
 def test_torch_through_dlpack(dev, add_one):
