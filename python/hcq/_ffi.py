@@ -9,12 +9,16 @@ its hcq.cdef are looked up, in order:
 libhcq_llm is HCQ_LLM_LIBRARY, else libhcq_llm.so.0 beside libhcq, else models/llm/ of a build tree.
 """
 import os
+import sys
 
 import cffi
 
 ffi = cffi.FFI()
 
+# The package's folders: its own, and under `pip install -e` also the one in site-packages that
+# holds the built _lib/ (scikit-build-core's editable install lists both in hcq.__path__).
 _PACKAGE_DIRS = [os.path.dirname(os.path.abspath(__file__))]
+_PACKAGE_DIRS += [p for p in getattr(sys.modules.get(__package__), "__path__", []) if p not in _PACKAGE_DIRS]
 
 
 def _candidates():
@@ -24,7 +28,7 @@ def _candidates():
         return
     for pkg in _PACKAGE_DIRS:
         yield os.path.join(pkg, "_lib", "libhcq.so.0")
-    source_root = os.path.dirname(os.path.dirname(_PACKAGE_DIRS[0]))
+    source_root = os.path.dirname(os.path.dirname(_PACKAGE_DIRS[0]))  # python/hcq -> the checkout
     yield os.path.join(source_root, "build", "libhcq.so")
 
 
