@@ -20,7 +20,8 @@ import time
 
 CHAIN = 100
 SECTION = "python: replay of a chain of 100 tiny kernels, CPU"
-ADD_ONE = "void add_one(void *const *b, const int32_t *v, const hcq_launch_t *l) { ((int32_t *)b[0])[0] += 1; (void)v; (void)l; }"
+ADD_ONE = ("void add_one(void *const *b, const int32_t *v, const hcq_launch_t *l) "
+           "{ ((int32_t *)b[0])[0] += 1; (void)v; (void)l; }")
 
 
 def row(name, value, unit, note):

@@ -163,7 +163,8 @@ def from_dlpack(tensor, device=None) -> Buffer:
     alive while the buffer lives), else a copy. device: a Device or a name (default "CPU:0")."""
     array = np.from_dlpack(tensor) if hasattr(tensor, "__dlpack__") else np.asarray(tensor)
     if array.dtype.hasobject or array.nbytes == 0:
-        raise InvalidArgument("from_dlpack: %r is not a tensor of numbers with at least one byte" % type(tensor).__name__)
+        raise InvalidArgument("from_dlpack: %r is not a tensor of numbers with at least one byte"
+                              % type(tensor).__name__)
     if not isinstance(device, Device):
         device = Device(device or "CPU:0")
     contiguous = array.flags.c_contiguous and array.nbytes > 0

@@ -38,8 +38,9 @@ class GraphFile(Owned):
         by_ptr = {}
         self.buffers: Dict[str, Buffer] = {}
         for i in range(lib.hcq_graph_file_buffer_count(h)):
-            self.buffers[text(lib.hcq_graph_file_buffer_name(h, i))] = by_ptr[int(ffi.cast("uintptr_t", lib.hcq_graph_file_buffer(h, i)))] = \
-                self._borrow(lib.hcq_graph_file_buffer(h, i))
+            handle = lib.hcq_graph_file_buffer(h, i)
+            buffer = by_ptr[int(ffi.cast("uintptr_t", handle))] = self._borrow(handle)
+            self.buffers[text(lib.hcq_graph_file_buffer_name(h, i))] = buffer
         inputs = lib.hcq_graph_file_inputs(h)
         self.inputs: List[Buffer] = [by_ptr.get(int(ffi.cast("uintptr_t", inputs[i]))) or self._borrow(inputs[i])
                                      for i in range(lib.hcq_graph_file_input_count(h))]
@@ -86,7 +87,8 @@ class Graph(Owned):
         self._handle, self.label, self.device = handle, "graph", None
         self._ninputs = len(inputs)
         self._inputs = ffi.new("hcq_buffer_t *[]", inputs or [NULL])  # the built inputs until a run swaps them
-        register_with_devices(self, [lib.hcq_graph_device(handle, i) for i in range(lib.hcq_graph_device_count(handle))])
+        devices = [lib.hcq_graph_device(handle, i) for i in range(lib.hcq_graph_device_count(handle))]
+        register_with_devices(self, devices)
         return self
 
     def _release(self, handle):

@@ -143,7 +143,8 @@ class Model:
             with self._lock:
                 try:
                     check(start())
-                    outcome["result"] = Result(list(result.ids[0:result.n]), text(_lib().hcq_llm_stop_name(result.stop)),
+                    stop_name = text(_lib().hcq_llm_stop_name(result.stop))
+                    outcome["result"] = Result(list(result.ids[0:result.n]), stop_name,
                                                result.prompt_tokens, result.prompt_ms, result.decode_ms,
                                                result.host_us_per_token)
                 except Exception as error:  # noqa: BLE001 - handed to the reader

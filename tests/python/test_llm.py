@@ -44,7 +44,8 @@ def test_greedy_text_is_the_clis(model):
     assert len(pieces) >= 2
     assert "".join(pieces) == _cli("generate", "--model", MODEL, "--prompt", PROMPT, "--steps", "12").rstrip("\n")
     result = model.last_result
-    assert result.stop in ("length", "end") and len(result.ids) <= 12 and result.prompt_tokens == len(model.tokenize(PROMPT))
+    assert result.stop in ("length", "end") and len(result.ids) <= 12
+    assert result.prompt_tokens == len(model.tokenize(PROMPT))
 
 
 def test_an_abandoned_iterator_stops_generation(model):
