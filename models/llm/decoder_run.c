@@ -194,7 +194,7 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
   int next = nprompt, read = nprompt, last = nprompt + steps - 1; /* next step to queue; next step whose token to read */
   if (m->ranks > 1 && o->agree_end && steps > 0) all_ended = o->agree_end(o->ctx, out->ended);
   while (!st && !(stop_early && (m->ranks > 1 ? all_ended : out->ended)) && read < last) {
-    while (!st && next - read < LLM_STEPS_AHEAD && next < last) {
+    while (!st && next - read < (o->logits_in_step ? 1 : LLM_STEPS_AHEAD) && next < last) {
       double h0 = hcq_model_now_ms();
       st = step(m, next, o->graph, m->fences[next % LLM_STEPS_AHEAD]);
       host[nhost++] = (hcq_model_now_ms() - h0) * 1e3;

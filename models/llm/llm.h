@@ -183,6 +183,9 @@ typedef struct llm_generate_options {
    * whether this rank saw the end; returns whether any did, so that all stop at the same step (NULL:
    * they run every step, and what follows an end token is dropped). */
   bool (*agree_end)(void *ctx, bool ended);
+  /* No step queued past the one whose token is read: while on_token runs, the logits buffer
+   * (llm_decoder_logits) holds the logits that token was chosen from (log-probabilities). */
+  bool logits_in_step;
 } llm_generate_options_t;
 
 typedef struct llm_generate_result {
