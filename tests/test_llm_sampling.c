@@ -13,6 +13,23 @@
 #include "llm_test_util.h"
 #include "test_util.h"
 
+enum { VOCAB = 97, PROMPT = 8, STEPS = 40, CTX = 64 };
+
+static llm_model_t *g_model;
+static llm_decoder_t *g_dec;
+
+static void set_up(void) {
+  tiny_spec_t s = tiny_uniform_spec(40, 72, 2, 5, 1, VOCAB, GGML_TYPE_F32, true, 51);
+  g_model = tiny_model(&s, "sampling");
+  g_dec = decoder_on(g_model, HCQ_DEVICE_CPU, 1, CTX, 16);
+}
+static void tear_down(void) {
+  if (g_dec) OK(llm_decoder_destroy(g_dec));
+  if (g_model) llm_model_close(g_model);
+}
+
+TestSuite(llm_sampling, .init = set_up, .fini = tear_down, .timeout = 240);
+
 /* ---- the reference ---- */
 
 typedef struct {
@@ -140,22 +157,6 @@ Test(llm_sampling, the_reference_agrees_with_hand_computed_values) {
 
 /* ---- the decoder against the reference ---- */
 
-enum { VOCAB = 97, PROMPT = 8, STEPS = 40, CTX = 64 };
-
-static llm_model_t *g_model;
-static llm_decoder_t *g_dec;
-
-static void set_up(void) {
-  tiny_spec_t s = tiny_uniform_spec(40, 72, 2, 5, 1, VOCAB, GGML_TYPE_F32, true, 51);
-  g_model = tiny_model(&s, "sampling");
-  g_dec = decoder_on(g_model, HCQ_DEVICE_CPU, 1, CTX, 16);
-}
-static void tear_down(void) {
-  if (g_dec) OK(llm_decoder_destroy(g_dec));
-  if (g_model) llm_model_close(g_model);
-}
-
-TestSuite(llm_sampling, .init = set_up, .fini = tear_down, .timeout = 240);
 
 /* PROMPT tokens (with repeats, so that the penalties have something to do), then STEPS steps: each
  * new token checked against ref_sample over the step's logits and every token before it. The
