@@ -57,7 +57,8 @@ static bool known_template(const char *name) {
  * it is not one of them, else the usage error's exit status. */
 static int parse_sampling(const char *o, const char *v, gen_args_t *a) {
   if (!strcmp(o, "--min-p")) {
-    if (!parse_double(v, 0, 1, &a->min_p)) return cli_usage_error("generate: --min-p \"%s\": expected 0 to 1 (0: off)", v);
+    if (!parse_double(v, 0, 1, &a->min_p))
+      return cli_usage_error("generate: --min-p \"%s\": expected 0 to 1 (0: off)", v);
   } else if (!strcmp(o, "--repeat-penalty")) {
     if (!parse_double(v, 0, 100, &a->repeat_penalty))
       return cli_usage_error("generate: --repeat-penalty \"%s\": expected 0 to 100 (1: off)", v);
@@ -75,7 +76,8 @@ static int parse_sampling(const char *o, const char *v, gen_args_t *a) {
     if (!(a->logprobs_given = cli_parse_uint(v, 0, HCQ_LLM_MAX_LOGPROBS, &a->logprobs)))
       return cli_usage_error("generate: --logprobs \"%s\": expected 0 to %d alternatives", v, HCQ_LLM_MAX_LOGPROBS);
   } else if (!strcmp(o, "--threads")) {
-    if (!cli_parse_uint(v, 1, 256, &a->threads)) return cli_usage_error("generate: --threads \"%s\": expected 1 to 256", v);
+    if (!cli_parse_uint(v, 1, 256, &a->threads))
+      return cli_usage_error("generate: --threads \"%s\": expected 1 to 256", v);
   } else {
     return 0;
   }
@@ -97,7 +99,8 @@ static int check_args(const gen_args_t *a) {
   if (a->system && !a->chat && !a->interactive) return cli_usage_error("generate: --system goes with --chat");
   if (a->chat_template && !a->chat && !a->interactive)
     return cli_usage_error("generate: --chat-template goes with --chat");
-  if (a->logprobs_given && !a->json) return cli_usage_error("generate: --logprobs adds to --json's object: give --json");
+  if (a->logprobs_given && !a->json)
+    return cli_usage_error("generate: --logprobs adds to --json's object: give --json");
   if (a->logprobs_given && a->ranks > 1) return cli_usage_error("generate: --logprobs runs on one rank");
   if (a->ranks == 2 && cli_mpi_size() != 2)
     return cli_usage_error("generate: --ranks 2 runs under mpirun -np 2 (this job has %d rank%s)", cli_mpi_size(),
@@ -399,7 +402,8 @@ static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
   hcq_llm_options_t o = {.eager = a->eager, .log = stderr};
   hcq_status_t st = llm_api_load(a->model, &o, &g->llm);
   if (!st && a->interactive) /* the conversation grows: the context asked for, else the model's (at most 4096) */
-    return llm_api_start(g->llm, &(llm_decoder_options_t){.devices = (int)a->devices, .kind = a->kind, .ctx = (int)a->ctx});
+    return llm_api_start(g->llm,
+                         &(llm_decoder_options_t){.devices = (int)a->devices, .kind = a->kind, .ctx = (int)a->ctx});
   if (!st) st = prompt_ids(g, a);
   if (!st && g->nprompt == 0) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
   if (st) return st;
@@ -431,7 +435,8 @@ static hcq_llm_generate_options_t generate_options(const gen_args_t *a) {
   hcq_llm_generate_options_t o = {.max_tokens = (int)a->steps, .ignore_eos = a->ignore_eos, .stop = a->stops,
                                   .nstop = a->nstop, .logprobs = a->logprobs_given, .top_logprobs = (int)a->logprobs};
   if (a->temperature > 0)
-    o.sampling = (hcq_llm_sampling_t){(float)a->temperature, (float)a->top_p, (int)a->top_k, a->seed, .min_p = (float)a->min_p};
+    o.sampling = (hcq_llm_sampling_t){(float)a->temperature, (float)a->top_p, (int)a->top_k, a->seed,
+                                      .min_p = (float)a->min_p};
   if (a->repeat_last_n != 0) {
     o.sampling.repeat_penalty = (float)a->repeat_penalty;
     o.sampling.frequency_penalty = (float)a->frequency_penalty;

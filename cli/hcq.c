@@ -84,7 +84,9 @@ static int cmd_info(int argc, char **argv) {
 static int cmd_help(int argc, char **argv) {
   if (argc > 1) return cli_usage_error("help takes at most one command");
   const char *text = cli_help_text(argc ? argv[0] : NULL);
-  if (!text) return cli_usage_error("no help for \"%s\": commands are info, run, bench, compile, demo, embed, generate, chat, tokenize, inspect", argv[0]);
+  if (!text)
+    return cli_usage_error("no help for \"%s\": commands are info, run, bench, compile, demo, embed, generate, chat, "
+                           "tokenize, inspect", argv[0]);
   fputs(text, stdout);
   return HCQ_EXIT_OK;
 }

@@ -507,10 +507,12 @@ static inline void llm_twin_select(const llm_twin_t *k) {
   uint64_t cut = top_k > 0 && top_k < vocab ? llmt_search(keys, probs, vocab, key_bits, true, (uint64_t)top_k, false) : 0;
   uint64_t kept = llmt_weigh(keys, probs, vocab, id_bits, cut, mx, 1.0f);
   if (top_p < 1.0f)
-    cut = llmt_search(keys, probs, vocab, key_bits, false, llmt_scale_down(kept, (uint64_t)(top_p * 16777216.0f), 24), false);
+    cut = llmt_search(keys, probs, vocab, key_bits, false, llmt_scale_down(kept, (uint64_t)(top_p * 16777216.0f), 24),
+                      false);
   if (min_p > 0.0f) {
     float floor_logit = mx + logf(min_p);
-    uint64_t floor_key = (uint64_t)llmt_ordered(floor_logit == 0.0f ? 0x80000000u : (uint32_t)llmt_int(floor_logit)) << id_bits;
+    uint32_t floor_bits = floor_logit == 0.0f ? 0x80000000u : (uint32_t)llmt_int(floor_logit);
+    uint64_t floor_key = (uint64_t)llmt_ordered(floor_bits) << id_bits;
     floor_key = floor_key < top ? floor_key : top;
     cut = cut > floor_key ? cut : floor_key;
   }

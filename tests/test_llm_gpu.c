@@ -228,7 +228,7 @@ static void sampler(void) {
     sampled(cpu, &cases[i], a, STEPS);
     sampled(gpu, &cases[i], b, STEPS);
     for (int t = 0; t < STEPS; t++)
-      cr_assert_eq(b[t], a[t], "sampler case %zu (T %g, top-p %g, top-k %d, seed %llu, ...): token %d is %d, the CPU's %d", i,
+      cr_assert_eq(b[t], a[t], "sampler case %zu (T %g, top-p %g, top-k %d, seed %llu): token %d is %d, the CPU's %d", i,
                    (double)cases[i].temperature, (double)cases[i].top_p, cases[i].top_k, (unsigned long long)cases[i].seed, t,
                    b[t], a[t]);
     if (i == 0) memcpy(greedy, a, sizeof(a));

@@ -175,7 +175,8 @@ static void matches_reference(const llm_sampler_t *s, bool graph, int32_t *out) 
     int want = ref_sample(logits, VOCAB, s, tokens, p + 1, p + 1);
     cr_assert_eq(got, want, "T %g top-k %d top-p %g min-p %g penalties %g %g %g over %d, seed %llu: position %d is %d, "
                  "the reference's %d", (double)s->temperature, s->top_k, (double)s->top_p, (double)s->min_p,
-                 (double)s->repeat_penalty, (double)s->frequency_penalty, (double)s->presence_penalty, s->penalty_last_n,
+                 (double)s->repeat_penalty, (double)s->frequency_penalty, (double)s->presence_penalty,
+                 s->penalty_last_n,
                  (unsigned long long)s->seed, p + 1, got, want);
     if (p + 1 >= PROMPT) tokens[p + 1] = got;
   }

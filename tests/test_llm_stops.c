@@ -58,7 +58,8 @@ static bool collect(void *user, int32_t id, const char *text, size_t len) {
 /* Greedy, past end tokens: the free-running text. */
 static void free_text(hcq_llm_t *llm, char *out, size_t cap) {
   hcq_llm_result_t r;
-  OK(hcq_llm_generate(llm, k_prompt, NPROMPT, &(hcq_llm_generate_options_t){.max_tokens = STEPS, .ignore_eos = true}, &r));
+  hcq_llm_generate_options_t o = {.max_tokens = STEPS, .ignore_eos = true};
+  OK(hcq_llm_generate(llm, k_prompt, NPROMPT, &o, &r));
   size_t len;
   OK(hcq_llm_detokenize(llm, r.ids, r.n, false, out, cap, &len));
   cr_assert_eq(len, (size_t)STEPS, "one byte a token");

@@ -228,7 +228,8 @@ HCQ_MUST_USE hcq_status_t hcq_llm_generate_text(hcq_llm_t *llm, const char *prom
 /* The same from a conversation in the model's chat template (hcq_llm_chat_prompt). */
 HCQ_MUST_USE hcq_status_t hcq_llm_chat(hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
                                        const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
-/* Frees the ids (and log-probabilities) and zeroes the result, so freeing it again is harmless; NULL is accepted. A result
+/* Frees the ids (and log-probabilities) and zeroes the result, so freeing it again is harmless; NULL
+ * is accepted. A result
  * is plain memory: HCQ_VALIDATE does not check it. */
 void hcq_llm_result_free(hcq_llm_result_t *result);
 /* "end", "length", "context", "callback", "stop". */

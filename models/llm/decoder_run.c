@@ -28,10 +28,11 @@ static hcq_status_t check_sampler(const llm_sampler_t *s) {
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: repeat penalty %g (expected 0 or more; 1 or 0: none)",
                            (double)s->repeat_penalty);
   if (!isfinite(s->frequency_penalty) || !isfinite(s->presence_penalty))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: frequency penalty %g, presence penalty %g (expected finite)",
-                           (double)s->frequency_penalty, (double)s->presence_penalty);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: frequency penalty %g, presence penalty %g (expected "
+                           "finite)", (double)s->frequency_penalty, (double)s->presence_penalty);
   if (s->penalty_last_n < 0)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: penalty last-n %d (expected 0 or more)", s->penalty_last_n);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: penalty last-n %d (expected 0 or more)",
+                           s->penalty_last_n);
   return NULL;
 }
 
@@ -46,7 +47,8 @@ hcq_status_t llm_decoder_set_sampler(llm_decoder_t *m, const llm_sampler_t *s) {
     float min_p, repeat_penalty, frequency_penalty, presence_penalty;
     int32_t penalty_last_n;
   } p = {s->temperature, s->top_p, s->top_k, (uint32_t)s->seed, (uint32_t)(s->seed >> 32), s->min_p,
-         s->repeat_penalty > 0 ? s->repeat_penalty : 1.0f, s->frequency_penalty, s->presence_penalty, s->penalty_last_n};
+         s->repeat_penalty > 0 ? s->repeat_penalty : 1.0f, s->frequency_penalty, s->presence_penalty,
+         s->penalty_last_n};
   _Static_assert(sizeof(p) <= 64, "the sampler buffer holds 64 bytes (decoder.c)");
   TRY(llm_decoder_sync(m));
   return llm_write_buffer(m, m->params, 0, &p, sizeof(p));

@@ -649,7 +649,8 @@ static int top_k_sorted(const float *logits, int top_k, cand_t *c) {
  * penalties) and its position (for the draw). llama.cpp's chain, in its order: penalties, top-k,
  * top-p, min-p (both on the probabilities at temperature 1), temperature, the draw; temperature 0
  * is the highest penalised logit (the lowest id on ties). */
-static int32_t sample(const float *logits, const sampler_t *sp, void *scratch, const int32_t *hist, int nhist, int pos) {
+static int32_t sample(const float *logits, const sampler_t *sp, void *scratch, const int32_t *hist, int nhist,
+                      int pos) {
   cand_t *c = scratch;
   double *p = (double *)(c + VOCAB); /* the scratch holds VOCAB candidates, then VOCAB doubles */
   const float *l = penalize(logits, sp, (float *)p, (int32_t *)p + VOCAB, hist, nhist);

@@ -588,12 +588,15 @@ __device__ u64 search(u64 *red, const u64 *keys, const u64 *probs, bool count, u
 __device__ u64 scale_down(u64 need, u64 frac, int bits) {
   return ((need >> 32) * frac << (32 - bits)) + (((need & 0xffffffffull) * frac) >> bits);
 }
-__device__ u64 key_of(float logit, unsigned id) { return (u64)ordered(__float_as_uint(logit)) << ID_BITS | (ID_MASK - id); }
+__device__ u64 key_of(float logit, unsigned id) {
+  return (u64)ordered(__float_as_uint(logit)) << ID_BITS | (ID_MASK - id);
+}
 __device__ float logit_of(u64 key) { return unordered((unsigned)(key >> ID_BITS)); }
 
 // kernels.glsl's penalize(): the counts of the last n tokens in the probabilities' words, the
 // thread whose exchange takes a token's count back to 0 rewrites its key.
-__device__ void penalize(u64 *keys, unsigned *count, const int *tokens, int at, int n, float rep, float freq, float pres) {
+__device__ void penalize(u64 *keys, unsigned *count, const int *tokens, int at, int n, float rep, float freq,
+                         float pres) {
   int from = at - n;
   for (int j = from + (int)threadIdx.x; j < at; j += SEL)
     if ((unsigned)tokens[j] < VOCAB) count[tokens[j]] = 0u;

@@ -576,7 +576,9 @@ uint64_t search(u64s keys, u64s probs, bool count, uint64_t need, bool above) {
 uint64_t scale_down(uint64_t need, uint64_t frac, int bits) {
   return ((need >> 32) * frac << (32 - bits)) + (((need & 0xfffffffful) * frac) >> bits);
 }
-uint64_t key_of(float logit, uint id) { return (uint64_t(ordered(floatBitsToUint(logit))) << ID_BITS) | (ID_MASK - uint64_t(id)); }
+uint64_t key_of(float logit, uint id) {
+  return (uint64_t(ordered(floatBitsToUint(logit))) << ID_BITS) | (ID_MASK - uint64_t(id));
+}
 float logit_of(uint64_t key) { return unordered(uint(key >> ID_BITS)); }
 
 // kernels.c's penalize() on the keys: the counts of the last n tokens in the probabilities' words

@@ -514,7 +514,9 @@ static ulong search(threadgroup ulong *red, device const ulong *keys, device con
 static ulong scale_down(ulong need, ulong frac, int bits) {
   return ((need >> 32) * frac << (32 - bits)) + (((need & 0xfffffffful) * frac) >> bits);
 }
-static ulong key_of(float logit, uint id) { return ulong(ordered(as_type<uint>(logit))) << ID_BITS | (ID_MASK - ulong(id)); }
+static ulong key_of(float logit, uint id) {
+  return ulong(ordered(as_type<uint>(logit))) << ID_BITS | (ID_MASK - ulong(id));
+}
 static float logit_of(ulong key) { return unordered(uint(key >> ID_BITS)); }
 
 // kernels.glsl's penalize(): the counts of the last n tokens in the probabilities' words, the

@@ -256,8 +256,8 @@ static hcq_status_t check_sampling(const hcq_llm_sampling_t *s) {
   if (!(s->min_p >= 0 && s->min_p <= 1))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: min_p %g (expected 0 to 1)", (double)s->min_p);
   if (!(s->repeat_penalty >= 0 && s->repeat_penalty <= 100))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: repeat_penalty %g (expected 0 to 100; 0 or 1: none)",
-                           (double)s->repeat_penalty);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: repeat_penalty %g (expected 0 to 100; 0 or 1: "
+                           "none)", (double)s->repeat_penalty);
   if (!(fabsf(s->frequency_penalty) <= 100))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: frequency_penalty %g (expected -100 to 100)",
                            (double)s->frequency_penalty);
@@ -265,13 +265,14 @@ static hcq_status_t check_sampling(const hcq_llm_sampling_t *s) {
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: presence_penalty %g (expected -100 to 100)",
                            (double)s->presence_penalty);
   if (s->penalty_last_n < -1)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: penalty_last_n %d (expected -1: the context, 0: 64, "
-                           "or more)", s->penalty_last_n);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: penalty_last_n %d (expected -1: the context, "
+                           "0: 64, or more)", s->penalty_last_n);
   return NULL;
 }
 
 static hcq_status_t check_options(const hcq_llm_generate_options_t *o) {
-  if (o->max_tokens < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: max_tokens %d < 0", o->max_tokens);
+  if (o->max_tokens < 0)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: max_tokens %d < 0", o->max_tokens);
   hcq_status_t st = check_sampling(&o->sampling);
   if (st) return st;
   if (o->nstop && !o->stop) return bad("hcq_llm_generate: stop is NULL with nstop > 0");
@@ -280,15 +281,16 @@ static hcq_status_t check_options(const hcq_llm_generate_options_t *o) {
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: stop[%zu] is %s (a stop string is non-empty)", i,
                              o->stop[i] ? "empty" : "NULL");
   if (o->top_logprobs < 0 || o->top_logprobs > HCQ_LLM_MAX_LOGPROBS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: top_logprobs %d (expected 0 to %d)", o->top_logprobs,
-                           HCQ_LLM_MAX_LOGPROBS);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: top_logprobs %d (expected 0 to %d)",
+                           o->top_logprobs, HCQ_LLM_MAX_LOGPROBS);
   return NULL;
 }
 
 static bool same_sampler(const llm_sampler_t *a, const llm_sampler_t *b) {
   return a->temperature == b->temperature && a->top_p == b->top_p && a->top_k == b->top_k && a->seed == b->seed &&
-         a->min_p == b->min_p && a->repeat_penalty == b->repeat_penalty && a->frequency_penalty == b->frequency_penalty &&
-         a->presence_penalty == b->presence_penalty && a->penalty_last_n == b->penalty_last_n;
+         a->min_p == b->min_p && a->repeat_penalty == b->repeat_penalty &&
+         a->frequency_penalty == b->frequency_penalty && a->presence_penalty == b->presence_penalty &&
+         a->penalty_last_n == b->penalty_last_n;
 }
 
 /* The decoder's sampler, set when it differs (setting it waits for the device). */
@@ -300,7 +302,8 @@ static hcq_status_t use_sampling(hcq_llm_t *llm, const hcq_llm_sampling_t *s) {
   if (penalties) {
     want.repeat_penalty = s->repeat_penalty > 0 ? s->repeat_penalty : 1;
     want.frequency_penalty = s->frequency_penalty, want.presence_penalty = s->presence_penalty;
-    want.penalty_last_n = s->penalty_last_n > 0 ? s->penalty_last_n : s->penalty_last_n ? llm_decoder_ctx(llm->dec) : 64;
+    int last_n = s->penalty_last_n ? s->penalty_last_n : 64; /* -1: the whole context */
+    want.penalty_last_n = last_n > 0 ? last_n : llm_decoder_ctx(llm->dec);
   }
   if (same_sampler(&want, &llm->sampler)) return NULL;
   hcq_status_t st = llm_decoder_set_sampler(llm->dec, &want);
