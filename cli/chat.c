@@ -64,8 +64,9 @@ static bool on_piece(void *user, int32_t id, const char *text, size_t len) {
 }
 
 /* The conversation's prompt ids, dropping its oldest turns (never the last, nor the system message)
- * until they leave room for a reply; *ids NULL when even the last turn alone does not fit. */
-static hcq_status_t fit(const hcq_llm_t *llm, conversation_t *c, const char *template_name, int32_t **ids, size_t *n) {
+ * until they leave room positions for the reply; *ids NULL when the last turn alone leaves none. */
+static hcq_status_t fit(const hcq_llm_t *llm, conversation_t *c, const char *template_name, size_t room, int32_t **ids,
+                        size_t *n) {
   hcq_llm_info_t info;
   hcq_llm_get_info(llm, &info);
   for (;;) {
@@ -75,10 +76,11 @@ static hcq_status_t fit(const hcq_llm_t *llm, conversation_t *c, const char *tem
     if (!st) st = llm_tokenize(llm_api_tokenizer(llm), text, strlen(text), true, true, ids, n);
     free(text);
     if (st) return st;
-    if (*n + 1 < (size_t)info.ctx) return NULL;
+    bool last_turn = c->n - c->first_turn <= 1;
+    if (*n + room <= (size_t)info.ctx || (last_turn && *n + 1 < (size_t)info.ctx)) return NULL;
     free(*ids);
     *ids = NULL;
-    if (c->n - c->first_turn <= 1) return NULL;
+    if (last_turn) return NULL;
     /* the oldest user turn and the reply to it */
     size_t k = c->n - c->first_turn >= 3 ? 2 : 1;
     fprintf(stderr, "hcq chat: the conversation outgrew the context (%d positions): its oldest turn is dropped\n",
@@ -92,11 +94,13 @@ static hcq_status_t turn(hcq_llm_t *llm, conversation_t *c, const hcq_llm_genera
                          const char *template_name, FILE *out) {
   int32_t *ids = NULL;
   size_t n = 0;
-  hcq_status_t st = fit(llm, c, template_name, &ids, &n);
+  hcq_llm_info_t info;
+  hcq_llm_get_info(llm, &info);
+  /* room for a whole reply (at most half the context): older turns go before a reply is cut short */
+  size_t room = (size_t)(base->max_tokens > 0 && base->max_tokens < info.ctx / 2 ? base->max_tokens : info.ctx / 2);
+  hcq_status_t st = fit(llm, c, template_name, room, &ids, &n);
   if (st) return st;
   if (!ids) {
-    hcq_llm_info_t info;
-    hcq_llm_get_info(llm, &info);
     fprintf(stderr, "hcq chat: that message is too long for the context (%d positions; --ctx sets it): not sent\n",
             info.ctx);
     drop(c, c->n - 1, 1);

@@ -115,6 +115,23 @@ Test(llm_chat_cli, chat_over_a_pipe_keeps_the_conversation) {
   unlink(path);
 }
 
+Test(llm_chat_cli, a_long_chat_drops_its_oldest_turns_and_a_line_too_long_is_not_sent) {
+  char path[PATH_MAX], args[PATH_MAX + 128], input[1024] = "", *out;
+  tiny_file(path, sizeof(path), "long");
+  /* ten turns of about 20 positions each in a context of 64: older turns must go; then a line of
+   * 100 bytes (100 tokens here) alone outgrows it: no reply, and the chat goes on */
+  for (int i = 0; i < 10; i++) strcat(input, "Hello there\n");
+  memset(input + strlen(input), 'x', 100);
+  strcat(input, "\nHi\n");
+  snprintf(args, sizeof(args), "chat --model '%s' --steps 6 --ctx 64 --ignore-eos", path);
+  cr_assert_eq(run_cli(input, args, &out), 0);
+  int lines = 0;
+  for (const char *p = out; *p; p++) lines += *p == '\n';
+  cr_expect_eq(lines, 11, "a reply a line but the long one: %d in \"%s\"", lines, out);
+  free(out);
+  unlink(path);
+}
+
 static json_t *run_json(const char *args) {
   char *out;
   int rc = run_cli("", args, &out);
