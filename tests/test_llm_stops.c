@@ -246,3 +246,34 @@ Test(llm_stops, bad_options_are_refused_by_name) {
   refused(llm, (hcq_llm_generate_options_t){.sampling = {.penalty_last_n = -2}}, "penalty_last_n");
   OK(hcq_llm_close(llm));
 }
+
+/* On Vulkan (lavapipe here; skipped without it) the log-probabilities are read after the same step
+ * as on the CPU: the two agree within the kinds' rounding (a step off would differ by whole units). */
+Test(llm_stops, log_probabilities_on_vulkan_are_the_cpus) {
+  char path[PATH_MAX];
+  tiny_file(path, sizeof(path), "logprobs_vk");
+  hcq_llm_t *cpu, *vk;
+  OK(hcq_llm_open(path, &(hcq_llm_options_t){.ctx = CTX}, &cpu));
+  hcq_status_t st = hcq_llm_open(path, &(hcq_llm_options_t){.ctx = CTX, .device = "VULKAN"}, &vk);
+  unlink(path);
+  if (st && hcq_status_code(st) == HCQ_UNAVAILABLE) {
+    hcq_status_destroy(st);
+    OK(hcq_llm_close(cpu));
+    cr_skip_test("no Vulkan device");
+  }
+  OK(st);
+  hcq_llm_generate_options_t o = {.max_tokens = 10, .ignore_eos = true, .logprobs = true, .top_logprobs = 3};
+  hcq_llm_result_t a, b;
+  OK(hcq_llm_generate(cpu, k_prompt, NPROMPT, &o, &a));
+  OK(hcq_llm_generate(vk, k_prompt, NPROMPT, &o, &b));
+  cr_assert(a.n == 10 && b.n == 10 && !memcmp(a.ids, b.ids, 10 * sizeof(int32_t)), "greedy: the same tokens");
+  for (int i = 0; i < 10; i++) {
+    cr_expect(fabsf(a.logprobs[i].logprob - b.logprobs[i].logprob) <= 0.02f, "token %d: %g on CPU, %g on Vulkan", i,
+              (double)a.logprobs[i].logprob, (double)b.logprobs[i].logprob);
+    for (int k = 0; k < 3; k++)
+      cr_expect(fabsf(a.logprobs[i].top_logprobs[k] - b.logprobs[i].top_logprobs[k]) <= 0.02f, "token %d, top %d", i, k);
+  }
+  hcq_llm_result_free(&a), hcq_llm_result_free(&b);
+  OK(hcq_llm_close(cpu));
+  OK(hcq_llm_close(vk));
+}
