@@ -211,14 +211,16 @@ typedef struct hcq_llm_result {
   double prompt_ms;         /* the prompt's pass, to its next token known */
   double decode_ms;         /* the first decoding step to the last token known */
   double host_us_per_token; /* median host time to queue one decoding step */
-  hcq_llm_logprob_t *logprobs; /* with options.logprobs: one per id (hcq_llm_result_free frees them); else NULL */
-  int stop_index;              /* HCQ_LLM_STOP_STRING: which of options.stop */
+  /* With options.logprobs: one per id (the token that completed a stop string too); else NULL.
+   * hcq_llm_result_free frees them. */
+  hcq_llm_logprob_t *logprobs;
+  int stop_index; /* HCQ_LLM_STOP_STRING: which of options.stop (the first in the text; 0 otherwise) */
 } hcq_llm_result_t;
 
 /* Generates after the n prompt ids (positions 0..n-1; nothing of an earlier generation is kept).
  * INVALID_ARGUMENT for bad options (naming the field: a sampling value out of its range, an empty or
- * NULL stop string, top_logprobs out of 0 .. HCQ_LLM_MAX_LOGPROBS) or an id outside the vocabulary; OUT_OF_RANGE
- * for an empty prompt or one that leaves no room in the context. options may be NULL (greedy, to an
+ * NULL stop string, top_logprobs outside 0 .. HCQ_LLM_MAX_LOGPROBS) or an id outside the vocabulary;
+ * OUT_OF_RANGE for an empty prompt or one that leaves no room in the context. options may be NULL (greedy, to an
  * end token). out is always set (empty on error). */
 HCQ_MUST_USE hcq_status_t hcq_llm_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n,
                                            const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
@@ -229,8 +231,7 @@ HCQ_MUST_USE hcq_status_t hcq_llm_generate_text(hcq_llm_t *llm, const char *prom
 HCQ_MUST_USE hcq_status_t hcq_llm_chat(hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
                                        const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
 /* Frees the ids (and log-probabilities) and zeroes the result, so freeing it again is harmless; NULL
- * is accepted. A result
- * is plain memory: HCQ_VALIDATE does not check it. */
+ * is accepted. A result is plain memory: HCQ_VALIDATE does not check it. */
 void hcq_llm_result_free(hcq_llm_result_t *result);
 /* "end", "length", "context", "callback", "stop". */
 const char *hcq_llm_stop_name(hcq_llm_stop_t stop);
