@@ -179,13 +179,13 @@ Test(llm_chat_cli, generate_takes_stop_strings_logprobs_and_the_sampling_chain) 
                     json_number_value(json_object_get(json_array_get(top, k), "logprob")));
     cr_expect(json_is_string(json_object_get(json_array_get(top, 0), "token")));
   }
-  json_decref(plain), json_decref(cut), json_decref(lp);
-  /* a repeat penalty changes greedy decoding */
+  /* a presence penalty changes greedy decoding */
   snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 40,73,12 --steps 30 --ignore-eos --json "
            "--presence-penalty 50 --repeat-last-n -1", path);
   json_t *pen = run_json(args);
   cr_expect_str_neq(json_string_value(json_object_get(pen, "text")), text);
   json_decref(pen);
+  json_decref(plain), json_decref(cut), json_decref(lp); /* text is plain's */
   unlink(path);
 }
 

@@ -14,6 +14,7 @@
 
 #include "llm.h"
 #include "llm_test_util.h"
+#include "stop.h"
 #include "test_util.h"
 
 TestSuite(llm_stops, .timeout = 240);
@@ -276,4 +277,45 @@ Test(llm_stops, log_probabilities_on_vulkan_are_the_cpus) {
   hcq_llm_result_free(&a), hcq_llm_result_free(&b);
   OK(hcq_llm_close(cpu));
   OK(hcq_llm_close(vk));
+}
+
+/* The matcher itself (stop.h), by hand: pieces that split a stop string, a prefix that fails, two
+ * stop strings, a multi-byte character never split. */
+static size_t push(llm_stop_t *s, const char *text, bool end, char *passed) {
+  size_t n = 0;
+  OK(llm_stop_push(s, text, strlen(text), end, &n));
+  strncat(passed, s->held, n);
+  llm_stop_consume(s, n);
+  return n;
+}
+
+Test(llm_stops, the_matcher_holds_back_exactly_what_could_still_match) {
+  const char *stops[] = {"END", "\xc3\xa9t\xc3\xa9"}; /* "END" and "été" */
+  llm_stop_t s;
+  char passed[64] = "";
+  llm_stop_init(&s, stops, 2);
+  cr_expect_eq(push(&s, "abE", false, passed), 2, "\"E\" could begin END: held");
+  cr_expect_eq(push(&s, "Nx", false, passed), 3, "\"ENx\" cannot: passed");
+  cr_expect_str_eq(passed, "abENx");
+  cr_expect_eq(push(&s, "\xc3\xa9", false, passed), 0, "\"\xc3\xa9\" begins \"\xc3\xa9t\xc3\xa9\"");
+  cr_expect_eq(push(&s, "t", false, passed), 0);
+  cr_expect_eq(push(&s, "\xc3\xa9 and E", false, passed), 0, "the stop string: nothing more");
+  cr_expect_eq(s.found, 1);
+  cr_expect_str_eq(passed, "abENx");
+  cr_expect_eq(push(&s, "more", false, passed), 0, "after a stop string, nothing is taken");
+  llm_stop_free(&s);
+
+  /* the earlier of two in one piece; a held prefix passed at the end */
+  llm_stop_init(&s, stops, 2);
+  passed[0] = 0;
+  push(&s, "x \xc3\xa9t\xc3\xa9 END", false, passed);
+  cr_expect(s.found == 1 && !strcmp(passed, "x "), "found %d, passed \"%s\"", s.found, passed);
+  llm_stop_free(&s);
+  llm_stop_init(&s, stops, 2);
+  passed[0] = 0;
+  push(&s, "tail EN", false, passed);
+  cr_expect_str_eq(passed, "tail ");
+  push(&s, "", true, passed);
+  cr_expect(s.found == -1 && !strcmp(passed, "tail EN"), "the end passes what was held");
+  llm_stop_free(&s);
 }

@@ -11,6 +11,7 @@
 
 #include "fetch.h"
 #include "llm_api.h"
+#include "stop.h"
 
 struct hcq_llm {
   char path[PATH_MAX];
@@ -316,9 +317,7 @@ typedef struct stream {
   const hcq_llm_generate_options_t *o;
   llm_detok_t detok;
   bool stopped;     /* on_token returned false */
-  int stop_index;   /* the stop string found (-1: none) */
-  char *held;       /* text not passed yet: it could still become a stop string */
-  size_t nheld, held_cap;
+  llm_stop_t stop;  /* the stop strings (stop.found: the one found) and the text held back for them */
   hcq_llm_logprob_t *logprobs; /* with options.logprobs: one per token so far */
   size_t nlogprobs;
   float *logits;
@@ -350,57 +349,21 @@ static hcq_status_t token_logprob(stream_t *s, int32_t id, hcq_llm_logprob_t *ou
   return NULL;
 }
 
-static bool char_start(char c) { return ((unsigned char)c & 0xc0) != 0x80; }
-
-/* Where the held text can be passed up to: the first stop string's start (setting stop_index), else
- * all but its longest end that begins a stop string. Both only at character starts. */
-static size_t passable(stream_t *s) {
-  const hcq_llm_generate_options_t *o = s->o;
-  size_t first = SIZE_MAX, hold = 0;
-  for (size_t i = 0; i < o->nstop; i++) {
-    size_t len = strlen(o->stop[i]);
-    for (size_t at = 0; at + len <= s->nheld && at < first; at++)
-      if (char_start(s->held[at]) && !memcmp(s->held + at, o->stop[i], len)) {
-        first = at, s->stop_index = (int)i;
-        break;
-      }
-    for (size_t k = len - 1 < s->nheld ? len - 1 : s->nheld; k > hold; k--)
-      if (char_start(s->held[s->nheld - k]) && !memcmp(s->held + s->nheld - k, o->stop[i], k)) {
-        hold = k;
-        break;
-      }
-  }
-  return first != SIZE_MAX ? first : s->nheld - hold;
-}
-
-/* The first n held bytes to on_token (with id), the rest kept; after a stop string, nothing kept. */
+/* The first n held bytes to on_token (with id); they go (after a stop string, all of it). */
 static void pass_held(stream_t *s, int32_t id, size_t n) {
   if (s->o->on_token && !s->stopped) {
-    char keep = s->held[n];
-    s->held[n] = 0;
-    s->stopped = !s->o->on_token(s->o->user, id, s->held, n);
-    s->held[n] = keep;
+    char keep = s->stop.held[n];
+    s->stop.held[n] = 0;
+    s->stopped = !s->o->on_token(s->o->user, id, s->stop.held, n);
+    s->stop.held[n] = keep;
   }
-  s->nheld = s->stop_index >= 0 ? 0 : s->nheld - n;
-  memmove(s->held, s->held + n, s->nheld);
-}
-
-static bool hold_text(stream_t *s, const char *text, size_t n) {
-  if (s->nheld + n + 1 > s->held_cap) {
-    size_t cap = (s->nheld + n + 1) * 2;
-    char *grown = realloc(s->held, cap);
-    if (!grown) return false;
-    s->held = grown, s->held_cap = cap;
-  }
-  memcpy(s->held + s->nheld, text, n);
-  s->nheld += n;
-  return true;
+  llm_stop_consume(&s->stop, n);
 }
 
 static void on_token(void *ctx, int32_t id) {
   stream_t *s = ctx;
   const hcq_llm_generate_options_t *o = s->o;
-  if (s->stopped || s->stop_index >= 0 || s->error) return;
+  if (s->stopped || s->stop.found >= 0 || s->error) return;
   if (o->logprobs) {
     hcq_llm_logprob_t *lp = &s->logprobs[s->nlogprobs];
     if ((s->error = token_logprob(s, id, lp))) return;
@@ -416,38 +379,36 @@ static void on_token(void *ctx, int32_t id) {
     s->stopped = !o->on_token(o->user, id, piece, n);
     return;
   }
-  if (!hold_text(s, piece, n)) {
-    s->error = hcq_status_make(HCQ_OUT_OF_MEMORY, "hcq_llm_generate: out of memory holding back text for stop strings");
-    return;
-  }
-  size_t pass = passable(s);
-  bool end = !o->ignore_eos && llm_tokenizer_is_eog(s->llm->tok, id);
-  pass_held(s, id, end && s->stop_index < 0 ? s->nheld : pass); /* after an end token nothing more comes */
+  bool end = !o->ignore_eos && llm_tokenizer_is_eog(s->llm->tok, id); /* after an end token nothing more comes */
+  size_t pass;
+  if ((s->error = llm_stop_push(&s->stop, piece, n, end, &pass))) return;
+  pass_held(s, id, pass);
 }
 
 static bool is_end(void *ctx, int32_t id) {
   stream_t *s = ctx;
-  return s->stopped || s->stop_index >= 0 || s->error || (!s->o->ignore_eos && llm_tokenizer_is_eog(s->llm->tok, id));
+  return s->stopped || s->stop.found >= 0 || s->error || (!s->o->ignore_eos && llm_tokenizer_is_eog(s->llm->tok, id));
 }
 
 /* Once generation ends: text no token completed (as U+FFFD), and what was held back, to on_token. */
 static void flush_stream(stream_t *s) {
   char rest[8];
-  size_t nrest = s->error || s->stop_index >= 0 ? 0 : llm_detok_flush(&s->detok, rest, sizeof(rest) - 1);
+  size_t nrest = s->error || s->stop.found >= 0 ? 0 : llm_detok_flush(&s->detok, rest, sizeof(rest) - 1);
   rest[nrest] = 0;
   if (!s->o->nstop) {
     if (nrest && s->o->on_token && !s->stopped) s->o->on_token(s->o->user, HCQ_LLM_NO_TOKEN, rest, nrest);
     return;
   }
-  if (s->error || s->stop_index >= 0 || !hold_text(s, rest, nrest)) return;
-  size_t pass = passable(s);
-  pass = s->stop_index >= 0 ? pass : s->nheld;
+  size_t pass = 0;
+  if (s->error || s->stop.found >= 0) return;
+  if ((s->error = llm_stop_push(&s->stop, rest, nrest, true, &pass))) return;
   if (pass) pass_held(s, HCQ_LLM_NO_TOKEN, pass);
 }
 
 /* The stream's buffers for steps tokens. */
 static hcq_status_t stream_init(stream_t *s, hcq_llm_t *llm, const hcq_llm_generate_options_t *o, int steps) {
-  *s = (stream_t){.llm = llm, .o = o, .stop_index = -1};
+  *s = (stream_t){.llm = llm, .o = o};
+  llm_stop_init(&s->stop, o->stop, o->nstop);
   llm_detok_init(&s->detok);
   if (!o->logprobs) return NULL;
   s->logprobs = calloc((size_t)steps + 1, sizeof(hcq_llm_logprob_t));
@@ -456,7 +417,8 @@ static hcq_status_t stream_init(stream_t *s, hcq_llm_t *llm, const hcq_llm_gener
 }
 
 static void stream_free(stream_t *s) {
-  free(s->held), free(s->logprobs), free(s->logits);
+  llm_stop_free(&s->stop);
+  free(s->logprobs), free(s->logits);
   hcq_status_destroy(s->error);
 }
 
@@ -500,9 +462,9 @@ hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n, c
   flush_stream(&s);
   *out = (hcq_llm_result_t){.ids = r.ids, .n = (size_t)r.n, .prompt_tokens = n, .prompt_ms = r.prefill_ms,
                             .decode_ms = r.decode_ms, .host_us_per_token = r.host_us_per_step,
-                            .logprobs = s.logprobs, .stop_index = s.stop_index >= 0 ? s.stop_index : 0};
+                            .logprobs = s.logprobs, .stop_index = s.stop.found >= 0 ? s.stop.found : 0};
   s.logprobs = NULL;
-  out->stop = s.stop_index >= 0 ? HCQ_LLM_STOP_STRING
+  out->stop = s.stop.found >= 0 ? HCQ_LLM_STOP_STRING
               : s.stopped       ? HCQ_LLM_STOP_CALLBACK
               : r.ended         ? HCQ_LLM_STOP_END
               : o.max_tokens && r.n >= o.max_tokens ? HCQ_LLM_STOP_LENGTH
