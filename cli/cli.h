@@ -80,6 +80,7 @@ int cli_bench(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 int cli_embed(int argc, char **argv);
 int cli_generate(int argc, char **argv);
+int cli_chat(int argc, char **argv); /* hcq chat: hcq generate --interactive */
 int cli_tokenize(int argc, char **argv);
 int cli_inspect(int argc, char **argv); /* cli/inspect.c */
 

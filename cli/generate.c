@@ -10,25 +10,31 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/chat.h"
 #include "cli/host_load.h"
 #include "fetch.h"
 #include "llm_api.h"
 #include "model_time.h"
 #include "tokenizer.h"
 
+enum { GEN_MAX_STOPS = 16 };
+
 typedef struct gen_args {
   const char *model, *prompt, *chat, *prompt_ids, *system, *chat_template;
-  unsigned long long steps, devices, ranks, ctx, reps, top_k, seed;
-  double temperature, top_p;
+  unsigned long long steps, devices, ranks, ctx, reps, top_k, seed, logprobs, threads;
+  double temperature, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n;
+  const char *stops[GEN_MAX_STOPS];
+  size_t nstop;
   hcq_device_kind_t kind;
-  bool ignore_eos, eager, bench, json, fetch, top_k_given;
+  bool ignore_eos, eager, bench, json, fetch, top_k_given, logprobs_given, interactive;
 } gen_args_t;
 
 static const char k_usage[] =
     "usage: hcq generate [--model FILE|NAME] (--prompt TEXT | --chat TEXT [--chat-template NAME] | --prompt-ids 1,2,3) "
     "[--steps N] "
-    "[--ignore-eos] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--device KIND] [--devices 1|2] "
-    "[--ranks 1|2] [--eager] [--bench] [--json]";
+    "[--ignore-eos] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N] "
+    "[--frequency-penalty F] [--presence-penalty F] [--seed S] [--stop S]... [--logprobs N] [--threads N] "
+    "[--device KIND] [--devices 1|2] [--ranks 1|2] [--eager] [--bench] [--json] [--interactive]";
 
 static bool parse_double(const char *s, double lo, double hi, double *out) {
   if (!s || !*s) return false;
@@ -47,8 +53,66 @@ static bool known_template(const char *name) {
   return !st;
 }
 
+/* The sampling chain's options (llama.cpp's names and ranges): 1 when o is one and v parsed, 0 when
+ * it is not one of them, else the usage error's exit status. */
+static int parse_sampling(const char *o, const char *v, gen_args_t *a) {
+  if (!strcmp(o, "--min-p")) {
+    if (!parse_double(v, 0, 1, &a->min_p))
+      return cli_usage_error("generate: --min-p \"%s\": expected 0 to 1 (0: off)", v);
+  } else if (!strcmp(o, "--repeat-penalty")) {
+    if (!parse_double(v, 0, 100, &a->repeat_penalty))
+      return cli_usage_error("generate: --repeat-penalty \"%s\": expected 0 to 100 (1: off)", v);
+  } else if (!strcmp(o, "--repeat-last-n")) {
+    if (!parse_double(v, -1, 1 << 20, &a->repeat_last_n) || a->repeat_last_n != (long)a->repeat_last_n)
+      return cli_usage_error("generate: --repeat-last-n \"%s\": expected -1 (the context), 0 (off) or a count", v);
+  } else if (!strcmp(o, "--frequency-penalty") || !strcmp(o, "--presence-penalty")) {
+    if (!parse_double(v, -100, 100, !strcmp(o, "--frequency-penalty") ? &a->frequency_penalty : &a->presence_penalty))
+      return cli_usage_error("generate: %s \"%s\": expected -100 to 100 (0: off)", o, v);
+  } else if (!strcmp(o, "--stop")) {
+    if (!*v) return cli_usage_error("generate: --stop \"\": a stop string is not empty");
+    if (a->nstop == GEN_MAX_STOPS) return cli_usage_error("generate: at most %d --stop strings", GEN_MAX_STOPS);
+    a->stops[a->nstop++] = v;
+  } else if (!strcmp(o, "--logprobs")) {
+    if (!(a->logprobs_given = cli_parse_uint(v, 0, HCQ_LLM_MAX_LOGPROBS, &a->logprobs)))
+      return cli_usage_error("generate: --logprobs \"%s\": expected 0 to %d alternatives", v, HCQ_LLM_MAX_LOGPROBS);
+  } else if (!strcmp(o, "--threads")) {
+    if (!cli_parse_uint(v, 1, 256, &a->threads))
+      return cli_usage_error("generate: --threads \"%s\": expected 1 to 256", v);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* What goes with what: one prompt (none with --interactive), and the options that need another. */
+static int check_args(const gen_args_t *a) {
+  int prompts = !!a->prompt + !!a->chat + !!a->prompt_ids;
+  if (a->fetch) {
+    if (prompts || a->bench || a->interactive) return cli_usage_error("generate: --fetch-model takes no prompt");
+    return -1;
+  }
+  if (a->interactive && (prompts || a->json || a->bench || a->ranks > 1 || a->logprobs_given))
+    return cli_usage_error("generate: --interactive (hcq chat) reads the conversation from standard input: it takes no "
+                           "--prompt, --chat, --prompt-ids, --json, --bench, --logprobs or --ranks 2");
+  if (!a->interactive && prompts != 1)
+    return cli_usage_error("generate: give one of --prompt, --chat or --prompt-ids (%s)", k_usage);
+  if (a->system && !a->chat && !a->interactive) return cli_usage_error("generate: --system goes with --chat");
+  if (a->chat_template && !a->chat && !a->interactive)
+    return cli_usage_error("generate: --chat-template goes with --chat");
+  if (a->logprobs_given && !a->json)
+    return cli_usage_error("generate: --logprobs adds to --json's object: give --json");
+  if (a->logprobs_given && a->ranks > 1) return cli_usage_error("generate: --logprobs runs on one rank");
+  if (a->ranks == 2 && cli_mpi_size() != 2)
+    return cli_usage_error("generate: --ranks 2 runs under mpirun -np 2 (this job has %d rank%s)", cli_mpi_size(),
+                           cli_mpi_size() == 1 ? "" : "s");
+  if (a->ranks == 2 && a->devices == 2) return cli_usage_error("generate: --ranks 2 already splits the layers in two");
+  return -1;
+}
+
 static int parse_args(int argc, char **argv, gen_args_t *a) {
-  *a = (gen_args_t){.steps = 256, .devices = 1, .ranks = 1, .reps = 3, .top_k = 40, .top_p = 1.0, .seed = 42};
+  /* sampling: llama.cpp's defaults (llama-cli, llama-server) once a temperature is given */
+  *a = (gen_args_t){.steps = 256, .devices = 1, .ranks = 1, .reps = 3, .top_k = 40, .top_p = 0.95, .min_p = 0.05,
+                    .repeat_penalty = 1, .repeat_last_n = 64, .seed = 42};
   a->kind = HCQ_DEVICE_CPU;
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
@@ -57,15 +121,21 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
     else if (!strcmp(o, "--bench")) a->bench = true;
     else if (!strcmp(o, "--json")) a->json = true;
     else if (!strcmp(o, "--fetch-model")) a->fetch = true;
+    else if (!strcmp(o, "--interactive")) a->interactive = true;
     else if (!strncmp(o, "--", 2)) {
       static const char *const with_value[] = {"--model", "--prompt", "--chat", "--prompt-ids", "--system", "--chat-template", "--steps",
                                                "--temperature", "--top-k", "--top-p", "--seed", "--device", "--devices",
-                                               "--ranks", "--ctx", "--repeat", NULL};
+                                               "--ranks", "--ctx", "--repeat", "--min-p", "--repeat-penalty",
+                                               "--repeat-last-n", "--frequency-penalty", "--presence-penalty",
+                                               "--stop", "--logprobs", "--threads", NULL};
       bool known = false;
       for (const char *const *w = with_value; *w; w++) known |= !strcmp(o, *w);
       if (!known) return cli_usage_error("generate: unknown option \"%s\" (%s)", o, k_usage);
       if (i + 1 >= argc) return cli_usage_error("generate: %s needs a value", o);
       const char *v = argv[++i];
+      int sampling = parse_sampling(o, v, a);
+      if (sampling > 1) return sampling;
+      if (sampling) continue;
       if (!strcmp(o, "--model")) a->model = v;
       else if (!strcmp(o, "--prompt")) a->prompt = v;
       else if (!strcmp(o, "--chat")) a->chat = v;
@@ -99,19 +169,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
       return cli_usage_error("generate: unexpected argument \"%s\" (%s)", o, k_usage);
     }
   }
-  int prompts = !!a->prompt + !!a->chat + !!a->prompt_ids;
-  if (a->fetch) {
-    if (prompts || a->bench) return cli_usage_error("generate: --fetch-model takes no prompt");
-    return -1;
-  }
-  if (prompts != 1) return cli_usage_error("generate: give one of --prompt, --chat or --prompt-ids (%s)", k_usage);
-  if (a->system && !a->chat) return cli_usage_error("generate: --system goes with --chat");
-  if (a->chat_template && !a->chat) return cli_usage_error("generate: --chat-template goes with --chat");
-  if (a->ranks == 2 && cli_mpi_size() != 2)
-    return cli_usage_error("generate: --ranks 2 runs under mpirun -np 2 (this job has %d rank%s)", cli_mpi_size(),
-                           cli_mpi_size() == 1 ? "" : "s");
-  if (a->ranks == 2 && a->devices == 2) return cli_usage_error("generate: --ranks 2 already splits the layers in two");
-  return -1;
+  return check_args(a);
 }
 
 /* The model file: --model's path or known name (fetch.h), else the default one; a known model is
@@ -156,9 +214,36 @@ static void json_string(const char *s, size_t len) {
   putchar('"');
 }
 
+/* A token's own text (control tokens' too) as a JSON string: bytes that are not UTF-8 become U+FFFD. */
+static void json_token(const llm_tokenizer_t *tok, int32_t id) {
+  char *text = NULL;
+  hcq_status_t st = llm_detokenize(tok, &id, 1, true, &text);
+  json_string(st ? "" : text, st ? 0 : strlen(text));
+  hcq_status_destroy(st);
+  free(text);
+}
+
 static void json_ids(const char *name, const int32_t *ids, size_t n) {
   printf("\"%s\": [", name);
   for (size_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
+  printf("]");
+}
+
+/* "logprobs": per new token its id, text, log-probability and the top alternatives (OpenAI's shape). */
+static void json_logprobs(const llm_tokenizer_t *tok, const hcq_llm_result_t *res) {
+  printf(", \"logprobs\": [");
+  for (size_t i = 0; res->logprobs && i < res->n; i++) {
+    const hcq_llm_logprob_t *lp = &res->logprobs[i];
+    printf("%s{\"id\": %d, \"token\": ", i ? ", " : "", lp->id);
+    json_token(tok, lp->id);
+    printf(", \"logprob\": %.6g, \"top_logprobs\": [", (double)lp->logprob);
+    for (int k = 0; k < lp->n_top; k++) {
+      printf("%s{\"id\": %d, \"token\": ", k ? ", " : "", lp->top_ids[k]);
+      json_token(tok, lp->top_ids[k]);
+      printf(", \"logprob\": %.6g}", (double)lp->top_logprobs[k]);
+    }
+    printf("]}");
+  }
   printf("]");
 }
 
@@ -316,6 +401,9 @@ static hcq_status_t prompt_ids(gen_t *g, const gen_args_t *a) {
 static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
   hcq_llm_options_t o = {.eager = a->eager, .log = stderr};
   hcq_status_t st = llm_api_load(a->model, &o, &g->llm);
+  if (!st && a->interactive) /* the conversation grows: the context asked for, else the model's (at most 4096) */
+    return llm_api_start(g->llm,
+                         &(llm_decoder_options_t){.devices = (int)a->devices, .kind = a->kind, .ctx = (int)a->ctx});
   if (!st) st = prompt_ids(g, a);
   if (!st && g->nprompt == 0) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
   if (st) return st;
@@ -341,12 +429,28 @@ static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
   return llm_api_start(g->llm, &opts);
 }
 
+/* The library's options from the command line's: the sampling chain (penalties with --repeat-last-n
+ * 0 off, as llama.cpp's), stop strings, log-probabilities. */
+static hcq_llm_generate_options_t generate_options(const gen_args_t *a) {
+  hcq_llm_generate_options_t o = {.max_tokens = (int)a->steps, .ignore_eos = a->ignore_eos, .stop = a->stops,
+                                  .nstop = a->nstop, .logprobs = a->logprobs_given, .top_logprobs = (int)a->logprobs};
+  if (a->temperature > 0)
+    o.sampling = (hcq_llm_sampling_t){(float)a->temperature, (float)a->top_p, (int)a->top_k, a->seed,
+                                      .min_p = (float)a->min_p};
+  if (a->repeat_last_n != 0) {
+    o.sampling.repeat_penalty = (float)a->repeat_penalty;
+    o.sampling.frequency_penalty = (float)a->frequency_penalty;
+    o.sampling.presence_penalty = (float)a->presence_penalty;
+    o.sampling.penalty_last_n = (int)a->repeat_last_n;
+  }
+  return o;
+}
+
 /* The generation itself, streamed to standard output by rank 0 (unless --json). */
 static hcq_status_t run(gen_t *g, const gen_args_t *a) {
   bool print = !a->json && cli_mpi_rank() == 0;
-  hcq_llm_generate_options_t o = {.max_tokens = (int)a->steps, .ignore_eos = a->ignore_eos,
-                                  .on_token = print ? print_piece : NULL};
-  if (a->temperature > 0) o.sampling = (hcq_llm_sampling_t){(float)a->temperature, (float)a->top_p, (int)a->top_k, a->seed};
+  hcq_llm_generate_options_t o = generate_options(a);
+  o.on_token = print ? print_piece : NULL;
   if (print && !a->bench) fflush(stdout);
   hcq_status_t st = a->steps ? llm_api_generate(g->llm, g->prompt, g->nprompt, &o, a->ranks > 1 ? agree_end : NULL, &g->res)
                              : NULL;
@@ -384,6 +488,10 @@ static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefi
   bool ended = res->stop == HCQ_LLM_STOP_END && res->n;
   size_t n_text = res->n - (ended ? 1 : 0);
   hcq_status_t st = llm_detokenize(llm_api_tokenizer(g->llm), res->ids, n_text, false, &text);
+  if (!st && res->stop == HCQ_LLM_STOP_STRING) { /* the text before the stop string, as streamed */
+    char *at = strstr(text, a->stops[res->stop_index]);
+    if (at) *at = 0;
+  }
   if (!st) {
     printf("{\"model\": ");
     json_string(info.path, strlen(info.path));
@@ -395,8 +503,9 @@ static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefi
     json_ids("token_ids", res->ids, res->n);
     printf(", \"text\": ");
     json_string(text, strlen(text));
-    printf(", \"ended\": %s, \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f", ended ? "true" : "false",
-           prefill_tok_s, decode_tok_s);
+    printf(", \"ended\": %s, \"stop_reason\": \"%s\", \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f",
+           ended ? "true" : "false", hcq_llm_stop_name(res->stop), prefill_tok_s, decode_tok_s);
+    if (a->logprobs_given) json_logprobs(llm_api_tokenizer(g->llm), res);
     printf(", \"kernels_per_token\": %zu, \"device_kind\": \"%s\", \"graph_kind\": \"%s\", \"devices\": %llu, \"ranks\": %llu",
            info.kernels_per_token, hcq_device_kind_name(a->kind), a->eager ? "none" : graph_kind(dec),
            a->devices, a->ranks);
@@ -465,10 +574,21 @@ int cli_generate(int argc, char **argv) {
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
   if (a.fetch) return fetch_model(a.model);
+  char threads[24];
+  snprintf(threads, sizeof(threads), "%llu", a.threads);
+  if (a.threads) setenv("HCQ_CPU_THREADS", threads, 1); /* read when the first device opens */
   hcq_status_t st = kind_available(a.kind);
   if (st) return cli_fail(st);
   gen_t g = {.identical = true};
   st = set_up(&g, &a);
+  if (!st && a.interactive) {
+    hcq_llm_generate_options_t o = generate_options(&a);
+    st = cli_chat_loop(g.llm, &o, a.system, a.chat_template, stdin, stdout);
+    hcq_status_t dst = hcq_llm_close(g.llm);
+    if (!st) st = dst;
+    else hcq_status_destroy(dst);
+    return st ? cli_fail(st) : HCQ_EXIT_OK;
+  }
   if (!st) st = run(&g, &a);
   if (!st && a.bench) st = bench(&g, &a);
   if (!st && cli_mpi_rank() == 0) st = report(&g, &a);

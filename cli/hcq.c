@@ -84,7 +84,9 @@ static int cmd_info(int argc, char **argv) {
 static int cmd_help(int argc, char **argv) {
   if (argc > 1) return cli_usage_error("help takes at most one command");
   const char *text = cli_help_text(argc ? argv[0] : NULL);
-  if (!text) return cli_usage_error("no help for \"%s\": commands are info, run, bench, compile, demo, embed, generate, tokenize, inspect", argv[0]);
+  if (!text)
+    return cli_usage_error("no help for \"%s\": commands are info, run, bench, compile, demo, embed, generate, chat, "
+                           "tokenize, inspect", argv[0]);
   fputs(text, stdout);
   return HCQ_EXIT_OK;
 }
@@ -110,7 +112,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "compile")) return cli_compile(argc - 2, argv + 2);
   if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 2, argv + 2);
   int known = !strcmp(cmd, "info") || !strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "demo") ||
-              !strcmp(cmd, "embed") || !strcmp(cmd, "generate") || !strcmp(cmd, "tokenize");
+              !strcmp(cmd, "embed") || !strcmp(cmd, "generate") || !strcmp(cmd, "tokenize") ||
+              !strcmp(cmd, "chat");
   if (known) {
     hcq_status_t st = cli_mpi_start();
     if (st) return cli_fail(st);
@@ -120,6 +123,7 @@ int main(int argc, char **argv) {
              : !strcmp(cmd, "demo")  ? cli_demo(argc - 2, argv + 2)
              : !strcmp(cmd, "embed") ? cli_embed(argc - 2, argv + 2)
              : !strcmp(cmd, "generate") ? cli_generate(argc - 2, argv + 2)
+             : !strcmp(cmd, "chat")     ? cli_chat(argc - 2, argv + 2)
                                         : cli_tokenize(argc - 2, argv + 2);
     return cli_mpi_finish(rc);
   }

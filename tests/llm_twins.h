@@ -441,17 +441,49 @@ static inline uint64_t llmt_search(const uint64_t *keys, const uint64_t *probs, 
 static inline uint64_t llmt_scale_down(uint64_t need, uint64_t frac, int bits) {
   return ((need >> 32) * frac << (32 - bits)) + (((need & 0xffffffffu) * frac) >> bits);
 }
+static inline uint64_t llmt_key(float logit, uint32_t id, int id_bits) {
+  return (uint64_t)llmt_ordered((uint32_t)llmt_int(logit)) << id_bits | ((((uint64_t)1 << id_bits) - 1) - id);
+}
+/* The probabilities exp((logit - mx) / t) x 2^40 of the keys from cut up; their sum. */
+static inline uint64_t llmt_weigh(const uint64_t *keys, uint64_t *probs, int vocab, int id_bits, uint64_t cut, float mx,
+                                  float t) {
+  uint64_t kept = 0;
+  for (int i = 0; i < vocab; i++) {
+    float x = llmt_unordered((uint32_t)(keys[i] >> id_bits));
+    probs[i] = keys[i] >= cut ? (uint64_t)(expf((x - mx) / t) * 1099511627776.0f + 0.5f) : 0;
+    kept += probs[i];
+  }
+  return kept;
+}
+/* kernels.cu's penalize(), its counts in the probabilities' words. */
+static inline void llmt_penalize(uint64_t *keys, uint32_t *count, const int32_t *tokens, int at, int n, int vocab,
+                                 int id_bits, const float pen[3]) {
+  for (int j = at - n; j < at; j++)
+    if ((uint32_t)tokens[j] < (uint32_t)vocab) count[tokens[j]] = 0;
+  for (int j = at - n; j < at; j++)
+    if ((uint32_t)tokens[j] < (uint32_t)vocab) count[tokens[j]]++;
+  for (int j = at - n; j < at; j++) {
+    int32_t t = tokens[j];
+    if ((uint32_t)t >= (uint32_t)vocab || !count[t]) continue;
+    float c = (float)count[t], x = llmt_unordered((uint32_t)(keys[t] >> id_bits));
+    x = x <= 0.0f ? x * pen[0] : x / pen[0];
+    keys[t] = llmt_key(x - (c * pen[1] + pen[2]), (uint32_t)t, id_bits);
+    count[t] = 0;
+  }
+}
 /* bufs tokens, scratch, best, logits, sampler, info; vals groups. One group: the token into
  * tokens[p0 + n] (kernels.cu's llm_select, whose sums are exact integers: one loop here). */
 static inline void llm_twin_select(const llm_twin_t *k) {
   const int32_t *S = k->S;
   int vocab = S[LLMT_VOCAB], id_bits = S[LLMT_ID_BITS];
   const uint32_t *sp = (const uint32_t *)k->b[4];
-  float temperature = llmt_bits((int32_t)sp[0]), top_p = llmt_bits((int32_t)sp[1]);
-  int top_k = (int)sp[2];
+  float temperature = llmt_bits((int32_t)sp[0]), top_p = llmt_bits((int32_t)sp[1]), min_p = llmt_bits((int32_t)sp[5]);
+  float pen[3] = {llmt_bits((int32_t)sp[6]), llmt_bits((int32_t)sp[7]), llmt_bits((int32_t)sp[8])};
+  int top_k = (int)sp[2], last_n = (int)sp[9];
+  bool penalties = last_n > 0 && (pen[0] != 1.0f || pen[1] != 0.0f || pen[2] != 0.0f);
   uint64_t seed = sp[3] | (uint64_t)sp[4] << 32, mask = ((uint64_t)1 << id_bits) - 1;
   int at = LLMT_I(5)[0] + LLMT_I(5)[1];
-  if (!(temperature > 0.0f)) {
+  if (!(temperature > 0.0f) && !penalties) {
     uint64_t best = 0;
     for (int g = 0; g < k->v[0]; g++) {
       uint64_t key = (uint64_t)llmt_ordered((uint32_t)LLMT_I(2)[2 * g]) << 32 | (0xffffffffu - (uint32_t)LLMT_I(2)[2 * g + 1]);
@@ -462,24 +494,29 @@ static inline void llm_twin_select(const llm_twin_t *k) {
   }
   uint64_t *keys = (uint64_t *)k->b[1], *probs = keys + vocab, top = 0;
   const float *logits = LLMT_F(3);
-  for (int i = 0; i < vocab; i++) {
-    keys[i] = (uint64_t)llmt_ordered((uint32_t)llmt_int(logits[i])) << id_bits | (mask - (uint64_t)i);
+  for (int i = 0; i < vocab; i++) keys[i] = llmt_key(logits[i], (uint32_t)i, id_bits);
+  if (penalties) llmt_penalize(keys, (uint32_t *)probs, LLMT_I(0), at, last_n < at ? last_n : at, vocab, id_bits, pen);
+  for (int i = 0; i < vocab; i++)
     if (keys[i] > top) top = keys[i];
+  if (!(temperature > 0.0f)) {
+    LLMT_I(0)[at] = (int32_t)(mask - (top & mask));
+    return;
   }
   float mx = llmt_unordered((uint32_t)(top >> id_bits));
   int key_bits = 32 + id_bits;
   uint64_t cut = top_k > 0 && top_k < vocab ? llmt_search(keys, probs, vocab, key_bits, true, (uint64_t)top_k, false) : 0;
-  uint64_t kept = 0;
-  for (int i = 0; i < vocab; i++) {
-    probs[i] = keys[i] >= cut ? (uint64_t)(expf((logits[i] - mx) / temperature) * 1099511627776.0f + 0.5f) : 0;
-    kept += probs[i];
+  uint64_t kept = llmt_weigh(keys, probs, vocab, id_bits, cut, mx, 1.0f);
+  if (top_p < 1.0f)
+    cut = llmt_search(keys, probs, vocab, key_bits, false, llmt_scale_down(kept, (uint64_t)(top_p * 16777216.0f), 24),
+                      false);
+  if (min_p > 0.0f) {
+    float floor_logit = mx + logf(min_p);
+    uint32_t floor_bits = floor_logit == 0.0f ? 0x80000000u : (uint32_t)llmt_int(floor_logit);
+    uint64_t floor_key = (uint64_t)llmt_ordered(floor_bits) << id_bits;
+    floor_key = floor_key < top ? floor_key : top;
+    cut = cut > floor_key ? cut : floor_key;
   }
-  if (top_p < 1.0f) {
-    uint64_t need = llmt_scale_down(kept, (uint64_t)(top_p * 16777216.0f), 24);
-    cut = llmt_search(keys, probs, vocab, key_bits, false, need, false);
-    kept = 0;
-    for (int i = 0; i < vocab; i++) kept += keys[i] >= cut ? probs[i] : 0;
-  }
+  kept = llmt_weigh(keys, probs, vocab, id_bits, cut, mx, temperature);
   uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(at + 1);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

@@ -192,7 +192,7 @@ static void two_devices(void) {
  * 1e-4, and a draw differs only when it falls that close to a boundary between two candidates
  * (kernels.glsl, llm_select): with these seeds none does (a different draw would show as a
  * different token at once, and the streams would part). Greedy, top-k 1, top-k 5, every
- * candidate, top-p 0.9 and 0.5. */
+ * candidate, top-p, min-p, the penalties (greedy too) and all of them at once. */
 static void sampled(llm_decoder_t *d, const llm_sampler_t *s, int32_t *out, int steps) {
   int32_t prompt[3] = {1, 2, 3};
   OK(llm_decoder_set_sampler(d, s));
@@ -208,8 +208,18 @@ static void sampler(void) {
   tiny_spec_t s = tiny_uniform_spec(40, 72, 2, 5, 1, 97, GGML_TYPE_F32, true, 51);
   llm_model_t *m = tiny_model(&s, "sampler");
   llm_decoder_t *cpu = decoder_on(m, HCQ_DEVICE_CPU, 1, 64, 16), *gpu = decoder_on(m, g_kind, 1, 64, 16);
-  const llm_sampler_t cases[] = {{0, 1, 0, 0},         {4.0f, 1, 1, 9},   {4.0f, 1, 5, 7},  {4.0f, 1, 0, 8},
-                                 {4.0f, 0.9f, 0, 5},   {2.0f, 0.5f, 40, 3}, {8.0f, 1, 40, 11}};
+  /* top-p and min-p weigh the candidates at temperature 1 (llama.cpp's order): values that keep several */
+  const llm_sampler_t cases[] = {{0, 1, 0, 0},
+                                 {4.0f, 1, 1, 9},
+                                 {4.0f, 1, 5, 7},
+                                 {4.0f, 1, 0, 8},
+                                 {4.0f, 0.999f, 0, 5},
+                                 {2.0f, 0.99f, 40, 3},
+                                 {8.0f, 1, 40, 11},
+                                 {0, 1, 0, 0, 0, 1.5f, 0, 0, 16}, /* greedy over penalised logits */
+                                 {4.0f, 1, 0, 12, 0.001f},
+                                 {4.0f, 1, 0, 13, 0, 0, 0.5f, 0.5f, 64},
+                                 {2.0f, 0.999f, 20, 14, 0.0001f, 1.3f, 0.2f, 0.1f, 8}};
   enum { STEPS = 30 };
   int differ_from_greedy = 0;
   int32_t greedy[STEPS];

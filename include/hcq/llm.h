@@ -127,15 +127,30 @@ HCQ_MUST_USE hcq_status_t hcq_llm_chat_prompt(const hcq_llm_t *llm, const hcq_ll
 
 /* ---- generation ---- */
 
-/* How each next token is chosen. All zero: greedy (the highest logit; the lowest id on ties).
- * temperature > 0: the top_k highest logits (0: all), divided by the temperature, softmax, the
- * smallest set whose probability reaches top_p (0 or 1: all), drawn with a generator seeded by seed
- * and the position: the same seed gives the same tokens. */
+/* How each next token is chosen, on the device, in llama.cpp's order (llama-cli's and
+ * llama-server's chain, less the stages they leave off by default): the penalties, then top-k,
+ * top-p, min-p, the temperature and the draw. All zero: greedy (the highest logit; the lowest id on
+ * ties).
+ *  - penalties, over the last penalty_last_n tokens before the new one (the prompt's and the
+ *    generated ones): a token seen c times has its logit divided by repeat_penalty (multiplied
+ *    when not positive), then c x frequency_penalty + presence_penalty taken off. They apply at
+ *    temperature 0 too (greedy over the penalised logits).
+ *  - temperature > 0: the top_k highest logits (0: all), the smallest set of them whose
+ *    probability (softmax at temperature 1) reaches top_p (0 or 1: all), of those the ones whose
+ *    probability is at least min_p times the top one's (0: all), then the logits divided by the
+ *    temperature, softmax, drawn with a generator seeded by seed and the position: the same seed
+ *    gives the same tokens.
+ * The fields after seed are zero (off) in callers written before they came. */
 typedef struct hcq_llm_sampling {
   float temperature; /* 0 .. 100 */
   float top_p;       /* 0 .. 1 */
   int top_k;         /* >= 0 */
   uint64_t seed;
+  float min_p;             /* 0 .. 1 */
+  float repeat_penalty;    /* 0 .. 100; 0 or 1: none (llama.cpp's default 1) */
+  float frequency_penalty; /* -100 .. 100; 0: none */
+  float presence_penalty;  /* -100 .. 100; 0: none */
+  int penalty_last_n;      /* tokens the penalties look back over: 0: 64 (llama.cpp's default), -1: the context */
 } hcq_llm_sampling_t;
 
 /* Called with each new token (id) and its text: whole UTF-8 characters, possibly none yet (a token
@@ -145,6 +160,21 @@ typedef struct hcq_llm_sampling {
 #define HCQ_LLM_NO_TOKEN (-1)
 typedef bool (*hcq_llm_token_fn)(void *user, int32_t id, const char *text, size_t len);
 
+/* The log-probabilities of a new token: log-softmax of the model's logits before any sampling
+ * stage (no penalties, temperature 1, every token of the vocabulary: what llama.cpp's server and
+ * the OpenAI API report), the chosen token's and the n_top most likely tokens' (highest first, the
+ * lower id first on ties). */
+#define HCQ_LLM_MAX_LOGPROBS 20
+typedef struct hcq_llm_logprob {
+  int32_t id;
+  float logprob;
+  int n_top;
+  int32_t top_ids[HCQ_LLM_MAX_LOGPROBS];
+  float top_logprobs[HCQ_LLM_MAX_LOGPROBS];
+} hcq_llm_logprob_t;
+/* Called with each new token's log-probabilities, just before on_token for that token. */
+typedef void (*hcq_llm_logprob_fn)(void *user, const hcq_llm_logprob_t *logprob);
+
 typedef struct hcq_llm_generate_options {
   int max_tokens; /* most new tokens; 0: until an end token or the end of the context */
   hcq_llm_sampling_t sampling;
@@ -152,6 +182,17 @@ typedef struct hcq_llm_generate_options {
   bool special;    /* control tokens' text passed to on_token too */
   hcq_llm_token_fn on_token; /* may be NULL */
   void *user;
+  /* Stop strings (nstop of them; NULL, 0: none): generation ends (HCQ_LLM_STOP_STRING) once the
+   * text holds one of them. on_token never gets a stop string nor what follows it: text that could
+   * still become one is held back (passed with a later token) until it cannot. Each is non-empty. */
+  const char *const *stop;
+  size_t nstop;
+  /* The log-probabilities of each new token (hcq_llm_logprob_t) in the result and to on_logprob
+   * (may be NULL), with top_logprobs (0 .. HCQ_LLM_MAX_LOGPROBS) alternatives. The host reads the
+   * logits after each step, so the device runs one step ahead instead of several: slower. */
+  bool logprobs;
+  int top_logprobs;
+  hcq_llm_logprob_fn on_logprob;
 } hcq_llm_generate_options_t;
 
 typedef enum hcq_llm_stop {
@@ -159,6 +200,7 @@ typedef enum hcq_llm_stop {
   HCQ_LLM_STOP_LENGTH,   /* max_tokens new tokens */
   HCQ_LLM_STOP_CONTEXT,  /* the context is full */
   HCQ_LLM_STOP_CALLBACK, /* on_token returned false */
+  HCQ_LLM_STOP_STRING,   /* a stop string (options.stop[result.stop_index]) */
 } hcq_llm_stop_t;
 
 typedef struct hcq_llm_result {
@@ -169,11 +211,16 @@ typedef struct hcq_llm_result {
   double prompt_ms;         /* the prompt's pass, to its next token known */
   double decode_ms;         /* the first decoding step to the last token known */
   double host_us_per_token; /* median host time to queue one decoding step */
+  /* With options.logprobs: one per id (the token that completed a stop string too); else NULL.
+   * hcq_llm_result_free frees them. */
+  hcq_llm_logprob_t *logprobs;
+  int stop_index; /* HCQ_LLM_STOP_STRING: which of options.stop (the first in the text; 0 otherwise) */
 } hcq_llm_result_t;
 
 /* Generates after the n prompt ids (positions 0..n-1; nothing of an earlier generation is kept).
- * INVALID_ARGUMENT for bad options (naming the field) or an id outside the vocabulary; OUT_OF_RANGE
- * for an empty prompt or one that leaves no room in the context. options may be NULL (greedy, to an
+ * INVALID_ARGUMENT for bad options (naming the field: a sampling value out of its range, an empty or
+ * NULL stop string, top_logprobs outside 0 .. HCQ_LLM_MAX_LOGPROBS) or an id outside the vocabulary;
+ * OUT_OF_RANGE for an empty prompt or one that leaves no room in the context. options may be NULL (greedy, to an
  * end token). out is always set (empty on error). */
 HCQ_MUST_USE hcq_status_t hcq_llm_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n,
                                            const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
@@ -183,10 +230,10 @@ HCQ_MUST_USE hcq_status_t hcq_llm_generate_text(hcq_llm_t *llm, const char *prom
 /* The same from a conversation in the model's chat template (hcq_llm_chat_prompt). */
 HCQ_MUST_USE hcq_status_t hcq_llm_chat(hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
                                        const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
-/* Frees the ids and zeroes the result, so freeing it again is harmless; NULL is accepted. A result
- * is plain memory: HCQ_VALIDATE does not check it. */
+/* Frees the ids (and log-probabilities) and zeroes the result, so freeing it again is harmless; NULL
+ * is accepted. A result is plain memory: HCQ_VALIDATE does not check it. */
 void hcq_llm_result_free(hcq_llm_result_t *result);
-/* "end", "length", "context", "callback". */
+/* "end", "length", "context", "callback", "stop". */
 const char *hcq_llm_stop_name(hcq_llm_stop_t stop);
 
 #pragma GCC visibility pop

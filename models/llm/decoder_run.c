@@ -16,18 +16,40 @@ hcq_status_t llm_decoder_sync(llm_decoder_t *m) {
   return NULL;
 }
 
-hcq_status_t llm_decoder_set_sampler(llm_decoder_t *m, const llm_sampler_t *s) {
-  if (!s) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: NULL");
+static hcq_status_t check_sampler(const llm_sampler_t *s) {
   if (!(s->temperature >= 0) || !isfinite(s->temperature))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: temperature %g (expected 0 or more)", (double)s->temperature);
   if (!(s->top_p > 0 && s->top_p <= 1))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: top-p %g (expected more than 0, at most 1)", (double)s->top_p);
   if (s->top_k < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: top-k %d (expected 0 or more)", s->top_k);
+  if (!(s->min_p >= 0 && s->min_p <= 1))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: min-p %g (expected 0 to 1)", (double)s->min_p);
+  if (!(s->repeat_penalty >= 0) || !isfinite(s->repeat_penalty))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: repeat penalty %g (expected 0 or more; 1 or 0: none)",
+                           (double)s->repeat_penalty);
+  if (!isfinite(s->frequency_penalty) || !isfinite(s->presence_penalty))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: frequency penalty %g, presence penalty %g (expected "
+                           "finite)", (double)s->frequency_penalty, (double)s->presence_penalty);
+  if (s->penalty_last_n < 0)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: penalty last-n %d (expected 0 or more)",
+                           s->penalty_last_n);
+  return NULL;
+}
+
+hcq_status_t llm_decoder_set_sampler(llm_decoder_t *m, const llm_sampler_t *s) {
+  if (!s) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: NULL");
+  TRY(check_sampler(s));
+  /* gpu_abi.h's layout; a repeat penalty of 0 is none (1) */
   struct {
     float temperature, top_p;
     int32_t top_k;
     uint32_t seed_lo, seed_hi;
-  } p = {s->temperature, s->top_p, s->top_k, (uint32_t)s->seed, (uint32_t)(s->seed >> 32)};
+    float min_p, repeat_penalty, frequency_penalty, presence_penalty;
+    int32_t penalty_last_n;
+  } p = {s->temperature, s->top_p, s->top_k, (uint32_t)s->seed, (uint32_t)(s->seed >> 32), s->min_p,
+         s->repeat_penalty > 0 ? s->repeat_penalty : 1.0f, s->frequency_penalty, s->presence_penalty,
+         s->penalty_last_n};
+  _Static_assert(sizeof(p) <= 64, "the sampler buffer holds 64 bytes (decoder.c)");
   TRY(llm_decoder_sync(m));
   return llm_write_buffer(m, m->params, 0, &p, sizeof(p));
 }
@@ -174,7 +196,7 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
   int next = nprompt, read = nprompt, last = nprompt + steps - 1; /* next step to queue; next step whose token to read */
   if (m->ranks > 1 && o->agree_end && steps > 0) all_ended = o->agree_end(o->ctx, out->ended);
   while (!st && !(stop_early && (m->ranks > 1 ? all_ended : out->ended)) && read < last) {
-    while (!st && next - read < LLM_STEPS_AHEAD && next < last) {
+    while (!st && next - read < (o->logits_in_step ? 1 : LLM_STEPS_AHEAD) && next < last) {
       double h0 = hcq_model_now_ms();
       st = step(m, next, o->graph, m->fences[next % LLM_STEPS_AHEAD]);
       host[nhost++] = (hcq_model_now_ms() - h0) * 1e3;

@@ -56,9 +56,13 @@
  *   llm_select    tokens, scratch, best, logits, sampler, info  vals groups   tokens[p0 + n]
  * Each kind decides how many classifier rows a group takes (cls_rows(): one best entry per group,
  * `groups` of them); the sampler's parameters are {float temperature, top_p; int32 top_k; uint32
- * seed_lo, seed_hi}; scratch holds VOCAB x 16 bytes. The choice must be kernels.c's: greedy, the
- * highest logit and the lowest id on ties; sampling, kernels.c's sample() (kernels.glsl's
- * llm_select does it without a sort, with exact integer sums).
+ * seed_lo, seed_hi; float min_p, repeat_penalty, frequency_penalty, presence_penalty; int32
+ * penalty_last_n} (penalties apply when penalty_last_n > 0 and repeat_penalty != 1, or a frequency
+ * or presence penalty != 0; the history is tokens[at - penalty_last_n .. at), at = p0 + n);
+ * scratch holds VOCAB x 16 bytes. The choice must be kernels.c's: greedy without penalties, the
+ * highest logit and the lowest id on ties (the groups' bests); otherwise kernels.c's sample(),
+ * llama.cpp's chain: penalties, top-k, top-p, min-p (at temperature 1), temperature, the draw
+ * (kernels.glsl's llm_select does it without a sort, with exact integer sums).
  *
  * Memory. x, xf (and xb, post-norms' projection output): max_batch rows of DIM floats; q, att: of
  * QD; kraw: of KV_DIM; hf: rows of FFN floats; xq, attq, hq: rows of NBLK(k) activation blocks (llm_act_block_t, 48 bytes: float d, float s d, int32 s,

@@ -552,10 +552,14 @@ void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 
 /* ---- choosing the next token ---- */
 
+/* gpu_abi.h's parameter layout. repeat_penalty 1, frequency and presence 0 or penalty_last_n 0:
+ * no penalties. */
 typedef struct {
   float temperature, top_p;
   int32_t top_k;
   uint32_t seed_lo, seed_hi;
+  float min_p, repeat_penalty, frequency_penalty, presence_penalty;
+  int32_t penalty_last_n;
 } sampler_t;
 
 typedef struct {
@@ -592,8 +596,40 @@ static void heap_down(cand_t *c, int k, int i) {
   }
 }
 
-static int32_t sample(const float *logits, const sampler_t *sp, cand_t *c, int pos) {
-  int k = sp->top_k > 0 && sp->top_k < VOCAB ? sp->top_k : VOCAB;
+static inline int penalties_on(const sampler_t *sp) {
+  return sp->penalty_last_n > 0 &&
+         (sp->repeat_penalty != 1.0f || sp->frequency_penalty != 0.0f || sp->presence_penalty != 0.0f);
+}
+
+/* llama.cpp's penalties over the last penalty_last_n tokens of the history: a token seen c times
+ * has its logit divided by repeat_penalty (multiplied when it is not positive), then c x
+ * frequency_penalty + presence_penalty taken off. Returns logits itself when there is nothing to
+ * do, else pen (VOCAB floats) holding the penalised copy; count is VOCAB int32 of scratch, of
+ * which only the history's entries are touched. */
+static const float *penalize(const float *logits, const sampler_t *sp, float *pen, int32_t *count, const int32_t *hist,
+                             int nhist) {
+  int n = sp->penalty_last_n < nhist ? sp->penalty_last_n : nhist;
+  if (!penalties_on(sp) || n <= 0) return logits;
+  const int32_t *h = hist + (nhist - n);
+  memcpy(pen, logits, (size_t)VOCAB * sizeof(float));
+  for (int i = 0; i < n; i++)
+    if ((uint32_t)h[i] < (uint32_t)VOCAB) count[h[i]] = 0;
+  for (int i = 0; i < n; i++)
+    if ((uint32_t)h[i] < (uint32_t)VOCAB) count[h[i]]++;
+  for (int i = 0; i < n; i++) {
+    int32_t t = h[i];
+    if ((uint32_t)t >= (uint32_t)VOCAB || count[t] == 0) continue; /* outside, or already done */
+    float c = (float)count[t], l = pen[t];
+    l = l <= 0 ? l * sp->repeat_penalty : l / sp->repeat_penalty;
+    pen[t] = l - (c * sp->frequency_penalty + sp->presence_penalty);
+    count[t] = 0;
+  }
+  return pen;
+}
+
+/* The top_k best of logits (all for 0), best first, into c; returns how many. */
+static int top_k_sorted(const float *logits, int top_k, cand_t *c) {
+  int k = top_k > 0 && top_k < VOCAB ? top_k : VOCAB;
   if (k == VOCAB) {
     for (int i = 0; i < VOCAB; i++) c[i] = (cand_t){logits[i], i};
   } else {
@@ -605,9 +641,28 @@ static int32_t sample(const float *logits, const sampler_t *sp, cand_t *c, int p
     }
   }
   qsort(c, (size_t)k, sizeof(cand_t), cand_cmp);
-  double total = 0, *p = (double *)(c + VOCAB); /* the scratch holds VOCAB candidates, then VOCAB doubles */
-  for (int i = 0; i < k; i++) total += p[i] = exp(((double)c[i].logit - c[0].logit) / sp->temperature);
-  int keep = k;
+  return k;
+}
+
+/* The next token of one sequence (a row: the batched step calls it once per row): its logits
+ * (VOCAB), the sampler, scratch (VOCAB x 16 bytes), the tokens before it (hist[0..nhist), for the
+ * penalties) and its position (for the draw). llama.cpp's chain, in its order: penalties, top-k,
+ * top-p, min-p (both on the probabilities at temperature 1), temperature, the draw; temperature 0
+ * is the highest penalised logit (the lowest id on ties). */
+static int32_t sample(const float *logits, const sampler_t *sp, void *scratch, const int32_t *hist, int nhist,
+                      int pos) {
+  cand_t *c = scratch;
+  double *p = (double *)(c + VOCAB); /* the scratch holds VOCAB candidates, then VOCAB doubles */
+  const float *l = penalize(logits, sp, (float *)p, (int32_t *)p + VOCAB, hist, nhist);
+  if (!(sp->temperature > 0)) {
+    int32_t arg = 0;
+    for (int i = 1; i < VOCAB; i++)
+      if (l[i] > l[arg] || (l[arg] != l[arg] && l[i] == l[i])) arg = i; /* NaN never wins */
+    return arg;
+  }
+  int k = top_k_sorted(l, sp->top_k, c), keep = k;
+  double total = 0;
+  for (int i = 0; i < k; i++) total += p[i] = exp((double)c[i].logit - c[0].logit);
   if (sp->top_p < 1.0f) {
     double cum = 0;
     for (int i = 0; i < k; i++) {
@@ -618,8 +673,14 @@ static int32_t sample(const float *logits, const sampler_t *sp, cand_t *c, int p
       }
     }
   }
+  if (sp->min_p > 0) { /* p_i >= min_p p_max, as llama.cpp: logit >= max + log(min_p) */
+    float floor_logit = c[0].logit + logf(sp->min_p);
+    int i = 1;
+    while (i < keep && c[i].logit >= floor_logit) i++;
+    keep = i;
+  }
   double kept = 0;
-  for (int i = 0; i < keep; i++) kept += p[i];
+  for (int i = 0; i < keep; i++) kept += p[i] = exp(((double)c[i].logit - c[0].logit) / sp->temperature);
   double u = uniform((uint64_t)sp->seed_hi << 32 | sp->seed_lo, (uint64_t)pos) * kept, cum = 0;
   for (int i = 0; i < keep; i++) {
     cum += p[i];
@@ -629,8 +690,8 @@ static int32_t sample(const float *logits, const sampler_t *sp, cand_t *c, int p
 }
 
 /* bufs: tokens, scratch, best, logits, sampler, info; vals: groups. Grid: 1. The next token into
- * tokens[p0 + n]: the highest logit (the lowest index on ties) when the temperature is 0,
- * else a draw from the sampler. */
+ * tokens[p0 + n]: the highest logit (the lowest index on ties: the classifier's groups' bests) when
+ * the temperature is 0 and no penalties apply, else sample() over the tokens before it. */
 void llm_select(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   (void)l;
   int32_t *tokens = b[0];
@@ -638,8 +699,8 @@ void llm_select(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const sampler_t *sp = b[4];
   const info_t *info = b[5];
   int at = info->p0 + info->n;
-  if (sp->temperature > 0) {
-    tokens[at] = sample(b[3], sp, b[1], at);
+  if (sp->temperature > 0 || penalties_on(sp)) {
+    tokens[at] = sample(b[3], sp, b[1], tokens, at, at);
     return;
   }
   float top = -INFINITY;

@@ -553,7 +553,7 @@ extern "C" __global__ void llm_classify(float *logits, int *best, const float *x
 // One block of SEL threads: the token into tokens[p0 + n]. Greedy: the highest of the groups' bests
 // (lowest index on ties). Sampling: kernels.glsl's llm_select (which explains it): keys ranking the
 // candidates, each choice a search for a key bit by bit over exact integer sums across the
-// vocabulary, probabilities exp((logit - max) / T) x 2^40 as integers.
+// vocabulary, probabilities exp((logit - max) / T) x 2^40 as integers; penalties rewrite the keys.
 typedef unsigned long long u64;
 __device__ u64 reduce(u64 *red, u64 v, bool is_max) {
   unsigned l = threadIdx.x;
@@ -588,16 +588,58 @@ __device__ u64 search(u64 *red, const u64 *keys, const u64 *probs, bool count, u
 __device__ u64 scale_down(u64 need, u64 frac, int bits) {
   return ((need >> 32) * frac << (32 - bits)) + (((need & 0xffffffffull) * frac) >> bits);
 }
+__device__ u64 key_of(float logit, unsigned id) {
+  return (u64)ordered(__float_as_uint(logit)) << ID_BITS | (ID_MASK - id);
+}
+__device__ float logit_of(u64 key) { return unordered((unsigned)(key >> ID_BITS)); }
+
+// kernels.glsl's penalize(): the counts of the last n tokens in the probabilities' words, the
+// thread whose exchange takes a token's count back to 0 rewrites its key.
+__device__ void penalize(u64 *keys, unsigned *count, const int *tokens, int at, int n, float rep, float freq,
+                         float pres) {
+  int from = at - n;
+  for (int j = from + (int)threadIdx.x; j < at; j += SEL)
+    if ((unsigned)tokens[j] < VOCAB) count[tokens[j]] = 0u;
+  __syncthreads();
+  for (int j = from + (int)threadIdx.x; j < at; j += SEL)
+    if ((unsigned)tokens[j] < VOCAB) atomicAdd(&count[tokens[j]], 1u);
+  __syncthreads();
+  for (int j = from + (int)threadIdx.x; j < at; j += SEL) {
+    int t = tokens[j];
+    if ((unsigned)t >= VOCAB) continue;
+    unsigned c = atomicExch(&count[t], 0u);
+    if (c == 0u) continue;
+    float x = logit_of(keys[t]);
+    x = x <= 0.0f ? x * rep : x / rep;
+    keys[t] = key_of(x - ((float)c * freq + pres), (unsigned)t);
+  }
+  __syncthreads();
+}
+
+// The probabilities exp((logit - mx) / temperature) x 2^40 of the keys from cut up; their sum.
+__device__ u64 weigh(u64 *red, const u64 *keys, u64 *probs, u64 cut, float mx, float temperature) {
+  u64 part = 0;
+  for (unsigned i = threadIdx.x; i < VOCAB; i += SEL) {
+    u64 k = keys[i];
+    u64 p = k >= cut ? (u64)(expf((logit_of(k) - mx) / temperature) * 1099511627776.0f + 0.5f) : 0;
+    probs[i] = p;
+    part += p;
+  }
+  __syncthreads();
+  return reduce(red, part, false);
+}
 
 extern "C" __global__ void llm_select(int *tokens, u64 *scratch, const int *best, const float *logits, const unsigned *sp,
                                       const int *info, int groups) {
   __shared__ u64 red[SEL];
   unsigned l = threadIdx.x;
-  float temperature = __uint_as_float(sp[0]), top_p = __uint_as_float(sp[1]);
-  int top_k = (int)sp[2];
+  float temperature = __uint_as_float(sp[0]), top_p = __uint_as_float(sp[1]), min_p = __uint_as_float(sp[5]);
+  float rep = __uint_as_float(sp[6]), freq = __uint_as_float(sp[7]), pres = __uint_as_float(sp[8]);
+  int top_k = (int)sp[2], last_n = (int)sp[9];
+  bool penalties = last_n > 0 && (rep != 1.0f || freq != 0.0f || pres != 0.0f);
   u64 seed = (u64)sp[3] | (u64)sp[4] << 32;
   int at = info[0] + info[1];
-  if (!(temperature > 0.0f)) {
+  if (!(temperature > 0.0f) && !penalties) {
     u64 mine = 0;
     for (int g = (int)l; g < groups; g += SEL)
       mine = max(mine, (u64)ordered((unsigned)best[2 * g]) << 32 | (0xffffffffu - (unsigned)best[2 * g + 1]));
@@ -606,31 +648,27 @@ extern "C" __global__ void llm_select(int *tokens, u64 *scratch, const int *best
     return;
   }
   u64 *keys = scratch, *probs = scratch + VOCAB;
+  for (unsigned i = l; i < VOCAB; i += SEL) keys[i] = key_of(logits[i], i);
+  __syncthreads();
+  if (penalties) penalize(keys, (unsigned *)probs, tokens, at, last_n < at ? last_n : at, rep, freq, pres);
   u64 top = 0;
-  for (unsigned i = l; i < VOCAB; i += SEL) {
-    u64 key = (u64)ordered(__float_as_uint(logits[i])) << ID_BITS | (ID_MASK - i);
-    keys[i] = key;
-    top = max(top, key);
-  }
-  __syncthreads();
+  for (unsigned i = l; i < VOCAB; i += SEL) top = max(top, keys[i]);
   top = reduce(red, top, true);
-  float mx = unordered((unsigned)(top >> ID_BITS));
+  if (!(temperature > 0.0f)) { // greedy over the penalised logits
+    if (l == 0) tokens[at] = (int)(ID_MASK - (top & ID_MASK));
+    return;
+  }
+  float mx = logit_of(top);
+  // llama.cpp's order: top-k, top-p and min-p on the probabilities at temperature 1, then the temperature
   u64 cut = top_k > 0 && top_k < VOCAB ? search(red, keys, probs, true, (u64)top_k, false) : 0;
-  u64 part = 0;
-  for (unsigned i = l; i < VOCAB; i += SEL) {
-    u64 p = keys[i] >= cut ? (u64)(expf((logits[i] - mx) / temperature) * 1099511627776.0f + 0.5f) : 0;
-    probs[i] = p;
-    part += p;
+  u64 kept = weigh(red, keys, probs, cut, mx, 1.0f);
+  if (top_p < 1.0f) cut = search(red, keys, probs, false, scale_down(kept, (u64)(top_p * 16777216.0f), 24), false);
+  if (min_p > 0.0f) { // logit >= mx + log(min_p) (a zero as -0, the least key of the zeros)
+    float floor_logit = mx + logf(min_p);
+    u64 floor_key = (u64)ordered(floor_logit == 0.0f ? 0x80000000u : __float_as_uint(floor_logit)) << ID_BITS;
+    cut = max(cut, min(floor_key, top));
   }
-  __syncthreads();
-  u64 kept = reduce(red, part, false);
-  if (top_p < 1.0f) {
-    u64 need = scale_down(kept, (u64)(top_p * 16777216.0f), 24);
-    cut = search(red, keys, probs, false, need, false);
-    part = 0;
-    for (unsigned i = l; i < VOCAB; i += SEL) part += keys[i] >= cut ? probs[i] : 0;
-    kept = reduce(red, part, false);
-  }
+  kept = weigh(red, keys, probs, cut, mx, temperature);
   // splitmix64 of the seed and the position, as kernels.c's uniform(); its top 32 bits
   u64 z = seed + 0x9e3779b97f4a7c15ull * (u64)(at + 1);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

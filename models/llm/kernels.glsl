@@ -576,16 +576,63 @@ uint64_t search(u64s keys, u64s probs, bool count, uint64_t need, bool above) {
 uint64_t scale_down(uint64_t need, uint64_t frac, int bits) {
   return ((need >> 32) * frac << (32 - bits)) + (((need & 0xfffffffful) * frac) >> bits);
 }
+uint64_t key_of(float logit, uint id) {
+  return (uint64_t(ordered(floatBitsToUint(logit))) << ID_BITS) | (ID_MASK - uint64_t(id));
+}
+float logit_of(uint64_t key) { return unordered(uint(key >> ID_BITS)); }
+
+// kernels.c's penalize() on the keys: the counts of the last n tokens in the probabilities' words
+// (zeroed at those tokens only, then atomic increments), and the one invocation whose exchange
+// takes a token's count back to 0 rewrites its key.
+void penalize(u64s keys, u32s count, i32s tokens, int at, int n, float rep, float freq, float pres) {
+  uint l = lane();
+  int from = at - n;
+  for (int j = from + int(l); j < at; j += SEL)
+    if (uint(tokens.v[j]) < uint(VOCAB)) count.v[tokens.v[j]] = 0u;
+  memoryBarrierBuffer();
+  barrier();
+  for (int j = from + int(l); j < at; j += SEL)
+    if (uint(tokens.v[j]) < uint(VOCAB)) atomicAdd(count.v[tokens.v[j]], 1u);
+  memoryBarrierBuffer();
+  barrier();
+  for (int j = from + int(l); j < at; j += SEL) {
+    int t = tokens.v[j];
+    if (uint(t) >= uint(VOCAB)) continue;
+    uint c = atomicExchange(count.v[t], 0u);
+    if (c == 0u) continue;
+    float x = logit_of(keys.v[t]);
+    x = x <= 0.0 ? x * rep : x / rep;
+    keys.v[t] = key_of(x - (float(c) * freq + pres), uint(t));
+  }
+  memoryBarrierBuffer();
+  barrier();
+}
+
+// The probabilities exp((logit - mx) / temperature) x 2^40 of the keys from cut up; their sum.
+uint64_t weigh(u64s keys, u64s probs, uint64_t cut, float mx, float temperature) {
+  uint64_t part = 0ul;
+  for (uint i = lane(); i < uint(VOCAB); i += uint(SEL)) {
+    uint64_t k = keys.v[i];
+    uint64_t p = k >= cut ? uint64_t(exp((logit_of(k) - mx) / temperature) * 1099511627776.0 + 0.5) : 0ul;
+    probs.v[i] = p;
+    part += p;
+  }
+  memoryBarrierBuffer();
+  barrier();
+  return reduce(part, false);
+}
 
 void main() {
   uint l = lane();
   i32s tokens = i32s(hcq_buf(0));
   u32s sp = u32s(hcq_buf(4));
-  float temperature = uintBitsToFloat(sp.v[0]), top_p = uintBitsToFloat(sp.v[1]);
-  int top_k = int(sp.v[2]);
+  float temperature = uintBitsToFloat(sp.v[0]), top_p = uintBitsToFloat(sp.v[1]), min_p = uintBitsToFloat(sp.v[5]);
+  float rep = uintBitsToFloat(sp.v[6]), freq = uintBitsToFloat(sp.v[7]), pres = uintBitsToFloat(sp.v[8]);
+  int top_k = int(sp.v[2]), last_n = int(sp.v[9]);
+  bool penalties = last_n > 0 && (rep != 1.0 || freq != 0.0 || pres != 0.0);
   uint64_t seed = packUint2x32(uvec2(sp.v[3], sp.v[4]));
   int at = info_p0(hcq_buf(5)) + info_n(hcq_buf(5));
-  if (!(temperature > 0.0)) {
+  if (!(temperature > 0.0) && !penalties) {
     i32s best = i32s(hcq_buf(2));
     uint64_t mine = 0ul;
     for (uint g = l; g < uint(hcq_val(0)); g += uint(SEL))
@@ -596,31 +643,31 @@ void main() {
   }
   u64s keys = u64s(hcq_buf(1)), probs = u64s(hcq_buf(1) + uint64_t(VOCAB) * 8u);
   f32s logits = f32s(hcq_buf(3));
+  for (uint i = l; i < uint(VOCAB); i += uint(SEL)) keys.v[i] = key_of(logits.v[i], i);
+  memoryBarrierBuffer();
+  barrier();
+  if (penalties) penalize(keys, u32s(hcq_buf(1) + uint64_t(VOCAB) * 8u), tokens, at, min(last_n, at), rep, freq, pres);
   uint64_t top = 0ul;
-  for (uint i = l; i < uint(VOCAB); i += uint(SEL)) {
-    uint64_t key = (uint64_t(ordered(floatBitsToUint(logits.v[i]))) << ID_BITS) | (ID_MASK - uint64_t(i));
-    keys.v[i] = key;
-    top = max(top, key);
-  }
-  barrier();
+  for (uint i = l; i < uint(VOCAB); i += uint(SEL)) top = max(top, keys.v[i]);
   top = reduce(top, true);
-  float mx = unordered(uint(top >> ID_BITS));
-  uint64_t cut = top_k > 0 && top_k < VOCAB ? search(keys, probs, true, uint64_t(top_k), false) : 0ul;
-  uint64_t part = 0ul;
-  for (uint i = l; i < uint(VOCAB); i += uint(SEL)) {
-    uint64_t p = keys.v[i] >= cut ? uint64_t(exp((logits.v[i] - mx) / temperature) * 1099511627776.0 + 0.5) : 0ul;
-    probs.v[i] = p;
-    part += p;
+  if (!(temperature > 0.0)) { // greedy over the penalised logits
+    if (l == 0u) tokens.v[at] = int(ID_MASK - (top & ID_MASK));
+    return;
   }
-  barrier();
-  uint64_t kept = reduce(part, false);
+  float mx = logit_of(top);
+  // llama.cpp's order: top-k, top-p and min-p on the probabilities at temperature 1, then the temperature
+  uint64_t cut = top_k > 0 && top_k < VOCAB ? search(keys, probs, true, uint64_t(top_k), false) : 0ul;
+  uint64_t kept = weigh(keys, probs, cut, mx, 1.0);
   if (top_p < 1.0) {
     uint64_t need = scale_down(kept, uint64_t(top_p * 16777216.0), 24);
     cut = search(keys, probs, false, need, false);
-    part = 0ul;
-    for (uint i = l; i < uint(VOCAB); i += uint(SEL)) part += keys.v[i] >= cut ? probs.v[i] : 0ul;
-    kept = reduce(part, false);
   }
+  if (min_p > 0.0) { // logit >= mx + log(min_p) (a zero as -0, the least key of the zeros)
+    float floor_logit = mx + log(min_p);
+    uint64_t floor_key = uint64_t(ordered(floor_logit == 0.0 ? 0x80000000u : floatBitsToUint(floor_logit))) << ID_BITS;
+    cut = max(cut, min(floor_key, top));
+  }
+  kept = weigh(keys, probs, cut, mx, temperature);
   // splitmix64 of the seed and the position, as kernels.c's uniform(); its top 32 bits
   uint64_t z = seed + 0x9e3779b97f4a7c15ul * uint64_t(at + 1);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ul;

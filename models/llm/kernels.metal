@@ -514,6 +514,47 @@ static ulong search(threadgroup ulong *red, device const ulong *keys, device con
 static ulong scale_down(ulong need, ulong frac, int bits) {
   return ((need >> 32) * frac << (32 - bits)) + (((need & 0xfffffffful) * frac) >> bits);
 }
+static ulong key_of(float logit, uint id) {
+  return ulong(ordered(as_type<uint>(logit))) << ID_BITS | (ID_MASK - ulong(id));
+}
+static float logit_of(ulong key) { return unordered(uint(key >> ID_BITS)); }
+
+// kernels.glsl's penalize(): the counts of the last n tokens in the probabilities' words, the
+// thread whose exchange takes a token's count back to 0 rewrites its key.
+static void penalize(device ulong *keys, device atomic_uint *count, device const int *tokens, int at, int n, float rep,
+                     float freq, float pres, uint l) {
+  int from = at - n;
+  for (int j = from + int(l); j < at; j += SEL)
+    if (uint(tokens[j]) < VOCAB) atomic_store_explicit(&count[tokens[j]], 0u, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_device);
+  for (int j = from + int(l); j < at; j += SEL)
+    if (uint(tokens[j]) < VOCAB) atomic_fetch_add_explicit(&count[tokens[j]], 1u, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_device);
+  for (int j = from + int(l); j < at; j += SEL) {
+    int t = tokens[j];
+    if (uint(t) >= VOCAB) continue;
+    uint c = atomic_exchange_explicit(&count[t], 0u, memory_order_relaxed);
+    if (c == 0u) continue;
+    float x = logit_of(keys[t]);
+    x = x <= 0.0f ? x * rep : x / rep;
+    keys[t] = key_of(x - (float(c) * freq + pres), uint(t));
+  }
+  threadgroup_barrier(mem_flags::mem_device);
+}
+
+// The probabilities exp((logit - mx) / temperature) x 2^40 of the keys from cut up; their sum.
+static ulong weigh(threadgroup ulong *red, device const ulong *keys, device ulong *probs, ulong cut, float mx,
+                   float temperature, uint l) {
+  ulong part = 0;
+  for (uint i = l; i < VOCAB; i += SEL) {
+    ulong k = keys[i];
+    ulong p = k >= cut ? ulong(exp((logit_of(k) - mx) / temperature) * 1099511627776.0f + 0.5f) : 0;
+    probs[i] = p;
+    part += p;
+  }
+  threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+  return reduce(red, part, false, l);
+}
 
 kernel void llm_select(device int *tokens [[buffer(0)]], device ulong *scratch [[buffer(1)]], device const int *best [[buffer(2)]],
                        device const float *logits [[buffer(3)]], device const uint *sp [[buffer(4)]],
@@ -521,11 +562,13 @@ kernel void llm_select(device int *tokens [[buffer(0)]], device ulong *scratch [
                        uint3 tid [[thread_position_in_threadgroup]]) {
   threadgroup ulong red[SEL];
   uint l = tid.x;
-  float temperature = as_type<float>(sp[0]), top_p = as_type<float>(sp[1]);
-  int top_k = int(sp[2]);
+  float temperature = as_type<float>(sp[0]), top_p = as_type<float>(sp[1]), min_p = as_type<float>(sp[5]);
+  float rep = as_type<float>(sp[6]), freq = as_type<float>(sp[7]), pres = as_type<float>(sp[8]);
+  int top_k = int(sp[2]), last_n = int(sp[9]);
+  bool penalties = last_n > 0 && (rep != 1.0f || freq != 0.0f || pres != 0.0f);
   ulong seed = ulong(sp[3]) | ulong(sp[4]) << 32;
   int at = info[0] + info[1];
-  if (!(temperature > 0.0f)) {
+  if (!(temperature > 0.0f) && !penalties) {
     ulong mine = 0;
     for (int g = int(l); g < v[0]; g += SEL)
       mine = max(mine, ulong(ordered(uint(best[2 * g]))) << 32 | ulong(0xffffffffu - uint(best[2 * g + 1])));
@@ -534,31 +577,28 @@ kernel void llm_select(device int *tokens [[buffer(0)]], device ulong *scratch [
     return;
   }
   device ulong *keys = scratch, *probs = scratch + VOCAB;
+  for (uint i = l; i < VOCAB; i += SEL) keys[i] = key_of(logits[i], i);
+  threadgroup_barrier(mem_flags::mem_device);
+  if (penalties)
+    penalize(keys, (device atomic_uint *)probs, tokens, at, min(last_n, at), rep, freq, pres, l);
   ulong top = 0;
-  for (uint i = l; i < VOCAB; i += SEL) {
-    ulong key = ulong(ordered(as_type<uint>(logits[i]))) << ID_BITS | (ID_MASK - ulong(i));
-    keys[i] = key;
-    top = max(top, key);
-  }
-  threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+  for (uint i = l; i < VOCAB; i += SEL) top = max(top, keys[i]);
   top = reduce(red, top, true, l);
-  float mx = unordered(uint(top >> ID_BITS));
+  if (!(temperature > 0.0f)) { // greedy over the penalised logits
+    if (l == 0) tokens[at] = int(ID_MASK - (top & ID_MASK));
+    return;
+  }
+  float mx = logit_of(top);
+  // llama.cpp's order: top-k, top-p and min-p on the probabilities at temperature 1, then the temperature
   ulong cut = top_k > 0 && top_k < VOCAB ? search(red, keys, probs, true, ulong(top_k), false, l) : 0;
-  ulong part = 0;
-  for (uint i = l; i < VOCAB; i += SEL) {
-    ulong p = keys[i] >= cut ? ulong(exp((logits[i] - mx) / temperature) * 1099511627776.0f + 0.5f) : 0;
-    probs[i] = p;
-    part += p;
+  ulong kept = weigh(red, keys, probs, cut, mx, 1.0f, l);
+  if (top_p < 1.0f) cut = search(red, keys, probs, false, scale_down(kept, ulong(top_p * 16777216.0f), 24), false, l);
+  if (min_p > 0.0f) { // logit >= mx + log(min_p) (a zero as -0, the least key of the zeros)
+    float floor_logit = mx + log(min_p);
+    ulong floor_key = ulong(ordered(floor_logit == 0.0f ? 0x80000000u : as_type<uint>(floor_logit))) << ID_BITS;
+    cut = max(cut, min(floor_key, top));
   }
-  threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
-  ulong kept = reduce(red, part, false, l);
-  if (top_p < 1.0f) {
-    ulong need = scale_down(kept, ulong(top_p * 16777216.0f), 24);
-    cut = search(red, keys, probs, false, need, false, l);
-    part = 0;
-    for (uint i = l; i < VOCAB; i += SEL) part += keys[i] >= cut ? probs[i] : 0;
-    kept = reduce(red, part, false, l);
-  }
+  kept = weigh(red, keys, probs, cut, mx, temperature, l);
   // splitmix64 of the seed and the position, as kernels.c's uniform(); its top 32 bits
   ulong z = seed + 0x9e3779b97f4a7c15ul * ulong(at + 1);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ul;

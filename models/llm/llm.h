@@ -110,14 +110,21 @@ typedef struct llm_decoder_options {
   bool profile;            /* capture with per-item timestamps */
 } llm_decoder_options_t;
 
-/* How the next token is chosen, on the device. temperature 0 (the default): greedy, the highest
- * logit (the lowest id on ties). Otherwise the top_k highest logits (0: all), scaled by
- * 1/temperature, softmax, the smallest set of them whose probability reaches top_p (1: all), drawn
- * with a generator seeded by seed and the position: the same seed gives the same tokens. */
+/* How the next token is chosen, on the device, in llama.cpp's order: the penalties over the last
+ * penalty_last_n tokens (prompt and generated: a token seen c times has its logit divided by
+ * repeat_penalty, multiplied when not positive, then c x frequency_penalty + presence_penalty taken
+ * off), then with temperature 0 (the default) the highest logit (the lowest id on ties); otherwise
+ * the top_k highest (0: all), the smallest set of them whose probability (softmax at temperature 1)
+ * reaches top_p (1: all), those with a probability at least min_p times the top one's (0: all),
+ * the logits divided by the temperature, softmax, drawn with a generator seeded by seed and the
+ * position: the same seed gives the same tokens. Fields past seed zero: no min-p, no penalties
+ * (a repeat_penalty of 0 means 1). */
 typedef struct llm_sampler {
   float temperature, top_p;
   int top_k;
   uint64_t seed;
+  float min_p, repeat_penalty, frequency_penalty, presence_penalty;
+  int penalty_last_n;
 } llm_sampler_t;
 
 /* Opens the devices, repacks and uploads the weights, compiles the kernels (specialised to the
@@ -130,8 +137,9 @@ const llm_config_t *llm_decoder_config(const llm_decoder_t *dec);
 int llm_decoder_ctx(const llm_decoder_t *dec);
 int llm_decoder_max_batch(const llm_decoder_t *dec);
 
-/* INVALID_ARGUMENT for a temperature < 0 or not finite, top_p outside (0, 1], top_k < 0. Waits for
- * the devices (the sampler's parameters live in device memory). */
+/* INVALID_ARGUMENT for a temperature < 0 or not finite, top_p outside (0, 1], top_k < 0, min_p
+ * outside [0, 1], a repeat_penalty < 0 or not finite, penalties not finite, penalty_last_n < 0.
+ * Waits for the devices (the sampler's parameters live in device memory). */
 HCQ_MUST_USE hcq_status_t llm_decoder_set_sampler(llm_decoder_t *dec, const llm_sampler_t *sampler);
 /* Writes ids at positions pos.. (the inputs of the steps at those positions). Waits for the devices.
  * OUT_OF_RANGE past the caches; INVALID_ARGUMENT for an id outside the vocabulary. */
@@ -175,6 +183,9 @@ typedef struct llm_generate_options {
    * whether this rank saw the end; returns whether any did, so that all stop at the same step (NULL:
    * they run every step, and what follows an end token is dropped). */
   bool (*agree_end)(void *ctx, bool ended);
+  /* No step queued past the one whose token is read: while on_token runs, the logits buffer
+   * (llm_decoder_logits) holds the logits that token was chosen from (log-probabilities). */
+  bool logits_in_step;
 } llm_generate_options_t;
 
 typedef struct llm_generate_result {

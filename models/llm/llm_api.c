@@ -11,6 +11,7 @@
 
 #include "fetch.h"
 #include "llm_api.h"
+#include "stop.h"
 
 struct hcq_llm {
   char path[PATH_MAX];
@@ -246,47 +247,191 @@ hcq_status_t hcq_llm_chat_prompt(const hcq_llm_t *llm, const hcq_llm_message_t *
 
 /* ---- generation ---- */
 
-static hcq_status_t check_options(const hcq_llm_generate_options_t *o) {
-  const hcq_llm_sampling_t *s = &o->sampling;
-  if (o->max_tokens < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: max_tokens %d < 0", o->max_tokens);
+static hcq_status_t check_sampling(const hcq_llm_sampling_t *s) {
   if (!isfinite(s->temperature) || s->temperature < 0 || s->temperature > 100)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: temperature %g (expected 0 to 100; 0: greedy)",
                            (double)s->temperature);
   if (!isfinite(s->top_p) || s->top_p < 0 || s->top_p > 1)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: top_p %g (expected 0 to 1)", (double)s->top_p);
   if (s->top_k < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: top_k %d < 0", s->top_k);
+  if (!(s->min_p >= 0 && s->min_p <= 1))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: min_p %g (expected 0 to 1)", (double)s->min_p);
+  if (!(s->repeat_penalty >= 0 && s->repeat_penalty <= 100))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: repeat_penalty %g (expected 0 to 100; 0 or 1: "
+                           "none)", (double)s->repeat_penalty);
+  if (!(fabsf(s->frequency_penalty) <= 100))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: frequency_penalty %g (expected -100 to 100)",
+                           (double)s->frequency_penalty);
+  if (!(fabsf(s->presence_penalty) <= 100))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: presence_penalty %g (expected -100 to 100)",
+                           (double)s->presence_penalty);
+  if (s->penalty_last_n < -1)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: penalty_last_n %d (expected -1: the context, "
+                           "0: 64, or more)", s->penalty_last_n);
   return NULL;
+}
+
+static hcq_status_t check_options(const hcq_llm_generate_options_t *o) {
+  if (o->max_tokens < 0)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: max_tokens %d < 0", o->max_tokens);
+  hcq_status_t st = check_sampling(&o->sampling);
+  if (st) return st;
+  if (o->nstop && !o->stop) return bad("hcq_llm_generate: stop is NULL with nstop > 0");
+  for (size_t i = 0; i < o->nstop; i++)
+    if (!o->stop[i] || !o->stop[i][0])
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: stop[%zu] is %s (a stop string is non-empty)", i,
+                             o->stop[i] ? "empty" : "NULL");
+  if (o->top_logprobs < 0 || o->top_logprobs > HCQ_LLM_MAX_LOGPROBS)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: top_logprobs %d (expected 0 to %d)",
+                           o->top_logprobs, HCQ_LLM_MAX_LOGPROBS);
+  return NULL;
+}
+
+static bool same_sampler(const llm_sampler_t *a, const llm_sampler_t *b) {
+  return a->temperature == b->temperature && a->top_p == b->top_p && a->top_k == b->top_k && a->seed == b->seed &&
+         a->min_p == b->min_p && a->repeat_penalty == b->repeat_penalty &&
+         a->frequency_penalty == b->frequency_penalty && a->presence_penalty == b->presence_penalty &&
+         a->penalty_last_n == b->penalty_last_n;
 }
 
 /* The decoder's sampler, set when it differs (setting it waits for the device). */
 static hcq_status_t use_sampling(hcq_llm_t *llm, const hcq_llm_sampling_t *s) {
   llm_sampler_t want = {.top_p = 1}; /* greedy, the decoder's own choice until set */
-  if (s->temperature > 0) want = (llm_sampler_t){s->temperature, s->top_p > 0 ? s->top_p : 1, s->top_k, s->seed};
-  if (!memcmp(&want, &llm->sampler, sizeof(want))) return NULL;
+  if (s->temperature > 0)
+    want = (llm_sampler_t){s->temperature, s->top_p > 0 ? s->top_p : 1, s->top_k, s->seed, .min_p = s->min_p};
+  bool penalties = (s->repeat_penalty > 0 && s->repeat_penalty != 1) || s->frequency_penalty || s->presence_penalty;
+  if (penalties) {
+    want.repeat_penalty = s->repeat_penalty > 0 ? s->repeat_penalty : 1;
+    want.frequency_penalty = s->frequency_penalty, want.presence_penalty = s->presence_penalty;
+    int last_n = s->penalty_last_n ? s->penalty_last_n : 64; /* -1: the whole context */
+    want.penalty_last_n = last_n > 0 ? last_n : llm_decoder_ctx(llm->dec);
+  }
+  if (same_sampler(&want, &llm->sampler)) return NULL;
   hcq_status_t st = llm_decoder_set_sampler(llm->dec, &want);
   if (!st) llm->sampler = want;
   return st;
 }
 
 typedef struct stream {
-  const hcq_llm_t *llm;
+  hcq_llm_t *llm;
   const hcq_llm_generate_options_t *o;
   llm_detok_t detok;
-  bool stopped; /* on_token returned false */
+  bool stopped;     /* on_token returned false */
+  llm_stop_t stop;  /* the stop strings (stop.found: the one found) and the text held back for them */
+  hcq_llm_logprob_t *logprobs; /* with options.logprobs: one per token so far */
+  size_t nlogprobs;
+  float *logits;
+  hcq_status_t error; /* what failed inside the decoder's callback (it ends the generation) */
 } stream_t;
+
+/* The log-probabilities of id from the logits it was chosen from (the decoder ran no step past it). */
+static hcq_status_t token_logprob(stream_t *s, int32_t id, hcq_llm_logprob_t *out) {
+  hcq_status_t st = llm_decoder_logits(s->llm->dec, s->logits);
+  if (st) return st;
+  const float *l = s->logits;
+  int vocab = s->llm->config.vocab, ntop = s->o->top_logprobs;
+  float top = l[0];
+  for (int i = 1; i < vocab; i++) top = l[i] > top ? l[i] : top;
+  double sum = 0;
+  for (int i = 0; i < vocab; i++) sum += exp((double)l[i] - top);
+  double lse = top + log(sum);
+  *out = (hcq_llm_logprob_t){.id = id, .logprob = (float)(l[id] - lse)};
+  for (int i = 0; i < vocab; i++) { /* insertion into the n_top best so far: higher first, lower id on ties */
+    int at = out->n_top;
+    while (at > 0 && l[i] > l[out->top_ids[at - 1]]) at--;
+    if (at >= ntop) continue;
+    int last = out->n_top < ntop ? out->n_top : ntop - 1;
+    memmove(&out->top_ids[at + 1], &out->top_ids[at], (size_t)(last - at) * sizeof(int32_t));
+    out->top_ids[at] = i;
+    if (out->n_top < ntop) out->n_top++;
+  }
+  for (int k = 0; k < out->n_top; k++) out->top_logprobs[k] = (float)(l[out->top_ids[k]] - lse);
+  return NULL;
+}
+
+/* The first n held bytes to on_token (with id); they go (after a stop string, all of it). */
+static void pass_held(stream_t *s, int32_t id, size_t n) {
+  if (s->o->on_token && !s->stopped) {
+    char keep = s->stop.held[n];
+    s->stop.held[n] = 0;
+    s->stopped = !s->o->on_token(s->o->user, id, s->stop.held, n);
+    s->stop.held[n] = keep;
+  }
+  llm_stop_consume(&s->stop, n);
+}
 
 static void on_token(void *ctx, int32_t id) {
   stream_t *s = ctx;
-  if (s->stopped || !s->o->on_token) return;
+  const hcq_llm_generate_options_t *o = s->o;
+  if (s->stopped || s->stop.found >= 0 || s->error) return;
+  if (o->logprobs) {
+    hcq_llm_logprob_t *lp = &s->logprobs[s->nlogprobs];
+    if ((s->error = token_logprob(s, id, lp))) return;
+    s->nlogprobs++;
+    if (o->on_logprob) o->on_logprob(o->user, lp);
+  }
+  if (!o->on_token && !o->nstop) return;
   char piece[LLM_DETOK_MAX_OUT];
-  size_t n = llm_detok_push(s->llm->tok, &s->detok, id, s->o->special, piece, sizeof(piece));
-  piece[n < sizeof(piece) ? n : sizeof(piece) - 1] = 0;
-  s->stopped = !s->o->on_token(s->o->user, id, piece, n);
+  size_t n = llm_detok_push(s->llm->tok, &s->detok, id, o->special, piece, sizeof(piece));
+  n = n < sizeof(piece) ? n : sizeof(piece) - 1;
+  piece[n] = 0;
+  if (!o->nstop) {
+    s->stopped = !o->on_token(o->user, id, piece, n);
+    return;
+  }
+  bool end = !o->ignore_eos && llm_tokenizer_is_eog(s->llm->tok, id); /* after an end token nothing more comes */
+  size_t pass;
+  if ((s->error = llm_stop_push(&s->stop, piece, n, end, &pass))) return;
+  pass_held(s, id, pass);
 }
 
 static bool is_end(void *ctx, int32_t id) {
   stream_t *s = ctx;
-  return s->stopped || (!s->o->ignore_eos && llm_tokenizer_is_eog(s->llm->tok, id));
+  return s->stopped || s->stop.found >= 0 || s->error || (!s->o->ignore_eos && llm_tokenizer_is_eog(s->llm->tok, id));
+}
+
+/* Once generation ends: text no token completed (as U+FFFD), and what was held back, to on_token. */
+static void flush_stream(stream_t *s) {
+  char rest[8];
+  size_t nrest = s->error || s->stop.found >= 0 ? 0 : llm_detok_flush(&s->detok, rest, sizeof(rest) - 1);
+  rest[nrest] = 0;
+  if (!s->o->nstop) {
+    if (nrest && s->o->on_token && !s->stopped) s->o->on_token(s->o->user, HCQ_LLM_NO_TOKEN, rest, nrest);
+    return;
+  }
+  size_t pass = 0;
+  if (s->error || s->stop.found >= 0) return;
+  if ((s->error = llm_stop_push(&s->stop, rest, nrest, true, &pass))) return;
+  if (pass) pass_held(s, HCQ_LLM_NO_TOKEN, pass);
+}
+
+/* The stream's buffers for steps tokens. */
+static hcq_status_t stream_init(stream_t *s, hcq_llm_t *llm, const hcq_llm_generate_options_t *o, int steps) {
+  *s = (stream_t){.llm = llm, .o = o};
+  llm_stop_init(&s->stop, o->stop, o->nstop);
+  llm_detok_init(&s->detok);
+  if (!o->logprobs) return NULL;
+  s->logprobs = calloc((size_t)steps + 1, sizeof(hcq_llm_logprob_t));
+  s->logits = malloc((size_t)llm->config.vocab * sizeof(float));
+  return s->logprobs && s->logits ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "hcq_llm_generate: out of memory");
+}
+
+static void stream_free(stream_t *s) {
+  llm_stop_free(&s->stop);
+  free(s->logprobs), free(s->logits);
+  hcq_status_destroy(s->error);
+}
+
+static hcq_status_t check_prompt(const hcq_llm_t *llm, const int32_t *prompt, size_t n) {
+  int ctx = llm_decoder_ctx(llm->dec);
+  if (n == 0 || n >= (size_t)ctx)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_llm_generate: a prompt of %zu tokens (expected 1 to %d: the context "
+                           "holds %d positions and the new tokens)", n, ctx - 1, ctx);
+  for (size_t i = 0; i < n; i++)
+    if (prompt[i] < 0 || prompt[i] >= llm->config.vocab)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: prompt id %d (at %zu) is outside the vocabulary "
+                             "(%d ids)", prompt[i], i, llm->config.vocab);
+  return NULL;
 }
 
 hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n, const hcq_llm_generate_options_t *options,
@@ -297,34 +442,34 @@ hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n, c
   if (!llm->dec) return bad("hcq_llm_generate: the model has no decoder yet (llm_api_start)");
   hcq_llm_generate_options_t o = options ? *options : (hcq_llm_generate_options_t){0};
   hcq_status_t st = check_options(&o);
+  if (!st) st = check_prompt(llm, prompt, n);
+  if (!st) st = use_sampling(llm, &o.sampling);
   if (st) return st;
-  int ctx = llm_decoder_ctx(llm->dec);
-  if (n == 0 || n >= (size_t)ctx)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_llm_generate: a prompt of %zu tokens (expected 1 to %d: the context "
-                           "holds %d positions and the new tokens)", n, ctx - 1, ctx);
-  for (size_t i = 0; i < n; i++)
-    if (prompt[i] < 0 || prompt[i] >= llm->config.vocab)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: prompt id %d (at %zu) is outside the vocabulary "
-                             "(%d ids)", prompt[i], i, llm->config.vocab);
-  if ((st = use_sampling(llm, &o.sampling))) return st;
-  stream_t s = {.llm = llm, .o = &o};
-  llm_detok_init(&s.detok);
-  int room = ctx - (int)n;
+  int room = llm_decoder_ctx(llm->dec) - (int)n;
   int steps = o.max_tokens && o.max_tokens < room ? o.max_tokens : room;
+  stream_t s;
+  llm_generate_result_t r = {0};
+  st = stream_init(&s, llm, &o, steps);
   llm_generate_options_t g = {.steps = steps, .graph = !llm->options.eager, .is_end = is_end, .on_token = on_token,
-                              .ctx = &s, .agree_end = agree_end};
-  llm_generate_result_t r;
-  if ((st = llm_generate(llm->dec, prompt, (int)n, &g, &r))) return st;
-  char rest[8];
-  size_t nrest = llm_detok_flush(&s.detok, rest, sizeof(rest) - 1);
-  rest[nrest] = 0;
-  if (nrest && o.on_token && !s.stopped) o.on_token(o.user, HCQ_LLM_NO_TOKEN, rest, nrest);
+                              .ctx = &s, .agree_end = agree_end, .logits_in_step = o.logprobs};
+  if (!st) st = llm_generate(llm->dec, prompt, (int)n, &g, &r);
+  if (!st && s.error) st = s.error, s.error = NULL;
+  if (st) {
+    free(r.ids);
+    stream_free(&s);
+    return st;
+  }
+  flush_stream(&s);
   *out = (hcq_llm_result_t){.ids = r.ids, .n = (size_t)r.n, .prompt_tokens = n, .prompt_ms = r.prefill_ms,
-                            .decode_ms = r.decode_ms, .host_us_per_token = r.host_us_per_step};
-  out->stop = s.stopped ? HCQ_LLM_STOP_CALLBACK
-              : r.ended ? HCQ_LLM_STOP_END
+                            .decode_ms = r.decode_ms, .host_us_per_token = r.host_us_per_step,
+                            .logprobs = s.logprobs, .stop_index = s.stop.found >= 0 ? s.stop.found : 0};
+  s.logprobs = NULL;
+  out->stop = s.stop.found >= 0 ? HCQ_LLM_STOP_STRING
+              : s.stopped       ? HCQ_LLM_STOP_CALLBACK
+              : r.ended         ? HCQ_LLM_STOP_END
               : o.max_tokens && r.n >= o.max_tokens ? HCQ_LLM_STOP_LENGTH
                                                     : HCQ_LLM_STOP_CONTEXT;
+  stream_free(&s);
   return NULL;
 }
 
@@ -360,10 +505,11 @@ hcq_status_t hcq_llm_chat(hcq_llm_t *llm, const hcq_llm_message_t *messages, siz
 void hcq_llm_result_free(hcq_llm_result_t *result) {
   if (!result) return;
   free(result->ids);
+  free(result->logprobs);
   *result = (hcq_llm_result_t){0};
 }
 
 const char *hcq_llm_stop_name(hcq_llm_stop_t stop) {
-  static const char *const names[] = {"end", "length", "context", "callback"};
+  static const char *const names[] = {"end", "length", "context", "callback", "stop"};
   return (unsigned)stop < sizeof(names) / sizeof(names[0]) ? names[stop] : "unknown";
 }
