@@ -30,6 +30,28 @@ def known_models() -> List[str]:
     return [text(lib.hcq_llm_known_model(i)) for i in range(lib.hcq_llm_known_model_count())]
 
 
+_SAMPLING = ("top_k", "top_p", "min_p", "seed", "repeat_penalty", "frequency_penalty", "presence_penalty",
+             "penalty_last_n")
+
+
+def _generate_options(max_tokens: int, temperature: float, options: Dict[str, object]):
+    """hcq_llm_generate_options_t from generate()'s keywords, and the C strings it points to (kept
+    alive by the caller while the generation runs). An unknown keyword is a TypeError, as Python's."""
+    unknown = set(options) - set(_SAMPLING) - {"stop", "ignore_eos", "special"}
+    if unknown:
+        raise TypeError(f"generate() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    sampling = {"temperature": temperature, **{k: options[k] for k in _SAMPLING if k in options}}
+    stops = options.get("stop") or []
+    if isinstance(stops, str):
+        stops = [stops]
+    keep = [ffi.new("char[]", str(s).encode()) for s in stops]
+    array = ffi.new("char *[]", keep) if keep else NULL
+    c_options = ffi.new("hcq_llm_generate_options_t *", {
+        "max_tokens": max_tokens, "ignore_eos": bool(options.get("ignore_eos", False)),
+        "special": bool(options.get("special", False)), "sampling": sampling, "stop": array, "nstop": len(keep)})
+    return c_options, (keep, array)
+
+
 class Result(NamedTuple):
     """How the last generation went (hcq_llm_result_t)."""
     ids: List[int]
@@ -94,37 +116,35 @@ class Model:
                 return ffi.unpack(out, length[0]).decode("utf-8", "replace")
             cap = length[0] + 1
 
-    def generate(self, prompt: Union[str, Sequence[int]], max_tokens: int = 256, temperature: float = 0.0, *,
-                 top_k: int = 0, top_p: float = 0.0, seed: int = 0, ignore_eos: bool = False,
-                 special: bool = False) -> Iterator[str]:
+    def generate(self, prompt: Union[str, Sequence[int]], max_tokens: int = 256, temperature: float = 0.0,
+                 **options) -> Iterator[str]:
         """The text of each new token, as generated (the same tokens as `hcq generate --prompt`
         with the same options). prompt: text (tokenized with special tokens matched) or token ids.
-        temperature 0 is greedy. When it ends, last_result says why and how fast."""
-        options = ffi.new("hcq_llm_generate_options_t *", {
-            "max_tokens": max_tokens, "ignore_eos": ignore_eos, "special": special,
-            "sampling": {"temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed}})
+        temperature 0 is greedy. options, as hcq_llm_generate_options_t and hcq_llm_sampling_t name
+        them: top_k, top_p, min_p, seed, repeat_penalty, frequency_penalty, presence_penalty,
+        penalty_last_n, stop (a list of strings), ignore_eos, special. When it ends, last_result says
+        why (stop "stop" for a stop string) and how fast."""
+        c_options, keep = _generate_options(max_tokens, temperature, options)
         if isinstance(prompt, str):
             c_prompt = ffi.new("char[]", prompt.encode())
-            start = lambda: _lib().hcq_llm_generate_text(self._ptr, c_prompt, options, result)  # noqa: E731
+            start = lambda: _lib().hcq_llm_generate_text(self._ptr, c_prompt, c_options, result)  # noqa: E731
         else:
             ids = ffi.new("int32_t[]", list(prompt) or [0])
-            start = lambda: _lib().hcq_llm_generate(self._ptr, ids, len(prompt), options, result)  # noqa: E731
+            start = lambda: _lib().hcq_llm_generate(self._ptr, ids, len(prompt), c_options, result)  # noqa: E731
         result = ffi.new("hcq_llm_result_t *")
-        return self._stream(start, options, result)
+        return self._stream(start, c_options, result, keep)
 
     def chat(self, messages: Sequence[Dict[str, str]], max_tokens: int = 256, temperature: float = 0.0,
-             **kw) -> Iterator[str]:
+             **options) -> Iterator[str]:
         """generate() on a conversation ([{"role": "user", "content": "..."}]) rendered in the model's
-        chat template, ending with the assistant's opening (as `hcq generate --chat`)."""
-        keep = [(ffi.new("char[]", m["role"].encode()), ffi.new("char[]", m["content"].encode())) for m in messages]
-        array = ffi.new("hcq_llm_message_t[]", [{"role": r, "content": c} for r, c in keep] or [{}])
-        options = ffi.new("hcq_llm_generate_options_t *", {
-            "max_tokens": max_tokens, "ignore_eos": kw.get("ignore_eos", False), "special": kw.get("special", False),
-            "sampling": {"temperature": temperature, "top_p": kw.get("top_p", 0.0), "top_k": kw.get("top_k", 0),
-                         "seed": kw.get("seed", 0)}})
+        chat template, ending with the assistant's opening (as `hcq generate --chat`); the same
+        options as generate()."""
+        c_options, keep = _generate_options(max_tokens, temperature, options)
+        texts = [(ffi.new("char[]", m["role"].encode()), ffi.new("char[]", m["content"].encode())) for m in messages]
+        array = ffi.new("hcq_llm_message_t[]", [{"role": r, "content": c} for r, c in texts] or [{}])
         result = ffi.new("hcq_llm_result_t *")
-        start = lambda: _lib().hcq_llm_chat(self._ptr, array, len(messages), options, result)  # noqa: E731
-        return self._stream(start, options, result, keep)
+        start = lambda: _lib().hcq_llm_chat(self._ptr, array, len(messages), c_options, result)  # noqa: E731
+        return self._stream(start, c_options, result, keep, texts)
 
     def _stream(self, start, options, result, *keep) -> Iterator[str]:
         self._live()

@@ -62,3 +62,25 @@ def test_bad_arguments(model):
         list(model.generate(PROMPT, max_tokens=4, temperature=-1.0))
     with pytest.raises(hcq.Error):
         Model("/nonexistent.gguf")
+
+
+def test_sampling_chain_is_the_clis(model):
+    chain = dict(top_k=40, top_p=0.9, min_p=0.05, seed=7, repeat_penalty=1.2, frequency_penalty=0.1,
+                 presence_penalty=0.1, penalty_last_n=32)
+    text = "".join(model.generate(PROMPT, max_tokens=10, temperature=0.8, **chain))
+    cli = _cli("generate", "--model", MODEL, "--prompt", PROMPT, "--steps", "10", "--temperature", "0.8",
+               "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05", "--seed", "7", "--repeat-penalty", "1.2",
+               "--frequency-penalty", "0.1", "--presence-penalty", "0.1", "--repeat-last-n", "32")
+    assert text == cli.rstrip("\n")
+
+
+def test_a_stop_string_ends_the_text_before_it(model):
+    full = "".join(model.generate(PROMPT, max_tokens=12))
+    cut = full[len(full) // 2:][:3]  # a piece from the middle of the greedy text
+    text = "".join(model.generate(PROMPT, max_tokens=12, stop=["zzz-never", cut]))
+    assert text == full[:full.index(cut)] and model.last_result.stop == "stop"
+
+
+def test_an_unknown_option_is_a_type_error(model):
+    with pytest.raises(TypeError, match="top_q"):
+        model.generate(PROMPT, top_q=0.5)
