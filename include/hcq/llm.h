@@ -249,8 +249,8 @@ HCQ_MUST_USE hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_bat
  * step returns, with the event's id and text; false ends the sequence with HCQ_LLM_STOP_CALLBACK).
  * options may be NULL (greedy, to an end token or the end of its context). *seq: the sequence's id
  * (never reused by this batch). UNAVAILABLE when max_seqs sequences are active (no free slot: try
- * again once one finishes or is cancelled); OUT_OF_RANGE for an empty prompt or one that leaves no room in ctx; INVALID_ARGUMENT for
- * bad options or an id outside the vocabulary. */
+ * again once one finishes or is cancelled); OUT_OF_RANGE for an empty prompt or one that leaves no
+ * room in ctx; INVALID_ARGUMENT for bad options or an id outside the vocabulary. */
 HCQ_MUST_USE hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *batch, const int32_t *prompt, size_t n,
                                             const hcq_llm_generate_options_t *options, int *seq);
 /* One step: a replay that gives every sequence whose prompt is in a token (and a prompt chunk to
