@@ -254,7 +254,8 @@ Test(llm_batch, every_stop_reason) {
   int calls = 0, seq[3];
   int32_t prompt[64];
   int n = prompt_of(1, prompt); /* 8 ids: 8 new tokens fill the 16 positions */
-  hcq_llm_generate_options_t o[3] = {{.max_tokens = 3}, {.max_tokens = 0}, {.on_token = stop_after_two, .user = &calls}};
+  hcq_llm_generate_options_t o[3] = {
+      {.max_tokens = 3}, {.max_tokens = 0}, {.on_token = stop_after_two, .user = &calls}};
   for (int k = 0; k < 3; k++) OK(hcq_llm_batch_add(b, prompt, (size_t)n, &o[k], &seq[k]));
   collected_t got[3] = {0};
   hcq_llm_batch_event_t ev[3];
@@ -281,11 +282,13 @@ Test(llm_batch, bad_arguments_are_refused_by_name) {
   hcq_llm_batch_t *b = NULL;
   expect_code(hcq_llm_batch_create(NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "llm is NULL");
   expect_code(hcq_llm_batch_create(llm, NULL, NULL), HCQ_INVALID_ARGUMENT, "out is NULL");
-  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 65}, &b), HCQ_INVALID_ARGUMENT, "max_seqs 65");
-  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = -1}, &b), HCQ_INVALID_ARGUMENT, "max_seqs -1");
+  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 65}, &b), HCQ_INVALID_ARGUMENT,
+              "max_seqs 65");
+  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = -1}, &b), HCQ_INVALID_ARGUMENT,
+              "max_seqs -1");
   expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.ctx = -5}, &b), HCQ_INVALID_ARGUMENT, "ctx -5");
-  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .max_rows = 4}, &b), HCQ_INVALID_ARGUMENT,
-              "max_rows 4");
+  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .max_rows = 4}, &b),
+              HCQ_INVALID_ARGUMENT, "max_rows 4");
   cr_expect_null(b);
   OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 2, .ctx = 32}, &b));
   int32_t prompt[40] = {1, 2, 3}, bad_id[2] = {1, 97};
@@ -295,8 +298,8 @@ Test(llm_batch, bad_arguments_are_refused_by_name) {
   expect_code(hcq_llm_batch_add(b, bad_id, 2, NULL, &seq), HCQ_INVALID_ARGUMENT, "prompt id 97 (at 1)");
   expect_code(hcq_llm_batch_add(b, NULL, 3, NULL, &seq), HCQ_INVALID_ARGUMENT, "NULL");
   expect_code(hcq_llm_batch_add(b, prompt, 3, NULL, NULL), HCQ_INVALID_ARGUMENT, "NULL");
-  expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.max_tokens = -1}, &seq), HCQ_INVALID_ARGUMENT,
-              "max_tokens -1");
+  expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.max_tokens = -1}, &seq),
+              HCQ_INVALID_ARGUMENT, "max_tokens -1");
   expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.temperature = -1}}, &seq),
               HCQ_INVALID_ARGUMENT, "temperature -1");
   expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_p = 2}}, &seq),
@@ -329,8 +332,8 @@ Test(llm_batch, smollm2_greedy_sequences_are_generates) {
   OK(hcq_llm_open(env && *env ? env : NULL, &(hcq_llm_options_t){.ctx = 256, .no_download = true}, &llm));
   hcq_llm_batch_t *b;
   OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 4, .ctx = 128, .max_rows = 16}, &b));
-  const char *texts[4] = {"The capital of France is", "1, 2, 3, 4,", "Once upon a time, in a land far away, there lived a",
-                          "def fibonacci(n):"};
+  const char *texts[4] = {"The capital of France is", "1, 2, 3, 4,",
+                          "Once upon a time, in a land far away, there lived a", "def fibonacci(n):"};
   int32_t ids[4][64];
   size_t n[4];
   int seq[4];

@@ -144,7 +144,8 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   /* Mapped where the device has such memory: the host reads each token as its step finishes,
    * while the next step runs (llm_generate). */
   /* a batch decoder's: each choosing row's token */
-  size_t token_count = m->slots > m->ctx_alloc + 1 ? (size_t)m->slots : (size_t)m->ctx_alloc + 1, per = m->slots ? (size_t)m->slots : 1;
+  size_t per = m->slots ? (size_t)m->slots : 1;
+  size_t token_count = m->slots > m->ctx_alloc + 1 ? (size_t)m->slots : (size_t)m->ctx_alloc + 1;
   hcq_status_t mapped = hcq_buffer_create_mapped(d0, token_count * 4, &m->tokens);
   if (mapped && hcq_status_code(mapped) != HCQ_UNAVAILABLE) return mapped;
   hcq_status_destroy(mapped);
@@ -155,7 +156,8 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   TRY(buffer(d0, per * LLM_SAMPLER_BYTES, "sampler", -1, &m->params));
   TRY(buffer(d0, per * (size_t)c->vocab * 16, "sampler scratch", -1, &m->scratch));
   if (!(m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  size_t cache = (size_t)c->n_kv_heads * (size_t)m->ctx_alloc * (size_t)c->head_dim * 4 * (size_t)(m->slots ? m->slots : 1);
+  size_t cache = (size_t)c->n_kv_heads * (size_t)m->ctx_alloc * (size_t)c->head_dim * 4;
+  cache *= (size_t)(m->slots ? m->slots : 1); /* a batch decoder's: a slot after the other */
   for (int l = 0; l < c->n_layers; l++) {
     const llm_layer_t *L = &model->layers[l];
     layer_state_t *S = &m->layers[l];
@@ -221,14 +223,16 @@ static hcq_status_t check_memory(const llm_config_t *c, hcq_device_kind_t kind, 
 static hcq_status_t check_batch_options(const llm_decoder_options_t *o, int ndev) {
   if (!o->slots) return NULL;
   if (o->slots < 0 || o->slots > LLM_MAX_SLOTS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d sequences (expected 1 to %d)", o->slots, LLM_MAX_SLOTS);
-  if (ndev != 1) return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: batched decoding runs on one device, not %d", ndev);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d sequences (expected 1 to %d)", o->slots,
+                           LLM_MAX_SLOTS);
+  if (ndev != 1)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: batched decoding runs on one device, not %d", ndev);
   if (o->kind != HCQ_DEVICE_CPU && o->kind != HCQ_DEVICE_VULKAN)
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no batched decoding kernels for %s devices (CPU and VULKAN have "
-                           "them)", hcq_device_kind_name(o->kind));
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no batched decoding kernels for %s devices (CPU and VULKAN "
+                           "have them)", hcq_device_kind_name(o->kind));
   if (o->max_batch && o->max_batch < o->slots)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d rows a step cannot hold %d sequences' tokens", o->max_batch,
-                           o->slots);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d rows a step cannot hold %d sequences' tokens",
+                           o->max_batch, o->slots);
   return NULL;
 }
 

@@ -70,7 +70,8 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
   if (arch_len < 0 || (size_t)(len += arch_len) >= sizeof(key))
     return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
   if (m->slots) { /* a batch decoder: rows of their own sequences (kernels.c, BATCH) */
-    int batch_len = snprintf(key + len, sizeof(key) - (size_t)len, "#define BATCH 1\n#define BATCH_ROWS %d\n", m->max_batch);
+    int batch_len = snprintf(key + len, sizeof(key) - (size_t)len, "#define BATCH 1\n#define BATCH_ROWS %d\n",
+                             m->max_batch);
     if (batch_len < 0 || (size_t)(len += batch_len) >= sizeof(key))
       return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
   }
@@ -396,7 +397,8 @@ static hcq_status_t list_ops(llm_decoder_t *m, list_kind_t kind, pass_ops_t *o) 
   /* A pass that is not a prompt's last chooses no token (its classifier would read weights for
    * nothing, and its token would overwrite the next pass's first prompt token): choose = 0 gives
    * those launches an empty grid. */
-  hcq_operand_t cls = kind == LIST_PASS ? hcq_sym(binary(m, HCQ_EXPR_MUL, m->choose, m->cls_groups)) : hcq_imm(m->cls_groups);
+  hcq_operand_t cls =
+      kind == LIST_PASS ? hcq_sym(binary(m, HCQ_EXPR_MUL, m->choose, m->cls_groups)) : hcq_imm(m->cls_groups);
   bool gpu_rows = kind == LIST_BATCH && m->kind != HCQ_DEVICE_CPU;
   *o = (pass_ops_t){hcq_sym(m->n), tiles, hcq_sym(m->choose), cls, TILE, gpu_rows ? hcq_sym(m->choose) : hcq_imm(1)};
   if (!o->tiles.sym || (kind == LIST_PASS && !o->cls_grid.sym))
@@ -411,7 +413,8 @@ static hcq_status_t list_ops(llm_decoder_t *m, list_kind_t kind, pass_ops_t *o) 
 static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, list_kind_t kind) {
   const llm_config_t *c = &m->c;
   bool pass = kind != LIST_STEP;
-  hcq_operand_t p0 = kind == LIST_BATCH ? hcq_imm(0) : hcq_sym(pass ? m->p0 : m->pos), n = pass ? hcq_sym(m->n) : hcq_imm(1);
+  hcq_operand_t p0 = kind == LIST_BATCH ? hcq_imm(0) : hcq_sym(pass ? m->p0 : m->pos);
+  hcq_operand_t n = pass ? hcq_sym(m->n) : hcq_imm(1);
   pass_ops_t o;
   TRY(list_ops(m, kind, &o));
   int rows_copied = pass ? m->max_batch : 1;

@@ -87,7 +87,8 @@ static hcq_status_t step(llm_decoder_t *m, int pos, bool graph, hcq_fence_t *fen
 hcq_status_t llm_decoder_step(llm_decoder_t *m, int pos, bool graph) { return step(m, pos, graph, NULL); }
 
 hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
-  if (m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: a batch decoder runs batches, not passes");
+  if (m->slots)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: a batch decoder runs batches, not passes");
   if (n < 1 || p0 < 0 || p0 > m->ctx - n)
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: a prompt at positions %d..%d is outside the context (%d positions)",
                            p0, p0 + n - 1, m->ctx);
@@ -216,16 +217,17 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
 
 static hcq_status_t check_rows(const llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, int *nsample) {
   if (nrows < 1 || nrows > m->max_batch)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a batch of %d rows (expected 1 to %d)", nrows, m->max_batch);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a batch of %d rows (expected 1 to %d)", nrows,
+                           m->max_batch);
   *nsample = 0;
   for (int i = 0; i < nrows; i++) {
     const llm_batch_row_t *r = &rows[i];
     if (r->slot < 0 || r->slot >= m->slots || r->pos < 0 || r->pos >= m->ctx)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d at slot %d position %d (expected slots 0..%d, "
-                             "positions 0..%d)", i, r->slot, r->pos, m->slots - 1, m->ctx - 1);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d at slot %d position %d (expected slots "
+                             "0..%d, positions 0..%d)", i, r->slot, r->pos, m->slots - 1, m->ctx - 1);
     if (r->token < 0 || r->token >= m->c.vocab)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d: token id %d is outside the vocabulary (%d ids)",
-                             i, r->token, m->c.vocab);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d: token id %d is outside the vocabulary "
+                             "(%d ids)", i, r->token, m->c.vocab);
     if (r->sample && ++*nsample > m->slots)
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: more than %d batch rows choose a token", m->slots);
   }

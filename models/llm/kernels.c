@@ -565,7 +565,8 @@ static void classify_row(void *const *b, const int32_t *v, int g, const float *x
   int arg = g * CLS_ROWS;
   for (int rg = g * (CLS_ROWS / 16); rg < (g + 1) * (CLS_ROWS / 16) && rg * 16 < VOCAB; rg++) {
     float out[1][16];
-    group_dot(W_LAYOUT, (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM), DIM, xf, xq, 1, out);
+    const uint8_t *w = (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM);
+    group_dot(W_LAYOUT, w, DIM, xf, xq, 1, out);
     for (int r = 0; r < 16 && rg * 16 + r < VOCAB; r++) {
       logits[rg * 16 + r] = out[0][r];
       if (out[0][r] > top) top = out[0][r], arg = rg * 16 + r;

@@ -56,13 +56,15 @@ static hcq_status_t parse_kind(const char *device, hcq_device_kind_t *out) {
 }
 
 /* The options with their defaults filled in, checked. */
-static hcq_status_t batch_options(const hcq_llm_info_t *info, const hcq_llm_batch_options_t *in, hcq_llm_batch_options_t *o) {
+static hcq_status_t batch_options(const hcq_llm_info_t *info, const hcq_llm_batch_options_t *in,
+                                  hcq_llm_batch_options_t *o) {
   *o = in ? *in : (hcq_llm_batch_options_t){0};
   if (!o->max_seqs) o->max_seqs = 8;
   if (o->max_seqs < 1 || o->max_seqs > LLM_MAX_SLOTS)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: max_seqs %d (expected 1 to %d)", o->max_seqs,
                            LLM_MAX_SLOTS);
-  if (o->ctx < 0 || o->ctx > (1 << 20)) return bad("hcq_llm_batch_create: ctx %d (expected 0 to 1048576 positions)", o->ctx);
+  if (o->ctx < 0 || o->ctx > (1 << 20))
+    return bad("hcq_llm_batch_create: ctx %d (expected 0 to 1048576 positions)", o->ctx);
   if (!o->ctx) o->ctx = info->ctx;
   if (!o->max_rows) o->max_rows = info->max_batch > o->max_seqs ? info->max_batch : o->max_seqs;
   if (o->max_rows < o->max_seqs || o->max_rows > 4096)
@@ -82,7 +84,8 @@ static hcq_status_t allocate(hcq_llm_batch_t *b) {
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (size_t i = 0; i < seqs; i++) {
     b->slots[i].id = -1;
-    if (!(b->slots[i].ids = malloc((size_t)b->ctx * sizeof(int32_t)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+    if (!(b->slots[i].ids = malloc((size_t)b->ctx * sizeof(int32_t))))
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   }
   return NULL;
 }
@@ -90,7 +93,8 @@ static hcq_status_t allocate(hcq_llm_batch_t *b) {
 hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t *options, hcq_llm_batch_t **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: out is NULL");
   *out = NULL;
-  if (!llm || !llm_api_decoder(llm)) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: llm is NULL or not open");
+  if (!llm || !llm_api_decoder(llm))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: llm is NULL or not open");
   hcq_llm_info_t info;
   hcq_llm_get_info(llm, &info);
   hcq_llm_batch_options_t o;
@@ -108,8 +112,13 @@ hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t 
     free(b);
     return hcq_status_make(HCQ_INTERNAL, "hcq_llm_batch_create: no mutex");
   }
-  *b = (hcq_llm_batch_t){.llm = llm, .tok = llm_api_tokenizer(llm), .max_seqs = o.max_seqs, .ctx = o.ctx,
-                         .max_rows = o.max_rows, .vocab = info.vocab, .lock = b->lock};
+  *b = (hcq_llm_batch_t){.llm = llm,
+                         .tok = llm_api_tokenizer(llm),
+                         .max_seqs = o.max_seqs,
+                         .ctx = o.ctx,
+                         .max_rows = o.max_rows,
+                         .vocab = info.vocab,
+                         .lock = b->lock};
   llm_model_t *model = NULL;
   llm_decoder_options_t d = {.kind = kind, .ctx = o.ctx, .max_batch = o.max_rows, .slots = o.max_seqs};
   hcq_status_t st = allocate(b);
@@ -157,27 +166,32 @@ static hcq_status_t check_generate_options(const hcq_llm_generate_options_t *o) 
   return NULL;
 }
 
-hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t n, const hcq_llm_generate_options_t *options,
-                               int *seq) {
-  if (!b || !seq || (!prompt && n)) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_add: batch, prompt or seq is NULL");
+hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t n,
+                               const hcq_llm_generate_options_t *options, int *seq) {
+  if (!b || !seq || (!prompt && n))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_add: batch, prompt or seq is NULL");
   *seq = -1;
   hcq_llm_generate_options_t o = options ? *options : (hcq_llm_generate_options_t){0};
   TRY(check_generate_options(&o));
   if (n == 0 || n >= (size_t)b->ctx)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_llm_batch_add: a prompt of %zu tokens (expected 1 to %d: a sequence "
-                           "holds %d positions, prompt and new tokens)", n, b->ctx - 1, b->ctx);
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "hcq_llm_batch_add: a prompt of %zu tokens (expected 1 to %d: a sequence "
+                           "holds %d positions, prompt and new tokens)",
+                           n, b->ctx - 1, b->ctx);
   for (size_t i = 0; i < n; i++)
     if (prompt[i] < 0 || prompt[i] >= b->vocab)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_add: prompt id %d (at %zu) is outside the vocabulary "
-                             "(%d ids)", prompt[i], i, b->vocab);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "hcq_llm_batch_add: prompt id %d (at %zu) is outside the vocabulary "
+                             "(%d ids)",
+                             prompt[i], i, b->vocab);
   pthread_mutex_lock(&b->lock);
   seq_slot_t *s = NULL;
   for (int i = 0; i < b->max_seqs && !s; i++)
     if (b->slots[i].id < 0) s = &b->slots[i];
   if (!s) {
     pthread_mutex_unlock(&b->lock);
-    return hcq_status_make(HCQ_UNAVAILABLE, "hcq_llm_batch_add: all %d sequences are busy (try again once one finishes)",
-                           b->max_seqs);
+    return hcq_status_make(HCQ_UNAVAILABLE,
+                           "hcq_llm_batch_add: all %d sequences are busy (try again once one finishes)", b->max_seqs);
   }
   int room = b->ctx - (int)n;
   s->id = b->next_id;
@@ -188,8 +202,9 @@ hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t
   s->max_new = o.max_tokens && o.max_tokens < room ? o.max_tokens : room;
   s->o = o;
   const hcq_llm_sampling_t *sp = &o.sampling;
-  s->sampler = sp->temperature > 0 ? (llm_sampler_t){sp->temperature, sp->top_p > 0 ? sp->top_p : 1, sp->top_k, sp->seed}
-                                   : (llm_sampler_t){0, 1, 0, 0};
+  s->sampler = sp->temperature > 0
+                   ? (llm_sampler_t){sp->temperature, sp->top_p > 0 ? sp->top_p : 1, sp->top_k, sp->seed}
+                   : (llm_sampler_t){0, 1, 0, 0};
   llm_detok_init(&s->detok);
   *seq = s->id;
   pthread_mutex_unlock(&b->lock);
@@ -262,8 +277,8 @@ static bool take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, hcq_llm_b
   bool end = !s->o.ignore_eos && llm_tokenizer_is_eog(b->tok, tok);
   if (!stopped && !end && generated < s->max_new) return true;
   ev->finished = true;
-  ev->stop = stopped ? HCQ_LLM_STOP_CALLBACK
-             : end   ? HCQ_LLM_STOP_END
+  ev->stop = stopped                                           ? HCQ_LLM_STOP_CALLBACK
+             : end                                             ? HCQ_LLM_STOP_END
              : s->o.max_tokens && generated >= s->o.max_tokens ? HCQ_LLM_STOP_LENGTH
                                                                : HCQ_LLM_STOP_CONTEXT;
   char rest[8];
@@ -277,11 +292,13 @@ static bool take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, hcq_llm_b
 }
 
 hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *events, size_t cap, size_t *n) {
-  if (!b || !n || (!events && cap)) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: batch, events or n is NULL");
+  if (!b || !n || (!events && cap))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: batch, events or n is NULL");
   *n = 0;
   if (cap < (size_t)b->max_seqs)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: room for %zu events (a step gives up to max_seqs = %d)",
-                           cap, b->max_seqs);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_llm_batch_step: room for %zu events (a step gives up to max_seqs = %d)", cap,
+                           b->max_seqs);
   pthread_mutex_lock(&b->lock);
   int nrows = plan_rows(b), nsample = 0;
   for (int i = 0; i < nrows; i++)
