@@ -265,6 +265,10 @@ hcq_status_t llm_decoder_batch(llm_decoder_t *m, const llm_batch_row_t *rows, in
   hcq_var_value_t v[2] = {{m->n, nrows}, {m->choose, nsample}};
   TRY(run_list(m, &m->pass, &m->pass_jit, v, 2, true, NULL));
   TRY(llm_decoder_sync(m));
+  if (m->tokens_host) { /* mapped: a read, not a copy through the device's queue */
+    for (int j = 0; j < nsample; j++) out[j] = m->tokens_host[j];
+    return NULL;
+  }
   return nsample ? hcq_buffer_copyout(m->tokens, 0, out, (uint64_t)nsample * 4) : NULL;
 }
 
