@@ -10,6 +10,10 @@
  * and bad arguments refused by name. */
 #include <hcq/llm.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -95,20 +99,22 @@ static void run_batch(hcq_llm_batch_t *b, int nseq, const int *joins, const hcq_
   }
 }
 
-/* Every sequence's tokens against hcq_llm_generate's for its prompt and options. */
+/* Sequence k's tokens against hcq_llm_generate's for prompt k and the options. */
+static void expect_one(hcq_llm_t *llm, int k, const hcq_llm_generate_options_t *o, const collected_t *got) {
+  int32_t prompt[64];
+  int n = prompt_of(k, prompt);
+  hcq_llm_result_t r;
+  OK(hcq_llm_generate(llm, prompt, (size_t)n, o, &r));
+  cr_expect(got->finished, "sequence %d never finished", k);
+  cr_expect_eq(got->n, r.n, "sequence %d: %zu tokens, generate %zu", k, got->n, r.n);
+  for (size_t i = 0; i < r.n && i < got->n; i++)
+    cr_expect_eq(got->ids[i], r.ids[i], "sequence %d token %zu: %d, generate %d", k, i, got->ids[i], r.ids[i]);
+  cr_expect_eq(got->stop, r.stop, "sequence %d stops for another reason", k);
+  hcq_llm_result_free(&r);
+}
+
 static void expect_generate(hcq_llm_t *llm, int nseq, const hcq_llm_generate_options_t *o, const collected_t *got) {
-  for (int k = 0; k < nseq; k++) {
-    int32_t prompt[64];
-    int n = prompt_of(k, prompt);
-    hcq_llm_result_t r;
-    OK(hcq_llm_generate(llm, prompt, (size_t)n, o, &r));
-    cr_expect(got[k].finished, "sequence %d never finished", k);
-    cr_expect_eq(got[k].n, r.n, "sequence %d: %zu tokens, generate %zu", k, got[k].n, r.n);
-    for (size_t i = 0; i < r.n && i < got[k].n; i++)
-      cr_expect_eq(got[k].ids[i], r.ids[i], "sequence %d token %zu: %d, generate %d", k, i, got[k].ids[i], r.ids[i]);
-    cr_expect_eq(got[k].stop, r.stop, "sequence %d stops for another reason", k);
-    hcq_llm_result_free(&r);
-  }
+  for (int k = 0; k < nseq; k++) expect_one(llm, k, o, &got[k]);
 }
 
 /* A sequence alone, then eight of other lengths joining at steps 0..6 with prompts entering in
@@ -357,5 +363,82 @@ Test(llm_batch, smollm2_greedy_sequences_are_generates) {
     hcq_llm_result_free(&r);
   }
   OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}
+
+/* CUDA and Metal have no batch kernels yet: refused by name before any device is opened. */
+Test(llm_batch, cuda_and_metal_batches_are_unimplemented) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_1, false, 11);
+  llm_model_t *m = tiny_model(&s, "kinds");
+  hcq_device_kind_t kinds[2] = {HCQ_DEVICE_CUDA, HCQ_DEVICE_METAL};
+  for (int k = 0; k < 2; k++) {
+    llm_decoder_t *d = NULL;
+    char want[96];
+    snprintf(want, sizeof(want), "no batched decoding kernels for %s devices", hcq_device_kind_name(kinds[k]));
+    expect_code(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kinds[k], .ctx = 32, .slots = 2}, &d),
+                HCQ_UNIMPLEMENTED, want);
+    cr_expect_null(d);
+  }
+  llm_decoder_t *d = NULL;
+  expect_code(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 2, .ctx = 32, .slots = 2}, &d), HCQ_UNIMPLEMENTED,
+              "batched decoding runs on one device, not 2");
+  llm_model_close(m);
+}
+
+typedef struct adder {
+  hcq_llm_batch_t *b;
+  int seq[6];
+  atomic_int steps; /* the stepping thread's count */
+  atomic_bool done;
+} adder_t;
+
+/* Adds prompts 0..5, one every two steps of the other thread, and cancels sequence 1 at once. */
+static void *add_meanwhile(void *arg) {
+  adder_t *a = arg;
+  hcq_llm_generate_options_t o = {.max_tokens = NEW, .ignore_eos = true};
+  for (int k = 0; k < 6; k++) {
+    while (atomic_load(&a->steps) < 2 * k) sched_yield();
+    int32_t prompt[64];
+    int n = prompt_of(k, prompt);
+    hcq_status_t st = hcq_llm_batch_add(a->b, prompt, (size_t)n, &o, &a->seq[k]);
+    if (!st && k == 1) st = hcq_llm_batch_cancel(a->b, a->seq[1]);
+    if (st) {
+      fprintf(stderr, "add_meanwhile: %s\n", hcq_status_message(st));
+      hcq_status_destroy(st);
+      a->seq[k] = -2;
+    }
+  }
+  atomic_store(&a->done, true);
+  return NULL;
+}
+
+/* Sequences added and cancelled from another thread while this one steps: the others' tokens are
+ * generate's, the cancelled one's events stop. */
+Test(llm_batch, add_and_cancel_from_another_thread_while_stepping) {
+  hcq_llm_t *llm = open_tiny("threads", NULL, "CPU");
+  adder_t a = {0};
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = SEQS, .ctx = 96, .max_rows = 12}, &a.b));
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, add_meanwhile, &a), 0);
+  collected_t got[6] = {0};
+  hcq_llm_batch_event_t ev[SEQS];
+  size_t nev;
+  for (int step = 0; !atomic_load(&a.done) || hcq_llm_batch_active(a.b); step++) {
+    OK(hcq_llm_batch_step(a.b, ev, SEQS, &nev));
+    atomic_store(&a.steps, step + 1);
+    for (size_t e = 0; e < nev; e++) {
+      collected_t *g = &got[ev[e].seq]; /* this batch's ids are 0..5 */
+      cr_assert_lt(g->n, (size_t)MAX_NEW);
+      g->ids[g->n++] = ev[e].id, g->finished = ev[e].finished, g->stop = ev[e].stop;
+    }
+    if (nev == 0 && !atomic_load(&a.done)) sched_yield();
+    cr_assert_lt(step, 100000, "the batch never empties");
+  }
+  pthread_join(t, NULL);
+  for (int k = 0; k < 6; k++) cr_assert_eq(a.seq[k], k, "sequence %d was not added", k);
+  cr_expect(!got[1].finished, "the cancelled sequence finished");
+  for (int k = 0; k < 6; k++)
+    if (k != 1) expect_one(llm, k, &(hcq_llm_generate_options_t){.max_tokens = NEW, .ignore_eos = true}, &got[k]);
+  OK(hcq_llm_batch_destroy(a.b));
   OK(hcq_llm_close(llm));
 }
