@@ -558,34 +558,34 @@ void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 /* bufs: logits, best, xf, xq, classifier; vals: first group. Grid: groups of CLS_ROWS rows (a multiple
  * of 16: llm_cls_rows(), several row groups a call, so that the engine's cost per call is shared
  * by more weights). Logits of the group's rows (for the input in row 0) and its best: best[2 g] the
- * value's bits, best[2 g + 1] the lowest index holding it. */
-static void classify_row(void *const *b, const int32_t *v, int g, const float *xf, const act_t *xq, float *logits,
-                         int32_t *best) {
-  float top = -INFINITY;
-  int arg = g * CLS_ROWS;
-  for (int rg = g * (CLS_ROWS / 16); rg < (g + 1) * (CLS_ROWS / 16) && rg * 16 < VOCAB; rg++) {
-    float out[1][16];
-    const uint8_t *w = (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM);
-    group_dot(W_LAYOUT, w, DIM, xf, xq, 1, out);
-    for (int r = 0; r < 16 && rg * 16 + r < VOCAB; r++) {
-      logits[rg * 16 + r] = out[0][r];
-      if (out[0][r] > top) top = out[0][r], arg = rg * 16 + r;
-    }
-  }
-  memcpy(&best[2 * g], &top, 4);
-  best[2 * g + 1] = arg;
-}
-
-/* BATCH: bufs logits, best, xf, xq, classifier, info; the rows that choose a token one after the
- * other (their logits at j VOCAB, their best at j 2 CLS_GROUPS), so the group's weights are read
- * from memory once for all of them; each row's sums are the single row's. */
+ * value's bits, best[2 g + 1] the lowest index holding it.
+ * BATCH: bufs logits, best, xf, xq, classifier, info; the rows that choose a token (row j's logits at
+ * j VOCAB, its best at j 2 CLS_GROUPS) in tiles of TILE, so the group's weights are read once for a
+ * tile; a row's sums are the same whatever the tile holds (group_dot). */
 #define CLS_GROUPS ((VOCAB + CLS_ROWS - 1) / CLS_ROWS)
 void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
-  int g = (int)l->gid[0] + v[0];
-  int rows = BATCH ? batch_samples(b[5]) : 1;
-  for (int j = 0; j < rows; j++)
-    classify_row(b, v, g, (const float *)b[2] + (size_t)j * DIM, (const act_t *)b[3] + (size_t)j * NBLK(DIM),
-                 (float *)b[0] + (size_t)j * VOCAB, (int32_t *)b[1] + (size_t)j * 2 * CLS_GROUPS);
+  int g = (int)l->gid[0] + v[0], rows = BATCH ? batch_samples(b[5]) : 1;
+  for (int j0 = 0; j0 < rows; j0 += TILE) {
+    int nt = rows - j0 < TILE ? rows - j0 : TILE, arg[TILE];
+    float top[TILE], *logits = (float *)b[0] + (size_t)j0 * VOCAB;
+    for (int t = 0; t < nt; t++) top[t] = -INFINITY, arg[t] = g * CLS_ROWS;
+    for (int rg = g * (CLS_ROWS / 16); rg < (g + 1) * (CLS_ROWS / 16) && rg * 16 < VOCAB; rg++) {
+      float out[TILE][16];
+      const uint8_t *w = (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM);
+      group_dot(W_LAYOUT, w, DIM, (const float *)b[2] + (size_t)j0 * DIM, (const act_t *)b[3] + (size_t)j0 * NBLK(DIM),
+                nt, out);
+      for (int t = 0; t < nt; t++)
+        for (int r = 0; r < 16 && rg * 16 + r < VOCAB; r++) {
+          logits[(size_t)t * VOCAB + (size_t)rg * 16 + (size_t)r] = out[t][r];
+          if (out[t][r] > top[t]) top[t] = out[t][r], arg[t] = rg * 16 + r;
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+      int32_t *best = (int32_t *)b[1] + (size_t)(j0 + t) * 2 * CLS_GROUPS;
+      memcpy(&best[2 * g], &top[t], 4);
+      best[2 * g + 1] = arg[t];
+    }
+  }
 }
 #endif
 
