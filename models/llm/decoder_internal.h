@@ -45,6 +45,8 @@ typedef struct llm_sampler_params {
   int32_t top_k;
   uint32_t seed_lo, seed_hi;
 } llm_sampler_params_t;
+/* A batch decoder's info region of one parity (kernels.c, BATCH), in words. */
+#define LLM_BATCH_REGION_WORDS(rows) (4 + 5 * (size_t)(rows))
 #define LLM_SAMPLER_BYTES (sizeof(llm_sampler_params_t) > 64 ? sizeof(llm_sampler_params_t) : 64)
 /* INVALID_ARGUMENT for parameters out of range (decoder_run.c). */
 HCQ_MUST_USE hcq_status_t llm_sampler_params(const llm_sampler_t *s, llm_sampler_params_t *out);

@@ -413,7 +413,7 @@ static hcq_status_t list_ops(llm_decoder_t *m, list_kind_t kind, pass_ops_t *o) 
 static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, list_kind_t kind) {
   const llm_config_t *c = &m->c;
   bool pass = kind != LIST_STEP;
-  hcq_operand_t p0 = kind == LIST_BATCH ? hcq_imm(0) : hcq_sym(pass ? m->p0 : m->pos);
+  hcq_operand_t p0 = hcq_sym(pass ? m->p0 : m->pos); /* a batch's: the step's parity */
   hcq_operand_t n = pass ? hcq_sym(m->n) : hcq_imm(1);
   pass_ops_t o;
   TRY(list_ops(m, kind, &o));

@@ -185,22 +185,28 @@ typedef struct {
   int32_t p0, n;
 } info_t;
 
-/* BATCH (a batch decoder, llm_decoder_batch): each row is a token of its own sequence, so the info
- * goes on (written by the host before each replay) with the count of rows that choose a token, a
- * word of padding, BATCH_ROWS rows {position in its sequence, position in the caches (its slot's
- * first position plus that), token id, padding}, then for each choosing row j the row it is. */
+/* BATCH (a batch decoder, llm_decoder_batch_submit): each row is a token of its own sequence. p0 is
+ * the step's parity: the info goes on (from word 4) with two regions the host writes, one a step
+ * (so that it writes the next step's while this one runs): the count of rows that choose a token,
+ * 3 words of padding, BATCH_ROWS rows {position in its sequence, position in the caches (its slot's
+ * first position plus that), token id (< 0: the token chosen into tokens[-1 - id] by an earlier
+ * step), padding}, then for each choosing row j the row it is. Row j's token goes into
+ * tokens[p0 BATCH_ROWS + j], with sampler p0 BATCH_ROWS + j. */
 #ifndef BATCH
 #define BATCH 0
 #define BATCH_ROWS 1
 #endif
+#define BATCH_REGION (4 + 5 * BATCH_ROWS)
 typedef struct {
   int32_t pos, cache_pos, token, pad;
 } batch_row_t;
-static inline const batch_row_t *batch_rows(const info_t *info) { return (const batch_row_t *)(info + 2); }
-static inline int32_t batch_samples(const info_t *info) { return ((const int32_t *)info)[2]; }
-static inline int32_t batch_sample_row(const info_t *info, int j) {
-  return ((const int32_t *)(batch_rows(info) + BATCH_ROWS))[j];
+static inline const int32_t *batch_region_of(const info_t *info, int parity) {
+  return (const int32_t *)info + 4 + (size_t)parity * BATCH_REGION;
 }
+static inline const int32_t *batch_region(const info_t *info) { return batch_region_of(info, info->p0); }
+static inline const batch_row_t *batch_rows(const info_t *info) { return (const batch_row_t *)(batch_region(info) + 4); }
+static inline int32_t batch_samples(const info_t *info) { return batch_region(info)[0]; }
+static inline int32_t batch_sample_row(const info_t *info, int j) { return batch_region(info)[4 + 4 * BATCH_ROWS + j]; }
 /* Row i's position in its sequence (rope, the attention's extent) and in the caches. */
 static inline int row_position(const info_t *info, int i) { return BATCH ? batch_rows(info)[i].pos : info->p0 + i; }
 static inline int row_cache_position(const info_t *info, int i) {
@@ -223,7 +229,10 @@ static inline int tile_tokens(const hcq_launch_t *l, int n, int *first) {
 void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   if (l->gid[0] == 0) *(info_t *)b[1] = (info_t){v[0], v[1]};
   float *x = (float *)b[0] + (size_t)l->gid[0] * DIM;
-  int32_t tok = BATCH ? batch_rows(b[1])[l->gid[0]].token : ((const int32_t *)b[2])[v[0] + (int)l->gid[0]];
+  /* BATCH: the parity from the value, not the info group 0 is writing */
+  const batch_row_t *rows = BATCH ? (const batch_row_t *)(batch_region_of(b[1], v[0]) + 4) : NULL;
+  int32_t tok = BATCH ? rows[l->gid[0]].token : ((const int32_t *)b[2])[v[0] + (int)l->gid[0]];
+  if (BATCH && tok < 0 && tok >= -2 * BATCH_ROWS) tok = ((const int32_t *)b[2])[-1 - tok]; /* chosen on the device */
   if (tok < 0 || tok >= VOCAB) tok = 0;
   const uint8_t *g = (const uint8_t *)b[3] + (size_t)(tok / 16) * group_bytes(W_LAYOUT, DIM);
   int r = tok % 16;
@@ -681,7 +690,8 @@ void llm_select(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   if (BATCH) { /* group j: the j-th choosing row, with its own sampler, scratch and logits; its token into tokens[j] */
     int j = (int)l->gid[0];
     at = batch_rows(info)[batch_sample_row(info, j)].pos + 1;
-    dest = (int32_t *)b[0] + j, best += (size_t)j * 2 * v[0], sp += j, logits += (size_t)j * VOCAB;
+    dest = (int32_t *)b[0] + info->p0 * BATCH_ROWS + j, sp += info->p0 * BATCH_ROWS + j;
+    best += (size_t)j * 2 * v[0], logits += (size_t)j * VOCAB;
     scratch += (size_t)j * VOCAB * 2; /* VOCAB x 16 bytes a row */
   }
   if (sp->temperature > 0) {
