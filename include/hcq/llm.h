@@ -256,7 +256,10 @@ HCQ_MUST_USE hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *batch, const int32_
 /* One step: a replay that gives every sequence whose prompt is in a token (and a prompt chunk to
  * those still entering), then the events: at most one per sequence, in the order of their ids.
  * cap must be at least max_seqs (INVALID_ARGUMENT otherwise). With no sequence active, *n = 0 and
- * nothing runs. A device error leaves the sequences as they were. */
+ * nothing runs. The step after it is queued before its tokens are read (so the device never waits
+ * for the host): the events come from the step queued by the call before, and a step may give no
+ * event while a sequence's prompt enters. After a device error the sequences' state is undefined:
+ * destroy the batch. */
 HCQ_MUST_USE hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *batch, hcq_llm_batch_event_t *events, size_t cap,
                                              size_t *n);
 /* Ends sequence seq at once and frees its slot (the next hcq_llm_batch_add may take it). NOT_FOUND
