@@ -330,7 +330,8 @@ Test(llm_batch, bad_arguments_are_refused_by_name) {
   OK(hcq_llm_close(llm));
 }
 
-/* SmolLM2 (skipped when absent): four chat-length prompts, greedy, generate's tokens. */
+/* SmolLM2 (skipped when absent): four prompts joining at steps 0..3, greedy with end tokens on:
+ * generate's tokens and stop reasons, the chat question's answer ending at its end token. */
 Test(llm_batch, smollm2_greedy_sequences_are_generates) {
   llm_model_close(real_model()); /* skips when the model is absent */
   const char *env = getenv("HCQ_LLM_MODEL");
@@ -338,14 +339,18 @@ Test(llm_batch, smollm2_greedy_sequences_are_generates) {
   OK(hcq_llm_open(env && *env ? env : NULL, &(hcq_llm_options_t){.ctx = 256, .no_download = true}, &llm));
   hcq_llm_batch_t *b;
   OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 4, .ctx = 128, .max_rows = 16}, &b));
+  char chat[512];
+  size_t chat_len;
+  hcq_llm_message_t question = {"user", "What is 2 + 2? Answer with the number only."};
+  OK(hcq_llm_chat_prompt(llm, &question, 1, NULL, chat, sizeof(chat), &chat_len));
   const char *texts[4] = {"The capital of France is", "1, 2, 3, 4,",
-                          "Once upon a time, in a land far away, there lived a", "def fibonacci(n):"};
+                          "Once upon a time, in a land far away, there lived a", chat};
   int32_t ids[4][64];
   size_t n[4];
   int seq[4];
-  hcq_llm_generate_options_t o = {.max_tokens = 8, .ignore_eos = true};
+  hcq_llm_generate_options_t o = {.max_tokens = 12}; /* end tokens on: the question's answer ends */
   collected_t got[4] = {0};
-  for (int k = 0; k < 4; k++) OK(hcq_llm_tokenize(llm, texts[k], strlen(texts[k]), true, false, ids[k], 64, &n[k]));
+  for (int k = 0; k < 4; k++) OK(hcq_llm_tokenize(llm, texts[k], strlen(texts[k]), k < 3, k == 3, ids[k], 64, &n[k]));
   hcq_llm_batch_event_t ev[4];
   size_t nev;
   for (int step = 0; step == 0 || hcq_llm_batch_active(b); step++) {
@@ -353,15 +358,17 @@ Test(llm_batch, smollm2_greedy_sequences_are_generates) {
     OK(hcq_llm_batch_step(b, ev, 4, &nev));
     for (size_t e = 0; e < nev; e++) {
       collected_t *g = &got[ev[e].seq - seq[0]];
-      g->ids[g->n++] = ev[e].id;
+      g->ids[g->n++] = ev[e].id, g->stop = ev[e].stop, g->finished = ev[e].finished;
     }
   }
   for (int k = 0; k < 4; k++) {
     hcq_llm_result_t r;
     OK(hcq_llm_generate(llm, ids[k], n[k], &o, &r));
     cr_expect(r.n == got[k].n && !memcmp(r.ids, got[k].ids, r.n * 4), "\"%s\": not generate's tokens", texts[k]);
+    cr_expect(got[k].finished && got[k].stop == r.stop, "\"%s\": stops for another reason", texts[k]);
     hcq_llm_result_free(&r);
   }
+  cr_expect_eq(got[3].stop, HCQ_LLM_STOP_END, "the answer to the question did not end");
   OK(hcq_llm_batch_destroy(b));
   OK(hcq_llm_close(llm));
 }
@@ -442,3 +449,4 @@ Test(llm_batch, add_and_cancel_from_another_thread_while_stepping) {
   OK(hcq_llm_batch_destroy(a.b));
   OK(hcq_llm_close(llm));
 }
+
