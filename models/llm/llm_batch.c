@@ -110,6 +110,8 @@ hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t 
   TRY(parse_kind(info.device, &kind));
   hcq_llm_batch_t *b = calloc(1, sizeof(*b));
   if (!b) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  b->llm = llm, b->tok = llm_api_tokenizer(llm), b->max_seqs = o.max_seqs, b->ctx = o.ctx, b->max_rows = o.max_rows;
+  b->vocab = info.vocab;
   /* recursive: on_token, called under the lock, may add and cancel */
   pthread_mutexattr_t attr;
   bool locked = !pthread_mutexattr_init(&attr) && !pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE) &&
@@ -119,13 +121,6 @@ hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t 
     free(b);
     return hcq_status_make(HCQ_INTERNAL, "hcq_llm_batch_create: no mutex");
   }
-  *b = (hcq_llm_batch_t){.llm = llm,
-                         .tok = llm_api_tokenizer(llm),
-                         .max_seqs = o.max_seqs,
-                         .ctx = o.ctx,
-                         .max_rows = o.max_rows,
-                         .vocab = info.vocab,
-                         .lock = b->lock};
   llm_model_t *model = NULL;
   llm_decoder_options_t d = {.kind = kind, .ctx = o.ctx, .max_batch = o.max_rows, .slots = o.max_seqs};
   hcq_status_t st = allocate(b);
