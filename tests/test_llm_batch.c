@@ -387,8 +387,8 @@ Test(llm_batch, cuda_and_metal_batches_are_unimplemented) {
     cr_expect_null(d);
   }
   llm_decoder_t *d = NULL;
-  expect_code(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 2, .ctx = 32, .slots = 2}, &d), HCQ_UNIMPLEMENTED,
-              "batched decoding runs on one device, not 2");
+  expect_code(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 2, .ctx = 32, .slots = 2}, &d),
+              HCQ_UNIMPLEMENTED, "batched decoding runs on one device, not 2");
   llm_model_close(m);
 }
 

@@ -74,7 +74,7 @@ struct llm_decoder {
   int ndev, split, ctx, max_batch, isa_cap, cls_groups, ranks;
   int ctx_alloc; /* the positions the caches and tables hold: ctx rounded up to whole chunks (ctx: those used) */
   size_t captures; /* lists captured so far */
-  int slots; /* a batch decoder's sequences (0: single-sequence); its one list is `pass`, its caches slots x ctx_alloc */
+  int slots; /* a batch decoder's sequences (0: single-sequence); its one list: `pass`; caches: slots x ctx_alloc */
   bool profile, reads_tokens, direct;
   dev_state_t d[2];
   layer_state_t *layers;

@@ -204,7 +204,9 @@ static inline const int32_t *batch_region_of(const info_t *info, int parity) {
   return (const int32_t *)info + 4 + (size_t)parity * BATCH_REGION;
 }
 static inline const int32_t *batch_region(const info_t *info) { return batch_region_of(info, info->p0); }
-static inline const batch_row_t *batch_rows(const info_t *info) { return (const batch_row_t *)(batch_region(info) + 4); }
+static inline const batch_row_t *batch_rows(const info_t *info) {
+  return (const batch_row_t *)(batch_region(info) + 4);
+}
 static inline int32_t batch_samples(const info_t *info) { return batch_region(info)[0]; }
 static inline int32_t batch_sample_row(const info_t *info, int j) { return batch_region(info)[4 + 4 * BATCH_ROWS + j]; }
 /* Row i's position in its sequence (rope, the attention's extent) and in the caches. */
