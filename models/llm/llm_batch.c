@@ -320,8 +320,8 @@ hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *event
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: batch, events or n is NULL");
   *n = 0;
   if (cap < (size_t)b->max_seqs)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "hcq_llm_batch_step: room for %zu events (a step gives up to max_seqs = %d)", cap, b->max_seqs);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: room for %zu events (a step gives up to "
+                           "max_seqs = %d)", cap, b->max_seqs);
   bool queued = false;
   if (!b->inflight) TRY(queue_step(b, &b->inflight));
   if (!b->inflight) return NULL; /* no sequence */
