@@ -450,3 +450,27 @@ Test(llm_batch, add_and_cancel_from_another_thread_while_stepping) {
   OK(hcq_llm_close(llm));
 }
 
+
+/* Each slot's history (what the sampler's penalties read) holds its sequence's tokens by position:
+ * the prompt, then every token chosen but the last (which no row ran). */
+static void history_by_slot(const char *device) {
+  hcq_llm_t *llm = open_tiny("history", NULL, device);
+  hcq_llm_batch_t *b;
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 3, .ctx = 64, .max_rows = 8}, &b));
+  hcq_llm_generate_options_t o = {.max_tokens = 10, .ignore_eos = true};
+  int seq[3], joins[3] = {0, 0, 2};
+  collected_t got[3];
+  run_batch(b, 3, joins, &o, seq, got);
+  for (int k = 0; k < 3; k++) { /* a fresh batch: sequence k took slot k */
+    int32_t prompt[64], hist[64];
+    int n = prompt_of(k, prompt), len = n + (int)got[k].n - 1;
+    OK(llm_decoder_batch_history(llm_batch_decoder(b), k, hist, len));
+    cr_expect(!memcmp(hist, prompt, (size_t)n * 4), "slot %d: not its prompt", k);
+    cr_expect(!memcmp(hist + n, got[k].ids, (got[k].n - 1) * 4), "slot %d: not its tokens", k);
+  }
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}
+
+Test(llm_batch, each_slots_history_holds_its_sequence_cpu) { history_by_slot("CPU"); }
+Test(llm_batch, each_slots_history_holds_its_sequence_vulkan) { history_by_slot("VULKAN"); }

@@ -156,6 +156,7 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   TRY(buffer(d0, per * (size_t)m->cls_groups * 8, "best logits", -1, &m->best));
   TRY(buffer(d0, m->slots ? batch_rows * LLM_SAMPLER_BYTES : LLM_SAMPLER_BYTES, "sampler", -1, &m->params));
   TRY(buffer(d0, per * (size_t)c->vocab * 16, "sampler scratch", -1, &m->scratch));
+  if (m->slots) TRY(buffer(d0, per * (size_t)m->ctx_alloc * 4, "token history", -1, &m->history));
   if (!(m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   size_t cache = (size_t)c->n_kv_heads * (size_t)m->ctx_alloc * (size_t)c->head_dim * 4;
   cache *= (size_t)(m->slots ? m->slots : 1); /* a batch decoder's: a slot after the other */
@@ -328,7 +329,8 @@ hcq_status_t llm_decoder_destroy(llm_decoder_t *m) {
     for (int l = 0; l < m->c.n_layers; l++)
       for (int i = 0; i < LAYER_BUFS; i++) hcq_buffer_release(m->layers[l].b[i]);
   free(m->layers);
-  hcq_buffer_t *shared[] = {m->emb, m->cls, m->out_norm, m->tokens, m->logits, m->best, m->params, m->scratch};
+  hcq_buffer_t *shared[] = {m->emb, m->cls, m->out_norm, m->tokens, m->logits, m->best, m->params, m->scratch,
+                            m->history};
   for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) hcq_buffer_release(shared[i]);
   for (int d = 0; d < m->ndev; d++) {
     dev_state_t *s = &m->d[d];

@@ -80,6 +80,7 @@ struct llm_decoder {
   layer_state_t *layers;
   llm_layout_t emb_layout, cls_layout;
   hcq_buffer_t *emb, *cls, *out_norm, *tokens, *logits, *best, *params, *scratch;
+  hcq_buffer_t *history; /* a batch decoder's: each slot's tokens by position, as the caches (the penalties' history) */
   program_entry_t programs[MAX_PROGRAMS];
   int nprograms;
   hcq_expr_t *pos, *p0, *n, *choose, *exprs[16];

@@ -283,6 +283,13 @@ hcq_status_t llm_decoder_batch_tokens(llm_decoder_t *m, int parity, int nsample,
   return nsample ? hcq_buffer_copyout(m->tokens, first * 4, out, (uint64_t)nsample * 4) : NULL;
 }
 
+hcq_status_t llm_decoder_batch_history(llm_decoder_t *m, int slot, int32_t *out, int n) {
+  if (!m->slots || slot < 0 || slot >= m->slots || n < 0 || n > m->ctx)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: history of slot %d, %d positions", slot, n);
+  TRY(llm_decoder_sync(m));
+  return n ? hcq_buffer_copyout(m->history, (uint64_t)slot * (uint64_t)m->ctx_alloc * 4, out, (uint64_t)n * 4) : NULL;
+}
+
 hcq_status_t llm_decoder_batch(llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, const llm_sampler_t *samplers,
                                int32_t *out) {
   TRY(llm_decoder_sync(m));

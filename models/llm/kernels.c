@@ -209,6 +209,13 @@ static inline const batch_row_t *batch_rows(const info_t *info) {
 }
 static inline int32_t batch_samples(const info_t *info) { return batch_region(info)[0]; }
 static inline int32_t batch_sample_row(const info_t *info, int j) { return batch_region(info)[4 + 4 * BATCH_ROWS + j]; }
+/* The tokens of choosing row j's sequence, positions 0..its row's (*n of them), from the history
+ * (llm_select's 7th buffer, which llm_embed fills by cache position): the penalties' history. */
+static inline const int32_t *batch_history(const info_t *info, const int32_t *history, int j, int *n) {
+  const batch_row_t *r = &batch_rows(info)[batch_sample_row(info, j)];
+  *n = r->pos + 1;
+  return history + (r->cache_pos - r->pos);
+}
 /* Row i's position in its sequence (rope, the attention's extent) and in the caches. */
 static inline int row_position(const info_t *info, int i) { return BATCH ? batch_rows(info)[i].pos : info->p0 + i; }
 static inline int row_cache_position(const info_t *info, int i) {
@@ -226,7 +233,8 @@ static inline int tile_tokens(const hcq_launch_t *l, int n, int *first) {
 /* ---- entries ---- */
 
 #ifdef W_LAYOUT
-/* bufs: x, info, tokens, embedding; vals: p0, n. Grid: n. x[i] = embedding row of tokens[p0 + i];
+/* bufs: x, info, tokens, embedding (BATCH: history); vals: p0, n. Grid: n. x[i] = embedding row of
+ * tokens[p0 + i] (BATCH: of row i's token, written into the history at its cache position);
  * group 0 writes the info. */
 void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   if (l->gid[0] == 0) *(info_t *)b[1] = (info_t){v[0], v[1]};
@@ -235,6 +243,7 @@ void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const batch_row_t *rows = BATCH ? (const batch_row_t *)(batch_region_of(b[1], v[0]) + 4) : NULL;
   int32_t tok = BATCH ? rows[l->gid[0]].token : ((const int32_t *)b[2])[v[0] + (int)l->gid[0]];
   if (BATCH && tok < 0 && tok >= -2 * BATCH_ROWS) tok = ((const int32_t *)b[2])[-1 - tok]; /* chosen on the device */
+  if (BATCH) ((int32_t *)b[4])[rows[l->gid[0]].cache_pos] = tok; /* the slot's history, by position */
   if (tok < 0 || tok >= VOCAB) tok = 0;
   const uint8_t *g = (const uint8_t *)b[3] + (size_t)(tok / 16) * group_bytes(W_LAYOUT, DIM);
   int r = tok % 16;

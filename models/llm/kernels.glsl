@@ -282,6 +282,9 @@ void main() {
   int tok = BATCH != 0 ? i32s(hcq_buf(1)).v[4u + uint(hcq_val(0)) * uint(BATCH_REGION) + 6u + 4u * i]
                        : i32s(hcq_buf(2)).v[hcq_val(0) + int(i)];
   if (BATCH != 0 && tok < 0 && tok >= -2 * BATCH_ROWS) tok = i32s(hcq_buf(2)).v[-1 - tok];
+  // the slot's history (the penalties'), by cache position
+  if (BATCH != 0 && lane() == 0u)
+    i32s(hcq_buf(4)).v[i32s(hcq_buf(1)).v[4u + uint(hcq_val(0)) * uint(BATCH_REGION) + 5u + 4u * i]] = tok;
   if (tok < 0 || tok >= VOCAB) tok = 0;
   f32s x = f32s(hcq_buf(0) + uint64_t(i) * uint(DIM) * 4u);
   for (uint j = lane(); j < uint(DIM); j += 8u) x.v[j] = weight_at(hcq_buf(3), W_LAYOUT, uint(VOCAB), uint(DIM), uint(tok), j) * EMB_SCALE;

@@ -182,6 +182,9 @@ HCQ_MUST_USE hcq_status_t llm_decoder_batch_submit(llm_decoder_t *dec, int parit
                                                    int nrows, const llm_sampler_t *samplers);
 HCQ_MUST_USE hcq_status_t llm_decoder_batch_tokens(llm_decoder_t *dec, int parity, int nsample, int32_t *out);
 int32_t llm_decoder_batch_chosen(const llm_decoder_t *dec, int parity, int j);
+/* The tokens at positions 0..n-1 of slot's history (each row's token, written by the step that ran
+ * it: what the sampler's penalties read). Waits. */
+HCQ_MUST_USE hcq_status_t llm_decoder_batch_history(llm_decoder_t *dec, int slot, int32_t *out, int n);
 /* submit (parity 0) and tokens, after and before waiting for everything. */
 HCQ_MUST_USE hcq_status_t llm_decoder_batch(llm_decoder_t *dec, const llm_batch_row_t *rows, int nrows,
                                             const llm_sampler_t *samplers, int32_t *out);
