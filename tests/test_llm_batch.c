@@ -296,6 +296,12 @@ Test(llm_batch, bad_arguments_are_refused_by_name) {
   expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .max_rows = 4}, &b),
               HCQ_INVALID_ARGUMENT, "max_rows 4");
   cr_expect_null(b);
+  /* caches of 8 x 64 positions (2 layers x 2 x 32 floats a position: 256 KiB) past the memory there is */
+  setenv("HCQ_LLM_MEMORY_BYTES", "100000", 1);
+  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .ctx = 64}, &b), HCQ_OUT_OF_RANGE,
+              "8 x a context of 64 positions");
+  unsetenv("HCQ_LLM_MEMORY_BYTES");
+  cr_expect_null(b);
   OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 2, .ctx = 32}, &b));
   int32_t prompt[40] = {1, 2, 3}, bad_id[2] = {1, 97};
   int seq;
