@@ -16,7 +16,8 @@ hcq_status_t llm_decoder_sync(llm_decoder_t *m) {
   return NULL;
 }
 
-static hcq_status_t check_sampler(const llm_sampler_t *s) {
+hcq_status_t llm_sampler_params(const llm_sampler_t *s, llm_sampler_params_t *out) {
+  if (!s) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: NULL");
   if (!(s->temperature >= 0) || !isfinite(s->temperature))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: temperature %g (expected 0 or more)", (double)s->temperature);
   if (!(s->top_p > 0 && s->top_p <= 1))
@@ -33,23 +34,16 @@ static hcq_status_t check_sampler(const llm_sampler_t *s) {
   if (s->penalty_last_n < 0)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: penalty last-n %d (expected 0 or more)",
                            s->penalty_last_n);
+  /* a repeat penalty of 0 is none (1) */
+  *out = (llm_sampler_params_t){s->temperature, s->top_p, s->top_k, (uint32_t)s->seed, (uint32_t)(s->seed >> 32),
+                                s->min_p, s->repeat_penalty > 0 ? s->repeat_penalty : 1.0f, s->frequency_penalty,
+                                s->presence_penalty, s->penalty_last_n};
   return NULL;
 }
 
 hcq_status_t llm_decoder_set_sampler(llm_decoder_t *m, const llm_sampler_t *s) {
-  if (!s) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: NULL");
-  TRY(check_sampler(s));
-  /* gpu_abi.h's layout; a repeat penalty of 0 is none (1) */
-  struct {
-    float temperature, top_p;
-    int32_t top_k;
-    uint32_t seed_lo, seed_hi;
-    float min_p, repeat_penalty, frequency_penalty, presence_penalty;
-    int32_t penalty_last_n;
-  } p = {s->temperature, s->top_p, s->top_k, (uint32_t)s->seed, (uint32_t)(s->seed >> 32), s->min_p,
-         s->repeat_penalty > 0 ? s->repeat_penalty : 1.0f, s->frequency_penalty, s->presence_penalty,
-         s->penalty_last_n};
-  _Static_assert(sizeof(p) <= 64, "the sampler buffer holds 64 bytes (decoder.c)");
+  llm_sampler_params_t p;
+  TRY(llm_sampler_params(s, &p));
   TRY(llm_decoder_sync(m));
   return llm_write_buffer(m, m->params, 0, &p, sizeof(p));
 }
@@ -92,10 +86,12 @@ static hcq_status_t run_list(llm_decoder_t *m, item_list_t *L, hcq_jit_t **jit, 
   }
   hcq_jit_options_t opts = {L->n, m->profile, false, false, NULL, NULL, false, LLM_STEPS_AHEAD};
   TRY(hcq_capture_end(cap, NULL, 0, v, nv, &opts, jit));
+  m->captures++;
   return record(m, fence);
 }
 
 static hcq_status_t step(llm_decoder_t *m, int pos, bool graph, hcq_fence_t *fence) {
+  if (m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: a batch decoder runs batches, not steps");
   if (pos < 0 || pos >= m->ctx)
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: position %d is outside the context (0..%d)", pos, m->ctx - 1);
   hcq_var_value_t v = {m->pos, pos};
@@ -105,6 +101,8 @@ static hcq_status_t step(llm_decoder_t *m, int pos, bool graph, hcq_fence_t *fen
 hcq_status_t llm_decoder_step(llm_decoder_t *m, int pos, bool graph) { return step(m, pos, graph, NULL); }
 
 hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
+  if (m->slots)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: a batch decoder runs batches, not passes");
   if (n < 1 || p0 < 0 || p0 > m->ctx - n)
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: a prompt at positions %d..%d is outside the context (%d positions)",
                            p0, p0 + n - 1, m->ctx);
@@ -118,6 +116,7 @@ hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
 }
 
 hcq_status_t llm_decoder_capture(llm_decoder_t *m) {
+  if (m->slots) return llm_decoder_batch_capture(m);
   /* A pass of one token at 0 and a step at 1: what they write (the caches at 0 and 1, tokens 1 and
    * 2) is written again before anything reads it. */
   int32_t zero[2] = {0, 0};
@@ -226,4 +225,100 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
     out->n = 0;
   }
   return st;
+}
+
+/* ---- batches (a batch decoder: slots > 0) ---- */
+
+static hcq_status_t check_rows(const llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, int *nsample) {
+  if (nrows < 1 || nrows > m->max_batch)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a batch of %d rows (expected 1 to %d)", nrows,
+                           m->max_batch);
+  *nsample = 0;
+  for (int i = 0; i < nrows; i++) {
+    const llm_batch_row_t *r = &rows[i];
+    if (r->slot < 0 || r->slot >= m->slots || r->pos < 0 || r->pos >= m->ctx)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d at slot %d position %d (expected slots "
+                             "0..%d, positions 0..%d)", i, r->slot, r->pos, m->slots - 1, m->ctx - 1);
+    if (r->token >= m->c.vocab || r->token < -2 * m->max_batch)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d: token id %d is outside the vocabulary "
+                             "(%d ids) and names no token chosen on the device", i, r->token, m->c.vocab);
+    if (r->sample && ++*nsample > m->slots)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: more than %d batch rows choose a token", m->slots);
+  }
+  return NULL;
+}
+
+/* The info's region of this parity (kernels.c, BATCH): {nsample, 0, 0, 0}, the rows, the choosing
+ * rows' list. The other parity's region is the step in flight's: untouched. */
+static hcq_status_t write_rows(llm_decoder_t *m, int parity, const llm_batch_row_t *rows, int nrows, int nsample) {
+  size_t words = LLM_BATCH_REGION_WORDS(m->max_batch);
+  int32_t *region = calloc(words, 4);
+  if (!region) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  region[0] = nsample;
+  int32_t *list = region + 4 + 4 * (size_t)m->max_batch;
+  for (int i = 0, j = 0; i < nrows; i++) {
+    int32_t *row = region + 4 + 4 * (size_t)i;
+    row[0] = rows[i].pos, row[1] = rows[i].slot * m->ctx_alloc + rows[i].pos, row[2] = rows[i].token;
+    if (rows[i].sample) list[j++] = i;
+  }
+  hcq_status_t st = llm_write_buffer(m, m->d[0].info, (4 + (uint64_t)parity * words) * 4, region, words * 4);
+  free(region);
+  return st;
+}
+
+int32_t llm_decoder_batch_chosen(const llm_decoder_t *m, int parity, int j) { return -1 - (parity * m->max_batch + j); }
+
+hcq_status_t llm_decoder_batch_submit(llm_decoder_t *m, int parity, const llm_batch_row_t *rows, int nrows,
+                                      const llm_sampler_t *samplers) {
+  if (!m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: not a batch decoder (slots 0)");
+  if (parity != 0 && parity != 1) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: parity %d", parity);
+  int nsample = 0;
+  TRY(check_rows(m, rows, nrows, &nsample));
+  llm_sampler_params_t params[LLM_MAX_SLOTS];
+  for (int j = 0; j < nsample; j++) TRY(llm_sampler_params(&samplers[j], &params[j]));
+  /* the step before the one in flight, which wrote this parity's tokens and read its region, is done */
+  TRY(hcq_fence_wait(m->fences[parity], HCQ_TIMEOUT_DEFAULT));
+  TRY(write_rows(m, parity, rows, nrows, nsample));
+  uint64_t at = (uint64_t)parity * (uint64_t)m->max_batch * sizeof(params[0]);
+  if (nsample) TRY(llm_write_buffer(m, m->params, at, params, (uint64_t)nsample * sizeof(params[0])));
+  hcq_var_value_t v[3] = {{m->n, nrows}, {m->choose, nsample}, {m->p0, parity}};
+  return run_list(m, &m->pass, &m->pass_jit, v, 3, true, m->fences[parity]);
+}
+
+hcq_status_t llm_decoder_batch_tokens(llm_decoder_t *m, int parity, int nsample, int32_t *out) {
+  if (!m->slots || parity < 0 || parity > 1 || nsample < 0 || nsample > m->slots)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch tokens of parity %d, %d of them", parity, nsample);
+  uint64_t first = (uint64_t)parity * (uint64_t)m->max_batch;
+  if (m->tokens_host) { /* mapped: a read once the step is done, not a copy through the device's queue */
+    TRY(hcq_fence_wait(m->fences[parity], HCQ_TIMEOUT_DEFAULT));
+    for (int j = 0; j < nsample; j++) out[j] = m->tokens_host[first + (uint64_t)j];
+    return NULL;
+  }
+  return nsample ? hcq_buffer_copyout(m->tokens, first * 4, out, (uint64_t)nsample * 4) : NULL;
+}
+
+hcq_status_t llm_decoder_batch_history(llm_decoder_t *m, int slot, int32_t *out, int n) {
+  if (!m->slots || slot < 0 || slot >= m->slots || n < 0 || n > m->ctx)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: history of slot %d, %d positions", slot, n);
+  TRY(llm_decoder_sync(m));
+  return n ? hcq_buffer_copyout(m->history, (uint64_t)slot * (uint64_t)m->ctx_alloc * 4, out, (uint64_t)n * 4) : NULL;
+}
+
+hcq_status_t llm_decoder_batch(llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, const llm_sampler_t *samplers,
+                               int32_t *out) {
+  TRY(llm_decoder_sync(m));
+  TRY(llm_decoder_batch_submit(m, 0, rows, nrows, samplers));
+  int nsample = 0;
+  for (int i = 0; i < nrows; i++) nsample += rows[i].sample;
+  TRY(llm_decoder_batch_tokens(m, 0, nsample, out));
+  return llm_decoder_sync(m);
+}
+
+hcq_status_t llm_decoder_batch_capture(llm_decoder_t *m) {
+  if (!m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: not a batch decoder (slots 0)");
+  if (m->pass_jit) return NULL;
+  /* slot 0's position 0 is written again by its first sequence's first row before anything reads it */
+  llm_batch_row_t row = {0, 0, 0, true};
+  int32_t token;
+  return llm_decoder_batch(m, &row, 1, &(llm_sampler_t){0, 1, 0, 0}, &token);
 }

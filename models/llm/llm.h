@@ -108,7 +108,12 @@ typedef struct llm_decoder_options {
   int ctx;                 /* positions the caches hold: 0 = min(the model's context, 4096) */
   int max_batch;           /* prompt tokens per pass: 0 = 128; longer prompts take several passes */
   bool profile;            /* capture with per-item timestamps */
+  /* 0: the single-sequence decoder (step and prompt pass). 1..LLM_MAX_SLOTS: a batch decoder for that
+   * many sequences (llm_decoder_batch; one device, CPU or VULKAN): caches of slots x ctx positions,
+   * max_batch rows a step, no step or pass. */
+  int slots;
 } llm_decoder_options_t;
+#define LLM_MAX_SLOTS 64
 
 /* How the next token is chosen, on the device, in llama.cpp's order: the penalties over the last
  * penalty_last_n tokens (prompt and generated: a token seen c times has its logit divided by
@@ -163,6 +168,38 @@ HCQ_MUST_USE hcq_status_t llm_decoder_sync(llm_decoder_t *dec);
 HCQ_MUST_USE hcq_status_t llm_decoder_tokens(llm_decoder_t *dec, int pos, int32_t *out, int n);
 /* The logits of the last token the last step or pass processed (vocab floats; waits). */
 HCQ_MUST_USE hcq_status_t llm_decoder_logits(llm_decoder_t *dec, float *out);
+
+/* A batch decoder's row: one token of the sequence in cache slot `slot` at position pos of it (token:
+ * an id, or llm_decoder_batch_chosen's reference to a token an earlier step chose on the device);
+ * sample: choose the token after it. */
+typedef struct llm_batch_row {
+  int32_t slot, pos, token;
+  bool sample;
+} llm_batch_row_t;
+/* A batch decoder's step (slots > 0): the rows, in one replay of its one capture (captured by the
+ * first call) whatever their count; each row's k and v go into its slot's caches at its position,
+ * then each row attends to positions 0..pos of its slot (so rows of one sequence at consecutive
+ * positions see each other causally). samplers: one per sampling row, in row order. Steps alternate
+ * parity 0 and 1: a step's rows are written while the step of the other parity runs (submit waits
+ * for the step before that one); llm_decoder_batch_tokens reads its choices once it is done (the
+ * j-th sampling row's token; llm_decoder_batch_chosen(dec, parity, j) names it as a later row's
+ * token until the next step of that parity). INVALID_ARGUMENT for a row count outside
+ * 1..max_batch, more sampling rows than slots, a slot, position or token out of range, or bad
+ * sampler parameters. */
+HCQ_MUST_USE hcq_status_t llm_decoder_batch_submit(llm_decoder_t *dec, int parity, const llm_batch_row_t *rows,
+                                                   int nrows, const llm_sampler_t *samplers);
+HCQ_MUST_USE hcq_status_t llm_decoder_batch_tokens(llm_decoder_t *dec, int parity, int nsample, int32_t *out);
+int32_t llm_decoder_batch_chosen(const llm_decoder_t *dec, int parity, int j);
+/* The tokens at positions 0..n-1 of slot's history (each row's token, written by the step that ran
+ * it: what the sampler's penalties read). Waits. */
+HCQ_MUST_USE hcq_status_t llm_decoder_batch_history(llm_decoder_t *dec, int slot, int32_t *out, int n);
+/* submit (parity 0) and tokens, after and before waiting for everything. */
+HCQ_MUST_USE hcq_status_t llm_decoder_batch(llm_decoder_t *dec, const llm_batch_row_t *rows, int nrows,
+                                            const llm_sampler_t *samplers, int32_t *out);
+/* Captures the batch decoder's step now (a row at slot 0, position 0), so that later steps replay. */
+HCQ_MUST_USE hcq_status_t llm_decoder_batch_capture(llm_decoder_t *dec);
+int llm_decoder_slots(const llm_decoder_t *dec);
+size_t llm_decoder_captures(const llm_decoder_t *dec); /* item lists captured so far */
 
 size_t llm_decoder_kernels_per_step(const llm_decoder_t *dec);
 /* The captured step and pass (borrowed; NULL before their first graph call). */

@@ -247,42 +247,42 @@ hcq_status_t hcq_llm_chat_prompt(const hcq_llm_t *llm, const hcq_llm_message_t *
 
 /* ---- generation ---- */
 
-static hcq_status_t check_sampling(const hcq_llm_sampling_t *s) {
+static hcq_status_t check_sampling(const char *who, const hcq_llm_sampling_t *s) {
   if (!isfinite(s->temperature) || s->temperature < 0 || s->temperature > 100)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: temperature %g (expected 0 to 100; 0: greedy)",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: temperature %g (expected 0 to 100; 0: greedy)", who,
                            (double)s->temperature);
   if (!isfinite(s->top_p) || s->top_p < 0 || s->top_p > 1)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: top_p %g (expected 0 to 1)", (double)s->top_p);
-  if (s->top_k < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: top_k %d < 0", s->top_k);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: top_p %g (expected 0 to 1)", who, (double)s->top_p);
+  if (s->top_k < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: top_k %d < 0", who, s->top_k);
   if (!(s->min_p >= 0 && s->min_p <= 1))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: min_p %g (expected 0 to 1)", (double)s->min_p);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: min_p %g (expected 0 to 1)", who, (double)s->min_p);
   if (!(s->repeat_penalty >= 0 && s->repeat_penalty <= 100))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: repeat_penalty %g (expected 0 to 100; 0 or 1: "
-                           "none)", (double)s->repeat_penalty);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: repeat_penalty %g (expected 0 to 100; 0 or 1: "
+                           "none)", who, (double)s->repeat_penalty);
   if (!(fabsf(s->frequency_penalty) <= 100))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: frequency_penalty %g (expected -100 to 100)",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: frequency_penalty %g (expected -100 to 100)", who,
                            (double)s->frequency_penalty);
   if (!(fabsf(s->presence_penalty) <= 100))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: presence_penalty %g (expected -100 to 100)",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: presence_penalty %g (expected -100 to 100)", who,
                            (double)s->presence_penalty);
   if (s->penalty_last_n < -1)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: penalty_last_n %d (expected -1: the context, "
-                           "0: 64, or more)", s->penalty_last_n);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: penalty_last_n %d (expected -1: the context, "
+                           "0: 64, or more)", who, s->penalty_last_n);
   return NULL;
 }
 
-static hcq_status_t check_options(const hcq_llm_generate_options_t *o) {
+hcq_status_t llm_api_check_options(const char *who, const hcq_llm_generate_options_t *o) {
   if (o->max_tokens < 0)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: max_tokens %d < 0", o->max_tokens);
-  hcq_status_t st = check_sampling(&o->sampling);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: max_tokens %d < 0", who, o->max_tokens);
+  hcq_status_t st = check_sampling(who, &o->sampling);
   if (st) return st;
-  if (o->nstop && !o->stop) return bad("hcq_llm_generate: stop is NULL with nstop > 0");
+  if (o->nstop && !o->stop) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: stop is NULL with nstop > 0", who);
   for (size_t i = 0; i < o->nstop; i++)
     if (!o->stop[i] || !o->stop[i][0])
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: stop[%zu] is %s (a stop string is non-empty)", i,
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: stop[%zu] is %s (a stop string is non-empty)", who, i,
                              o->stop[i] ? "empty" : "NULL");
   if (o->top_logprobs < 0 || o->top_logprobs > HCQ_LLM_MAX_LOGPROBS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: top_logprobs %d (expected 0 to %d)",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: top_logprobs %d (expected 0 to %d)", who,
                            o->top_logprobs, HCQ_LLM_MAX_LOGPROBS);
   return NULL;
 }
@@ -294,9 +294,8 @@ static bool same_sampler(const llm_sampler_t *a, const llm_sampler_t *b) {
          a->penalty_last_n == b->penalty_last_n;
 }
 
-/* The decoder's sampler, set when it differs (setting it waits for the device). */
-static hcq_status_t use_sampling(hcq_llm_t *llm, const hcq_llm_sampling_t *s) {
-  llm_sampler_t want = {.top_p = 1}; /* greedy, the decoder's own choice until set */
+llm_sampler_t llm_api_sampler(const hcq_llm_sampling_t *s, int ctx) {
+  llm_sampler_t want = {.top_p = 1}; /* greedy */
   if (s->temperature > 0)
     want = (llm_sampler_t){s->temperature, s->top_p > 0 ? s->top_p : 1, s->top_k, s->seed, .min_p = s->min_p};
   bool penalties = (s->repeat_penalty > 0 && s->repeat_penalty != 1) || s->frequency_penalty || s->presence_penalty;
@@ -304,8 +303,14 @@ static hcq_status_t use_sampling(hcq_llm_t *llm, const hcq_llm_sampling_t *s) {
     want.repeat_penalty = s->repeat_penalty > 0 ? s->repeat_penalty : 1;
     want.frequency_penalty = s->frequency_penalty, want.presence_penalty = s->presence_penalty;
     int last_n = s->penalty_last_n ? s->penalty_last_n : 64; /* -1: the whole context */
-    want.penalty_last_n = last_n > 0 ? last_n : llm_decoder_ctx(llm->dec);
+    want.penalty_last_n = last_n > 0 ? last_n : ctx;
   }
+  return want;
+}
+
+/* The decoder's sampler, set when it differs (setting it waits for the device). */
+static hcq_status_t use_sampling(hcq_llm_t *llm, const hcq_llm_sampling_t *s) {
+  llm_sampler_t want = llm_api_sampler(s, llm_decoder_ctx(llm->dec));
   if (same_sampler(&want, &llm->sampler)) return NULL;
   hcq_status_t st = llm_decoder_set_sampler(llm->dec, &want);
   if (!st) llm->sampler = want;
@@ -441,7 +446,7 @@ hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n, c
   if (!llm || (!prompt && n)) return bad("hcq_llm_generate: llm or prompt is NULL");
   if (!llm->dec) return bad("hcq_llm_generate: the model has no decoder yet (llm_api_start)");
   hcq_llm_generate_options_t o = options ? *options : (hcq_llm_generate_options_t){0};
-  hcq_status_t st = check_options(&o);
+  hcq_status_t st = llm_api_check_options("hcq_llm_generate", &o);
   if (!st) st = check_prompt(llm, prompt, n);
   if (!st) st = use_sampling(llm, &o.sampling);
   if (st) return st;

@@ -29,6 +29,11 @@ llm_decoder_t *llm_api_decoder(hcq_llm_t *llm); /* NULL before llm_api_start */
 const llm_tokenizer_t *llm_api_tokenizer(const hcq_llm_t *llm);
 const llm_config_t *llm_api_config(const hcq_llm_t *llm);
 uint64_t llm_api_file_bytes(const hcq_llm_t *llm);
+/* INVALID_ARGUMENT naming the field (messages start with who) for options hcq_llm_generate refuses. */
+HCQ_MUST_USE hcq_status_t llm_api_check_options(const char *who, const hcq_llm_generate_options_t *o);
+/* The decoder's sampler for checked options: greedy at temperature 0, penalties only where some
+ * apply (penalty_last_n 0: 64, -1: ctx). */
+llm_sampler_t llm_api_sampler(const hcq_llm_sampling_t *s, int ctx);
 
 /* hcq_llm_generate with, under two ranks, the agreement on the end (llm_generate_options_t's
  * agree_end; NULL otherwise). */
