@@ -493,3 +493,73 @@ static void history_by_slot(const char *device) {
 
 Test(llm_batch, each_slots_history_holds_its_sequence_cpu) { history_by_slot("CPU"); }
 Test(llm_batch, each_slots_history_holds_its_sequence_vulkan) { history_by_slot("VULKAN"); }
+
+typedef struct text_sink {
+  char text[2048];
+  size_t len;
+} text_sink_t;
+
+static bool sink_text(void *user, int32_t id, const char *text, size_t len) {
+  (void)id;
+  text_sink_t *t = user;
+  if (t->len + len < sizeof(t->text)) memcpy(t->text + t->len, text, len), t->len += len;
+  return true;
+}
+
+/* Stop strings: a batch sequence's events carry hcq_llm_generate's text with the same stop strings
+ * (cut before the first one found, held-back prefixes passed on later, across token boundaries),
+ * stop reason "stop", beside a sequence without them; the strings are copied by add. */
+Test(llm_batch, stop_strings_cut_the_text_as_generates) {
+  llm_model_close(real_model()); /* skips when the model is absent */
+  const char *env = getenv("HCQ_LLM_MODEL");
+  hcq_llm_t *llm;
+  OK(hcq_llm_open(env && *env ? env : NULL, &(hcq_llm_options_t){.ctx = 256, .no_download = true}, &llm));
+  const char *prompt = "Once upon a time, in a land far away, there lived a";
+  text_sink_t full = {0};
+  hcq_llm_result_t r;
+  OK(hcq_llm_generate_text(llm, prompt, &(hcq_llm_generate_options_t){.max_tokens = 24, .on_token = sink_text,
+                                                                        .user = &full}, &r));
+  hcq_llm_result_free(&r);
+  cr_assert_gt(full.len, 20, "too little text to cut");
+  char cut[8] = {0}; /* 3 bytes from the middle of the text: most likely inside or across tokens */
+  memcpy(cut, full.text + full.len / 2, 3);
+  char *stops[2] = {strdup("never-in-this-text"), strdup(cut)};
+  hcq_llm_generate_options_t with = {.max_tokens = 24, .stop = (const char *const *)stops, .nstop = 2},
+                             without = {.max_tokens = 24};
+  text_sink_t want = {0};
+  hcq_llm_generate_options_t o = with;
+  o.on_token = sink_text, o.user = &want;
+  OK(hcq_llm_generate_text(llm, prompt, &o, &r));
+  cr_assert_eq(r.stop, HCQ_LLM_STOP_STRING);
+  hcq_llm_result_free(&r);
+  int32_t ids[64];
+  size_t n;
+  OK(hcq_llm_tokenize(llm, prompt, strlen(prompt), true, false, ids, 64, &n));
+  hcq_llm_batch_t *b;
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 2, .ctx = 128}, &b));
+  int seq[2];
+  OK(hcq_llm_batch_add(b, ids, n, &with, &seq[0]));
+  OK(hcq_llm_batch_add(b, ids, n, &without, &seq[1]));
+  free(stops[0]), free(stops[1]); /* add copied them */
+  text_sink_t got[2] = {0};
+  hcq_llm_stop_t stop[2] = {0};
+  hcq_llm_batch_event_t ev[2];
+  size_t nev;
+  while (hcq_llm_batch_active(b)) {
+    OK(hcq_llm_batch_step(b, ev, 2, &nev));
+    for (size_t e = 0; e < nev; e++) {
+      int k = ev[e].seq == seq[0] ? 0 : 1;
+      cr_assert_eq(strlen(ev[e].text), ev[e].len);
+      sink_text(&got[k], ev[e].id, ev[e].text, ev[e].len);
+      if (ev[e].finished) stop[k] = ev[e].stop;
+    }
+  }
+  cr_expect_eq(stop[0], HCQ_LLM_STOP_STRING);
+  cr_expect(got[0].len == want.len && !memcmp(got[0].text, want.text, want.len), "with stop strings: \"%.*s\", "
+            "generate's \"%.*s\"", (int)got[0].len, got[0].text, (int)want.len, want.text);
+  cr_expect_eq(stop[1], HCQ_LLM_STOP_LENGTH);
+  cr_expect(got[1].len == full.len && !memcmp(got[1].text, full.text, full.len), "without: \"%.*s\", generate's "
+            "\"%.*s\"", (int)got[1].len, got[1].text, (int)full.len, full.text);
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}

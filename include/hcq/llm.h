@@ -292,10 +292,13 @@ typedef struct hcq_llm_batch_event {
 HCQ_MUST_USE hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t *options,
                                                hcq_llm_batch_t **out);
 /* Queues a sequence: the n prompt ids at its positions 0..n-1, then tokens as options say
- * (max_tokens, sampling, ignore_eos, special, on_token: called from the stepping thread, before the
- * step returns, with the event's id and text, and once it ends with held-back text as U+FFFD and
- * HCQ_LLM_NO_TOKEN, as hcq_llm_generate calls it; false ends the sequence with HCQ_LLM_STOP_CALLBACK).
- * options may be NULL (greedy, to an end token or the end of its context). *seq: the sequence's id
+ * (max_tokens, the whole sampling chain, penalties over the sequence's own tokens, ignore_eos,
+ * special, stop strings (copied: the caller's may go once add returns; the events' text is cut as
+ * hcq_llm_generate cuts it, stop HCQ_LLM_STOP_STRING), on_token: called from the stepping thread,
+ * before the step returns, with the event's id and text, and once it ends with held-back text as
+ * HCQ_LLM_NO_TOKEN, as hcq_llm_generate calls it; false ends the sequence with
+ * HCQ_LLM_STOP_CALLBACK). Log-probabilities are UNIMPLEMENTED in batches. options may be NULL
+ * (greedy, to an end token or the end of its context). *seq: the sequence's id
  * (never reused by this batch). UNAVAILABLE when max_seqs sequences are active (no free slot: try
  * again once one finishes or is cancelled); OUT_OF_RANGE for an empty prompt or one that leaves no
  * room in ctx; INVALID_ARGUMENT for bad options or an id outside the vocabulary. */

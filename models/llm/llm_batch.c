@@ -11,6 +11,7 @@
 #include "llm_api.h"
 #include "llm_batch.h"
 #include "model_status.h"
+#include "stop.h"
 
 /* A sequence's text for one event: a token's (LLM_DETOK_MAX_OUT) and the held-back flush (3). */
 enum { TEXT_CAP = LLM_DETOK_MAX_OUT + 8 };
@@ -26,7 +27,10 @@ typedef struct seq_slot {
   hcq_llm_generate_options_t o;
   llm_sampler_t sampler;
   llm_detok_t detok;
-  char text[TEXT_CAP]; /* the last event's text */
+  char **stops;  /* the stop strings, copied (the caller's may go once hcq_llm_batch_add returns) */
+  llm_stop_t stop; /* the text held back for them */
+  char *text;    /* the last event's text (grows: a stop string's prefix held back comes out at once) */
+  size_t text_cap;
 } seq_slot_t;
 
 struct hcq_llm_batch {
@@ -47,6 +51,31 @@ struct hcq_llm_batch {
 };
 
 static hcq_status_t bad(const char *fmt, int value) { return hcq_status_make(HCQ_INVALID_ARGUMENT, fmt, value); }
+
+/* Frees the slot (its id -1) and what its sequence's stop strings held. */
+static void release_slot(seq_slot_t *s) {
+  s->id = -1;
+  for (size_t i = 0; s->stops && i < s->o.nstop; i++) free(s->stops[i]);
+  free(s->stops);
+  s->stops = NULL, s->o.stop = NULL, s->o.nstop = 0;
+  llm_stop_free(&s->stop);
+}
+
+/* A copy of the options' stop strings for s (freed by release_slot). */
+static hcq_status_t copy_stops(seq_slot_t *s, const hcq_llm_generate_options_t *o) {
+  llm_stop_init(&s->stop, NULL, 0);
+  if (!o->nstop) return NULL;
+  if (!(s->stops = calloc(o->nstop, sizeof(char *)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  for (size_t i = 0; i < o->nstop; i++)
+    if (!(s->stops[i] = strdup(o->stop[i]))) {
+      for (size_t j = 0; j < i; j++) free(s->stops[j]);
+      free(s->stops), s->stops = NULL;
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+    }
+  s->o.stop = (const char *const *)s->stops, s->o.nstop = o->nstop;
+  llm_stop_init(&s->stop, s->o.stop, s->o.nstop);
+  return NULL;
+}
 
 static hcq_status_t parse_kind(const char *device, hcq_device_kind_t *out) {
   for (int k = 0; k < HCQ_DEVICE_KIND_COUNT; k++) {
@@ -143,7 +172,10 @@ hcq_status_t hcq_llm_batch_destroy(hcq_llm_batch_t *b) {
   hcq_status_t st = llm_decoder_destroy(b->dec);
   if (st) return st; /* still running: keep everything alive */
   if (b->slots)
-    for (int i = 0; i < b->max_seqs; i++) free(b->slots[i].ids);
+    for (int i = 0; i < b->max_seqs; i++) {
+      release_slot(&b->slots[i]);
+      free(b->slots[i].ids), free(b->slots[i].text);
+    }
   free(b->slots), free(b->rows[0]), free(b->rows[1]), free(b->row_id[0]), free(b->row_id[1]);
   free(b->samplers), free(b->chosen);
   pthread_mutex_destroy(&b->lock);
@@ -160,9 +192,9 @@ size_t hcq_llm_batch_captures(const hcq_llm_batch_t *b) { return b ? llm_decoder
 /* hcq_llm_generate's checks, and what batches do not do yet (said, not ignored). */
 static hcq_status_t check_generate_options(const hcq_llm_generate_options_t *o) {
   TRY(llm_api_check_options("hcq_llm_batch_add", o));
-  if (o->nstop || o->logprobs)
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "hcq_llm_batch_add: stop strings and log-probabilities are not "
-                           "implemented in batches yet (hcq_llm_generate has them)");
+  if (o->logprobs)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "hcq_llm_batch_add: log-probabilities are not implemented in batches "
+                           "yet (hcq_llm_generate has them)");
   return NULL;
 }
 
@@ -203,6 +235,12 @@ hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t
   s->o = o;
   s->sampler = llm_api_sampler(&o.sampling, b->ctx);
   llm_detok_init(&s->detok);
+  hcq_status_t st = copy_stops(s, &o);
+  if (st) {
+    s->id = -1;
+    pthread_mutex_unlock(&b->lock);
+    return st;
+  }
   *seq = s->id;
   pthread_mutex_unlock(&b->lock);
   return NULL;
@@ -213,7 +251,7 @@ hcq_status_t hcq_llm_batch_cancel(hcq_llm_batch_t *b, int seq) {
   pthread_mutex_lock(&b->lock);
   bool found = false;
   for (int i = 0; i < b->max_seqs && !found; i++)
-    if (seq >= 0 && b->slots[i].id == seq) b->slots[i].id = -1, found = true;
+    if (seq >= 0 && b->slots[i].id == seq) release_slot(&b->slots[i]), found = true;
   pthread_mutex_unlock(&b->lock);
   return found ? NULL : hcq_status_make(HCQ_NOT_FOUND, "hcq_llm_batch_cancel: no active sequence %d", seq);
 }
@@ -268,33 +306,70 @@ static int event_cmp(const void *pa, const void *pb) {
   return (a->seq > b->seq) - (a->seq < b->seq);
 }
 
-/* Token tok chosen for s: its text, the callback, and whether the sequence ends (then its slot is
- * freed, its held-back text flushed into the event). Returns false when the sequence was cancelled
- * from the callback (no event). */
-static bool take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, hcq_llm_batch_event_t *ev) {
+/* Appends to s->text (at *at) what of n bytes of text may be passed on now: all of it without stop
+ * strings, else what the stop strings' matcher lets go (end: nothing more comes). */
+static hcq_status_t pass_text(seq_slot_t *s, const char *text, size_t n, bool end, size_t *at) {
+  const char *from = text;
+  size_t pass = n;
+  if (s->o.nstop) {
+    TRY(llm_stop_push(&s->stop, text, n, end, &pass));
+    from = s->stop.held;
+  }
+  if (*at + pass + 1 > s->text_cap) {
+    size_t cap = (*at + pass + 1) * 2;
+    char *grown = realloc(s->text, cap);
+    if (!grown) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+    s->text = grown, s->text_cap = cap;
+  }
+  memcpy(s->text + *at, from, pass);
+  *at += pass;
+  s->text[*at] = 0;
+  if (s->o.nstop) llm_stop_consume(&s->stop, pass);
+  return NULL;
+}
+
+/* Token tok chosen for s: its text (less what stop strings hold back), the callback, and whether
+ * the sequence ends (then its slot is freed, its held-back text flushed into the event). *emitted
+ * is false when the sequence was cancelled from the callback (no event). */
+static hcq_status_t take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, hcq_llm_batch_event_t *ev,
+                               bool *emitted) {
   int id = s->id;
+  *emitted = false;
   s->ids[s->len++] = tok;
-  size_t len = llm_detok_push(b->tok, &s->detok, tok, s->o.special, s->text, LLM_DETOK_MAX_OUT);
-  s->text[len] = 0;
+  char piece[TEXT_CAP];
+  size_t len = llm_detok_push(b->tok, &s->detok, tok, s->o.special, piece, LLM_DETOK_MAX_OUT), at = 0;
   int generated = s->len - s->prompt;
-  bool stopped = s->o.on_token && !s->o.on_token(s->o.user, tok, s->text, len);
-  if (s->id != id) return false; /* cancelled by the callback */
-  *ev = (hcq_llm_batch_event_t){.seq = id, .id = tok, .text = s->text, .len = len, .tokens = (size_t)generated};
-  bool end = !s->o.ignore_eos && llm_tokenizer_is_eog(b->tok, tok);
-  if (!stopped && !end && generated < s->max_new) return true;
-  ev->finished = true;
-  ev->stop = stopped                                           ? HCQ_LLM_STOP_CALLBACK
+  bool end = !s->o.ignore_eos && llm_tokenizer_is_eog(b->tok, tok), last = end || generated >= s->max_new;
+  TRY(pass_text(s, piece, len, false, &at));
+  bool stopped = s->o.on_token && !s->o.on_token(s->o.user, tok, s->text, at);
+  if (s->id != id) return NULL; /* cancelled by the callback */
+  bool found = s->o.nstop && s->stop.found >= 0;
+  if (!stopped && !found && !last) {
+    *ev = (hcq_llm_batch_event_t){.seq = id, .id = tok, .text = s->text, .len = at, .tokens = (size_t)generated};
+    *emitted = true;
+    return NULL;
+  }
+  if (!found) { /* what the detokenizer and the stop strings held back comes out now */
+    char rest[8];
+    size_t nrest = llm_detok_flush(&s->detok, rest, sizeof(rest) - 1), before = at;
+    TRY(pass_text(s, rest, nrest, true, &at));
+    if (at > before && s->o.on_token && !stopped)
+      s->o.on_token(s->o.user, HCQ_LLM_NO_TOKEN, s->text + before, at - before);
+  }
+  *ev = (hcq_llm_batch_event_t){.seq = id, .id = tok, .text = s->text, .len = at, .tokens = (size_t)generated,
+                                .finished = true};
+  ev->stop = found                                             ? HCQ_LLM_STOP_STRING
+             : stopped                                         ? HCQ_LLM_STOP_CALLBACK
              : end                                             ? HCQ_LLM_STOP_END
              : s->o.max_tokens && generated >= s->o.max_tokens ? HCQ_LLM_STOP_LENGTH
                                                                : HCQ_LLM_STOP_CONTEXT;
-  char rest[8];
-  size_t nrest = llm_detok_flush(&s->detok, rest, sizeof(rest) - 1);
-  rest[nrest] = 0;
-  memcpy(s->text + len, rest, nrest + 1);
-  ev->len = len + nrest;
-  s->id = -1; /* the slot is free before the callback: it may add a sequence */
-  if (nrest && s->o.on_token && !stopped) s->o.on_token(s->o.user, HCQ_LLM_NO_TOKEN, rest, nrest);
-  return true;
+  /* the slot is free before the next step (the text lives on in s->text until then) */
+  char *text = s->text;
+  size_t cap = s->text_cap;
+  release_slot(s);
+  s->text = text, s->text_cap = cap;
+  *emitted = true;
+  return NULL;
 }
 
 /* Plans the step of the next parity and queues it (when it has rows). */
@@ -326,15 +401,19 @@ hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *event
    * taken again then is written from position 0 by its new sequence before anything reads it) */
   TRY(llm_decoder_batch_tokens(b->dec, p, b->nsample[p], b->chosen));
   b->inflight = queued;
+  hcq_status_t st = NULL;
   pthread_mutex_lock(&b->lock);
-  for (int i = 0, j = 0; i < b->nrows[p]; i++) {
+  for (int i = 0, j = 0; i < b->nrows[p] && !st; i++) {
     if (!b->rows[p][i].sample) continue;
     seq_slot_t *s = &b->slots[b->rows[p][i].slot];
     int32_t tok = b->chosen[j++];
+    bool emitted = false;
     /* not cancelled or finished meanwhile */
-    if (s->id == b->row_id[p][i] && take_token(b, s, tok, &events[*n])) ++*n;
+    if (s->id == b->row_id[p][i]) st = take_token(b, s, tok, &events[*n], &emitted);
+    *n += emitted;
   }
   pthread_mutex_unlock(&b->lock);
+  if (st) return st;
   qsort(events, *n, sizeof(*events), event_cmp);
   return NULL;
 }
