@@ -158,6 +158,91 @@ static int remote_copy(cpu_engine_t *e, cpu_queue_t *q, const uint32_t *w) {
 
 static uint64_t engine_clock(void *e) { return hcq__fast_clock_now(&((cpu_engine_t *)e)->clock); }
 
+/* ---- runs of kernels ---- */
+
+/* Reading the clock costs several times an empty kernel (rdtsc: ~8 ns here), so a run of kernels
+ * stamps (hcq__cursor_stamp, for hang reports) its first kernel, the next, and then one in a window
+ * that doubles up to CPU_STAMP_WINDOW_MAX while the kernels since the last read took under
+ * CPU_SLOW_KERNEL_NS each, and falls back to 1 (every kernel) when they took longer: a slow or
+ * stuck kernel is timed from its start. One not stamped leaves a report to its own first look,
+ * which is later: "for at least N ms" stays true, only less. */
+#define CPU_STAMP_WINDOW_MAX 256u
+#define CPU_SLOW_KERNEL_NS UINT64_C(500)
+
+typedef struct kernel_stamps {
+  const uint32_t *last_w; /* the kernel the clock was last read for in this run (NULL: none yet) */
+  uint64_t last_ns;
+  unsigned window;
+} kernel_stamps_t;
+
+/* Reads the clock for the kernel at w and stamps it. Returns how many kernels from w on to run
+ * before the next read. */
+static __attribute__((noinline)) unsigned stamp_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c, const uint32_t *w,
+                                                       kernel_stamps_t *ks) {
+  uint64_t now = engine_clock(e);
+  if (ks->last_w) {
+    uint64_t kernels = (uint64_t)(w - ks->last_w) / HCQ__LEN_EXEC;
+    bool slow = now - ks->last_ns > kernels * CPU_SLOW_KERNEL_NS;
+    ks->window = slow ? 1 : ks->window < CPU_STAMP_WINDOW_MAX ? 2 * ks->window : CPU_STAMP_WINDOW_MAX;
+  }
+  ks->last_w = w, ks->last_ns = now;
+  hcq__cursor_stamp(c, w, now);
+  /* The engine is the only writer: no read-modify-write needed. */
+  atomic_store_explicit(&e->kernel_stamps, atomic_load_explicit(&e->kernel_stamps, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  return ks->window;
+}
+
+/* A launch of one work-group of a non-empty size: the common case, called straight from the words.
+ * Bitwise operators, not && and ||: one branch for the whole test. */
+static inline bool one_group(const uint32_t *gsz, const uint32_t *lsz) {
+  return (((gsz[0] ^ 1) | (gsz[1] ^ 1) | (gsz[2] ^ 1)) == 0) & (lsz[0] != 0) & (lsz[1] != 0) & (lsz[2] != 0);
+}
+
+/* Runs the EXEC at w (published as the queue's current command); false when the device was lost. */
+static inline bool run_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c, const uint32_t *w) {
+  atomic_store_explicit(&c->cur, w, memory_order_relaxed);
+  const uint32_t *gsz = w + HCQ__EXEC_GLOBAL, *lsz = w + HCQ__EXEC_LOCAL;
+  if (__builtin_expect(one_group(gsz, lsz), 1)) {
+    hcq_cpu_kernel_fn fn = (hcq_cpu_kernel_fn)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
+    void *const *bufs = (void *const *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_ARGS);
+    const int32_t *vals = (const int32_t *)(const void *)((const char *)bufs + (size_t)w[HCQ__EXEC_NBUFS] * 8);
+    hcq_launch_t l = {{0, 0, 0}, {1, 1, 1}, {lsz[0], lsz[1], lsz[2]}};
+    fn(bufs, vals, &l);
+  } else {
+    exec_command(e, w);
+  }
+  return !hcq__device_is_lost(e->dev);
+}
+
+static inline bool exec_follows(const uint32_t *w, const uint32_t *end) {
+  return w < end && HCQ__HDR_OP(w[0]) == HCQ__OP_EXEC;
+}
+
+/* Runs the EXECs from c->w while they follow one another (the engine's own, neither isolated nor
+ * validated): per kernel, the words are read where they lie (patched in place), the kernel called,
+ * two relaxed stores tell hang reports where the queue is, and one load whether the device was
+ * lost. The first kernel of each window is stamped (stamp_kernel). RUN_DONE with c->w past the
+ * run, or RUN_LOST at the kernel that lost the device. */
+static int run_kernels(cpu_engine_t *e, cpu_queue_t *q) {
+  hcq__cmd_cursor_t *c = &q->c;
+  const uint32_t *w = c->w, *end = c->end;
+  kernel_stamps_t ks = {NULL, 0, 1};
+  bool alive = true;
+  do {
+    unsigned window = stamp_kernel(e, c, w, &ks);
+    alive = run_kernel(e, c, w);
+    hcq__cursor_unstamp(c);
+    for (unsigned n = window; alive; alive = run_kernel(e, c, w)) {
+      atomic_store_explicit(&c->prev, w, memory_order_relaxed);
+      w += HCQ__LEN_EXEC;
+      if (--n == 0 || !exec_follows(w, end)) break;
+    }
+  } while (alive && exec_follows(w, end));
+  c->w = w; /* a lost device leaves it at the kernel that lost it */
+  return alive ? RUN_DONE : RUN_LOST;
+}
+
 /* Runs q's current entry until it ends, blocks at a wait, or the device is lost. */
 static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
   e->running = q;
@@ -176,6 +261,11 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
         if (e->on_host) {
           e->kernel_ahead = true; /* the queue waits here for the engine, like at a WAIT */
           return RUN_BLOCKED;
+        }
+        if (!e->dev->isolate && !hcq__validating) {
+          int r = run_kernels(e, q);
+          if (r != RUN_DONE) return r;
+          continue;
         }
         hcq__cursor_stamp(&q->c, w, engine_clock(e));
         /* HCQ_VALIDATE arms the jump too: a kernel meeting a guard page loses its device, not the process. */

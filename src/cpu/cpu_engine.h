@@ -80,6 +80,7 @@ typedef struct cpu_engine {
   _Atomic uint32_t barrier_word;
   cpu_pool_t pool;
   hcq__fast_clock_t clock; /* the engine thread's, for timestamps */
+  _Atomic uint64_t kernel_stamps; /* kernels stamped by run_kernels (tests: hcq__cpu_kernel_stamps) */
   hcq__cpu_share_t share;  /* its cores (cpu_layout.c) */
   uint64_t remote_since;   /* when the engine began polling for a cross-rank COPY (0: it is not) */
   unsigned remote_polls;
