@@ -1,7 +1,9 @@
 /* The CPU engine's runs of kernels (issue 42, item 1; cpu_engine.c, run_kernels): a graph's chain of
  * one-group kernels runs in order and whole, the clock is read for few of them while they are tiny
  * and for every one while they are slow, a hang report never says a stuck kernel ran longer than it
- * did, and a device lost in the middle of a run stops it at that kernel. */
+ * did, and a device lost in the middle of a run stops it at that kernel. And the engine's idle
+ * spin (item 4, cadence_budget): work that comes back soon after the queues ran dry finds the
+ * engine spinning longer, work after a long idle spell does not. */
 #include <stdatomic.h>
 #include <time.h>
 
@@ -223,4 +225,40 @@ Test(kernel_runs, a_device_lost_inside_a_run_stops_it_at_that_kernel) {
   hcq_buffer_release(b);
   hcq_program_release(p);
   hcq_status_destroy(hcq_device_close(d));
+}
+
+static void k_empty(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)b, (void)v, (void)l; }
+
+/* Launches n empty kernels gap_us apart (each done long before the next: the device goes idle),
+ * after a first one and 30 ms of quiet. No waits in between: a wait queues work of its own. */
+static uint64_t cadence_spins_for(long gap_us, int n) {
+  hcq_device_t *d = test_open("CPU:0");
+  hcq_program_t *p = NULL;
+  OK(hcq_program_create_fn(d, "empty", k_empty, &p));
+  hcq_buffer_t *b = test_buffer(d, 64);
+  hcq_launch_desc_t ld = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}, NULL, 0};
+  OK(hcq_launch(&ld));
+  OK(hcq_device_synchronize(d));
+  sleep_us(30000);
+  uint64_t before = hcq__cpu_cadence_spins(d);
+  for (int i = 0; i < n; i++) {
+    OK(hcq_launch(&ld));
+    sleep_us(gap_us);
+  }
+  uint64_t spins = hcq__cpu_cadence_spins(d) - before;
+  OK(hcq_device_synchronize(d));
+  hcq_buffer_release(b);
+  hcq_program_release(p);
+  test_close(d);
+  return spins;
+}
+
+/* Before: the engine spun HCQ_SPIN_NS (20 us) and slept, so each launch 200 us after the last had to
+ * wake it (a futex system call on the host's side). */
+Test(kernel_runs, work_at_a_short_cadence_finds_the_engine_spinning_longer) {
+  cr_assert_gt(cadence_spins_for(200, 40), 0, "no idle spin was lengthened for launches 200 us apart");
+}
+
+Test(kernel_runs, work_after_long_idle_spells_does_not_lengthen_the_spin) {
+  cr_assert_eq(cadence_spins_for(20000, 5), 0, "launches 20 ms apart lengthened the engine's idle spin");
 }

@@ -42,6 +42,10 @@ uint64_t hcq__cpu_kernel_stamps(hcq_device_t *dev) {
   return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->kernel_stamps) : 0;
 }
 
+uint64_t hcq__cpu_cadence_spins(hcq_device_t *dev) {
+  return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->cadence_spins) : 0;
+}
+
 uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev) {
   return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->host_handbacks) : 0;
 }

@@ -385,6 +385,33 @@ static void defer_to_hosts(cpu_engine_t *e) {
   atomic_store_explicit(&e->deferring, false, memory_order_seq_cst);
 }
 
+/* Work that comes back at a steady cadence (a decode loop whose host queues the next step soon
+ * after the last one ran dry, an application's launches between short host computations): after
+ * an idle spell of at most CPU_CADENCE_SPIN_MAX_NS the engine spins up to twice as long as that
+ * before it sleeps, so the next submit finds it awake and queues with a store, not a futex wake (a
+ * system call and, on a VM, an interrupt to the sleeping core: 5-15 us). A longer spell (an idle
+ * process) keeps the plain budget; HCQ_SPIN_NS=0 still turns spinning off, and a contended machine
+ * still cuts every spin short (hcq__spin_until_with). */
+#define CPU_CADENCE_SPIN_MAX_NS UINT64_C(1000000)
+
+static uint64_t cadence_budget(cpu_engine_t *e, uint64_t budget) {
+  if (!e->idle_since_ns) e->idle_since_ns = hcq__now_ns();
+  uint64_t gap = e->idle_gap_ns;
+  if (gap && gap <= CPU_CADENCE_SPIN_MAX_NS && 2 * gap > budget) {
+    atomic_store_explicit(&e->cadence_spins, atomic_load_explicit(&e->cadence_spins, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    return 2 * gap;
+  }
+  return budget;
+}
+
+/* New work ended an idle spell: note how long it was. */
+static inline void idle_spell_ended(cpu_engine_t *e) {
+  if (!e->idle_since_ns) return;
+  e->idle_gap_ns = hcq__now_ns() - e->idle_since_ns;
+  e->idle_since_ns = 0;
+}
+
 /* Neither queue can move: spin while work is in flight (a hand-off from another core is near),
  * then sleep on what one queue waits for, or on the doorbell when both are empty. */
 static void wait_for_work(cpu_engine_t *e) {
@@ -421,6 +448,7 @@ static void wait_for_work(cpu_engine_t *e) {
     if (e->q[k].c.w && HCQ__HDR_OP(e->q[k].c.w[0]) == HCQ__OP_WAIT) blocked[nblocked++] = &e->q[k];
   uint64_t budget = nblocked ? CPU_INFLIGHT_SPIN_NS : hcq__options()->spin_ns;
   if (budget < hcq__options()->spin_ns) budget = hcq__options()->spin_ns;
+  if (!nblocked && hcq__options()->spin_ns) budget = cadence_budget(e, budget);
   if (spin_until(engine_ready_ctx, e, budget)) return;
   if (nblocked && (hcq__device_lose_if_orphaned(e->dev), hcq__device_is_lost(e->dev))) return;
   hcq__park_t park;
@@ -503,6 +531,7 @@ void *hcq__cpu_engine_main(void *arg) {
     bool moved = run_queues(e);
     e->running = NULL;
     if (moved) {
+      idle_spell_ended(e);
       e->remote_since = 0;
       continue;
     }

@@ -81,6 +81,10 @@ typedef struct cpu_engine {
   cpu_pool_t pool;
   hcq__fast_clock_t clock; /* the engine thread's, for timestamps */
   _Atomic uint64_t kernel_stamps; /* kernels stamped by run_kernels (tests: hcq__cpu_kernel_stamps) */
+  /* The engine thread's: when both queues last ran dry (0: busy since) and how long the last such
+   * idle spell lasted until new work came (wait_for_work spins through a short one). */
+  uint64_t idle_since_ns, idle_gap_ns;
+  _Atomic uint64_t cadence_spins; /* idle spins that a short last gap lengthened (tests) */
   hcq__cpu_share_t share;  /* its cores (cpu_layout.c) */
   uint64_t remote_since;   /* when the engine began polling for a cross-rank COPY (0: it is not) */
   unsigned remote_polls;
