@@ -194,9 +194,9 @@ static __attribute__((noinline)) unsigned stamp_kernel(cpu_engine_t *e, hcq__cmd
 }
 
 /* A launch of one work-group of a non-empty size: the common case, called straight from the words.
- * Bitwise operators, not && and ||: one branch for the whole test. */
+ * The grid's first two words are read as one, and two 32-bit sizes multiply exactly in 64 bits. */
 static inline bool one_group(const uint32_t *gsz, const uint32_t *lsz) {
-  return (((gsz[0] ^ 1) | (gsz[1] ^ 1) | (gsz[2] ^ 1)) == 0) & (lsz[0] != 0) & (lsz[1] != 0) & (lsz[2] != 0);
+  return hcq__rd64(gsz) == ((UINT64_C(1) << 32) | 1) && gsz[2] == 1 && (uint64_t)lsz[0] * lsz[1] != 0 && lsz[2] != 0;
 }
 
 /* Runs the EXEC at w (published as the queue's current command); false when the device was lost. */
