@@ -77,6 +77,7 @@ static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, con
   uint32_t done = atomic_load_explicit(&p->done_seq, memory_order_relaxed);
   atomic_store_explicit(&p->gen, g + 2, memory_order_seq_cst); /* even: published */
   if (atomic_load_explicit(&p->helpers_sleeping, memory_order_seq_cst)) hcq__futex_wake(&p->gen);
+  wake_assisting_hosts(p);
   atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
   hcq__cpu_pool_work(p);
   atomic_fetch_sub_explicit(&p->active, 1, memory_order_seq_cst);
@@ -200,7 +201,7 @@ static inline bool one_group(const uint32_t *gsz, const uint32_t *lsz) {
 }
 
 /* Runs the EXEC at w (published as the queue's current command); false when the device was lost. */
-static inline bool run_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c, const uint32_t *w) {
+static inline bool run_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c, const uint32_t *w, const _Atomic bool *lost) {
   atomic_store_explicit(&c->cur, w, memory_order_relaxed);
   const uint32_t *gsz = w + HCQ__EXEC_GLOBAL, *lsz = w + HCQ__EXEC_LOCAL;
   if (__builtin_expect(one_group(gsz, lsz), 1)) {
@@ -212,7 +213,7 @@ static inline bool run_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c, const uint3
   } else {
     exec_command(e, w);
   }
-  return !hcq__device_is_lost(e->dev);
+  return !atomic_load_explicit(lost, memory_order_acquire);
 }
 
 static inline bool exec_follows(const uint32_t *w, const uint32_t *end) {
@@ -222,21 +223,26 @@ static inline bool exec_follows(const uint32_t *w, const uint32_t *end) {
 /* Runs the EXECs from c->w while they follow one another (the engine's own, neither isolated nor
  * validated): per kernel, the words are read where they lie (patched in place), the kernel called,
  * two relaxed stores tell hang reports where the queue is, and one load whether the device was
- * lost. The first kernel of each window is stamped (stamp_kernel). RUN_DONE with c->w past the
- * run, or RUN_LOST at the kernel that lost the device. */
+ * lost. The first kernel of each window is stamped (stamp_kernel); a window never reaches past the
+ * list's end, so inside one only the next header is looked at. RUN_DONE with c->w past the run, or
+ * RUN_LOST at the kernel that lost the device. */
 static int run_kernels(cpu_engine_t *e, cpu_queue_t *q) {
   hcq__cmd_cursor_t *c = &q->c;
   const uint32_t *w = c->w, *end = c->end;
+  const _Atomic bool *lost = &e->dev->lost;
   kernel_stamps_t ks = {NULL, 0, 1};
   bool alive = true;
   do {
-    unsigned window = stamp_kernel(e, c, w, &ks);
-    alive = run_kernel(e, c, w);
+    size_t fit = (size_t)(end - w) / HCQ__LEN_EXEC; /* >= 1: the EXEC at w is whole */
+    unsigned n = stamp_kernel(e, c, w, &ks);
+    if (n > fit) n = (unsigned)fit;
+    alive = run_kernel(e, c, w, lost);
     hcq__cursor_unstamp(c);
-    for (unsigned n = window; alive; alive = run_kernel(e, c, w)) {
+    while (alive) {
       atomic_store_explicit(&c->prev, w, memory_order_relaxed);
       w += HCQ__LEN_EXEC;
-      if (--n == 0 || !exec_follows(w, end)) break;
+      if (--n == 0 || HCQ__HDR_OP(w[0]) != HCQ__OP_EXEC) break;
+      alive = run_kernel(e, c, w, lost);
     }
   } while (alive && exec_follows(w, end));
   c->w = w; /* a lost device leaves it at the kernel that lost it */
@@ -345,6 +351,7 @@ static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
     q->c.w = q->c.end = NULL;
     q->pos += q->entry_len;
     publish_tail(q, q->pos);
+    wake_assisting_hosts(&e->pool); /* a host asleep in assist may wait for what the entry signalled */
   }
 }
 

@@ -58,6 +58,8 @@ typedef struct cpu_pool {
   _Atomic uint32_t worker_sleeping;
   _Atomic bool stop;
   _Atomic uint64_t assisted; /* launches a waiting host thread took part in (hcq__cpu_pool_assist) */
+  _Atomic uint32_t hosts_assisting; /* host threads asleep in hcq__cpu_pool_assist */
+  _Atomic uint32_t assist_seq;      /* ... sleep on this word: bumped by wake_assisting_hosts */
   hcq_cpu_kernel_fn fn;
   void *const *bufs;
   const int32_t *vals;
@@ -166,7 +168,15 @@ const uint32_t *hcq__cpu_engine_current_command(const hcq__cpu_fault_ctx_t *ctx)
 void hcq__cpu_pool_work(cpu_pool_t *p);
 /* A waiting host thread on a contended machine takes chunks of the published job (core/backend.h,
  * assist): 1 when it ran some, 0 when it waited for one, -1 when the host is not contended. */
-int hcq__cpu_pool_assist(cpu_pool_t *p, uint64_t max_ns);
+int hcq__cpu_pool_assist(cpu_pool_t *p, const hcq__signal_words_t *s, uint64_t want, uint64_t max_ns);
+
+/* Wakes host threads that sleep in hcq__cpu_pool_assist (a job was published, or an entry of a
+ * queue ended: the signal they wait for may be set). */
+static inline void wake_assisting_hosts(cpu_pool_t *p) {
+  if (!atomic_load_explicit(&p->hosts_assisting, memory_order_seq_cst)) return;
+  atomic_fetch_add_explicit(&p->assist_seq, 1, memory_order_seq_cst);
+  hcq__futex_wake(&p->assist_seq);
+}
 void hcq__cpu_isolated_fault(hcq__cpu_fault_ctx_t *ctx);
 void hcq__cpu_name_thread(pthread_t t, const hcq_device_t *dev, const char *role, unsigned n);
 
