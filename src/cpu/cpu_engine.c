@@ -230,6 +230,16 @@ static int run_kernels(cpu_engine_t *e, cpu_queue_t *q) {
   hcq__cmd_cursor_t *c = &q->c;
   const uint32_t *w = c->w, *end = c->end;
   const _Atomic bool *lost = &e->dev->lost;
+  if (!exec_follows(w + HCQ__LEN_EXEC, end)) {
+    /* A lone kernel (an eager launch): stamped, with no window to size. */
+    hcq__cursor_stamp(c, w, engine_clock(e));
+    bool alive = run_kernel(e, c, w, lost);
+    hcq__cursor_unstamp(c);
+    if (!alive) return RUN_LOST;
+    atomic_store_explicit(&c->prev, w, memory_order_relaxed);
+    c->w = w + HCQ__LEN_EXEC;
+    return RUN_DONE;
+  }
   kernel_stamps_t ks = {NULL, 0, 1};
   bool alive = true;
   do {
@@ -402,7 +412,6 @@ static void defer_to_hosts(cpu_engine_t *e) {
 #define CPU_CADENCE_SPIN_MAX_NS UINT64_C(1000000)
 
 static uint64_t cadence_budget(cpu_engine_t *e, uint64_t budget) {
-  if (!e->idle_since_ns) e->idle_since_ns = hcq__now_ns();
   uint64_t gap = e->idle_gap_ns;
   if (gap && gap <= CPU_CADENCE_SPIN_MAX_NS && 2 * gap > budget) {
     atomic_store_explicit(&e->cadence_spins, atomic_load_explicit(&e->cadence_spins, memory_order_relaxed) + 1,
@@ -412,7 +421,14 @@ static uint64_t cadence_budget(cpu_engine_t *e, uint64_t budget) {
   return budget;
 }
 
-/* New work ended an idle spell: note how long it was. */
+/* The engine is about to sleep after spinning spun_ns with both queues empty: the idle spell began
+ * about then. Only a spell that outlasted the spin is timed: one that ended during it needs no
+ * longer spin, and timing it would read the clock twice per launch of a busy eager loop. */
+static inline void idle_spell_sleeps(cpu_engine_t *e, uint64_t spun_ns) {
+  if (!e->idle_since_ns) e->idle_since_ns = hcq__now_ns() - spun_ns;
+}
+
+/* New work ended an idle spell the engine slept in: note how long it was. */
 static inline void idle_spell_ended(cpu_engine_t *e) {
   if (!e->idle_since_ns) return;
   e->idle_gap_ns = hcq__now_ns() - e->idle_since_ns;
@@ -457,6 +473,7 @@ static void wait_for_work(cpu_engine_t *e) {
   if (budget < hcq__options()->spin_ns) budget = hcq__options()->spin_ns;
   if (!nblocked && hcq__options()->spin_ns) budget = cadence_budget(e, budget);
   if (spin_until(engine_ready_ctx, e, budget)) return;
+  if (!nblocked) idle_spell_sleeps(e, budget);
   if (nblocked && (hcq__device_lose_if_orphaned(e->dev), hcq__device_is_lost(e->dev))) return;
   hcq__park_t park;
   _Atomic uint32_t *word = &e->doorbell;

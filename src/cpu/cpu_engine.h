@@ -83,8 +83,8 @@ typedef struct cpu_engine {
   cpu_pool_t pool;
   hcq__fast_clock_t clock; /* the engine thread's, for timestamps */
   _Atomic uint64_t kernel_stamps; /* kernels stamped by run_kernels (tests: hcq__cpu_kernel_stamps) */
-  /* The engine thread's: when both queues last ran dry (0: busy since) and how long the last such
-   * idle spell lasted until new work came (wait_for_work spins through a short one). */
+  /* The engine thread's: when the idle spell it sleeps in began (0: none), and how long the last
+   * one it slept in lasted until new work came (wait_for_work then spins through a short one). */
   uint64_t idle_since_ns, idle_gap_ns;
   _Atomic uint64_t cadence_spins; /* idle spins that a short last gap lengthened (tests) */
   hcq__cpu_share_t share;  /* its cores (cpu_layout.c) */
