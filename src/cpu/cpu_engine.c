@@ -77,7 +77,7 @@ static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, con
   uint32_t done = atomic_load_explicit(&p->done_seq, memory_order_relaxed);
   atomic_store_explicit(&p->gen, g + 2, memory_order_seq_cst); /* even: published */
   if (atomic_load_explicit(&p->helpers_sleeping, memory_order_seq_cst)) hcq__futex_wake(&p->gen);
-  wake_assisting_hosts(p);
+  wake_assisting_hosts(p, true);
   atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
   hcq__cpu_pool_work(p);
   atomic_fetch_sub_explicit(&p->active, 1, memory_order_seq_cst);
@@ -361,7 +361,7 @@ static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
     q->c.w = q->c.end = NULL;
     q->pos += q->entry_len;
     publish_tail(q, q->pos);
-    wake_assisting_hosts(&e->pool); /* a host asleep in assist may wait for what the entry signalled */
+    wake_assisting_hosts(&e->pool, false); /* a host asleep in assist may wait for what it signalled */
   }
 }
 

@@ -60,6 +60,10 @@ typedef struct cpu_pool {
   _Atomic uint64_t assisted; /* launches a waiting host thread took part in (hcq__cpu_pool_assist) */
   _Atomic uint32_t hosts_assisting; /* host threads asleep in hcq__cpu_pool_assist */
   _Atomic uint32_t assist_seq;      /* ... sleep on this word: bumped by wake_assisting_hosts */
+  /* What the last of them waits for (NULL: not known): an entry's end wakes them only once it is
+   * set, not at every entry of every queue (each wake is a system call and a context switch). */
+  _Atomic(const hcq__signal_words_t *) assist_signal;
+  _Atomic uint64_t assist_want;
   hcq_cpu_kernel_fn fn;
   void *const *bufs;
   const int32_t *vals;
@@ -170,10 +174,17 @@ void hcq__cpu_pool_work(cpu_pool_t *p);
  * assist): 1 when it ran some, 0 when it waited for one, -1 when the host is not contended. */
 int hcq__cpu_pool_assist(cpu_pool_t *p, const hcq__signal_words_t *s, uint64_t want, uint64_t max_ns);
 
-/* Wakes host threads that sleep in hcq__cpu_pool_assist (a job was published, or an entry of a
- * queue ended: the signal they wait for may be set). */
-static inline void wake_assisting_hosts(cpu_pool_t *p) {
-  if (!atomic_load_explicit(&p->hosts_assisting, memory_order_seq_cst)) return;
+/* Wakes host threads that sleep in hcq__cpu_pool_assist: always when a job was published
+ * (any_job), else (an entry of a queue ended) when what they wait for is set, or not known. */
+static inline void wake_assisting_hosts(cpu_pool_t *p, bool any_job) {
+  uint32_t hosts = atomic_load_explicit(&p->hosts_assisting, memory_order_seq_cst);
+  if (!hosts) return;
+  if (!any_job && hosts == 1) {
+    const hcq__signal_words_t *s = atomic_load_explicit(&p->assist_signal, memory_order_seq_cst);
+    if (s && atomic_load_explicit(&s->value, memory_order_seq_cst) <
+                 atomic_load_explicit(&p->assist_want, memory_order_seq_cst))
+      return;
+  }
   atomic_fetch_add_explicit(&p->assist_seq, 1, memory_order_seq_cst);
   hcq__futex_wake(&p->assist_seq);
 }

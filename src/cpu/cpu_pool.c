@@ -53,10 +53,13 @@ int hcq__cpu_pool_assist(cpu_pool_t *p, const hcq__signal_words_t *s, uint64_t w
   /* Counted before the signal is looked at again, as the engine sets it before it looks at the
    * count: either this thread sees the signal set or the engine sees it asleep and wakes it. */
   atomic_fetch_add_explicit(&p->hosts_assisting, 1, memory_order_seq_cst);
+  atomic_store_explicit(&p->assist_want, want, memory_order_seq_cst);
+  atomic_store_explicit(&p->assist_signal, s, memory_order_seq_cst);
   uint32_t seq = atomic_load_explicit(&p->assist_seq, memory_order_seq_cst);
   if (atomic_load_explicit(&s->value, memory_order_seq_cst) < want &&
       atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop))
     hcq__futex_wait(&p->assist_seq, seq, max_ns);
+  atomic_store_explicit(&p->assist_signal, NULL, memory_order_seq_cst); /* not known: wake at every end */
   atomic_fetch_sub_explicit(&p->hosts_assisting, 1, memory_order_seq_cst);
   return 0;
 }
