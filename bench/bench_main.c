@@ -47,6 +47,12 @@ static void bench_signal_round_trip(hcq_device_t *dev) {
     hcq_expr_release(c);
     hcq_expr_release(v);
   }
+  hcq_signal_t *b_done;
+  CHECK(hcq_signal_create(dev, "b done", 0, &b_done));
+  hcq_expr_t *m = hcq_expr_const(M), *last = hcq_expr_binary(HCQ_EXPR_ADD, base, m);
+  CHECK(hcq_queue_signal(b, hcq_imm((int64_t)hcq_signal_address(b_done)), hcq_sym(last)));
+  hcq_expr_release(m);
+  hcq_expr_release(last);
   CHECK(hcq_queue_bind(a, dev));
   CHECK(hcq_queue_bind(b, dev));
   double rt[REPS];
@@ -57,6 +63,9 @@ static void bench_signal_round_trip(hcq_device_t *dev) {
     CHECK(hcq_queue_submit(b, dev, vals, 1));
     CHECK(hcq_signal_wait(pong, (uint64_t)(r + 1) * M, HCQ_TIMEOUT_DEFAULT));
     rt[r] = (now_ns() - t0) / M;
+    /* b's last wait may not have run yet when pong is set, and the next submit patches b's words
+     * in place: b must be done first (hcq/queue.h). */
+    CHECK(hcq_signal_wait(b_done, (uint64_t)(r + 1) * M, HCQ_TIMEOUT_DEFAULT));
   }
   row("signal round trip between two queues (two hand-offs)", median(rt, REPS), "ns");
   hcq_queue_destroy(a);
@@ -64,6 +73,7 @@ static void bench_signal_round_trip(hcq_device_t *dev) {
   hcq_expr_release(base);
   hcq_signal_destroy(ping);
   hcq_signal_destroy(pong);
+  hcq_signal_destroy(b_done);
 }
 
 /* One bound compute queue of N empty one-group execs: the engine's per-command cost. */

@@ -19,6 +19,8 @@
 #include "hcq/program.h"
 #include "hcq/queue.h"
 
+struct hcq__signal_words; /* core/signal.h */
+
 typedef struct hcq__backend {
   hcq_device_kind_t kind;
   /* The graph-file program key of the kernel language its devices compile ("c", "cuda", ...). */
@@ -126,9 +128,11 @@ typedef struct hcq__device_vtable {
    * the work-groups of a shared launch in progress, if any are left, as the device's own helper
    * threads do, or else sleeps until the next one is published or max_ns passed. Each thread gets
    * its share of a busy core, so a waiter that works adds a share (docs/cpu-device.md, "Waiting on
-   * a busy machine"). 1: it ran some of a launch; 0: it waited for one; -1: not now (the host is
-   * not contended): the waiter sleeps on the signal. Optional. */
-  int (*assist)(hcq_device_t *dev, uint64_t max_ns);
+   * a busy machine"). It does not sleep when s has reached want, and a device whose queue ends an
+   * entry while it sleeps wakes it (the signal a waiter waits for is set by such an entry), so a
+   * wait does not last max_ns past its signal. 1: it ran some of a launch; 0: it waited for one;
+   * -1: not now (the host is not contended): the waiter sleeps on the signal. Optional. */
+  int (*assist)(hcq_device_t *dev, const struct hcq__signal_words *s, uint64_t want, uint64_t max_ns);
 } hcq__device_vtable_t;
 
 enum { HCQ__HOST_BEGIN, HCQ__HOST_RUN, HCQ__HOST_END };

@@ -152,7 +152,7 @@ static bool assist_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t
     if ((deadline_ns && hcq__now_ns() >= deadline_ns) || any_lost(watch, nwatch)) return false;
     /* A signal set while this thread sleeps for the next launch is seen within a millisecond: the
      * waits this serves (a token whose next step is already queued) have work queued behind them. */
-    r = dev->vt->assist(dev, UINT64_C(1000000));
+    r = dev->vt->assist(dev, s, want, UINT64_C(1000000));
   }
   return false;
 }

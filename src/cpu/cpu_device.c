@@ -28,7 +28,9 @@
 /* Work-items (groups x group size) one launch may have: more would keep a device busy for days. */
 #define CPU_MAX_WORK_ITEMS (UINT64_C(1) << 40)
 
-static int cpu_assist(hcq_device_t *dev, uint64_t max_ns) { return hcq__cpu_pool_assist(&engine_of(dev)->pool, max_ns); }
+static int cpu_assist(hcq_device_t *dev, const hcq__signal_words_t *s, uint64_t want, uint64_t max_ns) {
+  return hcq__cpu_pool_assist(&engine_of(dev)->pool, s, want, max_ns);
+}
 
 static const hcq__device_vtable_t cpu_vtable;
 
@@ -36,6 +38,14 @@ hcq__cpu_share_t *hcq__cpu_share(hcq_device_t *dev) { return &engine_of(dev)->sh
 
 uint64_t hcq__cpu_host_passes(hcq_device_t *dev) {
   return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->host_passes) : 0;
+}
+
+uint64_t hcq__cpu_kernel_stamps(hcq_device_t *dev) {
+  return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->kernel_stamps) : 0;
+}
+
+uint64_t hcq__cpu_cadence_spins(hcq_device_t *dev) {
+  return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->cadence_spins) : 0;
 }
 
 uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev) {

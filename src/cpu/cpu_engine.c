@@ -77,6 +77,7 @@ static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, con
   uint32_t done = atomic_load_explicit(&p->done_seq, memory_order_relaxed);
   atomic_store_explicit(&p->gen, g + 2, memory_order_seq_cst); /* even: published */
   if (atomic_load_explicit(&p->helpers_sleeping, memory_order_seq_cst)) hcq__futex_wake(&p->gen);
+  wake_assisting_hosts(p, true);
   atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
   hcq__cpu_pool_work(p);
   atomic_fetch_sub_explicit(&p->active, 1, memory_order_seq_cst);
@@ -158,6 +159,106 @@ static int remote_copy(cpu_engine_t *e, cpu_queue_t *q, const uint32_t *w) {
 
 static uint64_t engine_clock(void *e) { return hcq__fast_clock_now(&((cpu_engine_t *)e)->clock); }
 
+/* ---- runs of kernels ---- */
+
+/* Reading the clock costs several times an empty kernel (rdtsc: ~8 ns here), so a run of kernels
+ * stamps (hcq__cursor_stamp, for hang reports) its first kernel, the next, and then one in a window
+ * that doubles up to CPU_STAMP_WINDOW_MAX while the kernels since the last read took under
+ * CPU_SLOW_KERNEL_NS each, and falls back to 1 (every kernel) when they took longer: a slow or
+ * stuck kernel is timed from its start. One not stamped leaves a report to its own first look,
+ * which is later: "for at least N ms" stays true, only less. */
+#define CPU_STAMP_WINDOW_MAX 256u
+#define CPU_SLOW_KERNEL_NS UINT64_C(500)
+
+typedef struct kernel_stamps {
+  const uint32_t *last_w; /* the kernel the clock was last read for in this run (NULL: none yet) */
+  uint64_t last_ns;
+  unsigned window;
+} kernel_stamps_t;
+
+/* Reads the clock for the kernel at w and stamps it. Returns how many kernels from w on to run
+ * before the next read. */
+static __attribute__((noinline)) unsigned stamp_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c, const uint32_t *w,
+                                                       kernel_stamps_t *ks) {
+  uint64_t now = engine_clock(e);
+  if (ks->last_w) {
+    uint64_t kernels = (uint64_t)(w - ks->last_w) / HCQ__LEN_EXEC;
+    bool slow = now - ks->last_ns > kernels * CPU_SLOW_KERNEL_NS;
+    ks->window = slow ? 1 : ks->window < CPU_STAMP_WINDOW_MAX ? 2 * ks->window : CPU_STAMP_WINDOW_MAX;
+  }
+  ks->last_w = w, ks->last_ns = now;
+  hcq__cursor_stamp(c, w, now);
+  /* The engine is the only writer: no read-modify-write needed. */
+  atomic_store_explicit(&e->kernel_stamps, atomic_load_explicit(&e->kernel_stamps, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  return ks->window;
+}
+
+/* A launch of one work-group of a non-empty size: the common case, called straight from the words.
+ * The grid's first two words are read as one, and two 32-bit sizes multiply exactly in 64 bits. */
+static inline bool one_group(const uint32_t *gsz, const uint32_t *lsz) {
+  return hcq__rd64(gsz) == ((UINT64_C(1) << 32) | 1) && gsz[2] == 1 && (uint64_t)lsz[0] * lsz[1] != 0 && lsz[2] != 0;
+}
+
+/* Runs the EXEC at w (published as the queue's current command); false when the device was lost. */
+static inline bool run_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c, const uint32_t *w, const _Atomic bool *lost) {
+  atomic_store_explicit(&c->cur, w, memory_order_relaxed);
+  const uint32_t *gsz = w + HCQ__EXEC_GLOBAL, *lsz = w + HCQ__EXEC_LOCAL;
+  if (__builtin_expect(one_group(gsz, lsz), 1)) {
+    hcq_cpu_kernel_fn fn = (hcq_cpu_kernel_fn)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
+    void *const *bufs = (void *const *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_ARGS);
+    const int32_t *vals = (const int32_t *)(const void *)((const char *)bufs + (size_t)w[HCQ__EXEC_NBUFS] * 8);
+    hcq_launch_t l = {{0, 0, 0}, {1, 1, 1}, {lsz[0], lsz[1], lsz[2]}};
+    fn(bufs, vals, &l);
+  } else {
+    exec_command(e, w);
+  }
+  return !atomic_load_explicit(lost, memory_order_acquire);
+}
+
+static inline bool exec_follows(const uint32_t *w, const uint32_t *end) {
+  return w < end && HCQ__HDR_OP(w[0]) == HCQ__OP_EXEC;
+}
+
+/* Runs the EXECs from c->w while they follow one another (the engine's own, neither isolated nor
+ * validated): per kernel, the words are read where they lie (patched in place), the kernel called,
+ * two relaxed stores tell hang reports where the queue is, and one load whether the device was
+ * lost. The first kernel of each window is stamped (stamp_kernel); a window never reaches past the
+ * list's end, so inside one only the next header is looked at. RUN_DONE with c->w past the run, or
+ * RUN_LOST at the kernel that lost the device. */
+static int run_kernels(cpu_engine_t *e, cpu_queue_t *q) {
+  hcq__cmd_cursor_t *c = &q->c;
+  const uint32_t *w = c->w, *end = c->end;
+  const _Atomic bool *lost = &e->dev->lost;
+  if (!exec_follows(w + HCQ__LEN_EXEC, end)) {
+    /* A lone kernel (an eager launch): stamped, with no window to size. */
+    hcq__cursor_stamp(c, w, engine_clock(e));
+    bool alive = run_kernel(e, c, w, lost);
+    hcq__cursor_unstamp(c);
+    if (!alive) return RUN_LOST;
+    atomic_store_explicit(&c->prev, w, memory_order_relaxed);
+    c->w = w + HCQ__LEN_EXEC;
+    return RUN_DONE;
+  }
+  kernel_stamps_t ks = {NULL, 0, 1};
+  bool alive = true;
+  do {
+    size_t fit = (size_t)(end - w) / HCQ__LEN_EXEC; /* >= 1: the EXEC at w is whole */
+    unsigned n = stamp_kernel(e, c, w, &ks);
+    if (n > fit) n = (unsigned)fit;
+    alive = run_kernel(e, c, w, lost);
+    hcq__cursor_unstamp(c);
+    while (alive) {
+      atomic_store_explicit(&c->prev, w, memory_order_relaxed);
+      w += HCQ__LEN_EXEC;
+      if (--n == 0 || HCQ__HDR_OP(w[0]) != HCQ__OP_EXEC) break;
+      alive = run_kernel(e, c, w, lost);
+    }
+  } while (alive && exec_follows(w, end));
+  c->w = w; /* a lost device leaves it at the kernel that lost it */
+  return alive ? RUN_DONE : RUN_LOST;
+}
+
 /* Runs q's current entry until it ends, blocks at a wait, or the device is lost. */
 static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
   e->running = q;
@@ -176,6 +277,11 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
         if (e->on_host) {
           e->kernel_ahead = true; /* the queue waits here for the engine, like at a WAIT */
           return RUN_BLOCKED;
+        }
+        if (!e->dev->isolate && !hcq__validating) {
+          int r = run_kernels(e, q);
+          if (r != RUN_DONE) return r;
+          continue;
         }
         hcq__cursor_stamp(&q->c, w, engine_clock(e));
         /* HCQ_VALIDATE arms the jump too: a kernel meeting a guard page loses its device, not the process. */
@@ -255,6 +361,7 @@ static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
     q->c.w = q->c.end = NULL;
     q->pos += q->entry_len;
     publish_tail(q, q->pos);
+    wake_assisting_hosts(&e->pool, false); /* a host asleep in assist may wait for what it signalled */
   }
 }
 
@@ -295,6 +402,39 @@ static void defer_to_hosts(cpu_engine_t *e) {
   atomic_store_explicit(&e->deferring, false, memory_order_seq_cst);
 }
 
+/* Work that comes back at a steady cadence (a decode loop whose host queues the next step soon
+ * after the last one ran dry, an application's launches between short host computations): after
+ * an idle spell of at most CPU_CADENCE_SPIN_MAX_NS the engine spins up to twice as long as that
+ * before it sleeps, so the next submit finds it awake and queues with a store, not a futex wake (a
+ * system call and, on a VM, an interrupt to the sleeping core: 5-15 us). A longer spell (an idle
+ * process) keeps the plain budget; HCQ_SPIN_NS=0 still turns spinning off, and a contended machine
+ * still cuts every spin short (hcq__spin_until_with). */
+#define CPU_CADENCE_SPIN_MAX_NS UINT64_C(1000000)
+
+static uint64_t cadence_budget(cpu_engine_t *e, uint64_t budget) {
+  uint64_t gap = e->idle_gap_ns;
+  if (gap && gap <= CPU_CADENCE_SPIN_MAX_NS && 2 * gap > budget) {
+    atomic_store_explicit(&e->cadence_spins, atomic_load_explicit(&e->cadence_spins, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    return 2 * gap;
+  }
+  return budget;
+}
+
+/* The engine is about to sleep after spinning spun_ns with both queues empty: the idle spell began
+ * about then. Only a spell that outlasted the spin is timed: one that ended during it needs no
+ * longer spin, and timing it would read the clock twice per launch of a busy eager loop. */
+static inline void idle_spell_sleeps(cpu_engine_t *e, uint64_t spun_ns) {
+  if (!e->idle_since_ns) e->idle_since_ns = hcq__now_ns() - spun_ns;
+}
+
+/* New work ended an idle spell the engine slept in: note how long it was. */
+static inline void idle_spell_ended(cpu_engine_t *e) {
+  if (!e->idle_since_ns) return;
+  e->idle_gap_ns = hcq__now_ns() - e->idle_since_ns;
+  e->idle_since_ns = 0;
+}
+
 /* Neither queue can move: spin while work is in flight (a hand-off from another core is near),
  * then sleep on what one queue waits for, or on the doorbell when both are empty. */
 static void wait_for_work(cpu_engine_t *e) {
@@ -331,7 +471,9 @@ static void wait_for_work(cpu_engine_t *e) {
     if (e->q[k].c.w && HCQ__HDR_OP(e->q[k].c.w[0]) == HCQ__OP_WAIT) blocked[nblocked++] = &e->q[k];
   uint64_t budget = nblocked ? CPU_INFLIGHT_SPIN_NS : hcq__options()->spin_ns;
   if (budget < hcq__options()->spin_ns) budget = hcq__options()->spin_ns;
+  if (!nblocked && hcq__options()->spin_ns) budget = cadence_budget(e, budget);
   if (spin_until(engine_ready_ctx, e, budget)) return;
+  if (!nblocked) idle_spell_sleeps(e, budget);
   if (nblocked && (hcq__device_lose_if_orphaned(e->dev), hcq__device_is_lost(e->dev))) return;
   hcq__park_t park;
   _Atomic uint32_t *word = &e->doorbell;
@@ -413,6 +555,7 @@ void *hcq__cpu_engine_main(void *arg) {
     bool moved = run_queues(e);
     e->running = NULL;
     if (moved) {
+      idle_spell_ended(e);
       e->remote_since = 0;
       continue;
     }

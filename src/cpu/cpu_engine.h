@@ -58,6 +58,12 @@ typedef struct cpu_pool {
   _Atomic uint32_t worker_sleeping;
   _Atomic bool stop;
   _Atomic uint64_t assisted; /* launches a waiting host thread took part in (hcq__cpu_pool_assist) */
+  _Atomic uint32_t hosts_assisting; /* host threads asleep in hcq__cpu_pool_assist */
+  _Atomic uint32_t assist_seq;      /* ... sleep on this word: bumped by wake_assisting_hosts */
+  /* What the last of them waits for (NULL: not known): an entry's end wakes them only once it is
+   * set, not at every entry of every queue (each wake is a system call and a context switch). */
+  _Atomic(const hcq__signal_words_t *) assist_signal;
+  _Atomic uint64_t assist_want;
   hcq_cpu_kernel_fn fn;
   void *const *bufs;
   const int32_t *vals;
@@ -80,6 +86,11 @@ typedef struct cpu_engine {
   _Atomic uint32_t barrier_word;
   cpu_pool_t pool;
   hcq__fast_clock_t clock; /* the engine thread's, for timestamps */
+  _Atomic uint64_t kernel_stamps; /* kernels stamped by run_kernels (tests: hcq__cpu_kernel_stamps) */
+  /* The engine thread's: when the idle spell it sleeps in began (0: none), and how long the last
+   * one it slept in lasted until new work came (wait_for_work then spins through a short one). */
+  uint64_t idle_since_ns, idle_gap_ns;
+  _Atomic uint64_t cadence_spins; /* idle spins that a short last gap lengthened (tests) */
   hcq__cpu_share_t share;  /* its cores (cpu_layout.c) */
   uint64_t remote_since;   /* when the engine began polling for a cross-rank COPY (0: it is not) */
   unsigned remote_polls;
@@ -161,7 +172,22 @@ const uint32_t *hcq__cpu_engine_current_command(const hcq__cpu_fault_ctx_t *ctx)
 void hcq__cpu_pool_work(cpu_pool_t *p);
 /* A waiting host thread on a contended machine takes chunks of the published job (core/backend.h,
  * assist): 1 when it ran some, 0 when it waited for one, -1 when the host is not contended. */
-int hcq__cpu_pool_assist(cpu_pool_t *p, uint64_t max_ns);
+int hcq__cpu_pool_assist(cpu_pool_t *p, const hcq__signal_words_t *s, uint64_t want, uint64_t max_ns);
+
+/* Wakes host threads that sleep in hcq__cpu_pool_assist: always when a job was published
+ * (any_job), else (an entry of a queue ended) when what they wait for is set, or not known. */
+static inline void wake_assisting_hosts(cpu_pool_t *p, bool any_job) {
+  uint32_t hosts = atomic_load_explicit(&p->hosts_assisting, memory_order_seq_cst);
+  if (!hosts) return;
+  if (!any_job && hosts == 1) {
+    const hcq__signal_words_t *s = atomic_load_explicit(&p->assist_signal, memory_order_seq_cst);
+    if (s && atomic_load_explicit(&s->value, memory_order_seq_cst) <
+                 atomic_load_explicit(&p->assist_want, memory_order_seq_cst))
+      return;
+  }
+  atomic_fetch_add_explicit(&p->assist_seq, 1, memory_order_seq_cst);
+  hcq__futex_wake(&p->assist_seq);
+}
 void hcq__cpu_isolated_fault(hcq__cpu_fault_ctx_t *ctx);
 void hcq__cpu_name_thread(pthread_t t, const hcq_device_t *dev, const char *role, unsigned n);
 

@@ -70,6 +70,12 @@ void hcq__cpu_fault_thread_exit(void *stack);
 
 /* Passes in which a waiting host thread moved dev's queues (hcq__cpu_host_run; 0 for other devices). */
 uint64_t hcq__cpu_host_passes(hcq_device_t *dev);
+/* Kernels dev's engine read the clock for, to stamp them for hang reports (cpu_engine.c,
+ * run_kernels: one in a window while kernels are fast, each one while they are slow; tests). */
+uint64_t hcq__cpu_kernel_stamps(hcq_device_t *dev);
+/* Idle spins of dev's engine that a short last idle spell lengthened (cpu_engine.c, cadence_budget;
+ * tests). */
+uint64_t hcq__cpu_cadence_spins(hcq_device_t *dev);
 /* How often a waiting host handed the queues back to the engine with a cross-rank transfer still in
  * flight (tests: it polls such a transfer for HCQ_MPI_SPIN_NS, so normally never). */
 uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev);

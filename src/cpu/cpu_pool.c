@@ -30,9 +30,10 @@ void hcq__cpu_pool_work(cpu_pool_t *p) {
 
 /* A host thread waiting on a contended machine (core/backend.h, assist): the job the engine has
  * published, entered as a helper enters it, while chunks of it are left; else a sleep until the
- * next job (the engine wakes sleepers it counts) or max_ns. Not with isolation or validation: a
- * kernel that faults on the host's thread could not be taken back there. */
-int hcq__cpu_pool_assist(cpu_pool_t *p, uint64_t max_ns) {
+ * next job, the end of a queue entry (wake_assisting_hosts) or max_ns, unless s has reached want.
+ * Not with isolation or validation: a kernel that faults on the host's thread could not be taken
+ * back there. */
+int hcq__cpu_pool_assist(cpu_pool_t *p, const hcq__signal_words_t *s, uint64_t want, uint64_t max_ns) {
   if (p->dev->isolate || hcq__validating || hcq__device_is_lost(p->dev) || !hcq__cpu_host_contended()) return -1;
   uint32_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
   if (g && !(g & 1)) {
@@ -49,10 +50,17 @@ int hcq__cpu_pool_assist(cpu_pool_t *p, uint64_t max_ns) {
     atomic_fetch_sub_explicit(&p->active, 1, memory_order_seq_cst);
     if (worked) return 1;
   }
-  atomic_fetch_add_explicit(&p->helpers_sleeping, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop))
-    hcq__futex_wait(&p->gen, g, max_ns);
-  atomic_fetch_sub_explicit(&p->helpers_sleeping, 1, memory_order_seq_cst);
+  /* Counted before the signal is looked at again, as the engine sets it before it looks at the
+   * count: either this thread sees the signal set or the engine sees it asleep and wakes it. */
+  atomic_fetch_add_explicit(&p->hosts_assisting, 1, memory_order_seq_cst);
+  atomic_store_explicit(&p->assist_want, want, memory_order_seq_cst);
+  atomic_store_explicit(&p->assist_signal, s, memory_order_seq_cst);
+  uint32_t seq = atomic_load_explicit(&p->assist_seq, memory_order_seq_cst);
+  if (atomic_load_explicit(&s->value, memory_order_seq_cst) < want &&
+      atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop))
+    hcq__futex_wait(&p->assist_seq, seq, max_ns);
+  atomic_store_explicit(&p->assist_signal, NULL, memory_order_seq_cst); /* not known: wake at every end */
+  atomic_fetch_sub_explicit(&p->hosts_assisting, 1, memory_order_seq_cst);
   return 0;
 }
 
