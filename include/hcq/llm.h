@@ -254,7 +254,7 @@ const char *hcq_llm_stop_name(hcq_llm_stop_t stop);
  *   size_t nev;
  *   while (hcq_llm_batch_active(b) && !(st = hcq_llm_batch_step(b, ev, 8, &nev)))
  *     for (size_t i = 0; i < nev; i++) ... ev[i].seq, ev[i].text, ev[i].finished ...
- *   hcq_llm_batch_destroy(b);
+ *   hcq_status_destroy(hcq_llm_batch_destroy(b));
  *
  * Threads: one thread at a time calls hcq_llm_batch_step; hcq_llm_batch_add, hcq_llm_batch_cancel
  * and hcq_llm_batch_active may be called from any thread, also while a step runs (they take a lock
@@ -320,7 +320,8 @@ HCQ_MUST_USE hcq_status_t hcq_llm_batch_cancel(hcq_llm_batch_t *batch, int seq);
 size_t hcq_llm_batch_active(hcq_llm_batch_t *batch);
 /* The batch's decoder's captures so far: 1 after create, whatever the steps' sizes. */
 size_t hcq_llm_batch_captures(const hcq_llm_batch_t *batch);
-/* Waits for the device and frees everything; NULL is accepted. */
+/* Waits for the device and frees everything; NULL is accepted. Using the batch after it is
+ * undefined (a batch is plain memory: HCQ_VALIDATE does not check it). */
 HCQ_MUST_USE hcq_status_t hcq_llm_batch_destroy(hcq_llm_batch_t *batch);
 
 #pragma GCC visibility pop
