@@ -98,6 +98,9 @@ bool serve_engine_submit(serve_engine_t *e, serve_job_t *job, serve_error_t *err
 void serve_engine_stop(serve_engine_t *e);
 /* Closes the model and frees the engine (after serve_engine_stop and the HTTP side's end). */
 void serve_engine_destroy(serve_engine_t *e);
+/* A client gone: the job is cancelled and, when it still waits, leaves the queue at once (its
+ * place free for the next request). */
+void serve_engine_withdraw(serve_engine_t *e, serve_job_t *job);
 serve_state_t serve_engine_state(serve_engine_t *e);
 const char *serve_engine_load_error(serve_engine_t *e);
 /* The model's id (/v1/models) and whether name refers to it (its id, general.name, file name, alias). */

@@ -365,6 +365,21 @@ bool serve_engine_submit(serve_engine_t *e, serve_job_t *job, serve_error_t *err
   return ok;
 }
 
+void serve_engine_withdraw(serve_engine_t *e, serve_job_t *job) {
+  serve_job_cancel(job);
+  pthread_mutex_lock(&e->mu);
+  size_t q = (size_t)e->o.queue, found = e->count;
+  for (size_t i = 0; i < e->count && found == e->count; i++)
+    if (e->queue[(e->head + i) % q] == job) found = i;
+  bool removed = found < e->count;
+  if (removed) { /* close the gap: the jobs behind it move up one place */
+    for (size_t i = found; i + 1 < e->count; i++) e->queue[(e->head + i) % q] = e->queue[(e->head + i + 1) % q];
+    e->count--;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (removed) serve_job_release(job); /* the queue's reference */
+}
+
 void serve_engine_stop(serve_engine_t *e) {
   if (!e) return;
   pthread_mutex_lock(&e->mu);

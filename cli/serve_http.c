@@ -219,6 +219,7 @@ static enum MHD_Result completions(serve_http_t *h, struct MHD_Connection *c, re
   err = job->error;
   char *body = !gone && !stream && !err.http ? serve_response_json(h->engine, job, id, created) : NULL;
   pthread_mutex_unlock(&job->mu);
+  if (gone) serve_engine_withdraw(h->engine, job);
   if (stream) return start_stream(h, c, job, id, created); /* takes the reference and in_flight */
   serve_job_release(job);
   req->in_flight = true; /* on_completed drops it once the answer is sent */
