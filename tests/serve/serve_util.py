@@ -45,7 +45,9 @@ class Server:
         args = [hcq, "serve", "--model", model, "--port", str(self.port)] + list(extra)
         if api_key:
             args += ["--api-key", api_key]
-        self.log = open(os.path.join(os.environ.get("HCQ_TEST_TMP", "/tmp"), "serve-%d.log" % self.port), "w+")
+        tmp = os.environ.get("HCQ_TEST_TMP", "/tmp")
+        os.makedirs(tmp, exist_ok=True)
+        self.log = open(os.path.join(tmp, "serve-%d.log" % self.port), "w+")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
 
     def headers(self, extra=None):
