@@ -189,6 +189,86 @@ void hcq_llm_result_free(hcq_llm_result_t *result);
 /* "end", "length", "context", "callback". */
 const char *hcq_llm_stop_name(hcq_llm_stop_t stop);
 
+/* ---- many sequences at once ---- */
+
+/* A batch decodes up to max_seqs sequences together: each step runs one replay of one captured
+ * graph over R rows (R a variable of the graph, 1..max_rows), a row being one token of one sequence
+ * at its own position in its own cache slot; the weights are read once for all of them. Every
+ * active sequence gets one new token a step; a new sequence's prompt goes in as chunks of rows
+ * beside the others' decoding rows (continuous batching), so adding one never stalls the others
+ * for a whole prompt pass. Whatever else is in the batch, a greedy sequence gives the tokens
+ * hcq_llm_generate gives (models/llm/README.md, "Batched decoding").
+ *
+ *   hcq_llm_batch_t *b;
+ *   st = hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8}, &b);
+ *   int seq;
+ *   st = hcq_llm_batch_add(b, ids, n, &(hcq_llm_generate_options_t){.max_tokens = 64}, &seq);
+ *   hcq_llm_batch_event_t ev[8];
+ *   size_t nev;
+ *   while (hcq_llm_batch_active(b) && !(st = hcq_llm_batch_step(b, ev, 8, &nev)))
+ *     for (size_t i = 0; i < nev; i++) ... ev[i].seq, ev[i].text, ev[i].finished ...
+ *   hcq_llm_batch_destroy(b);
+ *
+ * Threads: one thread at a time calls hcq_llm_batch_step; hcq_llm_batch_add, hcq_llm_batch_cancel
+ * and hcq_llm_batch_active may be called from any thread, also while a step runs (they take a lock
+ * the step holds only between its device runs): an added sequence enters at the next step, a
+ * cancelled one gets no event after hcq_llm_batch_cancel returns. The batch has its own decoder
+ * (its own weights on the device and its own caches) and reads the hcq_llm_t's tokenizer only:
+ * the hcq_llm_t must stay open until the batch is destroyed, and may generate meanwhile on another
+ * thread. CPU and VULKAN devices; CUDA and METAL are UNIMPLEMENTED. */
+typedef struct hcq_llm_batch hcq_llm_batch_t;
+
+typedef struct hcq_llm_batch_options {
+  int max_seqs; /* sequences at once (cache slots): 0 is 8; 1 .. 64 */
+  int ctx;      /* positions each sequence holds (prompt plus new tokens): 0 is the hcq_llm_t's context */
+  int max_rows; /* rows (tokens) a step runs, decoding rows first, then prompt chunks: 0 is the
+                   hcq_llm_t's max_batch (128) or max_seqs if larger; max_seqs .. 4096 */
+} hcq_llm_batch_options_t;
+
+/* A sequence's new token, or its end. */
+typedef struct hcq_llm_batch_event {
+  int seq;        /* as hcq_llm_batch_add gave it */
+  int32_t id;     /* the token chosen; HCQ_LLM_NO_TOKEN when the event only ends the sequence */
+  const char *text; /* whole UTF-8 characters of the token (as hcq_llm_token_fn gets them), and on the
+                       last event any text held back as U+FFFD; NUL-terminated; valid until the next
+                       step or hcq_llm_batch_destroy */
+  size_t len;
+  bool finished;  /* the sequence's last event: its slot is free again */
+  hcq_llm_stop_t stop; /* why, when finished */
+  size_t tokens;  /* tokens generated so far, this one included */
+} hcq_llm_batch_event_t;
+
+/* Creates a batch for llm's model (read again from its file: the batch's decoder is compiled and
+ * captured once here, for every batch size). options may be NULL. INVALID_ARGUMENT for options out
+ * of range (naming the field); OUT_OF_RANGE when the caches (max_seqs x ctx positions) exceed the
+ * machine's memory; UNIMPLEMENTED on CUDA and METAL. */
+HCQ_MUST_USE hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t *options,
+                                               hcq_llm_batch_t **out);
+/* Queues a sequence: the n prompt ids at its positions 0..n-1, then tokens as options say
+ * (max_tokens, sampling, ignore_eos, special, on_token: called from the stepping thread, before the
+ * step returns, with the event's id and text; false ends the sequence with HCQ_LLM_STOP_CALLBACK).
+ * options may be NULL (greedy, to an end token or the end of its context). *seq: the sequence's id
+ * (never reused by this batch). UNAVAILABLE when max_seqs sequences are active (no free slot: try
+ * again once one finishes or is cancelled); OUT_OF_RANGE for an empty prompt or one that leaves no
+ * room in ctx; INVALID_ARGUMENT for bad options or an id outside the vocabulary. */
+HCQ_MUST_USE hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *batch, const int32_t *prompt, size_t n,
+                                            const hcq_llm_generate_options_t *options, int *seq);
+/* One step: a replay that gives every sequence whose prompt is in a token (and a prompt chunk to
+ * those still entering), then the events: at most one per sequence, in the order of their ids.
+ * cap must be at least max_seqs (INVALID_ARGUMENT otherwise). With no sequence active, *n = 0 and
+ * nothing runs. A device error leaves the sequences as they were. */
+HCQ_MUST_USE hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *batch, hcq_llm_batch_event_t *events, size_t cap,
+                                             size_t *n);
+/* Ends sequence seq at once and frees its slot (the next hcq_llm_batch_add may take it). NOT_FOUND
+ * for a sequence that is not active (finished, cancelled, or never added). */
+HCQ_MUST_USE hcq_status_t hcq_llm_batch_cancel(hcq_llm_batch_t *batch, int seq);
+/* Sequences active (added, not finished or cancelled). */
+size_t hcq_llm_batch_active(hcq_llm_batch_t *batch);
+/* The batch's decoder's captures so far: 1 after create, whatever the steps' sizes. */
+size_t hcq_llm_batch_captures(const hcq_llm_batch_t *batch);
+/* Waits for the device and frees everything; NULL is accepted. */
+HCQ_MUST_USE hcq_status_t hcq_llm_batch_destroy(hcq_llm_batch_t *batch);
+
 #pragma GCC visibility pop
 #ifdef __cplusplus
 }

@@ -110,7 +110,9 @@ static hcq_status_t make_scratch(llm_decoder_t *m, dev_state_t *s, const float *
   TRY(buffer(s->dev, act_bytes(m->max_batch, (int)qd), "attention quantized", -1, &s->attq));
   TRY(buffer(s->dev, rows * (size_t)c->ffn * 4, "h", -1, &s->hf));
   TRY(buffer(s->dev, act_bytes(m->max_batch, c->ffn), "h quantized", -1, &s->hq));
-  TRY(buffer(s->dev, 64, "pass info", -1, &s->info));
+  /* a batch decoder's info goes on with its rows and the choosing rows' list (kernels.c, BATCH) */
+  size_t info_bytes = m->slots ? 16 + 16 * rows + 4 * (size_t)m->slots : 64;
+  TRY(buffer(s->dev, info_bytes < 64 ? 64 : info_bytes, "pass info", -1, &s->info));
   if (c->rope_neox || c->qk_norm) TRY(buffer(s->dev, rows * (size_t)llm_kv_dim(c) * 4, "k before rope", -1, &s->kraw));
   if (c->post_norms) TRY(buffer(s->dev, rows * dim * 4, "layer output", -1, &s->xb));
   TRY(rope_table(m, s, c->rope_base, rope_factors, "rotary table", &s->rope));
@@ -141,17 +143,21 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   m->cls_groups = (c->vocab + llm_cls_rows(m->kind) - 1) / llm_cls_rows(m->kind);
   /* Mapped where the device has such memory: the host reads each token as its step finishes,
    * while the next step runs (llm_generate). */
-  hcq_status_t mapped = hcq_buffer_create_mapped(d0, ((size_t)m->ctx_alloc + 1) * 4, &m->tokens);
+  /* a batch decoder's: each choosing row's token */
+  size_t per = m->slots ? (size_t)m->slots : 1;
+  size_t token_count = m->slots > m->ctx_alloc + 1 ? (size_t)m->slots : (size_t)m->ctx_alloc + 1;
+  hcq_status_t mapped = hcq_buffer_create_mapped(d0, token_count * 4, &m->tokens);
   if (mapped && hcq_status_code(mapped) != HCQ_UNAVAILABLE) return mapped;
   hcq_status_destroy(mapped);
   if (m->tokens) hcq_buffer_set_label(m->tokens, "tokens");
-  else TRY(buffer(d0, ((size_t)m->ctx_alloc + 1) * 4, "tokens", -1, &m->tokens));
-  TRY(buffer(d0, (size_t)c->vocab * 4, "logits", -1, &m->logits));
-  TRY(buffer(d0, (size_t)m->cls_groups * 8, "best logits", -1, &m->best));
-  TRY(buffer(d0, 64, "sampler", -1, &m->params));
-  TRY(buffer(d0, (size_t)c->vocab * 16, "sampler scratch", -1, &m->scratch));
+  else TRY(buffer(d0, token_count * 4, "tokens", -1, &m->tokens));
+  TRY(buffer(d0, per * (size_t)c->vocab * 4, "logits", -1, &m->logits));
+  TRY(buffer(d0, per * (size_t)m->cls_groups * 8, "best logits", -1, &m->best));
+  TRY(buffer(d0, per * LLM_SAMPLER_BYTES, "sampler", -1, &m->params));
+  TRY(buffer(d0, per * (size_t)c->vocab * 16, "sampler scratch", -1, &m->scratch));
   if (!(m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   size_t cache = (size_t)c->n_kv_heads * (size_t)m->ctx_alloc * (size_t)c->head_dim * 4;
+  cache *= (size_t)(m->slots ? m->slots : 1); /* a batch decoder's: a slot after the other */
   for (int l = 0; l < c->n_layers; l++) {
     const llm_layer_t *L = &model->layers[l];
     layer_state_t *S = &m->layers[l];
@@ -202,15 +208,32 @@ static uint64_t host_memory_available(void) {
 /* The caches' bytes, computed before anything is reserved: a context the host's memory cannot hold
  * is refused (the weights, already mapped, are not counted). Devices with their own memory check
  * their buffers when created. */
-static hcq_status_t check_memory(const llm_config_t *c, hcq_device_kind_t kind, int ctx, int ctx_alloc) {
-  uint64_t kv = (uint64_t)c->n_layers * 2 * (uint64_t)ctx_alloc * (uint64_t)llm_kv_dim(c) * 4;
+static hcq_status_t check_memory(const llm_config_t *c, hcq_device_kind_t kind, int ctx, int ctx_alloc, int slots) {
+  uint64_t kv = (uint64_t)c->n_layers * 2 * (uint64_t)ctx_alloc * (uint64_t)llm_kv_dim(c) * 4 * (uint64_t)slots;
   uint64_t tables = (uint64_t)ctx_alloc * (uint64_t)c->rope_dim * 4 * 2 + ((uint64_t)ctx_alloc + 1) * 4;
   uint64_t need = kv + tables, have = kind == HCQ_DEVICE_CPU ? host_memory_available() : 0;
   if (!have || need <= have) return NULL;
   return hcq_status_make(HCQ_OUT_OF_RANGE,
-                         "llm decoder: a context of %d positions needs %.2f GB for its caches (%d layers x 2 x %d floats "
-                         "a position) and %.2f GB of memory is available: ask for fewer positions (hcq generate --ctx)",
-                         ctx, need / 1e9, c->n_layers, llm_kv_dim(c), have / 1e9);
+                         "llm decoder: %d x a context of %d positions needs %.2f GB for its caches (%d layers x 2 x %d "
+                         "floats a position) and %.2f GB of memory is available: ask for fewer positions (hcq generate "
+                         "--ctx) or sequences", slots, ctx, need / 1e9, c->n_layers, llm_kv_dim(c), have / 1e9);
+}
+
+/* A batch decoder: one device of a kind with batch kernels. */
+static hcq_status_t check_batch_options(const llm_decoder_options_t *o, int ndev) {
+  if (!o->slots) return NULL;
+  if (o->slots < 0 || o->slots > LLM_MAX_SLOTS)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d sequences (expected 1 to %d)", o->slots,
+                           LLM_MAX_SLOTS);
+  if (ndev != 1)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: batched decoding runs on one device, not %d", ndev);
+  if (o->kind != HCQ_DEVICE_CPU && o->kind != HCQ_DEVICE_VULKAN)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no batched decoding kernels for %s devices (CPU and VULKAN "
+                           "have them)", hcq_device_kind_name(o->kind));
+  if (o->max_batch && o->max_batch < o->slots)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d rows a step cannot hold %d sequences' tokens",
+                           o->max_batch, o->slots);
+  return NULL;
 }
 
 hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_options_t *o, llm_decoder_t **out) {
@@ -238,7 +261,8 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   if (ctx < 1 || ctx > (1 << 20))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a context of %d positions (expected 1 to 2^20)", ctx);
   int ctx_alloc = (ctx + CHUNK - 1) / CHUNK * CHUNK;
-  TRY(check_memory(c, opts.kind, ctx, ctx_alloc));
+  TRY(check_batch_options(&opts, ndev));
+  TRY(check_memory(c, opts.kind, ctx, ctx_alloc, opts.slots ? opts.slots : 1));
   int max_batch = opts.max_batch ? opts.max_batch : 128;
   if (max_batch < 1 || max_batch > 4096)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a prompt batch of %d tokens (expected 1 to 4096)", max_batch);
@@ -250,6 +274,7 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   m->split = ndev == 2 ? c->n_layers - c->n_layers / 2 : c->n_layers;
   m->ctx = ctx;
   m->ctx_alloc = ctx_alloc;
+  m->slots = opts.slots;
   m->max_batch = max_batch;
   m->isa_cap = cap;
   m->profile = opts.profile;
@@ -267,7 +292,7 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   if (!st) st = hcq_var_create("pos", 0, ctx - 1, &m->pos);
   if (!st) st = hcq_var_create("p0", 0, ctx - 1, &m->p0);
   if (!st) st = hcq_var_create("n", 1, max_batch, &m->n);
-  if (!st) st = hcq_var_create("choose", 0, 1, &m->choose);
+  if (!st) st = hcq_var_create("choose", 0, m->slots ? m->slots : 1, &m->choose);
   if (!st) st = make_buffers(m, model);
   if (!st) st = llm_build_item_lists(m);
   if (!st) st = llm_decoder_set_sampler(m, &(llm_sampler_t){0, 1, 0, 0});
@@ -326,6 +351,8 @@ hcq_status_t llm_decoder_destroy(llm_decoder_t *m) {
 const llm_config_t *llm_decoder_config(const llm_decoder_t *m) { return &m->c; }
 int llm_decoder_ctx(const llm_decoder_t *m) { return m->ctx; }
 int llm_decoder_max_batch(const llm_decoder_t *m) { return m->max_batch; }
+int llm_decoder_slots(const llm_decoder_t *m) { return m->slots; }
+size_t llm_decoder_captures(const llm_decoder_t *m) { return m->captures; }
 size_t llm_decoder_kernels_per_step(const llm_decoder_t *m) { return m->step.kernels; }
 hcq_jit_t *llm_decoder_step_jit(const llm_decoder_t *m) { return m->step_jit; }
 hcq_jit_t *llm_decoder_prefill_jit(const llm_decoder_t *m) { return m->pass_jit; }

@@ -38,6 +38,17 @@ typedef struct layer_state {
   llm_layout_t layout[W_DOWN + 1];
 } layer_state_t;
 
+/* The sampler's parameters as the kernels read them (kernels.c's sampler_t; gpu_abi.h): a batch
+ * decoder holds one a choosing row, packed (an array of this struct). */
+typedef struct llm_sampler_params {
+  float temperature, top_p;
+  int32_t top_k;
+  uint32_t seed_lo, seed_hi;
+} llm_sampler_params_t;
+#define LLM_SAMPLER_BYTES (sizeof(llm_sampler_params_t) > 64 ? sizeof(llm_sampler_params_t) : 64)
+/* INVALID_ARGUMENT for parameters out of range (decoder_run.c). */
+HCQ_MUST_USE hcq_status_t llm_sampler_params(const llm_sampler_t *s, llm_sampler_params_t *out);
+
 /* One item's buffers, outputs and values, which its exec item points into (decoder_items.c). */
 typedef struct item_args item_args_t;
 
@@ -60,6 +71,8 @@ struct llm_decoder {
   hcq_device_kind_t kind;
   int ndev, split, ctx, max_batch, isa_cap, cls_groups, ranks;
   int ctx_alloc; /* the positions the caches and tables hold: ctx rounded up to whole chunks (ctx: those used) */
+  size_t captures; /* lists captured so far */
+  int slots; /* a batch decoder's sequences (0: single-sequence); its one list is `pass`, its caches slots x ctx_alloc */
   bool profile, reads_tokens, direct;
   dev_state_t d[2];
   layer_state_t *layers;

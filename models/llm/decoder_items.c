@@ -69,6 +69,12 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
                           (double)c->attn_scale, c->gelu);
   if (arch_len < 0 || (size_t)(len += arch_len) >= sizeof(key))
     return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
+  if (m->slots) { /* a batch decoder: rows of their own sequences (kernels.c, BATCH) */
+    int batch_len = snprintf(key + len, sizeof(key) - (size_t)len, "#define BATCH 1\n#define BATCH_ROWS %d\n",
+                             m->max_batch);
+    if (batch_len < 0 || (size_t)(len += batch_len) >= sizeof(key))
+      return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
+  }
   if (m->kind == HCQ_DEVICE_CPU) { /* the classifier's rows per work-group (llm_cls_rows) */
     int cls_len = snprintf(key + len, sizeof(key) - (size_t)len, "#define CLS_ROWS %d\n", CPU_CLS_ROWS);
     if (cls_len < 0 || (size_t)(len += cls_len) >= sizeof(key))
@@ -217,6 +223,7 @@ typedef enum kernel_id {
 typedef struct pass_ops {
   hcq_operand_t n, tiles, chosen, cls_grid;
   int tok_per_group;
+  hcq_operand_t cls_rows; /* GPU kinds: the classifier's grid y, a batch's choosing rows (else 1) */
 } pass_ops_t;
 
 typedef struct geometry {
@@ -284,7 +291,7 @@ static geometry_t gpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass
     case K_DOWN: return (geometry_t){{hcq_imm(gdim), o->n}, lanes};
     case K_GATE_UP: return (geometry_t){{hcq_imm((c->ffn + s->gate_rows - 1) / s->gate_rows), o->n}, lanes};
     case K_NORM_LAST: return (geometry_t){{o->chosen}, lanes};
-    case K_CLASSIFY: return (geometry_t){{o->cls_grid}, lanes};
+    case K_CLASSIFY: return (geometry_t){{o->cls_grid, o->cls_rows}, lanes};
     case K_SELECT: return (geometry_t){{o->chosen}, hcq_imm(s->sel)};
   }
   return (geometry_t){{hcq_imm(1)}, lanes};
@@ -375,20 +382,41 @@ static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t
   return NULL;
 }
 
+typedef enum list_kind { LIST_STEP, LIST_PASS, LIST_BATCH } list_kind_t;
+
+/* The operands of a list's geometry. The step: one token at pos. The pass: n tokens from p0, the
+ * classifier only when choose is 1. A batch: n rows (each its own position, kernels.c's BATCH),
+ * choose of them choosing a token: the CPU classifier takes them all in each group, the GPU's
+ * grid y. */
+static hcq_status_t list_ops(llm_decoder_t *m, list_kind_t kind, pass_ops_t *o) {
+  if (kind == LIST_STEP) {
+    *o = (pass_ops_t){hcq_imm(1), hcq_imm(1), hcq_imm(1), hcq_imm(m->cls_groups), 1, hcq_imm(1)};
+    return NULL;
+  }
+  hcq_operand_t tiles = hcq_sym(binary(m, HCQ_EXPR_FLOORDIV, binary(m, HCQ_EXPR_ADD, m->n, TILE - 1), TILE));
+  /* A pass that is not a prompt's last chooses no token (its classifier would read weights for
+   * nothing, and its token would overwrite the next pass's first prompt token): choose = 0 gives
+   * those launches an empty grid. */
+  hcq_operand_t cls =
+      kind == LIST_PASS ? hcq_sym(binary(m, HCQ_EXPR_MUL, m->choose, m->cls_groups)) : hcq_imm(m->cls_groups);
+  bool gpu_rows = kind == LIST_BATCH && m->kind != HCQ_DEVICE_CPU;
+  *o = (pass_ops_t){hcq_sym(m->n), tiles, hcq_sym(m->choose), cls, TILE, gpu_rows ? hcq_sym(m->choose) : hcq_imm(1)};
+  if (!o->tiles.sym || (kind == LIST_PASS && !o->cls_grid.sym))
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the items");
+  return NULL;
+}
+
 /* The forward pass of n tokens from position p0. pass: n and p0 are the prompt pass's variables and
- * transfers move max_batch rows; otherwise n is 1 and p0 the step's pos. Only the first kernel on
+ * transfers move max_batch rows; otherwise n is 1 and p0 the step's pos (a batch: list_ops). Only the first kernel on
  * each device takes p0 and n as values (kernels.c, info_t): a decoding replay patches one word per
  * device. The list is the same for every kind; geometry() and the sources differ. */
-static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
+static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, list_kind_t kind) {
   const llm_config_t *c = &m->c;
-  hcq_operand_t p0 = hcq_sym(pass ? m->p0 : m->pos), n = pass ? hcq_sym(m->n) : hcq_imm(1);
-  pass_ops_t o = {n, pass ? hcq_sym(binary(m, HCQ_EXPR_FLOORDIV, binary(m, HCQ_EXPR_ADD, m->n, TILE - 1), TILE)) : hcq_imm(1),
-                  /* A pass that is not a prompt's last chooses no token (its classifier would read weights
-                   * for nothing, and its token would overwrite the next pass's first prompt token):
-                   * choose = 0 gives those launches an empty grid. */
-                  pass ? hcq_sym(m->choose) : hcq_imm(1),
-                  pass ? hcq_sym(binary(m, HCQ_EXPR_MUL, m->choose, m->cls_groups)) : hcq_imm(m->cls_groups), pass ? TILE : 1};
-  if (pass && (!o.tiles.sym || !o.cls_grid.sym)) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the items");
+  bool pass = kind != LIST_STEP;
+  hcq_operand_t p0 = kind == LIST_BATCH ? hcq_imm(0) : hcq_sym(pass ? m->p0 : m->pos);
+  hcq_operand_t n = pass ? hcq_sym(m->n) : hcq_imm(1);
+  pass_ops_t o;
+  TRY(list_ops(m, kind, &o));
   int rows_copied = pass ? m->max_batch : 1;
   uint64_t x_bytes = (uint64_t)rows_copied * (uint64_t)c->dim * 4;
   char def[1][64];
@@ -416,13 +444,15 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, bool pass) {
   TRY(program(m, 0, "llm_select", "", &select));
   hcq_operand_t groups = hcq_imm(m->cls_groups);
   TRY(add(m, L, &o, K_NORM_LAST, norm, (hcq_buffer_t *[]){s0->xf, s0->xq, s0->x, m->out_norm, s0->info}, 5, 2, &one, 1));
-  TRY(add(m, L, &o, K_CLASSIFY, classify, (hcq_buffer_t *[]){m->logits, m->best, s0->xf, s0->xq, m->cls}, 5, 2, &zero, 1));
+  TRY(add(m, L, &o, K_CLASSIFY, classify, (hcq_buffer_t *[]){m->logits, m->best, s0->xf, s0->xq, m->cls, s0->info},
+          kind == LIST_BATCH ? 6 : 5, 2, &zero, 1));
   TRY(add(m, L, &o, K_SELECT, select, (hcq_buffer_t *[]){m->tokens, m->scratch, m->best, m->logits, m->params, s0->info}, 6, 2,
           &groups, 1));
   return NULL;
 }
 
 hcq_status_t llm_build_item_lists(llm_decoder_t *m) {
-  TRY(build_items(m, &m->step, false));
-  return build_items(m, &m->pass, true);
+  if (m->slots) return build_items(m, &m->pass, LIST_BATCH); /* a batch decoder's one list */
+  TRY(build_items(m, &m->step, LIST_STEP));
+  return build_items(m, &m->pass, LIST_PASS);
 }

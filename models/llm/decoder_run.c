@@ -16,18 +16,20 @@ hcq_status_t llm_decoder_sync(llm_decoder_t *m) {
   return NULL;
 }
 
-hcq_status_t llm_decoder_set_sampler(llm_decoder_t *m, const llm_sampler_t *s) {
+hcq_status_t llm_sampler_params(const llm_sampler_t *s, llm_sampler_params_t *out) {
   if (!s) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: NULL");
   if (!(s->temperature >= 0) || !isfinite(s->temperature))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: temperature %g (expected 0 or more)", (double)s->temperature);
   if (!(s->top_p > 0 && s->top_p <= 1))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: top-p %g (expected more than 0, at most 1)", (double)s->top_p);
   if (s->top_k < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: top-k %d (expected 0 or more)", s->top_k);
-  struct {
-    float temperature, top_p;
-    int32_t top_k;
-    uint32_t seed_lo, seed_hi;
-  } p = {s->temperature, s->top_p, s->top_k, (uint32_t)s->seed, (uint32_t)(s->seed >> 32)};
+  *out = (llm_sampler_params_t){s->temperature, s->top_p, s->top_k, (uint32_t)s->seed, (uint32_t)(s->seed >> 32)};
+  return NULL;
+}
+
+hcq_status_t llm_decoder_set_sampler(llm_decoder_t *m, const llm_sampler_t *s) {
+  llm_sampler_params_t p;
+  TRY(llm_sampler_params(s, &p));
   TRY(llm_decoder_sync(m));
   return llm_write_buffer(m, m->params, 0, &p, sizeof(p));
 }
@@ -70,10 +72,12 @@ static hcq_status_t run_list(llm_decoder_t *m, item_list_t *L, hcq_jit_t **jit, 
   }
   hcq_jit_options_t opts = {L->n, m->profile, false, false, NULL, NULL, false, LLM_STEPS_AHEAD};
   TRY(hcq_capture_end(cap, NULL, 0, v, nv, &opts, jit));
+  m->captures++;
   return record(m, fence);
 }
 
 static hcq_status_t step(llm_decoder_t *m, int pos, bool graph, hcq_fence_t *fence) {
+  if (m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: a batch decoder runs batches, not steps");
   if (pos < 0 || pos >= m->ctx)
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: position %d is outside the context (0..%d)", pos, m->ctx - 1);
   hcq_var_value_t v = {m->pos, pos};
@@ -83,6 +87,8 @@ static hcq_status_t step(llm_decoder_t *m, int pos, bool graph, hcq_fence_t *fen
 hcq_status_t llm_decoder_step(llm_decoder_t *m, int pos, bool graph) { return step(m, pos, graph, NULL); }
 
 hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
+  if (m->slots)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: a batch decoder runs batches, not passes");
   if (n < 1 || p0 < 0 || p0 > m->ctx - n)
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: a prompt at positions %d..%d is outside the context (%d positions)",
                            p0, p0 + n - 1, m->ctx);
@@ -96,6 +102,7 @@ hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
 }
 
 hcq_status_t llm_decoder_capture(llm_decoder_t *m) {
+  if (m->slots) return llm_decoder_batch_capture(m);
   /* A pass of one token at 0 and a step at 1: what they write (the caches at 0 and 1, tokens 1 and
    * 2) is written again before anything reads it. */
   int32_t zero[2] = {0, 0};
@@ -204,4 +211,68 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
     out->n = 0;
   }
   return st;
+}
+
+/* ---- batches (a batch decoder: slots > 0) ---- */
+
+static hcq_status_t check_rows(const llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, int *nsample) {
+  if (nrows < 1 || nrows > m->max_batch)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a batch of %d rows (expected 1 to %d)", nrows,
+                           m->max_batch);
+  *nsample = 0;
+  for (int i = 0; i < nrows; i++) {
+    const llm_batch_row_t *r = &rows[i];
+    if (r->slot < 0 || r->slot >= m->slots || r->pos < 0 || r->pos >= m->ctx)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d at slot %d position %d (expected slots "
+                             "0..%d, positions 0..%d)", i, r->slot, r->pos, m->slots - 1, m->ctx - 1);
+    if (r->token < 0 || r->token >= m->c.vocab)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d: token id %d is outside the vocabulary "
+                             "(%d ids)", i, r->token, m->c.vocab);
+    if (r->sample && ++*nsample > m->slots)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: more than %d batch rows choose a token", m->slots);
+  }
+  return NULL;
+}
+
+/* The info buffer's batch part (kernels.c, BATCH): {0, nrows, nsample, 0}, the rows, the choosing
+ * rows' list. */
+static hcq_status_t write_rows(llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, int nsample) {
+  size_t words = 4 + 4 * (size_t)m->max_batch + (size_t)m->slots;
+  int32_t *info = calloc(words, 4);
+  if (!info) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  info[1] = nrows, info[2] = nsample;
+  int32_t *list = info + 4 + 4 * (size_t)m->max_batch;
+  for (int i = 0, j = 0; i < nrows; i++) {
+    int32_t *row = info + 4 + 4 * (size_t)i;
+    row[0] = rows[i].pos, row[1] = rows[i].slot * m->ctx_alloc + rows[i].pos, row[2] = rows[i].token;
+    if (rows[i].sample) list[j++] = i;
+  }
+  hcq_status_t st = llm_write_buffer(m, m->d[0].info, 0, info, words * 4);
+  free(info);
+  return st;
+}
+
+hcq_status_t llm_decoder_batch(llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, const llm_sampler_t *samplers,
+                               int32_t *out) {
+  if (!m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: not a batch decoder (slots 0)");
+  int nsample = 0;
+  TRY(check_rows(m, rows, nrows, &nsample));
+  llm_sampler_params_t params[LLM_MAX_SLOTS];
+  for (int j = 0; j < nsample; j++) TRY(llm_sampler_params(&samplers[j], &params[j]));
+  TRY(llm_decoder_sync(m));
+  TRY(write_rows(m, rows, nrows, nsample));
+  if (nsample) TRY(llm_write_buffer(m, m->params, 0, params, (uint64_t)nsample * sizeof(params[0])));
+  hcq_var_value_t v[2] = {{m->n, nrows}, {m->choose, nsample}};
+  TRY(run_list(m, &m->pass, &m->pass_jit, v, 2, true, NULL));
+  TRY(llm_decoder_sync(m));
+  return nsample ? hcq_buffer_copyout(m->tokens, 0, out, (uint64_t)nsample * 4) : NULL;
+}
+
+hcq_status_t llm_decoder_batch_capture(llm_decoder_t *m) {
+  if (!m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: not a batch decoder (slots 0)");
+  if (m->pass_jit) return NULL;
+  /* slot 0's position 0 is written again by its first sequence's first row before anything reads it */
+  llm_batch_row_t row = {0, 0, 0, true};
+  int32_t token;
+  return llm_decoder_batch(m, &row, 1, &(llm_sampler_t){0, 1, 0, 0}, &token);
 }

@@ -185,6 +185,28 @@ typedef struct {
   int32_t p0, n;
 } info_t;
 
+/* BATCH (a batch decoder, llm_decoder_batch): each row is a token of its own sequence, so the info
+ * goes on (written by the host before each replay) with the count of rows that choose a token, a
+ * word of padding, BATCH_ROWS rows {position in its sequence, position in the caches (its slot's
+ * first position plus that), token id, padding}, then for each choosing row j the row it is. */
+#ifndef BATCH
+#define BATCH 0
+#define BATCH_ROWS 1
+#endif
+typedef struct {
+  int32_t pos, cache_pos, token, pad;
+} batch_row_t;
+static inline const batch_row_t *batch_rows(const info_t *info) { return (const batch_row_t *)(info + 2); }
+static inline int32_t batch_samples(const info_t *info) { return ((const int32_t *)info)[2]; }
+static inline int32_t batch_sample_row(const info_t *info, int j) {
+  return ((const int32_t *)(batch_rows(info) + BATCH_ROWS))[j];
+}
+/* Row i's position in its sequence (rope, the attention's extent) and in the caches. */
+static inline int row_position(const info_t *info, int i) { return BATCH ? batch_rows(info)[i].pos : info->p0 + i; }
+static inline int row_cache_position(const info_t *info, int i) {
+  return BATCH ? batch_rows(info)[i].cache_pos : info->p0 + i;
+}
+
 /* Tokens of the tile a group works on: [first, return value). */
 #define TILE 8
 static inline int tile_tokens(const hcq_launch_t *l, int n, int *first) {
@@ -201,7 +223,7 @@ static inline int tile_tokens(const hcq_launch_t *l, int n, int *first) {
 void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   if (l->gid[0] == 0) *(info_t *)b[1] = (info_t){v[0], v[1]};
   float *x = (float *)b[0] + (size_t)l->gid[0] * DIM;
-  int32_t tok = ((const int32_t *)b[2])[v[0] + (int)l->gid[0]];
+  int32_t tok = BATCH ? batch_rows(b[1])[l->gid[0]].token : ((const int32_t *)b[2])[v[0] + (int)l->gid[0]];
   if (tok < 0 || tok >= VOCAB) tok = 0;
   const uint8_t *g = (const uint8_t *)b[3] + (size_t)(tok / 16) * group_bytes(W_LAYOUT, DIM);
   int r = tok % 16;
@@ -251,7 +273,8 @@ void llm_begin(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 /* bufs: xf, xq, x, weights, info; vals: last. Grid: rows. Row i of x (with last, the pass's last
  * row n - 1 instead), RMS-normalised and scaled, into row i of xf and xq. */
 void llm_norm(void *const *b, const int32_t *v, const hcq_launch_t *l) {
-  size_t i = l->gid[0], row = v[0] ? (size_t)((const info_t *)b[4])->n - 1 : i;
+  const info_t *info = b[4];
+  size_t i = l->gid[0], row = !v[0] ? i : BATCH ? (size_t)batch_sample_row(info, (int)i) : (size_t)info->n - 1;
   rmsnorm((const float *)b[2] + row * DIM, b[3], (float *)b[0] + i * DIM, (act_t *)b[1] + i * NBLK(DIM));
 }
 
@@ -328,7 +351,7 @@ void llm_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const act_t *xq = b[4];
   (void)v, (void)kraw, (void)rope_table;
   const info_t *info = b[9];
-  int p0 = info->p0, n = info->n, first, end = tile_tokens(l, n, &first), g = (int)l->gid[0];
+  int n = info->n, first, end = tile_tokens(l, n, &first), g = (int)l->gid[0];
   if (first >= end) return;
   float out[TILE][16];
   int which = g < GQ ? 0 : g < GQ + GKV ? 1 : 2, lg = g - (which == 0 ? 0 : which == 1 ? GQ : GQ + GKV);
@@ -344,7 +367,8 @@ void llm_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
     for (int r = 0; r < 16 && lg * 16 + r < rows; r++) out[t][r] += bias[r];
 #endif
   for (int t = 0; t < end - first; t++) {
-    int pos = p0 + first + t;
+    int pos = row_position(info, first + t), at = row_cache_position(info, first + t);
+    (void)pos;
 #if QKV_FUSED
     if (which < 2) rope_group(out[t], lg * 16, rope_table + (size_t)pos * RD);
 #endif
@@ -354,12 +378,12 @@ void llm_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
         q[(size_t)(first + t) * QD + row] = out[t][r];
       } else if (which == 1) {
 #if QKV_FUSED
-        kc[KEY_AT(pos, row / HD, row % HD)] = out[t][r];
+        kc[KEY_AT(at, row / HD, row % HD)] = out[t][r];
 #else
         kraw[(size_t)(first + t) * KV_DIM + row] = out[t][r];
 #endif
       } else {
-        vc[((size_t)pos * NKV + (size_t)(row / HD)) * HD + (size_t)(row % HD)] = out[t][r];
+        vc[((size_t)at * NKV + (size_t)(row / HD)) * HD + (size_t)(row % HD)] = out[t][r];
       }
     }
   }
@@ -377,7 +401,7 @@ void llm_rope_heads(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *q = b[0], *kc = b[1];
   const float *kraw = b[2], *rope_table = b[3];
   const info_t *info = b[4];
-  int h = (int)l->gid[0], i = (int)l->gid[1], pos = info->p0 + i;
+  int h = (int)l->gid[0], i = (int)l->gid[1], pos = row_position(info, i), at = row_cache_position(info, i);
   int is_q = h < NH;
   float *src = is_q ? q + (size_t)i * QD + (size_t)h * HD : (float *)kraw + (size_t)i * KV_DIM + (size_t)(h - NH) * HD;
   float head[HD];
@@ -390,7 +414,7 @@ void llm_rope_heads(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   rope_head(head, rope_table + (size_t)pos * RD);
   if (is_q) memcpy(src, head, sizeof(head));
   else
-    for (int e = 0; e < HD; e++) kc[KEY_AT(pos, h - NH, e)] = head[e];
+    for (int e = 0; e < HD; e++) kc[KEY_AT(at, h - NH, e)] = head[e];
 }
 
 #ifndef WINDOW
@@ -404,8 +428,12 @@ void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *out = b[0];
   const float *q = b[1], *kc = b[2], *vc = b[3];
   (void)v;
-  int h = (int)l->gid[0], i = (int)l->gid[1], pos = ((const info_t *)b[4])->p0 + i, kvh = h / KV_MUL;
+  const info_t *info = b[4];
+  int h = (int)l->gid[0], i = (int)l->gid[1], pos = row_position(info, i), kvh = h / KV_MUL;
   int lo = WINDOW && pos >= WINDOW ? pos - WINDOW + 1 : 0;
+  /* a batch row's slot starts on a chunk (its first cache position a multiple of 32) */
+  size_t base = (size_t)(row_cache_position(info, i) - pos);
+  kc += base * KV_DIM, vc += base * KV_DIM;
   const float *qh = q + (size_t)i * QD + (size_t)h * HD;
   const float scale = ATTN_SCALE;
   enum { NV = 32 / VW };
@@ -531,15 +559,14 @@ void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
  * of 16: llm_cls_rows(), several row groups a call, so that the engine's cost per call is shared
  * by more weights). Logits of the group's rows (for the input in row 0) and its best: best[2 g] the
  * value's bits, best[2 g + 1] the lowest index holding it. */
-void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
-  float *logits = b[0];
-  int32_t *best = b[1];
-  int g = (int)l->gid[0] + v[0];
+static void classify_row(void *const *b, const int32_t *v, int g, const float *xf, const act_t *xq, float *logits,
+                         int32_t *best) {
   float top = -INFINITY;
   int arg = g * CLS_ROWS;
   for (int rg = g * (CLS_ROWS / 16); rg < (g + 1) * (CLS_ROWS / 16) && rg * 16 < VOCAB; rg++) {
     float out[1][16];
-    group_dot(W_LAYOUT, (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM), DIM, b[2], b[3], 1, out);
+    const uint8_t *w = (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM);
+    group_dot(W_LAYOUT, w, DIM, xf, xq, 1, out);
     for (int r = 0; r < 16 && rg * 16 + r < VOCAB; r++) {
       logits[rg * 16 + r] = out[0][r];
       if (out[0][r] > top) top = out[0][r], arg = rg * 16 + r;
@@ -547,6 +574,18 @@ void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   }
   memcpy(&best[2 * g], &top, 4);
   best[2 * g + 1] = arg;
+}
+
+/* BATCH: bufs logits, best, xf, xq, classifier, info; the rows that choose a token one after the
+ * other (their logits at j VOCAB, their best at j 2 CLS_GROUPS), so the group's weights are read
+ * from memory once for all of them; each row's sums are the single row's. */
+#define CLS_GROUPS ((VOCAB + CLS_ROWS - 1) / CLS_ROWS)
+void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  int g = (int)l->gid[0] + v[0];
+  int rows = BATCH ? batch_samples(b[5]) : 1;
+  for (int j = 0; j < rows; j++)
+    classify_row(b, v, g, (const float *)b[2] + (size_t)j * DIM, (const act_t *)b[3] + (size_t)j * NBLK(DIM),
+                 (float *)b[0] + (size_t)j * VOCAB, (int32_t *)b[1] + (size_t)j * 2 * CLS_GROUPS);
 }
 #endif
 
@@ -632,14 +671,21 @@ static int32_t sample(const float *logits, const sampler_t *sp, cand_t *c, int p
  * tokens[p0 + n]: the highest logit (the lowest index on ties) when the temperature is 0,
  * else a draw from the sampler. */
 void llm_select(void *const *b, const int32_t *v, const hcq_launch_t *l) {
-  (void)l;
-  int32_t *tokens = b[0];
   const int32_t *best = b[2];
   const sampler_t *sp = b[4];
   const info_t *info = b[5];
   int at = info->p0 + info->n;
+  int32_t *dest = (int32_t *)b[0] + at;
+  const float *logits = b[3];
+  cand_t *scratch = b[1];
+  if (BATCH) { /* group j: the j-th choosing row, with its own sampler, scratch and logits; its token into tokens[j] */
+    int j = (int)l->gid[0];
+    at = batch_rows(info)[batch_sample_row(info, j)].pos + 1;
+    dest = (int32_t *)b[0] + j, best += (size_t)j * 2 * v[0], sp += j, logits += (size_t)j * VOCAB;
+    scratch += (size_t)j * VOCAB * 2; /* VOCAB x 16 bytes a row */
+  }
   if (sp->temperature > 0) {
-    tokens[at] = sample(b[3], sp, b[1], at);
+    *dest = sample(logits, sp, scratch, at);
     return;
   }
   float top = -INFINITY;
@@ -649,5 +695,5 @@ void llm_select(void *const *b, const int32_t *v, const hcq_launch_t *l) {
     memcpy(&z, &best[2 * g], 4);
     if (z > top) top = z, arg = best[2 * g + 1];
   }
-  tokens[at] = arg;
+  *dest = arg;
 }

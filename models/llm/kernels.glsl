@@ -85,6 +85,16 @@ uint lane() { return gl_LocalInvocationID.x; }
 // The pass's first position and token count (llm_embed, llm_begin write them).
 int info_p0(uint64_t info) { return i32s(info).v[0]; }
 int info_n(uint64_t info) { return i32s(info).v[1]; }
+// BATCH (a batch decoder): kernels.c's rows after {p0, n}: {choosing rows, pad}, BATCH_ROWS rows
+// {position in the sequence, position in the caches, token, pad}, then the choosing rows' list.
+#ifndef BATCH
+#define BATCH 0
+#define BATCH_ROWS 1
+#endif
+int row_pos(uint64_t info, uint i) { return BATCH != 0 ? i32s(info).v[4u + 4u * i] : info_p0(info) + int(i); }
+int row_cache_pos(uint64_t info, uint i) { return BATCH != 0 ? i32s(info).v[5u + 4u * i] : info_p0(info) + int(i); }
+int row_token(uint64_t info, uint i) { return i32s(info).v[6u + 4u * i]; }
+int batch_sample_row(uint64_t info, uint j) { return i32s(info).v[4u + 4u * uint(BATCH_ROWS) + j]; }
 
 // Element j of row `row` of a matrix of `rows` rows and k columns in the GPU layout: for the
 // embedding and the float layouts' products, where speed does not matter.
@@ -262,7 +272,7 @@ float round_of_8(uint64_t w, int lay, uint rows, uint rb, out float pair) {
 void main() {
   uint i = gl_WorkGroupID.x;
   if (i == 0u && lane() == 0u) i32s(hcq_buf(1)).v[0] = hcq_val(0), i32s(hcq_buf(1)).v[1] = hcq_val(1);
-  int tok = i32s(hcq_buf(2)).v[hcq_val(0) + int(i)];
+  int tok = BATCH != 0 ? row_token(hcq_buf(1), i) : i32s(hcq_buf(2)).v[hcq_val(0) + int(i)];
   if (tok < 0 || tok >= VOCAB) tok = 0;
   f32s x = f32s(hcq_buf(0) + uint64_t(i) * uint(DIM) * 4u);
   for (uint j = lane(); j < uint(DIM); j += 8u) x.v[j] = weight_at(hcq_buf(3), W_LAYOUT, uint(VOCAB), uint(DIM), uint(tok), j) * EMB_SCALE;
@@ -279,7 +289,8 @@ void main() {
 #ifdef KERNEL_llm_norm
 // bufs: xf, xq, x, weights, info; vals: last. Group per row; lane l takes blocks l, l + 8, ...
 void main() {
-  uint i = gl_WorkGroupID.x, row = hcq_val(0) != 0 ? uint(info_n(hcq_buf(4)) - 1) : i;
+  uint i = gl_WorkGroupID.x;
+  uint row = hcq_val(0) == 0 ? i : BATCH != 0 ? uint(batch_sample_row(hcq_buf(4), i)) : uint(info_n(hcq_buf(4)) - 1);
   f32s x = f32s(hcq_buf(2) + uint64_t(row) * uint(DIM) * 4u), w = f32s(hcq_buf(3));
   f32s xf = f32s(hcq_buf(0) + uint64_t(i) * uint(DIM) * 4u);
   float ss = 0.0;
@@ -325,7 +336,7 @@ void main() {
 #define GKV ((KV_DIM + ROWS - 1) / ROWS)
 void main() {
   uint g = gl_WorkGroupID.x, t = gl_WorkGroupID.y, l = lane();
-  uint pos = uint(info_p0(hcq_buf(9))) + t;
+  uint pos = uint(row_pos(hcq_buf(9), t)), at = uint(row_cache_pos(hcq_buf(9), t));
   uint which = g < uint(GQ) ? 0u : g < uint(GQ + GKV) ? 1u : 2u;
   uint lg = which == 0u ? g : which == 1u ? g - uint(GQ) : g - uint(GQ + GKV);
   uint rows = which == 0u ? uint(QD) : uint(KV_DIM);
@@ -352,11 +363,11 @@ void main() {
     if (row < rows) {
       if (which == 0u) f32s(hcq_buf(0)).v[t * uint(QD) + row] = mine;
 #if QKV_FUSED
-      else if (which == 1u) f32s(hcq_buf(1)).v[pos * uint(KV_DIM) + row] = mine;
+      else if (which == 1u) f32s(hcq_buf(1)).v[at * uint(KV_DIM) + row] = mine;
 #else
       else if (which == 1u) f32s(hcq_buf(10)).v[t * uint(KV_DIM) + row] = mine;
 #endif
-      else f32s(hcq_buf(2)).v[pos * uint(KV_DIM) + row] = mine;
+      else f32s(hcq_buf(2)).v[at * uint(KV_DIM) + row] = mine;
     }
   }
 }
@@ -370,11 +381,11 @@ void main() {
 // RD + l, RD + l + 8, ...
 void main() {
   uint h = gl_WorkGroupID.x, i = gl_WorkGroupID.y, l = lane();
-  uint pos = uint(info_p0(hcq_buf(4))) + i;
+  uint pos = uint(row_pos(hcq_buf(4), i)), at = uint(row_cache_pos(hcq_buf(4), i));
   bool is_q = h < uint(NH);
   uint64_t src = is_q ? hcq_buf(0) + (uint64_t(i) * uint(QD) + h * uint(HD)) * 4u
                       : hcq_buf(2) + (uint64_t(i) * uint(KV_DIM) + (h - uint(NH)) * uint(HD)) * 4u;
-  uint64_t dst = is_q ? src : hcq_buf(1) + (uint64_t(pos) * uint(KV_DIM) + (h - uint(NH)) * uint(HD)) * 4u;
+  uint64_t dst = is_q ? src : hcq_buf(1) + (uint64_t(at) * uint(KV_DIM) + (h - uint(NH)) * uint(HD)) * 4u;
   f32s x = f32s(src), o = f32s(dst), rot = f32s(hcq_buf(3) + uint64_t(pos) * uint(RD) * 4u);
   float inv = 1.0;
 #if QK_NORM
@@ -404,7 +415,8 @@ void main() {
 #define H4 (HD / 4)
 void main() {
   uint h = gl_WorkGroupID.x, i = gl_WorkGroupID.y, l = lane();
-  int pos = info_p0(hcq_buf(4)) + int(i);
+  int pos = row_pos(hcq_buf(4), i);
+  uint64_t base = uint64_t(row_cache_pos(hcq_buf(4), i) - pos); // a batch row's slot's first position
   uint kvh = h / uint(KV_MUL);
   int lo = WINDOW > 0 && pos >= WINDOW ? pos - WINDOW + 1 : 0;
   v4s q = v4s(hcq_buf(1) + (uint64_t(i) * uint(QD) + h * uint(HD)) * 4u);
@@ -413,7 +425,7 @@ void main() {
   for (uint e = 0u; e < uint(H4); e++) qv[e] = q.v[e], acc[e] = vec4(0.0);
   float m = neg_inf(), total = 0.0;
   for (int t = lo + int(l); t <= pos; t += 8) {
-    uint64_t at = (uint64_t(t) * uint(KV_DIM) + kvh * uint(HD)) * 4u;
+    uint64_t at = ((base + uint64_t(t)) * uint(KV_DIM) + kvh * uint(HD)) * 4u;
     v4s k = v4s(hcq_buf(2) + at), v = v4s(hcq_buf(3) + at);
     float s = 0.0;
     for (uint e = 0u; e < uint(H4); e++) s += dot(qv[e], k.v[e]);
@@ -510,10 +522,13 @@ void main() {
 #ifdef KERNEL_llm_classify
 // bufs: logits, best, xf, xq, classifier; vals: first group. Grid: groups of CLS_ROWS rows. The
 // group's logits and its best: best[2 g] the value's bits, best[2 g + 1] the lowest index holding it.
+// BATCH: bufs + info; grid y the choosing rows j: row j's logits at j VOCAB, its best at j 2 groups.
+#define CLS_GROUPS ((VOCAB + CLS_ROWS - 1) / CLS_ROWS)
 void main() {
-  uint g = gl_WorkGroupID.x + uint(hcq_val(0)), l = lane(), r0 = g * uint(CLS_ROWS);
-  load_input(hcq_buf(2), hcq_buf(3), 0u);
-  f32s logits = f32s(hcq_buf(0));
+  uint g = gl_WorkGroupID.x + uint(hcq_val(0)), l = lane(), r0 = g * uint(CLS_ROWS), j = gl_WorkGroupID.y;
+  load_input(hcq_buf(2), hcq_buf(3), j);
+  f32s logits = f32s(hcq_buf(0) + uint64_t(j) * uint(VOCAB) * 4u);
+  uint64_t best = hcq_buf(1) + uint64_t(j) * uint(2 * CLS_GROUPS) * 4u;
   float top = neg_inf();
   int arg = 0x7fffffff;
   for (uint j = 0u; j < uint(CLS_ROWS / 8); j++) {
@@ -526,7 +541,7 @@ void main() {
   float mx = subgroupMax(top);
   int at = subgroupMin(top == mx ? arg : 0x7fffffff);
   if (at == 0x7fffffff) at = int(r0); // every logit -inf or NaN: the group's first row, as kernels.c
-  if (l == 0u) i32s(hcq_buf(1)).v[2u * g] = floatBitsToInt(mx), i32s(hcq_buf(1)).v[2u * g + 1u] = at;
+  if (l == 0u) i32s(best).v[2u * g] = floatBitsToInt(mx), i32s(best).v[2u * g + 1u] = at;
 }
 #endif
 
@@ -579,23 +594,29 @@ uint64_t scale_down(uint64_t need, uint64_t frac, int bits) {
 
 void main() {
   uint l = lane();
+  // BATCH: group j the j-th choosing row, with its own sampler (5 words), scratch, logits and best;
+  // its token into tokens[j]
+  uint j = gl_WorkGroupID.x;
+  int at = info_p0(hcq_buf(5)) + info_n(hcq_buf(5)), dest = at;
+  if (BATCH != 0) at = row_pos(hcq_buf(5), uint(batch_sample_row(hcq_buf(5), j))) + 1, dest = int(j);
+  uint bj = BATCH != 0 ? j : 0u;
   i32s tokens = i32s(hcq_buf(0));
-  u32s sp = u32s(hcq_buf(4));
+  u32s sp = u32s(hcq_buf(4) + uint64_t(bj) * 20u);
+  uint64_t scratch = hcq_buf(1) + uint64_t(bj) * uint(VOCAB) * 16u;
   float temperature = uintBitsToFloat(sp.v[0]), top_p = uintBitsToFloat(sp.v[1]);
   int top_k = int(sp.v[2]);
   uint64_t seed = packUint2x32(uvec2(sp.v[3], sp.v[4]));
-  int at = info_p0(hcq_buf(5)) + info_n(hcq_buf(5));
   if (!(temperature > 0.0)) {
-    i32s best = i32s(hcq_buf(2));
+    i32s best = i32s(hcq_buf(2) + uint64_t(bj) * uint(hcq_val(0)) * 8u);
     uint64_t mine = 0ul;
     for (uint g = l; g < uint(hcq_val(0)); g += uint(SEL))
       mine = max(mine, packUint2x32(uvec2(0xffffffffu - uint(best.v[2u * g + 1u]), ordered(uint(best.v[2u * g])))));
     uint64_t k = reduce(mine, true);
-    if (l == 0u) tokens.v[at] = int(0xffffffffu - unpackUint2x32(k).x);
+    if (l == 0u) tokens.v[dest] = int(0xffffffffu - unpackUint2x32(k).x);
     return;
   }
-  u64s keys = u64s(hcq_buf(1)), probs = u64s(hcq_buf(1) + uint64_t(VOCAB) * 8u);
-  f32s logits = f32s(hcq_buf(3));
+  u64s keys = u64s(scratch), probs = u64s(scratch + uint64_t(VOCAB) * 8u);
+  f32s logits = f32s(hcq_buf(3) + uint64_t(bj) * uint(VOCAB) * 4u);
   uint64_t top = 0ul;
   for (uint i = l; i < uint(VOCAB); i += uint(SEL)) {
     uint64_t key = (uint64_t(ordered(floatBitsToUint(logits.v[i]))) << ID_BITS) | (ID_MASK - uint64_t(i));
@@ -628,6 +649,6 @@ void main() {
   z ^= z >> 31;
   uint64_t u = scale_down(kept, z >> 32, 32);
   uint64_t k = search(keys, probs, false, u, true);
-  if (l == 0u) tokens.v[at] = int(ID_MASK - (k & ID_MASK));
+  if (l == 0u) tokens.v[dest] = int(ID_MASK - (k & ID_MASK));
 }
 #endif

@@ -108,7 +108,12 @@ typedef struct llm_decoder_options {
   int ctx;                 /* positions the caches hold: 0 = min(the model's context, 4096) */
   int max_batch;           /* prompt tokens per pass: 0 = 128; longer prompts take several passes */
   bool profile;            /* capture with per-item timestamps */
+  /* 0: the single-sequence decoder (step and prompt pass). 1..LLM_MAX_SLOTS: a batch decoder for that
+   * many sequences (llm_decoder_batch; one device, CPU or VULKAN): caches of slots x ctx positions,
+   * max_batch rows a step, no step or pass. */
+  int slots;
 } llm_decoder_options_t;
+#define LLM_MAX_SLOTS 64
 
 /* How the next token is chosen, on the device. temperature 0 (the default): greedy, the highest
  * logit (the lowest id on ties). Otherwise the top_k highest logits (0: all), scaled by
@@ -155,6 +160,25 @@ HCQ_MUST_USE hcq_status_t llm_decoder_sync(llm_decoder_t *dec);
 HCQ_MUST_USE hcq_status_t llm_decoder_tokens(llm_decoder_t *dec, int pos, int32_t *out, int n);
 /* The logits of the last token the last step or pass processed (vocab floats; waits). */
 HCQ_MUST_USE hcq_status_t llm_decoder_logits(llm_decoder_t *dec, float *out);
+
+/* A batch decoder's row: one token of the sequence in cache slot `slot` at position pos of it;
+ * sample: choose the token after it. */
+typedef struct llm_batch_row {
+  int32_t slot, pos, token;
+  bool sample;
+} llm_batch_row_t;
+/* A batch decoder's step (slots > 0): the rows, in one replay of its one capture (captured by the
+ * first call) whatever their count; each row's k and v go into its slot's caches at its position,
+ * then each row attends to positions 0..pos of its slot (so rows of one sequence at consecutive
+ * positions see each other causally). samplers: one per sampling row, in row order; out: their tokens.
+ * Waits. INVALID_ARGUMENT for a row count outside 1..max_batch, more sampling rows than slots, a
+ * slot, position or id out of range, or bad sampler parameters. */
+HCQ_MUST_USE hcq_status_t llm_decoder_batch(llm_decoder_t *dec, const llm_batch_row_t *rows, int nrows,
+                                            const llm_sampler_t *samplers, int32_t *out);
+/* Captures the batch decoder's step now (a row at slot 0, position 0), so that later steps replay. */
+HCQ_MUST_USE hcq_status_t llm_decoder_batch_capture(llm_decoder_t *dec);
+int llm_decoder_slots(const llm_decoder_t *dec);
+size_t llm_decoder_captures(const llm_decoder_t *dec); /* item lists captured so far */
 
 size_t llm_decoder_kernels_per_step(const llm_decoder_t *dec);
 /* The captured step and pass (borrowed; NULL before their first graph call). */

@@ -1,0 +1,323 @@
+/* hcq_llm_batch_*: many sequences decoded together by a batch decoder (llm_decoder_batch), one
+ * replay a step. What this file adds to the decoder: the sequences' slots, which rows a step runs
+ * (every decoding sequence's last token, then chunks of the prompts still entering), the tokens
+ * turned into events with whole UTF-8 text, and the lock that lets other threads add and cancel. */
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llm_api.h"
+#include "llm_batch.h"
+#include "model_status.h"
+
+/* A sequence's text for one event: a token's (LLM_DETOK_MAX_OUT) and the held-back flush (3). */
+enum { TEXT_CAP = LLM_DETOK_MAX_OUT + 8 };
+
+typedef struct seq_slot {
+  int id;          /* -1: free */
+  int32_t *ids;    /* the prompt, then the tokens chosen: ctx of them at most */
+  int prompt, len; /* prompt ids; ids known */
+  int done;        /* positions whose k and v are in the caches (the rows run so far) */
+  int max_new;     /* tokens to generate at most (the room in the context when max_tokens is 0) */
+  hcq_llm_generate_options_t o;
+  llm_sampler_t sampler;
+  llm_detok_t detok;
+  char text[TEXT_CAP]; /* the last event's text */
+} seq_slot_t;
+
+struct hcq_llm_batch {
+  hcq_llm_t *llm;
+  const llm_tokenizer_t *tok;
+  llm_decoder_t *dec;
+  int max_seqs, ctx, max_rows, vocab, next_id;
+  seq_slot_t *slots;
+  pthread_mutex_t lock;
+  /* a step's rows, the slot and id each belongs to, the choosing rows' samplers and tokens */
+  llm_batch_row_t *rows;
+  int *row_id;
+  llm_sampler_t *samplers;
+  int32_t *chosen;
+};
+
+static hcq_status_t bad(const char *fmt, int value) { return hcq_status_make(HCQ_INVALID_ARGUMENT, fmt, value); }
+
+static hcq_status_t parse_kind(const char *device, hcq_device_kind_t *out) {
+  for (int k = 0; k < HCQ_DEVICE_KIND_COUNT; k++) {
+    const char *name = hcq_device_kind_name((hcq_device_kind_t)k);
+    size_t n = strlen(name);
+    if (!strncmp(device, name, n) && device[n] == ':') {
+      *out = (hcq_device_kind_t)k;
+      return NULL;
+    }
+  }
+  return hcq_status_make(HCQ_INTERNAL, "hcq_llm_batch_create: device \"%s\" of no known kind", device);
+}
+
+/* The options with their defaults filled in, checked. */
+static hcq_status_t batch_options(const hcq_llm_info_t *info, const hcq_llm_batch_options_t *in,
+                                  hcq_llm_batch_options_t *o) {
+  *o = in ? *in : (hcq_llm_batch_options_t){0};
+  if (!o->max_seqs) o->max_seqs = 8;
+  if (o->max_seqs < 1 || o->max_seqs > LLM_MAX_SLOTS)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: max_seqs %d (expected 1 to %d)", o->max_seqs,
+                           LLM_MAX_SLOTS);
+  if (o->ctx < 0 || o->ctx > (1 << 20))
+    return bad("hcq_llm_batch_create: ctx %d (expected 0 to 1048576 positions)", o->ctx);
+  if (!o->ctx) o->ctx = info->ctx;
+  if (!o->max_rows) o->max_rows = info->max_batch > o->max_seqs ? info->max_batch : o->max_seqs;
+  if (o->max_rows < o->max_seqs || o->max_rows > 4096)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: max_rows %d (expected max_seqs %d to 4096)",
+                           o->max_rows, o->max_seqs);
+  return NULL;
+}
+
+static hcq_status_t allocate(hcq_llm_batch_t *b) {
+  size_t seqs = (size_t)b->max_seqs, rows = (size_t)b->max_rows;
+  b->slots = calloc(seqs, sizeof(*b->slots));
+  b->rows = calloc(rows, sizeof(*b->rows));
+  b->row_id = calloc(rows, sizeof(*b->row_id));
+  b->samplers = calloc(seqs, sizeof(*b->samplers));
+  b->chosen = calloc(seqs, sizeof(*b->chosen));
+  if (!b->slots || !b->rows || !b->row_id || !b->samplers || !b->chosen)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  for (size_t i = 0; i < seqs; i++) {
+    b->slots[i].id = -1;
+    if (!(b->slots[i].ids = malloc((size_t)b->ctx * sizeof(int32_t))))
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  }
+  return NULL;
+}
+
+hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t *options, hcq_llm_batch_t **out) {
+  if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: out is NULL");
+  *out = NULL;
+  if (!llm || !llm_api_decoder(llm))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: llm is NULL or not open");
+  hcq_llm_info_t info;
+  hcq_llm_get_info(llm, &info);
+  hcq_llm_batch_options_t o;
+  hcq_device_kind_t kind = HCQ_DEVICE_CPU;
+  TRY(batch_options(&info, options, &o));
+  TRY(parse_kind(info.device, &kind));
+  hcq_llm_batch_t *b = calloc(1, sizeof(*b));
+  if (!b) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  /* recursive: on_token, called under the lock, may add and cancel */
+  pthread_mutexattr_t attr;
+  bool locked = !pthread_mutexattr_init(&attr) && !pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE) &&
+                !pthread_mutex_init(&b->lock, &attr);
+  pthread_mutexattr_destroy(&attr);
+  if (!locked) {
+    free(b);
+    return hcq_status_make(HCQ_INTERNAL, "hcq_llm_batch_create: no mutex");
+  }
+  *b = (hcq_llm_batch_t){.llm = llm,
+                         .tok = llm_api_tokenizer(llm),
+                         .max_seqs = o.max_seqs,
+                         .ctx = o.ctx,
+                         .max_rows = o.max_rows,
+                         .vocab = info.vocab,
+                         .lock = b->lock};
+  llm_model_t *model = NULL;
+  llm_decoder_options_t d = {.kind = kind, .ctx = o.ctx, .max_batch = o.max_rows, .slots = o.max_seqs};
+  hcq_status_t st = allocate(b);
+  /* the file again: the single-sequence decoder closed it once its weights were on the device */
+  if (!st) st = llm_model_open(info.path, &model);
+  if (!st) st = llm_decoder_create(model, &d, &b->dec);
+  llm_model_close(model);
+  if (!st) st = llm_decoder_batch_capture(b->dec);
+  if (!st) b->ctx = llm_decoder_ctx(b->dec); /* at most the model's trained context */
+  if (st) {
+    hcq_status_destroy(hcq_llm_batch_destroy(b));
+    return hcq_status_annotate(st, "hcq_llm_batch_create");
+  }
+  *out = b;
+  return NULL;
+}
+
+hcq_status_t hcq_llm_batch_destroy(hcq_llm_batch_t *b) {
+  if (!b) return NULL;
+  hcq_status_t st = llm_decoder_destroy(b->dec);
+  if (st) return st; /* still running: keep everything alive */
+  if (b->slots)
+    for (int i = 0; i < b->max_seqs; i++) free(b->slots[i].ids);
+  free(b->slots), free(b->rows), free(b->row_id), free(b->samplers), free(b->chosen);
+  pthread_mutex_destroy(&b->lock);
+  free(b);
+  return NULL;
+}
+
+llm_decoder_t *llm_batch_decoder(hcq_llm_batch_t *b) { return b ? b->dec : NULL; }
+
+size_t hcq_llm_batch_captures(const hcq_llm_batch_t *b) { return b ? llm_decoder_captures(b->dec) : 0; }
+
+/* ---- sequences ---- */
+
+static hcq_status_t check_generate_options(const hcq_llm_generate_options_t *o) {
+  const hcq_llm_sampling_t *s = &o->sampling;
+  if (o->max_tokens < 0) return bad("hcq_llm_batch_add: max_tokens %d < 0", o->max_tokens);
+  if (!isfinite(s->temperature) || s->temperature < 0 || s->temperature > 100)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_add: temperature %g (expected 0 to 100; 0: greedy)",
+                           (double)s->temperature);
+  if (!isfinite(s->top_p) || s->top_p < 0 || s->top_p > 1)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_add: top_p %g (expected 0 to 1)", (double)s->top_p);
+  if (s->top_k < 0) return bad("hcq_llm_batch_add: top_k %d < 0", s->top_k);
+  return NULL;
+}
+
+hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t n,
+                               const hcq_llm_generate_options_t *options, int *seq) {
+  if (!b || !seq || (!prompt && n))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_add: batch, prompt or seq is NULL");
+  *seq = -1;
+  hcq_llm_generate_options_t o = options ? *options : (hcq_llm_generate_options_t){0};
+  TRY(check_generate_options(&o));
+  if (n == 0 || n >= (size_t)b->ctx)
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "hcq_llm_batch_add: a prompt of %zu tokens (expected 1 to %d: a sequence "
+                           "holds %d positions, prompt and new tokens)",
+                           n, b->ctx - 1, b->ctx);
+  for (size_t i = 0; i < n; i++)
+    if (prompt[i] < 0 || prompt[i] >= b->vocab)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "hcq_llm_batch_add: prompt id %d (at %zu) is outside the vocabulary "
+                             "(%d ids)",
+                             prompt[i], i, b->vocab);
+  pthread_mutex_lock(&b->lock);
+  seq_slot_t *s = NULL;
+  for (int i = 0; i < b->max_seqs && !s; i++)
+    if (b->slots[i].id < 0) s = &b->slots[i];
+  if (!s) {
+    pthread_mutex_unlock(&b->lock);
+    return hcq_status_make(HCQ_UNAVAILABLE,
+                           "hcq_llm_batch_add: all %d sequences are busy (try again once one finishes)", b->max_seqs);
+  }
+  int room = b->ctx - (int)n;
+  s->id = b->next_id;
+  b->next_id = b->next_id == INT_MAX ? 0 : b->next_id + 1;
+  memcpy(s->ids, prompt, n * sizeof(int32_t));
+  s->prompt = s->len = (int)n;
+  s->done = 0;
+  s->max_new = o.max_tokens && o.max_tokens < room ? o.max_tokens : room;
+  s->o = o;
+  const hcq_llm_sampling_t *sp = &o.sampling;
+  s->sampler = sp->temperature > 0
+                   ? (llm_sampler_t){sp->temperature, sp->top_p > 0 ? sp->top_p : 1, sp->top_k, sp->seed}
+                   : (llm_sampler_t){0, 1, 0, 0};
+  llm_detok_init(&s->detok);
+  *seq = s->id;
+  pthread_mutex_unlock(&b->lock);
+  return NULL;
+}
+
+hcq_status_t hcq_llm_batch_cancel(hcq_llm_batch_t *b, int seq) {
+  if (!b) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_cancel: batch is NULL");
+  pthread_mutex_lock(&b->lock);
+  bool found = false;
+  for (int i = 0; i < b->max_seqs && !found; i++)
+    if (seq >= 0 && b->slots[i].id == seq) b->slots[i].id = -1, found = true;
+  pthread_mutex_unlock(&b->lock);
+  return found ? NULL : hcq_status_make(HCQ_NOT_FOUND, "hcq_llm_batch_cancel: no active sequence %d", seq);
+}
+
+size_t hcq_llm_batch_active(hcq_llm_batch_t *b) {
+  if (!b) return 0;
+  size_t n = 0;
+  pthread_mutex_lock(&b->lock);
+  for (int i = 0; i < b->max_seqs; i++) n += b->slots[i].id >= 0;
+  pthread_mutex_unlock(&b->lock);
+  return n;
+}
+
+/* ---- steps ---- */
+
+/* The rows of the next step: every decoding sequence's last token (choosing the next), then the
+ * prompts still entering, oldest sequence first, in chunks that fill the rows left (a chunk that
+ * reaches its prompt's end chooses the first new token). Returns the row count. */
+static int plan_rows(hcq_llm_batch_t *b) {
+  int order[LLM_MAX_SLOTS], nactive = 0, nrows = 0;
+  for (int i = 0; i < b->max_seqs; i++) { /* the active slots by their ids: an insertion sort */
+    if (b->slots[i].id < 0) continue;
+    int k = nactive++;
+    for (; k > 0 && b->slots[order[k - 1]].id > b->slots[i].id; k--) order[k] = order[k - 1];
+    order[k] = i;
+  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int k = 0; k < nactive && nrows < b->max_rows; k++) {
+      seq_slot_t *s = &b->slots[order[k]];
+      if ((s->done >= s->prompt) != (pass == 0)) continue;
+      int first = pass == 0 ? s->len - 1 : s->done, end = pass == 0 ? s->len : s->prompt;
+      if (end - first > b->max_rows - nrows) end = first + b->max_rows - nrows;
+      for (int p = first; p < end; p++) {
+        b->rows[nrows] = (llm_batch_row_t){order[k], p, s->ids[p], p == s->len - 1};
+        b->row_id[nrows++] = s->id;
+      }
+    }
+  return nrows;
+}
+
+static int event_cmp(const void *pa, const void *pb) {
+  const hcq_llm_batch_event_t *a = pa, *b = pb;
+  return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+/* Token tok chosen for s: its text, the callback, and whether the sequence ends (then its slot is
+ * freed, its held-back text flushed into the event). Returns false when the sequence was cancelled
+ * from the callback (no event). */
+static bool take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, hcq_llm_batch_event_t *ev) {
+  int id = s->id;
+  s->ids[s->len++] = tok;
+  size_t len = llm_detok_push(b->tok, &s->detok, tok, s->o.special, s->text, LLM_DETOK_MAX_OUT);
+  s->text[len] = 0;
+  int generated = s->len - s->prompt;
+  bool stopped = s->o.on_token && !s->o.on_token(s->o.user, tok, s->text, len);
+  if (s->id != id) return false; /* cancelled by the callback */
+  *ev = (hcq_llm_batch_event_t){.seq = id, .id = tok, .text = s->text, .len = len, .tokens = (size_t)generated};
+  bool end = !s->o.ignore_eos && llm_tokenizer_is_eog(b->tok, tok);
+  if (!stopped && !end && generated < s->max_new) return true;
+  ev->finished = true;
+  ev->stop = stopped                                           ? HCQ_LLM_STOP_CALLBACK
+             : end                                             ? HCQ_LLM_STOP_END
+             : s->o.max_tokens && generated >= s->o.max_tokens ? HCQ_LLM_STOP_LENGTH
+                                                               : HCQ_LLM_STOP_CONTEXT;
+  char rest[8];
+  size_t nrest = llm_detok_flush(&s->detok, rest, sizeof(rest) - 1);
+  rest[nrest] = 0;
+  memcpy(s->text + len, rest, nrest + 1);
+  ev->len = len + nrest;
+  s->id = -1; /* the slot is free before the callback: it may add a sequence */
+  if (nrest && s->o.on_token && !stopped) s->o.on_token(s->o.user, HCQ_LLM_NO_TOKEN, rest, nrest);
+  return true;
+}
+
+hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *events, size_t cap, size_t *n) {
+  if (!b || !n || (!events && cap))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: batch, events or n is NULL");
+  *n = 0;
+  if (cap < (size_t)b->max_seqs)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_llm_batch_step: room for %zu events (a step gives up to max_seqs = %d)", cap,
+                           b->max_seqs);
+  pthread_mutex_lock(&b->lock);
+  int nrows = plan_rows(b), nsample = 0;
+  for (int i = 0; i < nrows; i++)
+    if (b->rows[i].sample) b->samplers[nsample++] = b->slots[b->rows[i].slot].sampler;
+  pthread_mutex_unlock(&b->lock);
+  if (!nrows) return NULL;
+  /* the lock is free while the device runs: add and cancel go on meanwhile (a slot cancelled and
+   * taken again then is written from position 0 by its new sequence before anything reads it) */
+  TRY(llm_decoder_batch(b->dec, b->rows, nrows, b->samplers, b->chosen));
+  pthread_mutex_lock(&b->lock);
+  for (int i = 0, j = 0; i < nrows; i++) {
+    seq_slot_t *s = &b->slots[b->rows[i].slot];
+    bool same = s->id == b->row_id[i]; /* not cancelled meanwhile */
+    if (same && s->done < b->rows[i].pos + 1) s->done = b->rows[i].pos + 1;
+    if (!b->rows[i].sample) continue;
+    int32_t tok = b->chosen[j++];
+    if (same && take_token(b, s, tok, &events[*n])) ++*n;
+  }
+  pthread_mutex_unlock(&b->lock);
+  qsort(events, *n, sizeof(*events), event_cmp);
+  return NULL;
+}

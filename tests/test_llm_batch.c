@@ -1,0 +1,361 @@
+/* Batched decoding (hcq/llm.h's hcq_llm_batch_*): many sequences in one captured step, each at its
+ * own position in its own cache slot. The ground truth is hcq_llm_generate (the single-sequence
+ * step and prompt pass, itself checked against the plain C reference by test_llm): a sequence's
+ * greedy tokens, and its sampled tokens from a seed, are generate's whatever else is in the batch
+ * (batch invariance): alone, among seven others of other lengths joining at other steps, with its
+ * prompt entering in chunks beside the others' decoding rows, on CPU and Vulkan (lavapipe), on
+ * tiny models of two architectures (llama: rope fused into the products; qwen3: per-head norms
+ * and NEOX rope in their own kernel) and on SmolLM2 (skipped when absent). Also: the batch size
+ * changes with no new capture, a cancelled sequence's slot is taken at once, every stop reason,
+ * and bad arguments refused by name. */
+#include <hcq/llm.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "llm.h"
+#include "llm_batch.h"
+#include "llm_test_util.h"
+#include "test_util.h"
+
+TestSuite(llm_batch, .timeout = 600);
+
+enum { SEQS = 8, NEW = 12, MAX_NEW = 64 };
+
+static char g_paths[16][PATH_MAX];
+static int g_npaths;
+static void remove_paths(void) {
+  for (int i = 0; i < g_npaths && i < 16; i++) unlink(g_paths[i]);
+}
+
+static hcq_llm_t *open_tiny(const char *name, const char *arch, const char *device) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_1, false, 11);
+  s.arch = arch;
+  char path[PATH_MAX];
+  tmp_path(path, sizeof(path), name);
+  OK(tiny_write(&s, path));
+  hcq_llm_t *llm;
+  hcq_status_t st = hcq_llm_open(path, &(hcq_llm_options_t){.ctx = 128, .device = device}, &llm);
+  /* the file stays for hcq_llm_batch_create, which reads it again: removed at exit */
+  snprintf(g_paths[g_npaths++ % 16], PATH_MAX, "%s", path);
+  if (g_npaths == 1) atexit(remove_paths);
+  if (st && hcq_status_code(st) == HCQ_UNAVAILABLE) {
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
+    hcq_status_destroy(st);
+    cr_skip_test("no %s device: %s", device, msg);
+  }
+  OK(st);
+  return llm;
+}
+
+/* Prompt k: 3 + 5 k ids (3 .. 38), different for every k. */
+static int prompt_of(int k, int32_t *out) {
+  int n = 3 + 5 * k;
+  for (int i = 0; i < n; i++) out[i] = (int32_t)((7 * k + 3 * i + 1) % 95);
+  return n;
+}
+
+typedef struct collected {
+  int32_t ids[MAX_NEW];
+  size_t n;
+  bool finished;
+  hcq_llm_stop_t stop;
+} collected_t;
+
+/* Steps until no sequence is active, adding prompt k (of those in `joins`) at step joins[k] (the
+ * sequence ids into seq[k]); tokens by sequence into got[k]. */
+static void run_batch(hcq_llm_batch_t *b, int nseq, const int *joins, const hcq_llm_generate_options_t *o, int *seq,
+                      collected_t *got) {
+  memset(got, 0, sizeof(*got) * (size_t)nseq);
+  hcq_llm_batch_event_t ev[SEQS];
+  int added = 0;
+  for (int step = 0; added < nseq || hcq_llm_batch_active(b); step++) {
+    for (int k = 0; k < nseq; k++)
+      if (joins[k] == step) {
+        int32_t prompt[64];
+        int n = prompt_of(k, prompt);
+        OK(hcq_llm_batch_add(b, prompt, (size_t)n, o, &seq[k]));
+        added++;
+      }
+    size_t nev;
+    OK(hcq_llm_batch_step(b, ev, SEQS, &nev));
+    for (size_t e = 0; e < nev; e++) {
+      if (e) cr_assert_gt(ev[e].seq, ev[e - 1].seq, "events in the order of their sequences");
+      int k = 0;
+      while (k < nseq && seq[k] != ev[e].seq) k++;
+      cr_assert_lt(k, nseq, "an event for sequence %d, never added", ev[e].seq);
+      cr_assert(!got[k].finished, "an event after sequence %d finished", ev[e].seq);
+      if (ev[e].id != HCQ_LLM_NO_TOKEN) got[k].ids[got[k].n++] = ev[e].id;
+      cr_expect_eq(ev[e].tokens, got[k].n);
+      got[k].finished = ev[e].finished, got[k].stop = ev[e].stop;
+    }
+    cr_assert_lt(step, 1000, "the batch never empties");
+  }
+}
+
+/* Every sequence's tokens against hcq_llm_generate's for its prompt and options. */
+static void expect_generate(hcq_llm_t *llm, int nseq, const hcq_llm_generate_options_t *o, const collected_t *got) {
+  for (int k = 0; k < nseq; k++) {
+    int32_t prompt[64];
+    int n = prompt_of(k, prompt);
+    hcq_llm_result_t r;
+    OK(hcq_llm_generate(llm, prompt, (size_t)n, o, &r));
+    cr_expect(got[k].finished, "sequence %d never finished", k);
+    cr_expect_eq(got[k].n, r.n, "sequence %d: %zu tokens, generate %zu", k, got[k].n, r.n);
+    for (size_t i = 0; i < r.n && i < got[k].n; i++)
+      cr_expect_eq(got[k].ids[i], r.ids[i], "sequence %d token %zu: %d, generate %d", k, i, got[k].ids[i], r.ids[i]);
+    cr_expect_eq(got[k].stop, r.stop, "sequence %d stops for another reason", k);
+    hcq_llm_result_free(&r);
+  }
+}
+
+/* A sequence alone, then eight of other lengths joining at steps 0..6 with prompts entering in
+ * chunks of at most 12 rows beside the others' decoding rows: generate's tokens every time. */
+static void invariance(const char *arch, const char *device, const hcq_llm_sampling_t *sampling) {
+  hcq_llm_t *llm = open_tiny("inv", arch, device);
+  hcq_llm_batch_t *b;
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = SEQS, .ctx = 96, .max_rows = 12}, &b));
+  hcq_llm_generate_options_t o = {.max_tokens = NEW, .ignore_eos = true, .sampling = *sampling};
+  int seq[SEQS], alone[1] = {0}, joins[SEQS] = {0, 0, 1, 1, 2, 3, 5, 6};
+  collected_t got[SEQS];
+  run_batch(b, 1, alone, &o, seq, got);
+  expect_generate(llm, 1, &o, got);
+  run_batch(b, SEQS, joins, &o, seq, got);
+  expect_generate(llm, SEQS, &o, got);
+  cr_expect_eq(hcq_llm_batch_captures(b), 1, "batch sizes 1..8 and prompt chunks: one capture");
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}
+
+static const hcq_llm_sampling_t greedy = {0}, sampled = {.temperature = 0.9f, .top_p = 0.95f, .top_k = 20, .seed = 42};
+
+Test(llm_batch, greedy_sequences_are_generates_alone_and_among_seven_cpu) { invariance(NULL, "CPU", &greedy); }
+Test(llm_batch, greedy_qwen3_sequences_are_generates_cpu) { invariance("qwen3", "CPU", &greedy); }
+Test(llm_batch, sampled_sequences_are_generates_from_their_seeds_cpu) { invariance(NULL, "CPU", &sampled); }
+Test(llm_batch, greedy_sequences_are_generates_alone_and_among_seven_vulkan) { invariance(NULL, "VULKAN", &greedy); }
+Test(llm_batch, greedy_qwen3_sequences_are_generates_vulkan) { invariance("qwen3", "VULKAN", &greedy); }
+Test(llm_batch, sampled_sequences_are_generates_from_their_seeds_vulkan) { invariance(NULL, "VULKAN", &sampled); }
+
+/* Sequences with their own samplers side by side: each its own generate's tokens. */
+Test(llm_batch, each_sequence_samples_with_its_own_parameters) {
+  hcq_llm_t *llm = open_tiny("own", NULL, "CPU");
+  hcq_llm_batch_t *b;
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 3, .ctx = 64}, &b));
+  hcq_llm_generate_options_t o[3] = {{.max_tokens = 10, .ignore_eos = true},
+                                     {.max_tokens = 10, .ignore_eos = true, .sampling = {1.0f, 1.0f, 0, 7}},
+                                     {.max_tokens = 10, .ignore_eos = true, .sampling = {0.5f, 0.8f, 5, 99}}};
+  int32_t prompt[3][64];
+  int n[3], seq[3];
+  collected_t got[3] = {0};
+  for (int k = 0; k < 3; k++) {
+    n[k] = prompt_of(k, prompt[k]);
+    OK(hcq_llm_batch_add(b, prompt[k], (size_t)n[k], &o[k], &seq[k]));
+  }
+  hcq_llm_batch_event_t ev[3];
+  size_t nev;
+  while (hcq_llm_batch_active(b)) {
+    OK(hcq_llm_batch_step(b, ev, 3, &nev));
+    for (size_t e = 0; e < nev; e++) got[ev[e].seq - seq[0]].ids[got[ev[e].seq - seq[0]].n++] = ev[e].id;
+  }
+  for (int k = 0; k < 3; k++) {
+    hcq_llm_result_t r;
+    OK(hcq_llm_generate(llm, prompt[k], (size_t)n[k], &o[k], &r));
+    cr_expect(r.n == got[k].n && !memcmp(r.ids, got[k].ids, r.n * 4), "sequence %d: not generate's tokens", k);
+    hcq_llm_result_free(&r);
+  }
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}
+
+/* Batch sizes 1, 5, 2, 8, 3 and prompt chunks: the decoder captured once, its programs compiled
+ * once, its jit's graphs as many as after the first step. */
+Test(llm_batch, batch_size_changes_without_a_new_capture) {
+  hcq_llm_t *llm = open_tiny("capture", NULL, "CPU");
+  hcq_llm_batch_t *b;
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = SEQS, .ctx = 96}, &b));
+  llm_decoder_t *dec = llm_batch_decoder(b);
+  cr_assert_eq(hcq_llm_batch_captures(b), 1, "captured at create");
+  hcq_jit_t *jit = llm_decoder_prefill_jit(dec);
+  cr_assert(jit);
+  size_t graphs = hcq_jit_graph_count(jit);
+  int sizes[] = {1, 5, 2, 8, 3};
+  hcq_llm_generate_options_t o = {.max_tokens = 3, .ignore_eos = true};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    int seq[SEQS], joins[SEQS] = {0};
+    collected_t got[SEQS];
+    run_batch(b, sizes[i], joins, &o, seq, got);
+    for (int k = 0; k < sizes[i]; k++) cr_expect_eq(got[k].n, 3);
+  }
+  cr_expect_eq(hcq_llm_batch_captures(b), 1, "a new capture for another batch size");
+  cr_expect_eq(llm_decoder_prefill_jit(dec), jit);
+  cr_expect_eq(hcq_jit_graph_count(jit), graphs, "the jit built graphs for other sizes");
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}
+
+static void expect_code(hcq_status_t st, hcq_status_code_t code, const char *needle) {
+  cr_assert(st, "expected %s (%s), got OK", hcq_status_code_name(code), needle);
+  cr_expect_eq(hcq_status_code(st), code, "%s", hcq_status_message(st));
+  cr_expect(strstr(hcq_status_message(st), needle), "\"%s\" lacks \"%s\"", hcq_status_message(st), needle);
+  hcq_status_destroy(st);
+}
+
+/* Two slots: a third sequence waits (UNAVAILABLE) until one is cancelled, then takes its slot at
+ * once and gives generate's tokens (the cancelled sequence's caches do not leak into it); the
+ * cancelled sequence gets no event after its cancel. */
+Test(llm_batch, a_cancelled_sequence_frees_its_slot_at_once) {
+  hcq_llm_t *llm = open_tiny("cancel", NULL, "CPU");
+  hcq_llm_batch_t *b;
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 2, .ctx = 96}, &b));
+  hcq_llm_generate_options_t o = {.max_tokens = NEW, .ignore_eos = true};
+  int32_t prompt[64];
+  int seq[3], n;
+  for (int k = 0; k < 2; k++) {
+    n = prompt_of(k + 3, prompt);
+    OK(hcq_llm_batch_add(b, prompt, (size_t)n, &o, &seq[k]));
+  }
+  hcq_llm_batch_event_t ev[2];
+  size_t nev;
+  for (int s = 0; s < 4; s++) OK(hcq_llm_batch_step(b, ev, 2, &nev));
+  n = prompt_of(0, prompt);
+  expect_code(hcq_llm_batch_add(b, prompt, (size_t)n, &o, &seq[2]), HCQ_UNAVAILABLE, "all 2 sequences are busy");
+  OK(hcq_llm_batch_cancel(b, seq[0]));
+  cr_expect_eq(hcq_llm_batch_active(b), 1);
+  OK(hcq_llm_batch_add(b, prompt, (size_t)n, &o, &seq[2]));
+  cr_expect(seq[2] != seq[0], "a sequence id used again");
+  expect_code(hcq_llm_batch_cancel(b, seq[0]), HCQ_NOT_FOUND, "no active sequence");
+  collected_t got = {0};
+  while (hcq_llm_batch_active(b)) {
+    OK(hcq_llm_batch_step(b, ev, 2, &nev));
+    for (size_t e = 0; e < nev; e++) {
+      cr_assert_neq(ev[e].seq, seq[0], "an event for a cancelled sequence");
+      if (ev[e].seq == seq[2]) got.ids[got.n++] = ev[e].id, got.finished = ev[e].finished, got.stop = ev[e].stop;
+    }
+  }
+  expect_generate(llm, 1, &o, &got);
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}
+
+static bool stop_after_two(void *user, int32_t id, const char *text, size_t len) {
+  (void)id, (void)text, (void)len;
+  return ++*(int *)user < 2;
+}
+
+/* length, context (ctx 16), callback (on_token false at its second token), end (the tiny model's
+ * end token 96 as its greedy choice is unlikely: the context and length cases suffice with
+ * ignore_eos off, which also checks no end token was chosen) */
+Test(llm_batch, every_stop_reason) {
+  hcq_llm_t *llm = open_tiny("stops", NULL, "CPU");
+  hcq_llm_batch_t *b;
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 3, .ctx = 16}, &b));
+  int calls = 0, seq[3];
+  int32_t prompt[64];
+  int n = prompt_of(1, prompt); /* 8 ids: 8 new tokens fill the 16 positions */
+  hcq_llm_generate_options_t o[3] = {
+      {.max_tokens = 3}, {.max_tokens = 0}, {.on_token = stop_after_two, .user = &calls}};
+  for (int k = 0; k < 3; k++) OK(hcq_llm_batch_add(b, prompt, (size_t)n, &o[k], &seq[k]));
+  collected_t got[3] = {0};
+  hcq_llm_batch_event_t ev[3];
+  size_t nev;
+  while (hcq_llm_batch_active(b)) {
+    OK(hcq_llm_batch_step(b, ev, 3, &nev));
+    for (size_t e = 0; e < nev; e++) {
+      collected_t *g = &got[ev[e].seq - seq[0]];
+      g->ids[g->n++] = ev[e].id, g->finished = ev[e].finished, g->stop = ev[e].stop;
+      cr_expect_eq(strlen(ev[e].text), ev[e].len);
+    }
+  }
+  bool ended[3];
+  for (int k = 0; k < 3; k++) ended[k] = got[k].n && got[k].ids[got[k].n - 1] == 96;
+  cr_expect(got[0].stop == HCQ_LLM_STOP_LENGTH ? got[0].n == 3 : ended[0]);
+  cr_expect(got[1].stop == HCQ_LLM_STOP_CONTEXT ? got[1].n == 8 : ended[1], "stop %d after %zu", got[1].stop, got[1].n);
+  cr_expect(got[2].stop == HCQ_LLM_STOP_CALLBACK ? got[2].n == 2 && calls == 2 : ended[2]);
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}
+
+Test(llm_batch, bad_arguments_are_refused_by_name) {
+  hcq_llm_t *llm = open_tiny("bad", NULL, "CPU");
+  hcq_llm_batch_t *b = NULL;
+  expect_code(hcq_llm_batch_create(NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "llm is NULL");
+  expect_code(hcq_llm_batch_create(llm, NULL, NULL), HCQ_INVALID_ARGUMENT, "out is NULL");
+  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 65}, &b), HCQ_INVALID_ARGUMENT,
+              "max_seqs 65");
+  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = -1}, &b), HCQ_INVALID_ARGUMENT,
+              "max_seqs -1");
+  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.ctx = -5}, &b), HCQ_INVALID_ARGUMENT, "ctx -5");
+  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .max_rows = 4}, &b),
+              HCQ_INVALID_ARGUMENT, "max_rows 4");
+  cr_expect_null(b);
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 2, .ctx = 32}, &b));
+  int32_t prompt[40] = {1, 2, 3}, bad_id[2] = {1, 97};
+  int seq;
+  expect_code(hcq_llm_batch_add(b, prompt, 0, NULL, &seq), HCQ_OUT_OF_RANGE, "a prompt of 0 tokens");
+  expect_code(hcq_llm_batch_add(b, prompt, 32, NULL, &seq), HCQ_OUT_OF_RANGE, "a prompt of 32 tokens");
+  expect_code(hcq_llm_batch_add(b, bad_id, 2, NULL, &seq), HCQ_INVALID_ARGUMENT, "prompt id 97 (at 1)");
+  expect_code(hcq_llm_batch_add(b, NULL, 3, NULL, &seq), HCQ_INVALID_ARGUMENT, "NULL");
+  expect_code(hcq_llm_batch_add(b, prompt, 3, NULL, NULL), HCQ_INVALID_ARGUMENT, "NULL");
+  expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.max_tokens = -1}, &seq),
+              HCQ_INVALID_ARGUMENT, "max_tokens -1");
+  expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.temperature = -1}}, &seq),
+              HCQ_INVALID_ARGUMENT, "temperature -1");
+  expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_p = 2}}, &seq),
+              HCQ_INVALID_ARGUMENT, "top_p 2");
+  expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_k = -3}}, &seq),
+              HCQ_INVALID_ARGUMENT, "top_k -3");
+  cr_expect_eq(hcq_llm_batch_active(b), 0, "a refused sequence was added");
+  hcq_llm_batch_event_t ev[2];
+  size_t nev = 99;
+  OK(hcq_llm_batch_step(b, ev, 2, &nev));
+  cr_expect_eq(nev, 0, "a step with no sequence");
+  expect_code(hcq_llm_batch_step(b, ev, 1, &nev), HCQ_INVALID_ARGUMENT, "room for 1 events");
+  expect_code(hcq_llm_batch_step(b, NULL, 2, &nev), HCQ_INVALID_ARGUMENT, "NULL");
+  expect_code(hcq_llm_batch_step(NULL, ev, 2, &nev), HCQ_INVALID_ARGUMENT, "NULL");
+  expect_code(hcq_llm_batch_cancel(b, 12345), HCQ_NOT_FOUND, "no active sequence 12345");
+  expect_code(hcq_llm_batch_cancel(b, -1), HCQ_NOT_FOUND, "no active sequence -1");
+  expect_code(hcq_llm_batch_cancel(NULL, 0), HCQ_INVALID_ARGUMENT, "NULL");
+  cr_expect_eq(hcq_llm_batch_active(NULL), 0);
+  cr_expect_eq(hcq_llm_batch_captures(NULL), 0);
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_batch_destroy(NULL));
+  OK(hcq_llm_close(llm));
+}
+
+/* SmolLM2 (skipped when absent): four chat-length prompts, greedy, generate's tokens. */
+Test(llm_batch, smollm2_greedy_sequences_are_generates) {
+  llm_model_close(real_model()); /* skips when the model is absent */
+  const char *env = getenv("HCQ_LLM_MODEL");
+  hcq_llm_t *llm;
+  OK(hcq_llm_open(env && *env ? env : NULL, &(hcq_llm_options_t){.ctx = 256, .no_download = true}, &llm));
+  hcq_llm_batch_t *b;
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 4, .ctx = 128, .max_rows = 16}, &b));
+  const char *texts[4] = {"The capital of France is", "1, 2, 3, 4,",
+                          "Once upon a time, in a land far away, there lived a", "def fibonacci(n):"};
+  int32_t ids[4][64];
+  size_t n[4];
+  int seq[4];
+  hcq_llm_generate_options_t o = {.max_tokens = 8, .ignore_eos = true};
+  collected_t got[4] = {0};
+  for (int k = 0; k < 4; k++) OK(hcq_llm_tokenize(llm, texts[k], strlen(texts[k]), true, false, ids[k], 64, &n[k]));
+  hcq_llm_batch_event_t ev[4];
+  size_t nev;
+  for (int step = 0; step == 0 || hcq_llm_batch_active(b); step++) {
+    if (step < 4) OK(hcq_llm_batch_add(b, ids[step], n[step], &o, &seq[step]));
+    OK(hcq_llm_batch_step(b, ev, 4, &nev));
+    for (size_t e = 0; e < nev; e++) {
+      collected_t *g = &got[ev[e].seq - seq[0]];
+      g->ids[g->n++] = ev[e].id;
+    }
+  }
+  for (int k = 0; k < 4; k++) {
+    hcq_llm_result_t r;
+    OK(hcq_llm_generate(llm, ids[k], n[k], &o, &r));
+    cr_expect(r.n == got[k].n && !memcmp(r.ids, got[k].ids, r.n * 4), "\"%s\": not generate's tokens", texts[k]);
+    hcq_llm_result_free(&r);
+  }
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}
