@@ -1,8 +1,11 @@
 /* hcq serve's engine: the one thread that owns the model (hcq_llm_t is one thread at a time), taking
- * jobs from a bounded queue. It runs on hcq_llm_generate, one job at a time (one slot): the prompt
- * is rendered, tokenized and checked against the context here, because only this thread may touch
- * the model, and each token's text is appended to the job as the callback gets it. Stop strings are
- * found in that text; bytes that may still begin one are held back from the stream (visible). */
+ * jobs from a bounded queue. It runs --parallel jobs at once on the batch API (hcq_llm_batch_*: one
+ * replay a step gives every active sequence its next token, a new prompt entering in chunks beside
+ * them), or one job at a time on hcq_llm_generate where the device has no batched decoding. Either
+ * way the prompt is rendered, tokenized and checked against the context here, because only this
+ * thread may touch the model, and each token's text is appended to its job by the on_token
+ * callback. Stop strings are found in that text; bytes that may still begin one are held back from
+ * the stream (visible). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +26,8 @@ struct serve_engine {
   size_t head, count;
   size_t busy;
   hcq_llm_t *llm;
+  hcq_llm_batch_t *batch; /* NULL: one slot on hcq_llm_generate */
+  int slots;
   hcq_llm_info_t info;
   char id[256], file[256];
   unsigned long long jobs, prompt_tokens, completion_tokens;
@@ -230,51 +235,212 @@ static bool on_token(void *user, int32_t id, const char *text, size_t len) {
   return go_on;
 }
 
-/* One job on hcq_llm_generate: its prompt checked, then generated to its end. */
-static void run_job(serve_engine_t *e, serve_job_t *job) {
+/* A job's prompt checked and its generation begun (a stream may send its headers): false when the
+ * job failed instead. */
+static bool job_start(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_t *n) {
   serve_error_t err = {0};
-  int32_t *ids = NULL;
-  size_t n = 0;
-  if (!prompt_ids(e, job, &ids, &n, &err)) {
-    free(ids);
+  if (!prompt_ids(e, job, ids, n, &err)) {
+    free(*ids);
+    *ids = NULL;
     job_fail(job, &err);
-    return;
+    return false;
   }
   pthread_mutex_lock(&job->mu);
   job->phase = SERVE_RUNNING;
   job->started = true;
-  job->prompt_tokens = n;
+  job->prompt_tokens = *n;
   pthread_cond_broadcast(&job->changed);
   pthread_mutex_unlock(&job->mu);
-  run_state_t rs = {.e = e, .job = job};
-  hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens, .sampling = job->sampling, .on_token = on_token, .user = &rs};
-  hcq_llm_result_t res;
-  hcq_status_t st = hcq_llm_generate(e->llm, ids, n, &o, &res);
-  free(ids);
+  return true;
+}
+
+/* A started job's end: its finish reason, the held-back text let go, the counters. */
+static void job_finish(serve_engine_t *e, serve_job_t *job, bool stopped_by_string, hcq_llm_stop_t stop, hcq_status_t st) {
   pthread_mutex_lock(&job->mu);
   if (st) {
     serve_fail(&job->error, 500, "server_error", NULL, NULL, "generation failed: %s", hcq_status_message(st));
     hcq_status_destroy(st);
   }
-  job->finish_reason = rs.stopped_by_string || res.stop == HCQ_LLM_STOP_END ? "stop" : "length";
+  job->finish_reason = stopped_by_string || stop == HCQ_LLM_STOP_END ? "stop" : "length";
   job->visible = job->len; /* held-back bytes that never became a stop string */
   job->phase = SERVE_DONE;
   job->done_s = serve_now_s();
-  size_t completion = job->completion_tokens;
+  size_t prompt = job->prompt_tokens, completion = job->completion_tokens;
   pthread_cond_broadcast(&job->changed);
   pthread_mutex_unlock(&job->mu);
   pthread_mutex_lock(&e->mu);
-  e->jobs++, e->prompt_tokens += n, e->completion_tokens += completion;
-  e->decode_seconds += (res.prompt_ms + res.decode_ms) / 1e3;
+  e->jobs++, e->prompt_tokens += prompt, e->completion_tokens += completion;
   pthread_mutex_unlock(&e->mu);
+}
+
+/* The next queued job (NULL: none), taken off the queue; a job whose client left meanwhile ends here. */
+static serve_job_t *take_job(serve_engine_t *e) {
+  for (;;) {
+    pthread_mutex_lock(&e->mu);
+    serve_job_t *job = NULL;
+    if (e->count && e->state == SERVE_READY) {
+      job = e->queue[e->head];
+      e->head = (e->head + 1) % (size_t)e->o.queue;
+      e->count--;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!job) return NULL;
+    pthread_mutex_lock(&job->mu);
+    bool cancelled = job->cancelled;
+    pthread_mutex_unlock(&job->mu);
+    if (!cancelled) return job;
+    serve_error_t gone;
+    serve_fail(&gone, 499, "invalid_request_error", NULL, NULL, "the client closed the connection");
+    job_fail(job, &gone);
+    serve_job_release(job);
+  }
+}
+
+static void add_busy_seconds(serve_engine_t *e, double seconds) {
+  pthread_mutex_lock(&e->mu);
+  e->decode_seconds += seconds;
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* One job on hcq_llm_generate (one slot): its prompt checked, then generated to its end. */
+static void run_job(serve_engine_t *e, serve_job_t *job) {
+  int32_t *ids = NULL;
+  size_t n = 0;
+  if (!job_start(e, job, &ids, &n)) return;
+  run_state_t rs = {.e = e, .job = job};
+  hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens, .sampling = job->sampling, .on_token = on_token,
+                                  .user = &rs};
+  hcq_llm_result_t res;
+  double t0 = serve_now_s();
+  hcq_status_t st = hcq_llm_generate(e->llm, ids, n, &o, &res);
+  add_busy_seconds(e, serve_now_s() - t0);
+  free(ids);
+  job_finish(e, job, rs.stopped_by_string, res.stop, st);
   hcq_llm_result_free(&res);
+}
+
+/* ---- many jobs at once: the batch ---- */
+
+typedef struct slot {
+  serve_job_t *job; /* NULL: free */
+  int seq;
+  run_state_t rs;
+} slot_t;
+
+/* Queued jobs into free slots: each prompt checked, then added to the batch (it enters at the next
+ * step, in chunks beside the others' tokens). */
+static void admit(serve_engine_t *e, slot_t *slots) {
+  for (int i = 0; i < e->slots; i++) {
+    if (slots[i].job) continue;
+    serve_job_t *job = take_job(e);
+    if (!job) return;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (!job_start(e, job, &ids, &n)) {
+      serve_job_release(job);
+      continue;
+    }
+    slots[i] = (slot_t){.job = job, .rs = {.e = e, .job = job}};
+    hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens, .sampling = job->sampling, .on_token = on_token,
+                                    .user = &slots[i].rs};
+    hcq_status_t st = hcq_llm_batch_add(e->batch, ids, n, &o, &slots[i].seq);
+    free(ids);
+    if (st) {
+      job_finish(e, job, false, HCQ_LLM_STOP_LENGTH, st);
+      serve_job_release(job);
+      slots[i].job = NULL;
+    }
+  }
+}
+
+static void end_slot(serve_engine_t *e, slot_t *s, hcq_llm_stop_t stop, hcq_status_t st) {
+  job_finish(e, s->job, s->rs.stopped_by_string, stop, st);
+  serve_job_release(s->job);
+  s->job = NULL;
+}
+
+/* Sequences whose client left, or all of them when the server stops: cancelled now, so their
+ * slots are free before the next step. */
+static void cut(serve_engine_t *e, slot_t *slots, bool all) {
+  for (int i = 0; i < e->slots; i++) {
+    if (!slots[i].job) continue;
+    pthread_mutex_lock(&slots[i].job->mu);
+    bool gone = slots[i].job->cancelled;
+    pthread_mutex_unlock(&slots[i].job->mu);
+    if (!gone && !all) continue;
+    hcq_status_destroy(hcq_llm_batch_cancel(e->batch, slots[i].seq));
+    end_slot(e, &slots[i], HCQ_LLM_STOP_CALLBACK, NULL);
+  }
+}
+
+/* One step of the batch and its finished sequences ended; a failed step fails every sequence. */
+static void step(serve_engine_t *e, slot_t *slots, hcq_llm_batch_event_t *events) {
+  size_t n = 0;
+  double t0 = serve_now_s();
+  hcq_status_t st = hcq_llm_batch_step(e->batch, events, (size_t)e->slots, &n);
+  add_busy_seconds(e, serve_now_s() - t0);
+  if (st) {
+    fprintf(stderr, "hcq serve: a batch step failed: %s\n", hcq_status_message(st));
+    for (int i = 0; i < e->slots; i++)
+      if (slots[i].job) {
+        hcq_status_destroy(hcq_llm_batch_cancel(e->batch, slots[i].seq));
+        end_slot(e, &slots[i], HCQ_LLM_STOP_CALLBACK, hcq_status_make(hcq_status_code(st), "%s", hcq_status_message(st)));
+      }
+    hcq_status_destroy(st);
+    return;
+  }
+  for (size_t k = 0; k < n; k++)
+    for (int i = 0; i < e->slots && events[k].finished; i++)
+      if (slots[i].job && slots[i].seq == events[k].seq) end_slot(e, &slots[i], events[k].stop, NULL);
+}
+
+static size_t active(serve_engine_t *e, const slot_t *slots) {
+  size_t busy = 0;
+  for (int i = 0; i < e->slots; i++) busy += slots[i].job != NULL;
+  pthread_mutex_lock(&e->mu);
+  e->busy = busy;
+  pthread_mutex_unlock(&e->mu);
+  return busy;
+}
+
+static void run_batch(serve_engine_t *e) {
+  slot_t *slots = calloc((size_t)e->slots, sizeof(*slots));
+  hcq_llm_batch_event_t *events = calloc((size_t)e->slots, sizeof(*events));
+  for (bool stopping = false; slots && events && !stopping;) {
+    admit(e, slots);
+    pthread_mutex_lock(&e->mu);
+    stopping = e->state == SERVE_STOPPING;
+    pthread_mutex_unlock(&e->mu);
+    cut(e, slots, stopping);
+    if (active(e, slots)) {
+      step(e, slots, events);
+      continue;
+    }
+    pthread_mutex_lock(&e->mu);
+    while (!e->count && e->state != SERVE_STOPPING) pthread_cond_wait(&e->wake, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+  }
+  if (!slots || !events) fprintf(stderr, "hcq serve: out of memory for %d slots\n", e->slots);
+  free(slots), free(events);
 }
 
 /* ---- the thread ---- */
 
+/* The model, then the batch of --parallel sequences (one slot on hcq_llm_generate where the device
+ * has no batched decoding). */
 static bool load(serve_engine_t *e) {
   hcq_llm_options_t lo = {.device = e->o.device, .ctx = e->o.ctx, .log = stderr};
   hcq_status_t st = hcq_llm_open(e->o.model, &lo, &e->llm);
+  e->slots = 1;
+  if (!st) {
+    hcq_llm_batch_options_t bo = {.max_seqs = e->o.parallel, .ctx = e->o.ctx};
+    hcq_status_t bst = hcq_llm_batch_create(e->llm, &bo, &e->batch);
+    if (!bst) e->slots = e->o.parallel;
+    else if (hcq_status_code(bst) == HCQ_UNIMPLEMENTED)
+      fprintf(stderr, "hcq serve: one sequence at a time: %s\n", hcq_status_message(bst));
+    else st = bst, bst = NULL;
+    hcq_status_destroy(bst);
+  }
   pthread_mutex_lock(&e->mu);
   if (st) {
     snprintf(e->load_error, sizeof(e->load_error), "%s", hcq_status_message(st));
@@ -297,24 +463,22 @@ static bool load(serve_engine_t *e) {
 static void *engine_main(void *arg) {
   serve_engine_t *e = arg;
   if (!load(e)) return NULL;
+  if (e->batch) {
+    run_batch(e);
+    return NULL;
+  }
   for (;;) {
     pthread_mutex_lock(&e->mu);
     while (!e->count && e->state != SERVE_STOPPING) pthread_cond_wait(&e->wake, &e->mu);
-    if (e->state == SERVE_STOPPING) {
-      pthread_mutex_unlock(&e->mu);
-      break;
-    }
-    serve_job_t *job = e->queue[e->head];
-    e->head = (e->head + 1) % (size_t)e->o.queue;
-    e->count--;
+    bool stopping = e->state == SERVE_STOPPING;
+    pthread_mutex_unlock(&e->mu);
+    serve_job_t *job = stopping ? NULL : take_job(e);
+    if (stopping) break;
+    if (!job) continue;
+    pthread_mutex_lock(&e->mu);
     e->busy = 1;
     pthread_mutex_unlock(&e->mu);
-    pthread_mutex_lock(&job->mu);
-    bool cancelled = job->cancelled;
-    pthread_mutex_unlock(&job->mu);
-    serve_error_t gone;
-    if (cancelled) job_fail(job, (serve_fail(&gone, 499, "invalid_request_error", NULL, NULL, "client closed"), &gone));
-    else run_job(e, job);
+    run_job(e, job);
     serve_job_release(job);
     pthread_mutex_lock(&e->mu);
     e->busy = 0;
@@ -351,7 +515,7 @@ bool serve_engine_submit(serve_engine_t *e, serve_job_t *job, serve_error_t *err
     serve_fail(err, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
   else if (e->count == (size_t)e->o.queue)
     serve_fail(err, 503, "server_error", "queue_full", NULL, "all %d slots are busy and %d requests wait: try again later",
-               e->o.parallel, e->o.queue);
+               e->slots, e->o.queue);
   else {
     pthread_mutex_lock(&job->mu);
     job->refs++;
@@ -397,7 +561,10 @@ void serve_engine_stop(serve_engine_t *e) {
 
 void serve_engine_destroy(serve_engine_t *e) {
   if (!e) return;
-  hcq_status_t st = hcq_llm_close(e->llm);
+  hcq_status_t st = hcq_llm_batch_destroy(e->batch);
+  if (st) fprintf(stderr, "hcq serve: closing the batch: %s\n", hcq_status_message(st));
+  hcq_status_destroy(st);
+  st = hcq_llm_close(e->llm);
   if (st) fprintf(stderr, "hcq serve: closing the model: %s\n", hcq_status_message(st));
   hcq_status_destroy(st);
   pthread_mutex_destroy(&e->mu);
@@ -426,7 +593,7 @@ void serve_engine_metrics(serve_engine_t *e, serve_metrics_t *out) {
   pthread_mutex_lock(&e->mu);
   *out = (serve_metrics_t){.state = e->state, .jobs = e->jobs,
                            .prompt_tokens = e->prompt_tokens, .completion_tokens = e->completion_tokens,
-                           .decode_seconds = e->decode_seconds, .queued = e->count, .busy = e->busy, .slots = 1,
+                           .decode_seconds = e->decode_seconds, .queued = e->count, .busy = e->busy, .slots = (size_t)e->slots,
                            .queue_cap = (size_t)e->o.queue};
   pthread_mutex_unlock(&e->mu);
 }

@@ -184,12 +184,13 @@ def wait_metric(server, name, value, seconds):
     return False
 
 
-def test_disconnect_and_queue(server):
+def test_disconnect_and_queue(server, parallel):
     before = server.metrics()
-    a = open_stream(server, 1000)
-    assert a.recv(4096).startswith(b"HTTP/1.1 200"), "the stream did not start"
-    assert server.metrics()["hcq_slots_busy"] == 1
-    # one slot busy, --queue 2: two wait, the next is 503 with Retry-After
+    running = [open_stream(server, 1000) for _ in range(parallel)]
+    for s in running:
+        assert s.recv(4096).startswith(b"HTTP/1.1 200"), "the stream did not start"
+    assert server.metrics()["hcq_slots_busy"] == parallel
+    # every slot busy, --queue 2: two wait, the next is 503 with Retry-After
     waiting = [open_stream(server, 1000) for _ in range(2)]
     assert wait_metric(server, "hcq_queue_length", 2, 5), server.metrics()
     status, headers, data = server.request("POST", COMPLETIONS, {"prompt": "hi", "max_tokens": 1})
@@ -198,12 +199,14 @@ def test_disconnect_and_queue(server):
         s.close()
     assert wait_metric(server, "hcq_queue_length", 0, 2), server.metrics()
     t0 = time.time()
-    a.close()  # mid-stream: the slot frees at once, long before 1000 tokens
+    for s in running:  # mid-stream: the slots free at once, long before 1000 tokens
+        s.close()
     assert wait_metric(server, "hcq_slots_busy", 0, 2), server.metrics()
     freed_ms = (time.time() - t0) * 1000
     after = server.metrics()
     generated = after["hcq_tokens_generated_total"] - before["hcq_tokens_generated_total"]
-    assert generated < 700, "the cancelled stream generated %d tokens" % generated
+    assert generated < 700 * parallel, "the cancelled streams generated %d tokens" % generated
+    assert after["hcq_completions_total"] - before["hcq_completions_total"] == parallel  # the queued ones never ran
     status, _, r = server.post(COMPLETIONS, {"prompt": "hi", "max_tokens": 2})
     assert status == 200, r
     return freed_ms
@@ -307,7 +310,8 @@ def main():
     if not model:
         skip("the SmolLM2 model is not there (the llm_model test fetches it; HCQ_LLM_MODEL names another)")
     timeout_s = 3
-    server = Server(hcq, model, "--queue", "2", "--max-body", "65536", "--timeout", str(timeout_s), "--ctx", "1024",
+    parallel = 2
+    server = Server(hcq, model, "--parallel", str(parallel), "--queue", "2", "--max-body", "65536", "--timeout", str(timeout_s), "--ctx", "1024",
                     api_key=KEY)
     try:
         seen = server.wait_ready()
@@ -326,7 +330,7 @@ def main():
         test_metrics(server)
         print("metrics: counters follow the usage")
         print("disconnect mid-stream: slot free after %.0f ms; queue full: 503 + Retry-After" %
-              test_disconnect_and_queue(server))
+              test_disconnect_and_queue(server, parallel))
         test_slow_client(server, timeout_s)
         print("slow client: closed after --timeout %d s" % timeout_s)
         print("curl: %s" % test_curl(server, hcq, model))
