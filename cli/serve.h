@@ -46,6 +46,7 @@ typedef struct serve_job {
   const char *stops[SERVE_MAX_STOPS];
   size_t n_stops;
   bool stream, include_usage;
+  bool ignore_eos; /* llama-server's extension: go on past end tokens (benchmarks) */
 
   /* Shared between the engine and the HTTP side, under mu. */
   pthread_mutex_t mu;

@@ -308,7 +308,8 @@ static void run_job(serve_engine_t *e, serve_job_t *job) {
   size_t n = 0;
   if (!job_start(e, job, &ids, &n)) return;
   run_state_t rs = {.e = e, .job = job};
-  hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens, .sampling = job->sampling, .on_token = on_token,
+  hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens, .sampling = job->sampling, .ignore_eos = job->ignore_eos,
+                                  .on_token = on_token,
                                   .user = &rs};
   hcq_llm_result_t res;
   double t0 = serve_now_s();
@@ -341,7 +342,8 @@ static void admit(serve_engine_t *e, slot_t *slots) {
       continue;
     }
     slots[i] = (slot_t){.job = job, .rs = {.e = e, .job = job}};
-    hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens, .sampling = job->sampling, .on_token = on_token,
+    hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens, .sampling = job->sampling, .ignore_eos = job->ignore_eos,
+                                  .on_token = on_token,
                                     .user = &slots[i].rs};
     hcq_status_t st = hcq_llm_batch_add(e->batch, ids, n, &o, &slots[i].seq);
     free(ids);

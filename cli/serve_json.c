@@ -115,6 +115,7 @@ static bool common_fields(serve_engine_t *e, json_t *root, serve_job_t *job, ser
             get_number(root, "temperature", 0, 2, &temperature, err) && get_number(root, "top_p", 0, 1, &top_p, err) &&
             get_integer(root, "top_k", 0, 1 << 24, &top_k, err) &&
             get_integer(root, "seed", INT64_MIN, INT64_MAX, &seed, err) && get_bool(root, "stream", &job->stream, err) &&
+            get_bool(root, "ignore_eos", &job->ignore_eos, err) &&
             get_stops(root, job, err) && unsupported(root, job->kind, err);
   if (!ok) return false;
   json_t *so = json_object_get(root, "stream_options");
