@@ -46,7 +46,11 @@ static bool get_bool(json_t *root, const char *key, bool *out, serve_error_t *er
 /* Fields this server does not carry out yet: accepted at the value that changes nothing, refused
  * otherwise (never silently ignored). */
 static bool unsupported(json_t *root, serve_kind_t kind, serve_error_t *err) {
-  static const char *const zero_numbers[] = {"presence_penalty", "frequency_penalty", NULL};
+#ifdef HCQ_LLM_MAX_LOGPROBS /* the library has the penalties (penalties()) */
+  static const char *const zero_numbers[] = {NULL};
+#else
+  static const char *const zero_numbers[] = {"presence_penalty", "frequency_penalty", "min_p", "repeat_penalty", NULL};
+#endif
   for (const char *const *k = zero_numbers; *k; k++) {
     json_t *v = json_object_get(root, *k);
     if (v && !json_is_null(v) && !json_is_number(v)) return BAD(err, *k, "%s: expected a number", *k);
@@ -95,6 +99,26 @@ static bool get_stops(json_t *root, serve_job_t *job, serve_error_t *err) {
   return true;
 }
 
+#ifdef HCQ_LLM_MAX_LOGPROBS
+/* llama.cpp's sampling chain where the library has it (hcq_llm_sampling_t's min_p and penalties):
+ * OpenAI's presence and frequency penalties (-2 to 2), llama-server's min_p, repeat_penalty and
+ * repeat_last_n. They apply at temperature 0 too (greedy over the penalised logits). */
+static bool penalties(json_t *root, serve_job_t *job, int ctx, serve_error_t *err) {
+  double min_p = 0, repeat = 1, frequency = 0, presence = 0;
+  long long last_n = 64;
+  bool ok = get_number(root, "min_p", 0, 1, &min_p, err) && get_number(root, "repeat_penalty", 0, 100, &repeat, err) &&
+            get_number(root, "frequency_penalty", -2, 2, &frequency, err) &&
+            get_number(root, "presence_penalty", -2, 2, &presence, err) &&
+            get_integer(root, "repeat_last_n", -1, ctx, &last_n, err);
+  if (!ok) return false;
+  job->sampling.min_p = (float)min_p, job->sampling.repeat_penalty = (float)repeat;
+  job->sampling.frequency_penalty = (float)frequency, job->sampling.presence_penalty = (float)presence;
+  job->sampling.penalty_last_n = last_n ? (int)last_n : -1; /* llama.cpp's 0 is "none"; -1 "the context" */
+  if (!last_n) job->sampling.repeat_penalty = 1, job->sampling.frequency_penalty = job->sampling.presence_penalty = 0;
+  return true;
+}
+#endif
+
 /* The fields both endpoints share: sampling, length, stop, stream. */
 static bool common_fields(serve_engine_t *e, json_t *root, serve_job_t *job, serve_error_t *err) {
   json_t *model = json_object_get(root, "model");
@@ -130,6 +154,9 @@ static bool common_fields(serve_engine_t *e, json_t *root, serve_job_t *job, ser
     job->sampling = (hcq_llm_sampling_t){(float)temperature, top_p > 0 ? (float)top_p : 1e-6f, (int)top_k,
                                          seed >= 0 ? (uint64_t)seed : (uint64_t)serve_now_s() * 2654435761u};
   }
+#ifdef HCQ_LLM_MAX_LOGPROBS
+  if (!penalties(root, job, ctx, err)) return false;
+#endif
   return true;
 }
 
