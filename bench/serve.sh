@@ -23,7 +23,8 @@ build_llama_server() {
   [ -x "$LLAMA_SERVER" ] && return 0
   echo "bench: building llama-server from llama-cpp-python 0.3.36's vendored llama.cpp (once, ~10 min)" >&2
   if [ ! -d "$CACHE/src" ]; then
-    python3 -m pip download --quiet --no-binary :all: --no-deps --dest "$CACHE" llama-cpp-python==0.3.36 >>"$LOG" 2>&1 ||
+    python3 -m pip download --quiet --no-binary :all: --no-deps --dest "$CACHE" llama-cpp-python==0.3.36 \
+      >>"$LOG" 2>&1 ||
       { echo "pip download of llama-cpp-python 0.3.36 failed (no network?)"; return 1; }
     mkdir -p "$CACHE/src"
     tar -xzf "$CACHE"/llama_cpp_python-0.3.36.tar.gz -C "$CACHE/src" --strip-components=1 ||

@@ -193,7 +193,8 @@ def report(summary, streams, a):
     if "llama_server_missing" in summary:
         rows.append({"section": section, "name": "llama-server", "value": -1, "unit": "",
                      "note": "missing: " + summary["llama_server_missing"]})
-    rows.append({"section": section, "name": "hcq generate, one stream", "value": round(summary["hcq_generate_tok_s"], 1),
+    rows.append({"section": section, "name": "hcq generate, one stream",
+                 "value": round(summary["hcq_generate_tok_s"], 1),
                  "unit": "tok/s", "note": "load %.2f -> %.2f" % (summary["loadavg_before"], summary["loadavg_after"])})
     if a.rows:
         with open(a.rows, "a") as f:

@@ -23,20 +23,21 @@ typedef struct serve_args {
 } serve_args_t;
 
 /* An option's number in [lo, hi] into *out (an int or an unsigned of the caller's). */
-static bool number(const char *o, const char *v, unsigned long long lo, unsigned long long hi, unsigned long long *out) {
+static bool number(const char *o, const char *v, unsigned long long lo, unsigned long long hi,
+                   unsigned long long *out) {
   if (cli_parse_uint(v, lo, hi, out)) return true;
   cli_usage_error("serve: %s \"%s\": expected %llu to %llu", o, v, lo, hi);
   return false;
 }
 
 static int parse_args(int argc, char **argv, serve_args_t *a) {
-  *a = (serve_args_t){.engine = {.parallel = 8, .queue = 64},
-                      .http = {.host = "127.0.0.1", .port = 8080, .max_body = 1 << 20, .timeout_s = 600,
-                               .max_connections = 256}};
+  *a = (serve_args_t){
+      .engine = {.parallel = 8, .queue = 64},
+      .http = {.host = "127.0.0.1", .port = 8080, .max_body = 1 << 20, .timeout_s = 600, .max_connections = 256}};
   a->http.api_key = getenv("HCQ_API_KEY") && *getenv("HCQ_API_KEY") ? getenv("HCQ_API_KEY") : NULL;
-  static const char *const with_value[] = {"--model", "--host", "--port", "--parallel", "--ctx", "--api-key", "--alias",
-                                           "--device", "--threads", "--queue", "--max-body", "--timeout",
-                                           "--max-connections", NULL};
+  static const char *const with_value[] = {
+      "--model",  "--host",    "--port",  "--parallel", "--ctx",     "--api-key",         "--alias",
+      "--device", "--threads", "--queue", "--max-body", "--timeout", "--max-connections", NULL};
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
     bool known = false;
@@ -46,19 +47,26 @@ static int parse_args(int argc, char **argv, serve_args_t *a) {
     const char *v = argv[++i];
     unsigned long long n = 0;
     hcq_device_kind_t kind;
-    if (!strcmp(o, "--model")) a->engine.model = v;
-    else if (!strcmp(o, "--host")) a->http.host = v;
-    else if (!strcmp(o, "--alias")) a->engine.alias = v;
-    else if (!strcmp(o, "--api-key")) a->http.api_key = *v ? v : NULL;
+    if (!strcmp(o, "--model"))
+      a->engine.model = v;
+    else if (!strcmp(o, "--host"))
+      a->http.host = v;
+    else if (!strcmp(o, "--alias"))
+      a->engine.alias = v;
+    else if (!strcmp(o, "--api-key"))
+      a->http.api_key = *v ? v : NULL;
     else if (!strcmp(o, "--device")) {
-      if (!cli_parse_device_kind(v, &kind)) return cli_usage_error("serve: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);
+      if (!cli_parse_device_kind(v, &kind))
+        return cli_usage_error("serve: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);
       a->engine.device = hcq_device_kind_name(kind);
     } else if (!strcmp(o, "--port")) {
       if (!number(o, v, 0, 65535, &n)) return HCQ_EXIT_BAD_INPUT;
       a->http.port = (int)n;
     } else if (!strcmp(o, "--parallel") || !strcmp(o, "--queue") || !strcmp(o, "--ctx")) {
       if (!number(o, v, !strcmp(o, "--queue") ? 0 : 1, !strcmp(o, "--ctx") ? 4096 : 256, &n)) return HCQ_EXIT_BAD_INPUT;
-      *(!strcmp(o, "--parallel") ? &a->engine.parallel : !strcmp(o, "--queue") ? &a->engine.queue : &a->engine.ctx) = (int)n;
+      *(!strcmp(o, "--parallel") ? &a->engine.parallel
+        : !strcmp(o, "--queue")  ? &a->engine.queue
+                                 : &a->engine.ctx) = (int)n;
     } else if (!strcmp(o, "--threads")) {
       if (!number(o, v, 1, 256, &a->threads)) return HCQ_EXIT_BAD_INPUT;
     } else if (!strcmp(o, "--max-body")) {

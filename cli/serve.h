@@ -26,8 +26,8 @@ typedef struct serve_error {
 } serve_error_t;
 
 /* Fills err and returns false, so that checks read `return serve_fail(...)`. */
-bool serve_fail(serve_error_t *err, int http, const char *type, const char *code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
+bool serve_fail(serve_error_t *err, int http, const char *type, const char *code, const char *param, const char *fmt,
+                ...) __attribute__((format(printf, 6, 7)));
 
 typedef enum serve_kind { SERVE_CHAT, SERVE_COMPLETION } serve_kind_t;
 typedef enum serve_phase { SERVE_QUEUED, SERVE_RUNNING, SERVE_DONE } serve_phase_t;

@@ -3,6 +3,7 @@
 
 int cli_serve(int argc, char **argv) {
   (void)argc, (void)argv;
-  return cli_usage_error("serve: this hcq was built without libmicrohttpd (install libmicrohttpd-dev, or run "
-                         "scripts/install-deps.sh, and build again)");
+  return cli_usage_error(
+      "serve: this hcq was built without libmicrohttpd (install libmicrohttpd-dev, or run "
+      "scripts/install-deps.sh, and build again)");
 }

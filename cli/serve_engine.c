@@ -40,7 +40,8 @@ double serve_now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-bool serve_fail(serve_error_t *err, int http, const char *type, const char *code, const char *param, const char *fmt, ...) {
+bool serve_fail(serve_error_t *err, int http, const char *type, const char *code, const char *param, const char *fmt,
+                ...) {
   err->http = http, err->type = type, err->code = code, err->param = param;
   va_list ap;
   va_start(ap, fmt);
@@ -151,7 +152,8 @@ static bool prompt_ids(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_
     for (size_t i = 0; i < job->n_prompt_ids; i++)
       if (job->prompt_ids[i] < 0 || job->prompt_ids[i] >= e->info.vocab)
         return serve_fail(err, 400, "invalid_request_error", NULL, "prompt",
-                          "prompt: token %d is outside the vocabulary (0 to %d)", job->prompt_ids[i], e->info.vocab - 1);
+                          "prompt: token %d is outside the vocabulary (0 to %d)", job->prompt_ids[i],
+                          e->info.vocab - 1);
     *ids = job->prompt_ids, *n = job->n_prompt_ids;
     job->prompt_ids = NULL, job->n_prompt_ids = 0;
   }
@@ -160,7 +162,8 @@ static bool prompt_ids(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_
   if (*n == 0) return serve_fail(err, 400, "invalid_request_error", NULL, field, "%s: the prompt has no tokens", field);
   if (*n + 1 > ctx)
     return serve_fail(err, 400, "invalid_request_error", "context_length_exceeded", field,
-                      "This model's context holds %zu tokens; the prompt has %zu tokens and needs room for one more", ctx, *n);
+                      "This model's context holds %zu tokens; the prompt has %zu tokens and needs room for one more",
+                      ctx, *n);
   if (job->max_tokens > 0 && *n + (size_t)job->max_tokens > ctx)
     return serve_fail(err, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
                       "This model's context holds %zu tokens; you requested %zu (%zu in the prompt, %d in max_tokens)",
@@ -255,7 +258,8 @@ static bool job_start(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_t
 }
 
 /* A started job's end: its finish reason, the held-back text let go, the counters. */
-static void job_finish(serve_engine_t *e, serve_job_t *job, bool stopped_by_string, hcq_llm_stop_t stop, hcq_status_t st) {
+static void job_finish(serve_engine_t *e, serve_job_t *job, bool stopped_by_string, hcq_llm_stop_t stop,
+                       hcq_status_t st) {
   pthread_mutex_lock(&job->mu);
   if (st) {
     serve_fail(&job->error, 500, "server_error", NULL, NULL, "generation failed: %s", hcq_status_message(st));
@@ -308,7 +312,9 @@ static void run_job(serve_engine_t *e, serve_job_t *job) {
   size_t n = 0;
   if (!job_start(e, job, &ids, &n)) return;
   run_state_t rs = {.e = e, .job = job};
-  hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens, .sampling = job->sampling, .ignore_eos = job->ignore_eos,
+  hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens,
+                                  .sampling = job->sampling,
+                                  .ignore_eos = job->ignore_eos,
                                   .on_token = on_token,
                                   .user = &rs};
   hcq_llm_result_t res;
@@ -342,8 +348,10 @@ static void admit(serve_engine_t *e, slot_t *slots) {
       continue;
     }
     slots[i] = (slot_t){.job = job, .rs = {.e = e, .job = job}};
-    hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens, .sampling = job->sampling, .ignore_eos = job->ignore_eos,
-                                  .on_token = on_token,
+    hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens,
+                                    .sampling = job->sampling,
+                                    .ignore_eos = job->ignore_eos,
+                                    .on_token = on_token,
                                     .user = &slots[i].rs};
     hcq_status_t st = hcq_llm_batch_add(e->batch, ids, n, &o, &slots[i].seq);
     free(ids);
@@ -386,7 +394,8 @@ static void step(serve_engine_t *e, slot_t *slots, hcq_llm_batch_event_t *events
     for (int i = 0; i < e->slots; i++)
       if (slots[i].job) {
         hcq_status_destroy(hcq_llm_batch_cancel(e->batch, slots[i].seq));
-        end_slot(e, &slots[i], HCQ_LLM_STOP_CALLBACK, hcq_status_make(hcq_status_code(st), "%s", hcq_status_message(st)));
+        end_slot(e, &slots[i], HCQ_LLM_STOP_CALLBACK,
+                 hcq_status_make(hcq_status_code(st), "%s", hcq_status_message(st)));
       }
     hcq_status_destroy(st);
     return;
@@ -437,10 +446,12 @@ static bool load(serve_engine_t *e) {
   if (!st) {
     hcq_llm_batch_options_t bo = {.max_seqs = e->o.parallel, .ctx = e->o.ctx};
     hcq_status_t bst = hcq_llm_batch_create(e->llm, &bo, &e->batch);
-    if (!bst) e->slots = e->o.parallel;
+    if (!bst)
+      e->slots = e->o.parallel;
     else if (hcq_status_code(bst) == HCQ_UNIMPLEMENTED)
       fprintf(stderr, "hcq serve: one sequence at a time: %s\n", hcq_status_message(bst));
-    else st = bst, bst = NULL;
+    else
+      st = bst, bst = NULL;
     hcq_status_destroy(bst);
   }
   pthread_mutex_lock(&e->mu);
@@ -516,8 +527,8 @@ bool serve_engine_submit(serve_engine_t *e, serve_job_t *job, serve_error_t *err
   else if (e->state != SERVE_READY)
     serve_fail(err, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
   else if (e->count == (size_t)e->o.queue)
-    serve_fail(err, 503, "server_error", "queue_full", NULL, "all %d slots are busy and %d requests wait: try again later",
-               e->slots, e->o.queue);
+    serve_fail(err, 503, "server_error", "queue_full", NULL,
+               "all %d slots are busy and %d requests wait: try again later", e->slots, e->o.queue);
   else {
     pthread_mutex_lock(&job->mu);
     job->refs++;
@@ -593,9 +604,14 @@ bool serve_engine_knows_model(serve_engine_t *e, const char *name) {
 
 void serve_engine_metrics(serve_engine_t *e, serve_metrics_t *out) {
   pthread_mutex_lock(&e->mu);
-  *out = (serve_metrics_t){.state = e->state, .jobs = e->jobs,
-                           .prompt_tokens = e->prompt_tokens, .completion_tokens = e->completion_tokens,
-                           .decode_seconds = e->decode_seconds, .queued = e->count, .busy = e->busy, .slots = (size_t)e->slots,
+  *out = (serve_metrics_t){.state = e->state,
+                           .jobs = e->jobs,
+                           .prompt_tokens = e->prompt_tokens,
+                           .completion_tokens = e->completion_tokens,
+                           .decode_seconds = e->decode_seconds,
+                           .queued = e->count,
+                           .busy = e->busy,
+                           .slots = (size_t)e->slots,
                            .queue_cap = (size_t)e->o.queue};
   pthread_mutex_unlock(&e->mu);
 }

@@ -119,7 +119,8 @@ static char *next_event(stream_t *s) {
   if (job->cancelled) {
     ev = NULL;
   } else if (job->visible > s->sent) {
-    ev = serve_chunk_sse(s->h->engine, job, s->id, s->created, job->text + s->sent, job->visible - s->sent, false, NULL);
+    ev =
+        serve_chunk_sse(s->h->engine, job, s->id, s->created, job->text + s->sent, job->visible - s->sent, false, NULL);
     s->sent = job->visible;
   } else if (job->error.http) { /* failed after the headers went: the error as an event, then the end */
     char *body = serve_error_json(&job->error);
@@ -168,7 +169,8 @@ static void stream_free(void *cls) {
   free(s);
 }
 
-static enum MHD_Result start_stream(serve_http_t *h, struct MHD_Connection *c, serve_job_t *job, const char *id, long created) {
+static enum MHD_Result start_stream(serve_http_t *h, struct MHD_Connection *c, serve_job_t *job, const char *id,
+                                    long created) {
   stream_t *s = calloc(1, sizeof(*s));
   if (!s) {
     serve_job_release(job);
@@ -222,7 +224,7 @@ static enum MHD_Result completions(serve_http_t *h, struct MHD_Connection *c, re
   if (gone) serve_engine_withdraw(h->engine, job);
   if (stream) return start_stream(h, c, job, id, created); /* takes the reference and in_flight */
   serve_job_release(job);
-  req->in_flight = true; /* on_completed drops it once the answer is sent */
+  req->in_flight = true;   /* on_completed drops it once the answer is sent */
   if (gone) return MHD_NO; /* nobody to answer */
   if (err.http) return send_error(h, c, &err);
   return send_json(h, c, 200, body);
@@ -254,8 +256,9 @@ static char *metrics_text(serve_http_t *h) {
            "# HELP hcq_slots Slots (sequences generated at once).\n# TYPE hcq_slots gauge\nhcq_slots %zu\n"
            "# HELP hcq_model_loaded 1 once the model is loaded.\n# TYPE hcq_model_loaded gauge\nhcq_model_loaded %d\n",
            (unsigned long long)atomic_load(&h->requests), (unsigned long long)atomic_load(&h->errors), m.jobs,
-           m.prompt_tokens, m.completion_tokens, m.decode_seconds > 0 ? (double)m.completion_tokens / m.decode_seconds : 0.0,
-           m.queued, m.queue_cap, m.busy, m.slots, m.state == SERVE_READY || m.state == SERVE_STOPPING);
+           m.prompt_tokens, m.completion_tokens,
+           m.decode_seconds > 0 ? (double)m.completion_tokens / m.decode_seconds : 0.0, m.queued, m.queue_cap, m.busy,
+           m.slots, m.state == SERVE_READY || m.state == SERVE_STOPPING);
   return t;
 }
 
@@ -269,19 +272,29 @@ static enum MHD_Result answer(serve_http_t *h, struct MHD_Connection *c, request
       if (serve_engine_state(h->engine) == SERVE_LOADING)
         return fail(h, c, 503, "unavailable_error", "model_loading", "Loading model");
       return send_json(h, c, 200, serve_models_json(h->engine, (long)time(NULL)));
-    case ROUTE_METRICS: return send_text(h, c, 200, metrics_text(h), "text/plain; version=0.0.4");
-    default: return completions(h, c, req);
+    case ROUTE_METRICS:
+      return send_text(h, c, 200, metrics_text(h), "text/plain; version=0.0.4");
+    default:
+      return completions(h, c, req);
   }
 }
 
 /* ---- the access handler ---- */
 
 static route_t route_of(const char *url, bool *post) {
-  static const struct { const char *path; route_t route; bool post; } routes[] = {
-      {"/v1/chat/completions", ROUTE_CHAT, true}, {"/chat/completions", ROUTE_CHAT, true},
-      {"/v1/completions", ROUTE_COMPLETIONS, true}, {"/completions", ROUTE_COMPLETIONS, true},
-      {"/v1/models", ROUTE_MODELS, false}, {"/models", ROUTE_MODELS, false},
-      {"/health", ROUTE_HEALTH, false}, {"/v1/health", ROUTE_HEALTH, false}, {"/metrics", ROUTE_METRICS, false}};
+  static const struct {
+    const char *path;
+    route_t route;
+    bool post;
+  } routes[] = {{"/v1/chat/completions", ROUTE_CHAT, true},
+                {"/chat/completions", ROUTE_CHAT, true},
+                {"/v1/completions", ROUTE_COMPLETIONS, true},
+                {"/completions", ROUTE_COMPLETIONS, true},
+                {"/v1/models", ROUTE_MODELS, false},
+                {"/models", ROUTE_MODELS, false},
+                {"/health", ROUTE_HEALTH, false},
+                {"/v1/health", ROUTE_HEALTH, false},
+                {"/metrics", ROUTE_METRICS, false}};
   for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
     if (!strcmp(url, routes[i].path)) return *post = routes[i].post, routes[i].route;
   return ROUTE_NONE;
@@ -308,8 +321,10 @@ static enum MHD_Result first_call(serve_http_t *h, struct MHD_Connection *c, con
   bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
   if (req->route == ROUTE_NONE) {
     char msg[512];
-    snprintf(msg, sizeof(msg), "Unknown route %.16s %.160s (POST /v1/chat/completions, POST /v1/completions, "
-             "GET /v1/models, GET /health, GET /metrics)", method, url);
+    snprintf(msg, sizeof(msg),
+             "Unknown route %.16s %.160s (POST /v1/chat/completions, POST /v1/completions, "
+             "GET /v1/models, GET /health, GET /metrics)",
+             method, url);
     return req->answered = true, fail(h, c, 404, "invalid_request_error", "unknown_url", msg);
   }
   if (post ? !is_post : !is_get) {
@@ -393,7 +408,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- the daemon ---- */
 
-bool serve_http_start(serve_engine_t *e, const serve_http_options_t *o, serve_http_t **out, char *why, size_t why_size) {
+bool serve_http_start(serve_engine_t *e, const serve_http_options_t *o, serve_http_t **out, char *why,
+                      size_t why_size) {
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
   struct addrinfo *ai = NULL;
   char port[16];

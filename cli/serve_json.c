@@ -63,7 +63,8 @@ static bool unsupported(json_t *root, serve_kind_t kind, serve_error_t *err) {
     bool on = v && !json_is_null(v) && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0);
     if (on) return BAD(err, *k, "%s: not supported by this server yet", *k);
   }
-  static const char *const absent[] = {"tools", "functions", "tool_choice", "function_call", "suffix", "top_logprobs", NULL};
+  static const char *const absent[] = {"tools",  "functions",    "tool_choice", "function_call",
+                                       "suffix", "top_logprobs", NULL};
   for (const char *const *k = absent; *k; k++) {
     json_t *v = json_object_get(root, *k);
     if (v && !json_is_null(v)) return BAD(err, *k, "%s: not supported by this server", *k);
@@ -138,8 +139,8 @@ static bool common_fields(serve_engine_t *e, json_t *root, serve_job_t *job, ser
   bool ok = get_integer(root, len_key, 1, ctx, &max_tokens, err) && get_integer(root, "n", 1, 1, &n, err) &&
             get_number(root, "temperature", 0, 2, &temperature, err) && get_number(root, "top_p", 0, 1, &top_p, err) &&
             get_integer(root, "top_k", 0, 1 << 24, &top_k, err) &&
-            get_integer(root, "seed", INT64_MIN, INT64_MAX, &seed, err) && get_bool(root, "stream", &job->stream, err) &&
-            get_bool(root, "ignore_eos", &job->ignore_eos, err) &&
+            get_integer(root, "seed", INT64_MIN, INT64_MAX, &seed, err) &&
+            get_bool(root, "stream", &job->stream, err) && get_bool(root, "ignore_eos", &job->ignore_eos, err) &&
             get_stops(root, job, err) && unsupported(root, job->kind, err);
   if (!ok) return false;
   json_t *so = json_object_get(root, "stream_options");
@@ -168,7 +169,8 @@ static bool message_content(json_t *msg, size_t i, const char **out, serve_error
   json_t *c = json_object_get(msg, "content");
   if (json_is_string(c)) return *out = json_string_value(c), true;
   if (!c || json_is_null(c)) return *out = "", true;
-  if (!json_is_array(c)) return BAD(err, "messages", "messages[%zu].content: expected a string or an array of parts", i);
+  if (!json_is_array(c))
+    return BAD(err, "messages", "messages[%zu].content: expected a string or an array of parts", i);
   json_t *joined = json_string("");
   for (size_t p = 0; p < json_array_size(c); p++) {
     json_t *part = json_array_get(c, p), *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
@@ -270,7 +272,8 @@ static json_t *usage(const serve_job_t *job) {
 }
 
 static json_t *envelope(serve_engine_t *e, const serve_job_t *job, const char *id, long created, bool chunk) {
-  const char *object = job->kind == SERVE_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  const char *object =
+      job->kind == SERVE_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   char fingerprint[64];
   snprintf(fingerprint, sizeof(fingerprint), "hcq-%d.%d.%d", HCQ_VERSION_MAJOR, HCQ_VERSION_MINOR, HCQ_VERSION_PATCH);
   return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", id, "object", object, "created", (json_int_t)created, "model",
@@ -278,24 +281,27 @@ static json_t *envelope(serve_engine_t *e, const serve_job_t *job, const char *i
 }
 
 static json_t *choice(const serve_job_t *job, json_t *text, bool chunk, bool first, const char *finish) {
-  json_t *c = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
-                        finish ? json_string(finish) : json_null());
+  json_t *c =
+      json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason", finish ? json_string(finish) : json_null());
   if (job->kind == SERVE_COMPLETION) {
     json_object_set_new(c, "text", text);
     return c;
   }
   json_t *msg = json_object();
   if (!chunk || first) json_object_set_new(msg, "role", json_string("assistant"));
-  if (!chunk || !finish) json_object_set_new(msg, "content", text);
-  else json_decref(text);
+  if (!chunk || !finish)
+    json_object_set_new(msg, "content", text);
+  else
+    json_decref(text);
   json_object_set_new(c, chunk ? "delta" : "message", msg);
   return c;
 }
 
 char *serve_response_json(serve_engine_t *e, const serve_job_t *job, const char *id, long created) {
   json_t *r = envelope(e, job, id, created, false);
-  json_object_set_new(r, "choices", json_pack("[o]", choice(job, text_json(job->text, job->len), false, false,
-                                                            job->finish_reason ? job->finish_reason : "length")));
+  json_object_set_new(r, "choices",
+                      json_pack("[o]", choice(job, text_json(job->text, job->len), false, false,
+                                              job->finish_reason ? job->finish_reason : "length")));
   json_object_set_new(r, "usage", usage(job));
   return dump(r);
 }

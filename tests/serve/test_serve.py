@@ -51,7 +51,8 @@ def test_answers(server, hcq, model):
     assert status == 200 and r["object"] == "chat.completion", r
     assert r["choices"][0]["message"] == {"role": "assistant", "content": chat_want}, (r, chat_want)
     # content as parts is the same message
-    body["messages"][0]["content"] = [{"type": "text", "text": "What is the capital "}, {"type": "text", "text": "of France?"}]
+    body["messages"][0]["content"] = [{"type": "text", "text": "What is the capital "},
+                                      {"type": "text", "text": "of France?"}]
     status, _, r2 = server.post(CHAT, body)
     assert status == 200 and r2["choices"][0]["message"]["content"] == chat_want, r2
     # a stream: a role chunk, content deltas that add up to the same text, the finish, usage, [DONE]
@@ -136,7 +137,8 @@ def test_bad_inputs(server):
     big = json.dumps({"prompt": "x" * 70000})
     check_error(server, COMPLETIONS, big, 413, code="request_too_large")
     conn = socket.create_connection(("127.0.0.1", server.port))
-    head = "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nTransfer-Encoding: chunked\r\n\r\n" % (COMPLETIONS, KEY)
+    head = ("POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+            % (COMPLETIONS, KEY))
     conn.sendall(head.encode() + b"".join(b"%x\r\n%s\r\n" % (8192, b"y" * 8192) for _ in range(10)) + b"0\r\n\r\n")
     reply = conn.recv(65536).decode(errors="replace")
     conn.close()
@@ -282,7 +284,8 @@ def test_curl(server, hcq, model):
     events = sse_events(out)
     assert events[-1] == "[DONE]" and "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == want
     out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                          "http://127.0.0.1:%d%s" % (server.port, CHAT), "-d", "{}"], capture_output=True, text=True).stdout
+                          "http://127.0.0.1:%d%s" % (server.port, CHAT), "-d", "{}"],
+                         capture_output=True, text=True).stdout
     assert out == "401", out
     return "ok"
 
@@ -312,7 +315,8 @@ def main():
         skip("the SmolLM2 model is not there (the llm_model test fetches it; HCQ_LLM_MODEL names another)")
     timeout_s = 3
     parallel = 2
-    server = Server(hcq, model, "--parallel", str(parallel), "--queue", "2", "--max-body", "65536", "--timeout", str(timeout_s), "--ctx", "1024",
+    server = Server(hcq, model, "--parallel", str(parallel), "--queue", "2", "--max-body", "65536",
+                    "--timeout", str(timeout_s), "--ctx", "1024",
                     api_key=KEY)
     try:
         seen = server.wait_ready()
