@@ -124,6 +124,14 @@ class Server:
             self.proc.wait()
             raise AssertionError("hcq serve did not exit %ds after the signal" % seconds)
 
+    def check_sanitizers(self):
+        """Fails on a sanitizer's report in the server's output (a sanitizer build's hcq)."""
+        self.log.flush()
+        self.log.seek(0)
+        text = self.log.read()
+        for mark in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer", "runtime error:"):
+            assert mark not in text, "hcq serve's output has a sanitizer report:\n" + text[text.index(mark) - 200:][:6000]
+
     def output(self):
         self.log.flush()
         self.log.seek(0)

@@ -94,6 +94,7 @@ def main():
         subprocess.run([python, "-c", CLIENT, str(server.port), KEY, json.dumps(chat_want), json.dumps(text_want)],
                        check=True, timeout=300)
         assert server.stop() == 0, server.output()
+        server.check_sanitizers()
     except BaseException:
         print(server.output())
         raise
