@@ -81,7 +81,8 @@ static int parse_args(int argc, char **argv, serve_args_t *a) {
 }
 
 /* Waits for SIGINT or SIGTERM (blocked in every thread, taken here), watching the model load: a
- * load that fails ends the server (exit 3, the reason on standard error). */
+ * load that fails ends the server (exit 2 for a missing or damaged file, else 3; the reason on
+ * standard error). */
 static int wait_for_signal(serve_engine_t *e, const sigset_t *signals) {
   bool said_ready = false;
   for (;;) {
@@ -94,7 +95,9 @@ static int wait_for_signal(serve_engine_t *e, const sigset_t *signals) {
     serve_state_t state = serve_engine_state(e);
     if (state == SERVE_LOAD_FAILED) {
       fprintf(stderr, "hcq serve: %s\n", serve_engine_load_error(e));
-      return HCQ_EXIT_RUNTIME;
+      hcq_status_code_t code = serve_engine_load_code(e);
+      bool bad_input = code == HCQ_NOT_FOUND || code == HCQ_INVALID_ARGUMENT || code == HCQ_OUT_OF_RANGE;
+      return bad_input ? HCQ_EXIT_BAD_INPUT : HCQ_EXIT_RUNTIME; /* as cli_fail: a bad file is bad input */
     }
     if (state == SERVE_READY && !said_ready) {
       fprintf(stderr, "hcq serve: model %s ready (context %d tokens)\n", serve_engine_model_id(e), serve_engine_ctx(e));

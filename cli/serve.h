@@ -104,6 +104,8 @@ void serve_engine_destroy(serve_engine_t *e);
 void serve_engine_withdraw(serve_engine_t *e, serve_job_t *job);
 serve_state_t serve_engine_state(serve_engine_t *e);
 const char *serve_engine_load_error(serve_engine_t *e);
+/* The failed load's status code (NOT_FOUND for a missing file, ...). */
+hcq_status_code_t serve_engine_load_code(serve_engine_t *e);
 /* The model's id (/v1/models) and whether name refers to it (its id, general.name, file name, alias). */
 const char *serve_engine_model_id(serve_engine_t *e);
 bool serve_engine_knows_model(serve_engine_t *e, const char *name);

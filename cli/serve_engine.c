@@ -22,6 +22,7 @@ struct serve_engine {
   pthread_cond_t wake;
   serve_state_t state;
   char load_error[1024];
+  hcq_status_code_t load_code;
   serve_job_t **queue; /* a ring of o.queue jobs */
   size_t head, count;
   size_t busy;
@@ -457,6 +458,7 @@ static bool load(serve_engine_t *e) {
   pthread_mutex_lock(&e->mu);
   if (st) {
     snprintf(e->load_error, sizeof(e->load_error), "%s", hcq_status_message(st));
+    e->load_code = hcq_status_code(st);
     hcq_status_destroy(st);
     e->state = SERVE_LOAD_FAILED;
   } else {
@@ -594,6 +596,7 @@ serve_state_t serve_engine_state(serve_engine_t *e) {
 }
 
 const char *serve_engine_load_error(serve_engine_t *e) { return e->load_error; }
+hcq_status_code_t serve_engine_load_code(serve_engine_t *e) { return e->load_code; }
 const char *serve_engine_model_id(serve_engine_t *e) { return e->id; }
 int serve_engine_ctx(serve_engine_t *e) { return e->info.ctx; }
 

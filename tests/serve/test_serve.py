@@ -311,8 +311,25 @@ def test_sigterm_mid_stream(server):
     return time.time() - t0
 
 
+def test_command_line(hcq):
+    """Bad options and a missing model: exit 2 with the reason; a port in use: exit 3."""
+    for args, why in ((["--bogus"], "unknown option"), (["--port", "70000"], "expected 0 to 65535"),
+                      (["--parallel", "0"], "expected 1 to 256"), (["--model", "/nonexistent.gguf", "--port", "0"],
+                                                                    "no such file")):
+        r = subprocess.run([hcq, "serve"] + args, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and why in r.stderr, (args, r.returncode, r.stderr)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        r = subprocess.run([hcq, "serve", "--port", str(taken.getsockname()[1])], capture_output=True, text=True,
+                           timeout=120)
+    assert r.returncode == 3 and "Address already in use" in r.stderr, (r.returncode, r.stderr)
+
+
 def main():
     hcq = sys.argv[1]
+    test_command_line(hcq)
+    print("command line: bad options and a missing model exit 2, a port in use 3")
     model = model_path()
     if not model:
         skip("the SmolLM2 model is not there (the llm_model test fetches it; HCQ_LLM_MODEL names another)")
