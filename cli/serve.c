@@ -63,7 +63,9 @@ static int parse_args(int argc, char **argv, serve_args_t *a) {
       if (!number(o, v, 0, 65535, &n)) return HCQ_EXIT_BAD_INPUT;
       a->http.port = (int)n;
     } else if (!strcmp(o, "--parallel") || !strcmp(o, "--queue") || !strcmp(o, "--ctx")) {
-      if (!number(o, v, !strcmp(o, "--queue") ? 0 : 1, !strcmp(o, "--ctx") ? 4096 : 256, &n)) return HCQ_EXIT_BAD_INPUT;
+      /* 64: the batch API's most sequences (hcq_llm_batch_options_t.max_seqs) */
+      unsigned long long hi = !strcmp(o, "--ctx") ? 4096 : !strcmp(o, "--queue") ? 4096 : 64;
+      if (!number(o, v, 1, hi, &n)) return HCQ_EXIT_BAD_INPUT;
       *(!strcmp(o, "--parallel") ? &a->engine.parallel
         : !strcmp(o, "--queue")  ? &a->engine.queue
                                  : &a->engine.ctx) = (int)n;

@@ -314,7 +314,7 @@ def test_sigterm_mid_stream(server):
 def test_command_line(hcq):
     """Bad options and a missing model: exit 2 with the reason; a port in use: exit 3."""
     for args, why in ((["--bogus"], "unknown option"), (["--port", "70000"], "expected 0 to 65535"),
-                      (["--parallel", "0"], "expected 1 to 256"), (["--model", "/nonexistent.gguf", "--port", "0"],
+                      (["--parallel", "65"], "expected 1 to 64"), (["--model", "/nonexistent.gguf", "--port", "0"],
                                                                     "no such file")):
         r = subprocess.run([hcq, "serve"] + args, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and why in r.stderr, (args, r.returncode, r.stderr)
