@@ -227,11 +227,12 @@ static bool on_token(void *user, int32_t id, const char *text, size_t len) {
   bool end = id != HCQ_LLM_NO_TOKEN && hcq_llm_is_end_token(rs->e->llm, id);
   if (id != HCQ_LLM_NO_TOKEN && !end) job->completion_tokens++;
   if (!job->first_token_s) job->first_token_s = serve_now_s();
-  size_t before = job->len;
+  size_t before = job->len, visible = job->visible;
   bool ok = append(job, text, len);
   if (ok && find_stop(job, before)) rs->stopped_by_string = true;
   bool go_on = ok && !rs->stopped_by_string && !job->cancelled;
-  pthread_cond_broadcast(&job->changed);
+  /* only a stream's thread wants each token: a whole answer's waits for the end (job_finish) */
+  if (job->stream && job->visible != visible) pthread_cond_broadcast(&job->changed);
   pthread_mutex_unlock(&job->mu);
   pthread_mutex_lock(&rs->e->mu);
   go_on = go_on && rs->e->state != SERVE_STOPPING;
