@@ -10,6 +10,10 @@
  * and bad arguments refused by name. */
 #include <hcq/llm.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -95,20 +99,22 @@ static void run_batch(hcq_llm_batch_t *b, int nseq, const int *joins, const hcq_
   }
 }
 
-/* Every sequence's tokens against hcq_llm_generate's for its prompt and options. */
+/* Sequence k's tokens against hcq_llm_generate's for prompt k and the options. */
+static void expect_one(hcq_llm_t *llm, int k, const hcq_llm_generate_options_t *o, const collected_t *got) {
+  int32_t prompt[64];
+  int n = prompt_of(k, prompt);
+  hcq_llm_result_t r;
+  OK(hcq_llm_generate(llm, prompt, (size_t)n, o, &r));
+  cr_expect(got->finished, "sequence %d never finished", k);
+  cr_expect_eq(got->n, r.n, "sequence %d: %zu tokens, generate %zu", k, got->n, r.n);
+  for (size_t i = 0; i < r.n && i < got->n; i++)
+    cr_expect_eq(got->ids[i], r.ids[i], "sequence %d token %zu: %d, generate %d", k, i, got->ids[i], r.ids[i]);
+  cr_expect_eq(got->stop, r.stop, "sequence %d stops for another reason", k);
+  hcq_llm_result_free(&r);
+}
+
 static void expect_generate(hcq_llm_t *llm, int nseq, const hcq_llm_generate_options_t *o, const collected_t *got) {
-  for (int k = 0; k < nseq; k++) {
-    int32_t prompt[64];
-    int n = prompt_of(k, prompt);
-    hcq_llm_result_t r;
-    OK(hcq_llm_generate(llm, prompt, (size_t)n, o, &r));
-    cr_expect(got[k].finished, "sequence %d never finished", k);
-    cr_expect_eq(got[k].n, r.n, "sequence %d: %zu tokens, generate %zu", k, got[k].n, r.n);
-    for (size_t i = 0; i < r.n && i < got[k].n; i++)
-      cr_expect_eq(got[k].ids[i], r.ids[i], "sequence %d token %zu: %d, generate %d", k, i, got[k].ids[i], r.ids[i]);
-    cr_expect_eq(got[k].stop, r.stop, "sequence %d stops for another reason", k);
-    hcq_llm_result_free(&r);
-  }
+  for (int k = 0; k < nseq; k++) expect_one(llm, k, o, &got[k]);
 }
 
 /* A sequence alone, then eight of other lengths joining at steps 0..6 with prompts entering in
@@ -290,6 +296,12 @@ Test(llm_batch, bad_arguments_are_refused_by_name) {
   expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .max_rows = 4}, &b),
               HCQ_INVALID_ARGUMENT, "max_rows 4");
   cr_expect_null(b);
+  /* caches of 8 x 64 positions (2 layers x 2 x 32 floats a position: 256 KiB) past the memory there is */
+  setenv("HCQ_LLM_MEMORY_BYTES", "100000", 1);
+  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .ctx = 64}, &b), HCQ_OUT_OF_RANGE,
+              "8 x a context of 64 positions");
+  unsetenv("HCQ_LLM_MEMORY_BYTES");
+  cr_expect_null(b);
   OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 2, .ctx = 32}, &b));
   int32_t prompt[40] = {1, 2, 3}, bad_id[2] = {1, 97};
   int seq;
@@ -324,7 +336,8 @@ Test(llm_batch, bad_arguments_are_refused_by_name) {
   OK(hcq_llm_close(llm));
 }
 
-/* SmolLM2 (skipped when absent): four chat-length prompts, greedy, generate's tokens. */
+/* SmolLM2 (skipped when absent): four prompts joining at steps 0..3, greedy with end tokens on:
+ * generate's tokens and stop reasons, the chat question's answer ending at its end token. */
 Test(llm_batch, smollm2_greedy_sequences_are_generates) {
   llm_model_close(real_model()); /* skips when the model is absent */
   const char *env = getenv("HCQ_LLM_MODEL");
@@ -332,14 +345,18 @@ Test(llm_batch, smollm2_greedy_sequences_are_generates) {
   OK(hcq_llm_open(env && *env ? env : NULL, &(hcq_llm_options_t){.ctx = 256, .no_download = true}, &llm));
   hcq_llm_batch_t *b;
   OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 4, .ctx = 128, .max_rows = 16}, &b));
+  char chat[512];
+  size_t chat_len;
+  hcq_llm_message_t question = {"user", "What is 2 + 2? Answer with the number only."};
+  OK(hcq_llm_chat_prompt(llm, &question, 1, NULL, chat, sizeof(chat), &chat_len));
   const char *texts[4] = {"The capital of France is", "1, 2, 3, 4,",
-                          "Once upon a time, in a land far away, there lived a", "def fibonacci(n):"};
+                          "Once upon a time, in a land far away, there lived a", chat};
   int32_t ids[4][64];
   size_t n[4];
   int seq[4];
-  hcq_llm_generate_options_t o = {.max_tokens = 8, .ignore_eos = true};
+  hcq_llm_generate_options_t o = {.max_tokens = 12}; /* end tokens on: the question's answer ends */
   collected_t got[4] = {0};
-  for (int k = 0; k < 4; k++) OK(hcq_llm_tokenize(llm, texts[k], strlen(texts[k]), true, false, ids[k], 64, &n[k]));
+  for (int k = 0; k < 4; k++) OK(hcq_llm_tokenize(llm, texts[k], strlen(texts[k]), k < 3, k == 3, ids[k], 64, &n[k]));
   hcq_llm_batch_event_t ev[4];
   size_t nev;
   for (int step = 0; step == 0 || hcq_llm_batch_active(b); step++) {
@@ -347,15 +364,119 @@ Test(llm_batch, smollm2_greedy_sequences_are_generates) {
     OK(hcq_llm_batch_step(b, ev, 4, &nev));
     for (size_t e = 0; e < nev; e++) {
       collected_t *g = &got[ev[e].seq - seq[0]];
-      g->ids[g->n++] = ev[e].id;
+      g->ids[g->n++] = ev[e].id, g->stop = ev[e].stop, g->finished = ev[e].finished;
     }
   }
   for (int k = 0; k < 4; k++) {
     hcq_llm_result_t r;
     OK(hcq_llm_generate(llm, ids[k], n[k], &o, &r));
     cr_expect(r.n == got[k].n && !memcmp(r.ids, got[k].ids, r.n * 4), "\"%s\": not generate's tokens", texts[k]);
+    cr_expect(got[k].finished && got[k].stop == r.stop, "\"%s\": stops for another reason", texts[k]);
     hcq_llm_result_free(&r);
+  }
+  cr_expect_eq(got[3].stop, HCQ_LLM_STOP_END, "the answer to the question did not end");
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}
+
+/* CUDA and Metal have no batch kernels yet: refused by name before any device is opened. */
+Test(llm_batch, cuda_and_metal_batches_are_unimplemented) {
+  tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_1, false, 11);
+  llm_model_t *m = tiny_model(&s, "kinds");
+  hcq_device_kind_t kinds[2] = {HCQ_DEVICE_CUDA, HCQ_DEVICE_METAL};
+  for (int k = 0; k < 2; k++) {
+    llm_decoder_t *d = NULL;
+    char want[96];
+    snprintf(want, sizeof(want), "no batched decoding kernels for %s devices", hcq_device_kind_name(kinds[k]));
+    expect_code(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kinds[k], .ctx = 32, .slots = 2}, &d),
+                HCQ_UNIMPLEMENTED, want);
+    cr_expect_null(d);
+  }
+  llm_decoder_t *d = NULL;
+  expect_code(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 2, .ctx = 32, .slots = 2}, &d),
+              HCQ_UNIMPLEMENTED, "batched decoding runs on one device, not 2");
+  llm_model_close(m);
+}
+
+typedef struct adder {
+  hcq_llm_batch_t *b;
+  int seq[6];
+  atomic_int steps; /* the stepping thread's count */
+  atomic_bool done;
+} adder_t;
+
+/* Adds prompts 0..5, one every two steps of the other thread, and cancels sequence 1 at once. */
+static void *add_meanwhile(void *arg) {
+  adder_t *a = arg;
+  hcq_llm_generate_options_t o = {.max_tokens = NEW, .ignore_eos = true};
+  for (int k = 0; k < 6; k++) {
+    while (atomic_load(&a->steps) < 2 * k) sched_yield();
+    int32_t prompt[64];
+    int n = prompt_of(k, prompt);
+    hcq_status_t st = hcq_llm_batch_add(a->b, prompt, (size_t)n, &o, &a->seq[k]);
+    if (!st && k == 1) st = hcq_llm_batch_cancel(a->b, a->seq[1]);
+    if (st) {
+      fprintf(stderr, "add_meanwhile: %s\n", hcq_status_message(st));
+      hcq_status_destroy(st);
+      a->seq[k] = -2;
+    }
+  }
+  atomic_store(&a->done, true);
+  return NULL;
+}
+
+/* Sequences added and cancelled from another thread while this one steps: the others' tokens are
+ * generate's, the cancelled one's events stop. */
+Test(llm_batch, add_and_cancel_from_another_thread_while_stepping) {
+  hcq_llm_t *llm = open_tiny("threads", NULL, "CPU");
+  adder_t a = {0};
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = SEQS, .ctx = 96, .max_rows = 12}, &a.b));
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, add_meanwhile, &a), 0);
+  collected_t got[6] = {0};
+  hcq_llm_batch_event_t ev[SEQS];
+  size_t nev;
+  for (int step = 0; !atomic_load(&a.done) || hcq_llm_batch_active(a.b); step++) {
+    OK(hcq_llm_batch_step(a.b, ev, SEQS, &nev));
+    atomic_store(&a.steps, step + 1);
+    for (size_t e = 0; e < nev; e++) {
+      collected_t *g = &got[ev[e].seq]; /* this batch's ids are 0..5 */
+      cr_assert_lt(g->n, (size_t)MAX_NEW);
+      g->ids[g->n++] = ev[e].id, g->finished = ev[e].finished, g->stop = ev[e].stop;
+    }
+    if (nev == 0 && !atomic_load(&a.done)) sched_yield();
+    cr_assert_lt(step, 100000, "the batch never empties");
+  }
+  pthread_join(t, NULL);
+  for (int k = 0; k < 6; k++) cr_assert_eq(a.seq[k], k, "sequence %d was not added", k);
+  cr_expect(!got[1].finished, "the cancelled sequence finished");
+  for (int k = 0; k < 6; k++)
+    if (k != 1) expect_one(llm, k, &(hcq_llm_generate_options_t){.max_tokens = NEW, .ignore_eos = true}, &got[k]);
+  OK(hcq_llm_batch_destroy(a.b));
+  OK(hcq_llm_close(llm));
+}
+
+
+/* Each slot's history (what the sampler's penalties read) holds its sequence's tokens by position:
+ * the prompt, then every token chosen but the last (which no row ran). */
+static void history_by_slot(const char *device) {
+  hcq_llm_t *llm = open_tiny("history", NULL, device);
+  hcq_llm_batch_t *b;
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 3, .ctx = 64, .max_rows = 8}, &b));
+  hcq_llm_generate_options_t o = {.max_tokens = 10, .ignore_eos = true};
+  int seq[3], joins[3] = {0, 0, 2};
+  collected_t got[3];
+  run_batch(b, 3, joins, &o, seq, got);
+  for (int k = 0; k < 3; k++) { /* a fresh batch: sequence k took slot k */
+    int32_t prompt[64], hist[64];
+    int n = prompt_of(k, prompt), len = n + (int)got[k].n - 1;
+    OK(llm_decoder_batch_history(llm_batch_decoder(b), k, hist, len));
+    cr_expect(!memcmp(hist, prompt, (size_t)n * 4), "slot %d: not its prompt", k);
+    cr_expect(!memcmp(hist + n, got[k].ids, (got[k].n - 1) * 4), "slot %d: not its tokens", k);
   }
   OK(hcq_llm_batch_destroy(b));
   OK(hcq_llm_close(llm));
 }
+
+Test(llm_batch, each_slots_history_holds_its_sequence_cpu) { history_by_slot("CPU"); }
+Test(llm_batch, each_slots_history_holds_its_sequence_vulkan) { history_by_slot("VULKAN"); }

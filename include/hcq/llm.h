@@ -197,7 +197,7 @@ const char *hcq_llm_stop_name(hcq_llm_stop_t stop);
  * active sequence gets one new token a step; a new sequence's prompt goes in as chunks of rows
  * beside the others' decoding rows (continuous batching), so adding one never stalls the others
  * for a whole prompt pass. Whatever else is in the batch, a greedy sequence gives the tokens
- * hcq_llm_generate gives (models/llm/README.md, "Batched decoding").
+ * hcq_llm_generate gives (models/llm/README.md, "Many sequences at once").
  *
  *   hcq_llm_batch_t *b;
  *   st = hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8}, &b);
@@ -228,7 +228,7 @@ typedef struct hcq_llm_batch_options {
 /* A sequence's new token, or its end. */
 typedef struct hcq_llm_batch_event {
   int seq;        /* as hcq_llm_batch_add gave it */
-  int32_t id;     /* the token chosen; HCQ_LLM_NO_TOKEN when the event only ends the sequence */
+  int32_t id;     /* the token chosen (the last event's too: a sequence ends with a token) */
   const char *text; /* whole UTF-8 characters of the token (as hcq_llm_token_fn gets them), and on the
                        last event any text held back as U+FFFD; NUL-terminated; valid until the next
                        step or hcq_llm_batch_destroy */
@@ -246,7 +246,8 @@ HCQ_MUST_USE hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_bat
                                                hcq_llm_batch_t **out);
 /* Queues a sequence: the n prompt ids at its positions 0..n-1, then tokens as options say
  * (max_tokens, sampling, ignore_eos, special, on_token: called from the stepping thread, before the
- * step returns, with the event's id and text; false ends the sequence with HCQ_LLM_STOP_CALLBACK).
+ * step returns, with the event's id and text, and once it ends with held-back text as U+FFFD and
+ * HCQ_LLM_NO_TOKEN, as hcq_llm_generate calls it; false ends the sequence with HCQ_LLM_STOP_CALLBACK).
  * options may be NULL (greedy, to an end token or the end of its context). *seq: the sequence's id
  * (never reused by this batch). UNAVAILABLE when max_seqs sequences are active (no free slot: try
  * again once one finishes or is cancelled); OUT_OF_RANGE for an empty prompt or one that leaves no
@@ -256,7 +257,10 @@ HCQ_MUST_USE hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *batch, const int32_
 /* One step: a replay that gives every sequence whose prompt is in a token (and a prompt chunk to
  * those still entering), then the events: at most one per sequence, in the order of their ids.
  * cap must be at least max_seqs (INVALID_ARGUMENT otherwise). With no sequence active, *n = 0 and
- * nothing runs. A device error leaves the sequences as they were. */
+ * nothing runs. The step after it is queued before its tokens are read (so the device never waits
+ * for the host): the events come from the step queued by the call before, and a step may give no
+ * event while a sequence's prompt enters. After a device error the sequences' state is undefined:
+ * destroy the batch. */
 HCQ_MUST_USE hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *batch, hcq_llm_batch_event_t *events, size_t cap,
                                              size_t *n);
 /* Ends sequence seq at once and frees its slot (the next hcq_llm_batch_add may take it). NOT_FOUND

@@ -111,7 +111,7 @@ static hcq_status_t make_scratch(llm_decoder_t *m, dev_state_t *s, const float *
   TRY(buffer(s->dev, rows * (size_t)c->ffn * 4, "h", -1, &s->hf));
   TRY(buffer(s->dev, act_bytes(m->max_batch, c->ffn), "h quantized", -1, &s->hq));
   /* a batch decoder's info goes on with its rows and the choosing rows' list (kernels.c, BATCH) */
-  size_t info_bytes = m->slots ? 16 + 16 * rows + 4 * (size_t)m->slots : 64;
+  size_t info_bytes = m->slots ? 16 + 2 * LLM_BATCH_REGION_WORDS(rows) * 4 : 64;
   TRY(buffer(s->dev, info_bytes < 64 ? 64 : info_bytes, "pass info", -1, &s->info));
   if (c->rope_neox || c->qk_norm) TRY(buffer(s->dev, rows * (size_t)llm_kv_dim(c) * 4, "k before rope", -1, &s->kraw));
   if (c->post_norms) TRY(buffer(s->dev, rows * dim * 4, "layer output", -1, &s->xb));
@@ -145,7 +145,8 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
    * while the next step runs (llm_generate). */
   /* a batch decoder's: each choosing row's token */
   size_t per = m->slots ? (size_t)m->slots : 1;
-  size_t token_count = m->slots > m->ctx_alloc + 1 ? (size_t)m->slots : (size_t)m->ctx_alloc + 1;
+  size_t token_count = (size_t)m->ctx_alloc + 1, batch_rows = 2 * (size_t)m->max_batch; /* a batch's: by parity */
+  if (m->slots && token_count < batch_rows) token_count = batch_rows;
   hcq_status_t mapped = hcq_buffer_create_mapped(d0, token_count * 4, &m->tokens);
   if (mapped && hcq_status_code(mapped) != HCQ_UNAVAILABLE) return mapped;
   hcq_status_destroy(mapped);
@@ -153,8 +154,9 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   else TRY(buffer(d0, token_count * 4, "tokens", -1, &m->tokens));
   TRY(buffer(d0, per * (size_t)c->vocab * 4, "logits", -1, &m->logits));
   TRY(buffer(d0, per * (size_t)m->cls_groups * 8, "best logits", -1, &m->best));
-  TRY(buffer(d0, per * LLM_SAMPLER_BYTES, "sampler", -1, &m->params));
+  TRY(buffer(d0, m->slots ? batch_rows * LLM_SAMPLER_BYTES : LLM_SAMPLER_BYTES, "sampler", -1, &m->params));
   TRY(buffer(d0, per * (size_t)c->vocab * 16, "sampler scratch", -1, &m->scratch));
+  if (m->slots) TRY(buffer(d0, per * (size_t)m->ctx_alloc * 4, "token history", -1, &m->history));
   if (!(m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   size_t cache = (size_t)c->n_kv_heads * (size_t)m->ctx_alloc * (size_t)c->head_dim * 4;
   cache *= (size_t)(m->slots ? m->slots : 1); /* a batch decoder's: a slot after the other */
@@ -290,7 +292,7 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   m->direct = m->ranks == 1;
   for (int d = 0; d < ndev && !st; d++) m->direct &= (hcq_device_caps(m->d[d].dev) & HCQ_CAP_HOST_MEMORY) != 0;
   if (!st) st = hcq_var_create("pos", 0, ctx - 1, &m->pos);
-  if (!st) st = hcq_var_create("p0", 0, ctx - 1, &m->p0);
+  if (!st) st = hcq_var_create("p0", 0, m->slots ? 1 : ctx - 1, &m->p0); /* a batch's: the step's parity */
   if (!st) st = hcq_var_create("n", 1, max_batch, &m->n);
   if (!st) st = hcq_var_create("choose", 0, m->slots ? m->slots : 1, &m->choose);
   if (!st) st = make_buffers(m, model);
@@ -327,7 +329,8 @@ hcq_status_t llm_decoder_destroy(llm_decoder_t *m) {
     for (int l = 0; l < m->c.n_layers; l++)
       for (int i = 0; i < LAYER_BUFS; i++) hcq_buffer_release(m->layers[l].b[i]);
   free(m->layers);
-  hcq_buffer_t *shared[] = {m->emb, m->cls, m->out_norm, m->tokens, m->logits, m->best, m->params, m->scratch};
+  hcq_buffer_t *shared[] = {m->emb, m->cls, m->out_norm, m->tokens, m->logits, m->best, m->params, m->scratch,
+                            m->history};
   for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) hcq_buffer_release(shared[i]);
   for (int d = 0; d < m->ndev; d++) {
     dev_state_t *s = &m->d[d];

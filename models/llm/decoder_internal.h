@@ -45,6 +45,8 @@ typedef struct llm_sampler_params {
   int32_t top_k;
   uint32_t seed_lo, seed_hi;
 } llm_sampler_params_t;
+/* A batch decoder's info region of one parity (kernels.c, BATCH), in words. */
+#define LLM_BATCH_REGION_WORDS(rows) (4 + 5 * (size_t)(rows))
 #define LLM_SAMPLER_BYTES (sizeof(llm_sampler_params_t) > 64 ? sizeof(llm_sampler_params_t) : 64)
 /* INVALID_ARGUMENT for parameters out of range (decoder_run.c). */
 HCQ_MUST_USE hcq_status_t llm_sampler_params(const llm_sampler_t *s, llm_sampler_params_t *out);
@@ -72,12 +74,13 @@ struct llm_decoder {
   int ndev, split, ctx, max_batch, isa_cap, cls_groups, ranks;
   int ctx_alloc; /* the positions the caches and tables hold: ctx rounded up to whole chunks (ctx: those used) */
   size_t captures; /* lists captured so far */
-  int slots; /* a batch decoder's sequences (0: single-sequence); its one list is `pass`, its caches slots x ctx_alloc */
+  int slots; /* a batch decoder's sequences (0: single-sequence); its one list: `pass`; caches: slots x ctx_alloc */
   bool profile, reads_tokens, direct;
   dev_state_t d[2];
   layer_state_t *layers;
   llm_layout_t emb_layout, cls_layout;
   hcq_buffer_t *emb, *cls, *out_norm, *tokens, *logits, *best, *params, *scratch;
+  hcq_buffer_t *history; /* a batch decoder's: each slot's tokens by position, as the caches (the penalties' history) */
   program_entry_t programs[MAX_PROGRAMS];
   int nprograms;
   hcq_expr_t *pos, *p0, *n, *choose, *exprs[16];

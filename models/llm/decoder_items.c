@@ -312,7 +312,10 @@ static hcq_status_t add(llm_decoder_t *m, item_list_t *L, const pass_ops_t *o, k
   geometry_t g = geometry(m, k, o);
   /* llm_qkv without fused rope also writes kraw (its 11th buffer) */
   static const uint32_t qkv_raw_outs[] = {0, 1, 2, 10};
-  kernel_desc_t d = {prog, {0}, k == K_QKV && nouts == 4 ? qkv_raw_outs : NULL, nbufs, nouts, nvals, {{0}},
+  /* a batch's llm_embed also writes each row's token into the history (its 5th buffer) */
+  static const uint32_t embed_history_outs[] = {0, 1, 4};
+  const uint32_t *outs = k == K_QKV && nouts == 4 ? qkv_raw_outs : k == K_EMBED && nouts == 3 ? embed_history_outs : NULL;
+  kernel_desc_t d = {prog, {0}, outs, nbufs, nouts, nvals, {{0}},
                      {g.grid[0], g.grid[1]}, g.local};
   memcpy(d.bufs, bufs, nbufs * sizeof(bufs[0]));
   if (nvals) memcpy(d.vals, vals, nvals * sizeof(vals[0]));
@@ -400,7 +403,12 @@ static hcq_status_t list_ops(llm_decoder_t *m, list_kind_t kind, pass_ops_t *o) 
   hcq_operand_t cls =
       kind == LIST_PASS ? hcq_sym(binary(m, HCQ_EXPR_MUL, m->choose, m->cls_groups)) : hcq_imm(m->cls_groups);
   bool gpu_rows = kind == LIST_BATCH && m->kind != HCQ_DEVICE_CPU;
-  *o = (pass_ops_t){hcq_sym(m->n), tiles, hcq_sym(m->choose), cls, TILE, gpu_rows ? hcq_sym(m->choose) : hcq_imm(1)};
+  /* A batch's CPU groups are costed at one row (tok_per_group), as a step's: the thread split of a
+   * decoding step's launches (mostly 1..8 rows) is then the step's (measured: 3-10% faster at 1 and 8
+   * sequences than costing a whole tile of 8). */
+  int tok_per_group = kind == LIST_BATCH ? 1 : TILE;
+  *o = (pass_ops_t){hcq_sym(m->n), tiles, hcq_sym(m->choose), cls, tok_per_group,
+                    gpu_rows ? hcq_sym(m->choose) : hcq_imm(1)};
   if (!o->tiles.sym || (kind == LIST_PASS && !o->cls_grid.sym))
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the items");
   return NULL;
@@ -413,7 +421,7 @@ static hcq_status_t list_ops(llm_decoder_t *m, list_kind_t kind, pass_ops_t *o) 
 static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, list_kind_t kind) {
   const llm_config_t *c = &m->c;
   bool pass = kind != LIST_STEP;
-  hcq_operand_t p0 = kind == LIST_BATCH ? hcq_imm(0) : hcq_sym(pass ? m->p0 : m->pos);
+  hcq_operand_t p0 = hcq_sym(pass ? m->p0 : m->pos); /* a batch's: the step's parity */
   hcq_operand_t n = pass ? hcq_sym(m->n) : hcq_imm(1);
   pass_ops_t o;
   TRY(list_ops(m, kind, &o));
@@ -425,7 +433,9 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, list_kind_t ki
   hcq_operand_t p0_n[2] = {p0, n}, zero = hcq_imm(0), one = hcq_imm(1);
 
   TRY(program(m, 0, "llm_embed", layout_define(def[0], 64, "W_LAYOUT", m->emb_layout), &prog));
-  TRY(add(m, L, &o, K_EMBED, prog, (hcq_buffer_t *[]){s0->x, s0->info, m->tokens, m->emb}, 4, 2, p0_n, 2));
+  bool batch = kind == LIST_BATCH;
+  TRY(add(m, L, &o, K_EMBED, prog, (hcq_buffer_t *[]){s0->x, s0->info, m->tokens, m->emb, m->history}, batch ? 5 : 4,
+          batch ? 3 : 2, p0_n, 2));
   for (int l = 0; l < c->n_layers; l++) {
     int d = l < m->split ? 0 : 1;
     dev_state_t *s = &m->d[d];
@@ -446,7 +456,8 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, list_kind_t ki
   TRY(add(m, L, &o, K_NORM_LAST, norm, (hcq_buffer_t *[]){s0->xf, s0->xq, s0->x, m->out_norm, s0->info}, 5, 2, &one, 1));
   TRY(add(m, L, &o, K_CLASSIFY, classify, (hcq_buffer_t *[]){m->logits, m->best, s0->xf, s0->xq, m->cls, s0->info},
           kind == LIST_BATCH ? 6 : 5, 2, &zero, 1));
-  TRY(add(m, L, &o, K_SELECT, select, (hcq_buffer_t *[]){m->tokens, m->scratch, m->best, m->logits, m->params, s0->info}, 6, 2,
+  TRY(add(m, L, &o, K_SELECT, select,
+          (hcq_buffer_t *[]){m->tokens, m->scratch, m->best, m->logits, m->params, s0->info, m->history}, batch ? 7 : 6, 2,
           &groups, 1));
   return NULL;
 }

@@ -225,47 +225,79 @@ static hcq_status_t check_rows(const llm_decoder_t *m, const llm_batch_row_t *ro
     if (r->slot < 0 || r->slot >= m->slots || r->pos < 0 || r->pos >= m->ctx)
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d at slot %d position %d (expected slots "
                              "0..%d, positions 0..%d)", i, r->slot, r->pos, m->slots - 1, m->ctx - 1);
-    if (r->token < 0 || r->token >= m->c.vocab)
+    if (r->token >= m->c.vocab || r->token < -2 * m->max_batch)
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d: token id %d is outside the vocabulary "
-                             "(%d ids)", i, r->token, m->c.vocab);
+                             "(%d ids) and names no token chosen on the device", i, r->token, m->c.vocab);
     if (r->sample && ++*nsample > m->slots)
       return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: more than %d batch rows choose a token", m->slots);
   }
   return NULL;
 }
 
-/* The info buffer's batch part (kernels.c, BATCH): {0, nrows, nsample, 0}, the rows, the choosing
- * rows' list. */
-static hcq_status_t write_rows(llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, int nsample) {
-  size_t words = 4 + 4 * (size_t)m->max_batch + (size_t)m->slots;
-  int32_t *info = calloc(words, 4);
-  if (!info) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  info[1] = nrows, info[2] = nsample;
-  int32_t *list = info + 4 + 4 * (size_t)m->max_batch;
+/* The info's region of this parity (kernels.c, BATCH): {nsample, 0, 0, 0}, the rows, the choosing
+ * rows' list. The other parity's region is the step in flight's: untouched. */
+static hcq_status_t write_rows(llm_decoder_t *m, int parity, const llm_batch_row_t *rows, int nrows, int nsample) {
+  size_t words = LLM_BATCH_REGION_WORDS(m->max_batch);
+  int32_t *region = calloc(words, 4);
+  if (!region) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  region[0] = nsample;
+  int32_t *list = region + 4 + 4 * (size_t)m->max_batch;
   for (int i = 0, j = 0; i < nrows; i++) {
-    int32_t *row = info + 4 + 4 * (size_t)i;
+    int32_t *row = region + 4 + 4 * (size_t)i;
     row[0] = rows[i].pos, row[1] = rows[i].slot * m->ctx_alloc + rows[i].pos, row[2] = rows[i].token;
     if (rows[i].sample) list[j++] = i;
   }
-  hcq_status_t st = llm_write_buffer(m, m->d[0].info, 0, info, words * 4);
-  free(info);
+  hcq_status_t st = llm_write_buffer(m, m->d[0].info, (4 + (uint64_t)parity * words) * 4, region, words * 4);
+  free(region);
   return st;
 }
 
-hcq_status_t llm_decoder_batch(llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, const llm_sampler_t *samplers,
-                               int32_t *out) {
+int32_t llm_decoder_batch_chosen(const llm_decoder_t *m, int parity, int j) { return -1 - (parity * m->max_batch + j); }
+
+hcq_status_t llm_decoder_batch_submit(llm_decoder_t *m, int parity, const llm_batch_row_t *rows, int nrows,
+                                      const llm_sampler_t *samplers) {
   if (!m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: not a batch decoder (slots 0)");
+  if (parity != 0 && parity != 1) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: parity %d", parity);
   int nsample = 0;
   TRY(check_rows(m, rows, nrows, &nsample));
   llm_sampler_params_t params[LLM_MAX_SLOTS];
   for (int j = 0; j < nsample; j++) TRY(llm_sampler_params(&samplers[j], &params[j]));
+  /* the step before the one in flight, which wrote this parity's tokens and read its region, is done */
+  TRY(hcq_fence_wait(m->fences[parity], HCQ_TIMEOUT_DEFAULT));
+  TRY(write_rows(m, parity, rows, nrows, nsample));
+  uint64_t at = (uint64_t)parity * (uint64_t)m->max_batch * sizeof(params[0]);
+  if (nsample) TRY(llm_write_buffer(m, m->params, at, params, (uint64_t)nsample * sizeof(params[0])));
+  hcq_var_value_t v[3] = {{m->n, nrows}, {m->choose, nsample}, {m->p0, parity}};
+  return run_list(m, &m->pass, &m->pass_jit, v, 3, true, m->fences[parity]);
+}
+
+hcq_status_t llm_decoder_batch_tokens(llm_decoder_t *m, int parity, int nsample, int32_t *out) {
+  if (!m->slots || parity < 0 || parity > 1 || nsample < 0 || nsample > m->slots)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch tokens of parity %d, %d of them", parity, nsample);
+  uint64_t first = (uint64_t)parity * (uint64_t)m->max_batch;
+  if (m->tokens_host) { /* mapped: a read once the step is done, not a copy through the device's queue */
+    TRY(hcq_fence_wait(m->fences[parity], HCQ_TIMEOUT_DEFAULT));
+    for (int j = 0; j < nsample; j++) out[j] = m->tokens_host[first + (uint64_t)j];
+    return NULL;
+  }
+  return nsample ? hcq_buffer_copyout(m->tokens, first * 4, out, (uint64_t)nsample * 4) : NULL;
+}
+
+hcq_status_t llm_decoder_batch_history(llm_decoder_t *m, int slot, int32_t *out, int n) {
+  if (!m->slots || slot < 0 || slot >= m->slots || n < 0 || n > m->ctx)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: history of slot %d, %d positions", slot, n);
   TRY(llm_decoder_sync(m));
-  TRY(write_rows(m, rows, nrows, nsample));
-  if (nsample) TRY(llm_write_buffer(m, m->params, 0, params, (uint64_t)nsample * sizeof(params[0])));
-  hcq_var_value_t v[2] = {{m->n, nrows}, {m->choose, nsample}};
-  TRY(run_list(m, &m->pass, &m->pass_jit, v, 2, true, NULL));
+  return n ? hcq_buffer_copyout(m->history, (uint64_t)slot * (uint64_t)m->ctx_alloc * 4, out, (uint64_t)n * 4) : NULL;
+}
+
+hcq_status_t llm_decoder_batch(llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, const llm_sampler_t *samplers,
+                               int32_t *out) {
   TRY(llm_decoder_sync(m));
-  return nsample ? hcq_buffer_copyout(m->tokens, 0, out, (uint64_t)nsample * 4) : NULL;
+  TRY(llm_decoder_batch_submit(m, 0, rows, nrows, samplers));
+  int nsample = 0;
+  for (int i = 0; i < nrows; i++) nsample += rows[i].sample;
+  TRY(llm_decoder_batch_tokens(m, 0, nsample, out));
+  return llm_decoder_sync(m);
 }
 
 hcq_status_t llm_decoder_batch_capture(llm_decoder_t *m) {

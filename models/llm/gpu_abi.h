@@ -54,6 +54,18 @@
  *                                                                     logit's bits, best[2g + 1]
  *                                                                     its lowest index
  *   llm_select    tokens, scratch, best, logits, sampler, info  vals groups   tokens[p0 + n]
+ * BATCH (a batch decoder, #define BATCH 1 and BATCH_ROWS, its rows a step): p0 is the step's parity;
+ * info goes on from word 4 with two regions of 4 + 5 BATCH_ROWS words, the parity's written by the
+ * host: {choosing rows S, 3 pad}, BATCH_ROWS rows {position, cache position (slot x CTX + position),
+ * token (< 0: tokens[-1 - token], an earlier step's choice), pad} and the S choosing rows' indices;
+ * llm_embed reads its row's token there (the parity from its value) and writes it into the history
+ * (its 5th buffer: slots x CTX token ids) at the row's cache position, llm_qkv / llm_rope_heads rotate
+ * at the row's position and write the caches at its cache position, llm_attn attends to its slot's
+ * positions 0..position, llm_norm with last normalises choosing row j into row j, llm_classify (info
+ * as a 6th buffer) writes row j's logits at j VOCAB and its best at j 2 groups (Vulkan: grid y = S),
+ * llm_select (grid S) chooses row j's token with sampler p0 BATCH_ROWS + j (packed, 5 words each),
+ * its own scratch and logits, into tokens[p0 BATCH_ROWS + j], its draw at position + 1; its 7th
+ * buffer is the history (row j's sequence: from its cache position - position, position + 1 ids).
  * Each kind decides how many classifier rows a group takes (cls_rows(): one best entry per group,
  * `groups` of them); the sampler's parameters are {float temperature, top_p; int32 top_k; uint32
  * seed_lo, seed_hi}; scratch holds VOCAB x 16 bytes. The choice must be kernels.c's: greedy, the

@@ -185,21 +185,36 @@ typedef struct {
   int32_t p0, n;
 } info_t;
 
-/* BATCH (a batch decoder, llm_decoder_batch): each row is a token of its own sequence, so the info
- * goes on (written by the host before each replay) with the count of rows that choose a token, a
- * word of padding, BATCH_ROWS rows {position in its sequence, position in the caches (its slot's
- * first position plus that), token id, padding}, then for each choosing row j the row it is. */
+/* BATCH (a batch decoder, llm_decoder_batch_submit): each row is a token of its own sequence. p0 is
+ * the step's parity: the info goes on (from word 4) with two regions the host writes, one a step
+ * (so that it writes the next step's while this one runs): the count of rows that choose a token,
+ * 3 words of padding, BATCH_ROWS rows {position in its sequence, position in the caches (its slot's
+ * first position plus that), token id (< 0: the token chosen into tokens[-1 - id] by an earlier
+ * step), padding}, then for each choosing row j the row it is. Row j's token goes into
+ * tokens[p0 BATCH_ROWS + j], with sampler p0 BATCH_ROWS + j. */
 #ifndef BATCH
 #define BATCH 0
 #define BATCH_ROWS 1
 #endif
+#define BATCH_REGION (4 + 5 * BATCH_ROWS)
 typedef struct {
   int32_t pos, cache_pos, token, pad;
 } batch_row_t;
-static inline const batch_row_t *batch_rows(const info_t *info) { return (const batch_row_t *)(info + 2); }
-static inline int32_t batch_samples(const info_t *info) { return ((const int32_t *)info)[2]; }
-static inline int32_t batch_sample_row(const info_t *info, int j) {
-  return ((const int32_t *)(batch_rows(info) + BATCH_ROWS))[j];
+static inline const int32_t *batch_region_of(const info_t *info, int parity) {
+  return (const int32_t *)info + 4 + (size_t)parity * BATCH_REGION;
+}
+static inline const int32_t *batch_region(const info_t *info) { return batch_region_of(info, info->p0); }
+static inline const batch_row_t *batch_rows(const info_t *info) {
+  return (const batch_row_t *)(batch_region(info) + 4);
+}
+static inline int32_t batch_samples(const info_t *info) { return batch_region(info)[0]; }
+static inline int32_t batch_sample_row(const info_t *info, int j) { return batch_region(info)[4 + 4 * BATCH_ROWS + j]; }
+/* The tokens of choosing row j's sequence, positions 0..its row's (*n of them), from the history
+ * (llm_select's 7th buffer, which llm_embed fills by cache position): the penalties' history. */
+static inline const int32_t *batch_history(const info_t *info, const int32_t *history, int j, int *n) {
+  const batch_row_t *r = &batch_rows(info)[batch_sample_row(info, j)];
+  *n = r->pos + 1;
+  return history + (r->cache_pos - r->pos);
 }
 /* Row i's position in its sequence (rope, the attention's extent) and in the caches. */
 static inline int row_position(const info_t *info, int i) { return BATCH ? batch_rows(info)[i].pos : info->p0 + i; }
@@ -218,12 +233,17 @@ static inline int tile_tokens(const hcq_launch_t *l, int n, int *first) {
 /* ---- entries ---- */
 
 #ifdef W_LAYOUT
-/* bufs: x, info, tokens, embedding; vals: p0, n. Grid: n. x[i] = embedding row of tokens[p0 + i];
+/* bufs: x, info, tokens, embedding (BATCH: history); vals: p0, n. Grid: n. x[i] = embedding row of
+ * tokens[p0 + i] (BATCH: of row i's token, written into the history at its cache position);
  * group 0 writes the info. */
 void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   if (l->gid[0] == 0) *(info_t *)b[1] = (info_t){v[0], v[1]};
   float *x = (float *)b[0] + (size_t)l->gid[0] * DIM;
-  int32_t tok = BATCH ? batch_rows(b[1])[l->gid[0]].token : ((const int32_t *)b[2])[v[0] + (int)l->gid[0]];
+  /* BATCH: the parity from the value, not the info group 0 is writing */
+  const batch_row_t *rows = BATCH ? (const batch_row_t *)(batch_region_of(b[1], v[0]) + 4) : NULL;
+  int32_t tok = BATCH ? rows[l->gid[0]].token : ((const int32_t *)b[2])[v[0] + (int)l->gid[0]];
+  if (BATCH && tok < 0 && tok >= -2 * BATCH_ROWS) tok = ((const int32_t *)b[2])[-1 - tok]; /* chosen on the device */
+  if (BATCH) ((int32_t *)b[4])[rows[l->gid[0]].cache_pos] = tok; /* the slot's history, by position */
   if (tok < 0 || tok >= VOCAB) tok = 0;
   const uint8_t *g = (const uint8_t *)b[3] + (size_t)(tok / 16) * group_bytes(W_LAYOUT, DIM);
   int r = tok % 16;
@@ -558,34 +578,34 @@ void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 /* bufs: logits, best, xf, xq, classifier; vals: first group. Grid: groups of CLS_ROWS rows (a multiple
  * of 16: llm_cls_rows(), several row groups a call, so that the engine's cost per call is shared
  * by more weights). Logits of the group's rows (for the input in row 0) and its best: best[2 g] the
- * value's bits, best[2 g + 1] the lowest index holding it. */
-static void classify_row(void *const *b, const int32_t *v, int g, const float *xf, const act_t *xq, float *logits,
-                         int32_t *best) {
-  float top = -INFINITY;
-  int arg = g * CLS_ROWS;
-  for (int rg = g * (CLS_ROWS / 16); rg < (g + 1) * (CLS_ROWS / 16) && rg * 16 < VOCAB; rg++) {
-    float out[1][16];
-    const uint8_t *w = (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM);
-    group_dot(W_LAYOUT, w, DIM, xf, xq, 1, out);
-    for (int r = 0; r < 16 && rg * 16 + r < VOCAB; r++) {
-      logits[rg * 16 + r] = out[0][r];
-      if (out[0][r] > top) top = out[0][r], arg = rg * 16 + r;
-    }
-  }
-  memcpy(&best[2 * g], &top, 4);
-  best[2 * g + 1] = arg;
-}
-
-/* BATCH: bufs logits, best, xf, xq, classifier, info; the rows that choose a token one after the
- * other (their logits at j VOCAB, their best at j 2 CLS_GROUPS), so the group's weights are read
- * from memory once for all of them; each row's sums are the single row's. */
+ * value's bits, best[2 g + 1] the lowest index holding it.
+ * BATCH: bufs logits, best, xf, xq, classifier, info; the rows that choose a token (row j's logits at
+ * j VOCAB, its best at j 2 CLS_GROUPS) in tiles of TILE, so the group's weights are read once for a
+ * tile; a row's sums are the same whatever the tile holds (group_dot). */
 #define CLS_GROUPS ((VOCAB + CLS_ROWS - 1) / CLS_ROWS)
 void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
-  int g = (int)l->gid[0] + v[0];
-  int rows = BATCH ? batch_samples(b[5]) : 1;
-  for (int j = 0; j < rows; j++)
-    classify_row(b, v, g, (const float *)b[2] + (size_t)j * DIM, (const act_t *)b[3] + (size_t)j * NBLK(DIM),
-                 (float *)b[0] + (size_t)j * VOCAB, (int32_t *)b[1] + (size_t)j * 2 * CLS_GROUPS);
+  int g = (int)l->gid[0] + v[0], rows = BATCH ? batch_samples(b[5]) : 1;
+  for (int j0 = 0; j0 < rows; j0 += TILE) {
+    int nt = rows - j0 < TILE ? rows - j0 : TILE, arg[TILE];
+    float top[TILE], *logits = (float *)b[0] + (size_t)j0 * VOCAB;
+    for (int t = 0; t < nt; t++) top[t] = -INFINITY, arg[t] = g * CLS_ROWS;
+    for (int rg = g * (CLS_ROWS / 16); rg < (g + 1) * (CLS_ROWS / 16) && rg * 16 < VOCAB; rg++) {
+      float out[TILE][16];
+      const uint8_t *w = (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM);
+      group_dot(W_LAYOUT, w, DIM, (const float *)b[2] + (size_t)j0 * DIM, (const act_t *)b[3] + (size_t)j0 * NBLK(DIM),
+                nt, out);
+      for (int t = 0; t < nt; t++)
+        for (int r = 0; r < 16 && rg * 16 + r < VOCAB; r++) {
+          logits[(size_t)t * VOCAB + (size_t)rg * 16 + (size_t)r] = out[t][r];
+          if (out[t][r] > top[t]) top[t] = out[t][r], arg[t] = rg * 16 + r;
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+      int32_t *best = (int32_t *)b[1] + (size_t)(j0 + t) * 2 * CLS_GROUPS;
+      memcpy(&best[2 * g], &top[t], 4);
+      best[2 * g + 1] = arg[t];
+    }
+  }
 }
 #endif
 
@@ -681,7 +701,8 @@ void llm_select(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   if (BATCH) { /* group j: the j-th choosing row, with its own sampler, scratch and logits; its token into tokens[j] */
     int j = (int)l->gid[0];
     at = batch_rows(info)[batch_sample_row(info, j)].pos + 1;
-    dest = (int32_t *)b[0] + j, best += (size_t)j * 2 * v[0], sp += j, logits += (size_t)j * VOCAB;
+    dest = (int32_t *)b[0] + info->p0 * BATCH_ROWS + j, sp += info->p0 * BATCH_ROWS + j;
+    best += (size_t)j * 2 * v[0], logits += (size_t)j * VOCAB;
     scratch += (size_t)j * VOCAB * 2; /* VOCAB x 16 bytes a row */
   }
   if (sp->temperature > 0) {

@@ -85,16 +85,22 @@ uint lane() { return gl_LocalInvocationID.x; }
 // The pass's first position and token count (llm_embed, llm_begin write them).
 int info_p0(uint64_t info) { return i32s(info).v[0]; }
 int info_n(uint64_t info) { return i32s(info).v[1]; }
-// BATCH (a batch decoder): kernels.c's rows after {p0, n}: {choosing rows, pad}, BATCH_ROWS rows
-// {position in the sequence, position in the caches, token, pad}, then the choosing rows' list.
+// BATCH (a batch decoder): kernels.c's layout: p0 the step's parity, its region from word
+// 4 + p0 BATCH_REGION: {choosing rows, 3 pad}, BATCH_ROWS rows {position in the sequence, position in
+// the caches, token (< 0: tokens[-1 - token]), pad}, then the choosing rows' list.
 #ifndef BATCH
 #define BATCH 0
 #define BATCH_ROWS 1
 #endif
-int row_pos(uint64_t info, uint i) { return BATCH != 0 ? i32s(info).v[4u + 4u * i] : info_p0(info) + int(i); }
-int row_cache_pos(uint64_t info, uint i) { return BATCH != 0 ? i32s(info).v[5u + 4u * i] : info_p0(info) + int(i); }
-int row_token(uint64_t info, uint i) { return i32s(info).v[6u + 4u * i]; }
-int batch_sample_row(uint64_t info, uint j) { return i32s(info).v[4u + 4u * uint(BATCH_ROWS) + j]; }
+#define BATCH_REGION (4 + 5 * BATCH_ROWS)
+uint region_at(uint64_t info) { return 4u + uint(info_p0(info)) * uint(BATCH_REGION); }
+int row_pos(uint64_t info, uint i) {
+  return BATCH != 0 ? i32s(info).v[region_at(info) + 4u + 4u * i] : info_p0(info) + int(i);
+}
+int row_cache_pos(uint64_t info, uint i) {
+  return BATCH != 0 ? i32s(info).v[region_at(info) + 5u + 4u * i] : info_p0(info) + int(i);
+}
+int batch_sample_row(uint64_t info, uint j) { return i32s(info).v[region_at(info) + 4u + 4u * uint(BATCH_ROWS) + j]; }
 
 // Element j of row `row` of a matrix of `rows` rows and k columns in the GPU layout: for the
 // embedding and the float layouts' products, where speed does not matter.
@@ -272,7 +278,13 @@ float round_of_8(uint64_t w, int lay, uint rows, uint rb, out float pair) {
 void main() {
   uint i = gl_WorkGroupID.x;
   if (i == 0u && lane() == 0u) i32s(hcq_buf(1)).v[0] = hcq_val(0), i32s(hcq_buf(1)).v[1] = hcq_val(1);
-  int tok = BATCH != 0 ? row_token(hcq_buf(1), i) : i32s(hcq_buf(2)).v[hcq_val(0) + int(i)];
+  // BATCH: the parity from the value, not the info group 0 is writing; a token < 0 chosen on the device
+  int tok = BATCH != 0 ? i32s(hcq_buf(1)).v[4u + uint(hcq_val(0)) * uint(BATCH_REGION) + 6u + 4u * i]
+                       : i32s(hcq_buf(2)).v[hcq_val(0) + int(i)];
+  if (BATCH != 0 && tok < 0 && tok >= -2 * BATCH_ROWS) tok = i32s(hcq_buf(2)).v[-1 - tok];
+  // the slot's history (the penalties'), by cache position
+  if (BATCH != 0 && lane() == 0u)
+    i32s(hcq_buf(4)).v[i32s(hcq_buf(1)).v[4u + uint(hcq_val(0)) * uint(BATCH_REGION) + 5u + 4u * i]] = tok;
   if (tok < 0 || tok >= VOCAB) tok = 0;
   f32s x = f32s(hcq_buf(0) + uint64_t(i) * uint(DIM) * 4u);
   for (uint j = lane(); j < uint(DIM); j += 8u) x.v[j] = weight_at(hcq_buf(3), W_LAYOUT, uint(VOCAB), uint(DIM), uint(tok), j) * EMB_SCALE;
@@ -598,10 +610,11 @@ void main() {
   // its token into tokens[j]
   uint j = gl_WorkGroupID.x;
   int at = info_p0(hcq_buf(5)) + info_n(hcq_buf(5)), dest = at;
-  if (BATCH != 0) at = row_pos(hcq_buf(5), uint(batch_sample_row(hcq_buf(5), j))) + 1, dest = int(j);
-  uint bj = BATCH != 0 ? j : 0u;
+  uint parity = BATCH != 0 ? uint(info_p0(hcq_buf(5))) : 0u, bj = BATCH != 0 ? j : 0u;
+  if (BATCH != 0)
+    at = row_pos(hcq_buf(5), uint(batch_sample_row(hcq_buf(5), j))) + 1, dest = int(parity * uint(BATCH_ROWS) + j);
   i32s tokens = i32s(hcq_buf(0));
-  u32s sp = u32s(hcq_buf(4) + uint64_t(bj) * 20u);
+  u32s sp = u32s(hcq_buf(4) + uint64_t(parity * uint(BATCH_ROWS) + bj) * 20u);
   uint64_t scratch = hcq_buf(1) + uint64_t(bj) * uint(VOCAB) * 16u;
   float temperature = uintBitsToFloat(sp.v[0]), top_p = uintBitsToFloat(sp.v[1]);
   int top_k = int(sp.v[2]);

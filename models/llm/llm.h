@@ -161,7 +161,8 @@ HCQ_MUST_USE hcq_status_t llm_decoder_tokens(llm_decoder_t *dec, int pos, int32_
 /* The logits of the last token the last step or pass processed (vocab floats; waits). */
 HCQ_MUST_USE hcq_status_t llm_decoder_logits(llm_decoder_t *dec, float *out);
 
-/* A batch decoder's row: one token of the sequence in cache slot `slot` at position pos of it;
+/* A batch decoder's row: one token of the sequence in cache slot `slot` at position pos of it (token:
+ * an id, or llm_decoder_batch_chosen's reference to a token an earlier step chose on the device);
  * sample: choose the token after it. */
 typedef struct llm_batch_row {
   int32_t slot, pos, token;
@@ -170,9 +171,21 @@ typedef struct llm_batch_row {
 /* A batch decoder's step (slots > 0): the rows, in one replay of its one capture (captured by the
  * first call) whatever their count; each row's k and v go into its slot's caches at its position,
  * then each row attends to positions 0..pos of its slot (so rows of one sequence at consecutive
- * positions see each other causally). samplers: one per sampling row, in row order; out: their tokens.
- * Waits. INVALID_ARGUMENT for a row count outside 1..max_batch, more sampling rows than slots, a
- * slot, position or id out of range, or bad sampler parameters. */
+ * positions see each other causally). samplers: one per sampling row, in row order. Steps alternate
+ * parity 0 and 1: a step's rows are written while the step of the other parity runs (submit waits
+ * for the step before that one); llm_decoder_batch_tokens reads its choices once it is done (the
+ * j-th sampling row's token; llm_decoder_batch_chosen(dec, parity, j) names it as a later row's
+ * token until the next step of that parity). INVALID_ARGUMENT for a row count outside
+ * 1..max_batch, more sampling rows than slots, a slot, position or token out of range, or bad
+ * sampler parameters. */
+HCQ_MUST_USE hcq_status_t llm_decoder_batch_submit(llm_decoder_t *dec, int parity, const llm_batch_row_t *rows,
+                                                   int nrows, const llm_sampler_t *samplers);
+HCQ_MUST_USE hcq_status_t llm_decoder_batch_tokens(llm_decoder_t *dec, int parity, int nsample, int32_t *out);
+int32_t llm_decoder_batch_chosen(const llm_decoder_t *dec, int parity, int j);
+/* The tokens at positions 0..n-1 of slot's history (each row's token, written by the step that ran
+ * it: what the sampler's penalties read). Waits. */
+HCQ_MUST_USE hcq_status_t llm_decoder_batch_history(llm_decoder_t *dec, int slot, int32_t *out, int n);
+/* submit (parity 0) and tokens, after and before waiting for everything. */
 HCQ_MUST_USE hcq_status_t llm_decoder_batch(llm_decoder_t *dec, const llm_batch_row_t *rows, int nrows,
                                             const llm_sampler_t *samplers, int32_t *out);
 /* Captures the batch decoder's step now (a row at slot 0, position 0), so that later steps replay. */

@@ -19,7 +19,9 @@ typedef struct seq_slot {
   int id;          /* -1: free */
   int32_t *ids;    /* the prompt, then the tokens chosen: ctx of them at most */
   int prompt, len; /* prompt ids; ids known */
-  int done;        /* positions whose k and v are in the caches (the rows run so far) */
+  int planned;     /* positions given rows so far (run, or in a step queued) */
+  int choices;     /* rows planned that choose a token */
+  int32_t fed;     /* the token at position `planned` once chosen on the device (llm_decoder_batch_chosen) */
   int max_new;     /* tokens to generate at most (the room in the context when max_tokens is 0) */
   hcq_llm_generate_options_t o;
   llm_sampler_t sampler;
@@ -34,11 +36,14 @@ struct hcq_llm_batch {
   int max_seqs, ctx, max_rows, vocab, next_id;
   seq_slot_t *slots;
   pthread_mutex_t lock;
-  /* a step's rows, the slot and id each belongs to, the choosing rows' samplers and tokens */
-  llm_batch_row_t *rows;
-  int *row_id;
+  /* each parity's step: its rows and the id of the sequence each belongs to; the choosing rows'
+   * samplers and tokens */
+  llm_batch_row_t *rows[2];
+  int *row_id[2], nrows[2], nsample[2];
   llm_sampler_t *samplers;
   int32_t *chosen;
+  int parity;    /* the next step's */
+  bool inflight; /* a step of parity !parity is queued, its tokens not read yet */
 };
 
 static hcq_status_t bad(const char *fmt, int value) { return hcq_status_make(HCQ_INVALID_ARGUMENT, fmt, value); }
@@ -76,11 +81,13 @@ static hcq_status_t batch_options(const hcq_llm_info_t *info, const hcq_llm_batc
 static hcq_status_t allocate(hcq_llm_batch_t *b) {
   size_t seqs = (size_t)b->max_seqs, rows = (size_t)b->max_rows;
   b->slots = calloc(seqs, sizeof(*b->slots));
-  b->rows = calloc(rows, sizeof(*b->rows));
-  b->row_id = calloc(rows, sizeof(*b->row_id));
+  for (int p = 0; p < 2; p++) {
+    b->rows[p] = calloc(rows, sizeof(*b->rows[p]));
+    b->row_id[p] = calloc(rows, sizeof(*b->row_id[p]));
+  }
   b->samplers = calloc(seqs, sizeof(*b->samplers));
   b->chosen = calloc(seqs, sizeof(*b->chosen));
-  if (!b->slots || !b->rows || !b->row_id || !b->samplers || !b->chosen)
+  if (!b->slots || !b->rows[0] || !b->rows[1] || !b->row_id[0] || !b->row_id[1] || !b->samplers || !b->chosen)
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (size_t i = 0; i < seqs; i++) {
     b->slots[i].id = -1;
@@ -103,6 +110,8 @@ hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t 
   TRY(parse_kind(info.device, &kind));
   hcq_llm_batch_t *b = calloc(1, sizeof(*b));
   if (!b) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  b->llm = llm, b->tok = llm_api_tokenizer(llm), b->max_seqs = o.max_seqs, b->ctx = o.ctx, b->max_rows = o.max_rows;
+  b->vocab = info.vocab;
   /* recursive: on_token, called under the lock, may add and cancel */
   pthread_mutexattr_t attr;
   bool locked = !pthread_mutexattr_init(&attr) && !pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE) &&
@@ -112,13 +121,6 @@ hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t 
     free(b);
     return hcq_status_make(HCQ_INTERNAL, "hcq_llm_batch_create: no mutex");
   }
-  *b = (hcq_llm_batch_t){.llm = llm,
-                         .tok = llm_api_tokenizer(llm),
-                         .max_seqs = o.max_seqs,
-                         .ctx = o.ctx,
-                         .max_rows = o.max_rows,
-                         .vocab = info.vocab,
-                         .lock = b->lock};
   llm_model_t *model = NULL;
   llm_decoder_options_t d = {.kind = kind, .ctx = o.ctx, .max_batch = o.max_rows, .slots = o.max_seqs};
   hcq_status_t st = allocate(b);
@@ -142,7 +144,8 @@ hcq_status_t hcq_llm_batch_destroy(hcq_llm_batch_t *b) {
   if (st) return st; /* still running: keep everything alive */
   if (b->slots)
     for (int i = 0; i < b->max_seqs; i++) free(b->slots[i].ids);
-  free(b->slots), free(b->rows), free(b->row_id), free(b->samplers), free(b->chosen);
+  free(b->slots), free(b->rows[0]), free(b->rows[1]), free(b->row_id[0]), free(b->row_id[1]);
+  free(b->samplers), free(b->chosen);
   pthread_mutex_destroy(&b->lock);
   free(b);
   return NULL;
@@ -198,7 +201,7 @@ hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t
   b->next_id = b->next_id == INT_MAX ? 0 : b->next_id + 1;
   memcpy(s->ids, prompt, n * sizeof(int32_t));
   s->prompt = s->len = (int)n;
-  s->done = 0;
+  s->planned = s->choices = 0;
   s->max_new = o.max_tokens && o.max_tokens < room ? o.max_tokens : room;
   s->o = o;
   const hcq_llm_sampling_t *sp = &o.sampling;
@@ -232,11 +235,13 @@ size_t hcq_llm_batch_active(hcq_llm_batch_t *b) {
 
 /* ---- steps ---- */
 
-/* The rows of the next step: every decoding sequence's last token (choosing the next), then the
- * prompts still entering, oldest sequence first, in chunks that fill the rows left (a chunk that
- * reaches its prompt's end chooses the first new token). Returns the row count. */
-static int plan_rows(hcq_llm_batch_t *b) {
-  int order[LLM_MAX_SLOTS], nactive = 0, nrows = 0;
+/* The rows of the next step (parity p): every decoding sequence's next token (the one the step
+ * before chose, read on the device: the host need not know it yet), then the prompts still
+ * entering, oldest sequence first, in chunks that fill the rows left (a chunk that reaches its
+ * prompt's end chooses the first new token). A sequence that has all the choices it may make gets
+ * no row; one that finishes in the step in flight got its row anyway (its result is dropped). */
+static void plan_rows(hcq_llm_batch_t *b, int p) {
+  int order[LLM_MAX_SLOTS], nactive = 0, nrows = 0, nsample = 0;
   for (int i = 0; i < b->max_seqs; i++) { /* the active slots by their ids: an insertion sort */
     if (b->slots[i].id < 0) continue;
     int k = nactive++;
@@ -246,15 +251,22 @@ static int plan_rows(hcq_llm_batch_t *b) {
   for (int pass = 0; pass < 2; pass++)
     for (int k = 0; k < nactive && nrows < b->max_rows; k++) {
       seq_slot_t *s = &b->slots[order[k]];
-      if ((s->done >= s->prompt) != (pass == 0)) continue;
-      int first = pass == 0 ? s->len - 1 : s->done, end = pass == 0 ? s->len : s->prompt;
-      if (end - first > b->max_rows - nrows) end = first + b->max_rows - nrows;
-      for (int p = first; p < end; p++) {
-        b->rows[nrows] = (llm_batch_row_t){order[k], p, s->ids[p], p == s->len - 1};
-        b->row_id[nrows++] = s->id;
+      if ((s->planned >= s->prompt) != (pass == 0) || s->choices >= s->max_new) continue;
+      int end = pass == 0 ? s->planned + 1 : s->prompt;
+      if (end - s->planned > b->max_rows - nrows) end = s->planned + b->max_rows - nrows;
+      for (; s->planned < end; s->planned++) {
+        bool sample = s->planned >= s->prompt - 1;
+        int32_t token = s->planned < s->prompt ? s->ids[s->planned] : s->fed;
+        b->rows[p][nrows] = (llm_batch_row_t){order[k], s->planned, token, sample};
+        b->row_id[p][nrows++] = s->id;
+        if (sample) {
+          b->samplers[nsample] = s->sampler;
+          s->fed = llm_decoder_batch_chosen(b->dec, p, nsample++);
+          s->choices++;
+        }
       }
     }
-  return nrows;
+  b->nrows[p] = nrows, b->nsample[p] = nsample;
 }
 
 static int event_cmp(const void *pa, const void *pb) {
@@ -291,31 +303,42 @@ static bool take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, hcq_llm_b
   return true;
 }
 
+/* Plans the step of the next parity and queues it (when it has rows). */
+static hcq_status_t queue_step(hcq_llm_batch_t *b, bool *queued) {
+  int p = b->parity;
+  pthread_mutex_lock(&b->lock);
+  plan_rows(b, p);
+  pthread_mutex_unlock(&b->lock);
+  *queued = b->nrows[p] > 0;
+  if (!*queued) return NULL;
+  b->parity = !p;
+  return llm_decoder_batch_submit(b->dec, p, b->rows[p], b->nrows[p], b->samplers);
+}
+
 hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *events, size_t cap, size_t *n) {
   if (!b || !n || (!events && cap))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: batch, events or n is NULL");
   *n = 0;
   if (cap < (size_t)b->max_seqs)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "hcq_llm_batch_step: room for %zu events (a step gives up to max_seqs = %d)", cap,
-                           b->max_seqs);
-  pthread_mutex_lock(&b->lock);
-  int nrows = plan_rows(b), nsample = 0;
-  for (int i = 0; i < nrows; i++)
-    if (b->rows[i].sample) b->samplers[nsample++] = b->slots[b->rows[i].slot].sampler;
-  pthread_mutex_unlock(&b->lock);
-  if (!nrows) return NULL;
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: room for %zu events (a step gives up to "
+                           "max_seqs = %d)", cap, b->max_seqs);
+  bool queued = false;
+  if (!b->inflight) TRY(queue_step(b, &b->inflight));
+  if (!b->inflight) return NULL; /* no sequence */
+  /* the step after it queued before this one's tokens are read: the device never waits for the host */
+  int p = !b->parity;
+  TRY(queue_step(b, &queued));
   /* the lock is free while the device runs: add and cancel go on meanwhile (a slot cancelled and
    * taken again then is written from position 0 by its new sequence before anything reads it) */
-  TRY(llm_decoder_batch(b->dec, b->rows, nrows, b->samplers, b->chosen));
+  TRY(llm_decoder_batch_tokens(b->dec, p, b->nsample[p], b->chosen));
+  b->inflight = queued;
   pthread_mutex_lock(&b->lock);
-  for (int i = 0, j = 0; i < nrows; i++) {
-    seq_slot_t *s = &b->slots[b->rows[i].slot];
-    bool same = s->id == b->row_id[i]; /* not cancelled meanwhile */
-    if (same && s->done < b->rows[i].pos + 1) s->done = b->rows[i].pos + 1;
-    if (!b->rows[i].sample) continue;
+  for (int i = 0, j = 0; i < b->nrows[p]; i++) {
+    if (!b->rows[p][i].sample) continue;
+    seq_slot_t *s = &b->slots[b->rows[p][i].slot];
     int32_t tok = b->chosen[j++];
-    if (same && take_token(b, s, tok, &events[*n])) ++*n;
+    /* not cancelled or finished meanwhile */
+    if (s->id == b->row_id[p][i] && take_token(b, s, tok, &events[*n])) ++*n;
   }
   pthread_mutex_unlock(&b->lock);
   qsort(events, *n, sizeof(*events), event_cmp);
