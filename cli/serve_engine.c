@@ -385,6 +385,25 @@ static void cut(serve_engine_t *e, slot_t *slots, bool all) {
   }
 }
 
+/* After a failed step the batch's state is undefined (hcq_llm_batch_step): a new batch, or, when
+ * that fails too, none (the engine goes on with one slot on hcq_llm_generate). */
+static void renew_batch(serve_engine_t *e) {
+  hcq_status_t st = hcq_llm_batch_destroy(e->batch);
+  hcq_status_destroy(st);
+  e->batch = NULL;
+  hcq_llm_batch_options_t bo = {.max_seqs = e->o.parallel, .ctx = e->o.ctx};
+  st = hcq_llm_batch_create(e->llm, &bo, &e->batch);
+  if (st) {
+    fprintf(stderr, "hcq serve: a new batch failed too (%s): one sequence at a time from now on\n",
+            hcq_status_message(st));
+    hcq_status_destroy(st);
+    e->batch = NULL;
+    pthread_mutex_lock(&e->mu);
+    e->slots = 1;
+    pthread_mutex_unlock(&e->mu);
+  }
+}
+
 /* One step of the batch and its finished sequences ended; a failed step fails every sequence. */
 static void step(serve_engine_t *e, slot_t *slots, hcq_llm_batch_event_t *events) {
   size_t n = 0;
@@ -394,12 +413,11 @@ static void step(serve_engine_t *e, slot_t *slots, hcq_llm_batch_event_t *events
   if (st) {
     fprintf(stderr, "hcq serve: a batch step failed: %s\n", hcq_status_message(st));
     for (int i = 0; i < e->slots; i++)
-      if (slots[i].job) {
-        hcq_status_destroy(hcq_llm_batch_cancel(e->batch, slots[i].seq));
+      if (slots[i].job)
         end_slot(e, &slots[i], HCQ_LLM_STOP_CALLBACK,
                  hcq_status_make(hcq_status_code(st), "%s", hcq_status_message(st)));
-      }
     hcq_status_destroy(st);
+    renew_batch(e);
     return;
   }
   for (size_t k = 0; k < n; k++)
@@ -419,7 +437,7 @@ static size_t active(serve_engine_t *e, const slot_t *slots) {
 static void run_batch(serve_engine_t *e) {
   slot_t *slots = calloc((size_t)e->slots, sizeof(*slots));
   hcq_llm_batch_event_t *events = calloc((size_t)e->slots, sizeof(*events));
-  for (bool stopping = false; slots && events && !stopping;) {
+  for (bool stopping = false; slots && events && e->batch && !stopping;) {
     admit(e, slots);
     pthread_mutex_lock(&e->mu);
     stopping = e->state == SERVE_STOPPING;
@@ -479,10 +497,8 @@ static bool load(serve_engine_t *e) {
 static void *engine_main(void *arg) {
   serve_engine_t *e = arg;
   if (!load(e)) return NULL;
-  if (e->batch) {
-    run_batch(e);
-    return NULL;
-  }
+  if (e->batch) run_batch(e);
+  if (e->batch) return NULL; /* stopped; else the batch failed for good: on with one slot */
   for (;;) {
     pthread_mutex_lock(&e->mu);
     while (!e->count && e->state != SERVE_STOPPING) pthread_cond_wait(&e->wake, &e->mu);
