@@ -202,6 +202,7 @@ static const help_t k_help[] = {
      "                 [--parallel 8] [--ctx N] [--api-key KEY] [--alias NAME]\n"
      "                 [--device KIND] [--threads N] [--queue 64]\n"
      "                 [--max-body BYTES] [--timeout S] [--max-connections N]\n"
+     "                 [--engine batch|generate]\n"
      "\n"
      "An HTTP server with OpenAI's API in front of one GGUF model (the models\n"
      "hcq generate runs; SmolLM2-135M-Instruct by default): POST\n"
@@ -235,6 +236,9 @@ static const help_t k_help[] = {
      "  --max-body BYTES    the largest request body (default 1048576; 413 above)\n"
      "  --timeout S         close a connection idle this long (default 600)\n"
      "  --max-connections N  open connections at most (default 256)\n"
+     "  --engine batch|generate  batch (the default): --parallel sequences decoded\n"
+     "                      together; generate: one at a time on hcq_llm_generate\n"
+     "                      (what devices without batched decoding run; to compare)\n"
      "  -h, --help          print this text\n"},
     {"generate",
      "usage: hcq generate [--model FILE|NAME] (--prompt TEXT | --chat TEXT\n"

@@ -14,7 +14,8 @@
 
 static const char k_usage[] =
     "usage: hcq serve [--model FILE|NAME] [--host 127.0.0.1] [--port 8080] [--parallel 8] [--ctx N] [--api-key KEY] "
-    "[--alias NAME] [--device KIND] [--threads N] [--queue 64] [--max-body BYTES] [--timeout S] [--max-connections N]";
+    "[--alias NAME] [--device KIND] [--threads N] [--queue 64] [--max-body BYTES] [--timeout S] [--max-connections N] "
+    "[--engine batch|generate]";
 
 typedef struct serve_args {
   serve_engine_options_t engine;
@@ -37,7 +38,7 @@ static int parse_args(int argc, char **argv, serve_args_t *a) {
   a->http.api_key = getenv("HCQ_API_KEY") && *getenv("HCQ_API_KEY") ? getenv("HCQ_API_KEY") : NULL;
   static const char *const with_value[] = {
       "--model",  "--host",    "--port",  "--parallel", "--ctx",     "--api-key",         "--alias",
-      "--device", "--threads", "--queue", "--max-body", "--timeout", "--max-connections", NULL};
+      "--device", "--threads", "--queue", "--max-body", "--timeout", "--max-connections", "--engine", NULL};
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
     bool known = false;
@@ -55,6 +56,11 @@ static int parse_args(int argc, char **argv, serve_args_t *a) {
       a->engine.alias = v;
     else if (!strcmp(o, "--api-key"))
       a->http.api_key = *v ? v : NULL;
+    else if (!strcmp(o, "--engine")) {
+      if (strcmp(v, "batch") && strcmp(v, "generate"))
+        return cli_usage_error("serve: --engine \"%s\": expected batch or generate", v);
+      a->engine.one_at_a_time = !strcmp(v, "generate");
+    }
     else if (!strcmp(o, "--device")) {
       if (!cli_parse_device_kind(v, &kind))
         return cli_usage_error("serve: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);

@@ -75,6 +75,7 @@ typedef struct serve_engine_options {
   const char *device; /* NULL: CPU */
   const char *alias;  /* the id /v1/models gives (NULL: the file's base name) */
   int ctx, parallel, queue;
+  bool one_at_a_time; /* --engine generate: hcq_llm_generate, one slot, even where batches run */
 } serve_engine_options_t;
 
 typedef enum serve_state { SERVE_LOADING, SERVE_READY, SERVE_LOAD_FAILED, SERVE_STOPPING } serve_state_t;

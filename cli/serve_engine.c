@@ -463,7 +463,7 @@ static bool load(serve_engine_t *e) {
   hcq_llm_options_t lo = {.device = e->o.device, .ctx = e->o.ctx, .log = stderr};
   hcq_status_t st = hcq_llm_open(e->o.model, &lo, &e->llm);
   e->slots = 1;
-  if (!st) {
+  if (!st && !e->o.one_at_a_time) {
     hcq_llm_batch_options_t bo = {.max_seqs = e->o.parallel, .ctx = e->o.ctx};
     hcq_status_t bst = hcq_llm_batch_create(e->llm, &bo, &e->batch);
     if (!bst)

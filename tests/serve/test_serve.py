@@ -326,6 +326,29 @@ def test_command_line(hcq):
     assert r.returncode == 3 and "Address already in use" in r.stderr, (r.returncode, r.stderr)
 
 
+def generate_engine_suite(hcq, model):
+    """The same answers, stop strings, queue, disconnect and SIGTERM on --engine generate (one slot on
+    hcq_llm_generate: what devices without batched decoding run)."""
+    server = Server(hcq, model, "--engine", "generate", "--queue", "2", "--ctx", "1024", api_key=KEY)
+    try:
+        server.wait_ready()
+        status, _, data = server.request("GET", "/v1/models")
+        server.model_id, server.ctx = json.loads(data)["data"][0]["id"], 1024
+        assert server.metrics()["hcq_slots"] == 1
+        test_answers(server, hcq, model)
+        test_stop_strings(server, hcq, model)
+        test_disconnect_and_queue(server, 1)
+        test_sigterm_mid_stream(server)
+        server.check_sanitizers()
+    except BaseException:
+        print(server.output())
+        raise
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
+
+
 def main():
     hcq = sys.argv[1]
     test_command_line(hcq)
@@ -363,6 +386,8 @@ def main():
         print("10000 requests at %.0f/s: RSS %d -> %d KiB, fds %d -> %d" % (rate, rss0, rss1, fds0, fds1))
         print("SIGTERM mid-stream: [DONE] sent, exit 0 after %.2f s" % test_sigterm_mid_stream(server))
         server.check_sanitizers()
+        generate_engine_suite(hcq, model)
+        print("--engine generate: answers, stop strings, queue, disconnect, SIGTERM")
     except BaseException:
         print(server.output())
         raise
