@@ -296,6 +296,18 @@ else
   missing "$section" "hcq graph replay, two ranks" "mpirun or hcq demo failed (see $LOG)"
 fi
 
+# hcq serve against llama.cpp's llama-server (bench/serve.sh, bench/serve_bench.py): 1, 4 and 8
+# concurrent streams of 96 tokens on SmolLM2 Q4_1, 2 threads each, aggregate tok/s and time to first
+# token; llama-server built once from llama-cpp-python 0.3.36's vendored llama.cpp (~/.cache/hcq).
+# HCQ_BENCH_SERVE=0 skips it (a row says so).
+section="SmolLM2 served: 8 concurrent streams of 96 tokens, 2 threads"
+echo "bench: $section" >&2
+if [ "${HCQ_BENCH_SERVE:-1}" = 0 ]; then
+  missing "$section" "hcq serve, llama-server" "skipped (HCQ_BENCH_SERVE=0)"
+elif ! "$SRC/bench/serve.sh" "$BUILD" --rows "$ROWS" --threads 2 >>"$LOG" 2>&1; then
+  missing "$section" "hcq serve, llama-server" "bench/serve.sh failed (see $LOG)"
+fi
+
 # The hcq primitives (launch and replay costs) close the table.
 run "hcq primitives" "hcq primitives" -- "$BUILD/bench/hcq_bench" --rows
 

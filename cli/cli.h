@@ -82,6 +82,8 @@ int cli_embed(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_chat(int argc, char **argv); /* hcq chat: hcq generate --interactive */
 int cli_tokenize(int argc, char **argv);
+/* hcq serve (cli/serve.c; cli/serve_absent.c in a build without libmicrohttpd). */
+int cli_serve(int argc, char **argv);
 int cli_inspect(int argc, char **argv); /* cli/inspect.c */
 
 #endif

@@ -86,7 +86,7 @@ static int cmd_help(int argc, char **argv) {
   const char *text = cli_help_text(argc ? argv[0] : NULL);
   if (!text)
     return cli_usage_error("no help for \"%s\": commands are info, run, bench, compile, demo, embed, generate, chat, "
-                           "tokenize, inspect", argv[0]);
+                           "serve, tokenize, inspect", argv[0]);
   fputs(text, stdout);
   return HCQ_EXIT_OK;
 }
@@ -114,6 +114,8 @@ int main(int argc, char **argv) {
   int known = !strcmp(cmd, "info") || !strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "demo") ||
               !strcmp(cmd, "embed") || !strcmp(cmd, "generate") || !strcmp(cmd, "tokenize") ||
               !strcmp(cmd, "chat");
+  /* hcq serve runs its own threads and signal handling, never under mpirun */
+  if (!strcmp(cmd, "serve")) return cli_serve(argc - 2, argv + 2);
   if (known) {
     hcq_status_t st = cli_mpi_start();
     if (st) return cli_fail(st);

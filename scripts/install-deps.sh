@@ -23,6 +23,8 @@ PACKAGES="$PACKAGES libvulkan-dev libshaderc-dev glslang-dev spirv-tools mesa-vu
 PACKAGES="$PACKAGES vulkan-validationlayers"
 # The optional MPI layer (docs/mpi.md): Open MPI's headers and libraries, and mpirun for its tests.
 PACKAGES="$PACKAGES libopenmpi-dev openmpi-bin"
+# hcq serve (docs/serve.md): the HTTP server library; without it the build leaves hcq serve out.
+PACKAGES="$PACKAGES libmicrohttpd-dev"
 # Extra packages for optional targets: make fuzz needs clang's libFuzzer runtime.
 if [ "${HCQ_DEPS_FUZZ:-0}" = 1 ]; then
   PACKAGES="$PACKAGES clang libclang-rt-14-dev"
