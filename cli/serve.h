@@ -54,8 +54,8 @@ typedef struct serve_job {
   serve_phase_t phase;
   bool started;        /* the prompt was accepted: a stream may send its headers */
   serve_error_t error; /* error.http != 0: the job failed before it started */
-  char *text;          /* generated text; bytes past `visible` may still turn out to be a stop string */
-  size_t len, cap, visible;
+  char *text;          /* generated text (no stop string: the library holds those back) */
+  size_t len, cap, visible; /* visible: the bytes a stream may send (all of text, once appended) */
   size_t prompt_tokens, completion_tokens;
   const char *finish_reason; /* "stop" or "length", once DONE */
   bool cancelled;            /* set by the HTTP side: nobody reads the rest */

@@ -4,8 +4,8 @@
  * them), or one job at a time on hcq_llm_generate where the device has no batched decoding. Either
  * way the prompt is rendered, tokenized and checked against the context here, because only this
  * thread may touch the model, and each token's text is appended to its job by the on_token
- * callback. Stop strings are found in that text; bytes that may still begin one are held back from
- * the stream (visible). */
+ * callback. The library applies the stop strings (hcq_llm_generate_options_t.stop): the text it
+ * passes holds none, nor what could still become one. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,7 +177,6 @@ static bool prompt_ids(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_
 typedef struct run_state {
   serve_engine_t *e;
   serve_job_t *job;
-  bool stopped_by_string;
 } run_state_t;
 
 static bool append(serve_job_t *job, const char *text, size_t len) {
@@ -194,32 +193,6 @@ static bool append(serve_job_t *job, const char *text, size_t len) {
   return true;
 }
 
-/* After new text: a stop string ends the text where it begins (true); else the bytes that could
- * still begin one are held back from visible. scan_from: where new matches may begin. */
-static bool find_stop(serve_job_t *job, size_t scan_from) {
-  for (size_t s = 0; s < job->n_stops; s++) {
-    size_t sl = strlen(job->stops[s]);
-    size_t from = scan_from >= sl ? scan_from - sl + 1 : 0;
-    for (size_t at = from; at + sl <= job->len; at++)
-      if (!memcmp(job->text + at, job->stops[s], sl)) {
-        job->len = job->visible = at;
-        job->text[at] = '\0';
-        return true;
-      }
-  }
-  size_t hold = 0;
-  for (size_t s = 0; s < job->n_stops; s++) {
-    size_t sl = strlen(job->stops[s]);
-    for (size_t k = sl ? sl - 1 : 0; k > hold; k--)
-      if (k <= job->len && !memcmp(job->text + job->len - k, job->stops[s], k)) {
-        hold = k;
-        break;
-      }
-  }
-  job->visible = job->len - hold;
-  return false;
-}
-
 static bool on_token(void *user, int32_t id, const char *text, size_t len) {
   run_state_t *rs = user;
   serve_job_t *job = rs->job;
@@ -227,10 +200,12 @@ static bool on_token(void *user, int32_t id, const char *text, size_t len) {
   bool end = id != HCQ_LLM_NO_TOKEN && hcq_llm_is_end_token(rs->e->llm, id);
   if (id != HCQ_LLM_NO_TOKEN && !end) job->completion_tokens++;
   if (!job->first_token_s) job->first_token_s = serve_now_s();
-  size_t before = job->len, visible = job->visible;
+  /* the text comes without stop strings, and without what could still become one (the library
+   * holds it back: hcq_llm_generate_options_t.stop) */
+  size_t visible = job->visible;
   bool ok = append(job, text, len);
-  if (ok && find_stop(job, before)) rs->stopped_by_string = true;
-  bool go_on = ok && !rs->stopped_by_string && !job->cancelled;
+  job->visible = job->len;
+  bool go_on = ok && !job->cancelled;
   /* only a stream's thread wants each token: a whole answer's waits for the end (job_finish) */
   if (job->stream && job->visible != visible) pthread_cond_broadcast(&job->changed);
   pthread_mutex_unlock(&job->mu);
@@ -260,15 +235,13 @@ static bool job_start(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_t
 }
 
 /* A started job's end: its finish reason, the held-back text let go, the counters. */
-static void job_finish(serve_engine_t *e, serve_job_t *job, bool stopped_by_string, hcq_llm_stop_t stop,
-                       hcq_status_t st) {
+static void job_finish(serve_engine_t *e, serve_job_t *job, hcq_llm_stop_t stop, hcq_status_t st) {
   pthread_mutex_lock(&job->mu);
   if (st) {
     serve_fail(&job->error, 500, "server_error", NULL, NULL, "generation failed: %s", hcq_status_message(st));
     hcq_status_destroy(st);
   }
-  job->finish_reason = stopped_by_string || stop == HCQ_LLM_STOP_END ? "stop" : "length";
-  job->visible = job->len; /* held-back bytes that never became a stop string */
+  job->finish_reason = stop == HCQ_LLM_STOP_STRING || stop == HCQ_LLM_STOP_END ? "stop" : "length";
   job->phase = SERVE_DONE;
   job->done_s = serve_now_s();
   size_t prompt = job->prompt_tokens, completion = job->completion_tokens;
@@ -308,23 +281,30 @@ static void add_busy_seconds(serve_engine_t *e, double seconds) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* The library's options for a job: its sampling and stop strings, its text to on_token. */
+static hcq_llm_generate_options_t job_options(serve_job_t *job, run_state_t *rs) {
+  return (hcq_llm_generate_options_t){.max_tokens = job->max_tokens,
+                                      .sampling = job->sampling,
+                                      .ignore_eos = job->ignore_eos,
+                                      .on_token = on_token,
+                                      .user = rs,
+                                      .stop = job->stops,
+                                      .nstop = job->n_stops};
+}
+
 /* One job on hcq_llm_generate (one slot): its prompt checked, then generated to its end. */
 static void run_job(serve_engine_t *e, serve_job_t *job) {
   int32_t *ids = NULL;
   size_t n = 0;
   if (!job_start(e, job, &ids, &n)) return;
   run_state_t rs = {.e = e, .job = job};
-  hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens,
-                                  .sampling = job->sampling,
-                                  .ignore_eos = job->ignore_eos,
-                                  .on_token = on_token,
-                                  .user = &rs};
+  hcq_llm_generate_options_t o = job_options(job, &rs);
   hcq_llm_result_t res;
   double t0 = serve_now_s();
   hcq_status_t st = hcq_llm_generate(e->llm, ids, n, &o, &res);
   add_busy_seconds(e, serve_now_s() - t0);
   free(ids);
-  job_finish(e, job, rs.stopped_by_string, res.stop, st);
+  job_finish(e, job, res.stop, st);
   hcq_llm_result_free(&res);
 }
 
@@ -350,15 +330,11 @@ static void admit(serve_engine_t *e, slot_t *slots) {
       continue;
     }
     slots[i] = (slot_t){.job = job, .rs = {.e = e, .job = job}};
-    hcq_llm_generate_options_t o = {.max_tokens = job->max_tokens,
-                                    .sampling = job->sampling,
-                                    .ignore_eos = job->ignore_eos,
-                                    .on_token = on_token,
-                                    .user = &slots[i].rs};
+    hcq_llm_generate_options_t o = job_options(job, &slots[i].rs);
     hcq_status_t st = hcq_llm_batch_add(e->batch, ids, n, &o, &slots[i].seq);
     free(ids);
     if (st) {
-      job_finish(e, job, false, HCQ_LLM_STOP_LENGTH, st);
+      job_finish(e, job, HCQ_LLM_STOP_LENGTH, st);
       serve_job_release(job);
       slots[i].job = NULL;
     }
@@ -366,7 +342,7 @@ static void admit(serve_engine_t *e, slot_t *slots) {
 }
 
 static void end_slot(serve_engine_t *e, slot_t *s, hcq_llm_stop_t stop, hcq_status_t st) {
-  job_finish(e, s->job, s->rs.stopped_by_string, stop, st);
+  job_finish(e, s->job, stop, st);
   serve_job_release(s->job);
   s->job = NULL;
 }

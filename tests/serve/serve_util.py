@@ -139,9 +139,10 @@ class Server:
         return self.log.read()[-4000:]
 
 
-def expected_text(hcq, model, prompt, steps, chat=False):
-    """Greedy text from `hcq generate` (the same library, no server): the ground truth."""
-    args = [hcq, "generate", "--model", model, "--steps", str(steps), "--json"]
+def expected_text(hcq, model, prompt, steps, chat=False, extra=()):
+    """Greedy text from `hcq generate` (the same library, no server): the ground truth; extra: more
+    of generate's options (the sampling chain)."""
+    args = [hcq, "generate", "--model", model, "--steps", str(steps), "--json", *extra]
     args += ["--chat", prompt] if chat else ["--prompt", prompt]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return json.loads(out)["text"]

@@ -87,6 +87,18 @@ def test_stop_strings(server, hcq, model):
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
+def test_penalties(server, hcq, model):
+    """OpenAI's frequency and presence penalties and llama-server's repeat_penalty, repeat_last_n and
+    min_p: the text `hcq generate` gives with the same chain (greedy over the penalised logits)."""
+    want = expected_text(hcq, model, FRANCE, 24, extra=["--frequency-penalty", "1.5", "--presence-penalty", "1",
+                                                        "--repeat-penalty", "1.3", "--repeat-last-n", "32"])
+    assert want != expected_text(hcq, model, FRANCE, 24), "the fixture: the penalties change the text"
+    status, _, r = server.post(COMPLETIONS, {"prompt": FRANCE, "max_tokens": 24, "temperature": 0,
+                                             "frequency_penalty": 1.5, "presence_penalty": 1, "repeat_penalty": 1.3,
+                                             "repeat_last_n": 32, "min_p": 0.05})
+    assert status == 200 and r["choices"][0]["text"] == want, (r, want)
+
+
 def test_bad_inputs(server):
     ok = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     cases = [
@@ -372,6 +384,8 @@ def main():
         print("answers: greedy text as hcq generate's, plain and streamed")
         test_stop_strings(server, hcq, model)
         print("stop strings: plain and streamed (held back across tokens)")
+        test_penalties(server, hcq, model)
+        print("penalties: hcq generate's text with the same chain")
         print("bad inputs: %d, each with its status and error object" % test_bad_inputs(server))
         test_auth(server)
         print("auth: 401 without the key, /health public")
