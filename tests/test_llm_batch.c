@@ -10,6 +10,7 @@
  * and bad arguments refused by name. */
 #include <hcq/llm.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -563,3 +564,70 @@ Test(llm_batch, stop_strings_cut_the_text_as_generates) {
   OK(hcq_llm_batch_destroy(b));
   OK(hcq_llm_close(llm));
 }
+
+typedef struct logprob_sink {
+  hcq_llm_logprob_t lp[MAX_NEW];
+  size_t n;
+} logprob_sink_t;
+
+static void sink_logprob(void *user, const hcq_llm_logprob_t *lp) {
+  logprob_sink_t *s = user;
+  if (s->n < MAX_NEW) s->lp[s->n++] = *lp;
+}
+
+/* Log-probabilities: a sequence asking for them among others that do not gets, per token, those
+ * hcq_llm_generate reports (the same token, its log-softmax within float error, the same top 5),
+ * in the events and to on_logprob; the others' events carry none. */
+static void logprobs_as_generates(const char *device) {
+  hcq_llm_t *llm = open_tiny("logprobs", NULL, device);
+  hcq_llm_batch_t *b;
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 3, .ctx = 96, .max_rows = 12}, &b));
+  logprob_sink_t called = {0};
+  hcq_llm_generate_options_t with = {.max_tokens = NEW, .ignore_eos = true, .logprobs = true, .top_logprobs = 5,
+                                     .on_logprob = sink_logprob, .user = &called},
+                             without = {.max_tokens = NEW, .ignore_eos = true};
+  int32_t prompt[3][64];
+  int n[3], seq[3];
+  for (int k = 0; k < 3; k++) n[k] = prompt_of(k + 1, prompt[k]);
+  OK(hcq_llm_batch_add(b, prompt[0], (size_t)n[0], &without, &seq[0]));
+  OK(hcq_llm_batch_add(b, prompt[1], (size_t)n[1], &with, &seq[1]));
+  OK(hcq_llm_batch_add(b, prompt[2], (size_t)n[2], &without, &seq[2]));
+  logprob_sink_t got = {0};
+  hcq_llm_batch_event_t ev[3];
+  size_t nev;
+  while (hcq_llm_batch_active(b)) {
+    OK(hcq_llm_batch_step(b, ev, 3, &nev));
+    for (size_t e = 0; e < nev; e++) {
+      if (ev[e].seq != seq[1]) {
+        cr_expect_null(ev[e].logprob, "a sequence without logprobs gets none");
+        continue;
+      }
+      cr_assert_not_null(ev[e].logprob);
+      cr_expect_eq(ev[e].logprob->id, ev[e].id);
+      got.lp[got.n++] = *ev[e].logprob;
+    }
+  }
+  hcq_llm_result_t r;
+  with.on_logprob = NULL;
+  OK(hcq_llm_generate(llm, prompt[1], (size_t)n[1], &with, &r));
+  cr_assert_eq(got.n, r.n, "%zu events with log-probabilities, generate %zu tokens", got.n, r.n);
+  cr_expect_eq(called.n, r.n, "on_logprob once per token");
+  for (size_t i = 0; i < r.n; i++) {
+    const hcq_llm_logprob_t *a = &got.lp[i], *w = &r.logprobs[i];
+    cr_expect_eq(a->id, w->id, "token %zu", i);
+    cr_expect(fabsf(a->logprob - w->logprob) < 1e-3f, "token %zu: log-probability %g, generate %g", i,
+              (double)a->logprob, (double)w->logprob);
+    cr_expect_eq(a->n_top, 5);
+    cr_expect(!memcmp(&called.lp[i], a, sizeof(*a)), "on_logprob got the event's");
+    for (int k = 0; k < a->n_top && k < w->n_top; k++) {
+      cr_expect_eq(a->top_ids[k], w->top_ids[k], "token %zu alternative %d", i, k);
+      cr_expect(fabsf(a->top_logprobs[k] - w->top_logprobs[k]) < 1e-3f);
+    }
+  }
+  hcq_llm_result_free(&r);
+  OK(hcq_llm_batch_destroy(b));
+  OK(hcq_llm_close(llm));
+}
+
+Test(llm_batch, logprobs_are_generates_cpu) { logprobs_as_generates("CPU"); }
+Test(llm_batch, logprobs_are_generates_vulkan) { logprobs_as_generates("VULKAN"); }

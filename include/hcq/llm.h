@@ -283,6 +283,10 @@ typedef struct hcq_llm_batch_event {
   bool finished;  /* the sequence's last event: its slot is free again */
   hcq_llm_stop_t stop; /* why, when finished */
   size_t tokens;  /* tokens generated so far, this one included */
+  /* with the sequence's options.logprobs: the token's log-probabilities (as hcq_llm_generate's;
+   * valid until the next step), else NULL. A step whose sequences want them is read before the
+   * next is queued (the device waits for the host then: slower, as in hcq_llm_generate). */
+  const hcq_llm_logprob_t *logprob;
 } hcq_llm_batch_event_t;
 
 /* Creates a batch for llm's model (read again from its file: the batch's decoder is compiled and
@@ -297,8 +301,8 @@ HCQ_MUST_USE hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_bat
  * hcq_llm_generate cuts it, stop HCQ_LLM_STOP_STRING), on_token: called from the stepping thread,
  * before the step returns, with the event's id and text, and once it ends with held-back text as
  * HCQ_LLM_NO_TOKEN, as hcq_llm_generate calls it; false ends the sequence with
- * HCQ_LLM_STOP_CALLBACK). Log-probabilities are UNIMPLEMENTED in batches. options may be NULL
- * (greedy, to an end token or the end of its context). *seq: the sequence's id
+ * HCQ_LLM_STOP_CALLBACK), log-probabilities (in the events, and to on_logprob before on_token).
+ * options may be NULL (greedy, to an end token or the end of its context). *seq: the sequence's id
  * (never reused by this batch). UNAVAILABLE when max_seqs sequences are active (no free slot: try
  * again once one finishes or is cancelled); OUT_OF_RANGE for an empty prompt or one that leaves no
  * room in ctx; INVALID_ARGUMENT for bad options or an id outside the vocabulary. */

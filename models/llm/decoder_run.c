@@ -138,6 +138,13 @@ hcq_status_t llm_decoder_logits(llm_decoder_t *m, float *out) {
   return hcq_buffer_copyout(m->logits, 0, out, (uint64_t)m->c.vocab * 4);
 }
 
+hcq_status_t llm_decoder_batch_logits(llm_decoder_t *m, int j, float *out) {
+  if (!m->slots || j < 0 || j >= m->slots)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: the logits of choosing row %d", j);
+  TRY(llm_decoder_sync(m));
+  return hcq_buffer_copyout(m->logits, (uint64_t)j * (uint64_t)m->c.vocab * 4, out, (uint64_t)m->c.vocab * 4);
+}
+
 /* ---- generation ---- */
 
 /* The token at pos once the work fence f covers has finished: read through the mapped tokens

@@ -189,6 +189,9 @@ typedef struct llm_batch_row {
 HCQ_MUST_USE hcq_status_t llm_decoder_batch_submit(llm_decoder_t *dec, int parity, const llm_batch_row_t *rows,
                                                    int nrows, const llm_sampler_t *samplers);
 HCQ_MUST_USE hcq_status_t llm_decoder_batch_tokens(llm_decoder_t *dec, int parity, int nsample, int32_t *out);
+/* The logits the j-th choosing row of the last step chose from (vocab floats; waits for the
+ * device). Rows of every parity share them: read before the next step is queued. */
+HCQ_MUST_USE hcq_status_t llm_decoder_batch_logits(llm_decoder_t *dec, int j, float *out);
 int32_t llm_decoder_batch_chosen(const llm_decoder_t *dec, int parity, int j);
 /* The tokens at positions 0..n-1 of slot's history (each row's token, written by the step that ran
  * it: what the sampler's penalties read). Waits. */

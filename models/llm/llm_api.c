@@ -329,12 +329,7 @@ typedef struct stream {
   hcq_status_t error; /* what failed inside the decoder's callback (it ends the generation) */
 } stream_t;
 
-/* The log-probabilities of id from the logits it was chosen from (the decoder ran no step past it). */
-static hcq_status_t token_logprob(stream_t *s, int32_t id, hcq_llm_logprob_t *out) {
-  hcq_status_t st = llm_decoder_logits(s->llm->dec, s->logits);
-  if (st) return st;
-  const float *l = s->logits;
-  int vocab = s->llm->config.vocab, ntop = s->o->top_logprobs;
+void llm_logprob_of(const float *l, int vocab, int32_t id, int ntop, hcq_llm_logprob_t *out) {
   float top = l[0];
   for (int i = 1; i < vocab; i++) top = l[i] > top ? l[i] : top;
   double sum = 0;
@@ -351,6 +346,13 @@ static hcq_status_t token_logprob(stream_t *s, int32_t id, hcq_llm_logprob_t *ou
     if (out->n_top < ntop) out->n_top++;
   }
   for (int k = 0; k < out->n_top; k++) out->top_logprobs[k] = (float)(l[out->top_ids[k]] - lse);
+}
+
+/* The log-probabilities of id from the logits it was chosen from (the decoder ran no step past it). */
+static hcq_status_t token_logprob(stream_t *s, int32_t id, hcq_llm_logprob_t *out) {
+  hcq_status_t st = llm_decoder_logits(s->llm->dec, s->logits);
+  if (st) return st;
+  llm_logprob_of(s->logits, s->llm->config.vocab, id, s->o->top_logprobs, out);
   return NULL;
 }
 

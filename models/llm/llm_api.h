@@ -34,6 +34,9 @@ HCQ_MUST_USE hcq_status_t llm_api_check_options(const char *who, const hcq_llm_g
 /* The decoder's sampler for checked options: greedy at temperature 0, penalties only where some
  * apply (penalty_last_n 0: 64, -1: ctx). */
 llm_sampler_t llm_api_sampler(const hcq_llm_sampling_t *s, int ctx);
+/* id's log-probability among vocab logits l (their log-softmax: before any sampling stage) and the
+ * ntop (0 .. HCQ_LLM_MAX_LOGPROBS) highest, higher first, the lower id on ties. */
+void llm_logprob_of(const float *l, int vocab, int32_t id, int ntop, hcq_llm_logprob_t *out);
 
 /* hcq_llm_generate with, under two ranks, the agreement on the end (llm_generate_options_t's
  * agree_end; NULL otherwise). */

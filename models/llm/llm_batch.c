@@ -31,6 +31,7 @@ typedef struct seq_slot {
   llm_stop_t stop; /* the text held back for them */
   char *text;    /* the last event's text (grows: a stop string's prefix held back comes out at once) */
   size_t text_cap;
+  hcq_llm_logprob_t logprob; /* the last event's token's, with o.logprobs */
 } seq_slot_t;
 
 struct hcq_llm_batch {
@@ -46,6 +47,7 @@ struct hcq_llm_batch {
   int *row_id[2], nrows[2], nsample[2];
   llm_sampler_t *samplers;
   int32_t *chosen;
+  float *logits; /* a choosing row's, read for log-probabilities (vocab floats) */
   int parity;    /* the next step's */
   bool inflight; /* a step of parity !parity is queued, its tokens not read yet */
 };
@@ -116,7 +118,9 @@ static hcq_status_t allocate(hcq_llm_batch_t *b) {
   }
   b->samplers = calloc(seqs, sizeof(*b->samplers));
   b->chosen = calloc(seqs, sizeof(*b->chosen));
-  if (!b->slots || !b->rows[0] || !b->rows[1] || !b->row_id[0] || !b->row_id[1] || !b->samplers || !b->chosen)
+  b->logits = malloc((size_t)b->vocab * sizeof(float));
+  if (!b->slots || !b->rows[0] || !b->rows[1] || !b->row_id[0] || !b->row_id[1] || !b->samplers || !b->chosen ||
+      !b->logits)
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (size_t i = 0; i < seqs; i++) {
     b->slots[i].id = -1;
@@ -177,7 +181,7 @@ hcq_status_t hcq_llm_batch_destroy(hcq_llm_batch_t *b) {
       free(b->slots[i].ids), free(b->slots[i].text);
     }
   free(b->slots), free(b->rows[0]), free(b->rows[1]), free(b->row_id[0]), free(b->row_id[1]);
-  free(b->samplers), free(b->chosen);
+  free(b->samplers), free(b->chosen), free(b->logits);
   pthread_mutex_destroy(&b->lock);
   free(b);
   return NULL;
@@ -189,13 +193,9 @@ size_t hcq_llm_batch_captures(const hcq_llm_batch_t *b) { return b ? llm_decoder
 
 /* ---- sequences ---- */
 
-/* hcq_llm_generate's checks, and what batches do not do yet (said, not ignored). */
+/* hcq_llm_generate's checks. */
 static hcq_status_t check_generate_options(const hcq_llm_generate_options_t *o) {
-  TRY(llm_api_check_options("hcq_llm_batch_add", o));
-  if (o->logprobs)
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "hcq_llm_batch_add: log-probabilities are not implemented in batches "
-                           "yet (hcq_llm_generate has them)");
-  return NULL;
+  return llm_api_check_options("hcq_llm_batch_add", o);
 }
 
 hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t n,
@@ -336,6 +336,8 @@ static hcq_status_t take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, h
   int id = s->id;
   *emitted = false;
   s->ids[s->len++] = tok;
+  const hcq_llm_logprob_t *logprob = s->o.logprobs ? &s->logprob : NULL;
+  if (logprob && s->o.on_logprob) s->o.on_logprob(s->o.user, logprob);
   char piece[TEXT_CAP];
   size_t len = llm_detok_push(b->tok, &s->detok, tok, s->o.special, piece, LLM_DETOK_MAX_OUT), at = 0;
   int generated = s->len - s->prompt;
@@ -345,7 +347,8 @@ static hcq_status_t take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, h
   if (s->id != id) return NULL; /* cancelled by the callback */
   bool found = s->o.nstop && s->stop.found >= 0;
   if (!stopped && !found && !last) {
-    *ev = (hcq_llm_batch_event_t){.seq = id, .id = tok, .text = s->text, .len = at, .tokens = (size_t)generated};
+    *ev = (hcq_llm_batch_event_t){
+        .seq = id, .id = tok, .text = s->text, .len = at, .tokens = (size_t)generated, .logprob = logprob};
     *emitted = true;
     return NULL;
   }
@@ -357,7 +360,7 @@ static hcq_status_t take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, h
       s->o.on_token(s->o.user, HCQ_LLM_NO_TOKEN, s->text + before, at - before);
   }
   *ev = (hcq_llm_batch_event_t){.seq = id, .id = tok, .text = s->text, .len = at, .tokens = (size_t)generated,
-                                .finished = true};
+                                .finished = true, .logprob = logprob};
   ev->stop = found                                             ? HCQ_LLM_STOP_STRING
              : stopped                                         ? HCQ_LLM_STOP_CALLBACK
              : end                                             ? HCQ_LLM_STOP_END
@@ -384,6 +387,18 @@ static hcq_status_t queue_step(hcq_llm_batch_t *b, bool *queued) {
   return llm_decoder_batch_submit(b->dec, p, b->rows[p], b->nrows[p], b->samplers);
 }
 
+/* Whether a sequence choosing a token in step p (still active) wants its log-probabilities. */
+static bool step_wants_logprobs(hcq_llm_batch_t *b, int p) {
+  bool wants = false;
+  pthread_mutex_lock(&b->lock);
+  for (int i = 0; i < b->nrows[p] && !wants; i++) {
+    const seq_slot_t *s = &b->slots[b->rows[p][i].slot];
+    wants = b->rows[p][i].sample && s->id == b->row_id[p][i] && s->o.logprobs;
+  }
+  pthread_mutex_unlock(&b->lock);
+  return wants;
+}
+
 hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *events, size_t cap, size_t *n) {
   if (!b || !n || (!events && cap))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: batch, events or n is NULL");
@@ -394,13 +409,14 @@ hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *event
   bool queued = false;
   if (!b->inflight) TRY(queue_step(b, &b->inflight));
   if (!b->inflight) return NULL; /* no sequence */
-  /* the step after it queued before this one's tokens are read: the device never waits for the host */
   int p = !b->parity;
-  TRY(queue_step(b, &queued));
+  /* the step after it queued before this one's tokens are read: the device never waits for the host;
+   * but every step writes the same logits, so where a sequence wants log-probabilities, after */
+  bool early = !step_wants_logprobs(b, p);
+  if (early) TRY(queue_step(b, &queued));
   /* the lock is free while the device runs: add and cancel go on meanwhile (a slot cancelled and
    * taken again then is written from position 0 by its new sequence before anything reads it) */
   TRY(llm_decoder_batch_tokens(b->dec, p, b->nsample[p], b->chosen));
-  b->inflight = queued;
   hcq_status_t st = NULL;
   pthread_mutex_lock(&b->lock);
   for (int i = 0, j = 0; i < b->nrows[p] && !st; i++) {
@@ -408,11 +424,15 @@ hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *event
     seq_slot_t *s = &b->slots[b->rows[p][i].slot];
     int32_t tok = b->chosen[j++];
     bool emitted = false;
-    /* not cancelled or finished meanwhile */
-    if (s->id == b->row_id[p][i]) st = take_token(b, s, tok, &events[*n], &emitted);
+    if (s->id != b->row_id[p][i]) continue; /* cancelled or finished meanwhile */
+    if (s->o.logprobs && !early && !(st = llm_decoder_batch_logits(b->dec, j - 1, b->logits)))
+      llm_logprob_of(b->logits, b->vocab, tok, s->o.top_logprobs, &s->logprob);
+    if (!st) st = take_token(b, s, tok, &events[*n], &emitted);
     *n += emitted;
   }
   pthread_mutex_unlock(&b->lock);
+  if (!st && !early) st = queue_step(b, &queued);
+  b->inflight = queued;
   if (st) return st;
   qsort(events, *n, sizeof(*events), event_cmp);
   return NULL;
