@@ -30,6 +30,17 @@ bool serve_fail(serve_error_t *err, int http, const char *type, const char *code
                 ...) __attribute__((format(printf, 6, 7)));
 
 typedef enum serve_kind { SERVE_CHAT, SERVE_COMPLETION } serve_kind_t;
+
+/* One generated token's log-probabilities for the response (the request's logprobs): its text and
+ * its alternatives' as bytes in serve_job_t.lp_text (off, len), raw (a token may hold part of a
+ * UTF-8 character). */
+typedef struct serve_logprob {
+  float logprob;
+  size_t off, len;
+  int n_top;
+  float top[HCQ_LLM_MAX_LOGPROBS];
+  size_t top_off[HCQ_LLM_MAX_LOGPROBS], top_len[HCQ_LLM_MAX_LOGPROBS];
+} serve_logprob_t;
 typedef enum serve_phase { SERVE_QUEUED, SERVE_RUNNING, SERVE_DONE } serve_phase_t;
 
 typedef struct serve_job {
@@ -47,6 +58,8 @@ typedef struct serve_job {
   size_t n_stops;
   bool stream, include_usage;
   bool ignore_eos; /* llama-server's extension: go on past end tokens (benchmarks) */
+  bool logprobs;   /* each token's log-probability, with top_logprobs alternatives */
+  int top_logprobs;
 
   /* Shared between the engine and the HTTP side, under mu. */
   pthread_mutex_t mu;
@@ -57,6 +70,10 @@ typedef struct serve_job {
   char *text;          /* generated text (no stop string: the library holds those back) */
   size_t len, cap, visible; /* visible: the bytes a stream may send (all of text, once appended) */
   size_t prompt_tokens, completion_tokens;
+  serve_logprob_t *lps; /* with logprobs: one per generated token, in order */
+  size_t n_lps, lps_cap;
+  char *lp_text; /* the tokens' bytes the lps point into */
+  size_t lp_text_len, lp_text_cap;
   const char *finish_reason; /* "stop" or "length", once DONE */
   bool cancelled;            /* set by the HTTP side: nobody reads the rest */
   int refs;
@@ -121,9 +138,10 @@ char *serve_error_json(const serve_error_t *err);
 /* A finished job's whole response, malloc'd. */
 char *serve_response_json(serve_engine_t *e, const serve_job_t *job, const char *id, long created);
 /* One server-sent event "data: {...}\n\n" with text as the delta (first: the chat role too; finish:
- * the finish reason), malloc'd. */
+ * the finish reason) and the log-probabilities of tokens lp_from .. lp_to - 1 (with the request's
+ * logprobs), malloc'd. */
 char *serve_chunk_sse(serve_engine_t *e, const serve_job_t *job, const char *id, long created, const char *text,
-                      size_t len, bool first, const char *finish);
+                      size_t len, bool first, const char *finish, size_t lp_from, size_t lp_to);
 /* The usage chunk of stream_options.include_usage. */
 char *serve_usage_sse(serve_engine_t *e, const serve_job_t *job, const char *id, long created);
 char *serve_models_json(serve_engine_t *e, long created);

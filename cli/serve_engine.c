@@ -72,7 +72,7 @@ void serve_job_release(serve_job_t *job) {
   if (!last) return;
   pthread_mutex_destroy(&job->mu);
   pthread_cond_destroy(&job->changed);
-  free(job->messages), free(job->prompt_ids), free(job->text);
+  free(job->messages), free(job->prompt_ids), free(job->text), free(job->lps), free(job->lp_text);
   json_decref(job->body);
   free(job);
 }
@@ -193,6 +193,49 @@ static bool append(serve_job_t *job, const char *text, size_t len) {
   return true;
 }
 
+/* id's text (control tokens' too) appended to job->lp_text: its place there (false: no memory). */
+static bool token_text(hcq_llm_t *llm, serve_job_t *job, int32_t id, size_t *off, size_t *len) {
+  char piece[256];
+  size_t n = 0;
+  hcq_status_t st = hcq_llm_detokenize(llm, &id, 1, true, piece, sizeof(piece), &n);
+  if (st || n >= sizeof(piece)) n = 0; /* a token longer than 255 bytes: shown empty (none is) */
+  hcq_status_destroy(st);
+  if (job->lp_text_len + n > job->lp_text_cap) {
+    size_t cap = (job->lp_text_len + n) * 2 + 256;
+    char *grown = realloc(job->lp_text, cap);
+    if (!grown) return false;
+    job->lp_text = grown, job->lp_text_cap = cap;
+  }
+  memcpy(job->lp_text + job->lp_text_len, piece, n);
+  *off = job->lp_text_len, *len = n;
+  job->lp_text_len += n;
+  return true;
+}
+
+/* Before on_token, with the request's logprobs: the token's log-probabilities and texts kept. */
+static void on_logprob(void *user, const hcq_llm_logprob_t *lp) {
+  run_state_t *rs = user;
+  serve_job_t *job = rs->job;
+  if (!job->ignore_eos && hcq_llm_is_end_token(rs->e->llm, lp->id)) return; /* not in the text: not listed */
+  pthread_mutex_lock(&job->mu);
+  if (job->n_lps == job->lps_cap) {
+    size_t cap = job->lps_cap ? job->lps_cap * 2 : 64;
+    serve_logprob_t *grown = realloc(job->lps, cap * sizeof(*grown));
+    if (grown) job->lps = grown, job->lps_cap = cap;
+  }
+  if (job->n_lps < job->lps_cap) {
+    serve_logprob_t *out = &job->lps[job->n_lps];
+    *out = (serve_logprob_t){.logprob = lp->logprob, .n_top = lp->n_top};
+    bool ok = token_text(rs->e->llm, job, lp->id, &out->off, &out->len);
+    for (int k = 0; k < lp->n_top && ok; k++) {
+      out->top[k] = lp->top_logprobs[k];
+      ok = token_text(rs->e->llm, job, lp->top_ids[k], &out->top_off[k], &out->top_len[k]);
+    }
+    job->n_lps += ok;
+  }
+  pthread_mutex_unlock(&job->mu);
+}
+
 static bool on_token(void *user, int32_t id, const char *text, size_t len) {
   run_state_t *rs = user;
   serve_job_t *job = rs->job;
@@ -289,7 +332,10 @@ static hcq_llm_generate_options_t job_options(serve_job_t *job, run_state_t *rs)
                                       .on_token = on_token,
                                       .user = rs,
                                       .stop = job->stops,
-                                      .nstop = job->n_stops};
+                                      .nstop = job->n_stops,
+                                      .logprobs = job->logprobs,
+                                      .top_logprobs = job->top_logprobs,
+                                      .on_logprob = on_logprob};
 }
 
 /* One job on hcq_llm_generate (one slot): its prompt checked, then generated to its end. */

@@ -104,7 +104,7 @@ typedef struct stream {
   char id[48];
   long created;
   char *pending; /* an event built and not yet all handed to libmicrohttpd */
-  size_t pending_len, pending_at, sent;
+  size_t pending_len, pending_at, sent, sent_lps; /* bytes of text and log-probabilities sent */
   bool finished;
 } stream_t;
 
@@ -119,9 +119,9 @@ static char *next_event(stream_t *s) {
   if (job->cancelled) {
     ev = NULL;
   } else if (job->visible > s->sent) {
-    ev =
-        serve_chunk_sse(s->h->engine, job, s->id, s->created, job->text + s->sent, job->visible - s->sent, false, NULL);
-    s->sent = job->visible;
+    ev = serve_chunk_sse(s->h->engine, job, s->id, s->created, job->text + s->sent, job->visible - s->sent, false,
+                         NULL, s->sent_lps, job->n_lps);
+    s->sent = job->visible, s->sent_lps = job->n_lps;
   } else if (job->error.http) { /* failed after the headers went: the error as an event, then the end */
     char *body = serve_error_json(&job->error);
     size_t n = body ? strlen(body) + 32 : 0;
@@ -130,7 +130,9 @@ static char *next_event(stream_t *s) {
     free(body);
     s->finished = true;
   } else {
-    char *fin = serve_chunk_sse(s->h->engine, job, s->id, s->created, "", 0, false, job->finish_reason);
+    /* the tokens whose text was held back and never sent (a stop string's) go with the finish */
+    char *fin = serve_chunk_sse(s->h->engine, job, s->id, s->created, "", 0, false, job->finish_reason, s->sent_lps,
+                                job->n_lps);
     char *use = job->include_usage ? serve_usage_sse(s->h->engine, job, s->id, s->created) : strdup("");
     size_t n = fin && use ? strlen(fin) + strlen(use) + 16 : 0;
     ev = n ? malloc(n) : NULL;
@@ -181,7 +183,7 @@ static enum MHD_Result start_stream(serve_http_t *h, struct MHD_Connection *c, s
   snprintf(s->id, sizeof(s->id), "%s", id);
   /* the first event: the chat's role with empty content, as OpenAI starts its streams */
   pthread_mutex_lock(&job->mu);
-  s->pending = job->kind == SERVE_CHAT ? serve_chunk_sse(h->engine, job, id, created, "", 0, true, NULL) : NULL;
+  s->pending = job->kind == SERVE_CHAT ? serve_chunk_sse(h->engine, job, id, created, "", 0, true, NULL, 0, 0) : NULL;
   pthread_mutex_unlock(&job->mu);
   s->pending_len = s->pending ? strlen(s->pending) : 0;
   struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);

@@ -46,25 +46,9 @@ static bool get_bool(json_t *root, const char *key, bool *out, serve_error_t *er
 /* Fields this server does not carry out yet: accepted at the value that changes nothing, refused
  * otherwise (never silently ignored). */
 static bool unsupported(json_t *root, serve_kind_t kind, serve_error_t *err) {
-#ifdef HCQ_LLM_MAX_LOGPROBS /* the library has the penalties (penalties()) */
-  static const char *const zero_numbers[] = {NULL};
-#else
-  static const char *const zero_numbers[] = {"presence_penalty", "frequency_penalty", "min_p", "repeat_penalty", NULL};
-#endif
-  for (const char *const *k = zero_numbers; *k; k++) {
-    json_t *v = json_object_get(root, *k);
-    if (v && !json_is_null(v) && !json_is_number(v)) return BAD(err, *k, "%s: expected a number", *k);
-    if (v && json_is_number(v) && json_number_value(v) != 0)
-      return BAD(err, *k, "%s: not supported by this server yet (only 0)", *k);
-  }
-  static const char *const false_flags[] = {"logprobs", "echo", NULL};
-  for (const char *const *k = false_flags; *k; k++) {
-    json_t *v = json_object_get(root, *k);
-    bool on = v && !json_is_null(v) && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0);
-    if (on) return BAD(err, *k, "%s: not supported by this server yet", *k);
-  }
-  static const char *const absent[] = {"tools",  "functions",    "tool_choice", "function_call",
-                                       "suffix", "top_logprobs", NULL};
+  json_t *echo = json_object_get(root, "echo");
+  if (echo && !json_is_null(echo) && !json_is_false(echo)) return BAD(err, "echo", "echo: not supported by this server yet");
+  static const char *const absent[] = {"tools", "functions", "tool_choice", "function_call", "suffix", NULL};
   for (const char *const *k = absent; *k; k++) {
     json_t *v = json_object_get(root, *k);
     if (v && !json_is_null(v)) return BAD(err, *k, "%s: not supported by this server", *k);
@@ -100,7 +84,6 @@ static bool get_stops(json_t *root, serve_job_t *job, serve_error_t *err) {
   return true;
 }
 
-#ifdef HCQ_LLM_MAX_LOGPROBS
 /* llama.cpp's sampling chain where the library has it (hcq_llm_sampling_t's min_p and penalties):
  * OpenAI's presence and frequency penalties (-2 to 2), llama-server's min_p, repeat_penalty and
  * repeat_last_n. They apply at temperature 0 too (greedy over the penalised logits). */
@@ -118,7 +101,26 @@ static bool penalties(json_t *root, serve_job_t *job, int ctx, serve_error_t *er
   if (!last_n) job->sampling.repeat_penalty = 1, job->sampling.frequency_penalty = job->sampling.presence_penalty = 0;
   return true;
 }
-#endif
+
+/* Log-probabilities, as each endpoint asks: chat's "logprobs": true with "top_logprobs" 0 to 20
+ * alternatives; completions' (legacy) "logprobs": 0 to 20 alternatives. */
+static bool logprob_fields(json_t *root, serve_job_t *job, serve_error_t *err) {
+  json_t *lp = json_object_get(root, "logprobs"), *top = json_object_get(root, "top_logprobs");
+  long long n = 0;
+  if (job->kind == SERVE_COMPLETION) {
+    if (top && !json_is_null(top)) return BAD(err, "top_logprobs", "top_logprobs: chat completions only (here: logprobs N)");
+    if (!get_integer(root, "logprobs", 0, HCQ_LLM_MAX_LOGPROBS, &n, err)) return false;
+    job->logprobs = lp && !json_is_null(lp), job->top_logprobs = (int)n;
+    return true;
+  }
+  if (!get_bool(root, "logprobs", &job->logprobs, err) ||
+      !get_integer(root, "top_logprobs", 0, HCQ_LLM_MAX_LOGPROBS, &n, err))
+    return false;
+  if (top && !json_is_null(top) && !job->logprobs)
+    return BAD(err, "top_logprobs", "top_logprobs: only with \"logprobs\": true");
+  job->top_logprobs = (int)n;
+  return true;
+}
 
 /* The fields both endpoints share: sampling, length, stop, stream. */
 static bool common_fields(serve_engine_t *e, json_t *root, serve_job_t *job, serve_error_t *err) {
@@ -155,10 +157,7 @@ static bool common_fields(serve_engine_t *e, json_t *root, serve_job_t *job, ser
     job->sampling = (hcq_llm_sampling_t){(float)temperature, top_p > 0 ? (float)top_p : 1e-6f, (int)top_k,
                                          seed >= 0 ? (uint64_t)seed : (uint64_t)serve_now_s() * 2654435761u};
   }
-#ifdef HCQ_LLM_MAX_LOGPROBS
-  if (!penalties(root, job, ctx, err)) return false;
-#endif
-  return true;
+  return penalties(root, job, ctx, err) && logprob_fields(root, job, err);
 }
 
 /* ---- the two endpoints ---- */
@@ -280,9 +279,96 @@ static json_t *envelope(serve_engine_t *e, const serve_job_t *job, const char *i
                    serve_engine_model_id(e), "system_fingerprint", fingerprint);
 }
 
-static json_t *choice(const serve_job_t *job, json_t *text, bool chunk, bool first, const char *finish) {
-  json_t *c =
-      json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason", finish ? json_string(finish) : json_null());
+/* The length of the valid UTF-8 character at p (n bytes left), 0 when it is not one. */
+static size_t utf8_char(const unsigned char *p, size_t n) {
+  size_t len = p[0] < 0x80 ? 1 : (p[0] & 0xe0) == 0xc0 && p[0] >= 0xc2 ? 2 : (p[0] & 0xf0) == 0xe0 ? 3
+               : (p[0] & 0xf8) == 0xf0 && p[0] <= 0xf4                ? 4
+                                                                      : 0;
+  if (!len || len > n) return 0;
+  for (size_t i = 1; i < len; i++)
+    if ((p[i] & 0xc0) != 0x80) return 0;
+  if (len == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) return 0; /* overlong, surrogate */
+  if (len == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))) return 0;
+  return len;
+}
+
+/* A token's bytes as a JSON string: what is not whole UTF-8 (part of a character split over
+ * tokens) as U+FFFD, as OpenAI shows it (the "bytes" array keeps them raw). */
+static json_t *token_json(const char *text, size_t n) {
+  char *out = malloc(3 * n + 1);
+  size_t o = 0;
+  for (size_t i = 0; out && i < n;) {
+    size_t c = utf8_char((const unsigned char *)text + i, n - i);
+    if (c) memcpy(out + o, text + i, c), o += c, i += c;
+    else memcpy(out + o, "\xef\xbf\xbd", 3), o += 3, i++;
+  }
+  json_t *s = out ? json_stringn(out, o) : NULL;
+  free(out);
+  return s ? s : json_string("");
+}
+
+static json_t *bytes_json(const char *text, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)text[i]));
+  return a;
+}
+
+/* Chat's logprobs object for tokens from .. to - 1: {"content": [{token, logprob, bytes,
+ * top_logprobs: [{token, logprob, bytes}]}], "refusal": null}. */
+static json_t *chat_logprobs(const serve_job_t *job, size_t from, size_t to) {
+  json_t *content = json_array();
+  for (size_t i = from; i < to; i++) {
+    const serve_logprob_t *lp = &job->lps[i];
+    const char *t = job->lp_text;
+    json_t *top = json_array();
+    for (int k = 0; k < lp->n_top; k++)
+      json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", token_json(t + lp->top_off[k], lp->top_len[k]),
+                                           "logprob", (double)lp->top[k], "bytes",
+                                           bytes_json(t + lp->top_off[k], lp->top_len[k])));
+    json_array_append_new(content, json_pack("{s:o, s:f, s:o, s:o}", "token", token_json(t + lp->off, lp->len),
+                                             "logprob", (double)lp->logprob, "bytes", bytes_json(t + lp->off, lp->len),
+                                             "top_logprobs", top));
+  }
+  return json_pack("{s:o, s:n}", "content", content, "refusal");
+}
+
+/* Completions' (legacy) logprobs object for tokens from .. to - 1: tokens, token_logprobs,
+ * top_logprobs ({token: logprob} each) and text_offset (each token's place in the text). */
+static json_t *completion_logprobs(const serve_job_t *job, size_t from, size_t to) {
+  size_t offset = 0;
+  for (size_t i = 0; i < from; i++) offset += job->lps[i].len;
+  json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offsets = json_array();
+  for (size_t i = from; i < to; i++) {
+    const serve_logprob_t *lp = &job->lps[i];
+    json_t *top = json_object(), *tok = token_json(job->lp_text + lp->off, lp->len);
+    for (int k = 0; k < lp->n_top; k++) {
+      json_t *alt = token_json(job->lp_text + lp->top_off[k], lp->top_len[k]);
+      if (!json_object_get(top, json_string_value(alt))) /* two tokens shown alike: the likelier */
+        json_object_set_new(top, json_string_value(alt), json_real(lp->top[k]));
+      json_decref(alt);
+    }
+    json_array_append_new(tokens, tok);
+    json_array_append_new(lps, json_real(lp->logprob));
+    json_array_append_new(tops, top);
+    json_array_append_new(offsets, json_integer((json_int_t)offset));
+    offset += lp->len;
+  }
+  return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                   "text_offset", offsets);
+}
+
+/* The choice's logprobs: null unless the request asked for them. */
+static json_t *logprobs_json(const serve_job_t *job, size_t from, size_t to) {
+  if (!job->logprobs) return json_null();
+  if (to > job->n_lps) to = job->n_lps;
+  if (from > to) from = to;
+  return job->kind == SERVE_CHAT ? chat_logprobs(job, from, to) : completion_logprobs(job, from, to);
+}
+
+static json_t *choice(const serve_job_t *job, json_t *text, bool chunk, bool first, const char *finish,
+                      json_t *logprobs) {
+  json_t *c = json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", logprobs, "finish_reason",
+                        finish ? json_string(finish) : json_null());
   if (job->kind == SERVE_COMPLETION) {
     json_object_set_new(c, "text", text);
     return c;
@@ -301,7 +387,8 @@ char *serve_response_json(serve_engine_t *e, const serve_job_t *job, const char 
   json_t *r = envelope(e, job, id, created, false);
   json_object_set_new(r, "choices",
                       json_pack("[o]", choice(job, text_json(job->text, job->len), false, false,
-                                              job->finish_reason ? job->finish_reason : "length")));
+                                              job->finish_reason ? job->finish_reason : "length",
+                                              logprobs_json(job, 0, job->n_lps))));
   json_object_set_new(r, "usage", usage(job));
   return dump(r);
 }
@@ -317,9 +404,10 @@ static char *sse(json_t *j) {
 }
 
 char *serve_chunk_sse(serve_engine_t *e, const serve_job_t *job, const char *id, long created, const char *text,
-                      size_t len, bool first, const char *finish) {
+                      size_t len, bool first, const char *finish, size_t lp_from, size_t lp_to) {
   json_t *r = envelope(e, job, id, created, true);
-  json_object_set_new(r, "choices", json_pack("[o]", choice(job, text_json(text, len), true, first, finish)));
+  json_t *lp = lp_to > lp_from ? logprobs_json(job, lp_from, lp_to) : json_null();
+  json_object_set_new(r, "choices", json_pack("[o]", choice(job, text_json(text, len), true, first, finish, lp)));
   return sse(r);
 }
 

@@ -49,6 +49,12 @@ print("streaming: ok (%d chunks)" % len(parts))
 c = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
 assert c.choices[0].text == text_want, (c, text_want)
 print("completions: ok")
+r = client.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0, logprobs=True,
+                                   top_logprobs=2)
+content = r.choices[0].logprobs.content
+assert "".join(bytes(t.bytes).decode("utf-8", "replace") for t in content) == chat_want, content
+assert all(len(t.top_logprobs) == 2 and t.top_logprobs[0].logprob >= t.logprob - 1e-6 for t in content), content
+print("logprobs: ok")
 def one(i):
     return client.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0,
                                           stream=bool(i % 2))

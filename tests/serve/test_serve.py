@@ -99,6 +99,36 @@ def test_penalties(server, hcq, model):
     assert status == 200 and r["choices"][0]["text"] == want, (r, want)
 
 
+def test_logprobs(server, hcq, model):
+    """Log-probabilities as OpenAI reports them, equal to `hcq generate --logprobs`'s (the same
+    library, no server): chat's content list (plain, and streamed chunk by chunk), completions'
+    legacy tokens / token_logprobs / top_logprobs / text_offset."""
+    out = subprocess.run([hcq, "generate", "--model", model, "--prompt", FRANCE, "--steps", "6", "--json",
+                          "--logprobs", "3"], check=True, capture_output=True, text=True).stdout
+    want = json.loads(out)["logprobs"]
+    status, _, r = server.post(COMPLETIONS, {"prompt": FRANCE, "max_tokens": 6, "temperature": 0, "logprobs": 3})
+    assert status == 200, r
+    lp = r["choices"][0]["logprobs"]
+    assert [round(x, 3) for x in lp["token_logprobs"]] == [round(w["logprob"], 3) for w in want], (lp, want)
+    assert "".join(lp["tokens"]) == r["choices"][0]["text"]
+    assert lp["text_offset"] == [sum(len(t.encode()) for t in lp["tokens"][:i]) for i in range(len(lp["tokens"]))]
+    for top, w in zip(lp["top_logprobs"], want):
+        assert sorted(round(v, 3) for v in top.values()) == sorted(round(a["logprob"], 3) for a in w["top_logprobs"])
+    body = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 8,
+            "temperature": 0, "logprobs": True, "top_logprobs": 2}
+    status, _, r = server.post(CHAT, body)
+    content = r["choices"][0]["logprobs"]["content"]
+    assert len(content) == r["usage"]["completion_tokens"] and all(len(c["top_logprobs"]) == 2 for c in content)
+    assert all(c["top_logprobs"][0]["logprob"] >= c["logprob"] - 1e-6 for c in content), "the top first"
+    assert "".join(bytes(c["bytes"]).decode("utf-8", "replace") for c in content) == r["choices"][0]["message"]["content"]
+    status, _, raw = server.request("POST", CHAT, dict(body, stream=True))
+    chunks = [json.loads(e) for e in sse_events(raw)[:-1]]
+    streamed = [c for ch in chunks for c in ((ch["choices"][0].get("logprobs") or {}).get("content") or [])]
+    assert streamed == content, (streamed, content)
+    status, _, r = server.post(CHAT, dict(body, logprobs=False, top_logprobs=None))
+    assert r["choices"][0]["logprobs"] is None
+
+
 def test_bad_inputs(server):
     ok = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     cases = [
@@ -131,7 +161,13 @@ def test_bad_inputs(server):
         (CHAT, dict(ok, stream_options={"include_usage": True}), 400, "stream_options", None),
         (CHAT, dict(ok, presence_penalty=5), 400, "presence_penalty", None),
         (CHAT, dict(ok, frequency_penalty="x"), 400, "frequency_penalty", None),
-        (CHAT, dict(ok, logprobs=True), 400, "logprobs", None),
+        (CHAT, dict(ok, logprobs=1), 400, "logprobs", None),
+        (CHAT, dict(ok, logprobs=True, top_logprobs=21), 400, "top_logprobs", None),
+        (CHAT, dict(ok, top_logprobs=2), 400, "top_logprobs", None),
+        (COMPLETIONS, {"prompt": "a", "logprobs": 21}, 400, "logprobs", None),
+        (COMPLETIONS, {"prompt": "a", "logprobs": True}, 400, "logprobs", None),
+        (COMPLETIONS, {"prompt": "a", "logprobs": 2, "top_logprobs": 2}, 400, "top_logprobs", None),
+        (CHAT, dict(ok, echo=True), 400, "echo", None),
         (CHAT, dict(ok, tools=[{"type": "function"}]), 400, "tools", None),
         (COMPLETIONS, {"max_tokens": 2}, 400, "prompt", None),
         (COMPLETIONS, {"prompt": 12}, 400, "prompt", None),
@@ -386,6 +422,8 @@ def main():
         print("stop strings: plain and streamed (held back across tokens)")
         test_penalties(server, hcq, model)
         print("penalties: hcq generate's text with the same chain")
+        test_logprobs(server, hcq, model)
+        print("logprobs: hcq generate's, chat (plain and streamed) and completions")
         print("bad inputs: %d, each with its status and error object" % test_bad_inputs(server))
         test_auth(server)
         print("auth: 401 without the key, /health public")
