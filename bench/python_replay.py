@@ -2,7 +2,7 @@
 tinygrad's TinyJit on its CPU device replaying the same chain of tiny kernels (x = x + 1).
 
     python3 bench/python_replay.py hcq HCQ_CLI [REPLAYS]     (the package importable: PYTHONPATH, HCQ_LIBRARY)
-    python  bench/python_replay.py tinygrad [REPLAYS]        (inside a venv with tinygrad)
+(tinygrad's side: bench/tinygrad_chain.py REPLAYS 100 SECTION, in a venv with tinygrad)
 
 Prints rows as JSON lines (bench/rows.h format). Host time: the median time for the call that
 queues one replay to return, with the device idle (wait=False, then a synchronize outside the
@@ -80,36 +80,5 @@ def bench_hcq(cli, replays):
     row("hcq Python: Jit.run(), replay to completion", py_done, "us", "%.0f ns per item" % (py_done * 1e3 / CHAIN))
 
 
-def bench_tinygrad(replays):
-    import importlib.metadata as md
-    from tinygrad import Device, Tensor, TinyJit
-
-    device = "CLANG" if "CLANG" in Device._devices else "CPU"
-
-    @TinyJit
-    def chain(x):
-        for _ in range(CHAIN):
-            x = (x + 1).realize()
-        return x
-
-    x = Tensor([0], dtype="int32", device=device).realize()
-    for _ in range(3):  # run, capture, first replay
-        out = chain(x)
-    Device[device].synchronize()
-
-    def replay():
-        chain(x)
-        Device[device].synchronize()
-
-    replay_us = statistics.median(median_us(replay, lambda: None, replays) for _ in range(5))
-    out = chain(x)
-    assert int(out.tolist()[0]) == CHAIN
-    row("tinygrad %s TinyJit (%s): replay to completion" % (md.version("tinygrad"), device), replay_us, "us",
-        "%.0f ns per item" % (replay_us * 1e3 / CHAIN))
-
-
 if __name__ == "__main__":
-    if sys.argv[1] == "hcq":
-        bench_hcq(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 201)
-    else:
-        bench_tinygrad(int(sys.argv[2]) if len(sys.argv) > 2 else 51)
+    bench_hcq(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 201)

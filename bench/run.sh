@@ -162,8 +162,8 @@ PYTHONPATH="$SRC/python" HCQ_LIBRARY="$BUILD/libhcq.so" python3 "$SRC/bench/pyth
 TG14=$B/venv-tinygrad-0.14.0
 if { [ -x "$TG14/bin/python" ] || python3 -m venv "$TG14" >>"$LOG" 2>&1; } &&
    "$TG14/bin/pip" install -q --disable-pip-version-check "tinygrad==0.14.0" >>"$LOG" 2>&1; then
-  "$TG14/bin/python" "$SRC/bench/python_replay.py" tinygrad >>"$ROWS" 2>>"$LOG" ||
-    missing "$PYSEC" "tinygrad 0.14.0 TinyJit" "python_replay.py tinygrad failed (see $LOG)"
+  "$TG14/bin/python" "$SRC/bench/tinygrad_chain.py" 51 100 "$PYSEC" >>"$ROWS" 2>>"$LOG" ||
+    missing "$PYSEC" "tinygrad 0.14.0 TinyJit" "tinygrad_chain.py failed (see $LOG)"
 else
   missing "$PYSEC" "tinygrad 0.14.0 TinyJit" "pip install tinygrad==0.14.0 failed: $(tail -n 1 "$LOG")"
 fi

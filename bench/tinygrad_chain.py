@@ -1,8 +1,9 @@
-"""The 1000-kernel chain with tinygrad's TinyJit on its CPU device: x = x + 1, realized 1000 times
-inside one jitted function, so the capture holds 1000 kernels; replays are timed to completion.
-Prints one row as JSON (bench/rows.h format). Run inside a venv that has tinygrad installed:
+"""A chain of tiny kernels with tinygrad's TinyJit on its CPU device: x = x + 1, realized CHAIN
+times (1000 by default) inside one jitted function, so the capture holds CHAIN kernels; replays are
+timed to completion. Prints one row as JSON (bench/rows.h format) in SECTION (by default the
+1000-kernel chain's). Run inside a venv that has tinygrad installed:
 
-    python tinygrad_chain.py [REPLAYS]
+    python tinygrad_chain.py [REPLAYS [CHAIN [SECTION]]]
 """
 import json
 import os
@@ -18,8 +19,9 @@ from tinygrad import Device, Tensor, TinyJit  # noqa: E402
 
 device = "CLANG" if "CLANG" in Device._devices else "CPU"
 
-CHAIN = 1000
 replays = int(sys.argv[1]) if len(sys.argv) > 1 else 101
+CHAIN = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+SECTION = sys.argv[3] if len(sys.argv) > 3 else "chain of 1000, one device"
 
 
 @TinyJit
@@ -48,9 +50,9 @@ if cache is not None:  # 0.10.x: a list of exec items, each with its runner
 else:  # later versions keep the capture as one linearized program
     what = "captured as %s" % type(captured).__name__
 print(json.dumps({
-    "section": "chain of 1000, one device",
+    "section": SECTION,
     "name": f"tinygrad {version} TinyJit ({device})",
     "value": statistics.median(times) * 1e6,
     "unit": "us",
-    "note": f"{what}; one device, replay to completion",
+    "note": f"{what}; one device, replay to completion, {statistics.median(times) * 1e9 / CHAIN:.0f} ns per item",
 }))

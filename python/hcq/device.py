@@ -9,7 +9,7 @@ import weakref
 from typing import Dict, List, NamedTuple, Optional
 
 from ._ffi import NULL, ffi, lib, text
-from .status import check, closed_error
+from .status import Closeable, check, closed_error
 
 CAPS = {name: getattr(lib, "HCQ_CAP_" + name) for name in (
     "IN_ORDER_QUEUES", "COPY_QUEUE", "HOST_CALLABLE", "COMPILE_C", "COMPILE_CUDA", "HOST_MEMORY",
@@ -33,7 +33,7 @@ def devices() -> List[DeviceInfo]:
             for i in infos[0:n]]
 
 
-class Owned:
+class Owned(Closeable):
     """An object holding one C handle, made through a device: released by close(), by the device's
     close(), or when collected."""
 
@@ -62,18 +62,6 @@ class Owned:
         if handle != NULL:
             self._release(handle)
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - a finalizer must not raise; close() reports errors
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 _open_devices = weakref.WeakSet()
 
@@ -87,7 +75,7 @@ def register_with_devices(obj, device_handles) -> None:
             device._children.add(obj)
 
 
-class Device:
+class Device(Closeable):
     """An hcq device, opened by name: "CPU:0" (or "CPU"), "CPU:1", "VULKAN:0", "CUDA:0", "METAL:0".
 
     Opening a name twice gives the same device (reference counted). Options (threads, isolate,
@@ -183,15 +171,6 @@ class Device:
 
     def __enter__(self) -> "Device":
         return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - a finalizer must not raise
-            pass
 
     def __repr__(self) -> str:
         return "hcq.Device(%r)%s" % (self.name, "" if self._handle != NULL else " (closed)")

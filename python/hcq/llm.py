@@ -15,7 +15,7 @@ import threading
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Union
 
 from ._ffi import NULL, ffi, llm_lib, text
-from .status import InvalidArgument, check, closed_error
+from .status import Closeable, InvalidArgument, check, closed_error
 
 _ALIASES = {"smollm2": "smollm2-135m", "smollm": "smollm2-135m"}
 
@@ -62,7 +62,7 @@ class Result(NamedTuple):
     host_us_per_token: float
 
 
-class Model:
+class Model(Closeable):
     """A GGUF language model on an hcq device. model: a file path, or a known name ("smollm2",
     "smollm2-135m", "gemma-3-270m"; downloaded into the data folder on first use unless
     no_download). device: "CPU" (default), "VULKAN", "CUDA" or "METAL". ctx: positions (0: the
@@ -213,12 +213,3 @@ class Model:
 
     def __enter__(self) -> "Model":
         return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - a finalizer must not raise
-            pass

@@ -90,3 +90,23 @@ def check(status):
 def closed_error(what):
     """The error of a Python object used after close(): the C handle is gone, so no call is made."""
     return FailedPrecondition("%s was closed" % what)
+
+
+class Closeable:
+    """An object whose close() releases what it holds: also at the end of a `with` block and when
+    it is collected (a finalizer never raises; call close() to see its errors)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - a finalizer must not raise; close() reports errors
+            pass

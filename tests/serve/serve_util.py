@@ -138,6 +138,18 @@ class Server:
         self.log.seek(0)
         return self.log.read()[-4000:]
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        """A failure prints the server's output; the server never outlives the block."""
+        if exc_type is not None:
+            print(self.output())
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        return False
+
 
 def expected_text(hcq, model, prompt, steps, chat=False, extra=()):
     """Greedy text from `hcq generate` (the same library, no server): the ground truth; extra: more

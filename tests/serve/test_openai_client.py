@@ -94,20 +94,12 @@ def main():
     import json
     chat_want = expected_text(hcq, model, "What is the capital of France?", 12, chat=True)
     text_want = expected_text(hcq, model, "The capital of France is", 8)
-    server = Server(hcq, model, "--ctx", "1024", api_key=KEY)
-    try:
+    with Server(hcq, model, "--ctx", "1024", api_key=KEY) as server:
         server.wait_ready()
         subprocess.run([python, "-c", CLIENT, str(server.port), KEY, json.dumps(chat_want), json.dumps(text_want)],
                        check=True, timeout=300)
         assert server.stop() == 0, server.output()
         server.check_sanitizers()
-    except BaseException:
-        print(server.output())
-        raise
-    finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait()
 
 
 if __name__ == "__main__":

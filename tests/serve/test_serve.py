@@ -377,8 +377,7 @@ def test_command_line(hcq):
 def generate_engine_suite(hcq, model):
     """The same answers, stop strings, queue, disconnect and SIGTERM on --engine generate (one slot on
     hcq_llm_generate: what devices without batched decoding run)."""
-    server = Server(hcq, model, "--engine", "generate", "--queue", "2", "--ctx", "1024", api_key=KEY)
-    try:
+    with Server(hcq, model, "--engine", "generate", "--queue", "2", "--ctx", "1024", api_key=KEY) as server:
         server.wait_ready()
         status, _, data = server.request("GET", "/v1/models")
         server.model_id, server.ctx = json.loads(data)["data"][0]["id"], 1024
@@ -388,13 +387,6 @@ def generate_engine_suite(hcq, model):
         test_disconnect_and_queue(server, 1)
         test_sigterm_mid_stream(server)
         server.check_sanitizers()
-    except BaseException:
-        print(server.output())
-        raise
-    finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait()
 
 
 def main():
@@ -406,10 +398,8 @@ def main():
         skip("the SmolLM2 model is not there (the llm_model test fetches it; HCQ_LLM_MODEL names another)")
     timeout_s = 3
     parallel = 2
-    server = Server(hcq, model, "--parallel", str(parallel), "--queue", "2", "--max-body", "65536",
-                    "--timeout", str(timeout_s), "--ctx", "1024",
-                    api_key=KEY)
-    try:
+    with Server(hcq, model, "--parallel", str(parallel), "--queue", "2", "--max-body", "65536", "--timeout",
+                str(timeout_s), "--ctx", "1024", api_key=KEY) as server:
         seen = server.wait_ready()
         assert seen[0] == 503 and seen[-1] == 200, "health while loading: %s" % seen[:3]
         print("health while loading: %d x 503 then 200" % seen.count(503))
@@ -440,13 +430,6 @@ def main():
         server.check_sanitizers()
         generate_engine_suite(hcq, model)
         print("--engine generate: answers, stop strings, queue, disconnect, SIGTERM")
-    except BaseException:
-        print(server.output())
-        raise
-    finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait()
 
 
 if __name__ == "__main__":
