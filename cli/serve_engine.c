@@ -187,7 +187,7 @@ static bool append(serve_job_t *job, const char *text, size_t len) {
     if (!grown) return false;
     job->text = grown, job->cap = cap;
   }
-  memcpy(job->text + job->len, text, len);
+  if (len) memcpy(job->text + job->len, text, len);
   job->len += len;
   job->text[job->len] = '\0';
   return true;

@@ -186,7 +186,7 @@ hcq_status_t hcq_llm_tokenize(const hcq_llm_t *llm, const char *text, size_t len
   hcq_status_t st = llm_tokenize(llm->tok, text ? text : "", len, parse_special, add_special, &all, n);
   if (!st && *n > cap && (ids || cap))
     st = hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_llm_tokenize: the text is %zu tokens; room for %zu", *n, cap);
-  if (!st && ids) memcpy(ids, all, *n * sizeof(int32_t));
+  if (!st && ids && *n) memcpy(ids, all, *n * sizeof(int32_t)); /* no tokens: all is NULL */
   free(all);
   return st;
 }

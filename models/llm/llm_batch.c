@@ -321,7 +321,7 @@ static hcq_status_t pass_text(seq_slot_t *s, const char *text, size_t n, bool en
     if (!grown) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
     s->text = grown, s->text_cap = cap;
   }
-  memcpy(s->text + *at, from, pass);
+  if (pass) memcpy(s->text + *at, from, pass); /* nothing held: held may be NULL */
   *at += pass;
   s->text[*at] = 0;
   if (s->o.nstop) llm_stop_consume(&s->stop, pass);
