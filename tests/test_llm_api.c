@@ -73,6 +73,9 @@ Test(llm_api, text_to_tokens_and_back_in_the_callers_buffers) {
   int32_t few[3];
   expect_code(hcq_llm_tokenize(llm, text, strlen(text), false, false, few, 3, &n), HCQ_OUT_OF_RANGE, "room for 3");
   cr_expect_eq(n, 8, "the count needed");
+  /* no text: no tokens, into a buffer too (nothing copied from the empty list) */
+  OK(hcq_llm_tokenize(llm, "", 0, false, false, ids, 8, &n));
+  cr_expect_eq(n, 0);
   /* control tokens spelled in the text: one id with parse_special, their bytes without */
   OK(hcq_llm_tokenize(llm, "<|im_end|>", 10, false, true, ids, 8, &n));
   cr_expect(n == 1 && ids[0] == 96);
