@@ -63,6 +63,7 @@ typedef struct cpu_pool {
   /* What the last of them waits for (NULL: not known): an entry's end wakes them only once it is
    * set, not at every entry of every queue (each wake is a system call and a context switch). */
   _Atomic(const hcq__signal_words_t *) assist_signal;
+  _Atomic uint32_t assist_peeking; /* engines reading *assist_signal: the host leaves once none is */
   _Atomic uint64_t assist_want;
   hcq_cpu_kernel_fn fn;
   void *const *bufs;
@@ -180,10 +181,14 @@ static inline void wake_assisting_hosts(cpu_pool_t *p, bool any_job) {
   uint32_t hosts = atomic_load_explicit(&p->hosts_assisting, memory_order_seq_cst);
   if (!hosts) return;
   if (!any_job && hosts == 1) {
+    /* counted while the signal is read: the host that set it may free it once it has left, so it
+     * leaves only when no engine is between reading the pointer and the value (hcq__cpu_pool_assist) */
+    atomic_fetch_add_explicit(&p->assist_peeking, 1, memory_order_seq_cst);
     const hcq__signal_words_t *s = atomic_load_explicit(&p->assist_signal, memory_order_seq_cst);
-    if (s && atomic_load_explicit(&s->value, memory_order_seq_cst) <
-                 atomic_load_explicit(&p->assist_want, memory_order_seq_cst))
-      return;
+    bool not_yet = s && atomic_load_explicit(&s->value, memory_order_seq_cst) <
+                            atomic_load_explicit(&p->assist_want, memory_order_seq_cst);
+    atomic_fetch_sub_explicit(&p->assist_peeking, 1, memory_order_seq_cst);
+    if (not_yet) return;
   }
   atomic_fetch_add_explicit(&p->assist_seq, 1, memory_order_seq_cst);
   hcq__futex_wake(&p->assist_seq);

@@ -60,6 +60,9 @@ int hcq__cpu_pool_assist(cpu_pool_t *p, const hcq__signal_words_t *s, uint64_t w
       atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop))
     hcq__futex_wait(&p->assist_seq, seq, max_ns);
   atomic_store_explicit(&p->assist_signal, NULL, memory_order_seq_cst); /* not known: wake at every end */
+  /* an engine that read the pointer before it went reads the value still: the caller may free the
+   * signal once this returns (wake_assisting_hosts) */
+  for (unsigned i = 0; atomic_load_explicit(&p->assist_peeking, memory_order_seq_cst); i++) hcq__spin_step(i);
   atomic_fetch_sub_explicit(&p->hosts_assisting, 1, memory_order_seq_cst);
   return 0;
 }
