@@ -48,6 +48,12 @@ uint64_t hcq__cpu_cadence_spins(hcq_device_t *dev) {
   return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->cadence_spins) : 0;
 }
 
+void hcq__cpu_assist_sleeps(hcq_device_t *dev, uint64_t *sleeps, uint64_t *woken) {
+  bool cpu = dev && dev->vt == &cpu_vtable;
+  *sleeps = cpu ? atomic_load(&engine_of(dev)->pool.assist_sleeps) : 0;
+  *woken = cpu ? atomic_load(&engine_of(dev)->pool.assist_woken) : 0;
+}
+
 uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev) {
   return dev && dev->vt == &cpu_vtable ? atomic_load(&engine_of(dev)->host_handbacks) : 0;
 }

@@ -64,6 +64,7 @@ typedef struct cpu_pool {
    * set, not at every entry of every queue (each wake is a system call and a context switch). */
   _Atomic(const hcq__signal_words_t *) assist_signal;
   _Atomic uint32_t assist_peeking; /* engines reading *assist_signal: the host leaves once none is */
+  _Atomic uint64_t assist_sleeps, assist_woken; /* host sleeps in assist, and those a wake ended (tests) */
   _Atomic uint64_t assist_want;
   hcq_cpu_kernel_fn fn;
   void *const *bufs;

@@ -76,6 +76,9 @@ uint64_t hcq__cpu_kernel_stamps(hcq_device_t *dev);
 /* Idle spins of dev's engine that a short last idle spell lengthened (cpu_engine.c, cadence_budget;
  * tests). */
 uint64_t hcq__cpu_cadence_spins(hcq_device_t *dev);
+/* Sleeps of waiting hosts in hcq__cpu_pool_assist, and those a wake (a job, the end of a queue
+ * entry) ended rather than their time limit (cpu_pool.c; tests). */
+void hcq__cpu_assist_sleeps(hcq_device_t *dev, uint64_t *sleeps, uint64_t *woken);
 /* How often a waiting host handed the queues back to the engine with a cross-rank transfer still in
  * flight (tests: it polls such a transfer for HCQ_MPI_SPIN_NS, so normally never). */
 uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev);

@@ -57,8 +57,12 @@ int hcq__cpu_pool_assist(cpu_pool_t *p, const hcq__signal_words_t *s, uint64_t w
   atomic_store_explicit(&p->assist_signal, s, memory_order_seq_cst);
   uint32_t seq = atomic_load_explicit(&p->assist_seq, memory_order_seq_cst);
   if (atomic_load_explicit(&s->value, memory_order_seq_cst) < want &&
-      atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop))
+      atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !atomic_load(&p->stop)) {
     hcq__futex_wait(&p->assist_seq, seq, max_ns);
+    atomic_fetch_add_explicit(&p->assist_sleeps, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&p->assist_seq, memory_order_seq_cst) != seq)
+      atomic_fetch_add_explicit(&p->assist_woken, 1, memory_order_relaxed);
+  }
   atomic_store_explicit(&p->assist_signal, NULL, memory_order_seq_cst); /* not known: wake at every end */
   /* an engine that read the pointer before it went reads the value still: the caller may free the
    * signal once this returns (wake_assisting_hosts) */
