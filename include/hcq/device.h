@@ -116,6 +116,13 @@ const char *hcq_device_name(const hcq_device_t *device);
 hcq_device_kind_t hcq_device_kind(const hcq_device_t *device);
 const char *hcq_device_kind_name(hcq_device_kind_t kind);
 uint32_t hcq_device_caps(const hcq_device_t *device);
+/* The caps every device of kind has for running and compiling kernels, without opening one or
+ * loading its driver: HCQ_CAP_HOST_CALLABLE and the HCQ_CAP_COMPILE_* flag of the kernel language
+ * its devices compile from source (C, CUDA C, GLSL, Metal Shading Language), which is how a program
+ * picks its kernel sources for a kind (models/common/model_kernels.h does). It says nothing about
+ * whether such a device is present (hcq_device_query does). 0 for a kind no backend serves
+ * (HCQ_DEVICE_KIND_COUNT, out of range). Any thread. */
+uint32_t hcq_device_kind_kernel_caps(hcq_device_kind_t kind);
 
 /* Every limit a kernel launch or a buffer can hit on a device (hcq_device_limits). Work-group
  * sizes count threads; the grid counts work-groups. */
