@@ -313,13 +313,17 @@ static hcq_status_t check_config(const minilm_config_t *c) {
   return NULL;
 }
 
+hcq_status_t minilm_encoder_kernels_for(hcq_device_kind_t kind) {
+  const char *body;
+  return model_kernel_source("minilm encoder", k_sources, kind, &body);
+}
+
 hcq_status_t minilm_encoder_create(const minilm_model_t *model, const minilm_encoder_options_t *options,
                                    minilm_encoder_t **out) {
   *out = NULL;
   TRY(check_config(&model->config));
   hcq_device_kind_t kind = options ? options->kind : HCQ_DEVICE_CPU;
-  const char *body;
-  TRY(model_kernel_source("minilm encoder", k_sources, kind, &body));
+  TRY(minilm_encoder_kernels_for(kind));
   if (model_kernel_lang(kind) == MODEL_KERNELS_GLSL && model->config.hidden != 384)
     return hcq_status_make(HCQ_UNIMPLEMENTED,
                            "minilm encoder: the GLSL kernels' row kernels hold a row of 384 floats, not %d (hidden)",

@@ -7,8 +7,9 @@ Three checks, on the sources and on what the build really holds:
   * calls: every symbol an object file uses from another hcq object file must be defined in its
     own layer or a lower one (read with nm from the build directory's object files);
   * backends stand side by side: one backend's folder neither includes nor calls another's, and
-    the layers that serve every kind (core, graph, jit, io, mpi) name no kind (HCQ_DEVICE_CPU, ...);
-    the backend table (src/backends.c) is where kinds are named.
+    the layers that serve every kind (core, graph, jit, io, mpi) and the tool (cli, but for its
+    default kind in cli/cli.h) name no kind (HCQ_DEVICE_CPU, ...); the backend table
+    (src/backends.c) is where kinds are named.
 
 The backend folders are read from the backend table: each row (&hcq__x_backend in src/backends.c)
 is defined in one folder under src/, which is that backend's. A folder under src/ that is neither a
@@ -83,7 +84,9 @@ def resolve_include(root, rel, name):
 
 
 BACKEND_FOLDERS = ()  # set by main from the backend table
-KIND_BLIND = ("src/core", "src/trace", "src/graph", "src/jit", "src/io", "src/mpi")
+KIND_BLIND = ("src/core", "src/trace", "src/graph", "src/jit", "src/io", "src/mpi", "cli")
+# The tool's default kind (without --device) is named once, in cli/cli.h.
+KIND_NAMED_HERE = ("cli/cli.h",)
 ROW = re.compile(r"&\s*(hcq__\w+_backend)\b")
 
 
@@ -137,7 +140,7 @@ def sideways(rel, target):
 def kind_names(root):
     out = []
     for rel in sources(root):
-        if not rel.startswith(tuple(f + "/" for f in KIND_BLIND)):
+        if not rel.startswith(tuple(f + "/" for f in KIND_BLIND)) or rel in KIND_NAMED_HERE:
             continue
         for n, line in enumerate(open(os.path.join(root, rel), encoding="utf-8", errors="replace"), 1):
             code = line.split("//")[0]
