@@ -49,11 +49,16 @@ extern "C" {
 typedef struct hcq_device hcq_device_t;
 typedef struct hcq_signal hcq_signal_t;
 
-#define HCQ_DEVICE_KINDS(X) \
-  X(CPU, "CPU")             \
-  X(CUDA, "CUDA")           \
-  X(METAL, "METAL")         \
-  X(VULKAN, "VULKAN")
+/* The device kinds, one backend each: X(NAME, "NAME") per kind, in enum order. HCQ_DEVICE_KINDS_ARG
+ * passes arg through to each, X(NAME, "NAME", arg), for code generated per kind and per something
+ * else (the conformance suite: per kind and scenario). */
+#define HCQ_DEVICE_KINDS_ARG(X, arg) \
+  X(CPU, "CPU", arg)                 \
+  X(CUDA, "CUDA", arg)               \
+  X(METAL, "METAL", arg)             \
+  X(VULKAN, "VULKAN", arg)
+#define HCQ_DEVICE_KINDS(X) HCQ_DEVICE_KINDS_ARG(HCQ__DEVICE_KIND_NO_ARG, X)
+#define HCQ__DEVICE_KIND_NO_ARG(name, text, X) X(name, text)
 
 typedef enum hcq_device_kind {
 #define HCQ__DEVICE_KIND_ENUM(name, text) HCQ_DEVICE_##name,
