@@ -5,11 +5,15 @@
 #include "core/backend.h"
 
 extern const hcq__backend_t hcq__cpu_backend, hcq__cuda_backend, hcq__vulkan_backend, hcq__metal_backend;
+#ifndef HCQ__BUILD_BACKEND_ROWS
+#define HCQ__BUILD_BACKEND_ROWS
+#endif
 
 const hcq__backend_t *const hcq__backends[] = {
     &hcq__cpu_backend,
     &hcq__cuda_backend,
     &hcq__vulkan_backend,
     &hcq__metal_backend,
+    HCQ__BUILD_BACKEND_ROWS /* rows a build adds for its test-only backends (include/hcq/device.h) */
     NULL,
 };

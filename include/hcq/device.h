@@ -56,7 +56,13 @@ typedef struct hcq_signal hcq_signal_t;
   X(CPU, "CPU", arg)                 \
   X(CUDA, "CUDA", arg)               \
   X(METAL, "METAL", arg)             \
-  X(VULKAN, "VULKAN", arg)
+  X(VULKAN, "VULKAN", arg)           \
+  HCQ__BUILD_DEVICE_KINDS(X, arg)
+/* Kinds a build adds after the public ones, for backends built only for its tests (a host-simulated
+ * device: docs/new-backend.md); defined on the compiler's command line there, empty elsewhere. */
+#ifndef HCQ__BUILD_DEVICE_KINDS
+#define HCQ__BUILD_DEVICE_KINDS(X, arg)
+#endif
 #define HCQ_DEVICE_KINDS(X) HCQ_DEVICE_KINDS_ARG(HCQ__DEVICE_KIND_NO_ARG, X)
 #define HCQ__DEVICE_KIND_NO_ARG(name, text, X) X(name, text)
 
