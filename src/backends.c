@@ -1,4 +1,4 @@
-/* The backend table (src/core/backend.h): one row per device kind. A new backend adds its folder,
+/* The backend table (src/core/backend.h): one row per device kind. A new backend (docs/new-backend.md) adds its folder,
  * its sources to the build and one line here. This list is the one thing the core takes from the
  * layer above it: data it reads, linked in with the backends (tests/layers/check_layers.py allows
  * exactly this reference). */
