@@ -122,7 +122,15 @@ def unknown_folders(root):
             out.append(f"{rel}: a folder no layer knows: a backend's folder defines a row of src/backends.c "
                        f"(docs/new-backend.md); another layer's is named in FOLDERS of {os.path.basename(__file__)}")
     return out
-KIND_NAME = re.compile(r"\bHCQ_DEVICE_(CPU|CUDA|VULKAN|METAL)\b")
+KIND_NAME = None  # set by main from the kind list (kind_pattern)
+
+
+def kind_pattern(root):
+    """HCQ_DEVICE_<kind> for every kind of the public kind list (HCQ_DEVICE_KINDS_ARG in
+    include/hcq/device.h), so that a new kind is checked as the others are."""
+    text = open(os.path.join(root, "include/hcq/device.h"), encoding="utf-8").read()
+    kinds = re.findall(r'^\s*X\((\w+), "\w+", arg\)', text, re.M)
+    return re.compile(r"\bHCQ_DEVICE_(" + "|".join(kinds) + r")\b")
 
 
 def backend_of(rel):
@@ -274,7 +282,8 @@ def main():
         return 2
     root, build = sys.argv[1], sys.argv[2]
     report = "--report" in sys.argv[3:]
-    global BACKEND_FOLDERS
+    global BACKEND_FOLDERS, KIND_NAME
+    KIND_NAME = kind_pattern(root)
     BACKEND_FOLDERS, rows, bad = backend_folders(root)
     BACKEND_FOLDERS = tuple(BACKEND_FOLDERS)
     FOLDERS.update({f: "backends" for f in BACKEND_FOLDERS})

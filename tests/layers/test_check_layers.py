@@ -47,6 +47,8 @@ def main():
     _, _, bad = check_layers.backend_folders(root)
     expect(bad == ["src/backends.c: the row hcq__b_backend is defined in no source under src/"],
            f"a row defined nowhere is reported: {bad}")
+    kinds = check_layers.kind_pattern(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    expect(kinds.pattern == r"\bHCQ_DEVICE_(CPU|CUDA|METAL|VULKAN)\b", f"the kinds come from device.h: {kinds.pattern}")
     print("test_check_layers: backend folders come from the table; unknown folders and lost rows are reported")
 
 
