@@ -145,8 +145,9 @@ int cli_bench(int argc, char **argv) {
       printf("  graph, one replay to completion %11.3f us  (%8.1f ns per item)\n", graph_us, graph_us * 1e3 / (double)n);
       printf("  graph, submit alone            %12.3f us\n", submit_us);
       printf("  speedup                        %12.2f x\n", graph_us > 0 ? eager_us / graph_us : 0.0);
-      /* Only a CUDA graph updates driver parameters; an HCQ graph patches its own words. */
-      if (!strcmp(kind, "cuda"))
+      /* Only a backend's own graph runner (the CUDA graph, the Metal graph) updates driver parameters;
+       * the HCQ graph patches its own words. */
+      if (strcmp(kind, "hcq") && strcmp(kind, "none"))
         printf("  graph kind %s: %.2f parameter updates per unchanged replay, %.2f alternating runs\n", kind,
                per_replay, alternating);
     }

@@ -23,6 +23,8 @@ int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Parses a whole non-negative decimal integer in [lo, hi]. */
 bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out);
 
+/* The device kind the commands run on without --device: the one place the tool names a kind. */
+#define CLI_DEFAULT_KIND HCQ_DEVICE_CPU
 /* A device kind by its name (hcq_device_kind_name), in upper or lower case: "VULKAN", "cuda". */
 bool cli_parse_device_kind(const char *s, hcq_device_kind_t *out);
 

@@ -23,7 +23,7 @@ typedef struct mode_result {
 } mode_result_t;
 
 static int parse_args(int argc, char **argv, demo_args_t *a) {
-  *a = (demo_args_t){LLAMA2_SHAPE_SMALL, HCQ_DEVICE_CPU, NULL, NULL, NULL, 256, 1, 5, 1, false, false, false};
+  *a = (demo_args_t){LLAMA2_SHAPE_SMALL, CLI_DEFAULT_KIND, NULL, NULL, NULL, 256, 1, 5, 1, false, false, false};
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
     bool has_value = i + 1 < argc;

@@ -26,7 +26,7 @@ typedef struct embed_args {
 
 static int parse_args(int argc, char **argv, embed_args_t *a) {
   *a = (embed_args_t){0};
-  a->kind = HCQ_DEVICE_CPU;
+  a->kind = CLI_DEFAULT_KIND;
   a->texts = calloc((size_t)argc + 1, sizeof(char *));
   if (!a->texts) return cli_usage_error("out of memory");
   bool options = true;
@@ -38,8 +38,16 @@ static int parse_args(int argc, char **argv, embed_args_t *a) {
       if (i + 1 >= argc) return cli_usage_error("embed: %s needs a value", o);
       const char *v = argv[++i];
       if (!strcmp(o, "--model-dir")) a->model_dir = v;
-      else if (!cli_parse_device_kind(v, &a->kind) || a->kind == HCQ_DEVICE_METAL) /* no MSL encoder kernels */
+      else if (!cli_parse_device_kind(v, &a->kind))
         return cli_usage_error("embed: --device \"%s\": expected CPU, VULKAN or CUDA", v);
+      else {
+        hcq_status_t none = minilm_encoder_kernels_for(a->kind); /* a kind whose language it has no kernels in */
+        if (none) {
+          int rc = cli_usage_error("embed: --device \"%s\": %s", v, hcq_status_message(none));
+          hcq_status_destroy(none);
+          return rc;
+        }
+      }
     } else if (options && !strcmp(o, "--json")) {
       a->json = true;
     } else if (options && !strcmp(o, "--similarity")) {

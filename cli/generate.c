@@ -113,7 +113,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
   /* sampling: llama.cpp's defaults (llama-cli, llama-server) once a temperature is given */
   *a = (gen_args_t){.steps = 256, .devices = 1, .ranks = 1, .reps = 3, .top_k = 40, .top_p = 0.95, .min_p = 0.05,
                     .repeat_penalty = 1, .repeat_last_n = 64, .seed = 42};
-  a->kind = HCQ_DEVICE_CPU;
+  a->kind = CLI_DEFAULT_KIND;
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
     if (!strcmp(o, "--ignore-eos")) a->ignore_eos = true;
@@ -361,10 +361,12 @@ static int fetch_model(const char *model) {
   return HCQ_EXIT_OK;
 }
 
-/* An absent kind: the reason hcq info gives. (Not asked for CPU: a query loads every driver.) */
+/* An absent kind: the reason hcq info gives. (Not asked for a kind whose kernels run on the host,
+ * which is always there: a query loads every driver.) */
 static hcq_status_t kind_available(hcq_device_kind_t kind) {
   hcq_device_info_t infos[HCQ_DEVICE_KIND_COUNT];
-  size_t ninfo = kind == HCQ_DEVICE_CPU ? 0 : hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
+  bool on_host = hcq_device_kind_kernel_caps(kind) & HCQ_CAP_HOST_CALLABLE;
+  size_t ninfo = on_host ? 0 : hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
   for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT; i++)
     if (infos[i].kind == kind && !infos[i].available)
       return hcq_status_make(HCQ_UNAVAILABLE, "generate: no %s device: %s", hcq_device_kind_name(kind),

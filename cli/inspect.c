@@ -161,13 +161,13 @@ static json_t *chat_template_json(const gguf_file_t *g) {
 }
 
 static json_t *support_json(const gguf_file_t *g) {
-  static const hcq_device_kind_t kinds[] = {HCQ_DEVICE_CPU, HCQ_DEVICE_VULKAN, HCQ_DEVICE_CUDA, HCQ_DEVICE_METAL};
   json_t *support = json_object();
-  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
-    hcq_status_t st = llm_model_check(g, kinds[i]);
+  for (int k = 0; k < HCQ_DEVICE_KIND_COUNT; k++) { /* every kind hcq knows */
+    hcq_device_kind_t kind = (hcq_device_kind_t)k;
+    hcq_status_t st = llm_model_check(g, kind);
     json_t *why = st ? cstr_json(hcq_status_message(st)) : json_null();
     hcq_status_destroy(st);
-    json_object_set_new(support, hcq_device_kind_name(kinds[i]), json_pack("{s:b, s:o}", "runs", st == NULL, "why", why));
+    json_object_set_new(support, hcq_device_kind_name(kind), json_pack("{s:b, s:o}", "runs", st == NULL, "why", why));
   }
   return support;
 }

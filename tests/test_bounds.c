@@ -288,16 +288,14 @@ static hcq_status_t gpu_fill(hcq_program_t *p, hcq_buffer_t *out, int32_t n) {
 
 static void gpu_overflow(const char *kind) {
   needs_validation();
-  const test_backend_t *b = NULL;
-  for (size_t i = 0; i < test_backend_count; i++)
-    if (!strcmp(test_backends[i].kind, kind)) b = &test_backends[i];
+  const test_backend_t *b = test_backend_named(kind);
   cr_assert_not_null(b);
   const char *why = test_backend_absent(b, 1);
   if (why) cr_skip_test("%s absent: %s", kind, why);
   char name[32];
   test_device_name(b, 0, name, sizeof(name));
   hcq_device_t *dev = test_open(name);
-  hcq_program_t *p = test_program(dev, "fill", *b->kernels);
+  hcq_program_t *p = test_program(dev, "fill", test_backend_kernels(b));
   hcq_buffer_t *ok = labelled(dev, 32, "fits"), *small = labelled(dev, 16, "small");
   /* a kernel that stays inside its buffer: the guards change nothing it computes */
   OK(gpu_fill(p, ok, 8));

@@ -1,8 +1,9 @@
 /* One conformance suite for every backend (test_backends in test_util.c): eager launches and
- * copies, and every HCQ-graph scenario, written once against the public API and run on CPU devices
- * (suite conformance_cpu), Vulkan devices (conformance_vulkan: lavapipe in CI, four logical devices
- * over one GPU with HCQ_VULKAN_VIRTUAL=1) and CUDA devices (conformance_cuda). A backend that is
- * absent here is skipped with the reason. Results are compared with eager execution of the same
+ * copies, and every HCQ-graph scenario, written once against the public API and run on the devices
+ * of every kind of the public kind list, one suite each (conformance_CPU, conformance_VULKAN:
+ * lavapipe in CI, four logical devices over one GPU with HCQ_VULKAN_VIRTUAL=1, conformance_CUDA,
+ * conformance_METAL, ...), so that a new backend's kind runs it with no line here. A backend that
+ * is absent here is skipped with the reason. Results are compared with eager execution of the same
  * items (the ground truth) or with values computed on the host. */
 #include "core/object.h"
 #include "core/options.h"
@@ -11,10 +12,9 @@
 #include "vulkan/vk_stats.h"
 #include "world.h"
 
-TestSuite(conformance_cpu, .timeout = 240);
-TestSuite(conformance_vulkan, .timeout = 240);
-TestSuite(conformance_cuda, .timeout = 240);
-TestSuite(conformance_metal, .timeout = 240);
+#define CONFORMANCE_SUITE(name, text) TestSuite(conformance_##name, .timeout = 240);
+HCQ_DEVICE_KINDS(CONFORMANCE_SUITE)
+#undef CONFORMANCE_SUITE
 
 typedef void (*scenario_fn)(const test_backend_t *b);
 
@@ -28,21 +28,22 @@ static void run_on(const char *kind, int ndev, const char *env, scenario_fn fn) 
     *eq = '\0';
     setenv(copy, eq + 1, 1);
   }
-  const test_backend_t *b = NULL;
-  for (size_t i = 0; i < test_backend_count; i++)
-    if (!strcmp(test_backends[i].kind, kind)) b = &test_backends[i];
+  const test_backend_t *b = test_backend_named(kind);
   cr_assert_not_null(b);
   const char *why = test_backend_absent(b, ndev);
   if (why) cr_skip_test("%s absent: %s", kind, why);
   fn(b);
 }
 
-#define SCENARIO_ENV(name, ndev, env)                                          \
-  static void name(const test_backend_t *b);                                   \
-  Test(conformance_cpu, name) { run_on("CPU", ndev, env, name); }              \
-  Test(conformance_vulkan, name) { run_on("VULKAN", ndev, env, name); }        \
-  Test(conformance_cuda, name) { run_on("CUDA", ndev, env, name); }            \
-  Test(conformance_metal, name) { run_on("METAL", ndev, env, name); }          \
+/* A scenario's test in the suite of each kind: args is (name, ndev, env). */
+#define SCENARIO_TEST(kind, text, name, ndev, env) \
+  Test(conformance_##kind, name) { run_on(text, ndev, env, name); }
+#define SCENARIO_EXPAND(...) SCENARIO_TEST(__VA_ARGS__)
+#define SCENARIO_UNPACK(...) __VA_ARGS__
+#define SCENARIO_ON_KIND(kind, text, args) SCENARIO_EXPAND(kind, text, SCENARIO_UNPACK args)
+#define SCENARIO_ENV(name, ndev, env)                                \
+  static void name(const test_backend_t *b);                         \
+  HCQ_DEVICE_KINDS_ARG(SCENARIO_ON_KIND, (name, ndev, env))          \
   static void name(const test_backend_t *b)
 #define SCENARIO(name, ndev) SCENARIO_ENV(name, ndev, NULL)
 
@@ -53,7 +54,7 @@ static hcq_device_t *open_dev(const test_backend_t *b, int i) {
 }
 
 static hcq_program_t *kernel(const test_backend_t *b, hcq_device_t *d, const char *entry) {
-  return test_program(d, entry, *b->kernels);
+  return test_program(d, entry, test_backend_kernels(b));
 }
 
 static hcq_operand_t I(int64_t v) { return hcq_imm(v); }

@@ -384,6 +384,17 @@ Test(minilm_safetensors, model_checks) {
  * naming the file, instead of an open() or read() that waits forever. */
 /* A model installed on demand goes with the other fetched models, not into the kernel cache users
  * are told they may delete (it went to ~/.cache/hcq/venv-minilm). */
+/* The encoder's kernels are C, GLSL and CUDA C: a kind is taken or refused by the language its
+ * devices compile (its backend row), which hcq embed asks before loading the model. */
+Test(minilm_s, kinds_taken_by_kernel_language) {
+  OK(minilm_encoder_kernels_for(HCQ_DEVICE_CPU));
+  OK(minilm_encoder_kernels_for(HCQ_DEVICE_VULKAN));
+  OK(minilm_encoder_kernels_for(HCQ_DEVICE_CUDA));
+  FAILS(minilm_encoder_kernels_for(HCQ_DEVICE_METAL), HCQ_UNIMPLEMENTED,
+        "minilm encoder: no kernels for METAL devices, which compile MSL (the model's kernels: C, GLSL, CUDA C)");
+  FAILS(minilm_encoder_kernels_for(HCQ_DEVICE_KIND_COUNT), HCQ_UNIMPLEMENTED, "no kernels for UNKNOWN devices");
+}
+
 Test(minilm_s, the_model_venv_is_kept_apart_from_the_kernel_cache) {
   char venv[4096];
   unsetenv("HCQ_DATA_DIR");

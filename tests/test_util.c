@@ -122,12 +122,26 @@ const char *const test_kernels_msl =
     "}\n";
 
 const test_backend_t test_backends[] = {
-    {"CPU", &test_kernels_source},
-    {"VULKAN", &test_kernels_glsl},
-    {"CUDA", &test_kernels_cuda},
-    {"METAL", &test_kernels_msl},
+#define TEST_BACKEND_ENTRY(name, text) {text, HCQ_DEVICE_##name},
+    HCQ_DEVICE_KINDS(TEST_BACKEND_ENTRY)
+#undef TEST_BACKEND_ENTRY
 };
 const size_t test_backend_count = sizeof(test_backends) / sizeof(test_backends[0]);
+
+const test_backend_t *test_backend_named(const char *kind) {
+  for (size_t i = 0; i < test_backend_count; i++)
+    if (!strcmp(test_backends[i].kind, kind)) return &test_backends[i];
+  return NULL;
+}
+
+const char *test_backend_kernels(const test_backend_t *b) {
+  uint32_t caps = hcq_device_kind_kernel_caps(b->id);
+  return caps & HCQ_CAP_COMPILE_C      ? test_kernels_source
+         : caps & HCQ_CAP_COMPILE_GLSL ? test_kernels_glsl
+         : caps & HCQ_CAP_COMPILE_CUDA ? test_kernels_cuda
+         : caps & HCQ_CAP_COMPILE_METAL ? test_kernels_msl
+                                        : NULL;
+}
 
 void test_device_name(const test_backend_t *b, int i, char *out, size_t size) { snprintf(out, size, "%s:%d", b->kind, i); }
 
@@ -148,9 +162,9 @@ const char *test_backend_absent(const test_backend_t *b, int ndev) {
   }
   for (int i = 0; i < ndev && i < 8; i++)
     if (devs[i]) OK(hcq_device_close(devs[i]));
-  if (!res && (!b->kernels || !*b->kernels)) {
-    snprintf(why, sizeof(why), "%s: no test kernel sources for this backend yet (test_backends in test_util.c)",
-             b->kind);
+  if (!res && !test_backend_kernels(b)) {
+    snprintf(why, sizeof(why), "%s: no test kernels in the language its devices compile (test_backend_kernels in "
+             "test_util.c)", b->kind);
     res = why;
   }
   return res;

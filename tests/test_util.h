@@ -53,15 +53,21 @@ extern const char *const test_kernels_cuda;
 /* The same kernels in Metal Shading Language for Metal devices (docs/metal.md). */
 extern const char *const test_kernels_msl;
 
-/* The backends the conformance suite runs on: one entry per device kind, with its kernel sources
- * (the kernels above, in the backend's language). A backend whose kernels are NULL, or whose
- * device does not open here, is skipped with the reason. To add one, add its row. */
+/* The backends the conformance suite runs on: one entry per device kind of the public kind list
+ * (HCQ_DEVICE_KINDS, whose kinds are the rows of the backend table, src/backends.c), in kind order.
+ * Its test kernels are the ones above in the language its backend row says its devices compile
+ * (hcq_device_kind_kernel_caps). A kind whose language has no test kernels, or whose device does
+ * not open here, is skipped with the reason. */
 typedef struct test_backend {
-  const char *kind;    /* device name prefix: "CPU", "VULKAN", "CUDA" */
-  const char *const *kernels; /* test kernel sources for it, or NULL while none are written */
+  const char *kind;        /* device name prefix: "CPU", "VULKAN", "CUDA" */
+  hcq_device_kind_t id;
 } test_backend_t;
 extern const test_backend_t test_backends[];
 extern const size_t test_backend_count;
+/* The entry of the kind named kind ("CPU"); NULL for none. */
+const test_backend_t *test_backend_named(const char *kind);
+/* The test kernels in the language b's devices compile; NULL when none are written in it. */
+const char *test_backend_kernels(const test_backend_t *b);
 /* "KIND:i" for a backend. */
 void test_device_name(const test_backend_t *b, int i, char *out, size_t size);
 /* NULL when the backend's devices 0..ndev-1 open here (they are closed again), else why not (static

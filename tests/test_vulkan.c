@@ -16,11 +16,7 @@
 
 TestSuite(vulkan, .timeout = 120);
 
-static const test_backend_t *vulkan(void) {
-  for (size_t i = 0; i < test_backend_count; i++)
-    if (!strcmp(test_backends[i].kind, "VULKAN")) return &test_backends[i];
-  return NULL;
-}
+static const test_backend_t *vulkan(void) { return test_backend_named("VULKAN"); }
 
 /* A fresh kernel cache for this test (set before the first hcq call reads the options). */
 static void fresh_cache(char *dir, size_t size) {

@@ -7,7 +7,7 @@ void world_open_on(world_t *w, const test_backend_t *b, int ndev) {
     char name[32];
     test_device_name(b, d, name, sizeof(name));
     w->devs[d] = test_open(name);
-    w->mix[d] = test_program(w->devs[d], "mix", *b->kernels);
+    w->mix[d] = test_program(w->devs[d], "mix", test_backend_kernels(b));
   }
 }
 

@@ -108,7 +108,7 @@ case "$mode" in
       if timeout "$(left)" "$@" >"$out/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; failed=$((failed + 1)); fi
       tail -3 "$out/$name.log"
     }
-    step conformance "${runner[@]}" "$bin/test_conformance" --filter='conformance_vulkan/*' --jobs 1 --verbose
+    step conformance "${runner[@]}" "$bin/test_conformance" --filter='conformance_VULKAN/*' --jobs 1 --verbose
     step vulkan "${runner[@]}" "$bin/test_vulkan" --jobs 1 --verbose
     hcq_wrapper="$out/hcq"
     printf '#!/bin/sh\nexec %s "%s" "$@"\n' "${runner[*]}" "$bin/hcq" >"$hcq_wrapper"

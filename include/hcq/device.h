@@ -49,11 +49,22 @@ extern "C" {
 typedef struct hcq_device hcq_device_t;
 typedef struct hcq_signal hcq_signal_t;
 
-#define HCQ_DEVICE_KINDS(X) \
-  X(CPU, "CPU")             \
-  X(CUDA, "CUDA")           \
-  X(METAL, "METAL")         \
-  X(VULKAN, "VULKAN")
+/* The device kinds, one backend each: X(NAME, "NAME") per kind, in enum order. HCQ_DEVICE_KINDS_ARG
+ * passes arg through to each, X(NAME, "NAME", arg), for code generated per kind and per something
+ * else (the conformance suite: per kind and scenario). */
+#define HCQ_DEVICE_KINDS_ARG(X, arg) \
+  X(CPU, "CPU", arg)                 \
+  X(CUDA, "CUDA", arg)               \
+  X(METAL, "METAL", arg)             \
+  X(VULKAN, "VULKAN", arg)           \
+  HCQ__BUILD_DEVICE_KINDS(X, arg)
+/* Kinds a build adds after the public ones, for backends built only for its tests (a host-simulated
+ * device: docs/new-backend.md); defined on the compiler's command line there, empty elsewhere. */
+#ifndef HCQ__BUILD_DEVICE_KINDS
+#define HCQ__BUILD_DEVICE_KINDS(X, arg)
+#endif
+#define HCQ_DEVICE_KINDS(X) HCQ_DEVICE_KINDS_ARG(HCQ__DEVICE_KIND_NO_ARG, X)
+#define HCQ__DEVICE_KIND_NO_ARG(name, text, X) X(name, text)
 
 typedef enum hcq_device_kind {
 #define HCQ__DEVICE_KIND_ENUM(name, text) HCQ_DEVICE_##name,
@@ -116,6 +127,13 @@ const char *hcq_device_name(const hcq_device_t *device);
 hcq_device_kind_t hcq_device_kind(const hcq_device_t *device);
 const char *hcq_device_kind_name(hcq_device_kind_t kind);
 uint32_t hcq_device_caps(const hcq_device_t *device);
+/* The caps every device of kind has for running and compiling kernels, without opening one or
+ * loading its driver: HCQ_CAP_HOST_CALLABLE and the HCQ_CAP_COMPILE_* flag of the kernel language
+ * its devices compile from source (C, CUDA C, GLSL, Metal Shading Language), which is how a program
+ * picks its kernel sources for a kind (models/common/model_kernels.h does). It says nothing about
+ * whether such a device is present (hcq_device_query does). 0 for a kind no backend serves
+ * (HCQ_DEVICE_KIND_COUNT, out of range). Any thread. */
+uint32_t hcq_device_kind_kernel_caps(hcq_device_kind_t kind);
 
 /* Every limit a kernel launch or a buffer can hit on a device (hcq_device_limits). Work-group
  * sizes count threads; the grid counts work-groups. */

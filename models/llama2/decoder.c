@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "llama2.h"
+#include "model_kernels.h"
 #include "model_status.h"
 #include "model_time.h"
 
@@ -74,6 +75,7 @@ typedef struct item_args {
 struct llama2_decoder {
   llama2_config_t c;
   hcq_device_kind_t kind;
+  model_kernel_lang_t lang; /* of kind: the kernels and their geometry follow it */
   int ndev, split; /* layers [0, split) on device 0, the rest on device 1 */
   dev_state_t d[2];
   hcq_buffer_t *(*layer)[LAYER_BUFS];
@@ -93,17 +95,15 @@ struct llama2_decoder {
 /* Chunks of ATT_CHUNK positions that cover the sequence (MAX_CHUNKS in the kernels). */
 static int att_chunks(const llama2_config_t *c) { return (c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK; }
 
+/* n floats (zeros when src is NULL). */
 static hcq_status_t upload(hcq_device_t *dev, const float *src, size_t n, const char *label, int layer,
                            hcq_buffer_t **out) {
-  TRY(hcq_buffer_create(dev, n * sizeof(float), out));
-  char name[64];
-  if (layer >= 0)
-    snprintf(name, sizeof(name), "%s[%d]", label, layer);
-  else
-    snprintf(name, sizeof(name), "%s", label);
-  hcq_buffer_set_label(*out, name);
-  return src ? hcq_buffer_copyin(*out, 0, src, n * sizeof(float)) : NULL;
+  return model_upload(dev, src, n * sizeof(float), label, layer, out);
 }
+
+/* The kernels in each language. */
+static const char *const k_sources[MODEL_KERNELS_NONE] = {llama2_kernels_source, llama2_kernels_glsl_source,
+                                                          llama2_kernels_cuda_source, llama2_kernels_metal_source};
 
 static hcq_status_t make_programs(llama2_decoder_t *m) {
   const llama2_config_t *c = &m->c;
@@ -114,28 +114,17 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
                    "#define MAX_CHUNKS %d\n",
                    c->dim, c->hidden_dim, llama2_kv_dim(c), c->n_heads, c->n_heads / c->n_kv_heads,
                    llama2_head_size(c), c->vocab_size, c->seq_len, ATT_CHUNK, att_chunks(c));
-  const char *body = m->kind == HCQ_DEVICE_VULKAN ? llama2_kernels_glsl_source
-                     : m->kind == HCQ_DEVICE_CUDA ? llama2_kernels_cuda_source
-                     : m->kind == HCQ_DEVICE_METAL ? llama2_kernels_metal_source
-                                                  : llama2_kernels_source;
-  if (m->kind == HCQ_DEVICE_VULKAN)
+  if (m->lang == MODEL_KERNELS_GLSL)
     n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n#define ATT_HEADS %d\n",
                   VK_LANES, vk_rows(c), VK_CLS_ROWS, vk_att_heads(c));
-  else if (m->kind != HCQ_DEVICE_CPU)
+  else if (m->lang != MODEL_KERNELS_C)
     n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define GROUP %d\n", GROUP);
-  size_t len = (size_t)n + 64 + strlen(body) + 1;
-  char *src = malloc(len);
-  if (!src) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the kernel source");
   hcq_status_t st = NULL;
-  bool per_entry = m->kind == HCQ_DEVICE_VULKAN; /* a GLSL source has one main(): KERNEL_<entry> picks it */
-  for (int k = 0; k < K_COUNT && !st; k++) {
-    if (k == 0 || per_entry)
-      snprintf(src, len, "%s%s%s%s%s", defines, per_entry ? "#define KERNEL_" : "", per_entry ? k_entries[k] : "",
-               per_entry ? "\n" : "", body);
+  for (int k = 0; k < K_COUNT && !st; k++)
     /* A kernel that does not compile: hcq's message names the program, the device and the compiler's. */
-    for (int d = 0; d < m->ndev && !st; d++) st = hcq_program_create(m->d[d].dev, k_entries[k], src, &m->d[d].prog[k]);
-  }
-  free(src);
+    for (int d = 0; d < m->ndev && !st; d++)
+      st = model_program_create(m->d[d].dev, m->lang, defines, NULL, k_sources[m->lang], k_entries[k],
+                                &m->d[d].prog[k]);
   return st;
 }
 
@@ -199,11 +188,11 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
     TRY(upload(d0, w->classifier, vocab * dim, "classifier", -1, &m->cls));
   TRY(upload(d0, w->rms_final, dim, "rms_final", -1, &m->rms_final));
   TRY(upload(d0, NULL, vocab, "logits", -1, &m->logits));
-  m->cls_rows = m->kind == HCQ_DEVICE_CPU ? CLASSIFIER_ROWS : m->kind == HCQ_DEVICE_VULKAN ? VK_CLS_ROWS : GROUP;
+  m->cls_rows = m->lang == MODEL_KERNELS_C ? CLASSIFIER_ROWS : m->lang == MODEL_KERNELS_GLSL ? VK_CLS_ROWS : GROUP;
   m->cls_groups = (c->vocab_size + m->cls_rows - 1) / m->cls_rows;
   m->cls_split = m->cls_groups;
   TRY(upload(d0, NULL, 2 * (size_t)m->cls_groups, "best logits", -1, &m->best));
-  if (m->ndev == 2 && m->kind == HCQ_DEVICE_CPU) {
+  if (m->ndev == 2 && m->lang == MODEL_KERNELS_C) {
     /* The classifier is the step's largest matrix: two CPU devices (each on its own cores, or on
      * its own rank) take half of its rows each (the first also embeds and picks the token), and the
      * second sends its best logits and logits. GPU devices keep it on the first: two of them are
@@ -250,9 +239,9 @@ typedef struct geometry {
 static geometry_t geometry(const llama2_decoder_t *m, int k) {
   const llama2_config_t *c = &m->c;
   int kv = llama2_kv_dim(c), hs = llama2_head_size(c);
-  bool cpu = m->kind == HCQ_DEVICE_CPU;
+  bool cpu = m->lang == MODEL_KERNELS_C;
   geometry_t g = {{hcq_imm(1), hcq_imm(1), hcq_imm(1)}, 1};
-  if (m->kind == HCQ_DEVICE_VULKAN) {
+  if (m->lang == MODEL_KERNELS_GLSL) {
     g.local = VK_LANES;
     switch (k) {
       case K_QKV: g.grid[0] = groups(c->dim + 2 * kv, vk_rows(c)); break;
@@ -379,11 +368,12 @@ hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck, const llama2_d
   m->batch_size = options ? options->batch_size : 0;
   m->profile = options && options->profile;
   m->kind = options ? options->kind : HCQ_DEVICE_CPU;
-  if (m->kind != HCQ_DEVICE_CPU && m->kind != HCQ_DEVICE_VULKAN && m->kind != HCQ_DEVICE_CUDA &&
-      m->kind != HCQ_DEVICE_METAL) {
+  m->lang = model_kernel_lang(m->kind);
+  const char *body;
+  hcq_status_t refused = model_kernel_source("llama2 decoder", k_sources, m->kind, &body);
+  if (refused) {
     free(m);
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "llama2 decoder: no kernels for %s devices (CPU, VULKAN, CUDA and METAL have them)",
-                           hcq_device_kind_name(options->kind));
+    return refused;
   }
   hcq_status_t st = NULL;
   for (int d = 0; d < ndev && !st; d++) {

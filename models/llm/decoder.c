@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "decoder_internal.h"
+#include "model_kernels.h"
 #include "model_status.h"
 #include "support.h"
 
@@ -46,7 +47,7 @@ hcq_status_t llm_write_buffer(const llm_decoder_t *m, hcq_buffer_t *buf, uint64_
  * interleave (quant.h), or the GPU layout (gpu_abi.h). */
 static hcq_status_t upload_matrix(const llm_decoder_t *m, hcq_device_t *dev, const gguf_tensor_t *t, const char *label,
                                   int layer, hcq_buffer_t **out) {
-  bool cpu = m->kind == HCQ_DEVICE_CPU;
+  bool cpu = model_kernel_lang(m->kind) == MODEL_KERNELS_C; /* the C kernels' layouts (repack.c) */
   void (*pack)(ggml_type_t, const void *, size_t, size_t, void *) = cpu ? llm_repack : llm_gpu_pack;
   size_t rows = (size_t)t->ne[1], cols = (size_t)t->ne[0];
   size_t bytes = cpu ? llm_repack_bytes(t->type, rows, cols) : llm_gpu_pack_bytes(t->type, rows, cols);
@@ -133,7 +134,8 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   if (st) return st;
   hcq_device_t *d0 = m->d[0].dev;
   /* the CPU's layouts or the GPUs' (quant.h: they differ for Q5_0) */
-  llm_layout_t (*layout_of)(ggml_type_t) = m->kind == HCQ_DEVICE_CPU ? llm_layout_of : llm_gpu_layout_of;
+  bool c_kernels = model_kernel_lang(m->kind) == MODEL_KERNELS_C;
+  llm_layout_t (*layout_of)(ggml_type_t) = c_kernels ? llm_layout_of : llm_gpu_layout_of;
   m->emb_layout = layout_of(model->token_embd->type);
   m->cls_layout = layout_of(model->output->type);
   TRY(upload_matrix(m, d0, model->token_embd, c->tied_classifier ? "embedding and classifier" : "embedding", -1, &m->emb));
@@ -213,7 +215,8 @@ static uint64_t host_memory_available(void) {
 static hcq_status_t check_memory(const llm_config_t *c, hcq_device_kind_t kind, int ctx, int ctx_alloc, int slots) {
   uint64_t kv = (uint64_t)c->n_layers * 2 * (uint64_t)ctx_alloc * (uint64_t)llm_kv_dim(c) * 4 * (uint64_t)slots;
   uint64_t tables = (uint64_t)ctx_alloc * (uint64_t)c->rope_dim * 4 * 2 + ((uint64_t)ctx_alloc + 1) * 4;
-  uint64_t need = kv + tables, have = kind == HCQ_DEVICE_CPU ? host_memory_available() : 0;
+  bool host_memory = hcq_device_kind_kernel_caps(kind) & HCQ_CAP_HOST_CALLABLE; /* kernels run on the host */
+  uint64_t need = kv + tables, have = host_memory ? host_memory_available() : 0;
   if (!have || need <= have) return NULL;
   return hcq_status_make(HCQ_OUT_OF_RANGE,
                          "llm decoder: %d x a context of %d positions needs %.2f GB for its caches (%d layers x 2 x %d "
@@ -229,9 +232,11 @@ static hcq_status_t check_batch_options(const llm_decoder_options_t *o, int ndev
                            LLM_MAX_SLOTS);
   if (ndev != 1)
     return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: batched decoding runs on one device, not %d", ndev);
-  if (o->kind != HCQ_DEVICE_CPU && o->kind != HCQ_DEVICE_VULKAN)
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no batched decoding kernels for %s devices (CPU and VULKAN "
-                           "have them)", hcq_device_kind_name(o->kind));
+  model_kernel_lang_t lang = model_kernel_lang(o->kind);
+  if (lang != MODEL_KERNELS_C && lang != MODEL_KERNELS_GLSL)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no batched decoding kernels for %s devices, which compile "
+                           "%s (the batched kernels: C and GLSL)", hcq_device_kind_name(o->kind),
+                           model_kernel_lang_name(lang));
   if (o->max_batch && o->max_batch < o->slots)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d rows a step cannot hold %d sequences' tokens",
                            o->max_batch, o->slots);
@@ -245,17 +250,16 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
   int ndev = opts.ranks == 2 ? 2 : opts.devices ? opts.devices : 1;
   if (ndev != 1 && ndev != 2)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d devices (expected 1 or 2)", opts.devices);
-  if (opts.kind != HCQ_DEVICE_CPU && opts.kind != HCQ_DEVICE_VULKAN && opts.kind != HCQ_DEVICE_CUDA &&
-      opts.kind != HCQ_DEVICE_METAL)
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no kernels for %s devices (CPU, VULKAN, CUDA and METAL have them)",
-                           hcq_device_kind_name(opts.kind));
+  if (model_kernel_lang(opts.kind) == MODEL_KERNELS_NONE)
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: no kernels for %s devices (the kernels: C, GLSL, CUDA C, "
+                           "MSL)", hcq_device_kind_name(opts.kind));
   int cap = isa_cap();
   if (cap < 0)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "HCQ_LLM_KERNELS=\"%s\": expected auto, avx512, avx2 or portable",
                            getenv("HCQ_LLM_KERNELS"));
   const llm_config_t *c = &model->config;
   /* every kind's kernels have every architecture's entries and flags (gpu_abi.h) */
-  if (opts.kind != HCQ_DEVICE_CPU && c->head_dim % 4)
+  if (model_kernel_lang(opts.kind) != MODEL_KERNELS_C && c->head_dim % 4)
     return hcq_status_make(HCQ_UNIMPLEMENTED, "llm decoder: a head size of %d (the %s kernels read heads in 4-float vectors)",
                            c->head_dim, hcq_device_kind_name(opts.kind));
   TRY(llm_model_check(model->file, opts.kind)); /* the architecture and every matrix's type on this kind (support.c) */

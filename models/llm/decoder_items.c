@@ -9,12 +9,16 @@
 
 #include "decoder_internal.h"
 #include "gpu_abi.h" /* the kernel ABI every kind follows */
+#include "model_kernels.h"
 #include "model_status.h"
 
 /* Embedded at build time: kernels_tiles.c then kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA),
  * kernels.metal (Metal). */
 extern const char llm_kernels_tiles_source[], llm_kernels_source[], llm_kernels_glsl_source[], llm_kernels_cuda_source[],
     llm_kernels_metal_source[];
+/* The kernels in each language: a kind's devices run the ones in the language they compile. */
+static const char *const k_sources[MODEL_KERNELS_NONE] = {llm_kernels_source, llm_kernels_glsl_source,
+                                                          llm_kernels_cuda_source, llm_kernels_metal_source};
 
 enum { MAX_ITEM_BUFS = 14, TILE = 8 };
 /* A work-item, for the CPU device's choice to share a launch between its threads
@@ -33,11 +37,19 @@ enum { WARP = 32, WARP_CLS_ROWS = 64, WARP_SEL = 256 };
 /* CPU: the classifier's rows a work-group (kernels.c's CLS_ROWS), four row groups of 16 a call. */
 enum { CPU_CLS_ROWS = 64 };
 
-static bool warp_kind(hcq_device_kind_t kind) { return kind == HCQ_DEVICE_CUDA || kind == HCQ_DEVICE_METAL; }
+/* CUDA C and MSL kernels run in warps / SIMD groups of WARP lanes. */
+static bool warp_kind(hcq_device_kind_t kind) {
+  model_kernel_lang_t lang = model_kernel_lang(kind);
+  return lang == MODEL_KERNELS_CUDA || lang == MODEL_KERNELS_MSL;
+}
 
 int llm_cls_rows(hcq_device_kind_t kind) {
-  return kind == HCQ_DEVICE_VULKAN ? VK_CLS_ROWS : warp_kind(kind) ? WARP_CLS_ROWS : CPU_CLS_ROWS;
+  model_kernel_lang_t lang = model_kernel_lang(kind);
+  return lang == MODEL_KERNELS_GLSL ? VK_CLS_ROWS : warp_kind(kind) ? WARP_CLS_ROWS : CPU_CLS_ROWS;
 }
+
+/* The kernels are C (CPU devices: tiles, repacked weights, one row group a call) rather than GPU kernels. */
+static bool c_kernels(const llm_decoder_t *m) { return model_kernel_lang(m->kind) == MODEL_KERNELS_C; }
 
 /* Bits that hold a token id (the GPU sampler's keys). */
 static int id_bits(int vocab) {
@@ -75,14 +87,15 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
     if (batch_len < 0 || (size_t)(len += batch_len) >= sizeof(key))
       return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
   }
-  if (m->kind == HCQ_DEVICE_CPU) { /* the classifier's rows per work-group (llm_cls_rows) */
+  model_kernel_lang_t lang = model_kernel_lang(m->kind);
+  if (lang == MODEL_KERNELS_C) { /* the classifier's rows per work-group (llm_cls_rows) */
     int cls_len = snprintf(key + len, sizeof(key) - (size_t)len, "#define CLS_ROWS %d\n", CPU_CLS_ROWS);
     if (cls_len < 0 || (size_t)(len += cls_len) >= sizeof(key))
       return hcq_status_make(HCQ_INTERNAL, "llm decoder: program defines too long");
   }
-  if (m->kind == HCQ_DEVICE_VULKAN) /* one main() per GLSL source: KERNEL_<entry> picks it */
-    snprintf(key + len, sizeof(key) - (size_t)len, "#define KERNEL_%s\n#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n"
-             "#define SEL %d\n#define ID_BITS %d\n", entry, VK_LANES, VK_ROWS, VK_CLS_ROWS, VK_SEL, id_bits(c->vocab));
+  if (lang == MODEL_KERNELS_GLSL) /* model_program_create adds KERNEL_<entry>, which picks the one main() */
+    snprintf(key + len, sizeof(key) - (size_t)len, "#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n"
+             "#define SEL %d\n#define ID_BITS %d\n", VK_LANES, VK_ROWS, VK_CLS_ROWS, VK_SEL, id_bits(c->vocab));
   if (warp_kind(m->kind)) { /* NORM_EPS_BITS: the stand-ins' twins read the shape back from integers */
     uint32_t eps_bits;
     memcpy(&eps_bits, &c->norm_eps, 4);
@@ -90,10 +103,6 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
              "#define ID_BITS %d\n#define NORM_EPS_BITS %u\n", entry, WARP, WARP_CLS_ROWS, WARP_SEL, id_bits(c->vocab),
              (unsigned)eps_bits);
   }
-  const char *body = m->kind == HCQ_DEVICE_VULKAN ? llm_kernels_glsl_source
-                     : m->kind == HCQ_DEVICE_CUDA ? llm_kernels_cuda_source
-                     : m->kind == HCQ_DEVICE_METAL ? llm_kernels_metal_source
-                                                   : llm_kernels_source;
   for (int i = 0; i < m->nprograms; i++)
     if (m->programs[i].dev == d && !strcmp(m->programs[i].key + strlen(m->programs[i].key) + 1, entry) &&
         !strcmp(m->programs[i].key, key)) {
@@ -102,20 +111,12 @@ static hcq_status_t program(llm_decoder_t *m, int d, const char *entry, const ch
     }
   if (m->nprograms == MAX_PROGRAMS) return hcq_status_make(HCQ_INTERNAL, "llm decoder: more than %d programs", MAX_PROGRAMS);
   size_t klen = strlen(key), elen = strlen(entry);
-  const char *first = m->kind == HCQ_DEVICE_CPU ? llm_kernels_tiles_source : ""; /* the CPU's products */
-  size_t flen = strlen(first);
-  char *stored = malloc(klen + 1 + elen + 1), *src = malloc(klen + flen + strlen(body) + 1);
-  if (!stored || !src) {
-    free(stored), free(src);
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  }
+  char *stored = malloc(klen + 1 + elen + 1);
+  if (!stored) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   memcpy(stored, key, klen + 1);
   memcpy(stored + klen + 1, entry, elen + 1);
-  memcpy(src, key, klen);
-  memcpy(src + klen, first, flen);
-  strcpy(src + klen + flen, body);
-  hcq_status_t st = hcq_program_create(m->d[d].dev, entry, src, out);
-  free(src);
+  const char *first = lang == MODEL_KERNELS_C ? llm_kernels_tiles_source : NULL; /* the CPU's products */
+  hcq_status_t st = model_program_create(m->d[d].dev, lang, key, first, k_sources[lang], entry, out);
   if (st) {
     free(stored);
     return st;
@@ -298,10 +299,10 @@ static geometry_t gpu_geometry(const llm_decoder_t *m, kernel_id_t k, const pass
 }
 
 static geometry_t geometry(const llm_decoder_t *m, kernel_id_t k, const pass_ops_t *o) {
-  switch (m->kind) {
-    case HCQ_DEVICE_VULKAN: return gpu_geometry(m, k, o, &vulkan_shape);
-    case HCQ_DEVICE_CUDA:
-    case HCQ_DEVICE_METAL: return gpu_geometry(m, k, o, &warp_shape);
+  switch (model_kernel_lang(m->kind)) {
+    case MODEL_KERNELS_GLSL: return gpu_geometry(m, k, o, &vulkan_shape);
+    case MODEL_KERNELS_CUDA:
+    case MODEL_KERNELS_MSL: return gpu_geometry(m, k, o, &warp_shape);
     default: return cpu_geometry(m, k, o);
   }
 }
@@ -328,7 +329,7 @@ static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t
   const llm_config_t *c = &m->c;
   dev_state_t *s = &m->d[d];
   layer_state_t *S = &m->layers[l];
-  bool gpu = m->kind != HCQ_DEVICE_CPU, fused = !c->rope_neox && !c->qk_norm, swa = llm_layer_swa(c, l);
+  bool gpu = !c_kernels(m), fused = !c->rope_neox && !c->qk_norm, swa = llm_layer_swa(c, l);
   /* Inputs rounded as llama.cpp's Q8_K where every matrix reading them is a K-quant (CPU kernels) */
   const llm_layout_t *lay = S->layout;
   bool k_qkv = !gpu && llm_act_superblock(lay[W_Q]) && llm_act_superblock(lay[W_K]) && llm_act_superblock(lay[W_V]);
@@ -402,7 +403,7 @@ static hcq_status_t list_ops(llm_decoder_t *m, list_kind_t kind, pass_ops_t *o) 
    * those launches an empty grid. */
   hcq_operand_t cls =
       kind == LIST_PASS ? hcq_sym(binary(m, HCQ_EXPR_MUL, m->choose, m->cls_groups)) : hcq_imm(m->cls_groups);
-  bool gpu_rows = kind == LIST_BATCH && m->kind != HCQ_DEVICE_CPU;
+  bool gpu_rows = kind == LIST_BATCH && !c_kernels(m);
   /* A batch's CPU groups are costed at one row (tok_per_group), as a step's: the thread split of a
    * decoding step's launches (mostly 1..8 rows) is then the step's (measured: 3-10% faster at 1 and 8
    * sequences than costing a whole tile of 8). */
@@ -448,7 +449,7 @@ static hcq_status_t build_items(llm_decoder_t *m, item_list_t *L, list_kind_t ki
   }
   if (m->split < c->n_layers) TRY(add_transfer(L, s0->x, m->d[1].x, x_bytes));
   hcq_program_t *norm, *classify, *select;
-  bool k_cls = m->kind == HCQ_DEVICE_CPU && llm_act_superblock(m->cls_layout);
+  bool k_cls = c_kernels(m) && llm_act_superblock(m->cls_layout);
   TRY(program(m, 0, "llm_norm", k_cls ? "#define ACT_K 1\n" : "", &norm));
   TRY(program(m, 0, "llm_classify", layout_define(def[0], 64, "W_LAYOUT", m->cls_layout), &classify));
   TRY(program(m, 0, "llm_select", "", &select));

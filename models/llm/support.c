@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model_kernels.h"
 #include "quant.h"
 #include "support.h"
 
@@ -25,7 +26,7 @@ static const char *const *architectures_of(hcq_device_kind_t kind, size_t *n) {
 bool llm_type_supported(uint32_t type, hcq_device_kind_t kind) {
   bool cpu = false;
   for (size_t i = 0; i < COUNT(k_cpu_types); i++) cpu |= k_cpu_types[i] == type;
-  return kind == HCQ_DEVICE_CPU ? cpu : cpu && llm_gpu_has_layout((ggml_type_t)type);
+  return model_kernel_lang(kind) == MODEL_KERNELS_C ? cpu : cpu && llm_gpu_has_layout((ggml_type_t)type);
 }
 
 bool llm_architecture_supported(const char *arch, hcq_device_kind_t kind) {

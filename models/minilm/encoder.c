@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "minilm.h"
+#include "model_kernels.h"
 #include "model_status.h"
 
 /* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA). */
@@ -38,6 +39,9 @@ static const char *const k_entries[K_COUNT] = {
 #undef KERNEL_ENTRY
 };
 /* Buffers each kernel takes (its vals are always n). */
+/* The kernels in each language (none in MSL yet). */
+static const char *const k_sources[MODEL_KERNELS_NONE] = {minilm_kernels_source, minilm_kernels_glsl_source,
+                                                          minilm_kernels_cuda_source, NULL};
 static const size_t k_nbufs[K_COUNT] = {7, 5, 3, 6, 4, 6, 2, 4, 4, 4};
 
 enum { W_QKV, B_QKV, W_O, B_O, LN1_W, LN1_B, W_I, B_I, W_D, B_D, LN2_W, LN2_B, LAYER_BUFS };
@@ -50,7 +54,7 @@ typedef struct item_args {
 
 struct minilm_encoder {
   minilm_config_t c;
-  hcq_device_kind_t kind;
+  model_kernel_lang_t lang; /* of the device's kind: the kernels and their geometry follow it */
   int maxlen; /* max_seq_len rounded up to 16: the width of the transposed keys */
   hcq_device_t *dev;
   hcq_program_t *prog[K_COUNT];
@@ -73,16 +77,6 @@ struct minilm_encoder {
   hcq_jit_t *jit;
 };
 
-static hcq_status_t upload(hcq_device_t *dev, const void *src, size_t bytes, const char *label, int layer,
-                           hcq_buffer_t **out) {
-  TRY(hcq_buffer_create(dev, bytes, out));
-  char name[64];
-  if (layer >= 0) snprintf(name, sizeof(name), "%s[%d]", label, layer);
-  else snprintf(name, sizeof(name), "%s", label);
-  hcq_buffer_set_label(*out, name);
-  return src ? hcq_buffer_copyin(*out, 0, src, bytes) : NULL;
-}
-
 /* PyTorch's [out][in] weight w as [in][out] into dst, whose rows are ld floats wide. */
 static void transpose(float *dst, size_t ld, const float *w, size_t out, size_t in) {
   for (size_t o = 0; o < out; o++)
@@ -95,7 +89,7 @@ static void transpose(float *dst, size_t ld, const float *w, size_t out, size_t 
  * them fused (a work-group a row). */
 static bool has_kernel(const minilm_encoder_t *m, int k) {
   bool split = k == K_PROJ || k == K_DOWN || k == K_RES_LN, fused = k == K_PROJ_LN || k == K_DOWN_LN;
-  return m->kind == HCQ_DEVICE_CUDA ? !split : !fused;
+  return m->lang == MODEL_KERNELS_CUDA ? !split : !fused;
 }
 
 static hcq_status_t make_programs(minilm_encoder_t *m) {
@@ -109,23 +103,14 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
                    "#define QB %d\n#define COLS %d\n#define GROUP %d\n#define LN_EPS_BITS %u\n#define PCOLS %d\n#define ROWS %d\n",
                    c->hidden, c->heads, c->hidden / c->heads, c->intermediate, c->vocab_size, m->maxlen,
                    (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP, eps_bits, VK_PCOLS, VK_ROWS);
-  const char *body = m->kind == HCQ_DEVICE_VULKAN ? minilm_kernels_glsl_source
-                     : m->kind == HCQ_DEVICE_CUDA ? minilm_kernels_cuda_source
-                                                  : minilm_kernels_source;
-  size_t len = (size_t)n + 64 + strlen(body) + 1;
-  char *src = malloc(len);
-  if (!src) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the kernel source");
+  if (n < 0 || (size_t)n >= sizeof(defines)) return hcq_status_make(HCQ_INTERNAL, "minilm encoder: defines too long");
+  const char *body = k_sources[m->lang];
   hcq_status_t st = NULL;
-  bool per_entry = m->kind == HCQ_DEVICE_VULKAN; /* a GLSL source has one main(): KERNEL_<entry> picks it */
   for (int k = 0; k < K_COUNT && !st; k++) {
     if (!has_kernel(m, k)) continue;
-    if (k == 0 || per_entry)
-      snprintf(src, len, "%s%s%s%s%s", defines, per_entry ? "#define KERNEL_" : "", per_entry ? k_entries[k] : "",
-               per_entry ? "\n" : "", body);
-    st = hcq_program_create(m->dev, k_entries[k], src, &m->prog[k]);
+    st = model_program_create(m->dev, m->lang, defines, NULL, body, k_entries[k], &m->prog[k]);
     if (!st) st = hcq_program_declare_args(m->prog[k], k_nbufs[k], 1);
   }
-  free(src);
   return st;
 }
 
@@ -140,18 +125,18 @@ static void vk_block_columns(float *t, float *tmp, size_t K, size_t N) {
 static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) {
   const minilm_config_t *c = &m->c;
   size_t h = (size_t)c->hidden, in = (size_t)c->intermediate, L = (size_t)m->maxlen;
-  TRY(upload(m->dev, md->word_emb, (size_t)c->vocab_size * h * 4, "word embeddings", -1, &m->word));
-  TRY(upload(m->dev, md->pos_emb, (size_t)c->max_positions * h * 4, "position embeddings", -1, &m->pos));
-  TRY(upload(m->dev, md->type_emb, h * 4, "token type embedding 0", -1, &m->type));
-  TRY(upload(m->dev, md->emb_ln_w, h * 4, "embedding LayerNorm weight", -1, &m->emb_ln_w));
-  TRY(upload(m->dev, md->emb_ln_b, h * 4, "embedding LayerNorm bias", -1, &m->emb_ln_b));
+  TRY(model_upload(m->dev, md->word_emb, (size_t)c->vocab_size * h * 4, "word embeddings", -1, &m->word));
+  TRY(model_upload(m->dev, md->pos_emb, (size_t)c->max_positions * h * 4, "position embeddings", -1, &m->pos));
+  TRY(model_upload(m->dev, md->type_emb, h * 4, "token type embedding 0", -1, &m->type));
+  TRY(model_upload(m->dev, md->emb_ln_w, h * 4, "embedding LayerNorm weight", -1, &m->emb_ln_w));
+  TRY(model_upload(m->dev, md->emb_ln_b, h * 4, "embedding LayerNorm bias", -1, &m->emb_ln_b));
   size_t tbytes = in * h * 4 > 3 * h * h * 4 ? in * h * 4 : 3 * h * h * 4;
-  float *t = malloc(tbytes), *tmp = m->kind == HCQ_DEVICE_VULKAN ? malloc(tbytes) : NULL;
-  if (!t || (m->kind == HCQ_DEVICE_VULKAN && !tmp)) {
+  float *t = malloc(tbytes), *tmp = m->lang == MODEL_KERNELS_GLSL ? malloc(tbytes) : NULL;
+  if (!t || (m->lang == MODEL_KERNELS_GLSL && !tmp)) {
     free(t), free(tmp);
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   }
-  bool vk = m->kind == HCQ_DEVICE_VULKAN;
+  bool vk = m->lang == MODEL_KERNELS_GLSL;
   hcq_status_t st = NULL;
   for (int l = 0; l < c->layers && !st; l++) {
     const minilm_layer_weights_t *w = &md->layer[l];
@@ -160,38 +145,38 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
     transpose(t + h, 3 * h, w->k_w, h, h);
     transpose(t + 2 * h, 3 * h, w->v_w, h, h);
     if (vk) vk_block_columns(t, tmp, h, 3 * h);
-    if ((st = upload(m->dev, t, 3 * h * h * 4, "qkv weight", l, &b[W_QKV]))) break;
-    if ((st = upload(m->dev, NULL, 3 * h * 4, "qkv bias", l, &b[B_QKV]))) break;
+    if ((st = model_upload(m->dev, t, 3 * h * h * 4, "qkv weight", l, &b[W_QKV]))) break;
+    if ((st = model_upload(m->dev, NULL, 3 * h * 4, "qkv bias", l, &b[B_QKV]))) break;
     if ((st = hcq_buffer_copyin(b[B_QKV], 0, w->q_b, h * 4)) || (st = hcq_buffer_copyin(b[B_QKV], h * 4, w->k_b, h * 4)) ||
         (st = hcq_buffer_copyin(b[B_QKV], 2 * h * 4, w->v_b, h * 4)))
       break;
     transpose(t, h, w->o_w, h, h);
     if (vk) vk_block_columns(t, tmp, h, h);
-    if ((st = upload(m->dev, t, h * h * 4, "attention output weight", l, &b[W_O]))) break;
-    if ((st = upload(m->dev, w->o_b, h * 4, "attention output bias", l, &b[B_O]))) break;
-    if ((st = upload(m->dev, w->ln1_w, h * 4, "attention LayerNorm weight", l, &b[LN1_W]))) break;
-    if ((st = upload(m->dev, w->ln1_b, h * 4, "attention LayerNorm bias", l, &b[LN1_B]))) break;
+    if ((st = model_upload(m->dev, t, h * h * 4, "attention output weight", l, &b[W_O]))) break;
+    if ((st = model_upload(m->dev, w->o_b, h * 4, "attention output bias", l, &b[B_O]))) break;
+    if ((st = model_upload(m->dev, w->ln1_w, h * 4, "attention LayerNorm weight", l, &b[LN1_W]))) break;
+    if ((st = model_upload(m->dev, w->ln1_b, h * 4, "attention LayerNorm bias", l, &b[LN1_B]))) break;
     transpose(t, in, w->i_w, in, h);
     if (vk) vk_block_columns(t, tmp, h, in);
-    if ((st = upload(m->dev, t, in * h * 4, "intermediate weight", l, &b[W_I]))) break;
-    if ((st = upload(m->dev, w->i_b, in * 4, "intermediate bias", l, &b[B_I]))) break;
+    if ((st = model_upload(m->dev, t, in * h * 4, "intermediate weight", l, &b[W_I]))) break;
+    if ((st = model_upload(m->dev, w->i_b, in * 4, "intermediate bias", l, &b[B_I]))) break;
     transpose(t, h, w->d_w, h, in);
     if (vk) vk_block_columns(t, tmp, in, h);
-    if ((st = upload(m->dev, t, in * h * 4, "output weight", l, &b[W_D]))) break;
-    if ((st = upload(m->dev, w->d_b, h * 4, "output bias", l, &b[B_D]))) break;
-    if ((st = upload(m->dev, w->ln2_w, h * 4, "output LayerNorm weight", l, &b[LN2_W]))) break;
-    st = upload(m->dev, w->ln2_b, h * 4, "output LayerNorm bias", l, &b[LN2_B]);
+    if ((st = model_upload(m->dev, t, in * h * 4, "output weight", l, &b[W_D]))) break;
+    if ((st = model_upload(m->dev, w->d_b, h * 4, "output bias", l, &b[B_D]))) break;
+    if ((st = model_upload(m->dev, w->ln2_w, h * 4, "output LayerNorm weight", l, &b[LN2_W]))) break;
+    st = model_upload(m->dev, w->ln2_b, h * 4, "output LayerNorm bias", l, &b[LN2_B]);
   }
   free(t), free(tmp);
   if (st) return st;
-  TRY(upload(m->dev, NULL, L * 4, "token ids", -1, &m->ids));
-  TRY(upload(m->dev, NULL, L * h * 4, "hidden states", -1, &m->x));
-  TRY(upload(m->dev, NULL, L * 3 * h * 4, "q, k, v", -1, &m->qkv));
-  TRY(upload(m->dev, NULL, L * h * 4, "keys transposed", -1, &m->kt));
-  TRY(upload(m->dev, NULL, L * h * 4, "attention context", -1, &m->ctx));
-  TRY(upload(m->dev, NULL, L * in * 4, "intermediate", -1, &m->inter));
-  TRY(upload(m->dev, NULL, h * 4, "embedding", -1, &m->out));
-  if (m->kind != HCQ_DEVICE_CUDA) TRY(upload(m->dev, NULL, L * h * 4, "projection output", -1, &m->y));
+  TRY(model_upload(m->dev, NULL, L * 4, "token ids", -1, &m->ids));
+  TRY(model_upload(m->dev, NULL, L * h * 4, "hidden states", -1, &m->x));
+  TRY(model_upload(m->dev, NULL, L * 3 * h * 4, "q, k, v", -1, &m->qkv));
+  TRY(model_upload(m->dev, NULL, L * h * 4, "keys transposed", -1, &m->kt));
+  TRY(model_upload(m->dev, NULL, L * h * 4, "attention context", -1, &m->ctx));
+  TRY(model_upload(m->dev, NULL, L * in * 4, "intermediate", -1, &m->inter));
+  TRY(model_upload(m->dev, NULL, h * 4, "embedding", -1, &m->out));
+  if (m->lang != MODEL_KERNELS_CUDA) TRY(model_upload(m->dev, NULL, L * h * 4, "projection output", -1, &m->y));
   /* Keys past n are read (and their scores dropped): zeros keep them finite. */
   float *zeros = calloc(L * h, 4);
   if (!zeros) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -220,7 +205,7 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
   const minilm_config_t *c = &m->c;
   uint32_t h = (uint32_t)c->hidden, in = (uint32_t)c->intermediate;
   geometry_t g = {{hcq_imm(1), hcq_imm(1), hcq_imm(1)}, 1, NULL};
-  if (m->kind == HCQ_DEVICE_CPU) {
+  if (m->lang == MODEL_KERNELS_C) {
     switch (k) {
       case K_EMBED: g.grid[0] = ceil_n(m, EMB_ROWS), g.local = EMB_ROWS * h / 64; break;
       case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
@@ -236,7 +221,7 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
   /* kernels.glsl, for lavapipe (see there): groups of VK_LANES invocations, one llvmpipe vector.
    * The products: a group per VK_PCOLS columns x VK_ROWS rows; the row kernels a group per row,
    * attention a group per (head, query). */
-  if (m->kind == HCQ_DEVICE_VULKAN) {
+  if (m->lang == MODEL_KERNELS_GLSL) {
     hcq_operand_t prows = hcq_sym(m->vk_blocks), rows = hcq_sym(m->n);
     g.local = VK_LANES;
     switch (k) {
@@ -297,14 +282,14 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
     hcq_buffer_t **w = m->layer[l];
     add_kernel(m, K_QKV, (hcq_buffer_t *[]){m->qkv, m->kt, m->x, w[W_QKV], w[B_QKV]}, 2);
     add_kernel(m, K_ATTN, (hcq_buffer_t *[]){m->ctx, m->qkv, m->kt}, 1);
-    if (m->kind != HCQ_DEVICE_CUDA) {
+    if (m->lang != MODEL_KERNELS_CUDA) {
       add_kernel(m, K_PROJ, (hcq_buffer_t *[]){m->y, m->ctx, w[W_O], w[B_O]}, 1);
       add_kernel(m, K_RES_LN, (hcq_buffer_t *[]){m->x, m->y, w[LN1_W], w[LN1_B]}, 1);
     } else {
       add_kernel(m, K_PROJ_LN, (hcq_buffer_t *[]){m->x, m->ctx, w[W_O], w[B_O], w[LN1_W], w[LN1_B]}, 1);
     }
     add_kernel(m, K_FFN_UP, (hcq_buffer_t *[]){m->inter, m->x, w[W_I], w[B_I]}, 1);
-    if (m->kind != HCQ_DEVICE_CUDA) {
+    if (m->lang != MODEL_KERNELS_CUDA) {
       add_kernel(m, K_DOWN, (hcq_buffer_t *[]){m->y, m->inter, w[W_D], w[B_D]}, 1);
       add_kernel(m, K_RES_LN, (hcq_buffer_t *[]){m->x, m->y, w[LN2_W], w[LN2_B]}, 1);
     } else {
@@ -328,22 +313,25 @@ static hcq_status_t check_config(const minilm_config_t *c) {
   return NULL;
 }
 
+hcq_status_t minilm_encoder_kernels_for(hcq_device_kind_t kind) {
+  const char *body;
+  return model_kernel_source("minilm encoder", k_sources, kind, &body);
+}
+
 hcq_status_t minilm_encoder_create(const minilm_model_t *model, const minilm_encoder_options_t *options,
                                    minilm_encoder_t **out) {
   *out = NULL;
   TRY(check_config(&model->config));
   hcq_device_kind_t kind = options ? options->kind : HCQ_DEVICE_CPU;
-  if (kind != HCQ_DEVICE_CPU && kind != HCQ_DEVICE_VULKAN && kind != HCQ_DEVICE_CUDA)
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "minilm encoder: no kernels for %s devices (CPU, VULKAN and CUDA have them)",
-                           hcq_device_kind_name(kind));
-  if (kind == HCQ_DEVICE_VULKAN && model->config.hidden != 384)
+  TRY(minilm_encoder_kernels_for(kind));
+  if (model_kernel_lang(kind) == MODEL_KERNELS_GLSL && model->config.hidden != 384)
     return hcq_status_make(HCQ_UNIMPLEMENTED,
-                           "minilm encoder: the Vulkan kernels' row kernels hold a row of 384 floats, not %d (hidden)",
+                           "minilm encoder: the GLSL kernels' row kernels hold a row of 384 floats, not %d (hidden)",
                            model->config.hidden);
   minilm_encoder_t *m = calloc(1, sizeof(*m));
   if (!m) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating the encoder");
   m->c = model->config;
-  m->kind = kind;
+  m->lang = model_kernel_lang(kind);
   m->maxlen = (m->c.max_seq_len + 15) / 16 * 16;
   char name[32];
   snprintf(name, sizeof(name), "%s:0", hcq_device_kind_name(kind));

@@ -149,6 +149,10 @@ typedef struct minilm_encoder_options {
   hcq_device_kind_t kind; /* CPU (0, the default), VULKAN or CUDA: the device is KIND:0 */
 } minilm_encoder_options_t;
 
+/* NULL when the encoder has kernels in the language kind's devices compile (C, GLSL, CUDA C), else
+ * UNIMPLEMENTED naming the kind and its language; minilm_encoder_create asks it first. */
+HCQ_MUST_USE hcq_status_t minilm_encoder_kernels_for(hcq_device_kind_t kind);
+
 /* Opens the device, uploads the weights (model may be freed afterwards), compiles the kernels
  * (specialised to the config) and builds the exec items of one query. */
 HCQ_MUST_USE hcq_status_t minilm_encoder_create(const minilm_model_t *model, const minilm_encoder_options_t *options,

@@ -15,11 +15,13 @@
 #include "core/memory.h"
 #include "core/program.h"
 #include "hcq/device.h"
+#include "hcq/graph.h"
 #include "hcq/memory.h"
 #include "hcq/program.h"
 #include "hcq/queue.h"
 
 struct hcq__signal_words; /* core/signal.h */
+struct hcq__runner;       /* graph/runner.h */
 
 typedef struct hcq__backend {
   hcq_device_kind_t kind;
@@ -46,6 +48,15 @@ typedef struct hcq__backend {
   /* The caps its devices have for running and compiling kernels (HCQ_CAP_HOST_CALLABLE,
    * HCQ_CAP_COMPILE_*), which another rank's device of the kind shows too (the MPI layer). */
   uint32_t kernel_caps;
+  /* A graph runner of its own (docs/design.md, "Graph runners"; the CUDA graph in src/cuda/, the
+   * Metal graph in src/metal/), built on the graph layer's kind-neutral runner: it builds a graph
+   * over the runner's items (every device of which is of this kind) and takes the runner on
+   * success; inflight is the replays one graph may have in flight (0: the HCQ_GRAPH_INFLIGHT
+   * default). Optional: NULL means its devices run the HCQ graph (src/graph/hcq_graph.c). */
+  hcq_status_t (*graph_create)(struct hcq__runner *runner, bool profile, unsigned inflight, hcq_graph_t **out);
+  /* With graph_create: its graphs hold kernel items only (the JIT leaves transfers eager), and one
+   * graph spans one device (the JIT batches each device's items apart). */
+  bool graph_kernels_only, graph_one_device;
 } hcq__backend_t;
 
 /* The row of kind; NULL for a kind no row serves (kinds are public enum values). */

@@ -493,6 +493,11 @@ const hcq__backend_t *hcq__backend(hcq_device_kind_t kind) {
 }
 
 hcq_device_kind_t hcq_device_kind(const hcq_device_t *dev) { return dev ? dev->kind : HCQ_DEVICE_KIND_COUNT; }
+uint32_t hcq_device_kind_kernel_caps(hcq_device_kind_t kind) {
+  const hcq__backend_t *b = (unsigned)kind < HCQ_DEVICE_KIND_COUNT ? hcq__backend(kind) : NULL;
+  return b ? b->kernel_caps : 0;
+}
+
 uint32_t hcq_device_caps(const hcq_device_t *dev) { return dev ? dev->caps & ~HCQ__CAP_ENGINE_REMOTE_COPY : 0; }
 unsigned hcq_device_thread_count(const hcq_device_t *dev) { return dev ? dev->threads : 0; }
 

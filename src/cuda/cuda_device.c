@@ -329,4 +329,5 @@ const hcq__backend_t hcq__cuda_backend = {
     .binary_arch = true,
     .kernel_caps = HCQ_CAP_COMPILE_CUDA,
     .binary_compile = hcq__cuda_binary_compile,
+    .graph_create = hcq__cuda_graph_create, /* docs/design.md, "The CUDA graph" */
 };

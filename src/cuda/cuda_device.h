@@ -25,6 +25,7 @@
 #include "core/memory.h"
 #include "core/vec.h"
 #include "cuda/cuda_internal.h"
+#include "hcq/graph.h"
 #include "hcq/memory.h"
 #include "hcq/queue.h"
 
@@ -148,5 +149,12 @@ uint64_t hcq__cuda_completed(hcq_device_t *dev, hcq_queue_kind_t kind);
 void hcq__cuda_poll(hcq_device_t *dev);
 HCQ_MUST_USE hcq_status_t hcq__cuda_wait_idle(hcq_device_t *dev, int64_t timeout_ms);
 void hcq__cuda_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out);
+
+/* The CUDA graph (cuda_graph.c; docs/design.md, "The CUDA graph"): the row's graph_create
+ * (core/backend.h). Every device of the runner is a CUDA device; inflight is unused (the driver
+ * orders launches of one graph). */
+struct hcq__runner;
+HCQ_MUST_USE hcq_status_t hcq__cuda_graph_create(struct hcq__runner *runner, bool profile, unsigned inflight,
+                                                 hcq_graph_t **out);
 
 #endif

@@ -29,7 +29,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
   /* A backend with its own graph runner (the CUDA graph, docs/design.md, "Graph runners") holds
    * only devices of that runner; the rest run the HCQ graph. */
   hcq_device_t *own = NULL, *other = NULL;
-  const hcq__graph_kind_t *ok = NULL;
+  const hcq__backend_t *ok = NULL;
   for (size_t d = 0; d < runner.ndevices && !own; d++)
     if ((ok = hcq__graph_kind(runner.devices[d]->kind))) own = runner.devices[d];
   for (size_t d = 0; own && d < runner.ndevices && !other; d++)
@@ -39,7 +39,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
                          "by device kind (the JIT does), or transfer eagerly", hcq_device_kind_name(own->kind), own->name,
                          other->name);
   else if (own)
-    st = ok->create(&runner, profile, options ? options->inflight : 0, out_graph);
+    st = ok->graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
   if (!own && !st) {
     /* An HCQ graph copies on the source device's copy queue: a CPU engine would write through a
      * Vulkan device address as if it were a host pointer. Host-memory devices stay among themselves. */
@@ -185,15 +185,9 @@ void *hcq__graph_alloc(size_t size, const hcq__graph_vtable_t *vt, const hcq__ru
   return g;
 }
 
-static const hcq__graph_kind_t k_own_runners[] = {
-    {HCQ_DEVICE_CUDA, hcq__cuda_graph_create, false, false}, /* docs/design.md, "The CUDA graph" */
-    {HCQ_DEVICE_METAL, hcq__metal_graph_create, true, true}, /* docs/design.md, "The Metal graph" */
-};
-
-const hcq__graph_kind_t *hcq__graph_kind(hcq_device_kind_t kind) {
-  for (size_t i = 0; i < sizeof(k_own_runners) / sizeof(k_own_runners[0]); i++)
-    if (k_own_runners[i].kind == kind) return &k_own_runners[i];
-  return NULL;
+const hcq__backend_t *hcq__graph_kind(hcq_device_kind_t kind) {
+  const hcq__backend_t *b = hcq__backend(kind);
+  return b && b->graph_create ? b : NULL;
 }
 
 uintptr_t hcq__graph_class(const hcq_device_t *dev) {
@@ -201,12 +195,12 @@ uintptr_t hcq__graph_class(const hcq_device_t *dev) {
   if (!b) return 0;
   /* Devices of one runner share graphs; the HCQ graph's host-memory devices (CPU) stay apart from
    * each of its GPU kinds (a CPU engine reads addresses as host pointers). */
-  const hcq__graph_kind_t *own = hcq__graph_kind(dev->kind);
-  if (own) return own->one_device ? (uintptr_t)dev : (uintptr_t)own;
+  const hcq__backend_t *own = hcq__graph_kind(dev->kind);
+  if (own) return own->graph_one_device ? (uintptr_t)dev : (uintptr_t)own;
   return dev->caps & HCQ_CAP_HOST_MEMORY ? 1 : (uintptr_t)b;
 }
 
 bool hcq__graph_holds_transfers(const hcq_device_t *dev) {
-  const hcq__graph_kind_t *own = hcq__graph_kind(dev->kind);
-  return hcq__backend(dev->kind) && !(own && own->kernels_only);
+  const hcq__backend_t *own = hcq__graph_kind(dev->kind);
+  return hcq__backend(dev->kind) && !(own && own->graph_kernels_only);
 }

@@ -2,6 +2,7 @@
 #ifndef HCQ_GRAPH_INTERNAL_H
 #define HCQ_GRAPH_INTERNAL_H
 
+#include "core/backend.h"
 #include "core/device.h"
 #include "graph/runner.h"
 
@@ -44,27 +45,15 @@ static inline void hcq__graph_struct_free(hcq_graph_t *g) {
  * hcq_graph) with vt set, live, and holding a copy of the runner; NULL when memory ran out. */
 void *hcq__graph_alloc(size_t size, const hcq__graph_vtable_t *vt, const hcq__runner_t *runner);
 
-/* The graph runners (docs/design.md, "Graph runners"). Each builds a graph over the runner's items
- * and takes the runner on success; inflight is the replays one graph may have in flight (0: the
- * HCQ_GRAPH_INFLIGHT default). */
-typedef hcq_status_t (*hcq__graph_create_fn)(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
-/* The HCQ graph (hcq_graph.c): queues of command words, any backend. */
+/* The graph runners (docs/design.md, "Graph runners"): the HCQ graph here, for every kind whose
+ * backend row has no graph_create of its own (core/backend.h). It builds a graph over the runner's
+ * items and takes the runner on success; inflight is the replays one graph may have in flight (0:
+ * the HCQ_GRAPH_INFLIGHT default). */
 HCQ_MUST_USE hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
-/* The CUDA graph (cuda_graph.c): every device of the runner is a CUDA device; inflight is unused
- * (the driver orders launches of one graph). */
-HCQ_MUST_USE hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
-/* The Metal graph (metal_graph.c): kernel items of one Metal device. */
-HCQ_MUST_USE hcq_status_t hcq__metal_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
 
-/* A device kind with a runner of its own; kinds without one run the HCQ graph. */
-typedef struct hcq__graph_kind {
-  hcq_device_kind_t kind;
-  hcq__graph_create_fn create;
-  bool kernels_only; /* the JIT leaves transfers eager */
-  bool one_device;   /* one graph spans one device: the JIT batches each device's items apart */
-} hcq__graph_kind_t;
-/* The row of kind, or NULL when its devices run the HCQ graph. */
-const hcq__graph_kind_t *hcq__graph_kind(hcq_device_kind_t kind);
+/* The backend row of kind when its devices run a graph runner of its own (graph_create), else NULL
+ * (they run the HCQ graph). */
+const hcq__backend_t *hcq__graph_kind(hcq_device_kind_t kind);
 
 /* Tests only: the HCQ graph's replay counter, and setting it as if that many replays had finished
  * (with no replay in flight), to exercise its wrap. */

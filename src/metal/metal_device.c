@@ -728,6 +728,9 @@ const hcq__backend_t hcq__metal_backend = {
     .open = mtl_open,
     .binary_formats = 1u << HCQ_BINARY_METALLIB,
     .kernel_caps = HCQ_CAP_COMPILE_METAL,
+    .graph_create = hcq__metal_graph_create, /* docs/design.md, "The Metal graph" */
+    .graph_kernels_only = true,
+    .graph_one_device = true,
     .no_compile_why = "a metallib is built by Apple's toolchain, which hcq does not drive: on macOS, "
                       "xcrun -sdk macosx metal -c k.metal -o k.air && xcrun -sdk macosx metallib k.air -o k.metallib",
 };

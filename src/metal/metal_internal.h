@@ -1,5 +1,5 @@
 /* The Metal backend's view of the Objective-C runtime and the Metal framework, shared by the device
- * (metal_device.c) and the Metal graph (src/graph/metal_graph.c).
+ * (metal_device.c) and the Metal graph (metal_graph.c).
  *
  * Nothing here needs an Apple header: libobjc and Metal.framework are opened by path at run time
  * (HCQ_OBJC_LIBRARY, HCQ_METAL_FRAMEWORK), classes are looked up with objc_getClass, selectors with
@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "hcq/device.h"
+#include "hcq/graph.h"
 #include "hcq/status.h"
 
 typedef void *hcq_id;
@@ -130,5 +131,10 @@ HCQ_MUST_USE hcq_status_t hcq__mtl_submit_job(hcq_device_t *dev, const hcq__mtl_
 hcq_id hcq__mtl_string(const hcq__mtl_api_t *api, const char *s);
 const char *hcq__mtl_cstring(const hcq__mtl_api_t *api, hcq_id str);
 
+/* The Metal graph (metal_graph.c; docs/design.md, "The Metal graph"): the row's graph_create
+ * (core/backend.h), for kernel items of one Metal device. */
+struct hcq__runner;
+HCQ_MUST_USE hcq_status_t hcq__metal_graph_create(struct hcq__runner *runner, bool profile, unsigned inflight,
+                                                  hcq_graph_t **out);
 
 #endif

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hcq's layers import only downward: core <- backends <- graph <- jit <- io <- mpi <- models <- cli.
+"""hcq's layers import only downward: core <- graph <- backends <- jit <- io <- mpi <- models <- cli.
 
 Three checks, on the sources and on what the build really holds:
   * includes: a source or private header may include only private headers of its own layer or a
@@ -7,8 +7,13 @@ Three checks, on the sources and on what the build really holds:
   * calls: every symbol an object file uses from another hcq object file must be defined in its
     own layer or a lower one (read with nm from the build directory's object files);
   * backends stand side by side: one backend's folder neither includes nor calls another's, and
-    the layers that serve every kind (core, jit, io, mpi) name no kind (HCQ_DEVICE_CPU, ...); the
-    backend table (src/backends.c) and the graph layer's runners are where kinds are named.
+    the layers that serve every kind (core, graph, jit, io, mpi) and the tool (cli, but for its
+    default kind in cli/cli.h) name no kind (HCQ_DEVICE_CPU, ...); the backend table
+    (src/backends.c) is where kinds are named.
+
+The backend folders are read from the backend table: each row (&hcq__x_backend in src/backends.c)
+is defined in one folder under src/, which is that backend's. A folder under src/ that is neither a
+layer below nor a backend's fails the check, so a new folder is never skipped silently.
 
   check_layers.py SOURCE_DIR BUILD_DIR            the check (exit 1 naming every violation)
   check_layers.py SOURCE_DIR BUILD_DIR --report   also counts files over 800 and 1,000 lines and
@@ -19,16 +24,16 @@ import re
 import subprocess
 import sys
 
-LAYERS = ["core", "backends", "graph", "jit", "io", "mpi", "models", "cli"]
+# The graph layer's kind-neutral runner sits below the backends: a backend with a graph runner of its
+# own (the CUDA graph, the Metal graph) builds it in its folder on that runner, and the graph layer
+# reaches it through the row's graph_create.
+LAYERS = ["core", "graph", "backends", "jit", "io", "mpi", "models", "cli"]
 
-# Folder (relative to the source root) -> layer. The longest matching prefix wins.
+# Folder (relative to the source root) -> layer, the backends' folders added from the backend table
+# (backend_folders). The longest matching prefix wins.
 FOLDERS = {
     "src/core": "core",
     "src/trace": "core",
-    "src/cpu": "backends",
-    "src/cuda": "backends",
-    "src/vulkan": "backends",
-    "src/metal": "backends",
     "src/graph": "graph",
     "src/jit": "jit",
     "src/io": "io",
@@ -78,9 +83,54 @@ def resolve_include(root, rel, name):
     return None
 
 
-BACKEND_FOLDERS = ("src/cpu", "src/cuda", "src/vulkan", "src/metal")
-KIND_BLIND = ("src/core", "src/trace", "src/jit", "src/io", "src/mpi")
-KIND_NAME = re.compile(r"\bHCQ_DEVICE_(CPU|CUDA|VULKAN|METAL)\b")
+BACKEND_FOLDERS = ()  # set by main from the backend table
+KIND_BLIND = ("src/core", "src/trace", "src/graph", "src/jit", "src/io", "src/mpi", "cli")
+# The tool's default kind (without --device) is named once, in cli/cli.h.
+KIND_NAMED_HERE = ("cli/cli.h",)
+ROW = re.compile(r"&\s*(hcq__\w+_backend)\b")
+
+
+def backend_folders(root):
+    """The folder under src/ of each row of the backend table (src/backends.c), and what is wrong
+    with the table: a row defined nowhere, or in no folder of its own."""
+    table = open(os.path.join(root, "src/backends.c"), encoding="utf-8", errors="replace").read()
+    rows = ROW.findall(re.sub(r"/\*.*?\*/", "", table, flags=re.S))
+    folders, bad = {}, []
+    for rel in sources(root):
+        if not rel.startswith("src/") or not rel.endswith(".c"):
+            continue
+        text = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read()
+        for row in rows:
+            if re.search(r"\bconst\s+hcq__backend_t\s+" + row + r"\s*=", text):
+                folders[row] = os.path.dirname(rel)
+    for row in rows:
+        where = folders.get(row)
+        if where is None:
+            bad.append(f"src/backends.c: the row {row} is defined in no source under src/")
+        elif where == "src" or FOLDERS.get(where, "backends") != "backends":
+            bad.append(f"src/backends.c: the row {row} is defined in {where}, not in a backend folder of its own")
+    mine = set(f for f in folders.values() if f != "src" and FOLDERS.get(f, "backends") == "backends")
+    return sorted(mine), rows, bad
+
+
+def unknown_folders(root):
+    """Folders under src/ that are no layer's and no backend's (the check would skip them)."""
+    out = []
+    for name in sorted(os.listdir(os.path.join(root, "src"))):
+        rel = "src/" + name
+        if os.path.isdir(os.path.join(root, rel)) and rel not in FOLDERS:
+            out.append(f"{rel}: a folder no layer knows: a backend's folder defines a row of src/backends.c "
+                       f"(docs/new-backend.md); another layer's is named in FOLDERS of {os.path.basename(__file__)}")
+    return out
+KIND_NAME = None  # set by main from the kind list (kind_pattern)
+
+
+def kind_pattern(root):
+    """HCQ_DEVICE_<kind> for every kind of the public kind list (HCQ_DEVICE_KINDS_ARG in
+    include/hcq/device.h), so that a new kind is checked as the others are."""
+    text = open(os.path.join(root, "include/hcq/device.h"), encoding="utf-8").read()
+    kinds = re.findall(r'^\s*X\((\w+), "\w+", arg\)', text, re.M)
+    return re.compile(r"\bHCQ_DEVICE_(" + "|".join(kinds) + r")\b")
 
 
 def backend_of(rel):
@@ -98,7 +148,7 @@ def sideways(rel, target):
 def kind_names(root):
     out = []
     for rel in sources(root):
-        if not rel.startswith(tuple(f + "/" for f in KIND_BLIND)):
+        if not rel.startswith(tuple(f + "/" for f in KIND_BLIND)) or rel in KIND_NAMED_HERE:
             continue
         for n, line in enumerate(open(os.path.join(root, rel), encoding="utf-8", errors="replace"), 1):
             code = line.split("//")[0]
@@ -232,7 +282,13 @@ def main():
         return 2
     root, build = sys.argv[1], sys.argv[2]
     report = "--report" in sys.argv[3:]
-    bad = include_violations(root) + kind_names(root)
+    global BACKEND_FOLDERS, KIND_NAME
+    KIND_NAME = kind_pattern(root)
+    BACKEND_FOLDERS, rows, bad = backend_folders(root)
+    BACKEND_FOLDERS = tuple(BACKEND_FOLDERS)
+    FOLDERS.update({f: "backends" for f in BACKEND_FOLDERS})
+    bad += unknown_folders(root)
+    bad += include_violations(root) + kind_names(root)
     calls = call_violations(build, root)
     if calls is None:
         print(f"check_layers: no hcq object files under {build}", file=sys.stderr)
@@ -252,9 +308,11 @@ def main():
             print(f"  {n:5d} {where}")
         print(f"upward includes and calls: {len(bad)}")
     if bad:
-        print(f"check_layers: {len(bad)} upward includes or calls (layers: {' <- '.join(LAYERS)})")
+        print(f"check_layers: {len(bad)} violations: upward or sideways includes and calls, kind names, "
+              f"folders no layer knows (layers: {' <- '.join(LAYERS)})")
         return 1
-    print(f"check_layers: every include and call goes downward ({' <- '.join(LAYERS)})")
+    print(f"check_layers: every include and call goes downward ({' <- '.join(LAYERS)}); "
+          f"{len(rows)} backends from src/backends.c: {' '.join(BACKEND_FOLDERS)}")
     return 0
 
 

@@ -14,6 +14,7 @@
 #include "core/buffer.h"
 #include "core/host_wait.h"
 #include "core/options.h"
+#include "cuda/cuda_device.h"
 #include "cuda/cuda_internal.h"
 #include "graph/graph_internal.h"
 #include "graph/update_plan.h"
