@@ -102,22 +102,36 @@ static inline vf vexp(vf x) {
 /* ---- activations ---- */
 
 /* Quantizes n floats (the last block padded with zeros) into blocks; rounding to nearest, ties to
- * even, by the 1.5 x 2^23 shifter (|x / d| <= 127). */
+ * even, by the 1.5 x 2^23 shifter (|x / d| <= 127). In vector lanes (a batch step quantizes every
+ * row's activations several times a layer); each lane does the scalar form's operations, the max
+ * and the integer sums do not depend on their order, so the blocks are the same bits. */
+typedef int8_t vb __attribute__((vector_size(VW)));
 static void quantize(const float *x, int n, act_t *out) {
+  enum { NV = 32 / VW };
+  const vi magnitude = (vi){0} + 0x7fffffff;
   for (int b = 0; b < NBLK(n); b++) {
-    float v[32];
+    float pad[32];
+    const float *src = x + 32 * b;
     int m = n - 32 * b < 32 ? n - 32 * b : 32;
-    for (int j = 0; j < 32; j++) v[j] = j < m ? x[32 * b + j] : 0.0f;
-    float amax = 0;
-    for (int j = 0; j < 32; j++) amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
+    if (m < 32) {
+      for (int j = 0; j < 32; j++) pad[j] = j < m ? src[j] : 0.0f;
+      src = pad;
+    }
+    vf v[NV], top = (vf){0};
+    for (int j = 0; j < NV; j++) {
+      v[j] = vload(src + j * VW);
+      vf a = (vf)((vi)v[j] & magnitude);
+      top = vselect(a > top, a, top);
+    }
+    float amax = vmax(top);
     float d = amax / 127, id = d != 0.0f ? 127 / amax : 0.0f;
     int s = 0, s16 = 0;
-    for (int j = 0; j < 32; j++) {
-      float t = (v[j] * id + 12582912.0f) - 12582912.0f;
-      int q = (int)t;
-      out[b].q[j] = (int8_t)q;
-      s += q;
-      if (j == 15) s16 = s;
+    for (int j = 0; j < NV; j++) {
+      vi q = __builtin_convertvector((v[j] * id + 12582912.0f) - 12582912.0f, vi);
+      vb q8 = __builtin_convertvector(q, vb);
+      memcpy(out[b].q + j * VW, &q8, VW);
+      for (int k = 0; k < VW; k++) s += q[k];
+      if ((j + 1) * VW == 16) s16 = s;
     }
     out[b].d = d, out[b].s = s, out[b].sd = (float)s * d, out[b].s16 = s16;
   }
