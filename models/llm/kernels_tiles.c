@@ -103,6 +103,11 @@ static inline float half_at(const uint8_t *p, int i) {
  * stride NBLK(k)): float layouts read fin, quantized ones qin. */
 
 #if LLM_ISA == 3
+/* Tokens per tile: 8 for the one-level layouts (a batch step's 8 rows share one decoding of each
+ * weight block; 8 accumulators, the block's 8 registers and its scales fit the 32 registers), 4 for
+ * the K layouts (their superblock sums, tD and tM, double the accumulators). */
+#define TILE_MAX 8
+#define TILE_MAX_K 4
 /* Weights are read once per token, from memory: the loop asks for the bytes PREFETCH_DISTANCE ahead
  * of the block it is at (one hint per cache line), so that more lines are on their way than the
  * out-of-order window alone would request. */
@@ -120,7 +125,8 @@ static inline __attribute__((always_inline)) __m512i act_word(const act_t *x, in
 static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f);
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[TILE_MAX];
+  UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int b = 0; b < nb; b++) {
     const uint8_t *blk = w + (size_t)b * 320;
     prefetch_ahead(blk, 320);
@@ -163,7 +169,8 @@ static inline __attribute__((always_inline)) __m512 offset_block(const __m512i u
 static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i flip = _mm512_set1_epi8((char)0x80);
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[TILE_MAX];
+  UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int b = 0; b < nb; b++) {
     const uint8_t *blk = w + (size_t)b * 544;
     prefetch_ahead(blk, 544);
@@ -181,7 +188,8 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
 static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[TILE_MAX];
+  UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int b = 0; b < nb; b++) {
     const uint8_t *blk = w + (size_t)b * 352;
     prefetch_ahead(blk, 352);
@@ -221,11 +229,12 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
                                                          float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
   const int sb = K_SB(layout);
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[TILE_MAX];
+  UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int s = 0; s < nb / sb; s++) {
     const uint8_t *sup = w + (size_t)s * K_SBB(layout);
-    __m512 tD[4], tM[4];
-    UNROLL for (int t = 0; t < 4; t++) tD[t] = tM[t] = _mm512_setzero_ps();
+    __m512 tD[TILE_MAX], tM[TILE_MAX];
+    UNROLL for (int t = 0; t < TILE_MAX; t++) tD[t] = tM[t] = _mm512_setzero_ps();
     for (int b = 0; b < sb; b++) {
       const uint8_t *blk = sup + 64 + (size_t)b * K_BB(layout);
       prefetch_ahead(blk, K_BB(layout) + (b == 0 ? 64 : 0));
@@ -265,7 +274,8 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
 
 static inline __attribute__((always_inline)) void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x,
                                                          float (*out)[16]) {
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[TILE_MAX];
+  UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int j = 0; j < k; j++) {
     __m512 wv = layout == L_F32 ? _mm512_loadu_ps((const float *)w + (size_t)j * 16)
                                 : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)j * 32)));
@@ -273,7 +283,6 @@ static inline __attribute__((always_inline)) void f_tile(int tn, int layout, con
   }
   UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
 }
-#define TILE_MAX 4
 
 #elif LLM_ISA == 2
 /* 8 rows per 256-bit register: a row group is two halves, h = 0 (rows 0-7) and 1 (rows 8-15). */
@@ -469,6 +478,7 @@ static inline __attribute__((always_inline)) void f_tile(int tn, int layout, con
   }
 }
 #define TILE_MAX 2
+#define TILE_MAX_K 2
 
 #else /* portable C: the same sums and the same float operations, one lane at a time */
 static inline void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
@@ -583,6 +593,7 @@ static inline void f_tile(int tn, int layout, const uint8_t *w, int k, const flo
   }
 }
 #define TILE_MAX 1
+#define TILE_MAX_K 1
 #endif
 
 /* Row group g of a matrix (layout, k columns) times the inputs of nt tokens. */
@@ -590,16 +601,19 @@ static inline __attribute__((always_inline)) void group_dot(int layout, const ui
                                                             const act_t *qin, int nt, float (*out)[16]) {
   int nb = k / 32;
   size_t stride = (size_t)NBLK(k);
-  for (int t0 = 0; t0 < nt; t0 += TILE_MAX) {
-    int tn = nt - t0 < TILE_MAX ? nt - t0 : TILE_MAX;
-    /* tn as a constant in each call, so that the tile's accumulators stay in registers */
+  const int k_layout = quantized(layout) && layout != L_Q4 && layout != L_Q8 && layout != L_Q5;
+  const int cap = k_layout ? TILE_MAX_K : TILE_MAX;
+  for (int t0 = 0; t0 < nt; t0 += cap) {
+    int tn = nt - t0 < cap ? nt - t0 : cap;
+    /* tn as a constant in each call, so that the tile's accumulators stay in registers; the K
+     * layouts' cases above TILE_MAX_K are never taken */
 #define TILE_CASE(N)                                                                               \
   case N:                                                                                          \
     if (layout == L_Q4) q4_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);           \
     else if (layout == L_Q8) q8_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);      \
     else if (layout == L_Q5) q5_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);      \
-    else if (quantized(layout)) k_tile(N, layout, w, nb, qin + (size_t)t0 * stride, stride, out + t0); \
-    else f_tile(N, layout, w, k, fin + (size_t)t0 * k, out + t0);                                  \
+    else if (k_layout && N <= TILE_MAX_K) k_tile(N, layout, w, nb, qin + (size_t)t0 * stride, stride, out + t0); \
+    else if (!k_layout) f_tile(N, layout, w, k, fin + (size_t)t0 * k, out + t0);                   \
     break;
     switch (tn) {
       TILE_CASE(1)
@@ -609,6 +623,12 @@ static inline __attribute__((always_inline)) void group_dot(int layout, const ui
 #if TILE_MAX >= 4
       TILE_CASE(3)
       TILE_CASE(4)
+#endif
+#if TILE_MAX >= 8
+      TILE_CASE(5)
+      TILE_CASE(6)
+      TILE_CASE(7)
+      TILE_CASE(8)
 #endif
       default: break;
     }
