@@ -454,10 +454,33 @@ void llm_rope_heads(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 #ifndef WINDOW
 #define WINDOW 0
 #endif
+/* Chunks of 32 positions whose scores one pass over q computes: their sums are independent, so
+ * their additions overlap instead of waiting on one another (each sum keeps its order). */
+#define ATTN_CHUNKS 4
+/* The head's output sums of HD elements: whole vectors in registers, the rest (HD % VW) one by one. */
+#define ATTN_NA (HD / VW)
+#define ATTN_TAIL (HD % VW)
+#define ATTN_UNROLL _Pragma("GCC unroll 16")
+
+/* Scores of chunks c0 .. c0 + nc - 1 (nc <= ATTN_CHUNKS) of kv head kvh for the head's q. */
+static inline void attn_scores(const float *qh, const float *kc, int kvh, int c0, int nc, vf (*s)[32 / VW]) {
+  enum { NV = 32 / VW };
+  for (int k = 0; k < ATTN_CHUNKS; k++)
+    for (int j = 0; j < NV; j++) s[k][j] = (vf){0};
+  for (int e = 0; e < HD; e++) {
+    _Pragma("GCC unroll 4") for (int k = 0; k < ATTN_CHUNKS; k++) {
+      if (k >= nc) break;
+      const float *kt = kc + ((size_t)(c0 + k) * NKV + (size_t)kvh) * HD * 32 + (size_t)e * 32;
+      for (int j = 0; j < NV; j++) s[k][j] += qh[e] * vload(kt + j * VW);
+    }
+  }
+}
+
 /* bufs: out, q, key cache, value cache, info. Grid: (NH heads, n tokens). Head h of token i
  * (position p0 + i) attends to positions 0..p0 + i (WINDOW: the last WINDOW of them), a chunk of
  * 32 at a time with a running max (online softmax): the chunk's scores in vector lanes, masked
- * outside the positions seen. */
+ * outside the positions seen. The sums live in registers (through memory, each addition would wait
+ * on the store before it). */
 void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *out = b[0];
   const float *q = b[1], *kc = b[2], *vc = b[3];
@@ -473,44 +496,49 @@ void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   enum { NV = 32 / VW };
   vi lane;
   for (int k = 0; k < VW; k++) lane[k] = k;
-  float m = -INFINITY, total = 0, acc[HD];
-  for (int e = 0; e < HD; e++) acc[e] = 0;
-  for (int c = lo / 32; c <= pos / 32; c++) {
-    const float *kt = kc + ((size_t)c * NKV + (size_t)kvh) * HD * 32;
-    vf s[NV];
-    for (int j = 0; j < NV; j++) s[j] = (vf){0};
-    for (int e = 0; e < HD; e++)
-      for (int j = 0; j < NV; j++) s[j] += qh[e] * vload(kt + (size_t)e * 32 + j * VW);
-    int valid = pos - 32 * c + 1, first = lo - 32 * c;
-    vi keep[NV];
-    vf top = (vf){0} - INFINITY;
-    for (int j = 0; j < NV; j++) {
-      s[j] *= scale;
-      keep[j] = (lane + j * VW < valid) & (lane + j * VW >= first);
-      top = vselect(keep[j] & (s[j] > top), s[j], top);
+  float m = -INFINITY, total = 0, tail[ATTN_TAIL + 1];
+  vf acc[ATTN_NA + 1];
+  for (int a = 0; a < ATTN_NA; a++) acc[a] = (vf){0};
+  for (int e = 0; e < ATTN_TAIL; e++) tail[e] = 0;
+  for (int c0 = lo / 32; c0 <= pos / 32; c0 += ATTN_CHUNKS) {
+    int nc = pos / 32 - c0 + 1 < ATTN_CHUNKS ? pos / 32 - c0 + 1 : ATTN_CHUNKS;
+    vf scores[ATTN_CHUNKS][NV];
+    attn_scores(qh, kc, kvh, c0, nc, scores);
+    for (int k = 0; k < nc; k++) {
+      int c = c0 + k;
+      vf *s = scores[k];
+      int valid = pos - 32 * c + 1, first = lo - 32 * c;
+      vi keep[NV];
+      vf top = (vf){0} - INFINITY;
+      for (int j = 0; j < NV; j++) {
+        s[j] *= scale;
+        keep[j] = (lane + j * VW < valid) & (lane + j * VW >= first);
+        top = vselect(keep[j] & (s[j] > top), s[j], top);
+      }
+      float cm = vmax(top), nm = cm > m ? cm : m;
+      float corr = m == -INFINITY ? 0.0f : expf(m - nm);
+      vf e_sum = (vf){0};
+      float p[32];
+      for (int j = 0; j < NV; j++) {
+        vf e = vselect(keep[j], vexp(s[j] - nm), (vf){0});
+        e_sum += e;
+        vstore(p + j * VW, e);
+      }
+      total = total * corr + vsum(e_sum);
+      ATTN_UNROLL for (int a = 0; a < ATTN_NA; a++) acc[a] *= corr;
+      for (int e = 0; e < ATTN_TAIL; e++) tail[e] *= corr;
+      int lim = valid < 32 ? valid : 32;
+      for (int t = first > 0 ? first : 0; t < lim; t++) {
+        const float *vt = vc + ((size_t)(32 * c + t) * NKV + (size_t)kvh) * HD;
+        ATTN_UNROLL for (int a = 0; a < ATTN_NA; a++) acc[a] += p[t] * vload(vt + a * VW);
+        for (int e = 0; e < ATTN_TAIL; e++) tail[e] += p[t] * vt[ATTN_NA * VW + e];
+      }
+      m = nm;
     }
-    float cm = vmax(top), nm = cm > m ? cm : m;
-    float corr = m == -INFINITY ? 0.0f : expf(m - nm);
-    vf e_sum = (vf){0};
-    float p[32];
-    for (int j = 0; j < NV; j++) {
-      vf e = vselect(keep[j], vexp(s[j] - nm), (vf){0});
-      e_sum += e;
-      vstore(p + j * VW, e);
-    }
-    total = total * corr + vsum(e_sum);
-    for (int e = 0; e < HD; e++) acc[e] *= corr;
-    int lim = valid < 32 ? valid : 32;
-    for (int t = first > 0 ? first : 0; t < lim; t++) {
-      const float *vt = vc + ((size_t)(32 * c + t) * NKV + (size_t)kvh) * HD;
-      int e = 0;
-      for (; e + VW <= HD; e += VW) vstore(acc + e, vload(acc + e) + p[t] * vload(vt + e));
-      for (; e < HD; e++) acc[e] += p[t] * vt[e];
-    }
-    m = nm;
   }
   float *o = out + (size_t)i * QD + (size_t)h * HD;
-  for (int e = 0; e < HD; e++) o[e] = acc[e] / total;
+  for (int a = 0; a < ATTN_NA; a++) vstore(o + a * VW, acc[a] / total);
+  for (int e = 0; e < ATTN_TAIL; e++) o[ATTN_NA * VW + e] = tail[e] / total;
 }
 
 #ifdef W_LAYOUT
