@@ -54,6 +54,26 @@ static void float_path(ggml_type_t type, const char *name) {
 Test(llm_tiny, f32_weights_match_the_float_reference) { float_path(GGML_TYPE_F32, "f32"); }
 Test(llm_tiny, f16_weights_match_the_float_reference) { float_path(GGML_TYPE_F16, "f16"); }
 
+/* Attention past 4 chunks of 32 positions (llm_attn scores up to 4 chunks in one pass over q, then
+ * the next 4) with heads of 8 (every sum element by element), 32 (whole vectors) and 18 (a vector
+ * and 2 left over): 200 positions against the float reference. */
+Test(llm_tiny, attention_past_four_chunks_matches_the_float_reference) {
+  const int shapes[3][3] = {{40, 5, 1}, {64, 2, 1}, {72, 4, 2}}; /* dim, heads, kv heads */
+  for (int i = 0; i < 3; i++) {
+    tiny_spec_t s = tiny_uniform_spec(shapes[i][0], 72, 1, shapes[i][1], shapes[i][2], 50, GGML_TYPE_F32, false, 5);
+    char name[32];
+    snprintf(name, sizeof(name), "head size %d", shapes[i][0] / shapes[i][1]);
+    llm_model_t *m = tiny_model(&s, name);
+    llm_decoder_t *d = decoder(m, 1, 224, 16);
+    enum { N = 200 };
+    int32_t toks[N];
+    random_tokens(toks, N, 50, 7);
+    forced_matches_reference(d, m, toks, N, false, 1e-4f, 0, name);
+    OK(llm_decoder_destroy(d));
+    llm_model_close(m);
+  }
+}
+
 /* Weights in blocks: the reference rounds the same inputs to 8 bits; what is left are float sums
  * in another order, which can move a rounding of the next layer's inputs by one step. */
 static void block_path(const tiny_spec_t *s, const char *name) {

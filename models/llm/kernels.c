@@ -29,7 +29,8 @@
 #include <immintrin.h>
 #endif
 
-/* kernels_tiles.c comes first (the ISA choice, the layouts, act_t, half_at, group_dot). */
+/* kernels_tiles.c comes first (the ISA choice, the layouts, act_t, half_at, the vector helpers, quantize,
+ * group_dot). */
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
 /* What the architecture changes (llm_config_t's flags; decoder_items.c defines them for the model):
@@ -52,110 +53,7 @@
 #define FFN_GELU 0
 #endif
 
-/* ---- vectors (GCC's and clang's vector extensions) for the float work ----
- * 16 lanes on every machine (two 256-bit registers where there is no AVX-512): the sums across lanes
- * (the RMS norm's, the softmax's) then run in the same order everywhere, so every machine computes
- * the same bits, not only every kernel version on one machine. */
-#define VW 16
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
-
-static inline vf vload(const float *p) {
-  vf v;
-  memcpy(&v, p, sizeof(v));
-  return v;
-}
-static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof(v)); }
-static inline vf vselect(vi keep, vf a, vf b) { return (vf)((keep & (vi)a) | (~keep & (vi)b)); }
-static inline float vsum(vf v) {
-  float s = 0;
-  for (int i = 0; i < VW; i++) s += v[i];
-  return s;
-}
-static inline float vmax(vf v) {
-  float m = v[0];
-  for (int i = 1; i < VW; i++) m = v[i] > m ? v[i] : m;
-  return m;
-}
-
-/* exp(x) of each lane within 2 ulp of expf, in vector arithmetic: x = k ln2 + r with ln2 in two
- * parts (r exact), e^r by its Taylor series to r^7, 2^k put into the exponent bits. x is clamped to
- * [-87, 88] first, where 2^k is a normal float (e^-87 adds nothing next to a softmax's largest 1). */
-static inline vf vexp(vf x) {
-  vf lo = (vf){0} - 87.0f, hi = (vf){0} + 88.0f;
-  x = vselect(x < lo, lo, x);
-  x = vselect(x > hi, hi, x);
-  const float shifter = 12582912.0f; /* 1.5 x 2^23: adding it rounds to an integer */
-  vf k = (x * 1.44269504f + shifter) - shifter;
-  vf r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
-  vf p = r * (1.0f / 5040) + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  vi bits = (__builtin_convertvector(k, vi) + 127) << 23;
-  return p * (vf)bits;
-}
-
-/* ---- activations ---- */
-
-/* Quantizes n floats (the last block padded with zeros) into blocks; rounding to nearest, ties to
- * even, by the 1.5 x 2^23 shifter (|x / d| <= 127). */
-static void quantize(const float *x, int n, act_t *out) {
-  for (int b = 0; b < NBLK(n); b++) {
-    float v[32];
-    int m = n - 32 * b < 32 ? n - 32 * b : 32;
-    for (int j = 0; j < 32; j++) v[j] = j < m ? x[32 * b + j] : 0.0f;
-    float amax = 0;
-    for (int j = 0; j < 32; j++) amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
-    float d = amax / 127, id = d != 0.0f ? 127 / amax : 0.0f;
-    int s = 0, s16 = 0;
-    for (int j = 0; j < 32; j++) {
-      float t = (v[j] * id + 12582912.0f) - 12582912.0f;
-      int q = (int)t;
-      out[b].q[j] = (int8_t)q;
-      s += q;
-      if (j == 15) s16 = s;
-    }
-    out[b].d = d, out[b].s = s, out[b].sd = (float)s * d, out[b].s16 = s16;
-  }
-}
-
-/* The inputs of a K-quant or IQ4_XS matrix, as llama.cpp's Q8_K: one scale per 256 elements (the
- * element of largest magnitude maps to -127, d = 1 / (-127 / max)), shared by the superblock's 8
- * blocks; q = min(127, round(x / d)). n is a multiple of 256. */
-static void quantize_k(const float *x, int n, act_t *out) {
-  for (int sb = 0; sb < n / 256; sb++) {
-    const float *v = x + 256 * sb;
-    float amax = 0, max = 0;
-    for (int j = 0; j < 256; j++)
-      if (fabsf(v[j]) > amax) amax = fabsf(v[j]), max = v[j];
-    float iscale = amax != 0.0f ? -127.0f / max : 0.0f, d = amax != 0.0f ? 1.0f / iscale : 0.0f;
-    for (int b = 0; b < 8; b++) {
-      act_t *o = &out[8 * sb + b];
-      int s = 0, s16 = 0;
-      for (int j = 0; j < 32; j++) {
-        int q = (int)((iscale * v[32 * b + j] + 12582912.0f) - 12582912.0f);
-        q = q < 127 ? q : 127;
-        o->q[j] = (int8_t)q;
-        s += q;
-        if (j == 15) s16 = s;
-      }
-      o->d = d, o->s = s, o->sd = (float)s * d, o->s16 = s16;
-    }
-  }
-}
-
-/* ACT_K: the entry's quantized output feeds K-quant matrices only (llama.cpp's Q8_K inputs). */
-#ifndef ACT_K
-#define ACT_K 0
-#endif
-static inline void quantize_act(const float *x, int n, act_t *out) {
-  if (ACT_K) quantize_k(x, n, out);
-  else quantize(x, n, out);
-}
+/* ---- the norms (kernels_tiles.c has the vector helpers and the activations' quantization) ---- */
 
 /* 1 / RMS of the n floats of x (with the model's epsilon). */
 static inline float inv_rms(const float *x, int n) {
@@ -440,10 +338,33 @@ void llm_rope_heads(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 #ifndef WINDOW
 #define WINDOW 0
 #endif
+/* Chunks of 32 positions whose scores one pass over q computes: their sums are independent, so
+ * their additions overlap instead of waiting on one another (each sum keeps its order). */
+#define ATTN_CHUNKS 4
+/* The head's output sums of HD elements: whole vectors in registers, the rest (HD % VW) one by one. */
+#define ATTN_NA (HD / VW)
+#define ATTN_TAIL (HD % VW)
+#define ATTN_UNROLL _Pragma("GCC unroll 16")
+
+/* Scores of chunks c0 .. c0 + nc - 1 (nc <= ATTN_CHUNKS) of kv head kvh for the head's q. */
+static inline void attn_scores(const float *qh, const float *kc, int kvh, int c0, int nc, vf (*s)[32 / VW]) {
+  enum { NV = 32 / VW };
+  for (int k = 0; k < ATTN_CHUNKS; k++)
+    for (int j = 0; j < NV; j++) s[k][j] = (vf){0};
+  for (int e = 0; e < HD; e++) {
+    _Pragma("GCC unroll 4") for (int k = 0; k < ATTN_CHUNKS; k++) {
+      if (k >= nc) break;
+      const float *kt = kc + ((size_t)(c0 + k) * NKV + (size_t)kvh) * HD * 32 + (size_t)e * 32;
+      for (int j = 0; j < NV; j++) s[k][j] += qh[e] * vload(kt + j * VW);
+    }
+  }
+}
+
 /* bufs: out, q, key cache, value cache, info. Grid: (NH heads, n tokens). Head h of token i
  * (position p0 + i) attends to positions 0..p0 + i (WINDOW: the last WINDOW of them), a chunk of
  * 32 at a time with a running max (online softmax): the chunk's scores in vector lanes, masked
- * outside the positions seen. */
+ * outside the positions seen. The sums live in registers (through memory, each addition would wait
+ * on the store before it). */
 void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *out = b[0];
   const float *q = b[1], *kc = b[2], *vc = b[3];
@@ -459,44 +380,49 @@ void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   enum { NV = 32 / VW };
   vi lane;
   for (int k = 0; k < VW; k++) lane[k] = k;
-  float m = -INFINITY, total = 0, acc[HD];
-  for (int e = 0; e < HD; e++) acc[e] = 0;
-  for (int c = lo / 32; c <= pos / 32; c++) {
-    const float *kt = kc + ((size_t)c * NKV + (size_t)kvh) * HD * 32;
-    vf s[NV];
-    for (int j = 0; j < NV; j++) s[j] = (vf){0};
-    for (int e = 0; e < HD; e++)
-      for (int j = 0; j < NV; j++) s[j] += qh[e] * vload(kt + (size_t)e * 32 + j * VW);
-    int valid = pos - 32 * c + 1, first = lo - 32 * c;
-    vi keep[NV];
-    vf top = (vf){0} - INFINITY;
-    for (int j = 0; j < NV; j++) {
-      s[j] *= scale;
-      keep[j] = (lane + j * VW < valid) & (lane + j * VW >= first);
-      top = vselect(keep[j] & (s[j] > top), s[j], top);
+  float m = -INFINITY, total = 0, tail[ATTN_TAIL + 1];
+  vf acc[ATTN_NA + 1];
+  for (int a = 0; a < ATTN_NA; a++) acc[a] = (vf){0};
+  for (int e = 0; e < ATTN_TAIL; e++) tail[e] = 0;
+  for (int c0 = lo / 32; c0 <= pos / 32; c0 += ATTN_CHUNKS) {
+    int nc = pos / 32 - c0 + 1 < ATTN_CHUNKS ? pos / 32 - c0 + 1 : ATTN_CHUNKS;
+    vf scores[ATTN_CHUNKS][NV];
+    attn_scores(qh, kc, kvh, c0, nc, scores);
+    for (int k = 0; k < nc; k++) {
+      int c = c0 + k;
+      vf *s = scores[k];
+      int valid = pos - 32 * c + 1, first = lo - 32 * c;
+      vi keep[NV];
+      vf top = (vf){0} - INFINITY;
+      for (int j = 0; j < NV; j++) {
+        s[j] *= scale;
+        keep[j] = (lane + j * VW < valid) & (lane + j * VW >= first);
+        top = vselect(keep[j] & (s[j] > top), s[j], top);
+      }
+      float cm = vmax(top), nm = cm > m ? cm : m;
+      float corr = m == -INFINITY ? 0.0f : expf(m - nm);
+      vf e_sum = (vf){0};
+      float p[32];
+      for (int j = 0; j < NV; j++) {
+        vf e = vselect(keep[j], vexp(s[j] - nm), (vf){0});
+        e_sum += e;
+        vstore(p + j * VW, e);
+      }
+      total = total * corr + vsum(e_sum);
+      ATTN_UNROLL for (int a = 0; a < ATTN_NA; a++) acc[a] *= corr;
+      for (int e = 0; e < ATTN_TAIL; e++) tail[e] *= corr;
+      int lim = valid < 32 ? valid : 32;
+      for (int t = first > 0 ? first : 0; t < lim; t++) {
+        const float *vt = vc + ((size_t)(32 * c + t) * NKV + (size_t)kvh) * HD;
+        ATTN_UNROLL for (int a = 0; a < ATTN_NA; a++) acc[a] += p[t] * vload(vt + a * VW);
+        for (int e = 0; e < ATTN_TAIL; e++) tail[e] += p[t] * vt[ATTN_NA * VW + e];
+      }
+      m = nm;
     }
-    float cm = vmax(top), nm = cm > m ? cm : m;
-    float corr = m == -INFINITY ? 0.0f : expf(m - nm);
-    vf e_sum = (vf){0};
-    float p[32];
-    for (int j = 0; j < NV; j++) {
-      vf e = vselect(keep[j], vexp(s[j] - nm), (vf){0});
-      e_sum += e;
-      vstore(p + j * VW, e);
-    }
-    total = total * corr + vsum(e_sum);
-    for (int e = 0; e < HD; e++) acc[e] *= corr;
-    int lim = valid < 32 ? valid : 32;
-    for (int t = first > 0 ? first : 0; t < lim; t++) {
-      const float *vt = vc + ((size_t)(32 * c + t) * NKV + (size_t)kvh) * HD;
-      int e = 0;
-      for (; e + VW <= HD; e += VW) vstore(acc + e, vload(acc + e) + p[t] * vload(vt + e));
-      for (; e < HD; e++) acc[e] += p[t] * vt[e];
-    }
-    m = nm;
   }
   float *o = out + (size_t)i * QD + (size_t)h * HD;
-  for (int e = 0; e < HD; e++) o[e] = acc[e] / total;
+  for (int a = 0; a < ATTN_NA; a++) vstore(o + a * VW, acc[a] / total);
+  for (int e = 0; e < ATTN_TAIL; e++) o[ATTN_NA * VW + e] = tail[e] / total;
 }
 
 #ifdef W_LAYOUT

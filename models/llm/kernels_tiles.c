@@ -1,6 +1,7 @@
 /* The CPU kernels' matrix products (kernels.c's first part: decoder_items.c compiles this file and
- * kernels.c as one source, this one first): the activation blocks, the weight layouts (quant.h) and
- * one row group's products with the inputs of a few tokens, in three versions: AVX-512 VNNI, AVX2
+ * kernels.c as one source, this one first): the activation blocks, the weight layouts (quant.h), the
+ * vector helpers and the activations' quantization (which kernels.c's entries use too) and one row
+ * group's products with the inputs of a few tokens, in three versions: AVX-512 VNNI, AVX2
  * (with AVX-VNNI when present) and portable C, chosen where the kernel is compiled (-march=native;
  * LLM_ISA_CAP, from HCQ_LLM_KERNELS, caps the choice so that the tests run every version on one
  * machine). They compute the same integer sums and the same float operations in the same order (fmaf
@@ -98,11 +99,135 @@ static inline float half_at(const uint8_t *p, int i) {
   return half_to_float(h);
 }
 
+/* ---- vectors (GCC's and clang's vector extensions) for the float work ----
+ * 16 lanes on every machine (two 256-bit registers where there is no AVX-512): the sums across lanes
+ * (the RMS norm's, the softmax's) then run in the same order everywhere, so every machine computes
+ * the same bits, not only every kernel version on one machine. */
+#define VW 16
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+
+static inline vf vload(const float *p) {
+  vf v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof(v)); }
+static inline vf vselect(vi keep, vf a, vf b) { return (vf)((keep & (vi)a) | (~keep & (vi)b)); }
+static inline float vsum(vf v) {
+  float s = 0;
+  for (int i = 0; i < VW; i++) s += v[i];
+  return s;
+}
+static inline float vmax(vf v) {
+  float m = v[0];
+  for (int i = 1; i < VW; i++) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+/* exp(x) of each lane within 2 ulp of expf, in vector arithmetic: x = k ln2 + r with ln2 in two
+ * parts (r exact), e^r by its Taylor series to r^7, 2^k put into the exponent bits. x is clamped to
+ * [-87, 88] first, where 2^k is a normal float (e^-87 adds nothing next to a softmax's largest 1). */
+static inline vf vexp(vf x) {
+  vf lo = (vf){0} - 87.0f, hi = (vf){0} + 88.0f;
+  x = vselect(x < lo, lo, x);
+  x = vselect(x > hi, hi, x);
+  const float shifter = 12582912.0f; /* 1.5 x 2^23: adding it rounds to an integer */
+  vf k = (x * 1.44269504f + shifter) - shifter;
+  vf r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
+  vf p = r * (1.0f / 5040) + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  vi bits = (__builtin_convertvector(k, vi) + 127) << 23;
+  return p * (vf)bits;
+}
+
+/* ---- activations ---- */
+
+/* Quantizes n floats (the last block padded with zeros) into blocks; rounding to nearest, ties to
+ * even, by the 1.5 x 2^23 shifter (|x / d| <= 127). In vector lanes (a batch step quantizes every
+ * row's activations several times a layer); each lane does the scalar form's operations, the max
+ * and the integer sums do not depend on their order, so the blocks are the same bits. */
+typedef int8_t vb __attribute__((vector_size(VW)));
+static void quantize(const float *x, int n, act_t *out) {
+  enum { NV = 32 / VW };
+  const vi magnitude = (vi){0} + 0x7fffffff;
+  for (int b = 0; b < NBLK(n); b++) {
+    float pad[32];
+    const float *src = x + 32 * b;
+    int m = n - 32 * b < 32 ? n - 32 * b : 32;
+    if (m < 32) {
+      for (int j = 0; j < 32; j++) pad[j] = j < m ? src[j] : 0.0f;
+      src = pad;
+    }
+    vf v[NV], top = (vf){0};
+    for (int j = 0; j < NV; j++) {
+      v[j] = vload(src + j * VW);
+      vf a = (vf)((vi)v[j] & magnitude);
+      top = vselect(a > top, a, top);
+    }
+    float amax = vmax(top);
+    float d = amax / 127, id = d != 0.0f ? 127 / amax : 0.0f;
+    int s = 0, s16 = 0;
+    for (int j = 0; j < NV; j++) {
+      vi q = __builtin_convertvector((v[j] * id + 12582912.0f) - 12582912.0f, vi);
+      vb q8 = __builtin_convertvector(q, vb);
+      memcpy(out[b].q + j * VW, &q8, VW);
+      for (int k = 0; k < VW; k++) s += q[k];
+      if ((j + 1) * VW == 16) s16 = s;
+    }
+    out[b].d = d, out[b].s = s, out[b].sd = (float)s * d, out[b].s16 = s16;
+  }
+}
+
+/* The inputs of a K-quant or IQ4_XS matrix, as llama.cpp's Q8_K: one scale per 256 elements (the
+ * element of largest magnitude maps to -127, d = 1 / (-127 / max)), shared by the superblock's 8
+ * blocks; q = min(127, round(x / d)). n is a multiple of 256. */
+static void quantize_k(const float *x, int n, act_t *out) {
+  for (int sb = 0; sb < n / 256; sb++) {
+    const float *v = x + 256 * sb;
+    float amax = 0, max = 0;
+    for (int j = 0; j < 256; j++)
+      if (fabsf(v[j]) > amax) amax = fabsf(v[j]), max = v[j];
+    float iscale = amax != 0.0f ? -127.0f / max : 0.0f, d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+    for (int b = 0; b < 8; b++) {
+      act_t *o = &out[8 * sb + b];
+      int s = 0, s16 = 0;
+      for (int j = 0; j < 32; j++) {
+        int q = (int)((iscale * v[32 * b + j] + 12582912.0f) - 12582912.0f);
+        q = q < 127 ? q : 127;
+        o->q[j] = (int8_t)q;
+        s += q;
+        if (j == 15) s16 = s;
+      }
+      o->d = d, o->s = s, o->sd = (float)s * d, o->s16 = s16;
+    }
+  }
+}
+
+/* ACT_K: the entry's quantized output feeds K-quant matrices only (llama.cpp's Q8_K inputs). */
+#ifndef ACT_K
+#define ACT_K 0
+#endif
+static inline void quantize_act(const float *x, int n, act_t *out) {
+  if (ACT_K) quantize_k(x, n, out);
+  else quantize(x, n, out);
+}
+
 /* ---- one row group times the inputs of nt tokens ----
  * out[t][r] = row r of the group . input t. fin: float inputs (row stride k), qin: blocks (row
  * stride NBLK(k)): float layouts read fin, quantized ones qin. */
 
 #if LLM_ISA == 3
+/* Tokens per tile: 8 for the one-level layouts (a batch step's 8 rows share one decoding of each
+ * weight block; 8 accumulators, the block's 8 registers and its scales fit the 32 registers), 4 for
+ * the K layouts (their superblock sums, tD and tM, double the accumulators). */
+#define TILE_MAX 8
+#define TILE_MAX_K 4
 /* Weights are read once per token, from memory: the loop asks for the bytes PREFETCH_DISTANCE ahead
  * of the block it is at (one hint per cache line), so that more lines are on their way than the
  * out-of-order window alone would request. */
@@ -120,7 +245,8 @@ static inline __attribute__((always_inline)) __m512i act_word(const act_t *x, in
 static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f);
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[TILE_MAX];
+  UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int b = 0; b < nb; b++) {
     const uint8_t *blk = w + (size_t)b * 320;
     prefetch_ahead(blk, 320);
@@ -163,7 +289,8 @@ static inline __attribute__((always_inline)) __m512 offset_block(const __m512i u
 static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i flip = _mm512_set1_epi8((char)0x80);
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[TILE_MAX];
+  UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int b = 0; b < nb; b++) {
     const uint8_t *blk = w + (size_t)b * 544;
     prefetch_ahead(blk, 544);
@@ -181,7 +308,8 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
 static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[TILE_MAX];
+  UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int b = 0; b < nb; b++) {
     const uint8_t *blk = w + (size_t)b * 352;
     prefetch_ahead(blk, 352);
@@ -221,11 +349,12 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
                                                          float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
   const int sb = K_SB(layout);
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[TILE_MAX];
+  UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int s = 0; s < nb / sb; s++) {
     const uint8_t *sup = w + (size_t)s * K_SBB(layout);
-    __m512 tD[4], tM[4];
-    UNROLL for (int t = 0; t < 4; t++) tD[t] = tM[t] = _mm512_setzero_ps();
+    __m512 tD[TILE_MAX], tM[TILE_MAX];
+    UNROLL for (int t = 0; t < TILE_MAX; t++) tD[t] = tM[t] = _mm512_setzero_ps();
     for (int b = 0; b < sb; b++) {
       const uint8_t *blk = sup + 64 + (size_t)b * K_BB(layout);
       prefetch_ahead(blk, K_BB(layout) + (b == 0 ? 64 : 0));
@@ -265,7 +394,8 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
 
 static inline __attribute__((always_inline)) void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x,
                                                          float (*out)[16]) {
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[TILE_MAX];
+  UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int j = 0; j < k; j++) {
     __m512 wv = layout == L_F32 ? _mm512_loadu_ps((const float *)w + (size_t)j * 16)
                                 : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)j * 32)));
@@ -273,7 +403,6 @@ static inline __attribute__((always_inline)) void f_tile(int tn, int layout, con
   }
   UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
 }
-#define TILE_MAX 4
 
 #elif LLM_ISA == 2
 /* 8 rows per 256-bit register: a row group is two halves, h = 0 (rows 0-7) and 1 (rows 8-15). */
@@ -469,6 +598,7 @@ static inline __attribute__((always_inline)) void f_tile(int tn, int layout, con
   }
 }
 #define TILE_MAX 2
+#define TILE_MAX_K 2
 
 #else /* portable C: the same sums and the same float operations, one lane at a time */
 static inline void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
@@ -583,6 +713,7 @@ static inline void f_tile(int tn, int layout, const uint8_t *w, int k, const flo
   }
 }
 #define TILE_MAX 1
+#define TILE_MAX_K 1
 #endif
 
 /* Row group g of a matrix (layout, k columns) times the inputs of nt tokens. */
@@ -590,16 +721,19 @@ static inline __attribute__((always_inline)) void group_dot(int layout, const ui
                                                             const act_t *qin, int nt, float (*out)[16]) {
   int nb = k / 32;
   size_t stride = (size_t)NBLK(k);
-  for (int t0 = 0; t0 < nt; t0 += TILE_MAX) {
-    int tn = nt - t0 < TILE_MAX ? nt - t0 : TILE_MAX;
-    /* tn as a constant in each call, so that the tile's accumulators stay in registers */
+  const int k_layout = quantized(layout) && layout != L_Q4 && layout != L_Q8 && layout != L_Q5;
+  const int cap = k_layout ? TILE_MAX_K : TILE_MAX;
+  for (int t0 = 0; t0 < nt; t0 += cap) {
+    int tn = nt - t0 < cap ? nt - t0 : cap;
+    /* tn as a constant in each call, so that the tile's accumulators stay in registers; the K
+     * layouts' cases above TILE_MAX_K are never taken */
 #define TILE_CASE(N)                                                                               \
   case N:                                                                                          \
     if (layout == L_Q4) q4_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);           \
     else if (layout == L_Q8) q8_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);      \
     else if (layout == L_Q5) q5_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);      \
-    else if (quantized(layout)) k_tile(N, layout, w, nb, qin + (size_t)t0 * stride, stride, out + t0); \
-    else f_tile(N, layout, w, k, fin + (size_t)t0 * k, out + t0);                                  \
+    else if (k_layout && N <= TILE_MAX_K) k_tile(N, layout, w, nb, qin + (size_t)t0 * stride, stride, out + t0); \
+    else if (!k_layout) f_tile(N, layout, w, k, fin + (size_t)t0 * k, out + t0);                   \
     break;
     switch (tn) {
       TILE_CASE(1)
@@ -609,6 +743,12 @@ static inline __attribute__((always_inline)) void group_dot(int layout, const ui
 #if TILE_MAX >= 4
       TILE_CASE(3)
       TILE_CASE(4)
+#endif
+#if TILE_MAX >= 8
+      TILE_CASE(5)
+      TILE_CASE(6)
+      TILE_CASE(7)
+      TILE_CASE(8)
 #endif
       default: break;
     }
