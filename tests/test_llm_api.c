@@ -34,13 +34,6 @@ static hcq_llm_t *open_tiny(const char *name, const hcq_llm_options_t *o) {
   return llm;
 }
 
-static void expect_code(hcq_status_t st, hcq_status_code_t code, const char *needle) {
-  cr_assert(st, "expected %s (%s), got OK", hcq_status_code_name(code), needle);
-  cr_expect_eq(hcq_status_code(st), code, "%s", hcq_status_message(st));
-  cr_expect(strstr(hcq_status_message(st), needle), "\"%s\" lacks \"%s\"", hcq_status_message(st), needle);
-  hcq_status_destroy(st);
-}
-
 Test(llm_api, info_describes_the_model) {
   hcq_llm_t *llm = open_tiny("info", &(hcq_llm_options_t){.ctx = 64});
   hcq_llm_info_t i;
@@ -71,7 +64,7 @@ Test(llm_api, text_to_tokens_and_back_in_the_callers_buffers) {
   OK(hcq_llm_tokenize(llm, text, strlen(text), false, false, ids, 8, &n));
   for (size_t i = 0; i < n; i++) cr_expect_eq(ids[i], text[i] - 32, "id %zu", i); /* the bytes' ids */
   int32_t few[3];
-  expect_code(hcq_llm_tokenize(llm, text, strlen(text), false, false, few, 3, &n), HCQ_OUT_OF_RANGE, "room for 3");
+  FAILS(hcq_llm_tokenize(llm, text, strlen(text), false, false, few, 3, &n), HCQ_OUT_OF_RANGE, "room for 3");
   cr_expect_eq(n, 8, "the count needed");
   /* no text: no tokens, into a buffer too (nothing copied from the empty list) */
   OK(hcq_llm_tokenize(llm, "", 0, false, false, ids, 8, &n));
@@ -89,10 +82,10 @@ Test(llm_api, text_to_tokens_and_back_in_the_callers_buffers) {
   cr_expect_eq(len, 8);
   OK(hcq_llm_detokenize(llm, back, 9, true, NULL, 0, &len)); /* measuring, with the end token's text */
   cr_expect_eq(len, 18);
-  expect_code(hcq_llm_detokenize(llm, back, 9, false, out, 8, &len), HCQ_OUT_OF_RANGE, "room for 8");
+  FAILS(hcq_llm_detokenize(llm, back, 9, false, out, 8, &len), HCQ_OUT_OF_RANGE, "room for 8");
   cr_expect_eq(len, 8);
   int32_t bad[] = {3, 97};
-  expect_code(hcq_llm_detokenize(llm, bad, 2, false, out, sizeof(out), &len), HCQ_INVALID_ARGUMENT, "ids[1]");
+  FAILS(hcq_llm_detokenize(llm, bad, 2, false, out, sizeof(out), &len), HCQ_INVALID_ARGUMENT, "ids[1]");
   OK(hcq_llm_close(llm));
 }
 
@@ -108,8 +101,8 @@ Test(llm_api, chat_prompt_in_the_models_template_or_a_named_one) {
   cr_expect_eq(len, strlen(out));
   OK(hcq_llm_chat_prompt(llm, msgs + 1, 1, "llama2", out, sizeof(out), &len));
   cr_expect_str_eq(out, "[INST] Hi [/INST]");
-  expect_code(hcq_llm_chat_prompt(llm, msgs, 1, "phi9", out, sizeof(out), &len), HCQ_INVALID_ARGUMENT, "phi9");
-  expect_code(hcq_llm_chat_prompt(llm, msgs, 4, NULL, out, 16, &len), HCQ_OUT_OF_RANGE, "room for 16");
+  FAILS(hcq_llm_chat_prompt(llm, msgs, 1, "phi9", out, sizeof(out), &len), HCQ_INVALID_ARGUMENT, "phi9");
+  FAILS(hcq_llm_chat_prompt(llm, msgs, 4, NULL, out, 16, &len), HCQ_OUT_OF_RANGE, "room for 16");
   OK(hcq_llm_close(llm));
 
   char path[PATH_MAX];
@@ -117,7 +110,7 @@ Test(llm_api, chat_prompt_in_the_models_template_or_a_named_one) {
   /* no tokenizer at all is a model the library cannot use for text: refused by name */
   hcq_status_t st = hcq_llm_open(path, NULL, &llm);
   unlink(path);
-  expect_code(st, HCQ_INVALID_ARGUMENT, "tokenizer");
+  FAILS(st, HCQ_INVALID_ARGUMENT, "tokenizer");
 }
 
 /* Eager launches of the decoder itself: the library's graph replays choose the same tokens. */
@@ -228,26 +221,26 @@ Test(llm_api, bad_arguments_are_refused_by_name) {
                {{.sampling = {.temperature = 1, .top_p = 1.5f}}, "top_p"},
                {{.sampling = {.temperature = 1, .top_k = -2}}, "top_k"}};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    expect_code(hcq_llm_generate(llm, prompt, 3, &cases[i].o, &r), HCQ_INVALID_ARGUMENT, cases[i].needle);
+    FAILS(hcq_llm_generate(llm, prompt, 3, &cases[i].o, &r), HCQ_INVALID_ARGUMENT, cases[i].needle);
     cr_expect(!r.ids && !r.n);
   }
   int32_t outside[] = {40, 400};
-  expect_code(hcq_llm_generate(llm, outside, 2, NULL, &r), HCQ_INVALID_ARGUMENT, "400");
+  FAILS(hcq_llm_generate(llm, outside, 2, NULL, &r), HCQ_INVALID_ARGUMENT, "400");
   int32_t longer[40] = {0};
-  expect_code(hcq_llm_generate(llm, longer, 40, NULL, &r), HCQ_OUT_OF_RANGE, "40 tokens");
-  expect_code(hcq_llm_generate(llm, prompt, 0, NULL, &r), HCQ_OUT_OF_RANGE, "0 tokens");
-  expect_code(hcq_llm_generate(llm, NULL, 3, NULL, &r), HCQ_INVALID_ARGUMENT, "NULL");
-  expect_code(hcq_llm_generate_text(llm, NULL, NULL, &r), HCQ_INVALID_ARGUMENT, "NULL");
+  FAILS(hcq_llm_generate(llm, longer, 40, NULL, &r), HCQ_OUT_OF_RANGE, "40 tokens");
+  FAILS(hcq_llm_generate(llm, prompt, 0, NULL, &r), HCQ_OUT_OF_RANGE, "0 tokens");
+  FAILS(hcq_llm_generate(llm, NULL, 3, NULL, &r), HCQ_INVALID_ARGUMENT, "NULL");
+  FAILS(hcq_llm_generate_text(llm, NULL, NULL, &r), HCQ_INVALID_ARGUMENT, "NULL");
   OK(hcq_llm_close(llm));
 
-  expect_code(hcq_llm_open("/nonexistent/model.gguf", NULL, &llm), HCQ_NOT_FOUND, "/nonexistent/model.gguf");
+  FAILS(hcq_llm_open("/nonexistent/model.gguf", NULL, &llm), HCQ_NOT_FOUND, "/nonexistent/model.gguf");
   cr_expect_null(llm);
   char path[PATH_MAX];
   tiny_file(path, sizeof(path), "badopts", true);
-  expect_code(hcq_llm_open(path, &(hcq_llm_options_t){.device = "TPU"}, &llm), HCQ_INVALID_ARGUMENT, "TPU");
-  expect_code(hcq_llm_open(path, &(hcq_llm_options_t){.ctx = -1}, &llm), HCQ_INVALID_ARGUMENT, "ctx");
-  expect_code(hcq_llm_open(path, &(hcq_llm_options_t){.max_batch = 5000}, &llm), HCQ_INVALID_ARGUMENT, "max_batch");
-  expect_code(hcq_llm_open(path, NULL, NULL), HCQ_INVALID_ARGUMENT, "out");
+  FAILS(hcq_llm_open(path, &(hcq_llm_options_t){.device = "TPU"}, &llm), HCQ_INVALID_ARGUMENT, "TPU");
+  FAILS(hcq_llm_open(path, &(hcq_llm_options_t){.ctx = -1}, &llm), HCQ_INVALID_ARGUMENT, "ctx");
+  FAILS(hcq_llm_open(path, &(hcq_llm_options_t){.max_batch = 5000}, &llm), HCQ_INVALID_ARGUMENT, "max_batch");
+  FAILS(hcq_llm_open(path, NULL, NULL), HCQ_INVALID_ARGUMENT, "out");
   unlink(path);
 }
 
@@ -263,7 +256,7 @@ Test(llm_api, known_models_by_name_without_downloading) {
   snprintf(dir, sizeof(dir), "%s/llm_api_data_%d", getenv("HCQ_TEST_TMP") ? getenv("HCQ_TEST_TMP") : "/tmp", (int)getpid());
   setenv("HCQ_DATA_DIR", dir, 1);
   hcq_llm_t *llm;
-  expect_code(hcq_llm_open("gemma-3-270m", &(hcq_llm_options_t){.no_download = true}, &llm), HCQ_NOT_FOUND, dir);
-  expect_code(hcq_llm_open(NULL, &(hcq_llm_options_t){.no_download = true}, &llm), HCQ_NOT_FOUND, dir);
-  expect_code(hcq_llm_open("not-a-model", NULL, &llm), HCQ_NOT_FOUND, "not a model name");
+  FAILS(hcq_llm_open("gemma-3-270m", &(hcq_llm_options_t){.no_download = true}, &llm), HCQ_NOT_FOUND, dir);
+  FAILS(hcq_llm_open(NULL, &(hcq_llm_options_t){.no_download = true}, &llm), HCQ_NOT_FOUND, dir);
+  FAILS(hcq_llm_open("not-a-model", NULL, &llm), HCQ_NOT_FOUND, "not a model name");
 }

@@ -215,13 +215,6 @@ Test(llm_batch, batch_size_changes_without_a_new_capture) {
   OK(hcq_llm_close(llm));
 }
 
-static void expect_code(hcq_status_t st, hcq_status_code_t code, const char *needle) {
-  cr_assert(st, "expected %s (%s), got OK", hcq_status_code_name(code), needle);
-  cr_expect_eq(hcq_status_code(st), code, "%s", hcq_status_message(st));
-  cr_expect(strstr(hcq_status_message(st), needle), "\"%s\" lacks \"%s\"", hcq_status_message(st), needle);
-  hcq_status_destroy(st);
-}
-
 /* Two slots: a third sequence waits (UNAVAILABLE) until one is cancelled, then takes its slot at
  * once and gives generate's tokens (the cancelled sequence's caches do not leak into it); the
  * cancelled sequence gets no event after its cancel. */
@@ -240,12 +233,12 @@ Test(llm_batch, a_cancelled_sequence_frees_its_slot_at_once) {
   size_t nev;
   for (int s = 0; s < 4; s++) OK(hcq_llm_batch_step(b, ev, 2, &nev));
   n = prompt_of(0, prompt);
-  expect_code(hcq_llm_batch_add(b, prompt, (size_t)n, &o, &seq[2]), HCQ_UNAVAILABLE, "all 2 sequences are busy");
+  FAILS(hcq_llm_batch_add(b, prompt, (size_t)n, &o, &seq[2]), HCQ_UNAVAILABLE, "all 2 sequences are busy");
   OK(hcq_llm_batch_cancel(b, seq[0]));
   cr_expect_eq(hcq_llm_batch_active(b), 1);
   OK(hcq_llm_batch_add(b, prompt, (size_t)n, &o, &seq[2]));
   cr_expect(seq[2] != seq[0], "a sequence id used again");
-  expect_code(hcq_llm_batch_cancel(b, seq[0]), HCQ_NOT_FOUND, "no active sequence");
+  FAILS(hcq_llm_batch_cancel(b, seq[0]), HCQ_NOT_FOUND, "no active sequence");
   collected_t got = {0};
   while (hcq_llm_batch_active(b)) {
     OK(hcq_llm_batch_step(b, ev, 2, &nev));
@@ -300,49 +293,49 @@ Test(llm_batch, every_stop_reason) {
 Test(llm_batch, bad_arguments_are_refused_by_name) {
   hcq_llm_t *llm = open_tiny("bad", NULL, "CPU");
   hcq_llm_batch_t *b = NULL;
-  expect_code(hcq_llm_batch_create(NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "llm is NULL");
-  expect_code(hcq_llm_batch_create(llm, NULL, NULL), HCQ_INVALID_ARGUMENT, "out is NULL");
-  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 65}, &b), HCQ_INVALID_ARGUMENT,
+  FAILS(hcq_llm_batch_create(NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "llm is NULL");
+  FAILS(hcq_llm_batch_create(llm, NULL, NULL), HCQ_INVALID_ARGUMENT, "out is NULL");
+  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 65}, &b), HCQ_INVALID_ARGUMENT,
               "max_seqs 65");
-  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = -1}, &b), HCQ_INVALID_ARGUMENT,
+  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = -1}, &b), HCQ_INVALID_ARGUMENT,
               "max_seqs -1");
-  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.ctx = -5}, &b), HCQ_INVALID_ARGUMENT, "ctx -5");
-  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .max_rows = 4}, &b),
+  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.ctx = -5}, &b), HCQ_INVALID_ARGUMENT, "ctx -5");
+  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .max_rows = 4}, &b),
               HCQ_INVALID_ARGUMENT, "max_rows 4");
   cr_expect_null(b);
   /* caches of 8 x 64 positions (2 layers x 2 x 32 floats a position: 256 KiB) past the memory there is */
   setenv("HCQ_LLM_MEMORY_BYTES", "100000", 1);
-  expect_code(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .ctx = 64}, &b), HCQ_OUT_OF_RANGE,
+  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .ctx = 64}, &b), HCQ_OUT_OF_RANGE,
               "8 x a context of 64 positions");
   unsetenv("HCQ_LLM_MEMORY_BYTES");
   cr_expect_null(b);
   OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 2, .ctx = 32}, &b));
   int32_t prompt[40] = {1, 2, 3}, bad_id[2] = {1, 97};
   int seq;
-  expect_code(hcq_llm_batch_add(b, prompt, 0, NULL, &seq), HCQ_OUT_OF_RANGE, "a prompt of 0 tokens");
-  expect_code(hcq_llm_batch_add(b, prompt, 32, NULL, &seq), HCQ_OUT_OF_RANGE, "a prompt of 32 tokens");
-  expect_code(hcq_llm_batch_add(b, bad_id, 2, NULL, &seq), HCQ_INVALID_ARGUMENT, "prompt id 97 (at 1)");
-  expect_code(hcq_llm_batch_add(b, NULL, 3, NULL, &seq), HCQ_INVALID_ARGUMENT, "NULL");
-  expect_code(hcq_llm_batch_add(b, prompt, 3, NULL, NULL), HCQ_INVALID_ARGUMENT, "NULL");
-  expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.max_tokens = -1}, &seq),
+  FAILS(hcq_llm_batch_add(b, prompt, 0, NULL, &seq), HCQ_OUT_OF_RANGE, "a prompt of 0 tokens");
+  FAILS(hcq_llm_batch_add(b, prompt, 32, NULL, &seq), HCQ_OUT_OF_RANGE, "a prompt of 32 tokens");
+  FAILS(hcq_llm_batch_add(b, bad_id, 2, NULL, &seq), HCQ_INVALID_ARGUMENT, "prompt id 97 (at 1)");
+  FAILS(hcq_llm_batch_add(b, NULL, 3, NULL, &seq), HCQ_INVALID_ARGUMENT, "NULL");
+  FAILS(hcq_llm_batch_add(b, prompt, 3, NULL, NULL), HCQ_INVALID_ARGUMENT, "NULL");
+  FAILS(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.max_tokens = -1}, &seq),
               HCQ_INVALID_ARGUMENT, "max_tokens -1");
-  expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.temperature = -1}}, &seq),
+  FAILS(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.temperature = -1}}, &seq),
               HCQ_INVALID_ARGUMENT, "temperature -1");
-  expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_p = 2}}, &seq),
+  FAILS(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_p = 2}}, &seq),
               HCQ_INVALID_ARGUMENT, "top_p 2");
-  expect_code(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_k = -3}}, &seq),
+  FAILS(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_k = -3}}, &seq),
               HCQ_INVALID_ARGUMENT, "top_k -3");
   cr_expect_eq(hcq_llm_batch_active(b), 0, "a refused sequence was added");
   hcq_llm_batch_event_t ev[2];
   size_t nev = 99;
   OK(hcq_llm_batch_step(b, ev, 2, &nev));
   cr_expect_eq(nev, 0, "a step with no sequence");
-  expect_code(hcq_llm_batch_step(b, ev, 1, &nev), HCQ_INVALID_ARGUMENT, "room for 1 events");
-  expect_code(hcq_llm_batch_step(b, NULL, 2, &nev), HCQ_INVALID_ARGUMENT, "NULL");
-  expect_code(hcq_llm_batch_step(NULL, ev, 2, &nev), HCQ_INVALID_ARGUMENT, "NULL");
-  expect_code(hcq_llm_batch_cancel(b, 12345), HCQ_NOT_FOUND, "no active sequence 12345");
-  expect_code(hcq_llm_batch_cancel(b, -1), HCQ_NOT_FOUND, "no active sequence -1");
-  expect_code(hcq_llm_batch_cancel(NULL, 0), HCQ_INVALID_ARGUMENT, "NULL");
+  FAILS(hcq_llm_batch_step(b, ev, 1, &nev), HCQ_INVALID_ARGUMENT, "room for 1 events");
+  FAILS(hcq_llm_batch_step(b, NULL, 2, &nev), HCQ_INVALID_ARGUMENT, "NULL");
+  FAILS(hcq_llm_batch_step(NULL, ev, 2, &nev), HCQ_INVALID_ARGUMENT, "NULL");
+  FAILS(hcq_llm_batch_cancel(b, 12345), HCQ_NOT_FOUND, "no active sequence 12345");
+  FAILS(hcq_llm_batch_cancel(b, -1), HCQ_NOT_FOUND, "no active sequence -1");
+  FAILS(hcq_llm_batch_cancel(NULL, 0), HCQ_INVALID_ARGUMENT, "NULL");
   cr_expect_eq(hcq_llm_batch_active(NULL), 0);
   cr_expect_eq(hcq_llm_batch_captures(NULL), 0);
   OK(hcq_llm_batch_destroy(b));
@@ -402,12 +395,12 @@ Test(llm_batch, cuda_and_metal_batches_are_unimplemented) {
     llm_decoder_t *d = NULL;
     char want[96];
     snprintf(want, sizeof(want), "no batched decoding kernels for %s devices", hcq_device_kind_name(kinds[k]));
-    expect_code(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kinds[k], .ctx = 32, .slots = 2}, &d),
+    FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kinds[k], .ctx = 32, .slots = 2}, &d),
                 HCQ_UNIMPLEMENTED, want);
     cr_expect_null(d);
   }
   llm_decoder_t *d = NULL;
-  expect_code(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 2, .ctx = 32, .slots = 2}, &d),
+  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 2, .ctx = 32, .slots = 2}, &d),
               HCQ_UNIMPLEMENTED, "batched decoding runs on one device, not 2");
   llm_model_close(m);
 }

@@ -193,10 +193,6 @@ size_t hcq_llm_batch_captures(const hcq_llm_batch_t *b) { return b ? llm_decoder
 
 /* ---- sequences ---- */
 
-/* hcq_llm_generate's checks. */
-static hcq_status_t check_generate_options(const hcq_llm_generate_options_t *o) {
-  return llm_api_check_options("hcq_llm_batch_add", o);
-}
 
 hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t n,
                                const hcq_llm_generate_options_t *options, int *seq) {
@@ -204,7 +200,7 @@ hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_add: batch, prompt or seq is NULL");
   *seq = -1;
   hcq_llm_generate_options_t o = options ? *options : (hcq_llm_generate_options_t){0};
-  TRY(check_generate_options(&o));
+  TRY(llm_api_check_options("hcq_llm_batch_add", &o)); /* hcq_llm_generate's checks */
   if (n == 0 || n >= (size_t)b->ctx)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
                            "hcq_llm_batch_add: a prompt of %zu tokens (expected 1 to %d: a sequence "
