@@ -193,7 +193,6 @@ size_t hcq_llm_batch_captures(const hcq_llm_batch_t *b) { return b ? llm_decoder
 
 /* ---- sequences ---- */
 
-
 hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t n,
                                const hcq_llm_generate_options_t *options, int *seq) {
   if (!b || !seq || (!prompt && n))
