@@ -20,6 +20,7 @@
 #include "llm_reference.h"
 #include "llm_streams.h"
 #include "llm_tiny.h"
+#include "llm_cli_util.h"
 #include "llm_test_util.h"
 #include "test_util.h"
 #include "tokenizer.h"
@@ -325,41 +326,6 @@ Test(llm_real, eager_and_graph_agree_and_a_pass_equals_steps) {
 
 TestSuite(llm_cli, .timeout = 240);
 
-static const char *cli_path(void) {
-  const char *cli = getenv("HCQ_CLI");
-  if (!cli || !*cli) cr_skip_test("HCQ_CLI is not set (ctest sets it)");
-  return cli;
-}
-
-/* Runs hcq with args (a shell fragment); stdout into *out (malloc'd), the exit status returned. */
-static int run_cli(const char *args, char **out) {
-  char cmd[4 * PATH_MAX + 1024], path[PATH_MAX];
-  tmp_path(path, sizeof(path), "cli_out");
-  snprintf(cmd, sizeof(cmd), "'%s' %s > '%s' 2> '%s.err'", cli_path(), args, path, path);
-  int rc = system(cmd);
-  FILE *f = fopen(path, "rb");
-  cr_assert(f);
-  *out = calloc(1, 1 << 20);
-  size_t n = fread(*out, 1, (1 << 20) - 1, f);
-  (*out)[n] = 0;
-  fclose(f);
-  unlink(path);
-  strcat(path, ".err");
-  unlink(path);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static json_t *run_json(const char *args) {
-  char *out;
-  int rc = run_cli(args, &out);
-  cr_assert_eq(rc, 0, "hcq %s: exit %d, output %.300s", args, rc, out);
-  json_error_t err;
-  json_t *j = json_loads(out, 0, &err);
-  cr_assert(j, "hcq %s: not JSON (%s): %.300s", args, err.text, out);
-  free(out);
-  return j;
-}
-
 static void ids_of(json_t *j, const char *key, int32_t *ids, int *n) {
   json_t *a = json_object_get(j, key);
   cr_assert(json_is_array(a), "no \"%s\" array", key);
@@ -409,7 +375,7 @@ Test(llm_cli, generate_and_tokenize_on_a_tiny_model) {
   /* streamed text on standard output is the same text */
   char *out;
   snprintf(args, sizeof(args), "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos", path);
-  cr_assert_eq(run_cli(args, &out), 0);
+  cr_assert_eq(run_cli_with(NULL, args, &out), 0);
   size_t len = strlen(out);
   cr_assert(len > 0 && out[len - 1] == '\n');
   out[len - 1] = 0;
@@ -468,7 +434,7 @@ Test(llm_cli, bad_input_exit_2_and_absent_kernels_exit_3) {
     const char *m = strstr(cases[i].args, "MODEL");
     if (m) snprintf(a, sizeof(a), "%.*s'%s'%s", (int)(m - cases[i].args), cases[i].args, path, m + 5);
     else snprintf(a, sizeof(a), "%s", cases[i].args);
-    int rc = run_cli(a, &out);
+    int rc = run_cli_with(NULL, a, &out);
     free(out);
     cr_assert_eq(rc, cases[i].rc, "hcq %s: exit %d, expected %d", a, rc, cases[i].rc);
   }
@@ -477,7 +443,7 @@ Test(llm_cli, bad_input_exit_2_and_absent_kernels_exit_3) {
   unlink(fifo);
   cr_assert_eq(mkfifo(fifo, 0600), 0);
   snprintf(args, sizeof(args), "generate --model '%s' --prompt a", fifo);
-  cr_assert_eq(run_cli(args, &out), 2);
+  cr_assert_eq(run_cli_with(NULL, args, &out), 2);
   free(out);
   unlink(fifo), unlink(path);
 }
@@ -520,7 +486,7 @@ Test(llm_cli, generate_on_vulkan_chooses_the_cpu_tokens_and_an_absent_kind_exits
     if (infos[i].kind == HCQ_DEVICE_CUDA && !infos[i].available) {
       char *out;
       snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --device CUDA", path);
-      cr_assert_eq(run_cli(args, &out), 3, "hcq %s", args);
+      cr_assert_eq(run_cli_with(NULL, args, &out), 3, "hcq %s", args);
       free(out);
     }
     if (infos[i].kind != HCQ_DEVICE_VULKAN || !infos[i].available) continue;

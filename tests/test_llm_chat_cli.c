@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "llm_cli_util.h"
 #include "llm_test_util.h"
 #include "test_util.h"
 
@@ -21,33 +22,6 @@ static void tiny_file(char *path, size_t size, const char *name) {
   s.tokenizer = true;
   tmp_path(path, size, name);
   OK(tiny_write(&s, path));
-}
-
-static const char *cli_path(void) {
-  const char *cli = getenv("HCQ_CLI");
-  if (!cli || !*cli) cr_skip_test("HCQ_CLI is not set (ctest sets it)");
-  return cli;
-}
-
-/* hcq ARGS with input on standard input; standard output into *out (malloc'd); the exit status. */
-static int run_cli(const char *input, const char *args, char **out) {
-  char cmd[4 * PATH_MAX + 1024], in[PATH_MAX], path[PATH_MAX];
-  tmp_path(in, sizeof(in), "chat_in");
-  tmp_path(path, sizeof(path), "chat_out");
-  FILE *f = fopen(in, "wb");
-  cr_assert(f);
-  fputs(input, f);
-  fclose(f);
-  snprintf(cmd, sizeof(cmd), "cat '%s' | '%s' %s > '%s' 2> /dev/null", in, cli_path(), args, path);
-  int rc = system(cmd);
-  f = fopen(path, "rb");
-  cr_assert(f);
-  *out = calloc(1, 1 << 16);
-  size_t n = fread(*out, 1, (1 << 16) - 1, f);
-  (*out)[n] = 0;
-  fclose(f);
-  unlink(path), unlink(in);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 typedef struct text {
@@ -92,25 +66,25 @@ Test(llm_chat_cli, chat_over_a_pipe_keeps_the_conversation) {
   snprintf(want, sizeof(want), "%s\n%s\n", r1.s, r2.s);
 
   snprintf(args, sizeof(args), "chat --model '%s' --steps 8", path);
-  cr_assert_eq(run_cli("Hi\n\nHow?\n/exit\nnot read\n", args, &out), 0);
+  cr_assert_eq(run_cli_with("Hi\n\nHow?\n/exit\nnot read\n", args, &out), 0);
   cr_expect_str_eq(out, want, "the second reply answers the whole conversation");
   free(out);
   /* the end of the input ends it too; generate --interactive is the same; --system comes first */
   snprintf(args, sizeof(args), "generate --interactive --model '%s' --steps 8", path);
-  cr_assert_eq(run_cli("Hi\nHow?", args, &out), 0);
+  cr_assert_eq(run_cli_with("Hi\nHow?", args, &out), 0);
   cr_expect_str_eq(out, want);
   free(out);
   snprintf(args, sizeof(args), "chat --model '%s' --steps 8 --system 'Be brief.'", path);
-  cr_assert_eq(run_cli("Hi\n", args, &out), 0);
+  cr_assert_eq(run_cli_with("Hi\n", args, &out), 0);
   snprintf(want, sizeof(want), "%s\n", r3.s);
   cr_expect_str_eq(out, want);
   free(out);
   /* nothing to say: no output, exit 0; a prompt option: exit 2 */
-  cr_assert_eq(run_cli("", args, &out), 0);
+  cr_assert_eq(run_cli_with("", args, &out), 0);
   cr_expect_str_eq(out, "");
   free(out);
   snprintf(args, sizeof(args), "chat --model '%s' --prompt x", path);
-  cr_assert_eq(run_cli("Hi\n", args, &out), 2);
+  cr_assert_eq(run_cli_with("Hi\n", args, &out), 2);
   free(out);
   unlink(path);
 }
@@ -124,23 +98,12 @@ Test(llm_chat_cli, a_long_chat_drops_its_oldest_turns_and_a_line_too_long_is_not
   memset(input + strlen(input), 'x', 100);
   strcat(input, "\nHi\n");
   snprintf(args, sizeof(args), "chat --model '%s' --steps 6 --ctx 64 --ignore-eos", path);
-  cr_assert_eq(run_cli(input, args, &out), 0);
+  cr_assert_eq(run_cli_with(input, args, &out), 0);
   int lines = 0;
   for (const char *p = out; *p; p++) lines += *p == '\n';
   cr_expect_eq(lines, 11, "a reply a line but the long one: %d in \"%s\"", lines, out);
   free(out);
   unlink(path);
-}
-
-static json_t *run_json(const char *args) {
-  char *out;
-  int rc = run_cli("", args, &out);
-  cr_assert_eq(rc, 0, "hcq %s: exit %d, output %.300s", args, rc, out);
-  json_error_t err;
-  json_t *j = json_loads(out, 0, &err);
-  cr_assert(j, "hcq %s: not JSON (%s): %.300s", args, err.text, out);
-  free(out);
-  return j;
 }
 
 Test(llm_chat_cli, generate_takes_stop_strings_logprobs_and_the_sampling_chain) {
@@ -197,7 +160,7 @@ Test(llm_chat_cli, bad_sampling_options_exit_2) {
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     char args[256], *out;
     snprintf(args, sizeof(args), "generate --model /nonexistent.gguf --prompt a %s", bad[i]);
-    cr_expect_eq(run_cli("", args, &out), 2, "hcq %s", args);
+    cr_expect_eq(run_cli_with("", args, &out), 2, "hcq %s", args);
     free(out);
   }
 }
