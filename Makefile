@@ -5,7 +5,7 @@ CMAKE_ARGS ?=
 PREFIX ?= /usr/local
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build build-lib test asan ubsan tsan bench demo install deb man fuzz clean
+.PHONY: all deps build build-lib test asan ubsan tsan bench demo install deb man fuzz format format-check clean
 
 all: build
 
@@ -97,6 +97,15 @@ deb: build-lib
 # make man: docs/hcq.1 from the help texts in cli/help.c (a test checks they agree).
 man: build-lib
 	scripts/gen-man.py $(BUILD_DIR)/cli/hcq > docs/hcq.1
+
+# make format: every tracked C, C++, CUDA, GLSL and Metal source in the house format (.clang-format,
+# clang-format 14); make format-check changes nothing and fails on a file that differs (the format
+# test runs it in make test).
+format: deps
+	scripts/format.sh
+
+format-check: deps
+	scripts/format.sh --check
 
 clean:
 	rm -rf $(BUILD_DIR) build-asan build-ubsan build-tsan build-fuzz

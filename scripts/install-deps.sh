@@ -23,6 +23,8 @@ PACKAGES="$PACKAGES libvulkan-dev libshaderc-dev glslang-dev spirv-tools mesa-vu
 PACKAGES="$PACKAGES vulkan-validationlayers"
 # The optional MPI layer (docs/mpi.md): Open MPI's headers and libraries, and mpirun for its tests.
 PACKAGES="$PACKAGES libopenmpi-dev openmpi-bin"
+# make format and its test (scripts/format.sh): the house format is clang-format 14's, Debian 12's.
+PACKAGES="$PACKAGES clang-format"
 # hcq serve (docs/serve.md): the HTTP server library; without it the build leaves hcq serve out.
 PACKAGES="$PACKAGES libmicrohttpd-dev"
 # Extra packages for optional targets: make fuzz needs clang's libFuzzer runtime.
