@@ -9,13 +9,13 @@
 
 #define REPS 9
 
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    hcq_status_t st_ = (call);                                                       \
-    if (st_) {                                                                       \
-      fprintf(stderr, "bench: %s failed: %s\n", #call, hcq_status_message(st_));     \
-      exit(1);                                                                       \
-    }                                                                                \
+#define CHECK(call)                                                              \
+  do {                                                                           \
+    hcq_status_t st_ = (call);                                                   \
+    if (st_) {                                                                   \
+      fprintf(stderr, "bench: %s failed: %s\n", #call, hcq_status_message(st_)); \
+      exit(1);                                                                   \
+    }                                                                            \
   } while (0)
 
 static inline double now_ns(void) {

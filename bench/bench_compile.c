@@ -29,7 +29,10 @@ static double create_kernels(int n) {
   double t0 = now_s();
   for (int i = 0; !st && i < n; i++) {
     char src[200];
-    snprintf(src, sizeof(src), "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; ((int32_t *)b[0])[0] = %d; }\n", i);
+    snprintf(src, sizeof(src),
+             "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; "
+             "((int32_t *)b[0])[0] = %d; }\n",
+             i);
     hcq_program_t *p = NULL;
     st = hcq_program_create(dev, "k", src, &p);
     hcq_program_release(p);
@@ -50,12 +53,18 @@ int main(int argc, char **argv) {
   bool ignore = false;
   int rounds = 1;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--rss-mb") && i + 1 < argc) rss_mb = atol(argv[++i]);
-    else if (!strcmp(argv[i], "--ignore-sigchld")) ignore = true;
-    else if (!strcmp(argv[i], "--hit-rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+    if (!strcmp(argv[i], "--kernels") && i + 1 < argc)
+      kernels = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--rss-mb") && i + 1 < argc)
+      rss_mb = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--ignore-sigchld"))
+      ignore = true;
+    else if (!strcmp(argv[i], "--hit-rounds") && i + 1 < argc)
+      rounds = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: hcq_bench_compile [--kernels N] [--rss-mb M] [--ignore-sigchld] [--hit-rounds R]\n");
+      fprintf(stderr,
+              "usage: hcq_bench_compile [--kernels N] [--rss-mb M] [--ignore-sigchld] "
+              "[--hit-rounds R]\n");
       return 2;
     }
   }
@@ -90,8 +99,10 @@ int main(int argc, char **argv) {
     }
     if (hit < 0 || ms < hit) hit = ms;
   }
-  printf("%d kernels, %ld MiB resident, SIGCHLD %s: miss %.2f ms, hit %.3f ms per hcq_program_create\n", kernels,
-         rss_mb, ignore ? "ignored" : "default", miss, hit);
+  printf(
+      "%d kernels, %ld MiB resident, SIGCHLD %s: miss %.2f ms, hit %.3f ms per "
+      "hcq_program_create\n",
+      kernels, rss_mb, ignore ? "ignored" : "default", miss, hit);
   free(memory);
   char cmd[100];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

@@ -3,13 +3,20 @@
 
 /* A chain of n empty one-group kernels on one queue; item 0 takes the graph's input. The items
  * point at *input and *other, which must outlive them. */
-static hcq_graph_t *chain(hcq_program_t *empty, hcq_buffer_t *const *input, hcq_buffer_t *const *other, size_t n,
-                          hcq_exec_item_t **out_items) {
+static hcq_graph_t *chain(hcq_program_t *empty, hcq_buffer_t *const *input,
+                          hcq_buffer_t *const *other, size_t n, hcq_exec_item_t **out_items) {
   hcq_exec_item_t *items = calloc(n, sizeof(*items));
   static uint32_t outs[1] = {0};
   for (size_t j = 0; j < n; j++) {
-    hcq_kernel_item_t k = {empty, j == 0 ? input : other, 1, outs, 1,
-                           NULL, 0, {hcq_imm(1), hcq_imm(1), hcq_imm(1)}, {hcq_imm(1), hcq_imm(1), hcq_imm(1)}};
+    hcq_kernel_item_t k = {empty,
+                           j == 0 ? input : other,
+                           1,
+                           outs,
+                           1,
+                           NULL,
+                           0,
+                           {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                           {hcq_imm(1), hcq_imm(1), hcq_imm(1)}};
     items[j].kind = HCQ_ITEM_KERNEL;
     items[j].kernel = k;
   }
@@ -34,7 +41,8 @@ static double plain_array_floor(size_t n) {
   void **args = calloc(n, sizeof(*args));
   static const hcq_launch_t one = {{0, 0, 0}, {1, 1, 1}, {1, 1, 1}};
   if (!calls || !args) exit(1);
-  for (size_t j = 0; j < n; j++) calls[j] = (floor_call_t){bench_empty_kernel, &args[j], NULL, &one};
+  for (size_t j = 0; j < n; j++)
+    calls[j] = (floor_call_t){bench_empty_kernel, &args[j], NULL, &one};
   /* The compiler must not see through the array to a direct call of a known function. */
   __asm__ volatile("" : : "r"(calls) : "memory");
   double per[REPS];
@@ -85,9 +93,12 @@ void bench_graph(hcq_device_t *dev, hcq_program_t *empty) {
         eager[r] = (now_ns() - t0) / n;
       }
       double floor_ns = plain_array_floor(n);
-      row("graph of 10000 items: device time per item (replay to completion)", completion[s] / n, "ns");
-      row("the same 10000 calls from a prebuilt array of fn + arg pointers (floor)", floor_ns, "ns");
-      row("graph of 10000 items: replay per item / the floor (issue 42: <= 1.5)", completion[s] / n / floor_ns, "x");
+      row("graph of 10000 items: device time per item (replay to completion)", completion[s] / n,
+          "ns");
+      row("the same 10000 calls from a prebuilt array of fn + arg pointers (floor)", floor_ns,
+          "ns");
+      row("graph of 10000 items: replay per item / the floor (issue 42: <= 1.5)",
+          completion[s] / n / floor_ns, "x");
       row("the same 10000 items run eagerly to completion, per item", median(eager, REPS), "ns");
     }
     CHECK(hcq_graph_destroy(g));
@@ -107,8 +118,9 @@ void bench_graph(hcq_device_t *dev, hcq_program_t *empty) {
   CHECK(hcq_graph_destroy(g));
   free(items);
 
-  /* A loop that reads every replay's output (a token, a residual): replay, wait, copy out each time,
-   * against two replays in flight with a fence each and the output read through hcq_buffer_map. */
+  /* A loop that reads every replay's output (a token, a residual): replay, wait, copy out each
+   * time, against two replays in flight with a fence each and the output read through
+   * hcq_buffer_map. */
   hcq_buffer_t *out[2];
   hcq_fence_t *done[2];
   volatile const uint32_t *host[2];
@@ -140,7 +152,8 @@ void bench_graph(hcq_device_t *dev, hcq_program_t *empty) {
       }
     }
     fenced[rep] = (now_ns() - t0) / LOOP;
-    /* host cost of queuing alone: hcq_graph_submit with its fence against hcq_graph_run(wait=false) */
+    /* host cost of queuing alone: hcq_graph_submit with its fence against hcq_graph_run(wait=false)
+     */
     double a[64], b[64];
     for (int i = 0; i < 64; i++) {
       CHECK(hcq_device_synchronize(dev));
@@ -157,10 +170,13 @@ void bench_graph(hcq_device_t *dev, hcq_program_t *empty) {
   }
   CHECK(hcq_device_synchronize(dev));
   if (sink == 1) fprintf(stderr, " "); /* keeps the reads */
-  row("graph of 100 items, each replay's output read: run + wait + copyout, per replay", median(waited, REPS), "ns");
-  row("the same, two replays in flight, a fence each, read through hcq_buffer_map", median(fenced, REPS), "ns");
+  row("graph of 100 items, each replay's output read: run + wait + copyout, per replay",
+      median(waited, REPS), "ns");
+  row("the same, two replays in flight, a fence each, read through hcq_buffer_map",
+      median(fenced, REPS), "ns");
   row("graph of 100 items: host time of hcq_graph_run (no wait)", median(run_ns, REPS), "ns");
-  row("graph of 100 items: host time of hcq_graph_submit with a fence", median(submit_ns, REPS), "ns");
+  row("graph of 100 items: host time of hcq_graph_submit with a fence", median(submit_ns, REPS),
+      "ns");
   CHECK(hcq_graph_destroy(g));
   free(items);
   for (int k = 0; k < 2; k++) {

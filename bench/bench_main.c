@@ -37,7 +37,8 @@ static void bench_signal_round_trip(hcq_device_t *dev) {
   hcq_queue_t *a, *b;
   CHECK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &a));
   CHECK(hcq_queue_create(HCQ_QUEUE_COPY, &b));
-  hcq_operand_t pi = hcq_imm((int64_t)hcq_signal_address(ping)), po = hcq_imm((int64_t)hcq_signal_address(pong));
+  hcq_operand_t pi = hcq_imm((int64_t)hcq_signal_address(ping)),
+                po = hcq_imm((int64_t)hcq_signal_address(pong));
   for (int i = 1; i <= M; i++) {
     hcq_expr_t *c = hcq_expr_const(i), *v = hcq_expr_binary(HCQ_EXPR_ADD, base, c);
     CHECK(hcq_queue_wait(a, pi, hcq_sym(v)));
@@ -88,7 +89,8 @@ static void bench_bound_chain(hcq_device_t *dev, hcq_program_t *prog, hcq_buffer
   CHECK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
   CHECK(hcq_queue_kernargs(q, args, 0, bufs, 1, NULL, 0));
   hcq_operand_t one[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)};
-  for (int i = 0; i < N; i++) CHECK(hcq_queue_exec(q, prog, hcq_imm((int64_t)hcq_buffer_address(args)), 1, one, one));
+  for (int i = 0; i < N; i++)
+    CHECK(hcq_queue_exec(q, prog, hcq_imm((int64_t)hcq_buffer_address(args)), 1, one, one));
   hcq_expr_t *r;
   CHECK(hcq_var_create("r", 0, 1000, &r));
   CHECK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(done)), hcq_sym(r)));
@@ -137,10 +139,13 @@ int main(int argc, char **argv) {
   hcq_buffer_t *buf;
   CHECK(hcq_buffer_create(dev, 64, &buf));
   if (!bench_rows_mode) {
-  printf("hcq benchmarks on CPU:0 (%u threads per device, HCQ_SPIN_NS=%s), medians over repetitions\n\n",
-         hcq_device_thread_count(dev), getenv("HCQ_SPIN_NS"));
-  printf("| %-58s | %12s | %-5s |\n", "measure", "median", "unit");
-  printf("|%s|%s|%s|\n", "------------------------------------------------------------", "--------------", "-------");
+    printf(
+        "hcq benchmarks on CPU:0 (%u threads per device, HCQ_SPIN_NS=%s), medians over "
+        "repetitions\n\n",
+        hcq_device_thread_count(dev), getenv("HCQ_SPIN_NS"));
+    printf("| %-58s | %12s | %-5s |\n", "measure", "median", "unit");
+    printf("|%s|%s|%s|\n", "------------------------------------------------------------",
+           "--------------", "-------");
   }
   bench_plain_loop();
   bench_eager_launch(dev, prog, buf);

@@ -12,7 +12,9 @@
 enum { DAG_FAN = 64, DAG_CHAIN = 1000 };
 
 static inline void dag_produce(int32_t *p) { p[0] = p[0] * 1103515245 + 12345; }
-static inline void dag_consume(int32_t *r, const int32_t *p, int i) { r[0] = p[0] ^ (i * 2654435761u); }
+static inline void dag_consume(int32_t *r, const int32_t *p, int i) {
+  r[0] = p[0] ^ (i * 2654435761u);
+}
 static inline void dag_fanin(int32_t *out, const int32_t *r, int n) {
   int32_t s = 0;
   for (int i = 0; i < n; i++) s += r[i];

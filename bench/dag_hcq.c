@@ -16,26 +16,32 @@
 #include "dag.h"
 #include "rows.h"
 
-#define CHECK(call)                                                             \
-  do {                                                                          \
-    hcq_status_t st_ = (call);                                                  \
-    if (st_) {                                                                  \
-      fprintf(stderr, "dag_hcq: %s: %s\n", #call, hcq_status_message(st_));     \
-      exit(1);                                                                  \
-    }                                                                           \
+#define CHECK(call)                                                         \
+  do {                                                                      \
+    hcq_status_t st_ = (call);                                              \
+    if (st_) {                                                              \
+      fprintf(stderr, "dag_hcq: %s: %s\n", #call, hcq_status_message(st_)); \
+      exit(1);                                                              \
+    }                                                                       \
   } while (0)
 
 static int g_replays = 301;
 
 /* ---- kernels (the CPU ABI of hcq/program.h, host function pointers) ---- */
-static void k_produce(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v, (void)l, dag_produce(b[0]); }
-static void k_consume(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)l, dag_consume(b[0], b[1], v[0]); }
+static void k_produce(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)v, (void)l, dag_produce(b[0]);
+}
+static void k_consume(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)l, dag_consume(b[0], b[1], v[0]);
+}
 static void k_fanin2(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   (void)l;
   dag_fanin(b[0], b[1], v[0]);
   dag_fanin(b[0], b[2], v[0]);
 }
-static void k_step(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v, (void)l, dag_step(b[0], b[1]); }
+static void k_step(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)v, (void)l, dag_step(b[0], b[1]);
+}
 
 /* ---- building graphs ---- */
 typedef struct builder {
@@ -48,14 +54,24 @@ typedef struct builder {
 static const uint32_t k_out0[1] = {0};
 static const hcq_operand_t k_one[3] = {{NULL, 1}, {NULL, 1}, {NULL, 1}};
 
-static void kernel(builder_t *b, hcq_program_t *p, hcq_buffer_t *b0, hcq_buffer_t *b1, hcq_buffer_t *b2, int val) {
+static void kernel(builder_t *b, hcq_program_t *p, hcq_buffer_t *b0, hcq_buffer_t *b1,
+                   hcq_buffer_t *b2, int val) {
   size_t j = b->n++;
   hcq_buffer_t **bufs = b->bufs[j];
   bufs[0] = b0, bufs[1] = b1, bufs[2] = b2;
   b->vals[j][0] = hcq_imm(val);
   b->items[j].kind = HCQ_ITEM_KERNEL;
-  b->items[j].kernel = (hcq_kernel_item_t){p, bufs, b2 ? 3 : b1 ? 2 : 1, k_out0, 1, b->vals[j], 1,
-                                           {k_one[0], k_one[1], k_one[2]}, {k_one[0], k_one[1], k_one[2]}};
+  b->items[j].kernel = (hcq_kernel_item_t){p,
+                                           bufs,
+                                           b2   ? 3
+                                           : b1 ? 2
+                                                : 1,
+                                           k_out0,
+                                           1,
+                                           b->vals[j],
+                                           1,
+                                           {k_one[0], k_one[1], k_one[2]},
+                                           {k_one[0], k_one[1], k_one[2]}};
 }
 
 static void copy(builder_t *b, hcq_buffer_t *dst, hcq_buffer_t *src) {
@@ -112,7 +128,8 @@ static double time_graph(hcq_graph_t *g) {
  * end timestamp per item on the device, one slice per item read back per replay), against the
  * unprofiled replay measured just before. Two rows in their own section, the unprofiled one the
  * baseline. */
-static void profiled_rows(const char *dag, const hcq_exec_item_t *items, size_t n, double unprofiled_us) {
+static void profiled_rows(const char *dag, const hcq_exec_item_t *items, size_t n,
+                          double unprofiled_us) {
   char section[128], note[160];
   snprintf(section, sizeof(section), "profiling: %s", dag);
   CHECK(hcq_trace_start(NULL));
@@ -124,17 +141,19 @@ static void profiled_rows(const char *dag, const hcq_exec_item_t *items, size_t 
   hcq_trace_stats(&stats);
   hcq_trace_stop();
   emit_row(section, "hcq graph replay, unprofiled", unprofiled_us, "us", "the replay above");
-  snprintf(note, sizeof(note), "%.2fx the unprofiled replay; profiler on (hcq_trace_start), %llu slices recorded", us / unprofiled_us,
-           (unsigned long long)(stats.slices + stats.dropped));
-  if (stats.slices == 0) fprintf(stderr, "dag_hcq: the profiled replays recorded nothing\n"), exit(1);
+  snprintf(note, sizeof(note),
+           "%.2fx the unprofiled replay; profiler on (hcq_trace_start), %llu slices recorded",
+           us / unprofiled_us, (unsigned long long)(stats.slices + stats.dropped));
+  if (stats.slices == 0)
+    fprintf(stderr, "dag_hcq: the profiled replays recorded nothing\n"), exit(1);
   emit_row(section, "hcq graph replay, profiled", us, "us", note);
 }
 
 /* ---- hand-written baselines: two threads handing off through spinning on shared words ---- */
 typedef struct spin_pipe {
-  _Alignas(64) _Atomic int64_t go;     /* replay number the worker should run */
-  _Alignas(64) _Atomic int64_t done1;  /* the worker's part of the fan-out finished for replay n */
-  _Alignas(64) _Atomic int64_t token;  /* chain: index of the next kernel to run */
+  _Alignas(64) _Atomic int64_t go;    /* replay number the worker should run */
+  _Alignas(64) _Atomic int64_t done1; /* the worker's part of the fan-out finished for replay n */
+  _Alignas(64) _Atomic int64_t token; /* chain: index of the next kernel to run */
   _Alignas(64) _Atomic bool stop;
   int dag; /* 0 fan-out/fan-in, 1 chain */
   _Alignas(64) int32_t p, r[DAG_FAN], out, x;
@@ -254,13 +273,19 @@ int main(int argc, char **argv) {
   setenv("HCQ_SPIN_NS", "1000000", 0);
   char note[200];
   /* Baselines first, while no hcq device thread exists. */
-  double spin_fan = time_spin(0), spin_chain = time_spin(1), loop_fan = time_loop(0), loop_chain = time_loop(1);
-  const char *fan2 = "fan-out/fan-in 1->64->1, CPU:0+CPU:1", *chain2 = "chain of 1000, alternating CPU:0/CPU:1";
+  double spin_fan = time_spin(0), spin_chain = time_spin(1), loop_fan = time_loop(0),
+         loop_chain = time_loop(1);
+  const char *fan2 = "fan-out/fan-in 1->64->1, CPU:0+CPU:1",
+             *chain2 = "chain of 1000, alternating CPU:0/CPU:1";
   const char *fan1 = "fan-out/fan-in 1->64->1, one device", *chain1 = "chain of 1000, one device";
-  emit_row(fan2, "hand-written 2-thread spin pipeline", spin_fan, "us", "same kernels; hand-off by spinning on a shared word");
-  emit_row(chain2, "hand-written 2-thread spin pipeline", spin_chain, "us", "999 cross-core hand-offs");
-  emit_row(fan1, "plain C loop, one thread", loop_fan, "us", "same kernels through function pointers");
-  emit_row(chain1, "plain C loop, one thread", loop_chain, "us", "same kernels through function pointers");
+  emit_row(fan2, "hand-written 2-thread spin pipeline", spin_fan, "us",
+           "same kernels; hand-off by spinning on a shared word");
+  emit_row(chain2, "hand-written 2-thread spin pipeline", spin_chain, "us",
+           "999 cross-core hand-offs");
+  emit_row(fan1, "plain C loop, one thread", loop_fan, "us",
+           "same kernels through function pointers");
+  emit_row(chain1, "plain C loop, one thread", loop_chain, "us",
+           "same kernels through function pointers");
 
   /* One-device DAGs with only CPU:0 open, then CPU:1 joins for the two-device ones. */
   hcq_device_t *d0, *d1;
@@ -277,7 +302,8 @@ int main(int argc, char **argv) {
     hcq_buffer_t *out = buf(d0, 4, pool, &npool), *empty = buf(d0, 4, pool, &npool);
     b->n = 0;
     kernel(b, p0.produce, pa, NULL, NULL, 0);
-    for (int i = 0; i < DAG_FAN; i++) kernel(b, p0.consume, view(r, 4 * (uint64_t)i, pool, &npool), pa, NULL, i);
+    for (int i = 0; i < DAG_FAN; i++)
+      kernel(b, p0.consume, view(r, 4 * (uint64_t)i, pool, &npool), pa, NULL, i);
     kernel(b, p0.fanin, out, r, empty, DAG_FAN);
     CHECK(hcq_graph_create(b->items, b->n, NULL, 0, NULL, 0, NULL, &fan_one));
     double us = time_graph(fan_one);
@@ -308,27 +334,32 @@ int main(int argc, char **argv) {
       t[r] = bench_now_s() - t0;
     }
     CHECK(hcq_device_synchronize(d0));
-    emit_row(fan1, "hcq: host time per back-to-back wait=false replay", bench_median(t, N) * 1e6, "us",
-             "no wait between calls: replays queue while earlier ones run");
+    emit_row(fan1, "hcq: host time per back-to-back wait=false replay", bench_median(t, N) * 1e6,
+             "us", "no wait between calls: replays queue while earlier ones run");
   }
   CHECK(hcq_device_open("CPU:1", &d1));
   make_progs(d1, &p1);
-  /* 68 items: produce on CPU:0, copy p over, 32 consumers on each device, results copied back, fan-in. */
+  /* 68 items: produce on CPU:0, copy p over, 32 consumers on each device, results copied back,
+   * fan-in. */
   {
     hcq_buffer_t *pa = buf(d0, 4, pool, &npool), *pb = buf(d1, 4, pool, &npool);
-    hcq_buffer_t *ra = buf(d0, 4 * DAG_FAN / 2, pool, &npool), *rb = buf(d1, 4 * DAG_FAN / 2, pool, &npool);
+    hcq_buffer_t *ra = buf(d0, 4 * DAG_FAN / 2, pool, &npool),
+                 *rb = buf(d1, 4 * DAG_FAN / 2, pool, &npool);
     hcq_buffer_t *rb0 = buf(d0, 4 * DAG_FAN / 2, pool, &npool), *out = buf(d0, 4, pool, &npool);
     b->n = 0;
     kernel(b, p0.produce, pa, NULL, NULL, 0);
     copy(b, pb, pa);
-    for (int i = 0; i < DAG_FAN / 2; i++) kernel(b, p1.consume, view(rb, 4 * (uint64_t)i, pool, &npool), pb, NULL, i);
-    for (int i = 0; i < DAG_FAN / 2; i++) kernel(b, p0.consume, view(ra, 4 * (uint64_t)i, pool, &npool), pa, NULL, i);
+    for (int i = 0; i < DAG_FAN / 2; i++)
+      kernel(b, p1.consume, view(rb, 4 * (uint64_t)i, pool, &npool), pb, NULL, i);
+    for (int i = 0; i < DAG_FAN / 2; i++)
+      kernel(b, p0.consume, view(ra, 4 * (uint64_t)i, pool, &npool), pa, NULL, i);
     copy(b, rb0, rb);
     kernel(b, p0.fanin, out, ra, rb0, DAG_FAN / 2);
     hcq_graph_t *g;
     CHECK(hcq_graph_create(b->items, b->n, NULL, 0, NULL, 0, NULL, &g));
     double us = time_graph(g);
-    snprintf(note, sizeof(note), "%zu items (66 kernels, 2 copies); %.1fx the spin pipeline", b->n, us / spin_fan);
+    snprintf(note, sizeof(note), "%zu items (66 kernels, 2 copies); %.1fx the spin pipeline", b->n,
+             us / spin_fan);
     emit_row(fan2, "hcq graph replay", us, "us", note);
     CHECK(hcq_graph_destroy(g));
     profiled_rows(fan2, b->items, b->n, us);
@@ -346,7 +377,8 @@ int main(int argc, char **argv) {
     hcq_graph_t *g;
     CHECK(hcq_graph_create(b->items, b->n, NULL, 0, NULL, 0, NULL, &g));
     double us = time_graph(g);
-    snprintf(note, sizeof(note), "%zu items (1000 kernels, 999 copies); %.1fx the spin pipeline", b->n, us / spin_chain);
+    snprintf(note, sizeof(note), "%zu items (1000 kernels, 999 copies); %.1fx the spin pipeline",
+             b->n, us / spin_chain);
     emit_row(chain2, "hcq graph replay", us, "us", note);
     CHECK(hcq_graph_destroy(g));
     profiled_rows(chain2, b->items, b->n, us);
@@ -360,8 +392,9 @@ int main(int argc, char **argv) {
   usleep(100000);
   double c0 = process_cpu_s();
   usleep(1000000);
-  emit_row("idle process", "hcq: CPU time burnt per second with CPU:0 and CPU:1 open", (process_cpu_s() - c0) * 1e3,
-           "ms", "engines and helpers sleep on futexes once their spin budget is spent");
+  emit_row("idle process", "hcq: CPU time burnt per second with CPU:0 and CPU:1 open",
+           (process_cpu_s() - c0) * 1e3, "ms",
+           "engines and helpers sleep on futexes once their spin budget is spent");
   CHECK(hcq_device_close(d1));
   CHECK(hcq_device_close(d0));
   return 0;

@@ -17,7 +17,8 @@ int main(int argc, char **argv) {
   const char *runtime = argc > 1 ? argv[1] : "OpenMP";
   int replays = argc > 2 ? atoi(argv[2]) : 301;
   if (replays < 1) return 2;
-  double *fan = malloc((size_t)replays * sizeof(double)), *chain = malloc((size_t)replays * sizeof(double));
+  double *fan = malloc((size_t)replays * sizeof(double)),
+         *chain = malloc((size_t)replays * sizeof(double));
   int32_t p = 1, r[DAG_FAN], out = 0, x = 0;
   int threads = 0;
 #pragma omp parallel
@@ -50,9 +51,11 @@ int main(int argc, char **argv) {
   char name[128], note[128];
   snprintf(name, sizeof(name), "OpenMP tasks + depend (%s)", runtime);
   snprintf(note, sizeof(note), "%d threads; 66 tasks, taskwait per replay", threads);
-  emit_row("fan-out/fan-in 1->64->1, CPU:0+CPU:1", name, bench_median(fan, replays) * 1e6, "us", note);
+  emit_row("fan-out/fan-in 1->64->1, CPU:0+CPU:1", name, bench_median(fan, replays) * 1e6, "us",
+           note);
   snprintf(note, sizeof(note), "%d threads; 1000 tasks, depend(inout) on one variable", threads);
-  emit_row("chain of 1000, alternating CPU:0/CPU:1", name, bench_median(chain, replays) * 1e6, "us", note);
+  emit_row("chain of 1000, alternating CPU:0/CPU:1", name, bench_median(chain, replays) * 1e6, "us",
+           note);
   free(fan);
   free(chain);
   return out == 12345 ? 1 : 0; /* keeps the work observable */

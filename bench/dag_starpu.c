@@ -17,12 +17,14 @@ static void cpu_produce(void *buffers[], void *arg) {
 static void cpu_consume(void *buffers[], void *arg) {
   int i;
   starpu_codelet_unpack_args(arg, &i);
-  dag_consume((int32_t *)STARPU_VARIABLE_GET_PTR(buffers[0]), (const int32_t *)STARPU_VARIABLE_GET_PTR(buffers[1]), i);
+  dag_consume((int32_t *)STARPU_VARIABLE_GET_PTR(buffers[0]),
+              (const int32_t *)STARPU_VARIABLE_GET_PTR(buffers[1]), i);
 }
 static void cpu_fanin(void *buffers[], void *arg) {
   (void)arg;
   int32_t *out = (int32_t *)STARPU_VARIABLE_GET_PTR(buffers[0]);
-  for (int i = 0; i < DAG_FAN; i++) dag_fanin(out, (const int32_t *)STARPU_VARIABLE_GET_PTR(buffers[1 + i]), 1);
+  for (int i = 0; i < DAG_FAN; i++)
+    dag_fanin(out, (const int32_t *)STARPU_VARIABLE_GET_PTR(buffers[1 + i]), 1);
 }
 static void cpu_step(void *buffers[], void *arg) {
   (void)arg;
@@ -30,10 +32,14 @@ static void cpu_step(void *buffers[], void *arg) {
   dag_step(x, x);
 }
 
-static struct starpu_codelet cl_produce = {.cpu_funcs = {cpu_produce}, .nbuffers = 1, .modes = {STARPU_RW}};
-static struct starpu_codelet cl_consume = {.cpu_funcs = {cpu_consume}, .nbuffers = 2, .modes = {STARPU_W, STARPU_R}};
-static struct starpu_codelet cl_fanin = {.cpu_funcs = {cpu_fanin}, .nbuffers = STARPU_VARIABLE_NBUFFERS};
-static struct starpu_codelet cl_step = {.cpu_funcs = {cpu_step}, .nbuffers = 1, .modes = {STARPU_RW}};
+static struct starpu_codelet cl_produce = {
+    .cpu_funcs = {cpu_produce}, .nbuffers = 1, .modes = {STARPU_RW}};
+static struct starpu_codelet cl_consume = {
+    .cpu_funcs = {cpu_consume}, .nbuffers = 2, .modes = {STARPU_W, STARPU_R}};
+static struct starpu_codelet cl_fanin = {.cpu_funcs = {cpu_fanin},
+                                         .nbuffers = STARPU_VARIABLE_NBUFFERS};
+static struct starpu_codelet cl_step = {
+    .cpu_funcs = {cpu_step}, .nbuffers = 1, .modes = {STARPU_RW}};
 
 #define TRY(call)                                                  \
   do {                                                             \
@@ -52,18 +58,21 @@ int main(int argc, char **argv) {
   memset(r, 0, sizeof(r));
   starpu_data_handle_t hp, hr[DAG_FAN], hout, hx;
   starpu_variable_data_register(&hp, STARPU_MAIN_RAM, (uintptr_t)&p, sizeof(p));
-  for (int i = 0; i < DAG_FAN; i++) starpu_variable_data_register(&hr[i], STARPU_MAIN_RAM, (uintptr_t)&r[i], sizeof(r[i]));
+  for (int i = 0; i < DAG_FAN; i++)
+    starpu_variable_data_register(&hr[i], STARPU_MAIN_RAM, (uintptr_t)&r[i], sizeof(r[i]));
   starpu_variable_data_register(&hout, STARPU_MAIN_RAM, (uintptr_t)&out, sizeof(out));
   starpu_variable_data_register(&hx, STARPU_MAIN_RAM, (uintptr_t)&x, sizeof(x));
   struct starpu_data_descr descr[DAG_FAN + 1];
   descr[0] = (struct starpu_data_descr){hout, STARPU_RW};
   for (int i = 0; i < DAG_FAN; i++) descr[1 + i] = (struct starpu_data_descr){hr[i], STARPU_R};
-  double *fan = malloc((size_t)replays * sizeof(double)), *chain = malloc((size_t)replays * sizeof(double));
+  double *fan = malloc((size_t)replays * sizeof(double)),
+         *chain = malloc((size_t)replays * sizeof(double));
   for (int rep = -20; rep < replays; rep++) {
     double t0 = bench_now_s();
     TRY(starpu_task_insert(&cl_produce, STARPU_RW, hp, 0));
     for (int i = 0; i < DAG_FAN; i++)
-      TRY(starpu_task_insert(&cl_consume, STARPU_W, hr[i], STARPU_R, hp, STARPU_VALUE, &i, sizeof(i), 0));
+      TRY(starpu_task_insert(&cl_consume, STARPU_W, hr[i], STARPU_R, hp, STARPU_VALUE, &i,
+                             sizeof(i), 0));
     TRY(starpu_task_insert(&cl_fanin, STARPU_DATA_MODE_ARRAY, descr, DAG_FAN + 1, 0));
     TRY(starpu_task_wait_for_all());
     if (rep >= 0) fan[rep] = bench_now_s() - t0;
@@ -75,10 +84,14 @@ int main(int argc, char **argv) {
     if (rep >= 0) chain[rep] = bench_now_s() - t0;
   }
   char note[128];
-  snprintf(note, sizeof(note), "%u CPU workers; 66 tasks, wait_for_all per replay", starpu_cpu_worker_get_count());
-  emit_row("fan-out/fan-in 1->64->1, CPU:0+CPU:1", "StarPU tasks", bench_median(fan, replays) * 1e6, "us", note);
-  snprintf(note, sizeof(note), "%u CPU workers; 1000 tasks on one handle", starpu_cpu_worker_get_count());
-  emit_row("chain of 1000, alternating CPU:0/CPU:1", "StarPU tasks", bench_median(chain, replays) * 1e6, "us", note);
+  snprintf(note, sizeof(note), "%u CPU workers; 66 tasks, wait_for_all per replay",
+           starpu_cpu_worker_get_count());
+  emit_row("fan-out/fan-in 1->64->1, CPU:0+CPU:1", "StarPU tasks", bench_median(fan, replays) * 1e6,
+           "us", note);
+  snprintf(note, sizeof(note), "%u CPU workers; 1000 tasks on one handle",
+           starpu_cpu_worker_get_count());
+  emit_row("chain of 1000, alternating CPU:0/CPU:1", "StarPU tasks",
+           bench_median(chain, replays) * 1e6, "us", note);
   starpu_data_unregister(hp);
   for (int i = 0; i < DAG_FAN; i++) starpu_data_unregister(hr[i]);
   starpu_data_unregister(hout);

@@ -15,9 +15,11 @@
 
 static void cpu_step(void *buffers[], void *arg) {
   (void)arg;
-  dag_step((int32_t *)STARPU_VARIABLE_GET_PTR(buffers[0]), (const int32_t *)STARPU_VARIABLE_GET_PTR(buffers[1]));
+  dag_step((int32_t *)STARPU_VARIABLE_GET_PTR(buffers[0]),
+           (const int32_t *)STARPU_VARIABLE_GET_PTR(buffers[1]));
 }
-static struct starpu_codelet cl_step = {.cpu_funcs = {cpu_step}, .nbuffers = 2, .modes = {STARPU_W, STARPU_R}};
+static struct starpu_codelet cl_step = {
+    .cpu_funcs = {cpu_step}, .nbuffers = 2, .modes = {STARPU_W, STARPU_R}};
 
 #define TRY(call)                                                      \
   do {                                                                 \
@@ -45,15 +47,18 @@ int main(int argc, char **argv) {
   int32_t x[2] = {0, 0};
   starpu_data_handle_t h[2];
   for (int r = 0; r < 2; r++) {
-    if (r == rank) starpu_variable_data_register(&h[r], STARPU_MAIN_RAM, (uintptr_t)&x[r], sizeof(int32_t));
-    else starpu_variable_data_register(&h[r], -1, (uintptr_t)NULL, sizeof(int32_t));
+    if (r == rank)
+      starpu_variable_data_register(&h[r], STARPU_MAIN_RAM, (uintptr_t)&x[r], sizeof(int32_t));
+    else
+      starpu_variable_data_register(&h[r], -1, (uintptr_t)NULL, sizeof(int32_t));
     starpu_mpi_data_register(h[r], r, r);
   }
   double *t = malloc((size_t)replays * sizeof(double));
   for (int rep = -3; rep < replays; rep++) {
     double t0 = bench_now_s();
     for (int k = 0; k < DAG_CHAIN; k++)
-      TRY(starpu_mpi_task_insert(MPI_COMM_WORLD, &cl_step, STARPU_W, h[k % 2], STARPU_R, h[1 - k % 2], 0));
+      TRY(starpu_mpi_task_insert(MPI_COMM_WORLD, &cl_step, STARPU_W, h[k % 2], STARPU_R,
+                                 h[1 - k % 2], 0));
     TRY(starpu_mpi_wait_for_all(MPI_COMM_WORLD));
     if (rep >= 0) t[rep] = bench_now_s() - t0;
   }
@@ -71,7 +76,8 @@ int main(int argc, char **argv) {
     char sec[160], note[160];
     snprintf(sec, sizeof(sec), "MPI, 2 ranks (%s): chain of 1000 alternating rank 0/rank 1",
              btl && strstr(btl, "tcp") ? "TCP loopback" : "shared memory");
-    snprintf(note, sizeof(note), "%u CPU workers per rank; 1000 starpu_mpi_task_insert + wait_for_all; last value %d",
+    snprintf(note, sizeof(note),
+             "%u CPU workers per rank; 1000 starpu_mpi_task_insert + wait_for_all; last value %d",
              starpu_cpu_worker_get_count(), last);
     emit_row(sec, "StarPU-MPI tasks", bench_median(t, replays) * 1e6, "us", note);
   }

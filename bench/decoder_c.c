@@ -20,7 +20,8 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
   const char *who = "C decoder, OpenMP parallel for";
   char note[128];
-  snprintf(note, sizeof(note), "%d threads, per matrix product and over heads", omp_get_max_threads());
+  snprintf(note, sizeof(note), "%d threads, per matrix product and over heads",
+           omp_get_max_threads());
 #else
   const char *who = "C decoder, plain sequential";
   const char *note = "one thread; one running sum per row";
@@ -42,9 +43,12 @@ int main(int argc, char **argv) {
     for (int r = 0; r <= reps; r++) { /* run 0 warms up */
       double t0 = bench_now_s();
       int token = 1;
-      for (int p = 0; p < n; p++) token = ref_argmax(ref_forward(&ref, token, p), ck.config.vocab_size);
-      if (r == 0) first_tokens = token;
-      else rate[r - 1] = n / (bench_now_s() - t0);
+      for (int p = 0; p < n; p++)
+        token = ref_argmax(ref_forward(&ref, token, p), ck.config.vocab_size);
+      if (r == 0)
+        first_tokens = token;
+      else
+        rate[r - 1] = n / (bench_now_s() - t0);
       if (token != first_tokens) fprintf(stderr, "decoder_c: runs disagree\n");
     }
     char full[256];

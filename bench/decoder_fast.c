@@ -29,7 +29,8 @@ typedef struct run_state {
 } run_state_t;
 
 static void state_free(run_state_t *s) {
-  float *all[] = {s->x, s->xb, s->xb2, s->hb, s->hb2, s->q, s->att, s->logits, s->kcache, s->vcache};
+  float *all[] = {s->x, s->xb,  s->xb2,    s->hb,     s->hb2,
+                  s->q, s->att, s->logits, s->kcache, s->vcache};
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
 }
 
@@ -45,7 +46,10 @@ static int state_init(run_state_t *s, const llama2_config_t *c) {
   s->logits = calloc((size_t)c->vocab_size, 4);
   s->kcache = calloc(cache, 4);
   s->vcache = calloc(cache, 4);
-  return s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->att && s->logits && s->kcache && s->vcache ? 0 : -1;
+  return s->x && s->xb && s->xb2 && s->hb && s->hb2 && s->q && s->att && s->logits && s->kcache &&
+                 s->vcache
+             ? 0
+             : -1;
 }
 
 static void rms_norm(float *out, const float *in, const float *g, int n) {
@@ -56,7 +60,8 @@ static void rms_norm(float *out, const float *in, const float *g, int n) {
 }
 
 /* y (rows) = W (rows x n) x (n): one plain loop per row, the row loop shared between threads. */
-static void mat_vec(float *restrict y, const float *restrict x, const float *restrict W, int n, int rows) {
+static void mat_vec(float *restrict y, const float *restrict x, const float *restrict W, int n,
+                    int rows) {
 #ifdef _OPENMP
 #pragma omp parallel for
 #endif
@@ -80,7 +85,8 @@ static void soft_max(float *v, int n) {
   for (int i = 0; i < n; i++) v[i] *= inv;
 }
 
-static const float *forward(run_state_t *s, const llama2_config_t *c, const llama2_weights_t *w, int token, int pos) {
+static const float *forward(run_state_t *s, const llama2_config_t *c, const llama2_weights_t *w,
+                            int token, int pos) {
   const int dim = c->dim, hid = c->hidden_dim, hs = llama2_head_size(c), kvd = llama2_kv_dim(c);
   const int group = c->n_heads / c->n_kv_heads;
   const size_t D = (size_t)dim, H = (size_t)hid, KV = (size_t)kvd, S = (size_t)c->seq_len;
@@ -158,7 +164,8 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
   const char *who = "C decoder -Ofast, OpenMP parallel for";
   char threads[64];
-  snprintf(threads, sizeof(threads), "%d threads, rows of every matrix product and heads", omp_get_max_threads());
+  snprintf(threads, sizeof(threads), "%d threads, rows of every matrix product and heads",
+           omp_get_max_threads());
   const char *how = threads;
 #else
   const char *who = "C decoder -Ofast, one thread";
@@ -185,17 +192,22 @@ int main(int argc, char **argv) {
     for (int r = 0; r <= reps; r++) { /* run 0 warms up */
       double t0 = bench_now_s();
       int token = 1;
-      for (int p = 0; p < n; p++) tokens[p] = token = arg_max(forward(&s, c, &ck.weights, token, p), c->vocab_size);
+      for (int p = 0; p < n; p++)
+        tokens[p] = token = arg_max(forward(&s, c, &ck.weights, token, p), c->vocab_size);
       if (r) rate[r - 1] = n / (bench_now_s() - t0);
-      if (r == 0) memcpy(first, tokens, (size_t)n * sizeof(int));
-      else if (memcmp(first, tokens, (size_t)n * sizeof(int))) fprintf(stderr, "decoder_fast: runs disagree\n");
+      if (r == 0)
+        memcpy(first, tokens, (size_t)n * sizeof(int));
+      else if (memcmp(first, tokens, (size_t)n * sizeof(int)))
+        fprintf(stderr, "decoder_fast: runs disagree\n");
     }
     /* The plain reference's tokens, outside the timing: does -Ofast decode the same text? */
     int *ref = calloc((size_t)n, sizeof(int));
-    bool same = ref && decoder_ref_tokens(&ck, n, ref) == 0 && !memcmp(ref, first, (size_t)n * sizeof(int));
+    bool same =
+        ref && decoder_ref_tokens(&ck, n, ref) == 0 && !memcmp(ref, first, (size_t)n * sizeof(int));
     free(ref);
     char note[256];
-    snprintf(note, sizeof(note), "%s (%d steps); tokens %s the C reference's", how, n, same ? "equal" : "DIFFER FROM");
+    snprintf(note, sizeof(note), "%s (%d steps); tokens %s the C reference's", how, n,
+             same ? "equal" : "DIFFER FROM");
     emit_row(names[sh], who, bench_median(rate, reps), "tok/s", note);
     state_free(&s);
     free(tokens);

@@ -12,13 +12,13 @@
 #include "llama2.h"
 #include "rows.h"
 
-#define CHECK(call)                                                               \
-  do {                                                                            \
-    hcq_status_t st_ = (call);                                                    \
-    if (st_) {                                                                    \
-      fprintf(stderr, "decoder_hcq: %s: %s\n", #call, hcq_status_message(st_));  \
-      exit(1);                                                                    \
-    }                                                                             \
+#define CHECK(call)                                                             \
+  do {                                                                          \
+    hcq_status_t st_ = (call);                                                  \
+    if (st_) {                                                                  \
+      fprintf(stderr, "decoder_hcq: %s: %s\n", #call, hcq_status_message(st_)); \
+      exit(1);                                                                  \
+    }                                                                           \
   } while (0)
 
 static bool parse_kind(const char *name, hcq_device_kind_t *kind) {
@@ -30,9 +30,9 @@ static bool parse_kind(const char *name, hcq_device_kind_t *kind) {
   return false;
 }
 
-/* Mesa's lavapipe runs each dispatch on its thread pool (LP_NUM_THREADS, default one thread per core)
- * or, with LP_NUM_THREADS=0, on its queue thread: a setting of the driver, so its rows get sections
- * of their own. */
+/* Mesa's lavapipe runs each dispatch on its thread pool (LP_NUM_THREADS, default one thread per
+ * core) or, with LP_NUM_THREADS=0, on its queue thread: a setting of the driver, so its rows get
+ * sections of their own. */
 static const char *driver_setting(void) {
   const char *lp = getenv("LP_NUM_THREADS");
   static char buf[64];
@@ -44,8 +44,10 @@ static const char *driver_setting(void) {
 int main(int argc, char **argv) {
   int steps = argc > 1 ? atoi(argv[1]) : 256, reps = argc > 2 ? atoi(argv[2]) : 5;
   hcq_device_kind_t kind = HCQ_DEVICE_CPU;
-  if (reps < 1 || reps > LLAMA2_MAX_REPS || steps < 1 || (argc > 3 && !parse_kind(argv[3], &kind))) {
-    fprintf(stderr, "usage: decoder_hcq [STEPS] [REPS 1..%d] [CPU|CUDA|METAL|VULKAN]\n", LLAMA2_MAX_REPS);
+  if (reps < 1 || reps > LLAMA2_MAX_REPS || steps < 1 ||
+      (argc > 3 && !parse_kind(argv[3], &kind))) {
+    fprintf(stderr, "usage: decoder_hcq [STEPS] [REPS 1..%d] [CPU|CUDA|METAL|VULKAN]\n",
+            LLAMA2_MAX_REPS);
     return 2;
   }
   const char *kname = hcq_device_kind_name(kind);
@@ -79,18 +81,21 @@ int main(int argc, char **argv) {
     bool same = !memcmp(eager_tokens, graph_tokens, (size_t)n * 4);
     size_t kernels = llama2_decoder_kernels_per_step(dec);
     char section[128], host_section[160], eager_name[48], note[160];
-    snprintf(section, sizeof(section), gpu ? "%s on %s%s" : "%s", shape_names[s], kname, driver_setting());
+    snprintf(section, sizeof(section), gpu ? "%s on %s%s" : "%s", shape_names[s], kname,
+             driver_setting());
     snprintf(eager_name, sizeof(eager_name), gpu ? "hcq eager on %s" : "hcq eager", kname);
-    snprintf(note, sizeof(note), "%zu kernels/token, one captured step replayed (%d steps)%s", kernels, n,
-             same ? "" : "; TOKENS DIFFER FROM EAGER");
+    snprintf(note, sizeof(note), "%zu kernels/token, one captured step replayed (%d steps)%s",
+             kernels, n, same ? "" : "; TOKENS DIFFER FROM EAGER");
     if (gpu) { /* the section's baseline (report.py) comes first */
       char enote[96];
       snprintf(enote, sizeof(enote), "%zu launches/token, kernel by kernel (%d steps)", kernels, n);
       emit_row(section, eager_name, eager.tok_s, "tok/s", enote);
       emit_row(section, "hcq graph replay", graph.tok_s, "tok/s", note);
       snprintf(host_section, sizeof(host_section), "%s: host us to submit a step", section);
-      emit_row(host_section, eager_name, eager.host_us, "us", "every launch of a step, the device idle before it");
-      emit_row(host_section, "hcq graph replay", graph.host_us, "us", "one replay, the device idle before it");
+      emit_row(host_section, eager_name, eager.host_us, "us",
+               "every launch of a step, the device idle before it");
+      emit_row(host_section, "hcq graph replay", graph.host_us, "us",
+               "one replay, the device idle before it");
     } else {
       emit_row(section, "hcq graph replay", graph.tok_s, "tok/s", note);
       snprintf(note, sizeof(note), "%zu launches/token, kernel by kernel (%d steps)", kernels, n);

@@ -8,7 +8,8 @@ int decoder_ref_tokens(const llama2_checkpoint_t *ck, int n, int *out) {
   llama2_reference_t ref;
   if (ref_init(&ref, ck)) return -1;
   int token = 1;
-  for (int p = 0; p < n; p++) out[p] = token = ref_argmax(ref_forward(&ref, token, p), ck->config.vocab_size);
+  for (int p = 0; p < n; p++)
+    out[p] = token = ref_argmax(ref_forward(&ref, token, p), ck->config.vocab_size);
   ref_free(&ref);
   return 0;
 }

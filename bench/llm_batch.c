@@ -22,13 +22,13 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-#define CHECK(call)                                                   \
-  do {                                                                \
-    hcq_status_t st_ = (call);                                        \
-    if (st_) {                                                        \
-      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_));  \
-      exit(1);                                                        \
-    }                                                                 \
+#define CHECK(call)                                                \
+  do {                                                             \
+    hcq_status_t st_ = (call);                                     \
+    if (st_) {                                                     \
+      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_)); \
+      exit(1);                                                     \
+    }                                                              \
   } while (0)
 
 /* Decoding tokens a second of nseq sequences together. */
@@ -65,14 +65,17 @@ static double generate_rate(hcq_llm_t *llm) {
 
 int main(int argc, char **argv) {
   hcq_llm_t *llm;
-  CHECK(hcq_llm_open(argc > 1 ? argv[1] : NULL, &(hcq_llm_options_t){.ctx = 256, .device = argc > 2 ? argv[2] : NULL,
-                                                                   .no_download = true},
-                     &llm));
+  CHECK(hcq_llm_open(
+      argc > 1 ? argv[1] : NULL,
+      &(hcq_llm_options_t){.ctx = 256, .device = argc > 2 ? argv[2] : NULL, .no_download = true},
+      &llm));
   hcq_llm_batch_t *b;
-  CHECK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = MAX_SEQS, .ctx = 128}, &b));
+  CHECK(
+      hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = MAX_SEQS, .ctx = 128}, &b));
   double single[RUNS], rates[3][RUNS];
   int sizes[3] = {1, 4, 8};
-  for (int r = 0; r < RUNS; r++) { /* interleaved, so that the machine's load falls on every row alike */
+  for (int r = 0; r < RUNS;
+       r++) { /* interleaved, so that the machine's load falls on every row alike */
     single[r] = generate_rate(llm);
     for (int s = 0; s < 3; s++) rates[s][r] = batch_rate(llm, b, sizes[s]);
   }
@@ -80,8 +83,10 @@ int main(int argc, char **argv) {
   printf("hcq generate, one stream: %.0f tok/s (median of %d)\n", single[RUNS / 2], RUNS);
   for (int s = 0; s < 3; s++) {
     qsort(rates[s], RUNS, sizeof(double), cmp_double);
-    printf("hcq_llm_batch, %d sequences: %.0f tok/s aggregate (%.2fx one stream; runs %.0f .. %.0f)\n", sizes[s],
-           rates[s][RUNS / 2], rates[s][RUNS / 2] / single[RUNS / 2], rates[s][0], rates[s][RUNS - 1]);
+    printf(
+        "hcq_llm_batch, %d sequences: %.0f tok/s aggregate (%.2fx one stream; runs %.0f .. %.0f)\n",
+        sizes[s], rates[s][RUNS / 2], rates[s][RUNS / 2] / single[RUNS / 2], rates[s][0],
+        rates[s][RUNS - 1]);
   }
   CHECK(hcq_llm_batch_destroy(b));
   CHECK(hcq_llm_close(llm));

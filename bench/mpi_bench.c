@@ -1,6 +1,7 @@
 /* Graphs across two ranks (docs/mpi.md) against MPI itself, measured in the same run:
  *   - MPI's one-way latency for 4 bytes (ping-pong / 2, MPI_Send/MPI_Recv);
- *   - an hcq graph whose only work is a 4-byte transfer rank 0 -> rank 1 and one back, per transfer;
+ *   - an hcq graph whose only work is a 4-byte transfer rank 0 -> rank 1 and one back, per
+ * transfer;
  *   - a chain of 1000 one-int kernels alternating between the ranks with a 4-byte transfer after
  *     each (the hand-off DAG of dag.h, spread over two processes), per replay, against 1000 one-way
  *     latencies.
@@ -114,7 +115,8 @@ int main(int argc, char **argv) {
     k->kernel.outs = out0;
     k->kernel.nouts = 1;
     for (int j = 0; j < 3; j++) k->kernel.global[j] = k->kernel.local[j] = hcq_imm(1);
-    items[2 * i + 1] = (hcq_exec_item_t){.kind = HCQ_ITEM_TRANSFER, .transfer = {x[1 - r], x[r], 4}};
+    items[2 * i + 1] =
+        (hcq_exec_item_t){.kind = HCQ_ITEM_TRANSFER, .transfer = {x[1 - r], x[r], 4}};
   }
   CHECK(hcq_graph_create(items, 2 * CH, NULL, 0, NULL, 0, NULL, &g));
   int32_t zero = 0, got = 0;
@@ -134,17 +136,23 @@ int main(int argc, char **argv) {
   CHECK(hcq_mpi_finalize());
   double lat_after = mpi_latency_us(51);
   double lat = lat_before < lat_after ? lat_before : lat_after;
-  /* HCQ_MPI_HOST_RUNS=0: the waiting host leaves the work to the engines (docs/mpi.md), a row of its own. */
+  /* HCQ_MPI_HOST_RUNS=0: the waiting host leaves the work to the engines (docs/mpi.md), a row of
+   * its own. */
   const char *host_runs = getenv("HCQ_MPI_HOST_RUNS");
   bool engines_only = host_runs && !strcmp(host_runs, "0");
   const char *suffix = engines_only ? ", engines only (HCQ_MPI_HOST_RUNS=0)" : "";
   if (rank == 0) {
     const char *btl = getenv("OMPI_MCA_btl");
     char sec[160], note[256], name[160];
-    snprintf(sec, sizeof(sec), "MPI, 2 ranks (%s): 4-byte transfer", btl && strstr(btl, "tcp") ? "TCP loopback" : "shared memory");
-    snprintf(note, sizeof(note), "MPI_Send/MPI_Recv ping-pong / 2, median; %.2f us before hcq ran, %.2f after", lat_before, lat_after);
+    snprintf(sec, sizeof(sec), "MPI, 2 ranks (%s): 4-byte transfer",
+             btl && strstr(btl, "tcp") ? "TCP loopback" : "shared memory");
+    snprintf(note, sizeof(note),
+             "MPI_Send/MPI_Recv ping-pong / 2, median; %.2f us before hcq ran, %.2f after",
+             lat_before, lat_after);
     if (!engines_only) emit_row(sec, "MPI one-way latency", lat, "us", note);
-    snprintf(note, sizeof(note), "graph 0->1->0 replayed to completion / 2; %.2fx MPI one-way latency (target <= 2x + 2 us = %.2f us)",
+    snprintf(note, sizeof(note),
+             "graph 0->1->0 replayed to completion / 2; %.2fx MPI one-way latency (target <= 2x + "
+             "2 us = %.2f us)",
              pingpong / 2 / lat, 2 * lat + 2);
     snprintf(name, sizeof(name), "hcq graph replay, per 4-byte transfer between ranks%s", suffix);
     emit_row(sec, name, pingpong / 2, "us", note);
@@ -152,8 +160,11 @@ int main(int argc, char **argv) {
              btl && strstr(btl, "tcp") ? "TCP loopback" : "shared memory");
     snprintf(note, sizeof(note), "1000 x the MPI one-way latency above");
     if (!engines_only) emit_row(sec, "1000 MPI one-way latencies", 1000 * lat, "us", note);
-    snprintf(note, sizeof(note), "one-int kernels, a 4-byte transfer after each; %.2fx 1000 one-way latencies (target <= 3x); "
-             "first replay's result %d (expect %d)", chain / (1000 * lat), got, CH);
+    snprintf(note, sizeof(note),
+             "one-int kernels, a 4-byte transfer after each; %.2fx 1000 one-way latencies (target "
+             "<= 3x); "
+             "first replay's result %d (expect %d)",
+             chain / (1000 * lat), got, CH);
     snprintf(name, sizeof(name), "hcq graph replay%s", suffix);
     emit_row(sec, name, chain, "us", note);
   }

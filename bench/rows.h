@@ -12,13 +12,16 @@ static inline void emit_json_string(const char *s) {
   putchar('"');
   for (; s && *s; s++) {
     if (*s == '"' || *s == '\\') putchar('\\');
-    if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
-    else putchar(*s);
+    if ((unsigned char)*s < 0x20)
+      printf("\\u%04x", *s);
+    else
+      putchar(*s);
   }
   putchar('"');
 }
 
-static inline void emit_row(const char *section, const char *name, double value, const char *unit, const char *note) {
+static inline void emit_row(const char *section, const char *name, double value, const char *unit,
+                            const char *note) {
   printf("{\"section\": ");
   emit_json_string(section);
   printf(", \"name\": ");

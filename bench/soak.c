@@ -89,19 +89,33 @@ int main(int argc, char **argv) {
   hcq_operand_t vals[] = {hcq_sym(v)};
   hcq_exec_item_t items[3] = {
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {k0, bufs0, 2, writes_second, 1, vals, 1, {hcq_imm(N / GROUP), hcq_imm(1), hcq_imm(1)},
+       .kernel = {k0,
+                  bufs0,
+                  2,
+                  writes_second,
+                  1,
+                  vals,
+                  1,
+                  {hcq_imm(N / GROUP), hcq_imm(1), hcq_imm(1)},
                   {hcq_imm(GROUP), hcq_imm(1), hcq_imm(1)}}},
       {.kind = HCQ_ITEM_TRANSFER, .transfer = {mid1, mid0, sizeof host}},
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {k1, bufs1, 2, writes_second, 1, vals, 1, {hcq_imm(N / GROUP), hcq_imm(1), hcq_imm(1)},
+       .kernel = {k1,
+                  bufs1,
+                  2,
+                  writes_second,
+                  1,
+                  vals,
+                  1,
+                  {hcq_imm(N / GROUP), hcq_imm(1), hcq_imm(1)},
                   {hcq_imm(GROUP), hcq_imm(1), hcq_imm(1)}}},
   };
   hcq_var_value_t at_build[] = {{v, 0}};
   hcq_graph_t *graph;
   CHECK(hcq_graph_create(items, 3, &ring[0], 1, at_build, 1, NULL, &graph));
 
-  printf("hcq_soak: %s, %s + %s, %.0f s; %d-word outputs, a ring of %d, every replay checked\n", kind, name0, name1,
-         seconds, N, RING);
+  printf("hcq_soak: %s, %s + %s, %.0f s; %d-word outputs, a ring of %d, every replay checked\n",
+         kind, name0, name1, seconds, N, RING);
   printf("  %8s %12s %10s %10s %6s\n", "time_s", "replays", "wrong", "rss_kib", "fds");
   long rss0 = -1, rss_max = 0;
   int fds0 = -1, fds_max = 0;
@@ -138,9 +152,12 @@ int main(int argc, char **argv) {
     replays++;
   }
   double elapsed = now_s() - start;
-  printf("hcq_soak: %llu replays in %.1f s (%.1f us each, check included), %llu wrong; RSS %ld -> max %ld KiB, "
-         "open files %d -> max %d\n",
-         replays, elapsed, elapsed * 1e6 / (double)(replays ? replays : 1), wrong, rss0, rss_max, fds0, fds_max);
+  printf(
+      "hcq_soak: %llu replays in %.1f s (%.1f us each, check included), %llu wrong; RSS %ld -> max "
+      "%ld KiB, "
+      "open files %d -> max %d\n",
+      replays, elapsed, elapsed * 1e6 / (double)(replays ? replays : 1), wrong, rss0, rss_max, fds0,
+      fds_max);
 
   CHECK(hcq_graph_destroy(graph));
   hcq_expr_release(v);

@@ -27,14 +27,16 @@ typedef struct sample {
 } sample_t;
 
 /* Runs run 0 of the file through jit: submit, then (when done) wait. */
-static hcq_status_t one(hcq_jit_t *jit, const hcq_graph_file_t *gf, double *submit_us, double *total_us) {
+static hcq_status_t one(hcq_jit_t *jit, const hcq_graph_file_t *gf, double *submit_us,
+                        double *total_us) {
   hcq_buffer_t *const *inputs;
   const hcq_var_value_t *vals;
   hcq_graph_file_run(gf, 0, &inputs, &vals);
   hcq_status_t st = cli_sync_file(gf);
   if (st) return st;
   double t0 = now_us();
-  st = hcq_jit_run(jit, inputs, hcq_graph_file_input_count(gf), vals, hcq_graph_file_var_count(gf), false, NULL);
+  st = hcq_jit_run(jit, inputs, hcq_graph_file_input_count(gf), vals, hcq_graph_file_var_count(gf),
+                   false, NULL);
   double t1 = now_us();
   if (!st) st = cli_sync_file(gf);
   *submit_us = t1 - t0;
@@ -42,7 +44,8 @@ static hcq_status_t one(hcq_jit_t *jit, const hcq_graph_file_t *gf, double *subm
   return st;
 }
 
-static hcq_status_t measure(hcq_jit_t *jit, const hcq_graph_file_t *gf, sample_t *submit, sample_t *total) {
+static hcq_status_t measure(hcq_jit_t *jit, const hcq_graph_file_t *gf, sample_t *submit,
+                            sample_t *total) {
   double s, t, spent = 0;
   hcq_status_t st = NULL;
   for (int warm = 0; warm < 3 && !st; warm++) st = one(jit, gf, &s, &t);
@@ -57,7 +60,8 @@ static hcq_status_t measure(hcq_jit_t *jit, const hcq_graph_file_t *gf, sample_t
 }
 
 /* Driver parameter updates of the jit's graphs (CUDA graphs count them; others report 0). */
-static void graph_updates(const hcq_jit_t *jit, uint64_t *replays, uint64_t *updates, const char **kind) {
+static void graph_updates(const hcq_jit_t *jit, uint64_t *replays, uint64_t *updates,
+                          const char **kind) {
   *replays = *updates = 0;
   for (size_t i = 0; i < hcq_jit_graph_count(jit); i++) {
     hcq_graph_stats_t st;
@@ -80,10 +84,13 @@ static hcq_status_t alternating_updates(hcq_jit_t *jit, const hcq_graph_file_t *
     hcq_buffer_t *const *inputs;
     const hcq_var_value_t *vals;
     hcq_graph_file_run(gf, i % 2 && runs > 1 ? 1 : 0, &inputs, &vals);
-    st = hcq_jit_run(jit, inputs, hcq_graph_file_input_count(gf), vals, hcq_graph_file_var_count(gf), true, NULL);
+    st = hcq_jit_run(jit, inputs, hcq_graph_file_input_count(gf), vals,
+                     hcq_graph_file_var_count(gf), true, NULL);
   }
   graph_updates(jit, &r1, &u1, &kind);
-  *out = hcq_jit_graph_count(jit) && r1 > r0 ? (double)(u1 - u0) * (double)hcq_jit_graph_count(jit) / (double)(r1 - r0) : 0;
+  *out = hcq_jit_graph_count(jit) && r1 > r0
+             ? (double)(u1 - u0) * (double)hcq_jit_graph_count(jit) / (double)(r1 - r0)
+             : 0;
   return st;
 }
 
@@ -111,11 +118,13 @@ int cli_bench(int argc, char **argv) {
   hcq_jit_options_t eager_opts = {.eager_only = true};
   size_t n = gf ? hcq_graph_file_item_count(gf) : 0;
   if (!st)
-    st = hcq_jit_create(hcq_graph_file_items(gf), n, hcq_graph_file_inputs(gf), hcq_graph_file_input_count(gf),
-                        hcq_graph_file_vars(gf), hcq_graph_file_var_count(gf), &eager_opts, &eager);
+    st = hcq_jit_create(hcq_graph_file_items(gf), n, hcq_graph_file_inputs(gf),
+                        hcq_graph_file_input_count(gf), hcq_graph_file_vars(gf),
+                        hcq_graph_file_var_count(gf), &eager_opts, &eager);
   if (!st)
-    st = hcq_jit_create(hcq_graph_file_items(gf), n, hcq_graph_file_inputs(gf), hcq_graph_file_input_count(gf),
-                        hcq_graph_file_vars(gf), hcq_graph_file_var_count(gf), NULL, &graph);
+    st = hcq_jit_create(hcq_graph_file_items(gf), n, hcq_graph_file_inputs(gf),
+                        hcq_graph_file_input_count(gf), hcq_graph_file_vars(gf),
+                        hcq_graph_file_var_count(gf), NULL, &graph);
   static sample_t es, et, gs, gt;
   if (!st) st = measure(eager, gf, &es, &et);
   uint64_t r0 = 0, u0 = 0, r1 = 0, u1 = 0;
@@ -127,29 +136,39 @@ int cli_bench(int argc, char **argv) {
   if (!st) st = alternating_updates(graph, gf, &alternating);
   if (!st) {
     size_t ngraphs = hcq_jit_graph_count(graph);
-    double per_replay = ngraphs && r1 > r0 ? (double)(u1 - u0) * (double)ngraphs / (double)(r1 - r0) : 0;
-    double eager_us = median(et.v, et.n), graph_us = median(gt.v, gt.n), submit_us = median(gs.v, gs.n);
+    double per_replay =
+        ngraphs && r1 > r0 ? (double)(u1 - u0) * (double)ngraphs / (double)(r1 - r0) : 0;
+    double eager_us = median(et.v, et.n), graph_us = median(gt.v, gt.n),
+           submit_us = median(gs.v, gs.n);
     const hcq_jit_report_t *rep = hcq_jit_report(graph);
     if (json) {
-      printf("{\"items\": %zu, \"eager_us_per_run\": %.3f, \"graph_us_per_run\": %.3f, \"graph_submit_us\": %.3f, "
-             "\"per_item_graph_ns\": %.3f, \"per_item_eager_ns\": %.3f, \"speedup\": %.3f, \"graphs\": %zu, "
-             "\"eager_items\": %zu, \"repetitions\": %zu, \"graph_kind\": \"%s\", \"graph_updates_per_replay\": %.3f, "
-             "\"graph_updates_alternating_runs\": %.3f}\n",
-             n, eager_us, graph_us, submit_us, graph_us * 1e3 / (double)n, eager_us * 1e3 / (double)n,
-             graph_us > 0 ? eager_us / graph_us : 0.0, rep->batches, rep->eager_items, gt.n, kind, per_replay,
-             alternating);
+      printf(
+          "{\"items\": %zu, \"eager_us_per_run\": %.3f, \"graph_us_per_run\": %.3f, "
+          "\"graph_submit_us\": %.3f, "
+          "\"per_item_graph_ns\": %.3f, \"per_item_eager_ns\": %.3f, \"speedup\": %.3f, "
+          "\"graphs\": %zu, "
+          "\"eager_items\": %zu, \"repetitions\": %zu, \"graph_kind\": \"%s\", "
+          "\"graph_updates_per_replay\": %.3f, "
+          "\"graph_updates_alternating_runs\": %.3f}\n",
+          n, eager_us, graph_us, submit_us, graph_us * 1e3 / (double)n, eager_us * 1e3 / (double)n,
+          graph_us > 0 ? eager_us / graph_us : 0.0, rep->batches, rep->eager_items, gt.n, kind,
+          per_replay, alternating);
     } else {
-      printf("%s: %zu items (%zu graphs, %zu eager items), medians after warm-up\n", file, n, rep->batches,
-             rep->eager_items);
-      printf("  eager, one run to completion   %12.3f us  (%8.1f ns per item)\n", eager_us, eager_us * 1e3 / (double)n);
-      printf("  graph, one replay to completion %11.3f us  (%8.1f ns per item)\n", graph_us, graph_us * 1e3 / (double)n);
+      printf("%s: %zu items (%zu graphs, %zu eager items), medians after warm-up\n", file, n,
+             rep->batches, rep->eager_items);
+      printf("  eager, one run to completion   %12.3f us  (%8.1f ns per item)\n", eager_us,
+             eager_us * 1e3 / (double)n);
+      printf("  graph, one replay to completion %11.3f us  (%8.1f ns per item)\n", graph_us,
+             graph_us * 1e3 / (double)n);
       printf("  graph, submit alone            %12.3f us\n", submit_us);
-      printf("  speedup                        %12.2f x\n", graph_us > 0 ? eager_us / graph_us : 0.0);
-      /* Only a backend's own graph runner (the CUDA graph, the Metal graph) updates driver parameters;
-       * the HCQ graph patches its own words. */
+      printf("  speedup                        %12.2f x\n",
+             graph_us > 0 ? eager_us / graph_us : 0.0);
+      /* Only a backend's own graph runner (the CUDA graph, the Metal graph) updates driver
+       * parameters; the HCQ graph patches its own words. */
       if (strcmp(kind, "hcq") && strcmp(kind, "none"))
-        printf("  graph kind %s: %.2f parameter updates per unchanged replay, %.2f alternating runs\n", kind,
-               per_replay, alternating);
+        printf(
+            "  graph kind %s: %.2f parameter updates per unchanged replay, %.2f alternating runs\n",
+            kind, per_replay, alternating);
     }
   }
   int rc = st ? cli_fail(st) : HCQ_EXIT_OK; /* before the teardown, which may wait again */

@@ -1,5 +1,5 @@
-/* hcq chat (hcq generate --interactive): multi-turn chat. Each turn renders the whole conversation in
- * the chat template and generates from it (the library keeps nothing between generations; the
+/* hcq chat (hcq generate --interactive): multi-turn chat. Each turn renders the whole conversation
+ * in the chat template and generates from it (the library keeps nothing between generations; the
  * prompt pass is one captured replay, so a long history costs one pass, not a step a token). */
 #include <stdlib.h>
 #include <string.h>
@@ -65,8 +65,8 @@ static bool on_piece(void *user, int32_t id, const char *text, size_t len) {
 
 /* The conversation's prompt ids, dropping its oldest turns (never the last, nor the system message)
  * until they leave room positions for the reply; *ids NULL when the last turn alone leaves none. */
-static hcq_status_t fit(const hcq_llm_t *llm, conversation_t *c, const char *template_name, size_t room, int32_t **ids,
-                        size_t *n) {
+static hcq_status_t fit(const hcq_llm_t *llm, conversation_t *c, const char *template_name,
+                        size_t room, int32_t **ids, size_t *n) {
   hcq_llm_info_t info;
   hcq_llm_get_info(llm, &info);
   for (;;) {
@@ -83,7 +83,9 @@ static hcq_status_t fit(const hcq_llm_t *llm, conversation_t *c, const char *tem
     if (last_turn) return NULL;
     /* the oldest user turn and the reply to it */
     size_t k = c->n - c->first_turn >= 3 ? 2 : 1;
-    fprintf(stderr, "hcq chat: the conversation outgrew the context (%d positions): its oldest turn is dropped\n",
+    fprintf(stderr,
+            "hcq chat: the conversation outgrew the context (%d positions): its oldest turn is "
+            "dropped\n",
             info.ctx);
     drop(c, c->first_turn, k);
   }
@@ -96,12 +98,16 @@ static hcq_status_t turn(hcq_llm_t *llm, conversation_t *c, const hcq_llm_genera
   size_t n = 0;
   hcq_llm_info_t info;
   hcq_llm_get_info(llm, &info);
-  /* room for a whole reply (at most half the context): older turns go before a reply is cut short */
-  size_t room = (size_t)(base->max_tokens > 0 && base->max_tokens < info.ctx / 2 ? base->max_tokens : info.ctx / 2);
+  /* room for a whole reply (at most half the context): older turns go before a reply is cut short
+   */
+  size_t room = (size_t)(base->max_tokens > 0 && base->max_tokens < info.ctx / 2 ? base->max_tokens
+                                                                                 : info.ctx / 2);
   hcq_status_t st = fit(llm, c, template_name, room, &ids, &n);
   if (st) return st;
   if (!ids) {
-    fprintf(stderr, "hcq chat: that message is too long for the context (%d positions; --ctx sets it): not sent\n",
+    fprintf(stderr,
+            "hcq chat: that message is too long for the context (%d positions; --ctx sets it): not "
+            "sent\n",
             info.ctx);
     drop(c, c->n - 1, 1);
     return NULL;

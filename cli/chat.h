@@ -14,7 +14,8 @@
  * long for the context is refused and the conversation goes on. o:
  * the sampling, stop strings and most tokens per reply (its callbacks are replaced). With in a
  * terminal, a "> " prompt goes to standard error. */
-HCQ_MUST_USE hcq_status_t cli_chat_loop(hcq_llm_t *llm, const hcq_llm_generate_options_t *o, const char *system,
-                                        const char *template_name, FILE *in, FILE *out);
+HCQ_MUST_USE hcq_status_t cli_chat_loop(hcq_llm_t *llm, const hcq_llm_generate_options_t *o,
+                                        const char *system, const char *template_name, FILE *in,
+                                        FILE *out);
 
 #endif

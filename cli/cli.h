@@ -21,7 +21,8 @@ int cli_fail(hcq_status_t st);
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Parses a whole non-negative decimal integer in [lo, hi]. */
-bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out);
+bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi,
+                    unsigned long long *out);
 
 /* The device kind the commands run on without --device: the one place the tool names a kind. */
 #define CLI_DEFAULT_KIND HCQ_DEVICE_CPU
@@ -59,13 +60,14 @@ void cli_observe_abort(const cli_observe_t *o);
 /* hcq info's memory lines: the kernel cache on disk and what a freshly opened CPU:0 holds. */
 void cli_info_memory(void);
 
-/* Under mpirun (cli/cli_mpi.c; stand-ins without the MPI layer): start starts the MPI layer when the
- * launcher's environment says so and silences stdout on ranks other than 0; fetch copies a buffer's
- * bytes to rank 0 from the rank that holds them (every rank calls it, in the same order); finish
- * agrees on the exit status (the maximum over the ranks) and stops the layer. give_up, called when a
- * rank reports a failure (cli_fail), declares every other rank lost when the failure can leave
- * queues stuck (a timeout, a lost device, a lost peer), so teardown does not wait for them, and
- * finish then ends the whole job with MPI_Abort: nobody waits for a rank that stopped or died. */
+/* Under mpirun (cli/cli_mpi.c; stand-ins without the MPI layer): start starts the MPI layer when
+ * the launcher's environment says so and silences stdout on ranks other than 0; fetch copies a
+ * buffer's bytes to rank 0 from the rank that holds them (every rank calls it, in the same order);
+ * finish agrees on the exit status (the maximum over the ranks) and stops the layer. give_up,
+ * called when a rank reports a failure (cli_fail), declares every other rank lost when the failure
+ * can leave queues stuck (a timeout, a lost device, a lost peer), so teardown does not wait for
+ * them, and finish then ends the whole job with MPI_Abort: nobody waits for a rank that stopped or
+ * died. */
 hcq_status_t cli_mpi_start(void);
 int cli_mpi_rank(void);
 int cli_mpi_size(void);

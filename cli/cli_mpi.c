@@ -15,7 +15,8 @@ static bool g_started;
 
 hcq_status_t cli_mpi_start(void) {
   hcq_status_t st = hcq_mpi_init_auto(&g_started);
-  /* Rank 0 reports (docs/cli.md): the others keep stderr, for what fails on them, and drop stdout. */
+  /* Rank 0 reports (docs/cli.md): the others keep stderr, for what fails on them, and drop stdout.
+   */
   if (!st && g_started && hcq_mpi_rank() != 0 && !freopen("/dev/null", "w", stdout)) {
     /* stdout stays: the output doubles, nothing breaks */
   }
@@ -42,11 +43,13 @@ static bool g_gave_up;
 
 void cli_mpi_give_up(hcq_status_code_t code, const char *why) {
   if (!g_started || g_gave_up) return;
-  if (code != HCQ_TIMEOUT && code != HCQ_DEVICE_LOST && !hcq_mpi_peer_failed()) return; /* every rank agrees later */
+  if (code != HCQ_TIMEOUT && code != HCQ_DEVICE_LOST && !hcq_mpi_peer_failed())
+    return; /* every rank agrees later */
   g_gave_up = true;
   char reason[200];
   size_t len = strcspn(why, "\n"); /* the first line: hang reports follow it */
-  snprintf(reason, sizeof(reason), "rank %d gave up on the job after: %.*s", hcq_mpi_rank(), (int)len, why);
+  snprintf(reason, sizeof(reason), "rank %d gave up on the job after: %.*s", hcq_mpi_rank(),
+           (int)len, why);
   for (int r = 0; r < hcq_mpi_size(); r++)
     if (r != hcq_mpi_rank()) hcq_status_destroy(hcq_mpi_declare_rank_lost(r, reason));
 }
@@ -79,7 +82,9 @@ hcq_status_t cli_mpi_start(void) { return NULL; }
 int cli_mpi_rank(void) { return 0; }
 int cli_mpi_size(void) { return 1; }
 bool cli_mpi_on(void) { return false; }
-hcq_status_t cli_mpi_fetch(hcq_buffer_t *buf, void *dst, uint64_t size) { return hcq_buffer_copyout(buf, 0, dst, size); }
+hcq_status_t cli_mpi_fetch(hcq_buffer_t *buf, void *dst, uint64_t size) {
+  return hcq_buffer_copyout(buf, 0, dst, size);
+}
 hcq_status_t cli_mpi_max(int value, int *out_max) {
   *out_max = value;
   return NULL;

@@ -30,8 +30,10 @@ static int write_out(const char *path, const void *bytes, size_t size) {
   while (left && !e) {
     ssize_t w = write(fd, p, left);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) e = w < 0 ? errno : EIO;
-    else p += w, left -= (size_t)w;
+    if (w <= 0)
+      e = w < 0 ? errno : EIO;
+    else
+      p += w, left -= (size_t)w;
   }
   if (close(fd) && !e) e = errno;
   if (!e && rename(tmp, path)) e = errno;
@@ -46,13 +48,14 @@ static int write_out(const char *path, const void *bytes, size_t size) {
 }
 
 int cli_compile(int argc, char **argv) {
-  const char *device = NULL, *out = NULL, *source = NULL, *entry = NULL, *arch = NULL, *format = NULL;
+  const char *device = NULL, *out = NULL, *source = NULL, *entry = NULL, *arch = NULL,
+             *format = NULL;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
-    const char **slot = !strcmp(a, "--device") ? &device
-                        : !strcmp(a, "--out")  ? &out
-                        : !strcmp(a, "--entry") ? &entry
-                        : !strcmp(a, "--arch")  ? &arch
+    const char **slot = !strcmp(a, "--device")   ? &device
+                        : !strcmp(a, "--out")    ? &out
+                        : !strcmp(a, "--entry")  ? &entry
+                        : !strcmp(a, "--arch")   ? &arch
                         : !strcmp(a, "--format") ? &format
                                                  : NULL;
     if (slot) {
@@ -72,17 +75,20 @@ int cli_compile(int argc, char **argv) {
   if (!source) return cli_usage_error("compile: give the kernel's SOURCE file");
   hcq_device_kind_t kind;
   if (!cli_parse_device_kind(device, &kind))
-    return cli_usage_error("compile: --device \"%s\" is not a device kind (CPU, CUDA, METAL, VULKAN)", device);
+    return cli_usage_error(
+        "compile: --device \"%s\" is not a device kind (CPU, CUDA, METAL, VULKAN)", device);
   hcq_binary_format_t fmt = HCQ_BINARY_NONE;
   if (format && !hcq_binary_format_parse(format, &fmt))
-    return cli_usage_error("compile: --format \"%s\" is not a format (spirv, ptx, cubin, fatbin, metallib)", format);
+    return cli_usage_error(
+        "compile: --format \"%s\" is not a format (spirv, ptx, cubin, fatbin, metallib)", format);
   /* The entry defaults to the file's name without folders and extension (kernels/add.glsl: add). */
   char guessed[64] = "";
   if (!entry) {
     const char *base = strrchr(source, '/') ? strrchr(source, '/') + 1 : source;
     size_t len = strcspn(base, ".");
     if (len >= sizeof(guessed))
-      return cli_usage_error("compile: the file name \"%s\" is too long to name the kernel: give --entry", base);
+      return cli_usage_error(
+          "compile: the file name \"%s\" is too long to name the kernel: give --entry", base);
     memcpy(guessed, base, len);
     guessed[len] = '\0';
     entry = guessed;

@@ -23,21 +23,25 @@ typedef struct mode_result {
 } mode_result_t;
 
 static int parse_args(int argc, char **argv, demo_args_t *a) {
-  *a = (demo_args_t){LLAMA2_SHAPE_SMALL, CLI_DEFAULT_KIND, NULL, NULL, NULL, 256, 1, 5, 1, false, false, false};
+  *a = (demo_args_t){
+      LLAMA2_SHAPE_SMALL, CLI_DEFAULT_KIND, NULL, NULL, NULL, 256, 1, 5, 1, false, false, false};
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
     bool has_value = i + 1 < argc;
     if (!strcmp(o, "--json")) {
       a->json = true;
-    } else if (!strcmp(o, "--size") || !strcmp(o, "--model") || !strcmp(o, "--tokenizer") || !strcmp(o, "--steps") ||
-               !strcmp(o, "--devices") || !strcmp(o, "--write-model") || !strcmp(o, "--repeat") ||
-               !strcmp(o, "--device") || !strcmp(o, "--ranks")) {
+    } else if (!strcmp(o, "--size") || !strcmp(o, "--model") || !strcmp(o, "--tokenizer") ||
+               !strcmp(o, "--steps") || !strcmp(o, "--devices") || !strcmp(o, "--write-model") ||
+               !strcmp(o, "--repeat") || !strcmp(o, "--device") || !strcmp(o, "--ranks")) {
       if (!has_value) return cli_usage_error("demo: %s needs a value", o);
       const char *v = argv[++i];
       if (!strcmp(o, "--size")) {
-        if (!strcmp(v, "small")) a->shape = LLAMA2_SHAPE_SMALL;
-        else if (!strcmp(v, "15m")) a->shape = LLAMA2_SHAPE_15M;
-        else return cli_usage_error("demo: --size \"%s\": expected small or 15m", v);
+        if (!strcmp(v, "small"))
+          a->shape = LLAMA2_SHAPE_SMALL;
+        else if (!strcmp(v, "15m"))
+          a->shape = LLAMA2_SHAPE_15M;
+        else
+          return cli_usage_error("demo: --size \"%s\": expected small or 15m", v);
       } else if (!strcmp(o, "--device")) {
         if (!cli_parse_device_kind(v, &a->kind))
           return cli_usage_error("demo: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);
@@ -48,25 +52,30 @@ static int parse_args(int argc, char **argv, demo_args_t *a) {
       } else if (!strcmp(o, "--write-model")) {
         a->write_model = v;
       } else if (!strcmp(o, "--steps")) {
-        if (!cli_parse_uint(v, 1, 1u << 20, &a->steps)) return cli_usage_error("demo: --steps \"%s\": expected a positive integer", v);
+        if (!cli_parse_uint(v, 1, 1u << 20, &a->steps))
+          return cli_usage_error("demo: --steps \"%s\": expected a positive integer", v);
         a->steps_given = true;
       } else if (!strcmp(o, "--devices")) {
-        if (!cli_parse_uint(v, 1, 2, &a->devices)) return cli_usage_error("demo: --devices \"%s\": expected 1 or 2", v);
+        if (!cli_parse_uint(v, 1, 2, &a->devices))
+          return cli_usage_error("demo: --devices \"%s\": expected 1 or 2", v);
       } else if (!strcmp(o, "--ranks")) {
-        if (!cli_parse_uint(v, 1, 2, &a->ranks)) return cli_usage_error("demo: --ranks \"%s\": expected 1 or 2", v);
+        if (!cli_parse_uint(v, 1, 2, &a->ranks))
+          return cli_usage_error("demo: --ranks \"%s\": expected 1 or 2", v);
         if (a->ranks == 2 && cli_mpi_size() != 2)
-          return cli_usage_error("demo: --ranks 2 runs under mpirun -np 2 (this job has %d rank%s)", cli_mpi_size(),
-                                 cli_mpi_size() == 1 ? "" : "s");
+          return cli_usage_error("demo: --ranks 2 runs under mpirun -np 2 (this job has %d rank%s)",
+                                 cli_mpi_size(), cli_mpi_size() == 1 ? "" : "s");
       } else {
         if (!cli_parse_uint(v, 1, LLAMA2_MAX_REPS, &a->reps))
           return cli_usage_error("demo: --repeat \"%s\": expected 1..%d", v, LLAMA2_MAX_REPS);
         a->reps_given = true;
       }
     } else {
-      return cli_usage_error("demo: unknown argument \"%s\" (usage: hcq demo [--size small|15m] [--model FILE] "
-                             "[--tokenizer FILE] [--steps N] [--device CPU|VULKAN|CUDA|METAL] [--devices 1|2] [--ranks 1|2] "
-                             "[--repeat N] [--write-model FILE] [--json])",
-                             o);
+      return cli_usage_error(
+          "demo: unknown argument \"%s\" (usage: hcq demo [--size small|15m] [--model FILE] "
+          "[--tokenizer FILE] [--steps N] [--device CPU|VULKAN|CUDA|METAL] [--devices 1|2] "
+          "[--ranks 1|2] "
+          "[--repeat N] [--write-model FILE] [--json])",
+          o);
     }
   }
   return HCQ_EXIT_OK;
@@ -86,7 +95,8 @@ static void print_tokens(const int32_t *t, int n, const llama2_tokenizer_t *tok)
   }
   enum { SHOWN = 48 };
   printf("  token ids:");
-  for (int i = 0; i < n && i < SHOWN; i++) printf("%s%d", i % 16 == 0 && i ? "\n            " : " ", t[i]);
+  for (int i = 0; i < n && i < SHOWN; i++)
+    printf("%s%d", i % 16 == 0 && i ? "\n            " : " ", t[i]);
   if (n > SHOWN) printf(" ... (%d in all)", n);
   printf("\n");
 }
@@ -98,25 +108,35 @@ static void print_json(const demo_args_t *a, const llama2_config_t *c, const lla
     putchar('"');
     for (const char *p = a->model; *p; p++) {
       if (*p == '"' || *p == '\\') putchar('\\');
-      if ((unsigned char)*p < 0x20) printf("\\u%04x", *p); else putchar(*p);
+      if ((unsigned char)*p < 0x20)
+        printf("\\u%04x", *p);
+      else
+        putchar(*p);
     }
     putchar('"');
   } else {
     printf("\"generated %s\"", a->shape == LLAMA2_SHAPE_SMALL ? "small" : "15m");
   }
-  printf(", \"config\": {\"dim\": %d, \"hidden_dim\": %d, \"n_layers\": %d, \"n_heads\": %d, \"n_kv_heads\": %d, "
-         "\"vocab_size\": %d, \"seq_len\": %d}",
-         c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
+  printf(
+      ", \"config\": {\"dim\": %d, \"hidden_dim\": %d, \"n_layers\": %d, \"n_heads\": %d, "
+      "\"n_kv_heads\": %d, "
+      "\"vocab_size\": %d, \"seq_len\": %d}",
+      c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
   const hcq_jit_report_t *rep = llama2_decoder_report(dec);
-  const char *kind = rep && rep->batches ? hcq_graph_kind(hcq_jit_graph(llama2_decoder_jit(dec), 0)) : "none";
+  const char *kind =
+      rep && rep->batches ? hcq_graph_kind(hcq_jit_graph(llama2_decoder_jit(dec), 0)) : "none";
   printf(", \"device_kind\": \"%s\", \"graph_kind\": \"%s\"", hcq_device_kind_name(a->kind), kind);
   printf(", \"ranks\": %llu", a->ranks);
-  printf(", \"devices\": %llu, \"steps\": %d, \"repetitions\": %llu, \"kernels_per_token\": %zu, "
-         "\"transfers_per_token\": %zu, \"graphs_per_token\": %zu",
-         a->devices, steps, a->reps, llama2_decoder_kernels_per_step(dec),
-         llama2_decoder_items_per_step(dec) - llama2_decoder_kernels_per_step(dec), rep ? rep->batches : 0);
-  printf(", \"eager_tok_s\": %.1f, \"graph_tok_s\": %.1f, \"speedup\": %.3f", e->t.tok_s, g->t.tok_s, g->t.tok_s / e->t.tok_s);
-  printf(", \"host_us_per_token_eager\": %.2f, \"host_us_per_token_graph\": %.2f", e->t.host_us, g->t.host_us);
+  printf(
+      ", \"devices\": %llu, \"steps\": %d, \"repetitions\": %llu, \"kernels_per_token\": %zu, "
+      "\"transfers_per_token\": %zu, \"graphs_per_token\": %zu",
+      a->devices, steps, a->reps, llama2_decoder_kernels_per_step(dec),
+      llama2_decoder_items_per_step(dec) - llama2_decoder_kernels_per_step(dec),
+      rep ? rep->batches : 0);
+  printf(", \"eager_tok_s\": %.1f, \"graph_tok_s\": %.1f, \"speedup\": %.3f", e->t.tok_s,
+         g->t.tok_s, g->t.tok_s / e->t.tok_s);
+  printf(", \"host_us_per_token_eager\": %.2f, \"host_us_per_token_graph\": %.2f", e->t.host_us,
+         g->t.host_us);
   printf(", \"identical\": %s, \"tokens\": [", identical ? "true" : "false");
   for (int i = 0; i < steps; i++) printf("%s%d", i ? ", " : "", g->tokens[i]);
   printf("], \"eager_tokens\": [");
@@ -126,21 +146,24 @@ static void print_json(const demo_args_t *a, const llama2_config_t *c, const lla
   printf("}\n");
 }
 
-static void print_screen(const demo_args_t *a, const llama2_config_t *c, const llama2_decoder_t *dec,
-                         const mode_result_t *e, const mode_result_t *g, int steps, bool identical,
+static void print_screen(const demo_args_t *a, const llama2_config_t *c,
+                         const llama2_decoder_t *dec, const mode_result_t *e,
+                         const mode_result_t *g, int steps, bool identical,
                          const llama2_tokenizer_t *tok) {
   if (a->model)
     printf("hcq demo: greedy decoding of %s\n", a->model);
   else
     printf("hcq demo: greedy decoding of a generated llama2 model (--size %s)\n",
            a->shape == LLAMA2_SHAPE_SMALL ? "small" : "15m");
-  printf("  dim %d, hidden %d, %d layers, %d heads, %d KV heads, vocab %d, seq %d\n", c->dim, c->hidden_dim,
-         c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
-  size_t kernels = llama2_decoder_kernels_per_step(dec), transfers = llama2_decoder_items_per_step(dec) - kernels;
+  printf("  dim %d, hidden %d, %d layers, %d heads, %d KV heads, vocab %d, seq %d\n", c->dim,
+         c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
+  size_t kernels = llama2_decoder_kernels_per_step(dec),
+         transfers = llama2_decoder_items_per_step(dec) - kernels;
   const hcq_jit_report_t *rep = llama2_decoder_report(dec);
   const char *kn = hcq_device_kind_name(a->kind);
   if (a->ranks == 2)
-    printf("  %d steps from BOS on 0/%s:0 + 1/%s:0 (two MPI ranks); %zu kernels per token", steps, kn, kn, kernels);
+    printf("  %d steps from BOS on 0/%s:0 + 1/%s:0 (two MPI ranks); %zu kernels per token", steps,
+           kn, kn, kernels);
   else if (a->devices == 2)
     printf("  %d steps from BOS on %s:0 + %s:1; %zu kernels per token", steps, kn, kn, kernels);
   else
@@ -154,17 +177,21 @@ static void print_screen(const demo_args_t *a, const llama2_config_t *c, const l
   } else {
     int i = 0;
     while (i < steps && e->tokens[i] == g->tokens[i]) i++;
-    printf("  MISMATCH: eager and graph replay differ first at step %d (eager %d, graph %d)\n\n", i, e->tokens[i],
-           g->tokens[i]);
+    printf("  MISMATCH: eager and graph replay differ first at step %d (eager %d, graph %d)\n\n", i,
+           e->tokens[i], g->tokens[i]);
   }
   printf("                    tokens/s   host us/token\n");
   printf("  eager           %10.1f   %13.2f\n", e->t.tok_s, e->t.host_us);
   printf("  graph replay    %10.1f   %13.2f\n", g->t.tok_s, g->t.host_us);
-  printf("  speed-up        %9.2fx   %12.1fx\n", g->t.tok_s / e->t.tok_s, e->t.host_us / g->t.host_us);
-  printf("\n  tokens/s: median of %llu decodes of %d tokens, steps queued back to back; host us/token: median\n"
-         "  over steps of the time to submit one step with the devices idle (eager: %zu launches; graph: one\n"
-         "  replay). Same kernels in both modes; `hcq demo --help` for options.\n",
-         a->reps, steps, kernels);
+  printf("  speed-up        %9.2fx   %12.1fx\n", g->t.tok_s / e->t.tok_s,
+         e->t.host_us / g->t.host_us);
+  printf(
+      "\n  tokens/s: median of %llu decodes of %d tokens, steps queued back to back; host "
+      "us/token: median\n"
+      "  over steps of the time to submit one step with the devices idle (eager: %zu launches; "
+      "graph: one\n"
+      "  replay). Same kernels in both modes; `hcq demo --help` for options.\n",
+      a->reps, steps, kernels);
   cli_host_load_print(stdout);
 }
 
@@ -176,13 +203,16 @@ int cli_demo(int argc, char **argv) {
   llama2_tokenizer_t tok = {0};
   llama2_decoder_t *dec = NULL;
   mode_result_t e = {0}, g = {0};
-  hcq_status_t st = a.model ? llama2_checkpoint_load(a.model, &ck) : llama2_checkpoint_generate(a.shape, 42, &ck);
+  hcq_status_t st =
+      a.model ? llama2_checkpoint_load(a.model, &ck) : llama2_checkpoint_generate(a.shape, 42, &ck);
   if (st) return cli_fail(st);
   const llama2_config_t c = ck.config;
-  if (!a.steps_given && a.steps > (unsigned long long)c.seq_len) a.steps = (unsigned long long)c.seq_len;
+  if (!a.steps_given && a.steps > (unsigned long long)c.seq_len)
+    a.steps = (unsigned long long)c.seq_len;
   if (a.steps > (unsigned long long)c.seq_len) {
     llama2_checkpoint_free(&ck);
-    return cli_usage_error("demo: --steps %llu is more than the model's seq_len %d", a.steps, c.seq_len);
+    return cli_usage_error("demo: --steps %llu is more than the model's seq_len %d", a.steps,
+                           c.seq_len);
   }
   int steps = (int)a.steps;
   if (a.write_model) st = llama2_checkpoint_write(&ck, a.write_model);
@@ -192,8 +222,10 @@ int cli_demo(int argc, char **argv) {
   size_t ninfo = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
   for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT && !st; i++)
     if (infos[i].kind == a.kind && !infos[i].available)
-      st = hcq_status_make(HCQ_UNAVAILABLE, "demo: no %s device: %s", hcq_device_kind_name(a.kind), infos[i].description);
-  llama2_decoder_options_t opts = {a.ranks == 2 ? 2 : (int)a.devices, 0, false, a.kind, (int)a.ranks};
+      st = hcq_status_make(HCQ_UNAVAILABLE, "demo: no %s device: %s", hcq_device_kind_name(a.kind),
+                           infos[i].description);
+  llama2_decoder_options_t opts = {a.ranks == 2 ? 2 : (int)a.devices, 0, false, a.kind,
+                                   (int)a.ranks};
   if (!st) st = llama2_decoder_create(&ck, &opts, &dec);
   llama2_checkpoint_free(&ck);
   e.tokens = calloc((size_t)steps, sizeof(int32_t));
@@ -215,10 +247,14 @@ int cli_demo(int argc, char **argv) {
       print_screen(&a, &c, dec, &e, &g, steps, identical, a.tokenizer ? &tok : NULL);
     }
   }
-  rc = st ? cli_fail(st) : identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
+  rc = st          ? cli_fail(st)
+       : identical ? HCQ_EXIT_OK
+                   : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
   hcq_status_t dst = llama2_decoder_destroy(dec);
-  if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
-  else hcq_status_destroy(dst);
+  if (dst && rc == HCQ_EXIT_OK)
+    rc = cli_fail(dst);
+  else
+    hcq_status_destroy(dst);
   llama2_tokenizer_free(&tok);
   free(e.tokens);
   free(g.tokens);

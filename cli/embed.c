@@ -37,11 +37,13 @@ static int parse_args(int argc, char **argv, embed_args_t *a) {
     } else if (options && (!strcmp(o, "--model-dir") || !strcmp(o, "--device"))) {
       if (i + 1 >= argc) return cli_usage_error("embed: %s needs a value", o);
       const char *v = argv[++i];
-      if (!strcmp(o, "--model-dir")) a->model_dir = v;
+      if (!strcmp(o, "--model-dir"))
+        a->model_dir = v;
       else if (!cli_parse_device_kind(v, &a->kind))
         return cli_usage_error("embed: --device \"%s\": expected CPU, VULKAN or CUDA", v);
       else {
-        hcq_status_t none = minilm_encoder_kernels_for(a->kind); /* a kind whose language it has no kernels in */
+        /* a kind whose language it has no kernels in */
+        hcq_status_t none = minilm_encoder_kernels_for(a->kind);
         if (none) {
           int rc = cli_usage_error("embed: --device \"%s\": %s", v, hcq_status_message(none));
           hcq_status_destroy(none);
@@ -62,11 +64,15 @@ static int parse_args(int argc, char **argv, embed_args_t *a) {
       a->texts[a->ntexts++] = argv[i];
     }
   }
-  if (a->fetch && (a->bench || a->ntexts)) return cli_usage_error("embed: --fetch-model takes no texts and no --bench");
-  if (a->bench && a->ntexts) return cli_usage_error("embed: --bench times its own queries and takes no texts");
+  if (a->fetch && (a->bench || a->ntexts))
+    return cli_usage_error("embed: --fetch-model takes no texts and no --bench");
+  if (a->bench && a->ntexts)
+    return cli_usage_error("embed: --bench times its own queries and takes no texts");
   if (a->similarity && (a->bench || a->json || a->fetch))
-    return cli_usage_error("embed: --similarity goes with texts, without --json, --bench or --fetch-model");
-  if (!a->fetch && !a->bench && !a->ntexts) return cli_usage_error("embed: no texts (hcq embed [OPTIONS] TEXT...)");
+    return cli_usage_error(
+        "embed: --similarity goes with texts, without --json, --bench or --fetch-model");
+  if (!a->fetch && !a->bench && !a->ntexts)
+    return cli_usage_error("embed: no texts (hcq embed [OPTIONS] TEXT...)");
   return -1;
 }
 
@@ -93,10 +99,12 @@ static const char *graph_kind(const minilm_encoder_t *enc) {
 
 /* Queries of these lengths, [CLS] w... [SEP] with ids spread over the vocab, each run eagerly and
  * replayed; every replay must give the eager query's embedding bit for bit. */
-static const int k_lengths[] = {1, 4, 8, 16, 32, 64, 128, 256}; /* the mix of make bench's MiniLM rows */
+/* the mix of make bench's MiniLM rows */
+static const int k_lengths[] = {1, 4, 8, 16, 32, 64, 128, 256};
 enum { NLEN = sizeof(k_lengths) / sizeof(k_lengths[0]), MAX_REPS = 41 };
 
-static hcq_status_t timed(minilm_encoder_t *enc, const int32_t *ids, int n, bool graph, float *emb, double *ms) {
+static hcq_status_t timed(minilm_encoder_t *enc, const int32_t *ids, int n, bool graph, float *emb,
+                          double *ms) {
   double t0 = hcq_model_now_ms();
   hcq_status_t st = minilm_encoder_set_input(enc, ids, n);
   if (!st) st = graph ? minilm_encoder_run_graph(enc) : minilm_encoder_run_eager(enc);
@@ -135,7 +143,8 @@ static int bench(const embed_args_t *a, minilm_encoder_t *enc, const minilm_toke
     }
     double te[MAX_REPS], tg[MAX_REPS], first;
     /* A warm-up of each, then as many repetitions as fit 0.25 s a mode (3 at least). */
-    if ((st = timed(enc, ids, n, false, e1, &first)) || (st = timed(enc, ids, n, true, e2, &first))) break;
+    if ((st = timed(enc, ids, n, false, e1, &first)) || (st = timed(enc, ids, n, true, e2, &first)))
+      break;
     int reps = first > 0 ? (int)(250 / first) : MAX_REPS;
     reps = reps < 3 ? 3 : reps > MAX_REPS ? MAX_REPS : reps;
     for (int r = 0; r < reps && !st; r++) {
@@ -159,22 +168,30 @@ static int bench(const embed_args_t *a, minilm_encoder_t *enc, const minilm_toke
     for (int i = 0; i < nl; i++) printf("%s%.4f", i ? ", " : "", eager[i]);
     printf("], \"graph_ms\": [");
     for (int i = 0; i < nl; i++) printf("%s%.4f", i ? ", " : "", graph[i]);
-    printf("], \"captures\": %d, \"kernels_per_query\": %zu, \"identical\": %s, \"device_kind\": \"%s\", "
-           "\"graph_kind\": \"%s\"}\n",
-           minilm_encoder_captures(enc), minilm_encoder_kernels(enc), identical ? "true" : "false", dk, gk);
+    printf(
+        "], \"captures\": %d, \"kernels_per_query\": %zu, \"identical\": %s, \"device_kind\": "
+        "\"%s\", "
+        "\"graph_kind\": \"%s\"}\n",
+        minilm_encoder_captures(enc), minilm_encoder_kernels(enc), identical ? "true" : "false", dk,
+        gk);
   } else {
-    printf("all-MiniLM-L6-v2 on %s:0, one query at a time (%zu kernels a query), median ms per query\n", dk,
-           minilm_encoder_kernels(enc));
+    printf(
+        "all-MiniLM-L6-v2 on %s:0, one query at a time (%zu kernels a query), median ms per "
+        "query\n",
+        dk, minilm_encoder_kernels(enc));
     printf("%8s %10s %10s %8s\n", "tokens", "eager", "graph", "speedup");
     for (int i = 0; i < nl; i++)
       printf("%8d %10.3f %10.3f %7.2fx\n", lengths[i], eager[i], graph[i], eager[i] / graph[i]);
-    printf("captures: %d for all %d lengths (graph kind %s); replays %s the eager queries bit for bit\n",
-           minilm_encoder_captures(enc), nl, gk, identical ? "match" : "DO NOT match");
+    printf(
+        "captures: %d for all %d lengths (graph kind %s); replays %s the eager queries bit for "
+        "bit\n",
+        minilm_encoder_captures(enc), nl, gk, identical ? "match" : "DO NOT match");
   }
   return identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH;
 }
 
-static int embed_texts(const embed_args_t *a, minilm_encoder_t *enc, const minilm_tokenizer_t *tok) {
+static int embed_texts(const embed_args_t *a, minilm_encoder_t *enc,
+                       const minilm_tokenizer_t *tok) {
   const minilm_config_t *c = minilm_encoder_config(enc);
   int n = a->ntexts, h = c->hidden;
   int32_t *ids = malloc((size_t)n * (size_t)c->max_seq_len * sizeof(*ids));
@@ -205,28 +222,32 @@ static int embed_texts(const embed_args_t *a, minilm_encoder_t *enc, const minil
     printf("], \"token_ids\": [");
     for (int i = 0; i < n; i++) {
       printf("%s[", i ? ", " : "");
-      for (int j = 0; j < len[i]; j++) printf("%s%d", j ? ", " : "", (int)ids[(size_t)i * (size_t)c->max_seq_len + (size_t)j]);
+      for (int j = 0; j < len[i]; j++)
+        printf("%s%d", j ? ", " : "", (int)ids[(size_t)i * (size_t)c->max_seq_len + (size_t)j]);
       printf("]");
     }
     printf("], \"embeddings\": [");
     for (int i = 0; i < n; i++) {
       printf("%s[", i ? ", " : "");
-      for (int j = 0; j < h; j++) printf("%s%.9g", j ? ", " : "", (double)emb[(size_t)i * (size_t)h + (size_t)j]);
+      for (int j = 0; j < h; j++)
+        printf("%s%.9g", j ? ", " : "", (double)emb[(size_t)i * (size_t)h + (size_t)j]);
       printf("]");
     }
-    printf("], \"captures\": %d, \"device_kind\": \"%s\", \"graph_kind\": \"%s\"}\n", minilm_encoder_captures(enc),
-           hcq_device_kind_name(a->kind), graph_kind(enc));
+    printf("], \"captures\": %d, \"device_kind\": \"%s\", \"graph_kind\": \"%s\"}\n",
+           minilm_encoder_captures(enc), hcq_device_kind_name(a->kind), graph_kind(enc));
   } else {
     for (int i = 0; i < n; i++) {
       const float *e = emb + (size_t)i * (size_t)h;
-      printf("[%d] %3d tokens  embedding %+.4f %+.4f %+.4f %+.4f ...  ", i + 1, len[i], (double)e[0], (double)e[1],
-             (double)e[2], (double)e[3]);
+      printf("[%d] %3d tokens  embedding %+.4f %+.4f %+.4f %+.4f ...  ", i + 1, len[i],
+             (double)e[0], (double)e[1], (double)e[2], (double)e[3]);
       cli_print_text(stdout, a->texts[i], ECHO_CHARS, false);
       putchar('\n');
     }
     if (n > SIMILARITY_TEXTS && !a->similarity)
-      printf("cosine similarity: left out for %d texts (more than %d; --similarity prints the %dx%d matrix)\n", n,
-             SIMILARITY_TEXTS, n, n);
+      printf(
+          "cosine similarity: left out for %d texts (more than %d; --similarity prints the %dx%d "
+          "matrix)\n",
+          n, SIMILARITY_TEXTS, n, n);
     else if (n > 1) {
       printf("cosine similarity:\n%6s", "");
       for (int j = 0; j < n; j++) {
@@ -241,14 +262,16 @@ static int embed_texts(const embed_args_t *a, minilm_encoder_t *enc, const minil
         printf("%6s", label);
         for (int j = 0; j < n; j++) {
           double d = 0;
-          for (int k = 0; k < h; k++) d += (double)emb[(size_t)i * (size_t)h + (size_t)k] * emb[(size_t)j * (size_t)h + (size_t)k];
+          for (int k = 0; k < h; k++)
+            d += (double)emb[(size_t)i * (size_t)h + (size_t)k] *
+                 emb[(size_t)j * (size_t)h + (size_t)k];
           printf(" %6.3f", d);
         }
         printf("\n");
       }
     }
-    printf("%s:0, %d capture for %d texts (graph kind %s)\n", hcq_device_kind_name(a->kind), minilm_encoder_captures(enc), n,
-           graph_kind(enc));
+    printf("%s:0, %d capture for %d texts (graph kind %s)\n", hcq_device_kind_name(a->kind),
+           minilm_encoder_captures(enc), n, graph_kind(enc));
   }
   free(ids), free(len), free(emb);
   return HCQ_EXIT_OK;
@@ -282,11 +305,15 @@ int cli_embed(int argc, char **argv) {
     st = minilm_encoder_create(&model, &opt, &enc);
     minilm_model_free(&model);
   }
-  if (!st) rc = a.bench ? bench(&a, enc, tok) : embed_texts(&a, enc, tok);
-  else rc = cli_fail(st);
+  if (!st)
+    rc = a.bench ? bench(&a, enc, tok) : embed_texts(&a, enc, tok);
+  else
+    rc = cli_fail(st);
   hcq_status_t dst = minilm_encoder_destroy(enc);
-  if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
-  else hcq_status_destroy(dst);
+  if (dst && rc == HCQ_EXIT_OK)
+    rc = cli_fail(dst);
+  else
+    hcq_status_destroy(dst);
   minilm_tokenizer_free(tok);
   free(a.texts);
   return rc;

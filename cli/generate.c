@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/cli.h"
 #include "cli/chat.h"
+#include "cli/cli.h"
 #include "cli/host_load.h"
 #include "fetch.h"
 #include "llm_api.h"
@@ -22,7 +22,8 @@ enum { GEN_MAX_STOPS = 16 };
 typedef struct gen_args {
   const char *model, *prompt, *chat, *prompt_ids, *system, *chat_template;
   unsigned long long steps, devices, ranks, ctx, reps, top_k, seed, logprobs, threads;
-  double temperature, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n;
+  double temperature, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty,
+      repeat_last_n;
   const char *stops[GEN_MAX_STOPS];
   size_t nstop;
   hcq_device_kind_t kind;
@@ -30,10 +31,13 @@ typedef struct gen_args {
 } gen_args_t;
 
 static const char k_usage[] =
-    "usage: hcq generate [--model FILE|NAME] (--prompt TEXT | --chat TEXT [--chat-template NAME] | --prompt-ids 1,2,3) "
+    "usage: hcq generate [--model FILE|NAME] (--prompt TEXT | --chat TEXT [--chat-template NAME] | "
+    "--prompt-ids 1,2,3) "
     "[--steps N] "
-    "[--ignore-eos] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N] "
-    "[--frequency-penalty F] [--presence-penalty F] [--seed S] [--stop S]... [--logprobs N] [--threads N] "
+    "[--ignore-eos] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] "
+    "[--repeat-last-n N] "
+    "[--frequency-penalty F] [--presence-penalty F] [--seed S] [--stop S]... [--logprobs N] "
+    "[--threads N] "
     "[--device KIND] [--devices 1|2] [--ranks 1|2] [--eager] [--bench] [--json] [--interactive]";
 
 static bool parse_double(const char *s, double lo, double hi, double *out) {
@@ -63,18 +67,24 @@ static int parse_sampling(const char *o, const char *v, gen_args_t *a) {
     if (!parse_double(v, 0, 100, &a->repeat_penalty))
       return cli_usage_error("generate: --repeat-penalty \"%s\": expected 0 to 100 (1: off)", v);
   } else if (!strcmp(o, "--repeat-last-n")) {
-    if (!parse_double(v, -1, 1 << 20, &a->repeat_last_n) || a->repeat_last_n != (long)a->repeat_last_n)
-      return cli_usage_error("generate: --repeat-last-n \"%s\": expected -1 (the context), 0 (off) or a count", v);
+    if (!parse_double(v, -1, 1 << 20, &a->repeat_last_n) ||
+        a->repeat_last_n != (long)a->repeat_last_n)
+      return cli_usage_error(
+          "generate: --repeat-last-n \"%s\": expected -1 (the context), 0 (off) or a count", v);
   } else if (!strcmp(o, "--frequency-penalty") || !strcmp(o, "--presence-penalty")) {
-    if (!parse_double(v, -100, 100, !strcmp(o, "--frequency-penalty") ? &a->frequency_penalty : &a->presence_penalty))
+    if (!parse_double(
+            v, -100, 100,
+            !strcmp(o, "--frequency-penalty") ? &a->frequency_penalty : &a->presence_penalty))
       return cli_usage_error("generate: %s \"%s\": expected -100 to 100 (0: off)", o, v);
   } else if (!strcmp(o, "--stop")) {
     if (!*v) return cli_usage_error("generate: --stop \"\": a stop string is not empty");
-    if (a->nstop == GEN_MAX_STOPS) return cli_usage_error("generate: at most %d --stop strings", GEN_MAX_STOPS);
+    if (a->nstop == GEN_MAX_STOPS)
+      return cli_usage_error("generate: at most %d --stop strings", GEN_MAX_STOPS);
     a->stops[a->nstop++] = v;
   } else if (!strcmp(o, "--logprobs")) {
     if (!(a->logprobs_given = cli_parse_uint(v, 0, HCQ_LLM_MAX_LOGPROBS, &a->logprobs)))
-      return cli_usage_error("generate: --logprobs \"%s\": expected 0 to %d alternatives", v, HCQ_LLM_MAX_LOGPROBS);
+      return cli_usage_error("generate: --logprobs \"%s\": expected 0 to %d alternatives", v,
+                             HCQ_LLM_MAX_LOGPROBS);
   } else if (!strcmp(o, "--threads")) {
     if (!cli_parse_uint(v, 1, 256, &a->threads))
       return cli_usage_error("generate: --threads \"%s\": expected 1 to 256", v);
@@ -88,46 +98,86 @@ static int parse_sampling(const char *o, const char *v, gen_args_t *a) {
 static int check_args(const gen_args_t *a) {
   int prompts = !!a->prompt + !!a->chat + !!a->prompt_ids;
   if (a->fetch) {
-    if (prompts || a->bench || a->interactive) return cli_usage_error("generate: --fetch-model takes no prompt");
+    if (prompts || a->bench || a->interactive)
+      return cli_usage_error("generate: --fetch-model takes no prompt");
     return -1;
   }
   if (a->interactive && (prompts || a->json || a->bench || a->ranks > 1 || a->logprobs_given))
-    return cli_usage_error("generate: --interactive (hcq chat) reads the conversation from standard input: it takes no "
-                           "--prompt, --chat, --prompt-ids, --json, --bench, --logprobs or --ranks 2");
+    return cli_usage_error(
+        "generate: --interactive (hcq chat) reads the conversation from standard input: it takes "
+        "no "
+        "--prompt, --chat, --prompt-ids, --json, --bench, --logprobs or --ranks 2");
   if (!a->interactive && prompts != 1)
     return cli_usage_error("generate: give one of --prompt, --chat or --prompt-ids (%s)", k_usage);
-  if (a->system && !a->chat && !a->interactive) return cli_usage_error("generate: --system goes with --chat");
+  if (a->system && !a->chat && !a->interactive)
+    return cli_usage_error("generate: --system goes with --chat");
   if (a->chat_template && !a->chat && !a->interactive)
     return cli_usage_error("generate: --chat-template goes with --chat");
   if (a->logprobs_given && !a->json)
     return cli_usage_error("generate: --logprobs adds to --json's object: give --json");
-  if (a->logprobs_given && a->ranks > 1) return cli_usage_error("generate: --logprobs runs on one rank");
+  if (a->logprobs_given && a->ranks > 1)
+    return cli_usage_error("generate: --logprobs runs on one rank");
   if (a->ranks == 2 && cli_mpi_size() != 2)
-    return cli_usage_error("generate: --ranks 2 runs under mpirun -np 2 (this job has %d rank%s)", cli_mpi_size(),
-                           cli_mpi_size() == 1 ? "" : "s");
-  if (a->ranks == 2 && a->devices == 2) return cli_usage_error("generate: --ranks 2 already splits the layers in two");
+    return cli_usage_error("generate: --ranks 2 runs under mpirun -np 2 (this job has %d rank%s)",
+                           cli_mpi_size(), cli_mpi_size() == 1 ? "" : "s");
+  if (a->ranks == 2 && a->devices == 2)
+    return cli_usage_error("generate: --ranks 2 already splits the layers in two");
   return -1;
 }
 
 static int parse_args(int argc, char **argv, gen_args_t *a) {
   /* sampling: llama.cpp's defaults (llama-cli, llama-server) once a temperature is given */
-  *a = (gen_args_t){.steps = 256, .devices = 1, .ranks = 1, .reps = 3, .top_k = 40, .top_p = 0.95, .min_p = 0.05,
-                    .repeat_penalty = 1, .repeat_last_n = 64, .seed = 42};
+  *a = (gen_args_t){.steps = 256,
+                    .devices = 1,
+                    .ranks = 1,
+                    .reps = 3,
+                    .top_k = 40,
+                    .top_p = 0.95,
+                    .min_p = 0.05,
+                    .repeat_penalty = 1,
+                    .repeat_last_n = 64,
+                    .seed = 42};
   a->kind = CLI_DEFAULT_KIND;
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
-    if (!strcmp(o, "--ignore-eos")) a->ignore_eos = true;
-    else if (!strcmp(o, "--eager")) a->eager = true;
-    else if (!strcmp(o, "--bench")) a->bench = true;
-    else if (!strcmp(o, "--json")) a->json = true;
-    else if (!strcmp(o, "--fetch-model")) a->fetch = true;
-    else if (!strcmp(o, "--interactive")) a->interactive = true;
+    if (!strcmp(o, "--ignore-eos"))
+      a->ignore_eos = true;
+    else if (!strcmp(o, "--eager"))
+      a->eager = true;
+    else if (!strcmp(o, "--bench"))
+      a->bench = true;
+    else if (!strcmp(o, "--json"))
+      a->json = true;
+    else if (!strcmp(o, "--fetch-model"))
+      a->fetch = true;
+    else if (!strcmp(o, "--interactive"))
+      a->interactive = true;
     else if (!strncmp(o, "--", 2)) {
-      static const char *const with_value[] = {"--model", "--prompt", "--chat", "--prompt-ids", "--system", "--chat-template", "--steps",
-                                               "--temperature", "--top-k", "--top-p", "--seed", "--device", "--devices",
-                                               "--ranks", "--ctx", "--repeat", "--min-p", "--repeat-penalty",
-                                               "--repeat-last-n", "--frequency-penalty", "--presence-penalty",
-                                               "--stop", "--logprobs", "--threads", NULL};
+      static const char *const with_value[] = {"--model",
+                                               "--prompt",
+                                               "--chat",
+                                               "--prompt-ids",
+                                               "--system",
+                                               "--chat-template",
+                                               "--steps",
+                                               "--temperature",
+                                               "--top-k",
+                                               "--top-p",
+                                               "--seed",
+                                               "--device",
+                                               "--devices",
+                                               "--ranks",
+                                               "--ctx",
+                                               "--repeat",
+                                               "--min-p",
+                                               "--repeat-penalty",
+                                               "--repeat-last-n",
+                                               "--frequency-penalty",
+                                               "--presence-penalty",
+                                               "--stop",
+                                               "--logprobs",
+                                               "--threads",
+                                               NULL};
       bool known = false;
       for (const char *const *w = with_value; *w; w++) known |= !strcmp(o, *w);
       if (!known) return cli_usage_error("generate: unknown option \"%s\" (%s)", o, k_usage);
@@ -136,20 +186,31 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
       int sampling = parse_sampling(o, v, a);
       if (sampling > 1) return sampling;
       if (sampling) continue;
-      if (!strcmp(o, "--model")) a->model = v;
-      else if (!strcmp(o, "--prompt")) a->prompt = v;
-      else if (!strcmp(o, "--chat")) a->chat = v;
-      else if (!strcmp(o, "--prompt-ids")) a->prompt_ids = v;
-      else if (!strcmp(o, "--system")) a->system = v;
+      if (!strcmp(o, "--model"))
+        a->model = v;
+      else if (!strcmp(o, "--prompt"))
+        a->prompt = v;
+      else if (!strcmp(o, "--chat"))
+        a->chat = v;
+      else if (!strcmp(o, "--prompt-ids"))
+        a->prompt_ids = v;
+      else if (!strcmp(o, "--system"))
+        a->system = v;
       else if (!strcmp(o, "--chat-template") && !known_template(v))
-        return cli_usage_error("generate: --chat-template \"%s\": expected chatml, llama3, gemma, llama2 (or llama2-sys, "
-                               "llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7)", v);
-      else if (!strcmp(o, "--chat-template")) a->chat_template = v;
+        return cli_usage_error(
+            "generate: --chat-template \"%s\": expected chatml, llama3, gemma, llama2 (or "
+            "llama2-sys, "
+            "llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, mistral-v3-tekken, "
+            "mistral-v7)",
+            v);
+      else if (!strcmp(o, "--chat-template"))
+        a->chat_template = v;
       else if (!strcmp(o, "--steps") && !cli_parse_uint(v, 0, 1u << 20, &a->steps))
         return cli_usage_error("generate: --steps \"%s\": expected 0 to 1048576", v);
       else if (!strcmp(o, "--temperature") && !parse_double(v, 0, 100, &a->temperature))
         return cli_usage_error("generate: --temperature \"%s\": expected 0 to 100 (0: greedy)", v);
-      else if (!strcmp(o, "--top-k") && !(a->top_k_given = cli_parse_uint(v, 0, 1u << 24, &a->top_k)))
+      else if (!strcmp(o, "--top-k") &&
+               !(a->top_k_given = cli_parse_uint(v, 0, 1u << 24, &a->top_k)))
         return cli_usage_error("generate: --top-k \"%s\": expected 0 (all) or more", v);
       else if (!strcmp(o, "--top-p") && !(parse_double(v, 0, 1, &a->top_p) && a->top_p > 0))
         return cli_usage_error("generate: --top-p \"%s\": expected more than 0, at most 1", v);
@@ -191,7 +252,9 @@ static hcq_status_t parse_ids(const char *s, int32_t **out, size_t *n) {
     long v = strtol(p, &end, 10);
     if (end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
       free(ids);
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "token ids \"%s\": expected non-negative integers separated by commas", s);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "token ids \"%s\": expected non-negative integers separated by commas",
+                             s);
     }
     ids[(*n)++] = (int32_t)v;
     if (!*end) break;
@@ -205,16 +268,22 @@ static void json_string(const char *s, size_t len) {
   putchar('"');
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)s[i];
-    if (c == '"' || c == '\\') printf("\\%c", c);
-    else if (c == '\n') printf("\\n");
-    else if (c == '\t') printf("\\t");
-    else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
-    else putchar(c);
+    if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c == '\n')
+      printf("\\n");
+    else if (c == '\t')
+      printf("\\t");
+    else if (c < 0x20 || c == 0x7f)
+      printf("\\u%04x", c);
+    else
+      putchar(c);
   }
   putchar('"');
 }
 
-/* A token's own text (control tokens' too) as a JSON string: bytes that are not UTF-8 become U+FFFD. */
+/* A token's own text (control tokens' too) as a JSON string: bytes that are not UTF-8 become
+ * U+FFFD. */
 static void json_token(const llm_tokenizer_t *tok, int32_t id) {
   char *text = NULL;
   hcq_status_t st = llm_detokenize(tok, &id, 1, true, &text);
@@ -229,7 +298,8 @@ static void json_ids(const char *name, const int32_t *ids, size_t n) {
   printf("]");
 }
 
-/* "logprobs": per new token its id, text, log-probability and the top alternatives (OpenAI's shape). */
+/* "logprobs": per new token its id, text, log-probability and the top alternatives (OpenAI's
+ * shape). */
 static void json_logprobs(const llm_tokenizer_t *tok, const hcq_llm_result_t *res) {
   printf(", \"logprobs\": [");
   for (size_t i = 0; res->logprobs && i < res->n; i++) {
@@ -285,14 +355,16 @@ static double now_us(void) {
 
 /* reps + 1 generations of steps tokens (the first warms caches and is not counted), medians; then
  * the host's time to queue one step with the devices idle, over 32 steps. */
-static hcq_status_t time_mode(llm_decoder_t *dec, const int32_t *prompt, int n, int steps, int reps, bool graph,
-                              timing_t *out) {
+static hcq_status_t time_mode(llm_decoder_t *dec, const int32_t *prompt, int n, int steps, int reps,
+                              bool graph, timing_t *out) {
   double pre[51], dec_rate[51], host[32];
   hcq_status_t st = NULL;
   *out = (timing_t){0};
   for (int r = 0; r <= reps && !st; r++) {
     llm_generate_result_t g;
-    st = llm_generate(dec, prompt, n, &(llm_generate_options_t){.steps = steps, .graph = graph, .ignore_eos = true}, &g);
+    st = llm_generate(dec, prompt, n,
+                      &(llm_generate_options_t){.steps = steps, .graph = graph, .ignore_eos = true},
+                      &g);
     if (st) break;
     if (r > 0) {
       pre[r - 1] = n / (g.prefill_ms / 1e3);
@@ -352,7 +424,8 @@ typedef struct gen {
   bool identical;
 } gen_t;
 
-/* --fetch-model: the model's path (--model NAME, else the default), downloaded first when it is not there. */
+/* --fetch-model: the model's path (--model NAME, else the default), downloaded first when it is not
+ * there. */
 static int fetch_model(const char *model) {
   char path[PATH_MAX];
   hcq_status_t st = llm_resolve_model(model, stderr, path, sizeof(path));
@@ -369,8 +442,8 @@ static hcq_status_t kind_available(hcq_device_kind_t kind) {
   size_t ninfo = on_host ? 0 : hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
   for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT; i++)
     if (infos[i].kind == kind && !infos[i].available)
-      return hcq_status_make(HCQ_UNAVAILABLE, "generate: no %s device: %s", hcq_device_kind_name(kind),
-                             infos[i].description);
+      return hcq_status_make(HCQ_UNAVAILABLE, "generate: no %s device: %s",
+                             hcq_device_kind_name(kind), infos[i].description);
   return NULL;
 }
 
@@ -382,7 +455,8 @@ static hcq_status_t chat_text(const gen_t *g, const gen_args_t *a, char **out) {
   msgs[n++] = (hcq_llm_message_t){"user", a->chat};
   hcq_status_t st = llm_api_chat_text(g->llm, msgs, n, a->chat_template, out);
   if (st && !a->chat_template && hcq_status_code(st) == HCQ_INVALID_ARGUMENT)
-    st = hcq_status_annotate(st, "generate (--chat-template NAME chooses a template, --prompt takes plain text)");
+    st = hcq_status_annotate(
+        st, "generate (--chat-template NAME chooses a template, --prompt takes plain text)");
   return st;
 }
 
@@ -393,7 +467,9 @@ static hcq_status_t prompt_ids(gen_t *g, const gen_args_t *a) {
   char *chat = NULL;
   hcq_status_t st = a->chat ? chat_text(g, a, &chat) : NULL;
   const char *text = chat ? chat : a->prompt;
-  if (!st) st = llm_tokenize(llm_api_tokenizer(g->llm), text, strlen(text), true, true, &g->prompt, &g->nprompt);
+  if (!st)
+    st = llm_tokenize(llm_api_tokenizer(g->llm), text, strlen(text), true, true, &g->prompt,
+                      &g->nprompt);
   free(chat);
   return st;
 }
@@ -403,30 +479,42 @@ static hcq_status_t prompt_ids(gen_t *g, const gen_args_t *a) {
 static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
   hcq_llm_options_t o = {.eager = a->eager, .log = stderr};
   hcq_status_t st = llm_api_load(a->model, &o, &g->llm);
-  if (!st && a->interactive) /* the conversation grows: the context asked for, else the model's (at most 4096) */
-    return llm_api_start(g->llm,
-                         &(llm_decoder_options_t){.devices = (int)a->devices, .kind = a->kind, .ctx = (int)a->ctx});
+  if (!st && a->interactive) /* the conversation grows: the context asked for, else the model's (at
+                                most 4096) */
+    return llm_api_start(
+        g->llm,
+        &(llm_decoder_options_t){.devices = (int)a->devices, .kind = a->kind, .ctx = (int)a->ctx});
   if (!st) st = prompt_ids(g, a);
-  if (!st && g->nprompt == 0) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
+  if (!st && g->nprompt == 0)
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
   if (st) return st;
   const llm_config_t *c = llm_api_config(g->llm);
   for (size_t i = 0; i < g->nprompt; i++)
     if (g->prompt[i] >= c->vocab)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: prompt token %d is outside the vocabulary (%d ids)",
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "generate: prompt token %d is outside the vocabulary (%d ids)",
                              g->prompt[i], c->vocab);
-  llm_decoder_options_t opts = {.devices = (int)a->devices, .ranks = (int)a->ranks, .rank = cli_mpi_rank(),
-                                .kind = a->kind, .ctx = (int)a->ctx};
+  llm_decoder_options_t opts = {.devices = (int)a->devices,
+                                .ranks = (int)a->ranks,
+                                .rank = cli_mpi_rank(),
+                                .kind = a->kind,
+                                .ctx = (int)a->ctx};
   if (!opts.ctx) {
     /* the prompt and the steps asked for, rounded up; at most the model's context */
     unsigned long long want = g->nprompt + a->steps + 1, ctx = 512;
     while (ctx < want && ctx < (unsigned long long)c->ctx_train) ctx *= 2;
-    opts.ctx = (int)(ctx < (unsigned long long)c->ctx_train ? ctx : (unsigned long long)c->ctx_train);
+    opts.ctx =
+        (int)(ctx < (unsigned long long)c->ctx_train ? ctx : (unsigned long long)c->ctx_train);
   }
   if (a->ctx > (unsigned long long)c->ctx_train)
-    fprintf(stderr, "hcq: warning: --ctx %llu is beyond the %d positions the model was trained on: past them its output "
-            "may be poor\n", a->ctx, c->ctx_train);
+    fprintf(stderr,
+            "hcq: warning: --ctx %llu is beyond the %d positions the model was trained on: past "
+            "them its output "
+            "may be poor\n",
+            a->ctx, c->ctx_train);
   if (g->nprompt + 1 > (size_t)opts.ctx)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "generate: the prompt has %zu tokens; the context holds %d positions",
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "generate: the prompt has %zu tokens; the context holds %d positions",
                            g->nprompt, opts.ctx);
   return llm_api_start(g->llm, &opts);
 }
@@ -434,11 +522,15 @@ static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
 /* The library's options from the command line's: the sampling chain (penalties with --repeat-last-n
  * 0 off, as llama.cpp's), stop strings, log-probabilities. */
 static hcq_llm_generate_options_t generate_options(const gen_args_t *a) {
-  hcq_llm_generate_options_t o = {.max_tokens = (int)a->steps, .ignore_eos = a->ignore_eos, .stop = a->stops,
-                                  .nstop = a->nstop, .logprobs = a->logprobs_given, .top_logprobs = (int)a->logprobs};
+  hcq_llm_generate_options_t o = {.max_tokens = (int)a->steps,
+                                  .ignore_eos = a->ignore_eos,
+                                  .stop = a->stops,
+                                  .nstop = a->nstop,
+                                  .logprobs = a->logprobs_given,
+                                  .top_logprobs = (int)a->logprobs};
   if (a->temperature > 0)
-    o.sampling = (hcq_llm_sampling_t){(float)a->temperature, (float)a->top_p, (int)a->top_k, a->seed,
-                                      .min_p = (float)a->min_p};
+    o.sampling = (hcq_llm_sampling_t){(float)a->temperature, (float)a->top_p, (int)a->top_k,
+                                      a->seed, .min_p = (float)a->min_p};
   if (a->repeat_last_n != 0) {
     o.sampling.repeat_penalty = (float)a->repeat_penalty;
     o.sampling.frequency_penalty = (float)a->frequency_penalty;
@@ -454,7 +546,8 @@ static hcq_status_t run(gen_t *g, const gen_args_t *a) {
   hcq_llm_generate_options_t o = generate_options(a);
   o.on_token = print ? print_piece : NULL;
   if (print && !a->bench) fflush(stdout);
-  hcq_status_t st = a->steps ? llm_api_generate(g->llm, g->prompt, g->nprompt, &o, a->ranks > 1 ? agree_end : NULL, &g->res)
+  hcq_status_t st = a->steps ? llm_api_generate(g->llm, g->prompt, g->nprompt, &o,
+                                                a->ranks > 1 ? agree_end : NULL, &g->res)
                              : NULL;
   if (!st && print) {
     printf("\n");
@@ -464,8 +557,11 @@ static hcq_status_t run(gen_t *g, const gen_args_t *a) {
   if (!st && g->res.stop == HCQ_LLM_STOP_CONTEXT && cli_mpi_rank() == 0) {
     hcq_llm_info_t i;
     hcq_llm_get_info(g->llm, &i);
-    fprintf(stderr, "hcq: stopped after %zu tokens: the context holds %d positions (the model was trained on %d; "
-            "--ctx sets it)\n", g->res.n, i.ctx, i.ctx_train);
+    fprintf(stderr,
+            "hcq: stopped after %zu tokens: the context holds %d positions (the model was trained "
+            "on %d; "
+            "--ctx sets it)\n",
+            g->res.n, i.ctx, i.ctx_train);
   }
   return st;
 }
@@ -473,14 +569,19 @@ static hcq_status_t run(gen_t *g, const gen_args_t *a) {
 /* --bench: eager launches against replays, and whether they chose the same tokens. */
 static hcq_status_t bench(gen_t *g, const gen_args_t *a) {
   int steps = a->steps ? (int)a->steps : 1;
-  hcq_status_t st = time_mode(llm_api_decoder(g->llm), g->prompt, (int)g->nprompt, steps, (int)a->reps, false, &g->eager);
-  if (!st) st = time_mode(llm_api_decoder(g->llm), g->prompt, (int)g->nprompt, steps, (int)a->reps, true, &g->graph);
+  hcq_status_t st = time_mode(llm_api_decoder(g->llm), g->prompt, (int)g->nprompt, steps,
+                              (int)a->reps, false, &g->eager);
+  if (!st)
+    st = time_mode(llm_api_decoder(g->llm), g->prompt, (int)g->nprompt, steps, (int)a->reps, true,
+                   &g->graph);
   g->identical = !st && (cli_mpi_rank() != 0 || (g->eager.n == g->graph.n &&
-                                                  !memcmp(g->eager.ids, g->graph.ids, (size_t)g->eager.n * sizeof(int32_t))));
+                                                 !memcmp(g->eager.ids, g->graph.ids,
+                                                         (size_t)g->eager.n * sizeof(int32_t))));
   return st;
 }
 
-static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefill_tok_s, double decode_tok_s) {
+static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefill_tok_s,
+                               double decode_tok_s) {
   const hcq_llm_result_t *res = &g->res;
   const llm_config_t *c = llm_api_config(g->llm);
   llm_decoder_t *dec = llm_api_decoder(g->llm);
@@ -505,25 +606,35 @@ static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefi
     json_ids("token_ids", res->ids, res->n);
     printf(", \"text\": ");
     json_string(text, strlen(text));
-    printf(", \"ended\": %s, \"stop_reason\": \"%s\", \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f",
-           ended ? "true" : "false", hcq_llm_stop_name(res->stop), prefill_tok_s, decode_tok_s);
+    printf(
+        ", \"ended\": %s, \"stop_reason\": \"%s\", \"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f",
+        ended ? "true" : "false", hcq_llm_stop_name(res->stop), prefill_tok_s, decode_tok_s);
     if (a->logprobs_given) json_logprobs(llm_api_tokenizer(g->llm), res);
-    printf(", \"kernels_per_token\": %zu, \"device_kind\": \"%s\", \"graph_kind\": \"%s\", \"devices\": %llu, \"ranks\": %llu",
-           info.kernels_per_token, hcq_device_kind_name(a->kind), a->eager ? "none" : graph_kind(dec),
-           a->devices, a->ranks);
-    printf(", \"mode\": \"%s\", \"host_us_per_token\": %.2f", a->eager ? "eager" : "graph", res->host_us_per_token);
+    printf(
+        ", \"kernels_per_token\": %zu, \"device_kind\": \"%s\", \"graph_kind\": \"%s\", "
+        "\"devices\": %llu, \"ranks\": %llu",
+        info.kernels_per_token, hcq_device_kind_name(a->kind), a->eager ? "none" : graph_kind(dec),
+        a->devices, a->ranks);
+    printf(", \"mode\": \"%s\", \"host_us_per_token\": %.2f", a->eager ? "eager" : "graph",
+           res->host_us_per_token);
     /* the caches: layers x (K, V) x positions x KV heads x head size, float32 */
     double kv = (double)c->n_layers * 2 * info.ctx * llm_kv_dim(c) * 4;
     printf(", \"ctx\": %d, \"kv_cache_bytes\": %.0f, \"model_bytes\": %llu", info.ctx, kv,
            (unsigned long long)llm_api_file_bytes(g->llm));
-    printf(", \"memory_mib\": {\"VmRSS\": %.1f, \"VmHWM\": %.1f, \"RssFile\": %.1f, \"RssAnon\": %.1f}",
-           status_mib("VmRSS"), status_mib("VmHWM"), status_mib("RssFile"), status_mib("RssAnon"));
+    printf(
+        ", \"memory_mib\": {\"VmRSS\": %.1f, \"VmHWM\": %.1f, \"RssFile\": %.1f, \"RssAnon\": "
+        "%.1f}",
+        status_mib("VmRSS"), status_mib("VmHWM"), status_mib("RssFile"), status_mib("RssAnon"));
     if (a->bench)
-      printf(", \"eager_decode_tok_s\": %.1f, \"graph_decode_tok_s\": %.1f, \"eager_prefill_tok_s\": %.1f, "
-             "\"graph_prefill_tok_s\": %.1f, \"host_us_per_token_eager\": %.2f, \"host_us_per_token_graph\": %.2f, "
-             "\"identical\": %s, \"bench_steps\": %d, \"repetitions\": %llu",
-             g->eager.decode_tok_s, g->graph.decode_tok_s, g->eager.prefill_tok_s, g->graph.prefill_tok_s,
-             g->eager.host_us, g->graph.host_us, g->identical ? "true" : "false", g->graph.n, a->reps);
+      printf(
+          ", \"eager_decode_tok_s\": %.1f, \"graph_decode_tok_s\": %.1f, \"eager_prefill_tok_s\": "
+          "%.1f, "
+          "\"graph_prefill_tok_s\": %.1f, \"host_us_per_token_eager\": %.2f, "
+          "\"host_us_per_token_graph\": %.2f, "
+          "\"identical\": %s, \"bench_steps\": %d, \"repetitions\": %llu",
+          g->eager.decode_tok_s, g->graph.decode_tok_s, g->eager.prefill_tok_s,
+          g->graph.prefill_tok_s, g->eager.host_us, g->graph.host_us,
+          g->identical ? "true" : "false", g->graph.n, a->reps);
     if (a->bench) cli_host_load_print_json(stdout); /* what the timings ran beside */
     printf("}\n");
   }
@@ -531,36 +642,49 @@ static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefi
   return st;
 }
 
-static void print_summary(const gen_t *g, const gen_args_t *a, double prefill_tok_s, double decode_tok_s) {
+static void print_summary(const gen_t *g, const gen_args_t *a, double prefill_tok_s,
+                          double decode_tok_s) {
   hcq_llm_info_t i;
   hcq_llm_get_info(g->llm, &i);
-  fprintf(stderr, "\nhcq generate: %s (%s, %d layers, dim %d, vocab %d) on %s%s; %zu kernels per token\n", i.name,
-          i.path, i.layers, i.dim, i.vocab, hcq_device_kind_name(a->kind),
-          a->ranks == 2 ? " (two ranks)" : a->devices == 2 ? " (two devices)" : "", i.kernels_per_token);
-  fprintf(stderr, "  prompt %zu tokens at %.1f tok/s; %zu new tokens at %.1f tok/s (%s)%s\n", g->nprompt, prefill_tok_s,
-          g->res.n, decode_tok_s, a->eager ? "eager launches" : "graph replays",
+  fprintf(stderr,
+          "\nhcq generate: %s (%s, %d layers, dim %d, vocab %d) on %s%s; %zu kernels per token\n",
+          i.name, i.path, i.layers, i.dim, i.vocab, hcq_device_kind_name(a->kind),
+          a->ranks == 2     ? " (two ranks)"
+          : a->devices == 2 ? " (two devices)"
+                            : "",
+          i.kernels_per_token);
+  fprintf(stderr, "  prompt %zu tokens at %.1f tok/s; %zu new tokens at %.1f tok/s (%s)%s\n",
+          g->nprompt, prefill_tok_s, g->res.n, decode_tok_s,
+          a->eager ? "eager launches" : "graph replays",
           g->res.stop == HCQ_LLM_STOP_END ? "" : ", no end token");
 }
 
 static void print_bench_table(const gen_t *g, const gen_args_t *a) {
   const timing_t *eager = &g->eager, *graph = &g->graph;
   printf("\n                      decode tok/s   prompt tok/s   host us/token\n");
-  printf("  eager               %12.1f   %12.1f   %13.2f\n", eager->decode_tok_s, eager->prefill_tok_s, eager->host_us);
-  printf("  graph replay        %12.1f   %12.1f   %13.2f\n", graph->decode_tok_s, graph->prefill_tok_s, graph->host_us);
-  printf("  speed-up            %11.2fx   %11.2fx   %12.1fx\n", graph->decode_tok_s / eager->decode_tok_s,
-         graph->prefill_tok_s / eager->prefill_tok_s, eager->host_us / graph->host_us);
-  printf("\n  %s tokens. decode: median of %llu runs of %d tokens after the %zu-token prompt, steps\n"
-         "  queued back to back; prompt: the prompt as one pass; host us/token: median time to queue one\n"
-         "  step with the devices idle (eager: %zu launches; graph: one replay).\n",
-         g->identical ? "Eager and graph replay: identical" : "MISMATCH: eager and graph replay differ in their",
-         a->reps, graph->n, g->nprompt, llm_decoder_kernels_per_step(llm_api_decoder(g->llm)));
+  printf("  eager               %12.1f   %12.1f   %13.2f\n", eager->decode_tok_s,
+         eager->prefill_tok_s, eager->host_us);
+  printf("  graph replay        %12.1f   %12.1f   %13.2f\n", graph->decode_tok_s,
+         graph->prefill_tok_s, graph->host_us);
+  printf("  speed-up            %11.2fx   %11.2fx   %12.1fx\n",
+         graph->decode_tok_s / eager->decode_tok_s, graph->prefill_tok_s / eager->prefill_tok_s,
+         eager->host_us / graph->host_us);
+  printf(
+      "\n  %s tokens. decode: median of %llu runs of %d tokens after the %zu-token prompt, steps\n"
+      "  queued back to back; prompt: the prompt as one pass; host us/token: median time to queue "
+      "one\n"
+      "  step with the devices idle (eager: %zu launches; graph: one replay).\n",
+      g->identical ? "Eager and graph replay: identical"
+                   : "MISMATCH: eager and graph replay differ in their",
+      a->reps, graph->n, g->nprompt, llm_decoder_kernels_per_step(llm_api_decoder(g->llm)));
 }
 
 /* Rank 0's report: the JSON object, or the summary on standard error and --bench's table. */
 static hcq_status_t report(const gen_t *g, const gen_args_t *a) {
   const hcq_llm_result_t *res = &g->res;
   double prefill_tok_s = res->prompt_ms > 0 ? g->nprompt / (res->prompt_ms / 1e3) : 0;
-  double decode_tok_s = res->n > 1 && res->decode_ms > 0 ? (double)(res->n - 1) / (res->decode_ms / 1e3) : 0;
+  double decode_tok_s =
+      res->n > 1 && res->decode_ms > 0 ? (double)(res->n - 1) / (res->decode_ms / 1e3) : 0;
   hcq_status_t st = NULL;
   if (a->json)
     st = print_json(g, a, prefill_tok_s, decode_tok_s);
@@ -587,17 +711,23 @@ int cli_generate(int argc, char **argv) {
     hcq_llm_generate_options_t o = generate_options(&a);
     st = cli_chat_loop(g.llm, &o, a.system, a.chat_template, stdin, stdout);
     hcq_status_t dst = hcq_llm_close(g.llm);
-    if (!st) st = dst;
-    else hcq_status_destroy(dst);
+    if (!st)
+      st = dst;
+    else
+      hcq_status_destroy(dst);
     return st ? cli_fail(st) : HCQ_EXIT_OK;
   }
   if (!st) st = run(&g, &a);
   if (!st && a.bench) st = bench(&g, &a);
   if (!st && cli_mpi_rank() == 0) st = report(&g, &a);
-  rc = st ? cli_fail(st) : g.identical ? HCQ_EXIT_OK : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
+  rc = st            ? cli_fail(st)
+       : g.identical ? HCQ_EXIT_OK
+                     : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
   hcq_status_t dst = hcq_llm_close(g.llm);
-  if (dst && rc == HCQ_EXIT_OK) rc = cli_fail(dst);
-  else hcq_status_destroy(dst);
+  if (dst && rc == HCQ_EXIT_OK)
+    rc = cli_fail(dst);
+  else
+    hcq_status_destroy(dst);
   hcq_llm_result_free(&g.res);
   free(g.eager.ids), free(g.graph.ids), free(g.prompt);
   return rc;
@@ -608,8 +738,10 @@ int cli_tokenize(int argc, char **argv) {
   bool json = false, special = true;
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
-    if (!strcmp(o, "--json")) json = true;
-    else if (!strcmp(o, "--no-special")) special = false;
+    if (!strcmp(o, "--json"))
+      json = true;
+    else if (!strcmp(o, "--no-special"))
+      special = false;
     else if (!strcmp(o, "--model") || !strcmp(o, "--decode")) {
       if (i + 1 >= argc) return cli_usage_error("tokenize: %s needs a value", o);
       *(!strcmp(o, "--model") ? &model_given : &decode) = argv[++i];
@@ -617,8 +749,10 @@ int cli_tokenize(int argc, char **argv) {
       if (i + 1 < argc) text = argv[++i];
       if (i + 1 < argc) return cli_usage_error("tokenize: one TEXT");
     } else if (!strncmp(o, "--", 2)) {
-      return cli_usage_error("tokenize: unknown option \"%s\" (usage: hcq tokenize [--model FILE|NAME] [--json] "
-                             "[--no-special] TEXT | --decode 1,2,3)", o);
+      return cli_usage_error(
+          "tokenize: unknown option \"%s\" (usage: hcq tokenize [--model FILE|NAME] [--json] "
+          "[--no-special] TEXT | --decode 1,2,3)",
+          o);
     } else if (text) {
       return cli_usage_error("tokenize: one TEXT (quote it)");
     } else {
@@ -649,7 +783,8 @@ int cli_tokenize(int argc, char **argv) {
     st = parse_ids(decode, &ids, &n);
     for (size_t i = 0; !st && i < n; i++)
       if (ids[i] >= llm_tokenizer_vocab_size(tok))
-        st = hcq_status_make(HCQ_INVALID_ARGUMENT, "tokenize: id %d is outside the vocabulary (%d ids)", ids[i],
+        st = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "tokenize: id %d is outside the vocabulary (%d ids)", ids[i],
                              llm_tokenizer_vocab_size(tok));
     if (!st) st = llm_detokenize(tok, ids, n, special, &out);
     if (!st && json) {

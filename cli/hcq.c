@@ -36,7 +36,8 @@ int cli_usage_error(const char *fmt, ...) {
   return HCQ_EXIT_BAD_INPUT;
 }
 
-bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out) {
+bool cli_parse_uint(const char *s, unsigned long long lo, unsigned long long hi,
+                    unsigned long long *out) {
   if (!s || !*s || *s == '-' || *s == '+') return false;
   char *end;
   errno = 0;
@@ -75,8 +76,8 @@ static int cmd_info(int argc, char **argv) {
   printf("hcq %d.%d.%d\n", HCQ_VERSION_MAJOR, HCQ_VERSION_MINOR, HCQ_VERSION_PATCH);
   if (cli_mpi_on()) printf("MPI    rank %d of %d\n", cli_mpi_rank(), cli_mpi_size());
   for (size_t i = 0; i < n && i < 8; i++)
-    printf("%-6s %-9s %s\n", hcq_device_kind_name(infos[i].kind), infos[i].available ? "available" : "absent",
-           infos[i].description);
+    printf("%-6s %-9s %s\n", hcq_device_kind_name(infos[i].kind),
+           infos[i].available ? "available" : "absent", infos[i].description);
   cli_info_memory();
   return HCQ_EXIT_OK;
 }
@@ -85,8 +86,10 @@ static int cmd_help(int argc, char **argv) {
   if (argc > 1) return cli_usage_error("help takes at most one command");
   const char *text = cli_help_text(argc ? argv[0] : NULL);
   if (!text)
-    return cli_usage_error("no help for \"%s\": commands are info, run, bench, compile, demo, embed, generate, chat, "
-                           "serve, tokenize, inspect", argv[0]);
+    return cli_usage_error(
+        "no help for \"%s\": commands are info, run, bench, compile, demo, embed, generate, chat, "
+        "serve, tokenize, inspect",
+        argv[0]);
   fputs(text, stdout);
   return HCQ_EXIT_OK;
 }
@@ -97,7 +100,8 @@ int main(int argc, char **argv) {
     return HCQ_EXIT_BAD_INPUT;
   }
   const char *cmd = argv[1];
-  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) return cmd_help(argc - 2, argv + 2);
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help"))
+    return cmd_help(argc - 2, argv + 2);
   if (!strcmp(cmd, "--version")) {
     printf("hcq %d.%d.%d\n", HCQ_VERSION_MAJOR, HCQ_VERSION_MINOR, HCQ_VERSION_PATCH);
     return HCQ_EXIT_OK;
@@ -111,19 +115,19 @@ int main(int argc, char **argv) {
   /* Offline: no devices, no MPI (hcq compile and hcq inspect open nothing). */
   if (!strcmp(cmd, "compile")) return cli_compile(argc - 2, argv + 2);
   if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 2, argv + 2);
-  int known = !strcmp(cmd, "info") || !strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "demo") ||
-              !strcmp(cmd, "embed") || !strcmp(cmd, "generate") || !strcmp(cmd, "tokenize") ||
-              !strcmp(cmd, "chat");
+  int known = !strcmp(cmd, "info") || !strcmp(cmd, "run") || !strcmp(cmd, "bench") ||
+              !strcmp(cmd, "demo") || !strcmp(cmd, "embed") || !strcmp(cmd, "generate") ||
+              !strcmp(cmd, "tokenize") || !strcmp(cmd, "chat");
   /* hcq serve runs its own threads and signal handling, never under mpirun */
   if (!strcmp(cmd, "serve")) return cli_serve(argc - 2, argv + 2);
   if (known) {
     hcq_status_t st = cli_mpi_start();
     if (st) return cli_fail(st);
-    int rc = !strcmp(cmd, "info")    ? cmd_info(argc - 2, argv + 2)
-             : !strcmp(cmd, "run")   ? cli_run(argc - 2, argv + 2)
-             : !strcmp(cmd, "bench") ? cli_bench(argc - 2, argv + 2)
-             : !strcmp(cmd, "demo")  ? cli_demo(argc - 2, argv + 2)
-             : !strcmp(cmd, "embed") ? cli_embed(argc - 2, argv + 2)
+    int rc = !strcmp(cmd, "info")       ? cmd_info(argc - 2, argv + 2)
+             : !strcmp(cmd, "run")      ? cli_run(argc - 2, argv + 2)
+             : !strcmp(cmd, "bench")    ? cli_bench(argc - 2, argv + 2)
+             : !strcmp(cmd, "demo")     ? cli_demo(argc - 2, argv + 2)
+             : !strcmp(cmd, "embed")    ? cli_embed(argc - 2, argv + 2)
              : !strcmp(cmd, "generate") ? cli_generate(argc - 2, argv + 2)
              : !strcmp(cmd, "chat")     ? cli_chat(argc - 2, argv + 2)
                                         : cli_tokenize(argc - 2, argv + 2);

@@ -2,10 +2,10 @@
  * texts, and scripts/gen-man.py turns the same output into the man page docs/hcq.1 (a test checks
  * that the two agree: after changing a text here, run `make man`).
  *
- * Layout the man page generator relies on: a "usage:" paragraph first (continuation lines indented);
- * paragraphs separated by blank lines; a list is a line "heading:" followed by entries indented by
- * two spaces, each "TERM  description" (two spaces or more between), continuation lines indented
- * deeper. Output lines fit 80 columns. */
+ * Layout the man page generator relies on: a "usage:" paragraph first (continuation lines
+ * indented); paragraphs separated by blank lines; a list is a line "heading:" followed by entries
+ * indented by two spaces, each "TERM  description" (two spaces or more between), continuation lines
+ * indented deeper. Output lines fit 80 columns. */
 #include <string.h>
 
 #include "cli/cli.h"

@@ -21,10 +21,12 @@ bool cli_host_load_describe(cli_host_load_t l, char *out, size_t size) {
    * threads waited for a core, which is what makes timings unrepresentative. */
   bool busy = l.load1 > (double)l.cpus;
   if (busy)
-    snprintf(out, size, "the machine was busy: load %.1f on %ld CPU%s; timings are not representative", l.load1,
-             l.cpus, l.cpus == 1 ? "" : "s");
+    snprintf(out, size,
+             "the machine was busy: load %.1f on %ld CPU%s; timings are not representative",
+             l.load1, l.cpus, l.cpus == 1 ? "" : "s");
   else
-    snprintf(out, size, "load average %.2f (1 minute) on %ld CPU%s", l.load1, l.cpus, l.cpus == 1 ? "" : "s");
+    snprintf(out, size, "load average %.2f (1 minute) on %ld CPU%s", l.load1, l.cpus,
+             l.cpus == 1 ? "" : "s");
   return busy;
 }
 

@@ -21,8 +21,8 @@ cli_host_load_t cli_host_load_read(void);
 bool cli_host_load_describe(cli_host_load_t l, char *out, size_t size);
 /* Reads the load and prints its line, indented, with a newline, to f. */
 void cli_host_load_print(FILE *f);
-/* Reads the load and prints it as JSON members, each after ", ": "load_average" (null where unknown),
- * "cpus" and "busy" (the load exceeded the CPUs), for a --json object. */
+/* Reads the load and prints it as JSON members, each after ", ": "load_average" (null where
+ * unknown), "cpus" and "busy" (the load exceeded the CPUs), for a --json object. */
 void cli_host_load_print_json(FILE *f);
 
 #endif

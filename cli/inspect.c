@@ -1,8 +1,8 @@
 /* hcq inspect: what a GGUF file holds and whether hcq can run it, without loading it: the
  * architecture and its dimensions (read under the architecture's prefix: "gemma3.block_count"), the
  * tensors' types, the tokenizer and chat template, and per device kind whether hcq runs it
- * (models/llm/support.h). Everything is gathered into one JSON object; --json prints it, otherwise a
- * few aligned lines. A file that reads exits 0 whatever it holds; metadata of an unexpected type
+ * (models/llm/support.h). Everything is gathered into one JSON object; --json prints it, otherwise
+ * a few aligned lines. A file that reads exits 0 whatever it holds; metadata of an unexpected type
  * shows as absent. Only a file that does not read (missing, damaged) is an error. */
 #include <jansson.h>
 #include <limits.h>
@@ -70,9 +70,12 @@ static json_t *arch_int(const gguf_file_t *g, const char *arch, const char *suff
   return int_json(g, key);
 }
 
-static json_int_t int_or(const json_t *j, json_int_t fallback) { return json_is_integer(j) ? json_integer_value(j) : fallback; }
+static json_int_t int_or(const json_t *j, json_int_t fallback) {
+  return json_is_integer(j) ? json_integer_value(j) : fallback;
+}
 
-/* Elements of every tensor, and how many tensors of each type (in the order the types first appear). */
+/* Elements of every tensor, and how many tensors of each type (in the order the types first
+ * appear). */
 static void add_tensors(json_t *root, const gguf_file_t *g) {
   json_t *types = json_object();
   uint64_t params = 0;
@@ -91,16 +94,22 @@ static void add_tensors(json_t *root, const gguf_file_t *g) {
 
 /* The dimensions under the architecture's prefix; head_dim and vocab derived when not given. */
 static void add_dimensions(json_t *root, const gguf_file_t *g, const char *arch) {
-  json_t *heads = arch_int(g, arch, "attention.head_count"), *dim = arch_int(g, arch, "embedding_length");
-  json_t *kv_heads = arch_int(g, arch, "attention.head_count_kv"), *head_dim = arch_int(g, arch, "attention.key_length");
-  if (json_is_null(kv_heads) && json_is_integer(heads)) json_decref(kv_heads), kv_heads = json_integer(json_integer_value(heads));
+  json_t *heads = arch_int(g, arch, "attention.head_count"),
+         *dim = arch_int(g, arch, "embedding_length");
+  json_t *kv_heads = arch_int(g, arch, "attention.head_count_kv"),
+         *head_dim = arch_int(g, arch, "attention.key_length");
+  if (json_is_null(kv_heads) && json_is_integer(heads))
+    json_decref(kv_heads), kv_heads = json_integer(json_integer_value(heads));
   if (json_is_null(head_dim) && int_or(heads, 0) > 0 && json_is_integer(dim))
-    json_decref(head_dim), head_dim = json_integer(json_integer_value(dim) / json_integer_value(heads));
+    json_decref(head_dim),
+        head_dim = json_integer(json_integer_value(dim) / json_integer_value(heads));
   json_t *vocab = arch_int(g, arch, "vocab_size");
   const gguf_kv_t *tokens = gguf_find_kv(g, "tokenizer.ggml.tokens");
   const gguf_tensor_t *embd = gguf_find_tensor(g, "token_embd.weight");
-  if (json_is_null(vocab) && tokens && tokens->type == GGUF_ARRAY) json_decref(vocab), vocab = json_integer((json_int_t)tokens->count);
-  else if (json_is_null(vocab) && embd && embd->n_dims == 2) json_decref(vocab), vocab = json_integer((json_int_t)embd->ne[1]);
+  if (json_is_null(vocab) && tokens && tokens->type == GGUF_ARRAY)
+    json_decref(vocab), vocab = json_integer((json_int_t)tokens->count);
+  else if (json_is_null(vocab) && embd && embd->n_dims == 2)
+    json_decref(vocab), vocab = json_integer((json_int_t)embd->ne[1]);
   json_object_set_new(root, "layers", arch_int(g, arch, "block_count"));
   json_object_set_new(root, "dim", dim);
   json_object_set_new(root, "heads", heads);
@@ -113,7 +122,9 @@ static void add_dimensions(json_t *root, const gguf_file_t *g, const char *arch)
 
 /* The token's text when id is in the vocabulary, else null. */
 static json_t *token_text(const gguf_str_t *tokens, uint64_t count, const json_t *id) {
-  if (!json_is_integer(id) || json_integer_value(id) < 0 || (uint64_t)json_integer_value(id) >= count) return json_null();
+  if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+      (uint64_t)json_integer_value(id) >= count)
+    return json_null();
   return text_json(tokens[json_integer_value(id)]);
 }
 
@@ -129,14 +140,17 @@ static json_t *tokenizer_json(const gguf_file_t *g) {
     if (st) hcq_status_destroy(st), tokens = NULL, count = 0;
   }
   json_object_set_new(tok, "tokens", tokens ? json_integer((json_int_t)count) : json_null());
-  json_t *bos = int_json(g, "tokenizer.ggml.bos_token_id"), *eos = int_json(g, "tokenizer.ggml.eos_token_id");
+  json_t *bos = int_json(g, "tokenizer.ggml.bos_token_id"),
+         *eos = int_json(g, "tokenizer.ggml.eos_token_id");
   json_object_set_new(tok, "bos_id", bos);
   json_object_set_new(tok, "bos", token_text(tokens, count, bos));
   json_object_set_new(tok, "eos_id", eos);
   json_object_set_new(tok, "eos", token_text(tokens, count, eos));
   free(tokens);
   const gguf_kv_t *add_bos = gguf_find_kv(g, "tokenizer.ggml.add_bos_token");
-  json_object_set_new(tok, "add_bos", add_bos && add_bos->type == GGUF_BOOL ? json_boolean(add_bos->data[0]) : json_null());
+  json_object_set_new(
+      tok, "add_bos",
+      add_bos && add_bos->type == GGUF_BOOL ? json_boolean(add_bos->data[0]) : json_null());
   return tok;
 }
 
@@ -144,20 +158,27 @@ static json_t *tokenizer_json(const gguf_file_t *g) {
 static const char *template_name(gguf_str_t s) {
   static const struct {
     const char *marker, *name;
-  } k_markers[] = {{"<|im_start|>", "chatml"}, {"<|start_header_id|>", "llama3"}, {"<start_of_turn>", "gemma"}, {"[INST]", "llama2"}};
+  } k_markers[] = {{"<|im_start|>", "chatml"},
+                   {"<|start_header_id|>", "llama3"},
+                   {"<start_of_turn>", "gemma"},
+                   {"[INST]", "llama2"}};
   for (size_t i = 0; i < sizeof(k_markers) / sizeof(k_markers[0]); i++)
-    if (memmem(s.ptr, (size_t)s.len, k_markers[i].marker, strlen(k_markers[i].marker))) return k_markers[i].name;
+    if (memmem(s.ptr, (size_t)s.len, k_markers[i].marker, strlen(k_markers[i].marker)))
+      return k_markers[i].name;
   return NULL;
 }
 
 static json_t *chat_template_json(const gguf_file_t *g) {
   const gguf_kv_t *kv = gguf_find_kv(g, "tokenizer.chat_template");
   gguf_str_t s;
-  hcq_status_t st = kv && kv->type == GGUF_STRING ? gguf_get_str(g, "tokenizer.chat_template", &s) : NULL;
+  hcq_status_t st =
+      kv && kv->type == GGUF_STRING ? gguf_get_str(g, "tokenizer.chat_template", &s) : NULL;
   if (st) hcq_status_destroy(st);
-  if (!kv || kv->type != GGUF_STRING || st) return json_pack("{s:b, s:n, s:n}", "present", 0, "bytes", "name");
+  if (!kv || kv->type != GGUF_STRING || st)
+    return json_pack("{s:b, s:n, s:n}", "present", 0, "bytes", "name");
   const char *name = template_name(s);
-  return json_pack("{s:b, s:I, s:o}", "present", 1, "bytes", (json_int_t)s.len, "name", name ? json_string(name) : json_null());
+  return json_pack("{s:b, s:I, s:o}", "present", 1, "bytes", (json_int_t)s.len, "name",
+                   name ? json_string(name) : json_null());
 }
 
 static json_t *support_json(const gguf_file_t *g) {
@@ -167,7 +188,8 @@ static json_t *support_json(const gguf_file_t *g) {
     hcq_status_t st = llm_model_check(g, kind);
     json_t *why = st ? cstr_json(hcq_status_message(st)) : json_null();
     hcq_status_destroy(st);
-    json_object_set_new(support, hcq_device_kind_name(kind), json_pack("{s:b, s:o}", "runs", st == NULL, "why", why));
+    json_object_set_new(support, hcq_device_kind_name(kind),
+                        json_pack("{s:b, s:o}", "runs", st == NULL, "why", why));
   }
   return support;
 }
@@ -195,10 +217,14 @@ static void print_label(const char *label) { printf("%-14s ", label); }
 
 /* A value as text: null as "-", strings escaped (cli_print_text), numbers as they are. */
 static void print_value(const json_t *v) {
-  if (json_is_string(v)) cli_print_text(stdout, json_string_value(v), 0, false);
-  else if (json_is_integer(v)) printf("%" JSON_INTEGER_FORMAT, json_integer_value(v));
-  else if (json_is_boolean(v)) printf("%s", json_is_true(v) ? "yes" : "no");
-  else printf("-");
+  if (json_is_string(v))
+    cli_print_text(stdout, json_string_value(v), 0, false);
+  else if (json_is_integer(v))
+    printf("%" JSON_INTEGER_FORMAT, json_integer_value(v));
+  else if (json_is_boolean(v))
+    printf("%s", json_is_true(v) ? "yes" : "no");
+  else
+    printf("-");
 }
 
 static void print_line(const json_t *root, const char *label, const char *key) {
@@ -241,15 +267,18 @@ static void print_text(const json_t *root) {
   print_value(json_object_get(root, "path"));
   printf(" (");
   print_grouped(json_integer_value(json_object_get(root, "file_bytes")));
-  printf(" bytes, GGUF v%" JSON_INTEGER_FORMAT ")\n", json_integer_value(json_object_get(root, "gguf_version")));
+  printf(" bytes, GGUF v%" JSON_INTEGER_FORMAT ")\n",
+         json_integer_value(json_object_get(root, "gguf_version")));
   print_line(root, "architecture", "architecture");
   print_line(root, "name", "name");
   print_label("parameters");
   print_grouped(json_integer_value(json_object_get(root, "parameters")));
   printf(" (%.1f M)\n", (double)json_integer_value(json_object_get(root, "parameters")) / 1e6);
-  static const char *const dims[][2] = {{"layers", "layers"}, {"dim", "dim"}, {"heads", "heads"}, {"kv heads", "kv_heads"},
-                                        {"head dim", "head_dim"}, {"ffn", "ffn"}, {"vocab", "vocab"}, {"context", "context_length"}};
-  for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) print_line(root, dims[i][0], dims[i][1]);
+  static const char *const dims[][2] = {
+      {"layers", "layers"},     {"dim", "dim"}, {"heads", "heads"}, {"kv heads", "kv_heads"},
+      {"head dim", "head_dim"}, {"ffn", "ffn"}, {"vocab", "vocab"}, {"context", "context_length"}};
+  for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++)
+    print_line(root, dims[i][0], dims[i][1]);
   print_label("tensors");
   print_value(json_object_get(root, "tensors"));
   const char *type, *sep = ": ";
@@ -273,8 +302,10 @@ static void print_text(const json_t *root) {
   json_t *verdict;
   json_object_foreach(json_object_get(root, "support"), kind, verdict) {
     printf("%s: ", kind);
-    if (json_is_true(json_object_get(verdict, "runs"))) printf("yes\n");
-    else printf("no: "), print_value(json_object_get(verdict, "why")), printf("\n");
+    if (json_is_true(json_object_get(verdict, "runs")))
+      printf("yes\n");
+    else
+      printf("no: "), print_value(json_object_get(verdict, "why")), printf("\n");
   }
 }
 
@@ -282,13 +313,19 @@ int cli_inspect(int argc, char **argv) {
   const char *given = NULL;
   bool json = false;
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = true;
-    else if (!strcmp(argv[i], "--") && i + 1 < argc && !given) given = argv[++i];
+    if (!strcmp(argv[i], "--json"))
+      json = true;
+    else if (!strcmp(argv[i], "--") && i + 1 < argc && !given)
+      given = argv[++i];
     else if (!strncmp(argv[i], "--", 2) || given)
-      return cli_usage_error("inspect: unexpected \"%s\" (usage: hcq inspect FILE.gguf|NAME [--json])", argv[i]);
-    else given = argv[i];
+      return cli_usage_error(
+          "inspect: unexpected \"%s\" (usage: hcq inspect FILE.gguf|NAME [--json])", argv[i]);
+    else
+      given = argv[i];
   }
-  if (!given) return cli_usage_error("inspect: give a GGUF file or a model name (usage: hcq inspect FILE.gguf|NAME [--json])");
+  if (!given)
+    return cli_usage_error(
+        "inspect: give a GGUF file or a model name (usage: hcq inspect FILE.gguf|NAME [--json])");
   char path[PATH_MAX];
   gguf_file_t *g = NULL;
   hcq_status_t st = llm_resolve_model(given, stderr, path, sizeof(path));

@@ -48,9 +48,11 @@ static hcq_status_t print_memory(hcq_device_t *dev, const char *what) {
   format_bytes(m.graph_profile, b[3], sizeof(b[3]));
   format_bytes(m.eager, b[4], sizeof(b[4]));
   format_bytes(m.deferred, b[5], sizeof(b[5]));
-  printf("memory %s%s: buffers %s, graph kernargs %s, graph commands %s, profile slots %s, eager rings %s, "
-         "waiting to be freed %s\n",
-         hcq_device_name(dev), what, b[0], b[1], b[2], b[3], b[4], b[5]);
+  printf(
+      "memory %s%s: buffers %s, graph kernargs %s, graph commands %s, profile slots %s, eager "
+      "rings %s, "
+      "waiting to be freed %s\n",
+      hcq_device_name(dev), what, b[0], b[1], b[2], b[3], b[4], b[5]);
   return NULL;
 }
 
@@ -60,10 +62,12 @@ static void print_kernel_cache(void) {
   hcq_kernel_cache_usage(&bytes, &files, &dir);
   char b[24];
   format_bytes(bytes, b, sizeof(b));
-  printf("kernel cache %s: %" PRIu64 " compiled kernel%s, %s on disk\n", dir, files, files == 1 ? "" : "s", b);
+  printf("kernel cache %s: %" PRIu64 " compiled kernel%s, %s on disk\n", dir, files,
+         files == 1 ? "" : "s", b);
 }
 
-hcq_status_t cli_observe_finish(const cli_observe_t *o, hcq_jit_t *jit, const hcq_graph_file_t *gf) {
+hcq_status_t cli_observe_finish(const cli_observe_t *o, hcq_jit_t *jit,
+                                const hcq_graph_file_t *gf) {
   hcq_status_t st = NULL;
   if (o->profile) st = hcq_trace_write(o->profile);
   if (!st && o->profile_svg) st = hcq_trace_write_svg(o->profile_svg);

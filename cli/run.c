@@ -67,17 +67,23 @@ static int parse_args(int argc, char **argv, run_args_t *a) {
       return cli_usage_error("run takes one graph file (got \"%s\" and \"%s\")", a->file, arg);
     }
   }
-  if (!a->file) return cli_usage_error("usage: hcq run FILE [--mode graph|eager] [--check] [--profile OUT.json] "
-                                       "[--profile-svg OUT.svg] [--dot OUT.dot] [-v] [--device-map CPU=CUDA] "
-                                       "[--repeat N] [--out DIR]");
-  if (a->obs.profile && !a->graph) return cli_usage_error("--profile records graph replays: it needs --mode graph");
+  if (!a->file)
+    return cli_usage_error(
+        "usage: hcq run FILE [--mode graph|eager] [--check] [--profile OUT.json] "
+        "[--profile-svg OUT.svg] [--dot OUT.dot] [-v] [--device-map CPU=CUDA] "
+        "[--repeat N] [--out DIR]");
+  if (a->obs.profile && !a->graph)
+    return cli_usage_error("--profile records graph replays: it needs --mode graph");
   if (a->obs.profile_svg && !a->graph)
     return cli_usage_error("--profile-svg draws graph replays: it needs --mode graph");
-  if (a->obs.dot && !a->graph) return cli_usage_error("--dot draws the built graphs: it needs --mode graph");
-  /* DIR/NAME.bin must fit PATH_MAX for the longest name (64 bytes): checked before anything runs. */
+  if (a->obs.dot && !a->graph)
+    return cli_usage_error("--dot draws the built graphs: it needs --mode graph");
+  /* DIR/NAME.bin must fit PATH_MAX for the longest name (64 bytes): checked before anything runs.
+   */
   if (a->out && strlen(a->out) + 1 + 64 + 4 >= PATH_MAX)
-    return cli_usage_error("--out \"%.80s...\" is too long: %zu bytes, the limit for a folder is %d", a->out, strlen(a->out),
-                           PATH_MAX - 1 - 1 - 64 - 4);
+    return cli_usage_error(
+        "--out \"%.80s...\" is too long: %zu bytes, the limit for a folder is %d", a->out,
+        strlen(a->out), PATH_MAX - 1 - 1 - 64 - 4);
   return -1;
 }
 
@@ -94,9 +100,9 @@ static hcq_status_t world_open(world_t *w, const run_args_t *a, bool graph, bool
   if (st) return st;
   hcq_jit_options_t jo = {.profile = profile, .eager_only = !graph};
   const hcq_graph_file_t *gf = w->gf;
-  return hcq_jit_create(hcq_graph_file_items(gf), hcq_graph_file_item_count(gf), hcq_graph_file_inputs(gf),
-                        hcq_graph_file_input_count(gf), hcq_graph_file_vars(gf), hcq_graph_file_var_count(gf), &jo,
-                        &w->jit);
+  return hcq_jit_create(hcq_graph_file_items(gf), hcq_graph_file_item_count(gf),
+                        hcq_graph_file_inputs(gf), hcq_graph_file_input_count(gf),
+                        hcq_graph_file_vars(gf), hcq_graph_file_var_count(gf), &jo, &w->jit);
 }
 
 static void world_close(world_t *w) {
@@ -111,15 +117,16 @@ static hcq_status_t world_run(world_t *w, size_t r) {
   hcq_buffer_t *const *inputs;
   const hcq_var_value_t *vals;
   hcq_graph_file_run(w->gf, r, &inputs, &vals);
-  return hcq_jit_run(w->jit, inputs, hcq_graph_file_input_count(w->gf), vals, hcq_graph_file_var_count(w->gf), false,
-                     NULL);
+  return hcq_jit_run(w->jit, inputs, hcq_graph_file_input_count(w->gf), vals,
+                     hcq_graph_file_var_count(w->gf), false, NULL);
 }
 
 /* First differing byte of two buffers of the same size, or -1. */
 static hcq_status_t first_difference(hcq_buffer_t *a, hcq_buffer_t *b, int64_t *out) {
   uint64_t size = hcq_buffer_size(a);
   uint8_t *x = malloc(size), *y = malloc(size);
-  hcq_status_t st = (!x || !y) ? hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory comparing buffers") : NULL;
+  hcq_status_t st =
+      (!x || !y) ? hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory comparing buffers") : NULL;
   if (!st) st = cli_mpi_fetch(a, x, size);
   if (!st) st = cli_mpi_fetch(b, y, size);
   *out = -1;
@@ -140,7 +147,9 @@ static hcq_status_t write_outputs(const hcq_graph_file_t *gf, const char *dir) {
     hcq_buffer_t *b = hcq_graph_file_buffer(gf, i);
     uint64_t size = hcq_buffer_size(b);
     uint8_t *data = malloc(size);
-    if (!data) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing %s", hcq_graph_file_buffer_name(gf, i));
+    if (!data)
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing %s",
+                             hcq_graph_file_buffer_name(gf, i));
     hcq_status_t st = cli_mpi_fetch(b, data, size);
     if (!st && cli_mpi_rank() != 0) { /* rank 0 writes every buffer (fetched from its rank) */
       free(data);
@@ -172,8 +181,9 @@ static int run_plain(const run_args_t *a) {
   if (!st) st = cli_sync_file(w.gf);
   double t1 = hcq_model_now_ms();
   if (!st) {
-    printf("%s: %zu run%s x %llu of %zu items (%s) in %.3f ms\n", a->file, runs, runs == 1 ? "" : "s", a->repeat,
-           hcq_graph_file_item_count(w.gf), a->graph ? "graph" : "eager", t1 - t0);
+    printf("%s: %zu run%s x %llu of %zu items (%s) in %.3f ms\n", a->file, runs,
+           runs == 1 ? "" : "s", a->repeat, hcq_graph_file_item_count(w.gf),
+           a->graph ? "graph" : "eager", t1 - t0);
     if (a->graph) printf("%s", hcq_jit_report(w.jit)->text);
   }
   st = st ? st : cli_observe_finish(&a->obs, w.jit, w.gf);
@@ -205,10 +215,13 @@ static int run_check(const run_args_t *a) {
       if (st) break;
       const char *bad = NULL;
       int64_t at = -1;
-      /* Under MPI every rank takes part in every buffer's fetch: only rank 0 knows where they differ. */
-      for (size_t b = 0; b < hcq_graph_file_buffer_count(graph.gf) && !st && (at < 0 || cli_mpi_on()); b++) {
+      /* Under MPI every rank takes part in every buffer's fetch: only rank 0 knows where they
+       * differ. */
+      for (size_t b = 0;
+           b < hcq_graph_file_buffer_count(graph.gf) && !st && (at < 0 || cli_mpi_on()); b++) {
         int64_t here = -1;
-        st = first_difference(hcq_graph_file_buffer(graph.gf, b), hcq_graph_file_buffer(truth.gf, b), &here);
+        st = first_difference(hcq_graph_file_buffer(graph.gf, b),
+                              hcq_graph_file_buffer(truth.gf, b), &here);
         if (here >= 0 && at < 0) at = here, bad = hcq_graph_file_buffer_name(graph.gf, b);
       }
       if (st) break;
@@ -229,7 +242,9 @@ static int run_check(const run_args_t *a) {
   if (!st) printf("%zu passed, %zu failed\n", passed, failed);
   st = st ? st : cli_observe_finish(&a->obs, graph.jit, graph.gf);
   if (!st && a->out) st = write_outputs(graph.gf, a->out);
-  int rc = st ? cli_fail(st) : failed ? HCQ_EXIT_CHECK_MISMATCH : HCQ_EXIT_OK; /* before the teardown */
+  int rc = st       ? cli_fail(st)
+           : failed ? HCQ_EXIT_CHECK_MISMATCH
+                    : HCQ_EXIT_OK; /* before the teardown */
   world_close(&graph);
   world_close(&truth);
   cli_observe_abort(&a->obs);
@@ -243,22 +258,26 @@ static hcq_status_t check_output(const char *path, bool dir) {
   struct stat sb;
   if (stat(path, &sb) == 0) {
     if (dir != S_ISDIR(sb.st_mode))
-      return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path, dir ? "it is not a folder" : "it is a folder");
+      return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path,
+                             dir ? "it is not a folder" : "it is a folder");
     if (access(path, dir ? W_OK | X_OK : W_OK) != 0)
       return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path, strerror(errno));
     return NULL;
   }
-  if (errno != ENOENT) return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path, strerror(errno));
+  if (errno != ENOENT)
+    return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path, strerror(errno));
   char parent[PATH_MAX];
   size_t len = strlen(path);
   while (len > 1 && path[len - 1] == '/') len--; /* "out/" names the folder out */
   while (len > 0 && path[len - 1] != '/') len--;
-  if (len >= sizeof(parent)) return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: the path is too long", verb, path);
+  if (len >= sizeof(parent))
+    return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: the path is too long", verb, path);
   if (len == 0)
     snprintf(parent, sizeof(parent), ".");
   else
     snprintf(parent, sizeof(parent), "%.*s", (int)len, path);
-  if (access(parent, W_OK | X_OK) != 0) return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path, strerror(errno));
+  if (access(parent, W_OK | X_OK) != 0)
+    return hcq_status_make(HCQ_UNAVAILABLE, "%s %s: %s", verb, path, strerror(errno));
   return NULL;
 }
 

@@ -13,8 +13,10 @@
 #include "cli/serve.h"
 
 static const char k_usage[] =
-    "usage: hcq serve [--model FILE|NAME] [--host 127.0.0.1] [--port 8080] [--parallel 8] [--ctx N] [--api-key KEY] "
-    "[--alias NAME] [--device KIND] [--threads N] [--queue 64] [--max-body BYTES] [--timeout S] [--max-connections N] "
+    "usage: hcq serve [--model FILE|NAME] [--host 127.0.0.1] [--port 8080] [--parallel 8] [--ctx "
+    "N] [--api-key KEY] "
+    "[--alias NAME] [--device KIND] [--threads N] [--queue 64] [--max-body BYTES] [--timeout S] "
+    "[--max-connections N] "
     "[--engine batch|generate]";
 
 typedef struct serve_args {
@@ -32,13 +34,17 @@ static bool number(const char *o, const char *v, unsigned long long lo, unsigned
 }
 
 static int parse_args(int argc, char **argv, serve_args_t *a) {
-  *a = (serve_args_t){
-      .engine = {.parallel = 8, .queue = 64},
-      .http = {.host = "127.0.0.1", .port = 8080, .max_body = 1 << 20, .timeout_s = 600, .max_connections = 256}};
+  *a = (serve_args_t){.engine = {.parallel = 8, .queue = 64},
+                      .http = {.host = "127.0.0.1",
+                               .port = 8080,
+                               .max_body = 1 << 20,
+                               .timeout_s = 600,
+                               .max_connections = 256}};
   a->http.api_key = getenv("HCQ_API_KEY") && *getenv("HCQ_API_KEY") ? getenv("HCQ_API_KEY") : NULL;
   static const char *const with_value[] = {
-      "--model",  "--host",    "--port",  "--parallel", "--ctx",     "--api-key",         "--alias",
-      "--device", "--threads", "--queue", "--max-body", "--timeout", "--max-connections", "--engine", NULL};
+      "--model",           "--host",   "--port",    "--parallel", "--ctx",      "--api-key",
+      "--alias",           "--device", "--threads", "--queue",    "--max-body", "--timeout",
+      "--max-connections", "--engine", NULL};
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
     bool known = false;
@@ -60,8 +66,7 @@ static int parse_args(int argc, char **argv, serve_args_t *a) {
       if (strcmp(v, "batch") && strcmp(v, "generate"))
         return cli_usage_error("serve: --engine \"%s\": expected batch or generate", v);
       a->engine.one_at_a_time = !strcmp(v, "generate");
-    }
-    else if (!strcmp(o, "--device")) {
+    } else if (!strcmp(o, "--device")) {
       if (!cli_parse_device_kind(v, &kind))
         return cli_usage_error("serve: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);
       a->engine.device = hcq_device_kind_name(kind);
@@ -104,11 +109,14 @@ static int wait_for_signal(serve_engine_t *e, const sigset_t *signals) {
     if (state == SERVE_LOAD_FAILED) {
       fprintf(stderr, "hcq serve: %s\n", serve_engine_load_error(e));
       hcq_status_code_t code = serve_engine_load_code(e);
-      bool bad_input = code == HCQ_NOT_FOUND || code == HCQ_INVALID_ARGUMENT || code == HCQ_OUT_OF_RANGE;
-      return bad_input ? HCQ_EXIT_BAD_INPUT : HCQ_EXIT_RUNTIME; /* as cli_fail: a bad file is bad input */
+      bool bad_input =
+          code == HCQ_NOT_FOUND || code == HCQ_INVALID_ARGUMENT || code == HCQ_OUT_OF_RANGE;
+      return bad_input ? HCQ_EXIT_BAD_INPUT
+                       : HCQ_EXIT_RUNTIME; /* as cli_fail: a bad file is bad input */
     }
     if (state == SERVE_READY && !said_ready) {
-      fprintf(stderr, "hcq serve: model %s ready (context %d tokens)\n", serve_engine_model_id(e), serve_engine_ctx(e));
+      fprintf(stderr, "hcq serve: model %s ready (context %d tokens)\n", serve_engine_model_id(e),
+              serve_engine_ctx(e));
       said_ready = true;
     }
   }
@@ -131,7 +139,8 @@ int cli_serve(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &signals, NULL);
   signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not death */
   serve_engine_t *e = NULL;
-  if (serve_engine_start(&a.engine, &e)) return cli_usage_error("serve: cannot start the engine thread");
+  if (serve_engine_start(&a.engine, &e))
+    return cli_usage_error("serve: cannot start the engine thread");
   serve_http_t *h = NULL;
   char why[512];
   if (!serve_http_start(e, &a.http, &h, why, sizeof(why))) {
@@ -140,8 +149,8 @@ int cli_serve(int argc, char **argv) {
     fprintf(stderr, "hcq serve: %s\n", why);
     return HCQ_EXIT_RUNTIME;
   }
-  fprintf(stderr, "hcq serve: listening on http://%s:%d (loading the model)%s\n", a.http.host, serve_http_port(h),
-          a.http.api_key ? "; API key required" : "");
+  fprintf(stderr, "hcq serve: listening on http://%s:%d (loading the model)%s\n", a.http.host,
+          serve_http_port(h), a.http.api_key ? "; API key required" : "");
   rc = wait_for_signal(e, &signals);
   serve_http_quiesce(h);
   serve_engine_stop(e);

@@ -26,8 +26,8 @@ typedef struct serve_error {
 } serve_error_t;
 
 /* Fills err and returns false, so that checks read `return serve_fail(...)`. */
-bool serve_fail(serve_error_t *err, int http, const char *type, const char *code, const char *param, const char *fmt,
-                ...) __attribute__((format(printf, 6, 7)));
+bool serve_fail(serve_error_t *err, int http, const char *type, const char *code, const char *param,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 typedef enum serve_kind { SERVE_CHAT, SERVE_COMPLETION } serve_kind_t;
 
@@ -65,9 +65,9 @@ typedef struct serve_job {
   pthread_mutex_t mu;
   pthread_cond_t changed;
   serve_phase_t phase;
-  bool started;        /* the prompt was accepted: a stream may send its headers */
-  serve_error_t error; /* error.http != 0: the job failed before it started */
-  char *text;          /* generated text (no stop string: the library holds those back) */
+  bool started;             /* the prompt was accepted: a stream may send its headers */
+  serve_error_t error;      /* error.http != 0: the job failed before it started */
+  char *text;               /* generated text (no stop string: the library holds those back) */
   size_t len, cap, visible; /* visible: the bytes a stream may send (all of text, once appended) */
   size_t prompt_tokens, completion_tokens;
   serve_logprob_t *lps; /* with logprobs: one per generated token, in order */
@@ -95,7 +95,12 @@ typedef struct serve_engine_options {
   bool one_at_a_time; /* --engine generate: hcq_llm_generate, one slot, even where batches run */
 } serve_engine_options_t;
 
-typedef enum serve_state { SERVE_LOADING, SERVE_READY, SERVE_LOAD_FAILED, SERVE_STOPPING } serve_state_t;
+typedef enum serve_state {
+  SERVE_LOADING,
+  SERVE_READY,
+  SERVE_LOAD_FAILED,
+  SERVE_STOPPING
+} serve_state_t;
 
 typedef struct serve_metrics {
   serve_state_t state;
@@ -124,15 +129,16 @@ serve_state_t serve_engine_state(serve_engine_t *e);
 const char *serve_engine_load_error(serve_engine_t *e);
 /* The failed load's status code (NOT_FOUND for a missing file, ...). */
 hcq_status_code_t serve_engine_load_code(serve_engine_t *e);
-/* The model's id (/v1/models) and whether name refers to it (its id, general.name, file name, alias). */
+/* The model's id (/v1/models) and whether name refers to it (its id, general.name, file name,
+ * alias). */
 const char *serve_engine_model_id(serve_engine_t *e);
 bool serve_engine_knows_model(serve_engine_t *e, const char *name);
 int serve_engine_ctx(serve_engine_t *e);
 void serve_engine_metrics(serve_engine_t *e, serve_metrics_t *out);
 
 /* serve_json.c: an OpenAI request body into job (false with err set), and responses. */
-bool serve_parse_request(serve_engine_t *e, serve_kind_t kind, const char *body, size_t len, serve_job_t *job,
-                         serve_error_t *err);
+bool serve_parse_request(serve_engine_t *e, serve_kind_t kind, const char *body, size_t len,
+                         serve_job_t *job, serve_error_t *err);
 /* The error object {"error": {"message", "type", "param", "code"}}, malloc'd. */
 char *serve_error_json(const serve_error_t *err);
 /* A finished job's whole response, malloc'd. */
@@ -140,8 +146,9 @@ char *serve_response_json(serve_engine_t *e, const serve_job_t *job, const char 
 /* One server-sent event "data: {...}\n\n" with text as the delta (first: the chat role too; finish:
  * the finish reason) and the log-probabilities of tokens lp_from .. lp_to - 1 (with the request's
  * logprobs), malloc'd. */
-char *serve_chunk_sse(serve_engine_t *e, const serve_job_t *job, const char *id, long created, const char *text,
-                      size_t len, bool first, const char *finish, size_t lp_from, size_t lp_to);
+char *serve_chunk_sse(serve_engine_t *e, const serve_job_t *job, const char *id, long created,
+                      const char *text, size_t len, bool first, const char *finish, size_t lp_from,
+                      size_t lp_to);
 /* The usage chunk of stream_options.include_usage. */
 char *serve_usage_sse(serve_engine_t *e, const serve_job_t *job, const char *id, long created);
 char *serve_models_json(serve_engine_t *e, long created);
@@ -158,7 +165,8 @@ typedef struct serve_http_options {
 } serve_http_options_t;
 typedef struct serve_http serve_http_t;
 /* Listens; false with why set (the address taken, a bad host). */
-bool serve_http_start(serve_engine_t *e, const serve_http_options_t *o, serve_http_t **out, char *why, size_t why_size);
+bool serve_http_start(serve_engine_t *e, const serve_http_options_t *o, serve_http_t **out,
+                      char *why, size_t why_size);
 int serve_http_port(serve_http_t *h);
 /* Stops accepting connections (the open ones go on). */
 void serve_http_quiesce(serve_http_t *h);

@@ -1,11 +1,11 @@
-/* hcq serve's engine: the one thread that owns the model (hcq_llm_t is one thread at a time), taking
- * jobs from a bounded queue. It runs --parallel jobs at once on the batch API (hcq_llm_batch_*: one
- * replay a step gives every active sequence its next token, a new prompt entering in chunks beside
- * them), or one job at a time on hcq_llm_generate where the device has no batched decoding. Either
- * way the prompt is rendered, tokenized and checked against the context here, because only this
- * thread may touch the model, and each token's text is appended to its job by the on_token
- * callback. The library applies the stop strings (hcq_llm_generate_options_t.stop): the text it
- * passes holds none, nor what could still become one. */
+/* hcq serve's engine: the one thread that owns the model (hcq_llm_t is one thread at a time),
+ * taking jobs from a bounded queue. It runs --parallel jobs at once on the batch API
+ * (hcq_llm_batch_*: one replay a step gives every active sequence its next token, a new prompt
+ * entering in chunks beside them), or one job at a time on hcq_llm_generate where the device has no
+ * batched decoding. Either way the prompt is rendered, tokenized and checked against the context
+ * here, because only this thread may touch the model, and each token's text is appended to its job
+ * by the on_token callback. The library applies the stop strings (hcq_llm_generate_options_t.stop):
+ * the text it passes holds none, nor what could still become one. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +41,8 @@ double serve_now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-bool serve_fail(serve_error_t *err, int http, const char *type, const char *code, const char *param, const char *fmt,
-                ...) {
+bool serve_fail(serve_error_t *err, int http, const char *type, const char *code, const char *param,
+                const char *fmt, ...) {
   err->http = http, err->type = type, err->code = code, err->param = param;
   va_list ap;
   va_start(ap, fmt);
@@ -101,7 +101,8 @@ static bool chat_text(serve_engine_t *e, const serve_job_t *job, char **out, ser
   for (int attempt = 0; attempt < 2; attempt++) {
     char *text = malloc(cap);
     if (!text) return serve_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-    hcq_status_t st = hcq_llm_chat_prompt(e->llm, job->messages, job->n_messages, NULL, text, cap, &len);
+    hcq_status_t st =
+        hcq_llm_chat_prompt(e->llm, job->messages, job->n_messages, NULL, text, cap, &len);
     if (!st) {
       *out = text;
       return true;
@@ -109,21 +110,25 @@ static bool chat_text(serve_engine_t *e, const serve_job_t *job, char **out, ser
     free(text);
     bool retry = hcq_status_code(st) == HCQ_OUT_OF_RANGE && len + 1 > cap;
     if (!retry) {
-      serve_fail(err, 400, "invalid_request_error", NULL, "messages", "messages: %s", hcq_status_message(st));
+      serve_fail(err, 400, "invalid_request_error", NULL, "messages", "messages: %s",
+                 hcq_status_message(st));
       hcq_status_destroy(st);
       return false;
     }
     hcq_status_destroy(st);
     cap = len + 1;
   }
-  return serve_fail(err, 500, "server_error", NULL, NULL, "the chat prompt did not fit the length it measured");
+  return serve_fail(err, 500, "server_error", NULL, NULL,
+                    "the chat prompt did not fit the length it measured");
 }
 
-static bool tokenize(serve_engine_t *e, const char *text, int32_t **ids, size_t *n, serve_error_t *err) {
+static bool tokenize(serve_engine_t *e, const char *text, int32_t **ids, size_t *n,
+                     serve_error_t *err) {
   size_t len = strlen(text), count = 0;
   hcq_status_t st = hcq_llm_tokenize(e->llm, text, len, true, true, NULL, 0, &count);
   if (st && hcq_status_code(st) != HCQ_OUT_OF_RANGE) {
-    serve_fail(err, 400, "invalid_request_error", NULL, "prompt", "the prompt: %s", hcq_status_message(st));
+    serve_fail(err, 400, "invalid_request_error", NULL, "prompt", "the prompt: %s",
+               hcq_status_message(st));
     hcq_status_destroy(st);
     return false;
   }
@@ -132,7 +137,8 @@ static bool tokenize(serve_engine_t *e, const char *text, int32_t **ids, size_t 
   if (!*ids) return serve_fail(err, 500, "server_error", NULL, NULL, "out of memory");
   st = hcq_llm_tokenize(e->llm, text, len, true, true, *ids, count, n);
   if (st) {
-    serve_fail(err, 500, "server_error", NULL, NULL, "tokenizing the prompt: %s", hcq_status_message(st));
+    serve_fail(err, 500, "server_error", NULL, NULL, "tokenizing the prompt: %s",
+               hcq_status_message(st));
     hcq_status_destroy(st);
     return false;
   }
@@ -141,7 +147,8 @@ static bool tokenize(serve_engine_t *e, const char *text, int32_t **ids, size_t 
 
 /* The job's prompt ids, checked against the vocabulary and the context (the prompt and max_tokens
  * new tokens must fit; OpenAI's context_length_exceeded otherwise). */
-static bool prompt_ids(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_t *n, serve_error_t *err) {
+static bool prompt_ids(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_t *n,
+                       serve_error_t *err) {
   *ids = NULL, *n = 0;
   if (job->kind == SERVE_CHAT || job->prompt_text) {
     char *chat = NULL;
@@ -153,21 +160,25 @@ static bool prompt_ids(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_
     for (size_t i = 0; i < job->n_prompt_ids; i++)
       if (job->prompt_ids[i] < 0 || job->prompt_ids[i] >= e->info.vocab)
         return serve_fail(err, 400, "invalid_request_error", NULL, "prompt",
-                          "prompt: token %d is outside the vocabulary (0 to %d)", job->prompt_ids[i],
-                          e->info.vocab - 1);
+                          "prompt: token %d is outside the vocabulary (0 to %d)",
+                          job->prompt_ids[i], e->info.vocab - 1);
     *ids = job->prompt_ids, *n = job->n_prompt_ids;
     job->prompt_ids = NULL, job->n_prompt_ids = 0;
   }
   const char *field = job->kind == SERVE_CHAT ? "messages" : "prompt";
   size_t ctx = (size_t)e->info.ctx;
-  if (*n == 0) return serve_fail(err, 400, "invalid_request_error", NULL, field, "%s: the prompt has no tokens", field);
+  if (*n == 0)
+    return serve_fail(err, 400, "invalid_request_error", NULL, field,
+                      "%s: the prompt has no tokens", field);
   if (*n + 1 > ctx)
     return serve_fail(err, 400, "invalid_request_error", "context_length_exceeded", field,
-                      "This model's context holds %zu tokens; the prompt has %zu tokens and needs room for one more",
+                      "This model's context holds %zu tokens; the prompt has %zu tokens and needs "
+                      "room for one more",
                       ctx, *n);
   if (job->max_tokens > 0 && *n + (size_t)job->max_tokens > ctx)
     return serve_fail(err, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
-                      "This model's context holds %zu tokens; you requested %zu (%zu in the prompt, %d in max_tokens)",
+                      "This model's context holds %zu tokens; you requested %zu (%zu in the "
+                      "prompt, %d in max_tokens)",
                       ctx, *n + (size_t)job->max_tokens, *n, job->max_tokens);
   return true;
 }
@@ -216,7 +227,8 @@ static bool token_text(hcq_llm_t *llm, serve_job_t *job, int32_t id, size_t *off
 static void on_logprob(void *user, const hcq_llm_logprob_t *lp) {
   run_state_t *rs = user;
   serve_job_t *job = rs->job;
-  if (!job->ignore_eos && hcq_llm_is_end_token(rs->e->llm, lp->id)) return; /* not in the text: not listed */
+  if (!job->ignore_eos && hcq_llm_is_end_token(rs->e->llm, lp->id))
+    return; /* not in the text: not listed */
   pthread_mutex_lock(&job->mu);
   if (job->n_lps == job->lps_cap) {
     size_t cap = job->lps_cap ? job->lps_cap * 2 : 64;
@@ -281,7 +293,8 @@ static bool job_start(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_t
 static void job_finish(serve_engine_t *e, serve_job_t *job, hcq_llm_stop_t stop, hcq_status_t st) {
   pthread_mutex_lock(&job->mu);
   if (st) {
-    serve_fail(&job->error, 500, "server_error", NULL, NULL, "generation failed: %s", hcq_status_message(st));
+    serve_fail(&job->error, 500, "server_error", NULL, NULL, "generation failed: %s",
+               hcq_status_message(st));
     hcq_status_destroy(st);
   }
   job->finish_reason = stop == HCQ_LLM_STOP_STRING || stop == HCQ_LLM_STOP_END ? "stop" : "length";
@@ -295,7 +308,8 @@ static void job_finish(serve_engine_t *e, serve_job_t *job, hcq_llm_stop_t stop,
   pthread_mutex_unlock(&e->mu);
 }
 
-/* The next queued job (NULL: none), taken off the queue; a job whose client left meanwhile ends here. */
+/* The next queued job (NULL: none), taken off the queue; a job whose client left meanwhile ends
+ * here. */
 static serve_job_t *take_job(serve_engine_t *e) {
   for (;;) {
     pthread_mutex_lock(&e->mu);
@@ -444,7 +458,8 @@ static void step(serve_engine_t *e, slot_t *slots, hcq_llm_batch_event_t *events
   }
   for (size_t k = 0; k < n; k++)
     for (int i = 0; i < e->slots && events[k].finished; i++)
-      if (slots[i].job && slots[i].seq == events[k].seq) end_slot(e, &slots[i], events[k].stop, NULL);
+      if (slots[i].job && slots[i].seq == events[k].seq)
+        end_slot(e, &slots[i], events[k].stop, NULL);
 }
 
 static size_t active(serve_engine_t *e, const slot_t *slots) {
@@ -564,7 +579,8 @@ bool serve_engine_submit(serve_engine_t *e, serve_job_t *job, serve_error_t *err
   pthread_mutex_lock(&e->mu);
   bool ok = false;
   if (e->state == SERVE_LOADING)
-    serve_fail(err, 503, "server_error", "model_loading", NULL, "the model is still loading: try again shortly");
+    serve_fail(err, 503, "server_error", "model_loading", NULL,
+               "the model is still loading: try again shortly");
   else if (e->state != SERVE_READY)
     serve_fail(err, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
   else if (e->count == (size_t)e->o.queue)
@@ -591,7 +607,8 @@ void serve_engine_withdraw(serve_engine_t *e, serve_job_t *job) {
     if (e->queue[(e->head + i) % q] == job) found = i;
   bool removed = found < e->count;
   if (removed) { /* close the gap: the jobs behind it move up one place */
-    for (size_t i = found; i + 1 < e->count; i++) e->queue[(e->head + i) % q] = e->queue[(e->head + i + 1) % q];
+    for (size_t i = found; i + 1 < e->count; i++)
+      e->queue[(e->head + i) % q] = e->queue[(e->head + i + 1) % q];
     e->count--;
   }
   pthread_mutex_unlock(&e->mu);
@@ -640,8 +657,8 @@ const char *serve_engine_model_id(serve_engine_t *e) { return e->id; }
 int serve_engine_ctx(serve_engine_t *e) { return e->info.ctx; }
 
 bool serve_engine_knows_model(serve_engine_t *e, const char *name) {
-  return !strcmp(name, e->id) || !strcmp(name, e->file) || (e->info.name && !strcmp(name, e->info.name)) ||
-         (e->o.model && !strcmp(name, e->o.model));
+  return !strcmp(name, e->id) || !strcmp(name, e->file) ||
+         (e->info.name && !strcmp(name, e->info.name)) || (e->o.model && !strcmp(name, e->o.model));
 }
 
 void serve_engine_metrics(serve_engine_t *e, serve_metrics_t *out) {

@@ -25,7 +25,14 @@ struct serve_http {
   atomic_int in_flight; /* completions between their body and their last byte */
 };
 
-typedef enum route { ROUTE_NONE, ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS } route_t;
+typedef enum route {
+  ROUTE_NONE,
+  ROUTE_CHAT,
+  ROUTE_COMPLETIONS,
+  ROUTE_MODELS,
+  ROUTE_HEALTH,
+  ROUTE_METRICS
+} route_t;
 
 /* What a connection's request accumulates between the access handler's calls. */
 typedef struct request {
@@ -38,30 +45,36 @@ typedef struct request {
 
 /* ---- responses ---- */
 
-static enum MHD_Result send_text(serve_http_t *h, struct MHD_Connection *c, unsigned status, char *text,
-                                 const char *type) {
-  if (!text) text = strdup("{\"error\": {\"message\": \"out of memory\", \"type\": \"server_error\"}}");
+static enum MHD_Result send_text(serve_http_t *h, struct MHD_Connection *c, unsigned status,
+                                 char *text, const char *type) {
+  if (!text)
+    text = strdup("{\"error\": {\"message\": \"out of memory\", \"type\": \"server_error\"}}");
   if (status >= 400) atomic_fetch_add(&h->errors, 1);
-  struct MHD_Response *r = MHD_create_response_from_buffer(text ? strlen(text) : 0, text, MHD_RESPMEM_MUST_FREE);
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(text ? strlen(text) : 0, text, MHD_RESPMEM_MUST_FREE);
   if (!r) return free(text), MHD_NO;
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-  if (status == MHD_HTTP_SERVICE_UNAVAILABLE) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-  if (status == MHD_HTTP_UNAUTHORIZED) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+  if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  if (status == MHD_HTTP_UNAUTHORIZED)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
   enum MHD_Result ret = MHD_queue_response(c, status, r);
   MHD_destroy_response(r);
   return ret;
 }
 
-static enum MHD_Result send_json(serve_http_t *h, struct MHD_Connection *c, unsigned status, char *json) {
+static enum MHD_Result send_json(serve_http_t *h, struct MHD_Connection *c, unsigned status,
+                                 char *json) {
   return send_text(h, c, status, json, "application/json");
 }
 
-static enum MHD_Result send_error(serve_http_t *h, struct MHD_Connection *c, const serve_error_t *err) {
+static enum MHD_Result send_error(serve_http_t *h, struct MHD_Connection *c,
+                                  const serve_error_t *err) {
   return send_json(h, c, (unsigned)err->http, serve_error_json(err));
 }
 
-static enum MHD_Result fail(serve_http_t *h, struct MHD_Connection *c, int http, const char *type, const char *code,
-                            const char *message) {
+static enum MHD_Result fail(serve_http_t *h, struct MHD_Connection *c, int http, const char *type,
+                            const char *code, const char *message) {
   serve_error_t err;
   serve_fail(&err, http, type, code, NULL, "%s", message);
   return send_error(h, c, &err);
@@ -71,7 +84,8 @@ static enum MHD_Result fail(serve_http_t *h, struct MHD_Connection *c, int http,
 
 /* Whether the client closed its end (a pipelined next request is data, not a close). */
 static bool peer_closed(struct MHD_Connection *c) {
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (!ci) return false;
   struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
   if (poll(&p, 1, 0) <= 0) return false;
@@ -80,8 +94,8 @@ static bool peer_closed(struct MHD_Connection *c) {
   return recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-/* Waits (job->mu held) until pred holds, the client hangs up (false: the job is cancelled) or 100 ms
- * pass without news. */
+/* Waits (job->mu held) until pred holds, the client hangs up (false: the job is cancelled) or 100
+ * ms pass without news. */
 static bool wait_step(serve_job_t *job, struct MHD_Connection *c) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
@@ -119,10 +133,11 @@ static char *next_event(stream_t *s) {
   if (job->cancelled) {
     ev = NULL;
   } else if (job->visible > s->sent) {
-    ev = serve_chunk_sse(s->h->engine, job, s->id, s->created, job->text + s->sent, job->visible - s->sent, false,
-                         NULL, s->sent_lps, job->n_lps);
+    ev = serve_chunk_sse(s->h->engine, job, s->id, s->created, job->text + s->sent,
+                         job->visible - s->sent, false, NULL, s->sent_lps, job->n_lps);
     s->sent = job->visible, s->sent_lps = job->n_lps;
-  } else if (job->error.http) { /* failed after the headers went: the error as an event, then the end */
+  } else if (job->error
+                 .http) { /* failed after the headers went: the error as an event, then the end */
     char *body = serve_error_json(&job->error);
     size_t n = body ? strlen(body) + 32 : 0;
     ev = body ? malloc(n) : NULL;
@@ -131,9 +146,10 @@ static char *next_event(stream_t *s) {
     s->finished = true;
   } else {
     /* the tokens whose text was held back and never sent (a stop string's) go with the finish */
-    char *fin = serve_chunk_sse(s->h->engine, job, s->id, s->created, "", 0, false, job->finish_reason, s->sent_lps,
-                                job->n_lps);
-    char *use = job->include_usage ? serve_usage_sse(s->h->engine, job, s->id, s->created) : strdup("");
+    char *fin = serve_chunk_sse(s->h->engine, job, s->id, s->created, "", 0, false,
+                                job->finish_reason, s->sent_lps, job->n_lps);
+    char *use =
+        job->include_usage ? serve_usage_sse(s->h->engine, job, s->id, s->created) : strdup("");
     size_t n = fin && use ? strlen(fin) + strlen(use) + 16 : 0;
     ev = n ? malloc(n) : NULL;
     if (ev) snprintf(ev, n, "%s%sdata: [DONE]\n\n", fin, use);
@@ -171,8 +187,8 @@ static void stream_free(void *cls) {
   free(s);
 }
 
-static enum MHD_Result start_stream(serve_http_t *h, struct MHD_Connection *c, serve_job_t *job, const char *id,
-                                    long created) {
+static enum MHD_Result start_stream(serve_http_t *h, struct MHD_Connection *c, serve_job_t *job,
+                                    const char *id, long created) {
   stream_t *s = calloc(1, sizeof(*s));
   if (!s) {
     serve_job_release(job);
@@ -183,10 +199,13 @@ static enum MHD_Result start_stream(serve_http_t *h, struct MHD_Connection *c, s
   snprintf(s->id, sizeof(s->id), "%s", id);
   /* the first event: the chat's role with empty content, as OpenAI starts its streams */
   pthread_mutex_lock(&job->mu);
-  s->pending = job->kind == SERVE_CHAT ? serve_chunk_sse(h->engine, job, id, created, "", 0, true, NULL, 0, 0) : NULL;
+  s->pending = job->kind == SERVE_CHAT
+                   ? serve_chunk_sse(h->engine, job, id, created, "", 0, true, NULL, 0, 0)
+                   : NULL;
   pthread_mutex_unlock(&job->mu);
   s->pending_len = s->pending ? strlen(s->pending) : 0;
-  struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
+  struct MHD_Response *r =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
   if (!r) {
     stream_free(s);
     return MHD_NO;
@@ -203,7 +222,8 @@ static enum MHD_Result start_stream(serve_http_t *h, struct MHD_Connection *c, s
 static enum MHD_Result completions(serve_http_t *h, struct MHD_Connection *c, request_t *req) {
   serve_kind_t kind = req->route == ROUTE_CHAT ? SERVE_CHAT : SERVE_COMPLETION;
   if (serve_engine_state(h->engine) == SERVE_LOADING)
-    return fail(h, c, 503, "server_error", "model_loading", "the model is still loading: try again shortly");
+    return fail(h, c, 503, "server_error", "model_loading",
+                "the model is still loading: try again shortly");
   serve_job_t *job = serve_job_new(kind);
   if (!job) return fail(h, c, 500, "server_error", NULL, "out of memory");
   serve_error_t err = {0};
@@ -213,7 +233,8 @@ static enum MHD_Result completions(serve_http_t *h, struct MHD_Connection *c, re
     return send_error(h, c, &err);
   }
   char id[48];
-  snprintf(id, sizeof(id), "%s-hcq%llx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl", atomic_fetch_add(&h->next_id, 1));
+  snprintf(id, sizeof(id), "%s-hcq%llx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
+           atomic_fetch_add(&h->next_id, 1));
   long created = (long)time(NULL);
   atomic_fetch_add(&h->in_flight, 1);
   pthread_mutex_lock(&job->mu);
@@ -221,7 +242,8 @@ static enum MHD_Result completions(serve_http_t *h, struct MHD_Connection *c, re
     if (!wait_step(job, c)) break;
   bool gone = job->cancelled, stream = job->stream && job->started && !job->error.http;
   err = job->error;
-  char *body = !gone && !stream && !err.http ? serve_response_json(h->engine, job, id, created) : NULL;
+  char *body =
+      !gone && !stream && !err.http ? serve_response_json(h->engine, job, id, created) : NULL;
   pthread_mutex_unlock(&job->mu);
   if (gone) serve_engine_withdraw(h->engine, job);
   if (stream) return start_stream(h, c, job, id, created); /* takes the reference and in_flight */
@@ -239,28 +261,39 @@ static char *metrics_text(serve_http_t *h) {
   char *t = malloc(cap);
   if (!t) return NULL;
   snprintf(t, cap,
-           "# HELP hcq_requests_total HTTP requests answered, every route.\n# TYPE hcq_requests_total counter\n"
+           "# HELP hcq_requests_total HTTP requests answered, every route.\n# TYPE "
+           "hcq_requests_total counter\n"
            "hcq_requests_total %llu\n"
            "# HELP hcq_requests_errors_total Requests answered with an error status (4xx, 5xx).\n"
            "# TYPE hcq_requests_errors_total counter\nhcq_requests_errors_total %llu\n"
-           "# HELP hcq_completions_total Completions the engine finished.\n# TYPE hcq_completions_total counter\n"
+           "# HELP hcq_completions_total Completions the engine finished.\n# TYPE "
+           "hcq_completions_total counter\n"
            "hcq_completions_total %llu\n"
-           "# HELP hcq_prompt_tokens_total Prompt tokens processed.\n# TYPE hcq_prompt_tokens_total counter\n"
+           "# HELP hcq_prompt_tokens_total Prompt tokens processed.\n# TYPE "
+           "hcq_prompt_tokens_total counter\n"
            "hcq_prompt_tokens_total %llu\n"
-           "# HELP hcq_tokens_generated_total Tokens generated.\n# TYPE hcq_tokens_generated_total counter\n"
+           "# HELP hcq_tokens_generated_total Tokens generated.\n# TYPE hcq_tokens_generated_total "
+           "counter\n"
            "hcq_tokens_generated_total %llu\n"
-           "# HELP hcq_tokens_per_second Tokens generated per second of generation, over the server's life.\n"
+           "# HELP hcq_tokens_per_second Tokens generated per second of generation, over the "
+           "server's life.\n"
            "# TYPE hcq_tokens_per_second gauge\nhcq_tokens_per_second %.2f\n"
-           "# HELP hcq_queue_length Requests waiting for a slot.\n# TYPE hcq_queue_length gauge\nhcq_queue_length %zu\n"
-           "# HELP hcq_queue_capacity Requests that may wait before 503.\n# TYPE hcq_queue_capacity gauge\n"
+           "# HELP hcq_queue_length Requests waiting for a slot.\n# TYPE hcq_queue_length "
+           "gauge\nhcq_queue_length %zu\n"
+           "# HELP hcq_queue_capacity Requests that may wait before 503.\n# TYPE "
+           "hcq_queue_capacity gauge\n"
            "hcq_queue_capacity %zu\n"
-           "# HELP hcq_slots_busy Slots generating now.\n# TYPE hcq_slots_busy gauge\nhcq_slots_busy %zu\n"
-           "# HELP hcq_slots Slots (sequences generated at once).\n# TYPE hcq_slots gauge\nhcq_slots %zu\n"
-           "# HELP hcq_model_loaded 1 once the model is loaded.\n# TYPE hcq_model_loaded gauge\nhcq_model_loaded %d\n",
-           (unsigned long long)atomic_load(&h->requests), (unsigned long long)atomic_load(&h->errors), m.jobs,
-           m.prompt_tokens, m.completion_tokens,
-           m.decode_seconds > 0 ? (double)m.completion_tokens / m.decode_seconds : 0.0, m.queued, m.queue_cap, m.busy,
-           m.slots, m.state == SERVE_READY || m.state == SERVE_STOPPING);
+           "# HELP hcq_slots_busy Slots generating now.\n# TYPE hcq_slots_busy "
+           "gauge\nhcq_slots_busy %zu\n"
+           "# HELP hcq_slots Slots (sequences generated at once).\n# TYPE hcq_slots "
+           "gauge\nhcq_slots %zu\n"
+           "# HELP hcq_model_loaded 1 once the model is loaded.\n# TYPE hcq_model_loaded "
+           "gauge\nhcq_model_loaded %d\n",
+           (unsigned long long)atomic_load(&h->requests),
+           (unsigned long long)atomic_load(&h->errors), m.jobs, m.prompt_tokens,
+           m.completion_tokens,
+           m.decode_seconds > 0 ? (double)m.completion_tokens / m.decode_seconds : 0.0, m.queued,
+           m.queue_cap, m.busy, m.slots, m.state == SERVE_READY || m.state == SERVE_STOPPING);
   return t;
 }
 
@@ -274,10 +307,8 @@ static enum MHD_Result answer(serve_http_t *h, struct MHD_Connection *c, request
       if (serve_engine_state(h->engine) == SERVE_LOADING)
         return fail(h, c, 503, "unavailable_error", "model_loading", "Loading model");
       return send_json(h, c, 200, serve_models_json(h->engine, (long)time(NULL)));
-    case ROUTE_METRICS:
-      return send_text(h, c, 200, metrics_text(h), "text/plain; version=0.0.4");
-    default:
-      return completions(h, c, req);
+    case ROUTE_METRICS: return send_text(h, c, 200, metrics_text(h), "text/plain; version=0.0.4");
+    default: return completions(h, c, req);
   }
 }
 
@@ -315,12 +346,13 @@ static bool authorized(serve_http_t *h, struct MHD_Connection *c) {
 }
 
 /* The first call for a request: its headers only. Answers at once what needs no body. */
-static enum MHD_Result first_call(serve_http_t *h, struct MHD_Connection *c, const char *url, const char *method,
-                                  request_t *req) {
+static enum MHD_Result first_call(serve_http_t *h, struct MHD_Connection *c, const char *url,
+                                  const char *method, request_t *req) {
   atomic_fetch_add(&h->requests, 1);
   bool post = false;
   req->route = route_of(url, &post);
-  bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+  bool is_post = !strcmp(method, "POST"),
+       is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
   if (req->route == ROUTE_NONE) {
     char msg[512];
     snprintf(msg, sizeof(msg),
@@ -331,13 +363,15 @@ static enum MHD_Result first_call(serve_http_t *h, struct MHD_Connection *c, con
   }
   if (post ? !is_post : !is_get) {
     char msg[512];
-    snprintf(msg, sizeof(msg), "%.16s %.160s: this route takes %s", method, url, post ? "POST" : "GET");
+    snprintf(msg, sizeof(msg), "%.16s %.160s: this route takes %s", method, url,
+             post ? "POST" : "GET");
     req->answered = true;
     serve_error_t err;
     serve_fail(&err, 405, "invalid_request_error", "method_not_allowed", NULL, "%s", msg);
     char *json = serve_error_json(&err);
     atomic_fetch_add(&h->errors, 1);
-    struct MHD_Response *r = MHD_create_response_from_buffer(json ? strlen(json) : 0, json, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(json ? strlen(json) : 0, json, MHD_RESPMEM_MUST_FREE);
     if (!r) return free(json), MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, post ? "POST" : "GET, HEAD");
@@ -346,20 +380,24 @@ static enum MHD_Result first_call(serve_http_t *h, struct MHD_Connection *c, con
     return ret;
   }
   if (req->route != ROUTE_HEALTH && !authorized(h, c))
-    return req->answered = true, fail(h, c, 401, "invalid_request_error", "invalid_api_key",
-                                      "Incorrect or missing API key: send Authorization: Bearer KEY");
-  const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return req->answered = true,
+           fail(h, c, 401, "invalid_request_error", "invalid_api_key",
+                "Incorrect or missing API key: send Authorization: Bearer KEY");
+  const char *length =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (length && strtoull(length, NULL, 10) > h->o.max_body) {
     char msg[160];
-    snprintf(msg, sizeof(msg), "the body has %.30s bytes; this server takes at most %zu (--max-body)", length,
+    snprintf(msg, sizeof(msg),
+             "the body has %.30s bytes; this server takes at most %zu (--max-body)", length,
              h->o.max_body);
     return req->answered = true, fail(h, c, 413, "invalid_request_error", "request_too_large", msg);
   }
   return MHD_YES;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
   (void)version;
   serve_http_t *h = cls;
   request_t *req = *con_cls;
@@ -392,13 +430,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   req->answered = true;
   if (req->too_big) {
     char msg[128];
-    snprintf(msg, sizeof(msg), "the body is longer than the %zu bytes this server takes (--max-body)", h->o.max_body);
+    snprintf(msg, sizeof(msg),
+             "the body is longer than the %zu bytes this server takes (--max-body)", h->o.max_body);
     return fail(h, c, 413, "invalid_request_error", "request_too_large", msg);
   }
   return answer(h, c, req);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode why) {
   (void)c, (void)why;
   request_t *req = *con_cls;
   if (!req) return;
@@ -410,9 +450,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- the daemon ---- */
 
-bool serve_http_start(serve_engine_t *e, const serve_http_options_t *o, serve_http_t **out, char *why,
-                      size_t why_size) {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+bool serve_http_start(serve_engine_t *e, const serve_http_options_t *o, serve_http_t **out,
+                      char *why, size_t why_size) {
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
   struct addrinfo *ai = NULL;
   char port[16];
   snprintf(port, sizeof(port), "%d", o->port);
@@ -428,11 +469,13 @@ bool serve_http_start(serve_engine_t *e, const serve_http_options_t *o, serve_ht
     return false;
   }
   h->engine = e, h->o = *o;
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+  unsigned flags =
+      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-  h->daemon = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                               MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                               o->max_connections, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+  h->daemon = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h,
+                               MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT,
+                               o->timeout_s, MHD_OPTION_CONNECTION_LIMIT, o->max_connections,
+                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!h->daemon) {
     snprintf(why, why_size, "cannot listen on %s port %d (%s)", o->host, o->port,

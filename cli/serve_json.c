@@ -15,17 +15,20 @@
 /* ---- request fields ---- */
 
 /* A number field in [lo, hi] (absent or null: keep *out). */
-static bool get_number(json_t *root, const char *key, double lo, double hi, double *out, serve_error_t *err) {
+static bool get_number(json_t *root, const char *key, double lo, double hi, double *out,
+                       serve_error_t *err) {
   json_t *v = json_object_get(root, key);
   if (!v || json_is_null(v)) return true;
   if (!json_is_number(v)) return BAD(err, key, "%s: expected a number", key);
   double d = json_number_value(v);
-  if (!isfinite(d) || d < lo || d > hi) return BAD(err, key, "%s: %g is outside %g to %g", key, d, lo, hi);
+  if (!isfinite(d) || d < lo || d > hi)
+    return BAD(err, key, "%s: %g is outside %g to %g", key, d, lo, hi);
   *out = d;
   return true;
 }
 
-static bool get_integer(json_t *root, const char *key, long long lo, long long hi, long long *out, serve_error_t *err) {
+static bool get_integer(json_t *root, const char *key, long long lo, long long hi, long long *out,
+                        serve_error_t *err) {
   json_t *v = json_object_get(root, key);
   if (!v || json_is_null(v)) return true;
   if (!json_is_integer(v)) return BAD(err, key, "%s: expected an integer", key);
@@ -47,8 +50,10 @@ static bool get_bool(json_t *root, const char *key, bool *out, serve_error_t *er
  * otherwise (never silently ignored). */
 static bool unsupported(json_t *root, serve_kind_t kind, serve_error_t *err) {
   json_t *echo = json_object_get(root, "echo");
-  if (echo && !json_is_null(echo) && !json_is_false(echo)) return BAD(err, "echo", "echo: not supported by this server yet");
-  static const char *const absent[] = {"tools", "functions", "tool_choice", "function_call", "suffix", NULL};
+  if (echo && !json_is_null(echo) && !json_is_false(echo))
+    return BAD(err, "echo", "echo: not supported by this server yet");
+  static const char *const absent[] = {"tools",         "functions", "tool_choice",
+                                       "function_call", "suffix",    NULL};
   for (const char *const *k = absent; *k; k++) {
     json_t *v = json_object_get(root, *k);
     if (v && !json_is_null(v)) return BAD(err, *k, "%s: not supported by this server", *k);
@@ -58,7 +63,8 @@ static bool unsupported(json_t *root, serve_kind_t kind, serve_error_t *err) {
     return BAD(err, "logit_bias", "logit_bias: not supported by this server yet");
   json_t *format = json_object_get(root, "response_format");
   json_t *ftype = json_is_object(format) ? json_object_get(format, "type") : NULL;
-  if (format && !json_is_null(format) && !(json_is_string(ftype) && !strcmp(json_string_value(ftype), "text")))
+  if (format && !json_is_null(format) &&
+      !(json_is_string(ftype) && !strcmp(json_string_value(ftype), "text")))
     return BAD(err, "response_format", "response_format: only {\"type\": \"text\"} is supported");
   long long best_of = 1;
   if (kind == SERVE_COMPLETION && !get_integer(root, "best_of", 1, 1, &best_of, err)) return false;
@@ -74,7 +80,8 @@ static bool get_stops(json_t *root, serve_job_t *job, serve_error_t *err) {
     return true;
   }
   if (!json_is_array(v)) return BAD(err, "stop", "stop: expected a string or an array of strings");
-  if (json_array_size(v) > SERVE_MAX_STOPS) return BAD(err, "stop", "stop: at most %d strings", SERVE_MAX_STOPS);
+  if (json_array_size(v) > SERVE_MAX_STOPS)
+    return BAD(err, "stop", "stop: at most %d strings", SERVE_MAX_STOPS);
   for (size_t i = 0; i < json_array_size(v); i++) {
     json_t *s = json_array_get(v, i);
     if (!json_is_string(s) || !json_string_length(s))
@@ -90,15 +97,20 @@ static bool get_stops(json_t *root, serve_job_t *job, serve_error_t *err) {
 static bool penalties(json_t *root, serve_job_t *job, int ctx, serve_error_t *err) {
   double min_p = 0, repeat = 1, frequency = 0, presence = 0;
   long long last_n = 64;
-  bool ok = get_number(root, "min_p", 0, 1, &min_p, err) && get_number(root, "repeat_penalty", 0, 100, &repeat, err) &&
+  bool ok = get_number(root, "min_p", 0, 1, &min_p, err) &&
+            get_number(root, "repeat_penalty", 0, 100, &repeat, err) &&
             get_number(root, "frequency_penalty", -2, 2, &frequency, err) &&
             get_number(root, "presence_penalty", -2, 2, &presence, err) &&
             get_integer(root, "repeat_last_n", -1, ctx, &last_n, err);
   if (!ok) return false;
   job->sampling.min_p = (float)min_p, job->sampling.repeat_penalty = (float)repeat;
-  job->sampling.frequency_penalty = (float)frequency, job->sampling.presence_penalty = (float)presence;
-  job->sampling.penalty_last_n = last_n ? (int)last_n : -1; /* llama.cpp's 0 is "none"; -1 "the context" */
-  if (!last_n) job->sampling.repeat_penalty = 1, job->sampling.frequency_penalty = job->sampling.presence_penalty = 0;
+  job->sampling.frequency_penalty = (float)frequency,
+  job->sampling.presence_penalty = (float)presence;
+  /* llama.cpp's 0 is "none"; -1 "the context" */
+  job->sampling.penalty_last_n = last_n ? (int)last_n : -1;
+  if (!last_n)
+    job->sampling.repeat_penalty = 1,
+    job->sampling.frequency_penalty = job->sampling.presence_penalty = 0;
   return true;
 }
 
@@ -108,7 +120,8 @@ static bool logprob_fields(json_t *root, serve_job_t *job, serve_error_t *err) {
   json_t *lp = json_object_get(root, "logprobs"), *top = json_object_get(root, "top_logprobs");
   long long n = 0;
   if (job->kind == SERVE_COMPLETION) {
-    if (top && !json_is_null(top)) return BAD(err, "top_logprobs", "top_logprobs: chat completions only (here: logprobs N)");
+    if (top && !json_is_null(top))
+      return BAD(err, "top_logprobs", "top_logprobs: chat completions only (here: logprobs N)");
     if (!get_integer(root, "logprobs", 0, HCQ_LLM_MAX_LOGPROBS, &n, err)) return false;
     job->logprobs = lp && !json_is_null(lp), job->top_logprobs = (int)n;
     return true;
@@ -128,34 +141,42 @@ static bool common_fields(serve_engine_t *e, json_t *root, serve_job_t *job, ser
   if (model && !json_is_string(model)) return BAD(err, "model", "model: expected a string");
   if (model && !serve_engine_knows_model(e, json_string_value(model)))
     return serve_fail(err, 404, "invalid_request_error", "model_not_found", "model",
-                      "The model `%s` does not exist: this server has `%s` (GET /v1/models)", json_string_value(model),
-                      serve_engine_model_id(e));
+                      "The model `%s` does not exist: this server has `%s` (GET /v1/models)",
+                      json_string_value(model), serve_engine_model_id(e));
   long long max_tokens = 0, n = 1, top_k = 40, seed = -1;
   int ctx = serve_engine_ctx(e);
-  const char *len_key = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const char *len_key =
+      json_object_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   double temperature = 1, top_p = 1;
   json_t *mt = json_object_get(root, len_key);
   if (mt && json_is_integer(mt) && json_integer_value(mt) > ctx)
     return serve_fail(err, 400, "invalid_request_error", "context_length_exceeded", len_key,
-                      "%s: %lld is more than the %d tokens the context holds", len_key, json_integer_value(mt), ctx);
-  bool ok = get_integer(root, len_key, 1, ctx, &max_tokens, err) && get_integer(root, "n", 1, 1, &n, err) &&
-            get_number(root, "temperature", 0, 2, &temperature, err) && get_number(root, "top_p", 0, 1, &top_p, err) &&
+                      "%s: %lld is more than the %d tokens the context holds", len_key,
+                      json_integer_value(mt), ctx);
+  bool ok = get_integer(root, len_key, 1, ctx, &max_tokens, err) &&
+            get_integer(root, "n", 1, 1, &n, err) &&
+            get_number(root, "temperature", 0, 2, &temperature, err) &&
+            get_number(root, "top_p", 0, 1, &top_p, err) &&
             get_integer(root, "top_k", 0, 1 << 24, &top_k, err) &&
             get_integer(root, "seed", INT64_MIN, INT64_MAX, &seed, err) &&
-            get_bool(root, "stream", &job->stream, err) && get_bool(root, "ignore_eos", &job->ignore_eos, err) &&
-            get_stops(root, job, err) && unsupported(root, job->kind, err);
+            get_bool(root, "stream", &job->stream, err) &&
+            get_bool(root, "ignore_eos", &job->ignore_eos, err) && get_stops(root, job, err) &&
+            unsupported(root, job->kind, err);
   if (!ok) return false;
   json_t *so = json_object_get(root, "stream_options");
   if (so && !json_is_null(so)) {
-    if (!json_is_object(so)) return BAD(err, "stream_options", "stream_options: expected an object");
-    if (!job->stream) return BAD(err, "stream_options", "stream_options: only with \"stream\": true");
+    if (!json_is_object(so))
+      return BAD(err, "stream_options", "stream_options: expected an object");
+    if (!job->stream)
+      return BAD(err, "stream_options", "stream_options: only with \"stream\": true");
     if (!get_bool(so, "include_usage", &job->include_usage, err)) return false;
   }
   job->max_tokens = (int)max_tokens;
   if (temperature > 0) {
     /* OpenAI's top_p 0 keeps the single likeliest token; hcq's 0 means all of them */
-    job->sampling = (hcq_llm_sampling_t){(float)temperature, top_p > 0 ? (float)top_p : 1e-6f, (int)top_k,
-                                         seed >= 0 ? (uint64_t)seed : (uint64_t)serve_now_s() * 2654435761u};
+    job->sampling =
+        (hcq_llm_sampling_t){(float)temperature, top_p > 0 ? (float)top_p : 1e-6f, (int)top_k,
+                             seed >= 0 ? (uint64_t)seed : (uint64_t)serve_now_s() * 2654435761u};
   }
   return penalties(root, job, ctx, err) && logprob_fields(root, job, err);
 }
@@ -172,14 +193,18 @@ static bool message_content(json_t *msg, size_t i, const char **out, serve_error
     return BAD(err, "messages", "messages[%zu].content: expected a string or an array of parts", i);
   json_t *joined = json_string("");
   for (size_t p = 0; p < json_array_size(c); p++) {
-    json_t *part = json_array_get(c, p), *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+    json_t *part = json_array_get(c, p), *type = json_object_get(part, "type"),
+           *text = json_object_get(part, "text");
     if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text)) {
       json_decref(joined);
-      return BAD(err, "messages", "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts", i, p);
+      return BAD(err, "messages",
+                 "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts", i,
+                 p);
     }
     size_t a = json_string_length(joined), b = json_string_length(text);
     char *both = malloc(a + b + 1);
-    if (both) memcpy(both, json_string_value(joined), a), memcpy(both + a, json_string_value(text), b + 1);
+    if (both)
+      memcpy(both, json_string_value(joined), a), memcpy(both + a, json_string_value(text), b + 1);
     json_string_setn_nocheck(joined, both ? both : "", both ? a + b : 0);
     free(both);
   }
@@ -199,11 +224,14 @@ static bool chat_messages(json_t *root, serve_job_t *job, serve_error_t *err) {
   for (size_t i = 0; i < n; i++) {
     json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
     if (!json_is_object(m)) return BAD(err, "messages", "messages[%zu]: expected an object", i);
-    if (!json_is_string(role)) return BAD(err, "messages", "messages[%zu].role: expected a string", i);
+    if (!json_is_string(role))
+      return BAD(err, "messages", "messages[%zu].role: expected a string", i);
     const char *r = json_string_value(role);
     if (!strcmp(r, "developer")) r = "system";
     if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-      return BAD(err, "messages", "messages[%zu].role: \"%s\" (expected system, developer, user or assistant)", i, r);
+      return BAD(err, "messages",
+                 "messages[%zu].role: \"%s\" (expected system, developer, user or assistant)", i,
+                 r);
     const char *content = "";
     if (!message_content(m, i, &content, err)) return false;
     job->messages[job->n_messages++] = (hcq_llm_message_t){r, content};
@@ -215,9 +243,11 @@ static bool chat_messages(json_t *root, serve_job_t *job, serve_error_t *err) {
 static bool completion_prompt(json_t *root, serve_job_t *job, serve_error_t *err) {
   json_t *p = json_object_get(root, "prompt");
   if (!p) return BAD(err, "prompt", "prompt: missing");
-  if (json_is_array(p) && json_array_size(p) == 1 && !json_is_integer(json_array_get(p, 0))) p = json_array_get(p, 0);
+  if (json_is_array(p) && json_array_size(p) == 1 && !json_is_integer(json_array_get(p, 0)))
+    p = json_array_get(p, 0);
   if (json_is_string(p)) return job->prompt_text = json_string_value(p), true;
-  if (!json_is_array(p)) return BAD(err, "prompt", "prompt: expected a string or an array of token ids");
+  if (!json_is_array(p))
+    return BAD(err, "prompt", "prompt: expected a string or an array of token ids");
   size_t n = json_array_size(p);
   job->prompt_ids = malloc((n ? n : 1) * sizeof(int32_t));
   if (!job->prompt_ids) return serve_fail(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -231,13 +261,14 @@ static bool completion_prompt(json_t *root, serve_job_t *job, serve_error_t *err
   return true;
 }
 
-bool serve_parse_request(serve_engine_t *e, serve_kind_t kind, const char *body, size_t len, serve_job_t *job,
-                         serve_error_t *err) {
+bool serve_parse_request(serve_engine_t *e, serve_kind_t kind, const char *body, size_t len,
+                         serve_job_t *job, serve_error_t *err) {
   json_error_t je;
   json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
   if (!root)
-    return BAD(err, NULL, "We could not parse the JSON body of your request: %s (line %d, column %d)", je.text, je.line,
-               je.column);
+    return BAD(err, NULL,
+               "We could not parse the JSON body of your request: %s (line %d, column %d)", je.text,
+               je.line, je.column);
   job->body = root;
   if (!json_is_object(root)) return BAD(err, NULL, "the request body must be a JSON object");
   if (kind == SERVE_CHAT && !chat_messages(root, job, err)) return false;
@@ -254,40 +285,48 @@ static char *dump(json_t *j) {
 }
 
 char *serve_error_json(const serve_error_t *err) {
-  return dump(json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", err->message, "type", err->type, "param",
-                        err->param, "code", err->code));
+  return dump(json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", err->message, "type",
+                        err->type, "param", err->param, "code", err->code));
 }
 
-/* text as a JSON string; never NULL (token text is whole UTF-8, but an empty string beats a crash) */
+/* text as a JSON string; never NULL (token text is whole UTF-8, but an empty string beats a crash)
+ */
 static json_t *text_json(const char *text, size_t len) {
   json_t *s = json_stringn(text ? text : "", text ? len : 0);
   return s ? s : json_string("");
 }
 
 static json_t *usage(const serve_job_t *job) {
-  return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)job->prompt_tokens, "completion_tokens",
-                   (json_int_t)job->completion_tokens, "total_tokens",
+  return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)job->prompt_tokens,
+                   "completion_tokens", (json_int_t)job->completion_tokens, "total_tokens",
                    (json_int_t)(job->prompt_tokens + job->completion_tokens));
 }
 
-static json_t *envelope(serve_engine_t *e, const serve_job_t *job, const char *id, long created, bool chunk) {
-  const char *object =
-      job->kind == SERVE_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+static json_t *envelope(serve_engine_t *e, const serve_job_t *job, const char *id, long created,
+                        bool chunk) {
+  const char *object = job->kind == SERVE_CHAT
+                           ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                           : "text_completion";
   char fingerprint[64];
-  snprintf(fingerprint, sizeof(fingerprint), "hcq-%d.%d.%d", HCQ_VERSION_MAJOR, HCQ_VERSION_MINOR, HCQ_VERSION_PATCH);
-  return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", id, "object", object, "created", (json_int_t)created, "model",
-                   serve_engine_model_id(e), "system_fingerprint", fingerprint);
+  snprintf(fingerprint, sizeof(fingerprint), "hcq-%d.%d.%d", HCQ_VERSION_MAJOR, HCQ_VERSION_MINOR,
+           HCQ_VERSION_PATCH);
+  return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", id, "object", object, "created",
+                   (json_int_t)created, "model", serve_engine_model_id(e), "system_fingerprint",
+                   fingerprint);
 }
 
 /* The length of the valid UTF-8 character at p (n bytes left), 0 when it is not one. */
 static size_t utf8_char(const unsigned char *p, size_t n) {
-  size_t len = p[0] < 0x80 ? 1 : (p[0] & 0xe0) == 0xc0 && p[0] >= 0xc2 ? 2 : (p[0] & 0xf0) == 0xe0 ? 3
-               : (p[0] & 0xf8) == 0xf0 && p[0] <= 0xf4                ? 4
-                                                                      : 0;
+  size_t len = p[0] < 0x80                             ? 1
+               : (p[0] & 0xe0) == 0xc0 && p[0] >= 0xc2 ? 2
+               : (p[0] & 0xf0) == 0xe0                 ? 3
+               : (p[0] & 0xf8) == 0xf0 && p[0] <= 0xf4 ? 4
+                                                       : 0;
   if (!len || len > n) return 0;
   for (size_t i = 1; i < len; i++)
     if ((p[i] & 0xc0) != 0x80) return 0;
-  if (len == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) return 0; /* overlong, surrogate */
+  if (len == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0)))
+    return 0; /* overlong, surrogate */
   if (len == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))) return 0;
   return len;
 }
@@ -299,8 +338,10 @@ static json_t *token_json(const char *text, size_t n) {
   size_t o = 0;
   for (size_t i = 0; out && i < n;) {
     size_t c = utf8_char((const unsigned char *)text + i, n - i);
-    if (c) memcpy(out + o, text + i, c), o += c, i += c;
-    else memcpy(out + o, "\xef\xbf\xbd", 3), o += 3, i++;
+    if (c)
+      memcpy(out + o, text + i, c), o += c, i += c;
+    else
+      memcpy(out + o, "\xef\xbf\xbd", 3), o += 3, i++;
   }
   json_t *s = out ? json_stringn(out, o) : NULL;
   free(out);
@@ -322,12 +363,14 @@ static json_t *chat_logprobs(const serve_job_t *job, size_t from, size_t to) {
     const char *t = job->lp_text;
     json_t *top = json_array();
     for (int k = 0; k < lp->n_top; k++)
-      json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", token_json(t + lp->top_off[k], lp->top_len[k]),
-                                           "logprob", (double)lp->top[k], "bytes",
-                                           bytes_json(t + lp->top_off[k], lp->top_len[k])));
-    json_array_append_new(content, json_pack("{s:o, s:f, s:o, s:o}", "token", token_json(t + lp->off, lp->len),
-                                             "logprob", (double)lp->logprob, "bytes", bytes_json(t + lp->off, lp->len),
-                                             "top_logprobs", top));
+      json_array_append_new(
+          top, json_pack("{s:o, s:f, s:o}", "token", token_json(t + lp->top_off[k], lp->top_len[k]),
+                         "logprob", (double)lp->top[k], "bytes",
+                         bytes_json(t + lp->top_off[k], lp->top_len[k])));
+    json_array_append_new(
+        content, json_pack("{s:o, s:f, s:o, s:o}", "token", token_json(t + lp->off, lp->len),
+                           "logprob", (double)lp->logprob, "bytes",
+                           bytes_json(t + lp->off, lp->len), "top_logprobs", top));
   }
   return json_pack("{s:o, s:n}", "content", content, "refusal");
 }
@@ -353,8 +396,8 @@ static json_t *completion_logprobs(const serve_job_t *job, size_t from, size_t t
     json_array_append_new(offsets, json_integer((json_int_t)offset));
     offset += lp->len;
   }
-  return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
-                   "text_offset", offsets);
+  return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
+                   tops, "text_offset", offsets);
 }
 
 /* The choice's logprobs: null unless the request asked for them. */
@@ -362,11 +405,12 @@ static json_t *logprobs_json(const serve_job_t *job, size_t from, size_t to) {
   if (!job->logprobs) return json_null();
   if (to > job->n_lps) to = job->n_lps;
   if (from > to) from = to;
-  return job->kind == SERVE_CHAT ? chat_logprobs(job, from, to) : completion_logprobs(job, from, to);
+  return job->kind == SERVE_CHAT ? chat_logprobs(job, from, to)
+                                 : completion_logprobs(job, from, to);
 }
 
-static json_t *choice(const serve_job_t *job, json_t *text, bool chunk, bool first, const char *finish,
-                      json_t *logprobs) {
+static json_t *choice(const serve_job_t *job, json_t *text, bool chunk, bool first,
+                      const char *finish, json_t *logprobs) {
   json_t *c = json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", logprobs, "finish_reason",
                         finish ? json_string(finish) : json_null());
   if (job->kind == SERVE_COMPLETION) {
@@ -403,11 +447,13 @@ static char *sse(json_t *j) {
   return out;
 }
 
-char *serve_chunk_sse(serve_engine_t *e, const serve_job_t *job, const char *id, long created, const char *text,
-                      size_t len, bool first, const char *finish, size_t lp_from, size_t lp_to) {
+char *serve_chunk_sse(serve_engine_t *e, const serve_job_t *job, const char *id, long created,
+                      const char *text, size_t len, bool first, const char *finish, size_t lp_from,
+                      size_t lp_to) {
   json_t *r = envelope(e, job, id, created, true);
   json_t *lp = lp_to > lp_from ? logprobs_json(job, lp_from, lp_to) : json_null();
-  json_object_set_new(r, "choices", json_pack("[o]", choice(job, text_json(text, len), true, first, finish, lp)));
+  json_object_set_new(r, "choices",
+                      json_pack("[o]", choice(job, text_json(text, len), true, first, finish, lp)));
   return sse(r);
 }
 
@@ -419,6 +465,7 @@ char *serve_usage_sse(serve_engine_t *e, const serve_job_t *job, const char *id,
 }
 
 char *serve_models_json(serve_engine_t *e, long created) {
-  return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", serve_engine_model_id(e),
-                        "object", "model", "created", (json_int_t)created, "owned_by", "hcq"));
+  return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id",
+                        serve_engine_model_id(e), "object", "model", "created", (json_int_t)created,
+                        "owned_by", "hcq"));
 }

@@ -2,7 +2,8 @@
  * reads a file before a model is loaded runs over them: the support check for every device kind,
  * the tokenizer built from the metadata (tokenizer_load.c), tokenizing and detokenizing a few fixed
  * texts and the input's own tail, streaming detokenization, and the chat template. Nothing may read
- * outside the input or leak (ASan), whatever the bytes. Seeds: gguf_seeds writes them (make fuzz). */
+ * outside the input or leak (ASan), whatever the bytes. Seeds: gguf_seeds writes them (make fuzz).
+ */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,8 @@ static void every_token(const llm_tokenizer_t *tok) {
     (void)llm_token_type(tok, id);
     (void)llm_tokenizer_is_eog(tok, id);
   }
-  int32_t ids[] = {llm_tokenizer_bos(tok), llm_tokenizer_eos(tok), llm_tokenizer_eot(tok), 0, vocab - 1};
+  int32_t ids[] = {llm_tokenizer_bos(tok), llm_tokenizer_eos(tok), llm_tokenizer_eot(tok), 0,
+                   vocab - 1};
   char *out = NULL;
   hcq_status_t st = llm_detokenize(tok, ids, sizeof(ids) / sizeof(ids[0]), true, &out);
   if (!st) free(out);
@@ -83,8 +85,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e caf\xc3\xa9 \xf0\x9f\x99\x82\t\ttabs  ",
       "",
   };
-  for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) round_trip(tok, texts[i], strlen(texts[i]));
-  size_t tail = size < 96 ? size : 96; /* the input's own bytes as text: the fuzzer steers them too */
+  for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+    round_trip(tok, texts[i], strlen(texts[i]));
+  /* the input's own bytes as text: the fuzzer steers them too */
+  size_t tail = size < 96 ? size : 96;
   round_trip(tok, (const char *)data + size - tail, tail);
   every_token(tok);
   llm_tokenizer_free(tok);

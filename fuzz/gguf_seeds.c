@@ -10,13 +10,13 @@
 
 #include "gguf.h"
 
-#define TRY(call)                                                                      \
-  do {                                                                                 \
-    hcq_status_t try_st_ = (call);                                                     \
-    if (try_st_) {                                                                     \
-      fprintf(stderr, "gguf_seeds: %s: %s\n", #call, hcq_status_message(try_st_));     \
-      exit(1);                                                                         \
-    }                                                                                  \
+#define TRY(call)                                                                  \
+  do {                                                                             \
+    hcq_status_t try_st_ = (call);                                                 \
+    if (try_st_) {                                                                 \
+      fprintf(stderr, "gguf_seeds: %s: %s\n", #call, hcq_status_message(try_st_)); \
+      exit(1);                                                                     \
+    }                                                                              \
   } while (0)
 
 /* GPT-2's byte-to-character map: printable Latin-1 bytes stand for themselves, the others for
@@ -32,12 +32,16 @@ static void byte_char(int b, char out[3]) {
     ready = 1;
   }
   int c = shifted[b];
-  if (c < 0x80) out[0] = (char)c, out[1] = 0;
-  else out[0] = (char)(0xc0 | c >> 6), out[1] = (char)(0x80 | (c & 0x3f)), out[2] = 0;
+  if (c < 0x80)
+    out[0] = (char)c, out[1] = 0;
+  else
+    out[0] = (char)(0xc0 | c >> 6), out[1] = (char)(0x80 | (c & 0x3f)), out[2] = 0;
 }
 
-static const char *const k_merges[] = {"\xc4\xa0 t", "h e", "\xc4\xa0t he", "i n", "e r", "\xc4\xa0 a", "o n", "r e"};
-static const char *const k_merged[] = {"\xc4\xa0t", "he", "\xc4\xa0the", "in", "er", "\xc4\xa0\x61", "on", "re"};
+static const char *const k_merges[] = {"\xc4\xa0 t", "h e",        "\xc4\xa0t he", "i n",
+                                       "e r",        "\xc4\xa0 a", "o n",          "r e"};
+static const char *const k_merged[] = {"\xc4\xa0t", "he",           "\xc4\xa0the", "in",
+                                       "er",        "\xc4\xa0\x61", "on",          "re"};
 #define N_MERGES 8
 #define N_VOCAB (256 + N_MERGES + 3)
 
@@ -48,7 +52,8 @@ static void add_bpe_tokenizer(gguf_writer_t *w, const char *pre) {
   for (int b = 0; b < 256; b++) byte_char(b, chars[b]), tokens[b] = chars[b], types[b] = 1;
   for (int i = 0; i < N_MERGES; i++) tokens[256 + i] = k_merged[i], types[256 + i] = 1;
   const char *specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-  for (int i = 0; i < 3; i++) tokens[256 + N_MERGES + i] = specials[i], types[256 + N_MERGES + i] = 3;
+  for (int i = 0; i < 3; i++)
+    tokens[256 + N_MERGES + i] = specials[i], types[256 + N_MERGES + i] = 3;
   TRY(gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2"));
   TRY(gguf_writer_add_str(w, "tokenizer.ggml.pre", pre));
   TRY(gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, N_VOCAB));
@@ -58,7 +63,8 @@ static void add_bpe_tokenizer(gguf_writer_t *w, const char *pre) {
   TRY(gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 256 + N_MERGES + 2));
   TRY(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false));
   TRY(gguf_writer_add_str(w, "tokenizer.chat_template",
-                          "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                          "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' "
+                          "+ message['content'] + "
                           "'<|im_end|>' + '\\n'}}{% endfor %}"));
 }
 
@@ -70,7 +76,8 @@ static void add_spm_tokenizer(gguf_writer_t *w) {
   int32_t types[256 + 6];
   float scores[256 + 6];
   const char *pieces[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81the", "\xe2\x96\x81\x61", "in"};
-  for (int i = 0; i < 6; i++) tokens[i] = pieces[i], types[i] = i < 3 ? (i ? 3 : 2) : 1, scores[i] = -(float)i;
+  for (int i = 0; i < 6; i++)
+    tokens[i] = pieces[i], types[i] = i < 3 ? (i ? 3 : 2) : 1, scores[i] = -(float)i;
   for (int b = 0; b < 256; b++) {
     snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
     tokens[6 + b] = bytes[b], types[6 + b] = 6, scores[6 + b] = 0;
@@ -87,7 +94,8 @@ static void add_spm_tokenizer(gguf_writer_t *w) {
   TRY(gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1));
   TRY(gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2));
   TRY(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true));
-  TRY(gguf_writer_add_str(w, "tokenizer.chat_template", "<start_of_turn>user\n{{ content }}<end_of_turn>\n"));
+  TRY(gguf_writer_add_str(w, "tokenizer.chat_template",
+                          "<start_of_turn>user\n{{ content }}<end_of_turn>\n"));
 }
 
 /* One tensor of two blocks of each ggml type, and a llama header naming them. */

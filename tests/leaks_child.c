@@ -1,7 +1,7 @@
 /* A child process for tests/test_leaks.c: what it leaves alive at exit is what the at-exit leak
- * report (docs/errors.md, "Leak report") must list, or not list. Usage: leaks_child leak|clean|lost.
- *   leak:  a buffer "x", a program and a jit over two kernel items (the jit's graph and its kernargs
- *          are the library's, on the user's behalf), never released; the device stays open.
+ * report (docs/errors.md, "Leak report") must list, or not list. Usage: leaks_child
+ * leak|clean|lost. leak:  a buffer "x", a program and a jit over two kernel items (the jit's graph
+ * and its kernargs are the library's, on the user's behalf), never released; the device stays open.
  *   clean: the same, all released and the device closed: nothing to report.
  *   lost:  a buffer "x" on a device declared lost, then closed (which succeeds): reported at close,
  *          and at exit as not listed (its device is closed). */
@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static void nothing(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)b, (void)v, (void)l; }
+static void nothing(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)b, (void)v, (void)l;
+}
 
 static int fail(hcq_status_t st, const char *what) {
   fprintf(stderr, "leaks_child: %s: %s\n", what, hcq_status_message(st));
@@ -26,7 +28,8 @@ int main(int argc, char **argv) {
   if ((st = hcq_buffer_create(dev, 64, &x))) return fail(st, "buffer");
   hcq_buffer_set_label(x, "x");
   if (!strcmp(mode, "lost")) {
-    if ((st = hcq_device_declare_lost(dev, "leaks_child declared it lost"))) return fail(st, "declare lost");
+    if ((st = hcq_device_declare_lost(dev, "leaks_child declared it lost")))
+      return fail(st, "declare lost");
     if ((st = hcq_device_close(dev))) return fail(st, "close of the lost device");
     return 0;
   }

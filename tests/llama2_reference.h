@@ -30,7 +30,8 @@ typedef struct llama2_reference {
 } llama2_reference_t;
 
 static inline void ref_free(llama2_reference_t *r) {
-  float *all[] = {r->x, r->xb, r->xb2, r->hb, r->hb2, r->q, r->att, r->logits, r->key_cache, r->value_cache};
+  float *all[] = {r->x, r->xb,  r->xb2,    r->hb,        r->hb2,
+                  r->q, r->att, r->logits, r->key_cache, r->value_cache};
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
   memset(r, 0, sizeof(*r));
 }
@@ -52,8 +53,8 @@ static inline int ref_init(llama2_reference_t *r, const llama2_checkpoint_t *ck)
   r->logits = calloc((size_t)c->vocab_size, sizeof(float));
   r->key_cache = calloc(cache, sizeof(float));
   r->value_cache = calloc(cache, sizeof(float));
-  if (!r->x || !r->xb || !r->xb2 || !r->hb || !r->hb2 || !r->q || !r->att || !r->logits || !r->key_cache ||
-      !r->value_cache) {
+  if (!r->x || !r->xb || !r->xb2 || !r->hb || !r->hb2 || !r->q || !r->att || !r->logits ||
+      !r->key_cache || !r->value_cache) {
     ref_free(r);
     return -1;
   }

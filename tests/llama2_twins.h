@@ -15,16 +15,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { LT_DIM, LT_HIDDEN, LT_KV_DIM, LT_N_HEADS, LT_KV_MUL, LT_HEAD_SIZE, LT_VOCAB, LT_SEQ_LEN, LT_ATT_CHUNK,
-       LT_MAX_CHUNKS, LT_GROUP, LT_COUNT };
+enum {
+  LT_DIM,
+  LT_HIDDEN,
+  LT_KV_DIM,
+  LT_N_HEADS,
+  LT_KV_MUL,
+  LT_HEAD_SIZE,
+  LT_VOCAB,
+  LT_SEQ_LEN,
+  LT_ATT_CHUNK,
+  LT_MAX_CHUNKS,
+  LT_GROUP,
+  LT_COUNT
+};
 
 typedef struct llama2_twin {
-  void *const *b;     /* the kernel's buffers, in order */
-  const int32_t *v;   /* its values */
-  const int32_t *S;   /* the shape, LT_* */
-  unsigned group[2];  /* the work-group's index (x, y) */
-  unsigned threads;   /* threads per work-group (x) */
-  float low;          /* -INFINITY (CUDA C), -FLT_MAX (MSL: fast math assumes no infinities) */
+  void *const *b;    /* the kernel's buffers, in order */
+  const int32_t *v;  /* its values */
+  const int32_t *S;  /* the shape, LT_* */
+  unsigned group[2]; /* the work-group's index (x, y) */
+  unsigned threads;  /* threads per work-group (x) */
+  float low;         /* -INFINITY (CUDA C), -FLT_MAX (MSL: fast math assumes no infinities) */
 } llama2_twin_t;
 
 #define LT_F(i) ((float *)k->b[(i)])
@@ -67,19 +79,23 @@ static inline void llama2_twin_embed(const llama2_twin_t *k) {
 static inline void llama2_twin_qkv(const llama2_twin_t *k) {
   const int32_t *S = k->S;
   int dim = S[LT_DIM], kvd = S[LT_KV_DIM], hs = S[LT_HEAD_SIZE], pos = k->v[0];
-  float *q = LT_F(0), *krow = LT_F(1) + (size_t)pos * (size_t)kvd, *vrow = LT_F(2) + (size_t)pos * (size_t)kvd;
-  const float *wq = LT_F(5), *wk = LT_F(6), *wv = LT_F(7), *rot = LT_F(8) + (size_t)pos * (size_t)hs;
+  float *q = LT_F(0), *krow = LT_F(1) + (size_t)pos * (size_t)kvd,
+        *vrow = LT_F(2) + (size_t)pos * (size_t)kvd;
+  const float *wq = LT_F(5), *wk = LT_F(6), *wv = LT_F(7),
+              *rot = LT_F(8) + (size_t)pos * (size_t)hs;
   float *xn = lt_norm(LT_F(3), LT_F(4), dim);
   for (unsigned t = 0; t < k->threads; t++) {
     int r = 2 * LT_ROW(t);
     if (r >= dim + 2 * kvd) continue;
     if (r < dim) {
-      float a = lt_dot(wq + (size_t)r * dim, xn, dim), c = lt_dot(wq + (size_t)(r + 1) * dim, xn, dim);
+      float a = lt_dot(wq + (size_t)r * dim, xn, dim),
+            c = lt_dot(wq + (size_t)(r + 1) * dim, xn, dim);
       lt_rope(&a, &c, r, rot, hs);
       q[r] = a, q[r + 1] = c;
     } else if (r < dim + kvd) {
       int i = r - dim;
-      float a = lt_dot(wk + (size_t)i * dim, xn, dim), c = lt_dot(wk + (size_t)(i + 1) * dim, xn, dim);
+      float a = lt_dot(wk + (size_t)i * dim, xn, dim),
+            c = lt_dot(wk + (size_t)(i + 1) * dim, xn, dim);
       lt_rope(&a, &c, i, rot, hs);
       krow[i] = a, krow[i + 1] = c;
     } else {
@@ -94,7 +110,8 @@ static inline void llama2_twin_qkv(const llama2_twin_t *k) {
 static inline void llama2_twin_attn_part(const llama2_twin_t *k) {
   const int32_t *S = k->S;
   int hs = S[LT_HEAD_SIZE], kvd = S[LT_KV_DIM], chunk = S[LT_ATT_CHUNK], pos = k->v[0];
-  int h = (int)k->group[0], c = (int)k->group[1], t0 = c * chunk, t1 = t0 + chunk < pos + 1 ? t0 + chunk : pos + 1;
+  int h = (int)k->group[0], c = (int)k->group[1], t0 = c * chunk,
+      t1 = t0 + chunk < pos + 1 ? t0 + chunk : pos + 1;
   const float *qh = LT_F(1) + (size_t)h * (size_t)hs, *kc = LT_F(2), *vc = LT_F(3);
   int kv = (h / S[LT_KV_MUL]) * hs;
   float *dst = LT_F(0) + ((size_t)h * (size_t)S[LT_MAX_CHUNKS] + (size_t)c) * (size_t)(hs + 2);
@@ -144,7 +161,9 @@ static inline void llama2_twin_residual(const llama2_twin_t *k, int n) {
   }
 }
 static inline void llama2_twin_wo(const llama2_twin_t *k) { llama2_twin_residual(k, k->S[LT_DIM]); }
-static inline void llama2_twin_ffn_down(const llama2_twin_t *k) { llama2_twin_residual(k, k->S[LT_HIDDEN]); }
+static inline void llama2_twin_ffn_down(const llama2_twin_t *k) {
+  llama2_twin_residual(k, k->S[LT_HIDDEN]);
+}
 /* bufs hidden, x, rms weights, w1, w3: hidden = silu(w1 xn) * (w3 xn) */
 static inline void llama2_twin_ffn_up(const llama2_twin_t *k) {
   int dim = k->S[LT_DIM];
@@ -152,7 +171,8 @@ static inline void llama2_twin_ffn_up(const llama2_twin_t *k) {
   for (unsigned t = 0; t < k->threads; t++) {
     int r = LT_ROW(t);
     if (r >= k->S[LT_HIDDEN]) continue;
-    float a = lt_dot(LT_F(3) + (size_t)r * dim, xn, dim), c = lt_dot(LT_F(4) + (size_t)r * dim, xn, dim);
+    float a = lt_dot(LT_F(3) + (size_t)r * dim, xn, dim),
+          c = lt_dot(LT_F(4) + (size_t)r * dim, xn, dim);
     LT_F(0)[r] = a * (1.0f / (1.0f + expf(-a))) * c;
   }
   free(xn);
@@ -164,7 +184,8 @@ static inline void llama2_twin_classify(const llama2_twin_t *k) {
   int g = (int)k->group[0] + k->v[0];
   float *xn = lt_norm(LT_F(2), LT_F(3), dim), top = k->low;
   int32_t arg = g * (int)k->threads;
-  for (unsigned t = 0; t < k->threads; t++) { /* the group's scan after its barrier, in thread order */
+  for (unsigned t = 0; t < k->threads;
+       t++) { /* the group's scan after its barrier, in thread order */
     int r = g * (int)k->threads + (int)t;
     float z = k->low;
     if (r < k->S[LT_VOCAB]) LT_F(0)[r] = z = lt_dot(LT_F(4) + (size_t)r * dim, xn, dim);

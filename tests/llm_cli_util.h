@@ -1,5 +1,6 @@
 /* The hcq tool run from a test (HCQ_CLI, set by ctest): its standard output and exit status, or
- * its JSON. For the LLM suites that check the CLI against the library (test_llm, test_llm_chat_cli). */
+ * its JSON. For the LLM suites that check the CLI against the library (test_llm,
+ * test_llm_chat_cli). */
 #ifndef HCQ_TESTS_LLM_CLI_UTIL_H
 #define HCQ_TESTS_LLM_CLI_UTIL_H
 

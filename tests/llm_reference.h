@@ -26,7 +26,8 @@ typedef struct llm_ref {
   float *x, *xb, *q, *att, *h, *g, *u, *logits, *row;
 } llm_ref_t;
 
-static inline bool llm_ref_init(llm_ref_t *r, const llm_model_t *model, int ctx, bool quantize_inputs) {
+static inline bool llm_ref_init(llm_ref_t *r, const llm_model_t *model, int ctx,
+                                bool quantize_inputs) {
   memset(r, 0, sizeof(*r));
   r->model = model;
   r->c = model->config;
@@ -39,9 +40,12 @@ static inline bool llm_ref_init(llm_ref_t *r, const llm_model_t *model, int ctx,
   size_t qd = (size_t)llm_q_dim(c);
   if (widest < qd) widest = qd;
   r->x = calloc((size_t)c->dim, 4), r->xb = calloc(widest, 4), r->q = calloc(qd, 4);
-  r->att = calloc((size_t)ctx, 4), r->h = calloc((size_t)c->ffn, 4), r->g = calloc((size_t)c->ffn, 4);
-  r->u = calloc((size_t)c->ffn, 4), r->logits = calloc((size_t)c->vocab, 4), r->row = calloc(widest, 4);
-  return r->kc && r->vc && r->x && r->xb && r->q && r->att && r->h && r->g && r->u && r->logits && r->row;
+  r->att = calloc((size_t)ctx, 4), r->h = calloc((size_t)c->ffn, 4),
+  r->g = calloc((size_t)c->ffn, 4);
+  r->u = calloc((size_t)c->ffn, 4), r->logits = calloc((size_t)c->vocab, 4),
+  r->row = calloc(widest, 4);
+  return r->kc && r->vc && r->x && r->xb && r->q && r->att && r->h && r->g && r->u && r->logits &&
+         r->row;
 }
 
 static inline void llm_ref_free(llm_ref_t *r) {
@@ -55,22 +59,26 @@ static inline bool llm_ref_quantized(const gguf_tensor_t *t) {
 }
 
 /* LLM_REF_Q8K (1 unless the including file says otherwise): inputs that only K-quant matrices read
- * are rounded as llama.cpp's Q8_K (llm_quantize_act_k), as the CPU kernels do; the GPU kernels round
- * every input in blocks of 32, and their suites define it 0. */
+ * are rounded as llama.cpp's Q8_K (llm_quantize_act_k), as the CPU kernels do; the GPU kernels
+ * round every input in blocks of 32, and their suites define it 0. */
 #ifndef LLM_REF_Q8K
 #define LLM_REF_Q8K 1
 #endif
 
-/* out = W in, W a [k, rows] tensor; in rounded to 8-bit blocks first when asked (act_k: Q8_K-style). */
-static inline void llm_ref_matvec_as(llm_ref_t *r, const gguf_tensor_t *w, const float *in, float *out, bool act_k) {
+/* out = W in, W a [k, rows] tensor; in rounded to 8-bit blocks first when asked (act_k:
+ * Q8_K-style). */
+static inline void llm_ref_matvec_as(llm_ref_t *r, const gguf_tensor_t *w, const float *in,
+                                     float *out, bool act_k) {
   size_t k = (size_t)w->ne[0], rows = (size_t)w->ne[1];
   size_t row_bytes = k / ggml_block_elems(w->type) * ggml_block_bytes(w->type);
   float *x = malloc(k * 4);
   memcpy(x, in, k * 4);
   if (r->quantize_inputs && llm_ref_quantized(w)) {
     llm_act_block_t *blocks = malloc((k + 31) / 32 * sizeof(*blocks));
-    if (act_k && LLM_REF_Q8K) llm_quantize_act_k(in, k, blocks);
-    else llm_quantize_act(in, k, blocks);
+    if (act_k && LLM_REF_Q8K)
+      llm_quantize_act_k(in, k, blocks);
+    else
+      llm_quantize_act(in, k, blocks);
     for (size_t j = 0; j < k; j++) x[j] = blocks[j / 32].d * (float)blocks[j / 32].q[j % 32];
     free(blocks);
   }
@@ -83,15 +91,19 @@ static inline void llm_ref_matvec_as(llm_ref_t *r, const gguf_tensor_t *w, const
   free(x);
 }
 
-static inline bool llm_ref_act_k(const gguf_tensor_t *w) { return llm_act_superblock(llm_layout_of(w->type)); }
+static inline bool llm_ref_act_k(const gguf_tensor_t *w) {
+  return llm_act_superblock(llm_layout_of(w->type));
+}
 
 /* A matrix whose input no other matrix reads. */
-static inline void llm_ref_matvec(llm_ref_t *r, const gguf_tensor_t *w, const float *in, float *out) {
+static inline void llm_ref_matvec(llm_ref_t *r, const gguf_tensor_t *w, const float *in,
+                                  float *out) {
   llm_ref_matvec_as(r, w, in, out, llm_ref_act_k(w));
 }
 
 /* RMS norm of n floats scaled by w (n of them). */
-static inline void llm_ref_rmsnorm_n(const llm_ref_t *r, const gguf_tensor_t *w, const float *x, float *out, int n) {
+static inline void llm_ref_rmsnorm_n(const llm_ref_t *r, const gguf_tensor_t *w, const float *x,
+                                     float *out, int n) {
   float ss = 0;
   for (int i = 0; i < n; i++) ss += x[i] * x[i];
   float inv = 1.0f / sqrtf(ss / (float)n + r->c.norm_eps);
@@ -99,7 +111,8 @@ static inline void llm_ref_rmsnorm_n(const llm_ref_t *r, const gguf_tensor_t *w,
   for (int i = 0; i < n; i++) out[i] = (x[i] * inv) * r->row[i];
 }
 
-static inline void llm_ref_rmsnorm(const llm_ref_t *r, const gguf_tensor_t *w, const float *x, float *out) {
+static inline void llm_ref_rmsnorm(const llm_ref_t *r, const gguf_tensor_t *w, const float *x,
+                                   float *out) {
   llm_ref_rmsnorm_n(r, w, x, out, r->c.dim);
 }
 
@@ -109,17 +122,21 @@ static inline void llm_ref_add_bias(const gguf_tensor_t *b, float *v, float *tmp
   for (size_t i = 0; i < (size_t)b->ne[0]; i++) v[i] += tmp[i];
 }
 
-/* Rotates the rotary pairs of each head of v (n values) at pos: pairs (2j, 2j + 1), or (j, j + rd / 2)
- * for NEOX; angle pos x base^(-2j / rd), divided by llama 3's rope_freqs where the model has them. */
+/* Rotates the rotary pairs of each head of v (n values) at pos: pairs (2j, 2j + 1), or (j, j + rd /
+ * 2) for NEOX; angle pos x base^(-2j / rd), divided by llama 3's rope_freqs where the model has
+ * them. */
 static inline void llm_ref_rope(const llm_ref_t *r, float *v, int n, int pos, double base) {
   const llm_config_t *c = &r->c;
   int rd = c->rope_dim;
   float factors[2048]; /* rope_dim / 2: the head size is at most 4096 (model.c) */
-  if (r->model->rope_freqs) llm_dequantize_row(r->model->rope_freqs->type, r->model->rope_freqs->data, factors, (size_t)rd / 2);
+  if (r->model->rope_freqs)
+    llm_dequantize_row(r->model->rope_freqs->type, r->model->rope_freqs->data, factors,
+                       (size_t)rd / 2);
   for (int h = 0; h < n; h += c->head_dim)
     for (int j = 0; j < rd / 2; j++) {
       int e0 = c->rope_neox ? j : 2 * j, e1 = c->rope_neox ? j + rd / 2 : 2 * j + 1;
-      double theta = pos * pow(base, -2.0 * j / rd) / (r->model->rope_freqs ? (double)factors[j] : 1.0);
+      double theta =
+          pos * pow(base, -2.0 * j / rd) / (r->model->rope_freqs ? (double)factors[j] : 1.0);
       float co = (float)cos(theta), si = (float)sin(theta), a = v[h + e0], b = v[h + e1];
       v[h + e0] = a * co - b * si;
       v[h + e1] = a * si + b * co;
@@ -147,7 +164,8 @@ static inline void llm_ref_attention(llm_ref_t *r, int l, int pos, float *o) {
     for (int e = 0; e < hd; e++) {
       float acc = 0;
       for (int t = lo; t <= pos; t++)
-        acc += r->att[t] * r->vc[((size_t)l * r->ctx + (size_t)t) * (size_t)kvd + (size_t)kvh * hd + (size_t)e];
+        acc += r->att[t] *
+               r->vc[((size_t)l * r->ctx + (size_t)t) * (size_t)kvd + (size_t)kvh * hd + (size_t)e];
       o[h * hd + e] = acc / sum;
     }
   }
@@ -156,8 +174,10 @@ static inline void llm_ref_attention(llm_ref_t *r, int l, int pos, float *o) {
 /* x += out, or with post_norms x += RMS norm of out scaled by post (the gemma3 layer outputs). */
 static inline void llm_ref_residual(llm_ref_t *r, const gguf_tensor_t *post, const float *out) {
   float *tmp = malloc((size_t)r->c.dim * 4);
-  if (post) llm_ref_rmsnorm(r, post, out, tmp);
-  else memcpy(tmp, out, (size_t)r->c.dim * 4);
+  if (post)
+    llm_ref_rmsnorm(r, post, out, tmp);
+  else
+    memcpy(tmp, out, (size_t)r->c.dim * 4);
   for (int i = 0; i < r->c.dim; i++) r->x[i] += tmp[i];
   free(tmp);
 }
@@ -172,8 +192,11 @@ static inline const float *llm_ref_step(llm_ref_t *r, int32_t token, int pos) {
   const llm_model_t *m = r->model;
   const llm_config_t *c = &r->c;
   int dim = c->dim, kvd = llm_kv_dim(c), hd = c->head_dim, qd = llm_q_dim(c);
-  size_t emb_row = (size_t)dim / ggml_block_elems(m->token_embd->type) * ggml_block_bytes(m->token_embd->type);
-  llm_dequantize_row(m->token_embd->type, (const uint8_t *)m->token_embd->data + (size_t)token * emb_row, r->x, (size_t)dim);
+  size_t emb_row =
+      (size_t)dim / ggml_block_elems(m->token_embd->type) * ggml_block_bytes(m->token_embd->type);
+  llm_dequantize_row(m->token_embd->type,
+                     (const uint8_t *)m->token_embd->data + (size_t)token * emb_row, r->x,
+                     (size_t)dim);
   if (c->emb_scale != 1.0f)
     for (int i = 0; i < dim; i++) r->x[i] *= c->emb_scale;
   float *o = malloc((size_t)qd * 4), *tmp = malloc((size_t)(qd > dim ? qd : dim) * 4);
@@ -187,10 +210,15 @@ static inline const float *llm_ref_step(llm_ref_t *r, int32_t token, int pos) {
     llm_ref_matvec_as(r, L->wq, r->xb, r->q, qkv_k);
     llm_ref_matvec_as(r, L->wk, r->xb, kc, qkv_k);
     llm_ref_matvec_as(r, L->wv, r->xb, vc, qkv_k);
-    llm_ref_add_bias(L->bq, r->q, tmp), llm_ref_add_bias(L->bk, kc, tmp), llm_ref_add_bias(L->bv, vc, tmp);
+    llm_ref_add_bias(L->bq, r->q, tmp), llm_ref_add_bias(L->bk, kc, tmp),
+        llm_ref_add_bias(L->bv, vc, tmp);
     if (c->qk_norm) {
-      for (int h = 0; h < c->n_heads; h++) memcpy(tmp, r->q + h * hd, (size_t)hd * 4), llm_ref_rmsnorm_n(r, L->q_norm, tmp, r->q + h * hd, hd);
-      for (int h = 0; h < c->n_kv_heads; h++) memcpy(tmp, kc + h * hd, (size_t)hd * 4), llm_ref_rmsnorm_n(r, L->k_norm, tmp, kc + h * hd, hd);
+      for (int h = 0; h < c->n_heads; h++)
+        memcpy(tmp, r->q + h * hd, (size_t)hd * 4),
+            llm_ref_rmsnorm_n(r, L->q_norm, tmp, r->q + h * hd, hd);
+      for (int h = 0; h < c->n_kv_heads; h++)
+        memcpy(tmp, kc + h * hd, (size_t)hd * 4),
+            llm_ref_rmsnorm_n(r, L->k_norm, tmp, kc + h * hd, hd);
     }
     double base = llm_layer_swa(c, l) ? c->rope_base_swa : c->rope_base;
     llm_ref_rope(r, r->q, qd, pos, base);

@@ -2,13 +2,13 @@
  * (test files, not better models: the weights go through the file's type, then the new one). The
  * metadata and the vectors are copied as they are; each matrix is dequantized (llm_dequantize_row)
  * and quantized again (llm_quantize_row), row by row, deterministically: the same input file and
- * recipe give the same bytes, so scripts/llm-llamacpp-reference.py's streams for a file written here
- * (by tests/llm_requant_main.c) hold for the file a test writes again.
+ * recipe give the same bytes, so scripts/llm-llamacpp-reference.py's streams for a file written
+ * here (by tests/llm_requant_main.c) hold for the file a test writes again.
  *
- * Recipes: a type name (every matrix in it; a K-quant or IQ4_XS where the row length is a multiple of
- * 256, else Q8_0, as llama.cpp falls back), or "Q4_K_M" (llama.cpp's mix, simplified: Q6_K for
- * attn_v, ffn_down and the embedding, Q4_K elsewhere; Q5_0 / Q8_0 where a row is not a multiple of 256).
- * Header-only. */
+ * Recipes: a type name (every matrix in it; a K-quant or IQ4_XS where the row length is a multiple
+ * of 256, else Q8_0, as llama.cpp falls back), or "Q4_K_M" (llama.cpp's mix, simplified: Q6_K for
+ * attn_v, ffn_down and the embedding, Q4_K elsewhere; Q5_0 / Q8_0 where a row is not a multiple of
+ * 256). Header-only. */
 #ifndef HCQ_TESTS_LLM_REQUANT_H
 #define HCQ_TESTS_LLM_REQUANT_H
 
@@ -22,10 +22,12 @@
 static inline bool llm_requant_super(ggml_type_t t) { return ggml_block_elems(t) == 256; }
 
 /* The type recipe gives the matrix name of ne0 columns; false for an unknown recipe. */
-static inline bool llm_requant_type(const char *recipe, const char *name, uint64_t ne0, ggml_type_t *out) {
+static inline bool llm_requant_type(const char *recipe, const char *name, uint64_t ne0,
+                                    ggml_type_t *out) {
   ggml_type_t t;
   if (!strcmp(recipe, "Q4_K_M")) {
-    bool high = strstr(name, "attn_v") || strstr(name, "ffn_down") || !strcmp(name, "token_embd.weight");
+    bool high =
+        strstr(name, "attn_v") || strstr(name, "ffn_down") || !strcmp(name, "token_embd.weight");
     t = high ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
     if (ne0 % 256) t = high ? GGML_TYPE_Q8_0 : GGML_TYPE_Q5_0;
     *out = t;
@@ -43,14 +45,16 @@ static inline bool llm_requant_type(const char *recipe, const char *name, uint64
   return false;
 }
 
-static inline hcq_status_t llm_requant_matrix(gguf_writer_t *w, const gguf_tensor_t *t, ggml_type_t to) {
+static inline hcq_status_t llm_requant_matrix(gguf_writer_t *w, const gguf_tensor_t *t,
+                                              ggml_type_t to) {
   size_t cols = (size_t)t->ne[0], rows = (size_t)(t->ne[1] ? t->ne[1] : 1);
   size_t in_row = cols / ggml_block_elems(t->type) * ggml_block_bytes(t->type);
   size_t out_row = cols / ggml_block_elems(to) * ggml_block_bytes(to);
   float *x = malloc(cols * sizeof(float));
   uint8_t *data = malloc(out_row * rows);
   hcq_status_t st = NULL;
-  if (!x || !data) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory requantizing %s", t->name);
+  if (!x || !data)
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory requantizing %s", t->name);
   for (size_t r = 0; r < rows && !st; r++) {
     llm_dequantize_row(t->type, (const uint8_t *)t->data + r * in_row, x, cols);
     llm_quantize_row(to, x, data + r * out_row, cols);

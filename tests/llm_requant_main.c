@@ -1,5 +1,5 @@
-/* llm_requant IN OUT RECIPE: tests/llm_requant.h as a command, for scripts/llm-llamacpp-reference.py
- * (llama.cpp's streams for the very files the tests write). */
+/* llm_requant IN OUT RECIPE: tests/llm_requant.h as a command, for
+ * scripts/llm-llamacpp-reference.py (llama.cpp's streams for the very files the tests write). */
 #include <stdio.h>
 
 #include "llm.h"

@@ -1,7 +1,7 @@
 /* llama.cpp's greedy token streams (tests/data/llm/NAME_llamacpp_streams.json, written by
- * scripts/llm-llamacpp-reference.py) and the teacher-forced comparison with them: the decoder is fed
- * llama.cpp's tokens and, at every generated position, its top token is compared with llama.cpp's.
- * Header-only, for the tests; needs Jansson. */
+ * scripts/llm-llamacpp-reference.py) and the teacher-forced comparison with them: the decoder is
+ * fed llama.cpp's tokens and, at every generated position, its top token is compared with
+ * llama.cpp's. Header-only, for the tests; needs Jansson. */
 #ifndef HCQ_TESTS_LLM_STREAMS_H
 #define HCQ_TESTS_LLM_STREAMS_H
 
@@ -23,15 +23,20 @@ static inline int load_streams(const char *path, stream_t *out, int cap) {
   json_t *root = json_load_file(path, 0, &err);
   cr_assert(root, "%s: %s", path, err.text);
   json_t *streams = json_object_get(root, "streams");
-  cr_assert(json_is_array(streams) && json_array_size(streams) >= 1, "%s: no \"streams\" array", path);
+  cr_assert(json_is_array(streams) && json_array_size(streams) >= 1, "%s: no \"streams\" array",
+            path);
   int n = 0;
   for (size_t i = 0; i < json_array_size(streams) && n < cap; i++, n++) {
-    json_t *s = json_array_get(streams, i), *p = json_object_get(s, "prompt_ids"), *g = json_object_get(s, "generated_ids");
-    cr_assert(json_is_array(p) && json_is_array(g) && json_array_size(p) <= 512 && json_array_size(g) <= 512);
+    json_t *s = json_array_get(streams, i), *p = json_object_get(s, "prompt_ids"),
+           *g = json_object_get(s, "generated_ids");
+    cr_assert(json_is_array(p) && json_is_array(g) && json_array_size(p) <= 512 &&
+              json_array_size(g) <= 512);
     snprintf(out[n].name, sizeof(out[n].name), "%s", json_string_value(json_object_get(s, "name")));
     out[n].nprompt = (int)json_array_size(p), out[n].ngen = (int)json_array_size(g);
-    for (int j = 0; j < out[n].nprompt; j++) out[n].prompt[j] = (int32_t)json_integer_value(json_array_get(p, (size_t)j));
-    for (int j = 0; j < out[n].ngen; j++) out[n].gen[j] = (int32_t)json_integer_value(json_array_get(g, (size_t)j));
+    for (int j = 0; j < out[n].nprompt; j++)
+      out[n].prompt[j] = (int32_t)json_integer_value(json_array_get(p, (size_t)j));
+    for (int j = 0; j < out[n].ngen; j++)
+      out[n].gen[j] = (int32_t)json_integer_value(json_array_get(g, (size_t)j));
   }
   json_decref(root);
   return n;
@@ -46,7 +51,8 @@ typedef struct forced_result {
 /* Teacher-forces d on the streams: prompt as one pass, then llama.cpp's tokens one step at a time.
  * A position where our top token is not llama.cpp's must be a near tie (llama.cpp's token within
  * near of our top logit). */
-static inline forced_result_t teacher_forced(llm_decoder_t *d, const stream_t *streams, int ns, float near) {
+static inline forced_result_t teacher_forced(llm_decoder_t *d, const stream_t *streams, int ns,
+                                             float near) {
   forced_result_t r = {0};
   int vocab = llm_decoder_config(d)->vocab;
   float *lg = malloc((size_t)vocab * 4);
@@ -72,12 +78,15 @@ static inline forced_result_t teacher_forced(llm_decoder_t *d, const stream_t *s
       }
       float gap = lg[top] - lg[st->gen[i]];
       if (gap > r.worst_gap) r.worst_gap = gap;
-      cr_assert(gap <= near, "%s: generated token %d: ours %d (logit %.3f), llama.cpp's %d has %.3f here: not a near tie",
+      cr_assert(gap <= near,
+                "%s: generated token %d: ours %d (logit %.3f), llama.cpp's %d has %.3f here: not a "
+                "near tie",
                 st->name, i, top, lg[top], st->gen[i], lg[st->gen[i]]);
     }
     r.total += st->ngen, r.same += agree;
     size_t len = strlen(r.report);
-    if (len < sizeof(r.report) - 64) snprintf(r.report + len, sizeof(r.report) - len, " %.40s %d/%d", st->name, agree, st->ngen);
+    if (len < sizeof(r.report) - 64)
+      snprintf(r.report + len, sizeof(r.report) - len, " %.40s %d/%d", st->name, agree, st->ngen);
   }
   free(lg);
   return r;
@@ -85,14 +94,15 @@ static inline forced_result_t teacher_forced(llm_decoder_t *d, const stream_t *s
 
 /* The streams in path, teacher-forced on d: llama.cpp's token at >= 95% of positions, every other a
  * near tie (within near); the counts go to standard error under label. */
-static inline forced_result_t follows_llamacpp(llm_decoder_t *d, const char *path, float near, const char *label) {
+static inline forced_result_t follows_llamacpp(llm_decoder_t *d, const char *path, float near,
+                                               const char *label) {
   static stream_t streams[8];
   int ns = load_streams(path, streams, 8);
   forced_result_t r = teacher_forced(d, streams, ns, near);
-  fprintf(stderr, "%s: llama.cpp's token at%s positions (%d/%d); largest gap where not %.3f\n", label, r.report, r.same,
-          r.total, (double)r.worst_gap);
-  cr_assert(r.same * 100 >= 95 * r.total, "%s: llama.cpp's token at only %d of %d positions (%s)", label, r.same, r.total,
-            r.report);
+  fprintf(stderr, "%s: llama.cpp's token at%s positions (%d/%d); largest gap where not %.3f\n",
+          label, r.report, r.same, r.total, (double)r.worst_gap);
+  cr_assert(r.same * 100 >= 95 * r.total, "%s: llama.cpp's token at only %d of %d positions (%s)",
+            label, r.same, r.total, r.report);
   return r;
 }
 

@@ -32,9 +32,13 @@ static inline llm_model_t *tiny_model(const tiny_spec_t *s, const char *name) {
   return m;
 }
 
-static inline llm_decoder_t *decoder_on(const llm_model_t *m, hcq_device_kind_t kind, int devices, int ctx, int max_batch) {
+static inline llm_decoder_t *decoder_on(const llm_model_t *m, hcq_device_kind_t kind, int devices,
+                                        int ctx, int max_batch) {
   llm_decoder_t *d;
-  OK(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kind, .devices = devices, .ctx = ctx, .max_batch = max_batch}, &d));
+  OK(llm_decoder_create(m,
+                        &(llm_decoder_options_t){
+                            .kind = kind, .devices = devices, .ctx = ctx, .max_batch = max_batch},
+                        &d));
   return d;
 }
 
@@ -48,7 +52,8 @@ static inline void two_devices_match_one(hcq_device_kind_t kind, int steps) {
   float lg[2][97];
   for (int devices = 1; devices <= 2; devices++) {
     llm_decoder_t *d = decoder_on(m, kind, devices, 64, 16);
-    OK(llm_generate(d, prompt, 6, &(llm_generate_options_t){.steps = steps, .graph = true}, &r[devices - 1]));
+    OK(llm_generate(d, prompt, 6, &(llm_generate_options_t){.steps = steps, .graph = true},
+                    &r[devices - 1]));
     OK(llm_decoder_logits(d, lg[devices - 1]));
     OK(llm_decoder_destroy(d));
   }
@@ -59,7 +64,8 @@ static inline void two_devices_match_one(hcq_device_kind_t kind, int steps) {
   llm_model_close(m);
 }
 
-/* Logits after each of the n tokens, fed one step at a time (teacher forcing): out[p * vocab ...]. */
+/* Logits after each of the n tokens, fed one step at a time (teacher forcing): out[p * vocab ...].
+ */
 static inline void forced(llm_decoder_t *d, const int32_t *tokens, int n, bool graph, float *out) {
   int vocab = llm_decoder_config(d)->vocab;
   for (int p = 0; p < n; p++) {
@@ -78,34 +84,39 @@ static inline void random_tokens(int32_t *t, int n, int vocab, uint64_t seed) {
 
 /* Every position: |ours - reference| <= tol for every logit (a NaN fails), and the same argmax
  * unless the reference's own top two are within near of each other. */
-static inline void compare_logits(const float *got, const float *want, int n, int vocab, float tol, float near,
-                                  const char *what) {
+static inline void compare_logits(const float *got, const float *want, int n, int vocab, float tol,
+                                  float near, const char *what) {
   for (int p = 0; p < n; p++) {
     const float *g = got + (size_t)p * vocab, *w = want + (size_t)p * vocab;
     float worst = 0;
     int at = 0;
     for (int i = 0; i < vocab; i++)
       if (!(fabsf(g[i] - w[i]) <= worst)) worst = fabsf(g[i] - w[i]), at = i;
-    cr_assert(worst <= tol, "%s: position %d: logit %d is %.6f, the reference's %.6f (off by %.3g > %.3g)", what, p, at, g[at],
-              w[at], worst, tol);
+    cr_assert(worst <= tol,
+              "%s: position %d: logit %d is %.6f, the reference's %.6f (off by %.3g > %.3g)", what,
+              p, at, g[at], w[at], worst, tol);
     int ga = llm_ref_argmax(g, vocab), wa = llm_ref_argmax(w, vocab);
-    cr_assert(ga == wa || w[wa] - w[ga] <= near, "%s: position %d: argmax %d, the reference's %d (%.5f vs %.5f)", what, p, ga,
-              wa, w[ga], w[wa]);
+    cr_assert(ga == wa || w[wa] - w[ga] <= near,
+              "%s: position %d: argmax %d, the reference's %d (%.5f vs %.5f)", what, p, ga, wa,
+              w[ga], w[wa]);
   }
 }
 
 /* The reference's logits after each of the n tokens, fed one at a time: out[p * vocab ...]. */
-static inline void ref_forced(const llm_model_t *m, const int32_t *tokens, int n, bool quantize, float *out) {
+static inline void ref_forced(const llm_model_t *m, const int32_t *tokens, int n, bool quantize,
+                              float *out) {
   llm_ref_t r;
   cr_assert(llm_ref_init(&r, m, n + 1, quantize));
-  for (int p = 0; p < n; p++) memcpy(out + (size_t)p * r.c.vocab, llm_ref_step(&r, tokens[p], p), (size_t)r.c.vocab * 4);
+  for (int p = 0; p < n; p++)
+    memcpy(out + (size_t)p * r.c.vocab, llm_ref_step(&r, tokens[p], p), (size_t)r.c.vocab * 4);
   llm_ref_free(&r);
 }
 
-/* The decoder's logits (teacher-forced, graph replays) against the reference's (its inputs rounded to
- * 8 bits when quantize), by compare_logits. */
-static inline void forced_matches_reference(llm_decoder_t *d, const llm_model_t *m, const int32_t *tokens, int n,
-                                            bool quantize, float tol, float near, const char *name) {
+/* The decoder's logits (teacher-forced, graph replays) against the reference's (its inputs rounded
+ * to 8 bits when quantize), by compare_logits. */
+static inline void forced_matches_reference(llm_decoder_t *d, const llm_model_t *m,
+                                            const int32_t *tokens, int n, bool quantize, float tol,
+                                            float near, const char *name) {
   int vocab = llm_decoder_config(d)->vocab;
   float *got = malloc((size_t)n * vocab * 4), *want = malloc((size_t)n * vocab * 4);
   cr_assert(got && want);
@@ -115,19 +126,22 @@ static inline void forced_matches_reference(llm_decoder_t *d, const llm_model_t 
   free(got), free(want);
 }
 
-/* Greedy generation of steps tokens after the nprompt-token prompt (graph replays) chooses the float
- * reference's argmax at every step. */
-static inline void greedy_matches_reference(llm_decoder_t *d, const llm_model_t *m, const int32_t *prompt, int nprompt,
-                                            int steps, const char *name) {
+/* Greedy generation of steps tokens after the nprompt-token prompt (graph replays) chooses the
+ * float reference's argmax at every step. */
+static inline void greedy_matches_reference(llm_decoder_t *d, const llm_model_t *m,
+                                            const int32_t *prompt, int nprompt, int steps,
+                                            const char *name) {
   llm_generate_result_t g;
-  OK(llm_generate(d, prompt, nprompt, &(llm_generate_options_t){.steps = steps, .graph = true}, &g));
+  OK(llm_generate(d, prompt, nprompt, &(llm_generate_options_t){.steps = steps, .graph = true},
+                  &g));
   llm_ref_t r;
   cr_assert(llm_ref_init(&r, m, 64, false));
   const float *lg = NULL;
   for (int p = 0; p < nprompt; p++) lg = llm_ref_step(&r, prompt[p], p);
   for (int i = 0; i < g.n; i++) {
     int want_tok = llm_ref_argmax(lg, r.c.vocab);
-    cr_assert_eq(g.ids[i], want_tok, "%s: token %d is %d, the reference's %d", name, i, g.ids[i], want_tok);
+    cr_assert_eq(g.ids[i], want_tok, "%s: token %d is %d, the reference's %d", name, i, g.ids[i],
+                 want_tok);
     lg = llm_ref_step(&r, want_tok, nprompt + i);
   }
   cr_assert_eq(g.n, steps);
@@ -152,7 +166,8 @@ static inline tiny_spec_t mixed_spec(void) {
 static inline llm_model_t *real_model(void) {
   char path[PATH_MAX];
   const char *env = getenv("HCQ_LLM_MODEL");
-  if (env && *env) snprintf(path, sizeof(path), "%s", env);
+  if (env && *env)
+    snprintf(path, sizeof(path), "%s", env);
   else {
     hcq_status_t st = llm_default_model_path(path, sizeof(path));
     if (st) {
@@ -167,11 +182,12 @@ static inline llm_model_t *real_model(void) {
   return m;
 }
 
-/* On a decoder of kind over devices: the logits of the n tokens fed step by step eagerly (eager, n x
- * vocab; may be NULL) and as graph replays (graph; may be NULL), and of the last token after one prompt
- * pass (pass, vocab floats). */
-static inline void eager_graph_pass(const llm_model_t *m, hcq_device_kind_t kind, int devices, const int32_t *toks, int n,
-                                    float *eager, float *graph, float *pass) {
+/* On a decoder of kind over devices: the logits of the n tokens fed step by step eagerly (eager, n
+ * x vocab; may be NULL) and as graph replays (graph; may be NULL), and of the last token after one
+ * prompt pass (pass, vocab floats). */
+static inline void eager_graph_pass(const llm_model_t *m, hcq_device_kind_t kind, int devices,
+                                    const int32_t *toks, int n, float *eager, float *graph,
+                                    float *pass) {
   llm_decoder_t *d = decoder_on(m, kind, devices, 64, 32);
   if (eager) forced(d, toks, n, false, eager);
   if (graph) forced(d, toks, n, true, graph);
@@ -181,9 +197,9 @@ static inline void eager_graph_pass(const llm_model_t *m, hcq_device_kind_t kind
   OK(llm_decoder_destroy(d));
 }
 
-/* The architectures' tiny models (test_llm_arch.c on CPU, test_llm_gpu.c on the GPU kinds): 7 layers
- * so that gemma3's sixth is a global one, 4 heads of 16 over 2 KV heads (gemma3: of 24, q 96 wide for
- * an x of 64, a window of 8, a tied classifier); llama with llama 3's rope_freqs. */
+/* The architectures' tiny models (test_llm_arch.c on CPU, test_llm_gpu.c on the GPU kinds): 7
+ * layers so that gemma3's sixth is a global one, 4 heads of 16 over 2 KV heads (gemma3: of 24, q 96
+ * wide for an x of 64, a window of 8, a tied classifier); llama with llama 3's rope_freqs. */
 static inline tiny_spec_t arch_spec(const char *arch, ggml_type_t type, uint64_t seed) {
   tiny_spec_t s = tiny_uniform_spec(64, 96, 7, 4, 2, 60, type, false, seed);
   s.arch = arch;

@@ -1,6 +1,6 @@
 /* Tiny llama models in GGUF files, written by the tests (models/llm): random weights from a seed,
- * each matrix in the type asked for, so every kernel layout and odd shape can be checked against the
- * plain C reference (llm_reference.h). Header-only. */
+ * each matrix in the type asked for, so every kernel layout and odd shape can be checked against
+ * the plain C reference (llm_reference.h). Header-only. */
 #ifndef HCQ_LLM_TINY_H
 #define HCQ_LLM_TINY_H
 
@@ -12,7 +12,18 @@
 #include "gguf.h"
 #include "quant.h"
 
-enum { TINY_EMB, TINY_Q, TINY_K, TINY_V, TINY_O, TINY_GATE, TINY_UP, TINY_DOWN, TINY_OUT, TINY_MATRICES };
+enum {
+  TINY_EMB,
+  TINY_Q,
+  TINY_K,
+  TINY_V,
+  TINY_O,
+  TINY_GATE,
+  TINY_UP,
+  TINY_DOWN,
+  TINY_OUT,
+  TINY_MATRICES
+};
 
 typedef struct tiny_spec {
   int dim, ffn, layers, heads, kv_heads, vocab;
@@ -29,7 +40,7 @@ typedef struct tiny_spec {
   int head_dim;
   bool rope_freqs;
   int window;
-  const char *omit; /* a tensor left out (its name) */
+  const char *omit;   /* a tensor left out (its name) */
   int context_length; /* 0: 256 */
 } tiny_spec_t;
 
@@ -42,8 +53,8 @@ static inline float tiny_uniform(uint64_t *s) {
 /* The tensor left out by the spec being written (tiny_build sets it). */
 static const char *tiny_omit;
 
-static inline hcq_status_t tiny_matrix(gguf_writer_t *w, const char *name, ggml_type_t type, int cols, int rows,
-                                       float scale, uint64_t *seed) {
+static inline hcq_status_t tiny_matrix(gguf_writer_t *w, const char *name, ggml_type_t type,
+                                       int cols, int rows, float scale, uint64_t *seed) {
   size_t row_bytes = (size_t)cols / ggml_block_elems(type) * ggml_block_bytes(type);
   float *x = malloc((size_t)cols * sizeof(float));
   uint8_t *data = malloc(row_bytes * (size_t)rows);
@@ -56,18 +67,23 @@ static inline hcq_status_t tiny_matrix(gguf_writer_t *w, const char *name, ggml_
     llm_quantize_row(type, x, data + (size_t)r * row_bytes, (size_t)cols);
   }
   uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-  hcq_status_t st = tiny_omit && !strcmp(name, tiny_omit) ? NULL : gguf_writer_add_tensor(w, name, type, ne, 2, data);
+  hcq_status_t st = tiny_omit && !strcmp(name, tiny_omit)
+                        ? NULL
+                        : gguf_writer_add_tensor(w, name, type, ne, 2, data);
   free(x), free(data);
   return st;
 }
 
 /* n floats around center (norm weights near 1, biases and rope divisors). */
-static inline hcq_status_t tiny_vector(gguf_writer_t *w, const char *name, int n, float center, float spread, uint64_t *seed) {
+static inline hcq_status_t tiny_vector(gguf_writer_t *w, const char *name, int n, float center,
+                                       float spread, uint64_t *seed) {
   float *x = malloc((size_t)n * sizeof(float));
   if (!x) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (int i = 0; i < n; i++) x[i] = center + spread * tiny_uniform(seed);
   uint64_t ne[1] = {(uint64_t)n};
-  hcq_status_t st = tiny_omit && !strcmp(name, tiny_omit) ? NULL : gguf_writer_add_tensor(w, name, GGML_TYPE_F32, ne, 1, x);
+  hcq_status_t st = tiny_omit && !strcmp(name, tiny_omit)
+                        ? NULL
+                        : gguf_writer_add_tensor(w, name, GGML_TYPE_F32, ne, 1, x);
   free(x);
   return st;
 }
@@ -76,13 +92,14 @@ static inline hcq_status_t tiny_norm(gguf_writer_t *w, const char *name, int n, 
   return tiny_vector(w, name, n, 1.0f, 0.25f, seed);
 }
 
-#define TINY_TRY(call)      \
-  do {                      \
-    if (!st) st = (call);   \
+#define TINY_TRY(call)    \
+  do {                    \
+    if (!st) st = (call); \
   } while (0)
 
-/* The model in a writer (more keys may be added before it is written). Weights are scaled by 1 / sqrt(inputs) (the embedding by 1) so that
- * activations stay near 1 and the logits spread over a few units. */
+/* The model in a writer (more keys may be added before it is written). Weights are scaled by 1 /
+ * sqrt(inputs) (the embedding by 1) so that activations stay near 1 and the logits spread over a
+ * few units. */
 static inline hcq_status_t tiny_build(const tiny_spec_t *s, gguf_writer_t **out) {
   gguf_writer_t *w;
   hcq_status_t st = gguf_writer_create(&w);
@@ -90,7 +107,8 @@ static inline hcq_status_t tiny_build(const tiny_spec_t *s, gguf_writer_t **out)
   tiny_omit = s->omit;
   uint64_t seed = s->seed * 2654435761u + 1;
   const char *arch = s->arch ? s->arch : "llama";
-  bool qwen2 = !strcmp(arch, "qwen2"), qk_norm = !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3"), gemma = !strcmp(arch, "gemma3");
+  bool qwen2 = !strcmp(arch, "qwen2"), qk_norm = !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3"),
+       gemma = !strcmp(arch, "gemma3");
   int hd = s->head_dim ? s->head_dim : s->dim / s->heads, kv = hd * s->kv_heads, qd = hd * s->heads;
   char k[96];
 #define TINY_KEY(suffix) (snprintf(k, sizeof(k), "%s.%s", arch, suffix), k)
@@ -101,22 +119,27 @@ static inline hcq_status_t tiny_build(const tiny_spec_t *s, gguf_writer_t **out)
   TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("feed_forward_length"), (uint32_t)s->ffn));
   TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.head_count"), (uint32_t)s->heads));
   TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.head_count_kv"), (uint32_t)s->kv_heads));
-  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("context_length"), s->context_length ? (uint32_t)s->context_length : 256));
-  TINY_TRY(gguf_writer_add_f32(w, TINY_KEY("rope.freq_base"), s->rope_base > 0 ? s->rope_base : 10000.0f));
+  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("context_length"),
+                               s->context_length ? (uint32_t)s->context_length : 256));
+  TINY_TRY(gguf_writer_add_f32(w, TINY_KEY("rope.freq_base"),
+                               s->rope_base > 0 ? s->rope_base : 10000.0f));
   TINY_TRY(gguf_writer_add_f32(w, TINY_KEY("attention.layer_norm_rms_epsilon"), 1e-5f));
   if (s->head_dim) {
     TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.key_length"), (uint32_t)hd));
     TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.value_length"), (uint32_t)hd));
   }
-  if (s->window) TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.sliding_window"), (uint32_t)s->window));
+  if (s->window)
+    TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.sliding_window"), (uint32_t)s->window));
 #undef TINY_KEY
   if (s->tokenizer && s->vocab == 97) {
     char text[95][4];
     const char *tokens[97];
     int32_t types[97];
     for (int i = 0; i < 95; i++) {
-      if (i == 0) strcpy(text[i], "\xc4\xa0"); /* GPT-2's byte-level spelling of a space */
-      else text[i][0] = (char)(32 + i), text[i][1] = 0;
+      if (i == 0)
+        strcpy(text[i], "\xc4\xa0"); /* GPT-2's byte-level spelling of a space */
+      else
+        text[i][0] = (char)(32 + i), text[i][1] = 0;
       tokens[i] = text[i], types[i] = 1;
     }
     tokens[95] = "<|im_start|>", tokens[96] = "<|im_end|>", types[95] = types[96] = 3;
@@ -129,22 +152,29 @@ static inline hcq_status_t tiny_build(const tiny_spec_t *s, gguf_writer_t **out)
     TINY_TRY(gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 96));
     TINY_TRY(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false));
     TINY_TRY(gguf_writer_add_str(w, "tokenizer.chat_template",
-                                 "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-                                 "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
+                                 "{% for message in messages %}{{'<|im_start|>' + message['role'] "
+                                 "+ '\\n' + message['content'] + "
+                                 "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt "
+                                 "%}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
   }
   float in_dim = 1.0f / sqrtf((float)s->dim), in_ffn = 1.0f / sqrtf((float)s->ffn);
   TINY_TRY(tiny_matrix(w, "token_embd.weight", s->types[TINY_EMB], s->dim, s->vocab, 1.0f, &seed));
   TINY_TRY(tiny_norm(w, "output_norm.weight", s->dim, &seed));
-  if (!s->tied) TINY_TRY(tiny_matrix(w, "output.weight", s->types[TINY_OUT], s->dim, s->vocab, 2.0f * in_dim, &seed));
+  if (!s->tied)
+    TINY_TRY(tiny_matrix(w, "output.weight", s->types[TINY_OUT], s->dim, s->vocab, 2.0f * in_dim,
+                         &seed));
   if (s->rope_freqs) TINY_TRY(tiny_vector(w, "rope_freqs.weight", hd / 2, 4.0f, 3.0f, &seed));
   for (int l = 0; l < s->layers && !st; l++) {
     char n[64];
 #define TINY_NAME(x) (snprintf(n, sizeof(n), "blk.%d.%s.weight", l, x), n)
     TINY_TRY(tiny_norm(w, TINY_NAME("attn_norm"), s->dim, &seed));
-    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_q"), s->types[TINY_Q], s->dim, qd, 2.0f * in_dim, &seed));
-    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_k"), s->types[TINY_K], s->dim, kv, 2.0f * in_dim, &seed));
+    TINY_TRY(
+        tiny_matrix(w, TINY_NAME("attn_q"), s->types[TINY_Q], s->dim, qd, 2.0f * in_dim, &seed));
+    TINY_TRY(
+        tiny_matrix(w, TINY_NAME("attn_k"), s->types[TINY_K], s->dim, kv, 2.0f * in_dim, &seed));
     TINY_TRY(tiny_matrix(w, TINY_NAME("attn_v"), s->types[TINY_V], s->dim, kv, in_dim, &seed));
-    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_output"), s->types[TINY_O], qd, s->dim, 1.0f / sqrtf((float)qd), &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_output"), s->types[TINY_O], qd, s->dim,
+                         1.0f / sqrtf((float)qd), &seed));
     TINY_TRY(tiny_norm(w, TINY_NAME("ffn_norm"), s->dim, &seed));
     if (qwen2) {
       snprintf(n, sizeof(n), "blk.%d.attn_q.bias", l);
@@ -162,9 +192,11 @@ static inline hcq_status_t tiny_build(const tiny_spec_t *s, gguf_writer_t **out)
       TINY_TRY(tiny_norm(w, TINY_NAME("post_attention_norm"), s->dim, &seed));
       TINY_TRY(tiny_norm(w, TINY_NAME("post_ffw_norm"), s->dim, &seed));
     }
-    TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_gate"), s->types[TINY_GATE], s->dim, s->ffn, 2.0f * in_dim, &seed));
+    TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_gate"), s->types[TINY_GATE], s->dim, s->ffn,
+                         2.0f * in_dim, &seed));
     TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_up"), s->types[TINY_UP], s->dim, s->ffn, in_dim, &seed));
-    TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_down"), s->types[TINY_DOWN], s->ffn, s->dim, in_ffn, &seed));
+    TINY_TRY(
+        tiny_matrix(w, TINY_NAME("ffn_down"), s->types[TINY_DOWN], s->ffn, s->dim, in_ffn, &seed));
 #undef TINY_NAME
   }
   if (st) gguf_writer_free(w), w = NULL;
@@ -183,9 +215,10 @@ static inline hcq_status_t tiny_write(const tiny_spec_t *s, const char *path) {
 }
 
 /* Every matrix of one type. */
-static inline tiny_spec_t tiny_uniform_spec(int dim, int ffn, int layers, int heads, int kv_heads, int vocab,
-                                            ggml_type_t type, bool tied, uint64_t seed) {
-  tiny_spec_t s = {dim, ffn, layers, heads, kv_heads, vocab, {0}, tied, 10000.0f, seed, vocab == 97, NULL, 0, false, 0, NULL};
+static inline tiny_spec_t tiny_uniform_spec(int dim, int ffn, int layers, int heads, int kv_heads,
+                                            int vocab, ggml_type_t type, bool tied, uint64_t seed) {
+  tiny_spec_t s = {dim,      ffn,  layers,      heads, kv_heads, vocab, {0}, tied,
+                   10000.0f, seed, vocab == 97, NULL,  0,        false, 0,   NULL};
   for (int i = 0; i < TINY_MATRICES; i++) s.types[i] = type;
   return s;
 }

@@ -1,4 +1,5 @@
-/* Out-of-bounds accesses of CPU kernels under HCQ_VALIDATE=1 (docs/errors.md, "Out-of-bounds accesses").
+/* Out-of-bounds accesses of CPU kernels under HCQ_VALIDATE=1 (docs/errors.md, "Out-of-bounds
+ * accesses").
  *
  * The suite runs twice (tests/CMakeLists.txt): as "bounds" with HCQ_VALIDATE=1, where each mistake
  * must be reported naming the kernel, the argument, the buffer and the offset, and as "bounds_off"
@@ -73,10 +74,11 @@ Test(bounds, write_one_element_past_the_end_is_named_at_synchronize) {
   hcq_buffer_t *small = labelled(r.dev, 16, "small");
   OK(launch1(r.prog[0], &small, 1, 4)); /* floats 0..3 are the buffer; 4 is the next one */
   FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel poke on CPU:0",
-        "wrote past the end of buffer \"small\"",
-        "argument 0", "16 bytes", "bytes 16 to 19 of it", "0 to 3 bytes past its end");
+        "wrote past the end of buffer \"small\"", "argument 0", "16 bytes", "bytes 16 to 19 of it",
+        "0 to 3 bytes past its end");
   /* Nothing runs on the device after it: the next launch is refused with the same story. */
-  FAILS(launch1(r.prog[0], &small, 1, 0), HCQ_DEVICE_LOST, "wrote past the end of buffer \"small\"");
+  FAILS(launch1(r.prog[0], &small, 1, 0), HCQ_DEVICE_LOST,
+        "wrote past the end of buffer \"small\"");
   rig_close(&r, &small, 1);
   /* The process is healthy: a new device works. */
   hcq_device_t *again = test_open("CPU:0");
@@ -101,12 +103,14 @@ Test(bounds, write_far_past_the_end_is_cut_short_at_the_guard_page) {
   needs_validation();
   rig_t r = rig_open();
   hcq_buffer_t *bufs[2] = {labelled(r.dev, 64, "ok"), labelled(r.dev, 16, "small")};
-  /* 512 floats into 16 bytes: byte 64 is the guard page's first (the buffer ends 48 bytes before). */
-  hcq_launch_desc_t ld = {r.prog[1], bufs + 1, 1, (int32_t[]){512}, 1, {1, 1, 1}, {1, 1, 1}, NULL, 0};
+  /* 512 floats into 16 bytes: byte 64 is the guard page's first (the buffer ends 48 bytes before).
+   */
+  hcq_launch_desc_t ld = {r.prog[1], bufs + 1, 1, (int32_t[]){512}, 1, {1, 1, 1},
+                          {1, 1, 1}, NULL,     0};
   OK(hcq_launch(&ld));
   FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel fill on CPU:0", "SIGSEGV",
-        "byte 64 of buffer \"small\"",
-        "argument 0", "48 bytes past its end", "guard page", "cut short");
+        "byte 64 of buffer \"small\"", "argument 0", "48 bytes past its end", "guard page",
+        "cut short");
   rig_close(&r, bufs, 2);
 }
 
@@ -115,8 +119,9 @@ Test(bounds, write_before_the_start_is_named) {
   rig_t r = rig_open();
   hcq_buffer_t *b = labelled(r.dev, 256, "under");
   OK(launch1(r.prog[0], &b, 1, -1));
-  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel poke", "wrote before the start of buffer \"under\"",
-        "argument 0", "4 to 1 bytes before its start");
+  FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel poke",
+        "wrote before the start of buffer \"under\"", "argument 0",
+        "4 to 1 bytes before its start");
   rig_close(&r, &b, 1);
 }
 
@@ -135,11 +140,11 @@ Test(bounds, read_past_the_end_names_the_argument_read) {
   needs_validation();
   rig_t r = rig_open();
   hcq_buffer_t *bufs[2] = {labelled(r.dev, 4, "out"), labelled(r.dev, 16, "in")};
-  /* Float 16 is byte 64: the guard page after "in" (reads of the 48 bytes before it are not seen). */
+  /* Float 16 is byte 64: the guard page after "in" (reads of the 48 bytes before it are not seen).
+   */
   OK(launch1(r.prog[2], bufs, 2, 16));
   FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel peek",
-        "byte 64 of buffer \"in\" (argument 1, 16 bytes)",
-        "48 bytes past its end");
+        "byte 64 of buffer \"in\" (argument 1, 16 bytes)", "48 bytes past its end");
   rig_close(&r, bufs, 2);
 }
 
@@ -148,12 +153,14 @@ Test(bounds, a_view_is_named_with_its_base_and_offset) {
   rig_t r = rig_open();
   hcq_buffer_t *base = labelled(r.dev, 40, "whole"), *view = NULL;
   OK(hcq_buffer_view_create(base, 16, 16, &view));
-  /* Inside the base, past the view: not seen (guards are around base buffers). Past the base: seen. */
+  /* Inside the base, past the view: not seen (guards are around base buffers). Past the base: seen.
+   */
   OK(launch1(r.prog[0], &view, 1, 4));
   OK(hcq_device_synchronize(r.dev));
   OK(launch1(r.prog[0], &view, 1, 6));
   FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "wrote past the end of buffer \"whole\"",
-        "argument 0, a view at its byte 16, 40 bytes", "bytes 40 to 43 of it", "0 to 3 bytes past its end");
+        "argument 0, a view at its byte 16, 40 bytes", "bytes 40 to 43 of it",
+        "0 to 3 bytes past its end");
   hcq_buffer_t *bufs[2] = {view, base};
   rig_close(&r, bufs, 2);
 }
@@ -162,13 +169,15 @@ Test(bounds, a_launch_shared_by_the_device_threads_is_checked_too) {
   needs_validation();
   rig_t r = rig_open();
   enum { N = 1 << 20 };
-  /* y is 16 floats short: the last group (64 work-items) writes past its end, on whichever thread. */
-  hcq_buffer_t *bufs[2] = {labelled(r.dev, N * sizeof(float), "x"), labelled(r.dev, (N - 16) * sizeof(float), "y")};
-  hcq_launch_desc_t ld = {r.prog[3], bufs, 2, (int32_t[]){1, N}, 2, {N / 64, 1, 1}, {64, 1, 1}, NULL, 0};
+  /* y is 16 floats short: the last group (64 work-items) writes past its end, on whichever thread.
+   */
+  hcq_buffer_t *bufs[2] = {labelled(r.dev, N * sizeof(float), "x"),
+                           labelled(r.dev, (N - 16) * sizeof(float), "y")};
+  hcq_launch_desc_t ld = {r.prog[3],  bufs, 2, (int32_t[]){1, N}, 2, {N / 64, 1, 1},
+                          {64, 1, 1}, NULL, 0};
   OK(hcq_launch(&ld));
   FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel axpy on CPU:0",
-        "buffer \"y\" (argument 1, 4194240 bytes)",
-        "past its end");
+        "buffer \"y\" (argument 1, 4194240 bytes)", "past its end");
   rig_close(&r, bufs, 2);
 }
 
@@ -177,7 +186,14 @@ Test(bounds, a_launch_shared_by_the_device_threads_is_checked_too) {
 static hcq_exec_item_t poke_item(hcq_program_t *p, hcq_buffer_t **b, const hcq_operand_t *v) {
   static const uint32_t out0[1] = {0};
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {p, b, 1, out0, 1, v, 1, {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                        .kernel = {p,
+                                   b,
+                                   1,
+                                   out0,
+                                   1,
+                                   v,
+                                   1,
+                                   {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
                                    {hcq_imm(1), hcq_imm(1), hcq_imm(1)}}};
   return it;
 }
@@ -187,11 +203,14 @@ Test(bounds, graph_replay_names_the_item) {
   rig_t r = rig_open();
   hcq_buffer_t *bufs[2] = {labelled(r.dev, 64, "fine"), labelled(r.dev, 16, "small")};
   hcq_operand_t in_bounds = hcq_imm(3), past = hcq_imm(4);
-  hcq_exec_item_t items[2] = {poke_item(r.prog[0], &bufs[0], &in_bounds), poke_item(r.prog[0], &bufs[1], &past)};
+  hcq_exec_item_t items[2] = {poke_item(r.prog[0], &bufs[0], &in_bounds),
+                              poke_item(r.prog[0], &bufs[1], &past)};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(items, 2, NULL, 0, NULL, 0, NULL, &g));
-  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_DEVICE_LOST, "kernel poke (graph item 1) on CPU:0",
-        "wrote past the end of buffer \"small\" (argument 0, 16 bytes)", "0 to 3 bytes past its end");
+  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_DEVICE_LOST,
+        "kernel poke (graph item 1) on CPU:0",
+        "wrote past the end of buffer \"small\" (argument 0, 16 bytes)",
+        "0 to 3 bytes past its end");
   OK(hcq_graph_destroy(g));
   rig_close(&r, bufs, 2);
 }
@@ -206,7 +225,8 @@ Test(bounds, jit_replay_is_checked) {
   OK(hcq_jit_create(items, 1, NULL, 0, NULL, 0, NULL, &jit));
   /* Float 1024 is byte 4096: in the guard page that starts 48 bytes after the buffer's end. */
   FAILS(hcq_jit_run(jit, NULL, 0, NULL, 0, true, NULL), HCQ_DEVICE_LOST, "kernel poke",
-        "byte 4096 of buffer \"small\" (argument 0, 16 bytes)", "4080 bytes past its end", "guard page");
+        "byte 4096 of buffer \"small\" (argument 0, 16 bytes)", "4080 bytes past its end",
+        "guard page");
   hcq_status_destroy(hcq_jit_destroy(jit)); /* the device is lost: the jit's last replay failed */
   rig_close(&r, &small, 1);
 }
@@ -216,17 +236,26 @@ Test(bounds, jit_replay_is_checked) {
 Test(bounds, correct_kernels_give_the_eager_results_and_the_device_stays_healthy) {
   rig_t r = rig_open();
   enum { N = 1001 }; /* not a multiple of 64 bytes: the buffer ends inside its last line */
-  float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float)), *got = malloc(N * sizeof(float));
+  float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float)),
+        *got = malloc(N * sizeof(float));
   for (int i = 0; i < N; i++) x[i] = (float)i, y[i] = (float)(2 * i + 1);
-  hcq_buffer_t *bufs[2] = {labelled(r.dev, N * sizeof(float), "x"), labelled(r.dev, N * sizeof(float), "y")};
+  hcq_buffer_t *bufs[2] = {labelled(r.dev, N * sizeof(float), "x"),
+                           labelled(r.dev, N * sizeof(float), "y")};
   OK(hcq_buffer_copyin(bufs[0], 0, x, N * sizeof(float)));
   OK(hcq_buffer_copyin(bufs[1], 0, y, N * sizeof(float)));
   /* Eagerly (3 * x + y), then as a graph (3 * x again): y = 6i + 2i + 1 = 8i + 1. */
-  hcq_launch_desc_t ld = {r.prog[3], bufs, 2, (int32_t[]){3, N}, 2, {(N + 63) / 64, 1, 1}, {64, 1, 1}, NULL, 0};
+  hcq_launch_desc_t ld = {r.prog[3],  bufs, 2, (int32_t[]){3, N}, 2, {(N + 63) / 64, 1, 1},
+                          {64, 1, 1}, NULL, 0};
   OK(hcq_launch(&ld));
   hcq_operand_t vals[2] = {hcq_imm(3), hcq_imm(N)};
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {r.prog[3], bufs, 2, (uint32_t[]){1}, 1, vals, 2,
+                        .kernel = {r.prog[3],
+                                   bufs,
+                                   2,
+                                   (uint32_t[]){1},
+                                   1,
+                                   vals,
+                                   2,
                                    {hcq_imm((N + 63) / 64), hcq_imm(1), hcq_imm(1)},
                                    {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
   hcq_graph_t *g = NULL;
@@ -259,8 +288,8 @@ Test(bounds, mapped_buffers_are_guarded_and_readable_by_the_host) {
   cr_assert_eq(((float *)host)[2], 7.0f);
   if (validating()) {
     OK(launch1(r.prog[0], &m, 1, 3));
-    FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel poke", "wrote past the end of buffer#",
-          "(argument 0, 12 bytes)", "bytes 12 to 15");
+    FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel poke",
+          "wrote past the end of buffer#", "(argument 0, 12 bytes)", "bytes 12 to 15");
   }
   rig_close(&r, &m, 1);
 }
@@ -269,7 +298,8 @@ Test(bounds_off, without_validation_nothing_is_guarded_or_reported) {
   if (validating()) cr_skip_test("runs in the suite without HCQ_VALIDATE (bounds_off)");
   rig_t r = rig_open();
   hcq_buffer_t *small = labelled(r.dev, 16, "small");
-  /* The 4 bytes after a 16-byte buffer are the rest of its 64-byte allocation: harmless, and unseen. */
+  /* The 4 bytes after a 16-byte buffer are the rest of its 64-byte allocation: harmless, and
+   * unseen. */
   OK(launch1(r.prog[0], &small, 1, 4));
   OK(hcq_device_synchronize(r.dev));
   OK(hcq_device_health(r.dev));
@@ -305,7 +335,8 @@ static void gpu_overflow(const char *kind) {
   char where[64];
   snprintf(where, sizeof(where), "kernel fill on %s", name);
   FAILS(gpu_fill(p, small, 8), HCQ_DEVICE_LOST, where, "wrote past the end of buffer \"small\"",
-        "(argument 0, 16 bytes)", "bytes 16 to 31 of it, 0 to 15 bytes past its end", "HCQ_VALIDATE canary");
+        "(argument 0, 16 bytes)", "bytes 16 to 31 of it, 0 to 15 bytes past its end",
+        "HCQ_VALIDATE canary");
   FAILS(hcq_device_synchronize(dev), HCQ_DEVICE_LOST, "wrote past the end of buffer \"small\"");
   hcq_buffer_release(ok);
   hcq_buffer_release(small);

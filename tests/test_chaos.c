@@ -59,19 +59,35 @@ static uint32_t next(uint32_t *seed) {
 static void good_graph(slot_t *a, slot_t *b, uint32_t *seed) {
   hcq_buffer_t *in = test_buffer_iota(a->dev, N, 1, (int32_t)(next(seed) % 100));
   hcq_buffer_t *in2 = test_buffer_iota(a->dev, N, 3, 1);
-  hcq_buffer_t *mid = test_buffer(a->dev, N * 4), *far = test_buffer(b->dev, N * 4), *out = test_buffer(b->dev, N * 4);
+  hcq_buffer_t *mid = test_buffer(a->dev, N * 4), *far = test_buffer(b->dev, N * 4),
+               *out = test_buffer(b->dev, N * 4);
   hcq_expr_t *m = NULL, *c = NULL;
   OK(hcq_var_create("m", -8, 8, &m));
   OK(hcq_var_create("c", -1000, 1000, &c));
   hcq_buffer_t *b0[] = {mid, in}, *b1[] = {out, far};
-  hcq_operand_t v0[] = {hcq_sym(m), hcq_sym(c), hcq_imm(N)}, v1[] = {hcq_imm(2), hcq_imm(-1), hcq_imm(N)};
+  hcq_operand_t v0[] = {hcq_sym(m), hcq_sym(c), hcq_imm(N)},
+                v1[] = {hcq_imm(2), hcq_imm(-1), hcq_imm(N)};
   hcq_exec_item_t items[3] = {
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {a->affine, b0, 2, (uint32_t[]){0}, 1, v0, 3, {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
+       .kernel = {a->affine,
+                  b0,
+                  2,
+                  (uint32_t[]){0},
+                  1,
+                  v0,
+                  3,
+                  {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
                   {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
       {.kind = HCQ_ITEM_TRANSFER, .transfer = {far, mid, N * 4}},
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {b->affine, b1, 2, (uint32_t[]){0}, 1, v1, 3, {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
+       .kernel = {b->affine,
+                  b1,
+                  2,
+                  (uint32_t[]){0},
+                  1,
+                  v1,
+                  3,
+                  {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
                   {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
   };
   hcq_var_value_t vals[] = {{m, 1}, {c, 0}};
@@ -88,8 +104,10 @@ static void good_graph(slot_t *a, slot_t *b, uint32_t *seed) {
     test_read(out, got, sizeof(got));
     for (int i = 0; i < N; i++) {
       int32_t x = (swap ? host_in2 : host_in)[i];
-      int32_t want = (int32_t)(((uint32_t)x * (uint32_t)vals[0].value + (uint32_t)vals[1].value) * 2u - 1u);
-      cr_assert_eq(got[i], want, "good graph on %s+%s, replay %d, element %d", a->name, b->name, r, i);
+      int32_t want =
+          (int32_t)(((uint32_t)x * (uint32_t)vals[0].value + (uint32_t)vals[1].value) * 2u - 1u);
+      cr_assert_eq(got[i], want, "good graph on %s+%s, replay %d, element %d", a->name, b->name, r,
+                   i);
     }
   }
   OK(hcq_graph_destroy(g));
@@ -118,7 +136,8 @@ static void kernel_never_returns(slot_t *s) {
   hcq_buffer_t *b = test_buffer(s->dev, 64);
   hcq_launch_desc_t ld = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}, NULL, 0};
   OK(hcq_launch(&ld));
-  FAILS(hcq_device_synchronize(s->dev), HCQ_TIMEOUT, "hang report", s->name, "running exec kernel forever");
+  FAILS(hcq_device_synchronize(s->dev), HCQ_TIMEOUT, "hang report", s->name,
+        "running exec kernel forever");
   hcq_buffer_release(b);
   hcq_program_release(p);
   slot_lose_and_reopen(s, "chaos: a kernel never returns");
@@ -135,7 +154,8 @@ static void wait_nobody_sets(slot_t *s, slot_t *other) {
   hcq_buffer_t *x = test_buffer(s->dev, 64), *y = test_buffer(s->dev, 64);
   /* Copy-queue work queues behind the stuck wait. */
   OK(hcq_transfer(y, x, 64));
-  FAILS(hcq_device_synchronize(s->dev), HCQ_TIMEOUT, "copy queue: blocked at wait \"nobody sets this\" >= 5 (value 0)");
+  FAILS(hcq_device_synchronize(s->dev), HCQ_TIMEOUT,
+        "copy queue: blocked at wait \"nobody sets this\" >= 5 (value 0)");
   hcq_buffer_release(x);
   hcq_buffer_release(y);
   slot_lose_and_reopen(s, "chaos: waits on a signal nobody sets");
@@ -170,10 +190,12 @@ Test(chaos, seeded_faults_hangs_and_good_graphs) {
     /* The other devices stay usable whatever happened to this one. */
     for (int i = 0; i < NDEV; i++) {
       hcq_status_t st = hcq_device_health(slots[i].dev);
-      cr_assert_null(st, "step %d: %s is unhealthy after a clean reopen: %s", step, slots[i].name, hcq_status_message(st));
+      cr_assert_null(st, "step %d: %s is unhealthy after a clean reopen: %s", step, slots[i].name,
+                     hcq_status_message(st));
     }
   }
-  cr_log_info("good graphs %d, faults %d, endless kernels %d, endless waits %d", counts[0], counts[1], counts[2], counts[3]);
+  cr_log_info("good graphs %d, faults %d, endless kernels %d, endless waits %d", counts[0],
+              counts[1], counts[2], counts[3]);
   cr_assert(counts[0] && counts[1] && counts[3], "the seed exercises every kind of step");
   good_graph(&slots[0], &slots[1], &seed);
   for (int i = 0; i < NDEV; i++) {

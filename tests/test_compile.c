@@ -42,9 +42,10 @@ static int compiler_starts(void) {
   return n;
 }
 
-static const char *k_source = "void inc(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
-                              "  (void)l; ((int32_t *)b[0])[0] += v[0];\n"
-                              "}\n";
+static const char *k_source =
+    "void inc(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
+    "  (void)l; ((int32_t *)b[0])[0] += v[0];\n"
+    "}\n";
 
 /* Compiles and runs k_source in a new process; exits 0 when the kernel ran right. The caller must
  * not have used hcq yet when it passes cflags: options are read once per process. */
@@ -92,7 +93,9 @@ Test(compile, source_or_flags_change_recompiles) {
   cr_assert_eq(compile_in_child("-O1"), 0);
   cr_assert_eq(compiler_starts(), 2);
   hcq_device_t *d = test_open("CPU:0");
-  hcq_program_release(test_program(d, "dec", "void dec(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)l; ((int32_t *)b[0])[0] -= v[0]; }"));
+  hcq_program_release(test_program(d, "dec",
+                                   "void dec(void *const *b, const int32_t *v, const hcq_launch_t "
+                                   "*l) { (void)l; ((int32_t *)b[0])[0] -= v[0]; }"));
   cr_assert_eq(compiler_starts(), 3, "another source compiles");
   test_close(d);
 }
@@ -101,8 +104,12 @@ Test(compile, compile_error_returns_compiler_output) {
   use_fresh_cache();
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = NULL;
-  FAILS(hcq_program_create(d, "broken", "void broken(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n  int x = ;\n}\n", &p),
-        HCQ_COMPILE_ERROR, "program broken on CPU:0", "compiling broken failed", "broken.c:2", "error");
+  FAILS(hcq_program_create(d, "broken",
+                           "void broken(void *const *b, const int32_t *v, const hcq_launch_t *l) "
+                           "{\n  int x = ;\n}\n",
+                           &p),
+        HCQ_COMPILE_ERROR, "program broken on CPU:0", "compiling broken failed", "broken.c:2",
+        "error");
   cr_assert_null(p);
   /* The device stays usable. */
   p = test_program(d, "inc", k_source);
@@ -114,7 +121,8 @@ Test(compile, missing_entry_point) {
   use_fresh_cache();
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = NULL;
-  FAILS(hcq_program_create(d, "nothere", k_source, &p), HCQ_COMPILE_ERROR, "\"nothere\"", "not defined");
+  FAILS(hcq_program_create(d, "nothere", k_source, &p), HCQ_COMPILE_ERROR, "\"nothere\"",
+        "not defined");
   test_close(d);
 }
 
@@ -137,11 +145,12 @@ Test(compile, prelude_defines_the_abi) {
 Test(compile, kernels_may_use_libm) {
   use_fresh_cache();
   hcq_device_t *d = test_open("CPU:0");
-  hcq_program_t *p = test_program(d, "expk",
-                                  "float expf(float);\n"
-                                  "void expk(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
-                                  "  (void)l; volatile float x = (float)v[0]; ((float *)b[0])[0] = expf(x);\n"
-                                  "}\n");
+  hcq_program_t *p =
+      test_program(d, "expk",
+                   "float expf(float);\n"
+                   "void expk(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
+                   "  (void)l; volatile float x = (float)v[0]; ((float *)b[0])[0] = expf(x);\n"
+                   "}\n");
   hcq_buffer_t *out = test_buffer(d, 4);
   int32_t one = 1;
   hcq_launch_desc_t l = {p, &out, 1, &one, 1, {1, 1, 1}, {1, 1, 1}};

@@ -41,9 +41,9 @@ static void run_on(const char *kind, int ndev, const char *env, scenario_fn fn) 
 #define SCENARIO_EXPAND(...) SCENARIO_TEST(__VA_ARGS__)
 #define SCENARIO_UNPACK(...) __VA_ARGS__
 #define SCENARIO_ON_KIND(kind, text, args) SCENARIO_EXPAND(kind, text, SCENARIO_UNPACK args)
-#define SCENARIO_ENV(name, ndev, env)                                \
-  static void name(const test_backend_t *b);                         \
-  HCQ_DEVICE_KINDS_ARG(SCENARIO_ON_KIND, (name, ndev, env))          \
+#define SCENARIO_ENV(name, ndev, env)                       \
+  static void name(const test_backend_t *b);                \
+  HCQ_DEVICE_KINDS_ARG(SCENARIO_ON_KIND, (name, ndev, env)) \
   static void name(const test_backend_t *b)
 #define SCENARIO(name, ndev) SCENARIO_ENV(name, ndev, NULL)
 
@@ -192,7 +192,8 @@ SCENARIO(eager_views_alias_their_base, 1) {
   OK(hcq_buffer_view_create(base, 64 * 4, 64 * 4, &v1));
   OK(hcq_buffer_view_create(v1, 16 * 4, 8 * 4, &v2)); /* a view of a view: words 80..87 */
   int32_t f1[] = {7, 64}, f2[] = {9, 8};
-  hcq_launch_desc_t l1 = {p, &v1, 1, f1, 2, {1, 1, 1}, {64, 1, 1}}, l2 = {p, &v2, 1, f2, 2, {1, 1, 1}, {64, 1, 1}};
+  hcq_launch_desc_t l1 = {p, &v1, 1, f1, 2, {1, 1, 1}, {64, 1, 1}},
+                    l2 = {p, &v2, 1, f2, 2, {1, 1, 1}, {64, 1, 1}};
   OK(hcq_launch(&l1));
   OK(hcq_launch(&l2));
   int32_t got[256], model[256] = {0};
@@ -204,17 +205,19 @@ SCENARIO(eager_views_alias_their_base, 1) {
   hcq_buffer_t *src = NULL, *dst = NULL;
   OK(hcq_buffer_view_create(base, 60 * 4, 32 * 4, &src));
   OK(hcq_buffer_view_create(base, 64 * 4, 32 * 4, &dst));
-  FAILS(hcq_transfer(dst, src, 32 * 4), HCQ_INVALID_ARGUMENT, "overlap", hcq_buffer_label(src), hcq_buffer_label(dst), "240..368",
-        "256..384", "scratch");
+  FAILS(hcq_transfer(dst, src, 32 * 4), HCQ_INVALID_ARGUMENT, "overlap", hcq_buffer_label(src),
+        hcq_buffer_label(dst), "240..368", "256..384", "scratch");
   FAILS(hcq_transfer(src, dst, 32 * 4), HCQ_INVALID_ARGUMENT, "overlap");
   hcq_exec_item_t item = {.kind = HCQ_ITEM_TRANSFER, .transfer = {dst, src, 32 * 4}};
   hcq_graph_t *g = NULL;
-  FAILS(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0", "overlap");
+  FAILS(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0",
+        "overlap");
   cr_assert_null(g);
   OK(hcq_transfer(src, src, 32 * 4));
   item.transfer.dst = src;
   if (!strcmp(b->kind, "METAL")) { /* the Metal graph holds kernels only (docs/metal.md) */
-    FAILS(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0", "kernel items only");
+    FAILS(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0",
+          "kernel items only");
   } else {
     OK(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g));
     OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
@@ -226,7 +229,8 @@ SCENARIO(eager_views_alias_their_base, 1) {
   OK(hcq_transfer(next, src, 32 * 4));
   memcpy(model + 92, model + 60, 32 * 4);
   test_read(base, got, sizeof(got));
-  cr_assert_arr_eq(got, model, sizeof(got), "only the transfer between abutting ranges changed the buffer");
+  cr_assert_arr_eq(got, model, sizeof(got),
+                   "only the transfer between abutting ranges changed the buffer");
   hcq_buffer_release(next);
   hcq_buffer_release(src);
   hcq_buffer_release(dst);
@@ -271,7 +275,8 @@ SCENARIO(eager_launch_geometry, 1) {
   OK(hcq_launch(&l));
   hcq_launch_desc_t empty = {p, &out, 1, NULL, 0, {2, 0, 2}, {4, 2, 1}};
   FAILS(hcq_launch(&empty), HCQ_INVALID_ARGUMENT, "record_groups", "global[1] is 0");
-  hcq_launch_desc_t one_d = {.program = p, .bufs = &out, .nbufs = 1, .global = {12}, .local = {16, 1, 1}};
+  hcq_launch_desc_t one_d = {
+      .program = p, .bufs = &out, .nbufs = 1, .global = {12}, .local = {16, 1, 1}};
   FAILS(hcq_launch(&one_d), HCQ_INVALID_ARGUMENT, "record_groups", "global[1] is 0");
   int32_t got[64];
   test_read(out, got, sizeof(got));
@@ -282,23 +287,27 @@ SCENARIO(eager_launch_geometry, 1) {
 }
 
 /* A program that declares its buffer and value counts refuses launches, items and item runs that
- * pass other counts, naming the kernel and both counts, before anything runs (fewer arguments than a
- * kernel reads is garbage on CPU and a crash inside the Vulkan driver). */
+ * pass other counts, naming the kernel and both counts, before anything runs (fewer arguments than
+ * a kernel reads is garbage on CPU and a crash inside the Vulkan driver). */
 SCENARIO(declared_argument_counts_are_checked, 1) {
   hcq_device_t *d = open_dev(b, 0);
   hcq_program_t *p = kernel(b, d, "fill");
   hcq_buffer_t *out = test_buffer(d, 64 * 4);
   size_t nb = 9, nv = 9;
   if (!strcmp(b->kind, "CUDA")) /* the PTX's .entry parameter list tells them */
-    cr_assert(hcq_program_args(p, &nb, &nv) && nb == 1 && nv == 2, "counts from the PTX: %zu and %zu", nb, nv);
+    cr_assert(hcq_program_args(p, &nb, &nv) && nb == 1 && nv == 2,
+              "counts from the PTX: %zu and %zu", nb, nv);
   else
-    cr_assert(!hcq_program_args(p, &nb, &nv) && nb == 0 && nv == 0, "no counts before the declaration");
+    cr_assert(!hcq_program_args(p, &nb, &nv) && nb == 0 && nv == 0,
+              "no counts before the declaration");
   OK(hcq_program_declare_args(p, 1, 2));
   OK(hcq_program_declare_args(p, 1, 2)); /* the same again */
   if (!strcmp(b->kind, "CUDA"))
-    FAILS(hcq_program_declare_args(p, 1, 1), HCQ_INVALID_ARGUMENT, "fill", "parameter list takes 1 and 2");
+    FAILS(hcq_program_declare_args(p, 1, 1), HCQ_INVALID_ARGUMENT, "fill",
+          "parameter list takes 1 and 2");
   else
-    FAILS(hcq_program_declare_args(p, 1, 1), HCQ_FAILED_PRECONDITION, "fill", "declared with 1 and 2 already");
+    FAILS(hcq_program_declare_args(p, 1, 1), HCQ_FAILED_PRECONDITION, "fill",
+          "declared with 1 and 2 already");
   cr_assert(hcq_program_args(p, &nb, &nv) && nb == 1 && nv == 2);
   int32_t v[2] = {7, 64};
   hcq_launch_desc_t few = {p, &out, 1, v, 1, {1, 1, 1}, {64, 1, 1}};
@@ -308,15 +317,22 @@ SCENARIO(declared_argument_counts_are_checked, 1) {
   FAILS(hcq_launch(&nobuf), HCQ_INVALID_ARGUMENT, "fill", "0 buffers and 2 values are passed");
   hcq_operand_t ov[2] = {I(7), I(64)};
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {.program = p, .bufs = &out, .nbufs = 1, .vals = ov, .nvals = 1,
-                                   .global = {I(1), I(1), I(1)}, .local = {I(64), I(1), I(1)}}};
+                        .kernel = {.program = p,
+                                   .bufs = &out,
+                                   .nbufs = 1,
+                                   .vals = ov,
+                                   .nvals = 1,
+                                   .global = {I(1), I(1), I(1)},
+                                   .local = {I(64), I(1), I(1)}}};
   hcq_graph_t *g = NULL;
-  FAILS(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0", "fill", "takes 1 buffer and 2 values");
+  FAILS(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0",
+        "fill", "takes 1 buffer and 2 values");
   cr_assert_null(g);
   FAILS(hcq_exec_item_run(&it, NULL, 0), HCQ_INVALID_ARGUMENT, "fill", "1 value are passed");
   int32_t got[64];
   test_read(out, got, sizeof(got));
-  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 0, "a refused launch ran: out[%d] = %d", i, got[i]);
+  for (int i = 0; i < 64; i++)
+    cr_assert_eq(got[i], 0, "a refused launch ran: out[%d] = %d", i, got[i]);
   it.kernel.nvals = 2;
   OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g));
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
@@ -328,7 +344,8 @@ SCENARIO(declared_argument_counts_are_checked, 1) {
   test_close(d);
 }
 
-/* The device timeline passes 2^31 and restarts on its shadow signal while launches and copies go on. */
+/* The device timeline passes 2^31 and restarts on its shadow signal while launches and copies go
+ * on. */
 SCENARIO(eager_timeline_wraps, 1) {
   char name[32];
   test_device_name(b, 0, name, sizeof(name));
@@ -395,7 +412,7 @@ SCENARIO(graph_copies_between_two_devices, 2) {
   world_copy(&w, &items[2], c, a, N * 4);                    /* copy after write, to device 1 */
   world_mix(&w, &items[3], d, c, c, I(3), I(2), I(N), NULL); /* read after copy on device 1 */
   world_mix(&w, &items[4], x, e, a, I(1), I(5), I(N), NULL); /* read after copy on device 0 */
-  world_copy(&w, &items[5], a, d, N * 2);                    /* back, half, overwriting a after reads */
+  world_copy(&w, &items[5], a, d, N * 2); /* back, half, overwriting a after reads */
   world_mix(&w, &items[6], c, c, d, I(7), I(1), I(N), NULL);
   hcq_graph_t *g = world_graph(&w, items, 7, NULL, 0, NULL, 0, false);
   cr_assert_eq(hcq_graph_device_count(g), 2);
@@ -440,16 +457,19 @@ SCENARIO(graph_views_of_one_buffer, 2) {
   needs_general_graph(b);
   world_t w;
   world_open_on(&w, b, 2);
-  int base = world_buffer(&w, 0, 4 * N, 1), other = world_buffer(&w, 0, N, 2), far = world_buffer(&w, 1, 2 * N, 3);
-  int v0 = world_view(&w, base, 0, N), v1 = world_view(&w, base, N, N), v2 = world_view(&w, base, 2 * N, 2 * N);
+  int base = world_buffer(&w, 0, 4 * N, 1), other = world_buffer(&w, 0, N, 2),
+      far = world_buffer(&w, 1, 2 * N, 3);
+  int v0 = world_view(&w, base, 0, N), v1 = world_view(&w, base, N, N),
+      v2 = world_view(&w, base, 2 * N, 2 * N);
   int v2a = world_view(&w, v2, N / 2, N); /* a view of a view, overlapping v2 */
   int farv = world_view(&w, far, N, N);
   world_item_t items[6];
   world_mix(&w, &items[0], v0, other, other, I(2), I(1), I(N), NULL); /* writes base via v0 */
-  world_mix(&w, &items[1], v1, v0, other, I(3), I(0), I(N), NULL);    /* reads v0, writes v1: same base */
-  world_copy(&w, &items[2], farv, v1, N * 4);                          /* view as copy source and destination */
-  world_mix(&w, &items[3], v2a, v2a, v1, I(1), I(4), I(N), NULL);      /* in place on a view of a view */
-  world_copy(&w, &items[4], v0, farv, N * 4);                          /* back into the base */
+  /* reads v0, writes v1: same base */
+  world_mix(&w, &items[1], v1, v0, other, I(3), I(0), I(N), NULL);
+  world_copy(&w, &items[2], farv, v1, N * 4); /* view as copy source and destination */
+  world_mix(&w, &items[3], v2a, v2a, v1, I(1), I(4), I(N), NULL); /* in place on a view of a view */
+  world_copy(&w, &items[4], v0, farv, N * 4);                     /* back into the base */
   world_mix(&w, &items[5], other, v2, v0, I(2), I(2), I(N), NULL);
   hcq_graph_t *g = world_graph(&w, items, 6, NULL, 0, NULL, 0, false);
   world_replay_n(&w, g, items, 6, 5);
@@ -512,13 +532,16 @@ SCENARIO(graph_zero_dims, 1) {
   hcq_exec_item_t it[2];
   for (int i = 0; i < 2; i++)
     it[i] = (hcq_exec_item_t){.kind = HCQ_ITEM_KERNEL,
-                              .kernel = {.program = p, .bufs = &out, .nbufs = 1, .global = {I(2), I(1), I(1)},
+                              .kernel = {.program = p,
+                                         .bufs = &out,
+                                         .nbufs = 1,
+                                         .global = {I(2), I(1), I(1)},
                                          .local = {I(1), I(1), I(1)}}};
   it[1].kernel.global[2] = I(0);
   hcq_var_value_t v = {n, 3};
   hcq_graph_t *g = NULL;
-  FAILS(hcq_graph_create(it, 2, NULL, 0, &v, 1, NULL, &g), HCQ_INVALID_ARGUMENT, "item 1 (record_groups)",
-        "global[2] is 0");
+  FAILS(hcq_graph_create(it, 2, NULL, 0, &v, 1, NULL, &g), HCQ_INVALID_ARGUMENT,
+        "item 1 (record_groups)", "global[2] is 0");
   cr_assert_null(g);
   it[1].kernel.global[2] = I(1);
   it[1].kernel.global[0] = hcq_sym(n);
@@ -531,7 +554,9 @@ SCENARIO(graph_zero_dims, 1) {
     for (int i = 0; i < 8; i++) want[i] += (i < 2) + (i < ns[r]);
     int32_t got[8];
     test_read(out, got, sizeof(got));
-    for (int i = 0; i < 8; i++) cr_assert_eq(got[i], want[i], "replay %d (n=%ld): group %d ran %d times, not %d", r, (long)ns[r], i, got[i], want[i]);
+    for (int i = 0; i < 8; i++)
+      cr_assert_eq(got[i], want[i], "replay %d (n=%ld): group %d ran %d times, not %d", r,
+                   (long)ns[r], i, got[i], want[i]);
   }
   OK(hcq_graph_destroy(g));
   hcq_expr_release(n);
@@ -551,13 +576,14 @@ SCENARIO(graph_input_swaps, 2) {
   int acc = world_buffer(&w, 0, N, 8);
   world_item_t items[5];
   world_mix(&w, &items[0], acc, x, acc, I(2), I(1), I(N), NULL); /* input as a kernel argument */
-  world_copy(&w, &items[1], dst, src, N * 4);                   /* inputs as both copy ends */
+  world_copy(&w, &items[1], dst, src, N * 4);                    /* inputs as both copy ends */
   world_mix(&w, &items[2], acc, dst, x, I(1), I(3), I(N), NULL);
-  world_copy(&w, &items[3], src, acc, N * 4);                   /* input as a copy destination, device 0 -> 1 */
-  world_copy(&w, &items[4], dst, x, N * 4); /* both ends inputs on one device */
+  world_copy(&w, &items[3], src, acc, N * 4); /* input as a copy destination, device 0 -> 1 */
+  world_copy(&w, &items[4], dst, x, N * 4);   /* both ends inputs on one device */
   int inputs[] = {x, src, dst};
   hcq_graph_t *g = world_graph(&w, items, 5, inputs, 3, NULL, 0, false);
-  int swaps[][3] = {{-1, -1, -1}, {x2, -1, -1}, {x3, src2, dst2}, {x, src, dst2}, {x2, src2, -1}, {x3, -1, dst}};
+  int swaps[][3] = {{-1, -1, -1},   {x2, -1, -1},   {x3, src2, dst2},
+                    {x, src, dst2}, {x2, src2, -1}, {x3, -1, dst}};
   for (int r = 0; r < 6; r++) {
     char what[32];
     snprintf(what, sizeof(what), "replay %d", r);
@@ -603,7 +629,8 @@ SCENARIO(graph_long_chain_replayed_without_waiting, 1) {
   world_open_on(&w, b, 1);
   int a = world_buffer(&w, 0, N, 1), x = world_buffer(&w, 0, N, 2);
   world_item_t items[200];
-  for (int j = 0; j < 200; j++) world_mix(&w, &items[j], j % 2 ? a : x, j % 2 ? x : a, a, I(j % 5 + 1), I(j), I(N), NULL);
+  for (int j = 0; j < 200; j++)
+    world_mix(&w, &items[j], j % 2 ? a : x, j % 2 ? x : a, a, I(j % 5 + 1), I(j), I(N), NULL);
   hcq_graph_t *g = world_graph(&w, items, 200, NULL, 0, NULL, 0, false);
   for (int r = 0; r < 20; r++) {
     OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
@@ -617,10 +644,11 @@ SCENARIO(graph_long_chain_replayed_without_waiting, 1) {
 /* A scenario about the HCQ graph's own machinery (docs/design.md, "The HCQ graph"): CUDA devices
  * run the CUDA graph, Metal devices the Metal graph. */
 static void needs_hcq_graph(const test_backend_t *b, const char *what) {
-  if (!strcmp(b->kind, "CUDA")) cr_skip_test("CUDA devices run the CUDA graph, which has no %s", what);
-  if (!strcmp(b->kind, "METAL")) cr_skip_test("Metal devices run the Metal graph, which has no %s", what);
+  if (!strcmp(b->kind, "CUDA"))
+    cr_skip_test("CUDA devices run the CUDA graph, which has no %s", what);
+  if (!strcmp(b->kind, "METAL"))
+    cr_skip_test("Metal devices run the Metal graph, which has no %s", what);
 }
-
 
 /* The kickoff value restarts before it outgrows its 32-bit payload (docs/design.md,
  * "The HCQ graph", "Replay"). */
@@ -649,10 +677,12 @@ SCENARIO(graph_kickoff_value_wraps, 2) {
 
 /* A replay rewrites only the words whose values changed, however long the graph; on Vulkan the
  * command buffers recorded for the bound queues are resubmitted as they are. */
-static size_t replay_patch_writes(const test_backend_t *b, int nitems, bool swap, hcq__vk_counters_t *counters) {
+static size_t replay_patch_writes(const test_backend_t *b, int nitems, bool swap,
+                                  hcq__vk_counters_t *counters) {
   world_t w;
   world_open_on(&w, b, 1);
-  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2), acc = world_buffer(&w, 0, N, 3);
+  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2),
+      acc = world_buffer(&w, 0, N, 3);
   world_item_t *items = calloc((size_t)nitems, sizeof(*items));
   hcq_expr_t *k = NULL;
   OK(hcq_var_create("k", 0, 100, &k));
@@ -668,7 +698,8 @@ static size_t replay_patch_writes(const test_backend_t *b, int nitems, bool swap
   hcq__vulkan_counters(w.devs[0], &first);
   for (int r = 0; r < 3; r++) {
     hcq_var_value_t v[] = {{k, 3 + (swap ? r : 0)}};
-    world_replay(&w, g, items, nitems, inputs, swap && r % 2 == 0 ? swaps : NULL, 1, v, 1, true, "later replay");
+    world_replay(&w, g, items, nitems, inputs, swap && r % 2 == 0 ? swaps : NULL, 1, v, 1, true,
+                 "later replay");
   }
   size_t writes = ((const hcq_queue_t *)hcq_graph_queue(g, 0))->last_patch_writes;
   hcq__vk_counters_t after;
@@ -683,13 +714,14 @@ static size_t replay_patch_writes(const test_backend_t *b, int nitems, bool swap
   return writes;
 }
 
-/* The CUDA and Metal graphs' counterpart: a replay sets parameters only for the nodes (ICB commands)
- * that changed. want: per run, the driver calls (CUDA: node parameter sets; Metal: ICB calls, where a
- * value is a memory write and each of the two ICB slots holds its own bindings). */
+/* The CUDA and Metal graphs' counterpart: a replay sets parameters only for the nodes (ICB
+ * commands) that changed. want: per run, the driver calls (CUDA: node parameter sets; Metal: ICB
+ * calls, where a value is a memory write and each of the two ICB slots holds its own bindings). */
 static void replay_sets_only_what_changed(const test_backend_t *b, const uint64_t want[6]) {
   world_t w;
   world_open_on(&w, b, 1);
-  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2), acc = world_buffer(&w, 0, N, 3);
+  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2),
+      acc = world_buffer(&w, 0, N, 3);
   enum { ITEMS = 200 };
   world_item_t *items = calloc(ITEMS, sizeof(*items));
   hcq_expr_t *k = NULL;
@@ -702,14 +734,16 @@ static void replay_sets_only_what_changed(const test_backend_t *b, const uint64_
     int64_t k;
     bool swap;
     uint64_t updates;
-  } runs[] = {{3, false, 0}, {3, false, 0}, {4, false, 0}, {4, true, 0}, {5, false, 0}, {5, false, 0}};
+  } runs[] = {{3, false, 0}, {3, false, 0}, {4, false, 0},
+              {4, true, 0},  {5, false, 0}, {5, false, 0}};
   for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
     runs[r].updates = want[r];
     hcq_var_value_t v[] = {{k, runs[r].k}};
     world_replay(&w, g, items, ITEMS, inputs, runs[r].swap ? swaps : NULL, 1, v, 1, true, "replay");
     hcq_graph_stats_t stats;
     hcq_graph_stats(g, &stats);
-    cr_assert_eq(stats.last_replay_updates, runs[r].updates, "replay %zu of %d items set %llu nodes", r, ITEMS,
+    cr_assert_eq(stats.last_replay_updates, runs[r].updates,
+                 "replay %zu of %d items set %llu nodes", r, ITEMS,
                  (unsigned long long)stats.last_replay_updates);
   }
   OK(hcq_graph_destroy(g));
@@ -728,18 +762,22 @@ SCENARIO(graph_replay_patches_only_what_changed, 1) {
     replay_sets_only_what_changed(b, (const uint64_t[6]){0, 0, 0, 1, 0, 1});
     return;
   }
-  if (hcq__validating) cr_skip_test("HCQ_VALIDATE=1 replays these graphs item by item (graph.h): no patch to count");
+  if (hcq__validating)
+    cr_skip_test("HCQ_VALIDATE=1 replays these graphs item by item (graph.h): no patch to count");
   hcq__vk_counters_t c1 = {0}, c2 = {0}, c3 = {0};
-  size_t small = replay_patch_writes(b, 20, false, &c1), big = replay_patch_writes(b, 200, false, &c2);
+  size_t small = replay_patch_writes(b, 20, false, &c1),
+         big = replay_patch_writes(b, 200, false, &c2);
   cr_assert_eq(small, big, "a replay rewrote %zu words for 20 items but %zu for 200", small, big);
   cr_assert_eq(small, 5, "kickoff three times, timeline value twice; got %zu", small);
-  /* The last replay swapped the input and changed k since its slot's previous replay: k's value, and
-   * the input's argument unless that slot's previous replay had swapped it too (two slots: it had). */
+  /* The last replay swapped the input and changed k since its slot's previous replay: k's value,
+   * and the input's argument unless that slot's previous replay had swapped it too (two slots: it
+   * had). */
   size_t swapped = replay_patch_writes(b, 200, true, &c3);
   cr_assert_eq(swapped, hcq__options()->graph_inflight == 2 ? 6u : 7u, "got %zu", swapped);
   cr_assert_eq(c1.records + c2.records + c3.records, 0, "replays recorded %lu new command buffers",
                (unsigned long)(c1.records + c2.records + c3.records));
-  cr_assert_eq(c1.rerecords + c2.rerecords + c3.rerecords, 0, "replays re-recorded %lu command buffers",
+  cr_assert_eq(c1.rerecords + c2.rerecords + c3.rerecords, 0,
+               "replays re-recorded %lu command buffers",
                (unsigned long)(c1.rerecords + c2.rerecords + c3.rerecords));
 }
 
@@ -756,13 +794,15 @@ SCENARIO(graph_profile_timestamps, 2) {
   world_copy(&w, &items[2], x, a, N * 4);
   world_mix(&w, &items[3], x, x, x, I(3), I(1), I(N), NULL);
   hcq_graph_t *g = world_graph(&w, items, 4, NULL, 0, NULL, 0, true);
-  for (int r = 0; r < 3; r++) world_replay(&w, g, items, 4, NULL, NULL, 0, NULL, 0, r == 2, "profiled replay");
+  for (int r = 0; r < 3; r++)
+    world_replay(&w, g, items, 4, NULL, NULL, 0, NULL, 0, r == 2, "profiled replay");
   const hcq_profile_event_t *ev = NULL;
   OK(hcq_graph_profile(g, &ev));
   cr_assert_eq(ev->nentries, 4);
   cr_assert_eq(ev->replay, 3);
   for (size_t i = 0; i < ev->nentries; i++) {
-    uint64_t st = ev->timestamps[ev->entries[i].start_slot], en = ev->timestamps[ev->entries[i].end_slot];
+    uint64_t st = ev->timestamps[ev->entries[i].start_slot],
+             en = ev->timestamps[ev->entries[i].end_slot];
     cr_assert_gt(st, 0, "entry %zu has no start timestamp", i);
     cr_assert_leq(st, en, "entry %zu ends before it starts", i);
   }
@@ -817,8 +857,9 @@ SCENARIO(jit_capture_replays_equal_eager, 2) {
 /* fill(out; value, n) replayed with value = v, as a graph of one item. */
 static hcq_graph_t *fill_graph(hcq_program_t *fill, hcq_buffer_t *out, const hcq_expr_t *v) {
   hcq_operand_t vals[] = {hcq_sym(v), I(N)};
-  hcq_exec_item_t item = {.kind = HCQ_ITEM_KERNEL,
-                          .kernel = {fill, &out, 1, NULL, 0, vals, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}};
+  hcq_exec_item_t item = {
+      .kind = HCQ_ITEM_KERNEL,
+      .kernel = {fill, &out, 1, NULL, 0, vals, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}};
   hcq_var_value_t init = {v, 0};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(&item, 1, NULL, 0, &init, 1, NULL, &g));
@@ -826,7 +867,8 @@ static hcq_graph_t *fill_graph(hcq_program_t *fill, hcq_buffer_t *out, const hcq
 }
 
 static void expect_filled(const int32_t *host, int32_t value, const char *when) {
-  for (int i = 0; i < N; i++) cr_assert_eq(host[i], value, "%s: element %d is %d, not %d", when, i, host[i], value);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(host[i], value, "%s: element %d is %d, not %d", when, i, host[i], value);
 }
 
 /* Replay 1's fence is reached, and its output read through the mapped pointer, while replay 2 is
@@ -915,7 +957,8 @@ SCENARIO(mapped_buffers_are_read_and_written_by_host_and_kernels, 1) {
     OK(hcq_launch(&l));
     OK(hcq_fence_record(f, &d, 1));
     OK(hcq_fence_wait(f, HCQ_TIMEOUT_DEFAULT));
-    for (int i = 0; i < N; i++) cr_assert_eq(hout[i], i * (round + 1) + 100 * round, "round %d element %d", round, i);
+    for (int i = 0; i < N; i++)
+      cr_assert_eq(hout[i], i * (round + 1) + 100 * round, "round %d element %d", round, i);
   }
   /* copyout agrees with the mapped bytes */
   int32_t got[N];
@@ -926,7 +969,8 @@ SCENARIO(mapped_buffers_are_read_and_written_by_host_and_kernels, 1) {
   hcq_buffer_t *plain = test_buffer(d, 64);
   void *hp = NULL;
   if (!strcmp(b->kind, "CUDA")) {
-    FAILS(hcq_buffer_map(plain, &hp), HCQ_UNAVAILABLE, "not host-visible", "hcq_buffer_create_mapped");
+    FAILS(hcq_buffer_map(plain, &hp), HCQ_UNAVAILABLE, "not host-visible",
+          "hcq_buffer_create_mapped");
     cr_assert_null(hp);
   } else {
     OK(hcq_buffer_map(plain, &hp));
@@ -939,8 +983,8 @@ SCENARIO(mapped_buffers_are_read_and_written_by_host_and_kernels, 1) {
     OK(hcq_buffer_wrap(d, mine, sizeof(mine), NULL, NULL, &wrapped));
     hcq_buffer_release(wrapped);
   } else {
-    FAILS(hcq_buffer_wrap(d, mine, sizeof(mine), NULL, NULL, &wrapped), HCQ_UNAVAILABLE, hcq_device_name(d),
-          "do not run on host memory");
+    FAILS(hcq_buffer_wrap(d, mine, sizeof(mine), NULL, NULL, &wrapped), HCQ_UNAVAILABLE,
+          hcq_device_name(d), "do not run on host memory");
     cr_assert_null(wrapped);
   }
   hcq_buffer_release(plain);
@@ -952,14 +996,16 @@ SCENARIO(mapped_buffers_are_read_and_written_by_host_and_kernels, 1) {
   test_close(d);
 }
 
-/* ---- HCQ_VALIDATE: writes the outs do not declare (graph.h, the rule of hcq_kernel_item_t) ---- */
+/* ---- HCQ_VALIDATE: writes the outs do not declare (graph.h, the rule of hcq_kernel_item_t) ----
+ */
 
 /* add_scalar(out, a; v, n) writes out (buffer 0). Eager launches and graph replays that declare
  * something else are caught with the kernel, item and buffer named; honest declarations pass. */
 SCENARIO_ENV(validate_catches_undeclared_writes, 1, "HCQ_VALIDATE=1") {
   hcq_device_t *d = open_dev(b, 0);
   hcq_program_t *p = kernel(b, d, "add_scalar");
-  hcq_buffer_t *x = test_buffer_iota(d, N, 1, 0), *t = test_buffer(d, N * 4), *y = test_buffer(d, N * 4);
+  hcq_buffer_t *x = test_buffer_iota(d, N, 1, 0), *t = test_buffer(d, N * 4),
+               *y = test_buffer(d, N * 4);
   hcq_buffer_set_label(x, "x");
   hcq_buffer_set_label(t, "t");
   hcq_buffer_set_label(y, "y");
@@ -968,13 +1014,15 @@ SCENARIO_ENV(validate_catches_undeclared_writes, 1, "HCQ_VALIDATE=1") {
   int32_t v[] = {5, N}, v0[] = {5, 0};
   /* Eager: declaring x (read) instead of t (written) is caught at the first changed byte. */
   hcq_launch_desc_t wrong = {p, bt, 2, v, 2, {N / 64, 1, 1}, {64, 1, 1}, second, 1};
-  FAILS(hcq_launch(&wrong), HCQ_INVALID_ARGUMENT, "launch of add_scalar", "wrote buffer 0 (t)", "offset 0 of 1024",
-        "HCQ_VALIDATE");
-  /* outs given and empty: writes nothing. A kernel that writes nothing passes; one that writes is caught. */
+  FAILS(hcq_launch(&wrong), HCQ_INVALID_ARGUMENT, "launch of add_scalar", "wrote buffer 0 (t)",
+        "offset 0 of 1024", "HCQ_VALIDATE");
+  /* outs given and empty: writes nothing. A kernel that writes nothing passes; one that writes is
+   * caught. */
   hcq_launch_desc_t quiet = {p, bt, 2, v0, 2, {N / 64, 1, 1}, {64, 1, 1}, none, 0};
   OK(hcq_launch(&quiet));
   hcq_launch_desc_t loud = {p, by, 2, v, 2, {N / 64, 1, 1}, {64, 1, 1}, none, 0};
-  FAILS(hcq_launch(&loud), HCQ_INVALID_ARGUMENT, "wrote buffer 0 (y)", "declared that it writes nothing");
+  FAILS(hcq_launch(&loud), HCQ_INVALID_ARGUMENT, "wrote buffer 0 (y)",
+        "declared that it writes nothing");
   /* Honest outs, and no outs array (every buffer written), pass and compute. */
   hcq_launch_desc_t honest = {p, bt, 2, v, 2, {N / 64, 1, 1}, {64, 1, 1}, first, 1};
   OK(hcq_launch(&honest));
@@ -987,14 +1035,19 @@ SCENARIO_ENV(validate_catches_undeclared_writes, 1, "HCQ_VALIDATE=1") {
   /* A graph: item 1 writes t but declares x; item 2 reads t. Replays run item by item, checked. */
   hcq_operand_t ov[] = {I(1), I(N)};
   hcq_exec_item_t items[3] = {
-      {.kind = HCQ_ITEM_KERNEL, .kernel = {p, by, 2, first, 1, ov, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}},
-      {.kind = HCQ_ITEM_KERNEL, .kernel = {p, bt, 2, second, 1, ov, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}},
-      {.kind = HCQ_ITEM_KERNEL, .kernel = {p, by, 2, first, 1, ov, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}}};
+      {.kind = HCQ_ITEM_KERNEL,
+       .kernel = {p, by, 2, first, 1, ov, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}},
+      {.kind = HCQ_ITEM_KERNEL,
+       .kernel = {p, bt, 2, second, 1, ov, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}},
+      {.kind = HCQ_ITEM_KERNEL,
+       .kernel = {p, by, 2, first, 1, ov, 2, {I(N / 64), I(1), I(1)}, {I(64), I(1), I(1)}}}};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(items, 3, NULL, 0, NULL, 0, NULL, &g));
-  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "item 1 (add_scalar", "wrote buffer 0 (t)");
+  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "item 1 (add_scalar",
+        "wrote buffer 0 (t)");
   OK(hcq_graph_destroy(g));
-  /* The same graph declared honestly replays (item by item under HCQ_VALIDATE) with the right result. */
+  /* The same graph declared honestly replays (item by item under HCQ_VALIDATE) with the right
+   * result. */
   items[1].kernel.outs = first;
   OK(hcq_graph_create(items, 3, NULL, 0, NULL, 0, NULL, &g));
   for (int r = 0; r < 3; r++) OK(hcq_graph_run(g, NULL, 0, NULL, 0, r == 2, NULL));

@@ -1,12 +1,12 @@
 /* include/hcq/hcq.hpp against the library: destructors give back what they own, moves never release
  * twice, failures become hcq::error with the C code and message, transfers copy the bytes of their
  * elements, and hcq::capture replays what ran eagerly. A plain program (no Criterion), so that it
- * builds the same with any C++17 compiler (tests/CMakeLists.txt builds it with g++ and clang++); each
- * check prints what failed, and the exit status counts the failures.
+ * builds the same with any C++17 compiler (tests/CMakeLists.txt builds it with g++ and clang++);
+ * each check prints what failed, and the exit status counts the failures.
  *
  * It runs with HCQ_VALIDATE=1 (set here before the library reads it): a release of a handle that
- * was released already is then counted (hcq_validation_error_count) instead of being undefined, which
- * is what the move tests look at. */
+ * was released already is then counted (hcq_validation_error_count) instead of being undefined,
+ * which is what the move tests look at. */
 #include <hcq/hcq.hpp>
 
 #include <algorithm>
@@ -18,12 +18,12 @@
 #include <vector>
 
 static int failures = 0;
-#define EXPECT(cond)                                                                    \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
+#define EXPECT(cond)                                                                         \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
       std::fprintf(stderr, "%s:%d: %s: expected %s\n", __FILE__, __LINE__, __func__, #cond); \
-      failures++;                                                                       \
-    }                                                                                   \
+      failures++;                                                                            \
+    }                                                                                        \
   } while (0)
 
 /* Runs body and expects an hcq::error with code and a message containing part. */
@@ -35,8 +35,8 @@ static void expect_error(const char *what, F body, hcq_status_code_t code, const
     failures++;
   } catch (const hcq::error &e) {
     if (e.code() != code || !std::strstr(e.what(), part)) {
-      std::fprintf(stderr, "%s: got %s \"%s\", expected %s with \"%s\"\n", what, e.code_name(), e.what(),
-                   hcq_status_code_name(code), part);
+      std::fprintf(stderr, "%s: got %s \"%s\", expected %s with \"%s\"\n", what, e.code_name(),
+                   e.what(), hcq_status_code_name(code), part);
       failures++;
     }
   }
@@ -93,15 +93,17 @@ static void destructors_release(hcq_device_t *raw) {
     hcq::device dev("CPU:7");
     gone = dev.get();
   }
-  expect_error("close after ~device()", [&] { hcq::check(hcq_device_close(gone)); }, HCQ_FAILED_PRECONDITION,
-               "CPU:7 was closed");
+  expect_error(
+      "close after ~device()", [&] { hcq::check(hcq_device_close(gone)); }, HCQ_FAILED_PRECONDITION,
+      "CPU:7 was closed");
 
   // close() reports what keeps the device open, and the device stays usable.
   hcq::device dev("CPU:6");
   {
     hcq::buffer b(dev, 64);
     b.set_label("still-here");
-    expect_error("close with a buffer alive", [&] { dev.close(); }, HCQ_FAILED_PRECONDITION, "still-here");
+    expect_error(
+        "close with a buffer alive", [&] { dev.close(); }, HCQ_FAILED_PRECONDITION, "still-here");
     EXPECT(dev.get() != nullptr);
   }
   dev.close();
@@ -120,7 +122,8 @@ static void moves_do_not_double_release(hcq_device_t *raw) {
     hcq::buffer c;
     c = std::move(b);
     EXPECT(!b && c.get() == handle);
-    hcq::buffer &alias = c;  // a self-move (through a reference, which compilers do not flag) keeps the handle
+    hcq::buffer &alias =
+        c;  // a self-move (through a reference, which compilers do not flag) keeps the handle
     c = std::move(alias);
     EXPECT(c.get() == handle);
 
@@ -168,15 +171,22 @@ static void moves_do_not_double_release(hcq_device_t *raw) {
 }
 
 static void errors_are_exceptions() {
-  expect_error("open NOPE:0", [] { hcq::device d("NOPE:0"); }, HCQ_NOT_FOUND, "NOPE:0");
+  expect_error(
+      "open NOPE:0", [] { hcq::device d("NOPE:0"); }, HCQ_NOT_FOUND, "NOPE:0");
   hcq::device dev("CPU:0");
-  expect_error("compile error", [&] { hcq::program p(dev, "broken", "void broken(void) { undeclared_name; }"); },
-               HCQ_COMPILE_ERROR, "undeclared_name");
-  expect_error("missing entry", [&] { hcq::program p(dev, "absent", kAxpb); }, HCQ_COMPILE_ERROR, "\"absent\"");
+  expect_error(
+      "compile error",
+      [&] { hcq::program p(dev, "broken", "void broken(void) { undeclared_name; }"); },
+      HCQ_COMPILE_ERROR, "undeclared_name");
+  expect_error(
+      "missing entry", [&] { hcq::program p(dev, "absent", kAxpb); }, HCQ_COMPILE_ERROR,
+      "\"absent\"");
   hcq::buffer b(dev, 16);
   std::array<int, 8> big{};
-  expect_error("copy past the end", [&] { b.copyin(big); }, HCQ_OUT_OF_RANGE, "");
-  expect_error("variable range", [] { hcq::expr::var("n", 5, 1); }, HCQ_INVALID_ARGUMENT, "");
+  expect_error(
+      "copy past the end", [&] { b.copyin(big); }, HCQ_OUT_OF_RANGE, "");
+  expect_error(
+      "variable range", [] { hcq::expr::var("n", 5, 1); }, HCQ_INVALID_ARGUMENT, "");
   try {
     hcq::device d("NOPE:1");
     failures++;
@@ -198,8 +208,8 @@ static void expect_bytes(hcq::buffer &buf, const C &src, uint64_t offset, const 
   const size_t bytes = std::size(src) * sizeof(*std::data(src));
   std::memcpy(want.data() + offset, std::data(src), bytes);
   if (all != want) {
-    std::fprintf(stderr, "spans: %s: the buffer does not hold the %zu bytes at offset %llu\n", what, bytes,
-                 (unsigned long long)offset);
+    std::fprintf(stderr, "spans: %s: the buffer does not hold the %zu bytes at offset %llu\n", what,
+                 bytes, (unsigned long long)offset);
     failures++;
   }
 }
@@ -273,12 +283,15 @@ static void capture_matches_eager() {
   EXPECT(y.read<int32_t>() == host);
 
   // A body that throws leaves no capture open: the next one starts.
-  expect_error("body throws", [&] { hcq::capture([&] { throw hcq::error(HCQ_INTERNAL, "from the body"); }); },
-               HCQ_INTERNAL, "from the body");
+  expect_error(
+      "body throws",
+      [&] { hcq::capture([&] { throw hcq::error(HCQ_INTERNAL, "from the body"); }); }, HCQ_INTERNAL,
+      "from the body");
   hcq::jit again = hcq::capture([&] { axpb.launch({y, x}, {n, 1}, {2}, {64}); });
   EXPECT(again.item_count() == 1);
   // Recording nothing is the C API's error, as an exception.
-  expect_error("empty capture", [] { hcq::capture([] {}); }, HCQ_FAILED_PRECONDITION, "recorded no");
+  expect_error(
+      "empty capture", [] { hcq::capture([] {}); }, HCQ_FAILED_PRECONDITION, "recorded no");
 }
 
 /* Replays in flight with a fence each; outputs read through map(), the input wrapped in place. */
@@ -290,12 +303,16 @@ static void fences_and_mapped_buffers() {
   for (int i = 0; i < n; i++) input[i] = i;
   {
     hcq::buffer x = hcq::buffer::wrap(dev, input, n);
-    std::array<hcq::buffer, 2> out = {hcq::buffer::mapped(dev, n * 4), hcq::buffer::mapped(dev, n * 4)};
+    std::array<hcq::buffer, 2> out = {hcq::buffer::mapped(dev, n * 4),
+                                      hcq::buffer::mapped(dev, n * 4)};
     hcq::span<int32_t> seen = out[1].map<int32_t>();
     EXPECT(seen.size() == size_t(n));
     hcq::expr a = hcq::expr::var("a", 0, 100);
-    hcq::jit j = hcq::capture([&] { axpb.launch_sym({out[0], x}, {n, a}, {1}, {64}, {a.bind(0)}, nullptr); },
-                              {out[0]}, {a.bind(0)});
+    hcq::jit j = hcq::capture(
+        [&] {
+          axpb.launch_sym({out[0], x}, {n, a}, {1}, {64}, {a.bind(0)}, nullptr);
+        },
+        {out[0]}, {a.bind(0)});
     hcq::fence done[2];
     hcq::signal gate(dev, "gate");
     hcq::queue held(HCQ_QUEUE_COMPUTE);
@@ -307,7 +324,8 @@ static void fences_and_mapped_buffers() {
     std::vector<int32_t> first(out[0].map<int32_t>().begin(), out[0].map<int32_t>().end());
     for (int i = 0; i < n; i++) EXPECT(first[size_t(i)] == 2 * i);  // the capture left x; x * 1 + x
     EXPECT(!done[1].done());
-    expect_error("fence of a held replay", [&] { done[1].wait(20); }, HCQ_TIMEOUT, "fence on CPU:0");
+    expect_error(
+        "fence of a held replay", [&] { done[1].wait(20); }, HCQ_TIMEOUT, "fence on CPU:0");
     gate.set(1);
     done[1].wait();
     EXPECT(done[1].done());
@@ -319,8 +337,9 @@ static void fences_and_mapped_buffers() {
     for (int i = 0; i < n; i++) EXPECT(seen[size_t(i)] == i * 3 + i);
   }
   dev.synchronize();  // the wrapped input's last user has finished
-  expect_error("wrap of misaligned memory", [&] { hcq::buffer::wrap(dev, input + 1, 4); }, HCQ_INVALID_ARGUMENT,
-               "not aligned");
+  expect_error(
+      "wrap of misaligned memory", [&] { hcq::buffer::wrap(dev, input + 1, 4); },
+      HCQ_INVALID_ARGUMENT, "not aligned");
 }
 
 /* Limits through device::limits; a jit replay's nullptr input keeps its binding (double-buffered
@@ -328,13 +347,15 @@ static void fences_and_mapped_buffers() {
 static void limits_and_kept_bindings() {
   hcq::device dev("CPU:0");
   hcq_device_limits_t l = dev.limits();
-  EXPECT(!l.portable && l.max_group_threads == UINT32_MAX && l.max_kernel_buffers == HCQ_MAX_KERNEL_BUFS);
+  EXPECT(!l.portable && l.max_group_threads == UINT32_MAX &&
+         l.max_kernel_buffers == HCQ_MAX_KERNEL_BUFS);
   hcq::program axpb(dev, "axpb", kAxpb);
   const int n = 64;
   alignas(64) static int32_t input[n];
   for (int i = 0; i < n; i++) input[i] = i;
   hcq::buffer x = hcq::buffer::wrap(dev, input, n);
-  std::array<hcq::buffer, 2> out = {hcq::buffer::mapped(dev, n * 4), hcq::buffer::mapped(dev, n * 4)};
+  std::array<hcq::buffer, 2> out = {hcq::buffer::mapped(dev, n * 4),
+                                    hcq::buffer::mapped(dev, n * 4)};
   hcq::jit j = hcq::capture([&] { axpb.launch({out[0], x}, {n, 2}, {1}, {64}); }, {out[0], x});
   j.run({out[1], nullptr}, {}, true);  // out[1] was 0: 0 * 2 + x
   j.run({out[1], nullptr}, {}, true);  // x * 2 + x
@@ -348,8 +369,9 @@ static void limits_and_kept_bindings() {
 static void binaries() {
   hcq::device cpu("CPU:0");
   const std::vector<char> junk(64, 'x');
-  expect_error("a binary on CPU", [&] { hcq::program::binary(cpu, HCQ_BINARY_SPIRV, junk, "k"); },
-               HCQ_INVALID_ARGUMENT, "CPU");
+  expect_error(
+      "a binary on CPU", [&] { hcq::program::binary(cpu, HCQ_BINARY_SPIRV, junk, "k"); },
+      HCQ_INVALID_ARGUMENT, "CPU");
   hcq_device_t *raw = nullptr;
   hcq_status_t st = hcq_device_open("VULKAN:0", &raw);
   if (st) {
@@ -366,8 +388,10 @@ static void binaries() {
       "}\n";
   void *bytes = nullptr;
   size_t size = 0;
-  hcq::check(hcq_binary_compile(HCQ_DEVICE_VULKAN, HCQ_BINARY_SPIRV, nullptr, "fill", kFill, &bytes, &size));
-  std::vector<unsigned char> spirv(static_cast<unsigned char *>(bytes), static_cast<unsigned char *>(bytes) + size);
+  hcq::check(hcq_binary_compile(HCQ_DEVICE_VULKAN, HCQ_BINARY_SPIRV, nullptr, "fill", kFill, &bytes,
+                                &size));
+  std::vector<unsigned char> spirv(static_cast<unsigned char *>(bytes),
+                                   static_cast<unsigned char *>(bytes) + size);
   hcq_binary_free(bytes);
   hcq::program fill = hcq::program::binary(vk, HCQ_BINARY_SPIRV, spirv, "fill");
   hcq::buffer out(vk, 64 * 4);

@@ -98,7 +98,8 @@ Test(cpu_device, groups_of_a_launch_spread_over_threads) {
   cr_assert_gt(atomic_load(&g_thread_count), 1, "all groups of one launch ran on one thread");
   for (int i = 1; i < 20; i++) OK(hcq_launch(&ld));
   test_read(hits, got, sizeof(got));
-  for (int i = 0; i < GX * GY * GZ; i++) cr_assert_eq(got[i], 20, "group %d ran %d times", i, got[i]);
+  for (int i = 0; i < GX * GY * GZ; i++)
+    cr_assert_eq(got[i], 20, "group %d ran %d times", i, got[i]);
   hcq_buffer_release(hits);
   hcq_program_release(p);
   test_close(d);
@@ -125,7 +126,8 @@ Test(cpu_device, launch_dims_reach_the_kernel) {
 
 static void twice(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {
   int32_t *x = bufs[0];
-  for (uint32_t t = 0; t < l->lsz[0]; t++) x[l->gid[0] * l->lsz[0] + t] = x[l->gid[0] * l->lsz[0] + t] * 2 + vals[0];
+  for (uint32_t t = 0; t < l->lsz[0]; t++)
+    x[l->gid[0] * l->lsz[0] + t] = x[l->gid[0] * l->lsz[0] + t] * 2 + vals[0];
 }
 
 Test(cpu_device, function_pointer_programs) {
@@ -224,7 +226,8 @@ Test(cpu_device, many_devices_open_and_close) {
 Test(cpu_device, buffers_of_every_size_are_zero_aligned_and_disjoint) {
   hcq_device_t *d;
   OK(hcq_device_open("CPU:0", &d));
-  static const uint64_t sizes[] = {4, 1000, 300 << 10, 700 << 10, (2 << 20) - 64, 1 << 20, 3 << 20, 9 << 20, 512 << 10};
+  static const uint64_t sizes[] = {4,       1000,    300 << 10, 700 << 10, (2 << 20) - 64,
+                                   1 << 20, 3 << 20, 9 << 20,   512 << 10};
   enum { N = sizeof(sizes) / sizeof(sizes[0]) };
   for (int round = 0; round < 3; round++) {
     hcq_buffer_t *b[N];
@@ -235,7 +238,8 @@ Test(cpu_device, buffers_of_every_size_are_zero_aligned_and_disjoint) {
       if (sizes[i] >= (2 << 20)) cr_assert_eq(a % (2 << 20), 0, "large buffer at %#" PRIx64, a);
       unsigned char *host = malloc(sizes[i]);
       OK(hcq_buffer_copyout(b[i], 0, host, sizes[i]));
-      for (uint64_t k = 0; k < sizes[i]; k++) cr_assert_eq(host[k], 0, "round %d, buffer %d, byte %" PRIu64, round, i, k);
+      for (uint64_t k = 0; k < sizes[i]; k++)
+        cr_assert_eq(host[k], 0, "round %d, buffer %d, byte %" PRIu64, round, i, k);
       memset(host, 0xa5 + i, sizes[i]);
       OK(hcq_buffer_copyin(b[i], 0, host, sizes[i]));
       free(host);
@@ -243,7 +247,8 @@ Test(cpu_device, buffers_of_every_size_are_zero_aligned_and_disjoint) {
     for (int i = 0; i < N; i++)
       for (int j = 0; j < N; j++) {
         uint64_t ai = hcq_buffer_address(b[i]), aj = hcq_buffer_address(b[j]);
-        if (i != j) cr_assert(ai + sizes[i] <= aj || aj + sizes[j] <= ai, "buffers %d and %d overlap", i, j);
+        if (i != j)
+          cr_assert(ai + sizes[i] <= aj || aj + sizes[j] <= ai, "buffers %d and %d overlap", i, j);
       }
     /* Each buffer still holds its own bytes: no neighbour wrote over it. */
     for (int i = 0; i < N; i++) {
@@ -254,7 +259,9 @@ Test(cpu_device, buffers_of_every_size_are_zero_aligned_and_disjoint) {
     }
     /* Free in another order each round: arenas return when their last buffer goes. */
     for (int i = 0; i < N; i++) {
-      int k = round == 0 ? i : round == 1 ? N - 1 - i : (2 * i + 1) % N; /* 2 is coprime with N = 9 */
+      int k = round == 0   ? i
+              : round == 1 ? N - 1 - i
+                           : (2 * i + 1) % N; /* 2 is coprime with N = 9 */
       hcq_buffer_release(b[k]);
     }
   }

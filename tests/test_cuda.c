@@ -4,10 +4,10 @@
  * this suite twice: against the real driver (the `cuda` test: skipped on machines without a GPU,
  * run by tools/gpu-check.sh on one) and against tests/fake_cuda (`cuda_fake`, two stand-in GPUs),
  * which checks hcq's side of every driver call on any machine. */
-#include <pthread.h>
-#include <stdatomic.h>
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "test_util.h"
@@ -15,7 +15,8 @@
 TestSuite(cuda, .timeout = 120);
 
 static const char k_source[] =
-    "extern \"C\" __global__ void axpb(unsigned *y, const unsigned *x, const unsigned *w, int n, int a, int b) {\n"
+    "extern \"C\" __global__ void axpb(unsigned *y, const unsigned *x, const unsigned *w, int n, "
+    "int a, int b) {\n"
     "  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
     "  if (i < n) y[i] = x[i] * (unsigned)a + w[i] + (unsigned)b;\n"
     "}\n"
@@ -31,7 +32,8 @@ static const char k_source[] =
 static const char k_cpu_add_const[] =
     "void add_const(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {\n"
     "  uint32_t *y = bufs[0]; const uint32_t *x = bufs[1];\n"
-    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { uint64_t i = (uint64_t)l->gid[0] * l->lsz[0] + t;\n"
+    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { uint64_t i = (uint64_t)l->gid[0] * l->lsz[0] + "
+    "t;\n"
     "    if (i < (uint64_t)vals[0]) y[i] = x[i] + (uint32_t)vals[1]; }\n"
     "}\n";
 
@@ -88,7 +90,8 @@ Test(cuda, eager_launch_and_host_copies_compute_the_hand_computed_result) {
   static uint32_t x[N], w[N], y[N];
   fill(x, N, 1);
   fill(w, N, 2);
-  hcq_buffer_t *bx = test_buffer(d, sizeof(x)), *bw = test_buffer(d, sizeof(w)), *by = test_buffer(d, sizeof(y));
+  hcq_buffer_t *bx = test_buffer(d, sizeof(x)), *bw = test_buffer(d, sizeof(w)),
+               *by = test_buffer(d, sizeof(y));
   uint32_t zero[N];
   test_read(by, zero, sizeof(zero));
   for (int i = 0; i < N; i++) cr_assert_eq(zero[i], 0u, "new device memory is zeroed (word %d)", i);
@@ -138,13 +141,16 @@ Test(cuda, device_memory_comes_from_the_driver_and_follows_a_buffer) {
   hcq_buffer_t *b = test_buffer(d, size);
   OK(hcq_device_memory(d, &during));
   cr_assert_eq(during.total, before.total);
-  cr_assert_leq(during.available + size, before.available, "a %" PRIu64 " byte buffer: available %" PRIu64
-                " before, %" PRIu64 " while it lives", size, before.available, during.available);
+  cr_assert_leq(during.available + size, before.available,
+                "a %" PRIu64 " byte buffer: available %" PRIu64 " before, %" PRIu64
+                " while it lives",
+                size, before.available, during.available);
   hcq_buffer_release(b);
   OK(hcq_device_synchronize(d));
   OK(hcq_device_memory(d, &after));
-  cr_assert_geq(after.available, during.available + size, "available %" PRIu64 " with the buffer, %" PRIu64
-                " after its release", during.available, after.available);
+  cr_assert_geq(after.available, during.available + size,
+                "available %" PRIu64 " with the buffer, %" PRIu64 " after its release",
+                during.available, after.available);
   cr_assert_leq(after.available, after.total);
   FAILS(hcq_device_memory(NULL, &after), HCQ_INVALID_ARGUMENT, "hcq_device_memory");
   FAILS(hcq_device_memory(d, NULL), HCQ_INVALID_ARGUMENT, "hcq_device_memory");
@@ -158,7 +164,8 @@ Test(cuda, copies_views_and_cpu_cuda_transfers_keep_order) {
   static uint32_t host[N], out[N];
   fill(host, N, 9);
   hcq_buffer_t *c0 = test_buffer(cpu, sizeof(host)), *c1 = test_buffer(cpu, sizeof(host));
-  hcq_buffer_t *g0 = test_buffer(d, sizeof(host)), *g1 = test_buffer(d, 2 * sizeof(host)), *gv = NULL;
+  hcq_buffer_t *g0 = test_buffer(d, sizeof(host)), *g1 = test_buffer(d, 2 * sizeof(host)),
+               *gv = NULL;
   OK(hcq_buffer_view_create(g1, sizeof(host), sizeof(host), &gv));
   OK(hcq_buffer_copyin(c0, 0, host, sizeof(host)));
   for (int rep = 0; rep < 5; rep++) {
@@ -267,7 +274,8 @@ static void scene_open(scene_t *s) {
   hcq_expr_release(c64);
   hcq_expr_release(sum);
   s->outs[0] = 0;
-  hcq_buffer_t *b0[3] = {s->t1, s->x, s->w}, *b1[2] = {s->t2, s->t1}, *b2[2] = {s->t3, s->t2}, *b3[3] = {s->out, s->t3, s->t1};
+  hcq_buffer_t *b0[3] = {s->t1, s->x, s->w}, *b1[2] = {s->t2, s->t1}, *b2[2] = {s->t3, s->t2},
+               *b3[3] = {s->out, s->t3, s->t1};
   memcpy(s->bufs[0], b0, sizeof(b0));
   memcpy(s->bufs[1], b1, sizeof(b1));
   memcpy(s->bufs[2], b2, sizeof(b2));
@@ -281,12 +289,15 @@ static void scene_open(scene_t *s) {
   hcq_program_t *progs[4] = {s->axpb, s->add, s->add, s->axpb};
   size_t nb[4] = {3, 2, 2, 3};
   for (int j = 0; j < 4; j++) {
-    hcq_kernel_item_t k = {progs[j], s->bufs[j], nb[j], s->outs, 1, s->vals[j], nb[j] == 3 ? 3 : 2, {{0}}, {{0}}};
-    for (int i = 0; i < 3; i++) k.global[i] = hcq_imm(i ? 1 : N / 64), k.local[i] = hcq_imm(i ? 1 : 64);
+    hcq_kernel_item_t k = {progs[j],   s->bufs[j],         nb[j], s->outs, 1,
+                           s->vals[j], nb[j] == 3 ? 3 : 2, {{0}}, {{0}}};
+    for (int i = 0; i < 3; i++)
+      k.global[i] = hcq_imm(i ? 1 : N / 64), k.local[i] = hcq_imm(i ? 1 : 64);
     if (j == 2) k.global[0] = hcq_sym(s->groups);
     s->items[j] = (hcq_exec_item_t){.kind = HCQ_ITEM_KERNEL, .kernel = k};
   }
-  s->items[4] = (hcq_exec_item_t){.kind = HCQ_ITEM_TRANSFER, .transfer = {s->view, s->t2, sizeof(a)}};
+  s->items[4] =
+      (hcq_exec_item_t){.kind = HCQ_ITEM_TRANSFER, .transfer = {s->view, s->t2, sizeof(a)}};
 }
 
 static void scene_close(scene_t *s) {
@@ -333,9 +344,11 @@ Test(cuda, graph_replays_equal_eager_with_input_swaps_variables_and_symbolic_dim
     /* Same starting contents for both: zero the intermediates. */
     static const uint32_t zeros[2 * N];
     hcq_buffer_t *clear[] = {s.t1, s.t2, s.t3, s.out};
-    for (int i = 0; i < 4; i++) OK(hcq_buffer_copyin(clear[i], 0, zeros, i == 3 ? sizeof(zeros) : sizeof(zeros) / 2));
+    for (int i = 0; i < 4; i++)
+      OK(hcq_buffer_copyin(clear[i], 0, zeros, i == 3 ? sizeof(zeros) : sizeof(zeros) / 2));
     eager_result(&s, runs[r].input, runs[r].n, want_out, want_t3);
-    for (int i = 0; i < 4; i++) OK(hcq_buffer_copyin(clear[i], 0, zeros, i == 3 ? sizeof(zeros) : sizeof(zeros) / 2));
+    for (int i = 0; i < 4; i++)
+      OK(hcq_buffer_copyin(clear[i], 0, zeros, i == 3 ? sizeof(zeros) : sizeof(zeros) / 2));
     hcq_var_value_t rv = {s.n, runs[r].n};
     uint64_t ns = 0;
     OK(hcq_graph_run(g, &runs[r].input, 1, &rv, 1, r % 2 == 0, r % 2 == 0 ? &ns : NULL));
@@ -373,7 +386,9 @@ Test(cuda, a_replay_sets_params_only_for_nodes_that_changed) {
       {s.x2, N - 1, 2, "n: item 1's value and item 2's value (its dims stay 64)"},
       {s.x2, 64, 2, "n: item 1's value, item 2's value and dims (one set each)"},
       {s.x, 64, 1, "the input only"},
-      {s.x, 0, 2, "n = 0: item 1's value; item 2 is disabled (an empty launch), its params are left as they were"},
+      {s.x, 0, 2,
+       "n = 0: item 1's value; item 2 is disabled (an empty launch), its params are left as they "
+       "were"},
       {s.x, 0, 0, "nothing"},
       {s.x, 10, 3, "item 1's value, item 2's params and enabled again"},
   };
@@ -385,12 +400,14 @@ Test(cuda, a_replay_sets_params_only_for_nodes_that_changed) {
     OK(hcq_graph_run(g, &runs[r].input, 1, &rv, 1, true, NULL));
     hcq_graph_stats_t st;
     hcq_graph_stats(g, &st);
-    cr_assert_eq(st.last_replay_updates, runs[r].updates, "run %zu (%s): %llu driver parameter calls", r, runs[r].why,
+    cr_assert_eq(st.last_replay_updates, runs[r].updates,
+                 "run %zu (%s): %llu driver parameter calls", r, runs[r].why,
                  (unsigned long long)st.last_replay_updates);
     if (fake) {
       fake_counts(after);
       uint64_t driver = (after[0] - before[0]) + (after[1] - before[1]) + (after[2] - before[2]);
-      cr_assert_eq(driver, st.last_replay_updates, "run %zu: the driver saw %llu calls", r, (unsigned long long)driver);
+      cr_assert_eq(driver, st.last_replay_updates, "run %zu: the driver saw %llu calls", r,
+                   (unsigned long long)driver);
       cr_assert_eq(after[3] - before[3], 1u, "run %zu: one cuGraphLaunch per replay", r);
     }
   }
@@ -411,8 +428,8 @@ Test(cuda, jit_batches_close_where_the_device_kind_changes_and_mixed_captures_re
   for (int i = 0; i < N; i++) host[i] += 7;
   OK(hcq_buffer_copyin(cin2, 0, host, sizeof(host)));
   int32_t v1[2] = {N, 1}, v10[2] = {N, 10};
-  hcq_buffer_t *p0[2] = {ca, cin}, *p1[2] = {ca, ca}, *p2[2] = {ga, ga}, *p3[2] = {gb, ga}, *p4[2] = {gb, gb},
-               *p5[2] = {cb, cb}, *p6[2] = {cb, cb};
+  hcq_buffer_t *p0[2] = {ca, cin}, *p1[2] = {ca, ca}, *p2[2] = {ga, ga}, *p3[2] = {gb, ga},
+               *p4[2] = {gb, gb}, *p5[2] = {cb, cb}, *p6[2] = {cb, cb};
   hcq_capture_t *c = NULL;
   OK(hcq_capture_begin(&c));
   hcq_launch_desc_t l;
@@ -435,7 +452,8 @@ Test(cuda, jit_batches_close_where_the_device_kind_changes_and_mixed_captures_re
   hcq_jit_t *jit = NULL;
   OK(hcq_capture_end(c, &cin, 1, NULL, 0, NULL, &jit));
   test_read(cb, out, sizeof(out));
-  for (int i = 0; i < N; i++) cr_assert_eq(out[i], host[i] - 7u + 2u + 30u + 2u, "capture run, out[%d]", i);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(out[i], host[i] - 7u + 2u + 30u + 2u, "capture run, out[%d]", i);
   const hcq_jit_report_t *rep = hcq_jit_report(jit);
   cr_assert_eq(rep->batches, 3u, "%s", rep->text);
   cr_assert_eq(rep->eager_items, 2u, "the two CPU<->CUDA transfers run eagerly: %s", rep->text);
@@ -469,7 +487,8 @@ Test(cuda, a_wait_that_never_completes_times_out_with_a_hang_report) {
   OK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(done)), hcq_imm(5)));
   OK(hcq_queue_submit(q, d, NULL, 0));
   hcq_status_t st = hcq_signal_wait(done, 5, 300);
-  FAILS(st, HCQ_TIMEOUT, "\"done\"", "hang report", "CUDA:0", "compute queue", "wait \"gate\" >= 1");
+  FAILS(st, HCQ_TIMEOUT, "\"done\"", "hang report", "CUDA:0", "compute queue",
+        "wait \"gate\" >= 1");
   hcq_signal_set(gate, 1);
   OK(hcq_signal_wait(done, 5, 20000));
   hcq_queue_destroy(q);
@@ -536,14 +555,21 @@ Test(cuda, a_timed_out_graph_replay_says_it_was_queued) {
   hcq_buffer_t *bufs[2] = {y, y};
   hcq_operand_t vals[2] = {hcq_imm(N), hcq_imm(1)};
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {add, bufs, 2, (uint32_t[]){0}, 1, vals, 2, {hcq_imm(N / 256), hcq_imm(1), hcq_imm(1)},
+                        .kernel = {add,
+                                   bufs,
+                                   2,
+                                   (uint32_t[]){0},
+                                   1,
+                                   vals,
+                                   2,
+                                   {hcq_imm(N / 256), hcq_imm(1), hcq_imm(1)},
                                    {hcq_imm(256), hcq_imm(1), hcq_imm(1)}}};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g));
   cr_assert_str_eq(hcq_graph_kind(g), "cuda");
   OK(hcq_queue_submit(q, d, NULL, 0));
-  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, "this replay of graph#", "was queued",
-        "do not run it again");
+  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, "this replay of graph#",
+        "was queued", "do not run it again");
   hcq_signal_set(gate, 1);
   OK(hcq_device_synchronize(d));
   uint32_t got[N];
@@ -574,15 +600,20 @@ Test(cuda, launches_are_checked_against_the_ptx_parameter_list) {
         "parameter list", "2 buffers and 1 value are passed");
   hcq_operand_t ov[1] = {hcq_imm(64)};
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {.program = p, .bufs = bufs, .nbufs = 2, .vals = ov, .nvals = 1,
+                        .kernel = {.program = p,
+                                   .bufs = bufs,
+                                   .nbufs = 2,
+                                   .vals = ov,
+                                   .nvals = 1,
                                    .global = {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
                                    .local = {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
   hcq_graph_t *g = NULL;
-  FAILS(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0", "add_const",
-        "takes 2 buffers and 2 values");
+  FAILS(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 0",
+        "add_const", "takes 2 buffers and 2 values");
   cr_assert_null(g);
   FAILS(hcq_exec_item_run(&it, NULL, 0), HCQ_INVALID_ARGUMENT, "add_const", "1 value are passed");
-  FAILS(hcq_program_declare_args(p, 2, 1), HCQ_INVALID_ARGUMENT, "add_const", "parameter list takes 2 and 2");
+  FAILS(hcq_program_declare_args(p, 2, 1), HCQ_INVALID_ARGUMENT, "add_const",
+        "parameter list takes 2 and 2");
   OK(hcq_program_declare_args(p, 2, 2));
   l.nvals = 2;
   OK(hcq_launch(&l));
@@ -598,16 +629,19 @@ Test(cuda, an_entry_with_cpp_linkage_is_named_and_the_fix_is_said) {
   hcq_device_t *d = open_or_skip(0);
   hcq_program_t *ok = program_or_skip(d, "add_const"); /* skips where NVRTC is missing */
   hcq_program_release(ok);
-  static const char cpp[] = "__global__ void scale_cpp(unsigned *y, int n) { if ((int)threadIdx.x < n) y[threadIdx.x] *= 2u; }\n";
+  static const char cpp[] =
+      "__global__ void scale_cpp(unsigned *y, int n) { if ((int)threadIdx.x < n) y[threadIdx.x] *= "
+      "2u; }\n";
   hcq_program_t *p = NULL;
-  FAILS(hcq_program_create(d, "scale_cpp", cpp, &p), HCQ_COMPILE_ERROR, "scale_cpp", "_Z9scale_cppPji",
-        "declare it extern \"C\"");
+  FAILS(hcq_program_create(d, "scale_cpp", cpp, &p), HCQ_COMPILE_ERROR, "scale_cpp",
+        "_Z9scale_cppPji", "declare it extern \"C\"");
   cr_assert_null(p);
   test_close(d);
 }
 
 /* Runs fn(arg) on a thread and waits up to ms for it to return: false when it is still inside
- * (the caller then unblocks it and fails the test, rather than hanging until the suite's timeout). */
+ * (the caller then unblocks it and fails the test, rather than hanging until the suite's timeout).
+ */
 typedef struct bounded_call {
   void (*fn)(void *);
   void *arg;
@@ -654,7 +688,8 @@ Test(cuda, cpu_gpu_transfers_return_while_the_copy_stream_waits_on_the_host) {
   static uint32_t a[N], b[N], got[N];
   fill(a, N, 31);
   fill(b, N, 32);
-  cpu_gpu_copies_t c = {test_buffer(cpu, 4 * N), test_buffer(d, 4 * N), test_buffer(d, 4 * N), test_buffer(cpu1, 4 * N), NULL};
+  cpu_gpu_copies_t c = {test_buffer(cpu, 4 * N), test_buffer(d, 4 * N), test_buffer(d, 4 * N),
+                        test_buffer(cpu1, 4 * N), NULL};
   OK(hcq_buffer_copyin(c.gpu_src, 0, a, sizeof(a)));
   OK(hcq_buffer_copyin(c.cpu_src, 0, b, sizeof(b)));
   OK(hcq_device_synchronize(d));
@@ -666,8 +701,10 @@ Test(cuda, cpu_gpu_transfers_return_while_the_copy_stream_waits_on_the_host) {
   bool returned = returns_within(&call, 5000);
   hcq_signal_set(gate, 1);
   pthread_join(call.thread, NULL);
-  cr_assert(returned, "hcq_transfer between CPU:0 and CUDA:0 blocked the host while the copy stream waited on the "
-                      "gate only the host sets (a synchronous cuMemcpyAsync of pageable memory)");
+  cr_assert(
+      returned,
+      "hcq_transfer between CPU:0 and CUDA:0 blocked the host while the copy stream waited on the "
+      "gate only the host sets (a synchronous cuMemcpyAsync of pageable memory)");
   OK(c.st);
   OK(hcq_device_synchronize(d));
   OK(hcq_device_synchronize(cpu));
@@ -678,7 +715,8 @@ Test(cuda, cpu_gpu_transfers_return_while_the_copy_stream_waits_on_the_host) {
   /* Larger than one stage: the chunks stay in order. */
   static uint32_t big[3 * 262144 + 7], big_got[3 * 262144 + 7];
   fill(big, sizeof(big) / 4, 33);
-  hcq_buffer_t *cbig = test_buffer(cpu, sizeof(big)), *gbig = test_buffer(d, sizeof(big)), *cback = test_buffer(cpu, sizeof(big));
+  hcq_buffer_t *cbig = test_buffer(cpu, sizeof(big)), *gbig = test_buffer(d, sizeof(big)),
+               *cback = test_buffer(cpu, sizeof(big));
   OK(hcq_buffer_copyin(cbig, 0, big, sizeof(big)));
   OK(hcq_transfer(gbig, cbig, sizeof(big)));
   OK(hcq_transfer(cback, gbig, sizeof(big)));
@@ -707,7 +745,8 @@ static void in_the_window(void *p) {
   sync_window_t *w = p;
   if (w->phase == 0) {
     hcq_memory_usage_t u;
-    w->st = hcq_device_memory_usage(w->d, &u); /* reclaims: the released buffer reaches the backend */
+    /* reclaims: the released buffer reaches the backend */
+    w->st = hcq_device_memory_usage(w->d, &u);
   } else if (w->phase == 1) {
     hcq_signal_t *late = NULL;
     w->st = hcq_signal_create(w->d, "late", 0, &late);
@@ -723,8 +762,11 @@ static void in_the_window(void *p) {
     /* The first TIMESTAMP into GPU-mapped memory: the timestamp kernel's first launch. */
     hcq_queue_t *tq = NULL;
     w->st = hcq_queue_create(HCQ_QUEUE_COMPUTE, &tq);
-    if (!w->st) w->st = hcq_queue_timestamp(tq, hcq_imm((int64_t)hcq_signal_address(g_window_stamp)));
-    if (!w->st) w->st = hcq_queue_signal(tq, hcq_imm((int64_t)hcq_signal_address(g_window_stamp)), hcq_imm(1));
+    if (!w->st)
+      w->st = hcq_queue_timestamp(tq, hcq_imm((int64_t)hcq_signal_address(g_window_stamp)));
+    if (!w->st)
+      w->st =
+          hcq_queue_signal(tq, hcq_imm((int64_t)hcq_signal_address(g_window_stamp)), hcq_imm(1));
     if (!w->st) w->st = hcq_queue_submit(tq, w->d, NULL, 0);
     hcq_queue_destroy(tq);
   } else {
@@ -735,13 +777,15 @@ static void in_the_window(void *p) {
   }
 }
 
-/* With the stand-in's implicit synchronisation (cuMemFree, cuMemFreeHost, cuMemHostAlloc and a lazily
- * loaded function's first launch wait for every stream, as the real driver may), freeing memory,
- * making a signal and launching a new kernel while a stream waits on the host must not block. */
+/* With the stand-in's implicit synchronisation (cuMemFree, cuMemFreeHost, cuMemHostAlloc and a
+ * lazily loaded function's first launch wait for every stream, as the real driver may), freeing
+ * memory, making a signal and launching a new kernel while a stream waits on the host must not
+ * block. */
 Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
   setenv("HCQ_FAKE_CUDA_IMPLICIT_SYNC", "1", 1);
   hcq_device_t *d = open_or_skip(0);
-  sync_window_t w = {d, program_or_skip(d, "add_const"), test_buffer(d, 4 * N), test_buffer(d, 4 * N), 0, NULL};
+  sync_window_t w = {
+      d, program_or_skip(d, "add_const"), test_buffer(d, 4 * N), test_buffer(d, 4 * N), 0, NULL};
   hcq_buffer_t *doomed = test_buffer(d, 4 * N);
   hcq_signal_t *gate = NULL, *passed = NULL;
   OK(hcq_signal_create(d, "gate", 0, &gate));
@@ -755,7 +799,8 @@ Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
   hcq_buffer_release(doomed);
   hcq_signal_set(gate, 1);
   OK(hcq_signal_wait(passed, 1, 20000));
-  static const char *const what[] = {"freeing a released buffer (cuMemFree)", "making a signal (cuMemHostAlloc)",
+  static const char *const what[] = {"freeing a released buffer (cuMemFree)",
+                                     "making a signal (cuMemHostAlloc)",
                                      "the first launch of a kernel the driver loads lazily",
                                      "the first host copies (staging buffers: cuMemHostAlloc)",
                                      "the first timestamp (the timestamp kernel's first launch)"};
@@ -770,7 +815,9 @@ Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
     bool returned = returns_within(&call, 3000);
     hcq_signal_set(gate, (uint64_t)phase + 2);
     pthread_join(call.thread, NULL);
-    cr_assert(returned, "%s blocked the host while the compute stream of CUDA:0 waited on a signal only the host sets",
+    cr_assert(returned,
+              "%s blocked the host while the compute stream of CUDA:0 waited on a signal only the "
+              "host sets",
               what[phase]);
     OK(w.st);
   }
@@ -779,7 +826,8 @@ Test(cuda, calls_that_may_synchronise_stay_out_of_a_wait_on_the_host) {
   test_read(w.y, got, sizeof(got));
   for (int i = 0; i < N; i++) cr_assert_eq(got[i], 5u, "y[%d] after the launch behind the gate", i);
   OK(hcq_signal_wait(g_window_stamp, 1, 20000));
-  cr_assert_neq(hcq_signal_timestamp(g_window_stamp), 0, "the timestamp behind the gate was written");
+  cr_assert_neq(hcq_signal_timestamp(g_window_stamp), 0,
+                "the timestamp behind the gate was written");
   for (int i = 0; i < PHASES; i++) hcq_queue_destroy(gates[i]);
   hcq_signal_destroy(g_window_stamp);
   hcq_queue_destroy(q);

@@ -21,12 +21,14 @@ static const char k_source[] =
     "  *(volatile unsigned *)(unsigned long long)y[0] = 1u; /* y[0] is 0: a write to address 0 */\n"
     "}\n";
 
-/* The same add_const as hand-written PTX of a given ISA version (the stand-in runs its host twin). */
+/* The same add_const as hand-written PTX of a given ISA version (the stand-in runs its host twin).
+ */
 static void ptx_of_version(const char *version, char *out, size_t size) {
   snprintf(out, size,
            ".version %s\n.target sm_90\n.address_size 64\n"
            ".visible .entry add_const(.param .u64 y, .param .u64 x, .param .u32 n, .param .u32 k)\n"
-           "{\n  ret;\n}\n", version);
+           "{\n  ret;\n}\n",
+           version);
 }
 
 /* A kernel as PTX text (no NVRTC needed; the stand-in runs its host twin). */
@@ -35,8 +37,10 @@ static hcq_program_t *ptx_program(hcq_device_t *d, const char *entry) {
   if (!strcmp(entry, "add_const"))
     ptx_of_version("8.0", ptx, sizeof(ptx));
   else
-    snprintf(ptx, sizeof(ptx), ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry %s(.param .u64 y)\n"
-             "{\n  ret;\n}\n", entry);
+    snprintf(ptx, sizeof(ptx),
+             ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry %s(.param .u64 y)\n"
+             "{\n  ret;\n}\n",
+             entry);
   hcq_program_t *p = NULL;
   OK(hcq_program_create(d, entry, ptx, &p));
   return p;
@@ -44,10 +48,12 @@ static hcq_program_t *ptx_program(hcq_device_t *d, const char *entry) {
 
 static void fake_or_skip(void) {
   const char *lib = getenv("HCQ_CUDA_LIBRARY");
-  if (!lib || !strstr(lib, "fake")) cr_skip_test("these tests configure the stand-in driver (tests/fake_cuda)");
+  if (!lib || !strstr(lib, "fake"))
+    cr_skip_test("these tests configure the stand-in driver (tests/fake_cuda)");
 }
 
-/* The NVRTC 13 this machine has, or skip: what the version tests need to be newer than a 12.x driver. */
+/* The NVRTC 13 this machine has, or skip: what the version tests need to be newer than a 12.x
+ * driver. */
 static void nvrtc13_or_skip(void) {
   void *h = dlopen("libnvrtc.so.13", RTLD_NOW | RTLD_LOCAL);
   if (!h) cr_skip_test("no NVRTC 13 here (libnvrtc.so.13)");
@@ -63,7 +69,8 @@ static hcq_device_t *open_cuda(void) {
 static hcq_program_t *program_or_skip(hcq_device_t *d, const char *entry) {
   hcq_program_t *p = NULL;
   hcq_status_t st = hcq_program_create(d, entry, k_source, &p);
-  if (st && hcq_status_code(st) == HCQ_UNAVAILABLE && strstr(hcq_status_message(st), "cannot compile CUDA C:")) {
+  if (st && hcq_status_code(st) == HCQ_UNAVAILABLE &&
+      strstr(hcq_status_message(st), "cannot compile CUDA C:")) {
     hcq_status_destroy(st);
     cr_skip_test("NVRTC is not available here");
   }
@@ -111,11 +118,11 @@ Test(cuda_driver, a_driver_older_than_nvrtc_refuses_newer_ptx_and_hcq_names_both
   OK(hcq_program_create(d, "add_const", ptx, &p));
   hcq_program_release(p);
   ptx_of_version("9.0", ptx, sizeof(ptx));
-  FAILS(hcq_program_create(d, "add_const", ptx, &p), HCQ_DEVICE_ERROR, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
-        "PTX ISA 9.0", "CUDA 12.8", "8.7");
+  FAILS(hcq_program_create(d, "add_const", ptx, &p), HCQ_DEVICE_ERROR,
+        "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "PTX ISA 9.0", "CUDA 12.8", "8.7");
   /* CUDA C through NVRTC 13: refused before the driver sees it, naming both versions. */
-  FAILS(hcq_program_create(d, "add_const", k_source, &p), HCQ_UNAVAILABLE, "NVRTC 13.0", "CUDA 12.8", "PTX ISA 9.0",
-        "8.7", "add_const");
+  FAILS(hcq_program_create(d, "add_const", k_source, &p), HCQ_UNAVAILABLE, "NVRTC 13.0",
+        "CUDA 12.8", "PTX ISA 9.0", "8.7", "add_const");
   char desc[256];
   cuda_description(desc, sizeof(desc));
   cr_assert(strstr(desc, "driver 12.8") && strstr(desc, "NVRTC 13.0 INCOMPATIBLE"), "%s", desc);
@@ -128,7 +135,8 @@ Test(cuda_driver, hcq_picks_the_nvrtc_an_older_driver_loads_among_those_found) {
   const char *fake = getenv("HCQ_FAKE_NVRTC");
   cr_assert(fake && *fake, "CTest sets HCQ_FAKE_NVRTC to the stand-in NVRTC 12.8");
   char list[600];
-  snprintf(list, sizeof(list), "libnvrtc.so.13:%s", fake); /* the newest first: order alone would pick it */
+  /* the newest first: order alone would pick it */
+  snprintf(list, sizeof(list), "libnvrtc.so.13:%s", fake);
   setenv("HCQ_NVRTC_LIBRARY", list, 1);
   setenv("HCQ_FAKE_CUDA_DRIVER_VERSION", "12.8", 1);
   hcq_device_t *d = open_cuda();
@@ -136,8 +144,9 @@ Test(cuda_driver, hcq_picks_the_nvrtc_an_older_driver_loads_among_those_found) {
   check_add_const(d, p);
   char desc[256];
   cuda_description(desc, sizeof(desc));
-  cr_assert(strstr(desc, "NVRTC 12.8 compatible with the driver") && strstr(desc, "also found 13.0") &&
-                strstr(desc, "fake_nvrtc"), "%s", desc);
+  cr_assert(strstr(desc, "NVRTC 12.8 compatible with the driver") &&
+                strstr(desc, "also found 13.0") && strstr(desc, "fake_nvrtc"),
+            "%s", desc);
   hcq_program_release(p);
   test_close(d);
 }
@@ -154,7 +163,9 @@ Test(cuda_driver, with_a_driver_as_new_as_both_the_newest_nvrtc_is_chosen) {
   check_add_const(d, p);
   char desc[256];
   cuda_description(desc, sizeof(desc));
-  cr_assert(strstr(desc, "NVRTC 13.0 compatible with the driver") && strstr(desc, "also found 12.8"), "%s", desc);
+  cr_assert(
+      strstr(desc, "NVRTC 13.0 compatible with the driver") && strstr(desc, "also found 12.8"),
+      "%s", desc);
   hcq_program_release(p);
   test_close(d);
 }
@@ -189,7 +200,8 @@ Test(cuda_driver, a_timestamp_into_a_cpu_devices_signal_is_written_on_the_host_w
   uint64_t t0 = mono_ns();
   OK(timestamp_and_signal(d, host_sig));
   uint64_t t1 = mono_ns(), ts = hcq_signal_timestamp(host_sig);
-  cr_assert(ts >= t0 && ts <= t1, "the timestamp %" PRIu64 " is the host clock's, between %" PRIu64 " and %" PRIu64, ts,
+  cr_assert(ts >= t0 && ts <= t1,
+            "the timestamp %" PRIu64 " is the host clock's, between %" PRIu64 " and %" PRIu64, ts,
             t0, t1);
   /* A signal in memory the GPU maps still gets the kernel's timestamp; the device is fine. */
   OK(timestamp_and_signal(d, gpu_sig));
@@ -220,11 +232,13 @@ Test(cuda_driver, kernel_arguments_in_gpu_memory_are_refused_not_read_on_the_hos
   /* The queue reads the blocks at submit, outside either device's ordering. */
   OK(hcq_device_synchronize(cpu));
   OK(hcq_device_synchronize(d));
-  hcq_operand_t g[3] = {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)}, l[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
+  hcq_operand_t g[3] = {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
+                l[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
   hcq_queue_t *q = NULL;
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
   OK(hcq_queue_exec(q, p, hcq_imm((int64_t)hcq_buffer_address(gpu_args)), 2, g, l));
-  FAILS(hcq_queue_submit(q, d, NULL, 0), HCQ_INVALID_ARGUMENT, "add_const", "CUDA:0", "GPU memory", "host");
+  FAILS(hcq_queue_submit(q, d, NULL, 0), HCQ_INVALID_ARGUMENT, "add_const", "CUDA:0", "GPU memory",
+        "host");
   hcq_queue_destroy(q);
   /* The same block in host memory runs, and the device kept working. */
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
@@ -269,7 +283,9 @@ static void sticky_error_loses_the_device(const char *code, const char *name) {
   OK(hcq_device_close(d));
 }
 
-Test(cuda_driver, contained_loses_the_device_at_once) { sticky_error_loses_the_device("226", "CUDA_ERROR_CONTAINED"); }
+Test(cuda_driver, contained_loses_the_device_at_once) {
+  sticky_error_loses_the_device("226", "CUDA_ERROR_CONTAINED");
+}
 Test(cuda_driver, tensor_memory_leak_loses_the_device_at_once) {
   sticky_error_loses_the_device("721", "CUDA_ERROR_TENSOR_MEMORY_LEAK");
 }

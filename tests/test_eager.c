@@ -73,7 +73,8 @@ Test(eager, views_alias_their_base) {
   OK(hcq_buffer_copyin(view2, 4, &seven, 4));
   int32_t got[64];
   test_read(base, got, sizeof(got));
-  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], i == 21 ? 7 : (i >= 16 && i < 32) ? -1 : i, "word %d", i);
+  for (int i = 0; i < 64; i++)
+    cr_assert_eq(got[i], i == 21 ? 7 : (i >= 16 && i < 32) ? -1 : i, "word %d", i);
   /* The base outlives the caller's reference while a view holds it. */
   hcq_buffer_release(base);
   int32_t w;
@@ -140,7 +141,14 @@ Test(eager, kernels_without_arguments) {
   OK(hcq_device_synchronize(d));
   cr_assert_eq(__atomic_load_n(&g_calls, __ATOMIC_RELAXED), 10000);
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {p, NULL, 0, NULL, 0, NULL, 0, {hcq_imm(2), hcq_imm(1), hcq_imm(1)},
+                        .kernel = {p,
+                                   NULL,
+                                   0,
+                                   NULL,
+                                   0,
+                                   NULL,
+                                   0,
+                                   {hcq_imm(2), hcq_imm(1), hcq_imm(1)},
                                    {hcq_imm(1), hcq_imm(1), hcq_imm(1)}}};
   hcq_exec_item_t items[2] = {it, it};
   hcq_graph_t *g = NULL;

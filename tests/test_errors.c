@@ -34,7 +34,8 @@ Test(errors, device_open) {
   FAILS(hcq_device_open("", &d), HCQ_NOT_FOUND, "unknown device");
   FAILS(hcq_device_open(NULL, &d), HCQ_INVALID_ARGUMENT, "NULL");
   FAILS(hcq_device_open("CPU:0", NULL), HCQ_INVALID_ARGUMENT, "out_device");
-  FAILS(hcq_device_open("METAL:0", &d), HCQ_UNAVAILABLE, "METAL:0", "Metal.framework not found", "macOS");
+  FAILS(hcq_device_open("METAL:0", &d), HCQ_UNAVAILABLE, "METAL:0", "Metal.framework not found",
+        "macOS");
   hcq_status_t st = hcq_device_open("CUDA:0", &d);
   cr_assert_not_null(st, "CUDA cannot open here");
   cr_assert(strstr(hcq_status_message(st), "CUDA:0"), "%s", hcq_status_message(st));
@@ -51,8 +52,8 @@ Test(errors, close_with_live_objects_fails_and_keeps_the_device) {
   hcq_signal_t *s = NULL;
   OK(hcq_signal_create(d, "x", 0, &s));
   hcq_buffer_set_label(b, "weights");
-  FAILS(hcq_device_close(d), HCQ_FAILED_PRECONDITION, "cannot close CPU:0", "2 objects", "buffer \"weights\"",
-        "signal \"x\"");
+  FAILS(hcq_device_close(d), HCQ_FAILED_PRECONDITION, "cannot close CPU:0", "2 objects",
+        "buffer \"weights\"", "signal \"x\"");
   assert_device_works(d);
   hcq_buffer_release(b);
   hcq_signal_destroy(s);
@@ -117,8 +118,10 @@ Test(errors, buffers) {
   cr_assert_null(v);
   FAILS(hcq_buffer_view_create(b, 0, 0, &v), HCQ_OUT_OF_RANGE, "weights");
   /* A range whose end passes 2^64 is reported with the numbers given, not a wrapped end. */
-  FAILS(hcq_buffer_view_create(b, UINT64_MAX, 2, &v), HCQ_OUT_OF_RANGE, "weights", "offset 18446744073709551615 of 2 bytes");
-  FAILS(hcq_buffer_view_create(b, 50, UINT64_MAX - 10, &v), HCQ_OUT_OF_RANGE, "offset 50 of 18446744073709551605 bytes");
+  FAILS(hcq_buffer_view_create(b, UINT64_MAX, 2, &v), HCQ_OUT_OF_RANGE, "weights",
+        "offset 18446744073709551615 of 2 bytes");
+  FAILS(hcq_buffer_view_create(b, 50, UINT64_MAX - 10, &v), HCQ_OUT_OF_RANGE,
+        "offset 50 of 18446744073709551605 bytes");
   FAILS(hcq_buffer_view_create(NULL, 0, 1, &v), HCQ_INVALID_ARGUMENT, "NULL");
   char host[200];
   FAILS(hcq_buffer_copyin(b, 50, host, 51), HCQ_OUT_OF_RANGE, "copyin", "weights", "offset 50");
@@ -140,7 +143,15 @@ Test(errors, buffers) {
   int32_t vals[2] = {1, 16};
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL};
   hcq_operand_t ops[2] = {hcq_imm(vals[0]), hcq_imm(vals[1])};
-  it.kernel = (hcq_kernel_item_t){p, &in, 1, NULL, 0, ops, 2, {hcq_imm(1), hcq_imm(1), hcq_imm(1)}, {hcq_imm(16), hcq_imm(1), hcq_imm(1)}};
+  it.kernel = (hcq_kernel_item_t){p,
+                                  &in,
+                                  1,
+                                  NULL,
+                                  0,
+                                  ops,
+                                  2,
+                                  {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                                  {hcq_imm(16), hcq_imm(1), hcq_imm(1)}};
   hcq_jit_t *jit;
   OK(hcq_jit_create(&it, 1, &in, 1, NULL, 0, NULL, &jit));
   char msg[512];
@@ -149,7 +160,8 @@ Test(errors, buffers) {
   snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
   hcq_status_destroy(st);
   cr_assert(strstr(msg, "input 0: buffer#") && !strstr(msg, "buffer buffer#"), "%s", msg);
-  FAILS(hcq_jit_run(jit, &named, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0: buffer \"x\" has 32 bytes");
+  FAILS(hcq_jit_run(jit, &named, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT,
+        "input 0: buffer \"x\" has 32 bytes");
   OK(hcq_jit_destroy(jit));
   hcq_buffer_release(in), hcq_buffer_release(other), hcq_buffer_release(named);
   hcq_program_release(p);
@@ -163,7 +175,8 @@ Test(errors, programs_and_launches) {
   FAILS(hcq_program_create(NULL, "x", "", &p), HCQ_INVALID_ARGUMENT, "device is NULL");
   FAILS(hcq_program_create(d, "", "", &p), HCQ_INVALID_ARGUMENT, "name is empty");
   FAILS(hcq_program_create(d, NULL, "", &p), HCQ_INVALID_ARGUMENT, "name is empty");
-  FAILS(hcq_program_create(d, "x", NULL, &p), HCQ_INVALID_ARGUMENT, "program x on CPU:0", "source is NULL");
+  FAILS(hcq_program_create(d, "x", NULL, &p), HCQ_INVALID_ARGUMENT, "program x on CPU:0",
+        "source is NULL");
   char longname[200];
   memset(longname, 'k', sizeof(longname) - 1);
   longname[sizeof(longname) - 1] = '\0';
@@ -204,31 +217,40 @@ Test(errors, queue_recording) {
   OK(hcq_queue_create(HCQ_QUEUE_COPY, &q));
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &cq));
   FAILS(hcq_queue_memory_barrier(q), HCQ_INVALID_ARGUMENT, "only compute queues");
-  FAILS(hcq_queue_copy(cq, hcq_imm(0), hcq_imm(0), hcq_imm(0)), HCQ_INVALID_ARGUMENT, "only copy queues");
-  hcq_program_t *p = test_program(d, "fill", test_kernels_source), *p1 = test_program(d1, "fill", test_kernels_source);
-  hcq_operand_t g[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)}, l[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)};
+  FAILS(hcq_queue_copy(cq, hcq_imm(0), hcq_imm(0), hcq_imm(0)), HCQ_INVALID_ARGUMENT,
+        "only copy queues");
+  hcq_program_t *p = test_program(d, "fill", test_kernels_source),
+                *p1 = test_program(d1, "fill", test_kernels_source);
+  hcq_operand_t g[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                l[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)};
   FAILS(hcq_queue_exec(q, p, hcq_imm(0), 0, g, l), HCQ_INVALID_ARGUMENT, "only compute queues");
-  FAILS(hcq_queue_exec(cq, NULL, hcq_imm(0), 0, g, l), HCQ_INVALID_ARGUMENT, "program or dims are NULL");
-  FAILS(hcq_queue_exec(cq, p, hcq_imm(0), HCQ_MAX_KERNEL_BUFS + 1, g, l), HCQ_INVALID_ARGUMENT, "exec of fill");
+  FAILS(hcq_queue_exec(cq, NULL, hcq_imm(0), 0, g, l), HCQ_INVALID_ARGUMENT,
+        "program or dims are NULL");
+  FAILS(hcq_queue_exec(cq, p, hcq_imm(0), HCQ_MAX_KERNEL_BUFS + 1, g, l), HCQ_INVALID_ARGUMENT,
+        "exec of fill");
   hcq_operand_t bad[3] = {hcq_imm(-1), hcq_imm(1), hcq_imm(1)};
   FAILS(hcq_queue_exec(cq, p, hcq_imm(0), 0, bad, l), HCQ_OUT_OF_RANGE, "global[0] -1");
   hcq_operand_t zero[3] = {hcq_imm(1), hcq_imm(0), hcq_imm(1)};
-  FAILS(hcq_queue_exec(cq, p, hcq_imm(0), 0, g, zero), HCQ_INVALID_ARGUMENT, "exec of fill: local[1] is 0");
+  FAILS(hcq_queue_exec(cq, p, hcq_imm(0), 0, g, zero), HCQ_INVALID_ARGUMENT,
+        "exec of fill: local[1] is 0");
   hcq_program_t *declared = test_program(d, "fill", test_kernels_source);
   OK(hcq_program_declare_args(declared, 1, 2));
-  FAILS(hcq_queue_exec(cq, declared, hcq_imm(0), 2, g, l), HCQ_INVALID_ARGUMENT, "exec of fill: the kernel takes 1 buffer, the exec passes 2");
+  FAILS(hcq_queue_exec(cq, declared, hcq_imm(0), 2, g, l), HCQ_INVALID_ARGUMENT,
+        "exec of fill: the kernel takes 1 buffer, the exec passes 2");
   hcq_program_release(declared);
   FAILS(hcq_queue_wait(q, hcq_imm(-5), hcq_imm(0)), HCQ_OUT_OF_RANGE, "wait: signal address -5");
-  FAILS(hcq_queue_signal(q, hcq_imm(64), hcq_imm(INT64_C(1) << 33)), HCQ_OUT_OF_RANGE, "signal: value 8589934592",
-        "unsigned 32-bit");
+  FAILS(hcq_queue_signal(q, hcq_imm(64), hcq_imm(INT64_C(1) << 33)), HCQ_OUT_OF_RANGE,
+        "signal: value 8589934592", "unsigned 32-bit");
   FAILS(hcq_queue_copy(q, hcq_imm(0), hcq_imm(0), hcq_imm(-1)), HCQ_OUT_OF_RANGE, "copy: size -1");
   FAILS(hcq_queue_wait(NULL, hcq_imm(0), hcq_imm(0)), HCQ_INVALID_ARGUMENT, "queue is NULL");
   cr_assert_eq(hcq_queue_size(q), 0, "failed commands leave no words");
   cr_assert_eq(hcq_queue_size(cq), 0);
 
   OK(hcq_queue_exec(cq, p, hcq_imm(0), 0, g, l));
-  FAILS(hcq_queue_exec(cq, p1, hcq_imm(0), 0, g, l), HCQ_INVALID_ARGUMENT, "fill is on CPU:1", "already uses CPU:0");
-  FAILS(hcq_queue_submit(cq, d1, NULL, 0), HCQ_INVALID_ARGUMENT, "uses programs or memory of CPU:0, not CPU:1");
+  FAILS(hcq_queue_exec(cq, p1, hcq_imm(0), 0, g, l), HCQ_INVALID_ARGUMENT, "fill is on CPU:1",
+        "already uses CPU:0");
+  FAILS(hcq_queue_submit(cq, d1, NULL, 0), HCQ_INVALID_ARGUMENT,
+        "uses programs or memory of CPU:0, not CPU:1");
   FAILS(hcq_queue_bind(cq, d1), HCQ_INVALID_ARGUMENT, "CPU:0, not CPU:1");
   FAILS(hcq_queue_bind(q, d), HCQ_FAILED_PRECONDITION, "queue is empty");
   FAILS(hcq_queue_bind(NULL, d), HCQ_INVALID_ARGUMENT, "NULL");
@@ -237,12 +259,14 @@ Test(errors, queue_recording) {
 
   hcq_buffer_t *args = test_buffer(d, 32);
   hcq_operand_t three[3] = {hcq_imm(1), hcq_imm(2), hcq_imm(3)};
-  FAILS(hcq_queue_kernargs(cq, args, 0, three, 3, three, 3), HCQ_OUT_OF_RANGE, "36 bytes", "do not fit");
+  FAILS(hcq_queue_kernargs(cq, args, 0, three, 3, three, 3), HCQ_OUT_OF_RANGE, "36 bytes",
+        "do not fit");
   FAILS(hcq_queue_kernargs(cq, args, 8, three, 1, NULL, 0), HCQ_OUT_OF_RANGE, "16-byte aligned");
   FAILS(hcq_queue_kernargs(cq, args, 0, NULL, 1, NULL, 0), HCQ_INVALID_ARGUMENT, "array is NULL");
   FAILS(hcq_queue_kernargs(cq, NULL, 0, NULL, 0, NULL, 0), HCQ_INVALID_ARGUMENT, "memory is NULL");
   hcq_operand_t wide[1] = {hcq_imm(INT64_C(1) << 31)};
-  FAILS(hcq_queue_kernargs(cq, args, 0, three, 1, wide, 1), HCQ_OUT_OF_RANGE, "value 0", "signed 32-bit");
+  FAILS(hcq_queue_kernargs(cq, args, 0, three, 1, wide, 1), HCQ_OUT_OF_RANGE, "value 0",
+        "signed 32-bit");
   hcq_buffer_t *args1 = test_buffer(d1, 32);
   FAILS(hcq_queue_kernargs(cq, args1, 0, three, 1, NULL, 0), HCQ_INVALID_ARGUMENT, "on CPU:1");
   cr_assert_eq(hcq_queue_patch_count(cq), 0);
@@ -281,14 +305,16 @@ Test(errors, expressions) {
   hcq_expr_release(c);
 }
 
-/* A rank-qualified name (docs/mpi.md) without the MPI layer running: a clear NOT_FOUND, no device. */
+/* A rank-qualified name (docs/mpi.md) without the MPI layer running: a clear NOT_FOUND, no device.
+ */
 Test(errors, rank_qualified_device_without_mpi) {
   hcq_device_t *d = (hcq_device_t *)1;
   hcq_status_t st = hcq_device_open("1/CPU:0", &d);
   cr_assert_not_null(st);
   cr_assert_eq(hcq_status_code(st), HCQ_NOT_FOUND);
-  cr_assert(strstr(hcq_status_message(st), "1/CPU:0") && strstr(hcq_status_message(st), "MPI layer"), "%s",
-            hcq_status_message(st));
+  cr_assert(
+      strstr(hcq_status_message(st), "1/CPU:0") && strstr(hcq_status_message(st), "MPI layer"),
+      "%s", hcq_status_message(st));
   cr_assert_null(d);
   hcq_status_destroy(st);
 }

@@ -1,5 +1,5 @@
-/* Fences (hcq/fence.h) on CPU devices: what a fence covers, timeline wraps, lost and closed devices,
- * JIT replays, and misuse. The same fences on every backend: tests/test_conformance.c. */
+/* Fences (hcq/fence.h) on CPU devices: what a fence covers, timeline wraps, lost and closed
+ * devices, JIT replays, and misuse. The same fences on every backend: tests/test_conformance.c. */
 #include <pthread.h>
 
 #include "core/device.h"
@@ -49,8 +49,10 @@ Test(fence, misuse_is_named) {
   FAILS(hcq_fence_record(f, NULL, 1), HCQ_INVALID_ARGUMENT, "devices is NULL");
   hcq_device_t *nodev = NULL;
   FAILS(hcq_fence_record(f, &nodev, 1), HCQ_INVALID_ARGUMENT, "device is NULL", "devices[0]");
-  FAILS(hcq_graph_submit(NULL, NULL, 0, NULL, 0, f), HCQ_INVALID_ARGUMENT, "hcq_graph_submit", "graph is NULL");
-  FAILS(hcq_jit_submit(NULL, NULL, 0, NULL, 0, f), HCQ_INVALID_ARGUMENT, "hcq_jit_submit", "jit is NULL");
+  FAILS(hcq_graph_submit(NULL, NULL, 0, NULL, 0, f), HCQ_INVALID_ARGUMENT, "hcq_graph_submit",
+        "graph is NULL");
+  FAILS(hcq_jit_submit(NULL, NULL, 0, NULL, 0, f), HCQ_INVALID_ARGUMENT, "hcq_jit_submit",
+        "jit is NULL");
   hcq_fence_destroy(f);
 }
 
@@ -160,7 +162,8 @@ Test(fence, a_lost_device_ends_the_wait_and_says_its_work_was_dropped) {
   launch_fill(fill, x, 2);
   OK(hcq_fence_record(after, &d, 1));
   OK(hcq_device_declare_lost(d, "pulled out for the test"));
-  FAILS(hcq_fence_wait(after, HCQ_TIMEOUT_DEFAULT), HCQ_DEVICE_LOST, "CPU:0", "pulled out for the test");
+  FAILS(hcq_fence_wait(after, HCQ_TIMEOUT_DEFAULT), HCQ_DEVICE_LOST, "CPU:0",
+        "pulled out for the test");
   bool done = true;
   FAILS(hcq_fence_poll(after, &done), HCQ_DEVICE_LOST, "its work was dropped");
   cr_assert(!done);
@@ -193,14 +196,19 @@ Test(fence, jit_replays_each_have_their_fence) {
   hcq_program_t *fill = test_program(d, "fill", test_kernels_source);
   hcq_buffer_t *ring = test_buffer(d, 4 * N * 4); /* four slots of N */
   hcq_buffer_t *slot[4];
-  for (int i = 0; i < 4; i++) OK(hcq_buffer_view_create(ring, (uint64_t)i * N * 4, N * 4, &slot[i]));
+  for (int i = 0; i < 4; i++)
+    OK(hcq_buffer_view_create(ring, (uint64_t)i * N * 4, N * 4, &slot[i]));
   const int32_t *host = NULL;
   OK(hcq_buffer_map(ring, (void **)&host));
   hcq_expr_t *step = NULL;
   OK(hcq_var_create("step", 0, 100, &step));
   /* fill(slot; step, N), captured on slot 0, which each replay replaces with its own slot. */
   hcq_operand_t vals[] = {hcq_sym(step), hcq_imm(N)};
-  hcq_launch_sym_desc_t l = {.program = fill, .bufs = &slot[0], .nbufs = 1, .vals = vals, .nvals = 2,
+  hcq_launch_sym_desc_t l = {.program = fill,
+                             .bufs = &slot[0],
+                             .nbufs = 1,
+                             .vals = vals,
+                             .nvals = 2,
                              .global = {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
                              .local = {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
   hcq_capture_t *cap = NULL;

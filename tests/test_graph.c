@@ -60,7 +60,8 @@ Test(graph, several_graphs_sharing_buffers) {
   world_copy(&w, &g1_items[1], c, a, N * 4);
   world_copy(&w, &g2_items[0], b, c, N * 4);
   world_mix(&w, &g2_items[1], a, b, a, I(1), I(2), I(N), NULL);
-  hcq_graph_t *g1 = world_graph(&w, g1_items, 2, NULL, 0, NULL, 0, false), *g2 = world_graph(&w, g2_items, 2, NULL, 0, NULL, 0, false);
+  hcq_graph_t *g1 = world_graph(&w, g1_items, 2, NULL, 0, NULL, 0, false),
+              *g2 = world_graph(&w, g2_items, 2, NULL, 0, NULL, 0, false);
   for (int r = 0; r < 6; r++) {
     /* No waiting between graphs: their order comes from the device timelines alone. */
     OK(hcq_graph_run(g1, NULL, 0, NULL, 0, false, NULL));
@@ -95,4 +96,6 @@ Test(graph, copies_between_two_devices) {
 
 /* ---- the randomized fuzz ---- */
 
-Test(graph, randomized_fuzz, .timeout = 300) { world_graph_fuzz(&test_backends[0], 20261129, 24, 6); }
+Test(graph, randomized_fuzz, .timeout = 300) {
+  world_graph_fuzz(&test_backends[0], 20261129, 24, 6);
+}

@@ -1,4 +1,5 @@
-/* The HCQ graph's schedule (docs/design.md, "The HCQ graph"), inspected item by item; its profile; its errors. */
+/* The HCQ graph's schedule (docs/design.md, "The HCQ graph"), inspected item by item; its profile;
+ * its errors. */
 #include "core/command.h"
 #include "core/options.h"
 #include "core/queue.h"
@@ -76,9 +77,9 @@ Test(graph_schedule, waits_already_implied_are_not_repeated) {
   world_mix(&w, &items[0], a, a, a, I(2), I(1), I(N), NULL);
   items[0].outs[0] = 0;
   world_mix(&w, &items[1], b, a, b, I(1), I(1), I(N), NULL); /* writes b after a */
-  world_copy(&w, &items[2], x, a, N * 4);                      /* waits compute >= 1 */
-  world_copy(&w, &items[3], y, b, N * 4);                      /* waits compute >= 2 */
-  world_copy(&w, &items[4], z, a, N * 4);                      /* compute >= 1: implied */
+  world_copy(&w, &items[2], x, a, N * 4);                    /* waits compute >= 1 */
+  world_copy(&w, &items[3], y, b, N * 4);                    /* waits compute >= 2 */
+  world_copy(&w, &items[4], z, a, N * 4);                    /* compute >= 1: implied */
   world_mix(&w, &items[5], c, c, c, I(3), I(0), I(N), NULL);
   hcq_graph_t *g = build_opts(items, 6, false);
   hcq_graph_item_schedule_t s2 = sched(g, 2), s3 = sched(g, 3), s4 = sched(g, 4);
@@ -113,15 +114,18 @@ Test(graph_schedule, waits_already_implied_are_not_repeated) {
 Test(graph_schedule, highest_first_and_readiness_learned_through_waits) {
   world_t w;
   world_open(&w, 3);
-  int a0 = world_buffer(&w, 0, N, 1), b0 = world_buffer(&w, 0, N, 2), c0 = world_buffer(&w, 0, N, 3);
-  int a1 = world_buffer(&w, 1, N, 4), a2 = world_buffer(&w, 2, N, 5), b2 = world_buffer(&w, 2, N, 6);
+  int a0 = world_buffer(&w, 0, N, 1), b0 = world_buffer(&w, 0, N, 2),
+      c0 = world_buffer(&w, 0, N, 3);
+  int a1 = world_buffer(&w, 1, N, 4), a2 = world_buffer(&w, 2, N, 5),
+      b2 = world_buffer(&w, 2, N, 6);
   world_item_t items[6];
-  world_copy(&w, &items[0], a1, a0, N * 4);                    /* CPU:0 copy queue, ready {0,1} */
+  world_copy(&w, &items[0], a1, a0, N * 4); /* CPU:0 copy queue, ready {0,1} */
   world_mix(&w, &items[1], b0, b0, b0, I(1), I(1), I(N), NULL);
   world_mix(&w, &items[2], c0, c0, c0, I(1), I(1), I(N), NULL);
-  world_copy(&w, &items[3], a2, a0, N * 4);                    /* copy queue learns device 2 */
-  world_mix(&w, &items[4], a0, b0, c0, I(1), I(1), I(N), NULL); /* deps: items 0 (copy), 1 and 2 (compute, in order) */
-  world_copy(&w, &items[5], b2, a1, N * 4);                    /* CPU:1 copy queue */
+  world_copy(&w, &items[3], a2, a0, N * 4); /* copy queue learns device 2 */
+  /* deps: items 0 (copy), 1 and 2 (compute, in order) */
+  world_mix(&w, &items[4], a0, b0, c0, I(1), I(1), I(N), NULL);
+  world_copy(&w, &items[5], b2, a1, N * 4); /* CPU:1 copy queue */
   hcq_graph_t *g = build_opts(items, 6, false);
   hcq_graph_item_schedule_t s4 = sched(g, 4);
   /* Dependencies (copy0, 4) [item 3 read a0], (copy0, 1), (compute0, 3), (compute0, 2): the
@@ -172,7 +176,8 @@ Test(graph_schedule, profile_records_entries_dependencies_and_timestamps) {
   cr_assert_eq(ev->ndeps[3], 1);
   cr_assert_eq(ev->deps[3][0], 2);
   for (size_t i = 0; i < ev->nentries; i++) {
-    uint64_t st = ev->timestamps[ev->entries[i].start_slot], en = ev->timestamps[ev->entries[i].end_slot];
+    uint64_t st = ev->timestamps[ev->entries[i].start_slot],
+             en = ev->timestamps[ev->entries[i].end_slot];
     cr_assert_gt(st, 0, "entry %zu has no start timestamp", i);
     cr_assert_leq(st, en, "entry %zu ends before it starts", i);
   }
@@ -186,28 +191,33 @@ Test(graph_schedule, profile_records_entries_dependencies_and_timestamps) {
 Test(graph_schedule, build_errors_name_the_item) {
   world_t w;
   world_open(&w, 2);
-  int a = world_buffer(&w, 0, N, 1), b = world_buffer(&w, 1, N, 2), big = world_buffer(&w, 0, 2 * N, 3);
+  int a = world_buffer(&w, 0, N, 1), b = world_buffer(&w, 1, N, 2),
+      big = world_buffer(&w, 0, 2 * N, 3);
   hcq_graph_t *g = (hcq_graph_t *)1;
   world_item_t items[3];
   world_mix(&w, &items[0], a, a, a, I(1), I(1), I(N), NULL);
   world_mix(&w, &items[1], a, a, a, I(1), I(1), I(N), NULL);
   items[1].bufs[2] = w.buf[b];
   hcq_exec_item_t its[3] = {items[0].item, items[1].item};
-  FAILS(hcq_graph_create(its, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 1 (mix)", "buffer 2 (b1)",
-        "is on CPU:1");
+  FAILS(hcq_graph_create(its, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 1 (mix)",
+        "buffer 2 (b1)", "is on CPU:1");
   cr_assert_null(g);
-  FAILS(hcq_graph_create(its, 0, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "at least one item");
+  FAILS(hcq_graph_create(its, 0, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT,
+        "at least one item");
   FAILS(hcq_graph_create(its, 1, NULL, 0, NULL, 0, NULL, NULL), HCQ_INVALID_ARGUMENT, "out_graph");
   world_copy(&w, &items[2], a, big, 2 * N * 4);
   its[1] = items[2].item;
-  FAILS(hcq_graph_create(its, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_OUT_OF_RANGE, "item 1", "larger than a buffer");
+  FAILS(hcq_graph_create(its, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_OUT_OF_RANGE, "item 1",
+        "larger than a buffer");
   items[0].outs[0] = 3;
   its[0] = items[0].item;
-  FAILS(hcq_graph_create(its, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_OUT_OF_RANGE, "item 0 (mix): out 0 names buffer 3");
+  FAILS(hcq_graph_create(its, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_OUT_OF_RANGE,
+        "item 0 (mix): out 0 names buffer 3");
   items[0].outs[0] = 0;
   items[0].item.kernel.global[0] = I(-1);
   its[0] = items[0].item;
-  FAILS(hcq_graph_create(its, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_OUT_OF_RANGE, "item 0: global[0] -1");
+  FAILS(hcq_graph_create(its, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_OUT_OF_RANGE,
+        "item 0: global[0] -1");
   /* Symbolic operands: initial values present, in range, and evaluating into their fields. */
   hcq_expr_t *n = NULL, *d = NULL;
   OK(hcq_var_create("n", 0, 100, &n));
@@ -216,17 +226,23 @@ Test(graph_schedule, build_errors_name_the_item) {
   world_mix(&w, &items[0], a, a, a, I(1), I(1), I(N), NULL);
   items[0].item.kernel.global[0] = hcq_sym(d);
   its[0] = items[0].item;
-  FAILS(hcq_graph_create(its, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_NOT_FOUND, "variable n has no initial value");
+  FAILS(hcq_graph_create(its, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_NOT_FOUND,
+        "variable n has no initial value");
   hcq_var_value_t zero = {n, 0}, high = {n, 101}, ok = {n, 4};
-  FAILS(hcq_graph_create(its, 1, NULL, 0, &zero, 1, NULL, &g), HCQ_OUT_OF_RANGE, "item 0 (mix): global[0]", "division by zero");
-  FAILS(hcq_graph_create(its, 1, NULL, 0, &high, 1, NULL, &g), HCQ_OUT_OF_RANGE, "variable n = 101", "[0, 100]");
-  FAILS(hcq_exec_item_run(&its[0], NULL, 0), HCQ_NOT_FOUND, "kernel: global[0]", "variable n has no value");
+  FAILS(hcq_graph_create(its, 1, NULL, 0, &zero, 1, NULL, &g), HCQ_OUT_OF_RANGE,
+        "item 0 (mix): global[0]", "division by zero");
+  FAILS(hcq_graph_create(its, 1, NULL, 0, &high, 1, NULL, &g), HCQ_OUT_OF_RANGE, "variable n = 101",
+        "[0, 100]");
+  FAILS(hcq_exec_item_run(&its[0], NULL, 0), HCQ_NOT_FOUND, "kernel: global[0]",
+        "variable n has no value");
   FAILS(hcq_exec_item_run(&its[0], &zero, 1), HCQ_OUT_OF_RANGE, "division by zero");
   FAILS(hcq_exec_item_run(NULL, NULL, 0), HCQ_INVALID_ARGUMENT, "item is NULL");
   OK(hcq_exec_item_run(&its[0], &ok, 1));
   hcq_buffer_t *dup[] = {w.buf[a], w.buf[a]};
-  FAILS(hcq_graph_create(its, 1, dup, 2, &ok, 1, NULL, &g), HCQ_INVALID_ARGUMENT, "input 1", "listed twice");
-  /* Failed builds leave nothing behind: the devices close (world_close) and nothing leaks (ASan). */
+  FAILS(hcq_graph_create(its, 1, dup, 2, &ok, 1, NULL, &g), HCQ_INVALID_ARGUMENT, "input 1",
+        "listed twice");
+  /* Failed builds leave nothing behind: the devices close (world_close) and nothing leaks (ASan).
+   */
   hcq_expr_release(d);
   hcq_expr_release(n);
   world_close(&w);
@@ -235,7 +251,8 @@ Test(graph_schedule, build_errors_name_the_item) {
 Test(graph_schedule, replay_errors_change_nothing) {
   world_t w;
   world_open(&w, 2);
-  int x = world_buffer(&w, 0, N, 1), x_small = world_buffer(&w, 0, N / 2, 2), x_far = world_buffer(&w, 1, N, 3);
+  int x = world_buffer(&w, 0, N, 1), x_small = world_buffer(&w, 0, N / 2, 2),
+      x_far = world_buffer(&w, 1, N, 3);
   int out = world_buffer(&w, 0, N, 4), x2 = world_buffer(&w, 0, N, 5);
   hcq_expr_t *n = NULL, *m = NULL, *d = NULL;
   OK(hcq_var_create("n", 1, N, &n));
@@ -250,10 +267,14 @@ Test(graph_schedule, replay_errors_change_nothing) {
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(its, 1, ins, 1, init, 2, NULL, &g));
   hcq_buffer_t *small[] = {w.buf[x_small]}, *far[] = {w.buf[x_far]}, *missing[] = {NULL};
-  FAILS(hcq_graph_run(g, small, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0", "128 bytes", "has 256");
-  FAILS(hcq_graph_run(g, far, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0", "is on CPU:1");
-  FAILS(hcq_graph_run(g, missing, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0 is missing");
-  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "1 inputs but the replay passed 0");
+  FAILS(hcq_graph_run(g, small, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0",
+        "128 bytes", "has 256");
+  FAILS(hcq_graph_run(g, far, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0",
+        "is on CPU:1");
+  FAILS(hcq_graph_run(g, missing, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT,
+        "input 0 is missing");
+  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT,
+        "1 inputs but the replay passed 0");
   hcq_var_value_t bad_range[] = {{n, N + 1}};
   FAILS(hcq_graph_run(g, ins, 1, bad_range, 1, true, NULL), HCQ_OUT_OF_RANGE, "variable n = 65");
   hcq_var_value_t div0[] = {{m, 0}};
@@ -283,7 +304,8 @@ Test(graph_schedule, graph_retains_its_buffers_and_programs) {
   hcq_program_t *p = test_program(d, "mul_add", test_kernels_source);
   hcq_buffer_t *x = test_buffer_iota(d, 64, 1, 0);
   hcq_operand_t vals[] = {I(2), I(1), I(64)};
-  hcq_kernel_item_t k = {p, &x, 1, (uint32_t[]){0}, 1, vals, 3, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}};
+  hcq_kernel_item_t k = {
+      p, &x, 1, (uint32_t[]){0}, 1, vals, 3, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}};
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL, .kernel = k};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g));
@@ -328,7 +350,8 @@ Test(graph_schedule, kickoff_value_wraps) {
 static size_t replay_patch_writes(int nitems, bool swap) {
   world_t w;
   world_open(&w, 1);
-  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2), acc = world_buffer(&w, 0, N, 3);
+  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2),
+      acc = world_buffer(&w, 0, N, 3);
   world_item_t *items = calloc((size_t)nitems, sizeof(*items));
   hcq_expr_t *k = NULL;
   OK(hcq_var_create("k", 0, 100, &k));
@@ -340,9 +363,10 @@ static size_t replay_patch_writes(int nitems, bool swap) {
   hcq_var_value_t vals[] = {{k, 3}};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(its, (size_t)nitems, ins, 1, vals, 1, NULL, &g));
-  /* Every replay instance submits once with everything written, then only what changed since its own
-   * last replay. */
-  for (unsigned i = 0; i < hcq__options()->graph_inflight; i++) OK(hcq_graph_run(g, ins, 1, vals, 1, true, NULL));
+  /* Every replay instance submits once with everything written, then only what changed since its
+   * own last replay. */
+  for (unsigned i = 0; i < hcq__options()->graph_inflight; i++)
+    OK(hcq_graph_run(g, ins, 1, vals, 1, true, NULL));
   OK(hcq_graph_run(g, swap ? ins2 : ins, 1, vals, 1, true, NULL));
   size_t writes = ((const hcq_queue_t *)hcq_graph_queue(g, 0))->last_patch_writes;
   OK(hcq_graph_destroy(g));
@@ -359,5 +383,6 @@ Test(graph_schedule, replay_patches_only_what_changed) {
   /* The kickoff value (waited for, signalled as the device signal, and as the done signal at the
    * end) and the timeline value (waited for, and plus one signalled at the end): 5 words. */
   cr_assert_eq(small, 5, "kickoff three times, timeline value twice; got %zu", small);
-  cr_assert_eq(replay_patch_writes(400, true), 6, "a swapped input rewrites its one kernel argument");
+  cr_assert_eq(replay_patch_writes(400, true), 6,
+               "a swapped input rewrites its one kernel argument");
 }

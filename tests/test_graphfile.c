@@ -1,8 +1,9 @@
-/* The hcq-graph/1 loader: contents, initial data, runs, the device map, and errors with JSON paths. */
-#include "test_util.h"
+/* The hcq-graph/1 loader: contents, initial data, runs, the device map, and errors with JSON paths.
+ */
 #include <limits.h>
 #include <math.h>
 #include <sys/stat.h>
+#include "test_util.h"
 
 TestSuite(graphfile, .timeout = 120);
 
@@ -27,9 +28,11 @@ static hcq_buffer_t *named(hcq_graph_file_t *gf, const char *name) {
 }
 
 #define HEAD "{\"format\": \"hcq-graph/1\", "
-#define PROG                                                                                                      \
-  "\"programs\": {\"add1\": {\"c\": \"void add1(void *const *b, const int32_t *v, const hcq_launch_t *l) { "   \
-  "int32_t *o = b[0]; const int32_t *a = b[1]; for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = "          \
+#define PROG                                                                                       \
+  "\"programs\": {\"add1\": {\"c\": \"void add1(void *const *b, const int32_t *v, const "          \
+  "hcq_launch_t *l) { "                                                                            \
+  "int32_t *o = b[0]; const int32_t *a = b[1]; for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t " \
+  "i = "                                                                                           \
   "(size_t)l->gid[0] * l->lsz[0] + t; if (i < (size_t)v[0]) o[i] = a[i] + 1; } }\"}}, "
 
 /* SplitMix64, written here independently from the library, for {"random": SEED}. */
@@ -46,15 +49,16 @@ static void splitmix_ref(uint64_t seed, uint8_t *out, size_t n) {
 }
 
 Test(graphfile, initial_contents) {
-  hcq_graph_file_t *gf = load(HEAD
-                              "\"buffers\": {"
-                              "\"z\": {\"device\": \"CPU:0\", \"bytes\": 10},"
-                              "\"i\": {\"device\": \"CPU:0\", \"bytes\": 18, \"init\": \"iota32\"},"
-                              "\"f\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"fill32\": -2}},"
-                              "\"g\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"fill32\": 4294967295}},"
-                              "\"r\": {\"device\": \"CPU:0\", \"bytes\": 2000003, \"init\": {\"random\": 7}},"
-                              "\"b\": {\"device\": \"CPU:0\", \"bytes\": 5, \"init\": {\"base64\": \"aGVsbG8=\"}}},"
-                              "\"items\": [{\"copy\": {\"dst\": \"z\", \"src\": \"b\"}}]}");
+  hcq_graph_file_t *gf =
+      load(HEAD
+           "\"buffers\": {"
+           "\"z\": {\"device\": \"CPU:0\", \"bytes\": 10},"
+           "\"i\": {\"device\": \"CPU:0\", \"bytes\": 18, \"init\": \"iota32\"},"
+           "\"f\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"fill32\": -2}},"
+           "\"g\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"fill32\": 4294967295}},"
+           "\"r\": {\"device\": \"CPU:0\", \"bytes\": 2000003, \"init\": {\"random\": 7}},"
+           "\"b\": {\"device\": \"CPU:0\", \"bytes\": 5, \"init\": {\"base64\": \"aGVsbG8=\"}}},"
+           "\"items\": [{\"copy\": {\"dst\": \"z\", \"src\": \"b\"}}]}");
   uint8_t buf[32];
   OK(hcq_buffer_copyout(named(gf, "z"), 0, buf, 10));
   for (int k = 0; k < 10; k++) cr_assert_eq(buf[k], 0);
@@ -89,20 +93,24 @@ Test(graphfile, initial_contents) {
 }
 
 Test(graphfile, items_views_inputs_and_runs) {
-  hcq_graph_file_t *gf = load(HEAD "\"vars\": {\"n\": {\"min\": 1, \"max\": 64, \"value\": 8}, \"m\": {\"min\": 0, \"max\": 3}},"
-                              "\"buffers\": {"
-                              "\"v\": {\"view\": \"vv\", \"offset\": 4, \"bytes\": 8},"
-                              "\"vv\": {\"view\": \"a\", \"offset\": 8, \"bytes\": 32},"
-                              "\"a\": {\"device\": \"CPU:0\", \"bytes\": 256, \"init\": \"iota32\"},"
-                              "\"a2\": {\"device\": \"CPU:0\", \"bytes\": 256, \"init\": {\"fill32\": 5}},"
-                              "\"o\": {\"device\": \"CPU:0\", \"bytes\": 256},"
-                              "\"c\": {\"device\": \"CPU:1\", \"bytes\": 64}}," PROG
-                              "\"items\": ["
-                              "  {\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [\"n*2\"], \"global\": [\"(n+63)//64\"], \"local\": [64]},"
-                              "  {\"copy\": {\"dst\": \"c\", \"src\": \"o\"}},"
-                              "  {\"copy\": {\"dst\": \"v\", \"src\": \"c\", \"bytes\": 4}}],"
-                              "\"inputs\": [\"a\"],"
-                              "\"runs\": [{}, {\"inputs\": {\"a\": \"a2\"}, \"vars\": {\"n\": 64, \"m\": 3}}, {\"vars\": {\"m\": 1}}]}");
+  hcq_graph_file_t *gf = load(
+      HEAD
+      "\"vars\": {\"n\": {\"min\": 1, \"max\": 64, \"value\": 8}, \"m\": {\"min\": 0, \"max\": 3}},"
+      "\"buffers\": {"
+      "\"v\": {\"view\": \"vv\", \"offset\": 4, \"bytes\": 8},"
+      "\"vv\": {\"view\": \"a\", \"offset\": 8, \"bytes\": 32},"
+      "\"a\": {\"device\": \"CPU:0\", \"bytes\": 256, \"init\": \"iota32\"},"
+      "\"a2\": {\"device\": \"CPU:0\", \"bytes\": 256, \"init\": {\"fill32\": 5}},"
+      "\"o\": {\"device\": \"CPU:0\", \"bytes\": 256},"
+      "\"c\": {\"device\": \"CPU:1\", \"bytes\": 64}}," PROG
+      "\"items\": ["
+      "  {\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [\"n*2\"], \"global\": "
+      "[\"(n+63)//64\"], \"local\": [64]},"
+      "  {\"copy\": {\"dst\": \"c\", \"src\": \"o\"}},"
+      "  {\"copy\": {\"dst\": \"v\", \"src\": \"c\", \"bytes\": 4}}],"
+      "\"inputs\": [\"a\"],"
+      "\"runs\": [{}, {\"inputs\": {\"a\": \"a2\"}, \"vars\": {\"n\": 64, \"m\": 3}}, {\"vars\": "
+      "{\"m\": 1}}]}");
   cr_assert_eq(hcq_graph_file_item_count(gf), 3);
   cr_assert_eq(hcq_graph_file_buffer_count(gf), 6);
   cr_assert_eq(hcq_graph_file_device_count(gf), 2);
@@ -142,16 +150,22 @@ Test(graphfile, items_views_inputs_and_runs) {
   hcq_graph_file_destroy(gf);
 }
 
-/* null keeps the previous run's binding (double buffering): the first run's null is the declared one. */
+/* null keeps the previous run's binding (double buffering): the first run's null is the declared
+ * one. */
 Test(graphfile, a_null_input_keeps_the_previous_runs_binding) {
-  hcq_graph_file_t *gf = load(HEAD "\"buffers\": {"
-                              "\"x\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"x2\": {\"device\": \"CPU:0\", \"bytes\": 64},"
-                              "\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"o2\": {\"device\": \"CPU:0\", \"bytes\": 64}},"
-                              "\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"x\"}}],"
-                              "\"inputs\": [\"x\", \"o\"],"
-                              "\"runs\": [{\"inputs\": {\"x\": null}}, {\"inputs\": {\"o\": \"o2\"}},"
-                              "          {\"inputs\": {\"o\": null, \"x\": \"x2\"}}, {\"inputs\": {\"x\": null}}, {}]}");
-  hcq_buffer_t *x = named(gf, "x"), *x2 = named(gf, "x2"), *o = named(gf, "o"), *o2 = named(gf, "o2");
+  hcq_graph_file_t *gf = load(
+      HEAD
+      "\"buffers\": {"
+      "\"x\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"x2\": {\"device\": \"CPU:0\", \"bytes\": "
+      "64},"
+      "\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"o2\": {\"device\": \"CPU:0\", \"bytes\": "
+      "64}},"
+      "\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"x\"}}],"
+      "\"inputs\": [\"x\", \"o\"],"
+      "\"runs\": [{\"inputs\": {\"x\": null}}, {\"inputs\": {\"o\": \"o2\"}},"
+      "          {\"inputs\": {\"o\": null, \"x\": \"x2\"}}, {\"inputs\": {\"x\": null}}, {}]}");
+  hcq_buffer_t *x = named(gf, "x"), *x2 = named(gf, "x2"), *o = named(gf, "o"),
+               *o2 = named(gf, "o2");
   hcq_buffer_t *want[5][2] = {{x, o}, {x, o2}, {x2, o2}, {x2, o}, {x, o}};
   cr_assert_eq(hcq_graph_file_run_count(gf), 5);
   for (size_t r = 0; r < 5; r++) {
@@ -163,9 +177,12 @@ Test(graphfile, a_null_input_keeps_the_previous_runs_binding) {
 }
 
 Test(graphfile, device_map_and_skip_compile) {
-  const char *text = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:1\", \"bytes\": 64}, \"b\": {\"device\": \"CPU:2\", \"bytes\": 64}},"
-                          "\"programs\": {\"k\": {\"c\": \"this is not C\"}},"
-                          "\"items\": [{\"kernel\": \"k\", \"bufs\": [\"a\"]}, {\"copy\": {\"dst\": \"b\", \"src\": \"a\"}}]}";
+  const char *text = HEAD
+      "\"buffers\": {\"a\": {\"device\": \"CPU:1\", \"bytes\": 64}, \"b\": {\"device\": \"CPU:2\", "
+      "\"bytes\": 64}},"
+      "\"programs\": {\"k\": {\"c\": \"this is not C\"}},"
+      "\"items\": [{\"kernel\": \"k\", \"bufs\": [\"a\"]}, {\"copy\": {\"dst\": \"b\", \"src\": "
+      "\"a\"}}]}";
   hcq_graph_file_options_t opts = {.device_map = "CPU:1=CPU:0,CPU=CPU", .skip_compile = true};
   hcq_graph_file_t *gf = NULL;
   OK(hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &opts, &gf));
@@ -176,88 +193,119 @@ Test(graphfile, device_map_and_skip_compile) {
   /* Without skip_compile the same source is a compile error. */
   opts.skip_compile = false;
   hcq_status_t st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &opts, &gf);
-  test_expect_failure(st, HCQ_COMPILE_ERROR, "compile", (const char *[]){"m.json: items[0].kernel", "error", NULL});
+  test_expect_failure(st, HCQ_COMPILE_ERROR, "compile",
+                      (const char *[]){"m.json: items[0].kernel", "error", NULL});
   hcq_graph_file_options_t bad = {.device_map = "CPU=CPU,garbage"};
   st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &bad, &gf);
-  test_expect_failure(st, HCQ_INVALID_ARGUMENT, "map", (const char *[]){"device map entry \"garbage\" is not FROM=TO", NULL});
+  test_expect_failure(st, HCQ_INVALID_ARGUMENT, "map",
+                      (const char *[]){"device map entry \"garbage\" is not FROM=TO", NULL});
   bad.device_map = "CPU:1=";
   st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &bad, &gf);
   test_expect_failure(st, HCQ_INVALID_ARGUMENT, "map", (const char *[]){"\"CPU:1=\"", NULL});
   /* "CPU" is CPU:0 for exact entries. */
-  const char *plain = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU\", \"bytes\": 64}}, \"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}]}";
+  const char *plain = HEAD
+      "\"buffers\": {\"a\": {\"device\": \"CPU\", \"bytes\": 64}}, \"items\": [{\"copy\": "
+      "{\"dst\": \"a\", \"src\": \"a\"}}]}";
   hcq_graph_file_options_t exact = {.device_map = "CPU:0=CPU:3"};
   OK(hcq_graph_file_load_text(plain, strlen(plain), "p.json", ".", &exact, &gf));
   cr_assert_str_eq(hcq_device_name(hcq_buffer_device(named(gf, "a"))), "CPU:3");
   hcq_graph_file_destroy(gf);
   opts.max_total_bytes = 100;
   st = hcq_graph_file_load_text(text, strlen(text), "m.json", ".", &opts, &gf);
-  test_expect_failure(st, HCQ_OUT_OF_RANGE, "limit", (const char *[]){"buffers.b.bytes", "100 bytes allowed", NULL});
+  test_expect_failure(st, HCQ_OUT_OF_RANGE, "limit",
+                      (const char *[]){"buffers.b.bytes", "100 bytes allowed", NULL});
 }
 
 Test(graphfile, errors_give_the_json_path) {
-  load_fails("{\"format\": \"hcq-graph/1\",\n  \"buffers\": {,}}", HCQ_INVALID_ARGUMENT, "t.json:2:15: string or");
+  load_fails("{\"format\": \"hcq-graph/1\",\n  \"buffers\": {,}}", HCQ_INVALID_ARGUMENT,
+             "t.json:2:15: string or");
   load_fails("{\"format\": \"hcq-graph/1\", \"buf", HCQ_INVALID_ARGUMENT, "t.json:1:");
   load_fails("[]", HCQ_INVALID_ARGUMENT, "must be a JSON object");
   load_fails("{}", HCQ_INVALID_ARGUMENT, "format: missing");
-  load_fails("{\"format\": \"hcq-graph/2\"}", HCQ_INVALID_ARGUMENT, "format: must be \"hcq-graph/1\"");
+  load_fails("{\"format\": \"hcq-graph/2\"}", HCQ_INVALID_ARGUMENT,
+             "format: must be \"hcq-graph/1\"");
   load_fails(HEAD "\"extra\": 1}", HCQ_INVALID_ARGUMENT, "t.json: extra: unknown field");
   /* A misspelt "kernel" is an unknown field, named, as a misspelt "init" is (not "an item has
    * exactly one of kernel and copy"); an item with neither and no stray field says the latter. */
-  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 4}}, \"items\": [{\"kernal\": \"k\", \"bufs\": []}]}",
+  load_fails(HEAD
+             "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 4}}, \"items\": "
+             "[{\"kernal\": \"k\", \"bufs\": []}]}",
              HCQ_INVALID_ARGUMENT, "t.json: items[0].kernal: unknown field");
-  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 4}}, \"items\": [{\"bufs\": []}]}",
-             HCQ_INVALID_ARGUMENT, "items[0]: an item has exactly one of");
-  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"GPU:0\", \"bytes\": 4}}, \"items\": []}", HCQ_NOT_FOUND,
-             "t.json: buffers.a.device: unknown device \"GPU:0\"");
+  load_fails(
+      HEAD
+      "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 4}}, \"items\": [{\"bufs\": []}]}",
+      HCQ_INVALID_ARGUMENT, "items[0]: an item has exactly one of");
+  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"GPU:0\", \"bytes\": 4}}, \"items\": []}",
+             HCQ_NOT_FOUND, "t.json: buffers.a.device: unknown device \"GPU:0\"");
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 0}}}", HCQ_OUT_OF_RANGE,
              "buffers.a.bytes: 0 is outside");
-  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 4.5}}}", HCQ_INVALID_ARGUMENT,
+  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 4.5}}}",
+             HCQ_INVALID_ARGUMENT,
              "buffers.a.bytes: must be an integer, not a number with a fraction");
-  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 16}, \"v\": {\"view\": \"a\", \"offset\": 8, \"bytes\": 16}}}",
+  load_fails(HEAD
+             "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 16}, \"v\": {\"view\": "
+             "\"a\", \"offset\": 8, \"bytes\": 16}}}",
              HCQ_OUT_OF_RANGE, "buffers.v: view [8, 24) is outside its base \"a\" (16 bytes)");
-  load_fails(HEAD "\"buffers\": {\"v\": {\"view\": \"w\", \"bytes\": 4}, \"w\": {\"view\": \"v\", \"bytes\": 4}}}",
+  load_fails(HEAD
+             "\"buffers\": {\"v\": {\"view\": \"w\", \"bytes\": 4}, \"w\": {\"view\": \"v\", "
+             "\"bytes\": 4}}}",
              HCQ_INVALID_ARGUMENT, "buffers.v: views form a cycle of 2: v -> w -> v");
-  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"random\": 1, \"fill32\": 2}}}}",
+  load_fails(HEAD
+             "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"random\": 1, "
+             "\"fill32\": 2}}}}",
              HCQ_INVALID_ARGUMENT, "buffers.a.init: must have exactly one");
-  load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"base64\": \"aGVsbG8=\"}}}}",
+  load_fails(HEAD
+             "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"base64\": "
+             "\"aGVsbG8=\"}}}}",
              HCQ_INVALID_ARGUMENT, "buffers.a.init.base64: is not base64 of exactly 8 bytes");
-  load_fails(HEAD "\"buffers\": {\"a/b\": {\"device\": \"CPU:0\", \"bytes\": 8}}}", HCQ_INVALID_ARGUMENT,
-             "buffers.\"a/b\": buffer names use");
-  const char *base = HEAD "\"vars\": {\"n\": {\"min\": 1, \"max\": 10, \"value\": 5}},"
-                          "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"b\": {\"device\": \"CPU:1\", \"bytes\": 32}},"
-                          PROG;
+  load_fails(HEAD "\"buffers\": {\"a/b\": {\"device\": \"CPU:0\", \"bytes\": 8}}}",
+             HCQ_INVALID_ARGUMENT, "buffers.\"a/b\": buffer names use");
+  const char *base = HEAD
+      "\"vars\": {\"n\": {\"min\": 1, \"max\": 10, \"value\": 5}},"
+      "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"b\": {\"device\": \"CPU:1\", "
+      "\"bytes\": 32}}," PROG;
   char text[4096];
 #define WITH(items_and_more) (snprintf(text, sizeof(text), "%s%s}", base, items_and_more), text)
-  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}, {\"kernel\": \"add1\", \"bufs\": [\"a\", \"q\"]}]"),
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}, {\"kernel\": "
+                  "\"add1\", \"bufs\": [\"a\", \"q\"]}]"),
              HCQ_NOT_FOUND, "t.json: items[1].bufs[1]: unknown buffer \"q\"");
   load_fails(WITH("\"items\": [{\"kernel\": \"nope\", \"bufs\": [\"a\"]}]"), HCQ_NOT_FOUND,
              "items[0].kernel: unknown program \"nope\"");
-  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"b\"]}]"), HCQ_INVALID_ARGUMENT,
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"b\"]}]"),
+             HCQ_INVALID_ARGUMENT,
              "items[0].bufs[1]: buffer \"b\" is on CPU:1 but the kernel runs on CPU:0");
-  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"vals\": [\"q+1\"]}]"), HCQ_NOT_FOUND,
-             "items[0].vals[0]: expression \"q+1\": unknown variable \"q\"");
-  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"global\": [\"10//(n-5)\"]}]"), HCQ_OUT_OF_RANGE,
-             "items[0].global[0]: division by zero");
-  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"outs\": [1]}]"), HCQ_OUT_OF_RANGE,
-             "items[0].outs[0]: 1 is outside [0, 0]");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"vals\": [\"q+1\"]}]"),
+             HCQ_NOT_FOUND, "items[0].vals[0]: expression \"q+1\": unknown variable \"q\"");
+  load_fails(
+      WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"global\": [\"10//(n-5)\"]}]"),
+      HCQ_OUT_OF_RANGE, "items[0].global[0]: division by zero");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"outs\": [1]}]"),
+             HCQ_OUT_OF_RANGE, "items[0].outs[0]: 1 is outside [0, 0]");
   load_fails(WITH("\"items\": [{\"kernel\": \"add1\"}]"), HCQ_INVALID_ARGUMENT,
              "items[0]: a kernel without buffers must name its device");
-  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\", \"bytes\": 64}}]"), HCQ_OUT_OF_RANGE,
-             "items[0].copy.bytes: 64 is outside [0, 32]");
-  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}, \"kernel\": \"add1\"}]"), HCQ_INVALID_ARGUMENT,
-             "items[0]: an item has exactly one");
-  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"inputs\": [\"a\", \"a\"]"),
-             HCQ_INVALID_ARGUMENT, "inputs[1]: buffer \"a\" is listed twice");
-  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"inputs\": [\"a\"], \"runs\": [{\"inputs\": {\"a\": \"b\"}}]"),
-             HCQ_INVALID_ARGUMENT, "runs[0].inputs.a: buffer \"b\" has 32 bytes but input \"a\" has 64");
-  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"runs\": [{\"vars\": {\"n\": 11}}]"),
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\", \"bytes\": 64}}]"),
+             HCQ_OUT_OF_RANGE, "items[0].copy.bytes: 64 is outside [0, 32]");
+  load_fails(
+      WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}, \"kernel\": \"add1\"}]"),
+      HCQ_INVALID_ARGUMENT, "items[0]: an item has exactly one");
+  load_fails(
+      WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"inputs\": [\"a\", \"a\"]"),
+      HCQ_INVALID_ARGUMENT, "inputs[1]: buffer \"a\" is listed twice");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"inputs\": [\"a\"], "
+                  "\"runs\": [{\"inputs\": {\"a\": \"b\"}}]"),
+             HCQ_INVALID_ARGUMENT,
+             "runs[0].inputs.a: buffer \"b\" has 32 bytes but input \"a\" has 64");
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"runs\": "
+                  "[{\"vars\": {\"n\": 11}}]"),
              HCQ_OUT_OF_RANGE, "runs[0].vars.n: 11 is outside [1, 10]");
-  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"runs\": [{\"vars\": {\"z\": 1}}]"),
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"runs\": "
+                  "[{\"vars\": {\"z\": 1}}]"),
              HCQ_NOT_FOUND, "runs[0].vars.z: unknown variable \"z\"");
-  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"runs\": [{\"inputs\": {\"b\": \"a\"}}]"),
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"b\"}}], \"runs\": "
+                  "[{\"inputs\": {\"b\": \"a\"}}]"),
              HCQ_NOT_FOUND, "runs[0].inputs.b: \"b\" is not an input");
-  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"global\": [\"n-6\"]}]"), HCQ_OUT_OF_RANGE,
-             "items[0].global[0]: evaluates to -1");
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"global\": [\"n-6\"]}]"),
+             HCQ_OUT_OF_RANGE, "items[0].global[0]: evaluates to -1");
   /* Deep nesting is refused by the parser, not by the stack. */
   size_t depth = 100000;
   char *deep = malloc(depth + 1);
@@ -266,8 +314,8 @@ Test(graphfile, errors_give_the_json_path) {
   load_fails(deep, HCQ_INVALID_ARGUMENT, "t.json:1:");
   free(deep);
   hcq_graph_file_t *gf = NULL;
-  test_expect_failure(hcq_graph_file_load("/nonexistent/g.json", NULL, &gf), HCQ_NOT_FOUND, "missing file",
-                      (const char *[]){"/nonexistent/g.json", NULL});
+  test_expect_failure(hcq_graph_file_load("/nonexistent/g.json", NULL, &gf), HCQ_NOT_FOUND,
+                      "missing file", (const char *[]){"/nonexistent/g.json", NULL});
 }
 
 /* Float inits: fill_f32 stores the float's bits in every word; uniform_f32 word i is
@@ -279,18 +327,20 @@ static float uniform_ref(uint64_t seed, uint64_t i, float lo, float hi) {
   for (int k = 0; k < 8; k++) v |= (uint64_t)z[8 * i + (uint64_t)k] << (8 * k);
   free(z);
   float x = lo + (hi - lo) * ((float)(v >> 40) * (1.0f / 16777216.0f));
-  return x >= hi && lo < hi ? nextafterf(hi, lo) : x; /* a value rounded up to hi becomes the float below */
+  return x >= hi && lo < hi ? nextafterf(hi, lo)
+                            : x; /* a value rounded up to hi becomes the float below */
 }
 
 Test(graphfile, float_inits) {
-  hcq_graph_file_t *gf = load(HEAD
-                              "\"buffers\": {"
-                              "\"a\": {\"device\": \"CPU:0\", \"bytes\": 12, \"init\": {\"fill_f32\": -1.5}},"
-                              "\"b\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"fill_f32\": 3}},"
-                              "\"u\": {\"device\": \"CPU:0\", \"bytes\": 256, "
-                              "  \"init\": {\"uniform_f32\": {\"seed\": 9, \"lo\": -2, \"hi\": 0.5}}},"
-                              "\"c\": {\"device\": \"CPU:0\", \"bytes\": 6, \"init\": {\"fill_f32\": 1}}},"
-                              "\"items\": [{\"copy\": {\"dst\": \"b\", \"src\": \"b\"}}]}");
+  hcq_graph_file_t *gf =
+      load(HEAD
+           "\"buffers\": {"
+           "\"a\": {\"device\": \"CPU:0\", \"bytes\": 12, \"init\": {\"fill_f32\": -1.5}},"
+           "\"b\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"fill_f32\": 3}},"
+           "\"u\": {\"device\": \"CPU:0\", \"bytes\": 256, "
+           "  \"init\": {\"uniform_f32\": {\"seed\": 9, \"lo\": -2, \"hi\": 0.5}}},"
+           "\"c\": {\"device\": \"CPU:0\", \"bytes\": 6, \"init\": {\"fill_f32\": 1}}},"
+           "\"items\": [{\"copy\": {\"dst\": \"b\", \"src\": \"b\"}}]}");
   float f[64];
   OK(hcq_buffer_copyout(named(gf, "a"), 0, f, 12));
   for (int i = 0; i < 3; i++) cr_assert_eq(f[i], -1.5f);
@@ -304,49 +354,60 @@ Test(graphfile, float_inits) {
     cr_assert(f[i] >= -2.0f && f[i] < 0.5f);
     lo = f[i] < lo ? f[i] : lo, hi = f[i] > hi ? f[i] : hi;
   }
-  cr_assert(lo < -1.5f && hi > 0.0f, "the values spread over the range (%g..%g)", (double)lo, (double)hi);
+  cr_assert(lo < -1.5f && hi > 0.0f, "the values spread over the range (%g..%g)", (double)lo,
+            (double)hi);
   uint8_t bytes[6], one[4];
   float x = 1.0f;
   memcpy(one, &x, 4);
   OK(hcq_buffer_copyout(named(gf, "c"), 0, bytes, 6));
   cr_assert_eq(memcmp(bytes, one, 4), 0);
-  cr_assert_eq(memcmp(bytes + 4, one, 2), 0, "a partial last word holds the first bytes of the float");
+  cr_assert_eq(memcmp(bytes + 4, one, 2), 0,
+               "a partial last word holds the first bytes of the float");
   hcq_graph_file_destroy(gf);
 }
 
 Test(graphfile, float_init_errors) {
-#define BUF(init) HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": " init "}}, \"items\": []}"
-  load_fails(BUF("{\"fill_f32\": \"1.0\"}"), HCQ_INVALID_ARGUMENT, "buffers.a.init.fill_f32: must be a number");
-  load_fails(BUF("{\"fill_f32\": 1e39}"), HCQ_OUT_OF_RANGE, "buffers.a.init.fill_f32: 1e+39 does not fit a 32-bit float");
-  load_fails(BUF("{\"uniform_f32\": 3}"), HCQ_INVALID_ARGUMENT, "buffers.a.init.uniform_f32: must be an object");
+#define BUF(init)                                                                   \
+  HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": " init \
+       "}}, \"items\": []}"
+  load_fails(BUF("{\"fill_f32\": \"1.0\"}"), HCQ_INVALID_ARGUMENT,
+             "buffers.a.init.fill_f32: must be a number");
+  load_fails(BUF("{\"fill_f32\": 1e39}"), HCQ_OUT_OF_RANGE,
+             "buffers.a.init.fill_f32: 1e+39 does not fit a 32-bit float");
+  load_fails(BUF("{\"uniform_f32\": 3}"), HCQ_INVALID_ARGUMENT,
+             "buffers.a.init.uniform_f32: must be an object");
   load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": 0}}"), HCQ_INVALID_ARGUMENT,
              "buffers.a.init.uniform_f32: needs \"hi\"");
   load_fails(BUF("{\"uniform_f32\": {\"seed\": -1, \"lo\": 0, \"hi\": 1}}"), HCQ_OUT_OF_RANGE,
              "buffers.a.init.uniform_f32.seed: -1 is outside");
   load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": 2, \"hi\": 1}}"), HCQ_INVALID_ARGUMENT,
              "buffers.a.init.uniform_f32.hi: 1 is below lo 2");
-  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": 0, \"hi\": 1, \"mid\": 0}}"), HCQ_INVALID_ARGUMENT, "mid");
+  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": 0, \"hi\": 1, \"mid\": 0}}"),
+             HCQ_INVALID_ARGUMENT, "mid");
   load_fails(BUF("\"f32\""), HCQ_INVALID_ARGUMENT, "{\"fill_f32\": X}");
   /* Each end fits a float but hi - lo does not: the values were +inf (and NaN). */
   load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": -3e38, \"hi\": 3e38}}"), HCQ_OUT_OF_RANGE,
              "buffers.a.init.uniform_f32: lo -3e+38, hi 3e+38: hi - lo overflows a float");
-  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": -3.4028234e38, \"hi\": 1e32}}"), HCQ_OUT_OF_RANGE,
-             "hi - lo overflows a float");
+  load_fails(BUF("{\"uniform_f32\": {\"seed\": 1, \"lo\": -3.4028234e38, \"hi\": 1e32}}"),
+             HCQ_OUT_OF_RANGE, "hi - lo overflows a float");
 #undef BUF
 }
 
 /* The one outs rule (graph.h): a missing "outs" is every buffer, "outs": [] none. Dependencies
  * follow it, and a saved jit writes it back the same way. */
 Test(graphfile, empty_outs_writes_nothing_and_round_trips) {
-  hcq_graph_file_t *gf = load(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 256, \"init\": \"iota32\"},"
-                              "\"o\": {\"device\": \"CPU:0\", \"bytes\": 256}, \"c\": {\"device\": \"CPU:0\", \"bytes\": 256},"
-                              "\"c2\": {\"device\": \"CPU:0\", \"bytes\": 256}},"
-                              PROG "\"vars\": {},"
-                              "\"items\": ["
-                              "  {\"kernel\": \"add1\", \"bufs\": [\"a\", \"o\"], \"outs\": [], \"vals\": [0]},"
-                              "  {\"copy\": {\"dst\": \"c\", \"src\": \"a\"}},"
-                              "  {\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [0]},"
-                              "  {\"copy\": {\"dst\": \"c2\", \"src\": \"o\"}}]}");
+  hcq_graph_file_t *gf =
+      load(HEAD
+           "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 256, \"init\": \"iota32\"},"
+           "\"o\": {\"device\": \"CPU:0\", \"bytes\": 256}, \"c\": {\"device\": \"CPU:0\", "
+           "\"bytes\": 256},"
+           "\"c2\": {\"device\": \"CPU:0\", \"bytes\": 256}}," PROG
+           "\"vars\": {},"
+           "\"items\": ["
+           "  {\"kernel\": \"add1\", \"bufs\": [\"a\", \"o\"], \"outs\": [], \"vals\": [0]},"
+           "  {\"copy\": {\"dst\": \"c\", \"src\": \"a\"}},"
+           "  {\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [0]},"
+           "  {\"copy\": {\"dst\": \"c2\", \"src\": \"o\"}}]}");
   const hcq_exec_item_t *items = hcq_graph_file_items(gf);
   cr_assert_not_null(items[0].kernel.outs, "\"outs\": [] is an outs array");
   cr_assert_eq(items[0].kernel.nouts, 0);
@@ -366,7 +427,8 @@ Test(graphfile, empty_outs_writes_nothing_and_round_trips) {
   mine[1].kernel.nouts = 0;
   hcq_jit_t *jit = NULL;
   OK(hcq_jit_create(mine, 2, NULL, 0, NULL, 0, NULL, &jit));
-  cr_assert_not_null(hcq_jit_item(jit, 0)->kernel.outs, "copying an item keeps an empty outs array");
+  cr_assert_not_null(hcq_jit_item(jit, 0)->kernel.outs,
+                     "copying an item keeps an empty outs array");
   cr_assert_null(hcq_jit_item(jit, 1)->kernel.outs);
   const char *base = getenv("HCQ_TEST_TMP");
   char path[512];
@@ -379,27 +441,37 @@ Test(graphfile, empty_outs_writes_nothing_and_round_trips) {
   const hcq_exec_item_t *back = hcq_graph_file_items(again);
   cr_assert_not_null(back[0].kernel.outs, "\"writes nothing\" is saved as \"outs\": []");
   cr_assert_eq(back[0].kernel.nouts, 0);
-  cr_assert_eq(back[1].kernel.nouts, 2, "\"every buffer\" is saved without outs and loads as every buffer");
+  cr_assert_eq(back[1].kernel.nouts, 2,
+               "\"every buffer\" is saved without outs and loads as every buffer");
   hcq_graph_file_destroy(again);
   hcq_graph_file_destroy(gf);
 }
 
-/* Launch dims a file leaves out are 1; an explicit constant 0 is refused naming the item and the dim
- * (it would run nothing); a dim that evaluates to 0 for a run's variables launches nothing then. */
+/* Launch dims a file leaves out are 1; an explicit constant 0 is refused naming the item and the
+ * dim (it would run nothing); a dim that evaluates to 0 for a run's variables launches nothing
+ * then. */
 Test(graphfile, zero_launch_dims) {
-  const char *base = HEAD "\"vars\": {\"n\": {\"min\": 0, \"max\": 16, \"value\": 16}},"
-                          "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"a\": {\"device\": \"CPU:0\", \"bytes\": 64, \"init\": \"iota32\"}},"
-                          PROG;
+  const char *base = HEAD
+      "\"vars\": {\"n\": {\"min\": 0, \"max\": 16, \"value\": 16}},"
+      "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"a\": {\"device\": \"CPU:0\", "
+      "\"bytes\": 64, \"init\": \"iota32\"}}," PROG;
   char text[4096];
-  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16], \"global\": [16, 0]}]"),
-             HCQ_INVALID_ARGUMENT, "t.json: items[0].global[1]: is 0 (launch dims must be >= 1; use 1 for unused dims)");
-  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"a\"}}, {\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16], \"local\": [1, 1, \"2-2\"]}]"),
-             HCQ_INVALID_ARGUMENT, "items[1].local[2]");
-  hcq_graph_file_t *gf = load(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [\"n\"], \"global\": [\"n\"]}]"));
+  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16], "
+                  "\"global\": [16, 0]}]"),
+             HCQ_INVALID_ARGUMENT,
+             "t.json: items[0].global[1]: is 0 (launch dims must be >= 1; use 1 for unused dims)");
+  load_fails(
+      WITH("\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"a\"}}, {\"kernel\": \"add1\", "
+           "\"bufs\": [\"o\", \"a\"], \"vals\": [16], \"local\": [1, 1, \"2-2\"]}]"),
+      HCQ_INVALID_ARGUMENT, "items[1].local[2]");
+  hcq_graph_file_t *gf =
+      load(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [\"n\"], "
+                "\"global\": [\"n\"]}]"));
   const hcq_exec_item_t *it = hcq_graph_file_items(gf);
   for (int i = 0; i < 3; i++) {
     if (i) cr_assert_eq(it->kernel.global[i].value, 1, "global[%d] defaults to 1", i);
-    cr_assert(!it->kernel.local[i].sym && it->kernel.local[i].value == 1, "local[%d] defaults to 1", i);
+    cr_assert(!it->kernel.local[i].sym && it->kernel.local[i].value == 1, "local[%d] defaults to 1",
+              i);
   }
   const hcq_expr_t *n = hcq_graph_file_vars(gf)[0].var;
   hcq_var_value_t zero = {n, 0}, all = {n, 16};
@@ -408,7 +480,8 @@ Test(graphfile, zero_launch_dims) {
   int32_t got[16];
   OK(hcq_graph_run(g, NULL, 0, &zero, 1, true, NULL));
   test_read(named(gf, "o"), got, sizeof(got));
-  for (int i = 0; i < 16; i++) cr_assert_eq(got[i], 0, "n = 0 launches nothing (o[%d] = %d)", i, got[i]);
+  for (int i = 0; i < 16; i++)
+    cr_assert_eq(got[i], 0, "n = 0 launches nothing (o[%d] = %d)", i, got[i]);
   OK(hcq_graph_run(g, NULL, 0, &all, 1, true, NULL));
   test_read(named(gf, "o"), got, sizeof(got));
   for (int i = 0; i < 16; i++) cr_assert_eq(got[i], i + 1, "n = 16 runs (o[%d] = %d)", i, got[i]);
@@ -419,26 +492,40 @@ Test(graphfile, zero_launch_dims) {
 /* "nbufs"/"nvals" on a program declare what its kernel reads: an item passing other counts is bad
  * input naming the item, and the compiled program carries the declaration (eager runs check it). */
 Test(graphfile, declared_program_argument_counts) {
-  const char *prog = "\"programs\": {\"add1\": {\"nbufs\": 2, \"nvals\": 1, \"c\": \"void add1(void *const *b, const int32_t *v, "
-                     "const hcq_launch_t *l) { int32_t *o = b[0]; const int32_t *a = b[1]; for (uint32_t t = 0; t < l->lsz[0]; "
-                     "t++) { size_t i = (size_t)l->gid[0] * l->lsz[0] + t; if (i < (size_t)v[0]) o[i] = a[i] + 1; } }\"}}, ";
+  const char *prog =
+      "\"programs\": {\"add1\": {\"nbufs\": 2, \"nvals\": 1, \"c\": \"void add1(void *const *b, "
+      "const int32_t *v, "
+      "const hcq_launch_t *l) { int32_t *o = b[0]; const int32_t *a = b[1]; for (uint32_t t = 0; t "
+      "< l->lsz[0]; "
+      "t++) { size_t i = (size_t)l->gid[0] * l->lsz[0] + t; if (i < (size_t)v[0]) o[i] = a[i] + 1; "
+      "} }\"}}, ";
   char base[2048];
   snprintf(base, sizeof(base), "%s%s%s", HEAD,
-           "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"a\": {\"device\": \"CPU:0\", \"bytes\": 64}},", prog);
+           "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"a\": {\"device\": "
+           "\"CPU:0\", \"bytes\": 64}},",
+           prog);
   char text[4096];
-  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"a\"}}, {\"kernel\": \"add1\", \"bufs\": [\"o\"], \"vals\": [16]}]"),
+  load_fails(WITH("\"items\": [{\"copy\": {\"dst\": \"o\", \"src\": \"a\"}}, {\"kernel\": "
+                  "\"add1\", \"bufs\": [\"o\"], \"vals\": [16]}]"),
              HCQ_INVALID_ARGUMENT,
-             "t.json: items[1]: bufs and vals: kernel add1 takes 2 buffers and 1 value (as declared), but 1 buffer and 1 value are passed");
-  load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16, 2]}]"), HCQ_INVALID_ARGUMENT,
-             "but 2 buffers and 2 values are passed");
-  hcq_graph_file_t *gf = load(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16]}]"));
+             "t.json: items[1]: bufs and vals: kernel add1 takes 2 buffers and 1 value (as "
+             "declared), but 1 buffer and 1 value are passed");
+  load_fails(
+      WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16, 2]}]"),
+      HCQ_INVALID_ARGUMENT, "but 2 buffers and 2 values are passed");
+  hcq_graph_file_t *gf =
+      load(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"o\", \"a\"], \"vals\": [16]}]"));
   size_t nb = 0, nv = 0;
-  cr_assert(hcq_program_args(hcq_graph_file_items(gf)[0].kernel.program, &nb, &nv) && nb == 2 && nv == 1);
+  cr_assert(hcq_program_args(hcq_graph_file_items(gf)[0].kernel.program, &nb, &nv) && nb == 2 &&
+            nv == 1);
   hcq_graph_file_destroy(gf);
-  const char *buffers = HEAD "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}}, \"items\": [], ";
+  const char *buffers =
+      HEAD "\"buffers\": {\"o\": {\"device\": \"CPU:0\", \"bytes\": 64}}, \"items\": [], ";
   snprintf(text, sizeof(text), "%s\"programs\": {\"k\": {\"c\": \"\", \"nbufs\": 1}}}", buffers);
-  load_fails(text, HCQ_INVALID_ARGUMENT, "programs.k: give both \"nbufs\" and \"nvals\", or neither");
-  snprintf(text, sizeof(text), "%s\"programs\": {\"k\": {\"c\": \"\", \"nbufs\": 1, \"nvals\": 257}}}", buffers);
+  load_fails(text, HCQ_INVALID_ARGUMENT,
+             "programs.k: give both \"nbufs\" and \"nvals\", or neither");
+  snprintf(text, sizeof(text),
+           "%s\"programs\": {\"k\": {\"c\": \"\", \"nbufs\": 1, \"nvals\": 257}}}", buffers);
   load_fails(text, HCQ_OUT_OF_RANGE, "programs.k.nvals: 257 is outside [0, 256]");
 }
 
@@ -446,15 +533,17 @@ Test(graphfile, declared_program_argument_counts) {
  * did: [1, 1 + 2^-20) gave hi for u above 15/16, [1, 2) at the largest u), and at the widest
  * ranges a float allows. */
 Test(graphfile, uniform_f32_stays_in_its_range) {
-  const float ranges[][2] = {{1.0f, 1.0f + 0x1p-20f}, {1.0f, 2.0f}, {-1.7e38f, 1.7e38f}, {0.0f, 3.4e38f}, {-3.4e38f, 0.0f},
-                             {-1.0f, 1.0f}, {5.0f, 5.0f}};
+  const float ranges[][2] = {
+      {1.0f, 1.0f + 0x1p-20f}, {1.0f, 2.0f},  {-1.7e38f, 1.7e38f}, {0.0f, 3.4e38f},
+      {-3.4e38f, 0.0f},        {-1.0f, 1.0f}, {5.0f, 5.0f}};
   for (size_t r = 0; r < sizeof(ranges) / sizeof(ranges[0]); r++) {
     float lo = ranges[r][0], hi = ranges[r][1];
     char text[512];
     snprintf(text, sizeof(text),
-             HEAD "\"buffers\": {\"u\": {\"device\": \"CPU:0\", \"bytes\": 1024, "
-                  "\"init\": {\"uniform_f32\": {\"seed\": 11, \"lo\": %.9g, \"hi\": %.9g}}}},"
-                  "\"items\": [{\"copy\": {\"dst\": \"u\", \"src\": \"u\", \"bytes\": 0}}]}",
+             HEAD
+             "\"buffers\": {\"u\": {\"device\": \"CPU:0\", \"bytes\": 1024, "
+             "\"init\": {\"uniform_f32\": {\"seed\": 11, \"lo\": %.9g, \"hi\": %.9g}}}},"
+             "\"items\": [{\"copy\": {\"dst\": \"u\", \"src\": \"u\", \"bytes\": 0}}]}",
              (double)lo, (double)hi);
     hcq_graph_file_t *gf = load(text);
     float f[256];
@@ -462,8 +551,8 @@ Test(graphfile, uniform_f32_stays_in_its_range) {
     int at_top = 0;
     for (int i = 0; i < 256; i++) {
       cr_assert(isfinite(f[i]), "[%g, %g) word %d is %g", (double)lo, (double)hi, i, (double)f[i]);
-      cr_assert(lo == hi ? f[i] == lo : f[i] >= lo && f[i] < hi, "[%.9g, %.9g) word %d is %.9g", (double)lo, (double)hi,
-                i, (double)f[i]);
+      cr_assert(lo == hi ? f[i] == lo : f[i] >= lo && f[i] < hi, "[%.9g, %.9g) word %d is %.9g",
+                (double)lo, (double)hi, i, (double)f[i]);
       cr_assert_eq(f[i], uniform_ref(11, (uint64_t)i, lo, hi), "word %d", i);
       at_top += lo < hi && f[i] == nextafterf(hi, lo);
     }
@@ -481,18 +570,21 @@ Test(graphfile, many_buffers_and_a_deep_view_chain) {
   size_t cap = (size_t)N * 80 + (size_t)DEPTH * 64 + (size_t)N * 10 + 4096, len = 0;
   char *text = malloc(cap);
   cr_assert_not_null(text);
-#define ADD(...)                                                \
-  do {                                                          \
+#define ADD(...)                                                 \
+  do {                                                           \
     len += (size_t)snprintf(text + len, cap - len, __VA_ARGS__); \
-    cr_assert_lt(len, cap);                                     \
+    cr_assert_lt(len, cap);                                      \
   } while (0)
   ADD(HEAD "\"buffers\": {");
-  for (int i = 0; i < N; i++) ADD("\"b%d\": {\"device\": \"CPU:0\", \"bytes\": 4, \"init\": {\"fill32\": %d}},", i, i * 3);
+  for (int i = 0; i < N; i++)
+    ADD("\"b%d\": {\"device\": \"CPU:0\", \"bytes\": 4, \"init\": {\"fill32\": %d}},", i, i * 3);
   /* v0 = c[0, 8 + DEPTH), v_k = v_(k-1)[1, ...): v_k starts at byte k of c. */
-  for (int k = DEPTH - 1; k > 0; k--) ADD("\"v%d\": {\"view\": \"v%d\", \"offset\": 1, \"bytes\": %d},", k, k - 1, 8 + DEPTH - k);
+  for (int k = DEPTH - 1; k > 0; k--)
+    ADD("\"v%d\": {\"view\": \"v%d\", \"offset\": 1, \"bytes\": %d},", k, k - 1, 8 + DEPTH - k);
   ADD("\"v0\": {\"view\": \"c\", \"bytes\": %d},", 8 + DEPTH);
   ADD("\"c\": {\"device\": \"CPU:0\", \"bytes\": %d, \"init\": \"iota32\"}},", 8 + DEPTH);
-  ADD("\"items\": [{\"copy\": {\"dst\": \"b%d\", \"src\": \"v%d\"}}], \"inputs\": [", N - 1, DEPTH - 1);
+  ADD("\"items\": [{\"copy\": {\"dst\": \"b%d\", \"src\": \"v%d\"}}], \"inputs\": [", N - 1,
+      DEPTH - 1);
   for (int i = 0; i < N; i++) ADD("%s\"b%d\"", i ? ", " : "", i);
   ADD("], \"runs\": [{\"inputs\": {\"b%d\": \"b0\"}}]}", N / 2);
 #undef ADD
@@ -558,7 +650,8 @@ static void write_text(const char *dir, const char *name, const char *text) {
   fclose(f);
 }
 
-static void load_dir_fails(const char *dir, const char *text, hcq_status_code_t code, const char **fragments) {
+static void load_dir_fails(const char *dir, const char *text, hcq_status_code_t code,
+                           const char **fragments) {
   hcq_graph_file_t *gf = NULL;
   hcq_status_t st = hcq_graph_file_load_text(text, strlen(text), "t.json", dir, NULL, &gf);
   cr_assert_null(gf);
@@ -574,26 +667,35 @@ Test(graphfile, non_regular_files_are_refused_without_blocking, .timeout = 20) {
   cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo %s", fifo);
   mkdir(strcat(strcpy(path, dir), "/folder"), 0755);
   hcq_graph_file_t *gf = NULL;
-  test_expect_failure(hcq_graph_file_load(fifo, NULL, &gf), HCQ_INVALID_ARGUMENT, "a FIFO as the graph file",
-                      (const char *[]){fifo, "cannot read graph file: it is a FIFO (named pipe), not a regular file", NULL});
+  test_expect_failure(
+      hcq_graph_file_load(fifo, NULL, &gf), HCQ_INVALID_ARGUMENT, "a FIFO as the graph file",
+      (const char *[]){
+          fifo, "cannot read graph file: it is a FIFO (named pipe), not a regular file", NULL});
   cr_assert_null(gf);
-  test_expect_failure(hcq_graph_file_load("/dev/zero", NULL, &gf), HCQ_INVALID_ARGUMENT, "a character device",
-                      (const char *[]){"/dev/zero: cannot read graph file: it is a character device", NULL});
+  test_expect_failure(
+      hcq_graph_file_load("/dev/zero", NULL, &gf), HCQ_INVALID_ARGUMENT, "a character device",
+      (const char *[]){"/dev/zero: cannot read graph file: it is a character device", NULL});
   test_expect_failure(hcq_graph_file_load(path, NULL, &gf), HCQ_INVALID_ARGUMENT, "a directory",
                       (const char *[]){"folder: cannot read graph file: it is a directory", NULL});
-  const char *src_fmt = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8}},"
-                             "\"programs\": {\"k\": {\"c\": {\"file\": \"%s\"}}}, \"items\": [{\"kernel\": \"k\", \"bufs\": [\"a\"]}]}";
-  const char *data_fmt = HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"file\": \"%s\"}}},"
-                              "\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}]}";
-  const char *cases[][2] = {{"pipe", "is a FIFO (named pipe), not a regular file"},
-                            {"/dev/zero", "\"/dev/zero\" is a character device, not a regular file"},
-                            {"folder", "folder\" is a directory, not a regular file"}};
+  const char *src_fmt = HEAD
+      "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8}},"
+      "\"programs\": {\"k\": {\"c\": {\"file\": \"%s\"}}}, \"items\": [{\"kernel\": \"k\", "
+      "\"bufs\": [\"a\"]}]}";
+  const char *data_fmt = HEAD
+      "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"file\": \"%s\"}}},"
+      "\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}]}";
+  const char *cases[][2] = {
+      {"pipe", "is a FIFO (named pipe), not a regular file"},
+      {"/dev/zero", "\"/dev/zero\" is a character device, not a regular file"},
+      {"folder", "folder\" is a directory, not a regular file"}};
   char text[1024];
   for (size_t i = 0; i < 3; i++) {
     snprintf(text, sizeof(text), src_fmt, cases[i][0]);
-    load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT, (const char *[]){"t.json: programs.k.c.file: ", cases[i][1], NULL});
+    load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT,
+                   (const char *[]){"t.json: programs.k.c.file: ", cases[i][1], NULL});
     snprintf(text, sizeof(text), data_fmt, cases[i][0]);
-    load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT, (const char *[]){"t.json: buffers.a.init.file: ", cases[i][1], NULL});
+    load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT,
+                   (const char *[]){"t.json: buffers.a.init.file: ", cases[i][1], NULL});
   }
   /* A regular file through a symlink still loads. */
   write_text(dir, "data.bin", "12345678");
@@ -608,7 +710,8 @@ Test(graphfile, non_regular_files_are_refused_without_blocking, .timeout = 20) {
 }
 
 /* A path longer than PATH_MAX is an error naming it. It used to be cut to PATH_MAX - 1 bytes,
- * which here names another file that exists (data.bin, not data.bin.missing), and that file was read. */
+ * which here names another file that exists (data.bin, not data.bin.missing), and that file was
+ * read. */
 Test(graphfile, paths_longer_than_path_max_are_errors) {
   char dir[512];
   temp_dir(dir, sizeof(dir));
@@ -617,15 +720,23 @@ Test(graphfile, paths_longer_than_path_max_are_errors) {
   size_t pad = keep - dir_len - 1 - strlen("data.bin");
   char *rel = malloc(pad + 64), *text = malloc(pad + 1024);
   size_t n = 0;
-  if (pad % 2) rel[n++] = '.', rel[n++] = '/', rel[n++] = '/', pad -= 3; /* ".//" fixes the parity */
+  if (pad % 2)
+    rel[n++] = '.', rel[n++] = '/', rel[n++] = '/', pad -= 3; /* ".//" fixes the parity */
   for (; pad; pad -= 2) rel[n++] = '.', rel[n++] = '/';
   strcpy(rel + n, "data.bin.missing");
   cr_assert_eq(dir_len + 1 + strlen(rel) - strlen(".missing"), keep);
-  sprintf(text, HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"file\": \"%s\"}}},"
-                     "\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}]}", rel);
+  sprintf(
+      text,
+      HEAD
+      "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 8, \"init\": {\"file\": \"%s\"}}},"
+      "\"items\": [{\"copy\": {\"dst\": \"a\", \"src\": \"a\"}}]}",
+      rel);
   char length[128];
-  snprintf(length, sizeof(length), "is too long: %zu bytes with the graph file's folder", dir_len + 1 + strlen(rel));
-  load_dir_fails(dir, text, HCQ_INVALID_ARGUMENT, (const char *[]){"t.json: buffers.a.init.file: path \"./", length, "PATH_MAX", NULL});
+  snprintf(length, sizeof(length), "is too long: %zu bytes with the graph file's folder",
+           dir_len + 1 + strlen(rel));
+  load_dir_fails(
+      dir, text, HCQ_INVALID_ARGUMENT,
+      (const char *[]){"t.json: buffers.a.init.file: path \"./", length, "PATH_MAX", NULL});
   free(rel);
   free(text);
 }
@@ -637,11 +748,14 @@ Test(graphfile, too_long_expressions_give_their_length_and_the_limit) {
   char *expr = malloc(terms * 2 + 1), *text = malloc(terms * 2 + 1024);
   for (size_t i = 0; i < terms; i++) expr[2 * i] = 'n', expr[2 * i + 1] = '+';
   expr[2 * terms - 1] = '\0';
-  const char *fmt = HEAD "\"vars\": {\"n\": {\"min\": 0, \"max\": 0}}, \"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64}}," PROG
-                         "\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"a\"], \"vals\": [\"%s\"]}]}";
+  const char *fmt = HEAD
+      "\"vars\": {\"n\": {\"min\": 0, \"max\": 0}}, \"buffers\": {\"a\": {\"device\": \"CPU:0\", "
+      "\"bytes\": 64}}," PROG
+      "\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"a\"], \"vals\": [\"%s\"]}]}";
   sprintf(text, fmt, expr);
   load_fails(text, HCQ_INVALID_ARGUMENT, "items[0].vals[0]: expression \"n+n+n+");
-  load_fails(text, HCQ_INVALID_ARGUMENT, "is too long: 5000 terms in a row make it 5000 levels deep, the limit is 1000");
+  load_fails(text, HCQ_INVALID_ARGUMENT,
+             "is too long: 5000 terms in a row make it 5000 levels deep, the limit is 1000");
   expr[2 * 1001 - 1] = '\0';
   sprintf(text, fmt, expr);
   load_fails(text, HCQ_INVALID_ARGUMENT, "1001 terms in a row");
@@ -669,11 +783,13 @@ Test(graphfile, too_long_expressions_give_their_length_and_the_limit) {
   const hcq_expr_t *vars[] = {n_var};
   for (size_t i = 0; i < terms; i++) expr[2 * i] = 'n', expr[2 * i + 1] = '*';
   expr[2 * terms - 1] = '\0';
-  FAILS(hcq_expr_parse(expr, vars, 1, &e), HCQ_INVALID_ARGUMENT, "5000 factors in a row", "the limit is 1000");
+  FAILS(hcq_expr_parse(expr, vars, 1, &e), HCQ_INVALID_ARGUMENT, "5000 factors in a row",
+        "the limit is 1000");
   n = (size_t)sprintf(grouped, "max(");
   for (size_t i = 0; i < 3000; i++) n += (size_t)sprintf(grouped + n, "%sn", i ? "," : "");
   strcpy(grouped + n, ")");
-  FAILS(hcq_expr_parse(grouped, vars, 1, &e), HCQ_INVALID_ARGUMENT, "3000 min/max arguments in a row");
+  FAILS(hcq_expr_parse(grouped, vars, 1, &e), HCQ_INVALID_ARGUMENT,
+        "3000 min/max arguments in a row");
   cr_assert_null(e);
   hcq_expr_release(n_var);
   free(grouped);
@@ -688,19 +804,24 @@ Test(graphfile, saved_expressions_are_whole) {
   char *expr = malloc(terms * 2), *text = malloc(terms * 2 + 2048);
   for (size_t i = 0; i < terms; i++) expr[2 * i] = 'n', expr[2 * i + 1] = '+';
   expr[2 * terms - 1] = '\0';
-  sprintf(text, HEAD "\"vars\": {\"n\": {\"min\": 0, \"max\": 1, \"value\": 1}}, \"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64}}," PROG
-                "\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"a\"], \"vals\": [\"%s\"]}]}", expr);
+  sprintf(text,
+          HEAD
+          "\"vars\": {\"n\": {\"min\": 0, \"max\": 1, \"value\": 1}}, \"buffers\": {\"a\": "
+          "{\"device\": \"CPU:0\", \"bytes\": 64}}," PROG
+          "\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\", \"a\"], \"vals\": [\"%s\"]}]}",
+          expr);
   hcq_graph_file_t *gf = load(text);
   hcq_jit_t *jit = NULL;
-  OK(hcq_jit_create(hcq_graph_file_items(gf), hcq_graph_file_item_count(gf), NULL, 0, hcq_graph_file_vars(gf),
-                    hcq_graph_file_var_count(gf), NULL, &jit));
+  OK(hcq_jit_create(hcq_graph_file_items(gf), hcq_graph_file_item_count(gf), NULL, 0,
+                    hcq_graph_file_vars(gf), hcq_graph_file_var_count(gf), NULL, &jit));
   char dir[512], path[600];
   temp_dir(dir, sizeof(dir));
   snprintf(path, sizeof(path), "%s/saved.json", dir);
   OK(hcq_jit_save(jit, path));
   hcq_graph_file_t *back = NULL;
   OK(hcq_graph_file_load(path, NULL, &back));
-  const hcq_operand_t *was = &hcq_graph_file_items(gf)[0].kernel.vals[0], *is = &hcq_graph_file_items(back)[0].kernel.vals[0];
+  const hcq_operand_t *was = &hcq_graph_file_items(gf)[0].kernel.vals[0],
+                      *is = &hcq_graph_file_items(back)[0].kernel.vals[0];
   cr_assert_not_null(is->sym);
   char a[4096], b[4096];
   cr_assert_gt(hcq_expr_format(was->sym, a, sizeof(a)), 1024);

@@ -37,8 +37,8 @@ static void pipelined_equals_eager(unsigned inflight, uint32_t seed) {
       world_run_eager(&w, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2);
     }
     char what[96];
-    snprintf(what, sizeof(what), "%u in flight, round %d (%d devices, %d items), 12 replays", inflight, round, w.ndev,
-             rw.nitems);
+    snprintf(what, sizeof(what), "%u in flight, round %d (%d devices, %d items), 12 replays",
+             inflight, round, w.ndev, rw.nitems);
     world_compare(&w, what);
     OK(hcq_graph_destroy(g));
     world_close(&w);
@@ -64,11 +64,19 @@ Test(handoff, wait_false_queues_up_to_inflight_replays_without_waiting) {
   setenv("HCQ_WAIT_TIMEOUT_MS", "5000", 1);
   hcq_device_t *d0 = test_open("CPU:0"), *d1 = test_open("CPU:1");
   hcq_program_t *p = test_program(d0, "gate", k_gate);
-  hcq_buffer_t *gate = test_buffer(d0, 64), *count = test_buffer(d0, 64), *far = test_buffer(d1, 64);
+  hcq_buffer_t *gate = test_buffer(d0, 64), *count = test_buffer(d0, 64),
+               *far = test_buffer(d1, 64);
   hcq_buffer_t *bufs[] = {gate, count};
   hcq_exec_item_t items[2] = {
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {p, bufs, 2, (uint32_t[]){1}, 1, NULL, 0, {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+       .kernel = {p,
+                  bufs,
+                  2,
+                  (uint32_t[]){1},
+                  1,
+                  NULL,
+                  0,
+                  {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
                   {hcq_imm(1), hcq_imm(1), hcq_imm(1)}}},
       {.kind = HCQ_ITEM_TRANSFER, .transfer = {far, count, 64}},
   };
@@ -77,7 +85,8 @@ Test(handoff, wait_false_queues_up_to_inflight_replays_without_waiting) {
   OK(hcq_graph_create(items, 2, NULL, 0, NULL, 0, &opts, &g));
   /* Three replays queue while the first is held at the gate: none of these calls waits for it. */
   for (int r = 0; r < 3; r++) OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
-  int32_t *host_gate = (int32_t *)(uintptr_t)hcq_buffer_address(gate); /* CPU memory is host memory */
+  /* CPU memory is host memory */
+  int32_t *host_gate = (int32_t *)(uintptr_t)hcq_buffer_address(gate);
   int32_t *host_count = (int32_t *)(uintptr_t)hcq_buffer_address(count);
   cr_assert_eq(__atomic_load_n(host_count, __ATOMIC_ACQUIRE), 0, "nothing ran past the gate yet");
   __atomic_store_n(host_gate, 1, __ATOMIC_RELEASE);
@@ -155,10 +164,11 @@ Test(handoff, threads_honour_the_core_budget) {
   if (total >= 2) {
     cr_assert_eq(n0 + n1, (size_t)total, "two devices split the cores");
     for (size_t i = 0; i < n0; i++)
-      for (size_t k = 0; k < n1; k++) cr_assert_neq(c0[i], c1[k], "the devices' cores are disjoint");
+      for (size_t k = 0; k < n1; k++)
+        cr_assert_neq(c0[i], c1[k], "the devices' cores are disjoint");
   }
-  cr_assert_leq(hcq_device_thread_count(d0) + hcq_device_thread_count(d1), (unsigned)(total >= 2 ? total : 2),
-                "never more busy threads than cores");
+  cr_assert_leq(hcq_device_thread_count(d0) + hcq_device_thread_count(d1),
+                (unsigned)(total >= 2 ? total : 2), "never more busy threads than cores");
   /* Each engine runs on the first of its device's cores, and only there. */
   thread_info_t ts[64];
   int nt = hcq_threads(ts, 64);
@@ -175,7 +185,8 @@ Test(handoff, threads_honour_the_core_budget) {
   cr_assert_eq(engines, 2);
   /* Work still runs on both, across the hand-off. */
   hcq_program_t *p = test_program(d0, "add_scalar", test_kernels_source);
-  hcq_buffer_t *a = test_buffer_iota(d0, 64, 1, 0), *o = test_buffer(d0, 256), *far = test_buffer(d1, 256);
+  hcq_buffer_t *a = test_buffer_iota(d0, 64, 1, 0), *o = test_buffer(d0, 256),
+               *far = test_buffer(d1, 256);
   hcq_buffer_t *b[] = {o, a};
   int32_t v[] = {7, 64};
   hcq_launch_desc_t l = {p, b, 2, v, 2, {1, 1, 1}, {64, 1, 1}, NULL, 0};
@@ -230,7 +241,8 @@ Test(handoff, both_queues_of_a_device_hand_off_on_one_engine) {
   hcq_queue_t *a = NULL, *b = NULL;
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &a));
   OK(hcq_queue_create(HCQ_QUEUE_COPY, &b));
-  hcq_operand_t pi = hcq_imm((int64_t)hcq_signal_address(ping)), po = hcq_imm((int64_t)hcq_signal_address(pong));
+  hcq_operand_t pi = hcq_imm((int64_t)hcq_signal_address(ping)),
+                po = hcq_imm((int64_t)hcq_signal_address(pong));
   for (int i = 1; i <= 200; i++) {
     OK(hcq_queue_wait(a, pi, hcq_imm(i)));
     OK(hcq_queue_signal(a, po, hcq_imm(i)));

@@ -1,5 +1,5 @@
-/* Faults, hangs, misuse and hostile environments (docs/errors.md, issue 7): one test (or more) per class of
- * failure. Each asserts behaviour: no crash, no hang (every wait is bounded by a short
+/* Faults, hangs, misuse and hostile environments (docs/errors.md, issue 7): one test (or more) per
+ * class of failure. Each asserts behaviour: no crash, no hang (every wait is bounded by a short
  * HCQ_WAIT_TIMEOUT_MS), no wrong result, and the culprit named in the message. */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +31,8 @@ static const char *const k_bad_kernels =
     "  (void)v; (void)l; __atomic_fetch_add((int32_t *)b[0], 1, __ATOMIC_RELAXED);\n"
     "}\n";
 
-/* Short enough to keep the suite quick, long enough for a fault to be handled on a loaded machine. */
+/* Short enough to keep the suite quick, long enough for a fault to be handled on a loaded machine.
+ */
 static void short_timeouts(void) { setenv("HCQ_WAIT_TIMEOUT_MS", "1000", 1); }
 
 static void sleep_ms(long ms) {
@@ -50,10 +51,18 @@ static void expect_iota(hcq_buffer_t *b, size_t n, int32_t mul, int32_t add, con
   free(got);
 }
 
-static hcq_exec_item_t kernel_item(hcq_program_t *p, hcq_buffer_t **bufs, size_t nbufs, const uint32_t *outs,
-                                   size_t nouts, hcq_operand_t *vals, size_t nvals, uint32_t groups, uint32_t local) {
+static hcq_exec_item_t kernel_item(hcq_program_t *p, hcq_buffer_t **bufs, size_t nbufs,
+                                   const uint32_t *outs, size_t nouts, hcq_operand_t *vals,
+                                   size_t nvals, uint32_t groups, uint32_t local) {
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {p, bufs, nbufs, outs, nouts, vals, nvals, {hcq_imm(groups), hcq_imm(1), hcq_imm(1)},
+                        .kernel = {p,
+                                   bufs,
+                                   nbufs,
+                                   outs,
+                                   nouts,
+                                   vals,
+                                   nvals,
+                                   {hcq_imm(groups), hcq_imm(1), hcq_imm(1)},
                                    {hcq_imm(local), hcq_imm(1), hcq_imm(1)}}};
   return it;
 }
@@ -69,9 +78,11 @@ Test(hardening, raw_queue_freed_with_its_objects_under_pending_work) {
   OK(hcq_signal_create(d, "gate", 0, &gate));
   hcq_queue_t *q = NULL;
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-  hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(out))}, vals[] = {hcq_imm(7), hcq_imm(64)};
+  hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(out))},
+                vals[] = {hcq_imm(7), hcq_imm(64)};
   OK(hcq_queue_kernargs(q, args, 0, bufs, 1, vals, 2));
-  hcq_operand_t g[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)}, l[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
+  hcq_operand_t g[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                l[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
   OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
   OK(hcq_queue_exec(q, p, hcq_imm((int64_t)hcq_buffer_address(args)), 1, g, l));
   OK(hcq_queue_bind(q, d));
@@ -91,7 +102,8 @@ Test(hardening, raw_queue_freed_with_its_objects_under_pending_work) {
     sleep_ms(10);
     test_read(out, got, sizeof(got));
   }
-  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 7, "the kernel ran with its released arguments intact");
+  for (int i = 0; i < 64; i++)
+    cr_assert_eq(got[i], 7, "the kernel ran with its released arguments intact");
   hcq_buffer_release(out);
   test_close(d);
 }
@@ -121,15 +133,18 @@ Test(hardening, graph_replays_survive_two_timeline_wraps) {
   hcq_device_timeline(d, &first, NULL);
   for (int wrap = 0; wrap < 2; wrap++) {
     timeline_near_wrap(d);
-    OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL)); /* remembered by the graph across the wraps */
+    /* remembered by the graph across the wraps */
+    OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
     int32_t v[] = {1, 64};
     hcq_launch_desc_t ld = {p, bufs, 2, v, 2, {1, 1, 1}, {64, 1, 1}, NULL, 0};
     for (int i = 0; i < 6; i++) OK(hcq_launch(&ld));
     OK(hcq_device_synchronize(d));
     hcq_signal_t *now = NULL;
     hcq_device_timeline(d, &now, NULL);
-    cr_assert_eq(now == first, wrap == 1, "wrap %d: the timeline alternates between its two signals", wrap);
-    cr_assert_str_eq(hcq_signal_name(now), "CPU:0 timeline", "the live timeline keeps the plain name");
+    cr_assert_eq(now == first, wrap == 1,
+                 "wrap %d: the timeline alternates between its two signals", wrap);
+    cr_assert_str_eq(hcq_signal_name(now), "CPU:0 timeline",
+                     "the live timeline keeps the plain name");
   }
   /* The first signal was reset to 0 and reused: a wait on (signal, old value) would never end. */
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
@@ -153,8 +168,8 @@ Test(hardening, huge_timeouts_saturate_and_64bit_values_wake_waiters) {
   hcq_device_t *d = test_open("CPU:0");
   hcq_signal_t *s = NULL;
   OK(hcq_signal_create(d, "far", 1, &s));
-  /* The value changes by exactly 2^32: its low half stays 1. A waiter sleeping on the low half would
-   * miss it; INT64_MAX must not wrap into "already expired" either. */
+  /* The value changes by exactly 2^32: its low half stays 1. A waiter sleeping on the low half
+   * would miss it; INT64_MAX must not wrap into "already expired" either. */
   pthread_t t;
   pthread_create(&t, NULL, set_later, s);
   OK(hcq_signal_wait(s, (UINT64_C(1) << 32) + 1, INT64_MAX));
@@ -184,7 +199,8 @@ Test(hardening, kernel_without_outs_writes_every_buffer_in_graphs) {
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
   int32_t got[64];
   test_read(dst, got, sizeof(got));
-  for (int i = 0; i < 64; i++) cr_assert_eq(got[i], 9, "element %d was copied before the kernel wrote it", i);
+  for (int i = 0; i < 64; i++)
+    cr_assert_eq(got[i], 9, "element %d was copied before the kernel wrote it", i);
   OK(hcq_graph_destroy(g));
   hcq_buffer_release(a);
   hcq_buffer_release(dst);
@@ -198,7 +214,8 @@ Test(hardening, kernel_without_outs_writes_every_buffer_in_graphs) {
 Test(hardening, aliasing_replay_inputs_are_refused_by_name) {
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = test_program(d, "add_scalar", test_kernels_source);
-  hcq_buffer_t *in = test_buffer_iota(d, 64, 1, 0), *mid = test_buffer(d, 256), *out = test_buffer(d, 256);
+  hcq_buffer_t *in = test_buffer_iota(d, 64, 1, 0), *mid = test_buffer(d, 256),
+               *out = test_buffer(d, 256);
   hcq_buffer_t *other = test_buffer_iota(d, 64, 2, 0);
   hcq_buffer_set_label(mid, "mid");
   hcq_buffer_set_label(other, "other");
@@ -211,8 +228,10 @@ Test(hardening, aliasing_replay_inputs_are_refused_by_name) {
   hcq_buffer_t *view = NULL;
   OK(hcq_buffer_view_create(mid, 0, 256, &view));
   hcq_buffer_set_label(view, "view of mid");
-  FAILS(hcq_graph_run(g, &mid, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0", "mid", "aliases");
-  FAILS(hcq_graph_run(g, &view, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0", "view of mid", "aliases");
+  FAILS(hcq_graph_run(g, &mid, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0", "mid",
+        "aliases");
+  FAILS(hcq_graph_run(g, &view, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "input 0",
+        "view of mid", "aliases");
   /* A buffer of its own is fine, and the refused replays changed nothing. */
   OK(hcq_graph_run(g, &other, 1, NULL, 0, true, NULL));
   expect_iota(out, 64, 2, 11, "replay with a separate input");
@@ -234,11 +253,12 @@ Test(hardening, kernel_that_never_returns_is_named_and_the_device_can_be_closed)
   hcq_program_t *p = test_program(d, "forever", k_bad_kernels);
   hcq_buffer_t *b = test_buffer(d, 64);
   hcq_buffer_t *bufs[] = {b};
-  hcq_exec_item_t items[2] = {kernel_item(p, bufs, 1, NULL, 0, NULL, 0, 1, 1), kernel_item(p, bufs, 1, NULL, 0, NULL, 0, 1, 1)};
+  hcq_exec_item_t items[2] = {kernel_item(p, bufs, 1, NULL, 0, NULL, 0, 1, 1),
+                              kernel_item(p, bufs, 1, NULL, 0, NULL, 0, 1, 1)};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(items, 2, NULL, 0, NULL, 0, NULL, &g));
-  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, "hang report", "CPU:0", "running exec kernel forever",
-        "graph item 0", "compute queue of CPU:0", "for at least");
+  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, "hang report", "CPU:0",
+        "running exec kernel forever", "graph item 0", "compute queue of CPU:0", "for at least");
   char report[4096];
   hcq_device_report(d, report, sizeof(report));
   cr_assert(strstr(report, "kernel forever"), "on demand too: %s", report);
@@ -320,8 +340,8 @@ Test(hardening, wait_on_a_signal_nobody_sets_names_signal_values_and_item) {
                               {.kind = HCQ_ITEM_TRANSFER, .transfer = {b, a, 256}}};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(items, 2, NULL, 0, NULL, 0, NULL, &g));
-  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, "compute queue: blocked at wait \"never set\" >= 17 (value 3)",
-        "CPU:1:");
+  FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT,
+        "compute queue: blocked at wait \"never set\" >= 17 (value 3)", "CPU:1:");
   /* It is not lost by itself: setting the signal lets everything finish. */
   hcq_signal_set(never, 17);
   OK(hcq_device_synchronize(d));
@@ -354,7 +374,8 @@ Test(hardening, graph_queue_blocked_at_its_wait_is_named_with_the_item) {
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g));
   FAILS(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, "this replay of graph#",
-        "was queued but did not finish on CPU:0 in time", "do not run it again", "blocked at wait \"gate\" >= 1 (value 0)");
+        "was queued but did not finish on CPU:0 in time", "do not run it again",
+        "blocked at wait \"gate\" >= 1 (value 0)");
   hcq_signal_set(gate, 1);
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
   OK(hcq_graph_destroy(g));
@@ -393,7 +414,8 @@ Test(hardening, a_timed_out_replay_says_whether_it_was_queued) {
   hcq_graph_options_t opt = {.inflight = 1};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, &opt, &g));
-  /* Replay 1 queues behind the gate; replay 2 cannot take the only instance, so it is not queued. */
+  /* Replay 1 queues behind the gate; replay 2 cannot take the only instance, so it is not queued.
+   */
   OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
   char msg[8192];
   message_of(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL), HCQ_TIMEOUT, msg, sizeof(msg));
@@ -483,7 +505,8 @@ Test(hardening, a_waiting_close_does_not_block_other_devices) {
   /* While CPU:0's close waits for its work, other devices open and close. */
   hcq_device_t *d5 = test_open("CPU:5");
   test_close(d5);
-  cr_assert_eq(atomic_load(&c.done), 0, "the other device opened while the close was still waiting");
+  cr_assert_eq(atomic_load(&c.done), 0,
+               "the other device opened while the close was still waiting");
   hcq_signal_set(gate, 1);
   pthread_join(t, NULL);
   OK(c.st);
@@ -525,7 +548,8 @@ static void launch_boom(void) {
   hcq_program_t *p = test_program(d, "boom", k_bad_kernels);
   hcq_buffer_t *b = test_buffer(d, 64);
   hcq_operand_t vals[] = {hcq_imm(16)};
-  hcq_exec_item_t items[2] = {kernel_item(p, &b, 1, NULL, 0, vals, 1, 1, 1), kernel_item(p, &b, 1, NULL, 0, vals, 1, 1, 1)};
+  hcq_exec_item_t items[2] = {kernel_item(p, &b, 1, NULL, 0, vals, 1, 1, 1),
+                              kernel_item(p, &b, 1, NULL, 0, vals, 1, 1, 1)};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(items, 2, NULL, 0, NULL, 0, NULL, &g));
   hcq_status_destroy(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
@@ -535,11 +559,15 @@ static void launch_boom(void) {
 Test(hardening, faulting_kernel_is_named_before_the_process_dies) {
   char err[8192];
   int status = in_child(launch_boom, err, sizeof(err));
-  cr_assert(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "the process must not go on as if nothing happened");
-  cr_assert(strstr(err, "hcq: kernel boom (graph item 0) on CPU:0 faulted with SIGSEGV at address 0x10"),
-            "stderr: %s", err);
+  cr_assert(!(WIFEXITED(status) && WEXITSTATUS(status) == 0),
+            "the process must not go on as if nothing happened");
+  cr_assert(
+      strstr(err, "hcq: kernel boom (graph item 0) on CPU:0 faulted with SIGSEGV at address 0x10"),
+      "stderr: %s", err);
   /* The likeliest cause of a wild address, as the Vulkan path says it: too few arguments. */
-  cr_assert(strstr(err, "was it given fewer buffers or values than it reads? hcq_program_declare_args checks every launch"),
+  cr_assert(strstr(err,
+                   "was it given fewer buffers or values than it reads? hcq_program_declare_args "
+                   "checks every launch"),
             "stderr: %s", err);
 }
 
@@ -569,15 +597,20 @@ Test(hardening, hang_report_says_how_long_the_queue_has_been_there) {
     OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm(1)));
     OK(hcq_queue_submit(q, d, NULL, 0));
     char report[4096];
-    for (int i = 0; i < 5000 && (hcq_device_report(d, report, sizeof(report)), !strstr(report, "blocked at wait")); i++)
+    for (int i = 0; i < 5000 && (hcq_device_report(d, report, sizeof(report)),
+                                 !strstr(report, "blocked at wait"));
+         i++)
       sleep_ms(1);
     hcq_launch_desc_t ld = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}, NULL, 0};
     OK(hcq_launch(&ld));
     sleep_ms(700);
     hcq_device_report(d, report, sizeof(report));
-    long kernel = report_ms(report, "running exec kernel forever"), wait = report_ms(report, "blocked at wait \"gate\"");
-    cr_assert(kernel >= 600 && kernel < 60000, "isolate=%d: the kernel has run 700 ms: %s", isolate, report);
-    cr_assert(wait >= 600 && wait < 60000, "isolate=%d: the copy queue has waited 700 ms: %s", isolate, report);
+    long kernel = report_ms(report, "running exec kernel forever"),
+         wait = report_ms(report, "blocked at wait \"gate\"");
+    cr_assert(kernel >= 600 && kernel < 60000, "isolate=%d: the kernel has run 700 ms: %s", isolate,
+              report);
+    cr_assert(wait >= 600 && wait < 60000, "isolate=%d: the copy queue has waited 700 ms: %s",
+              isolate, report);
     /* Asked again: the same start, not a new one. */
     sleep_ms(100);
     hcq_device_report(d, report, sizeof(report));
@@ -669,7 +702,8 @@ Test(hardening, replay_with_a_full_ring_on_one_device_submits_nothing_anywhere) 
   for (int i = 0; i < 131069; i++) OK(hcq_queue_memory_barrier(filler));
   OK(hcq_queue_submit(filler, d1, NULL, 0));
   OK(hcq_queue_submit(filler, d1, NULL, 0));
-  hcq_program_t *p0 = test_program(d0, "fill", test_kernels_source), *p1 = test_program(d1, "fill", test_kernels_source);
+  hcq_program_t *p0 = test_program(d0, "fill", test_kernels_source),
+                *p1 = test_program(d1, "fill", test_kernels_source);
   hcq_buffer_t *a = test_buffer(d0, 256), *b = test_buffer(d1, 256);
   hcq_operand_t vals[] = {hcq_imm(6), hcq_imm(64)};
   hcq_exec_item_t items[2] = {kernel_item(p0, &a, 1, (uint32_t[]){0}, 1, vals, 2, 1, 64),
@@ -704,32 +738,45 @@ Test(hardening, launch_dims_overflow_and_constant_zeros_are_refused_symbolic_zer
   hcq_buffer_t *c = test_buffer(d, 4);
   hcq_launch_desc_t ld = {p, &c, 1, NULL, 0, {0xFFFFFFFFu, 0xFFFFFFFFu, 1}, {1, 1, 1}, NULL, 0};
   FAILS(hcq_launch(&ld), HCQ_OUT_OF_RANGE, "count_calls", "4294967295x4294967295x1", "work-items");
-  ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, {2, 1, 1}, NULL, 0};
+  ld = (hcq_launch_desc_t){p,         &c,   1, NULL, 0, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu},
+                           {2, 1, 1}, NULL, 0};
   FAILS(hcq_launch(&ld), HCQ_OUT_OF_RANGE, "over 2^64");
-  /* A zero anywhere in the group size or the grid is refused naming the dim; the kernel is not called. */
-  uint32_t zero[][6] = {{4, 1, 1, 0, 1, 1}, {4, 1, 1, 1, 1, 0}, {0, 1, 1, 1, 1, 1}, {4, 0, 9, 2, 2, 2}};
+  /* A zero anywhere in the group size or the grid is refused naming the dim; the kernel is not
+   * called. */
+  uint32_t zero[][6] = {
+      {4, 1, 1, 0, 1, 1}, {4, 1, 1, 1, 1, 0}, {0, 1, 1, 1, 1, 1}, {4, 0, 9, 2, 2, 2}};
   const char *named[] = {"local[0] is 0", "local[2] is 0", "global[0] is 0", "global[1] is 0"};
   for (size_t i = 0; i < 4; i++) {
-    ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {zero[i][0], zero[i][1], zero[i][2]},
-                             {zero[i][3], zero[i][4], zero[i][5]}, NULL, 0};
-    FAILS(hcq_launch(&ld), HCQ_INVALID_ARGUMENT, "launch of count_calls", named[i], "use 1 for unused dims");
+    ld = (hcq_launch_desc_t){p,
+                             &c,
+                             1,
+                             NULL,
+                             0,
+                             {zero[i][0], zero[i][1], zero[i][2]},
+                             {zero[i][3], zero[i][4], zero[i][5]},
+                             NULL,
+                             0};
+    FAILS(hcq_launch(&ld), HCQ_INVALID_ARGUMENT, "launch of count_calls", named[i],
+          "use 1 for unused dims");
   }
   /* The mistake this catches: {n} for a 1-D grid leaves y and z 0 (dim3 would make them 1). */
   ld = (hcq_launch_desc_t){.program = p, .bufs = &c, .nbufs = 1, .global = {3}, .local = {1, 1, 1}};
   FAILS(hcq_launch(&ld), HCQ_INVALID_ARGUMENT, "count_calls", "global[1] is 0");
   /* Constant zeros in items: refused at build and by hcq_exec_item_run, naming the item. */
-  hcq_exec_item_t zi[2] = {kernel_item(p, &c, 1, NULL, 0, NULL, 0, 1, 1), kernel_item(p, &c, 1, NULL, 0, NULL, 0, 1, 1)};
+  hcq_exec_item_t zi[2] = {kernel_item(p, &c, 1, NULL, 0, NULL, 0, 1, 1),
+                           kernel_item(p, &c, 1, NULL, 0, NULL, 0, 1, 1)};
   zi[1].kernel.local[2] = hcq_imm(0);
   hcq_graph_t *zg = NULL;
-  FAILS(hcq_graph_create(zi, 2, NULL, 0, NULL, 0, NULL, &zg), HCQ_INVALID_ARGUMENT, "item 1 (count_calls)",
-        "local[2] is 0");
+  FAILS(hcq_graph_create(zi, 2, NULL, 0, NULL, 0, NULL, &zg), HCQ_INVALID_ARGUMENT,
+        "item 1 (count_calls)", "local[2] is 0");
   cr_assert_null(zg);
   FAILS(hcq_exec_item_run(&zi[1], NULL, 0), HCQ_INVALID_ARGUMENT, "count_calls", "local[2] is 0");
   hcq_expr_t *zero_expr = hcq_expr_const(0);
   cr_assert_not_null(zero_expr);
   zi[1].kernel.local[2] = hcq_imm(1);
   zi[1].kernel.global[1] = hcq_sym(zero_expr); /* a constant expression is a constant */
-  FAILS(hcq_graph_create(zi, 2, NULL, 0, NULL, 0, NULL, &zg), HCQ_INVALID_ARGUMENT, "item 1", "global[1] is 0");
+  FAILS(hcq_graph_create(zi, 2, NULL, 0, NULL, 0, NULL, &zg), HCQ_INVALID_ARGUMENT, "item 1",
+        "global[1] is 0");
   hcq_expr_release(zero_expr);
   ld = (hcq_launch_desc_t){p, &c, 1, NULL, 0, {3, 1, 1}, {1, 1, 1}, NULL, 0};
   OK(hcq_launch(&ld));
@@ -746,11 +793,13 @@ Test(hardening, launch_dims_overflow_and_constant_zeros_are_refused_symbolic_zer
   OK(hcq_graph_create(&it, 1, NULL, 0, &v, 1, NULL, &g));
   OK(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL));
   v.value = INT32_MAX;
-  FAILS(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL), HCQ_OUT_OF_RANGE, "item 0 (count_calls)", "work-items");
+  FAILS(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL), HCQ_OUT_OF_RANGE, "item 0 (count_calls)",
+        "work-items");
   v.value = 0;
   OK(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL)); /* empty */
   test_read(c, &calls, 4);
-  cr_assert_eq(calls, 3 + 4, "the refused replay ran nothing, the empty one nothing: got %d", calls);
+  cr_assert_eq(calls, 3 + 4, "the refused replay ran nothing, the empty one nothing: got %d",
+               calls);
   /* The same item run eagerly with n = 0 launches nothing too, and is no error. */
   OK(hcq_exec_item_run(&it, &v, 1));
   v.value = 1;
@@ -785,7 +834,8 @@ Test(hardening, big_buffers_are_not_touched_and_impossible_ones_fail_cleanly) {
   hcq_buffer_t *big = test_buffer(d, UINT64_C(1) << 30);
   long after = rss_pages();
   long page_kb = sysconf(_SC_PAGESIZE) / 1024;
-  cr_assert_lt((after - before) * page_kb, 64 * 1024, "a 1 GiB buffer made RSS grow by %ld KiB", (after - before) * page_kb);
+  cr_assert_lt((after - before) * page_kb, 64 * 1024, "a 1 GiB buffer made RSS grow by %ld KiB",
+               (after - before) * page_kb);
   /* Its contents still read as zeros, and a write lands. */
   int32_t probe[4] = {1, 2, 3, 4}, got[4];
   OK(hcq_buffer_copyin(big, (UINT64_C(1) << 30) - 16, probe, 16));
@@ -819,7 +869,8 @@ Test(hardening, replay_range_errors_name_item_and_operand) {
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(items, 2, NULL, 0, &v, 1, NULL, &g));
   v.value = 10;
-  FAILS(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL), HCQ_OUT_OF_RANGE, "item 1", "fill", "global[0]", "n-50", "-40");
+  FAILS(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL), HCQ_OUT_OF_RANGE, "item 1", "fill",
+        "global[0]", "n-50", "-40");
   OK(hcq_graph_destroy(g));
   hcq_expr_release(shifted);
   hcq_expr_release(n);
@@ -833,7 +884,8 @@ Test(hardening, entry_names_must_be_c_identifiers) {
   hcq_program_t *p = NULL;
   const char *bad[] = {"a/b", "../x", "1st", "has space", "semi;colon"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    FAILS(hcq_program_create(d, bad[i], "void x(void) {}", &p), HCQ_INVALID_ARGUMENT, bad[i], "not a C identifier");
+    FAILS(hcq_program_create(d, bad[i], "void x(void) {}", &p), HCQ_INVALID_ARGUMENT, bad[i],
+          "not a C identifier");
     cr_assert_null(p);
   }
   test_close(d);
@@ -892,14 +944,17 @@ Test(hardening, validation_names_objects_of_a_closed_lost_device) {
   OK(hcq_device_declare_lost(d, "test"));
   OK(hcq_device_close(d));
   int32_t host[4];
-  FAILS(hcq_buffer_copyout(a, 0, host, 16), HCQ_FAILED_PRECONDITION, "left behind", "CPU:2", "closed");
+  FAILS(hcq_buffer_copyout(a, 0, host, 16), HCQ_FAILED_PRECONDITION, "left behind", "CPU:2",
+        "closed");
   hcq_buffer_release(a);
   unsetenv("HCQ_VALIDATE");
 }
 
 /* ---- closed device handles ---- */
 
-static void nop_fn(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)b, (void)v, (void)l; }
+static void nop_fn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)b, (void)v, (void)l;
+}
 
 /* A handle used after its close is refused by the device's name, without reading the freed device
  * (AddressSanitizer builds prove that part); opens and closes pair up like references. */
@@ -912,14 +967,18 @@ Test(hardening, closed_device_handles_are_refused_by_name) {
   OK(hcq_device_close(d));
   FAILS(hcq_device_close(d), HCQ_FAILED_PRECONDITION, "hcq_device_close: device CPU:3 was closed");
   hcq_buffer_t *b = NULL;
-  FAILS(hcq_buffer_create(d, 64, &b), HCQ_FAILED_PRECONDITION, "hcq_buffer_create: device CPU:3 was closed");
+  FAILS(hcq_buffer_create(d, 64, &b), HCQ_FAILED_PRECONDITION,
+        "hcq_buffer_create: device CPU:3 was closed");
   cr_assert_null(b);
   hcq_program_t *p = NULL;
-  FAILS(hcq_program_create_fn(d, "nop", nop_fn, &p), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
-  FAILS(hcq_program_create(d, "nop", "void nop(void) {}", &p), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
+  FAILS(hcq_program_create_fn(d, "nop", nop_fn, &p), HCQ_FAILED_PRECONDITION,
+        "device CPU:3 was closed");
+  FAILS(hcq_program_create(d, "nop", "void nop(void) {}", &p), HCQ_FAILED_PRECONDITION,
+        "device CPU:3 was closed");
   cr_assert_null(p);
   hcq_signal_t *s = NULL;
-  FAILS(hcq_signal_create(d, "s", 0, &s), HCQ_FAILED_PRECONDITION, "hcq_signal_create: device CPU:3 was closed");
+  FAILS(hcq_signal_create(d, "s", 0, &s), HCQ_FAILED_PRECONDITION,
+        "hcq_signal_create: device CPU:3 was closed");
   FAILS(hcq_device_synchronize(d), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
   FAILS(hcq_device_health(d), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
   FAILS(hcq_device_declare_lost(d, "x"), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
@@ -927,11 +986,13 @@ Test(hardening, closed_device_handles_are_refused_by_name) {
   FAILS(hcq_device_memory_usage(d, &usage), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
   /* Opened again: a new handle that works, while the stale one stays refused. */
   hcq_device_t *d2 = test_open("CPU:3");
-  cr_assert_neq(d2, d, "a device opened right after a close does not reuse the closed handle's address");
+  cr_assert_neq(d2, d,
+                "a device opened right after a close does not reuse the closed handle's address");
   OK(hcq_device_synchronize(d2));
   FAILS(hcq_device_close(d), HCQ_FAILED_PRECONDITION, "device CPU:3 was closed");
   test_close(d2);
   /* Something that never was a device. */
   int not_a_device = 0;
-  FAILS(hcq_device_close((hcq_device_t *)&not_a_device), HCQ_INVALID_ARGUMENT, "is not an open device");
+  FAILS(hcq_device_close((hcq_device_t *)&not_a_device), HCQ_INVALID_ARGUMENT,
+        "is not an open device");
 }

@@ -10,7 +10,8 @@ TestSuite(host_load);
 Test(host_load, a_load_above_the_cpus_warns) {
   char line[160];
   cr_assert(cli_host_load_describe((cli_host_load_t){3.24, 2, true}, line, sizeof(line)));
-  cr_assert_str_eq(line, "the machine was busy: load 3.2 on 2 CPUs; timings are not representative");
+  cr_assert_str_eq(line,
+                   "the machine was busy: load 3.2 on 2 CPUs; timings are not representative");
   cr_assert(!cli_host_load_describe((cli_host_load_t){0.42, 2, true}, line, sizeof(line)));
   cr_assert_str_eq(line, "load average 0.42 (1 minute) on 2 CPUs");
   /* Exactly one runnable thread per CPU is not busy; a hundredth more is. */

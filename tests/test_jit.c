@@ -14,7 +14,8 @@ enum { N = 256 };
 
 /* Runs the items under capture (they execute), mirrors that run eagerly, and returns the jit. */
 static hcq_jit_t *capture(world_t *w, world_item_t *items, int n, const int *inputs, int ninputs,
-                          const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *opts) {
+                          const hcq_var_value_t *vals, size_t nvals,
+                          const hcq_jit_options_t *opts) {
   hcq_capture_t *c = NULL;
   OK(hcq_capture_begin(&c));
   for (int j = 0; j < n; j++) OK(hcq_exec_item_run(&items[j].item, vals, nvals));
@@ -28,8 +29,9 @@ static hcq_jit_t *capture(world_t *w, world_item_t *items, int n, const int *inp
   return jit;
 }
 
-static void replay(world_t *w, hcq_jit_t *jit, world_item_t *items, int n, const int *inputs, const int *swaps,
-                   int ninputs, const hcq_var_value_t *vals, size_t nvals, bool wait, const char *what) {
+static void replay(world_t *w, hcq_jit_t *jit, world_item_t *items, int n, const int *inputs,
+                   const int *swaps, int ninputs, const hcq_var_value_t *vals, size_t nvals,
+                   bool wait, const char *what) {
   hcq_buffer_t *ins[WORLD_MAX_DEVS + 4];
   for (int k = 0; k < ninputs; k++) ins[k] = w->buf[swaps && swaps[k] >= 0 ? swaps[k] : inputs[k]];
   uint64_t ns = 0;
@@ -42,16 +44,17 @@ Test(jit, capture_replays_match_eager_for_mixed_work) {
   world_t w;
   world_open(&w, 2);
   int a = world_buffer(&w, 0, N, 1), b = world_buffer(&w, 0, N, 2), c = world_buffer(&w, 1, N, 3);
-  int base = world_buffer(&w, 0, 2 * N, 4), v0 = world_view(&w, base, 0, N), v1 = world_view(&w, base, N, N);
+  int base = world_buffer(&w, 0, 2 * N, 4), v0 = world_view(&w, base, 0, N),
+      v1 = world_view(&w, base, N, N);
   world_item_t items[8];
-  world_mix(&w, &items[0], a, b, b, I(2), I(1), I(N), NULL); /* write a */
-  world_mix(&w, &items[1], a, a, b, I(3), I(2), I(N), NULL);              /* second write to a */
-  world_mix(&w, &items[2], v0, a, b, I(1), I(0), I(N), NULL);             /* read a, write a view */
-  world_copy(&w, &items[3], c, v0, N * 4);                                /* copy after write, across devices */
-  world_mix(&w, &items[4], c, c, c, I(5), I(1), I(N), NULL);              /* read after copy */
-  world_copy(&w, &items[5], v1, c, N * 4);                                /* back into the other view */
+  world_mix(&w, &items[0], a, b, b, I(2), I(1), I(N), NULL);  /* write a */
+  world_mix(&w, &items[1], a, a, b, I(3), I(2), I(N), NULL);  /* second write to a */
+  world_mix(&w, &items[2], v0, a, b, I(1), I(0), I(N), NULL); /* read a, write a view */
+  world_copy(&w, &items[3], c, v0, N * 4);                    /* copy after write, across devices */
+  world_mix(&w, &items[4], c, c, c, I(5), I(1), I(N), NULL);  /* read after copy */
+  world_copy(&w, &items[5], v1, c, N * 4);                    /* back into the other view */
   world_mix(&w, &items[6], b, v1, v0, I(1), I(1), I(N), NULL);
-  world_mix(&w, &items[7], a, b, b, I(2), I(2), I(N), NULL);              /* write after read */
+  world_mix(&w, &items[7], a, b, b, I(2), I(2), I(N), NULL); /* write after read */
   hcq_jit_t *jit = capture(&w, items, 8, NULL, 0, NULL, 0, NULL);
   const hcq_jit_report_t *rep = hcq_jit_report(jit);
   cr_assert_eq(rep->items, 8);
@@ -67,7 +70,8 @@ Test(jit, symbolic_values_and_inputs_swapped) {
   world_open(&w, 2);
   world_vars_t v;
   world_vars_open(&v);
-  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2), acc = world_buffer(&w, 0, N, 3);
+  int x = world_buffer(&w, 0, N, 1), x2 = world_buffer(&w, 0, N, 2),
+      acc = world_buffer(&w, 0, N, 3);
   int far = world_buffer(&w, 1, N, 4), far2 = world_buffer(&w, 1, N, 5);
   world_item_t items[4];
   world_mix(&w, &items[0], acc, x, acc, hcq_sym(v.k), I(1), hcq_sym(v.n), v.groups);
@@ -82,7 +86,8 @@ Test(jit, symbolic_values_and_inputs_swapped) {
   int64_t ns[] = {1, 64, 33, 7, 64}, ks[] = {-9, 9, 0, 4, -1};
   for (int r = 0; r < 5; r++) {
     hcq_var_value_t vals[] = {{v.n, ns[r]}, {v.k, ks[r]}};
-    replay(&w, jit, items, 4, inputs, swaps[r], 2, vals, 2, r % 2, "replay with new values and inputs");
+    replay(&w, jit, items, 4, inputs, swaps[r], 2, vals, 2, r % 2,
+           "replay with new values and inputs");
   }
   /* Another variable called "k" is not the captured k: refused, naming it, not a silent no-op (the
    * old value stayed, with only a warning that no item uses it). */
@@ -90,8 +95,8 @@ Test(jit, symbolic_values_and_inputs_swapped) {
   OK(hcq_var_create("k", -9, 9, &other_k));
   hcq_var_value_t wrong[] = {{v.n, 64}, {other_k, 5}};
   hcq_buffer_t *now_inputs[] = {w.buf[x], w.buf[far]};
-  FAILS(hcq_jit_run(jit, now_inputs, 2, wrong, 2, true, NULL), HCQ_INVALID_ARGUMENT, "variable k is not the one",
-        "another of the same name");
+  FAILS(hcq_jit_run(jit, now_inputs, 2, wrong, 2, true, NULL), HCQ_INVALID_ARGUMENT,
+        "variable k is not the one", "another of the same name");
   hcq_expr_release(other_k);
   OK(hcq_jit_destroy(jit));
   world_vars_close(&v);
@@ -108,7 +113,8 @@ Test(jit, long_capture_splits_into_doubling_batches) {
     if (j % 25 == 24)
       world_copy(&w, &items[j], j % 2 ? a : b, j % 2 ? b : a, N * 4);
     else
-      world_mix(&w, &items[j], j % 2 ? b : a, j % 2 ? b : a, j % 2 ? b : a, I(j % 3 + 1), I(j), I(N), NULL);
+      world_mix(&w, &items[j], j % 2 ? b : a, j % 2 ? b : a, j % 2 ? b : a, I(j % 3 + 1), I(j),
+                I(N), NULL);
   }
   hcq_jit_t *jit = capture(&w, items, 200, NULL, 0, NULL, 0, NULL);
   const hcq_jit_report_t *rep = hcq_jit_report(jit);
@@ -117,8 +123,10 @@ Test(jit, long_capture_splits_into_doubling_batches) {
   cr_assert_eq(rep->batch_sizes[1], 64);
   cr_assert_eq(rep->batch_sizes[2], 104);
   cr_assert_eq(rep->eager_items, 0);
-  cr_assert(strstr(rep->text, "200 items: 200 graphed in 3 batches (32, 64, 104), 0 eager"), "%s", rep->text);
-  for (int r = 0; r < 3; r++) replay(&w, jit, items, 200, NULL, NULL, 0, NULL, 0, r == 2, "replay of 3 batches");
+  cr_assert(strstr(rep->text, "200 items: 200 graphed in 3 batches (32, 64, 104), 0 eager"), "%s",
+            rep->text);
+  for (int r = 0; r < 3; r++)
+    replay(&w, jit, items, 200, NULL, NULL, 0, NULL, 0, r == 2, "replay of 3 batches");
   OK(hcq_jit_destroy(jit));
   world_close(&w);
 }
@@ -151,14 +159,17 @@ Test(jit, single_items_are_not_graphed) {
   const hcq_jit_report_t *rep = hcq_jit_report(jit);
   cr_assert_eq(rep->batches, 0);
   cr_assert_eq(rep->eager_items, 1);
-  cr_assert(strstr(rep->text, "item 0 (mix on CPU:0) runs eagerly: a batch of one item is not graphed"), "%s",
-            rep->text);
-  for (int r = 0; r < 3; r++) replay(&w, jit, items, 1, NULL, NULL, 0, NULL, 0, r == 2, "eager replay");
+  cr_assert(
+      strstr(rep->text, "item 0 (mix on CPU:0) runs eagerly: a batch of one item is not graphed"),
+      "%s", rep->text);
+  for (int r = 0; r < 3; r++)
+    replay(&w, jit, items, 1, NULL, NULL, 0, NULL, 0, r == 2, "eager replay");
   OK(hcq_jit_destroy(jit));
   world_close(&w);
 }
 
-/* A batch over 65 devices cannot become an HCQ graph (it tracks 64): it runs eagerly, and says so. */
+/* A batch over 65 devices cannot become an HCQ graph (it tracks 64): it runs eagerly, and says so.
+ */
 Test(jit, a_batch_whose_graph_cannot_be_built_runs_eagerly) {
   setenv("HCQ_CPU_THREADS", "1", 1);
   enum { D = 65 };
@@ -175,8 +186,9 @@ Test(jit, a_batch_whose_graph_cannot_be_built_runs_eagerly) {
     memset(&items[d], 0, sizeof(items[d]));
     items[d].bufs[0] = bufs[d];
     items[d].vals[0] = I(3), items[d].vals[1] = I(1), items[d].vals[2] = I(16);
-    hcq_kernel_item_t k = {progs[d], items[d].bufs, 1, items[d].outs, 1, items[d].vals, 3,
-                           {I(1), I(1), I(1)}, {I(16), I(1), I(1)}};
+    hcq_kernel_item_t k = {
+        progs[d],           items[d].bufs,      1, items[d].outs, 1, items[d].vals, 3,
+        {I(1), I(1), I(1)}, {I(16), I(1), I(1)}};
     items[d].item.kind = HCQ_ITEM_KERNEL;
     items[d].item.kernel = k;
   }
@@ -188,7 +200,8 @@ Test(jit, a_batch_whose_graph_cannot_be_built_runs_eagerly) {
   const hcq_jit_report_t *rep = hcq_jit_report(jit);
   cr_assert_eq(rep->batches, 0);
   cr_assert_eq(rep->eager_items, D);
-  cr_assert(strstr(rep->text, "items 0-64 run eagerly: building their graph failed"), "%s", rep->text);
+  cr_assert(strstr(rep->text, "items 0-64 run eagerly: building their graph failed"), "%s",
+            rep->text);
   cr_assert(strstr(rep->text, "at most 64 devices"), "%s", rep->text);
   for (int r = 0; r < 2; r++) OK(hcq_jit_run(jit, NULL, 0, NULL, 0, true, NULL));
   for (int d = 0; d < D; d++) {
@@ -227,8 +240,11 @@ Test(jit, eager_api_calls_are_recorded_and_host_copies_reported) {
   OK(hcq_capture_end(c, NULL, 0, NULL, 0, NULL, &jit));
   const hcq_jit_report_t *rep = hcq_jit_report(jit);
   cr_assert_eq(rep->host_copies, 1);
-  cr_assert(strstr(rep->text, "1 host copy ran once during the capture and was not recorded (first: copyin of 4 bytes"),
-            "%s", rep->text);
+  cr_assert(
+      strstr(
+          rep->text,
+          "1 host copy ran once during the capture and was not recorded (first: copyin of 4 bytes"),
+      "%s", rep->text);
   cr_assert_eq(rep->batches, 1);
   /* Model: x after capture is ((7)*2+1 at word 0...), then each replay: x=x*2+1; y=x; x=x*2+1. */
   uint32_t model[64], got[64];
@@ -258,11 +274,13 @@ Test(jit, capture_and_replay_errors) {
   world_open(&w, 1);
   world_vars_t v;
   world_vars_open(&v);
-  int x = world_buffer(&w, 0, N, 1), small = world_buffer(&w, 0, N / 2, 2), acc = world_buffer(&w, 0, N, 3);
+  int x = world_buffer(&w, 0, N, 1), small = world_buffer(&w, 0, N / 2, 2),
+      acc = world_buffer(&w, 0, N, 3);
   hcq_capture_t *c = NULL;
   hcq_jit_t *jit = NULL;
   OK(hcq_capture_begin(&c));
-  FAILS(hcq_capture_end(c, NULL, 0, NULL, 0, NULL, &jit), HCQ_FAILED_PRECONDITION, "recorded no launches");
+  FAILS(hcq_capture_end(c, NULL, 0, NULL, 0, NULL, &jit), HCQ_FAILED_PRECONDITION,
+        "recorded no launches");
   OK(hcq_capture_begin(&c)); /* the failed end released the capture and stopped recording */
   hcq_capture_abort(c);
   hcq_capture_abort(NULL);
@@ -273,9 +291,11 @@ Test(jit, capture_and_replay_errors) {
   hcq_var_value_t init[] = {{v.n, 10}, {v.k, 1}};
   jit = capture(&w, items, 2, inputs, 1, init, 2, NULL);
   hcq_buffer_t *wrong[] = {w.buf[small]};
-  FAILS(hcq_jit_run(jit, wrong, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "jit replay", "input 0", "512 bytes");
+  FAILS(hcq_jit_run(jit, wrong, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "jit replay",
+        "input 0", "512 bytes");
   hcq_var_value_t bad[] = {{v.k, 10}};
-  FAILS(hcq_jit_run(jit, NULL, 0, bad, 1, true, NULL), HCQ_INVALID_ARGUMENT, "1 inputs but the replay passed 0");
+  FAILS(hcq_jit_run(jit, NULL, 0, bad, 1, true, NULL), HCQ_INVALID_ARGUMENT,
+        "1 inputs but the replay passed 0");
   hcq_buffer_t *ok[] = {w.buf[x]};
   FAILS(hcq_jit_run(jit, ok, 1, bad, 1, true, NULL), HCQ_OUT_OF_RANGE, "variable k = 10");
   FAILS(hcq_jit_run(NULL, ok, 1, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "jit is NULL");
@@ -288,15 +308,18 @@ Test(jit, capture_and_replay_errors) {
   world_close(&w);
 }
 
-static void empty_fn(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)b, (void)v, (void)l; }
+static void empty_fn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)b, (void)v, (void)l;
+}
 
 Test(jit, saving_function_pointer_programs_is_refused) {
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = NULL;
   OK(hcq_program_create_fn(d, "empty_fn", empty_fn, &p));
   hcq_buffer_t *x = test_buffer(d, 64);
-  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {p, &x, 1, NULL, 0, NULL, 0, {I(1), I(1), I(1)}, {I(1), I(1), I(1)}}};
+  hcq_exec_item_t it = {
+      .kind = HCQ_ITEM_KERNEL,
+      .kernel = {p, &x, 1, NULL, 0, NULL, 0, {I(1), I(1), I(1)}, {I(1), I(1), I(1)}}};
   hcq_jit_t *jit = NULL;
   OK(hcq_jit_create(&it, 1, NULL, 0, NULL, 0, NULL, &jit));
   const char *base = getenv("HCQ_TEST_TMP");
@@ -336,7 +359,8 @@ Test(jit, save_and_run_again_with_the_hcq_command) {
   world_open(&w, 2);
   world_vars_t v;
   world_vars_open(&v);
-  int x = world_buffer(&w, 0, N, 1), acc = world_buffer(&w, 0, N, 2), far = world_buffer(&w, 1, 2 * N, 3);
+  int x = world_buffer(&w, 0, N, 1), acc = world_buffer(&w, 0, N, 2),
+      far = world_buffer(&w, 1, 2 * N, 3);
   int farv = world_view(&w, far, N, N);
   hcq_buffer_set_label(w.buf[x], "x");
   hcq_buffer_set_label(w.buf[acc], "acc");
@@ -378,7 +402,8 @@ Test(jit, save_and_run_again_with_the_hcq_command) {
     cr_assert_eq(fread(got, 1, sizeof(got), f), sizeof(got));
     fclose(f);
     OK(hcq_buffer_copyout(w.mirror[idx[i]], 0, want, sizeof(want)));
-    cr_assert_arr_eq(got, want, sizeof(got), "buffer %s after the saved replay differs from eager", names[i]);
+    cr_assert_arr_eq(got, want, sizeof(got), "buffer %s after the saved replay differs from eager",
+                     names[i]);
   }
   OK(hcq_jit_destroy(jit));
   world_vars_close(&v);
@@ -403,7 +428,8 @@ Test(jit, two_captures_sharing_buffers_with_eager_work_around_them) {
     world_copy(&w, &before[d], tmp[(d + 2) % 4], buf[d], N * 4);
     world_copy(&w, &after[d], buf[(d + 3) % 4], tmp[d], N * 2);
   }
-  hcq_jit_t *j1 = capture(&w, first, 8, NULL, 0, NULL, 0, NULL), *j2 = capture(&w, second, 4, NULL, 0, NULL, 0, NULL);
+  hcq_jit_t *j1 = capture(&w, first, 8, NULL, 0, NULL, 0, NULL),
+            *j2 = capture(&w, second, 4, NULL, 0, NULL, 0, NULL);
   for (int r = 0; r < 4; r++) {
     for (int d = 0; d < 4; d++) OK(hcq_exec_item_run(&before[d].item, NULL, 0));
     world_run_eager(&w, before, 4, NULL, NULL, 0, NULL, 0);
@@ -436,8 +462,10 @@ Test(jit, randomized_capture_fuzz, .timeout = 300) {
     hcq_var_value_t init[] = {{v.n, 64}, {v.k, 1}};
     /* Random inputs need not be used by a random item list: that is a warning here. */
     size_t warnings = 0;
-    hcq_jit_options_t opts = {.first_batch_size = 1 + world_rand(&seed) % 8, .allow_unused_inputs = true,
-                              .on_warning = count_warning, .warning_ctx = &warnings};
+    hcq_jit_options_t opts = {.first_batch_size = 1 + world_rand(&seed) % 8,
+                              .allow_unused_inputs = true,
+                              .on_warning = count_warning,
+                              .warning_ctx = &warnings};
     hcq_jit_t *jit = capture(&w, rw.items, rw.nitems, rw.inputs, rw.ninputs, init, 2, &opts);
     size_t unused = 0;
     for (int k = 0; k < rw.ninputs; k++) {
@@ -452,13 +480,15 @@ Test(jit, randomized_capture_fuzz, .timeout = 300) {
       unused += !used;
     }
     cr_assert_eq(hcq_jit_report(jit)->unused_inputs, unused, "%s", hcq_jit_report(jit)->text);
-    cr_assert_eq(warnings, unused ? 1 : 0, "one warning for the unused inputs: %s", hcq_jit_report(jit)->text);
+    cr_assert_eq(warnings, unused ? 1 : 0, "one warning for the unused inputs: %s",
+                 hcq_jit_report(jit)->text);
     for (int r = 0; r < 5; r++) {
       int swaps[WORLD_MAX_DEVS];
       hcq_var_value_t vals[2];
       world_random_replay(&rw, &seed, &v, swaps, vals);
       char what[96];
-      snprintf(what, sizeof(what), "capture fuzz round %d (%d items) replay %d", round, rw.nitems, r);
+      snprintf(what, sizeof(what), "capture fuzz round %d (%d items) replay %d", round, rw.nitems,
+               r);
       replay(&w, jit, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
     }
     OK(hcq_jit_destroy(jit));
@@ -499,17 +529,19 @@ Test(jit, capture_input_that_no_item_uses_is_an_error_or_a_warning) {
     OK(hcq_launch(&lx));
     OK(hcq_launch(&lv));
     warnings_t w = {0};
-    hcq_jit_options_t opts = {.allow_unused_inputs = allow, .on_warning = keep_warning, .warning_ctx = &w};
+    hcq_jit_options_t opts = {
+        .allow_unused_inputs = allow, .on_warning = keep_warning, .warning_ctx = &w};
     hcq_jit_t *jit = NULL;
     if (!allow) {
-      FAILS(hcq_capture_end(c, inputs, 2, NULL, 0, &opts, &jit), HCQ_INVALID_ARGUMENT, "input 1 (buffer \"y\")",
-            "used by no captured item", "allow_unused_inputs");
+      FAILS(hcq_capture_end(c, inputs, 2, NULL, 0, &opts, &jit), HCQ_INVALID_ARGUMENT,
+            "input 1 (buffer \"y\")", "used by no captured item", "allow_unused_inputs");
       cr_assert_null(jit);
       continue;
     }
     OK(hcq_capture_end(c, inputs, 2, NULL, 0, &opts, &jit));
     cr_assert_eq(w.n, 1, "one warning");
-    cr_assert(strstr(w.text[0], "input 1 (buffer \"y\") is used by no captured item"), "%s", w.text[0]);
+    cr_assert(strstr(w.text[0], "input 1 (buffer \"y\") is used by no captured item"), "%s",
+              w.text[0]);
     const hcq_jit_report_t *rep = hcq_jit_report(jit);
     cr_assert_eq(rep->unused_inputs, 1);
     cr_assert(strstr(rep->text, "input 1 (buffer \"y\")"), "%s", rep->text);
@@ -555,9 +587,12 @@ Test(jit, capture_host_copies_are_a_warning) {
   hcq_jit_t *jit = NULL;
   OK(hcq_capture_end(c, NULL, 0, NULL, 0, &opts, &jit));
   cr_assert_eq(w.n, 1, "one warning for the capture's host copies");
-  cr_assert(strstr(w.text[0], "2 host copies ran once during the capture and were not recorded (first: copyout of 16 "
-                              "bytes from weights, after item 1)"),
-            "%s", w.text[0]);
+  cr_assert(
+      strstr(
+          w.text[0],
+          "2 host copies ran once during the capture and were not recorded (first: copyout of 16 "
+          "bytes from weights, after item 1)"),
+      "%s", w.text[0]);
   cr_assert_eq(hcq_jit_report(jit)->host_copies, 2);
   cr_assert(strstr(hcq_jit_report(jit)->text, w.text[0]), "the warning is a report line too");
   OK(hcq_jit_destroy(jit));
@@ -587,13 +622,16 @@ static void *other_thread_work(void *arg) {
 Test(jit, capture_warns_about_other_threads_work_on_its_devices) {
   hcq_device_t *d = test_open("CPU:0"), *d1 = test_open("CPU:1");
   hcq_program_t *p = test_program(d, "mul_add", test_kernels_source);
-  hcq_buffer_t *x = test_buffer_iota(d, 64, 1, 0), *z = test_buffer_iota(d, 64, 1, 0), *far = test_buffer(d1, 256);
+  hcq_buffer_t *x = test_buffer_iota(d, 64, 1, 0), *z = test_buffer_iota(d, 64, 1, 0),
+               *far = test_buffer(d1, 256);
   int32_t v[] = {2, 1, 64};
   hcq_launch_desc_t l = {p, &x, 1, v, 3, {1, 1, 1}, {64, 1, 1}, NULL, 0};
   hcq_operand_t ov[] = {hcq_imm(1), hcq_imm(1), hcq_imm(64)};
   hcq_exec_item_t gi[2] = {
-      {.kind = HCQ_ITEM_KERNEL, .kernel = {p, &z, 1, NULL, 0, ov, 3, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}}},
-      {.kind = HCQ_ITEM_KERNEL, .kernel = {p, &z, 1, NULL, 0, ov, 3, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}}}};
+      {.kind = HCQ_ITEM_KERNEL,
+       .kernel = {p, &z, 1, NULL, 0, ov, 3, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}}},
+      {.kind = HCQ_ITEM_KERNEL,
+       .kernel = {p, &z, 1, NULL, 0, ov, 3, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}}}};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(gi, 2, NULL, 0, NULL, 0, NULL, &g));
   hcq_capture_t *c = NULL;
@@ -640,7 +678,8 @@ Test(jit, capture_keeps_an_empty_outs_array) {
   hcq_operand_t sv[] = {hcq_imm(1), hcq_imm(0)};
   hcq_launch_desc_t quiet = {p, bufs, 2, v, 2, {1, 1, 1}, {64, 1, 1}, none, 0};
   hcq_launch_desc_t all = {p, bufs, 2, v, 2, {1, 1, 1}, {64, 1, 1}, NULL, 0};
-  hcq_launch_sym_desc_t quiet_sym = {p, bufs, 2, sv, 2, {I(1), I(1), I(1)}, {I(64), I(1), I(1)}, none, 0};
+  hcq_launch_sym_desc_t quiet_sym = {p,    bufs, 2, sv, 2, {I(1), I(1), I(1)}, {I(64), I(1), I(1)},
+                                     none, 0};
   hcq_capture_t *c = NULL;
   OK(hcq_capture_begin(&c));
   OK(hcq_launch(&quiet));
@@ -649,7 +688,8 @@ Test(jit, capture_keeps_an_empty_outs_array) {
   hcq_jit_t *jit = NULL;
   OK(hcq_capture_end(c, NULL, 0, NULL, 0, NULL, &jit));
   for (size_t i = 0; i < 3; i += 2) {
-    cr_assert_not_null(hcq_jit_item(jit, i)->kernel.outs, "item %zu writes nothing: an outs array", i);
+    cr_assert_not_null(hcq_jit_item(jit, i)->kernel.outs, "item %zu writes nothing: an outs array",
+                       i);
     cr_assert_eq(hcq_jit_item(jit, i)->kernel.nouts, 0, "item %zu", i);
   }
   cr_assert_eq(hcq_jit_item(jit, 1)->kernel.nouts, 2, "no outs array: every buffer, listed");

@@ -32,7 +32,8 @@ static void fill(hcq_buffer_t *x, int32_t mul) {
 }
 
 /* out against an eager launch of the kernel on x into ref. */
-static void expect_eager(hcq_program_t *p, hcq_buffer_t *x, hcq_buffer_t *out, hcq_buffer_t *ref, const char *what) {
+static void expect_eager(hcq_program_t *p, hcq_buffer_t *x, hcq_buffer_t *out, hcq_buffer_t *ref,
+                         const char *what) {
   launch(p, x, ref, 5);
   int32_t got[N], want[N];
   test_read(out, got, sizeof(got));
@@ -44,7 +45,8 @@ Test(jit_keep, double_buffered_outputs_with_a_kept_input) {
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = NULL;
   OK(hcq_program_create_fn(d, "axpb", axpb, &p));
-  hcq_buffer_t *x = test_buffer(d, N * 4), *y = test_buffer(d, N * 4), *out[2] = {test_buffer(d, N * 4), test_buffer(d, N * 4)};
+  hcq_buffer_t *x = test_buffer(d, N * 4), *y = test_buffer(d, N * 4),
+               *out[2] = {test_buffer(d, N * 4), test_buffer(d, N * 4)};
   hcq_buffer_t *ref = test_buffer(d, N * 4);
   fill(x, 2);
   hcq_capture_t *c = NULL;
@@ -83,7 +85,8 @@ Test(jit_keep, double_buffered_outputs_with_a_kept_input) {
   OK(hcq_jit_run(jit, keep_all, 2, NULL, 0, true, NULL));
   int32_t got[N];
   test_read(out[1], got, sizeof(got));
-  cr_assert_eq(got[3], (3 * 11 - 7) * 3 + 5, "y kept alive (its contents from the last fill): %d", got[3]);
+  cr_assert_eq(got[3], (3 * 11 - 7) * 3 + 5, "y kept alive (its contents from the last fill): %d",
+               got[3]);
   /* A non-NULL input is still checked: the wrong size. */
   hcq_buffer_t *small = test_buffer(d, 16), *bad[] = {NULL, small};
   FAILS(hcq_jit_run(jit, bad, 2, NULL, 0, true, NULL), HCQ_INVALID_ARGUMENT, "jit replay: input 1");
@@ -108,8 +111,15 @@ Test(jit_keep, replay_error_says_replay_once) {
   OK(hcq_capture_begin(&c));
   hcq_buffer_t *bufs[] = {x, out};
   hcq_operand_t v = hcq_sym(n);
-  hcq_launch_sym_desc_t sd = {p, bufs, 2, &v, 1, {hcq_imm(N / 16), hcq_imm(1), hcq_imm(1)},
-                              {hcq_imm(16), hcq_imm(1), hcq_imm(1)}, NULL, 0};
+  hcq_launch_sym_desc_t sd = {p,
+                              bufs,
+                              2,
+                              &v,
+                              1,
+                              {hcq_imm(N / 16), hcq_imm(1), hcq_imm(1)},
+                              {hcq_imm(16), hcq_imm(1), hcq_imm(1)},
+                              NULL,
+                              0};
   hcq_var_value_t at = {n, 5};
   OK(hcq_launch_sym(&sd, &at, 1));
   hcq_jit_t *jit = NULL;

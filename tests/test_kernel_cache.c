@@ -11,11 +11,11 @@
 #include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -34,7 +34,9 @@ static char g_cache[600]; /* HCQ_CACHE_DIR of the children */
 static char g_tmp[600];   /* TMPDIR of the children */
 static char g_cc[600];    /* a compiler wrapper that logs every start */
 
-static void path_in(char *out, size_t size, const char *name) { snprintf(out, size, "%s/%s", g_dir, name); }
+static void path_in(char *out, size_t size, const char *name) {
+  snprintf(out, size, "%s/%s", g_dir, name);
+}
 
 static void write_script(const char *path, const char *body) {
   FILE *f = fopen(path, "w");
@@ -97,7 +99,8 @@ static int compiler_starts(void) {
   return n;
 }
 
-/* Names in dir (not . and ..), in *names (one per line); returns how many, -1 when dir is missing. */
+/* Names in dir (not . and ..), in *names (one per line); returns how many, -1 when dir is missing.
+ */
 static int list_dir(const char *dir, char *names, size_t size) {
   if (names) names[0] = '\0';
   DIR *d = opendir(dir);
@@ -154,10 +157,10 @@ static void the_cache_object(char *out, size_t size) {
 /* ---- children ---- */
 
 typedef struct {
-  int ran;           /* 1: compiled and ran */
-  int code;          /* status code of the failure */
-  int32_t value;     /* what the kernel wrote */
-  int after;         /* what spec.after returned */
+  int ran;             /* 1: compiled and ran */
+  int code;            /* status code of the failure */
+  int32_t value;       /* what the kernel wrote */
+  int after;           /* what spec.after returned */
   char message[80000]; /* failure message (compiler output included) */
 } child_result_t;
 
@@ -165,11 +168,11 @@ typedef struct {
   const char *const *env; /* NAME=VALUE to set (NAME alone: unset), NULL-terminated; may be NULL */
   const char *entry;      /* default "k" */
   const char *source;
-  int compiles;           /* how many times to create the program in the child (default 1) */
+  int compiles; /* how many times to create the program in the child (default 1) */
   const char *stderr_path;
-  void (*before)(void);   /* runs in the child before hcq is used */
-  void (*created)(void);  /* runs in the child after each program is created, before its launch */
-  int (*after)(void);     /* runs in the child after the work; its value comes back in .after */
+  void (*before)(void);  /* runs in the child before hcq is used */
+  void (*created)(void); /* runs in the child after each program is created, before its launch */
+  int (*after)(void);    /* runs in the child after the work; its value comes back in .after */
 } child_spec_t;
 
 static void apply_env(const char *const *env) {
@@ -240,7 +243,8 @@ static void child_main(const child_spec_t *spec, int fd) {
   if (spec->after) w.result.after = spec->after();
   if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check()) {
     w.result.ran = 0;
-    snprintf(w.result.message, sizeof(w.result.message), "LeakSanitizer found leaks (see its report)");
+    snprintf(w.result.message, sizeof(w.result.message),
+             "LeakSanitizer found leaks (see its report)");
   }
   ssize_t n = write(fd, &w.result, sizeof(w.result));
   _exit(n == (ssize_t)sizeof(w.result) ? 0 : 3);
@@ -277,38 +281,44 @@ static child_result_t finish_child(child_t c) {
   }
   close(c.fd);
   int status = 0;
-  while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {}
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0 && got == sizeof(r),
             "the child process died (status 0x%x) before reporting", status);
   return r;
 }
 
-static child_result_t run_child(const child_spec_t *spec) { return finish_child(start_child(spec)); }
+static child_result_t run_child(const child_spec_t *spec) {
+  return finish_child(start_child(spec));
+}
 
-#define K_SOURCE(value) \
-  "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; ((int32_t *)b[0])[0] = " value "; }\n"
+#define K_SOURCE(value)                                                                            \
+  "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; ((int32_t " \
+  "*)b[0])[0] = " value "; }\n"
 
 static const char *const k_five = K_SOURCE("5");
-static const char *const k_broken = "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n  int x = ;\n}\n";
+static const char *const k_broken =
+    "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n  int x = ;\n}\n";
 
 static child_result_t run_source(const char *source, const char *const *env) {
   child_spec_t spec = {.env = env, .source = source};
   return run_child(&spec);
 }
 
-#define EXPECT_RAN(r, want)                                                                          \
-  do {                                                                                               \
-    child_result_t r_ = (r);                                                                         \
-    cr_assert(r_.ran, "the child failed: %s", r_.message);                                           \
-    cr_assert_eq(r_.value, (want), "the kernel wrote %d, expected %d", (int)r_.value, (int)(want)); \
+#define EXPECT_RAN(r, want)                                                           \
+  do {                                                                                \
+    child_result_t r_ = (r);                                                          \
+    cr_assert(r_.ran, "the child failed: %s", r_.message);                            \
+    cr_assert_eq(r_.value, (want), "the kernel wrote %d, expected %d", (int)r_.value, \
+                 (int)(want));                                                        \
   } while (0)
 
 static void expect_failure(child_result_t r, hcq_status_code_t code, const char **fragments) {
   cr_assert(!r.ran, "the child succeeded; expected %s", hcq_status_code_name(code));
-  cr_assert_eq(r.code, (int)code, "failed with %s, expected %s: %s", hcq_status_code_name((hcq_status_code_t)r.code),
-               hcq_status_code_name(code), r.message);
-  for (; *fragments; fragments++) cr_assert(strstr(r.message, *fragments), "message lacks \"%s\": %s", *fragments, r.message);
+  cr_assert_eq(r.code, (int)code, "failed with %s, expected %s: %s",
+               hcq_status_code_name((hcq_status_code_t)r.code), hcq_status_code_name(code),
+               r.message);
+  for (; *fragments; fragments++)
+    cr_assert(strstr(r.message, *fragments), "message lacks \"%s\": %s", *fragments, r.message);
 }
 #define EXPECT_FAILS(r, code, ...) expect_failure((r), (code), (const char *[]){__VA_ARGS__, NULL})
 
@@ -351,7 +361,8 @@ Test(kernel_cache, sigchld_ignored_compiles_and_reports_exit_status) {
   child_spec_t good = {.env = env, .source = k_five, .before = ignore_sigchld};
   EXPECT_RAN(run_child(&good), 5);
   child_spec_t bad = {.env = env, .source = k_broken, .before = ignore_sigchld};
-  EXPECT_FAILS(run_child(&bad), HCQ_COMPILE_ERROR, "compiling k failed", "exited with status 1", "k.c:2");
+  EXPECT_FAILS(run_child(&bad), HCQ_COMPILE_ERROR, "compiling k failed", "exited with status 1",
+               "k.c:2");
 
   /* The compiler ran with SIGCHLD (17) and SIGPIPE (13) at their defaults. */
   char text[1000];
@@ -359,8 +370,10 @@ Test(kernel_cache, sigchld_ignored_compiles_and_reports_exit_status) {
   cr_assert_eq(count_occurrences(text, "SigIgn:"), 2, "%s", text);
   for (const char *p = text; (p = strstr(p, "SigIgn:")); p++) {
     unsigned long long mask = strtoull(p + 7, NULL, 16);
-    cr_assert_eq(mask & (1ull << (SIGCHLD - 1)), 0, "the compiler started with SIGCHLD ignored: %s", text);
-    cr_assert_eq(mask & (1ull << (SIGPIPE - 1)), 0, "the compiler started with SIGPIPE ignored: %s", text);
+    cr_assert_eq(mask & (1ull << (SIGCHLD - 1)), 0, "the compiler started with SIGCHLD ignored: %s",
+                 text);
+    cr_assert_eq(mask & (1ull << (SIGPIPE - 1)), 0, "the compiler started with SIGPIPE ignored: %s",
+                 text);
   }
 }
 
@@ -375,8 +388,7 @@ static void no_child_wait(void) {
 static void reap_everything(int sig) {
   (void)sig;
   int saved = errno;
-  while (waitpid(-1, NULL, WNOHANG) > 0) {
-  }
+  while (waitpid(-1, NULL, WNOHANG) > 0) {}
   errno = saved;
 }
 
@@ -412,8 +424,8 @@ Test(kernel_cache, compiler_exit_status_and_output_are_exact) {
   char cc_env[800];
   snprintf(cc_env, sizeof(cc_env), "HCQ_CC=%s", wrapper);
   const char *env[] = {cc_env, NULL};
-  EXPECT_FAILS(run_source(k_five, env), HCQ_COMPILE_ERROR, "compiling k failed", "exited with status 3",
-               "custom diagnostic on stdout", "and on stderr");
+  EXPECT_FAILS(run_source(k_five, env), HCQ_COMPILE_ERROR, "compiling k failed",
+               "exited with status 3", "custom diagnostic on stdout", "and on stderr");
   int n;
   cr_assert(only_cache_objects(g_cache, &n));
   cr_assert_eq(n, 0);
@@ -422,13 +434,16 @@ Test(kernel_cache, compiler_exit_status_and_output_are_exact) {
   for (int helper = 0; helper < 2; helper++) {
     child_spec_t spec = {.env = env, .source = k_five, .before = helper ? ignore_sigchld : NULL};
     child_result_t r = run_child(&spec);
-    EXPECT_FAILS(r, HCQ_COMPILE_ERROR, "exited with status 1", "first line\nxxxx", "[more compiler output not shown]");
-    cr_assert_lt(strlen(r.message), sizeof(r.message) - 1, "the message was cut by the test, not by hcq");
+    EXPECT_FAILS(r, HCQ_COMPILE_ERROR, "exited with status 1", "first line\nxxxx",
+                 "[more compiler output not shown]");
+    cr_assert_lt(strlen(r.message), sizeof(r.message) - 1,
+                 "the message was cut by the test, not by hcq");
   }
 }
 
-/* A compiler that leaves a process behind holding its output pipe (a cache daemon, say): the compile
- * ends when the compiler does. If it waited for the pipe to close, the timeout would fail it. */
+/* A compiler that leaves a process behind holding its output pipe (a cache daemon, say): the
+ * compile ends when the compiler does. If it waited for the pipe to close, the timeout would fail
+ * it. */
 Test(kernel_cache, process_left_holding_the_output_does_not_block, .timeout = 40) {
   setup();
   char wrapper[700], body[1500], pids[700];
@@ -461,8 +476,8 @@ Test(kernel_cache, compiler_killed_by_a_signal_is_reported_as_such) {
   char cc_env[800];
   snprintf(cc_env, sizeof(cc_env), "HCQ_CC=%s", wrapper);
   const char *env[] = {cc_env, NULL};
-  EXPECT_FAILS(run_source(k_five, env), HCQ_COMPILE_ERROR, "compiling k failed", "killed by signal 9", "SIGKILL",
-               "about to die");
+  EXPECT_FAILS(run_source(k_five, env), HCQ_COMPILE_ERROR, "compiling k failed",
+               "killed by signal 9", "SIGKILL", "about to die");
   /* Also with SIGCHLD ignored by the application. */
   child_spec_t spec = {.env = env, .source = k_five, .before = ignore_sigchld};
   EXPECT_FAILS(run_child(&spec), HCQ_COMPILE_ERROR, "killed by signal 9");
@@ -574,7 +589,8 @@ static uint8_t *slurp(const char *path, size_t *len) {
 
 /* Rebuilt: the next process compiles the kernel again with exactly one warning, naming path and
  * saying why; the one after it loads the replacement silently. */
-static void expect_rebuilt_with_warning(const char *source, int32_t want, const char *path, const char *why) {
+static void expect_rebuilt_with_warning(const char *source, int32_t want, const char *path,
+                                        const char *why) {
   char err_path[700], err[8000];
   path_in(err_path, sizeof(err_path), "stderr.txt");
   int starts = compiler_starts();
@@ -583,11 +599,13 @@ static void expect_rebuilt_with_warning(const char *source, int32_t want, const 
   cr_assert_eq(compiler_starts(), starts + 1, "the damaged object was not compiled again");
   read_file(err_path, err, sizeof(err));
   cr_assert_eq(count_occurrences(err, "hcq: warning"), 1, "expected one warning, got: %s", err);
-  cr_assert(strstr(err, path) && strstr(err, why), "the warning does not name %s and say \"%s\": %s", path, why, err);
+  cr_assert(strstr(err, path) && strstr(err, why),
+            "the warning does not name %s and say \"%s\": %s", path, why, err);
   EXPECT_RAN(run_child(&spec), want);
   cr_assert_eq(compiler_starts(), starts + 1, "the replacement was not reused");
   read_file(err_path, err, sizeof(err));
-  cr_assert_eq(count_occurrences(err, "hcq: warning"), 0, "loading the replacement warned: %s", err);
+  cr_assert_eq(count_occurrences(err, "hcq: warning"), 0, "loading the replacement warned: %s",
+               err);
   int n;
   cr_assert(only_cache_objects(g_cache, &n));
   cr_assert_eq(n, 1);
@@ -656,9 +674,12 @@ Test(kernel_cache, a_cached_object_without_the_entry_is_replaced) {
   path_in(other, sizeof(other), "other-entry-cache");
   snprintf(env_dir, sizeof(env_dir), "HCQ_CACHE_DIR=%s", other);
   const char *env[] = {env_dir, NULL};
-  child_spec_t spec = {.env = env, .entry = "k2",
-                       .source = "void k2(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; "
-                                 "((int32_t *)b[0])[0] = 2; }\n"};
+  child_spec_t spec = {
+      .env = env,
+      .entry = "k2",
+      .source =
+          "void k2(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; "
+          "((int32_t *)b[0])[0] = 2; }\n"};
   EXPECT_RAN(run_child(&spec), 2);
   char names[200], k2_path[900];
   cr_assert_eq(list_dir(other, names, sizeof(names)), 1);
@@ -760,7 +781,8 @@ static void *compile_and_run(void *arg) {
     char src[256];
     int32_t want = t->id * 100 + k, got = -1;
     snprintf(src, sizeof(src),
-             "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; *(int32_t *)b[0] = %d; }\n",
+             "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; "
+             "*(int32_t *)b[0] = %d; }\n",
              (int)want);
     hcq_program_t *p = NULL;
     hcq_status_t st = hcq_program_create(t->dev, "k", src, &p);
@@ -792,7 +814,9 @@ Test(kernel_cache, programs_compiled_on_several_threads_at_once_run_their_own_co
     }
     for (int i = 0; i < 4; i++) {
       pthread_join(th[i], NULL);
-      cr_assert_eq(t[i].wrong, 0, "round %d, thread %d: %d of its programs failed or ran other code", round, i, t[i].wrong);
+      cr_assert_eq(t[i].wrong, 0,
+                   "round %d, thread %d: %d of its programs failed or ran other code", round, i,
+                   t[i].wrong);
     }
   }
   cr_assert_eq(compiler_starts(), 16, "16 distinct kernels compiled once each");
@@ -820,7 +844,9 @@ static int small_cache_disk(bool read_only) {
   static char chunk[4096];
   off_t size = 0;
   for (ssize_t n; (n = write(fd, chunk, sizeof(chunk))) > 0;) size += n;
-  int err = errno == ENOSPC && size > 8192 && ftruncate(fd, size - 8192) == 0 ? 0 : errno ? errno : EIO;
+  int err = errno == ENOSPC && size > 8192 && ftruncate(fd, size - 8192) == 0 ? 0
+            : errno                                                           ? errno
+                                                                              : EIO;
   close(fd);
   return err;
 }
@@ -864,16 +890,22 @@ Test(kernel_cache, a_full_or_read_only_cache_disk_compiles_without_caching) {
   const char *whys[] = {"No space left on device", "Read-only file system"};
   for (size_t i = 0; i < 2; i++) {
     int starts = compiler_starts();
-    child_spec_t spec = {.env = env, .source = k_five, .compiles = 2, .stderr_path = err_path, .before = disks[i],
+    child_spec_t spec = {.env = env,
+                         .source = k_five,
+                         .compiles = 2,
+                         .stderr_path = err_path,
+                         .before = disks[i],
                          .after = small_cache_entries};
     child_result_t r = run_child(&spec);
     EXPECT_RAN(r, 5);
     cr_assert_eq(compiler_starts(), starts + 2, "an uncached kernel compiles each time");
-    cr_assert_eq(r.after, 0, "the cache dir on the %s disk holds %d files afterwards", i ? "read-only" : "full", r.after);
+    cr_assert_eq(r.after, 0, "the cache dir on the %s disk holds %d files afterwards",
+                 i ? "read-only" : "full", r.after);
     read_file(err_path, err, sizeof(err));
     cr_assert_eq(count_occurrences(err, "hcq: warning"), 1, "expected one warning, got: %s", err);
     cr_assert(strstr(err, "not cached") && strstr(err, cache) && strstr(err, whys[i]),
-              "the warning does not say \"not cached\", name %s and say \"%s\": %s", cache, whys[i], err);
+              "the warning does not say \"not cached\", name %s and say \"%s\": %s", cache, whys[i],
+              err);
     cr_assert_eq(list_dir(g_tmp, NULL, 0), 0, "private build directories were left in TMPDIR");
   }
 }
@@ -898,7 +930,8 @@ Test(kernel_cache, kernels_load_without_proc) {
   cr_assert_eq(mkdir(g_small, 0700), 0);
   skip_without_mount_namespaces();
   for (int round = 0; round < 2; round++) {
-        child_spec_t spec = {.source = k_five, .before = hide_proc, .after = several_programs_alive_without_proc};
+    child_spec_t spec = {
+        .source = k_five, .before = hide_proc, .after = several_programs_alive_without_proc};
     child_result_t r = run_child(&spec);
     EXPECT_RAN(r, 5);
     cr_assert_eq(r.after, 123, "round %d: the kernels wrote %d, expected 1, 2, 3", round, r.after);
@@ -913,7 +946,9 @@ Test(kernel_cache, an_object_that_does_not_load_is_an_error_and_not_stored) {
   setup();
   char wrapper[700];
   path_in(wrapper, sizeof(wrapper), "cc-garbage.sh");
-  write_script(wrapper, "prev=\nfor a in \"$@\"; do [ \"$prev\" = -o ] && echo 'not an object' > \"$a\"; prev=$a; done\nexit 0\n");
+  write_script(wrapper,
+               "prev=\nfor a in \"$@\"; do [ \"$prev\" = -o ] && echo 'not an object' > \"$a\"; "
+               "prev=$a; done\nexit 0\n");
   char cc_env[800];
   snprintf(cc_env, sizeof(cc_env), "HCQ_CC=%s", wrapper);
   const char *env[] = {cc_env, NULL};
@@ -928,7 +963,8 @@ Test(kernel_cache, an_object_that_does_not_load_is_an_error_and_not_stored) {
 
 /* Runs k_five twice in one child with stderr captured; the cache dir must stay without objects
  * and the private build directories must be gone. Returns the child's stderr. */
-static void expect_bypassed(const char *const *env, const char *dir, const char *why, char *err, size_t size) {
+static void expect_bypassed(const char *const *env, const char *dir, const char *why, char *err,
+                            size_t size) {
   char err_path[700];
   path_in(err_path, sizeof(err_path), "stderr.txt");
   int starts = compiler_starts();
@@ -1118,7 +1154,8 @@ Test(kernel_cache, fallback_dir_precreated_by_another_user_is_not_used) {
   path_in(err_path, sizeof(err_path), "stderr.txt");
   child_spec_t spec = {.env = env, .source = k_five, .stderr_path = err_path};
   EXPECT_RAN(run_child(&spec), 5);
-  cr_assert_eq(list_dir(dir, names, sizeof(names)), 0, "files were written into another user's directory:\n%s", names);
+  cr_assert_eq(list_dir(dir, names, sizeof(names)), 0,
+               "files were written into another user's directory:\n%s", names);
   cr_assert_eq(list_dir(g_tmp, names, sizeof(names)), 1, "%s", names);
   read_file(err_path, err, sizeof(err));
   cr_assert(strstr(err, dir) && strstr(err, "owned by uid 65534"), "%s", err);
@@ -1134,7 +1171,8 @@ Test(kernel_cache, objects_are_stored_atomically_without_leftovers) {
   path_in(wrapper, sizeof(wrapper), "cc-out.sh");
   path_in(log, sizeof(log), "outputs.log");
   snprintf(body, sizeof(body),
-           "prev=\nfor a in \"$@\"; do [ \"$prev\" = -o ] && echo \"$a\" >> '%s'; prev=$a; done\nsleep 0.3\nexec cc \"$@\"\n",
+           "prev=\nfor a in \"$@\"; do [ \"$prev\" = -o ] && echo \"$a\" >> '%s'; prev=$a; "
+           "done\nsleep 0.3\nexec cc \"$@\"\n",
            log);
   write_script(wrapper, body);
   char cc_env[800];
@@ -1156,9 +1194,12 @@ Test(kernel_cache, objects_are_stored_atomically_without_leftovers) {
   char first[900] = "", second[900] = "", build[700];
   sscanf(outputs, "%899s %899s", first, second);
   snprintf(build, sizeof(build), "%s/hcq-build-", g_tmp);
-  cr_assert_eq(strncmp(first, build, strlen(build)), 0, "%s is not in a private directory %s*", first, build);
-  cr_assert_eq(strncmp(second, build, strlen(build)), 0, "%s is not in a private directory %s*", second, build);
-  cr_assert_eq(strstr(outputs, final), NULL, "a compiler wrote the final object %s directly", final);
+  cr_assert_eq(strncmp(first, build, strlen(build)), 0, "%s is not in a private directory %s*",
+               first, build);
+  cr_assert_eq(strncmp(second, build, strlen(build)), 0, "%s is not in a private directory %s*",
+               second, build);
+  cr_assert_eq(strstr(outputs, final), NULL, "a compiler wrote the final object %s directly",
+               final);
   cr_assert_neq(strcmp(first, second), 0);
   cr_assert_eq(list_dir(g_tmp, NULL, 0), 0, "private build directories were left in TMPDIR");
 
@@ -1208,7 +1249,8 @@ Test(kernel_cache, cflags_beyond_63_tokens_all_reach_the_compiler) {
   /* 300 defines, about 4 KiB: every one must arrive, the last one gives the value. */
   static char flags[16384];
   size_t len = (size_t)snprintf(flags, sizeof(flags), "HCQ_CFLAGS=-O1");
-  for (int i = 0; i < 300; i++) len += (size_t)snprintf(flags + len, sizeof(flags) - len, " -DKC_F%d=%d", i, i);
+  for (int i = 0; i < 300; i++)
+    len += (size_t)snprintf(flags + len, sizeof(flags) - len, " -DKC_F%d=%d", i, i);
   const char *env[] = {flags, NULL};
   EXPECT_RAN(run_source(K_SOURCE("KC_F0 + KC_F63 + KC_F64 + KC_F299"), env), 0 + 63 + 64 + 299);
   /* The same long flags hit the cache in the next process. */
@@ -1238,22 +1280,31 @@ Test(kernel_cache, entry_names_must_be_c_identifiers) {
     if (strchr(bad[i], '\n')) snprintf(quoted, sizeof(quoted), "\"k\\n\"");
     EXPECT_FAILS(r, HCQ_INVALID_ARGUMENT, "not a C identifier", quoted);
   }
-  cr_assert_eq(list_dir(g_cache, NULL, 0), -1, "the cache directory was created for a rejected entry");
+  cr_assert_eq(list_dir(g_cache, NULL, 0), -1,
+               "the cache directory was created for a rejected entry");
   cr_assert_eq(compiler_starts(), 0);
-  child_spec_t good = {.entry = "_k9", .source = "void _k9(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; ((int32_t *)b[0])[0] = 9; }\n"};
+  child_spec_t good = {.entry = "_k9",
+                       .source =
+                           "void _k9(void *const *b, const int32_t *v, const hcq_launch_t *l) { "
+                           "(void)v; (void)l; ((int32_t *)b[0])[0] = 9; }\n"};
   EXPECT_RAN(run_child(&good), 9);
   /* An entry the source does not define is not looked up in the libraries behind the object:
    * cosf from libm (which this source links, for expf) would be called as a kernel. */
-  child_spec_t libm = {.entry = "cosf", .source = "float expf(float);\nfloat uses_libm(float x) { return expf(x); }\n" K_SOURCE("5")};
+  child_spec_t libm = {
+      .entry = "cosf",
+      .source = "float expf(float);\nfloat uses_libm(float x) { return expf(x); }\n" K_SOURCE("5")};
   EXPECT_FAILS(run_child(&libm), HCQ_COMPILE_ERROR, "\"cosf\"", "not defined by the source");
 }
 
 /* ---- the key ---- */
 
 Test(kernel_cache, native_flags_put_the_host_cpu_in_the_key) {
-  hcq__cpu_key_input_t in = {
-      .source = "src", .entry = "k", .cc_words = (const char *[]){"cc", NULL}, .cc_identity = "/usr/bin/gcc|1|2",
-      .cflags = (const char *[]){"-O2", NULL}, .cpu_identity = "cpu A"};
+  hcq__cpu_key_input_t in = {.source = "src",
+                             .entry = "k",
+                             .cc_words = (const char *[]){"cc", NULL},
+                             .cc_identity = "/usr/bin/gcc|1|2",
+                             .cflags = (const char *[]){"-O2", NULL},
+                             .cpu_identity = "cpu A"};
   char a[33], b[33], c[33], d[33];
   hcq__cpu_cache_key(&in, a);
   in.cpu_identity = "cpu B";
@@ -1291,7 +1342,8 @@ Test(kernel_cache, native_flags_compile_and_cache) {
 }
 
 /* Instruction-set macros a compiler predefines, one bit each. */
-#define ISA_MACROS(X) X(__SSE4_2__) X(__AVX__) X(__AVX2__) X(__FMA__) X(__AVX512F__) X(__ARM_NEON) X(__ARM_FEATURE_SVE)
+#define ISA_MACROS(X) \
+  X(__SSE4_2__) X(__AVX__) X(__AVX2__) X(__FMA__) X(__AVX512F__) X(__ARM_NEON) X(__ARM_FEATURE_SVE)
 
 static const char k_isa[] =
     "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
@@ -1299,7 +1351,7 @@ static const char k_isa[] =
 #define ISA_PROBE(name) "#ifdef " #name "\n  m |= bit;\n#endif\n  bit <<= 1;\n"
     ISA_MACROS(ISA_PROBE)
 #undef ISA_PROBE
-    "  ((int32_t *)b[0])[0] = m;\n}\n";
+        "  ((int32_t *)b[0])[0] = m;\n}\n";
 
 /* The same bits from `cc -march=native -dM -E`: what the host's instruction set gives. */
 static int32_t host_isa_mask(void) {
@@ -1309,7 +1361,7 @@ static int32_t host_isa_mask(void) {
   int32_t m = 0;
   while (fgets(line, sizeof(line), f)) {
     int32_t bit = 1;
-#define ISA_MATCH(name)                                                       \
+#define ISA_MATCH(name)                                                             \
   if (!strncmp(line, "#define " #name " ", strlen("#define " #name " "))) m |= bit; \
   bit <<= 1;
     ISA_MACROS(ISA_MATCH)
@@ -1328,7 +1380,8 @@ Test(kernel_cache, default_flags_compile_for_the_host_cpu) {
 #if defined(__x86_64__)
   child_result_t r = run_source(k_isa, env);
   cr_assert(r.ran, "%s", r.message);
-  cr_assert_eq(r.value & ~1, 0, "-march=x86-64 still saw host instructions (mask %d)", (int)r.value);
+  cr_assert_eq(r.value & ~1, 0, "-march=x86-64 still saw host instructions (mask %d)",
+               (int)r.value);
 #else
   (void)env;
 #endif
@@ -1375,7 +1428,8 @@ Test(kernel_cache, words_split_like_a_simple_shell) {
     size_t want = 0;
     while (want < 6 && cases[i].words[want]) want++;
     cr_assert_eq(n, want, "\"%s\" gave %zu words", cases[i].text, n);
-    for (size_t w = 0; w < n; w++) cr_assert_str_eq(words[w], cases[i].words[w], "\"%s\" word %zu", cases[i].text, w);
+    for (size_t w = 0; w < n; w++)
+      cr_assert_str_eq(words[w], cases[i].words[w], "\"%s\" word %zu", cases[i].text, w);
     cr_assert_null(words[n]);
     free(words);
   }
@@ -1390,7 +1444,8 @@ Test(kernel_cache, words_split_like_a_simple_shell) {
 
 /* ---- the size cap (HCQ_CACHE_MAX_MB) ---- */
 
-/* A file of size bytes named like a cached kernel at rel in the cache, last used ago_s seconds ago. */
+/* A file of size bytes named like a cached kernel at rel in the cache, last used ago_s seconds ago.
+ */
 static void plant_cached(const char *rel, size_t size, int ago_s) {
   char path[PATH_MAX];
   path_in(path, sizeof(path), "cache");
@@ -1443,7 +1498,8 @@ static void stored_object(char *out, size_t size) {
   cr_assert_not_null(d);
   int n = 0;
   for (struct dirent *e; (e = readdir(d));)
-    if (strstr(e->d_name, ".so") && !planted(e->d_name)) snprintf(out, size, "%s/%s", g_cache, e->d_name), n++;
+    if (strstr(e->d_name, ".so") && !planted(e->d_name))
+      snprintf(out, size, "%s/%s", g_cache, e->d_name), n++;
   closedir(d);
   cr_assert_eq(n, 1, "expected one stored object in %s, found %d", g_cache, n);
 }
@@ -1464,7 +1520,8 @@ Test(kernel_cache, a_size_cap_removes_the_least_recently_used_kernels_first) {
   plant_cached("tmp-store1", 600 << 10, 5 * 3600); /* another process's store in progress */
   hcq_device_t *d = test_open("CPU:0");
   run_k(d, K_SOURCE("7"), 7); /* 1.2 MiB + this object: over 1 MiB */
-  cr_assert_not(in_cache("spirv/" HEX32("a") ".spv"), "the least recently used kernel (any backend's) goes first");
+  cr_assert_not(in_cache("spirv/" HEX32("a") ".spv"),
+                "the least recently used kernel (any backend's) goes first");
   cr_assert(in_cache(HEX32("b") ".so") && in_cache(HEX32("c") ".so") && in_cache(HEX32("d") ".so"),
             "only as many as needed go");
   cr_assert(in_cache("tmp-store1"), "a store in progress is not a cached kernel");

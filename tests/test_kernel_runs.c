@@ -1,8 +1,8 @@
-/* The CPU engine's runs of kernels (issue 42, item 1; cpu_engine.c, run_kernels): a graph's chain of
- * one-group kernels runs in order and whole, the clock is read for few of them while they are tiny
- * and for every one while they are slow, a hang report never says a stuck kernel ran longer than it
- * did, and a device lost in the middle of a run stops it at that kernel. And the engine's idle
- * spin (item 4, cadence_budget): work that comes back soon after the queues ran dry finds the
+/* The CPU engine's runs of kernels (issue 42, item 1; cpu_engine.c, run_kernels): a graph's chain
+ * of one-group kernels runs in order and whole, the clock is read for few of them while they are
+ * tiny and for every one while they are slow, a hang report never says a stuck kernel ran longer
+ * than it did, and a device lost in the middle of a run stops it at that kernel. And the engine's
+ * idle spin (item 4, cadence_budget): work that comes back soon after the queues ran dry finds the
  * engine spinning longer, work after a long idle spell does not. */
 #include <stdatomic.h>
 #include <time.h>
@@ -34,13 +34,20 @@ static void k_step(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 
 /* A chain of n kernels of fn on one queue, every one on buffer *buf (the graph's input); item j's
  * value is j, or n - 1 - j with countdown (the last item's is 0). */
-static hcq_graph_t *chain_ex(hcq_program_t *fn, hcq_buffer_t **buf, size_t n, hcq_exec_item_t *items, hcq_operand_t *vals,
-                             bool countdown) {
+static hcq_graph_t *chain_ex(hcq_program_t *fn, hcq_buffer_t **buf, size_t n,
+                             hcq_exec_item_t *items, hcq_operand_t *vals, bool countdown) {
   static const uint32_t outs[1] = {0};
   for (size_t j = 0; j < n; j++) {
     vals[j] = hcq_imm((int64_t)(countdown ? n - 1 - j : j));
-    hcq_kernel_item_t k = {fn, buf, 1, outs, 1, &vals[j], 1,
-                           {hcq_imm(1), hcq_imm(1), hcq_imm(1)}, {hcq_imm(1), hcq_imm(1), hcq_imm(1)}};
+    hcq_kernel_item_t k = {fn,
+                           buf,
+                           1,
+                           outs,
+                           1,
+                           &vals[j],
+                           1,
+                           {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                           {hcq_imm(1), hcq_imm(1), hcq_imm(1)}};
     items[j] = (hcq_exec_item_t){.kind = HCQ_ITEM_KERNEL, .kernel = k};
   }
   hcq_graph_t *g = NULL;
@@ -48,7 +55,8 @@ static hcq_graph_t *chain_ex(hcq_program_t *fn, hcq_buffer_t **buf, size_t n, hc
   return g;
 }
 
-static hcq_graph_t *chain(hcq_program_t *fn, hcq_buffer_t **buf, size_t n, hcq_exec_item_t *items, hcq_operand_t *vals) {
+static hcq_graph_t *chain(hcq_program_t *fn, hcq_buffer_t **buf, size_t n, hcq_exec_item_t *items,
+                          hcq_operand_t *vals) {
   return chain_ex(fn, buf, n, items, vals, false);
 }
 
@@ -75,8 +83,8 @@ Test(kernel_runs, a_chain_of_10000_kernels_runs_whole_in_order_reading_the_clock
   }
   uint64_t stamps = hcq__cpu_kernel_stamps(d) - stamps0;
   /* One in up to 256 while they stay fast; a window the scheduler interrupted restarts at 1. */
-  cr_assert_lt(stamps, (uint64_t)REPLAYS * CHAIN / 8, "%llu kernels of %d stamped", (unsigned long long)stamps,
-               REPLAYS * CHAIN);
+  cr_assert_lt(stamps, (uint64_t)REPLAYS * CHAIN / 8, "%llu kernels of %d stamped",
+               (unsigned long long)stamps, REPLAYS * CHAIN);
   OK(hcq_graph_destroy(g));
   free(items);
   free(vals);
@@ -92,7 +100,8 @@ static void k_slow(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   ((int32_t *)b[0])[0]++;
 }
 
-/* A slow kernel is timed from its start: the window is 1 (every kernel) once kernels take longer. */
+/* A slow kernel is timed from its start: the window is 1 (every kernel) once kernels take longer.
+ */
 Test(kernel_runs, slow_kernels_are_each_stamped) {
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = NULL;
@@ -117,7 +126,8 @@ Test(kernel_runs, slow_kernels_are_each_stamped) {
   test_close(d);
 }
 
-/* The last kernel of a chain holds the engine until the host opens the gate, and says when it began. */
+/* The last kernel of a chain holds the engine until the host opens the gate, and says when it
+ * began. */
 static atomic_int gate_open, gate_entered;
 static _Atomic uint64_t gate_began_ns;
 
@@ -200,7 +210,8 @@ static hcq_device_t *losing_device;
 
 static void k_lose_at_10(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   k_step(b, v, l);
-  if (v[0] == 10) hcq_status_destroy(hcq_device_declare_lost(losing_device, "test: lost by kernel 10"));
+  if (v[0] == 10)
+    hcq_status_destroy(hcq_device_declare_lost(losing_device, "test: lost by kernel 10"));
 }
 
 /* The run checks the device after each kernel: none after the one that lost it runs. */
@@ -227,7 +238,9 @@ Test(kernel_runs, a_device_lost_inside_a_run_stops_it_at_that_kernel) {
   hcq_status_destroy(hcq_device_close(d));
 }
 
-static void k_empty(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)b, (void)v, (void)l; }
+static void k_empty(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)b, (void)v, (void)l;
+}
 
 /* Launches n empty kernels gap_us apart (each done long before the next: the device goes idle),
  * after a first one and 30 ms of quiet. No waits in between: a wait queues work of its own. */
@@ -258,23 +271,28 @@ static uint64_t cadence_spins_for(long gap_us, int n, int *late) {
   return spins;
 }
 
-/* Before: the engine spun HCQ_SPIN_NS (20 us) and slept, so each launch 200 us after the last had to
- * wake it (a futex system call on the host's side). A machine too loaded to keep the cadence (most
- * gaps stretched past 1 ms: a sanitizer run beside others) has none to follow: skipped, saying so. */
+/* Before: the engine spun HCQ_SPIN_NS (20 us) and slept, so each launch 200 us after the last had
+ * to wake it (a futex system call on the host's side). A machine too loaded to keep the cadence
+ * (most gaps stretched past 1 ms: a sanitizer run beside others) has none to follow: skipped,
+ * saying so. */
 Test(kernel_runs, work_at_a_short_cadence_finds_the_engine_spinning_longer) {
 #if defined(__SANITIZE_THREAD__)
-  cr_skip_test("ThreadSanitizer slows every atomic the engine's spin and sleep read, so the idle spells it "
-               "times are not the launches' cadence; the normal, ASan and UBSan builds check it");
+  cr_skip_test(
+      "ThreadSanitizer slows every atomic the engine's spin and sleep read, so the idle spells it "
+      "times are not the launches' cadence; the normal, ASan and UBSan builds check it");
 #endif
   int late = 0;
   uint64_t spins = cadence_spins_for(200, 40, &late);
-  if (!spins && late > 20) cr_skip_test("the machine stretched %d of 40 gaps of 200 us past 1 ms: no cadence", late);
-  cr_assert_gt(spins, 0, "no idle spin was lengthened for launches 200 us apart (%d gaps past 1 ms)", late);
+  if (!spins && late > 20)
+    cr_skip_test("the machine stretched %d of 40 gaps of 200 us past 1 ms: no cadence", late);
+  cr_assert_gt(spins, 0,
+               "no idle spin was lengthened for launches 200 us apart (%d gaps past 1 ms)", late);
 }
 
 Test(kernel_runs, work_after_long_idle_spells_does_not_lengthen_the_spin) {
   int late = 0;
-  cr_assert_eq(cadence_spins_for(20000, 5, &late), 0, "launches 20 ms apart lengthened the engine's idle spin");
+  cr_assert_eq(cadence_spins_for(20000, 5, &late), 0,
+               "launches 20 ms apart lengthened the engine's idle spin");
 }
 
 static void k_sleep_50us(void *const *b, const int32_t *v, const hcq_launch_t *l) {
@@ -312,10 +330,13 @@ Test(kernel_runs, a_host_assisting_on_a_contended_machine_sees_its_replay_end_at
   }
   hcq__cpu_assist_sleeps(d, &sleeps, &woken);
   qsort(took, REPLAYS, sizeof(took[0]), cmp_u64);
-  cr_assert_gt(sleeps - sleeps0, 0, "the host never slept in assist (is the machine's contention forced?)");
-  cr_assert_gt(woken - woken0, 0, "no sleep of the assisting host was ended by the replay's end: %llu sleeps ran to "
+  cr_assert_gt(sleeps - sleeps0, 0,
+               "the host never slept in assist (is the machine's contention forced?)");
+  cr_assert_gt(woken - woken0, 0,
+               "no sleep of the assisting host was ended by the replay's end: %llu sleeps ran to "
                "their limit (the replay of 4 naps of 50 us took %llu us, median)",
-               (unsigned long long)(sleeps - sleeps0), (unsigned long long)(took[REPLAYS / 2] / 1000));
+               (unsigned long long)(sleeps - sleeps0),
+               (unsigned long long)(took[REPLAYS / 2] / 1000));
   OK(hcq_graph_destroy(g));
   hcq_buffer_release(b);
   hcq_program_release(p);

@@ -1,7 +1,7 @@
-/* Symbolic launches (hcq_launch_sym) and the variables of a capture: an eager symbolic launch equals
- * hcq_launch with the evaluated numbers and a host model; a capture of symbolic launches replays
- * with new values, each replay equal to plain eager launches with those values; a value for a
- * variable the capture never saw is reported (report line, warning, or an error when strict). */
+/* Symbolic launches (hcq_launch_sym) and the variables of a capture: an eager symbolic launch
+ * equals hcq_launch with the evaluated numbers and a host model; a capture of symbolic launches
+ * replays with new values, each replay equal to plain eager launches with those values; a value for
+ * a variable the capture never saw is reported (report line, warning, or an error when strict). */
 #include "test_util.h"
 
 TestSuite(launch_sym, .timeout = 120);
@@ -39,8 +39,10 @@ static void fixture_open(fixture_t *f) {
     hcq_expr_release(c);
     cr_assert(f->add_of[s] && f->mixadd_of[s]);
   }
-  hcq_expr_t *c63 = hcq_expr_const(63), *c64 = hcq_expr_const(64), *c31 = hcq_expr_const(31), *c32 = hcq_expr_const(32);
-  hcq_expr_t *n63 = hcq_expr_binary(HCQ_EXPR_ADD, f->n, c63), *n31 = hcq_expr_binary(HCQ_EXPR_ADD, f->n, c31);
+  hcq_expr_t *c63 = hcq_expr_const(63), *c64 = hcq_expr_const(64), *c31 = hcq_expr_const(31),
+             *c32 = hcq_expr_const(32);
+  hcq_expr_t *n63 = hcq_expr_binary(HCQ_EXPR_ADD, f->n, c63),
+             *n31 = hcq_expr_binary(HCQ_EXPR_ADD, f->n, c31);
   f->groups64 = hcq_expr_binary(HCQ_EXPR_FLOORDIV, n63, c64);
   f->groups32 = hcq_expr_binary(HCQ_EXPR_FLOORDIV, n31, c32);
   cr_assert(f->groups64 && f->groups32);
@@ -50,25 +52,42 @@ static void fixture_open(fixture_t *f) {
 
 static void fixture_close(fixture_t *f) {
   for (int s = 0; s < STEPS; s++) hcq_expr_release(f->add_of[s]), hcq_expr_release(f->mixadd_of[s]);
-  hcq_expr_release(f->groups64), hcq_expr_release(f->groups32), hcq_expr_release(f->n), hcq_expr_release(f->pos);
-  hcq_buffer_release(f->x), hcq_buffer_release(f->y), hcq_buffer_release(f->xm), hcq_buffer_release(f->ym);
+  hcq_expr_release(f->groups64), hcq_expr_release(f->groups32), hcq_expr_release(f->n),
+      hcq_expr_release(f->pos);
+  hcq_buffer_release(f->x), hcq_buffer_release(f->y), hcq_buffer_release(f->xm),
+      hcq_buffer_release(f->ym);
   hcq_program_release(f->mul_add), hcq_program_release(f->mix);
   test_close(f->dev);
 }
 
-/* One step of work, STEPS times: x = x*3 + (pos+s); y = x*(s+1) + y + (2*pos - s); first n elements. */
+/* One step of work, STEPS times: x = x*3 + (pos+s); y = x*(s+1) + y + (2*pos - s); first n
+ * elements. */
 static hcq_status_t sym_step(fixture_t *f, const hcq_var_value_t *vals, size_t nvals) {
   static const uint32_t out0[1] = {0};
   for (int s = 0; s < STEPS; s++) {
     hcq_buffer_t *xb[1] = {f->x}, *mb[3] = {f->y, f->x, f->y};
     hcq_operand_t mav[3] = {hcq_imm(3), hcq_sym(f->add_of[s]), hcq_sym(f->n)};
-    hcq_launch_sym_desc_t ma = {f->mul_add, xb, 1, mav, 3, {hcq_sym(f->groups64), hcq_imm(1), hcq_imm(1)},
-                                {hcq_imm(64), hcq_imm(1), hcq_imm(1)}, NULL, 0};
+    hcq_launch_sym_desc_t ma = {f->mul_add,
+                                xb,
+                                1,
+                                mav,
+                                3,
+                                {hcq_sym(f->groups64), hcq_imm(1), hcq_imm(1)},
+                                {hcq_imm(64), hcq_imm(1), hcq_imm(1)},
+                                NULL,
+                                0};
     hcq_status_t st = hcq_launch_sym(&ma, vals, nvals);
     if (st) return st;
     hcq_operand_t mxv[3] = {hcq_imm(s + 1), hcq_sym(f->mixadd_of[s]), hcq_sym(f->n)};
-    hcq_launch_sym_desc_t mx = {f->mix, mb, 3, mxv, 3, {hcq_sym(f->groups32), hcq_imm(1), hcq_imm(1)},
-                                {hcq_imm(32), hcq_imm(1), hcq_imm(1)}, out0, 1};
+    hcq_launch_sym_desc_t mx = {f->mix,
+                                mb,
+                                3,
+                                mxv,
+                                3,
+                                {hcq_sym(f->groups32), hcq_imm(1), hcq_imm(1)},
+                                {hcq_imm(32), hcq_imm(1), hcq_imm(1)},
+                                out0,
+                                1};
     if ((st = hcq_launch_sym(&mx, vals, nvals))) return st;
   }
   return NULL;
@@ -80,8 +99,10 @@ static void plain_step(fixture_t *f, hcq_buffer_t *x, hcq_buffer_t *y, int32_t n
   for (int s = 0; s < STEPS; s++) {
     hcq_buffer_t *xb[1] = {x}, *mb[3] = {y, x, y};
     int32_t mav[3] = {3, pos + s, n}, mxv[3] = {s + 1, 2 * pos - s, n};
-    hcq_launch_desc_t ma = {f->mul_add, xb, 1, mav, 3, {(uint32_t)(n + 63) / 64, 1, 1}, {64, 1, 1}, NULL, 0};
-    hcq_launch_desc_t mx = {f->mix, mb, 3, mxv, 3, {(uint32_t)(n + 31) / 32, 1, 1}, {32, 1, 1}, out0, 1};
+    hcq_launch_desc_t ma = {f->mul_add, xb,   1, mav, 3, {(uint32_t)(n + 63) / 64, 1, 1},
+                            {64, 1, 1}, NULL, 0};
+    hcq_launch_desc_t mx = {f->mix,     mb,   3, mxv, 3, {(uint32_t)(n + 31) / 32, 1, 1},
+                            {32, 1, 1}, out0, 1};
     OK(hcq_launch(&ma));
     OK(hcq_launch(&mx));
   }
@@ -90,11 +111,13 @@ static void plain_step(fixture_t *f, hcq_buffer_t *x, hcq_buffer_t *y, int32_t n
 static void model_step(fixture_t *f, int32_t n, int32_t pos) {
   for (int s = 0; s < STEPS; s++) {
     for (int32_t i = 0; i < n; i++) f->hx[i] = f->hx[i] * 3u + (uint32_t)(pos + s);
-    for (int32_t i = 0; i < n; i++) f->hy[i] = f->hx[i] * (uint32_t)(s + 1) + f->hy[i] + (uint32_t)(2 * pos - s);
+    for (int32_t i = 0; i < n; i++)
+      f->hy[i] = f->hx[i] * (uint32_t)(s + 1) + f->hy[i] + (uint32_t)(2 * pos - s);
   }
 }
 
-/* The mirrors and the model take the step with (n, pos); then x, y equal their mirrors and the model. */
+/* The mirrors and the model take the step with (n, pos); then x, y equal their mirrors and the
+ * model. */
 static void expect_step(fixture_t *f, int32_t n, int32_t pos, const char *what) {
   plain_step(f, f->xm, f->ym, n, pos);
   model_step(f, n, pos);
@@ -104,10 +127,14 @@ static void expect_step(fixture_t *f, int32_t n, int32_t pos, const char *what) 
   test_read(f->y, got[2], N * 4);
   test_read(f->ym, got[3], N * 4);
   for (int i = 0; i < N; i++) {
-    cr_assert_eq(got[0][i], got[1][i], "%s (n=%d, pos=%d): x[%d] is %u, eager gives %u", what, n, pos, i, got[0][i], got[1][i]);
-    cr_assert_eq(got[2][i], got[3][i], "%s (n=%d, pos=%d): y[%d] is %u, eager gives %u", what, n, pos, i, got[2][i], got[3][i]);
-    cr_assert_eq(got[0][i], f->hx[i], "%s (n=%d, pos=%d): x[%d] is %u, the model gives %u", what, n, pos, i, got[0][i], f->hx[i]);
-    cr_assert_eq(got[2][i], f->hy[i], "%s (n=%d, pos=%d): y[%d] is %u, the model gives %u", what, n, pos, i, got[2][i], f->hy[i]);
+    cr_assert_eq(got[0][i], got[1][i], "%s (n=%d, pos=%d): x[%d] is %u, eager gives %u", what, n,
+                 pos, i, got[0][i], got[1][i]);
+    cr_assert_eq(got[2][i], got[3][i], "%s (n=%d, pos=%d): y[%d] is %u, eager gives %u", what, n,
+                 pos, i, got[2][i], got[3][i]);
+    cr_assert_eq(got[0][i], f->hx[i], "%s (n=%d, pos=%d): x[%d] is %u, the model gives %u", what, n,
+                 pos, i, got[0][i], f->hx[i]);
+    cr_assert_eq(got[2][i], f->hy[i], "%s (n=%d, pos=%d): y[%d] is %u, the model gives %u", what, n,
+                 pos, i, got[2][i], f->hy[i]);
   }
 }
 
@@ -193,10 +220,13 @@ Test(launch_sym, plain_launch_capture_reports_values_for_variables_it_never_saw)
   const hcq_jit_report_t *rep = hcq_jit_report(jit);
   cr_assert_eq(rep->unused_vars, 2, "%s", rep->text);
   cr_assert_eq(warned.count, 2, "%s", warned.text);
-  cr_assert(strstr(warned.text, "capture: variable n has a value but no captured item uses it"), "%s", warned.text);
-  cr_assert(strstr(warned.text, "capture: variable pos has a value but no captured item uses it"), "%s", warned.text);
+  cr_assert(strstr(warned.text, "capture: variable n has a value but no captured item uses it"),
+            "%s", warned.text);
+  cr_assert(strstr(warned.text, "capture: variable pos has a value but no captured item uses it"),
+            "%s", warned.text);
   cr_assert(strstr(warned.text, "hcq_launch_sym"), "the warning says what to do: %s", warned.text);
-  cr_assert(strstr(rep->text, "variable n has a value but no captured item uses it"), "%s", rep->text);
+  cr_assert(strstr(rep->text, "variable n has a value but no captured item uses it"), "%s",
+            rep->text);
   cr_assert_eq(hcq_jit_var_count(jit), 0);
 
   /* The replay runs the captured constants: the same work as the capture, whatever n says. n was
@@ -212,7 +242,8 @@ Test(launch_sym, plain_launch_capture_reports_values_for_variables_it_never_saw)
   OK(hcq_jit_run(jit, NULL, 0, with_m, 1, true, NULL));
   expect_step(&f, 200, 5, "replay of constants");
   cr_assert_eq(warned.count, 3, "%s", warned.text);
-  cr_assert(strstr(warned.text, "jit replay: variable m has a value but no captured item uses it"), "%s", warned.text);
+  cr_assert(strstr(warned.text, "jit replay: variable m has a value but no captured item uses it"),
+            "%s", warned.text);
   rep = hcq_jit_report(jit);
   cr_assert_eq(rep->unused_vars, 3);
   cr_assert(strstr(rep->text, "jit replay: variable m"), "the report holds it too: %s", rep->text);
@@ -232,10 +263,18 @@ Test(launch_sym, jit_create_ignores_values_for_variables_its_items_do_not_use) {
   hcq_exec_item_t items[2];
   for (int j = 0; j < 2; j++)
     items[j] = (hcq_exec_item_t){.kind = HCQ_ITEM_KERNEL,
-                                 .kernel = {f.mul_add, xb, 1, out0, 1, v, 3, {hcq_sym(f.groups64), hcq_imm(1), hcq_imm(1)},
+                                 .kernel = {f.mul_add,
+                                            xb,
+                                            1,
+                                            out0,
+                                            1,
+                                            v,
+                                            3,
+                                            {hcq_sym(f.groups64), hcq_imm(1), hcq_imm(1)},
                                             {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
   hcq_var_value_t at[] = {{f.n, 10}, {f.pos, 3}};
-  hcq_jit_options_t opts = {.on_warning = collect_warning, .warning_ctx = &warned, .strict_vars = true};
+  hcq_jit_options_t opts = {
+      .on_warning = collect_warning, .warning_ctx = &warned, .strict_vars = true};
   hcq_jit_t *jit = NULL;
   OK(hcq_jit_create(items, 2, NULL, 0, at, 2, &opts, &jit));
   OK(hcq_jit_run(jit, NULL, 0, at, 2, true, NULL));
@@ -254,8 +293,8 @@ Test(launch_sym, strict_vars_turns_the_report_into_an_error) {
   plain_step(&f, f.x, f.y, 200, 5);
   hcq_var_value_t at[] = {{f.n, 200}};
   hcq_jit_t *jit = NULL;
-  FAILS(hcq_capture_end(cap, NULL, 0, at, 1, &strict, &jit), HCQ_INVALID_ARGUMENT, "capture: variable n",
-        "no captured item uses it");
+  FAILS(hcq_capture_end(cap, NULL, 0, at, 1, &strict, &jit), HCQ_INVALID_ARGUMENT,
+        "capture: variable n", "no captured item uses it");
   cr_assert_null(jit);
   expect_step(&f, 200, 5, "the capture run");
 
@@ -268,8 +307,8 @@ Test(launch_sym, strict_vars_turns_the_report_into_an_error) {
   hcq_expr_t *m = NULL;
   OK(hcq_var_create("m", 0, 10, &m));
   hcq_var_value_t bad[] = {{f.n, 7}, {m, 3}};
-  FAILS(hcq_jit_run(jit, NULL, 0, bad, 2, true, NULL), HCQ_INVALID_ARGUMENT, "jit replay: variable m",
-        "hcq_launch_sym");
+  FAILS(hcq_jit_run(jit, NULL, 0, bad, 2, true, NULL), HCQ_INVALID_ARGUMENT,
+        "jit replay: variable m", "hcq_launch_sym");
   OK(hcq_device_synchronize(f.dev));
   static uint32_t got[N], want[N];
   test_read(f.x, got, N * 4);
@@ -303,8 +342,9 @@ Test(launch_sym, several_values_of_one_variable_in_a_capture_are_reported) {
   expect_step(&f, 50, 2, "the capture run");
   cr_assert_eq(hcq_jit_item_count(jit), 3 * 2 * STEPS);
   cr_assert_eq(warned.count, 1, "%s", warned.text);
-  cr_assert(strstr(warned.text, "variable pos was bound to several values during the capture (last 2)"), "%s",
-            warned.text);
+  cr_assert(
+      strstr(warned.text, "variable pos was bound to several values during the capture (last 2)"),
+      "%s", warned.text);
   cr_assert(strstr(hcq_jit_report(jit)->text, "variable pos was bound to several values"), "%s",
             hcq_jit_report(jit)->text);
   for (size_t i = 0; i < hcq_jit_var_count(jit); i++)
@@ -324,7 +364,8 @@ Test(launch_sym, capture_end_values_take_precedence_over_bound_ones) {
   hcq_var_value_t given[] = {{f.pos, -8}};
   hcq_jit_t *jit = NULL;
   OK(hcq_capture_end(cap, NULL, 0, given, 1, NULL, &jit));
-  expect_step(&f, 120, 4, "the capture run"); /* after the capture: the mirrors' launches are not recorded */
+  /* after the capture: the mirrors' launches are not recorded */
+  expect_step(&f, 120, 4, "the capture run");
   for (size_t i = 0; i < hcq_jit_var_count(jit); i++)
     cr_assert_eq(hcq_jit_var_value(jit, i), hcq_jit_var(jit, i) == f.n ? 120 : -8);
   /* A replay without values uses them: n = 120 (bound), pos = -8 (given). */
@@ -348,8 +389,15 @@ Test(launch_sym, bad_launches_fail_and_record_nothing) {
   hcq_expr_t *c100 = hcq_expr_const(100), *neg = hcq_expr_binary(HCQ_EXPR_SUB, f.n, c100);
   hcq_buffer_t *xb[1] = {f.x};
   hcq_operand_t v[3] = {hcq_imm(1), hcq_imm(0), hcq_sym(f.n)};
-  hcq_launch_sym_desc_t d = {f.mul_add, xb, 1, v, 3, {hcq_sym(neg), hcq_imm(1), hcq_imm(1)},
-                             {hcq_imm(64), hcq_imm(1), hcq_imm(1)}, NULL, 0};
+  hcq_launch_sym_desc_t d = {f.mul_add,
+                             xb,
+                             1,
+                             v,
+                             3,
+                             {hcq_sym(neg), hcq_imm(1), hcq_imm(1)},
+                             {hcq_imm(64), hcq_imm(1), hcq_imm(1)},
+                             NULL,
+                             0};
   hcq_var_value_t n50[] = {{f.n, 50}};
   FAILS(hcq_launch_sym(&d, n50, 1), HCQ_OUT_OF_RANGE, "global[0]", "n-100");
   uint32_t bad_out[1] = {3};
@@ -367,7 +415,8 @@ Test(launch_sym, bad_launches_fail_and_record_nothing) {
 }
 
 /* Launch dims in captures: a constant 0 (eager or symbolic launch, or a jit item) is refused naming
- * the dim and records nothing; a symbolic dim that is 0 runs nothing, in the capture and in replays. */
+ * the dim and records nothing; a symbolic dim that is 0 runs nothing, in the capture and in
+ * replays. */
 Test(launch_sym, zero_dims_in_captures) {
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = test_program(d, "fill", test_kernels_source);
@@ -377,10 +426,24 @@ Test(launch_sym, zero_dims_in_captures) {
   hcq_capture_t *cap = NULL;
   OK(hcq_capture_begin(&cap));
   int32_t iv[2] = {9, N};
-  hcq_launch_desc_t l = {.program = p, .bufs = &out, .nbufs = 1, .vals = iv, .nvals = 2, .global = {4}, .local = {64, 1, 1}};
+  hcq_launch_desc_t l = {.program = p,
+                         .bufs = &out,
+                         .nbufs = 1,
+                         .vals = iv,
+                         .nvals = 2,
+                         .global = {4},
+                         .local = {64, 1, 1}};
   FAILS(hcq_launch(&l), HCQ_INVALID_ARGUMENT, "launch of fill", "global[1] is 0");
   hcq_operand_t v[2] = {hcq_imm(9), hcq_imm(N)};
-  hcq_launch_sym_desc_t sd = {p, &out, 1, v, 2, {hcq_sym(k), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(0), hcq_imm(1)}, NULL, 0};
+  hcq_launch_sym_desc_t sd = {p,
+                              &out,
+                              1,
+                              v,
+                              2,
+                              {hcq_sym(k), hcq_imm(1), hcq_imm(1)},
+                              {hcq_imm(64), hcq_imm(0), hcq_imm(1)},
+                              NULL,
+                              0};
   hcq_var_value_t k0 = {k, 0};
   FAILS(hcq_launch_sym(&sd, &k0, 1), HCQ_INVALID_ARGUMENT, "fill", "local[1] is 0");
   cr_assert_eq(hcq_capture_item_count(cap), 0);
@@ -391,19 +454,28 @@ Test(launch_sym, zero_dims_in_captures) {
   OK(hcq_capture_end(cap, NULL, 0, NULL, 0, NULL, &jit));
   int32_t got[N];
   test_read(out, got, sizeof(got));
-  for (int i = 0; i < N; i++) cr_assert_eq(got[i], 0, "k = 0 ran the kernel (out[%d] = %d)", i, got[i]);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(got[i], 0, "k = 0 ran the kernel (out[%d] = %d)", i, got[i]);
   OK(hcq_jit_run(jit, NULL, 0, &k0, 1, true, NULL));
   test_read(out, got, sizeof(got));
-  for (int i = 0; i < N; i++) cr_assert_eq(got[i], 0, "a k = 0 replay ran the kernel (out[%d] = %d)", i, got[i]);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(got[i], 0, "a k = 0 replay ran the kernel (out[%d] = %d)", i, got[i]);
   hcq_var_value_t k2 = {k, 2};
   OK(hcq_jit_run(jit, NULL, 0, &k2, 1, true, NULL));
   test_read(out, got, sizeof(got));
-  for (int i = 0; i < N; i++) cr_assert_eq(got[i], i < 128 ? 9 : 0, "k = 2 replay: out[%d] = %d", i, got[i]);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(got[i], i < 128 ? 9 : 0, "k = 2 replay: out[%d] = %d", i, got[i]);
   OK(hcq_jit_destroy(jit));
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {.program = p, .bufs = &out, .nbufs = 1, .vals = v, .nvals = 2,
-                                   .global = {hcq_imm(1), hcq_imm(1), hcq_imm(0)}, .local = {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
-  FAILS(hcq_jit_create(&it, 1, NULL, 0, NULL, 0, NULL, &jit), HCQ_INVALID_ARGUMENT, "item 0 (fill)", "global[2] is 0");
+                        .kernel = {.program = p,
+                                   .bufs = &out,
+                                   .nbufs = 1,
+                                   .vals = v,
+                                   .nvals = 2,
+                                   .global = {hcq_imm(1), hcq_imm(1), hcq_imm(0)},
+                                   .local = {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
+  FAILS(hcq_jit_create(&it, 1, NULL, 0, NULL, 0, NULL, &jit), HCQ_INVALID_ARGUMENT, "item 0 (fill)",
+        "global[2] is 0");
   hcq_expr_release(k);
   hcq_buffer_release(out);
   hcq_program_release(p);

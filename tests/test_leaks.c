@@ -1,5 +1,5 @@
-/* The leak report (docs/errors.md, "Leak report"): a failed close tells the user's objects from what a
- * jit or graph holds on their behalf and names them all (or says how many more), and with
+/* The leak report (docs/errors.md, "Leak report"): a failed close tells the user's objects from
+ * what a jit or graph holds on their behalf and names them all (or says how many more), and with
  * HCQ_LEAK_REPORT or HCQ_VALIDATE=1 the objects still alive at exit are listed on standard error (a
  * child process, tests/leaks_child.c, leaves them; the test reads what it printed). */
 #include <errno.h>
@@ -8,7 +8,9 @@
 
 #include "test_util.h"
 
-static void nothing(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)b, (void)v, (void)l; }
+static void nothing(void *const *b, const int32_t *v, const hcq_launch_t *l) {
+  (void)b, (void)v, (void)l;
+}
 
 /* The message's part between start and the next "; " (the user's part, or a holder's). */
 static void part_of(const char *msg, const char *start, char *out, size_t size) {
@@ -32,7 +34,8 @@ Test(leaks, a_failed_close_tells_the_users_objects_from_what_a_jit_holds) {
   hcq_exec_item_t items[2] = {it, it};
   hcq_jit_t *jit = NULL;
   OK(hcq_jit_create(items, 2, NULL, 0, NULL, 0, NULL, &jit));
-  cr_assert_eq(hcq_jit_report(jit)->batches, 1, "the two items are one graph: %s", hcq_jit_report(jit)->text);
+  cr_assert_eq(hcq_jit_report(jit)->batches, 1, "the two items are one graph: %s",
+               hcq_jit_report(jit)->text);
 
   hcq_status_t st = hcq_device_close(d);
   cr_assert(st && hcq_status_code(st) == HCQ_FAILED_PRECONDITION);
@@ -41,16 +44,20 @@ Test(leaks, a_failed_close_tells_the_users_objects_from_what_a_jit_holds) {
    * (one per replay it may have in flight: HCQ_GRAPH_INFLIGHT) are the library's. */
   char mine[1024], held[1024];
   part_of(msg, "4 you created: ", mine, sizeof(mine));
-  cr_assert(strstr(mine, "buffer \"x\" (hcq_buffer_create)") && strstr(mine, "buffer \"y\" (hcq_buffer_create)") &&
-                strstr(mine, "program \"nothing\" (hcq_program_create_fn)") && strstr(mine, "jit#") &&
-                strstr(mine, "(hcq_jit_create)"),
+  cr_assert(strstr(mine, "buffer \"x\" (hcq_buffer_create)") &&
+                strstr(mine, "buffer \"y\" (hcq_buffer_create)") &&
+                strstr(mine, "program \"nothing\" (hcq_program_create_fn)") &&
+                strstr(mine, "jit#") && strstr(mine, "(hcq_jit_create)"),
             "%s", msg);
-  cr_assert(!strstr(mine, "graph#") && !strstr(mine, "kernargs"), "the jit's graph is not the user's: %s", msg);
+  cr_assert(!strstr(mine, "graph#") && !strstr(mine, "kernargs"),
+            "the jit's graph is not the user's: %s", msg);
   part_of(msg, "held by jit#", held, sizeof(held));
-  cr_assert(strstr(held, "on your behalf") && strstr(held, "graph#") && strstr(held, "buffer \"kernargs of graph#"),
+  cr_assert(strstr(held, "on your behalf") && strstr(held, "graph#") &&
+                strstr(held, "buffer \"kernargs of graph#"),
             "%s", msg);
   long total = 0, nheld = 0;
-  cr_assert(sscanf(msg, "cannot close CPU:0: %ld objects of it are still alive", &total) == 1, "%s", msg);
+  cr_assert(sscanf(msg, "cannot close CPU:0: %ld objects of it are still alive", &total) == 1, "%s",
+            msg);
   cr_assert(sscanf(strstr(msg, "; ") + 2, "%ld held by jit#", &nheld) == 1, "%s", msg);
   cr_assert(nheld >= 2 && total == 4 + nheld, "%s", msg);
   hcq_status_destroy(st);
@@ -75,7 +82,7 @@ Test(leaks, a_failed_close_counts_what_it_does_not_name) {
   long named = 0, more = 0;
   for (const char *p = msg; (p = strstr(p, "(hcq_buffer_create)")); p++) named++;
   const char *and = strstr(msg, " and ");
-  cr_assert(and && sscanf(and, " and %ld more", &more) == 1, "%s", msg);
+  cr_assert(and&&sscanf(and, " and %ld more", &more) == 1, "%s", msg);
   cr_assert(named >= 32 && named < N, "%ld named", named);
   cr_assert_eq(named + more, N, "%ld named and %ld more: %s", named, more, msg);
   hcq_status_destroy(st);
@@ -95,8 +102,8 @@ static void child_path(char *out, size_t size) {
   snprintf(out, size, "%s/leaks_child", self);
 }
 
-/* Runs leaks_child mode with the variable set (or not: value NULL, and HCQ_VALIDATE unset unless it is
- * the variable); its standard error in err, its exit status returned. */
+/* Runs leaks_child mode with the variable set (or not: value NULL, and HCQ_VALIDATE unset unless it
+ * is the variable); its standard error in err, its exit status returned. */
 static int run_child(const char *mode, const char *var, const char *value, char *err, size_t size) {
   char path[PATH_MAX + 16];
   child_path(path, sizeof(path));
@@ -135,8 +142,7 @@ static int run_child(const char *mode, const char *var, const char *value, char 
   err[used] = '\0';
   close(fds[0]);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -146,7 +152,8 @@ Test(leaks, at_exit_with_HCQ_LEAK_REPORT_the_live_objects_are_listed) {
   cr_assert_eq(run_child("leak", "HCQ_LEAK_REPORT", "1", g_err, sizeof(g_err)), 0, "%s", g_err);
   cr_assert(strstr(g_err, "objects still alive at exit (HCQ_LEAK_REPORT):\n"), "%s", g_err);
   cr_assert(strstr(g_err, "  CPU:0: buffer \"x\", made by hcq_buffer_create\n"), "%s", g_err);
-  cr_assert(strstr(g_err, "  CPU:0: program \"nothing\", made by hcq_program_create_fn\n"), "%s", g_err);
+  cr_assert(strstr(g_err, "  CPU:0: program \"nothing\", made by hcq_program_create_fn\n"), "%s",
+            g_err);
   cr_assert(strstr(g_err, ", made by hcq_jit_create\n"), "%s", g_err);
   cr_assert(strstr(g_err, ", made by hcq_graph_create, held by jit#"), "%s", g_err);
   cr_assert(strstr(g_err, "HCQ_LEAK_REPORT=backtrace shows where each was made"), "%s", g_err);
@@ -160,10 +167,13 @@ Test(leaks, at_exit_with_HCQ_VALIDATE_the_live_objects_are_listed) {
 }
 
 Test(leaks, HCQ_LEAK_REPORT_backtrace_adds_the_creating_stacks) {
-  cr_assert_eq(run_child("leak", "HCQ_LEAK_REPORT", "backtrace", g_err, sizeof(g_err)), 0, "%s", g_err);
+  cr_assert_eq(run_child("leak", "HCQ_LEAK_REPORT", "backtrace", g_err, sizeof(g_err)), 0, "%s",
+               g_err);
   const char *x = strstr(g_err, "  CPU:0: buffer \"x\", made by hcq_buffer_create\n");
   cr_assert(x, "%s", g_err);
-  cr_assert(!strncmp(x + strlen("  CPU:0: buffer \"x\", made by hcq_buffer_create\n"), "      #0 ", 9), "%s", g_err);
+  cr_assert(
+      !strncmp(x + strlen("  CPU:0: buffer \"x\", made by hcq_buffer_create\n"), "      #0 ", 9),
+      "%s", g_err);
   cr_assert(strstr(g_err, "leaks_child("), "the stack reaches the program: %s", g_err);
 }
 
@@ -178,7 +188,8 @@ Test(leaks, nothing_is_reported_without_the_variables_or_after_a_clean_shutdown)
 
 Test(leaks, a_bad_HCQ_LEAK_REPORT_value_is_named_and_ignored) {
   cr_assert_eq(run_child("leak", "HCQ_LEAK_REPORT", "yes", g_err, sizeof(g_err)), 0, "%s", g_err);
-  cr_assert(strstr(g_err, "hcq: ignoring HCQ_LEAK_REPORT=\"yes\": expected 0, 1 or backtrace"), "%s", g_err);
+  cr_assert(strstr(g_err, "hcq: ignoring HCQ_LEAK_REPORT=\"yes\": expected 0, 1 or backtrace"),
+            "%s", g_err);
   cr_assert(!strstr(g_err, "still alive"), "%s", g_err);
 }
 
@@ -187,7 +198,9 @@ Test(leaks, a_lost_device_closing_with_live_objects_lists_them) {
   cr_assert_eq(run_child("lost", "HCQ_LEAK_REPORT", "1", g_err, sizeof(g_err)), 0, "%s", g_err);
   cr_assert(strstr(g_err, "hcq: 1 object of CPU:0 still alive as it closes"), "%s", g_err);
   cr_assert(strstr(g_err, "  CPU:0: buffer \"x\", made by hcq_buffer_create\n"), "%s", g_err);
-  cr_assert(strstr(g_err, "hcq: 1 object still alive at exit (HCQ_LEAK_REPORT):\n  and 1 not listed (of devices "
-                          "closed while lost"),
-            "%s", g_err);
+  cr_assert(
+      strstr(g_err,
+             "hcq: 1 object still alive at exit (HCQ_LEAK_REPORT):\n  and 1 not listed (of devices "
+             "closed while lost"),
+      "%s", g_err);
 }

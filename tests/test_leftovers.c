@@ -89,7 +89,8 @@ Test(leftovers, fetch_folders_of_dead_owners_are_removed) {
   left_folder(live);
   int lock = hold_lock(live);
   setenv("HCQ_DATA_DIR", data, 1);
-  setenv("HCQ_PIP_FIND_LINKS", empty, 1); /* the download fails (with or without pip): only the reaping counts */
+  /* the download fails (with or without pip): only the reaping counts */
+  setenv("HCQ_PIP_FIND_LINKS", empty, 1);
   char out[1024];
   FILE *log = fopen("/dev/null", "w");
   hcq_status_t st = llm_fetch_model(&k_model, log, out, sizeof(out));
@@ -108,7 +109,8 @@ Test(leftovers, helpers_die_with_their_parent) {
   char dir[512], pid_file[600], script[2048];
   temp_dir(dir, sizeof(dir), "leftovers-spawn");
   snprintf(pid_file, sizeof(pid_file), "%s/pid", dir);
-  snprintf(script, sizeof(script), "echo $$ > '%s.tmp' && mv '%s.tmp' '%s' && exec sleep 60", pid_file, pid_file, pid_file);
+  snprintf(script, sizeof(script), "echo $$ > '%s.tmp' && mv '%s.tmp' '%s' && exec sleep 60",
+           pid_file, pid_file, pid_file);
   pid_t parent = fork();
   if (parent == 0) {
     char *argv[] = {"sh", "-c", script, NULL};
@@ -153,7 +155,9 @@ static void fake_python_on_path(const char *dir, const char *says) {
 Test(leftovers, pip_on_a_full_disk_says_the_disk_is_full) {
   char data[512];
   temp_dir(data, sizeof(data), "leftovers-pip");
-  fake_python_on_path(data, "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device");
+  fake_python_on_path(
+      data,
+      "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device");
   setenv("HCQ_DATA_DIR", data, 1);
   unsetenv("HCQ_PIP_FIND_LINKS");
   char out[1024];
@@ -182,21 +186,23 @@ Test(leftovers, a_download_bigger_than_the_free_space_is_refused_first) {
   fclose(log);
   cr_assert_not_null(st);
   const char *msg = hcq_status_message(st);
-  cr_assert(strstr(msg, "is full") && strstr(msg, "/models") && strstr(msg, "2305843009214742528 bytes") &&
-                strstr(msg, "MB free"),
+  cr_assert(strstr(msg, "is full") && strstr(msg, "/models") &&
+                strstr(msg, "2305843009214742528 bytes") && strstr(msg, "MB free"),
             "%s", msg);
   hcq_status_destroy(st);
 }
 
 /* ---- kernel compiles ---- */
 
-static const char *k_source = "void inc(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
-                              "  (void)l; ((int32_t *)b[0])[0] += v[0] + %d;\n"
-                              "}\n";
+static const char *k_source =
+    "void inc(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
+    "  (void)l; ((int32_t *)b[0])[0] += v[0] + %d;\n"
+    "}\n";
 
 /* In a new process (options are read once per process): compiles a kernel no cache holds, with
  * TMPDIR=tmp; its exit status is 0 when the kernel compiled. */
-static pid_t compile_in_child(const char *tmp, const char *cc, const char *cache, const char *err_file) {
+static pid_t compile_in_child(const char *tmp, const char *cc, const char *cache,
+                              const char *err_file) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   setenv("TMPDIR", tmp, 1);
@@ -231,8 +237,11 @@ Test(leftovers, build_folders_of_killed_compiles_are_removed) {
   /* a compiler that hangs when it compiles (and answers any question about itself at once) */
   FILE *f = fopen(slow_cc, "w");
   cr_assert_not_null(f);
-  fprintf(f, "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = -o ] && { echo $$ > '%s.tmp'; mv '%s.tmp' '%s'; exec sleep 60; }; done\n"
-             "exec cc \"$@\"\n", pid_file, pid_file, pid_file);
+  fprintf(f,
+          "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = -o ] && { echo $$ > '%s.tmp'; mv '%s.tmp' "
+          "'%s'; exec sleep 60; }; done\n"
+          "exec cc \"$@\"\n",
+          pid_file, pid_file, pid_file);
   fclose(f);
   chmod(slow_cc, 0755);
   snprintf(live, sizeof(live), "%s/hcq-build-live01", tmp);
@@ -249,7 +258,8 @@ Test(leftovers, build_folders_of_killed_compiles_are_removed) {
   cr_assert_eq(count(tmp, "hcq-build-"), 2, "the compile's folder and the live one");
   kill(killed, SIGKILL);
   wait_status(killed);
-  kill(cc_pid, SIGKILL); /* the compiler is not ours to wait for: its parent was the killed process */
+  /* the compiler is not ours to wait for: its parent was the killed process */
+  kill(cc_pid, SIGKILL);
   cr_assert_eq(count(tmp, "hcq-build-"), 2, "kill -9 left the folder (what this test is about)");
 
   cr_assert_eq(wait_status(compile_in_child(tmp, "cc", cache, NULL)), 0, "the next compile failed");
@@ -285,7 +295,8 @@ Test(leftovers, a_kernel_cache_on_a_full_disk_says_so) {
   size_t n = fread(text, 1, sizeof(text) - 1, f);
   text[n] = 0;
   fclose(f);
-  cr_assert(strstr(text, "is full") && strstr(text, cache) && strstr(text, "bytes needed"), "%s", text);
+  cr_assert(strstr(text, "is full") && strstr(text, cache) && strstr(text, "bytes needed"), "%s",
+            text);
 }
 
 /* ---- the context against memory and the model ---- */
@@ -309,8 +320,8 @@ Test(leftovers, a_context_memory_cannot_hold_is_refused_before_reserving) {
   /* 4096 positions: 2 layers x 2 x 4096 x 32 floats = 2 MiB of caches, with 1 MB available */
   setenv("HCQ_LLM_MEMORY_BYTES", "1000000", 1);
   llm_decoder_t *dec = NULL;
-  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_CPU, .ctx = 4096}, &dec), HCQ_OUT_OF_RANGE,
-        "4096 positions", "0.00 GB of memory is available", "--ctx");
+  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_CPU, .ctx = 4096}, &dec),
+        HCQ_OUT_OF_RANGE, "4096 positions", "0.00 GB of memory is available", "--ctx");
   cr_assert_null(dec);
   /* 256 positions: 131 kB */
   OK(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_CPU, .ctx = 256}, &dec));
@@ -319,8 +330,8 @@ Test(leftovers, a_context_memory_cannot_hold_is_refused_before_reserving) {
   llm_model_close(m);
 }
 
-/* A model trained on 7 positions: the decoder holds 7 (not a whole chunk of 32) and generating stops
- * there, whatever the steps asked for. */
+/* A model trained on 7 positions: the decoder holds 7 (not a whole chunk of 32) and generating
+ * stops there, whatever the steps asked for. */
 Test(leftovers, decoding_stops_at_a_tiny_trained_context) {
   llm_model_t *m = tiny_model(7);
   cr_assert_eq(m->config.ctx_train, 7);
@@ -329,7 +340,8 @@ Test(leftovers, decoding_stops_at_a_tiny_trained_context) {
   cr_assert_eq(llm_decoder_ctx(dec), 7);
   int32_t prompt[] = {10, 11, 12};
   llm_generate_result_t res;
-  OK(llm_generate(dec, prompt, 3, &(llm_generate_options_t){.steps = 20, .ignore_eos = true}, &res));
+  OK(llm_generate(dec, prompt, 3, &(llm_generate_options_t){.steps = 20, .ignore_eos = true},
+                  &res));
   cr_assert_eq(res.n, 4, "positions 3..6 only: %d tokens", res.n);
   free(res.ids);
   OK(llm_decoder_destroy(dec));

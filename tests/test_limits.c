@@ -23,7 +23,8 @@ static hcq_device_t *open_portable(const char *name) {
   return d;
 }
 
-static hcq_launch_desc_t launch_of(hcq_program_t *p, uint32_t gx, uint32_t lx, uint32_t ly, uint32_t lz) {
+static hcq_launch_desc_t launch_of(hcq_program_t *p, uint32_t gx, uint32_t lx, uint32_t ly,
+                                   uint32_t lz) {
   return (hcq_launch_desc_t){.program = p, .global = {gx, 1, 1}, .local = {lx, ly, lz}};
 }
 
@@ -32,7 +33,8 @@ Test(limits, cpu_states_its_own_limits_and_runs_a_huge_group) {
   hcq_device_limits_t l;
   OK(hcq_device_limits(d, &l));
   cr_assert(!l.portable);
-  cr_assert_eq(l.max_group_threads, UINT32_MAX, "a CPU kernel loops over its threads: no group limit");
+  cr_assert_eq(l.max_group_threads, UINT32_MAX,
+               "a CPU kernel loops over its threads: no group limit");
   cr_assert_eq(l.max_work_items, UINT64_C(1) << 40);
   cr_assert_eq(l.max_kernel_buffers, HCQ_MAX_KERNEL_BUFS);
   cr_assert_eq(l.shared_memory, 0u, "CPU kernels have no shared memory");
@@ -76,12 +78,15 @@ Test(limits, portable_launch_refuses_what_a_gpu_would) {
   OK(hcq_program_create_fn(d, "count_threads", count_threads, &p));
   hcq_launch_desc_t l = launch_of(p, 1, 1u << 20, 1, 1);
   FAILS(hcq_launch(&l), HCQ_OUT_OF_RANGE,
-        "launch of count_threads: local size 1048576x1x1 = 1048576 exceeds the portable limit of 1024 threads per "
+        "launch of count_threads: local size 1048576x1x1 = 1048576 exceeds the portable limit of "
+        "1024 threads per "
         "work-group (HCQ_PORTABLE)");
   l = launch_of(p, 1, 1, 1, 128);
-  FAILS(hcq_launch(&l), HCQ_OUT_OF_RANGE, "local[2] 128 exceeds the portable limit of 64 threads", "(HCQ_PORTABLE)");
+  FAILS(hcq_launch(&l), HCQ_OUT_OF_RANGE, "local[2] 128 exceeds the portable limit of 64 threads",
+        "(HCQ_PORTABLE)");
   l = launch_of(p, 70000, 1, 1, 1);
-  FAILS(hcq_launch(&l), HCQ_OUT_OF_RANGE, "global[0] 70000 exceeds the portable limit of 65535 work-groups");
+  FAILS(hcq_launch(&l), HCQ_OUT_OF_RANGE,
+        "global[0] 70000 exceeds the portable limit of 65535 work-groups");
   /* At the limits it runs, every thread. */
   atomic_store(&g_threads_run, 0);
   l = launch_of(p, 65535, 1024, 1, 1);
@@ -95,7 +100,8 @@ Test(limits, portable_launch_refuses_what_a_gpu_would) {
   for (int i = 0; i < 31; i++) bufs[i] = b;
   l = launch_of(p, 1, 1, 1, 1);
   l.bufs = bufs, l.nbufs = 31;
-  FAILS(hcq_launch(&l), HCQ_OUT_OF_RANGE, "buffer argument count 31 exceeds the portable limit of 30 buffers per launch");
+  FAILS(hcq_launch(&l), HCQ_OUT_OF_RANGE,
+        "buffer argument count 31 exceeds the portable limit of 30 buffers per launch");
   l.nbufs = 30;
   OK(hcq_launch(&l));
   OK(hcq_device_synchronize(d));
@@ -109,11 +115,13 @@ Test(limits, portable_graph_items_and_symbolic_dims) {
   hcq_program_t *p = NULL;
   OK(hcq_program_create_fn(d, "count_threads", count_threads, &p));
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL};
-  it.kernel = (hcq_kernel_item_t){.program = p, .global = {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+  it.kernel = (hcq_kernel_item_t){.program = p,
+                                  .global = {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
                                   .local = {hcq_imm(2048), hcq_imm(1), hcq_imm(1)}};
   hcq_graph_t *g = NULL;
   FAILS(hcq_graph_create(&it, 1, NULL, 0, NULL, 0, NULL, &g), HCQ_OUT_OF_RANGE,
-        "local size 2048x1x1 = 2048 exceeds the portable limit of 1024 threads per work-group (HCQ_PORTABLE)");
+        "local size 2048x1x1 = 2048 exceeds the portable limit of 1024 threads per work-group "
+        "(HCQ_PORTABLE)");
   cr_assert_null(g);
   /* A symbolic group size: fine when built, refused by the replay that makes it too big. */
   hcq_expr_t *n = NULL;
@@ -138,12 +146,13 @@ Test(limits, portable_buffers_and_views) {
   hcq_device_t *d = open_portable("CPU:4");
   hcq_buffer_t *b = NULL;
   FAILS(hcq_buffer_create(d, (UINT64_C(1) << 30) + 1, &b), HCQ_OUT_OF_RANGE,
-        "buffer on CPU:4: size 1073741825 exceeds the portable limit of 1073741824 bytes (HCQ_PORTABLE)");
+        "buffer on CPU:4: size 1073741825 exceeds the portable limit of 1073741824 bytes "
+        "(HCQ_PORTABLE)");
   cr_assert_null(b);
   b = test_buffer(d, 256);
   hcq_buffer_t *v = NULL;
-  FAILS(hcq_buffer_view_create(b, 4, 16, &v), HCQ_INVALID_ARGUMENT, "offset 4", "not a multiple of 16 bytes",
-        "(HCQ_PORTABLE)");
+  FAILS(hcq_buffer_view_create(b, 4, 16, &v), HCQ_INVALID_ARGUMENT, "offset 4",
+        "not a multiple of 16 bytes", "(HCQ_PORTABLE)");
   cr_assert_null(v);
   OK(hcq_buffer_view_create(b, 32, 16, &v));
   hcq_buffer_t *vv = NULL;

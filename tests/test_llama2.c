@@ -1,6 +1,6 @@
-/* The llama2 decoder on hcq against a plain sequential C forward pass (llama2_reference.h): the same
- * greedy tokens over 64 steps and logits within 1e-4 (relative), for both generated shapes, on one
- * and two devices, eagerly and as graph replays of one captured step. Also the checkpoint and
+/* The llama2 decoder on hcq against a plain sequential C forward pass (llama2_reference.h): the
+ * same greedy tokens over 64 steps and logits within 1e-4 (relative), for both generated shapes, on
+ * one and two devices, eagerly and as graph replays of one captured step. Also the checkpoint and
  * tokenizer readers' validation. */
 #include <math.h>
 
@@ -48,8 +48,8 @@ static void check_logits(const float *got, int step, const char *mode) {
   cr_assert_gt(scale, 1.0f, "degenerate reference logits at step %d", step);
   for (int i = 0; i < vocab; i++) {
     float err = fabsf(got[i] - want[i]) / scale;
-    cr_assert(err <= 1e-4f, "%s step %d: logit %d is %.9g, reference %.9g (relative error %.3g)", mode, step, i,
-              (double)got[i], (double)want[i], (double)err);
+    cr_assert(err <= 1e-4f, "%s step %d: logit %d is %.9g, reference %.9g (relative error %.3g)",
+              mode, step, i, (double)got[i], (double)want[i], (double)err);
   }
 }
 
@@ -72,7 +72,8 @@ static void check_decoder(int devices) {
   }
   OK(llama2_decoder_tokens(dec, tokens, STEPS));
   for (int p = 0; p < STEPS; p++)
-    cr_assert_eq(tokens[p], g_ref_tokens[p], "eager step %d: token %d, reference %d", p, tokens[p], g_ref_tokens[p]);
+    cr_assert_eq(tokens[p], g_ref_tokens[p], "eager step %d: token %d, reference %d", p, tokens[p],
+                 g_ref_tokens[p]);
 
   /* Step 0 captured, every later step a replay of that one capture with pos changed. The same
    * kernels in the same order: the same bits as eager. */
@@ -85,18 +86,21 @@ static void check_decoder(int devices) {
     if (p) OK(llama2_decoder_step_graph(dec, p));
     OK(llama2_decoder_logits(dec, graph));
     check_logits(graph, p, "graph");
-    cr_assert_eq(memcmp(graph, eager + (size_t)p * (size_t)c->vocab_size, (size_t)c->vocab_size * sizeof(float)), 0,
-                 "graph step %d: logits differ from the eager step's bits", p);
+    cr_assert_eq(memcmp(graph, eager + (size_t)p * (size_t)c->vocab_size,
+                        (size_t)c->vocab_size * sizeof(float)),
+                 0, "graph step %d: logits differ from the eager step's bits", p);
   }
   OK(llama2_decoder_tokens(dec, tokens, STEPS));
   for (int p = 0; p < STEPS; p++)
-    cr_assert_eq(tokens[p], g_ref_tokens[p], "graph step %d: token %d, reference %d", p, tokens[p], g_ref_tokens[p]);
+    cr_assert_eq(tokens[p], g_ref_tokens[p], "graph step %d: token %d, reference %d", p, tokens[p],
+                 g_ref_tokens[p]);
 
   /* Replays queued back to back (no wait between steps) give the same tokens. */
   OK(llama2_decoder_reset(dec));
   for (int p = 0; p < STEPS; p++) OK(llama2_decoder_step_graph(dec, p));
   OK(llama2_decoder_tokens(dec, tokens, STEPS));
-  for (int p = 0; p < STEPS; p++) cr_assert_eq(tokens[p], g_ref_tokens[p], "queued replay, step %d", p);
+  for (int p = 0; p < STEPS; p++)
+    cr_assert_eq(tokens[p], g_ref_tokens[p], "queued replay, step %d", p);
 
   free(eager);
   free(graph);
@@ -119,7 +123,8 @@ Test(llama2, generated_model_moves, .init = small_model, .fini = free_model) {
     for (int q = 0; q < p; q++) seen |= g_ref_tokens[q] == g_ref_tokens[p];
     distinct += !seen;
   }
-  cr_assert_geq(distinct, 16, "greedy decoding of the generated model visits only %d tokens", distinct);
+  cr_assert_geq(distinct, 16, "greedy decoding of the generated model visits only %d tokens",
+                distinct);
 }
 
 /* ---- files ---- */
@@ -151,12 +156,14 @@ Test(llama2, checkpoint_round_trip) {
   /* Field by field: the struct's padding bytes are not part of the model. */
   const llama2_config_t *x = &a.config, *y = &b.config;
   cr_assert(x->dim == y->dim && x->hidden_dim == y->hidden_dim && x->n_layers == y->n_layers &&
-            x->n_heads == y->n_heads && x->n_kv_heads == y->n_kv_heads && x->vocab_size == y->vocab_size &&
-            x->seq_len == y->seq_len && x->shared_classifier == y->shared_classifier);
+            x->n_heads == y->n_heads && x->n_kv_heads == y->n_kv_heads &&
+            x->vocab_size == y->vocab_size && x->seq_len == y->seq_len &&
+            x->shared_classifier == y->shared_classifier);
   cr_assert_eq(a.data_floats, b.data_floats);
   cr_assert_eq(memcmp(a.data, b.data, a.data_floats * sizeof(float)), 0);
   cr_assert(!b.config.shared_classifier, "generated models store their classifier");
-  cr_assert_eq(b.weights.classifier, b.data + b.data_floats - (size_t)b.config.vocab_size * (size_t)b.config.dim);
+  cr_assert_eq(b.weights.classifier,
+               b.data + b.data_floats - (size_t)b.config.vocab_size * (size_t)b.config.dim);
   /* The same weights with a shared classifier: positive vocab_size, vocab x dim fewer floats. */
   llama2_checkpoint_t sep = b;
   sep.config.shared_classifier = true;
@@ -168,7 +175,8 @@ Test(llama2, checkpoint_round_trip) {
   llama2_checkpoint_t c;
   OK(llama2_checkpoint_load(path, &c));
   cr_assert(c.config.shared_classifier);
-  cr_assert_eq(c.weights.classifier, c.weights.token_embedding, "a shared classifier is the embedding");
+  cr_assert_eq(c.weights.classifier, c.weights.token_embedding,
+               "a shared classifier is the embedding");
   cr_assert_eq(c.data_floats, sep.data_floats);
   free(sep.data);
   llama2_checkpoint_free(&a);
@@ -188,14 +196,18 @@ Test(llama2, checkpoint_validation) {
   FAILS(llama2_checkpoint_load(path, &ck), HCQ_INVALID_ARGUMENT, "bad header", "n_heads is 0");
   int32_t odd[7] = {66, 172, 5, 4, 4, 512, 512};
   write_bytes(path, odd, sizeof(odd));
-  FAILS(llama2_checkpoint_load(path, &ck), HCQ_INVALID_ARGUMENT, "dim 66 is not a multiple of n_heads 4");
+  FAILS(llama2_checkpoint_load(path, &ck), HCQ_INVALID_ARGUMENT,
+        "dim 66 is not a multiple of n_heads 4");
   int32_t gqa[7] = {64, 172, 5, 8, 3, 512, 512};
   write_bytes(path, gqa, sizeof(gqa));
-  FAILS(llama2_checkpoint_load(path, &ck), HCQ_INVALID_ARGUMENT, "n_heads 8 is not a multiple of n_kv_heads 3");
+  FAILS(llama2_checkpoint_load(path, &ck), HCQ_INVALID_ARGUMENT,
+        "n_heads 8 is not a multiple of n_kv_heads 3");
   int32_t good[7] = {64, 172, 5, 8, 4, 512, 512};
   write_bytes(path, good, sizeof(good));
-  FAILS(llama2_checkpoint_load(path, &ck), HCQ_INVALID_ARGUMENT, "size does not match", "has 28 bytes");
-  FAILS(llama2_checkpoint_load("/nonexistent/model.bin", &ck), HCQ_NOT_FOUND, "/nonexistent/model.bin");
+  FAILS(llama2_checkpoint_load(path, &ck), HCQ_INVALID_ARGUMENT, "size does not match",
+        "has 28 bytes");
+  FAILS(llama2_checkpoint_load("/nonexistent/model.bin", &ck), HCQ_NOT_FOUND,
+        "/nonexistent/model.bin");
   unlink(path);
   free(path);
 }
@@ -218,14 +230,17 @@ Test(llama2, tokenizer) {
   llama2_tokenizer_t tok;
   OK(llama2_tokenizer_load(path, 4, &tok));
   char scratch[2];
-  cr_assert_str_eq(llama2_tokenizer_piece(&tok, 1, 1, scratch), "Hi", "the space after BOS is dropped");
+  cr_assert_str_eq(llama2_tokenizer_piece(&tok, 1, 1, scratch), "Hi",
+                   "the space after BOS is dropped");
   cr_assert_str_eq(llama2_tokenizer_piece(&tok, 2, 1, scratch), " Hi");
   cr_assert_str_eq(llama2_tokenizer_piece(&tok, 1, 2, scratch), "\n", "byte fallback");
   cr_assert_str_eq(llama2_tokenizer_piece(&tok, 1, 3, scratch), "", "unprintable byte");
   cr_assert_str_eq(llama2_tokenizer_piece(&tok, 1, 99, scratch), "", "out of range id");
   llama2_tokenizer_free(&tok);
-  FAILS(llama2_tokenizer_load(path, 5, &tok), HCQ_INVALID_ARGUMENT, "fewer than the model's vocab_size 5");
-  FAILS(llama2_tokenizer_load(path, 3, &tok), HCQ_INVALID_ARGUMENT, "more tokens than the model's vocab_size 3");
+  FAILS(llama2_tokenizer_load(path, 5, &tok), HCQ_INVALID_ARGUMENT,
+        "fewer than the model's vocab_size 5");
+  FAILS(llama2_tokenizer_load(path, 3, &tok), HCQ_INVALID_ARGUMENT,
+        "more tokens than the model's vocab_size 3");
   unlink(path);
   free(path);
 }

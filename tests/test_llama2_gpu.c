@@ -4,8 +4,8 @@
  * token, and then its argmax equals the reference's (except where the reference's two best logits
  * are closer than 1e-4 of the largest logit's magnitude, a near tie either order may break) and
  * every logit is within 1e-3 of the largest logit's magnitude. Free-running eager steps and graph
- * replays of one captured step give identical tokens. One and two devices of the kind (Metal: one); the small
- * shape for 32 steps, the 15m shape for 8 (lavapipe's float math is slow). */
+ * replays of one captured step give identical tokens. One and two devices of the kind (Metal: one);
+ * the small shape for 32 steps, the 15m shape for 8 (lavapipe's float math is slow). */
 #include <math.h>
 
 #include "llama2.h"
@@ -54,11 +54,15 @@ static void require(hcq_device_kind_t kind, int devices) {
   size_t n = hcq_device_query(infos, 8);
   for (size_t i = 0; i < n && i < 8; i++) {
     if (infos[i].kind != kind) continue;
-    if (!infos[i].available) cr_skip_test("no %s device: %s", hcq_device_kind_name(kind), infos[i].description);
-    const char *virt = getenv(kind == HCQ_DEVICE_METAL ? "HCQ_METAL_VIRTUAL" : "HCQ_VULKAN_VIRTUAL");
-    bool virtual_ok = (kind == HCQ_DEVICE_VULKAN || kind == HCQ_DEVICE_METAL) && virt && atoi(virt) > 0;
+    if (!infos[i].available)
+      cr_skip_test("no %s device: %s", hcq_device_kind_name(kind), infos[i].description);
+    const char *virt =
+        getenv(kind == HCQ_DEVICE_METAL ? "HCQ_METAL_VIRTUAL" : "HCQ_VULKAN_VIRTUAL");
+    bool virtual_ok =
+        (kind == HCQ_DEVICE_VULKAN || kind == HCQ_DEVICE_METAL) && virt && atoi(virt) > 0;
     if (infos[i].count < devices && !virtual_ok)
-      cr_skip_test("%d %s device(s), the test needs %d", infos[i].count, hcq_device_kind_name(kind), devices);
+      cr_skip_test("%d %s device(s), the test needs %d", infos[i].count, hcq_device_kind_name(kind),
+                   devices);
     return;
   }
   cr_skip_test("hcq does not list %s devices", hcq_device_kind_name(kind));
@@ -66,26 +70,32 @@ static void require(hcq_device_kind_t kind, int devices) {
 
 /* The step's logits against the reference's: within 1e-3 of the largest magnitude, and the argmax
  * (the token the device wrote) the reference's unless its two best are a near tie. */
-static void check_step(const model_t *m, const float *got, int32_t token, int step, const char *mode) {
+static void check_step(const model_t *m, const float *got, int32_t token, int step,
+                       const char *mode) {
   int vocab = m->ck.config.vocab_size;
   const float *want = m->ref_logits + (size_t)step * (size_t)vocab;
   float scale = 0, first = -INFINITY, second = -INFINITY;
   for (int i = 0; i < vocab; i++) {
     scale = fmaxf(scale, fabsf(want[i]));
-    if (want[i] > first) second = first, first = want[i];
-    else if (want[i] > second) second = want[i];
+    if (want[i] > first)
+      second = first, first = want[i];
+    else if (want[i] > second)
+      second = want[i];
   }
   cr_assert_gt(scale, 1.0f, "degenerate reference logits at step %d", step);
   for (int i = 0; i < vocab; i++) {
     float err = fabsf(got[i] - want[i]) / scale;
-    cr_assert(err <= 1e-3f, "%s step %d: logit %d is %.9g, reference %.9g (error %.3g of the largest)", mode, step, i,
-              (double)got[i], (double)want[i], (double)err);
+    cr_assert(err <= 1e-3f,
+              "%s step %d: logit %d is %.9g, reference %.9g (error %.3g of the largest)", mode,
+              step, i, (double)got[i], (double)want[i], (double)err);
   }
   if (first - second >= 1e-4f * scale)
-    cr_assert_eq(token, m->ref_tokens[step], "%s step %d: argmax %d, reference %d (best logits %.9g, %.9g)", mode, step,
-                 token, m->ref_tokens[step], (double)first, (double)second);
-  cr_assert_eq(token, ref_argmax(got, vocab), "%s step %d: the device's argmax %d is not the largest of its logits",
-               mode, step, token);
+    cr_assert_eq(token, m->ref_tokens[step],
+                 "%s step %d: argmax %d, reference %d (best logits %.9g, %.9g)", mode, step, token,
+                 m->ref_tokens[step], (double)first, (double)second);
+  cr_assert_eq(token, ref_argmax(got, vocab),
+               "%s step %d: the device's argmax %d is not the largest of its logits", mode, step,
+               token);
 }
 
 /* Teacher-forced steps 0..steps-1, eager or replays of the capture (of step 0). */
@@ -135,8 +145,8 @@ static void check_model(hcq_device_kind_t kind, model_t m, int devices) {
   for (int p = 0; p < steps; p++) OK(llama2_decoder_step_graph(dec, p));
   OK(llama2_decoder_tokens(dec, graph, steps));
   for (int p = 0; p < steps; p++)
-    cr_assert_eq(graph[p], eager[p], "%s: step %d: graph replay token %d, eager %d", hcq_device_kind_name(kind), p,
-                 graph[p], eager[p]);
+    cr_assert_eq(graph[p], eager[p], "%s: step %d: graph replay token %d, eager %d",
+                 hcq_device_kind_name(kind), p, graph[p], eager[p]);
   free(logits);
   OK(llama2_decoder_destroy(dec));
 }
@@ -153,19 +163,33 @@ static void check_decoder(hcq_device_kind_t kind, llama2_shape_t shape, int step
  * weights at the generator's scales (checkpoint.c), so that the logits are spread out. */
 static void odd_model(model_t *m, llama2_config_t c, int steps) {
   int hs = c.dim / c.n_heads, kv = hs * c.n_kv_heads;
-  uint64_t d = (uint64_t)c.dim, h = (uint64_t)c.hidden_dim, l = (uint64_t)c.n_layers, v = (uint64_t)c.vocab_size;
-  uint64_t n[14] = {v * d, l * d, l * d * d, l * d * (uint64_t)kv, l * d * (uint64_t)kv, l * d * d, l * d,
-                    l * h * d, l * d * h, l * h * d, d, (uint64_t)c.seq_len * (uint64_t)hs / 2,
-                    (uint64_t)c.seq_len * (uint64_t)hs / 2, v * d};
+  uint64_t d = (uint64_t)c.dim, h = (uint64_t)c.hidden_dim, l = (uint64_t)c.n_layers,
+           v = (uint64_t)c.vocab_size;
+  uint64_t n[14] = {v * d,
+                    l * d,
+                    l * d * d,
+                    l * d * (uint64_t)kv,
+                    l * d * (uint64_t)kv,
+                    l * d * d,
+                    l * d,
+                    l * h * d,
+                    l * d * h,
+                    l * h * d,
+                    d,
+                    (uint64_t)c.seq_len * (uint64_t)hs / 2,
+                    (uint64_t)c.seq_len * (uint64_t)hs / 2,
+                    v * d};
   float in_d = 1.0f / sqrtf((float)c.dim), in_h = 1.0f / sqrtf((float)c.hidden_dim);
-  const float scale[14] = {1.0f, 0, 4.0f * in_d, 4.0f * in_d, 1.7f * in_d, 0.5f * in_d, 0,
-                           1.7f * in_d, 0.5f * in_h, 1.7f * in_d, 0, 0.0f, 0.0f, 5.0f * in_d};
+  const float scale[14] = {1.0f,        0,    4.0f * in_d, 4.0f * in_d, 1.7f * in_d,
+                           0.5f * in_d, 0,    1.7f * in_d, 0.5f * in_h, 1.7f * in_d,
+                           0,           0.0f, 0.0f,        5.0f * in_d};
   char path[] = "/tmp/hcq_llama2_odd_XXXXXX";
   int fd = mkstemp(path);
   cr_assert(fd >= 0);
   FILE *f = fdopen(fd, "wb");
   cr_assert(f);
-  int32_t header[7] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, -c.vocab_size, c.seq_len};
+  int32_t header[7] = {c.dim,        c.hidden_dim,  c.n_layers, c.n_heads,
+                       c.n_kv_heads, -c.vocab_size, c.seq_len};
   cr_assert_eq(fwrite(header, sizeof(header), 1, f), 1);
   uint64_t s = 7;
   for (int t = 0; t < 14; t++)
@@ -194,16 +218,32 @@ static void check_odd(hcq_device_kind_t kind, llama2_config_t c, int devices) {
   free_model(&m);
 }
 
-Test(llama2_vulkan, small_one_device) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_SMALL, 32, 1); }
-Test(llama2_vulkan, small_two_devices) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_SMALL, 32, 2); }
-Test(llama2_vulkan, shape_15m_one_device) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_15M, 8, 1); }
-Test(llama2_vulkan, shape_15m_two_devices) { check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_15M, 8, 2); }
-Test(llama2_vulkan, small_odd_shape_a) { check_odd(HCQ_DEVICE_VULKAN, (llama2_config_t){36, 45, 2, 3, 1, 100, 72, false}, 1); }
-Test(llama2_vulkan, small_odd_shape_b) { check_odd(HCQ_DEVICE_VULKAN, (llama2_config_t){18, 54, 3, 3, 3, 77, 72, false}, 2); }
+Test(llama2_vulkan, small_one_device) {
+  check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_SMALL, 32, 1);
+}
+Test(llama2_vulkan, small_two_devices) {
+  check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_SMALL, 32, 2);
+}
+Test(llama2_vulkan, shape_15m_one_device) {
+  check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_15M, 8, 1);
+}
+Test(llama2_vulkan, shape_15m_two_devices) {
+  check_decoder(HCQ_DEVICE_VULKAN, LLAMA2_SHAPE_15M, 8, 2);
+}
+Test(llama2_vulkan, small_odd_shape_a) {
+  check_odd(HCQ_DEVICE_VULKAN, (llama2_config_t){36, 45, 2, 3, 1, 100, 72, false}, 1);
+}
+Test(llama2_vulkan, small_odd_shape_b) {
+  check_odd(HCQ_DEVICE_VULKAN, (llama2_config_t){18, 54, 3, 3, 3, 77, 72, false}, 2);
+}
 /* The CPU kernels on the same shapes: head sizes of 12 and 6 and 72 positions leave part of the
  * attention's vectors of positions and of its last chunk unused. */
-Test(llama2_cpu_odd, shape_a) { check_odd(HCQ_DEVICE_CPU, (llama2_config_t){36, 45, 2, 3, 1, 100, 72, false}, 1); }
-Test(llama2_cpu_odd, shape_b) { check_odd(HCQ_DEVICE_CPU, (llama2_config_t){18, 54, 3, 3, 3, 77, 72, false}, 2); }
+Test(llama2_cpu_odd, shape_a) {
+  check_odd(HCQ_DEVICE_CPU, (llama2_config_t){36, 45, 2, 3, 1, 100, 72, false}, 1);
+}
+Test(llama2_cpu_odd, shape_b) {
+  check_odd(HCQ_DEVICE_CPU, (llama2_config_t){18, 54, 3, 3, 3, 77, 72, false}, 2);
+}
 Test(llama2_cuda, small_one_device) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_SMALL, 32, 1); }
 Test(llama2_cuda, small_two_devices) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_SMALL, 32, 2); }
 Test(llama2_cuda, shape_15m_one_device) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2_SHAPE_15M, 8, 1); }
@@ -212,9 +252,15 @@ Test(llama2_cuda, shape_15m_two_devices) { check_decoder(HCQ_DEVICE_CUDA, LLAMA2
 /* Metal (the stand-in in CI, tools/metal-check.sh on a Mac). Two devices are logical ones on one
  * GPU (HCQ_METAL_VIRTUAL=1); a Metal graph spans one device, so the step is three graphs. */
 Test(llama2_metal, small_one_device) { check_decoder(HCQ_DEVICE_METAL, LLAMA2_SHAPE_SMALL, 32, 1); }
-Test(llama2_metal, shape_15m_one_device) { check_decoder(HCQ_DEVICE_METAL, LLAMA2_SHAPE_15M, 8, 1); }
-Test(llama2_metal, small_two_devices) { check_decoder(HCQ_DEVICE_METAL, LLAMA2_SHAPE_SMALL, 32, 2); }
-Test(llama2_metal, shape_15m_two_devices) { check_decoder(HCQ_DEVICE_METAL, LLAMA2_SHAPE_15M, 8, 2); }
+Test(llama2_metal, shape_15m_one_device) {
+  check_decoder(HCQ_DEVICE_METAL, LLAMA2_SHAPE_15M, 8, 1);
+}
+Test(llama2_metal, small_two_devices) {
+  check_decoder(HCQ_DEVICE_METAL, LLAMA2_SHAPE_SMALL, 32, 2);
+}
+Test(llama2_metal, shape_15m_two_devices) {
+  check_decoder(HCQ_DEVICE_METAL, LLAMA2_SHAPE_15M, 8, 2);
+}
 
 /* Every kind has decoder kernels; one without (out of range here) is refused by name. */
 Test(llama2_kinds, unknown_kind_unimplemented) {
@@ -227,12 +273,14 @@ Test(llama2_kinds, unknown_kind_unimplemented) {
   llama2_checkpoint_free(&ck);
 }
 
-/* Without Metal (this test runs without the stand-in), the decoder says the device is unavailable. */
+/* Without Metal (this test runs without the stand-in), the decoder says the device is unavailable.
+ */
 Test(llama2_kinds, metal_absent_unavailable) {
   hcq_device_info_t infos[8];
   size_t n = hcq_device_query(infos, 8);
   for (size_t i = 0; i < n && i < 8; i++)
-    if (infos[i].kind == HCQ_DEVICE_METAL && infos[i].available) cr_skip_test("Metal is available here");
+    if (infos[i].kind == HCQ_DEVICE_METAL && infos[i].available)
+      cr_skip_test("Metal is available here");
   llama2_checkpoint_t ck;
   OK(llama2_checkpoint_generate(LLAMA2_SHAPE_SMALL, 42, &ck));
   llama2_decoder_options_t opts = {1, 0, false, HCQ_DEVICE_METAL};

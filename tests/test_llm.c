@@ -17,11 +17,11 @@
 #include <sys/wait.h>
 
 #include "llm.h"
+#include "llm_cli_util.h"
 #include "llm_reference.h"
 #include "llm_streams.h"
-#include "llm_tiny.h"
-#include "llm_cli_util.h"
 #include "llm_test_util.h"
+#include "llm_tiny.h"
 #include "test_util.h"
 #include "tokenizer.h"
 
@@ -61,7 +61,8 @@ Test(llm_tiny, f16_weights_match_the_float_reference) { float_path(GGML_TYPE_F16
 Test(llm_tiny, attention_past_four_chunks_matches_the_float_reference) {
   const int shapes[3][3] = {{40, 5, 1}, {64, 2, 1}, {72, 4, 2}}; /* dim, heads, kv heads */
   for (int i = 0; i < 3; i++) {
-    tiny_spec_t s = tiny_uniform_spec(shapes[i][0], 72, 1, shapes[i][1], shapes[i][2], 50, GGML_TYPE_F32, false, 5);
+    tiny_spec_t s = tiny_uniform_spec(shapes[i][0], 72, 1, shapes[i][1], shapes[i][2], 50,
+                                      GGML_TYPE_F32, false, 5);
     char name[32];
     snprintf(name, sizeof(name), "head size %d", shapes[i][0] / shapes[i][1]);
     llm_model_t *m = tiny_model(&s, name);
@@ -125,8 +126,8 @@ Test(llm_tiny, every_kernel_version_gives_the_same_bits) {
   }
   unsetenv("HCQ_LLM_KERNELS");
   for (int i = 1; i < 3; i++)
-    cr_assert(!memcmp(logits[0], logits[i], (size_t)N * 97 * 4), "the %s kernels' logits differ from the %s ones'", caps[i],
-              caps[0]);
+    cr_assert(!memcmp(logits[0], logits[i], (size_t)N * 97 * 4),
+              "the %s kernels' logits differ from the %s ones'", caps[i], caps[0]);
   for (int i = 0; i < 3; i++) free(logits[i]);
   setenv("HCQ_LLM_KERNELS", "sse", 1);
   llm_decoder_t *d;
@@ -188,16 +189,16 @@ Test(llm_tiny, a_prompt_pass_equals_token_by_token_steps) {
   OK(llm_decoder_logits(d, chunked));
   OK(llm_decoder_tokens(d, N, &next[2], 1));
   OK(llm_decoder_destroy(d));
-  cr_assert(!memcmp(by_step + (N - 1) * 97, one_pass, sizeof(one_pass)), "one pass differs from steps");
+  cr_assert(!memcmp(by_step + (N - 1) * 97, one_pass, sizeof(one_pass)),
+            "one pass differs from steps");
   cr_assert(!memcmp(one_pass, chunked, sizeof(one_pass)), "passes of 8 differ from one pass");
-  cr_assert(next[0] == next[1] && next[1] == next[2], "chosen tokens %d %d %d", next[0], next[1], next[2]);
+  cr_assert(next[0] == next[1] && next[1] == next[2], "chosen tokens %d %d %d", next[0], next[1],
+            next[2]);
   cr_assert_eq(next[0], argmax(one_pass, 97));
   llm_model_close(m);
 }
 
-Test(llm_tiny, two_devices_give_the_bits_of_one) {
-  two_devices_match_one(HCQ_DEVICE_CPU, 40);
-}
+Test(llm_tiny, two_devices_give_the_bits_of_one) { two_devices_match_one(HCQ_DEVICE_CPU, 40); }
 
 /* ---- the sampler and generation ---- */
 
@@ -229,7 +230,8 @@ Test(llm_tiny, the_sampler_is_reproducible_from_its_seed) {
   cr_assert(!memcmp(greedy, k1, sizeof(a)), "top-k 1 is not greedy");
   cr_assert(memcmp(a, greedy, sizeof(a)), "temperature 8 gave the greedy tokens");
   cr_assert(!memcmp(all, all2, sizeof(all)), "top-k 0 (all) is not reproducible");
-  llm_sampler_t bad[] = {{-1, 1, 0, 0}, {NAN, 1, 0, 0}, {1, 0, 0, 0}, {1, 1.5f, 0, 0}, {1, 1, -2, 0}};
+  llm_sampler_t bad[] = {
+      {-1, 1, 0, 0}, {NAN, 1, 0, 0}, {1, 0, 0, 0}, {1, 1.5f, 0, 0}, {1, 1, -2, 0}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     FAILS(llm_decoder_set_sampler(d, &bad[i]), HCQ_INVALID_ARGUMENT, "llm sampler");
   OK(llm_decoder_destroy(d));
@@ -248,15 +250,20 @@ Test(llm_tiny, generation_stops_at_an_end_token_and_at_the_step_limit) {
   int32_t end = all.ids[10];
   int first = 0;
   while (all.ids[first] != end) first++;
-  OK(llm_generate(d, prompt, 2,
-                  &(llm_generate_options_t){.steps = 30, .graph = true, .is_end = end_at_token, .ctx = &end}, &cut));
+  OK(llm_generate(
+      d, prompt, 2,
+      &(llm_generate_options_t){.steps = 30, .graph = true, .is_end = end_at_token, .ctx = &end},
+      &cut));
   cr_assert(cut.ended);
-  cr_assert_eq(cut.n, first + 1, "stopped after %d tokens, the end token is token %d", cut.n, first);
+  cr_assert_eq(cut.n, first + 1, "stopped after %d tokens, the end token is token %d", cut.n,
+               first);
   cr_assert(!memcmp(cut.ids, all.ids, (size_t)cut.n * 4));
   free(cut.ids);
-  OK(llm_generate(d, prompt, 2,
-                  &(llm_generate_options_t){.steps = 30, .graph = true, .ignore_eos = true, .is_end = end_at_token, .ctx = &end},
-                  &cut));
+  OK(llm_generate(
+      d, prompt, 2,
+      &(llm_generate_options_t){
+          .steps = 30, .graph = true, .ignore_eos = true, .is_end = end_at_token, .ctx = &end},
+      &cut));
   cr_assert(!cut.ended && cut.n == 30 && !memcmp(cut.ids, all.ids, 30 * 4));
   free(cut.ids);
   /* the caches end generation: 64 positions, a 2-token prompt leaves 62 */
@@ -271,8 +278,10 @@ Test(llm_tiny, bad_calls_are_refused) {
   tiny_spec_t s = tiny_uniform_spec(64, 96, 2, 4, 2, 97, GGML_TYPE_Q4_1, true, 71);
   llm_model_t *m = tiny_model(&s, "bad");
   llm_decoder_t *d;
-  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 3}, &d), HCQ_INVALID_ARGUMENT, "3 devices");
-  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.max_batch = 5000}, &d), HCQ_INVALID_ARGUMENT, "5000");
+  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 3}, &d), HCQ_INVALID_ARGUMENT,
+        "3 devices");
+  FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.max_batch = 5000}, &d),
+        HCQ_INVALID_ARGUMENT, "5000");
   d = decoder(m, 1, 64, 16);
   int32_t bad_id = 97, ok_id = 1;
   FAILS(llm_decoder_set_tokens(d, 0, &bad_id, 1), HCQ_INVALID_ARGUMENT, "97", "vocabulary");
@@ -282,7 +291,8 @@ Test(llm_tiny, bad_calls_are_refused) {
   FAILS(llm_decoder_prefill(d, 60, 5, true), HCQ_OUT_OF_RANGE, "60");
   FAILS(llm_decoder_prefill(d, 0, 0, true), HCQ_OUT_OF_RANGE, "positions");
   llm_generate_result_t r;
-  FAILS(llm_generate(d, &ok_id, 0, &(llm_generate_options_t){.steps = 4}, &r), HCQ_OUT_OF_RANGE, "prompt");
+  FAILS(llm_generate(d, &ok_id, 0, &(llm_generate_options_t){.steps = 4}, &r), HCQ_OUT_OF_RANGE,
+        "prompt");
   OK(llm_decoder_destroy(d));
   OK(llm_decoder_destroy(NULL));
   llm_model_close(m);
@@ -307,16 +317,20 @@ Test(llm_real, eager_and_graph_agree_and_a_pass_equals_steps) {
   const stream_t *st = &streams[0];
   llm_decoder_t *d = decoder(m, 1, 512, 128);
   llm_generate_result_t e, g;
-  OK(llm_generate(d, st->prompt, st->nprompt, &(llm_generate_options_t){.steps = 24, .graph = false, .ignore_eos = true}, &e));
-  OK(llm_generate(d, st->prompt, st->nprompt, &(llm_generate_options_t){.steps = 24, .graph = true, .ignore_eos = true}, &g));
-  cr_assert(e.n == 24 && g.n == 24 && !memcmp(e.ids, g.ids, 24 * 4), "eager and graph tokens differ");
+  OK(llm_generate(d, st->prompt, st->nprompt,
+                  &(llm_generate_options_t){.steps = 24, .graph = false, .ignore_eos = true}, &e));
+  OK(llm_generate(d, st->prompt, st->nprompt,
+                  &(llm_generate_options_t){.steps = 24, .graph = true, .ignore_eos = true}, &g));
+  cr_assert(e.n == 24 && g.n == 24 && !memcmp(e.ids, g.ids, 24 * 4),
+            "eager and graph tokens differ");
   int vocab = m->config.vocab;
   float *pass = malloc((size_t)vocab * 4), *steps = malloc((size_t)st->nprompt * vocab * 4);
   OK(llm_decoder_set_tokens(d, 0, st->prompt, st->nprompt));
   OK(llm_decoder_prefill(d, 0, st->nprompt, true));
   OK(llm_decoder_logits(d, pass));
   forced(d, st->prompt, st->nprompt, true, steps);
-  cr_assert(!memcmp(pass, steps + (size_t)(st->nprompt - 1) * vocab, (size_t)vocab * 4), "the prompt pass and the steps differ");
+  cr_assert(!memcmp(pass, steps + (size_t)(st->nprompt - 1) * vocab, (size_t)vocab * 4),
+            "the prompt pass and the steps differ");
   free(pass), free(steps), free(e.ids), free(g.ids);
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
@@ -347,34 +361,44 @@ Test(llm_cli, generate_and_tokenize_on_a_tiny_model) {
   int32_t ids[64], gen[64], eager[64];
   int n, ng, ne;
   ids_of(t, "ids", ids, &n);
-  cr_assert(n == 9 && ids[0] == 'H' - 32 && ids[2] == 0 && ids[8] == 96, "the tiny tokenizer's ids");
+  cr_assert(n == 9 && ids[0] == 'H' - 32 && ids[2] == 0 && ids[8] == 96,
+            "the tiny tokenizer's ids");
   json_decref(t);
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos --json", path);
+  snprintf(args, sizeof(args),
+           "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos --json", path);
   json_t *g = run_json(args);
   ids_of(g, "prompt_ids", ids, &n);
   ids_of(g, "token_ids", gen, &ng);
   cr_assert(n == 8 && ng == 12, "8 prompt ids and 12 new ones (got %d, %d)", n, ng);
   cr_assert_str_eq(json_string_value(json_object_get(g, "device_kind")), "CPU");
   cr_assert_str_eq(json_string_value(json_object_get(g, "graph_kind")), "hcq");
-  cr_assert_eq(json_integer_value(json_object_get(g, "kernels_per_token")), 1 + 8 * 2 + 3); /* embed, 8 a layer, norm, classifier, choice */
+  /* embed, 8 a layer, norm, classifier, choice */
+  cr_assert_eq(json_integer_value(json_object_get(g, "kernels_per_token")), 1 + 8 * 2 + 3);
   /* the text is the tokens' text */
   char decode[512] = "", *text;
   int k = 0;
-  for (int i = 0; i < ng; i++) k += snprintf(decode + k, sizeof(decode) - (size_t)k, "%s%d", i ? "," : "", gen[i]);
-  snprintf(args, sizeof(args), "tokenize --model '%s' --json --no-special --decode %s", path, decode);
+  for (int i = 0; i < ng; i++)
+    k += snprintf(decode + k, sizeof(decode) - (size_t)k, "%s%d", i ? "," : "", gen[i]);
+  snprintf(args, sizeof(args), "tokenize --model '%s' --json --no-special --decode %s", path,
+           decode);
   json_t *d = run_json(args);
   text = (char *)json_string_value(json_object_get(d, "text"));
   cr_assert_str_eq(json_string_value(json_object_get(g, "text")), text);
   json_decref(d);
   /* eager launches and two devices choose the same tokens */
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos --eager --devices 2 --json", path);
+  snprintf(args, sizeof(args),
+           "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos --eager --devices 2 "
+           "--json",
+           path);
   json_t *e = run_json(args);
   ids_of(e, "token_ids", eager, &ne);
-  cr_assert(ne == ng && !memcmp(eager, gen, (size_t)ng * 4), "eager on two devices chose other tokens");
+  cr_assert(ne == ng && !memcmp(eager, gen, (size_t)ng * 4),
+            "eager on two devices chose other tokens");
   json_decref(e);
   /* streamed text on standard output is the same text */
   char *out;
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos", path);
+  snprintf(args, sizeof(args), "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos",
+           path);
   cr_assert_eq(run_cli_with(NULL, args, &out), 0);
   size_t len = strlen(out);
   cr_assert(len > 0 && out[len - 1] == '\n');
@@ -383,11 +407,14 @@ Test(llm_cli, generate_and_tokenize_on_a_tiny_model) {
   free(out);
   json_decref(g);
   /* --bench: both modes' tokens identical, every field there */
-  snprintf(args, sizeof(args), "generate --model '%s' --chat hello --steps 16 --bench --repeat 1 --json", path);
+  snprintf(args, sizeof(args),
+           "generate --model '%s' --chat hello --steps 16 --bench --repeat 1 --json", path);
   json_t *b = run_json(args);
   cr_assert(json_is_true(json_object_get(b, "identical")));
-  const char *fields[] = {"eager_decode_tok_s", "graph_decode_tok_s", "eager_prefill_tok_s", "graph_prefill_tok_s",
-                          "host_us_per_token_eager", "host_us_per_token_graph", "prefill_tok_s", "decode_tok_s"};
+  const char *fields[] = {"eager_decode_tok_s",      "graph_decode_tok_s",
+                          "eager_prefill_tok_s",     "graph_prefill_tok_s",
+                          "host_us_per_token_eager", "host_us_per_token_graph",
+                          "prefill_tok_s",           "decode_tok_s"};
   for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
     cr_assert(json_number_value(json_object_get(b, fields[i])) > 0, "%s", fields[i]);
   /* <|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n, newlines having no token here */
@@ -397,7 +424,10 @@ Test(llm_cli, generate_and_tokenize_on_a_tiny_model) {
   /* the sampler: the same seed, the same tokens */
   int32_t s1[64], s2[64];
   int n1, n2;
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt Hi --steps 20 --ignore-eos --temperature 6 --seed 5 --json", path);
+  snprintf(
+      args, sizeof(args),
+      "generate --model '%s' --prompt Hi --steps 20 --ignore-eos --temperature 6 --seed 5 --json",
+      path);
   json_t *a1 = run_json(args), *a2 = run_json(args);
   ids_of(a1, "token_ids", s1, &n1);
   ids_of(a2, "token_ids", s2, &n2);
@@ -413,17 +443,19 @@ Test(llm_cli, bad_input_exit_2_and_absent_kernels_exit_3) {
     const char *args;
     int rc;
   } cases[] = {
-      {"generate --steps 5", 2},                        /* no prompt */
-      {"generate --prompt a --chat b", 2},              /* two prompts */
-      {"generate --prompt a --steps -1", 2},            /* bad number */
+      {"generate --steps 5", 2},             /* no prompt */
+      {"generate --prompt a --chat b", 2},   /* two prompts */
+      {"generate --prompt a --steps -1", 2}, /* bad number */
+      /* outside the vocabulary */
       {"generate --prompt a --temperature -1", 2},
       {"generate --prompt a --top-p 0", 2},
       {"generate --prompt a --devices 3", 2},
       {"generate --prompt a --frobnicate", 2},
       {"generate --model /nonexistent.gguf --prompt a", 2},
       {"generate --prompt-ids 1,x --model MODEL", 2},
-      {"generate --prompt-ids 1,500 --model MODEL", 2}, /* outside the vocabulary */
-      {"generate --prompt 'a long prompt that is longer than the context' --ctx 8 --model MODEL", 2},
+      {"generate --prompt-ids 1,500 --model MODEL", 2},
+      {"generate --prompt 'a long prompt that is longer than the context' --ctx 8 --model MODEL",
+       2},
       {"generate --prompt a --device METAL --model MODEL", 3},
       {"tokenize", 2},
       {"tokenize --model /nonexistent.gguf x", 2},
@@ -432,8 +464,10 @@ Test(llm_cli, bad_input_exit_2_and_absent_kernels_exit_3) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char a[PATH_MAX + 256];
     const char *m = strstr(cases[i].args, "MODEL");
-    if (m) snprintf(a, sizeof(a), "%.*s'%s'%s", (int)(m - cases[i].args), cases[i].args, path, m + 5);
-    else snprintf(a, sizeof(a), "%s", cases[i].args);
+    if (m)
+      snprintf(a, sizeof(a), "%.*s'%s'%s", (int)(m - cases[i].args), cases[i].args, path, m + 5);
+    else
+      snprintf(a, sizeof(a), "%s", cases[i].args);
     int rc = run_cli_with(NULL, a, &out);
     free(out);
     cr_assert_eq(rc, cases[i].rc, "hcq %s: exit %d, expected %d", a, rc, cases[i].rc);
@@ -452,8 +486,11 @@ Test(llm_cli, bad_input_exit_2_and_absent_kernels_exit_3) {
  * kind is NULL; on kind it must say it ran there. */
 static void cli_tokens(const char *path, const char *kind, int devices, int32_t *ids, int *n) {
   char args[PATH_MAX + 256];
-  int used = snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json", path);
-  if (kind) snprintf(args + used, sizeof(args) - (size_t)used, " --device %s --devices %d", kind, devices);
+  int used =
+      snprintf(args, sizeof(args),
+               "generate --model '%s' --prompt-ids 1,2,3 --steps 12 --ignore-eos --json", path);
+  if (kind)
+    snprintf(args + used, sizeof(args) - (size_t)used, " --device %s --devices %d", kind, devices);
   json_t *j = run_json(args);
   ids_of(j, "token_ids", ids, n);
   if (kind) cr_assert_str_eq(json_string_value(json_object_get(j, "device_kind")), kind);
@@ -467,7 +504,8 @@ static void expect_cpu_tokens(const char *path, const char *kind, const int32_t 
     int ngot;
     cli_tokens(path, kind, devices, got, &ngot);
     cr_assert_eq(ngot, nwant);
-    cr_assert(!memcmp(got, want, (size_t)ngot * 4), "%d %s device(s): other tokens than the CPU's", devices, kind);
+    cr_assert(!memcmp(got, want, (size_t)ngot * 4), "%d %s device(s): other tokens than the CPU's",
+              devices, kind);
   }
 }
 
@@ -502,25 +540,28 @@ Test(llm_cli, generate_on_vulkan_chooses_the_cpu_tokens_and_an_absent_kind_exits
  * as on Vulkan. Skipped, saying why, without them. */
 Test(llm_cli, generate_on_the_cuda_and_metal_stand_ins_chooses_the_cpu_tokens) {
   const char *cuda = getenv("HCQ_TEST_FAKE_CUDA"), *metal = getenv("HCQ_TEST_FAKE_METAL");
-  if (!cuda || !*cuda || !metal || !*metal) cr_skip_test("HCQ_TEST_FAKE_CUDA and HCQ_TEST_FAKE_METAL name the stand-ins");
+  if (!cuda || !*cuda || !metal || !*metal)
+    cr_skip_test("HCQ_TEST_FAKE_CUDA and HCQ_TEST_FAKE_METAL name the stand-ins");
   char path[PATH_MAX];
   tiny_file(path, sizeof(path));
   int32_t want[64];
   int nwant;
   cli_tokens(path, NULL, 1, want, &nwant);
   /* for the CLI's processes only: this one has read its options already */
-  setenv("HCQ_CUDA_LIBRARY", cuda, 1), setenv("HCQ_FAKE_CUDA_DEVICES", "2", 1), setenv("HCQ_CUDA_ARCH", "sm_90", 1);
-  setenv("HCQ_OBJC_LIBRARY", metal, 1), setenv("HCQ_METAL_FRAMEWORK", metal, 1), setenv("HCQ_METAL_VIRTUAL", "1", 1);
+  setenv("HCQ_CUDA_LIBRARY", cuda, 1), setenv("HCQ_FAKE_CUDA_DEVICES", "2", 1),
+      setenv("HCQ_CUDA_ARCH", "sm_90", 1);
+  setenv("HCQ_OBJC_LIBRARY", metal, 1), setenv("HCQ_METAL_FRAMEWORK", metal, 1),
+      setenv("HCQ_METAL_VIRTUAL", "1", 1);
   expect_cpu_tokens(path, "CUDA", want, nwant);
   expect_cpu_tokens(path, "METAL", want, nwant);
-  const char *set[] = {"HCQ_CUDA_LIBRARY", "HCQ_FAKE_CUDA_DEVICES", "HCQ_CUDA_ARCH", "HCQ_OBJC_LIBRARY", "HCQ_METAL_FRAMEWORK",
-                       "HCQ_METAL_VIRTUAL"};
+  const char *set[] = {"HCQ_CUDA_LIBRARY", "HCQ_FAKE_CUDA_DEVICES", "HCQ_CUDA_ARCH",
+                       "HCQ_OBJC_LIBRARY", "HCQ_METAL_FRAMEWORK",   "HCQ_METAL_VIRTUAL"};
   for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) unsetenv(set[i]);
   unlink(path);
 }
 
-/* Under mpirun -np 2 with --ranks 2 the second half of the layers runs on rank 1: the same tokens as
- * one process. HCQ_MPIRUN is tests/mpi/run_mpi_test.sh MPIRUN 2 shm (a time limit, root allowed,
+/* Under mpirun -np 2 with --ranks 2 the second half of the layers runs on rank 1: the same tokens
+ * as one process. HCQ_MPIRUN is tests/mpi/run_mpi_test.sh MPIRUN 2 shm (a time limit, root allowed,
  * what sanitizer builds need to leave Open MPI's own leaks out). */
 Test(llm_cli, two_mpi_ranks_choose_the_tokens_of_one_process) {
   const char *mpirun = getenv("HCQ_MPIRUN");
@@ -529,7 +570,8 @@ Test(llm_cli, two_mpi_ranks_choose_the_tokens_of_one_process) {
   tiny_file(path, sizeof(path));
   int32_t one[64], two[64];
   int n1, n2;
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos --json", path);
+  snprintf(args, sizeof(args),
+           "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos --json", path);
   json_t *a = run_json(args);
   ids_of(a, "token_ids", one, &n1);
   json_decref(a);
@@ -543,8 +585,9 @@ Test(llm_cli, two_mpi_ranks_choose_the_tokens_of_one_process) {
   int rc = system(cmd);
   json_error_t err;
   json_t *b = json_load_file(out_path, 0, &err);
-  cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0 && b, "mpirun -np 2 hcq generate --ranks 2: status %d, %s (stderr in %s)", rc,
-            err.text, err_path);
+  cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0 && b,
+            "mpirun -np 2 hcq generate --ranks 2: status %d, %s (stderr in %s)", rc, err.text,
+            err_path);
   ids_of(b, "token_ids", two, &n2);
   cr_assert_eq(json_integer_value(json_object_get(b, "ranks")), 2);
   cr_assert(n1 == 12 && n2 == 12 && !memcmp(one, two, 12 * 4), "two ranks chose other tokens");
@@ -556,8 +599,10 @@ Test(llm_cli, two_mpi_ranks_choose_the_tokens_of_one_process) {
  * "The capital of France is Paris."). */
 Test(llm_cli, the_real_model_answers_as_llamacpp_does) {
   llm_model_close(real_model());
-  json_t *g = run_json("generate --chat 'What is the capital of France? Answer in one sentence.' --json");
-  cr_assert_str_eq(json_string_value(json_object_get(g, "text")), "The capital of France is Paris.");
+  json_t *g =
+      run_json("generate --chat 'What is the capital of France? Answer in one sentence.' --json");
+  cr_assert_str_eq(json_string_value(json_object_get(g, "text")),
+                   "The capital of France is Paris.");
   cr_assert(json_is_true(json_object_get(g, "ended")));
   json_decref(g);
 }

@@ -62,9 +62,11 @@ Test(llm_api, text_to_tokens_and_back_in_the_callers_buffers) {
   cr_assert_eq(n, 8);
   int32_t ids[8];
   OK(hcq_llm_tokenize(llm, text, strlen(text), false, false, ids, 8, &n));
-  for (size_t i = 0; i < n; i++) cr_expect_eq(ids[i], text[i] - 32, "id %zu", i); /* the bytes' ids */
+  for (size_t i = 0; i < n; i++)
+    cr_expect_eq(ids[i], text[i] - 32, "id %zu", i); /* the bytes' ids */
   int32_t few[3];
-  FAILS(hcq_llm_tokenize(llm, text, strlen(text), false, false, few, 3, &n), HCQ_OUT_OF_RANGE, "room for 3");
+  FAILS(hcq_llm_tokenize(llm, text, strlen(text), false, false, few, 3, &n), HCQ_OUT_OF_RANGE,
+        "room for 3");
   cr_expect_eq(n, 8, "the count needed");
   /* no text: no tokens, into a buffer too (nothing copied from the empty list) */
   OK(hcq_llm_tokenize(llm, "", 0, false, false, ids, 8, &n));
@@ -80,28 +82,33 @@ Test(llm_api, text_to_tokens_and_back_in_the_callers_buffers) {
   OK(hcq_llm_detokenize(llm, back, 9, false, out, sizeof(out), &len));
   cr_expect_str_eq(out, "Hi, you!");
   cr_expect_eq(len, 8);
-  OK(hcq_llm_detokenize(llm, back, 9, true, NULL, 0, &len)); /* measuring, with the end token's text */
+  /* measuring, with the end token's text */
+  OK(hcq_llm_detokenize(llm, back, 9, true, NULL, 0, &len));
   cr_expect_eq(len, 18);
   FAILS(hcq_llm_detokenize(llm, back, 9, false, out, 8, &len), HCQ_OUT_OF_RANGE, "room for 8");
   cr_expect_eq(len, 8);
   int32_t bad[] = {3, 97};
-  FAILS(hcq_llm_detokenize(llm, bad, 2, false, out, sizeof(out), &len), HCQ_INVALID_ARGUMENT, "ids[1]");
+  FAILS(hcq_llm_detokenize(llm, bad, 2, false, out, sizeof(out), &len), HCQ_INVALID_ARGUMENT,
+        "ids[1]");
   OK(hcq_llm_close(llm));
 }
 
 Test(llm_api, chat_prompt_in_the_models_template_or_a_named_one) {
   hcq_llm_t *llm = open_tiny("chat", &(hcq_llm_options_t){.ctx = 64});
-  hcq_llm_message_t msgs[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Why?"}};
+  hcq_llm_message_t msgs[] = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Why?"}};
   char out[256];
   size_t len;
   OK(hcq_llm_chat_prompt(llm, msgs, 4, NULL, out, sizeof(out), &len));
-  cr_expect_str_eq(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                        "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n"
-                        "<|im_start|>assistant\n");
+  cr_expect_str_eq(out,
+                   "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                   "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n"
+                   "<|im_start|>assistant\n");
   cr_expect_eq(len, strlen(out));
   OK(hcq_llm_chat_prompt(llm, msgs + 1, 1, "llama2", out, sizeof(out), &len));
   cr_expect_str_eq(out, "[INST] Hi [/INST]");
-  FAILS(hcq_llm_chat_prompt(llm, msgs, 1, "phi9", out, sizeof(out), &len), HCQ_INVALID_ARGUMENT, "phi9");
+  FAILS(hcq_llm_chat_prompt(llm, msgs, 1, "phi9", out, sizeof(out), &len), HCQ_INVALID_ARGUMENT,
+        "phi9");
   FAILS(hcq_llm_chat_prompt(llm, msgs, 4, NULL, out, 16, &len), HCQ_OUT_OF_RANGE, "room for 16");
   OK(hcq_llm_close(llm));
 
@@ -114,7 +121,8 @@ Test(llm_api, chat_prompt_in_the_models_template_or_a_named_one) {
 }
 
 /* Eager launches of the decoder itself: the library's graph replays choose the same tokens. */
-static void eager_tokens(const char *path, const int32_t *prompt, int n, int steps, int32_t *out, int *nout) {
+static void eager_tokens(const char *path, const int32_t *prompt, int n, int steps, int32_t *out,
+                         int *nout) {
   llm_model_t *m;
   OK(llm_model_open(path, &m));
   llm_decoder_t *d = decoder_on(m, HCQ_DEVICE_CPU, 1, 64, 0);
@@ -163,8 +171,8 @@ Test(llm_api, generation_follows_eager_launches_and_streams_its_text) {
   char whole[512];
   size_t len;
   OK(hcq_llm_detokenize(llm, r.ids, r.n, false, whole, sizeof(whole), &len));
-  cr_expect(len == p.len && !memcmp(whole, p.text, len), "the pieces are the text: \"%.*s\" vs \"%s\"", (int)p.len,
-            p.text, whole);
+  cr_expect(len == p.len && !memcmp(whole, p.text, len),
+            "the pieces are the text: \"%.*s\" vs \"%s\"", (int)p.len, p.text, whole);
   hcq_llm_result_free(&r);
   cr_expect(!r.ids && !r.n);
   OK(hcq_llm_close(llm));
@@ -174,20 +182,23 @@ Test(llm_api, every_way_generation_stops) {
   hcq_llm_t *llm = open_tiny("stops", &(hcq_llm_options_t){.ctx = 32});
   const int32_t prompt[] = {40, 73, 12, 0, 89};
   hcq_llm_result_t r;
-  OK(hcq_llm_generate(llm, prompt, 5, &(hcq_llm_generate_options_t){.max_tokens = 6, .ignore_eos = true}, &r));
-  cr_expect(r.n == 6 && r.stop == HCQ_LLM_STOP_LENGTH, "n %zu, stop %s", r.n, hcq_llm_stop_name(r.stop));
+  OK(hcq_llm_generate(llm, prompt, 5,
+                      &(hcq_llm_generate_options_t){.max_tokens = 6, .ignore_eos = true}, &r));
+  cr_expect(r.n == 6 && r.stop == HCQ_LLM_STOP_LENGTH, "n %zu, stop %s", r.n,
+            hcq_llm_stop_name(r.stop));
   hcq_llm_result_free(&r);
   hcq_llm_info_t info;
   hcq_llm_get_info(llm, &info);
   OK(hcq_llm_generate(llm, prompt, 5, &(hcq_llm_generate_options_t){.ignore_eos = true}, &r));
-  cr_expect(r.n == (size_t)info.ctx - 5 && r.stop == HCQ_LLM_STOP_CONTEXT, "n %zu of %d, stop %s", r.n, info.ctx,
-            hcq_llm_stop_name(r.stop));
+  cr_expect(r.n == (size_t)info.ctx - 5 && r.stop == HCQ_LLM_STOP_CONTEXT, "n %zu of %d, stop %s",
+            r.n, info.ctx, hcq_llm_stop_name(r.stop));
   hcq_llm_result_free(&r);
   pieces_t p = {.stop_after = 3};
-  OK(hcq_llm_generate(llm, prompt, 5, &(hcq_llm_generate_options_t){.ignore_eos = true, .on_token = collect, .user = &p},
-                      &r));
-  cr_expect(r.n == 3 && r.stop == HCQ_LLM_STOP_CALLBACK && p.calls == 3, "n %zu, stop %s, calls %d", r.n,
-            hcq_llm_stop_name(r.stop), p.calls);
+  OK(hcq_llm_generate(
+      llm, prompt, 5,
+      &(hcq_llm_generate_options_t){.ignore_eos = true, .on_token = collect, .user = &p}, &r));
+  cr_expect(r.n == 3 && r.stop == HCQ_LLM_STOP_CALLBACK && p.calls == 3, "n %zu, stop %s, calls %d",
+            r.n, hcq_llm_stop_name(r.stop), p.calls);
   hcq_llm_result_free(&r);
   cr_expect_str_eq(hcq_llm_stop_name(HCQ_LLM_STOP_END), "end");
   OK(hcq_llm_close(llm));
@@ -197,10 +208,13 @@ Test(llm_api, sampling_is_reproducible_from_its_seed) {
   hcq_llm_t *llm = open_tiny("sampling", &(hcq_llm_options_t){.ctx = 64});
   const int32_t prompt[] = {40, 73, 12};
   hcq_llm_result_t a, b, c;
-  hcq_llm_generate_options_t o = {.max_tokens = 24, .ignore_eos = true,
-                                  .sampling = {.temperature = 1.5f, .top_p = 0.95f, .top_k = 50, .seed = 5}};
+  hcq_llm_generate_options_t o = {
+      .max_tokens = 24,
+      .ignore_eos = true,
+      .sampling = {.temperature = 1.5f, .top_p = 0.95f, .top_k = 50, .seed = 5}};
   OK(hcq_llm_generate(llm, prompt, 3, &o, &a));
-  OK(hcq_llm_generate(llm, prompt, 3, &(hcq_llm_generate_options_t){.max_tokens = 24, .ignore_eos = true}, &c));
+  OK(hcq_llm_generate(llm, prompt, 3,
+                      &(hcq_llm_generate_options_t){.max_tokens = 24, .ignore_eos = true}, &c));
   OK(hcq_llm_generate(llm, prompt, 3, &o, &b));
   cr_assert(a.n == 24 && b.n == 24 && c.n == 24);
   cr_expect(!memcmp(a.ids, b.ids, 24 * sizeof(int32_t)), "the same seed, the same tokens");
@@ -233,13 +247,16 @@ Test(llm_api, bad_arguments_are_refused_by_name) {
   FAILS(hcq_llm_generate_text(llm, NULL, NULL, &r), HCQ_INVALID_ARGUMENT, "NULL");
   OK(hcq_llm_close(llm));
 
-  FAILS(hcq_llm_open("/nonexistent/model.gguf", NULL, &llm), HCQ_NOT_FOUND, "/nonexistent/model.gguf");
+  FAILS(hcq_llm_open("/nonexistent/model.gguf", NULL, &llm), HCQ_NOT_FOUND,
+        "/nonexistent/model.gguf");
   cr_expect_null(llm);
   char path[PATH_MAX];
   tiny_file(path, sizeof(path), "badopts", true);
-  FAILS(hcq_llm_open(path, &(hcq_llm_options_t){.device = "TPU"}, &llm), HCQ_INVALID_ARGUMENT, "TPU");
+  FAILS(hcq_llm_open(path, &(hcq_llm_options_t){.device = "TPU"}, &llm), HCQ_INVALID_ARGUMENT,
+        "TPU");
   FAILS(hcq_llm_open(path, &(hcq_llm_options_t){.ctx = -1}, &llm), HCQ_INVALID_ARGUMENT, "ctx");
-  FAILS(hcq_llm_open(path, &(hcq_llm_options_t){.max_batch = 5000}, &llm), HCQ_INVALID_ARGUMENT, "max_batch");
+  FAILS(hcq_llm_open(path, &(hcq_llm_options_t){.max_batch = 5000}, &llm), HCQ_INVALID_ARGUMENT,
+        "max_batch");
   FAILS(hcq_llm_open(path, NULL, NULL), HCQ_INVALID_ARGUMENT, "out");
   unlink(path);
 }
@@ -248,15 +265,18 @@ Test(llm_api, known_models_by_name_without_downloading) {
   cr_assert_geq(hcq_llm_known_model_count(), 2);
   cr_expect_str_eq(hcq_llm_known_model(0), "smollm2-135m");
   bool gemma = false;
-  for (size_t i = 0; i < hcq_llm_known_model_count(); i++) gemma |= !strcmp(hcq_llm_known_model(i), "gemma-3-270m");
+  for (size_t i = 0; i < hcq_llm_known_model_count(); i++)
+    gemma |= !strcmp(hcq_llm_known_model(i), "gemma-3-270m");
   cr_expect(gemma);
   cr_expect_null(hcq_llm_known_model(hcq_llm_known_model_count()));
   /* an empty data folder: the name is known, the file is not there, and no download is allowed */
   char dir[PATH_MAX];
-  snprintf(dir, sizeof(dir), "%s/llm_api_data_%d", getenv("HCQ_TEST_TMP") ? getenv("HCQ_TEST_TMP") : "/tmp", (int)getpid());
+  snprintf(dir, sizeof(dir), "%s/llm_api_data_%d",
+           getenv("HCQ_TEST_TMP") ? getenv("HCQ_TEST_TMP") : "/tmp", (int)getpid());
   setenv("HCQ_DATA_DIR", dir, 1);
   hcq_llm_t *llm;
-  FAILS(hcq_llm_open("gemma-3-270m", &(hcq_llm_options_t){.no_download = true}, &llm), HCQ_NOT_FOUND, dir);
+  FAILS(hcq_llm_open("gemma-3-270m", &(hcq_llm_options_t){.no_download = true}, &llm),
+        HCQ_NOT_FOUND, dir);
   FAILS(hcq_llm_open(NULL, &(hcq_llm_options_t){.no_download = true}, &llm), HCQ_NOT_FOUND, dir);
   FAILS(hcq_llm_open("not-a-model", NULL, &llm), HCQ_NOT_FOUND, "not a model name");
 }

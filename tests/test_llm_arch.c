@@ -2,13 +2,13 @@
  * reference (llm_reference.h) on tiny models the tests write (llm_tiny.h):
  *  - llama with llama 3's rope_freqs divisors, qwen2 (q/k/v biases, NEOX rope), qwen3 (per-head q/k
  *    norms), gemma3 (embedding scale, per-head norms, post-norms, GELU, a head size other than
- *    width / heads, sliding-window layers with their own rotary base and a global one): float weights,
- *    teacher-forced logits within 1e-4 of the reference over positions past the window, the same
- *    greedy tokens;
- *  - eager launches and graph replays, one prompt pass and token-by-token steps, one device and two:
- *    the same bits;
- *  - what an architecture says that the decoder does not implement is refused by name (exit 3), what
- *    contradicts itself is bad input (exit 2); GPU kinds refuse what their kernels lack. */
+ *    width / heads, sliding-window layers with their own rotary base and a global one): float
+ * weights, teacher-forced logits within 1e-4 of the reference over positions past the window, the
+ * same greedy tokens;
+ *  - eager launches and graph replays, one prompt pass and token-by-token steps, one device and
+ * two: the same bits;
+ *  - what an architecture says that the decoder does not implement is refused by name (exit 3),
+ * what contradicts itself is bad input (exit 2); GPU kinds refuse what their kernels lack. */
 #include <string.h>
 #include <unistd.h>
 
@@ -34,7 +34,8 @@ Test(llm_arch, the_config_says_what_the_architecture_is) {
   llm_model_t *m = tiny_model(&s, "cfg");
   const llm_config_t *c = &m->config;
   cr_assert_eq(c->arch, LLM_ARCH_GEMMA3);
-  cr_assert(c->rope_neox && c->qk_norm && c->post_norms && c->gelu && !c->qkv_bias && c->tied_classifier);
+  cr_assert(c->rope_neox && c->qk_norm && c->post_norms && c->gelu && !c->qkv_bias &&
+            c->tied_classifier);
   cr_assert_eq(c->head_dim, 24);
   cr_assert_eq(llm_q_dim(c), 96);
   cr_assert(c->emb_scale == 8.0f);
@@ -62,7 +63,8 @@ static void same_bits(const char *arch) {
   eager_graph_pass(m, HCQ_DEVICE_CPU, 1, toks, N, eager, graph, pass);
   eager_graph_pass(m, HCQ_DEVICE_CPU, 2, toks, N, NULL, NULL, two);
   cr_assert(!memcmp(eager, graph, N * 60 * 4), "%s: eager launches and graph replays differ", arch);
-  cr_assert(!memcmp(graph + (N - 1) * 60, pass, sizeof(pass)), "%s: a prompt pass differs from steps", arch);
+  cr_assert(!memcmp(graph + (N - 1) * 60, pass, sizeof(pass)),
+            "%s: a prompt pass differs from steps", arch);
   cr_assert(!memcmp(pass, two, sizeof(pass)), "%s: two devices differ from one", arch);
   free(eager), free(graph);
   llm_model_close(m);
@@ -76,8 +78,8 @@ Test(llm_arch, eager_graph_pass_and_two_devices_agree_on_every_architecture) {
 /* ---- refusals ---- */
 
 /* The tiny model of arch with one extra metadata entry, written and opened. */
-static hcq_status_t open_with(const char *arch, const char *key, uint32_t type, const void *value, size_t bytes,
-                              llm_model_t **out) {
+static hcq_status_t open_with(const char *arch, const char *key, uint32_t type, const void *value,
+                              size_t bytes, llm_model_t **out) {
   tiny_spec_t s = arch_spec(arch, GGML_TYPE_F32, 3);
   char path[PATH_MAX];
   tmp_path(path, sizeof(path), "extra");
@@ -93,27 +95,30 @@ static hcq_status_t open_with(const char *arch, const char *key, uint32_t type, 
 
 Test(llm_arch, what_changes_the_math_is_refused_by_name) {
   llm_model_t *m;
-  FAILS(open_with("qwen2", "qwen2.expert_count", GGUF_UINT32, &(uint32_t){8}, 4, &m), HCQ_UNIMPLEMENTED, "qwen2.expert_count",
-        "experts");
-  FAILS(open_with("gemma3", "gemma3.final_logit_softcapping", GGUF_FLOAT32, &(float){30.0f}, 4, &m), HCQ_UNIMPLEMENTED,
-        "gemma3.final_logit_softcapping", "30");
-  FAILS(open_with("gemma3", "gemma3.attention.logit_softcapping", GGUF_FLOAT32, &(float){50.0f}, 4, &m), HCQ_UNIMPLEMENTED,
-        "gemma3.attention.logit_softcapping");
-  FAILS(open_with("qwen3", "qwen3.attention.causal", GGUF_BOOL, &(uint8_t){0}, 1, &m), HCQ_UNIMPLEMENTED,
-        "qwen3.attention.causal");
-  FAILS(open_with("gemma3", "gemma3.rope.scaling.factor", GGUF_FLOAT32, &(float){8.0f}, 4, &m), HCQ_UNIMPLEMENTED,
-        "gemma3.rope.scaling.factor");
+  FAILS(open_with("qwen2", "qwen2.expert_count", GGUF_UINT32, &(uint32_t){8}, 4, &m),
+        HCQ_UNIMPLEMENTED, "qwen2.expert_count", "experts");
+  FAILS(open_with("gemma3", "gemma3.final_logit_softcapping", GGUF_FLOAT32, &(float){30.0f}, 4, &m),
+        HCQ_UNIMPLEMENTED, "gemma3.final_logit_softcapping", "30");
+  FAILS(open_with("gemma3", "gemma3.attention.logit_softcapping", GGUF_FLOAT32, &(float){50.0f}, 4,
+                  &m),
+        HCQ_UNIMPLEMENTED, "gemma3.attention.logit_softcapping");
+  FAILS(open_with("qwen3", "qwen3.attention.causal", GGUF_BOOL, &(uint8_t){0}, 1, &m),
+        HCQ_UNIMPLEMENTED, "qwen3.attention.causal");
+  FAILS(open_with("gemma3", "gemma3.rope.scaling.factor", GGUF_FLOAT32, &(float){8.0f}, 4, &m),
+        HCQ_UNIMPLEMENTED, "gemma3.rope.scaling.factor");
   /* a soft-capping of 0 is none, as llama.cpp reads it */
   OK(open_with("gemma3", "gemma3.final_logit_softcapping", GGUF_FLOAT32, &(float){0.0f}, 4, &m));
   llm_model_close(m);
   /* a value length other than the key length */
-  FAILS(open_with("qwen3", "qwen3.attention.value_length", GGUF_UINT32, &(uint32_t){12}, 4, &m), HCQ_UNIMPLEMENTED,
-        "qwen3.attention.value_length");
+  FAILS(open_with("qwen3", "qwen3.attention.value_length", GGUF_UINT32, &(uint32_t){12}, 4, &m),
+        HCQ_UNIMPLEMENTED, "qwen3.attention.value_length");
 }
 
 Test(llm_arch, a_tensor_the_architecture_needs_is_required) {
-  const char *cases[][2] = {{"qwen3", "blk.0.attn_q_norm.weight"}, {"qwen2", "blk.3.attn_v.bias"},
-                            {"gemma3", "blk.6.post_ffw_norm.weight"}, {"gemma3", "blk.2.attn_k_norm.weight"}};
+  const char *cases[][2] = {{"qwen3", "blk.0.attn_q_norm.weight"},
+                            {"qwen2", "blk.3.attn_v.bias"},
+                            {"gemma3", "blk.6.post_ffw_norm.weight"},
+                            {"gemma3", "blk.2.attn_k_norm.weight"}};
   for (int i = 0; i < 4; i++) {
     tiny_spec_t s = arch_spec(cases[i][0], GGML_TYPE_F32, 3);
     s.omit = cases[i][1];
@@ -127,9 +132,9 @@ Test(llm_arch, a_tensor_the_architecture_needs_is_required) {
   }
 }
 
-/* Every kind runs every architecture (test_llm_gpu.c: VULKAN, and CUDA and METAL on their stand-ins);
- * what the GPU kinds still refuse, by name and before opening a device, is a head size their kernels
- * cannot read in 4-float vectors (heads of 6 here), which the CPU runs. */
+/* Every kind runs every architecture (test_llm_gpu.c: VULKAN, and CUDA and METAL on their
+ * stand-ins); what the GPU kinds still refuse, by name and before opening a device, is a head size
+ * their kernels cannot read in 4-float vectors (heads of 6 here), which the CPU runs. */
 Test(llm_arch, gpu_kinds_refuse_what_their_kernels_lack) {
   const char *archs[] = {"gemma3", "qwen2", "qwen3", "llama"};
   const hcq_device_kind_t kinds[] = {HCQ_DEVICE_VULKAN, HCQ_DEVICE_CUDA, HCQ_DEVICE_METAL};
@@ -142,8 +147,8 @@ Test(llm_arch, gpu_kinds_refuse_what_their_kernels_lack) {
     OK(llm_decoder_create(m, &(llm_decoder_options_t){.kind = HCQ_DEVICE_CPU, .ctx = 16}, &d));
     OK(llm_decoder_destroy(d));
     for (int k = 0; k < 3; k++)
-      FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kinds[k]}, &d), HCQ_UNIMPLEMENTED,
-            hcq_device_kind_name(kinds[k]), "head size of 6");
+      FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kinds[k]}, &d),
+            HCQ_UNIMPLEMENTED, hcq_device_kind_name(kinds[k]), "head size of 6");
     llm_model_close(m);
   }
 }
@@ -180,7 +185,8 @@ Test(llm_gemma, eager_graph_and_a_pass_agree) {
   cr_assert(n <= 64, "%s: a prompt of %d tokens", st->name, st->nprompt);
   memcpy(toks, st->prompt, (size_t)st->nprompt * 4);
   memcpy(toks + st->nprompt, st->gen, 8 * 4);
-  float *eager = malloc((size_t)vocab * 4), *graph = malloc((size_t)vocab * 4), *pass = malloc((size_t)vocab * 4);
+  float *eager = malloc((size_t)vocab * 4), *graph = malloc((size_t)vocab * 4),
+        *pass = malloc((size_t)vocab * 4);
   llm_decoder_t *d = decoder_on(m, HCQ_DEVICE_CPU, 1, 64, 32);
   float *all = malloc((size_t)n * vocab * 4);
   forced(d, toks, n, false, all);

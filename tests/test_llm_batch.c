@@ -71,8 +71,8 @@ typedef struct collected {
 
 /* Steps until no sequence is active, adding prompt k (of those in `joins`) at step joins[k] (the
  * sequence ids into seq[k]); tokens by sequence into got[k]. */
-static void run_batch(hcq_llm_batch_t *b, int nseq, const int *joins, const hcq_llm_generate_options_t *o, int *seq,
-                      collected_t *got) {
+static void run_batch(hcq_llm_batch_t *b, int nseq, const int *joins,
+                      const hcq_llm_generate_options_t *o, int *seq, collected_t *got) {
   memset(got, 0, sizeof(*got) * (size_t)nseq);
   hcq_llm_batch_event_t ev[SEQS];
   int added = 0;
@@ -101,7 +101,8 @@ static void run_batch(hcq_llm_batch_t *b, int nseq, const int *joins, const hcq_
 }
 
 /* Sequence k's tokens against hcq_llm_generate's for prompt k and the options. */
-static void expect_one(hcq_llm_t *llm, int k, const hcq_llm_generate_options_t *o, const collected_t *got) {
+static void expect_one(hcq_llm_t *llm, int k, const hcq_llm_generate_options_t *o,
+                       const collected_t *got) {
   int32_t prompt[64];
   int n = prompt_of(k, prompt);
   hcq_llm_result_t r;
@@ -109,12 +110,14 @@ static void expect_one(hcq_llm_t *llm, int k, const hcq_llm_generate_options_t *
   cr_expect(got->finished, "sequence %d never finished", k);
   cr_expect_eq(got->n, r.n, "sequence %d: %zu tokens, generate %zu", k, got->n, r.n);
   for (size_t i = 0; i < r.n && i < got->n; i++)
-    cr_expect_eq(got->ids[i], r.ids[i], "sequence %d token %zu: %d, generate %d", k, i, got->ids[i], r.ids[i]);
+    cr_expect_eq(got->ids[i], r.ids[i], "sequence %d token %zu: %d, generate %d", k, i, got->ids[i],
+                 r.ids[i]);
   cr_expect_eq(got->stop, r.stop, "sequence %d stops for another reason", k);
   hcq_llm_result_free(&r);
 }
 
-static void expect_generate(hcq_llm_t *llm, int nseq, const hcq_llm_generate_options_t *o, const collected_t *got) {
+static void expect_generate(hcq_llm_t *llm, int nseq, const hcq_llm_generate_options_t *o,
+                            const collected_t *got) {
   for (int k = 0; k < nseq; k++) expect_one(llm, k, o, &got[k]);
 }
 
@@ -123,7 +126,8 @@ static void expect_generate(hcq_llm_t *llm, int nseq, const hcq_llm_generate_opt
 static void invariance(const char *arch, const char *device, const hcq_llm_sampling_t *sampling) {
   hcq_llm_t *llm = open_tiny("inv", arch, device);
   hcq_llm_batch_t *b;
-  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = SEQS, .ctx = 96, .max_rows = 12}, &b));
+  OK(hcq_llm_batch_create(
+      llm, &(hcq_llm_batch_options_t){.max_seqs = SEQS, .ctx = 96, .max_rows = 12}, &b));
   hcq_llm_generate_options_t o = {.max_tokens = NEW, .ignore_eos = true, .sampling = *sampling};
   int seq[SEQS], alone[1] = {0}, joins[SEQS] = {0, 0, 1, 1, 2, 3, 5, 6};
   collected_t got[SEQS];
@@ -136,19 +140,40 @@ static void invariance(const char *arch, const char *device, const hcq_llm_sampl
   OK(hcq_llm_close(llm));
 }
 
-static const hcq_llm_sampling_t greedy = {0}, sampled = {.temperature = 0.9f, .top_p = 0.95f, .top_k = 20, .seed = 42};
-/* the whole chain: penalties over each slot's own history (the history buffer), min-p; and greedy with penalties */
-static const hcq_llm_sampling_t chained = {.temperature = 0.8f, .top_p = 0.9f, .top_k = 30, .seed = 7, .min_p = 0.05f,
-                                           .repeat_penalty = 1.3f, .frequency_penalty = 0.2f, .presence_penalty = 0.2f,
+static const hcq_llm_sampling_t greedy = {0},
+                                sampled = {
+                                    .temperature = 0.9f, .top_p = 0.95f, .top_k = 20, .seed = 42};
+/* the whole chain: penalties over each slot's own history (the history buffer), min-p; and greedy
+ * with penalties */
+static const hcq_llm_sampling_t chained = {.temperature = 0.8f,
+                                           .top_p = 0.9f,
+                                           .top_k = 30,
+                                           .seed = 7,
+                                           .min_p = 0.05f,
+                                           .repeat_penalty = 1.3f,
+                                           .frequency_penalty = 0.2f,
+                                           .presence_penalty = 0.2f,
                                            .penalty_last_n = 16},
-                           penalised = {.repeat_penalty = 1.5f, .presence_penalty = 0.5f, .penalty_last_n = -1};
+                                penalised = {.repeat_penalty = 1.5f,
+                                             .presence_penalty = 0.5f,
+                                             .penalty_last_n = -1};
 
-Test(llm_batch, greedy_sequences_are_generates_alone_and_among_seven_cpu) { invariance(NULL, "CPU", &greedy); }
+Test(llm_batch, greedy_sequences_are_generates_alone_and_among_seven_cpu) {
+  invariance(NULL, "CPU", &greedy);
+}
 Test(llm_batch, greedy_qwen3_sequences_are_generates_cpu) { invariance("qwen3", "CPU", &greedy); }
-Test(llm_batch, sampled_sequences_are_generates_from_their_seeds_cpu) { invariance(NULL, "CPU", &sampled); }
-Test(llm_batch, greedy_sequences_are_generates_alone_and_among_seven_vulkan) { invariance(NULL, "VULKAN", &greedy); }
-Test(llm_batch, greedy_qwen3_sequences_are_generates_vulkan) { invariance("qwen3", "VULKAN", &greedy); }
-Test(llm_batch, sampled_sequences_are_generates_from_their_seeds_vulkan) { invariance(NULL, "VULKAN", &sampled); }
+Test(llm_batch, sampled_sequences_are_generates_from_their_seeds_cpu) {
+  invariance(NULL, "CPU", &sampled);
+}
+Test(llm_batch, greedy_sequences_are_generates_alone_and_among_seven_vulkan) {
+  invariance(NULL, "VULKAN", &greedy);
+}
+Test(llm_batch, greedy_qwen3_sequences_are_generates_vulkan) {
+  invariance("qwen3", "VULKAN", &greedy);
+}
+Test(llm_batch, sampled_sequences_are_generates_from_their_seeds_vulkan) {
+  invariance(NULL, "VULKAN", &sampled);
+}
 Test(llm_batch, penalised_sequences_are_generates_cpu) {
   invariance(NULL, "CPU", &chained);
   invariance(NULL, "CPU", &penalised);
@@ -163,9 +188,10 @@ Test(llm_batch, each_sequence_samples_with_its_own_parameters) {
   hcq_llm_t *llm = open_tiny("own", NULL, "CPU");
   hcq_llm_batch_t *b;
   OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 3, .ctx = 64}, &b));
-  hcq_llm_generate_options_t o[3] = {{.max_tokens = 10, .ignore_eos = true},
-                                     {.max_tokens = 10, .ignore_eos = true, .sampling = {1.0f, 1.0f, 0, 7}},
-                                     {.max_tokens = 10, .ignore_eos = true, .sampling = {0.5f, 0.8f, 5, 99}}};
+  hcq_llm_generate_options_t o[3] = {
+      {.max_tokens = 10, .ignore_eos = true},
+      {.max_tokens = 10, .ignore_eos = true, .sampling = {1.0f, 1.0f, 0, 7}},
+      {.max_tokens = 10, .ignore_eos = true, .sampling = {0.5f, 0.8f, 5, 99}}};
   int32_t prompt[3][64];
   int n[3], seq[3];
   collected_t got[3] = {0};
@@ -177,12 +203,14 @@ Test(llm_batch, each_sequence_samples_with_its_own_parameters) {
   size_t nev;
   while (hcq_llm_batch_active(b)) {
     OK(hcq_llm_batch_step(b, ev, 3, &nev));
-    for (size_t e = 0; e < nev; e++) got[ev[e].seq - seq[0]].ids[got[ev[e].seq - seq[0]].n++] = ev[e].id;
+    for (size_t e = 0; e < nev; e++)
+      got[ev[e].seq - seq[0]].ids[got[ev[e].seq - seq[0]].n++] = ev[e].id;
   }
   for (int k = 0; k < 3; k++) {
     hcq_llm_result_t r;
     OK(hcq_llm_generate(llm, prompt[k], (size_t)n[k], &o[k], &r));
-    cr_expect(r.n == got[k].n && !memcmp(r.ids, got[k].ids, r.n * 4), "sequence %d: not generate's tokens", k);
+    cr_expect(r.n == got[k].n && !memcmp(r.ids, got[k].ids, r.n * 4),
+              "sequence %d: not generate's tokens", k);
     hcq_llm_result_free(&r);
   }
   OK(hcq_llm_batch_destroy(b));
@@ -233,7 +261,8 @@ Test(llm_batch, a_cancelled_sequence_frees_its_slot_at_once) {
   size_t nev;
   for (int s = 0; s < 4; s++) OK(hcq_llm_batch_step(b, ev, 2, &nev));
   n = prompt_of(0, prompt);
-  FAILS(hcq_llm_batch_add(b, prompt, (size_t)n, &o, &seq[2]), HCQ_UNAVAILABLE, "all 2 sequences are busy");
+  FAILS(hcq_llm_batch_add(b, prompt, (size_t)n, &o, &seq[2]), HCQ_UNAVAILABLE,
+        "all 2 sequences are busy");
   OK(hcq_llm_batch_cancel(b, seq[0]));
   cr_expect_eq(hcq_llm_batch_active(b), 1);
   OK(hcq_llm_batch_add(b, prompt, (size_t)n, &o, &seq[2]));
@@ -244,7 +273,8 @@ Test(llm_batch, a_cancelled_sequence_frees_its_slot_at_once) {
     OK(hcq_llm_batch_step(b, ev, 2, &nev));
     for (size_t e = 0; e < nev; e++) {
       cr_assert_neq(ev[e].seq, seq[0], "an event for a cancelled sequence");
-      if (ev[e].seq == seq[2]) got.ids[got.n++] = ev[e].id, got.finished = ev[e].finished, got.stop = ev[e].stop;
+      if (ev[e].seq == seq[2])
+        got.ids[got.n++] = ev[e].id, got.finished = ev[e].finished, got.stop = ev[e].stop;
     }
   }
   expect_generate(llm, 1, &o, &got);
@@ -284,7 +314,8 @@ Test(llm_batch, every_stop_reason) {
   bool ended[3];
   for (int k = 0; k < 3; k++) ended[k] = got[k].n && got[k].ids[got[k].n - 1] == 96;
   cr_expect(got[0].stop == HCQ_LLM_STOP_LENGTH ? got[0].n == 3 : ended[0]);
-  cr_expect(got[1].stop == HCQ_LLM_STOP_CONTEXT ? got[1].n == 8 : ended[1], "stop %d after %zu", got[1].stop, got[1].n);
+  cr_expect(got[1].stop == HCQ_LLM_STOP_CONTEXT ? got[1].n == 8 : ended[1], "stop %d after %zu",
+            got[1].stop, got[1].n);
   cr_expect(got[2].stop == HCQ_LLM_STOP_CALLBACK ? got[2].n == 2 && calls == 2 : ended[2]);
   OK(hcq_llm_batch_destroy(b));
   OK(hcq_llm_close(llm));
@@ -295,18 +326,20 @@ Test(llm_batch, bad_arguments_are_refused_by_name) {
   hcq_llm_batch_t *b = NULL;
   FAILS(hcq_llm_batch_create(NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "llm is NULL");
   FAILS(hcq_llm_batch_create(llm, NULL, NULL), HCQ_INVALID_ARGUMENT, "out is NULL");
-  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 65}, &b), HCQ_INVALID_ARGUMENT,
-              "max_seqs 65");
-  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = -1}, &b), HCQ_INVALID_ARGUMENT,
-              "max_seqs -1");
-  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.ctx = -5}, &b), HCQ_INVALID_ARGUMENT, "ctx -5");
+  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 65}, &b),
+        HCQ_INVALID_ARGUMENT, "max_seqs 65");
+  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = -1}, &b),
+        HCQ_INVALID_ARGUMENT, "max_seqs -1");
+  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.ctx = -5}, &b), HCQ_INVALID_ARGUMENT,
+        "ctx -5");
   FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .max_rows = 4}, &b),
-              HCQ_INVALID_ARGUMENT, "max_rows 4");
+        HCQ_INVALID_ARGUMENT, "max_rows 4");
   cr_expect_null(b);
-  /* caches of 8 x 64 positions (2 layers x 2 x 32 floats a position: 256 KiB) past the memory there is */
+  /* caches of 8 x 64 positions (2 layers x 2 x 32 floats a position: 256 KiB) past the memory there
+   * is */
   setenv("HCQ_LLM_MEMORY_BYTES", "100000", 1);
-  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .ctx = 64}, &b), HCQ_OUT_OF_RANGE,
-              "8 x a context of 64 positions");
+  FAILS(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 8, .ctx = 64}, &b),
+        HCQ_OUT_OF_RANGE, "8 x a context of 64 positions");
   unsetenv("HCQ_LLM_MEMORY_BYTES");
   cr_expect_null(b);
   OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 2, .ctx = 32}, &b));
@@ -318,13 +351,16 @@ Test(llm_batch, bad_arguments_are_refused_by_name) {
   FAILS(hcq_llm_batch_add(b, NULL, 3, NULL, &seq), HCQ_INVALID_ARGUMENT, "NULL");
   FAILS(hcq_llm_batch_add(b, prompt, 3, NULL, NULL), HCQ_INVALID_ARGUMENT, "NULL");
   FAILS(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.max_tokens = -1}, &seq),
-              HCQ_INVALID_ARGUMENT, "max_tokens -1");
-  FAILS(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.temperature = -1}}, &seq),
-              HCQ_INVALID_ARGUMENT, "temperature -1");
-  FAILS(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_p = 2}}, &seq),
-              HCQ_INVALID_ARGUMENT, "top_p 2");
-  FAILS(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_k = -3}}, &seq),
-              HCQ_INVALID_ARGUMENT, "top_k -3");
+        HCQ_INVALID_ARGUMENT, "max_tokens -1");
+  FAILS(hcq_llm_batch_add(b, prompt, 3,
+                          &(hcq_llm_generate_options_t){.sampling = {.temperature = -1}}, &seq),
+        HCQ_INVALID_ARGUMENT, "temperature -1");
+  FAILS(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_p = 2}},
+                          &seq),
+        HCQ_INVALID_ARGUMENT, "top_p 2");
+  FAILS(hcq_llm_batch_add(b, prompt, 3, &(hcq_llm_generate_options_t){.sampling = {.top_k = -3}},
+                          &seq),
+        HCQ_INVALID_ARGUMENT, "top_k -3");
   cr_expect_eq(hcq_llm_batch_active(b), 0, "a refused sequence was added");
   hcq_llm_batch_event_t ev[2];
   size_t nev = 99;
@@ -349,9 +385,11 @@ Test(llm_batch, smollm2_greedy_sequences_are_generates) {
   llm_model_close(real_model()); /* skips when the model is absent */
   const char *env = getenv("HCQ_LLM_MODEL");
   hcq_llm_t *llm;
-  OK(hcq_llm_open(env && *env ? env : NULL, &(hcq_llm_options_t){.ctx = 256, .no_download = true}, &llm));
+  OK(hcq_llm_open(env && *env ? env : NULL, &(hcq_llm_options_t){.ctx = 256, .no_download = true},
+                  &llm));
   hcq_llm_batch_t *b;
-  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 4, .ctx = 128, .max_rows = 16}, &b));
+  OK(hcq_llm_batch_create(
+      llm, &(hcq_llm_batch_options_t){.max_seqs = 4, .ctx = 128, .max_rows = 16}, &b));
   char chat[512];
   size_t chat_len;
   hcq_llm_message_t question = {"user", "What is 2 + 2? Answer with the number only."};
@@ -363,7 +401,8 @@ Test(llm_batch, smollm2_greedy_sequences_are_generates) {
   int seq[4];
   hcq_llm_generate_options_t o = {.max_tokens = 12}; /* end tokens on: the question's answer ends */
   collected_t got[4] = {0};
-  for (int k = 0; k < 4; k++) OK(hcq_llm_tokenize(llm, texts[k], strlen(texts[k]), k < 3, k == 3, ids[k], 64, &n[k]));
+  for (int k = 0; k < 4; k++)
+    OK(hcq_llm_tokenize(llm, texts[k], strlen(texts[k]), k < 3, k == 3, ids[k], 64, &n[k]));
   hcq_llm_batch_event_t ev[4];
   size_t nev;
   for (int step = 0; step == 0 || hcq_llm_batch_active(b); step++) {
@@ -377,8 +416,10 @@ Test(llm_batch, smollm2_greedy_sequences_are_generates) {
   for (int k = 0; k < 4; k++) {
     hcq_llm_result_t r;
     OK(hcq_llm_generate(llm, ids[k], n[k], &o, &r));
-    cr_expect(r.n == got[k].n && !memcmp(r.ids, got[k].ids, r.n * 4), "\"%s\": not generate's tokens", texts[k]);
-    cr_expect(got[k].finished && got[k].stop == r.stop, "\"%s\": stops for another reason", texts[k]);
+    cr_expect(r.n == got[k].n && !memcmp(r.ids, got[k].ids, r.n * 4),
+              "\"%s\": not generate's tokens", texts[k]);
+    cr_expect(got[k].finished && got[k].stop == r.stop, "\"%s\": stops for another reason",
+              texts[k]);
     hcq_llm_result_free(&r);
   }
   cr_expect_eq(got[3].stop, HCQ_LLM_STOP_END, "the answer to the question did not end");
@@ -394,14 +435,16 @@ Test(llm_batch, cuda_and_metal_batches_are_unimplemented) {
   for (int k = 0; k < 2; k++) {
     llm_decoder_t *d = NULL;
     char want[96];
-    snprintf(want, sizeof(want), "no batched decoding kernels for %s devices", hcq_device_kind_name(kinds[k]));
-    FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kinds[k], .ctx = 32, .slots = 2}, &d),
-                HCQ_UNIMPLEMENTED, want);
+    snprintf(want, sizeof(want), "no batched decoding kernels for %s devices",
+             hcq_device_kind_name(kinds[k]));
+    FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.kind = kinds[k], .ctx = 32, .slots = 2},
+                             &d),
+          HCQ_UNIMPLEMENTED, want);
     cr_expect_null(d);
   }
   llm_decoder_t *d = NULL;
   FAILS(llm_decoder_create(m, &(llm_decoder_options_t){.devices = 2, .ctx = 32, .slots = 2}, &d),
-              HCQ_UNIMPLEMENTED, "batched decoding runs on one device, not 2");
+        HCQ_UNIMPLEMENTED, "batched decoding runs on one device, not 2");
   llm_model_close(m);
 }
 
@@ -437,7 +480,8 @@ static void *add_meanwhile(void *arg) {
 Test(llm_batch, add_and_cancel_from_another_thread_while_stepping) {
   hcq_llm_t *llm = open_tiny("threads", NULL, "CPU");
   adder_t a = {0};
-  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = SEQS, .ctx = 96, .max_rows = 12}, &a.b));
+  OK(hcq_llm_batch_create(
+      llm, &(hcq_llm_batch_options_t){.max_seqs = SEQS, .ctx = 96, .max_rows = 12}, &a.b));
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, add_meanwhile, &a), 0);
   collected_t got[6] = {0};
@@ -458,18 +502,20 @@ Test(llm_batch, add_and_cancel_from_another_thread_while_stepping) {
   for (int k = 0; k < 6; k++) cr_assert_eq(a.seq[k], k, "sequence %d was not added", k);
   cr_expect(!got[1].finished, "the cancelled sequence finished");
   for (int k = 0; k < 6; k++)
-    if (k != 1) expect_one(llm, k, &(hcq_llm_generate_options_t){.max_tokens = NEW, .ignore_eos = true}, &got[k]);
+    if (k != 1)
+      expect_one(llm, k, &(hcq_llm_generate_options_t){.max_tokens = NEW, .ignore_eos = true},
+                 &got[k]);
   OK(hcq_llm_batch_destroy(a.b));
   OK(hcq_llm_close(llm));
 }
-
 
 /* Each slot's history (what the sampler's penalties read) holds its sequence's tokens by position:
  * the prompt, then every token chosen but the last (which no row ran). */
 static void history_by_slot(const char *device) {
   hcq_llm_t *llm = open_tiny("history", NULL, device);
   hcq_llm_batch_t *b;
-  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 3, .ctx = 64, .max_rows = 8}, &b));
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 3, .ctx = 64, .max_rows = 8},
+                          &b));
   hcq_llm_generate_options_t o = {.max_tokens = 10, .ignore_eos = true};
   int seq[3], joins[3] = {0, 0, 2};
   collected_t got[3];
@@ -507,18 +553,22 @@ Test(llm_batch, stop_strings_cut_the_text_as_generates) {
   llm_model_close(real_model()); /* skips when the model is absent */
   const char *env = getenv("HCQ_LLM_MODEL");
   hcq_llm_t *llm;
-  OK(hcq_llm_open(env && *env ? env : NULL, &(hcq_llm_options_t){.ctx = 256, .no_download = true}, &llm));
+  OK(hcq_llm_open(env && *env ? env : NULL, &(hcq_llm_options_t){.ctx = 256, .no_download = true},
+                  &llm));
   const char *prompt = "Once upon a time, in a land far away, there lived a";
   text_sink_t full = {0};
   hcq_llm_result_t r;
-  OK(hcq_llm_generate_text(llm, prompt, &(hcq_llm_generate_options_t){.max_tokens = 24, .on_token = sink_text,
-                                                                        .user = &full}, &r));
+  OK(hcq_llm_generate_text(
+      llm, prompt,
+      &(hcq_llm_generate_options_t){.max_tokens = 24, .on_token = sink_text, .user = &full}, &r));
   hcq_llm_result_free(&r);
   cr_assert_gt(full.len, 20, "too little text to cut");
   char cut[8] = {0}; /* 3 bytes from the middle of the text: most likely inside or across tokens */
   memcpy(cut, full.text + full.len / 2, 3);
   char *stops[2] = {strdup("never-in-this-text"), strdup(cut)};
-  hcq_llm_generate_options_t with = {.max_tokens = 24, .stop = (const char *const *)stops, .nstop = 2},
+  hcq_llm_generate_options_t with = {.max_tokens = 24,
+                                     .stop = (const char *const *)stops,
+                                     .nstop = 2},
                              without = {.max_tokens = 24};
   text_sink_t want = {0};
   hcq_llm_generate_options_t o = with;
@@ -549,11 +599,15 @@ Test(llm_batch, stop_strings_cut_the_text_as_generates) {
     }
   }
   cr_expect_eq(stop[0], HCQ_LLM_STOP_STRING);
-  cr_expect(got[0].len == want.len && !memcmp(got[0].text, want.text, want.len), "with stop strings: \"%.*s\", "
-            "generate's \"%.*s\"", (int)got[0].len, got[0].text, (int)want.len, want.text);
+  cr_expect(got[0].len == want.len && !memcmp(got[0].text, want.text, want.len),
+            "with stop strings: \"%.*s\", "
+            "generate's \"%.*s\"",
+            (int)got[0].len, got[0].text, (int)want.len, want.text);
   cr_expect_eq(stop[1], HCQ_LLM_STOP_LENGTH);
-  cr_expect(got[1].len == full.len && !memcmp(got[1].text, full.text, full.len), "without: \"%.*s\", generate's "
-            "\"%.*s\"", (int)got[1].len, got[1].text, (int)full.len, full.text);
+  cr_expect(got[1].len == full.len && !memcmp(got[1].text, full.text, full.len),
+            "without: \"%.*s\", generate's "
+            "\"%.*s\"",
+            (int)got[1].len, got[1].text, (int)full.len, full.text);
   OK(hcq_llm_batch_destroy(b));
   OK(hcq_llm_close(llm));
 }
@@ -574,10 +628,15 @@ static void sink_logprob(void *user, const hcq_llm_logprob_t *lp) {
 static void logprobs_as_generates(const char *device) {
   hcq_llm_t *llm = open_tiny("logprobs", NULL, device);
   hcq_llm_batch_t *b;
-  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 3, .ctx = 96, .max_rows = 12}, &b));
+  OK(hcq_llm_batch_create(llm, &(hcq_llm_batch_options_t){.max_seqs = 3, .ctx = 96, .max_rows = 12},
+                          &b));
   logprob_sink_t called = {0};
-  hcq_llm_generate_options_t with = {.max_tokens = NEW, .ignore_eos = true, .logprobs = true, .top_logprobs = 5,
-                                     .on_logprob = sink_logprob, .user = &called},
+  hcq_llm_generate_options_t with = {.max_tokens = NEW,
+                                     .ignore_eos = true,
+                                     .logprobs = true,
+                                     .top_logprobs = 5,
+                                     .on_logprob = sink_logprob,
+                                     .user = &called},
                              without = {.max_tokens = NEW, .ignore_eos = true};
   int32_t prompt[3][64];
   int n[3], seq[3];
@@ -608,8 +667,8 @@ static void logprobs_as_generates(const char *device) {
   for (size_t i = 0; i < r.n; i++) {
     const hcq_llm_logprob_t *a = &got.lp[i], *w = &r.logprobs[i];
     cr_expect_eq(a->id, w->id, "token %zu", i);
-    cr_expect(fabsf(a->logprob - w->logprob) < 1e-3f, "token %zu: log-probability %g, generate %g", i,
-              (double)a->logprob, (double)w->logprob);
+    cr_expect(fabsf(a->logprob - w->logprob) < 1e-3f, "token %zu: log-probability %g, generate %g",
+              i, (double)a->logprob, (double)w->logprob);
     cr_expect_eq(a->n_top, 5);
     cr_expect(!memcmp(&called.lp[i], a, sizeof(*a)), "on_logprob got the event's");
     for (int k = 0; k < a->n_top && k < w->n_top; k++) {

@@ -41,7 +41,9 @@ static bool collect(void *user, int32_t id, const char *piece, size_t len) {
 static void reply(hcq_llm_t *llm, const hcq_llm_message_t *msgs, size_t n, text_t *out) {
   *out = (text_t){0};
   hcq_llm_result_t r;
-  OK(hcq_llm_chat(llm, msgs, n, &(hcq_llm_generate_options_t){.max_tokens = 8, .on_token = collect, .user = out}, &r));
+  OK(hcq_llm_chat(llm, msgs, n,
+                  &(hcq_llm_generate_options_t){.max_tokens = 8, .on_token = collect, .user = out},
+                  &r));
   hcq_llm_result_free(&r);
 }
 
@@ -58,7 +60,8 @@ Test(llm_chat_cli, chat_over_a_pipe_keeps_the_conversation) {
   reply(llm, msgs, 3, &r2);
   text_t alone;
   reply(llm, &msgs[2], 1, &alone);
-  cr_assert_str_neq(alone.s, r2.s, "the fixture: without the first turn the second reply would differ");
+  cr_assert_str_neq(alone.s, r2.s,
+                    "the fixture: without the first turn the second reply would differ");
   hcq_llm_message_t sys[2] = {{"system", "Be brief."}, {"user", "Hi"}};
   reply(llm, sys, 2, &r3);
   OK(hcq_llm_close(llm));
@@ -109,7 +112,8 @@ Test(llm_chat_cli, a_long_chat_drops_its_oldest_turns_and_a_line_too_long_is_not
 Test(llm_chat_cli, generate_takes_stop_strings_logprobs_and_the_sampling_chain) {
   char path[PATH_MAX], args[PATH_MAX + 256];
   tiny_file(path, sizeof(path), "opts");
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 40,73,12 --steps 30 --ignore-eos --json", path);
+  snprintf(args, sizeof(args),
+           "generate --model '%s' --prompt-ids 40,73,12 --steps 30 --ignore-eos --json", path);
   json_t *plain = run_json(args);
   const char *text = json_string_value(json_object_get(plain, "text"));
   cr_assert(text && strlen(text) == 30);
@@ -117,24 +121,30 @@ Test(llm_chat_cli, generate_takes_stop_strings_logprobs_and_the_sampling_chain) 
   /* --stop: two bytes from the middle (two tokens); the text before their first occurrence */
   char stop[3] = {text[12], text[13], 0};
   size_t first = (size_t)(strstr(text, stop) - text);
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 40,73,12 --steps 30 --ignore-eos --json --stop '%s' "
-           "--stop '\x7f~'", path, stop);
+  snprintf(args, sizeof(args),
+           "generate --model '%s' --prompt-ids 40,73,12 --steps 30 --ignore-eos --json --stop '%s' "
+           "--stop '\x7f~'",
+           path, stop);
   json_t *cut = run_json(args);
   cr_expect_str_eq(json_string_value(json_object_get(cut, "stop_reason")), "stop");
   const char *cut_text = json_string_value(json_object_get(cut, "text"));
-  cr_expect(strlen(cut_text) == first && !strncmp(cut_text, text, first), "\"%s\" vs \"%s\" up to %zu", cut_text, text,
-            first);
+  cr_expect(strlen(cut_text) == first && !strncmp(cut_text, text, first),
+            "\"%s\" vs \"%s\" up to %zu", cut_text, text, first);
   cr_expect_eq(json_array_size(json_object_get(cut, "token_ids")), first + 2);
   /* --logprobs 3: an entry per token, its three alternatives highest first */
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 40,73,12 --steps 6 --ignore-eos --json --logprobs 3 "
-           "--temperature 2 --min-p 0.01 --repeat-penalty 1.2 --repeat-last-n 16 --frequency-penalty 0.1 "
-           "--presence-penalty 0.1 --threads 1", path);
+  snprintf(args, sizeof(args),
+           "generate --model '%s' --prompt-ids 40,73,12 --steps 6 --ignore-eos --json --logprobs 3 "
+           "--temperature 2 --min-p 0.01 --repeat-penalty 1.2 --repeat-last-n 16 "
+           "--frequency-penalty 0.1 "
+           "--presence-penalty 0.1 --threads 1",
+           path);
   json_t *lp = run_json(args);
   json_t *entries = json_object_get(lp, "logprobs"), *ids = json_object_get(lp, "token_ids");
   cr_assert_eq(json_array_size(entries), 6);
   for (size_t i = 0; i < 6; i++) {
     json_t *e = json_array_get(entries, i), *top = json_object_get(e, "top_logprobs");
-    cr_expect_eq(json_integer_value(json_object_get(e, "id")), json_integer_value(json_array_get(ids, i)));
+    cr_expect_eq(json_integer_value(json_object_get(e, "id")),
+                 json_integer_value(json_array_get(ids, i)));
     cr_expect_leq(json_number_value(json_object_get(e, "logprob")), 0);
     cr_assert_eq(json_array_size(top), 3);
     for (size_t k = 1; k < 3; k++)
@@ -143,8 +153,10 @@ Test(llm_chat_cli, generate_takes_stop_strings_logprobs_and_the_sampling_chain) 
     cr_expect(json_is_string(json_object_get(json_array_get(top, 0), "token")));
   }
   /* a presence penalty changes greedy decoding */
-  snprintf(args, sizeof(args), "generate --model '%s' --prompt-ids 40,73,12 --steps 30 --ignore-eos --json "
-           "--presence-penalty 50 --repeat-last-n -1", path);
+  snprintf(args, sizeof(args),
+           "generate --model '%s' --prompt-ids 40,73,12 --steps 30 --ignore-eos --json "
+           "--presence-penalty 50 --repeat-last-n -1",
+           path);
   json_t *pen = run_json(args);
   cr_expect_str_neq(json_string_value(json_object_get(pen, "text")), text);
   json_decref(pen);
@@ -153,10 +165,20 @@ Test(llm_chat_cli, generate_takes_stop_strings_logprobs_and_the_sampling_chain) 
 }
 
 Test(llm_chat_cli, bad_sampling_options_exit_2) {
-  const char *bad[] = {"--min-p 1.5",          "--min-p x",           "--repeat-penalty -1", "--repeat-last-n -2",
-                       "--repeat-last-n 2.5",  "--frequency-penalty 101", "--presence-penalty nan", "--stop ''",
-                       "--logprobs 21 --json", "--logprobs 2",        "--threads 0",         "--threads 257",
-                       "--interactive",        "--min-p"};
+  const char *bad[] = {"--min-p 1.5",
+                       "--min-p x",
+                       "--repeat-penalty -1",
+                       "--repeat-last-n -2",
+                       "--repeat-last-n 2.5",
+                       "--frequency-penalty 101",
+                       "--presence-penalty nan",
+                       "--stop ''",
+                       "--logprobs 21 --json",
+                       "--logprobs 2",
+                       "--threads 0",
+                       "--threads 257",
+                       "--interactive",
+                       "--min-p"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     char args[256], *out;
     snprintf(args, sizeof(args), "generate --model /nonexistent.gguf --prompt a %s", bad[i]);

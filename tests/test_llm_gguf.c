@@ -1,11 +1,12 @@
-/* The GGUF reader and writer (models/llm/gguf.c, gguf_write.c; models/common/model_file.c) and the llama model
- * checks (models/llm/model.c).
+/* The GGUF reader and writer (models/llm/gguf.c, gguf_write.c; models/common/model_file.c) and the
+ * llama model checks (models/llm/model.c).
  *
  * Every file here is written by the test: with gguf_writer for valid ones, byte by byte for the
  * hostile ones, so the reader is checked against a layout written independently of it. Files that
  * are opened from memory are copied into a buffer of exactly their size, so that a read past the
- * end is an AddressSanitizer error in sanitized builds. The llama models are tiny (dim 64, 2 layers)
- * with random weights; tiny_llama() writes one in any weight type and with one thing wrong. */
+ * end is an AddressSanitizer error in sanitized builds. The llama models are tiny (dim 64, 2
+ * layers) with random weights; tiny_llama() writes one in any weight type and with one thing wrong.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -64,8 +65,8 @@ static void put_kv_u32(buf_t *b, const char *key, uint32_t v) {
   put_u32(b, GGUF_UINT32);
   put_u32(b, v);
 }
-static void put_tensor_info(buf_t *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
-                            uint64_t offset) {
+static void put_tensor_info(buf_t *b, const char *name, uint32_t n_dims, const uint64_t *ne,
+                            uint32_t type, uint64_t offset) {
   put_str(b, name);
   put_u32(b, n_dims);
   for (uint32_t d = 0; d < n_dims; d++) put_u64(b, ne[d]);
@@ -94,12 +95,14 @@ static hcq_status_t try_open_named(const void *bytes, size_t size, const char *n
 static hcq_status_t try_open(const buf_t *b) { return try_open_named(b->p, b->n, "bad.gguf"); }
 
 /* The message of a failure with code (asserted), copied into msg. */
-static void failure(hcq_status_t st, hcq_status_code_t code, char *msg, size_t size, const char *what) {
+static void failure(hcq_status_t st, hcq_status_code_t code, char *msg, size_t size,
+                    const char *what) {
   cr_assert_not_null(st, "%s succeeded; expected %s", what, hcq_status_code_name(code));
   snprintf(msg, size, "%s", hcq_status_message(st));
   hcq_status_code_t got = hcq_status_code(st);
   hcq_status_destroy(st);
-  cr_assert_eq(got, code, "%s: %s, expected %s: %s", what, hcq_status_code_name(got), hcq_status_code_name(code), msg);
+  cr_assert_eq(got, code, "%s: %s, expected %s: %s", what, hcq_status_code_name(got),
+               hcq_status_code_name(code), msg);
 }
 
 /* Memory limits for the hostile-count tests: an allocation sized by a count in the file then fails
@@ -108,7 +111,8 @@ static void failure(hcq_status_t st, hcq_status_code_t code, char *msg, size_t s
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define TEST_SHADOW_MEMORY 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
 #define TEST_SHADOW_MEMORY 1
 #endif
 #endif
@@ -175,8 +179,8 @@ typedef struct want_file {
   uint64_t kv_bytes; /* bytes of the metadata entries in the file */
 } want_file_t;
 
-static want_kv_t *want(want_file_t *f, const char *key, uint32_t type, uint32_t elem_type, uint64_t count,
-                       const void *payload, size_t size) {
+static want_kv_t *want(want_file_t *f, const char *key, uint32_t type, uint32_t elem_type,
+                       uint64_t count, const void *payload, size_t size) {
   cr_assert_lt(f->nkv, 64);
   cr_assert_leq(size, sizeof(f->kv[0].payload));
   want_kv_t *k = &f->kv[f->nkv++];
@@ -187,14 +191,15 @@ static want_kv_t *want(want_file_t *f, const char *key, uint32_t type, uint32_t 
   return k;
 }
 
-static void raw_scalar(gguf_writer_t *w, want_file_t *f, const char *key, uint32_t type, const void *v, size_t size) {
+static void raw_scalar(gguf_writer_t *w, want_file_t *f, const char *key, uint32_t type,
+                       const void *v, size_t size) {
   OK(gguf_writer_add_raw(w, key, type, v, size));
   want(f, key, type, type, 1, v, size);
 }
 
 /* An array of elem_type with count elements whose payload is given: written with add_raw. */
-static void raw_array(gguf_writer_t *w, want_file_t *f, const char *key, uint32_t elem_type, uint64_t count,
-                      const void *payload, size_t size) {
+static void raw_array(gguf_writer_t *w, want_file_t *f, const char *key, uint32_t elem_type,
+                      uint64_t count, const void *payload, size_t size) {
   buf_t b = {0};
   put_u32(&b, elem_type);
   put_u64(&b, count);
@@ -265,8 +270,8 @@ static void add_every_kv(gguf_writer_t *w, want_file_t *f) {
 
   /* arrays of every scalar type (5 elements of random bytes; bools 0 or 1), and empty ones */
   uint64_t seed = 7;
-  const uint32_t types[] = {GGUF_UINT8, GGUF_INT8, GGUF_UINT16, GGUF_INT16, GGUF_UINT32, GGUF_FLOAT32,
-                            GGUF_BOOL,  GGUF_UINT64, GGUF_INT64, GGUF_FLOAT64};
+  const uint32_t types[] = {GGUF_UINT8,   GGUF_INT8, GGUF_UINT16, GGUF_INT16, GGUF_UINT32,
+                            GGUF_FLOAT32, GGUF_BOOL, GGUF_UINT64, GGUF_INT64, GGUF_FLOAT64};
   for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
     uint8_t payload[40];
     size_t size = 5 * elem_size(types[t]);
@@ -304,23 +309,29 @@ typedef struct want_tensor {
 
 /* Tensors of every type with 1 to 4 dimensions. */
 static want_tensor_t k_tensors[] = {
-    {"t.f32.1d", GGML_TYPE_F32, 1, {7}, NULL, 0},          {"t.f16.2d", GGML_TYPE_F16, 2, {5, 3}, NULL, 0},
-    {"t.q4_0.3d", GGML_TYPE_Q4_0, 3, {32, 2, 3}, NULL, 0}, {"t.q4_1.4d", GGML_TYPE_Q4_1, 4, {64, 1, 2, 2}, NULL, 0},
-    {"t.q8_0.2d", GGML_TYPE_Q8_0, 2, {32, 3}, NULL, 0},    {"t.f32.4d", GGML_TYPE_F32, 4, {3, 2, 2, 2}, NULL, 0},
-    {"t.q8_0.1d", GGML_TYPE_Q8_0, 1, {64}, NULL, 0},       {"t.f16.1d", GGML_TYPE_F16, 1, {1}, NULL, 0},
-    {"t.q4_0.1d", GGML_TYPE_Q4_0, 1, {32}, NULL, 0},       {"t.q4_1.2d", GGML_TYPE_Q4_1, 2, {32, 5}, NULL, 0},
+    {"t.f32.1d", GGML_TYPE_F32, 1, {7}, NULL, 0},
+    {"t.f16.2d", GGML_TYPE_F16, 2, {5, 3}, NULL, 0},
+    {"t.q4_0.3d", GGML_TYPE_Q4_0, 3, {32, 2, 3}, NULL, 0},
+    {"t.q4_1.4d", GGML_TYPE_Q4_1, 4, {64, 1, 2, 2}, NULL, 0},
+    {"t.q8_0.2d", GGML_TYPE_Q8_0, 2, {32, 3}, NULL, 0},
+    {"t.f32.4d", GGML_TYPE_F32, 4, {3, 2, 2, 2}, NULL, 0},
+    {"t.q8_0.1d", GGML_TYPE_Q8_0, 1, {64}, NULL, 0},
+    {"t.f16.1d", GGML_TYPE_F16, 1, {1}, NULL, 0},
+    {"t.q4_0.1d", GGML_TYPE_Q4_0, 1, {32}, NULL, 0},
+    {"t.q4_1.2d", GGML_TYPE_Q4_1, 2, {32, 5}, NULL, 0},
 };
 #define NTENSORS (sizeof(k_tensors) / sizeof(k_tensors[0]))
 
 /* Checks g against f and k_tensors as written with this version and alignment. */
-static void check_round_trip(const gguf_file_t *g, const uint8_t *base, size_t size, const want_file_t *f,
-                             uint32_t version, uint32_t alignment) {
+static void check_round_trip(const gguf_file_t *g, const uint8_t *base, size_t size,
+                             const want_file_t *f, uint32_t version, uint32_t alignment) {
   cr_assert_eq(gguf_version(g), version);
   cr_assert_eq(gguf_alignment(g), alignment);
   cr_assert_eq(gguf_file_size(g), size);
   /* the metadata in the order written; general.alignment among it when not 32 */
   size_t extra = alignment != 32;
-  cr_assert_eq(gguf_kv_count(g), f->nkv + extra, "%zu metadata entries, expected %zu", gguf_kv_count(g), f->nkv + extra);
+  cr_assert_eq(gguf_kv_count(g), f->nkv + extra, "%zu metadata entries, expected %zu",
+               gguf_kv_count(g), f->nkv + extra);
   const gguf_kv_t *akv = gguf_find_kv(g, "general.alignment");
   if (extra) {
     cr_assert_not_null(akv);
@@ -342,13 +353,15 @@ static void check_round_trip(const gguf_file_t *g, const uint8_t *base, size_t s
     const want_kv_t *w = &f->kv[k++];
     cr_assert_eq(kv->key.len, strlen(w->key), "entry %zu: key length %llu, expected \"%s\"", i,
                  (unsigned long long)kv->key.len, w->key);
-    cr_assert(!memcmp(kv->key.ptr, w->key, kv->key.len), "entry %zu: key \"%.*s\", expected \"%s\"", i, (int)kv->key.len,
-              kv->key.ptr, w->key);
+    cr_assert(!memcmp(kv->key.ptr, w->key, kv->key.len), "entry %zu: key \"%.*s\", expected \"%s\"",
+              i, (int)kv->key.len, kv->key.ptr, w->key);
     cr_assert_eq(kv->type, w->type, "%s: type %u, expected %u", w->key, kv->type, w->type);
-    cr_assert_eq(kv->elem_type, w->elem_type, "%s: element type %u, expected %u", w->key, kv->elem_type, w->elem_type);
-    cr_assert_eq(kv->count, w->count, "%s: count %llu, expected %llu", w->key, (unsigned long long)kv->count,
-                 (unsigned long long)w->count);
-    cr_assert(kv->data >= base && kv->data + w->size <= base + size, "%s: data outside the file", w->key);
+    cr_assert_eq(kv->elem_type, w->elem_type, "%s: element type %u, expected %u", w->key,
+                 kv->elem_type, w->elem_type);
+    cr_assert_eq(kv->count, w->count, "%s: count %llu, expected %llu", w->key,
+                 (unsigned long long)kv->count, (unsigned long long)w->count);
+    cr_assert(kv->data >= base && kv->data + w->size <= base + size, "%s: data outside the file",
+              w->key);
     cr_assert(!memcmp(kv->data, w->payload, w->size), "%s: the value's bytes differ", w->key);
     cr_assert_eq(gguf_find_kv(g, w->key), kv, "gguf_find_kv(\"%s\")", w->key);
   }
@@ -360,8 +373,10 @@ static void check_round_trip(const gguf_file_t *g, const uint8_t *base, size_t s
   /* the tensors: shapes, offsets and bytes, the data section aligned and ending the file */
   cr_assert_eq(gguf_tensor_count(g), NTENSORS);
   uint64_t infos = 0;
-  for (size_t i = 0; i < NTENSORS; i++) infos += 8 + strlen(k_tensors[i].name) + 4 + 8 * k_tensors[i].n_dims + 4 + 8;
-  uint64_t data_start = align_up(24 + f->kv_bytes + (extra ? 8 + 17 + 4 + 4 : 0) + infos, alignment);
+  for (size_t i = 0; i < NTENSORS; i++)
+    infos += 8 + strlen(k_tensors[i].name) + 4 + 8 * k_tensors[i].n_dims + 4 + 8;
+  uint64_t data_start =
+      align_up(24 + f->kv_bytes + (extra ? 8 + 17 + 4 + 4 : 0) + infos, alignment);
   uint64_t offset = 0;
   for (size_t i = 0; i < NTENSORS; i++) {
     const want_tensor_t *w = &k_tensors[i];
@@ -371,18 +386,21 @@ static void check_round_trip(const gguf_file_t *g, const uint8_t *base, size_t s
     cr_assert_eq(gguf_find_tensor(g, w->name), t);
     cr_assert_eq(t->n_dims, w->n_dims, "%s: %u dims", w->name, t->n_dims);
     for (int d = 0; d < GGUF_MAX_DIMS; d++)
-      cr_assert_eq(t->ne[d], d < (int)w->n_dims ? w->ne[d] : 1, "%s: ne[%d] = %llu", w->name, d, (unsigned long long)t->ne[d]);
+      cr_assert_eq(t->ne[d], d < (int)w->n_dims ? w->ne[d] : 1, "%s: ne[%d] = %llu", w->name, d,
+                   (unsigned long long)t->ne[d]);
     cr_assert_eq(t->type, w->type, "%s: type %d", w->name, (int)t->type);
-    cr_assert_eq(t->bytes, w->bytes, "%s: %llu bytes, expected %llu", w->name, (unsigned long long)t->bytes,
-                 (unsigned long long)w->bytes);
-    cr_assert_eq(t->offset, offset, "%s: offset %llu, expected %llu", w->name, (unsigned long long)t->offset,
-                 (unsigned long long)offset);
+    cr_assert_eq(t->bytes, w->bytes, "%s: %llu bytes, expected %llu", w->name,
+                 (unsigned long long)t->bytes, (unsigned long long)w->bytes);
+    cr_assert_eq(t->offset, offset, "%s: offset %llu, expected %llu", w->name,
+                 (unsigned long long)t->offset, (unsigned long long)offset);
     cr_assert_eq(t->offset % alignment, 0);
-    cr_assert_eq((const uint8_t *)t->data, base + data_start + offset, "%s: data at file offset %td, expected %llu",
-                 w->name, (const uint8_t *)t->data - base, (unsigned long long)(data_start + offset));
+    cr_assert_eq((const uint8_t *)t->data, base + data_start + offset,
+                 "%s: data at file offset %td, expected %llu", w->name,
+                 (const uint8_t *)t->data - base, (unsigned long long)(data_start + offset));
     cr_assert(!memcmp(t->data, w->data, w->bytes), "%s: data differ", w->name);
     offset = align_up(offset + w->bytes, alignment);
-    if (i + 1 == NTENSORS) cr_assert_eq(data_start + t->offset + t->bytes, size, "the last tensor ends the file");
+    if (i + 1 == NTENSORS)
+      cr_assert_eq(data_start + t->offset + t->bytes, size, "the last tensor ends the file");
   }
   cr_assert_null(gguf_tensor_at(g, NTENSORS));
   cr_assert_null(gguf_find_tensor(g, "t.f32"));
@@ -483,13 +501,18 @@ Test(llm_gguf, writer_refuses_bad_arguments) {
   FAILS(gguf_writer_set_alignment(w, 3), HCQ_INVALID_ARGUMENT, "3");
   FAILS(gguf_writer_set_alignment(w, 48), HCQ_INVALID_ARGUMENT, "48");
   float data[64] = {0};
-  FAILS(gguf_writer_add_tensor(w, "q", GGML_TYPE_Q4_0, (uint64_t[]){33}, 1, data), HCQ_INVALID_ARGUMENT, "\"q\"", "33");
-  FAILS(gguf_writer_add_tensor(w, "k", (ggml_type_t)14, (uint64_t[]){32}, 1, data), HCQ_INVALID_ARGUMENT, "\"k\"");
-  FAILS(gguf_writer_add_tensor(w, "d0", GGML_TYPE_F32, (uint64_t[]){4}, 0, data), HCQ_INVALID_ARGUMENT, "\"d0\"");
-  FAILS(gguf_writer_add_tensor(w, "d5", GGML_TYPE_F32, (uint64_t[]){1, 1, 1, 1, 1}, 5, data), HCQ_INVALID_ARGUMENT,
-        "\"d5\"");
-  FAILS(gguf_writer_add_tensor(w, "z", GGML_TYPE_F32, (uint64_t[]){4, 0}, 2, data), HCQ_INVALID_ARGUMENT, "\"z\"");
-  FAILS(gguf_writer_add_tensor(w, "big", GGML_TYPE_F32, (uint64_t[]){1ull << 32, 1ull << 32}, 2, data),
+  FAILS(gguf_writer_add_tensor(w, "q", GGML_TYPE_Q4_0, (uint64_t[]){33}, 1, data),
+        HCQ_INVALID_ARGUMENT, "\"q\"", "33");
+  FAILS(gguf_writer_add_tensor(w, "k", (ggml_type_t)14, (uint64_t[]){32}, 1, data),
+        HCQ_INVALID_ARGUMENT, "\"k\"");
+  FAILS(gguf_writer_add_tensor(w, "d0", GGML_TYPE_F32, (uint64_t[]){4}, 0, data),
+        HCQ_INVALID_ARGUMENT, "\"d0\"");
+  FAILS(gguf_writer_add_tensor(w, "d5", GGML_TYPE_F32, (uint64_t[]){1, 1, 1, 1, 1}, 5, data),
+        HCQ_INVALID_ARGUMENT, "\"d5\"");
+  FAILS(gguf_writer_add_tensor(w, "z", GGML_TYPE_F32, (uint64_t[]){4, 0}, 2, data),
+        HCQ_INVALID_ARGUMENT, "\"z\"");
+  FAILS(gguf_writer_add_tensor(w, "big", GGML_TYPE_F32, (uint64_t[]){1ull << 32, 1ull << 32}, 2,
+                               data),
         HCQ_INVALID_ARGUMENT, "\"big\"");
   /* nothing was added: the file is empty and opens */
   uint8_t *bytes;
@@ -503,7 +526,8 @@ Test(llm_gguf, writer_refuses_bad_arguments) {
   cr_assert_eq(gguf_alignment(g), 32u);
   gguf_close(g);
   free(bytes);
-  FAILS(gguf_writer_write(w, "/nonexistent-folder-for-hcq/x.gguf"), HCQ_INVALID_ARGUMENT, "/nonexistent-folder-for-hcq/x.gguf");
+  FAILS(gguf_writer_write(w, "/nonexistent-folder-for-hcq/x.gguf"), HCQ_INVALID_ARGUMENT,
+        "/nonexistent-folder-for-hcq/x.gguf");
   gguf_writer_free(w);
 }
 
@@ -516,18 +540,20 @@ static const struct {
 } k_ggml_types[] = {
     {0, "F32", 1, 4},
     {1, "F16", 1, 2},
-    {2, "Q4_0", 32, 2 + 16},            /* d, 32 nibbles */
-    {3, "Q4_1", 32, 2 + 2 + 16},        /* d, m, nibbles */
-    {6, "Q5_0", 32, 2 + 4 + 16},        /* d, qh, nibbles */
-    {7, "Q5_1", 32, 2 + 2 + 4 + 16},    /* d, m, qh, nibbles */
-    {8, "Q8_0", 32, 2 + 32},            /* d, bytes */
-    {9, "Q8_1", 32, 2 + 2 + 32},        /* d, s, bytes */
-    {10, "Q2_K", 256, 16 + 64 + 2 + 2}, /* scales, 2-bit quants, d, dmin */
+    {2, "Q4_0", 32, 2 + 16},             /* d, 32 nibbles */
+    {3, "Q4_1", 32, 2 + 2 + 16},         /* d, m, nibbles */
+    {6, "Q5_0", 32, 2 + 4 + 16},         /* d, qh, nibbles */
+    {7, "Q5_1", 32, 2 + 2 + 4 + 16},     /* d, m, qh, nibbles */
+    {8, "Q8_0", 32, 2 + 32},             /* d, bytes */
+    {9, "Q8_1", 32, 2 + 2 + 32},         /* d, s, bytes */
+    {10, "Q2_K", 256, 16 + 64 + 2 + 2},  /* scales, 2-bit quants, d, dmin */
     {11, "Q3_K", 256, 32 + 64 + 12 + 2}, /* hmask, quants, scales, d */
+    /* ql, qh, scales, d */
+    /* float d, quants, 16 int16 sums */
     {12, "Q4_K", 256, 2 + 2 + 12 + 128},
     {13, "Q5_K", 256, 2 + 2 + 12 + 32 + 128},
-    {14, "Q6_K", 256, 128 + 64 + 16 + 2}, /* ql, qh, scales, d */
-    {15, "Q8_K", 256, 4 + 256 + 32},      /* float d, quants, 16 int16 sums */
+    {14, "Q6_K", 256, 128 + 64 + 16 + 2},
+    {15, "Q8_K", 256, 4 + 256 + 32},
     {16, "IQ2_XXS", 256, 2 + 64},
     {17, "IQ2_XS", 256, 2 + 64 + 8},
     {18, "IQ3_XXS", 256, 2 + 96},
@@ -555,13 +581,16 @@ Test(llm_gguf, type_tables) {
     cr_assert(ggml_type_known(t), "type %u", t);
     cr_assert_not(ggml_type_removed(t));
     cr_assert_str_eq(ggml_type_name(t), k_ggml_types[i].name);
-    cr_assert_eq(ggml_block_elems((ggml_type_t)t), k_ggml_types[i].block, "%s", k_ggml_types[i].name);
-    cr_assert_eq(ggml_block_bytes((ggml_type_t)t), k_ggml_types[i].bytes, "%s", k_ggml_types[i].name);
+    cr_assert_eq(ggml_block_elems((ggml_type_t)t), k_ggml_types[i].block, "%s",
+                 k_ggml_types[i].name);
+    cr_assert_eq(ggml_block_bytes((ggml_type_t)t), k_ggml_types[i].bytes, "%s",
+                 k_ggml_types[i].name);
     cr_assert_eq(ggml_type_quantized(t), k_ggml_types[i].block > 1, "%s", k_ggml_types[i].name);
   }
   /* every other number below 64: removed (with its old name) or not a type at all */
   const uint32_t removed[] = {4, 5, 31, 32, 33, 36, 37, 38};
-  const char *removed_names[] = {"Q4_2", "Q4_3", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8"};
+  const char *removed_names[] = {"Q4_2",     "Q4_3",       "Q4_0_4_4",   "Q4_0_4_8",
+                                 "Q4_0_8_8", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8"};
   for (int i = 0; i < 8; i++) {
     cr_assert_not(ggml_type_known(removed[i]));
     cr_assert(ggml_type_removed(removed[i]));
@@ -640,8 +669,9 @@ Test(llm_gguf, getters_integers) {
   const struct {
     const char *key;
     uint32_t value;
-  } fit[] = {{"u8", 200},   {"i8.pos", 127}, {"u16", 60000}, {"u32", 4000000000u}, {"i32.pos", 7},
-             {"u64", 123}, {"u64.u32max", UINT32_MAX}};
+  } fit[] = {
+      {"u8", 200},  {"i8.pos", 127},           {"u16", 60000}, {"u32", 4000000000u}, {"i32.pos", 7},
+      {"u64", 123}, {"u64.u32max", UINT32_MAX}};
   for (size_t i = 0; i < sizeof(fit) / sizeof(fit[0]); i++) {
     uint32_t v = 0;
     OK(gguf_get_u32(g, fit[i].key, &v));
@@ -653,14 +683,20 @@ Test(llm_gguf, getters_integers) {
   /* values that do not fit: INVALID_ARGUMENT naming the key and the value, *out untouched */
   const struct {
     const char *key, *value;
-  } out_of_range[] = {{"i8", "-3"},           {"i16", "-300"}, {"i32", "-7"},       {"u64.2^32", "4294967296"},
-                      {"i64", "-1"},          {"i64.min", "-9223372036854775808"}, {"i64.2^33", "8589934592"},
+  } out_of_range[] = {{"i8", "-3"},
+                      {"i16", "-300"},
+                      {"i32", "-7"},
+                      {"u64.2^32", "4294967296"},
+                      {"i64", "-1"},
+                      {"i64.min", "-9223372036854775808"},
+                      {"i64.2^33", "8589934592"},
                       {"u64.i64max", "9223372036854775807"}};
   for (size_t i = 0; i < sizeof(out_of_range) / sizeof(out_of_range[0]); i++) {
     uint32_t v = 99;
     char key[64];
     snprintf(key, sizeof(key), "\"%s\"", out_of_range[i].key);
-    FAILS(gguf_get_u32(g, out_of_range[i].key, &v), HCQ_INVALID_ARGUMENT, "getters.gguf", key, out_of_range[i].value);
+    FAILS(gguf_get_u32(g, out_of_range[i].key, &v), HCQ_INVALID_ARGUMENT, "getters.gguf", key,
+          out_of_range[i].value);
     FAILS(gguf_get_u32_or(g, out_of_range[i].key, &v), HCQ_INVALID_ARGUMENT, key);
     cr_assert_eq(v, 99u);
   }
@@ -670,7 +706,8 @@ Test(llm_gguf, getters_integers) {
   FAILS(gguf_get_u32(g, "u64.2^63", &v), HCQ_INVALID_ARGUMENT, "\"u64.2^63\"");
   FAILS(gguf_get_u32(g, "u64.max", &v), HCQ_INVALID_ARGUMENT, "\"u64.max\"");
   FAILS(gguf_get_i64(g, "u64.2^63", &i64), HCQ_INVALID_ARGUMENT, "\"u64.2^63\"");
-  FAILS(gguf_get_i64(g, "u64.max", &i64), HCQ_INVALID_ARGUMENT, "\"u64.max\"", "18446744073709551615");
+  FAILS(gguf_get_i64(g, "u64.max", &i64), HCQ_INVALID_ARGUMENT, "\"u64.max\"",
+        "18446744073709551615");
   FAILS(gguf_get_i64(g, "u64.2^63", &i64), HCQ_INVALID_ARGUMENT, "9223372036854775808");
   cr_assert_eq(v, 99u);
   cr_assert_eq(i64, 5, "a failed gguf_get_i64 changed *out");
@@ -687,12 +724,13 @@ Test(llm_gguf, getters_integers) {
   /* other types are not integers, whatever their value */
   const struct {
     const char *key, *type;
-  } wrong[] = {{"f32", "float32"}, {"f64", "float64"},  {"bool", "bool"},
+  } wrong[] = {{"f32", "float32"}, {"f64", "float64"},         {"bool", "bool"},
                {"str", "string"},  {"ints", "array of int32"}, {"strs", "array of string"}};
   for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
     char key[64];
     snprintf(key, sizeof(key), "\"%s\"", wrong[i].key);
-    FAILS(gguf_get_u32(g, wrong[i].key, &v), HCQ_INVALID_ARGUMENT, "getters.gguf", key, wrong[i].type, "integer");
+    FAILS(gguf_get_u32(g, wrong[i].key, &v), HCQ_INVALID_ARGUMENT, "getters.gguf", key,
+          wrong[i].type, "integer");
     FAILS(gguf_get_u32_or(g, wrong[i].key, &v), HCQ_INVALID_ARGUMENT, key, wrong[i].type);
     FAILS(gguf_get_i64(g, wrong[i].key, &i64), HCQ_INVALID_ARGUMENT, key, wrong[i].type);
   }
@@ -749,7 +787,8 @@ Test(llm_gguf, getters_floats_bools_strings_arrays) {
   cr_assert(!memcmp(s.ptr, "hello", 5));
   OK(gguf_get_str(g, "str.empty", &s));
   cr_assert_eq(s.len, 0u);
-  FAILS(gguf_get_str(g, "strs", &s), HCQ_INVALID_ARGUMENT, "\"strs\"", "array of string", "expected a string");
+  FAILS(gguf_get_str(g, "strs", &s), HCQ_INVALID_ARGUMENT, "\"strs\"", "array of string",
+        "expected a string");
   FAILS(gguf_get_str(g, "u32", &s), HCQ_INVALID_ARGUMENT, "\"u32\"");
   FAILS(gguf_get_str(g, "nope", &s), HCQ_NOT_FOUND, "\"nope\"");
 
@@ -764,7 +803,8 @@ Test(llm_gguf, getters_floats_bools_strings_arrays) {
   OK(gguf_get_str_array(g, "strs.empty", &arr, &count));
   cr_assert_eq(count, 0u);
   free(arr);
-  FAILS(gguf_get_str_array(g, "ints", &arr, &count), HCQ_INVALID_ARGUMENT, "\"ints\"", "array of int32");
+  FAILS(gguf_get_str_array(g, "ints", &arr, &count), HCQ_INVALID_ARGUMENT, "\"ints\"",
+        "array of int32");
   cr_assert_null(arr);
   cr_assert_eq(count, 0u);
   FAILS(gguf_get_str_array(g, "str", &arr, &count), HCQ_INVALID_ARGUMENT, "\"str\"");
@@ -776,8 +816,8 @@ Test(llm_gguf, getters_floats_bools_strings_arrays) {
   int32_t ints[3];
   memcpy(ints, p, sizeof(ints));
   cr_assert(ints[0] == 5 && ints[1] == -6 && ints[2] == 7);
-  FAILS(gguf_get_array(g, "ints", GGUF_FLOAT32, &p, &count), HCQ_INVALID_ARGUMENT, "\"ints\"", "array of int32",
-        "array of float32");
+  FAILS(gguf_get_array(g, "ints", GGUF_FLOAT32, &p, &count), HCQ_INVALID_ARGUMENT, "\"ints\"",
+        "array of int32", "array of float32");
   cr_assert_null(p);
   FAILS(gguf_get_array(g, "ints", 13, &p, &count), HCQ_INVALID_ARGUMENT, "\"ints\"", "type 13");
   FAILS(gguf_get_array(g, "u32", GGUF_UINT32, &p, &count), HCQ_INVALID_ARGUMENT, "\"u32\"");
@@ -797,7 +837,8 @@ static uint8_t *small_file(size_t *size) {
   OK(gguf_writer_add_str(w, "general.architecture", "llama"));
   OK(gguf_writer_add_u32(w, "llama.block_count", 1));
   OK(gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
-  const char *tokens[] = {"<s>", "</s>", "a", "b", "ab", "\xc4\xa0the", "", "hello", "world", "x", "yz", "end"};
+  const char *tokens[] = {"<s>", "</s>",  "a",     "b", "ab", "\xc4\xa0the",
+                          "",    "hello", "world", "x", "yz", "end"};
   OK(gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, 12));
   const int32_t types[] = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   OK(gguf_writer_add_i32_array(w, "tokenizer.ggml.token_type", types, 12));
@@ -881,29 +922,34 @@ Test(llm_gguf, truncated_at_every_byte) {
     char index[64] = "";
     for (size_t i = 0; i < nkv; i++) {
       if (len >= kvs[i].name_end && len < kvs[i].end) must = kvs[i].name;
-      if (len >= kvs[i].start && len < kvs[i].name_end) snprintf(index, sizeof(index), "metadata entry %zu", i);
+      if (len >= kvs[i].start && len < kvs[i].name_end)
+        snprintf(index, sizeof(index), "metadata entry %zu", i);
     }
     for (size_t i = 0; i < nt; i++) {
       if (len >= infos[i].name_end && len < infos[i].end) must = infos[i].name;
-      if (len >= infos[i].start && len < infos[i].name_end) snprintf(index, sizeof(index), "tensor %zu", i);
+      if (len >= infos[i].start && len < infos[i].name_end)
+        snprintf(index, sizeof(index), "tensor %zu", i);
     }
     if (len >= data_start)
       for (size_t i = nt; i-- > 0;)
         if (len < datas[i].end) must = datas[i].name; /* the first tensor that does not fit */
     if (len >= pos && len < data_start) must = "padding";
     if (must) cr_assert(strstr(msg, must), "%s: the message does not name %s: %s", what, must, msg);
-    if (*index) cr_assert(strstr(msg, index), "%s: the message does not name %s: %s", what, index, msg);
+    if (*index)
+      cr_assert(strstr(msg, index), "%s: the message does not name %s: %s", what, index, msg);
   }
   /* a few by hand */
   char msg[2048];
   size_t key = kvs[2].name_end + 2; /* inside the type of the long key */
-  failure(try_open_named(bytes, key, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg, sizeof(msg), "cut in a type");
+  failure(try_open_named(bytes, key, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg, sizeof(msg),
+          "cut in a type");
   cr_assert(strstr(msg, "\"llama.attention.layer_norm_rms_epsilon\""), "%s", msg);
   size_t tok = kvs[3].name_end + 4 + 12 + 8 * 5 + 3; /* inside the tokens */
-  failure(try_open_named(bytes, tok, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg, sizeof(msg), "cut in a string array");
+  failure(try_open_named(bytes, tok, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg, sizeof(msg),
+          "cut in a string array");
   cr_assert(strstr(msg, "\"tokenizer.ggml.tokens\""), "%s", msg);
-  failure(try_open_named(bytes, infos[1].name_end + 6, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg, sizeof(msg),
-          "cut in the dims of a tensor");
+  failure(try_open_named(bytes, infos[1].name_end + 6, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg,
+          sizeof(msg), "cut in the dims of a tensor");
   cr_assert(strstr(msg, "\"output_norm.weight\""), "%s", msg);
   free(bytes);
 }
@@ -912,7 +958,9 @@ Test(llm_gguf, truncated_at_every_byte) {
 
 Test(llm_gguf, hostile_counts) {
   limit_memory();
-  const uint64_t counts[] = {UINT64_MAX, 1ull << 63, 1ull << 62, (1ull << 62) + 1, 1ull << 40, 1ull << 32, 1ull << 26, 1000, 2};
+  const uint64_t counts[] = {UINT64_MAX,       1ull << 63, 1ull << 62,
+                             (1ull << 62) + 1, 1ull << 40, 1ull << 32,
+                             1ull << 26,       1000,       2};
   for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
     buf_t b = {0};
     put_header(&b, 3, counts[i], 0);
@@ -976,8 +1024,9 @@ Test(llm_gguf, hostile_string_lengths) {
 
 Test(llm_gguf, hostile_array_counts) {
   limit_memory();
-  const uint32_t types[] = {GGUF_UINT8,  GGUF_INT8,   GGUF_UINT16, GGUF_INT16,  GGUF_UINT32, GGUF_INT32, GGUF_FLOAT32,
-                            GGUF_BOOL,   GGUF_STRING, GGUF_UINT64, GGUF_INT64, GGUF_FLOAT64};
+  const uint32_t types[] = {GGUF_UINT8,  GGUF_INT8,   GGUF_UINT16,  GGUF_INT16,
+                            GGUF_UINT32, GGUF_INT32,  GGUF_FLOAT32, GGUF_BOOL,
+                            GGUF_STRING, GGUF_UINT64, GGUF_INT64,   GGUF_FLOAT64};
   for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
     uint64_t size = elem_size(types[t]) ? elem_size(types[t]) : 8;
     /* UINT64_MAX / size + 1 values take 2^64 bytes: 0 when multiplied in uint64 */
@@ -997,9 +1046,11 @@ Test(llm_gguf, hostile_array_counts) {
       put_u32(&b, GGUF_ARRAY);
       put_u32(&b, types[t]);
       put_u64(&b, counts[c]);
-      put_zeros(&b, 256); /* 256 bytes of values, or 32 strings of length 0: one more does not fit */
+      put_zeros(&b,
+                256); /* 256 bytes of values, or 32 strings of length 0: one more does not fit */
       char what[96];
-      snprintf(what, sizeof(what), "an array of %llu %s", (unsigned long long)counts[c], gguf_value_type_name(types[t]));
+      snprintf(what, sizeof(what), "an array of %llu %s", (unsigned long long)counts[c],
+               gguf_value_type_name(types[t]));
       char msg[2048];
       failure(try_open(&b), HCQ_INVALID_ARGUMENT, msg, sizeof(msg), what);
       cr_assert(strstr(msg, "\"arr\"") && strstr(msg, "bad.gguf"), "%s: %s", what, msg);
@@ -1047,7 +1098,8 @@ Test(llm_gguf, hostile_value_types) {
     put_u32(&b, unknown[i]);
     put_u64(&b, 1);
     put_zeros(&b, 16);
-    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"odd.array\"", "unknown value type", num);
+    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"odd.array\"", "unknown value type",
+          num);
   }
   /* an empty key, duplicate keys */
   b.n = 0;
@@ -1074,8 +1126,8 @@ Test(llm_gguf, hostile_value_types) {
 }
 
 /* A file with one tensor info as given and data of data_bytes after it (alignment 32). */
-static void one_tensor(buf_t *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type, uint64_t offset,
-                       size_t data_bytes) {
+static void one_tensor(buf_t *b, const char *name, uint32_t n_dims, const uint64_t *ne,
+                       uint32_t type, uint64_t offset, size_t data_bytes) {
   b->n = 0;
   put_header(b, 3, 1, 1);
   put_kv_u32(b, "x", 1);
@@ -1092,7 +1144,8 @@ Test(llm_gguf, hostile_tensor_infos) {
   const uint32_t dims[] = {0, 5, 64, 0xffffffffu};
   for (int i = 0; i < 4; i++) {
     one_tensor(&b, "w", 4, (uint64_t[]){1, 1, 1, 1}, GGML_TYPE_F32, 0, 64);
-    memcpy(b.p + 24 + 8 + 1 + 4 + 4 + 8 + 1, &dims[i], 4); /* n_dims, after the metadata and the name */
+    /* n_dims, after the metadata and the name */
+    memcpy(b.p + 24 + 8 + 1 + 4 + 4 + 8 + 1, &dims[i], 4);
     char num[32];
     snprintf(num, sizeof(num), "%u dimensions", dims[i]);
     FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"w\"", num);
@@ -1107,14 +1160,19 @@ Test(llm_gguf, hostile_tensor_infos) {
     FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"zero\"", what);
   }
   /* element counts past int64 */
-  const uint64_t big[][4] = {{1ull << 32, 1ull << 32, 1, 1}, {1ull << 63, 1, 1, 1}, {UINT64_MAX, 1, 1, 1},
-                             {1, 1ull << 62, 2, 1},          {2, 2, 2, 1ull << 61}, {1ull << 21, 1ull << 21, 1ull << 21, 2}};
+  const uint64_t big[][4] = {
+      {1ull << 32, 1ull << 32, 1, 1}, {1ull << 63, 1, 1, 1},
+      {UINT64_MAX, 1, 1, 1},          {1, 1ull << 62, 2, 1},
+      {2, 2, 2, 1ull << 61},          {1ull << 21, 1ull << 21, 1ull << 21, 2}};
   for (int i = 0; i < 6; i++) {
     one_tensor(&b, "huge", 4, big[i], GGML_TYPE_F16, 0, 64);
     FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"huge\"", "overflow");
   }
   /* element counts within int64 whose byte count is past 2^64 (F32: 4 bytes each) or the file */
-  const uint64_t wide[][2] = {{1ull << 62, 1}, {1ull << 31, 1ull << 31}, {(1ull << 62) + 1, 1}, {1ull << 61, 3},
+  const uint64_t wide[][2] = {{1ull << 62, 1},
+                              {1ull << 31, 1ull << 31},
+                              {(1ull << 62) + 1, 1},
+                              {1ull << 61, 3},
                               {INT64_MAX, 1}};
   for (int i = 0; i < 5; i++) {
     one_tensor(&b, "wide", 2, wide[i], GGML_TYPE_F32, 0, 64);
@@ -1128,7 +1186,8 @@ Test(llm_gguf, hostile_tensor_infos) {
   const uint32_t blocked[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
   for (int i = 0; i < 3; i++) {
     one_tensor(&b, "rows", 2, (uint64_t[]){48, 2}, blocked[i], 0, 256);
-    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"rows\"", ggml_type_name(blocked[i]), "48", "32");
+    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"rows\"", ggml_type_name(blocked[i]),
+          "48", "32");
     one_tensor(&b, "rows", 2, (uint64_t[]){1, 32}, blocked[i], 0, 256);
     FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"rows\"", "not a multiple");
   }
@@ -1143,7 +1202,8 @@ Test(llm_gguf, hostile_tensor_infos) {
     one_tensor(&b, "old", 1, (uint64_t[]){256}, removed[i], 0, 512);
     char num[16];
     snprintf(num, sizeof(num), "type %u", removed[i]);
-    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"old\"", num, ggml_type_name(removed[i]), "removed");
+    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"old\"", num,
+          ggml_type_name(removed[i]), "removed");
   }
   const uint32_t unknown[] = {40, 77, 200, UINT32_MAX};
   for (int i = 0; i < 4; i++) {
@@ -1195,11 +1255,14 @@ Test(llm_gguf, hostile_block_types) {
     one_tensor(&b, "rows", 2, (uint64_t[]){cols, 4}, t, 0, 4 * bytes);
     char what[64];
     snprintf(what, sizeof(what), "rows of %llu elements", (unsigned long long)cols);
-    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"rows\"", name, what, block == 256 ? "block of 256" : "block of 32");
+    FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"rows\"", name, what,
+          block == 256 ? "block of 256" : "block of 32");
   }
   /* a K-quant tensor whose data ends inside its last super-block */
-  one_tensor(&b, "blk.0.ffn_down.weight", 2, (uint64_t[]){512, 4}, GGML_TYPE_Q4_K, 0, 8 * 144 - 100);
-  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"blk.0.ffn_down.weight\"", "1152 bytes", "past the end");
+  one_tensor(&b, "blk.0.ffn_down.weight", 2, (uint64_t[]){512, 4}, GGML_TYPE_Q4_K, 0,
+             8 * 144 - 100);
+  FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"blk.0.ffn_down.weight\"", "1152 bytes",
+        "past the end");
   free(b.p);
 }
 
@@ -1218,10 +1281,12 @@ Test(llm_gguf, real_k_quant_file) {
     counts[t->type]++;
     if (t->offset + t->bytes > end) end = t->offset + t->bytes;
   }
-  /* what is before the data section: the header, metadata (the tokenizer's 262144 tokens) and infos,
-   * padded to the alignment; a block size wrong by one byte would move the end by thousands */
+  /* what is before the data section: the header, metadata (the tokenizer's 262144 tokens) and
+   * infos, padded to the alignment; a block size wrong by one byte would move the end by thousands
+   */
   uint64_t head = gguf_file_size(g) - end;
-  cr_assert_eq(head % gguf_alignment(g), 0u, "the data ends %llu bytes before the file does", (unsigned long long)head);
+  cr_assert_eq(head % gguf_alignment(g), 0u, "the data ends %llu bytes before the file does",
+               (unsigned long long)head);
   cr_assert_lt(head, 8u << 20);
   cr_assert_eq(gguf_file_size(g), 253113024u);
   cr_assert_eq(gguf_tensor_count(g), 236u);
@@ -1260,30 +1325,36 @@ Test(llm_gguf, support_check) {
   OK(llm_model_check(g, HCQ_DEVICE_CUDA));
   gguf_close(g), free(bytes);
   g = support_file("llama", GGML_TYPE_IQ2_XS, &bytes);
-  FAILS(llm_model_check(g, HCQ_DEVICE_METAL), HCQ_UNIMPLEMENTED, "tensor blk.0.attn_k.weight is IQ2_XS", "METAL");
+  FAILS(llm_model_check(g, HCQ_DEVICE_METAL), HCQ_UNIMPLEMENTED,
+        "tensor blk.0.attn_k.weight is IQ2_XS", "METAL");
   gguf_close(g), free(bytes);
   g = support_file("llama", GGML_TYPE_IQ2_XS, &bytes);
-  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_UNIMPLEMENTED, "tensor blk.0.attn_k.weight is IQ2_XS", "CPU", "IQ4_XS");
+  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_UNIMPLEMENTED,
+        "tensor blk.0.attn_k.weight is IQ2_XS", "CPU", "IQ4_XS");
   gguf_close(g), free(bytes);
   g = support_file("phi3", GGML_TYPE_Q8_0, &bytes);
-  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_UNIMPLEMENTED, "architecture \"phi3\"", "llama, qwen2, qwen3 and gemma3");
+  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_UNIMPLEMENTED, "architecture \"phi3\"",
+        "llama, qwen2, qwen3 and gemma3");
   FAILS(llm_model_check(g, HCQ_DEVICE_METAL), HCQ_UNIMPLEMENTED, "architecture \"phi3\"",
         "runs llama, qwen2, qwen3 and gemma3 on METAL");
   gguf_close(g), free(bytes);
   g = support_file(NULL, GGML_TYPE_Q8_0, &bytes);
-  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_INVALID_ARGUMENT, "general.architecture is missing");
+  FAILS(llm_model_check(g, HCQ_DEVICE_CPU), HCQ_INVALID_ARGUMENT,
+        "general.architecture is missing");
   gguf_close(g), free(bytes);
   /* the predicates */
   const uint32_t cpu[] = {0, 1, 30, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23};
   for (int i = 0; i < 15; i++) cr_assert(llm_type_supported(cpu[i], HCQ_DEVICE_CPU), "%u", cpu[i]);
   for (uint32_t t = 0; t < 64; t++) {
     /* every type the CPU reads has a GPU layout */
-    cr_assert_eq(llm_type_supported(t, HCQ_DEVICE_VULKAN), llm_type_supported(t, HCQ_DEVICE_CPU), "%u", t);
+    cr_assert_eq(llm_type_supported(t, HCQ_DEVICE_VULKAN), llm_type_supported(t, HCQ_DEVICE_CPU),
+                 "%u", t);
   }
   cr_assert_not(llm_type_supported(GGML_TYPE_Q8_K, HCQ_DEVICE_CPU));
   cr_assert_not(llm_type_supported(GGML_TYPE_MXFP4, HCQ_DEVICE_CPU));
   /* every kind runs every architecture */
-  const hcq_device_kind_t kinds[] = {HCQ_DEVICE_CPU, HCQ_DEVICE_VULKAN, HCQ_DEVICE_CUDA, HCQ_DEVICE_METAL};
+  const hcq_device_kind_t kinds[] = {HCQ_DEVICE_CPU, HCQ_DEVICE_VULKAN, HCQ_DEVICE_CUDA,
+                                     HCQ_DEVICE_METAL};
   for (int k = 0; k < 4; k++) {
     cr_assert(llm_architecture_supported("qwen3", kinds[k]));
     cr_assert(llm_architecture_supported("gemma3", kinds[k]));
@@ -1293,7 +1364,8 @@ Test(llm_gguf, support_check) {
 }
 
 /* Two tensors of 64 bytes (F32 [16]) at the given offsets, data_bytes of data. */
-static void two_tensors(buf_t *b, const char *n0, uint64_t o0, const char *n1, uint64_t o1, size_t data_bytes) {
+static void two_tensors(buf_t *b, const char *n0, uint64_t o0, const char *n1, uint64_t o1,
+                        size_t data_bytes) {
   b->n = 0;
   put_header(b, 3, 2, 0);
   put_tensor_info(b, n0, 1, (uint64_t[]){16}, GGML_TYPE_F32, o0);
@@ -1381,10 +1453,12 @@ Test(llm_gguf, hostile_alignment) {
     OK(gguf_open_memory(copy, b.n, "aligned.gguf", &g));
     cr_assert_eq(gguf_alignment(g), good[i]);
     /* header 24, general.alignment 33, two tensor infos of 33 */
-    cr_assert_eq((const uint8_t *)gguf_tensor_at(g, 0)->data - copy, (ptrdiff_t)align_up(123, good[i]));
+    cr_assert_eq((const uint8_t *)gguf_tensor_at(g, 0)->data - copy,
+                 (ptrdiff_t)align_up(123, good[i]));
     gguf_close(g);
     free(copy);
-    /* the same with the data one byte short, and a misaligned second offset (at 24 + 33 + 33 + 25) */
+    /* the same with the data one byte short, and a misaligned second offset (at 24 + 33 + 33 + 25)
+     */
     FAILS(try_open_named(b.p, b.n - 1, "short.gguf"), HCQ_INVALID_ARGUMENT, "short.gguf", "\"b\"");
     if (good[i] > 1) {
       uint64_t off = align_up(12, good[i]) + 1;
@@ -1422,10 +1496,13 @@ Test(llm_gguf, hostile_magic_and_version) {
     FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "big-endian");
   }
   /* empty and short files */
-  for (size_t n = 0; n < 24; n++) FAILS(try_open_named("GGUF\3\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", n, "short.gguf"),
-                                        HCQ_INVALID_ARGUMENT, "short.gguf");
-  FAILS(gguf_open_memory(NULL, 0, "null.gguf", &(gguf_file_t *){NULL}), HCQ_INVALID_ARGUMENT, "null.gguf");
-  FAILS(gguf_open_memory(NULL, 10, "null.gguf", &(gguf_file_t *){NULL}), HCQ_INVALID_ARGUMENT, "bytes is NULL");
+  for (size_t n = 0; n < 24; n++)
+    FAILS(try_open_named("GGUF\3\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", n, "short.gguf"),
+          HCQ_INVALID_ARGUMENT, "short.gguf");
+  FAILS(gguf_open_memory(NULL, 0, "null.gguf", &(gguf_file_t *){NULL}), HCQ_INVALID_ARGUMENT,
+        "null.gguf");
+  FAILS(gguf_open_memory(NULL, 10, "null.gguf", &(gguf_file_t *){NULL}), HCQ_INVALID_ARGUMENT,
+        "bytes is NULL");
   FAILS(gguf_open_memory(b.p, b.n, "x", NULL), HCQ_INVALID_ARGUMENT, "out is NULL");
   /* no name: "(memory)" */
   memcpy(b.p, "GGML", 4);
@@ -1455,7 +1532,8 @@ Test(llm_gguf, files_on_disk) {
   OK(gguf_open(path, &g));
   cr_assert_eq(gguf_tensor_count(g), 3u);
   cr_assert_eq(gguf_file_size(g), size);
-  cr_assert(!memcmp(gguf_tensor_at(g, 2)->data, bytes + size - gguf_tensor_at(g, 2)->bytes, gguf_tensor_at(g, 2)->bytes));
+  cr_assert(!memcmp(gguf_tensor_at(g, 2)->data, bytes + size - gguf_tensor_at(g, 2)->bytes,
+                    gguf_tensor_at(g, 2)->bytes));
   gguf_close(g);
   /* through a symbolic link */
   char link[600];
@@ -1542,9 +1620,12 @@ Test(llm_gguf, unreadable_file) {
   unlink(path);
   rmdir(dir);
   if (readable)
-    cr_skip_test("this process reads a file of mode 000 (root or CAP_DAC_OVERRIDE) and could not switch to user nobody: "
-                 "nothing to test");
-  test_expect_failure(st, HCQ_INVALID_ARGUMENT, "gguf_open(mode 000)", (const char *[]){path, "Permission denied", NULL});
+    cr_skip_test(
+        "this process reads a file of mode 000 (root or CAP_DAC_OVERRIDE) and could not switch to "
+        "user nobody: "
+        "nothing to test");
+  test_expect_failure(st, HCQ_INVALID_ARGUMENT, "gguf_open(mode 000)",
+                      (const char *[]){path, "Permission denied", NULL});
   cr_assert_null(g);
 }
 
@@ -1552,30 +1633,38 @@ Test(llm_gguf, unreadable_file) {
 
 /* A tiny llama and what to get wrong in it. */
 typedef struct tiny_llama {
-  const char *arch;         /* general.architecture ("llama") */
-  uint32_t dim, ffn, layers, heads, kv_heads, vocab; /* kv_heads 0: llama.attention.head_count_kv absent */
-  ggml_type_t wtype;        /* the matrices and token_embd */
-  ggml_type_t norm_type;    /* the norms */
-  bool untied;              /* write output.weight */
-  uint32_t rope_dims;       /* llama.rope.dimension_count (0: absent) */
-  uint32_t vocab_key;       /* llama.vocab_size (0: absent) */
-  const char *skip_key;     /* a metadata key left out */
-  const char *omit;         /* a tensor left out */
-  const char *reshape;      /* a tensor of another shape: */
+  const char *arch; /* general.architecture ("llama") */
+  /* kv_heads 0: llama.attention.head_count_kv absent */
+  uint32_t dim, ffn, layers, heads, kv_heads, vocab;
+  ggml_type_t wtype;     /* the matrices and token_embd */
+  ggml_type_t norm_type; /* the norms */
+  bool untied;           /* write output.weight */
+  uint32_t rope_dims;    /* llama.rope.dimension_count (0: absent) */
+  uint32_t vocab_key;    /* llama.vocab_size (0: absent) */
+  const char *skip_key;  /* a metadata key left out */
+  const char *omit;      /* a tensor left out */
+  const char *reshape;   /* a tensor of another shape: */
   uint32_t reshape_dims;
   uint64_t reshape_ne[GGUF_MAX_DIMS];
-  const char *retype;       /* a tensor of another type: */
+  const char *retype; /* a tensor of another type: */
   ggml_type_t retype_to;
-  const char *extra;        /* an extra tensor, F32 [dim] */
+  const char *extra; /* an extra tensor, F32 [dim] */
 } tiny_llama_t;
 
 static tiny_llama_t tiny(void) {
-  return (tiny_llama_t){.dim = 64, .ffn = 96, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40,
-                        .wtype = GGML_TYPE_F32, .norm_type = GGML_TYPE_F32};
+  return (tiny_llama_t){.dim = 64,
+                        .ffn = 96,
+                        .layers = 2,
+                        .heads = 4,
+                        .kv_heads = 2,
+                        .vocab = 40,
+                        .wtype = GGML_TYPE_F32,
+                        .norm_type = GGML_TYPE_F32};
 }
 
 /* Random values around base (norms around 1), in type's layout: rows of ne0 elements. */
-static uint8_t *random_weights(ggml_type_t type, uint64_t ne0, uint64_t rows, float base, uint64_t *seed) {
+static uint8_t *random_weights(ggml_type_t type, uint64_t ne0, uint64_t rows, float base,
+                               uint64_t *seed) {
   size_t row_bytes = (size_t)(ne0 / ggml_block_elems(type) * ggml_block_bytes(type));
   uint8_t *out = malloc(row_bytes * rows + 1);
   float *x = malloc(ne0 * sizeof(float));
@@ -1588,8 +1677,8 @@ static uint8_t *random_weights(ggml_type_t type, uint64_t ne0, uint64_t rows, fl
   return out;
 }
 
-static void tiny_tensor(gguf_writer_t *w, const tiny_llama_t *s, const char *name, uint64_t ne0, uint64_t ne1,
-                        uint64_t *seed) {
+static void tiny_tensor(gguf_writer_t *w, const tiny_llama_t *s, const char *name, uint64_t ne0,
+                        uint64_t ne1, uint64_t *seed) {
   if (s->omit && !strcmp(s->omit, name)) return;
   bool norm = ne1 == 0;
   ggml_type_t type = norm ? s->norm_type : s->wtype;
@@ -1624,10 +1713,12 @@ static gguf_writer_t *tiny_llama(const tiny_llama_t *s) {
               {"llama.vocab_size", s->vocab_key}};
   bool skip = s->skip_key && !strcmp(s->skip_key, "general.architecture");
   if (!skip) OK(gguf_writer_add_str(w, "general.architecture", s->arch ? s->arch : "llama"));
-  if (!(s->skip_key && !strcmp(s->skip_key, "general.name"))) OK(gguf_writer_add_str(w, "general.name", "tiny llama"));
+  if (!(s->skip_key && !strcmp(s->skip_key, "general.name")))
+    OK(gguf_writer_add_str(w, "general.name", "tiny llama"));
   for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
     bool optional = i == 4 || i >= 6;
-    if ((optional && dims[i].value == 0) || (s->skip_key && !strcmp(s->skip_key, dims[i].key))) continue;
+    if ((optional && dims[i].value == 0) || (s->skip_key && !strcmp(s->skip_key, dims[i].key)))
+      continue;
     OK(gguf_writer_add_u32(w, dims[i].key, dims[i].value));
   }
   OK(gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-6f));
@@ -1642,8 +1733,9 @@ static gguf_writer_t *tiny_llama(const tiny_llama_t *s) {
     const struct {
       const char *name;
       uint64_t ne0, ne1;
-    } t[] = {{"attn_norm", dim, 0}, {"attn_q", dim, dim},   {"attn_k", dim, kv},   {"attn_v", dim, kv},    {"attn_output", dim, dim},
-             {"ffn_norm", dim, 0},  {"ffn_gate", dim, ffn}, {"ffn_up", dim, ffn}, {"ffn_down", ffn, dim}};
+    } t[] = {{"attn_norm", dim, 0},  {"attn_q", dim, dim},      {"attn_k", dim, kv},
+             {"attn_v", dim, kv},    {"attn_output", dim, dim}, {"ffn_norm", dim, 0},
+             {"ffn_gate", dim, ffn}, {"ffn_up", dim, ffn},      {"ffn_down", ffn, dim}};
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
       char name[64];
       snprintf(name, sizeof(name), "blk.%u.%s.weight", l, t[i].name);
@@ -1682,13 +1774,16 @@ static void check_layers(const llm_model_t *m) {
   const gguf_file_t *g = m->file;
   for (int l = 0; l < m->config.n_layers; l++) {
     const llm_layer_t *L = &m->layers[l];
-    const gguf_tensor_t *got[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->ffn_norm, L->w_gate, L->w_up, L->w_down};
-    const char *names[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
+    const gguf_tensor_t *got[] = {L->attn_norm, L->wq,     L->wk,   L->wv,    L->wo,
+                                  L->ffn_norm,  L->w_gate, L->w_up, L->w_down};
+    const char *names[] = {"attn_norm", "attn_q",   "attn_k", "attn_v",  "attn_output",
+                           "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
     for (int i = 0; i < 9; i++) {
       char name[64];
       snprintf(name, sizeof(name), "blk.%d.%s.weight", l, names[i]);
       cr_assert_not_null(got[i], "%s not set", name);
-      cr_assert_eq(got[i], gguf_find_tensor(g, name), "layer %d's %s is %s", l, names[i], got[i]->name);
+      cr_assert_eq(got[i], gguf_find_tensor(g, name), "layer %d's %s is %s", l, names[i],
+                   got[i]->name);
     }
   }
 }
@@ -1788,11 +1883,12 @@ Test(llm_model, tiny_llama_weight_types) {
   llm_model_close(m);
 }
 
-/* Opening s (with w's extra keys) fails with code and a message naming each fragment and the file. */
-#define MODEL_FAILS(w, code, ...)                                        \
-  do {                                                                   \
-    llm_model_t *mf_m;                                                   \
-    FAILS(open_tiny((w), &mf_m), (code), "tiny.gguf", __VA_ARGS__);      \
+/* Opening s (with w's extra keys) fails with code and a message naming each fragment and the file.
+ */
+#define MODEL_FAILS(w, code, ...)                                   \
+  do {                                                              \
+    llm_model_t *mf_m;                                              \
+    FAILS(open_tiny((w), &mf_m), (code), "tiny.gguf", __VA_ARGS__); \
   } while (0)
 
 Test(llm_model, wrong_architecture) {
@@ -1809,8 +1905,8 @@ Test(llm_model, wrong_architecture) {
 }
 
 Test(llm_model, missing_tensor) {
-  const char *names[] = {"token_embd.weight", "output_norm.weight", "blk.0.attn_q.weight", "blk.1.ffn_up.weight",
-                         "blk.1.ffn_norm.weight"};
+  const char *names[] = {"token_embd.weight", "output_norm.weight", "blk.0.attn_q.weight",
+                         "blk.1.ffn_up.weight", "blk.1.ffn_norm.weight"};
   for (int i = 0; i < 5; i++) {
     tiny_llama_t s = tiny();
     s.omit = names[i];
@@ -1825,16 +1921,19 @@ Test(llm_model, wrong_shape) {
   s.reshape = "blk.0.attn_k.weight";
   s.reshape_dims = 2;
   memcpy(s.reshape_ne, (uint64_t[]){64, 64, 1, 1}, sizeof(s.reshape_ne));
-  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"blk.0.attn_k.weight\"", "[64, 64]", "[64, 32]");
+  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"blk.0.attn_k.weight\"", "[64, 64]",
+              "[64, 32]");
   /* transposed */
   s.reshape = "blk.1.ffn_down.weight";
   memcpy(s.reshape_ne, (uint64_t[]){64, 96, 1, 1}, sizeof(s.reshape_ne));
-  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"blk.1.ffn_down.weight\"", "[64, 96]", "[96, 64]");
+  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"blk.1.ffn_down.weight\"", "[64, 96]",
+              "[96, 64]");
   /* three dimensions where two are expected, two for a norm */
   s.reshape = "blk.0.attn_q.weight";
   s.reshape_dims = 3;
   memcpy(s.reshape_ne, (uint64_t[]){64, 64, 1, 1}, sizeof(s.reshape_ne));
-  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"blk.0.attn_q.weight\"", "[64, 64, 1]", "[64, 64]");
+  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"blk.0.attn_q.weight\"", "[64, 64, 1]",
+              "[64, 64]");
   s.reshape = "output_norm.weight";
   s.reshape_dims = 2;
   memcpy(s.reshape_ne, (uint64_t[]){64, 1, 1, 1}, sizeof(s.reshape_ne));
@@ -1842,7 +1941,8 @@ Test(llm_model, wrong_shape) {
   /* token_embd of the wrong width; an output.weight of another vocabulary */
   s.reshape = "token_embd.weight";
   memcpy(s.reshape_ne, (uint64_t[]){32, 40, 1, 1}, sizeof(s.reshape_ne));
-  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"token_embd.weight\"", "[32, 40]", "[64, 40]");
+  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"token_embd.weight\"", "[32, 40]",
+              "[64, 40]");
   s.reshape_dims = 1;
   MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"token_embd.weight\"");
   s = tiny();
@@ -1870,9 +1970,11 @@ Test(llm_model, extra_tensor) {
   tiny_llama_t s = tiny();
   s.extra = "blk.0.attn_q.bias";
   MODEL_FAILS(tiny_llama(&s), HCQ_UNIMPLEMENTED, "\"blk.0.attn_q.bias\"");
-  /* a layer past block_count: the metadata disagrees with the tensors (bad input, not unsupported) */
+  /* a layer past block_count: the metadata disagrees with the tensors (bad input, not unsupported)
+   */
   s.extra = "blk.2.attn_norm.weight";
-  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"blk.2.attn_norm.weight\"", "llama.block_count is 2");
+  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"blk.2.attn_norm.weight\"",
+              "llama.block_count is 2");
   /* rope_freqs of the wrong length (a llama 3 file has rope dimensions / 2 of them) */
   s.extra = "rope_freqs.weight";
   MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "\"rope_freqs.weight\"");
@@ -1881,7 +1983,8 @@ Test(llm_model, extra_tensor) {
 Test(llm_model, bad_heads) {
   tiny_llama_t s = tiny();
   s.heads = 3, s.kv_heads = 3;
-  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "llama.embedding_length", "llama.attention.head_count", "64", "3");
+  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "llama.embedding_length",
+              "llama.attention.head_count", "64", "3");
   s = tiny();
   s.kv_heads = 3;
   MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "llama.attention.head_count_kv", "3");
@@ -1890,7 +1993,8 @@ Test(llm_model, bad_heads) {
   /* an odd head size: 72 / 8 = 9 */
   s = tiny();
   s.dim = 72, s.heads = 8, s.kv_heads = 8;
-  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "head size 9", "llama.embedding_length", "llama.attention.head_count");
+  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "head size 9", "llama.embedding_length",
+              "llama.attention.head_count");
   /* head counts of 0 or absent */
   s = tiny();
   s.heads = 0;
@@ -1941,14 +2045,16 @@ Test(llm_model, rope_scaling) {
 Test(llm_model, vocab_size_disagrees) {
   tiny_llama_t s = tiny();
   s.vocab_key = 41;
-  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "llama.vocab_size", "41", "token_embd.weight", "40");
+  MODEL_FAILS(tiny_llama(&s), HCQ_INVALID_ARGUMENT, "llama.vocab_size", "41", "token_embd.weight",
+              "40");
   s.vocab_key = 40;
   llm_model_t *m = open_ok(&s);
   cr_assert_eq(m->config.vocab, 40);
   llm_model_close(m);
 }
 
-/* More tokenizer tokens than embedding rows: ids the embedding lacks (bad input); fewer is padding. */
+/* More tokenizer tokens than embedding rows: ids the embedding lacks (bad input); fewer is padding.
+ */
 Test(llm_model, tokenizer_tokens_beyond_the_embedding) {
   const char *tokens[41];
   for (int i = 0; i < 41; i++) tokens[i] = "t";
@@ -1970,7 +2076,8 @@ Test(llm_model, bad_dimensions) {
   s = tiny();
   s.layers = 1;
   gguf_writer_t *w = tiny_llama(&s);
-  OK(gguf_writer_add_raw(w, "llama.block_count", GGUF_INT32, &(int32_t){-1}, 4)); /* now there twice */
+  /* now there twice */
+  OK(gguf_writer_add_raw(w, "llama.block_count", GGUF_INT32, &(int32_t){-1}, 4));
   llm_model_t *m;
   FAILS(open_tiny(w, &m), HCQ_INVALID_ARGUMENT, "tiny.gguf", "\"llama.block_count\"", "twice");
   s = tiny();

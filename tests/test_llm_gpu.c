@@ -4,13 +4,14 @@
  *    it and its greedy tokens; weights in blocks within 0.05 (the reference rounds the inputs of
  *    those matrices to 8 bits as the kernels do; what is left is float sums in another order, as
  *    on the CPU); the sampler draws the CPU path's tokens from the same seeds; a prompt pass gives
- *    the bits of token-by-token steps, eager launches those of graph replays, two devices those of one;
+ *    the bits of token-by-token steps, eager launches those of graph replays, two devices those of
+ * one;
  *  - the real model (SmolLM2-135M-Instruct) teacher-forced on the CPU path's greedy tokens of two
  *    prompts, prompt pass and decoding steps: at every position the CPU path's token, or a near
  *    tie (the CPU path's two best logits within 0.25); eager and graph the same tokens.
- * lavapipe runs the shaders on the CPU: the real model runs a few tokens only. The same suites run on
- * the CUDA and Metal stand-ins (host twins of kernels.cu / kernels.metal), every architecture and
- * Gemma 3 270M included. */
+ * lavapipe runs the shaders on the CPU: the real model runs a few tokens only. The same suites run
+ * on the CUDA and Metal stand-ins (host twins of kernels.cu / kernels.metal), every architecture
+ * and Gemma 3 270M included. */
 #include <limits.h>
 #include <math.h>
 #include <sys/stat.h>
@@ -21,10 +22,10 @@
 /* the GPU kernels round every input in blocks of 32 (no Q8_K-style inputs) */
 #define LLM_REF_Q8K 0
 #include "llm_reference.h"
-#include "tokenizer.h"
-#include "llm_tiny.h"
 #include "llm_test_util.h"
+#include "llm_tiny.h"
 #include "test_util.h"
+#include "tokenizer.h"
 
 static hcq_device_kind_t g_kind = HCQ_DEVICE_VULKAN;
 
@@ -34,17 +35,18 @@ static void require(int devices) {
   size_t n = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
   for (size_t i = 0; i < n && i < HCQ_DEVICE_KIND_COUNT; i++) {
     if (infos[i].kind != g_kind) continue;
-    if (!infos[i].available) cr_skip_test("no %s device: %s", hcq_device_kind_name(g_kind), infos[i].description);
-    const char *virt_name = g_kind == HCQ_DEVICE_METAL ? "HCQ_METAL_VIRTUAL" : "HCQ_VULKAN_VIRTUAL", *virt = getenv(virt_name);
+    if (!infos[i].available)
+      cr_skip_test("no %s device: %s", hcq_device_kind_name(g_kind), infos[i].description);
+    const char *virt_name = g_kind == HCQ_DEVICE_METAL ? "HCQ_METAL_VIRTUAL" : "HCQ_VULKAN_VIRTUAL",
+               *virt = getenv(virt_name);
     bool can_virt = g_kind == HCQ_DEVICE_VULKAN || g_kind == HCQ_DEVICE_METAL;
     if (infos[i].count < devices && !(can_virt && virt && atoi(virt) > 0))
-      cr_skip_test("%d %s devices wanted, %d present%s", devices, hcq_device_kind_name(g_kind), infos[i].count,
-                   can_virt ? " (HCQ_*_VIRTUAL=1 opens more)" : "");
+      cr_skip_test("%d %s devices wanted, %d present%s", devices, hcq_device_kind_name(g_kind),
+                   infos[i].count, can_virt ? " (HCQ_*_VIRTUAL=1 opens more)" : "");
     return;
   }
   cr_skip_test("no %s row in hcq info", hcq_device_kind_name(g_kind));
 }
-
 
 /* ---- tiny models ---- */
 
@@ -101,8 +103,9 @@ static void mixed_weights(void) {
  * type against the reference that rounds the same inputs to 8 bits, within the bounds of the other
  * block types (test_llm_types.c's shapes: the K-quants' superblocks of 256 need widths of 256). */
 static void type_weights(ggml_type_t type, uint64_t seed) {
-  tiny_spec_t s = ggml_block_elems(type) == 256 ? tiny_uniform_spec(256, 512, 2, 4, 2, 97, type, false, seed)
-                                                : tiny_uniform_spec(160, 96, 2, 5, 1, 97, type, false, seed);
+  tiny_spec_t s = ggml_block_elems(type) == 256
+                      ? tiny_uniform_spec(256, 512, 2, 4, 2, 97, type, false, seed)
+                      : tiny_uniform_spec(160, 96, 2, 5, 1, 97, type, false, seed);
   block_path(&s, ggml_type_name(type));
 }
 
@@ -120,7 +123,8 @@ static void mixed_k_weights(void) {
   block_path(&s, "mixed K");
 }
 
-/* ---- the architectures (llm_config_t's flags; test_llm_arch.c runs the same models on the CPU) ---- */
+/* ---- the architectures (llm_config_t's flags; test_llm_arch.c runs the same models on the CPU)
+ * ---- */
 
 /* Float weights: within 1e-4 of the reference (llm_test_util.h's arch_matches_reference). */
 static void arch_on_kind(const char *arch) {
@@ -143,7 +147,8 @@ static void arch_same_bits(const char *arch) {
   ref_forced(m, toks, N, true, want);
   compare_logits(graph, want, N, V, 0.05f, 0.1f, arch);
   cr_assert(!memcmp(eager, graph, N * V * 4), "%s: eager launches and graph replays differ", arch);
-  cr_assert(!memcmp(graph + (N - 1) * V, pass, sizeof(pass)), "%s: a prompt pass differs from steps", arch);
+  cr_assert(!memcmp(graph + (N - 1) * V, pass, sizeof(pass)),
+            "%s: a prompt pass differs from steps", arch);
   free(eager), free(graph), free(want);
   llm_model_close(m);
 }
@@ -175,10 +180,11 @@ static void pass_equals_steps(void) {
   OK(llm_decoder_tokens(d, N, &next[2], 1));
   OK(llm_decoder_destroy(d));
   cr_assert(!memcmp(by_step, eager, sizeof(eager)), "eager steps differ from graph replays");
-  cr_assert(!memcmp(by_step + (N - 1) * 97, one_pass, sizeof(one_pass)), "one pass differs from steps");
+  cr_assert(!memcmp(by_step + (N - 1) * 97, one_pass, sizeof(one_pass)),
+            "one pass differs from steps");
   cr_assert(!memcmp(one_pass, chunked, sizeof(one_pass)), "passes of 8 differ from one pass");
-  cr_assert(next[0] == next[1] && next[1] == next[2] && next[2] == next[3], "chosen tokens %d %d %d %d", next[0], next[1],
-            next[2], next[3]);
+  cr_assert(next[0] == next[1] && next[1] == next[2] && next[2] == next[3],
+            "chosen tokens %d %d %d %d", next[0], next[1], next[2], next[3]);
   cr_assert_eq(next[0], llm_ref_argmax(one_pass, 97));
   llm_model_close(m);
 }
@@ -207,8 +213,11 @@ static void sampler(void) {
   require(1);
   tiny_spec_t s = tiny_uniform_spec(40, 72, 2, 5, 1, 97, GGML_TYPE_F32, true, 51);
   llm_model_t *m = tiny_model(&s, "sampler");
-  llm_decoder_t *cpu = decoder_on(m, HCQ_DEVICE_CPU, 1, 64, 16), *gpu = decoder_on(m, g_kind, 1, 64, 16);
-  /* top-p and min-p weigh the candidates at temperature 1 (llama.cpp's order): values that keep several */
+  llm_decoder_t *cpu = decoder_on(m, HCQ_DEVICE_CPU, 1, 64, 16),
+                *gpu = decoder_on(m, g_kind, 1, 64, 16);
+  /* top-p and min-p weigh the candidates at temperature 1 (llama.cpp's order): values that keep
+   * several */
+  /* greedy over penalised logits */
   const llm_sampler_t cases[] = {{0, 1, 0, 0},
                                  {4.0f, 1, 1, 9},
                                  {4.0f, 1, 5, 7},
@@ -216,7 +225,7 @@ static void sampler(void) {
                                  {4.0f, 0.999f, 0, 5},
                                  {2.0f, 0.99f, 40, 3},
                                  {8.0f, 1, 40, 11},
-                                 {0, 1, 0, 0, 0, 1.5f, 0, 0, 16}, /* greedy over penalised logits */
+                                 {0, 1, 0, 0, 0, 1.5f, 0, 0, 16},
                                  {4.0f, 1, 0, 12, 0.001f},
                                  {4.0f, 1, 0, 13, 0, 0, 0.5f, 0.5f, 64},
                                  {2.0f, 0.999f, 20, 14, 0.0001f, 1.3f, 0.2f, 0.1f, 8}};
@@ -228,13 +237,18 @@ static void sampler(void) {
     sampled(cpu, &cases[i], a, STEPS);
     sampled(gpu, &cases[i], b, STEPS);
     for (int t = 0; t < STEPS; t++)
-      cr_assert_eq(b[t], a[t], "sampler case %zu (T %g, top-p %g, top-k %d, seed %llu): token %d is %d, the CPU's %d", i,
-                   (double)cases[i].temperature, (double)cases[i].top_p, cases[i].top_k, (unsigned long long)cases[i].seed, t,
-                   b[t], a[t]);
-    if (i == 0) memcpy(greedy, a, sizeof(a));
-    else differ_from_greedy += memcmp(a, greedy, sizeof(a)) != 0;
+      cr_assert_eq(
+          b[t], a[t],
+          "sampler case %zu (T %g, top-p %g, top-k %d, seed %llu): token %d is %d, the CPU's %d", i,
+          (double)cases[i].temperature, (double)cases[i].top_p, cases[i].top_k,
+          (unsigned long long)cases[i].seed, t, b[t], a[t]);
+    if (i == 0)
+      memcpy(greedy, a, sizeof(a));
+    else
+      differ_from_greedy += memcmp(a, greedy, sizeof(a)) != 0;
   }
-  cr_assert_geq(differ_from_greedy, 4, "the sampled streams should mostly differ from the greedy one");
+  cr_assert_geq(differ_from_greedy, 4,
+                "the sampled streams should mostly differ from the greedy one");
   OK(llm_decoder_destroy(cpu));
   OK(llm_decoder_destroy(gpu));
   llm_model_close(m);
@@ -246,7 +260,8 @@ enum { REAL_STEPS = 4, REAL_CTX = 64 };
 
 /* The CPU path's greedy tokens after the prompt, and its logits where each was chosen (the prompt
  * pass's, then each step's). */
-static void cpu_run(const llm_model_t *m, const int32_t *prompt, int n, int32_t *toks, float *logits) {
+static void cpu_run(const llm_model_t *m, const int32_t *prompt, int n, int32_t *toks,
+                    float *logits) {
   int vocab = m->config.vocab;
   llm_decoder_t *d = decoder_on(m, HCQ_DEVICE_CPU, 1, REAL_CTX, 16);
   OK(llm_decoder_set_tokens(d, 0, prompt, n));
@@ -263,8 +278,9 @@ static void cpu_run(const llm_model_t *m, const int32_t *prompt, int n, int32_t 
 
 /* Teacher-forced: each step gets the CPU path's token; its choice is the CPU path's, or the CPU
  * path's top two logits are within 0.25. */
-static void gpu_forced(llm_decoder_t *d, const int32_t *prompt, int n, const int32_t *want, const float *cpu_logits, int vocab,
-                       bool graph, int32_t *got, float near, const char *what) {
+static void gpu_forced(llm_decoder_t *d, const int32_t *prompt, int n, const int32_t *want,
+                       const float *cpu_logits, int vocab, bool graph, int32_t *got, float near,
+                       const char *what) {
   OK(llm_decoder_set_tokens(d, 0, prompt, n));
   OK(llm_decoder_prefill(d, 0, n, graph));
   for (int i = 0; i < REAL_STEPS; i++) {
@@ -276,11 +292,13 @@ static void gpu_forced(llm_decoder_t *d, const int32_t *prompt, int n, const int
     const float *c = cpu_logits + (size_t)i * vocab;
     float top = -INFINITY, second = -INFINITY;
     for (int v = 0; v < vocab; v++)
-      if (c[v] > top) second = top, top = c[v];
-      else if (c[v] > second) second = c[v];
+      if (c[v] > top)
+        second = top, top = c[v];
+      else if (c[v] > second)
+        second = c[v];
     cr_assert(got[i] == want[i] || top - second <= near,
-              "%s (%s): position %d: token %d, the CPU path's %d (its top two logits %.3f apart)", what,
-              graph ? "graph" : "eager", n + i, got[i], want[i], (double)(top - second));
+              "%s (%s): position %d: token %d, the CPU path's %d (its top two logits %.3f apart)",
+              what, graph ? "graph" : "eager", n + i, got[i], want[i], (double)(top - second));
   }
 }
 
@@ -311,10 +329,11 @@ static void teacher_forced(void) {
   llm_model_close(m);
 }
 
-/* Gemma 3 270M (Q4_K_M: Q8_0, Q5_0, Q4_K, Q6_K; NEOX rope, per-head norms, post-norms, GELU, sliding
- * windows, a 262,144-token classifier): $HCQ_GEMMA_GGUF, else the data folder's; skipped when absent.
- * A short prompt, then decoding steps teacher-forced on the CPU path's tokens: its token, or its top
- * two within 0.5 (Gemma's logits run to ~25, as test_llm_arch.c's bar); eager = graph. */
+/* Gemma 3 270M (Q4_K_M: Q8_0, Q5_0, Q4_K, Q6_K; NEOX rope, per-head norms, post-norms, GELU,
+ * sliding windows, a 262,144-token classifier): $HCQ_GEMMA_GGUF, else the data folder's; skipped
+ * when absent. A short prompt, then decoding steps teacher-forced on the CPU path's tokens: its
+ * token, or its top two within 0.5 (Gemma's logits run to ~25, as test_llm_arch.c's bar); eager =
+ * graph. */
 static void gemma_forced(void) {
   require(1);
   char path[4096];
@@ -336,8 +355,9 @@ static void gemma_forced(void) {
   gpu_forced(d, prompt, (int)n, want, cpu_logits, vocab, false, eager, 0.5f, "gemma");
   gpu_forced(d, prompt, (int)n, want, cpu_logits, vocab, true, graph, 0.5f, "gemma");
   cr_assert(!memcmp(eager, graph, sizeof(eager)), "gemma: eager and graph tokens differ");
-  cr_log_info("gemma on %s: %zu prompt tokens, then %d %d %d %d (the CPU path's %d %d %d %d)", hcq_device_kind_name(g_kind), n,
-              graph[0], graph[1], graph[2], graph[3], want[0], want[1], want[2], want[3]);
+  cr_log_info("gemma on %s: %zu prompt tokens, then %d %d %d %d (the CPU path's %d %d %d %d)",
+              hcq_device_kind_name(g_kind), n, graph[0], graph[1], graph[2], graph[3], want[0],
+              want[1], want[2], want[3]);
   free(cpu_logits), free(prompt);
   OK(llm_decoder_destroy(d));
   llm_model_close(m);
@@ -349,15 +369,20 @@ extern const char llm_kernels_cuda_source[];
 
 TestSuite(llm_cuda_nvrtc, .timeout = 280);
 
-/* Every entry of kernels.cu, with every weight layout its products take (the seven of quant.h), compiles for sm_90 with
- * SmolLM2-135M's shape (the #defines decoder_items.c's program() writes): a CUDA C error fails here on a
- * machine without a GPU. Skips, saying why, where NVRTC does not load. */
+/* Every entry of kernels.cu, with every weight layout its products take (the seven of quant.h),
+ * compiles for sm_90 with SmolLM2-135M's shape (the #defines decoder_items.c's program() writes): a
+ * CUDA C error fails here on a machine without a GPU. Skips, saying why, where NVRTC does not load.
+ */
 Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
   const char *why;
   if (!hcq__nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
-  const char *shape = "#define DIM 576\n#define FFN 1536\n#define NH 9\n#define NKV 3\n#define HD 64\n#define RD 64\n"
-                      "#define VOCAB 49152\n#define CTX 4096\n#define NORM_EPS 9.99999975e-06f\n#define LLM_ISA_CAP 3\n"
-                      "#define ROWS 32\n#define CLS_ROWS 64\n#define SEL 256\n#define ID_BITS 16\n#define NORM_EPS_BITS 925353388\n";
+  const char *shape =
+      "#define DIM 576\n#define FFN 1536\n#define NH 9\n#define NKV 3\n#define HD 64\n#define RD "
+      "64\n"
+      "#define VOCAB 49152\n#define CTX 4096\n#define NORM_EPS 9.99999975e-06f\n#define "
+      "LLM_ISA_CAP 3\n"
+      "#define ROWS 32\n#define CLS_ROWS 64\n#define SEL 256\n#define ID_BITS 16\n#define "
+      "NORM_EPS_BITS 925353388\n";
   struct {
     const char *entry, *fmt; /* fmt: the entry's layout #defines, %d the layout */
   } cases[] = {
@@ -385,7 +410,8 @@ Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
       OK(hcq__nvrtc_compile(cases[i].entry, src, 90, &img));
       char want[64];
       snprintf(want, sizeof(want), ".entry %s(", cases[i].entry);
-      cr_assert(strstr(img.ptx, want), "%s (layout %d): no %s in the PTX", cases[i].entry, lay, want);
+      cr_assert(strstr(img.ptx, want), "%s (layout %d): no %s in the PTX", cases[i].entry, lay,
+                want);
       cr_assert(strstr(img.ptx, ".entry llm_shape_576_1536_9_3_64_64_49152_4096_925353388_"),
                 "%s: the PTX names no shape for the stand-in", cases[i].entry);
       hcq__cuda_image_free(&img);
@@ -394,25 +420,34 @@ Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
 }
 
 /* The architectures' variants of kernels.cu (gpu_abi.h's defines: NEOX rope, biases, unfused rope
- * with per-head norms, sliding windows, post-norms, GELU, scales) compile for sm_90 too, and the PTX
- * names what the stand-in's twins read: the architecture's integers in the shape entry, the scales
- * in llm_scales. */
+ * with per-head norms, sliding windows, post-norms, GELU, scales) compile for sm_90 too, and the
+ * PTX names what the stand-in's twins read: the architecture's integers in the shape entry, the
+ * scales in llm_scales. */
 Test(llm_cuda_nvrtc, every_architecture_variant_compiles_for_sm_90) {
   const char *why;
   if (!hcq__nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
-  const char *shape = "#define DIM 640\n#define FFN 2048\n#define NH 4\n#define NKV 1\n#define HD 256\n#define RD 256\n"
-                      "#define VOCAB 262144\n#define CTX 4096\n#define NORM_EPS 9.99999997e-07f\n#define LLM_ISA_CAP 3\n"
-                      "#define ROWS 32\n#define CLS_ROWS 64\n#define SEL 256\n#define ID_BITS 18\n#define NORM_EPS_BITS 897988541\n"
-                      "#define QD 1024\n#define ROPE_NEOX 1\n#define EMB_SCALE 2.529822159e+01f\n#define ATTN_SCALE 6.250000000e-02f\n"
-                      "#define FFN_GELU 1\n";
+  const char *shape =
+      "#define DIM 640\n#define FFN 2048\n#define NH 4\n#define NKV 1\n#define HD 256\n#define RD "
+      "256\n"
+      "#define VOCAB 262144\n#define CTX 4096\n#define NORM_EPS 9.99999997e-07f\n#define "
+      "LLM_ISA_CAP 3\n"
+      "#define ROWS 32\n#define CLS_ROWS 64\n#define SEL 256\n#define ID_BITS 18\n#define "
+      "NORM_EPS_BITS 897988541\n"
+      "#define QD 1024\n#define ROPE_NEOX 1\n#define EMB_SCALE 2.529822159e+01f\n#define "
+      "ATTN_SCALE 6.250000000e-02f\n"
+      "#define FFN_GELU 1\n";
   struct {
     const char *entry, *defs;
   } cases[] = {
       {"llm_embed", "#define W_LAYOUT 5\n"},
       {"llm_quantize", ""},
-      {"llm_qkv", "#define WQ_LAYOUT 4\n#define WK_LAYOUT 4\n#define WV_LAYOUT 5\n#define QKV_FUSED 0\n"},
-      {"llm_qkv", "#define WQ_LAYOUT 3\n#define WK_LAYOUT 3\n#define WV_LAYOUT 3\n#define QKV_FUSED 0\n#define QKV_BIAS 1\n"},
-      {"llm_qkv", "#define WQ_LAYOUT 3\n#define WK_LAYOUT 3\n#define WV_LAYOUT 3\n#define QKV_BIAS 1\n"},
+      {"llm_qkv",
+       "#define WQ_LAYOUT 4\n#define WK_LAYOUT 4\n#define WV_LAYOUT 5\n#define QKV_FUSED 0\n"},
+      {"llm_qkv",
+       "#define WQ_LAYOUT 3\n#define WK_LAYOUT 3\n#define WV_LAYOUT 3\n#define QKV_FUSED "
+       "0\n#define QKV_BIAS 1\n"},
+      {"llm_qkv",
+       "#define WQ_LAYOUT 3\n#define WK_LAYOUT 3\n#define WV_LAYOUT 3\n#define QKV_BIAS 1\n"},
       {"llm_rope_heads", "#define QK_NORM 1\n"},
       {"llm_rope_heads", ""},
       {"llm_attn", "#define WINDOW 512\n"},
@@ -430,10 +465,13 @@ Test(llm_cuda_nvrtc, every_architecture_variant_compiles_for_sm_90) {
     OK(hcq__nvrtc_compile(cases[i].entry, src, 90, &img));
     char want[64];
     snprintf(want, sizeof(want), ".entry %s(", cases[i].entry);
-    cr_assert(strstr(img.ptx, want), "%s (%s): no %s in the PTX", cases[i].entry, cases[i].defs, want);
+    cr_assert(strstr(img.ptx, want), "%s (%s): no %s in the PTX", cases[i].entry, cases[i].defs,
+              want);
     /* ..._SEL, then QD 1024, ROPE_NEOX 1, FFN_GELU 1, QKV_FUSED, ... */
-    cr_assert(strstr(img.ptx, "_18_32_64_256_1024_1_1_"), "%s: the PTX names no architecture shape", cases[i].entry);
-    cr_assert(strstr(img.ptx, "llm_scales["), "%s: the PTX has no llm_scales for the stand-in", cases[i].entry);
+    cr_assert(strstr(img.ptx, "_18_32_64_256_1024_1_1_"), "%s: the PTX names no architecture shape",
+              cases[i].entry);
+    cr_assert(strstr(img.ptx, "llm_scales["), "%s: the PTX has no llm_scales for the stand-in",
+              cases[i].entry);
     hcq__cuda_image_free(&img);
   }
   free(src);
@@ -441,43 +479,63 @@ Test(llm_cuda_nvrtc, every_architecture_variant_compiles_for_sm_90) {
 
 /* ---- the suites: one per kind ---- */
 
-#define TINY_SUITE(suite, kind)                                                                             \
-  TestSuite(suite, .timeout = 280);                                                                         \
-  Test(suite, f32_weights_match_the_float_reference) { g_kind = kind, f32_weights(); }                      \
-  Test(suite, f16_weights_match_the_float_reference) { g_kind = kind, f16_weights(); }                      \
-  Test(suite, q4_0_weights_match_the_reference) { g_kind = kind, q4_0_weights(); }                          \
-  Test(suite, q4_1_weights_match_the_reference) { g_kind = kind, q4_1_weights(); }                          \
-  Test(suite, q8_0_weights_match_the_reference) { g_kind = kind, q8_0_weights(); }                          \
-  Test(suite, mixed_weight_types_match_the_reference) { g_kind = kind, mixed_weights(); }                   \
-  Test(suite, a_pass_equals_steps_and_eager_equals_graph) { g_kind = kind, pass_equals_steps(); }           \
-  Test(suite, two_devices_give_the_bits_of_one) { g_kind = kind, two_devices(); }                          \
+#define TINY_SUITE(suite, kind)                                                                   \
+  TestSuite(suite, .timeout = 280);                                                               \
+  Test(suite, f32_weights_match_the_float_reference) { g_kind = kind, f32_weights(); }            \
+  Test(suite, f16_weights_match_the_float_reference) { g_kind = kind, f16_weights(); }            \
+  Test(suite, q4_0_weights_match_the_reference) { g_kind = kind, q4_0_weights(); }                \
+  Test(suite, q4_1_weights_match_the_reference) { g_kind = kind, q4_1_weights(); }                \
+  Test(suite, q8_0_weights_match_the_reference) { g_kind = kind, q8_0_weights(); }                \
+  Test(suite, mixed_weight_types_match_the_reference) { g_kind = kind, mixed_weights(); }         \
+  Test(suite, a_pass_equals_steps_and_eager_equals_graph) { g_kind = kind, pass_equals_steps(); } \
+  Test(suite, two_devices_give_the_bits_of_one) { g_kind = kind, two_devices(); }                 \
   Test(suite, the_sampler_draws_the_cpu_paths_tokens) { g_kind = kind, sampler(); }
-/* The weight types beyond F32, F16, Q4_0, Q4_1 and Q8_0, in the tiny suite (its ctest entries and the
- * validation layer's run them). */
-#define TYPES_TESTS(suite, kind)                                                                            \
-  Test(suite, bf16_weights_match_the_float_reference) { g_kind = kind, float_path(GGML_TYPE_BF16, "bf16"); } \
-  Test(suite, q5_0_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q5_0, 102); }       \
-  Test(suite, q5_1_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q5_1, 103); }       \
-  Test(suite, iq4_nl_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_IQ4_NL, 104); }   \
-  Test(suite, q2_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q2_K, 105); }       \
-  Test(suite, q3_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q3_K, 106); }       \
-  Test(suite, q4_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q4_K, 107); }       \
-  Test(suite, q5_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q5_K, 108); }       \
-  Test(suite, q6_k_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_Q6_K, 109); }       \
-  Test(suite, iq4_xs_weights_match_the_reference) { g_kind = kind, type_weights(GGML_TYPE_IQ4_XS, 110); }   \
+/* The weight types beyond F32, F16, Q4_0, Q4_1 and Q8_0, in the tiny suite (its ctest entries and
+ * the validation layer's run them). */
+#define TYPES_TESTS(suite, kind)                        \
+  Test(suite, bf16_weights_match_the_float_reference) { \
+    g_kind = kind, float_path(GGML_TYPE_BF16, "bf16");  \
+  }                                                     \
+  Test(suite, q5_0_weights_match_the_reference) {       \
+    g_kind = kind, type_weights(GGML_TYPE_Q5_0, 102);   \
+  }                                                     \
+  Test(suite, q5_1_weights_match_the_reference) {       \
+    g_kind = kind, type_weights(GGML_TYPE_Q5_1, 103);   \
+  }                                                     \
+  Test(suite, iq4_nl_weights_match_the_reference) {     \
+    g_kind = kind, type_weights(GGML_TYPE_IQ4_NL, 104); \
+  }                                                     \
+  Test(suite, q2_k_weights_match_the_reference) {       \
+    g_kind = kind, type_weights(GGML_TYPE_Q2_K, 105);   \
+  }                                                     \
+  Test(suite, q3_k_weights_match_the_reference) {       \
+    g_kind = kind, type_weights(GGML_TYPE_Q3_K, 106);   \
+  }                                                     \
+  Test(suite, q4_k_weights_match_the_reference) {       \
+    g_kind = kind, type_weights(GGML_TYPE_Q4_K, 107);   \
+  }                                                     \
+  Test(suite, q5_k_weights_match_the_reference) {       \
+    g_kind = kind, type_weights(GGML_TYPE_Q5_K, 108);   \
+  }                                                     \
+  Test(suite, q6_k_weights_match_the_reference) {       \
+    g_kind = kind, type_weights(GGML_TYPE_Q6_K, 109);   \
+  }                                                     \
+  Test(suite, iq4_xs_weights_match_the_reference) {     \
+    g_kind = kind, type_weights(GGML_TYPE_IQ4_XS, 110); \
+  }                                                     \
   Test(suite, every_k_layout_mixed_matches_the_reference) { g_kind = kind, mixed_k_weights(); }
 /* The architectures beyond llama 2's, in the tiny suite. */
-#define ARCH_TESTS(suite, kind)                                                                             \
-  Test(suite, llama3_rope_freqs_matches_the_reference) { g_kind = kind, arch_on_kind("llama"); }   \
-  Test(suite, qwen2_matches_the_reference) { g_kind = kind, arch_on_kind("qwen2"); }              \
-  Test(suite, qwen3_matches_the_reference) { g_kind = kind, arch_on_kind("qwen3"); }              \
-  Test(suite, gemma3_matches_the_reference) { g_kind = kind, arch_on_kind("gemma3"); }            \
-  Test(suite, every_architecture_in_blocks_eager_graph_and_a_pass_agree) {                                  \
-    g_kind = kind;                                                                                          \
-    const char *archs[] = {"llama", "qwen2", "qwen3", "gemma3"};                                            \
-    for (int i = 0; i < 4; i++) arch_same_bits(archs[i]);                                                   \
+#define ARCH_TESTS(suite, kind)                                                                  \
+  Test(suite, llama3_rope_freqs_matches_the_reference) { g_kind = kind, arch_on_kind("llama"); } \
+  Test(suite, qwen2_matches_the_reference) { g_kind = kind, arch_on_kind("qwen2"); }             \
+  Test(suite, qwen3_matches_the_reference) { g_kind = kind, arch_on_kind("qwen3"); }             \
+  Test(suite, gemma3_matches_the_reference) { g_kind = kind, arch_on_kind("gemma3"); }           \
+  Test(suite, every_architecture_in_blocks_eager_graph_and_a_pass_agree) {                       \
+    g_kind = kind;                                                                               \
+    const char *archs[] = {"llama", "qwen2", "qwen3", "gemma3"};                                 \
+    for (int i = 0; i < 4; i++) arch_same_bits(archs[i]);                                        \
   }
-#define REAL_SUITE(suite, kind) \
+#define REAL_SUITE(suite, kind)     \
   TestSuite(suite, .timeout = 280); \
   Test(suite, teacher_forced_on_the_cpu_paths_tokens) { g_kind = kind, teacher_forced(); }
 
@@ -485,18 +543,25 @@ TINY_SUITE(llm_vulkan_tiny, HCQ_DEVICE_VULKAN)
 TYPES_TESTS(llm_vulkan_tiny, HCQ_DEVICE_VULKAN)
 ARCH_TESTS(llm_vulkan_tiny, HCQ_DEVICE_VULKAN)
 REAL_SUITE(llm_vulkan_real, HCQ_DEVICE_VULKAN)
-Test(llm_vulkan_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) { g_kind = HCQ_DEVICE_VULKAN, gemma_forced(); }
-/* CUDA: the stand-in driver's twins (tests/llm_twins.h) of kernels.cu, which the real NVRTC compiles
- * first; a real GPU where one is. Every architecture, and Gemma 3 270M where the file is. */
+Test(llm_vulkan_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) {
+  g_kind = HCQ_DEVICE_VULKAN, gemma_forced();
+}
+/* CUDA: the stand-in driver's twins (tests/llm_twins.h) of kernels.cu, which the real NVRTC
+ * compiles first; a real GPU where one is. Every architecture, and Gemma 3 270M where the file is.
+ */
 TINY_SUITE(llm_cuda_tiny, HCQ_DEVICE_CUDA)
 TYPES_TESTS(llm_cuda_tiny, HCQ_DEVICE_CUDA)
 ARCH_TESTS(llm_cuda_tiny, HCQ_DEVICE_CUDA)
 REAL_SUITE(llm_cuda_real, HCQ_DEVICE_CUDA)
-Test(llm_cuda_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) { g_kind = HCQ_DEVICE_CUDA, gemma_forced(); }
+Test(llm_cuda_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) {
+  g_kind = HCQ_DEVICE_CUDA, gemma_forced();
+}
 /* Metal: the stand-in Objective-C runtime and Metal's twins (the same as CUDA's) of kernels.metal,
  * which cannot be compiled here; a Mac where one is. Every architecture, and Gemma as on CUDA. */
 TINY_SUITE(llm_metal_tiny, HCQ_DEVICE_METAL)
 TYPES_TESTS(llm_metal_tiny, HCQ_DEVICE_METAL)
 ARCH_TESTS(llm_metal_tiny, HCQ_DEVICE_METAL)
 REAL_SUITE(llm_metal_real, HCQ_DEVICE_METAL)
-Test(llm_metal_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) { g_kind = HCQ_DEVICE_METAL, gemma_forced(); }
+Test(llm_metal_real, gemma3_teacher_forced_on_the_cpu_paths_tokens) {
+  g_kind = HCQ_DEVICE_METAL, gemma_forced();
+}

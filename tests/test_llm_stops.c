@@ -1,10 +1,10 @@
-/* hcq_llm_generate's stop strings, log-probabilities and llama.cpp sampling options (include/hcq/llm.h)
- * on the tiny model of tests/test_llm_api.c (one printable ASCII byte a token, so every stop string
- * spans several tokens): the text passed to on_token is the free-running text cut just before the
- * first stop string (never the stop string, nor a piece of it), a string that only starts to
- * match is held back and then passed; log-probabilities are the log-softmax of the logits the
- * decoder gives teacher-forced on the same tokens, the top alternatives in order; bad options
- * refused by name. */
+/* hcq_llm_generate's stop strings, log-probabilities and llama.cpp sampling options
+ * (include/hcq/llm.h) on the tiny model of tests/test_llm_api.c (one printable ASCII byte a token,
+ * so every stop string spans several tokens): the text passed to on_token is the free-running text
+ * cut just before the first stop string (never the stop string, nor a piece of it), a string that
+ * only starts to match is held back and then passed; log-probabilities are the log-softmax of the
+ * logits the decoder gives teacher-forced on the same tokens, the top alternatives in order; bad
+ * options refused by name. */
 #include <hcq/llm.h>
 #include <limits.h>
 #include <math.h>
@@ -67,11 +67,16 @@ static void free_text(hcq_llm_t *llm, char *out, size_t cap) {
   hcq_llm_result_free(&r);
 }
 
-static hcq_llm_result_t with_stops(hcq_llm_t *llm, const char *const *stops, size_t n, pieces_t *p) {
+static hcq_llm_result_t with_stops(hcq_llm_t *llm, const char *const *stops, size_t n,
+                                   pieces_t *p) {
   hcq_llm_result_t r;
   *p = (pieces_t){0};
-  hcq_llm_generate_options_t o = {.max_tokens = STEPS, .ignore_eos = true, .on_token = collect, .user = p,
-                                  .stop = stops, .nstop = n};
+  hcq_llm_generate_options_t o = {.max_tokens = STEPS,
+                                  .ignore_eos = true,
+                                  .on_token = collect,
+                                  .user = p,
+                                  .stop = stops,
+                                  .nstop = n};
   OK(hcq_llm_generate(llm, k_prompt, NPROMPT, &o, &r));
   cr_expect_geq(p->calls, (int)r.n, "a call per token at least");
   return r;
@@ -81,7 +86,8 @@ Test(llm_stops, a_stop_string_across_tokens_ends_generation_before_it) {
   hcq_llm_t *llm = open_tiny("stop");
   char whole[STEPS + 1];
   free_text(llm, whole, sizeof(whole));
-  /* three bytes (three tokens) from byte 10: the text up to its first occurrence, never the string */
+  /* three bytes (three tokens) from byte 10: the text up to its first occurrence, never the string
+   */
   char stop[4] = {whole[10], whole[11], whole[12], 0};
   size_t first = (size_t)(strstr(whole, stop) - whole);
   pieces_t p;
@@ -90,8 +96,8 @@ Test(llm_stops, a_stop_string_across_tokens_ends_generation_before_it) {
   cr_expect_str_eq(hcq_llm_stop_name(r.stop), "stop");
   cr_expect_eq(r.stop_index, 0);
   cr_expect_eq(r.n, first + 3, "generation ends with the token that completes the stop string");
-  cr_expect(p.len == first && !memcmp(p.text, whole, first), "passed \"%s\", expected the first %zu bytes of \"%s\"",
-            p.text, first, whole);
+  cr_expect(p.len == first && !memcmp(p.text, whole, first),
+            "passed \"%s\", expected the first %zu bytes of \"%s\"", p.text, first, whole);
   hcq_llm_result_free(&r);
 
   /* two stop strings: the earlier in the text wins, whichever comes first in the list */
@@ -109,7 +115,8 @@ Test(llm_stops, text_that_only_starts_a_stop_string_is_held_then_passed) {
   hcq_llm_t *llm = open_tiny("held");
   char whole[STEPS + 1];
   free_text(llm, whole, sizeof(whole));
-  /* the last two bytes and one that never follows them: held at the end, then passed with no token */
+  /* the last two bytes and one that never follows them: held at the end, then passed with no token
+   */
   char decoy[4] = {whole[STEPS - 2], whole[STEPS - 1], '~', 0};
   if (whole[STEPS - 1] == '~') decoy[2] = '#';
   pieces_t p;
@@ -142,14 +149,20 @@ Test(llm_stops, log_probabilities_are_the_log_softmax_of_the_logits) {
   hcq_llm_t *llm;
   OK(hcq_llm_open(path, &(hcq_llm_options_t){.ctx = CTX}, &llm));
   pieces_t p = {.order_ok = true};
-  hcq_llm_generate_options_t o = {.max_tokens = 12, .ignore_eos = true, .logprobs = true, .top_logprobs = 5,
-                                  .on_logprob = on_logprob, .on_token = collect, .user = &p,
+  hcq_llm_generate_options_t o = {.max_tokens = 12,
+                                  .ignore_eos = true,
+                                  .logprobs = true,
+                                  .top_logprobs = 5,
+                                  .on_logprob = on_logprob,
+                                  .on_token = collect,
+                                  .user = &p,
                                   .sampling = {.temperature = 3, .top_p = 1, .seed = 4}};
   p.order_ok = true;
   hcq_llm_result_t r;
   OK(hcq_llm_generate(llm, k_prompt, NPROMPT, &o, &r));
   cr_assert(r.logprobs && r.n == 12);
-  cr_expect(p.order_ok && p.logprob_calls == 12, "on_logprob before each on_token: %d calls", p.logprob_calls);
+  cr_expect(p.order_ok && p.logprob_calls == 12, "on_logprob before each on_token: %d calls",
+            p.logprob_calls);
   /* ground truth: the decoder teacher-forced on the prompt and the tokens, eagerly */
   llm_model_t *m;
   OK(llm_model_open(path, &m));
@@ -167,12 +180,13 @@ Test(llm_stops, log_probabilities_are_the_log_softmax_of_the_logits) {
     for (int v = 0; v < 97; v++) sum += exp((double)l[v]);
     const hcq_llm_logprob_t *lp = &r.logprobs[i];
     cr_expect_eq(lp->id, r.ids[i]);
-    cr_expect(fabs(lp->logprob - (l[lp->id] - log(sum))) <= 1e-4, "token %d: %g vs %g", i, (double)lp->logprob,
-              l[lp->id] - log(sum));
+    cr_expect(fabs(lp->logprob - (l[lp->id] - log(sum))) <= 1e-4, "token %d: %g vs %g", i,
+              (double)lp->logprob, l[lp->id] - log(sum));
     cr_expect_eq(lp->n_top, 5);
     double mass = 0;
     for (int k = 0; k < lp->n_top; k++) {
-      cr_expect(fabs(lp->top_logprobs[k] - (l[lp->top_ids[k]] - log(sum))) <= 1e-4, "alternative %d of token %d", k, i);
+      cr_expect(fabs(lp->top_logprobs[k] - (l[lp->top_ids[k]] - log(sum))) <= 1e-4,
+                "alternative %d of token %d", k, i);
       if (k) cr_expect_geq(lp->top_logprobs[k - 1], lp->top_logprobs[k], "highest first");
       mass += exp(lp->top_logprobs[k]);
     }
@@ -200,16 +214,24 @@ Test(llm_stops, penalties_apply_to_greedy_generation_and_seeds_repeat) {
   hcq_llm_result_t a, b, c;
   hcq_llm_generate_options_t o = {.max_tokens = 30, .ignore_eos = true};
   OK(hcq_llm_generate(llm, k_prompt, NPROMPT, &o, &a));
-  o.sampling = (hcq_llm_sampling_t){.presence_penalty = 100, .penalty_last_n = -1}; /* the whole context */
+  /* the whole context */
+  o.sampling = (hcq_llm_sampling_t){.presence_penalty = 100, .penalty_last_n = -1};
   OK(hcq_llm_generate(llm, k_prompt, NPROMPT, &o, &b));
   cr_expect(memcmp(a.ids, b.ids, 30 * sizeof(int32_t)), "the presence penalty changed nothing");
   for (int i = 0; i < 30; i++) {
-    for (int j = 0; j < i; j++) cr_expect_neq(b.ids[i], b.ids[j], "token %d repeats token %d", i, j);
-    for (int j = 0; j < NPROMPT; j++) cr_expect_neq(b.ids[i], k_prompt[j], "token %d repeats the prompt", i);
+    for (int j = 0; j < i; j++)
+      cr_expect_neq(b.ids[i], b.ids[j], "token %d repeats token %d", i, j);
+    for (int j = 0; j < NPROMPT; j++)
+      cr_expect_neq(b.ids[i], k_prompt[j], "token %d repeats the prompt", i);
   }
   hcq_llm_result_free(&a), hcq_llm_result_free(&b);
-  o.sampling = (hcq_llm_sampling_t){.temperature = 1.5f, .top_p = 0.95f, .top_k = 40, .min_p = 0.05f,
-                                    .repeat_penalty = 1.1f, .frequency_penalty = 0.1f, .presence_penalty = 0.1f,
+  o.sampling = (hcq_llm_sampling_t){.temperature = 1.5f,
+                                    .top_p = 0.95f,
+                                    .top_k = 40,
+                                    .min_p = 0.05f,
+                                    .repeat_penalty = 1.1f,
+                                    .frequency_penalty = 0.1f,
+                                    .presence_penalty = 0.1f,
                                     .seed = 5};
   OK(hcq_llm_generate(llm, k_prompt, NPROMPT, &o, &a));
   OK(hcq_llm_generate(llm, k_prompt, NPROMPT, &o, &b));
@@ -226,30 +248,38 @@ static void refused(hcq_llm_t *llm, hcq_llm_generate_options_t o, const char *ne
   hcq_status_t st = hcq_llm_generate(llm, k_prompt, NPROMPT, &o, &r);
   cr_assert(st, "expected INVALID_ARGUMENT (%s), got OK", needle);
   cr_expect_eq(hcq_status_code(st), HCQ_INVALID_ARGUMENT);
-  cr_expect(strstr(hcq_status_message(st), needle), "\"%s\" lacks \"%s\"", hcq_status_message(st), needle);
+  cr_expect(strstr(hcq_status_message(st), needle), "\"%s\" lacks \"%s\"", hcq_status_message(st),
+            needle);
   cr_expect(!r.ids && !r.logprobs && !r.n);
   hcq_status_destroy(st);
 }
 
 Test(llm_stops, bad_options_are_refused_by_name) {
   hcq_llm_t *llm = open_tiny("bad");
-  refused(llm, (hcq_llm_generate_options_t){.stop = (const char *const[]){"ok", ""}, .nstop = 2}, "stop[1] is empty");
-  refused(llm, (hcq_llm_generate_options_t){.stop = (const char *const[]){NULL}, .nstop = 1}, "stop[0] is NULL");
+  refused(llm, (hcq_llm_generate_options_t){.stop = (const char *const[]){"ok", ""}, .nstop = 2},
+          "stop[1] is empty");
+  refused(llm, (hcq_llm_generate_options_t){.stop = (const char *const[]){NULL}, .nstop = 1},
+          "stop[0] is NULL");
   refused(llm, (hcq_llm_generate_options_t){.nstop = 1}, "stop is NULL");
-  refused(llm, (hcq_llm_generate_options_t){.logprobs = true, .top_logprobs = 21}, "top_logprobs 21");
+  refused(llm, (hcq_llm_generate_options_t){.logprobs = true, .top_logprobs = 21},
+          "top_logprobs 21");
   refused(llm, (hcq_llm_generate_options_t){.top_logprobs = -1}, "top_logprobs -1");
   refused(llm, (hcq_llm_generate_options_t){.sampling = {.min_p = 1.5f}}, "min_p");
   refused(llm, (hcq_llm_generate_options_t){.sampling = {.min_p = NAN}}, "min_p");
   refused(llm, (hcq_llm_generate_options_t){.sampling = {.repeat_penalty = -1}}, "repeat_penalty");
-  refused(llm, (hcq_llm_generate_options_t){.sampling = {.repeat_penalty = INFINITY}}, "repeat_penalty");
-  refused(llm, (hcq_llm_generate_options_t){.sampling = {.frequency_penalty = NAN}}, "frequency_penalty");
-  refused(llm, (hcq_llm_generate_options_t){.sampling = {.presence_penalty = 101}}, "presence_penalty");
+  refused(llm, (hcq_llm_generate_options_t){.sampling = {.repeat_penalty = INFINITY}},
+          "repeat_penalty");
+  refused(llm, (hcq_llm_generate_options_t){.sampling = {.frequency_penalty = NAN}},
+          "frequency_penalty");
+  refused(llm, (hcq_llm_generate_options_t){.sampling = {.presence_penalty = 101}},
+          "presence_penalty");
   refused(llm, (hcq_llm_generate_options_t){.sampling = {.penalty_last_n = -2}}, "penalty_last_n");
   OK(hcq_llm_close(llm));
 }
 
 /* On Vulkan (lavapipe here; skipped without it) the log-probabilities are read after the same step
- * as on the CPU: the two agree within the kinds' rounding (a step off would differ by whole units). */
+ * as on the CPU: the two agree within the kinds' rounding (a step off would differ by whole units).
+ */
 Test(llm_stops, log_probabilities_on_vulkan_are_the_cpus) {
   char path[PATH_MAX];
   tiny_file(path, sizeof(path), "logprobs_vk");
@@ -263,16 +293,20 @@ Test(llm_stops, log_probabilities_on_vulkan_are_the_cpus) {
     cr_skip_test("no Vulkan device");
   }
   OK(st);
-  hcq_llm_generate_options_t o = {.max_tokens = 10, .ignore_eos = true, .logprobs = true, .top_logprobs = 3};
+  hcq_llm_generate_options_t o = {
+      .max_tokens = 10, .ignore_eos = true, .logprobs = true, .top_logprobs = 3};
   hcq_llm_result_t a, b;
   OK(hcq_llm_generate(cpu, k_prompt, NPROMPT, &o, &a));
   OK(hcq_llm_generate(vk, k_prompt, NPROMPT, &o, &b));
-  cr_assert(a.n == 10 && b.n == 10 && !memcmp(a.ids, b.ids, 10 * sizeof(int32_t)), "greedy: the same tokens");
+  cr_assert(a.n == 10 && b.n == 10 && !memcmp(a.ids, b.ids, 10 * sizeof(int32_t)),
+            "greedy: the same tokens");
   for (int i = 0; i < 10; i++) {
-    cr_expect(fabsf(a.logprobs[i].logprob - b.logprobs[i].logprob) <= 0.02f, "token %d: %g on CPU, %g on Vulkan", i,
-              (double)a.logprobs[i].logprob, (double)b.logprobs[i].logprob);
+    cr_expect(fabsf(a.logprobs[i].logprob - b.logprobs[i].logprob) <= 0.02f,
+              "token %d: %g on CPU, %g on Vulkan", i, (double)a.logprobs[i].logprob,
+              (double)b.logprobs[i].logprob);
     for (int k = 0; k < 3; k++)
-      cr_expect(fabsf(a.logprobs[i].top_logprobs[k] - b.logprobs[i].top_logprobs[k]) <= 0.02f, "token %d, top %d", i, k);
+      cr_expect(fabsf(a.logprobs[i].top_logprobs[k] - b.logprobs[i].top_logprobs[k]) <= 0.02f,
+                "token %d, top %d", i, k);
   }
   hcq_llm_result_free(&a), hcq_llm_result_free(&b);
   OK(hcq_llm_close(cpu));

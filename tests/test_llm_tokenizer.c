@@ -35,11 +35,16 @@ static bool valid_utf8(const char *p, size_t n) {
     unsigned c = s[i];
     size_t len;
     unsigned lo = 0x80, hi = 0xBF;
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return false;
+    if (c < 0x80)
+      len = 1;
+    else if (c >= 0xC2 && c <= 0xDF)
+      len = 2;
+    else if (c >= 0xE0 && c <= 0xEF)
+      len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+      len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else
+      return false;
     if (i + len > n) return false;
     for (size_t k = 1; k < len; k++) {
       if (s[i + k] < lo || s[i + k] > hi) return false;
@@ -92,7 +97,8 @@ typedef struct fixture {
 static void load_fixture(fixture_t *f) {
   const char *path = getenv("HCQ_LLM_TOKENIZER_FIXTURE");
   if (!path || !*path) path = HCQ_LLM_TOKENIZER_FIXTURE_DEFAULT;
-  if (access(path, R_OK)) cr_skip_test("no reference table at %s (scripts/llm-tokenizer-reference.py writes it)", path);
+  if (access(path, R_OK))
+    cr_skip_test("no reference table at %s (scripts/llm-tokenizer-reference.py writes it)", path);
   json_error_t err;
   f->root = json_load_file(path, JSON_ALLOW_NUL, &err);
   cr_assert(f->root, "%s: %s", path, err.text);
@@ -101,10 +107,11 @@ static void load_fixture(fixture_t *f) {
   f->ncases = json_array_size(cases);
   f->cases = calloc(f->ncases, sizeof(*f->cases));
   for (size_t i = 0; i < f->ncases; i++) {
-    json_t *c = json_array_get(cases, i), *text = json_object_get(c, "text"), *hex = json_object_get(c, "hex"),
-           *ids = json_object_get(c, "ids");
+    json_t *c = json_array_get(cases, i), *text = json_object_get(c, "text"),
+           *hex = json_object_get(c, "hex"), *ids = json_object_get(c, "ids");
     ref_case_t *r = &f->cases[i];
-    cr_assert((json_is_string(text) || json_is_string(hex)) && json_is_array(ids), "%s: case %zu", path, i);
+    cr_assert((json_is_string(text) || json_is_string(hex)) && json_is_array(ids), "%s: case %zu",
+              path, i);
     r->is_text = json_is_string(text);
     r->special = json_is_true(json_object_get(c, "special"));
     if (r->is_text) {
@@ -117,7 +124,8 @@ static void load_fixture(fixture_t *f) {
     }
     r->n = json_array_size(ids);
     r->ids = malloc((r->n + 1) * sizeof(int32_t));
-    for (size_t j = 0; j < r->n; j++) r->ids[j] = (int32_t)json_integer_value(json_array_get(ids, j));
+    for (size_t j = 0; j < r->n; j++)
+      r->ids[j] = (int32_t)json_integer_value(json_array_get(ids, j));
   }
 }
 
@@ -130,14 +138,16 @@ static void free_fixture(fixture_t *f) {
 /* The first 40 bytes of a case, printable, for messages. */
 static const char *shown(const char *s, size_t n, char *buf) {
   size_t o = 0;
-  for (size_t i = 0; i < n && o < 40; i++) buf[o++] = (unsigned char)s[i] >= 0x20 && s[i] != 0x7F ? s[i] : '?';
+  for (size_t i = 0; i < n && o < 40; i++)
+    buf[o++] = (unsigned char)s[i] >= 0x20 && s[i] != 0x7F ? s[i] : '?';
   buf[o] = 0;
   return buf;
 }
 
 /* Streams ids through the detokenizer: every piece must be valid UTF-8 on its own. Returns the
  * concatenation (malloc'd) and its length. */
-static char *stream(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special, size_t *len) {
+static char *stream(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special,
+                    size_t *len) {
   size_t cap = 1024, o = 0;
   char *all = malloc(cap), piece[LLM_DETOK_MAX_OUT];
   llm_detok_t d;
@@ -146,7 +156,8 @@ static char *stream(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool
     size_t k = llm_detok_push(t, &d, ids[i], special, piece, sizeof(piece));
     if (o + k + 3 > cap) all = realloc(all, cap = 2 * cap + k);
     cr_assert_not_null(all);
-    cr_assert(valid_utf8(piece, k), "token %zu (id %d): the piece it completes is not valid UTF-8", i, ids[i]);
+    cr_assert(valid_utf8(piece, k), "token %zu (id %d): the piece it completes is not valid UTF-8",
+              i, ids[i]);
     memcpy(all + o, piece, k), o += k;
   }
   size_t k = llm_detok_flush(&d, piece, sizeof(piece));
@@ -172,10 +183,11 @@ Test(llm_tokenizer, reference_ids) {
     char buf[64];
     OK(llm_tokenize(t, c->text, c->len, c->special, false, &ids, &n));
     total += n;
-    cr_assert_eq(n, c->n, "case %zu (\"%s\"): %zu tokens, llama.cpp has %zu", i, shown(c->text, c->len, buf), n, c->n);
+    cr_assert_eq(n, c->n, "case %zu (\"%s\"): %zu tokens, llama.cpp has %zu", i,
+                 shown(c->text, c->len, buf), n, c->n);
     for (size_t j = 0; j < n; j++)
-      cr_assert_eq(ids[j], c->ids[j], "case %zu (\"%s\"): token %zu is %d, llama.cpp's %d", i, shown(c->text, c->len, buf),
-                   j, ids[j], c->ids[j]);
+      cr_assert_eq(ids[j], c->ids[j], "case %zu (\"%s\"): token %zu is %d, llama.cpp's %d", i,
+                   shown(c->text, c->len, buf), j, ids[j], c->ids[j]);
     free(ids);
   }
   cr_log_info("%zu cases, %zu tokens in %.2f ms", f.ncases, total, now_ms() - t0);
@@ -200,7 +212,8 @@ Test(llm_tokenizer, reference_pieces) {
       size_t n = test_unhex(json_string_value(json_object_get(row, "hex")), want);
       const char *got;
       size_t k = llm_token_bytes(t, id, !plain, &got);
-      cr_assert(k == n && !memcmp(got, want, n), "token %d (special %d): %zu bytes, llama.cpp's %zu", id, !plain, k, n);
+      cr_assert(k == n && !memcmp(got, want, n),
+                "token %d (special %d): %zu bytes, llama.cpp's %zu", id, !plain, k, n);
     }
   }
   llm_tokenizer_free(t);
@@ -221,11 +234,14 @@ Test(llm_tokenizer, round_trip_and_streaming) {
     size_t len;
     char *streamed = stream(t, c->ids, c->n, true, &len);
     cr_assert(valid_utf8(streamed, len), "case %zu: the output is not valid UTF-8", i);
-    cr_assert(len == strlen(whole) || memchr(c->text, 0, c->len), "case %zu: streamed and whole decodes differ", i);
-    cr_assert(!memcmp(whole, streamed, strlen(whole)), "case %zu: streamed and whole decodes differ", i);
+    cr_assert(len == strlen(whole) || memchr(c->text, 0, c->len),
+              "case %zu: streamed and whole decodes differ", i);
+    cr_assert(!memcmp(whole, streamed, strlen(whole)),
+              "case %zu: streamed and whole decodes differ", i);
     if (c->is_text)
-      cr_assert(len == c->len && !memcmp(streamed, c->text, len), "case %zu (\"%s\"): decoding gives \"%s\"", i,
-                shown(c->text, c->len, buf), shown(streamed, len, buf + 32));
+      cr_assert(len == c->len && !memcmp(streamed, c->text, len),
+                "case %zu (\"%s\"): decoding gives \"%s\"", i, shown(c->text, c->len, buf),
+                shown(streamed, len, buf + 32));
     for (size_t j = 0; j < c->n; j++) {
       const char *p;
       size_t k = llm_token_bytes(t, c->ids[j], true, &p);
@@ -289,7 +305,8 @@ Test(llm_tokenizer, parse_special_off) {
   OK(llm_tokenize(t, s, strlen(s), false, false, &off, &noff));
   cr_assert(non == 3 && on[0] == 1 && on[2] == 2, "%zu tokens", non);
   cr_assert_gt(noff, 6);
-  for (size_t i = 0; i < noff; i++) cr_assert(off[i] > 16, "token %zu is the control token %d", i, off[i]);
+  for (size_t i = 0; i < noff; i++)
+    cr_assert(off[i] > 16, "token %zu is the control token %d", i, off[i]);
   char *back;
   OK(llm_detokenize(t, off, noff, false, &back));
   cr_assert_str_eq(back, s);
@@ -312,24 +329,28 @@ static int32_t byte_token(const llm_tokenizer_t *t, unsigned b) {
   unsigned cp = b, extra = 0;
   bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
   if (!self) {
-    for (unsigned x = 0; x < b; x++) extra += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE));
+    for (unsigned x = 0; x < b; x++)
+      extra += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE));
     cp = 256 + extra;
   }
   char u[3];
-  size_t n = cp < 0x80 ? (u[0] = (char)cp, 1) : (u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F)), 2);
+  size_t n = cp < 0x80 ? (u[0] = (char)cp, 1)
+                       : (u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F)), 2);
   int32_t id = llm_token_find(t, u, n);
   cr_assert_geq(id, 0, "no token for byte %02x", b);
   return id;
 }
 
 /* Pushes the byte tokens of s; returns what came out of each push joined by '|'. */
-static void push_bytes(const llm_tokenizer_t *t, const char *bytes, size_t n, bool flush, char *out) {
+static void push_bytes(const llm_tokenizer_t *t, const char *bytes, size_t n, bool flush,
+                       char *out) {
   llm_detok_t d;
   llm_detok_init(&d);
   size_t o = 0;
   char piece[LLM_DETOK_MAX_OUT];
   for (size_t i = 0; i < n; i++) {
-    size_t k = llm_detok_push(t, &d, byte_token(t, (unsigned char)bytes[i]), false, piece, sizeof(piece));
+    size_t k =
+        llm_detok_push(t, &d, byte_token(t, (unsigned char)bytes[i]), false, piece, sizeof(piece));
     cr_assert(valid_utf8(piece, k));
     memcpy(out + o, piece, k), o += k;
     out[o++] = '|';
@@ -344,15 +365,21 @@ Test(llm_tokenizer, detok_utf8_rules) {
   char out[256];
   push_bytes(t, "\xF0\x9F\x99\x82", 4, true, out); /* 🙂 one byte at a time */
   cr_assert_str_eq(out, "|||\xF0\x9F\x99\x82|");
-  push_bytes(t, "\xE4\xB8" "a", 3, true, out); /* truncated, then ASCII: one U+FFFD */
-  cr_assert_str_eq(out, "||\xEF\xBF\xBD" "a|");
+  push_bytes(t,
+             "\xE4\xB8"
+             "a",
+             3, true, out); /* truncated, then ASCII: one U+FFFD */
+  cr_assert_str_eq(out,
+                   "||\xEF\xBF\xBD"
+                   "a|");
   push_bytes(t, "\x80", 1, true, out); /* a lone continuation byte */
   cr_assert_str_eq(out, "\xEF\xBF\xBD|");
   push_bytes(t, "\xC3", 1, true, out); /* held, then flushed */
   cr_assert_str_eq(out, "|\xEF\xBF\xBD");
   push_bytes(t, "\xC3", 1, false, out);
   cr_assert_str_eq(out, "|");
-  push_bytes(t, "\xED\xA0\x80", 3, true, out); /* a surrogate: three maximal subparts, ED held until A0 */
+  /* a surrogate: three maximal subparts, ED held until A0 */
+  push_bytes(t, "\xED\xA0\x80", 3, true, out);
   cr_assert_str_eq(out, "|\xEF\xBF\xBD\xEF\xBF\xBD|\xEF\xBF\xBD|");
   push_bytes(t, "\xE0\x80\xAF", 3, true, out); /* over-long */
   cr_assert_str_eq(out, "|\xEF\xBF\xBD\xEF\xBF\xBD|\xEF\xBF\xBD|");
@@ -398,19 +425,25 @@ Test(llm_tokenizer, chat_format_smollm2) {
   llm_tokenizer_t *t = open_model(&g);
   char *s;
   OK(llm_chat_format(g, NULL, "What is the capital of France?", &s));
-  cr_assert_str_eq(s, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-                      "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n");
+  cr_assert_str_eq(
+      s,
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+      "Face<|im_end|>\n"
+      "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n");
   /* and its tokens: the specials are single ids */
   int32_t *ids;
   size_t n;
   OK(llm_tokenize(t, s, strlen(s), true, false, &ids, &n));
   size_t starts = 0, ends = 0;
   for (size_t i = 0; i < n; i++) starts += ids[i] == 1, ends += ids[i] == 2;
-  cr_assert(n > 30 && ids[0] == 1 && ids[n - 1] == 198 && starts == 3 && ends == 2, "%zu tokens", n);
+  cr_assert(n > 30 && ids[0] == 1 && ids[n - 1] == 198 && starts == 3 && ends == 2, "%zu tokens",
+            n);
   free(ids);
   free(s);
   OK(llm_chat_format(g, "Be brief.", "Hi", &s));
-  cr_assert_str_eq(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  cr_assert_str_eq(s,
+                   "<|im_start|>system\nBe "
+                   "brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   free(s);
   llm_tokenizer_free(t);
   gguf_close(g);
@@ -427,7 +460,8 @@ Test(llm_tokenizer, hostile_input) {
   size_t size = 1 << 16;
   char *buf = malloc(1 << 20);
   uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (size_t i = 0; i < size; i++) x = x * 6364136223846793005ull + 1442695040888963407ull, buf[i] = (char)(x >> 56);
+  for (size_t i = 0; i < size; i++)
+    x = x * 6364136223846793005ull + 1442695040888963407ull, buf[i] = (char)(x >> 56);
   for (int special = 0; special < 2; special++) {
     OK(llm_tokenize(t, buf, size, special, true, &ids, &n));
     for (size_t i = 0; i < n; i++) cr_assert(ids[i] >= 0 && ids[i] < 49152);
@@ -447,8 +481,10 @@ Test(llm_tokenizer, hostile_input) {
   free(ids);
 
   /* 1 MB: mixed text, one long word, one long run of spaces, digits, specials back to back */
-  const char *unit[] = {"Hello, wörld! 中文 🙂 123 don't\n\t  ", "a", " ", "7", "<|im_start|>", "\xFF"};
-  const char *name[] = {"mixed text", "\"a\" (one word)", "spaces (one word)", "digits", "<|im_start|>", "\\xFF bytes"};
+  const char *unit[] = {
+      "Hello, wörld! 中文 🙂 123 don't\n\t  ", "a", " ", "7", "<|im_start|>", "\xFF"};
+  const char *name[] = {"mixed text", "\"a\" (one word)", "spaces (one word)",
+                        "digits",     "<|im_start|>",     "\\xFF bytes"};
   for (size_t u = 0; u < sizeof(unit) / sizeof(unit[0]); u++) {
     size_t ul = strlen(unit[u]);
     size = 0;
@@ -459,8 +495,10 @@ Test(llm_tokenizer, hostile_input) {
     cr_log_info("1 MB of %s: %zu tokens in %.1f ms", name[u], n, ms);
     cr_assert_lt(ms, 20000, "quadratic?");
     s = stream(t, ids, n, true, &len);
-    if (u < 5) cr_assert(len == size && !memcmp(s, buf, len), "unit %zu: the round trip differs", u);
-    else cr_assert_eq(len, size * 3, "each invalid byte is one U+FFFD");
+    if (u < 5)
+      cr_assert(len == size && !memcmp(s, buf, len), "unit %zu: the round trip differs", u);
+    else
+      cr_assert_eq(len, size * 3, "each invalid byte is one U+FFFD");
     free(s);
     free(ids);
   }
@@ -480,7 +518,8 @@ Test(llm_tokenizer, hostile_input) {
   OK(llm_tokenize(t, NULL, 0, true, false, &ids, &n));
   cr_assert_eq(n, 0);
   FAILS(llm_tokenize(t, NULL, 5, true, false, &ids, &n), HCQ_INVALID_ARGUMENT, "NULL");
-  FAILS(llm_tokenize(t, "x", LLM_TOKENIZE_MAX_BYTES + 1, true, false, &ids, &n), HCQ_INVALID_ARGUMENT, "at most");
+  FAILS(llm_tokenize(t, "x", LLM_TOKENIZE_MAX_BYTES + 1, true, false, &ids, &n),
+        HCQ_INVALID_ARGUMENT, "at most");
   llm_tokenizer_free(t);
   gguf_close(g);
 }
@@ -550,8 +589,11 @@ static gguf_file_t *mini(int variant, const char *template, uint8_t **bytes) {
   for (unsigned b = 0, extra = 0; b < 256; b++) {
     bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
     unsigned cp = self ? b : 256 + extra++;
-    if (cp < 0x80) chars[b][0] = (char)cp, chars[b][1] = 0;
-    else chars[b][0] = (char)(0xC0 | cp >> 6), chars[b][1] = (char)(0x80 | (cp & 0x3F)), chars[b][2] = 0;
+    if (cp < 0x80)
+      chars[b][0] = (char)cp, chars[b][1] = 0;
+    else
+      chars[b][0] = (char)(0xC0 | cp >> 6), chars[b][1] = (char)(0x80 | (cp & 0x3F)),
+      chars[b][2] = 0;
     tokens[b] = chars[b], types[b] = 1;
   }
   static char longtok[LLM_TOKEN_MAX_BYTES + 2];
@@ -563,18 +605,31 @@ static gguf_file_t *mini(int variant, const char *template, uint8_t **bytes) {
   const char *merges[] = {"a b", "ab c", "\xC4\xA0 x"};
   gguf_writer_t *w;
   OK(gguf_writer_create(&w));
-  if (variant != MINI_NO_MODEL) OK(gguf_writer_add_str(w, "tokenizer.ggml.model", variant == MINI_MODEL_BERT ? "bert" : "gpt2"));
+  if (variant != MINI_NO_MODEL)
+    OK(gguf_writer_add_str(w, "tokenizer.ggml.model",
+                           variant == MINI_MODEL_BERT ? "bert" : "gpt2"));
   if (variant != MINI_NO_PRE)
     OK(gguf_writer_add_str(w, "tokenizer.ggml.pre",
-                           variant == MINI_PRE_FALCON ? "falcon" : variant == MINI_LLAMA_BPE ? "llama-bpe" : "smollm"));
-  if (variant == MINI_TOKENS_U32) OK(gguf_writer_add_u32(w, "tokenizer.ggml.tokens", 7));
-  else if (variant != MINI_NO_TOKENS) OK(gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, 263));
-  if (variant == MINI_TYPES_STRINGS) OK(gguf_writer_add_str_array(w, "tokenizer.ggml.token_type", tokens, 263));
-  else OK(gguf_writer_add_i32_array(w, "tokenizer.ggml.token_type", types, variant == MINI_TYPES_SHORT ? 200 : 263));
-  if (variant != MINI_NO_MERGES) OK(gguf_writer_add_str_array(w, "tokenizer.ggml.merges", merges, 3));
-  if (variant != MINI_BOS_MISSING) OK(gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", variant == MINI_BOS_RANGE ? 263 : 258));
+                           variant == MINI_PRE_FALCON  ? "falcon"
+                           : variant == MINI_LLAMA_BPE ? "llama-bpe"
+                                                       : "smollm"));
+  if (variant == MINI_TOKENS_U32)
+    OK(gguf_writer_add_u32(w, "tokenizer.ggml.tokens", 7));
+  else if (variant != MINI_NO_TOKENS)
+    OK(gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, 263));
+  if (variant == MINI_TYPES_STRINGS)
+    OK(gguf_writer_add_str_array(w, "tokenizer.ggml.token_type", tokens, 263));
+  else
+    OK(gguf_writer_add_i32_array(w, "tokenizer.ggml.token_type", types,
+                                 variant == MINI_TYPES_SHORT ? 200 : 263));
+  if (variant != MINI_NO_MERGES)
+    OK(gguf_writer_add_str_array(w, "tokenizer.ggml.merges", merges, 3));
+  if (variant != MINI_BOS_MISSING)
+    OK(gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id",
+                           variant == MINI_BOS_RANGE ? 263 : 258));
   OK(gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 258));
-  if (variant == MINI_BOS_MISSING) OK(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true));
+  if (variant == MINI_BOS_MISSING)
+    OK(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true));
   if (template) OK(gguf_writer_add_str(w, "tokenizer.chat_template", template));
   size_t size;
   OK(gguf_writer_bytes(w, bytes, &size));
@@ -613,12 +668,14 @@ Test(llm_tokenizer, bad_metadata) {
   }
 }
 
-static void expect_ids(const llm_tokenizer_t *t, const char *text, bool special, const int32_t *want, size_t nwant) {
+static void expect_ids(const llm_tokenizer_t *t, const char *text, bool special,
+                       const int32_t *want, size_t nwant) {
   int32_t *ids;
   size_t n;
   OK(llm_tokenize(t, text, strlen(text), special, true, &ids, &n));
   cr_assert_eq(n, nwant, "\"%s\": %zu tokens, expected %zu", text, n, nwant);
-  for (size_t i = 0; i < n; i++) cr_assert_eq(ids[i], want[i], "\"%s\": token %zu is %d, expected %d", text, i, ids[i], want[i]);
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(ids[i], want[i], "\"%s\": token %zu is %d, expected %d", text, i, ids[i], want[i]);
   free(ids);
 }
 
@@ -634,7 +691,8 @@ Test(llm_tokenizer, mini_merges) {
   expect_ids(t, "abcd", true, (int32_t[]){257, 'd'}, 2); /* smollm merges: no whole-word lookup */
   expect_ids(t, "ab x", true, (int32_t[]){256, 261}, 2);
   expect_ids(t, "<|im_end|>", true, (int32_t[]){258}, 1);
-  expect_ids(t, "<tool><|im_end|>", false, (int32_t[]){259, '<', '|', 'i', 'm', '_', 'e', 'n', 'd', '|', '>'}, 11);
+  expect_ids(t, "<tool><|im_end|>", false,
+             (int32_t[]){259, '<', '|', 'i', 'm', '_', 'e', 'n', 'd', '|', '>'}, 11);
   expect_ids(t, "a12", true, (int32_t[]){'a', '1', '2'}, 3);
   cr_assert(llm_tokenizer_is_eog(t, 258));
   const char *p;
@@ -669,27 +727,35 @@ Test(llm_tokenizer, mini_merges) {
 /* ---- chat templates (no model) ---- */
 
 static const char smol_like[] =
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
-    "You are a test assistant<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+    "'<|im_start|>system\n"
+    "You are a test assistant<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' "
+    "+ message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' "
+    "}}{% endif %}";
 
 static const char qwen_like[] =
-    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}"
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}{{- "
+    "messages[0]['content'] }}"
     "{%- endif %}{%- else %}{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + "
-    "messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are \\'Q\\', a helper.<|im_end|>\\n' "
+    "messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are "
+    "\\'Q\\', a helper.<|im_end|>\\n' "
     "}}{%- endif %}{%- endif %}";
 
 static const char plain_chatml[] =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + "
     "'\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 static const char llama3[] =
-    "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
+    "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\\n\\n' + "
     "message['content'] + '<|eot_id|>' }}{% endfor %}";
 
 static void expect_chat(const char *tmpl, const char *system, const char *want) {
   char *s;
-  OK(llm_chat_format_template(tmpl, tmpl ? strlen(tmpl) : 0, tmpl ? NULL : "chatml", system, "Hi", &s));
+  OK(llm_chat_format_template(tmpl, tmpl ? strlen(tmpl) : 0, tmpl ? NULL : "chatml", system, "Hi",
+                              &s));
   cr_assert_str_eq(s, want);
   free(s);
 }
@@ -697,7 +763,8 @@ static void expect_chat(const char *tmpl, const char *system, const char *want) 
 #define USER_TURN "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 Test(llm_tokenizer, chat_templates) {
-  expect_chat(smol_like, NULL, "<|im_start|>system\nYou are a test assistant<|im_end|>\n" USER_TURN);
+  expect_chat(smol_like, NULL,
+              "<|im_start|>system\nYou are a test assistant<|im_end|>\n" USER_TURN);
   expect_chat(smol_like, "Own.", "<|im_start|>system\nOwn.<|im_end|>\n" USER_TURN);
   expect_chat(smol_like, "", "<|im_start|>system\n<|im_end|>\n" USER_TURN);
   expect_chat(qwen_like, NULL, "<|im_start|>system\nYou are 'Q', a helper.<|im_end|>\n" USER_TURN);
@@ -705,19 +772,24 @@ Test(llm_tokenizer, chat_templates) {
   expect_chat(NULL, NULL, USER_TURN);
   expect_chat(NULL, "S", "<|im_start|>system\nS<|im_end|>\n" USER_TURN);
   char *s = (char *)&s;
-  FAILS(llm_chat_format_template(NULL, 0, NULL, NULL, "Hi", &s), HCQ_INVALID_ARGUMENT, "no chat template");
+  FAILS(llm_chat_format_template(NULL, 0, NULL, NULL, "Hi", &s), HCQ_INVALID_ARGUMENT,
+        "no chat template");
   cr_assert_null(s);
   const char *odd = "{{ messages }}\x01";
-  FAILS(llm_chat_format_template(odd, strlen(odd), NULL, NULL, "Hi", &s), HCQ_UNIMPLEMENTED, "unrecognised", "{{ messages }}");
+  FAILS(llm_chat_format_template(odd, strlen(odd), NULL, NULL, "Hi", &s), HCQ_UNIMPLEMENTED,
+        "unrecognised", "{{ messages }}");
   const char *phi4 = "<|im_start|>user<|im_sep|>";
-  FAILS(llm_chat_format_template(phi4, strlen(phi4), NULL, NULL, "Hi", &s), HCQ_UNIMPLEMENTED, "phi4");
+  FAILS(llm_chat_format_template(phi4, strlen(phi4), NULL, NULL, "Hi", &s), HCQ_UNIMPLEMENTED,
+        "phi4");
   FAILS(llm_chat_format_template(NULL, 0, NULL, NULL, NULL, &s), HCQ_INVALID_ARGUMENT, "user");
 
   /* from a GGUF file */
   uint8_t *bytes;
   gguf_file_t *g = mini(MINI_OK, llama3, &bytes);
   OK(llm_chat_format(g, NULL, "Hi", &s));
-  cr_assert_str_eq(s, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  cr_assert_str_eq(s,
+                   "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>"
+                   "assistant<|end_header_id|>\n\n");
   free(s);
   gguf_close(g);
   free(bytes);

@@ -1,4 +1,5 @@
-/* SentencePiece and the qwen2 / default BPE pre-tokenizers (models/llm/tokenizer_spm.c, tokenizer.c).
+/* SentencePiece and the qwen2 / default BPE pre-tokenizers (models/llm/tokenizer_spm.c,
+ * tokenizer.c).
  *
  * Ground truth:
  *  - tests/data/llm/gemma3_tokenizer.json (HCQ_LLM_GEMMA_TOKENIZER_FIXTURE names another file),
@@ -20,18 +21,22 @@
 
 /* ---- helpers ---- */
 
-static void expect(const llm_tokenizer_t *t, const char *text, bool special, bool bos, const int32_t *want, size_t nwant) {
+static void expect(const llm_tokenizer_t *t, const char *text, bool special, bool bos,
+                   const int32_t *want, size_t nwant) {
   int32_t *ids;
   size_t n;
   OK(llm_tokenize(t, text, strlen(text), special, bos, &ids, &n));
   cr_assert_eq(n, nwant, "\"%s\": %zu tokens, expected %zu", text, n, nwant);
-  for (size_t i = 0; i < n; i++) cr_assert_eq(ids[i], want[i], "\"%s\": token %zu is %d, expected %d", text, i, ids[i], want[i]);
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(ids[i], want[i], "\"%s\": token %zu is %d, expected %d", text, i, ids[i], want[i]);
   free(ids);
 }
-#define EXPECT(t, text, special, bos, ...)                                                                          \
-  expect(t, text, special, bos, (const int32_t[]){__VA_ARGS__}, sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t))
+#define EXPECT(t, text, special, bos, ...)                      \
+  expect(t, text, special, bos, (const int32_t[]){__VA_ARGS__}, \
+         sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t))
 
-static void expect_text(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special, const char *want) {
+static void expect_text(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special,
+                        const char *want) {
   char *s;
   OK(llm_detokenize(t, ids, n, special, &s));
   cr_assert_str_eq(s, want);
@@ -65,8 +70,10 @@ static void close_all(llm_tokenizer_t *t, gguf_file_t *g, uint8_t *bytes) {
 enum { SP_MARK = 259, SP_A, SP_B, SP_C, SP_AB, SP_BC, SP_MARK_A, SP_ABC, SP_TOOL, SP_MARK2, SPM_N };
 
 /* unk, <s>, </s>, the 256 byte tokens, then: "▁" -5, "a" "b" "c" -3, "ab" -2, "bc" -1, "▁a" -4,
- * "abc" -0.5, "<tool>" (user-defined), "▁▁" -6. No bos/eos/unk keys: llama.cpp's defaults 1, 2, 0. */
-static llm_tokenizer_t *tiny_spm(int space_prefix /* -1: key absent */, uint8_t **bytes, gguf_file_t **g) {
+ * "abc" -0.5, "<tool>" (user-defined), "▁▁" -6. No bos/eos/unk keys: llama.cpp's defaults 1, 2, 0.
+ */
+static llm_tokenizer_t *tiny_spm(int space_prefix /* -1: key absent */, uint8_t **bytes,
+                                 gguf_file_t **g) {
   static char byte_text[256][8];
   const char *tokens[SPM_N] = {"<unk>", "<s>", "</s>"};
   int32_t types[SPM_N] = {2, 3, 3};
@@ -79,11 +86,21 @@ static llm_tokenizer_t *tiny_spm(int space_prefix /* -1: key absent */, uint8_t 
     const char *text;
     float score;
     int32_t type;
-  } rest[] = {{"\xE2\x96\x81", -5, 1}, {"a", -3, 1},  {"b", -3, 1},       {"c", -3, 1},   {"ab", -2, 1},
-              {"bc", -1, 1},          {"\xE2\x96\x81" "a", -4, 1}, {"abc", -0.5f, 1}, {"<tool>", 0, 4},
+  } rest[] = {{"\xE2\x96\x81", -5, 1},
+              {"a", -3, 1},
+              {"b", -3, 1},
+              {"c", -3, 1},
+              {"ab", -2, 1},
+              {"bc", -1, 1},
+              {"\xE2\x96\x81"
+               "a",
+               -4, 1},
+              {"abc", -0.5f, 1},
+              {"<tool>", 0, 4},
               {"\xE2\x96\x81\xE2\x96\x81", -6, 1}};
   for (int i = 0; i < SPM_N - SP_MARK; i++)
-    tokens[SP_MARK + i] = rest[i].text, scores[SP_MARK + i] = rest[i].score, types[SP_MARK + i] = rest[i].type;
+    tokens[SP_MARK + i] = rest[i].text, scores[SP_MARK + i] = rest[i].score,
+                     types[SP_MARK + i] = rest[i].type;
   gguf_writer_t *w;
   OK(gguf_writer_create(&w));
   OK(gguf_writer_add_str(w, "tokenizer.ggml.model", "llama"));
@@ -94,7 +111,8 @@ static llm_tokenizer_t *tiny_spm(int space_prefix /* -1: key absent */, uint8_t 
   uint64_t count = SPM_N;
   memcpy(arr, &f32, 4), memcpy(arr + 4, &count, 8), memcpy(arr + 12, scores, sizeof(scores));
   OK(gguf_writer_add_raw(w, "tokenizer.ggml.scores", GGUF_ARRAY, arr, sizeof(arr)));
-  if (space_prefix >= 0) OK(gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", space_prefix));
+  if (space_prefix >= 0)
+    OK(gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", space_prefix));
   return from_writer(w, bytes, g);
 }
 
@@ -118,16 +136,21 @@ Test(llm_tokenizer_spm, tiny_vocab) {
   EXPECT(t, "a<tool>b", false, false, SP_MARK_A, SP_TOOL, SP_MARK, SP_B);
   /* <s> is a control token: one id only with special parsing */
   EXPECT(t, "<s>x", true, false, 1, SP_MARK, SPM_BYTE('x'));
-  EXPECT(t, "<s>x", false, false, SP_MARK, SPM_BYTE('<'), SPM_BYTE('s'), SPM_BYTE('>'), SPM_BYTE('x'));
+  EXPECT(t, "<s>x", false, false, SP_MARK, SPM_BYTE('<'), SPM_BYTE('s'), SPM_BYTE('>'),
+         SPM_BYTE('x'));
   EXPECT(t, "", true, true, 1);
   /* a lone continuation byte and a truncated sequence: symbols of their own, as bytes */
-  EXPECT(t, "\x80" "a\xE4", true, false, SP_MARK, SPM_BYTE(0x80), SP_A, SPM_BYTE(0xE4));
+  EXPECT(t,
+         "\x80"
+         "a\xE4",
+         true, false, SP_MARK, SPM_BYTE(0x80), SP_A, SPM_BYTE(0xE4));
 
   /* back: U+2581 is a space, byte tokens are bytes; the first token loses one leading space */
   expect_text(t, (const int32_t[]){SP_MARK_A, SP_MARK_A}, 2, false, "a a");
   expect_text(t, (const int32_t[]){1, SP_MARK_A}, 2, false, " a");
   expect_text(t, (const int32_t[]){1, SP_MARK_A}, 2, true, "<s> a");
-  expect_text(t, (const int32_t[]){SP_A, SPM_BYTE(0xC3), SPM_BYTE(0xA9), SP_TOOL}, 4, false, "a\xC3\xA9<tool>");
+  expect_text(t, (const int32_t[]){SP_A, SPM_BYTE(0xC3), SPM_BYTE(0xA9), SP_TOOL}, 4, false,
+              "a\xC3\xA9<tool>");
   /* streaming: the first byte of "é" is held until the second completes it */
   llm_detok_t d;
   llm_detok_init(&d);
@@ -135,7 +158,8 @@ Test(llm_tokenizer_spm, tiny_vocab) {
   cr_assert_eq(llm_detok_push(t, &d, SPM_BYTE(0xC3), false, out, sizeof(out)), 0);
   cr_assert_eq(llm_detok_push(t, &d, SPM_BYTE(0xA9), false, out, sizeof(out)), 2);
   cr_assert(!memcmp(out, "\xC3\xA9", 2));
-  cr_assert_eq(llm_detok_push(t, &d, SP_MARK_A, false, out, sizeof(out)), 2, "no space removed while streaming");
+  cr_assert_eq(llm_detok_push(t, &d, SP_MARK_A, false, out, sizeof(out)), 2,
+               "no space removed while streaming");
   close_all(t, g, bytes);
 
   /* add_space_prefix false: "abc" alone */
@@ -150,20 +174,31 @@ Test(llm_tokenizer_spm, tiny_vocab) {
 
 enum { BP_12 = 256, BP_123, BP_SP1, BP_SP12, BPE_N };
 
-/* The 256 byte characters as ids 0..255 (GPT-2's map: id b is byte b), then "12", "123", "Ġ1", "Ġ12";
- * merges by rank: "Ġ 1", "1 2", "12 3", "Ġ1 2". */
+/* The 256 byte characters as ids 0..255 (GPT-2's map: id b is byte b), then "12", "123", "Ġ1",
+ * "Ġ12"; merges by rank: "Ġ 1", "1 2", "12 3", "Ġ1 2". */
 static llm_tokenizer_t *tiny_bpe(const char *pre, uint8_t **bytes, gguf_file_t **g) {
   static char chars[256][3];
   const char *tokens[BPE_N];
   for (unsigned b = 0, extra = 0; b < 256; b++) {
     bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
     unsigned cp = self ? b : 256 + extra++;
-    if (cp < 0x80) chars[b][0] = (char)cp, chars[b][1] = 0;
-    else chars[b][0] = (char)(0xC0 | cp >> 6), chars[b][1] = (char)(0x80 | (cp & 0x3F)), chars[b][2] = 0;
+    if (cp < 0x80)
+      chars[b][0] = (char)cp, chars[b][1] = 0;
+    else
+      chars[b][0] = (char)(0xC0 | cp >> 6), chars[b][1] = (char)(0x80 | (cp & 0x3F)),
+      chars[b][2] = 0;
     tokens[b] = chars[b];
   }
-  tokens[BP_12] = "12", tokens[BP_123] = "123", tokens[BP_SP1] = "\xC4\xA0" "1", tokens[BP_SP12] = "\xC4\xA0" "12";
-  const char *merges[] = {"\xC4\xA0 1", "1 2", "12 3", "\xC4\xA0" "1 2"};
+  tokens[BP_12] = "12", tokens[BP_123] = "123",
+  tokens[BP_SP1] =
+      "\xC4\xA0"
+      "1",
+  tokens[BP_SP12] =
+      "\xC4\xA0"
+      "12";
+  const char *merges[] = {"\xC4\xA0 1", "1 2", "12 3",
+                          "\xC4\xA0"
+                          "1 2"};
   gguf_writer_t *w;
   OK(gguf_writer_create(&w));
   OK(gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2"));
@@ -194,12 +229,15 @@ Test(llm_tokenizer_spm, qwen2_and_default_splits) {
 
   /* default: [\p{P}$+<=>^~|]+ runs apart, then GPT-2's split, \p{N}+ apart, [0-9]{3} groups */
   t = tiny_bpe("default", &bytes, &g);
-  EXPECT(t, " 12", true, false, ' ', BP_12);                  /* " 12" -> " ", "12" */
-  EXPECT(t, "12345", true, false, BP_123, '4', '5');          /* "123", "45" */
+  EXPECT(t, " 12", true, false, ' ', BP_12);                     /* " 12" -> " ", "12" */
+  EXPECT(t, "12345", true, false, BP_123, '4', '5');             /* "123", "45" */
   EXPECT(t, "1234567", true, false, BP_123, '4', '5', '6', '7'); /* "123", "456", "7" */
   EXPECT(t, "(12)", true, false, '(', BP_12, ')');
   EXPECT(t, "a+=12", true, false, 'a', '+', '=', BP_12);
-  EXPECT(t, "x\xC2\xAB" "12", true, false, 'x', 0xC2, 0xAB, BP_12); /* « (Pi) is \p{P} */
+  EXPECT(t,
+         "x\xC2\xAB"
+         "12",
+         true, false, 'x', 0xC2, 0xAB, BP_12); /* « (Pi) is \p{P} */
   close_all(t, g, bytes);
 }
 
@@ -231,28 +269,33 @@ static json_t *load_gemma_fixture(void) {
 
 /* One reference case: its ids, then llama_detokenize's bytes from them. */
 static void check_case(const llm_tokenizer_t *t, json_t *c, size_t index) {
-  json_t *text = json_object_get(c, "text"), *hex = json_object_get(c, "hex"), *want = json_object_get(c, "ids");
+  json_t *text = json_object_get(c, "text"), *hex = json_object_get(c, "hex"),
+         *want = json_object_get(c, "ids");
   static char buf[1 << 16], detok[1 << 16];
   memset(buf, 0, 64);
-  size_t len = json_is_string(text) ? json_string_length(text) : test_unhex(json_string_value(hex), buf);
+  size_t len =
+      json_is_string(text) ? json_string_length(text) : test_unhex(json_string_value(hex), buf);
   if (json_is_string(text)) memcpy(buf, json_string_value(text), len);
-  bool special = json_is_true(json_object_get(c, "special")), bos = json_is_true(json_object_get(c, "bos"));
+  bool special = json_is_true(json_object_get(c, "special")),
+       bos = json_is_true(json_object_get(c, "bos"));
   int32_t *ids;
   size_t n;
   OK(llm_tokenize(t, buf, len, special, bos, &ids, &n));
-  cr_assert_eq(n, json_array_size(want), "case %zu (\"%.40s\", special %d): %zu tokens, llama.cpp %zu", index, buf,
-               special, n, json_array_size(want));
+  cr_assert_eq(n, json_array_size(want),
+               "case %zu (\"%.40s\", special %d): %zu tokens, llama.cpp %zu", index, buf, special,
+               n, json_array_size(want));
   for (size_t i = 0; i < n; i++)
-    cr_assert_eq(ids[i], json_integer_value(json_array_get(want, i)), "case %zu (\"%.40s\", special %d): token %zu", index,
-                 buf, special, i);
+    cr_assert_eq(ids[i], json_integer_value(json_array_get(want, i)),
+                 "case %zu (\"%.40s\", special %d): token %zu", index, buf, special, i);
   char *s;
   /* llama.cpp's bytes, or where they are not UTF-8, them with U+FFFD as our detokenizer writes */
   json_t *valid = json_object_get(c, "detok_valid_hex");
   size_t dl = test_unhex(json_string_value(valid ? valid : json_object_get(c, "detok_hex")), detok);
   OK(llm_detokenize(t, ids, n, special, &s));
   /* (a text with a NUL byte: strlen stops there, the bytes are compared whole) */
-  cr_assert((strlen(s) == dl || memchr(detok, 0, dl)) && !memcmp(s, detok, dl), "case %zu (\"%.40s\"): detokenized \"%s\", llama.cpp \"%.*s\"",
-            index, buf, s, (int)dl, detok);
+  cr_assert((strlen(s) == dl || memchr(detok, 0, dl)) && !memcmp(s, detok, dl),
+            "case %zu (\"%.40s\"): detokenized \"%s\", llama.cpp \"%.*s\"", index, buf, s, (int)dl,
+            detok);
   free(s);
   free(ids);
 }
@@ -271,7 +314,8 @@ Test(llm_tokenizer_spm, gemma3_reference) {
   cr_assert_eq(llm_tokenizer_vocab_size(t), 262144);
   cr_assert(llm_tokenizer_is_spm(t) && llm_tokenizer_add_bos(t) && !llm_tokenizer_add_eos(t));
   cr_assert(llm_tokenizer_bos(t) == 2 && llm_tokenizer_eos(t) == 1 && llm_tokenizer_unk(t) == 3);
-  cr_assert(llm_tokenizer_is_eog(t, 1) && llm_tokenizer_is_eog(t, 106), "<eos> and <end_of_turn> end a turn");
+  cr_assert(llm_tokenizer_is_eog(t, 1) && llm_tokenizer_is_eog(t, 106),
+            "<eos> and <end_of_turn> end a turn");
   json_t *cases = json_object_get(root, "cases");
   cr_assert(json_array_size(cases) > 100);
   for (size_t i = 0; i < json_array_size(cases); i++) check_case(t, json_array_get(cases, i), i);
@@ -304,8 +348,10 @@ Test(llm_tokenizer_spm, gemma3_hostile) {
   size_t cap = 1 << 20, size;
   char *buf = malloc(cap);
   uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (size_t i = 0; i < (1 << 16); i++) x = x * 6364136223846793005ull + 1442695040888963407ull, buf[i] = (char)(x >> 56);
-  const char *unit[] = {NULL, "Hello, wörld! 中文 🙂 123 don't\n\t  <start_of_turn>", "a", " ", "\xFF", "\n"};
+  for (size_t i = 0; i < (1 << 16); i++)
+    x = x * 6364136223846793005ull + 1442695040888963407ull, buf[i] = (char)(x >> 56);
+  const char *unit[] = {
+      NULL, "Hello, wörld! 中文 🙂 123 don't\n\t  <start_of_turn>", "a", " ", "\xFF", "\n"};
   for (size_t u = 0; u < sizeof(unit) / sizeof(unit[0]); u++) {
     if (unit[u]) {
       size_t ul = strlen(unit[u]);

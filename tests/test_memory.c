@@ -11,7 +11,8 @@ TestSuite(memory, .timeout = 60);
 static hcq_memory_usage_t usage(hcq_device_t *d) {
   hcq_memory_usage_t m;
   OK(hcq_device_memory_usage(d, &m));
-  cr_assert_eq(m.total, m.buffers + m.graph_kernargs + m.graph_commands + m.graph_profile + m.eager + m.deferred);
+  cr_assert_eq(m.total, m.buffers + m.graph_kernargs + m.graph_commands + m.graph_profile +
+                            m.eager + m.deferred);
   return m;
 }
 
@@ -35,7 +36,8 @@ static hcq_memory_usage_t usage_once_freed(hcq_device_t *d, uint64_t deferred) {
 static uint64_t graph_command_bytes(const hcq_graph_t *g, const hcq_device_t *d) {
   uint64_t bytes = 0;
   for (uint32_t q = 0; q < 2 * hcq_graph_device_count(g); q++)
-    if (hcq_graph_device(g, q / 2) == d && hcq_graph_queue(g, q)) bytes += hcq_queue_size(hcq_graph_queue(g, q)) * 4;
+    if (hcq_graph_device(g, q / 2) == d && hcq_graph_queue(g, q))
+      bytes += hcq_queue_size(hcq_graph_queue(g, q)) * 4;
   return bytes * SLOTS;
 }
 
@@ -67,12 +69,36 @@ Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed
   hcq_buffer_t *b0[] = {o, view}, *b0b[] = {o, o}, *b1[] = {x};
   hcq_exec_item_t items[4] = {
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {p0, b0, 2, (uint32_t[]){0}, 1, v0, 2, {hcq_imm(4), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
+       .kernel = {p0,
+                  b0,
+                  2,
+                  (uint32_t[]){0},
+                  1,
+                  v0,
+                  2,
+                  {hcq_imm(4), hcq_imm(1), hcq_imm(1)},
+                  {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {p0, b0b, 2, (uint32_t[]){0}, 1, v0, 2, {hcq_imm(4), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
+       .kernel = {p0,
+                  b0b,
+                  2,
+                  (uint32_t[]){0},
+                  1,
+                  v0,
+                  2,
+                  {hcq_imm(4), hcq_imm(1), hcq_imm(1)},
+                  {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
       {.kind = HCQ_ITEM_TRANSFER, .transfer = {x, o, 1000}},
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {p1, b1, 1, (uint32_t[]){0}, 1, v1, 3, {hcq_imm(4), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
+       .kernel = {p1,
+                  b1,
+                  1,
+                  (uint32_t[]){0},
+                  1,
+                  v1,
+                  3,
+                  {hcq_imm(4), hcq_imm(1), hcq_imm(1)},
+                  {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
   };
   cr_assert_eq(hcq_kernargs_size(2, 2), 32);
   cr_assert_eq(hcq_kernargs_size(1, 3), 32);
@@ -86,10 +112,13 @@ Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed
   }
   m0 = usage(d0);
   m1 = usage(d1);
-  cr_assert_eq(m0.graph_kernargs, start0.graph_kernargs + SLOTS * 2 * 64, "two graphs, 2 x 32 bytes of arguments each");
+  cr_assert_eq(m0.graph_kernargs, start0.graph_kernargs + SLOTS * 2 * 64,
+               "two graphs, 2 x 32 bytes of arguments each");
   cr_assert_eq(m1.graph_kernargs, start1.graph_kernargs + SLOTS * 2 * 32);
-  cr_assert_eq(m0.graph_commands, start0.graph_commands + graph_command_bytes(g, d0) + graph_command_bytes(gp, d0));
-  cr_assert_eq(m1.graph_commands, start1.graph_commands + graph_command_bytes(g, d1) + graph_command_bytes(gp, d1));
+  cr_assert_eq(m0.graph_commands,
+               start0.graph_commands + graph_command_bytes(g, d0) + graph_command_bytes(gp, d0));
+  cr_assert_eq(m1.graph_commands,
+               start1.graph_commands + graph_command_bytes(g, d1) + graph_command_bytes(gp, d1));
   cr_assert_gt(graph_command_bytes(g, d0), 0);
   /* Profiling: a start and an end slot (16 bytes each) per item, on every device of the graph. */
   cr_assert_eq(m0.graph_profile, start0.graph_profile + SLOTS * 4 * 2 * 16);
@@ -116,8 +145,10 @@ Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed
   /* What was released is freed once the engines have passed it. */
   m0 = usage_once_freed(d0, start0.deferred);
   m1 = usage_once_freed(d1, start1.deferred);
-  cr_assert_eq(m0.total, start0.total, "CPU:0: %" PRIu64 " bytes now, %" PRIu64 " at the start", m0.total, start0.total);
-  cr_assert_eq(m1.total, start1.total, "CPU:1: %" PRIu64 " bytes now, %" PRIu64 " at the start", m1.total, start1.total);
+  cr_assert_eq(m0.total, start0.total, "CPU:0: %" PRIu64 " bytes now, %" PRIu64 " at the start",
+               m0.total, start0.total);
+  cr_assert_eq(m1.total, start1.total, "CPU:1: %" PRIu64 " bytes now, %" PRIu64 " at the start",
+               m1.total, start1.total);
   hcq_program_release(p0);
   hcq_program_release(p1);
   test_close(d0);
@@ -190,11 +221,13 @@ Test(memory, a_cpu_device_has_the_hosts_memory) {
     cr_assert_eq(m.total, total, "MemTotal %" PRIu64 ", hcq %" PRIu64, total, m.total);
     /* MemAvailable moves with every other process: within 1 GiB of a read a moment apart. */
     uint64_t diff = m.available > avail ? m.available - avail : avail - m.available;
-    cr_assert_lt(diff, UINT64_C(1) << 30, "MemAvailable %" PRIu64 ", hcq %" PRIu64, avail, m.available);
+    cr_assert_lt(diff, UINT64_C(1) << 30, "MemAvailable %" PRIu64 ", hcq %" PRIu64, avail,
+                 m.available);
   } else {
     cr_assert_lt(m.total, total, "a cgroup limit is used only when it is below the host's memory");
   }
-  cr_assert(m.available > 0 && m.available <= m.total, "%" PRIu64 " of %" PRIu64, m.available, m.total);
+  cr_assert(m.available > 0 && m.available <= m.total, "%" PRIu64 " of %" PRIu64, m.available,
+            m.total);
   FAILS(hcq_device_memory(d, NULL), HCQ_INVALID_ARGUMENT, "NULL");
   FAILS(hcq_device_memory(NULL, &m), HCQ_INVALID_ARGUMENT, "NULL");
   test_close(d);
@@ -233,7 +266,8 @@ Test(memory, wrapped_memory_is_used_in_place_and_handed_back_after_the_work) {
   hcq_buffer_t *bin = NULL, *bout = NULL;
   OK(hcq_buffer_wrap(d, in, W * 4, hand_back, &hin, &bin));
   OK(hcq_buffer_wrap(d, out, W * 4, hand_back, &hout, &bout));
-  cr_assert_eq(hcq_buffer_address(bin), (uint64_t)(uintptr_t)in, "the kernel gets the application's pointer");
+  cr_assert_eq(hcq_buffer_address(bin), (uint64_t)(uintptr_t)in,
+               "the kernel gets the application's pointer");
   void *mapped = NULL;
   OK(hcq_buffer_map(bout, &mapped));
   cr_assert_eq(mapped, out);
@@ -278,7 +312,14 @@ Test(memory, a_graph_keeps_wrapped_memory_until_it_is_destroyed) {
   OK(hcq_buffer_wrap(d, mine, W * 4, hand_back, &h, &b));
   hcq_operand_t vals[] = {hcq_imm(9), hcq_imm(W)};
   hcq_exec_item_t item = {.kind = HCQ_ITEM_KERNEL,
-                          .kernel = {fill, &b, 1, NULL, 0, vals, 2, {hcq_imm(W / 64), hcq_imm(1), hcq_imm(1)},
+                          .kernel = {fill,
+                                     &b,
+                                     1,
+                                     NULL,
+                                     0,
+                                     vals,
+                                     2,
+                                     {hcq_imm(W / 64), hcq_imm(1), hcq_imm(1)},
                                      {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g));
@@ -299,14 +340,17 @@ Test(memory, wrapping_bad_memory_is_refused_by_name) {
   hcq_device_t *d = test_open("CPU:0");
   static char bytes[256] __attribute__((aligned(64)));
   hcq_buffer_t *b = NULL;
-  FAILS(hcq_buffer_wrap(d, bytes + 4, 64, NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "not aligned to 16 bytes", "CPU:0");
+  FAILS(hcq_buffer_wrap(d, bytes + 4, 64, NULL, NULL, &b), HCQ_INVALID_ARGUMENT,
+        "not aligned to 16 bytes", "CPU:0");
   cr_assert_null(b);
   FAILS(hcq_buffer_wrap(d, NULL, 64, NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "host is NULL");
-  FAILS(hcq_buffer_wrap(d, bytes, 0, NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "size must be greater than 0");
-  FAILS(hcq_buffer_wrap(d, bytes, 64, NULL, NULL, NULL), HCQ_INVALID_ARGUMENT, "out_buffer is NULL");
+  FAILS(hcq_buffer_wrap(d, bytes, 0, NULL, NULL, &b), HCQ_INVALID_ARGUMENT,
+        "size must be greater than 0");
+  FAILS(hcq_buffer_wrap(d, bytes, 64, NULL, NULL, NULL), HCQ_INVALID_ARGUMENT,
+        "out_buffer is NULL");
   FAILS(hcq_buffer_wrap(NULL, bytes, 64, NULL, NULL, &b), HCQ_INVALID_ARGUMENT, "device is NULL");
-  FAILS(hcq_buffer_wrap(d, (void *)(UINTPTR_MAX & ~(uintptr_t)63), 4096, NULL, NULL, &b), HCQ_OUT_OF_RANGE,
-        "past the address space");
+  FAILS(hcq_buffer_wrap(d, (void *)(UINTPTR_MAX & ~(uintptr_t)63), 4096, NULL, NULL, &b),
+        HCQ_OUT_OF_RANGE, "past the address space");
   void *p = (void *)1;
   FAILS(hcq_buffer_map(NULL, &p), HCQ_INVALID_ARGUMENT, "buffer is NULL");
   cr_assert_null(p);

@@ -3,8 +3,8 @@
  * work and copies, the compiler's error text, a failed command buffer marking the device lost, and
  * the Metal graph: results equal to eager ones, the ICB calls a replay makes (none when nothing
  * changed; one per command that uses a swapped input), the resources it declares, the M1/M2
- * workaround's dummy dispatches, its "batched N" label, JIT batches on Metal, and the device's memory
- * as Metal reports it. */
+ * workaround's dummy dispatches, its "batched N" label, JIT batches on Metal, and the device's
+ * memory as Metal reports it. */
 #include <dlfcn.h>
 #include <inttypes.h>
 
@@ -20,7 +20,8 @@ typedef struct hcq_fake_metal_counts {
 } counts_t;
 
 /* Whether the stand-in plays Metal (tools/metal-check.sh runs this suite on the real framework,
- * where the call counts and the stand-in's fault kernel do not exist and those checks are skipped). */
+ * where the call counts and the stand-in's fault kernel do not exist and those checks are skipped).
+ */
 static bool on_stand_in(void) {
   const char *lib = getenv("HCQ_METAL_FRAMEWORK");
   return lib && strstr(lib, "fake_metal");
@@ -32,8 +33,10 @@ static counts_t counts(void) {
   if (!on_stand_in()) return c;
   const char *lib = getenv("HCQ_METAL_FRAMEWORK");
   void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
-  void (*fn)(counts_t *) = h ? (void (*)(counts_t *))(uintptr_t)dlsym(h, "hcq_fake_metal_counts") : NULL;
-  cr_assert_not_null(fn, "the Metal stand-in is loaded (HCQ_METAL_FRAMEWORK=%s)", lib ? lib : "unset");
+  void (*fn)(counts_t *) =
+      h ? (void (*)(counts_t *))(uintptr_t)dlsym(h, "hcq_fake_metal_counts") : NULL;
+  cr_assert_not_null(fn, "the Metal stand-in is loaded (HCQ_METAL_FRAMEWORK=%s)",
+                     lib ? lib : "unset");
   fn(&c);
   dlclose(h);
   return c;
@@ -56,7 +59,8 @@ Test(metal, info_names_the_stand_in_device_and_caps) {
     if (infos[i].kind == HCQ_DEVICE_METAL) {
       found = true;
       cr_assert(infos[i].available, "%s", infos[i].description);
-      if (on_stand_in()) cr_assert(strstr(infos[i].description, "stand-in"), "%s", infos[i].description);
+      if (on_stand_in())
+        cr_assert(strstr(infos[i].description, "stand-in"), "%s", infos[i].description);
     }
   cr_assert(found, "hcq_device_query lists METAL");
   hcq_device_t *d = open_metal();
@@ -72,7 +76,8 @@ Test(metal, eager_launches_and_copies_compute_the_host_result) {
   hcq_program_t *mul = test_program(d, "mul_add", test_kernels_msl);
   int32_t a[N], got[N];
   for (int i = 0; i < N; i++) a[i] = i * 7 - 300;
-  hcq_buffer_t *ba = test_buffer(d, sizeof(a)), *bo = test_buffer(d, sizeof(a)), *bc = test_buffer(d, sizeof(a));
+  hcq_buffer_t *ba = test_buffer(d, sizeof(a)), *bo = test_buffer(d, sizeof(a)),
+               *bc = test_buffer(d, sizeof(a));
   OK(hcq_buffer_copyin(ba, 0, a, sizeof(a)));
   int32_t v[2] = {11, N - 3};
   hcq_buffer_t *bufs[2] = {bo, ba};
@@ -107,9 +112,13 @@ Test(metal, eager_launches_and_copies_compute_the_host_result) {
 Test(metal, compile_errors_carry_the_compiler_text_and_the_device) {
   hcq_device_t *d = open_metal();
   hcq_program_t *p = NULL;
-  FAILS(hcq_program_create(d, "k", "#include <metal_stdlib>\n#error expected ';' after expression\nkernel void k() {}\n", &p),
+  FAILS(hcq_program_create(
+            d, "k",
+            "#include <metal_stdlib>\n#error expected ';' after expression\nkernel void k() {}\n",
+            &p),
         HCQ_COMPILE_ERROR, "METAL:0", "program_source:2", "expected ';' after expression");
-  FAILS(hcq_program_create(d, "nope", test_kernels_msl, &p), HCQ_COMPILE_ERROR, "METAL:0", "no kernel function named nope");
+  FAILS(hcq_program_create(d, "nope", test_kernels_msl, &p), HCQ_COMPILE_ERROR, "METAL:0",
+        "no kernel function named nope");
   cr_assert_null(p);
   test_close(d);
 }
@@ -117,11 +126,13 @@ Test(metal, compile_errors_carry_the_compiler_text_and_the_device) {
 Test(metal, a_failed_command_buffer_marks_the_device_lost_with_metals_words) {
   if (!on_stand_in()) cr_skip_test("the stand-in's faulting kernel exists on the stand-in only");
   hcq_device_t *d = open_metal();
-  hcq_program_t *p = test_program(d, "hcq_fake_fault", "kernel void hcq_fake_fault(device int *x [[buffer(0)]]) {}\n");
+  hcq_program_t *p = test_program(d, "hcq_fake_fault",
+                                  "kernel void hcq_fake_fault(device int *x [[buffer(0)]]) {}\n");
   hcq_buffer_t *b = test_buffer(d, 64);
   hcq_launch_desc_t l = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}};
   OK(hcq_launch(&l));
-  FAILS(hcq_device_synchronize(d), HCQ_DEVICE_LOST, "METAL:0", "hcq_fake_fault", "GPU Address Fault");
+  FAILS(hcq_device_synchronize(d), HCQ_DEVICE_LOST, "METAL:0", "hcq_fake_fault",
+        "GPU Address Fault");
   FAILS(hcq_launch(&l), HCQ_DEVICE_LOST, "METAL:0");
   hcq_buffer_release(b);
   hcq_program_release(p);
@@ -129,8 +140,9 @@ Test(metal, a_failed_command_buffer_marks_the_device_lost_with_metals_words) {
 }
 
 /* Items: fill(a) -> add_scalar(b = a + k) -> mix(out = b * 3 + c + 1); c is input 0. */
-static void graph_case(hcq_device_t *d, hcq_program_t *const *ps, hcq_buffer_t *a, hcq_buffer_t *b, hcq_buffer_t *c,
-                       hcq_buffer_t *out, hcq_exec_item_t items[3], hcq_buffer_t *bufs[3][3], hcq_operand_t vals[3][3]) {
+static void graph_case(hcq_device_t *d, hcq_program_t *const *ps, hcq_buffer_t *a, hcq_buffer_t *b,
+                       hcq_buffer_t *c, hcq_buffer_t *out, hcq_exec_item_t items[3],
+                       hcq_buffer_t *bufs[3][3], hcq_operand_t vals[3][3]) {
   (void)d;
   hcq_operand_t g = hcq_imm((N + 63) / 64), one = hcq_imm(1), l = hcq_imm(64);
   bufs[0][0] = a;
@@ -142,13 +154,19 @@ static void graph_case(hcq_device_t *d, hcq_program_t *const *ps, hcq_buffer_t *
   size_t nb[3] = {1, 2, 3}, nv[3] = {2, 2, 3};
   for (int j = 0; j < 3; j++)
     items[j] = (hcq_exec_item_t){.kind = HCQ_ITEM_KERNEL,
-                                 .kernel = {.program = ps[j], .bufs = bufs[j], .nbufs = nb[j], .vals = vals[j],
-                                            .nvals = nv[j], .global = {g, one, one}, .local = {l, one, one}}};
+                                 .kernel = {.program = ps[j],
+                                            .bufs = bufs[j],
+                                            .nbufs = nb[j],
+                                            .vals = vals[j],
+                                            .nvals = nv[j],
+                                            .global = {g, one, one},
+                                            .local = {l, one, one}}};
 }
 
 Test(metal, graph_replays_equal_eager_and_reset_only_what_changed) {
   hcq_device_t *d = open_metal();
-  hcq_program_t *ps[3] = {test_program(d, "fill", test_kernels_msl), test_program(d, "add_scalar", test_kernels_msl),
+  hcq_program_t *ps[3] = {test_program(d, "fill", test_kernels_msl),
+                          test_program(d, "add_scalar", test_kernels_msl),
                           test_program(d, "mix", test_kernels_msl)};
   hcq_buffer_t *a = test_buffer(d, 4 * N), *b = test_buffer(d, 4 * N), *out = test_buffer(d, 4 * N);
   hcq_buffer_t *c1 = test_buffer_iota(d, N, 2, 1), *c2 = test_buffer_iota(d, N, -5, 7);
@@ -165,32 +183,37 @@ Test(metal, graph_replays_equal_eager_and_reset_only_what_changed) {
   counts_t after = counts();
   bool fake = on_stand_in();
   if (fake) {
-  cr_assert_eq(after.icb_sets, before.icb_sets, "unchanged replays make no ICB calls (%" PRIu64 " made)",
-               after.icb_sets - before.icb_sets);
-  cr_assert_eq(after.icb_executed - before.icb_executed, 12, "4 replays ran 3 commands each");
-  cr_assert_eq(after.empty_dispatches - before.empty_dispatches, 12, "one dummy dispatch per pipeline per replay");
-  cr_assert_eq(after.use_resources - before.use_resources, 4);
-  cr_assert_str_eq(after.last_label, "batched 3");
+    cr_assert_eq(after.icb_sets, before.icb_sets,
+                 "unchanged replays make no ICB calls (%" PRIu64 " made)",
+                 after.icb_sets - before.icb_sets);
+    cr_assert_eq(after.icb_executed - before.icb_executed, 12, "4 replays ran 3 commands each");
+    cr_assert_eq(after.empty_dispatches - before.empty_dispatches, 12,
+                 "one dummy dispatch per pipeline per replay");
+    cr_assert_eq(after.use_resources - before.use_resources, 4);
+    cr_assert_str_eq(after.last_label, "batched 3");
   }
   cr_assert_gt(ns, 0, "a replay with wait reports GPU time");
   uint32_t got[N], c1h[N], c2h[N];
   test_read(c1, c1h, sizeof(c1h));
   test_read(c2, c2h, sizeof(c2h));
   test_read(out, got, sizeof(got));
-  for (int i = 0; i < N; i++) cr_assert_eq(got[i], (uint32_t)(9 - 4) * 3u + c1h[i] + 1u, "out[%d]", i);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(got[i], (uint32_t)(9 - 4) * 3u + c1h[i] + 1u, "out[%d]", i);
   /* Swapping input 0: only the mix command binds it, so each replay (one per ICB slot) re-sets one
    * buffer binding of one command. */
   before = counts();
   OK(hcq_graph_run(g, &c2, 1, NULL, 0, true, NULL));
   counts_t one = counts();
   if (fake)
-    cr_assert_eq(one.icb_sets - before.icb_sets, 1, "one input swap re-sets one binding (%" PRIu64 " calls)",
-               one.icb_sets - before.icb_sets);
+    cr_assert_eq(one.icb_sets - before.icb_sets, 1,
+                 "one input swap re-sets one binding (%" PRIu64 " calls)",
+                 one.icb_sets - before.icb_sets);
   hcq_graph_stats_t stats;
   hcq_graph_stats(g, &stats);
   cr_assert_eq(stats.last_replay_updates, 1);
   test_read(out, got, sizeof(got));
-  for (int i = 0; i < N; i++) cr_assert_eq(got[i], 5u * 3u + c2h[i] + 1u, "out[%d] after the swap", i);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(got[i], 5u * 3u + c2h[i] + 1u, "out[%d] after the swap", i);
   /* The same items eagerly: the ground truth. */
   memset(got, 0, sizeof(got));
   uint32_t graph_out[N];
@@ -214,8 +237,13 @@ Test(metal, graph_with_a_symbolic_dim_resets_the_dispatch_only) {
   OK(hcq_var_create("groups", 1, 4, &n));
   hcq_operand_t vals[2] = {hcq_imm(42), hcq_imm(256)}, one = hcq_imm(1);
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {.program = p, .bufs = &out, .nbufs = 1, .vals = vals, .nvals = 2,
-                                   .global = {hcq_sym(n), one, one}, .local = {hcq_imm(64), one, one}}};
+                        .kernel = {.program = p,
+                                   .bufs = &out,
+                                   .nbufs = 1,
+                                   .vals = vals,
+                                   .nvals = 2,
+                                   .global = {hcq_sym(n), one, one},
+                                   .local = {hcq_imm(64), one, one}}};
   hcq_exec_item_t its[2] = {it, it};
   hcq_var_value_t v = {n, 1};
   hcq_graph_t *g = NULL;
@@ -225,7 +253,9 @@ Test(metal, graph_with_a_symbolic_dim_resets_the_dispatch_only) {
   v.value = 3;
   OK(hcq_graph_run(g, NULL, 0, &v, 1, true, NULL));
   counts_t after = counts();
-  if (on_stand_in()) cr_assert_eq(after.icb_sets - before.icb_sets, 2, "two commands' dispatch sizes re-set, nothing else");
+  if (on_stand_in())
+    cr_assert_eq(after.icb_sets - before.icb_sets, 2,
+                 "two commands' dispatch sizes re-set, nothing else");
   int32_t got[256];
   test_read(out, got, sizeof(got));
   for (int i = 0; i < 256; i++) cr_assert_eq(got[i], i < 192 ? 42 : 0, "out[%d]", i);
@@ -272,22 +302,28 @@ Test(metal, jit_graphs_metal_kernel_batches_and_leaves_transfers_eager) {
 Test(metal, graph_refuses_transfers_and_other_devices_with_a_reason) {
   setenv("HCQ_METAL_VIRTUAL", "1", 1);
   hcq_device_t *d0 = open_metal(), *d1 = test_open("METAL:1");
-  hcq_program_t *p0 = test_program(d0, "fill", test_kernels_msl), *p1 = test_program(d1, "fill", test_kernels_msl);
+  hcq_program_t *p0 = test_program(d0, "fill", test_kernels_msl),
+                *p1 = test_program(d1, "fill", test_kernels_msl);
   hcq_buffer_t *a = test_buffer(d0, 256), *b = test_buffer(d1, 256);
   hcq_operand_t vals[2] = {hcq_imm(1), hcq_imm(64)}, one = hcq_imm(1);
   hcq_exec_item_t k0 = {.kind = HCQ_ITEM_KERNEL,
-                        .kernel = {.program = p0, .bufs = &a, .nbufs = 1, .vals = vals, .nvals = 2,
-                                   .global = {one, one, one}, .local = {hcq_imm(64), one, one}}};
+                        .kernel = {.program = p0,
+                                   .bufs = &a,
+                                   .nbufs = 1,
+                                   .vals = vals,
+                                   .nvals = 2,
+                                   .global = {one, one, one},
+                                   .local = {hcq_imm(64), one, one}}};
   hcq_exec_item_t k1 = k0;
   k1.kernel.program = p1, k1.kernel.bufs = &b;
   hcq_exec_item_t t = {.kind = HCQ_ITEM_TRANSFER, .transfer = {b, a, 256}};
   hcq_graph_t *g = NULL;
-  FAILS(hcq_graph_create((hcq_exec_item_t[]){k0, k1}, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT,
-        "Metal graph runs on one device", "2");
+  FAILS(hcq_graph_create((hcq_exec_item_t[]){k0, k1}, 2, NULL, 0, NULL, 0, NULL, &g),
+        HCQ_INVALID_ARGUMENT, "Metal graph runs on one device", "2");
   hcq_buffer_t *a2 = test_buffer(d0, 256);
   hcq_exec_item_t t0 = {.kind = HCQ_ITEM_TRANSFER, .transfer = {a2, a, 256}};
-  FAILS(hcq_graph_create((hcq_exec_item_t[]){k0, t0}, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "item 1",
-        "kernel items only");
+  FAILS(hcq_graph_create((hcq_exec_item_t[]){k0, t0}, 2, NULL, 0, NULL, 0, NULL, &g),
+        HCQ_INVALID_ARGUMENT, "item 1", "kernel items only");
   hcq_buffer_release(a2);
   cr_assert_null(g);
   /* The JIT graphs each device's kernels apart and runs the transfer eagerly. */
@@ -320,7 +356,8 @@ Test(metal, a_stuck_wait_is_named_in_the_hang_report_and_runs_once_released) {
   int32_t v[2] = {5, 64};
   hcq_launch_desc_t l = {p, &b, 1, v, 2, {1, 1, 1}, {64, 1, 1}};
   OK(hcq_launch(&l)); /* queued behind the wait */
-  FAILS(hcq_device_synchronize(d), HCQ_TIMEOUT, "hang report", "METAL:0", "compute queue", "blocked at wait \"gate\" >= 1");
+  FAILS(hcq_device_synchronize(d), HCQ_TIMEOUT, "hang report", "METAL:0", "compute queue",
+        "blocked at wait \"gate\" >= 1");
   hcq_signal_set(gate, 1);
   OK(hcq_device_synchronize(d));
   int32_t got[64];
@@ -341,17 +378,21 @@ Test(metal, device_memory_is_the_working_set_less_what_the_device_allocated) {
   cr_assert_leq(before.available, before.total);
   cr_assert(before.source && strstr(before.source, "recommendedMaxWorkingSetSize"), "source: %s",
             before.source ? before.source : "(null)");
-  if (on_stand_in()) cr_assert_eq(before.total, UINT64_C(48) << 30, "the stand-in recommends 48 GiB");
+  if (on_stand_in())
+    cr_assert_eq(before.total, UINT64_C(48) << 30, "the stand-in recommends 48 GiB");
   const uint64_t size = UINT64_C(64) << 20;
   hcq_buffer_t *b = test_buffer(d, size);
   OK(hcq_device_memory(d, &held));
   cr_assert_eq(held.total, before.total);
-  cr_assert_leq(held.available + size, before.available, "available %" PRIu64 " with a 64 MiB buffer, %" PRIu64 " before",
-                held.available, before.available);
+  cr_assert_leq(held.available + size, before.available,
+                "available %" PRIu64 " with a 64 MiB buffer, %" PRIu64 " before", held.available,
+                before.available);
   hcq_buffer_release(b);
-  OK(hcq_device_synchronize(d)); /* a released buffer's memory is freed once the work queued before it finished */
+  /* a released buffer's memory is freed once the work queued before it finished */
+  OK(hcq_device_synchronize(d));
   OK(hcq_device_memory(d, &after));
-  cr_assert_geq(after.available, held.available + size, "available %" PRIu64 " after the release, %" PRIu64 " with the buffer",
+  cr_assert_geq(after.available, held.available + size,
+                "available %" PRIu64 " after the release, %" PRIu64 " with the buffer",
                 after.available, held.available);
   test_close(d);
 }

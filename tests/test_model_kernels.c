@@ -8,7 +8,8 @@ TestSuite(model_kernels, .timeout = 60);
 
 /* Hand-written from each backend's row: the language its devices compile, and host-callable C. */
 Test(model_kernels, kind_kernel_caps_name_the_language) {
-  cr_expect_eq(hcq_device_kind_kernel_caps(HCQ_DEVICE_CPU), HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C);
+  cr_expect_eq(hcq_device_kind_kernel_caps(HCQ_DEVICE_CPU),
+               HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C);
   cr_expect_eq(hcq_device_kind_kernel_caps(HCQ_DEVICE_VULKAN), HCQ_CAP_COMPILE_GLSL);
   cr_expect_eq(hcq_device_kind_kernel_caps(HCQ_DEVICE_CUDA), HCQ_CAP_COMPILE_CUDA);
   cr_expect_eq(hcq_device_kind_kernel_caps(HCQ_DEVICE_METAL), HCQ_CAP_COMPILE_METAL);
@@ -35,7 +36,8 @@ Test(model_kernels, source_per_language_or_refusal) {
   OK(model_kernel_source("toy", sources, HCQ_DEVICE_CPU, &body));
   cr_expect_str_eq(body, "c body");
   FAILS(model_kernel_source("toy", sources, HCQ_DEVICE_METAL, &body), HCQ_UNIMPLEMENTED,
-        "toy: no kernels for METAL devices, which compile MSL (the model's kernels: C, GLSL, CUDA C)");
+        "toy: no kernels for METAL devices, which compile MSL (the model's kernels: C, GLSL, CUDA "
+        "C)");
   cr_expect_null(body);
   FAILS(model_kernel_source("toy", sources, HCQ_DEVICE_KIND_COUNT, &body), HCQ_UNIMPLEMENTED,
         "no kernels for UNKNOWN devices, which compile no kernel language");
@@ -52,13 +54,14 @@ Test(model_kernels, program_is_defines_prefix_body_and_upload_labels) {
   test_read(buf, got, sizeof(got));
   cr_assert_arr_eq(got, init, sizeof(got));
   hcq_program_t *prog = NULL;
-  OK(model_program_create(dev, model_kernel_lang(HCQ_DEVICE_CPU), "#define FROM_DEFINES 40\n",
-                          "#define FROM_PREFIX 2\n",
-                          "void add_both(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
-                          "  (void)v, (void)l; int32_t *out = b[0];\n"
-                          "  for (int i = 0; i < 4; i++) out[i] += FROM_DEFINES + FROM_PREFIX;\n"
-                          "}\n",
-                          "add_both", &prog));
+  OK(model_program_create(
+      dev, model_kernel_lang(HCQ_DEVICE_CPU), "#define FROM_DEFINES 40\n",
+      "#define FROM_PREFIX 2\n",
+      "void add_both(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
+      "  (void)v, (void)l; int32_t *out = b[0];\n"
+      "  for (int i = 0; i < 4; i++) out[i] += FROM_DEFINES + FROM_PREFIX;\n"
+      "}\n",
+      "add_both", &prog));
   hcq_launch_desc_t l = {prog, &buf, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}};
   OK(hcq_launch(&l));
   test_read(buf, got, sizeof(got));

@@ -48,7 +48,8 @@ void free(void *p) { __libc_free(p); }
 #endif
 
 static void start_counting(void) {
-  if (!REPLACES_MALLOC) cr_skip_test("the sanitizers replace malloc themselves; this test runs in the plain build");
+  if (!REPLACES_MALLOC)
+    cr_skip_test("the sanitizers replace malloc themselves; this test runs in the plain build");
   atomic_store(&g_allocs, 0);
   atomic_store(&g_counting, 1);
 }
@@ -63,7 +64,8 @@ TestSuite(noalloc, .timeout = 60);
 Test(noalloc, queue_submit_allocates_nothing) {
   hcq_device_t *d = test_open("CPU:0");
   hcq_program_t *p = test_program(d, "add_scalar", test_kernels_source);
-  hcq_buffer_t *a = test_buffer_iota(d, 1024, 1, 0), *o = test_buffer(d, 4096), *args = test_buffer(d, 64);
+  hcq_buffer_t *a = test_buffer_iota(d, 1024, 1, 0), *o = test_buffer(d, 4096),
+               *args = test_buffer(d, 64);
   hcq_expr_t *n = NULL, *k = NULL, *r = NULL, *g = NULL;
   OK(hcq_var_create("n", 1, 1024, &n));
   OK(hcq_var_create("k", -100, 100, &k));
@@ -76,10 +78,12 @@ Test(noalloc, queue_submit_allocates_nothing) {
   for (int which = 0; which < 2; which++) {
     hcq_queue_t *q = NULL;
     OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-    hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(o)), hcq_imm((int64_t)hcq_buffer_address(a))};
+    hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(o)),
+                            hcq_imm((int64_t)hcq_buffer_address(a))};
     hcq_operand_t vals[] = {hcq_sym(k), hcq_sym(n)};
     OK(hcq_queue_kernargs(q, args, 0, bufs, 2, vals, 2));
-    hcq_operand_t gl[3] = {hcq_sym(g), hcq_imm(1), hcq_imm(1)}, lo[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
+    hcq_operand_t gl[3] = {hcq_sym(g), hcq_imm(1), hcq_imm(1)},
+                  lo[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
     OK(hcq_queue_exec(q, p, hcq_imm((int64_t)hcq_buffer_address(args)), 2, gl, lo));
     OK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(done)), hcq_sym(r)));
     if (which == 0) {
@@ -108,7 +112,8 @@ Test(noalloc, queue_submit_allocates_nothing) {
       }
     }
     long allocs = stop_counting();
-    cr_assert_eq(allocs, 0, "%s queue: %ld allocations in 500 submits", which ? "unbound" : "bound", allocs);
+    cr_assert_eq(allocs, 0, "%s queue: %ld allocations in 500 submits", which ? "unbound" : "bound",
+                 allocs);
   }
   hcq_queue_destroy(bound);
   hcq_queue_destroy(loose);
@@ -159,7 +164,14 @@ Test(noalloc, graph_replay_allocates_nothing) {
   hcq_operand_t vals[] = {hcq_sym(k), hcq_sym(n)};
   hcq_exec_item_t items[2] = {
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {p, bufs, 2, (uint32_t[]){0}, 1, vals, 2, {hcq_sym(g), hcq_imm(1), hcq_imm(1)},
+       .kernel = {p,
+                  bufs,
+                  2,
+                  (uint32_t[]){0},
+                  1,
+                  vals,
+                  2,
+                  {hcq_sym(g), hcq_imm(1), hcq_imm(1)},
                   {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}},
       {.kind = HCQ_ITEM_TRANSFER, .transfer = {far, o, 4096}},
   };

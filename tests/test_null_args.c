@@ -10,8 +10,8 @@
 /* A status that is a failure with code, freed. */
 static void refused(hcq_status_t st, hcq_status_code_t code, const char *what) {
   cr_assert_not_null(st, "%s: accepted", what);
-  cr_assert_eq(hcq_status_code(st), code, "%s: %s (%s)", what, hcq_status_code_name(hcq_status_code(st)),
-               hcq_status_message(st));
+  cr_assert_eq(hcq_status_code(st), code, "%s: %s (%s)", what,
+               hcq_status_code_name(hcq_status_code(st)), hcq_status_message(st));
   cr_assert_gt(strlen(hcq_status_message(st)), 0, "%s: no message", what);
   hcq_status_destroy(st);
 }
@@ -176,7 +176,8 @@ Test(null_args, programs_and_launches) {
   cr_assert_not(hcq_program_args(NULL, &nb, &nv));
   cr_assert_not_null(hcq_cpu_prelude());
   cr_assert_not_null(hcq_vulkan_glsl_prelude());
-  cr_assert(strstr(hcq_vulkan_glsl_prelude(), "#version") != NULL, "the prelude is GLSL: %s", hcq_vulkan_glsl_prelude());
+  cr_assert(strstr(hcq_vulkan_glsl_prelude(), "#version") != NULL, "the prelude is GLSL: %s",
+            hcq_vulkan_glsl_prelude());
   REFUSED(hcq_launch(NULL));
   REFUSED(hcq_program_create_spirv(NULL, "main", NULL, 0, &(hcq_program_t *){NULL}));
 
@@ -281,11 +282,19 @@ Test(null_args, graph_and_jit_accessors) {
   hcq_buffer_t *x = test_buffer_iota(d, 64, 1, 0), *y = test_buffer_iota(d, 64, 1, 0);
   hcq_expr_t *n = NULL;
   OK(hcq_var_create("n", 1, 64, &n));
-  hcq_expr_t *seven = hcq_expr_const(7), *eight = hcq_expr_const(8), *plus = hcq_expr_binary(HCQ_EXPR_ADD, n, seven);
+  hcq_expr_t *seven = hcq_expr_const(7), *eight = hcq_expr_const(8),
+             *plus = hcq_expr_binary(HCQ_EXPR_ADD, n, seven);
   hcq_expr_t *groups = hcq_expr_binary(HCQ_EXPR_FLOORDIV, plus, eight);
   hcq_operand_t vals[3] = {hcq_imm(3), hcq_imm(1), hcq_sym(n)};
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL};
-  it.kernel = (hcq_kernel_item_t){p, &x, 1, NULL, 0, vals, 3, {hcq_sym(groups), hcq_imm(1), hcq_imm(1)},
+  it.kernel = (hcq_kernel_item_t){p,
+                                  &x,
+                                  1,
+                                  NULL,
+                                  0,
+                                  vals,
+                                  3,
+                                  {hcq_sym(groups), hcq_imm(1), hcq_imm(1)},
                                   {hcq_imm(8), hcq_imm(1), hcq_imm(1)}};
   hcq_var_value_t v = {n, 64};
 
@@ -356,8 +365,10 @@ Test(null_args, graph_files_and_traces) {
   hcq_graph_file_random_bytes(1, NULL, 0);
 
   /* A loaded file's devices: in range and past the end. */
-  const char *text = "{\"format\": \"hcq-graph/1\", \"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64},"
-                     " \"b\": {\"device\": \"CPU:1\", \"bytes\": 64}}, \"items\": [{\"copy\": {\"dst\": \"b\", \"src\": \"a\"}}]}";
+  const char *text =
+      "{\"format\": \"hcq-graph/1\", \"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64},"
+      " \"b\": {\"device\": \"CPU:1\", \"bytes\": 64}}, \"items\": [{\"copy\": {\"dst\": \"b\", "
+      "\"src\": \"a\"}}]}";
   hcq_graph_file_t *f = NULL;
   OK(hcq_graph_file_load_text(text, strlen(text), "t.json", NULL, NULL, &f));
   cr_assert_eq(hcq_graph_file_device_count(f), 2);
@@ -388,29 +399,46 @@ Test(null_args, variable_values_name_one_variable_each) {
   hcq_expr_t *two_c = hcq_expr_const(2), *twice = hcq_expr_binary(HCQ_EXPR_MUL, n, two_c);
   hcq_operand_t vals[3] = {hcq_imm(2), hcq_imm(1), hcq_sym(n)};
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL};
-  it.kernel = (hcq_kernel_item_t){p, &x, 1, NULL, 0, vals, 3, {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
+  it.kernel = (hcq_kernel_item_t){p,
+                                  &x,
+                                  1,
+                                  NULL,
+                                  0,
+                                  vals,
+                                  3,
+                                  {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
                                   {hcq_imm(8), hcq_imm(1), hcq_imm(1)}};
   hcq_exec_item_t two[2] = {it, it};
   const hcq_var_value_t good = {n, 64};
   const hcq_var_value_t bad[3][2] = {{good, {NULL, 3}}, {good, {twice, 3}}, {good, {n, 5}}};
-  const char *why[3] = {"value 1 names no variable", "value 1 is for an expression that is not a variable",
+  const char *why[3] = {"value 1 names no variable",
+                        "value 1 is for an expression that is not a variable",
                         "variable n has two values (values 0 and 1)"};
 
   hcq_graph_t *g = NULL;
   hcq_jit_t *j = NULL;
   OK(hcq_graph_create(two, 2, NULL, 0, &good, 1, NULL, &g));
   OK(hcq_jit_create(two, 2, NULL, 0, &good, 1, NULL, &j));
-  hcq_launch_sym_desc_t ls = {p, &x, 1, vals, 3, {hcq_imm(8), hcq_imm(1), hcq_imm(1)}, {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
-                              NULL, 0};
+  hcq_launch_sym_desc_t ls = {p,
+                              &x,
+                              1,
+                              vals,
+                              3,
+                              {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
+                              {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
+                              NULL,
+                              0};
   hcq_queue_t *q = NULL;
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
   for (int b = 0; b < 3; b++) {
     hcq_graph_t *g2 = NULL;
     hcq_jit_t *j2 = NULL;
-    FAILS(hcq_graph_create(two, 2, NULL, 0, bad[b], 2, NULL, &g2), HCQ_INVALID_ARGUMENT, "graph", why[b]);
+    FAILS(hcq_graph_create(two, 2, NULL, 0, bad[b], 2, NULL, &g2), HCQ_INVALID_ARGUMENT, "graph",
+          why[b]);
     cr_assert_null(g2);
     FAILS(hcq_graph_run(g, NULL, 0, bad[b], 2, true, NULL), HCQ_INVALID_ARGUMENT, "replay", why[b]);
-    FAILS(hcq_jit_create(two, 2, NULL, 0, bad[b], 2, NULL, &j2), HCQ_INVALID_ARGUMENT, "jit", why[b]);
+    FAILS(hcq_jit_create(two, 2, NULL, 0, bad[b], 2, NULL, &j2), HCQ_INVALID_ARGUMENT, "jit",
+          why[b]);
     cr_assert_null(j2);
     FAILS(hcq_jit_run(j, NULL, 0, bad[b], 2, true, NULL), HCQ_INVALID_ARGUMENT, why[b]);
     FAILS(hcq_exec_item_run(&it, bad[b], 2), HCQ_INVALID_ARGUMENT, "hcq_exec_item_run", why[b]);
@@ -420,7 +448,8 @@ Test(null_args, variable_values_name_one_variable_each) {
     OK(hcq_capture_begin(&c));
     OK(hcq_launch_sym(&ls, &good, 1));
     OK(hcq_launch_sym(&ls, &good, 1));
-    FAILS(hcq_capture_end(c, NULL, 0, bad[b], 2, NULL, &j2), HCQ_INVALID_ARGUMENT, "hcq_capture_end", why[b]);
+    FAILS(hcq_capture_end(c, NULL, 0, bad[b], 2, NULL, &j2), HCQ_INVALID_ARGUMENT,
+          "hcq_capture_end", why[b]);
     cr_assert_null(j2);
   }
   /* Nothing of the refused calls ran: x went through the good replays only. */
@@ -428,8 +457,9 @@ Test(null_args, variable_values_name_one_variable_each) {
   OK(hcq_device_synchronize(d));
   int32_t got[64];
   test_read(x, got, sizeof(got));
-  /* Three launch_sym captures ran twice each (6), plus one replay of the two-item graph (2): 8 times
-   * x = x * 2 + 1 over the first 8 elements (the 8x8 grid's mul_add skips indices >= n = 64: all). */
+  /* Three launch_sym captures ran twice each (6), plus one replay of the two-item graph (2): 8
+   * times x = x * 2 + 1 over the first 8 elements (the 8x8 grid's mul_add skips indices >= n = 64:
+   * all). */
   for (int i = 0; i < 64; i++) {
     int32_t want = i;
     for (int k = 0; k < 8; k++) want = want * 2 + 1;

@@ -9,7 +9,8 @@
 TestSuite(nvrtc, .timeout = 120);
 
 static const char k_axpb[] =
-    "extern \"C\" __global__ void axpb(unsigned *y, const unsigned *x, const unsigned *w, int n, int a, int b) {\n"
+    "extern \"C\" __global__ void axpb(unsigned *y, const unsigned *x, const unsigned *w, int n, "
+    "int a, int b) {\n"
     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
     "  if (i < n) y[i] = x[i] * (unsigned)a + w[i] + (unsigned)b;\n"
     "}\n";
@@ -96,8 +97,10 @@ Test(nvrtc, a_damaged_or_foreign_cache_file_is_ignored) {
   test_stderr_end(saved, err, sizeof(err));
   cr_assert_not(b.from_cache, "a flipped byte fails the checksum");
   cr_assert_arr_eq(b.cubin, a.cubin, a.cubin_len, "compiled again, the same");
-  cr_assert(strstr(err, "hcq: warning") && strstr(err, path) && strstr(err, "damaged"), "no warning: %s", err);
-  cr_assert_null(strstr(strstr(err, "hcq: warning") + 1, "hcq: warning"), "more than one warning: %s", err);
+  cr_assert(strstr(err, "hcq: warning") && strstr(err, path) && strstr(err, "damaged"),
+            "no warning: %s", err);
+  cr_assert_null(strstr(strstr(err, "hcq: warning") + 1, "hcq: warning"),
+                 "more than one warning: %s", err);
   hcq__cuda_image_free(&b);
   saved = test_stderr_begin();
   compile("axpb", k_axpb, 90, &b);
@@ -138,7 +141,8 @@ Test(nvrtc, an_exposed_cache_directory_is_not_used) {
   cr_assert_eq(chmod(path, 0777), 0);
   for (int i = 0; i < 2; i++) {
     compile("axpb", k_axpb, 90, &a);
-    cr_assert_not(a.from_cache, "compile %d: a world-writable cache directory is neither read nor written", i);
+    cr_assert_not(a.from_cache,
+                  "compile %d: a world-writable cache directory is neither read nor written", i);
     hcq__cuda_image_free(&a);
   }
   char p2[1300];
@@ -148,8 +152,10 @@ Test(nvrtc, an_exposed_cache_directory_is_not_used) {
 Test(nvrtc, a_compile_error_carries_the_compiler_log) {
   fresh_cache("error");
   hcq__cuda_image_t a;
-  FAILS(hcq__nvrtc_compile("bad", "extern \"C\" __global__ void bad(int *y) { y[0] = undefined_thing; }\n", 90, &a),
-        HCQ_COMPILE_ERROR, "bad.cu", "undefined_thing", "NVRTC");
+  FAILS(
+      hcq__nvrtc_compile(
+          "bad", "extern \"C\" __global__ void bad(int *y) { y[0] = undefined_thing; }\n", 90, &a),
+      HCQ_COMPILE_ERROR, "bad.cu", "undefined_thing", "NVRTC");
   cr_assert_null(a.ptx);
 }
 
@@ -165,10 +171,11 @@ Test(nvrtc, an_architecture_nvrtc_does_not_know_gets_ptx_for_the_newest_below_it
 }
 
 Test(nvrtc, ptx_parameters_follow_the_spec_layout) {
-  const char *ok = ".version 8.0\n.target sm_90\n.address_size 64\n"
-                   ".visible .entry k(\n .param .u64 .ptr .global .align 4 k_param_0,\n .param .u64 k_param_1,\n"
-                   " .param .u32 k_param_2,\n .param .f32 k_param_3\n)\n{ ret; }\n"
-                   ".visible .entry none()\n{ ret; }\n";
+  const char *ok =
+      ".version 8.0\n.target sm_90\n.address_size 64\n"
+      ".visible .entry k(\n .param .u64 .ptr .global .align 4 k_param_0,\n .param .u64 k_param_1,\n"
+      " .param .u32 k_param_2,\n .param .f32 k_param_3\n)\n{ ret; }\n"
+      ".visible .entry none()\n{ ret; }\n";
   uint32_t np = 9, nv = 9;
   OK(hcq__cuda_ptx_params(ok, "k", &np, &nv));
   cr_assert_eq(np, 2u);
@@ -177,7 +184,8 @@ Test(nvrtc, ptx_parameters_follow_the_spec_layout) {
   cr_assert_eq(np + nv, 0u);
   FAILS(hcq__cuda_ptx_params(ok, "missing", &np, &nv), HCQ_COMPILE_ERROR, "\"missing\"");
   const char *late = ".version 8.0\n.entry k(.param .u32 a, .param .u64 b)\n{ ret; }\n";
-  FAILS(hcq__cuda_ptx_params(late, "k", &np, &nv), HCQ_COMPILE_ERROR, "parameter 1", "pointers) first");
+  FAILS(hcq__cuda_ptx_params(late, "k", &np, &nv), HCQ_COMPILE_ERROR, "parameter 1",
+        "pointers) first");
   const char *byval = ".version 8.0\n.entry k(.param .align 8 .b8 s[16])\n{ ret; }\n";
   FAILS(hcq__cuda_ptx_params(byval, "k", &np, &nv), HCQ_COMPILE_ERROR, "parameter 0");
   cr_assert(hcq__is_ptx("// generated\n/* x */\n  .version 8.0\n"));

@@ -51,13 +51,13 @@ Test(queue, symbolic_signal_value_resubmitted) {
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
       hcq_var_value_t vals[] = {{v, values[i]}};
       OK(hcq_queue_submit(q, dev, vals, 1));
-      if (i + 1 < sizeof(values) / sizeof(values[0]) && values[i] < 1000) OK(hcq_signal_wait(s, (uint64_t)values[i], 5000));
+      if (i + 1 < sizeof(values) / sizeof(values[0]) && values[i] < 1000)
+        OK(hcq_signal_wait(s, (uint64_t)values[i], 5000));
     }
     OK(hcq_device_synchronize(dev));
     /* In-order queue: after the last submit has run, the value is the last one written. */
     uint64_t deadline_spins = 0;
-    while (hcq_signal_value(s) != 3 && deadline_spins++ < 100000000) {
-    }
+    while (hcq_signal_value(s) != 3 && deadline_spins++ < 100000000) {}
     cr_assert_eq(hcq_signal_value(s), 3);
     hcq_queue_destroy(q);
     hcq_signal_destroy(s);
@@ -94,7 +94,8 @@ Test(queue, wait_and_signal_chain_orders_work) {
 Test(queue, symbolic_kernel_args_and_dims_fuzz) {
   enum { N = 4096 };
   hcq_program_t *prog = test_program(dev, "add_scalar", test_kernels_source);
-  hcq_buffer_t *a = test_buffer_iota(dev, N, 3, -7), *out = test_buffer(dev, N * 4), *args = test_buffer(dev, 64);
+  hcq_buffer_t *a = test_buffer_iota(dev, N, 3, -7), *out = test_buffer(dev, N * 4),
+               *args = test_buffer(dev, 64);
   hcq_expr_t *n = var("n", 1, N), *k = var("k", INT32_MIN, INT32_MAX), *r = var("r", 0, 1 << 30);
   const hcq_expr_t *vars[] = {n, k, r};
   hcq_expr_t *groups = parse("(n+63)//64", vars, 3);
@@ -102,10 +103,12 @@ Test(queue, symbolic_kernel_args_and_dims_fuzz) {
 
   hcq_queue_t *q = NULL;
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-  hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(out)), hcq_imm((int64_t)hcq_buffer_address(a))};
+  hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(out)),
+                          hcq_imm((int64_t)hcq_buffer_address(a))};
   hcq_operand_t vals[] = {hcq_sym(k), hcq_sym(n)};
   OK(hcq_queue_kernargs(q, args, 0, bufs, 2, vals, 2));
-  hcq_operand_t global[3] = {hcq_sym(groups), hcq_imm(1), hcq_imm(1)}, local[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
+  hcq_operand_t global[3] = {hcq_sym(groups), hcq_imm(1), hcq_imm(1)},
+                local[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
   OK(hcq_queue_exec(q, prog, hcq_imm((int64_t)hcq_buffer_address(args)), 2, global, local));
   OK(hcq_queue_signal(q, addr_of(done), hcq_sym(r)));
 
@@ -113,16 +116,20 @@ Test(queue, symbolic_kernel_args_and_dims_fuzz) {
   srand(77);
   for (int round = 1; round <= 60; round++) {
     int64_t nv = round == 1 ? 1 : round == 2 ? N : rand() % N + 1;
-    int64_t kv = round == 3 ? INT32_MIN : round == 4 ? INT32_MAX : (int64_t)(rand() % 2000001) - 1000000;
+    int64_t kv = round == 3   ? INT32_MIN
+                 : round == 4 ? INT32_MAX
+                              : (int64_t)(rand() % 2000001) - 1000000;
     hcq_var_value_t vv[] = {{r, round}, {k, kv}, {n, nv}};
     OK(hcq_queue_submit(q, dev, vv, 3));
     OK(hcq_signal_wait(done, (uint64_t)round, 5000));
     for (int64_t i = 0; i < nv; i++) model[i] = (int32_t)((uint32_t)(i * 3 - 7) + (uint32_t)kv);
     test_read(out, got, N * 4);
     for (int i = 0; i < N; i++)
-      if (got[i] != model[i]) cr_log_error("round %d: word %d is %d, want %d", round, i, got[i], model[i]);
-    cr_assert_arr_eq(got, model, N * 4, "round %d (n=%ld k=%ld): output differs from the C reference", round,
-                     (long)nv, (long)kv);
+      if (got[i] != model[i])
+        cr_log_error("round %d: word %d is %d, want %d", round, i, got[i], model[i]);
+    cr_assert_arr_eq(got, model, N * 4,
+                     "round %d (n=%ld k=%ld): output differs from the C reference", round, (long)nv,
+                     (long)kv);
   }
   free(model);
   free(got);
@@ -142,7 +149,8 @@ Test(queue, copy_with_symbolic_addresses_and_size) {
   enum { N = 1024, NBUF = 4 };
   hcq_buffer_t *bufs[NBUF];
   for (int i = 0; i < NBUF; i++) bufs[i] = test_buffer_iota(dev, N, 1, i * 100000);
-  hcq_expr_t *dst = var("dst", 0, INT64_MAX), *src = var("src", 0, INT64_MAX), *sz = var("sz", 0, N * 4);
+  hcq_expr_t *dst = var("dst", 0, INT64_MAX), *src = var("src", 0, INT64_MAX),
+             *sz = var("sz", 0, N * 4);
   hcq_signal_t *done = signal_on(dev, "copied");
   hcq_queue_t *q = NULL;
   OK(hcq_queue_create(HCQ_QUEUE_COPY, &q));
@@ -232,7 +240,8 @@ Test(queue, bound_queue_reruns_kernel_many_times) {
   hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(x))};
   hcq_operand_t vals[] = {hcq_sym(m), hcq_imm(1), hcq_imm(256)};
   OK(hcq_queue_kernargs(q, args, 0, bufs, 1, vals, 3));
-  hcq_operand_t g[3] = {hcq_imm(4), hcq_imm(1), hcq_imm(1)}, l[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
+  hcq_operand_t g[3] = {hcq_imm(4), hcq_imm(1), hcq_imm(1)},
+                l[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
   OK(hcq_queue_exec(q, prog, hcq_imm((int64_t)hcq_buffer_address(args)), 1, g, l));
   OK(hcq_queue_signal(q, addr_of(done), hcq_sym(r)));
   OK(hcq_queue_bind(q, dev));
@@ -266,9 +275,11 @@ Test(queue, wait_on_another_devices_signal) {
   hcq_queue_t *waiter = NULL, *setter = NULL;
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &waiter));
   OK(hcq_queue_create(HCQ_QUEUE_COPY, &setter));
-  hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(out))}, vals[] = {hcq_sym(v), hcq_imm(64)};
+  hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(out))},
+                vals[] = {hcq_sym(v), hcq_imm(64)};
   OK(hcq_queue_kernargs(waiter, args, 0, bufs, 1, vals, 2));
-  hcq_operand_t g[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)}, l[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
+  hcq_operand_t g[3] = {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                l[3] = {hcq_imm(64), hcq_imm(1), hcq_imm(1)};
   OK(hcq_queue_wait(waiter, addr_of(gate), hcq_sym(v)));
   OK(hcq_queue_exec(waiter, fill, hcq_imm((int64_t)hcq_buffer_address(args)), 1, g, l));
   OK(hcq_queue_signal(waiter, addr_of(done), hcq_sym(v)));
@@ -299,21 +310,24 @@ Test(queue, wait_on_another_devices_signal) {
 Test(queue, memory_barrier_before_copy) {
   enum { N = 4096 };
   hcq_program_t *fill = test_program(dev, "fill", test_kernels_source);
-  hcq_buffer_t *src = test_buffer(dev, N * 4), *dst = test_buffer(dev, N * 4), *args = test_buffer(dev, 64);
+  hcq_buffer_t *src = test_buffer(dev, N * 4), *dst = test_buffer(dev, N * 4),
+               *args = test_buffer(dev, 64);
   hcq_signal_t *written = signal_on(dev, "written"), *copied = signal_on(dev, "copied");
   hcq_expr_t *r = var("r", 0, 1000);
   hcq_queue_t *cq = NULL, *xq = NULL;
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &cq));
   OK(hcq_queue_create(HCQ_QUEUE_COPY, &xq));
-  hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(src))}, vals[] = {hcq_sym(r), hcq_imm(N)};
+  hcq_operand_t bufs[] = {hcq_imm((int64_t)hcq_buffer_address(src))},
+                vals[] = {hcq_sym(r), hcq_imm(N)};
   OK(hcq_queue_kernargs(cq, args, 0, bufs, 1, vals, 2));
-  hcq_operand_t g[3] = {hcq_imm(N / 256), hcq_imm(1), hcq_imm(1)}, l[3] = {hcq_imm(256), hcq_imm(1), hcq_imm(1)};
+  hcq_operand_t g[3] = {hcq_imm(N / 256), hcq_imm(1), hcq_imm(1)},
+                l[3] = {hcq_imm(256), hcq_imm(1), hcq_imm(1)};
   OK(hcq_queue_exec(cq, fill, hcq_imm((int64_t)hcq_buffer_address(args)), 1, g, l));
   OK(hcq_queue_memory_barrier(cq));
   OK(hcq_queue_signal(cq, addr_of(written), hcq_sym(r)));
   OK(hcq_queue_wait(xq, addr_of(written), hcq_sym(r)));
-  OK(hcq_queue_copy(xq, hcq_imm((int64_t)hcq_buffer_address(dst)), hcq_imm((int64_t)hcq_buffer_address(src)),
-                    hcq_imm(N * 4)));
+  OK(hcq_queue_copy(xq, hcq_imm((int64_t)hcq_buffer_address(dst)),
+                    hcq_imm((int64_t)hcq_buffer_address(src)), hcq_imm(N * 4)));
   OK(hcq_queue_signal(xq, addr_of(copied), hcq_sym(r)));
   for (int64_t round = 1; round <= 10; round++) {
     hcq_var_value_t vv[] = {{r, round}};
@@ -337,7 +351,8 @@ Test(queue, memory_barrier_before_copy) {
 }
 
 Test(queue, timestamps_move_forward) {
-  hcq_signal_t *t1 = signal_on(dev, "t1"), *t2 = signal_on(dev, "t2"), *done = signal_on(dev, "done");
+  hcq_signal_t *t1 = signal_on(dev, "t1"), *t2 = signal_on(dev, "t2"),
+               *done = signal_on(dev, "done");
   hcq_expr_t *r = var("r", 0, 100);
   hcq_queue_t *q = NULL;
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));

@@ -104,4 +104,3 @@ Test(signal_env, default_timeout_from_environment, .timeout = 60) {
   hcq_signal_destroy(s);
   test_close(d);
 }
-

@@ -17,12 +17,15 @@ TestSuite(spin_policy, .timeout = 120);
 Test(spin_policy, one_gap_is_noise_two_close_gaps_mean_contended) {
   hcq__spin_policy_t p = {0};
   uint64_t t = 1000 * MS;
-  cr_assert(!hcq__spin_policy_observe(&p, HCQ__SPIN_GAP_NS * 4, t), "a single gap (an interrupt) contends");
+  cr_assert(!hcq__spin_policy_observe(&p, HCQ__SPIN_GAP_NS * 4, t),
+            "a single gap (an interrupt) contends");
   cr_assert(!hcq__spin_policy_contended(&p, t));
-  cr_assert(hcq__spin_policy_observe(&p, HCQ__SPIN_GAP_NS * 4, t + 10 * MS), "a second gap 10 ms later does not");
+  cr_assert(hcq__spin_policy_observe(&p, HCQ__SPIN_GAP_NS * 4, t + 10 * MS),
+            "a second gap 10 ms later does not");
   cr_assert(hcq__spin_policy_contended(&p, t + 10 * MS));
   cr_assert(hcq__spin_policy_contended(&p, t + 10 * MS + HCQ__SPIN_CONTENDED_HOLD_NS - 1));
-  cr_assert(!hcq__spin_policy_contended(&p, t + 10 * MS + HCQ__SPIN_CONTENDED_HOLD_NS), "the hold never ends");
+  cr_assert(!hcq__spin_policy_contended(&p, t + 10 * MS + HCQ__SPIN_CONTENDED_HOLD_NS),
+            "the hold never ends");
   cr_assert_eq(atomic_load(&p.contended_spells), 1);
 }
 
@@ -30,10 +33,12 @@ Test(spin_policy, short_or_distant_gaps_never_contend) {
   hcq__spin_policy_t p = {0};
   uint64_t t = 1000 * MS;
   /* Gaps no longer than the threshold are steps of a spin that kept its core. */
-  for (int i = 0; i < 100; i++) cr_assert(!hcq__spin_policy_observe(&p, HCQ__SPIN_GAP_NS, t + (uint64_t)i * MS));
+  for (int i = 0; i < 100; i++)
+    cr_assert(!hcq__spin_policy_observe(&p, HCQ__SPIN_GAP_NS, t + (uint64_t)i * MS));
   /* Real gaps, but each further from the last than the window. */
   for (int i = 0; i < 5; i++)
-    cr_assert(!hcq__spin_policy_observe(&p, 10 * MS, t + (uint64_t)i * (HCQ__SPIN_GAP_WINDOW_NS + 1)));
+    cr_assert(
+        !hcq__spin_policy_observe(&p, 10 * MS, t + (uint64_t)i * (HCQ__SPIN_GAP_WINDOW_NS + 1)));
   cr_assert(!hcq__spin_policy_contended(&p, t + 5 * HCQ__SPIN_GAP_WINDOW_NS));
   cr_assert_eq(atomic_load(&p.contended_spells), 0);
 }
@@ -45,7 +50,8 @@ Test(spin_policy, gaps_during_a_hold_extend_it_and_count_one_spell) {
   cr_assert(hcq__spin_policy_observe(&p, 2 * MS, t + MS));
   uint64_t later = t + HCQ__SPIN_GAP_WINDOW_NS / 2; /* within the window of the last gap */
   cr_assert(hcq__spin_policy_observe(&p, 2 * MS, later));
-  cr_assert(hcq__spin_policy_contended(&p, later + HCQ__SPIN_CONTENDED_HOLD_NS - 1), "the hold was not renewed");
+  cr_assert(hcq__spin_policy_contended(&p, later + HCQ__SPIN_CONTENDED_HOLD_NS - 1),
+            "the hold was not renewed");
   cr_assert_eq(atomic_load(&p.contended_spells), 1);
   /* A clock that went back (another thread's older reading) is no evidence. */
   hcq__spin_policy_t q = {0};
@@ -58,10 +64,14 @@ static bool never(const void *ctx) {
   return false;
 }
 
-/* Ready before the spin first reads the clock (64 steps): no gap can be seen, whatever the machine's load. */
-static bool after_calls(const void *ctx) { return atomic_fetch_add((_Atomic unsigned *)(uintptr_t)ctx, 1) >= 50; }
+/* Ready before the spin first reads the clock (64 steps): no gap can be seen, whatever the
+ * machine's load. */
+static bool after_calls(const void *ctx) {
+  return atomic_fetch_add((_Atomic unsigned *)(uintptr_t)ctx, 1) >= 50;
+}
 
-/* Sleeps 2 ms on two of its calls once the spin has read the clock: the spinner taken off its core. */
+/* Sleeps 2 ms on two of its calls once the spin has read the clock: the spinner taken off its core.
+ */
 static bool descheduled_twice(const void *ctx) {
   unsigned n = atomic_fetch_add((_Atomic unsigned *)(uintptr_t)ctx, 1);
   if (n == 100 || n == 170) nanosleep(&(struct timespec){0, 2000000}, NULL);
@@ -77,11 +87,13 @@ static uint64_t now_ns(void) {
 Test(spin_policy, a_spin_stops_early_when_contended_and_detects_being_descheduled) {
   hcq__spin_policy_t p = {0};
   _Atomic unsigned calls = 0;
-  cr_assert(hcq__spin_until_with(&p, after_calls, &calls, UINT64_C(10000000000)), "a ready wait failed");
+  cr_assert(hcq__spin_until_with(&p, after_calls, &calls, UINT64_C(10000000000)),
+            "a ready wait failed");
   /* Uncontended, a wait that is never ready lasts its budget. */
   uint64_t t0 = now_ns();
   cr_assert(!hcq__spin_until_with(&p, never, NULL, 2 * MS));
-  /* ... unless this busy machine took the spinner off its core twice: then it stopped early, as it should. */
+  /* ... unless this busy machine took the spinner off its core twice: then it stopped early, as it
+   * should. */
   if (!atomic_load(&p.contended_spells)) cr_assert_geq(now_ns() - t0, 2 * MS);
   atomic_store(&p.contended_until_ns, 0);
   /* Contended, it stops after its first 64 steps (all pauses) whatever the budget: a 100 s budget
@@ -131,7 +143,8 @@ Test(spin_policy, other_processes_runnable_threads_mean_contended) {
   /* 2 cores, this process's 3 busy threads (engine, helper, the caller) */
   cr_assert(!hcq__cpu_foreign_load_contends(3, 3, 2), "only this process runs");
   cr_assert(!hcq__cpu_foreign_load_contends(2, 3, 2), "fewer than its own");
-  cr_assert(hcq__cpu_foreign_load_contends(4, 3, 2), "one other thread on 2 cores is half a core each");
+  cr_assert(hcq__cpu_foreign_load_contends(4, 3, 2),
+            "one other thread on 2 cores is half a core each");
   cr_assert(hcq__cpu_foreign_load_contends(8, 3, 2), "2.5 per core");
   cr_assert(!hcq__cpu_foreign_load_contends(-1, 3, 2), "unknown");
   /* 16 cores: a few others are not contention, eight are */
@@ -151,7 +164,10 @@ Test(spin_policy, a_waiting_host_helps_with_shared_launches_and_results_stay_exa
   enum { N = 1 << 16 };
   hcq_buffer_t *x = test_buffer_iota(d, N, 1, 0);
   hcq_exec_item_t item = {.kind = HCQ_ITEM_KERNEL,
-                          .kernel = {.program = p, .bufs = &x, .nbufs = 1, .global = {hcq_imm(N / 16), hcq_imm(1), hcq_imm(1)},
+                          .kernel = {.program = p,
+                                     .bufs = &x,
+                                     .nbufs = 1,
+                                     .global = {hcq_imm(N / 16), hcq_imm(1), hcq_imm(1)},
                                      .local = {hcq_imm(16), hcq_imm(1), hcq_imm(1)}}};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(&item, 1, NULL, 0, NULL, 0, NULL, &g));
@@ -161,10 +177,12 @@ Test(spin_policy, a_waiting_host_helps_with_shared_launches_and_results_stay_exa
     OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
     runs++;
   }
-  cr_expect_gt(atomic_load(&pool->assisted), 0, "the waiting thread never took part in %d replays", runs);
+  cr_expect_gt(atomic_load(&pool->assisted), 0, "the waiting thread never took part in %d replays",
+               runs);
   int32_t *got = malloc(N * sizeof(int32_t));
   test_read(x, got, N * sizeof(int32_t));
-  for (int i = 0; i < N; i++) cr_assert_eq(got[i], i + runs, "element %d is %d after %d replays", i, got[i], runs);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(got[i], i + runs, "element %d is %d after %d replays", i, got[i], runs);
   free(got);
   OK(hcq_graph_destroy(g));
   hcq_buffer_release(x);

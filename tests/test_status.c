@@ -34,7 +34,8 @@ Test(status, code_names) {
   cr_assert_str_eq(hcq_status_code_name(HCQ_COMPILE_ERROR), "COMPILE_ERROR");
   cr_assert_str_eq(hcq_status_code_name(HCQ_TIMEOUT), "TIMEOUT");
   cr_assert_str_eq(hcq_status_code_name((hcq_status_code_t)999), "UNKNOWN");
-  for (int c = 0; c < HCQ_STATUS_CODE_COUNT; c++) cr_assert_str_neq(hcq_status_code_name((hcq_status_code_t)c), "UNKNOWN");
+  for (int c = 0; c < HCQ_STATUS_CODE_COUNT; c++)
+    cr_assert_str_neq(hcq_status_code_name((hcq_status_code_t)c), "UNKNOWN");
 }
 
 Test(status, long_messages_are_kept_whole) {

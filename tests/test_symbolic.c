@@ -52,7 +52,8 @@ Test(symbolic, builders_fold_constants) {
   cr_assert(hcq_expr_is_const(m));
   cr_assert_eq(hcq_expr_const_value(m), 42);
   hcq_expr_t *zero = hcq_expr_const(0);
-  hcq_expr_t *d = hcq_expr_binary(HCQ_EXPR_FLOORDIV, a, zero); /* not folded: stays an error to report */
+  /* not folded: stays an error to report */
+  hcq_expr_t *d = hcq_expr_binary(HCQ_EXPR_FLOORDIV, a, zero);
   cr_assert_not(hcq_expr_is_const(d));
   int64_t out;
   FAILS(hcq_expr_eval(d, NULL, 0, &out), HCQ_OUT_OF_RANGE, "division by zero", "6//0");
@@ -88,7 +89,7 @@ Test(symbolic, arithmetic_errors) {
     int64_t value;
     const char *frag;
   } cases[] = {
-      {"10 // n", 0, "division by zero"},    {"10 % n", 0, "division by zero"},
+      {"10 // n", 0, "division by zero"},   {"10 % n", 0, "division by zero"},
       {"n * 4", INT64_MAX / 2, "overflow"}, {"n + 1", INT64_MAX, "overflow"},
       {"n - 1", INT64_MIN, "overflow"},     {"-n", INT64_MIN, "overflow"},
       {"n // -1", INT64_MIN, "overflow"},
@@ -146,7 +147,8 @@ Test(symbolic, variable_creation_errors) {
 Test(symbolic, format_round_trips) {
   hcq_expr_t *n = var("n", -1000, 1000), *m = var("m", 1, 1000);
   const hcq_expr_t *vars[] = {n, m};
-  const char *texts[] = {"(n+255)//256", "n-(m-1)", "n*(m+2)", "-(n+m)", "min(n,max(m,3))%7", "n-m-1", "n//m//2", "n//(m//2+1)"};
+  const char *texts[] = {"(n+255)//256",      "n-(m-1)", "n*(m+2)", "-(n+m)",
+                         "min(n,max(m,3))%7", "n-m-1",   "n//m//2", "n//(m//2+1)"};
   for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
     hcq_expr_t *a = NULL, *b = NULL;
     OK(hcq_expr_parse(texts[i], vars, 2, &a));
@@ -238,14 +240,16 @@ Test(symbolic, compiled_symbols_match_plain_c_fuzz) {
     OK(hcq__symset_bind(&set, vals, 2));
     for (int i = 0; i < N; i++) {
       int64_t r1, r2, want = 0, got = 0, tree = 0;
-      bool defined = ref_apply(o1[i], xv, k1[i], &r1) && ref_apply(o2[i], r1, yv, &r2) && ref_apply(o3[i], r2, k2[i], &want);
+      bool defined = ref_apply(o1[i], xv, k1[i], &r1) && ref_apply(o2[i], r1, yv, &r2) &&
+                     ref_apply(o3[i], r2, k2[i], &want);
       hcq_status_t s1 = hcq__symset_eval(&set, idx[i], &got);
       hcq_status_t s2 = hcq_expr_eval(exprs[i], vals, 2, &tree);
-      cr_assert_eq(s1 == NULL, defined, "expression %d with x=%ld y=%ld: defined=%d but status %s", i, (long)xv,
-                   (long)yv, defined, hcq_status_message(s1));
+      cr_assert_eq(s1 == NULL, defined, "expression %d with x=%ld y=%ld: defined=%d but status %s",
+                   i, (long)xv, (long)yv, defined, hcq_status_message(s1));
       cr_assert_eq(s2 == NULL, defined);
       if (defined) {
-        cr_assert_eq(got, want, "expression %d: compiled %ld, plain C %ld", i, (long)got, (long)want);
+        cr_assert_eq(got, want, "expression %d: compiled %ld, plain C %ld", i, (long)got,
+                     (long)want);
         cr_assert_eq(tree, want);
       }
       hcq_status_destroy(s1);
@@ -282,7 +286,8 @@ Test(symbolic, symset_dedupes_equal_symbols) {
 
 /* hcq__expr_bounds (core/expr.h), against every value: random expressions over two small-ranged
  * variables evaluate, for every pair of values, inside the bounds given, and never fail where
- * bounds are given; bounds are exact on the leaves, and a divisor whose range holds 0 gives none. */
+ * bounds are given; bounds are exact on the leaves, and a divisor whose range holds 0 gives none.
+ */
 Test(symbolic, bounds_hold_for_every_value_in_the_ranges) {
   srand(99);
   hcq_expr_t *x = var("x", -20, 30), *y = var("y", -6, 9);
@@ -291,8 +296,10 @@ Test(symbolic, bounds_hold_for_every_value_in_the_ranges) {
   int with_bounds = 0;
   for (int i = 0; i < 400; i++) {
     /* ((x o1 k1) o2 (y o3 k2)) o4 k3: constants of either sign, y's side may cross 0 */
-    hcq_expr_t *c1 = hcq_expr_const(rand() % 15 - 7), *c2 = hcq_expr_const(rand() % 15 - 7), *c3 = hcq_expr_const(rand() % 9 + 1);
-    hcq_expr_t *a = hcq_expr_binary(ops[rand() % 7], x, c1), *b = hcq_expr_binary(ops[rand() % 7], y, c2);
+    hcq_expr_t *c1 = hcq_expr_const(rand() % 15 - 7), *c2 = hcq_expr_const(rand() % 15 - 7),
+               *c3 = hcq_expr_const(rand() % 9 + 1);
+    hcq_expr_t *a = hcq_expr_binary(ops[rand() % 7], x, c1),
+               *b = hcq_expr_binary(ops[rand() % 7], y, c2);
     hcq_expr_t *t = a && b ? hcq_expr_binary(ops[rand() % 7], a, b) : NULL;
     hcq_expr_t *e = t ? hcq_expr_binary(ops[rand() % 7], t, c3) : NULL;
     int64_t lo = 0, hi = 0;
@@ -305,9 +312,10 @@ Test(symbolic, bounds_hold_for_every_value_in_the_ranges) {
         hcq_status_t st = hcq_expr_eval(e, vals, 2, &v);
         char text[256];
         hcq_expr_format(e, text, sizeof(text));
-        cr_assert_null(st, "%s at x=%ld y=%ld: bounds given but it fails: %s", text, (long)xv, (long)yv, hcq_status_message(st));
-        cr_assert(v >= lo && v <= hi, "%s at x=%ld y=%ld is %ld, outside [%ld, %ld]", text, (long)xv, (long)yv, (long)v,
-                  (long)lo, (long)hi);
+        cr_assert_null(st, "%s at x=%ld y=%ld: bounds given but it fails: %s", text, (long)xv,
+                       (long)yv, hcq_status_message(st));
+        cr_assert(v >= lo && v <= hi, "%s at x=%ld y=%ld is %ld, outside [%ld, %ld]", text,
+                  (long)xv, (long)yv, (long)v, (long)lo, (long)hi);
       }
     hcq_expr_t *all[] = {c1, c2, c3, a, b, t, e};
     for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) hcq_expr_release(all[k]);
@@ -315,7 +323,8 @@ Test(symbolic, bounds_hold_for_every_value_in_the_ranges) {
   cr_assert_gt(with_bounds, 100, "only %d of 400 expressions got bounds", with_bounds);
   int64_t lo, hi;
   cr_assert(hcq__expr_bounds(x, &lo, &hi) && lo == -20 && hi == 30);
-  hcq_expr_t *d = hcq_expr_binary(HCQ_EXPR_FLOORDIV, x, y), *m = hcq_expr_binary(HCQ_EXPR_MOD, x, y);
+  hcq_expr_t *d = hcq_expr_binary(HCQ_EXPR_FLOORDIV, x, y),
+             *m = hcq_expr_binary(HCQ_EXPR_MOD, x, y);
   cr_assert(!hcq__expr_bounds(d, &lo, &hi) && !hcq__expr_bounds(m, &lo, &hi), "y may be 0");
   hcq_expr_release(d);
   hcq_expr_release(m);

@@ -1,5 +1,6 @@
 /* The profiler (hcq/trace.h): the Chrome trace of known graphs and eager work, read back with
- * Jansson and checked slice by slice; the ring; sessions; the SVG; the DOT dump of a known graph. */
+ * Jansson and checked slice by slice; the ring; sessions; the SVG; the DOT dump of a known graph.
+ */
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -56,7 +57,8 @@ static void trace_load(trace_t *t, const char *path) {
   memset(t, 0, sizeof(*t));
   json_error_t err;
   t->root = json_load_file(path, 0, &err);
-  cr_assert_not_null(t->root, "%s does not load with Jansson: line %d: %s", path, err.line, err.text);
+  cr_assert_not_null(t->root, "%s does not load with Jansson: line %d: %s", path, err.line,
+                     err.text);
   json_t *events = json_object_get(t->root, "traceEvents");
   cr_assert(json_is_array(events), "traceEvents is an array");
   size_t n = json_array_size(events);
@@ -67,7 +69,8 @@ static void trace_load(trace_t *t, const char *path) {
     const char *ph = json_string_value(json_object_get(e, "ph"));
     cr_assert_not_null(ph, "event %zu has a ph", i);
     json_t *pid = json_object_get(e, "pid"), *tid = json_object_get(e, "tid");
-    cr_assert(json_is_integer(pid) && json_is_integer(tid), "event %zu: pid and tid are numbers", i);
+    cr_assert(json_is_integer(pid) && json_is_integer(tid), "event %zu: pid and tid are numbers",
+              i);
     if (!strcmp(ph, "X")) {
       json_t *args = json_object_get(e, "args");
       slice_t *s = &t->slices[t->nslices++];
@@ -108,10 +111,13 @@ static const char *track_name(const trace_t *t, int64_t pid, int64_t tid) {
   json_t *events = json_object_get(t->root, "traceEvents");
   for (size_t i = 0; i < json_array_size(events); i++) {
     json_t *e = json_array_get(events, i);
-    const char *ph = json_string_value(json_object_get(e, "ph")), *name = json_string_value(json_object_get(e, "name"));
+    const char *ph = json_string_value(json_object_get(e, "ph")),
+               *name = json_string_value(json_object_get(e, "name"));
     if (strcmp(ph, "M") || json_integer_value(json_object_get(e, "pid")) != pid) continue;
-    if (tid == 0 && !strcmp(name, "process_name")) return json_string_value(json_object_get(json_object_get(e, "args"), "name"));
-    if (tid != 0 && !strcmp(name, "thread_name") && json_integer_value(json_object_get(e, "tid")) == tid)
+    if (tid == 0 && !strcmp(name, "process_name"))
+      return json_string_value(json_object_get(json_object_get(e, "args"), "name"));
+    if (tid != 0 && !strcmp(name, "thread_name") &&
+        json_integer_value(json_object_get(e, "tid")) == tid)
       return json_string_value(json_object_get(json_object_get(e, "args"), "name"));
   }
   return "";
@@ -121,7 +127,8 @@ static const char *track_name(const trace_t *t, int64_t pid, int64_t tid) {
 static const slice_t *slice_at(const trace_t *t, int64_t pid, int64_t tid, int64_t ts_ns) {
   for (size_t i = 0; i < t->nslices; i++) {
     const slice_t *s = &t->slices[i];
-    if (s->pid == pid && s->tid == tid && s->ts_ns <= ts_ns && ts_ns <= s->ts_ns + s->dur_ns) return s;
+    if (s->pid == pid && s->tid == tid && s->ts_ns <= ts_ns && ts_ns <= s->ts_ns + s->dur_ns)
+      return s;
   }
   return NULL;
 }
@@ -144,9 +151,9 @@ static void assert_tracks_in_order(trace_t *t) {
     cr_assert_geq(sorted[i].ts_ns, 0);
     if (i && sorted[i].pid == sorted[i - 1].pid && sorted[i].tid == sorted[i - 1].tid)
       cr_assert_leq(sorted[i - 1].ts_ns + sorted[i - 1].dur_ns, sorted[i].ts_ns,
-                    "%s (ends %" PRId64 ") overlaps %s (starts %" PRId64 ") on %s", sorted[i - 1].name,
-                    sorted[i - 1].ts_ns + sorted[i - 1].dur_ns, sorted[i].name, sorted[i].ts_ns,
-                    track_name(t, sorted[i].pid, sorted[i].tid));
+                    "%s (ends %" PRId64 ") overlaps %s (starts %" PRId64 ") on %s",
+                    sorted[i - 1].name, sorted[i - 1].ts_ns + sorted[i - 1].dur_ns, sorted[i].name,
+                    sorted[i].ts_ns, track_name(t, sorted[i].pid, sorted[i].tid));
   }
   free(sorted);
 }
@@ -188,8 +195,9 @@ static hcq_graph_t *known_graph(known_t *k, bool profile) {
   return g;
 }
 
-static const char *const k_tracks[K_ITEMS] = {"CPU:0 compute queue", "CPU:0 compute queue", "CPU:0 copy queue",
-                                              "CPU:0 copy queue",    "CPU:1 compute queue", "CPU:0 compute queue"};
+static const char *const k_tracks[K_ITEMS] = {"CPU:0 compute queue", "CPU:0 compute queue",
+                                              "CPU:0 copy queue",    "CPU:0 copy queue",
+                                              "CPU:1 compute queue", "CPU:0 compute queue"};
 
 Test(trace, every_replay_of_a_known_graph_is_traced_with_its_dependencies) {
   enum { R = 5 };
@@ -213,7 +221,8 @@ Test(trace, every_replay_of_a_known_graph_is_traced_with_its_dependencies) {
     const slice_t *s = &t.slices[i];
     if (!strcmp(s->cat, "profiler")) {
       /* The profiler's own work, shown: aligning each device's clocks when the graph was built. */
-      cr_assert(!strcmp(s->name, "profiler: align CPU:0 clocks") || !strcmp(s->name, "profiler: align CPU:1 clocks"));
+      cr_assert(!strcmp(s->name, "profiler: align CPU:0 clocks") ||
+                !strcmp(s->name, "profiler: align CPU:1 clocks"));
       cr_assert_str_eq(track_name(&t, s->pid, 0), "host");
       aligned++;
       continue;
@@ -239,7 +248,8 @@ Test(trace, every_replay_of_a_known_graph_is_traced_with_its_dependencies) {
     }
   }
   for (int j = 0; j < K_ITEMS; j++)
-    for (int r = 1; r <= R; r++) cr_assert_eq(per_item[j][r], 1, "item %d of replay %d: %d slices", j, r, per_item[j][r]);
+    for (int r = 1; r <= R; r++)
+      cr_assert_eq(per_item[j][r], 1, "item %d of replay %d: %d slices", j, r, per_item[j][r]);
   for (int r = 1; r <= R; r++) cr_assert_eq(submits[r], 1, "replay %d's submit", r);
   cr_assert_eq(aligned, 2, "each device's clocks are aligned once");
   cr_assert_eq(t.nslices, (size_t)(R * K_ITEMS + R + 2), "nothing else ran");
@@ -266,12 +276,14 @@ Test(trace, every_replay_of_a_known_graph_is_traced_with_its_dependencies) {
   }
   for (int r = 1; r <= R; r++)
     for (int e = 0; e < K_DEPS; e++)
-      cr_assert_eq(seen[k_deps[e][0]][k_deps[e][1]][r], 1, "edge %d -> %d in replay %d", k_deps[e][0], k_deps[e][1], r);
+      cr_assert_eq(seen[k_deps[e][0]][k_deps[e][1]][r], 1, "edge %d -> %d in replay %d",
+                   k_deps[e][0], k_deps[e][1], r);
 
   /* The raw part: ring, clocks, the graph's items and dependencies. */
   json_t *h = json_object_get(t.root, "hcq");
   cr_assert_eq(json_integer_value(json_object_get(json_object_get(h, "ring"), "dropped")), 0);
-  cr_assert_eq(json_integer_value(json_object_get(json_object_get(h, "ring"), "capacity")), HCQ_TRACE_DEFAULT_RING_SLICES);
+  cr_assert_eq(json_integer_value(json_object_get(json_object_get(h, "ring"), "capacity")),
+               HCQ_TRACE_DEFAULT_RING_SLICES);
   json_t *clocks = json_object_get(h, "clocks");
   cr_assert_eq(json_array_size(clocks), 4, "CPU:0 and CPU:1, compute and copy");
   for (size_t i = 0; i < json_array_size(clocks); i++) {
@@ -283,7 +295,9 @@ Test(trace, every_replay_of_a_known_graph_is_traced_with_its_dependencies) {
   }
   json_t *items = json_object_get(json_array_get(json_object_get(h, "graphs"), 0), "items");
   cr_assert_eq(json_array_size(items), K_ITEMS);
-  cr_assert_eq(json_integer_value(json_object_get(json_array_get(json_object_get(h, "graphs"), 0), "replays")), R);
+  cr_assert_eq(json_integer_value(
+                   json_object_get(json_array_get(json_object_get(h, "graphs"), 0), "replays")),
+               R);
   cr_assert_eq(json_array_size(json_object_get(json_array_get(items, 5), "deps")), 3);
   trace_free(&t);
   remove(path);
@@ -389,7 +403,8 @@ Test(trace, a_full_ring_drops_the_oldest_slices_and_counts_them) {
   trace_load(&t, path);
   cr_assert_eq(t.nslices, 16);
   for (size_t i = 0; i < t.nslices; i++)
-    cr_assert_str_eq(t.slices[i].name, "fill", "the newest (device) slices are kept, the oldest (host) ones dropped");
+    cr_assert_str_eq(t.slices[i].name, "fill",
+                     "the newest (device) slices are kept, the oldest (host) ones dropped");
   json_t *ring = json_object_get(json_object_get(t.root, "hcq"), "ring");
   cr_assert_eq(json_integer_value(json_object_get(ring, "dropped")), 45);
   cr_assert_eq(json_integer_value(json_object_get(ring, "capacity")), 16);
@@ -470,7 +485,8 @@ Test(trace, sessions_start_once_flush_to_their_file_and_forget_old_graphs) {
 
   trace_t t;
   trace_load(&t, path);
-  cr_assert_eq(t.nslices, K_ITEMS + 1 + 2, "the replay (read by the flush itself) and 2 clock alignments");
+  cr_assert_eq(t.nslices, K_ITEMS + 1 + 2,
+               "the replay (read by the flush itself) and 2 clock alignments");
   trace_free(&t);
 
   /* A new session: the old graph records nothing more, a new one does. */
@@ -485,13 +501,16 @@ Test(trace, sessions_start_once_flush_to_their_file_and_forget_old_graphs) {
   OK(hcq_graph_run(old, NULL, 0, NULL, 0, true, NULL));
   hcq_trace_pause(false);
   OK(hcq_trace_write(other));
-  FAILS(hcq_trace_write("/nonexistent-dir/x.json"), HCQ_UNAVAILABLE, "cannot write", "/nonexistent-dir/x.json");
+  FAILS(hcq_trace_write("/nonexistent-dir/x.json"), HCQ_UNAVAILABLE, "cannot write",
+        "/nonexistent-dir/x.json");
   hcq_trace_stop();
   OK(hcq_graph_destroy(old));
   trace_load(&t, other);
-  cr_assert_eq(t.nslices, 2 * (K_ITEMS + 1) + 2, "two replays of the new graph, nothing of the old one");
+  cr_assert_eq(t.nslices, 2 * (K_ITEMS + 1) + 2,
+               "two replays of the new graph, nothing of the old one");
   for (size_t i = 0; i < t.nslices; i++)
-    if (strcmp(t.slices[i].cat, "profiler")) cr_assert_eq(t.slices[i].graph, 0, "the new graph is graph 0 of its session");
+    if (strcmp(t.slices[i].cat, "profiler"))
+      cr_assert_eq(t.slices[i].graph, 0, "the new graph is graph 0 of its session");
   trace_free(&t);
   remove(path);
   remove(other);
@@ -602,7 +621,8 @@ Test(trace, the_svg_timeline_has_a_box_per_item_per_replay_rows_and_arrows) {
   cr_assert_eq(count_occurrences(svg, "<rect class=\"item\""), (size_t)(R * K_ITEMS));
   cr_assert_eq(count_occurrences(svg, "<rect class=\"submit\""), (size_t)R);
   cr_assert_eq(count_occurrences(svg, "<line class=\"dep\""), (size_t)(R * K_DEPS));
-  cr_assert_eq(count_occurrences(svg, "<rect class=\"row"), 4, "host thread 1, CPU:0 compute and copy, CPU:1 compute");
+  cr_assert_eq(count_occurrences(svg, "<rect class=\"row"), 4,
+               "host thread 1, CPU:0 compute and copy, CPU:1 compute");
   cr_assert_not_null(strstr(svg, "CPU:1 compute queue <tspan"));
   cr_assert_not_null(strstr(svg, "time since the first slice"));
   cr_assert_not_null(strstr(svg, "</svg>\n"));
@@ -637,14 +657,20 @@ Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
    * it waits for 3, later on the same copy queue). */
   const char *kept[] = {"g0_i0 -> g0_i2 [class=\"wait\"", "g0_i1 -> g0_i3 [class=\"wait\"",
                         "g0_i3 -> g0_i4 [class=\"wait\"", "g0_i2 -> g0_i5 [class=\"wait\""};
-  const char *dropped[] = {"g0_i0 -> g0_i1 [class=\"dropped\", style=dashed, color=\"#999999\", fontcolor=\"#777777\", label=\"in order\"",
-                           "g0_i2 -> g0_i4 [class=\"dropped\", style=dashed, color=\"#999999\", fontcolor=\"#777777\", label=\"implied\"",
-                           "g0_i0 -> g0_i5 [class=\"dropped\", style=dashed, color=\"#999999\", fontcolor=\"#777777\", label=\"in order\"",
-                           "g0_i1 -> g0_i5 [class=\"dropped\", style=dashed, color=\"#999999\", fontcolor=\"#777777\", label=\"in order\""};
+  const char *dropped[] = {
+      "g0_i0 -> g0_i1 [class=\"dropped\", style=dashed, color=\"#999999\", fontcolor=\"#777777\", "
+      "label=\"in order\"",
+      "g0_i2 -> g0_i4 [class=\"dropped\", style=dashed, color=\"#999999\", fontcolor=\"#777777\", "
+      "label=\"implied\"",
+      "g0_i0 -> g0_i5 [class=\"dropped\", style=dashed, color=\"#999999\", fontcolor=\"#777777\", "
+      "label=\"in order\"",
+      "g0_i1 -> g0_i5 [class=\"dropped\", style=dashed, color=\"#999999\", fontcolor=\"#777777\", "
+      "label=\"in order\""};
   for (int i = 0; i < 4; i++) cr_assert_eq(count_occurrences(dot, kept[i]), 1, "%s", kept[i]);
   for (int i = 0; i < 4; i++) cr_assert_eq(count_occurrences(dot, dropped[i]), 1, "%s", dropped[i]);
   cr_assert_eq(count_occurrences(dot, "\n  g0_i"), K_DEPS, "one edge per dependency, nothing else");
-  cr_assert_eq(count_occurrences(dot, "class=\"order\""), 0, "CPU queues run in order: no queue-order waits");
+  cr_assert_eq(count_occurrences(dot, "class=\"order\""), 0,
+               "CPU queues run in order: no queue-order waits");
 
   /* Graphviz is optional: when it is installed, the file must render. */
   if (system("command -v dot >/dev/null 2>&1") == 0) {
@@ -666,7 +692,9 @@ Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
   OK(hcq_graph_write_dot(&g, 1, path));
   free(dot);
   dot = read_all(path);
-  cr_assert_not_null(strstr(dot, "mix(we\\\"ird\\\\<label>*, we\\\"ird\\\\<label>, we\\\"ird\\\\<label>)"), "%s", dot);
+  cr_assert_not_null(
+      strstr(dot, "mix(we\\\"ird\\\\<label>*, we\\\"ird\\\\<label>, we\\\"ird\\\\<label>)"), "%s",
+      dot);
   if (system("command -v dot >/dev/null 2>&1") == 0) {
     char cmd[1200];
     snprintf(cmd, sizeof(cmd), "dot -Tsvg '%s' -o /dev/null 2>&1", path);
@@ -684,13 +712,16 @@ Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
   free(dot);
   OK(hcq_graph_write_dot(NULL, 0, path));
   dot = read_all(path);
-  cr_assert_str_eq(dot, "digraph hcq {\n  graph [fontname=\"Helvetica\", rankdir=TB, newrank=true];\n"
-                        "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n"
-                        "  edge [fontname=\"Helvetica\", fontsize=9];\n}\n");
+  cr_assert_str_eq(
+      dot,
+      "digraph hcq {\n  graph [fontname=\"Helvetica\", rankdir=TB, newrank=true];\n"
+      "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n"
+      "  edge [fontname=\"Helvetica\", fontsize=9];\n}\n");
   free(dot);
   FAILS(hcq_graph_write_dot(&g, 1, NULL), HCQ_INVALID_ARGUMENT, "no file name");
   FAILS(hcq_graph_write_dot(NULL, 1, path), HCQ_INVALID_ARGUMENT, "NULL");
-  FAILS(hcq_graph_write_dot(&g, 1, "/nonexistent-dir/g.dot"), HCQ_UNAVAILABLE, "/nonexistent-dir/g.dot");
+  FAILS(hcq_graph_write_dot(&g, 1, "/nonexistent-dir/g.dot"), HCQ_UNAVAILABLE,
+        "/nonexistent-dir/g.dot");
   remove(path);
   OK(hcq_graph_destroy(two[1]));
   OK(hcq_graph_destroy(g));
@@ -737,6 +768,7 @@ Test(trace, the_engine_timestamp_clock_follows_the_monotonic_clock) {
     prev = t;
     n++;
   }
-  cr_assert_leq(worst, 20000u, "a reading was %" PRIu64 " ns outside the monotonic clock around it (%zu readings)",
+  cr_assert_leq(worst, 20000u,
+                "a reading was %" PRIu64 " ns outside the monotonic clock around it (%zu readings)",
                 worst, n);
 }

@@ -71,14 +71,15 @@ static hcq__update_plan_t *make(fixture_t *f, const uint64_t inputs[2], int64_t 
 }
 
 /* Prepares and checks the listed items against want (ascending), then commits. */
-static void expect(hcq__update_plan_t *p, const uint64_t inputs[2], int64_t n, int64_t k, const uint32_t *want,
-                   size_t nwant, const char *what) {
+static void expect(hcq__update_plan_t *p, const uint64_t inputs[2], int64_t n, int64_t k,
+                   const uint32_t *want, size_t nwant, const char *what) {
   int64_t values[2] = {n, k};
   const uint32_t *got;
   size_t ngot;
   OK(hcq__update_plan_prepare(p, inputs, values, &got, &ngot));
   cr_assert_eq(ngot, nwant, "%s: %zu items listed, want %zu", what, ngot, nwant);
-  for (size_t i = 0; i < nwant; i++) cr_assert_eq(got[i], want[i], "%s: item %zu is %u, want %u", what, i, got[i], want[i]);
+  for (size_t i = 0; i < nwant; i++)
+    cr_assert_eq(got[i], want[i], "%s: item %zu is %u, want %u", what, i, got[i], want[i]);
   hcq__update_plan_commit(p);
 }
 
@@ -106,7 +107,8 @@ Test(update_plan, lists_exactly_the_items_whose_operands_changed) {
   cr_assert_eq(v.vals[0], 4);
   cr_assert_eq(v.vals[1], 101);
 
-  expect(p, in2, 200, 3, (uint32_t[]){1, 2}, 2, "n 101 -> 200: item 1's value and item 2's grid (4)");
+  expect(p, in2, 200, 3, (uint32_t[]){1, 2}, 2,
+         "n 101 -> 200: item 1's value and item 2's grid (4)");
   hcq__update_plan_values(p, 2, &v);
   cr_assert_eq(v.global[0], 4u);
   cr_assert_eq(v.global[1], 1u);
@@ -159,7 +161,8 @@ Test(update_plan, an_operand_outside_its_field_fails_and_changes_nothing) {
   int64_t values[2] = {3, 0};
   const uint32_t *got;
   size_t n = 99;
-  FAILS(hcq__update_plan_prepare(p, in, values, &got, &n), HCQ_OUT_OF_RANGE, "item 2", "global[0]", "-2");
+  FAILS(hcq__update_plan_prepare(p, in, values, &got, &n), HCQ_OUT_OF_RANGE, "item 2", "global[0]",
+        "-2");
   cr_assert_eq(n, 0u);
   expect(p, in, 10, 0, NULL, 0, "the failed values were never held");
   expect(p, in, 12, 0, (uint32_t[]){1, 2}, 2, "a valid change afterwards");
@@ -168,7 +171,8 @@ Test(update_plan, an_operand_outside_its_field_fails_and_changes_nothing) {
   const hcq_expr_t *vars[2] = {f.n, f.k};
   int64_t bad[2] = {0, 0};
   hcq__update_plan_t *q = NULL;
-  FAILS(hcq__update_plan_create(f.items, 5, f.fixed, in, 2, vars, bad, 2, &q), HCQ_OUT_OF_RANGE, "item 2");
+  FAILS(hcq__update_plan_create(f.items, 5, f.fixed, in, 2, vars, bad, 2, &q), HCQ_OUT_OF_RANGE,
+        "item 2");
   cr_assert_null(q);
   teardown(&f);
 }
@@ -197,7 +201,8 @@ Test(update_plan, work_follows_what_changed_not_the_graph_size) {
   OK(hcq__update_plan_prepare(p, inputs, NULL, &got, &n));
   cr_assert_eq(n, 1u);
   cr_assert_eq(got[0], 1234u);
-  cr_assert_eq(hcq__update_plan_evaluated_count(p), 1u, "one input changed: one item evaluated of %d", ITEMS);
+  cr_assert_eq(hcq__update_plan_evaluated_count(p), 1u,
+               "one input changed: one item evaluated of %d", ITEMS);
   hcq__update_plan_commit(p);
   hcq__update_plan_free(p);
 }

@@ -7,23 +7,28 @@ const char *const test_kernels_source =
     "#define IDX(l, t) ((size_t)(l)->gid[0] * (l)->lsz[0] + (t))\n"
     "void add_scalar(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
     "  int32_t *out = b[0]; const int32_t *a = b[1];\n"
-    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = IDX(l, t); if (i < (size_t)v[1]) out[i] = a[i] + v[0]; }\n"
+    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = IDX(l, t); if (i < (size_t)v[1]) "
+    "out[i] = a[i] + v[0]; }\n"
     "}\n"
     "void mul_add(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
     "  uint32_t *x = b[0];\n"
-    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = IDX(l, t); if (i < (size_t)v[2]) x[i] = x[i] * (uint32_t)v[0] + (uint32_t)v[1]; }\n"
+    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = IDX(l, t); if (i < (size_t)v[2]) x[i] "
+    "= x[i] * (uint32_t)v[0] + (uint32_t)v[1]; }\n"
     "}\n"
     "void add2(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
     "  int32_t *out = b[0]; const int32_t *x = b[1], *y = b[2];\n"
-    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = IDX(l, t); if (i < (size_t)v[0]) out[i] = x[i] + y[i]; }\n"
+    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = IDX(l, t); if (i < (size_t)v[0]) "
+    "out[i] = x[i] + y[i]; }\n"
     "}\n"
     "void fill(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
     "  int32_t *out = b[0];\n"
-    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = IDX(l, t); if (i < (size_t)v[1]) out[i] = v[0]; }\n"
+    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = IDX(l, t); if (i < (size_t)v[1]) "
+    "out[i] = v[0]; }\n"
     "}\n"
     "void mix(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
     "  uint32_t *out = b[0]; const uint32_t *x = b[1], *y = b[2];\n"
-    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = IDX(l, t); if (i < (size_t)v[2]) out[i] = x[i] * (uint32_t)v[0] + y[i] + (uint32_t)v[1]; }\n"
+    "  for (uint32_t t = 0; t < l->lsz[0]; t++) { size_t i = IDX(l, t); if (i < (size_t)v[2]) "
+    "out[i] = x[i] * (uint32_t)v[0] + y[i] + (uint32_t)v[1]; }\n"
     "}\n"
     "void record_groups(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
     "  (void)v; int32_t *out = b[0];\n"
@@ -31,14 +36,16 @@ const char *const test_kernels_source =
     "  out[g] += (int32_t)(l->lsz[0] * l->lsz[1] * l->lsz[2]);\n"
     "}\n";
 
-/* Each kernel acts for the x threads of a group's first row, as the CPU kernels loop over lsz[0]. */
+/* Each kernel acts for the x threads of a group's first row, as the CPU kernels loop over lsz[0].
+ */
 const char *const test_kernels_glsl =
     "layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };\n"
     "layout(buffer_reference, std430, buffer_reference_align = 4) buffer u32s { uint v[]; };\n"
     "#define I gl_GlobalInvocationID.x\n"
     "#define ROW0 (gl_LocalInvocationID.y == 0u && gl_LocalInvocationID.z == 0u)\n"
     "#ifdef HCQ_KERNEL_add_scalar\n"
-    "void main() { if (ROW0 && I < uint(hcq_val(1))) i32s(hcq_buf(0)).v[I] = i32s(hcq_buf(1)).v[I] + hcq_val(0); }\n"
+    "void main() { if (ROW0 && I < uint(hcq_val(1))) i32s(hcq_buf(0)).v[I] = i32s(hcq_buf(1)).v[I] "
+    "+ hcq_val(0); }\n"
     "#endif\n"
     "#ifdef HCQ_KERNEL_mul_add\n"
     "void main() { u32s x = u32s(hcq_buf(0));\n"
@@ -53,12 +60,15 @@ const char *const test_kernels_glsl =
     "#endif\n"
     "#ifdef HCQ_KERNEL_mix\n"
     "void main() { if (ROW0 && I < uint(hcq_val(2)))\n"
-    "  u32s(hcq_buf(0)).v[I] = u32s(hcq_buf(1)).v[I] * uint(hcq_val(0)) + u32s(hcq_buf(2)).v[I] + uint(hcq_val(1)); }\n"
+    "  u32s(hcq_buf(0)).v[I] = u32s(hcq_buf(1)).v[I] * uint(hcq_val(0)) + u32s(hcq_buf(2)).v[I] + "
+    "uint(hcq_val(1)); }\n"
     "#endif\n"
     "#ifdef HCQ_KERNEL_record_groups\n"
     "void main() { if (gl_LocalInvocationIndex != 0u) return;\n"
-    "  uint g = (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n"
-    "  i32s(hcq_buf(0)).v[g] += int(gl_WorkGroupSize.x * gl_WorkGroupSize.y * gl_WorkGroupSize.z); }\n"
+    "  uint g = (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + "
+    "gl_WorkGroupID.x;\n"
+    "  i32s(hcq_buf(0)).v[g] += int(gl_WorkGroupSize.x * gl_WorkGroupSize.y * gl_WorkGroupSize.z); "
+    "}\n"
     "#endif\n";
 
 /* The same for CUDA devices: the x threads of a block's first row act, as on Vulkan. The stand-in
@@ -79,7 +89,8 @@ const char *const test_kernels_cuda =
     "extern \"C\" __global__ void fill(int *out, int value, int n) {\n"
     "  if (ROW0 && BELOW(n)) out[I] = value;\n"
     "}\n"
-    "extern \"C\" __global__ void mix(unsigned *out, const unsigned *x, const unsigned *y, int mul, int add, int n) {\n"
+    "extern \"C\" __global__ void mix(unsigned *out, const unsigned *x, const unsigned *y, int "
+    "mul, int add, int n) {\n"
     "  if (ROW0 && BELOW(n)) out[I] = x[I] * (unsigned)mul + y[I] + (unsigned)add;\n"
     "}\n"
     "extern \"C\" __global__ void record_groups(int *out) {\n"
@@ -88,12 +99,13 @@ const char *const test_kernels_cuda =
     "  out[g] += (int)(blockDim.x * blockDim.y * blockDim.z);\n"
     "}\n";
 
-/* The same in Metal Shading Language (the ABI of docs/metal.md). The Metal stand-in (tests/fake_metal) runs host
- * twins of these, line for line. */
+/* The same in Metal Shading Language (the ABI of docs/metal.md). The Metal stand-in
+ * (tests/fake_metal) runs host twins of these, line for line. */
 const char *const test_kernels_msl =
     "#include <metal_stdlib>\n"
     "using namespace metal;\n"
-    "#define ARGS uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]], \\\n"
+    "#define ARGS uint3 tg [[threadgroup_position_in_grid]], uint3 tid "
+    "[[thread_position_in_threadgroup]], \\\n"
     "  uint3 ntg [[threadgroups_per_grid]], uint3 ntid [[threads_per_threadgroup]]\n"
     "#define I ((ulong)tg.x * ntid.x + tid.x)\n"
     "#define ROW0 (tid.y == 0 && tid.z == 0)\n"
@@ -104,18 +116,21 @@ const char *const test_kernels_msl =
     "kernel void mul_add(device uint *x [[buffer(0)]], constant int *v [[buffer(1)]], ARGS) {\n"
     "  if (ROW0 && I < (ulong)(long)v[2]) x[I] = x[I] * (uint)v[0] + (uint)v[1];\n"
     "}\n"
-    "kernel void add2(device int *out [[buffer(0)]], device const int *x [[buffer(1)]], device const int *y [[buffer(2)]],\n"
+    "kernel void add2(device int *out [[buffer(0)]], device const int *x [[buffer(1)]], device "
+    "const int *y [[buffer(2)]],\n"
     "                 constant int *v [[buffer(3)]], ARGS) {\n"
     "  if (ROW0 && I < (ulong)(long)v[0]) out[I] = x[I] + y[I];\n"
     "}\n"
     "kernel void fill(device int *out [[buffer(0)]], constant int *v [[buffer(1)]], ARGS) {\n"
     "  if (ROW0 && I < (ulong)(long)v[1]) out[I] = v[0];\n"
     "}\n"
-    "kernel void mix(device uint *out [[buffer(0)]], device const uint *x [[buffer(1)]], device const uint *y [[buffer(2)]],\n"
+    "kernel void mix(device uint *out [[buffer(0)]], device const uint *x [[buffer(1)]], device "
+    "const uint *y [[buffer(2)]],\n"
     "                constant int *v [[buffer(3)]], ARGS) {\n"
     "  if (ROW0 && I < (ulong)(long)v[2]) out[I] = x[I] * (uint)v[0] + y[I] + (uint)v[1];\n"
     "}\n"
-    "kernel void record_groups(device int *out [[buffer(0)]], constant int *v [[buffer(1)]], ARGS) {\n"
+    "kernel void record_groups(device int *out [[buffer(0)]], constant int *v [[buffer(1)]], ARGS) "
+    "{\n"
     "  if (tid.x || tid.y || tid.z) return;\n"
     "  uint g = (tg.z * ntg.y + tg.y) * ntg.x + tg.x;\n"
     "  out[g] += (int)(ntid.x * ntid.y * ntid.z);\n"
@@ -136,14 +151,16 @@ const test_backend_t *test_backend_named(const char *kind) {
 
 const char *test_backend_kernels(const test_backend_t *b) {
   uint32_t caps = hcq_device_kind_kernel_caps(b->id);
-  return caps & HCQ_CAP_COMPILE_C      ? test_kernels_source
-         : caps & HCQ_CAP_COMPILE_GLSL ? test_kernels_glsl
-         : caps & HCQ_CAP_COMPILE_CUDA ? test_kernels_cuda
+  return caps & HCQ_CAP_COMPILE_C       ? test_kernels_source
+         : caps & HCQ_CAP_COMPILE_GLSL  ? test_kernels_glsl
+         : caps & HCQ_CAP_COMPILE_CUDA  ? test_kernels_cuda
          : caps & HCQ_CAP_COMPILE_METAL ? test_kernels_msl
                                         : NULL;
 }
 
-void test_device_name(const test_backend_t *b, int i, char *out, size_t size) { snprintf(out, size, "%s:%d", b->kind, i); }
+void test_device_name(const test_backend_t *b, int i, char *out, size_t size) {
+  snprintf(out, size, "%s:%d", b->kind, i);
+}
 
 const char *test_backend_absent(const test_backend_t *b, int ndev) {
   static char why[1024];
@@ -163,20 +180,25 @@ const char *test_backend_absent(const test_backend_t *b, int ndev) {
   for (int i = 0; i < ndev && i < 8; i++)
     if (devs[i]) OK(hcq_device_close(devs[i]));
   if (!res && !test_backend_kernels(b)) {
-    snprintf(why, sizeof(why), "%s: no test kernels in the language its devices compile (test_backend_kernels in "
-             "test_util.c)", b->kind);
+    snprintf(why, sizeof(why),
+             "%s: no test kernels in the language its devices compile (test_backend_kernels in "
+             "test_util.c)",
+             b->kind);
     res = why;
   }
   return res;
 }
 
-void test_expect_failure(hcq_status_t st, hcq_status_code_t code, const char *what, const char **fragments) {
+void test_expect_failure(hcq_status_t st, hcq_status_code_t code, const char *what,
+                         const char **fragments) {
   if (!st) cr_assert_fail("%s succeeded; expected %s", what, hcq_status_code_name(code));
   char msg[4096];
   snprintf(msg, sizeof(msg), "%s", hcq_status_message(st));
   hcq_status_code_t got = hcq_status_code(st);
   hcq_status_destroy(st);
-  if (got != code) cr_assert_fail("%s failed with %s, expected %s: %s", what, hcq_status_code_name(got), hcq_status_code_name(code), msg);
+  if (got != code)
+    cr_assert_fail("%s failed with %s, expected %s: %s", what, hcq_status_code_name(got),
+                   hcq_status_code_name(code), msg);
   for (const char **f = fragments; *f; f++)
     if (!strstr(msg, *f)) cr_assert_fail("%s: message lacks \"%s\": %s", what, *f, msg);
 }
@@ -207,9 +229,12 @@ hcq_buffer_t *test_buffer_iota(hcq_device_t *dev, size_t count, int32_t mul, int
   return b;
 }
 
-void test_read(hcq_buffer_t *buf, void *dst, uint64_t size) { OK(hcq_buffer_copyout(buf, 0, dst, size)); }
+void test_read(hcq_buffer_t *buf, void *dst, uint64_t size) {
+  OK(hcq_buffer_copyout(buf, 0, dst, size));
+}
 
-hcq_queue_t *test_gate_queue(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate, uint64_t value) {
+hcq_queue_t *test_gate_queue(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate,
+                             uint64_t value) {
   hcq_queue_t *q = NULL;
   OK(hcq_queue_create(kind, &q));
   OK(hcq_queue_wait(q, hcq_imm((int64_t)hcq_signal_address(gate)), hcq_imm((int64_t)value)));

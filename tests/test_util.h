@@ -11,20 +11,22 @@
 #include <unistd.h>
 
 /* Asserts that a call succeeded, printing the status message otherwise. */
-#define OK(call)                                                                                   \
-  do {                                                                                             \
-    hcq_status_t ok_st_ = (call);                                                                  \
-    if (ok_st_) {                                                                                  \
-      char ok_msg_[2048];                                                                          \
-      snprintf(ok_msg_, sizeof(ok_msg_), "%s", hcq_status_message(ok_st_));                        \
-      hcq_status_destroy(ok_st_);                                                                     \
-      cr_assert_fail("%s failed: %s", #call, ok_msg_);                                                   \
-    }                                                                                              \
+#define OK(call)                                                            \
+  do {                                                                      \
+    hcq_status_t ok_st_ = (call);                                           \
+    if (ok_st_) {                                                           \
+      char ok_msg_[2048];                                                   \
+      snprintf(ok_msg_, sizeof(ok_msg_), "%s", hcq_status_message(ok_st_)); \
+      hcq_status_destroy(ok_st_);                                           \
+      cr_assert_fail("%s failed: %s", #call, ok_msg_);                      \
+    }                                                                       \
   } while (0)
 
 /* Asserts that a call failed with code and that its message contains each given fragment. */
-#define FAILS(call, code, ...) test_expect_failure((call), (code), #call, (const char *[]){__VA_ARGS__, NULL})
-void test_expect_failure(hcq_status_t st, hcq_status_code_t code, const char *what, const char **fragments);
+#define FAILS(call, code, ...) \
+  test_expect_failure((call), (code), #call, (const char *[]){__VA_ARGS__, NULL})
+void test_expect_failure(hcq_status_t st, hcq_status_code_t code, const char *what,
+                         const char **fragments);
 
 hcq_device_t *test_open(const char *name);
 void test_close(hcq_device_t *dev);
@@ -34,19 +36,19 @@ hcq_buffer_t *test_buffer_iota(hcq_device_t *dev, size_t count, int32_t mul, int
 void test_read(hcq_buffer_t *buf, void *dst, uint64_t size);
 /* A raw queue of kind that waits until gate reaches value, submitted to d: work queued on that
  * engine after it waits for the host (free it after the gate opened). */
-hcq_queue_t *test_gate_queue(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate, uint64_t value);
+hcq_queue_t *test_gate_queue(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate,
+                             uint64_t value);
 hcq_program_t *test_program(hcq_device_t *dev, const char *entry, const char *source);
 
-/* Kernels used across suites (the CPU ABI of hcq/program.h). Every one loops over its group's lsz[0] threads and
- * skips indices >= n where it takes n.
- *   add_scalar(out, a; v0, n): out[i] = a[i] + v0
- *   mul_add(x; mul, add, n):   x[i] = x[i] * mul + add   (in place)
- *   add2(out, a, b; n):        out[i] = a[i] + b[i]
- *   fill(out; value, n):       out[i] = value
- *   mix(out, x, y; mul, add, n): out[i] = x[i] * mul + y[i] + add   (uint32 arithmetic)
- *   record_groups(out):        out[flat group id] += lsz[0] * lsz[1] * lsz[2] */
+/* Kernels used across suites (the CPU ABI of hcq/program.h). Every one loops over its group's
+ * lsz[0] threads and skips indices >= n where it takes n. add_scalar(out, a; v0, n): out[i] = a[i]
+ * + v0 mul_add(x; mul, add, n):   x[i] = x[i] * mul + add   (in place) add2(out, a, b; n): out[i] =
+ * a[i] + b[i] fill(out; value, n):       out[i] = value mix(out, x, y; mul, add, n): out[i] = x[i]
+ * * mul + y[i] + add   (uint32 arithmetic) record_groups(out):        out[flat group id] += lsz[0]
+ * * lsz[1] * lsz[2] */
 extern const char *const test_kernels_source;
-/* The same kernels in GLSL for Vulkan devices (one source; each kernel under #ifdef HCQ_KERNEL_name). */
+/* The same kernels in GLSL for Vulkan devices (one source; each kernel under #ifdef
+ * HCQ_KERNEL_name). */
 extern const char *const test_kernels_glsl;
 /* The same kernels in CUDA C for CUDA devices (extern "C" __global__, docs/cuda.md). */
 extern const char *const test_kernels_cuda;
@@ -59,7 +61,7 @@ extern const char *const test_kernels_msl;
  * (hcq_device_kind_kernel_caps). A kind whose language has no test kernels, or whose device does
  * not open here, is skipped with the reason. */
 typedef struct test_backend {
-  const char *kind;        /* device name prefix: "CPU", "VULKAN", "CUDA" */
+  const char *kind; /* device name prefix: "CPU", "VULKAN", "CUDA" */
   hcq_device_kind_t id;
 } test_backend_t;
 extern const test_backend_t test_backends[];

@@ -95,8 +95,8 @@ Test(vulkan, devices_are_listed_and_named) {
   cr_assert(hcq_device_caps(d) & HCQ_CAP_IN_ORDER_QUEUES);
   cr_assert_not(hcq_device_caps(d) & HCQ_CAP_HOST_CALLABLE);
   hcq_program_t *p = NULL;
-  FAILS(hcq_program_create_fn(d, "f", (hcq_cpu_kernel_fn)(uintptr_t)1, &p), HCQ_UNIMPLEMENTED, "VULKAN:0",
-        "function pointers");
+  FAILS(hcq_program_create_fn(d, "f", (hcq_cpu_kernel_fn)(uintptr_t)1, &p), HCQ_UNIMPLEMENTED,
+        "VULKAN:0", "function pointers");
   hcq_device_t *far = NULL;
   FAILS(hcq_device_open("VULKAN:99", &far), HCQ_NOT_FOUND, "VULKAN:99", "HCQ_VULKAN_VIRTUAL=1");
   test_close(d);
@@ -115,7 +115,8 @@ Test(vulkan, device_memory_is_the_drivers_heap) {
     cr_assert(strstr(m.source, "no VK_EXT_memory_budget"), "%s", m.source);
     cr_assert_eq(m.available, 0, "unknown without the extension");
   } else {
-    cr_assert(m.available > 0 && m.available <= m.total, "%" PRIu64 " of %" PRIu64, m.available, m.total);
+    cr_assert(m.available > 0 && m.available <= m.total, "%" PRIu64 " of %" PRIu64, m.available,
+              m.total);
   }
   test_close(d);
 }
@@ -142,7 +143,8 @@ Test(vulkan, another_kernels_spirv_copied_over_this_ones_name_is_not_run) {
   static const char plus_one[] =
       "layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };\n"
       "void main() { uint i = gl_GlobalInvocationID.x;\n"
-      "  if (gl_LocalInvocationID.y == 0u && i < uint(hcq_val(1))) i32s(hcq_buf(0)).v[i] = hcq_val(0) + 1; }\n";
+      "  if (gl_LocalInvocationID.y == 0u && i < uint(hcq_val(1))) i32s(hcq_buf(0)).v[i] = "
+      "hcq_val(0) + 1; }\n";
   hcq_program_t *fill = test_program(d, "fill", test_kernels_glsl);
   fill_and_check(d, fill, 41);
   cr_assert_eq(count_spv(dir, path, sizeof(path)), 1);
@@ -164,13 +166,15 @@ Test(vulkan, another_kernels_spirv_copied_over_this_ones_name_is_not_run) {
   char err[4096];
   test_stderr_end(saved, err, sizeof(err));
   fill_and_check(d, again, 41); /* 41, not the other kernel's 42 */
-  cr_assert(strstr(err, path) && strstr(err, "copied or restored over it"), "the warning names the file: %s", err);
+  cr_assert(strstr(err, path) && strstr(err, "copied or restored over it"),
+            "the warning names the file: %s", err);
   hcq_program_release(fill), hcq_program_release(other), hcq_program_release(again);
   test_close(d);
 }
 
-/* docs/vulkan.md says llvmpipe stops an invocation's loops after 65,535 iterations without an error,
- * and that hcq info says so where it applies: both hold here, and a GPU runs the loop in full. */
+/* docs/vulkan.md says llvmpipe stops an invocation's loops after 65,535 iterations without an
+ * error, and that hcq info says so where it applies: both hold here, and a GPU runs the loop in
+ * full. */
 Test(vulkan, lavapipe_ends_long_loops_silently) {
   need_vulkan(1);
   hcq_device_info_t infos[8];
@@ -181,7 +185,8 @@ Test(vulkan, lavapipe_ends_long_loops_silently) {
   cr_assert_not_null(description);
   bool lavapipe = strstr(description, "VULKAN:0 is llvmpipe") != NULL;
   cr_assert_eq(strstr(description, "shader loops end at 65,535 iterations") != NULL, lavapipe,
-               "hcq info warns of the loop limit exactly when VULKAN:0 is lavapipe: %s", description);
+               "hcq info warns of the loop limit exactly when VULKAN:0 is lavapipe: %s",
+               description);
   static const char counting[] =
       "layout(buffer_reference, std430, buffer_reference_align = 4) buffer i32s { int v[]; };\n"
       "void main() { int c = 0;\n"
@@ -192,7 +197,8 @@ Test(vulkan, lavapipe_ends_long_loops_silently) {
   hcq_buffer_t *out = test_buffer(d, 4);
   const int32_t trips[] = {1000, 65535, 100000, 2000000000};
   for (size_t i = 0; i < sizeof(trips) / sizeof(trips[0]); i++) {
-    if (!lavapipe && trips[i] > 100000) continue; /* seconds on one GPU thread, and a watchdog's business */
+    if (!lavapipe && trips[i] > 100000)
+      continue; /* seconds on one GPU thread, and a watchdog's business */
     int32_t vals[] = {trips[i], 0}, got = -1;
     hcq_launch_desc_t l = {p, &out, 1, vals, 2, {1, 1, 1}, {1, 1, 1}};
     OK(hcq_launch(&l));
@@ -223,13 +229,16 @@ Test(vulkan, spirv_given_directly) {
   hcq_program_t *p = NULL;
   OK(hcq_program_create_spirv(d, "fill", module, len - HEADER, &p));
   fill_and_check(d, p, -7);
-  cr_assert(!strncmp(hcq_program_source(p), "#spirv\n", 7), "the program keeps its module as source text");
+  cr_assert(!strncmp(hcq_program_source(p), "#spirv\n", 7),
+            "the program keeps its module as source text");
   hcq_program_t *again = NULL;
   OK(hcq_program_create(d, "fill", hcq_program_source(p), &again));
   fill_and_check(d, again, 5);
   hcq_program_t *bad = NULL;
-  FAILS(hcq_program_create_spirv(d, "other", module, len - HEADER, &bad), HCQ_COMPILE_ERROR, "entry point is \"fill\"");
-  FAILS(hcq_program_create_spirv(d, "fill", "not spir-v at all", 16, &bad), HCQ_COMPILE_ERROR, "not a SPIR-V module");
+  FAILS(hcq_program_create_spirv(d, "other", module, len - HEADER, &bad), HCQ_COMPILE_ERROR,
+        "entry point is \"fill\"");
+  FAILS(hcq_program_create_spirv(d, "fill", "not spir-v at all", 16, &bad), HCQ_COMPILE_ERROR,
+        "not a SPIR-V module");
   FAILS(hcq_program_create(d, "fill", "#spirv\n%%%%", &bad), HCQ_COMPILE_ERROR, "not base64");
   free(file);
   hcq_program_release(again);
@@ -265,7 +274,8 @@ Test(vulkan, spirv_cache_is_private_and_checked) {
   int saved = test_stderr_begin();
   p = test_program(d, "fill", test_kernels_glsl);
   test_stderr_end(saved, err, sizeof(err));
-  cr_assert(strstr(err, "hcq: warning") && strstr(err, spv) && strstr(err, "damaged"), "no warning: %s", err);
+  cr_assert(strstr(err, "hcq: warning") && strstr(err, spv) && strstr(err, "damaged"),
+            "no warning: %s", err);
   fill_and_check(d, p, 3);
   hcq_program_release(p);
   size_t len2;
@@ -293,9 +303,11 @@ Test(vulkan, launches_beyond_the_device_limits_are_refused) {
   hcq_buffer_t *out = test_buffer(d, 4096);
   int32_t vals[] = {1, 0};
   hcq_launch_desc_t big_group = {p, &out, 1, vals, 2, {1, 1, 1}, {4096, 1, 1}};
-  FAILS(hcq_launch(&big_group), HCQ_OUT_OF_RANGE, "launch of fill", "local size 4096x1x1", "VULKAN:0", "limit of");
+  FAILS(hcq_launch(&big_group), HCQ_OUT_OF_RANGE, "launch of fill", "local size 4096x1x1",
+        "VULKAN:0", "limit of");
   hcq_launch_desc_t big_grid = {p, &out, 1, vals, 2, {UINT32_MAX, 1, 1}, {1, 1, 1}};
-  FAILS(hcq_launch(&big_grid), HCQ_OUT_OF_RANGE, "launch of fill", "global[0] 4294967295", "limit of 65535");
+  FAILS(hcq_launch(&big_grid), HCQ_OUT_OF_RANGE, "launch of fill", "global[0] 4294967295",
+        "limit of 65535");
   /* The device is fine afterwards. */
   fill_and_check(d, p, 9);
   hcq_buffer_release(out);
@@ -361,8 +373,8 @@ Test(vulkan, bound_queues_are_recorded_once) {
   world_close(&w);
 }
 
-/* Each invocation runs val(0) steps of a linear congruential generator from its index: a kernel that
- * keeps the device busy for as long as asked (lavapipe ends an invocation's loops after 65535
+/* Each invocation runs val(0) steps of a linear congruential generator from its index: a kernel
+ * that keeps the device busy for as long as asked (lavapipe ends an invocation's loops after 65535
  * iterations, so the time comes from many invocations). */
 static const char *const lcg_glsl =
     "layout(buffer_reference, std430, buffer_reference_align = 4) buffer u32s { uint v[]; };\n"
@@ -399,19 +411,26 @@ Test(vulkan, engine_waiting_for_its_work_leaves_the_cores_to_it) {
   for (uint32_t i = 0; i < N; i += 1021) {
     uint32_t want = i;
     for (int32_t k = 0; k < steps; k++) want = want * 1664525u + 1013904223u;
-    cr_assert_eq(got[i], want, "the kernel ran: %u at %u, expected %u (%.1f ms)", got[i], i, want, took / 1e6);
+    cr_assert_eq(got[i], want, "the kernel ran: %u at %u, expected %u (%.1f ms)", got[i], i, want,
+                 took / 1e6);
   }
   free(got);
-  uint64_t polls = after.inflight_polls - before.inflight_polls, yields = after.inflight_yields - before.inflight_yields;
+  uint64_t polls = after.inflight_polls - before.inflight_polls,
+           yields = after.inflight_yields - before.inflight_yields;
   /* It slept, so the launch's submit had to wake it (and says so). */
-  cr_assert_geq(after.wake_calls - before.wake_calls, 1, "the launch did not wake the sleeping engine");
+  cr_assert_geq(after.wake_calls - before.wake_calls, 1,
+                "the launch did not wake the sleeping engine");
   cr_assert_leq(after.wake_calls - before.wake_calls, after.submits - before.submits + 1);
   if (d->vt->waiter_sleeps_at_once && d->vt->waiter_sleeps_at_once(d)) { /* lavapipe */
-    cr_assert_eq(polls, 0, "lavapipe: the engine polled %" PRIu64 " times during a %.1f ms kernel", polls, took / 1e6);
-    cr_assert_eq(yields, 0, "lavapipe: the engine yielded %" PRIu64 " times during a %.1f ms kernel", yields,
-                  took / 1e6);
+    cr_assert_eq(polls, 0, "lavapipe: the engine polled %" PRIu64 " times during a %.1f ms kernel",
+                 polls, took / 1e6);
+    cr_assert_eq(yields, 0,
+                 "lavapipe: the engine yielded %" PRIu64 " times during a %.1f ms kernel", yields,
+                 took / 1e6);
   } else {
-    cr_assert_leq(yields, 64 * 1024, "the engine yielded %" PRIu64 " times during a %.1f ms kernel (%" PRIu64 " polls)",
+    cr_assert_leq(yields, 64 * 1024,
+                  "the engine yielded %" PRIu64 " times during a %.1f ms kernel (%" PRIu64
+                  " polls)",
                   yields, took / 1e6, polls);
   }
   hcq_buffer_release(x);
@@ -439,13 +458,15 @@ Test(vulkan, engines_wait_on_each_other_with_semaphores) {
     cr_assert(hcq__vulkan_counters(d, &c));
     OK(hcq_launch(&l)); /* compute engine */
     /* Let the compute engine submit the kernel first (the long kernel then still runs). */
-    for (hcq__vk_counters_t now = c; now.submits == c.submits; hcq__vulkan_counters(d, &now)) usleep(100);
+    for (hcq__vk_counters_t now = c; now.submits == c.submits; hcq__vulkan_counters(d, &now))
+      usleep(100);
     OK(hcq_buffer_copyout(x, 0, got, M * 4)); /* copy engine, after the kernel */
     for (int i = 0; i < M; i++) model[i] = model[i] * 3 + (uint32_t)r;
     cr_assert_arr_eq(got, model, M * 4, "round %d", r);
   }
   cr_assert(hcq__vulkan_counters(d, &after));
-  cr_assert_gt(after.semaphore_waits - before.semaphore_waits, 0, "no wait became a semaphore wait");
+  cr_assert_gt(after.semaphore_waits - before.semaphore_waits, 0,
+               "no wait became a semaphore wait");
   free(got);
   hcq_buffer_release(x);
   hcq_program_release(p);
@@ -470,7 +491,8 @@ Test(vulkan, signal_writes_of_two_engines_keep_their_order) {
   hcq_operand_t shared_at = hcq_imm((int64_t)hcq_signal_address(shared));
   hcq_queue_t *qk = NULL, *qc = NULL;
   OK(hcq_queue_create(HCQ_QUEUE_COPY, &qk));
-  OK(hcq_queue_copy(qk, hcq_imm((int64_t)hcq_buffer_address(b)), hcq_imm((int64_t)hcq_buffer_address(a)), hcq_imm(4096)));
+  OK(hcq_queue_copy(qk, hcq_imm((int64_t)hcq_buffer_address(b)),
+                    hcq_imm((int64_t)hcq_buffer_address(a)), hcq_imm(4096)));
   OK(hcq_queue_signal(qk, hcq_imm((int64_t)hcq_signal_address(first)), hcq_imm(1)));
   OK(hcq_queue_signal(qk, shared_at, hcq_imm(1)));
   OK(hcq_queue_signal(qk, hcq_imm((int64_t)hcq_signal_address(done[0])), hcq_imm(1)));
@@ -484,14 +506,19 @@ Test(vulkan, signal_writes_of_two_engines_keep_their_order) {
   cr_assert(hcq__vulkan_slow_completion(d, HCQ_QUEUE_COPY, 100 * 1000 * 1000));
   OK(hcq_queue_submit(qk, d, NULL, 0));
   OK(hcq_queue_submit(qc, d, NULL, 0));
-  /* Once the copy engine handed both signals on (its completions lag), let the compute engine go. */
-  for (hcq__vk_counters_t now = before; now.signals < before.signals + 2; hcq__vulkan_counters(d, &now)) usleep(200);
+  /* Once the copy engine handed both signals on (its completions lag), let the compute engine go.
+   */
+  for (hcq__vk_counters_t now = before; now.signals < before.signals + 2;
+       hcq__vulkan_counters(d, &now))
+    usleep(200);
   hcq_signal_set(gate, 1);
   for (int k = 0; k < 2; k++) OK(hcq_signal_wait(done[k], 1, 5000));
   cr_assert(hcq__vulkan_slow_completion(d, HCQ_QUEUE_COPY, 0));
   cr_assert(hcq__vulkan_counters(d, &after));
-  cr_assert_gt(after.semaphore_waits - before.semaphore_waits, 0, "the compute engine did not wait on the semaphore");
-  cr_assert_eq(hcq_signal_value(shared), 2, "the copy engine's 1 was written after the compute engine's 2");
+  cr_assert_gt(after.semaphore_waits - before.semaphore_waits, 0,
+               "the compute engine did not wait on the semaphore");
+  cr_assert_eq(hcq_signal_value(shared), 2,
+               "the copy engine's 1 was written after the compute engine's 2");
   hcq_queue_destroy(qc);
   hcq_queue_destroy(qk);
   hcq_signal_destroy(first);
@@ -531,7 +558,8 @@ Test(vulkan, hang_report_names_the_blocked_wait) {
 Test(vulkan, lost_device_fails_fast_and_closes) {
   need_vulkan(2);
   hcq_device_t *d = test_open("VULKAN:0"), *other = test_open("VULKAN:1");
-  hcq_program_t *p = test_program(d, "fill", test_kernels_glsl), *q = test_program(other, "fill", test_kernels_glsl);
+  hcq_program_t *p = test_program(d, "fill", test_kernels_glsl),
+                *q = test_program(other, "fill", test_kernels_glsl);
   hcq_buffer_t *out = test_buffer(d, 256);
   OK(hcq_device_declare_lost(d, "test says so"));
   int32_t vals[] = {1, 64};
@@ -547,19 +575,21 @@ Test(vulkan, lost_device_fails_fast_and_closes) {
   test_close(other);
 }
 
-/* Eager transfers between a CPU device and a Vulkan device run on the Vulkan copy engine, both ways;
- * one graph over both kinds is refused by name. */
+/* Eager transfers between a CPU device and a Vulkan device run on the Vulkan copy engine, both
+ * ways; one graph over both kinds is refused by name. */
 Test(vulkan, transfers_with_cpu_devices) {
   need_vulkan(1);
   hcq_device_t *v = test_open("VULKAN:0"), *c = test_open("CPU:0");
-  hcq_program_t *pv = test_program(v, "mul_add", test_kernels_glsl), *pc = test_program(c, "mul_add", test_kernels_source);
+  hcq_program_t *pv = test_program(v, "mul_add", test_kernels_glsl),
+                *pc = test_program(c, "mul_add", test_kernels_source);
   enum { N = 4096 };
   hcq_buffer_t *xc = test_buffer_iota(c, N, 1, 0), *xv = test_buffer(v, N * 4);
   uint32_t model[N], got[N];
   for (int i = 0; i < N; i++) model[i] = (uint32_t)i;
   for (int r = 0; r < 4; r++) {
     int32_t a[] = {3, r, N}, b[] = {5, 1, N};
-    hcq_launch_desc_t lc = {pc, &xc, 1, a, 3, {N / 64, 1, 1}, {64, 1, 1}}, lv = {pv, &xv, 1, b, 3, {N / 64, 1, 1}, {64, 1, 1}};
+    hcq_launch_desc_t lc = {pc, &xc, 1, a, 3, {N / 64, 1, 1}, {64, 1, 1}},
+                      lv = {pv, &xv, 1, b, 3, {N / 64, 1, 1}, {64, 1, 1}};
     OK(hcq_launch(&lc));
     OK(hcq_transfer(xv, xc, N * 4)); /* CPU -> Vulkan */
     OK(hcq_launch(&lv));
@@ -569,13 +599,29 @@ Test(vulkan, transfers_with_cpu_devices) {
   test_read(xc, got, sizeof(got));
   cr_assert_arr_eq(got, model, sizeof(got));
   hcq_operand_t vals[] = {hcq_imm(2), hcq_imm(1), hcq_imm(N)};
-  hcq_kernel_item_t kc = {pc, &xc, 1, (uint32_t[]){0}, 1, vals, 3, {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
+  hcq_kernel_item_t kc = {pc,
+                          &xc,
+                          1,
+                          (uint32_t[]){0},
+                          1,
+                          vals,
+                          3,
+                          {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
                           {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
-  hcq_kernel_item_t kv = {pv, &xv, 1, (uint32_t[]){0}, 1, vals, 3, {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
+  hcq_kernel_item_t kv = {pv,
+                          &xv,
+                          1,
+                          (uint32_t[]){0},
+                          1,
+                          vals,
+                          3,
+                          {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
                           {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
-  hcq_exec_item_t its[] = {{.kind = HCQ_ITEM_KERNEL, .kernel = kc}, {.kind = HCQ_ITEM_KERNEL, .kernel = kv}};
+  hcq_exec_item_t its[] = {{.kind = HCQ_ITEM_KERNEL, .kernel = kc},
+                           {.kind = HCQ_ITEM_KERNEL, .kernel = kv}};
   hcq_graph_t *g = NULL;
-  FAILS(hcq_graph_create(its, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT, "cannot mix CPU:0 with VULKAN:0");
+  FAILS(hcq_graph_create(its, 2, NULL, 0, NULL, 0, NULL, &g), HCQ_INVALID_ARGUMENT,
+        "cannot mix CPU:0 with VULKAN:0");
   hcq_buffer_release(xc);
   hcq_buffer_release(xv);
   hcq_program_release(pc);
@@ -595,7 +641,11 @@ static void launch_with_a_missing_buffer(void) {
   hcq_exec_item_t items[2];
   for (int i = 0; i < 2; i++)
     items[i] = (hcq_exec_item_t){.kind = HCQ_ITEM_KERNEL,
-                                 .kernel = {.program = p, .bufs = &out, .nbufs = 1, .vals = vals, .nvals = 2,
+                                 .kernel = {.program = p,
+                                            .bufs = &out,
+                                            .nbufs = 1,
+                                            .vals = vals,
+                                            .nvals = 2,
                                             .global = {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
                                             .local = {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
   items[1].kernel.nbufs = 0; /* buffer 0 is read from where the values are: address 0x4000000001 */
@@ -632,8 +682,10 @@ Test(vulkan, a_kernel_faulting_inside_the_driver_is_named_before_the_process_die
   int status = 0;
   waitpid(pid, &status, 0);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 77) cr_skip_test("Vulkan absent: %s", err);
-  cr_assert(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child went on as if nothing happened: %s", err);
-  cr_assert(strstr(err, "hcq: SIGSEGV at address 0x4000000001") && strstr(err, "VULKAN:0 compute queue: ") &&
+  cr_assert(!(WIFEXITED(status) && WEXITSTATUS(status) == 0),
+            "the child went on as if nothing happened: %s", err);
+  cr_assert(strstr(err, "hcq: SIGSEGV at address 0x4000000001") &&
+                strstr(err, "VULKAN:0 compute queue: ") &&
                 strstr(err, "kernel fill (graph item 1)") && strstr(err, "the process ends"),
             "stderr: %s", err);
 }

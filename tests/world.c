@@ -68,8 +68,8 @@ int world_device_of(const world_t *w, int idx) {
   return -1;
 }
 
-void world_mix(world_t *w, world_item_t *wi, int out, int x, int y, hcq_operand_t mul, hcq_operand_t add,
-               hcq_operand_t n, const hcq_expr_t *groups) {
+void world_mix(world_t *w, world_item_t *wi, int out, int x, int y, hcq_operand_t mul,
+               hcq_operand_t add, hcq_operand_t n, const hcq_expr_t *groups) {
   memset(wi, 0, sizeof(*wi));
   int d = world_device_of(w, out);
   wi->bufs[0] = w->buf[out];
@@ -79,9 +79,16 @@ void world_mix(world_t *w, world_item_t *wi, int out, int x, int y, hcq_operand_
   wi->vals[0] = mul;
   wi->vals[1] = add;
   wi->vals[2] = n;
-  hcq_kernel_item_t k = {w->mix[d], wi->bufs, 3, wi->outs, 1, wi->vals, 3,
-                         {groups ? hcq_sym(groups) : hcq_imm(n.sym ? 1 : (n.value + 63) / 64), hcq_imm(1), hcq_imm(1)},
-                         {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
+  hcq_kernel_item_t k = {
+      w->mix[d],
+      wi->bufs,
+      3,
+      wi->outs,
+      1,
+      wi->vals,
+      3,
+      {groups ? hcq_sym(groups) : hcq_imm(n.sym ? 1 : (n.value + 63) / 64), hcq_imm(1), hcq_imm(1)},
+      {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
   cr_assert(groups || !n.sym, "a symbolic n needs a symbolic group count");
   wi->item.kind = HCQ_ITEM_KERNEL;
   wi->item.kernel = k;
@@ -94,20 +101,22 @@ void world_copy(world_t *w, world_item_t *wi, int dst, int src, uint64_t bytes) 
 }
 
 /* The mirror of graph buffer b, with input swaps applied. */
-static hcq_buffer_t *mirror_of(world_t *w, hcq_buffer_t *b, const int *inputs, const int *swaps, int ninputs) {
+static hcq_buffer_t *mirror_of(world_t *w, hcq_buffer_t *b, const int *inputs, const int *swaps,
+                               int ninputs) {
   int i = world_index(w, b);
   for (int k = 0; k < ninputs; k++)
     if (inputs[k] == i && swaps && swaps[k] >= 0) return w->mirror[swaps[k]];
   return w->mirror[i];
 }
 
-void world_run_eager(world_t *w, world_item_t *items, int nitems, const int *inputs, const int *swaps, int ninputs,
-                     const hcq_var_value_t *vals, size_t nvals) {
+void world_run_eager(world_t *w, world_item_t *items, int nitems, const int *inputs,
+                     const int *swaps, int ninputs, const hcq_var_value_t *vals, size_t nvals) {
   for (int j = 0; j < nitems; j++) {
     hcq_exec_item_t it = items[j].item;
     hcq_buffer_t *bufs[3];
     if (it.kind == HCQ_ITEM_KERNEL) {
-      for (size_t i = 0; i < it.kernel.nbufs; i++) bufs[i] = mirror_of(w, it.kernel.bufs[i], inputs, swaps, ninputs);
+      for (size_t i = 0; i < it.kernel.nbufs; i++)
+        bufs[i] = mirror_of(w, it.kernel.bufs[i], inputs, swaps, ninputs);
       it.kernel.bufs = bufs;
       int d = world_device_of(w, world_index(w, items[j].item.kernel.bufs[0]));
       it.kernel.program = w->mix[d];
@@ -127,8 +136,9 @@ void world_compare(world_t *w, const char *what) {
     OK(hcq_buffer_copyout(w->mirror[i], 0, b, size));
     for (uint64_t k = 0; k < size; k++)
       if (a[k] != b[k])
-        cr_assert_fail("%s: buffer %d (%s) differs from the eager ground truth at byte %lu (%u vs %u)", what, i,
-                       hcq_buffer_label(w->buf[i]), (unsigned long)k, a[k], b[k]);
+        cr_assert_fail(
+            "%s: buffer %d (%s) differs from the eager ground truth at byte %lu (%u vs %u)", what,
+            i, hcq_buffer_label(w->buf[i]), (unsigned long)k, a[k], b[k]);
     free(a);
     free(b);
   }
@@ -156,12 +166,15 @@ hcq_graph_t *world_graph(world_t *w, world_item_t *items, int n, const int *inpu
   /* CUDA devices run the CUDA graph, Metal ones the Metal graph, every other kind
    * the HCQ graph. */
   hcq_device_kind_t kind = hcq_device_kind(w->devs[0]);
-  cr_assert_str_eq(hcq_graph_kind(g), kind == HCQ_DEVICE_CUDA ? "cuda" : kind == HCQ_DEVICE_METAL ? "metal" : "hcq");
+  cr_assert_str_eq(hcq_graph_kind(g), kind == HCQ_DEVICE_CUDA    ? "cuda"
+                                      : kind == HCQ_DEVICE_METAL ? "metal"
+                                                                 : "hcq");
   return g;
 }
 
-void world_replay(world_t *w, hcq_graph_t *g, world_item_t *items, int n, const int *inputs, const int *swaps,
-                  int ninputs, const hcq_var_value_t *vals, size_t nvals, bool wait, const char *what) {
+void world_replay(world_t *w, hcq_graph_t *g, world_item_t *items, int n, const int *inputs,
+                  const int *swaps, int ninputs, const hcq_var_value_t *vals, size_t nvals,
+                  bool wait, const char *what) {
   hcq_buffer_t *ins[8];
   cr_assert_leq(ninputs, 8);
   for (int k = 0; k < ninputs; k++) ins[k] = w->buf[swaps && swaps[k] >= 0 ? swaps[k] : inputs[k]];
@@ -201,7 +214,8 @@ void world_random(world_t *w, uint32_t *seed, const world_vars_t *v, world_rando
   world_random_on(w, &test_backends[0], seed, v, out);
 }
 
-void world_random_on(world_t *w, const test_backend_t *b, uint32_t *seed, const world_vars_t *v, world_random_t *out) {
+void world_random_on(world_t *w, const test_backend_t *b, uint32_t *seed, const world_vars_t *v,
+                     world_random_t *out) {
   memset(out, 0, sizeof(*out));
   int ndev = 1 + (int)(world_rand(seed) % 4);
   world_open_on(w, b, ndev);
@@ -222,7 +236,8 @@ void world_random_on(world_t *w, const test_backend_t *b, uint32_t *seed, const 
   for (int i = 0; i < nb && out->ninputs < ndev; i++)
     if (bufs[i].idx == bufs[i].base && bufs[i].dev == out->ninputs) {
       out->inputs[out->ninputs] = bufs[i].idx;
-      out->alts[out->ninputs] = world_buffer(w, bufs[i].dev, (size_t)bufs[i].words, world_rand(seed));
+      out->alts[out->ninputs] =
+          world_buffer(w, bufs[i].dev, (size_t)bufs[i].words, world_rand(seed));
       out->ninputs++;
     }
   out->nitems = 4 + (int)(world_rand(seed) % 20);
@@ -252,15 +267,17 @@ void world_random_on(world_t *w, const test_backend_t *b, uint32_t *seed, const 
       if (x->words < words) words = x->words;
       if (y->words < words) words = y->words;
       bool symbolic = words >= 64 && world_rand(seed) % 2;
-      world_mix(w, wi, o->idx, x->idx, y->idx, symbolic ? hcq_sym(v->k) : hcq_imm(world_rand(seed) % 5),
-                hcq_imm(world_rand(seed) % 100), symbolic ? hcq_sym(v->n) : hcq_imm(1 + world_rand(seed) % words),
+      world_mix(w, wi, o->idx, x->idx, y->idx,
+                symbolic ? hcq_sym(v->k) : hcq_imm(world_rand(seed) % 5),
+                hcq_imm(world_rand(seed) % 100),
+                symbolic ? hcq_sym(v->n) : hcq_imm(1 + world_rand(seed) % words),
                 symbolic ? v->groups : NULL);
     }
   }
 }
 
-void world_random_replay(const world_random_t *rw, uint32_t *seed, const world_vars_t *v, int *swaps,
-                         hcq_var_value_t vals[2]) {
+void world_random_replay(const world_random_t *rw, uint32_t *seed, const world_vars_t *v,
+                         int *swaps, hcq_var_value_t vals[2]) {
   for (int i = 0; i < rw->ninputs; i++) swaps[i] = world_rand(seed) % 2 ? rw->alts[i] : -1;
   vals[0] = (hcq_var_value_t){v->n, 1 + world_rand(seed) % 64};
   vals[1] = (hcq_var_value_t){v->k, (int64_t)(world_rand(seed) % 19) - 9};
@@ -280,8 +297,10 @@ void world_graph_fuzz(const test_backend_t *b, uint32_t seed, int rounds, int re
       hcq_var_value_t vals[2];
       world_random_replay(&rw, &seed, &v, swaps, vals);
       char what[96];
-      snprintf(what, sizeof(what), "fuzz round %d (%d devices, %d items) replay %d", round, w.ndev, rw.nitems, r);
-      world_replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2, what);
+      snprintf(what, sizeof(what), "fuzz round %d (%d devices, %d items) replay %d", round, w.ndev,
+               rw.nitems, r);
+      world_replay(&w, g, rw.items, rw.nitems, rw.inputs, swaps, rw.ninputs, vals, 2, seed % 2,
+                   what);
     }
     OK(hcq_graph_destroy(g));
     world_close(&w);

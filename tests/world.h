@@ -36,24 +36,27 @@ typedef struct world_item {
 } world_item_t;
 
 /* mix(out, x, y; mul, add, n) on the device of out, n elements in groups of 64. Operands may be
- * symbolic (NULL sym: the constant). groups: a symbolic dim to use instead of n's ceiling, or NULL. */
-void world_mix(world_t *w, world_item_t *wi, int out, int x, int y, hcq_operand_t mul, hcq_operand_t add,
-               hcq_operand_t n, const hcq_expr_t *groups);
+ * symbolic (NULL sym: the constant). groups: a symbolic dim to use instead of n's ceiling, or NULL.
+ */
+void world_mix(world_t *w, world_item_t *wi, int out, int x, int y, hcq_operand_t mul,
+               hcq_operand_t add, hcq_operand_t n, const hcq_expr_t *groups);
 void world_copy(world_t *w, world_item_t *wi, int dst, int src, uint64_t bytes);
 
 /* Runs items eagerly on the mirrors, with inputs[k] of the graph replaced by swaps[k] (world
  * indices; -1 keeps the original). */
-void world_run_eager(world_t *w, world_item_t *items, int nitems, const int *inputs, const int *swaps, int ninputs,
-                     const hcq_var_value_t *vals, size_t nvals);
+void world_run_eager(world_t *w, world_item_t *items, int nitems, const int *inputs,
+                     const int *swaps, int ninputs, const hcq_var_value_t *vals, size_t nvals);
 /* Asserts that every buffer equals its mirror; what names the moment. */
 void world_compare(world_t *w, const char *what);
 
-/* A graph of items (asserted to be of kind "hcq", or "cuda" on CUDA devices) with world buffers inputs as its inputs. */
+/* A graph of items (asserted to be of kind "hcq", or "cuda" on CUDA devices) with world buffers
+ * inputs as its inputs. */
 hcq_graph_t *world_graph(world_t *w, world_item_t *items, int n, const int *inputs, int ninputs,
                          const hcq_var_value_t *vals, size_t nvals, bool profile);
 /* One replay in both worlds (inputs swapped as in world_run_eager), then the comparison. */
-void world_replay(world_t *w, hcq_graph_t *g, world_item_t *items, int n, const int *inputs, const int *swaps,
-                  int ninputs, const hcq_var_value_t *vals, size_t nvals, bool wait, const char *what);
+void world_replay(world_t *w, hcq_graph_t *g, world_item_t *items, int n, const int *inputs,
+                  const int *swaps, int ninputs, const hcq_var_value_t *vals, size_t nvals,
+                  bool wait, const char *what);
 /* times replays without inputs or variables, waiting on every other one. */
 void world_replay_n(world_t *w, hcq_graph_t *g, world_item_t *items, int n, int times);
 
@@ -74,10 +77,11 @@ typedef struct world_random {
 uint32_t world_rand(uint32_t *seed);
 /* Opens w and fills it at random. */
 void world_random(world_t *w, uint32_t *seed, const world_vars_t *v, world_random_t *out);
-void world_random_on(world_t *w, const test_backend_t *b, uint32_t *seed, const world_vars_t *v, world_random_t *out);
+void world_random_on(world_t *w, const test_backend_t *b, uint32_t *seed, const world_vars_t *v,
+                     world_random_t *out);
 /* Random swaps (-1 keeps an input) and values {n, k} for one replay. */
-void world_random_replay(const world_random_t *rw, uint32_t *seed, const world_vars_t *v, int *swaps,
-                         hcq_var_value_t vals[2]);
+void world_random_replay(const world_random_t *rw, uint32_t *seed, const world_vars_t *v,
+                         int *swaps, hcq_var_value_t vals[2]);
 
 /* rounds random worlds on backend b, each an HCQ graph replayed replays times with random swaps
  * and values, every replay compared with eager execution. */

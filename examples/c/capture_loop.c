@@ -10,17 +10,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    hcq_status_t st_ = (call);                                              \
-    if (st_) {                                                              \
-      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_));          \
-      hcq_status_destroy(st_);                                                 \
-      exit(1);                                                              \
-    }                                                                       \
+#define CHECK(call)                                                \
+  do {                                                             \
+    hcq_status_t st_ = (call);                                     \
+    if (st_) {                                                     \
+      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_)); \
+      hcq_status_destroy(st_);                                     \
+      exit(1);                                                     \
+    }                                                              \
   } while (0)
 
-/* update: x[i] = x[i] * 5 + pos for i < n.   accumulate: y[i] += x[i] for i < n.   vals = {n, pos} */
+/* update: x[i] = x[i] * 5 + pos for i < n.   accumulate: y[i] += x[i] for i < n.   vals = {n, pos}
+ */
 static const char *const kSource =
     "void update(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {\n"
     "  uint32_t *x = bufs[0];\n"
@@ -48,7 +49,11 @@ typedef struct model {
 /* One iteration: the first pos + 1 elements of x and y change. at holds the value of pos. */
 static hcq_status_t step(model_t *m, const hcq_var_value_t *at, size_t nat) {
   hcq_operand_t vals[] = {hcq_sym(m->len), hcq_sym(m->pos)}; /* n = pos + 1, and pos */
-  hcq_launch_sym_desc_t update = {.program = m->update, .bufs = &m->x, .nbufs = 1, .vals = vals, .nvals = 2,
+  hcq_launch_sym_desc_t update = {.program = m->update,
+                                  .bufs = &m->x,
+                                  .nbufs = 1,
+                                  .vals = vals,
+                                  .nvals = 2,
                                   .global = {hcq_sym(m->groups), hcq_imm(1), hcq_imm(1)},
                                   .local = {hcq_imm(64), hcq_imm(1), hcq_imm(1)}};
   hcq_status_t st = hcq_launch_sym(&update, at, nat);
@@ -85,7 +90,8 @@ int main(void) {
       CHECK(hcq_capture_end(cap, NULL, 0, at, 1, NULL, &jit));
       printf("%s", hcq_jit_report(jit)->text); /* what was graphed, and why anything was not */
     } else {
-      CHECK(hcq_jit_run(jit, NULL, 0, at, 1, /*wait=*/false, NULL)); /* the same launches, pos = p */
+      /* the same launches, pos = p */
+      CHECK(hcq_jit_run(jit, NULL, 0, at, 1, /*wait=*/false, NULL));
     }
   }
 
@@ -96,8 +102,8 @@ int main(void) {
   CHECK(hcq_buffer_copyout(m.y, 0, got, sizeof(got))); /* waits for the replays */
   int bad = 0;
   for (int i = 0; i < N; i++) bad += got[i] != y[i];
-  printf("capture_loop: %d iterations (1 captured, %d replayed), y[0] = %u, %s\n", STEPS, STEPS - 1, got[0],
-         bad ? "WRONG" : "as expected");
+  printf("capture_loop: %d iterations (1 captured, %d replayed), y[0] = %u, %s\n", STEPS, STEPS - 1,
+         got[0], bad ? "WRONG" : "as expected");
 
   CHECK(hcq_jit_destroy(jit));
   hcq_expr_release(m.groups);

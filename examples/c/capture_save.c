@@ -8,14 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    hcq_status_t st_ = (call);                                              \
-    if (st_) {                                                              \
-      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_));          \
-      hcq_status_destroy(st_);                                                 \
-      exit(1);                                                              \
-    }                                                                       \
+#define CHECK(call)                                                \
+  do {                                                             \
+    hcq_status_t st_ = (call);                                     \
+    if (st_) {                                                     \
+      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_)); \
+      hcq_status_destroy(st_);                                     \
+      exit(1);                                                     \
+    }                                                              \
   } while (0)
 
 /* y[i] = x[i] * a + y[i] for i < n; bufs = {y, x}, vals = {n, a}. */
@@ -56,9 +56,15 @@ int main(int argc, char **argv) {
     hcq_buffer_t *bufs[] = {layer % 2 ? x : y, layer % 2 ? y : x};
     static const uint32_t writes_first[] = {0};
     hcq_operand_t vals[] = {hcq_sym(n), hcq_imm(layer + 2)};
-    hcq_launch_sym_desc_t l = {.program = axpy, .bufs = bufs, .nbufs = 2, .vals = vals, .nvals = 2,
+    hcq_launch_sym_desc_t l = {.program = axpy,
+                               .bufs = bufs,
+                               .nbufs = 2,
+                               .vals = vals,
+                               .nvals = 2,
                                .global = {hcq_sym(groups), hcq_imm(1), hcq_imm(1)},
-                               .local = {hcq_imm(128), hcq_imm(1), hcq_imm(1)}, .outs = writes_first, .nouts = 1};
+                               .local = {hcq_imm(128), hcq_imm(1), hcq_imm(1)},
+                               .outs = writes_first,
+                               .nouts = 1};
     CHECK(hcq_launch_sym(&l, at, 1));
   }
   hcq_jit_t *jit;

@@ -1,5 +1,5 @@
-/* Eager launches: open a device, compile a kernel, copy data in, launch it, copy the result out; then
- * how much memory the device has.
+/* Eager launches: open a device, compile a kernel, copy data in, launch it, copy the result out;
+ * then how much memory the device has.
  *
  *   cc eager.c $(pkg-config --cflags --libs hcq) -o eager && ./eager
  */
@@ -8,14 +8,14 @@
 #include <stdlib.h>
 
 /* Every hcq call returns a status: NULL is success, anything else carries a message to free. */
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    hcq_status_t st_ = (call);                                              \
-    if (st_) {                                                              \
-      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_));          \
-      hcq_status_destroy(st_);                                                 \
-      exit(1);                                                              \
-    }                                                                       \
+#define CHECK(call)                                                \
+  do {                                                             \
+    hcq_status_t st_ = (call);                                     \
+    if (st_) {                                                     \
+      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_)); \
+      hcq_status_destroy(st_);                                     \
+      exit(1);                                                     \
+    }                                                              \
   } while (0)
 
 /* A CPU kernel (ABI in hcq/program.h): called once per work-group, it loops over its own threads.
@@ -44,8 +44,13 @@ int main(void) {
   CHECK(hcq_buffer_copyin(y, 0, host, sizeof(host)));
 
   int32_t vals[] = {N, 3, 1}; /* n, a, b */
-  hcq_launch_desc_t launch = {.program = prog, .bufs = &y, .nbufs = 1, .vals = vals, .nvals = 3,
-                              .global = {(N + 63) / 64, 1, 1}, .local = {64, 1, 1}};
+  hcq_launch_desc_t launch = {.program = prog,
+                              .bufs = &y,
+                              .nbufs = 1,
+                              .vals = vals,
+                              .nvals = 3,
+                              .global = {(N + 63) / 64, 1, 1},
+                              .local = {64, 1, 1}};
   CHECK(hcq_launch(&launch)); /* returns once queued; runs after earlier work on the device */
   CHECK(hcq_launch(&launch));
   CHECK(hcq_buffer_copyout(y, 0, host, sizeof(host))); /* waits for the launches */
@@ -56,8 +61,8 @@ int main(void) {
 
   hcq_device_memory_t mem;
   CHECK(hcq_device_memory(dev, &mem)); /* UNAVAILABLE where the backend cannot tell */
-  printf("%s: %llu of %llu bytes available (%s)\n", hcq_device_name(dev), (unsigned long long)mem.available,
-         (unsigned long long)mem.total, mem.source);
+  printf("%s: %llu of %llu bytes available (%s)\n", hcq_device_name(dev),
+         (unsigned long long)mem.available, (unsigned long long)mem.total, mem.source);
 
   hcq_buffer_release(y);
   hcq_program_release(prog);

@@ -8,14 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    hcq_status_t st_ = (call);                                              \
-    if (st_) {                                                              \
-      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_));          \
-      hcq_status_destroy(st_);                                                 \
-      exit(1);                                                              \
-    }                                                                       \
+#define CHECK(call)                                                \
+  do {                                                             \
+    hcq_status_t st_ = (call);                                     \
+    if (st_) {                                                     \
+      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_)); \
+      hcq_status_destroy(st_);                                     \
+      exit(1);                                                     \
+    }                                                              \
   } while (0)
 
 /* out[i] = in[i] * in[i] + step for i < n; bufs = {out, in}, vals = {n, step}. */
@@ -64,10 +64,18 @@ int main(void) {
   hcq_operand_t vals[] = {hcq_imm(N), hcq_sym(step)};
   hcq_buffer_t *bufs[] = {out[0], in};
   hcq_exec_item_t item = {.kind = HCQ_ITEM_KERNEL,
-                          .kernel = {prog, bufs, 2, (const uint32_t[]){0}, 1, vals, 2,
-                                     {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)}, {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
+                          .kernel = {prog,
+                                     bufs,
+                                     2,
+                                     (const uint32_t[]){0},
+                                     1,
+                                     vals,
+                                     2,
+                                     {hcq_imm(N / 64), hcq_imm(1), hcq_imm(1)},
+                                     {hcq_imm(64), hcq_imm(1), hcq_imm(1)}}};
   hcq_graph_t *graph;
-  CHECK(hcq_graph_create(&item, 1, &out[0], 1, (hcq_var_value_t[]){{step, 0}}, 1, NULL, &graph)); /* out[0]: input 0 */
+  /* out[0]: input 0 */
+  CHECK(hcq_graph_create(&item, 1, &out[0], 1, (hcq_var_value_t[]){{step, 0}}, 1, NULL, &graph));
 
   int bad = 0;
   for (int i = 0; i <= STEPS; i++) {

@@ -7,14 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    hcq_status_t st_ = (call);                                              \
-    if (st_) {                                                              \
-      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_));          \
-      hcq_status_destroy(st_);                                                 \
-      exit(1);                                                              \
-    }                                                                       \
+#define CHECK(call)                                                \
+  do {                                                             \
+    hcq_status_t st_ = (call);                                     \
+    if (st_) {                                                     \
+      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_)); \
+      hcq_status_destroy(st_);                                     \
+      exit(1);                                                     \
+    }                                                              \
   } while (0)
 
 /* y[i] = y[i] * a + b for i < n; bufs = {y}, vals = {n, a, b}. */
@@ -46,7 +46,8 @@ int main(void) {
   hcq_program_t *scale0, *scale1;
   CHECK(hcq_program_create(cpu0, "scale", kScale, &scale0));
   CHECK(hcq_program_create(cpu1, "scale", kScale, &scale1));
-  hcq_buffer_t *x = iota_buffer(cpu0, 0), *x2 = iota_buffer(cpu0, 100000), *y = iota_buffer(cpu1, 0);
+  hcq_buffer_t *x = iota_buffer(cpu0, 0), *x2 = iota_buffer(cpu0, 100000),
+               *y = iota_buffer(cpu1, 0);
 
   /* n (the element count) and b are variables; (n+255)//256 work-groups of 256 follow n. */
   hcq_expr_t *n, *b, *groups;
@@ -55,14 +56,30 @@ int main(void) {
   CHECK(hcq_expr_parse("(n+255)//256", (const hcq_expr_t *[]){n}, 1, &groups));
 
   static const uint32_t writes_first[] = {0};
-  hcq_operand_t vals0[] = {hcq_sym(n), hcq_imm(2), hcq_sym(b)}, vals1[] = {hcq_sym(n), hcq_imm(3), hcq_imm(1)};
+  hcq_operand_t vals0[] = {hcq_sym(n), hcq_imm(2), hcq_sym(b)},
+                vals1[] = {hcq_sym(n), hcq_imm(3), hcq_imm(1)};
   hcq_exec_item_t items[3] = {
+      /* CPU:0 -> CPU:1 */
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {scale0, &x, 1, writes_first, 1, vals0, 3, {hcq_sym(groups), hcq_imm(1), hcq_imm(1)},
+       .kernel = {scale0,
+                  &x,
+                  1,
+                  writes_first,
+                  1,
+                  vals0,
+                  3,
+                  {hcq_sym(groups), hcq_imm(1), hcq_imm(1)},
                   {hcq_imm(256), hcq_imm(1), hcq_imm(1)}}},
-      {.kind = HCQ_ITEM_TRANSFER, .transfer = {y, x, sizeof(host)}}, /* CPU:0 -> CPU:1 */
+      {.kind = HCQ_ITEM_TRANSFER, .transfer = {y, x, sizeof(host)}},
       {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {scale1, &y, 1, writes_first, 1, vals1, 3, {hcq_sym(groups), hcq_imm(1), hcq_imm(1)},
+       .kernel = {scale1,
+                  &y,
+                  1,
+                  writes_first,
+                  1,
+                  vals1,
+                  3,
+                  {hcq_sym(groups), hcq_imm(1), hcq_imm(1)},
                   {hcq_imm(256), hcq_imm(1), hcq_imm(1)}}},
   };
   hcq_var_value_t at_build[] = {{n, N}, {b, 0}};
@@ -81,8 +98,9 @@ int main(void) {
     uint32_t scaled = i < 1000 ? (100000 + i) * 2 + 7 : 100000 + i; /* x2 after the first kernel */
     bad += host[i] != (i < 1000 ? scaled * 3 + 1 : scaled);
   }
-  printf("graph: %zu items on %zu devices, replay took %.1f us, y[0] = %u, %s\n", hcq_graph_item_count(graph),
-         hcq_graph_device_count(graph), ns / 1e3, host[0], bad ? "WRONG" : "as expected");
+  printf("graph: %zu items on %zu devices, replay took %.1f us, y[0] = %u, %s\n",
+         hcq_graph_item_count(graph), hcq_graph_device_count(graph), ns / 1e3, host[0],
+         bad ? "WRONG" : "as expected");
 
   CHECK(hcq_graph_destroy(graph));
   hcq_expr_release(groups);

@@ -26,7 +26,8 @@ static int fail(hcq_status_t st) {
 
 int main(int argc, char **argv) {
   const char *model = argc > 1 ? argv[1] : NULL;
-  const char *question = argc > 2 ? argv[2] : "What is the capital of France? Answer in one sentence.";
+  const char *question =
+      argc > 2 ? argv[2] : "What is the capital of France? Answer in one sentence.";
   hcq_llm_options_t options = {.log = stderr}; /* a download says what it does */
   hcq_llm_t *llm;
   hcq_status_t st = hcq_llm_open(model, &options, &llm);
@@ -34,18 +35,22 @@ int main(int argc, char **argv) {
 
   hcq_llm_info_t info;
   hcq_llm_get_info(llm, &info);
-  fprintf(stderr, "%s (%s, %s) on %s\n", info.name, info.architecture, info.weight_types, info.device);
+  fprintf(stderr, "%s (%s, %s) on %s\n", info.name, info.architecture, info.weight_types,
+          info.device);
 
   hcq_llm_message_t chat[] = {{"user", question}};
   int pieces = 0;
-  hcq_llm_generate_options_t generate = {.max_tokens = 48, .on_token = print_piece, .user = &pieces};
+  hcq_llm_generate_options_t generate = {
+      .max_tokens = 48, .on_token = print_piece, .user = &pieces};
   hcq_llm_result_t result;
   st = hcq_llm_chat(llm, chat, 1, &generate, &result);
   if (!st) {
     printf("\n");
-    fprintf(stderr, "%zu prompt tokens, %zu new tokens (%d pieces streamed), stopped: %s; %.1f tokens/s\n",
+    fprintf(stderr,
+            "%zu prompt tokens, %zu new tokens (%d pieces streamed), stopped: %s; %.1f tokens/s\n",
             result.prompt_tokens, result.n, pieces, hcq_llm_stop_name(result.stop),
-            result.n > 1 && result.decode_ms > 0 ? (double)(result.n - 1) / (result.decode_ms / 1e3) : 0.0);
+            result.n > 1 && result.decode_ms > 0 ? (double)(result.n - 1) / (result.decode_ms / 1e3)
+                                                 : 0.0);
   }
   hcq_llm_result_free(&result);
   hcq_status_t closed = hcq_llm_close(llm);

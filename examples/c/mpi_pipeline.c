@@ -11,14 +11,14 @@
 #include <stdlib.h>
 
 /* One rank's failure ends the job: the others would otherwise wait for it until their timeout. */
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    hcq_status_t st_ = (call);                                              \
-    if (st_) {                                                              \
-      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_));          \
-      hcq_status_destroy(st_);                                                 \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                         \
-    }                                                                       \
+#define CHECK(call)                                                \
+  do {                                                             \
+    hcq_status_t st_ = (call);                                     \
+    if (st_) {                                                     \
+      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_)); \
+      hcq_status_destroy(st_);                                     \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                \
+    }                                                              \
   } while (0)
 
 /* y[i] = y[i] * a + b for i < n; bufs = {y}, vals = {n, a, b}. */
@@ -59,25 +59,45 @@ int main(int argc, char **argv) {
   CHECK(hcq_buffer_create(stage0, N * sizeof(uint32_t), &z));
   static uint32_t host[N], expect[N];
   for (uint32_t i = 0; i < N; i++) host[i] = expect[i] = i;
-  CHECK(hcq_buffer_copyin(x, 0, host, sizeof(host))); /* fills x on rank 0, does nothing elsewhere */
+  /* fills x on rank 0, does nothing elsewhere */
+  CHECK(hcq_buffer_copyin(x, 0, host, sizeof(host)));
 
   hcq_expr_t *b;
   CHECK(hcq_var_create("b", 0, 1000, &b));
   static const uint32_t writes_first[] = {0};
-  hcq_operand_t vals0[] = {hcq_imm(N), hcq_imm(2), hcq_sym(b)}, vals1[] = {hcq_imm(N), hcq_imm(3), hcq_imm(1)};
+  hcq_operand_t vals0[] = {hcq_imm(N), hcq_imm(2), hcq_sym(b)},
+                vals1[] = {hcq_imm(N), hcq_imm(3), hcq_imm(1)};
   hcq_exec_item_t items[4] = {
       {.kind = HCQ_ITEM_KERNEL, /* rank 0: x = x * 2 + b */
-       .kernel = {scale0, &x, 1, writes_first, 1, vals0, 3, {hcq_imm(N / 256), hcq_imm(1), hcq_imm(1)},
+       /* rank 0 sends, rank 1 receives */
+       /* rank 1: y = y * 3 + 1 */
+       /* and back to rank 0 */
+       .kernel = {scale0,
+                  &x,
+                  1,
+                  writes_first,
+                  1,
+                  vals0,
+                  3,
+                  {hcq_imm(N / 256), hcq_imm(1), hcq_imm(1)},
                   {hcq_imm(256), hcq_imm(1), hcq_imm(1)}}},
-      {.kind = HCQ_ITEM_TRANSFER, .transfer = {y, x, sizeof(host)}}, /* rank 0 sends, rank 1 receives */
-      {.kind = HCQ_ITEM_KERNEL, /* rank 1: y = y * 3 + 1 */
-       .kernel = {scale1, &y, 1, writes_first, 1, vals1, 3, {hcq_imm(N / 256), hcq_imm(1), hcq_imm(1)},
+      {.kind = HCQ_ITEM_TRANSFER, .transfer = {y, x, sizeof(host)}},
+      {.kind = HCQ_ITEM_KERNEL,
+       .kernel = {scale1,
+                  &y,
+                  1,
+                  writes_first,
+                  1,
+                  vals1,
+                  3,
+                  {hcq_imm(N / 256), hcq_imm(1), hcq_imm(1)},
                   {hcq_imm(256), hcq_imm(1), hcq_imm(1)}}},
-      {.kind = HCQ_ITEM_TRANSFER, .transfer = {z, y, sizeof(host)}}, /* and back to rank 0 */
+      {.kind = HCQ_ITEM_TRANSFER, .transfer = {z, y, sizeof(host)}},
   };
   hcq_var_value_t at_build[] = {{b, 0}};
   hcq_graph_t *graph;
-  CHECK(hcq_graph_create(items, 4, NULL, 0, at_build, 1, NULL, &graph)); /* the ranks check they agree */
+  /* the ranks check they agree */
+  CHECK(hcq_graph_create(items, 4, NULL, 0, at_build, 1, NULL, &graph));
 
   int bad = 0;
   for (int r = 0; r < REPLAYS; r++) {
@@ -91,8 +111,9 @@ int main(int argc, char **argv) {
   }
   CHECK(hcq_mpi_allreduce_max(bad, &bad)); /* every rank exits with rank 0's verdict */
   if (rank == 0)
-    printf("mpi_pipeline: %zu items over %d ranks, %d replays, z[1] = %u, %s\n", hcq_graph_item_count(graph),
-           hcq_mpi_size(), REPLAYS, host[1], bad ? "WRONG" : "as expected");
+    printf("mpi_pipeline: %zu items over %d ranks, %d replays, z[1] = %u, %s\n",
+           hcq_graph_item_count(graph), hcq_mpi_size(), REPLAYS, host[1],
+           bad ? "WRONG" : "as expected");
 
   CHECK(hcq_graph_destroy(graph));
   hcq_expr_release(b);

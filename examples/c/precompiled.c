@@ -16,14 +16,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    hcq_status_t st_ = (call);                                              \
-    if (st_) {                                                              \
-      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_));          \
-      hcq_status_destroy(st_);                                                 \
-      exit(1);                                                              \
-    }                                                                       \
+#define CHECK(call)                                                \
+  do {                                                             \
+    hcq_status_t st_ = (call);                                     \
+    if (st_) {                                                     \
+      fprintf(stderr, "%s: %s\n", #call, hcq_status_message(st_)); \
+      hcq_status_destroy(st_);                                     \
+      exit(1);                                                     \
+    }                                                              \
   } while (0)
 
 enum { N = 4096 };
@@ -33,7 +33,8 @@ static void *read_file(const char *path, size_t *size) {
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   struct stat sb;
   if (fd < 0 || fstat(fd, &sb) || !S_ISREG(sb.st_mode) || sb.st_size <= 0) {
-    fprintf(stderr, "precompiled: %s: %s\n", path, fd < 0 ? strerror(errno) : "not a non-empty regular file");
+    fprintf(stderr, "precompiled: %s: %s\n", path,
+            fd < 0 ? strerror(errno) : "not a non-empty regular file");
     exit(2);
   }
   char *data = malloc((size_t)sb.st_size);
@@ -54,7 +55,9 @@ static void *read_file(const char *path, size_t *size) {
 
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: precompiled KERNEL.spv (from: hcq compile --device VULKAN --out axpb.spv axpb.glsl)\n");
+    fprintf(stderr,
+            "usage: precompiled KERNEL.spv (from: hcq compile --device VULKAN --out axpb.spv "
+            "axpb.glsl)\n");
     return 2;
   }
   size_t size;
@@ -81,14 +84,20 @@ int main(int argc, char **argv) {
   int bad = 0;
   const int32_t runs[2][3] = {{N, 3, 7}, {N, -2, 100}}; /* n, a, b */
   for (int r = 0; r < 2; r++) {
-    hcq_launch_desc_t launch = {.program = axpb, .bufs = bufs, .nbufs = 3, .vals = runs[r], .nvals = 3,
-                                .global = {N / 64, 1, 1}, .local = {64, 1, 1}};
+    hcq_launch_desc_t launch = {.program = axpb,
+                                .bufs = bufs,
+                                .nbufs = 3,
+                                .vals = runs[r],
+                                .nvals = 3,
+                                .global = {N / 64, 1, 1},
+                                .local = {64, 1, 1}};
     CHECK(hcq_launch(&launch));
     CHECK(hcq_buffer_copyout(bufs[0], 0, y, sizeof(y)));
-    for (uint32_t i = 0; i < N; i++) bad += y[i] != x[i] * (uint32_t)runs[r][1] + w[i] + (uint32_t)runs[r][2];
+    for (uint32_t i = 0; i < N; i++)
+      bad += y[i] != x[i] * (uint32_t)runs[r][1] + w[i] + (uint32_t)runs[r][2];
   }
-  printf("precompiled: %s loaded from %zu bytes of SPIR-V on %s, y[1] = %u, %s\n", hcq_program_name(axpb), size,
-         hcq_device_name(dev), y[1], bad ? "WRONG" : "as expected");
+  printf("precompiled: %s loaded from %zu bytes of SPIR-V on %s, y[1] = %u, %s\n",
+         hcq_program_name(axpb), size, hcq_device_name(dev), y[1], bad ? "WRONG" : "as expected");
 
   for (int b = 0; b < 3; b++) hcq_buffer_release(bufs[b]);
   hcq_program_release(axpb);

@@ -1,5 +1,6 @@
-/* A small MLP (two dense layers, ReLU between them) through the C++ header: run once eagerly, captured,
- * then replayed for every new batch of inputs, each checked against the same MLP computed on the host.
+/* A small MLP (two dense layers, ReLU between them) through the C++ header: run once eagerly,
+ * captured, then replayed for every new batch of inputs, each checked against the same MLP computed
+ * on the host.
  *
  *   c++ -std=c++17 mlp.cpp $(pkg-config --cflags --libs hcq) -o mlp && ./mlp
  */
@@ -10,7 +11,8 @@
 #include <vector>
 
 /* y[b][o] = act(bias[o] + sum_i w[o][i] * x[b][i]) for every (b, o) < (batch, n_out); act is ReLU
- * when relu is 1. bufs = {y, x, w, bias}, vals = {batch, n_in, n_out, relu}; one thread per output. */
+ * when relu is 1. bufs = {y, x, w, bias}, vals = {batch, n_in, n_out, relu}; one thread per output.
+ */
 static const char *const kDense =
     "void dense(void *const *bufs, const int32_t *vals, const hcq_launch_t *l) {\n"
     "  float *y = bufs[0]; const float *x = bufs[1], *w = bufs[2], *bias = bufs[3];\n"
@@ -60,7 +62,7 @@ int main() try {
   const layer l1{fill(kHidden * kIn, 1), fill(kHidden, 2), kIn, kHidden};
   const layer l2{fill(kOut * kHidden, 3), fill(kOut, 4), kHidden, kOut};
 
-  hcq::device dev("CPU:0"); // declared first: destroyed last, after what is made on it
+  hcq::device dev("CPU:0");  // declared first: destroyed last, after what is made on it
   hcq::program dense(dev, "dense", kDense);
   hcq::buffer w1(dev, l1.w.size() * sizeof(float)), b1(dev, l1.bias.size() * sizeof(float));
   hcq::buffer w2(dev, l2.w.size() * sizeof(float)), b2(dev, l2.bias.size() * sizeof(float));
@@ -69,31 +71,37 @@ int main() try {
   hcq::buffer y(dev, kBatch * kOut * sizeof(float));
 
   auto forward = [&] {
-    constexpr uint32_t hidden_groups = (kBatch * kHidden + 63) / 64, out_groups = (kBatch * kOut + 63) / 64;
-    dense.launch({h, x, w1, b1}, {kBatch, kIn, kHidden, 1}, {hidden_groups}, {64}, {0}); // writes h only
+    constexpr uint32_t hidden_groups = (kBatch * kHidden + 63) / 64,
+                       out_groups = (kBatch * kOut + 63) / 64;
+    dense.launch({h, x, w1, b1}, {kBatch, kIn, kHidden, 1}, {hidden_groups}, {64},
+                 {0});  // writes h only
     dense.launch({y, h, w2, b2}, {kBatch, kHidden, kOut, 0}, {out_groups}, {64}, {0});
   };
-  auto expected = [&](const std::vector<float> &in) { return host_dense(l2, host_dense(l1, in, true), false); };
+  auto expected = [&](const std::vector<float> &in) {
+    return host_dense(l2, host_dense(l1, in, true), false);
+  };
 
   std::vector<float> in = fill(kBatch * kIn, 100);
   x.copyin(in);
-  forward(); // eager: kernel by kernel
+  forward();  // eager: kernel by kernel
   bool ok = close_to(y.read<float>(), expected(in));
 
   // Captured: forward() runs once more and is recorded; x is the input a replay may replace.
   hcq::jit step = hcq::capture(forward, {x});
   ok = ok && close_to(y.read<float>(), expected(in));
 
-  hcq::buffer next(dev, x.size()); // replays read a new batch from here, in place of x
+  hcq::buffer next(dev, x.size());  // replays read a new batch from here, in place of x
   for (unsigned s = 0; s < kSteps && ok; s++) {
     in = fill(kBatch * kIn, 200 + s);
     next.copyin(in);
     step.run({next});
-    ok = close_to(y.read<float>(), expected(in)); // read waits for the replay
+    ok = close_to(y.read<float>(), expected(in));  // read waits for the replay
   }
-  std::printf("mlp: %d -> %d -> %d, batch %d: 1 eager pass, 1 captured, %d replays (%zu of %zu items graphed), %s\n",
-              kIn, kHidden, kOut, kBatch, kSteps, step.report().graphed_items, step.report().items,
-              ok ? "as expected" : "WRONG");
+  std::printf(
+      "mlp: %d -> %d -> %d, batch %d: 1 eager pass, 1 captured, %d replays (%zu of %zu items "
+      "graphed), %s\n",
+      kIn, kHidden, kOut, kBatch, kSteps, step.report().graphed_items, step.report().items,
+      ok ? "as expected" : "WRONG");
   return ok ? 0 : 1;
 } catch (const hcq::error &e) {
   std::fprintf(stderr, "mlp: %s: %s\n", e.code_name(), e.what());

@@ -1,5 +1,5 @@
-// y[i] = a * x[i] + y[i] for i < n, float, the Vulkan twin of saxpy_f32.c; a arrives as its bit pattern.
-// bufs: [y, x]   vals: [n, a_bits]   (hcq_buf / hcq_val come from hcq's GLSL prelude)
+// y[i] = a * x[i] + y[i] for i < n, float, the Vulkan twin of saxpy_f32.c; a arrives as its bit
+// pattern. bufs: [y, x]   vals: [n, a_bits]   (hcq_buf / hcq_val come from hcq's GLSL prelude)
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer f32s { float v[]; };
 void main() {
   uint i = gl_GlobalInvocationID.x;

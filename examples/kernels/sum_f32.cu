@@ -1,6 +1,6 @@
 // A float sum across blocks in two launches (CUDA twins of sum_f32.c): the same bits on every run.
-// sum_groups  bufs: [partial, x]   vals: [n, per]   thread i, a multiple of per, adds x[i .. i+per-1]
-// sum_final   bufs: [total, partial]   vals: [parts]   thread 0 adds the partials in order
+// sum_groups  bufs: [partial, x]   vals: [n, per]   thread i, a multiple of per, adds x[i ..
+// i+per-1] sum_final   bufs: [total, partial]   vals: [parts]   thread 0 adds the partials in order
 extern "C" __global__ void sum_groups(float *partial, const float *x, int n, int per) {
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n || i % per) return;

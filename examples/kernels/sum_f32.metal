@@ -5,7 +5,8 @@
 using namespace metal;
 kernel void sum_groups(device float *partial [[buffer(0)]], device const float *x [[buffer(1)]],
                        constant int *v [[buffer(2)]], uint3 tg [[threadgroup_position_in_grid]],
-                       uint3 tid [[thread_position_in_threadgroup]], uint3 ntid [[threads_per_threadgroup]]) {
+                       uint3 tid [[thread_position_in_threadgroup]],
+                       uint3 ntid [[threads_per_threadgroup]]) {
   long i = (long)tg.x * ntid.x + tid.x, n = v[0], per = v[1];
   if (per <= 0 || i >= n || i % per != 0 || tid.y != 0 || tid.z != 0) return;
   float s = 0.0f;

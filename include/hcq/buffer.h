@@ -20,7 +20,8 @@ extern "C" {
 typedef struct hcq_buffer hcq_buffer_t;
 
 /* Allocates size bytes (size > 0) on device. Contents start as zeros. */
-HCQ_MUST_USE hcq_status_t hcq_buffer_create(hcq_device_t *device, uint64_t size, hcq_buffer_t **out_buffer);
+HCQ_MUST_USE hcq_status_t hcq_buffer_create(hcq_device_t *device, uint64_t size,
+                                            hcq_buffer_t **out_buffer);
 /* A view of [offset, offset + size) of buf (size > 0, inside buf). */
 HCQ_MUST_USE hcq_status_t hcq_buffer_view_create(hcq_buffer_t *buf, uint64_t offset, uint64_t size,
                                                  hcq_buffer_t **out_view);
@@ -42,10 +43,12 @@ void hcq_buffer_set_label(hcq_buffer_t *buf, const char *label);
 
 /* Copies size bytes from host memory into buf at offset, through staging buffers in chunks,
  * ordered after earlier work on the device. src may be reused when this returns. */
-HCQ_MUST_USE hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *src, uint64_t size);
+HCQ_MUST_USE hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *src,
+                                            uint64_t size);
 /* Copies size bytes from buf at offset into host memory, after earlier work on the device has
  * finished; returns when dst holds them. */
-HCQ_MUST_USE hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, uint64_t size);
+HCQ_MUST_USE hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst,
+                                             uint64_t size);
 
 /* Device-to-device transfer of size bytes (dst and src may be on different devices): it runs on
  * the source device's copy queue after both devices' earlier work, and later work on either device
@@ -63,7 +66,8 @@ HCQ_MUST_USE hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uin
  * with the reason. The address stays valid, and the same, until the buffer's last reference is
  * dropped; no unmap is needed.
  *
- * Coherence: the host and the devices do not order their accesses through the pointer by themselves.
+ * Coherence: the host and the devices do not order their accesses through the pointer by
+ * themselves.
  *  - Reading what device work wrote: wait for that work first (hcq_fence_wait on a fence armed
  *    after it, hcq_device_synchronize, a run with wait, or a copyout from the device, which waits
  *    for everything before it). Reading bytes a kernel may still write is a data race.
@@ -83,7 +87,8 @@ HCQ_MUST_USE hcq_status_t hcq_buffer_map(hcq_buffer_t *buf, void **out_host);
  * over the bus: slower than device memory, for inputs and outputs rather than working data).
  * UNAVAILABLE where the device has no such memory (a Vulkan GPU with separate memory; a remote MPI
  * device). */
-HCQ_MUST_USE hcq_status_t hcq_buffer_create_mapped(hcq_device_t *device, uint64_t size, hcq_buffer_t **out_buffer);
+HCQ_MUST_USE hcq_status_t hcq_buffer_create_mapped(hcq_device_t *device, uint64_t size,
+                                                   hcq_buffer_t **out_buffer);
 
 /* hcq_buffer_wrap's alignment for host: what malloc returns. */
 #define HCQ_WRAP_ALIGN 16

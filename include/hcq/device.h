@@ -16,18 +16,18 @@
  * finish within the wait timeout (the message carries the hang report): closing with work pending
  * is an error, not a hang. Leak report (docs/errors.md): with HCQ_VALIDATE=1 or HCQ_LEAK_REPORT=1
  * (=backtrace: with the stack that made each), the objects still alive when the process exits are
- * listed on standard error, and so are those of a lost device as it closes. A close waits without holding
- * any lock other threads need to open or close other devices.
+ * listed on standard error, and so are those of a lost device as it closes. A close waits without
+ * holding any lock other threads need to open or close other devices.
  *
- * Lost devices (docs/errors.md): a device whose work is stuck (a kernel that never returns, a queue waiting
- * on a signal nobody sets) can be declared lost with hcq_device_declare_lost(); a CPU kernel that
- * faults marks its device lost when isolation is on. A lost device drops its pending work, every
- * later call that would use it fails at once with DEVICE_LOST naming it and the reason, host waits
- * on it end with DEVICE_LOST, and hcq_device_close() succeeds even with objects still alive (they
- * stay valid handles whose calls fail with DEVICE_LOST, and are freed by their usual release).
- * Threads stuck inside a kernel cannot be stopped: they are abandoned, and the device's memory they
- * may touch is kept, never freed. Other devices stay usable. Opening the same name again gives a
- * new, healthy device.
+ * Lost devices (docs/errors.md): a device whose work is stuck (a kernel that never returns, a queue
+ * waiting on a signal nobody sets) can be declared lost with hcq_device_declare_lost(); a CPU
+ * kernel that faults marks its device lost when isolation is on. A lost device drops its pending
+ * work, every later call that would use it fails at once with DEVICE_LOST naming it and the reason,
+ * host waits on it end with DEVICE_LOST, and hcq_device_close() succeeds even with objects still
+ * alive (they stay valid handles whose calls fail with DEVICE_LOST, and are freed by their usual
+ * release). Threads stuck inside a kernel cannot be stopped: they are abandoned, and the device's
+ * memory they may touch is kept, never freed. Other devices stay usable. Opening the same name
+ * again gives a new, healthy device.
  *
  * Threads: every call on a device may come from any thread; submissions to one device are
  * serialised inside the library.
@@ -70,7 +70,7 @@ typedef enum hcq_device_kind {
 #define HCQ__DEVICE_KIND_ENUM(name, text) HCQ_DEVICE_##name,
   HCQ_DEVICE_KINDS(HCQ__DEVICE_KIND_ENUM)
 #undef HCQ__DEVICE_KIND_ENUM
-  HCQ_DEVICE_KIND_COUNT
+      HCQ_DEVICE_KIND_COUNT
 } hcq_device_kind_t;
 
 /* Capabilities: differences between backends are flags, never name tests. */
@@ -80,11 +80,13 @@ enum {
   HCQ_CAP_HOST_CALLABLE = 1u << 2,   /* programs may be C function pointers */
   HCQ_CAP_COMPILE_C = 1u << 3,       /* compiles C kernels (CPU ABI in hcq/program.h) */
   HCQ_CAP_COMPILE_CUDA = 1u << 4,    /* compiles CUDA C / loads PTX */
-  HCQ_CAP_HOST_MEMORY = 1u << 5,     /* buffers and signals are ordinary host memory, engines run on the host */
-  HCQ_CAP_COPIES_HOST_MEMORY = 1u << 6, /* its copy queue reads and writes ordinary host memory (HOST_MEMORY
-                                           devices' buffers) and sets their signals, but cannot wait on them */
-  HCQ_CAP_COMPILE_GLSL = 1u << 8,    /* compiles GLSL compute / loads SPIR-V (Vulkan, hcq/vulkan.h) */
-  HCQ_CAP_COMPILE_METAL = 1u << 9,   /* compiles Metal Shading Language (Metal, docs/metal.md) */
+  /* buffers and signals are ordinary host memory, engines run on the host */
+  HCQ_CAP_HOST_MEMORY = 1u << 5,
+  HCQ_CAP_COPIES_HOST_MEMORY =
+      1u << 6, /* its copy queue reads and writes ordinary host memory (HOST_MEMORY
+                  devices' buffers) and sets their signals, but cannot wait on them */
+  HCQ_CAP_COMPILE_GLSL = 1u << 8,  /* compiles GLSL compute / loads SPIR-V (Vulkan, hcq/vulkan.h) */
+  HCQ_CAP_COMPILE_METAL = 1u << 9, /* compiles Metal Shading Language (Metal, docs/metal.md) */
 };
 
 /* Signal values above this make the timeline wrap onto its shadow signal (32-bit payloads). */
@@ -123,7 +125,8 @@ HCQ_MUST_USE hcq_status_t hcq_device_close(hcq_device_t *device);
 
 /* "CPU:0". */
 const char *hcq_device_name(const hcq_device_t *device);
-/* The device's kind; HCQ_DEVICE_KIND_COUNT (no kind: hcq_device_kind_name says "UNKNOWN") for NULL. */
+/* The device's kind; HCQ_DEVICE_KIND_COUNT (no kind: hcq_device_kind_name says "UNKNOWN") for NULL.
+ */
 hcq_device_kind_t hcq_device_kind(const hcq_device_t *device);
 const char *hcq_device_kind_name(hcq_device_kind_t kind);
 uint32_t hcq_device_caps(const hcq_device_t *device);
@@ -138,25 +141,26 @@ uint32_t hcq_device_kind_kernel_caps(hcq_device_kind_t kind);
 /* Every limit a kernel launch or a buffer can hit on a device (hcq_device_limits). Work-group
  * sizes count threads; the grid counts work-groups. */
 typedef struct hcq_device_limits {
-  uint32_t max_group_threads;   /* local[0] * local[1] * local[2] */
-  uint32_t max_group_size[3];   /* local[i] */
-  uint32_t max_grid[3];         /* global[i] */
-  uint64_t max_work_items;      /* per launch: groups x group size */
-  uint32_t max_kernel_buffers;  /* buffer arguments of one launch */
-  uint32_t max_kernel_values;   /* 32-bit value arguments of one launch */
-  uint64_t max_buffer_size;     /* bytes of one buffer (hcq_buffer_create) */
-  uint32_t buffer_alignment;    /* every buffer's device address is a multiple of this */
+  uint32_t max_group_threads;     /* local[0] * local[1] * local[2] */
+  uint32_t max_group_size[3];     /* local[i] */
+  uint32_t max_grid[3];           /* global[i] */
+  uint64_t max_work_items;        /* per launch: groups x group size */
+  uint32_t max_kernel_buffers;    /* buffer arguments of one launch */
+  uint32_t max_kernel_values;     /* 32-bit value arguments of one launch */
+  uint64_t max_buffer_size;       /* bytes of one buffer (hcq_buffer_create) */
+  uint32_t buffer_alignment;      /* every buffer's device address is a multiple of this */
   uint32_t view_offset_alignment; /* a view's offset that lets kernels read any type through it */
-  uint32_t shared_memory;       /* bytes of work-group shared memory a kernel may declare; 0: its kernel
-                                   language has none (CPU kernels use ordinary locals). Not checked by hcq */
-  bool portable;                /* these are the HCQ_PORTABLE_* ones, enforced (portable mode) */
+  uint32_t
+      shared_memory; /* bytes of work-group shared memory a kernel may declare; 0: its kernel
+                        language has none (CPU kernels use ordinary locals). Not checked by hcq */
+  bool portable;     /* these are the HCQ_PORTABLE_* ones, enforced (portable mode) */
 } hcq_device_limits_t;
 
 /* The portable limits, enforced in portable mode: what every backend accepts. 1024 threads per
  * work-group is what NVIDIA, AMD, Intel and Apple GPUs and lavapipe all run (Vulkan itself requires
- * only 128); 64 deep is CUDA's block depth; the grid, the shared memory and the offset alignment are
- * what Vulkan requires of every device, the buffer size what Vulkan 1.1 requires of one allocation;
- * 30 buffers fill Metal's 31-entry argument table with the values in the last entry. */
+ * only 128); 64 deep is CUDA's block depth; the grid, the shared memory and the offset alignment
+ * are what Vulkan requires of every device, the buffer size what Vulkan 1.1 requires of one
+ * allocation; 30 buffers fill Metal's 31-entry argument table with the values in the last entry. */
 #define HCQ_PORTABLE_MAX_GROUP_THREADS 1024u
 #define HCQ_PORTABLE_MAX_GROUP_SIZE_X 1024u
 #define HCQ_PORTABLE_MAX_GROUP_SIZE_Y 1024u
@@ -181,7 +185,8 @@ void hcq_device_limits_portable(hcq_device_limits_t *out);
 /* CPU: the cores the device's threads are pinned to, its engine's first. The CPU devices open
  * together split the process's cores (its affinity mask) into disjoint shares, one per device in
  * opening order, so no core runs two busy hcq threads; with more devices than cores, devices share
- * cores round-robin. Writes up to cap core numbers; returns how many there are (0 for other kinds). */
+ * cores round-robin. Writes up to cap core numbers; returns how many there are (0 for other kinds).
+ */
 size_t hcq_device_cores(const hcq_device_t *device, int *out_cores, size_t cap);
 /* Threads that run the device's work: on CPU its engine (both queues) plus the helpers that share
  * the work-groups of big launches. */
@@ -195,19 +200,20 @@ HCQ_MUST_USE hcq_status_t hcq_device_synchronize(hcq_device_t *device);
  * signal changes when the timeline wraps. The signal belongs to the device: do not free it. */
 void hcq_device_timeline(hcq_device_t *device, hcq_signal_t **out_signal, uint64_t *out_next_value);
 
-/* Declares the device lost (see above); reason (may be NULL) appears in every later error. Idempotent:
- * the first reason stays. */
+/* Declares the device lost (see above); reason (may be NULL) appears in every later error.
+ * Idempotent: the first reason stays. */
 HCQ_MUST_USE hcq_status_t hcq_device_declare_lost(hcq_device_t *device, const char *reason);
-/* NULL while the device is usable; DEVICE_LOST (naming it and why) once lost. The caller frees it. */
+/* NULL while the device is usable; DEVICE_LOST (naming it and why) once lost. The caller frees it.
+ */
 HCQ_MUST_USE hcq_status_t hcq_device_health(const hcq_device_t *device);
 
-/* The hang report (docs/errors.md): one line per queue of the device: idle, or the command it runs or is
- * blocked at (`wait "graph copy queue signal of CPU:1" >= 17 (value 16), graph item 5 in graph#2
- * compute queue of CPU:0`; a running kernel by name with its grid), for how long it has been there
- * (from when the engine began it on CPU devices and MPI ranks; on GPUs at least: from when hcq
- * first saw it there), and the last command it completed. Writes
- * at most size bytes (NUL-terminated) into out and returns the report's length (snprintf style).
- * Timed-out waits append the same report to their message. Any thread. */
+/* The hang report (docs/errors.md): one line per queue of the device: idle, or the command it runs
+ * or is blocked at (`wait "graph copy queue signal of CPU:1" >= 17 (value 16), graph item 5 in
+ * graph#2 compute queue of CPU:0`; a running kernel by name with its grid), for how long it has
+ * been there (from when the engine began it on CPU devices and MPI ranks; on GPUs at least: from
+ * when hcq first saw it there), and the last command it completed. Writes at most size bytes
+ * (NUL-terminated) into out and returns the report's length (snprintf style). Timed-out waits
+ * append the same report to their message. Any thread. */
 size_t hcq_device_report(hcq_device_t *device, char *out, size_t size);
 
 /* Validation mode (HCQ_VALIDATE=1, read once): handles are checked on use. A released buffer,
@@ -227,7 +233,7 @@ unsigned long hcq_validation_error_count(void);
  * description (driver version, names). Writes up to cap entries; returns how many exist. */
 typedef struct hcq_device_info {
   hcq_device_kind_t kind;
-  int count;             /* devices of this kind; CPU reports how many are useful (any index opens) */
+  int count; /* devices of this kind; CPU reports how many are useful (any index opens) */
   char description[256]; /* what the kind supports, or why it is absent */
   bool available;
 } hcq_device_info_t;

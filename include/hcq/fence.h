@@ -11,7 +11,8 @@
  *   hcq_fence_t *done[2];                    // one per replay in flight, created once
  *   for (i = 0; i < n; i++) {
  *     CHECK(hcq_graph_submit(g, NULL, 0, &(hcq_var_value_t){step, i}, 1, done[i % 2]));
- *     if (i > 0) { CHECK(hcq_fence_wait(done[(i - 1) % 2], HCQ_TIMEOUT_DEFAULT)); use(out[i - 1]); }
+ *     if (i > 0) { CHECK(hcq_fence_wait(done[(i - 1) % 2], HCQ_TIMEOUT_DEFAULT)); use(out[i - 1]);
+ * }
  *   }
  *
  * (examples/c/fences.c in full.) Fences survive timeline wraps (HCQ_TIMELINE_WRAP): a wrap
@@ -47,7 +48,8 @@ void hcq_fence_destroy(hcq_fence_t *fence);
 
 /* Arms the fence at all the work submitted so far to each of the ndevices devices (replacing what
  * it covered before). */
-HCQ_MUST_USE hcq_status_t hcq_fence_record(hcq_fence_t *fence, hcq_device_t *const *devices, size_t ndevices);
+HCQ_MUST_USE hcq_status_t hcq_fence_record(hcq_fence_t *fence, hcq_device_t *const *devices,
+                                           size_t ndevices);
 
 /* Waits until the fence is reached. timeout_ms < 0 means the default (HCQ_WAIT_TIMEOUT_MS). A
  * TIMEOUT names the device not done yet, the timeline value waited for and the value seen, with

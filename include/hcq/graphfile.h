@@ -36,11 +36,13 @@ typedef struct hcq_graph_file_options {
 /* Loads path; relative {"file": ...} paths are relative to its folder. options may be NULL. The
  * file and every {"file": ...} must be regular files (a FIFO, device or folder is INVALID_ARGUMENT,
  * found without blocking), and paths are used whole: one past PATH_MAX is INVALID_ARGUMENT. */
-HCQ_MUST_USE hcq_status_t hcq_graph_file_load(const char *path, const hcq_graph_file_options_t *options,
+HCQ_MUST_USE hcq_status_t hcq_graph_file_load(const char *path,
+                                              const hcq_graph_file_options_t *options,
                                               hcq_graph_file_t **out_file);
 /* Loads JSON text of len bytes; name appears in messages, base_dir resolves {"file": ...}. */
 HCQ_MUST_USE hcq_status_t hcq_graph_file_load_text(const char *text, size_t len, const char *name,
-                                                   const char *base_dir, const hcq_graph_file_options_t *options,
+                                                   const char *base_dir,
+                                                   const hcq_graph_file_options_t *options,
                                                    hcq_graph_file_t **out_file);
 /* Waits for nothing: the caller synchronizes first. Releases every object the file made. */
 void hcq_graph_file_destroy(hcq_graph_file_t *file);

@@ -18,18 +18,18 @@
 #ifndef HCQ_HCQ_H
 #define HCQ_HCQ_H
 
-#include "hcq/status.h"
-#include "hcq/symbolic.h"
-#include "hcq/device.h"
-#include "hcq/signal.h"
-#include "hcq/fence.h"
 #include "hcq/buffer.h"
+#include "hcq/device.h"
+#include "hcq/fence.h"
+#include "hcq/graph.h"
+#include "hcq/graphfile.h"
+#include "hcq/jit.h"
+#include "hcq/memory.h"
 #include "hcq/program.h"
 #include "hcq/queue.h"
-#include "hcq/graph.h"
-#include "hcq/jit.h"
-#include "hcq/graphfile.h"
-#include "hcq/memory.h"
+#include "hcq/signal.h"
+#include "hcq/status.h"
+#include "hcq/symbolic.h"
 #include "hcq/trace.h"
 #include "hcq/vulkan.h"
 

@@ -5,25 +5,26 @@
  *   hcq::device dev("CPU:0");
  *   hcq::program scale(dev, "scale", kSource);             // C kernel, CPU ABI in hcq/program.h
  *   hcq::buffer y(dev, n * sizeof(float));
- *   y.copyin(host);                                        // a contiguous container, or hcq::span{p, n}
- *   scale.launch({y}, {n, 3}, {(n + 63) / 64}, {64});      // bufs, 32-bit values, grid, group size
- *   hcq::jit step = hcq::capture([&] { forward(); }, {x}); // runs forward() once and records it
- *   step.run({other_x});                                   // a replay, with another input buffer
- *   y.copyout(host);                                       // waits for the work before it
- *   hcq::fence done;                                       // replays in flight, each waited on alone:
- *   step.submit(done, {next_x});                           //   queued, done armed at this replay
- *   done.wait();                                           //   then out.map<float>() reads in place
+ *   y.copyin(host);                                        // a contiguous container, or
+ * hcq::span{p, n} scale.launch({y}, {n, 3}, {(n + 63) / 64}, {64});      // bufs, 32-bit values,
+ * grid, group size hcq::jit step = hcq::capture([&] { forward(); }, {x}); // runs forward() once
+ * and records it step.run({other_x});                                   // a replay, with another
+ * input buffer y.copyout(host);                                       // waits for the work before
+ * it hcq::fence done;                                       // replays in flight, each waited on
+ * alone: step.submit(done, {next_x});                           //   queued, done armed at this
+ * replay done.wait();                                           //   then out.map<float>() reads in
+ * place
  *
  * Argument lists are braced lists, which do not narrow: a value or dim that is not a constant must
  * have the parameter's type (int32_t values, uint32_t dims) or be cast to it.
  *
  * Ownership. Every class owns one C handle and gives it back in its destructor; get() returns the
- * handle (still owned: do not release it), release() hands it over to the caller, so C++ and C calls
- * mix freely. Objects the C API reference-counts and lets callers retain (buffer, program, expr) are
- * copyable: a copy is one more reference (hcq_*_retain), like std::shared_ptr. The others are
- * move-only, like std::unique_ptr: device (each open is one reference that only a close drops;
- * there is no retain), signal, fence, queue, graph, jit and graph_file (one owner, freed once). A moved-from
- * handle holds nothing and its destructor does nothing.
+ * handle (still owned: do not release it), release() hands it over to the caller, so C++ and C
+ * calls mix freely. Objects the C API reference-counts and lets callers retain (buffer, program,
+ * expr) are copyable: a copy is one more reference (hcq_*_retain), like std::shared_ptr. The others
+ * are move-only, like std::unique_ptr: device (each open is one reference that only a close drops;
+ * there is no retain), signal, fence, queue, graph, jit and graph_file (one owner, freed once). A
+ * moved-from handle holds nothing and its destructor does nothing.
  *
  * Order of destruction: the last close of a device fails while buffers, programs, signals or graphs
  * of it are alive, so declare the device before what is made on it (C++ destroys in reverse order).
@@ -91,7 +92,8 @@ namespace hcq {
 
 class error : public std::runtime_error {
  public:
-  error(hcq_status_code_t code, const std::string &message) : std::runtime_error(message), code_(code) {}
+  error(hcq_status_code_t code, const std::string &message)
+      : std::runtime_error(message), code_(code) {}
   hcq_status_code_t code() const noexcept { return code_; }
   /* "NOT_FOUND", "COMPILE_ERROR", ... */
   const char *code_name() const noexcept { return hcq_status_code_name(code_); }
@@ -146,7 +148,8 @@ class shared_handle : public unique_handle<T, Free> {
 
  public:
   using base::base;
-  shared_handle(const shared_handle &other) noexcept : base(other.get() ? Retain(other.get()) : nullptr) {}
+  shared_handle(const shared_handle &other) noexcept
+      : base(other.get() ? Retain(other.get()) : nullptr) {}
   shared_handle &operator=(const shared_handle &other) noexcept {
     if (this != &other) this->reset(other.get() ? Retain(other.get()) : nullptr);
     return *this;
@@ -171,8 +174,12 @@ inline void report(const char *what, hcq_status_t st) noexcept {
   std::fprintf(stderr, "hcq: %s failed: %s\n", what, hcq_status_message(st));
   hcq_status_destroy(st);
 }
-inline void close_device(hcq_device_t *d) { report("hcq_device_close in ~device()", hcq_device_close(d)); }
-inline void destroy_graph(hcq_graph_t *g) { report("hcq_graph_destroy in ~graph()", hcq_graph_destroy(g)); }
+inline void close_device(hcq_device_t *d) {
+  report("hcq_device_close in ~device()", hcq_device_close(d));
+}
+inline void destroy_graph(hcq_graph_t *g) {
+  report("hcq_graph_destroy in ~graph()", hcq_graph_destroy(g));
+}
 inline void destroy_jit(hcq_jit_t *j) { report("hcq_jit_destroy in ~jit()", hcq_jit_destroy(j)); }
 
 /* Argument lists are short; they are copied into an array on the stack (the heap past 16). */
@@ -278,7 +285,8 @@ class device : public detail::unique_handle<hcq_device_t, detail::close_device> 
 
 /* ---- buffers (hcq/buffer.h) ---- */
 
-class buffer : public detail::shared_handle<hcq_buffer_t, hcq_buffer_retain, detail::release_buffer> {
+class buffer
+    : public detail::shared_handle<hcq_buffer_t, hcq_buffer_retain, detail::release_buffer> {
  public:
   buffer() noexcept = default;
   /* Takes over one reference the caller holds. */
@@ -301,7 +309,8 @@ class buffer : public detail::shared_handle<hcq_buffer_t, hcq_buffer_retain, det
   template <class T>
   static buffer wrap(const device &dev, T *data, size_t count) {
     hcq_buffer_t *b = nullptr;
-    check(hcq_buffer_wrap(dev.get(), static_cast<void *>(data), uint64_t(count) * sizeof(T), nullptr, nullptr, &b));
+    check(hcq_buffer_wrap(dev.get(), static_cast<void *>(data), uint64_t(count) * sizeof(T),
+                          nullptr, nullptr, &b));
     return buffer(b);
   }
   /* hcq_buffer_view_create: bytes [offset, offset + size) of this one. */
@@ -316,25 +325,30 @@ class buffer : public detail::shared_handle<hcq_buffer_t, hcq_buffer_retain, det
   const char *label() const noexcept { return hcq_buffer_label(get()); }
   void set_label(const char *label) const noexcept { hcq_buffer_set_label(get(), label); }
 
-  /* hcq_buffer_copyin of src's elements (std::size(src) * sizeof(element) bytes) to byte offset. src is
-   * any contiguous container of trivially copyable elements, or hcq::span{pointer, count}. */
+  /* hcq_buffer_copyin of src's elements (std::size(src) * sizeof(element) bytes) to byte offset.
+   * src is any contiguous container of trivially copyable elements, or hcq::span{pointer, count}.
+   */
   template <class C, class T = detail::element_t<const C>>
   void copyin(const C &src, uint64_t offset = 0) const {
-    static_assert(std::is_trivially_copyable<T>::value, "copyin copies bytes: elements must be trivially copyable");
+    static_assert(std::is_trivially_copyable<T>::value,
+                  "copyin copies bytes: elements must be trivially copyable");
     check(hcq_buffer_copyin(get(), offset, std::data(src), uint64_t(std::size(src)) * sizeof(T)));
   }
   /* hcq_buffer_copyout into dst's elements from byte offset; returns when dst holds them. */
   template <class C, class T = detail::element_t<std::remove_reference_t<C>>>
   void copyout(C &&dst, uint64_t offset = 0) const {
-    static_assert(std::is_trivially_copyable<T>::value, "copyout copies bytes: elements must be trivially copyable");
+    static_assert(std::is_trivially_copyable<T>::value,
+                  "copyout copies bytes: elements must be trivially copyable");
     static_assert(!std::is_const<T>::value, "copyout writes into dst: it cannot be const");
     check(hcq_buffer_copyout(get(), offset, std::data(dst), uint64_t(std::size(dst)) * sizeof(T)));
   }
-  /* hcq_buffer_map: the buffer's bytes seen as size() / sizeof(T) elements of T, in place. Read what
-   * device work wrote only after waiting for it (a fence), as buffer.h's coherence rules say. */
+  /* hcq_buffer_map: the buffer's bytes seen as size() / sizeof(T) elements of T, in place. Read
+   * what device work wrote only after waiting for it (a fence), as buffer.h's coherence rules say.
+   */
   template <class T>
   span<T> map() const {
-    static_assert(std::is_trivially_copyable<T>::value, "mapped bytes are read as trivially copyable elements");
+    static_assert(std::is_trivially_copyable<T>::value,
+                  "mapped bytes are read as trivially copyable elements");
     void *host = nullptr;
     check(hcq_buffer_map(get(), &host));
     return span<T>{static_cast<T *>(host), size_t(size() / sizeof(T))};
@@ -369,7 +383,8 @@ class expr : public detail::shared_handle<hcq_expr_t, detail::retain_expr, detai
     return expr(v);
   }
   /* hcq_expr_parse: "(n + 63) // 64" over the given variables. */
-  static expr parse(const char *text, std::initializer_list<std::reference_wrapper<const expr>> vars) {
+  static expr parse(const char *text,
+                    std::initializer_list<std::reference_wrapper<const expr>> vars) {
     std::vector<const hcq_expr_t *> raw;
     for (const expr &v : vars) raw.push_back(v.get());
     hcq_expr_t *e = nullptr;
@@ -407,7 +422,8 @@ struct sym_dims {
 
 /* ---- programs and eager launches (hcq/program.h, hcq/jit.h) ---- */
 
-class program : public detail::shared_handle<hcq_program_t, hcq_program_retain, detail::release_program> {
+class program
+    : public detail::shared_handle<hcq_program_t, hcq_program_retain, detail::release_program> {
  public:
   program() noexcept = default;
   explicit program(hcq_program_t *raw) noexcept : shared_handle(raw) {}
@@ -428,48 +444,65 @@ class program : public detail::shared_handle<hcq_program_t, hcq_program_retain, 
   /* hcq_program_create_binary: a precompiled kernel (SPIR-V, PTX, cubin, fatbin, metallib) from
    * any contiguous container of bytes (a std::vector<char> read from `hcq compile`'s file). */
   template <class C, class T = detail::element_t<const C>>
-  static program binary(const device &dev, hcq_binary_format_t format, const C &bytes, const char *entry) {
+  static program binary(const device &dev, hcq_binary_format_t format, const C &bytes,
+                        const char *entry) {
     hcq_program_t *p = nullptr;
-    check(hcq_program_create_binary(dev.get(), format, std::data(bytes), std::size(bytes) * sizeof(T), entry, &p));
+    check(hcq_program_create_binary(dev.get(), format, std::data(bytes),
+                                    std::size(bytes) * sizeof(T), entry, &p));
     return program(p);
   }
   const char *name() const noexcept { return hcq_program_name(get()); }
-  void declare_args(size_t nbufs, size_t nvals) const { check(hcq_program_declare_args(get(), nbufs, nvals)); }
+  void declare_args(size_t nbufs, size_t nvals) const {
+    check(hcq_program_declare_args(get(), nbufs, nvals));
+  }
 
   /* hcq_launch: every buffer counts as written. Returns once queued. */
-  void launch(std::initializer_list<buffer_ref> bufs, std::initializer_list<int32_t> vals, dims global,
-              dims local = {}) const {
+  void launch(std::initializer_list<buffer_ref> bufs, std::initializer_list<int32_t> vals,
+              dims global, dims local = {}) const {
     launch_(bufs, vals, global, local, nullptr, 0);
   }
   /* The same with the indices of the buffers the kernel writes (outs; {} for none). */
-  void launch(std::initializer_list<buffer_ref> bufs, std::initializer_list<int32_t> vals, dims global, dims local,
-              std::initializer_list<uint32_t> outs) const {
+  void launch(std::initializer_list<buffer_ref> bufs, std::initializer_list<int32_t> vals,
+              dims global, dims local, std::initializer_list<uint32_t> outs) const {
     static const uint32_t none = 0;
     launch_(bufs, vals, global, local, outs.size() ? outs.begin() : &none, outs.size());
   }
   /* hcq_launch_sym: values and dims may be expressions; at binds their variables. A capture
    * records the expressions, so replays compute them from the replay's values. outs as above,
    * nullptr for every buffer. */
-  void launch_sym(std::initializer_list<buffer_ref> bufs, std::initializer_list<operand> vals, sym_dims global,
-                  sym_dims local, std::initializer_list<hcq_var_value_t> at,
+  void launch_sym(std::initializer_list<buffer_ref> bufs, std::initializer_list<operand> vals,
+                  sym_dims global, sym_dims local, std::initializer_list<hcq_var_value_t> at,
                   const std::vector<uint32_t> *outs = nullptr) const {
     detail::small_array<hcq_buffer_t *> b(bufs);
     std::vector<hcq_operand_t> v;
     v.reserve(vals.size());
     for (const operand &o : vals) v.push_back(o.op);
     static const uint32_t none = 0;
-    hcq_launch_sym_desc_t d = {get(), b.data(), b.size(), v.data(), v.size(),
-                               {global.x.op, global.y.op, global.z.op}, {local.x.op, local.y.op, local.z.op},
-                               outs ? (outs->empty() ? &none : outs->data()) : nullptr, outs ? outs->size() : 0};
+    hcq_launch_sym_desc_t d = {get(),
+                               b.data(),
+                               b.size(),
+                               v.data(),
+                               v.size(),
+                               {global.x.op, global.y.op, global.z.op},
+                               {local.x.op, local.y.op, local.z.op},
+                               outs ? (outs->empty() ? &none : outs->data()) : nullptr,
+                               outs ? outs->size() : 0};
     check(hcq_launch_sym(&d, at.begin(), at.size()));
   }
 
  private:
-  void launch_(std::initializer_list<buffer_ref> bufs, std::initializer_list<int32_t> vals, dims global, dims local,
-               const uint32_t *outs, size_t nouts) const {
+  void launch_(std::initializer_list<buffer_ref> bufs, std::initializer_list<int32_t> vals,
+               dims global, dims local, const uint32_t *outs, size_t nouts) const {
     detail::small_array<hcq_buffer_t *> b(bufs);
-    hcq_launch_desc_t d = {get(),     b.data(), b.size(), vals.begin(), vals.size(), {global.x, global.y, global.z},
-                           {local.x, local.y, local.z}, outs, nouts};
+    hcq_launch_desc_t d = {get(),
+                           b.data(),
+                           b.size(),
+                           vals.begin(),
+                           vals.size(),
+                           {global.x, global.y, global.z},
+                           {local.x, local.y, local.z},
+                           outs,
+                           nouts};
     check(hcq_launch(&d));
   }
 };
@@ -512,7 +545,9 @@ class fence : public detail::unique_handle<hcq_fence_t, detail::destroy_fence> {
     check(hcq_fence_record(get(), devs.data(), devs.size()));
   }
   /* hcq_fence_wait; timeout_ms < 0: the default. A timeout throws (TIMEOUT). */
-  void wait(int64_t timeout_ms = HCQ_TIMEOUT_DEFAULT) const { check(hcq_fence_wait(get(), timeout_ms)); }
+  void wait(int64_t timeout_ms = HCQ_TIMEOUT_DEFAULT) const {
+    check(hcq_fence_wait(get(), timeout_ms));
+  }
   /* hcq_fence_poll: never blocks; a lost device throws (DEVICE_LOST). */
   bool done() const {
     bool d = false;
@@ -542,16 +577,18 @@ class graph : public detail::unique_handle<hcq_graph_t, detail::destroy_graph> {
   explicit graph(hcq_graph_t *raw) noexcept : unique_handle(raw) {}
   /* hcq_graph_create from C exec items (copied; the graph retains what they use). */
   graph(const std::vector<hcq_exec_item_t> &items, std::initializer_list<buffer_ref> inputs = {},
-        std::initializer_list<hcq_var_value_t> vals = {}, const hcq_graph_options_t *options = nullptr) {
+        std::initializer_list<hcq_var_value_t> vals = {},
+        const hcq_graph_options_t *options = nullptr) {
     detail::small_array<hcq_buffer_t *> in(inputs);
     hcq_graph_t *g = nullptr;
-    check(hcq_graph_create(items.data(), items.size(), in.data(), in.size(), vals.begin(), vals.size(), options, &g));
+    check(hcq_graph_create(items.data(), items.size(), in.data(), in.size(), vals.begin(),
+                           vals.size(), options, &g));
     reset(g);
   }
   /* hcq_graph_run: inputs replace the build's (same count), vals set variables. With wait, returns
    * the replay's host time in ns once it finished; without, 0 once it is queued. */
-  uint64_t run(std::initializer_list<buffer_ref> inputs = {}, std::initializer_list<hcq_var_value_t> vals = {},
-               bool wait = false) const {
+  uint64_t run(std::initializer_list<buffer_ref> inputs = {},
+               std::initializer_list<hcq_var_value_t> vals = {}, bool wait = false) const {
     detail::small_array<hcq_buffer_t *> in(inputs);
     uint64_t ns = 0;
     check(hcq_graph_run(get(), in.data(), in.size(), vals.begin(), vals.size(), wait, &ns));
@@ -578,8 +615,8 @@ class jit : public detail::unique_handle<hcq_jit_t, detail::destroy_jit> {
   jit() noexcept = default;
   explicit jit(hcq_jit_t *raw) noexcept : unique_handle(raw) {}
   /* hcq_jit_run, as graph::run; an input given as nullptr keeps its last binding. */
-  uint64_t run(std::initializer_list<buffer_ref> inputs = {}, std::initializer_list<hcq_var_value_t> vals = {},
-               bool wait = false) const {
+  uint64_t run(std::initializer_list<buffer_ref> inputs = {},
+               std::initializer_list<hcq_var_value_t> vals = {}, bool wait = false) const {
     detail::small_array<hcq_buffer_t *> in(inputs);
     uint64_t ns = 0;
     check(hcq_jit_run(get(), in.data(), in.size(), vals.begin(), vals.size(), wait, &ns));
@@ -606,7 +643,8 @@ class jit : public detail::unique_handle<hcq_jit_t, detail::destroy_jit> {
  * vals the variable values body used. If body throws, the capture is dropped (hcq_capture_abort)
  * and the exception goes on; work body already queued still runs. */
 template <class F>
-jit capture(F &&body, std::initializer_list<buffer_ref> inputs = {}, std::initializer_list<hcq_var_value_t> vals = {},
+jit capture(F &&body, std::initializer_list<buffer_ref> inputs = {},
+            std::initializer_list<hcq_var_value_t> vals = {},
             const hcq_jit_options_t *options = nullptr) {
   detail::small_array<hcq_buffer_t *> in(inputs);  // before recording: nothing may throw after body
   hcq_capture_t *cap = nullptr;

@@ -45,8 +45,8 @@
  * capture in which hcq_launch_sym bound one variable to several values is reported the same way
  * (as a warning): a replay gives every item the same value, so it cannot repeat such a capture.
  *
- * Warnings go to the options' on_warning, or to standard error as "hcq: warning: ...", and are lines
- * of the report's text too.
+ * Warnings go to the options' on_warning, or to standard error as "hcq: warning: ...", and are
+ * lines of the report's text too.
  *
  * Ownership: a jit holds references to everything its items use. One thread at a time.
  */
@@ -95,46 +95,49 @@ HCQ_MUST_USE hcq_status_t hcq_capture_begin(hcq_capture_t **out_capture);
  * a replay may replace; vals the variable values used while capturing (needed to build graphs):
  * a variable vals does not name takes the value hcq_launch_sym() last bound it to during the
  * capture. The capture is consumed whether or not this succeeds. Recording nothing is an error. */
-HCQ_MUST_USE hcq_status_t hcq_capture_end(hcq_capture_t *capture, hcq_buffer_t *const *inputs, size_t ninputs,
-                                          const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *options,
-                                          hcq_jit_t **out_jit);
+HCQ_MUST_USE hcq_status_t hcq_capture_end(hcq_capture_t *capture, hcq_buffer_t *const *inputs,
+                                          size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
+                                          const hcq_jit_options_t *options, hcq_jit_t **out_jit);
 /* Stops recording and drops what was recorded. NULL is accepted. */
 void hcq_capture_abort(hcq_capture_t *capture);
 /* Items recorded so far. */
 size_t hcq_capture_item_count(const hcq_capture_t *capture);
 
 /* Batches a list of items directly (what hcq_capture_end does with the recorded ones). */
-HCQ_MUST_USE hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs,
-                                         size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
+HCQ_MUST_USE hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems,
+                                         hcq_buffer_t *const *inputs, size_t ninputs,
+                                         const hcq_var_value_t *vals, size_t nvals,
                                          const hcq_jit_options_t *options, hcq_jit_t **out_jit);
 
 /* Replays everything. With wait, returns once all of it finished and stores the elapsed host time
  * (out_elapsed_ns may be NULL). */
 HCQ_MUST_USE hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs,
-                                      const hcq_var_value_t *vals, size_t nvals, bool wait, uint64_t *out_elapsed_ns);
+                                      const hcq_var_value_t *vals, size_t nvals, bool wait,
+                                      uint64_t *out_elapsed_ns);
 
 /* Replays everything as hcq_jit_run without waiting, and arms fence (may be NULL; hcq/fence.h) at
  * this replay: it is reached once the replay's graphs and eager items, and everything submitted
  * before them on the jit's devices, finished. On an error the fence is as it was. */
-HCQ_MUST_USE hcq_status_t hcq_jit_submit(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs,
-                                         const hcq_var_value_t *vals, size_t nvals, hcq_fence_t *fence);
+HCQ_MUST_USE hcq_status_t hcq_jit_submit(hcq_jit_t *jit, hcq_buffer_t *const *inputs,
+                                         size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
+                                         hcq_fence_t *fence);
 
 /* Waits for the graphs' last replays and frees the jit; on a timeout the jit stays valid. A freed
  * jit must not be used again: HCQ_VALIDATE does not check jits. */
 HCQ_MUST_USE hcq_status_t hcq_jit_destroy(hcq_jit_t *jit);
 
 typedef struct hcq_jit_report {
-  size_t items;             /* items in all */
-  size_t graphed_items;     /* items replayed inside graphs */
-  size_t batches;           /* graphs built */
+  size_t items;              /* items in all */
+  size_t graphed_items;      /* items replayed inside graphs */
+  size_t batches;            /* graphs built */
   const size_t *batch_sizes; /* items per graph, in order */
-  size_t eager_items;       /* items replayed eagerly */
-  size_t host_copies;       /* host copies seen during capture and not recorded */
-  size_t unused_vars;       /* variables given a value no captured item uses ("Variables" above) */
-  const char *text;         /* all of it in words, one line per fact, with the reason for every
-                               eager item or run of items */
-  size_t unused_inputs;     /* inputs no captured item holds (with allow_unused_inputs) */
-  size_t other_thread_work; /* operations other threads did during the capture on its devices */
+  size_t eager_items;        /* items replayed eagerly */
+  size_t host_copies;        /* host copies seen during capture and not recorded */
+  size_t unused_vars;        /* variables given a value no captured item uses ("Variables" above) */
+  const char *text;          /* all of it in words, one line per fact, with the reason for every
+                                eager item or run of items */
+  size_t unused_inputs;      /* inputs no captured item holds (with allow_unused_inputs) */
+  size_t other_thread_work;  /* operations other threads did during the capture on its devices */
 } hcq_jit_report_t;
 
 /* Valid until the jit is destroyed. A replay that reports an unused variable adds a line to text
@@ -171,10 +174,10 @@ typedef struct hcq_launch_sym_desc {
   size_t nbufs;
   const hcq_operand_t *vals; /* the kernel's 32-bit values */
   size_t nvals;
-  hcq_operand_t global[3];   /* grid in work-groups; a constant 0 is INVALID_ARGUMENT, a symbol */
-  hcq_operand_t local[3];    /* that evaluates to 0 launches nothing (then and in replays) */
-  const uint32_t *outs;      /* indices into bufs of the buffers the kernel writes: NULL every */
-  size_t nouts;              /* buffer, non-NULL with nouts 0 none (the rule of hcq_kernel_item_t) */
+  hcq_operand_t global[3]; /* grid in work-groups; a constant 0 is INVALID_ARGUMENT, a symbol */
+  hcq_operand_t local[3];  /* that evaluates to 0 launches nothing (then and in replays) */
+  const uint32_t *outs;    /* indices into bufs of the buffers the kernel writes: NULL every */
+  size_t nouts;            /* buffer, non-NULL with nouts 0 none (the rule of hcq_kernel_item_t) */
 } hcq_launch_sym_desc_t;
 
 /* Evaluates the descriptor's operands with vals (the current value of each variable they use) and
@@ -184,7 +187,8 @@ typedef struct hcq_launch_sym_desc {
  * hcq_launch(), a variable without a value (NOT_FOUND), a value outside its variable's range or an
  * operand outside its field (OUT_OF_RANGE); each names the program and the variable or operand.
  * Operands are borrowed; a capture keeps its own references. */
-HCQ_MUST_USE hcq_status_t hcq_launch_sym(const hcq_launch_sym_desc_t *desc, const hcq_var_value_t *vals, size_t nvals);
+HCQ_MUST_USE hcq_status_t hcq_launch_sym(const hcq_launch_sym_desc_t *desc,
+                                         const hcq_var_value_t *vals, size_t nvals);
 
 #pragma GCC visibility pop
 #ifdef __cplusplus

@@ -10,8 +10,8 @@
  * replay of a captured step (models/llm/README.md); tokens are chosen on the device.
  *
  *   hcq_llm_t *llm;
- *   hcq_status_t st = hcq_llm_open("model.gguf", NULL, &llm);      // or NULL: SmolLM2-135M-Instruct
- *   hcq_llm_message_t chat[] = {{"user", "What is the capital of France?"}};
+ *   hcq_status_t st = hcq_llm_open("model.gguf", NULL, &llm);      // or NULL:
+ * SmolLM2-135M-Instruct hcq_llm_message_t chat[] = {{"user", "What is the capital of France?"}};
  *   hcq_llm_generate_options_t o = {.max_tokens = 64, .on_token = print_piece};
  *   hcq_llm_result_t r;
  *   if (!st) st = hcq_llm_chat(llm, chat, 1, &o, &r);               // print_piece gets the text
@@ -71,23 +71,26 @@ typedef struct hcq_llm_options {
  * pip. Reads and checks the file, opens the device, uploads the weights and compiles the kernels
  * (cached on disk) and captures the prompt pass and the decoding step. The file is not kept open.
  * options may be NULL. */
-HCQ_MUST_USE hcq_status_t hcq_llm_open(const char *model, const hcq_llm_options_t *options, hcq_llm_t **out);
+HCQ_MUST_USE hcq_status_t hcq_llm_open(const char *model, const hcq_llm_options_t *options,
+                                       hcq_llm_t **out);
 /* Waits for the device, frees everything. NULL is accepted. */
 HCQ_MUST_USE hcq_status_t hcq_llm_close(hcq_llm_t *llm);
 
-/* The names hcq_llm_open knows (the default model first): count of them; name i (NULL past the end). */
+/* The names hcq_llm_open knows (the default model first): count of them; name i (NULL past the
+ * end). */
 size_t hcq_llm_known_model_count(void);
 const char *hcq_llm_known_model(size_t i);
 
 typedef struct hcq_llm_info {
-  const char *path;          /* the file */
-  const char *name;          /* general.name, or the file's base name */
-  const char *architecture;  /* "llama", "qwen2", "qwen3", "gemma3" */
-  const char *weight_types;  /* "Q4_1", or "mixed (Q4_K, Q6_K)" */
-  const char *chat_template; /* the template family ("chatml", "llama3", "gemma", ...); NULL: none */
-  const char *device;        /* "CPU:0" */
+  const char *path;         /* the file */
+  const char *name;         /* general.name, or the file's base name */
+  const char *architecture; /* "llama", "qwen2", "qwen3", "gemma3" */
+  const char *weight_types; /* "Q4_1", or "mixed (Q4_K, Q6_K)" */
+  const char
+      *chat_template; /* the template family ("chatml", "llama3", "gemma", ...); NULL: none */
+  const char *device; /* "CPU:0" */
   int vocab, ctx, ctx_train, max_batch, layers, dim, heads, kv_heads;
-  size_t kernels_per_token;  /* kernels one decoding step launches (one replay in graph mode) */
+  size_t kernels_per_token; /* kernels one decoding step launches (one replay in graph mode) */
 } hcq_llm_info_t;
 /* What the model is; the strings stay valid until hcq_llm_close. */
 void hcq_llm_get_info(const hcq_llm_t *llm, hcq_llm_info_t *out);
@@ -98,14 +101,15 @@ void hcq_llm_get_info(const hcq_llm_t *llm, hcq_llm_info_t *out);
  * after, where the model asks for them); parse_special: control tokens spelled in the text
  * ("<|im_start|>") are single ids rather than text. Writes at most cap ids and sets *n to how many
  * there are: OUT_OF_RANGE when that is more than cap (ids NULL with cap 0 just counts). */
-HCQ_MUST_USE hcq_status_t hcq_llm_tokenize(const hcq_llm_t *llm, const char *text, size_t len, bool add_special,
-                                           bool parse_special, int32_t *ids, size_t cap, size_t *n);
+HCQ_MUST_USE hcq_status_t hcq_llm_tokenize(const hcq_llm_t *llm, const char *text, size_t len,
+                                           bool add_special, bool parse_special, int32_t *ids,
+                                           size_t cap, size_t *n);
 /* The text of n ids (special: control tokens' text too, else they give nothing), NUL-terminated in
  * out; *len is its length without the NUL. OUT_OF_RANGE when out (cap bytes) cannot hold it and the
  * NUL (out NULL with cap 0 just measures); INVALID_ARGUMENT for an id outside the vocabulary. Bytes
  * that are not valid UTF-8 become U+FFFD. */
-HCQ_MUST_USE hcq_status_t hcq_llm_detokenize(const hcq_llm_t *llm, const int32_t *ids, size_t n, bool special,
-                                             char *out, size_t cap, size_t *len);
+HCQ_MUST_USE hcq_status_t hcq_llm_detokenize(const hcq_llm_t *llm, const int32_t *ids, size_t n,
+                                             bool special, char *out, size_t cap, size_t *len);
 /* Whether id ends a generation (end of sequence or of turn). */
 bool hcq_llm_is_end_token(const hcq_llm_t *llm, int32_t id);
 
@@ -122,8 +126,10 @@ typedef struct hcq_llm_message {
  * "mistral-v7", ...; NULL: the model's own). Without a system message, a ChatML template's default
  * system prompt is used (SmolLM2's and Qwen2.5's). A model without a template is INVALID_ARGUMENT
  * (give template_name, or generate from plain text). */
-HCQ_MUST_USE hcq_status_t hcq_llm_chat_prompt(const hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
-                                              const char *template_name, char *out, size_t cap, size_t *len);
+HCQ_MUST_USE hcq_status_t hcq_llm_chat_prompt(const hcq_llm_t *llm,
+                                              const hcq_llm_message_t *messages, size_t n,
+                                              const char *template_name, char *out, size_t cap,
+                                              size_t *len);
 
 /* ---- generation ---- */
 
@@ -150,7 +156,8 @@ typedef struct hcq_llm_sampling {
   float repeat_penalty;    /* 0 .. 100; 0 or 1: none (llama.cpp's default 1) */
   float frequency_penalty; /* -100 .. 100; 0: none */
   float presence_penalty;  /* -100 .. 100; 0: none */
-  int penalty_last_n;      /* tokens the penalties look back over: 0: 64 (llama.cpp's default), -1: the context */
+  int penalty_last_n; /* tokens the penalties look back over: 0: 64 (llama.cpp's default), -1: the
+                         context */
 } hcq_llm_sampling_t;
 
 /* Called with each new token (id) and its text: whole UTF-8 characters, possibly none yet (a token
@@ -178,13 +185,14 @@ typedef void (*hcq_llm_logprob_fn)(void *user, const hcq_llm_logprob_t *logprob)
 typedef struct hcq_llm_generate_options {
   int max_tokens; /* most new tokens; 0: until an end token or the end of the context */
   hcq_llm_sampling_t sampling;
-  bool ignore_eos; /* go on past end tokens */
-  bool special;    /* control tokens' text passed to on_token too */
+  bool ignore_eos;           /* go on past end tokens */
+  bool special;              /* control tokens' text passed to on_token too */
   hcq_llm_token_fn on_token; /* may be NULL */
   void *user;
   /* Stop strings (nstop of them; NULL, 0: none): generation ends (HCQ_LLM_STOP_STRING) once the
    * text holds one of them. on_token never gets a stop string nor what follows it: text that could
-   * still become one is held back (passed with a later token) until it cannot. Each is non-empty. */
+   * still become one is held back (passed with a later token) until it cannot. Each is non-empty.
+   */
   const char *const *stop;
   size_t nstop;
   /* The log-probabilities of each new token (hcq_llm_logprob_t) in the result and to on_logprob
@@ -214,24 +222,28 @@ typedef struct hcq_llm_result {
   /* With options.logprobs: one per id (the token that completed a stop string too); else NULL.
    * hcq_llm_result_free frees them. */
   hcq_llm_logprob_t *logprobs;
-  int stop_index; /* HCQ_LLM_STOP_STRING: which of options.stop (the first in the text; 0 otherwise) */
+  int stop_index; /* HCQ_LLM_STOP_STRING: which of options.stop (the first in the text; 0 otherwise)
+                   */
 } hcq_llm_result_t;
 
 /* Generates after the n prompt ids (positions 0..n-1; nothing of an earlier generation is kept).
- * INVALID_ARGUMENT for bad options (naming the field: a sampling value out of its range, an empty or
- * NULL stop string, top_logprobs outside 0 .. HCQ_LLM_MAX_LOGPROBS) or an id outside the vocabulary;
- * OUT_OF_RANGE for an empty prompt or one that leaves no room in the context. options may be NULL (greedy, to an
- * end token). out is always set (empty on error). */
+ * INVALID_ARGUMENT for bad options (naming the field: a sampling value out of its range, an empty
+ * or NULL stop string, top_logprobs outside 0 .. HCQ_LLM_MAX_LOGPROBS) or an id outside the
+ * vocabulary; OUT_OF_RANGE for an empty prompt or one that leaves no room in the context. options
+ * may be NULL (greedy, to an end token). out is always set (empty on error). */
 HCQ_MUST_USE hcq_status_t hcq_llm_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n,
-                                           const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
+                                           const hcq_llm_generate_options_t *options,
+                                           hcq_llm_result_t *out);
 /* The same from text, tokenized with add_special and parse_special. */
 HCQ_MUST_USE hcq_status_t hcq_llm_generate_text(hcq_llm_t *llm, const char *prompt,
-                                                const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
+                                                const hcq_llm_generate_options_t *options,
+                                                hcq_llm_result_t *out);
 /* The same from a conversation in the model's chat template (hcq_llm_chat_prompt). */
 HCQ_MUST_USE hcq_status_t hcq_llm_chat(hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
-                                       const hcq_llm_generate_options_t *options, hcq_llm_result_t *out);
-/* Frees the ids (and log-probabilities) and zeroes the result, so freeing it again is harmless; NULL
- * is accepted. A result is plain memory: HCQ_VALIDATE does not check it. */
+                                       const hcq_llm_generate_options_t *options,
+                                       hcq_llm_result_t *out);
+/* Frees the ids (and log-probabilities) and zeroes the result, so freeing it again is harmless;
+ * NULL is accepted. A result is plain memory: HCQ_VALIDATE does not check it. */
 void hcq_llm_result_free(hcq_llm_result_t *result);
 /* "end", "length", "context", "callback", "stop". */
 const char *hcq_llm_stop_name(hcq_llm_stop_t stop);
@@ -267,22 +279,23 @@ typedef struct hcq_llm_batch hcq_llm_batch_t;
 
 typedef struct hcq_llm_batch_options {
   int max_seqs; /* sequences at once (cache slots): 0 is 8; 1 .. 64 */
-  int ctx;      /* positions each sequence holds (prompt plus new tokens): 0 is the hcq_llm_t's context */
+  int ctx; /* positions each sequence holds (prompt plus new tokens): 0 is the hcq_llm_t's context
+            */
   int max_rows; /* rows (tokens) a step runs, decoding rows first, then prompt chunks: 0 is the
                    hcq_llm_t's max_batch (128) or max_seqs if larger; max_seqs .. 4096 */
 } hcq_llm_batch_options_t;
 
 /* A sequence's new token, or its end. */
 typedef struct hcq_llm_batch_event {
-  int seq;        /* as hcq_llm_batch_add gave it */
-  int32_t id;     /* the token chosen (the last event's too: a sequence ends with a token) */
-  const char *text; /* whole UTF-8 characters of the token (as hcq_llm_token_fn gets them), and on the
-                       last event any text held back as U+FFFD; NUL-terminated; valid until the next
-                       step or hcq_llm_batch_destroy */
+  int seq;          /* as hcq_llm_batch_add gave it */
+  int32_t id;       /* the token chosen (the last event's too: a sequence ends with a token) */
+  const char *text; /* whole UTF-8 characters of the token (as hcq_llm_token_fn gets them), and on
+                       the last event any text held back as U+FFFD; NUL-terminated; valid until the
+                       next step or hcq_llm_batch_destroy */
   size_t len;
-  bool finished;  /* the sequence's last event: its slot is free again */
+  bool finished;       /* the sequence's last event: its slot is free again */
   hcq_llm_stop_t stop; /* why, when finished */
-  size_t tokens;  /* tokens generated so far, this one included */
+  size_t tokens;       /* tokens generated so far, this one included */
   /* with the sequence's options.logprobs: the token's log-probabilities (as hcq_llm_generate's;
    * valid until the next step), else NULL. A step whose sequences want them is read before the
    * next is queued (the device waits for the host then: slower, as in hcq_llm_generate). */
@@ -293,7 +306,8 @@ typedef struct hcq_llm_batch_event {
  * captured once here, for every batch size). options may be NULL. INVALID_ARGUMENT for options out
  * of range (naming the field); OUT_OF_RANGE when the caches (max_seqs x ctx positions) exceed the
  * machine's memory; UNIMPLEMENTED on CUDA and METAL. */
-HCQ_MUST_USE hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t *options,
+HCQ_MUST_USE hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm,
+                                               const hcq_llm_batch_options_t *options,
                                                hcq_llm_batch_t **out);
 /* Queues a sequence: the n prompt ids at its positions 0..n-1, then tokens as options say
  * (max_tokens, the whole sampling chain, penalties over the sequence's own tokens, ignore_eos,
@@ -315,8 +329,8 @@ HCQ_MUST_USE hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *batch, const int32_
  * for the host): the events come from the step queued by the call before, and a step may give no
  * event while a sequence's prompt enters. After a device error the sequences' state is undefined:
  * destroy the batch. */
-HCQ_MUST_USE hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *batch, hcq_llm_batch_event_t *events, size_t cap,
-                                             size_t *n);
+HCQ_MUST_USE hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *batch, hcq_llm_batch_event_t *events,
+                                             size_t cap, size_t *n);
 /* Ends sequence seq at once and frees its slot (the next hcq_llm_batch_add may take it). NOT_FOUND
  * for a sequence that is not active (finished, cancelled, or never added). */
 HCQ_MUST_USE hcq_status_t hcq_llm_batch_cancel(hcq_llm_batch_t *batch, int seq);

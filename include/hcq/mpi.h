@@ -19,22 +19,22 @@
  * Devices: "R/KIND:N" names device KIND:N of rank R. On rank R it is that local device (the same
  * handle as "KIND:N"); on every other rank it is a remote device: its buffers have a size and an
  * address but no storage here, its programs are kept by name and source and compiled only on R,
- * kernels launched on it do nothing here (rank R runs them), hcq_buffer_copyin into its buffers does
- * nothing here (rank R's own copyin fills them) and hcq_buffer_copyout from them is
+ * kernels launched on it do nothing here (rank R runs them), hcq_buffer_copyin into its buffers
+ * does nothing here (rank R's own copyin fills them) and hcq_buffer_copyout from them is
  * FAILED_PRECONDITION (use hcq_mpi_fetch). hcq_device_name gives "R/KIND:N" for remote devices.
  *
- * SPMD: every rank creates the same buffers, builds the same graphs and captures with the same items
- * in the same order, replays them with the same variable values and calls hcq_transfer in the same
- * order. A graph whose items touch devices of several ranks is checked at build: the ranks involved
- * compare a digest of every item (kind, devices, buffer sizes and offsets, kernel names, constant
- * values and dims, bytes) and fail, every one of them, naming the first item that differs.
+ * SPMD: every rank creates the same buffers, builds the same graphs and captures with the same
+ * items in the same order, replays them with the same variable values and calls hcq_transfer in the
+ * same order. A graph whose items touch devices of several ranks is checked at build: the ranks
+ * involved compare a digest of every item (kind, devices, buffer sizes and offsets, kernel names,
+ * constant values and dims, bytes) and fail, every one of them, naming the first item that differs.
  *
- * Transfers between ranks run on the remote device's copy queue: a send of the source's bytes on the
- * source rank, a receive into the destination on the destination rank, ordered by signals like any
- * other copy; ranks that hold neither end skip them. Message tags are per (graph, item) for graph
- * replays and per (pair of ranks, sequence number) for eager transfers, so consecutive replays and
- * transfers never match the wrong message. Only devices whose memory is host memory (CPU) take part
- * in transfers between ranks; stage GPU buffers through a CPU buffer.
+ * Transfers between ranks run on the remote device's copy queue: a send of the source's bytes on
+ * the source rank, a receive into the destination on the destination rank, ordered by signals like
+ * any other copy; ranks that hold neither end skip them. Message tags are per (graph, item) for
+ * graph replays and per (pair of ranks, sequence number) for eager transfers, so consecutive
+ * replays and transfers never match the wrong message. Only devices whose memory is host memory
+ * (CPU) take part in transfers between ranks; stage GPU buffers through a CPU buffer.
  *
  * Faults: a send or receive still pending at the wait timeout (HCQ_WAIT_TIMEOUT_MS) makes the wait
  * fail with a hang report naming the peer rank, the item, the bytes and the tag; the work stays
@@ -66,8 +66,8 @@ extern "C" {
  * MPI_THREAD_SERIALIZED, or the layer already runs. */
 HCQ_MUST_USE hcq_status_t hcq_mpi_init(MPI_Comm comm);
 /* For tools: when the process was started by mpirun/mpiexec (the launcher's environment says so),
- * initialises MPI itself (MPI_THREAD_MULTIPLE) and starts the layer on MPI_COMM_WORLD; otherwise does
- * nothing. *out_started (may be NULL) tells which. */
+ * initialises MPI itself (MPI_THREAD_MULTIPLE) and starts the layer on MPI_COMM_WORLD; otherwise
+ * does nothing. *out_started (may be NULL) tells which. */
 HCQ_MUST_USE hcq_status_t hcq_mpi_init_auto(bool *out_started);
 /* Stops the layer (its devices must be closed first). Finalises MPI when hcq_mpi_init_auto
  * initialised it and no peer failed (MPI_Finalize could wait for a dead rank forever). */
@@ -93,9 +93,9 @@ HCQ_MUST_USE hcq_status_t hcq_mpi_declare_rank_lost(int rank, const char *reason
  * does not exist. */
 HCQ_MUST_USE hcq_status_t hcq_mpi_rank_health(int rank);
 
-/* Collective over the layer's communicator (every rank calls it, in the same order): the contents of
- * buf (size bytes from offset 0) arrive in host memory dst on rank root; the buffer's owner sends
- * them, other ranks pass dst NULL or ignore it. */
+/* Collective over the layer's communicator (every rank calls it, in the same order): the contents
+ * of buf (size bytes from offset 0) arrive in host memory dst on rank root; the buffer's owner
+ * sends them, other ranks pass dst NULL or ignore it. */
 HCQ_MUST_USE hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size);
 /* Collective: the maximum of every rank's value, within the wait timeout. Gathered on rank 0, so a
  * rank that does not take part is named: a TIMEOUT naming it on every rank (on rank 0 after the

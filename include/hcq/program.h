@@ -54,21 +54,23 @@ typedef struct {
   uint32_t gid[3], gsz[3], lsz[3];
 } hcq_launch_t;
 
-typedef void (*hcq_cpu_kernel_fn)(void *const *bufs, const int32_t *vals, const hcq_launch_t *launch);
+typedef void (*hcq_cpu_kernel_fn)(void *const *bufs, const int32_t *vals,
+                                  const hcq_launch_t *launch);
 
 /* Compiles source (C on CPU devices) and looks up entry. An entry that is not a C identifier is
  * INVALID_ARGUMENT, before anything is compiled or written; one the compiled source does not define
  * is COMPILE_ERROR ("entry point \"k\" is not defined by the source"), as is a compile error, with
  * the compiler's exit status or signal and its output in the message; bad HCQ_CC, HCQ_CFLAGS or
  * HCQ_CACHE_DIR values are INVALID_ARGUMENT naming the variable. */
-HCQ_MUST_USE hcq_status_t hcq_program_create(hcq_device_t *device, const char *entry, const char *source,
-                                             hcq_program_t **out_program);
+HCQ_MUST_USE hcq_status_t hcq_program_create(hcq_device_t *device, const char *entry,
+                                             const char *source, hcq_program_t **out_program);
 /* A CPU program from a C function pointer (devices with HCQ_CAP_HOST_CALLABLE). name is copied. */
-HCQ_MUST_USE hcq_status_t hcq_program_create_fn(hcq_device_t *device, const char *name, hcq_cpu_kernel_fn fn,
-                                                hcq_program_t **out_program);
+HCQ_MUST_USE hcq_status_t hcq_program_create_fn(hcq_device_t *device, const char *name,
+                                                hcq_cpu_kernel_fn fn, hcq_program_t **out_program);
 hcq_program_t *hcq_program_retain(hcq_program_t *program);
 /* Drops one reference. After the last one the program is gone: launching or releasing it again is
- * undefined behaviour that may return OK, unless HCQ_VALIDATE=1 (hcq.h), which reports it by name. */
+ * undefined behaviour that may return OK, unless HCQ_VALIDATE=1 (hcq.h), which reports it by name.
+ */
 void hcq_program_release(hcq_program_t *program);
 const char *hcq_program_name(const hcq_program_t *program);
 hcq_device_t *hcq_program_device(const hcq_program_t *program);
@@ -81,29 +83,32 @@ const char *hcq_program_source(const hcq_program_t *program);
  * pass exactly that many: else INVALID_ARGUMENT naming the kernel and both counts, and nothing runs
  * (a kernel given fewer arguments than it reads reads garbage or crashes). Where the backend reads
  * the parameters from the compiled kernel (CUDA: the PTX .entry parameter list), launches are
- * checked against those without a declaration, and a declaration that disagrees is INVALID_ARGUMENT.
- * Declaring the same counts again is fine; other counts are FAILED_PRECONDITION. Declare before the
- * program's first launch. */
-HCQ_MUST_USE hcq_status_t hcq_program_declare_args(hcq_program_t *program, size_t nbufs, size_t nvals);
+ * checked against those without a declaration, and a declaration that disagrees is
+ * INVALID_ARGUMENT. Declaring the same counts again is fine; other counts are FAILED_PRECONDITION.
+ * Declare before the program's first launch. */
+HCQ_MUST_USE hcq_status_t hcq_program_declare_args(hcq_program_t *program, size_t nbufs,
+                                                   size_t nvals);
 /* The counts launches are checked against: true when declared or known to the backend. */
 bool hcq_program_args(const hcq_program_t *program, size_t *out_nbufs, size_t *out_nvals);
 
 /* ---- Precompiled kernels ----
  *
  * Kernels built offline, loaded without a compiler. X(name, text): the closed set of formats. */
+// clang-format off
 #define HCQ_BINARY_FORMATS(X) \
-  X(SPIRV, "spirv")          \
-  X(PTX, "ptx")              \
-  X(CUBIN, "cubin")          \
-  X(FATBIN, "fatbin")        \
+  X(SPIRV, "spirv")           \
+  X(PTX, "ptx")               \
+  X(CUBIN, "cubin")           \
+  X(FATBIN, "fatbin")         \
   X(METALLIB, "metallib")
+// clang-format on
 
 typedef enum hcq_binary_format {
   HCQ_BINARY_NONE = 0, /* no format: hcq_binary_compile's "the kind's default" */
 #define HCQ__BINARY_FORMAT_ENUM(name, text) HCQ_BINARY_##name,
   HCQ_BINARY_FORMATS(HCQ__BINARY_FORMAT_ENUM)
 #undef HCQ__BINARY_FORMAT_ENUM
-  HCQ_BINARY_FORMAT_COUNT
+      HCQ_BINARY_FORMAT_COUNT
 } hcq_binary_format_t;
 
 /* "spirv", "ptx", "cubin", "fatbin", "metallib"; "none" for HCQ_BINARY_NONE, "?" out of range. */
@@ -119,8 +124,8 @@ bool hcq_binary_format_parse(const char *name, hcq_binary_format_t *out_format);
  *   CUDA    ptx        PTX text (.version first; NUL bytes only at its end)
  *           cubin      an ELF cubin for sm_XY: it loads on a device of the same major version and
  *                      a minor version at least Y (a cubin for sm_80 on sm_86, not sm_90)
- *           fatbin     a fat binary (nvcc -fatbin): the driver picks its cubin or PTX for the device
- *   METAL   metallib   a Metal library (xcrun metal + metallib), kernel function named entry
+ *           fatbin     a fat binary (nvcc -fatbin): the driver picks its cubin or PTX for the
+ * device METAL   metallib   a Metal library (xcrun metal + metallib), kernel function named entry
  *   CPU     none: a shared object is machine code hcq cannot check and would run in-process, so
  *           CPU kernels come from C source (hcq_program_create) or function pointers only.
  *
@@ -137,8 +142,10 @@ bool hcq_binary_format_parse(const char *name, hcq_binary_format_t *out_format);
  * it loads) are INVALID_ARGUMENT; more than 256 MiB is OUT_OF_RANGE. Bytes that are not what format
  * says (garbage, truncated, another format: the message says what they look like), a cubin for
  * another architecture (naming both), and an entry the binary does not define are COMPILE_ERROR. */
-HCQ_MUST_USE hcq_status_t hcq_program_create_binary(hcq_device_t *device, hcq_binary_format_t format, const void *bytes,
-                                                    size_t size, const char *entry, hcq_program_t **out_program);
+HCQ_MUST_USE hcq_status_t hcq_program_create_binary(hcq_device_t *device,
+                                                    hcq_binary_format_t format, const void *bytes,
+                                                    size_t size, const char *entry,
+                                                    hcq_program_t **out_program);
 
 /* Compiles source for entry into a precompiled kernel for devices of kind, without opening one:
  * what `hcq compile` writes. format HCQ_BINARY_NONE picks the kind's default.
@@ -154,8 +161,9 @@ HCQ_MUST_USE hcq_status_t hcq_program_create_binary(hcq_device_t *device, hcq_bi
  * COMPILE_ERROR with the compiler's log; a missing compiler UNAVAILABLE or UNIMPLEMENTED, saying
  * why; a format the kind does not load, or arch given for a kind that takes none,
  * INVALID_ARGUMENT. */
-HCQ_MUST_USE hcq_status_t hcq_binary_compile(hcq_device_kind_t kind, hcq_binary_format_t format, const char *arch,
-                                             const char *entry, const char *source, void **out_bytes,
+HCQ_MUST_USE hcq_status_t hcq_binary_compile(hcq_device_kind_t kind, hcq_binary_format_t format,
+                                             const char *arch, const char *entry,
+                                             const char *source, void **out_bytes,
                                              size_t *out_size);
 /* Frees what hcq_binary_compile returned (NULL is fine). Plain memory, not a handle: HCQ_VALIDATE
  * does not track it, and freeing it twice is undefined behaviour. */
@@ -167,8 +175,8 @@ const char *hcq_cpu_prelude(void);
 /* Launches program eagerly: wait for the device timeline, memory barrier, exec, signal the
  * timeline. Buffers must be on the program's device; kernargs are the buffer addresses then the
  * 32-bit values. global is the grid in work-groups, local the group size; every dim must be >= 1
- * (give 1 for unused dims: {n} leaves y and z 0): a 0 is INVALID_ARGUMENT naming the program and the
- * dim ("global[1] is 0"). Returns once the launch is queued. */
+ * (give 1 for unused dims: {n} leaves y and z 0): a 0 is INVALID_ARGUMENT naming the program and
+ * the dim ("global[1] is 0"). Returns once the launch is queued. */
 typedef struct hcq_launch_desc {
   hcq_program_t *program;
   hcq_buffer_t *const *bufs;
@@ -177,14 +185,14 @@ typedef struct hcq_launch_desc {
   size_t nvals;
   uint32_t global[3];
   uint32_t local[3];
-  /* Which buffers the kernel writes (indices into bufs), by the rule of hcq_kernel_item_t (graph.h):
-   * outs NULL, every buffer; outs given with nouts 0, none. A capture records it, to order replays.
-   * With HCQ_VALIDATE=1 a launch that gives outs has them checked: the buffers whose base is not
-   * the base of a listed one are copied out before the kernel and compared after it; a changed byte
-   * fails the launch (INVALID_ARGUMENT naming the kernel, the buffer's index and label, and the first
-   * changed offset; the kernel did run, and a capture does not record it). Slow (two copies of
-   * those buffers per launch), blind to a write of the bytes already there, and it assumes no other
-   * thread writes those buffers meanwhile. */
+  /* Which buffers the kernel writes (indices into bufs), by the rule of hcq_kernel_item_t
+   * (graph.h): outs NULL, every buffer; outs given with nouts 0, none. A capture records it, to
+   * order replays. With HCQ_VALIDATE=1 a launch that gives outs has them checked: the buffers whose
+   * base is not the base of a listed one are copied out before the kernel and compared after it; a
+   * changed byte fails the launch (INVALID_ARGUMENT naming the kernel, the buffer's index and
+   * label, and the first changed offset; the kernel did run, and a capture does not record it).
+   * Slow (two copies of those buffers per launch), blind to a write of the bytes already there, and
+   * it assumes no other thread writes those buffers meanwhile. */
   const uint32_t *outs;
   size_t nouts;
 } hcq_launch_desc_t;

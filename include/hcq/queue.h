@@ -64,9 +64,11 @@ size_t hcq_queue_patch_count(const hcq_queue_t *queue);
 size_t hcq_queue_symbol_count(const hcq_queue_t *queue);
 
 /* Waits until the signal at address signal_addr holds a value >= value. */
-HCQ_MUST_USE hcq_status_t hcq_queue_wait(hcq_queue_t *queue, hcq_operand_t signal_addr, hcq_operand_t value);
+HCQ_MUST_USE hcq_status_t hcq_queue_wait(hcq_queue_t *queue, hcq_operand_t signal_addr,
+                                         hcq_operand_t value);
 /* Sets the signal's value to value (after every earlier command finished). */
-HCQ_MUST_USE hcq_status_t hcq_queue_signal(hcq_queue_t *queue, hcq_operand_t signal_addr, hcq_operand_t value);
+HCQ_MUST_USE hcq_status_t hcq_queue_signal(hcq_queue_t *queue, hcq_operand_t signal_addr,
+                                           hcq_operand_t value);
 /* Writes the current device time into the signal's timestamp word. */
 HCQ_MUST_USE hcq_status_t hcq_queue_timestamp(hcq_queue_t *queue, hcq_operand_t signal_addr);
 /* Makes memory writes before it visible to commands after it (compute queues). */
@@ -76,26 +78,29 @@ HCQ_MUST_USE hcq_status_t hcq_queue_memory_barrier(hcq_queue_t *queue);
  * program. A constant 0 dim is INVALID_ARGUMENT naming it (a symbolic one that evaluates to 0 at a
  * submit runs nothing); so is an nbufs other than the program's declared or known buffer count
  * (hcq_program_declare_args). */
-HCQ_MUST_USE hcq_status_t hcq_queue_exec(hcq_queue_t *queue, hcq_program_t *program, hcq_operand_t kernargs_addr,
-                                         size_t nbufs, const hcq_operand_t global[3], const hcq_operand_t local[3]);
+HCQ_MUST_USE hcq_status_t hcq_queue_exec(hcq_queue_t *queue, hcq_program_t *program,
+                                         hcq_operand_t kernargs_addr, size_t nbufs,
+                                         const hcq_operand_t global[3],
+                                         const hcq_operand_t local[3]);
 /* Copies size bytes from src to dst (device addresses). Copy queues only. */
-HCQ_MUST_USE hcq_status_t hcq_queue_copy(hcq_queue_t *queue, hcq_operand_t dst, hcq_operand_t src, hcq_operand_t size);
+HCQ_MUST_USE hcq_status_t hcq_queue_copy(hcq_queue_t *queue, hcq_operand_t dst, hcq_operand_t src,
+                                         hcq_operand_t size);
 
 /* Writes a kernel argument block into mem at offset: nbufs 64-bit addresses, then nvals 32-bit
  * values. Constant operands are written now; symbolic ones become patch points written by submit.
  * The block must fit in mem (8*nbufs + 4*nvals bytes); offset must be 16-byte aligned. The queue
  * retains mem. */
 HCQ_MUST_USE hcq_status_t hcq_queue_kernargs(hcq_queue_t *queue, hcq_buffer_t *mem, uint64_t offset,
-                                             const hcq_operand_t *bufs, size_t nbufs, const hcq_operand_t *vals,
-                                             size_t nvals);
+                                             const hcq_operand_t *bufs, size_t nbufs,
+                                             const hcq_operand_t *vals, size_t nvals);
 /* Bytes a kernel argument block takes, rounded up to 16 (16 for a kernel without arguments). */
 uint64_t hcq_kernargs_size(size_t nbufs, size_t nvals);
 
 /* Places the words in device memory of device; later submits to that device copy nothing. */
 HCQ_MUST_USE hcq_status_t hcq_queue_bind(hcq_queue_t *queue, hcq_device_t *device);
 /* Evaluates symbols with vals, patches what changed, hands the queue to device. */
-HCQ_MUST_USE hcq_status_t hcq_queue_submit(hcq_queue_t *queue, hcq_device_t *device, const hcq_var_value_t *vals,
-                                           size_t nvals);
+HCQ_MUST_USE hcq_status_t hcq_queue_submit(hcq_queue_t *queue, hcq_device_t *device,
+                                           const hcq_var_value_t *vals, size_t nvals);
 
 /* Reads back the current value of word i (after patching), for inspection and tests. */
 uint32_t hcq_queue_word(const hcq_queue_t *queue, size_t i);

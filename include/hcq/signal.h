@@ -28,10 +28,11 @@ extern "C" {
 
 /* Creates a signal on device with the given initial value. name (may be NULL) appears in error
  * messages; it is copied. */
-HCQ_MUST_USE hcq_status_t hcq_signal_create(hcq_device_t *device, const char *name, uint64_t initial_value,
-                                             hcq_signal_t **out_signal);
+HCQ_MUST_USE hcq_status_t hcq_signal_create(hcq_device_t *device, const char *name,
+                                            uint64_t initial_value, hcq_signal_t **out_signal);
 /* Frees the signal. Using it afterwards (a wait, a queue that waits on it, a second free) is
- * undefined behaviour that may return OK, unless HCQ_VALIDATE=1 (hcq.h), which reports it by name. */
+ * undefined behaviour that may return OK, unless HCQ_VALIDATE=1 (hcq.h), which reports it by name.
+ */
 void hcq_signal_destroy(hcq_signal_t *signal);
 
 uint64_t hcq_signal_value(const hcq_signal_t *signal);
@@ -40,7 +41,8 @@ uint64_t hcq_signal_timestamp(const hcq_signal_t *signal);
 void hcq_signal_set(hcq_signal_t *signal, uint64_t value);
 /* Waits until value >= value. timeout_ms < 0 means the default. A timeout is TIMEOUT with a message
  * naming the signal, the value waited for and the value seen. */
-HCQ_MUST_USE hcq_status_t hcq_signal_wait(const hcq_signal_t *signal, uint64_t value, int64_t timeout_ms);
+HCQ_MUST_USE hcq_status_t hcq_signal_wait(const hcq_signal_t *signal, uint64_t value,
+                                          int64_t timeout_ms);
 
 /* The device address of the value word, for queue commands. */
 uint64_t hcq_signal_address(const hcq_signal_t *signal);

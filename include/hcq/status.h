@@ -2,8 +2,9 @@
  *
  * A status is a pointer. NULL means success and costs nothing; a failure is a heap object holding a
  * code and a message that names the thing at fault (device, buffer, item, variable, signal). The
- * caller owns a failure status and must release it with hcq_status_destroy() (passing NULL is fine).
- * Out-of-memory failures return a preallocated status, so reporting never needs memory it lacks.
+ * caller owns a failure status and must release it with hcq_status_destroy() (passing NULL is
+ * fine). Out-of-memory failures return a preallocated status, so reporting never needs memory it
+ * lacks.
  */
 #ifndef HCQ_STATUS_H
 #define HCQ_STATUS_H
@@ -24,26 +25,28 @@ extern "C" {
 #endif
 
 /* The closed set of failure kinds: X(name, short description). */
-#define HCQ_STATUS_CODES(X)                                                      \
-  X(OK, "ok")                                                                    \
-  X(INVALID_ARGUMENT, "invalid argument")                                        \
-  X(NOT_FOUND, "not found")                                                      \
-  X(OUT_OF_RANGE, "out of range")                                                \
-  X(OUT_OF_MEMORY, "out of memory")                                              \
-  X(COMPILE_ERROR, "compile error")                                              \
-  X(TIMEOUT, "timeout")                                                          \
-  X(UNAVAILABLE, "unavailable")                                                  \
-  X(FAILED_PRECONDITION, "failed precondition")                                  \
-  X(DEVICE_ERROR, "device error")                                                \
-  X(DEVICE_LOST, "device lost")                                                  \
-  X(UNIMPLEMENTED, "unimplemented")                                              \
+// clang-format off
+#define HCQ_STATUS_CODES(X)                     \
+  X(OK, "ok")                                   \
+  X(INVALID_ARGUMENT, "invalid argument")       \
+  X(NOT_FOUND, "not found")                     \
+  X(OUT_OF_RANGE, "out of range")               \
+  X(OUT_OF_MEMORY, "out of memory")             \
+  X(COMPILE_ERROR, "compile error")             \
+  X(TIMEOUT, "timeout")                         \
+  X(UNAVAILABLE, "unavailable")                 \
+  X(FAILED_PRECONDITION, "failed precondition") \
+  X(DEVICE_ERROR, "device error")               \
+  X(DEVICE_LOST, "device lost")                 \
+  X(UNIMPLEMENTED, "unimplemented")             \
   X(INTERNAL, "internal error")
+// clang-format on
 
 typedef enum hcq_status_code {
 #define HCQ__STATUS_ENUM(name, desc) HCQ_##name,
   HCQ_STATUS_CODES(HCQ__STATUS_ENUM)
 #undef HCQ__STATUS_ENUM
-  HCQ_STATUS_CODE_COUNT
+      HCQ_STATUS_CODE_COUNT
 } hcq_status_code_t;
 
 typedef struct hcq_status *hcq_status_t;

@@ -28,23 +28,25 @@ extern "C" {
 #endif
 #pragma GCC visibility push(default) /* exported from libhcq.so (see hcq.h) */
 
-#define HCQ_EXPR_OPS(X)  \
-  X(CONST, "const")      \
-  X(VAR, "var")          \
-  X(NEG, "neg")          \
-  X(ADD, "+")            \
-  X(SUB, "-")            \
-  X(MUL, "*")            \
-  X(FLOORDIV, "//")      \
-  X(MOD, "%")            \
-  X(MIN, "min")          \
+// clang-format off
+#define HCQ_EXPR_OPS(X) \
+  X(CONST, "const")     \
+  X(VAR, "var")         \
+  X(NEG, "neg")         \
+  X(ADD, "+")           \
+  X(SUB, "-")           \
+  X(MUL, "*")           \
+  X(FLOORDIV, "//")     \
+  X(MOD, "%")           \
+  X(MIN, "min")         \
   X(MAX, "max")
+// clang-format on
 
 typedef enum hcq_expr_op {
 #define HCQ__EXPR_ENUM(name, text) HCQ_EXPR_##name,
   HCQ_EXPR_OPS(HCQ__EXPR_ENUM)
 #undef HCQ__EXPR_ENUM
-  HCQ_EXPR_OP_COUNT
+      HCQ_EXPR_OP_COUNT
 } hcq_expr_op_t;
 
 typedef struct hcq_expr hcq_expr_t;
@@ -64,7 +66,8 @@ typedef struct hcq_var_value {
 
 /* Creates a variable. Fails (INVALID_ARGUMENT) on an empty name, a name that is not an identifier
  * ([A-Za-z_][A-Za-z0-9_]*, at most HCQ_VAR_NAME_MAX bytes, not "min"/"max") or min > max. */
-HCQ_MUST_USE hcq_status_t hcq_var_create(const char *name, int64_t min, int64_t max, hcq_expr_t **out_var);
+HCQ_MUST_USE hcq_status_t hcq_var_create(const char *name, int64_t min, int64_t max,
+                                         hcq_expr_t **out_var);
 
 hcq_expr_t *hcq_expr_const(int64_t value);
 /* Unary minus of a. */
@@ -100,19 +103,20 @@ size_t hcq_expr_format(const hcq_expr_t *e, char *buf, size_t size);
 
 /* Parses text with the grammar
  *   expr := term (('+' | '-') term)*       term := unary (('*' | '//' | '%') unary)*
- *   unary := '-' unary | primary           primary := INT | NAME | ('min'|'max') '(' expr (',' expr)+ ')' | '(' expr ')'
- * where NAME must be one of vars (by name). Errors (INVALID_ARGUMENT) quote the text and give the
- * 1-based column: `expression "n+": expected a number, variable or '(' at column 3`.
- * Nesting deeper than 128 levels is rejected, and so is a tree taller than 1000 levels: a chain of
- * more than 1000 terms (n+n+..., n*n*..., min/max arguments) says how many terms it has. */
-HCQ_MUST_USE hcq_status_t hcq_expr_parse(const char *text, const hcq_expr_t *const *vars, size_t nvars,
-                                         hcq_expr_t **out_expr);
+ *   unary := '-' unary | primary           primary := INT | NAME | ('min'|'max') '(' expr (','
+ * expr)+ ')' | '(' expr ')' where NAME must be one of vars (by name). Errors (INVALID_ARGUMENT)
+ * quote the text and give the 1-based column: `expression "n+": expected a number, variable or '('
+ * at column 3`. Nesting deeper than 128 levels is rejected, and so is a tree taller than 1000
+ * levels: a chain of more than 1000 terms (n+n+..., n*n*..., min/max arguments) says how many terms
+ * it has. */
+HCQ_MUST_USE hcq_status_t hcq_expr_parse(const char *text, const hcq_expr_t *const *vars,
+                                         size_t nvars, hcq_expr_t **out_expr);
 
 /* Evaluates e with the given values. Errors: a variable with no value (NOT_FOUND), a value outside
  * its variable's [min, max] (OUT_OF_RANGE), division or modulo by zero and 64-bit overflow
  * (OUT_OF_RANGE). Each message names the variable or the expression. */
-HCQ_MUST_USE hcq_status_t hcq_expr_eval(const hcq_expr_t *e, const hcq_var_value_t *vals, size_t nvals,
-                                        int64_t *out_value);
+HCQ_MUST_USE hcq_status_t hcq_expr_eval(const hcq_expr_t *e, const hcq_var_value_t *vals,
+                                        size_t nvals, int64_t *out_value);
 
 /* Checks one binding against its variable's range; the message names the variable. */
 HCQ_MUST_USE hcq_status_t hcq_var_check(const hcq_expr_t *var, int64_t value);

@@ -3,9 +3,9 @@
  *
  * While the profiler is on:
  *  - every graph built (hcq_graph_create, the JIT's batches) is built with profiling, and each of
- *    its replays becomes one slice per item on the track of the queue that ran it (a kernel is named
- *    after its program, a copy "CPU:0 -> CPU:1", with its bytes), plus one slice on the host track
- *    for the submit. A replay's timestamps are read when the next replay of the graph (or its
+ *    its replays becomes one slice per item on the track of the queue that ran it (a kernel is
+ * named after its program, a copy "CPU:0 -> CPU:1", with its bytes), plus one slice on the host
+ * track for the submit. A replay's timestamps are read when the next replay of the graph (or its
  *    destroy, or a flush) waits for it, never on the submit path;
  *  - every eager launch, device-to-device transfer and host copy (copyin, copyout) becomes a slice
  *    on the device queue that ran it (device timestamps) and one on the host track of the calling
@@ -72,10 +72,11 @@ void hcq_trace_pause(bool paused);
 /* Writes the trace to the path given at start (FAILED_PRECONDITION without one, or when off). */
 HCQ_MUST_USE hcq_status_t hcq_trace_flush(void);
 /* Writes the trace as Chrome trace event JSON (format in docs/profiling.md): numeric pid/tid with
- * "M" metadata naming the host, each device (process) and queue (thread); one "X" slice per item per
- * replay and per eager operation; "s"/"f" flow events for every dependency edge between items of one
- * replay; and an "hcq" object with the ring statistics, the clock offsets and each graph's items.
- * FAILED_PRECONDITION when the profiler is off; UNAVAILABLE when the file cannot be written. */
+ * "M" metadata naming the host, each device (process) and queue (thread); one "X" slice per item
+ * per replay and per eager operation; "s"/"f" flow events for every dependency edge between items
+ * of one replay; and an "hcq" object with the ring statistics, the clock offsets and each graph's
+ * items. FAILED_PRECONDITION when the profiler is off; UNAVAILABLE when the file cannot be written.
+ */
 HCQ_MUST_USE hcq_status_t hcq_trace_write(const char *path);
 /* Draws the same trace as a self-contained SVG: one row per queue (host threads first), slices as
  * labelled boxes (title on hover), dependency arrows, a time axis, and each row's busy share. Draws

@@ -9,16 +9,16 @@
  *
  * Kernels. A program's source is GLSL compute, compiled at run time with libshaderc and cached on
  * disk as SPIR-V (HCQ_CACHE_DIR/spirv, a directory of the user's alone), or SPIR-V itself: a source
- * whose first line is "#spirv" holds a module in base64 (hcq_program_create_spirv() makes one). GLSL
- * is compiled after hcq_vulkan_glsl_prelude(), which enables buffer references and 64-bit integers,
- * declares the group size as specialization constants 0, 1, 2, and defines
+ * whose first line is "#spirv" holds a module in base64 (hcq_program_create_spirv() makes one).
+ * GLSL is compiled after hcq_vulkan_glsl_prelude(), which enables buffer references and 64-bit
+ * integers, declares the group size as specialization constants 0, 1, 2, and defines
  *
  *   uint64_t hcq_buf(uint i);   device address of buffer argument i
  *   int      hcq_val(uint i);   scalar argument i
  *
- * read from the kernel-argument block (buffer addresses, then 32-bit values; hcq/queue.h) whose address
- * the dispatch passes in a push constant. The source declares the buffer-reference types it needs
- * and `void main()`; the SPIR-V entry point is named after the program. The grid is
+ * read from the kernel-argument block (buffer addresses, then 32-bit values; hcq/queue.h) whose
+ * address the dispatch passes in a push constant. The source declares the buffer-reference types it
+ * needs and `void main()`; the SPIR-V entry point is named after the program. The grid is
  * gl_NumWorkGroups / gl_WorkGroupID, the group gl_WorkGroupSize / gl_LocalInvocationID, so
  * gl_GlobalInvocationID.x is the CPU ABI's gid[0] * lsz[0] + t. Example:
  *
@@ -52,8 +52,9 @@ const char *hcq_vulkan_glsl_prelude(void);
  * device that runs Vulkan kernels. The module is carried as "#spirv" source text, so
  * hcq_program_source() and saved graph files keep it. A module that is not SPIR-V or lacks the
  * entry point is COMPILE_ERROR. */
-HCQ_MUST_USE hcq_status_t hcq_program_create_spirv(hcq_device_t *device, const char *entry, const void *code,
-                                                  size_t size, hcq_program_t **out_program);
+HCQ_MUST_USE hcq_status_t hcq_program_create_spirv(hcq_device_t *device, const char *entry,
+                                                   const void *code, size_t size,
+                                                   hcq_program_t **out_program);
 
 #pragma GCC visibility pop
 #ifdef __cplusplus

@@ -32,11 +32,13 @@ hcq_status_t hcq_model_open(const char *path, const char *what, int *out_fd, uin
   if (fstat(fd, &sb)) {
     int err = errno;
     close(fd);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot stat the %s: %s", path, what, strerror(err));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot stat the %s: %s", path, what,
+                           strerror(err));
   }
   if (!S_ISREG(sb.st_mode)) {
     close(fd);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot read the %s: it is %s, not a regular file", path, what,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: cannot read the %s: it is %s, not a regular file", path, what,
                            file_kind(sb.st_mode));
   }
   int flags = fcntl(fd, F_GETFL);
@@ -54,12 +56,14 @@ hcq_status_t hcq_model_fopen(const char *path, const char *what, FILE **out, uin
   if (!(*out = fdopen(fd, "rb"))) {
     int err = errno;
     close(fd);
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot open a stream on it: %s", path, strerror(err));
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot open a stream on it: %s", path,
+                           strerror(err));
   }
   return NULL;
 }
 
-hcq_status_t hcq_model_read(const char *path, const char *what, size_t max_bytes, char **out, size_t *out_len) {
+hcq_status_t hcq_model_read(const char *path, const char *what, size_t max_bytes, char **out,
+                            size_t *out_len) {
   *out = NULL;
   *out_len = 0;
   int fd;
@@ -68,7 +72,8 @@ hcq_status_t hcq_model_read(const char *path, const char *what, size_t max_bytes
   if (st) return st;
   if (size > max_bytes) {
     close(fd);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %llu bytes, more than the %zu such a file may have", path,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: %llu bytes, more than the %zu such a file may have", path,
                            (unsigned long long)size, max_bytes);
   }
   char *buf = malloc((size_t)size + 1);
@@ -84,7 +89,8 @@ hcq_status_t hcq_model_read(const char *path, const char *what, size_t max_bytes
   if (!buf) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", path);
   if (n != size) {
     free(buf);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot read it whole: %s", path, n < size && err ? strerror(err) : "it changed");
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot read it whole: %s", path,
+                           n < size && err ? strerror(err) : "it changed");
   }
   buf[n] = 0;
   *out = buf;

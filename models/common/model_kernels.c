@@ -29,27 +29,32 @@ hcq_status_t model_kernel_source(const char *model, const char *const sources[MO
     if (sources[l])
       used += (size_t)snprintf(have + used, sizeof(have) - used, "%s%s", used ? ", " : "",
                                model_kernel_lang_name((model_kernel_lang_t)l));
-  return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: no kernels for %s devices, which compile %s (the model's kernels: %s)",
-                         model, hcq_device_kind_name(kind), model_kernel_lang_name(lang), have);
+  return hcq_status_make(
+      HCQ_UNIMPLEMENTED,
+      "%s: no kernels for %s devices, which compile %s (the model's kernels: %s)", model,
+      hcq_device_kind_name(kind), model_kernel_lang_name(lang), have);
 }
 
-hcq_status_t model_program_create(hcq_device_t *dev, model_kernel_lang_t lang, const char *defines, const char *prefix,
-                                  const char *body, const char *entry, hcq_program_t **out) {
+hcq_status_t model_program_create(hcq_device_t *dev, model_kernel_lang_t lang, const char *defines,
+                                  const char *prefix, const char *body, const char *entry,
+                                  hcq_program_t **out) {
   char main_define[96] = "";
   if (lang == MODEL_KERNELS_GLSL) /* a GLSL source has one main(): KERNEL_<entry> picks it */
     snprintf(main_define, sizeof(main_define), "#define KERNEL_%s\n", entry);
   if (!prefix) prefix = "";
   size_t len = strlen(defines) + strlen(main_define) + strlen(prefix) + strlen(body) + 1;
   char *src = malloc(len);
-  if (!src) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the kernel source of %s", entry);
+  if (!src)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building the kernel source of %s",
+                           entry);
   snprintf(src, len, "%s%s%s%s", defines, main_define, prefix, body);
   hcq_status_t st = hcq_program_create(dev, entry, src, out);
   free(src);
   return st;
 }
 
-hcq_status_t model_upload(hcq_device_t *dev, const void *src, size_t bytes, const char *label, int layer,
-                          hcq_buffer_t **out) {
+hcq_status_t model_upload(hcq_device_t *dev, const void *src, size_t bytes, const char *label,
+                          int layer, hcq_buffer_t **out) {
   hcq_status_t st = hcq_buffer_create(dev, bytes ? bytes : 4, out);
   if (st) return st;
   char name[64];

@@ -1,9 +1,9 @@
 #include "model_spawn.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <dirent.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,7 +17,8 @@
 #include <unistd.h>
 
 /* What helpers print when the disk is full: pip, Python's OSError, coreutils. */
-static const char *const k_disk_full[] = {"No space left on device", "[Errno 28]", "Disk quota exceeded", "[Errno 122]"};
+static const char *const k_disk_full[] = {"No space left on device", "[Errno 28]",
+                                          "Disk quota exceeded", "[Errno 122]"};
 
 static void child_exec(char *const *argv, int out_fd, int err_fd, pid_t parent) {
   /* Killed with us: a pip or an extractor left running would go on filling a folder no one removes.
@@ -53,7 +54,8 @@ int hcq_model_spawn_watch(char *const *argv, FILE *log, bool *disk_full) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC)) return -1;
   pid_t parent = getpid(), pid = fork();
-  /* Standard output goes to log itself: pip draws its progress bar there only when it is a terminal. */
+  /* Standard output goes to log itself: pip draws its progress bar there only when it is a
+   * terminal. */
   if (pid == 0) child_exec(argv, fileno(log), fds[1], parent);
   close(fds[1]);
   if (pid < 0) {
@@ -88,18 +90,24 @@ int hcq_model_mkdirs(const char *path) {
 
 void hcq_model_data_dir(char *out, size_t size) {
   const char *env = getenv("HCQ_DATA_DIR"), *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
-  if (env && *env) snprintf(out, size, "%s", env);
-  else if (xdg && *xdg) snprintf(out, size, "%s/hcq", xdg);
-  else if (home && *home) snprintf(out, size, "%s/.local/share/hcq", home);
-  else snprintf(out, size, "/tmp/hcq-data-%u", (unsigned)getuid());
+  if (env && *env)
+    snprintf(out, size, "%s", env);
+  else if (xdg && *xdg)
+    snprintf(out, size, "%s/hcq", xdg);
+  else if (home && *home)
+    snprintf(out, size, "%s/.local/share/hcq", home);
+  else
+    snprintf(out, size, "/tmp/hcq-data-%u", (unsigned)getuid());
 }
 
 /* ---- folders that die with their owner ---- */
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
   (void)sb, (void)ftw;
-  if (flag == FTW_DP) rmdir(path);
-  else unlink(path);
+  if (flag == FTW_DP)
+    rmdir(path);
+  else
+    unlink(path);
   return 0;
 }
 
@@ -162,13 +170,16 @@ uint64_t hcq_model_free_bytes(const char *folder) {
 hcq_status_t hcq_model_disk_full(const char *folder, uint64_t need, const char *doing) {
   uint64_t free_bytes = hcq_model_free_bytes(folder);
   char free_text[64] = "";
-  if (free_bytes != UINT64_MAX) snprintf(free_text, sizeof(free_text), ", %.1f MB free", free_bytes / 1e6);
+  if (free_bytes != UINT64_MAX)
+    snprintf(free_text, sizeof(free_text), ", %.1f MB free", free_bytes / 1e6);
   if (need)
-    return hcq_status_make(HCQ_UNAVAILABLE, "the disk holding %s is full: %s needs about %.1f MB (%llu bytes)%s "
-                           "(HCQ_DATA_DIR picks another folder)", folder, doing, need / 1e6, (unsigned long long)need,
-                           free_text);
-  return hcq_status_make(HCQ_UNAVAILABLE, "the disk holding %s is full while %s%s (HCQ_DATA_DIR picks another folder)",
-                         folder, doing, free_text);
+    return hcq_status_make(HCQ_UNAVAILABLE,
+                           "the disk holding %s is full: %s needs about %.1f MB (%llu bytes)%s "
+                           "(HCQ_DATA_DIR picks another folder)",
+                           folder, doing, need / 1e6, (unsigned long long)need, free_text);
+  return hcq_status_make(
+      HCQ_UNAVAILABLE, "the disk holding %s is full while %s%s (HCQ_DATA_DIR picks another folder)",
+      folder, doing, free_text);
 }
 
 hcq_status_t hcq_model_check_space(const char *folder, uint64_t need, const char *doing) {

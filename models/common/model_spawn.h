@@ -12,11 +12,11 @@
 #include "hcq/status.h"
 
 /* Runs argv (argv[0] looked up in PATH) with its standard output on log's descriptor and its
- * standard error copied to log as it comes, and waits for it: its exit status, or -1 when it could not run or was killed. The child is
- * killed (SIGKILL) when the thread that started it ends, so a killed hcq leaves no pip or extractor
- * behind: call it from a thread that outlives the child (the main thread). *disk_full (when not
- * NULL) says whether the child's standard error said that a disk was full (ENOSPC or EDQUOT in Python's or
- * coreutils' words). */
+ * standard error copied to log as it comes, and waits for it: its exit status, or -1 when it could
+ * not run or was killed. The child is killed (SIGKILL) when the thread that started it ends, so a
+ * killed hcq leaves no pip or extractor behind: call it from a thread that outlives the child (the
+ * main thread). *disk_full (when not NULL) says whether the child's standard error said that a disk
+ * was full (ENOSPC or EDQUOT in Python's or coreutils' words). */
 int hcq_model_spawn_watch(char *const *argv, FILE *log, bool *disk_full);
 /* hcq_model_spawn_watch without watching for a full disk. */
 int hcq_model_spawn(char *const *argv, FILE *log);

@@ -8,9 +8,9 @@
 
 typedef struct hcq_sha256 {
   uint32_t state[8];
-  uint64_t length;     /* bytes hashed so far */
-  uint8_t block[64];   /* a partial block */
-  size_t used;         /* bytes in block */
+  uint64_t length;   /* bytes hashed so far */
+  uint8_t block[64]; /* a partial block */
+  size_t used;       /* bytes in block */
 } hcq_sha256_t;
 
 void hcq_sha256_init(hcq_sha256_t *h);

@@ -11,17 +11,19 @@
 #include "model_status.h"
 #include "model_time.h"
 
-/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA), kernels.metal (Metal). */
-extern const char llama2_kernels_source[], llama2_kernels_glsl_source[], llama2_kernels_cuda_source[],
-    llama2_kernels_metal_source[];
+/* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA), kernels.metal
+ * (Metal). */
+extern const char llama2_kernels_source[], llama2_kernels_glsl_source[],
+    llama2_kernels_cuda_source[], llama2_kernels_metal_source[];
 
 /* Rows per work-group of the matrix-vector kernels (even: rotary pairs stay in one group). Their
  * group size is rows x steps(inputs) threads (kernels.c): the device spreads a launch over its
  * threads when it has HCQ_CPU_MIN_PARALLEL work-items, which the 15m shape's larger products have
  * and the small shape's do not. */
 enum { ROWS = 16, CLASSIFIER_ROWS = 32, ATT_CHUNK = 32, MAX_ITEM_BUFS = 9 };
-/* On CUDA and Metal (kernels.cu, kernels.metal) a thread per output row, GROUP threads per work-group: small
- * groups give the small shape's products several groups to spread over a device's cores. */
+/* On CUDA and Metal (kernels.cu, kernels.metal) a thread per output row, GROUP threads per
+ * work-group: small groups give the small shape's products several groups to spread over a device's
+ * cores. */
 enum { GROUP = 32 };
 /* Vulkan (kernels.glsl, written for lavapipe: README.md, "The GLSL kernels on lavapipe"): every
  * work-group is VK_LANES = 8 invocations, one llvmpipe vector, sharing sums by subgroup operations;
@@ -33,22 +35,31 @@ enum { VK_LANES = 8, VK_CLS_ROWS = 32 };
  * or more (the group's input and RMS weights are read once for more rows), else 8. */
 static int vk_rows(const llama2_config_t *c) { return c->dim >= 256 ? 16 : 8; }
 /* Heads per Vulkan attention group: the query heads that share a key/value head read its keys and
- * values once, as long as their queries and sums stay in registers (8 pieces of 8 floats a lane). */
+ * values once, as long as their queries and sums stay in registers (8 pieces of 8 floats a lane).
+ */
 static int vk_att_heads(const llama2_config_t *c) {
   int kv_mul = c->n_heads / c->n_kv_heads, pieces = (llama2_head_size(c) + 7) / 8;
   return kv_mul * pieces <= 8 ? kv_mul : 1;
 }
 
-#define KERNELS(X) \
-  X(EMBED, "llama_embed") X(QKV, "llama_qkv") X(ATTN_PART, "llama_attn_part") X(ATTN_COMBINE, "llama_attn_combine") \
-  X(WO, "llama_wo") X(FFN_UP, "llama_ffn_up") X(FFN_DOWN, "llama_ffn_down") X(CLASSIFY, "llama_classify")          \
+// clang-format off
+#define KERNELS(X)                      \
+  X(EMBED, "llama_embed")               \
+  X(QKV, "llama_qkv")                   \
+  X(ATTN_PART, "llama_attn_part")       \
+  X(ATTN_COMBINE, "llama_attn_combine") \
+  X(WO, "llama_wo")                     \
+  X(FFN_UP, "llama_ffn_up")             \
+  X(FFN_DOWN, "llama_ffn_down")         \
+  X(CLASSIFY, "llama_classify")         \
   X(ARGMAX, "llama_argmax")
+// clang-format on
 
 enum {
 #define KERNEL_ENUM(name, entry) K_##name,
   KERNELS(KERNEL_ENUM)
 #undef KERNEL_ENUM
-  K_COUNT
+      K_COUNT
 };
 static const char *const k_entries[K_COUNT] = {
 #define KERNEL_ENTRY(name, entry) entry,
@@ -76,13 +87,15 @@ struct llama2_decoder {
   llama2_config_t c;
   hcq_device_kind_t kind;
   model_kernel_lang_t lang; /* of kind: the kernels and their geometry follow it */
-  int ndev, split; /* layers [0, split) on device 0, the rest on device 1 */
+  int ndev, split;          /* layers [0, split) on device 0, the rest on device 1 */
   dev_state_t d[2];
   hcq_buffer_t *(*layer)[LAYER_BUFS];
   hcq_buffer_t *emb, *cls, *rms_final, *logits, *best, *tokens;
-  int cls_groups, cls_rows, cls_split; /* classifier groups [0, cls_split) on device 0, the rest on device 1 */
+  /* classifier groups [0, cls_split) on device 0, the rest on device 1 */
+  int cls_groups, cls_rows, cls_split;
   /* Device 1's part of the classifier (two devices): its weights (only its rows are filled), final
-   * norm, logits and best logits; views of both devices' logits and best from its first group on. */
+   * norm, logits and best logits; views of both devices' logits and best from its first group on.
+   */
   hcq_buffer_t *cls1, *rms_final1, *logits1, *best1, *views[4];
   hcq_expr_t *pos, *chunks;
   hcq_exec_item_t *items;
@@ -96,35 +109,40 @@ struct llama2_decoder {
 static int att_chunks(const llama2_config_t *c) { return (c->seq_len + ATT_CHUNK - 1) / ATT_CHUNK; }
 
 /* n floats (zeros when src is NULL). */
-static hcq_status_t upload(hcq_device_t *dev, const float *src, size_t n, const char *label, int layer,
-                           hcq_buffer_t **out) {
+static hcq_status_t upload(hcq_device_t *dev, const float *src, size_t n, const char *label,
+                           int layer, hcq_buffer_t **out) {
   return model_upload(dev, src, n * sizeof(float), label, layer, out);
 }
 
 /* The kernels in each language. */
-static const char *const k_sources[MODEL_KERNELS_NONE] = {llama2_kernels_source, llama2_kernels_glsl_source,
-                                                          llama2_kernels_cuda_source, llama2_kernels_metal_source};
+static const char *const k_sources[MODEL_KERNELS_NONE] = {
+    llama2_kernels_source, llama2_kernels_glsl_source, llama2_kernels_cuda_source,
+    llama2_kernels_metal_source};
 
 static hcq_status_t make_programs(llama2_decoder_t *m) {
   const llama2_config_t *c = &m->c;
   char defines[512];
-  int n = snprintf(defines, sizeof(defines),
-                   "#define DIM %d\n#define HIDDEN %d\n#define KV_DIM %d\n#define N_HEADS %d\n#define KV_MUL %d\n"
-                   "#define HEAD_SIZE %d\n#define VOCAB %d\n#define SEQ_LEN %d\n#define ATT_CHUNK %d\n"
-                   "#define MAX_CHUNKS %d\n",
-                   c->dim, c->hidden_dim, llama2_kv_dim(c), c->n_heads, c->n_heads / c->n_kv_heads,
-                   llama2_head_size(c), c->vocab_size, c->seq_len, ATT_CHUNK, att_chunks(c));
+  int n =
+      snprintf(defines, sizeof(defines),
+               "#define DIM %d\n#define HIDDEN %d\n#define KV_DIM %d\n#define N_HEADS %d\n#define "
+               "KV_MUL %d\n"
+               "#define HEAD_SIZE %d\n#define VOCAB %d\n#define SEQ_LEN %d\n#define ATT_CHUNK %d\n"
+               "#define MAX_CHUNKS %d\n",
+               c->dim, c->hidden_dim, llama2_kv_dim(c), c->n_heads, c->n_heads / c->n_kv_heads,
+               llama2_head_size(c), c->vocab_size, c->seq_len, ATT_CHUNK, att_chunks(c));
   if (m->lang == MODEL_KERNELS_GLSL)
-    n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n#define ATT_HEADS %d\n",
+    n += snprintf(defines + n, sizeof(defines) - (size_t)n,
+                  "#define LANES %d\n#define ROWS %d\n#define CLS_ROWS %d\n#define ATT_HEADS %d\n",
                   VK_LANES, vk_rows(c), VK_CLS_ROWS, vk_att_heads(c));
   else if (m->lang != MODEL_KERNELS_C)
     n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define GROUP %d\n", GROUP);
   hcq_status_t st = NULL;
   for (int k = 0; k < K_COUNT && !st; k++)
-    /* A kernel that does not compile: hcq's message names the program, the device and the compiler's. */
+    /* A kernel that does not compile: hcq's message names the program, the device and the
+     * compiler's. */
     for (int d = 0; d < m->ndev && !st; d++)
-      st = model_program_create(m->d[d].dev, m->lang, defines, NULL, k_sources[m->lang], k_entries[k],
-                                &m->d[d].prog[k]);
+      st = model_program_create(m->d[d].dev, m->lang, defines, NULL, k_sources[m->lang],
+                                k_entries[k], &m->d[d].prog[k]);
   return st;
 }
 
@@ -135,7 +153,8 @@ static hcq_status_t make_scratch(dev_state_t *s, const llama2_config_t *c, const
   TRY(upload(s->dev, NULL, dim, "xb", -1, &s->xb));
   TRY(upload(s->dev, NULL, dim, "q", -1, &s->q));
   TRY(upload(s->dev, NULL, (size_t)c->hidden_dim, "hb", -1, &s->hb));
-  TRY(upload(s->dev, NULL, (size_t)c->n_heads * chunks * (hs + 2), "attention partials", -1, &s->part));
+  TRY(upload(s->dev, NULL, (size_t)c->n_heads * chunks * (hs + 2), "attention partials", -1,
+             &s->part));
   return upload(s->dev, rope, (size_t)c->seq_len * hs, "rotary table", -1, &s->rope);
 }
 
@@ -188,7 +207,9 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
     TRY(upload(d0, w->classifier, vocab * dim, "classifier", -1, &m->cls));
   TRY(upload(d0, w->rms_final, dim, "rms_final", -1, &m->rms_final));
   TRY(upload(d0, NULL, vocab, "logits", -1, &m->logits));
-  m->cls_rows = m->lang == MODEL_KERNELS_C ? CLASSIFIER_ROWS : m->lang == MODEL_KERNELS_GLSL ? VK_CLS_ROWS : GROUP;
+  m->cls_rows = m->lang == MODEL_KERNELS_C      ? CLASSIFIER_ROWS
+                : m->lang == MODEL_KERNELS_GLSL ? VK_CLS_ROWS
+                                                : GROUP;
   m->cls_groups = (c->vocab_size + m->cls_rows - 1) / m->cls_rows;
   m->cls_split = m->cls_groups;
   TRY(upload(d0, NULL, 2 * (size_t)m->cls_groups, "best logits", -1, &m->best));
@@ -206,7 +227,8 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
     TRY(upload(d1, w->rms_final, dim, "rms_final", -1, &m->rms_final1));
     TRY(upload(d1, NULL, vocab, "logits (second half)", -1, &m->logits1));
     TRY(upload(d1, NULL, 2 * (size_t)m->cls_groups, "best logits (second half)", -1, &m->best1));
-    uint64_t best_at = 2 * (uint64_t)m->cls_split * sizeof(int32_t), best_bytes = 2 * (uint64_t)(m->cls_groups - m->cls_split) * 4;
+    uint64_t best_at = 2 * (uint64_t)m->cls_split * sizeof(int32_t),
+             best_bytes = 2 * (uint64_t)(m->cls_groups - m->cls_split) * 4;
     TRY(hcq_buffer_view_create(m->logits, r0 * sizeof(float), bytes, &m->views[0]));
     TRY(hcq_buffer_view_create(m->logits1, r0 * sizeof(float), bytes, &m->views[1]));
     TRY(hcq_buffer_view_create(m->best, best_at, best_bytes, &m->views[2]));
@@ -223,7 +245,9 @@ static void add_transfer(llama2_decoder_t *m, hcq_buffer_t *dst, hcq_buffer_t *s
   it->transfer = (hcq_transfer_item_t){dst, src, hcq_buffer_size(src)};
 }
 
-static hcq_operand_t groups(int rows, int per_group) { return hcq_imm((rows + per_group - 1) / per_group); }
+static hcq_operand_t groups(int rows, int per_group) {
+  return hcq_imm((rows + per_group - 1) / per_group);
+}
 
 /* Threads of a group of `rows` rows with n inputs each: one per step of eight multiply-adds. */
 static uint32_t matvec_threads(int rows, int n) { return (uint32_t)(rows * ((n + 7) / 8)); }
@@ -245,7 +269,9 @@ static geometry_t geometry(const llama2_decoder_t *m, int k) {
     g.local = VK_LANES;
     switch (k) {
       case K_QKV: g.grid[0] = groups(c->dim + 2 * kv, vk_rows(c)); break;
-      case K_ATTN_PART: g.grid[0] = hcq_imm(c->n_heads / vk_att_heads(c)), g.grid[1] = hcq_sym(m->chunks); break;
+      case K_ATTN_PART:
+        g.grid[0] = hcq_imm(c->n_heads / vk_att_heads(c)), g.grid[1] = hcq_sym(m->chunks);
+        break;
       case K_ATTN_COMBINE: g.grid[0] = hcq_imm(c->n_heads); break;
       case K_WO:
       case K_FFN_DOWN: g.grid[0] = groups(c->dim, vk_rows(c)); break;
@@ -290,8 +316,8 @@ static geometry_t geometry(const llama2_decoder_t *m, int k) {
 }
 
 /* Appends one kernel item: grid global x local, buffers, the first nouts buffers written. */
-static void add_kernel(llama2_decoder_t *m, const dev_state_t *s, int k, hcq_buffer_t *const *bufs, size_t nbufs,
-                       size_t nouts, const hcq_operand_t *vals, size_t nvals) {
+static void add_kernel(llama2_decoder_t *m, const dev_state_t *s, int k, hcq_buffer_t *const *bufs,
+                       size_t nbufs, size_t nouts, const hcq_operand_t *vals, size_t nvals) {
   geometry_t g = geometry(m, k);
   item_args_t *a = &m->args[m->nitems];
   hcq_exec_item_t *it = &m->items[m->nitems++];
@@ -299,8 +325,15 @@ static void add_kernel(llama2_decoder_t *m, const dev_state_t *s, int k, hcq_buf
   for (size_t i = 0; i < nouts; i++) a->outs[i] = (uint32_t)i;
   if (nvals) memcpy(a->vals, vals, nvals * sizeof(*vals));
   it->kind = HCQ_ITEM_KERNEL;
-  it->kernel = (hcq_kernel_item_t){s->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, nvals,
-                                   {g.grid[0], g.grid[1], g.grid[2]}, {hcq_imm(g.local), hcq_imm(1), hcq_imm(1)}};
+  it->kernel = (hcq_kernel_item_t){s->prog[k],
+                                   a->bufs,
+                                   nbufs,
+                                   a->outs,
+                                   nouts,
+                                   a->vals,
+                                   nvals,
+                                   {g.grid[0], g.grid[1], g.grid[2]},
+                                   {hcq_imm(g.local), hcq_imm(1), hcq_imm(1)}};
   m->nkernels++;
 }
 
@@ -325,12 +358,15 @@ static hcq_status_t make_items(llama2_decoder_t *m) {
     dev_state_t *s = &m->d[d];
     hcq_buffer_t **w = m->layer[l];
     if (d == 1 && l == m->split) add_transfer(m, s->x, s0->x);
-    hcq_buffer_t *qkv_bufs[9] = {s->q, w[K_CACHE], w[V_CACHE], s->x, w[W_RMS_ATT], w[W_Q], w[W_K], w[W_V], s->rope};
+    hcq_buffer_t *qkv_bufs[9] = {s->q,   w[K_CACHE], w[V_CACHE], s->x,   w[W_RMS_ATT],
+                                 w[W_Q], w[W_K],     w[W_V],     s->rope};
     add_kernel(m, s, K_QKV, qkv_bufs, 9, 3, pos, 1);
-    add_kernel(m, s, K_ATTN_PART, (hcq_buffer_t *[]){s->part, s->q, w[K_CACHE], w[V_CACHE]}, 4, 1, pos, 1);
+    add_kernel(m, s, K_ATTN_PART, (hcq_buffer_t *[]){s->part, s->q, w[K_CACHE], w[V_CACHE]}, 4, 1,
+               pos, 1);
     add_kernel(m, s, K_ATTN_COMBINE, (hcq_buffer_t *[]){s->xb, s->part}, 2, 1, pos, 1);
     add_kernel(m, s, K_WO, (hcq_buffer_t *[]){s->x, s->xb, w[W_O]}, 3, 1, NULL, 0);
-    add_kernel(m, s, K_FFN_UP, (hcq_buffer_t *[]){s->hb, s->x, w[W_RMS_FFN], w[W_1], w[W_3]}, 5, 1, NULL, 0);
+    add_kernel(m, s, K_FFN_UP, (hcq_buffer_t *[]){s->hb, s->x, w[W_RMS_FFN], w[W_1], w[W_3]}, 5, 1,
+               NULL, 0);
     add_kernel(m, s, K_FFN_DOWN, (hcq_buffer_t *[]){s->x, s->hb, w[W_2]}, 3, 1, NULL, 0);
   }
   if (m->split < c->n_layers) add_transfer(m, s0->x, m->d[1].x);
@@ -340,10 +376,13 @@ static hcq_status_t make_items(llama2_decoder_t *m) {
      * other device starts its half at once (an engine runs its compute queue until it blocks). */
     dev_state_t *s1 = &m->d[1];
     add_transfer(m, s1->xb, s1->x);
-    add_kernel(m, s1, K_CLASSIFY, (hcq_buffer_t *[]){m->logits1, m->best1, s1->xb, m->rms_final1, m->cls1}, 5, 2, &first[1], 1);
+    add_kernel(m, s1, K_CLASSIFY,
+               (hcq_buffer_t *[]){m->logits1, m->best1, s1->xb, m->rms_final1, m->cls1}, 5, 2,
+               &first[1], 1);
     m->items[m->nitems - 1].kernel.global[0] = hcq_imm(m->cls_groups - m->cls_split);
   }
-  add_kernel(m, s0, K_CLASSIFY, (hcq_buffer_t *[]){m->logits, m->best, s0->x, m->rms_final, m->cls}, 5, 2, &first[0], 1);
+  add_kernel(m, s0, K_CLASSIFY, (hcq_buffer_t *[]){m->logits, m->best, s0->x, m->rms_final, m->cls},
+             5, 2, &first[0], 1);
   m->items[m->nitems - 1].kernel.global[0] = hcq_imm(m->cls_split);
   if (m->cls1) {
     add_transfer(m, m->views[2], m->views[3]);
@@ -354,12 +393,14 @@ static hcq_status_t make_items(llama2_decoder_t *m) {
   return NULL;
 }
 
-hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck, const llama2_decoder_options_t *options,
+hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck,
+                                   const llama2_decoder_options_t *options,
                                    llama2_decoder_t **out) {
   *out = NULL;
   int ndev = options && options->devices ? options->devices : 1;
   if (ndev != 1 && ndev != 2)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llama2 decoder: %d devices (expected 1 or 2)", ndev);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llama2 decoder: %d devices (expected 1 or 2)",
+                           ndev);
   llama2_decoder_t *m = calloc(1, sizeof(*m));
   if (!m) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating the decoder");
   m->c = ck->config;
@@ -412,19 +453,23 @@ hcq_status_t llama2_decoder_destroy(llama2_decoder_t *m) {
     for (int l = 0; l < m->c.n_layers; l++)
       for (int i = 0; i < LAYER_BUFS; i++) hcq_buffer_release(m->layer[l][i]);
   free(m->layer);
-  hcq_buffer_t *shared[] = {m->emb,        m->cls,      m->rms_final, m->logits,   m->best,     m->tokens, m->cls1,
-                            m->rms_final1, m->logits1, m->best1,     m->views[0], m->views[1], m->views[2], m->views[3]};
+  hcq_buffer_t *shared[] = {m->emb,      m->cls,      m->rms_final,  m->logits,  m->best,
+                            m->tokens,   m->cls1,     m->rms_final1, m->logits1, m->best1,
+                            m->views[0], m->views[1], m->views[2],   m->views[3]};
   for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) hcq_buffer_release(shared[i]);
   for (int d = 0; d < m->ndev; d++) {
     dev_state_t *s = &m->d[d];
     hcq_buffer_t *scratch[] = {s->x, s->xb, s->q, s->hb, s->part, s->rope};
-    for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++) hcq_buffer_release(scratch[i]);
+    for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
+      hcq_buffer_release(scratch[i]);
     for (int k = 0; k < K_COUNT; k++) hcq_program_release(s->prog[k]);
   }
   for (int d = m->ndev - 1; d >= 0; d--) {
     hcq_status_t cst = m->d[d].dev ? hcq_device_close(m->d[d].dev) : NULL;
-    if (!st) st = cst;
-    else hcq_status_destroy(cst);
+    if (!st)
+      st = cst;
+    else
+      hcq_status_destroy(cst);
   }
   free(m);
   return st;
@@ -437,7 +482,8 @@ hcq_status_t llama2_decoder_reset(llama2_decoder_t *m) {
 
 static hcq_status_t check_pos(const llama2_decoder_t *m, int pos) {
   if (pos < 0 || pos >= m->c.seq_len)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2 decoder: position %d is outside 0..%d (seq_len %d)", pos,
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "llama2 decoder: position %d is outside 0..%d (seq_len %d)", pos,
                            m->c.seq_len - 1, m->c.seq_len);
   return NULL;
 }
@@ -478,7 +524,8 @@ hcq_status_t llama2_decoder_capture(llama2_decoder_t *m, int pos) {
 /* Without waiting: the library keeps a few replays of one graph in flight, so the host queues the
  * next step while the devices run this one, as eager launches do. */
 hcq_status_t llama2_decoder_step_graph(llama2_decoder_t *m, int pos) {
-  if (!m->jit) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llama2 decoder: no captured step to replay");
+  if (!m->jit)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "llama2 decoder: no captured step to replay");
   TRY(check_pos(m, pos));
   hcq_var_value_t v = {m->pos, pos};
   return hcq_jit_run(m->jit, NULL, 0, &v, 1, false, NULL);
@@ -491,9 +538,11 @@ hcq_status_t llama2_decoder_sync(llama2_decoder_t *m) {
 
 hcq_status_t llama2_decoder_tokens(llama2_decoder_t *m, int32_t *out, int n) {
   if (n < 0 || n > m->c.seq_len)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2 decoder: %d tokens asked, at most %d", n, m->c.seq_len);
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2 decoder: %d tokens asked, at most %d", n,
+                           m->c.seq_len);
   TRY(llama2_decoder_sync(m));
-  return n ? hcq_buffer_copyout(m->tokens, sizeof(int32_t), out, (size_t)n * sizeof(int32_t)) : NULL;
+  return n ? hcq_buffer_copyout(m->tokens, sizeof(int32_t), out, (size_t)n * sizeof(int32_t))
+           : NULL;
 }
 
 hcq_status_t llama2_decoder_logits(llama2_decoder_t *m, float *out) {
@@ -503,7 +552,9 @@ hcq_status_t llama2_decoder_logits(llama2_decoder_t *m, float *out) {
 
 size_t llama2_decoder_items_per_step(const llama2_decoder_t *m) { return m->nitems; }
 size_t llama2_decoder_kernels_per_step(const llama2_decoder_t *m) { return m->nkernels; }
-const hcq_jit_report_t *llama2_decoder_report(const llama2_decoder_t *m) { return m->jit ? hcq_jit_report(m->jit) : NULL; }
+const hcq_jit_report_t *llama2_decoder_report(const llama2_decoder_t *m) {
+  return m->jit ? hcq_jit_report(m->jit) : NULL;
+}
 const llama2_config_t *llama2_decoder_config(const llama2_decoder_t *m) { return &m->c; }
 hcq_jit_t *llama2_decoder_jit(const llama2_decoder_t *m) { return m->jit; }
 
@@ -524,13 +575,16 @@ static hcq_status_t step_one(llama2_decoder_t *m, bool graph, int pos) {
   return graph ? llama2_decoder_step_graph(m, pos) : llama2_decoder_step_eager(m, pos);
 }
 
-hcq_status_t llama2_decoder_time(llama2_decoder_t *m, bool graph, int steps, int reps, llama2_timing_t *out,
-                                 int32_t *tokens) {
-  if (!m || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llama2_decoder_time: NULL argument");
+hcq_status_t llama2_decoder_time(llama2_decoder_t *m, bool graph, int steps, int reps,
+                                 llama2_timing_t *out, int32_t *tokens) {
+  if (!m || !out)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llama2_decoder_time: NULL argument");
   if (reps < 1 || reps > LLAMA2_MAX_REPS)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2_decoder_time: %d repetitions, expected 1..%d", reps, LLAMA2_MAX_REPS);
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2_decoder_time: %d repetitions, expected 1..%d",
+                           reps, LLAMA2_MAX_REPS);
   if (steps < 1 || steps > m->c.seq_len)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2_decoder_time: %d steps, expected 1..%d", steps, m->c.seq_len);
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2_decoder_time: %d steps, expected 1..%d", steps,
+                           m->c.seq_len);
   double rate[LLAMA2_MAX_REPS], *host = malloc((size_t)steps * sizeof(double));
   hcq_status_t st = host ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (int r = 0; r <= reps && !st; r++) {

@@ -1,5 +1,5 @@
-/* The decoder's forward pass as hcq CPU kernels (the CPU ABI of hcq/program.h: called once per work-group, each
- * group loops over its own lsz threads).
+/* The decoder's forward pass as hcq CPU kernels (the CPU ABI of hcq/program.h: called once per
+ * work-group, each group loops over its own lsz threads).
  *
  * The decoder compiles this file once per kernel entry, after the hcq prelude and a block of
  * #defines that fix the model's shape (DIM, HIDDEN, KV_DIM, N_HEADS, KV_MUL = n_heads / n_kv_heads,
@@ -18,10 +18,10 @@
  * eager steps and graph replays give identical bits.
  *
  * The key and value caches are stored transposed in blocks (cache_at: per kv head and chunk of
- * ATT_CHUNK positions, a row of the chunk's positions per element of the head; MAX_CHUNKS * ATT_CHUNK
- * positions in all, the decoder's allocation), so that attention runs along the positions of a
- * chunk in vectors instead of one short dot product of a head's elements per position, and reads a
- * chunk's keys and values as two contiguous blocks.
+ * ATT_CHUNK positions, a row of the chunk's positions per element of the head; MAX_CHUNKS *
+ * ATT_CHUNK positions in all, the decoder's allocation), so that attention runs along the positions
+ * of a chunk in vectors instead of one short dot product of a head's elements per position, and
+ * reads a chunk's keys and values as two contiguous blocks.
  *
  * Reductions across work-groups are done in two launches: attention keeps, per (head, chunk of
  * ATT_CHUNK positions), the chunk's max score, its sum of exponentials and its weighted value sum,
@@ -49,7 +49,8 @@ static inline void rmsnorm(float *restrict out, const float *restrict x, const f
 }
 
 /* Rotary embedding of the pair (a, b) at even element i of a head; rot is the table row of the
- * position: cos and sin of pos * 10000^(-j/HEAD_SIZE) for each even j, computed once on the host. */
+ * position: cos and sin of pos * 10000^(-j/HEAD_SIZE) for each even j, computed once on the host.
+ */
 static inline void rope(float *a, float *b, int i, const float *rot) {
   float c = rot[i % HEAD_SIZE], s = rot[i % HEAD_SIZE + 1];
   float a0 = *a, b0 = *b;
@@ -62,7 +63,8 @@ static inline void rope(float *a, float *b, int i, const float *rot) {
  * block of HEAD_SIZE rows of ATT_CHUNK positions, contiguous (the hardware prefetches a block). */
 static inline size_t cache_at(int i, int t) {
   size_t head = (size_t)(i / HEAD_SIZE), row = (size_t)(i % HEAD_SIZE);
-  return ((head * MAX_CHUNKS + (size_t)(t / ATT_CHUNK)) * HEAD_SIZE + row) * ATT_CHUNK + (size_t)(t % ATT_CHUNK);
+  return ((head * MAX_CHUNKS + (size_t)(t / ATT_CHUNK)) * HEAD_SIZE + row) * ATT_CHUNK +
+         (size_t)(t % ATT_CHUNK);
 }
 
 /* Rows of n inputs a group computes: one per STEPS(n) of its threads. */
@@ -89,7 +91,8 @@ void llama_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 
 /* bufs: q, key cache, value cache, x, rms weights, wq, wk, wv, rotary table; vals: pos.
  * Rows 0..DIM-1 are q, then KV_DIM rows of k, then KV_DIM of v. Groups hold an even number of rows,
- * so a rotary pair never straddles two groups. k and v go to the caches at position pos (cache_at). */
+ * so a rotary pair never straddles two groups. k and v go to the caches at position pos (cache_at).
+ */
 void llama_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *q = b[0], *kc = b[1], *vc = b[2];
   const float *x = b[3], *rms = b[4], *wq = b[5], *wk = b[6], *wv = b[7];
@@ -200,7 +203,8 @@ void llama_attn_part(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   for (; i + 2 <= HEAD_SIZE; i += 2) {
     float qe = qh[i], qo = qh[i + 1];
     const float *re = kt + (size_t)i * ATT_CHUNK, *ro = re + ATT_CHUNK;
-    for (int j = 0; j < NV; j++) even[j] += qe * vload(re + j * VW), odd[j] += qo * vload(ro + j * VW);
+    for (int j = 0; j < NV; j++)
+      even[j] += qe * vload(re + j * VW), odd[j] += qo * vload(ro + j * VW);
   }
   if (i < HEAD_SIZE)
     for (int j = 0; j < NV; j++) even[j] += qh[i] * vload(kt + (size_t)i * ATT_CHUNK + j * VW);
@@ -253,14 +257,13 @@ void llama_attn_combine(void *const *b, const int32_t *v, const hcq_launch_t *l)
 
 /* bufs: x, in, w (DIM x N). x[r] += w[r] . in for the group's rows: the residual add fused into the
  * output projection. */
-#define MATVEC_RESIDUAL(name, N)                                                  \
-  void name(void *const *b, const int32_t *v, const hcq_launch_t *l) {           \
-    (void)v;                                                                      \
-    float *x = b[0];                                                              \
-    const float *in = b[1], *w = b[2];                                            \
-    int r0, end = group_rows(l, (N), DIM, &r0);                                   \
-    for (int r = r0; r < end; r++)                                                \
-      x[r] += dot(w + (size_t)r * (N), in, (N));                                  \
+#define MATVEC_RESIDUAL(name, N)                                              \
+  void name(void *const *b, const int32_t *v, const hcq_launch_t *l) {        \
+    (void)v;                                                                  \
+    float *x = b[0];                                                          \
+    const float *in = b[1], *w = b[2];                                        \
+    int r0, end = group_rows(l, (N), DIM, &r0);                               \
+    for (int r = r0; r < end; r++) x[r] += dot(w + (size_t)r * (N), in, (N)); \
   }
 MATVEC_RESIDUAL(llama_wo, DIM)
 MATVEC_RESIDUAL(llama_ffn_down, HIDDEN)

@@ -1,16 +1,17 @@
-// The decoder's kernels in CUDA C (the CUDA ABI of docs/cuda.md): the same entries, buffers and values as
-// kernels.c, which documents what each computes, with one thread per output row, or pair of rows
-// for the rotary kernel, in blocks of GROUP; attention one thread per element of a head (the split
-// kernels.glsl had before it was rewritten for lavapipe). The decoder compiles it after the block of
-// shape #defines and GROUP.
-// tests/fake_cuda/fake_cuda.c has host twins of these kernels for the stand-in driver: change both.
+// The decoder's kernels in CUDA C (the CUDA ABI of docs/cuda.md): the same entries, buffers and
+// values as kernels.c, which documents what each computes, with one thread per output row, or pair
+// of rows for the rotary kernel, in blocks of GROUP; attention one thread per element of a head
+// (the split kernels.glsl had before it was rewritten for lavapipe). The decoder compiles it after
+// the block of shape #defines and GROUP. tests/fake_cuda/fake_cuda.c has host twins of these
+// kernels for the stand-in driver: change both.
 #define LLAMA_NEG_INF __int_as_float(0xff800000)
 
 // Names the shape in the module: the stand-in driver's twins read it there (a GPU never runs it).
-#define LLAMA_SHAPE_NAME2(a, b, c, d, e, f, g, h, i, j, k) llama2_shape_##a##_##b##_##c##_##d##_##e##_##f##_##g##_##h##_##i##_##j##_##k
+#define LLAMA_SHAPE_NAME2(a, b, c, d, e, f, g, h, i, j, k) \
+  llama2_shape_##a##_##b##_##c##_##d##_##e##_##f##_##g##_##h##_##i##_##j##_##k
 #define LLAMA_SHAPE_NAME(...) LLAMA_SHAPE_NAME2(__VA_ARGS__)
-extern "C" __global__ void LLAMA_SHAPE_NAME(DIM, HIDDEN, KV_DIM, N_HEADS, KV_MUL, HEAD_SIZE, VOCAB, SEQ_LEN, ATT_CHUNK,
-                                            MAX_CHUNKS, GROUP)() {}
+extern "C" __global__ void LLAMA_SHAPE_NAME(DIM, HIDDEN, KV_DIM, N_HEADS, KV_MUL, HEAD_SIZE, VOCAB,
+                                            SEQ_LEN, ATT_CHUNK, MAX_CHUNKS, GROUP)() {}
 
 // The RMS-normalised input into shared xn, once per block; every thread reaches the barrier.
 __device__ void load_norm(float *xn, const float *x, const float *w) {
@@ -40,8 +41,9 @@ extern "C" __global__ void llama_embed(float *x, const int *tokens, const float 
   x[i] = emb[(size_t)tok * DIM + i];
 }
 
-extern "C" __global__ void llama_qkv(float *q, float *kc, float *vc, const float *x, const float *rms, const float *wq,
-                                     const float *wk, const float *wv, const float *rope_table, int pos) {
+extern "C" __global__ void llama_qkv(float *q, float *kc, float *vc, const float *x,
+                                     const float *rms, const float *wq, const float *wk,
+                                     const float *wv, const float *rope_table, int pos) {
   __shared__ float xn[DIM];
   load_norm(xn, x, rms);
   int r = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
@@ -64,7 +66,8 @@ extern "C" __global__ void llama_qkv(float *q, float *kc, float *vc, const float
   }
 }
 
-extern "C" __global__ void llama_attn_part(float *part, const float *q, const float *kc, const float *vc, int pos) {
+extern "C" __global__ void llama_attn_part(float *part, const float *q, const float *kc,
+                                           const float *vc, int pos) {
   int h = blockIdx.x, c = blockIdx.y, i = threadIdx.x;
   int t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < pos + 1 ? t0 + ATT_CHUNK : pos + 1;
   const float *qh = q + h * HEAD_SIZE;
@@ -111,7 +114,8 @@ extern "C" __global__ void llama_ffn_down(float *x, const float *in, const float
   if (r < DIM) x[r] += dot_n(w + (size_t)r * HIDDEN, in, HIDDEN);
 }
 
-extern "C" __global__ void llama_ffn_up(float *hb, const float *x, const float *rms, const float *w1, const float *w3) {
+extern "C" __global__ void llama_ffn_up(float *hb, const float *x, const float *rms,
+                                        const float *w1, const float *w3) {
   __shared__ float xn[DIM];
   load_norm(xn, x, rms);
   int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -121,8 +125,8 @@ extern "C" __global__ void llama_ffn_up(float *hb, const float *x, const float *
 }
 
 // first: the first group (a device may run only some groups of the whole classifier)
-extern "C" __global__ void llama_classify(float *logits, int *best, const float *x, const float *rms, const float *w,
-                                          int first) {
+extern "C" __global__ void llama_classify(float *logits, int *best, const float *x,
+                                          const float *rms, const float *w, int first) {
   __shared__ float xn[DIM];
   __shared__ float top_v[GROUP];
   __shared__ int top_i[GROUP];

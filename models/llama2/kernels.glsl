@@ -1,5 +1,6 @@
-// The decoder's kernels in GLSL for Vulkan devices (the GLSL ABI of hcq/vulkan.h): the same entries, buffers
-// and values as kernels.c, which documents what each computes. Only the work split differs.
+// The decoder's kernels in GLSL for Vulkan devices (the GLSL ABI of hcq/vulkan.h): the same
+// entries, buffers and values as kernels.c, which documents what each computes. Only the work split
+// differs.
 //
 // The split is for lavapipe (Mesa's llvmpipe: a work-group runs on one thread, its invocations 8
 // to a 256-bit vector), whose costs decide it (README.md, "The GLSL kernels on lavapipe"; the
@@ -28,9 +29,9 @@
 //
 // The decoder compiles this file once per entry after a block of #defines: the model's shape (as
 // for kernels.c), LANES, ROWS, CLS_ROWS, ATT_HEADS and KERNEL_<entry>, which selects the entry's
-// main(). Float sums run in another order than on the CPU, so results match the CPU's within rounding,
-// not bit for bit; every group computes its outputs in a fixed order, so eager steps and graph
-// replays on one device give identical bits.
+// main(). Float sums run in another order than on the CPU, so results match the CPU's within
+// rounding, not bit for bit; every group computes its outputs in a fixed order, so eager steps and
+// graph replays on one device give identical bits.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
 #if LANES != 8 || ROWS % 8 != 0 || CLS_ROWS % 8 != 0 || ATT_CHUNK % 8 != 0
@@ -91,7 +92,7 @@ void ld8(uint64_t p, uint row, uint f, uint n, uint wd, out vec4 a, out vec4 b) 
 // l starts at float 64 k + 8 l; a lane past the row's end reads the row's last piece (LAST) and
 // drops it.
 #define PIECES(n) (((n) + 63) / 64)
-#define LAST(n) (uint(((n) - 1) / 8) * 8u)
+#define LAST(n) (uint(((n)-1) / 8) * 8u)
 
 // ---- the matrix-vector products ----
 // A group holds ROWS (CLS_ROWS) consecutive rows, done in rounds of 8: each lane reads its pieces
@@ -101,7 +102,8 @@ void ld8(uint64_t p, uint row, uint f, uint n, uint wd, out vec4 a, out vec4 b) 
 // lane l as row 8 j + l. Every loop has a constant trip count and is unrolled: in a loop that
 // llvmpipe keeps, each load tests every lane's mask ([[dont_unroll]] on the rounds made the small
 // shape's products 25-40% slower).
-#if defined(KERNEL_llama_qkv) || defined(KERNEL_llama_ffn_up) || defined(KERNEL_llama_classify) || defined(KERNEL_llama_wo)
+#if defined(KERNEL_llama_qkv) || defined(KERNEL_llama_ffn_up) || defined(KERNEL_llama_classify) || \
+    defined(KERNEL_llama_wo)
 #define N_IN DIM
 #elif defined(KERNEL_llama_ffn_down)
 #define N_IN HIDDEN
@@ -155,7 +157,6 @@ float round_of_8(uint64_t w, uint rb, uint n_rows) {
 }
 #endif
 
-
 #ifdef KERNEL_llama_embed
 // One group: lane l copies the float pairs l, l + 8, ... of the row (DIM is even).
 void main() {
@@ -192,24 +193,26 @@ void main() {
     // twice as slow on lavapipe.)
     float mine = 0.0;
     for (uint p = 0u; p < 4u; p++) {
-      uint g = rb + 2u * p, g1 = min(g + 1u, uint(TOTAL - 1)); // past the end: not stored
+      uint g = rb + 2u * p, g1 = min(g + 1u, uint(TOTAL - 1));  // past the end: not stored
       g = min(g, uint(TOTAL - 1));
       float a = subgroupAdd(qkv_part(wq, wk, wv, g)), b = subgroupAdd(qkv_part(wq, wk, wv, g1));
       uint i = g < uint(DIM) ? g : g - uint(DIM);
       vec2 cs = f2(rot.v[(pos * uint(HEAD_SIZE) + i % uint(HEAD_SIZE)) / 2u]);
-      bool rotate = g < uint(DIM + KV_DIM); // q and k rows
+      bool rotate = g < uint(DIM + KV_DIM);  // q and k rows
       float ra = a * cs.x - b * cs.y, rb2 = a * cs.y + b * cs.x;
       a = rotate ? ra : a, b = rotate ? rb2 : b;
       mine = l == 2u * p ? a : l == 2u * p + 1u ? b : mine;
     }
     uint g = rb + l;
-    if (g < uint(DIM)) q.v[g] = mine;
-    else if (g < uint(DIM + KV_DIM)) kc.v[pos * uint(KV_DIM) + g - uint(DIM)] = mine;
-    else if (g < uint(TOTAL)) vc.v[pos * uint(KV_DIM) + g - uint(DIM + KV_DIM)] = mine;
+    if (g < uint(DIM))
+      q.v[g] = mine;
+    else if (g < uint(DIM + KV_DIM))
+      kc.v[pos * uint(KV_DIM) + g - uint(DIM)] = mine;
+    else if (g < uint(TOTAL))
+      vc.v[pos * uint(KV_DIM) + g - uint(DIM + KV_DIM)] = mine;
   }
 }
 #endif
-
 
 #ifdef KERNEL_llama_attn_part
 // Group (ATT_HEADS heads sharing one key/value head, chunk): lane l scores positions t0 + l,
@@ -233,7 +236,8 @@ void main() {
   vec4 qa[G * QP], qb[G * QP];
   for (uint g = 0u; g < uint(G); g++)
     for (uint e = 0u; e < uint(QP); e++) {
-      ld8(q, (h0 + g) * uint(HEAD_SIZE), 8u * e, uint(HEAD_SIZE), WIDTH(HEAD_SIZE), qa[g * QP + e], qb[g * QP + e]);
+      ld8(q, (h0 + g) * uint(HEAD_SIZE), 8u * e, uint(HEAD_SIZE), WIDTH(HEAD_SIZE), qa[g * QP + e],
+          qb[g * QP + e]);
       qa[g * QP + e] *= scale, qb[g * QP + e] *= scale;
     }
   float score[G * TJ], mx[G];
@@ -241,7 +245,7 @@ void main() {
   for (int j = 0; j < TJ; j++) {
     int t = t0 + int(l) + 8 * j;
     bool ok = t < t1;
-    uint kt = uint(ok ? t : t0) * uint(KV_DIM) + kv; // past pos: position t0's key, dropped
+    uint kt = uint(ok ? t : t0) * uint(KV_DIM) + kv;  // past pos: position t0's key, dropped
     float s[G];
     for (uint g = 0u; g < uint(G); g++) s[g] = 0.0;
     for (uint e = 0u; e < uint(QP); e++) {
@@ -388,11 +392,11 @@ void main() {
   }
   float mx = subgroupMax(top);
   int at = subgroupMin(top == mx ? arg : 0x7fffffff);
-  if (at == 0x7fffffff) at = int(r0); // every logit -inf or NaN: the group's first row, as kernels.c
+  if (at == 0x7fffffff)
+    at = int(r0);  // every logit -inf or NaN: the group's first row, as kernels.c
   if (l == 0u) best.v[g] = packUint2x32(uvec2(floatBitsToUint(mx), uint(at)));
 }
 #endif
-
 
 #ifdef KERNEL_llama_argmax
 // One group: lane l takes groups l, l + 8, ... in order, then the best over the lanes (the lowest

@@ -1,9 +1,11 @@
-// The decoder's kernels in MSL (the MSL ABI of docs/metal.md): the same entries, buffers and values as
-// kernels.c, which documents what each computes, with the work split of kernels.cu (one thread per
-// output row, or pair of rows for the rotary kernel, in threadgroups of GROUP; attention one thread
-// per element of a head). Buffers are at [[buffer(i)]], the values (where a kernel has any) at
+// The decoder's kernels in MSL (the MSL ABI of docs/metal.md): the same entries, buffers and values
+// as kernels.c, which documents what each computes, with the work split of kernels.cu (one thread
+// per output row, or pair of rows for the rotary kernel, in threadgroups of GROUP; attention one
+// thread per element of a head). Buffers are at [[buffer(i)]], the values (where a kernel has any)
+// at
 // [[buffer(nbufs)]]. The decoder compiles it after the block of #defines kernels.cu gets.
-// tests/fake_metal/fake_metal_llama2.c has host twins of these kernels for the stand-in: change both.
+// tests/fake_metal/fake_metal_llama2.c has host twins of these kernels for the stand-in: change
+// both.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -12,7 +14,8 @@ using namespace metal;
 #define LLAMA_LOW (-FLT_MAX)
 
 // The RMS-normalised input into threadgroup xn, once per group; every thread reaches the barrier.
-static void load_norm(threadgroup float *xn, device const float *x, device const float *w, uint l, uint n) {
+static void load_norm(threadgroup float *xn, device const float *x, device const float *w, uint l,
+                      uint n) {
   float ss = 0.0f;
   for (int j = 0; j < DIM; j++) ss += x[j] * x[j];
   float inv = 1.0f / sqrt(ss / (float)DIM + 1e-5f);
@@ -38,7 +41,8 @@ static void rope(thread float &a, thread float &b, int i, device const float *ro
 
 kernel void llama_embed(device float *x [[buffer(0)]], device const int *tokens [[buffer(1)]],
                         device const float *emb [[buffer(2)]], constant int *v [[buffer(3)]],
-                        uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]],
+                        uint3 tg [[threadgroup_position_in_grid]],
+                        uint3 tid [[thread_position_in_threadgroup]],
                         uint3 ntid [[threads_per_threadgroup]]) {
   int i = (int)(tg.x * ntid.x + tid.x);
   if (i >= DIM) return;
@@ -47,12 +51,14 @@ kernel void llama_embed(device float *x [[buffer(0)]], device const int *tokens 
   x[i] = emb[(ulong)tok * DIM + i];
 }
 
-kernel void llama_qkv(device float *q [[buffer(0)]], device float *kc [[buffer(1)]], device float *vc [[buffer(2)]],
-                      device const float *x [[buffer(3)]], device const float *rms [[buffer(4)]],
-                      device const float *wq [[buffer(5)]], device const float *wk [[buffer(6)]],
-                      device const float *wv [[buffer(7)]], device const float *rope_table [[buffer(8)]],
-                      constant int *v [[buffer(9)]], uint3 tg [[threadgroup_position_in_grid]],
-                      uint3 tid [[thread_position_in_threadgroup]], uint3 ntid [[threads_per_threadgroup]]) {
+kernel void llama_qkv(device float *q [[buffer(0)]], device float *kc [[buffer(1)]],
+                      device float *vc [[buffer(2)]], device const float *x [[buffer(3)]],
+                      device const float *rms [[buffer(4)]], device const float *wq [[buffer(5)]],
+                      device const float *wk [[buffer(6)]], device const float *wv [[buffer(7)]],
+                      device const float *rope_table [[buffer(8)]], constant int *v [[buffer(9)]],
+                      uint3 tg [[threadgroup_position_in_grid]],
+                      uint3 tid [[thread_position_in_threadgroup]],
+                      uint3 ntid [[threads_per_threadgroup]]) {
   threadgroup float xn[DIM];
   load_norm(xn, x, rms, tid.x, ntid.x);
   int pos = v[0], r = 2 * (int)(tg.x * ntid.x + tid.x);
@@ -76,8 +82,9 @@ kernel void llama_qkv(device float *q [[buffer(0)]], device float *kc [[buffer(1
 }
 
 kernel void llama_attn_part(device float *part [[buffer(0)]], device const float *q [[buffer(1)]],
-                            device const float *kc [[buffer(2)]], device const float *vc [[buffer(3)]],
-                            constant int *v [[buffer(4)]], uint3 tg [[threadgroup_position_in_grid]],
+                            device const float *kc [[buffer(2)]],
+                            device const float *vc [[buffer(3)]], constant int *v [[buffer(4)]],
+                            uint3 tg [[threadgroup_position_in_grid]],
                             uint3 tid [[thread_position_in_threadgroup]]) {
   int pos = v[0], h = (int)tg.x, c = (int)tg.y, i = (int)tid.x;
   int t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < pos + 1 ? t0 + ATT_CHUNK : pos + 1;
@@ -100,8 +107,10 @@ kernel void llama_attn_part(device float *part [[buffer(0)]], device const float
   dst[2 + i] = o;
 }
 
-kernel void llama_attn_combine(device float *out [[buffer(0)]], device const float *part [[buffer(1)]],
-                               constant int *v [[buffer(2)]], uint3 tg [[threadgroup_position_in_grid]],
+kernel void llama_attn_combine(device float *out [[buffer(0)]],
+                               device const float *part [[buffer(1)]],
+                               constant int *v [[buffer(2)]],
+                               uint3 tg [[threadgroup_position_in_grid]],
                                uint3 tid [[thread_position_in_threadgroup]]) {
   int h = (int)tg.x, i = (int)tid.x, chunks = v[0] / ATT_CHUNK + 1;
   device const float *p = part + (ulong)h * MAX_CHUNKS * (HEAD_SIZE + 2);
@@ -119,22 +128,27 @@ kernel void llama_attn_combine(device float *out [[buffer(0)]], device const flo
 
 kernel void llama_wo(device float *x [[buffer(0)]], device const float *xin [[buffer(1)]],
                      device const float *w [[buffer(2)]], uint3 tg [[threadgroup_position_in_grid]],
-                     uint3 tid [[thread_position_in_threadgroup]], uint3 ntid [[threads_per_threadgroup]]) {
+                     uint3 tid [[thread_position_in_threadgroup]],
+                     uint3 ntid [[threads_per_threadgroup]]) {
   int r = (int)(tg.x * ntid.x + tid.x);
   if (r < DIM) x[r] += dot_dev(w + (ulong)r * DIM, xin, DIM);
 }
 
 kernel void llama_ffn_down(device float *x [[buffer(0)]], device const float *xin [[buffer(1)]],
-                           device const float *w [[buffer(2)]], uint3 tg [[threadgroup_position_in_grid]],
-                           uint3 tid [[thread_position_in_threadgroup]], uint3 ntid [[threads_per_threadgroup]]) {
+                           device const float *w [[buffer(2)]],
+                           uint3 tg [[threadgroup_position_in_grid]],
+                           uint3 tid [[thread_position_in_threadgroup]],
+                           uint3 ntid [[threads_per_threadgroup]]) {
   int r = (int)(tg.x * ntid.x + tid.x);
   if (r < DIM) x[r] += dot_dev(w + (ulong)r * HIDDEN, xin, HIDDEN);
 }
 
 kernel void llama_ffn_up(device float *hb [[buffer(0)]], device const float *x [[buffer(1)]],
-                         device const float *rms [[buffer(2)]], device const float *w1 [[buffer(3)]],
-                         device const float *w3 [[buffer(4)]], uint3 tg [[threadgroup_position_in_grid]],
-                         uint3 tid [[thread_position_in_threadgroup]], uint3 ntid [[threads_per_threadgroup]]) {
+                         device const float *rms [[buffer(2)]],
+                         device const float *w1 [[buffer(3)]], device const float *w3 [[buffer(4)]],
+                         uint3 tg [[threadgroup_position_in_grid]],
+                         uint3 tid [[thread_position_in_threadgroup]],
+                         uint3 ntid [[threads_per_threadgroup]]) {
   threadgroup float xn[DIM];
   load_norm(xn, x, rms, tid.x, ntid.x);
   int r = (int)(tg.x * ntid.x + tid.x);
@@ -144,9 +158,11 @@ kernel void llama_ffn_up(device float *hb [[buffer(0)]], device const float *x [
 }
 
 kernel void llama_classify(device float *logits [[buffer(0)]], device int *best [[buffer(1)]],
-                           device const float *x [[buffer(2)]], device const float *rms [[buffer(3)]],
+                           device const float *x [[buffer(2)]],
+                           device const float *rms [[buffer(3)]],
                            device const float *w [[buffer(4)]], constant int *v [[buffer(5)]],
-                           uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]],
+                           uint3 tg [[threadgroup_position_in_grid]],
+                           uint3 tid [[thread_position_in_threadgroup]],
                            uint3 ntid [[threads_per_threadgroup]]) {
   threadgroup float xn[DIM];
   threadgroup float top_v[GROUP];

@@ -44,10 +44,11 @@ hcq_status_t llm_chat_kind_from_name(const char *name, llm_chat_kind_t *out) {
       *out = (llm_chat_kind_t)k;
       return NULL;
     }
-  return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                         "chat template \"%s\" is not one hcq knows (chatml, llama3, gemma, llama2, llama2-sys, "
-                         "llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7)",
-                         name ? name : "(null)");
+  return hcq_status_make(
+      HCQ_INVALID_ARGUMENT,
+      "chat template \"%s\" is not one hcq knows (chatml, llama3, gemma, llama2, llama2-sys, "
+      "llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7)",
+      name ? name : "(null)");
 }
 
 /* Families hcq does not render, by their markers, for the message (llama.cpp's detection order). */
@@ -70,10 +71,11 @@ static const struct {
 };
 
 static hcq_status_t not_supported(const char *family, const char *marker) {
-  return hcq_status_make(HCQ_UNIMPLEMENTED,
-                         "a chat template of the %s family (it has %s) is not supported: hcq renders chatml, llama3, "
-                         "gemma and the llama2 / mistral ones",
-                         family, marker);
+  return hcq_status_make(
+      HCQ_UNIMPLEMENTED,
+      "a chat template of the %s family (it has %s) is not supported: hcq renders chatml, llama3, "
+      "gemma and the llama2 / mistral ones",
+      family, marker);
 }
 
 /* llama.cpp's tests for the [INST] templates: mistral's official ones, then llama 2's variants. */
@@ -96,34 +98,43 @@ static hcq_status_t unrecognised(const char *tmpl, size_t tmpl_len) {
   size_t k = 0;
   for (size_t i = 0; i < tmpl_len && k + 5 < sizeof(start); i++) {
     unsigned char ch = (unsigned char)tmpl[i];
-    if (ch >= 0x20 && ch < 0x7F && ch != '"') start[k++] = (char)ch;
-    else k += (size_t)snprintf(start + k, sizeof(start) - k, "\\x%02x", ch);
+    if (ch >= 0x20 && ch < 0x7F && ch != '"')
+      start[k++] = (char)ch;
+    else
+      k += (size_t)snprintf(start + k, sizeof(start) - k, "\\x%02x", ch);
   }
   start[k < sizeof(start) ? k : sizeof(start) - 1] = 0;
-  return hcq_status_make(HCQ_UNIMPLEMENTED,
-                         "an unrecognised chat template (it starts \"%s\"%s) is not supported: hcq renders chatml, "
-                         "llama3, gemma and the llama2 / mistral ones",
-                         start, tmpl_len > 40 ? "..." : "");
+  return hcq_status_make(
+      HCQ_UNIMPLEMENTED,
+      "an unrecognised chat template (it starts \"%s\"%s) is not supported: hcq renders chatml, "
+      "llama3, gemma and the llama2 / mistral ones",
+      start, tmpl_len > 40 ? "..." : "");
 }
 
 hcq_status_t llm_chat_detect(const char *t, size_t n, llm_chat_kind_t *out) {
-  if (!t || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_detect: template or out is NULL");
+  if (!t || !out)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_detect: template or out is NULL");
   for (int k = 0; k < LLM_CHAT_KIND_COUNT; k++) /* the template may be a name itself */
-    if (n == strlen(kind_names[k]) && !memcmp(t, kind_names[k], n)) return *out = (llm_chat_kind_t)k, NULL;
+    if (n == strlen(kind_names[k]) && !memcmp(t, kind_names[k], n))
+      return *out = (llm_chat_kind_t)k, NULL;
   if (find_in(t, n, "<|im_start|>")) {
     if (find_in(t, n, "<|im_sep|>")) return not_supported("phi4", "<|im_sep|>");
     if (find_in(t, n, "<end_of_utterance>")) return not_supported("smolvlm", "<end_of_utterance>");
     return *out = LLM_CHAT_CHATML, NULL;
   }
-  if ((n >= 7 && !memcmp(t, "mistral", 7)) || find_in(t, n, "[INST]")) return *out = inst_kind(t, n), NULL;
+  if ((n >= 7 && !memcmp(t, "mistral", 7)) || find_in(t, n, "[INST]"))
+    return *out = inst_kind(t, n), NULL;
   for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
-    if (find_in(t, n, unsupported[i].marker) && (!unsupported[i].also || find_in(t, n, unsupported[i].also)))
+    if (find_in(t, n, unsupported[i].marker) &&
+        (!unsupported[i].also || find_in(t, n, unsupported[i].also)))
       return not_supported(unsupported[i].family, unsupported[i].marker);
   if (find_in(t, n, "<start_of_turn>")) return *out = LLM_CHAT_GEMMA, NULL;
   for (size_t i = 0; i < sizeof(unsupported_late) / sizeof(unsupported_late[0]); i++)
-    if (find_in(t, n, unsupported_late[i].marker) && (!unsupported_late[i].also || find_in(t, n, unsupported_late[i].also)))
+    if (find_in(t, n, unsupported_late[i].marker) &&
+        (!unsupported_late[i].also || find_in(t, n, unsupported_late[i].also)))
       return not_supported(unsupported_late[i].family, unsupported_late[i].marker);
-  if (find_in(t, n, "<|start_header_id|>") && find_in(t, n, "<|end_header_id|>")) return *out = LLM_CHAT_LLAMA3, NULL;
+  if (find_in(t, n, "<|start_header_id|>") && find_in(t, n, "<|end_header_id|>"))
+    return *out = LLM_CHAT_LLAMA3, NULL;
   return unrecognised(t, n);
 }
 
@@ -139,9 +150,12 @@ static char *default_system(const char *tmpl, size_t n, size_t *len, bool *nomem
     if (q == tmpl) continue;
     char quote = q[-1];
     const char *c = p + sizeof(head) - 1;
-    if (c < end && *c == '\n') c++;
-    else if (end - c >= 2 && c[0] == '\\' && c[1] == 'n') c += 2;
-    else continue;
+    if (c < end && *c == '\n')
+      c++;
+    else if (end - c >= 2 && c[0] == '\\' && c[1] == 'n')
+      c += 2;
+    else
+      continue;
     char *out = malloc((size_t)(end - c) + 1);
     if (!out) {
       *nomem = true;
@@ -208,14 +222,20 @@ static void put_trimmed(sbuf_t *b, const char *s) {
 }
 
 static void put_content(sbuf_t *b, const char *s, bool trim) {
-  if (trim) put_trimmed(b, s);
-  else put(b, s);
+  if (trim)
+    put_trimmed(b, s);
+  else
+    put(b, s);
 }
 
-static bool is_role(const llm_chat_message_t *m, const char *role) { return !strcmp(m->role, role); }
+static bool is_role(const llm_chat_message_t *m, const char *role) {
+  return !strcmp(m->role, role);
+}
 
 static void render_chatml(sbuf_t *b, const llm_chat_message_t *m, size_t n, bool add_gen) {
-  for (size_t i = 0; i < n; i++) put(b, "<|im_start|>"), put(b, m[i].role), put(b, "\n"), put(b, m[i].content), put(b, "<|im_end|>\n");
+  for (size_t i = 0; i < n; i++)
+    put(b, "<|im_start|>"), put(b, m[i].role), put(b, "\n"), put(b, m[i].content),
+        put(b, "<|im_end|>\n");
   if (add_gen) put(b, "<|im_start|>assistant\n");
 }
 
@@ -253,7 +273,8 @@ static void render_llama2(sbuf_t *b, llm_chat_kind_t k, const llm_chat_message_t
   for (size_t i = 0; i < n; i++) {
     if (!inside) put(b, k == LLM_CHAT_LLAMA2_SYS_BOS ? "<s>[INST] " : "[INST] "), inside = true;
     if (is_role(&m[i], "system")) {
-      put(b, sys_block ? "<<SYS>>\n" : ""), put_content(b, m[i].content, strip), put(b, sys_block ? "\n<</SYS>>\n\n" : "\n");
+      put(b, sys_block ? "<<SYS>>\n" : ""), put_content(b, m[i].content, strip),
+          put(b, sys_block ? "\n<</SYS>>\n\n" : "\n");
     } else if (is_role(&m[i], "user")) {
       put_content(b, m[i].content, strip), put(b, " [/INST]");
     } else {
@@ -266,38 +287,53 @@ static void render_llama2(sbuf_t *b, llm_chat_kind_t k, const llm_chat_message_t
 static void render_mistral(sbuf_t *b, llm_chat_kind_t k, const llm_chat_message_t *m, size_t n) {
   if (k == LLM_CHAT_MISTRAL_V7) {
     for (size_t i = 0; i < n; i++) {
-      if (is_role(&m[i], "system")) put(b, "[SYSTEM_PROMPT] "), put(b, m[i].content), put(b, "[/SYSTEM_PROMPT]");
-      else if (is_role(&m[i], "user")) put(b, "[INST] "), put(b, m[i].content), put(b, "[/INST]");
-      else put(b, " "), put(b, m[i].content), put(b, "</s>");
+      if (is_role(&m[i], "system"))
+        put(b, "[SYSTEM_PROMPT] "), put(b, m[i].content), put(b, "[/SYSTEM_PROMPT]");
+      else if (is_role(&m[i], "user"))
+        put(b, "[INST] "), put(b, m[i].content), put(b, "[/INST]");
+      else
+        put(b, " "), put(b, m[i].content), put(b, "</s>");
     }
     return;
   }
-  const char *lead = k == LLM_CHAT_MISTRAL_V1 ? " " : "", *trail = k == LLM_CHAT_MISTRAL_V3_TEKKEN ? "" : " ";
+  const char *lead = k == LLM_CHAT_MISTRAL_V1 ? " " : "",
+             *trail = k == LLM_CHAT_MISTRAL_V3_TEKKEN ? "" : " ";
   bool inside = false;
   for (size_t i = 0; i < n; i++) {
     if (!inside) put(b, lead), put(b, "[INST]"), put(b, trail), inside = true;
-    if (is_role(&m[i], "system")) put(b, m[i].content), put(b, "\n\n");
-    else if (is_role(&m[i], "user")) put(b, m[i].content), put(b, lead), put(b, "[/INST]");
-    else put(b, trail), put_content(b, m[i].content, k == LLM_CHAT_MISTRAL_V3), put(b, "</s>"), inside = false;
+    if (is_role(&m[i], "system"))
+      put(b, m[i].content), put(b, "\n\n");
+    else if (is_role(&m[i], "user"))
+      put(b, m[i].content), put(b, lead), put(b, "[/INST]");
+    else
+      put(b, trail), put_content(b, m[i].content, k == LLM_CHAT_MISTRAL_V3), put(b, "</s>"),
+          inside = false;
   }
 }
 
-hcq_status_t llm_chat_apply(llm_chat_kind_t kind, const llm_chat_message_t *msgs, size_t n, bool add_generation_prompt,
-                            char **out) {
+hcq_status_t llm_chat_apply(llm_chat_kind_t kind, const llm_chat_message_t *msgs, size_t n,
+                            bool add_generation_prompt, char **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_apply: out is NULL");
   *out = NULL;
-  if ((unsigned)kind >= LLM_CHAT_KIND_COUNT) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_apply: kind %d", (int)kind);
+  if ((unsigned)kind >= LLM_CHAT_KIND_COUNT)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_apply: kind %d", (int)kind);
   if (!msgs && n) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_apply: messages are NULL");
   for (size_t i = 0; i < n; i++)
     if (!msgs[i].role || !msgs[i].content)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_apply: message %zu has no %s", i, msgs[i].role ? "content" : "role");
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_apply: message %zu has no %s", i,
+                             msgs[i].role ? "content" : "role");
   sbuf_t b = {0};
   put(&b, "");
-  if (kind == LLM_CHAT_CHATML) render_chatml(&b, msgs, n, add_generation_prompt);
-  else if (kind == LLM_CHAT_LLAMA3) render_llama3(&b, msgs, n, add_generation_prompt);
-  else if (kind == LLM_CHAT_GEMMA) render_gemma(&b, msgs, n, add_generation_prompt);
-  else if (kind <= LLM_CHAT_LLAMA2_SYS_STRIP) render_llama2(&b, kind, msgs, n);
-  else render_mistral(&b, kind, msgs, n);
+  if (kind == LLM_CHAT_CHATML)
+    render_chatml(&b, msgs, n, add_generation_prompt);
+  else if (kind == LLM_CHAT_LLAMA3)
+    render_llama3(&b, msgs, n, add_generation_prompt);
+  else if (kind == LLM_CHAT_GEMMA)
+    render_gemma(&b, msgs, n, add_generation_prompt);
+  else if (kind <= LLM_CHAT_LLAMA2_SYS_STRIP)
+    render_llama2(&b, kind, msgs, n);
+  else
+    render_mistral(&b, kind, msgs, n);
   if (b.nomem) {
     free(b.p);
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_chat_apply: out of memory");
@@ -308,22 +344,29 @@ hcq_status_t llm_chat_apply(llm_chat_kind_t kind, const llm_chat_message_t *msgs
 
 /* ---- a conversation in a model's template ---- */
 
-hcq_status_t llm_chat_render(const char *tmpl, size_t tmpl_len, const char *forced, const llm_chat_message_t *msgs,
-                             size_t n, bool add_generation_prompt, char **out) {
+hcq_status_t llm_chat_render(const char *tmpl, size_t tmpl_len, const char *forced,
+                             const llm_chat_message_t *msgs, size_t n, bool add_generation_prompt,
+                             char **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_render: out is NULL");
   *out = NULL;
-  if (!msgs && n) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_render: messages are NULL");
+  if (!msgs && n)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_render: messages are NULL");
   llm_chat_kind_t kind = LLM_CHAT_CHATML;
   hcq_status_t s = NULL;
-  if (forced) s = llm_chat_kind_from_name(forced, &kind);
-  else if (!tmpl) s = hcq_status_make(HCQ_INVALID_ARGUMENT, "the model has no chat template (tokenizer.chat_template)");
-  else s = llm_chat_detect(tmpl, tmpl_len, &kind);
+  if (forced)
+    s = llm_chat_kind_from_name(forced, &kind);
+  else if (!tmpl)
+    s = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                        "the model has no chat template (tokenizer.chat_template)");
+  else
+    s = llm_chat_detect(tmpl, tmpl_len, &kind);
   if (s) return s;
   bool has_system = n && msgs[0].role && !strcmp(msgs[0].role, "system");
   char *dflt = NULL;
   size_t sys_len = 0;
   bool nomem = false;
-  if (!has_system && tmpl && kind == LLM_CHAT_CHATML) dflt = default_system(tmpl, tmpl_len, &sys_len, &nomem);
+  if (!has_system && tmpl && kind == LLM_CHAT_CHATML)
+    dflt = default_system(tmpl, tmpl_len, &sys_len, &nomem);
   if (nomem) return hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_chat_render: out of memory");
   if (!dflt) return llm_chat_apply(kind, msgs, n, add_generation_prompt, out);
   llm_chat_message_t *all = malloc((n + 1) * sizeof(*all));
@@ -337,8 +380,8 @@ hcq_status_t llm_chat_render(const char *tmpl, size_t tmpl_len, const char *forc
   return s;
 }
 
-hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const char *forced, const char *system,
-                                      const char *user, char **out) {
+hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const char *forced,
+                                      const char *system, const char *user, char **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_format: out is NULL");
   *out = NULL;
   if (!user) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_format: user is NULL");
@@ -349,8 +392,8 @@ hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const c
   return llm_chat_render(tmpl, tmpl_len, forced, msgs, n, true, out);
 }
 
-hcq_status_t llm_chat_format_as(const gguf_file_t *g, const char *forced, const char *system, const char *user,
-                                char **out) {
+hcq_status_t llm_chat_format_as(const gguf_file_t *g, const char *forced, const char *system,
+                                const char *user, char **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_format: out is NULL");
   *out = NULL;
   if (!g) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_chat_format: g is NULL");
@@ -360,12 +403,14 @@ hcq_status_t llm_chat_format_as(const gguf_file_t *g, const char *forced, const 
     if (s) return s;
   }
   /* An empty template is no template. */
-  hcq_status_t s = llm_chat_format_template(tmpl.len ? tmpl.ptr : NULL, (size_t)tmpl.len, forced, system, user, out);
+  hcq_status_t s = llm_chat_format_template(tmpl.len ? tmpl.ptr : NULL, (size_t)tmpl.len, forced,
+                                            system, user, out);
   if (s && !forced && hcq_status_code(s) != HCQ_OUT_OF_MEMORY)
     s = hcq_status_annotate(s, "%s: tokenizer.chat_template", gguf_path(g));
   return s;
 }
 
-hcq_status_t llm_chat_format(const gguf_file_t *g, const char *system, const char *user, char **out) {
+hcq_status_t llm_chat_format(const gguf_file_t *g, const char *system, const char *user,
+                             char **out) {
   return llm_chat_format_as(g, NULL, system, user, out);
 }

@@ -29,8 +29,25 @@ typedef struct dev_state {
 /* A layer's buffers: its matrices, its norms' weights and its caches; then what some architectures
  * add (biases, per-head norms, post-norms: NULL where the model has none). */
 enum {
-  W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, N_ATTN_NORM, N_FFN_NORM, K_CACHE, V_CACHE,
-  B_Q, B_K, B_V, N_Q, N_K, N_POST_ATTN, N_POST_FFN, LAYER_BUFS
+  W_Q,
+  W_K,
+  W_V,
+  W_O,
+  W_GATE,
+  W_UP,
+  W_DOWN,
+  N_ATTN_NORM,
+  N_FFN_NORM,
+  K_CACHE,
+  V_CACHE,
+  B_Q,
+  B_K,
+  B_V,
+  N_Q,
+  N_K,
+  N_POST_ATTN,
+  N_POST_FFN,
+  LAYER_BUFS
 };
 
 typedef struct layer_state {
@@ -74,31 +91,35 @@ struct llm_decoder {
   llm_config_t c;
   hcq_device_kind_t kind;
   int ndev, split, ctx, max_batch, isa_cap, cls_groups, ranks;
-  int ctx_alloc; /* the positions the caches and tables hold: ctx rounded up to whole chunks (ctx: those used) */
+  int ctx_alloc;   /* the positions the caches and tables hold: ctx rounded up to whole chunks (ctx:
+                      those used) */
   size_t captures; /* lists captured so far */
-  int slots; /* a batch decoder's sequences (0: single-sequence); its one list: `pass`; caches: slots x ctx_alloc */
+  int slots; /* a batch decoder's sequences (0: single-sequence); its one list: `pass`; caches:
+                slots x ctx_alloc */
   bool profile, reads_tokens, direct;
   dev_state_t d[2];
   layer_state_t *layers;
   llm_layout_t emb_layout, cls_layout;
   hcq_buffer_t *emb, *cls, *out_norm, *tokens, *logits, *best, *params, *scratch;
-  hcq_buffer_t *history; /* a batch decoder's: each slot's tokens by position, as the caches (the penalties' history) */
+  hcq_buffer_t *history; /* a batch decoder's: each slot's tokens by position, as the caches (the
+                            penalties' history) */
   program_entry_t programs[MAX_PROGRAMS];
   int nprograms;
   hcq_expr_t *pos, *p0, *n, *choose, *exprs[16];
   int nexprs;
   item_list_t step, pass;
   hcq_jit_t *step_jit, *pass_jit;
-  const volatile int32_t *tokens_host; /* the tokens buffer mapped (hcq_buffer_map), where it can be */
+  const volatile int32_t
+      *tokens_host; /* the tokens buffer mapped (hcq_buffer_map), where it can be */
   hcq_fence_t *fences[LLM_STEPS_AHEAD]; /* the last steps queued (llm_generate) */
 };
 
 /* decoder.c */
 
-/* Writes size bytes from src at offset in buf: straight into its memory where the devices' memory is
- * the host's (the devices idle), elsewhere as a copy. */
-HCQ_MUST_USE hcq_status_t llm_write_buffer(const llm_decoder_t *m, hcq_buffer_t *buf, uint64_t offset, const void *src,
-                                           uint64_t size);
+/* Writes size bytes from src at offset in buf: straight into its memory where the devices' memory
+ * is the host's (the devices idle), elsewhere as a copy. */
+HCQ_MUST_USE hcq_status_t llm_write_buffer(const llm_decoder_t *m, hcq_buffer_t *buf,
+                                           uint64_t offset, const void *src, uint64_t size);
 
 /* decoder_items.c */
 

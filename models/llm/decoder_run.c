@@ -19,25 +19,42 @@ hcq_status_t llm_decoder_sync(llm_decoder_t *m) {
 hcq_status_t llm_sampler_params(const llm_sampler_t *s, llm_sampler_params_t *out) {
   if (!s) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: NULL");
   if (!(s->temperature >= 0) || !isfinite(s->temperature))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: temperature %g (expected 0 or more)", (double)s->temperature);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: temperature %g (expected 0 or more)",
+                           (double)s->temperature);
   if (!(s->top_p > 0 && s->top_p <= 1))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: top-p %g (expected more than 0, at most 1)", (double)s->top_p);
-  if (s->top_k < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: top-k %d (expected 0 or more)", s->top_k);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "llm sampler: top-p %g (expected more than 0, at most 1)",
+                           (double)s->top_p);
+  if (s->top_k < 0)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: top-k %d (expected 0 or more)",
+                           s->top_k);
   if (!(s->min_p >= 0 && s->min_p <= 1))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: min-p %g (expected 0 to 1)", (double)s->min_p);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: min-p %g (expected 0 to 1)",
+                           (double)s->min_p);
   if (!(s->repeat_penalty >= 0) || !isfinite(s->repeat_penalty))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: repeat penalty %g (expected 0 or more; 1 or 0: none)",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "llm sampler: repeat penalty %g (expected 0 or more; 1 or 0: none)",
                            (double)s->repeat_penalty);
   if (!isfinite(s->frequency_penalty) || !isfinite(s->presence_penalty))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: frequency penalty %g, presence penalty %g (expected "
-                           "finite)", (double)s->frequency_penalty, (double)s->presence_penalty);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "llm sampler: frequency penalty %g, presence penalty %g (expected "
+                           "finite)",
+                           (double)s->frequency_penalty, (double)s->presence_penalty);
   if (s->penalty_last_n < 0)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm sampler: penalty last-n %d (expected 0 or more)",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "llm sampler: penalty last-n %d (expected 0 or more)",
                            s->penalty_last_n);
   /* a repeat penalty of 0 is none (1) */
-  *out = (llm_sampler_params_t){s->temperature, s->top_p, s->top_k, (uint32_t)s->seed, (uint32_t)(s->seed >> 32),
-                                s->min_p, s->repeat_penalty > 0 ? s->repeat_penalty : 1.0f, s->frequency_penalty,
-                                s->presence_penalty, s->penalty_last_n};
+  *out = (llm_sampler_params_t){s->temperature,
+                                s->top_p,
+                                s->top_k,
+                                (uint32_t)s->seed,
+                                (uint32_t)(s->seed >> 32),
+                                s->min_p,
+                                s->repeat_penalty > 0 ? s->repeat_penalty : 1.0f,
+                                s->frequency_penalty,
+                                s->presence_penalty,
+                                s->penalty_last_n};
   return NULL;
 }
 
@@ -50,12 +67,15 @@ hcq_status_t llm_decoder_set_sampler(llm_decoder_t *m, const llm_sampler_t *s) {
 
 hcq_status_t llm_decoder_set_tokens(llm_decoder_t *m, int pos, const int32_t *ids, int n) {
   if (n < 0 || pos < 0 || pos > m->ctx - n)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: tokens %d..%d are outside the context (%d positions)", pos,
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "llm decoder: tokens %d..%d are outside the context (%d positions)", pos,
                            pos + n - 1, m->ctx);
   for (int i = 0; i < n; i++)
     if (ids[i] < 0 || ids[i] >= m->c.vocab)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: token id %d at position %d is outside the vocabulary (%d ids)",
-                             ids[i], pos + i, m->c.vocab);
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "llm decoder: token id %d at position %d is outside the vocabulary (%d ids)", ids[i],
+          pos + i, m->c.vocab);
   TRY(llm_decoder_sync(m));
   return n ? llm_write_buffer(m, m->tokens, (uint64_t)pos * 4, ids, (uint64_t)n * 4) : NULL;
 }
@@ -68,8 +88,8 @@ static hcq_status_t record(llm_decoder_t *m, hcq_fence_t *fence) {
 
 /* Runs list eagerly, or its capture (capturing it first, which runs it), and arms fence (may be
  * NULL) at what it queued. */
-static hcq_status_t run_list(llm_decoder_t *m, item_list_t *L, hcq_jit_t **jit, const hcq_var_value_t *v, size_t nv,
-                             bool graph, hcq_fence_t *fence) {
+static hcq_status_t run_list(llm_decoder_t *m, item_list_t *L, hcq_jit_t **jit,
+                             const hcq_var_value_t *v, size_t nv, bool graph, hcq_fence_t *fence) {
   if (!graph || *jit) {
     if (graph) return hcq_jit_submit(*jit, NULL, 0, v, nv, fence);
     for (size_t i = 0; i < L->n; i++) TRY(hcq_exec_item_run(&L->items[i], v, nv));
@@ -91,21 +111,30 @@ static hcq_status_t run_list(llm_decoder_t *m, item_list_t *L, hcq_jit_t **jit, 
 }
 
 static hcq_status_t step(llm_decoder_t *m, int pos, bool graph, hcq_fence_t *fence) {
-  if (m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: a batch decoder runs batches, not steps");
+  if (m->slots)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "llm decoder: a batch decoder runs batches, not steps");
   if (pos < 0 || pos >= m->ctx)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: position %d is outside the context (0..%d)", pos, m->ctx - 1);
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "llm decoder: position %d is outside the context (0..%d)", pos,
+                           m->ctx - 1);
   hcq_var_value_t v = {m->pos, pos};
   return run_list(m, &m->step, &m->step_jit, &v, 1, graph, fence);
 }
 
-hcq_status_t llm_decoder_step(llm_decoder_t *m, int pos, bool graph) { return step(m, pos, graph, NULL); }
+hcq_status_t llm_decoder_step(llm_decoder_t *m, int pos, bool graph) {
+  return step(m, pos, graph, NULL);
+}
 
 hcq_status_t llm_decoder_prefill(llm_decoder_t *m, int p0, int n, bool graph) {
   if (m->slots)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: a batch decoder runs batches, not passes");
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "llm decoder: a batch decoder runs batches, not passes");
   if (n < 1 || p0 < 0 || p0 > m->ctx - n)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: a prompt at positions %d..%d is outside the context (%d positions)",
-                           p0, p0 + n - 1, m->ctx);
+    return hcq_status_make(
+        HCQ_OUT_OF_RANGE,
+        "llm decoder: a prompt at positions %d..%d is outside the context (%d positions)", p0,
+        p0 + n - 1, m->ctx);
   for (int done = 0; done < n;) {
     int k = n - done < m->max_batch ? n - done : m->max_batch;
     hcq_var_value_t v[3] = {{m->p0, p0 + done}, {m->n, k}, {m->choose, done + k == n}};
@@ -128,7 +157,8 @@ hcq_status_t llm_decoder_capture(llm_decoder_t *m) {
 
 hcq_status_t llm_decoder_tokens(llm_decoder_t *m, int pos, int32_t *out, int n) {
   if (n < 0 || pos < 0 || pos > m->ctx + 1 - n)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: tokens %d..%d are outside 0..%d", pos, pos + n - 1, m->ctx);
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm decoder: tokens %d..%d are outside 0..%d", pos,
+                           pos + n - 1, m->ctx);
   TRY(llm_decoder_sync(m));
   return n ? hcq_buffer_copyout(m->tokens, (uint64_t)pos * 4, out, (uint64_t)n * 4) : NULL;
 }
@@ -142,7 +172,8 @@ hcq_status_t llm_decoder_batch_logits(llm_decoder_t *m, int j, float *out) {
   if (!m->slots || j < 0 || j >= m->slots)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: the logits of choosing row %d", j);
   TRY(llm_decoder_sync(m));
-  return hcq_buffer_copyout(m->logits, (uint64_t)j * (uint64_t)m->c.vocab * 4, out, (uint64_t)m->c.vocab * 4);
+  return hcq_buffer_copyout(m->logits, (uint64_t)j * (uint64_t)m->c.vocab * 4, out,
+                            (uint64_t)m->c.vocab * 4);
 }
 
 /* ---- generation ---- */
@@ -167,13 +198,14 @@ static void took(llm_generate_result_t *out, const llm_generate_options_t *o, in
   out->ended = !o->ignore_eos && o->is_end && o->is_end(o->ctx, tok);
 }
 
-hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, const llm_generate_options_t *o,
-                          llm_generate_result_t *out) {
+hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt,
+                          const llm_generate_options_t *o, llm_generate_result_t *out) {
   *out = (llm_generate_result_t){0};
   if (!o || o->steps < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_generate: bad options");
   if (nprompt < 1 || nprompt >= m->ctx)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "llm_generate: a prompt of %d tokens (the context holds %d positions)", nprompt,
-                           m->ctx);
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "llm_generate: a prompt of %d tokens (the context holds %d positions)",
+                           nprompt, m->ctx);
   int steps = o->steps < m->ctx - nprompt ? o->steps : m->ctx - nprompt;
   out->ids = malloc(((size_t)steps + 1) * sizeof(int32_t));
   double *host = malloc(((size_t)steps + 1) * sizeof(double));
@@ -183,7 +215,8 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   }
   /* Under two ranks both run the same steps (an early stop on one would leave the other waiting
-   * for it): only the rank holding the tokens reads them, and what follows an end token is dropped. */
+   * for it): only the rank holding the tokens reads them, and what follows an end token is dropped.
+   */
   bool stop_early = m->ranks == 1 || o->agree_end, reads = m->reads_tokens, all_ended = false;
   hcq_status_t st = llm_decoder_set_tokens(m, 0, prompt, nprompt);
   double t0 = hcq_model_now_ms(), t1 = t0, t_last = t0;
@@ -191,15 +224,18 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
   if (!st && steps > 0) st = llm_decoder_prefill(m, 0, nprompt, o->graph);
   if (!st && steps > 0) {
     int32_t tok = 0;
-    if (reads && !(st = record(m, m->fences[0]))) st = token_at(m, m->fences[0], nprompt, &tok);
-    else if (!reads) st = llm_decoder_sync(m);
+    if (reads && !(st = record(m, m->fences[0])))
+      st = token_at(m, m->fences[0], nprompt, &tok);
+    else if (!reads)
+      st = llm_decoder_sync(m);
     t_last = t1 = hcq_model_now_ms();
     out->prefill_ms = t1 - t0;
     if (!st && reads) took(out, o, tok);
   }
   /* Step p reads the token at p and writes p + 1. Steps are queued ahead of the one whose token is
    * awaited (LLM_STEPS_AHEAD in all), so the devices never wait for the host. */
-  int next = nprompt, read = nprompt, last = nprompt + steps - 1; /* next step to queue; next step whose token to read */
+  /* next step to queue; next step whose token to read */
+  int next = nprompt, read = nprompt, last = nprompt + steps - 1;
   if (m->ranks > 1 && o->agree_end && steps > 0) all_ended = o->agree_end(o->ctx, out->ended);
   while (!st && !(stop_early && (m->ranks > 1 ? all_ended : out->ended)) && read < last) {
     while (!st && next - read < (o->logits_in_step ? 1 : LLM_STEPS_AHEAD) && next < last) {
@@ -236,28 +272,36 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt, 
 
 /* ---- batches (a batch decoder: slots > 0) ---- */
 
-static hcq_status_t check_rows(const llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, int *nsample) {
+static hcq_status_t check_rows(const llm_decoder_t *m, const llm_batch_row_t *rows, int nrows,
+                               int *nsample) {
   if (nrows < 1 || nrows > m->max_batch)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: a batch of %d rows (expected 1 to %d)", nrows,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "llm decoder: a batch of %d rows (expected 1 to %d)", nrows,
                            m->max_batch);
   *nsample = 0;
   for (int i = 0; i < nrows; i++) {
     const llm_batch_row_t *r = &rows[i];
     if (r->slot < 0 || r->slot >= m->slots || r->pos < 0 || r->pos >= m->ctx)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d at slot %d position %d (expected slots "
-                             "0..%d, positions 0..%d)", i, r->slot, r->pos, m->slots - 1, m->ctx - 1);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "llm decoder: batch row %d at slot %d position %d (expected slots "
+                             "0..%d, positions 0..%d)",
+                             i, r->slot, r->pos, m->slots - 1, m->ctx - 1);
     if (r->token >= m->c.vocab || r->token < -2 * m->max_batch)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch row %d: token id %d is outside the vocabulary "
-                             "(%d ids) and names no token chosen on the device", i, r->token, m->c.vocab);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "llm decoder: batch row %d: token id %d is outside the vocabulary "
+                             "(%d ids) and names no token chosen on the device",
+                             i, r->token, m->c.vocab);
     if (r->sample && ++*nsample > m->slots)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: more than %d batch rows choose a token", m->slots);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "llm decoder: more than %d batch rows choose a token", m->slots);
   }
   return NULL;
 }
 
 /* The info's region of this parity (kernels.c, BATCH): {nsample, 0, 0, 0}, the rows, the choosing
  * rows' list. The other parity's region is the step in flight's: untouched. */
-static hcq_status_t write_rows(llm_decoder_t *m, int parity, const llm_batch_row_t *rows, int nrows, int nsample) {
+static hcq_status_t write_rows(llm_decoder_t *m, int parity, const llm_batch_row_t *rows, int nrows,
+                               int nsample) {
   size_t words = LLM_BATCH_REGION_WORDS(m->max_batch);
   int32_t *region = calloc(words, 4);
   if (!region) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -265,38 +309,48 @@ static hcq_status_t write_rows(llm_decoder_t *m, int parity, const llm_batch_row
   int32_t *list = region + 4 + 4 * (size_t)m->max_batch;
   for (int i = 0, j = 0; i < nrows; i++) {
     int32_t *row = region + 4 + 4 * (size_t)i;
-    row[0] = rows[i].pos, row[1] = rows[i].slot * m->ctx_alloc + rows[i].pos, row[2] = rows[i].token;
+    row[0] = rows[i].pos, row[1] = rows[i].slot * m->ctx_alloc + rows[i].pos,
+    row[2] = rows[i].token;
     if (rows[i].sample) list[j++] = i;
   }
-  hcq_status_t st = llm_write_buffer(m, m->d[0].info, (4 + (uint64_t)parity * words) * 4, region, words * 4);
+  hcq_status_t st =
+      llm_write_buffer(m, m->d[0].info, (4 + (uint64_t)parity * words) * 4, region, words * 4);
   free(region);
   return st;
 }
 
-int32_t llm_decoder_batch_chosen(const llm_decoder_t *m, int parity, int j) { return -1 - (parity * m->max_batch + j); }
+int32_t llm_decoder_batch_chosen(const llm_decoder_t *m, int parity, int j) {
+  return -1 - (parity * m->max_batch + j);
+}
 
-hcq_status_t llm_decoder_batch_submit(llm_decoder_t *m, int parity, const llm_batch_row_t *rows, int nrows,
-                                      const llm_sampler_t *samplers) {
-  if (!m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: not a batch decoder (slots 0)");
-  if (parity != 0 && parity != 1) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: parity %d", parity);
+hcq_status_t llm_decoder_batch_submit(llm_decoder_t *m, int parity, const llm_batch_row_t *rows,
+                                      int nrows, const llm_sampler_t *samplers) {
+  if (!m->slots)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: not a batch decoder (slots 0)");
+  if (parity != 0 && parity != 1)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: parity %d", parity);
   int nsample = 0;
   TRY(check_rows(m, rows, nrows, &nsample));
   llm_sampler_params_t params[LLM_MAX_SLOTS];
   for (int j = 0; j < nsample; j++) TRY(llm_sampler_params(&samplers[j], &params[j]));
-  /* the step before the one in flight, which wrote this parity's tokens and read its region, is done */
+  /* the step before the one in flight, which wrote this parity's tokens and read its region, is
+   * done */
   TRY(hcq_fence_wait(m->fences[parity], HCQ_TIMEOUT_DEFAULT));
   TRY(write_rows(m, parity, rows, nrows, nsample));
   uint64_t at = (uint64_t)parity * (uint64_t)m->max_batch * sizeof(params[0]);
-  if (nsample) TRY(llm_write_buffer(m, m->params, at, params, (uint64_t)nsample * sizeof(params[0])));
+  if (nsample)
+    TRY(llm_write_buffer(m, m->params, at, params, (uint64_t)nsample * sizeof(params[0])));
   hcq_var_value_t v[3] = {{m->n, nrows}, {m->choose, nsample}, {m->p0, parity}};
   return run_list(m, &m->pass, &m->pass_jit, v, 3, true, m->fences[parity]);
 }
 
 hcq_status_t llm_decoder_batch_tokens(llm_decoder_t *m, int parity, int nsample, int32_t *out) {
   if (!m->slots || parity < 0 || parity > 1 || nsample < 0 || nsample > m->slots)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: batch tokens of parity %d, %d of them", parity, nsample);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "llm decoder: batch tokens of parity %d, %d of them", parity, nsample);
   uint64_t first = (uint64_t)parity * (uint64_t)m->max_batch;
-  if (m->tokens_host) { /* mapped: a read once the step is done, not a copy through the device's queue */
+  if (m->tokens_host) { /* mapped: a read once the step is done, not a copy through the device's
+                           queue */
     TRY(hcq_fence_wait(m->fences[parity], HCQ_TIMEOUT_DEFAULT));
     for (int j = 0; j < nsample; j++) out[j] = m->tokens_host[first + (uint64_t)j];
     return NULL;
@@ -306,13 +360,16 @@ hcq_status_t llm_decoder_batch_tokens(llm_decoder_t *m, int parity, int nsample,
 
 hcq_status_t llm_decoder_batch_history(llm_decoder_t *m, int slot, int32_t *out, int n) {
   if (!m->slots || slot < 0 || slot >= m->slots || n < 0 || n > m->ctx)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: history of slot %d, %d positions", slot, n);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: history of slot %d, %d positions",
+                           slot, n);
   TRY(llm_decoder_sync(m));
-  return n ? hcq_buffer_copyout(m->history, (uint64_t)slot * (uint64_t)m->ctx_alloc * 4, out, (uint64_t)n * 4) : NULL;
+  return n ? hcq_buffer_copyout(m->history, (uint64_t)slot * (uint64_t)m->ctx_alloc * 4, out,
+                                (uint64_t)n * 4)
+           : NULL;
 }
 
-hcq_status_t llm_decoder_batch(llm_decoder_t *m, const llm_batch_row_t *rows, int nrows, const llm_sampler_t *samplers,
-                               int32_t *out) {
+hcq_status_t llm_decoder_batch(llm_decoder_t *m, const llm_batch_row_t *rows, int nrows,
+                               const llm_sampler_t *samplers, int32_t *out) {
   TRY(llm_decoder_sync(m));
   TRY(llm_decoder_batch_submit(m, 0, rows, nrows, samplers));
   int nsample = 0;
@@ -322,9 +379,11 @@ hcq_status_t llm_decoder_batch(llm_decoder_t *m, const llm_batch_row_t *rows, in
 }
 
 hcq_status_t llm_decoder_batch_capture(llm_decoder_t *m) {
-  if (!m->slots) return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: not a batch decoder (slots 0)");
+  if (!m->slots)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "llm decoder: not a batch decoder (slots 0)");
   if (m->pass_jit) return NULL;
-  /* slot 0's position 0 is written again by its first sequence's first row before anything reads it */
+  /* slot 0's position 0 is written again by its first sequence's first row before anything reads it
+   */
   llm_batch_row_t row = {0, 0, 0, true};
   int32_t token;
   return llm_decoder_batch(m, &row, 1, &(llm_sampler_t){0, 1, 0, 0}, &token);

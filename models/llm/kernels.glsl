@@ -20,7 +20,8 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
 #if LANES != 8 || ROWS % 8 != 0 || CLS_ROWS % 8 != 0 || HD % 4 != 0
-#error the kernels are written for groups of 8 invocations, row blocks of multiples of 8 and head sizes of multiples of 4
+#error the kernels are written for groups of 8 invocations, row blocks of multiples of 8 and\
+  head sizes of multiples of 4
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer f32s { float v[]; };
@@ -35,9 +36,9 @@ layout(buffer_reference, std430, buffer_reference_align = 32) buffer u64x4s { u6
 #define L_F16 1
 #define L_Q4 2
 #define L_Q8 3
-#define L_K4 4   // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
-#define L_K8 5   // int8 q
-#define L_K8_1 6 // int8 q, superblocks of one block (Q5_1)
+#define L_K4 4    // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
+#define L_K8 5    // int8 q
+#define L_K8_1 6  // int8 q, superblocks of one block (Q5_1)
 #define K_QB(lay) ((lay) == L_K4 ? 16u : 32u)  // bytes of a block's quants
 #define K_SB(lay) ((lay) == L_K8_1 ? 1u : 8u)  // blocks per superblock
 #define NBLK(k) (((k) + 31) / 32)
@@ -77,7 +78,7 @@ layout(buffer_reference, std430, buffer_reference_align = 32) buffer u64x4s { u6
 #define MATMUL_SET 0
 #endif
 #define KV_MUL (NH / NKV)
-#define ACT_WORDS 12u // an activation block (llm_act_block_t): d, sd, s, s16, 8 words of int8
+#define ACT_WORDS 12u  // an activation block (llm_act_block_t): d, sd, s, s16, 8 words of int8
 
 float neg_inf() { return uintBitsToFloat(0xff800000u); }
 uint lane() { return gl_LocalInvocationID.x; }
@@ -86,8 +87,8 @@ uint lane() { return gl_LocalInvocationID.x; }
 int info_p0(uint64_t info) { return i32s(info).v[0]; }
 int info_n(uint64_t info) { return i32s(info).v[1]; }
 // BATCH (a batch decoder): kernels.c's layout: p0 the step's parity, its region from word
-// 4 + p0 BATCH_REGION: {choosing rows, 3 pad}, BATCH_ROWS rows {position in the sequence, position in
-// the caches, token (< 0: tokens[-1 - token]), pad}, then the choosing rows' list.
+// 4 + p0 BATCH_REGION: {choosing rows, 3 pad}, BATCH_ROWS rows {position in the sequence, position
+// in the caches, token (< 0: tokens[-1 - token]), pad}, then the choosing rows' list.
 #ifndef BATCH
 #define BATCH 0
 #define BATCH_ROWS 1
@@ -100,7 +101,9 @@ int row_pos(uint64_t info, uint i) {
 int row_cache_pos(uint64_t info, uint i) {
   return BATCH != 0 ? i32s(info).v[region_at(info) + 5u + 4u * i] : info_p0(info) + int(i);
 }
-int batch_sample_row(uint64_t info, uint j) { return i32s(info).v[region_at(info) + 4u + 4u * uint(BATCH_ROWS) + j]; }
+int batch_sample_row(uint64_t info, uint j) {
+  return i32s(info).v[region_at(info) + 4u + 4u * uint(BATCH_ROWS) + j];
+}
 
 // Element j of row `row` of a matrix of `rows` rows and k columns in the GPU layout: for the
 // embedding and the float layouts' products, where speed does not matter.
@@ -112,7 +115,7 @@ float weight_at(uint64_t w, int lay, uint rows, uint k, uint row, uint j) {
     return (e & 1u) == 0u ? h.x : h.y;
   }
   uint nb = k / 32u, b = row * nb + j / 32u, e = j % 32u;
-  if (lay >= L_K4) { // d sc_h q - dmin m_h, as kernels.c's llm_embed
+  if (lay >= L_K4) {  // d sc_h q - dmin m_h, as kernels.c's llm_embed
     int q;
     if (lay == L_K4) {
       uint byte = (u32s(w).v[b * 4u + (e % 16u) / 4u] >> (8u * (e % 4u))) & 0xffu;
@@ -124,7 +127,8 @@ float weight_at(uint64_t w, int lay, uint rows, uint k, uint row, uint j) {
     int scm = int(u32s(sc_at).v[b]), h = int(e / 16u);
     f32s sup = f32s(sc_at + uint64_t(rows) * nb * 4u);
     uint at = 2u * (b / K_SB(lay));
-    return sup.v[at] * float(bitfieldExtract(scm, 8 * h, 8)) * float(q) - sup.v[at + 1u] * float(bitfieldExtract(scm, 16 + 8 * h, 8));
+    return sup.v[at] * float(bitfieldExtract(scm, 8 * h, 8)) * float(q) -
+           sup.v[at + 1u] * float(bitfieldExtract(scm, 16 + 8 * h, 8));
   }
   if (lay == L_Q4) {
     uint byte = (u32s(w).v[b * 4u + (e % 16u) / 4u] >> (8u * (e % 4u))) & 0xffu;
@@ -155,7 +159,8 @@ void store_block(uint64_t xq, uint b, float v[32]) {
     o.v[at + 4u + uint(j)] = word;
     if (j == 3) s16 = s;
   }
-  o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d), o.v[at + 2u] = uint(s), o.v[at + 3u] = uint(s16);
+  o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d),
+  o.v[at + 2u] = uint(s), o.v[at + 3u] = uint(s16);
 }
 
 // ---- the products ----
@@ -169,18 +174,20 @@ void store_block(uint64_t xq, uint b, float v[32]) {
 #ifdef N_IN
 #define NB (NBLK(N_IN))
 #define NBL ((NB + 7) / 8)
-ivec4 aq[NBL][8];   // the block's 32 int8 inputs, 4 a vector
+ivec4 aq[NBL][8];  // the block's 32 int8 inputs, 4 a vector
 float ad[NBL], asd[NBL];
-int asum[NBL], asum16[NBL]; // the block's sum of q, of its first 16 q (the K layouts' mins)
-uint64_t in_f;      // the token's float inputs (float layouts)
+int asum[NBL], asum16[NBL];  // the block's sum of q, of its first 16 q (the K layouts' mins)
+uint64_t in_f;               // the token's float inputs (float layouts)
 
 void load_input(uint64_t xf, uint64_t xq, uint t) {
   in_f = xf + uint64_t(t) * uint(N_IN) * 4u;
   u32s q = u32s(xq);
   for (uint k = 0u; k < uint(NBL); k++) {
     uint b = min(lane() + 8u * k, uint(NB - 1)), at = (t * uint(NB) + b) * ACT_WORDS;
-    ad[k] = uintBitsToFloat(q.v[at]), asd[k] = uintBitsToFloat(q.v[at + 1u]), asum[k] = int(q.v[at + 2u]), asum16[k] = int(q.v[at + 3u]);
-    for (uint i = 0u; i < 8u; i++) aq[k][i] = ivec4(uvec4(q.v[at + 4u + i]) << uvec4(24, 16, 8, 0)) >> 24;
+    ad[k] = uintBitsToFloat(q.v[at]), asd[k] = uintBitsToFloat(q.v[at + 1u]),
+    asum[k] = int(q.v[at + 2u]), asum16[k] = int(q.v[at + 3u]);
+    for (uint i = 0u; i < 8u; i++)
+      aq[k][i] = ivec4(uvec4(q.v[at + 4u + i]) << uvec4(24, 16, 8, 0)) >> 24;
   }
 }
 
@@ -192,11 +199,13 @@ int isum4(ivec4 p) { return p.x + p.y + p.z + p.w; }
 float k_block(uint64_t w, int lay, uint rows, uint blk, uint k) {
   uint nb = uint(N_IN) / 32u;
   uint64_t sc_at = w + uint64_t(rows) * nb * K_QB(lay);
-  ivec4 scm = ivec4(uvec4(u32s(sc_at).v[blk]) << uvec4(24, 16, 8, 0)) >> 24; // sc_0, sc_1, m_0, m_1
+  ivec4 scm =
+      ivec4(uvec4(u32s(sc_at).v[blk]) << uvec4(24, 16, 8, 0)) >> 24;  // sc_0, sc_1, m_0, m_1
   f32s sup = f32s(sc_at + uint64_t(rows) * nb * 4u);
   uint at = 2u * (blk / K_SB(lay));
   int sA = 0, sB = 0;
-  if (lay == L_K4) { // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
+  if (lay ==
+      L_K4) {  // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
     u64vec2 qq = u64x2s(w).v[blk];
     uvec4 wv = uvec4(unpackUint2x32(qq.x), unpackUint2x32(qq.y));
     for (uint i = 0u; i < 4u; i++) {
@@ -206,7 +215,8 @@ float k_block(uint64_t w, int lay, uint rows, uint blk, uint k) {
     }
   } else {
     u64vec4 qq = u64x4s(w).v[blk];
-    uvec2 p0 = unpackUint2x32(qq.x), p1 = unpackUint2x32(qq.y), p2 = unpackUint2x32(qq.z), p3 = unpackUint2x32(qq.w);
+    uvec2 p0 = unpackUint2x32(qq.x), p1 = unpackUint2x32(qq.y), p2 = unpackUint2x32(qq.z),
+          p3 = unpackUint2x32(qq.w);
     uint wv[8] = uint[8](p0.x, p0.y, p1.x, p1.y, p2.x, p2.y, p3.x, p3.y);
     for (uint i = 0u; i < 4u; i++) {
       sA += isum4((ivec4(uvec4(wv[i]) << uvec4(24, 16, 8, 0)) >> 24) * aq[k][i]);
@@ -239,11 +249,13 @@ float row_part(uint64_t w, int lay, uint rows, uint row) {
     } else if (lay == L_Q8) {
       uint blk = row * nb + min(b, nb - 1u);
       u64vec4 qq = u64x4s(w).v[blk];
-      uvec2 p0 = unpackUint2x32(qq.x), p1 = unpackUint2x32(qq.y), p2 = unpackUint2x32(qq.z), p3 = unpackUint2x32(qq.w);
+      uvec2 p0 = unpackUint2x32(qq.x), p1 = unpackUint2x32(qq.y), p2 = unpackUint2x32(qq.z),
+            p3 = unpackUint2x32(qq.w);
       uint wv[8] = uint[8](p0.x, p0.y, p1.x, p1.y, p2.x, p2.y, p3.x, p3.y);
       float d = f32s(w + uint64_t(rows) * nb * 32u).v[blk];
       int acc = 0;
-      for (uint i = 0u; i < 8u; i++) acc += isum4((ivec4(uvec4(wv[i]) << uvec4(24, 16, 8, 0)) >> 24) * aq[k][i]);
+      for (uint i = 0u; i < 8u; i++)
+        acc += isum4((ivec4(uvec4(wv[i]) << uvec4(24, 16, 8, 0)) >> 24) * aq[k][i]);
       c = (d * ad[k]) * float(acc);
     } else if (lay >= L_K4) {
       c = k_block(w, lay, rows, row * nb + min(b, nb - 1u), k);
@@ -251,7 +263,9 @@ float row_part(uint64_t w, int lay, uint rows, uint row) {
       f32s x = f32s(in_f);
       for (uint j = 0u; j < 32u; j++) {
         uint e = 32u * b + j;
-        c += e < uint(N_IN) ? weight_at(w, lay, rows, uint(N_IN), row, min(e, uint(N_IN - 1))) * x.v[min(e, uint(N_IN - 1))] : 0.0;
+        c += e < uint(N_IN) ? weight_at(w, lay, rows, uint(N_IN), row, min(e, uint(N_IN - 1))) *
+                                  x.v[min(e, uint(N_IN - 1))]
+                            : 0.0;
       }
     }
     s += ok ? c : 0.0;
@@ -259,8 +273,8 @@ float row_part(uint64_t w, int lay, uint rows, uint row) {
   return s;
 }
 
-// Round rb of 8 rows of w: lane l gets row rb + l's dot product, and `pair` that of row rb + (l ^ 1)
-// (rotary pairs). Rows past the end repeat the last one, which no lane stores.
+// Round rb of 8 rows of w: lane l gets row rb + l's dot product, and `pair` that of row rb + (l ^
+// 1) (rotary pairs). Rows past the end repeat the last one, which no lane stores.
 float round_of_8(uint64_t w, int lay, uint rows, uint rb, out float pair) {
   float mine = 0.0;
   pair = 0.0;
@@ -274,27 +288,34 @@ float round_of_8(uint64_t w, int lay, uint rows, uint rb, out float pair) {
 #endif
 
 #ifdef KERNEL_llm_embed
-// bufs: x, info, tokens, embedding; vals: p0, n. Group per token; lane l copies elements l, l + 8, ...
+// bufs: x, info, tokens, embedding; vals: p0, n. Group per token; lane l copies elements l, l + 8,
+// ...
 void main() {
   uint i = gl_WorkGroupID.x;
-  if (i == 0u && lane() == 0u) i32s(hcq_buf(1)).v[0] = hcq_val(0), i32s(hcq_buf(1)).v[1] = hcq_val(1);
-  // BATCH: the parity from the value, not the info group 0 is writing; a token < 0 chosen on the device
-  int tok = BATCH != 0 ? i32s(hcq_buf(1)).v[4u + uint(hcq_val(0)) * uint(BATCH_REGION) + 6u + 4u * i]
-                       : i32s(hcq_buf(2)).v[hcq_val(0) + int(i)];
+  if (i == 0u && lane() == 0u)
+    i32s(hcq_buf(1)).v[0] = hcq_val(0), i32s(hcq_buf(1)).v[1] = hcq_val(1);
+  // BATCH: the parity from the value, not the info group 0 is writing; a token < 0 chosen on the
+  // device
+  int tok = BATCH != 0
+                ? i32s(hcq_buf(1)).v[4u + uint(hcq_val(0)) * uint(BATCH_REGION) + 6u + 4u * i]
+                : i32s(hcq_buf(2)).v[hcq_val(0) + int(i)];
   if (BATCH != 0 && tok < 0 && tok >= -2 * BATCH_ROWS) tok = i32s(hcq_buf(2)).v[-1 - tok];
   // the slot's history (the penalties'), by cache position
   if (BATCH != 0 && lane() == 0u)
-    i32s(hcq_buf(4)).v[i32s(hcq_buf(1)).v[4u + uint(hcq_val(0)) * uint(BATCH_REGION) + 5u + 4u * i]] = tok;
+    i32s(hcq_buf(4))
+        .v[i32s(hcq_buf(1)).v[4u + uint(hcq_val(0)) * uint(BATCH_REGION) + 5u + 4u * i]] = tok;
   if (tok < 0 || tok >= VOCAB) tok = 0;
   f32s x = f32s(hcq_buf(0) + uint64_t(i) * uint(DIM) * 4u);
-  for (uint j = lane(); j < uint(DIM); j += 8u) x.v[j] = weight_at(hcq_buf(3), W_LAYOUT, uint(VOCAB), uint(DIM), uint(tok), j) * EMB_SCALE;
+  for (uint j = lane(); j < uint(DIM); j += 8u)
+    x.v[j] = weight_at(hcq_buf(3), W_LAYOUT, uint(VOCAB), uint(DIM), uint(tok), j) * EMB_SCALE;
 }
 #endif
 
 #ifdef KERNEL_llm_begin
 // bufs: info; vals: p0, n.
 void main() {
-  if (gl_WorkGroupID.x == 0u && lane() == 0u) i32s(hcq_buf(0)).v[0] = hcq_val(0), i32s(hcq_buf(0)).v[1] = hcq_val(1);
+  if (gl_WorkGroupID.x == 0u && lane() == 0u)
+    i32s(hcq_buf(0)).v[0] = hcq_val(0), i32s(hcq_buf(0)).v[1] = hcq_val(1);
 }
 #endif
 
@@ -302,7 +323,9 @@ void main() {
 // bufs: xf, xq, x, weights, info; vals: last. Group per row; lane l takes blocks l, l + 8, ...
 void main() {
   uint i = gl_WorkGroupID.x;
-  uint row = hcq_val(0) == 0 ? i : BATCH != 0 ? uint(batch_sample_row(hcq_buf(4), i)) : uint(info_n(hcq_buf(4)) - 1);
+  uint row = hcq_val(0) == 0 ? i
+             : BATCH != 0    ? uint(batch_sample_row(hcq_buf(4), i))
+                             : uint(info_n(hcq_buf(4)) - 1);
   f32s x = f32s(hcq_buf(2) + uint64_t(row) * uint(DIM) * 4u), w = f32s(hcq_buf(3));
   f32s xf = f32s(hcq_buf(0) + uint64_t(i) * uint(DIM) * 4u);
   float ss = 0.0;
@@ -332,7 +355,8 @@ void main() {
   f32s x = f32s(hcq_buf(1) + uint64_t(i) * uint(QD) * 4u);
   for (uint b = lane(); b < uint(NBLK(QD)); b += 8u) {
     float v[32];
-    for (uint j = 0u; j < 32u; j++) v[j] = 32u * b + j < uint(QD) ? x.v[min(32u * b + j, uint(QD - 1))] : 0.0;
+    for (uint j = 0u; j < 32u; j++)
+      v[j] = 32u * b + j < uint(QD) ? x.v[min(32u * b + j, uint(QD - 1))] : 0.0;
     store_block(hcq_buf(0), i * uint(NBLK(QD)) + b, v);
   }
 }
@@ -342,8 +366,8 @@ void main() {
 // bufs: q, key cache, value cache, xf, xq, wq, wk, wv, rotary table, info, kraw, bq, bk, bv. Grid:
 // (GQ + 2 GKV groups of ROWS rows, n tokens). Groups of q (QD rows), then k, then v (each starts a
 // round: rotary pairs, even row first, stay in one), plus their biases (QKV_BIAS). QKV_FUSED: q and
-// k rotated at the token's position, k into the cache; else q raw and k raw into kraw [token][KV_DIM]
-// (llm_rope_heads rotates them). Caches as [position][kv head][element].
+// k rotated at the token's position, k into the cache; else q raw and k raw into kraw
+// [token][KV_DIM] (llm_rope_heads rotates them). Caches as [position][kv head][element].
 #define GQ ((QD + ROWS - 1) / ROWS)
 #define GKV ((KV_DIM + ROWS - 1) / ROWS)
 void main() {
@@ -357,9 +381,12 @@ void main() {
   for (uint j = 0u; j < uint(ROWS / 8); j++) {
     uint rb = lg * uint(ROWS) + 8u * j, row = rb + l;
     float mine, pair;
-    if (which == 0u) mine = round_of_8(hcq_buf(5), WQ_LAYOUT, rows, rb, pair);
-    else if (which == 1u) mine = round_of_8(hcq_buf(6), WK_LAYOUT, rows, rb, pair);
-    else mine = round_of_8(hcq_buf(7), WV_LAYOUT, rows, rb, pair);
+    if (which == 0u)
+      mine = round_of_8(hcq_buf(5), WQ_LAYOUT, rows, rb, pair);
+    else if (which == 1u)
+      mine = round_of_8(hcq_buf(6), WK_LAYOUT, rows, rb, pair);
+    else
+      mine = round_of_8(hcq_buf(7), WV_LAYOUT, rows, rb, pair);
 #if QKV_BIAS
     f32s bias = f32s(hcq_buf(11u + which));
     mine += bias.v[min(row, rows - 1u)], pair += bias.v[min(rb + (l ^ 1u), rows - 1u)];
@@ -375,11 +402,14 @@ void main() {
     if (row < rows) {
       if (which == 0u) f32s(hcq_buf(0)).v[t * uint(QD) + row] = mine;
 #if QKV_FUSED
-      else if (which == 1u) f32s(hcq_buf(1)).v[at * uint(KV_DIM) + row] = mine;
+      else if (which == 1u)
+        f32s(hcq_buf(1)).v[at * uint(KV_DIM) + row] = mine;
 #else
-      else if (which == 1u) f32s(hcq_buf(10)).v[t * uint(KV_DIM) + row] = mine;
+      else if (which == 1u)
+        f32s(hcq_buf(10)).v[t * uint(KV_DIM) + row] = mine;
 #endif
-      else f32s(hcq_buf(2)).v[at * uint(KV_DIM) + row] = mine;
+      else
+        f32s(hcq_buf(2)).v[at * uint(KV_DIM) + row] = mine;
     }
   }
 }
@@ -397,7 +427,8 @@ void main() {
   bool is_q = h < uint(NH);
   uint64_t src = is_q ? hcq_buf(0) + (uint64_t(i) * uint(QD) + h * uint(HD)) * 4u
                       : hcq_buf(2) + (uint64_t(i) * uint(KV_DIM) + (h - uint(NH)) * uint(HD)) * 4u;
-  uint64_t dst = is_q ? src : hcq_buf(1) + (uint64_t(at) * uint(KV_DIM) + (h - uint(NH)) * uint(HD)) * 4u;
+  uint64_t dst =
+      is_q ? src : hcq_buf(1) + (uint64_t(at) * uint(KV_DIM) + (h - uint(NH)) * uint(HD)) * 4u;
   f32s x = f32s(src), o = f32s(dst), rot = f32s(hcq_buf(3) + uint64_t(pos) * uint(RD) * 4u);
   float inv = 1.0;
 #if QK_NORM
@@ -428,7 +459,8 @@ void main() {
 void main() {
   uint h = gl_WorkGroupID.x, i = gl_WorkGroupID.y, l = lane();
   int pos = row_pos(hcq_buf(4), i);
-  uint64_t base = uint64_t(row_cache_pos(hcq_buf(4), i) - pos); // a batch row's slot's first position
+  uint64_t base =
+      uint64_t(row_cache_pos(hcq_buf(4), i) - pos);  // a batch row's slot's first position
   uint kvh = h / uint(KV_MUL);
   int lo = WINDOW > 0 && pos >= WINDOW ? pos - WINDOW + 1 : 0;
   v4s q = v4s(hcq_buf(1) + (uint64_t(i) * uint(QD) + h * uint(HD)) * 4u);
@@ -473,10 +505,12 @@ void main() {
 #endif
 
 #ifdef KERNEL_llm_norm_add
-// bufs: x, out, weights. Group per row: x[i] += RMS norm of out[i] scaled by the weights (post-norms).
+// bufs: x, out, weights. Group per row: x[i] += RMS norm of out[i] scaled by the weights
+// (post-norms).
 void main() {
   uint i = gl_WorkGroupID.x;
-  f32s x = f32s(hcq_buf(0) + uint64_t(i) * uint(DIM) * 4u), o = f32s(hcq_buf(1) + uint64_t(i) * uint(DIM) * 4u);
+  f32s x = f32s(hcq_buf(0) + uint64_t(i) * uint(DIM) * 4u),
+       o = f32s(hcq_buf(1) + uint64_t(i) * uint(DIM) * 4u);
   f32s w = f32s(hcq_buf(2));
   float ss = 0.0;
   for (uint e = lane(); e < uint(DIM); e += 8u) ss += o.v[e] * o.v[e];
@@ -497,8 +531,8 @@ float gate_fn(float a) {
 #endif
 }
 
-// bufs: hf, hq, xf, xq, w_gate, w_up, info. Grid: (blocks of 32 FFN rows, n). h = gate_fn(gate . x) x
-// (up . x) for the block's rows (lane l: rows l, 8 + l, 16 + l, 24 + l), into hf and, quantized,
+// bufs: hf, hq, xf, xq, w_gate, w_up, info. Grid: (blocks of 32 FFN rows, n). h = gate_fn(gate . x)
+// x (up . x) for the block's rows (lane l: rows l, 8 + l, 16 + l, 24 + l), into hf and, quantized,
 // block g of hq (the rows past FFN zeros).
 void main() {
   uint g = gl_WorkGroupID.x, t = gl_WorkGroupID.y, l = lane();
@@ -517,7 +551,7 @@ void main() {
   float d = amax / 127.0, id = d != 0.0 ? 127.0 / amax : 0.0;
   int q[4], s = 0;
   for (uint j = 0u; j < 4u; j++) q[j] = int(roundEven(h[j] * id)), s += q[j];
-  int s16 = subgroupAdd(q[0] + q[1]); // rounds 0 and 1: the block's first 16 rows
+  int s16 = subgroupAdd(q[0] + q[1]);  // rounds 0 and 1: the block's first 16 rows
   s = subgroupAdd(s);
   // word w holds rows 4w .. 4w + 3: round w / 2, lanes 4 (w % 2) ..
   u32s o = u32s(hcq_buf(1));
@@ -527,17 +561,21 @@ void main() {
     uint word = subgroupAdd(mine);
     if (l == 0u) o.v[at + 4u + w] = word;
   }
-  if (l == 0u) o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d), o.v[at + 2u] = uint(s), o.v[at + 3u] = uint(s16);
+  if (l == 0u)
+    o.v[at] = floatBitsToUint(d), o.v[at + 1u] = floatBitsToUint(float(s) * d),
+    o.v[at + 2u] = uint(s), o.v[at + 3u] = uint(s16);
 }
 #endif
 
 #ifdef KERNEL_llm_classify
 // bufs: logits, best, xf, xq, classifier; vals: first group. Grid: groups of CLS_ROWS rows. The
-// group's logits and its best: best[2 g] the value's bits, best[2 g + 1] the lowest index holding it.
-// BATCH: bufs + info; grid y the choosing rows j: row j's logits at j VOCAB, its best at j 2 groups.
+// group's logits and its best: best[2 g] the value's bits, best[2 g + 1] the lowest index holding
+// it. BATCH: bufs + info; grid y the choosing rows j: row j's logits at j VOCAB, its best at j 2
+// groups.
 #define CLS_GROUPS ((VOCAB + CLS_ROWS - 1) / CLS_ROWS)
 void main() {
-  uint g = gl_WorkGroupID.x + uint(hcq_val(0)), l = lane(), r0 = g * uint(CLS_ROWS), j = gl_WorkGroupID.y;
+  uint g = gl_WorkGroupID.x + uint(hcq_val(0)), l = lane(), r0 = g * uint(CLS_ROWS),
+       j = gl_WorkGroupID.y;
   load_input(hcq_buf(2), hcq_buf(3), j);
   f32s logits = f32s(hcq_buf(0) + uint64_t(j) * uint(VOCAB) * 4u);
   uint64_t best = hcq_buf(1) + uint64_t(j) * uint(2 * CLS_GROUPS) * 4u;
@@ -552,7 +590,8 @@ void main() {
   }
   float mx = subgroupMax(top);
   int at = subgroupMin(top == mx ? arg : 0x7fffffff);
-  if (at == 0x7fffffff) at = int(r0); // every logit -inf or NaN: the group's first row, as kernels.c
+  if (at == 0x7fffffff)
+    at = int(r0);  // every logit -inf or NaN: the group's first row, as kernels.c
   if (l == 0u) i32s(best).v[2u * g] = floatBitsToInt(mx), i32s(best).v[2u * g + 1u] = at;
 }
 #endif
@@ -611,7 +650,8 @@ float logit_of(uint64_t key) { return unordered(uint(key >> ID_BITS)); }
 // kernels.c's penalize() on the keys: the counts of the last n tokens in the probabilities' words
 // (zeroed at those tokens only, then atomic increments), and the one invocation whose exchange
 // takes a token's count back to 0 rewrites its key.
-void penalize(u64s keys, u32s count, i32s tokens, int at, int n, float rep, float freq, float pres) {
+void penalize(u64s keys, u32s count, i32s tokens, int at, int n, float rep, float freq,
+              float pres) {
   uint l = lane();
   int from = at - n;
   for (int j = from + int(l); j < at; j += SEL)
@@ -640,7 +680,8 @@ uint64_t weigh(u64s keys, u64s probs, uint64_t cut, float mx, float temperature)
   uint64_t part = 0ul;
   for (uint i = lane(); i < uint(VOCAB); i += uint(SEL)) {
     uint64_t k = keys.v[i];
-    uint64_t p = k >= cut ? uint64_t(exp((logit_of(k) - mx) / temperature) * 1099511627776.0 + 0.5) : 0ul;
+    uint64_t p =
+        k >= cut ? uint64_t(exp((logit_of(k) - mx) / temperature) * 1099511627776.0 + 0.5) : 0ul;
     probs.v[i] = p;
     part += p;
   }
@@ -651,23 +692,28 @@ uint64_t weigh(u64s keys, u64s probs, uint64_t cut, float mx, float temperature)
 
 void main() {
   uint l = lane();
-  // BATCH: group j the j-th choosing row, with its own sampler (10 words), scratch, logits and best;
-  // its token into tokens[j]
+  // BATCH: group j the j-th choosing row, with its own sampler (10 words), scratch, logits and
+  // best; its token into tokens[j]
   uint j = gl_WorkGroupID.x;
   int at = info_p0(hcq_buf(5)) + info_n(hcq_buf(5)), dest = at;
   uint parity = BATCH != 0 ? uint(info_p0(hcq_buf(5))) : 0u, bj = BATCH != 0 ? j : 0u;
   if (BATCH != 0)
-    at = row_pos(hcq_buf(5), uint(batch_sample_row(hcq_buf(5), j))) + 1, dest = int(parity * uint(BATCH_ROWS) + j);
+    at = row_pos(hcq_buf(5), uint(batch_sample_row(hcq_buf(5), j))) + 1,
+    dest = int(parity * uint(BATCH_ROWS) + j);
   i32s tokens = i32s(hcq_buf(0));
-  i32s history = tokens; // the tokens before the new one (a batch row's: its slot's, from the history buffer)
+  i32s history =
+      tokens;  // the tokens before the new one (a batch row's: its slot's, from the history buffer)
   if (BATCH != 0) {
     uint row = uint(batch_sample_row(hcq_buf(5), j));
-    history = i32s(hcq_buf(6) + uint64_t(row_cache_pos(hcq_buf(5), row) - row_pos(hcq_buf(5), row)) * 4u);
+    history =
+        i32s(hcq_buf(6) + uint64_t(row_cache_pos(hcq_buf(5), row) - row_pos(hcq_buf(5), row)) * 4u);
   }
   u32s sp = u32s(hcq_buf(4) + uint64_t(parity * uint(BATCH_ROWS) + bj) * 40u);
   uint64_t scratch = hcq_buf(1) + uint64_t(bj) * uint(VOCAB) * 16u;
-  float temperature = uintBitsToFloat(sp.v[0]), top_p = uintBitsToFloat(sp.v[1]), min_p = uintBitsToFloat(sp.v[5]);
-  float rep = uintBitsToFloat(sp.v[6]), freq = uintBitsToFloat(sp.v[7]), pres = uintBitsToFloat(sp.v[8]);
+  float temperature = uintBitsToFloat(sp.v[0]), top_p = uintBitsToFloat(sp.v[1]),
+        min_p = uintBitsToFloat(sp.v[5]);
+  float rep = uintBitsToFloat(sp.v[6]), freq = uintBitsToFloat(sp.v[7]),
+        pres = uintBitsToFloat(sp.v[8]);
   int top_k = int(sp.v[2]), last_n = int(sp.v[9]);
   bool penalties = last_n > 0 && (rep != 1.0 || freq != 0.0 || pres != 0.0);
   uint64_t seed = packUint2x32(uvec2(sp.v[3], sp.v[4]));
@@ -675,7 +721,8 @@ void main() {
     i32s best = i32s(hcq_buf(2) + uint64_t(bj) * uint(hcq_val(0)) * 8u);
     uint64_t mine = 0ul;
     for (uint g = l; g < uint(hcq_val(0)); g += uint(SEL))
-      mine = max(mine, packUint2x32(uvec2(0xffffffffu - uint(best.v[2u * g + 1u]), ordered(uint(best.v[2u * g])))));
+      mine = max(mine, packUint2x32(uvec2(0xffffffffu - uint(best.v[2u * g + 1u]),
+                                          ordered(uint(best.v[2u * g])))));
     uint64_t k = reduce(mine, true);
     if (l == 0u) tokens.v[dest] = int(0xffffffffu - unpackUint2x32(k).x);
     return;
@@ -685,25 +732,31 @@ void main() {
   for (uint i = l; i < uint(VOCAB); i += uint(SEL)) keys.v[i] = key_of(logits.v[i], i);
   memoryBarrierBuffer();
   barrier();
-  if (penalties) penalize(keys, u32s(scratch + uint64_t(VOCAB) * 8u), history, at, min(last_n, at), rep, freq, pres);
+  if (penalties)
+    penalize(keys, u32s(scratch + uint64_t(VOCAB) * 8u), history, at, min(last_n, at), rep, freq,
+             pres);
   uint64_t top = 0ul;
   for (uint i = l; i < uint(VOCAB); i += uint(SEL)) top = max(top, keys.v[i]);
   top = reduce(top, true);
-  if (!(temperature > 0.0)) { // greedy over the penalised logits
+  if (!(temperature > 0.0)) {  // greedy over the penalised logits
     if (l == 0u) tokens.v[dest] = int(ID_MASK - (top & ID_MASK));
     return;
   }
   float mx = logit_of(top);
-  // llama.cpp's order: top-k, top-p and min-p on the probabilities at temperature 1, then the temperature
-  uint64_t cut = top_k > 0 && top_k < VOCAB ? search(keys, probs, true, uint64_t(top_k), false) : 0ul;
+  // llama.cpp's order: top-k, top-p and min-p on the probabilities at temperature 1, then the
+  // temperature
+  uint64_t cut =
+      top_k > 0 && top_k < VOCAB ? search(keys, probs, true, uint64_t(top_k), false) : 0ul;
   uint64_t kept = weigh(keys, probs, cut, mx, 1.0);
   if (top_p < 1.0) {
     uint64_t need = scale_down(kept, uint64_t(top_p * 16777216.0), 24);
     cut = search(keys, probs, false, need, false);
   }
-  if (min_p > 0.0) { // logit >= mx + log(min_p) (a zero as -0, the least key of the zeros)
+  if (min_p > 0.0) {  // logit >= mx + log(min_p) (a zero as -0, the least key of the zeros)
     float floor_logit = mx + log(min_p);
-    uint64_t floor_key = uint64_t(ordered(floor_logit == 0.0 ? 0x80000000u : floatBitsToUint(floor_logit))) << ID_BITS;
+    uint64_t floor_key =
+        uint64_t(ordered(floor_logit == 0.0 ? 0x80000000u : floatBitsToUint(floor_logit)))
+        << ID_BITS;
     cut = max(cut, min(floor_key, top));
   }
   kept = weigh(keys, probs, cut, mx, temperature);

@@ -1,9 +1,9 @@
-// The llama forward pass in MSL: kernels.cu's entries, work split and arithmetic (kernels.cu says it
-// all), so that one set of host twins (tests/llm_twins.h) serves the CUDA and Metal stand-ins. A
+// The llama forward pass in MSL: kernels.cu's entries, work split and arithmetic (kernels.cu says
+// it all), so that one set of host twins (tests/llm_twins.h) serves the CUDA and Metal stand-ins. A
 // threadgroup is one SIMD group of 32 (the sampler: SEL threads); sums across it are butterflies of
-// simd_shuffle_xor rather than simd_sum, whose order Metal does not specify, so every lane holds the
-// same bits and the twins can follow them. Buffers are at [[buffer(i)]], the values (where an entry
-// has any) at [[buffer(nbufs)]].
+// simd_shuffle_xor rather than simd_sum, whose order Metal does not specify, so every lane holds
+// the same bits and the twins can follow them. Buffers are at [[buffer(i)]], the values (where an
+// entry has any) at [[buffer(nbufs)]].
 //
 // The decoder compiles it once per entry after the #defines kernels.cu gets.
 // tests/llm_twins.h has host twins of these kernels for the stand-in: change both.
@@ -11,17 +11,18 @@
 using namespace metal;
 
 static_assert(ROWS == 32 && CLS_ROWS % 32 == 0 && SEL % 32 == 0 && HD % 4 == 0,
-              "the kernels are written for SIMD groups of 32 rows, classifier groups of multiples of 32 and head sizes of multiples of 4");
+              "the kernels are written for SIMD groups of 32 rows, classifier groups of multiples "
+              "of 32 and head sizes of multiples of 4");
 
 #define L_F32 0
 #define L_F16 1
 #define L_Q4 2
 #define L_Q8 3
-#define L_K4 4   // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
-#define L_K8 5   // int8 q
-#define L_K8_1 6 // int8 q, superblocks of one block (Q5_1)
-#define K_QB(lay) ((lay) == L_K4 ? 16 : 32) // bytes of a block's quants
-#define K_SB(lay) ((lay) == L_K8_1 ? 1 : 8) // blocks per superblock
+#define L_K4 4    // the K layouts (quant.h): d sc_h q - dmin m_h; 4-bit q, superblocks of 8 blocks
+#define L_K8 5    // int8 q
+#define L_K8_1 6  // int8 q, superblocks of one block (Q5_1)
+#define K_QB(lay) ((lay) == L_K4 ? 16 : 32)  // bytes of a block's quants
+#define K_SB(lay) ((lay) == L_K8_1 ? 1 : 8)  // blocks per superblock
 #define NBLK(k) (((k) + 31) / 32)
 #define KV_DIM (NKV * HD)
 #define KV_MUL (NH / NKV)
@@ -62,7 +63,7 @@ static_assert(ROWS == 32 && CLS_ROWS % 32 == 0 && SEL % 32 == 0 && HD % 4 == 0,
 
 struct act {
   float d, sd;
-  int s, s16; // the sum of the q, of the first 16 (the K layouts' mins)
+  int s, s16;  // the sum of the q, of the first 16 (the K layouts' mins)
   int q[8];
 };
 
@@ -92,11 +93,12 @@ static float weight_at(device const uchar *w, int lay, ulong rows, ulong k, ulon
   if (lay == L_F32) return ((device const float *)w)[row * k + j];
   if (lay == L_F16) return float(((device const half *)w)[row * k + j]);
   ulong nb = k / 32, b = row * nb + j / 32, e = j % 32;
-  if (lay >= L_K4) { // d sc_h q - dmin m_h, as kernels.c's llm_embed
+  if (lay >= L_K4) {  // d sc_h q - dmin m_h, as kernels.c's llm_embed
     uchar by = w[b * 16 + e % 16];
     int q = lay == L_K4 ? int(e < 16 ? by & 15 : by >> 4) : int(as_type<char>(w[b * 32 + e]));
     device const char *scm = (device const char *)(w + rows * nb * K_QB(lay)) + 4 * b;
-    device const float *sup = (device const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (b / K_SB(lay));
+    device const float *sup =
+        (device const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (b / K_SB(lay));
     return sup[0] * float(scm[e / 16]) * float(q) - sup[1] * float(scm[2 + e / 16]);
   }
   if (lay == L_Q4) {
@@ -141,7 +143,8 @@ struct input {
   device const float *f;
 };
 
-static void load_input(thread input &in, device const float *xf, device const act *xq, uint t, uint l) {
+static void load_input(thread input &in, device const float *xf, device const act *xq, uint t,
+                       uint l) {
   in.f = xf + ulong(t) * N_IN;
   for (int k = 0; k < NBL; k++) {
     uint b = l + 32u * k;
@@ -152,12 +155,15 @@ static void load_input(thread input &in, device const float *xf, device const ac
 }
 
 // Block blk of a K layout times the lane's k-th input block (kernels.cu's k_block).
-static float k_block(thread const input &in, int k, device const uchar *w, int lay, ulong rows, ulong blk) {
+static float k_block(thread const input &in, int k, device const uchar *w, int lay, ulong rows,
+                     ulong blk) {
   const ulong nb = N_IN / 32;
   device const char *scm = (device const char *)(w + rows * nb * K_QB(lay)) + 4 * blk;
-  device const float *dm = (device const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (blk / K_SB(lay));
+  device const float *dm =
+      (device const float *)(w + rows * nb * (K_QB(lay) + 4)) + 2 * (blk / K_SB(lay));
   int sA = 0, sB = 0;
-  if (lay == L_K4) { // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
+  if (lay ==
+      L_K4) {  // element i < 16 the low nibble of byte i (half A), i + 16 its high one (half B)
     uint4 wv = ((device const uint4 *)w)[blk];
     for (int i = 0; i < 4; i++) {
       sA += dot4(wv[i] & 0x0f0f0f0fu, in.q[k][i]);
@@ -167,11 +173,13 @@ static float k_block(thread const input &in, int k, device const uchar *w, int l
     uint4 w0 = ((device const uint4 *)w)[2 * blk], w1 = ((device const uint4 *)w)[2 * blk + 1];
     for (int i = 0; i < 4; i++) sA += dot4(w0[i], in.q[k][i]), sB += dot4(w1[i], in.q[k][4 + i]);
   }
-  int isum = int(scm[0]) * sA + int(scm[1]) * sB, msum = int(scm[2]) * in.s16[k] + int(scm[3]) * (in.s[k] - in.s16[k]);
+  int isum = int(scm[0]) * sA + int(scm[1]) * sB,
+      msum = int(scm[2]) * in.s16[k] + int(scm[3]) * (in.s[k] - in.s16[k]);
   return (dm[0] * in.d[k]) * float(isum) - (dm[1] * in.d[k]) * float(msum);
 }
 
-static float row_part(thread const input &in, device const uchar *w, int lay, ulong rows, ulong row, uint l) {
+static float row_part(thread const input &in, device const uchar *w, int lay, ulong rows, ulong row,
+                      uint l) {
   const ulong nb = N_IN / 32;
   float s = 0.0f;
   for (int k = 0; k < NBL; k++) {
@@ -209,7 +217,8 @@ static float row_part(thread const input &in, device const uchar *w, int lay, ul
   return s;
 }
 
-static float rows32(thread const input &in, device const uchar *w, int lay, uint rows, uint rb, uint l) {
+static float rows32(thread const input &in, device const uchar *w, int lay, uint rows, uint rb,
+                    uint l) {
   float mine = 0.0f;
   for (uint r = 0; r < 32; r++) {
     float s = lane_sum(row_part(in, w, lay, rows, rb + r < rows ? rb + r : rows - 1, l));
@@ -220,28 +229,33 @@ static float rows32(thread const input &in, device const uchar *w, int lay, uint
 #endif
 
 #ifdef KERNEL_llm_embed
-kernel void llm_embed(device float *x [[buffer(0)]], device int *info [[buffer(1)]], device const int *tokens [[buffer(2)]],
-                      device const uchar *emb [[buffer(3)]], constant int *v [[buffer(4)]],
-                      uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+kernel void llm_embed(device float *x [[buffer(0)]], device int *info [[buffer(1)]],
+                      device const int *tokens [[buffer(2)]], device const uchar *emb [[buffer(3)]],
+                      constant int *v [[buffer(4)]], uint3 tg [[threadgroup_position_in_grid]],
+                      uint3 tid [[thread_position_in_threadgroup]]) {
   uint i = tg.x, l = tid.x;
   if (i == 0 && l == 0) info[0] = v[0], info[1] = v[1];
   int tok = tokens[v[0] + int(i)];
   if (tok < 0 || tok >= VOCAB) tok = 0;
-  for (uint j = l; j < DIM; j += 32) x[ulong(i) * DIM + j] = weight_at(emb, W_LAYOUT, VOCAB, DIM, ulong(tok), j) * EMB_SCALE;
+  for (uint j = l; j < DIM; j += 32)
+    x[ulong(i) * DIM + j] = weight_at(emb, W_LAYOUT, VOCAB, DIM, ulong(tok), j) * EMB_SCALE;
 }
 #endif
 
 #ifdef KERNEL_llm_begin
-kernel void llm_begin(device int *info [[buffer(0)]], constant int *v [[buffer(1)]], uint3 tg [[threadgroup_position_in_grid]],
+kernel void llm_begin(device int *info [[buffer(0)]], constant int *v [[buffer(1)]],
+                      uint3 tg [[threadgroup_position_in_grid]],
                       uint3 tid [[thread_position_in_threadgroup]]) {
   if (tg.x == 0 && tid.x == 0) info[0] = v[0], info[1] = v[1];
 }
 #endif
 
 #ifdef KERNEL_llm_norm
-kernel void llm_norm(device float *xf [[buffer(0)]], device act *xq [[buffer(1)]], device const float *x [[buffer(2)]],
-                     device const float *w [[buffer(3)]], device const int *info [[buffer(4)]], constant int *v [[buffer(5)]],
-                     uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+kernel void llm_norm(device float *xf [[buffer(0)]], device act *xq [[buffer(1)]],
+                     device const float *x [[buffer(2)]], device const float *w [[buffer(3)]],
+                     device const int *info [[buffer(4)]], constant int *v [[buffer(5)]],
+                     uint3 tg [[threadgroup_position_in_grid]],
+                     uint3 tid [[thread_position_in_threadgroup]]) {
   uint i = tg.x, l = tid.x, row = v[0] ? uint(info[1] - 1) : i;
   device const float *xr = x + ulong(row) * DIM;
   float ss = 0.0f;
@@ -263,7 +277,8 @@ kernel void llm_norm(device float *xf [[buffer(0)]], device act *xq [[buffer(1)]
 #ifdef KERNEL_llm_quantize
 // Rows of QD (the attention output).
 kernel void llm_quantize(device act *out [[buffer(0)]], device const float *in [[buffer(1)]],
-                         uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+                         uint3 tg [[threadgroup_position_in_grid]],
+                         uint3 tid [[thread_position_in_threadgroup]]) {
   uint i = tg.x;
   for (uint b = tid.x; b < NBLK(QD); b += 32) {
     float vals[32];
@@ -278,8 +293,9 @@ kernel void llm_quantize(device act *out [[buffer(0)]], device const float *in [
 // q and k raw (QKV_FUSED 0: k into kraw, llm_rope_heads rotates them).
 #define GQ ((QD + 31) / 32)
 #define GKV ((KV_DIM + 31) / 32)
-kernel void llm_qkv(device float *q [[buffer(0)]], device float *kc [[buffer(1)]], device float *vc [[buffer(2)]],
-                    device const float *xf [[buffer(3)]], device const act *xq [[buffer(4)]], device const uchar *wq [[buffer(5)]],
+kernel void llm_qkv(device float *q [[buffer(0)]], device float *kc [[buffer(1)]],
+                    device float *vc [[buffer(2)]], device const float *xf [[buffer(3)]],
+                    device const act *xq [[buffer(4)]], device const uchar *wq [[buffer(5)]],
                     device const uchar *wk [[buffer(6)]], device const uchar *wv [[buffer(7)]],
                     device const float *rope [[buffer(8)]], device const int *info [[buffer(9)]],
 #if !QKV_FUSED || QKV_BIAS
@@ -289,7 +305,8 @@ kernel void llm_qkv(device float *q [[buffer(0)]], device float *kc [[buffer(1)]
                     device const float *bq [[buffer(11)]], device const float *bk [[buffer(12)]],
                     device const float *bv [[buffer(13)]],
 #endif
-                    uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+                    uint3 tg [[threadgroup_position_in_grid]],
+                    uint3 tid [[thread_position_in_threadgroup]]) {
   uint g = tg.x, t = tg.y, l = tid.x;
   uint pos = uint(info[0]) + t;
   uint which = g < GQ ? 0 : g < GQ + GKV ? 1 : 2;
@@ -316,27 +333,36 @@ kernel void llm_qkv(device float *q [[buffer(0)]], device float *kc [[buffer(1)]
   if (row < rows) {
     if (which == 0) q[ulong(t) * QD + row] = mine;
 #if QKV_FUSED
-    else if (which == 1) kc[ulong(pos) * KV_DIM + row] = mine;
+    else if (which == 1)
+      kc[ulong(pos) * KV_DIM + row] = mine;
 #else
-    else if (which == 1) kraw[ulong(t) * KV_DIM + row] = mine;
+    else if (which == 1)
+      kraw[ulong(t) * KV_DIM + row] = mine;
 #endif
-    else vc[ulong(pos) * KV_DIM + row] = mine;
+    else
+      vc[ulong(pos) * KV_DIM + row] = mine;
   }
 }
 #endif
 
 #ifdef KERNEL_llm_rope_heads
-// kernels.cu's llm_rope_heads: grid (NH + NKV heads, n tokens); a head of q (in place) or of k (from
-// kraw into the cache), RMS-normed (QK_NORM), rotated: pairs (2j, 2j + 1) or, ROPE_NEOX, (j, j + RD / 2).
-kernel void llm_rope_heads(device float *q [[buffer(0)]], device float *kc [[buffer(1)]], device const float *kraw [[buffer(2)]],
-                           device const float *rope [[buffer(3)]], device const int *info [[buffer(4)]],
+// kernels.cu's llm_rope_heads: grid (NH + NKV heads, n tokens); a head of q (in place) or of k
+// (from kraw into the cache), RMS-normed (QK_NORM), rotated: pairs (2j, 2j + 1) or, ROPE_NEOX, (j,
+// j + RD / 2).
+kernel void llm_rope_heads(device float *q [[buffer(0)]], device float *kc [[buffer(1)]],
+                           device const float *kraw [[buffer(2)]],
+                           device const float *rope [[buffer(3)]],
+                           device const int *info [[buffer(4)]],
 #if QK_NORM
-                           device const float *q_norm [[buffer(5)]], device const float *k_norm [[buffer(6)]],
+                           device const float *q_norm [[buffer(5)]],
+                           device const float *k_norm [[buffer(6)]],
 #endif
-                           uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+                           uint3 tg [[threadgroup_position_in_grid]],
+                           uint3 tid [[thread_position_in_threadgroup]]) {
   uint h = tg.x, i = tg.y, l = tid.x, pos = uint(info[0]) + i;
   bool is_q = h < NH;
-  device const float *x = is_q ? q + ulong(i) * QD + h * HD : kraw + ulong(i) * KV_DIM + (h - NH) * HD;
+  device const float *x =
+      is_q ? q + ulong(i) * QD + h * HD : kraw + ulong(i) * KV_DIM + (h - NH) * HD;
   device float *o = is_q ? q + ulong(i) * QD + h * HD : kc + ulong(pos) * KV_DIM + (h - NH) * HD;
   device const float *rot = rope + ulong(pos) * RD;
 #if QK_NORM
@@ -366,15 +392,17 @@ kernel void llm_rope_heads(device float *q [[buffer(0)]], device float *kc [[buf
 
 #ifdef KERNEL_llm_attn
 #define H4 (HD / 4)
-kernel void llm_attn(device float *out [[buffer(0)]], device const float *q [[buffer(1)]], device const float *kc [[buffer(2)]],
-                     device const float *vc [[buffer(3)]], device const int *info [[buffer(4)]],
-                     uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+kernel void llm_attn(device float *out [[buffer(0)]], device const float *q [[buffer(1)]],
+                     device const float *kc [[buffer(2)]], device const float *vc [[buffer(3)]],
+                     device const int *info [[buffer(4)]],
+                     uint3 tg [[threadgroup_position_in_grid]],
+                     uint3 tid [[thread_position_in_threadgroup]]) {
   uint h = tg.x, i = tg.y, l = tid.x;
   int pos = info[0] + int(i);
   uint kvh = h / KV_MUL;
   device const float4 *qh = (device const float4 *)(q + ulong(i) * QD + h * HD);
   float scale = ATTN_SCALE;
-  int lo = WINDOW > 0 && pos >= WINDOW ? pos - WINDOW + 1 : 0; // a sliding window's first position
+  int lo = WINDOW > 0 && pos >= WINDOW ? pos - WINDOW + 1 : 0;  // a sliding window's first position
   float4 qv[H4], acc[H4];
   for (int e = 0; e < H4; e++) qv[e] = qh[e], acc[e] = float4(0.0f);
   float m = LOW, total = 0.0f;
@@ -396,8 +424,8 @@ kernel void llm_attn(device float *out [[buffer(0)]], device const float *q [[bu
   float sum = lane_sum(total * w);
   device float4 *o = (device float4 *)(out + ulong(i) * QD + h * HD);
   for (int e = 0; e < H4; e++) {
-    float4 r = float4(lane_sum(acc[e].x * w) / sum, lane_sum(acc[e].y * w) / sum, lane_sum(acc[e].z * w) / sum,
-                      lane_sum(acc[e].w * w) / sum);
+    float4 r = float4(lane_sum(acc[e].x * w) / sum, lane_sum(acc[e].y * w) / sum,
+                      lane_sum(acc[e].z * w) / sum, lane_sum(acc[e].w * w) / sum);
     if (e % 32 == int(l)) o[e] = r;
   }
 }
@@ -407,22 +435,25 @@ kernel void llm_attn(device float *out [[buffer(0)]], device const float *q [[bu
 kernel void llm_matmul_add(device float *x [[buffer(0)]], device const float *inf [[buffer(1)]],
                            device const act *inq [[buffer(2)]], device const uchar *w [[buffer(3)]],
                            device const int *info [[buffer(4)]], constant int *v [[buffer(5)]],
-                           uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+                           uint3 tg [[threadgroup_position_in_grid]],
+                           uint3 tid [[thread_position_in_threadgroup]]) {
   uint g = tg.x, t = tg.y, l = tid.x;
   input in;
   load_input(in, inf, inq, t, l);
   float mine = rows32(in, w, W_LAYOUT, DIM, 32 * g, l);
   if (32 * g + l < DIM) {
     device float *dst = &x[ulong(t) * DIM + 32 * g + l];
-    *dst = MATMUL_SET ? mine : *dst + mine; // MATMUL_SET: post-norms, llm_norm_add adds it normed
+    *dst = MATMUL_SET ? mine : *dst + mine;  // MATMUL_SET: post-norms, llm_norm_add adds it normed
   }
 }
 #endif
 
 #ifdef KERNEL_llm_norm_add
 // Threadgroup per row: x[i] += RMS norm of out[i] scaled by the weights (post-norms).
-kernel void llm_norm_add(device float *x [[buffer(0)]], device const float *out [[buffer(1)]], device const float *w [[buffer(2)]],
-                         uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+kernel void llm_norm_add(device float *x [[buffer(0)]], device const float *out [[buffer(1)]],
+                         device const float *w [[buffer(2)]],
+                         uint3 tg [[threadgroup_position_in_grid]],
+                         uint3 tid [[thread_position_in_threadgroup]]) {
   uint i = tg.x, l = tid.x;
   device const float *o = out + ulong(i) * DIM;
   float ss = 0.0f;
@@ -442,14 +473,17 @@ static float gate_fn(float a) {
   return a / (1.0f + exp(-a));
 #endif
 }
-kernel void llm_gate_up(device float *hf [[buffer(0)]], device act *hq [[buffer(1)]], device const float *xf [[buffer(2)]],
-                        device const act *xq [[buffer(3)]], device const uchar *wg [[buffer(4)]],
-                        device const uchar *wu [[buffer(5)]], device const int *info [[buffer(6)]],
-                        uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+kernel void llm_gate_up(device float *hf [[buffer(0)]], device act *hq [[buffer(1)]],
+                        device const float *xf [[buffer(2)]], device const act *xq [[buffer(3)]],
+                        device const uchar *wg [[buffer(4)]], device const uchar *wu [[buffer(5)]],
+                        device const int *info [[buffer(6)]],
+                        uint3 tg [[threadgroup_position_in_grid]],
+                        uint3 tid [[thread_position_in_threadgroup]]) {
   uint g = tg.x, t = tg.y, l = tid.x, row = 32 * g + l;
   input in;
   load_input(in, xf, xq, t, l);
-  float a = rows32(in, wg, WG_LAYOUT, FFN, 32 * g, l), u = rows32(in, wu, WU_LAYOUT, FFN, 32 * g, l);
+  float a = rows32(in, wg, WG_LAYOUT, FFN, 32 * g, l),
+        u = rows32(in, wu, WU_LAYOUT, FFN, 32 * g, l);
   float h = row < FFN ? gate_fn(a) * u : 0.0f;
   if (row < FFN) hf[ulong(t) * FFN + row] = h;
   float amax = lane_max(fabs(h)), d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
@@ -461,9 +495,11 @@ kernel void llm_gate_up(device float *hf [[buffer(0)]], device act *hq [[buffer(
 #endif
 
 #ifdef KERNEL_llm_classify
-kernel void llm_classify(device float *logits [[buffer(0)]], device int *best [[buffer(1)]], device const float *xf [[buffer(2)]],
-                         device const act *xq [[buffer(3)]], device const uchar *w [[buffer(4)]], constant int *v [[buffer(5)]],
-                         uint3 tg [[threadgroup_position_in_grid]], uint3 tid [[thread_position_in_threadgroup]]) {
+kernel void llm_classify(device float *logits [[buffer(0)]], device int *best [[buffer(1)]],
+                         device const float *xf [[buffer(2)]], device const act *xq [[buffer(3)]],
+                         device const uchar *w [[buffer(4)]], constant int *v [[buffer(5)]],
+                         uint3 tg [[threadgroup_position_in_grid]],
+                         uint3 tid [[thread_position_in_threadgroup]]) {
   uint g = tg.x + uint(v[0]), l = tid.x, r0 = g * CLS_ROWS;
   input in;
   load_input(in, xf, xq, 0, l);
@@ -478,7 +514,8 @@ kernel void llm_classify(device float *logits [[buffer(0)]], device int *best [[
   }
   float mx = lane_max(top);
   int at = lane_min_i(top == mx ? arg : 0x7fffffff);
-  if (at == 0x7fffffff) at = int(r0); // every logit at LOW or NaN: the group's first row, as kernels.c
+  if (at == 0x7fffffff)
+    at = int(r0);  // every logit at LOW or NaN: the group's first row, as kernels.c
   if (l == 0) best[2 * g] = as_type<int>(mx), best[2 * g + 1] = at;
 }
 #endif
@@ -500,8 +537,8 @@ static float unordered(uint o) { return as_type<float>((o & 0x80000000u) ? o & 0
 #define ID_MASK ((1ul << ID_BITS) - 1ul)
 #define KEY_BITS (32 + ID_BITS)
 
-static ulong search(threadgroup ulong *red, device const ulong *keys, device const ulong *probs, bool count, ulong need,
-                    bool above, uint l) {
+static ulong search(threadgroup ulong *red, device const ulong *keys, device const ulong *probs,
+                    bool count, ulong need, bool above, uint l) {
   ulong k = 0;
   for (int bit = KEY_BITS - 1; bit >= 0; bit--) {
     ulong trial = k | (1ul << bit), part = 0;
@@ -521,14 +558,15 @@ static float logit_of(ulong key) { return unordered(uint(key >> ID_BITS)); }
 
 // kernels.glsl's penalize(): the counts of the last n tokens in the probabilities' words, the
 // thread whose exchange takes a token's count back to 0 rewrites its key.
-static void penalize(device ulong *keys, device atomic_uint *count, device const int *tokens, int at, int n, float rep,
-                     float freq, float pres, uint l) {
+static void penalize(device ulong *keys, device atomic_uint *count, device const int *tokens,
+                     int at, int n, float rep, float freq, float pres, uint l) {
   int from = at - n;
   for (int j = from + int(l); j < at; j += SEL)
     if (uint(tokens[j]) < VOCAB) atomic_store_explicit(&count[tokens[j]], 0u, memory_order_relaxed);
   threadgroup_barrier(mem_flags::mem_device);
   for (int j = from + int(l); j < at; j += SEL)
-    if (uint(tokens[j]) < VOCAB) atomic_fetch_add_explicit(&count[tokens[j]], 1u, memory_order_relaxed);
+    if (uint(tokens[j]) < VOCAB)
+      atomic_fetch_add_explicit(&count[tokens[j]], 1u, memory_order_relaxed);
   threadgroup_barrier(mem_flags::mem_device);
   for (int j = from + int(l); j < at; j += SEL) {
     int t = tokens[j];
@@ -543,8 +581,8 @@ static void penalize(device ulong *keys, device atomic_uint *count, device const
 }
 
 // The probabilities exp((logit - mx) / temperature) x 2^40 of the keys from cut up; their sum.
-static ulong weigh(threadgroup ulong *red, device const ulong *keys, device ulong *probs, ulong cut, float mx,
-                   float temperature, uint l) {
+static ulong weigh(threadgroup ulong *red, device const ulong *keys, device ulong *probs, ulong cut,
+                   float mx, float temperature, uint l) {
   ulong part = 0;
   for (uint i = l; i < VOCAB; i += SEL) {
     ulong k = keys[i];
@@ -556,13 +594,16 @@ static ulong weigh(threadgroup ulong *red, device const ulong *keys, device ulon
   return reduce(red, part, false, l);
 }
 
-kernel void llm_select(device int *tokens [[buffer(0)]], device ulong *scratch [[buffer(1)]], device const int *best [[buffer(2)]],
-                       device const float *logits [[buffer(3)]], device const uint *sp [[buffer(4)]],
-                       device const int *info [[buffer(5)]], constant int *v [[buffer(6)]],
+kernel void llm_select(device int *tokens [[buffer(0)]], device ulong *scratch [[buffer(1)]],
+                       device const int *best [[buffer(2)]],
+                       device const float *logits [[buffer(3)]],
+                       device const uint *sp [[buffer(4)]], device const int *info [[buffer(5)]],
+                       constant int *v [[buffer(6)]],
                        uint3 tid [[thread_position_in_threadgroup]]) {
   threadgroup ulong red[SEL];
   uint l = tid.x;
-  float temperature = as_type<float>(sp[0]), top_p = as_type<float>(sp[1]), min_p = as_type<float>(sp[5]);
+  float temperature = as_type<float>(sp[0]), top_p = as_type<float>(sp[1]),
+        min_p = as_type<float>(sp[5]);
   float rep = as_type<float>(sp[6]), freq = as_type<float>(sp[7]), pres = as_type<float>(sp[8]);
   int top_k = int(sp[2]), last_n = int(sp[9]);
   bool penalties = last_n > 0 && (rep != 1.0f || freq != 0.0f || pres != 0.0f);
@@ -571,7 +612,8 @@ kernel void llm_select(device int *tokens [[buffer(0)]], device ulong *scratch [
   if (!(temperature > 0.0f) && !penalties) {
     ulong mine = 0;
     for (int g = int(l); g < v[0]; g += SEL)
-      mine = max(mine, ulong(ordered(uint(best[2 * g]))) << 32 | ulong(0xffffffffu - uint(best[2 * g + 1])));
+      mine = max(mine, ulong(ordered(uint(best[2 * g]))) << 32 |
+                           ulong(0xffffffffu - uint(best[2 * g + 1])));
     ulong k = reduce(red, mine, true, l);
     if (l == 0) tokens[at] = int(0xffffffffu - uint(k));
     return;
@@ -584,18 +626,23 @@ kernel void llm_select(device int *tokens [[buffer(0)]], device ulong *scratch [
   ulong top = 0;
   for (uint i = l; i < VOCAB; i += SEL) top = max(top, keys[i]);
   top = reduce(red, top, true, l);
-  if (!(temperature > 0.0f)) { // greedy over the penalised logits
+  if (!(temperature > 0.0f)) {  // greedy over the penalised logits
     if (l == 0) tokens[at] = int(ID_MASK - (top & ID_MASK));
     return;
   }
   float mx = logit_of(top);
-  // llama.cpp's order: top-k, top-p and min-p on the probabilities at temperature 1, then the temperature
-  ulong cut = top_k > 0 && top_k < VOCAB ? search(red, keys, probs, true, ulong(top_k), false, l) : 0;
+  // llama.cpp's order: top-k, top-p and min-p on the probabilities at temperature 1, then the
+  // temperature
+  ulong cut =
+      top_k > 0 && top_k < VOCAB ? search(red, keys, probs, true, ulong(top_k), false, l) : 0;
   ulong kept = weigh(red, keys, probs, cut, mx, 1.0f, l);
-  if (top_p < 1.0f) cut = search(red, keys, probs, false, scale_down(kept, ulong(top_p * 16777216.0f), 24), false, l);
-  if (min_p > 0.0f) { // logit >= mx + log(min_p) (a zero as -0, the least key of the zeros)
+  if (top_p < 1.0f)
+    cut =
+        search(red, keys, probs, false, scale_down(kept, ulong(top_p * 16777216.0f), 24), false, l);
+  if (min_p > 0.0f) {  // logit >= mx + log(min_p) (a zero as -0, the least key of the zeros)
     float floor_logit = mx + log(min_p);
-    ulong floor_key = ulong(ordered(floor_logit == 0.0f ? 0x80000000u : as_type<uint>(floor_logit))) << ID_BITS;
+    ulong floor_key = ulong(ordered(floor_logit == 0.0f ? 0x80000000u : as_type<uint>(floor_logit)))
+                      << ID_BITS;
     cut = max(cut, min(floor_key, top));
   }
   kept = weigh(red, keys, probs, cut, mx, temperature, l);

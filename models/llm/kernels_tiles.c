@@ -1,18 +1,17 @@
 /* The CPU kernels' matrix products (kernels.c's first part: decoder_items.c compiles this file and
- * kernels.c as one source, this one first): the activation blocks, the weight layouts (quant.h), the
- * vector helpers and the activations' quantization (which kernels.c's entries use too) and one row
- * group's products with the inputs of a few tokens, in three versions: AVX-512 VNNI, AVX2
- * (with AVX-VNNI when present) and portable C, chosen where the kernel is compiled (-march=native;
+ * kernels.c as one source, this one first): the activation blocks, the weight layouts (quant.h),
+ * the vector helpers and the activations' quantization (which kernels.c's entries use too) and one
+ * row group's products with the inputs of a few tokens, in three versions: AVX-512 VNNI, AVX2 (with
+ * AVX-VNNI when present) and portable C, chosen where the kernel is compiled (-march=native;
  * LLM_ISA_CAP, from HCQ_LLM_KERNELS, caps the choice so that the tests run every version on one
- * machine). They compute the same integer sums and the same float operations in the same order (fmaf
- * in C), so they give the same bits. kernels.c's header says how the products work. */
+ * machine). They compute the same integer sums and the same float operations in the same order
+ * (fmaf in C), so they give the same bits. kernels.c's header says how the products work. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) && (defined(__AVX2__) || defined(__AVX512F__))
 #include <immintrin.h>
 #endif
-
 
 #ifndef LLM_ISA_CAP
 #define LLM_ISA_CAP 3
@@ -33,7 +32,8 @@
 #define L_F16 1
 #define L_Q4 2
 #define L_Q8 3
-#define L_K4 4   /* two-level scales: d sc_h q - dmin m_h (quant.h), 4-bit q, superblocks of 8 blocks */
+#define L_K4 \
+  4 /* two-level scales: d sc_h q - dmin m_h (quant.h), 4-bit q, superblocks of 8 blocks */
 #define L_K8 5   /* the same with int8 q */
 #define L_K8_1 6 /* L_K8 with superblocks of one block (Q5_1) */
 #define L_Q5 7   /* 4-bit nibbles as L_Q4 plus a plane of fifth bits, d (q - 16) (Q5_0) */
@@ -46,8 +46,8 @@ typedef struct {
 } act_t;
 _Static_assert(sizeof(act_t) == 48, "activation block");
 
-/* The K layouts: blocks per superblock, bytes of a block's quants, of a block (quants, int8 sc[2][16],
- * int8 m[2][16]) and of a superblock (half d[16], half dmin[16], its blocks). */
+/* The K layouts: blocks per superblock, bytes of a block's quants, of a block (quants, int8
+ * sc[2][16], int8 m[2][16]) and of a superblock (half d[16], half dmin[16], its blocks). */
 #define K_SB(layout) ((layout) == L_K8_1 ? 1 : 8)
 #define K_QB(layout) ((layout) == L_K4 ? 256 : 512)
 #define K_BB(layout) (K_QB(layout) + 64)
@@ -100,9 +100,9 @@ static inline float half_at(const uint8_t *p, int i) {
 }
 
 /* ---- vectors (GCC's and clang's vector extensions) for the float work ----
- * 16 lanes on every machine (two 256-bit registers where there is no AVX-512): the sums across lanes
- * (the RMS norm's, the softmax's) then run in the same order everywhere, so every machine computes
- * the same bits, not only every kernel version on one machine. */
+ * 16 lanes on every machine (two 256-bit registers where there is no AVX-512): the sums across
+ * lanes (the RMS norm's, the softmax's) then run in the same order everywhere, so every machine
+ * computes the same bits, not only every kernel version on one machine. */
 #define VW 16
 typedef float vf __attribute__((vector_size(VW * 4)));
 typedef int32_t vi __attribute__((vector_size(VW * 4)));
@@ -127,7 +127,8 @@ static inline float vmax(vf v) {
 
 /* exp(x) of each lane within 2 ulp of expf, in vector arithmetic: x = k ln2 + r with ln2 in two
  * parts (r exact), e^r by its Taylor series to r^7, 2^k put into the exponent bits. x is clamped to
- * [-87, 88] first, where 2^k is a normal float (e^-87 adds nothing next to a softmax's largest 1). */
+ * [-87, 88] first, where 2^k is a normal float (e^-87 adds nothing next to a softmax's largest 1).
+ */
 static inline vf vexp(vf x) {
   vf lo = (vf){0} - 87.0f, hi = (vf){0} + 88.0f;
   x = vselect(x < lo, lo, x);
@@ -214,8 +215,10 @@ static void quantize_k(const float *x, int n, act_t *out) {
 #define ACT_K 0
 #endif
 static inline void quantize_act(const float *x, int n, act_t *out) {
-  if (ACT_K) quantize_k(x, n, out);
-  else quantize(x, n, out);
+  if (ACT_K)
+    quantize_k(x, n, out);
+  else
+    quantize(x, n, out);
 }
 
 /* ---- one row group times the inputs of nt tokens ----
@@ -233,7 +236,8 @@ static inline void quantize_act(const float *x, int n, act_t *out) {
  * out-of-order window alone would request. */
 #define PREFETCH_DISTANCE 2048
 static inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t *blk, int bytes) {
-  UNROLL for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)blk + PREFETCH_DISTANCE + o, _MM_HINT_T0);
+  UNROLL for (int o = 0; o < bytes; o += 64)
+      _mm_prefetch((const char *)blk + PREFETCH_DISTANCE + o, _MM_HINT_T0);
 }
 /* Activation bytes 4c..4c+3 of a block in every 32-bit lane (a broadcast straight from memory). */
 static inline __attribute__((always_inline)) __m512i act_word(const act_t *x, int c) {
@@ -242,7 +246,8 @@ static inline __attribute__((always_inline)) __m512i act_word(const act_t *x, in
   return _mm512_set1_epi32(v);
 }
 
-static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t *w, int nb,
+                                                          const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   __m512 acc[TILE_MAX];
@@ -275,8 +280,8 @@ static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t 
 
 /* One block of 8-bit unsigned weights u (each stored as w + offset: Q8_0 flipped by 128, Q5_0's
  * q = w + 16) times the activation block x: sum u q - offset sum q, scaled by d_w d_x into acc. */
-static inline __attribute__((always_inline)) __m512 offset_block(const __m512i u[8], const act_t *x, int offset, __m512 d,
-                                                                 __m512 acc) {
+static inline __attribute__((always_inline)) __m512 offset_block(const __m512i u[8], const act_t *x,
+                                                                 int offset, __m512 d, __m512 acc) {
   __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
   UNROLL for (int c = 0; c < 8; c += 2) {
     s0 = _mm512_dpbusd_epi32(s0, u[c], act_word(x, c));
@@ -286,7 +291,8 @@ static inline __attribute__((always_inline)) __m512 offset_block(const __m512i u
   return _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d)), _mm512_cvtepi32_ps(si), acc);
 }
 
-static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t *w, int nb,
+                                                          const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i flip = _mm512_set1_epi8((char)0x80);
   __m512 acc[TILE_MAX];
@@ -295,9 +301,11 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
     const uint8_t *blk = w + (size_t)b * 544;
     prefetch_ahead(blk, 544);
     __m512i u[8]; /* w + 128 as unsigned bytes: sum (w + 128) q = sum w q + 128 sum q */
-    UNROLL for (int c = 0; c < 8; c++) u[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * c), flip);
+    UNROLL for (int c = 0; c < 8; c++) u[c] =
+        _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * c), flip);
     __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 512)));
-    UNROLL for (int t = 0; t < tn; t++) acc[t] = offset_block(u, a + (size_t)t * stride + b, 128, d, acc[t]);
+    UNROLL for (int t = 0; t < tn; t++) acc[t] =
+        offset_block(u, a + (size_t)t * stride + b, 128, d, acc[t]);
   }
   UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
 }
@@ -305,7 +313,8 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
 /* L_Q5: the nibbles with their fifth bit added (q 0..31, an unsigned operand as it is), summed with
  * the inputs; sum (q - 16) x = sum q x - 16 sum x: the same integer and float operations as L_Q8
  * gives a Q5_0 matrix. */
-static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t *w, int nb,
+                                                          const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
   __m512 acc[TILE_MAX];
@@ -321,17 +330,19 @@ static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t 
       u[2 * c + 1] = _mm512_mask_add_epi8(hi, _cvtu64_mask64(q5_bits(blk, c, 1)), hi, sixteen);
     }
     __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 320)));
-    UNROLL for (int t = 0; t < tn; t++) acc[t] = offset_block(u, a + (size_t)t * stride + b, 16, d, acc[t]);
+    UNROLL for (int t = 0; t < tn; t++) acc[t] =
+        offset_block(u, a + (size_t)t * stride + b, 16, d, acc[t]);
   }
   UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
 }
 
-/* A K layout's block (quant.h): the integer sums of each half of the block (elements 0-15: sA, 16-31:
- * sB) times the half's scale, the activation's sum over each half times the half's min, scaled by
- * the activation's d into the superblock's sums tD, tM; at the superblock's end
- * acc += d tD - dmin tM. */
-static inline __attribute__((always_inline)) void k_block_sums(const uint8_t *scales, const act_t *x, __m512i sA, __m512i sB,
-                                                               __m512 *tD, __m512 *tM) {
+/* A K layout's block (quant.h): the integer sums of each half of the block (elements 0-15: sA,
+ * 16-31: sB) times the half's scale, the activation's sum over each half times the half's min,
+ * scaled by the activation's d into the superblock's sums tD, tM; at the superblock's end acc += d
+ * tD - dmin tM. */
+static inline __attribute__((always_inline)) void k_block_sums(const uint8_t *scales,
+                                                               const act_t *x, __m512i sA,
+                                                               __m512i sB, __m512 *tD, __m512 *tM) {
   __m512i scA = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)scales));
   __m512i scB = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(scales + 16)));
   __m512i mA = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(scales + 32)));
@@ -344,8 +355,10 @@ static inline __attribute__((always_inline)) void k_block_sums(const uint8_t *sc
   *tM = _mm512_fmadd_ps(xd, _mm512_cvtepi32_ps(msum), *tM);
 }
 
-/* The K layouts (L_K4: unsigned nibbles as L_Q4's; L_K8, L_K8_1: int8 as L_Q8's, flipped by 128). */
-static inline __attribute__((always_inline)) void k_tile(int tn, int layout, const uint8_t *w, int nb, const act_t *a, size_t stride,
+/* The K layouts (L_K4: unsigned nibbles as L_Q4's; L_K8, L_K8_1: int8 as L_Q8's, flipped by 128).
+ */
+static inline __attribute__((always_inline)) void k_tile(int tn, int layout, const uint8_t *w,
+                                                         int nb, const act_t *a, size_t stride,
                                                          float (*out)[16]) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
   const int sb = K_SB(layout);
@@ -358,7 +371,8 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
     for (int b = 0; b < sb; b++) {
       const uint8_t *blk = sup + 64 + (size_t)b * K_BB(layout);
       prefetch_ahead(blk, K_BB(layout) + (b == 0 ? 64 : 0));
-      __m512i u[8]; /* L_K4: the low and high nibbles of chunks 0-3 (elements 4i..4i+3 in u[i]); L_K8: q + 128 */
+      __m512i u[8]; /* L_K4: the low and high nibbles of chunks 0-3 (elements 4i..4i+3 in u[i]);
+                       L_K8: q + 128 */
       if (layout == L_K4) {
         UNROLL for (int c = 0; c < 4; c++) {
           __m512i v = _mm512_loadu_si512(blk + 64 * c);
@@ -366,7 +380,8 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
           u[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         }
       } else {
-        UNROLL for (int c = 0; c < 8; c++) u[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * c), flip);
+        UNROLL for (int c = 0; c < 8; c++) u[c] =
+            _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * c), flip);
       }
       UNROLL for (int t = 0; t < tn; t++) {
         const act_t *x = a + (size_t)t * stride + (size_t)s * sb + b;
@@ -392,14 +407,16 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
   UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
 }
 
-static inline __attribute__((always_inline)) void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x,
-                                                         float (*out)[16]) {
+static inline __attribute__((always_inline)) void f_tile(int tn, int layout, const uint8_t *w,
+                                                         int k, const float *x, float (*out)[16]) {
   __m512 acc[TILE_MAX];
   UNROLL for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
   for (int j = 0; j < k; j++) {
-    __m512 wv = layout == L_F32 ? _mm512_loadu_ps((const float *)w + (size_t)j * 16)
-                                : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)j * 32)));
-    UNROLL for (int t = 0; t < tn; t++) acc[t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[(size_t)t * k + j]), acc[t]);
+    __m512 wv = layout == L_F32
+                    ? _mm512_loadu_ps((const float *)w + (size_t)j * 16)
+                    : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)j * 32)));
+    UNROLL for (int t = 0; t < tn; t++) acc[t] =
+        _mm512_fmadd_ps(wv, _mm512_set1_ps(x[(size_t)t * k + j]), acc[t]);
   }
   UNROLL for (int t = 0; t < tn; t++) _mm512_storeu_ps(out[t], acc[t]);
 }
@@ -410,12 +427,14 @@ static inline __m256i dp_u8s8(__m256i acc, __m256i u, __m256i s) {
 #if defined(__AVXVNNI__)
   return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
-  /* u < 256, |s| <= 127: a pair of products fits in 16 bits only when u <= 128 (callers make sure) */
+  /* u < 256, |s| <= 127: a pair of products fits in 16 bits only when u <= 128 (callers make sure)
+   */
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
 
-static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t *w, int nb,
+                                                          const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   for (int h = 0; h < 2; h++) {
@@ -448,13 +467,15 @@ static inline __attribute__((always_inline)) void q4_tile(int tn, const uint8_t 
   }
 }
 
-static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t *w, int nb,
+                                                          const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   for (int h = 0; h < 2; h++) {
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < nb; b++) {
       const uint8_t *blk = w + (size_t)b * 544;
-      __m256i wv[8], aw[8]; /* the weights and their magnitudes: sum |w| (q with w's sign) = sum w q */
+      /* the weights and their magnitudes: sum |w| (q with w's sign) = sum w q */
+      __m256i wv[8], aw[8];
       UNROLL for (int c = 0; c < 8; c++) {
         wv[c] = _mm256_loadu_si256((const __m256i *)(blk + 64 * c + 32 * h));
         aw[c] = _mm256_sign_epi8(wv[c], wv[c]);
@@ -481,14 +502,15 @@ static inline __attribute__((always_inline)) void q8_tile(int tn, const uint8_t 
  * 32 that cover the half's bytes, made 16 by a byte shuffle, a test and a mask; q <= 31 is safe for
  * maddubs. */
 static inline __m256i q5_fifth(uint32_t bits) {
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
-                                          3, 3, 3, 3, 3);
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                          2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
   __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread), bit);
   return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
 }
 
-static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t *w, int nb,
+                                                          const act_t *a, size_t stride,
                                                           float (*out)[16]) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   for (int h = 0; h < 2; h++) {
@@ -498,8 +520,10 @@ static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t 
       __m256i u[8];
       UNROLL for (int c = 0; c < 4; c++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 64 * c + 32 * h));
-        u[2 * c] = _mm256_or_si256(_mm256_and_si256(v, m4), q5_fifth((uint32_t)(q5_bits(blk, c, 0) >> (32 * h))));
-        u[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), q5_fifth((uint32_t)(q5_bits(blk, c, 1) >> (32 * h))));
+        u[2 * c] = _mm256_or_si256(_mm256_and_si256(v, m4),
+                                   q5_fifth((uint32_t)(q5_bits(blk, c, 0) >> (32 * h))));
+        u[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                                       q5_fifth((uint32_t)(q5_bits(blk, c, 1) >> (32 * h))));
       }
       __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 320 + 16 * h)));
       UNROLL for (int t = 0; t < tn; t++) {
@@ -512,7 +536,8 @@ static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t 
           s1 = dp_u8s8(s1, u[c + 1], _mm256_set1_epi32(q[c + 1]));
         }
         __m256i si = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(16 * x->s));
-        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x->d)), _mm256_cvtepi32_ps(si), acc[t]);
+        acc[t] =
+            _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x->d)), _mm256_cvtepi32_ps(si), acc[t]);
       }
     }
     UNROLL for (int t = 0; t < tn; t++) _mm256_storeu_ps(out[t] + 8 * h, acc[t]);
@@ -520,8 +545,9 @@ static inline __attribute__((always_inline)) void q5_tile(int tn, const uint8_t 
 }
 
 /* A K layout's block, rows 8h..8h+7 (the AVX-512 version says what). */
-static inline __attribute__((always_inline)) void k_block_sums(const uint8_t *scales, int h, const act_t *x, __m256i sA, __m256i sB,
-                                                               __m256 *tD, __m256 *tM) {
+static inline __attribute__((always_inline)) void k_block_sums(const uint8_t *scales, int h,
+                                                               const act_t *x, __m256i sA,
+                                                               __m256i sB, __m256 *tD, __m256 *tM) {
   __m256i scA = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 8 * h)));
   __m256i scB = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 16 + 8 * h)));
   __m256i mA = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(scales + 32 + 8 * h)));
@@ -536,7 +562,8 @@ static inline __attribute__((always_inline)) void k_block_sums(const uint8_t *sc
 
 /* The K layouts: L_K4's nibbles are at most 15, safe for maddubs; L_K8's int8 by their magnitudes
  * and the inputs given their signs, as q8_tile. */
-static inline __attribute__((always_inline)) void k_tile(int tn, int layout, const uint8_t *w, int nb, const act_t *a, size_t stride,
+static inline __attribute__((always_inline)) void k_tile(int tn, int layout, const uint8_t *w,
+                                                         int nb, const act_t *a, size_t stride,
                                                          float (*out)[16]) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const int sb = K_SB(layout);
@@ -544,7 +571,8 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int s = 0; s < nb / sb; s++) {
       const uint8_t *sup = w + (size_t)s * K_SBB(layout);
-      __m256 tD[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, tM[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+      __m256 tD[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()},
+             tM[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
       for (int b = 0; b < sb; b++) {
         const uint8_t *blk = sup + 64 + (size_t)b * K_BB(layout);
         __m256i u[8], wv[8]; /* L_K4: nibbles (elements 4i..4i+3 in u[i]); L_K8: |q| and q */
@@ -567,7 +595,8 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
           __m256i sA = _mm256_setzero_si256(), sB = _mm256_setzero_si256();
           UNROLL for (int c = 0; c < 4; c++) {
             __m256i xa = _mm256_set1_epi32(q[c]), xb = _mm256_set1_epi32(q[c + 4]);
-            if (layout != L_K4) xa = _mm256_sign_epi8(xa, wv[c]), xb = _mm256_sign_epi8(xb, wv[c + 4]);
+            if (layout != L_K4)
+              xa = _mm256_sign_epi8(xa, wv[c]), xb = _mm256_sign_epi8(xb, wv[c + 4]);
             sA = dp_u8s8(sA, u[c], xa);
             sB = dp_u8s8(sB, u[c + 4], xb);
           }
@@ -585,14 +614,17 @@ static inline __attribute__((always_inline)) void k_tile(int tn, int layout, con
   }
 }
 
-static inline __attribute__((always_inline)) void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x,
-                                                         float (*out)[16]) {
+static inline __attribute__((always_inline)) void f_tile(int tn, int layout, const uint8_t *w,
+                                                         int k, const float *x, float (*out)[16]) {
   for (int h = 0; h < 2; h++) {
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int j = 0; j < k; j++) {
-      __m256 wv = layout == L_F32 ? _mm256_loadu_ps((const float *)w + (size_t)j * 16 + 8 * h)
-                                  : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + (size_t)j * 32 + 16 * h)));
-      UNROLL for (int t = 0; t < tn; t++) acc[t] = _mm256_fmadd_ps(wv, _mm256_set1_ps(x[(size_t)t * k + j]), acc[t]);
+      __m256 wv =
+          layout == L_F32
+              ? _mm256_loadu_ps((const float *)w + (size_t)j * 16 + 8 * h)
+              : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + (size_t)j * 32 + 16 * h)));
+      UNROLL for (int t = 0; t < tn; t++) acc[t] =
+          _mm256_fmadd_ps(wv, _mm256_set1_ps(x[(size_t)t * k + j]), acc[t]);
     }
     UNROLL for (int t = 0; t < tn; t++) _mm256_storeu_ps(out[t] + 8 * h, acc[t]);
   }
@@ -601,7 +633,8 @@ static inline __attribute__((always_inline)) void f_tile(int tn, int layout, con
 #define TILE_MAX_K 2
 
 #else /* portable C: the same sums and the same float operations, one lane at a time */
-static inline void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
+static inline void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                           float (*out)[16]) {
   for (int t = 0; t < tn; t++) {
     float acc[16] = {0};
     for (int b = 0; b < nb; b++) {
@@ -622,7 +655,8 @@ static inline void q4_tile(int tn, const uint8_t *w, int nb, const act_t *a, siz
   }
 }
 
-static inline void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
+static inline void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                           float (*out)[16]) {
   for (int t = 0; t < tn; t++) {
     float acc[16] = {0};
     for (int b = 0; b < nb; b++) {
@@ -639,7 +673,8 @@ static inline void q8_tile(int tn, const uint8_t *w, int nb, const act_t *a, siz
   }
 }
 
-static inline void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
+static inline void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, size_t stride,
+                           float (*out)[16]) {
   for (int t = 0; t < tn; t++) {
     float acc[16] = {0};
     for (int b = 0; b < nb; b++) {
@@ -651,7 +686,8 @@ static inline void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, siz
           uint64_t lo_bits = q5_bits(blk, c, 0) >> 4 * r, hi_bits = q5_bits(blk, c, 1) >> 4 * r;
           for (int i = 0; i < 4; i++) {
             uint8_t byte = blk[64 * c + 4 * r + i];
-            int lo = (byte & 15) | (int)(lo_bits >> i & 1) << 4, hi = (byte >> 4) | (int)(hi_bits >> i & 1) << 4;
+            int lo = (byte & 15) | (int)(lo_bits >> i & 1) << 4,
+                hi = (byte >> 4) | (int)(hi_bits >> i & 1) << 4;
             s += (lo - 16) * x->q[8 * c + i] + (hi - 16) * x->q[8 * c + 4 + i];
           }
         }
@@ -664,7 +700,8 @@ static inline void q5_tile(int tn, const uint8_t *w, int nb, const act_t *a, siz
 
 /* The K layouts: per row, the integer sums of each half block times the half's scale (and the
  * activation's half sums times its min), then acc += d tD - dmin tM per superblock. */
-static inline void k_tile(int tn, int layout, const uint8_t *w, int nb, const act_t *a, size_t stride, float (*out)[16]) {
+static inline void k_tile(int tn, int layout, const uint8_t *w, int nb, const act_t *a,
+                          size_t stride, float (*out)[16]) {
   const int sb = K_SB(layout);
   for (int t = 0; t < tn; t++) {
     float acc[16] = {0};
@@ -685,9 +722,11 @@ static inline void k_tile(int tn, int layout, const uint8_t *w, int nb, const ac
               }
           } else {
             for (int c = 0; c < 8; c++)
-              for (int i = 0; i < 4; i++) sum[c / 4] += (int8_t)blk[64 * c + 4 * r + i] * x->q[4 * c + i];
+              for (int i = 0; i < 4; i++)
+                sum[c / 4] += (int8_t)blk[64 * c + 4 * r + i] * x->q[4 * c + i];
           }
-          int32_t isum = sc[r] * sum[0] + sc[16 + r] * sum[1], msum = m[r] * x->s16 + m[16 + r] * (x->s - x->s16);
+          int32_t isum = sc[r] * sum[0] + sc[16 + r] * sum[1],
+                  msum = m[r] * x->s16 + m[16 + r] * (x->s - x->s16);
           tD[r] = fmaf(x->d, (float)isum, tD[r]);
           tM[r] = fmaf(x->d, (float)msum, tM[r]);
         }
@@ -701,12 +740,14 @@ static inline void k_tile(int tn, int layout, const uint8_t *w, int nb, const ac
   }
 }
 
-static inline void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x, float (*out)[16]) {
+static inline void f_tile(int tn, int layout, const uint8_t *w, int k, const float *x,
+                          float (*out)[16]) {
   for (int t = 0; t < tn; t++) {
     float acc[16] = {0};
     for (int j = 0; j < k; j++)
       for (int r = 0; r < 16; r++) {
-        float wv = layout == L_F32 ? ((const float *)w)[(size_t)j * 16 + r] : half_at(w + (size_t)j * 32, r);
+        float wv = layout == L_F32 ? ((const float *)w)[(size_t)j * 16 + r]
+                                   : half_at(w + (size_t)j * 32, r);
         acc[r] = fmaf(wv, x[(size_t)t * k + j], acc[r]);
       }
     memcpy(out[t], acc, sizeof(acc));
@@ -717,8 +758,9 @@ static inline void f_tile(int tn, int layout, const uint8_t *w, int k, const flo
 #endif
 
 /* Row group g of a matrix (layout, k columns) times the inputs of nt tokens. */
-static inline __attribute__((always_inline)) void group_dot(int layout, const uint8_t *w, int k, const float *fin,
-                                                            const act_t *qin, int nt, float (*out)[16]) {
+static inline __attribute__((always_inline)) void group_dot(int layout, const uint8_t *w, int k,
+                                                            const float *fin, const act_t *qin,
+                                                            int nt, float (*out)[16]) {
   int nb = k / 32;
   size_t stride = (size_t)NBLK(k);
   const int k_layout = quantized(layout) && layout != L_Q4 && layout != L_Q8 && layout != L_Q5;
@@ -727,13 +769,18 @@ static inline __attribute__((always_inline)) void group_dot(int layout, const ui
     int tn = nt - t0 < cap ? nt - t0 : cap;
     /* tn as a constant in each call, so that the tile's accumulators stay in registers; the K
      * layouts' cases above TILE_MAX_K are never taken */
-#define TILE_CASE(N)                                                                               \
-  case N:                                                                                          \
-    if (layout == L_Q4) q4_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);           \
-    else if (layout == L_Q8) q8_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);      \
-    else if (layout == L_Q5) q5_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);      \
-    else if (k_layout && N <= TILE_MAX_K) k_tile(N, layout, w, nb, qin + (size_t)t0 * stride, stride, out + t0); \
-    else if (!k_layout) f_tile(N, layout, w, k, fin + (size_t)t0 * k, out + t0);                   \
+#define TILE_CASE(N)                                                         \
+  case N:                                                                    \
+    if (layout == L_Q4)                                                      \
+      q4_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);        \
+    else if (layout == L_Q8)                                                 \
+      q8_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);        \
+    else if (layout == L_Q5)                                                 \
+      q5_tile(N, w, nb, qin + (size_t)t0 * stride, stride, out + t0);        \
+    else if (k_layout && N <= TILE_MAX_K)                                    \
+      k_tile(N, layout, w, nb, qin + (size_t)t0 * stride, stride, out + t0); \
+    else if (!k_layout)                                                      \
+      f_tile(N, layout, w, k, fin + (size_t)t0 * k, out + t0);               \
     break;
     switch (tn) {
       TILE_CASE(1)

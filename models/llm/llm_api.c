@@ -47,16 +47,19 @@ static hcq_status_t parse_kind(const char *name, hcq_device_kind_t *out) {
       return NULL;
     }
   }
-  return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_open: device \"%s\": expected CPU, VULKAN, CUDA or METAL", name);
+  return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                         "hcq_llm_open: device \"%s\": expected CPU, VULKAN, CUDA or METAL", name);
 }
 
-/* The file model names: a path, a known name (downloaded unless no_download), or NULL: the default. */
+/* The file model names: a path, a known name (downloaded unless no_download), or NULL: the default.
+ */
 static hcq_status_t resolve(const char *model, const hcq_llm_options_t *o, char *out, size_t size) {
   const llm_known_model_t *known = model ? llm_known_model(model) : llm_known_models(&(size_t){0});
-  if (known && o->no_download && (!model || access(model, F_OK) != 0)) return llm_known_model_path(known, out, size);
+  if (known && o->no_download && (!model || access(model, F_OK) != 0))
+    return llm_known_model_path(known, out, size);
   if (!known && access(model, F_OK) != 0)
-    return hcq_status_make(HCQ_NOT_FOUND, "%s: no such file, and not a model name hcq knows (%s)", model,
-                           "hcq_llm_known_model lists them");
+    return hcq_status_make(HCQ_NOT_FOUND, "%s: no such file, and not a model name hcq knows (%s)",
+                           model, "hcq_llm_known_model lists them");
   return llm_resolve_model(model, o->log, out, size);
 }
 
@@ -67,7 +70,8 @@ static hcq_status_t keep_template(hcq_llm_t *llm) {
   if (!gguf_find_kv(g, "tokenizer.chat_template")) return NULL;
   hcq_status_t st = gguf_get_str(g, "tokenizer.chat_template", &t);
   if (st || !t.len) return st;
-  if (!(llm->chat_template = malloc((size_t)t.len + 1))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  if (!(llm->chat_template = malloc((size_t)t.len + 1)))
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   memcpy(llm->chat_template, t.ptr, (size_t)t.len);
   llm->chat_template[t.len] = 0;
   llm->chat_template_len = (size_t)t.len;
@@ -83,9 +87,11 @@ hcq_status_t llm_api_load(const char *model, const hcq_llm_options_t *options, h
   *out = NULL;
   hcq_llm_options_t o = options ? *options : (hcq_llm_options_t){0};
   if (o.ctx < 0 || o.ctx > (1 << 20))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_open: ctx %d (expected 0 to 1048576 positions)", o.ctx);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_llm_open: ctx %d (expected 0 to 1048576 positions)", o.ctx);
   if (o.max_batch < 0 || o.max_batch > 4096)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_open: max_batch %d (expected 0 to 4096)", o.max_batch);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_open: max_batch %d (expected 0 to 4096)",
+                           o.max_batch);
   hcq_llm_t *llm = calloc(1, sizeof(*llm));
   if (!llm) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   o.device = NULL; /* the caller's string need not outlive the call */
@@ -110,7 +116,8 @@ hcq_status_t llm_api_load(const char *model, const hcq_llm_options_t *options, h
 hcq_status_t llm_api_start(hcq_llm_t *llm, const llm_decoder_options_t *decoder) {
   if (!llm || !llm->model || llm->dec) return bad("llm_api_start: not a loaded, unstarted model");
   llm_decoder_options_t d = decoder ? *decoder
-                                    : (llm_decoder_options_t){.kind = llm->kind, .ctx = llm->options.ctx,
+                                    : (llm_decoder_options_t){.kind = llm->kind,
+                                                              .ctx = llm->options.ctx,
                                                               .max_batch = llm->options.max_batch};
   hcq_status_t st = llm_decoder_create(llm->model, &d, &llm->dec);
   if (!st && !llm->options.eager) st = llm_decoder_capture(llm->dec);
@@ -118,7 +125,8 @@ hcq_status_t llm_api_start(hcq_llm_t *llm, const llm_decoder_options_t *decoder)
   llm->kind = d.kind;
   llm->sampler = (llm_sampler_t){.top_p = 1};
   snprintf(llm->device, sizeof(llm->device), "%s:0", hcq_device_kind_name(d.kind));
-  /* the weights are on the devices: the file's mapping goes (resident memory is the weights once) */
+  /* the weights are on the devices: the file's mapping goes (resident memory is the weights once)
+   */
   llm_model_close(llm->model);
   llm->model = NULL;
   return NULL;
@@ -160,10 +168,18 @@ void hcq_llm_get_info(const hcq_llm_t *llm, hcq_llm_info_t *out) {
   *out = (hcq_llm_info_t){0};
   if (!llm) return;
   const llm_config_t *c = &llm->config;
-  *out = (hcq_llm_info_t){.path = llm->path, .name = llm->name, .architecture = llm_arch_name(c->arch),
-                          .weight_types = llm->weight_types, .chat_template = llm->chat_family,
-                          .device = llm->dec ? llm->device : NULL, .vocab = c->vocab, .ctx_train = c->ctx_train,
-                          .layers = c->n_layers, .dim = c->dim, .heads = c->n_heads, .kv_heads = c->n_kv_heads};
+  *out = (hcq_llm_info_t){.path = llm->path,
+                          .name = llm->name,
+                          .architecture = llm_arch_name(c->arch),
+                          .weight_types = llm->weight_types,
+                          .chat_template = llm->chat_family,
+                          .device = llm->dec ? llm->device : NULL,
+                          .vocab = c->vocab,
+                          .ctx_train = c->ctx_train,
+                          .layers = c->n_layers,
+                          .dim = c->dim,
+                          .heads = c->n_heads,
+                          .kv_heads = c->n_kv_heads};
   if (llm->dec) {
     out->ctx = llm_decoder_ctx(llm->dec);
     out->max_batch = llm_decoder_max_batch(llm->dec);
@@ -178,39 +194,47 @@ uint64_t llm_api_file_bytes(const hcq_llm_t *llm) { return llm ? llm->file_bytes
 
 /* ---- tokens and text ---- */
 
-hcq_status_t hcq_llm_tokenize(const hcq_llm_t *llm, const char *text, size_t len, bool add_special, bool parse_special,
-                              int32_t *ids, size_t cap, size_t *n) {
-  if (!llm || !n || (!text && len) || (!ids && cap)) return bad("hcq_llm_tokenize: llm, n, text or ids is NULL");
+hcq_status_t hcq_llm_tokenize(const hcq_llm_t *llm, const char *text, size_t len, bool add_special,
+                              bool parse_special, int32_t *ids, size_t cap, size_t *n) {
+  if (!llm || !n || (!text && len) || (!ids && cap))
+    return bad("hcq_llm_tokenize: llm, n, text or ids is NULL");
   *n = 0;
   int32_t *all = NULL;
-  hcq_status_t st = llm_tokenize(llm->tok, text ? text : "", len, parse_special, add_special, &all, n);
+  hcq_status_t st =
+      llm_tokenize(llm->tok, text ? text : "", len, parse_special, add_special, &all, n);
   if (!st && *n > cap && (ids || cap))
-    st = hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_llm_tokenize: the text is %zu tokens; room for %zu", *n, cap);
+    st = hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_llm_tokenize: the text is %zu tokens; room for %zu",
+                         *n, cap);
   if (!st && ids && *n) memcpy(ids, all, *n * sizeof(int32_t)); /* no tokens: all is NULL */
   free(all);
   return st;
 }
 
 /* A malloc'd string copied to the caller's buffer (with its NUL), or measured. */
-static hcq_status_t give_text(const char *what, char *text, size_t text_len, char *out, size_t cap, size_t *len) {
+static hcq_status_t give_text(const char *what, char *text, size_t text_len, char *out, size_t cap,
+                              size_t *len) {
   *len = text_len;
   hcq_status_t st = NULL;
   if (text_len + 1 > cap && (out || cap))
-    st = hcq_status_make(HCQ_OUT_OF_RANGE, "%s: the text is %zu bytes and its NUL; room for %zu", what, text_len, cap);
+    st = hcq_status_make(HCQ_OUT_OF_RANGE, "%s: the text is %zu bytes and its NUL; room for %zu",
+                         what, text_len, cap);
   else if (out)
     memcpy(out, text, text_len + 1);
   free(text);
   return st;
 }
 
-hcq_status_t hcq_llm_detokenize(const hcq_llm_t *llm, const int32_t *ids, size_t n, bool special, char *out,
-                                size_t cap, size_t *len) {
-  if (!llm || !len || (!ids && n) || (!out && cap)) return bad("hcq_llm_detokenize: llm, len, ids or out is NULL");
+hcq_status_t hcq_llm_detokenize(const hcq_llm_t *llm, const int32_t *ids, size_t n, bool special,
+                                char *out, size_t cap, size_t *len) {
+  if (!llm || !len || (!ids && n) || (!out && cap))
+    return bad("hcq_llm_detokenize: llm, len, ids or out is NULL");
   *len = 0;
   for (size_t i = 0; i < n; i++)
     if (ids[i] < 0 || ids[i] >= llm->config.vocab)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_detokenize: id %d (ids[%zu]) is outside the vocabulary (%d ids)",
-                             ids[i], i, llm->config.vocab);
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "hcq_llm_detokenize: id %d (ids[%zu]) is outside the vocabulary (%d ids)", ids[i], i,
+          llm->config.vocab);
   char *text = NULL;
   size_t text_len = 0;
   hcq_status_t st = llm_detokenize_len(llm->tok, ids, n, special, &text, &text_len);
@@ -218,7 +242,9 @@ hcq_status_t hcq_llm_detokenize(const hcq_llm_t *llm, const int32_t *ids, size_t
   return give_text("hcq_llm_detokenize", text, text_len, out, cap, len);
 }
 
-bool hcq_llm_is_end_token(const hcq_llm_t *llm, int32_t id) { return llm && llm_tokenizer_is_eog(llm->tok, id); }
+bool hcq_llm_is_end_token(const hcq_llm_t *llm, int32_t id) {
+  return llm && llm_tokenizer_is_eog(llm->tok, id);
+}
 
 /* The conversation rendered, malloc'd (llm_api.h). */
 hcq_status_t llm_api_chat_text(const hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
@@ -228,8 +254,10 @@ hcq_status_t llm_api_chat_text(const hcq_llm_t *llm, const hcq_llm_message_t *me
   hcq_status_t st = llm_chat_render(llm->chat_template, llm->chat_template_len, template_name,
                                     (const llm_chat_message_t *)messages, n, true, out);
   if (st && !template_name && hcq_status_code(st) == HCQ_INVALID_ARGUMENT) {
-    hcq_status_t hint = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s; give a template name (chatml, llama3, gemma, "
-                                        "llama2, ...) or generate from plain text", llm->name, hcq_status_message(st));
+    hcq_status_t hint = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                                        "%s: %s; give a template name (chatml, llama3, gemma, "
+                                        "llama2, ...) or generate from plain text",
+                                        llm->name, hcq_status_message(st));
     hcq_status_destroy(st);
     st = hint;
   }
@@ -238,7 +266,8 @@ hcq_status_t llm_api_chat_text(const hcq_llm_t *llm, const hcq_llm_message_t *me
 
 hcq_status_t hcq_llm_chat_prompt(const hcq_llm_t *llm, const hcq_llm_message_t *messages, size_t n,
                                  const char *template_name, char *out, size_t cap, size_t *len) {
-  if (!llm || !len || (!messages && n) || (!out && cap)) return bad("hcq_llm_chat_prompt: llm, len, messages or out is NULL");
+  if (!llm || !len || (!messages && n) || (!out && cap))
+    return bad("hcq_llm_chat_prompt: llm, len, messages or out is NULL");
   *len = 0;
   char *text = NULL;
   hcq_status_t st = llm_api_chat_text(llm, messages, n, template_name, &text);
@@ -249,25 +278,32 @@ hcq_status_t hcq_llm_chat_prompt(const hcq_llm_t *llm, const hcq_llm_message_t *
 
 static hcq_status_t check_sampling(const char *who, const hcq_llm_sampling_t *s) {
   if (!isfinite(s->temperature) || s->temperature < 0 || s->temperature > 100)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: temperature %g (expected 0 to 100; 0: greedy)", who,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: temperature %g (expected 0 to 100; 0: greedy)", who,
                            (double)s->temperature);
   if (!isfinite(s->top_p) || s->top_p < 0 || s->top_p > 1)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: top_p %g (expected 0 to 1)", who, (double)s->top_p);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: top_p %g (expected 0 to 1)", who,
+                           (double)s->top_p);
   if (s->top_k < 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: top_k %d < 0", who, s->top_k);
   if (!(s->min_p >= 0 && s->min_p <= 1))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: min_p %g (expected 0 to 1)", who, (double)s->min_p);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: min_p %g (expected 0 to 1)", who,
+                           (double)s->min_p);
   if (!(s->repeat_penalty >= 0 && s->repeat_penalty <= 100))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: repeat_penalty %g (expected 0 to 100; 0 or 1: "
-                           "none)", who, (double)s->repeat_penalty);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: repeat_penalty %g (expected 0 to 100; 0 or 1: "
+                           "none)",
+                           who, (double)s->repeat_penalty);
   if (!(fabsf(s->frequency_penalty) <= 100))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: frequency_penalty %g (expected -100 to 100)", who,
-                           (double)s->frequency_penalty);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: frequency_penalty %g (expected -100 to 100)",
+                           who, (double)s->frequency_penalty);
   if (!(fabsf(s->presence_penalty) <= 100))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: presence_penalty %g (expected -100 to 100)", who,
-                           (double)s->presence_penalty);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: presence_penalty %g (expected -100 to 100)",
+                           who, (double)s->presence_penalty);
   if (s->penalty_last_n < -1)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: penalty_last_n %d (expected -1: the context, "
-                           "0: 64, or more)", who, s->penalty_last_n);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: penalty_last_n %d (expected -1: the context, "
+                           "0: 64, or more)",
+                           who, s->penalty_last_n);
   return NULL;
 }
 
@@ -276,10 +312,12 @@ hcq_status_t llm_api_check_options(const char *who, const hcq_llm_generate_optio
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: max_tokens %d < 0", who, o->max_tokens);
   hcq_status_t st = check_sampling(who, &o->sampling);
   if (st) return st;
-  if (o->nstop && !o->stop) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: stop is NULL with nstop > 0", who);
+  if (o->nstop && !o->stop)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: stop is NULL with nstop > 0", who);
   for (size_t i = 0; i < o->nstop; i++)
     if (!o->stop[i] || !o->stop[i][0])
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: stop[%zu] is %s (a stop string is non-empty)", who, i,
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "%s: stop[%zu] is %s (a stop string is non-empty)", who, i,
                              o->stop[i] ? "empty" : "NULL");
   if (o->top_logprobs < 0 || o->top_logprobs > HCQ_LLM_MAX_LOGPROBS)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: top_logprobs %d (expected 0 to %d)", who,
@@ -288,17 +326,19 @@ hcq_status_t llm_api_check_options(const char *who, const hcq_llm_generate_optio
 }
 
 static bool same_sampler(const llm_sampler_t *a, const llm_sampler_t *b) {
-  return a->temperature == b->temperature && a->top_p == b->top_p && a->top_k == b->top_k && a->seed == b->seed &&
-         a->min_p == b->min_p && a->repeat_penalty == b->repeat_penalty &&
-         a->frequency_penalty == b->frequency_penalty && a->presence_penalty == b->presence_penalty &&
-         a->penalty_last_n == b->penalty_last_n;
+  return a->temperature == b->temperature && a->top_p == b->top_p && a->top_k == b->top_k &&
+         a->seed == b->seed && a->min_p == b->min_p && a->repeat_penalty == b->repeat_penalty &&
+         a->frequency_penalty == b->frequency_penalty &&
+         a->presence_penalty == b->presence_penalty && a->penalty_last_n == b->penalty_last_n;
 }
 
 llm_sampler_t llm_api_sampler(const hcq_llm_sampling_t *s, int ctx) {
   llm_sampler_t want = {.top_p = 1}; /* greedy */
   if (s->temperature > 0)
-    want = (llm_sampler_t){s->temperature, s->top_p > 0 ? s->top_p : 1, s->top_k, s->seed, .min_p = s->min_p};
-  bool penalties = (s->repeat_penalty > 0 && s->repeat_penalty != 1) || s->frequency_penalty || s->presence_penalty;
+    want = (llm_sampler_t){s->temperature, s->top_p > 0 ? s->top_p : 1, s->top_k, s->seed,
+                           .min_p = s->min_p};
+  bool penalties = (s->repeat_penalty > 0 && s->repeat_penalty != 1) || s->frequency_penalty ||
+                   s->presence_penalty;
   if (penalties) {
     want.repeat_penalty = s->repeat_penalty > 0 ? s->repeat_penalty : 1;
     want.frequency_penalty = s->frequency_penalty, want.presence_penalty = s->presence_penalty;
@@ -321,8 +361,9 @@ typedef struct stream {
   hcq_llm_t *llm;
   const hcq_llm_generate_options_t *o;
   llm_detok_t detok;
-  bool stopped;     /* on_token returned false */
-  llm_stop_t stop;  /* the stop strings (stop.found: the one found) and the text held back for them */
+  bool stopped; /* on_token returned false */
+  llm_stop_t
+      stop; /* the stop strings (stop.found: the one found) and the text held back for them */
   hcq_llm_logprob_t *logprobs; /* with options.logprobs: one per token so far */
   size_t nlogprobs;
   float *logits;
@@ -336,7 +377,8 @@ void llm_logprob_of(const float *l, int vocab, int32_t id, int ntop, hcq_llm_log
   for (int i = 0; i < vocab; i++) sum += exp((double)l[i] - top);
   double lse = top + log(sum);
   *out = (hcq_llm_logprob_t){.id = id, .logprob = (float)(l[id] - lse)};
-  for (int i = 0; i < vocab; i++) { /* insertion into the n_top best so far: higher first, lower id on ties */
+  for (int i = 0; i < vocab;
+       i++) { /* insertion into the n_top best so far: higher first, lower id on ties */
     int at = out->n_top;
     while (at > 0 && l[i] > l[out->top_ids[at - 1]]) at--;
     if (at >= ntop) continue;
@@ -348,7 +390,8 @@ void llm_logprob_of(const float *l, int vocab, int32_t id, int ntop, hcq_llm_log
   for (int k = 0; k < out->n_top; k++) out->top_logprobs[k] = (float)(l[out->top_ids[k]] - lse);
 }
 
-/* The log-probabilities of id from the logits it was chosen from (the decoder ran no step past it). */
+/* The log-probabilities of id from the logits it was chosen from (the decoder ran no step past it).
+ */
 static hcq_status_t token_logprob(stream_t *s, int32_t id, hcq_llm_logprob_t *out) {
   hcq_status_t st = llm_decoder_logits(s->llm->dec, s->logits);
   if (st) return st;
@@ -386,7 +429,8 @@ static void on_token(void *ctx, int32_t id) {
     s->stopped = !o->on_token(o->user, id, piece, n);
     return;
   }
-  bool end = !o->ignore_eos && llm_tokenizer_is_eog(s->llm->tok, id); /* after an end token nothing more comes */
+  bool end = !o->ignore_eos &&
+             llm_tokenizer_is_eog(s->llm->tok, id); /* after an end token nothing more comes */
   size_t pass;
   if ((s->error = llm_stop_push(&s->stop, piece, n, end, &pass))) return;
   pass_held(s, id, pass);
@@ -394,16 +438,20 @@ static void on_token(void *ctx, int32_t id) {
 
 static bool is_end(void *ctx, int32_t id) {
   stream_t *s = ctx;
-  return s->stopped || s->stop.found >= 0 || s->error || (!s->o->ignore_eos && llm_tokenizer_is_eog(s->llm->tok, id));
+  return s->stopped || s->stop.found >= 0 || s->error ||
+         (!s->o->ignore_eos && llm_tokenizer_is_eog(s->llm->tok, id));
 }
 
-/* Once generation ends: text no token completed (as U+FFFD), and what was held back, to on_token. */
+/* Once generation ends: text no token completed (as U+FFFD), and what was held back, to on_token.
+ */
 static void flush_stream(stream_t *s) {
   char rest[8];
-  size_t nrest = s->error || s->stop.found >= 0 ? 0 : llm_detok_flush(&s->detok, rest, sizeof(rest) - 1);
+  size_t nrest =
+      s->error || s->stop.found >= 0 ? 0 : llm_detok_flush(&s->detok, rest, sizeof(rest) - 1);
   rest[nrest] = 0;
   if (!s->o->nstop) {
-    if (nrest && s->o->on_token && !s->stopped) s->o->on_token(s->o->user, HCQ_LLM_NO_TOKEN, rest, nrest);
+    if (nrest && s->o->on_token && !s->stopped)
+      s->o->on_token(s->o->user, HCQ_LLM_NO_TOKEN, rest, nrest);
     return;
   }
   size_t pass = 0;
@@ -413,14 +461,17 @@ static void flush_stream(stream_t *s) {
 }
 
 /* The stream's buffers for steps tokens. */
-static hcq_status_t stream_init(stream_t *s, hcq_llm_t *llm, const hcq_llm_generate_options_t *o, int steps) {
+static hcq_status_t stream_init(stream_t *s, hcq_llm_t *llm, const hcq_llm_generate_options_t *o,
+                                int steps) {
   *s = (stream_t){.llm = llm, .o = o};
   llm_stop_init(&s->stop, o->stop, o->nstop);
   llm_detok_init(&s->detok);
   if (!o->logprobs) return NULL;
   s->logprobs = calloc((size_t)steps + 1, sizeof(hcq_llm_logprob_t));
   s->logits = malloc((size_t)llm->config.vocab * sizeof(float));
-  return s->logprobs && s->logits ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "hcq_llm_generate: out of memory");
+  return s->logprobs && s->logits
+             ? NULL
+             : hcq_status_make(HCQ_OUT_OF_MEMORY, "hcq_llm_generate: out of memory");
 }
 
 static void stream_free(stream_t *s) {
@@ -432,16 +483,22 @@ static void stream_free(stream_t *s) {
 static hcq_status_t check_prompt(const hcq_llm_t *llm, const int32_t *prompt, size_t n) {
   int ctx = llm_decoder_ctx(llm->dec);
   if (n == 0 || n >= (size_t)ctx)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_llm_generate: a prompt of %zu tokens (expected 1 to %d: the context "
-                           "holds %d positions and the new tokens)", n, ctx - 1, ctx);
+    return hcq_status_make(
+        HCQ_OUT_OF_RANGE,
+        "hcq_llm_generate: a prompt of %zu tokens (expected 1 to %d: the context "
+        "holds %d positions and the new tokens)",
+        n, ctx - 1, ctx);
   for (size_t i = 0; i < n; i++)
     if (prompt[i] < 0 || prompt[i] >= llm->config.vocab)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_generate: prompt id %d (at %zu) is outside the vocabulary "
-                             "(%d ids)", prompt[i], i, llm->config.vocab);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "hcq_llm_generate: prompt id %d (at %zu) is outside the vocabulary "
+                             "(%d ids)",
+                             prompt[i], i, llm->config.vocab);
   return NULL;
 }
 
-hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n, const hcq_llm_generate_options_t *options,
+hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n,
+                              const hcq_llm_generate_options_t *options,
                               bool (*agree_end)(void *ctx, bool ended), hcq_llm_result_t *out) {
   if (!out) return bad("hcq_llm_generate: out is NULL");
   *out = (hcq_llm_result_t){0};
@@ -457,8 +514,13 @@ hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n, c
   stream_t s;
   llm_generate_result_t r = {0};
   st = stream_init(&s, llm, &o, steps);
-  llm_generate_options_t g = {.steps = steps, .graph = !llm->options.eager, .is_end = is_end, .on_token = on_token,
-                              .ctx = &s, .agree_end = agree_end, .logits_in_step = o.logprobs};
+  llm_generate_options_t g = {.steps = steps,
+                              .graph = !llm->options.eager,
+                              .is_end = is_end,
+                              .on_token = on_token,
+                              .ctx = &s,
+                              .agree_end = agree_end,
+                              .logits_in_step = o.logprobs};
   if (!st) st = llm_generate(llm->dec, prompt, (int)n, &g, &r);
   if (!st && s.error) st = s.error, s.error = NULL;
   if (st) {
@@ -467,25 +529,31 @@ hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n, c
     return st;
   }
   flush_stream(&s);
-  *out = (hcq_llm_result_t){.ids = r.ids, .n = (size_t)r.n, .prompt_tokens = n, .prompt_ms = r.prefill_ms,
-                            .decode_ms = r.decode_ms, .host_us_per_token = r.host_us_per_step,
-                            .logprobs = s.logprobs, .stop_index = s.stop.found >= 0 ? s.stop.found : 0};
+  *out = (hcq_llm_result_t){.ids = r.ids,
+                            .n = (size_t)r.n,
+                            .prompt_tokens = n,
+                            .prompt_ms = r.prefill_ms,
+                            .decode_ms = r.decode_ms,
+                            .host_us_per_token = r.host_us_per_step,
+                            .logprobs = s.logprobs,
+                            .stop_index = s.stop.found >= 0 ? s.stop.found : 0};
   s.logprobs = NULL;
-  out->stop = s.stop.found >= 0 ? HCQ_LLM_STOP_STRING
-              : s.stopped       ? HCQ_LLM_STOP_CALLBACK
-              : r.ended         ? HCQ_LLM_STOP_END
+  out->stop = s.stop.found >= 0                     ? HCQ_LLM_STOP_STRING
+              : s.stopped                           ? HCQ_LLM_STOP_CALLBACK
+              : r.ended                             ? HCQ_LLM_STOP_END
               : o.max_tokens && r.n >= o.max_tokens ? HCQ_LLM_STOP_LENGTH
                                                     : HCQ_LLM_STOP_CONTEXT;
   stream_free(&s);
   return NULL;
 }
 
-hcq_status_t hcq_llm_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n, const hcq_llm_generate_options_t *options,
-                              hcq_llm_result_t *out) {
+hcq_status_t hcq_llm_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n,
+                              const hcq_llm_generate_options_t *options, hcq_llm_result_t *out) {
   return llm_api_generate(llm, prompt, n, options, NULL, out);
 }
 
-hcq_status_t hcq_llm_generate_text(hcq_llm_t *llm, const char *prompt, const hcq_llm_generate_options_t *options,
+hcq_status_t hcq_llm_generate_text(hcq_llm_t *llm, const char *prompt,
+                                   const hcq_llm_generate_options_t *options,
                                    hcq_llm_result_t *out) {
   if (out) *out = (hcq_llm_result_t){0};
   if (!llm || !prompt || !out) return bad("hcq_llm_generate_text: llm, prompt or out is NULL");

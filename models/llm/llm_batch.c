@@ -22,14 +22,16 @@ typedef struct seq_slot {
   int prompt, len; /* prompt ids; ids known */
   int planned;     /* positions given rows so far (run, or in a step queued) */
   int choices;     /* rows planned that choose a token */
-  int32_t fed;     /* the token at position `planned` once chosen on the device (llm_decoder_batch_chosen) */
+  int32_t fed;     /* the token at position `planned` once chosen on the device
+                      (llm_decoder_batch_chosen) */
   int max_new;     /* tokens to generate at most (the room in the context when max_tokens is 0) */
   hcq_llm_generate_options_t o;
   llm_sampler_t sampler;
   llm_detok_t detok;
-  char **stops;  /* the stop strings, copied (the caller's may go once hcq_llm_batch_add returns) */
+  char **stops; /* the stop strings, copied (the caller's may go once hcq_llm_batch_add returns) */
   llm_stop_t stop; /* the text held back for them */
-  char *text;    /* the last event's text (grows: a stop string's prefix held back comes out at once) */
+  char
+      *text; /* the last event's text (grows: a stop string's prefix held back comes out at once) */
   size_t text_cap;
   hcq_llm_logprob_t logprob; /* the last event's token's, with o.logprobs */
 } seq_slot_t;
@@ -52,7 +54,9 @@ struct hcq_llm_batch {
   bool inflight; /* a step of parity !parity is queued, its tokens not read yet */
 };
 
-static hcq_status_t bad(const char *fmt, int value) { return hcq_status_make(HCQ_INVALID_ARGUMENT, fmt, value); }
+static hcq_status_t bad(const char *fmt, int value) {
+  return hcq_status_make(HCQ_INVALID_ARGUMENT, fmt, value);
+}
 
 /* Frees the slot (its id -1) and what its sequence's stop strings held. */
 static void release_slot(seq_slot_t *s) {
@@ -67,7 +71,8 @@ static void release_slot(seq_slot_t *s) {
 static hcq_status_t copy_stops(seq_slot_t *s, const hcq_llm_generate_options_t *o) {
   llm_stop_init(&s->stop, NULL, 0);
   if (!o->nstop) return NULL;
-  if (!(s->stops = calloc(o->nstop, sizeof(char *)))) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  if (!(s->stops = calloc(o->nstop, sizeof(char *))))
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (size_t i = 0; i < o->nstop; i++)
     if (!(s->stops[i] = strdup(o->stop[i]))) {
       for (size_t j = 0; j < i; j++) free(s->stops[j]);
@@ -88,7 +93,8 @@ static hcq_status_t parse_kind(const char *device, hcq_device_kind_t *out) {
       return NULL;
     }
   }
-  return hcq_status_make(HCQ_INTERNAL, "hcq_llm_batch_create: device \"%s\" of no known kind", device);
+  return hcq_status_make(HCQ_INTERNAL, "hcq_llm_batch_create: device \"%s\" of no known kind",
+                         device);
 }
 
 /* The options with their defaults filled in, checked. */
@@ -97,14 +103,16 @@ static hcq_status_t batch_options(const hcq_llm_info_t *info, const hcq_llm_batc
   *o = in ? *in : (hcq_llm_batch_options_t){0};
   if (!o->max_seqs) o->max_seqs = 8;
   if (o->max_seqs < 1 || o->max_seqs > LLM_MAX_SLOTS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: max_seqs %d (expected 1 to %d)", o->max_seqs,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_llm_batch_create: max_seqs %d (expected 1 to %d)", o->max_seqs,
                            LLM_MAX_SLOTS);
   if (o->ctx < 0 || o->ctx > (1 << 20))
     return bad("hcq_llm_batch_create: ctx %d (expected 0 to 1048576 positions)", o->ctx);
   if (!o->ctx) o->ctx = info->ctx;
   if (!o->max_rows) o->max_rows = info->max_batch > o->max_seqs ? info->max_batch : o->max_seqs;
   if (o->max_rows < o->max_seqs || o->max_rows > 4096)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: max_rows %d (expected max_seqs %d to 4096)",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_llm_batch_create: max_rows %d (expected max_seqs %d to 4096)",
                            o->max_rows, o->max_seqs);
   return NULL;
 }
@@ -119,8 +127,8 @@ static hcq_status_t allocate(hcq_llm_batch_t *b) {
   b->samplers = calloc(seqs, sizeof(*b->samplers));
   b->chosen = calloc(seqs, sizeof(*b->chosen));
   b->logits = malloc((size_t)b->vocab * sizeof(float));
-  if (!b->slots || !b->rows[0] || !b->rows[1] || !b->row_id[0] || !b->row_id[1] || !b->samplers || !b->chosen ||
-      !b->logits)
+  if (!b->slots || !b->rows[0] || !b->rows[1] || !b->row_id[0] || !b->row_id[1] || !b->samplers ||
+      !b->chosen || !b->logits)
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (size_t i = 0; i < seqs; i++) {
     b->slots[i].id = -1;
@@ -130,7 +138,8 @@ static hcq_status_t allocate(hcq_llm_batch_t *b) {
   return NULL;
 }
 
-hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t *options, hcq_llm_batch_t **out) {
+hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t *options,
+                                  hcq_llm_batch_t **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: out is NULL");
   *out = NULL;
   if (!llm || !llm_api_decoder(llm))
@@ -143,11 +152,13 @@ hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t 
   TRY(parse_kind(info.device, &kind));
   hcq_llm_batch_t *b = calloc(1, sizeof(*b));
   if (!b) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  b->llm = llm, b->tok = llm_api_tokenizer(llm), b->max_seqs = o.max_seqs, b->ctx = o.ctx, b->max_rows = o.max_rows;
+  b->llm = llm, b->tok = llm_api_tokenizer(llm), b->max_seqs = o.max_seqs, b->ctx = o.ctx,
+  b->max_rows = o.max_rows;
   b->vocab = info.vocab;
   /* recursive: on_token, called under the lock, may add and cancel */
   pthread_mutexattr_t attr;
-  bool locked = !pthread_mutexattr_init(&attr) && !pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE) &&
+  bool locked = !pthread_mutexattr_init(&attr) &&
+                !pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE) &&
                 !pthread_mutex_init(&b->lock, &attr);
   pthread_mutexattr_destroy(&attr);
   if (!locked) {
@@ -155,7 +166,8 @@ hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t 
     return hcq_status_make(HCQ_INTERNAL, "hcq_llm_batch_create: no mutex");
   }
   llm_model_t *model = NULL;
-  llm_decoder_options_t d = {.kind = kind, .ctx = o.ctx, .max_batch = o.max_rows, .slots = o.max_seqs};
+  llm_decoder_options_t d = {
+      .kind = kind, .ctx = o.ctx, .max_batch = o.max_rows, .slots = o.max_seqs};
   hcq_status_t st = allocate(b);
   /* the file again: the single-sequence decoder closed it once its weights were on the device */
   if (!st) st = llm_model_open(info.path, &model);
@@ -189,7 +201,9 @@ hcq_status_t hcq_llm_batch_destroy(hcq_llm_batch_t *b) {
 
 llm_decoder_t *llm_batch_decoder(hcq_llm_batch_t *b) { return b ? b->dec : NULL; }
 
-size_t hcq_llm_batch_captures(const hcq_llm_batch_t *b) { return b ? llm_decoder_captures(b->dec) : 0; }
+size_t hcq_llm_batch_captures(const hcq_llm_batch_t *b) {
+  return b ? llm_decoder_captures(b->dec) : 0;
+}
 
 /* ---- sequences ---- */
 
@@ -201,10 +215,11 @@ hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t
   hcq_llm_generate_options_t o = options ? *options : (hcq_llm_generate_options_t){0};
   TRY(llm_api_check_options("hcq_llm_batch_add", &o)); /* hcq_llm_generate's checks */
   if (n == 0 || n >= (size_t)b->ctx)
-    return hcq_status_make(HCQ_OUT_OF_RANGE,
-                           "hcq_llm_batch_add: a prompt of %zu tokens (expected 1 to %d: a sequence "
-                           "holds %d positions, prompt and new tokens)",
-                           n, b->ctx - 1, b->ctx);
+    return hcq_status_make(
+        HCQ_OUT_OF_RANGE,
+        "hcq_llm_batch_add: a prompt of %zu tokens (expected 1 to %d: a sequence "
+        "holds %d positions, prompt and new tokens)",
+        n, b->ctx - 1, b->ctx);
   for (size_t i = 0; i < n; i++)
     if (prompt[i] < 0 || prompt[i] >= b->vocab)
       return hcq_status_make(HCQ_INVALID_ARGUMENT,
@@ -217,8 +232,9 @@ hcq_status_t hcq_llm_batch_add(hcq_llm_batch_t *b, const int32_t *prompt, size_t
     if (b->slots[i].id < 0) s = &b->slots[i];
   if (!s) {
     pthread_mutex_unlock(&b->lock);
-    return hcq_status_make(HCQ_UNAVAILABLE,
-                           "hcq_llm_batch_add: all %d sequences are busy (try again once one finishes)", b->max_seqs);
+    return hcq_status_make(
+        HCQ_UNAVAILABLE,
+        "hcq_llm_batch_add: all %d sequences are busy (try again once one finishes)", b->max_seqs);
   }
   int room = b->ctx - (int)n;
   s->id = b->next_id;
@@ -248,7 +264,8 @@ hcq_status_t hcq_llm_batch_cancel(hcq_llm_batch_t *b, int seq) {
   for (int i = 0; i < b->max_seqs && !found; i++)
     if (seq >= 0 && b->slots[i].id == seq) release_slot(&b->slots[i]), found = true;
   pthread_mutex_unlock(&b->lock);
-  return found ? NULL : hcq_status_make(HCQ_NOT_FOUND, "hcq_llm_batch_cancel: no active sequence %d", seq);
+  return found ? NULL
+               : hcq_status_make(HCQ_NOT_FOUND, "hcq_llm_batch_cancel: no active sequence %d", seq);
 }
 
 size_t hcq_llm_batch_active(hcq_llm_batch_t *b) {
@@ -326,24 +343,30 @@ static hcq_status_t pass_text(seq_slot_t *s, const char *text, size_t n, bool en
 /* Token tok chosen for s: its text (less what stop strings hold back), the callback, and whether
  * the sequence ends (then its slot is freed, its held-back text flushed into the event). *emitted
  * is false when the sequence was cancelled from the callback (no event). */
-static hcq_status_t take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, hcq_llm_batch_event_t *ev,
-                               bool *emitted) {
+static hcq_status_t take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok,
+                               hcq_llm_batch_event_t *ev, bool *emitted) {
   int id = s->id;
   *emitted = false;
   s->ids[s->len++] = tok;
   const hcq_llm_logprob_t *logprob = s->o.logprobs ? &s->logprob : NULL;
   if (logprob && s->o.on_logprob) s->o.on_logprob(s->o.user, logprob);
   char piece[TEXT_CAP];
-  size_t len = llm_detok_push(b->tok, &s->detok, tok, s->o.special, piece, LLM_DETOK_MAX_OUT), at = 0;
+  size_t len = llm_detok_push(b->tok, &s->detok, tok, s->o.special, piece, LLM_DETOK_MAX_OUT),
+         at = 0;
   int generated = s->len - s->prompt;
-  bool end = !s->o.ignore_eos && llm_tokenizer_is_eog(b->tok, tok), last = end || generated >= s->max_new;
+  bool end = !s->o.ignore_eos && llm_tokenizer_is_eog(b->tok, tok),
+       last = end || generated >= s->max_new;
   TRY(pass_text(s, piece, len, false, &at));
   bool stopped = s->o.on_token && !s->o.on_token(s->o.user, tok, s->text, at);
   if (s->id != id) return NULL; /* cancelled by the callback */
   bool found = s->o.nstop && s->stop.found >= 0;
   if (!stopped && !found && !last) {
-    *ev = (hcq_llm_batch_event_t){
-        .seq = id, .id = tok, .text = s->text, .len = at, .tokens = (size_t)generated, .logprob = logprob};
+    *ev = (hcq_llm_batch_event_t){.seq = id,
+                                  .id = tok,
+                                  .text = s->text,
+                                  .len = at,
+                                  .tokens = (size_t)generated,
+                                  .logprob = logprob};
     *emitted = true;
     return NULL;
   }
@@ -354,8 +377,13 @@ static hcq_status_t take_token(hcq_llm_batch_t *b, seq_slot_t *s, int32_t tok, h
     if (at > before && s->o.on_token && !stopped)
       s->o.on_token(s->o.user, HCQ_LLM_NO_TOKEN, s->text + before, at - before);
   }
-  *ev = (hcq_llm_batch_event_t){.seq = id, .id = tok, .text = s->text, .len = at, .tokens = (size_t)generated,
-                                .finished = true, .logprob = logprob};
+  *ev = (hcq_llm_batch_event_t){.seq = id,
+                                .id = tok,
+                                .text = s->text,
+                                .len = at,
+                                .tokens = (size_t)generated,
+                                .finished = true,
+                                .logprob = logprob};
   ev->stop = found                                             ? HCQ_LLM_STOP_STRING
              : stopped                                         ? HCQ_LLM_STOP_CALLBACK
              : end                                             ? HCQ_LLM_STOP_END
@@ -394,19 +422,23 @@ static bool step_wants_logprobs(hcq_llm_batch_t *b, int p) {
   return wants;
 }
 
-hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *events, size_t cap, size_t *n) {
+hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *events, size_t cap,
+                                size_t *n) {
   if (!b || !n || (!events && cap))
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: batch, events or n is NULL");
   *n = 0;
   if (cap < (size_t)b->max_seqs)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_step: room for %zu events (a step gives up to "
-                           "max_seqs = %d)", cap, b->max_seqs);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_llm_batch_step: room for %zu events (a step gives up to "
+                           "max_seqs = %d)",
+                           cap, b->max_seqs);
   bool queued = false;
   if (!b->inflight) TRY(queue_step(b, &b->inflight));
   if (!b->inflight) return NULL; /* no sequence */
   int p = !b->parity;
-  /* the step after it queued before this one's tokens are read: the device never waits for the host;
-   * but every step writes the same logits, so where a sequence wants log-probabilities, after */
+  /* the step after it queued before this one's tokens are read: the device never waits for the
+   * host; but every step writes the same logits, so where a sequence wants log-probabilities, after
+   */
   bool early = !step_wants_logprobs(b, p);
   if (early) TRY(queue_step(b, &queued));
   /* the lock is free while the device runs: add and cancel go on meanwhile (a slot cancelled and

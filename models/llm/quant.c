@@ -30,9 +30,9 @@ uint16_t llm_float_to_half(float f) {
   uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
   uint32_t absx = x & 0x7fffffffu;
   if (absx >= 0x7f800000u) return sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0); /* inf, NaN */
-  if (absx >= 0x477ff000u) return sign | 0x7c00;                                     /* rounds past 65504 */
-  if (absx < 0x38800000u) {                                                          /* subnormal or zero */
-    if (absx < 0x33000000u) return sign;                                             /* below half the least subnormal */
+  if (absx >= 0x477ff000u) return sign | 0x7c00; /* rounds past 65504 */
+  if (absx < 0x38800000u) {                      /* subnormal or zero */
+    if (absx < 0x33000000u) return sign;         /* below half the least subnormal */
     uint32_t man = (absx & 0x7fffff) | 0x800000;
     int shift = 126 - (int)(absx >> 23); /* 14..24 */
     uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
@@ -127,7 +127,8 @@ void llm_quantize_row(ggml_type_t type, const float *x, void *dst, size_t n) {
       for (size_t i = 0; i < n; i++) {
         uint32_t bits;
         memcpy(&bits, &x[i], 4);
-        uint16_t h = (uint16_t)((bits + 0x7fff + (bits >> 16 & 1)) >> 16); /* to nearest even (finite inputs) */
+        uint16_t h = (uint16_t)((bits + 0x7fff + (bits >> 16 & 1)) >>
+                                16); /* to nearest even (finite inputs) */
         memcpy(o + 2 * i, &h, 2);
       }
       return;
@@ -137,7 +138,8 @@ void llm_quantize_row(ggml_type_t type, const float *x, void *dst, size_t n) {
     llm_quantize_row_k(type, x, o, n);
     return;
   }
-  for (size_t b = 0; b < n / 32; b++, x += 32, o += ggml_block_bytes(type)) quantize_block(type, x, o);
+  for (size_t b = 0; b < n / 32; b++, x += 32, o += ggml_block_bytes(type))
+    quantize_block(type, x, o);
 }
 
 void llm_q8_parts(ggml_type_t type, const uint8_t *blk, int8_t q[32], uint16_t *d) {
@@ -166,10 +168,12 @@ static void dequantize_block(ggml_type_t type, const uint8_t *p, float *x) {
     for (int j = 0; j < 32; j++) x[j] = (float)q[j] * d;
   } else if (type == GGML_TYPE_Q4_0) {
     float d = get_half(p);
-    for (int j = 0; j < 16; j++) x[j] = d * (float)((p[2 + j] & 15) - 8), x[j + 16] = d * (float)((p[2 + j] >> 4) - 8);
+    for (int j = 0; j < 16; j++)
+      x[j] = d * (float)((p[2 + j] & 15) - 8), x[j + 16] = d * (float)((p[2 + j] >> 4) - 8);
   } else if (type == GGML_TYPE_Q4_1) {
     float d = get_half(p), m = get_half(p + 2);
-    for (int j = 0; j < 16; j++) x[j] = d * (float)(p[4 + j] & 15) + m, x[j + 16] = d * (float)(p[4 + j] >> 4) + m;
+    for (int j = 0; j < 16; j++)
+      x[j] = d * (float)(p[4 + j] & 15) + m, x[j + 16] = d * (float)(p[4 + j] >> 4) + m;
   } else { /* Q5_1 */
     llm_kparts_t k;
     llm_kparts(type, p, &k);
@@ -197,7 +201,8 @@ void llm_dequantize_row(ggml_type_t type, const void *src, float *x, size_t n) {
     llm_dequantize_row_k(type, p, x, n);
     return;
   }
-  for (size_t b = 0; b < n / 32; b++, x += 32, p += ggml_block_bytes(type)) dequantize_block(type, p, x);
+  for (size_t b = 0; b < n / 32; b++, x += 32, p += ggml_block_bytes(type))
+    dequantize_block(type, p, x);
 }
 
 /* ---- device layouts ---- */
@@ -226,18 +231,24 @@ llm_layout_t llm_gpu_layout_of(ggml_type_t type) {
   return layout == LLM_LAYOUT_Q5X16 ? LLM_LAYOUT_Q8X16 : layout; /* the GPUs read Q5_0 as int8 */
 }
 
-bool llm_layout_quantized(llm_layout_t layout) { return layout != LLM_LAYOUT_F32X16 && layout != LLM_LAYOUT_F16X16; }
+bool llm_layout_quantized(llm_layout_t layout) {
+  return layout != LLM_LAYOUT_F32X16 && layout != LLM_LAYOUT_F16X16;
+}
 
 const char *llm_layout_name(llm_layout_t layout) {
-  static const char *const names[] = {"F32X16", "F16X16", "Q4X16", "Q8X16", "K4X16", "K8X16", "K8X16_1", "Q5X16"};
+  static const char *const names[] = {"F32X16", "F16X16", "Q4X16",   "Q8X16",
+                                      "K4X16",  "K8X16",  "K8X16_1", "Q5X16"};
   return names[layout];
 }
 
-/* The K layouts: bytes of a block's quants, of a block, of a superblock (its 64-byte header first). */
+/* The K layouts: bytes of a block's quants, of a block, of a superblock (its 64-byte header first).
+ */
 static size_t k_quant_bytes(llm_layout_t layout) { return layout == LLM_LAYOUT_K4X16 ? 256 : 512; }
 static size_t k_block_bytes(llm_layout_t layout) { return k_quant_bytes(layout) + 64; }
 static size_t k_blocks(llm_layout_t layout) { return layout == LLM_LAYOUT_K8X16_1 ? 1 : 8; }
-static size_t k_super_bytes(llm_layout_t layout) { return 64 + k_blocks(layout) * k_block_bytes(layout); }
+static size_t k_super_bytes(llm_layout_t layout) {
+  return 64 + k_blocks(layout) * k_block_bytes(layout);
+}
 
 static size_t group_bytes(llm_layout_t layout, size_t cols) {
   switch (layout) {
@@ -257,10 +268,13 @@ size_t llm_repack_bytes(ggml_type_t type, size_t rows, size_t cols) {
 /* Element e (0..31) of a Q4_0/Q4_1 block's nibbles. */
 static unsigned nibble(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
 
-/* 32 values (unsigned nibbles, or int8) of one row into a Q4X16/K4X16 or Q8X16/K8X16 block's quants. */
+/* 32 values (unsigned nibbles, or int8) of one row into a Q4X16/K4X16 or Q8X16/K8X16 block's
+ * quants. */
 static void put_quants4(uint8_t *o, size_t lane, const int8_t q[32]) {
   for (int c = 0; c < 4; c++)
-    for (int i = 0; i < 4; i++) o[c * 64 + lane * 4 + (size_t)i] = (uint8_t)((q[8 * c + i] & 15) | (q[8 * c + 4 + i] & 15) << 4);
+    for (int i = 0; i < 4; i++)
+      o[c * 64 + lane * 4 + (size_t)i] =
+          (uint8_t)((q[8 * c + i] & 15) | (q[8 * c + 4 + i] & 15) << 4);
 }
 static void put_quants8(uint8_t *o, size_t lane, const int8_t q[32]) {
   for (int c = 0; c < 8; c++)
@@ -268,8 +282,10 @@ static void put_quants8(uint8_t *o, size_t lane, const int8_t q[32]) {
 }
 
 /* One row (lane of its group g) of a type in a K layout. */
-static void repack_k_row(ggml_type_t type, llm_layout_t layout, const uint8_t *in, size_t cols, uint8_t *g, size_t lane) {
-  size_t supers = cols / (32 * k_blocks(layout)), in_bytes = ggml_block_bytes(type), qb = k_quant_bytes(layout);
+static void repack_k_row(ggml_type_t type, llm_layout_t layout, const uint8_t *in, size_t cols,
+                         uint8_t *g, size_t lane) {
+  size_t supers = cols / (32 * k_blocks(layout)), in_bytes = ggml_block_bytes(type),
+         qb = k_quant_bytes(layout);
   llm_kparts_t k;
   for (size_t s = 0; s < supers; s++) {
     llm_kparts(type, in + s * in_bytes, &k);
@@ -278,8 +294,10 @@ static void repack_k_row(ggml_type_t type, llm_layout_t layout, const uint8_t *i
     memcpy(o + 32 + lane * 2, &k.dmin, 2);
     for (int b = 0; b < k.blocks; b++) {
       uint8_t *blk = o + 64 + (size_t)b * k_block_bytes(layout);
-      if (layout == LLM_LAYOUT_K4X16) put_quants4(blk, lane, k.q + 32 * b);
-      else put_quants8(blk, lane, k.q + 32 * b);
+      if (layout == LLM_LAYOUT_K4X16)
+        put_quants4(blk, lane, k.q + 32 * b);
+      else
+        put_quants8(blk, lane, k.q + 32 * b);
       for (int h = 0; h < 2; h++) {
         blk[qb + (size_t)h * 16 + lane] = (uint8_t)k.sc[b][h];
         blk[qb + 32 + (size_t)h * 16 + lane] = (uint8_t)k.m[b][h];
@@ -307,7 +325,8 @@ static void repack_q5_row(const uint8_t *in, size_t cols, uint8_t *g, size_t lan
 }
 
 /* One row of a type in Q4X16 or Q8X16. */
-static void repack_block_row(ggml_type_t type, llm_layout_t layout, const uint8_t *in, size_t cols, uint8_t *g, size_t lane) {
+static void repack_block_row(ggml_type_t type, llm_layout_t layout, const uint8_t *in, size_t cols,
+                             uint8_t *g, size_t lane) {
   size_t in_bytes = ggml_block_bytes(type);
   for (size_t b = 0; b < cols / 32; b++) {
     const uint8_t *blk = in + b * in_bytes;
@@ -336,7 +355,8 @@ static void repack_block_row(ggml_type_t type, llm_layout_t layout, const uint8_
 
 void llm_repack(ggml_type_t type, const void *src, size_t rows, size_t cols, void *dst) {
   llm_layout_t layout = llm_layout_of(type);
-  size_t gbytes = group_bytes(layout, cols), row_bytes = cols / ggml_block_elems(type) * ggml_block_bytes(type);
+  size_t gbytes = group_bytes(layout, cols),
+         row_bytes = cols / ggml_block_elems(type) * ggml_block_bytes(type);
   size_t groups = (rows + 15) / 16;
   memset(dst, 0, groups * gbytes);
   for (size_t r = 0; r < rows; r++) {
@@ -361,13 +381,17 @@ void llm_repack(ggml_type_t type, const void *src, size_t rows, size_t cols, voi
   }
 }
 
-/* Every type with a CPU layout (llm_layout_of's default, F32X16, also stands for types it does not know). */
+/* Every type with a CPU layout (llm_layout_of's default, F32X16, also stands for types it does not
+ * know). */
 bool llm_gpu_has_layout(ggml_type_t type) {
-  return type == GGML_TYPE_F32 || type == GGML_TYPE_BF16 || llm_gpu_layout_of(type) != LLM_LAYOUT_F32X16;
+  return type == GGML_TYPE_F32 || type == GGML_TYPE_BF16 ||
+         llm_gpu_layout_of(type) != LLM_LAYOUT_F32X16;
 }
 
 /* The GPU's K layouts: bytes of a block's quants (unsigned nibbles, or int8). */
-static size_t gpu_k_quant_bytes(llm_layout_t layout) { return layout == LLM_LAYOUT_K4X16 ? 16 : 32; }
+static size_t gpu_k_quant_bytes(llm_layout_t layout) {
+  return layout == LLM_LAYOUT_K4X16 ? 16 : 32;
+}
 
 size_t llm_gpu_pack_bytes(ggml_type_t type, size_t rows, size_t cols) {
   llm_layout_t layout = llm_gpu_layout_of(type);
@@ -384,13 +408,15 @@ size_t llm_gpu_pack_bytes(ggml_type_t type, size_t rows, size_t cols) {
 
 /* A type in a K layout: each row's superblocks (llm_kparts) into the quants, the per-block words
  * {sc[0], sc[1], m[0], m[1]} (int8 each) and the per-superblock floats {d, dmin}. */
-static void gpu_pack_k(ggml_type_t type, llm_layout_t layout, const uint8_t *src, size_t rows, size_t cols, uint8_t *dst) {
+static void gpu_pack_k(ggml_type_t type, llm_layout_t layout, const uint8_t *src, size_t rows,
+                       size_t cols, uint8_t *dst) {
   size_t sb = k_blocks(layout), nb = rows * (cols / 32), qb = gpu_k_quant_bytes(layout);
   size_t supers = nb / sb, in_bytes = ggml_block_bytes(type);
   uint8_t *scales = dst + nb * qb;
   float *super = (float *)(scales + nb * 4);
   llm_kparts_t k;
-  for (size_t s = 0; s < supers; s++) { /* rows are whole superblocks: superblock s of the matrix is the file's */
+  for (size_t s = 0; s < supers;
+       s++) { /* rows are whole superblocks: superblock s of the matrix is the file's */
     llm_kparts(type, src + s * in_bytes, &k);
     super[2 * s] = llm_half_to_float(k.d);
     super[2 * s + 1] = llm_half_to_float(k.dmin);
@@ -398,12 +424,14 @@ static void gpu_pack_k(ggml_type_t type, llm_layout_t layout, const uint8_t *src
       size_t blk = s * sb + b;
       const int8_t *q = k.q + 32 * b;
       uint8_t *o = dst + blk * qb;
-      if (layout == LLM_LAYOUT_K4X16) /* Q4_0's order: element j < 16 the low nibble of byte j, j + 16 its high one */
+      if (layout == LLM_LAYOUT_K4X16) /* Q4_0's order: element j < 16 the low nibble of byte j, j +
+                                         16 its high one */
         for (int j = 0; j < 16; j++) o[j] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
       else
         memcpy(o, q, 32);
       uint8_t *w = scales + blk * 4;
-      w[0] = (uint8_t)k.sc[b][0], w[1] = (uint8_t)k.sc[b][1], w[2] = (uint8_t)k.m[b][0], w[3] = (uint8_t)k.m[b][1];
+      w[0] = (uint8_t)k.sc[b][0], w[1] = (uint8_t)k.sc[b][1], w[2] = (uint8_t)k.m[b][0],
+      w[3] = (uint8_t)k.m[b][1];
     }
   }
 }
@@ -422,10 +450,12 @@ void llm_gpu_pack(ggml_type_t type, const void *src, size_t rows, size_t cols, v
     gpu_pack_k(type, layout, src, rows, cols, dst);
     return;
   }
-  size_t nb = rows * (cols / 32), qbytes = layout == LLM_LAYOUT_Q4X16 ? 16 : 32, in_bytes = ggml_block_bytes(type);
+  size_t nb = rows * (cols / 32), qbytes = layout == LLM_LAYOUT_Q4X16 ? 16 : 32,
+         in_bytes = ggml_block_bytes(type);
   uint8_t *quants = dst;
   float *scales = (float *)(quants + nb * qbytes);
-  for (size_t b = 0; b < nb; b++) { /* rows are whole blocks: block b of the matrix is block b of the file */
+  for (size_t b = 0; b < nb;
+       b++) { /* rows are whole blocks: block b of the matrix is block b of the file */
     const uint8_t *blk = (const uint8_t *)src + b * in_bytes;
     if (layout == LLM_LAYOUT_Q8X16) {
       uint16_t d;
@@ -441,7 +471,9 @@ void llm_gpu_pack(ggml_type_t type, const void *src, size_t rows, size_t cols, v
   }
 }
 
-bool llm_act_superblock(llm_layout_t layout) { return layout == LLM_LAYOUT_K4X16 || layout == LLM_LAYOUT_K8X16; }
+bool llm_act_superblock(llm_layout_t layout) {
+  return layout == LLM_LAYOUT_K4X16 || layout == LLM_LAYOUT_K8X16;
+}
 
 void llm_quantize_act_k(const float *x, size_t n, llm_act_block_t *out) {
   for (size_t sb = 0; sb < n / 256; sb++) {

@@ -7,7 +7,8 @@
 
 #include "quant.h"
 
-const int8_t llm_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t llm_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
 
 static uint16_t bits_at(const uint8_t *p) {
   uint16_t h;
@@ -23,8 +24,8 @@ static float put_half(uint8_t *p, float f) {
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 static int nearest(float x) { return (int)lrintf(x); }
 
-/* A superblock as integers: element e is (d sc[e / 16]) q[e] - dmin m[e / 16], with q the integer ggml
- * multiplies by (Q3_K's q - 4, Q6_K's q - 32, IQ4_XS's kvalues[q]); m and dmin 0 for the types
+/* A superblock as integers: element e is (d sc[e / 16]) q[e] - dmin m[e / 16], with q the integer
+ * ggml multiplies by (Q3_K's q - 4, Q6_K's q - 32, IQ4_XS's kvalues[q]); m and dmin 0 for the types
  * without mins. d and dmin as half bits. */
 typedef struct {
   int q[256], sc[16], m[16];
@@ -41,8 +42,11 @@ static void scale_min_k4(const uint8_t *s, int j, int *sc, int *m) {
   }
 }
 
-/* Q2_K's and Q3_K's 2-bit quants: element e is in byte 32 (e / 128) + e % 32, at bits 2 ((e % 128) / 32). */
-static int two_bits(const uint8_t *qs, int e) { return qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32)) & 3; }
+/* Q2_K's and Q3_K's 2-bit quants: element e is in byte 32 (e / 128) + e % 32, at bits 2 ((e % 128)
+ * / 32). */
+static int two_bits(const uint8_t *qs, int e) {
+  return qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32)) & 3;
+}
 
 static void read_q2_k(const uint8_t *b, raw_t *r) {
   for (int i = 0; i < 16; i++) r->sc[i] = b[i] & 15, r->m[i] = b[i] >> 4;
@@ -169,7 +173,8 @@ static float signed_max(const float *x, int n) {
   return max;
 }
 
-/* Sub-blocks of len elements as scale q - min, q in 0..nmax, min >= 0 (the block's minimum when negative). */
+/* Sub-blocks of len elements as scale q - min, q in 0..nmax, min >= 0 (the block's minimum when
+ * negative). */
 static void scale_mins(const float *x, int len, int count, int nmax, float *scale, float *min) {
   for (int j = 0; j < count; j++) {
     float lo = 0, hi = x[j * len];
@@ -184,16 +189,22 @@ static float largest(const float *v, int n) {
   return m;
 }
 
-/* Q2_K (K = 2), Q4_K (4), Q5_K (5): integer sub-block scales of d, mins of dmin; then the quants. */
+/* Q2_K (K = 2), Q4_K (4), Q5_K (5): integer sub-block scales of d, mins of dmin; then the quants.
+ */
 static void quantize_with_mins(ggml_type_t type, const float *x, uint8_t *o) {
   bool q2 = type == GGML_TYPE_Q2_K;
-  int len = q2 ? 16 : 32, count = 256 / len, nmax = q2 ? 3 : type == GGML_TYPE_Q4_K ? 15 : 31, smax = q2 ? 15 : 63;
+  int len = q2 ? 16 : 32, count = 256 / len,
+      nmax = q2                       ? 3
+             : type == GGML_TYPE_Q4_K ? 15
+                                      : 31,
+      smax = q2 ? 15 : 63;
   float scale[16], min[16];
   int ls[16], lm[16];
   scale_mins(x, len, count, nmax, scale, min);
   memset(o, 0, ggml_block_bytes(type));
   uint8_t *dp = q2 ? o + 80 : o;
-  float d = put_half(dp, largest(scale, count) / (float)smax), dmin = put_half(dp + 2, largest(min, count) / (float)smax);
+  float d = put_half(dp, largest(scale, count) / (float)smax),
+        dmin = put_half(dp + 2, largest(min, count) / (float)smax);
   for (int j = 0; j < count; j++) {
     ls[j] = d > 0 ? clampi(nearest(scale[j] / d), 0, smax) : 0;
     lm[j] = dmin > 0 ? clampi(nearest(min[j] / dmin), 0, smax) : 0;
@@ -223,7 +234,8 @@ static void quantize_with_mins(ggml_type_t type, const float *x, uint8_t *o) {
 
 /* Signed sub-block scales (Q3_K, Q6_K, IQ4_XS): each sub-block's value of largest magnitude maps to
  * the quant qmin (-4, -32, kvalues[0] = -127); the largest scale to the integer scale smin. */
-static void signed_scales(const float *x, int len, int count, float qmin, int smin, int smax, float d_out[1], int *ls) {
+static void signed_scales(const float *x, int len, int count, float qmin, int smin, int smax,
+                          float d_out[1], int *ls) {
   float scale[16], top = 0;
   for (int j = 0; j < count; j++) {
     scale[j] = signed_max(x + j * len, len) / qmin;
@@ -242,8 +254,10 @@ static void quantize_q3_k(const float *x, uint8_t *o) {
   put_half(o + 108, d);
   for (int i = 0; i < 16; i++) {
     int s = ls[i] + 32;
-    if (i < 8) o[96 + i] |= (uint8_t)(s & 15);
-    else o[96 + i - 8] |= (uint8_t)((s & 15) << 4);
+    if (i < 8)
+      o[96 + i] |= (uint8_t)(s & 15);
+    else
+      o[96 + i - 8] |= (uint8_t)((s & 15) << 4);
     o[96 + 8 + i % 4] |= (uint8_t)((s >> 4) << (2 * (i / 4)));
   }
   for (int e = 0; e < 256; e++) {
@@ -299,9 +313,13 @@ static void quantize_iq4_xs(const float *x, uint8_t *o) {
 
 void llm_quantize_row_k(ggml_type_t type, const float *x, uint8_t *dst, size_t n) {
   for (size_t s = 0; s < n / 256; s++, x += 256, dst += ggml_block_bytes(type)) {
-    if (type == GGML_TYPE_Q3_K) quantize_q3_k(x, dst);
-    else if (type == GGML_TYPE_Q6_K) quantize_q6_k(x, dst);
-    else if (type == GGML_TYPE_IQ4_XS) quantize_iq4_xs(x, dst);
-    else quantize_with_mins(type, x, dst);
+    if (type == GGML_TYPE_Q3_K)
+      quantize_q3_k(x, dst);
+    else if (type == GGML_TYPE_Q6_K)
+      quantize_q6_k(x, dst);
+    else if (type == GGML_TYPE_IQ4_XS)
+      quantize_iq4_xs(x, dst);
+    else
+      quantize_with_mins(type, x, dst);
   }
 }

@@ -38,7 +38,8 @@ hcq_status_t llm_stop_push(llm_stop_t *s, const char *text, size_t n, bool end, 
   if (s->nheld + n + 1 > s->cap) {
     size_t cap = (s->nheld + n + 1) * 2;
     char *grown = realloc(s->held, cap);
-    if (!grown) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory holding back text for stop strings");
+    if (!grown)
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory holding back text for stop strings");
     s->held = grown, s->cap = cap;
   }
   if (n) memcpy(s->held + s->nheld, text, n);

@@ -13,8 +13,8 @@
 typedef struct llm_stop {
   const char *const *stop; /* nstop non-empty strings (the caller's: they must outlive this) */
   size_t nstop;
-  int found;   /* the stop string found first in the text (-1: none yet) */
-  char *held;  /* text not passed on yet, NUL-terminated at nheld */
+  int found;  /* the stop string found first in the text (-1: none yet) */
+  char *held; /* text not passed on yet, NUL-terminated at nheld */
   size_t nheld, cap;
 } llm_stop_t;
 
@@ -24,7 +24,8 @@ void llm_stop_init(llm_stop_t *s, const char *const *stop, size_t nstop);
  * that begins a stop string (both at character starts); with end (nothing more will come), all
  * when no stop string is found. OUT_OF_MEMORY when the text cannot be held. After found, nothing
  * more is taken. */
-HCQ_MUST_USE hcq_status_t llm_stop_push(llm_stop_t *s, const char *text, size_t n, bool end, size_t *pass);
+HCQ_MUST_USE hcq_status_t llm_stop_push(llm_stop_t *s, const char *text, size_t n, bool end,
+                                        size_t *pass);
 /* The first n held bytes are passed on: they go (after a stop string, all of it goes). held[n] is
  * the NUL the caller may put there meanwhile; see llm_stop_push. */
 void llm_stop_consume(llm_stop_t *s, size_t n);

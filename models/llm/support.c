@@ -11,9 +11,9 @@ static const char *const k_architectures[] = {"llama", "qwen2", "qwen3", "gemma3
 
 /* The CPU kernels read every type quant.h repacks; the GPU kinds those llm_gpu_pack lays out. */
 static const uint32_t k_cpu_types[] = {
-    GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,   GGML_TYPE_Q5_1,
-    GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL,
-    GGML_TYPE_IQ4_XS};
+    GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,   GGML_TYPE_Q4_1,
+    GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K,
+    GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -26,7 +26,8 @@ static const char *const *architectures_of(hcq_device_kind_t kind, size_t *n) {
 bool llm_type_supported(uint32_t type, hcq_device_kind_t kind) {
   bool cpu = false;
   for (size_t i = 0; i < COUNT(k_cpu_types); i++) cpu |= k_cpu_types[i] == type;
-  return model_kernel_lang(kind) == MODEL_KERNELS_C ? cpu : cpu && llm_gpu_has_layout((ggml_type_t)type);
+  return model_kernel_lang(kind) == MODEL_KERNELS_C ? cpu
+                                                    : cpu && llm_gpu_has_layout((ggml_type_t)type);
 }
 
 bool llm_architecture_supported(const char *arch, hcq_device_kind_t kind) {
@@ -45,7 +46,10 @@ static void list_types(hcq_device_kind_t kind, char *out, size_t size) {
     if (llm_type_supported(t, kind)) types[n++] = t;
   out[0] = 0;
   for (size_t i = 0; i < n && used < size; i++)
-    used += (size_t)snprintf(out + used, size - used, "%s%s", i == 0 ? "" : i + 1 == n ? " and " : ", ",
+    used += (size_t)snprintf(out + used, size - used, "%s%s",
+                             i == 0       ? ""
+                             : i + 1 == n ? " and "
+                                          : ", ",
                              ggml_type_name(types[i]));
 }
 
@@ -54,7 +58,11 @@ static void list_architectures(hcq_device_kind_t kind, char *out, size_t size) {
   const char *const *names = architectures_of(kind, &n);
   out[0] = 0;
   for (size_t i = 0; i < n && used < size; i++)
-    used += (size_t)snprintf(out + used, size - used, "%s%s", i == 0 ? "" : i + 1 == n ? " and " : ", ", names[i]);
+    used += (size_t)snprintf(out + used, size - used, "%s%s",
+                             i == 0       ? ""
+                             : i + 1 == n ? " and "
+                                          : ", ",
+                             names[i]);
 }
 
 hcq_status_t llm_model_check(const gguf_file_t *g, hcq_device_kind_t kind) {
@@ -63,22 +71,25 @@ hcq_status_t llm_model_check(const gguf_file_t *g, hcq_device_kind_t kind) {
   if (st) {
     hcq_status_code_t code = hcq_status_code(st);
     hcq_status_destroy(st);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: general.architecture is %s (a GGUF model names its architecture)",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: general.architecture is %s (a GGUF model names its architecture)",
                            gguf_path(g), code == HCQ_NOT_FOUND ? "missing" : "not a string");
   }
   char arch[64], list[256];
   snprintf(arch, sizeof(arch), "%.*s", (int)(arch_str.len < 63 ? arch_str.len : 63), arch_str.ptr);
-  if (arch_str.len > 63 || memchr(arch_str.ptr, 0, arch_str.len) || !llm_architecture_supported(arch, kind)) {
+  if (arch_str.len > 63 || memchr(arch_str.ptr, 0, arch_str.len) ||
+      !llm_architecture_supported(arch, kind)) {
     list_architectures(kind, list, sizeof(list));
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: architecture \"%s\": hcq runs %s on %s", gguf_path(g), arch, list,
-                           hcq_device_kind_name(kind));
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: architecture \"%s\": hcq runs %s on %s",
+                           gguf_path(g), arch, list, hcq_device_kind_name(kind));
   }
   for (size_t i = 0; i < gguf_tensor_count(g); i++) {
     const gguf_tensor_t *t = gguf_tensor_at(g, i);
     if (t->n_dims != 2 || llm_type_supported(t->type, kind)) continue;
     list_types(kind, list, sizeof(list));
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "%s: tensor %s is %s, which hcq's %s kernels do not read (they read %s)",
-                           gguf_path(g), t->name, ggml_type_name(t->type), hcq_device_kind_name(kind), list);
+    return hcq_status_make(
+        HCQ_UNIMPLEMENTED, "%s: tensor %s is %s, which hcq's %s kernels do not read (they read %s)",
+        gguf_path(g), t->name, ggml_type_name(t->type), hcq_device_kind_name(kind), list);
   }
   return NULL;
 }

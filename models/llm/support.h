@@ -1,9 +1,9 @@
-/* Whether hcq can run a GGUF model, asked before anything is loaded: `hcq inspect` prints the answer
- * per device kind, and the model layer may refuse with it.
+/* Whether hcq can run a GGUF model, asked before anything is loaded: `hcq inspect` prints the
+ * answer per device kind, and the model layer may refuse with it.
  *
  * The answer is a first version of what the decoder runs: the architecture and the type of every
- * matrix. A model that passes may still be refused by llm_model_open for its shape (a missing tensor,
- * rope scaling, ...), which needs the architecture's own checks. */
+ * matrix. A model that passes may still be refused by llm_model_open for its shape (a missing
+ * tensor, rope scaling, ...), which needs the architecture's own checks. */
 #ifndef HCQ_LLM_SUPPORT_H
 #define HCQ_LLM_SUPPORT_H
 

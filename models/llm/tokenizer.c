@@ -37,10 +37,14 @@ size_t llm_utf8_valid_prefix(const uint8_t *s, size_t n, size_t *len) {
   *len = b < 0x80 ? 1 : b < 0xC2 ? 0 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : b < 0xF5 ? 4 : 0;
   if (*len <= 1) return *len;
   uint8_t lo = 0x80, hi = 0xBF;
-  if (b == 0xE0) lo = 0xA0;
-  else if (b == 0xED) hi = 0x9F;
-  else if (b == 0xF0) lo = 0x90;
-  else if (b == 0xF4) hi = 0x8F;
+  if (b == 0xE0)
+    lo = 0xA0;
+  else if (b == 0xED)
+    hi = 0x9F;
+  else if (b == 0xF0)
+    lo = 0x90;
+  else if (b == 0xF4)
+    hi = 0x8F;
   size_t k = 1;
   for (; k < *len && k < n; k++) {
     if (s[k] < lo || s[k] > hi) break;
@@ -51,8 +55,9 @@ size_t llm_utf8_valid_prefix(const uint8_t *s, size_t n, size_t *len) {
 
 /* Unicode's White_Space property (PropList.txt): llama.cpp's \s. */
 static bool cp_is_space(uint32_t c) {
-  return (c >= 0x9 && c <= 0xD) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return (c >= 0x9 && c <= 0xD) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 enum { F_LETTER = 1, F_NUMBER = 2, F_SPACE = 4, F_OTHER = 8 };
@@ -62,9 +67,12 @@ static uint8_t cp_class(uint32_t c) {
   size_t lo = 0, hi = llm_unicode_classes_count;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (c < llm_unicode_classes[mid].first) hi = mid;
-    else if (c > llm_unicode_classes[mid].last) lo = mid + 1;
-    else return llm_unicode_classes[mid].cls;
+    if (c < llm_unicode_classes[mid].first)
+      hi = mid;
+    else if (c > llm_unicode_classes[mid].last)
+      lo = mid + 1;
+    else
+      return llm_unicode_classes[mid].cls;
   }
   return LLM_CP_OTHER;
 }
@@ -89,7 +97,7 @@ static bool cp_is_default_punct(uint32_t c) {
 /* ---- tokenizing ---- */
 
 typedef struct sym {
-  uint32_t id; /* DEAD once merged into its left neighbour */
+  uint32_t id;        /* DEAD once merged into its left neighbour */
   int32_t prev, next; /* -1: none */
 } sym_t;
 #define DEAD UINT32_MAX
@@ -148,7 +156,8 @@ static void heap_push(session_t *s, int32_t l, int32_t r) {
   }
   cand_t c = {e->rank, s->syms[r].id, l, r};
   size_t i = s->nheap++;
-  while (i && cand_less(&c, &s->heap[(i - 1) / 2])) s->heap[i] = s->heap[(i - 1) / 2], i = (i - 1) / 2;
+  while (i && cand_less(&c, &s->heap[(i - 1) / 2]))
+    s->heap[i] = s->heap[(i - 1) / 2], i = (i - 1) / 2;
   s->heap[i] = c;
 }
 
@@ -194,7 +203,8 @@ static void bpe_word(session_t *s, const uint8_t *w, size_t n) {
       s->enc = e, s->ecap = 2 * n;
     }
     size_t len = 0;
-    for (size_t i = 0; i < n; i++) len += hcq_model_utf8_encode(t->byte_cp[w[i]], (uint8_t *)s->enc + len);
+    for (size_t i = 0; i < n; i++)
+      len += hcq_model_utf8_encode(t->byte_cp[w[i]], (uint8_t *)s->enc + len);
     int64_t id = llm_tokenizer_find_str(t, s->enc, len);
     if (id >= 0 && id < t->n_vocab) {
       emit(s, (int32_t)id);
@@ -214,7 +224,8 @@ static void bpe_word(session_t *s, const uint8_t *w, size_t n) {
     s->syms = y, s->scap = n;
   }
   sym_t *y = s->syms;
-  for (size_t i = 0; i < n; i++) y[i] = (sym_t){t->byte_sym[w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
+  for (size_t i = 0; i < n; i++)
+    y[i] = (sym_t){t->byte_sym[w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
   s->nheap = 0;
   for (size_t i = 0; i + 1 < n && !s->nomem; i++) heap_push(s, (int32_t)i, (int32_t)i + 1);
   while (s->nheap && !s->nomem) {
@@ -234,7 +245,9 @@ static void bpe_word(session_t *s, const uint8_t *w, size_t n) {
   for (int32_t i = 0; i >= 0; i = y[i].next) emit_piece(s, y[i].id);
 }
 
-static void bpe_range(session_t *s, size_t a, size_t b) { bpe_word(s, s->norm + s->off[a], s->off[b] - s->off[a]); }
+static void bpe_range(session_t *s, size_t a, size_t b) {
+  bpe_word(s, s->norm + s->off[a], s->off[b] - s->off[a]);
+}
 
 /* The "default" split's last two expressions on a word: \p{N}+ runs apart from the rest, and
  * within them [0-9][0-9][0-9] groups apart, leftmost first ("12345": "123", "45"). */
@@ -261,8 +274,10 @@ static void default_digits(session_t *s, size_t a, size_t b) {
 
 /* A word of the split: merged, after the "default" split's digit stages. */
 static void word(session_t *s, size_t a, size_t b) {
-  if (s->t->pre == PRE_DEFAULT) default_digits(s, a, b);
-  else bpe_range(s, a, b);
+  if (s->t->pre == PRE_DEFAULT)
+    default_digits(s, a, b);
+  else
+    bpe_range(s, a, b);
 }
 
 /* The length of an English contraction ('s 't 'm 'd 're 've 'll) starting at pos, 0 for none;
@@ -286,7 +301,8 @@ static void split_gpt2(session_t *s, size_t lo, size_t hi) {
       word(s, pos, pos + n), pos += n;
       continue;
     }
-    /* ' ?X+' for X letters, numbers or others: the class of the character after an optional space. */
+    /* ' ?X+' for X letters, numbers or others: the class of the character after an optional space.
+     */
     size_t start = pos, first = c[pos] == ' ' ? pos + 1 : pos;
     uint8_t k = first < hi ? f[first] : 0;
     if (k & (F_LETTER | F_NUMBER | F_OTHER)) {
@@ -315,7 +331,8 @@ static void split_llama3(session_t *s, size_t lo, size_t hi, size_t max_digits) 
       continue;
     }
     size_t end = pos + 1;
-    if (cp != '\r' && cp != '\n' && !(f[pos] & F_NUMBER) && ((f[pos] & F_LETTER) || (end < hi && (f[end] & F_LETTER)))) {
+    if (cp != '\r' && cp != '\n' && !(f[pos] & F_NUMBER) &&
+        ((f[pos] & F_LETTER) || (end < hi && (f[end] & F_LETTER)))) {
       while (end < hi && (f[end] & F_LETTER)) end++; /* [^\r\n\p{L}\p{N}]?\p{L}+ */
     } else if (f[pos] & F_NUMBER) {
       while (end < hi && end - pos < max_digits && (f[end] & F_NUMBER)) end++; /* \p{N}{1,3} */
@@ -329,8 +346,10 @@ static void split_llama3(session_t *s, size_t lo, size_t hi, size_t max_digits) 
         size_t nl = 0;
         for (end = pos; end < hi && (f[end] & F_SPACE); end++)
           if (c[end] == '\r' || c[end] == '\n') nl = end + 1;
-        if (nl) end = nl;                             /* \s*[\r\n]+ */
-        else if (end - pos > 1 && end < hi) end--;    /* \s+(?!\S) */
+        if (nl)
+          end = nl; /* \s*[\r\n]+ */
+        else if (end - pos > 1 && end < hi)
+          end--; /* \s+(?!\S) */
         if (end == pos) end++;
       }
     }
@@ -345,8 +364,10 @@ static void split_default(session_t *s, size_t n) {
     size_t end = pos;
     bool punct = cp_is_default_punct(s->cps[pos]);
     while (end < n && cp_is_default_punct(s->cps[end]) == punct) end++;
-    if (punct) word(s, pos, end);
-    else split_gpt2(s, pos, end);
+    if (punct)
+      word(s, pos, end);
+    else
+      split_gpt2(s, pos, end);
     pos = end;
   }
 }
@@ -359,7 +380,8 @@ static void plain_text(session_t *s, const uint8_t *p, size_t len) {
   if (len + 1 > s->pcap) {
     size_t cap = len + 1;
     void *tmp;
-    if (!RESIZE(s->cps, cap) || !RESIZE(s->flags, cap) || !RESIZE(s->off, cap) || !RESIZE(s->norm, 3 * cap)) {
+    if (!RESIZE(s->cps, cap) || !RESIZE(s->flags, cap) || !RESIZE(s->off, cap) ||
+        !RESIZE(s->norm, 3 * cap)) {
       s->nomem = true;
       return;
     }
@@ -374,10 +396,14 @@ static void plain_text(session_t *s, const uint8_t *p, size_t len) {
     o += hcq_model_utf8_encode(cp, s->norm + o);
   }
   s->off[n] = o;
-  if (s->t->pre == PRE_LLAMA3) split_llama3(s, 0, n, 3);
-  else if (s->t->pre == PRE_QWEN2) split_llama3(s, 0, n, 1);
-  else if (s->t->pre == PRE_GPT2) split_gpt2(s, 0, n);
-  else if (s->t->pre == PRE_DEFAULT) split_default(s, n);
+  if (s->t->pre == PRE_LLAMA3)
+    split_llama3(s, 0, n, 3);
+  else if (s->t->pre == PRE_QWEN2)
+    split_llama3(s, 0, n, 1);
+  else if (s->t->pre == PRE_GPT2)
+    split_gpt2(s, 0, n);
+  else if (s->t->pre == PRE_DEFAULT)
+    split_default(s, n);
   else /* smollm: each \p{N} alone, the GPT-2 split between */
     for (size_t a = 0; a < n;) {
       size_t b = a;
@@ -406,8 +432,8 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
 
 /* Cuts the special tokens out of text (tokenizer.h, step 1): *out is the list of pieces, plain text
  * and special tokens in order. False when out of memory. */
-static bool partition(const llm_tokenizer_t *t, const char *text, size_t len, bool parse_special, frag_t **out,
-                      size_t *out_n) {
+static bool partition(const llm_tokenizer_t *t, const char *text, size_t len, bool parse_special,
+                      frag_t **out, size_t *out_n) {
   frag_t *fr = malloc(sizeof(*fr)), *next = NULL;
   void *tmp;
   size_t nf = 0;
@@ -418,7 +444,8 @@ static bool partition(const llm_tokenizer_t *t, const char *text, size_t len, bo
     if (!parse_special && t->type[id] != LLM_TOKEN_USER_DEFINED) continue;
     const char *tok = t->text + t->str_off[id];
     size_t tl = t->str_len[id];
-    if (!find_bytes(text, len, tok, tl)) continue; /* most specials are nowhere: one scan of the text */
+    if (!find_bytes(text, len, tok, tl))
+      continue; /* most specials are nowhere: one scan of the text */
     size_t nn = 0, ncap = nf + 16;
     if (!(next = malloc(ncap * sizeof(*next)))) goto nomem;
     for (size_t i = 0; i < nf; i++) {
@@ -463,7 +490,8 @@ static void spm_pieces(session_t *s, const char *text, const frag_t *fr, size_t 
       continue;
     }
     ids.n = 0;
-    llm_spm_tokenize(s->t, text + fr[i].off, fr[i].len, s->t->add_space_prefix && after_special, &ids);
+    llm_spm_tokenize(s->t, text + fr[i].off, fr[i].len, s->t->add_space_prefix && after_special,
+                     &ids);
     if (ids.nomem) s->nomem = true;
     for (size_t k = 0; k < ids.n && !s->nomem; k++) emit(s, ids.ids[k]);
     after_special = false;
@@ -471,14 +499,16 @@ static void spm_pieces(session_t *s, const char *text, const frag_t *fr, size_t 
   free(ids.ids);
 }
 
-hcq_status_t llm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bool parse_special, bool with_bos,
-                          int32_t **out_ids, size_t *out_n) {
-  if (!out_ids || !out_n) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_tokenize: out_ids or out_n is NULL");
+hcq_status_t llm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len,
+                          bool parse_special, bool with_bos, int32_t **out_ids, size_t *out_n) {
+  if (!out_ids || !out_n)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_tokenize: out_ids or out_n is NULL");
   *out_ids = NULL, *out_n = 0;
-  if (!t || (!text && len)) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_tokenize: tokenizer or text is NULL");
+  if (!t || (!text && len))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_tokenize: tokenizer or text is NULL");
   if (len > LLM_TOKENIZE_MAX_BYTES)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_tokenize: text of %zu bytes (at most %zu)", len,
-                           LLM_TOKENIZE_MAX_BYTES);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_tokenize: text of %zu bytes (at most %zu)",
+                           len, LLM_TOKENIZE_MAX_BYTES);
   session_t s = {.t = t};
   if (with_bos && t->add_bos) emit(&s, t->bos);
   frag_t *fr = NULL;
@@ -486,15 +516,18 @@ hcq_status_t llm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len
   if (!partition(t, text, len, parse_special, &fr, &nf)) s.nomem = true;
   if (t->model == MODEL_SPM) spm_pieces(&s, text, fr, nf);
   for (size_t i = 0; i < nf && !s.nomem && t->model != MODEL_SPM; i++) {
-    if (fr[i].id >= 0) emit(&s, fr[i].id);
-    else plain_text(&s, (const uint8_t *)text + fr[i].off, fr[i].len);
+    if (fr[i].id >= 0)
+      emit(&s, fr[i].id);
+    else
+      plain_text(&s, (const uint8_t *)text + fr[i].off, fr[i].len);
   }
   if (with_bos && t->add_eos) emit(&s, t->eos);
   free(fr);
   free(s.cps), free(s.flags), free(s.off), free(s.norm), free(s.syms), free(s.heap), free(s.enc);
   if (s.nomem) {
     free(s.ids);
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_tokenize: out of memory (text of %zu bytes)", len);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_tokenize: out of memory (text of %zu bytes)",
+                           len);
   }
   *out_ids = s.ids, *out_n = s.n;
   return NULL;
@@ -530,7 +563,8 @@ static size_t push_bytes(llm_detok_t *d, const char *piece, size_t n, char *out,
   return o > cap ? cap : o;
 }
 
-size_t llm_detok_push(const llm_tokenizer_t *t, llm_detok_t *d, int32_t id, bool special, char *out, size_t cap) {
+size_t llm_detok_push(const llm_tokenizer_t *t, llm_detok_t *d, int32_t id, bool special, char *out,
+                      size_t cap) {
   const char *piece;
   size_t n = llm_token_bytes(t, id, special, &piece);
   return push_bytes(d, piece, n, out, cap);
@@ -542,17 +576,19 @@ size_t llm_detok_flush(llm_detok_t *d, char *out, size_t cap) {
   return o;
 }
 
-hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special, char **out) {
+hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special,
+                            char **out) {
   size_t len;
   return llm_detokenize_len(t, ids, n, special, out, &len);
 }
 
-hcq_status_t llm_detokenize_len(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special, char **out,
-                                size_t *out_len) {
+hcq_status_t llm_detokenize_len(const llm_tokenizer_t *t, const int32_t *ids, size_t n,
+                                bool special, char **out, size_t *out_len) {
   if (!out || !out_len) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_detokenize: out is NULL");
   *out = NULL;
   *out_len = 0;
-  if (!t || (!ids && n)) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_detokenize: tokenizer or ids is NULL");
+  if (!t || (!ids && n))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_detokenize: tokenizer or ids is NULL");
   size_t len = 0, cap = 256;
   char *s = malloc(cap);
   llm_detok_t d;
@@ -570,11 +606,13 @@ hcq_status_t llm_detokenize_len(const llm_tokenizer_t *t, const int32_t *ids, si
     }
     const char *piece;
     size_t k = llm_token_bytes(t, ids[i], special, &piece);
-    /* llama.cpp's llama_detokenize: with add_space_prefix, the first token loses one leading space */
+    /* llama.cpp's llama_detokenize: with add_space_prefix, the first token loses one leading space
+     */
     if (i == 0 && t->add_space_prefix && k && piece[0] == ' ') piece++, k--;
     len += push_bytes(&d, piece, k, s + len, LLM_DETOK_MAX_OUT);
   }
-  if (!s) return hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_detokenize: out of memory (%zu tokens)", n);
+  if (!s)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "llm_detokenize: out of memory (%zu tokens)", n);
   s[len] = 0;
   *out = s;
   *out_len = len;

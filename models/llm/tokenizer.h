@@ -20,15 +20,16 @@
  *         's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *       llama-bpe (also llama3, llama-v3): llama 3's split, and a word that is a whole token is
  *         that token (no merges):
- *         (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*
+ *         (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ * ?[^\s\p{L}\p{N}]+[\r\n]*
  *         |\s*[\r\n]+|\s+(?!\S)|\s+
  *       qwen2 (also deepseek-r1-qwen, megrez, stablelm2): llama 3's split with \p{N} for \p{N}{1,3}
  *         (each digit alone), merges as usual;
  *       default (also a file without tokenizer.ggml.pre, as llama.cpp): four splits one after the
  *         other, each keeping what it does not match as pieces of their own:
  *         [\p{P}\$\+<=>\^~\|]+ , the GPT-2 split, \p{N}+ , [0-9][0-9][0-9]
- *     \p{L}, \p{N} and \p{P} are the general categories L*, N* and P* (unicode_llm.c, generated from
- *     Python's unicodedata), \s is Unicode's White_Space. Other pre-tokenizers are UNIMPLEMENTED.
+ *     \p{L}, \p{N} and \p{P} are the general categories L*, N* and P* (unicode_llm.c, generated
+ * from Python's unicodedata), \s is Unicode's White_Space. Other pre-tokenizers are UNIMPLEMENTED.
  *  4. each word's bytes, mapped to GPT-2's byte characters, are merged pair by pair, lowest
  *     tokenizer.ggml.merges rank first (leftmost first among equal ranks), and each resulting piece
  *     is its vocab id (a piece that is not in the vocab: the ids of its single bytes that are).
@@ -47,11 +48,12 @@
  *
  * Ids -> bytes: BPE: a normal token's text with GPT-2's byte<->character map undone (a character
  * outside that map, which no byte-level vocab has, is kept as its UTF-8); SentencePiece: a normal
- * token's text with U+2581 as a space, a byte token <0xXX> its byte. Control and unknown tokens give
- * their text only when asked for special tokens; user-defined tokens always give their text; unused
- * and undefined tokens give nothing. No clean-up of spaces is done, so detokenize(tokenize(s)) == s
- * for valid UTF-8 s, but for llama.cpp's one rule: with add_space_prefix, llm_detokenize drops one
- * leading space of the first token's bytes (the streaming detokenizer does not).
+ * token's text with U+2581 as a space, a byte token <0xXX> its byte. Control and unknown tokens
+ * give their text only when asked for special tokens; user-defined tokens always give their text;
+ * unused and undefined tokens give nothing. No clean-up of spaces is done, so
+ * detokenize(tokenize(s)) == s for valid UTF-8 s, but for llama.cpp's one rule: with
+ * add_space_prefix, llm_detokenize drops one leading space of the first token's bytes (the
+ * streaming detokenizer does not).
  *
  * The tokens spelled <|endoftext|>, <|im_end|>, <|eot_id|>, <|end|>, <end_of_turn>,
  * <|end_of_text|>, <|eom_id|>, </s>, <EOT> and <end_of_utterance> are made control tokens that end
@@ -132,10 +134,12 @@ int32_t llm_token_find(const llm_tokenizer_t *t, const char *text, size_t len);
 
 /* Tokenizes len bytes of text (any bytes: NULs and invalid UTF-8 are fine; see the top of this
  * file). parse_special: control tokens spelled in the text are single ids. with_bos: BOS in front
- * and EOS at the end when llm_tokenizer_add_bos / add_eos say so (llama.cpp's add_special). *out_ids is malloc'd (free it; NULL when *out_n is 0).
- * Text longer than LLM_TOKENIZE_MAX_BYTES is INVALID_ARGUMENT. */
-HCQ_MUST_USE hcq_status_t llm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bool parse_special,
-                                       bool with_bos, int32_t **out_ids, size_t *out_n);
+ * and EOS at the end when llm_tokenizer_add_bos / add_eos say so (llama.cpp's add_special).
+ * *out_ids is malloc'd (free it; NULL when *out_n is 0). Text longer than LLM_TOKENIZE_MAX_BYTES is
+ * INVALID_ARGUMENT. */
+HCQ_MUST_USE hcq_status_t llm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len,
+                                       bool parse_special, bool with_bos, int32_t **out_ids,
+                                       size_t *out_n);
 
 /* The raw bytes of one token (see the top of this file): *out points into the tokenizer, valid
  * until llm_tokenizer_free; the length is returned. Control and unknown tokens give their text only
@@ -161,24 +165,25 @@ typedef struct llm_detok {
 void llm_detok_init(llm_detok_t *d);
 /* Feeds id (special as for llm_token_bytes); writes at most cap bytes to out and returns how many.
  * cap >= LLM_DETOK_MAX_OUT always suffices; with less, output that does not fit is dropped. */
-size_t llm_detok_push(const llm_tokenizer_t *t, llm_detok_t *d, int32_t id, bool special, char *out, size_t cap);
+size_t llm_detok_push(const llm_tokenizer_t *t, llm_detok_t *d, int32_t id, bool special, char *out,
+                      size_t cap);
 /* Writes what is held (as U+FFFD: at most 3 bytes; cap >= 3 suffices) and resets d. */
 size_t llm_detok_flush(llm_detok_t *d, char *out, size_t cap);
 
-/* The whole text of n ids (the streaming detokenizer's output, flushed) as a malloc'd NUL-terminated
- * string: always valid UTF-8; embedded NULs are possible (a NUL byte token). */
-HCQ_MUST_USE hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special,
-                                         char **out);
+/* The whole text of n ids (the streaming detokenizer's output, flushed) as a malloc'd
+ * NUL-terminated string: always valid UTF-8; embedded NULs are possible (a NUL byte token). */
+HCQ_MUST_USE hcq_status_t llm_detokenize(const llm_tokenizer_t *t, const int32_t *ids, size_t n,
+                                         bool special, char **out);
 /* The same, with the text's length (embedded NULs included) in *out_len. */
-HCQ_MUST_USE hcq_status_t llm_detokenize_len(const llm_tokenizer_t *t, const int32_t *ids, size_t n, bool special,
-                                             char **out, size_t *out_len);
+HCQ_MUST_USE hcq_status_t llm_detokenize_len(const llm_tokenizer_t *t, const int32_t *ids, size_t n,
+                                             bool special, char **out, size_t *out_len);
 
 /* ---- chat templates (chat.c) ----
  *
  * A conversation rendered as llama.cpp's built-in templates render it (llm_chat_apply_template);
  * no Jinja is run. The families, with the conversation system S, user U1, assistant A, user U2 and
  * the generation prompt:
- *   chatml  <|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\n
+ *   chatml <|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\n
  *           A<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n
  *   llama3  <|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|> ... (user, assistant alike)
  *           <|start_header_id|>assistant<|end_header_id|>\n\n   (contents trimmed)
@@ -224,15 +229,15 @@ HCQ_MUST_USE hcq_status_t llm_chat_kind_from_name(const char *name, llm_chat_kin
 /* The family of a template's text (see above). */
 HCQ_MUST_USE hcq_status_t llm_chat_detect(const char *tmpl, size_t tmpl_len, llm_chat_kind_t *out);
 /* n messages rendered; add_generation_prompt: the assistant's opening after them. *out malloc'd. */
-HCQ_MUST_USE hcq_status_t llm_chat_apply(llm_chat_kind_t kind, const llm_chat_message_t *msgs, size_t n,
-                                         bool add_generation_prompt, char **out);
+HCQ_MUST_USE hcq_status_t llm_chat_apply(llm_chat_kind_t kind, const llm_chat_message_t *msgs,
+                                         size_t n, bool add_generation_prompt, char **out);
 
 /* n messages in the template tmpl (NULL: none) or the family named by forced (not NULL: tmpl is
  * not read); without a system message first, a ChatML template's default system prompt (below) is
  * put first. A model without a template and no forced family is INVALID_ARGUMENT. *out malloc'd. */
 HCQ_MUST_USE hcq_status_t llm_chat_render(const char *tmpl, size_t tmpl_len, const char *forced,
-                                          const llm_chat_message_t *msgs, size_t n, bool add_generation_prompt,
-                                          char **out);
+                                          const llm_chat_message_t *msgs, size_t n,
+                                          bool add_generation_prompt, char **out);
 /* The prompt for one user message with the generation prompt, in the model's template, or in the
  * family named by forced (when not NULL: the template is then not read). system NULL: for chatml,
  * the template's default system prompt, if it has one: the first string literal of the template
@@ -240,12 +245,14 @@ HCQ_MUST_USE hcq_status_t llm_chat_render(const char *tmpl, size_t tmpl_len, con
  * theirs so when the first message is not a system one); else no system message. system "" is an
  * empty system message. A model without a template (or with an empty one) and no forced family is
  * INVALID_ARGUMENT ("has no chat template"). *out is malloc'd. */
-HCQ_MUST_USE hcq_status_t llm_chat_format_as(const gguf_file_t *g, const char *forced, const char *system,
-                                             const char *user, char **out);
-HCQ_MUST_USE hcq_status_t llm_chat_format(const gguf_file_t *g, const char *system, const char *user, char **out);
+HCQ_MUST_USE hcq_status_t llm_chat_format_as(const gguf_file_t *g, const char *forced,
+                                             const char *system, const char *user, char **out);
+HCQ_MUST_USE hcq_status_t llm_chat_format(const gguf_file_t *g, const char *system,
+                                          const char *user, char **out);
 /* The same from the template text itself (tmpl NULL: no template). */
-HCQ_MUST_USE hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len, const char *forced,
-                                                   const char *system, const char *user, char **out);
+HCQ_MUST_USE hcq_status_t llm_chat_format_template(const char *tmpl, size_t tmpl_len,
+                                                   const char *forced, const char *system,
+                                                   const char *user, char **out);
 
 #ifdef __cplusplus
 }

@@ -35,7 +35,8 @@ struct llm_tokenizer {
   bool add_bos, add_eos;
   bool add_space_prefix; /* SPM: a space in front of the text (and after each special token) */
   float *scores;         /* SPM: tokenizer.ggml.scores, per vocab id */
-  int32_t spm_byte[256]; /* SPM: each byte's fallback token (<0xXX>, else the byte itself), -1: none */
+  int32_t
+      spm_byte[256]; /* SPM: each byte's fallback token (<0xXX>, else the byte itself), -1: none */
   /* Strings: vocab ids 0..n_vocab-1, then the strings that are not tokens. */
   char *text;
   size_t text_len, text_cap;
@@ -65,7 +66,8 @@ static inline size_t llm_tokenizer_pair_slot(const llm_tokenizer_t *t, uint64_t 
 }
 
 /* The merge of the strings l and r (ids): its rank and the id of its result; NULL when none. */
-static inline const pair_entry_t *llm_tokenizer_find_pair(const llm_tokenizer_t *t, uint32_t l, uint32_t r) {
+static inline const pair_entry_t *llm_tokenizer_find_pair(const llm_tokenizer_t *t, uint32_t l,
+                                                          uint32_t r) {
   uint64_t key = (uint64_t)l << 32 | r;
   for (size_t i = llm_tokenizer_pair_slot(t, key);; i = (i + 1) & t->pair_mask) {
     if (t->pairs[i].key == key) return &t->pairs[i];
@@ -83,11 +85,12 @@ int64_t llm_tokenizer_find_str(const llm_tokenizer_t *t, const char *s, size_t n
 
 /* SentencePiece's part of llm_tokenizer_from_gguf: scores, byte tokens, defaults. */
 HCQ_MUST_USE hcq_status_t llm_spm_load(llm_tokenizer_t *t, const gguf_file_t *g);
-/* The bytes an SPM token of the given type stands for (U+2581 as a space, <0xXX> as its byte), written
- * to out (room for n bytes suffices); the length. */
+/* The bytes an SPM token of the given type stands for (U+2581 as a space, <0xXX> as its byte),
+ * written to out (room for n bytes suffices); the length. */
 size_t llm_spm_decode_token(const char *s, size_t n, int type, char *out);
 
-/* Ids appended by a tokenizing step; nomem is set (and nothing more appended) when out of memory. */
+/* Ids appended by a tokenizing step; nomem is set (and nothing more appended) when out of memory.
+ */
 typedef struct llm_id_list {
   int32_t *ids;
   size_t n, cap;
@@ -97,7 +100,8 @@ void llm_id_list_push(llm_id_list_t *l, int32_t id);
 
 /* SentencePiece over one piece of plain text (special tokens already cut out): appends its ids.
  * space_prefix: a space goes in front (add_space_prefix at the start or after a special token). */
-void llm_spm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bool space_prefix, llm_id_list_t *out);
+void llm_spm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bool space_prefix,
+                      llm_id_list_t *out);
 
 /* tokenizer.c */
 

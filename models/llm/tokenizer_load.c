@@ -12,17 +12,27 @@ static const struct {
   const char *name;
   int pre;
 } pre_names[] = {
-    {"smollm", PRE_SMOLLM},   {"starcoder", PRE_SMOLLM},        {"refact", PRE_SMOLLM},   {"codeshell", PRE_SMOLLM},
-    {"gpt-2", PRE_GPT2},      {"phi-2", PRE_GPT2},              {"llama-bpe", PRE_LLAMA3}, {"llama3", PRE_LLAMA3},
-    {"llama-v3", PRE_LLAMA3}, {"qwen2", PRE_QWEN2},             {"deepseek-r1-qwen", PRE_QWEN2},
-    {"megrez", PRE_QWEN2},    {"stablelm2", PRE_QWEN2},         {"default", PRE_DEFAULT},
+    {"smollm", PRE_SMOLLM},
+    {"starcoder", PRE_SMOLLM},
+    {"refact", PRE_SMOLLM},
+    {"codeshell", PRE_SMOLLM},
+    {"gpt-2", PRE_GPT2},
+    {"phi-2", PRE_GPT2},
+    {"llama-bpe", PRE_LLAMA3},
+    {"llama3", PRE_LLAMA3},
+    {"llama-v3", PRE_LLAMA3},
+    {"qwen2", PRE_QWEN2},
+    {"deepseek-r1-qwen", PRE_QWEN2},
+    {"megrez", PRE_QWEN2},
+    {"stablelm2", PRE_QWEN2},
+    {"default", PRE_DEFAULT},
 };
 
 /* Tokens that end a turn when a model spells them so (llama.cpp also makes them control tokens, so
  * that Gemma's user-defined "</s>" is one). */
-static const char *const eog_texts[] = {"<|endoftext|>", "<|im_end|>",       "<|eot_id|>", "<|end|>",
-                                        "<end_of_turn>", "<|end_of_text|>",  "<|eom_id|>", "</s>",
-                                        "<EOT>",         "<end_of_utterance>"};
+static const char *const eog_texts[] = {
+    "<|endoftext|>",   "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>",
+    "<|end_of_text|>", "<|eom_id|>", "</s>",       "<EOT>",   "<end_of_utterance>"};
 
 /* ---- strings ---- */
 
@@ -47,7 +57,9 @@ int64_t llm_tokenizer_find_str(const llm_tokenizer_t *t, const char *s, size_t n
 
 /* Maps id's string to id, replacing what it mapped to: a vocab string that appears twice maps to
  * its last id (as llama.cpp's token_to_id). */
-static void map_put(llm_tokenizer_t *t, uint32_t id) { t->map[slot_of(t, t->text + t->str_off[id], t->str_len[id])] = id + 1; }
+static void map_put(llm_tokenizer_t *t, uint32_t id) {
+  t->map[slot_of(t, t->text + t->str_off[id], t->str_len[id])] = id + 1;
+}
 
 static bool map_grow(llm_tokenizer_t *t, size_t cap) {
   uint32_t *m = calloc(cap, sizeof(*m));
@@ -84,7 +96,8 @@ static int64_t add_str(llm_tokenizer_t *t, const char *s, size_t n) {
 static int64_t intern(llm_tokenizer_t *t, const char *s, size_t n) {
   int64_t id = llm_tokenizer_find_str(t, s, n);
   if (id >= 0) return id;
-  if (2 * ((size_t)t->n_str + 1) > t->map_mask + 1 && !map_grow(t, 2 * (t->map_mask + 1))) return -1;
+  if (2 * ((size_t)t->n_str + 1) > t->map_mask + 1 && !map_grow(t, 2 * (t->map_mask + 1)))
+    return -1;
   id = add_str(t, s, n);
   if (id >= 0) map_put(t, (uint32_t)id);
   return id;
@@ -94,13 +107,15 @@ static int64_t intern(llm_tokenizer_t *t, const char *s, size_t n) {
 
 static hcq_status_t required(hcq_status_t s) {
   if (hcq_status_code(s) != HCQ_NOT_FOUND) return s;
-  hcq_status_t r = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (the tokenizer needs it)", hcq_status_message(s));
+  hcq_status_t r =
+      hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (the tokenizer needs it)", hcq_status_message(s));
   hcq_status_destroy(s);
   return r;
 }
 
 static hcq_status_t oom(const gguf_file_t *g) {
-  return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory building the tokenizer", gguf_path(g));
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory building the tokenizer",
+                         gguf_path(g));
 }
 
 static hcq_status_t get_id(const gguf_file_t *g, const char *key, int32_t n_vocab, int32_t *out) {
@@ -108,7 +123,8 @@ static hcq_status_t get_id(const gguf_file_t *g, const char *key, int32_t n_voca
   hcq_status_t s = gguf_get_u32_or(g, key, &v);
   if (s) return s;
   if (v != UINT32_MAX && v >= (uint32_t)n_vocab)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" is %u, outside the vocab of %d tokens",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: metadata key \"%s\" is %u, outside the vocab of %d tokens",
                            gguf_path(g), key, v, n_vocab);
   *out = v == UINT32_MAX ? -1 : (int32_t)v;
   return NULL;
@@ -126,8 +142,10 @@ static size_t decode_token(const llm_tokenizer_t *t, const char *s, size_t n, ch
     }
     size_t adv;
     uint32_t cp = llm_utf8_decode_lenient((const uint8_t *)s + i, n - i, &adv);
-    if (cp < 324 && t->cp_byte[cp] >= 0) out[o++] = (char)t->cp_byte[cp];
-    else memcpy(out + o, s + i, len), o += len;
+    if (cp < 324 && t->cp_byte[cp] >= 0)
+      out[o++] = (char)t->cp_byte[cp];
+    else
+      memcpy(out + o, s + i, len), o += len;
     i += len;
   }
   return o;
@@ -140,7 +158,8 @@ static int cmp_special(const void *a, const void *b) {
   return (x[0] & 0xFFFFFFFF) < (y[0] & 0xFFFFFFFF) ? -1 : (x[0] & 0xFFFFFFFF) > (y[0] & 0xFFFFFFFF);
 }
 
-/* The token texts, each findable by its text; *out_total: the bytes their decoded forms may take. */
+/* The token texts, each findable by its text; *out_total: the bytes their decoded forms may take.
+ */
 static hcq_status_t load_token_texts(llm_tokenizer_t *t, const gguf_file_t *g, size_t *out_total) {
   const char *path = gguf_path(g);
   gguf_str_t *toks;
@@ -149,7 +168,8 @@ static hcq_status_t load_token_texts(llm_tokenizer_t *t, const gguf_file_t *g, s
   if (s) return s;
   if (n == 0 || n >= INT32_MAX / 2) {
     free(toks);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tokenizer.ggml.tokens holds %llu tokens (expected 1 to %d)", path,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: tokenizer.ggml.tokens holds %llu tokens (expected 1 to %d)", path,
                            (unsigned long long)n, INT32_MAX / 2 - 1);
   }
   t->n_vocab = (int32_t)n;
@@ -158,8 +178,10 @@ static hcq_status_t load_token_texts(llm_tokenizer_t *t, const gguf_file_t *g, s
     if (toks[i].len > LLM_TOKEN_MAX_BYTES) {
       unsigned long long len = toks[i].len;
       free(toks);
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tokenizer.ggml.tokens: token %llu is %llu bytes long (at most %d)",
-                             path, (unsigned long long)i, len, LLM_TOKEN_MAX_BYTES);
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "%s: tokenizer.ggml.tokens: token %llu is %llu bytes long (at most %d)", path,
+          (unsigned long long)i, len, LLM_TOKEN_MAX_BYTES);
     }
     total += toks[i].len ? toks[i].len : 24;
   }
@@ -167,7 +189,8 @@ static hcq_status_t load_token_texts(llm_tokenizer_t *t, const gguf_file_t *g, s
   while (cap < 2 * (n + 512)) cap <<= 1;
   t->text_cap = total + 4096, t->str_cap = (uint32_t)n + 512;
   t->text = malloc(t->text_cap), t->str_off = malloc(t->str_cap * sizeof(size_t));
-  t->str_len = malloc(t->str_cap * sizeof(uint32_t)), t->map = calloc(cap, sizeof(uint32_t)), t->map_mask = cap - 1;
+  t->str_len = malloc(t->str_cap * sizeof(uint32_t)), t->map = calloc(cap, sizeof(uint32_t)),
+  t->map_mask = cap - 1;
   t->type = malloc(n), t->eog = calloc(n, 1);
   if (!t->text || !t->str_off || !t->str_len || !t->map || !t->type || !t->eog) {
     free(toks);
@@ -178,7 +201,8 @@ static hcq_status_t load_token_texts(llm_tokenizer_t *t, const gguf_file_t *g, s
     const char *p = toks[i].ptr;
     size_t len = toks[i].len;
     if (!len) /* as llama.cpp: an empty token is renamed, so that it matches nothing */
-      len = (size_t)snprintf(empty, sizeof(empty), "[EMPTY_%llu]", (unsigned long long)i), p = empty;
+      len = (size_t)snprintf(empty, sizeof(empty), "[EMPTY_%llu]", (unsigned long long)i),
+      p = empty;
     map_put(t, (uint32_t)add_str(t, p, len)); /* cannot fail: preallocated */
   }
   free(toks);
@@ -196,7 +220,8 @@ static hcq_status_t load_token_types(llm_tokenizer_t *t, const gguf_file_t *g) {
     hcq_status_t s = gguf_get_array(g, "tokenizer.ggml.token_type", GGUF_INT32, &types, &count);
     if (s) return s;
     if (count < n)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tokenizer.ggml.token_type holds %llu values for %llu tokens",
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "%s: tokenizer.ggml.token_type holds %llu values for %llu tokens",
                              gguf_path(g), (unsigned long long)count, (unsigned long long)n);
     for (uint64_t i = 0; i < n; i++) {
       int32_t v;
@@ -214,7 +239,8 @@ static hcq_status_t load_token_types(llm_tokenizer_t *t, const gguf_file_t *g) {
 /* The bytes each token stands for, by its type; total bounds them all. */
 static hcq_status_t decode_vocab(llm_tokenizer_t *t, const gguf_file_t *g, size_t total) {
   uint64_t n = (uint64_t)t->n_vocab;
-  t->bytes = malloc(total + 1), t->bytes_off = malloc(n * sizeof(size_t)), t->bytes_len = malloc(n * sizeof(uint32_t));
+  t->bytes = malloc(total + 1), t->bytes_off = malloc(n * sizeof(size_t)),
+  t->bytes_len = malloc(n * sizeof(uint32_t));
   if (!t->bytes || !t->bytes_off || !t->bytes_len) return oom(g);
   size_t o = 0;
   for (uint64_t i = 0; i < n; i++) {
@@ -227,12 +253,12 @@ static hcq_status_t decode_vocab(llm_tokenizer_t *t, const gguf_file_t *g, size_
       continue;
     }
     switch (t->type[i]) {
-    case LLM_TOKEN_NORMAL:
-    case LLM_TOKEN_BYTE: o += decode_token(t, p, len, t->bytes + o); break;
-    case LLM_TOKEN_CONTROL:
-    case LLM_TOKEN_UNKNOWN:
-    case LLM_TOKEN_USER_DEFINED: memcpy(t->bytes + o, p, len), o += len; break;
-    default: break; /* unused, undefined: nothing */
+      case LLM_TOKEN_NORMAL:
+      case LLM_TOKEN_BYTE: o += decode_token(t, p, len, t->bytes + o); break;
+      case LLM_TOKEN_CONTROL:
+      case LLM_TOKEN_UNKNOWN:
+      case LLM_TOKEN_USER_DEFINED: memcpy(t->bytes + o, p, len), o += len; break;
+      default: break; /* unused, undefined: nothing */
     }
     t->bytes_len[i] = (uint32_t)(o - t->bytes_off[i]);
   }
@@ -246,7 +272,8 @@ static hcq_status_t collect_special_tokens(llm_tokenizer_t *t, const gguf_file_t
   if (!sp) return oom(g);
   size_t ns = 0;
   for (uint64_t i = 0; i < n; i++)
-    if (t->type[i] == LLM_TOKEN_CONTROL || t->type[i] == LLM_TOKEN_USER_DEFINED || t->type[i] == LLM_TOKEN_UNKNOWN)
+    if (t->type[i] == LLM_TOKEN_CONTROL || t->type[i] == LLM_TOKEN_USER_DEFINED ||
+        t->type[i] == LLM_TOKEN_UNKNOWN)
       sp[ns++] = (int64_t)t->str_len[i] << 32 | (int64_t)i;
   qsort(sp, ns, sizeof(*sp), cmp_special);
   t->special = malloc((ns ? ns : 1) * sizeof(int32_t));
@@ -292,8 +319,8 @@ static hcq_status_t load_merges(llm_tokenizer_t *t, const gguf_file_t *g) {
   if (s) return s;
   if (n >= UINT32_MAX / 4) {
     free(m);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tokenizer.ggml.merges holds %llu merges", gguf_path(g),
-                           (unsigned long long)n);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tokenizer.ggml.merges holds %llu merges",
+                           gguf_path(g), (unsigned long long)n);
   }
   size_t cap = 1024;
   while (cap < 2 * n) cap <<= 1;
@@ -338,30 +365,39 @@ static hcq_status_t read_kind(const gguf_file_t *g, int *model, int *pre, gguf_s
   gguf_str_t m;
   hcq_status_t s = required(gguf_get_str(g, "tokenizer.ggml.model", &m));
   if (s) return s;
-  if (m.len == 4 && !memcmp(m.ptr, "gpt2", 4)) *model = MODEL_BPE;
-  else if (m.len == 5 && !memcmp(m.ptr, "llama", 5)) *model = MODEL_SPM;
+  if (m.len == 4 && !memcmp(m.ptr, "gpt2", 4))
+    *model = MODEL_BPE;
+  else if (m.len == 5 && !memcmp(m.ptr, "llama", 5))
+    *model = MODEL_SPM;
   else
-    return hcq_status_make(HCQ_UNIMPLEMENTED,
-                           "%s: tokenizer.ggml.model is \"%.*s\": only byte-level BPE (\"gpt2\") and SentencePiece "
-                           "(\"llama\") tokenizers are supported",
-                           path, (int)(m.len > 64 ? 64 : m.len), m.ptr);
+    return hcq_status_make(
+        HCQ_UNIMPLEMENTED,
+        "%s: tokenizer.ggml.model is \"%.*s\": only byte-level BPE (\"gpt2\") and SentencePiece "
+        "(\"llama\") tokenizers are supported",
+        path, (int)(m.len > 64 ? 64 : m.len), m.ptr);
   *pre_name = (gguf_str_t){"default", 7};
-  if (gguf_find_kv(g, "tokenizer.ggml.pre") && (s = gguf_get_str(g, "tokenizer.ggml.pre", pre_name))) return s;
+  if (gguf_find_kv(g, "tokenizer.ggml.pre") &&
+      (s = gguf_get_str(g, "tokenizer.ggml.pre", pre_name)))
+    return s;
   *pre = PRE_DEFAULT;
-  if (*model == MODEL_SPM) return NULL; /* SentencePiece has no pre-tokenizer (llama.cpp ignores the key) */
+  if (*model == MODEL_SPM)
+    return NULL; /* SentencePiece has no pre-tokenizer (llama.cpp ignores the key) */
   for (size_t i = 0; i < sizeof(pre_names) / sizeof(pre_names[0]); i++)
-    if (pre_name->len == strlen(pre_names[i].name) && !memcmp(pre_name->ptr, pre_names[i].name, pre_name->len)) {
+    if (pre_name->len == strlen(pre_names[i].name) &&
+        !memcmp(pre_name->ptr, pre_names[i].name, pre_name->len)) {
       *pre = pre_names[i].pre;
       return NULL;
     }
-  return hcq_status_make(HCQ_UNIMPLEMENTED,
-                         "%s: pre-tokenizer \"%.*s\" (tokenizer.ggml.pre) is not supported (smollm, gpt-2, llama-bpe, "
-                         "qwen2 and default are)",
-                         path, (int)(pre_name->len > 64 ? 64 : pre_name->len), pre_name->ptr);
+  return hcq_status_make(
+      HCQ_UNIMPLEMENTED,
+      "%s: pre-tokenizer \"%.*s\" (tokenizer.ggml.pre) is not supported (smollm, gpt-2, llama-bpe, "
+      "qwen2 and default are)",
+      path, (int)(pre_name->len > 64 ? 64 : pre_name->len), pre_name->ptr);
 }
 
 /* A special token id: the key's value, or dflt (-1: none) when the key is absent. */
-static hcq_status_t get_id_or(const gguf_file_t *g, const char *key, int32_t n_vocab, int32_t dflt, int32_t *out) {
+static hcq_status_t get_id_or(const gguf_file_t *g, const char *key, int32_t n_vocab, int32_t dflt,
+                              int32_t *out) {
   *out = dflt < n_vocab ? dflt : -1;
   return gguf_find_kv(g, key) ? get_id(g, key, n_vocab, out) : NULL;
 }
@@ -382,11 +418,15 @@ static hcq_status_t load_specials(llm_tokenizer_t *t, const gguf_file_t *g) {
       !(s = gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", &t->add_eos)) &&
       !(s = gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix))) {
     if (t->add_bos && t->bos < 0)
-      s = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                          "%s: tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id", gguf_path(g));
+      s = hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "%s: tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id",
+          gguf_path(g));
     else if (t->add_eos && t->eos < 0)
-      s = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                          "%s: tokenizer.ggml.add_eos_token is true but there is no tokenizer.ggml.eos_token_id", gguf_path(g));
+      s = hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "%s: tokenizer.ggml.add_eos_token is true but there is no tokenizer.ggml.eos_token_id",
+          gguf_path(g));
   }
   return s;
 }
@@ -448,7 +488,9 @@ bool llm_tokenizer_add_eos(const llm_tokenizer_t *t) { return t->add_eos; }
 bool llm_tokenizer_is_spm(const llm_tokenizer_t *t) { return t->model == MODEL_SPM; }
 const char *llm_tokenizer_pre_name(const llm_tokenizer_t *t) { return t->pre_name; }
 
-bool llm_tokenizer_is_eog(const llm_tokenizer_t *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->eog[id]; }
+bool llm_tokenizer_is_eog(const llm_tokenizer_t *t, int32_t id) {
+  return id >= 0 && id < t->n_vocab && t->eog[id];
+}
 
 llm_token_type_t llm_token_type(const llm_tokenizer_t *t, int32_t id) {
   return id >= 0 && id < t->n_vocab ? (llm_token_type_t)t->type[id] : LLM_TOKEN_UNDEFINED;

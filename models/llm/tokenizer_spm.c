@@ -24,7 +24,8 @@
 static hcq_status_t load_scores(llm_tokenizer_t *t, const gguf_file_t *g) {
   size_t n = (size_t)t->n_vocab;
   if (!(t->scores = calloc(n, sizeof(float))))
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory building the tokenizer", gguf_path(g));
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory building the tokenizer",
+                           gguf_path(g));
   const gguf_kv_t *kv = gguf_find_kv(g, "tokenizer.ggml.scores");
   if (!kv) return NULL; /* as llama.cpp: every score 0 */
   const void *data;
@@ -33,12 +34,15 @@ static hcq_status_t load_scores(llm_tokenizer_t *t, const gguf_file_t *g) {
   hcq_status_t s = gguf_get_array(g, "tokenizer.ggml.scores", GGUF_FLOAT32, &data, &count);
   if (s && hcq_status_code(s) == HCQ_INVALID_ARGUMENT) { /* llama.cpp also takes int32 scores */
     hcq_status_t si = gguf_get_array(g, "tokenizer.ggml.scores", GGUF_INT32, &data, &count);
-    if (!si) hcq_status_destroy(s), s = NULL, ints = true;
-    else hcq_status_destroy(si);
+    if (!si)
+      hcq_status_destroy(s), s = NULL, ints = true;
+    else
+      hcq_status_destroy(si);
   }
   if (s) return s;
   if (count < n)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tokenizer.ggml.scores holds %llu values for %zu tokens",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: tokenizer.ggml.scores holds %llu values for %zu tokens",
                            gguf_path(g), (unsigned long long)count, n);
   for (size_t i = 0; i < n; i++) {
     if (ints) {
@@ -77,24 +81,26 @@ static int hex_digit(char c) {
 
 size_t llm_spm_decode_token(const char *s, size_t n, int type, char *out) {
   switch (type) {
-  case LLM_TOKEN_NORMAL: {
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-      if (n - i >= 3 && !memcmp(s + i, SPACE_MARK, 3)) out[o++] = ' ', i += 3;
-      else out[o++] = s[i++];
+    case LLM_TOKEN_NORMAL: {
+      size_t o = 0;
+      for (size_t i = 0; i < n;) {
+        if (n - i >= 3 && !memcmp(s + i, SPACE_MARK, 3))
+          out[o++] = ' ', i += 3;
+        else
+          out[o++] = s[i++];
+      }
+      return o;
     }
-    return o;
-  }
-  case LLM_TOKEN_BYTE: { /* "<0xXX>": the byte (llama.cpp reads the two characters after "<0x") */
-    int hi = n >= 5 ? hex_digit(s[3]) : -1, lo = n >= 5 ? hex_digit(s[4]) : -1;
-    if (hi < 0 || lo < 0) return 0;
-    out[0] = (char)(hi << 4 | lo);
-    return 1;
-  }
-  case LLM_TOKEN_CONTROL:
-  case LLM_TOKEN_UNKNOWN:
-  case LLM_TOKEN_USER_DEFINED: memcpy(out, s, n); return n;
-  default: return 0; /* unused, undefined: nothing */
+    case LLM_TOKEN_BYTE: { /* "<0xXX>": the byte (llama.cpp reads the two characters after "<0x") */
+      int hi = n >= 5 ? hex_digit(s[3]) : -1, lo = n >= 5 ? hex_digit(s[4]) : -1;
+      if (hi < 0 || lo < 0) return 0;
+      out[0] = (char)(hi << 4 | lo);
+      return 1;
+    }
+    case LLM_TOKEN_CONTROL:
+    case LLM_TOKEN_UNKNOWN:
+    case LLM_TOKEN_USER_DEFINED: memcpy(out, s, n); return n;
+    default: return 0; /* unused, undefined: nothing */
   }
 }
 
@@ -158,7 +164,8 @@ static void try_pair(spm_work_t *w, int32_t l, int32_t r) {
   }
   spm_pair_t p = {w->t->scores[id], l, r, len};
   size_t i = w->nheap++;
-  while (i && pair_before(&p, &w->heap[(i - 1) / 2])) w->heap[i] = w->heap[(i - 1) / 2], i = (i - 1) / 2;
+  while (i && pair_before(&p, &w->heap[(i - 1) / 2]))
+    w->heap[i] = w->heap[(i - 1) / 2], i = (i - 1) / 2;
   w->heap[i] = p;
 }
 
@@ -176,8 +183,8 @@ static spm_pair_t pop_pair(spm_work_t *w) {
   return top;
 }
 
-/* The final symbol: its token, or its bytes' fallback tokens (a byte with none is left out; llama.cpp
- * throws there). */
+/* The final symbol: its token, or its bytes' fallback tokens (a byte with none is left out;
+ * llama.cpp throws there). */
 static void emit_symbol(const llm_tokenizer_t *t, const char *s, size_t len, llm_id_list_t *out) {
   int32_t id = llm_token_find(t, s, len);
   if (id >= 0) {
@@ -214,10 +221,12 @@ static void merge_and_emit(spm_work_t *w, size_t len, llm_id_list_t *out) {
     out->nomem = true;
     return;
   }
-  for (int32_t i = 0; n && i >= 0; i = w->sym[i].next) emit_symbol(w->t, w->text + w->sym[i].off, w->sym[i].len, out);
+  for (int32_t i = 0; n && i >= 0; i = w->sym[i].next)
+    emit_symbol(w->t, w->text + w->sym[i].off, w->sym[i].len, out);
 }
 
-void llm_spm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bool space_prefix, llm_id_list_t *out) {
+void llm_spm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bool space_prefix,
+                      llm_id_list_t *out) {
   size_t spaces = space_prefix;
   for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
   size_t elen = len + (space_prefix ? 1 : 0) + 2 * spaces; /* each space: 1 byte -> 3 */
@@ -231,8 +240,10 @@ void llm_spm_tokenize(const llm_tokenizer_t *t, const char *text, size_t len, bo
   size_t o = 0;
   if (space_prefix) memcpy(esc, SPACE_MARK, 3), o = 3;
   for (size_t i = 0; i < len; i++) {
-    if (text[i] == ' ') memcpy(esc + o, SPACE_MARK, 3), o += 3;
-    else esc[o++] = text[i];
+    if (text[i] == ' ')
+      memcpy(esc + o, SPACE_MARK, 3), o += 3;
+    else
+      esc[o++] = text[i];
   }
   merge_and_emit(&w, o, out);
   free(esc), free(w.sym), free(w.heap);

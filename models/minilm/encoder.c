@@ -11,7 +11,8 @@
 #include "model_status.h"
 
 /* Embedded at build time: kernels.c (CPU), kernels.glsl (Vulkan), kernels.cu (CUDA). */
-extern const char minilm_kernels_source[], minilm_kernels_glsl_source[], minilm_kernels_cuda_source[];
+extern const char minilm_kernels_source[], minilm_kernels_glsl_source[],
+    minilm_kernels_cuda_source[];
 
 /* CPU tiles (kernels.c): RB rows x CB columns per matrix-product group, EMB_ROWS rows per embedding
  * group, QB queries per attention group. */
@@ -20,18 +21,29 @@ enum { RB = 16, CB = 64, EMB_ROWS = 16, QB = 16, MAX_ITEM_BUFS = 8 };
  * GROUP threads per row of the row kernels. */
 enum { GPU_COLS = 32, GPU_GROUP = 128 };
 /* kernels.glsl: VK_LANES invocations a group (lavapipe's vector width at 256 bits: a group of
- * one vector needs no coroutines for barriers); a product's group is VK_PCOLS columns x VK_ROWS rows. */
+ * one vector needs no coroutines for barriers); a product's group is VK_PCOLS columns x VK_ROWS
+ * rows. */
 enum { VK_LANES = 8, VK_PCOLS = 64, VK_ROWS = 4 };
 
-#define KERNELS(X)                                                                                    \
-  X(EMBED, "mlm_embed") X(QKV, "mlm_qkv") X(ATTN, "mlm_attn") X(PROJ_LN, "mlm_proj_ln") X(FFN_UP, "mlm_ffn_up") \
-  X(DOWN_LN, "mlm_down_ln") X(POOL, "mlm_pool") X(PROJ, "mlm_proj") X(DOWN, "mlm_down") X(RES_LN, "mlm_res_ln")
+// clang-format off
+#define KERNELS(X)          \
+  X(EMBED, "mlm_embed")     \
+  X(QKV, "mlm_qkv")         \
+  X(ATTN, "mlm_attn")       \
+  X(PROJ_LN, "mlm_proj_ln") \
+  X(FFN_UP, "mlm_ffn_up")   \
+  X(DOWN_LN, "mlm_down_ln") \
+  X(POOL, "mlm_pool")       \
+  X(PROJ, "mlm_proj")       \
+  X(DOWN, "mlm_down")       \
+  X(RES_LN, "mlm_res_ln")
+// clang-format on
 
 enum {
 #define KERNEL_ENUM(name, entry) K_##name,
   KERNELS(KERNEL_ENUM)
 #undef KERNEL_ENUM
-  K_COUNT
+      K_COUNT
 };
 static const char *const k_entries[K_COUNT] = {
 #define KERNEL_ENTRY(name, entry) entry,
@@ -40,8 +52,8 @@ static const char *const k_entries[K_COUNT] = {
 };
 /* Buffers each kernel takes (its vals are always n). */
 /* The kernels in each language (none in MSL yet). */
-static const char *const k_sources[MODEL_KERNELS_NONE] = {minilm_kernels_source, minilm_kernels_glsl_source,
-                                                          minilm_kernels_cuda_source, NULL};
+static const char *const k_sources[MODEL_KERNELS_NONE] = {
+    minilm_kernels_source, minilm_kernels_glsl_source, minilm_kernels_cuda_source, NULL};
 static const size_t k_nbufs[K_COUNT] = {7, 5, 3, 6, 4, 6, 2, 4, 4, 4};
 
 enum { W_QKV, B_QKV, W_O, B_O, LN1_W, LN1_B, W_I, B_I, W_D, B_D, LN2_W, LN2_B, LAYER_BUFS };
@@ -55,7 +67,7 @@ typedef struct item_args {
 struct minilm_encoder {
   minilm_config_t c;
   model_kernel_lang_t lang; /* of the device's kind: the kernels and their geometry follow it */
-  int maxlen; /* max_seq_len rounded up to 16: the width of the transposed keys */
+  int maxlen;               /* max_seq_len rounded up to 16: the width of the transposed keys */
   hcq_device_t *dev;
   hcq_program_t *prog[K_COUNT];
   hcq_buffer_t *layer[MINILM_MAX_LAYERS][LAYER_BUFS];
@@ -63,7 +75,7 @@ struct minilm_encoder {
   hcq_buffer_t *ids, *x, *qkv, *kt, *ctx, *inter, *out;
   hcq_buffer_t *y; /* CPU: the output and down projections before their residual and LayerNorm */
   hcq_expr_t *n, *blocks; /* n and ceil(n / 16) */
-  hcq_expr_t *vk_blocks;   /* ceil(n / VK_ROWS): the row blocks of the GLSL products */
+  hcq_expr_t *vk_blocks;  /* ceil(n / VK_ROWS): the row blocks of the GLSL products */
   /* CPU group size of attention: its groups' multiply-adds / 64 (min(n, 16) queries x n keys), so
    * that a short query's attention, microseconds of work, stays on one thread. The products keep
    * constant group sizes and so run on both threads even for one token: a short query is bound by
@@ -83,12 +95,13 @@ static void transpose(float *dst, size_t ld, const float *w, size_t out, size_t 
     for (size_t i = 0; i < in; i++) dst[i * ld + o] = w[o * in + i];
 }
 
-/* The CPU and Vulkan split the products that a LayerNorm follows into a product split by columns (mlm_proj,
- * mlm_down) and a row kernel (mlm_res_ln): a short query's few rows would otherwise be one or two
- * groups, one thread reading a third of the weights while the other waits. The CUDA kernels keep
- * them fused (a work-group a row). */
+/* The CPU and Vulkan split the products that a LayerNorm follows into a product split by columns
+ * (mlm_proj, mlm_down) and a row kernel (mlm_res_ln): a short query's few rows would otherwise be
+ * one or two groups, one thread reading a third of the weights while the other waits. The CUDA
+ * kernels keep them fused (a work-group a row). */
 static bool has_kernel(const minilm_encoder_t *m, int k) {
-  bool split = k == K_PROJ || k == K_DOWN || k == K_RES_LN, fused = k == K_PROJ_LN || k == K_DOWN_LN;
+  bool split = k == K_PROJ || k == K_DOWN || k == K_RES_LN,
+       fused = k == K_PROJ_LN || k == K_DOWN_LN;
   return m->lang == MODEL_KERNELS_CUDA ? !split : !fused;
 }
 
@@ -97,13 +110,17 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
   char defines[700];
   uint32_t eps_bits;
   memcpy(&eps_bits, &c->ln_eps, 4);
-  int n = snprintf(defines, sizeof(defines),
-                   "#define HIDDEN %d\n#define HEADS %d\n#define HEAD_DIM %d\n#define INTER %d\n#define VOCAB %d\n"
-                   "#define MAXLEN %d\n#define LN_EPS %.9gf\n#define RB %d\n#define CB %d\n#define EMB_ROWS %d\n"
-                   "#define QB %d\n#define COLS %d\n#define GROUP %d\n#define LN_EPS_BITS %u\n#define PCOLS %d\n#define ROWS %d\n",
-                   c->hidden, c->heads, c->hidden / c->heads, c->intermediate, c->vocab_size, m->maxlen,
-                   (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP, eps_bits, VK_PCOLS, VK_ROWS);
-  if (n < 0 || (size_t)n >= sizeof(defines)) return hcq_status_make(HCQ_INTERNAL, "minilm encoder: defines too long");
+  int n = snprintf(
+      defines, sizeof(defines),
+      "#define HIDDEN %d\n#define HEADS %d\n#define HEAD_DIM %d\n#define INTER %d\n#define VOCAB "
+      "%d\n"
+      "#define MAXLEN %d\n#define LN_EPS %.9gf\n#define RB %d\n#define CB %d\n#define EMB_ROWS %d\n"
+      "#define QB %d\n#define COLS %d\n#define GROUP %d\n#define LN_EPS_BITS %u\n#define PCOLS "
+      "%d\n#define ROWS %d\n",
+      c->hidden, c->heads, c->hidden / c->heads, c->intermediate, c->vocab_size, m->maxlen,
+      (double)c->ln_eps, RB, CB, EMB_ROWS, QB, GPU_COLS, GPU_GROUP, eps_bits, VK_PCOLS, VK_ROWS);
+  if (n < 0 || (size_t)n >= sizeof(defines))
+    return hcq_status_make(HCQ_INTERNAL, "minilm encoder: defines too long");
   const char *body = k_sources[m->lang];
   hcq_status_t st = NULL;
   for (int k = 0; k < K_COUNT && !st; k++) {
@@ -114,19 +131,23 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
   return st;
 }
 
-/* kernels.glsl reads a product's weights [K][N] as column blocks of VK_PCOLS: [N / VK_PCOLS][K][VK_PCOLS],
- * so that a work-group's weights are one contiguous stretch. t is reordered in place (through tmp). */
+/* kernels.glsl reads a product's weights [K][N] as column blocks of VK_PCOLS: [N /
+ * VK_PCOLS][K][VK_PCOLS], so that a work-group's weights are one contiguous stretch. t is reordered
+ * in place (through tmp). */
 static void vk_block_columns(float *t, float *tmp, size_t K, size_t N) {
   for (size_t b = 0; b < N / VK_PCOLS; b++)
-    for (size_t k = 0; k < K; k++) memcpy(tmp + (b * K + k) * VK_PCOLS, t + k * N + b * VK_PCOLS, VK_PCOLS * 4);
+    for (size_t k = 0; k < K; k++)
+      memcpy(tmp + (b * K + k) * VK_PCOLS, t + k * N + b * VK_PCOLS, VK_PCOLS * 4);
   memcpy(t, tmp, K * N * 4);
 }
 
 static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) {
   const minilm_config_t *c = &m->c;
   size_t h = (size_t)c->hidden, in = (size_t)c->intermediate, L = (size_t)m->maxlen;
-  TRY(model_upload(m->dev, md->word_emb, (size_t)c->vocab_size * h * 4, "word embeddings", -1, &m->word));
-  TRY(model_upload(m->dev, md->pos_emb, (size_t)c->max_positions * h * 4, "position embeddings", -1, &m->pos));
+  TRY(model_upload(m->dev, md->word_emb, (size_t)c->vocab_size * h * 4, "word embeddings", -1,
+                   &m->word));
+  TRY(model_upload(m->dev, md->pos_emb, (size_t)c->max_positions * h * 4, "position embeddings", -1,
+                   &m->pos));
   TRY(model_upload(m->dev, md->type_emb, h * 4, "token type embedding 0", -1, &m->type));
   TRY(model_upload(m->dev, md->emb_ln_w, h * 4, "embedding LayerNorm weight", -1, &m->emb_ln_w));
   TRY(model_upload(m->dev, md->emb_ln_b, h * 4, "embedding LayerNorm bias", -1, &m->emb_ln_b));
@@ -147,15 +168,18 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
     if (vk) vk_block_columns(t, tmp, h, 3 * h);
     if ((st = model_upload(m->dev, t, 3 * h * h * 4, "qkv weight", l, &b[W_QKV]))) break;
     if ((st = model_upload(m->dev, NULL, 3 * h * 4, "qkv bias", l, &b[B_QKV]))) break;
-    if ((st = hcq_buffer_copyin(b[B_QKV], 0, w->q_b, h * 4)) || (st = hcq_buffer_copyin(b[B_QKV], h * 4, w->k_b, h * 4)) ||
+    if ((st = hcq_buffer_copyin(b[B_QKV], 0, w->q_b, h * 4)) ||
+        (st = hcq_buffer_copyin(b[B_QKV], h * 4, w->k_b, h * 4)) ||
         (st = hcq_buffer_copyin(b[B_QKV], 2 * h * 4, w->v_b, h * 4)))
       break;
     transpose(t, h, w->o_w, h, h);
     if (vk) vk_block_columns(t, tmp, h, h);
     if ((st = model_upload(m->dev, t, h * h * 4, "attention output weight", l, &b[W_O]))) break;
     if ((st = model_upload(m->dev, w->o_b, h * 4, "attention output bias", l, &b[B_O]))) break;
-    if ((st = model_upload(m->dev, w->ln1_w, h * 4, "attention LayerNorm weight", l, &b[LN1_W]))) break;
-    if ((st = model_upload(m->dev, w->ln1_b, h * 4, "attention LayerNorm bias", l, &b[LN1_B]))) break;
+    if ((st = model_upload(m->dev, w->ln1_w, h * 4, "attention LayerNorm weight", l, &b[LN1_W])))
+      break;
+    if ((st = model_upload(m->dev, w->ln1_b, h * 4, "attention LayerNorm bias", l, &b[LN1_B])))
+      break;
     transpose(t, in, w->i_w, in, h);
     if (vk) vk_block_columns(t, tmp, h, in);
     if ((st = model_upload(m->dev, t, in * h * 4, "intermediate weight", l, &b[W_I]))) break;
@@ -164,7 +188,8 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
     if (vk) vk_block_columns(t, tmp, in, h);
     if ((st = model_upload(m->dev, t, in * h * 4, "output weight", l, &b[W_D]))) break;
     if ((st = model_upload(m->dev, w->d_b, h * 4, "output bias", l, &b[B_D]))) break;
-    if ((st = model_upload(m->dev, w->ln2_w, h * 4, "output LayerNorm weight", l, &b[LN2_W]))) break;
+    if ((st = model_upload(m->dev, w->ln2_w, h * 4, "output LayerNorm weight", l, &b[LN2_W])))
+      break;
     st = model_upload(m->dev, w->ln2_b, h * 4, "output LayerNorm bias", l, &b[LN2_B]);
   }
   free(t), free(tmp);
@@ -176,7 +201,8 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
   TRY(model_upload(m->dev, NULL, L * h * 4, "attention context", -1, &m->ctx));
   TRY(model_upload(m->dev, NULL, L * in * 4, "intermediate", -1, &m->inter));
   TRY(model_upload(m->dev, NULL, h * 4, "embedding", -1, &m->out));
-  if (m->lang != MODEL_KERNELS_CUDA) TRY(model_upload(m->dev, NULL, L * h * 4, "projection output", -1, &m->y));
+  if (m->lang != MODEL_KERNELS_CUDA)
+    TRY(model_upload(m->dev, NULL, L * h * 4, "projection output", -1, &m->y));
   /* Keys past n are read (and their scores dropped): zeros keep them finite. */
   float *zeros = calloc(L * h, 4);
   if (!zeros) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -208,11 +234,24 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
   if (m->lang == MODEL_KERNELS_C) {
     switch (k) {
       case K_EMBED: g.grid[0] = ceil_n(m, EMB_ROWS), g.local = EMB_ROWS * h / 64; break;
-      case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
-      case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
-      case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = ceil_n(m, QB), g.local_sym = m->attn_local; break;
-      case K_PROJ: g.grid[0] = hcq_imm((int64_t)h / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64; break;
-      case K_DOWN: g.grid[0] = hcq_imm((int64_t)h / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * in / 64; break;
+      case K_QKV:
+        g.grid[0] = hcq_imm(3 * (int64_t)h / CB), g.grid[1] = ceil_n(m, RB),
+        g.local = RB * CB * h / 64;
+        break;
+      case K_FFN_UP:
+        g.grid[0] = hcq_imm((int64_t)in / CB), g.grid[1] = ceil_n(m, RB),
+        g.local = RB * CB * h / 64;
+        break;
+      case K_ATTN:
+        g.grid[0] = hcq_imm(c->heads), g.grid[1] = ceil_n(m, QB), g.local_sym = m->attn_local;
+        break;
+      case K_PROJ:
+        g.grid[0] = hcq_imm((int64_t)h / CB), g.grid[1] = ceil_n(m, RB), g.local = RB * CB * h / 64;
+        break;
+      case K_DOWN:
+        g.grid[0] = hcq_imm((int64_t)h / CB), g.grid[1] = ceil_n(m, RB),
+        g.local = RB * CB * in / 64;
+        break;
       case K_RES_LN: g.grid[0] = ceil_n(m, EMB_ROWS), g.local = EMB_ROWS * h / 64; break;
       default: break; /* K_POOL: one group */
     }
@@ -239,9 +278,15 @@ static geometry_t geometry(minilm_encoder_t *m, int k) {
    * of attention) for the others. */
   hcq_operand_t rows = hcq_sym(m->n);
   switch (k) {
-    case K_QKV: g.grid[0] = hcq_imm(3 * (int64_t)h / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS; break;
-    case K_FFN_UP: g.grid[0] = hcq_imm((int64_t)in / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS; break;
-    case K_ATTN: g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows, g.local = (uint32_t)(c->hidden / c->heads); break;
+    case K_QKV:
+      g.grid[0] = hcq_imm(3 * (int64_t)h / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS;
+      break;
+    case K_FFN_UP:
+      g.grid[0] = hcq_imm((int64_t)in / GPU_COLS), g.grid[1] = rows, g.local = GPU_COLS;
+      break;
+    case K_ATTN:
+      g.grid[0] = hcq_imm(c->heads), g.grid[1] = rows, g.local = (uint32_t)(c->hidden / c->heads);
+      break;
     case K_POOL: g.local = GPU_GROUP; break;
     default: g.grid[0] = rows, g.local = GPU_GROUP; break; /* embedding, the LayerNorm products */
   }
@@ -257,14 +302,23 @@ static void add_kernel(minilm_encoder_t *m, int k, hcq_buffer_t *const *bufs, si
   for (size_t i = 0; i < nouts; i++) a->outs[i] = (uint32_t)i;
   a->vals[0] = hcq_sym(m->n);
   it->kind = HCQ_ITEM_KERNEL;
-  it->kernel = (hcq_kernel_item_t){m->prog[k], a->bufs, nbufs, a->outs, nouts, a->vals, 1,
-                                   {g.grid[0], g.grid[1], g.grid[2]}, {g.local_sym ? hcq_sym(g.local_sym) : hcq_imm(g.local), hcq_imm(1), hcq_imm(1)}};
+  it->kernel = (hcq_kernel_item_t){
+      m->prog[k],
+      a->bufs,
+      nbufs,
+      a->outs,
+      nouts,
+      a->vals,
+      1,
+      {g.grid[0], g.grid[1], g.grid[2]},
+      {g.local_sym ? hcq_sym(g.local_sym) : hcq_imm(g.local), hcq_imm(1), hcq_imm(1)}};
 }
 
 static hcq_status_t make_items(minilm_encoder_t *m) {
   const minilm_config_t *c = &m->c;
   TRY(hcq_var_create("n", 1, c->max_seq_len, &m->n));
-  hcq_expr_t *c15 = hcq_expr_const(15), *c16 = hcq_expr_const(16), *sum = hcq_expr_binary(HCQ_EXPR_ADD, m->n, c15);
+  hcq_expr_t *c15 = hcq_expr_const(15), *c16 = hcq_expr_const(16),
+             *sum = hcq_expr_binary(HCQ_EXPR_ADD, m->n, c15);
   m->blocks = hcq_expr_binary(HCQ_EXPR_FLOORDIV, sum, c16);
   hcq_expr_release(c15), hcq_expr_release(c16), hcq_expr_release(sum);
   if (!m->blocks) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
@@ -277,7 +331,9 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
   m->items = calloc(cap, sizeof(*m->items));
   m->args = calloc(cap, sizeof(*m->args));
   if (!m->items || !m->args) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  add_kernel(m, K_EMBED, (hcq_buffer_t *[]){m->x, m->ids, m->word, m->pos, m->type, m->emb_ln_w, m->emb_ln_b}, 1);
+  add_kernel(m, K_EMBED,
+             (hcq_buffer_t *[]){m->x, m->ids, m->word, m->pos, m->type, m->emb_ln_w, m->emb_ln_b},
+             1);
   for (int l = 0; l < c->layers; l++) {
     hcq_buffer_t **w = m->layer[l];
     add_kernel(m, K_QKV, (hcq_buffer_t *[]){m->qkv, m->kt, m->x, w[W_QKV], w[B_QKV]}, 2);
@@ -286,14 +342,16 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
       add_kernel(m, K_PROJ, (hcq_buffer_t *[]){m->y, m->ctx, w[W_O], w[B_O]}, 1);
       add_kernel(m, K_RES_LN, (hcq_buffer_t *[]){m->x, m->y, w[LN1_W], w[LN1_B]}, 1);
     } else {
-      add_kernel(m, K_PROJ_LN, (hcq_buffer_t *[]){m->x, m->ctx, w[W_O], w[B_O], w[LN1_W], w[LN1_B]}, 1);
+      add_kernel(m, K_PROJ_LN, (hcq_buffer_t *[]){m->x, m->ctx, w[W_O], w[B_O], w[LN1_W], w[LN1_B]},
+                 1);
     }
     add_kernel(m, K_FFN_UP, (hcq_buffer_t *[]){m->inter, m->x, w[W_I], w[B_I]}, 1);
     if (m->lang != MODEL_KERNELS_CUDA) {
       add_kernel(m, K_DOWN, (hcq_buffer_t *[]){m->y, m->inter, w[W_D], w[B_D]}, 1);
       add_kernel(m, K_RES_LN, (hcq_buffer_t *[]){m->x, m->y, w[LN2_W], w[LN2_B]}, 1);
     } else {
-      add_kernel(m, K_DOWN_LN, (hcq_buffer_t *[]){m->x, m->inter, w[W_D], w[B_D], w[LN2_W], w[LN2_B]}, 1);
+      add_kernel(m, K_DOWN_LN,
+                 (hcq_buffer_t *[]){m->x, m->inter, w[W_D], w[B_D], w[LN2_W], w[LN2_B]}, 1);
     }
   }
   add_kernel(m, K_POOL, (hcq_buffer_t *[]){m->out, m->x}, 1);
@@ -303,13 +361,14 @@ static hcq_status_t make_items(minilm_encoder_t *m) {
 static hcq_status_t check_config(const minilm_config_t *c) {
   int hd = c->hidden / c->heads;
   if (c->hidden % 128 || c->intermediate % 128 || hd != 32)
-    return hcq_status_make(HCQ_UNIMPLEMENTED,
-                           "minilm encoder: hidden %d and intermediate %d must be multiples of 128 and the head size "
-                           "(hidden / heads) 32, not %d: the kernels' tiles assume it",
-                           c->hidden, c->intermediate, hd);
+    return hcq_status_make(
+        HCQ_UNIMPLEMENTED,
+        "minilm encoder: hidden %d and intermediate %d must be multiples of 128 and the head size "
+        "(hidden / heads) 32, not %d: the kernels' tiles assume it",
+        c->hidden, c->intermediate, hd);
   if (c->max_seq_len > c->max_positions || c->max_seq_len < 1)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "minilm encoder: max_seq_len %d outside 1..%d", c->max_seq_len,
-                           c->max_positions);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "minilm encoder: max_seq_len %d outside 1..%d",
+                           c->max_seq_len, c->max_positions);
   return NULL;
 }
 
@@ -318,16 +377,18 @@ hcq_status_t minilm_encoder_kernels_for(hcq_device_kind_t kind) {
   return model_kernel_source("minilm encoder", k_sources, kind, &body);
 }
 
-hcq_status_t minilm_encoder_create(const minilm_model_t *model, const minilm_encoder_options_t *options,
+hcq_status_t minilm_encoder_create(const minilm_model_t *model,
+                                   const minilm_encoder_options_t *options,
                                    minilm_encoder_t **out) {
   *out = NULL;
   TRY(check_config(&model->config));
   hcq_device_kind_t kind = options ? options->kind : HCQ_DEVICE_CPU;
   TRY(minilm_encoder_kernels_for(kind));
   if (model_kernel_lang(kind) == MODEL_KERNELS_GLSL && model->config.hidden != 384)
-    return hcq_status_make(HCQ_UNIMPLEMENTED,
-                           "minilm encoder: the GLSL kernels' row kernels hold a row of 384 floats, not %d (hidden)",
-                           model->config.hidden);
+    return hcq_status_make(
+        HCQ_UNIMPLEMENTED,
+        "minilm encoder: the GLSL kernels' row kernels hold a row of 384 floats, not %d (hidden)",
+        model->config.hidden);
   minilm_encoder_t *m = calloc(1, sizeof(*m));
   if (!m) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating the encoder");
   m->c = model->config;
@@ -361,8 +422,8 @@ hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
   hcq_expr_release(m->n);
   for (int l = 0; l < m->c.layers; l++)
     for (int i = 0; i < LAYER_BUFS; i++) hcq_buffer_release(m->layer[l][i]);
-  hcq_buffer_t *bufs[] = {m->word, m->pos, m->type, m->emb_ln_w, m->emb_ln_b, m->ids,
-                          m->x,    m->qkv, m->kt,   m->ctx,      m->inter,    m->out, m->y};
+  hcq_buffer_t *bufs[] = {m->word, m->pos, m->type, m->emb_ln_w, m->emb_ln_b, m->ids, m->x,
+                          m->qkv,  m->kt,  m->ctx,  m->inter,    m->out,      m->y};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) hcq_buffer_release(bufs[i]);
   for (int k = 0; k < K_COUNT; k++) hcq_program_release(m->prog[k]);
   st = m->dev ? hcq_device_close(m->dev) : NULL;
@@ -372,10 +433,12 @@ hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
 
 hcq_status_t minilm_encoder_set_input(minilm_encoder_t *m, const int32_t *ids, int n) {
   if (n < 1 || n > m->c.max_seq_len)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "minilm encoder: %d tokens (expected 1..%d)", n, m->c.max_seq_len);
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "minilm encoder: %d tokens (expected 1..%d)", n,
+                           m->c.max_seq_len);
   for (int i = 0; i < n; i++)
     if (ids[i] < 0 || ids[i] >= m->c.vocab_size)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "minilm encoder: token %d is id %d, outside the vocab 0..%d", i,
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "minilm encoder: token %d is id %d, outside the vocab 0..%d", i,
                              (int)ids[i], m->c.vocab_size - 1);
   TRY(hcq_device_synchronize(m->dev));
   TRY(hcq_buffer_copyin(m->ids, 0, ids, (size_t)n * sizeof(*ids)));
@@ -384,7 +447,8 @@ hcq_status_t minilm_encoder_set_input(minilm_encoder_t *m, const int32_t *ids, i
 }
 
 static hcq_status_t need_input(const minilm_encoder_t *m) {
-  return m->cur_n ? NULL : hcq_status_make(HCQ_FAILED_PRECONDITION, "minilm encoder: no token ids set");
+  return m->cur_n ? NULL
+                  : hcq_status_make(HCQ_FAILED_PRECONDITION, "minilm encoder: no token ids set");
 }
 
 hcq_status_t minilm_encoder_run_eager(minilm_encoder_t *m) {
@@ -417,7 +481,8 @@ hcq_status_t minilm_encoder_capture(minilm_encoder_t *m) {
 }
 
 hcq_status_t minilm_encoder_run_graph(minilm_encoder_t *m) {
-  if (!m->jit) return hcq_status_make(HCQ_FAILED_PRECONDITION, "minilm encoder: no captured query to replay");
+  if (!m->jit)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "minilm encoder: no captured query to replay");
   TRY(need_input(m));
   hcq_var_value_t v = {m->n, m->cur_n};
   return hcq_jit_run(m->jit, NULL, 0, &v, 1, false, NULL);

@@ -1,9 +1,11 @@
-/* The MiniLM (BERT) encoder as hcq CPU kernels (the CPU ABI of hcq/program.h: called once per work-group).
+/* The MiniLM (BERT) encoder as hcq CPU kernels (the CPU ABI of hcq/program.h: called once per
+ * work-group).
  *
  * The encoder compiles this file after the hcq prelude and #defines fixing the model's shape
- * (HIDDEN, HEADS, HEAD_DIM, INTER, VOCAB, MAXLEN: max_seq_len rounded up to 16, LN_EPS) and the tiles (RB rows, CB
- * columns per work-group of a matrix product; EMB_ROWS, QB). vals[0] is always n, the token count:
- * grids depend on it and every kernel stops at row n, so one captured query replays any length.
+ * (HIDDEN, HEADS, HEAD_DIM, INTER, VOCAB, MAXLEN: max_seq_len rounded up to 16, LN_EPS) and the
+ * tiles (RB rows, CB columns per work-group of a matrix product; EMB_ROWS, QB). vals[0] is always
+ * n, the token count: grids depend on it and every kernel stops at row n, so one captured query
+ * replays any length.
  *
  * Linear layers are row blocks times transposed weights: out[t][j] = b[j] + sum_k in[t][k] wt[k][j]
  * with wt [K][N] row-major (transposed on upload), so a tile of 4 rows x 64 columns is 16 vector
@@ -25,7 +27,6 @@
  * a * b + c fused, twice the multiply-add rate and one rounding instead of two. */
 #pragma GCC optimize("fp-contract=fast")
 
-
 typedef float v16 __attribute__((vector_size(64)));
 /* The same vector at any float's address: loads and stores of 16 floats (GCC gives vector types
  * the alias set of their elements). Macros, not functions: a 64-byte vector passed by value would
@@ -38,9 +39,9 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
 
 /* out[r][0..64) = bias + a_r . wt[.][0..64) for 4 rows a0..a3 (rows past the real ones repeat a0;
  * only nout rows are stored). */
-AI void tile4(float *restrict o, int ldo, int nout, const float *restrict a0, const float *restrict a1,
-              const float *restrict a2, const float *restrict a3, const float *restrict wt, int ldw, int K,
-              const float *restrict bias) {
+AI void tile4(float *restrict o, int ldo, int nout, const float *restrict a0,
+              const float *restrict a1, const float *restrict a2, const float *restrict a3,
+              const float *restrict wt, int ldw, int K, const float *restrict bias) {
   v16 c00 = ld(bias), c01 = ld(bias + 16), c02 = ld(bias + 32), c03 = ld(bias + 48);
   v16 c10 = c00, c11 = c01, c12 = c02, c13 = c03, c20 = c00, c21 = c01, c22 = c02, c23 = c03;
   v16 c30 = c00, c31 = c01, c32 = c02, c33 = c03;
@@ -54,9 +55,14 @@ AI void tile4(float *restrict o, int ldo, int nout, const float *restrict a0, co
     c30 += s3 * w0, c31 += s3 * w1, c32 += s3 * w2, c33 += s3 * w3;
   }
   st(o, c00), st(o + 16, c01), st(o + 32, c02), st(o + 48, c03);
-  if (nout > 1) st(o + ldo, c10), st(o + ldo + 16, c11), st(o + ldo + 32, c12), st(o + ldo + 48, c13);
-  if (nout > 2) st(o + 2 * ldo, c20), st(o + 2 * ldo + 16, c21), st(o + 2 * ldo + 32, c22), st(o + 2 * ldo + 48, c23);
-  if (nout > 3) st(o + 3 * ldo, c30), st(o + 3 * ldo + 16, c31), st(o + 3 * ldo + 32, c32), st(o + 3 * ldo + 48, c33);
+  if (nout > 1)
+    st(o + ldo, c10), st(o + ldo + 16, c11), st(o + ldo + 32, c12), st(o + ldo + 48, c13);
+  if (nout > 2)
+    st(o + 2 * ldo, c20), st(o + 2 * ldo + 16, c21), st(o + 2 * ldo + 32, c22),
+        st(o + 2 * ldo + 48, c23);
+  if (nout > 3)
+    st(o + 3 * ldo, c30), st(o + 3 * ldo + 16, c31), st(o + 3 * ldo + 32, c32),
+        st(o + 3 * ldo + 48, c33);
 }
 
 /* The same for one row: a query of one token, or the last row of an odd block. */
@@ -73,8 +79,8 @@ AI void tile1(float *restrict o, const float *restrict a0, const float *restrict
 
 /* rows rows of out (ldo floats a row) from rows of in (K floats a row), columns [c0, c0 + cols) in
  * tiles of 64: out = bias + in . wt. */
-AI void linear_block(float *out, int ldo, const float *in, int rows, const float *wt, int ldw, int K,
-                     const float *bias, int c0, int cols) {
+AI void linear_block(float *out, int ldo, const float *in, int rows, const float *wt, int ldw,
+                     int K, const float *bias, int c0, int cols) {
   for (int c = c0; c < c0 + cols; c += 64)
     for (int t = 0; t < rows; t += 4) {
       int r = rows - t < 4 ? rows - t : 4;
@@ -89,7 +95,12 @@ AI void linear_block(float *out, int ldo, const float *in, int rows, const float
 }
 
 /* The sum of 16 floats, in a fixed order. */
-#define hsum(v) ({ float t_[16]; st(t_, (v)); hsum16(t_); })
+#define hsum(v)   \
+  ({              \
+    float t_[16]; \
+    st(t_, (v));  \
+    hsum16(t_);   \
+  })
 AI float hsum16(const float *t) {
   float s[8];
   for (int i = 0; i < 8; i++) s[i] = t[i] + t[i + 8];
@@ -137,7 +148,9 @@ AI float exp_neg(float x) {
 AI float gelu(float x) {
   float z = x * 0.70710678f, az = z < 0 ? -z : z;
   float t = 1.0f / (1.0f + 0.3275911f * az);
-  float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  float poly =
+      t * (0.254829592f +
+           t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
   float e = 1.0f - poly * exp_neg(-az * az);
   return 0.5f * x * (1.0f + (z < 0 ? -e : e));
 }
@@ -149,7 +162,9 @@ static int simd_level(void) {
   int l = __atomic_load_n(&level, __ATOMIC_RELAXED);
   if (l < 0) {
 #if defined(__x86_64__)
-    l = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    l = __builtin_cpu_supports("avx512f")
+            ? 2
+            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     l = 0;
 #endif
@@ -160,13 +175,17 @@ static int simd_level(void) {
 
 #define KARGS void *const *b, const int32_t *v, const hcq_launch_t *l
 #if defined(__x86_64__)
-#define DISPATCH(name)                                                                  \
-  __attribute__((target("avx512f,fma,tune=generic"))) static void name##_512(KARGS) { name##_body(b, v, l); } \
-  __attribute__((target("avx2,fma,tune=generic"))) static void name##_256(KARGS) { name##_body(b, v, l); }    \
-  static void name##_base(KARGS) { name##_body(b, v, l); }                              \
-  void name(KARGS) {                                                                    \
-    int lv = simd_level();                                                              \
-    (lv == 2 ? name##_512 : lv == 1 ? name##_256 : name##_base)(b, v, l);               \
+#define DISPATCH(name)                                                                \
+  __attribute__((target("avx512f,fma,tune=generic"))) static void name##_512(KARGS) { \
+    name##_body(b, v, l);                                                             \
+  }                                                                                   \
+  __attribute__((target("avx2,fma,tune=generic"))) static void name##_256(KARGS) {    \
+    name##_body(b, v, l);                                                             \
+  }                                                                                   \
+  static void name##_base(KARGS) { name##_body(b, v, l); }                            \
+  void name(KARGS) {                                                                  \
+    int lv = simd_level();                                                            \
+    (lv == 2 ? name##_512 : lv == 1 ? name##_256 : name##_base)(b, v, l);             \
   }
 #else
 #define DISPATCH(name) \
@@ -199,11 +218,12 @@ AI void mlm_qkv_body(KARGS) {
   float *out = b[0], *kt = b[1];
   const float *in = b[2], *wt = b[3], *bias = b[4];
   int n = v[0], c0 = (int)l->gid[0] * CB, t0 = (int)l->gid[1] * RB, t1 = t0 + RB < n ? t0 + RB : n;
-  linear_block(out + (size_t)t0 * 3 * HIDDEN, 3 * HIDDEN, in + (size_t)t0 * HIDDEN, t1 - t0, wt, 3 * HIDDEN, HIDDEN,
-               bias, c0, CB);
+  linear_block(out + (size_t)t0 * 3 * HIDDEN, 3 * HIDDEN, in + (size_t)t0 * HIDDEN, t1 - t0, wt,
+               3 * HIDDEN, HIDDEN, bias, c0, CB);
   if (c0 >= HIDDEN && c0 < 2 * HIDDEN)
     for (int j = 0; j < CB; j++)
-      for (int t = t0; t < t1; t++) kt[(size_t)(c0 - HIDDEN + j) * MAXLEN + t] = out[(size_t)t * 3 * HIDDEN + c0 + j];
+      for (int t = t0; t < t1; t++)
+        kt[(size_t)(c0 - HIDDEN + j) * MAXLEN + t] = out[(size_t)t * 3 * HIDDEN + c0 + j];
 }
 DISPATCH(mlm_qkv)
 
@@ -213,7 +233,8 @@ AI void mlm_ffn_up_body(KARGS) {
   float *out = b[0];
   const float *in = b[1], *wt = b[2], *bias = b[3];
   int n = v[0], c0 = (int)l->gid[0] * CB, t0 = (int)l->gid[1] * RB, t1 = t0 + RB < n ? t0 + RB : n;
-  linear_block(out + (size_t)t0 * INTER, INTER, in + (size_t)t0 * HIDDEN, t1 - t0, wt, INTER, HIDDEN, bias, c0, CB);
+  linear_block(out + (size_t)t0 * INTER, INTER, in + (size_t)t0 * HIDDEN, t1 - t0, wt, INTER,
+               HIDDEN, bias, c0, CB);
   for (int t = t0; t < t1; t++) {
     float *r = out + (size_t)t * INTER + c0;
     for (int j = 0; j < CB; j++) r[j] = gelu(r[j]);
@@ -221,18 +242,20 @@ AI void mlm_ffn_up_body(KARGS) {
 }
 DISPATCH(mlm_ffn_up)
 
-/* bufs: y (n x HIDDEN), in (n x K), wt (K x HIDDEN), bias; vals: n. Grid: HIDDEN / CB x ceil(n / RB).
- * y = bias + in . wt: the attention's output projection (K = HIDDEN) and the FFN's down
+/* bufs: y (n x HIDDEN), in (n x K), wt (K x HIDDEN), bias; vals: n. Grid: HIDDEN / CB x ceil(n /
+ * RB). y = bias + in . wt: the attention's output projection (K = HIDDEN) and the FFN's down
  * projection (K = INTER), split by columns like the other products so that a short query's
  * weights (the down projection's are a third of a layer's) are read by every thread, not by the
  * one or two groups whole rows would make. mlm_res_ln adds the residual and normalises. */
-#define LINEAR(name, K)                                                                                      \
-  AI void name##_body(KARGS) {                                                                               \
-    float *y = b[0];                                                                                         \
-    const float *in = b[1], *wt = b[2], *bias = b[3];                                                        \
-    int n = v[0], c0 = (int)l->gid[0] * CB, t0 = (int)l->gid[1] * RB, t1 = t0 + RB < n ? t0 + RB : n;       \
-    linear_block(y + (size_t)t0 * HIDDEN, HIDDEN, in + (size_t)t0 * (K), t1 - t0, wt, HIDDEN, (K), bias, c0, CB); \
-  }                                                                                                          \
+#define LINEAR(name, K)                                                                            \
+  AI void name##_body(KARGS) {                                                                     \
+    float *y = b[0];                                                                               \
+    const float *in = b[1], *wt = b[2], *bias = b[3];                                              \
+    int n = v[0], c0 = (int)l->gid[0] * CB, t0 = (int)l->gid[1] * RB,                              \
+        t1 = t0 + RB < n ? t0 + RB : n;                                                            \
+    linear_block(y + (size_t)t0 * HIDDEN, HIDDEN, in + (size_t)t0 * (K), t1 - t0, wt, HIDDEN, (K), \
+                 bias, c0, CB);                                                                    \
+  }                                                                                                \
   DISPATCH(name)
 LINEAR(mlm_proj, HIDDEN)
 LINEAR(mlm_down, INTER)
@@ -267,13 +290,16 @@ AI void mlm_attn_body(KARGS) {
   float p[4][MAXLEN];
   for (int t = t0; t < t1; t += 4) {
     const float *q[4];
-    for (int r = 0; r < 4; r++) q[r] = qkv + (size_t)(t + r < t1 ? t + r : t1 - 1) * 3 * HIDDEN + h * HEAD_DIM;
+    for (int r = 0; r < 4; r++)
+      q[r] = qkv + (size_t)(t + r < t1 ? t + r : t1 - 1) * 3 * HIDDEN + h * HEAD_DIM;
     for (int c = 0; c < n16; c++) {
       v16 d0 = {0}, d1 = {0}, d2 = {0}, d3 = {0}, e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
       for (int i = 0; i < HEAD_DIM; i += 2) {
-        v16 k0 = ld(kth + (size_t)i * MAXLEN + 16 * c), k1 = ld(kth + (size_t)(i + 1) * MAXLEN + 16 * c);
+        v16 k0 = ld(kth + (size_t)i * MAXLEN + 16 * c),
+            k1 = ld(kth + (size_t)(i + 1) * MAXLEN + 16 * c);
         d0 += q[0][i] * k0, d1 += q[1][i] * k0, d2 += q[2][i] * k0, d3 += q[3][i] * k0;
-        e0 += q[0][i + 1] * k1, e1 += q[1][i + 1] * k1, e2 += q[2][i + 1] * k1, e3 += q[3][i + 1] * k1;
+        e0 += q[0][i + 1] * k1, e1 += q[1][i + 1] * k1, e2 += q[2][i + 1] * k1,
+            e3 += q[3][i + 1] * k1;
       }
       st(p[0] + 16 * c, (d0 + e0) * scale), st(p[1] + 16 * c, (d1 + e1) * scale);
       st(p[2] + 16 * c, (d2 + e2) * scale), st(p[3] + 16 * c, (d3 + e3) * scale);

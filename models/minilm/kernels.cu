@@ -1,16 +1,18 @@
-// The MiniLM encoder's kernels in CUDA C (the CUDA ABI of docs/cuda.md): the same entries, buffers and values
-// (n, the token count, last) as kernels.c, which documents what each computes, with the work split
-// of kernels.glsl: a thread per output element of the matrix products (COLS threads a block along
-// a row), a block of GROUP threads per token row for the row kernels, a block of HEAD_DIM threads
-// per (head, query) for attention. The encoder compiles it after the block of #defines
-// kernels.glsl gets. tests/fake_cuda/fake_cuda_minilm.c has host twins of these kernels for the
-// stand-in driver: change both.
+// The MiniLM encoder's kernels in CUDA C (the CUDA ABI of docs/cuda.md): the same entries, buffers
+// and values (n, the token count, last) as kernels.c, which documents what each computes, with the
+// work split of kernels.glsl: a thread per output element of the matrix products (COLS threads a
+// block along a row), a block of GROUP threads per token row for the row kernels, a block of
+// HEAD_DIM threads per (head, query) for attention. The encoder compiles it after the block of
+// #defines kernels.glsl gets. tests/fake_cuda/fake_cuda_minilm.c has host twins of these kernels
+// for the stand-in driver: change both.
 
 // Names the shape in the module: the stand-in driver's twins read it there (a GPU never runs it).
 // LN_EPS goes in as its float's bits (LN_EPS_BITS).
-#define MLM_SHAPE_NAME2(a, b, c, d, e, f, g, h, i) minilm_shape_##a##_##b##_##c##_##d##_##e##_##f##_##g##_##h##_##i
+#define MLM_SHAPE_NAME2(a, b, c, d, e, f, g, h, i) \
+  minilm_shape_##a##_##b##_##c##_##d##_##e##_##f##_##g##_##h##_##i
 #define MLM_SHAPE_NAME(...) MLM_SHAPE_NAME2(__VA_ARGS__)
-extern "C" __global__ void MLM_SHAPE_NAME(HIDDEN, HEADS, HEAD_DIM, INTER, VOCAB, MAXLEN, GROUP, COLS, LN_EPS_BITS)() {}
+extern "C" __global__ void MLM_SHAPE_NAME(HIDDEN, HEADS, HEAD_DIM, INTER, VOCAB, MAXLEN, GROUP,
+                                          COLS, LN_EPS_BITS)() {}
 
 #define MLM_NEG_INF __int_as_float(0xff800000)
 
@@ -18,12 +20,15 @@ extern "C" __global__ void MLM_SHAPE_NAME(HIDDEN, HEADS, HEAD_DIM, INTER, VOCAB,
 __device__ float gelu(float x) {
   float z = x * 0.70710678f, az = fabsf(z);
   float t = 1.0f / (1.0f + 0.3275911f * az);
-  float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  float poly =
+      t * (0.254829592f +
+           t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
   float e = 1.0f - poly * expf(-az * az);
   return 0.5f * x * (1.0f + (z < 0.0f ? -e : e));
 }
 
-// The sum over the block of GROUP threads, in a fixed tree order; every thread reaches the barriers.
+// The sum over the block of GROUP threads, in a fixed tree order; every thread reaches the
+// barriers.
 __device__ float group_sum(float *red, float v) {
   int l = threadIdx.x;
   red[l] = v;
@@ -38,18 +43,20 @@ __device__ float group_sum(float *red, float v) {
 }
 
 // LayerNorm of the shared row into x at row t.
-__device__ void layernorm_store(float *x, int t, const float *row, float *red, const float *w, const float *b) {
+__device__ void layernorm_store(float *x, int t, const float *row, float *red, const float *w,
+                                const float *b) {
   float s = 0.0f;
   for (int j = threadIdx.x; j < HIDDEN; j += GROUP) s += row[j];
   float mean = group_sum(red, s) / (float)HIDDEN;
   float q = 0.0f;
   for (int j = threadIdx.x; j < HIDDEN; j += GROUP) q += (row[j] - mean) * (row[j] - mean);
   float inv = 1.0f / sqrtf(group_sum(red, q) / (float)HIDDEN + LN_EPS);
-  for (int j = threadIdx.x; j < HIDDEN; j += GROUP) x[(size_t)t * HIDDEN + j] = (row[j] - mean) * inv * w[j] + b[j];
+  for (int j = threadIdx.x; j < HIDDEN; j += GROUP)
+    x[(size_t)t * HIDDEN + j] = (row[j] - mean) * inv * w[j] + b[j];
 }
 
-extern "C" __global__ void mlm_embed(float *x, const int *ids, const float *word, const float *pos, const float *type,
-                                     const float *lw, const float *lb, int n) {
+extern "C" __global__ void mlm_embed(float *x, const int *ids, const float *word, const float *pos,
+                                     const float *type, const float *lw, const float *lb, int n) {
   __shared__ float row[HIDDEN], red[GROUP];
   (void)n;
   int t = blockIdx.x;
@@ -61,39 +68,43 @@ extern "C" __global__ void mlm_embed(float *x, const int *ids, const float *word
   layernorm_store(x, t, row, red, lw, lb);
 }
 
-__device__ float linear(const float *in, const float *wt, const float *bias, int t, int j, int K, int N) {
+__device__ float linear(const float *in, const float *wt, const float *bias, int t, int j, int K,
+                        int N) {
   float s = bias[j];
   for (int k = 0; k < K; k++) s += in[(size_t)t * K + k] * wt[(size_t)k * N + j];
   return s;
 }
 
-extern "C" __global__ void mlm_qkv(float *out, float *kt, const float *in, const float *wt, const float *bias, int n) {
+extern "C" __global__ void mlm_qkv(float *out, float *kt, const float *in, const float *wt,
+                                   const float *bias, int n) {
   (void)kt, (void)n;
   int j = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
   out[(size_t)t * 3 * HIDDEN + j] = linear(in, wt, bias, t, j, HIDDEN, 3 * HIDDEN);
 }
 
-extern "C" __global__ void mlm_ffn_up(float *out, const float *in, const float *wt, const float *bias, int n) {
+extern "C" __global__ void mlm_ffn_up(float *out, const float *in, const float *wt,
+                                      const float *bias, int n) {
   (void)n;
   int j = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
   out[(size_t)t * INTER + j] = gelu(linear(in, wt, bias, t, j, HIDDEN, INTER));
 }
 
-__device__ void linear_ln(float *x, const float *in, const float *wt, const float *bias, const float *lw, const float *lb,
-                          int K) {
+__device__ void linear_ln(float *x, const float *in, const float *wt, const float *bias,
+                          const float *lw, const float *lb, int K) {
   __shared__ float row[HIDDEN], red[GROUP];
   int t = blockIdx.x;
-  for (int j = threadIdx.x; j < HIDDEN; j += GROUP) row[j] = x[(size_t)t * HIDDEN + j] + linear(in, wt, bias, t, j, K, HIDDEN);
+  for (int j = threadIdx.x; j < HIDDEN; j += GROUP)
+    row[j] = x[(size_t)t * HIDDEN + j] + linear(in, wt, bias, t, j, K, HIDDEN);
   __syncthreads();
   layernorm_store(x, t, row, red, lw, lb);
 }
-extern "C" __global__ void mlm_proj_ln(float *x, const float *in, const float *wt, const float *bias, const float *lw,
-                                       const float *lb, int n) {
+extern "C" __global__ void mlm_proj_ln(float *x, const float *in, const float *wt,
+                                       const float *bias, const float *lw, const float *lb, int n) {
   (void)n;
   linear_ln(x, in, wt, bias, lw, lb, HIDDEN);
 }
-extern "C" __global__ void mlm_down_ln(float *x, const float *in, const float *wt, const float *bias, const float *lw,
-                                       const float *lb, int n) {
+extern "C" __global__ void mlm_down_ln(float *x, const float *in, const float *wt,
+                                       const float *bias, const float *lw, const float *lb, int n) {
   (void)n;
   linear_ln(x, in, wt, bias, lw, lb, INTER);
 }

@@ -32,8 +32,19 @@ extern "C" {
 #endif
 
 /* ---- safetensors ---- */
-typedef enum minilm_dtype { MINILM_F32, MINILM_F16, MINILM_BF16, MINILM_F64, MINILM_I64, MINILM_I32, MINILM_I16,
-                            MINILM_I8, MINILM_U8, MINILM_BOOL, MINILM_DTYPE_COUNT } minilm_dtype_t;
+typedef enum minilm_dtype {
+  MINILM_F32,
+  MINILM_F16,
+  MINILM_BF16,
+  MINILM_F64,
+  MINILM_I64,
+  MINILM_I32,
+  MINILM_I16,
+  MINILM_I8,
+  MINILM_U8,
+  MINILM_BOOL,
+  MINILM_DTYPE_COUNT
+} minilm_dtype_t;
 
 typedef struct minilm_tensor {
   char *name;
@@ -77,9 +88,9 @@ enum { MINILM_MAX_LAYERS = 64 };
 /* Pointers into minilm_model_t.data. Linear weights are [out][in] row-major (PyTorch's layout). */
 typedef struct minilm_layer_weights {
   const float *q_w, *q_b, *k_w, *k_b, *v_w, *v_b; /* hidden x hidden, hidden */
-  const float *o_w, *o_b, *ln1_w, *ln1_b;         /* attention output projection and its LayerNorm */
-  const float *i_w, *i_b;                         /* intermediate x hidden, intermediate */
-  const float *d_w, *d_b, *ln2_w, *ln2_b;         /* hidden x intermediate, hidden; LayerNorm */
+  const float *o_w, *o_b, *ln1_w, *ln1_b; /* attention output projection and its LayerNorm */
+  const float *i_w, *i_b;                 /* intermediate x hidden, intermediate */
+  const float *d_w, *d_b, *ln2_w, *ln2_b; /* hidden x intermediate, hidden; LayerNorm */
 } minilm_layer_weights_t;
 
 typedef struct minilm_model {
@@ -110,13 +121,14 @@ typedef struct minilm_tokenizer_options {
  * The vocab must hold [PAD], [UNK], [CLS] and [SEP] and no token twice. */
 HCQ_MUST_USE hcq_status_t minilm_tokenizer_load(const char *dir, minilm_tokenizer_t **out);
 /* The same from a vocab in memory (tokens separated by '\n') and options: for tests. */
-HCQ_MUST_USE hcq_status_t minilm_tokenizer_create(const char *vocab, size_t len, const minilm_tokenizer_options_t *options,
+HCQ_MUST_USE hcq_status_t minilm_tokenizer_create(const char *vocab, size_t len,
+                                                  const minilm_tokenizer_options_t *options,
                                                   minilm_tokenizer_t **out);
 void minilm_tokenizer_free(minilm_tokenizer_t *tok);
 /* Token ids of text (UTF-8, else INVALID_ARGUMENT): [CLS], the word pieces, [SEP], the pieces cut
  * so that at most max_tokens (>= 2) ids come out. *out_n is the count. */
-HCQ_MUST_USE hcq_status_t minilm_tokenize(const minilm_tokenizer_t *tok, const char *text, int max_tokens, int32_t *ids,
-                                          int *out_n);
+HCQ_MUST_USE hcq_status_t minilm_tokenize(const minilm_tokenizer_t *tok, const char *text,
+                                          int max_tokens, int32_t *ids, int *out_n);
 int minilm_tokenizer_vocab_size(const minilm_tokenizer_t *tok);
 /* The token of an id (NULL outside the vocab). */
 const char *minilm_tokenizer_token(const minilm_tokenizer_t *tok, int32_t id);
@@ -155,13 +167,15 @@ HCQ_MUST_USE hcq_status_t minilm_encoder_kernels_for(hcq_device_kind_t kind);
 
 /* Opens the device, uploads the weights (model may be freed afterwards), compiles the kernels
  * (specialised to the config) and builds the exec items of one query. */
-HCQ_MUST_USE hcq_status_t minilm_encoder_create(const minilm_model_t *model, const minilm_encoder_options_t *options,
+HCQ_MUST_USE hcq_status_t minilm_encoder_create(const minilm_model_t *model,
+                                                const minilm_encoder_options_t *options,
                                                 minilm_encoder_t **out);
 /* Waits, frees everything, closes the device. NULL is accepted. */
 HCQ_MUST_USE hcq_status_t minilm_encoder_destroy(minilm_encoder_t *enc);
 /* Sets the query's n token ids (1 <= n <= max_seq_len, each inside the vocab: else OUT_OF_RANGE /
  * INVALID_ARGUMENT). Waits for the device first. */
-HCQ_MUST_USE hcq_status_t minilm_encoder_set_input(minilm_encoder_t *enc, const int32_t *ids, int n);
+HCQ_MUST_USE hcq_status_t minilm_encoder_set_input(minilm_encoder_t *enc, const int32_t *ids,
+                                                   int n);
 /* Runs the query of the ids set last, kernel by kernel, without waiting. */
 HCQ_MUST_USE hcq_status_t minilm_encoder_run_eager(minilm_encoder_t *enc);
 /* Runs it under an hcq capture and keeps the graph: it then replays queries of any length. */

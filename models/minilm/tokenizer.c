@@ -19,9 +19,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "minilm.h"
 #include "model_file.h"
 #include "model_utf8.h"
-#include "minilm.h"
 #include "unicode_tables.h"
 
 enum { MAX_WORD_CHARS = 100 };
@@ -47,7 +47,8 @@ static int32_t lookup(const minilm_tokenizer_t *t, const char *s, size_t n) {
   }
 }
 
-hcq_status_t minilm_tokenizer_create(const char *vocab, size_t len, const minilm_tokenizer_options_t *opt,
+hcq_status_t minilm_tokenizer_create(const char *vocab, size_t len,
+                                     const minilm_tokenizer_options_t *opt,
                                      minilm_tokenizer_t **out) {
   *out = NULL;
   minilm_tokenizer_t *t = calloc(1, sizeof(*t));
@@ -68,14 +69,16 @@ hcq_status_t minilm_tokenizer_create(const char *vocab, size_t len, const minilm
   t->slots = calloc(cap, sizeof(*t->slots));
   t->mask = cap - 1;
   hcq_status_t s = NULL;
-  if (!t->tokens || !t->slots) s = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading the vocab");
+  if (!t->tokens || !t->slots)
+    s = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading the vocab");
   for (char *p = t->text; !s && len;) {
     char *nl = strchr(p, '\n');
     if (nl) *nl = 0;
     size_t n = strlen(p);
     if (n && p[n - 1] == '\r') p[--n] = 0; /* a vocab written on Windows */
     if (lookup(t, p, n) >= 0) {
-      s = hcq_status_make(HCQ_INVALID_ARGUMENT, "vocab: token \"%s\" appears twice (line %d)", p, t->count + 1);
+      s = hcq_status_make(HCQ_INVALID_ARGUMENT, "vocab: token \"%s\" appears twice (line %d)", p,
+                          t->count + 1);
       break;
     }
     t->tokens[t->count] = p;
@@ -88,7 +91,8 @@ hcq_status_t minilm_tokenizer_create(const char *vocab, size_t len, const minilm
   if (!s) {
     t->unk = lookup(t, "[UNK]", 5), t->cls = lookup(t, "[CLS]", 5), t->sep = lookup(t, "[SEP]", 5);
     if (t->unk < 0 || t->cls < 0 || t->sep < 0 || lookup(t, "[PAD]", 5) < 0)
-      s = hcq_status_make(HCQ_INVALID_ARGUMENT, "vocab: [PAD], [UNK], [CLS] or [SEP] is missing (%d tokens)", t->count);
+      s = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                          "vocab: [PAD], [UNK], [CLS] or [SEP] is missing (%d tokens)", t->count);
   }
   if (s) {
     minilm_tokenizer_free(t);
@@ -111,7 +115,9 @@ hcq_status_t minilm_tokenizer_load(const char *dir, minilm_tokenizer_t **out) {
   /* optional: absent or unreadable, the defaults (a FIFO or folder is refused, never read) */
   char *config = NULL;
   size_t config_len = 0;
-  hcq_status_t rs = access(path, F_OK) ? NULL : hcq_model_read(path, "tokenizer configuration", (size_t)1 << 20, &config, &config_len);
+  hcq_status_t rs = access(path, F_OK) ? NULL
+                                       : hcq_model_read(path, "tokenizer configuration",
+                                                        (size_t)1 << 20, &config, &config_len);
   if (rs) return rs;
   json_error_t err;
   json_t *cfg = config ? json_loadb(config, config_len, 0, &err) : NULL;
@@ -153,9 +159,12 @@ static int char_class(uint32_t c) {
   size_t lo = 0, hi = minilm_classes_count;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (c < minilm_classes[mid].first) hi = mid;
-    else if (c > minilm_classes[mid].last) lo = mid + 1;
-    else return minilm_classes[mid].cls;
+    if (c < minilm_classes[mid].first)
+      hi = mid;
+    else if (c > minilm_classes[mid].last)
+      lo = mid + 1;
+    else
+      return minilm_classes[mid].cls;
   }
   return MINILM_CLASS_NONE;
 }
@@ -164,17 +173,21 @@ static const minilm_map_t *find_map(const minilm_map_t *m, size_t n, uint32_t c)
   size_t lo = 0, hi = n;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (c < m[mid].cp) hi = mid;
-    else if (c > m[mid].cp) lo = mid + 1;
-    else return &m[mid];
+    if (c < m[mid].cp)
+      hi = mid;
+    else if (c > m[mid].cp)
+      lo = mid + 1;
+    else
+      return &m[mid];
   }
   return NULL;
 }
 
 /* Unicode's White_Space property (PropList.txt): what Rust's char::is_whitespace tests. */
 static bool is_space(uint32_t c) {
-  return (c >= 0x9 && c <= 0xD) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return (c >= 0x9 && c <= 0xD) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 static bool is_control(uint32_t c) {
@@ -184,15 +197,18 @@ static bool is_control(uint32_t c) {
 }
 
 static bool is_punct(uint32_t c) {
-  if (c < 128) return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
+  if (c < 128)
+    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+           (c >= 123 && c <= 126);
   return char_class(c) == MINILM_CLASS_PUNCT;
 }
 
 /* The CJK Unified Ideographs blocks and their extensions and compatibility blocks, as BERT
  * defines "Chinese characters". */
 static bool is_cjk(uint32_t c) {
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
-         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
@@ -238,22 +254,25 @@ static void normalise_char(const minilm_tokenizer_t *t, cps_t *a, uint32_t c) {
     if (s % 28) push_lower(a, 0x11A7 + s % 28, t->opt.lowercase);
   } else if (t->opt.strip_accents && (c >= 0x80)) {
     const minilm_map_t *m = find_map(minilm_strip, minilm_strip_count, c);
-    if (!m) push_lower(a, c, t->opt.lowercase);
+    if (!m)
+      push_lower(a, c, t->opt.lowercase);
     else
-      for (uint32_t i = 0; i < m->len; i++) push_lower(a, minilm_strip_pool[m->off + i], t->opt.lowercase);
+      for (uint32_t i = 0; i < m->len; i++)
+        push_lower(a, minilm_strip_pool[m->off + i], t->opt.lowercase);
   } else {
     push_lower(a, c, t->opt.lowercase);
   }
   if (cjk) push(a, ' ');
 }
 
-
 /* Appends the pieces of word w (nc code points) to ids, at most room of them. */
-static int word_pieces(const minilm_tokenizer_t *t, const uint32_t *w, size_t nc, int32_t *ids, int room) {
+static int word_pieces(const minilm_tokenizer_t *t, const uint32_t *w, size_t nc, int32_t *ids,
+                       int room) {
   if (room <= 0) return 0;
   if (nc > MAX_WORD_CHARS) return ids[0] = t->unk, 1;
   char buf[4 * MAX_WORD_CHARS], piece[2 + 4 * MAX_WORD_CHARS];
-  size_t at[MAX_WORD_CHARS + 1], len = 0; /* the word's UTF-8 and the byte offset of each character */
+  /* the word's UTF-8 and the byte offset of each character */
+  size_t at[MAX_WORD_CHARS + 1], len = 0;
   for (size_t i = 0; i < nc; i++) {
     at[i] = len;
     len += hcq_model_utf8_encode(w[i], (unsigned char *)buf + len);
@@ -280,9 +299,12 @@ static int word_pieces(const minilm_tokenizer_t *t, const uint32_t *w, size_t nc
   return n;
 }
 
-hcq_status_t minilm_tokenize(const minilm_tokenizer_t *t, const char *text, int max_tokens, int32_t *ids, int *out_n) {
+hcq_status_t minilm_tokenize(const minilm_tokenizer_t *t, const char *text, int max_tokens,
+                             int32_t *ids, int *out_n) {
   *out_n = 0;
-  if (max_tokens < 2) return hcq_status_make(HCQ_INVALID_ARGUMENT, "tokenize: max_tokens %d (at least 2)", max_tokens);
+  if (max_tokens < 2)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "tokenize: max_tokens %d (at least 2)",
+                           max_tokens);
   cps_t a = {0};
   const unsigned char *s = (const unsigned char *)text;
   size_t n = strlen(text);
@@ -291,7 +313,8 @@ hcq_status_t minilm_tokenize(const minilm_tokenizer_t *t, const char *text, int 
     int len = (int)hcq_model_utf8_decode(s + i, n - i, &c);
     if (!len) {
       free(a.v);
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "text is not valid UTF-8 (byte %zu: 0x%02x)", i, s[i]);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "text is not valid UTF-8 (byte %zu: 0x%02x)", i,
+                             s[i]);
     }
     normalise_char(t, &a, c);
     i += (size_t)len;

@@ -8,7 +8,13 @@
 /* General-category classes: 0 none of these, 1 punctuation (P*), 2 other (Cc, Cf, Cs, Co),
  * 3 unassigned (Cn), 4 nonspacing mark (Mn). Ranges are sorted and disjoint; code points in no
  * range are class 0. */
-enum { MINILM_CLASS_NONE, MINILM_CLASS_PUNCT, MINILM_CLASS_OTHER, MINILM_CLASS_UNASSIGNED, MINILM_CLASS_MARK };
+enum {
+  MINILM_CLASS_NONE,
+  MINILM_CLASS_PUNCT,
+  MINILM_CLASS_OTHER,
+  MINILM_CLASS_UNASSIGNED,
+  MINILM_CLASS_MARK
+};
 typedef struct minilm_range {
   uint32_t first, last;
   uint8_t cls;

@@ -1,5 +1,5 @@
-/* The contract between the core and the device backends. The backend table: what the core, the graph
- * layer, the JIT and the graph-file loader know about a device kind, in one row per backend
+/* The contract between the core and the device backends. The backend table: what the core, the
+ * graph layer, the JIT and the graph-file loader know about a device kind, in one row per backend
  * (src/backends.c lists the rows); nothing outside a backend's own folder and that list names a
  * backend, and differences are fields of the row or device caps. The vtable: what an open device's
  * backend does for the core. */
@@ -40,8 +40,8 @@ typedef struct hcq__backend {
    * (hcq_binary_compile validated the arguments; format is one the kind loads); arch as given by
    * the caller, may be NULL. On success *out is malloc'd. Optional: NULL means hcq cannot make
    * binaries for the kind, and no_compile_why says why. */
-  hcq_status_t (*binary_compile)(const char *entry, const char *source, hcq_binary_format_t format, const char *arch,
-                                 void **out, size_t *out_size);
+  hcq_status_t (*binary_compile)(const char *entry, const char *source, hcq_binary_format_t format,
+                                 const char *arch, void **out, size_t *out_size);
   const char *no_compile_why;
   /* Its binaries are made for an architecture (hcq_binary_compile's arch; CUDA's sm_XY). */
   bool binary_arch;
@@ -53,7 +53,8 @@ typedef struct hcq__backend {
    * over the runner's items (every device of which is of this kind) and takes the runner on
    * success; inflight is the replays one graph may have in flight (0: the HCQ_GRAPH_INFLIGHT
    * default). Optional: NULL means its devices run the HCQ graph (src/graph/hcq_graph.c). */
-  hcq_status_t (*graph_create)(struct hcq__runner *runner, bool profile, unsigned inflight, hcq_graph_t **out);
+  hcq_status_t (*graph_create)(struct hcq__runner *runner, bool profile, unsigned inflight,
+                               hcq_graph_t **out);
   /* With graph_create: its graphs hold kernel items only (the JIT leaves transfers eager), and one
    * graph spans one device (the JIT batches each device's items apart). */
   bool graph_kernels_only, graph_one_device;
@@ -67,8 +68,8 @@ extern const hcq__backend_t *const hcq__backends[];
 
 /* ---- the device vtable ----
  * What every open device's backend does for the core. Every member is mandatory unless marked
- * optional. The core validates arguments and holds the device lock where stated; backends trust what
- * they are given. */
+ * optional. The core validates arguments and holds the device lock where stated; backends trust
+ * what they are given. */
 typedef struct hcq__device_vtable {
   /* Frees backend state after stop (engines gone); memory the core allocated is freed before. */
   void (*destroy)(hcq_device_t *dev);
@@ -89,7 +90,8 @@ typedef struct hcq__device_vtable {
   /* Hands words to the queue engine of kind. bound: words live in device memory that stays valid
    * until the work finished (no copy needed). Called under the device lock; may block while the
    * engine's ring is full, up to the wait timeout (no blocking after a successful reserve). */
-  hcq_status_t (*submit)(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords, bool bound);
+  hcq_status_t (*submit)(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
+                         size_t nwords, bool bound);
   /* Progress of the queue engine of kind, in any monotonic unit: how much was handed to it and how
    * much of that finished. Deferred frees wait until completed passes what was submitted when the
    * object was released, which covers raw queue submissions, eager work and graphs alike. */
@@ -121,7 +123,8 @@ typedef struct hcq__device_vtable {
    * engine. Optional. */
   int (*host_run)(hcq_device_t *dev, int step);
   /* Compiles source for entry. Optional: NULL means the device cannot compile. */
-  hcq_status_t (*program_compile)(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
+  hcq_status_t (*program_compile)(hcq_device_t *dev, const char *entry, const char *source,
+                                  hcq__program_impl_t *out);
   /* Releases what program_compile made. Optional. */
   void (*program_unload)(hcq_device_t *dev, hcq__program_impl_t *impl);
   /* The memory the device has and what this process could still allocate on it now, as its driver
@@ -143,7 +146,8 @@ typedef struct hcq__device_vtable {
    * entry while it sleeps wakes it (the signal a waiter waits for is set by such an entry), so a
    * wait does not last max_ns past its signal. 1: it ran some of a launch; 0: it waited for one;
    * -1: not now (the host is not contended): the waiter sleeps on the signal. Optional. */
-  int (*assist)(hcq_device_t *dev, const struct hcq__signal_words *s, uint64_t want, uint64_t max_ns);
+  int (*assist)(hcq_device_t *dev, const struct hcq__signal_words *s, uint64_t want,
+                uint64_t max_ns);
 } hcq__device_vtable_t;
 
 enum { HCQ__HOST_BEGIN, HCQ__HOST_RUN, HCQ__HOST_END };

@@ -10,10 +10,9 @@
 #include "core/device.h"
 #include "core/status.h"
 
-static const char *const k_names[] = {
-    "none",
+static const char *const k_names[] = {"none",
 #define HCQ__BINARY_FORMAT_NAME(name, text) text,
-    HCQ_BINARY_FORMATS(HCQ__BINARY_FORMAT_NAME)
+                                      HCQ_BINARY_FORMATS(HCQ__BINARY_FORMAT_NAME)
 #undef HCQ__BINARY_FORMAT_NAME
 };
 
@@ -34,7 +33,9 @@ void hcq__binary_list(unsigned mask, char *out, size_t size) {
   size_t used = 0;
   out[0] = '\0';
   for (int f = 1; f < HCQ_BINARY_FORMAT_COUNT; f++)
-    if (mask & (1u << f)) used += (size_t)snprintf(out + used, used < size ? size - used : 0, "%s%s", used ? ", " : "", k_names[f]);
+    if (mask & (1u << f))
+      used += (size_t)snprintf(out + used, used < size ? size - used : 0, "%s%s", used ? ", " : "",
+                               k_names[f]);
   if (!used) snprintf(out, size, "none");
 }
 
@@ -85,7 +86,8 @@ char *hcq__b64_encode(const uint8_t *data, size_t n) {
   if (!out) return NULL;
   size_t o = 0;
   for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t)data[i] << 16 | (i + 1 < n ? (uint32_t)data[i + 1] << 8 : 0) | (i + 2 < n ? data[i + 2] : 0);
+    uint32_t v = (uint32_t)data[i] << 16 | (i + 1 < n ? (uint32_t)data[i + 1] << 8 : 0) |
+                 (i + 2 < n ? data[i + 2] : 0);
     out[o++] = k_b64[v >> 18];
     out[o++] = k_b64[(v >> 12) & 63];
     out[o++] = i + 1 < n ? k_b64[(v >> 6) & 63] : '=';
@@ -112,19 +114,21 @@ hcq_binary_format_t hcq__binary_of_source(const char *source) {
   for (int f = 1; f < HCQ_BINARY_FORMAT_COUNT; f++) {
     size_t n = strlen(k_names[f]);
     char after = source[1 + n];
-    if (!strncmp(source + 1, k_names[f], n) && (after == '\n' || after == '\r' || after == ' ' || after == '\t'))
+    if (!strncmp(source + 1, k_names[f], n) &&
+        (after == '\n' || after == '\r' || after == ' ' || after == '\t'))
       return (hcq_binary_format_t)f;
   }
   return HCQ_BINARY_NONE;
 }
 
-hcq_status_t hcq__binary_decode(const char *source, const char *entry, uint8_t **out, size_t *out_len) {
+hcq_status_t hcq__binary_decode(const char *source, const char *entry, uint8_t **out,
+                                size_t *out_len) {
   hcq_binary_format_t f = hcq__binary_of_source(source);
   const char *why = NULL;
   uint8_t *bytes = hcq__b64_decode(source + 1 + strlen(hcq_binary_format_name(f)), out_len, &why);
   if (!bytes)
-    return hcq_status_make(HCQ_COMPILE_ERROR, "%s kernel %s: the base64 text has %s", hcq_binary_format_name(f), entry,
-                           why);
+    return hcq_status_make(HCQ_COMPILE_ERROR, "%s kernel %s: the base64 text has %s",
+                           hcq_binary_format_name(f), entry, why);
   *out = bytes;
   return NULL;
 }
@@ -154,22 +158,32 @@ hcq_binary_format_t hcq__binary_sniff(const void *bytes, size_t size) {
   if (w == 0xBA55ED50u) return HCQ_BINARY_FATBIN;
   if (size >= 4 && !memcmp(b, "MTLB", 4)) return HCQ_BINARY_METALLIB;
   /* An ELF for NVIDIA CUDA (e_machine 190, EM_CUDA) is a cubin. */
-  if (size >= 20 && !memcmp(b, "\x7f" "ELF", 4) && b[18] == 190 && b[19] == 0) return HCQ_BINARY_CUBIN;
+  if (size >= 20 &&
+      !memcmp(b,
+              "\x7f"
+              "ELF",
+              4) &&
+      b[18] == 190 && b[19] == 0)
+    return HCQ_BINARY_CUBIN;
   if (is_ptx_text(bytes, size)) return HCQ_BINARY_PTX;
   return HCQ_BINARY_NONE;
 }
 
 void hcq__binary_describe(const void *bytes, size_t size, char *out, size_t out_size) {
   const uint8_t *b = bytes;
-  static const char *const what[] = {"", "a SPIR-V module", "PTX text", "a CUDA ELF cubin", "a CUDA fatbin",
-                                     "a Metal library"};
+  static const char *const what[] = {
+      "", "a SPIR-V module", "PTX text", "a CUDA ELF cubin", "a CUDA fatbin", "a Metal library"};
   hcq_binary_format_t f = hcq__binary_sniff(bytes, size);
   if (f != HCQ_BINARY_NONE) {
     snprintf(out, out_size, "%s (format %s)", what[f], hcq_binary_format_name(f));
     return;
   }
-  if (size >= 4 && !memcmp(b, "\x7f" "ELF", 4)) {
-    snprintf(out, out_size, "an ELF file that is not for CUDA (e_machine %u)", size >= 20 ? b[18] | b[19] << 8 : 0);
+  if (size >= 4 && !memcmp(b,
+                           "\x7f"
+                           "ELF",
+                           4)) {
+    snprintf(out, out_size, "an ELF file that is not for CUDA (e_machine %u)",
+             size >= 20 ? b[18] | b[19] << 8 : 0);
     return;
   }
   size_t n = size < 16 ? size : 16, printable = 0;
@@ -189,36 +203,47 @@ void hcq__binary_describe(const void *bytes, size_t size, char *out, size_t out_
 
 /* ---- public ---- */
 
-hcq_status_t hcq_program_create_binary(hcq_device_t *dev, hcq_binary_format_t format, const void *bytes, size_t size,
-                                       const char *entry, hcq_program_t **out_program) {
-  if (!out_program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_program_create_binary: out_program is NULL");
+hcq_status_t hcq_program_create_binary(hcq_device_t *dev, hcq_binary_format_t format,
+                                       const void *bytes, size_t size, const char *entry,
+                                       hcq_program_t **out_program) {
+  if (!out_program)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_program_create_binary: out_program is NULL");
   *out_program = NULL;
   hcq_status_t st = hcq__device_handle_check(dev, "hcq_program_create_binary");
   if (st) return st;
   if (format <= HCQ_BINARY_NONE || format >= HCQ_BINARY_FORMAT_COUNT)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_program_create_binary on %s: format %d is not a binary format "
-                           "(HCQ_BINARY_SPIRV ... HCQ_BINARY_METALLIB)", dev->name, (int)format);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_program_create_binary on %s: format %d is not a binary format "
+                           "(HCQ_BINARY_SPIRV ... HCQ_BINARY_METALLIB)",
+                           dev->name, (int)format);
   const hcq__backend_t *b = hcq__backend(dev->kind);
   unsigned loads = b ? b->binary_formats : 0;
   char list[96];
   hcq__binary_list(loads, list, sizeof(list));
   if (!(loads & (1u << format))) {
     if (!loads)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_program_create_binary on %s: %s devices load no precompiled "
-                             "kernels (a %s cannot load; CPU kernels come from C source, hcq_program_create)", dev->name,
-                             hcq_device_kind_name(dev->kind), hcq_binary_format_name(format));
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_program_create_binary on %s: a %s does not load on %s devices, "
-                           "which load: %s", dev->name, hcq_binary_format_name(format),
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "hcq_program_create_binary on %s: %s devices load no precompiled "
+          "kernels (a %s cannot load; CPU kernels come from C source, hcq_program_create)",
+          dev->name, hcq_device_kind_name(dev->kind), hcq_binary_format_name(format));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_program_create_binary on %s: a %s does not load on %s devices, "
+                           "which load: %s",
+                           dev->name, hcq_binary_format_name(format),
                            hcq_device_kind_name(dev->kind), list);
   }
   if (!bytes || !size)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_program_create_binary on %s: %s", dev->name,
                            !bytes ? "bytes is NULL" : "size is 0");
   if (size > HCQ__BINARY_MAX_BYTES)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_program_create_binary on %s: %zu bytes of %s, at most %u", dev->name,
-                           size, hcq_binary_format_name(format), HCQ__BINARY_MAX_BYTES);
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "hcq_program_create_binary on %s: %zu bytes of %s, at most %u",
+                           dev->name, size, hcq_binary_format_name(format), HCQ__BINARY_MAX_BYTES);
   char *text = hcq__binary_text(format, bytes, size);
-  if (!text) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading a %s", hcq_binary_format_name(format));
+  if (!text)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading a %s",
+                           hcq_binary_format_name(format));
   /* hcq_program_create checks the entry and hands the text to the backend, which decodes it. */
   st = hcq_program_create(dev, entry, text, out_program);
   free(text);
@@ -227,59 +252,77 @@ hcq_status_t hcq_program_create_binary(hcq_device_t *dev, hcq_binary_format_t fo
 
 /* "sm_90", "90", "9.0", "compute_90" -> 90; 0 when it is none of those. */
 static int parse_arch(const char *a) {
-  if (!strncmp(a, "sm_", 3)) a += 3;
-  else if (!strncmp(a, "compute_", 8)) a += 8;
+  if (!strncmp(a, "sm_", 3))
+    a += 3;
+  else if (!strncmp(a, "compute_", 8))
+    a += 8;
   int major = 0, minor = 0, n = 0;
-  if (sscanf(a, "%d.%d%n", &major, &minor, &n) == 2 && !a[n] && major > 0 && minor >= 0 && minor < 10)
+  if (sscanf(a, "%d.%d%n", &major, &minor, &n) == 2 && !a[n] && major > 0 && minor >= 0 &&
+      minor < 10)
     return major * 10 + minor;
   n = 0;
-  if (sscanf(a, "%d%n", &major, &n) == 1 && (!a[n] || ((a[n] == 'a' || a[n] == 'f') && !a[n + 1])) && major >= 10 &&
-      major < 1000)
+  if (sscanf(a, "%d%n", &major, &n) == 1 &&
+      (!a[n] || ((a[n] == 'a' || a[n] == 'f') && !a[n + 1])) && major >= 10 && major < 1000)
     return major;
   return 0;
 }
 
-hcq_status_t hcq_binary_compile(hcq_device_kind_t kind, hcq_binary_format_t format, const char *arch,
-                                const char *entry, const char *source, void **out_bytes, size_t *out_size) {
+hcq_status_t hcq_binary_compile(hcq_device_kind_t kind, hcq_binary_format_t format,
+                                const char *arch, const char *entry, const char *source,
+                                void **out_bytes, size_t *out_size) {
   if (!out_bytes || !out_size)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_binary_compile: out_bytes or out_size is NULL");
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_binary_compile: out_bytes or out_size is NULL");
   *out_bytes = NULL;
   *out_size = 0;
   const hcq__backend_t *b = (unsigned)kind < HCQ_DEVICE_KIND_COUNT ? hcq__backend(kind) : NULL;
-  if (!b) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_binary_compile: device kind %d is not a kind", (int)kind);
+  if (!b)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_binary_compile: device kind %d is not a kind",
+                           (int)kind);
   const char *kname = hcq_device_kind_name(kind);
-  if (!entry || !source) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_binary_compile: %s is NULL", !entry ? "entry" : "source");
+  if (!entry || !source)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_binary_compile: %s is NULL",
+                           !entry ? "entry" : "source");
   if (!hcq__is_c_identifier(entry) || strlen(entry) >= sizeof(((hcq_program_t *)0)->name)) {
     char quoted[300];
     hcq__quote(entry, quoted, sizeof(quoted));
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "compiling for %s: entry %s is not a C identifier of at most %zu "
-                           "characters", kname, quoted, sizeof(((hcq_program_t *)0)->name) - 1);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "compiling for %s: entry %s is not a C identifier of at most %zu "
+                           "characters",
+                           kname, quoted, sizeof(((hcq_program_t *)0)->name) - 1);
   }
   if ((unsigned)format >= HCQ_BINARY_FORMAT_COUNT)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "compiling %s for %s: format %d is not a binary format", entry, kname,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "compiling %s for %s: format %d is not a binary format", entry, kname,
                            (int)format);
   char list[96];
   hcq__binary_list(b->binary_formats, list, sizeof(list));
   if (format != HCQ_BINARY_NONE && !(b->binary_formats & (1u << format)))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "compiling %s: a %s does not load on %s devices, which load: %s", entry,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "compiling %s: a %s does not load on %s devices, which load: %s", entry,
                            hcq_binary_format_name(format), kname, list);
   if (!b->binary_compile)
-    return hcq_status_make(b->binary_formats ? HCQ_UNIMPLEMENTED : HCQ_INVALID_ARGUMENT, "compiling %s for %s: %s", entry, kname,
-                           b->no_compile_why ? b->no_compile_why : "hcq makes no binaries for this kind");
+    return hcq_status_make(
+        b->binary_formats ? HCQ_UNIMPLEMENTED : HCQ_INVALID_ARGUMENT, "compiling %s for %s: %s",
+        entry, kname,
+        b->no_compile_why ? b->no_compile_why : "hcq makes no binaries for this kind");
   /* A check here keeps backends whose binaries name no architecture from parsing one. */
   if (arch && !b->binary_arch) {
     char with_arch[64] = "";
     size_t used = 0;
     for (const hcq__backend_t *const *r = hcq__backends; *r && used < sizeof(with_arch); r++)
       if ((*r)->binary_arch)
-        used += (size_t)snprintf(with_arch + used, sizeof(with_arch) - used, "%s%s", used ? ", " : "",
-                                 hcq_device_kind_name((*r)->kind));
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "compiling %s for %s: an architecture (\"%.40s\") is for %s only",
-                           entry, kname, arch, with_arch);
+        used += (size_t)snprintf(with_arch + used, sizeof(with_arch) - used, "%s%s",
+                                 used ? ", " : "", hcq_device_kind_name((*r)->kind));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "compiling %s for %s: an architecture (\"%.40s\") is for %s only", entry,
+                           kname, arch, with_arch);
   }
   if (arch && !parse_arch(arch))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "compiling %s for %s: architecture \"%.40s\" is not sm_XY (sm_90), "
-                           "XY or X.Y", entry, kname, arch);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "compiling %s for %s: architecture \"%.40s\" is not sm_XY (sm_90), "
+                           "XY or X.Y",
+                           entry, kname, arch);
   hcq_status_t st = b->binary_compile(entry, source, format, arch, out_bytes, out_size);
   if (st) return hcq_status_annotate(st, "compiling %s for %s", entry, kname);
   return NULL;

@@ -1,5 +1,5 @@
-/* Precompiled kernels inside hcq: their text form and what the core, the backends and the graph-file
- * loader share about them (the public side is hcq/program.h).
+/* Precompiled kernels inside hcq: their text form and what the core, the backends and the
+ * graph-file loader share about them (the public side is hcq/program.h).
  *
  * A binary travels as source text, "#FORMAT" then a line break then its bytes in base64, so that
  * everything that carries sources (hcq_program_source, saved graph files, the MPI layer, captures)
@@ -25,8 +25,10 @@ char *hcq__b64_encode(const uint8_t *data, size_t n);
 char *hcq__binary_text(hcq_binary_format_t format, const void *bytes, size_t size);
 /* The format when source is a binary's text form ("#cubin\n..."), else HCQ_BINARY_NONE. */
 hcq_binary_format_t hcq__binary_of_source(const char *source);
-/* The bytes of a binary's text form (malloc'd). COMPILE_ERROR naming entry when the base64 is bad. */
-HCQ_MUST_USE hcq_status_t hcq__binary_decode(const char *source, const char *entry, uint8_t **out, size_t *out_len);
+/* The bytes of a binary's text form (malloc'd). COMPILE_ERROR naming entry when the base64 is bad.
+ */
+HCQ_MUST_USE hcq_status_t hcq__binary_decode(const char *source, const char *entry, uint8_t **out,
+                                             size_t *out_len);
 
 /* What bytes look like, for messages: "a SPIR-V module", "an ELF file (a cubin?)", "text starting
  * \"__global__ v\"", ... Writes into out. */

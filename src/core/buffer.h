@@ -27,7 +27,8 @@ struct hcq_buffer {
 };
 
 /* A buffer with a host mapping (kernargs, profile timestamps), for graphs. */
-HCQ_MUST_USE hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size, hcq_buffer_t **out);
+HCQ_MUST_USE hcq_status_t hcq__buffer_create_host_visible(hcq_device_t *dev, uint64_t size,
+                                                          hcq_buffer_t **out);
 /* Moves a base buffer's bytes to another accounting class (graph kernargs, profile timestamps). */
 void hcq__buffer_set_mem_class(hcq_buffer_t *buf, hcq__mem_class_t mem_class);
 /* A buffer as messages name it: its default label as it is ("buffer#5"), a label the user set

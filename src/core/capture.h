@@ -1,7 +1,7 @@
-/* Capture bookkeeping the core keeps for the capture layer (src/jit): the thread-local recorder that
- * eager work reports to while its thread captures, and the list of captures open on any thread, in
- * which work other threads put on devices is noted. The core owns both because the eager path and
- * graph replays feed them and must not call up into the layer that captures. */
+/* Capture bookkeeping the core keeps for the capture layer (src/jit): the thread-local recorder
+ * that eager work reports to while its thread captures, and the list of captures open on any
+ * thread, in which work other threads put on devices is noted. The core owns both because the eager
+ * path and graph replays feed them and must not call up into the layer that captures. */
 #ifndef HCQ_CORE_CAPTURE_H
 #define HCQ_CORE_CAPTURE_H
 
@@ -24,7 +24,8 @@ typedef struct hcq__recorder {
   void (*launch)(void *ctx, const hcq_launch_desc_t *desc);
   void (*transfer)(void *ctx, hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size);
   void (*item)(void *ctx, const struct hcq_exec_item *item);
-  void (*host_copy)(void *ctx, const char *what, const hcq_buffer_t *buf, uint64_t size); /* what: "copyin" */
+  /* what: "copyin" */
+  void (*host_copy)(void *ctx, const char *what, const hcq_buffer_t *buf, uint64_t size);
   /* The variable values a symbolic launch was given (hcq_launch_sym): replays start from them. */
   void (*bind)(void *ctx, const hcq_var_value_t *vals, size_t nvals);
   void *ctx;

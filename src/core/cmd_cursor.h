@@ -42,7 +42,8 @@ static inline void hcq__cursor_unstamp(hcq__cmd_cursor_t *c) {
 }
 
 /* Starts running the n words at w; base names the bound list they are (NULL: a ring entry). */
-static inline void hcq__cursor_enter(hcq__cmd_cursor_t *c, const uint32_t *w, size_t n, const uint32_t *base) {
+static inline void hcq__cursor_enter(hcq__cmd_cursor_t *c, const uint32_t *w, size_t n,
+                                     const uint32_t *base) {
   c->w = w, c->end = w + n;
   atomic_store_explicit(&c->call_base, base, memory_order_relaxed);
   atomic_store_explicit(&c->prev, NULL, memory_order_relaxed);
@@ -100,12 +101,14 @@ static inline void hcq__cursor_snapshot(hcq__cmd_cursor_t *c, hcq__engine_snapsh
  * HCQ__CMD_OTHER (none of them: the engine's own to run). clock(ctx) is read for a TIMESTAMP and
  * when a WAIT first blocks. */
 enum { HCQ__CMD_RAN, HCQ__CMD_BLOCKED, HCQ__CMD_OTHER };
-static inline int hcq__cursor_run_signal_op(hcq__cmd_cursor_t *c, uint64_t (*clock)(void *), void *ctx) {
+static inline int hcq__cursor_run_signal_op(hcq__cmd_cursor_t *c, uint64_t (*clock)(void *),
+                                            void *ctx) {
   const uint32_t *w = c->w;
   atomic_store_explicit(&c->cur, w, memory_order_relaxed);
   switch (HCQ__HDR_OP(w[0])) {
     case HCQ__OP_WAIT: {
-      const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__WAIT_ADDR);
+      const hcq__signal_words_t *s =
+          (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__WAIT_ADDR);
       if (atomic_load_explicit(&s->value, memory_order_acquire) < w[HCQ__WAIT_VALUE]) {
         if (!c->stamped) hcq__cursor_stamp(c, w, clock(ctx));
         return HCQ__CMD_BLOCKED;
@@ -113,7 +116,8 @@ static inline int hcq__cursor_run_signal_op(hcq__cmd_cursor_t *c, uint64_t (*clo
       break;
     }
     case HCQ__OP_SIGNAL:
-      hcq__signal_words_set((hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__SIGNAL_ADDR), w[HCQ__SIGNAL_VALUE]);
+      hcq__signal_words_set((hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__SIGNAL_ADDR),
+                            w[HCQ__SIGNAL_VALUE]);
       break;
     case HCQ__OP_TIMESTAMP: {
       hcq__signal_words_t *s = (hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__TIMESTAMP_ADDR);

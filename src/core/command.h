@@ -1,5 +1,5 @@
-/* The command words queues record and engines run (docs/design.md, "Queues and patch points"): opcodes, lengths and
- * operand positions. */
+/* The command words queues record and engines run (docs/design.md, "Queues and patch points"):
+ * opcodes, lengths and operand positions. */
 #ifndef HCQ_CORE_COMMAND_H
 #define HCQ_CORE_COMMAND_H
 
@@ -10,17 +10,20 @@
 /* Every command starts with a header word: opcode in the low 8 bits, length in words above.
  * 64-bit operands take two words, low first. CALL and JUMP appear only in device rings.
  * WAIT, EXEC and COPY carry a tag (the graph item index + 1, or 0) and EXEC the hcq_program_t it
- * runs, so a hang report or a crash message can name the item and the kernel from the words alone. */
-#define HCQ__OPS(X)      \
-  X(NOP, 1)              \
-  X(WAIT, 5)             \
-  X(SIGNAL, 4)           \
-  X(TIMESTAMP, 3)        \
-  X(BARRIER, 1)          \
-  X(EXEC, 15)            \
-  X(COPY, 8)             \
-  X(CALL, 4)             \
+ * runs, so a hang report or a crash message can name the item and the kernel from the words alone.
+ */
+// clang-format off
+#define HCQ__OPS(X) \
+  X(NOP, 1)         \
+  X(WAIT, 5)        \
+  X(SIGNAL, 4)      \
+  X(TIMESTAMP, 3)   \
+  X(BARRIER, 1)     \
+  X(EXEC, 15)       \
+  X(COPY, 8)        \
+  X(CALL, 4)        \
   X(JUMP, 1)
+// clang-format on
 
 enum {
 #define HCQ__OP_ENUM(name, len) HCQ__OP_##name,
@@ -37,23 +40,36 @@ enum {
 #define HCQ__MAX_CMD_WORDS 15
 
 #define HCQ__HDR(op) ((uint32_t)HCQ__OP_##op | ((uint32_t)HCQ__LEN_##op << 8))
-#define HCQ__HDR_OP(w) ((w) & 0xffu)
+#define HCQ__HDR_OP(w) ((w)&0xffu)
 #define HCQ__HDR_LEN(w) ((w) >> 8)
 
 /* Operand positions (word offsets from the header). */
 enum {
-  HCQ__WAIT_ADDR = 1, HCQ__WAIT_VALUE = 3, HCQ__WAIT_TAG = 4,
-  HCQ__SIGNAL_ADDR = 1, HCQ__SIGNAL_VALUE = 3,
+  HCQ__WAIT_ADDR = 1,
+  HCQ__WAIT_VALUE = 3,
+  HCQ__WAIT_TAG = 4,
+  HCQ__SIGNAL_ADDR = 1,
+  HCQ__SIGNAL_VALUE = 3,
   HCQ__TIMESTAMP_ADDR = 1,
-  HCQ__EXEC_FN = 1, HCQ__EXEC_ARGS = 3, HCQ__EXEC_NBUFS = 5, HCQ__EXEC_GLOBAL = 6, HCQ__EXEC_LOCAL = 9,
-  HCQ__EXEC_TAG = 12, HCQ__EXEC_PROGRAM = 13,
-  HCQ__COPY_DST = 1, HCQ__COPY_SRC = 3, HCQ__COPY_SIZE = 5, HCQ__COPY_TAG = 7,
-  HCQ__CALL_PTR = 1, HCQ__CALL_LEN = 3,
+  HCQ__EXEC_FN = 1,
+  HCQ__EXEC_ARGS = 3,
+  HCQ__EXEC_NBUFS = 5,
+  HCQ__EXEC_GLOBAL = 6,
+  HCQ__EXEC_LOCAL = 9,
+  HCQ__EXEC_TAG = 12,
+  HCQ__EXEC_PROGRAM = 13,
+  HCQ__COPY_DST = 1,
+  HCQ__COPY_SRC = 3,
+  HCQ__COPY_SIZE = 5,
+  HCQ__COPY_TAG = 7,
+  HCQ__CALL_PTR = 1,
+  HCQ__CALL_LEN = 3,
 };
 
 /* Command words are read and written as host integers; the encoding assumes little-endian 64-bit
  * operands split low word first, which is what every supported host is. */
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "hcq command words assume a little-endian host");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "hcq command words assume a little-endian host");
 
 static inline uint64_t hcq__rd64(const uint32_t *w) {
   uint64_t v;

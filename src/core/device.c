@@ -10,9 +10,9 @@
 #include "core/backend.h"
 #include "core/command.h"
 #include "core/device.h"
-#include "core/limits.h"
 #include "core/hang_report.h"
 #include "core/host_wait.h"
+#include "core/limits.h"
 #include "core/memory.h"
 #include "core/object.h"
 #include "core/options.h"
@@ -49,8 +49,8 @@ void hcq__keep(void *p) { orphan(p); }
 /* Closed handles. A call given a handle that was closed must not read it (its struct may be freed):
  * the handle is looked up among the open devices first, by address only, and a closed one is named
  * from the tombstone its close left (registry lock). Freed device structs wait in a quarantine
- * before going back to malloc, so the next device opened does not get the address of one just closed
- * (a stale handle would then be that device's). */
+ * before going back to malloc, so the next device opened does not get the address of one just
+ * closed (a stale handle would then be that device's). */
 #define TOMBSTONES 256
 #define QUARANTINE 64
 static struct {
@@ -77,15 +77,18 @@ static bool is_open_locked(const hcq_device_t *dev) {
   return false;
 }
 
-/* Under the registry lock, for a handle that is not open: which device it was, from its tombstone. */
+/* Under the registry lock, for a handle that is not open: which device it was, from its tombstone.
+ */
 static hcq_status_t stale_handle_locked(const hcq_device_t *dev, const char *call) {
   for (size_t k = 0; k < TOMBSTONES; k++) {
     size_t i = (g_tombstone_next + TOMBSTONES - 1 - k) % TOMBSTONES;
     if (g_tombstones[i].dev == dev)
-      return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: device %s was closed; its handle is no longer valid", call,
+      return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                             "%s: device %s was closed; its handle is no longer valid", call,
                              g_tombstones[i].name);
   }
-  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %p is not an open device (closed long ago, or never opened)", call,
+  return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                         "%s: %p is not an open device (closed long ago, or never opened)", call,
                          (const void *)dev);
 }
 
@@ -124,7 +127,8 @@ static hcq_status_t parse_name(const char *name, hcq_device_kind_t *kind, int *i
     errno = 0;
     long v = strtol(p, &end, 10);
     if (!isdigit((unsigned char)*p) || *end || errno || v < 0 || v >= 1024)
-      return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%s\": the index must be a number from 0 to 1023", name);
+      return hcq_status_make(
+          HCQ_NOT_FOUND, "unknown device \"%s\": the index must be a number from 0 to 1023", name);
     *index = (int)v;
     return NULL;
   }
@@ -187,7 +191,8 @@ void hcq__device_defer_program(hcq_device_t *dev, hcq_program_t *program) {
   defer(dev, d);
 }
 
-void hcq__device_defer_wrapped(hcq_device_t *dev, void *host, hcq__wrap_release_fn on_release, void *ctx) {
+void hcq__device_defer_wrapped(hcq_device_t *dev, void *host, hcq__wrap_release_fn on_release,
+                               void *ctx) {
   hcq__deferred_t d = {{0, 0}, 2, {.host = host}, NULL, on_release, ctx};
   defer(dev, d);
 }
@@ -244,12 +249,16 @@ static void destroy_common(hcq_device_t *dev) {
 }
 
 void hcq__device_struct_release(hcq_device_t *dev) {
-  if (atomic_fetch_sub_explicit(&dev->struct_refs, 1, memory_order_acq_rel) == 1) destroy_common(dev);
+  if (atomic_fetch_sub_explicit(&dev->struct_refs, 1, memory_order_acq_rel) == 1)
+    destroy_common(dev);
 }
 
-/* create: a backend constructor other than the kind's own (remote devices, hcq__device_open_with). */
-static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_device_options_t *opts,
-                                  hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx, hcq_device_t **out) {
+/* create: a backend constructor other than the kind's own (remote devices, hcq__device_open_with).
+ */
+static hcq_status_t create_device(hcq_device_kind_t kind, int index,
+                                  const hcq_device_options_t *opts,
+                                  hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx,
+                                  hcq_device_t **out) {
   hcq_device_t *dev = calloc(1, sizeof(*dev));
   if (!dev) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening a device");
   snprintf(dev->name, sizeof(dev->name), "%s:%d", hcq_device_kind_name(kind), index);
@@ -270,7 +279,8 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
     st = create(dev, ctx);
   else
     st = b ? b->open(index, opts, dev)
-           : hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: this build has no %s backend", dev->name,
+           : hcq_status_make(HCQ_UNAVAILABLE,
+                             "device %s is unavailable: this build has no %s backend", dev->name,
                              hcq_device_kind_name(kind));
   if (st) {
     pthread_mutex_destroy(&dev->lock);
@@ -288,7 +298,9 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index, const hcq_d
   if (!st) st = hcq__signal_create_internal(dev, name, 0, &dev->shadow_timeline);
   if (!st) st = hcq__queue_create(HCQ_QUEUE_COMPUTE, false, &dev->eager_compute);
   if (!st) st = hcq__queue_create(HCQ_QUEUE_COPY, false, &dev->eager_copy);
-  if (!st) st = dev->vt->mem_alloc(dev, hcq__options()->kernargs_ring, HCQ__MEM_HOST_VISIBLE, &dev->kernargs);
+  if (!st)
+    st = dev->vt->mem_alloc(dev, hcq__options()->kernargs_ring, HCQ__MEM_HOST_VISIBLE,
+                            &dev->kernargs);
   if (!st) hcq__mem_count(dev, HCQ__MEMC_EAGER, (int64_t)dev->kernargs.size);
   if (st) {
     snprintf(name, sizeof(name), "%s", dev->name);
@@ -311,14 +323,19 @@ static hcq_status_t open_registered(const char *name, hcq_device_kind_t kind, in
                                     hcq_status_t (*create)(hcq_device_t *dev, void *ctx), void *ctx,
                                     hcq_device_t **out_device);
 
-hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *options, hcq_device_t **out_device) {
-  if (!out_device) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_open: out_device is NULL");
+hcq_status_t hcq_device_open_ex(const char *name, const hcq_device_options_t *options,
+                                hcq_device_t **out_device) {
+  if (!out_device)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_device_open: out_device is NULL");
   *out_device = NULL;
   if (name && strchr(name, '/')) { /* "R/KIND:N": the MPI layer's (docs/mpi.md) */
     const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
     if (hooks) return hooks->open(name, options, out_device);
-    return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\": a rank-qualified name (R/KIND:N) needs the MPI "
-                           "layer running (hcq_mpi_init, or the hcq tool started under mpirun)", name);
+    return hcq_status_make(
+        HCQ_NOT_FOUND,
+        "unknown device \"%.64s\": a rank-qualified name (R/KIND:N) needs the MPI "
+        "layer running (hcq_mpi_init, or the hcq tool started under mpirun)",
+        name);
   }
   hcq_device_kind_t kind = HCQ_DEVICE_KIND_COUNT;
   int index = 0;
@@ -340,7 +357,8 @@ static hcq_status_t open_registered(const char *name, hcq_device_kind_t kind, in
                                     hcq_device_t **out_device) {
   hcq_status_t st = NULL;
   if (options && options->timeline_start >= (UINT64_C(1) << 32))
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "device %s: timeline_start %" PRIu64 " must be below 2^32", name,
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "device %s: timeline_start %" PRIu64 " must be below 2^32", name,
                            options->timeline_start);
   bool has_options = options && (options->timeline_start || options->isolate || options->threads);
   pthread_mutex_lock(&g_registry_lock);
@@ -355,12 +373,14 @@ static hcq_status_t open_registered(const char *name, hcq_device_kind_t kind, in
   }
   if (dev) {
     if (has_options)
-      st = hcq_status_make(HCQ_FAILED_PRECONDITION, "device %s is already open: options apply only to the first open",
+      st = hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "device %s is already open: options apply only to the first open",
                            dev->name);
     else
       dev->open_refs++;
   } else if (free_slot < 0) {
-    st = hcq_status_make(HCQ_UNAVAILABLE, "cannot open %s: %d devices are open already", name, MAX_DEVICES);
+    st = hcq_status_make(HCQ_UNAVAILABLE, "cannot open %s: %d devices are open already", name,
+                         MAX_DEVICES);
   } else if (!(st = create_device(kind, index, options, create, ctx, &dev))) {
     dev->open_refs = 1;
     dev->order = g_device_order++;
@@ -395,11 +415,16 @@ void hcq__devices_report_leaks_at_exit(void) {
   long printed = 200 - budget;
   if (listed > printed) fprintf(stderr, "  and %ld more\n", listed - printed);
   if (total > listed)
-    fprintf(stderr, "  and %ld not listed (of devices closed while lost, or busy in another thread at exit)\n",
-            total - listed);
-  fprintf(stderr, "hcq: release each (hcq_buffer_release, hcq_program_release, hcq_signal_destroy, hcq_graph_destroy, "
-                  "hcq_jit_destroy) before closing its device%s\n",
-          hcq__leak_report_env() == 2 ? "" : "; HCQ_LEAK_REPORT=backtrace shows where each was made");
+    fprintf(
+        stderr,
+        "  and %ld not listed (of devices closed while lost, or busy in another thread at exit)\n",
+        total - listed);
+  fprintf(
+      stderr,
+      "hcq: release each (hcq_buffer_release, hcq_program_release, hcq_signal_destroy, "
+      "hcq_graph_destroy, "
+      "hcq_jit_destroy) before closing its device%s\n",
+      hcq__leak_report_env() == 2 ? "" : "; HCQ_LEAK_REPORT=backtrace shows where each was made");
 }
 
 hcq_status_t hcq_device_close(hcq_device_t *dev) {
@@ -412,7 +437,8 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
   }
   if (dev->closing) {
     pthread_mutex_unlock(&g_registry_lock);
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "cannot close %s: another thread is closing it", dev->name);
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "cannot close %s: another thread is closing it",
+                           dev->name);
   }
   if (dev->open_refs > 1) {
     dev->open_refs--;
@@ -421,7 +447,8 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
   }
   if (dev->open_refs < 1) {
     pthread_mutex_unlock(&g_registry_lock);
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_device_close: device %s is not open", dev->name);
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_device_close: device %s is not open",
+                           dev->name);
   }
   pthread_mutex_lock(&dev->obj_lock);
   long live = dev->nobjects;
@@ -432,16 +459,19 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
     size_t size = hcq__leak_reporting() ? 32768 : 4096;
     char *names = malloc(size);
     if (!names)
-      return hcq_status_make(HCQ_FAILED_PRECONDITION, "cannot close %s: %ld object%s of it %s still alive", dev->name,
-                             live, live == 1 ? "" : "s", live == 1 ? "is" : "are");
+      return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                             "cannot close %s: %ld object%s of it %s still alive", dev->name, live,
+                             live == 1 ? "" : "s", live == 1 ? "is" : "are");
     hcq__obj_describe(dev, names, size, hcq__leak_reporting() ? 256 : 32);
-    hcq_status_t st = hcq_status_make(HCQ_FAILED_PRECONDITION,
-                                      "cannot close %s: %ld object%s of it %s still alive: %s; release them first",
-                                      dev->name, live, live == 1 ? "" : "s", live == 1 ? "is" : "are", names);
+    hcq_status_t st = hcq_status_make(
+        HCQ_FAILED_PRECONDITION,
+        "cannot close %s: %ld object%s of it %s still alive: %s; release them first", dev->name,
+        live, live == 1 ? "" : "s", live == 1 ? "is" : "are", names);
     free(names);
     return st;
   }
-  if (live > 0) hcq__leak_report_device(dev, "as it closes (lost: they stay valid handles until released)");
+  if (live > 0)
+    hcq__leak_report_device(dev, "as it closes (lost: they stay valid handles until released)");
   /* Wait without the registry lock: other devices open and close meanwhile. */
   dev->closing = true;
   pthread_mutex_unlock(&g_registry_lock);
@@ -451,10 +481,12 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
     /* A timed-out timeline wait carries the hang report already; the engines' own wait does not. */
     st = hcq__device_synchronize_locked(dev);
     bool reported = st != NULL;
-    if (!st) st = dev->vt->wait_idle ? dev->vt->wait_idle(dev, hcq__options()->wait_timeout_ms)
-                                      : hcq__device_wait_engines(dev, hcq__options()->wait_timeout_ms);
+    if (!st)
+      st = dev->vt->wait_idle ? dev->vt->wait_idle(dev, hcq__options()->wait_timeout_ms)
+                              : hcq__device_wait_engines(dev, hcq__options()->wait_timeout_ms);
     pthread_mutex_unlock(&dev->lock);
-    if (st && !reported && hcq_status_code(st) == HCQ_TIMEOUT) st = hcq__device_annotate_report(st, &dev, 1);
+    if (st && !reported && hcq_status_code(st) == HCQ_TIMEOUT)
+      st = hcq__device_annotate_report(st, &dev, 1);
   }
   pthread_mutex_lock(&g_registry_lock);
   dev->closing = false;
@@ -464,8 +496,9 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
   }
   if (st) {
     pthread_mutex_unlock(&g_registry_lock);
-    return hcq_status_annotate(st, "cannot close %s: its work did not finish (declare it lost to close it anyway)",
-                               dev->name);
+    return hcq_status_annotate(
+        st, "cannot close %s: its work did not finish (declare it lost to close it anyway)",
+        dev->name);
   }
   if (dev->open_refs > 1) { /* opened again while we waited */
     dev->open_refs--;
@@ -492,13 +525,17 @@ const hcq__backend_t *hcq__backend(hcq_device_kind_t kind) {
   return NULL;
 }
 
-hcq_device_kind_t hcq_device_kind(const hcq_device_t *dev) { return dev ? dev->kind : HCQ_DEVICE_KIND_COUNT; }
+hcq_device_kind_t hcq_device_kind(const hcq_device_t *dev) {
+  return dev ? dev->kind : HCQ_DEVICE_KIND_COUNT;
+}
 uint32_t hcq_device_kind_kernel_caps(hcq_device_kind_t kind) {
   const hcq__backend_t *b = (unsigned)kind < HCQ_DEVICE_KIND_COUNT ? hcq__backend(kind) : NULL;
   return b ? b->kernel_caps : 0;
 }
 
-uint32_t hcq_device_caps(const hcq_device_t *dev) { return dev ? dev->caps & ~HCQ__CAP_ENGINE_REMOTE_COPY : 0; }
+uint32_t hcq_device_caps(const hcq_device_t *dev) {
+  return dev ? dev->caps & ~HCQ__CAP_ENGINE_REMOTE_COPY : 0;
+}
 unsigned hcq_device_thread_count(const hcq_device_t *dev) { return dev ? dev->threads : 0; }
 
 void hcq_device_timeline(hcq_device_t *dev, hcq_signal_t **out_signal, uint64_t *out_next_value) {
@@ -530,10 +567,12 @@ size_t hcq_device_query(hcq_device_info_t *out_infos, size_t cap) {
 
 hcq_status_t hcq__device_check(hcq_device_t *dev) {
   if (hcq__validating && atomic_load(&dev->state) != HCQ__OBJ_LIVE)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "device %s was closed (HCQ_VALIDATE)", dev->name);
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "device %s was closed (HCQ_VALIDATE)",
+                           dev->name);
   if (hcq__device_is_lost(dev))
     return hcq_status_make(HCQ_DEVICE_LOST, "device %s is lost: %s", dev->name, dev->lost_reason);
-  if (dev->closed) return hcq_status_make(HCQ_FAILED_PRECONDITION, "device %s was closed", dev->name);
+  if (dev->closed)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "device %s was closed", dev->name);
   return NULL;
 }
 
@@ -545,7 +584,8 @@ void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...) {
     vsnprintf(dev->lost_reason, sizeof(dev->lost_reason), fmt, ap);
     va_end(ap);
     atomic_store_explicit(&dev->lost, true, memory_order_seq_cst);
-    if (hcq__device_is_remote(dev)) atomic_fetch_add_explicit(&hcq__remote_lost, 1, memory_order_seq_cst);
+    if (hcq__device_is_remote(dev))
+      atomic_fetch_add_explicit(&hcq__remote_lost, 1, memory_order_seq_cst);
   }
   pthread_mutex_unlock(&dev->watch_lock);
   if (dev->vt->lost) dev->vt->lost(dev);
@@ -553,12 +593,14 @@ void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...) {
 }
 
 void hcq__device_lose_if_orphaned(hcq_device_t *dev) {
-  if (!atomic_load_explicit(&hcq__remote_lost, memory_order_acquire) || hcq__device_is_lost(dev)) return;
+  if (!atomic_load_explicit(&hcq__remote_lost, memory_order_acquire) || hcq__device_is_lost(dev))
+    return;
   for (int k = 0; k < 2; k++) {
     hcq__engine_snapshot_t snap = {0};
     dev->vt->snapshot(dev, (hcq_queue_kind_t)k, &snap);
     char why[400];
-    if (snap.present && snap.cur && HCQ__HDR_OP(snap.cur[0]) == HCQ__OP_WAIT && hcq__wait_is_orphaned(snap.cur, why, sizeof(why))) {
+    if (snap.present && snap.cur && HCQ__HDR_OP(snap.cur[0]) == HCQ__OP_WAIT &&
+        hcq__wait_is_orphaned(snap.cur, why, sizeof(why))) {
       hcq__device_mark_lost(dev, "its %s queue can never move: %s", k ? "copy" : "compute", why);
       return;
     }
@@ -618,7 +660,9 @@ hcq_status_t hcq__device_wait_engines(hcq_device_t *dev, int64_t timeout_ms) {
       hcq_status_t st = hcq__device_check(dev);
       if (st) return st;
       if (hcq__now_ns() >= deadline)
-        return hcq_status_make(HCQ_TIMEOUT, "%s: its %s queue still has work after %" PRId64 " ms (waiting on a signal?)",
+        return hcq_status_make(HCQ_TIMEOUT,
+                               "%s: its %s queue still has work after %" PRId64
+                               " ms (waiting on a signal?)",
                                dev->name, k == HCQ_QUEUE_COMPUTE ? "compute" : "copy", timeout_ms);
       /* Short naps first: the work is usually nearly done when a close or drain asks. */
       struct timespec ts = {0, (long)nap_ns};
@@ -630,7 +674,8 @@ hcq_status_t hcq__device_wait_engines(hcq_device_t *dev, int64_t timeout_ms) {
 }
 
 /* The one place the timeline moves forward: every submitter (eager work, each graph runner) calls
- * it once the work that signals the current value is submitted, so wraps and fences see one order. */
+ * it once the work that signals the current value is submitted, so wraps and fences see one order.
+ */
 
 static void wrap_timeline(hcq_device_t *dev) {
   atomic_fetch_add_explicit(&dev->timeline_epoch, 1, memory_order_release);

@@ -17,8 +17,9 @@
 #include "hcq/device.h"
 
 typedef struct hcq__deferred {
-  uint64_t fence[2]; /* submitted() of each queue kind when released: unused once completed() passes */
-  int kind;          /* 0: device memory, 1: program, 2: wrapped memory handed back to its owner */
+  uint64_t
+      fence[2]; /* submitted() of each queue kind when released: unused once completed() passes */
+  int kind;     /* 0: device memory, 1: program, 2: wrapped memory handed back to its owner */
   hcq__mem_t mem;
   hcq_program_t *program;
   hcq__wrap_release_fn on_release; /* kind 2 */
@@ -40,10 +41,10 @@ struct hcq_device {
   /* What launches and buffers are checked against (hcq_device_limits): the backend's open sets what
    * it knows over hcq__limits_unbounded; portable mode then lowers them to the portable set. */
   hcq_device_limits_t limits;
-  int open_refs;     /* registry references, under the registry lock */
-  bool closing;      /* a close is waiting for the work (registry lock) */
+  int open_refs;       /* registry references, under the registry lock */
+  bool closing;        /* a close is waiting for the work (registry lock) */
   _Atomic bool closed; /* closed while lost, with objects still alive: freed when the last goes */
-  _Atomic uint32_t state; /* HCQ__OBJ_LIVE while open; HCQ__OBJ_DEAD once closed (validation) */
+  _Atomic uint32_t state;  /* HCQ__OBJ_LIVE while open; HCQ__OBJ_DEAD once closed (validation) */
   atomic_uint struct_refs; /* the registry's + one per live object: the struct outlives close */
 
   pthread_mutex_t obj_lock; /* the object list */
@@ -51,14 +52,14 @@ struct hcq_device {
   long nobjects;
 
   _Atomic bool lost;
-  char lost_reason[512];    /* written once, before lost is set */
+  char lost_reason[512]; /* written once, before lost is set */
 
   /* Hang-report watch: when each engine's current command was first seen unchanged. */
   pthread_mutex_t watch_lock;
   const uint32_t *watch_cmd[2];
   uint64_t watch_completed[2], watch_since[2];
 
-  bool isolate;          /* a faulting kernel marks the device lost (HCQ_CPU_ISOLATE / options) */
+  bool isolate;         /* a faulting kernel marks the device lost (HCQ_CPU_ISOLATE / options) */
   pthread_mutex_t lock; /* submissions, the timeline, the eager state below */
   pthread_mutex_t defer_lock; /* deferred */
   atomic_size_t ndeferred;
@@ -77,8 +78,9 @@ struct hcq_device {
   unsigned staging_next;
   HCQ__VEC(hcq__deferred_t) deferred;
 
-  _Atomic int64_t mem_bytes[HCQ__MEMC_COUNT]; /* memory accounting, bytes per class (hcq/memory.h) */
-  struct hcq__trace_device *trace;            /* profiler state (trace.c); NULL until profiled */
+  _Atomic int64_t
+      mem_bytes[HCQ__MEMC_COUNT];  /* memory accounting, bytes per class (hcq/memory.h) */
+  struct hcq__trace_device *trace; /* profiler state (trace.c); NULL until profiled */
 };
 
 static inline void hcq__mem_count(hcq_device_t *dev, int mem_class, int64_t delta) {
@@ -92,10 +94,11 @@ static inline bool hcq__device_is_lost(const hcq_device_t *dev) {
   return atomic_load_explicit(&dev->lost, memory_order_acquire);
 }
 /* Declares dev lost (first reason wins); engines drop their work, waiters wake. */
-HCQ__PRIVATE_EXPORT void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...) HCQ_PRINTF(2, 3);
+HCQ__PRIVATE_EXPORT void hcq__device_mark_lost(hcq_device_t *dev, const char *fmt, ...)
+    HCQ_PRINTF(2, 3);
 /* For calls given a device handle by the application: NULL when it is an open device; else, without
- * reading *dev, FAILED_PRECONDITION naming the device it was when it was closed (the last 256 closes
- * are remembered), or INVALID_ARGUMENT. call names the caller in the message. */
+ * reading *dev, FAILED_PRECONDITION naming the device it was when it was closed (the last 256
+ * closes are remembered), or INVALID_ARGUMENT. call names the caller in the message. */
 HCQ_MUST_USE hcq_status_t hcq__device_handle_check(const hcq_device_t *dev, const char *call);
 /* Drops a struct reference; the last one frees the device (closed devices only). */
 void hcq__device_struct_release(hcq_device_t *dev);
@@ -125,7 +128,8 @@ HCQ_MUST_USE hcq_status_t hcq__device_synchronize_locked(hcq_device_t *dev);
 /* Frees memory / unloads a program once every engine of the device finished what it was given. */
 void hcq__device_defer_mem(hcq_device_t *dev, hcq__mem_t mem);
 /* Calls on_release(ctx, host) once the device's work submitted so far has finished. */
-void hcq__device_defer_wrapped(hcq_device_t *dev, void *host, hcq__wrap_release_fn on_release, void *ctx);
+void hcq__device_defer_wrapped(hcq_device_t *dev, void *host, hcq__wrap_release_fn on_release,
+                               void *ctx);
 void hcq__device_defer_program(hcq_device_t *dev, hcq_program_t *program);
 /* Reclaims deferred objects whose fence has passed (device lock held). */
 void hcq__device_reclaim(hcq_device_t *dev);

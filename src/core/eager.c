@@ -20,7 +20,9 @@
 #include "core/validate.h"
 #include "trace/trace_internal.h"
 
-static inline hcq_operand_t sig_addr(const hcq_signal_t *s) { return hcq_imm((int64_t)s->mem.addr); }
+static inline hcq_operand_t sig_addr(const hcq_signal_t *s) {
+  return hcq_imm((int64_t)s->mem.addr);
+}
 
 /* Appends wait(timeline, tv - 1) to q. */
 static hcq_status_t wait_timeline(hcq_queue_t *q, const hcq_device_t *dev) {
@@ -28,8 +30,10 @@ static hcq_status_t wait_timeline(hcq_queue_t *q, const hcq_device_t *dev) {
 }
 
 /* Appends signal(timeline, tv) to q and, once submitted, bumps tv. */
-static hcq_status_t submit_and_signal(hcq_queue_t *q, hcq_device_t *on, hcq_device_t *timeline_dev) {
-  hcq_status_t st = hcq_queue_signal(q, sig_addr(timeline_dev->timeline), hcq_imm((int64_t)timeline_dev->timeline_value));
+static hcq_status_t submit_and_signal(hcq_queue_t *q, hcq_device_t *on,
+                                      hcq_device_t *timeline_dev) {
+  hcq_status_t st = hcq_queue_signal(q, sig_addr(timeline_dev->timeline),
+                                     hcq_imm((int64_t)timeline_dev->timeline_value));
   if (!st) st = hcq__queue_submit_locked(q, on, NULL, 0);
   if (!st) hcq__timeline_advance(timeline_dev);
   if (!st) hcq__trace_op_submitted(on);
@@ -68,14 +72,16 @@ bool hcq__dims_ok(const hcq_device_t *dev, const uint64_t global[3], const uint6
   return !over && items <= l->max_work_items && threads <= l->max_group_threads;
 }
 
-hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], const uint64_t local[3],
-                             const char *who) {
+hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3],
+                             const uint64_t local[3], const char *who) {
   if (hcq__dims_ok(dev, global, local)) return NULL;
   unsigned __int128 items = 1;
   bool empty = false;
   for (int i = 0; i < 3; i++) {
     if (global[i] > UINT32_MAX || local[i] > UINT32_MAX)
-      return hcq_status_make(HCQ_OUT_OF_RANGE, "%s: launch dims must fit 32 bits (global[%d] %" PRIu64 ", local[%d] %" PRIu64 ")",
+      return hcq_status_make(HCQ_OUT_OF_RANGE,
+                             "%s: launch dims must fit 32 bits (global[%d] %" PRIu64
+                             ", local[%d] %" PRIu64 ")",
                              who, i, global[i], i, local[i]);
     empty |= global[i] == 0 || local[i] == 0;
     items *= (unsigned __int128)global[i] * local[i];
@@ -86,7 +92,8 @@ hcq_status_t hcq__check_dims(const hcq_device_t *dev, const uint64_t global[3], 
   uint64_t limit = dev->limits.max_work_items;
   if (items > limit)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
-                           "%s: grid %" PRIu64 "x%" PRIu64 "x%" PRIu64 " of groups %" PRIu64 "x%" PRIu64 "x%" PRIu64
+                           "%s: grid %" PRIu64 "x%" PRIu64 "x%" PRIu64 " of groups %" PRIu64
+                           "x%" PRIu64 "x%" PRIu64
                            " is %s work-items, more than %s runs in one launch (%" PRIu64 ")",
                            who, global[0], global[1], global[2], local[0], local[1], local[2],
                            items >> 64 ? "over 2^64" : "too many", dev->name, limit);
@@ -99,20 +106,24 @@ hcq_status_t hcq__zero_dim_error(const char *dim, int index, const char *fmt, ..
   va_start(ap, fmt);
   vsnprintf(who, sizeof(who), fmt, ap);
   va_end(ap);
-  return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s[%d] is 0 (launch dims must be >= 1; use 1 for unused dims)", who,
+  return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                         "%s: %s[%d] is 0 (launch dims must be >= 1; use 1 for unused dims)", who,
                          dim, index);
 }
 
 static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
-  if (!d || !d->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch: descriptor or program is NULL");
+  if (!d || !d->program)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch: descriptor or program is NULL");
   const hcq_program_t *p = d->program;
   hcq_status_t st = hcq__obj_check(&p->obj, HCQ__OBJ_PROGRAM, "launch: program");
   if (st) return st;
   if ((d->nbufs && !d->bufs) || (d->nvals && !d->vals))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers / %zu values but the array is NULL",
-                           p->name, d->nbufs, d->nvals);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "launch of %s: %zu buffers / %zu values but the array is NULL", p->name,
+                           d->nbufs, d->nvals);
   if (d->nbufs > HCQ_MAX_KERNEL_BUFS || d->nvals > HCQ_MAX_KERNEL_VALS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers and %zu values exceed the limits (%d, %d)",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "launch of %s: %zu buffers and %zu values exceed the limits (%d, %d)",
                            p->name, d->nbufs, d->nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
   if (!hcq__program_args_ok(p, d->nbufs, d->nvals)) {
     char who[96];
@@ -125,20 +136,24 @@ static hcq_status_t check_launch(const hcq_launch_desc_t *d) {
     return hcq__check_arg_limits(p->dev, d->nbufs, d->nvals, who);
   }
   if (d->nouts && !d->outs)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu outs but the array is NULL", p->name, d->nouts);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu outs but the array is NULL",
+                           p->name, d->nouts);
   for (size_t i = 0; i < d->nouts; i++)
     if (d->outs[i] >= d->nbufs)
-      return hcq_status_make(HCQ_OUT_OF_RANGE, "launch of %s: out %zu names buffer %u but there are %zu", p->name, i,
+      return hcq_status_make(HCQ_OUT_OF_RANGE,
+                             "launch of %s: out %zu names buffer %u but there are %zu", p->name, i,
                              d->outs[i], d->nbufs);
   for (size_t i = 0; i < d->nbufs; i++) {
-    if (!d->bufs[i]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu is NULL", p->name, i);
+    if (!d->bufs[i])
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu is NULL", p->name, i);
     if (hcq__validating) {
       char what[128];
       snprintf(what, sizeof(what), "launch of %s: buffer %zu", p->name, i);
       if ((st = hcq__obj_check(&d->bufs[i]->obj, HCQ__OBJ_BUFFER, what))) return st;
     }
     if (d->bufs[i]->dev != p->dev)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: buffer %zu (%s) is on %s but the program runs on %s",
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "launch of %s: buffer %zu (%s) is on %s but the program runs on %s",
                              p->name, i, d->bufs[i]->label, d->bufs[i]->dev->name, p->dev->name);
   }
   uint64_t g[3], l[3];
@@ -174,8 +189,10 @@ hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
   if (!(st = hcq__device_prepare_submit(dev)) &&
       !(st = kernargs_alloc(dev, hcq_kernargs_size(d->nbufs, d->nvals), &args_off))) {
     hcq__kernargs_fill((char *)dev->kernargs.host + args_off, d->bufs, d->nbufs, d->vals, d->nvals);
-    if (!(st = wait_timeline(q, dev)) && !(st = hcq_queue_memory_barrier(q)) && !(st = hcq__trace_op_begin(&op, dev, q)) &&
-        !(st = hcq_queue_exec(q, d->program, hcq_imm((int64_t)(dev->kernargs.addr + args_off)), d->nbufs, global, local)) &&
+    if (!(st = wait_timeline(q, dev)) && !(st = hcq_queue_memory_barrier(q)) &&
+        !(st = hcq__trace_op_begin(&op, dev, q)) &&
+        !(st = hcq_queue_exec(q, d->program, hcq_imm((int64_t)(dev->kernargs.addr + args_off)),
+                              d->nbufs, global, local)) &&
         !(st = hcq__trace_op_end(&op, dev, q, d->program->name, NULL, 0)))
       st = submit_and_signal(q, dev, dev);
   }
@@ -184,28 +201,33 @@ hcq_status_t hcq_launch(const hcq_launch_desc_t *d) {
     hcq__write_check_free(wc);
     return hcq_status_annotate(st, "launch of %s on %s", d->program->name, dev->name);
   }
-  if ((st = hcq__write_check_end(wc, d))) return st; /* a launch that failed the check is not recorded */
+  if ((st = hcq__write_check_end(wc, d)))
+    return st; /* a launch that failed the check is not recorded */
   if (hcq__validating && (st = hcq__guard_check_launch(d))) return st;
   hcq__trace_host_end(traced, 0, "launch %s", d->program->name);
   if (hcq__recorder) hcq__recorder->launch(hcq__recorder->ctx, d);
-  if (hcq__captures_elsewhere()) hcq__capture_note_other_thread(dev, "launch of %s", d->program->name);
+  if (hcq__captures_elsewhere())
+    hcq__capture_note_other_thread(dev, "launch of %s", d->program->name);
   return NULL;
 }
 
 /* Between a device whose memory is ordinary host memory (CPU) and one whose copy queue reaches host
  * memory but cannot wait on host-memory signals (a GPU): the host first sees the host-memory
  * device's earlier work finish, then the GPU's copy queue copies and signals both timelines. */
-static hcq_status_t transfer_via_host_locked(hcq_device_t *gpu, hcq_device_t *host_dev, uint64_t dst, uint64_t src,
-                                             uint64_t size) {
+static hcq_status_t transfer_via_host_locked(hcq_device_t *gpu, hcq_device_t *host_dev,
+                                             uint64_t dst, uint64_t src, uint64_t size) {
   if (!(gpu->caps & HCQ_CAP_COPIES_HOST_MEMORY))
-    return hcq_status_make(HCQ_UNIMPLEMENTED, "transfers between %s and %s are not supported", gpu->name, host_dev->name);
+    return hcq_status_make(HCQ_UNIMPLEMENTED, "transfers between %s and %s are not supported",
+                           gpu->name, host_dev->name);
   hcq_status_t st = hcq__device_wait_timeline(host_dev, host_dev->timeline_value - 1);
   if (st) return st;
   hcq_queue_t *q = gpu->eager_copy;
   hcq__queue_reset(q);
   if ((st = wait_timeline(q, gpu)) ||
-      (st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src), hcq_imm((int64_t)size))) ||
-      (st = hcq_queue_signal(q, sig_addr(host_dev->timeline), hcq_imm((int64_t)host_dev->timeline_value))) ||
+      (st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src),
+                           hcq_imm((int64_t)size))) ||
+      (st = hcq_queue_signal(q, sig_addr(host_dev->timeline),
+                             hcq_imm((int64_t)host_dev->timeline_value))) ||
       (st = submit_and_signal(q, gpu, gpu)))
     return st;
   hcq__timeline_advance(host_dev);
@@ -214,7 +236,8 @@ static hcq_status_t transfer_via_host_locked(hcq_device_t *gpu, hcq_device_t *ho
 
 /* The copy on src's copy queue, ordered after both timelines; dst's compute queue then orders
  * its own timeline after it. Both devices are locked. */
-static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t dst, uint64_t src, uint64_t size) {
+static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t dst, uint64_t src,
+                                    uint64_t size) {
   hcq_status_t st = hcq__device_prepare_submit(sd);
   if (!st && dd != sd) st = hcq__device_prepare_submit(dd);
   if (st) return st;
@@ -227,7 +250,8 @@ static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t
   if (dd != sd && (st = wait_timeline(q, dd))) return st;
   hcq__trace_op_t op;
   if ((st = hcq__trace_op_begin(&op, sd, q)) ||
-      (st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src), hcq_imm((int64_t)size))) ||
+      (st = hcq_queue_copy(q, hcq_imm((int64_t)dst), hcq_imm((int64_t)src),
+                           hcq_imm((int64_t)size))) ||
       (st = hcq__trace_op_end(&op, sd, q, sd->name, dd->name, size)))
     return st;
   uint64_t copied = sd->timeline_value;
@@ -238,27 +262,31 @@ static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t
   return submit_and_signal(dq, dd, dd);
 }
 
-hcq_status_t hcq__transfer_overlap_check(const hcq_buffer_t *dst, const hcq_buffer_t *src, uint64_t size, const char *who) {
+hcq_status_t hcq__transfer_overlap_check(const hcq_buffer_t *dst, const hcq_buffer_t *src,
+                                         uint64_t size, const char *who) {
   const hcq_buffer_t *db = dst->base ? dst->base : dst, *sb = src->base ? src->base : src;
   uint64_t d0 = dst->base ? dst->offset : 0, s0 = src->base ? src->offset : 0;
   if (db != sb || size == 0 || d0 == s0 || d0 >= s0 + size || s0 >= d0 + size) return NULL;
-  return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                         "%s: transfer of %" PRIu64 " bytes from %s to %s: the ranges overlap (bytes %" PRIu64 "..%" PRIu64
-                         " and %" PRIu64 "..%" PRIu64 " of %s); a copy between overlapping ranges is undefined on GPUs, so "
-                         "hcq refuses it everywhere: copy through a scratch buffer",
-                         who, size, src->label, dst->label, s0, s0 + size, d0, d0 + size, db->label);
+  return hcq_status_make(
+      HCQ_INVALID_ARGUMENT,
+      "%s: transfer of %" PRIu64 " bytes from %s to %s: the ranges overlap (bytes %" PRIu64
+      "..%" PRIu64 " and %" PRIu64 "..%" PRIu64
+      " of %s); a copy between overlapping ranges is undefined on GPUs, so "
+      "hcq refuses it everywhere: copy through a scratch buffer",
+      who, size, src->label, dst->label, s0, s0 + size, d0, d0 + size, db->label);
 }
 
 hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
   uint64_t traced = hcq__trace_host_begin();
-  if (!dst || !src) return hcq_status_make(HCQ_INVALID_ARGUMENT, "transfer: destination or source is NULL");
+  if (!dst || !src)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "transfer: destination or source is NULL");
   hcq_status_t vst = hcq__obj_check(&dst->obj, HCQ__OBJ_BUFFER, "transfer: destination");
   if (!vst) vst = hcq__obj_check(&src->obj, HCQ__OBJ_BUFFER, "transfer: source");
   if (vst) return vst;
   if (size > dst->size || size > src->size)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
-                           "transfer of %" PRIu64 " bytes from %s (%" PRIu64 " bytes) to %s (%" PRIu64
-                           " bytes): larger than a buffer",
+                           "transfer of %" PRIu64 " bytes from %s (%" PRIu64
+                           " bytes) to %s (%" PRIu64 " bytes): larger than a buffer",
                            size, src->label, src->size, dst->label, dst->size);
   if (size == 0) return NULL;
   if ((vst = hcq__transfer_overlap_check(dst, src, size, "transfer"))) return vst;
@@ -284,7 +312,8 @@ hcq_status_t hcq_transfer(hcq_buffer_t *dst, hcq_buffer_t *src, uint64_t size) {
   if (hcq__recorder) hcq__recorder->transfer(hcq__recorder->ctx, dst, src, size);
   if (hcq__captures_elsewhere()) {
     hcq__capture_note_other_thread(src->dev, "transfer %s -> %s", src->label, dst->label);
-    if (dst->dev != src->dev) hcq__capture_note_other_thread(dst->dev, "transfer %s -> %s", src->label, dst->label);
+    if (dst->dev != src->dev)
+      hcq__capture_note_other_thread(dst->dev, "transfer %s -> %s", src->label, dst->label);
   }
   return NULL;
 }
@@ -295,7 +324,8 @@ static hcq_status_t next_staging(hcq_device_t *dev, unsigned *out_index) {
   unsigned s = dev->staging_next;
   dev->staging_next = (s + 1) % HCQ__STAGING_BUFFERS;
   if (!dev->staging[s].host) {
-    hcq_status_t st = dev->vt->mem_alloc(dev, hcq__options()->staging_chunk, HCQ__MEM_HOST_VISIBLE, &dev->staging[s]);
+    hcq_status_t st = dev->vt->mem_alloc(dev, hcq__options()->staging_chunk, HCQ__MEM_HOST_VISIBLE,
+                                         &dev->staging[s]);
     if (st) return hcq_status_annotate(st, "staging buffer on %s", dev->name);
     hcq__mem_count(dev, HCQ__MEMC_EAGER, (int64_t)dev->staging[s].size);
   }
@@ -305,16 +335,19 @@ static hcq_status_t next_staging(hcq_device_t *dev, unsigned *out_index) {
   return NULL;
 }
 
-static hcq_status_t check_host_copy(const char *what, hcq_buffer_t *buf, uint64_t offset, const void *host,
-                                    uint64_t size) {
+static hcq_status_t check_host_copy(const char *what, hcq_buffer_t *buf, uint64_t offset,
+                                    const void *host, uint64_t size) {
   if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: buffer is NULL", what);
   hcq_status_t st = hcq__obj_check(&buf->obj, HCQ__OBJ_BUFFER, what);
   if (st) return st;
-  if (size && !host) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s of %s: host pointer is NULL", what, buf->label);
+  if (size && !host)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s of %s: host pointer is NULL", what,
+                           buf->label);
   if (offset > buf->size || size > buf->size - offset)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
-                           "%s: %" PRIu64 " bytes at offset %" PRIu64 " are outside %s (%" PRIu64 " bytes)", what, size,
-                           offset, buf->label, buf->size);
+                           "%s: %" PRIu64 " bytes at offset %" PRIu64 " are outside %s (%" PRIu64
+                           " bytes)",
+                           what, size, offset, buf->label, buf->size);
   return NULL;
 }
 
@@ -332,8 +365,8 @@ hcq_status_t hcq__device_write(hcq_device_t *dev, uint64_t addr, const void *src
     hcq_queue_t *q = dev->eager_copy;
     hcq__queue_reset(q);
     if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
-        (st = hcq_queue_copy(q, hcq_imm((int64_t)(addr + done)), hcq_imm((int64_t)dev->staging[s].addr),
-                             hcq_imm((int64_t)n))) ||
+        (st = hcq_queue_copy(q, hcq_imm((int64_t)(addr + done)),
+                             hcq_imm((int64_t)dev->staging[s].addr), hcq_imm((int64_t)n))) ||
         (st = hcq__trace_op_end(&op, dev, q, "host", dev->name, n)))
       break;
     dev->staging_fence[s] = dev->timeline_value;
@@ -350,7 +383,8 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
   /* Another rank's buffer (docs/mpi.md): its owner's copyin, in the same SPMD program, fills it. */
   if (hcq__device_is_remote(buf->dev)) return NULL;
   hcq_device_t *dev = buf->dev;
-  if ((st = hcq__device_write(dev, buf->addr + offset, src, size))) return hcq_status_annotate(st, "copyin to %s", buf->label);
+  if ((st = hcq__device_write(dev, buf->addr + offset, src, size)))
+    return hcq_status_annotate(st, "copyin to %s", buf->label);
   hcq__trace_host_end(traced, size, "copyin %s", dev->name);
   if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx, "copyin", buf, size);
   if (hcq__captures_elsewhere()) hcq__capture_note_other_thread(dev, "copyin to %s", buf->label);
@@ -374,8 +408,8 @@ hcq_status_t hcq__device_read(hcq_device_t *dev, uint64_t addr, void *dst, uint6
       if ((st = next_staging(dev, &s))) break;
       hcq__queue_reset(q);
       if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
-          (st = hcq_queue_copy(q, hcq_imm((int64_t)dev->staging[s].addr), hcq_imm((int64_t)(addr + done)),
-                               hcq_imm((int64_t)n))) ||
+          (st = hcq_queue_copy(q, hcq_imm((int64_t)dev->staging[s].addr),
+                               hcq_imm((int64_t)(addr + done)), hcq_imm((int64_t)n))) ||
           (st = hcq__trace_op_end(&op, dev, q, dev->name, "host", n)))
         break;
       fence = dev->timeline_value;
@@ -397,11 +431,14 @@ hcq_status_t hcq_buffer_copyout(hcq_buffer_t *buf, uint64_t offset, void *dst, u
   hcq_status_t st = check_host_copy("copyout", buf, offset, dst, size);
   if (st || size == 0) return st;
   if (hcq__device_is_remote(buf->dev))
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "copyout from %s: it lives on another rank (%s); fetch it with "
-                           "hcq_transfer into a local buffer (every rank calls it) or hcq_mpi_fetch", buf->label,
-                           buf->dev->name);
+    return hcq_status_make(
+        HCQ_FAILED_PRECONDITION,
+        "copyout from %s: it lives on another rank (%s); fetch it with "
+        "hcq_transfer into a local buffer (every rank calls it) or hcq_mpi_fetch",
+        buf->label, buf->dev->name);
   hcq_device_t *dev = buf->dev;
-  if ((st = hcq__device_read(dev, buf->addr + offset, dst, size))) return hcq_status_annotate(st, "copyout from %s", buf->label);
+  if ((st = hcq__device_read(dev, buf->addr + offset, dst, size)))
+    return hcq_status_annotate(st, "copyout from %s", buf->label);
   hcq__trace_host_end(traced, size, "copyout %s", dev->name);
   if (hcq__recorder) hcq__recorder->host_copy(hcq__recorder->ctx, "copyout", buf, size);
   return NULL;

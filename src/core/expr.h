@@ -32,18 +32,27 @@ static inline hcq__arith_result_t hcq__arith(hcq_expr_op_t op, int64_t a, int64_
       if (a == INT64_MIN) return HCQ__ARITH_OVERFLOW;
       *out = -a;
       return HCQ__ARITH_OK;
-    case HCQ_EXPR_ADD: return __builtin_add_overflow(a, b, out) ? HCQ__ARITH_OVERFLOW : HCQ__ARITH_OK;
-    case HCQ_EXPR_SUB: return __builtin_sub_overflow(a, b, out) ? HCQ__ARITH_OVERFLOW : HCQ__ARITH_OK;
-    case HCQ_EXPR_MUL: return __builtin_mul_overflow(a, b, out) ? HCQ__ARITH_OVERFLOW : HCQ__ARITH_OK;
+    case HCQ_EXPR_ADD:
+      return __builtin_add_overflow(a, b, out) ? HCQ__ARITH_OVERFLOW : HCQ__ARITH_OK;
+    case HCQ_EXPR_SUB:
+      return __builtin_sub_overflow(a, b, out) ? HCQ__ARITH_OVERFLOW : HCQ__ARITH_OK;
+    case HCQ_EXPR_MUL:
+      return __builtin_mul_overflow(a, b, out) ? HCQ__ARITH_OVERFLOW : HCQ__ARITH_OK;
     case HCQ_EXPR_FLOORDIV:
     case HCQ_EXPR_MOD: {
       if (b == 0) return HCQ__ARITH_DIV_ZERO;
       if (a == INT64_MIN && b == -1) {
-        if (op == HCQ_EXPR_MOD) { *out = 0; return HCQ__ARITH_OK; }
+        if (op == HCQ_EXPR_MOD) {
+          *out = 0;
+          return HCQ__ARITH_OK;
+        }
         return HCQ__ARITH_OVERFLOW;
       }
       int64_t q = a / b, r = a % b;
-      if (r != 0 && ((r < 0) != (b < 0))) { q -= 1; r += b; }
+      if (r != 0 && ((r < 0) != (b < 0))) {
+        q -= 1;
+        r += b;
+      }
       *out = op == HCQ_EXPR_FLOORDIV ? q : r;
       return HCQ__ARITH_OK;
     }

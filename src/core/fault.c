@@ -102,8 +102,10 @@ static void report_foreign(int sig, const siginfo_t *info) {
   hcq__fault_put_hex(&l, (uint64_t)(uintptr_t)info->si_addr);
   hcq__fault_put(&l, " outside any CPU kernel, while kernels were running in a driver: ");
   hcq__fault_put(&l, what.buf);
-  hcq__fault_put(&l, "; most likely one of them faulted (was it given fewer buffers or values than it reads?); the "
-                     "process ends\n");
+  hcq__fault_put(&l,
+                 "; most likely one of them faulted (was it given fewer buffers or values than it "
+                 "reads?); the "
+                 "process ends\n");
   hcq__fault_write(&l);
 }
 
@@ -137,7 +139,9 @@ void hcq__fault_add_claimer(hcq__fault_claim_fn fn) {
   pthread_once(&g_install_once, install);
   for (size_t i = 0; i < MAX_HELPERS; i++) {
     hcq__fault_claim_fn expected = NULL;
-    if (atomic_load(&g_claimers[i]) == fn || atomic_compare_exchange_strong(&g_claimers[i], &expected, fn)) return;
+    if (atomic_load(&g_claimers[i]) == fn ||
+        atomic_compare_exchange_strong(&g_claimers[i], &expected, fn))
+      return;
   }
 }
 
@@ -145,6 +149,8 @@ void hcq__fault_add_describer(hcq__fault_describer_fn fn) {
   pthread_once(&g_install_once, install);
   for (size_t i = 0; i < MAX_HELPERS; i++) {
     hcq__fault_describer_fn expected = NULL;
-    if (atomic_load(&g_describers[i]) == fn || atomic_compare_exchange_strong(&g_describers[i], &expected, fn)) return;
+    if (atomic_load(&g_describers[i]) == fn ||
+        atomic_compare_exchange_strong(&g_describers[i], &expected, fn))
+      return;
   }
 }

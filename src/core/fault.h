@@ -3,11 +3,10 @@
  * the way it would have. Backends register two kinds of helpers:
  *   - a claimer, for threads the backend runs kernels on itself (the CPU engines): it recognises
  *     its own thread, names the kernel, and may leave the handler (isolation);
- *   - a describer, for kernels that run on threads hcq did not start (a Vulkan driver's): on a fault
- *     no claimer owns, each appends which kernels it has in flight ("kernel fill (graph item 3) on
- *     VULKAN:0's compute queue").
- * Everything they do runs in a signal handler: async-signal-safe only (no locks, no allocation, no
- * stdio); the line helpers below are. */
+ *   - a describer, for kernels that run on threads hcq did not start (a Vulkan driver's): on a
+ * fault no claimer owns, each appends which kernels it has in flight ("kernel fill (graph item 3)
+ * on VULKAN:0's compute queue"). Everything they do runs in a signal handler: async-signal-safe
+ * only (no locks, no allocation, no stdio); the line helpers below are. */
 #ifndef HCQ_CORE_FAULT_H
 #define HCQ_CORE_FAULT_H
 
@@ -28,9 +27,9 @@ const char *hcq__fault_signal_name(int sig);
 void hcq__fault_write(const hcq__fault_line_t *line);
 
 enum {
-  HCQ__FAULT_NOT_MINE,   /* not a thread of the claimer's */
-  HCQ__FAULT_MINE,       /* the claimer's thread, not in a kernel: nothing to add */
-  HCQ__FAULT_REPORTED,   /* the claimer's kernel: it wrote its line */
+  HCQ__FAULT_NOT_MINE, /* not a thread of the claimer's */
+  HCQ__FAULT_MINE,     /* the claimer's thread, not in a kernel: nothing to add */
+  HCQ__FAULT_REPORTED, /* the claimer's kernel: it wrote its line */
 };
 /* Called for a fault raised by the hardware (not sent with kill) on any thread. A claimer that
  * isolates the fault does not return (siglongjmp). */

@@ -25,7 +25,8 @@ struct hcq_fence {
 };
 
 hcq_status_t hcq_fence_create(hcq_fence_t **out_fence) {
-  if (!out_fence) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_fence_create: out_fence is NULL");
+  if (!out_fence)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_fence_create: out_fence is NULL");
   *out_fence = calloc(1, sizeof(hcq_fence_t));
   return *out_fence ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a fence");
 }
@@ -41,7 +42,9 @@ size_t hcq_fence_device_count(const hcq_fence_t *fence) { return fence ? fence->
 hcq_status_t hcq__fence_reserve(hcq_fence_t *fence, size_t ndevices) {
   if (ndevices <= fence->cap) return NULL;
   fence_point_t *at = realloc(fence->at, ndevices * sizeof(*at));
-  if (!at) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory arming a fence for %zu devices", ndevices);
+  if (!at)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory arming a fence for %zu devices",
+                           ndevices);
   fence->at = at;
   fence->cap = ndevices;
   return NULL;
@@ -52,16 +55,17 @@ void hcq__fence_arm(hcq_fence_t *fence, hcq_device_t *const *devices, size_t nde
   for (size_t i = 0; i < ndevices && i < fence->cap; i++) {
     hcq_device_t *dev = devices[i];
     pthread_mutex_lock(&dev->lock);
-    fence->at[fence->n++] = (fence_point_t){dev, dev->timeline,
-                                            atomic_load_explicit(&dev->timeline_epoch, memory_order_relaxed),
-                                            dev->timeline_value - 1};
+    fence->at[fence->n++] = (fence_point_t){
+        dev, dev->timeline, atomic_load_explicit(&dev->timeline_epoch, memory_order_relaxed),
+        dev->timeline_value - 1};
     pthread_mutex_unlock(&dev->lock);
   }
 }
 
 hcq_status_t hcq_fence_record(hcq_fence_t *fence, hcq_device_t *const *devices, size_t ndevices) {
   if (!fence) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_fence_record: fence is NULL");
-  if (ndevices && !devices) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_fence_record: devices is NULL");
+  if (ndevices && !devices)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_fence_record: devices is NULL");
   for (size_t i = 0; i < ndevices; i++) {
     hcq_status_t st = hcq__device_handle_check(devices[i], "hcq_fence_record");
     if (st) return hcq_status_annotate(st, "devices[%zu]", i);
@@ -80,8 +84,9 @@ static bool point_reached(const fence_point_t *p) {
 /* The fence's work on a lost device was dropped: it will never be reached. */
 static hcq_status_t lost(const fence_point_t *p) {
   hcq_status_t st = hcq__device_check(p->dev);
-  return st ? hcq_status_annotate(st, "fence at timeline value %" PRIu64 " of %s: its work was dropped", p->value,
-                                  p->dev->name)
+  return st ? hcq_status_annotate(st,
+                                  "fence at timeline value %" PRIu64 " of %s: its work was dropped",
+                                  p->value, p->dev->name)
             : NULL;
 }
 
@@ -94,7 +99,8 @@ hcq_status_t hcq_fence_poll(const hcq_fence_t *fence, bool *out_done) {
     hcq_status_t st = hcq__device_handle_check(p->dev, "hcq_fence_poll");
     if (st) return st;
     if (point_reached(p)) continue;
-    if (p->dev->vt->poll) p->dev->vt->poll(p->dev); /* finds a failed kernel, as a sleeping wait would */
+    if (p->dev->vt->poll)
+      p->dev->vt->poll(p->dev); /* finds a failed kernel, as a sleeping wait would */
     if (hcq__device_is_lost(p->dev) && (st = lost(p))) return st;
     return NULL;
   }

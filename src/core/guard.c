@@ -94,13 +94,18 @@ static hcq_status_t check_one(const hcq_launch_desc_t *d, size_t arg) {
   char buffer[200];
   name_arg(d, arg, buffer, sizeof(buffer));
   if (after)
-    hcq__device_mark_lost(dev, "kernel %s on %s wrote past the end of %s: bytes %" PRIu64 " to %" PRIu64 " of it, %"
-                          PRIu64 " to %" PRIu64 " bytes past its end (an HCQ_VALIDATE canary changed)",
-                          d->program->name, dev->name, buffer, b->size + first, b->size + last, first, last);
+    hcq__device_mark_lost(
+        dev,
+        "kernel %s on %s wrote past the end of %s: bytes %" PRIu64 " to %" PRIu64 " of it, %" PRIu64
+        " to %" PRIu64 " bytes past its end (an HCQ_VALIDATE canary changed)",
+        d->program->name, dev->name, buffer, b->size + first, b->size + last, first, last);
   else
-    hcq__device_mark_lost(dev, "kernel %s on %s wrote before the start of %s: %" PRIu64 " to %" PRIu64 " bytes before "
-                          "its start (an HCQ_VALIDATE canary changed)", d->program->name, dev->name, buffer,
-                          HCQ__GUARD_BYTES - first, HCQ__GUARD_BYTES - last);
+    hcq__device_mark_lost(dev,
+                          "kernel %s on %s wrote before the start of %s: %" PRIu64 " to %" PRIu64
+                          " bytes before "
+                          "its start (an HCQ_VALIDATE canary changed)",
+                          d->program->name, dev->name, buffer, HCQ__GUARD_BYTES - first,
+                          HCQ__GUARD_BYTES - last);
   return hcq_device_health(dev);
 }
 

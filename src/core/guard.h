@@ -10,7 +10,8 @@
 #include "core/buffer.h"
 #include "hcq/program.h"
 
-/* Canary bytes on each side of a guarded buffer: a multiple of every backend's address alignment. */
+/* Canary bytes on each side of a guarded buffer: a multiple of every backend's address alignment.
+ */
 #define HCQ__GUARD_BYTES 256u
 
 /* Whether a buffer of dev made with these memory flags gets guards. */

@@ -37,27 +37,32 @@ static void describe_command(const uint32_t *w, char *out, size_t size) {
       uint32_t want = w[HCQ__WAIT_VALUE];
       if (op == HCQ__OP_WAIT) tag = w[HCQ__WAIT_TAG];
       if (hcq__signal_lookup(addr, name, sizeof(name), &value, &sdev))
-        snprintf(out, size, "%s \"%s\" %s %" PRIu32 " (value %" PRIu64 "%s%s)", op == HCQ__OP_WAIT ? "wait" : "signal",
-                 name, op == HCQ__OP_WAIT ? ">=" : "=", want, value,
-                 sdev && hcq__device_is_lost(sdev) ? ", its device " : "",
+        snprintf(out, size, "%s \"%s\" %s %" PRIu32 " (value %" PRIu64 "%s%s)",
+                 op == HCQ__OP_WAIT ? "wait" : "signal", name, op == HCQ__OP_WAIT ? ">=" : "=",
+                 want, value, sdev && hcq__device_is_lost(sdev) ? ", its device " : "",
                  sdev && hcq__device_is_lost(sdev) ? "is lost" : "");
       else
         snprintf(out, size, "%s on the signal at 0x%" PRIx64 " %s %" PRIu32 " (not an hcq signal)",
-                 op == HCQ__OP_WAIT ? "wait" : "signal", addr, op == HCQ__OP_WAIT ? ">=" : "=", want);
+                 op == HCQ__OP_WAIT ? "wait" : "signal", addr, op == HCQ__OP_WAIT ? ">=" : "=",
+                 want);
       break;
     }
     case HCQ__OP_EXEC: {
       const hcq_program_t *p = (const hcq_program_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_PROGRAM);
       tag = w[HCQ__EXEC_TAG];
-      snprintf(out, size, "exec kernel %s, grid %" PRIu32 "x%" PRIu32 "x%" PRIu32 " of %" PRIu32 "x%" PRIu32 "x%" PRIu32,
-               p ? p->name : "?", w[HCQ__EXEC_GLOBAL], w[HCQ__EXEC_GLOBAL + 1], w[HCQ__EXEC_GLOBAL + 2],
-               w[HCQ__EXEC_LOCAL], w[HCQ__EXEC_LOCAL + 1], w[HCQ__EXEC_LOCAL + 2]);
+      snprintf(out, size,
+               "exec kernel %s, grid %" PRIu32 "x%" PRIu32 "x%" PRIu32 " of %" PRIu32 "x%" PRIu32
+               "x%" PRIu32,
+               p ? p->name : "?", w[HCQ__EXEC_GLOBAL], w[HCQ__EXEC_GLOBAL + 1],
+               w[HCQ__EXEC_GLOBAL + 2], w[HCQ__EXEC_LOCAL], w[HCQ__EXEC_LOCAL + 1],
+               w[HCQ__EXEC_LOCAL + 2]);
       break;
     }
     case HCQ__OP_COPY:
       tag = w[HCQ__COPY_TAG];
-      snprintf(out, size, "copy of %" PRIu64 " bytes 0x%" PRIx64 " -> 0x%" PRIx64, hcq__rd64(w + HCQ__COPY_SIZE),
-               hcq__rd64(w + HCQ__COPY_SRC), hcq__rd64(w + HCQ__COPY_DST));
+      snprintf(out, size, "copy of %" PRIu64 " bytes 0x%" PRIx64 " -> 0x%" PRIx64,
+               hcq__rd64(w + HCQ__COPY_SIZE), hcq__rd64(w + HCQ__COPY_SRC),
+               hcq__rd64(w + HCQ__COPY_DST));
       break;
     default: snprintf(out, size, "%s", op_name(op)); break;
   }
@@ -70,7 +75,8 @@ static void describe_command(const uint32_t *w, char *out, size_t size) {
 
 /* When the engine's current command was first seen (it is the same command while cur and the
  * completed count stay the same). */
-static uint64_t watch_update(hcq_device_t *dev, hcq_queue_kind_t kind, const hcq__engine_snapshot_t *s, uint64_t now) {
+static uint64_t watch_update(hcq_device_t *dev, hcq_queue_kind_t kind,
+                             const hcq__engine_snapshot_t *s, uint64_t now) {
   pthread_mutex_lock(&dev->watch_lock);
   if (dev->watch_cmd[kind] != s->cur || dev->watch_completed[kind] != s->completed) {
     dev->watch_cmd[kind] = s->cur;
@@ -89,7 +95,9 @@ static void report_queue(hcq_device_t *dev, hcq_queue_kind_t kind, char *out, si
   const char *qname = kind == HCQ_QUEUE_COMPUTE ? "compute" : "copy";
   if (!dev->vt->snapshot) {
     snprintf(out, size, "  %s queue: %s\n", qname,
-             dev->vt->completed(dev, kind) >= dev->vt->submitted(dev, kind) ? "idle" : "busy (no detail from this backend)");
+             dev->vt->completed(dev, kind) >= dev->vt->submitted(dev, kind)
+                 ? "idle"
+                 : "busy (no detail from this backend)");
     return;
   }
   if (!s.present) {
@@ -101,8 +109,9 @@ static void report_queue(hcq_device_t *dev, hcq_queue_kind_t kind, char *out, si
   if (!s.cur) {
     /* An engine busy on its other queue (a kernel) has not come to this one's work yet. */
     snprintf(out, size, "  %s queue: %s\n", qname,
-             s.completed < s.submitted ? "work queued, not started yet (its engine is busy on the other queue)"
-                                       : "idle, all work done");
+             s.completed < s.submitted
+                 ? "work queued, not started yet (its engine is busy on the other queue)"
+                 : "idle, all work done");
     return;
   }
   char cur[256], prev[256] = "none in this command list", where[128] = "";
@@ -117,15 +126,16 @@ static void report_queue(hcq_device_t *dev, hcq_queue_kind_t kind, char *out, si
   }
   const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
   bool remote_copy = HCQ__HDR_OP(s.cur[0]) == HCQ__OP_COPY &&
-                     (hcq__addr_is_remote(hcq__rd64(s.cur + HCQ__COPY_DST)) || hcq__addr_is_remote(hcq__rd64(s.cur + HCQ__COPY_SRC)));
+                     (hcq__addr_is_remote(hcq__rd64(s.cur + HCQ__COPY_DST)) ||
+                      hcq__addr_is_remote(hcq__rd64(s.cur + HCQ__COPY_SRC)));
   if (hooks && (hcq__device_is_remote(dev) || remote_copy)) {
     size_t n = strlen(cur);
     hooks->describe(dev, s.cur, cur + n, sizeof(cur) - n);
   }
   uint32_t op = HCQ__HDR_OP(s.cur[0]);
   const char *state = op == HCQ__OP_WAIT ? "blocked at" : op == HCQ__OP_EXEC ? "running" : "at";
-  snprintf(out, size, "  %s queue: %s %s%s, for at least %" PRIu64 " ms; last completed: %s\n", qname, state, cur, where,
-           (now - since) / 1000000u, prev);
+  snprintf(out, size, "  %s queue: %s %s%s, for at least %" PRIu64 " ms; last completed: %s\n",
+           qname, state, cur, where, (now - since) / 1000000u, prev);
 }
 
 size_t hcq_device_report(hcq_device_t *dev, char *out, size_t size) {
@@ -134,8 +144,9 @@ size_t hcq_device_report(hcq_device_t *dev, char *out, size_t size) {
   if (!dev) {
     buf[0] = '\0';
   } else {
-    used = (size_t)snprintf(buf, sizeof(buf), "%s%s%s%s:\n", dev->name, hcq__device_is_lost(dev) ? " (lost: " : "",
-                            hcq__device_is_lost(dev) ? dev->lost_reason : "", hcq__device_is_lost(dev) ? ")" : "");
+    used = (size_t)snprintf(
+        buf, sizeof(buf), "%s%s%s%s:\n", dev->name, hcq__device_is_lost(dev) ? " (lost: " : "",
+        hcq__device_is_lost(dev) ? dev->lost_reason : "", hcq__device_is_lost(dev) ? ")" : "");
     if (used >= sizeof(buf)) used = sizeof(buf) - 1;
     for (int k = 0; k < 2 && used < sizeof(buf) - 1; k++) {
       report_queue(dev, (hcq_queue_kind_t)k, buf + used, sizeof(buf) - used);
@@ -172,7 +183,8 @@ hcq_status_t hcq__device_annotate_report(hcq_status_t st, hcq_device_t *const *d
   }
   if (!used) return st;
   if (report[used - 1] == '\n') report[used - 1] = '\0';
-  hcq_status_t out = hcq_status_make(hcq_status_code(st), "%s\nhang report:\n%s", hcq_status_message(st), report);
+  hcq_status_t out =
+      hcq_status_make(hcq_status_code(st), "%s\nhang report:\n%s", hcq_status_message(st), report);
   hcq_status_destroy(st);
   return out;
 }

@@ -11,11 +11,11 @@
 #include "hcq/device.h"
 
 typedef struct hcq__engine_snapshot {
-  bool present;           /* the queue kind exists on the device */
-  uint64_t submitted;     /* progress counters (backend units) */
+  bool present;       /* the queue kind exists on the device */
+  uint64_t submitted; /* progress counters (backend units) */
   uint64_t completed;
-  const uint32_t *cur;    /* the command running or blocked now; NULL when idle */
-  const uint32_t *prev;   /* the last command completed in the same command list; may be NULL */
+  const uint32_t *cur;       /* the command running or blocked now; NULL when idle */
+  const uint32_t *prev;      /* the last command completed in the same command list; may be NULL */
   const uint32_t *call_base; /* the bound command list cur belongs to (NULL: the device ring) */
   /* When the engine began cur (hcq__now_ns's clock), where it says; 0 when it does not, and the
    * report falls back to when it first saw cur there. */
@@ -28,7 +28,8 @@ typedef struct hcq__engine_snapshot {
 } hcq__engine_snapshot_t;
 
 /* Appends dev's hang report (one line per queue, see hcq_device_report) to st's message. */
-HCQ_MUST_USE hcq_status_t hcq__device_annotate_report(hcq_status_t st, hcq_device_t *const *devs, size_t ndevs);
+HCQ_MUST_USE hcq_status_t hcq__device_annotate_report(hcq_status_t st, hcq_device_t *const *devs,
+                                                      size_t ndevs);
 /* Notes, for the hang report's "for at least N ms", what each engine of devs is doing now. */
 void hcq__device_touch_watch(hcq_device_t *const *devs, size_t ndevs);
 

@@ -106,14 +106,15 @@ bool hcq__host_contended_now(void) {
 bool hcq__spin_policy_observe(hcq__spin_policy_t *p, uint64_t gap_ns, uint64_t now_ns) {
   if (gap_ns <= HCQ__SPIN_GAP_NS) return hcq__spin_policy_contended(p, now_ns);
   uint64_t before = atomic_exchange_explicit(&p->last_gap_ns, now_ns, memory_order_relaxed);
-  /* One gap may be an interrupt or a kernel thread; a second soon after is other work on the cores. */
+  /* One gap may be an interrupt or a kernel thread; a second soon after is other work on the cores.
+   */
   bool close = before && now_ns >= before && now_ns - before <= HCQ__SPIN_GAP_WINDOW_NS;
   if (!close) return hcq__spin_policy_contended(p, now_ns);
   uint64_t until = now_ns + HCQ__SPIN_CONTENDED_HOLD_NS;
   uint64_t old = atomic_load_explicit(&p->contended_until_ns, memory_order_relaxed);
   if (old <= now_ns) atomic_fetch_add_explicit(&p->contended_spells, 1, memory_order_relaxed);
-  while (old < until && !atomic_compare_exchange_weak_explicit(&p->contended_until_ns, &old, until,
-                                                               memory_order_relaxed, memory_order_relaxed)) {
-  }
+  while (old < until &&
+         !atomic_compare_exchange_weak_explicit(&p->contended_until_ns, &old, until,
+                                                memory_order_relaxed, memory_order_relaxed)) {}
   return true;
 }

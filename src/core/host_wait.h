@@ -20,14 +20,15 @@ static inline uint64_t hcq__now_ns(void) {
 }
 
 /* A cheaper hcq__now_ns for device timestamps (the CPU engine takes one per profiled item): the
- * time-stamp counter scaled to CLOCK_MONOTONIC, re-anchored on the real clock every ~1 ms, where the
- * kernel keeps time with an invariant TSC; hcq__now_ns elsewhere. One per thread; zero-initialised. */
+ * time-stamp counter scaled to CLOCK_MONOTONIC, re-anchored on the real clock every ~1 ms, where
+ * the kernel keeps time with an invariant TSC; hcq__now_ns elsewhere. One per thread;
+ * zero-initialised. */
 typedef struct hcq__fast_clock {
-  uint64_t tsc0, ns0;    /* first anchor: the scale is measured from it */
-  uint64_t tsc, ns;      /* last anchor */
-  uint64_t span, last;   /* ticks between anchors; the last value returned (never goes back) */
-  double ns_per_tick;    /* 0 until measured over >= 10 ms */
-  int state;             /* 0 unknown, 1 usable, -1 not usable here */
+  uint64_t tsc0, ns0;  /* first anchor: the scale is measured from it */
+  uint64_t tsc, ns;    /* last anchor */
+  uint64_t span, last; /* ticks between anchors; the last value returned (never goes back) */
+  double ns_per_tick;  /* 0 until measured over >= 10 ms */
+  int state;           /* 0 unknown, 1 usable, -1 not usable here */
 } hcq__fast_clock_t;
 uint64_t hcq__fast_clock_now(hcq__fast_clock_t *c);
 
@@ -89,11 +90,10 @@ static inline bool hcq__spin_policy_contended(hcq__spin_policy_t *p, uint64_t no
   return now_ns < atomic_load_explicit(&p->contended_until_ns, memory_order_relaxed);
 }
 
-
 /* Spins (64 pauses, then yields) until ready(ctx) or budget_ns have passed, as policy p allows;
  * true when ready. The clock is read every 64 steps: it costs more than a step. */
-static inline bool hcq__spin_until_with(hcq__spin_policy_t *p, bool (*ready)(const void *ctx), const void *ctx,
-                                        uint64_t budget_ns) {
+static inline bool hcq__spin_until_with(hcq__spin_policy_t *p, bool (*ready)(const void *ctx),
+                                        const void *ctx, uint64_t budget_ns) {
   uint64_t start = 0, last = 0;
   for (unsigned i = 1;; i++) {
     if (ready(ctx)) return true;
@@ -117,7 +117,8 @@ static inline bool hcq__spin_until_with(hcq__spin_policy_t *p, bool (*ready)(con
 HCQ__PRIVATE_EXPORT uint64_t hcq__deadline_after_ms(int64_t timeout_ms);
 
 /* Futex helpers on a 32-bit word. */
-HCQ__PRIVATE_EXPORT void hcq__futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns);
+HCQ__PRIVATE_EXPORT void hcq__futex_wait(_Atomic uint32_t *word, uint32_t expected,
+                                         uint64_t timeout_ns);
 HCQ__PRIVATE_EXPORT void hcq__futex_wake(_Atomic uint32_t *word);
 
 /* Joins t once *exited is set, or detaches it at deadline_ns and returns false (a thread stuck in a

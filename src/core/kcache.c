@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -44,12 +44,14 @@ static bool group_is_only_me(gid_t gid) {
   for (size_t size = 16384; size <= (1u << 22); size *= 4) {
     char *buf = malloc(2 * size);
     if (!buf) break;
-    int e1 = getpwuid_r(geteuid(), &pw, buf, size, &p), e2 = getgrgid_r(gid, &gr, buf + size, size, &g);
+    int e1 = getpwuid_r(geteuid(), &pw, buf, size, &p),
+        e2 = getgrgid_r(gid, &gr, buf + size, size, &g);
     if (e1 != ERANGE && e2 != ERANGE) {
       only = p && g && p->pw_gid == gid && !strcmp(g->gr_name, p->pw_name);
       for (char **m = only ? g->gr_mem : NULL; m && *m; m++) only = only && !strcmp(*m, p->pw_name);
       free(buf);
-      if (nknown < sizeof(known) / sizeof(known[0])) known[nknown++] = (struct known_group){gid, only};
+      if (nknown < sizeof(known) / sizeof(known[0]))
+        known[nknown++] = (struct known_group){gid, only};
       break;
     }
     free(buf);
@@ -78,20 +80,24 @@ bool hcq__kcache_dir_trusted(const char *dir, char *why, size_t size) {
     return false;
   }
   if (st.st_uid != me) {
-    snprintf(why, size, "%s is owned by uid %ld, not by this process's uid %ld", dir, (long)st.st_uid, (long)me);
+    snprintf(why, size, "%s is owned by uid %ld, not by this process's uid %ld", dir,
+             (long)st.st_uid, (long)me);
     return false;
   }
   const char *writers = other_writers(&st);
   if (writers) {
-    snprintf(why, size, "%s is writable by %s (mode %04o)", dir, writers, (unsigned)(st.st_mode & 07777));
+    snprintf(why, size, "%s is writable by %s (mode %04o)", dir, writers,
+             (unsigned)(st.st_mode & 07777));
     return false;
   }
   /* Whoever may rename entries of a directory above could swap dir for one of theirs. */
   char up[PATH_MAX];
   snprintf(up, sizeof(up), "%s", dir);
   for (char *slash = strrchr(up, '/'); slash; slash = strrchr(up, '/')) {
-    if (slash == up) slash[1] = '\0';
-    else *slash = '\0';
+    if (slash == up)
+      slash[1] = '\0';
+    else
+      *slash = '\0';
     if (stat(up, &st) != 0) {
       snprintf(why, size, "cannot inspect %s: %s", up, strerror(errno));
       return false;
@@ -101,8 +107,9 @@ bool hcq__kcache_dir_trusted(const char *dir, char *why, size_t size) {
       return false;
     }
     if (!(st.st_mode & S_ISVTX) && (writers = other_writers(&st))) {
-      snprintf(why, size, "%s, which holds %s, is writable by %s without the sticky bit (mode %04o)", up, dir, writers,
-               (unsigned)(st.st_mode & 07777));
+      snprintf(why, size,
+               "%s, which holds %s, is writable by %s without the sticky bit (mode %04o)", up, dir,
+               writers, (unsigned)(st.st_mode & 07777));
       return false;
     }
     if (slash == up) break;
@@ -135,7 +142,8 @@ bool hcq__kcache_open_dir(const char *dir, char *out, char *why, size_t size) {
     return false;
   }
   if (strlen(out) > MAX_CACHE_DIR) {
-    snprintf(why, size, "the cache directory %s resolves to a path longer than %d bytes", dir, MAX_CACHE_DIR);
+    snprintf(why, size, "the cache directory %s resolves to a path longer than %d bytes", dir,
+             MAX_CACHE_DIR);
     return false;
   }
   return hcq__kcache_dir_trusted(out, why, size);
@@ -169,9 +177,11 @@ bool hcq__kcache_blob_dir(const char *sub, char *out, size_t size) {
   }
   /* Ours alone: we made it 0700, and a subdirectory gets no private-group allowance. */
   struct stat st;
-  bool ok = lstat(out, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH));
+  bool ok = lstat(out, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+            !(st.st_mode & (S_IWGRP | S_IWOTH));
   if (!ok) {
-    snprintf(why, sizeof(why), "%s is not a directory of this user's that only this user may write", out);
+    snprintf(why, sizeof(why), "%s is not a directory of this user's that only this user may write",
+             out);
     hcq__kcache_warn_uncached(why);
   }
   return ok;
@@ -212,15 +222,18 @@ static atomic_bool g_warned_uncached;
 void hcq__kcache_warn_uncached(const char *why) {
   if (atomic_exchange(&g_warned_uncached, true)) return;
   fprintf(stderr,
-          "hcq: warning: compiled kernels are not cached in this process: %s. Each program is compiled without the "
+          "hcq: warning: compiled kernels are not cached in this process: %s. Each program is "
+          "compiled without the "
           "cache instead (docs/kernel-cache.md).\n",
           why);
 }
 
 /* One line per damaged file: each is replaced right after, so the next process says nothing. */
 void hcq__kcache_warn_damaged(const char *path, const char *why) {
-  fprintf(stderr, "hcq: warning: the cached kernel %s is damaged (%s); it is compiled again and replaced.\n", path,
-          why);
+  fprintf(
+      stderr,
+      "hcq: warning: the cached kernel %s is damaged (%s); it is compiled again and replaced.\n",
+      path, why);
 }
 
 static void key_field(uint8_t out[HCQ__KCACHE_KEY], const char *key) {
@@ -228,7 +241,8 @@ static void key_field(uint8_t out[HCQ__KCACHE_KEY], const char *key) {
   memcpy(out, key, strnlen(key, HCQ__KCACHE_KEY));
 }
 
-void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key, size_t max_size, size_t *out_size) {
+void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key, size_t max_size,
+                            size_t *out_size) {
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return NULL;
   struct stat st;
@@ -240,25 +254,33 @@ void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key
   if (fstat(fd, &st) != 0 || !hcq__kcache_file_is_ours(&st)) {
     /* not ours to judge: skipped */
   } else if (st.st_size < BLOB_HEADER) {
-    snprintf(why, sizeof(why), "%lld bytes, shorter than its %d-byte header", (long long)st.st_size, BLOB_HEADER);
+    snprintf(why, sizeof(why), "%lld bytes, shorter than its %d-byte header", (long long)st.st_size,
+             BLOB_HEADER);
   } else if ((uint64_t)st.st_size - BLOB_HEADER > max_size) {
-    snprintf(why, sizeof(why), "%lld bytes, more than a kernel of this kind can be", (long long)st.st_size);
+    snprintf(why, sizeof(why), "%lld bytes, more than a kernel of this kind can be",
+             (long long)st.st_size);
   } else if (!read_all(fd, header, sizeof(header))) {
-    snprintf(why, sizeof(why), "its header cannot be read: %s", errno ? strerror(errno) : "it shrank");
+    snprintf(why, sizeof(why), "its header cannot be read: %s",
+             errno ? strerror(errno) : "it shrank");
   } else if (!memcmp(header, magic, 6) && memcmp(header + 6, magic + 6, 2)) {
     /* an earlier version of this format: replaced without a word */
   } else if (memcmp(header, magic, 8)) {
     snprintf(why, sizeof(why), "it does not start with the format tag %.8s", magic);
   } else if (memcmp(header + 8, want_key, HCQ__KCACHE_KEY)) {
-    snprintf(why, sizeof(why), "it holds the kernel cached under key %.*s, not this one's %.*s: copied or restored over it",
-             (int)strnlen((const char *)header + 8, HCQ__KCACHE_KEY), (const char *)header + 8, HCQ__KCACHE_KEY, key);
+    snprintf(why, sizeof(why),
+             "it holds the kernel cached under key %.*s, not this one's %.*s: copied or restored "
+             "over it",
+             (int)strnlen((const char *)header + 8, HCQ__KCACHE_KEY), (const char *)header + 8,
+             HCQ__KCACHE_KEY, key);
   } else {
     size = (size_t)st.st_size - BLOB_HEADER;
     payload = malloc(size ? size : 1);
     if (payload && !read_all(fd, payload, size))
-      snprintf(why, sizeof(why), "it cannot be read whole: %s", errno ? strerror(errno) : "it shrank");
+      snprintf(why, sizeof(why), "it cannot be read whole: %s",
+               errno ? strerror(errno) : "it shrank");
     else if (payload && (hash_into(want, payload, size), memcmp(want, header + BLOB_HASH_AT, 16)))
-      snprintf(why, sizeof(why), "its contents do not match the hash stored with them: corrupted or truncated");
+      snprintf(why, sizeof(why),
+               "its contents do not match the hash stored with them: corrupted or truncated");
     if (why[0]) {
       free(payload);
       payload = NULL;
@@ -298,7 +320,8 @@ static void list_cached(const char *dir, cached_files_t *files, int depth) {
     if (snprintf(f.path, sizeof(f.path), "%s/%s", dir, e->d_name) >= (int)sizeof(f.path)) continue;
     struct stat st;
     if (lstat(f.path, &st) != 0) continue;
-    if (S_ISDIR(st.st_mode) && depth == 0 && st.st_uid == geteuid()) { /* a backend's blobs: spirv/, cuda/ */
+    if (S_ISDIR(st.st_mode) && depth == 0 &&
+        st.st_uid == geteuid()) { /* a backend's blobs: spirv/, cuda/ */
       list_cached(f.path, files, 1);
       continue;
     }
@@ -311,7 +334,8 @@ static void list_cached(const char *dir, cached_files_t *files, int depth) {
 }
 
 static int by_last_use(const void *a, const void *b) {
-  const struct timespec *x = &((const cached_file_t *)a)->used, *y = &((const cached_file_t *)b)->used;
+  const struct timespec *x = &((const cached_file_t *)a)->used,
+                        *y = &((const cached_file_t *)b)->used;
   if (x->tv_sec != y->tv_sec) return x->tv_sec < y->tv_sec ? -1 : 1;
   return x->tv_nsec < y->tv_nsec ? -1 : x->tv_nsec > y->tv_nsec;
 }
@@ -339,17 +363,19 @@ static void trim_cache(uint64_t cap, const char *keep) {
 }
 
 /* A full disk (or quota) said as one: the folder, the bytes the file needed and those left. */
-static void disk_full_why(char *why, size_t size, const char *dir, const char *path, size_t need, int err) {
+static void disk_full_why(char *why, size_t size, const char *dir, const char *path, size_t need,
+                          int err) {
   struct statvfs sv;
   char free_text[64] = "";
   if (statvfs(dir, &sv) == 0)
-    snprintf(free_text, sizeof(free_text), ", %llu free", (unsigned long long)sv.f_bavail * sv.f_frsize);
-  snprintf(why, size, "cannot store %s: the disk holding %s is full (%s): %zu bytes needed%s", path, dir,
-           strerror(err), need, free_text);
+    snprintf(free_text, sizeof(free_text), ", %llu free",
+             (unsigned long long)sv.f_bavail * sv.f_frsize);
+  snprintf(why, size, "cannot store %s: the disk holding %s is full (%s): %zu bytes needed%s", path,
+           dir, strerror(err), need, free_text);
 }
 
-bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const char *key, const void *payload,
-                            size_t size) {
+bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const char *key,
+                            const void *payload, size_t size) {
   char tmp[PATH_MAX + 32], why[2 * PATH_MAX + 128];
   int n = snprintf(tmp, sizeof(tmp), "%s/tmp-XXXXXX", dir);
   if (n < 0 || (size_t)n >= sizeof(tmp)) return false;
@@ -360,7 +386,8 @@ bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic
     return false;
   }
   if (fd < 0) {
-    snprintf(why, sizeof(why), "cannot store %s: cannot create a file in %s: %s", path, dir, strerror(errno));
+    snprintf(why, sizeof(why), "cannot store %s: cannot create a file in %s: %s", path, dir,
+             strerror(errno));
     hcq__kcache_warn_uncached(why);
     return false;
   }
@@ -369,15 +396,18 @@ bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic
   key_field(header + 8, key);
   hash_into(header + BLOB_HASH_AT, payload, size);
   errno = 0;
-  bool ok = fchmod(fd, 0600) == 0 && write_all(fd, header, sizeof(header)) && write_all(fd, payload, size);
+  bool ok = fchmod(fd, 0600) == 0 && write_all(fd, header, sizeof(header)) &&
+            write_all(fd, payload, size);
   int err = errno;
   /* close reports what a network file system could not write back. */
   if (close(fd) != 0 && ok) ok = false, err = errno;
   if (ok && rename(tmp, path) != 0) ok = false, err = errno;
   if (!ok) {
     unlink(tmp);
-    if (err == ENOSPC || err == EDQUOT) disk_full_why(why, sizeof(why), dir, path, sizeof(header) + size, err);
-    else snprintf(why, sizeof(why), "cannot store %s: %s", path, err ? strerror(err) : "short write");
+    if (err == ENOSPC || err == EDQUOT)
+      disk_full_why(why, sizeof(why), dir, path, sizeof(header) + size, err);
+    else
+      snprintf(why, sizeof(why), "cannot store %s: %s", path, err ? strerror(err) : "short write");
     hcq__kcache_warn_uncached(why);
   }
   if (ok && hcq__options()->cache_max_bytes) trim_cache(hcq__options()->cache_max_bytes, path);

@@ -44,13 +44,14 @@ bool hcq__kcache_blob_dir(const char *sub, char *out, size_t size);
  * the format (magic's first 6 bytes equal, its version differs), a missing file, or one we do not
  * trust (someone else's, a link, a FIFO) is skipped silently. The payload is read whole into memory
  * and checked there: what the caller uses cannot change after the check. */
-void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key, size_t max_size, size_t *out_size);
+void *hcq__kcache_blob_load(const char *path, const char *magic, const char *key, size_t max_size,
+                            size_t *out_size);
 /* Writes magic, key, the payload's XXH128 and the payload (0600) to a temporary file in dir and
  * renames it over path: readers see the whole file or none, and one that lost its data in a crash
  * fails its hash. Failing (full disk, quota, read-only file system...) is not an error: nothing is
  * cached, the temporary file is removed and hcq__kcache_warn_uncached says why; returns false. */
-bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const char *key, const void *payload,
-                            size_t size);
+bool hcq__kcache_blob_store(const char *dir, const char *path, const char *magic, const char *key,
+                            const void *payload, size_t size);
 /* Says on stderr that the cached file path is damaged (why) and is compiled again and replaced: for
  * a file that passed the blob checks but does not load (its caller replaces it). */
 void hcq__kcache_warn_damaged(const char *path, const char *why);

@@ -22,7 +22,8 @@ void hcq_kernel_cache_usage(uint64_t *out_bytes, uint64_t *out_files, const char
   for (struct dirent *e; d && (e = readdir(d));) {
     size_t len = strlen(e->d_name);
     /* Compiled kernels only: not the temporary files of a compile in progress. */
-    if (len < 4 || strcmp(e->d_name + len - 3, ".so") != 0 || !strncmp(e->d_name, "tmp-", 4)) continue;
+    if (len < 4 || strcmp(e->d_name + len - 3, ".so") != 0 || !strncmp(e->d_name, "tmp-", 4))
+      continue;
     char path[2048];
     struct stat st;
     snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
@@ -39,7 +40,8 @@ void hcq_kernel_cache_usage(uint64_t *out_bytes, uint64_t *out_files, const char
 /* The checks both memory calls make, then frees the deferred memory whose work is done (never
  * waits): released bytes count as free, in hcq's classes and for the driver alike. */
 static hcq_status_t check_and_reclaim(hcq_device_t *dev, const void *out, const char *what) {
-  if (!dev || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: device or output is NULL", what);
+  if (!dev || !out)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: device or output is NULL", what);
   hcq_status_t st = hcq__device_handle_check(dev, what);
   if (st) return st;
   pthread_mutex_lock(&dev->lock);
@@ -58,8 +60,10 @@ hcq_status_t hcq_device_memory_usage(hcq_device_t *dev, hcq_memory_usage_t *out)
   out->graph_profile = read_class(dev, HCQ__MEMC_PROFILE);
   out->eager = read_class(dev, HCQ__MEMC_EAGER);
   out->deferred = read_class(dev, HCQ__MEMC_DEFERRED);
-  out->total = out->buffers + out->graph_kernargs + out->graph_commands + out->graph_profile + out->eager + out->deferred;
-  if (dev->caps & HCQ_CAP_COMPILE_C) hcq_kernel_cache_usage(&out->kernel_cache_bytes, &out->kernel_cache_files, NULL);
+  out->total = out->buffers + out->graph_kernargs + out->graph_commands + out->graph_profile +
+               out->eager + out->deferred;
+  if (dev->caps & HCQ_CAP_COMPILE_C)
+    hcq_kernel_cache_usage(&out->kernel_cache_bytes, &out->kernel_cache_files, NULL);
   return NULL;
 }
 
@@ -68,7 +72,9 @@ hcq_status_t hcq_device_memory(hcq_device_t *dev, hcq_device_memory_t *out) {
   if (st) return st;
   memset(out, 0, sizeof(*out));
   if (!dev->vt->memory_info)
-    return hcq_status_make(HCQ_UNAVAILABLE, "hcq_device_memory: %s cannot tell its memory (its backend does not ask a driver)",
-                           dev->name);
+    return hcq_status_make(
+        HCQ_UNAVAILABLE,
+        "hcq_device_memory: %s cannot tell its memory (its backend does not ask a driver)",
+        dev->name);
   return dev->vt->memory_info(dev, out);
 }

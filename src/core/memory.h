@@ -1,5 +1,5 @@
-/* Device memory as backends hand it out, and the classes the core accounts it in (memory.c reads the
- * counters: hcq_device_memory_usage). */
+/* Device memory as backends hand it out, and the classes the core accounts it in (memory.c reads
+ * the counters: hcq_device_memory_usage). */
 #ifndef HCQ_CORE_MEMORY_H
 #define HCQ_CORE_MEMORY_H
 
@@ -14,11 +14,11 @@ typedef struct hcq__mem {
 
 /* mem_alloc flags. */
 enum {
-  HCQ__MEM_HOST_VISIBLE = 1u << 0, /* host must read and write it through mem.host (signals, kernargs,
-                                      staging, bound command words) */
-  HCQ__MEM_MAPPED = 1u << 1,       /* kernels use it and the host maps it (hcq_buffer_create_mapped):
-                                      backends whose device memory is not host-visible allocate such
-                                      memory if they can; the core checks mem.host */
+  HCQ__MEM_HOST_VISIBLE = 1u << 0, /* host must read and write it through mem.host (signals,
+                                      kernargs, staging, bound command words) */
+  HCQ__MEM_MAPPED = 1u << 1, /* kernels use it and the host maps it (hcq_buffer_create_mapped):
+                                backends whose device memory is not host-visible allocate such
+                                memory if they can; the core checks mem.host */
 };
 
 /* Memory accounting: live bytes per device in these classes (see hcq_device_memory_usage). */

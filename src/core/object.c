@@ -1,7 +1,7 @@
 /* The live objects of a device and the handle checks of HCQ_VALIDATE=1 (core/object.h). */
 #include <execinfo.h>
-#include <stdarg.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +12,8 @@
 
 bool hcq__validating;
 atomic_ulong hcq__validation_errors;
-/* Every device's, open or not: the exit report tells those of closed (lost) devices by the difference. */
+/* Every device's, open or not: the exit report tells those of closed (lost) devices by the
+ * difference. */
 static atomic_long g_live_objects;
 
 unsigned long hcq_validation_error_count(void) { return atomic_load(&hcq__validation_errors); }
@@ -89,13 +90,16 @@ hcq_status_t hcq__obj_check(const hcq__obj_t *obj, hcq__obj_kind_t kind, const c
   uint32_t state = atomic_load_explicit(&obj->state, memory_order_acquire);
   if (kind == HCQ__OBJ_SIGNAL && state == 0) return NULL; /* a device's own signal (the timeline) */
   if (state == HCQ__OBJ_DEAD)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: %s \"%.64s\" was released already (HCQ_VALIDATE)", what,
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "%s: %s \"%.64s\" was released already (HCQ_VALIDATE)", what,
                            hcq__obj_kind_name(kind), obj->label);
   if (state != HCQ__OBJ_LIVE || obj->kind != kind)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: not a live hcq %s (HCQ_VALIDATE)", what, hcq__obj_kind_name(kind));
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: not a live hcq %s (HCQ_VALIDATE)", what,
+                           hcq__obj_kind_name(kind));
   if (atomic_load(&obj->dev->state) != HCQ__OBJ_LIVE || obj->dev->closed)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: %s \"%.64s\" belongs to %s, which was closed (HCQ_VALIDATE)",
-                           what, hcq__obj_kind_name(kind), obj->label, obj->dev->name);
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "%s: %s \"%.64s\" belongs to %s, which was closed (HCQ_VALIDATE)", what,
+                           hcq__obj_kind_name(kind), obj->label, obj->dev->name);
   return NULL;
 }
 
@@ -114,7 +118,8 @@ bool hcq__obj_released_again(const hcq__obj_t *obj, const char *call) {
 
 /* ---- the leak report: what is alive, whose it is, where it came from ---- */
 
-/* "buffer \"x\"", or the label alone where it says the kind already ("graph#2 (2 items)", "buffer#7"). */
+/* "buffer \"x\"", or the label alone where it says the kind already ("graph#2 (2 items)",
+ * "buffer#7"). */
 static void obj_name(const hcq__obj_t *o, char *out, size_t size) {
   const char *kind = hcq__obj_kind_name(o->kind);
   size_t k = strlen(kind);
@@ -189,11 +194,13 @@ void hcq__obj_describe(hcq_device_t *dev, char *out, size_t size, unsigned limit
   }
   for (hcq__obj_t *h = dev->objects.next; h != &dev->objects; h = h->next) {
     long held = 0;
-    for (hcq__obj_t *o = dev->objects.next; o != &dev->objects; o = o->next) held += group_of(dev, o) == h;
+    for (hcq__obj_t *o = dev->objects.next; o != &dev->objects; o = o->next)
+      held += group_of(dev, o) == h;
     if (!h->held_by && held) {
       char name[128];
       obj_name(h, name, sizeof(name));
-      put(&t, "%s%ld held by %s on your behalf (released with it): ", t.used ? "; " : "", held, name);
+      put(&t, "%s%ld held by %s on your behalf (released with it): ", t.used ? "; " : "", held,
+          name);
       put_group(&t, dev, h);
     }
   }
@@ -219,7 +226,8 @@ long hcq__obj_print_locked(hcq_device_t *dev, FILE *f, long *budget) {
       obj_name(g, hname, sizeof(hname));
       snprintf(holder, sizeof(holder), ", held by %s on your behalf", hname);
     }
-    fprintf(f, "  %s: %s, made by %s%s\n", dev->name, name, o->created_by ? o->created_by : "hcq", holder);
+    fprintf(f, "  %s: %s, made by %s%s\n", dev->name, name, o->created_by ? o->created_by : "hcq",
+            holder);
     if (!o->ntrace) continue;
     char **lines = backtrace_symbols(o->trace, o->ntrace);
     for (int i = 0; i < o->ntrace; i++) {
@@ -238,8 +246,8 @@ void hcq__leak_report_device(hcq_device_t *dev, const char *why) {
   pthread_mutex_lock(&dev->obj_lock);
   if (dev->nobjects > 0) {
     long budget = 200;
-    fprintf(stderr, "hcq: %ld object%s of %s still alive %s:\n", dev->nobjects, dev->nobjects == 1 ? "" : "s",
-            dev->name, why);
+    fprintf(stderr, "hcq: %ld object%s of %s still alive %s:\n", dev->nobjects,
+            dev->nobjects == 1 ? "" : "s", dev->name, why);
     long seen = hcq__obj_print_locked(dev, stderr, &budget), printed = 200 - budget;
     if (seen > printed) fprintf(stderr, "  and %ld more\n", seen - printed);
   }

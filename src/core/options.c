@@ -20,7 +20,8 @@ static int64_t env_int(const char *name, int64_t def, int64_t lo, int64_t hi) {
   errno = 0;
   long long v = strtoll(s, &end, 10);
   if (errno || *end || v < lo || v > hi) {
-    fprintf(stderr, "hcq: ignoring %s=\"%s\": expected an integer in [%" PRId64 ", %" PRId64 "]\n", name, s, lo, hi);
+    fprintf(stderr, "hcq: ignoring %s=\"%s\": expected an integer in [%" PRId64 ", %" PRId64 "]\n",
+            name, s, lo, hi);
     return def;
   }
   return v;
@@ -68,7 +69,8 @@ static void load_cache_dir(hcq__options_t *o) {
 
 static void load_options(void) {
   hcq__options_t *o = &g_options;
-  o->wait_timeout_ms = env_int("HCQ_WAIT_TIMEOUT_MS", HCQ_DEFAULT_WAIT_TIMEOUT_MS, 0, INT64_C(1) << 40);
+  o->wait_timeout_ms =
+      env_int("HCQ_WAIT_TIMEOUT_MS", HCQ_DEFAULT_WAIT_TIMEOUT_MS, 0, INT64_C(1) << 40);
   o->cpu_threads = (unsigned)env_int("HCQ_CPU_THREADS", 0, 0, 256);
   o->graph_inflight = (unsigned)env_int("HCQ_GRAPH_INFLIGHT", 2, 1, 16);
   o->cpu_min_parallel = (uint64_t)env_int("HCQ_CPU_MIN_PARALLEL", 8192, 1, INT64_MAX);
@@ -86,7 +88,8 @@ static void load_options(void) {
   hcq__trace_start_from_env(o->profile); /* the profiler, on from the first use of the library */
   o->cc = env_dup("HCQ_CC", "cc");
   /* For the machine the kernels run on, as a JIT compiles; no FMA contraction, so that a kernel
-   * gives the same bits on hosts with and without FMA and as host code built for the baseline ISA. */
+   * gives the same bits on hosts with and without FMA and as host code built for the baseline ISA.
+   */
   o->cflags = env_dup("HCQ_CFLAGS", HCQ__DEFAULT_CFLAGS);
   o->tmp_dir = env_dup("TMPDIR", "/tmp");
   load_cache_dir(o);

@@ -1,4 +1,5 @@
-/* Programs (program.c): a kernel as its backend loaded it, and what the core knows of its arguments. */
+/* Programs (program.c): a kernel as its backend loaded it, and what the core knows of its
+ * arguments. */
 #ifndef HCQ_CORE_PROGRAM_H
 #define HCQ_CORE_PROGRAM_H
 
@@ -31,7 +32,7 @@ struct hcq_program {
   hcq_device_t *dev;
   hcq__program_impl_t impl;
   char name[64];
-  char *source; /* NULL for function-pointer programs */
+  char *source;          /* NULL for function-pointer programs */
   _Atomic uint32_t args; /* hcq__args_pack(): declared, or known to the backend; 0 unknown */
 };
 
@@ -40,9 +41,10 @@ static inline bool hcq__program_args_ok(const hcq_program_t *p, size_t nbufs, si
   uint32_t a = atomic_load_explicit(&((hcq_program_t *)p)->args, memory_order_relaxed);
   return !a || (a & ~(3u << 30)) == hcq__args_pack(nbufs, nvals, 0);
 }
-/* INVALID_ARGUMENT "<who>: kernel K takes 2 buffers and 1 value (declared), ... passes 1 and 1" when
- * the counts do not fit; NULL when they do. */
-HCQ_MUST_USE hcq_status_t hcq__program_check_args(const hcq_program_t *p, size_t nbufs, size_t nvals, const char *who);
+/* INVALID_ARGUMENT "<who>: kernel K takes 2 buffers and 1 value (declared), ... passes 1 and 1"
+ * when the counts do not fit; NULL when they do. */
+HCQ_MUST_USE hcq_status_t hcq__program_check_args(const hcq_program_t *p, size_t nbufs,
+                                                  size_t nvals, const char *who);
 
 typedef enum { HCQ__FIELD_U32, HCQ__FIELD_I32, HCQ__FIELD_U64 } hcq__field_t;
 /* Unloads and frees a program whose work is done. */

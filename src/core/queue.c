@@ -15,7 +15,9 @@
 
 #define NO_PATCH UINT32_MAX
 
-static hcq_status_t oom(const char *what) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory %s", what); }
+static hcq_status_t oom(const char *what) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory %s", what);
+}
 
 hcq_status_t hcq__queue_create(hcq_queue_kind_t kind, bool retain_refs, hcq_queue_t **out) {
   hcq_queue_t *q = calloc(1, sizeof(*q));
@@ -28,10 +30,12 @@ hcq_status_t hcq__queue_create(hcq_queue_kind_t kind, bool retain_refs, hcq_queu
 }
 
 hcq_status_t hcq_queue_create(hcq_queue_kind_t kind, hcq_queue_t **out_queue) {
-  if (!out_queue) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_queue_create: out_queue is NULL");
+  if (!out_queue)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_queue_create: out_queue is NULL");
   *out_queue = NULL;
   if (kind != HCQ_QUEUE_COMPUTE && kind != HCQ_QUEUE_COPY)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_queue_create: unknown queue kind %d", (int)kind);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_queue_create: unknown queue kind %d",
+                           (int)kind);
   return hcq__queue_create(kind, true, out_queue);
 }
 
@@ -132,13 +136,16 @@ static void field_range(hcq__field_t f, int64_t *lo, int64_t *hi) {
 }
 
 static const char *field_name(hcq__field_t f) {
-  return f == HCQ__FIELD_U32 ? "unsigned 32-bit" : f == HCQ__FIELD_I32 ? "signed 32-bit" : "unsigned 64-bit";
+  return f == HCQ__FIELD_U32   ? "unsigned 32-bit"
+         : f == HCQ__FIELD_I32 ? "signed 32-bit"
+                               : "unsigned 64-bit";
 }
 
 static hcq_status_t check_recordable(hcq_queue_t *q, const char *cmd) {
   if (!q) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: queue is NULL", cmd);
   if (q->bound_dev)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: the queue is bound to %s and takes no more commands", cmd,
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "%s: the queue is bound to %s and takes no more commands", cmd,
                            q->bound_dev->name);
   return NULL;
 }
@@ -161,12 +168,14 @@ void hcq__operand_name(uint16_t what, char *out, size_t size) {
 }
 
 /* Registers a patch point for a symbolic operand. Nothing changes when it fails. */
-static hcq_status_t add_patch(hcq_queue_t *q, const hcq_expr_t *sym, hcq__field_t field, bool in_memory,
-                              uint64_t offset, hcq_buffer_t *mem, uint16_t what) {
-  size_t nsyms = hcq__symset_count(&q->syms) + 1; /* room for a new symbol, whether or not it is new */
+static hcq_status_t add_patch(hcq_queue_t *q, const hcq_expr_t *sym, hcq__field_t field,
+                              bool in_memory, uint64_t offset, hcq_buffer_t *mem, uint16_t what) {
+  /* room for a new symbol, whether or not it is new */
+  size_t nsyms = hcq__symset_count(&q->syms) + 1;
   if (!hcq__vec_reserve_for(&q->sym_head, nsyms) || !hcq__vec_reserve_for(&q->sym_lo, nsyms) ||
       !hcq__vec_reserve_for(&q->sym_hi, nsyms) || !hcq__vec_reserve_for(&q->sym_last, nsyms) ||
-      !hcq__vec_reserve_for(&q->sym_new, nsyms) || !hcq__vec_reserve_for(&q->patches, q->patches.len + 1))
+      !hcq__vec_reserve_for(&q->sym_new, nsyms) ||
+      !hcq__vec_reserve_for(&q->patches, q->patches.len + 1))
     return oom("recording a patch point");
   uint32_t idx;
   hcq_status_t st = hcq__symset_add(&q->syms, sym, &idx);
@@ -183,7 +192,8 @@ static hcq_status_t add_patch(hcq_queue_t *q, const hcq_expr_t *sym, hcq__field_
     if (lo > q->sym_lo.data[idx]) q->sym_lo.data[idx] = lo;
     if (hi < q->sym_hi.data[idx]) q->sym_hi.data[idx] = hi;
   }
-  hcq__patch_t p = {idx, q->sym_head.data[idx], (uint8_t)field, in_memory, what, q->tag, offset, mem};
+  hcq__patch_t p = {idx, q->sym_head.data[idx], (uint8_t)field, in_memory, what, q->tag, offset,
+                    mem};
   q->sym_head.data[idx] = (uint32_t)q->patches.len;
   q->patches.data[q->patches.len++] = p;
   q->submitted = false; /* a new patch point has never been written */
@@ -196,12 +206,14 @@ static bool constant_fits(hcq_operand_t op, hcq__field_t field) {
   return op.value >= lo && op.value <= hi;
 }
 
-/* Validates a constant operand before anything is recorded, so a failing command leaves no trace. */
-static hcq_status_t check_operand(hcq_operand_t op, hcq__field_t field, const char *cmd, const char *what) {
+/* Validates a constant operand before anything is recorded, so a failing command leaves no trace.
+ */
+static hcq_status_t check_operand(hcq_operand_t op, hcq__field_t field, const char *cmd,
+                                  const char *what) {
   if (op.sym && hcq_expr_is_const(op.sym)) op = hcq_imm(hcq_expr_const_value(op.sym));
   if (op.sym || constant_fits(op, field)) return NULL;
-  return hcq_status_make(HCQ_OUT_OF_RANGE, "%s: %s %" PRId64 " does not fit its %s field", cmd, what, op.value,
-                         field_name(field));
+  return hcq_status_make(HCQ_OUT_OF_RANGE, "%s: %s %" PRId64 " does not fit its %s field", cmd,
+                         what, op.value, field_name(field));
 }
 
 #define CHECK_OPERAND(op, field, cmd, what)                          \
@@ -211,8 +223,8 @@ static hcq_status_t check_operand(hcq_operand_t op, hcq__field_t field, const ch
   } while (0)
 
 /* Writes a constant operand into the words, or a placeholder plus a patch point. */
-static hcq_status_t put_operand(hcq_queue_t *q, size_t at, hcq_operand_t op, hcq__field_t field, const char *cmd,
-                                const char *what, uint16_t what_code) {
+static hcq_status_t put_operand(hcq_queue_t *q, size_t at, hcq_operand_t op, hcq__field_t field,
+                                const char *cmd, const char *what, uint16_t what_code) {
   if (op.sym && hcq_expr_is_const(op.sym)) op = hcq_imm(hcq_expr_const_value(op.sym));
   if (!op.sym) {
     if (field == HCQ__FIELD_U64)
@@ -251,30 +263,34 @@ static void rollback_patches(hcq_queue_t *q, size_t patch_mark) {
   size_t before = hcq__symset_count(&q->syms);
   hcq__symset_truncate(&q->syms, q->cmd_mark);
   size_t n = hcq__symset_count(&q->syms);
-  if (n < before) q->sym_head.len = q->sym_lo.len = q->sym_hi.len = q->sym_last.len = q->sym_new.len = n;
+  if (n < before)
+    q->sym_head.len = q->sym_lo.len = q->sym_hi.len = q->sym_last.len = q->sym_new.len = n;
 }
 
-/* Undo of a command whose operands failed: drop its words and any patch points recorded into them. */
+/* Undo of a command whose operands failed: drop its words and any patch points recorded into them.
+ */
 static void abort_cmd(hcq_queue_t *q, size_t at) {
   size_t mark = q->patches.len;
-  while (mark && !q->patches.data[mark - 1].in_memory && q->patches.data[mark - 1].offset >= at) mark--;
+  while (mark && !q->patches.data[mark - 1].in_memory && q->patches.data[mark - 1].offset >= at)
+    mark--;
   rollback_patches(q, mark);
   q->words.len = at;
 }
 
-#define TRY_OPERAND(q, at, off, op, field, cmd, what, code)                \
-  do {                                                                     \
+#define TRY_OPERAND(q, at, off, op, field, cmd, what, code)                                  \
+  do {                                                                                       \
     hcq_status_t st_ = put_operand((q), (at) + (off), (op), (field), (cmd), (what), (code)); \
-    if (st_) {                                                             \
-      abort_cmd((q), (at));                                                \
-      return st_;                                                          \
-    }                                                                      \
+    if (st_) {                                                                               \
+      abort_cmd((q), (at));                                                                  \
+      return st_;                                                                            \
+    }                                                                                        \
   } while (0)
 
 /* wait and signal share a layout: header, 64-bit signal address, 32-bit value. */
-static hcq_status_t signal_command(hcq_queue_t *q, uint32_t header, const char *cmd, hcq_operand_t signal_addr,
-                                  hcq_operand_t value) {
-  _Static_assert(HCQ__WAIT_ADDR == HCQ__SIGNAL_ADDR && HCQ__WAIT_VALUE == HCQ__SIGNAL_VALUE, "same layout");
+static hcq_status_t signal_command(hcq_queue_t *q, uint32_t header, const char *cmd,
+                                   hcq_operand_t signal_addr, hcq_operand_t value) {
+  _Static_assert(HCQ__WAIT_ADDR == HCQ__SIGNAL_ADDR && HCQ__WAIT_VALUE == HCQ__SIGNAL_VALUE,
+                 "same layout");
   hcq_status_t st = check_recordable(q, cmd);
   if (st) return st;
   CHECK_OPERAND(signal_addr, HCQ__FIELD_U64, cmd, "signal address");
@@ -282,7 +298,8 @@ static hcq_status_t signal_command(hcq_queue_t *q, uint32_t header, const char *
   size_t at;
   if ((st = begin_cmd(q, header, &at))) return st;
   if (HCQ__HDR_OP(header) == HCQ__OP_WAIT) q->words.data[at + HCQ__WAIT_TAG] = q->tag;
-  TRY_OPERAND(q, at, HCQ__SIGNAL_ADDR, signal_addr, HCQ__FIELD_U64, cmd, "signal address", HCQ__WHAT_SIGNAL_ADDR);
+  TRY_OPERAND(q, at, HCQ__SIGNAL_ADDR, signal_addr, HCQ__FIELD_U64, cmd, "signal address",
+              HCQ__WHAT_SIGNAL_ADDR);
   TRY_OPERAND(q, at, HCQ__SIGNAL_VALUE, value, HCQ__FIELD_U32, cmd, "value", HCQ__WHAT_VALUE);
   return NULL;
 }
@@ -301,8 +318,8 @@ hcq_status_t hcq_queue_timestamp(hcq_queue_t *q, hcq_operand_t signal_addr) {
   CHECK_OPERAND(signal_addr, HCQ__FIELD_U64, "timestamp", "signal address");
   size_t at;
   if ((st = begin_cmd(q, HCQ__HDR(TIMESTAMP), &at))) return st;
-  TRY_OPERAND(q, at, HCQ__TIMESTAMP_ADDR, signal_addr, HCQ__FIELD_U64, "timestamp", "signal address",
-              HCQ__WHAT_SIGNAL_ADDR);
+  TRY_OPERAND(q, at, HCQ__TIMESTAMP_ADDR, signal_addr, HCQ__FIELD_U64, "timestamp",
+              "signal address", HCQ__WHAT_SIGNAL_ADDR);
   return NULL;
 }
 
@@ -310,29 +327,33 @@ hcq_status_t hcq_queue_memory_barrier(hcq_queue_t *q) {
   hcq_status_t st = check_recordable(q, "memory_barrier");
   if (st) return st;
   if (q->kind != HCQ_QUEUE_COMPUTE)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "memory_barrier: only compute queues take memory barriers");
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "memory_barrier: only compute queues take memory barriers");
   size_t at;
   return begin_cmd(q, HCQ__HDR(BARRIER), &at);
 }
 
-static hcq_status_t note_device(hcq_queue_t *q, hcq_device_t *dev, const char *cmd, const char *what) {
+static hcq_status_t note_device(hcq_queue_t *q, hcq_device_t *dev, const char *cmd,
+                                const char *what) {
   if (q->device && q->device != dev)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s is on %s but the queue already uses %s", cmd, what, dev->name,
-                           q->device->name);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s is on %s but the queue already uses %s",
+                           cmd, what, dev->name, q->device->name);
   q->device = dev;
   return NULL;
 }
 
-hcq_status_t hcq_queue_exec(hcq_queue_t *q, hcq_program_t *program, hcq_operand_t kernargs_addr, size_t nbufs,
-                            const hcq_operand_t global[3], const hcq_operand_t local[3]) {
+hcq_status_t hcq_queue_exec(hcq_queue_t *q, hcq_program_t *program, hcq_operand_t kernargs_addr,
+                            size_t nbufs, const hcq_operand_t global[3],
+                            const hcq_operand_t local[3]) {
   hcq_status_t st = check_recordable(q, "exec");
   if (st) return st;
   if (q->kind != HCQ_QUEUE_COMPUTE)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "exec: only compute queues run programs");
-  if (!program || !global || !local) return hcq_status_make(HCQ_INVALID_ARGUMENT, "exec: program or dims are NULL");
+  if (!program || !global || !local)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "exec: program or dims are NULL");
   if (nbufs > HCQ_MAX_KERNEL_BUFS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "exec of %s: %zu buffers, at most %d", program->name, nbufs,
-                           HCQ_MAX_KERNEL_BUFS);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "exec of %s: %zu buffers, at most %d",
+                           program->name, nbufs, HCQ_MAX_KERNEL_BUFS);
   static const char *gname[3] = {"global[0]", "global[1]", "global[2]"};
   static const char *lname[3] = {"local[0]", "local[1]", "local[2]"};
   CHECK_OPERAND(kernargs_addr, HCQ__FIELD_U64, "exec", "kernargs address");
@@ -348,29 +369,36 @@ hcq_status_t hcq_queue_exec(hcq_queue_t *q, hcq_program_t *program, hcq_operand_
   }
   size_t want_bufs;
   if (hcq_program_args(program, &want_bufs, NULL) && want_bufs != nbufs)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "exec of %s: the kernel takes %zu buffer%s, the exec passes %zu",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "exec of %s: the kernel takes %zu buffer%s, the exec passes %zu",
                            program->name, want_bufs, want_bufs == 1 ? "" : "s", nbufs);
   if ((st = note_device(q, program->dev, "exec", program->name))) return st;
-  if (q->retain_refs && !hcq__vec_reserve_for(&q->programs, q->programs.len + 1)) return oom("recording exec");
+  if (q->retain_refs && !hcq__vec_reserve_for(&q->programs, q->programs.len + 1))
+    return oom("recording exec");
   size_t at;
   if ((st = begin_cmd(q, HCQ__HDR(EXEC), &at))) return st;
   hcq__wr64(&q->words.data[at + HCQ__EXEC_FN], program->impl.handle);
   hcq__wr64(&q->words.data[at + HCQ__EXEC_PROGRAM], (uint64_t)(uintptr_t)program);
   q->words.data[at + HCQ__EXEC_NBUFS] = (uint32_t)nbufs;
   q->words.data[at + HCQ__EXEC_TAG] = q->tag;
-  TRY_OPERAND(q, at, HCQ__EXEC_ARGS, kernargs_addr, HCQ__FIELD_U64, "exec", "kernargs address", HCQ__WHAT_KERNARGS);
+  TRY_OPERAND(q, at, HCQ__EXEC_ARGS, kernargs_addr, HCQ__FIELD_U64, "exec", "kernargs address",
+              HCQ__WHAT_KERNARGS);
   for (int i = 0; i < 3; i++) {
-    TRY_OPERAND(q, at, HCQ__EXEC_GLOBAL + i, global[i], HCQ__FIELD_U32, "exec", gname[i], HCQ__WHAT_GLOBAL | i);
-    TRY_OPERAND(q, at, HCQ__EXEC_LOCAL + i, local[i], HCQ__FIELD_U32, "exec", lname[i], HCQ__WHAT_LOCAL | i);
+    TRY_OPERAND(q, at, HCQ__EXEC_GLOBAL + i, global[i], HCQ__FIELD_U32, "exec", gname[i],
+                HCQ__WHAT_GLOBAL | i);
+    TRY_OPERAND(q, at, HCQ__EXEC_LOCAL + i, local[i], HCQ__FIELD_U32, "exec", lname[i],
+                HCQ__WHAT_LOCAL | i);
   }
   if (q->retain_refs) q->programs.data[q->programs.len++] = hcq_program_retain(program);
   return NULL;
 }
 
-hcq_status_t hcq_queue_copy(hcq_queue_t *q, hcq_operand_t dst, hcq_operand_t src, hcq_operand_t size) {
+hcq_status_t hcq_queue_copy(hcq_queue_t *q, hcq_operand_t dst, hcq_operand_t src,
+                            hcq_operand_t size) {
   hcq_status_t st = check_recordable(q, "copy");
   if (st) return st;
-  if (q->kind != HCQ_QUEUE_COPY) return hcq_status_make(HCQ_INVALID_ARGUMENT, "copy: only copy queues copy");
+  if (q->kind != HCQ_QUEUE_COPY)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "copy: only copy queues copy");
   CHECK_OPERAND(dst, HCQ__FIELD_U64, "copy", "destination");
   CHECK_OPERAND(src, HCQ__FIELD_U64, "copy", "source");
   CHECK_OPERAND(size, HCQ__FIELD_U64, "copy", "size");
@@ -385,43 +413,52 @@ hcq_status_t hcq_queue_copy(hcq_queue_t *q, hcq_operand_t dst, hcq_operand_t src
 
 uint64_t hcq_kernargs_size(size_t nbufs, size_t nvals) {
   uint64_t bytes = ((uint64_t)nbufs * 8 + (uint64_t)nvals * 4 + 15) & ~15ull;
-  return bytes ? bytes : 16; /* every launch gets a block, so an argument-less kernel has an address too */
+  return bytes ? bytes
+               : 16; /* every launch gets a block, so an argument-less kernel has an address too */
 }
 
-void hcq__kernargs_fill(void *host, hcq_buffer_t *const *bufs, size_t nbufs, const int32_t *vals, size_t nvals) {
+void hcq__kernargs_fill(void *host, hcq_buffer_t *const *bufs, size_t nbufs, const int32_t *vals,
+                        size_t nvals) {
   uint64_t *addrs = host;
   for (size_t i = 0; i < nbufs; i++) addrs[i] = bufs[i]->addr;
   if (nvals) memcpy((char *)host + nbufs * 8, vals, nvals * sizeof(int32_t));
 }
 
-hcq_status_t hcq_queue_kernargs(hcq_queue_t *q, hcq_buffer_t *mem, uint64_t offset, const hcq_operand_t *bufs,
-                                size_t nbufs, const hcq_operand_t *vals, size_t nvals) {
+hcq_status_t hcq_queue_kernargs(hcq_queue_t *q, hcq_buffer_t *mem, uint64_t offset,
+                                const hcq_operand_t *bufs, size_t nbufs, const hcq_operand_t *vals,
+                                size_t nvals) {
   hcq_status_t st = check_recordable(q, "kernargs");
   if (st) return st;
   if (!mem) return hcq_status_make(HCQ_INVALID_ARGUMENT, "kernargs: memory is NULL");
   if ((nbufs && !bufs) || (nvals && !vals))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "kernargs: %zu buffers / %zu values but the array is NULL", nbufs,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "kernargs: %zu buffers / %zu values but the array is NULL", nbufs,
                            nvals);
   if (nbufs > HCQ_MAX_KERNEL_BUFS || nvals > HCQ_MAX_KERNEL_VALS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "kernargs: %zu buffers and %zu values exceed the limits (%d, %d)",
-                           nbufs, nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "kernargs: %zu buffers and %zu values exceed the limits (%d, %d)", nbufs,
+                           nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
   uint64_t need = (uint64_t)nbufs * 8 + (uint64_t)nvals * 4;
   if (offset % 16 || offset > mem->size || need > mem->size - offset)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
-                           "kernargs: %" PRIu64 " bytes at offset %" PRIu64 " do not fit %s (%" PRIu64
+                           "kernargs: %" PRIu64 " bytes at offset %" PRIu64
+                           " do not fit %s (%" PRIu64
                            " bytes) or the offset is not 16-byte aligned",
                            need, offset, mem->label, mem->size);
   for (size_t i = 0; i < nbufs + nvals; i++) {
     bool is_buf = i < nbufs;
     char what[32];
     snprintf(what, sizeof(what), "%s %zu", is_buf ? "buffer" : "value", is_buf ? i : i - nbufs);
-    CHECK_OPERAND(is_buf ? bufs[i] : vals[i - nbufs], is_buf ? HCQ__FIELD_U64 : HCQ__FIELD_I32, "kernargs", what);
+    CHECK_OPERAND(is_buf ? bufs[i] : vals[i - nbufs], is_buf ? HCQ__FIELD_U64 : HCQ__FIELD_I32,
+                  "kernargs", what);
   }
   if ((st = note_device(q, mem->dev, "kernargs", mem->label))) return st;
-  if (q->retain_refs && !hcq__vec_reserve_for(&q->mems, q->mems.len + 1)) return oom("recording kernargs");
+  if (q->retain_refs && !hcq__vec_reserve_for(&q->mems, q->mems.len + 1))
+    return oom("recording kernargs");
   hcq_buffer_t *base = hcq_buffer_base(mem);
   if (!base->mem.host)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "kernargs: %s has no host mapping on %s (kernel arguments need one)",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "kernargs: %s has no host mapping on %s (kernel arguments need one)",
                            mem->label, mem->dev->name);
   uint64_t base_off = mem->offset + offset;
   char *host = (char *)base->mem.host + base_off;
@@ -447,9 +484,11 @@ hcq_status_t hcq_queue_kernargs(hcq_queue_t *q, hcq_buffer_t *mem, uint64_t offs
       continue;
     }
     memset(host + at, 0, is_buf ? 8 : 4);
-    uint16_t what = (uint16_t)((is_buf ? HCQ__WHAT_ARG_BUFFER : HCQ__WHAT_ARG_VALUE) | ((is_buf ? i : i - nbufs) & 0xff));
+    uint16_t what = (uint16_t)((is_buf ? HCQ__WHAT_ARG_BUFFER : HCQ__WHAT_ARG_VALUE) |
+                               ((is_buf ? i : i - nbufs) & 0xff));
     if ((st = add_patch(q, op.sym, field, true, base_off + at, base, what))) {
-      st = hcq_status_annotate(st, "kernargs: %s %zu", is_buf ? "buffer" : "value", is_buf ? i : i - nbufs);
+      st = hcq_status_annotate(st, "kernargs: %s %zu", is_buf ? "buffer" : "value",
+                               is_buf ? i : i - nbufs);
       goto fail;
     }
   }
@@ -465,9 +504,12 @@ fail:
 
 hcq_status_t hcq_queue_bind(hcq_queue_t *q, hcq_device_t *dev) {
   if (!q || !dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "bind: queue or device is NULL");
-  if (q->bound_dev) return hcq_status_make(HCQ_FAILED_PRECONDITION, "bind: queue is already bound to %s", q->bound_dev->name);
+  if (q->bound_dev)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "bind: queue is already bound to %s",
+                           q->bound_dev->name);
   if (q->device && q->device != dev)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "bind: queue uses programs or memory of %s, not %s", q->device->name,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "bind: queue uses programs or memory of %s, not %s", q->device->name,
                            dev->name);
   if (q->words.len == 0) return hcq_status_make(HCQ_FAILED_PRECONDITION, "bind: queue is empty");
   hcq_status_t st = hcq__device_check(dev);
@@ -495,7 +537,8 @@ static hcq_status_t evaluate(hcq_queue_t *q, const hcq_var_value_t *vals, size_t
       continue;
     }
     /* Name the operand (and, through its tag, the graph item) the symbol patches. */
-    const hcq__patch_t *p = q->sym_head.data[i] != NO_PATCH ? &q->patches.data[q->sym_head.data[i]] : NULL;
+    const hcq__patch_t *p =
+        q->sym_head.data[i] != NO_PATCH ? &q->patches.data[q->sym_head.data[i]] : NULL;
     q->failed_patch = p;
     char what[48] = "operand", item[32] = "";
     if (p) hcq__operand_name(p->what, what, sizeof(what));
@@ -505,8 +548,9 @@ static hcq_status_t evaluate(hcq_queue_t *q, const hcq_var_value_t *vals, size_t
     char text[128];
     hcq_expr_format(q->syms.syms.data[i], text, sizeof(text));
     return hcq_status_make(HCQ_OUT_OF_RANGE,
-                           "%s%s: %s = %" PRId64 " does not fit its field [%" PRId64 ", %" PRId64 "]", item, what,
-                           text, v, q->sym_lo.data[i], q->sym_hi.data[i]);
+                           "%s%s: %s = %" PRId64 " does not fit its field [%" PRId64 ", %" PRId64
+                           "]",
+                           item, what, text, v, q->sym_lo.data[i], q->sym_hi.data[i]);
   }
   return NULL;
 }
@@ -556,21 +600,26 @@ hcq_status_t hcq__queue_commit_locked(hcq_queue_t *q, hcq_device_t *dev) {
   return dev->vt->submit(dev, q->kind, words, q->words.len, q->bound_dev != NULL);
 }
 
-hcq_status_t hcq__queue_submit_locked(hcq_queue_t *q, hcq_device_t *dev, const hcq_var_value_t *vals, size_t nvals) {
+hcq_status_t hcq__queue_submit_locked(hcq_queue_t *q, hcq_device_t *dev,
+                                      const hcq_var_value_t *vals, size_t nvals) {
   hcq_status_t st = hcq__queue_prepare(q, vals, nvals);
   return st ? st : hcq__queue_commit_locked(q, dev);
 }
 
-hcq_status_t hcq_queue_submit(hcq_queue_t *q, hcq_device_t *dev, const hcq_var_value_t *vals, size_t nvals) {
+hcq_status_t hcq_queue_submit(hcq_queue_t *q, hcq_device_t *dev, const hcq_var_value_t *vals,
+                              size_t nvals) {
   if (!q || !dev) return hcq_status_make(HCQ_INVALID_ARGUMENT, "submit: queue or device is NULL");
-  if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "submit: %zu values but vals is NULL", nvals);
+  if (nvals && !vals)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "submit: %zu values but vals is NULL", nvals);
   hcq_status_t vst = hcq__var_values_check(vals, nvals, "submit");
   if (vst) return vst;
   if (q->bound_dev && q->bound_dev != dev)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "submit: queue is bound to %s, not %s", q->bound_dev->name, dev->name);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "submit: queue is bound to %s, not %s",
+                           q->bound_dev->name, dev->name);
   if (q->device && q->device != dev)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "submit: queue uses programs or memory of %s, not %s",
-                           q->device->name, dev->name);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "submit: queue uses programs or memory of %s, not %s", q->device->name,
+                           dev->name);
   if (q->words.len == 0) return NULL;
   hcq_status_t st = hcq__device_check(dev);
   if (st) return hcq_status_annotate(st, "submit");

@@ -47,15 +47,17 @@ void hcq__park_begin(const hcq__signal_words_t *s, hcq__park_t *p) {
   p->seq = atomic_load_explicit(&b->seq, memory_order_seq_cst);
 }
 
-void hcq__park_end(hcq__park_t *p) { atomic_fetch_sub_explicit(p->sleepers, 1, memory_order_seq_cst); }
+void hcq__park_end(hcq__park_t *p) {
+  atomic_fetch_sub_explicit(p->sleepers, 1, memory_order_seq_cst);
+}
 
 void hcq__signal_wake_all(void) {
   for (size_t i = 0; i < PARK_BUCKETS; i++) {
     atomic_fetch_add_explicit(&g_park[i].seq, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&g_park[i].sleepers, memory_order_seq_cst)) hcq__futex_wake(&g_park[i].seq);
+    if (atomic_load_explicit(&g_park[i].sleepers, memory_order_seq_cst))
+      hcq__futex_wake(&g_park[i].seq);
   }
 }
-
 
 static bool any_lost(hcq_device_t *const *watch, size_t nwatch) {
   for (size_t i = 0; i < nwatch; i++)
@@ -67,10 +69,12 @@ static bool any_lost(hcq_device_t *const *watch, size_t nwatch) {
 
 static atomic_int g_device_writers;
 
-void hcq__signal_device_writers_add(int delta) { atomic_fetch_add_explicit(&g_device_writers, delta, memory_order_seq_cst); }
+void hcq__signal_device_writers_add(int delta) {
+  atomic_fetch_add_explicit(&g_device_writers, delta, memory_order_seq_cst);
+}
 
-/* A GPU's write wakes nobody: while such a device is open, a sleeper looks again after poll_ns (which
- * grows up to 1 ms per wait) and lets the watched devices report asynchronous failures. */
+/* A GPU's write wakes nobody: while such a device is open, a sleeper looks again after poll_ns
+ * (which grows up to 1 ms per wait) and lets the watched devices report asynchronous failures. */
 static uint64_t poll_step(hcq_device_t *const *watch, size_t nwatch, uint64_t *poll_ns) {
   if (!atomic_load_explicit(&g_device_writers, memory_order_relaxed)) return 0;
   for (size_t i = 0; i < nwatch; i++)
@@ -81,14 +85,14 @@ static uint64_t poll_step(hcq_device_t *const *watch, size_t nwatch, uint64_t *p
 }
 
 /* Under the MPI layer's engine-run transfers, a host waiting for work of devices that can run their
- * queues on the caller's thread (host_run) runs them itself, up to their first kernel: ranks sharing a
- * machine's cores then keep one busy thread each instead of a host and an engine taking turns for
- * a core on every hand-off (docs/mpi.md). Only for as long as a host spins (HCQ_SPIN_NS), or polls a
- * transfer in flight (HCQ_MPI_SPIN_NS): longer work goes back to the engine, which has a core of its
- * own (cpu_layout.c) where an unbound host thread may end up sharing one with another rank's. True
- * when the signal was reached. */
-static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
-                              size_t nwatch, uint64_t *seen) {
+ * queues on the caller's thread (host_run) runs them itself, up to their first kernel: ranks
+ * sharing a machine's cores then keep one busy thread each instead of a host and an engine taking
+ * turns for a core on every hand-off (docs/mpi.md). Only for as long as a host spins (HCQ_SPIN_NS),
+ * or polls a transfer in flight (HCQ_MPI_SPIN_NS): longer work goes back to the engine, which has a
+ * core of its own (cpu_layout.c) where an unbound host thread may end up sharing one with another
+ * rank's. True when the signal was reached. */
+static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns,
+                              hcq_device_t *const *watch, size_t nwatch, uint64_t *seen) {
   const hcq__remote_hooks_t *hooks = atomic_load_explicit(&hcq__remote, memory_order_acquire);
   if (!hooks || !hooks->host_runs) return false;
   enum { MAX_RUN = 8 };
@@ -124,7 +128,8 @@ static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t de
     if (none_left) break; /* the rest is kernels (the engine's) or another device's or thread's */
     if ((i & 15) == 0) {
       uint64_t now = hcq__now_ns();
-      if (now - start >= (remote ? remote_window : window) || (deadline_ns && now >= deadline_ns)) break;
+      if (now - start >= (remote ? remote_window : window) || (deadline_ns && now >= deadline_ns))
+        break;
     }
     if (moved) continue;
     hcq__spin_step_after(i, 512);
@@ -140,8 +145,8 @@ static bool run_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t de
  * replay then runs on the engine, its helpers and the waiting thread; eager launches leave the host
  * less time to lend. True when the signal was reached; false when the device declines, the deadline
  * passed or a device was lost (the caller's sleep then sees which). */
-static bool assist_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
-                                 size_t nwatch, uint64_t *seen) {
+static bool assist_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns,
+                                 hcq_device_t *const *watch, size_t nwatch, uint64_t *seen) {
   hcq_device_t *dev = NULL;
   for (size_t i = 0; i < nwatch && !dev; i++)
     if (watch[i] && watch[i]->vt->assist) dev = watch[i];
@@ -151,14 +156,15 @@ static bool assist_while_waiting(hcq__signal_words_t *s, uint64_t want, uint64_t
     if (v >= want) return true;
     if ((deadline_ns && hcq__now_ns() >= deadline_ns) || any_lost(watch, nwatch)) return false;
     /* A signal set while this thread sleeps for the next launch is seen within a millisecond: the
-     * waits this serves (a token whose next step is already queued) have work queued behind them. */
+     * waits this serves (a token whose next step is already queued) have work queued behind them.
+     */
     r = dev->vt->assist(dev, s, want, UINT64_C(1000000));
   }
   return false;
 }
 
-int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
-                           size_t nwatch, uint64_t *seen) {
+int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns,
+                           hcq_device_t *const *watch, size_t nwatch, uint64_t *seen) {
   uint64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
   *seen = v;
   if (v >= want) return HCQ__WAIT_REACHED;
@@ -168,7 +174,8 @@ int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadl
    * driver's threads: it sleeps at once. Elsewhere it spins for a while, yielding early. */
   bool sleep_at_once = false;
   for (size_t i = 0; i < nwatch && !sleep_at_once; i++)
-    sleep_at_once = watch[i] && watch[i]->vt->waiter_sleeps_at_once && watch[i]->vt->waiter_sleeps_at_once(watch[i]);
+    sleep_at_once = watch[i] && watch[i]->vt->waiter_sleeps_at_once &&
+                    watch[i]->vt->waiter_sleeps_at_once(watch[i]);
   const uint64_t spin_ns = sleep_at_once ? 0 : hcq__options()->spin_ns;
   uint64_t start = hcq__now_ns();
   for (unsigned i = 1; spin_ns; i++) {
@@ -238,7 +245,8 @@ static void reg_remove(hcq_signal_t *sig) {
   pthread_mutex_unlock(&g_reg_lock);
 }
 
-bool hcq__signal_lookup(uint64_t addr, char *name, size_t name_size, uint64_t *value, hcq_device_t **dev) {
+bool hcq__signal_lookup(uint64_t addr, char *name, size_t name_size, uint64_t *value,
+                        hcq_device_t **dev) {
   pthread_mutex_lock(&g_reg_lock);
   hcq_signal_t *s = g_reg_head;
   while (s && s->mem.addr != addr) s = s->reg_next;
@@ -258,20 +266,25 @@ bool hcq__wait_is_orphaned(const uint32_t *cmd, char *why, size_t why_size) {
   char name[80];
   uint64_t value = 0;
   hcq_device_t *owner = NULL;
-  if (!hcq__signal_lookup(hcq__rd64(cmd + HCQ__WAIT_ADDR), name, sizeof(name), &value, &owner) || !owner ||
-      !hcq__device_is_remote(owner) || !hcq__device_is_lost(owner))
+  if (!hcq__signal_lookup(hcq__rd64(cmd + HCQ__WAIT_ADDR), name, sizeof(name), &value, &owner) ||
+      !owner || !hcq__device_is_remote(owner) || !hcq__device_is_lost(owner))
     return false;
-  snprintf(why, why_size, "it waits for signal \"%s\" >= %" PRIu32 " (value %" PRIu64 "), which only %s sets, and %s is lost: %s",
+  snprintf(why, why_size,
+           "it waits for signal \"%s\" >= %" PRIu32 " (value %" PRIu64
+           "), which only %s sets, and %s is lost: %s",
            name, cmd[HCQ__WAIT_VALUE], value, owner->name, owner->name, owner->lost_reason);
   return true;
 }
 
 /* ---- public signal objects ---- */
 
-hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, uint64_t value, hcq_signal_t **out) {
+hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, uint64_t value,
+                                         hcq_signal_t **out) {
   hcq_signal_t *sig = calloc(1, sizeof(*sig));
-  if (!sig) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a signal on %s", dev->name);
-  hcq_status_t st = dev->vt->mem_alloc(dev, sizeof(hcq__signal_words_t), HCQ__MEM_HOST_VISIBLE, &sig->mem);
+  if (!sig)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a signal on %s", dev->name);
+  hcq_status_t st =
+      dev->vt->mem_alloc(dev, sizeof(hcq__signal_words_t), HCQ__MEM_HOST_VISIBLE, &sig->mem);
   if (st) {
     free(sig);
     return hcq_status_annotate(st, "signal on %s", dev->name);
@@ -302,21 +315,24 @@ void hcq__signal_destroy_now(hcq_signal_t *sig) {
 void hcq__signal_free_internal(hcq_signal_t *sig) {
   if (!sig) return;
   reg_remove(sig);
-  /* A queue may still wait on it or set it: the memory goes once the engines are past their work. */
+  /* A queue may still wait on it or set it: the memory goes once the engines are past their work.
+   */
   hcq__device_defer_mem(sig->dev, sig->mem);
   free(sig);
 }
 
 hcq_status_t hcq_signal_create(hcq_device_t *device, const char *name, uint64_t initial_value,
                                hcq_signal_t **out_signal) {
-  if (!out_signal) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_signal_create: out_signal is NULL");
+  if (!out_signal)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_signal_create: out_signal is NULL");
   *out_signal = NULL;
   hcq_status_t st = hcq__device_handle_check(device, "hcq_signal_create");
   if (st) return st;
   static atomic_ulong counter;
   char fallback[64];
   if (!name || !*name) {
-    snprintf(fallback, sizeof(fallback), "signal#%lu on %s", atomic_fetch_add(&counter, 1) + 1, device->name);
+    snprintf(fallback, sizeof(fallback), "signal#%lu on %s", atomic_fetch_add(&counter, 1) + 1,
+             device->name);
     name = fallback;
   }
   st = hcq__device_check(device);
@@ -354,23 +370,26 @@ void hcq_signal_set(hcq_signal_t *signal, uint64_t value) {
   if (signal) hcq__signal_words_set(signal->words, value);
 }
 
-hcq_status_t hcq__wait_signal(const hcq_signal_t *signal, uint64_t value, int64_t timeout_ms, hcq_device_t *const *devs,
-                              size_t ndevs) {
+hcq_status_t hcq__wait_signal(const hcq_signal_t *signal, uint64_t value, int64_t timeout_ms,
+                              hcq_device_t *const *devs, size_t ndevs) {
   if (timeout_ms < 0) timeout_ms = hcq__options()->wait_timeout_ms;
   uint64_t seen = 0;
-  int r = hcq__signal_words_wait(signal->words, value, hcq__deadline_after_ms(timeout_ms), devs, ndevs, &seen);
+  int r = hcq__signal_words_wait(signal->words, value, hcq__deadline_after_ms(timeout_ms), devs,
+                                 ndevs, &seen);
   if (r == HCQ__WAIT_REACHED) return NULL;
   if (r == HCQ__WAIT_LOST) {
     for (size_t i = 0; i < ndevs; i++) {
       hcq_status_t st = hcq__device_check(devs[i]);
       if (st)
-        return hcq_status_annotate(st, "waiting for signal \"%s\" to reach %" PRIu64, signal->name, value);
+        return hcq_status_annotate(st, "waiting for signal \"%s\" to reach %" PRIu64, signal->name,
+                                   value);
     }
   }
-  hcq_status_t st = hcq_status_make(HCQ_TIMEOUT,
-                                    "timed out after %" PRId64 " ms waiting for signal \"%s\" to reach %" PRIu64
-                                    " (value seen: %" PRIu64 ")",
-                                    timeout_ms, signal->name, value, seen);
+  hcq_status_t st =
+      hcq_status_make(HCQ_TIMEOUT,
+                      "timed out after %" PRId64 " ms waiting for signal \"%s\" to reach %" PRIu64
+                      " (value seen: %" PRIu64 ")",
+                      timeout_ms, signal->name, value, seen);
   return hcq__device_annotate_report(st, devs, ndevs);
 }
 

@@ -25,8 +25,8 @@ HCQ__PRIVATE_EXPORT void hcq__signal_words_set(hcq__signal_words_t *s, uint64_t 
  * HCQ__WAIT_REACHED, HCQ__WAIT_TIMEOUT, or HCQ__WAIT_LOST when one of the watched devices (may be
  * NULL/0) is declared lost meanwhile; *seen is the last value read. */
 enum { HCQ__WAIT_REACHED, HCQ__WAIT_TIMEOUT, HCQ__WAIT_LOST };
-int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns, hcq_device_t *const *watch,
-                           size_t nwatch, uint64_t *seen);
+int hcq__signal_words_wait(hcq__signal_words_t *s, uint64_t want, uint64_t deadline_ns,
+                           hcq_device_t *const *watch, size_t nwatch, uint64_t *seen);
 /* Sleeping on a signal's bucket while also waiting for something else (an engine serving two
  * queues): begin registers as a sleeper and reads the bucket's sequence; sleep with
  * hcq__futex_wait(p.word, p.seq, ...) after re-checking every condition; end unregisters. Anyone
@@ -56,10 +56,11 @@ struct hcq_signal {
 };
 
 /* A signal the core uses itself (timelines, graphs): not on the device's object list. */
-HCQ_MUST_USE hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name, uint64_t value,
-                                                      hcq_signal_t **out);
+HCQ_MUST_USE hcq_status_t hcq__signal_create_internal(hcq_device_t *dev, const char *name,
+                                                      uint64_t value, hcq_signal_t **out);
 /* Keeps a signal (and its memory) for the rest of the process: queues of other devices may still
- * wait on it and nothing tells when they stop (a graph destroyed while one of its devices is lost). */
+ * wait on it and nothing tells when they stop (a graph destroyed while one of its devices is lost).
+ */
 void hcq__signal_abandon(hcq_signal_t *sig);
 /* Frees a signal now (device destroy: nothing runs any more). */
 void hcq__signal_destroy_now(hcq_signal_t *sig);
@@ -68,10 +69,12 @@ void hcq__signal_free_internal(hcq_signal_t *sig);
 /* Swaps two signals' names (the timeline and its shadow on a wrap: the live one keeps its name). */
 void hcq__signal_swap_names(hcq_signal_t *a, hcq_signal_t *b);
 /* The registered signal whose value word is at addr: copies its name and value; false if none. */
-bool hcq__signal_lookup(uint64_t addr, char *name, size_t name_size, uint64_t *value, hcq_device_t **dev);
+bool hcq__signal_lookup(uint64_t addr, char *name, size_t name_size, uint64_t *value,
+                        hcq_device_t **dev);
 /* Host wait for a signal on behalf of devs: a timeout carries their hang report, a lost device
  * ends it with DEVICE_LOST. timeout_ms < 0: the default. */
-HCQ_MUST_USE hcq_status_t hcq__wait_signal(const hcq_signal_t *sig, uint64_t value, int64_t timeout_ms,
-                                           hcq_device_t *const *devs, size_t ndevs);
+HCQ_MUST_USE hcq_status_t hcq__wait_signal(const hcq_signal_t *sig, uint64_t value,
+                                           int64_t timeout_ms, hcq_device_t *const *devs,
+                                           size_t ndevs);
 
 #endif

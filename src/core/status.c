@@ -74,7 +74,9 @@ hcq_status_t hcq_status_annotate(hcq_status_t status, const char *fmt, ...) {
 bool hcq__is_c_identifier(const char *s) {
   if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return false;
   for (s++; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_')) return false;
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_'))
+      return false;
   return true;
 }
 
@@ -83,11 +85,16 @@ void hcq__quote(const char *s, char *out, size_t size) {
   out[len++] = '"';
   for (; *s && len + 6 < size; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '\n') len += (size_t)snprintf(out + len, size - len, "\\n");
-    else if (c == '\t') len += (size_t)snprintf(out + len, size - len, "\\t");
-    else if (c == '"' || c == '\\') len += (size_t)snprintf(out + len, size - len, "\\%c", c);
-    else if (c < 0x20 || c >= 0x7f) len += (size_t)snprintf(out + len, size - len, "\\x%02x", c);
-    else out[len++] = (char)c;
+    if (c == '\n')
+      len += (size_t)snprintf(out + len, size - len, "\\n");
+    else if (c == '\t')
+      len += (size_t)snprintf(out + len, size - len, "\\t");
+    else if (c == '"' || c == '\\')
+      len += (size_t)snprintf(out + len, size - len, "\\%c", c);
+    else if (c < 0x20 || c >= 0x7f)
+      len += (size_t)snprintf(out + len, size - len, "\\x%02x", c);
+    else
+      out[len++] = (char)c;
   }
   snprintf(out + len, size - len, "\"");
 }

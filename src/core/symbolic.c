@@ -37,12 +37,14 @@ hcq_status_t hcq_var_create(const char *name, int64_t min, int64_t max, hcq_expr
   if (!out_var) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_var_create: out_var is NULL");
   *out_var = NULL;
   if (!name || !valid_identifier(name))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "variable name \"%s\" is not an identifier of at most %d characters (and not min/max)",
-                           name ? name : "(null)", HCQ_VAR_NAME_MAX);
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "variable name \"%s\" is not an identifier of at most %d characters (and not min/max)",
+        name ? name : "(null)", HCQ_VAR_NAME_MAX);
   if (min > max)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "variable %s: min %" PRId64 " is greater than max %" PRId64, name,
-                           min, max);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "variable %s: min %" PRId64 " is greater than max %" PRId64, name, min,
+                           max);
   hcq_expr_t *e = node_new(HCQ_EXPR_VAR);
   if (!e) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating variable %s", name);
   e->u.var.min = min;
@@ -113,8 +115,12 @@ hcq_expr_t *hcq_expr_binary(hcq_expr_op_t op, const hcq_expr_t *a, const hcq_exp
 
 hcq_expr_op_t hcq_expr_op(const hcq_expr_t *e) { return e ? e->op : HCQ_EXPR_CONST; }
 bool hcq_expr_is_const(const hcq_expr_t *e) { return e && e->op == HCQ_EXPR_CONST; }
-int64_t hcq_expr_const_value(const hcq_expr_t *e) { return e && e->op == HCQ_EXPR_CONST ? e->u.value : 0; }
-const char *hcq_var_name(const hcq_expr_t *v) { return v && v->op == HCQ_EXPR_VAR ? v->u.var.name : NULL; }
+int64_t hcq_expr_const_value(const hcq_expr_t *e) {
+  return e && e->op == HCQ_EXPR_CONST ? e->u.value : 0;
+}
+const char *hcq_var_name(const hcq_expr_t *v) {
+  return v && v->op == HCQ_EXPR_VAR ? v->u.var.name : NULL;
+}
 int64_t hcq_var_min(const hcq_expr_t *v) { return v && v->op == HCQ_EXPR_VAR ? v->u.var.min : 0; }
 int64_t hcq_var_max(const hcq_expr_t *v) { return v && v->op == HCQ_EXPR_VAR ? v->u.var.max : 0; }
 
@@ -125,7 +131,8 @@ bool hcq_expr_equal(const hcq_expr_t *a, const hcq_expr_t *b) {
     case HCQ_EXPR_CONST: return a->u.value == b->u.value;
     case HCQ_EXPR_VAR: return false; /* identity only */
     case HCQ_EXPR_NEG: return hcq_expr_equal(a->u.kids.a, b->u.kids.a);
-    default: return hcq_expr_equal(a->u.kids.a, b->u.kids.a) && hcq_expr_equal(a->u.kids.b, b->u.kids.b);
+    default:
+      return hcq_expr_equal(a->u.kids.a, b->u.kids.a) && hcq_expr_equal(a->u.kids.b, b->u.kids.b);
   }
 }
 
@@ -210,9 +217,11 @@ static void format_rec(const hcq_expr_t *e, strbuf_t *sb) {
     default: break;
   }
   int p = precedence(e->op);
-  const char *optext = e->op == HCQ_EXPR_ADD ? "+" : e->op == HCQ_EXPR_SUB ? "-" : e->op == HCQ_EXPR_MUL ? "*"
-                       : e->op == HCQ_EXPR_FLOORDIV                         ? "//"
-                                                                            : "%";
+  const char *optext = e->op == HCQ_EXPR_ADD        ? "+"
+                       : e->op == HCQ_EXPR_SUB      ? "-"
+                       : e->op == HCQ_EXPR_MUL      ? "*"
+                       : e->op == HCQ_EXPR_FLOORDIV ? "//"
+                                                    : "%";
   bool lp = precedence(e->u.kids.a->op) < p;
   /* Left-associative: a right operand of equal precedence needs parentheses. */
   bool rp = precedence(e->u.kids.b->op) <= p;
@@ -245,10 +254,12 @@ typedef struct {
 } eval_ctx_t;
 
 hcq_status_t hcq_var_check(const hcq_expr_t *var, int64_t value) {
-  if (!var || var->op != HCQ_EXPR_VAR) return hcq_status_make(HCQ_INVALID_ARGUMENT, "value bound to a non-variable");
+  if (!var || var->op != HCQ_EXPR_VAR)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "value bound to a non-variable");
   if (value < var->u.var.min || value > var->u.var.max)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
-                           "variable %s = %" PRId64 " is outside its range [%" PRId64 ", %" PRId64 "]",
+                           "variable %s = %" PRId64 " is outside its range [%" PRId64 ", %" PRId64
+                           "]",
                            var->u.var.name, value, var->u.var.min, var->u.var.max);
   return NULL;
 }
@@ -286,21 +297,29 @@ hcq_status_t hcq__var_values_check(const hcq_var_value_t *vals, size_t nvals, co
   if (!what) what = "";
   for (size_t i = 0; i < nvals; i++) {
     const hcq_expr_t *v = vals[i].var;
-    if (!v) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s%svalue %zu names no variable (NULL)", what, sep, i);
-    if (v->op != HCQ_EXPR_VAR)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s%svalue %zu is for an expression that is not a variable", what,
+    if (!v)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s%svalue %zu names no variable (NULL)", what,
                              sep, i);
+    if (v->op != HCQ_EXPR_VAR)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "%s%svalue %zu is for an expression that is not a variable", what, sep,
+                             i);
     for (size_t j = 0; j < i; j++)
       if (vals[j].var == v)
-        return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s%svariable %s has two values (values %zu and %zu)", what, sep,
+        return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                               "%s%svariable %s has two values (values %zu and %zu)", what, sep,
                                v->u.var.name, j, i);
   }
   return NULL;
 }
 
-hcq_status_t hcq_expr_eval(const hcq_expr_t *e, const hcq_var_value_t *vals, size_t nvals, int64_t *out_value) {
-  if (!e || !out_value) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_expr_eval: expression or output is NULL");
-  if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_expr_eval: %zu values but vals is NULL", nvals);
+hcq_status_t hcq_expr_eval(const hcq_expr_t *e, const hcq_var_value_t *vals, size_t nvals,
+                           int64_t *out_value) {
+  if (!e || !out_value)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_expr_eval: expression or output is NULL");
+  if (nvals && !vals)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_expr_eval: %zu values but vals is NULL",
+                           nvals);
   eval_ctx_t ctx = {vals, nvals, NULL};
   int64_t v;
   if (!eval_rec(e, &ctx, &v)) return ctx.err;
@@ -313,7 +332,8 @@ hcq_status_t hcq_expr_eval(const hcq_expr_t *e, const hcq_var_value_t *vals, siz
 /* [lo, hi] of a op b over a in [alo, ahi], b in [blo, bhi], from the four corners; false when a
  * corner fails (overflow, division by zero). Exact for + - * min max, and for // when b keeps one
  * sign: a // b grows with a for any fixed b, and moves one way with b for any fixed a. */
-static bool corners(hcq_expr_op_t op, int64_t alo, int64_t ahi, int64_t blo, int64_t bhi, int64_t *lo, int64_t *hi) {
+static bool corners(hcq_expr_op_t op, int64_t alo, int64_t ahi, int64_t blo, int64_t bhi,
+                    int64_t *lo, int64_t *hi) {
   const int64_t as[2] = {alo, ahi}, bs[2] = {blo, bhi};
   for (int i = 0; i < 4; i++) {
     int64_t v;
@@ -344,7 +364,8 @@ bool hcq__expr_bounds(const hcq_expr_t *e, int64_t *lo, int64_t *hi) {
     case HCQ_EXPR_MIN:
     case HCQ_EXPR_MAX: return corners(e->op, alo, ahi, blo, bhi, lo, hi);
     case HCQ_EXPR_SUB:
-      if (__builtin_sub_overflow(alo, bhi, lo) || __builtin_sub_overflow(ahi, blo, hi)) return false;
+      if (__builtin_sub_overflow(alo, bhi, lo) || __builtin_sub_overflow(ahi, blo, hi))
+        return false;
       return true;
     case HCQ_EXPR_FLOORDIV:
       if (blo <= 0 && bhi >= 0) return false; /* the divisor may be 0 */
@@ -353,11 +374,15 @@ bool hcq__expr_bounds(const hcq_expr_t *e, int64_t *lo, int64_t *hi) {
       if (blo <= 0 && bhi >= 0) return false;
       if (blo > 0) {
         /* Floor modulo by a positive divisor: in [0, b - 1], or a itself when a is in [0, blo). */
-        if (alo >= 0 && ahi < blo) *lo = alo, *hi = ahi;
-        else *lo = 0, *hi = bhi - 1;
+        if (alo >= 0 && ahi < blo)
+          *lo = alo, *hi = ahi;
+        else
+          *lo = 0, *hi = bhi - 1;
       } else {
-        if (ahi <= 0 && alo > bhi) *lo = alo, *hi = ahi;
-        else *lo = blo + 1, *hi = 0;
+        if (ahi <= 0 && alo > bhi)
+          *lo = alo, *hi = ahi;
+        else
+          *lo = blo + 1, *hi = 0;
       }
       return true;
     default: return false;
@@ -387,15 +412,16 @@ static hcq_expr_t *parse_fail(parser_t *ps, const char *what) {
       snprintf(near, sizeof(near), "\"%.1s\"", ps->p);
     else
       snprintf(near, sizeof(near), "end of text");
-    ps->err = hcq_status_make(HCQ_INVALID_ARGUMENT, "expression \"%s\": %s at column %d (found %s)", ps->text, what,
-                              (int)(ps->p - ps->text) + 1, near);
+    ps->err = hcq_status_make(HCQ_INVALID_ARGUMENT, "expression \"%s\": %s at column %d (found %s)",
+                              ps->text, what, (int)(ps->p - ps->text) + 1, near);
   }
   return NULL;
 }
 
 static hcq_expr_t *oom_fail(parser_t *ps) {
   if (!ps->err)
-    ps->err = hcq_status_make(HCQ_OUT_OF_MEMORY, "expression \"%s\": out of memory or nesting too deep", ps->text);
+    ps->err = hcq_status_make(HCQ_OUT_OF_MEMORY,
+                              "expression \"%s\": out of memory or nesting too deep", ps->text);
   return NULL;
 }
 
@@ -411,8 +437,8 @@ static uint32_t too_tall(const hcq_expr_t *a, const hcq_expr_t *b) {
 /* A chain of terms too long for the tree (n+n+...+n with more than EXPR_MAX_HEIGHT terms): the
  * rest of the chain is read, without building it, so the message says how long it is. next
  * parses one more operand after an operator of the chain (NULL: at the end of the chain). */
-static hcq_expr_t *chain_fail(parser_t *ps, size_t terms, uint32_t height, hcq_expr_t *(*next)(parser_t *),
-                              const char *noun) {
+static hcq_expr_t *chain_fail(parser_t *ps, size_t terms, uint32_t height,
+                              hcq_expr_t *(*next)(parser_t *), const char *noun) {
   for (hcq_expr_t *e; (e = next(ps));) {
     terms++;
     height = (e->height > height ? e->height : height) + 1;
@@ -422,7 +448,8 @@ static hcq_expr_t *chain_fail(parser_t *ps, size_t terms, uint32_t height, hcq_e
   ps->err = hcq_status_make(HCQ_INVALID_ARGUMENT,
                             "expression \"%.48s%s\" is too long: %zu %s in a row make it %" PRIu32
                             " levels deep, the limit is %d (group them in parentheses)",
-                            ps->text, strlen(ps->text) > 48 ? "..." : "", terms, noun, height, EXPR_MAX_HEIGHT);
+                            ps->text, strlen(ps->text) > 48 ? "..." : "", terms, noun, height,
+                            EXPR_MAX_HEIGHT);
   return NULL;
 }
 
@@ -473,7 +500,8 @@ static hcq_expr_t *parse_number(parser_t *ps) {
     v = v * 10 + d;
     ps->p++;
   }
-  if (isalpha((unsigned char)*ps->p) || *ps->p == '_') return parse_fail(ps, "unexpected character after number");
+  if (isalpha((unsigned char)*ps->p) || *ps->p == '_')
+    return parse_fail(ps, "unexpected character after number");
   hcq_expr_t *e = hcq_expr_const((int64_t)v);
   return e ? e : oom_fail(ps);
 }
@@ -530,8 +558,9 @@ static hcq_expr_t *parse_name(parser_t *ps) {
     if (name && strlen(name) == n && !strncmp(name, start, n)) return hcq_expr_retain(ps->vars[i]);
   }
   if (!ps->err)
-    ps->err = hcq_status_make(HCQ_NOT_FOUND, "expression \"%s\": unknown variable \"%.*s\" at column %d", ps->text,
-                              (int)(n > 64 ? 64 : n), start, (int)(start - ps->text) + 1);
+    ps->err =
+        hcq_status_make(HCQ_NOT_FOUND, "expression \"%s\": unknown variable \"%.*s\" at column %d",
+                        ps->text, (int)(n > 64 ? 64 : n), start, (int)(start - ps->text) + 1);
   return NULL;
 }
 
@@ -641,11 +670,14 @@ static hcq_expr_t *parse_expr(parser_t *ps) {
   return acc;
 }
 
-hcq_status_t hcq_expr_parse(const char *text, const hcq_expr_t *const *vars, size_t nvars, hcq_expr_t **out_expr) {
+hcq_status_t hcq_expr_parse(const char *text, const hcq_expr_t *const *vars, size_t nvars,
+                            hcq_expr_t **out_expr) {
   if (!out_expr) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_expr_parse: out_expr is NULL");
   *out_expr = NULL;
   if (!text) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_expr_parse: text is NULL");
-  if (nvars && !vars) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_expr_parse: %zu variables but vars is NULL", nvars);
+  if (nvars && !vars)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_expr_parse: %zu variables but vars is NULL",
+                           nvars);
   parser_t ps = {text, text, vars, nvars, 0, NULL};
   hcq_expr_t *e = parse_expr(&ps);
   if (e) {
@@ -655,7 +687,8 @@ hcq_status_t hcq_expr_parse(const char *text, const hcq_expr_t *const *vars, siz
       e = parse_fail(&ps, "unexpected text after the expression");
     }
   }
-  if (!e) return ps.err ? ps.err : hcq_status_make(HCQ_INTERNAL, "expression \"%s\": parse failed", text);
+  if (!e)
+    return ps.err ? ps.err : hcq_status_make(HCQ_INTERNAL, "expression \"%s\": parse failed", text);
   *out_expr = e;
   return NULL;
 }

@@ -20,7 +20,9 @@ void hcq__symset_deinit(hcq__symset_t *set) {
   memset(set, 0, sizeof(*set));
 }
 
-static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory compiling symbols"); }
+static hcq_status_t oom(void) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory compiling symbols");
+}
 
 static bool var_index(hcq__symset_t *set, const hcq_expr_t *var, uint32_t *out) {
   for (size_t i = 0; i < set->vars.len; i++)
@@ -147,7 +149,8 @@ hcq_status_t hcq__symset_bind(hcq__symset_t *set, const hcq_var_value_t *vals, s
           at = (uint32_t)k;
           break;
         }
-      if (at == UINT32_MAX) return hcq_status_make(HCQ_NOT_FOUND, "variable %s has no value", var->u.var.name);
+      if (at == UINT32_MAX)
+        return hcq_status_make(HCQ_NOT_FOUND, "variable %s has no value", var->u.var.name);
       set->lookup[i] = at;
     }
     int64_t v = vals[at].value;

@@ -2,11 +2,11 @@
  *
  * A graph orders an item after the last write of each buffer it uses; a write that outs does not
  * list is ordered after nothing, so a replay may run it alongside the items that read or write the
- * same buffer. Eager execution is ordered anyway, which is why such a kernel looks right until it is
- * graphed. The check copies every buffer the launch did not declare written out before the kernel,
- * and again after it, and compares: any changed byte is a write outs should have listed. The copies
- * go through the ordinary host copy path (each waits for the device's earlier work), so it works on
- * every backend, at the price of two full copies of those buffers per launch.
+ * same buffer. Eager execution is ordered anyway, which is why such a kernel looks right until it
+ * is graphed. The check copies every buffer the launch did not declare written out before the
+ * kernel, and again after it, and compares: any changed byte is a write outs should have listed.
+ * The copies go through the ordinary host copy path (each waits for the device's earlier work), so
+ * it works on every backend, at the price of two full copies of those buffers per launch.
  *
  * What it cannot see: a write of the bytes a buffer already held. */
 #include <inttypes.h>
@@ -68,28 +68,35 @@ int hcq__leak_report_env(void) {
 hcq_status_t hcq__write_check_begin(const hcq_launch_desc_t *d, hcq__write_check_t **out) {
   *out = NULL;
   if (!d->outs) return NULL; /* every buffer is declared written */
-  if (hcq__device_is_remote(d->program->dev)) return NULL; /* another rank runs it, and checks it there */
+  if (hcq__device_is_remote(d->program->dev))
+    return NULL; /* another rank runs it, and checks it there */
   hcq__write_check_t *wc = calloc(1, sizeof(*wc) + d->nbufs * sizeof(wc->snaps[0]));
-  if (!wc) return hcq_status_make(HCQ_OUT_OF_MEMORY, "launch of %s: out of memory for HCQ_VALIDATE", d->program->name);
+  if (!wc)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "launch of %s: out of memory for HCQ_VALIDATE",
+                           d->program->name);
   for (size_t i = 0; i < d->nbufs; i++) {
     hcq_buffer_t *b = d->bufs[i];
     /* Dependencies are by base buffer: a write anywhere in a declared buffer's base is ordered. */
     bool declared = false, seen = false;
-    for (size_t o = 0; o < d->nouts && !declared; o++) declared = base_of(d->bufs[d->outs[o]]) == base_of(b);
+    for (size_t o = 0; o < d->nouts && !declared; o++)
+      declared = base_of(d->bufs[d->outs[o]]) == base_of(b);
     for (size_t k = 0; k < wc->n && !seen; k++) seen = wc->snaps[k].buf == b;
     if (declared || seen || b->size == 0) continue;
     struct snap *s = &wc->snaps[wc->n];
     s->arg = i, s->buf = b;
     if (!(s->bytes = malloc(b->size))) {
       hcq__write_check_free(wc);
-      return hcq_status_make(HCQ_OUT_OF_MEMORY, "launch of %s: out of memory copying buffer %zu (%s) for HCQ_VALIDATE",
+      return hcq_status_make(HCQ_OUT_OF_MEMORY,
+                             "launch of %s: out of memory copying buffer %zu (%s) for HCQ_VALIDATE",
                              d->program->name, i, b->label);
     }
     wc->n++;
     hcq_status_t st = copy_out(b, s->bytes);
     if (st) {
       hcq__write_check_free(wc);
-      return hcq_status_annotate(st, "launch of %s: HCQ_VALIDATE copying buffer %zu before the kernel", d->program->name, i);
+      return hcq_status_annotate(st,
+                                 "launch of %s: HCQ_VALIDATE copying buffer %zu before the kernel",
+                                 d->program->name, i);
     }
   }
   if (wc->n == 0) {
@@ -111,13 +118,14 @@ hcq_status_t hcq__write_check_end(hcq__write_check_t *wc, const hcq_launch_desc_
     const struct snap *s = &wc->snaps[i];
     unsigned char *now = realloc(after, s->buf->size);
     if (!now) {
-      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "launch of %s: out of memory for HCQ_VALIDATE", d->program->name);
+      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "launch of %s: out of memory for HCQ_VALIDATE",
+                           d->program->name);
       break;
     }
     after = now;
     if ((st = copy_out(s->buf, after))) {
-      st = hcq_status_annotate(st, "launch of %s: HCQ_VALIDATE copying buffer %zu after the kernel", d->program->name,
-                               s->arg);
+      st = hcq_status_annotate(st, "launch of %s: HCQ_VALIDATE copying buffer %zu after the kernel",
+                               d->program->name, s->arg);
       break;
     }
     if (!memcmp(after, s->bytes, s->buf->size)) continue;
@@ -130,14 +138,17 @@ hcq_status_t hcq__write_check_end(hcq__write_check_t *wc, const hcq_launch_desc_
   free(after);
   if (!st && first) {
     char more[64] = "";
-    if (changed > 1) snprintf(more, sizeof(more), "; %zu more undeclared buffers changed too", changed - 1);
+    if (changed > 1)
+      snprintf(more, sizeof(more), "; %zu more undeclared buffers changed too", changed - 1);
     st = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                         "launch of %s on %s wrote buffer %zu (%s), which its outs do not list%s (first changed byte at "
-                         "offset %" PRIu64 " of %" PRIu64 "%s): a graph replay would not order that write (HCQ_VALIDATE); "
+                         "launch of %s on %s wrote buffer %zu (%s), which its outs do not list%s "
+                         "(first changed byte at "
+                         "offset %" PRIu64 " of %" PRIu64
+                         "%s): a graph replay would not order that write (HCQ_VALIDATE); "
                          "list the buffer in outs, or pass no outs array (every buffer written)",
                          d->program->name, d->program->dev->name, first->arg, first->buf->label,
-                         d->nouts ? "" : " (outs is empty: it declared that it writes nothing)", at, first->buf->size,
-                         more);
+                         d->nouts ? "" : " (outs is empty: it declared that it writes nothing)", at,
+                         first->buf->size, more);
   }
   hcq__write_check_free(wc);
   return st;

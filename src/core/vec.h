@@ -6,9 +6,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#define HCQ__VEC(T) \
-  struct {          \
-    T *data;        \
+#define HCQ__VEC(T)  \
+  struct {           \
+    T *data;         \
     size_t len, cap; \
   }
 
@@ -24,7 +24,8 @@ static inline bool hcq__vec_reserve(void **data, size_t *cap, size_t need, size_
   return true;
 }
 
-#define hcq__vec_reserve_for(v, need) hcq__vec_reserve((void **)&(v)->data, &(v)->cap, (need), sizeof(*(v)->data))
+#define hcq__vec_reserve_for(v, need) \
+  hcq__vec_reserve((void **)&(v)->data, &(v)->cap, (need), sizeof(*(v)->data))
 #define hcq__vec_push(v, x) \
   (hcq__vec_reserve_for((v), (v)->len + 1) ? ((v)->data[(v)->len++] = (x), true) : false)
 #define hcq__vec_free(v) (free((v)->data), (v)->data = NULL, (v)->len = (v)->cap = 0)

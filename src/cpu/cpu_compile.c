@@ -12,7 +12,7 @@
  *   root and writable by others only when sticky, the object a regular file of ours that no one
  *   else may write. Otherwise the kernel is compiled in a private temporary directory, uncached,
  *   with one warning per process saying why.
-  * - The compiler writes into a private build directory; hcq stores the object (a kcache blob: a
+ * - The compiler writes into a private build directory; hcq stores the object (a kcache blob: a
  *   tag, its hash, the object) under a temporary name that is renamed into place, so nothing
  *   partial ever carries a final name, and a full or read-only cache disk only means "not cached".
  * - Objects are loaded from checked bytes in memory (a sealed memfd), never by mapping the cache
@@ -53,7 +53,8 @@ const char *hcq_cpu_prelude(void) { return k_prelude; }
 
 /* ---- words ---- */
 
-hcq_status_t hcq__cpu_split_words(const char *name, const char *text, char ***out_words, size_t *out_count) {
+hcq_status_t hcq__cpu_split_words(const char *name, const char *text, char ***out_words,
+                                  size_t *out_count) {
   *out_words = NULL;
   *out_count = 0;
   /* Every word but the last is followed by a blank, so there are at most len / 2 + 1 words, and
@@ -89,7 +90,8 @@ hcq_status_t hcq__cpu_split_words(const char *name, const char *text, char ***ou
       } else if (*p == '\\') {
         if (!p[1]) {
           free(words);
-          return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s=\"%s\" ends with a lone backslash", name, text);
+          return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s=\"%s\" ends with a lone backslash", name,
+                                 text);
         }
         *out++ = p[1];
         p += 2;
@@ -99,7 +101,8 @@ hcq_status_t hcq__cpu_split_words(const char *name, const char *text, char ***ou
       continue;
     unterminated:
       free(words);
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s=\"%s\": unterminated %c quote at character %zu", name, text, *p,
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "%s=\"%s\": unterminated %c quote at character %zu", name, text, *p,
                              (size_t)(p - text) + 1);
     }
     *out++ = '\0';
@@ -124,8 +127,10 @@ static bool find_executable(const char *word, char *out, size_t size) {
   for (const char *dir = path;; dir++) {
     size_t dlen = strcspn(dir, ":");
     /* An empty entry is the current directory. */
-    if (dlen == 0) snprintf(out, size, "./%s", word);
-    else snprintf(out, size, "%.*s/%s", (int)dlen, dir, word);
+    if (dlen == 0)
+      snprintf(out, size, "./%s", word);
+    else
+      snprintf(out, size, "%.*s/%s", (int)dlen, dir, word);
     if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0) return true;
     dir += dlen;
     if (!*dir) return false;
@@ -135,9 +140,9 @@ static bool find_executable(const char *word, char *out, size_t size) {
 typedef struct compiler {
   char **cc, **cflags; /* NULL-terminated words */
   size_t ncc, ncflags;
-  char exe[PATH_MAX];  /* what runs cc[0]; "" when it was not found */
-  char *identity;      /* see hcq__cpu_key_input_t */
-  bool native;         /* some word asks for the host CPU */
+  char exe[PATH_MAX];           /* what runs cc[0]; "" when it was not found */
+  char *identity;               /* see hcq__cpu_key_input_t */
+  bool native;                  /* some word asks for the host CPU */
   hcq_status_code_t error_code; /* HCQ_OK, or why nothing can be compiled */
   char error[768];
 } compiler_t;
@@ -157,8 +162,8 @@ static bool append_identity(char **identity, const char *path) {
   char real[PATH_MAX], line[PATH_MAX + 96];
   struct stat st;
   if (realpath(path, real) && stat(real, &st) == 0)
-    snprintf(line, sizeof(line), "%s|%lld|%lld.%09ld\n", real, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-             st.st_mtim.tv_nsec);
+    snprintf(line, sizeof(line), "%s|%lld|%lld.%09ld\n", real, (long long)st.st_size,
+             (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
   else
     snprintf(line, sizeof(line), "missing:%s\n", path);
   size_t old = *identity ? strlen(*identity) : 0, add = strlen(line);
@@ -174,7 +179,9 @@ static void load_compiler(void) {
   const hcq__options_t *o = hcq__options();
   hcq_status_t st;
   if (!o->cc || !o->cflags || !o->cache_dir || !o->tmp_dir) {
-    compiler_error(c, hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading HCQ_CC, HCQ_CFLAGS and HCQ_CACHE_DIR"));
+    compiler_error(c,
+                   hcq_status_make(HCQ_OUT_OF_MEMORY,
+                                   "out of memory reading HCQ_CC, HCQ_CFLAGS and HCQ_CACHE_DIR"));
     return;
   }
   if ((st = hcq__cpu_split_words("HCQ_CC", o->cc, &c->cc, &c->ncc)) ||
@@ -183,24 +190,29 @@ static void load_compiler(void) {
     return;
   }
   if (c->ncc == 0) {
-    compiler_error(c, hcq_status_make(HCQ_INVALID_ARGUMENT, "HCQ_CC=\"%s\" names no compiler", o->cc));
+    compiler_error(c,
+                   hcq_status_make(HCQ_INVALID_ARGUMENT, "HCQ_CC=\"%s\" names no compiler", o->cc));
     return;
   }
   if (strlen(o->cache_dir) > MAX_CACHE_DIR) {
-    compiler_error(c, hcq_status_make(HCQ_INVALID_ARGUMENT,
-                                      "the kernel cache directory from %s is too long (%zu bytes, at most %d)",
-                                      o->cache_dir_from, strlen(o->cache_dir), MAX_CACHE_DIR));
+    compiler_error(
+        c, hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "the kernel cache directory from %s is too long (%zu bytes, at most %d)",
+                           o->cache_dir_from, strlen(o->cache_dir), MAX_CACHE_DIR));
     return;
   }
   /* The compiler, and every later word that names an executable (a launcher such as
    * "ccache gcc" or "env cc" runs the compiler that follows it). */
   char path[PATH_MAX];
   /* A path is run as it is, so that exec says precisely what is wrong with it. */
-  if (strchr(c->cc[0], '/')) snprintf(c->exe, sizeof(c->exe), "%s", c->cc[0]);
-  else if (find_executable(c->cc[0], path, sizeof(path))) snprintf(c->exe, sizeof(c->exe), "%s", path);
+  if (strchr(c->cc[0], '/'))
+    snprintf(c->exe, sizeof(c->exe), "%s", c->cc[0]);
+  else if (find_executable(c->cc[0], path, sizeof(path)))
+    snprintf(c->exe, sizeof(c->exe), "%s", path);
   bool ok = append_identity(&c->identity, c->exe[0] ? c->exe : c->cc[0]);
   for (size_t i = 1; ok && i < c->ncc; i++)
-    if (c->cc[i][0] != '-' && !strchr(c->cc[i], '=') && find_executable(c->cc[i], path, sizeof(path)))
+    if (c->cc[i][0] != '-' && !strchr(c->cc[i], '=') &&
+        find_executable(c->cc[i], path, sizeof(path)))
       ok = append_identity(&c->identity, path);
   if (!ok) {
     compiler_error(c, hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory identifying the compiler"));
@@ -213,14 +225,17 @@ static void load_compiler(void) {
 static hcq_status_t get_compiler(const compiler_t **out) {
   pthread_once(&g_compiler_once, load_compiler);
   *out = &g_compiler;
-  if (g_compiler.error_code != HCQ_OK) return hcq_status_make(g_compiler.error_code, "%s", g_compiler.error);
+  if (g_compiler.error_code != HCQ_OK)
+    return hcq_status_make(g_compiler.error_code, "%s", g_compiler.error);
   return NULL;
 }
 
 static const char *signal_name(int sig, char *buf, size_t size) {
   const char *abbrev = sigabbrev_np(sig);
-  if (abbrev) snprintf(buf, size, "SIG%s", abbrev);
-  else snprintf(buf, size, "signal %d", sig);
+  if (abbrev)
+    snprintf(buf, size, "SIG%s", abbrev);
+  else
+    snprintf(buf, size, "signal %d", sig);
   return buf;
 }
 
@@ -232,8 +247,9 @@ static bool write_all(int fd, const char *s) { return hcq__cpu_write_bytes(fd, s
  * pair) and so_path (the object). On success both exist and the caller removes c_path once done
  * with so_path; on failure neither is left. *out_unwritable tells a failure to write in dir apart
  * from a failed compile. */
-static hcq_status_t compile_into(const compiler_t *cc, const char *dir, const char *entry, const char *source,
-                                 char c_path[PATH_BUF], char so_path[PATH_BUF], bool *out_unwritable) {
+static hcq_status_t compile_into(const compiler_t *cc, const char *dir, const char *entry,
+                                 const char *source, char c_path[PATH_BUF], char so_path[PATH_BUF],
+                                 bool *out_unwritable) {
   *out_unwritable = false;
   snprintf(c_path, PATH_BUF, "%s/tmp-XXXXXX.c", dir);
   int fd = mkostemps(c_path, 2, O_CLOEXEC);
@@ -274,16 +290,19 @@ static hcq_status_t compile_into(const compiler_t *cc, const char *dir, const ch
     argv[argc] = NULL;
     int status = 0;
     if (!cc->exe[0])
-      st = hcq_status_make(HCQ_COMPILE_ERROR, "cannot run the C compiler \"%s\": not found in PATH (set HCQ_CC)", cc->cc[0]);
+      st = hcq_status_make(HCQ_COMPILE_ERROR,
+                           "cannot run the C compiler \"%s\": not found in PATH (set HCQ_CC)",
+                           cc->cc[0]);
     else
       st = hcq__cpu_run_compiler(cc->exe, argv, output, MAX_COMPILER_OUTPUT, &status);
     char sig[32];
     if (!st && WIFSIGNALED(status))
-      st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s failed (%s was killed by signal %d (%s)):\n%s", entry,
-                           cc->cc[0], WTERMSIG(status), signal_name(WTERMSIG(status), sig, sizeof(sig)), output);
+      st = hcq_status_make(
+          HCQ_COMPILE_ERROR, "compiling %s failed (%s was killed by signal %d (%s)):\n%s", entry,
+          cc->cc[0], WTERMSIG(status), signal_name(WTERMSIG(status), sig, sizeof(sig)), output);
     else if (!st && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
-      st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s failed (%s exited with status %d):\n%s", entry, cc->cc[0],
-                           WIFEXITED(status) ? WEXITSTATUS(status) : -1, output);
+      st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s failed (%s exited with status %d):\n%s",
+                           entry, cc->cc[0], WIFEXITED(status) ? WEXITSTATUS(status) : -1, output);
   }
   free(argv);
   free(output);
@@ -300,8 +319,10 @@ static void *read_object(const char *path, size_t *out_size) {
   if (fd < 0) return NULL;
   struct stat st;
   char *data = NULL;
-    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > MAX_OBJECT_BYTES) errno = EFBIG;
-  else if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (data = malloc(st.st_size ? (size_t)st.st_size : 1))) {
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > MAX_OBJECT_BYTES)
+    errno = EFBIG;
+  else if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+           (data = malloc(st.st_size ? (size_t)st.st_size : 1))) {
     size_t got = 0;
     for (ssize_t n = 1; got < (size_t)st.st_size && n != 0;) {
       n = read(fd, data + got, (size_t)st.st_size - got);
@@ -321,8 +342,8 @@ static void *read_object(const char *path, size_t *out_size) {
 }
 
 /* Compiles in a private directory made for it and removed after: *out holds the object's bytes. */
-static hcq_status_t compile_to_memory(const compiler_t *cc, const char *entry, const char *source, void **out,
-                                      size_t *out_size) {
+static hcq_status_t compile_to_memory(const compiler_t *cc, const char *entry, const char *source,
+                                      void **out, size_t *out_size) {
   char dir[PATH_MAX], c_path[PATH_BUF], so_path[PATH_BUF];
   hcq_status_t st = hcq__cpu_make_private_dir(entry, dir);
   if (st) return st;
@@ -330,8 +351,8 @@ static hcq_status_t compile_to_memory(const compiler_t *cc, const char *entry, c
   st = compile_into(cc, dir, entry, source, c_path, so_path, &unwritable);
   if (!st) {
     if (!(*out = read_object(so_path, out_size)))
-      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot read the compiled kernel %s (%s): %s", entry, so_path,
-                           strerror(errno));
+      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot read the compiled kernel %s (%s): %s", entry,
+                           so_path, strerror(errno));
     unlink(so_path);
     unlink(c_path);
   }
@@ -341,27 +362,34 @@ static hcq_status_t compile_to_memory(const compiler_t *cc, const char *entry, c
 
 /* ---- entry ---- */
 
-hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out) {
+hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *source,
+                              hcq__program_impl_t *out) {
   (void)dev;
   if (!hcq__is_c_identifier(entry)) {
     char quoted[300];
     hcq__quote(entry, quoted, sizeof(quoted));
-    return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "entry %s is not a C identifier (letters, digits and _, not starting with a digit)", quoted);
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "entry %s is not a C identifier (letters, digits and _, not starting with a digit)",
+        quoted);
   }
   const compiler_t *cc;
   hcq_status_t st = get_compiler(&cc);
   if (st) return st;
   const hcq__options_t *o = hcq__options();
   const char *cpu = cc->native ? hcq__cpu_host_identity() : NULL;
-  hcq__cpu_key_input_t in = {source, entry, (const char *const *)cc->cc, cc->identity, (const char *const *)cc->cflags, cpu};
+  hcq__cpu_key_input_t in = {
+      source, entry, (const char *const *)cc->cc, cc->identity, (const char *const *)cc->cflags,
+      cpu};
   char key[33];
   hcq__cpu_cache_key(&in, key);
 
   char dir[PATH_MAX], why[2 * PATH_MAX + 256], path[PATH_BUF];
   bool cached = hcq__kcache_open_dir(o->cache_dir, dir, why, sizeof(why));
   if (cached && cc->native && !cpu) {
-    snprintf(why, sizeof(why), "the compiler flags ask for the host CPU (\"native\") and /proc/cpuinfo cannot be read to put it in the key");
+    snprintf(why, sizeof(why),
+             "the compiler flags ask for the host CPU (\"native\") and /proc/cpuinfo cannot be "
+             "read to put it in the key");
     cached = false;
   }
   bool bad;

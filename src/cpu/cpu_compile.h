@@ -15,17 +15,18 @@
  * $VAR, globs, ~ and command substitution are passed on unchanged. On success *out_words is one
  * malloc'd block (free it alone) holding *out_count words and a NULL after them. An unterminated
  * quote or a trailing backslash is INVALID_ARGUMENT naming the variable. */
-HCQ_MUST_USE hcq_status_t hcq__cpu_split_words(const char *name, const char *text, char ***out_words,
-                                               size_t *out_count);
+HCQ_MUST_USE hcq_status_t hcq__cpu_split_words(const char *name, const char *text,
+                                               char ***out_words, size_t *out_count);
 
 /* Everything the cache key of one kernel depends on. */
 typedef struct hcq__cpu_key_input {
   const char *source;
   const char *entry;
-  const char *const *cc_words;   /* HCQ_CC split into words, NULL-terminated */
-  const char *cc_identity;       /* the executables among them: resolved path, size, mtime (one per line) */
-  const char *const *cflags;     /* HCQ_CFLAGS split into words, NULL-terminated */
-  const char *cpu_identity;      /* the host CPU; part of the key only when a word contains "native" */
+  const char *const *cc_words; /* HCQ_CC split into words, NULL-terminated */
+  const char
+      *cc_identity; /* the executables among them: resolved path, size, mtime (one per line) */
+  const char *const *cflags; /* HCQ_CFLAGS split into words, NULL-terminated */
+  const char *cpu_identity;  /* the host CPU; part of the key only when a word contains "native" */
 } hcq__cpu_key_input_t;
 
 /* The cache key: 32 lower-case hex digits (a 128-bit XXH3 hash) and a NUL. */

@@ -19,8 +19,8 @@ static inline bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n';
 
 /* Runs the compiler (exe, argv) and gives its exact wait status, whatever the application did
  * with SIGCHLD, and its output in output (cap bytes). (cpu_compile_run.c) */
-HCQ_MUST_USE hcq_status_t hcq__cpu_run_compiler(const char *exe, char *const argv[], char *output, size_t cap,
-                                                int *out_status);
+HCQ_MUST_USE hcq_status_t hcq__cpu_run_compiler(const char *exe, char *const argv[], char *output,
+                                                size_t cap, int *out_status);
 
 /* A new directory of ours alone (0700) in TMPDIR, else /tmp, locked while we use it; the caller
  * removes it with hcq__cpu_remove_private_dir. The first call of a process removes the
@@ -34,7 +34,8 @@ bool hcq__cpu_write_bytes(int fd, const void *data, size_t n);
 
 /* Loads the object held in bytes (checked by the caller; key names it), resolving entry in it.
  * *out_bad: it does not load at all. (cpu_load.c) */
-HCQ_MUST_USE hcq_status_t hcq__cpu_load_image(const void *bytes, size_t size, const char *key, const char *entry,
-                                              hcq__program_impl_t *out, bool *out_bad);
+HCQ_MUST_USE hcq_status_t hcq__cpu_load_image(const void *bytes, size_t size, const char *key,
+                                              const char *entry, hcq__program_impl_t *out,
+                                              bool *out_bad);
 
 #endif

@@ -26,15 +26,29 @@ static const char k_fixed_args[] = "-shared -fPIC -o OUT SRC -lm";
 static char g_cpu_identity[33];
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
 
-static int compare_lines(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int compare_lines(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* The fields of /proc/cpuinfo that say which instructions and which core: x86, Arm, RISC-V and
  * POWER spell them differently. Clock speeds, core numbers and the like are left out. */
 static bool is_cpu_field(const char *line) {
-  static const char *const fields[] = {"vendor_id",       "cpu family",  "model",        "model name", "stepping",
-                                       "flags",           "CPU implementer", "CPU architecture", "CPU variant",
-                                       "CPU part",        "CPU revision", "Features",   "isa",        "uarch",
-                                       "cpu",             NULL};
+  static const char *const fields[] = {"vendor_id",
+                                       "cpu family",
+                                       "model",
+                                       "model name",
+                                       "stepping",
+                                       "flags",
+                                       "CPU implementer",
+                                       "CPU architecture",
+                                       "CPU variant",
+                                       "CPU part",
+                                       "CPU revision",
+                                       "Features",
+                                       "isa",
+                                       "uarch",
+                                       "cpu",
+                                       NULL};
   const char *colon = strchr(line, ':');
   if (!colon) return false;
   size_t klen = (size_t)(colon - line);
@@ -49,8 +63,9 @@ static bool is_cpu_field(const char *line) {
  * the default (native) flags still get a key. Elsewhere no identity, and no caching. */
 static void cpuid_identity(void) {
 #if defined(__x86_64__) || defined(__i386__)
-  static const unsigned leaves[][2] = {{0, 0}, {1, 0}, {7, 0}, {7, 1}, {0xd, 1}, {0x14, 0}, {0x19, 0},
-                                       {0x80000001, 0}, {0x80000008, 0}};
+  static const unsigned leaves[][2] = {{0, 0},    {1, 0},          {7, 0},
+                                       {7, 1},    {0xd, 1},        {0x14, 0},
+                                       {0x19, 0}, {0x80000001, 0}, {0x80000008, 0}};
   unsigned regs[sizeof(leaves) / sizeof(leaves[0])][4];
   memset(regs, 0, sizeof(regs));
   unsigned max = __get_cpuid_max(0, NULL), max_ext = __get_cpuid_max(0x80000000, NULL);
@@ -63,7 +78,8 @@ static void cpuid_identity(void) {
   /* Leaf 1's EBX holds the APIC id and logical count of the core that ran it: not the ISA. */
   regs[1][1] = 0;
   XXH128_hash_t h = XXH3_128bits_withSeed(regs, sizeof(regs), 0x637075);
-  snprintf(g_cpu_identity, sizeof(g_cpu_identity), "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
+  snprintf(g_cpu_identity, sizeof(g_cpu_identity), "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64,
+           (uint64_t)h.low64);
 #endif
 }
 
@@ -89,8 +105,10 @@ static void load_cpu_identity(void) {
       lines = grown;
       cap = cap ? cap * 2 : 64;
     }
-    if (!(lines[n] = strdup(line))) ok = false;
-    else n++;
+    if (!(lines[n] = strdup(line)))
+      ok = false;
+    else
+      n++;
   }
   free(line);
   fclose(f);
@@ -102,9 +120,11 @@ static void load_cpu_identity(void) {
     struct utsname u;
     if (uname(&u) == 0) XXH3_128bits_update(&state, u.machine, strlen(u.machine) + 1);
     for (size_t i = 0; i < n; i++)
-      if (i == 0 || strcmp(lines[i], lines[i - 1])) XXH3_128bits_update(&state, lines[i], strlen(lines[i]) + 1);
+      if (i == 0 || strcmp(lines[i], lines[i - 1]))
+        XXH3_128bits_update(&state, lines[i], strlen(lines[i]) + 1);
     XXH128_hash_t h = XXH3_128bits_digest(&state);
-    snprintf(g_cpu_identity, sizeof(g_cpu_identity), "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
+    snprintf(g_cpu_identity, sizeof(g_cpu_identity), "%016" PRIx64 "%016" PRIx64,
+             (uint64_t)h.high64, (uint64_t)h.low64);
   }
   for (size_t i = 0; i < n; i++) free(lines[i]);
   free(lines);

@@ -61,20 +61,25 @@ static void collect_output(output_t *o, int fd, int done_fd) {
     }
     if (pfd[0].revents) {
       ssize_t n = read(fd, chunk, sizeof(chunk));
-      if (n > 0) output_add(o, chunk, (size_t)n);
-      else if (n == 0 || errno != EINTR) pfd[0].fd = -1;
+      if (n > 0)
+        output_add(o, chunk, (size_t)n);
+      else if (n == 0 || errno != EINTR)
+        pfd[0].fd = -1;
     }
     if (pfd[1].revents) break;
   }
   if (pfd[0].fd >= 0 && fcntl(fd, F_SETFL, O_NONBLOCK) == 0) {
     for (ssize_t n; (n = read(fd, chunk, sizeof(chunk))) != 0;) {
-      if (n > 0) output_add(o, chunk, (size_t)n);
-      else if (errno != EINTR) break;
+      if (n > 0)
+        output_add(o, chunk, (size_t)n);
+      else if (errno != EINTR)
+        break;
     }
   }
 }
 
-/* A pipe whose ends are above 2 (so that dup2 onto 0, 1 and 2 never meets itself), close-on-exec. */
+/* A pipe whose ends are above 2 (so that dup2 onto 0, 1 and 2 never meets itself), close-on-exec.
+ */
 static bool make_pipe(int fds[2]) {
   fds[0] = fds[1] = -1;
   if (pipe2(fds, O_CLOEXEC) != 0) return false;
@@ -115,7 +120,8 @@ static bool spawn_setup_init(spawn_setup_t *s, int output_fd) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 34)
             posix_spawn_file_actions_addclosefrom_np(&s->actions, 3) == 0 &&
 #endif
-            posix_spawnattr_setsigdefault(&s->attr, &defaults) == 0 && posix_spawnattr_setsigmask(&s->attr, &none) == 0 &&
+            posix_spawnattr_setsigdefault(&s->attr, &defaults) == 0 &&
+            posix_spawnattr_setsigmask(&s->attr, &none) == 0 &&
             posix_spawnattr_setflags(&s->attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK) == 0;
   if (!ok) {
     posix_spawnattr_destroy(&s->attr);
@@ -130,20 +136,25 @@ static void spawn_setup_deinit(spawn_setup_t *s) {
 }
 
 static hcq_status_t cannot_run(const char *cc, int err) {
-  return hcq_status_make(HCQ_COMPILE_ERROR, "cannot run the C compiler \"%s\": %s (set HCQ_CC)", cc, strerror(err));
+  return hcq_status_make(HCQ_COMPILE_ERROR, "cannot run the C compiler \"%s\": %s (set HCQ_CC)", cc,
+                         strerror(err));
 }
 
 static bool sigchld_autoreaps(void) {
   struct sigaction sa;
-  return sigaction(SIGCHLD, NULL, &sa) == 0 && (sa.sa_handler == SIG_IGN || (sa.sa_flags & SA_NOCLDWAIT));
+  return sigaction(SIGCHLD, NULL, &sa) == 0 &&
+         (sa.sa_handler == SIG_IGN || (sa.sa_flags & SA_NOCLDWAIT));
 }
 
 /* The compiler as our child. *out_lost when its status was reaped by someone else. */
-static hcq_status_t run_direct(const char *exe, char *const argv[], output_t *out, int *out_status, bool *out_lost) {
+static hcq_status_t run_direct(const char *exe, char *const argv[], output_t *out, int *out_status,
+                               bool *out_lost) {
   *out_lost = false;
   int pipe_fds[2];
   spawn_setup_t setup;
-  if (!make_pipe(pipe_fds)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot create a pipe for the compiler: %s", strerror(errno));
+  if (!make_pipe(pipe_fds))
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot create a pipe for the compiler: %s",
+                           strerror(errno));
   if (!spawn_setup_init(&setup, pipe_fds[1])) {
     close(pipe_fds[0]);
     close(pipe_fds[1]);
@@ -167,7 +178,9 @@ static hcq_status_t run_direct(const char *exe, char *const argv[], output_t *ou
       *out_lost = true;
       return NULL;
     }
-    if (errno != EINTR) return hcq_status_make(HCQ_UNAVAILABLE, "cannot wait for the C compiler: %s", strerror(errno));
+    if (errno != EINTR)
+      return hcq_status_make(HCQ_UNAVAILABLE, "cannot wait for the C compiler: %s",
+                             strerror(errno));
   }
   return NULL;
 }
@@ -181,7 +194,8 @@ enum { HELPER_WAIT_STATUS = 1, HELPER_SPAWN_FAILED, HELPER_WAIT_FAILED };
 
 /* The forked helper: only async-signal-safe calls (the parent may have had other threads), every
  * signal blocked. */
-static void helper_main(int report_fd, const char *exe, char *const argv[], const spawn_setup_t *setup) {
+static void helper_main(int report_fd, const char *exe, char *const argv[],
+                        const spawn_setup_t *setup) {
   struct sigaction dfl;
   memset(&dfl, 0, sizeof(dfl));
   dfl.sa_handler = SIG_DFL;
@@ -202,17 +216,18 @@ static void helper_main(int report_fd, const char *exe, char *const argv[], cons
     }
     if (report.kind == HELPER_WAIT_STATUS) report.value = status;
   }
-  while (write(report_fd, &report, sizeof(report)) < 0 && errno == EINTR) {
-  }
+  while (write(report_fd, &report, sizeof(report)) < 0 && errno == EINTR) {}
   _exit(0);
 }
 
 /* The compiler under a forked helper that reports its wait status. */
-static hcq_status_t run_via_helper(const char *exe, char *const argv[], output_t *out, int *out_status) {
+static hcq_status_t run_via_helper(const char *exe, char *const argv[], output_t *out,
+                                   int *out_status) {
   int output_fds[2], report_fds[2] = {-1, -1};
   spawn_setup_t setup;
   if (!make_pipe(output_fds) || !make_pipe(report_fds)) {
-    hcq_status_t st = hcq_status_make(HCQ_UNAVAILABLE, "cannot create a pipe for the compiler: %s", strerror(errno));
+    hcq_status_t st = hcq_status_make(HCQ_UNAVAILABLE, "cannot create a pipe for the compiler: %s",
+                                      strerror(errno));
     for (int i = 0; i < 2; i++) {
       if (output_fds[i] >= 0) close(output_fds[i]);
       if (report_fds[i] >= 0) close(report_fds[i]);
@@ -251,14 +266,15 @@ static hcq_status_t run_via_helper(const char *exe, char *const argv[], output_t
       got += (size_t)n;
     }
     /* ECHILD here is fine: with SIGCHLD ignored the kernel reaped the helper, or a handler did. */
-    while (waitpid(helper, NULL, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(helper, NULL, 0) < 0 && errno == EINTR) {}
     if (got < sizeof(report))
-      st = hcq_status_make(HCQ_UNAVAILABLE, "the process that runs the compiler ended without reporting");
+      st = hcq_status_make(HCQ_UNAVAILABLE,
+                           "the process that runs the compiler ended without reporting");
     else if (report.kind == HELPER_SPAWN_FAILED)
       st = cannot_run(argv[0], report.value);
     else if (report.kind == HELPER_WAIT_FAILED)
-      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot wait for the C compiler: %s", strerror(report.value));
+      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot wait for the C compiler: %s",
+                           strerror(report.value));
     else
       *out_status = report.value;
   }
@@ -267,7 +283,8 @@ static hcq_status_t run_via_helper(const char *exe, char *const argv[], output_t
   return st;
 }
 
-hcq_status_t hcq__cpu_run_compiler(const char *exe, char *const argv[], char *output, size_t cap, int *out_status) {
+hcq_status_t hcq__cpu_run_compiler(const char *exe, char *const argv[], char *output, size_t cap,
+                                   int *out_status) {
   output_t out = {output, cap, 0, false};
   output[0] = '\0';
   if (!sigchld_autoreaps()) {

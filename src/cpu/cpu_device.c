@@ -28,7 +28,8 @@
 /* Work-items (groups x group size) one launch may have: more would keep a device busy for days. */
 #define CPU_MAX_WORK_ITEMS (UINT64_C(1) << 40)
 
-static int cpu_assist(hcq_device_t *dev, const hcq__signal_words_t *s, uint64_t want, uint64_t max_ns) {
+static int cpu_assist(hcq_device_t *dev, const hcq__signal_words_t *s, uint64_t want,
+                      uint64_t max_ns) {
   return hcq__cpu_pool_assist(&engine_of(dev)->pool, s, want, max_ns);
 }
 
@@ -61,19 +62,22 @@ uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev) {
 /* ---- producers ---- */
 
 /* Waits until the ring has need free words; under the device lock, so one producer at a time. */
-static hcq_status_t wait_for_space(hcq_device_t *dev, cpu_queue_t *q, hcq_queue_kind_t kind, uint64_t head,
-                                   uint64_t need) {
+static hcq_status_t wait_for_space(hcq_device_t *dev, cpu_queue_t *q, hcq_queue_kind_t kind,
+                                   uint64_t head, uint64_t need) {
   uint64_t deadline = 0;
   for (;;) {
     uint32_t seq = atomic_load_explicit(&q->tail_seq, memory_order_seq_cst);
-    if (RING_WORDS - (head - atomic_load_explicit(&q->tail, memory_order_acquire)) >= need) return NULL;
+    if (RING_WORDS - (head - atomic_load_explicit(&q->tail, memory_order_acquire)) >= need)
+      return NULL;
     hcq_status_t st = hcq__device_check(dev);
     if (st) return st;
     uint64_t now = hcq__now_ns();
     if (!deadline) deadline = hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT);
     if (now >= deadline) {
-      st = hcq_status_make(HCQ_TIMEOUT, "%s: the %s queue ring stayed full (is its work waiting on a signal that is never set?)",
-                           dev->name, kind == HCQ_QUEUE_COMPUTE ? "compute" : "copy");
+      st = hcq_status_make(
+          HCQ_TIMEOUT,
+          "%s: the %s queue ring stayed full (is its work waiting on a signal that is never set?)",
+          dev->name, kind == HCQ_QUEUE_COMPUTE ? "compute" : "copy");
       return hcq__device_annotate_report(st, &dev, 1);
     }
     atomic_fetch_add_explicit(&q->space_waiters, 1, memory_order_seq_cst);
@@ -86,21 +90,23 @@ static hcq_status_t wait_for_space(hcq_device_t *dev, cpu_queue_t *q, hcq_queue_
 /* Ring words a submission takes: bound lists travel as one CALL. */
 static size_t ring_words(size_t nwords, bool bound) { return bound ? HCQ__LEN_CALL : nwords; }
 
-
-static hcq_status_t cpu_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound) {
+static hcq_status_t cpu_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords,
+                                bool bound) {
   cpu_queue_t *q = &engine_of(dev)->q[kind];
   nwords = ring_words(nwords, bound);
   if (nwords > RING_WORDS / 2)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: a queue of %zu words is larger than half the ring (%" PRIu64
-                           " words): bind it first", dev->name, nwords, RING_WORDS / 2);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: a queue of %zu words is larger than half the ring (%" PRIu64
+                           " words): bind it first",
+                           dev->name, nwords, RING_WORDS / 2);
   uint64_t head = atomic_load_explicit(&q->head, memory_order_relaxed);
   uint64_t pos = head & (RING_WORDS - 1);
   uint64_t pad = pos + nwords > RING_WORDS ? RING_WORDS - pos : 0;
   return wait_for_space(dev, q, kind, head, pad + nwords);
 }
 
-static hcq_status_t cpu_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords,
-                               bool bound) {
+static hcq_status_t cpu_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
+                               size_t nwords, bool bound) {
   hcq_status_t st = cpu_reserve(dev, kind, nwords, bound);
   if (st) return st;
   cpu_engine_t *e = engine_of(dev);
@@ -205,7 +211,8 @@ static const hcq__device_vtable_t cpu_vtable = {
     .assist = cpu_assist,
 };
 
-static hcq_status_t cpu_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
+static hcq_status_t cpu_device_create(int index, const hcq_device_options_t *opts,
+                                      hcq_device_t *dev) {
   (void)index;
   hcq__cpu_fault_install();
   /* Producer and consumer fields sit on separate cache lines: 64-byte aligned. */
@@ -214,10 +221,11 @@ static hcq_status_t cpu_device_create(int index, const hcq_device_options_t *opt
   memset(e, 0, sizeof(*e));
   dev->vt = &cpu_vtable;
   dev->backend = e;
-  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C | HCQ_CAP_HOST_MEMORY |
-              HCQ__CAP_ENGINE_REMOTE_COPY;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_CALLABLE |
+              HCQ_CAP_COMPILE_C | HCQ_CAP_HOST_MEMORY | HCQ__CAP_ENGINE_REMOTE_COPY;
   dev->threads = 1;
-  /* A CPU kernel loops over its group's threads itself: only the total work per launch is bounded. */
+  /* A CPU kernel loops over its group's threads itself: only the total work per launch is bounded.
+   */
   dev->limits.max_work_items = CPU_MAX_WORK_ITEMS;
   e->dev = dev;
   e->share.threads_asked = opts ? opts->threads : 0;
@@ -252,11 +260,12 @@ static void cpu_query(hcq_device_info_t *info) {
   if (o->cpu_threads)
     snprintf(threads, sizeof(threads), "%u threads per device (HCQ_CPU_THREADS)", o->cpu_threads);
   else
-    snprintf(threads, sizeof(threads), "%zu cores split between the open devices (1 device: %zu threads, 2: %zu each)",
+    snprintf(threads, sizeof(threads),
+             "%zu cores split between the open devices (1 device: %zu threads, 2: %zu each)",
              ncores, ncores, ncores >= 2 ? ncores / 2 : 1);
   snprintf(info->description, sizeof(info->description),
-           "CPU:N (any N): %s, C kernels compiled by %.64s, function-pointer kernels, copy queue", threads,
-           o->cc ? o->cc : "cc");
+           "CPU:N (any N): %s, C kernels compiled by %.64s, function-pointer kernels, copy queue",
+           threads, o->cc ? o->cc : "cc");
 }
 
 const hcq__backend_t hcq__cpu_backend = {
@@ -268,6 +277,7 @@ const hcq__backend_t hcq__cpu_backend = {
      * and tied to one OS, libc and CPU; C source through the kernel cache gives the same reuse. */
     .binary_formats = 0,
     .kernel_caps = HCQ_CAP_HOST_CALLABLE | HCQ_CAP_COMPILE_C,
-    .no_compile_why = "CPU devices load no precompiled kernels; their kernels come from C source "
-                      "(hcq_program_create), compiled once into the kernel cache",
+    .no_compile_why =
+        "CPU devices load no precompiled kernels; their kernels come from C source "
+        "(hcq_program_create), compiled once into the kernel cache",
 };

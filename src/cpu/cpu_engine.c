@@ -40,7 +40,9 @@ static bool take_queues(cpu_engine_t *e, int who) {
                                                  memory_order_relaxed);
 }
 
-static void give_queues(cpu_engine_t *e) { atomic_store_explicit(&e->owner, OWN_FREE, memory_order_release); }
+static void give_queues(cpu_engine_t *e) {
+  atomic_store_explicit(&e->owner, OWN_FREE, memory_order_release);
+}
 
 const uint32_t *hcq__cpu_engine_current_command(const hcq__cpu_fault_ctx_t *ctx) {
   const cpu_engine_t *e = ctx->owner;
@@ -68,7 +70,8 @@ static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, con
   /* Never coarser than a quarter of the launch size that pays for helpers (HCQ_CPU_MIN_PARALLEL):
    * a launch big enough to share is always split. */
   uint64_t group_items = (uint64_t)lsz[0] * lsz[1] * lsz[2];
-  uint64_t min_items = p->min_parallel / 4 < CPU_MIN_CHUNK_ITEMS ? p->min_parallel / 4 : CPU_MIN_CHUNK_ITEMS;
+  uint64_t min_items =
+      p->min_parallel / 4 < CPU_MIN_CHUNK_ITEMS ? p->min_parallel / 4 : CPU_MIN_CHUNK_ITEMS;
   uint64_t min_chunk = (min_items + group_items - 1) / group_items;
   if (chunk < min_chunk) chunk = min_chunk;
   p->chunk = chunk ? chunk : 1;
@@ -95,12 +98,14 @@ static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, con
 static inline void exec_command(cpu_engine_t *e, const uint32_t *w) {
   hcq_cpu_kernel_fn fn = (hcq_cpu_kernel_fn)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
   void *const *bufs = (void *const *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_ARGS);
-  const int32_t *vals = (const int32_t *)(const void *)((const char *)bufs + (size_t)w[HCQ__EXEC_NBUFS] * 8);
+  const int32_t *vals =
+      (const int32_t *)(const void *)((const char *)bufs + (size_t)w[HCQ__EXEC_NBUFS] * 8);
   const uint32_t *gsz = w + HCQ__EXEC_GLOBAL, *lsz = w + HCQ__EXEC_LOCAL;
   /* Launches are validated on record, but a patched dim may still make the grid absurd. */
   uint64_t plane = (uint64_t)gsz[0] * gsz[1], total;
   if (__builtin_mul_overflow(plane, (uint64_t)gsz[2], &total)) return;
-  if (total == 0 || lsz[0] == 0 || lsz[1] == 0 || lsz[2] == 0) return; /* an empty launch runs nothing */
+  if (total == 0 || lsz[0] == 0 || lsz[1] == 0 || lsz[2] == 0)
+    return; /* an empty launch runs nothing */
   if (total == 1) {
     hcq_launch_t l = {{0, 0, 0}, {1, 1, 1}, {lsz[0], lsz[1], lsz[2]}};
     fn(bufs, vals, &l);
@@ -113,7 +118,8 @@ static inline void exec_command(cpu_engine_t *e, const uint32_t *w) {
   }
 }
 
-/* With isolation, a fault in the kernel returns here through the handler; false then (device lost). */
+/* With isolation, a fault in the kernel returns here through the handler; false then (device lost).
+ */
 static __attribute__((noinline)) bool exec_isolated(cpu_engine_t *e, const uint32_t *w) {
   sigjmp_buf jump;
   if (sigsetjmp(jump, 0) == 0) {
@@ -143,7 +149,8 @@ enum { RUN_DONE, RUN_BLOCKED, RUN_LOST };
 
 /* A COPY with one end on another rank (docs/mpi.md): the MPI layer posts its send or receive and
  * this thread polls it, so a hop between ranks crosses no thread here. The queue stays at the COPY
- * until the request completed (the bytes are in place, or may be reused); the other queue runs on. */
+ * until the request completed (the bytes are in place, or may be reused); the other queue runs on.
+ */
 static int remote_copy(cpu_engine_t *e, cpu_queue_t *q, const uint32_t *w) {
   const hcq__remote_hooks_t *hooks = atomic_load_explicit(&hcq__remote, memory_order_acquire);
   if (!hooks || !hooks->copy_start) {
@@ -178,18 +185,21 @@ typedef struct kernel_stamps {
 
 /* Reads the clock for the kernel at w and stamps it. Returns how many kernels from w on to run
  * before the next read. */
-static __attribute__((noinline)) unsigned stamp_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c, const uint32_t *w,
-                                                       kernel_stamps_t *ks) {
+static __attribute__((noinline)) unsigned stamp_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c,
+                                                       const uint32_t *w, kernel_stamps_t *ks) {
   uint64_t now = engine_clock(e);
   if (ks->last_w) {
     uint64_t kernels = (uint64_t)(w - ks->last_w) / HCQ__LEN_EXEC;
     bool slow = now - ks->last_ns > kernels * CPU_SLOW_KERNEL_NS;
-    ks->window = slow ? 1 : ks->window < CPU_STAMP_WINDOW_MAX ? 2 * ks->window : CPU_STAMP_WINDOW_MAX;
+    ks->window = slow                                ? 1
+                 : ks->window < CPU_STAMP_WINDOW_MAX ? 2 * ks->window
+                                                     : CPU_STAMP_WINDOW_MAX;
   }
   ks->last_w = w, ks->last_ns = now;
   hcq__cursor_stamp(c, w, now);
   /* The engine is the only writer: no read-modify-write needed. */
-  atomic_store_explicit(&e->kernel_stamps, atomic_load_explicit(&e->kernel_stamps, memory_order_relaxed) + 1,
+  atomic_store_explicit(&e->kernel_stamps,
+                        atomic_load_explicit(&e->kernel_stamps, memory_order_relaxed) + 1,
                         memory_order_relaxed);
   return ks->window;
 }
@@ -197,17 +207,20 @@ static __attribute__((noinline)) unsigned stamp_kernel(cpu_engine_t *e, hcq__cmd
 /* A launch of one work-group of a non-empty size: the common case, called straight from the words.
  * The grid's first two words are read as one, and two 32-bit sizes multiply exactly in 64 bits. */
 static inline bool one_group(const uint32_t *gsz, const uint32_t *lsz) {
-  return hcq__rd64(gsz) == ((UINT64_C(1) << 32) | 1) && gsz[2] == 1 && (uint64_t)lsz[0] * lsz[1] != 0 && lsz[2] != 0;
+  return hcq__rd64(gsz) == ((UINT64_C(1) << 32) | 1) && gsz[2] == 1 &&
+         (uint64_t)lsz[0] * lsz[1] != 0 && lsz[2] != 0;
 }
 
 /* Runs the EXEC at w (published as the queue's current command); false when the device was lost. */
-static inline bool run_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c, const uint32_t *w, const _Atomic bool *lost) {
+static inline bool run_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c, const uint32_t *w,
+                              const _Atomic bool *lost) {
   atomic_store_explicit(&c->cur, w, memory_order_relaxed);
   const uint32_t *gsz = w + HCQ__EXEC_GLOBAL, *lsz = w + HCQ__EXEC_LOCAL;
   if (__builtin_expect(one_group(gsz, lsz), 1)) {
     hcq_cpu_kernel_fn fn = (hcq_cpu_kernel_fn)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
     void *const *bufs = (void *const *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_ARGS);
-    const int32_t *vals = (const int32_t *)(const void *)((const char *)bufs + (size_t)w[HCQ__EXEC_NBUFS] * 8);
+    const int32_t *vals =
+        (const int32_t *)(const void *)((const char *)bufs + (size_t)w[HCQ__EXEC_NBUFS] * 8);
     hcq_launch_t l = {{0, 0, 0}, {1, 1, 1}, {lsz[0], lsz[1], lsz[2]}};
     fn(bufs, vals, &l);
   } else {
@@ -284,13 +297,15 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
           continue;
         }
         hcq__cursor_stamp(&q->c, w, engine_clock(e));
-        /* HCQ_VALIDATE arms the jump too: a kernel meeting a guard page loses its device, not the process. */
+        /* HCQ_VALIDATE arms the jump too: a kernel meeting a guard page loses its device, not the
+         * process. */
         if (e->dev->isolate || hcq__validating) {
           if (!exec_isolated(e, w)) return RUN_LOST;
         } else {
           exec_command(e, w);
         }
-        if (__builtin_expect(hcq__validating, 0) && !hcq__cpu_bounds_check(e->dev, w)) return RUN_LOST;
+        if (__builtin_expect(hcq__validating, 0) && !hcq__cpu_bounds_check(e->dev, w))
+          return RUN_LOST;
         if (hcq__device_is_lost(e->dev)) return RUN_LOST;
         break;
       case HCQ__OP_COPY: {
@@ -301,7 +316,8 @@ static int run_entry(cpu_engine_t *e, cpu_queue_t *q) {
           if (r != RUN_DONE) return r;
           break;
         }
-        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, (size_t)hcq__rd64(w + HCQ__COPY_SIZE));
+        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src,
+                (size_t)hcq__rd64(w + HCQ__COPY_SIZE));
         break;
       }
       case HCQ__OP_CALL: hcq__cursor_call(&q->c, w); continue;
@@ -361,7 +377,8 @@ static bool run_queue(cpu_engine_t *e, cpu_queue_t *q) {
     q->c.w = q->c.end = NULL;
     q->pos += q->entry_len;
     publish_tail(q, q->pos);
-    wake_assisting_hosts(&e->pool, false); /* a host asleep in assist may wait for what it signalled */
+    /* a host asleep in assist may wait for what it signalled */
+    wake_assisting_hosts(&e->pool, false);
   }
 }
 
@@ -375,9 +392,11 @@ static bool run_queues(cpu_engine_t *e) {
 /* True when q could move now: it is blocked at a wait that is satisfied, or it has a new entry. */
 static bool queue_ready(cpu_queue_t *q) {
   if (q->remote_op) return true; /* only polling MPI moves it (wait_for_work) */
-  if (q->c.w && HCQ__HDR_OP(q->c.w[0]) != HCQ__OP_WAIT) return true; /* a kernel a waiting host left */
+  if (q->c.w && HCQ__HDR_OP(q->c.w[0]) != HCQ__OP_WAIT)
+    return true; /* a kernel a waiting host left */
   if (q->c.w) {
-    const hcq__signal_words_t *s = (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->c.w + HCQ__WAIT_ADDR);
+    const hcq__signal_words_t *s =
+        (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(q->c.w + HCQ__WAIT_ADDR);
     return atomic_load_explicit(&s->value, memory_order_acquire) >= q->c.w[HCQ__WAIT_VALUE];
   }
   return atomic_load_explicit(&q->head, memory_order_acquire) != q->pos;
@@ -388,14 +407,18 @@ static bool engine_ready(cpu_engine_t *e) {
          atomic_load_explicit(&e->stop, memory_order_acquire);
 }
 
-static bool engine_ready_ctx(const void *ctx) { return engine_ready((cpu_engine_t *)(uintptr_t)ctx); }
+static bool engine_ready_ctx(const void *ctx) {
+  return engine_ready((cpu_engine_t *)(uintptr_t)ctx);
+}
 
-/* Host threads are waiting and run the queues themselves (hcq__cpu_host_run): the engine, which has let
- * go of the queues, naps, so each rank keeps one thread busy on the work, not two taking turns for a core. */
+/* Host threads are waiting and run the queues themselves (hcq__cpu_host_run): the engine, which has
+ * let go of the queues, naps, so each rank keeps one thread busy on the work, not two taking turns
+ * for a core. */
 static void defer_to_hosts(cpu_engine_t *e) {
   uint32_t seq = atomic_load_explicit(&e->defer_word, memory_order_seq_cst);
   atomic_store_explicit(&e->deferring, true, memory_order_seq_cst);
-  if (atomic_load_explicit(&e->helpers, memory_order_seq_cst) && !atomic_load_explicit(&e->stop, memory_order_acquire))
+  if (atomic_load_explicit(&e->helpers, memory_order_seq_cst) &&
+      !atomic_load_explicit(&e->stop, memory_order_acquire))
     hcq__futex_wait(&e->defer_word, seq, CPU_DEFER_NAP_NS);
   else
     hcq__spin_step(1); /* a host is finishing its last pass */
@@ -414,7 +437,8 @@ static void defer_to_hosts(cpu_engine_t *e) {
 static uint64_t cadence_budget(cpu_engine_t *e, uint64_t budget) {
   uint64_t gap = e->idle_gap_ns;
   if (gap && gap <= CPU_CADENCE_SPIN_MAX_NS && 2 * gap > budget) {
-    atomic_store_explicit(&e->cadence_spins, atomic_load_explicit(&e->cadence_spins, memory_order_relaxed) + 1,
+    atomic_store_explicit(&e->cadence_spins,
+                          atomic_load_explicit(&e->cadence_spins, memory_order_relaxed) + 1,
                           memory_order_relaxed);
     return 2 * gap;
   }
@@ -479,7 +503,8 @@ static void wait_for_work(cpu_engine_t *e) {
   _Atomic uint32_t *word = &e->doorbell;
   uint32_t seq = atomic_load_explicit(&e->doorbell, memory_order_seq_cst);
   if (nblocked) {
-    hcq__park_begin((const hcq__signal_words_t *)(uintptr_t)hcq__rd64(blocked[0]->c.w + HCQ__WAIT_ADDR), &park);
+    hcq__park_begin(
+        (const hcq__signal_words_t *)(uintptr_t)hcq__rd64(blocked[0]->c.w + HCQ__WAIT_ADDR), &park);
     word = park.word, seq = park.seq;
   }
   atomic_store_explicit(&e->sleep_word, word, memory_order_seq_cst);
@@ -492,9 +517,9 @@ static void wait_for_work(cpu_engine_t *e) {
   if (nblocked) hcq__park_end(&park);
 }
 
-/* A host thread waiting for a signal these queues will set (core/backend.h, host_run). It runs their
- * waits, signals and copies (a cross-rank transfer's MPI polling) on its own thread and stops at
- * the first kernel, which stays with the engine (and with the engine's fault handling). */
+/* A host thread waiting for a signal these queues will set (core/backend.h, host_run). It runs
+ * their waits, signals and copies (a cross-rank transfer's MPI polling) on its own thread and stops
+ * at the first kernel, which stays with the engine (and with the engine's fault handling). */
 int hcq__cpu_host_run(hcq_device_t *dev, int step) {
   cpu_engine_t *e = engine_of(dev);
   if (step == HCQ__HOST_BEGIN) {
@@ -506,7 +531,8 @@ int hcq__cpu_host_run(hcq_device_t *dev, int step) {
     /* Work left behind (the wait was for an earlier signal) goes back to the engine at once. */
     if (take_queues(e, OWN_HOST)) {
       bool left = engine_ready(e);
-      if (e->q[0].remote_op || e->q[1].remote_op) atomic_fetch_add_explicit(&e->host_handbacks, 1, memory_order_relaxed);
+      if (e->q[0].remote_op || e->q[1].remote_op)
+        atomic_fetch_add_explicit(&e->host_handbacks, 1, memory_order_relaxed);
       give_queues(e);
       if (left && atomic_load_explicit(&e->deferring, memory_order_seq_cst)) {
         atomic_fetch_add_explicit(&e->defer_word, 1, memory_order_seq_cst);
@@ -515,7 +541,8 @@ int hcq__cpu_host_run(hcq_device_t *dev, int step) {
     }
     return 0;
   }
-  if (hcq__device_is_lost(dev) || atomic_load_explicit(&e->stop, memory_order_acquire) || !take_queues(e, OWN_HOST))
+  if (hcq__device_is_lost(dev) || atomic_load_explicit(&e->stop, memory_order_acquire) ||
+      !take_queues(e, OWN_HOST))
     return 0;
   e->on_host = true, e->kernel_ahead = false;
   /* Progress inside one entry (a bound graph's CALL is one) counts too: the caller's patience
@@ -528,7 +555,8 @@ int hcq__cpu_host_run(hcq_device_t *dev, int step) {
   bool moved = e->q[0].c.w != w0 || e->q[1].c.w != w1 || e->q[0].pos != p0 || e->q[1].pos != p1;
   bool idle = true;
   for (int k = 0; k < 2; k++)
-    idle &= !e->q[k].c.w && e->q[k].pos == atomic_load_explicit(&e->q[k].head, memory_order_acquire);
+    idle &=
+        !e->q[k].c.w && e->q[k].pos == atomic_load_explicit(&e->q[k].head, memory_order_acquire);
   bool kernel = e->kernel_ahead, remote = e->q[0].remote_op || e->q[1].remote_op;
   e->on_host = false;
   if (moved) atomic_fetch_add_explicit(&e->host_passes, 1, memory_order_relaxed);
@@ -544,7 +572,8 @@ void *hcq__cpu_engine_main(void *arg) {
   hcq__cpu_fault_ctx = &e->fault;
   for (;;) {
     /* The engine lets go of the queues only to sleep or to defer (wait_for_work). */
-    if (atomic_load_explicit(&e->owner, memory_order_relaxed) != OWN_ENGINE && !take_queues(e, OWN_ENGINE)) {
+    if (atomic_load_explicit(&e->owner, memory_order_relaxed) != OWN_ENGINE &&
+        !take_queues(e, OWN_ENGINE)) {
       defer_to_hosts(e);
       continue;
     }
@@ -559,7 +588,8 @@ void *hcq__cpu_engine_main(void *arg) {
       e->remote_since = 0;
       continue;
     }
-    if (atomic_load_explicit(&e->stop, memory_order_acquire) && (e->q[0].remote_op || e->q[1].remote_op)) {
+    if (atomic_load_explicit(&e->stop, memory_order_acquire) &&
+        (e->q[0].remote_op || e->q[1].remote_op)) {
       /* Closed while a peer has not answered: that transfer cannot finish any more. */
       hcq__device_mark_lost(e->dev, "closed with a transfer to or from another rank in flight");
       continue;

@@ -15,7 +15,8 @@
 
 _Thread_local hcq__cpu_fault_ctx_t *hcq__cpu_fault_ctx;
 
-void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t addr, char *out, size_t size) {
+void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t addr, char *out,
+                             size_t size) {
   hcq__fault_line_t l = {.len = 0};
   const uint32_t *cmd = ctx->current_command ? ctx->current_command(ctx) : NULL;
   const hcq_program_t *p = NULL;
@@ -49,7 +50,9 @@ void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t 
   /* A kernel that reads more buffers or values than its launch passed dereferences whatever
    * follows them: say so unless the program declared what it reads (then launches are checked). */
   if (!guarded && p && !atomic_load_explicit(&((hcq_program_t *)p)->args, memory_order_relaxed))
-    hcq__fault_put(&l, " (was it given fewer buffers or values than it reads? hcq_program_declare_args checks every launch)");
+    hcq__fault_put(&l,
+                   " (was it given fewer buffers or values than it reads? hcq_program_declare_args "
+                   "checks every launch)");
   l.buf[l.len] = '\0';
   size_t n = l.len < size - 1 ? l.len : size - 1;
   memcpy(out, l.buf, n);

@@ -60,15 +60,18 @@ extern _Thread_local hcq__cpu_fault_ctx_t *hcq__cpu_fault_ctx;
 /* Registers the CPU claimer with the core fault handler (core/fault.h), installing it once. */
 void hcq__cpu_fault_install(void);
 /* "kernel mix (graph item 3) on CPU:0 faulted with SIGSEGV at address 0x10" */
-void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t addr, char *out, size_t size);
-/* An alternate signal stack for a kernel thread: allocated by the thread's creator (threads allocate
- * nothing), installed by the thread, uninstalled before it exits; NULL is fine (no alternate stack). */
+void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t addr, char *out,
+                             size_t size);
+/* An alternate signal stack for a kernel thread: allocated by the thread's creator (threads
+ * allocate nothing), installed by the thread, uninstalled before it exits; NULL is fine (no
+ * alternate stack). */
 #define HCQ__CPU_FAULT_STACK (64 * 1024)
 void *hcq__cpu_fault_stack_alloc(void);
 void hcq__cpu_fault_thread_init(void *stack);
 void hcq__cpu_fault_thread_exit(void *stack);
 
-/* Passes in which a waiting host thread moved dev's queues (hcq__cpu_host_run; 0 for other devices). */
+/* Passes in which a waiting host thread moved dev's queues (hcq__cpu_host_run; 0 for other
+ * devices). */
 uint64_t hcq__cpu_host_passes(hcq_device_t *dev);
 /* Kernels dev's engine read the clock for, to stamp them for hang reports (cpu_engine.c,
  * run_kernels: one in a window while kernels are fast, each one while they are slow; tests). */
@@ -84,18 +87,20 @@ void hcq__cpu_assist_sleeps(hcq_device_t *dev, uint64_t *sleeps, uint64_t *woken
 uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev);
 
 /* ---- memory (cpu_memory.c): the CPU device's mem_alloc and mem_free ---- */
-HCQ_MUST_USE hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out);
+HCQ_MUST_USE hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags,
+                                             hcq__mem_t *out);
 void hcq__cpu_mem_free(hcq_device_t *dev, hcq__mem_t *mem);
 /* HCQ_VALIDATE=1 (docs/errors.md, "Out-of-bounds accesses"): CPU buffers sit between guard pages,
  * with canaries in the slack around them. bounds_check, after each kernel (w its EXEC command),
- * compares the canaries of the buffers w was given; on a change it marks dev lost, naming the kernel,
- * the argument, the buffer and the offsets, and returns false. guard_describe says which buffer's
- * guard page addr (a fault address) is in, and where, for the fault report; false when none.
- * Validation arms the fault jump around every kernel (cpu_engine.c, cpu_pool.c) even without
+ * compares the canaries of the buffers w was given; on a change it marks dev lost, naming the
+ * kernel, the argument, the buffer and the offsets, and returns false. guard_describe says which
+ * buffer's guard page addr (a fault address) is in, and where, for the fault report; false when
+ * none. Validation arms the fault jump around every kernel (cpu_engine.c, cpu_pool.c) even without
  * HCQ_CPU_ISOLATE; the handler takes it only for a guard page fault. */
 bool hcq__cpu_bounds_check(hcq_device_t *dev, const uint32_t *w);
 bool hcq__cpu_guard_hit(uint64_t addr); /* addr is in a guard page (for the fault handler) */
-bool hcq__cpu_guard_describe(hcq_device_t *dev, const uint32_t *w, uint64_t addr, char *out, size_t size);
+bool hcq__cpu_guard_describe(hcq_device_t *dev, const uint32_t *w, uint64_t addr, char *out,
+                             size_t size);
 /* The host's memory (MemTotal, MemAvailable), bounded by the process's cgroup v2 limit. */
 HCQ_MUST_USE hcq_status_t hcq__cpu_memory_info(hcq_device_t *dev, hcq_device_memory_t *out);
 

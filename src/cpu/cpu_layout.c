@@ -5,8 +5,8 @@
  * cores then follow the others' round-robin. */
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +32,10 @@ static _Atomic unsigned g_busy_threads; /* engines and helpers of every CPU devi
 /* This process's place among the processes of one parallel job on this machine, from the launcher
  * (Open MPI, MPICH/Hydra, Slurm); false when it says nothing. */
 static bool local_rank(int *rank, int *size) {
-  static const char *const pairs[][2] = {{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-                                         {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-                                         {"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}};
+  static const char *const pairs[][2] = {
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+      {"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}};
   for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
     const char *r = getenv(pairs[i][0]), *n = getenv(pairs[i][1]);
     if (!r || !n) continue;
@@ -64,7 +65,8 @@ static void load_cores(void) {
   int rank, size;
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   if (local_rank(&rank, &size) && online == g_ncores) {
-    int first = g_ncores >= size ? (int)((long)rank * g_ncores / size) : rank % g_ncores, rotated[MAX_CORES];
+    int first = g_ncores >= size ? (int)((long)rank * g_ncores / size) : rank % g_ncores,
+        rotated[MAX_CORES];
     for (int k = 0; k < g_ncores; k++) rotated[k] = g_cores[(first + k) % g_ncores];
     memcpy(g_cores, rotated, sizeof(int) * (size_t)g_ncores);
   }
@@ -91,7 +93,8 @@ static void relayout(void) {
     engines++;
     hcq__cpu_share_t *sh = hcq__cpu_share(dev);
     /* Atomic stores: waiting threads read the engine's core without the lock. */
-    for (unsigned k = 0; k < want && k < HCQ__CPU_MAX_SHARE; k++) __atomic_store_n(&sh->cores[k], cores[k], __ATOMIC_RELAXED);
+    for (unsigned k = 0; k < want && k < HCQ__CPU_MAX_SHARE; k++)
+      __atomic_store_n(&sh->cores[k], cores[k], __ATOMIC_RELAXED);
     __atomic_store_n(&sh->ncores, want, __ATOMIC_RELAXED);
   }
   atomic_store(&g_spare_core, engines < n);
@@ -125,7 +128,8 @@ size_t hcq_device_cores(const hcq_device_t *dev, int *out_cores, size_t cap) {
   pthread_mutex_lock(&g_layout_lock);
   const hcq__cpu_share_t *sh = hcq__cpu_share((hcq_device_t *)dev);
   size_t n = sh->ncores;
-  for (size_t i = 0; i < n && i < cap && i < HCQ__CPU_MAX_SHARE && out_cores; i++) out_cores[i] = sh->cores[i];
+  for (size_t i = 0; i < n && i < cap && i < HCQ__CPU_MAX_SHARE && out_cores; i++)
+    out_cores[i] = sh->cores[i];
   pthread_mutex_unlock(&g_layout_lock);
   return n;
 }
@@ -166,7 +170,8 @@ static int runnable_now(void) {
   int fd = atomic_load_explicit(&g_loadavg_fd, memory_order_relaxed);
   if (fd == -2) {
     int opened = open("/proc/loadavg", O_RDONLY | O_CLOEXEC), expected = -2;
-    if (!atomic_compare_exchange_strong(&g_loadavg_fd, &expected, opened) && opened >= 0) close(opened);
+    if (!atomic_compare_exchange_strong(&g_loadavg_fd, &expected, opened) && opened >= 0)
+      close(opened);
     fd = atomic_load(&g_loadavg_fd);
   }
   char buf[128];
@@ -201,5 +206,6 @@ bool hcq__cpu_host_contended(void) {
       atomic_store_explicit(&g_streak, 0, memory_order_relaxed);
     }
   }
-  return now < atomic_load_explicit(&g_contended_until_ns, memory_order_relaxed) || hcq__host_contended_now();
+  return now < atomic_load_explicit(&g_contended_until_ns, memory_order_relaxed) ||
+         hcq__host_contended_now();
 }

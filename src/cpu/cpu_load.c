@@ -25,24 +25,27 @@
 
 /* dlopens path and resolves entry in that object itself (not in libm or libc behind it). *out_bad
  * is set when the object does not load at all. */
-static hcq_status_t load_object(const char *path, const char *entry, hcq__program_impl_t *out, bool *out_bad) {
+static hcq_status_t load_object(const char *path, const char *entry, hcq__program_impl_t *out,
+                                bool *out_bad) {
   *out_bad = false;
   void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char *err = dlerror();
     *out_bad = true;
-    return hcq_status_make(HCQ_COMPILE_ERROR, "cannot load compiled kernel %s: %s", path, err ? err : "?");
+    return hcq_status_make(HCQ_COMPILE_ERROR, "cannot load compiled kernel %s: %s", path,
+                           err ? err : "?");
   }
   dlerror();
   void *sym = dlsym(handle, entry);
   Dl_info info;
   struct link_map *map = NULL;
-  if (sym && (!dladdr(sym, &info) || dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || !map || !info.dli_fname ||
-              strcmp(info.dli_fname, map->l_name) != 0))
+  if (sym && (!dladdr(sym, &info) || dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || !map ||
+              !info.dli_fname || strcmp(info.dli_fname, map->l_name) != 0))
     sym = NULL;
   if (!sym) {
     dlclose(handle);
-    return hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not defined by the source", entry);
+    return hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not defined by the source",
+                           entry);
   }
   out->object = handle;
   out->handle = (uint64_t)(uintptr_t)sym;
@@ -68,8 +71,10 @@ static size_t g_held_len, g_held_cap;
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
   (void)sb, (void)ftw;
-  if (flag == FTW_DP) rmdir(path);
-  else unlink(path);
+  if (flag == FTW_DP)
+    rmdir(path);
+  else
+    unlink(path);
   return 0; /* what cannot be removed stays; the rest goes */
 }
 
@@ -88,7 +93,8 @@ static void reap_stale_dirs(const char *base) {
     if (lstat(path, &sb) || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid()) continue;
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) remove_tree(path); /* removed while locked: see lock_new_dir */
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+      remove_tree(path); /* removed while locked: see lock_new_dir */
     close(fd);
   }
   closedir(d);
@@ -155,8 +161,10 @@ hcq_status_t hcq__cpu_make_private_dir(const char *entry, char dir[PATH_MAX]) {
     }
     if (!lock_new_dir(dir)) {
       rmdir(dir);
-      if (++tries < 4) i--; /* reaped before it was locked: another name */
-      else snprintf(why, sizeof(why), "cannot lock %s", dir);
+      if (++tries < 4)
+        i--; /* reaped before it was locked: another name */
+      else
+        snprintf(why, sizeof(why), "cannot lock %s", dir);
       continue;
     }
     if (strlen(dir) <= MAX_CACHE_DIR && hcq__kcache_dir_trusted(dir, why, sizeof(why))) return NULL;
@@ -236,8 +244,10 @@ static hcq_status_t load_memfd(const void *bytes, size_t size, const char *key, 
   for (;;) {
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fds[nfds - 1]);
     if (!name_is_loaded(path)) {
-      if (access(path, R_OK) != 0) *out_unsupported = true; /* no /proc */
-      else st = load_object(path, entry, out, out_bad);
+      if (access(path, R_OK) != 0)
+        *out_unsupported = true; /* no /proc */
+      else
+        st = load_object(path, entry, out, out_bad);
       break;
     }
     /* Holding the numbers tried, the next one is new. */
@@ -253,9 +263,9 @@ static hcq_status_t load_memfd(const void *bytes, size_t size, const char *key, 
 }
 
 hcq_status_t hcq__cpu_load_image(const void *bytes, size_t size, const char *key, const char *entry,
-                               hcq__program_impl_t *out, bool *out_bad) {
+                                 hcq__program_impl_t *out, bool *out_bad) {
   *out_bad = false;
-    bool unsupported;
+  bool unsupported;
   hcq_status_t st = load_memfd(bytes, size, key, entry, out, out_bad, &unsupported);
   /* A memfd that does not load may be one this system will not map executable (a security
    * policy): the object is tried once more from a file before it is called bad. */
@@ -271,8 +281,11 @@ hcq_status_t hcq__cpu_load_image(const void *bytes, size_t size, const char *key
   bool ok = fd >= 0 && hcq__cpu_write_bytes(fd, bytes, size);
   int err = errno;
   if (fd >= 0 && close(fd) != 0 && ok) ok = false, err = errno;
-  if (ok) st = load_object(path, entry, out, out_bad);
-  else st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s to load kernel %s: %s", path, entry, strerror(err));
+  if (ok)
+    st = load_object(path, entry, out, out_bad);
+  else
+    st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s to load kernel %s: %s", path, entry,
+                         strerror(err));
   unlink(path);
   hcq__cpu_remove_private_dir(dir);
   return st;

@@ -14,10 +14,10 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -35,8 +35,8 @@
 
 typedef struct arena {
   char *base;
-  uint64_t used;  /* bytes handed out, from base */
-  unsigned live;  /* buffers not yet freed */
+  uint64_t used; /* bytes handed out, from base */
+  unsigned live; /* buffers not yet freed */
 } arena_t;
 
 static pthread_mutex_t g_arena_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -57,8 +57,8 @@ static void *map_huge(uint64_t bytes) {
   return (void *)start;
 }
 
-/* handle: NULL for the heap, the mapping's length for a mapping, the arena | 1 for an arena, a guarded
- * buffer's record | 2 (HCQ_VALIDATE, below). */
+/* handle: NULL for the heap, the mapping's length for a mapping, the arena | 1 for an arena, a
+ * guarded buffer's record | 2 (HCQ_VALIDATE, below). */
 static void *arena_alloc(uint64_t bytes, void **handle) {
   uint64_t need = (bytes + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
   pthread_mutex_lock(&g_arena_lock);
@@ -114,10 +114,10 @@ static void arena_free(arena_t *a) {
 #define GUARD_MAX 16384u
 
 typedef struct guarded {
-  char *map;      /* the mapping: front guard page, data pages, back guard page */
+  char *map; /* the mapping: front guard page, data pages, back guard page */
   size_t map_len;
-  char *front;    /* first canary byte before the buffer (the first data page's start) */
-  char *data;     /* the buffer */
+  char *front; /* first canary byte before the buffer (the first data page's start) */
+  char *data;  /* the buffer */
   uint64_t size;
   char *back_end; /* one past the last canary byte after the buffer */
 } guarded_t;
@@ -130,14 +130,17 @@ static atomic_bool g_any_guard; /* a guarded buffer was made: kernels' canaries 
 
 /* The canary byte at an address: a pattern of period 8, so whole words compare at once. */
 static const uint64_t CANARY = UINT64_C(0x5ac3e11fcb0da6b7);
-static unsigned char canary_at(const char *p) { return (unsigned char)(CANARY >> (8 * ((uintptr_t)p & 7))); }
+static unsigned char canary_at(const char *p) {
+  return (unsigned char)(CANARY >> (8 * ((uintptr_t)p & 7)));
+}
 
 static void canary_fill(char *from, char *to) {
   for (char *p = from; p < to; p++) *p = (char)canary_at(p);
 }
 
 /* The canary of a page, from an address that is a multiple of 8 (canary_fill'ed once, before the
- * first guarded buffer exists): slack compares against it with memcmp, the after-kernel fast path. */
+ * first guarded buffer exists): slack compares against it with memcmp, the after-kernel fast path.
+ */
 static _Alignas(64) char g_canary_page[4096 + 8];
 static pthread_once_t g_canary_once = PTHREAD_ONCE_INIT;
 static size_t g_page;
@@ -147,7 +150,8 @@ static void canary_page_fill(void) {
 }
 
 /* The first and last changed canary bytes of [from, to); false when none changed. */
-static bool canary_changed(const char *from, const char *to, const char **first, const char **last) {
+static bool canary_changed(const char *from, const char *to, const char **first,
+                           const char **last) {
   *first = *last = NULL;
   size_t len = (size_t)(to - from);
   if (len <= 4096 && !memcmp(from, g_canary_page + ((uintptr_t)from & 7), len)) return false;
@@ -171,8 +175,10 @@ static size_t guard_upper(uintptr_t addr) {
   size_t lo = 0, hi = g_nguards;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if ((uintptr_t)g_guards[mid]->map <= addr) lo = mid + 1;
-    else hi = mid;
+    if ((uintptr_t)g_guards[mid]->map <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -185,7 +191,8 @@ static guarded_t *guard_find(uintptr_t addr) {
   return addr < (uintptr_t)g->map + g->map_len ? g : NULL;
 }
 
-/* A guarded mapping for size bytes; NULL with errno set when refused, or (errno 0) past GUARD_MAX. */
+/* A guarded mapping for size bytes; NULL with errno set when refused, or (errno 0) past GUARD_MAX.
+ */
 static guarded_t *guard_alloc(uint64_t size) {
   pthread_once(&g_canary_once, canary_page_fill);
   size_t page = g_page;
@@ -229,8 +236,11 @@ static guarded_t *guard_alloc(uint64_t size) {
   pthread_mutex_unlock(&g_guard_lock);
   if (!room) {
     if (say)
-      fprintf(stderr, "hcq: HCQ_VALIDATE: %u buffers have guard pages; later CPU buffers get none (out-of-bounds "
-                      "accesses to them go unseen)\n", GUARD_MAX);
+      fprintf(stderr,
+              "hcq: HCQ_VALIDATE: %u buffers have guard pages; later CPU buffers get none "
+              "(out-of-bounds "
+              "accesses to them go unseen)\n",
+              GUARD_MAX);
     munmap(g->map, g->map_len);
     free(g);
     errno = 0;
@@ -257,8 +267,10 @@ static void name_kernel(hcq_device_t *dev, const uint32_t *w, char *out, size_t 
   snprintf(out, size, "kernel %s%s on %s", p ? p->name : "?", item, dev->name);
 }
 
-/* "buffer \"out\" (argument 1, 16 bytes)": g as the launch w was given it, and as the application named it. */
-static void name_buffer(hcq_device_t *dev, const uint32_t *w, const guarded_t *g, char *out, size_t size) {
+/* "buffer \"out\" (argument 1, 16 bytes)": g as the launch w was given it, and as the application
+ * named it. */
+static void name_buffer(hcq_device_t *dev, const uint32_t *w, const guarded_t *g, char *out,
+                        size_t size) {
   char name[96] = "a released buffer";
   pthread_mutex_lock(&dev->obj_lock); /* labels change under it */
   for (const hcq__obj_t *o = dev->objects.next; o != &dev->objects; o = o->next) {
@@ -276,7 +288,8 @@ static void name_buffer(hcq_device_t *dev, const uint32_t *w, const guarded_t *g
     if (p < (uintptr_t)g->front || p >= (uintptr_t)g->back_end) continue;
     char view[64] = "";
     if (p != (uintptr_t)g->data)
-      snprintf(view, sizeof(view), ", a view at its byte %" PRIu64, (uint64_t)(p - (uintptr_t)g->data));
+      snprintf(view, sizeof(view), ", a view at its byte %" PRIu64,
+               (uint64_t)(p - (uintptr_t)g->data));
     snprintf(out, size, "%s (argument %u%s, %" PRIu64 " bytes)", name, i, view, g->size);
     return;
   }
@@ -288,29 +301,38 @@ bool hcq__cpu_guard_hit(uint64_t addr) {
   /* In the fault handler: the lock is never held by a kernel, so another holder soon lets go. */
   pthread_mutex_lock(&g_guard_lock);
   const guarded_t *g = guard_find((uintptr_t)addr);
-  bool hit = g && ((uintptr_t)addr < (uintptr_t)g->front || (uintptr_t)addr >= (uintptr_t)g->back_end);
+  bool hit =
+      g && ((uintptr_t)addr < (uintptr_t)g->front || (uintptr_t)addr >= (uintptr_t)g->back_end);
   pthread_mutex_unlock(&g_guard_lock);
   return hit;
 }
 
-bool hcq__cpu_guard_describe(hcq_device_t *dev, const uint32_t *w, uint64_t addr, char *out, size_t size) {
+bool hcq__cpu_guard_describe(hcq_device_t *dev, const uint32_t *w, uint64_t addr, char *out,
+                             size_t size) {
   if (!hcq__validating || !w) return false;
   pthread_mutex_lock(&g_guard_lock);
   const guarded_t *g = guard_find((uintptr_t)addr);
   guarded_t copy = g ? *g : (guarded_t){0};
   pthread_mutex_unlock(&g_guard_lock);
   /* Only the guard pages fault: an address in the data pages is someone else's fault. */
-  if (!g || ((uintptr_t)addr >= (uintptr_t)copy.front && (uintptr_t)addr < (uintptr_t)copy.back_end)) return false;
+  if (!g ||
+      ((uintptr_t)addr >= (uintptr_t)copy.front && (uintptr_t)addr < (uintptr_t)copy.back_end))
+    return false;
   char buffer[200];
   name_buffer(dev, w, &copy, buffer, sizeof(buffer));
   uintptr_t end = (uintptr_t)copy.data + copy.size;
   if ((uintptr_t)addr >= end)
-    snprintf(out, size, "read or wrote byte %" PRIu64 " of %s, %" PRIu64 " bytes past its end (an HCQ_VALIDATE guard "
-             "page; the kernel was cut short there)", (uint64_t)(addr - (uintptr_t)copy.data), buffer,
-             (uint64_t)(addr - end));
+    snprintf(out, size,
+             "read or wrote byte %" PRIu64 " of %s, %" PRIu64
+             " bytes past its end (an HCQ_VALIDATE guard "
+             "page; the kernel was cut short there)",
+             (uint64_t)(addr - (uintptr_t)copy.data), buffer, (uint64_t)(addr - end));
   else
-    snprintf(out, size, "read or wrote %" PRIu64 " bytes before the start of %s (an HCQ_VALIDATE guard page; the "
-             "kernel was cut short there)", (uint64_t)((uintptr_t)copy.data - addr), buffer);
+    snprintf(out, size,
+             "read or wrote %" PRIu64
+             " bytes before the start of %s (an HCQ_VALIDATE guard page; the "
+             "kernel was cut short there)",
+             (uint64_t)((uintptr_t)copy.data - addr), buffer);
   return true;
 }
 
@@ -350,12 +372,16 @@ bool hcq__cpu_bounds_check(hcq_device_t *dev, const uint32_t *w) {
   name_buffer(dev, w, &hit.copy, buffer, sizeof(buffer));
   const char *data = hit.copy.data, *end = data + hit.copy.size;
   if (hit.first >= end)
-    hcq__device_mark_lost(dev, "%s wrote past the end of %s: bytes %td to %td of it, %td to %td bytes past its end "
-                          "(an HCQ_VALIDATE canary changed)", kernel, buffer, hit.first - data, hit.last - data,
-                          hit.first - end, hit.last - end);
+    hcq__device_mark_lost(
+        dev,
+        "%s wrote past the end of %s: bytes %td to %td of it, %td to %td bytes past its end "
+        "(an HCQ_VALIDATE canary changed)",
+        kernel, buffer, hit.first - data, hit.last - data, hit.first - end, hit.last - end);
   else
-    hcq__device_mark_lost(dev, "%s wrote before the start of %s: %td to %td bytes before its start (an "
-                          "HCQ_VALIDATE canary changed)", kernel, buffer, data - hit.first, data - hit.last);
+    hcq__device_mark_lost(dev,
+                          "%s wrote before the start of %s: %td to %td bytes before its start (an "
+                          "HCQ_VALIDATE canary changed)",
+                          kernel, buffer, data - hit.first, data - hit.last);
   return false;
 }
 
@@ -369,12 +395,16 @@ hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags
       return NULL;
     }
     if (errno)
-      return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory allocating %" PRIu64 " bytes with guard pages "
-                             "(HCQ_VALIDATE) (%s)", dev->name, size, strerror(errno));
+      return hcq_status_make(HCQ_OUT_OF_MEMORY,
+                             "%s: out of memory allocating %" PRIu64
+                             " bytes with guard pages "
+                             "(HCQ_VALIDATE) (%s)",
+                             dev->name, size, strerror(errno));
   }
   uint64_t rounded = (size + 63) & ~UINT64_C(63);
   if (rounded < size || rounded > (UINT64_C(1) << 46))
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot allocate %" PRIu64 " bytes", dev->name, size);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot allocate %" PRIu64 " bytes", dev->name,
+                           size);
   void *p;
   if (rounded < HEAP_BELOW) {
     p = aligned_alloc(64, (size_t)rounded);
@@ -388,8 +418,8 @@ hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags
     out->handle = (void *)(uintptr_t)rounded;
   }
   if (!p)
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory allocating %" PRIu64 " bytes (%s)", dev->name, size,
-                           strerror(errno ? errno : ENOMEM));
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory allocating %" PRIu64 " bytes (%s)",
+                           dev->name, size, strerror(errno ? errno : ENOMEM));
   out->host = p;
   out->addr = (uint64_t)(uintptr_t)p;
   out->size = size;
@@ -431,7 +461,8 @@ static bool read_bytes(const char *path, uint64_t *out) {
   return ok;
 }
 
-/* The process's cgroup v2 memory limit and use (a container's share of the host), when it has one. */
+/* The process's cgroup v2 memory limit and use (a container's share of the host), when it has one.
+ */
 static bool cgroup_memory(uint64_t *limit, uint64_t *used) {
   FILE *f = fopen("/proc/self/cgroup", "r");
   if (!f) return false;
@@ -458,7 +489,9 @@ hcq_status_t hcq__cpu_memory_info(hcq_device_t *dev, hcq_device_memory_t *out) {
   text[n] = '\0';
   out->total = meminfo_bytes(text, "MemTotal:");
   out->available = meminfo_bytes(text, "MemAvailable:");
-  if (!out->total) return hcq_status_make(HCQ_UNAVAILABLE, "hcq_device_memory: %s: cannot read /proc/meminfo", dev->name);
+  if (!out->total)
+    return hcq_status_make(HCQ_UNAVAILABLE, "hcq_device_memory: %s: cannot read /proc/meminfo",
+                           dev->name);
   out->source = "/proc/meminfo";
   uint64_t limit = 0, used = 0;
   if (cgroup_memory(&limit, &used) && limit < out->total) {

@@ -1,6 +1,6 @@
 /* The CPU device's helper threads: they share the work-groups of big launches with the engine
- * (which publishes each job: pool_run in cpu_engine.c), and the layout places them and the engine on
- * the device's cores (cpu_layout.c). */
+ * (which publishes each job: pool_run in cpu_engine.c), and the layout places them and the engine
+ * on the device's cores (cpu_layout.c). */
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +23,8 @@ void hcq__cpu_pool_work(cpu_pool_t *p) {
     run_groups(p->fn, p->bufs, p->vals, p->gsz, p->lsz, first, count);
     if (atomic_fetch_sub_explicit(&p->remaining, count, memory_order_acq_rel) == count) {
       atomic_fetch_add_explicit(&p->done_seq, 1, memory_order_seq_cst);
-      if (atomic_load_explicit(&p->worker_sleeping, memory_order_seq_cst)) hcq__futex_wake(&p->done_seq);
+      if (atomic_load_explicit(&p->worker_sleeping, memory_order_seq_cst))
+        hcq__futex_wake(&p->done_seq);
     }
   }
 }
@@ -33,8 +34,11 @@ void hcq__cpu_pool_work(cpu_pool_t *p) {
  * next job, the end of a queue entry (wake_assisting_hosts) or max_ns, unless s has reached want.
  * Not with isolation or validation: a kernel that faults on the host's thread could not be taken
  * back there. */
-int hcq__cpu_pool_assist(cpu_pool_t *p, const hcq__signal_words_t *s, uint64_t want, uint64_t max_ns) {
-  if (p->dev->isolate || hcq__validating || hcq__device_is_lost(p->dev) || !hcq__cpu_host_contended()) return -1;
+int hcq__cpu_pool_assist(cpu_pool_t *p, const hcq__signal_words_t *s, uint64_t want,
+                         uint64_t max_ns) {
+  if (p->dev->isolate || hcq__validating || hcq__device_is_lost(p->dev) ||
+      !hcq__cpu_host_contended())
+    return -1;
   uint32_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
   if (g && !(g & 1)) {
     bool worked = false;
@@ -63,10 +67,12 @@ int hcq__cpu_pool_assist(cpu_pool_t *p, const hcq__signal_words_t *s, uint64_t w
     if (atomic_load_explicit(&p->assist_seq, memory_order_seq_cst) != seq)
       atomic_fetch_add_explicit(&p->assist_woken, 1, memory_order_relaxed);
   }
-  atomic_store_explicit(&p->assist_signal, NULL, memory_order_seq_cst); /* not known: wake at every end */
+  /* not known: wake at every end */
+  atomic_store_explicit(&p->assist_signal, NULL, memory_order_seq_cst);
   /* an engine that read the pointer before it went reads the value still: the caller may free the
    * signal once this returns (wake_assisting_hosts) */
-  for (unsigned i = 0; atomic_load_explicit(&p->assist_peeking, memory_order_seq_cst); i++) hcq__spin_step(i);
+  for (unsigned i = 0; atomic_load_explicit(&p->assist_peeking, memory_order_seq_cst); i++)
+    hcq__spin_step(i);
   atomic_fetch_sub_explicit(&p->hosts_assisting, 1, memory_order_seq_cst);
   return 0;
 }
@@ -117,7 +123,8 @@ static void *helper_main(void *arg) {
     /* A helper outside the budget stays parked: it takes no jobs and burns nothing. */
     if (index >= atomic_load_explicit(&p->nactive, memory_order_acquire)) {
       uint32_t ls = atomic_load_explicit(&p->layout_seq, memory_order_seq_cst);
-      if (index >= atomic_load_explicit(&p->nactive, memory_order_seq_cst) && !atomic_load(&p->stop))
+      if (index >= atomic_load_explicit(&p->nactive, memory_order_seq_cst) &&
+          !atomic_load(&p->stop))
         hcq__futex_wait(&p->layout_seq, ls, 0);
       seen = atomic_load_explicit(&p->gen, memory_order_acquire);
       continue;
@@ -137,7 +144,8 @@ static void *helper_main(void *arg) {
       }
       continue;
     }
-    /* Enter, then confirm the job did not change meanwhile (the publisher waits for active == 0). */
+    /* Enter, then confirm the job did not change meanwhile (the publisher waits for active == 0).
+     */
     atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == g && !hcq__device_is_lost(p->dev)) {
       if (p->dev->isolate || hcq__validating) /* HCQ_VALIDATE: guard page faults (cpu_fault.c) */
@@ -192,7 +200,8 @@ void hcq__cpu_apply_layout(hcq_device_t *dev, const int *cores, unsigned ncores)
   }
   if (want > p->created) want = p->created;
   /* The engine on the share's first core, each helper on one of the others. (An application thread
-   * that waits on the engine's core costs every replay two context switches: see docs/cpu-device.md.) */
+   * that waits on the engine's core costs every replay two context switches: see
+   * docs/cpu-device.md.) */
   pin(e->thread, cores, ncores ? 1 : 0);
   for (unsigned i = 0; i < want; i++) pin(p->threads[i], &cores[i + 1], 1);
   atomic_store_explicit(&p->nactive, want, memory_order_seq_cst);

@@ -1,8 +1,8 @@
 /* The few CUDA driver API types, constants and entry points hcq uses, declared by us so the library
  * builds on machines without the CUDA toolkit. libcuda is loaded at run time (dlopen) and every
  * entry point is fetched through cuGetProcAddress with an explicit ABI version, so a newer driver
- * gives us exactly the variant these declarations describe. tests/cuda/test_cuda_decls.c checks them
- * against the toolkit's cuda.h where one is installed. */
+ * gives us exactly the variant these declarations describe. tests/cuda/test_cuda_decls.c checks
+ * them against the toolkit's cuda.h where one is installed. */
 #ifndef HCQ_CUDA_API_H
 #define HCQ_CUDA_API_H
 
@@ -27,7 +27,8 @@ typedef void (*hcq_CUhostFn)(void *user_data);
 /* The ABI version every entry point is requested with (CUDA 12.0): the oldest driver hcq supports.
  * Optional entry points (below) are requested at the version that introduced them. */
 #define HCQ_CUDA_FUNC_LOAD_VERSION 12040
-/* The ABI version every entry point is requested with (CUDA 12.0): the oldest driver hcq supports. */
+/* The ABI version every entry point is requested with (CUDA 12.0): the oldest driver hcq supports.
+ */
 #define HCQ_CUDA_ABI_VERSION 12000
 
 enum {
@@ -135,70 +136,83 @@ typedef struct hcq_CUDA_MEMCPY3D {
 /* X(name, return, parameters): fetched as cuGetProcAddress(name, HCQ_CUDA_ABI_VERSION). name is the
  * base name: the driver hands back the variant current at that version (cuMemAlloc_v2,
  * cuMemGetInfo_v2 with size_t sizes), never the 32-bit originals. */
-#define HCQ_CUDA_ENTRY_POINTS(X)                                                                                     \
-  X(cuInit, hcq_CUresult, (unsigned int flags))                                                                      \
-  X(cuDriverGetVersion, hcq_CUresult, (int *version))                                                                \
-  X(cuGetErrorName, hcq_CUresult, (hcq_CUresult error, const char **str))                                            \
-  X(cuGetErrorString, hcq_CUresult, (hcq_CUresult error, const char **str))                                          \
-  X(cuDeviceGetCount, hcq_CUresult, (int *count))                                                                    \
-  X(cuDeviceGet, hcq_CUresult, (hcq_CUdevice * dev, int ordinal))                                                    \
-  X(cuDeviceGetName, hcq_CUresult, (char *name, int len, hcq_CUdevice dev))                                          \
-  X(cuDeviceGetAttribute, hcq_CUresult, (int *value, int attribute, hcq_CUdevice dev))                               \
-  X(cuDeviceTotalMem, hcq_CUresult, (size_t * bytes, hcq_CUdevice dev))                                              \
-  X(cuDeviceCanAccessPeer, hcq_CUresult, (int *can, hcq_CUdevice dev, hcq_CUdevice peer))                            \
-  X(cuDevicePrimaryCtxRetain, hcq_CUresult, (hcq_CUcontext * ctx, hcq_CUdevice dev))                                 \
-  X(cuDevicePrimaryCtxRelease, hcq_CUresult, (hcq_CUdevice dev))                                                     \
-  X(cuCtxPushCurrent, hcq_CUresult, (hcq_CUcontext ctx))                                                             \
-  X(cuCtxPopCurrent, hcq_CUresult, (hcq_CUcontext * ctx))                                                            \
-  X(cuCtxEnablePeerAccess, hcq_CUresult, (hcq_CUcontext peer, unsigned int flags))                                   \
-  X(cuMemAlloc, hcq_CUresult, (hcq_CUdeviceptr * ptr, size_t bytes))                                                 \
-  X(cuMemFree, hcq_CUresult, (hcq_CUdeviceptr ptr))                                                                  \
-  X(cuMemGetInfo, hcq_CUresult, (size_t * free_bytes, size_t * total_bytes))                                         \
-  X(cuMemHostAlloc, hcq_CUresult, (void **ptr, size_t bytes, unsigned int flags))                                    \
-  X(cuMemFreeHost, hcq_CUresult, (void *ptr))                                                                        \
-  X(cuMemHostGetDevicePointer, hcq_CUresult, (hcq_CUdeviceptr * dptr, void *host, unsigned int flags))               \
-  X(cuMemsetD8Async, hcq_CUresult, (hcq_CUdeviceptr dst, unsigned char value, size_t n, hcq_CUstream stream))        \
-  X(cuMemcpyAsync, hcq_CUresult, (hcq_CUdeviceptr dst, hcq_CUdeviceptr src, size_t n, hcq_CUstream stream))          \
-  X(cuPointerGetAttribute, hcq_CUresult, (void *data, int attribute, hcq_CUdeviceptr ptr))                           \
-  X(cuStreamCreate, hcq_CUresult, (hcq_CUstream * stream, unsigned int flags))                                       \
-  X(cuStreamDestroy, hcq_CUresult, (hcq_CUstream stream))                                                            \
-  X(cuStreamSynchronize, hcq_CUresult, (hcq_CUstream stream))                                                        \
-  X(cuStreamQuery, hcq_CUresult, (hcq_CUstream stream))                                                              \
-  X(cuStreamWaitValue64, hcq_CUresult, (hcq_CUstream stream, hcq_CUdeviceptr addr, uint64_t value, unsigned int flags)) \
-  X(cuStreamWriteValue64, hcq_CUresult,                                                                              \
-    (hcq_CUstream stream, hcq_CUdeviceptr addr, uint64_t value, unsigned int flags))                                 \
-  X(cuStreamWaitEvent, hcq_CUresult, (hcq_CUstream stream, hcq_CUevent event, unsigned int flags))                   \
-  X(cuLaunchHostFunc, hcq_CUresult, (hcq_CUstream stream, hcq_CUhostFn fn, void *user_data))                         \
-  X(cuEventCreate, hcq_CUresult, (hcq_CUevent * event, unsigned int flags))                                          \
-  X(cuEventDestroy, hcq_CUresult, (hcq_CUevent event))                                                               \
-  X(cuEventRecord, hcq_CUresult, (hcq_CUevent event, hcq_CUstream stream))                                           \
-  X(cuEventQuery, hcq_CUresult, (hcq_CUevent event))                                                                 \
-  X(cuEventElapsedTime, hcq_CUresult, (float *ms, hcq_CUevent start, hcq_CUevent end))                               \
-  X(cuModuleLoadDataEx, hcq_CUresult,                                                                                \
-    (hcq_CUmodule * module, const void *image, unsigned int noptions, int *options, void **values))                  \
-  X(cuModuleUnload, hcq_CUresult, (hcq_CUmodule module))                                                             \
-  X(cuModuleGetFunction, hcq_CUresult, (hcq_CUfunction * fn, hcq_CUmodule module, const char *name))                 \
-  X(cuLaunchKernel, hcq_CUresult,                                                                                    \
-    (hcq_CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,         \
-     unsigned int bz, unsigned int shared, hcq_CUstream stream, void **params, void **extra))                        \
-  X(cuGraphCreate, hcq_CUresult, (hcq_CUgraph * graph, unsigned int flags))                                          \
-  X(cuGraphDestroy, hcq_CUresult, (hcq_CUgraph graph))                                                               \
-  X(cuGraphAddKernelNode, hcq_CUresult,                                                                              \
-    (hcq_CUgraphNode * node, hcq_CUgraph graph, const hcq_CUgraphNode *deps, size_t ndeps,                           \
-     const hcq_CUDA_KERNEL_NODE_PARAMS *params))                                                                     \
-  X(cuGraphAddMemcpyNode, hcq_CUresult,                                                                              \
-    (hcq_CUgraphNode * node, hcq_CUgraph graph, const hcq_CUgraphNode *deps, size_t ndeps,                           \
-     const hcq_CUDA_MEMCPY3D *params, hcq_CUcontext ctx))                                                            \
-  X(cuGraphAddEmptyNode, hcq_CUresult,                                                                               \
-    (hcq_CUgraphNode * node, hcq_CUgraph graph, const hcq_CUgraphNode *deps, size_t ndeps))                          \
-  X(cuGraphInstantiateWithFlags, hcq_CUresult, (hcq_CUgraphExec * exec, hcq_CUgraph graph, unsigned long long flags)) \
-  X(cuGraphExecDestroy, hcq_CUresult, (hcq_CUgraphExec exec))                                                        \
-  X(cuGraphLaunch, hcq_CUresult, (hcq_CUgraphExec exec, hcq_CUstream stream))                                        \
-  X(cuGraphExecKernelNodeSetParams, hcq_CUresult,                                                                    \
-    (hcq_CUgraphExec exec, hcq_CUgraphNode node, const hcq_CUDA_KERNEL_NODE_PARAMS *params))                         \
-  X(cuGraphExecMemcpyNodeSetParams, hcq_CUresult,                                                                    \
-    (hcq_CUgraphExec exec, hcq_CUgraphNode node, const hcq_CUDA_MEMCPY3D *params, hcq_CUcontext ctx))                \
-  X(cuGraphNodeSetEnabled, hcq_CUresult, (hcq_CUgraphExec exec, hcq_CUgraphNode node, unsigned int enabled))
+// clang-format off
+#define HCQ_CUDA_ENTRY_POINTS(X)                                                              \
+  X(cuInit, hcq_CUresult, (unsigned int flags))                                               \
+  X(cuDriverGetVersion, hcq_CUresult, (int *version))                                         \
+  X(cuGetErrorName, hcq_CUresult, (hcq_CUresult error, const char **str))                     \
+  X(cuGetErrorString, hcq_CUresult, (hcq_CUresult error, const char **str))                   \
+  X(cuDeviceGetCount, hcq_CUresult, (int *count))                                             \
+  X(cuDeviceGet, hcq_CUresult, (hcq_CUdevice * dev, int ordinal))                             \
+  X(cuDeviceGetName, hcq_CUresult, (char *name, int len, hcq_CUdevice dev))                   \
+  X(cuDeviceGetAttribute, hcq_CUresult, (int *value, int attribute, hcq_CUdevice dev))        \
+  X(cuDeviceTotalMem, hcq_CUresult, (size_t * bytes, hcq_CUdevice dev))                       \
+  X(cuDeviceCanAccessPeer, hcq_CUresult, (int *can, hcq_CUdevice dev, hcq_CUdevice peer))     \
+  X(cuDevicePrimaryCtxRetain, hcq_CUresult, (hcq_CUcontext * ctx, hcq_CUdevice dev))          \
+  X(cuDevicePrimaryCtxRelease, hcq_CUresult, (hcq_CUdevice dev))                              \
+  X(cuCtxPushCurrent, hcq_CUresult, (hcq_CUcontext ctx))                                      \
+  X(cuCtxPopCurrent, hcq_CUresult, (hcq_CUcontext * ctx))                                     \
+  X(cuCtxEnablePeerAccess, hcq_CUresult, (hcq_CUcontext peer, unsigned int flags))            \
+  X(cuMemAlloc, hcq_CUresult, (hcq_CUdeviceptr * ptr, size_t bytes))                          \
+  X(cuMemFree, hcq_CUresult, (hcq_CUdeviceptr ptr))                                           \
+  X(cuMemGetInfo, hcq_CUresult, (size_t * free_bytes, size_t * total_bytes))                  \
+  X(cuMemHostAlloc, hcq_CUresult, (void **ptr, size_t bytes, unsigned int flags))             \
+  X(cuMemFreeHost, hcq_CUresult, (void *ptr))                                                 \
+  X(cuMemHostGetDevicePointer, hcq_CUresult, (hcq_CUdeviceptr * dptr, void *host,             \
+      unsigned int flags))                                                                    \
+  X(cuMemsetD8Async, hcq_CUresult, (hcq_CUdeviceptr dst, unsigned char value, size_t n,       \
+      hcq_CUstream stream))                                                                   \
+  X(cuMemcpyAsync, hcq_CUresult, (hcq_CUdeviceptr dst, hcq_CUdeviceptr src, size_t n,         \
+      hcq_CUstream stream))                                                                   \
+  X(cuPointerGetAttribute, hcq_CUresult, (void *data, int attribute, hcq_CUdeviceptr ptr))    \
+  X(cuStreamCreate, hcq_CUresult, (hcq_CUstream * stream, unsigned int flags))                \
+  X(cuStreamDestroy, hcq_CUresult, (hcq_CUstream stream))                                     \
+  X(cuStreamSynchronize, hcq_CUresult, (hcq_CUstream stream))                                 \
+  X(cuStreamQuery, hcq_CUresult, (hcq_CUstream stream))                                       \
+  X(cuStreamWaitValue64, hcq_CUresult, (hcq_CUstream stream, hcq_CUdeviceptr addr,            \
+      uint64_t value, unsigned int flags))                                                    \
+  X(cuStreamWriteValue64, hcq_CUresult,                                                       \
+    (hcq_CUstream stream, hcq_CUdeviceptr addr, uint64_t value, unsigned int flags))          \
+  X(cuStreamWaitEvent, hcq_CUresult, (hcq_CUstream stream, hcq_CUevent event,                 \
+      unsigned int flags))                                                                    \
+  X(cuLaunchHostFunc, hcq_CUresult, (hcq_CUstream stream, hcq_CUhostFn fn, void *user_data))  \
+  X(cuEventCreate, hcq_CUresult, (hcq_CUevent * event, unsigned int flags))                   \
+  X(cuEventDestroy, hcq_CUresult, (hcq_CUevent event))                                        \
+  X(cuEventRecord, hcq_CUresult, (hcq_CUevent event, hcq_CUstream stream))                    \
+  X(cuEventQuery, hcq_CUresult, (hcq_CUevent event))                                          \
+  X(cuEventElapsedTime, hcq_CUresult, (float *ms, hcq_CUevent start, hcq_CUevent end))        \
+  X(cuModuleLoadDataEx, hcq_CUresult,                                                         \
+    (hcq_CUmodule * module, const void *image, unsigned int noptions, int *options,           \
+        void **values))                                                                       \
+  X(cuModuleUnload, hcq_CUresult, (hcq_CUmodule module))                                      \
+  X(cuModuleGetFunction, hcq_CUresult, (hcq_CUfunction * fn, hcq_CUmodule module,             \
+      const char *name))                                                                      \
+  X(cuLaunchKernel, hcq_CUresult,                                                             \
+    (hcq_CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,   \
+        unsigned int by,                                                                      \
+     unsigned int bz, unsigned int shared, hcq_CUstream stream, void **params, void **extra)) \
+  X(cuGraphCreate, hcq_CUresult, (hcq_CUgraph * graph, unsigned int flags))                   \
+  X(cuGraphDestroy, hcq_CUresult, (hcq_CUgraph graph))                                        \
+  X(cuGraphAddKernelNode, hcq_CUresult,                                                       \
+    (hcq_CUgraphNode * node, hcq_CUgraph graph, const hcq_CUgraphNode *deps, size_t ndeps,    \
+     const hcq_CUDA_KERNEL_NODE_PARAMS *params))                                              \
+  X(cuGraphAddMemcpyNode, hcq_CUresult,                                                       \
+    (hcq_CUgraphNode * node, hcq_CUgraph graph, const hcq_CUgraphNode *deps, size_t ndeps,    \
+     const hcq_CUDA_MEMCPY3D *params, hcq_CUcontext ctx))                                     \
+  X(cuGraphAddEmptyNode, hcq_CUresult,                                                        \
+    (hcq_CUgraphNode * node, hcq_CUgraph graph, const hcq_CUgraphNode *deps, size_t ndeps))   \
+  X(cuGraphInstantiateWithFlags, hcq_CUresult, (hcq_CUgraphExec * exec, hcq_CUgraph graph,    \
+      unsigned long long flags))                                                              \
+  X(cuGraphExecDestroy, hcq_CUresult, (hcq_CUgraphExec exec))                                 \
+  X(cuGraphLaunch, hcq_CUresult, (hcq_CUgraphExec exec, hcq_CUstream stream))                 \
+  X(cuGraphExecKernelNodeSetParams, hcq_CUresult,                                             \
+    (hcq_CUgraphExec exec, hcq_CUgraphNode node, const hcq_CUDA_KERNEL_NODE_PARAMS *params))  \
+  X(cuGraphExecMemcpyNodeSetParams, hcq_CUresult,                                             \
+    (hcq_CUgraphExec exec, hcq_CUgraphNode node, const hcq_CUDA_MEMCPY3D *params,             \
+        hcq_CUcontext ctx))                                                                   \
+  X(cuGraphNodeSetEnabled, hcq_CUresult, (hcq_CUgraphExec exec, hcq_CUgraphNode node,         \
+      unsigned int enabled))
+// clang-format on
 
 typedef struct hcq__cuda_api {
   void *lib;

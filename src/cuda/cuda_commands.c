@@ -16,7 +16,8 @@ static bool reachable(cuda_device_t *cd, uint64_t addr) {
   for (unsigned i = 0; i < 8; i++)
     if (cd->reachable[i] == addr) return true;
   hcq_CUcontext ctx = NULL;
-  if (cd->api->cuPointerGetAttribute(&ctx, HCQ_CU_POINTER_ATTRIBUTE_CONTEXT, addr) != 0) return false;
+  if (cd->api->cuPointerGetAttribute(&ctx, HCQ_CU_POINTER_ATTRIBUTE_CONTEXT, addr) != 0)
+    return false;
   cd->reachable[cd->reachable_next++ % 8] = addr;
   return true;
 }
@@ -52,7 +53,8 @@ static void set_host_timestamp(void *arg) {
   atomic_store_explicit(&s->timestamp, hcq__now_ns(), memory_order_release);
 }
 
-/* The same kernel as CUDA C, for NVRTC: a cubin for the device's own architecture needs no PTX JIT. */
+/* The same kernel as CUDA C, for NVRTC: a cubin for the device's own architecture needs no PTX JIT.
+ */
 static const char k_timestamp_cu[] =
     "extern \"C\" __global__ void hcq_timestamp(unsigned long long *t) {\n"
     "  unsigned long long v;\n"
@@ -60,29 +62,37 @@ static const char k_timestamp_cu[] =
     "  *(volatile unsigned long long *)t = v;\n"
     "}\n";
 
-/* Loads the timestamp kernel once, before the first submission that needs it: a cubin NVRTC made for
- * this GPU's architecture where NVRTC is usable, else the PTX above, which the driver's PTX JIT
+/* Loads the timestamp kernel once, before the first submission that needs it: a cubin NVRTC made
+ * for this GPU's architecture where NVRTC is usable, else the PTX above, which the driver's PTX JIT
  * compiles (a driver installed without it, libnvidia-ptxjitcompiler, cannot load PTX at all). */
 hcq_status_t hcq__cuda_load_timestamp_kernel(cuda_device_t *cd) {
   if (cd->ts_fn) return NULL;
   const hcq__cuda_api_t *api = cd->api;
   hcq__cuda_image_t img;
-  hcq_status_t nst = hcq__nvrtc_compile("hcq_timestamp", k_timestamp_cu, cd->cc_major * 10 + cd->cc_minor, &img);
+  hcq_status_t nst =
+      hcq__nvrtc_compile("hcq_timestamp", k_timestamp_cu, cd->cc_major * 10 + cd->cc_minor, &img);
   hcq_CUresult rc = HCQ_CUDA_ERROR_NOT_FOUND;
   if (!nst && img.cubin) rc = api->cuModuleLoadDataEx(&cd->ts_module, img.cubin, 0, NULL, NULL);
   if (!nst) hcq__cuda_image_free(&img);
   char why[300];
-  snprintf(why, sizeof(why), "%.290s", nst ? hcq_status_message(nst) : rc ? "it made no cubin that loads" : "");
+  snprintf(why, sizeof(why), "%.290s",
+           nst  ? hcq_status_message(nst)
+           : rc ? "it made no cubin that loads"
+                : "");
   hcq_status_destroy(nst);
   if (rc) rc = api->cuModuleLoadDataEx(&cd->ts_module, k_timestamp_ptx, 0, NULL, NULL);
-  if (rc == HCQ_CUDA_ERROR_JIT_COMPILER_NOT_FOUND || rc == HCQ_CUDA_ERROR_JIT_COMPILATION_DISABLED ||
+  if (rc == HCQ_CUDA_ERROR_JIT_COMPILER_NOT_FOUND ||
+      rc == HCQ_CUDA_ERROR_JIT_COMPILATION_DISABLED ||
       rc == HCQ_CUDA_ERROR_UNSUPPORTED_PTX_VERSION || rc == HCQ_CUDA_ERROR_INVALID_PTX) {
     char text[192];
     hcq__cuda_error_text(rc, text, sizeof(text));
-    return hcq_status_make(HCQ_UNAVAILABLE, "%s cannot run timestamps: the driver does not load the timestamp kernel's "
-                           "PTX (%s: its PTX JIT compiler is missing or disabled), and NVRTC gave no cubin for sm_%d%d "
-                           "(%s); install NVRTC, or the driver's PTX JIT (libnvidia-ptxjitcompiler.so.1)",
-                           cd->dev->name, text, cd->cc_major, cd->cc_minor, why);
+    return hcq_status_make(
+        HCQ_UNAVAILABLE,
+        "%s cannot run timestamps: the driver does not load the timestamp kernel's "
+        "PTX (%s: its PTX JIT compiler is missing or disabled), and NVRTC gave no cubin for "
+        "sm_%d%d "
+        "(%s); install NVRTC, or the driver's PTX JIT (libnvidia-ptxjitcompiler.so.1)",
+        cd->dev->name, text, cd->cc_major, cd->cc_minor, why);
   }
   if (rc) return hcq__cuda_fail(cd->dev, rc, "loading the timestamp kernel");
   if ((rc = api->cuModuleGetFunction(&cd->ts_fn, cd->ts_module, "hcq_timestamp"))) {
@@ -104,12 +114,13 @@ hcq_status_t hcq__cuda_load_timestamp_kernel(cuda_device_t *cd) {
 
 static hcq_CUresult write_timestamp(cuda_device_t *cd, hcq_CUstream s, uint64_t addr) {
   const hcq__cuda_api_t *api = cd->api;
-  if (!reachable(cd, addr)) return api->cuLaunchHostFunc(s, set_host_timestamp, (void *)(uintptr_t)addr);
+  if (!reachable(cd, addr))
+    return api->cuLaunchHostFunc(s, set_host_timestamp, (void *)(uintptr_t)addr);
   if (!cd->ts_fn) return HCQ_CUDA_ERROR_NOT_FOUND; /* check_words loads it first */
   uint64_t target = addr + offsetof(hcq__signal_words_t, timestamp);
   size_t size = sizeof(target);
-  void *extra[] = {HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER, &target, HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-                   HCQ_CU_LAUNCH_PARAM_END};
+  void *extra[] = {HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER, &target, HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE,
+                   &size, HCQ_CU_LAUNCH_PARAM_END};
   return api->cuLaunchKernel(cd->ts_fn, 1, 1, 1, 1, 1, 1, 0, s, NULL, extra);
 }
 
@@ -117,20 +128,24 @@ static hcq_CUresult write_timestamp(cuda_device_t *cd, hcq_CUstream s, uint64_t 
  * the host reads (pinned or ordinary host memory). A block in GPU memory would be a host read of a
  * device address, which crashes the process, so it is refused here by the driver's own account of
  * the address (the Vulkan engine likewise checks the block is its own memory). */
-static hcq_status_t check_kernargs(cuda_device_t *cd, const char *kernel, uint64_t addr, uint32_t bytes) {
+static hcq_status_t check_kernargs(cuda_device_t *cd, const char *kernel, uint64_t addr,
+                                   uint32_t bytes) {
   if (!bytes) return NULL; /* nothing is read */
   if (!addr)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s on %s: its kernel arguments are at address 0", kernel,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "launch of %s on %s: its kernel arguments are at address 0", kernel,
                            cd->dev->name);
   /* One query per launch, of the block's start: a block cannot run from host memory into a device
    * allocation without first running past the end of its own one. */
   unsigned type = 0;
   if (cd->api->cuPointerGetAttribute(&type, HCQ_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) == 0 &&
       type == HCQ_CU_MEMORYTYPE_DEVICE)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s on %s: its kernel arguments at 0x%" PRIx64 " (%" PRIu32
-                           " bytes) are in GPU memory, which cuLaunchKernel cannot read (it reads them on the host); "
-                           "write them into host-mapped memory (hcq_queue_kernargs into a host-visible buffer)",
-                           kernel, cd->dev->name, addr, bytes);
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "launch of %s on %s: its kernel arguments at 0x%" PRIx64 " (%" PRIu32
+        " bytes) are in GPU memory, which cuLaunchKernel cannot read (it reads them on the host); "
+        "write them into host-mapped memory (hcq_queue_kernargs into a host-visible buffer)",
+        kernel, cd->dev->name, addr, bytes);
   return NULL;
 }
 
@@ -138,39 +153,53 @@ hcq_status_t hcq__cuda_check_words(hcq_device_t *dev, const uint32_t *w, size_t 
   cuda_device_t *cd = hcq__cuda_cdev(dev);
   for (const uint32_t *end = w + n; w < end; w += HCQ__HDR_LEN(w[0])) {
     uint32_t op = HCQ__HDR_OP(w[0]);
-    if (HCQ__HDR_LEN(w[0]) == 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: malformed command words", dev->name);
+    if (HCQ__HDR_LEN(w[0]) == 0)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: malformed command words", dev->name);
     if (op == HCQ__OP_WAIT && !reachable(cd, hcq__rd64(w + HCQ__WAIT_ADDR))) {
       char name[80] = "";
       uint64_t value;
       if (!hcq__signal_lookup(hcq__rd64(w + HCQ__WAIT_ADDR), name, sizeof(name), &value, NULL))
         snprintf(name, sizeof(name), "at 0x%" PRIx64, hcq__rd64(w + HCQ__WAIT_ADDR));
-      return hcq_status_make(HCQ_UNIMPLEMENTED, "%s cannot wait on signal \"%s\": it is not in memory the GPU maps (a "
-                             "CPU device's signal?)", dev->name, name);
+      return hcq_status_make(HCQ_UNIMPLEMENTED,
+                             "%s cannot wait on signal \"%s\": it is not in memory the GPU maps (a "
+                             "CPU device's signal?)",
+                             dev->name, name);
     }
     if (op == HCQ__OP_TIMESTAMP && reachable(cd, hcq__rd64(w + HCQ__TIMESTAMP_ADDR))) {
       hcq_status_t tst = hcq__cuda_load_timestamp_kernel(cd);
       if (tst) return tst;
     }
     if (op != HCQ__OP_EXEC) continue;
-    const hcq__cuda_kernel_t *k = (const hcq__cuda_kernel_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
+    const hcq__cuda_kernel_t *k =
+        (const hcq__cuda_kernel_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
     const hcq_program_t *p = (const hcq_program_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_PROGRAM);
     const char *name = p ? p->name : "?";
-    if (!k) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: exec of %s without a CUDA kernel", dev->name, name);
+    if (!k)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: exec of %s without a CUDA kernel",
+                             dev->name, name);
     hcq_status_t ast = check_kernargs(cd, name, hcq__rd64(w + HCQ__EXEC_ARGS), k->param_bytes);
     if (ast) return ast;
     if (w[HCQ__EXEC_NBUFS] != k->nptrs)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s on %s: the kernel takes %" PRIu32 " buffers, the launch "
-                             "passes %" PRIu32, name, dev->name, k->nptrs, w[HCQ__EXEC_NBUFS]);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "launch of %s on %s: the kernel takes %" PRIu32
+                             " buffers, the launch "
+                             "passes %" PRIu32,
+                             name, dev->name, k->nptrs, w[HCQ__EXEC_NBUFS]);
     const uint32_t *g = w + HCQ__EXEC_GLOBAL, *l = w + HCQ__EXEC_LOCAL;
-    if (!g[0] || !g[1] || !g[2] || !l[0] || !l[1] || !l[2]) continue; /* an empty launch runs nothing */
+    if (!g[0] || !g[1] || !g[2] || !l[0] || !l[1] || !l[2])
+      continue; /* an empty launch runs nothing */
     uint64_t threads = (uint64_t)l[0] * l[1] * l[2];
     for (int i = 0; i < 3; i++)
-      if (g[i] > (uint32_t)cd->max_grid[i] || l[i] > (uint32_t)cd->max_block[i] || threads > (uint64_t)cd->max_threads)
-        return hcq_status_make(HCQ_OUT_OF_RANGE, "launch of %s on %s: grid %" PRIu32 "x%" PRIu32 "x%" PRIu32 " of blocks %"
-                               PRIu32 "x%" PRIu32 "x%" PRIu32 " is past the GPU's limits (grid %dx%dx%d, block %dx%dx%d, "
-                               "%d threads)", name, dev->name, g[0], g[1], g[2], l[0], l[1], l[2], cd->max_grid[0],
-                               cd->max_grid[1], cd->max_grid[2], cd->max_block[0], cd->max_block[1], cd->max_block[2],
-                               cd->max_threads);
+      if (g[i] > (uint32_t)cd->max_grid[i] || l[i] > (uint32_t)cd->max_block[i] ||
+          threads > (uint64_t)cd->max_threads)
+        return hcq_status_make(HCQ_OUT_OF_RANGE,
+                               "launch of %s on %s: grid %" PRIu32 "x%" PRIu32 "x%" PRIu32
+                               " of blocks %" PRIu32 "x%" PRIu32 "x%" PRIu32
+                               " is past the GPU's limits (grid %dx%dx%d, block %dx%dx%d, "
+                               "%d threads)",
+                               name, dev->name, g[0], g[1], g[2], l[0], l[1], l[2], cd->max_grid[0],
+                               cd->max_grid[1], cd->max_grid[2], cd->max_block[0], cd->max_block[1],
+                               cd->max_block[2], cd->max_threads);
   }
   return NULL;
 }
@@ -188,7 +217,8 @@ static void run_host_copy(void *arg) {
   free(h);
 }
 
-static hcq_CUresult enqueue_host_copy(const hcq__cuda_api_t *api, hcq_CUstream s, void *dst, const void *src, size_t n) {
+static hcq_CUresult enqueue_host_copy(const hcq__cuda_api_t *api, hcq_CUstream s, void *dst,
+                                      const void *src, size_t n) {
   host_copy_t *h = malloc(sizeof(*h));
   if (!h) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
   *h = (host_copy_t){dst, src, n};
@@ -202,8 +232,9 @@ static hcq_CUresult enqueue_host_copy(const hcq__cuda_api_t *api, hcq_CUstream s
  * reached the copy, which may be behind a wait that only this thread will satisfy. Instead the
  * stream does the host side itself, in order, through its pinned stage: a host function fills the
  * stage, the driver copies from it (or the other way round). Nothing here waits. */
-static hcq_CUresult staged_copy(cuda_device_t *cd, cuda_stream_t *cs, uint64_t dst, uint64_t src, uint64_t size,
-                                bool dst_pinned, bool src_pinned, const char **what) {
+static hcq_CUresult staged_copy(cuda_device_t *cd, cuda_stream_t *cs, uint64_t dst, uint64_t src,
+                                uint64_t size, bool dst_pinned, bool src_pinned,
+                                const char **what) {
   const hcq__cuda_api_t *api = cd->api;
   char *d = (char *)(uintptr_t)dst;
   const char *sp = (const char *)(uintptr_t)src;
@@ -232,14 +263,15 @@ static hcq_CUresult staged_copy(cuda_device_t *cd, cuda_stream_t *cs, uint64_t d
   return rc;
 }
 
-hcq_CUresult hcq__cuda_run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *w, const char **what) {
+hcq_CUresult hcq__cuda_run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *w,
+                                   const char **what) {
   const hcq__cuda_api_t *api = cd->api;
   hcq_device_t *dev = cd->dev;
   switch (HCQ__HDR_OP(w[0])) {
     case HCQ__OP_WAIT: {
       uint64_t addr = hcq__rd64(w + HCQ__WAIT_ADDR), value = w[HCQ__WAIT_VALUE];
-      /* The stream's own last write already satisfies it (in-order stream): the device timeline only,
-       * whose value nobody lowers but a wrap (which clears what we remember). */
+      /* The stream's own last write already satisfies it (in-order stream): the device timeline
+       * only, whose value nobody lowers but a wrap (which clears what we remember). */
       if (addr == cs->last_signal_addr && value <= cs->last_signal_value && dev->timeline &&
           addr == dev->timeline->mem.addr)
         return 0;
@@ -266,15 +298,17 @@ hcq_CUresult hcq__cuda_run_command(cuda_device_t *cd, cuda_stream_t *cs, const u
       *what = "the timestamp kernel";
       return write_timestamp(cd, cs->s, hcq__rd64(w + HCQ__TIMESTAMP_ADDR));
     case HCQ__OP_EXEC: {
-      const hcq__cuda_kernel_t *k = (const hcq__cuda_kernel_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
+      const hcq__cuda_kernel_t *k =
+          (const hcq__cuda_kernel_t *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_FN);
       const uint32_t *g = w + HCQ__EXEC_GLOBAL, *l = w + HCQ__EXEC_LOCAL;
       if (!g[0] || !g[1] || !g[2] || !l[0] || !l[1] || !l[2]) return 0;
       size_t size = k->param_bytes;
       void *args = (void *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_ARGS);
-      void *extra[] = {HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER, args, HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-                       HCQ_CU_LAUNCH_PARAM_END};
+      void *extra[] = {HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER, args, HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE,
+                       &size, HCQ_CU_LAUNCH_PARAM_END};
       *what = "cuLaunchKernel";
-      return api->cuLaunchKernel(k->fn, g[0], g[1], g[2], l[0], l[1], l[2], 0, cs->s, NULL, size ? extra : NULL);
+      return api->cuLaunchKernel(k->fn, g[0], g[1], g[2], l[0], l[1], l[2], 0, cs->s, NULL,
+                                 size ? extra : NULL);
     }
     case HCQ__OP_COPY: {
       uint64_t size = hcq__rd64(w + HCQ__COPY_SIZE);
@@ -286,6 +320,7 @@ hcq_CUresult hcq__cuda_run_command(cuda_device_t *cd, cuda_stream_t *cs, const u
       *what = "cuMemcpyAsync";
       return api->cuMemcpyAsync(dst, src, (size_t)size, cs->s);
     }
-    default: return 0; /* NOP, BARRIER (a stream's commands are ordered and memory operations fence) */
+    default:
+      return 0; /* NOP, BARRIER (a stream's commands are ordered and memory operations fence) */
   }
 }

@@ -62,14 +62,20 @@ static bool find_mangled_entry(const char *ptx, const char *entry, char *out, si
   return false;
 }
 
-hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *out_nptrs, uint32_t *out_nvals) {
+hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *out_nptrs,
+                                  uint32_t *out_nvals) {
   const char *p = find_entry(ptx, entry);
   char mangled[208];
   if (!p && find_mangled_entry(ptx, entry, mangled, sizeof(mangled)))
-    return hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not a kernel (.entry) of the program under that name: "
-                           "the source gives it C++ linkage (its name is mangled to %s); declare it extern \"C\" "
-                           "__global__", entry, mangled);
-  if (!p) return hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not a kernel (.entry) of the program", entry);
+    return hcq_status_make(
+        HCQ_COMPILE_ERROR,
+        "entry point \"%s\" is not a kernel (.entry) of the program under that name: "
+        "the source gives it C++ linkage (its name is mangled to %s); declare it extern \"C\" "
+        "__global__",
+        entry, mangled);
+  if (!p)
+    return hcq_status_make(HCQ_COMPILE_ERROR,
+                           "entry point \"%s\" is not a kernel (.entry) of the program", entry);
   uint32_t nptrs = 0, nvals = 0, index = 0;
   p = skip_space(p);
   while (*p && *p != ')') {
@@ -85,14 +91,21 @@ hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *
       size = -1;
     else if (strstr(param, ".u64") || strstr(param, ".s64") || strstr(param, ".b64"))
       size = 8;
-    else if (strstr(param, ".u32") || strstr(param, ".s32") || strstr(param, ".b32") || strstr(param, ".f32"))
+    else if (strstr(param, ".u32") || strstr(param, ".s32") || strstr(param, ".b32") ||
+             strstr(param, ".f32"))
       size = 4;
     if (size == 8 && nvals)
-      return hcq_status_make(HCQ_COMPILE_ERROR, "kernel %s: parameter %" PRIu32 " is 64-bit after a 32-bit one; hcq's CUDA "
-                             "ABI passes the buffers (pointers) first, then 32-bit values", entry, index);
+      return hcq_status_make(HCQ_COMPILE_ERROR,
+                             "kernel %s: parameter %" PRIu32
+                             " is 64-bit after a 32-bit one; hcq's CUDA "
+                             "ABI passes the buffers (pointers) first, then 32-bit values",
+                             entry, index);
     if (size <= 0)
-      return hcq_status_make(HCQ_COMPILE_ERROR, "kernel %s: parameter %" PRIu32 " (%s) is neither a pointer nor a 32-bit "
-                             "value; hcq's CUDA ABI takes buffers as pointers, then 32-bit values", entry, index, param);
+      return hcq_status_make(HCQ_COMPILE_ERROR,
+                             "kernel %s: parameter %" PRIu32
+                             " (%s) is neither a pointer nor a 32-bit "
+                             "value; hcq's CUDA ABI takes buffers as pointers, then 32-bit values",
+                             entry, index, param);
     if (size == 8)
       nptrs++;
     else
@@ -100,10 +113,15 @@ hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *
     index++;
     p = *end == ',' ? skip_space(end + 1) : end;
   }
-  if (*p != ')') return hcq_status_make(HCQ_COMPILE_ERROR, "kernel %s: its parameter list in the PTX does not end", entry);
+  if (*p != ')')
+    return hcq_status_make(HCQ_COMPILE_ERROR,
+                           "kernel %s: its parameter list in the PTX does not end", entry);
   if (nptrs > HCQ_MAX_KERNEL_BUFS || nvals > HCQ_MAX_KERNEL_VALS)
-    return hcq_status_make(HCQ_COMPILE_ERROR, "kernel %s takes %" PRIu32 " pointers and %" PRIu32 " values; hcq passes at "
-                           "most %d and %d", entry, nptrs, nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
+    return hcq_status_make(HCQ_COMPILE_ERROR,
+                           "kernel %s takes %" PRIu32 " pointers and %" PRIu32
+                           " values; hcq passes at "
+                           "most %d and %d",
+                           entry, nptrs, nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
   *out_nptrs = nptrs;
   *out_nvals = nvals;
   return NULL;
@@ -118,7 +136,8 @@ static int target_arch(hcq_device_t *dev) {
   return major * 10 + minor;
 }
 
-static hcq_status_t load_module(hcq_device_t *dev, const char *entry, const void *image, hcq_CUmodule *out) {
+static hcq_status_t load_module(hcq_device_t *dev, const char *entry, const void *image,
+                                hcq_CUmodule *out) {
   const hcq__cuda_api_t *api = hcq__cuda_device_api(dev);
   char log[4096] = "";
   int opts[2] = {HCQ_CU_JIT_ERROR_LOG_BUFFER, HCQ_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
@@ -126,22 +145,28 @@ static hcq_status_t load_module(hcq_device_t *dev, const char *entry, const void
   hcq_CUresult rc = api->cuModuleLoadDataEx(out, image, 2, opts, values);
   if (rc == 0) return NULL;
   log[sizeof(log) - 1] = '\0';
-  const char *v = rc == HCQ_CUDA_ERROR_UNSUPPORTED_PTX_VERSION ? strstr((const char *)image, ".version") : NULL;
+  const char *v =
+      rc == HCQ_CUDA_ERROR_UNSUPPORTED_PTX_VERSION ? strstr((const char *)image, ".version") : NULL;
   int major = 0, minor = 0;
-  if (v && !memchr(image, '\0', (size_t)(v - (const char *)image)) && sscanf(v + 8, " %d.%d", &major, &minor) == 2) {
-    /* PTX (a cubin starts with a NUL-holding ELF header): say which ISA, and what the driver takes. */
+  if (v && !memchr(image, '\0', (size_t)(v - (const char *)image)) &&
+      sscanf(v + 8, " %d.%d", &major, &minor) == 2) {
+    /* PTX (a cubin starts with a NUL-holding ELF header): say which ISA, and what the driver takes.
+     */
     int driver = api->driver_version, isa = hcq__cuda_ptx_isa(driver);
-    return hcq__cuda_fail(dev, rc, "loading kernel %s (PTX ISA %d.%d; the driver, for CUDA %d.%d, loads PTX ISA up to "
-                          "%d.%d)%s%s", entry, major, minor, driver / 1000, driver % 1000 / 10, isa / 10, isa % 10,
-                          *log ? ": " : "", log);
+    return hcq__cuda_fail(
+        dev, rc,
+        "loading kernel %s (PTX ISA %d.%d; the driver, for CUDA %d.%d, loads PTX ISA up to "
+        "%d.%d)%s%s",
+        entry, major, minor, driver / 1000, driver % 1000 / 10, isa / 10, isa % 10,
+        *log ? ": " : "", log);
   }
   return hcq__cuda_fail(dev, rc, "loading kernel %s%s%s", entry, *log ? ": " : "", log);
 }
 
 /* A precompiled kernel's image (the text form's bytes; core/binary.h), checked, with its
  * parameters read; *out_image is what the driver loads (NUL-terminated PTX, or the bytes). */
-static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const char *source, hcq__cuda_kernel_t *k,
-                                 uint8_t **out_image) {
+static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const char *source,
+                                 hcq__cuda_kernel_t *k, uint8_t **out_image) {
   hcq_binary_format_t format = hcq__binary_of_source(source);
   uint8_t *bytes = NULL;
   size_t len = 0;
@@ -168,8 +193,10 @@ static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const cha
       char what[128];
       hcq__binary_describe(bytes, len, what, sizeof(what));
       free(bytes);
-      return hcq_status_make(HCQ_COMPILE_ERROR, "PTX kernel %s: %zu bytes are not PTX text (its first directive is "
-                             ".version): %s", entry, len, what);
+      return hcq_status_make(HCQ_COMPILE_ERROR,
+                             "PTX kernel %s: %zu bytes are not PTX text (its first directive is "
+                             ".version): %s",
+                             entry, len, what);
     }
     st = hcq__cuda_ptx_params((const char *)bytes, entry, &k->nptrs, &k->nvals);
   } else if (format == HCQ_BINARY_CUBIN) {
@@ -185,7 +212,8 @@ static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const cha
   return NULL;
 }
 
-hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out) {
+hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char *source,
+                               hcq__program_impl_t *out) {
   hcq__cuda_image_t img;
   memset(&img, 0, sizeof(img));
   const char *ptx = source;
@@ -196,7 +224,8 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
   if (hcq__binary_of_source(source)) {
     st = binary_image(dev, entry, source, k, &binary);
   } else {
-    if (!hcq__is_ptx(source) && !(st = hcq__nvrtc_compile(entry, source, target_arch(dev), &img))) ptx = img.ptx;
+    if (!hcq__is_ptx(source) && !(st = hcq__nvrtc_compile(entry, source, target_arch(dev), &img)))
+      ptx = img.ptx;
     if (!st) st = hcq__cuda_ptx_params(ptx, entry, &k->nptrs, &k->nvals);
   }
   if (!st) st = hcq__cuda_push(dev);
@@ -207,8 +236,13 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
     return st;
   }
   const hcq__cuda_api_t *api = hcq__cuda_device_api(dev);
-  /* A cubin for another architecture (HCQ_CUDA_ARCH) does not load: the PTX does, through the driver. */
-  st = load_module(dev, entry, binary ? binary : img.cubin ? img.cubin : (const void *)ptx, &k->module);
+  /* A cubin for another architecture (HCQ_CUDA_ARCH) does not load: the PTX does, through the
+   * driver. */
+  st = load_module(dev, entry,
+                   binary      ? binary
+                   : img.cubin ? img.cubin
+                               : (const void *)ptx,
+                   &k->module);
   if (st && !binary && img.cubin && !hcq__device_is_lost(dev)) {
     hcq_status_destroy(st);
     st = load_module(dev, entry, ptx, &k->module);
@@ -216,8 +250,11 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
   hcq_CUresult rc = 0;
   if (!st && (rc = api->cuModuleGetFunction(&k->fn, k->module, entry)) != 0) {
     st = rc == HCQ_CUDA_ERROR_NOT_FOUND
-             ? hcq_status_make(HCQ_COMPILE_ERROR, "entry point \"%s\" is not defined by the %s (declare it extern \"C\" "
-                               "__global__)", entry, binary ? "binary" : "source")
+             ? hcq_status_make(
+                   HCQ_COMPILE_ERROR,
+                   "entry point \"%s\" is not defined by the %s (declare it extern \"C\" "
+                   "__global__)",
+                   entry, binary ? "binary" : "source")
              : hcq__cuda_fail(dev, rc, "resolving kernel %s", entry);
     api->cuModuleUnload(k->module);
   } else if (!st && api->cuFuncLoad && (rc = api->cuFuncLoad(k->fn)) != 0) {
@@ -243,17 +280,20 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
 }
 
 /* The row's binary_compile: CUDA C through NVRTC into a cubin (the default) or PTX for arch. */
-hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source, hcq_binary_format_t format,
-                                      const char *arch, void **out, size_t *out_size) {
+hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source,
+                                      hcq_binary_format_t format, const char *arch, void **out,
+                                      size_t *out_size) {
   if (format == HCQ_BINARY_FATBIN)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "NVRTC makes PTX and cubins, not fatbins (nvcc -fatbin makes those)");
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "NVRTC makes PTX and cubins, not fatbins (nvcc -fatbin makes those)");
   if (!format) format = HCQ_BINARY_CUBIN;
   if (!arch || !*arch) arch = *hcq__options()->cuda_arch ? hcq__options()->cuda_arch : NULL;
   int want = hcq__binary_arch(arch);
   if (!want)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "a CUDA binary is built for an architecture: name one (sm_90; "
-                           "HCQ_CUDA_ARCH or hcq compile --arch)%s%s%s", arch ? " (\"" : "", arch ? arch : "",
-                           arch ? "\" is not one)" : "");
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "a CUDA binary is built for an architecture: name one (sm_90; "
+                           "HCQ_CUDA_ARCH or hcq compile --arch)%s%s%s",
+                           arch ? " (\"" : "", arch ? arch : "", arch ? "\" is not one)" : "");
   hcq__cuda_image_t img;
   memset(&img, 0, sizeof(img));
   hcq_status_t st = hcq__nvrtc_compile(entry, source, want, &img);
@@ -265,8 +305,11 @@ hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source, hcq
     return st;
   }
   if (format == HCQ_BINARY_CUBIN && (!img.cubin || img.arch != want)) {
-    st = hcq_status_make(HCQ_UNAVAILABLE, "this NVRTC cannot make a cubin for sm_%d (it compiled PTX for compute_%d): "
-                         "ask for --format ptx, or use an NVRTC that knows sm_%d", want, img.arch, want);
+    st = hcq_status_make(
+        HCQ_UNAVAILABLE,
+        "this NVRTC cannot make a cubin for sm_%d (it compiled PTX for compute_%d): "
+        "ask for --format ptx, or use an NVRTC that knows sm_%d",
+        want, img.arch, want);
     hcq__cuda_image_free(&img);
     return st;
   }

@@ -15,7 +15,9 @@
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static cuda_device_t *g_reg_head;
 
-const hcq__cuda_api_t *hcq__cuda_device_api(const hcq_device_t *dev) { return hcq__cuda_cdev(dev)->api; }
+const hcq__cuda_api_t *hcq__cuda_device_api(const hcq_device_t *dev) {
+  return hcq__cuda_cdev(dev)->api;
+}
 hcq_CUcontext hcq__cuda_device_context(const hcq_device_t *dev) { return hcq__cuda_cdev(dev)->ctx; }
 void hcq__cuda_device_arch(const hcq_device_t *dev, int *major, int *minor) {
   *major = hcq__cuda_cdev(dev)->cc_major;
@@ -25,8 +27,9 @@ void hcq__cuda_device_arch(const hcq_device_t *dev, int *major, int *minor) {
 /* The errors after which the context is unusable: cuda.h says of most that they leave "the process
  * in an inconsistent state and any further CUDA work will return the same error" (ILLEGAL_ADDRESS,
  * LAUNCH_TIMEOUT, HARDWARE_STACK_ERROR, ILLEGAL_INSTRUCTION, MISALIGNED_ADDRESS,
- * INVALID_ADDRESS_SPACE, INVALID_PC, LAUNCH_FAILED, CONTAINED, TENSOR_MEMORY_LEAK, EXTERNAL_DEVICE);
- * ASSERT's context "cannot be used anymore"; ECC and NVLink uncorrectable errors are hardware faults. */
+ * INVALID_ADDRESS_SPACE, INVALID_PC, LAUNCH_FAILED, CONTAINED, TENSOR_MEMORY_LEAK,
+ * EXTERNAL_DEVICE); ASSERT's context "cannot be used anymore"; ECC and NVLink uncorrectable errors
+ * are hardware faults. */
 static bool sticky(hcq_CUresult rc) {
   switch (rc) {
     case HCQ_CUDA_ERROR_NVLINK_UNCORRECTABLE:
@@ -58,10 +61,11 @@ hcq_status_t hcq__cuda_fail(hcq_device_t *dev, hcq_CUresult rc, const char *fmt,
   if (sticky(rc)) {
     /* The context is unusable from now on: every later call would fail the same way. */
     hcq__device_mark_lost(dev, "the GPU reported %s (%s)", text, what);
-    return hcq_status_make(HCQ_DEVICE_LOST, "%s: %s failed: %s; the device is lost", dev->name, what, text);
+    return hcq_status_make(HCQ_DEVICE_LOST, "%s: %s failed: %s; the device is lost", dev->name,
+                           what, text);
   }
-  return hcq_status_make(rc == HCQ_CUDA_ERROR_OUT_OF_MEMORY ? HCQ_OUT_OF_MEMORY : HCQ_DEVICE_ERROR, "%s: %s failed: %s",
-                         dev->name, what, text);
+  return hcq_status_make(rc == HCQ_CUDA_ERROR_OUT_OF_MEMORY ? HCQ_OUT_OF_MEMORY : HCQ_DEVICE_ERROR,
+                         "%s: %s failed: %s", dev->name, what, text);
 }
 
 hcq_status_t hcq__cuda_push(hcq_device_t *dev) {
@@ -77,7 +81,9 @@ void hcq__cuda_pop(hcq_device_t *dev) {
 
 /* ---- lifecycle ---- */
 
-static void cuda_lost(hcq_device_t *dev) { (void)dev; /* host waits end through the core's checks */ }
+static void cuda_lost(hcq_device_t *dev) {
+  (void)dev; /* host waits end through the core's checks */
+}
 
 static bool cuda_stop(hcq_device_t *dev) {
   cuda_device_t *cd = hcq__cuda_cdev(dev);
@@ -192,7 +198,9 @@ static void set_limits(hcq_device_t *dev, const cuda_device_t *cd) {
    * the 4 KiB every architecture takes, so hcq's own argument limits hold. */
   l->view_offset_alignment = 16; /* float4, int4: CUDA's widest vector loads */
   int shared = 0;
-  if (cd->api->cuDeviceGetAttribute(&shared, HCQ_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, cd->cudev) || shared <= 0)
+  if (cd->api->cuDeviceGetAttribute(&shared, HCQ_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
+                                    cd->cudev) ||
+      shared <= 0)
     shared = 48 << 10; /* the static shared memory every architecture gives a block */
   l->shared_memory = (uint32_t)shared;
 }
@@ -220,18 +228,23 @@ static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
   int uva = 0, map = 0, memops = 0;
   api->cuDeviceGetAttribute(&uva, HCQ_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, cd->cudev);
   api->cuDeviceGetAttribute(&map, HCQ_CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, cd->cudev);
-  api->cuDeviceGetAttribute(&memops, HCQ_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, cd->cudev);
+  api->cuDeviceGetAttribute(&memops, HCQ_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                            cd->cudev);
   if (!uva || !map || !memops)
     return hcq_status_make(HCQ_UNAVAILABLE, "%s lacks what hcq needs: %s%s%s", dev->name,
                            uva ? "" : "unified addressing; ", map ? "" : "mapped host memory; ",
                            memops ? "" : "64-bit stream memory operations (cuStreamWaitValue64)");
-  if ((rc = api->cuDevicePrimaryCtxRetain(&cd->ctx, cd->cudev))) return hcq__cuda_fail(dev, rc, "retaining its context");
+  if ((rc = api->cuDevicePrimaryCtxRetain(&cd->ctx, cd->cudev)))
+    return hcq__cuda_fail(dev, rc, "retaining its context");
   cd->ctx_retained = true;
   hcq_status_t st = hcq__cuda_push(dev);
   if (st) return st;
-  for (int k = 0; k < 2 && !rc; k++) rc = api->cuStreamCreate(&cd->streams[k].s, HCQ_CU_STREAM_NON_BLOCKING);
+  for (int k = 0; k < 2 && !rc; k++)
+    rc = api->cuStreamCreate(&cd->streams[k].s, HCQ_CU_STREAM_NON_BLOCKING);
   if (!rc) rc = api->cuStreamCreate(&cd->alloc_stream, HCQ_CU_STREAM_NON_BLOCKING);
-  if (!rc) rc = api->cuMemHostAlloc(&cd->progress, 128, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
+  if (!rc)
+    rc = api->cuMemHostAlloc(&cd->progress, 128,
+                             HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
   /* Only copy queues copy: the copy stream's stage, made now, while no stream can be waiting. */
   if (!rc)
     rc = api->cuMemHostAlloc(&cd->streams[HCQ_QUEUE_COPY].stage, HCQ__CUDA_STAGE_BYTES,
@@ -243,27 +256,33 @@ static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
     cs->done = (_Atomic uint64_t *)((char *)cd->progress + 64 * k);
     atomic_store(cs->done, 0);
     hcq_CUdeviceptr addr = 0;
-    if ((rc = api->cuMemHostGetDevicePointer(&addr, (void *)cs->done, 0))) st = hcq__cuda_fail(dev, rc, "mapping pinned memory");
+    if ((rc = api->cuMemHostGetDevicePointer(&addr, (void *)cs->done, 0)))
+      st = hcq__cuda_fail(dev, rc, "mapping pinned memory");
     cs->done_addr = addr;
     cs->ring = calloc(HCQ__CUDA_WORD_RING, sizeof(uint32_t));
-    if (!st && !cs->ring) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
+    if (!st && !cs->ring)
+      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
   }
-  /* The timestamp kernel too, while no stream can be waiting on the host (loading it may synchronise
-   * the context). Where it cannot be loaded, the first submission that needs it says why. */
+  /* The timestamp kernel too, while no stream can be waiting on the host (loading it may
+   * synchronise the context). Where it cannot be loaded, the first submission that needs it says
+   * why. */
   if (!st) hcq_status_destroy(hcq__cuda_load_timestamp_kernel(cd));
   hcq__cuda_pop(dev);
   return st;
 }
 
-static hcq_status_t cuda_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
+static hcq_status_t cuda_device_create(int index, const hcq_device_options_t *opts,
+                                       hcq_device_t *dev) {
   (void)opts;
   const char *why;
   const hcq__cuda_api_t *api = hcq__cuda_api(&why);
-  if (!api) return hcq_status_make(HCQ_UNAVAILABLE, "device CUDA:%d is unavailable: %s", index, why);
+  if (!api)
+    return hcq_status_make(HCQ_UNAVAILABLE, "device CUDA:%d is unavailable: %s", index, why);
   int count = 0;
   api->cuDeviceGetCount(&count);
   if (index >= count)
-    return hcq_status_make(HCQ_NOT_FOUND, "unknown device CUDA:%d: this machine has %d CUDA device(s)", index, count);
+    return hcq_status_make(
+        HCQ_NOT_FOUND, "unknown device CUDA:%d: this machine has %d CUDA device(s)", index, count);
   cuda_device_t *cd = calloc(1, sizeof(*cd));
   if (!cd) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
   cd->dev = dev;
@@ -282,7 +301,8 @@ static hcq_status_t cuda_device_create(int index, const hcq_device_options_t *op
   enable_peers(cd);
   hcq__signal_device_writers_add(1);
   cd->counted = true;
-  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_CUDA | HCQ_CAP_COPIES_HOST_MEMORY;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_CUDA |
+              HCQ_CAP_COPIES_HOST_MEMORY;
   dev->threads = 1;
   set_limits(dev, cd);
   return NULL;
@@ -312,15 +332,18 @@ static void cuda_query(hcq_device_info_t *info) {
   info->count = count;
   /* NVRTC's part says whether it fits the driver before its path, so a long path is what is cut. */
   char *desc = info->description;
-  int used = snprintf(desc, sizeof(info->description), "driver %d.%d, %d device(s), CUDA:0 is %.60s (sm_%d%d); ",
-                      api->driver_version / 1000, (api->driver_version % 1000) / 10, count, name, major, minor);
-  size_t at = used > 0 && (size_t)used < sizeof(info->description) ? (size_t)used : 0, n = strlen(nvrtc);
+  int used = snprintf(
+      desc, sizeof(info->description), "driver %d.%d, %d device(s), CUDA:0 is %.60s (sm_%d%d); ",
+      api->driver_version / 1000, (api->driver_version % 1000) / 10, count, name, major, minor);
+  size_t at = used > 0 && (size_t)used < sizeof(info->description) ? (size_t)used : 0,
+         n = strlen(nvrtc);
   if (n > sizeof(info->description) - 1 - at) n = sizeof(info->description) - 1 - at;
   memcpy(desc + at, nvrtc, n);
   desc[at + n] = 0;
 }
 
 const hcq__backend_t hcq__cuda_backend = {
+    /* docs/design.md, "The CUDA graph" */
     .kind = HCQ_DEVICE_CUDA,
     .source_key = "cuda",
     .query = cuda_query,
@@ -329,5 +352,5 @@ const hcq__backend_t hcq__cuda_backend = {
     .binary_arch = true,
     .kernel_caps = HCQ_CAP_COMPILE_CUDA,
     .binary_compile = hcq__cuda_binary_compile,
-    .graph_create = hcq__cuda_graph_create, /* docs/design.md, "The CUDA graph" */
+    .graph_create = hcq__cuda_graph_create,
 };

@@ -1,14 +1,13 @@
 /* The CUDA device: the driver API behind the backend vtable. One primary context per device, one
  * stream per queue kind, command words turned into driver calls at submit:
  *   WAIT      cuStreamWaitValue64 (>=) on the signal's address (pinned host memory the GPU maps)
- *   SIGNAL    cuStreamWriteValue64, or for a signal in ordinary host memory (a CPU device's), a host
- *             function that sets it and wakes its waiters
- *   TIMESTAMP a one-thread kernel that writes %globaltimer (ns) into the signal's timestamp
- *   EXEC      cuLaunchKernel with the packed kernargs block as CU_LAUNCH_PARAM_BUFFER_POINTER
- *             (docs/design.md, "Programs and kernel ABIs")
- *   COPY      cuMemcpyAsync (unified addressing: device, peer and host memory alike)
- * Progress: each submission ends by writing its sequence number into a host-visible completion word
- * of its stream, which completed() reads; the timeline signal and deferred frees build on that.
+ *   SIGNAL    cuStreamWriteValue64, or for a signal in ordinary host memory (a CPU device's), a
+ * host function that sets it and wakes its waiters TIMESTAMP a one-thread kernel that writes
+ * %globaltimer (ns) into the signal's timestamp EXEC      cuLaunchKernel with the packed kernargs
+ * block as CU_LAUNCH_PARAM_BUFFER_POINTER (docs/design.md, "Programs and kernel ABIs") COPY
+ * cuMemcpyAsync (unified addressing: device, peer and host memory alike) Progress: each submission
+ * ends by writing its sequence number into a host-visible completion word of its stream, which
+ * completed() reads; the timeline signal and deferred frees build on that.
  *
  * Host-visible memory is pinned, mapped, portable host memory: with unified addressing its device
  * address is its host address, which is what lets a kernargs block be read on the host at launch
@@ -29,9 +28,10 @@
 #include "hcq/memory.h"
 #include "hcq/queue.h"
 
-#define HCQ__CUDA_RECORDS 1024u          /* submissions remembered per stream, for hang reports */
-#define HCQ__CUDA_WORD_RING (1u << 16)   /* words of unbound submissions kept for the same */
-#define HCQ__CUDA_STAGE_BYTES (1u << 20) /* per stream: pageable copies move through it in chunks this size */
+#define HCQ__CUDA_RECORDS 1024u        /* submissions remembered per stream, for hang reports */
+#define HCQ__CUDA_WORD_RING (1u << 16) /* words of unbound submissions kept for the same */
+#define HCQ__CUDA_STAGE_BYTES \
+  (1u << 20) /* per stream: pageable copies move through it in chunks this size */
 
 typedef struct sub_record {
   uint64_t seq;
@@ -46,12 +46,15 @@ typedef struct cuda_stream {
   _Atomic uint64_t published; /* submitted, for other threads */
   _Atomic uint64_t *done;     /* the completion word the stream writes */
   hcq_CUdeviceptr done_addr;
-  uint64_t last_signal_addr, last_signal_value; /* what this stream wrote last (waits it implies are dropped) */
-  pthread_mutex_t records_lock; /* records and ring: written at submit, read by hang reports (trylock) */
+  /* what this stream wrote last (waits it implies are dropped) */
+  uint64_t last_signal_addr, last_signal_value;
+  pthread_mutex_t
+      records_lock; /* records and ring: written at submit, read by hang reports (trylock) */
   sub_record_t records[HCQ__CUDA_RECORDS];
   uint32_t *ring;
   uint64_t ring_head;
-  void *stage; /* pinned, HCQ__CUDA_STAGE_BYTES: copies to and from pageable host memory go through it */
+  void *stage; /* pinned, HCQ__CUDA_STAGE_BYTES: copies to and from pageable host memory go through
+                  it */
 } cuda_stream_t;
 
 /* Pinned memory for small host-visible allocations (signals, small bound queues, profile slots):
@@ -117,7 +120,8 @@ static inline cuda_device_t *hcq__cuda_cdev(const hcq_device_t *dev) { return de
 
 /* ---- memory (cuda_memory.c) ---- */
 
-HCQ_MUST_USE hcq_status_t hcq__cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out);
+HCQ_MUST_USE hcq_status_t hcq__cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags,
+                                              hcq__mem_t *out);
 void hcq__cuda_mem_free(hcq_device_t *dev, hcq__mem_t *mem);
 HCQ_MUST_USE hcq_status_t hcq__cuda_memory_info(hcq_device_t *dev, hcq_device_memory_t *out);
 /* Gives the deferred frees back to the driver if no stream has work (or always: force, when the
@@ -126,7 +130,8 @@ void hcq__cuda_flush_frees(cuda_device_t *cd, bool force);
 /* The staging buffers the core will ask for, made when the device opens (see pin_block_t). The
  * context is current. */
 HCQ_MUST_USE hcq_status_t hcq__cuda_make_staging_blocks(cuda_device_t *cd);
-/* At close, the streams gone and the context current: the slabs and kept blocks go back to the driver. */
+/* At close, the streams gone and the context current: the slabs and kept blocks go back to the
+ * driver. */
 void hcq__cuda_memory_release(cuda_device_t *cd);
 
 /* ---- command words as driver calls (cuda_commands.c) ---- */
@@ -137,13 +142,15 @@ HCQ_MUST_USE hcq_status_t hcq__cuda_load_timestamp_kernel(cuda_device_t *cd);
  * fails without side effects (the driver's own asynchronous failures aside). */
 HCQ_MUST_USE hcq_status_t hcq__cuda_check_words(hcq_device_t *dev, const uint32_t *w, size_t n);
 /* Enqueues the command at w on cs; on failure *what names the driver call. */
-hcq_CUresult hcq__cuda_run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *w, const char **what);
+hcq_CUresult hcq__cuda_run_command(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *w,
+                                   const char **what);
 
 /* ---- submission and progress (cuda_submit.c): the vtable's queue members ---- */
 
-HCQ_MUST_USE hcq_status_t hcq__cuda_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound);
-HCQ_MUST_USE hcq_status_t hcq__cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords,
-                                           bool bound);
+HCQ_MUST_USE hcq_status_t hcq__cuda_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords,
+                                            bool bound);
+HCQ_MUST_USE hcq_status_t hcq__cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind,
+                                           const uint32_t *words, size_t nwords, bool bound);
 uint64_t hcq__cuda_submitted(hcq_device_t *dev, hcq_queue_kind_t kind);
 uint64_t hcq__cuda_completed(hcq_device_t *dev, hcq_queue_kind_t kind);
 void hcq__cuda_poll(hcq_device_t *dev);
@@ -154,7 +161,7 @@ void hcq__cuda_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_sn
  * (core/backend.h). Every device of the runner is a CUDA device; inflight is unused (the driver
  * orders launches of one graph). */
 struct hcq__runner;
-HCQ_MUST_USE hcq_status_t hcq__cuda_graph_create(struct hcq__runner *runner, bool profile, unsigned inflight,
-                                                 hcq_graph_t **out);
+HCQ_MUST_USE hcq_status_t hcq__cuda_graph_create(struct hcq__runner *runner, bool profile,
+                                                 unsigned inflight, hcq_graph_t **out);
 
 #endif

@@ -19,7 +19,8 @@
 #include "graph/graph_internal.h"
 #include "graph/update_plan.h"
 
-_Static_assert(HCQ__GRAPH_MAX_DEVICES <= HCQ__CUDA_GRAPH_MAX_DEVICES, "a graph's devices fit one CUDA graph launch");
+_Static_assert(HCQ__GRAPH_MAX_DEVICES <= HCQ__CUDA_GRAPH_MAX_DEVICES,
+               "a graph's devices fit one CUDA graph launch");
 
 typedef struct cuda_node {
   hcq_CUgraphNode node;
@@ -45,9 +46,13 @@ typedef struct cuda_graph {
   uint64_t *input_addrs;
 } cuda_graph_t;
 
-static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a CUDA graph"); }
+static hcq_status_t oom(void) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a CUDA graph");
+}
 
-static const hcq__cuda_api_t *api_of(const cuda_graph_t *g) { return hcq__cuda_device_api(g->base.runner.devices[0]); }
+static const hcq__cuda_api_t *api_of(const cuda_graph_t *g) {
+  return hcq__cuda_device_api(g->base.runner.devices[0]);
+}
 static hcq_device_t *dev0(const cuda_graph_t *g) { return g->base.runner.devices[0]; }
 
 /* Writes the planner's view of a kernel item into its node's parameters; false when a dim is 0. */
@@ -79,7 +84,8 @@ static hcq_status_t build_plan(cuda_graph_t *g) {
   return hcq__update_plan_for_runner(&g->base.runner, &g->plan);
 }
 
-static hcq_status_t add_node(cuda_graph_t *g, uint32_t j, const hcq_CUgraphNode *deps, size_t ndeps) {
+static hcq_status_t add_node(cuda_graph_t *g, uint32_t j, const hcq_CUgraphNode *deps,
+                             size_t ndeps) {
   hcq__runner_t *r = &g->base.runner;
   const hcq_exec_item_t *it = &r->items[j];
   cuda_node_t *n = &g->nodes[j];
@@ -92,9 +98,12 @@ static hcq_status_t add_node(cuda_graph_t *g, uint32_t j, const hcq_CUgraphNode 
     const hcq_kernel_item_t *k = &it->kernel;
     const hcq__cuda_kernel_t *ck = k->program->impl.object;
     if (!ck || k->nbufs != ck->nptrs || k->nvals != ck->nvals)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "item %" PRIu32 " (%s): the kernel takes %u buffers and %u values, the "
-                             "item passes %zu and %zu", j, k->program->name, ck ? ck->nptrs : 0, ck ? ck->nvals : 0,
-                             k->nbufs, k->nvals);
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "item %" PRIu32
+                             " (%s): the kernel takes %u buffers and %u values, the "
+                             "item passes %zu and %zu",
+                             j, k->program->name, ck ? ck->nptrs : 0, ck ? ck->nvals : 0, k->nbufs,
+                             k->nvals);
     n->kp.func = ck->fn;
     n->arg_size = ck->param_bytes;
     n->extra[0] = HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER;
@@ -105,7 +114,9 @@ static hcq_status_t add_node(cuda_graph_t *g, uint32_t j, const hcq_CUgraphNode 
     n->kp.extra = n->arg_size ? n->extra : NULL;
     n->enabled = kernel_params(n, &v, k->nbufs, k->nvals);
     rc = api->cuGraphAddKernelNode(&n->node, g->graph, deps, ndeps, &n->kp);
-    if (rc) return hcq__cuda_fail(n->dev, rc, "item %" PRIu32 " (%s): cuGraphAddKernelNode", j, k->program->name);
+    if (rc)
+      return hcq__cuda_fail(n->dev, rc, "item %" PRIu32 " (%s): cuGraphAddKernelNode", j,
+                            k->program->name);
     return NULL;
   }
   n->is_copy = true;
@@ -121,10 +132,11 @@ static hcq_status_t add_node(cuda_graph_t *g, uint32_t j, const hcq_CUgraphNode 
   n->cp.Height = 1;
   n->cp.Depth = 1;
   copy_params(n, &v);
-  rc = api->cuGraphAddMemcpyNode(&n->node, g->graph, deps, ndeps, &n->cp, hcq__cuda_device_context(n->dev));
+  rc = api->cuGraphAddMemcpyNode(&n->node, g->graph, deps, ndeps, &n->cp,
+                                 hcq__cuda_device_context(n->dev));
   if (rc)
-    return hcq__cuda_fail(n->dev, rc, "item %" PRIu32 " (%s -> %s): cuGraphAddMemcpyNode", j, it->transfer.src->label,
-                          it->transfer.dst->label);
+    return hcq__cuda_fail(n->dev, rc, "item %" PRIu32 " (%s -> %s): cuGraphAddMemcpyNode", j,
+                          it->transfer.src->label, it->transfer.dst->label);
   return NULL;
 }
 
@@ -162,8 +174,10 @@ static hcq_status_t build(cuda_graph_t *g) {
     if ((rc = api->cuGraphNodeSetEnabled(g->exec, g->nodes[j].node, 0)))
       st = hcq__cuda_fail(dev0(g), rc, "item %" PRIu32 ": disabling an empty launch", j);
   }
-  if (!st && (rc = api->cuEventCreate(&g->start, HCQ_CU_EVENT_DEFAULT))) st = hcq__cuda_fail(dev0(g), rc, "cuEventCreate");
-  if (!st && (rc = api->cuEventCreate(&g->end, HCQ_CU_EVENT_DEFAULT))) st = hcq__cuda_fail(dev0(g), rc, "cuEventCreate");
+  if (!st && (rc = api->cuEventCreate(&g->start, HCQ_CU_EVENT_DEFAULT)))
+    st = hcq__cuda_fail(dev0(g), rc, "cuEventCreate");
+  if (!st && (rc = api->cuEventCreate(&g->end, HCQ_CU_EVENT_DEFAULT)))
+    st = hcq__cuda_fail(dev0(g), rc, "cuEventCreate");
   hcq__cuda_pop(dev0(g));
   hcq__vec_free(&rdeps);
   hcq__deps_deinit(&tracker);
@@ -175,7 +189,8 @@ static hcq_status_t build(cuda_graph_t *g) {
 /* ---- replay ---- */
 
 /* Applies the parameters the planner lists; counts each driver call. */
-static hcq_status_t apply_updates(cuda_graph_t *g, const uint32_t *changed, size_t nchanged, uint64_t *out_calls) {
+static hcq_status_t apply_updates(cuda_graph_t *g, const uint32_t *changed, size_t nchanged,
+                                  uint64_t *out_calls) {
   const hcq__cuda_api_t *api = api_of(g);
   hcq__runner_t *r = &g->base.runner;
   uint64_t calls = 0;
@@ -191,7 +206,8 @@ static hcq_status_t apply_updates(cuda_graph_t *g, const uint32_t *changed, size
     if (n->is_copy) {
       copy_params(n, &v);
       what = "cuGraphExecMemcpyNodeSetParams";
-      rc = api->cuGraphExecMemcpyNodeSetParams(g->exec, n->node, &n->cp, hcq__cuda_device_context(n->dev));
+      rc = api->cuGraphExecMemcpyNodeSetParams(g->exec, n->node, &n->cp,
+                                               hcq__cuda_device_context(n->dev));
       calls++;
     } else {
       const hcq_kernel_item_t *k = &r->items[j].kernel;
@@ -226,11 +242,13 @@ static hcq_status_t wait_end(cuda_graph_t *g) {
     hcq_CUresult rc = api->cuEventQuery(g->end);
     hcq__cuda_pop(dev0(g));
     if (rc == 0) return NULL;
-    if (rc != HCQ_CUDA_ERROR_NOT_READY) return hcq__cuda_fail(dev0(g), rc, "waiting for %s", r->label);
+    if (rc != HCQ_CUDA_ERROR_NOT_READY)
+      return hcq__cuda_fail(dev0(g), rc, "waiting for %s", r->label);
     for (size_t d = 0; d < r->ndevices; d++)
       if ((st = hcq__device_check(r->devices[d]))) return st;
     if (hcq__now_ns() >= deadline) {
-      st = hcq_status_make(HCQ_TIMEOUT, "timed out after %" PRId64 " ms waiting for the last replay of %s",
+      st = hcq_status_make(HCQ_TIMEOUT,
+                           "timed out after %" PRId64 " ms waiting for the last replay of %s",
                            hcq__options()->wait_timeout_ms, r->label);
       return hcq__device_annotate_report(st, r->devices, r->ndevices);
     }
@@ -250,7 +268,8 @@ static hcq_status_t cuda_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_e
   for (size_t k = 0; k < r->ninputs; k++) g->input_addrs[k] = r->pending_inputs[k]->addr;
   const uint32_t *changed;
   size_t nchanged;
-  hcq_status_t st = hcq__update_plan_prepare(g->plan, g->input_addrs, r->pending_values, &changed, &nchanged);
+  hcq_status_t st =
+      hcq__update_plan_prepare(g->plan, g->input_addrs, r->pending_values, &changed, &nchanged);
   if (st) return st;
   uint64_t calls = 0;
   if (nchanged && !(st = hcq__cuda_push(dev0(g)))) {
@@ -267,7 +286,8 @@ static hcq_status_t cuda_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_e
 
   hcq__device_lock_many(r->devices, r->ndevices);
   for (size_t d = 0; d < r->ndevices && !st; d++) st = hcq__device_prepare_submit(r->devices[d]);
-  if (!st) st = hcq__cuda_graph_launch(r->devices, r->ndevices, g->exec, wait ? g->start : NULL, g->end);
+  if (!st)
+    st = hcq__cuda_graph_launch(r->devices, r->ndevices, g->exec, wait ? g->start : NULL, g->end);
   if (!st)
     for (size_t d = 0; d < r->ndevices; d++) hcq__timeline_advance(r->devices[d]);
   hcq__device_unlock_many(r->devices, r->ndevices);
@@ -278,11 +298,17 @@ static hcq_status_t cuda_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_e
   if (wait) {
     /* A caller retrying on TIMEOUT must not launch it a second time. */
     if ((st = wait_end(g)) && hcq_status_code(st) == HCQ_DEVICE_LOST)
-      return hcq_status_annotate(st, "this replay of %s was queued, but the device was lost before it finished: its work "
-                                 "was dropped", r->label);
+      return hcq_status_annotate(
+          st,
+          "this replay of %s was queued, but the device was lost before it finished: its work "
+          "was dropped",
+          r->label);
     if (st)
-      return hcq_status_annotate(st, "this replay of %s was queued but did not finish in time; it stays queued and "
-                                 "runs when the device gets to it: do not run it again", r->label);
+      return hcq_status_annotate(
+          st,
+          "this replay of %s was queued but did not finish in time; it stays queued and "
+          "runs when the device gets to it: do not run it again",
+          r->label);
     float ms = 0;
     const hcq__cuda_api_t *api = api_of(g);
     if (!(st = hcq__cuda_push(dev0(g)))) {
@@ -338,11 +364,14 @@ static const hcq__graph_vtable_t cuda_graph_vtable = {
     .run = cuda_graph_run,
 };
 
-hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out) {
+hcq_status_t hcq__cuda_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight,
+                                    hcq_graph_t **out) {
   (void)inflight;
-  (void)profile; /* no per-item profile (hcq_graph_profile says so); replays with wait are timed with CUDA events */
+  (void)profile; /* no per-item profile (hcq_graph_profile says so); replays with wait are timed
+                    with CUDA events */
   if (runner->ndevices > HCQ__GRAPH_MAX_DEVICES)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "a CUDA graph spans at most %d devices; these items use %zu",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "a CUDA graph spans at most %d devices; these items use %zu",
                            HCQ__GRAPH_MAX_DEVICES, runner->ndevices);
   cuda_graph_t *g = hcq__graph_alloc(sizeof(*g), &cuda_graph_vtable, runner);
   if (!g) return oom();

@@ -26,7 +26,8 @@ HCQ_MUST_USE hcq_status_t hcq__cuda_push(hcq_device_t *dev);
 void hcq__cuda_pop(hcq_device_t *dev);
 /* A failed driver call as a status naming what and the driver's error; errors that leave the
  * context unusable (a kernel that faulted) also mark the device lost. */
-HCQ_MUST_USE hcq_status_t hcq__cuda_fail(hcq_device_t *dev, hcq_CUresult rc, const char *fmt, ...) HCQ_PRINTF(3, 4);
+HCQ_MUST_USE hcq_status_t hcq__cuda_fail(hcq_device_t *dev, hcq_CUresult rc, const char *fmt, ...)
+    HCQ_PRINTF(3, 4);
 
 /* ---- graph launches (cuda_submit.c) ---- */
 
@@ -36,20 +37,24 @@ HCQ_MUST_USE hcq_status_t hcq__cuda_fail(hcq_device_t *dev, hcq_CUresult rc, con
  * stream signals its timeline with its current value, which the caller bumps afterwards. Counts as
  * one submission of each device's compute queue (deferred frees wait for it). start may be NULL. */
 #define HCQ__CUDA_GRAPH_MAX_DEVICES 64 /* ndevs at most */
-HCQ_MUST_USE hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq_CUgraphExec exec, hcq_CUevent start,
+HCQ_MUST_USE hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs,
+                                                 hcq_CUgraphExec exec, hcq_CUevent start,
                                                  hcq_CUevent end);
 
 /* ---- programs (cuda_compile.c) ---- */
 
 /* CUDA C compiled by NVRTC for the device's compute capability (or HCQ_CUDA_ARCH), or PTX text
  * (source starting with PTX directives), cached on disk, loaded, entry resolved. */
-HCQ_MUST_USE hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
+HCQ_MUST_USE hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry,
+                                            const char *source, hcq__program_impl_t *out);
 void hcq__cuda_unload(hcq_device_t *dev, hcq__program_impl_t *impl);
 /* The backend row's binary_compile (core/backend.h): CUDA C to a cubin or PTX, without a device. */
-HCQ_MUST_USE hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source, hcq_binary_format_t format,
-                                                   const char *arch, void **out, size_t *out_size);
+HCQ_MUST_USE hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source,
+                                                   hcq_binary_format_t format, const char *arch,
+                                                   void **out, size_t *out_size);
 /* Reads the parameter list of entry in PTX text: the kernargs layout (64-bit pointers, then 32-bit
  * values) or a COMPILE_ERROR that says what is wrong. */
-HCQ_MUST_USE hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry, uint32_t *out_nptrs, uint32_t *out_nvals);
+HCQ_MUST_USE hcq_status_t hcq__cuda_ptx_params(const char *ptx, const char *entry,
+                                               uint32_t *out_nptrs, uint32_t *out_nvals);
 
 #endif

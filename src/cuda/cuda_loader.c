@@ -8,7 +8,8 @@
 #include "core/options.h"
 #include "cuda/cuda_api.h"
 
-typedef hcq_CUresult (*get_proc_fn)(const char *symbol, void **pfn, int version, uint64_t flags, int *status);
+typedef hcq_CUresult (*get_proc_fn)(const char *symbol, void **pfn, int version, uint64_t flags,
+                                    int *status);
 
 static hcq__cuda_api_t g_api;
 static const hcq__cuda_api_t *g_api_ok;
@@ -21,26 +22,28 @@ static void load(void) {
   g_api.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!g_api.lib) {
     const char *e = dlerror();
-    snprintf(g_why, sizeof(g_why), "%.100s could not be loaded (%.180s): no NVIDIA driver", path, e ? e : "not found");
+    snprintf(g_why, sizeof(g_why), "%.100s could not be loaded (%.180s): no NVIDIA driver", path,
+             e ? e : "not found");
     return;
   }
   /* cuGetProcAddress_v2 exists from CUDA 12.0 on, the oldest driver these declarations describe. */
   get_proc_fn get_proc = (get_proc_fn)(uintptr_t)dlsym(g_api.lib, "cuGetProcAddress_v2");
   if (!get_proc) {
-    snprintf(g_why, sizeof(g_why), "%.100s is older than CUDA 12.0 (it lacks cuGetProcAddress_v2)", path);
+    snprintf(g_why, sizeof(g_why), "%.100s is older than CUDA 12.0 (it lacks cuGetProcAddress_v2)",
+             path);
     return;
   }
-#define HCQ__CUDA_LOAD(name, ret, params)                                                                         \
-  {                                                                                                               \
-    void *fn = NULL;                                                                                              \
-    int found = -1;                                                                                               \
-    hcq_CUresult rc = get_proc(#name, &fn, HCQ_CUDA_ABI_VERSION, 0, &found);                                      \
-    if (rc != 0 || found != 0 || !fn) {                                                                           \
-      snprintf(g_why, sizeof(g_why), "%.100s lacks the entry point %s (CUDA %d.%d ABI; error %d)", path, #name,    \
-               HCQ_CUDA_ABI_VERSION / 1000, HCQ_CUDA_ABI_VERSION % 1000 / 10, rc);                                \
-      return;                                                                                                     \
-    }                                                                                                             \
-    memcpy(&g_api.name, &fn, sizeof(fn));                                                                         \
+#define HCQ__CUDA_LOAD(name, ret, params)                                                          \
+  {                                                                                                \
+    void *fn = NULL;                                                                               \
+    int found = -1;                                                                                \
+    hcq_CUresult rc = get_proc(#name, &fn, HCQ_CUDA_ABI_VERSION, 0, &found);                       \
+    if (rc != 0 || found != 0 || !fn) {                                                            \
+      snprintf(g_why, sizeof(g_why), "%.100s lacks the entry point %s (CUDA %d.%d ABI; error %d)", \
+               path, #name, HCQ_CUDA_ABI_VERSION / 1000, HCQ_CUDA_ABI_VERSION % 1000 / 10, rc);    \
+      return;                                                                                      \
+    }                                                                                              \
+    memcpy(&g_api.name, &fn, sizeof(fn));                                                          \
   }
   HCQ_CUDA_ENTRY_POINTS(HCQ__CUDA_LOAD)
 #undef HCQ__CUDA_LOAD
@@ -58,7 +61,8 @@ static void load(void) {
              rc == HCQ_CUDA_ERROR_NO_DEVICE ? "" : " (is the GPU visible to this process?)");
     return;
   }
-  if (g_api.cuDriverGetVersion(&g_api.driver_version) != 0 || g_api.driver_version < HCQ_CUDA_ABI_VERSION) {
+  if (g_api.cuDriverGetVersion(&g_api.driver_version) != 0 ||
+      g_api.driver_version < HCQ_CUDA_ABI_VERSION) {
     snprintf(g_why, sizeof(g_why), "the NVIDIA driver supports CUDA %d.%d; hcq needs 12.0 or newer",
              g_api.driver_version / 1000, g_api.driver_version % 1000 / 10);
     return;

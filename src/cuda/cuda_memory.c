@@ -9,16 +9,18 @@
 #include "core/vec.h"
 #include "cuda/cuda_device.h"
 
-#define HOST_SLACK 4096 /* bytes past every host-visible allocation (a kernel's argument read
-                           that runs past a short block stays inside the mapping) */
+#define HOST_SLACK                                                                                \
+  4096                      /* bytes past every host-visible allocation (a kernel's argument read \
+                               that runs past a short block stays inside the mapping) */
 #define PIN_SLAB (1u << 20) /* bytes of a slab (pin_slab_t) */
 #define PIN_MAX (64u << 10) /* larger host-visible allocations get pinned memory of their own */
 #define PIN_BLOCKS_KEPT 4   /* staging blocks kept for reuse (pin_block_t) */
 
 static bool streams_idle(cuda_device_t *cd) {
   for (int k = 0; k < 2; k++)
-    if (cd->streams[k].done && atomic_load_explicit(cd->streams[k].done, memory_order_acquire) <
-        atomic_load_explicit(&cd->streams[k].published, memory_order_acquire))
+    if (cd->streams[k].done &&
+        atomic_load_explicit(cd->streams[k].done, memory_order_acquire) <
+            atomic_load_explicit(&cd->streams[k].published, memory_order_acquire))
       return false;
   return true;
 }
@@ -69,7 +71,8 @@ static void defer_driver_free(cuda_device_t *cd, driver_free_t f) {
 
 /* bytes (a multiple of 64) from the slabs, zeroed; a new slab when none has room (the one
  * cuMemHostAlloc left, rare: a slab holds thousands of signals). The context is current. */
-static hcq_status_t pin_alloc(cuda_device_t *cd, uint64_t bytes, void **out_host, pin_slab_t **out_slab) {
+static hcq_status_t pin_alloc(cuda_device_t *cd, uint64_t bytes, void **out_host,
+                              pin_slab_t **out_slab) {
   for (int attempt = 0; attempt < 2; attempt++) {
     pthread_mutex_lock(&cd->mem_lock);
     for (pin_slab_t *sl = cd->slabs; sl; sl = sl->next)
@@ -94,15 +97,20 @@ static hcq_status_t pin_alloc(cuda_device_t *cd, uint64_t bytes, void **out_host
     pin_range_t *all = calloc(1, sizeof(*all));
     void *host = NULL;
     hcq_CUdeviceptr addr = 0;
-    hcq_CUresult rc = sl && all ? cd->api->cuMemHostAlloc(&host, PIN_SLAB + HOST_SLACK, HCQ_CU_MEMHOSTALLOC_PORTABLE |
-                                                                                       HCQ_CU_MEMHOSTALLOC_DEVICEMAP)
+    hcq_CUresult rc = sl && all ? cd->api->cuMemHostAlloc(
+                                      &host, PIN_SLAB + HOST_SLACK,
+                                      HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP)
                                 : HCQ_CUDA_ERROR_OUT_OF_MEMORY;
-    if (!rc && ((rc = cd->api->cuMemHostGetDevicePointer(&addr, host, 0)) || addr != (hcq_CUdeviceptr)(uintptr_t)host)) {
+    if (!rc && ((rc = cd->api->cuMemHostGetDevicePointer(&addr, host, 0)) ||
+                addr != (hcq_CUdeviceptr)(uintptr_t)host)) {
       cd->api->cuMemFreeHost(host);
       free(sl), free(all);
       return rc ? hcq__cuda_fail(cd->dev, rc, "mapping pinned memory")
-                : hcq_status_make(HCQ_UNAVAILABLE, "%s: pinned memory has a device address other than its host address "
-                                  "(hcq needs unified addressing)", cd->dev->name);
+                : hcq_status_make(
+                      HCQ_UNAVAILABLE,
+                      "%s: pinned memory has a device address other than its host address "
+                      "(hcq needs unified addressing)",
+                      cd->dev->name);
     }
     if (rc) {
       free(sl), free(all);
@@ -116,7 +124,8 @@ static hcq_status_t pin_alloc(cuda_device_t *cd, uint64_t bytes, void **out_host
     cd->slabs = sl;
     pthread_mutex_unlock(&cd->mem_lock);
   }
-  return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot place %" PRIu64 " bytes of pinned memory", cd->dev->name, bytes);
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot place %" PRIu64 " bytes of pinned memory",
+                         cd->dev->name, bytes);
 }
 
 /* The size of the core's staging buffers as this backend allocates them. */
@@ -160,7 +169,8 @@ static void pin_free(cuda_device_t *cd, pin_slab_t *sl, void *host, uint64_t byt
   pthread_mutex_lock(&cd->mem_lock);
   pin_range_t **r = &sl->free;
   while (*r && (*r)->off < off) r = &(*r)->next;
-  pin_range_t *prev = r == &sl->free ? NULL : (pin_range_t *)((char *)r - offsetof(pin_range_t, next));
+  pin_range_t *prev =
+      r == &sl->free ? NULL : (pin_range_t *)((char *)r - offsetof(pin_range_t, next));
   if (prev && prev->off + prev->len == off) {
     prev->len += bytes;
     if (*r && prev->off + prev->len == (*r)->off) {
@@ -182,11 +192,13 @@ static void pin_free(cuda_device_t *cd, pin_slab_t *sl, void *host, uint64_t byt
   pthread_mutex_unlock(&cd->mem_lock);
 }
 
-hcq_status_t hcq__cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out) {
+hcq_status_t hcq__cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags,
+                                 hcq__mem_t *out) {
   cuda_device_t *cd = hcq__cuda_cdev(dev);
   const hcq__cuda_api_t *api = cd->api;
   if (size > (UINT64_C(1) << 46))
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot allocate %" PRIu64 " bytes", dev->name, size);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot allocate %" PRIu64 " bytes", dev->name,
+                           size);
   size_t bytes = (size_t)((size + 63) & ~UINT64_C(63));
   if (!bytes) bytes = 64;
   hcq_status_t st = hcq__cuda_push(dev);
@@ -210,13 +222,18 @@ hcq_status_t hcq__cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flag
   } else if (flags & HCQ__MEM_HOST_VISIBLE) {
     void *host = NULL;
     hcq_CUdeviceptr addr = 0;
-    rc = api->cuMemHostAlloc(&host, bytes + HOST_SLACK, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
+    rc = api->cuMemHostAlloc(&host, bytes + HOST_SLACK,
+                             HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
     if (rc) {
       st = hcq__cuda_fail(dev, rc, "cuMemHostAlloc of %zu bytes", bytes);
-    } else if ((rc = api->cuMemHostGetDevicePointer(&addr, host, 0)) || addr != (hcq_CUdeviceptr)(uintptr_t)host) {
-      st = rc ? hcq__cuda_fail(dev, rc, "mapping pinned memory")
-              : hcq_status_make(HCQ_UNAVAILABLE, "%s: pinned memory has a device address other than its host address "
-                                "(hcq needs unified addressing)", dev->name);
+    } else if ((rc = api->cuMemHostGetDevicePointer(&addr, host, 0)) ||
+               addr != (hcq_CUdeviceptr)(uintptr_t)host) {
+      st =
+          rc ? hcq__cuda_fail(dev, rc, "mapping pinned memory")
+             : hcq_status_make(HCQ_UNAVAILABLE,
+                               "%s: pinned memory has a device address other than its host address "
+                               "(hcq needs unified addressing)",
+                               dev->name);
       api->cuMemFreeHost(host);
     } else {
       memset(host, 0, bytes + HOST_SLACK);
@@ -261,7 +278,8 @@ void hcq__cuda_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
 hcq_status_t hcq__cuda_memory_info(hcq_device_t *dev, hcq_device_memory_t *out) {
   cuda_device_t *cd = hcq__cuda_cdev(dev);
   /* Memory of released buffers that waits here for the streams to pass it would otherwise count
-   * as taken, though the caller gave it back; hand it to the driver first where the streams allow. */
+   * as taken, though the caller gave it back; hand it to the driver first where the streams allow.
+   */
   hcq__cuda_flush_frees(cd, false);
   hcq_status_t st = hcq__cuda_push(dev);
   if (st) return st;
@@ -279,9 +297,10 @@ hcq_status_t hcq__cuda_make_staging_blocks(cuda_device_t *cd) {
   uint64_t chunk = staging_bytes();
   for (int i = 0; i < HCQ__STAGING_BUFFERS && chunk > PIN_MAX; i++) {
     void *host = NULL;
-    hcq_CUresult rc =
-        cd->api->cuMemHostAlloc(&host, chunk + HOST_SLACK, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
-    if (rc) return hcq__cuda_fail(cd->dev, rc, "cuMemHostAlloc of %" PRIu64 " bytes (staging)", chunk);
+    hcq_CUresult rc = cd->api->cuMemHostAlloc(
+        &host, chunk + HOST_SLACK, HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
+    if (rc)
+      return hcq__cuda_fail(cd->dev, rc, "cuMemHostAlloc of %" PRIu64 " bytes (staging)", chunk);
     if (!keep_block(cd, host, chunk)) cd->api->cuMemFreeHost(host);
   }
   return NULL;

@@ -7,14 +7,16 @@
 #include "cuda/cuda_device.h"
 
 /* Remembers a submission's words for hang reports: bound words stay valid, others are copied. */
-static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n, bool bound);
+static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n,
+                            bool bound);
 static void remember(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n, bool bound) {
   pthread_mutex_lock(&cs->records_lock);
   remember_locked(cs, seq, words, n, bound);
   pthread_mutex_unlock(&cs->records_lock);
 }
 
-static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n, bool bound) {
+static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n,
+                            bool bound) {
   sub_record_t *r = &cs->records[seq % HCQ__CUDA_RECORDS];
   r->seq = seq;
   r->bound = bound;
@@ -38,9 +40,11 @@ static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *wor
 }
 
 /* Ends a submission: the stream writes its sequence number into the completion word. */
-static hcq_status_t finish_submission(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *words, size_t n, bool bound) {
+static hcq_status_t finish_submission(cuda_device_t *cd, cuda_stream_t *cs, const uint32_t *words,
+                                      size_t n, bool bound) {
   uint64_t seq = cs->submitted + 1;
-  hcq_CUresult rc = cd->api->cuStreamWriteValue64(cs->s, cs->done_addr, seq, HCQ_CU_STREAM_WRITE_VALUE_DEFAULT);
+  hcq_CUresult rc =
+      cd->api->cuStreamWriteValue64(cs->s, cs->done_addr, seq, HCQ_CU_STREAM_WRITE_VALUE_DEFAULT);
   if (rc) {
     hcq_status_t st = hcq__cuda_fail(cd->dev, rc, "cuStreamWriteValue64 (completion word)");
     if (!hcq__device_is_lost(cd->dev)) hcq__device_mark_lost(cd->dev, "%s", hcq_status_message(st));
@@ -62,13 +66,14 @@ static void note_timeline(cuda_device_t *cd) {
   cd->seen_timeline = dev->timeline;
 }
 
-hcq_status_t hcq__cuda_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound) {
+hcq_status_t hcq__cuda_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords,
+                               bool bound) {
   (void)kind, (void)nwords, (void)bound; /* the driver queues whatever it is given */
   return hcq__device_check(dev);
 }
 
-hcq_status_t hcq__cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords,
-                                bool bound) {
+hcq_status_t hcq__cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
+                              size_t nwords, bool bound) {
   cuda_device_t *cd = hcq__cuda_cdev(dev);
   cuda_stream_t *cs = &cd->streams[kind];
   hcq_status_t st = hcq__device_check(dev);
@@ -120,7 +125,8 @@ void hcq__cuda_poll(hcq_device_t *dev) {
   }
   for (int k = 0; k < 2 && !st; k++) {
     hcq_CUresult rc = cd->api->cuStreamQuery(cd->streams[k].s);
-    if (rc && rc != HCQ_CUDA_ERROR_NOT_READY) st = hcq__cuda_fail(dev, rc, "the %s stream", k ? "copy" : "compute");
+    if (rc && rc != HCQ_CUDA_ERROR_NOT_READY)
+      st = hcq__cuda_fail(dev, rc, "the %s stream", k ? "copy" : "compute");
   }
   hcq__cuda_pop(dev);
   hcq_status_destroy(st);
@@ -141,14 +147,16 @@ void hcq__cuda_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_sn
   out->submitted = atomic_load_explicit(&cs->published, memory_order_acquire);
   out->completed = atomic_load_explicit(cs->done, memory_order_acquire);
   out->cur = out->prev = out->call_base = NULL;
-  if (out->completed >= out->submitted || out->submitted - out->completed > HCQ__CUDA_RECORDS) return;
+  if (out->completed >= out->submitted || out->submitted - out->completed > HCQ__CUDA_RECORDS)
+    return;
   /* Never blocks: while a submission is being recorded, the report goes without the detail. */
   if (pthread_mutex_trylock(&cs->records_lock) != 0) return;
   sub_record_t rec = cs->records[(out->completed + 1) % HCQ__CUDA_RECORDS];
   pthread_mutex_unlock(&cs->records_lock);
   const sub_record_t *r = &rec;
   if (r->seq != out->completed + 1 || !r->words || !r->nwords) return;
-  const uint32_t *w = r->words, *end = r->words + r->nwords, *prev = NULL, *exec = NULL, *exec_prev = NULL;
+  const uint32_t *w = r->words, *end = r->words + r->nwords, *prev = NULL, *exec = NULL,
+                 *exec_prev = NULL;
   for (; w < end && HCQ__HDR_LEN(w[0]); prev = w, w += HCQ__HDR_LEN(w[0])) {
     uint32_t op = HCQ__HDR_OP(w[0]);
     if (op == HCQ__OP_EXEC && !exec) exec = w, exec_prev = prev;
@@ -171,8 +179,8 @@ void hcq__cuda_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_sn
 
 /* ---- CUDA graph launches (src/graph/cuda_graph.c) ---- */
 
-hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq_CUgraphExec exec, hcq_CUevent start,
-                                    hcq_CUevent end) {
+hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq_CUgraphExec exec,
+                                    hcq_CUevent start, hcq_CUevent end) {
   hcq_device_t *d0 = devs[0];
   cuda_device_t *c0 = hcq__cuda_cdev(d0);
   const hcq__cuda_api_t *api = c0->api;
@@ -229,8 +237,10 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
     fst = finish_submission(cd, cs, NULL, 0, false);
     pthread_mutex_unlock(&cd->submit_lock);
     hcq__cuda_pop(d);
-    if (!st) st = fst;
-    else hcq_status_destroy(fst);
+    if (!st)
+      st = fst;
+    else
+      hcq_status_destroy(fst);
   }
   return st;
 }

@@ -19,22 +19,25 @@
 typedef struct nvrtc_program_st *nvrtc_program;
 
 /* X(name, return, parameters) */
-#define HCQ_NVRTC_ENTRY_POINTS(X)                                                                            \
-  X(nvrtcGetErrorString, const char *, (int result))                                                         \
-  X(nvrtcVersion, int, (int *major, int *minor))                                                             \
-  X(nvrtcCreateProgram, int,                                                                                 \
-    (nvrtc_program * prog, const char *src, const char *name, int nheaders, const char *const *headers,      \
-     const char *const *include_names))                                                                      \
-  X(nvrtcDestroyProgram, int, (nvrtc_program * prog))                                                        \
-  X(nvrtcCompileProgram, int, (nvrtc_program prog, int noptions, const char *const *options))                \
-  X(nvrtcGetPTXSize, int, (nvrtc_program prog, size_t *size))                                                \
-  X(nvrtcGetPTX, int, (nvrtc_program prog, char *ptx))                                                       \
-  X(nvrtcGetCUBINSize, int, (nvrtc_program prog, size_t *size))                                              \
-  X(nvrtcGetCUBIN, int, (nvrtc_program prog, char *cubin))                                                   \
-  X(nvrtcGetProgramLogSize, int, (nvrtc_program prog, size_t *size))                                         \
-  X(nvrtcGetProgramLog, int, (nvrtc_program prog, char *log))                                                \
-  X(nvrtcGetNumSupportedArchs, int, (int *n))                                                                \
+// clang-format off
+#define HCQ_NVRTC_ENTRY_POINTS(X)                                                             \
+  X(nvrtcGetErrorString, const char *, (int result))                                          \
+  X(nvrtcVersion, int, (int *major, int *minor))                                              \
+  X(nvrtcCreateProgram, int,                                                                  \
+    (nvrtc_program * prog, const char *src, const char *name, int nheaders,                   \
+        const char *const *headers,                                                           \
+     const char *const *include_names))                                                       \
+  X(nvrtcDestroyProgram, int, (nvrtc_program * prog))                                         \
+  X(nvrtcCompileProgram, int, (nvrtc_program prog, int noptions, const char *const *options)) \
+  X(nvrtcGetPTXSize, int, (nvrtc_program prog, size_t *size))                                 \
+  X(nvrtcGetPTX, int, (nvrtc_program prog, char *ptx))                                        \
+  X(nvrtcGetCUBINSize, int, (nvrtc_program prog, size_t *size))                               \
+  X(nvrtcGetCUBIN, int, (nvrtc_program prog, char *cubin))                                    \
+  X(nvrtcGetProgramLogSize, int, (nvrtc_program prog, size_t *size))                          \
+  X(nvrtcGetProgramLog, int, (nvrtc_program prog, char *log))                                 \
+  X(nvrtcGetNumSupportedArchs, int, (int *n))                                                 \
   X(nvrtcGetSupportedArchs, int, (int *archs))
+// clang-format on
 
 static struct {
   void *lib;
@@ -48,9 +51,9 @@ static struct {
 } g_nvrtc;
 static bool g_ok;
 static char g_why[512];
-static int g_driver;                 /* the driver's CUDA version (12080), 0 without one */
+static int g_driver; /* the driver's CUDA version (12080), 0 without one */
 static hcq__nvrtc_fit_t g_fit;
-static char g_others[160];           /* the other NVRTC versions found, "13.0, 12.4" */
+static char g_others[160]; /* the other NVRTC versions found, "13.0, 12.4" */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 int hcq__cuda_ptx_isa(int cuda_version) {
@@ -75,13 +78,21 @@ static bool probe(void *lib, int *major, int *minor) {
   return version && version(major, minor) == 0;
 }
 
-/* Candidate i of HCQ_NVRTC_LIBRARY's ':'-separated list (or of names), into out; false past the end. */
+/* Candidate i of HCQ_NVRTC_LIBRARY's ':'-separated list (or of names), into out; false past the
+ * end. */
 static bool candidate(const char *forced, size_t i, char *out, size_t size) {
   static const char *const names[] = {
-      "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so",
-      "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12",
-      "/usr/local/cuda/lib64/libnvrtc.so.11.2", "/usr/local/cuda/lib64/libnvrtc.so",
-      "/opt/cuda/lib64/libnvrtc.so.13", "/opt/cuda/lib64/libnvrtc.so.12", "/opt/cuda/lib64/libnvrtc.so",
+      "libnvrtc.so.13",
+      "libnvrtc.so.12",
+      "libnvrtc.so.11.2",
+      "libnvrtc.so",
+      "/usr/local/cuda/lib64/libnvrtc.so.13",
+      "/usr/local/cuda/lib64/libnvrtc.so.12",
+      "/usr/local/cuda/lib64/libnvrtc.so.11.2",
+      "/usr/local/cuda/lib64/libnvrtc.so",
+      "/opt/cuda/lib64/libnvrtc.so.13",
+      "/opt/cuda/lib64/libnvrtc.so.12",
+      "/opt/cuda/lib64/libnvrtc.so",
   };
   if (!*forced) {
     if (i >= sizeof(names) / sizeof(names[0])) return false;
@@ -117,7 +128,10 @@ static void load(void) {
     }
     /* Best: what the driver loads whole, then cubins only, then the newest; newer breaks ties. */
     hcq__nvrtc_fit_t fit = fit_of(major, minor, g_driver);
-    int rank = (fit == HCQ__NVRTC_FITS || fit == HCQ__NVRTC_NO_DRIVER ? 2 : fit == HCQ__NVRTC_CUBIN_ONLY ? 1 : 0) * 100000 +
+    int rank = (fit == HCQ__NVRTC_FITS || fit == HCQ__NVRTC_NO_DRIVER ? 2
+                : fit == HCQ__NVRTC_CUBIN_ONLY                        ? 1
+                                                                      : 0) *
+                   100000 +
                major * 100 + minor;
     if (nfound < 8) found[nfound++] = major * 1000 + minor * 10;
     /* A candidate not chosen stays loaded: NVRTC's static C++ run time allocates when it loads, and
@@ -130,7 +144,9 @@ static void load(void) {
       best_rank = rank;
     }
     /* Without a driver, or with one it fits exactly, nothing later can be better. */
-    if (fit == HCQ__NVRTC_NO_DRIVER || (fit == HCQ__NVRTC_FITS && major * 1000 + minor * 10 == g_driver)) break;
+    if (fit == HCQ__NVRTC_NO_DRIVER ||
+        (fit == HCQ__NVRTC_FITS && major * 1000 + minor * 10 == g_driver))
+      break;
   }
   /* Remembered for messages: which other versions this machine has. */
   for (int i = 0; i < nfound; i++) {
@@ -146,15 +162,17 @@ static void load(void) {
     else if (*forced)
       snprintf(g_why, sizeof(g_why), "no library of HCQ_NVRTC_LIBRARY loads (tried %s)", tried);
     else
-      snprintf(g_why, sizeof(g_why), "no NVRTC library found (tried %s, also under /usr/local/cuda/lib64 and "
-               "/opt/cuda/lib64; set HCQ_NVRTC_LIBRARY)", tried);
+      snprintf(g_why, sizeof(g_why),
+               "no NVRTC library found (tried %s, also under /usr/local/cuda/lib64 and "
+               "/opt/cuda/lib64; set HCQ_NVRTC_LIBRARY)",
+               tried);
     return;
   }
-#define HCQ__NVRTC_LOAD(name, ret, params)                                             \
-  *(void **)&g_nvrtc.name = dlsym(g_nvrtc.lib, #name);                                 \
-  if (!g_nvrtc.name) {                                                                 \
-    snprintf(g_why, sizeof(g_why), "the NVRTC library lacks %s (too old?)", #name);    \
-    return;                                                                            \
+#define HCQ__NVRTC_LOAD(name, ret, params)                                          \
+  *(void **)&g_nvrtc.name = dlsym(g_nvrtc.lib, #name);                              \
+  if (!g_nvrtc.name) {                                                              \
+    snprintf(g_why, sizeof(g_why), "the NVRTC library lacks %s (too old?)", #name); \
+    return;                                                                         \
   }
   HCQ_NVRTC_ENTRY_POINTS(HCQ__NVRTC_LOAD)
 #undef HCQ__NVRTC_LOAD
@@ -181,22 +199,25 @@ void hcq__nvrtc_describe(char *out, size_t size) {
     return;
   }
   int dmajor = g_driver / 1000, dminor = g_driver % 1000 / 10;
-  int isa = hcq__cuda_ptx_isa(g_nvrtc.major * 1000 + g_nvrtc.minor * 10), disa = hcq__cuda_ptx_isa(g_driver);
+  int isa = hcq__cuda_ptx_isa(g_nvrtc.major * 1000 + g_nvrtc.minor * 10),
+      disa = hcq__cuda_ptx_isa(g_driver);
   char fit[200] = "";
   switch (g_fit) {
     case HCQ__NVRTC_NO_DRIVER: break;
     case HCQ__NVRTC_FITS: snprintf(fit, sizeof(fit), " compatible with the driver"); break;
     case HCQ__NVRTC_CUBIN_ONLY:
-      snprintf(fit, sizeof(fit), " newer than the driver's CUDA %d.%d: cubins only (PTX ISA %d.%d > %d.%d)", dmajor,
+      snprintf(fit, sizeof(fit),
+               " newer than the driver's CUDA %d.%d: cubins only (PTX ISA %d.%d > %d.%d)", dmajor,
                dminor, isa / 10, isa % 10, disa / 10, disa % 10);
       break;
     case HCQ__NVRTC_TOO_NEW:
-      snprintf(fit, sizeof(fit), " INCOMPATIBLE: newer than the driver's CUDA %d.%d (PTX ISA %d.%d > %d.%d)", dmajor,
+      snprintf(fit, sizeof(fit),
+               " INCOMPATIBLE: newer than the driver's CUDA %d.%d (PTX ISA %d.%d > %d.%d)", dmajor,
                dminor, isa / 10, isa % 10, disa / 10, disa % 10);
       break;
   }
-  snprintf(out, size, "NVRTC %d.%d%s (%s%s%s%.300s)", g_nvrtc.major, g_nvrtc.minor, fit, *g_others ? "also found " : "",
-           g_others, *g_others ? "; " : "", g_nvrtc.path);
+  snprintf(out, size, "NVRTC %d.%d%s (%s%s%s%.300s)", g_nvrtc.major, g_nvrtc.minor, fit,
+           *g_others ? "also found " : "", g_others, *g_others ? "; " : "", g_nvrtc.path);
 }
 
 void hcq__cuda_image_free(hcq__cuda_image_t *img) {
@@ -251,28 +272,33 @@ static hcq_status_t run_nvrtc(const char *entry, const char *source, const char 
   snprintf(name, sizeof(name), "%.80s.cu", entry);
   int rc = g_nvrtc.nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
   if (rc != 0)
-    return hcq_status_make(HCQ_COMPILE_ERROR, "nvrtcCreateProgram failed: %s", g_nvrtc.nvrtcGetErrorString(rc));
+    return hcq_status_make(HCQ_COMPILE_ERROR, "nvrtcCreateProgram failed: %s",
+                           g_nvrtc.nvrtcGetErrorString(rc));
   const char *opts[] = {option};
   rc = g_nvrtc.nvrtcCompileProgram(prog, 1, opts);
   hcq_status_t st = NULL;
   if (rc != 0) {
     size_t log_size = 0;
     char *log = NULL;
-    if (g_nvrtc.nvrtcGetProgramLogSize(prog, &log_size) == 0 && log_size && (log = malloc(log_size + 1))) {
+    if (g_nvrtc.nvrtcGetProgramLogSize(prog, &log_size) == 0 && log_size &&
+        (log = malloc(log_size + 1))) {
       if (g_nvrtc.nvrtcGetProgramLog(prog, log) != 0) log[0] = '\0';
       log[log_size] = '\0';
     }
-    st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s with NVRTC %d.%d (%s) failed: %s\n%s", entry, g_nvrtc.major,
-                         g_nvrtc.minor, option, g_nvrtc.nvrtcGetErrorString(rc), log ? log : "");
+    st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s with NVRTC %d.%d (%s) failed: %s\n%s",
+                         entry, g_nvrtc.major, g_nvrtc.minor, option,
+                         g_nvrtc.nvrtcGetErrorString(rc), log ? log : "");
     free(log);
   }
   size_t ptx_size = 0, cubin_size = 0;
-  if (!st && (rc = g_nvrtc.nvrtcGetPTXSize(prog, &ptx_size)) == 0 && ptx_size && (out->ptx = malloc(ptx_size + 1))) {
+  if (!st && (rc = g_nvrtc.nvrtcGetPTXSize(prog, &ptx_size)) == 0 && ptx_size &&
+      (out->ptx = malloc(ptx_size + 1))) {
     rc = g_nvrtc.nvrtcGetPTX(prog, out->ptx);
     out->ptx[ptx_size] = '\0';
     out->ptx_len = strlen(out->ptx);
   }
-  if (!st && !out->ptx) st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s: NVRTC gave no PTX", entry);
+  if (!st && !out->ptx)
+    st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling %s: NVRTC gave no PTX", entry);
   if (!st && real && g_nvrtc.nvrtcGetCUBINSize(prog, &cubin_size) == 0 && cubin_size &&
       (out->cubin = malloc(cubin_size))) {
     if (g_nvrtc.nvrtcGetCUBIN(prog, out->cubin) == 0) {
@@ -308,24 +334,27 @@ static XXH128_hash_t cache_key(const char *entry, const char *source, const char
   if (!hs) return h;
   XXH3_128bits_reset(hs);
   const char *parts[] = {"hcq-cuda-kernel/1", source, entry, version, option};
-  for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) XXH3_128bits_update(hs, parts[i], strlen(parts[i]) + 1);
+  for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+    XXH3_128bits_update(hs, parts[i], strlen(parts[i]) + 1);
   h = XXH3_128bits_digest(hs);
   XXH3_freeState(hs);
   return h;
 }
 
-static hcq_status_t path_for(const char *entry, const char *source, const char *option, char *dir, size_t dir_size,
-                             char *out, size_t size, XXH128_hash_t *key) {
+static hcq_status_t path_for(const char *entry, const char *source, const char *option, char *dir,
+                             size_t dir_size, char *out, size_t size, XXH128_hash_t *key) {
   if (!hcq__kcache_blob_dir("cuda", dir, dir_size))
     return hcq_status_make(HCQ_UNAVAILABLE, "the kernel cache directory is not usable");
   *key = cache_key(entry, source, option);
-  snprintf(out, size, "%s/%016" PRIx64 "%016" PRIx64 ".cubin", dir, (uint64_t)key->high64, (uint64_t)key->low64);
+  snprintf(out, size, "%s/%016" PRIx64 "%016" PRIx64 ".cubin", dir, (uint64_t)key->high64,
+           (uint64_t)key->low64);
   return NULL;
 }
 
 /* Loads a cache file when it is ours, private, and whole; false otherwise (then it is ignored). */
 static void key_text(XXH128_hash_t key, char out[HCQ__KCACHE_KEY + 1]) {
-  snprintf(out, HCQ__KCACHE_KEY + 1, "%016" PRIx64 "%016" PRIx64, (uint64_t)key.high64, (uint64_t)key.low64);
+  snprintf(out, HCQ__KCACHE_KEY + 1, "%016" PRIx64 "%016" PRIx64, (uint64_t)key.high64,
+           (uint64_t)key.low64);
 }
 
 static bool cache_load(const char *path, XXH128_hash_t key, int arch, hcq__cuda_image_t *out) {
@@ -337,8 +366,9 @@ static bool cache_load(const char *path, XXH128_hash_t key, int arch, hcq__cuda_
   cache_payload_t h;
   bool ok = size >= sizeof(h);
   if (ok) memcpy(&h, blob, sizeof(h));
-  ok = ok && h.key_hi == key.high64 && h.key_lo == key.low64 && h.arch == arch && h.ptx_len < (UINT64_C(1) << 30) &&
-       h.cubin_len < (UINT64_C(1) << 30) && size == sizeof(h) + h.ptx_len + h.cubin_len &&
+  ok = ok && h.key_hi == key.high64 && h.key_lo == key.low64 && h.arch == arch &&
+       h.ptx_len < (UINT64_C(1) << 30) && h.cubin_len < (UINT64_C(1) << 30) &&
+       size == sizeof(h) + h.ptx_len + h.cubin_len &&
        memchr(blob + sizeof(h), '\0', h.ptx_len) == NULL;
   if (ok) {
     out->ptx = malloc(h.ptx_len + 1);
@@ -362,8 +392,10 @@ static bool cache_load(const char *path, XXH128_hash_t key, int arch, hcq__cuda_
   return true;
 }
 
-static void cache_store(const char *dir, const char *path, XXH128_hash_t key, const hcq__cuda_image_t *img) {
-  cache_payload_t h = {key.high64, key.low64, img->ptx_len, img->cubin ? img->cubin_len : 0, img->arch, 0};
+static void cache_store(const char *dir, const char *path, XXH128_hash_t key,
+                        const hcq__cuda_image_t *img) {
+  cache_payload_t h = {key.high64, key.low64, img->ptx_len, img->cubin ? img->cubin_len : 0,
+                       img->arch,  0};
   size_t size = sizeof(h) + h.ptx_len + h.cubin_len;
   uint8_t *blob = malloc(size);
   if (!blob) return; /* not cached: the kernel was compiled all the same */
@@ -376,9 +408,11 @@ static void cache_store(const char *dir, const char *path, XXH128_hash_t key, co
   free(blob);
 }
 
-hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch, char *out, size_t size) {
+hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch, char *out,
+                                   size_t size) {
   const char *why;
-  if (!hcq__nvrtc_available(&why)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile CUDA C: %s", why);
+  if (!hcq__nvrtc_available(&why))
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile CUDA C: %s", why);
   bool real;
   int use = pick_arch(arch, &real);
   char option[64], dir[1100];
@@ -389,37 +423,52 @@ hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int ar
 
 /* What this NVRTC makes must be something the driver loads (see hcq__nvrtc_fit). */
 static hcq_status_t check_fit(const char *entry, int arch, bool real) {
-  if (g_fit == HCQ__NVRTC_FITS || g_fit == HCQ__NVRTC_NO_DRIVER || (g_fit == HCQ__NVRTC_CUBIN_ONLY && real)) return NULL;
-  int nv = g_nvrtc.major * 1000 + g_nvrtc.minor * 10, isa = hcq__cuda_ptx_isa(nv), disa = hcq__cuda_ptx_isa(g_driver);
+  if (g_fit == HCQ__NVRTC_FITS || g_fit == HCQ__NVRTC_NO_DRIVER ||
+      (g_fit == HCQ__NVRTC_CUBIN_ONLY && real))
+    return NULL;
+  int nv = g_nvrtc.major * 1000 + g_nvrtc.minor * 10, isa = hcq__cuda_ptx_isa(nv),
+      disa = hcq__cuda_ptx_isa(g_driver);
   char found[sizeof(g_others) + 64] = "";
-  if (*g_others) snprintf(found, sizeof(found), "; the other NVRTC versions found (%s) fit no better", g_others);
+  if (*g_others)
+    snprintf(found, sizeof(found), "; the other NVRTC versions found (%s) fit no better", g_others);
   if (g_fit == HCQ__NVRTC_CUBIN_ONLY)
-    return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile %s for compute_%d: NVRTC %d.%d (%s) writes PTX ISA %d.%d, "
-                           "newer than the driver's CUDA %d.%d loads (%d.%d), and knows no sm_%d to make a cubin for%s; "
-                           "install NVRTC %d.%d or older, or a newer driver", entry, arch, g_nvrtc.major, g_nvrtc.minor,
-                           g_nvrtc.path, isa / 10, isa % 10, g_driver / 1000, g_driver % 1000 / 10, disa / 10,
-                           disa % 10, arch, found, g_driver / 1000, g_driver % 1000 / 10);
-  return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile %s: NVRTC %d.%d (%s) is newer than the driver, which supports "
-                         "CUDA %d.%d: it writes PTX ISA %d.%d and CUDA %d cubins, the driver loads PTX ISA up to %d.%d and "
-                         "cubins up to CUDA %d%s; install NVRTC %d.%d or older (libnvrtc.so.%d), or a driver for CUDA "
-                         "%d.%d, or name a compatible NVRTC with HCQ_NVRTC_LIBRARY", entry, g_nvrtc.major, g_nvrtc.minor,
-                         g_nvrtc.path, g_driver / 1000, g_driver % 1000 / 10, isa / 10, isa % 10, g_nvrtc.major,
-                         disa / 10, disa % 10, g_driver / 1000, found, g_driver / 1000, g_driver % 1000 / 10,
-                         g_driver / 1000, g_nvrtc.major, g_nvrtc.minor);
+    return hcq_status_make(
+        HCQ_UNAVAILABLE,
+        "cannot compile %s for compute_%d: NVRTC %d.%d (%s) writes PTX ISA %d.%d, "
+        "newer than the driver's CUDA %d.%d loads (%d.%d), and knows no sm_%d to make a cubin "
+        "for%s; "
+        "install NVRTC %d.%d or older, or a newer driver",
+        entry, arch, g_nvrtc.major, g_nvrtc.minor, g_nvrtc.path, isa / 10, isa % 10,
+        g_driver / 1000, g_driver % 1000 / 10, disa / 10, disa % 10, arch, found, g_driver / 1000,
+        g_driver % 1000 / 10);
+  return hcq_status_make(
+      HCQ_UNAVAILABLE,
+      "cannot compile %s: NVRTC %d.%d (%s) is newer than the driver, which supports "
+      "CUDA %d.%d: it writes PTX ISA %d.%d and CUDA %d cubins, the driver loads PTX ISA up to "
+      "%d.%d and "
+      "cubins up to CUDA %d%s; install NVRTC %d.%d or older (libnvrtc.so.%d), or a driver for CUDA "
+      "%d.%d, or name a compatible NVRTC with HCQ_NVRTC_LIBRARY",
+      entry, g_nvrtc.major, g_nvrtc.minor, g_nvrtc.path, g_driver / 1000, g_driver % 1000 / 10,
+      isa / 10, isa % 10, g_nvrtc.major, disa / 10, disa % 10, g_driver / 1000, found,
+      g_driver / 1000, g_driver % 1000 / 10, g_driver / 1000, g_nvrtc.major, g_nvrtc.minor);
 }
 
-hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch, hcq__cuda_image_t *out) {
+hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch,
+                                hcq__cuda_image_t *out) {
   memset(out, 0, sizeof(*out));
   const char *why;
-  if (!hcq__nvrtc_available(&why)) return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile CUDA C: %s", why);
+  if (!hcq__nvrtc_available(&why))
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile CUDA C: %s", why);
   bool real;
   int use = pick_arch(arch, &real);
   hcq_status_t fst = check_fit(entry, use, real);
   if (fst) return fst;
   if (!use)
-    return hcq_status_make(HCQ_UNAVAILABLE, "NVRTC %d.%d cannot compile for compute capability %d.%d (its oldest is %d.%d)",
-                           g_nvrtc.major, g_nvrtc.minor, arch / 10, arch % 10,
-                           g_nvrtc.narchs ? g_nvrtc.archs[0] / 10 : 0, g_nvrtc.narchs ? g_nvrtc.archs[0] % 10 : 0);
+    return hcq_status_make(
+        HCQ_UNAVAILABLE,
+        "NVRTC %d.%d cannot compile for compute capability %d.%d (its oldest is %d.%d)",
+        g_nvrtc.major, g_nvrtc.minor, arch / 10, arch % 10,
+        g_nvrtc.narchs ? g_nvrtc.archs[0] / 10 : 0, g_nvrtc.narchs ? g_nvrtc.archs[0] % 10 : 0);
   char option[64], dir[1100], path[1300];
   options_for(use, real, option, sizeof(option));
   XXH128_hash_t key = {0, 0};

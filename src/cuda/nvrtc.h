@@ -34,9 +34,9 @@ int hcq__cuda_ptx_isa(int cuda_version);
 /* What NVRTC made for one kernel: PTX text always, and a cubin when compiled for a real
  * architecture (sm_XY). Owned by the caller: hcq__cuda_image_free. */
 typedef struct hcq__cuda_image {
-  char *ptx;       /* NUL-terminated */
-  size_t ptx_len;  /* without the NUL */
-  void *cubin;     /* NULL: PTX only (the driver compiles it when loading) */
+  char *ptx;      /* NUL-terminated */
+  size_t ptx_len; /* without the NUL */
+  void *cubin;    /* NULL: PTX only (the driver compiles it when loading) */
   size_t cubin_len;
   int arch;        /* e.g. 90 */
   bool from_cache; /* read from the disk cache rather than compiled */
@@ -51,10 +51,12 @@ void hcq__cuda_image_free(hcq__cuda_image_t *img);
  * this user and are writable by nobody else; files are written whole (temporary file, then
  * rename) and checked (key, sizes, checksum) before use. COMPILE_ERROR carries NVRTC's log;
  * UNAVAILABLE says why NVRTC is missing. */
-HCQ_MUST_USE hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch, hcq__cuda_image_t *out);
+HCQ_MUST_USE hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch,
+                                             hcq__cuda_image_t *out);
 
 /* The cache file compile would use for these arguments (tests plant and inspect it). */
-HCQ_MUST_USE hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch, char *out, size_t size);
+HCQ_MUST_USE hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch,
+                                                char *out, size_t size);
 
 /* True when text is PTX (its first directive, after comments, is .version). */
 bool hcq__is_ptx(const char *text);

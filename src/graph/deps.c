@@ -50,8 +50,8 @@ static int cmp_u32(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-hcq_status_t hcq__deps_access(hcq__deps_t *d, const uintptr_t *keys, const bool *writes, size_t n, uint32_t token,
-                              hcq__u32_vec_t *out) {
+hcq_status_t hcq__deps_access(hcq__deps_t *d, const uintptr_t *keys, const bool *writes, size_t n,
+                              uint32_t token, hcq__u32_vec_t *out) {
   out->len = 0;
   /* Dependencies from every access first, then the item's own updates. */
   for (size_t i = 0; i < n; i++) {

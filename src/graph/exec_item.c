@@ -1,7 +1,8 @@
 /* One exec item (include/hcq/graph.h): the device it runs on and the buffers it touches, the checks
- * every item passes (at a graph's build, at a replay whose symbolic dims may have gone wrong, before
- * hcq_exec_item_run), owned copies of it, running it eagerly (hcq_exec_item_run, and hcq_launch_sym
- * on top of it), and HCQ_VALIDATE's replay of a graph as its items run one by one. */
+ * every item passes (at a graph's build, at a replay whose symbolic dims may have gone wrong,
+ * before hcq_exec_item_run), owned copies of it, running it eagerly (hcq_exec_item_run, and
+ * hcq_launch_sym on top of it), and HCQ_VALIDATE's replay of a graph as its items run one by one.
+ */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,15 +11,17 @@
 #include "core/capture.h"
 #include "core/eager.h"
 #include "core/expr.h"
-#include "core/limits.h"
 #include "core/host_wait.h"
+#include "core/limits.h"
 #include "core/program.h"
 #include "core/queue.h"
 #include "core/remote.h"
 #include "graph/graph_internal.h"
 #include "hcq/jit.h"
 
-static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
+static hcq_status_t oom(void) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph");
+}
 
 hcq_device_t *hcq__item_device(const hcq_exec_item_t *it) {
   if (it->kind == HCQ_ITEM_KERNEL) return it->kernel.program->dev;
@@ -26,7 +29,8 @@ hcq_device_t *hcq__item_device(const hcq_exec_item_t *it) {
   bool rdst = hcq__device_is_remote(dst), rsrc = hcq__device_is_remote(src);
   if (rdst != rsrc) {
     /* Between this rank and another (docs/mpi.md): on the local end's copy queue when its engine
-     * sends and receives itself, else on the remote device's copy queue (the communication thread). */
+     * sends and receives itself, else on the remote device's copy queue (the communication thread).
+     */
     hcq_device_t *local = rdst ? src : dst;
     const hcq__remote_hooks_t *hooks = atomic_load_explicit(&hcq__remote, memory_order_acquire);
     if (hooks && hooks->engine_copies && (local->caps & HCQ__CAP_ENGINE_REMOTE_COPY)) return local;
@@ -37,7 +41,8 @@ hcq_device_t *hcq__item_device(const hcq_exec_item_t *it) {
 
 bool hcq__item_is_foreign(const hcq_exec_item_t *it) {
   if (it->kind == HCQ_ITEM_KERNEL) return hcq__device_is_remote(it->kernel.program->dev);
-  return hcq__device_is_remote(it->transfer.dst->dev) && hcq__device_is_remote(it->transfer.src->dev);
+  return hcq__device_is_remote(it->transfer.dst->dev) &&
+         hcq__device_is_remote(it->transfer.src->dev);
 }
 
 void hcq__item_access(const hcq_exec_item_t *it, hcq__item_access_t *out) {
@@ -65,8 +70,9 @@ const hcq_var_value_t hcq__no_var_values[1];
 
 /* Checks a constant operand's range, or evaluates a symbolic one with vals (NULL: constants only).
  * The operand is named "<what>[index]" or "<what> index" in messages, built only on failure. */
-static hcq_status_t check_operand(hcq_operand_t op, int64_t lo, int64_t hi, const hcq_var_value_t *vals, size_t nvals,
-                                  const char *who, const char *what, size_t index) {
+static hcq_status_t check_operand(hcq_operand_t op, int64_t lo, int64_t hi,
+                                  const hcq_var_value_t *vals, size_t nvals, const char *who,
+                                  const char *what, size_t index) {
   int64_t v = op.value;
   if (op.sym && !vals) return NULL;
   hcq_status_t st = op.sym ? hcq_expr_eval(op.sym, vals, nvals, &v) : NULL;
@@ -76,13 +82,15 @@ static hcq_status_t check_operand(hcq_operand_t op, int64_t lo, int64_t hi, cons
   if (st) return hcq_status_annotate(st, "%s: %s", who, name);
   char text[128] = "";
   if (op.sym) hcq_expr_format(op.sym, text, sizeof(text));
-  return hcq_status_make(HCQ_OUT_OF_RANGE, "%s: %s %s%s%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", who, name,
+  return hcq_status_make(HCQ_OUT_OF_RANGE,
+                         "%s: %s %s%s%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", who, name,
                          text, op.sym ? " = " : "", v, lo, hi);
 }
 
 bool hcq__kernel_dims_symbolic(const hcq_kernel_item_t *k) {
   for (int i = 0; i < 3; i++)
-    if ((k->global[i].sym && !hcq_expr_is_const(k->global[i].sym)) || (k->local[i].sym && !hcq_expr_is_const(k->local[i].sym)))
+    if ((k->global[i].sym && !hcq_expr_is_const(k->global[i].sym)) ||
+        (k->local[i].sym && !hcq_expr_is_const(k->local[i].sym)))
       return true;
   return false;
 }
@@ -117,8 +125,8 @@ bool hcq__kernel_dims_ok(const hcq_kernel_item_t *k, const hcq_var_value_t *vals
 
 /* The launch geometry with these values: fits 32 bits per dim and the device's work-item limit.
  * Operands are known to evaluate (checked before). */
-static hcq_status_t check_kernel_dims(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals,
-                                      size_t nvals) {
+static hcq_status_t check_kernel_dims(const hcq_kernel_item_t *k, const char *who,
+                                      const hcq_var_value_t *vals, size_t nvals) {
   uint64_t g[3], l[3];
   for (int i = 0; i < 3; i++) {
     int64_t gv = k->global[i].value, lv = k->local[i].value;
@@ -129,17 +137,20 @@ static hcq_status_t check_kernel_dims(const hcq_kernel_item_t *k, const char *wh
   return hcq__check_dims(k->program->dev, g, l, who);
 }
 
-hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals,
-                                    size_t nvals) {
+hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who,
+                                    const hcq_var_value_t *vals, size_t nvals) {
   if (!k->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: kernel has no program", who);
   const char *name = k->program->name;
   if (k->nbufs > HCQ_MAX_KERNEL_BUFS || k->nvals > HCQ_MAX_KERNEL_VALS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): %zu buffers and %zu values exceed the limits (%d, %d)",
-                           who, name, k->nbufs, k->nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s (%s): %zu buffers and %zu values exceed the limits (%d, %d)", who,
+                           name, k->nbufs, k->nvals, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
   if ((k->nbufs && !k->bufs) || (k->nouts && !k->outs) || (k->nvals && !k->vals))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): a buffer, out or value array is NULL", who, name);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): a buffer, out or value array is NULL",
+                           who, name);
   hcq_status_t st = NULL;
-  if (!hcq__program_args_ok(k->program, k->nbufs, k->nvals)) return hcq__program_check_args(k->program, k->nbufs, k->nvals, who);
+  if (!hcq__program_args_ok(k->program, k->nbufs, k->nvals))
+    return hcq__program_check_args(k->program, k->nbufs, k->nvals, who);
   if ((st = hcq__check_arg_limits(k->program->dev, k->nbufs, k->nvals, who))) return st;
   if (hcq__validating) {
     char what[96];
@@ -147,19 +158,22 @@ hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who,
     if ((st = hcq__obj_check(&k->program->obj, HCQ__OBJ_PROGRAM, what))) return st;
   }
   for (size_t i = 0; i < k->nbufs; i++) {
-    if (!k->bufs[i]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): buffer %zu is NULL", who, name, i);
+    if (!k->bufs[i])
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): buffer %zu is NULL", who, name, i);
     if (hcq__validating) {
       char what[96];
       snprintf(what, sizeof(what), "%s (%s): buffer %zu", who, name, i);
       if ((st = hcq__obj_check(&k->bufs[i]->obj, HCQ__OBJ_BUFFER, what))) return st;
     }
     if (k->bufs[i]->dev != k->program->dev)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s (%s): buffer %zu (%s) is on %s but the program runs on %s",
-                             who, name, i, k->bufs[i]->label, k->bufs[i]->dev->name, k->program->dev->name);
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT, "%s (%s): buffer %zu (%s) is on %s but the program runs on %s", who,
+          name, i, k->bufs[i]->label, k->bufs[i]->dev->name, k->program->dev->name);
   }
   for (size_t i = 0; i < k->nouts; i++)
     if (k->outs[i] >= k->nbufs)
-      return hcq_status_make(HCQ_OUT_OF_RANGE, "%s (%s): out %zu names buffer %u but the kernel has %zu", who, name,
+      return hcq_status_make(HCQ_OUT_OF_RANGE,
+                             "%s (%s): out %zu names buffer %u but the kernel has %zu", who, name,
                              i, k->outs[i], k->nbufs);
   /* Only a symbolic dim may be 0 (an empty launch at a replay whose values make it so); a constant
    * 0 is a dim left out of an initializer and would silently run nothing. */
@@ -169,7 +183,8 @@ hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who,
       if (op.sym ? hcq_expr_is_const(op.sym) && hcq_expr_const_value(op.sym) == 0 : op.value == 0)
         return hcq__zero_dim_error(w ? "local" : "global", i, "%s (%s)", who, name);
     }
-  for (size_t i = 0; i < k->nvals && !st; i++) st = check_operand(k->vals[i], INT32_MIN, INT32_MAX, vals, nvals, who, "value", i);
+  for (size_t i = 0; i < k->nvals && !st; i++)
+    st = check_operand(k->vals[i], INT32_MIN, INT32_MAX, vals, nvals, who, "value", i);
   for (size_t i = 0; i < 3 && !st; i++) {
     st = check_operand(k->global[i], 0, UINT32_MAX, vals, nvals, who, "global", i);
     if (!st) st = check_operand(k->local[i], 0, UINT32_MAX, vals, nvals, who, "local", i);
@@ -179,7 +194,8 @@ hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who,
 }
 
 hcq_status_t hcq__transfer_item_check(const hcq_transfer_item_t *t, const char *who) {
-  if (!t->dst || !t->src) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: transfer with a NULL buffer", who);
+  if (!t->dst || !t->src)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: transfer with a NULL buffer", who);
   if (hcq__validating) {
     char what[64];
     snprintf(what, sizeof(what), "%s: transfer destination", who);
@@ -190,11 +206,12 @@ hcq_status_t hcq__transfer_item_check(const hcq_transfer_item_t *t, const char *
   }
   if (t->bytes > t->dst->size || t->bytes > t->src->size)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
-                           "%s: transfer of %" PRIu64 " bytes from %s (%" PRIu64 " bytes) to %s (%" PRIu64
-                           " bytes) is larger than a buffer",
+                           "%s: transfer of %" PRIu64 " bytes from %s (%" PRIu64
+                           " bytes) to %s (%" PRIu64 " bytes) is larger than a buffer",
                            who, t->bytes, t->src->label, t->src->size, t->dst->label, t->dst->size);
   if (!(t->src->dev->caps & HCQ_CAP_COPY_QUEUE))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s has no copy queue for transfers", who, t->src->dev->name);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: %s has no copy queue for transfers", who,
+                           t->src->dev->name);
   return hcq__transfer_overlap_check(t->dst, t->src, t->bytes, who);
 }
 
@@ -256,9 +273,11 @@ void hcq__exec_item_release(hcq_exec_item_t *it) {
 
 /* ---- running one item eagerly ---- */
 
-static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals);
+static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals,
+                                  size_t nvals);
 
-hcq_status_t hcq_exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals) {
+hcq_status_t hcq_exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals,
+                               size_t nvals) {
   /* A capture records the item with its symbols, not the launch it turns into. */
   const hcq__recorder_t *rec = hcq__recorder;
   hcq__recorder = NULL;
@@ -268,22 +287,29 @@ hcq_status_t hcq_exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t 
   return st;
 }
 
-static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals, size_t nvals) {
+static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals,
+                                  size_t nvals) {
   if (!it) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: item is NULL");
-  if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: %zu values but vals is NULL", nvals);
+  if (nvals && !vals)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_exec_item_run: %zu values but vals is NULL",
+                           nvals);
   hcq_status_t vst = hcq__var_values_check(vals, nvals, "hcq_exec_item_run");
   if (vst) return vst;
   if (it->kind == HCQ_ITEM_TRANSFER) {
     hcq_status_t st = hcq__transfer_item_check(&it->transfer, "transfer");
     return st ? st : hcq_transfer(it->transfer.dst, it->transfer.src, it->transfer.bytes);
   }
-  if (it->kind != HCQ_ITEM_KERNEL) return hcq_status_make(HCQ_INVALID_ARGUMENT, "item: unknown kind %d", (int)it->kind);
-  /* Validation evaluates every operand; evaluate again into the launch (cheap, and keeps one path). */
-  hcq_status_t st = hcq__kernel_item_check(&it->kernel, "kernel", nvals ? vals : hcq__no_var_values, nvals);
+  if (it->kind != HCQ_ITEM_KERNEL)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "item: unknown kind %d", (int)it->kind);
+  /* Validation evaluates every operand; evaluate again into the launch (cheap, and keeps one path).
+   */
+  hcq_status_t st =
+      hcq__kernel_item_check(&it->kernel, "kernel", nvals ? vals : hcq__no_var_values, nvals);
   if (st) return st;
   const hcq_kernel_item_t *k = &it->kernel;
   int32_t ivals[HCQ_MAX_KERNEL_VALS];
-  hcq_launch_desc_t l = {k->program, k->bufs, k->nbufs, ivals, k->nvals, {0}, {0}, k->outs, k->nouts};
+  hcq_launch_desc_t l = {k->program, k->bufs, k->nbufs, ivals,   k->nvals,
+                         {0},        {0},     k->outs,  k->nouts};
   for (size_t i = 0; i < k->nvals; i++) {
     int64_t v = k->vals[i].value;
     if (k->vals[i].sym) hcq_status_destroy(hcq_expr_eval(k->vals[i].sym, vals, nvals, &v));
@@ -304,11 +330,13 @@ static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value
 
 /* Symbolic launches (include/hcq/jit.h): hcq_launch() with operands that may be expressions, run as
  * a kernel item, which evaluates the operands and which a capture records with its symbols. */
-hcq_status_t hcq_launch_sym(const hcq_launch_sym_desc_t *d, const hcq_var_value_t *vals, size_t nvals) {
-  if (!d || !d->program) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_launch_sym: descriptor or program is NULL");
+hcq_status_t hcq_launch_sym(const hcq_launch_sym_desc_t *d, const hcq_var_value_t *vals,
+                            size_t nvals) {
+  if (!d || !d->program)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_launch_sym: descriptor or program is NULL");
   if (d->nbufs > HCQ_MAX_KERNEL_BUFS)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers exceed the limit (%d)", d->program->name,
-                           d->nbufs, HCQ_MAX_KERNEL_BUFS);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "launch of %s: %zu buffers exceed the limit (%d)",
+                           d->program->name, d->nbufs, HCQ_MAX_KERNEL_BUFS);
   /* The one rule (graph.h): no outs array, every buffer written (recorded as the full list, as
    * hcq_launch's are); an empty array, nothing. */
   uint32_t every[HCQ_MAX_KERNEL_BUFS];
@@ -353,7 +381,8 @@ static bool has_undeclared(const hcq_kernel_item_t *k) {
   if (!k->outs) return false;
   for (size_t i = 0; i < k->nbufs; i++) {
     bool declared = false;
-    for (size_t o = 0; o < k->nouts && !declared; o++) declared = base_of(k->bufs[k->outs[o]]) == base_of(k->bufs[i]);
+    for (size_t o = 0; o < k->nouts && !declared; o++)
+      declared = base_of(k->bufs[k->outs[o]]) == base_of(k->bufs[i]);
     if (!declared) return true;
   }
   return false;
@@ -391,7 +420,8 @@ hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_e
   hcq__recorder = rec;
   if (st) return st;
   hcq__runner_commit(r);
-  for (size_t d = 0; wait && d < r->ndevices && !st; d++) st = hcq_device_synchronize(r->devices[d]);
+  for (size_t d = 0; wait && d < r->ndevices && !st; d++)
+    st = hcq_device_synchronize(r->devices[d]);
   if (!st && wait && out_elapsed_ns) *out_elapsed_ns = hcq__now_ns() - start;
   return st;
 }

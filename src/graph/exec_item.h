@@ -27,17 +27,17 @@ bool hcq__item_is_foreign(const hcq_exec_item_t *it);
 /* Checks a kernel item (who names it in messages): its program, buffers, outs and dims, and each
  * operand evaluated with vals into its field. vals NULL evaluates no symbol (constants only); to
  * evaluate with no values at all, pass hcq__no_var_values. */
-HCQ_MUST_USE hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who, const hcq_var_value_t *vals,
-                                                 size_t nvals);
+HCQ_MUST_USE hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who,
+                                                 const hcq_var_value_t *vals, size_t nvals);
 extern const hcq_var_value_t hcq__no_var_values[1];
 /* Checks a transfer item (named who in messages): its buffers, size and the source's copy queue. */
 HCQ_MUST_USE hcq_status_t hcq__transfer_item_check(const hcq_transfer_item_t *t, const char *who);
 
 /* Whether a launch dim of k is an expression that is not a constant. */
 bool hcq__kernel_dims_symbolic(const hcq_kernel_item_t *k);
-/* Every value the variables may take makes a valid launch: no dim can be negative, fail to evaluate,
- * exceed 32 bits or take the launch past the device's work-item limit. Such an item needs no check
- * per replay. */
+/* Every value the variables may take makes a valid launch: no dim can be negative, fail to
+ * evaluate, exceed 32 bits or take the launch past the device's work-item limit. Such an item needs
+ * no check per replay. */
 bool hcq__kernel_dims_always_ok(const hcq_kernel_item_t *k);
 /* Quick form of hcq__kernel_item_check's dims check, with no message (a replay's check): every dim
  * evaluates with vals and the launch is valid. */

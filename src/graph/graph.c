@@ -10,10 +10,12 @@
 #include "graph/graph_internal.h"
 #include "trace/trace_internal.h"
 
-hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
-                              const hcq_var_value_t *vals, size_t nvals, const hcq_graph_options_t *options,
-                              hcq_graph_t **out_graph) {
-  if (!out_graph) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_create: out_graph is NULL");
+hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems,
+                              hcq_buffer_t *const *inputs, size_t ninputs,
+                              const hcq_var_value_t *vals, size_t nvals,
+                              const hcq_graph_options_t *options, hcq_graph_t **out_graph) {
+  if (!out_graph)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_create: out_graph is NULL");
   *out_graph = NULL;
   /* Under MPI every rank builds the same graph: the layer checks that they agree (docs/mpi.md). */
   const hcq__remote_hooks_t *remote = atomic_load(&hcq__remote);
@@ -35,27 +37,34 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
   for (size_t d = 0; own && d < runner.ndevices && !other; d++)
     if (hcq__graph_kind(runner.devices[d]->kind) != ok) other = runner.devices[d];
   if (own && other)
-    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph cannot mix %s devices with others (%s and %s): split the items "
-                         "by device kind (the JIT does), or transfer eagerly", hcq_device_kind_name(own->kind), own->name,
-                         other->name);
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                         "a graph cannot mix %s devices with others (%s and %s): split the items "
+                         "by device kind (the JIT does), or transfer eagerly",
+                         hcq_device_kind_name(own->kind), own->name, other->name);
   else if (own)
     st = ok->graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
   if (!own && !st) {
     /* An HCQ graph copies on the source device's copy queue: a CPU engine would write through a
-     * Vulkan device address as if it were a host pointer. Host-memory devices stay among themselves. */
+     * Vulkan device address as if it were a host pointer. Host-memory devices stay among
+     * themselves. */
     hcq_device_t *host = NULL, *gpu = NULL;
     for (size_t d = 0; d < runner.ndevices; d++) {
       if ((runner.devices[d]->caps & HCQ_CAP_HOST_MEMORY) && !host) host = runner.devices[d];
       if (!(runner.devices[d]->caps & HCQ_CAP_HOST_MEMORY) && !gpu) gpu = runner.devices[d];
     }
     if (host && gpu)
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph cannot mix %s with %s: split the items by device kind (the "
-                           "JIT does), or transfer eagerly", host->name, gpu->name);
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "a graph cannot mix %s with %s: split the items by device kind (the "
+                           "JIT does), or transfer eagerly",
+                           host->name, gpu->name);
   }
-  if (!own && !st) st = hcq__hcq_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
+  if (!own && !st)
+    st = hcq__hcq_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
   if (remote) remote->graph_built();
-  if (st) hcq__runner_deinit(&runner);
-  else (*out_graph)->validated_replays = hcq__graph_validates_writes(*out_graph);
+  if (st)
+    hcq__runner_deinit(&runner);
+  else
+    (*out_graph)->validated_replays = hcq__graph_validates_writes(*out_graph);
   return st;
 }
 
@@ -63,14 +72,16 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems, hcq_b
 static hcq_status_t check_graph(const hcq_graph_t *g, const char *what) {
   if (!hcq__validating) return NULL;
   if (g->magic == HCQ__OBJ_LIVE) return NULL;
-  return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: %s (HCQ_VALIDATE)", what,
-                         g->magic == HCQ__OBJ_DEAD ? "the graph was destroyed already" : "not a live hcq graph");
+  return hcq_status_make(
+      HCQ_FAILED_PRECONDITION, "%s: %s (HCQ_VALIDATE)", what,
+      g->magic == HCQ__OBJ_DEAD ? "the graph was destroyed already" : "not a live hcq graph");
 }
 
 /* fence (may be NULL) is armed once the replay is submitted; room for it is made before, so a
  * replay that was queued never returns an error for it. */
-static hcq_status_t graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                              size_t nvals, bool wait, uint64_t *out_elapsed_ns, bool prechecked, hcq_fence_t *fence,
+static hcq_status_t graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
+                              const hcq_var_value_t *vals, size_t nvals, bool wait,
+                              uint64_t *out_elapsed_ns, bool prechecked, hcq_fence_t *fence,
                               const char *call) {
   if (!g) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: graph is NULL", call);
   hcq_status_t st = check_graph(g, call);
@@ -90,13 +101,15 @@ static hcq_status_t graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_
   return st ? hcq_status_annotate(st, "graph replay") : NULL;
 }
 
-hcq_status_t hcq_graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                           size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
-  return graph_run(g, inputs, ninputs, vals, nvals, wait, out_elapsed_ns, false, NULL, "hcq_graph_run");
+hcq_status_t hcq_graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
+                           const hcq_var_value_t *vals, size_t nvals, bool wait,
+                           uint64_t *out_elapsed_ns) {
+  return graph_run(g, inputs, ninputs, vals, nvals, wait, out_elapsed_ns, false, NULL,
+                   "hcq_graph_run");
 }
 
-hcq_status_t hcq_graph_submit(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                              size_t nvals, hcq_fence_t *fence) {
+hcq_status_t hcq_graph_submit(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
+                              const hcq_var_value_t *vals, size_t nvals, hcq_fence_t *fence) {
   return graph_run(g, inputs, ninputs, vals, nvals, false, NULL, false, fence, "hcq_graph_submit");
 }
 
@@ -112,7 +125,8 @@ hcq_status_t hcq_graph_destroy(hcq_graph_t *g) {
   if ((st = hcq__runner_enter(&g->runner, "hcq_graph_destroy"))) return st;
   hcq__runner_t runner = g->runner;
   hcq_device_t *devs[HCQ__GRAPH_MAX_DEVICES];
-  size_t ndevs = runner.ndevices < HCQ__GRAPH_MAX_DEVICES ? runner.ndevices : HCQ__GRAPH_MAX_DEVICES;
+  size_t ndevs =
+      runner.ndevices < HCQ__GRAPH_MAX_DEVICES ? runner.ndevices : HCQ__GRAPH_MAX_DEVICES;
   memcpy(devs, runner.devices, ndevs * sizeof(*devs));
   st = g->vt->destroy(g);
   if (st) {
@@ -143,12 +157,17 @@ hcq_device_t *hcq_graph_device(const hcq_graph_t *g, size_t i) {
 }
 const char *hcq_graph_kind(const hcq_graph_t *g) { return g ? g->vt->kind : ""; }
 
-hcq_status_t hcq_graph_item_schedule(const hcq_graph_t *g, size_t i, hcq_graph_item_schedule_t *out) {
-  if (!g || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_item_schedule: graph or output is NULL");
+hcq_status_t hcq_graph_item_schedule(const hcq_graph_t *g, size_t i,
+                                     hcq_graph_item_schedule_t *out) {
+  if (!g || !out)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_graph_item_schedule: graph or output is NULL");
   if (i >= g->runner.nitems)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "item %zu: the graph has %zu items", i, g->runner.nitems);
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "item %zu: the graph has %zu items", i,
+                           g->runner.nitems);
   if (!g->vt->item_schedule)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "a %s graph has no queue schedule", g->vt->kind);
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "a %s graph has no queue schedule",
+                           g->vt->kind);
   return g->vt->item_schedule(g, i, out);
 }
 
@@ -157,11 +176,13 @@ const hcq_queue_t *hcq_graph_queue(const hcq_graph_t *g, uint32_t queue) {
 }
 
 hcq_status_t hcq_graph_profile(hcq_graph_t *g, const hcq_profile_event_t **out) {
-  if (!g || !out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_profile: graph or output is NULL");
+  if (!g || !out)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_profile: graph or output is NULL");
   *out = NULL;
   hcq_status_t st = check_graph(g, "hcq_graph_profile");
   if (st) return st;
-  if (!g->vt->profile) return hcq_status_make(HCQ_FAILED_PRECONDITION, "a %s graph keeps no profile", g->vt->kind);
+  if (!g->vt->profile)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "a %s graph keeps no profile", g->vt->kind);
   if ((st = hcq__runner_enter(&g->runner, "hcq_graph_profile"))) return st;
   st = g->vt->profile(g, out);
   hcq__runner_leave(&g->runner);

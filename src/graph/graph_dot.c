@@ -21,12 +21,13 @@ static void put_escaped(FILE *f, const char *s) {
   }
 }
 
-static void item_label(const hcq_graph_t *g, size_t j, const hcq_graph_item_schedule_t *s, char *out, size_t size) {
+static void item_label(const hcq_graph_t *g, size_t j, const hcq_graph_item_schedule_t *s,
+                       char *out, size_t size) {
   const hcq_exec_item_t *it = &g->runner.items[j];
   size_t n = 0;
-#define ADD(...)                                                                  \
-  do {                                                                            \
-    if (n < size) n += (size_t)snprintf(out + n, size - n, __VA_ARGS__);          \
+#define ADD(...)                                                         \
+  do {                                                                   \
+    if (n < size) n += (size_t)snprintf(out + n, size - n, __VA_ARGS__); \
   } while (0)
   if (it->kind == HCQ_ITEM_KERNEL) {
     const hcq_kernel_item_t *k = &it->kernel;
@@ -39,11 +40,12 @@ static void item_label(const hcq_graph_t *g, size_t j, const hcq_graph_item_sche
     ADD(")\n%s", k->program->dev->name);
   } else {
     const hcq_transfer_item_t *t = &it->transfer;
-    ADD("%zu: copy %s -> %s\n%s -> %s, %" PRIu64 " bytes", j, t->src->dev->name, t->dst->dev->name, t->src->label,
-        t->dst->label, t->bytes);
+    ADD("%zu: copy %s -> %s\n%s -> %s, %" PRIu64 " bytes", j, t->src->dev->name, t->dst->dev->name,
+        t->src->label, t->dst->label, t->bytes);
   }
   if (s) {
-    for (size_t r = 0; r < s->nready; r++) ADD("\nwaits for %s ready", g->runner.devices[s->ready_devices[r]]->name);
+    for (size_t r = 0; r < s->nready; r++)
+      ADD("\nwaits for %s ready", g->runner.devices[s->ready_devices[r]]->name);
     if (s->signal_value) ADD("\nsignals %" PRIu32, s->signal_value);
   }
 #undef ADD
@@ -51,7 +53,8 @@ static void item_label(const hcq_graph_t *g, size_t j, const hcq_graph_item_sche
 
 /* Edges from the schedule: each resource dependency kept as a wait, or dropped, and waits that are
  * no resource dependency. */
-static void write_schedule_edges(FILE *f, size_t gi, const hcq_graph_item_schedule_t *sched, size_t n) {
+static void write_schedule_edges(FILE *f, size_t gi, const hcq_graph_item_schedule_t *sched,
+                                 size_t n) {
   for (size_t j = 0; j < n; j++) {
     const hcq_graph_item_schedule_t *s = &sched[j];
     bool *matched = calloc(s->nwaits + 1, sizeof(*matched)); /* waits explained by a dependency */
@@ -59,21 +62,29 @@ static void write_schedule_edges(FILE *f, size_t gi, const hcq_graph_item_schedu
     for (size_t d = 0; d < s->ndeps; d++) {
       uint32_t dep = s->deps[d];
       size_t w = 0;
-      while (w < s->nwaits && !(s->waits[w].queue == sched[dep].queue && s->waits[w].value == dep + 1)) w++;
+      while (w < s->nwaits &&
+             !(s->waits[w].queue == sched[dep].queue && s->waits[w].value == dep + 1))
+        w++;
       if (w < s->nwaits) {
         matched[w] = true;
-        fprintf(f, "  g%zu_i%" PRIu32 " -> g%zu_i%zu [class=\"wait\", color=\"#1f4e79\", penwidth=1.6, label=\"wait\"];\n",
-                gi, dep, gi, j);
+        fprintf(
+            f,
+            "  g%zu_i%" PRIu32
+            " -> g%zu_i%zu [class=\"wait\", color=\"#1f4e79\", penwidth=1.6, label=\"wait\"];\n",
+            gi, dep, gi, j);
       } else {
         fprintf(f,
-                "  g%zu_i%" PRIu32 " -> g%zu_i%zu [class=\"dropped\", style=dashed, color=\"#999999\", "
+                "  g%zu_i%" PRIu32
+                " -> g%zu_i%zu [class=\"dropped\", style=dashed, color=\"#999999\", "
                 "fontcolor=\"#777777\", label=\"%s\"];\n",
                 gi, dep, gi, j, sched[dep].queue == s->queue ? "in order" : "implied");
       }
     }
     for (size_t w = 0; w < s->nwaits; w++) {
       if (matched[w]) continue;
-      fprintf(f, "  g%zu_i%" PRIu32 " -> g%zu_i%zu [class=\"order\", style=dotted, color=\"#1f4e79\", label=\"wait\"];\n",
+      fprintf(f,
+              "  g%zu_i%" PRIu32
+              " -> g%zu_i%zu [class=\"order\", style=dotted, color=\"#1f4e79\", label=\"wait\"];\n",
               gi, s->waits[w].value - 1, gi, j);
     }
     free(matched);
@@ -96,7 +107,8 @@ static void write_dependency_edges(FILE *f, const hcq_graph_t *g, size_t gi) {
       break;
     }
     for (size_t d = 0; d < deps.len; d++)
-      fprintf(f, "  g%zu_i%" PRIu32 " -> g%zu_i%" PRIu32 " [class=\"dep\"];\n", gi, deps.data[d], gi, j);
+      fprintf(f, "  g%zu_i%" PRIu32 " -> g%zu_i%" PRIu32 " [class=\"dep\"];\n", gi, deps.data[d],
+              gi, j);
   }
   hcq__vec_free(&deps);
   hcq__deps_deinit(&tracker);
@@ -126,8 +138,11 @@ static void write_graph(FILE *f, const hcq_graph_t *g, size_t gi) {
                                      (it->kind == HCQ_ITEM_TRANSFER);
       if (group != q) continue;
       if (!any) {
-        fprintf(f, "    subgraph cluster_g%zu_q%zu {\n      label=\"%s %s queue\"; style=filled; fillcolor=\"%s\";\n",
-                gi, q, g->runner.devices[q / 2]->name, q & 1 ? "copy" : "compute", q & 1 ? "#fdf1e4" : "#eef3f9");
+        fprintf(f,
+                "    subgraph cluster_g%zu_q%zu {\n      label=\"%s %s queue\"; style=filled; "
+                "fillcolor=\"%s\";\n",
+                gi, q, g->runner.devices[q / 2]->name, q & 1 ? "copy" : "compute",
+                q & 1 ? "#fdf1e4" : "#eef3f9");
         any = true;
       }
       char label[1024];
@@ -148,23 +163,30 @@ static void write_graph(FILE *f, const hcq_graph_t *g, size_t gi) {
 }
 
 hcq_status_t hcq_graph_write_dot(hcq_graph_t *const *graphs, size_t ngraphs, const char *path) {
-  if (!path || !*path) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_write_dot: no file name");
-  if (ngraphs && !graphs) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_write_dot: %zu graphs but the array is NULL", ngraphs);
+  if (!path || !*path)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_write_dot: no file name");
+  if (ngraphs && !graphs)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_graph_write_dot: %zu graphs but the array is NULL", ngraphs);
   for (size_t i = 0; i < ngraphs; i++) {
-    if (!graphs[i]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_write_dot: graph %zu is NULL", i);
+    if (!graphs[i])
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_write_dot: graph %zu is NULL", i);
     if (hcq__validating && graphs[i]->magic != HCQ__OBJ_LIVE)
-      return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_graph_write_dot: graph %zu was destroyed (HCQ_VALIDATE)", i);
+      return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                             "hcq_graph_write_dot: graph %zu was destroyed (HCQ_VALIDATE)", i);
   }
   FILE *f = fopen(path, "w");
   if (!f) return hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
-  fputs("digraph hcq {\n"
-        "  graph [fontname=\"Helvetica\", rankdir=TB, newrank=true];\n"
-        "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n"
-        "  edge [fontname=\"Helvetica\", fontsize=9];\n",
-        f);
+  fputs(
+      "digraph hcq {\n"
+      "  graph [fontname=\"Helvetica\", rankdir=TB, newrank=true];\n"
+      "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n"
+      "  edge [fontname=\"Helvetica\", fontsize=9];\n",
+      f);
   for (size_t i = 0; i < ngraphs; i++) write_graph(f, graphs[i], i);
   fputs("}\n", f);
   bool bad = ferror(f) != 0;
-  if (fclose(f) != 0 || bad) return hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
+  if (fclose(f) != 0 || bad)
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
   return NULL;
 }

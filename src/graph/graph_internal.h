@@ -25,10 +25,13 @@ typedef struct hcq__graph_vtable {
 
 struct hcq_graph {
   const hcq__graph_vtable_t *vt;
-  uint32_t magic; /* HCQ__OBJ_LIVE; HCQ__OBJ_DEAD once destroyed (the struct is kept when validating) */
+  uint32_t
+      magic; /* HCQ__OBJ_LIVE; HCQ__OBJ_DEAD once destroyed (the struct is kept when validating) */
   hcq__runner_t runner;
-  bool validated_replays; /* HCQ_VALIDATE and a kernel item leaves buffers undeclared: set at build */
-  hcq_graph_stats_t stats; /* replays and updates, where the runner counts them (CUDA, Metal); else 0 */
+  bool validated_replays; /* HCQ_VALIDATE and a kernel item leaves buffers undeclared: set at build
+                           */
+  hcq_graph_stats_t
+      stats; /* replays and updates, where the runner counts them (CUDA, Metal); else 0 */
 };
 
 /* The last step of every runner's free: the struct (whose first member is g) is freed, or kept as a
@@ -49,7 +52,8 @@ void *hcq__graph_alloc(size_t size, const hcq__graph_vtable_t *vt, const hcq__ru
  * backend row has no graph_create of its own (core/backend.h). It builds a graph over the runner's
  * items and takes the runner on success; inflight is the replays one graph may have in flight (0:
  * the HCQ_GRAPH_INFLIGHT default). */
-HCQ_MUST_USE hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out);
+HCQ_MUST_USE hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile,
+                                                unsigned inflight, hcq_graph_t **out);
 
 /* The backend row of kind when its devices run a graph runner of its own (graph_create), else NULL
  * (they run the HCQ graph). */
@@ -64,16 +68,19 @@ void hcq__graph_pretend_replays_for_tests(hcq_graph_t *g, uint64_t replays);
  * checked (a kernel item declares outs that leave a buffer out; decided once, at build), and that
  * replay. */
 bool hcq__graph_validates_writes(const hcq_graph_t *g);
-HCQ_MUST_USE hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_elapsed_ns);
-/* hcq_graph_run without waiting, for a jit's batch graph: the jit checked the inputs, values, devices
- * and symbolic launch dims of all its items with these arguments just before (hcq__runner_stage), so
- * the graph does not repeat those checks on its own runner. */
-HCQ_MUST_USE hcq_status_t hcq__graph_run_prechecked(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_t ninputs,
-                                                    const hcq_var_value_t *vals, size_t nvals);
+HCQ_MUST_USE hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait,
+                                                   uint64_t *out_elapsed_ns);
+/* hcq_graph_run without waiting, for a jit's batch graph: the jit checked the inputs, values,
+ * devices and symbolic launch dims of all its items with these arguments just before
+ * (hcq__runner_stage), so the graph does not repeat those checks on its own runner. */
+HCQ_MUST_USE hcq_status_t hcq__graph_run_prechecked(hcq_graph_t *g, hcq_buffer_t *const *inputs,
+                                                    size_t ninputs, const hcq_var_value_t *vals,
+                                                    size_t nvals);
 
 /* Which graph can hold work on dev: devices with equal non-zero classes can share one graph (each
- * runner spans devices of its kind, or just one; the HCQ graph keeps host-memory devices apart from GPU ones);
- * 0 for a device no graph runner serves. The JIT closes a batch where the class changes. */
+ * runner spans devices of its kind, or just one; the HCQ graph keeps host-memory devices apart from
+ * GPU ones); 0 for a device no graph runner serves. The JIT closes a batch where the class changes.
+ */
 uintptr_t hcq__graph_class(const hcq_device_t *dev);
 /* Whether the graph of dev's class holds transfers (the Metal graph holds kernels only). */
 bool hcq__graph_holds_transfers(const hcq_device_t *dev);

@@ -3,14 +3,14 @@
  * and ringing one doorbell per queue.
  *
  * Synchronisation. Every queue has a signal; item j signals j+1 on its queue's signal when someone
- * waits for it (transfers always do). Items wait for the items they depend on (buffer access by base
- * buffer, plus the previous item of their queue), dropping waits the queue already did and waits on
- * itself (queues run in order). Before touching a device's buffers, a queue must know that device
- * finished its work from before the replay: its compute queue waits for the device timeline and the
- * host kickoff, then sets the device signal to K (the replay number); any queue that has not learned
- * (directly or through queues it waited for) that a device is ready waits for that device signal.
- * Each compute queue ends by waiting for the copy queues that fed its device and then signals the
- * device timeline, so eager work after the replay is ordered after it. */
+ * waits for it (transfers always do). Items wait for the items they depend on (buffer access by
+ * base buffer, plus the previous item of their queue), dropping waits the queue already did and
+ * waits on itself (queues run in order). Before touching a device's buffers, a queue must know that
+ * device finished its work from before the replay: its compute queue waits for the device timeline
+ * and the host kickoff, then sets the device signal to K (the replay number); any queue that has
+ * not learned (directly or through queues it waited for) that a device is ready waits for that
+ * device signal. Each compute queue ends by waiting for the copy queues that fed its device and
+ * then signals the device timeline, so eager work after the replay is ordered after it. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +21,13 @@
 #include "core/remote.h"
 #include "graph/hcq_graph_impl.h"
 
-static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
+static hcq_status_t oom(void) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph");
+}
 
-static inline hcq_operand_t addr_of(const hcq_signal_t *s) { return hcq_imm((int64_t)hcq_signal_address(s)); }
+static inline hcq_operand_t addr_of(const hcq_signal_t *s) {
+  return hcq_imm((int64_t)hcq_signal_address(s));
+}
 
 /* ---- variables ---- */
 
@@ -38,11 +42,13 @@ static hcq_status_t make_vars(hcq_graph_impl_t *g) {
   hcq_status_t st = make_var("graph_kickoff", 0, UINT32_MAX, &g->kickoff_var);
   for (size_t d = 0; d < g->ndev && !st; d++) {
     st = make_var("graph_timeline_value_%u", (unsigned)d, UINT32_MAX - 1, &g->timeline_val[d]);
-    if (!st) st = make_var("graph_timeline_signal_%u", (unsigned)d, INT64_MAX, &g->timeline_addr[d]);
+    if (!st)
+      st = make_var("graph_timeline_signal_%u", (unsigned)d, INT64_MAX, &g->timeline_addr[d]);
   }
   g->input_vars = calloc(r->ninputs + 1, sizeof(*g->input_vars));
   if (!g->input_vars && !st) st = oom();
-  for (size_t k = 0; k < r->ninputs && !st; k++) st = make_var("graph_input_%u", (unsigned)k, INT64_MAX, &g->input_vars[k]);
+  for (size_t k = 0; k < r->ninputs && !st; k++)
+    st = make_var("graph_input_%u", (unsigned)k, INT64_MAX, &g->input_vars[k]);
   if (st) return st;
   g->user_at = 1;
   g->timeline_at = g->user_at + r->vars.len;
@@ -72,15 +78,18 @@ static hcq_status_t get_queue(graph_inst_t *in, uint32_t q, hcq_queue_t **out) {
 }
 
 /* The operand of item j's argument i: its input variable if an input slot names that argument. */
-static hcq_operand_t buffer_operand(const hcq_graph_impl_t *g, uint32_t j, uint32_t i, const hcq_buffer_t *b) {
+static hcq_operand_t buffer_operand(const hcq_graph_impl_t *g, uint32_t j, uint32_t i,
+                                    const hcq_buffer_t *b) {
   const hcq__runner_t *r = &g->base.runner;
   for (size_t s = 0; s < r->slots.len; s++)
-    if (r->slots.data[s].item == j && r->slots.data[s].arg == i) return hcq_sym(g->input_vars[r->slots.data[s].input]);
+    if (r->slots.data[s].item == j && r->slots.data[s].arg == i)
+      return hcq_sym(g->input_vars[r->slots.data[s].input]);
   return hcq_imm((int64_t)b->addr);
 }
 
 static hcq_operand_t stamp_addr(const graph_inst_t *in, uint32_t dev, uint32_t stamp) {
-  return hcq_imm((int64_t)(hcq_buffer_address(in->prof_stamps[dev]) + (uint64_t)stamp * sizeof(hcq__signal_words_t)));
+  return hcq_imm((int64_t)(hcq_buffer_address(in->prof_stamps[dev]) +
+                           (uint64_t)stamp * sizeof(hcq__signal_words_t)));
 }
 
 static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t j) {
@@ -93,20 +102,25 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t 
   hcq_status_t st = get_queue(in, s->queue, &q);
   if (!st) q->tag = j + 1; /* hang reports and fault messages name the item */
   for (uint32_t i = 0; i < s->nready && !st; i++)
-    st = hcq_queue_wait(q, addr_of(in->dev_sig[g->ready.data[s->ready_at + i]]), hcq_sym(g->kickoff_var));
+    st = hcq_queue_wait(q, addr_of(in->dev_sig[g->ready.data[s->ready_at + i]]),
+                        hcq_sym(g->kickoff_var));
   for (uint32_t i = 0; i < s->nwaits && !st; i++) {
     const hcq_graph_wait_t *w = &g->waits.data[s->waits_at + i];
     st = hcq_queue_wait(q, addr_of(in->queue_sig[w->queue]), hcq_imm(w->value));
   }
-  if (!st && g->profile && s->start_stamp == 2 * j) st = hcq_queue_timestamp(q, stamp_addr(in, d, s->start_stamp));
+  if (!st && g->profile && s->start_stamp == 2 * j)
+    st = hcq_queue_timestamp(q, stamp_addr(in, d, s->start_stamp));
   if (!st && it->kind == HCQ_ITEM_KERNEL) {
     const hcq_kernel_item_t *k = &it->kernel;
     hcq_operand_t bufs[HCQ_MAX_KERNEL_BUFS];
     for (uint32_t i = 0; i < k->nbufs; i++) bufs[i] = buffer_operand(g, j, i, k->bufs[i]);
-    st = hcq_queue_kernargs(q, in->kernargs[d], s->kernargs_offset, bufs, k->nbufs, k->vals, k->nvals);
+    st = hcq_queue_kernargs(q, in->kernargs[d], s->kernargs_offset, bufs, k->nbufs, k->vals,
+                            k->nvals);
     if (!st)
-      st = hcq_queue_exec(q, k->program, hcq_imm((int64_t)(hcq_buffer_address(in->kernargs[d]) + s->kernargs_offset)),
-                          k->nbufs, k->global, k->local);
+      st = hcq_queue_exec(
+          q, k->program,
+          hcq_imm((int64_t)(hcq_buffer_address(in->kernargs[d]) + s->kernargs_offset)), k->nbufs,
+          k->global, k->local);
   } else if (!st) {
     const hcq_transfer_item_t *t = &it->transfer;
     /* A cross-rank transfer run by this rank's engine: its tag word also carries the graph id. */
@@ -114,11 +128,13 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t 
     if (hooks && !hcq__device_is_remote(r->devices[d]) &&
         (hcq__device_is_remote(t->dst->dev) || hcq__device_is_remote(t->src->dev)))
       q->tag = hooks->graph_copy_tag(j);
-    st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst), buffer_operand(g, j, 1, t->src), hcq_imm((int64_t)t->bytes));
+    st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst), buffer_operand(g, j, 1, t->src),
+                        hcq_imm((int64_t)t->bytes));
     q->tag = j + 1;
   }
   if (!st && g->profile) st = hcq_queue_timestamp(q, stamp_addr(in, d, s->end_stamp));
-  if (!st && s->signal_value) st = hcq_queue_signal(q, addr_of(in->queue_sig[s->queue]), hcq_imm(s->signal_value));
+  if (!st && s->signal_value)
+    st = hcq_queue_signal(q, addr_of(in->queue_sig[s->queue]), hcq_imm(s->signal_value));
   if (q) q->tag = 0;
   return st ? hcq_status_annotate(st, "item %u", j) : NULL;
 }
@@ -137,8 +153,8 @@ static void layout_kernargs(hcq_graph_impl_t *g, uint64_t kernargs_size[HCQ__GRA
 }
 
 /* The instance's memory and signals on device d; tag tells instances apart in their labels. */
-static hcq_status_t create_device_objects(hcq_graph_impl_t *g, graph_inst_t *in, size_t d, uint64_t kernargs_size,
-                                          const char *tag) {
+static hcq_status_t create_device_objects(hcq_graph_impl_t *g, graph_inst_t *in, size_t d,
+                                          uint64_t kernargs_size, const char *tag) {
   hcq__runner_t *r = &g->base.runner;
   hcq_device_t *dev = r->devices[d];
   hcq_status_t st = NULL;
@@ -151,7 +167,8 @@ static hcq_status_t create_device_objects(hcq_graph_impl_t *g, graph_inst_t *in,
     hcq__obj_set_holder(&in->kernargs[d]->obj, &r->objs[d]); /* the graph's, not the user's */
   }
   if (!st && g->profile) {
-    st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t), &in->prof_stamps[d]);
+    st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t),
+                                         &in->prof_stamps[d]);
     snprintf(name, sizeof(name), "profile timestamps of %s%s", r->label, tag);
     if (!st) hcq_buffer_set_label(in->prof_stamps[d], name);
     if (!st) hcq__buffer_set_mem_class(in->prof_stamps[d], HCQ__MEMC_PROFILE);
@@ -163,7 +180,8 @@ static hcq_status_t create_device_objects(hcq_graph_impl_t *g, graph_inst_t *in,
   if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->done_sig[d]);
   for (int kind = 0; kind < 2 && !st; kind++) {
     if (kind == 1 && g->last_item[2 * d + 1] == NO_ITEM) continue;
-    snprintf(name, sizeof(name), "graph %s queue signal of %s%s", kind ? "copy" : "compute", dev->name, tag);
+    snprintf(name, sizeof(name), "graph %s queue signal of %s%s", kind ? "copy" : "compute",
+             dev->name, tag);
     st = hcq__signal_create_internal(dev, name, 0, &in->queue_sig[2 * d + kind]);
   }
   return st;
@@ -197,7 +215,8 @@ static hcq_status_t encode_epilogues(hcq_graph_impl_t *g, graph_inst_t *in) {
       if (!(sources & (UINT64_C(1) << s)) || g->last_item[cq] == NO_ITEM) continue;
       st = hcq_queue_wait(q, addr_of(in->queue_sig[cq]), hcq_imm(g->last_item[cq] + 1));
     }
-    hcq_expr_t *one = hcq_expr_const(1), *next = hcq_expr_binary(HCQ_EXPR_ADD, g->timeline_val[d], one);
+    hcq_expr_t *one = hcq_expr_const(1),
+               *next = hcq_expr_binary(HCQ_EXPR_ADD, g->timeline_val[d], one);
     if (!st) st = next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
     hcq_expr_release(one);
     hcq_expr_release(next);
@@ -215,7 +234,8 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
   layout_kernargs(g, kernargs_size);
   char tag[24] = "";
   if (g->ninst > 1) snprintf(tag, sizeof(tag), " (instance %u)", index);
-  for (size_t d = 0; d < g->ndev && !st; d++) st = create_device_objects(g, in, d, kernargs_size[d], tag);
+  for (size_t d = 0; d < g->ndev && !st; d++)
+    st = create_device_objects(g, in, d, kernargs_size[d], tag);
   char kname[64];
   snprintf(kname, sizeof(kname), "graph kickoff%s", tag);
   if (!st) st = hcq__signal_create_internal(r->devices[0], kname, 0, &in->kickoff);
@@ -252,7 +272,8 @@ static hcq_status_t build_profile(hcq_graph_impl_t *g) {
   g->prof_deps = calloc(n, sizeof(*g->prof_deps));
   g->prof_ndeps = calloc(n, sizeof(*g->prof_ndeps));
   g->prof_timestamps = calloc(2 * n, sizeof(uint64_t));
-  if (!g->prof_entries || !g->prof_names || !g->prof_deps || !g->prof_ndeps || !g->prof_timestamps) return oom();
+  if (!g->prof_entries || !g->prof_names || !g->prof_deps || !g->prof_ndeps || !g->prof_timestamps)
+    return oom();
   for (size_t j = 0; j < n; j++) {
     const hcq_exec_item_t *it = &r->items[j];
     const item_sched_t *s = &g->sched[j];
@@ -261,17 +282,19 @@ static hcq_status_t build_profile(hcq_graph_impl_t *g) {
       snprintf(name, 80, "%s", it->kernel.program->name);
     else
       snprintf(name, 80, "%s -> %s", it->transfer.src->dev->name, it->transfer.dst->dev->name);
-    g->prof_entries[j] = (hcq_profile_entry_t){r->devices[s->queue / 2]->name, name, s->start_stamp, s->end_stamp,
-                                               it->kind == HCQ_ITEM_TRANSFER};
+    g->prof_entries[j] = (hcq_profile_entry_t){r->devices[s->queue / 2]->name, name, s->start_stamp,
+                                               s->end_stamp, it->kind == HCQ_ITEM_TRANSFER};
     g->prof_deps[j] = g->deps.data + s->deps_at;
     g->prof_ndeps[j] = s->ndeps;
   }
-  g->prof_event = (hcq_profile_event_t){g->prof_entries, n, g->prof_deps, g->prof_ndeps, g->prof_timestamps, 2 * n, 0};
+  g->prof_event = (hcq_profile_event_t){
+      g->prof_entries, n, g->prof_deps, g->prof_ndeps, g->prof_timestamps, 2 * n, 0};
   return NULL;
 }
 
 /* Hands the profiler, when it is on, where each item's timestamps land and when a replay ended on
- * each device: it reads every replay once the next one (or destroy, or a flush) has waited for it. */
+ * each device: it reads every replay once the next one (or destroy, or a flush) has waited for it.
+ */
 static void trace_register(hcq_graph_impl_t *g) {
   if (!hcq__trace_on()) return;
   const hcq__runner_t *r = &g->base.runner;
@@ -283,10 +306,15 @@ static void trace_register(hcq_graph_impl_t *g) {
       const item_sched_t *s = &g->sched[j];
       const hcq__signal_words_t *stamps = in->prof_stamps[s->queue / 2]->mem.host;
       bool copy = r->items[j].kind == HCQ_ITEM_TRANSFER;
-      items[k * r->nitems + j] = (hcq__trace_graph_item_t){
-          g->prof_entries[j].name, r->devices[s->queue / 2], copy ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE,
-          copy ? r->items[j].transfer.bytes : 0, &stamps[s->start_stamp], &stamps[s->end_stamp],
-          g->deps.data + s->deps_at, s->ndeps};
+      items[k * r->nitems + j] =
+          (hcq__trace_graph_item_t){g->prof_entries[j].name,
+                                    r->devices[s->queue / 2],
+                                    copy ? HCQ_QUEUE_COPY : HCQ_QUEUE_COMPUTE,
+                                    copy ? r->items[j].transfer.bytes : 0,
+                                    &stamps[s->start_stamp],
+                                    &stamps[s->end_stamp],
+                                    g->deps.data + s->deps_at,
+                                    s->ndeps};
     }
     size_t n = 0;
     for (size_t d = 0; d < g->ndev; d++)
@@ -299,7 +327,8 @@ static void trace_register(hcq_graph_impl_t *g) {
     if (g->active[d]) devs[nactive++] = r->devices[d];
   for (unsigned k = 0; done && nactive < g->ndev && k < g->ninst; k++)
     memmove(done + k * nactive, done + k * g->ndev, nactive * sizeof(*done));
-  if (items && done) g->trace = hcq__trace_graph_register(r->label, items, r->nitems, g->ninst, devs, done, nactive);
+  if (items && done)
+    g->trace = hcq__trace_graph_register(r->label, items, r->nitems, g->ninst, devs, done, nactive);
   free(items);
   free(done);
 }
@@ -310,7 +339,8 @@ static void trace_collect_all(hcq_graph_impl_t *g) {
   for (uint64_t done = 0;;) {
     unsigned pick = g->ninst;
     for (unsigned k = 0; k < g->ninst; k++)
-      if (g->inst[k].kickoff_value > done && (pick == g->ninst || g->inst[k].kickoff_value < g->inst[pick].kickoff_value))
+      if (g->inst[k].kickoff_value > done &&
+          (pick == g->ninst || g->inst[k].kickoff_value < g->inst[pick].kickoff_value))
         pick = k;
     if (pick == g->ninst) return;
     hcq__trace_graph_collect(g->trace, pick);
@@ -324,8 +354,10 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
   for (size_t j = 0; j < r->nitems; j++) {
     const item_sched_t *s = &g->sched[j];
     const hcq__signal_words_t *stamps = g->last_inst->prof_stamps[s->queue / 2]->mem.host;
-    g->prof_timestamps[s->start_stamp] = atomic_load_explicit(&stamps[s->start_stamp].timestamp, memory_order_acquire);
-    g->prof_timestamps[s->end_stamp] = atomic_load_explicit(&stamps[s->end_stamp].timestamp, memory_order_acquire);
+    g->prof_timestamps[s->start_stamp] =
+        atomic_load_explicit(&stamps[s->start_stamp].timestamp, memory_order_acquire);
+    g->prof_timestamps[s->end_stamp] =
+        atomic_load_explicit(&stamps[s->end_stamp].timestamp, memory_order_acquire);
   }
   g->prof_event.replay = g->kickoff_value;
 }
@@ -342,18 +374,25 @@ static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in, wait_ki
   hcq__runner_t *r = &g->base.runner;
   for (size_t d = 0; d < g->ndev; d++) {
     if (!g->active[d]) continue;
-    hcq_status_t st = hcq__wait_signal(in->done_sig[d], in->kickoff_value, HCQ_TIMEOUT_DEFAULT, r->devices, g->ndev);
+    hcq_status_t st = hcq__wait_signal(in->done_sig[d], in->kickoff_value, HCQ_TIMEOUT_DEFAULT,
+                                       r->devices, g->ndev);
     if (!st) continue;
     if (kind == WAIT_THIS_REPLAY && hcq_status_code(st) == HCQ_DEVICE_LOST)
-      return hcq_status_annotate(st, "this replay of %s was queued, but %s was lost before it finished: a lost device "
-                                 "runs nothing more, so its work was dropped", r->label, r->devices[d]->name);
+      return hcq_status_annotate(
+          st,
+          "this replay of %s was queued, but %s was lost before it finished: a lost device "
+          "runs nothing more, so its work was dropped",
+          r->label, r->devices[d]->name);
     if (kind == WAIT_THIS_REPLAY)
-      return hcq_status_annotate(st,
-                                 "this replay of %s was queued but did not finish on %s in time; it stays queued and "
-                                 "runs when the device gets to it: do not run it again",
-                                 r->label, r->devices[d]->name);
-    return hcq_status_annotate(st, "waiting for the previous replay of %s on %s%s", r->label, r->devices[d]->name,
-                               kind == WAIT_BEFORE_SUBMIT ? " (this replay was NOT queued: running it again is safe)" : "");
+      return hcq_status_annotate(
+          st,
+          "this replay of %s was queued but did not finish on %s in time; it stays queued and "
+          "runs when the device gets to it: do not run it again",
+          r->label, r->devices[d]->name);
+    return hcq_status_annotate(
+        st, "waiting for the previous replay of %s on %s%s", r->label, r->devices[d]->name,
+        kind == WAIT_BEFORE_SUBMIT ? " (this replay was NOT queued: running it again is safe)"
+                                   : "");
   }
   return NULL;
 }
@@ -370,7 +409,8 @@ static hcq_status_t wait_previous(hcq_graph_impl_t *g, wait_kind_t kind) {
 static void failed_item(const hcq_graph_impl_t *g, const hcq_queue_t *q, char *out, size_t size) {
   out[0] = '\0';
   uint32_t j;
-  if (!q->failed_patch || !hcq__tag_item(q->failed_patch->tag, &j) || j >= g->base.runner.nitems) return;
+  if (!q->failed_patch || !hcq__tag_item(q->failed_patch->tag, &j) || j >= g->base.runner.nitems)
+    return;
   const hcq_exec_item_t *it = &g->base.runner.items[j];
   if (it->kind == HCQ_ITEM_KERNEL)
     snprintf(out, size, "kernel %s", it->kernel.program->name);
@@ -407,7 +447,8 @@ static inline void commit_replay(hcq_graph_impl_t *g, graph_inst_t *in, uint64_t
     hcq_device_t *dev = r->devices[d];
     if (!g->active[d]) continue;
     hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d], dev));
-    if (in->queues[2 * d + 1]) hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d + 1], dev));
+    if (in->queues[2 * d + 1])
+      hcq_status_destroy(hcq__queue_commit_locked(in->queues[2 * d + 1], dev));
     hcq__timeline_advance(dev);
   }
 }
@@ -432,7 +473,8 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
 
   g->values[0].value = (int64_t)kickoff;
   for (size_t i = 0; i < r->vars.len; i++) g->values[g->user_at + i].value = r->pending_values[i];
-  for (size_t k = 0; k < r->ninputs; k++) g->values[g->inputs_at + k].value = (int64_t)r->pending_inputs[k]->addr;
+  for (size_t k = 0; k < r->ninputs; k++)
+    g->values[g->inputs_at + k].value = (int64_t)r->pending_inputs[k]->addr;
 
   hcq__device_lock_many(r->devices, g->ndev);
   for (size_t d = 0; d < g->ndev && !st; d++) st = hcq__device_prepare_submit(r->devices[d]);
@@ -458,7 +500,8 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
   if (g->trace) {
     hcq__trace_graph_submitted(g->trace, index, kickoff, submit_start);
     /* The replay before this one is read while this one runs, not before its submit. */
-    if (g->ninst > 1) hcq__trace_graph_collect_finished(g->trace, (index + g->ninst - 1) % g->ninst);
+    if (g->ninst > 1)
+      hcq__trace_graph_collect_finished(g->trace, (index + g->ninst - 1) % g->ninst);
   }
   hcq__runner_commit(r);
   if (wait) {
@@ -471,9 +514,11 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
 /* ---- the rest of the vtable ---- */
 
 /* keep_signals: a device of the graph is lost and another may still be waiting on the graph's
- * signals (which live on one device but are read by the queues of all): they are kept, not freed. */
+ * signals (which live on one device but are read by the queues of all): they are kept, not freed.
+ */
 static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
-  void (*release_signal)(hcq_signal_t *) = keep_signals ? hcq__signal_abandon : hcq__signal_free_internal;
+  void (*release_signal)(hcq_signal_t *) =
+      keep_signals ? hcq__signal_abandon : hcq__signal_free_internal;
   hcq__trace_graph_unregister(g->trace);
   for (unsigned i = 0; g->inst && i < g->ninst; i++) {
     graph_inst_t *in = &g->inst[i];
@@ -496,7 +541,8 @@ static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
     hcq_expr_release(g->timeline_addr[d]);
   }
   hcq_expr_release(g->kickoff_var);
-  for (size_t k = 0; g->input_vars && k < g->base.runner.ninputs; k++) hcq_expr_release(g->input_vars[k]);
+  for (size_t k = 0; g->input_vars && k < g->base.runner.ninputs; k++)
+    hcq_expr_release(g->input_vars[k]);
   free(g->input_vars);
   free(g->values);
   free(g->sched);
@@ -531,13 +577,15 @@ static hcq_status_t hcq_graph_destroy_anyway_impl(hcq_graph_t *base) {
   for (size_t d = 0; d < g->ndev; d++) {
     hcq_device_t *dev = base->runner.devices[d];
     for (int k = 0; k < 2; k++)
-      busy |= dev->vt->completed(dev, (hcq_queue_kind_t)k) < dev->vt->submitted(dev, (hcq_queue_kind_t)k);
+      busy |= dev->vt->completed(dev, (hcq_queue_kind_t)k) <
+              dev->vt->submitted(dev, (hcq_queue_kind_t)k);
   }
   free_impl_ex(g, busy);
   return NULL;
 }
 
-static hcq_status_t hcq_graph_item_schedule_impl(const hcq_graph_t *base, size_t i, hcq_graph_item_schedule_t *out) {
+static hcq_status_t hcq_graph_item_schedule_impl(const hcq_graph_t *base, size_t i,
+                                                 hcq_graph_item_schedule_t *out) {
   const hcq_graph_impl_t *g = (const hcq_graph_impl_t *)base;
   const item_sched_t *s = &g->sched[i];
   *out = (hcq_graph_item_schedule_t){s->queue,
@@ -560,8 +608,10 @@ static const hcq_queue_t *hcq_graph_queue_impl(const hcq_graph_t *base, uint32_t
 
 static hcq_status_t hcq_graph_profile_impl(hcq_graph_t *base, const hcq_profile_event_t **out) {
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
-  if (!g->profile) return hcq_status_make(HCQ_FAILED_PRECONDITION, "the graph was built without profiling");
-  if (!g->kickoff_value) return hcq_status_make(HCQ_FAILED_PRECONDITION, "the graph has not run yet");
+  if (!g->profile)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "the graph was built without profiling");
+  if (!g->kickoff_value)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "the graph has not run yet");
   hcq_status_t st = wait_previous(g, WAIT_PREVIOUS);
   if (st) return st;
   collect_timestamps(g);
@@ -579,9 +629,11 @@ static const hcq__graph_vtable_t hcq_graph_vtable = {
     .profile = hcq_graph_profile_impl,
 };
 
-hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out) {
+hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight,
+                                   hcq_graph_t **out) {
   if (runner->ndevices > HCQ__GRAPH_MAX_DEVICES)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "an HCQ graph spans at most %d devices; these items use %zu",
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "an HCQ graph spans at most %d devices; these items use %zu",
                            HCQ__GRAPH_MAX_DEVICES, runner->ndevices);
   hcq_graph_impl_t *g = hcq__graph_alloc(sizeof(*g), &hcq_graph_vtable, runner);
   if (!g) return oom();
@@ -605,7 +657,9 @@ hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned
   return NULL;
 }
 
-uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g) { return ((const hcq_graph_impl_t *)g)->kickoff_value; }
+uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g) {
+  return ((const hcq_graph_impl_t *)g)->kickoff_value;
+}
 
 void hcq__graph_pretend_replays_for_tests(hcq_graph_t *base, uint64_t replays) {
   hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;

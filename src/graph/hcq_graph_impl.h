@@ -18,15 +18,16 @@ typedef struct item_sched {
   bool foreign; /* another rank's alone (hcq__item_is_foreign): not encoded here */
 } item_sched_t;
 
-/* One replay instance: its own bound queues, kernel arguments, signals and profile timestamps, so up
- * to `inflight` replays of one graph can be in flight at once, each patched on its own. Replays use
- * the instances in turn; an instance is reused once its previous replay finished. */
+/* One replay instance: its own bound queues, kernel arguments, signals and profile timestamps, so
+ * up to `inflight` replays of one graph can be in flight at once, each patched on its own. Replays
+ * use the instances in turn; an instance is reused once its previous replay finished. */
 typedef struct graph_inst {
   hcq_queue_t *queues[2 * HCQ__GRAPH_MAX_DEVICES]; /* 2d compute, 2d+1 copy (NULL when unused) */
   hcq_signal_t *queue_sig[2 * HCQ__GRAPH_MAX_DEVICES];
   hcq_signal_t *dev_sig[HCQ__GRAPH_MAX_DEVICES];
-  /* Each compute queue ends by setting its device's done signal to K: a later replay of this instance,
-   * a profile and destroy wait for it. The graph's own signal, so timeline wraps cannot reset it. */
+  /* Each compute queue ends by setting its device's done signal to K: a later replay of this
+   * instance, a profile and destroy wait for it. The graph's own signal, so timeline wraps cannot
+   * reset it. */
   hcq_signal_t *done_sig[HCQ__GRAPH_MAX_DEVICES];
   hcq_buffer_t *kernargs[HCQ__GRAPH_MAX_DEVICES];
   hcq_buffer_t *prof_stamps[HCQ__GRAPH_MAX_DEVICES];

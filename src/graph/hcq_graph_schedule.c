@@ -7,7 +7,9 @@
 #include "core/remote.h"
 #include "graph/hcq_graph_impl.h"
 
-static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
+static hcq_status_t oom(void) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph");
+}
 
 typedef struct {
   uint32_t queue, value;
@@ -15,7 +17,9 @@ typedef struct {
 
 static int dep_by_value_desc(const void *a, const void *b) {
   const dep_t *x = a, *y = b;
-  return x->value < y->value ? 1 : x->value > y->value ? -1 : (x->queue > y->queue) - (x->queue < y->queue);
+  return x->value < y->value   ? 1
+         : x->value > y->value ? -1
+                               : (x->queue > y->queue) - (x->queue < y->queue);
 }
 
 /* What scheduling has learned so far, item by item, and its scratch. */
@@ -35,7 +39,8 @@ static void mark_foreign_and_active(hcq_graph_impl_t *g) {
   for (size_t d = 0; d < g->ndev; d++) g->active[d] = !hcq__device_is_remote(r->devices[d]);
   for (uint32_t j = 0; j < r->nitems; j++) {
     g->sched[j].foreign = hcq__item_is_foreign(&r->items[j]);
-    if (!g->sched[j].foreign) g->active[hcq__runner_device_index(r, hcq__item_device(&r->items[j]))] = true;
+    if (!g->sched[j].foreign)
+      g->active[hcq__runner_device_index(r, hcq__item_device(&r->items[j]))] = true;
   }
 }
 
@@ -63,8 +68,8 @@ static size_t new_deps(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t q) {
 
 /* Device readiness: the item waits for the device signal of every device of its buffers that its
  * queue does not know is ready. */
-static hcq_status_t add_ready_waits(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t q, const hcq__item_access_t *acc,
-                                    item_sched_t *s) {
+static hcq_status_t add_ready_waits(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t q,
+                                    const hcq__item_access_t *acc, item_sched_t *s) {
   hcq__runner_t *r = &g->base.runner;
   hcq_status_t st = NULL;
   s->ready_at = (uint32_t)g->ready.len;
@@ -88,7 +93,8 @@ static hcq_status_t schedule_item(hcq_graph_impl_t *g, sched_state_t *ss, uint32
   if (s->foreign) {
     /* Not in the tracker either: no item here waits for it (what it exchanges with this rank is
      * a message, which orders itself). */
-    s->waits_at = (uint32_t)g->waits.len, s->ready_at = (uint32_t)g->ready.len, s->deps_at = (uint32_t)g->deps.len;
+    s->waits_at = (uint32_t)g->waits.len, s->ready_at = (uint32_t)g->ready.len,
+    s->deps_at = (uint32_t)g->deps.len;
     s->start_stamp = 2 * j, s->end_stamp = 2 * j + 1;
     return NULL;
   }
@@ -102,7 +108,8 @@ static hcq_status_t schedule_item(hcq_graph_impl_t *g, sched_state_t *ss, uint32
   st = add_ready_waits(g, ss, q, &acc, s);
 
   /* In-order queues need no waits on themselves. */
-  bool in_order = (it->kind == HCQ_ITEM_TRANSFER) || (r->devices[d]->caps & HCQ_CAP_IN_ORDER_QUEUES);
+  bool in_order =
+      (it->kind == HCQ_ITEM_TRANSFER) || (r->devices[d]->caps & HCQ_CAP_IN_ORDER_QUEUES);
   s->waits_at = (uint32_t)g->waits.len;
   for (size_t i = 0; i < kept && !st; i++) {
     if (in_order && ss->deps[i].queue == q) continue;

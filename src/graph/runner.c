@@ -9,7 +9,9 @@
 #include "core/queue.h"
 #include "graph/runner.h"
 
-static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph"); }
+static hcq_status_t oom(void) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph");
+}
 
 uint32_t hcq__runner_device_index(const hcq__runner_t *r, const hcq_device_t *dev) {
   for (size_t i = 0; i < r->ndevices; i++)
@@ -19,7 +21,9 @@ uint32_t hcq__runner_device_index(const hcq__runner_t *r, const hcq_device_t *de
 
 static hcq_status_t add_device(hcq__runner_t *r, hcq_device_t *dev) {
   if (hcq__runner_device_index(r, dev) != UINT32_MAX) return NULL;
-  if (!hcq__vec_reserve((void **)&r->devices, &r->devices_cap, r->ndevices + 1, sizeof(*r->devices))) return oom();
+  if (!hcq__vec_reserve((void **)&r->devices, &r->devices_cap, r->ndevices + 1,
+                        sizeof(*r->devices)))
+    return oom();
   r->devices[r->ndevices++] = dev;
   return NULL;
 }
@@ -47,7 +51,6 @@ static hcq_status_t add_vars(hcq__runner_t *r, const hcq_expr_t *e) {
   if (all != found) free((void *)all);
   return st;
 }
-
 
 void hcq__runner_deinit(hcq__runner_t *r) {
   for (size_t j = 0; j < r->nitems; j++) hcq__exec_item_release(&r->items[j]);
@@ -93,7 +96,8 @@ void hcq__runner_mark(hcq__runner_t *r, const char *created_by, const hcq__runne
 }
 
 static int key_cmp(const void *a, const void *b) {
-  uintptr_t x = ((const struct hcq__runner_key *)a)->base, y = ((const struct hcq__runner_key *)b)->base;
+  uintptr_t x = ((const struct hcq__runner_key *)a)->base,
+            y = ((const struct hcq__runner_key *)b)->base;
   return (x > y) - (x < y);
 }
 
@@ -125,7 +129,8 @@ static hcq_status_t collect_aliasing(hcq__runner_t *r) {
         continue;
       }
       hcq_buffer_t *base = hcq_buffer_base(acc.bufs[i]);
-      r->fixed[r->nfixed++] = (struct hcq__runner_key){(uintptr_t)base, base, acc.writes[i] ? j : UINT32_MAX};
+      r->fixed[r->nfixed++] =
+          (struct hcq__runner_key){(uintptr_t)base, base, acc.writes[i] ? j : UINT32_MAX};
     }
   }
   qsort(r->fixed, r->nfixed, sizeof(*r->fixed), key_cmp);
@@ -163,36 +168,44 @@ static hcq_status_t check_aliasing(const hcq__runner_t *r, size_t k) {
   const struct hcq__runner_key *f = find_fixed(r, nb);
   char n1[96], n2[96];
   if (f && (k_written || f->writer != UINT32_MAX))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "input %zu: %s aliases %s, which the graph uses as a fixed buffer (%s by item %" PRIu32
-                           "): dependencies were fixed at build; pass a buffer that does not overlap the graph's others",
-                           k, hcq__buffer_name(nb_buf, n1), hcq__buffer_name(f->buf, n2),
-                           k_written ? "the input is written" : "written", k_written ? r->input_writer[k] : f->writer);
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "input %zu: %s aliases %s, which the graph uses as a fixed buffer (%s by item %" PRIu32
+        "): dependencies were fixed at build; pass a buffer that does not overlap the graph's "
+        "others",
+        k, hcq__buffer_name(nb_buf, n1), hcq__buffer_name(f->buf, n2),
+        k_written ? "the input is written" : "written", k_written ? r->input_writer[k] : f->writer);
   for (size_t j = 0; j < r->ninputs; j++) {
     if (j == k || r->input_base[j] == ob) continue;
     if ((uintptr_t)hcq_buffer_base(r->pending_inputs[j]) != nb) continue;
     if (!k_written && r->input_writer[j] == UINT32_MAX) continue;
-    return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "input %zu: %s aliases input %zu (%s), and item %" PRIu32
-                           " writes one of them: dependencies were fixed at build; pass buffers that do not overlap",
-                           k, hcq__buffer_name(nb_buf, n1), j, hcq__buffer_name(r->pending_inputs[j], n2),
-                           k_written ? r->input_writer[k] : r->input_writer[j]);
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "input %zu: %s aliases input %zu (%s), and item %" PRIu32
+        " writes one of them: dependencies were fixed at build; pass buffers that do not overlap",
+        k, hcq__buffer_name(nb_buf, n1), j, hcq__buffer_name(r->pending_inputs[j], n2),
+        k_written ? r->input_writer[k] : r->input_writer[j]);
   }
   return NULL;
 }
 
 hcq_status_t hcq__runner_enter(hcq__runner_t *r, const char *what) {
   bool expected = false;
-  if (!atomic_compare_exchange_strong_explicit(&r->busy, &expected, true, memory_order_acquire, memory_order_relaxed))
-    return hcq_status_make(HCQ_FAILED_PRECONDITION,
-                           "%s: %s is being used by another thread (one thread at a time per graph or jit)", what,
-                           r->label ? r->label : "the graph");
+  if (!atomic_compare_exchange_strong_explicit(&r->busy, &expected, true, memory_order_acquire,
+                                               memory_order_relaxed))
+    return hcq_status_make(
+        HCQ_FAILED_PRECONDITION,
+        "%s: %s is being used by another thread (one thread at a time per graph or jit)", what,
+        r->label ? r->label : "the graph");
   return NULL;
 }
 
-void hcq__runner_leave(hcq__runner_t *r) { atomic_store_explicit(&r->busy, false, memory_order_release); }
+void hcq__runner_leave(hcq__runner_t *r) {
+  atomic_store_explicit(&r->busy, false, memory_order_release);
+}
 
-/* First pass: structure, devices, variables, input slots. Symbols are not evaluated yet (vals NULL). */
+/* First pass: structure, devices, variables, input slots. Symbols are not evaluated yet (vals
+ * NULL). */
 static hcq_status_t collect(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems) {
   const hcq_var_value_t *vals = NULL;
   size_t nvals = 0;
@@ -234,13 +247,17 @@ static hcq_status_t collect(hcq__runner_t *r, const hcq_exec_item_t *items, size
 }
 
 hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems,
-                              hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals, size_t nvals,
-                              const char *kind) {
+                              hcq_buffer_t *const *inputs, size_t ninputs,
+                              const hcq_var_value_t *vals, size_t nvals, const char *kind) {
   memset(r, 0, sizeof(*r));
-  if (!items || nitems == 0) return hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph needs at least one item");
-  if (nitems >= UINT32_MAX / 2) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu items are too many", nitems);
-  if (ninputs && !inputs) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu inputs but the array is NULL", ninputs);
-  if (nvals && !vals) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu values but the array is NULL", nvals);
+  if (!items || nitems == 0)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph needs at least one item");
+  if (nitems >= UINT32_MAX / 2)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu items are too many", nitems);
+  if (ninputs && !inputs)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu inputs but the array is NULL", ninputs);
+  if (nvals && !vals)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu values but the array is NULL", nvals);
   hcq_status_t values_st = hcq__var_values_check(vals, nvals, kind);
   if (values_st) return values_st;
   for (size_t k = 0; k < ninputs; k++) {
@@ -253,7 +270,8 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
     }
     for (size_t i = 0; i < k; i++)
       if (inputs[i] == inputs[k])
-        return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu (%s) is listed twice", k, inputs[k]->label);
+        return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu (%s) is listed twice", k,
+                               inputs[k]->label);
   }
   r->ninputs = ninputs;
   r->inputs = calloc(ninputs ? ninputs : 1, sizeof(*r->inputs));
@@ -286,8 +304,10 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   /* Second pass: every symbolic operand evaluates into its field with the initial values. */
   for (size_t j = 0; j < nitems && !st; j++) {
     char who[96];
-    snprintf(who, sizeof(who), "item %zu (%s)", j, items[j].kind == HCQ_ITEM_KERNEL ? items[j].kernel.program->name : "");
-    if (items[j].kind == HCQ_ITEM_KERNEL) st = hcq__kernel_item_check(&items[j].kernel, who, nvals ? vals : hcq__no_var_values, nvals);
+    snprintf(who, sizeof(who), "item %zu (%s)", j,
+             items[j].kind == HCQ_ITEM_KERNEL ? items[j].kernel.program->name : "");
+    if (items[j].kind == HCQ_ITEM_KERNEL)
+      st = hcq__kernel_item_check(&items[j].kernel, who, nvals ? vals : hcq__no_var_values, nvals);
   }
   if (!st) {
     r->items = calloc(nitems, sizeof(*r->items));
@@ -311,7 +331,8 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
   if (!st) {
     static atomic_ulong counter;
     char label[64];
-    snprintf(label, sizeof(label), "%s#%lu (%zu items)", kind, atomic_fetch_add(&counter, 1) + 1, r->nitems);
+    snprintf(label, sizeof(label), "%s#%lu (%zu items)", kind, atomic_fetch_add(&counter, 1) + 1,
+             r->nitems);
     r->label = strdup(label);
     r->objs = calloc(r->ndevices, sizeof(*r->objs));
     if (!r->label || !r->objs) st = oom();
@@ -326,13 +347,14 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
 
 static hcq_status_t check_input_count(const hcq__runner_t *r, size_t ninputs) {
   if (ninputs == r->ninputs) return NULL;
-  return hcq_status_make(HCQ_INVALID_ARGUMENT, "the graph has %zu inputs but the replay passed %zu", r->ninputs,
-                         ninputs);
+  return hcq_status_make(HCQ_INVALID_ARGUMENT, "the graph has %zu inputs but the replay passed %zu",
+                         r->ninputs, ninputs);
 }
 
 /* The replay's variable values over the current ones (others keep theirs); check: each within its
  * variable's range. */
-static hcq_status_t stage_values(hcq__runner_t *r, const hcq_var_value_t *vals, size_t nvals, bool check) {
+static hcq_status_t stage_values(hcq__runner_t *r, const hcq_var_value_t *vals, size_t nvals,
+                                 bool check) {
   memcpy(r->pending_values, r->values, r->vars.len * sizeof(int64_t));
   for (size_t i = 0; i < nvals; i++) {
     bool used = false;
@@ -349,10 +371,11 @@ static hcq_status_t stage_values(hcq__runner_t *r, const hcq_var_value_t *vals, 
     for (size_t v = 0; name && v < r->vars.len; v++) {
       const char *mine = hcq_var_name(r->vars.data[v]);
       if (mine && !strcmp(mine, name))
-        return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                               "variable %s is not the one %s was built with but another of the same name "
-                               "(variables are matched by object: pass the one the items use)",
-                               name, r->label);
+        return hcq_status_make(
+            HCQ_INVALID_ARGUMENT,
+            "variable %s is not the one %s was built with but another of the same name "
+            "(variables are matched by object: pass the one the items use)",
+            name, r->label);
     }
   }
   return NULL;
@@ -368,17 +391,21 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
   if ((cst = hcq__var_values_check(vals, nvals, NULL))) return cst;
   for (size_t k = 0; k < ninputs; k++) {
     hcq_buffer_t *want = r->inputs[k], *got = inputs[k];
-    if (!got && !r->null_input_keeps) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is missing (NULL)", k);
+    if (!got && !r->null_input_keeps)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is missing (NULL)", k);
     /* Kept: the runner holds a reference to its current input (the last replay's, or the built
      * one), so it is alive; validation checks it again below. */
     if (!got) got = want;
     char n1[96], n2[96];
     if (got->size != want->size)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu: %s has %" PRIu64 " bytes but the graph's input %s has %" PRIu64,
-                             k, hcq__buffer_name(got, n1), got->size, hcq__buffer_name(want, n2), want->size);
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "input %zu: %s has %" PRIu64 " bytes but the graph's input %s has %" PRIu64, k,
+          hcq__buffer_name(got, n1), got->size, hcq__buffer_name(want, n2), want->size);
     if (got->dev != want->dev)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu: %s is on %s but the graph's input %s is on %s", k,
-                             hcq__buffer_name(got, n1), got->dev->name, hcq__buffer_name(want, n2), want->dev->name);
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT, "input %zu: %s is on %s but the graph's input %s is on %s", k,
+          hcq__buffer_name(got, n1), got->dev->name, hcq__buffer_name(want, n2), want->dev->name);
     if (hcq__validating) {
       char what[32];
       snprintf(what, sizeof(what), "input %zu", k);
@@ -388,7 +415,8 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
     r->pending_inputs[k] = got;
   }
   for (size_t k = 0; k < ninputs; k++) {
-    if (r->pending_inputs[k] == r->inputs[k] && r->pending_inputs[k] == r->build_inputs[k]) continue;
+    if (r->pending_inputs[k] == r->inputs[k] && r->pending_inputs[k] == r->build_inputs[k])
+      continue;
     hcq_status_t st = check_aliasing(r, k);
     if (st) return st;
   }
@@ -414,8 +442,9 @@ hcq_status_t hcq__runner_stage(hcq__runner_t *r, hcq_buffer_t *const *inputs, si
   return NULL;
 }
 
-hcq_status_t hcq__runner_stage_prechecked(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs,
-                                          const hcq_var_value_t *vals, size_t nvals) {
+hcq_status_t hcq__runner_stage_prechecked(hcq__runner_t *r, hcq_buffer_t *const *inputs,
+                                          size_t ninputs, const hcq_var_value_t *vals,
+                                          size_t nvals) {
   hcq_status_t st = check_input_count(r, ninputs);
   if (st) return st;
   memcpy(r->pending_inputs, inputs, ninputs * sizeof(*inputs));
@@ -431,9 +460,8 @@ void hcq__runner_commit(hcq__runner_t *r) {
   memcpy(r->values, r->pending_values, r->vars.len * sizeof(int64_t));
 }
 
-
-hcq_exec_item_t hcq__runner_item_with_inputs(const hcq__runner_t *r, size_t j, size_t from, size_t to,
-                                             hcq_buffer_t **bufs) {
+hcq_exec_item_t hcq__runner_item_with_inputs(const hcq__runner_t *r, size_t j, size_t from,
+                                             size_t to, hcq_buffer_t **bufs) {
   hcq_exec_item_t it = r->items[j];
   if (it.kind == HCQ_ITEM_KERNEL && from < to) {
     memcpy(bufs, it.kernel.bufs, it.kernel.nbufs * sizeof(*bufs));

@@ -20,17 +20,17 @@ typedef struct plan_item {
 struct hcq__update_plan {
   plan_item_t *items;
   size_t nitems;
-  uint32_t *arg_input;           /* per argument */
-  hcq_operand_t *ops;            /* retained symbols */
+  uint32_t *arg_input; /* per argument */
+  hcq_operand_t *ops;  /* retained symbols */
   size_t nops;
   uint64_t *args_held, *args_next;
   int32_t *vals_held, *vals_next;
   uint32_t *dims_held, *dims_next;
   uint64_t *inputs_held, *inputs_next;
   size_t ninputs;
-  const hcq_expr_t **vars;       /* retained */
+  const hcq_expr_t **vars; /* retained */
   int64_t *values_held, *values_next;
-  hcq_var_value_t *bind;         /* scratch for evaluation */
+  hcq_var_value_t *bind; /* scratch for evaluation */
   size_t nvars;
   uint32_t *by_input_at, *by_input; /* CSR: items per input */
   uint32_t *by_var_at, *by_var;     /* CSR: items per variable */
@@ -40,7 +40,9 @@ struct hcq__update_plan {
   bool all_stale; /* an abort could not remember its items: every updatable item is listed next */
 };
 
-static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory planning graph updates"); }
+static hcq_status_t oom(void) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory planning graph updates");
+}
 
 static bool is_symbolic(hcq_operand_t op) { return op.sym && !hcq_expr_is_const(op.sym); }
 
@@ -51,7 +53,8 @@ static size_t var_index(const hcq__update_plan_t *p, const hcq_expr_t *v) {
 }
 
 /* Calls fn(p, var index, item) for each variable operand j uses (repeats allowed). */
-static hcq_status_t for_item_vars(hcq__update_plan_t *p, uint32_t j, void (*fn)(hcq__update_plan_t *, size_t, uint32_t)) {
+static hcq_status_t for_item_vars(hcq__update_plan_t *p, uint32_t j,
+                                  void (*fn)(hcq__update_plan_t *, size_t, uint32_t)) {
   const plan_item_t *it = &p->items[j];
   size_t nops = it->nvals + (it->dims_at != UINT32_MAX ? 6 : 0);
   for (size_t o = 0; o < nops; o++) {
@@ -59,11 +62,14 @@ static hcq_status_t for_item_vars(hcq__update_plan_t *p, uint32_t j, void (*fn)(
     if (!is_symbolic(*op)) continue;
     const hcq_expr_t *found[16];
     size_t n = hcq_expr_vars(op->sym, found, 16);
-    if (n > 16) return hcq_status_make(HCQ_INVALID_ARGUMENT, "item %" PRIu32 ": an operand uses more than 16 variables", j);
+    if (n > 16)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "item %" PRIu32 ": an operand uses more than 16 variables", j);
     for (size_t i = 0; i < n; i++) {
       size_t v = var_index(p, found[i]);
       if (v == SIZE_MAX)
-        return hcq_status_make(HCQ_NOT_FOUND, "item %" PRIu32 ": variable %s has no value", j, hcq_var_name(found[i]));
+        return hcq_status_make(HCQ_NOT_FOUND, "item %" PRIu32 ": variable %s has no value", j,
+                               hcq_var_name(found[i]));
       fn(p, v, j);
     }
   }
@@ -86,7 +92,8 @@ static hcq_status_t evaluate(hcq__update_plan_t *p, uint32_t j, const uint64_t *
   plan_item_t *it = &p->items[j];
   for (uint32_t a = 0; a < it->nargs; a++) {
     uint32_t k = p->arg_input[it->args_at + a];
-    p->args_next[it->args_at + a] = k != HCQ__PLAN_NO_INPUT ? inputs[k] : p->args_held[it->args_at + a];
+    p->args_next[it->args_at + a] =
+        k != HCQ__PLAN_NO_INPUT ? inputs[k] : p->args_held[it->args_at + a];
   }
   size_t nops = it->nvals + (it->dims_at != UINT32_MAX ? 6 : 0);
   for (size_t o = 0; o < nops; o++) {
@@ -104,8 +111,11 @@ static hcq_status_t evaluate(hcq__update_plan_t *p, uint32_t j, const uint64_t *
       if (is_val)
         snprintf(name, sizeof(name), "value %zu", o);
       else
-        snprintf(name, sizeof(name), "%s[%zu]", o - it->nvals < 3 ? "global" : "local", (o - it->nvals) % 3);
-      return hcq_status_make(HCQ_OUT_OF_RANGE, "item %" PRIu32 ": %s %s = %" PRId64 " does not fit [%" PRId64 ", %" PRId64 "]",
+        snprintf(name, sizeof(name), "%s[%zu]", o - it->nvals < 3 ? "global" : "local",
+                 (o - it->nvals) % 3);
+      return hcq_status_make(HCQ_OUT_OF_RANGE,
+                             "item %" PRIu32 ": %s %s = %" PRId64 " does not fit [%" PRId64
+                             ", %" PRId64 "]",
                              j, name, text, v, lo, hi);
     }
     if (is_val)
@@ -118,22 +128,29 @@ static hcq_status_t evaluate(hcq__update_plan_t *p, uint32_t j, const uint64_t *
 }
 
 static bool differs(const hcq__update_plan_t *p, const plan_item_t *it) {
-  if (memcmp(p->args_next + it->args_at, p->args_held + it->args_at, it->nargs * sizeof(uint64_t))) return true;
-  if (memcmp(p->vals_next + it->vals_at, p->vals_held + it->vals_at, it->nvals * sizeof(int32_t))) return true;
-  return it->dims_at != UINT32_MAX && memcmp(p->dims_next + it->dims_at, p->dims_held + it->dims_at, 6 * sizeof(uint32_t));
+  if (memcmp(p->args_next + it->args_at, p->args_held + it->args_at, it->nargs * sizeof(uint64_t)))
+    return true;
+  if (memcmp(p->vals_next + it->vals_at, p->vals_held + it->vals_at, it->nvals * sizeof(int32_t)))
+    return true;
+  return it->dims_at != UINT32_MAX &&
+         memcmp(p->dims_next + it->dims_at, p->dims_held + it->dims_at, 6 * sizeof(uint32_t));
 }
 
 static void hold(hcq__update_plan_t *p, const plan_item_t *it) {
   memcpy(p->args_held + it->args_at, p->args_next + it->args_at, it->nargs * sizeof(uint64_t));
   memcpy(p->vals_held + it->vals_at, p->vals_next + it->vals_at, it->nvals * sizeof(int32_t));
-  if (it->dims_at != UINT32_MAX) memcpy(p->dims_held + it->dims_at, p->dims_next + it->dims_at, 6 * sizeof(uint32_t));
+  if (it->dims_at != UINT32_MAX)
+    memcpy(p->dims_held + it->dims_at, p->dims_next + it->dims_at, 6 * sizeof(uint32_t));
 }
 
-hcq_status_t hcq__update_plan_create(const hcq__plan_item_t *items, size_t nitems, const uint64_t *const *fixed_args,
-                                     const uint64_t *inputs, size_t ninputs, const hcq_expr_t *const *vars,
-                                     const int64_t *values, size_t nvars, hcq__update_plan_t **out) {
+hcq_status_t hcq__update_plan_create(const hcq__plan_item_t *items, size_t nitems,
+                                     const uint64_t *const *fixed_args, const uint64_t *inputs,
+                                     size_t ninputs, const hcq_expr_t *const *vars,
+                                     const int64_t *values, size_t nvars,
+                                     hcq__update_plan_t **out) {
   *out = NULL;
-  if (nitems >= UINT32_MAX / 8) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu items are too many", nitems);
+  if (nitems >= UINT32_MAX / 8)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu items are too many", nitems);
   hcq__update_plan_t *p = calloc(1, sizeof(*p));
   if (!p) return oom();
   size_t nargs = 0, nvals = 0, ndims = 0, nops = 0;
@@ -163,9 +180,10 @@ hcq_status_t hcq__update_plan_create(const hcq__plan_item_t *items, size_t nitem
   p->bind = calloc(nvars + 1, sizeof(hcq_var_value_t));
   p->by_input_at = calloc(ninputs + 2, sizeof(uint32_t));
   p->by_var_at = calloc(nvars + 2, sizeof(uint32_t));
-  if (!p->items || !p->arg_input || !p->ops || !p->args_held || !p->args_next || !p->vals_held || !p->vals_next ||
-      !p->dims_held || !p->dims_next || !p->inputs_held || !p->inputs_next || !p->vars || !p->values_held ||
-      !p->values_next || !p->bind || !p->by_input_at || !p->by_var_at) {
+  if (!p->items || !p->arg_input || !p->ops || !p->args_held || !p->args_next || !p->vals_held ||
+      !p->vals_next || !p->dims_held || !p->dims_next || !p->inputs_held || !p->inputs_next ||
+      !p->vars || !p->values_held || !p->values_next || !p->bind || !p->by_input_at ||
+      !p->by_var_at) {
     hcq__update_plan_free(p);
     return oom();
   }
@@ -180,13 +198,22 @@ hcq_status_t hcq__update_plan_create(const hcq__plan_item_t *items, size_t nitem
   for (uint32_t j = 0; j < nitems && !st; j++) {
     const hcq__plan_item_t *src = &items[j];
     plan_item_t *it = &p->items[j];
-    *it = (plan_item_t){(uint32_t)src->nargs, (uint32_t)src->nvals, a_at, v_at, src->global ? d_at : UINT32_MAX, o_at,
-                        0, 0, false, false};
+    *it = (plan_item_t){(uint32_t)src->nargs,
+                        (uint32_t)src->nvals,
+                        a_at,
+                        v_at,
+                        src->global ? d_at : UINT32_MAX,
+                        o_at,
+                        0,
+                        0,
+                        false,
+                        false};
     for (size_t a = 0; a < src->nargs; a++) {
       uint32_t k = src->arg_input ? src->arg_input[a] : HCQ__PLAN_NO_INPUT;
       if (k != HCQ__PLAN_NO_INPUT && k >= ninputs) {
-        st = hcq_status_make(HCQ_OUT_OF_RANGE, "item %" PRIu32 ": argument %zu names input %" PRIu32 " of %zu", j, a, k,
-                             ninputs);
+        st = hcq_status_make(HCQ_OUT_OF_RANGE,
+                             "item %" PRIu32 ": argument %zu names input %" PRIu32 " of %zu", j, a,
+                             k, ninputs);
         break;
       }
       p->arg_input[a_at + a] = k;
@@ -198,14 +225,17 @@ hcq_status_t hcq__update_plan_create(const hcq__plan_item_t *items, size_t nitem
     }
     for (size_t i = 0; i < src->nvals; i++) p->ops[o_at + i] = src->vals[i];
     if (src->global)
-      for (int i = 0; i < 3; i++) p->ops[o_at + src->nvals + i] = src->global[i], p->ops[o_at + src->nvals + 3 + i] = src->local[i];
+      for (int i = 0; i < 3; i++)
+        p->ops[o_at + src->nvals + i] = src->global[i],
+                                   p->ops[o_at + src->nvals + 3 + i] = src->local[i];
     size_t n = src->nvals + (src->global ? 6 : 0);
     for (size_t i = 0; i < n; i++) {
       hcq_expr_retain(p->ops[o_at + i].sym);
       p->nops = o_at + i + 1;
       if (is_symbolic(p->ops[o_at + i])) it->updatable = true;
     }
-    a_at += (uint32_t)src->nargs, v_at += (uint32_t)src->nvals, d_at += src->global ? 6 : 0, o_at += (uint32_t)n;
+    a_at += (uint32_t)src->nargs, v_at += (uint32_t)src->nvals, d_at += src->global ? 6 : 0,
+        o_at += (uint32_t)n;
     if (!st) st = for_item_vars(p, j, count_var);
     p->nupdatable += it->updatable;
   }
@@ -286,8 +316,9 @@ static int cmp_u32(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-hcq_status_t hcq__update_plan_prepare(hcq__update_plan_t *p, const uint64_t *inputs, const int64_t *values,
-                                      const uint32_t **out_items, size_t *out_count) {
+hcq_status_t hcq__update_plan_prepare(hcq__update_plan_t *p, const uint64_t *inputs,
+                                      const int64_t *values, const uint32_t **out_items,
+                                      size_t *out_count) {
   p->gen++;
   p->dirty.len = p->changed.len = 0;
   *out_items = NULL;
@@ -296,7 +327,8 @@ hcq_status_t hcq__update_plan_prepare(hcq__update_plan_t *p, const uint64_t *inp
   for (size_t k = 0; k < p->ninputs; k++) {
     p->inputs_next[k] = inputs[k];
     if (inputs[k] == p->inputs_held[k]) continue;
-    for (uint32_t i = p->by_input_at[k]; i < p->by_input_at[k + 1]; i++) ok &= mark(p, p->by_input[i]);
+    for (uint32_t i = p->by_input_at[k]; i < p->by_input_at[k + 1]; i++)
+      ok &= mark(p, p->by_input[i]);
   }
   for (size_t v = 0; v < p->nvars; v++) {
     p->values_next[v] = values[v];
@@ -409,8 +441,9 @@ hcq_status_t hcq__update_plan_for_runner(const hcq__runner_t *r, hcq__update_pla
       arg_input[first_arg + slot->arg] = slot->input;
     }
     for (size_t k = 0; k < r->ninputs; k++) inputs[k] = r->build_inputs[k]->addr;
-    st = hcq__update_plan_create(items, r->nitems, fixed, inputs, r->ninputs, (const hcq_expr_t *const *)r->vars.data,
-                                 r->values, r->vars.len, out);
+    st = hcq__update_plan_create(items, r->nitems, fixed, inputs, r->ninputs,
+                                 (const hcq_expr_t *const *)r->vars.data, r->values, r->vars.len,
+                                 out);
   }
   free(items);
   free(arg_input);

@@ -25,7 +25,8 @@
 
 /* One item as the planner sees it. For a kernel: nargs buffer arguments, arg_input[i] the input
  * index argument i holds (HCQ__PLAN_NO_INPUT: a fixed buffer), vals and the dims as operands. For a
- * transfer: nargs 2 (0 dst, 1 src), no values, global/local NULL. Arrays are read during init only. */
+ * transfer: nargs 2 (0 dst, 1 src), no values, global/local NULL. Arrays are read during init only.
+ */
 typedef struct hcq__plan_item {
   size_t nargs;
   const uint32_t *arg_input;
@@ -37,9 +38,9 @@ typedef struct hcq__plan_item {
 /* What the planner says an item's operands are: every argument address (inputs' current ones,
  * fixed ones as given at init), value and dim. Valid until the next prepare. */
 typedef struct hcq__plan_values {
-  const uint64_t *args;    /* nargs */
-  const int32_t *vals;     /* nvals */
-  const uint32_t *global;  /* 3, or NULL for transfers */
+  const uint64_t *args;   /* nargs */
+  const int32_t *vals;    /* nvals */
+  const uint32_t *global; /* 3, or NULL for transfers */
   const uint32_t *local;
 } hcq__plan_values_t;
 
@@ -49,9 +50,12 @@ typedef struct hcq__update_plan hcq__update_plan_t;
  * inputs the input addresses the graph was instantiated with, vars/values the variables and the
  * values it was instantiated with (every variable of the items must be among them). The held
  * values start as these. */
-HCQ_MUST_USE hcq_status_t hcq__update_plan_create(const hcq__plan_item_t *items, size_t nitems, const uint64_t *const *fixed_args,
-                                                  const uint64_t *inputs, size_t ninputs, const hcq_expr_t *const *vars,
-                                                  const int64_t *values, size_t nvars, hcq__update_plan_t **out);
+HCQ_MUST_USE hcq_status_t hcq__update_plan_create(const hcq__plan_item_t *items, size_t nitems,
+                                                  const uint64_t *const *fixed_args,
+                                                  const uint64_t *inputs, size_t ninputs,
+                                                  const hcq_expr_t *const *vars,
+                                                  const int64_t *values, size_t nvars,
+                                                  hcq__update_plan_t **out);
 void hcq__update_plan_free(hcq__update_plan_t *plan);
 
 /* Evaluates the items that depend on an input or variable whose value differs from the last
@@ -59,10 +63,12 @@ void hcq__update_plan_free(hcq__update_plan_t *plan);
  * differ from what the graph holds. values are per variable, in the order given at create.
  * Nothing held changes. Fails (OUT_OF_RANGE naming the item and operand) when an operand does
  * not fit its field; then nothing is listed. */
-HCQ_MUST_USE hcq_status_t hcq__update_plan_prepare(hcq__update_plan_t *plan, const uint64_t *inputs, const int64_t *values,
+HCQ_MUST_USE hcq_status_t hcq__update_plan_prepare(hcq__update_plan_t *plan, const uint64_t *inputs,
+                                                   const int64_t *values,
                                                    const uint32_t **out_items, size_t *out_count);
 /* The operands of item j as of the last prepare (changed items: the new ones). */
-void hcq__update_plan_values(const hcq__update_plan_t *plan, uint32_t item, hcq__plan_values_t *out);
+void hcq__update_plan_values(const hcq__update_plan_t *plan, uint32_t item,
+                             hcq__plan_values_t *out);
 /* The graph now holds what prepare listed. */
 void hcq__update_plan_commit(hcq__update_plan_t *plan);
 /* Applying failed: the listed items hold unknown values and are listed again next time. */
@@ -73,10 +79,11 @@ size_t hcq__update_plan_updatable_count(const hcq__update_plan_t *plan);
 /* Items the last prepare evaluated (tests check that the work follows what changed). */
 size_t hcq__update_plan_evaluated_count(const hcq__update_plan_t *plan);
 
-/* The plan of a graph runner's items (kernels and transfers, input slots, variables) as instantiated
- * with its build inputs and initial values: what every graph runner that patches an instantiated
- * graph (the CUDA graph, the Metal graph) starts from. */
+/* The plan of a graph runner's items (kernels and transfers, input slots, variables) as
+ * instantiated with its build inputs and initial values: what every graph runner that patches an
+ * instantiated graph (the CUDA graph, the Metal graph) starts from. */
 struct hcq__runner;
-HCQ_MUST_USE hcq_status_t hcq__update_plan_for_runner(const struct hcq__runner *r, hcq__update_plan_t **out);
+HCQ_MUST_USE hcq_status_t hcq__update_plan_for_runner(const struct hcq__runner *r,
+                                                      hcq__update_plan_t **out);
 
 #endif

@@ -69,12 +69,16 @@ void hcq_graph_file_destroy(hcq_graph_file_t *gf) { gf_free(gf); }
 static hcq_status_t check_device_map(const char *map) {
   if (!map || !*map) return NULL;
   char buf[512];
-  if (strlen(map) >= sizeof(buf)) return hcq_status_make(HCQ_INVALID_ARGUMENT, "device map is longer than %zu bytes", sizeof(buf) - 1);
+  if (strlen(map) >= sizeof(buf))
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "device map is longer than %zu bytes",
+                           sizeof(buf) - 1);
   snprintf(buf, sizeof(buf), "%s", map);
   for (char *save = NULL, *e = strtok_r(buf, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
     char *eq = strchr(e, '=');
     if (!eq || eq == e || !eq[1] || strchr(eq + 1, '='))
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "device map entry \"%s\" is not FROM=TO (e.g. CPU=CUDA or CPU:1=CPU:0)", e);
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "device map entry \"%s\" is not FROM=TO (e.g. CPU=CUDA or CPU:1=CPU:0)", e);
   }
   return NULL;
 }
@@ -101,7 +105,8 @@ static void map_device(const char *map, const char *name, char *out, size_t size
         snprintf(out, size, "%s", to);
         return;
       }
-      if (!exact && !strchr(from, ':') && strlen(from) == kind_len && !strncasecmp(from, name, kind_len)) {
+      if (!exact && !strchr(from, ':') && strlen(from) == kind_len &&
+          !strncasecmp(from, name, kind_len)) {
         snprintf(out, size, "%s:%s", to, index);
         return;
       }
@@ -131,7 +136,8 @@ hcq_status_t hcq__gf_open_device(gf_loader_t *L, const char *name, hcq_device_t 
     }
   if (gf->ndevices == GF_MAX_DEVICES) {
     hcq_status_destroy(hcq_device_close(dev));
-    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a graph file uses at most %d devices", GF_MAX_DEVICES);
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a graph file uses at most %d devices",
+                        GF_MAX_DEVICES);
   }
   gf->devices[gf->ndevices++] = dev;
   *out = dev;
@@ -142,11 +148,12 @@ static hcq_status_t load(gf_loader_t *L, const char *text, size_t len) {
   json_error_t err;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
   if (!root) {
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s:%d:%d: %s", L->name, err.line < 0 ? 0 : err.line,
-                           err.column < 0 ? 0 : err.column, err.text);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s:%d:%d: %s", L->name,
+                           err.line < 0 ? 0 : err.line, err.column < 0 ? 0 : err.column, err.text);
   }
   hcq_status_t st = hcq__gf_expect(L, root, JSON_OBJECT, "a JSON object");
-  static const char *const keys[] = {"format", "vars", "buffers", "programs", "items", "inputs", "runs", NULL};
+  static const char *const keys[] = {"format", "vars",   "buffers", "programs",
+                                     "items",  "inputs", "runs",    NULL};
   if (!st) st = hcq__gf_only_keys(L, root, keys);
   if (!st) {
     const json_t *format = json_object_get(root, "format");
@@ -168,11 +175,14 @@ static hcq_status_t load(gf_loader_t *L, const char *text, size_t len) {
   return st;
 }
 
-hcq_status_t hcq_graph_file_load_text(const char *text, size_t len, const char *name, const char *base_dir,
-                                      const hcq_graph_file_options_t *options, hcq_graph_file_t **out_file) {
-  if (!out_file) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load_text: out_file is NULL");
+hcq_status_t hcq_graph_file_load_text(const char *text, size_t len, const char *name,
+                                      const char *base_dir, const hcq_graph_file_options_t *options,
+                                      hcq_graph_file_t **out_file) {
+  if (!out_file)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load_text: out_file is NULL");
   *out_file = NULL;
-  if (!text && len) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load_text: text is NULL");
+  if (!text && len)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load_text: text is NULL");
   static const hcq_graph_file_options_t defaults;
   gf_loader_t L = {NULL, name ? name : "<graph>", base_dir, options ? options : &defaults, "", 0};
   hcq_status_t map_st = check_device_map(L.opts->device_map);
@@ -186,7 +196,8 @@ hcq_status_t hcq_graph_file_load_text(const char *text, size_t len, const char *
     if (!L.gf->buffers.data[i].is_view) st = hcq__gf_write_init(&L.gf->buffers.data[i]);
   if (st) {
     /* Initial copies may still be in flight: let them land before freeing. */
-    for (size_t i = 0; i < L.gf->ndevices; i++) hcq_status_destroy(hcq_device_synchronize(L.gf->devices[i]));
+    for (size_t i = 0; i < L.gf->ndevices; i++)
+      hcq_status_destroy(hcq_device_synchronize(L.gf->devices[i]));
     gf_free(L.gf);
     return st;
   }
@@ -194,7 +205,8 @@ hcq_status_t hcq_graph_file_load_text(const char *text, size_t len, const char *
   return NULL;
 }
 
-hcq_status_t hcq_graph_file_load(const char *path, const hcq_graph_file_options_t *options, hcq_graph_file_t **out) {
+hcq_status_t hcq_graph_file_load(const char *path, const hcq_graph_file_options_t *options,
+                                 hcq_graph_file_t **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load: out_file is NULL");
   *out = NULL;
   if (!path) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_graph_file_load: path is NULL");
@@ -205,13 +217,16 @@ hcq_status_t hcq_graph_file_load(const char *path, const hcq_graph_file_options_
   if (stat(path, &sb) != 0)
     return hcq_status_make(HCQ_NOT_FOUND, "cannot read graph file %s: %s", path, strerror(errno));
   if (!S_ISREG(sb.st_mode)) /* hcq__gf_read_file checks again on what it opens */
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot read graph file: it is %s, not a regular file", path,
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: cannot read graph file: it is %s, not a regular file", path,
                            hcq__gf_file_type(sb.st_mode));
   hcq_status_t st = hcq__gf_read_file(&L, path, &text, &len);
   if (st) return hcq_status_annotate(st, "cannot read graph file %s", path);
   /* The folder, whole (a copy cut at PATH_MAX would resolve sources somewhere else). */
   const char *slash = strrchr(path, '/');
-  char *dir = slash == path ? strdup("/") : slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+  char *dir = slash == path ? strdup("/")
+              : slash       ? strndup(path, (size_t)(slash - path))
+                            : strdup(".");
   if (!dir) {
     free(text);
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", path);
@@ -233,11 +248,17 @@ hcq_status_t hcq_graph_file_reset(hcq_graph_file_t *gf) {
 }
 
 size_t hcq_graph_file_item_count(const hcq_graph_file_t *gf) { return gf ? gf->items.len : 0; }
-const hcq_exec_item_t *hcq_graph_file_items(const hcq_graph_file_t *gf) { return gf ? gf->items.data : NULL; }
+const hcq_exec_item_t *hcq_graph_file_items(const hcq_graph_file_t *gf) {
+  return gf ? gf->items.data : NULL;
+}
 size_t hcq_graph_file_input_count(const hcq_graph_file_t *gf) { return gf ? gf->ninputs : 0; }
-hcq_buffer_t *const *hcq_graph_file_inputs(const hcq_graph_file_t *gf) { return gf ? gf->inputs : NULL; }
+hcq_buffer_t *const *hcq_graph_file_inputs(const hcq_graph_file_t *gf) {
+  return gf ? gf->inputs : NULL;
+}
 size_t hcq_graph_file_var_count(const hcq_graph_file_t *gf) { return gf ? gf->vars.len : 0; }
-const hcq_var_value_t *hcq_graph_file_vars(const hcq_graph_file_t *gf) { return gf ? gf->vars.data : NULL; }
+const hcq_var_value_t *hcq_graph_file_vars(const hcq_graph_file_t *gf) {
+  return gf ? gf->vars.data : NULL;
+}
 size_t hcq_graph_file_buffer_count(const hcq_graph_file_t *gf) { return gf ? gf->buffers.len : 0; }
 const char *hcq_graph_file_buffer_name(const hcq_graph_file_t *gf, size_t i) {
   return gf && i < gf->buffers.len ? gf->buffers.data[i].name : NULL;

@@ -15,8 +15,8 @@
 bool hcq__graph_file_name_ok(const char *s) {
   if (!*s || *s == '.' || strlen(s) > 64) return false;
   for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
-          *s == '-' || *s == '.'))
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_' || *s == '-' || *s == '.'))
       return false;
   return true;
 }
@@ -42,7 +42,9 @@ static hcq_status_t add_base_buffer(gf_loader_t *L, const char *key, const json_
   hcq_status_t st = hcq__gf_only_keys(L, v, keys);
   if (st) return st;
   const json_t *jdev = json_object_get(v, "device"), *jbytes = json_object_get(v, "bytes");
-  if (!jdev || !jbytes) return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a buffer needs device and bytes (or view, offset, bytes)");
+  if (!jdev || !jbytes)
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                        "a buffer needs device and bytes (or view, offset, bytes)");
   gf_buffer_t b = {0};
   int64_t bytes;
   size_t m = hcq__gf_push(L, ".bytes");
@@ -52,7 +54,8 @@ static hcq_status_t add_base_buffer(gf_loader_t *L, const char *key, const json_
   b.bytes = (uint64_t)bytes;
   if (L->opts->max_total_bytes && gf->total_bytes + b.bytes > L->opts->max_total_bytes) {
     m = hcq__gf_push(L, ".bytes");
-    st = hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "the file's buffers need more than the %" PRIu64 " bytes allowed",
+    st = hcq__gf_fail(L, HCQ_OUT_OF_RANGE,
+                      "the file's buffers need more than the %" PRIu64 " bytes allowed",
                       L->opts->max_total_bytes);
     hcq__gf_pop(L, m);
     return st;
@@ -61,7 +64,8 @@ static hcq_status_t add_base_buffer(gf_loader_t *L, const char *key, const json_
   const json_t *init = json_object_get(v, "init");
   if (init && (st = hcq__gf_parse_init(L, init, &b))) return st;
   m = hcq__gf_push(L, ".device");
-  if (!(st = hcq__gf_expect(L, jdev, JSON_STRING, "a device name"))) st = hcq__gf_open_device(L, json_string_value(jdev), &b.dev);
+  if (!(st = hcq__gf_expect(L, jdev, JSON_STRING, "a device name")))
+    st = hcq__gf_open_device(L, json_string_value(jdev), &b.dev);
   hcq__gf_pop(L, m);
   if (!st && (st = hcq_buffer_create(b.dev, b.bytes, &b.buf))) st = hcq__gf_wrap(L, st);
   if (!st) hcq_buffer_set_label(b.buf, key);
@@ -79,9 +83,9 @@ static hcq_status_t add_base_buffer(gf_loader_t *L, const char *key, const json_
  * view toward its base buffer without recursion (a 100k-deep chain must not need 100k stack
  * frames), then created from the base outward. */
 typedef struct view_walk {
-  hcq__htab_t seen;              /* every view a walk has reached, by name */
-  HCQ__VEC(const char *) names;  /* their names (keys of the JSON object), by table entry */
-  HCQ__VEC(const char *) chain;  /* the walk under way, from the view asked for toward its base */
+  hcq__htab_t seen;             /* every view a walk has reached, by name */
+  HCQ__VEC(const char *) names; /* their names (keys of the JSON object), by table entry */
+  HCQ__VEC(const char *) chain; /* the walk under way, from the view asked for toward its base */
 } view_walk_t;
 
 static void view_walk_free(view_walk_t *w) {
@@ -98,7 +102,8 @@ static bool view_seen(const view_walk_t *w, const char *name) {
 }
 
 /* The fields of view key that do not depend on its base; *base_name is the buffer it views. */
-static hcq_status_t check_view(gf_loader_t *L, const json_t *buffers, const char *key, const char **base_name) {
+static hcq_status_t check_view(gf_loader_t *L, const json_t *buffers, const char *key,
+                               const char **base_name) {
   const json_t *v = json_object_get(buffers, key);
   size_t m = hcq__gf_push(L, "buffers");
   hcq__gf_push_key(L, key);
@@ -106,7 +111,8 @@ static hcq_status_t check_view(gf_loader_t *L, const json_t *buffers, const char
   hcq_status_t st = hcq__gf_only_keys(L, v, keys);
   const json_t *jview = json_object_get(v, "view");
   if (!st && !json_object_get(v, "bytes"))
-    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a view needs view and bytes (offset defaults to 0)");
+    st =
+        hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a view needs view and bytes (offset defaults to 0)");
   size_t m3 = hcq__gf_push(L, ".view");
   if (!st && !(st = hcq__gf_expect(L, jview, JSON_STRING, "a buffer name"))) {
     *base_name = json_string_value(jview);
@@ -139,12 +145,15 @@ static hcq_status_t make_view(gf_loader_t *L, const json_t *buffers, const char 
   st = hcq__gf_get_int(L, jbytes, 1, (int64_t)MAX_BUFFER_BYTES, &bytes);
   hcq__gf_pop(L, m3);
   if (st) goto out;
-  gf_buffer_t *base = &gf->buffers.data[hcq__gf_find_buffer(gf, json_string_value(json_object_get(v, "view")))];
+  gf_buffer_t *base =
+      &gf->buffers.data[hcq__gf_find_buffer(gf, json_string_value(json_object_get(v, "view")))];
   uint64_t base_bytes = hcq_buffer_size(base->buf);
   /* Both are at most 2^40, so the end is the true sum, not a wrapped one. */
   if ((uint64_t)off + (uint64_t)bytes > base_bytes) {
-    st = hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "view [%" PRId64 ", %" PRId64 ") is outside its base \"%s\" (%" PRIu64 " bytes)", off,
-                      off + bytes, base->name, base_bytes);
+    st = hcq__gf_fail(L, HCQ_OUT_OF_RANGE,
+                      "view [%" PRId64 ", %" PRId64 ") is outside its base \"%s\" (%" PRIu64
+                      " bytes)",
+                      off, off + bytes, base->name, base_bytes);
     goto out;
   }
   gf_buffer_t b = {0};
@@ -187,7 +196,8 @@ static hcq_status_t cycle_error(gf_loader_t *L, const view_walk_t *w, size_t fro
   return st;
 }
 
-static hcq_status_t resolve_view(gf_loader_t *L, const json_t *buffers, view_walk_t *w, const char *key) {
+static hcq_status_t resolve_view(gf_loader_t *L, const json_t *buffers, view_walk_t *w,
+                                 const char *key) {
   hcq_graph_file_t *gf = L->gf;
   w->chain.len = 0;
   hcq_status_t st = NULL;
@@ -199,7 +209,8 @@ static hcq_status_t resolve_view(gf_loader_t *L, const json_t *buffers, view_wal
       while (strcmp(w->chain.data[from], at)) from++;
       return cycle_error(L, w, from);
     }
-    if (!hcq__vec_push(&w->names, at) || !hcq__htab_add(&w->seen, hcq__hash_str(at), w->names.len - 1) ||
+    if (!hcq__vec_push(&w->names, at) ||
+        !hcq__htab_add(&w->seen, hcq__hash_str(at), w->names.len - 1) ||
         !hcq__vec_push(&w->chain, at))
       return hcq__gf_oom(L);
     st = check_view(L, buffers, at, &at);
@@ -215,19 +226,21 @@ hcq_status_t hcq__gf_parse_buffers(gf_loader_t *L, const json_t *buffers) {
   json_t *v;
   /* Base buffers first (in file order), then views. */
   if (!st) json_object_foreach((json_t *)buffers, key, v) {
-    size_t m2 = hcq__gf_push_key(L, key);
-    if (!hcq__graph_file_name_ok(key))
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer names use letters, digits, '_', '-' and '.' (at most 64)");
-    else if (!(st = hcq__gf_expect(L, v, JSON_OBJECT, "an object")) && !json_object_get(v, "view"))
-      st = add_base_buffer(L, key, v);
-    hcq__gf_pop(L, m2);
-    if (st) break;
-  }
+      size_t m2 = hcq__gf_push_key(L, key);
+      if (!hcq__graph_file_name_ok(key))
+        st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                          "buffer names use letters, digits, '_', '-' and '.' (at most 64)");
+      else if (!(st = hcq__gf_expect(L, v, JSON_OBJECT, "an object")) &&
+               !json_object_get(v, "view"))
+        st = add_base_buffer(L, key, v);
+      hcq__gf_pop(L, m2);
+      if (st) break;
+    }
   hcq__gf_pop(L, m);
   view_walk_t walk = {0};
   if (!st) json_object_foreach((json_t *)buffers, key, v) {
-    if ((st = resolve_view(L, buffers, &walk, key))) break;
-  }
+      if ((st = resolve_view(L, buffers, &walk, key))) break;
+    }
   view_walk_free(&walk);
   return st;
 }
@@ -236,7 +249,8 @@ hcq_status_t hcq__gf_buffer_ref(gf_loader_t *L, const json_t *j, gf_buffer_t **o
   hcq_status_t st = hcq__gf_expect(L, j, JSON_STRING, "a buffer name");
   if (st) return st;
   ssize_t i = hcq__gf_find_buffer(L->gf, json_string_value(j));
-  if (i < 0) return hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown buffer \"%.64s\"", json_string_value(j));
+  if (i < 0)
+    return hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown buffer \"%.64s\"", json_string_value(j));
   *out = &L->gf->buffers.data[i];
   return NULL;
 }

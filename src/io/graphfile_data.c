@@ -33,7 +33,8 @@ const char *hcq__gf_file_type(mode_t mode) {
  * for a writer forever, or stream without end, so anything else is refused by type. */
 static hcq_status_t open_regular(gf_loader_t *L, const char *path, FILE **out) {
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return hcq__gf_fail(L, HCQ_NOT_FOUND, "cannot open \"%s\": %s", path, strerror(errno));
+  if (fd < 0)
+    return hcq__gf_fail(L, HCQ_NOT_FOUND, "cannot open \"%s\": %s", path, strerror(errno));
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
     int e = errno;
@@ -42,7 +43,8 @@ static hcq_status_t open_regular(gf_loader_t *L, const char *path, FILE **out) {
   }
   if (!S_ISREG(sb.st_mode)) {
     close(fd);
-    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "\"%s\" is %s, not a regular file", path, hcq__gf_file_type(sb.st_mode));
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "\"%s\" is %s, not a regular file", path,
+                        hcq__gf_file_type(sb.st_mode));
   }
   int flags = fcntl(fd, F_GETFL);
   if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
@@ -59,8 +61,10 @@ hcq_status_t hcq__gf_read_file(gf_loader_t *L, const char *rel, char **out, size
   bool relative = rel[0] != '/' && L->base_dir && *L->base_dir;
   size_t need = (relative ? strlen(L->base_dir) + 1 : 0) + strlen(rel);
   if (need >= PATH_MAX)
-    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "path \"%.80s%s\" is too long: %zu bytes%s, the limit (PATH_MAX) is %d", rel,
-                        strlen(rel) > 80 ? "..." : "", need, relative ? " with the graph file's folder" : "", PATH_MAX - 1);
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                        "path \"%.80s%s\" is too long: %zu bytes%s, the limit (PATH_MAX) is %d",
+                        rel, strlen(rel) > 80 ? "..." : "", need,
+                        relative ? " with the graph file's folder" : "", PATH_MAX - 1);
   char *full = malloc(need + 1);
   if (!full) return hcq__gf_oom(L);
   snprintf(full, need + 1, relative ? "%s/%s" : "%s%s", relative ? L->base_dir : "", rel);
@@ -87,7 +91,8 @@ hcq_status_t hcq__gf_read_file(gf_loader_t *L, const char *rel, char **out, size
     if (cap >= MAX_FILE_BYTES) {
       free(buf);
       fclose(f);
-      st = hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "\"%s\" is larger than %u bytes", full, MAX_FILE_BYTES);
+      st =
+          hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "\"%s\" is larger than %u bytes", full, MAX_FILE_BYTES);
       free(full);
       return st;
     }
@@ -123,9 +128,11 @@ static bool b64_decode(const char *s, uint8_t *out, size_t size) {
   for (size_t i = 0; i < n; i += 4) {
     int v[4];
     for (int k = 0; k < 4; k++) v[k] = s[i + k] == '=' ? -2 : b64_value(s[i + k]);
-    if (v[0] < 0 || v[1] < 0 || v[2] == -1 || v[3] == -1 || (v[2] == -2 && v[3] != -2)) return false;
+    if (v[0] < 0 || v[1] < 0 || v[2] == -1 || v[3] == -1 || (v[2] == -2 && v[3] != -2))
+      return false;
     if ((v[2] == -2 || v[3] == -2) && i + 4 != n) return false;
-    uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)(v[2] < 0 ? 0 : v[2]) << 6 | (uint32_t)(v[3] < 0 ? 0 : v[3]);
+    uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
+                 (uint32_t)(v[2] < 0 ? 0 : v[2]) << 6 | (uint32_t)(v[3] < 0 ? 0 : v[3]);
     int bytes = v[2] == -2 ? 1 : v[3] == -2 ? 2 : 3;
     for (int k = 0; k < bytes; k++) {
       if (o >= size) return false;
@@ -164,11 +171,13 @@ static uint32_t uniform_f32_word(const gf_buffer_t *b, uint64_t i) {
 
 static hcq_status_t parse_uniform_f32(gf_loader_t *L, const json_t *v, gf_buffer_t *b) {
   static const char *const keys[] = {"seed", "lo", "hi", NULL};
-  hcq_status_t st = hcq__gf_expect(L, v, JSON_OBJECT, "an object {\"seed\": S, \"lo\": A, \"hi\": B}");
+  hcq_status_t st =
+      hcq__gf_expect(L, v, JSON_OBJECT, "an object {\"seed\": S, \"lo\": A, \"hi\": B}");
   if (!st) st = hcq__gf_only_keys(L, v, keys);
   const char *names[3] = {"seed", "lo", "hi"};
   for (int k = 0; k < 3 && !st; k++)
-    if (!json_object_get(v, names[k])) st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "needs \"%s\"", names[k]);
+    if (!json_object_get(v, names[k]))
+      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "needs \"%s\"", names[k]);
   if (st) return st;
   int64_t seed;
   size_t m = hcq__gf_push(L, ".seed");
@@ -183,13 +192,16 @@ static hcq_status_t parse_uniform_f32(gf_loader_t *L, const json_t *v, gf_buffer
     m = hcq__gf_push(L, ".hi");
     st = hcq__gf_get_f32(L, json_object_get(v, "hi"), &b->init_hi);
     if (!st && !(b->init_lo <= b->init_hi))
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "%g is below lo %g", (double)b->init_hi, (double)b->init_lo);
+      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "%g is below lo %g", (double)b->init_hi,
+                        (double)b->init_lo);
     hcq__gf_pop(L, m);
   }
   /* hi - lo past FLT_MAX would make every value +inf (NaN at u = 0), not lo <= x < hi. */
   if (!st && !isfinite(b->init_hi - b->init_lo))
-    st = hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "lo %.9g, hi %.9g: hi - lo overflows a float, so the values would be infinite",
-                      json_number_value(json_object_get(v, "lo")), json_number_value(json_object_get(v, "hi")));
+    st = hcq__gf_fail(
+        L, HCQ_OUT_OF_RANGE,
+        "lo %.9g, hi %.9g: hi - lo overflows a float, so the values would be infinite",
+        json_number_value(json_object_get(v, "lo")), json_number_value(json_object_get(v, "hi")));
   b->init_value = (uint64_t)seed;
   return st;
 }
@@ -218,14 +230,18 @@ hcq_status_t hcq__gf_parse_init(gf_loader_t *L, const json_t *j, gf_buffer_t *b)
       b->init = GF_INIT_IOTA32;
     else
       st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
-                        "unknown init \"%.64s\" (zeros, iota32, {\"random\": SEED}, {\"fill32\": N}, {\"fill_f32\": X}, "
+                        "unknown init \"%.64s\" (zeros, iota32, {\"random\": SEED}, {\"fill32\": "
+                        "N}, {\"fill_f32\": X}, "
                         "{\"uniform_f32\": {...}})",
                         s);
   } else if (json_is_object(j)) {
-    static const char *const keys[] = {"random", "fill32", "fill_f32", "uniform_f32", "base64", "file", NULL};
+    static const char *const keys[] = {"random", "fill32", "fill_f32", "uniform_f32",
+                                       "base64", "file",   NULL};
     if ((st = hcq__gf_only_keys(L, j, keys))) goto out;
     if (json_object_size(j) != 1) {
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must have exactly one of random, fill32, fill_f32, uniform_f32, base64, file");
+      st = hcq__gf_fail(
+          L, HCQ_INVALID_ARGUMENT,
+          "must have exactly one of random, fill32, fill_f32, uniform_f32, base64, file");
       goto out;
     }
     const char *key = json_object_iter_key(json_object_iter((json_t *)j));
@@ -259,18 +275,24 @@ hcq_status_t hcq__gf_parse_init(gf_loader_t *L, const json_t *j, gf_buffer_t *b)
           if (!data)
             st = hcq__gf_oom(L);
           else if (!b64_decode(json_string_value(v), (uint8_t *)data, b->bytes))
-            st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "is not base64 of exactly %" PRIu64 " bytes", b->bytes);
+            st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "is not base64 of exactly %" PRIu64 " bytes",
+                              b->bytes);
         }
-      } else if (!(st = hcq__gf_expect(L, v, JSON_STRING, "a path")) && !(st = hcq__gf_read_file(L, json_string_value(v), &data, &len)) &&
+      } else if (!(st = hcq__gf_expect(L, v, JSON_STRING, "a path")) &&
+                 !(st = hcq__gf_read_file(L, json_string_value(v), &data, &len)) &&
                  len != b->bytes) {
-        st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "the file has %zu bytes but the buffer has %" PRIu64, len, b->bytes);
+        st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                          "the file has %zu bytes but the buffer has %" PRIu64, len, b->bytes);
       }
-      if (st) free(data);
-      else b->init_data = data;
+      if (st)
+        free(data);
+      else
+        b->init_data = data;
     }
     hcq__gf_pop(L, m2);
   } else {
-    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must be \"zeros\", \"iota32\" or an object, not %s", hcq__gf_type_name(j));
+    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must be \"zeros\", \"iota32\" or an object, not %s",
+                      hcq__gf_type_name(j));
   }
 out:
   hcq__gf_pop(L, m);
@@ -299,10 +321,10 @@ hcq_status_t hcq__gf_write_init(const gf_buffer_t *b) {
       size_t n = b->bytes - done < chunk ? (size_t)(b->bytes - done) : chunk;
       for (size_t i = 0; i < n; i++) {
         uint64_t at = done + i;
-        uint32_t word = b->init == GF_INIT_IOTA32         ? (uint32_t)(at / 4)
-                        : b->init == GF_INIT_FILL32       ? (uint32_t)b->init_value
-                        : b->init == GF_INIT_UNIFORM_F32  ? uniform_f32_word(b, at / 4)
-                                                          : 0;
+        uint32_t word = b->init == GF_INIT_IOTA32        ? (uint32_t)(at / 4)
+                        : b->init == GF_INIT_FILL32      ? (uint32_t)b->init_value
+                        : b->init == GF_INIT_UNIFORM_F32 ? uniform_f32_word(b, at / 4)
+                                                         : 0;
         tmp[i] = (uint8_t)(word >> (8 * (at % 4)));
       }
       st = hcq_buffer_copyin(b->buf, done, tmp, n);

@@ -19,7 +19,9 @@ size_t hcq__gf_push(gf_loader_t *L, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(L->path + L->path_len, sizeof(L->path) - L->path_len, fmt, ap);
   va_end(ap);
-  if (n > 0) L->path_len += (size_t)n < sizeof(L->path) - L->path_len ? (size_t)n : sizeof(L->path) - L->path_len - 1;
+  if (n > 0)
+    L->path_len +=
+        (size_t)n < sizeof(L->path) - L->path_len ? (size_t)n : sizeof(L->path) - L->path_len - 1;
   return mark;
 }
 void hcq__gf_pop(gf_loader_t *L, size_t mark) {
@@ -31,7 +33,9 @@ void hcq__gf_pop(gf_loader_t *L, size_t mark) {
 size_t hcq__gf_push_key(gf_loader_t *L, const char *key) {
   bool plain = *key != '\0';
   for (const char *c = key; *c; c++)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_')) plain = false;
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          *c == '_'))
+      plain = false;
   if (plain) return hcq__gf_push(L, "%s%.64s", L->path_len ? "." : "", key);
   return hcq__gf_push(L, "%s\"%.64s\"", L->path_len ? "." : "", key);
 }
@@ -48,7 +52,8 @@ hcq_status_t hcq__gf_fail(gf_loader_t *L, hcq_status_code_t code, const char *fm
 /* Prefixes a status from the library with the file and path. */
 hcq_status_t hcq__gf_wrap(gf_loader_t *L, hcq_status_t st) {
   if (!st) return NULL;
-  return L->path_len ? hcq_status_annotate(st, "%s: %s", L->name, L->path) : hcq_status_annotate(st, "%s", L->name);
+  return L->path_len ? hcq_status_annotate(st, "%s: %s", L->name, L->path)
+                     : hcq_status_annotate(st, "%s", L->name);
 }
 
 const char *hcq__gf_type_name(const json_t *j) {
@@ -86,29 +91,36 @@ hcq_status_t hcq__gf_only_keys(gf_loader_t *L, const json_t *obj, const char *co
   return NULL;
 }
 
-hcq_status_t hcq__gf_get_int(gf_loader_t *L, const json_t *j, int64_t lo, int64_t hi, int64_t *out) {
+hcq_status_t hcq__gf_get_int(gf_loader_t *L, const json_t *j, int64_t lo, int64_t hi,
+                             int64_t *out) {
   hcq_status_t st = hcq__gf_expect(L, j, JSON_INTEGER, "an integer");
   if (st) return st;
   json_int_t v = json_integer_value(j);
   if (v < lo || v > hi)
-    return hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "%lld is outside [%" PRId64 ", %" PRId64 "]", (long long)v, lo, hi);
+    return hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "%lld is outside [%" PRId64 ", %" PRId64 "]",
+                        (long long)v, lo, hi);
   *out = (int64_t)v;
   return NULL;
 }
 
 /* A finite JSON number (integer or real) that a float holds without overflowing. */
 hcq_status_t hcq__gf_get_f32(gf_loader_t *L, const json_t *j, float *out) {
-  if (!json_is_number(j)) return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must be a number, not %s", hcq__gf_type_name(j));
+  if (!json_is_number(j))
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must be a number, not %s", hcq__gf_type_name(j));
   double v = json_number_value(j);
-  if (!isfinite(v) || fabs(v) > FLT_MAX) return hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "%g does not fit a 32-bit float", v);
+  if (!isfinite(v) || fabs(v) > FLT_MAX)
+    return hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "%g does not fit a 32-bit float", v);
   *out = (float)v;
   return NULL;
 }
 
-hcq_status_t hcq__gf_oom(gf_loader_t *L) { return hcq__gf_fail(L, HCQ_OUT_OF_MEMORY, "out of memory"); }
+hcq_status_t hcq__gf_oom(gf_loader_t *L) {
+  return hcq__gf_fail(L, HCQ_OUT_OF_MEMORY, "out of memory");
+}
 
 /* A top-level section every file needs: present, of its type, not empty. */
-hcq_status_t hcq__gf_required_section(gf_loader_t *L, const json_t *j, json_type type, const char *what) {
+hcq_status_t hcq__gf_required_section(gf_loader_t *L, const json_t *j, json_type type,
+                                      const char *what) {
   if (!j) return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "missing (a graph file needs it)");
   hcq_status_t st = hcq__gf_expect(L, j, type, what);
   if (!st && (type == JSON_OBJECT ? json_object_size(j) : json_array_size(j)) == 0)

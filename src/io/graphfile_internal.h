@@ -11,7 +11,14 @@
 
 #define GF_MAX_DEVICES 64
 
-typedef enum { GF_INIT_ZEROS, GF_INIT_IOTA32, GF_INIT_RANDOM, GF_INIT_FILL32, GF_INIT_UNIFORM_F32, GF_INIT_DATA } gf_init_t;
+typedef enum {
+  GF_INIT_ZEROS,
+  GF_INIT_IOTA32,
+  GF_INIT_RANDOM,
+  GF_INIT_FILL32,
+  GF_INIT_UNIFORM_F32,
+  GF_INIT_DATA
+} gf_init_t;
 
 typedef struct gf_buffer {
   char *name;
@@ -20,18 +27,20 @@ typedef struct gf_buffer {
   uint64_t bytes;
   bool is_view;
   gf_init_t init;
-  uint64_t init_value; /* seed or fill word (fill_f32: the float's bits) */
+  uint64_t init_value;    /* seed or fill word (fill_f32: the float's bits) */
   float init_lo, init_hi; /* uniform_f32 range */
-  char *init_data;     /* GF_INIT_DATA: bytes bytes */
+  char *init_data;        /* GF_INIT_DATA: bytes bytes */
 } gf_buffer_t;
 
 typedef struct gf_program {
   char *name, *entry;
-  /* Per device kind, the source under its backend's key ("c", "cuda", "glsl", ...: core/backend.h). */
+  /* Per device kind, the source under its backend's key ("c", "cuda", "glsl", ...: core/backend.h).
+   */
   char *sources[HCQ_DEVICE_KIND_COUNT];
   hcq_program_t *compiled[GF_MAX_DEVICES];
   size_t ncompiled;
-  int64_t nbufs, nvals; /* "nbufs"/"nvals": what the kernel reads (hcq_program_declare_args); -1 unsaid */
+  /* "nbufs"/"nvals": what the kernel reads (hcq_program_declare_args); -1 unsaid */
+  int64_t nbufs, nvals;
 } gf_program_t;
 
 typedef struct gf_run {
@@ -72,7 +81,7 @@ typedef struct gf_loader {
   const hcq_graph_file_options_t *opts;
   char path[512];
   size_t path_len;
-  size_t *input_of; /* by buffer index: its index in inputs + 1, or 0 */
+  size_t *input_of;             /* by buffer index: its index in inputs + 1, or 0 */
   const hcq_expr_t **var_exprs; /* the variables, for the expression parser (made on first use) */
 } gf_loader_t;
 
@@ -83,33 +92,42 @@ void hcq__gf_pop(gf_loader_t *L, size_t mark);
 size_t hcq__gf_push_key(gf_loader_t *L, const char *key);
 /* Errors at the path: fail makes one, wrap prefixes a status from the library, oom is out of
  * memory. */
-HCQ_MUST_USE hcq_status_t hcq__gf_fail(gf_loader_t *L, hcq_status_code_t code, const char *fmt, ...) HCQ_PRINTF(3, 4);
+HCQ_MUST_USE hcq_status_t hcq__gf_fail(gf_loader_t *L, hcq_status_code_t code, const char *fmt, ...)
+    HCQ_PRINTF(3, 4);
 HCQ_MUST_USE hcq_status_t hcq__gf_wrap(gf_loader_t *L, hcq_status_t st);
 HCQ_MUST_USE hcq_status_t hcq__gf_oom(gf_loader_t *L);
 /* Readers of one JSON value: a wrong type or value is an error at the path. */
 const char *hcq__gf_type_name(const json_t *j);
-HCQ_MUST_USE hcq_status_t hcq__gf_expect(gf_loader_t *L, const json_t *j, json_type type, const char *what);
-HCQ_MUST_USE hcq_status_t hcq__gf_only_keys(gf_loader_t *L, const json_t *obj, const char *const *allowed);
-HCQ_MUST_USE hcq_status_t hcq__gf_get_int(gf_loader_t *L, const json_t *j, int64_t lo, int64_t hi, int64_t *out);
+HCQ_MUST_USE hcq_status_t hcq__gf_expect(gf_loader_t *L, const json_t *j, json_type type,
+                                         const char *what);
+HCQ_MUST_USE hcq_status_t hcq__gf_only_keys(gf_loader_t *L, const json_t *obj,
+                                            const char *const *allowed);
+HCQ_MUST_USE hcq_status_t hcq__gf_get_int(gf_loader_t *L, const json_t *j, int64_t lo, int64_t hi,
+                                          int64_t *out);
 HCQ_MUST_USE hcq_status_t hcq__gf_get_f32(gf_loader_t *L, const json_t *j, float *out);
-HCQ_MUST_USE hcq_status_t hcq__gf_required_section(gf_loader_t *L, const json_t *j, json_type type, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__gf_required_section(gf_loader_t *L, const json_t *j, json_type type,
+                                                   const char *what);
 
 /* A device by its name in the file, after the device map; the file holds one reference to each. */
 HCQ_MUST_USE hcq_status_t hcq__gf_open_device(gf_loader_t *L, const char *name, hcq_device_t **out);
 
-/* A regular file's whole contents (rel: from the graph file's folder); what a non-regular one is. */
-HCQ_MUST_USE hcq_status_t hcq__gf_read_file(gf_loader_t *L, const char *rel, char **out, size_t *out_len);
+/* A regular file's whole contents (rel: from the graph file's folder); what a non-regular one is.
+ */
+HCQ_MUST_USE hcq_status_t hcq__gf_read_file(gf_loader_t *L, const char *rel, char **out,
+                                            size_t *out_len);
 const char *hcq__gf_file_type(mode_t mode);
 /* A base buffer's "init", and writing it to the buffer (at load and at hcq_graph_file_reset). */
 HCQ_MUST_USE hcq_status_t hcq__gf_parse_init(gf_loader_t *L, const json_t *j, gf_buffer_t *b);
 HCQ_MUST_USE hcq_status_t hcq__gf_write_init(const gf_buffer_t *b);
 
-/* A buffer by name: its index (-1 when unknown), or from a JSON string with an error at the path. */
+/* A buffer by name: its index (-1 when unknown), or from a JSON string with an error at the path.
+ */
 ssize_t hcq__gf_find_buffer(const hcq_graph_file_t *gf, const char *name);
 HCQ_MUST_USE hcq_status_t hcq__gf_buffer_ref(gf_loader_t *L, const json_t *j, gf_buffer_t **out);
 
 /* The program compiled for dev (once per device). */
-HCQ_MUST_USE hcq_status_t hcq__gf_program_for(gf_loader_t *L, gf_program_t *p, hcq_device_t *dev, hcq_program_t **out);
+HCQ_MUST_USE hcq_status_t hcq__gf_program_for(gf_loader_t *L, gf_program_t *p, hcq_device_t *dev,
+                                              hcq_program_t **out);
 
 /* The sections, in the order the load reads them: each may use what the ones before it made. */
 HCQ_MUST_USE hcq_status_t hcq__gf_parse_vars(gf_loader_t *L, const json_t *vars);

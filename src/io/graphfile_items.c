@@ -15,14 +15,17 @@
 #include "io/graphfile_internal.h"
 
 /* An integer operand or an expression over the file's variables. */
-static hcq_status_t parse_operand(gf_loader_t *L, const json_t *j, int64_t lo, int64_t hi, hcq_operand_t *out) {
+static hcq_status_t parse_operand(gf_loader_t *L, const json_t *j, int64_t lo, int64_t hi,
+                                  hcq_operand_t *out) {
   if (json_is_integer(j)) {
     int64_t v;
     hcq_status_t st = hcq__gf_get_int(L, j, lo, hi, &v);
     if (!st) *out = hcq_imm(v);
     return st;
   }
-  if (!json_is_string(j)) return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must be an integer or an expression, not %s", hcq__gf_type_name(j));
+  if (!json_is_string(j))
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must be an integer or an expression, not %s",
+                        hcq__gf_type_name(j));
   size_t n = L->gf->vars.len;
   if (n && !L->var_exprs) {
     if (!(L->var_exprs = malloc(n * sizeof(*L->var_exprs)))) return hcq__gf_oom(L);
@@ -34,7 +37,9 @@ static hcq_status_t parse_operand(gf_loader_t *L, const json_t *j, int64_t lo, i
   if (hcq_expr_is_const(e)) {
     int64_t v = hcq_expr_const_value(e);
     hcq_expr_release(e);
-    if (v < lo || v > hi) return hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]", v, lo, hi);
+    if (v < lo || v > hi)
+      return hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "%" PRId64 " is outside [%" PRId64 ", %" PRId64 "]",
+                          v, lo, hi);
     *out = hcq_imm(v);
     return NULL;
   }
@@ -42,19 +47,24 @@ static hcq_status_t parse_operand(gf_loader_t *L, const json_t *j, int64_t lo, i
   return NULL;
 }
 
-static hcq_status_t parse_dims(gf_loader_t *L, const json_t *j, const char *name, hcq_operand_t dims[3]) {
+static hcq_status_t parse_dims(gf_loader_t *L, const json_t *j, const char *name,
+                               hcq_operand_t dims[3]) {
   for (int i = 0; i < 3; i++) dims[i] = hcq_imm(1);
   if (!j) return NULL;
   size_t m = hcq__gf_push(L, ".%s", name);
   hcq_status_t st = hcq__gf_expect(L, j, JSON_ARRAY, "an array of 1 to 3 sizes");
   if (!st && (json_array_size(j) < 1 || json_array_size(j) > 3))
-    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must have 1 to 3 entries, not %zu", json_array_size(j));
+    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must have 1 to 3 entries, not %zu",
+                      json_array_size(j));
   for (size_t i = 0; i < json_array_size(j) && !st; i++) {
     size_t m2 = hcq__gf_push(L, "[%zu]", i);
     st = parse_operand(L, json_array_get(j, i), 0, UINT32_MAX, &dims[i]);
     /* Missing dims are 1; an explicit constant 0 would run nothing, silently. */
-    if (!st && (dims[i].sym ? hcq_expr_is_const(dims[i].sym) && hcq_expr_const_value(dims[i].sym) == 0 : !dims[i].value))
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "is 0 (launch dims must be >= 1; use 1 for unused dims)");
+    if (!st &&
+        (dims[i].sym ? hcq_expr_is_const(dims[i].sym) && hcq_expr_const_value(dims[i].sym) == 0
+                     : !dims[i].value))
+      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                        "is 0 (launch dims must be >= 1; use 1 for unused dims)");
     hcq__gf_pop(L, m2);
   }
   hcq__gf_pop(L, m);
@@ -62,15 +72,16 @@ static hcq_status_t parse_dims(gf_loader_t *L, const json_t *j, const char *name
 }
 
 /* An optional array field of at most max entries; *n is 0 when it is absent. */
-static hcq_status_t optional_array(gf_loader_t *L, const json_t *j, const char *field, const char *what,
-                                   const char *noun, size_t max, size_t *n) {
+static hcq_status_t optional_array(gf_loader_t *L, const json_t *j, const char *field,
+                                   const char *what, const char *noun, size_t max, size_t *n) {
   *n = 0;
   if (!j) return NULL;
   size_t m = hcq__gf_push(L, "%s", field);
   char kind[64];
   snprintf(kind, sizeof(kind), "an array of %s", what);
   hcq_status_t st = hcq__gf_expect(L, j, JSON_ARRAY, kind);
-  if (!st && json_array_size(j) > max) st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "at most %zu %s", max, noun);
+  if (!st && json_array_size(j) > max)
+    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "at most %zu %s", max, noun);
   hcq__gf_pop(L, m);
   if (!st) *n = json_array_size(j);
   return st;
@@ -85,9 +96,11 @@ static hcq_status_t kernel_program(gf_loader_t *L, const json_t *jk, gf_program_
   if (!st) {
     size_t cursor = 0;
     const char *name = json_string_value(jk);
-    for (size_t i; !prog && (i = hcq__htab_next(&gf->program_names, hcq__hash_str(name), &cursor)) != SIZE_MAX;)
+    for (size_t i; !prog && (i = hcq__htab_next(&gf->program_names, hcq__hash_str(name),
+                                                &cursor)) != SIZE_MAX;)
       if (!strcmp(gf->programs.data[i].name, name)) prog = &gf->programs.data[i];
-    if (!prog) st = hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown program \"%.64s\"", json_string_value(jk));
+    if (!prog)
+      st = hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown program \"%.64s\"", json_string_value(jk));
   }
   hcq__gf_pop(L, m);
   *out = prog;
@@ -98,7 +111,8 @@ static hcq_status_t kernel_program(gf_loader_t *L, const json_t *jk, gf_program_
  * item frees it even when a name is wrong. */
 static hcq_status_t kernel_bufs(gf_loader_t *L, const json_t *jbufs, hcq_kernel_item_t *k) {
   size_t nbufs;
-  hcq_status_t st = optional_array(L, jbufs, ".bufs", "buffer names", "buffers", HCQ_MAX_KERNEL_BUFS, &nbufs);
+  hcq_status_t st =
+      optional_array(L, jbufs, ".bufs", "buffer names", "buffers", HCQ_MAX_KERNEL_BUFS, &nbufs);
   if (st) return st;
   hcq_buffer_t **bufs = calloc(nbufs + 1, sizeof(*bufs));
   if (!bufs) return hcq__gf_oom(L);
@@ -115,16 +129,19 @@ static hcq_status_t kernel_bufs(gf_loader_t *L, const json_t *jbufs, hcq_kernel_
 
 /* The device the kernel runs on: "device", else its first buffer's. Every buffer must be on it
  * (a kernel reads only its own device's memory). */
-static hcq_status_t kernel_device(gf_loader_t *L, const json_t *jdev, const hcq_kernel_item_t *k, hcq_device_t **out) {
+static hcq_status_t kernel_device(gf_loader_t *L, const json_t *jdev, const hcq_kernel_item_t *k,
+                                  hcq_device_t **out) {
   hcq_status_t st;
   hcq_device_t *dev = k->nbufs ? k->bufs[0]->dev : NULL;
   if (jdev) {
     size_t m = hcq__gf_push(L, ".device");
-    if (!(st = hcq__gf_expect(L, jdev, JSON_STRING, "a device name"))) st = hcq__gf_open_device(L, json_string_value(jdev), &dev);
+    if (!(st = hcq__gf_expect(L, jdev, JSON_STRING, "a device name")))
+      st = hcq__gf_open_device(L, json_string_value(jdev), &dev);
     hcq__gf_pop(L, m);
     if (st) return st;
   }
-  if (!dev) return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a kernel without buffers must name its device");
+  if (!dev)
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a kernel without buffers must name its device");
   for (size_t i = 0; i < k->nbufs; i++)
     if (k->bufs[i]->dev != dev) {
       size_t m = hcq__gf_push(L, ".bufs[%zu]", i);
@@ -167,7 +184,8 @@ static hcq_status_t kernel_outs(gf_loader_t *L, const json_t *jouts, hcq_kernel_
 /* "vals": 32-bit operands. k->nvals counts those parsed, whose expressions the item releases. */
 static hcq_status_t kernel_vals(gf_loader_t *L, const json_t *jvals, hcq_kernel_item_t *k) {
   size_t nvals;
-  hcq_status_t st = optional_array(L, jvals, ".vals", "values", "values", HCQ_MAX_KERNEL_VALS, &nvals);
+  hcq_status_t st =
+      optional_array(L, jvals, ".vals", "values", "values", HCQ_MAX_KERNEL_VALS, &nvals);
   if (st) return st;
   hcq_operand_t *vals = calloc(nvals + 1, sizeof(*vals));
   if (!vals) return hcq__gf_oom(L);
@@ -182,7 +200,8 @@ static hcq_status_t kernel_vals(gf_loader_t *L, const json_t *jvals, hcq_kernel_
 }
 
 static hcq_status_t parse_kernel(gf_loader_t *L, const json_t *j, hcq_exec_item_t *it) {
-  static const char *const keys[] = {"kernel", "bufs", "outs", "vals", "global", "local", "device", NULL};
+  static const char *const keys[] = {"kernel", "bufs",  "outs",   "vals",
+                                     "global", "local", "device", NULL};
   hcq_status_t st = hcq__gf_only_keys(L, j, keys);
   if (st) return st;
   it->kind = HCQ_ITEM_KERNEL;
@@ -214,7 +233,8 @@ static hcq_status_t parse_copy(gf_loader_t *L, const json_t *j, hcq_exec_item_t 
   size_t m = hcq__gf_push(L, ".copy");
   static const char *const ckeys[] = {"dst", "src", "bytes", NULL};
   gf_buffer_t *dst = NULL, *src = NULL;
-  if (!(st = hcq__gf_expect(L, c, JSON_OBJECT, "an object {dst, src, bytes}")) && !(st = hcq__gf_only_keys(L, c, ckeys))) {
+  if (!(st = hcq__gf_expect(L, c, JSON_OBJECT, "an object {dst, src, bytes}")) &&
+      !(st = hcq__gf_only_keys(L, c, ckeys))) {
     size_t m2 = hcq__gf_push(L, ".dst");
     const json_t *jd = json_object_get(c, "dst");
     st = jd ? hcq__gf_buffer_ref(L, jd, &dst) : hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "missing");
@@ -254,11 +274,14 @@ hcq_status_t hcq__gf_parse_items(gf_loader_t *L, const json_t *items) {
     if (!hcq__vec_reserve_for(&L->gf->items, L->gf->items.len + 1)) {
       st = hcq__gf_oom(L);
     } else if (!(st = hcq__gf_expect(L, j, JSON_OBJECT, "an object with \"kernel\" or \"copy\""))) {
-      bool is_kernel = json_object_get(j, "kernel") != NULL, is_copy = json_object_get(j, "copy") != NULL;
+      bool is_kernel = json_object_get(j, "kernel") != NULL,
+           is_copy = json_object_get(j, "copy") != NULL;
       /* A misspelt field ("kernal") is named as such, not reported as a missing kernel. */
-      static const char *const any_item[] = {"kernel", "bufs", "outs", "vals", "global", "local", "device", "copy", NULL};
+      static const char *const any_item[] = {"kernel", "bufs",   "outs", "vals", "global",
+                                             "local",  "device", "copy", NULL};
       if (is_kernel == is_copy && !(st = hcq__gf_only_keys(L, j, any_item))) {
-        st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "an item has exactly one of \"kernel\" and \"copy\"");
+        st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                          "an item has exactly one of \"kernel\" and \"copy\"");
       } else if (!st) {
         it.kind = is_kernel ? HCQ_ITEM_KERNEL : HCQ_ITEM_TRANSFER;
         st = is_kernel ? parse_kernel(L, j, &it) : parse_copy(L, j, &it);

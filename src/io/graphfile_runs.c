@@ -22,8 +22,10 @@ hcq_status_t hcq__gf_parse_vars(gf_loader_t *L, const json_t *vars) {
     size_t m2 = hcq__gf_push_key(L, key);
     static const char *const keys[] = {"min", "max", "value", NULL};
     int64_t lo = 0, hi = 0, value;
-    const json_t *jmin = json_object_get(v, "min"), *jmax = json_object_get(v, "max"), *jval = json_object_get(v, "value");
-    if (!(st = hcq__gf_expect(L, v, JSON_OBJECT, "an object {min, max, value}")) && !(st = hcq__gf_only_keys(L, v, keys))) {
+    const json_t *jmin = json_object_get(v, "min"), *jmax = json_object_get(v, "max"),
+                 *jval = json_object_get(v, "value");
+    if (!(st = hcq__gf_expect(L, v, JSON_OBJECT, "an object {min, max, value}")) &&
+        !(st = hcq__gf_only_keys(L, v, keys))) {
       if (!jmin || !jmax) st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "needs min and max");
     }
     if (!st) {
@@ -34,7 +36,8 @@ hcq_status_t hcq__gf_parse_vars(gf_loader_t *L, const json_t *vars) {
     if (!st) {
       size_t m3 = hcq__gf_push(L, ".max");
       st = hcq__gf_get_int(L, jmax, INT64_MIN, INT64_MAX, &hi);
-      if (!st && hi < lo) st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "max %" PRId64 " is below min %" PRId64, hi, lo);
+      if (!st && hi < lo)
+        st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "max %" PRId64 " is below min %" PRId64, hi, lo);
       hcq__gf_pop(L, m3);
     }
     value = lo;
@@ -49,7 +52,8 @@ hcq_status_t hcq__gf_parse_vars(gf_loader_t *L, const json_t *vars) {
       hcq_expr_release(var);
       st = hcq__gf_oom(L);
     }
-    if (!st && !hcq__htab_add(&L->gf->var_names, hcq__hash_str(key), L->gf->vars.len - 1)) st = hcq__gf_oom(L);
+    if (!st && !hcq__htab_add(&L->gf->var_names, hcq__hash_str(key), L->gf->vars.len - 1))
+      st = hcq__gf_oom(L);
     hcq__gf_pop(L, m2);
   }
   hcq__gf_pop(L, m);
@@ -60,7 +64,8 @@ hcq_status_t hcq__gf_parse_inputs(gf_loader_t *L, const json_t *inputs) {
   hcq_graph_file_t *gf = L->gf;
   size_t n = inputs ? json_array_size(inputs) : 0;
   size_t m = hcq__gf_push(L, "inputs");
-  hcq_status_t st = inputs ? hcq__gf_expect(L, inputs, JSON_ARRAY, "an array of buffer names") : NULL;
+  hcq_status_t st =
+      inputs ? hcq__gf_expect(L, inputs, JSON_ARRAY, "an array of buffer names") : NULL;
   gf->inputs = calloc(n + 1, sizeof(*gf->inputs));
   L->input_of = calloc(gf->buffers.len + 1, sizeof(*L->input_of));
   if (!st && (!gf->inputs || !L->input_of)) st = hcq__gf_oom(L);
@@ -69,7 +74,8 @@ hcq_status_t hcq__gf_parse_inputs(gf_loader_t *L, const json_t *inputs) {
     gf_buffer_t *b;
     if (!(st = hcq__gf_buffer_ref(L, json_array_get(inputs, i), &b))) {
       size_t bi = (size_t)(b - gf->buffers.data);
-      if (L->input_of[bi]) st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is listed twice", b->name);
+      if (L->input_of[bi])
+        st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is listed twice", b->name);
       L->input_of[bi] = i + 1;
       gf->inputs[i] = b->buf;
     }
@@ -85,11 +91,13 @@ hcq_status_t hcq__gf_parse_runs(gf_loader_t *L, const json_t *runs) {
   size_t m = hcq__gf_push(L, "runs");
   hcq_status_t st = runs ? hcq__gf_expect(L, runs, JSON_ARRAY, "an array of runs") : NULL;
   size_t n = runs ? json_array_size(runs) : 0;
-  if (!st && runs && n == 0) st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "is empty (leave it out for one run)");
+  if (!st && runs && n == 0)
+    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "is empty (leave it out for one run)");
   if (!runs) n = 1;
   for (size_t r = 0; r < n && !st; r++) {
     size_t m2 = hcq__gf_push(L, "[%zu]", r);
-    gf_run_t run = {calloc(gf->ninputs + 1, sizeof(hcq_buffer_t *)), calloc(gf->vars.len + 1, sizeof(hcq_var_value_t))};
+    gf_run_t run = {calloc(gf->ninputs + 1, sizeof(hcq_buffer_t *)),
+                    calloc(gf->vars.len + 1, sizeof(hcq_var_value_t))};
     if (!run.inputs || !run.vals || !hcq__vec_push(&gf->runs, run)) {
       free(run.inputs);
       free(run.vals);
@@ -101,54 +109,63 @@ hcq_status_t hcq__gf_parse_runs(gf_loader_t *L, const json_t *runs) {
     if (gf->vars.len) memcpy(run.vals, gf->vars.data, gf->vars.len * sizeof(hcq_var_value_t));
     const json_t *j = runs ? json_array_get(runs, r) : NULL;
     static const char *const keys[] = {"inputs", "vars", NULL};
-    if (j && !(st = hcq__gf_expect(L, j, JSON_OBJECT, "an object {inputs, vars}"))) st = hcq__gf_only_keys(L, j, keys);
-    const json_t *ji = j ? json_object_get(j, "inputs") : NULL, *jv = j ? json_object_get(j, "vars") : NULL;
+    if (j && !(st = hcq__gf_expect(L, j, JSON_OBJECT, "an object {inputs, vars}")))
+      st = hcq__gf_only_keys(L, j, keys);
+    const json_t *ji = j ? json_object_get(j, "inputs") : NULL,
+                 *jv = j ? json_object_get(j, "vars") : NULL;
     const char *key;
     json_t *v;
     if (!st && ji) {
       size_t m3 = hcq__gf_push(L, ".inputs");
       st = hcq__gf_expect(L, ji, JSON_OBJECT, "an object {input: buffer}");
       if (!st) json_object_foreach((json_t *)ji, key, v) {
-        size_t m4 = hcq__gf_push_key(L, key);
-        ssize_t bi = hcq__gf_find_buffer(gf, key), input = bi >= 0 ? (ssize_t)L->input_of[bi] - 1 : -1;
-        gf_buffer_t *b = NULL;
-        if (input < 0)
-          st = hcq__gf_fail(L, HCQ_NOT_FOUND, "\"%.64s\" is not an input", key);
-        else if (json_is_null(v)) /* keeps the previous run's binding (the first run's: the declared one) */
-          run.inputs[input] = r ? gf->runs.data[r - 1].inputs[input] : gf->inputs[input];
-        else if (!(st = hcq__gf_buffer_ref(L, v, &b))) {
-          const hcq_buffer_t *want = gf->inputs[input];
-          if (hcq_buffer_size(b->buf) != hcq_buffer_size(want))
-            st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" has %" PRIu64 " bytes but input \"%s\" has %" PRIu64, b->name,
-                              hcq_buffer_size(b->buf), key, hcq_buffer_size(want));
-          else if (hcq_buffer_device(b->buf) != hcq_buffer_device(want))
-            st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is on %s but input \"%s\" is on %s", b->name,
-                              hcq_device_name(hcq_buffer_device(b->buf)), key, hcq_device_name(hcq_buffer_device(want)));
-          else
-            run.inputs[input] = b->buf;
+          size_t m4 = hcq__gf_push_key(L, key);
+          ssize_t bi = hcq__gf_find_buffer(gf, key),
+                  input = bi >= 0 ? (ssize_t)L->input_of[bi] - 1 : -1;
+          gf_buffer_t *b = NULL;
+          if (input < 0)
+            st = hcq__gf_fail(L, HCQ_NOT_FOUND, "\"%.64s\" is not an input", key);
+          else if (json_is_null(v)) /* keeps the previous run's binding (the first run's: the
+                                       declared one) */
+            run.inputs[input] = r ? gf->runs.data[r - 1].inputs[input] : gf->inputs[input];
+          else if (!(st = hcq__gf_buffer_ref(L, v, &b))) {
+            const hcq_buffer_t *want = gf->inputs[input];
+            if (hcq_buffer_size(b->buf) != hcq_buffer_size(want))
+              st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                                "buffer \"%s\" has %" PRIu64 " bytes but input \"%s\" has %" PRIu64,
+                                b->name, hcq_buffer_size(b->buf), key, hcq_buffer_size(want));
+            else if (hcq_buffer_device(b->buf) != hcq_buffer_device(want))
+              st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                                "buffer \"%s\" is on %s but input \"%s\" is on %s", b->name,
+                                hcq_device_name(hcq_buffer_device(b->buf)), key,
+                                hcq_device_name(hcq_buffer_device(want)));
+            else
+              run.inputs[input] = b->buf;
+          }
+          hcq__gf_pop(L, m4);
+          if (st) break;
         }
-        hcq__gf_pop(L, m4);
-        if (st) break;
-      }
       hcq__gf_pop(L, m3);
     }
     if (!st && jv) {
       size_t m3 = hcq__gf_push(L, ".vars");
       st = hcq__gf_expect(L, jv, JSON_OBJECT, "an object {variable: value}");
       if (!st) json_object_foreach((json_t *)jv, key, v) {
-        size_t m4 = hcq__gf_push_key(L, key);
-        ssize_t vi = -1;
-        size_t cursor = 0;
-        for (size_t k; vi < 0 && (k = hcq__htab_next(&gf->var_names, hcq__hash_str(key), &cursor)) != SIZE_MAX;)
-          if (!strcmp(hcq_var_name(gf->vars.data[k].var), key)) vi = (ssize_t)k;
-        int64_t value;
-        if (vi < 0)
-          st = hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown variable \"%.64s\"", key);
-        else if (!(st = hcq__gf_get_int(L, v, hcq_var_min(gf->vars.data[vi].var), hcq_var_max(gf->vars.data[vi].var), &value)))
-          run.vals[vi].value = value;
-        hcq__gf_pop(L, m4);
-        if (st) break;
-      }
+          size_t m4 = hcq__gf_push_key(L, key);
+          ssize_t vi = -1;
+          size_t cursor = 0;
+          for (size_t k; vi < 0 && (k = hcq__htab_next(&gf->var_names, hcq__hash_str(key),
+                                                       &cursor)) != SIZE_MAX;)
+            if (!strcmp(hcq_var_name(gf->vars.data[k].var), key)) vi = (ssize_t)k;
+          int64_t value;
+          if (vi < 0)
+            st = hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown variable \"%.64s\"", key);
+          else if (!(st = hcq__gf_get_int(L, v, hcq_var_min(gf->vars.data[vi].var),
+                                          hcq_var_max(gf->vars.data[vi].var), &value)))
+            run.vals[vi].value = value;
+          hcq__gf_pop(L, m4);
+          if (st) break;
+        }
       hcq__gf_pop(L, m3);
     }
     hcq__gf_pop(L, m2);
@@ -167,22 +184,27 @@ hcq_status_t hcq__gf_check_items(gf_loader_t *L) {
       if (it->kind != HCQ_ITEM_KERNEL) continue;
       const hcq_kernel_item_t *k = &it->kernel;
       for (size_t v = 0; v < k->nvals + 6; v++) {
-        hcq_operand_t op = v < k->nvals ? k->vals[v] : v < k->nvals + 3 ? k->global[v - k->nvals] : k->local[v - k->nvals - 3];
+        hcq_operand_t op = v < k->nvals       ? k->vals[v]
+                           : v < k->nvals + 3 ? k->global[v - k->nvals]
+                                              : k->local[v - k->nvals - 3];
         if (!op.sym) continue;
         int64_t x;
         hcq_status_t st = hcq_expr_eval(op.sym, gf->runs.data[r].vals, gf->vars.len, &x);
         int64_t lo = v < k->nvals ? INT32_MIN : 0, hi = v < k->nvals ? INT32_MAX : UINT32_MAX;
         if (!st && (x < lo || x > hi))
-          st = hcq_status_make(HCQ_OUT_OF_RANGE, "evaluates to %" PRId64 ", outside [%" PRId64 ", %" PRId64 "]", x, lo, hi);
+          st = hcq_status_make(HCQ_OUT_OF_RANGE,
+                               "evaluates to %" PRId64 ", outside [%" PRId64 ", %" PRId64 "]", x,
+                               lo, hi);
         if (st) {
           char where[64];
           if (v < k->nvals)
             snprintf(where, sizeof(where), "items[%zu].vals[%zu]", i, v);
           else
-            snprintf(where, sizeof(where), "items[%zu].%s[%zu]", i, v < k->nvals + 3 ? "global" : "local",
-                     (v - k->nvals) % 3);
-          hcq_status_t out = hcq_status_make(hcq_status_code(st), "%s: %s: %s (with the values of run %zu)", L->name,
-                                             where, hcq_status_message(st), r);
+            snprintf(where, sizeof(where), "items[%zu].%s[%zu]", i,
+                     v < k->nvals + 3 ? "global" : "local", (v - k->nvals) % 3);
+          hcq_status_t out =
+              hcq_status_make(hcq_status_code(st), "%s: %s: %s (with the values of run %zu)",
+                              L->name, where, hcq_status_message(st), r);
           hcq_status_destroy(st);
           return out;
         }

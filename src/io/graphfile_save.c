@@ -18,7 +18,8 @@ static char *b64_encode(const uint8_t *p, size_t n) {
   char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
   if (!out) return NULL;
   for (size_t i = 0; i < n; i += 3) {
-    uint32_t w = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+    uint32_t w = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                 (i + 2 < n ? p[i + 2] : 0);
     *o++ = k_b64[w >> 18 & 63];
     *o++ = k_b64[w >> 12 & 63];
     *o++ = i + 1 < n ? k_b64[w >> 6 & 63] : '=';
@@ -66,7 +67,9 @@ static uint64_t program_hash(const hcq_program_t *p) {
   return hcq__hash_bytes(hcq__hash_bytes(0, name, strlen(name) + 1), src, strlen(src));
 }
 
-static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory saving a graph file"); }
+static hcq_status_t oom(void) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory saving a graph file");
+}
 
 /* The name of buf in the file, adding it (and its base first) when new. */
 static hcq_status_t buffer_name(saver_t *s, const hcq_buffer_t *b, const char **out) {
@@ -126,9 +129,10 @@ static hcq_status_t buffer_name(saver_t *s, const hcq_buffer_t *b, const char **
 static hcq_status_t program_name(saver_t *s, const hcq_program_t *p, const char **out) {
   const char *src = hcq_program_source(p);
   if (!src)
-    return hcq_status_make(HCQ_UNIMPLEMENTED,
-                           "program %s was made from a function pointer: only programs from source can be saved",
-                           hcq_program_name(p));
+    return hcq_status_make(
+        HCQ_UNIMPLEMENTED,
+        "program %s was made from a function pointer: only programs from source can be saved",
+        hcq_program_name(p));
   size_t cursor = 0;
   for (size_t i; (i = hcq__htab_next(&s->prog_index, program_hash(p), &cursor)) != SIZE_MAX;) {
     const hcq_program_t *q = s->progs.data[i];
@@ -154,7 +158,8 @@ static hcq_status_t program_name(saver_t *s, const hcq_program_t *p, const char 
   const hcq__backend_t *b = hcq__backend(hcq_device_kind(hcq_program_device(p)));
   json_object_set_new(j, b ? b->source_key : "c", json_string(src));
   size_t nbufs, nvals;
-  if (hcq_program_args(p, &nbufs, &nvals)) { /* the counts travel, so the loaded file checks them too */
+  /* the counts travel, so the loaded file checks them too */
+  if (hcq_program_args(p, &nbufs, &nvals)) {
     json_object_set_new(j, "nbufs", json_integer((json_int_t)nbufs));
     json_object_set_new(j, "nvals", json_integer((json_int_t)nvals));
   }
@@ -184,21 +189,26 @@ static hcq_status_t item_json(saver_t *s, const hcq_exec_item_t *it, json_t **ou
   if (it->kind == HCQ_ITEM_TRANSFER) {
     json_t *c = json_object();
     json_object_set_new(j, "copy", c);
-    if (!(st = buffer_name(s, it->transfer.dst, &name))) json_object_set_new(c, "dst", json_string(name));
-    if (!st && !(st = buffer_name(s, it->transfer.src, &name))) json_object_set_new(c, "src", json_string(name));
+    if (!(st = buffer_name(s, it->transfer.dst, &name)))
+      json_object_set_new(c, "dst", json_string(name));
+    if (!st && !(st = buffer_name(s, it->transfer.src, &name)))
+      json_object_set_new(c, "src", json_string(name));
     json_object_set_new(c, "bytes", json_integer((json_int_t)it->transfer.bytes));
   } else {
     const hcq_kernel_item_t *k = &it->kernel;
-    if (!(st = program_name(s, k->program, &name))) json_object_set_new(j, "kernel", json_string(name));
+    if (!(st = program_name(s, k->program, &name)))
+      json_object_set_new(j, "kernel", json_string(name));
     json_object_set_new(j, "device", json_string(hcq_device_name(hcq_program_device(k->program))));
-    json_t *bufs = json_array(), *outs = json_array(), *vals = json_array(), *g = json_array(), *l = json_array();
+    json_t *bufs = json_array(), *outs = json_array(), *vals = json_array(), *g = json_array(),
+           *l = json_array();
     for (size_t i = 0; i < k->nbufs && !st; i++)
       if (!(st = buffer_name(s, k->bufs[i], &name))) json_array_append_new(bufs, json_string(name));
     for (size_t i = 0; i < k->nouts; i++) json_array_append_new(outs, json_integer(k->outs[i]));
     for (size_t i = 0; i < k->nvals && !st; i++)
       if (json_array_append_new(vals, operand_json(k->vals[i]))) st = oom();
     for (int i = 0; i < 3 && !st; i++)
-      if (json_array_append_new(g, operand_json(k->global[i])) || json_array_append_new(l, operand_json(k->local[i])))
+      if (json_array_append_new(g, operand_json(k->global[i])) ||
+          json_array_append_new(l, operand_json(k->local[i])))
         st = oom();
     json_object_set_new(j, "bufs", bufs);
     if (k->outs) /* no outs array: every buffer, which is what a missing "outs" means */
@@ -218,16 +228,19 @@ static hcq_status_t item_json(saver_t *s, const hcq_exec_item_t *it, json_t **ou
 }
 
 hcq_status_t hcq_jit_save(hcq_jit_t *jit, const char *path) {
-  if (!jit || !path) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_save: jit or path is NULL");
+  if (!jit || !path)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_save: jit or path is NULL");
   saver_t s = {json_object(), json_object(), {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}};
-  json_t *root = json_object(), *vars = json_object(), *items = json_array(), *inputs = json_array();
+  json_t *root = json_object(), *vars = json_object(), *items = json_array(),
+         *inputs = json_array();
   hcq_status_t st = NULL;
   if (!s.buffers || !s.programs || !root || !vars || !items || !inputs) st = oom();
   /* Contents are read with copyout, which waits for the work before it on each device. */
   for (size_t i = 0; i < hcq_jit_var_count(jit) && !st; i++) {
     const hcq_expr_t *v = hcq_jit_var(jit, i);
     if (json_object_get(vars, hcq_var_name(v))) {
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "two variables are named %s: a graph file names each once",
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "two variables are named %s: a graph file names each once",
                            hcq_var_name(v));
       break;
     }
@@ -244,7 +257,8 @@ hcq_status_t hcq_jit_save(hcq_jit_t *jit, const char *path) {
   }
   for (size_t i = 0; i < hcq_jit_input_count(jit) && !st; i++) {
     const char *name;
-    if (!(st = buffer_name(&s, hcq_jit_input(jit, i), &name))) json_array_append_new(inputs, json_string(name));
+    if (!(st = buffer_name(&s, hcq_jit_input(jit, i), &name)))
+      json_array_append_new(inputs, json_string(name));
   }
   if (!st) {
     json_object_set_new(root, "format", json_string("hcq-graph/1"));

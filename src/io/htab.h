@@ -14,12 +14,14 @@
 
 typedef struct hcq__htab {
   uint64_t *hashes;
-  size_t *index; /* entry + 1; 0 marks a free slot */
-  size_t cap, len;  /* cap is 0 or a power of two */
+  size_t *index;   /* entry + 1; 0 marks a free slot */
+  size_t cap, len; /* cap is 0 or a power of two */
 } hcq__htab_t;
 
 /* XXH3 (the xxHash the kernel cache uses); h chains a previous hash in as the seed. */
-static inline uint64_t hcq__hash_bytes(uint64_t h, const void *p, size_t n) { return XXH3_64bits_withSeed(p, n, h); }
+static inline uint64_t hcq__hash_bytes(uint64_t h, const void *p, size_t n) {
+  return XXH3_64bits_withSeed(p, n, h);
+}
 static inline uint64_t hcq__hash_str(const char *s) { return hcq__hash_bytes(0, s, strlen(s)); }
 static inline uint64_t hcq__hash_ptr(const void *p) {
   uint64_t h = (uint64_t)(uintptr_t)p * UINT64_C(0x9E3779B97F4A7C15);

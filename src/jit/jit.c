@@ -31,7 +31,7 @@ struct hcq_capture {
    * capturing thread: only it may end or abort the capture. */
   hcq__capture_watch_t watch;
   HCQ__VEC(bound_value_t) bound; /* hcq_launch_sym's values, one per variable */
-  hcq_status_t error; /* first failure to record (memory): reported by end */
+  hcq_status_t error;            /* first failure to record (memory): reported by end */
   hcq__recorder_t recorder;
 };
 
@@ -40,8 +40,11 @@ static _Thread_local hcq_capture_t *g_capturing;
 static void record(hcq_capture_t *c, const hcq_exec_item_t *it) {
   if (c->error) return;
   hcq_exec_item_t copy;
-  if (!hcq__vec_reserve_for(&c->items, c->items.len + 1) || (c->error = hcq__exec_item_copy(it, &copy))) {
-    if (!c->error) c->error = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory recording item %zu", c->items.len);
+  if (!hcq__vec_reserve_for(&c->items, c->items.len + 1) ||
+      (c->error = hcq__exec_item_copy(it, &copy))) {
+    if (!c->error)
+      c->error =
+          hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory recording item %zu", c->items.len);
     return;
   }
   c->items.data[c->items.len++] = copy;
@@ -54,9 +57,11 @@ static void record_launch(void *ctx, const hcq_launch_desc_t *d) {
   for (size_t i = 0; i < d->nbufs; i++) all[i] = (uint32_t)i;
   /* The one rule (graph.h): no outs array, every buffer written (recorded as the full list, so that
    * items and saved files say it explicitly); an empty array, nothing. */
-  hcq_kernel_item_t k = {d->program, d->bufs, d->nbufs, d->outs ? d->outs : all, d->outs ? d->nouts : d->nbufs,
-                         vals, d->nvals, {{0}}, {{0}}};
-  for (int i = 0; i < 3; i++) k.global[i] = hcq_imm(d->global[i]), k.local[i] = hcq_imm(d->local[i]);
+  hcq_kernel_item_t k = {
+      d->program, d->bufs, d->nbufs, d->outs ? d->outs : all, d->outs ? d->nouts : d->nbufs, vals,
+      d->nvals,   {{0}},   {{0}}};
+  for (int i = 0; i < 3; i++)
+    k.global[i] = hcq_imm(d->global[i]), k.local[i] = hcq_imm(d->local[i]);
   hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL, .kernel = k};
   record(ctx, &it);
 }
@@ -70,8 +75,9 @@ static void record_item(void *ctx, const hcq_exec_item_t *it) { record(ctx, it);
 static void record_host_copy(void *ctx, const char *what, const hcq_buffer_t *buf, uint64_t size) {
   hcq_capture_t *c = ctx;
   if (c->host_copies++ == 0)
-    snprintf(c->first_host_copy, sizeof(c->first_host_copy), "%s of %" PRIu64 " bytes %s %s, after item %zu", what,
-             size, strcmp(what, "copyin") ? "from" : "to", buf->label, c->items.len);
+    snprintf(c->first_host_copy, sizeof(c->first_host_copy),
+             "%s of %" PRIu64 " bytes %s %s, after item %zu", what, size,
+             strcmp(what, "copyin") ? "from" : "to", buf->label, c->items.len);
 }
 
 /* Keeps vals as values of the capture, the newest value of each variable replacing older ones. A
@@ -87,7 +93,8 @@ static void record_bind(void *ctx, const hcq_var_value_t *vals, size_t nvals) {
     } else if (hcq__vec_push(&c->bound, ((bound_value_t){vals[i].var, vals[i].value, false}))) {
       hcq_expr_retain(vals[i].var);
     } else {
-      c->error = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory keeping the values of a capture");
+      c->error =
+          hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory keeping the values of a capture");
     }
   }
 }
@@ -95,10 +102,12 @@ static void record_bind(void *ctx, const hcq_var_value_t *vals, size_t nvals) {
 hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_begin: out_capture is NULL");
   *out = NULL;
-  if (g_capturing) return hcq_status_make(HCQ_FAILED_PRECONDITION, "this thread is already capturing");
+  if (g_capturing)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "this thread is already capturing");
   hcq_capture_t *c = calloc(1, sizeof(*c));
   if (!c) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory starting a capture");
-  c->recorder = (hcq__recorder_t){record_launch, record_transfer, record_item, record_host_copy, record_bind, c};
+  c->recorder = (hcq__recorder_t){record_launch,    record_transfer, record_item,
+                                  record_host_copy, record_bind,     c};
   g_capturing = c;
   hcq__recorder = &c->recorder;
   hcq__capture_watch_open(&c->watch);
@@ -107,7 +116,6 @@ hcq_status_t hcq_capture_begin(hcq_capture_t **out) {
 }
 
 size_t hcq_capture_item_count(const hcq_capture_t *c) { return c ? c->items.len : 0; }
-
 
 static void capture_free(hcq_capture_t *c) {
   if (g_capturing == c) {
@@ -126,7 +134,9 @@ static void capture_free(hcq_capture_t *c) {
 
 /* The recorder lives in the capturing thread's thread-local state: another thread cannot take it
  * down without racing with that thread's launches. */
-static bool on_owner_thread(const hcq_capture_t *c) { return pthread_equal(c->watch.owner, pthread_self()) && g_capturing == c; }
+static bool on_owner_thread(const hcq_capture_t *c) {
+  return pthread_equal(c->watch.owner, pthread_self()) && g_capturing == c;
+}
 
 void hcq_capture_abort(hcq_capture_t *c) {
   if (!c) return;
@@ -188,11 +198,13 @@ static void report_warning(hcq_jit_t *jit, const char *msg) {
     fprintf(stderr, "hcq: warning: %s\n", msg);
 }
 
-/* In a capture, a value for a variable that no item uses changes nothing, which the caller would not
- * expect: the variable's value went to hcq_launch() as a number, so the capture holds a constant.
- * Report each such variable once, in the report and as a warning, or fail in strict mode. (Items
- * given to hcq_jit_create carry their own symbols; extra values are ignored, as by graphs.) */
-static hcq_status_t check_unused_vars(hcq_jit_t *jit, const hcq_var_value_t *vals, size_t nvals, const char *when) {
+/* In a capture, a value for a variable that no item uses changes nothing, which the caller would
+ * not expect: the variable's value went to hcq_launch() as a number, so the capture holds a
+ * constant. Report each such variable once, in the report and as a warning, or fail in strict mode.
+ * (Items given to hcq_jit_create carry their own symbols; extra values are ignored, as by graphs.)
+ */
+static hcq_status_t check_unused_vars(hcq_jit_t *jit, const hcq_var_value_t *vals, size_t nvals,
+                                      const char *when) {
   if (!jit->from_capture) return NULL;
   const hcq__runner_t *r = &jit->runner;
   for (size_t i = 0; i < nvals; i++) {
@@ -204,7 +216,8 @@ static hcq_status_t check_unused_vars(hcq_jit_t *jit, const hcq_var_value_t *val
     const char *name = hcq_var_name(var) ? hcq_var_name(var) : "(not a variable)";
     char msg[256];
     snprintf(msg, sizeof(msg),
-             "%s: variable %s has a value but no captured item uses it, so the value changes nothing (hcq_launch "
+             "%s: variable %s has a value but no captured item uses it, so the value changes "
+             "nothing (hcq_launch "
              "records numbers as constants; hcq_launch_sym keeps them variable)",
              when, name);
     if (jit->strict_vars) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s", msg);
@@ -242,12 +255,14 @@ static void describe_item(const hcq_exec_item_t *it, char *buf, size_t size) {
   if (it->kind == HCQ_ITEM_KERNEL)
     snprintf(buf, size, "%s on %s", it->kernel.program->name, it->kernel.program->dev->name);
   else
-    snprintf(buf, size, "transfer %s -> %s", it->transfer.src->dev->name, it->transfer.dst->dev->name);
+    snprintf(buf, size, "transfer %s -> %s", it->transfer.src->dev->name,
+             it->transfer.dst->dev->name);
 }
 
 static hcq_status_t add_segment(hcq_jit_t *jit, size_t first, size_t count, hcq_graph_t *graph) {
   segment_t s = {first, count, graph};
-  if (!hcq__vec_push(&jit->segments, s)) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory batching");
+  if (!hcq__vec_push(&jit->segments, s))
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory batching");
   return NULL;
 }
 
@@ -263,13 +278,15 @@ static hcq_status_t add_eager(hcq_jit_t *jit, size_t first, size_t count, const 
 }
 
 /* Closes a batch: a graph when it can be built, else eager items with the reason. */
-static hcq_status_t flush(hcq_jit_t *jit, size_t first, size_t count, size_t *max_batch, bool profile) {
+static hcq_status_t flush(hcq_jit_t *jit, size_t first, size_t count, size_t *max_batch,
+                          bool profile) {
   if (count == 0) return NULL;
   if (count == 1) return add_eager(jit, first, 1, "a batch of one item is not graphed");
   hcq__runner_t *r = &jit->runner;
   hcq_graph_options_t opts = {.profile = profile, .inflight = jit->inflight};
   hcq_graph_t *g = NULL;
-  hcq_status_t st = hcq_graph_create(r->items + first, count, r->inputs, r->ninputs, jit->vals, r->vars.len, &opts, &g);
+  hcq_status_t st = hcq_graph_create(r->items + first, count, r->inputs, r->ninputs, jit->vals,
+                                     r->vars.len, &opts, &g);
   if (st) {
     if (hcq_status_code(st) == HCQ_OUT_OF_MEMORY) return st;
     char why[768];
@@ -278,7 +295,8 @@ static hcq_status_t flush(hcq_jit_t *jit, size_t first, size_t count, size_t *ma
     return add_eager(jit, first, count, why);
   }
   hcq__runner_mark(&g->runner, NULL, r); /* the jit's graph: a leak report lists it under the jit */
-  if (!hcq__vec_reserve_for(&jit->batch_sizes, jit->batch_sizes.len + 1) || (st = add_segment(jit, first, count, g))) {
+  if (!hcq__vec_reserve_for(&jit->batch_sizes, jit->batch_sizes.len + 1) ||
+      (st = add_segment(jit, first, count, g))) {
     hcq_status_destroy(hcq_graph_destroy(g));
     return st ? st : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory batching");
   }
@@ -315,7 +333,8 @@ static hcq_status_t batch(hcq_jit_t *jit, size_t first_batch_size, bool profile)
 
 static void jit_free(hcq_jit_t *jit) {
   for (size_t i = 0; i < jit->segments.len; i++)
-    if (jit->segments.data[i].graph) hcq_status_destroy(hcq_graph_destroy(jit->segments.data[i].graph));
+    if (jit->segments.data[i].graph)
+      hcq_status_destroy(hcq_graph_destroy(jit->segments.data[i].graph));
   hcq__vec_free(&jit->segments);
   hcq__vec_free(&jit->batch_sizes);
   free(jit->vals);
@@ -327,13 +346,17 @@ static void jit_free(hcq_jit_t *jit) {
   free(jit);
 }
 
-/* when: "capture" for a capture's jit (its unused variables are reported), NULL for hcq_jit_create. */
-static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
-                              const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *options,
-                              size_t host_copies, const char *when, hcq_jit_t **out) {
+/* when: "capture" for a capture's jit (its unused variables are reported), NULL for hcq_jit_create.
+ */
+static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems,
+                              hcq_buffer_t *const *inputs, size_t ninputs,
+                              const hcq_var_value_t *vals, size_t nvals,
+                              const hcq_jit_options_t *options, size_t host_copies,
+                              const char *when, hcq_jit_t **out) {
   hcq_jit_t *jit = calloc(1, sizeof(*jit));
   if (!jit) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
-  hcq_status_t st = hcq__runner_init(&jit->runner, items, nitems, inputs, ninputs, vals, nvals, "jit");
+  hcq_status_t st =
+      hcq__runner_init(&jit->runner, items, nitems, inputs, ninputs, vals, nvals, "jit");
   if (st) {
     free(jit);
     return st;
@@ -348,13 +371,16 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
   }
   jit->vals = calloc(r->vars.len + 1, sizeof(*jit->vals));
   jit->slots_at = calloc(r->nitems + 1, sizeof(*jit->slots_at));
-  if (!jit->vals || !jit->slots_at) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
-  for (size_t i = 0; i < r->vars.len && !st; i++) jit->vals[i] = (hcq_var_value_t){r->vars.data[i], r->values[i]};
+  if (!jit->vals || !jit->slots_at)
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
+  for (size_t i = 0; i < r->vars.len && !st; i++)
+    jit->vals[i] = (hcq_var_value_t){r->vars.data[i], r->values[i]};
   for (size_t j = 0, s = 0; j <= r->nitems && !st; j++) {
     while (s < r->slots.len && r->slots.data[s].item < j) s++;
     jit->slots_at[j] = (uint32_t)s;
   }
-  size_t first = options && options->first_batch_size ? options->first_batch_size : hcq__options()->jit_batch_size;
+  size_t first = options && options->first_batch_size ? options->first_batch_size
+                                                      : hcq__options()->jit_batch_size;
   jit->inflight = options ? options->inflight : 0;
   if (!st && options && options->eager_only)
     st = add_eager(jit, 0, r->nitems, "graphs are turned off (eager only)");
@@ -375,10 +401,11 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
   char sizes[512] = "";
   size_t used = 0;
   for (size_t i = 0; i < jit->batch_sizes.len && used + 24 < sizeof(sizes); i++)
-    used += (size_t)snprintf(sizes + used, sizeof(sizes) - used, "%s%zu", i ? ", " : "", jit->batch_sizes.data[i]);
-  say(jit, "%zu items: %zu graphed in %zu batch%s%s%s%s, %zu eager", r->nitems, jit->report.graphed_items,
-      jit->batch_sizes.len, jit->batch_sizes.len == 1 ? "" : "es", used ? " (" : "", sizes, used ? ")" : "",
-      jit->report.eager_items);
+    used += (size_t)snprintf(sizes + used, sizeof(sizes) - used, "%s%zu", i ? ", " : "",
+                             jit->batch_sizes.data[i]);
+  say(jit, "%zu items: %zu graphed in %zu batch%s%s%s%s, %zu eager", r->nitems,
+      jit->report.graphed_items, jit->batch_sizes.len, jit->batch_sizes.len == 1 ? "" : "es",
+      used ? " (" : "", sizes, used ? ")" : "", jit->report.eager_items);
   if (reasons) {
     say(jit, "%s", reasons);
     jit->text[--jit->text_len] = '\0'; /* reasons end with their own newline */
@@ -394,18 +421,19 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems, hcq_b
   return NULL;
 }
 
-hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems, hcq_buffer_t *const *inputs, size_t ninputs,
-                            const hcq_var_value_t *vals, size_t nvals, const hcq_jit_options_t *options,
-                            hcq_jit_t **out_jit) {
+hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems,
+                            hcq_buffer_t *const *inputs, size_t ninputs,
+                            const hcq_var_value_t *vals, size_t nvals,
+                            const hcq_jit_options_t *options, hcq_jit_t **out_jit) {
   if (!out_jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_create: out_jit is NULL");
   *out_jit = NULL;
   return jit_build(items, nitems, inputs, ninputs, vals, nvals, options, 0, NULL, out_jit);
 }
 
-/* Inputs no captured item holds (by identity, as replays swap them): a replay would replace nothing.
- * Returns how many, with the message about them in msg. */
-static size_t unused_inputs(const hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs, bool warning,
-                            char *msg, size_t size) {
+/* Inputs no captured item holds (by identity, as replays swap them): a replay would replace
+ * nothing. Returns how many, with the message about them in msg. */
+static size_t unused_inputs(const hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs,
+                            bool warning, char *msg, size_t size) {
   size_t unused = 0, first = 0;
   for (size_t k = 0; inputs && k < ninputs; k++) {
     const hcq_buffer_t *in = inputs[k];
@@ -423,11 +451,15 @@ static size_t unused_inputs(const hcq_capture_t *c, hcq_buffer_t *const *inputs,
   if (!unused) return 0;
   char more[64] = "", name[96];
   if (unused > 1) snprintf(more, sizeof(more), " (and %zu more inputs)", unused - 1);
-  snprintf(msg, size,
-           "hcq_capture_end: input %zu (%s)%s is used by no captured item, so a replay that replaces it "
-           "changes nothing (items hold the buffers they were given: a view of an input is not the input)%s",
-           first, hcq__buffer_name(inputs[first], name), more,
-           warning ? "" : "; pass the buffers the items use, or set allow_unused_inputs to make this a warning");
+  snprintf(
+      msg, size,
+      "hcq_capture_end: input %zu (%s)%s is used by no captured item, so a replay that replaces it "
+      "changes nothing (items hold the buffers they were given: a view of an input is not the "
+      "input)%s",
+      first, hcq__buffer_name(inputs[first], name), more,
+      warning
+          ? ""
+          : "; pass the buffers the items use, or set allow_unused_inputs to make this a warning");
   return unused;
 }
 
@@ -441,31 +473,38 @@ static void report_other_threads(const hcq_capture_t *c, hcq_jit_t *jit) {
       const hcq_exec_item_t *it = &c->items.data[j];
       /* A transfer uses both ends' devices, whichever queue runs it (a cross-rank one runs on its
        * local end's: runner.c). */
-      used = it->kind == HCQ_ITEM_TRANSFER ? it->transfer.src->dev == w->dev || it->transfer.dst->dev == w->dev
-                                           : it->kernel.program->dev == w->dev;
+      used = it->kind == HCQ_ITEM_TRANSFER
+                 ? it->transfer.src->dev == w->dev || it->transfer.dst->dev == w->dev
+                 : it->kernel.program->dev == w->dev;
     }
     if (!used) continue;
     jit->report.other_thread_work += w->count;
     char msg[512];
     snprintf(msg, sizeof(msg),
-             "capture: while it was open, other threads did %zu operation%s on %s, which the captured items use, and "
-             "the capture did not record %s (first: %s): a replay does not repeat %s (capture on the thread that "
+             "capture: while it was open, other threads did %zu operation%s on %s, which the "
+             "captured items use, and "
+             "the capture did not record %s (first: %s): a replay does not repeat %s (capture on "
+             "the thread that "
              "does the work, or keep other threads off the device while capturing)",
-             w->count, w->count == 1 ? "" : "s", w->dev_name, w->count == 1 ? "it" : "them", w->first,
-             w->count == 1 ? "it" : "them");
+             w->count, w->count == 1 ? "" : "s", w->dev_name, w->count == 1 ? "it" : "them",
+             w->first, w->count == 1 ? "it" : "them");
     report_warning(jit, msg);
   }
   if (c->watch.others_lost)
-    report_warning(jit, "capture: other threads worked on devices while it was open, and not all of it could be "
-                        "noted (out of memory)");
+    report_warning(
+        jit,
+        "capture: other threads worked on devices while it was open, and not all of it could be "
+        "noted (out of memory)");
 }
 
-hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                             size_t nvals, const hcq_jit_options_t *options, hcq_jit_t **out_jit) {
+hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs,
+                             const hcq_var_value_t *vals, size_t nvals,
+                             const hcq_jit_options_t *options, hcq_jit_t **out_jit) {
   if (!c) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: capture is NULL");
   if (!on_owner_thread(c))
     return hcq_status_make(HCQ_FAILED_PRECONDITION,
-                           "hcq_capture_end: the capture belongs to another thread (end it on the thread that began it; "
+                           "hcq_capture_end: the capture belongs to another thread (end it on the "
+                           "thread that began it; "
                            "it is not consumed)");
   hcq_status_t st = NULL;
   if (!out_jit)
@@ -475,7 +514,8 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
   else if (c->items.len == 0)
     st = hcq_status_make(HCQ_FAILED_PRECONDITION, "the capture recorded no launches or transfers");
   else if (nvals && !vals)
-    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: %zu values but vals is NULL", nvals);
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: %zu values but vals is NULL",
+                         nvals);
   else
     st = hcq__var_values_check(vals, nvals, "hcq_capture_end");
   if (out_jit) *out_jit = NULL;
@@ -490,7 +530,8 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
       for (size_t b = 0; b < c->bound.len; b++) {
         size_t k = 0;
         while (k < nvals && vals[k].var != c->bound.data[b].var) k++;
-        if (k == nvals) all[nall++] = (hcq_var_value_t){c->bound.data[b].var, c->bound.data[b].value};
+        if (k == nvals)
+          all[nall++] = (hcq_var_value_t){c->bound.data[b].var, c->bound.data[b].value};
       }
       vals = all;
     }
@@ -505,7 +546,8 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
   if (!st) unused = unused_inputs(c, inputs, ninputs, allow_unused, unused_msg, sizeof(unused_msg));
   if (!st && unused && !allow_unused) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s", unused_msg);
   if (!st)
-    st = jit_build(c->items.data, c->items.len, inputs, ninputs, vals, nall, options, c->host_copies, "capture", out_jit);
+    st = jit_build(c->items.data, c->items.len, inputs, ninputs, vals, nall, options,
+                   c->host_copies, "capture", out_jit);
   if (!st && unused) {
     (*out_jit)->report.unused_inputs = unused;
     report_warning(*out_jit, unused_msg);
@@ -513,10 +555,12 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
   if (!st && c->host_copies) {
     char msg[512];
     snprintf(msg, sizeof(msg),
-             "capture: %zu host cop%s ran once during the capture and %s not recorded (first: %s): a replay does not "
+             "capture: %zu host cop%s ran once during the capture and %s not recorded (first: %s): "
+             "a replay does not "
              "repeat %s (host memory is not replayed)",
-             c->host_copies, c->host_copies == 1 ? "y" : "ies", c->host_copies == 1 ? "was" : "were",
-             c->first_host_copy, c->host_copies == 1 ? "it" : "them");
+             c->host_copies, c->host_copies == 1 ? "y" : "ies",
+             c->host_copies == 1 ? "was" : "were", c->first_host_copy,
+             c->host_copies == 1 ? "it" : "them");
     report_warning(*out_jit, msg);
   }
   if (!st) report_other_threads(c, *out_jit);
@@ -542,18 +586,21 @@ static hcq_status_t run_eager(hcq_jit_t *jit, const segment_t *s) {
   hcq__runner_t *r = &jit->runner;
   hcq_buffer_t *bufs[HCQ_MAX_KERNEL_BUFS];
   for (size_t j = s->first; j < s->first + s->count; j++) {
-    hcq_exec_item_t it = hcq__runner_item_with_inputs(r, j, jit->slots_at[j], jit->slots_at[j + 1], bufs);
+    hcq_exec_item_t it =
+        hcq__runner_item_with_inputs(r, j, jit->slots_at[j], jit->slots_at[j + 1], bufs);
     hcq_status_t st = hcq_exec_item_run(&it, jit->vals, r->vars.len);
     if (st) return hcq_status_annotate(st, "item %zu", j);
   }
   return NULL;
 }
 
-static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                            size_t nvals, bool wait, uint64_t *out_elapsed_ns);
+static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs,
+                            const hcq_var_value_t *vals, size_t nvals, bool wait,
+                            uint64_t *out_elapsed_ns);
 
-hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                         size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
+hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs,
+                         const hcq_var_value_t *vals, size_t nvals, bool wait,
+                         uint64_t *out_elapsed_ns) {
   if (!jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_run: jit is NULL");
   hcq__runner_t *r = &jit->runner;
   hcq_status_t st = hcq__runner_enter(r, "hcq_jit_run");
@@ -563,8 +610,8 @@ hcq_status_t hcq_jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t nin
   return st;
 }
 
-hcq_status_t hcq_jit_submit(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                            size_t nvals, hcq_fence_t *fence) {
+hcq_status_t hcq_jit_submit(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs,
+                            const hcq_var_value_t *vals, size_t nvals, hcq_fence_t *fence) {
   if (!jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_jit_submit: jit is NULL");
   hcq__runner_t *r = &jit->runner;
   hcq_status_t st = hcq__runner_enter(r, "hcq_jit_submit");
@@ -577,8 +624,9 @@ hcq_status_t hcq_jit_submit(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t 
   return st;
 }
 
-static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs, const hcq_var_value_t *vals,
-                            size_t nvals, bool wait, uint64_t *out_elapsed_ns) {
+static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t ninputs,
+                            const hcq_var_value_t *vals, size_t nvals, bool wait,
+                            uint64_t *out_elapsed_ns) {
   uint64_t start = hcq__now_ns();
   hcq__runner_t *r = &jit->runner;
   hcq_status_t st = hcq__runner_stage(r, inputs, ninputs, vals, nvals);
@@ -591,10 +639,13 @@ static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t 
   for (size_t i = 0; i < jit->segments.len && !st; i++) {
     const segment_t *s = &jit->segments.data[i];
     if (s->graph)
-      st = hcq__graph_run_prechecked(s->graph, r->pending_inputs, r->ninputs, jit->vals, r->vars.len);
+      st = hcq__graph_run_prechecked(s->graph, r->pending_inputs, r->ninputs, jit->vals,
+                                     r->vars.len);
     else
       st = run_eager(jit, s);
-    if (st) st = hcq_status_annotate(st, "jit replay, batch %zu (items %zu-%zu)", i, s->first, s->first + s->count - 1);
+    if (st)
+      st = hcq_status_annotate(st, "jit replay, batch %zu (items %zu-%zu)", i, s->first,
+                               s->first + s->count - 1);
   }
   hcq__recorder = rec;
   if (st) return st;

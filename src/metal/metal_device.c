@@ -9,10 +9,10 @@
  *   COPY      a blit (copyFromBuffer:...) between Metal buffers; a copy with a host-memory end (a
  *             CPU device's buffer) runs on the host once the GPU work before it finished
  *   SIGNAL    the open command buffer is committed with the device's MTLSharedEvent signalled to
- *             the next value; once the event reaches it (and the buffer did not fail) the signal is set
- *   TIMESTAMP the same, then the host clock
- *   WAIT      commits what is open (without waiting for it), then waits on the host for the signal
- * A command buffer that ends in error marks the device lost with Metal's error text. */
+ *             the next value; once the event reaches it (and the buffer did not fail) the signal is
+ * set TIMESTAMP the same, then the host clock WAIT      commits what is open (without waiting for
+ * it), then waits on the host for the signal A command buffer that ends in error marks the device
+ * lost with Metal's error text. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -54,17 +54,17 @@ typedef struct mtl_dev {
   pthread_cond_t cond;
   mtl_entry_t *head, *tail;
   bool stopping;
-  uint64_t submitted[2];          /* under the device lock */
-  _Atomic uint64_t published[2];  /* submitted, for other threads */
+  uint64_t submitted[2];         /* under the device lock */
+  _Atomic uint64_t published[2]; /* submitted, for other threads */
   _Atomic uint64_t completed[2];
   _Atomic int cur_kind;
   _Atomic(const uint32_t *) cur, prev, call_base;
-  pthread_mutex_t mem_lock; /* allocs */
+  pthread_mutex_t mem_lock;     /* allocs */
   HCQ__VEC(mtl_alloc_t) allocs; /* sorted by addr */
   /* Engine thread only. */
   hcq_id cb, enc;
-  int enc_kind; /* 0 none, 1 compute, 2 blit */
-  const char *cb_kernel; /* a kernel the open command buffer runs, for messages */
+  int enc_kind;             /* 0 none, 1 compute, 2 blit */
+  const char *cb_kernel;    /* a kernel the open command buffer runs, for messages */
   HCQ__VEC(hcq_id) pending; /* committed command buffers not yet seen complete (retained) */
   uint64_t event_value;
 } mtl_dev_t;
@@ -82,8 +82,10 @@ static size_t alloc_index(const mtl_dev_t *md, uint64_t addr) { /* first alloc w
   size_t lo = 0, hi = md->allocs.len;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (md->allocs.data[mid].addr <= addr) lo = mid + 1;
-    else hi = mid;
+    if (md->allocs.data[mid].addr <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -112,19 +114,21 @@ static uint64_t bytes_left(mtl_dev_t *md, uint64_t addr) {
   return left;
 }
 
-static hcq_status_t mtl_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out) {
+static hcq_status_t mtl_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags,
+                                  hcq__mem_t *out) {
   (void)flags; /* shared storage: every allocation is host visible */
   mtl_dev_t *md = mdev(dev);
   uint64_t bytes = size < 64 ? 64 : (size + 63) & ~UINT64_C(63);
   void *pool = md->api->objc_autoreleasePoolPush();
-  hcq_id buf = MSG(hcq_id, hcq_NSUInteger, hcq_NSUInteger)(md->device, SEL(newBufferWithLength), (hcq_NSUInteger)bytes,
-                                                            HCQ_MTL_RESOURCE_STORAGE_SHARED);
+  hcq_id buf = MSG(hcq_id, hcq_NSUInteger, hcq_NSUInteger)(
+      md->device, SEL(newBufferWithLength), (hcq_NSUInteger)bytes, HCQ_MTL_RESOURCE_STORAGE_SHARED);
   void *host = buf ? MSG(void *)(buf, SEL(contents)) : NULL;
   md->api->objc_autoreleasePoolPop(pool);
   if (!host) {
     if (buf) MSG(void)(buf, SEL(release));
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: newBufferWithLength:%" PRIu64 " failed (out of device memory)", dev->name,
-                           bytes);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY,
+                           "%s: newBufferWithLength:%" PRIu64 " failed (out of device memory)",
+                           dev->name, bytes);
   }
   memset(host, 0, (size_t)bytes);
   mtl_alloc_t a = {(uint64_t)(uintptr_t)host, bytes, buf};
@@ -151,7 +155,8 @@ static void mtl_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   pthread_mutex_lock(&md->mem_lock);
   size_t i = alloc_index(md, mem->addr);
   if (i > 0 && md->allocs.data[i - 1].addr == mem->addr) {
-    memmove(md->allocs.data + i - 1, md->allocs.data + i, (md->allocs.len - i) * sizeof(mtl_alloc_t));
+    memmove(md->allocs.data + i - 1, md->allocs.data + i,
+            (md->allocs.len - i) * sizeof(mtl_alloc_t));
     md->allocs.len--;
   }
   pthread_mutex_unlock(&md->mem_lock);
@@ -237,7 +242,8 @@ static bool drain(mtl_dev_t *md, const char *what) {
     if (status == HCQ_MTL_CB_STATUS_ERROR && !hcq__device_is_lost(dev)) {
       hcq_id err = MSG(hcq_id)(cb, SEL(error));
       hcq_id text = err ? MSG(hcq_id)(err, SEL(localizedDescription)) : NULL;
-      hcq__device_mark_lost(dev, "a command buffer (%s) failed: %s", what, text ? hcq__mtl_cstring(md->api, text) : "no error given");
+      hcq__device_mark_lost(dev, "a command buffer (%s) failed: %s", what,
+                            text ? hcq__mtl_cstring(md->api, text) : "no error given");
     }
     MSG(void)(cb, SEL(release));
   }
@@ -252,10 +258,12 @@ static void run_exec(mtl_dev_t *md, const uint32_t *w) {
   uint32_t nbufs = w[HCQ__EXEC_NBUFS];
   hcq_MTLSize grid = {w[HCQ__EXEC_GLOBAL], w[HCQ__EXEC_GLOBAL + 1], w[HCQ__EXEC_GLOBAL + 2]};
   hcq_MTLSize group = {w[HCQ__EXEC_LOCAL], w[HCQ__EXEC_LOCAL + 1], w[HCQ__EXEC_LOCAL + 2]};
-  if (!grid.width || !grid.height || !grid.depth || !group.width || !group.height || !group.depth) return;
+  if (!grid.width || !grid.height || !grid.depth || !group.width || !group.height || !group.depth)
+    return;
   if (group.width * group.height * group.depth > k->max_threads) {
-    hcq__device_mark_lost(md->dev, "kernel %s: a group of %lux%lux%lu threads is more than its pipeline's %lu", p->name,
-                          group.width, group.height, group.depth, k->max_threads);
+    hcq__device_mark_lost(
+        md->dev, "kernel %s: a group of %lux%lux%lu threads is more than its pipeline's %lu",
+        p->name, group.width, group.height, group.depth, k->max_threads);
     return;
   }
   if (!encoder(md, 1)) {
@@ -269,22 +277,26 @@ static void run_exec(mtl_dev_t *md, const uint32_t *w) {
     memcpy(&addr, args + 8 * i, 8);
     hcq_id buf = hcq__mtl_buffer_at(md->dev, addr, &off);
     if (!buf) {
-      hcq__device_mark_lost(md->dev, "kernel %s: buffer argument %u (0x%" PRIx64 ") is not %s memory", p->name, i, addr,
-                            md->dev->name);
+      hcq__device_mark_lost(md->dev,
+                            "kernel %s: buffer argument %u (0x%" PRIx64 ") is not %s memory",
+                            p->name, i, addr, md->dev->name);
       return;
     }
-    MSG(void, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(md->enc, SEL(setBuffer), buf, (hcq_NSUInteger)off, i);
+    MSG(void, hcq_id, hcq_NSUInteger, hcq_NSUInteger)
+    (md->enc, SEL(setBuffer), buf, (hcq_NSUInteger)off, i);
   }
   /* The values follow the addresses in the kernargs block; how many the kernel reads is not in the
    * words, so as many as fit (bounded by the block's allocation) travel. */
   uint64_t vals_addr = (uint64_t)(uintptr_t)(args + 8 * nbufs), left = bytes_left(md, vals_addr);
   size_t len = left < 4u * HCQ_MAX_KERNEL_VALS ? (size_t)left : 4u * HCQ_MAX_KERNEL_VALS;
-  if (len >= 4) MSG(void, const void *, hcq_NSUInteger, hcq_NSUInteger)(md->enc, SEL(setBytes), args + 8 * nbufs, len, nbufs);
+  if (len >= 4) MSG(void, const void *, hcq_NSUInteger, hcq_NSUInteger)
+  (md->enc, SEL(setBytes), args + 8 * nbufs, len, nbufs);
   MSG(void, hcq_MTLSize, hcq_MTLSize)(md->enc, SEL(dispatchThreadgroups), grid, group);
 }
 
 static void run_copy(mtl_dev_t *md, const uint32_t *w) {
-  uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC), size = hcq__rd64(w + HCQ__COPY_SIZE);
+  uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC),
+           size = hcq__rd64(w + HCQ__COPY_SIZE);
   if (!size) return;
   uint64_t doff = 0, soff = 0;
   hcq_id db = hcq__mtl_buffer_at(md->dev, dst, &doff), sb = hcq__mtl_buffer_at(md->dev, src, &soff);
@@ -293,12 +305,14 @@ static void run_copy(mtl_dev_t *md, const uint32_t *w) {
       hcq__device_mark_lost(md->dev, "copy: no command buffer or blit encoder");
       return;
     }
-    MSG(void, hcq_id, hcq_NSUInteger, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(
-        md->enc, SEL(copyFromBuffer), sb, (hcq_NSUInteger)soff, db, (hcq_NSUInteger)doff, (hcq_NSUInteger)size);
+    MSG(void, hcq_id, hcq_NSUInteger, hcq_id, hcq_NSUInteger, hcq_NSUInteger)
+    (md->enc, SEL(copyFromBuffer), sb, (hcq_NSUInteger)soff, db, (hcq_NSUInteger)doff,
+     (hcq_NSUInteger)size);
     return;
   }
   /* An end in ordinary host memory: shared storage lets the host do it once the GPU is done. */
-  if (drain(md, "before a host copy")) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, (size_t)size);
+  if (drain(md, "before a host copy"))
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, (size_t)size);
 }
 
 /* Runs a list of words (a CALL runs its bound list). false when the device was lost. */
@@ -319,11 +333,13 @@ static bool run_words(mtl_dev_t *md, const uint32_t *w, const uint32_t *end, boo
       }
       case HCQ__OP_SIGNAL:
         if (!drain(md, md->cb_kernel ? md->cb_kernel : "copies")) return false;
-        hcq__signal_words_set((hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__SIGNAL_ADDR), w[HCQ__SIGNAL_VALUE]);
+        hcq__signal_words_set((hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__SIGNAL_ADDR),
+                              w[HCQ__SIGNAL_VALUE]);
         break;
       case HCQ__OP_TIMESTAMP: {
         if (!drain(md, md->cb_kernel ? md->cb_kernel : "copies")) return false;
-        hcq__signal_words_t *s = (hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__TIMESTAMP_ADDR);
+        hcq__signal_words_t *s =
+            (hcq__signal_words_t *)(uintptr_t)hcq__rd64(w + HCQ__TIMESTAMP_ADDR);
         atomic_store_explicit(&s->timestamp, hcq__now_ns(), memory_order_release);
         break;
       }
@@ -406,8 +422,8 @@ static void *engine_main(void *arg) {
 
 /* ---- vtable ---- */
 
-static hcq_status_t enqueue(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords, bool bound,
-                            const hcq__mtl_job_t *job) {
+static hcq_status_t enqueue(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
+                            size_t nwords, bool bound, const hcq__mtl_job_t *job) {
   mtl_dev_t *md = mdev(dev);
   if (hcq__device_is_lost(dev)) return hcq__device_check(dev);
   mtl_entry_t *e = calloc(1, sizeof(*e));
@@ -429,23 +445,28 @@ static hcq_status_t enqueue(hcq_device_t *dev, hcq_queue_kind_t kind, const uint
   md->submitted[kind]++;
   atomic_store_explicit(&md->published[kind], md->submitted[kind], memory_order_release);
   pthread_mutex_lock(&md->lock);
-  if (md->tail) md->tail->next = e;
-  else md->head = e;
+  if (md->tail)
+    md->tail->next = e;
+  else
+    md->head = e;
   md->tail = e;
   pthread_cond_signal(&md->cond);
   pthread_mutex_unlock(&md->lock);
   return NULL;
 }
 
-static hcq_status_t mtl_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords, bool bound) {
+static hcq_status_t mtl_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
+                               size_t nwords, bool bound) {
   return enqueue(dev, kind, words, nwords, bound, NULL);
 }
 
-hcq_status_t hcq__mtl_submit_job(hcq_device_t *dev, const hcq__mtl_job_t *job, const uint32_t *words, size_t nwords) {
+hcq_status_t hcq__mtl_submit_job(hcq_device_t *dev, const hcq__mtl_job_t *job,
+                                 const uint32_t *words, size_t nwords) {
   return enqueue(dev, HCQ_QUEUE_COMPUTE, words, nwords, false, job);
 }
 
-static hcq_status_t mtl_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound) {
+static hcq_status_t mtl_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords,
+                                bool bound) {
   (void)kind, (void)nwords, (void)bound; /* the entry list has no bound */
   return hcq__device_is_lost(dev) ? hcq__device_check(dev) : NULL;
 }
@@ -459,7 +480,8 @@ static uint64_t mtl_completed(hcq_device_t *dev, hcq_queue_kind_t kind) {
 
 static bool idle(hcq_device_t *dev) {
   for (int k = 0; k < 2; k++)
-    if (mtl_completed(dev, (hcq_queue_kind_t)k) < mtl_submitted(dev, (hcq_queue_kind_t)k)) return false;
+    if (mtl_completed(dev, (hcq_queue_kind_t)k) < mtl_submitted(dev, (hcq_queue_kind_t)k))
+      return false;
   return true;
 }
 
@@ -468,7 +490,8 @@ static hcq_status_t mtl_wait_idle(hcq_device_t *dev, int64_t timeout_ms) {
   for (unsigned i = 0; !idle(dev); i++) {
     if (hcq__device_is_lost(dev)) return hcq__device_check(dev);
     if (deadline && hcq__now_ns() >= deadline)
-      return hcq_status_make(HCQ_TIMEOUT, "%s: its work did not finish within %" PRId64 " ms", dev->name, timeout_ms);
+      return hcq_status_make(HCQ_TIMEOUT, "%s: its work did not finish within %" PRId64 " ms",
+                             dev->name, timeout_ms);
     if (i < 200) {
       hcq__spin_step(i);
     } else {
@@ -484,8 +507,10 @@ static void mtl_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_s
   out->present = true;
   out->submitted = mtl_submitted(dev, kind);
   out->completed = mtl_completed(dev, kind);
-  bool mine = atomic_load_explicit(&md->cur_kind, memory_order_relaxed) == (int)kind && out->completed < out->submitted;
-  /* An unbound submission's words are freed once it ran: copied while the engine cannot free them. */
+  bool mine = atomic_load_explicit(&md->cur_kind, memory_order_relaxed) == (int)kind &&
+              out->completed < out->submitted;
+  /* An unbound submission's words are freed once it ran: copied while the engine cannot free them.
+   */
   pthread_mutex_lock(&md->lock);
   out->cur = mine ? atomic_load_explicit(&md->cur, memory_order_relaxed) : NULL;
   out->prev = mine ? atomic_load_explicit(&md->prev, memory_order_relaxed) : NULL;
@@ -511,8 +536,10 @@ static bool mtl_stop(hcq_device_t *dev) {
   pthread_cond_broadcast(&md->cond);
   pthread_mutex_unlock(&md->lock);
   md->started = false;
-  /* A GPU that never completes a command buffer keeps the engine polling until the device is lost. */
-  return !hcq__join_by(md->thread, &md->exited, hcq__deadline_after_ms(hcq__options()->wait_timeout_ms));
+  /* A GPU that never completes a command buffer keeps the engine polling until the device is lost.
+   */
+  return !hcq__join_by(md->thread, &md->exited,
+                       hcq__deadline_after_ms(hcq__options()->wait_timeout_ms));
 }
 
 static void release(mtl_dev_t *md, hcq_id obj) {
@@ -539,24 +566,28 @@ static void mtl_destroy(hcq_device_t *dev) {
   dev->backend = NULL;
 }
 
-/* A metallib starts "MTLB" and records its own size as a u64 at byte 16 (after the platform, the file
- * version, the library type and the OS version): fewer bytes than that is a truncated file. */
+/* A metallib starts "MTLB" and records its own size as a u64 at byte 16 (after the platform, the
+ * file version, the library type and the OS version): fewer bytes than that is a truncated file. */
 static hcq_status_t metallib_check(const char *entry, const uint8_t *b, size_t size) {
   if (size < 24 || memcmp(b, "MTLB", 4)) {
     char what[128];
     hcq__binary_describe(b, size, what, sizeof(what));
-    return hcq_status_make(HCQ_COMPILE_ERROR, "metallib kernel %s: %zu bytes are not a Metal library (\"MTLB\" and a "
-                           "24-byte header): %s", entry, size, what);
+    return hcq_status_make(HCQ_COMPILE_ERROR,
+                           "metallib kernel %s: %zu bytes are not a Metal library (\"MTLB\" and a "
+                           "24-byte header): %s",
+                           entry, size, what);
   }
   uint64_t file_size = 0;
   for (int i = 7; i >= 0; i--) file_size = file_size << 8 | b[16 + i];
   if (file_size > size || file_size < 24)
-    return hcq_status_make(HCQ_COMPILE_ERROR, "metallib kernel %s: %s: its header says %llu bytes, but there are %zu",
-                           entry, file_size > size ? "truncated" : "damaged", (unsigned long long)file_size, size);
+    return hcq_status_make(
+        HCQ_COMPILE_ERROR, "metallib kernel %s: %s: its header says %llu bytes, but there are %zu",
+        entry, file_size > size ? "truncated" : "damaged", (unsigned long long)file_size, size);
   return NULL;
 }
 
-static hcq_status_t mtl_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out) {
+static hcq_status_t mtl_compile(hcq_device_t *dev, const char *entry, const char *source,
+                                hcq__program_impl_t *out) {
   mtl_dev_t *md = mdev(dev);
   const hcq__mtl_api_t *api = md->api;
   hcq__mtl_kernel_t *k = calloc(1, sizeof(*k));
@@ -569,9 +600,11 @@ static hcq_status_t mtl_compile(hcq_device_t *dev, const char *entry, const char
   bool is_lib = hcq__binary_of_source(source) != HCQ_BINARY_NONE;
   if (is_lib) {
     /* A metallib (core/binary.h): checked to be one, and whole, before Metal reads it. */
-    if (!(st = hcq__binary_decode(source, entry, &lib_bytes, &lib_len))) st = metallib_check(entry, lib_bytes, lib_len);
+    if (!(st = hcq__binary_decode(source, entry, &lib_bytes, &lib_len)))
+      st = metallib_check(entry, lib_bytes, lib_len);
     void *data = st ? NULL : api->dispatch_data_create(lib_bytes, lib_len, NULL, NULL);
-    if (!st && !data) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading the metallib of %s", entry);
+    if (!st && !data)
+      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading the metallib of %s", entry);
     if (!st) {
       k->library = MSG(hcq_id, void *, hcq_id *)(md->device, SEL(newLibraryWithData), data, &err);
       api->dispatch_release(data);
@@ -579,31 +612,34 @@ static hcq_status_t mtl_compile(hcq_device_t *dev, const char *entry, const char
     free(lib_bytes);
   } else {
     k->library = MSG(hcq_id, hcq_id, hcq_id, hcq_id *)(md->device, SEL(newLibraryWithSource),
-                                                        hcq__mtl_string(api, source), NULL, &err);
+                                                       hcq__mtl_string(api, source), NULL, &err);
   }
   if (!st && !k->library && is_lib) {
     hcq_id text = err ? MSG(hcq_id)(err, SEL(localizedDescription)) : NULL;
-    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: Metal rejected the metallib of %s: %s", dev->name, entry,
-                         text ? hcq__mtl_cstring(api, text) : "(no error text)");
+    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: Metal rejected the metallib of %s: %s", dev->name,
+                         entry, text ? hcq__mtl_cstring(api, text) : "(no error text)");
   } else if (!st && !k->library) {
     hcq_id text = err ? MSG(hcq_id)(err, SEL(localizedDescription)) : NULL;
-    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: the Metal compiler rejected the source of %s:\n%s", dev->name, entry,
-                         text ? hcq__mtl_cstring(api, text) : "(no error text)");
+    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: the Metal compiler rejected the source of %s:\n%s",
+                         dev->name, entry, text ? hcq__mtl_cstring(api, text) : "(no error text)");
   }
-  if (!st && !(k->function = MSG(hcq_id, hcq_id)(k->library, SEL(newFunctionWithName), hcq__mtl_string(api, entry))))
-    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: the Metal library has no kernel function named %s", dev->name, entry);
+  if (!st && !(k->function = MSG(hcq_id, hcq_id)(k->library, SEL(newFunctionWithName),
+                                                 hcq__mtl_string(api, entry))))
+    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: the Metal library has no kernel function named %s",
+                         dev->name, entry);
   if (!st) {
     hcq_id desc = MSG(hcq_id)(api->MTLComputePipelineDescriptor, SEL(new_));
     MSG(void, hcq_id)(desc, SEL(setComputeFunction), k->function);
-    MSG(void, signed char)(desc, SEL(setSupportIndirectCommandBuffers), 1); /* the Metal graph's ICBs run it */
+    MSG(void, signed char)
+    (desc, SEL(setSupportIndirectCommandBuffers), 1); /* the Metal graph's ICBs run it */
     err = NULL;
-    k->pipeline = MSG(hcq_id, hcq_id, hcq_NSUInteger, void *, hcq_id *)(md->device, SEL(newComputePipelineStateWithDescriptor),
-                                                                         desc, 0, NULL, &err);
+    k->pipeline = MSG(hcq_id, hcq_id, hcq_NSUInteger, void *, hcq_id *)(
+        md->device, SEL(newComputePipelineStateWithDescriptor), desc, 0, NULL, &err);
     MSG(void)(desc, SEL(release));
     if (!k->pipeline) {
       hcq_id text = err ? MSG(hcq_id)(err, SEL(localizedDescription)) : NULL;
-      st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: no compute pipeline for %s: %s", dev->name, entry,
-                           text ? hcq__mtl_cstring(api, text) : "(no error text)");
+      st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: no compute pipeline for %s: %s", dev->name,
+                           entry, text ? hcq__mtl_cstring(api, text) : "(no error text)");
     } else {
       k->max_threads = MSG(hcq_NSUInteger)(k->pipeline, SEL(maxTotalThreadsPerThreadgroup));
     }
@@ -654,12 +690,15 @@ static hcq_status_t mtl_open(int index, const hcq_device_options_t *opts, hcq_de
   const char *why;
   const hcq__mtl_api_t *api = hcq__mtl_api(&why);
   if (!api) return hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: %s", dev->name, why);
-  /* HCQ_METAL_VIRTUAL=1: METAL:N past 0 are more logical devices on the same GPU (each its own queue,
-   * memory and engine), so multi-device behaviour can be tested on one GPU, as with Vulkan. */
+  /* HCQ_METAL_VIRTUAL=1: METAL:N past 0 are more logical devices on the same GPU (each its own
+   * queue, memory and engine), so multi-device behaviour can be tested on one GPU, as with Vulkan.
+   */
   const char *virt = getenv("HCQ_METAL_VIRTUAL");
   if (index != 0 && !(virt && !strcmp(virt, "1")))
-    return hcq_status_make(HCQ_NOT_FOUND, "device %s: hcq opens the system's default Metal device only (METAL:0; "
-                           "HCQ_METAL_VIRTUAL=1 opens more logical devices on it)", dev->name);
+    return hcq_status_make(HCQ_NOT_FOUND,
+                           "device %s: hcq opens the system's default Metal device only (METAL:0; "
+                           "HCQ_METAL_VIRTUAL=1 opens more logical devices on it)",
+                           dev->name);
   mtl_dev_t *md = calloc(1, sizeof(*md));
   if (!md) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening %s", dev->name);
   md->dev = dev;
@@ -671,7 +710,9 @@ static hcq_status_t mtl_open(int index, const hcq_device_options_t *opts, hcq_de
   dev->vt = &mtl_vtable;
   hcq_status_t st = NULL;
   if (!(md->device = api->MTLCreateSystemDefaultDevice()))
-    st = hcq_status_make(HCQ_UNAVAILABLE, "device %s is unavailable: MTLCreateSystemDefaultDevice found no GPU", dev->name);
+    st = hcq_status_make(HCQ_UNAVAILABLE,
+                         "device %s is unavailable: MTLCreateSystemDefaultDevice found no GPU",
+                         dev->name);
   if (!st && !(md->queue = MSG(hcq_id)(md->device, SEL(newCommandQueue))))
     st = hcq_status_make(HCQ_UNAVAILABLE, "%s: newCommandQueue failed", dev->name);
   if (!st && !(md->event = MSG(hcq_id)(md->device, SEL(newSharedEvent))))
@@ -684,7 +725,8 @@ static hcq_status_t mtl_open(int index, const hcq_device_options_t *opts, hcq_de
     return st;
   }
   md->started = true;
-  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_METAL | HCQ_CAP_COPIES_HOST_MEMORY;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_METAL |
+              HCQ_CAP_COPIES_HOST_MEMORY;
   dev->threads = 1;
   /* Every Apple GPU family: 1024 threads per threadgroup (a pipeline may allow fewer: checked when
    * it runs), 32 KiB of threadgroup memory; the argument table's 31 entries hold the buffers and,
@@ -709,28 +751,33 @@ static void mtl_query(hcq_device_info_t *info) {
   if (device) {
     hcq_id name = HCQ__MSG(api, hcq_id)(device, api->sel.name);
     snprintf(info->description, sizeof(info->description),
-             "METAL:0 is %.80s: shared-storage buffers, MSL kernels (newLibraryWithSource), indirect-command-buffer "
+             "METAL:0 is %.80s: shared-storage buffers, MSL kernels (newLibraryWithSource), "
+             "indirect-command-buffer "
              "graphs; runtime %.60s",
              hcq__mtl_cstring(api, name), api->metal_path);
     HCQ__MSG(api, void)(device, api->sel.release);
     info->available = true;
     info->count = 1;
   } else {
-    snprintf(info->description, sizeof(info->description), "absent: MTLCreateSystemDefaultDevice found no GPU");
+    snprintf(info->description, sizeof(info->description),
+             "absent: MTLCreateSystemDefaultDevice found no GPU");
   }
   api->objc_autoreleasePoolPop(pool);
 }
 
 const hcq__backend_t hcq__metal_backend = {
+    /* docs/design.md, "The Metal graph" */
     .kind = HCQ_DEVICE_METAL,
     .source_key = "metal",
     .query = mtl_query,
     .open = mtl_open,
     .binary_formats = 1u << HCQ_BINARY_METALLIB,
     .kernel_caps = HCQ_CAP_COMPILE_METAL,
-    .graph_create = hcq__metal_graph_create, /* docs/design.md, "The Metal graph" */
+    .graph_create = hcq__metal_graph_create,
     .graph_kernels_only = true,
     .graph_one_device = true,
-    .no_compile_why = "a metallib is built by Apple's toolchain, which hcq does not drive: on macOS, "
-                      "xcrun -sdk macosx metal -c k.metal -o k.air && xcrun -sdk macosx metallib k.air -o k.metallib",
+    .no_compile_why =
+        "a metallib is built by Apple's toolchain, which hcq does not drive: on macOS, "
+        "xcrun -sdk macosx metal -c k.metal -o k.air && xcrun -sdk macosx metallib k.air -o "
+        "k.metallib",
 };

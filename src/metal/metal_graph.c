@@ -70,7 +70,9 @@ typedef struct metal_graph {
 #define MSG(ret, ...) HCQ__MSG(g->api, ret, ##__VA_ARGS__)
 #define SEL(name) g->api->sel.name
 
-static hcq_status_t oom(void) { return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a Metal graph"); }
+static hcq_status_t oom(void) {
+  return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a Metal graph");
+}
 
 static const hcq__mtl_kernel_t *kernel_of(const metal_graph_t *g, size_t j) {
   return g->base.runner.items[j].kernel.program->impl.object;
@@ -78,7 +80,8 @@ static const hcq__mtl_kernel_t *kernel_of(const metal_graph_t *g, size_t j) {
 
 /* Encodes command j of in from v where it differs from what in holds (all when full); returns the
  * number of ICB calls made. */
-static uint64_t encode_command(metal_graph_t *g, mtl_inst_t *in, uint32_t j, const hcq__plan_values_t *v, bool full) {
+static uint64_t encode_command(metal_graph_t *g, mtl_inst_t *in, uint32_t j,
+                               const hcq__plan_values_t *v, bool full) {
   const hcq_kernel_item_t *k = &g->base.runner.items[j].kernel;
   held_cmd_t *h = &in->held[j];
   uint64_t calls = 0;
@@ -94,20 +97,24 @@ static uint64_t encode_command(metal_graph_t *g, mtl_inst_t *in, uint32_t j, con
   bool all = full || h->empty; /* a reset command has lost its state */
   if (all) {
     MSG(void, hcq_id)(cmd, SEL(setComputePipelineState), kernel_of(g, j)->pipeline), calls++;
-    MSG(void, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(cmd, SEL(setKernelBuffer), in->vals_buf,
-                                                      (hcq_NSUInteger)g->vals_at[j] * 4, k->nbufs), calls++;
+    MSG(void, hcq_id, hcq_NSUInteger, hcq_NSUInteger)
+    (cmd, SEL(setKernelBuffer), in->vals_buf, (hcq_NSUInteger)g->vals_at[j] * 4, k->nbufs), calls++;
   }
   for (size_t i = 0; i < k->nbufs; i++) {
     if (!all && h->args[i] == v->args[i]) continue;
     uint64_t off = 0;
     hcq_id buf = hcq__mtl_buffer_at(g->dev, v->args[i], &off);
-    MSG(void, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(cmd, SEL(setKernelBuffer), buf, (hcq_NSUInteger)off, i), calls++;
+    MSG(void, hcq_id, hcq_NSUInteger, hcq_NSUInteger)
+    (cmd, SEL(setKernelBuffer), buf, (hcq_NSUInteger)off, i), calls++;
     h->args[i] = v->args[i];
     in->resources_stale = true;
   }
-  if (all || memcmp(h->global, v->global, sizeof(h->global)) || memcmp(h->local, v->local, sizeof(h->local))) {
-    hcq_MTLSize grid = {v->global[0], v->global[1], v->global[2]}, group = {v->local[0], v->local[1], v->local[2]};
-    MSG(void, hcq_MTLSize, hcq_MTLSize)(cmd, SEL(concurrentDispatchThreadgroups), grid, group), calls++;
+  if (all || memcmp(h->global, v->global, sizeof(h->global)) ||
+      memcmp(h->local, v->local, sizeof(h->local))) {
+    hcq_MTLSize grid = {v->global[0], v->global[1], v->global[2]},
+                group = {v->local[0], v->local[1], v->local[2]};
+    MSG(void, hcq_MTLSize, hcq_MTLSize)
+    (cmd, SEL(concurrentDispatchThreadgroups), grid, group), calls++;
     memcpy(h->global, v->global, sizeof(h->global));
     memcpy(h->local, v->local, sizeof(h->local));
   }
@@ -146,23 +153,28 @@ static hcq_status_t build_instance(metal_graph_t *g, mtl_inst_t *in) {
   in->held_args = calloc(nargs + 1, sizeof(uint64_t));
   in->resources = calloc(nargs + 1, sizeof(hcq_id));
   if (!in->held || !in->held_args || !in->resources) return oom();
-  for (size_t j = 0, at = 0; j < g->n; at += r->items[j].kernel.nbufs, j++) in->held[j].args = in->held_args + at;
+  for (size_t j = 0, at = 0; j < g->n; at += r->items[j].kernel.nbufs, j++)
+    in->held[j].args = in->held_args + at;
   hcq_id device = hcq__mtl_device(g->dev);
   size_t vbytes = g->nvals_total * 4 < 64 ? 64 : g->nvals_total * 4;
-  in->vals_buf = MSG(hcq_id, hcq_NSUInteger, hcq_NSUInteger)(device, SEL(newBufferWithLength), vbytes,
-                                                             HCQ_MTL_RESOURCE_STORAGE_SHARED);
+  in->vals_buf = MSG(hcq_id, hcq_NSUInteger, hcq_NSUInteger)(
+      device, SEL(newBufferWithLength), vbytes, HCQ_MTL_RESOURCE_STORAGE_SHARED);
   in->vals = in->vals_buf ? MSG(void *)(in->vals_buf, SEL(contents)) : NULL;
-  if (!in->vals) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: no memory for a Metal graph's value buffer", g->dev->name);
+  if (!in->vals)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: no memory for a Metal graph's value buffer",
+                           g->dev->name);
   hcq_id desc = MSG(hcq_id)(g->api->MTLIndirectCommandBufferDescriptor, SEL(new_));
   MSG(void, hcq_NSUInteger)(desc, SEL(setCommandTypes), HCQ_MTL_INDIRECT_CONCURRENT_DISPATCH);
   MSG(void, signed char)(desc, SEL(setInheritBuffers), 0);
   MSG(void, signed char)(desc, SEL(setInheritPipelineState), 0);
   MSG(void, hcq_NSUInteger)(desc, SEL(setMaxKernelBufferBindCount), HCQ_MTL_MAX_BUFFER_BINDS);
-  in->icb = MSG(hcq_id, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(device, SEL(newIndirectCommandBuffer), desc, g->n, 0);
+  in->icb = MSG(hcq_id, hcq_id, hcq_NSUInteger, hcq_NSUInteger)(
+      device, SEL(newIndirectCommandBuffer), desc, g->n, 0);
   MSG(void)(desc, SEL(release));
   if (!in->icb)
-    return hcq_status_make(HCQ_UNAVAILABLE, "%s: newIndirectCommandBufferWithDescriptor failed (%zu commands)", g->dev->name,
-                           g->n);
+    return hcq_status_make(HCQ_UNAVAILABLE,
+                           "%s: newIndirectCommandBufferWithDescriptor failed (%zu commands)",
+                           g->dev->name, g->n);
   for (uint32_t j = 0; j < g->n; j++) {
     hcq__plan_values_t v;
     hcq__update_plan_values(in->plan, j, &v);
@@ -176,11 +188,16 @@ static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
   for (size_t j = 0; j < r->nitems; j++) {
     const hcq_exec_item_t *it = &r->items[j];
     if (it->kind != HCQ_ITEM_KERNEL)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "item %zu: a Metal graph holds kernel items only, and this is a transfer "
-                             "(run it eagerly; the JIT does)", j);
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "item %zu: a Metal graph holds kernel items only, and this is a transfer "
+          "(run it eagerly; the JIT does)",
+          j);
     if (it->kernel.nbufs + 1 > HCQ_MTL_MAX_BUFFER_BINDS)
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "item %zu (%s): %zu buffers; a Metal graph's commands bind at most %d "
-                             "(and the values after them)", j, it->kernel.program->name, it->kernel.nbufs,
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "item %zu (%s): %zu buffers; a Metal graph's commands bind at most %d "
+                             "(and the values after them)",
+                             j, it->kernel.program->name, it->kernel.nbufs,
                              HCQ_MTL_MAX_BUFFER_BINDS - 1);
   }
   g->n = r->nitems;
@@ -204,7 +221,9 @@ static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
   /* Apple's M1 and M2 GPUs (the ICB classes before AGXG15X) run an ICB's commands without the
    * pipelines' state unless each pipeline was dispatched once in the encoder: tinygrad's MetalGraph
    * dispatches every pipeline with an empty grid before the ICB there. */
-  if (!st) g->needs_fix = strcmp(g->api->object_getClassName(g->inst[0].icb), "AGXG15XFamilyIndirectCommandBuffer") != 0;
+  if (!st)
+    g->needs_fix = strcmp(g->api->object_getClassName(g->inst[0].icb),
+                          "AGXG15XFamilyIndirectCommandBuffer") != 0;
   snprintf(g->label, sizeof(g->label), "batched %zu", g->n);
   if (!st) g->label_str = MSG(hcq_id)(hcq__mtl_string(g->api, g->label), SEL(retain));
   g->api->objc_autoreleasePoolPop(pool);
@@ -214,7 +233,8 @@ static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
 
 /* ---- replay (on the device's engine) ---- */
 
-static hcq_id encode_replay(void *ctx, hcq_device_t *dev, hcq_id queue, char *err, size_t err_size) {
+static hcq_id encode_replay(void *ctx, hcq_device_t *dev, hcq_id queue, char *err,
+                            size_t err_size) {
   mtl_inst_t *in = ctx;
   metal_graph_t *g = in->g;
   (void)dev;
@@ -224,8 +244,8 @@ static hcq_id encode_replay(void *ctx, hcq_device_t *dev, hcq_id queue, char *er
     snprintf(err, err_size, "no command buffer or compute encoder for %s", g->base.runner.label);
     return NULL;
   }
-  MSG(void, const hcq_id *, hcq_NSUInteger, hcq_NSUInteger)(enc, SEL(useResources), in->resources, in->nresources,
-                                                            HCQ_MTL_RESOURCE_USAGE_READ_WRITE);
+  MSG(void, const hcq_id *, hcq_NSUInteger, hcq_NSUInteger)
+  (enc, SEL(useResources), in->resources, in->nresources, HCQ_MTL_RESOURCE_USAGE_READ_WRITE);
   if (g->needs_fix) {
     hcq_MTLSize none = {0, 0, 0};
     for (size_t p = 0; p < g->npipelines; p++) {
@@ -280,7 +300,9 @@ static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
   for (size_t k = 0; k < r->ninputs; k++) g->input_addrs[k] = r->pending_inputs[k]->addr;
   const uint32_t *changed;
   size_t nchanged;
-  if ((st = hcq__update_plan_prepare(in->plan, g->input_addrs, r->pending_values, &changed, &nchanged))) return st;
+  if ((st = hcq__update_plan_prepare(in->plan, g->input_addrs, r->pending_values, &changed,
+                                     &nchanged)))
+    return st;
   uint64_t calls = 0;
   void *pool = g->api->objc_autoreleasePoolPush();
   for (size_t i = 0; i < nchanged; i++) {
@@ -304,8 +326,10 @@ static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
     hcq__mtl_job_t job = {encode_replay, replay_done, in};
     atomic_store_explicit(&in->busy, true, memory_order_relaxed);
     st = hcq__mtl_submit_job(dev, &job, words, HCQ__LEN_SIGNAL);
-    if (st) atomic_store(&in->busy, false);
-    else hcq__timeline_advance(dev);
+    if (st)
+      atomic_store(&in->busy, false);
+    else
+      hcq__timeline_advance(dev);
   }
   pthread_mutex_unlock(&dev->lock);
   if (st) return st;
@@ -314,11 +338,17 @@ static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
   hcq__runner_commit(r);
   if (wait) {
     if ((st = wait_instance(g, in)) && hcq_status_code(st) == HCQ_DEVICE_LOST)
-      return hcq_status_annotate(st, "this replay of %s was queued, but the device was lost before it finished: its work "
-                                 "was dropped", r->label);
+      return hcq_status_annotate(
+          st,
+          "this replay of %s was queued, but the device was lost before it finished: its work "
+          "was dropped",
+          r->label);
     if (st)
-      return hcq_status_annotate(st, "this replay of %s was queued but did not finish in time; it stays queued and "
-                                 "runs when the device gets to it: do not run it again", r->label);
+      return hcq_status_annotate(
+          st,
+          "this replay of %s was queued but did not finish in time; it stays queued and "
+          "runs when the device gets to it: do not run it again",
+          r->label);
     if (in->failed) return hcq__device_check(dev);
     if (out_elapsed_ns) *out_elapsed_ns = in->elapsed_ns;
   }
@@ -373,10 +403,14 @@ static const hcq__graph_vtable_t metal_graph_vtable = {
     .run = metal_graph_run,
 };
 
-hcq_status_t hcq__metal_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight, hcq_graph_t **out) {
-  (void)profile; /* no per-item profile (hcq_graph_profile says so); replays with wait are timed by the GPU */
+hcq_status_t hcq__metal_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight,
+                                     hcq_graph_t **out) {
+  (void)profile; /* no per-item profile (hcq_graph_profile says so); replays with wait are timed by
+                    the GPU */
   if (runner->ndevices != 1)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "a Metal graph runs on one device; these items use %zu", runner->ndevices);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "a Metal graph runs on one device; these items use %zu",
+                           runner->ndevices);
   const hcq__mtl_api_t *api = hcq__mtl_api(NULL);
   metal_graph_t *g = hcq__graph_alloc(sizeof(*g), &metal_graph_vtable, runner);
   if (!g) return oom();

@@ -12,7 +12,8 @@
 #ifdef __APPLE__
 #define DEFAULT_OBJC "/usr/lib/libobjc.A.dylib"
 #else
-#define DEFAULT_OBJC "libobjc.so.4" /* tried only where a Metal framework was found (HCQ_METAL_FRAMEWORK) */
+#define DEFAULT_OBJC \
+  "libobjc.so.4" /* tried only where a Metal framework was found (HCQ_METAL_FRAMEWORK) */
 #endif
 #define DEFAULT_METAL "/System/Library/Frameworks/Metal.framework/Metal"
 
@@ -34,20 +35,24 @@ static bool sym(void *lib, const char *path, const char *name, void *out) {
 static void load(void) {
   const char *objc = getenv("HCQ_OBJC_LIBRARY"), *metal = getenv("HCQ_METAL_FRAMEWORK");
   snprintf(g_api.objc_path, sizeof(g_api.objc_path), "%s", objc && *objc ? objc : DEFAULT_OBJC);
-  snprintf(g_api.metal_path, sizeof(g_api.metal_path), "%s", metal && *metal ? metal : DEFAULT_METAL);
+  snprintf(g_api.metal_path, sizeof(g_api.metal_path), "%s",
+           metal && *metal ? metal : DEFAULT_METAL);
   /* The framework decides, so it is looked for first; without it no runtime is loaded (a runtime
    * such as GNU's libobjc has nothing to offer hcq, and its start-up allocations stay for good). */
   g_api.metal_lib = dlopen(g_api.metal_path, RTLD_NOW | RTLD_LOCAL);
   if (!g_api.metal_lib) {
     snprintf(g_why, sizeof(g_why),
-             "Metal.framework not found at %.200s (Metal exists on macOS only; HCQ_METAL_FRAMEWORK names another path)",
+             "Metal.framework not found at %.200s (Metal exists on macOS only; HCQ_METAL_FRAMEWORK "
+             "names another path)",
              g_api.metal_path);
     return;
   }
   g_api.objc_lib = dlopen(g_api.objc_path, RTLD_NOW | RTLD_GLOBAL);
   if (!g_api.objc_lib) {
     const char *e = dlerror();
-    snprintf(g_why, sizeof(g_why), "the Objective-C runtime %.200s could not be loaded (%.200s; HCQ_OBJC_LIBRARY names another)",
+    snprintf(g_why, sizeof(g_why),
+             "the Objective-C runtime %.200s could not be loaded (%.200s; HCQ_OBJC_LIBRARY names "
+             "another)",
              g_api.objc_path, e ? e : "not found");
     return;
   }
@@ -58,7 +63,8 @@ static void load(void) {
       !sym(g_api.objc_lib, op, "object_getClassName", &g_api.object_getClassName) ||
       !sym(g_api.objc_lib, op, "objc_autoreleasePoolPush", &g_api.objc_autoreleasePoolPush) ||
       !sym(g_api.objc_lib, op, "objc_autoreleasePoolPop", &g_api.objc_autoreleasePoolPop) ||
-      !sym(g_api.metal_lib, mp, "MTLCreateSystemDefaultDevice", &g_api.MTLCreateSystemDefaultDevice) ||
+      !sym(g_api.metal_lib, mp, "MTLCreateSystemDefaultDevice",
+           &g_api.MTLCreateSystemDefaultDevice) ||
       !sym(g_api.metal_lib, mp, "dispatch_data_create", &g_api.dispatch_data_create) ||
       !sym(g_api.metal_lib, mp, "dispatch_release", &g_api.dispatch_release))
     return;
@@ -71,12 +77,14 @@ static void load(void) {
   } classes[] = {
       {"NSString", offsetof(hcq__mtl_api_t, NSString)},
       {"MTLComputePipelineDescriptor", offsetof(hcq__mtl_api_t, MTLComputePipelineDescriptor)},
-      {"MTLIndirectCommandBufferDescriptor", offsetof(hcq__mtl_api_t, MTLIndirectCommandBufferDescriptor)},
+      {"MTLIndirectCommandBufferDescriptor",
+       offsetof(hcq__mtl_api_t, MTLIndirectCommandBufferDescriptor)},
   };
   for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
     hcq_id c = g_api.objc_getClass(classes[i].name);
     if (!c) {
-      snprintf(g_why, sizeof(g_why), "the Objective-C runtime has no class %s (%.200s)", classes[i].name, mp);
+      snprintf(g_why, sizeof(g_why), "the Objective-C runtime has no class %s (%.200s)",
+               classes[i].name, mp);
       return;
     }
     memcpy((char *)&g_api + classes[i].offset, &c, sizeof(c));

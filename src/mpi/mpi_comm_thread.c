@@ -14,7 +14,8 @@ uint32_t hcq__mpi_mem_gid(rdev_t *rd, const uint32_t *list) {
   pthread_mutex_lock(&rd->mem_lock);
   for (size_t i = 0; i < rd->tagged.len; i++) {
     tagged_mem_t *t = &rd->tagged.data[i];
-    if ((const char *)list >= (const char *)t->host && (const char *)list < (const char *)t->host + t->size) {
+    if ((const char *)list >= (const char *)t->host &&
+        (const char *)list < (const char *)t->host + t->size) {
       gid = t->gid;
       break;
     }
@@ -27,16 +28,22 @@ uint32_t hcq__mpi_mem_gid(rdev_t *rd, const uint32_t *list) {
 int hcq__mpi_copy_role(const rdev_t *rd, const uint32_t *w, uint64_t *local) {
   uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC);
   int role = 0;
-  if (hcq__addr_is_remote(dst) && hcq__mpi_addr_owner(dst) == rd->id && !hcq__addr_is_remote(src)) role = 1, *local = src;
-  else if (hcq__addr_is_remote(src) && hcq__mpi_addr_owner(src) == rd->id && !hcq__addr_is_remote(dst)) role = 2, *local = dst;
+  if (hcq__addr_is_remote(dst) && hcq__mpi_addr_owner(dst) == rd->id && !hcq__addr_is_remote(src))
+    role = 1, *local = src;
+  else if (hcq__addr_is_remote(src) && hcq__mpi_addr_owner(src) == rd->id &&
+           !hcq__addr_is_remote(dst))
+    role = 2, *local = dst;
   return role;
 }
 
 int hcq__mpi_copy_tag(uint32_t word_tag, uint32_t gid) {
   int tag;
-  if (word_tag & HCQ__TAG_EAGER_REMOTE) tag = (int)(word_tag & 0x1fffffffu);
-  else if (word_tag & HCQ__TAG_GRAPH_REMOTE) tag = (int)word_tag; /* the same formula, made at build */
-  else tag = (int)((1u << 30) | ((gid & 0x3ffu) << 20) | ((word_tag ? word_tag - 1 : 0) & 0xfffffu));
+  if (word_tag & HCQ__TAG_EAGER_REMOTE)
+    tag = (int)(word_tag & 0x1fffffffu);
+  else if (word_tag & HCQ__TAG_GRAPH_REMOTE)
+    tag = (int)word_tag; /* the same formula, made at build */
+  else
+    tag = (int)((1u << 30) | ((gid & 0x3ffu) << 20) | ((word_tag ? word_tag - 1 : 0) & 0xfffffu));
   return hcq__mpi.tag_ub > 0 && tag > hcq__mpi.tag_ub ? tag % (hcq__mpi.tag_ub + 1) : tag;
 }
 
@@ -67,7 +74,8 @@ static int run_list(rdev_t *rd, rqueue_t *q, bool *moved) {
           uint32_t st = atomic_load_explicit(&q->pending->state, memory_order_acquire);
           if (st == OPS_NEW || st == OPS_POSTED) return RUN_BLOCKED;
           if (st == OPS_FAILED)
-            hcq__device_mark_lost(rd->dev, "MPI %s rank %d failed: %s", q->pending->kind == OP_SEND ? "send to" : "receive from",
+            hcq__device_mark_lost(rd->dev, "MPI %s rank %d failed: %s",
+                                  q->pending->kind == OP_SEND ? "send to" : "receive from",
                                   rd->rank, q->pending->error);
           free(q->pending);
           q->pending = NULL;
@@ -92,7 +100,8 @@ static int run_list(rdev_t *rd, rqueue_t *q, bool *moved) {
         q->pending = o;
         *moved = true;
         if (hcq__mpi_op_post(o) && !hcq__mpi_op_test(o)) {
-          /* The thread's posted list is implicit: every queue's pending op is tested when it is looked at. */
+          /* The thread's posted list is implicit: every queue's pending op is tested when it is
+           * looked at. */
           return RUN_BLOCKED;
         }
         continue; /* finished at once: the next look frees it */
@@ -179,15 +188,18 @@ static void post_new_ops(op_t **posted, sweep_t *s) {
   }
 }
 
-/* Runs every remote device's queues as far as they go (under hcq__mpi.lock); a lost device's are dropped. */
+/* Runs every remote device's queues as far as they go (under hcq__mpi.lock); a lost device's are
+ * dropped. */
 static void run_devices(sweep_t *s) {
   for (rdev_t *rd = hcq__mpi.devices; rd; rd = rd->next) {
     if (hcq__mpi_rank_is_lost(rd->rank) && !hcq__device_is_lost(rd->dev))
-      hcq__device_mark_lost(rd->dev, "rank %d is lost: %s", rd->rank, hcq__mpi.rank_lost_reason[rd->rank]);
+      hcq__device_mark_lost(rd->dev, "rank %d is lost: %s", rd->rank,
+                            hcq__mpi.rank_lost_reason[rd->rank]);
     for (int k = 0; k < 2; k++) {
       rqueue_t *q = &rd->q[k];
       if (hcq__device_is_lost(rd->dev)) {
-        if (q->running || atomic_load(&q->completed) != atomic_load(&q->submitted)) hcq__mpi_drop_queue(q);
+        if (q->running || atomic_load(&q->completed) != atomic_load(&q->submitted))
+          hcq__mpi_drop_queue(q);
         continue;
       }
       if (q->pending && atomic_load(&q->pending->state) == OPS_POSTED) hcq__mpi_op_test(q->pending);
@@ -277,7 +289,8 @@ void *hcq__mpi_comm_main(void *arg) {
       continue;
     }
     if (atomic_load(&hcq__mpi.stop) && !s.waiting) break;
-    if (atomic_load(&hcq__mpi.stop) && s.waiting && idle > 20000) break; /* stopping with requests nobody answers */
+    if (atomic_load(&hcq__mpi.stop) && s.waiting && idle > 20000)
+      break; /* stopping with requests nobody answers */
     if (idle++ == 0) idle_since = hcq__now_ns();
     nap(&s, seq, idle, idle_since);
   }

@@ -1,6 +1,6 @@
 /* The graph build check: the ranks of a graph that has work on more than one rank compare digests
- * of its items (a leader gathers them and answers with a verdict) and agree on the graph's id, which
- * tags its messages. */
+ * of its items (a leader gathers them and answers with a verdict) and agree on the graph's id,
+ * which tags its messages. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +13,10 @@
 _Thread_local uint32_t hcq__mpi_build_gid;
 
 static void global_name(const hcq_device_t *d, char *out, size_t size) {
-  if (hcq__device_is_remote(d)) snprintf(out, size, "%s", d->name);
-  else snprintf(out, size, "%d/%s", hcq__mpi.rank, d->name);
+  if (hcq__device_is_remote(d))
+    snprintf(out, size, "%s", d->name);
+  else
+    snprintf(out, size, "%d/%s", hcq__mpi.rank, d->name);
 }
 
 typedef struct digest_ctx {
@@ -55,11 +57,13 @@ static void describe_item(const hcq_exec_item_t *it, size_t j, char *out, size_t
   char a[48] = "?", b[48] = "?";
   if (it->kind == HCQ_ITEM_KERNEL && it->kernel.program) {
     global_name(it->kernel.program->dev, a, sizeof(a));
-    snprintf(out, size, "item %zu: kernel %s on %s with %zu buffers", j, it->kernel.program->name, a, it->kernel.nbufs);
+    snprintf(out, size, "item %zu: kernel %s on %s with %zu buffers", j, it->kernel.program->name,
+             a, it->kernel.nbufs);
   } else if (it->kind == HCQ_ITEM_TRANSFER && it->transfer.src && it->transfer.dst) {
     global_name(it->transfer.src->dev, a, sizeof(a));
     global_name(it->transfer.dst->dev, b, sizeof(b));
-    snprintf(out, size, "item %zu: transfer of %" PRIu64 " bytes %s -> %s", j, it->transfer.bytes, a, b);
+    snprintf(out, size, "item %zu: transfer of %" PRIu64 " bytes %s -> %s", j, it->transfer.bytes,
+             a, b);
   } else {
     snprintf(out, size, "item %zu", j);
   }
@@ -70,7 +74,8 @@ typedef struct check_result {
 } check_result_t;
 
 /* The digest of one item (never 0); devs: the devices it runs on or moves between. */
-static uint64_t item_digest(digest_ctx_t *c, const hcq_exec_item_t *it, const hcq_device_t *devs[2]) {
+static uint64_t item_digest(digest_ctx_t *c, const hcq_exec_item_t *it,
+                            const hcq_device_t *devs[2]) {
   XXH3_64bits_reset(c->h);
   feed_u64(c, (uint64_t)it->kind);
   if (it->kind == HCQ_ITEM_KERNEL) {
@@ -100,17 +105,21 @@ static uint64_t item_digest(digest_ctx_t *c, const hcq_exec_item_t *it, const hc
 
 /* The leader's side: each other rank of the graph (in) sends its item digests, the first that
  * differs from the leader's own (dig) is the verdict, and every one of them hears it. */
-static hcq_status_t lead_check(const uint8_t *in, int leader, const uint64_t *dig, size_t nitems, check_result_t *res) {
+static hcq_status_t lead_check(const uint8_t *in, int leader, const uint64_t *dig, size_t nitems,
+                               check_result_t *res) {
   hcq_status_t st = NULL;
   res->gid = hcq__mpi.next_gid + 1;
   res->leader_n = nitems;
   for (int r = leader + 1; r < hcq__mpi.size && !st; r++) {
     if (!in[r]) continue;
     uint64_t hdr[2];
-    st = hcq__mpi_ctrl_msg(OP_RECV, r, hdr, sizeof(hdr), "graph build check (receiving a rank's item list)");
+    st = hcq__mpi_ctrl_msg(OP_RECV, r, hdr, sizeof(hdr),
+                           "graph build check (receiving a rank's item list)");
     uint64_t *theirs = st ? NULL : malloc((hdr[0] ? hdr[0] : 1) * sizeof(uint64_t));
     if (!st && !theirs) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
-    if (!st && hdr[0]) st = hcq__mpi_ctrl_msg(OP_RECV, r, theirs, (int)(hdr[0] * sizeof(uint64_t)), "graph build check");
+    if (!st && hdr[0])
+      st = hcq__mpi_ctrl_msg(OP_RECV, r, theirs, (int)(hdr[0] * sizeof(uint64_t)),
+                             "graph build check");
     if (!st) {
       if (hdr[1] > res->gid) res->gid = hdr[1];
       size_t n = hdr[0] < nitems ? hdr[0] : nitems, i = 0;
@@ -124,39 +133,54 @@ static hcq_status_t lead_check(const uint8_t *in, int leader, const uint64_t *di
     free(theirs);
   }
   for (int r = leader + 1; r < hcq__mpi.size && !st; r++)
-    if (in[r]) st = hcq__mpi_ctrl_msg(OP_SEND, r, res, sizeof(*res), "graph build check (sending the verdict)");
+    if (in[r])
+      st = hcq__mpi_ctrl_msg(OP_SEND, r, res, sizeof(*res),
+                             "graph build check (sending the verdict)");
   return st;
 }
 
 /* Every other rank's side: its item digests (dig) to the leader, and the leader's verdict back. */
 static hcq_status_t follow_check(int leader, uint64_t *dig, size_t nitems, check_result_t *res) {
   uint64_t hdr[2] = {nitems, hcq__mpi.next_gid + 1};
-  hcq_status_t st =
-      hcq__mpi_ctrl_msg(OP_SEND, leader, hdr, sizeof(hdr), "graph build check (sending this rank's item list)");
-  if (!st) st = hcq__mpi_ctrl_msg(OP_SEND, leader, dig, (int)(nitems * sizeof(uint64_t)), "graph build check");
-  if (!st) st = hcq__mpi_ctrl_msg(OP_RECV, leader, res, sizeof(*res), "graph build check (waiting for the verdict)");
+  hcq_status_t st = hcq__mpi_ctrl_msg(OP_SEND, leader, hdr, sizeof(hdr),
+                                      "graph build check (sending this rank's item list)");
+  if (!st)
+    st = hcq__mpi_ctrl_msg(OP_SEND, leader, dig, (int)(nitems * sizeof(uint64_t)),
+                           "graph build check");
+  if (!st)
+    st = hcq__mpi_ctrl_msg(OP_RECV, leader, res, sizeof(*res),
+                           "graph build check (waiting for the verdict)");
   return st;
 }
 
 /* The ranks of the graph (in) agree that each built the same items (dig: this rank's digests), and
  * on the graph's id, which then tags the bound lists this thread allocates (hcq__mpi_build_gid). */
-static hcq_status_t agree_on_items(const hcq_exec_item_t *items, size_t nitems, const uint8_t *in, uint64_t *dig) {
+static hcq_status_t agree_on_items(const hcq_exec_item_t *items, size_t nitems, const uint8_t *in,
+                                   uint64_t *dig) {
   int leader = 0;
   while (!in[leader]) leader++;
   check_result_t res = {0};
-  hcq_status_t st =
-      hcq__mpi.rank == leader ? lead_check(in, leader, dig, nitems, &res) : follow_check(leader, dig, nitems, &res);
-  if (st) return hcq_status_annotate(st, "graph build: the ranks of the graph (leader rank %d) did not agree in time", leader);
+  hcq_status_t st = hcq__mpi.rank == leader ? lead_check(in, leader, dig, nitems, &res)
+                                            : follow_check(leader, dig, nitems, &res);
+  if (st)
+    return hcq_status_annotate(
+        st, "graph build: the ranks of the graph (leader rank %d) did not agree in time", leader);
   if (res.bad_rank) {
     char mine[160] = "";
     size_t j = (size_t)res.bad_item;
-    if (j < nitems) describe_item(&items[j], j, mine, sizeof(mine));
-    else snprintf(mine, sizeof(mine), "no item %zu (this rank has %zu items)", j, nitems);
-    return hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "graph build: the ranks disagree on the item list: rank %d (%" PRIu64 " items) differs from "
-                           "rank %d (%" PRIu64 " items) first at item %" PRIu64 "; on this rank (%d) it is %s. Every "
-                           "rank must build the same graphs with the same items in the same order (SPMD)",
-                           (int)(res.bad_rank - 1), res.bad_n, leader, res.leader_n, res.bad_item, hcq__mpi.rank, mine);
+    if (j < nitems)
+      describe_item(&items[j], j, mine, sizeof(mine));
+    else
+      snprintf(mine, sizeof(mine), "no item %zu (this rank has %zu items)", j, nitems);
+    return hcq_status_make(
+        HCQ_INVALID_ARGUMENT,
+        "graph build: the ranks disagree on the item list: rank %d (%" PRIu64
+        " items) differs from "
+        "rank %d (%" PRIu64 " items) first at item %" PRIu64
+        "; on this rank (%d) it is %s. Every "
+        "rank must build the same graphs with the same items in the same order (SPMD)",
+        (int)(res.bad_rank - 1), res.bad_n, leader, res.leader_n, res.bad_item, hcq__mpi.rank,
+        mine);
   }
   hcq__mpi.next_gid = (uint32_t)res.gid;
   hcq__mpi_build_gid = (uint32_t)res.gid;
@@ -171,7 +195,8 @@ hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems) {
   uint64_t *dig = malloc(nitems * sizeof(uint64_t));
   digest_ctx_t c = {XXH3_createState(), calloc(2 * nitems + 8, sizeof(void *)), 0, 2 * nitems + 8};
   hcq_status_t st = NULL;
-  if (!in || !dig || !c.h || !c.bases) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
+  if (!in || !dig || !c.h || !c.bases)
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
   bool local = false, remote = false;
   for (size_t j = 0; j < nitems && !st; j++) {
     const hcq_device_t *devs[2] = {NULL, NULL};
@@ -180,8 +205,10 @@ hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems) {
       if (devs[i]) {
         int r = hcq__mpi_dev_rank(devs[i]);
         in[r] = 1;
-        if (r == hcq__mpi.rank) local = true;
-        else remote = true;
+        if (r == hcq__mpi.rank)
+          local = true;
+        else
+          remote = true;
       }
   }
   /* Only graphs with work here and elsewhere need agreement (and message tags). */

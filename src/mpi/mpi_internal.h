@@ -10,8 +10,9 @@
  * completed, so a send's source and a receive's destination are never touched by later items early,
  * and the thread keeps serving every other queue and request meanwhile (nothing blocks it).
  *
- * Remote buffer addresses: 0x7e in the top byte (operands are signed 64-bit), the remote device's id in bits 40..55 and an offset
- * below; no user-space pointer looks like that, so a COPY tells its ends apart by address alone.
+ * Remote buffer addresses: 0x7e in the top byte (operands are signed 64-bit), the remote device's
+ * id in bits 40..55 and an offset below; no user-space pointer looks like that, so a COPY tells its
+ * ends apart by address alone.
  *
  * Tags (on a duplicate of the application's communicator reserved for transfers):
  *   graph items  bit 30 | (graph id mod 1024) << 20 | (item mod 2^20)
@@ -22,12 +23,13 @@
 #define HCQ_MPI_INTERNAL_H
 
 /* The layer's files share what this header declares:
- *   mpi_layer.c          the public API (hcq/mpi.h): starting and stopping the layer, fetches, agreement
- *   mpi_ops.c            MPI requests handed to the communication thread, lost ranks, control messages
- *   mpi_comm_thread.c    the communication thread: remote device queues, posted requests, naps
- *   mpi_remote_device.c  the remote device backend (its vtable) and opening RANK/KIND:N names
- *   mpi_graph_check.c    the ranks of a graph agree on its items and its id at build
- *   mpi_transfers.c      transfers between ranks: tags, descriptions, the engines' copy hooks */
+ *   mpi_layer.c          the public API (hcq/mpi.h): starting and stopping the layer, fetches,
+ * agreement mpi_ops.c            MPI requests handed to the communication thread, lost ranks,
+ * control messages mpi_comm_thread.c    the communication thread: remote device queues, posted
+ * requests, naps mpi_remote_device.c  the remote device backend (its vtable) and opening
+ * RANK/KIND:N names mpi_graph_check.c    the ranks of a graph agree on its items and its id at
+ * build mpi_transfers.c      transfers between ranks: tags, descriptions, the engines' copy hooks
+ */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -123,7 +125,8 @@ typedef struct hcq__mpi_state {
   pthread_mutex_t lost_lock;
   pthread_mutex_t seq_lock;
   uint32_t next_gid;
-  uint64_t spin_ns; /* HCQ_MPI_SPIN_NS: how long the thread polls MPI back to back while a request is pending */
+  uint64_t spin_ns; /* HCQ_MPI_SPIN_NS: how long the thread polls MPI back to back while a request
+                       is pending */
 } hcq__mpi_state_t;
 
 extern hcq__mpi_state_t hcq__mpi;
@@ -131,9 +134,12 @@ extern hcq__mpi_state_t hcq__mpi;
 /* The rank + 1 of each remote device id (0: none): an engine tags its message without a lock. */
 extern _Atomic int32_t hcq__mpi_id_rank[MAX_REMOTE + 1];
 
-extern _Thread_local uint32_t hcq__mpi_build_gid; /* graph being built by this thread (tags its bound lists) */
+extern _Thread_local uint32_t
+    hcq__mpi_build_gid; /* graph being built by this thread (tags its bound lists) */
 
-static inline unsigned hcq__mpi_addr_owner(uint64_t a) { return (unsigned)((a >> REMOTE_OFF_BITS) & 0xffff); }
+static inline unsigned hcq__mpi_addr_owner(uint64_t a) {
+  return (unsigned)((a >> REMOTE_OFF_BITS) & 0xffff);
+}
 static inline rdev_t *hcq__mpi_rdev_of(const hcq_device_t *dev) { return dev->backend; }
 static inline int hcq__mpi_dev_rank(const hcq_device_t *d) {
   return hcq__device_is_remote(d) ? hcq__mpi_rdev_of(d)->rank : hcq__mpi.rank;
@@ -162,10 +168,14 @@ typedef struct ctrl_batch {
 } ctrl_batch_t;
 
 void hcq__mpi_batch_free(ctrl_batch_t *b);
-HCQ_MUST_USE hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf, int bytes, const char *what);
-HCQ_MUST_USE hcq_status_t hcq__mpi_batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns, int64_t timeout_ms, const char *what);
-HCQ_MUST_USE hcq_status_t hcq__mpi_batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t timeout_ms, const char *what);
-HCQ_MUST_USE hcq_status_t hcq__mpi_ctrl_msg(int kind, int peer, void *buf, int bytes, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf,
+                                             int bytes, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns,
+                                              int64_t timeout_ms, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_batch_drain(ctrl_batch_t *b, uint64_t deadline_ns,
+                                               int64_t timeout_ms, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_ctrl_msg(int kind, int peer, void *buf, int bytes,
+                                            const char *what);
 
 /* ---- mpi_comm_thread.c ---- */
 
@@ -178,7 +188,9 @@ void hcq__mpi_drop_queue(rqueue_t *q);
 /* ---- the hooks the core calls (hcq__remote_hooks_t), in the files named ---- */
 
 /* mpi_remote_device.c */
-HCQ_MUST_USE hcq_status_t hcq__mpi_remote_open(const char *name, const hcq_device_options_t *options, hcq_device_t **out);
+HCQ_MUST_USE hcq_status_t hcq__mpi_remote_open(const char *name,
+                                               const hcq_device_options_t *options,
+                                               hcq_device_t **out);
 /* mpi_graph_check.c */
 HCQ_MUST_USE hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems);
 void hcq__mpi_graph_built(void);

@@ -11,11 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mpi/mpi_internal.h"
 #include "core/buffer.h"
 #include "core/options.h"
+#include "mpi/mpi_internal.h"
 
-hcq__mpi_state_t hcq__mpi = {.lock = PTHREAD_MUTEX_INITIALIZER, .seq_lock = PTHREAD_MUTEX_INITIALIZER,
+hcq__mpi_state_t hcq__mpi = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                             .seq_lock = PTHREAD_MUTEX_INITIALIZER,
                              .lost_lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* How the core reaches the layer (hcq__remote_set); hcq_mpi_init fills in how engines copy. */
@@ -44,35 +45,46 @@ static void free_rank_tables(void) {
 hcq_status_t hcq_mpi_init(MPI_Comm comm) {
   int inited = 0, level = 0;
   MPI_Initialized(&inited);
-  if (!inited) return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_mpi_init: MPI is not initialised (MPI_Init_thread first)");
-  if (hcq__mpi.running) return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_mpi_init: the MPI layer already runs");
+  if (!inited)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "hcq_mpi_init: MPI is not initialised (MPI_Init_thread first)");
+  if (hcq__mpi.running)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_mpi_init: the MPI layer already runs");
   MPI_Query_thread(&level);
   if (level < MPI_THREAD_SERIALIZED)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION,
-                           "hcq_mpi_init: MPI was initialised with thread level %d; hcq's communication thread needs "
-                           "MPI_THREAD_SERIALIZED at least (MPI_THREAD_MULTIPLE when the application calls MPI itself)",
-                           level);
+    return hcq_status_make(
+        HCQ_FAILED_PRECONDITION,
+        "hcq_mpi_init: MPI was initialised with thread level %d; hcq's communication thread needs "
+        "MPI_THREAD_SERIALIZED at least (MPI_THREAD_MULTIPLE when the application calls MPI "
+        "itself)",
+        level);
   hcq__mpi.spin_ns = UINT64_C(200000);
   const char *spin = getenv("HCQ_MPI_SPIN_NS");
   if (spin && *spin) {
     char *end = NULL;
     long long v = strtoll(spin, &end, 10);
     if (*end || v < 0 || v > INT64_C(10000000000))
-      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_init: HCQ_MPI_SPIN_NS=%s is not a number of nanoseconds in 0..1e10", spin);
+      return hcq_status_make(
+          HCQ_INVALID_ARGUMENT,
+          "hcq_mpi_init: HCQ_MPI_SPIN_NS=%s is not a number of nanoseconds in 0..1e10", spin);
     hcq__mpi.spin_ns = (uint64_t)v;
   }
   const char *copies = getenv("HCQ_MPI_COPIES");
   bool engine = !copies || !*copies || !strcmp(copies, "engine");
   if (!engine && strcmp(copies, "thread"))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_init: HCQ_MPI_COPIES=%s is neither \"engine\" nor \"thread\"", copies);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_mpi_init: HCQ_MPI_COPIES=%s is neither \"engine\" nor \"thread\"",
+                           copies);
   /* Engines make MPI calls beside the communication thread only under MPI_THREAD_MULTIPLE. */
   hooks.engine_copies = engine && level >= MPI_THREAD_MULTIPLE;
   hooks.copy_spin_ns = hcq__mpi.spin_ns;
   const char *host_runs = getenv("HCQ_MPI_HOST_RUNS");
   if (host_runs && *host_runs && strcmp(host_runs, "0") && strcmp(host_runs, "1"))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_init: HCQ_MPI_HOST_RUNS=%s is neither 0 nor 1", host_runs);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_mpi_init: HCQ_MPI_HOST_RUNS=%s is neither 0 nor 1", host_runs);
   hooks.host_runs = hooks.engine_copies && !(host_runs && !strcmp(host_runs, "0"));
-  if (MPI_Comm_dup(comm, &hcq__mpi.data) != MPI_SUCCESS || MPI_Comm_dup(comm, &hcq__mpi.ctrl) != MPI_SUCCESS)
+  if (MPI_Comm_dup(comm, &hcq__mpi.data) != MPI_SUCCESS ||
+      MPI_Comm_dup(comm, &hcq__mpi.ctrl) != MPI_SUCCESS)
     return hcq_status_make(HCQ_UNAVAILABLE, "hcq_mpi_init: MPI_Comm_dup failed");
   MPI_Comm_set_errhandler(hcq__mpi.data, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(hcq__mpi.ctrl, MPI_ERRORS_RETURN);
@@ -85,7 +97,8 @@ hcq_status_t hcq_mpi_init(MPI_Comm comm) {
   hcq__mpi.ctrl_seq = calloc((size_t)hcq__mpi.size, sizeof(uint32_t));
   hcq__mpi.rank_lost = calloc((size_t)hcq__mpi.size, sizeof(*hcq__mpi.rank_lost));
   hcq__mpi.rank_lost_reason = calloc((size_t)hcq__mpi.size, sizeof(*hcq__mpi.rank_lost_reason));
-  if (!hcq__mpi.eager_seq || !hcq__mpi.ctrl_seq || !hcq__mpi.rank_lost || !hcq__mpi.rank_lost_reason) {
+  if (!hcq__mpi.eager_seq || !hcq__mpi.ctrl_seq || !hcq__mpi.rank_lost ||
+      !hcq__mpi.rank_lost_reason) {
     free_rank_tables();
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "hcq_mpi_init: out of memory");
   }
@@ -103,7 +116,8 @@ hcq_status_t hcq_mpi_init(MPI_Comm comm) {
 
 hcq_status_t hcq_mpi_init_auto(bool *out_started) {
   if (out_started) *out_started = false;
-  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"};
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
+                                     "MPI_LOCALNRANKS"};
   bool launched = false;
   for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) launched |= getenv(vars[i]) != NULL;
   if (!launched) return NULL;
@@ -128,8 +142,10 @@ hcq_status_t hcq_mpi_finalize(void) {
   if (open_dev) snprintf(name, sizeof(name), "%s", open_dev);
   pthread_mutex_unlock(&hcq__mpi.lock);
   if (open_dev)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_mpi_finalize: remote device %s is still open (close the "
-                           "devices first: nothing would run their queues)", name);
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "hcq_mpi_finalize: remote device %s is still open (close the "
+                           "devices first: nothing would run their queues)",
+                           name);
   hcq__remote_set(NULL);
   atomic_store(&hcq__mpi.stop, true);
   hcq__mpi_wake_thread();
@@ -157,40 +173,58 @@ hcq_status_t hcq_mpi_finalize(void) {
 bool hcq_mpi_running(void) { return hcq__mpi.running; }
 int hcq_mpi_rank(void) { return hcq__mpi.running ? hcq__mpi.rank : 0; }
 int hcq_mpi_size(void) { return hcq__mpi.running ? hcq__mpi.size : 1; }
-int hcq_mpi_device_rank(const hcq_device_t *device) { return device ? hcq__mpi_dev_rank(device) : -1; }
-bool hcq_mpi_buffer_is_remote(const hcq_buffer_t *buf) { return buf && hcq__device_is_remote(buf->dev); }
+int hcq_mpi_device_rank(const hcq_device_t *device) {
+  return device ? hcq__mpi_dev_rank(device) : -1;
+}
+bool hcq_mpi_buffer_is_remote(const hcq_buffer_t *buf) {
+  return buf && hcq__device_is_remote(buf->dev);
+}
 bool hcq_mpi_peer_failed(void) { return atomic_load(&hcq__mpi.peer_failed); }
 
 hcq_status_t hcq_mpi_declare_rank_lost(int rank, const char *reason) {
-  if (!hcq__mpi.running) return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_mpi_declare_rank_lost: the MPI layer is not running");
+  if (!hcq__mpi.running)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "hcq_mpi_declare_rank_lost: the MPI layer is not running");
   if (rank < 0 || rank >= hcq__mpi.size)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_declare_rank_lost: no rank %d (%d ranks)", rank, hcq__mpi.size);
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_declare_rank_lost: no rank %d (%d ranks)",
+                           rank, hcq__mpi.size);
   if (rank == hcq__mpi.rank)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_declare_rank_lost: rank %d is this process", rank);
-  hcq__mpi_rank_mark_lost(rank, "%s", reason && *reason ? reason : "declared lost by the application");
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "hcq_mpi_declare_rank_lost: rank %d is this process", rank);
+  hcq__mpi_rank_mark_lost(rank, "%s",
+                          reason && *reason ? reason : "declared lost by the application");
   /* Its remote devices at once (the communication thread would soon): the caller may look next. */
   pthread_mutex_lock(&hcq__mpi.lock);
   for (rdev_t *rd = hcq__mpi.devices; rd; rd = rd->next)
-    if (rd->rank == rank) hcq__device_mark_lost(rd->dev, "rank %d is lost: %s", rank, hcq__mpi.rank_lost_reason[rank]);
+    if (rd->rank == rank)
+      hcq__device_mark_lost(rd->dev, "rank %d is lost: %s", rank, hcq__mpi.rank_lost_reason[rank]);
   pthread_mutex_unlock(&hcq__mpi.lock);
   return NULL;
 }
 
 hcq_status_t hcq_mpi_rank_health(int rank) {
-  if (!hcq__mpi.running) return rank == 0 ? NULL : hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_rank_health: no rank %d (1 rank)", rank);
+  if (!hcq__mpi.running)
+    return rank == 0 ? NULL
+                     : hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_rank_health: no rank %d (1 rank)",
+                                       rank);
   if (rank < 0 || rank >= hcq__mpi.size)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_rank_health: no rank %d (%d ranks)", rank, hcq__mpi.size);
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_rank_health: no rank %d (%d ranks)", rank,
+                           hcq__mpi.size);
   return hcq__mpi_rank_is_lost(rank) ? hcq__mpi_lost_status(rank, "hcq_mpi_rank_health") : NULL;
 }
 
 hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size) {
   if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_fetch: buffer is NULL");
   if (size > buf->size)
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_fetch: %" PRIu64 " bytes from %s (%" PRIu64 " bytes)", size,
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "hcq_mpi_fetch: %" PRIu64 " bytes from %s (%" PRIu64 " bytes)", size,
                            buf->label, buf->size);
-  if (!hcq__mpi.running) return hcq__mpi.rank == root ? hcq_buffer_copyout(buf, 0, dst, size) : NULL;
-  if (root < 0 || root >= hcq__mpi.size) return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_fetch: no rank %d", root);
-  if (size > INT32_MAX) return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_fetch: %" PRIu64 " bytes is too much", size);
+  if (!hcq__mpi.running)
+    return hcq__mpi.rank == root ? hcq_buffer_copyout(buf, 0, dst, size) : NULL;
+  if (root < 0 || root >= hcq__mpi.size)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_fetch: no rank %d", root);
+  if (size > INT32_MAX)
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_mpi_fetch: %" PRIu64 " bytes is too much", size);
   int owner = hcq__mpi_dev_rank(buf->dev);
   if (owner == hcq__mpi.rank && root == hcq__mpi.rank) return hcq_buffer_copyout(buf, 0, dst, size);
   if (owner == hcq__mpi.rank) {
@@ -202,7 +236,8 @@ hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size
     return st;
   }
   if (root == hcq__mpi.rank) {
-    if (!dst) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_fetch: dst is NULL on the root");
+    if (!dst)
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_fetch: dst is NULL on the root");
     return hcq__mpi_ctrl_msg(OP_RECV, owner, dst, (int)size, "hcq_mpi_fetch");
   }
   return NULL;
@@ -216,8 +251,8 @@ static hcq_status_t first_status(hcq_status_t a, hcq_status_t b) {
 }
 
 /* Rank 0 gathers every value, takes the maximum and sends it back with the first rank that did not
- * take part: unlike an MPI collective, a failure names the rank. The others wait for rank 0 a second
- * longer than it waits for them, so they hear its verdict rather than time out first. */
+ * take part: unlike an MPI collective, a failure names the rank. The others wait for rank 0 a
+ * second longer than it waits for them, so they hear its verdict rather than time out first. */
 static hcq_status_t agree_max(int value, int *out_max, const char *what) {
   if (!hcq__mpi.running || hcq__mpi.size == 1) {
     *out_max = value;
@@ -238,15 +273,21 @@ static hcq_status_t agree_max(int value, int *out_max, const char *what) {
     if (!st) memcpy(reply, b.ops[1] + 1, sizeof(reply));
     hcq__mpi_batch_free(&b);
     if (!st && reply[1] > 0)
-      st = hcq_status_make(HCQ_TIMEOUT, "%s: rank %d did not take part within %" PRId64 " ms (rank 0 waited for it: "
-                           "did it fail, stop, or run a different program?)", what, (int)reply[1], ms);
+      st = hcq_status_make(HCQ_TIMEOUT,
+                           "%s: rank %d did not take part within %" PRId64
+                           " ms (rank 0 waited for it: "
+                           "did it fail, stop, or run a different program?)",
+                           what, (int)reply[1], ms);
     else if (!st && reply[1] == 0)
-      st = hcq_status_make(HCQ_UNAVAILABLE, "%s: rank 0 could not gather every rank's value (its message says why)", what);
+      st = hcq_status_make(HCQ_UNAVAILABLE,
+                           "%s: rank 0 could not gather every rank's value (its message says why)",
+                           what);
     if (!st) *out_max = reply[0];
     return st;
   }
   uint64_t deadline = hcq__deadline_after_ms(ms);
-  for (int first = 1; first < hcq__mpi.size && !st; first += 64) { /* 64 ranks at a time: a batch's size */
+  for (int first = 1; first < hcq__mpi.size && !st;
+       first += 64) { /* 64 ranks at a time: a batch's size */
     int last = first + 63 < hcq__mpi.size ? first + 63 : hcq__mpi.size - 1;
     for (int r = first; r <= last && !st; r++) {
       st = hcq__mpi_batch_add(&b, OP_RECV, r, NULL, sizeof(int32_t), what);
@@ -255,7 +296,8 @@ static hcq_status_t agree_max(int value, int *out_max, const char *what) {
     for (size_t i = 0; i < b.n && !st; i++) {
       int peer = b.ops[i]->peer;
       st = hcq__mpi_batch_wait(&b, i, deadline, ms, what);
-      if (st && (hcq_status_code(st) == HCQ_TIMEOUT || hcq__mpi_rank_is_lost(peer))) reply[1] = peer;
+      if (st && (hcq_status_code(st) == HCQ_TIMEOUT || hcq__mpi_rank_is_lost(peer)))
+        reply[1] = peer;
       int32_t v;
       if (!st) memcpy(&v, b.ops[i] + 1, sizeof(v));
       if (!st && v > reply[0]) reply[0] = v;
@@ -278,7 +320,8 @@ static hcq_status_t agree_max(int value, int *out_max, const char *what) {
 }
 
 hcq_status_t hcq_mpi_allreduce_max(int value, int *out_max) {
-  if (!out_max) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_allreduce_max: out_max is NULL");
+  if (!out_max)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_allreduce_max: out_max is NULL");
   return agree_max(value, out_max, "hcq_mpi_allreduce_max");
 }
 

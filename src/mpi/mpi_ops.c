@@ -1,6 +1,6 @@
 /* MPI requests (op_t): posted and tested by the communication thread, or by an engine for its own
- * transfers; handed over and waited for by user threads. Ranks given up on, and the control messages
- * user threads exchange (the build check, fetches, agreement). */
+ * transfers; handed over and waited for by user threads. Ranks given up on, and the control
+ * messages user threads exchange (the build check, fetches, agreement). */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,7 +23,8 @@ void hcq__mpi_wake_thread(void) {
 static void mpi_error_text(int rc, char *out, size_t size) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof(text), "MPI error %d", rc);
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
+    snprintf(text, sizeof(text), "MPI error %d", rc);
   size_t n = strlen(text);
   if (n >= size) n = size - 1;
   memcpy(out, text, n);
@@ -48,17 +49,23 @@ void hcq__mpi_rank_mark_lost(int rank, const char *fmt, ...) {
   hcq__mpi_wake_thread();
 }
 
-/* The thread posts a new op; true when it is in flight (false: failed, and a user's op may be gone). */
+/* The thread posts a new op; true when it is in flight (false: failed, and a user's op may be
+ * gone). */
 bool hcq__mpi_op_post(op_t *o) {
   int rc = MPI_SUCCESS;
   switch (o->kind) {
-    case OP_SEND: rc = MPI_Isend(o->buf, o->count, MPI_BYTE, o->peer, o->tag, o->comm, &o->req); break;
-    case OP_RECV: rc = MPI_Irecv(o->buf, o->count, MPI_BYTE, o->peer, o->tag, o->comm, &o->req); break;
+    case OP_SEND:
+      rc = MPI_Isend(o->buf, o->count, MPI_BYTE, o->peer, o->tag, o->comm, &o->req);
+      break;
+    case OP_RECV:
+      rc = MPI_Irecv(o->buf, o->count, MPI_BYTE, o->peer, o->tag, o->comm, &o->req);
+      break;
     default: break;
   }
   if (rc != MPI_SUCCESS) {
     mpi_error_text(rc, o->error, sizeof(o->error));
-    hcq__mpi_rank_mark_lost(o->peer, "MPI failed a %s it: %s", o->kind == OP_SEND ? "send to" : "receive from", o->error);
+    hcq__mpi_rank_mark_lost(o->peer, "MPI failed a %s it: %s",
+                            o->kind == OP_SEND ? "send to" : "receive from", o->error);
     atomic_store_explicit(&o->state, OPS_FAILED, memory_order_release);
     hcq__futex_wake(&o->state);
     return false;
@@ -76,7 +83,8 @@ bool hcq__mpi_op_test_quiet(op_t *o) {
   uint32_t state = OPS_DONE;
   if (rc != MPI_SUCCESS) {
     mpi_error_text(rc, o->error, sizeof(o->error));
-    hcq__mpi_rank_mark_lost(o->peer, "MPI failed a %s it: %s", o->kind == OP_SEND ? "send to" : "receive from", o->error);
+    hcq__mpi_rank_mark_lost(o->peer, "MPI failed a %s it: %s",
+                            o->kind == OP_SEND ? "send to" : "receive from", o->error);
     state = OPS_FAILED;
   } else if (o->kind == OP_RECV) {
     int got = 0;
@@ -102,14 +110,16 @@ bool hcq__mpi_op_test(op_t *o) {
 void hcq__mpi_op_fail_lost(op_t *o) {
   if (o->kind == OP_RECV) MPI_Cancel(&o->req);
   MPI_Request_free(&o->req);
-  snprintf(o->error, sizeof(o->error), "rank %d is lost: %s", o->peer, hcq__mpi.rank_lost_reason[o->peer]);
+  snprintf(o->error, sizeof(o->error), "rank %d is lost: %s", o->peer,
+           hcq__mpi.rank_lost_reason[o->peer]);
   o->lost = true;
   atomic_store_explicit(&o->state, OPS_FAILED, memory_order_release);
   hcq__futex_wake(&o->state);
 }
 
 hcq_status_t hcq__mpi_lost_status(int rank, const char *what) {
-  return hcq_status_make(HCQ_UNAVAILABLE, "%s: rank %d is lost: %s", what, rank, hcq__mpi.rank_lost_reason[rank]);
+  return hcq_status_make(HCQ_UNAVAILABLE, "%s: rank %d is lost: %s", what, rank,
+                         hcq__mpi.rank_lost_reason[rank]);
 }
 
 /* User threads: hands o to the thread (false: its peer is lost, o is not taken). */
@@ -124,19 +134,23 @@ static bool op_submit(op_t *o) {
   return true;
 }
 
-/* Waits for a submitted op until deadline_ns. On a timeout the op stays with the thread (it frees it
- * when it ends) and the caller must not touch it again. */
+/* Waits for a submitted op until deadline_ns. On a timeout the op stays with the thread (it frees
+ * it when it ends) and the caller must not touch it again. */
 static hcq_status_t op_wait(op_t *o, uint64_t deadline_ns, int64_t timeout_ms, const char *what) {
   for (unsigned i = 0;; i++) {
     uint32_t s = atomic_load_explicit(&o->state, memory_order_acquire);
     if (s == OPS_DONE) return NULL;
-    if (s == OPS_FAILED) return hcq_status_make(HCQ_UNAVAILABLE, "%s: %s%s", what, o->lost ? "" : "MPI failed: ", o->error);
+    if (s == OPS_FAILED)
+      return hcq_status_make(HCQ_UNAVAILABLE, "%s: %s%s", what,
+                             o->lost ? "" : "MPI failed: ", o->error);
     uint64_t now = hcq__now_ns();
     if (deadline_ns && now >= deadline_ns) {
-      hcq_status_t st = hcq_status_make(HCQ_TIMEOUT, "%s: %s of %d bytes %s rank %d (tag %d) still pending after %" PRId64
-                                        " ms: that rank did not take part (did it fail, stop, or run a different program?)",
-                                        what, o->kind == OP_SEND ? "send" : "receive", o->count,
-                                        o->kind == OP_SEND ? "to" : "from", o->peer, o->tag, timeout_ms);
+      hcq_status_t st = hcq_status_make(
+          HCQ_TIMEOUT,
+          "%s: %s of %d bytes %s rank %d (tag %d) still pending after %" PRId64
+          " ms: that rank did not take part (did it fail, stop, or run a different program?)",
+          what, o->kind == OP_SEND ? "send" : "receive", o->count,
+          o->kind == OP_SEND ? "to" : "from", o->peer, o->tag, timeout_ms);
       atomic_store(&o->abandoned, true); /* the thread's from here on: it may free o at once */
       return st;
     }
@@ -161,17 +175,21 @@ void hcq__mpi_batch_free(ctrl_batch_t *b) {
   for (size_t i = 0; i < b->n; i++) {
     op_t *o = b->ops[i];
     uint32_t s = o ? atomic_load_explicit(&o->state, memory_order_acquire) : OPS_DONE;
-    if (o && (s == OPS_NEW || s == OPS_POSTED)) atomic_store(&o->abandoned, true);
-    else free(o);
+    if (o && (s == OPS_NEW || s == OPS_POSTED))
+      atomic_store(&o->abandoned, true);
+    else
+      free(o);
   }
   b->n = 0;
 }
 
-/* A control message of bytes with peer, handed to the thread as part of b (NULL: sent or posted). The
- * bytes travel through the op's own memory, so a caller that timed out may drop its buffer while the
- * request stays with the thread. */
-hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf, int bytes, const char *what) {
-  if (!hcq__mpi.running) return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: the MPI layer is not running", what);
+/* A control message of bytes with peer, handed to the thread as part of b (NULL: sent or posted).
+ * The bytes travel through the op's own memory, so a caller that timed out may drop its buffer
+ * while the request stays with the thread. */
+hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf, int bytes,
+                                const char *what) {
+  if (!hcq__mpi.running)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: the MPI layer is not running", what);
   op_t *o = calloc(1, sizeof(*o) + (size_t)bytes);
   if (!o) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory", what);
   o->kind = kind;
@@ -190,19 +208,23 @@ hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, int kind, int peer, const void 
 }
 
 /* Waits for op i of b; a timed-out op is the thread's from then on, so b forgets it. */
-hcq_status_t hcq__mpi_batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns, int64_t timeout_ms, const char *what) {
+hcq_status_t hcq__mpi_batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns,
+                                 int64_t timeout_ms, const char *what) {
   hcq_status_t st = op_wait(b->ops[i], deadline_ns, timeout_ms, what);
   if (st && hcq_status_code(st) == HCQ_TIMEOUT) b->ops[i] = NULL;
   return st;
 }
 
 /* Waits for every op of b and ends it: the first failure. */
-hcq_status_t hcq__mpi_batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t timeout_ms, const char *what) {
+hcq_status_t hcq__mpi_batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t timeout_ms,
+                                  const char *what) {
   hcq_status_t st = NULL;
   for (size_t i = 0; i < b->n; i++) {
     hcq_status_t w = hcq__mpi_batch_wait(b, i, deadline_ns, timeout_ms, what);
-    if (w && !st) st = w;
-    else hcq_status_destroy(w);
+    if (w && !st)
+      st = w;
+    else
+      hcq_status_destroy(w);
   }
   hcq__mpi_batch_free(b);
   return st;

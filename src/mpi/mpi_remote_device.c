@@ -14,7 +14,6 @@
 
 _Atomic int32_t hcq__mpi_id_rank[MAX_REMOTE + 1];
 
-
 static void r_destroy(hcq_device_t *dev) {
   rdev_t *rd = hcq__mpi_rdev_of(dev);
   for (int k = 0; k < 2; k++) {
@@ -36,7 +35,8 @@ static bool r_stop(hcq_device_t *dev) {
       break;
     }
   for (int k = 0; k < 2; k++)
-    if (rd->q[k].pending || rd->q[k].running || rd->q[k].tail < rd->q[k].head) hcq__mpi_drop_queue(&rd->q[k]);
+    if (rd->q[k].pending || rd->q[k].running || rd->q[k].tail < rd->q[k].head)
+      hcq__mpi_drop_queue(&rd->q[k]);
   pthread_mutex_unlock(&hcq__mpi.lock);
   return false;
 }
@@ -48,7 +48,8 @@ static hcq_status_t r_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags
   if (flags & HCQ__MEM_HOST_VISIBLE) {
     /* Signals, kernel arguments and command words are this process's: real memory. */
     void *p = NULL;
-    if (posix_memalign(&p, 64, size ? size : 64)) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of host memory", dev->name);
+    if (posix_memalign(&p, 64, size ? size : 64))
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of host memory", dev->name);
     memset(p, 0, size);
     out->host = p;
     out->addr = (uint64_t)(uintptr_t)p;
@@ -66,11 +67,13 @@ static hcq_status_t r_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags
   uint64_t rounded = (size + 63) & ~UINT64_C(63);
   pthread_mutex_lock(&rd->mem_lock);
   uint64_t off = rd->next_off;
-  bool fits = rounded < (UINT64_C(1) << REMOTE_OFF_BITS) && off + rounded < (UINT64_C(1) << REMOTE_OFF_BITS);
+  bool fits = rounded < (UINT64_C(1) << REMOTE_OFF_BITS) &&
+              off + rounded < (UINT64_C(1) << REMOTE_OFF_BITS);
   if (fits) rd->next_off = off + rounded;
   pthread_mutex_unlock(&rd->mem_lock);
   if (!fits)
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: remote address space (1 TiB per remote device) used up", dev->name);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY,
+                           "%s: remote address space (1 TiB per remote device) used up", dev->name);
   out->addr = (REMOTE_TOP << 56) | ((uint64_t)rd->id << REMOTE_OFF_BITS) | off;
   return NULL;
 }
@@ -95,12 +98,14 @@ static hcq_status_t r_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t n
   return NULL; /* the entry list grows */
 }
 
-static hcq_status_t r_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords, bool bound) {
+static hcq_status_t r_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
+                             size_t nwords, bool bound) {
   rqueue_t *q = &hcq__mpi_rdev_of(dev)->q[kind];
   rentry_t e = {words, nwords, NULL};
   if (!bound) {
     e.owned = malloc(nwords * sizeof(uint32_t) + 1);
-    if (!e.owned) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory submitting", dev->name);
+    if (!e.owned)
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory submitting", dev->name);
     memcpy(e.owned, words, nwords * sizeof(uint32_t));
     e.w = e.owned;
   }
@@ -145,7 +150,8 @@ static void r_lost(hcq_device_t *dev) {
   hcq__mpi_wake_thread();
 }
 
-static hcq_status_t r_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out) {
+static hcq_status_t r_compile(hcq_device_t *dev, const char *entry, const char *source,
+                              hcq__program_impl_t *out) {
   /* Compiled on its own rank only; the core keeps the source and the name. */
   (void)dev, (void)entry, (void)source;
   memset(out, 0, sizeof(*out));
@@ -181,14 +187,16 @@ static hcq_status_t remote_create(hcq_device_t *dev, void *ctx) {
   if (hcq__mpi.next_id >= MAX_REMOTE) {
     pthread_mutex_unlock(&hcq__mpi.lock);
     free(rd);
-    return hcq_status_make(HCQ_UNAVAILABLE, "cannot open %s: %d remote devices were opened already", c->name, MAX_REMOTE);
+    return hcq_status_make(HCQ_UNAVAILABLE, "cannot open %s: %d remote devices were opened already",
+                           c->name, MAX_REMOTE);
   }
   rd->id = hcq__mpi.next_id++;
   pthread_mutex_unlock(&hcq__mpi.lock);
   rd->dev = dev;
   rd->rank = c->rank;
   atomic_store_explicit(&hcq__mpi_id_rank[rd->id], c->rank + 1, memory_order_release);
-  snprintf(rd->local_name, sizeof(rd->local_name), "%s:%d", hcq_device_kind_name(c->kind), c->index);
+  snprintf(rd->local_name, sizeof(rd->local_name), "%s:%d", hcq_device_kind_name(c->kind),
+           c->index);
   for (int k = 0; k < 2; k++) pthread_mutex_init(&rd->q[k].lock, NULL);
   pthread_mutex_init(&rd->mem_lock, NULL);
   snprintf(dev->name, sizeof(dev->name), "%s", c->name);
@@ -196,7 +204,8 @@ static hcq_status_t remote_create(hcq_device_t *dev, void *ctx) {
   dev->backend = rd;
   const hcq__backend_t *row = hcq__backend(c->kind);
   uint32_t kind_caps = row ? row->kernel_caps : 0;
-  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_MEMORY | HCQ__CAP_REMOTE | kind_caps;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_MEMORY | HCQ__CAP_REMOTE |
+              kind_caps;
   dev->threads = 0;
   pthread_mutex_lock(&hcq__mpi.lock);
   rd->next = hcq__mpi.devices;
@@ -206,15 +215,19 @@ static hcq_status_t remote_create(hcq_device_t *dev, void *ctx) {
 }
 
 /* "1/CPU:0" -> rank 1, "CPU:0". */
-hcq_status_t hcq__mpi_remote_open(const char *name, const hcq_device_options_t *options, hcq_device_t **out) {
+hcq_status_t hcq__mpi_remote_open(const char *name, const hcq_device_options_t *options,
+                                  hcq_device_t **out) {
   const char *slash = strchr(name, '/');
   char *end;
   errno = 0;
   long rank = strtol(name, &end, 10);
   if (end != slash || slash == name || errno || rank < 0)
-    return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\": a rank-qualified name is RANK/KIND:N", name);
+    return hcq_status_make(HCQ_NOT_FOUND,
+                           "unknown device \"%.64s\": a rank-qualified name is RANK/KIND:N", name);
   if (rank >= hcq__mpi.size)
-    return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\": rank %ld does not exist (%d ranks)", name, rank, hcq__mpi.size);
+    return hcq_status_make(HCQ_NOT_FOUND,
+                           "unknown device \"%.64s\": rank %ld does not exist (%d ranks)", name,
+                           rank, hcq__mpi.size);
   if (strchr(slash + 1, '/'))
     return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\": one rank per name", name);
   if (rank == hcq__mpi.rank) return hcq_device_open_ex(slash + 1, options, out);
@@ -233,11 +246,15 @@ hcq_status_t hcq__mpi_remote_open(const char *name, const hcq_device_options_t *
     index = strtol(colon + 1, &end, 10);
     if (!colon[1] || *end || errno || index < 0 || index >= 1024) kind = -1;
   }
-  if (kind < 0) return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\" on rank %ld", name, rank);
+  if (kind < 0)
+    return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\" on rank %ld", name, rank);
   if (options && (options->timeline_start || options->isolate || options->threads))
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "device %s: options apply on its own rank, not to a remote device", name);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "device %s: options apply on its own rank, not to a remote device",
+                           name);
   char canon[32];
-  snprintf(canon, sizeof(canon), "%ld/%s:%ld", rank, hcq_device_kind_name((hcq_device_kind_t)kind), index);
+  snprintf(canon, sizeof(canon), "%ld/%s:%ld", rank, hcq_device_kind_name((hcq_device_kind_t)kind),
+           index);
   create_ctx_t c = {canon, (int)rank, (hcq_device_kind_t)kind, (int)index};
   return hcq__device_open_with(canon, (hcq_device_kind_t)kind, (int)index, remote_create, &c, out);
 }

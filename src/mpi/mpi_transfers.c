@@ -45,11 +45,15 @@ void hcq__mpi_describe(hcq_device_t *dev, const uint32_t *cmd, char *out, size_t
   }
   uint32_t wt = cmd[HCQ__COPY_TAG];
   char item[64];
-  if (wt & HCQ__TAG_EAGER_REMOTE) snprintf(item, sizeof(item), "eager transfer #%u", wt & 0x1fffffffu);
-  else if (wt & HCQ__TAG_GRAPH_REMOTE) snprintf(item, sizeof(item), "graph %u item %u", (wt >> 20) & 0x3ffu, wt & 0xfffffu);
-  else snprintf(item, sizeof(item), "graph %u item %u", gid, wt ? wt - 1 : 0);
-  snprintf(out, size, ": MPI %s %" PRIu64 " bytes %s rank %d, tag %d (%s)", role == 1 ? "send of" : "receive of",
-           hcq__rd64(cmd + HCQ__COPY_SIZE), role == 1 ? "to" : "from", peer, hcq__mpi_copy_tag(wt, gid), item);
+  if (wt & HCQ__TAG_EAGER_REMOTE)
+    snprintf(item, sizeof(item), "eager transfer #%u", wt & 0x1fffffffu);
+  else if (wt & HCQ__TAG_GRAPH_REMOTE)
+    snprintf(item, sizeof(item), "graph %u item %u", (wt >> 20) & 0x3ffu, wt & 0xfffffu);
+  else
+    snprintf(item, sizeof(item), "graph %u item %u", gid, wt ? wt - 1 : 0);
+  snprintf(out, size, ": MPI %s %" PRIu64 " bytes %s rank %d, tag %d (%s)",
+           role == 1 ? "send of" : "receive of", hcq__rd64(cmd + HCQ__COPY_SIZE),
+           role == 1 ? "to" : "from", peer, hcq__mpi_copy_tag(wt, gid), item);
 }
 
 /* ---- cross-rank copies run by a local engine (HCQ__CAP_ENGINE_REMOTE_COPY) ---- */
@@ -59,21 +63,24 @@ uint32_t hcq__mpi_graph_copy_tag(uint32_t item) {
 }
 
 void *hcq__mpi_engine_copy_start(hcq_device_t *dev, const uint32_t *w) {
-  uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC), bytes = hcq__rd64(w + HCQ__COPY_SIZE);
+  uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC),
+           bytes = hcq__rd64(w + HCQ__COPY_SIZE);
   if (hcq__addr_is_remote(dst) == hcq__addr_is_remote(src)) {
     hcq__device_mark_lost(dev, "a copy between two buffers of other ranks reached its engine");
     return NULL;
   }
   bool send = hcq__addr_is_remote(dst);
-  int peer = atomic_load_explicit(&hcq__mpi_id_rank[hcq__mpi_addr_owner(send ? dst : src)], memory_order_acquire) - 1;
+  int peer = atomic_load_explicit(&hcq__mpi_id_rank[hcq__mpi_addr_owner(send ? dst : src)],
+                                  memory_order_acquire) -
+             1;
   if (peer < 0 || bytes > INT32_MAX) {
-    hcq__device_mark_lost(dev, "a copy to or from another rank with %s", peer < 0 ? "no remote device at its address"
-                                                                                   : "more than 2^31-1 bytes");
+    hcq__device_mark_lost(dev, "a copy to or from another rank with %s",
+                          peer < 0 ? "no remote device at its address" : "more than 2^31-1 bytes");
     return NULL;
   }
   if (hcq__mpi_rank_is_lost(peer)) {
-    hcq__device_mark_lost(dev, "its queue reached a %s rank %d, which is lost: %s", send ? "send to" : "receive from",
-                          peer, hcq__mpi.rank_lost_reason[peer]);
+    hcq__device_mark_lost(dev, "its queue reached a %s rank %d, which is lost: %s",
+                          send ? "send to" : "receive from", peer, hcq__mpi.rank_lost_reason[peer]);
     return NULL;
   }
   op_t *o = calloc(1, sizeof(*o));
@@ -88,7 +95,8 @@ void *hcq__mpi_engine_copy_start(hcq_device_t *dev, const uint32_t *w) {
   o->tag = hcq__mpi_copy_tag(w[HCQ__COPY_TAG], 0);
   o->comm = hcq__mpi.data;
   if (!hcq__mpi_op_post(o)) {
-    hcq__device_mark_lost(dev, "MPI %s rank %d failed: %s", send ? "send to" : "receive from", peer, o->error);
+    hcq__device_mark_lost(dev, "MPI %s rank %d failed: %s", send ? "send to" : "receive from", peer,
+                          o->error);
     free(o);
     return NULL;
   }
@@ -101,15 +109,16 @@ int hcq__mpi_engine_copy_poll(hcq_device_t *dev, void *op) {
     if (!hcq__mpi_rank_is_lost(o->peer)) return 0;
     /* The queue cannot move past a transfer that will never complete. */
     hcq__device_mark_lost(dev, "its %s of %d bytes %s rank %d cannot complete: rank %d is lost: %s",
-                          o->kind == OP_SEND ? "send" : "receive", o->count, o->kind == OP_SEND ? "to" : "from",
-                          o->peer, o->peer, hcq__mpi.rank_lost_reason[o->peer]);
+                          o->kind == OP_SEND ? "send" : "receive", o->count,
+                          o->kind == OP_SEND ? "to" : "from", o->peer, o->peer,
+                          hcq__mpi.rank_lost_reason[o->peer]);
     hcq__mpi_engine_copy_drop(o);
     return -1;
   }
   bool ok = atomic_load_explicit(&o->state, memory_order_acquire) == OPS_DONE;
   if (!ok)
-    hcq__device_mark_lost(dev, "MPI %s rank %d failed: %s", o->kind == OP_SEND ? "send to" : "receive from", o->peer,
-                          o->error);
+    hcq__device_mark_lost(dev, "MPI %s rank %d failed: %s",
+                          o->kind == OP_SEND ? "send to" : "receive from", o->peer, o->error);
   free(o);
   return ok ? 1 : -1;
 }

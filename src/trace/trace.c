@@ -20,7 +20,8 @@
 #include "core/queue.h"
 #include "trace/trace_model.h"
 
-#define EAGER_ENTRIES 256u /* eager operations in flight per device before the oldest is waited for */
+#define EAGER_ENTRIES \
+  256u /* eager operations in flight per device before the oldest is waited for */
 #define NO_ENTRY UINT32_MAX
 #define MAX_TRACKS 65535u
 
@@ -121,7 +122,8 @@ static uint32_t intern(const char *name) {
 
 static uint16_t device_track(const char *device, unsigned queue) {
   for (size_t i = 0; i < g_tracks.len; i++)
-    if (g_tracks.data[i].is_device && g_tracks.data[i].queue == queue && !strcmp(g_tracks.data[i].device, device))
+    if (g_tracks.data[i].is_device && g_tracks.data[i].queue == queue &&
+        !strcmp(g_tracks.data[i].device, device))
       return (uint16_t)i;
   if (g_tracks.len >= MAX_TRACKS) return UINT16_MAX;
   hcq__trace_track_t t = {.is_device = true, .queue = (uint8_t)queue};
@@ -193,23 +195,26 @@ static void at_exit_flush(void) {
 }
 
 hcq_status_t hcq_trace_start(const hcq_trace_options_t *options) {
-  size_t cap = options && options->ring_slices ? options->ring_slices : HCQ_TRACE_DEFAULT_RING_SLICES;
+  size_t cap =
+      options && options->ring_slices ? options->ring_slices : HCQ_TRACE_DEFAULT_RING_SLICES;
   if (cap > (SIZE_MAX / 2) / sizeof(hcq__trace_slice_t))
-    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_trace_start: a ring of %zu slices is too large", cap);
+    return hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_trace_start: a ring of %zu slices is too large",
+                           cap);
   hcq__trace_slice_t *ring = calloc(cap, sizeof(*ring));
   char *path = options && options->path ? strdup(options->path) : NULL;
   if (!ring || (options && options->path && !path)) {
     free(ring);
     free(path);
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory allocating the profiler's ring of %zu slices", cap);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY,
+                           "out of memory allocating the profiler's ring of %zu slices", cap);
   }
   pthread_mutex_lock(&g_lock);
   if (g_active) {
     pthread_mutex_unlock(&g_lock);
     free(ring);
     free(path);
-    return hcq_status_make(HCQ_FAILED_PRECONDITION, "the profiler is on already%s%s", g_path ? "; writing to " : "",
-                           g_path ? g_path : "");
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "the profiler is on already%s%s",
+                           g_path ? "; writing to " : "", g_path ? g_path : "");
   }
   g_session++;
   g_ring = ring;
@@ -312,7 +317,8 @@ static void align_clock(struct hcq__trace_device *st, hcq_device_t *dev, hcq_que
     atomic_store(&w->timestamp, 0);
     uint64_t t0 = hcq__now_ns(), seen;
     if ((s = hcq__queue_submit_locked(q, dev, NULL, 0))) break;
-    if (hcq__signal_words_wait(w, 1, hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT), &dev, 1, &seen) != HCQ__WAIT_REACHED)
+    if (hcq__signal_words_wait(w, 1, hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT), &dev, 1, &seen) !=
+        HCQ__WAIT_REACHED)
       break;
     uint64_t t1 = hcq__now_ns(), ts = atomic_load(&w->timestamp);
     offsets[n] = (int64_t)(ts - (t0 + (t1 - t0) / 2));
@@ -335,8 +341,8 @@ static struct hcq__trace_device *device_state_locked(hcq_device_t *dev) {
   if (!st) {
     st = calloc(1, sizeof(*st));
     if (!st) return NULL;
-    if (dev->vt->mem_alloc(dev, (EAGER_ENTRIES + 1) * 2 * sizeof(hcq__signal_words_t), HCQ__MEM_HOST_VISIBLE,
-                           &st->mem)) {
+    if (dev->vt->mem_alloc(dev, (EAGER_ENTRIES + 1) * 2 * sizeof(hcq__signal_words_t),
+                           HCQ__MEM_HOST_VISIBLE, &st->mem)) {
       free(st);
       return NULL; /* no memory for entries: this device's eager work is not traced */
     }
@@ -354,14 +360,16 @@ static struct hcq__trace_device *device_state_locked(hcq_device_t *dev) {
   if (st->session == session) return st;
 
   pthread_mutex_lock(&st->lock);
-  for (uint32_t i = 0; i < EAGER_ENTRIES; i++) st->pend[i].busy = false; /* an older session's work */
+  for (uint32_t i = 0; i < EAGER_ENTRIES; i++)
+    st->pend[i].busy = false; /* an older session's work */
   st->staged = NO_ENTRY;
   uint64_t align_start = hcq__now_ns();
   align_clock(st, dev, HCQ_QUEUE_COMPUTE);
   if (dev->caps & HCQ_CAP_COPY_QUEUE) {
     align_clock(st, dev, HCQ_QUEUE_COPY);
   } else {
-    st->offset_ns[1] = st->offset_ns[0], st->round_trip_ns[1] = st->round_trip_ns[0], st->samples[1] = st->samples[0];
+    st->offset_ns[1] = st->offset_ns[0], st->round_trip_ns[1] = st->round_trip_ns[0],
+    st->samples[1] = st->samples[0];
   }
   t_aligned_at = hcq__now_ns();
   pthread_mutex_lock(&g_lock);
@@ -369,7 +377,8 @@ static struct hcq__trace_device *device_state_locked(hcq_device_t *dev) {
   if (ok && !g_paused) {
     char name[96];
     snprintf(name, sizeof(name), "profiler: align %s clocks", dev->name);
-    hcq__trace_slice_t s = {.start_ns = align_start, .end_ns = t_aligned_at, .kind = HCQ__SLICE_ALIGN};
+    hcq__trace_slice_t s = {
+        .start_ns = align_start, .end_ns = t_aligned_at, .kind = HCQ__SLICE_ALIGN};
     s.track = host_track();
     s.name = intern(name);
     push(&s);
@@ -395,7 +404,8 @@ static struct hcq__trace_device *device_state_locked(hcq_device_t *dev) {
 /* ---- eager operations ---- */
 
 /* st->lock held. Reads a finished operation's timestamps into the ring; waits for it when wait is
- * set (the device may still run it), else leaves it pending (or drops it once the device is gone). */
+ * set (the device may still run it), else leaves it pending (or drops it once the device is gone).
+ */
 static void harvest(struct hcq__trace_device *st, uint32_t entry, bool wait) {
   pending_op_t *p = &st->pend[entry];
   if (!p->busy) return;
@@ -407,8 +417,8 @@ static void harvest(struct hcq__trace_device *st, uint32_t entry, bool wait) {
       return;
     }
     if (!wait) return;
-    if (hcq__signal_words_wait(e, 1, hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT), &st->dev, 1, &seen) !=
-        HCQ__WAIT_REACHED) {
+    if (hcq__signal_words_wait(e, 1, hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT), &st->dev, 1,
+                               &seen) != HCQ__WAIT_REACHED) {
       p->busy = false; /* lost or stuck: the operation never ends */
       return;
     }
@@ -449,8 +459,8 @@ hcq_status_t hcq__trace_op_begin_slow(hcq__trace_op_t *op, hcq_device_t *dev, hc
   return hcq_queue_timestamp(q, hcq_imm((int64_t)entry_addr(st, entry, 0)));
 }
 
-hcq_status_t hcq__trace_op_end_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q, const char *name,
-                                    const char *to, uint64_t bytes) {
+hcq_status_t hcq__trace_op_end_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q,
+                                    const char *name, const char *to, uint64_t bytes) {
   struct hcq__trace_device *st = dev->trace;
   uint64_t end = entry_addr(st, op->entry, 1);
   hcq_status_t s = hcq_queue_timestamp(q, hcq_imm((int64_t)end));
@@ -463,12 +473,13 @@ hcq_status_t hcq__trace_op_end_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_
     snprintf(label, sizeof(label), "%s", name);
   pthread_mutex_lock(&st->lock);
   pthread_mutex_lock(&g_lock);
-  st->staged_op = (pending_op_t){.session = st->session,
-                                 .bytes = bytes,
-                                 .name = g_active ? intern(label) : UINT32_MAX,
-                                 .kind = q->kind == HCQ_QUEUE_COPY ? HCQ__SLICE_COPY : HCQ__SLICE_KERNEL,
-                                 .queue = (uint8_t)q->kind,
-                                 .busy = true};
+  st->staged_op =
+      (pending_op_t){.session = st->session,
+                     .bytes = bytes,
+                     .name = g_active ? intern(label) : UINT32_MAX,
+                     .kind = q->kind == HCQ_QUEUE_COPY ? HCQ__SLICE_COPY : HCQ__SLICE_KERNEL,
+                     .queue = (uint8_t)q->kind,
+                     .busy = true};
   pthread_mutex_unlock(&g_lock);
   st->staged = op->entry;
   pthread_mutex_unlock(&st->lock);
@@ -495,7 +506,8 @@ void hcq__trace_host_end(uint64_t begin_ns, uint64_t bytes, const char *fmt, ...
   va_end(ap);
   pthread_mutex_lock(&g_lock);
   if (g_active && !g_paused) {
-    hcq__trace_slice_t s = {.start_ns = begin_ns, .end_ns = end_ns, .bytes = bytes, .kind = HCQ__SLICE_CALL};
+    hcq__trace_slice_t s = {
+        .start_ns = begin_ns, .end_ns = end_ns, .bytes = bytes, .kind = HCQ__SLICE_CALL};
     s.track = host_track();
     s.name = intern(name);
     push(&s);
@@ -507,7 +519,8 @@ void hcq__trace_device_gone(hcq_device_t *dev) {
   struct hcq__trace_device *st = dev->trace;
   if (!st) return;
   pthread_mutex_lock(&st->lock);
-  for (uint32_t i = 0; i < EAGER_ENTRIES; i++) harvest(st, i, false); /* the engines stopped: done is done */
+  for (uint32_t i = 0; i < EAGER_ENTRIES; i++)
+    harvest(st, i, false); /* the engines stopped: done is done */
   st->dev = NULL;
   for (uint32_t i = 0; i < EAGER_ENTRIES; i++) harvest(st, i, false);
   hcq__mem_count(dev, HCQ__MEMC_PROFILE, -(int64_t)st->mem.size);
@@ -527,7 +540,8 @@ void hcq__trace_device_gone(hcq_device_t *dev) {
 
 /* ---- graphs ---- */
 
-hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trace_graph_item_t *items, size_t nitems,
+hcq__trace_graph_t *hcq__trace_graph_register(const char *label,
+                                              const hcq__trace_graph_item_t *items, size_t nitems,
                                               size_t ninst, hcq_device_t *const *devs,
                                               hcq__signal_words_t *const *done, size_t ndevs) {
   if (!hcq__trace_on()) return NULL;
@@ -578,7 +592,8 @@ hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trac
   if (ok) {
     pthread_mutex_lock(&g_lock);
     ok = g_active;
-    for (size_t j = 0; j < nitems && ok; j++) ok = (tg->items[j].name = intern(items[j].name)) != UINT32_MAX;
+    for (size_t j = 0; j < nitems && ok; j++)
+      ok = (tg->items[j].name = intern(items[j].name)) != UINT32_MAX;
     if (ok) ok = hcq__vec_push(&g_graphs, tg);
     if (ok) {
       tg->session = g_session;
@@ -597,7 +612,8 @@ hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trac
   return tg;
 }
 
-void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned inst, uint64_t kickoff, uint64_t host_start_ns) {
+void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned inst, uint64_t kickoff,
+                                uint64_t host_start_ns) {
   uint64_t end_ns = hcq__now_ns();
   pthread_mutex_lock(&tg->lock);
   pthread_mutex_lock(&g_lock);
@@ -606,8 +622,11 @@ void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned inst, uint64_t 
     tg->pending_replay[inst] = ++tg->replays;
     char name[160];
     snprintf(name, sizeof(name), "replay %s", tg->label);
-    hcq__trace_slice_t s = {.start_ns = host_start_ns, .end_ns = end_ns, .replay = tg->pending_replay[inst],
-                            .graph = tg->index + 1, .kind = HCQ__SLICE_SUBMIT};
+    hcq__trace_slice_t s = {.start_ns = host_start_ns,
+                            .end_ns = end_ns,
+                            .replay = tg->pending_replay[inst],
+                            .graph = tg->index + 1,
+                            .kind = HCQ__SLICE_SUBMIT};
     s.track = host_track();
     s.name = intern(name);
     push(&s);
@@ -622,8 +641,10 @@ static void read_replay(hcq__trace_graph_t *tg, size_t inst) {
   if (g_active && tg->session == g_session) {
     for (size_t j = 0; j < tg->nitems; j++) {
       const hcq__trace_graph_item_rec_t *r = &tg->items[j];
-      uint64_t t0 = atomic_load_explicit(&((hcq__signal_words_t *)r->start[inst])->timestamp, memory_order_acquire);
-      uint64_t t1 = atomic_load_explicit(&((hcq__signal_words_t *)r->end[inst])->timestamp, memory_order_acquire);
+      uint64_t t0 = atomic_load_explicit(&((hcq__signal_words_t *)r->start[inst])->timestamp,
+                                         memory_order_acquire);
+      uint64_t t1 = atomic_load_explicit(&((hcq__signal_words_t *)r->end[inst])->timestamp,
+                                         memory_order_acquire);
       if (!t0 || !t1) continue; /* never ran (a lost device) */
       hcq__trace_slice_t s = {.start_ns = (uint64_t)((int64_t)t0 - r->offset_ns),
                               .end_ns = (uint64_t)((int64_t)t1 - r->offset_ns),
@@ -674,7 +695,8 @@ void hcq__trace_collect_pending(void) {
   HCQ__VEC(hcq__trace_graph_t *) graphs = {0};
   HCQ__VEC(struct hcq__trace_device *) devices = {0};
   pthread_mutex_lock(&g_lock);
-  bool ok = hcq__vec_reserve_for(&graphs, g_graphs.len) && hcq__vec_reserve_for(&devices, g_devices.len);
+  bool ok =
+      hcq__vec_reserve_for(&graphs, g_graphs.len) && hcq__vec_reserve_for(&devices, g_devices.len);
   for (size_t i = 0; ok && i < g_graphs.len; i++) {
     graphs.data[graphs.len++] = g_graphs.data[i];
     g_graphs.data[i]->refs++;
@@ -692,14 +714,16 @@ void hcq__trace_collect_pending(void) {
     for (;;) {
       size_t inst = tg->ninst;
       for (size_t k = 0; k < tg->ninst; k++)
-        if (tg->pending[k] && (inst == tg->ninst || tg->pending_replay[k] < tg->pending_replay[inst])) inst = k;
+        if (tg->pending[k] &&
+            (inst == tg->ninst || tg->pending_replay[k] < tg->pending_replay[inst]))
+          inst = k;
       if (!tg->alive || inst == tg->ninst) break;
       bool done = true;
       for (size_t d = 0; done && d < tg->ndevs; d++) {
         uint64_t seen;
         done = hcq__signal_words_wait(tg->done[inst * tg->ndevs + d], tg->pending[inst],
-                                      hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT), tg->devs, tg->ndevs,
-                                      &seen) == HCQ__WAIT_REACHED;
+                                      hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT), tg->devs,
+                                      tg->ndevs, &seen) == HCQ__WAIT_REACHED;
       }
       if (!done) break;
       read_replay(tg, inst);
@@ -727,10 +751,12 @@ hcq_status_t hcq_trace_flush(void) {
   char *path = g_active && g_path ? strdup(g_path) : NULL;
   bool active = g_active, had_path = g_path != NULL;
   pthread_mutex_unlock(&g_lock);
-  if (!active) return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_trace_flush: the profiler is off");
+  if (!active)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "hcq_trace_flush: the profiler is off");
   if (!had_path)
-    return hcq_status_make(HCQ_FAILED_PRECONDITION,
-                           "hcq_trace_flush: the profiler was started without a file (use hcq_trace_write)");
+    return hcq_status_make(
+        HCQ_FAILED_PRECONDITION,
+        "hcq_trace_flush: the profiler was started without a file (use hcq_trace_write)");
   if (!path) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory flushing the profile");
   hcq_status_t st = hcq_trace_write(path);
   free(path);

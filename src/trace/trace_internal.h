@@ -11,10 +11,14 @@
 
 /* Recording now: started and not paused. */
 extern atomic_bool hcq__trace_recording;
-static inline bool hcq__tracing(void) { return atomic_load_explicit(&hcq__trace_recording, memory_order_relaxed); }
+static inline bool hcq__tracing(void) {
+  return atomic_load_explicit(&hcq__trace_recording, memory_order_relaxed);
+}
 /* Started (paused or not): graphs built now get timestamp words and are registered. */
 extern atomic_bool hcq__trace_started;
-static inline bool hcq__trace_on(void) { return atomic_load_explicit(&hcq__trace_started, memory_order_relaxed); }
+static inline bool hcq__trace_on(void) {
+  return atomic_load_explicit(&hcq__trace_started, memory_order_relaxed);
+}
 
 /* HCQ_PROFILE, once, while the options are read: "" and "0" leave the profiler off. */
 void hcq__trace_start_from_env(const char *value);
@@ -29,16 +33,20 @@ typedef struct hcq__trace_op {
   bool on;
 } hcq__trace_op_t;
 
-HCQ_MUST_USE hcq_status_t hcq__trace_op_begin_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q);
-HCQ_MUST_USE static inline hcq_status_t hcq__trace_op_begin(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q) {
+HCQ_MUST_USE hcq_status_t hcq__trace_op_begin_slow(hcq__trace_op_t *op, hcq_device_t *dev,
+                                                   hcq_queue_t *q);
+HCQ_MUST_USE static inline hcq_status_t hcq__trace_op_begin(hcq__trace_op_t *op, hcq_device_t *dev,
+                                                            hcq_queue_t *q) {
   op->on = false;
   return hcq__tracing() ? hcq__trace_op_begin_slow(op, dev, q) : NULL;
 }
 /* name: the kernel; for a copy from -> to (either may be "host"). */
-HCQ_MUST_USE hcq_status_t hcq__trace_op_end_slow(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q,
-                                                 const char *name, const char *to, uint64_t bytes);
-HCQ_MUST_USE static inline hcq_status_t hcq__trace_op_end(hcq__trace_op_t *op, hcq_device_t *dev, hcq_queue_t *q,
-                                                          const char *name, const char *to, uint64_t bytes) {
+HCQ_MUST_USE hcq_status_t hcq__trace_op_end_slow(hcq__trace_op_t *op, hcq_device_t *dev,
+                                                 hcq_queue_t *q, const char *name, const char *to,
+                                                 uint64_t bytes);
+HCQ_MUST_USE static inline hcq_status_t hcq__trace_op_end(hcq__trace_op_t *op, hcq_device_t *dev,
+                                                          hcq_queue_t *q, const char *name,
+                                                          const char *to, uint64_t bytes) {
   return op->on ? hcq__trace_op_end_slow(op, dev, q, name, to, bytes) : NULL;
 }
 void hcq__trace_op_submitted_slow(hcq_device_t *dev);
@@ -59,31 +67,35 @@ void hcq__trace_device_gone(hcq_device_t *dev);
 typedef struct hcq__trace_graph hcq__trace_graph_t;
 
 typedef struct hcq__trace_graph_item {
-  const char *name;                        /* the kernel, or "CPU:0 -> CPU:1" */
-  hcq_device_t *dev;                       /* whose queue runs it */
+  const char *name;  /* the kernel, or "CPU:0 -> CPU:1" */
+  hcq_device_t *dev; /* whose queue runs it */
   hcq_queue_kind_t queue;
-  uint64_t bytes;                          /* copies */
-  const hcq__signal_words_t *start, *end;  /* its timestamp words (the graph's memory) */
-  const uint32_t *deps;                    /* resource dependencies, item indices */
+  uint64_t bytes;                         /* copies */
+  const hcq__signal_words_t *start, *end; /* its timestamp words (the graph's memory) */
+  const uint32_t *deps;                   /* resource dependencies, item indices */
   size_t ndeps;
 } hcq__trace_graph_item_t;
 
-/* Registers a graph built with timestamps: NULL when the profiler is off (or out of memory: the graph
- * is then not traced). A graph has ninst replay instances (replays in flight at once), each with its
- * own timestamp words and done signals: items holds ninst * nitems entries, instance by instance (names,
- * devices, queues and dependencies are read from instance 0); done[inst * ndevs + d] is the signal
- * devs[d]'s compute queue sets to the kickoff value at the end of a replay in that instance. Aligns the clocks of devices
- * met for the first time (waits for their work). */
-hcq__trace_graph_t *hcq__trace_graph_register(const char *label, const hcq__trace_graph_item_t *items, size_t nitems,
+/* Registers a graph built with timestamps: NULL when the profiler is off (or out of memory: the
+ * graph is then not traced). A graph has ninst replay instances (replays in flight at once), each
+ * with its own timestamp words and done signals: items holds ninst * nitems entries, instance by
+ * instance (names, devices, queues and dependencies are read from instance 0); done[inst * ndevs +
+ * d] is the signal devs[d]'s compute queue sets to the kickoff value at the end of a replay in that
+ * instance. Aligns the clocks of devices met for the first time (waits for their work). */
+hcq__trace_graph_t *hcq__trace_graph_register(const char *label,
+                                              const hcq__trace_graph_item_t *items, size_t nitems,
                                               size_t ninst, hcq_device_t *const *devs,
                                               hcq__signal_words_t *const *done, size_t ndevs);
-/* A replay was submitted in instance inst with kickoff value K; host_start_ns is when its submit began. */
-void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned inst, uint64_t kickoff, uint64_t host_start_ns);
+/* A replay was submitted in instance inst with kickoff value K; host_start_ns is when its submit
+ * began. */
+void hcq__trace_graph_submitted(hcq__trace_graph_t *tg, unsigned inst, uint64_t kickoff,
+                                uint64_t host_start_ns);
 /* The graph's thread waited for the instance's last replay: its timestamps are read now (before
  * the instance is reused). */
 void hcq__trace_graph_collect(hcq__trace_graph_t *tg, unsigned inst);
 /* The same when the instance's replay has finished on every device already, without waiting: called
- * right after the next replay was submitted, so reading overlaps that replay instead of delaying it. */
+ * right after the next replay was submitted, so reading overlaps that replay instead of delaying
+ * it. */
 void hcq__trace_graph_collect_finished(hcq__trace_graph_t *tg, unsigned inst);
 /* Before the graph frees its instances and signals. NULL is accepted. */
 void hcq__trace_graph_unregister(hcq__trace_graph_t *tg);

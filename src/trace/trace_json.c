@@ -21,7 +21,9 @@ static void put_string(FILE *f, const char *s) {
 }
 
 /* ns as microseconds with three decimals, exactly. */
-static void put_us(FILE *f, uint64_t ns) { fprintf(f, "%" PRIu64 ".%03u", ns / 1000, (unsigned)(ns % 1000)); }
+static void put_us(FILE *f, uint64_t ns) {
+  fprintf(f, "%" PRIu64 ".%03u", ns / 1000, (unsigned)(ns % 1000));
+}
 
 static const char *category(const hcq__trace_slice_t *s) {
   switch (s->kind) {
@@ -42,11 +44,13 @@ typedef struct flow_ctx {
 static void put_flow_end(flow_ctx_t *c, const char *ph, size_t slice) {
   const hcq__trace_slice_t *s = hcq__view_slice(c->v, slice);
   const hcq__trace_track_t *t = &c->v->tracks[s->track];
-  /* Bound to the slice by a timestamp inside it: its middle (a chained item starts exactly where its
-   * predecessor ends, so the start would be ambiguous). */
+  /* Bound to the slice by a timestamp inside it: its middle (a chained item starts exactly where
+   * its predecessor ends, so the start would be ambiguous). */
   uint64_t mid = s->start_ns + (s->end_ns - s->start_ns) / 2 - c->t0;
-  fprintf(c->f, ",\n{\"ph\": \"%s\", \"id\": %" PRIu64 ", \"name\": \"dependency\", \"cat\": \"dependency\", ", ph,
-          c->next_id);
+  fprintf(c->f,
+          ",\n{\"ph\": \"%s\", \"id\": %" PRIu64
+          ", \"name\": \"dependency\", \"cat\": \"dependency\", ",
+          ph, c->next_id);
   if (ph[0] == 'f') fprintf(c->f, "\"bp\": \"e\", ");
   fprintf(c->f, "\"pid\": %" PRIu32 ", \"tid\": %" PRIu32 ", \"ts\": ", t->pid, t->tid);
   put_us(c->f, mid);
@@ -60,9 +64,11 @@ static void put_flow(void *ctx, size_t src, size_t dst) {
   put_flow_end(c, "f", dst);
 }
 
-static void put_metadata(FILE *f, const char *what, uint32_t pid, uint32_t tid, const char *key, const char *name,
-                         uint32_t number) {
-  fprintf(f, ",\n{\"ph\": \"M\", \"name\": \"%s\", \"pid\": %" PRIu32 ", \"tid\": %" PRIu32 ", \"args\": {\"%s\": ",
+static void put_metadata(FILE *f, const char *what, uint32_t pid, uint32_t tid, const char *key,
+                         const char *name, uint32_t number) {
+  fprintf(f,
+          ",\n{\"ph\": \"M\", \"name\": \"%s\", \"pid\": %" PRIu32 ", \"tid\": %" PRIu32
+          ", \"args\": {\"%s\": ",
           what, pid, tid, key);
   if (name)
     put_string(f, name);
@@ -74,7 +80,10 @@ static void put_metadata(FILE *f, const char *what, uint32_t pid, uint32_t tid, 
 /* The metadata events that name and order the processes (host, then each device) and their
  * threads (host threads, device queues), so that viewers show the rows as the SVG does. */
 static void put_track_names(FILE *f, const hcq__trace_view_t *v) {
-  fputs("{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 1, \"tid\": 0, \"args\": {\"name\": \"host\"}}", f);
+  fputs(
+      "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 1, \"tid\": 0, \"args\": {\"name\": "
+      "\"host\"}}",
+      f);
   put_metadata(f, "process_sort_index", 1, 0, "sort_index", NULL, 0);
   for (size_t i = 0; i < v->ntracks; i++) {
     const hcq__trace_track_t *t = &v->tracks[i];
@@ -96,12 +105,14 @@ static void put_track_names(FILE *f, const hcq__trace_view_t *v) {
 }
 
 /* One slice as a complete event: its graph, replay and item, or that it ran eagerly, in args. */
-static void put_slice(FILE *f, const hcq__trace_view_t *v, const hcq__trace_slice_t *s, uint64_t t0) {
+static void put_slice(FILE *f, const hcq__trace_view_t *v, const hcq__trace_slice_t *s,
+                      uint64_t t0) {
   const hcq__trace_track_t *t = &v->tracks[s->track];
   uint64_t dur = s->end_ns >= s->start_ns ? s->end_ns - s->start_ns : 0;
   fputs(",\n{\"ph\": \"X\", \"name\": ", f);
   put_string(f, v->names[s->name]);
-  fprintf(f, ", \"cat\": \"%s\", \"pid\": %" PRIu32 ", \"tid\": %" PRIu32 ", \"ts\": ", category(s), t->pid, t->tid);
+  fprintf(f, ", \"cat\": \"%s\", \"pid\": %" PRIu32 ", \"tid\": %" PRIu32 ", \"ts\": ", category(s),
+          t->pid, t->tid);
   put_us(f, s->start_ns - t0);
   fputs(", \"dur\": ", f);
   put_us(f, dur);
@@ -121,7 +132,8 @@ static void put_slice(FILE *f, const hcq__trace_view_t *v, const hcq__trace_slic
   if (s->bytes) {
     fprintf(f, "%s\"bytes\": %" PRIu64, sep, s->bytes);
     /* bytes per nanosecond is GB/s */
-    if (dur && s->kind == HCQ__SLICE_COPY) fprintf(f, ", \"GB/s\": %.3f", (double)s->bytes / (double)dur);
+    if (dur && s->kind == HCQ__SLICE_COPY)
+      fprintf(f, ", \"GB/s\": %.3f", (double)s->bytes / (double)dur);
   }
   fputs("}}", f);
 }
@@ -136,8 +148,8 @@ static void put_clocks(FILE *f, const hcq__trace_view_t *v) {
     fprintf(f, "%s\n  {\"device\": ", first ? "" : ",");
     put_string(f, t->device);
     fprintf(f,
-            ", \"queue\": \"%s\", \"offset_ns\": %" PRId64 ", \"round_trip_ns\": %" PRIu64 ", \"samples\": %" PRIu32
-            "}",
+            ", \"queue\": \"%s\", \"offset_ns\": %" PRId64 ", \"round_trip_ns\": %" PRIu64
+            ", \"samples\": %" PRIu32 "}",
             hcq__queue_kind_word(t->queue), t->offset_ns, t->round_trip_ns, t->samples);
     first = false;
   }
@@ -160,7 +172,8 @@ static void put_graphs(FILE *f, const hcq__trace_view_t *v) {
       fputs(", \"device\": ", f);
       put_string(f, t->device);
       fprintf(f, ", \"queue\": \"%s\", \"is_copy\": %s, \"bytes\": %" PRIu64 ", \"deps\": [",
-              hcq__queue_kind_word(t->queue), r->kind == HCQ__SLICE_COPY ? "true" : "false", r->bytes);
+              hcq__queue_kind_word(t->queue), r->kind == HCQ__SLICE_COPY ? "true" : "false",
+              r->bytes);
       for (size_t d = 0; d < r->ndeps; d++) fprintf(f, "%s%" PRIu32, d ? ", " : "", r->deps[d]);
       fputs("]}", f);
     }
@@ -182,7 +195,9 @@ bool hcq__trace_write_json(FILE *f, const hcq__trace_view_t *v) {
   bool ok = hcq__trace_view_flows(v, 0, put_flow, &fc);
 
   fputs("\n],\n\"hcq\": {\"format\": \"hcq-trace/1\", \"ring\": ", f);
-  fprintf(f, "{\"capacity\": %" PRIu64 ", \"slices\": %zu, \"dropped\": %" PRIu64 "}, \"start_ns\": %" PRIu64,
+  fprintf(f,
+          "{\"capacity\": %" PRIu64 ", \"slices\": %zu, \"dropped\": %" PRIu64
+          "}, \"start_ns\": %" PRIu64,
           v->capacity, v->nslices, v->dropped, t0);
   put_clocks(f, v);
   put_graphs(f, v);

@@ -25,7 +25,7 @@ typedef struct hcq__trace_slice {
   uint32_t graph;  /* graph index + 1 for graph item and submit slices; 0 otherwise */
   uint32_t item;   /* graph item index */
   uint16_t track;
-  uint8_t kind;    /* hcq__slice_kind_t */
+  uint8_t kind; /* hcq__slice_kind_t */
   uint8_t pad;
 } hcq__trace_slice_t;
 
@@ -47,7 +47,7 @@ typedef struct hcq__trace_graph_item_rec {
   uint16_t track;
   uint8_t kind; /* HCQ__SLICE_KERNEL or HCQ__SLICE_COPY */
   uint64_t bytes;
-  int64_t offset_ns; /* the queue's clock offset when registered */
+  int64_t offset_ns;                        /* the queue's clock offset when registered */
   const hcq__signal_words_t **start, **end; /* per replay instance */
   uint32_t *deps;
   size_t ndeps;
@@ -61,12 +61,14 @@ struct hcq__trace_graph {
   char *label;
   hcq__trace_graph_item_rec_t *items;
   size_t nitems;
-  hcq_device_t **devs;        /* the graph's devices (it holds them open while alive) */
-  hcq__signal_words_t **done; /* done[inst * ndevs + d]: set to the kickoff value when a replay ends on d */
+  hcq_device_t **devs; /* the graph's devices (it holds them open while alive) */
+  hcq__signal_words_t *
+      *done; /* done[inst * ndevs + d]: set to the kickoff value when a replay ends on d */
   size_t ndevs;
-  size_t ninst;             /* replay instances: replays in flight at once, each with its timestamps */
-  bool alive;               /* the graph exists: instances and signals are valid */
-  uint64_t *pending;        /* per instance: kickoff value of a replay whose timestamps were not read; 0 none */
+  size_t ninst; /* replay instances: replays in flight at once, each with its timestamps */
+  bool alive;   /* the graph exists: instances and signals are valid */
+  uint64_t
+      *pending; /* per instance: kickoff value of a replay whose timestamps were not read; 0 none */
   uint64_t *pending_replay; /* per instance: its replay number */
   uint64_t replays;         /* replays submitted while recording */
 };
@@ -97,11 +99,13 @@ bool hcq__trace_with_view(void (*fn)(hcq__trace_view_t *v, void *ctx), void *ctx
 
 /* Calls fn for every dependency edge between two slices of the same graph replay, both in view
  * slices [first, nslices): src before dst. Returns false when out of memory. */
-bool hcq__trace_view_flows(const hcq__trace_view_t *v, size_t first, void (*fn)(void *ctx, size_t src, size_t dst),
-                           void *ctx);
+bool hcq__trace_view_flows(const hcq__trace_view_t *v, size_t first,
+                           void (*fn)(void *ctx, size_t src, size_t dst), void *ctx);
 
 /* "compute" / "copy". */
-static inline const char *hcq__queue_kind_word(unsigned queue) { return queue ? "copy" : "compute"; }
+static inline const char *hcq__queue_kind_word(unsigned queue) {
+  return queue ? "copy" : "compute";
+}
 
 /* Writers: the view is valid during the call (the profiler's lock is held). Return false when the
  * output failed (errno tells). */

@@ -50,7 +50,9 @@ typedef struct svg_ctx {
   uint32_t *row; /* per track: its row (tracks without a drawn slice get none) */
 } svg_ctx_t;
 
-static double x_of(const svg_ctx_t *c, uint64_t ns) { return LABEL_W + (double)(ns - c->t0) * c->scale; }
+static double x_of(const svg_ctx_t *c, uint64_t ns) {
+  return LABEL_W + (double)(ns - c->t0) * c->scale;
+}
 static double y_mid(const svg_ctx_t *c, const hcq__trace_slice_t *s) {
   return TOP + c->row[s->track] * ROW_H + (ROW_H - BOX_H) / 2.0 + BOX_H / 2.0;
 }
@@ -59,7 +61,9 @@ static void put_arrow(void *ctx, size_t src, size_t dst) {
   svg_ctx_t *c = ctx;
   if (src < c->first) return;
   const hcq__trace_slice_t *a = hcq__view_slice(c->v, src), *b = hcq__view_slice(c->v, dst);
-  fprintf(c->f, "<line class=\"dep\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" marker-end=\"url(#arrow)\"/>\n",
+  fprintf(c->f,
+          "<line class=\"dep\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+          "marker-end=\"url(#arrow)\"/>\n",
           x_of(c, a->end_ns), y_mid(c, a), x_of(c, b->start_ns), y_mid(c, b));
 }
 
@@ -100,30 +104,37 @@ static uint32_t place_rows(svg_ctx_t *c, bool *drawn, uint64_t *range) {
 static void put_header(const svg_ctx_t *c, int width, int height, uint64_t range) {
   FILE *f = c->f;
   const hcq__trace_view_t *v = c->v;
-  fprintf(f,
-          "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-          "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"11\">\n",
-          width, height, width, height);
-  fputs("<style>\n"
-        "  .row { fill: #f7f7f7; } .row.odd { fill: #eeeeee; }\n"
-        "  rect.item, rect.eager, rect.submit, rect.call, rect.profiler { stroke: #333333; stroke-width: 0.5; }\n"
-        "  rect.eager { stroke-dasharray: 3 2; stroke-width: 1; }\n"
-        "  line.dep { stroke: #c0392b; stroke-width: 1; stroke-opacity: 0.7; }\n"
-        "  line.tick { stroke: #bbbbbb; stroke-width: 0.5; }\n"
-        "  text.box { fill: #111111; pointer-events: none; }\n"
-        "</style>\n"
-        "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"6\" markerHeight=\"6\" "
-        "orient=\"auto-start-reverse\"><path d=\"M 0 0 L 10 5 L 0 10 z\" fill=\"#c0392b\"/></marker></defs>\n"
-        "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-        f);
+  fprintf(
+      f,
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+      "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"11\">\n",
+      width, height, width, height);
+  fputs(
+      "<style>\n"
+      "  .row { fill: #f7f7f7; } .row.odd { fill: #eeeeee; }\n"
+      "  rect.item, rect.eager, rect.submit, rect.call, rect.profiler { stroke: #333333; "
+      "stroke-width: 0.5; }\n"
+      "  rect.eager { stroke-dasharray: 3 2; stroke-width: 1; }\n"
+      "  line.dep { stroke: #c0392b; stroke-width: 1; stroke-opacity: 0.7; }\n"
+      "  line.tick { stroke: #bbbbbb; stroke-width: 0.5; }\n"
+      "  text.box { fill: #111111; pointer-events: none; }\n"
+      "</style>\n"
+      "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"6\" "
+      "markerHeight=\"6\" "
+      "orient=\"auto-start-reverse\"><path d=\"M 0 0 L 10 5 L 0 10 z\" "
+      "fill=\"#c0392b\"/></marker></defs>\n"
+      "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      f);
 
   char range_text[32];
   format_time(range, range_text, sizeof(range_text));
   fprintf(f, "<text x=\"8\" y=\"18\" font-size=\"14\" font-weight=\"bold\">hcq profile</text>\n");
   fprintf(f,
-          "<text x=\"8\" y=\"36\">%zu slices over %s; %" PRIu64 " dropped by the ring (capacity %" PRIu64
-          ")%s. Boxes: kernels (colour per kernel), copies (orange), graph submits and eager calls on the host rows; "
+          "<text x=\"8\" y=\"36\">%zu slices over %s; %" PRIu64
+          " dropped by the ring (capacity %" PRIu64
+          ")%s. Boxes: kernels (colour per kernel), copies (orange), graph submits and eager calls "
+          "on the host rows; "
           "dashed boxes ran eagerly. Arrows: dependencies between items of one replay.</text>\n",
           v->nslices - c->first, range_text, v->dropped, v->capacity,
           c->first ? "; only the newest slices are drawn" : "");
@@ -135,7 +146,8 @@ static void busy_time(const svg_ctx_t *c, span_t *spans, uint64_t *busy) {
   size_t nspans = 0;
   for (size_t i = c->first; i < v->nslices; i++) {
     const hcq__trace_slice_t *s = hcq__view_slice(v, i);
-    spans[nspans++] = (span_t){s->start_ns, s->end_ns > s->start_ns ? s->end_ns : s->start_ns, c->row[s->track]};
+    spans[nspans++] =
+        (span_t){s->start_ns, s->end_ns > s->start_ns ? s->end_ns : s->start_ns, c->row[s->track]};
   }
   qsort(spans, nspans, sizeof(*spans), by_row_then_start);
   for (size_t i = 0; i < nspans;) {
@@ -153,14 +165,15 @@ static void busy_time(const svg_ctx_t *c, span_t *spans, uint64_t *busy) {
 }
 
 /* The rows' backgrounds and labels, each with its busy share. */
-static void put_rows(const svg_ctx_t *c, const bool *drawn, const uint64_t *busy, int width, uint64_t range) {
+static void put_rows(const svg_ctx_t *c, const bool *drawn, const uint64_t *busy, int width,
+                     uint64_t range) {
   FILE *f = c->f;
   for (size_t i = 0; i < c->v->ntracks; i++) {
     const hcq__trace_track_t *t = &c->v->tracks[i];
     if (!drawn[i]) continue;
     int y = TOP + (int)c->row[i] * ROW_H;
-    fprintf(f, "<rect class=\"row%s\" x=\"0\" y=\"%d\" width=\"%d\" height=\"%d\"/>\n", c->row[i] % 2 ? " odd" : "", y,
-            width, ROW_H);
+    fprintf(f, "<rect class=\"row%s\" x=\"0\" y=\"%d\" width=\"%d\" height=\"%d\"/>\n",
+            c->row[i] % 2 ? " odd" : "", y, width, ROW_H);
     char name[64];
     if (t->is_device)
       snprintf(name, sizeof(name), "%s %s queue", t->device, hcq__queue_kind_word(t->queue));
@@ -168,7 +181,8 @@ static void put_rows(const svg_ctx_t *c, const bool *drawn, const uint64_t *busy
       snprintf(name, sizeof(name), "host thread %" PRIu32, t->host_thread);
     fprintf(f, "<text class=\"label\" x=\"8\" y=\"%d\">", y + ROW_H / 2 + 4);
     put_text(f, name, 64);
-    fprintf(f, " <tspan fill=\"#666666\">busy %.0f%%</tspan></text>\n", 100.0 * (double)busy[c->row[i]] / (double)range);
+    fprintf(f, " <tspan fill=\"#666666\">busy %.0f%%</tspan></text>\n",
+            100.0 * (double)busy[c->row[i]] / (double)range);
   }
 }
 
@@ -179,16 +193,20 @@ static void put_axis(const svg_ctx_t *c, uint64_t range, uint32_t nrows) {
   while (range / step < 4) step /= 2;
   while (range / step > 10) step *= 2;
   int axis_y = TOP + (int)nrows * ROW_H;
-  fprintf(f, "<line class=\"tick\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333333\"/>\n", LABEL_W, axis_y,
-          LABEL_W + PLOT_W, axis_y);
+  fprintf(f, "<line class=\"tick\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333333\"/>\n",
+          LABEL_W, axis_y, LABEL_W + PLOT_W, axis_y);
   for (double t = 0; t <= (double)range + 0.5; t += step) {
     double x = LABEL_W + t * c->scale;
     char label[32];
     format_time((uint64_t)llround(t), label, sizeof(label));
-    fprintf(f, "<line class=\"tick\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\"/>\n", x, TOP - 6, x, axis_y + 5);
-    fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x, axis_y + 18, label);
+    fprintf(f, "<line class=\"tick\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\"/>\n", x, TOP - 6,
+            x, axis_y + 5);
+    fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x, axis_y + 18,
+            label);
   }
-  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#666666\">time since the first slice</text>\n",
+  fprintf(f,
+          "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#666666\">time since the first "
+          "slice</text>\n",
           LABEL_W + PLOT_W / 2, axis_y + 36);
 }
 
@@ -200,11 +218,11 @@ static void put_box(const svg_ctx_t *c, const hcq__trace_slice_t *s) {
   double x = x_of(c, s->start_ns), w = (double)dur * c->scale;
   if (w < 1) w = 1;
   double y = TOP + c->row[s->track] * ROW_H + (ROW_H - BOX_H) / 2.0;
-  const char *cls = s->kind == HCQ__SLICE_SUBMIT ? "submit"
-                    : s->kind == HCQ__SLICE_CALL ? "call"
+  const char *cls = s->kind == HCQ__SLICE_SUBMIT  ? "submit"
+                    : s->kind == HCQ__SLICE_CALL  ? "call"
                     : s->kind == HCQ__SLICE_ALIGN ? "profiler"
-                    : s->graph                   ? "item"
-                                                 : "eager";
+                    : s->graph                    ? "item"
+                                                  : "eager";
   char fill[32];
   if (s->kind == HCQ__SLICE_KERNEL)
     snprintf(fill, sizeof(fill), "hsl(%u, 55%%, 68%%)", hash_name(name) % 360);
@@ -227,9 +245,12 @@ static void put_box(const svg_ctx_t *c, const hcq__trace_slice_t *s) {
   }
   fprintf(f, ": %s", dur_text);
   if (s->bytes) fprintf(f, ", %" PRIu64 " bytes", s->bytes);
-  if (s->bytes && dur && s->kind == HCQ__SLICE_COPY) fprintf(f, ", %.3f GB/s", (double)s->bytes / (double)dur);
-  fprintf(f, "</title><rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>", cls, x, y,
-          w, BOX_H, fill);
+  if (s->bytes && dur && s->kind == HCQ__SLICE_COPY)
+    fprintf(f, ", %.3f GB/s", (double)s->bytes / (double)dur);
+  fprintf(
+      f,
+      "</title><rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>",
+      cls, x, y, w, BOX_H, fill);
   size_t len = strlen(name), fits = w > 8 ? (size_t)((w - 6) / CHAR_W) : 0;
   if (fits >= 3) {
     fprintf(f, "<text class=\"box\" x=\"%.2f\" y=\"%.2f\">", x + 3, y + BOX_H / 2.0 + 4);
@@ -241,7 +262,11 @@ static void put_box(const svg_ctx_t *c, const hcq__trace_slice_t *s) {
 }
 
 bool hcq__trace_write_svg_view(FILE *f, const hcq__trace_view_t *v) {
-  svg_ctx_t c = {f, v, UINT64_MAX, 1.0, v->nslices > HCQ_TRACE_SVG_MAX_SLICES ? v->nslices - HCQ_TRACE_SVG_MAX_SLICES : 0,
+  svg_ctx_t c = {f,
+                 v,
+                 UINT64_MAX,
+                 1.0,
+                 v->nslices > HCQ_TRACE_SVG_MAX_SLICES ? v->nslices - HCQ_TRACE_SVG_MAX_SLICES : 0,
                  calloc(v->ntracks + 1, sizeof(uint32_t))};
   span_t *spans = malloc((v->nslices - c.first + 1) * sizeof(*spans));
   uint64_t *busy = calloc(v->ntracks + 1, sizeof(*busy));

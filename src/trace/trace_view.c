@@ -1,7 +1,8 @@
 /* The profiler's summarising side: the view of the ring that trace.c hands out under its lock,
  * numbered here into processes, threads and rows, its dependency edges, and the two files written
  * from it (hcq_trace_write's JSON, hcq_trace_write_svg's timeline). Nothing here records: the
- * recording side (trace.c) keeps the ring and its lock to itself, and the writers see only a view. */
+ * recording side (trace.c) keeps the ring and its lock to itself, and the writers see only a view.
+ */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,8 @@
 #include "trace/trace_model.h"
 
 static int cmp_device_names(const void *a, const void *b) {
-  const hcq__trace_track_t *x = *(hcq__trace_track_t *const *)a, *y = *(hcq__trace_track_t *const *)b;
+  const hcq__trace_track_t *x = *(hcq__trace_track_t *const *)a,
+                           *y = *(hcq__trace_track_t *const *)b;
   int c = strverscmp(x->device, y->device);
   return c ? c : (int)x->queue - (int)y->queue;
 }
@@ -41,8 +43,8 @@ static bool number_tracks(hcq__trace_view_t *v) {
   return true;
 }
 
-bool hcq__trace_view_flows(const hcq__trace_view_t *v, size_t first, void (*fn)(void *ctx, size_t src, size_t dst),
-                           void *ctx) {
+bool hcq__trace_view_flows(const hcq__trace_view_t *v, size_t first,
+                           void (*fn)(void *ctx, size_t src, size_t dst), void *ctx) {
   size_t most = 0;
   for (size_t g = 0; g < v->ngraphs; g++)
     if (v->graphs[g]->nitems > most) most = v->graphs[g]->nitems;
@@ -96,19 +98,24 @@ static void write_view(hcq__trace_view_t *v, void *ctx) {
 
 static hcq_status_t write_with(const char *path, writer_fn writer, const char *what) {
   if (!path || !*path) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: no file name", what);
-  if (!hcq_trace_active()) return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s %s: the profiler is off", what, path);
+  if (!hcq_trace_active())
+    return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s %s: the profiler is off", what, path);
   hcq__trace_collect_pending();
   FILE *f = fopen(path, "w");
   if (!f) return hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
   write_job_t job = {f, writer, path, NULL};
   if (!hcq__trace_with_view(write_view, &job))
-    job.st = hcq_status_make(HCQ_FAILED_PRECONDITION, "%s %s: the profiler was stopped", what, path);
+    job.st =
+        hcq_status_make(HCQ_FAILED_PRECONDITION, "%s %s: the profiler was stopped", what, path);
   hcq_status_t st = job.st;
-  if (fclose(f) != 0 && !st) st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
+  if (fclose(f) != 0 && !st)
+    st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
   return st;
 }
 
-hcq_status_t hcq_trace_write(const char *path) { return write_with(path, hcq__trace_write_json, "hcq_trace_write"); }
+hcq_status_t hcq_trace_write(const char *path) {
+  return write_with(path, hcq__trace_write_json, "hcq_trace_write");
+}
 
 hcq_status_t hcq_trace_write_svg(const char *path) {
   return write_with(path, hcq__trace_write_svg_view, "hcq_trace_write_svg");

@@ -1,7 +1,7 @@
 /* The Vulkan row of the backend table (vk_device.c and vk_loader.c, or vk_absent.c in builds
  * without the Vulkan headers, define what it points at). */
-#include "core/backend.h"
 #include "vulkan/vk_backend.h"
+#include "core/backend.h"
 
 const hcq__backend_t hcq__vulkan_backend = {
     .kind = HCQ_DEVICE_VULKAN,

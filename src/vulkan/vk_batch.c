@@ -1,7 +1,7 @@
 /* The Vulkan engine's batches (vk_engine_internal.h): the command buffers and semaphore waits the
- * engine thread collects, their submission with a timeline-semaphore signal, and the FIFO that hands
- * what each batch leaves to do (signal words, timestamps, command buffers to take back) to the
- * completion thread. */
+ * engine thread collects, their submission with a timeline-semaphore signal, and the FIFO that
+ * hands what each batch leaves to do (signal words, timestamps, command buffers to take back) to
+ * the completion thread. */
 #include "core/command.h"
 #include "core/signal.h"
 #include "vulkan/vk_engine_internal.h"
@@ -27,16 +27,19 @@ void hcq__vk_wait_fifo_pos(vk_engine_t *e, uint64_t pos) {
 
 /* ---- batches ---- */
 
-static void record_pending_signal(vk_device_t *vd, const void *word, uint64_t value, uint64_t sem, uint64_t seq,
-                                  int kind) {
-  size_t slot = ((uintptr_t)word >> 4) % (sizeof(vd->pending_signals) / sizeof(vd->pending_signals[0]));
+static void record_pending_signal(vk_device_t *vd, const void *word, uint64_t value, uint64_t sem,
+                                  uint64_t seq, int kind) {
+  size_t slot =
+      ((uintptr_t)word >> 4) % (sizeof(vd->pending_signals) / sizeof(vd->pending_signals[0]));
   pthread_mutex_lock(&vd->pending_lock);
   vd->pending_signals[slot] = (struct vk_pending_signal){word, value, sem, seq, kind};
   pthread_mutex_unlock(&vd->pending_lock);
 }
 
-bool hcq__vk_lookup_pending_signal(vk_device_t *vd, const void *word, struct vk_pending_signal *out) {
-  size_t slot = ((uintptr_t)word >> 4) % (sizeof(vd->pending_signals) / sizeof(vd->pending_signals[0]));
+bool hcq__vk_lookup_pending_signal(vk_device_t *vd, const void *word,
+                                   struct vk_pending_signal *out) {
+  size_t slot =
+      ((uintptr_t)word >> 4) % (sizeof(vd->pending_signals) / sizeof(vd->pending_signals[0]));
   pthread_mutex_lock(&vd->pending_lock);
   *out = vd->pending_signals[slot];
   pthread_mutex_unlock(&vd->pending_lock);
@@ -51,7 +54,8 @@ void hcq__vk_flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value) {
   bool submitted = e->nbcbs || e->nbwaits;
   if (submitted) {
     sem = e->sem_last + 1;
-    VkPipelineStageFlags stages[2] = {VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT};
+    VkPipelineStageFlags stages[2] = {VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                                      VK_PIPELINE_STAGE_ALL_COMMANDS_BIT};
     VkTimelineSemaphoreSubmitInfo tsi = {.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
                                          .waitSemaphoreValueCount = e->nbwaits,
                                          .pWaitSemaphoreValues = e->bwait_val,
@@ -146,8 +150,7 @@ void hcq__vk_wait_gpu(vk_engine_t *e, uint64_t v, bool note_done) {
     VkResult r = vd->fn.vkWaitSemaphores(vd->device, &wi, UINT64_C(200000000));
     if (r == VK_SUCCESS) {
       uint64_t done = atomic_load(&e->gpu_done);
-      while (note_done && done < v && !atomic_compare_exchange_weak(&e->gpu_done, &done, v)) {
-      }
+      while (note_done && done < v && !atomic_compare_exchange_weak(&e->gpu_done, &done, v)) {}
       return;
     }
     if (r != VK_TIMEOUT) {

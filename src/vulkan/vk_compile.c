@@ -15,24 +15,25 @@
 #endif
 
 #include "core/binary.h"
-#include "core/kcache.h"
-#include "vulkan/vk_source.h"
-#include "vulkan/vk_internal.h"
 #include "core/device.h"
-
+#include "core/kcache.h"
+#include "vulkan/vk_internal.h"
+#include "vulkan/vk_source.h"
 
 #define SPIRV_MAGIC 0x07230203u
 #define SPIRV_OP_ENTRY_POINT 15u
 #define SPIRV_EXEC_GLCOMPUTE 5u
-#define CACHE_MAGIC "HCQSPV02" /* the kernel cache's blob tag (HCQSPV01: before blobs recorded their key) */
+#define CACHE_MAGIC \
+  "HCQSPV02" /* the kernel cache's blob tag (HCQSPV01: before blobs recorded their key) */
 
 /* ---- SPIR-V: checks and the entry point's name ---- */
 
 /* The name of the first GLCompute entry point (up to size bytes): 1; 0 when there is none; -1 when
  * an instruction runs past the module's end (a truncated or damaged module), its word index in
- * *bad. If rename is given, rewrites the module (a new allocation in *io) so that the entry point is
- * called rename. */
-static int spirv_entry(uint32_t **io, size_t *nwords, char *name, size_t size, const char *rename, size_t *bad) {
+ * *bad. If rename is given, rewrites the module (a new allocation in *io) so that the entry point
+ * is called rename. */
+static int spirv_entry(uint32_t **io, size_t *nwords, char *name, size_t size, const char *rename,
+                       size_t *bad) {
   uint32_t *w = *io;
   size_t n = *nwords;
   for (size_t i = 5; i < n;) {
@@ -75,14 +76,16 @@ static int spirv_entry(uint32_t **io, size_t *nwords, char *name, size_t size, c
 #if HCQ_HAVE_SHADERC
 static pthread_mutex_t g_shaderc_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static hcq_status_t compile_glsl(const char *entry, const char *source, uint32_t **out, size_t *out_words) {
+static hcq_status_t compile_glsl(const char *entry, const char *source, uint32_t **out,
+                                 size_t *out_words) {
   /* HCQ_KERNEL_<entry> lets one file hold several kernels, each under its #ifdef. */
   char line[160];
   bool ident = (entry[0] < '0' || entry[0] > '9');
   for (const char *c = entry; *c; c++)
-    ident &= (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_';
-  snprintf(line, sizeof(line), "%s%s%s#line 1\n", ident ? "#define HCQ_KERNEL_" : "", ident ? entry : "",
-           ident ? " 1\n" : "");
+    ident &= (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+             *c == '_';
+  snprintf(line, sizeof(line), "%s%s%s#line 1\n", ident ? "#define HCQ_KERNEL_" : "",
+           ident ? entry : "", ident ? " 1\n" : "");
   size_t plen = strlen(hcq__vk_glsl_prelude()), llen = strlen(line), slen = strlen(source);
   char *text = malloc(plen + llen + slen + 2);
   if (!text) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory compiling %s", entry);
@@ -100,13 +103,14 @@ static hcq_status_t compile_glsl(const char *entry, const char *source, uint32_t
   if (!c || !o) {
     st = hcq_status_make(HCQ_OUT_OF_MEMORY, "cannot start libshaderc to compile %s", entry);
   } else {
-    shaderc_compile_options_set_target_env(o, shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_2);
+    shaderc_compile_options_set_target_env(o, shaderc_target_env_vulkan,
+                                           shaderc_env_version_vulkan_1_2);
     shaderc_compile_options_set_optimization_level(o, shaderc_optimization_level_performance);
-    shaderc_compilation_result_t r = shaderc_compile_into_spv(c, text, strlen(text), shaderc_compute_shader, file,
-                                                              "main", o);
+    shaderc_compilation_result_t r =
+        shaderc_compile_into_spv(c, text, strlen(text), shaderc_compute_shader, file, "main", o);
     if (!r || shaderc_result_get_compilation_status(r) != shaderc_compilation_status_success) {
-      st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling GLSL kernel %s failed (libshaderc):\n%s", entry,
-                           r ? shaderc_result_get_error_message(r) : "no result");
+      st = hcq_status_make(HCQ_COMPILE_ERROR, "compiling GLSL kernel %s failed (libshaderc):\n%s",
+                           entry, r ? shaderc_result_get_error_message(r) : "no result");
     } else {
       size_t n = shaderc_result_get_length(r);
       *out = malloc(n ? n : 4);
@@ -138,8 +142,10 @@ static hcq_status_t validate_spirv(const char *entry, const uint32_t *words, siz
   spv_result_t r = spvValidateBinary(ctx, words, n, &diag);
   hcq_status_t st = NULL;
   if (r != SPV_SUCCESS)
-    st = hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module is not valid SPIR-V for Vulkan 1.2 "
-                         "(SPIRV-Tools validator): %s", entry, diag && diag->error ? diag->error : "no reason given");
+    st = hcq_status_make(HCQ_COMPILE_ERROR,
+                         "SPIR-V kernel %s: the module is not valid SPIR-V for Vulkan 1.2 "
+                         "(SPIRV-Tools validator): %s",
+                         entry, diag && diag->error ? diag->error : "no reason given");
   spvDiagnosticDestroy(diag);
   spvContextDestroy(ctx);
   return st;
@@ -153,7 +159,8 @@ static hcq_status_t validate_spirv(const char *entry, const uint32_t *words, siz
 
 /* A "#spirv" source, decoded: its framing, its entry point's name and every instruction's bounds
  * are checked here, since a driver trusts the module it is given. */
-static hcq_status_t spirv_from_binary(const char *entry, const char *source, uint32_t **out, size_t *out_words) {
+static hcq_status_t spirv_from_binary(const char *entry, const char *source, uint32_t **out,
+                                      size_t *out_words) {
   uint8_t *bytes = NULL;
   size_t len = 0;
   hcq_status_t st = hcq__binary_decode(source, entry, &bytes, &len);
@@ -164,11 +171,14 @@ static hcq_status_t spirv_from_binary(const char *entry, const char *source, uin
     char what[128];
     hcq__binary_describe(bytes, len, what, sizeof(what));
     free(bytes);
-    return hcq_status_make(HCQ_COMPILE_ERROR,
-                           "SPIR-V kernel %s: %zu bytes are not a SPIR-V module (magic 0x%08x, want 0x%08x): %s%s",
-                           entry, len, magic, SPIRV_MAGIC, what,
-                           magic == SPIRV_MAGIC ? (len % 4 ? ", not a whole number of words: truncated?" : ", shorter "
-                           "than the 5-word header") : "");
+    return hcq_status_make(
+        HCQ_COMPILE_ERROR,
+        "SPIR-V kernel %s: %zu bytes are not a SPIR-V module (magic 0x%08x, want 0x%08x): %s%s",
+        entry, len, magic, SPIRV_MAGIC, what,
+        magic == SPIRV_MAGIC ? (len % 4 ? ", not a whole number of words: truncated?"
+                                        : ", shorter "
+                                          "than the 5-word header")
+                             : "");
   }
   *out = (uint32_t *)(void *)bytes;
   *out_words = len / 4;
@@ -178,22 +188,30 @@ static hcq_status_t spirv_from_binary(const char *entry, const char *source, uin
   if (found <= 0) {
     free(bytes);
     if (found < 0)
-      return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module is truncated or damaged: the instruction "
-                             "at word %zu runs past its end (%zu words)", entry, bad, len / 4);
-    return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module has no GLCompute entry point", entry);
+      return hcq_status_make(
+          HCQ_COMPILE_ERROR,
+          "SPIR-V kernel %s: the module is truncated or damaged: the instruction "
+          "at word %zu runs past its end (%zu words)",
+          entry, bad, len / 4);
+    return hcq_status_make(HCQ_COMPILE_ERROR,
+                           "SPIR-V kernel %s: the module has no GLCompute entry point", entry);
   }
   if (strcmp(name, entry)) {
     free(bytes);
-    return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module's compute entry point is \"%s\", not "
-                           "\"%s\"", entry, name, entry);
+    return hcq_status_make(HCQ_COMPILE_ERROR,
+                           "SPIR-V kernel %s: the module's compute entry point is \"%s\", not "
+                           "\"%s\"",
+                           entry, name, entry);
   }
   /* Every instruction in bounds, not only those up to the entry point: drivers trust the module
    * (validating it is the application's job), so a cut one must stop here. */
   for (size_t i = 5; i < len / 4; i += (*out)[i] >> 16)
     if (!((*out)[i] >> 16) || i + ((*out)[i] >> 16) > len / 4) {
       free(bytes);
-      return hcq_status_make(HCQ_COMPILE_ERROR, "SPIR-V kernel %s: the module is truncated or damaged: the "
-                             "instruction at word %zu runs past its end (%zu words)", entry, i, len / 4);
+      return hcq_status_make(HCQ_COMPILE_ERROR,
+                             "SPIR-V kernel %s: the module is truncated or damaged: the "
+                             "instruction at word %zu runs past its end (%zu words)",
+                             entry, i, len / 4);
     }
   if ((st = validate_spirv(entry, *out, len / 4))) free(bytes);
   return st;
@@ -201,13 +219,16 @@ static hcq_status_t spirv_from_binary(const char *entry, const char *source, uin
 
 /* GLSL: SPIR-V from the cache, else compiled (and cached), its entry point renamed from main to
  * entry. */
-static hcq_status_t spirv_from_glsl(const char *entry, const char *source, uint32_t **out, size_t *out_words) {
+static hcq_status_t spirv_from_glsl(const char *entry, const char *source, uint32_t **out,
+                                    size_t *out_words) {
 #if HCQ_HAVE_SHADERC
   XXH3_state_t *hs = XXH3_createState();
   if (!hs) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory hashing %s", entry);
   XXH3_128bits_reset(hs);
-  const char *parts[] = {"hcq-vulkan-spirv/1", HCQ_SHADERC_VERSION, hcq__vk_glsl_prelude(), source, entry};
-  for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) XXH3_128bits_update(hs, parts[i], strlen(parts[i]) + 1);
+  const char *parts[] = {"hcq-vulkan-spirv/1", HCQ_SHADERC_VERSION, hcq__vk_glsl_prelude(), source,
+                         entry};
+  for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+    XXH3_128bits_update(hs, parts[i], strlen(parts[i]) + 1);
   XXH128_hash_t h = XXH3_128bits_digest(hs);
   XXH3_freeState(hs);
   char dir[PATH_MAX], path[PATH_MAX + 64], key[HCQ__KCACHE_KEY + 1];
@@ -219,11 +240,12 @@ static hcq_status_t spirv_from_glsl(const char *entry, const char *source, uint3
     if ((*out = hcq__kcache_blob_load(path, CACHE_MAGIC, key, HCQ__VK_MAX_SPIRV_BYTES, &bytes))) {
       *out_words = bytes / 4;
       char name[128];
-      if (bytes % 4 == 0 && bytes > 20 && spirv_entry(out, out_words, name, sizeof(name), NULL, NULL) == 1 &&
-          !strcmp(name, entry))
+      if (bytes % 4 == 0 && bytes > 20 &&
+          spirv_entry(out, out_words, name, sizeof(name), NULL, NULL) == 1 && !strcmp(name, entry))
         return NULL;
       free(*out); /* not what it should be: compile again, and replace it */
-      hcq__kcache_warn_damaged(path, "it is not a SPIR-V module whose compute entry point is this kernel's");
+      hcq__kcache_warn_damaged(
+          path, "it is not a SPIR-V module whose compute entry point is this kernel's");
     }
   }
   uint32_t *words = NULL;
@@ -234,7 +256,8 @@ static hcq_status_t spirv_from_glsl(const char *entry, const char *source, uint3
   uint32_t *renamed = words;
   if (spirv_entry(&renamed, &n, name, sizeof(name), entry, NULL) != 1) {
     free(words);
-    return hcq_status_make(HCQ_COMPILE_ERROR, "GLSL kernel %s: the compiled module has no compute entry point", entry);
+    return hcq_status_make(HCQ_COMPILE_ERROR,
+                           "GLSL kernel %s: the compiled module has no compute entry point", entry);
   }
   if (renamed != words) free(words);
   if (cached) hcq__kcache_blob_store(dir, path, CACHE_MAGIC, key, renamed, n * 4);
@@ -243,21 +266,25 @@ static hcq_status_t spirv_from_glsl(const char *entry, const char *source, uint3
   return NULL;
 #else
   (void)source, (void)out, (void)out_words;
-  return hcq_status_make(HCQ_UNIMPLEMENTED,
-                         "GLSL kernel %s: this build has no libshaderc (install libshaderc-dev and rebuild), so only "
-                         "\"#spirv\" sources load",
-                         entry);
+  return hcq_status_make(
+      HCQ_UNIMPLEMENTED,
+      "GLSL kernel %s: this build has no libshaderc (install libshaderc-dev and rebuild), so only "
+      "\"#spirv\" sources load",
+      entry);
 #endif
 }
 
 /* SPIR-V for source: decoded ("#spirv") or from GLSL. */
-static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **out, size_t *out_words) {
-  if (hcq__binary_of_source(source) == HCQ_BINARY_SPIRV) return spirv_from_binary(entry, source, out, out_words);
+static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **out,
+                              size_t *out_words) {
+  if (hcq__binary_of_source(source) == HCQ_BINARY_SPIRV)
+    return spirv_from_binary(entry, source, out, out_words);
   return spirv_from_glsl(entry, source, out, out_words);
 }
 
-hcq_status_t hcq__vulkan_binary_compile(const char *entry, const char *source, hcq_binary_format_t format,
-                                        const char *arch, void **out, size_t *out_size) {
+hcq_status_t hcq__vulkan_binary_compile(const char *entry, const char *source,
+                                        hcq_binary_format_t format, const char *arch, void **out,
+                                        size_t *out_size) {
   (void)format, (void)arch; /* SPIR-V, the only one; no architectures (the core checked both) */
   uint32_t *words = NULL;
   size_t n = 0;
@@ -285,14 +312,15 @@ hcq_status_t hcq__vk_program_compile(hcq_device_t *dev, const char *entry, const
   p->vd = vd;
   snprintf(p->entry, sizeof(p->entry), "%s", entry);
   pthread_mutex_init(&p->lock, NULL);
-  VkShaderModuleCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = n * 4, .pCode = words};
+  VkShaderModuleCreateInfo ci = {
+      .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = n * 4, .pCode = words};
   VkResult r = vd->fn.vkCreateShaderModule(vd->device, &ci, NULL, &p->module);
   free(words);
   if (r != VK_SUCCESS) {
     pthread_mutex_destroy(&p->lock);
     free(p);
-    return hcq_status_make(HCQ_COMPILE_ERROR, "%s: vkCreateShaderModule for %s failed: %s", dev->name, entry,
-                           hcq__vk_result_name(r));
+    return hcq_status_make(HCQ_COMPILE_ERROR, "%s: vkCreateShaderModule for %s failed: %s",
+                           dev->name, entry, hcq__vk_result_name(r));
   }
   /* A pipeline now, for the common group size: a kernel that cannot become a pipeline fails here,
    * with its name, rather than later inside a queue engine. */
@@ -311,7 +339,8 @@ void hcq__vk_program_unload(hcq_device_t *dev, hcq__program_impl_t *impl) {
   vk_program_t *p = impl->object;
   if (!p) return;
   vk_device_t *vd = dev->backend;
-  for (size_t i = 0; i < p->nvariants; i++) vd->fn.vkDestroyPipeline(vd->device, p->variants[i].pipeline, NULL);
+  for (size_t i = 0; i < p->nvariants; i++)
+    vd->fn.vkDestroyPipeline(vd->device, p->variants[i].pipeline, NULL);
   vd->fn.vkDestroyShaderModule(vd->device, p->module, NULL);
   free(p->variants);
   pthread_mutex_destroy(&p->lock);
@@ -333,11 +362,13 @@ hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3], VkPipeli
   uint64_t invocations = (uint64_t)local[0] * local[1] * local[2];
   for (int i = 0; i < 3 && !st; i++)
     if (local[i] == 0 || local[i] > lim->maxComputeWorkGroupSize[i])
-      st = hcq_status_make(HCQ_OUT_OF_RANGE, "kernel %s: group size %ux%ux%u is outside %s's limits %ux%ux%u", p->entry,
-                           local[0], local[1], local[2], vd->dev->name, lim->maxComputeWorkGroupSize[0],
-                           lim->maxComputeWorkGroupSize[1], lim->maxComputeWorkGroupSize[2]);
+      st = hcq_status_make(
+          HCQ_OUT_OF_RANGE, "kernel %s: group size %ux%ux%u is outside %s's limits %ux%ux%u",
+          p->entry, local[0], local[1], local[2], vd->dev->name, lim->maxComputeWorkGroupSize[0],
+          lim->maxComputeWorkGroupSize[1], lim->maxComputeWorkGroupSize[2]);
   if (!st && invocations > lim->maxComputeWorkGroupInvocations)
-    st = hcq_status_make(HCQ_OUT_OF_RANGE, "kernel %s: group size %ux%ux%u has %" PRIu64
+    st = hcq_status_make(HCQ_OUT_OF_RANGE,
+                         "kernel %s: group size %ux%ux%u has %" PRIu64
                          " invocations, more than %s allows (%u)",
                          p->entry, local[0], local[1], local[2], invocations, vd->dev->name,
                          lim->maxComputeWorkGroupInvocations);
@@ -355,19 +386,22 @@ hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3], VkPipeli
   }
   VkSpecializationMapEntry map[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
   VkSpecializationInfo spec = {3, map, 12, local};
-  VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-                                    .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                                              .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                                              .module = p->module,
-                                              .pName = p->entry,
-                                              .pSpecializationInfo = &spec},
-                                    .layout = vd->layout};
+  VkComputePipelineCreateInfo ci = {
+      .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+      .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                .module = p->module,
+                .pName = p->entry,
+                .pSpecializationInfo = &spec},
+      .layout = vd->layout};
   VkPipeline pipe;
   VkResult r = vd->fn.vkCreateComputePipelines(vd->device, VK_NULL_HANDLE, 1, &ci, NULL, &pipe);
   if (r != VK_SUCCESS) {
     pthread_mutex_unlock(&p->lock);
-    return hcq_status_make(HCQ_COMPILE_ERROR, "%s: kernel %s with group size %ux%ux%u: vkCreateComputePipelines failed: %s",
-                           vd->dev->name, p->entry, local[0], local[1], local[2], hcq__vk_result_name(r));
+    return hcq_status_make(
+        HCQ_COMPILE_ERROR,
+        "%s: kernel %s with group size %ux%ux%u: vkCreateComputePipelines failed: %s",
+        vd->dev->name, p->entry, local[0], local[1], local[2], hcq__vk_result_name(r));
   }
   vk_variant_t *v = &p->variants[p->nvariants++];
   memcpy(v->local, local, sizeof(v->local));
@@ -376,4 +410,3 @@ hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3], VkPipeli
   pthread_mutex_unlock(&p->lock);
   return NULL;
 }
-

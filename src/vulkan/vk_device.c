@@ -1,5 +1,5 @@
-/* VULKAN:N devices: a logical device per open, its queues and memory types, the timestamp clock, and
- * the backend vtable over the engines (vk_engine.c), memory (vk_memory.c) and programs
+/* VULKAN:N devices: a logical device per open, its queues and memory types, the timestamp clock,
+ * and the backend vtable over the engines (vk_engine.c), memory (vk_memory.c) and programs
  * (vk_compile.c). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -24,12 +24,13 @@ uint64_t hcq__vk_ticks_to_ns(const vk_device_t *vd, uint64_t ticks) {
 
 static vk_device_t *VD(hcq_device_t *dev) { return dev->backend; }
 
-static hcq_status_t vk_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound) {
+static hcq_status_t vk_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords,
+                               bool bound) {
   return hcq__vk_engine_reserve(VD(dev)->engines[kind], nwords, bound);
 }
 
-static hcq_status_t vk_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words, size_t nwords,
-                              bool bound) {
+static hcq_status_t vk_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
+                              size_t nwords, bool bound) {
   if (!bound) {
     /* Eager launches learn here that their geometry does not fit the device; bound lists are
      * checked by the engine when it reaches them (their grids change without a submit). */
@@ -99,9 +100,11 @@ static void vk_destroy(hcq_device_t *dev) {
 static hcq_status_t vk_memory_info(hcq_device_t *dev, hcq_device_memory_t *out) {
   vk_device_t *vd = VD(dev);
   uint32_t heap = vd->memprops.memoryTypes[vd->mem_type[0]].heapIndex;
-  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
-  VkPhysicalDeviceMemoryProperties2 props = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
-                                             .pNext = vd->memory_budget ? &budget : NULL};
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 props = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
+      .pNext = vd->memory_budget ? &budget : NULL};
   vd->vi->vkGetPhysicalDeviceMemoryProperties2(vd->phys, &props);
   out->total = props.memoryProperties.memoryHeaps[heap].size;
   if (!vd->memory_budget) {
@@ -114,8 +117,8 @@ static hcq_status_t vk_memory_info(hcq_device_t *dev, hcq_device_memory_t *out) 
   return NULL;
 }
 
-/* On lavapipe the driver's threads run the kernels on the host's cores: a spinning waiter would take
- * one from them. */
+/* On lavapipe the driver's threads run the kernels on the host's cores: a spinning waiter would
+ * take one from them. */
 static bool vk_waiter_sleeps_at_once(hcq_device_t *dev) { return VD(dev)->on_host_cores; }
 
 static const hcq__device_vtable_t vk_vtable = {
@@ -139,14 +142,16 @@ static const hcq__device_vtable_t vk_vtable = {
 /* ---- opening ---- */
 
 static hcq_status_t vk_error(hcq_device_t *dev, const char *what, VkResult r) {
-  return hcq_status_make(r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? HCQ_OUT_OF_MEMORY
-                                                                                                : HCQ_UNAVAILABLE,
+  return hcq_status_make(r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
+                             ? HCQ_OUT_OF_MEMORY
+                             : HCQ_UNAVAILABLE,
                          "%s: %s failed: %s", dev->name, what, hcq__vk_result_name(r));
 }
 
 static bool has_extension(const hcq__vk_instance_t *vi, VkPhysicalDevice pd, const char *name) {
   uint32_t n = 0;
-  if (vi->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || !n) return false;
+  if (vi->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || !n)
+    return false;
   VkExtensionProperties *ext = calloc(n, sizeof(*ext));
   bool found = false;
   if (ext && vi->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, ext) == VK_SUCCESS)
@@ -157,10 +162,12 @@ static bool has_extension(const hcq__vk_instance_t *vi, VkPhysicalDevice pd, con
 
 static void pick_memory_types(vk_device_t *vd) {
   const VkPhysicalDeviceMemoryProperties *m = &vd->memprops;
-  const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  const VkMemoryPropertyFlags hv =
+      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
   uint64_t biggest = 0;
   for (uint32_t h = 0; h < m->memoryHeapCount; h++)
-    if ((m->memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && m->memoryHeaps[h].size > biggest)
+    if ((m->memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
+        m->memoryHeaps[h].size > biggest)
       biggest = m->memoryHeaps[h].size;
   int best_dev = -1, best_dev_score = -1, best_hv = -1, best_hv_score = -1;
   for (uint32_t i = 0; i < m->memoryTypeCount; i++) {
@@ -168,7 +175,8 @@ static void pick_memory_types(vk_device_t *vd) {
     uint64_t heap = m->memoryHeaps[m->memoryTypes[i].heapIndex].size;
     if (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) {
       /* Device memory in the big heap; mappable too when the host can reach all of it (lavapipe,
-       * unified memory, resizable BAR): copies between devices then go straight through the host. */
+       * unified memory, resizable BAR): copies between devices then go straight through the host.
+       */
       int score = (heap == biggest ? 4 : 0) + ((f & hv) == hv && heap * 2 >= biggest ? 2 : 0);
       if (score > best_dev_score) best_dev = (int)i, best_dev_score = score;
     }
@@ -186,7 +194,8 @@ static void pick_memory_types(vk_device_t *vd) {
 static void calibrate(vk_device_t *vd, bool calibrated_ext) {
   vd->timestamp_offset = 0;
   if (!vd->timestamps) return;
-  if (calibrated_ext && vd->fn.vkGetCalibratedTimestampsEXT && vd->vi->vkGetPhysicalDeviceCalibrateableTimeDomainsEXT) {
+  if (calibrated_ext && vd->fn.vkGetCalibratedTimestampsEXT &&
+      vd->vi->vkGetPhysicalDeviceCalibrateableTimeDomainsEXT) {
     uint32_t n = 0;
     VkTimeDomainEXT domains[8];
     vd->vi->vkGetPhysicalDeviceCalibrateableTimeDomainsEXT(vd->phys, &n, NULL);
@@ -199,8 +208,10 @@ static void calibrate(vk_device_t *vd, bool calibrated_ext) {
     }
     if (dev_ok && mono_ok) {
       VkCalibratedTimestampInfoEXT info[2] = {
-          {.sType = VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, .timeDomain = VK_TIME_DOMAIN_DEVICE_EXT},
-          {.sType = VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT, .timeDomain = VK_TIME_DOMAIN_CLOCK_MONOTONIC_EXT}};
+          {.sType = VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT,
+           .timeDomain = VK_TIME_DOMAIN_DEVICE_EXT},
+          {.sType = VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT,
+           .timeDomain = VK_TIME_DOMAIN_CLOCK_MONOTONIC_EXT}};
       uint64_t ts[2], dev_ns;
       uint64_t deviation;
       if (vd->fn.vkGetCalibratedTimestampsEXT(vd->device, 2, info, ts, &deviation) == VK_SUCCESS) {
@@ -227,10 +238,12 @@ static void calibrate(vk_device_t *vd, bool calibrated_ext) {
     vd->fn.vkCmdResetQueryPool(cb, qp, 0, 1);
     vd->fn.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, qp, 0);
     vd->fn.vkEndCommandBuffer(cb);
-    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
+    VkSubmitInfo si = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
     uint64_t t0 = hcq__now_ns(), ticks = 0;
     if (vd->fn.vkQueueSubmit(vd->queues[0].queue, 1, &si, vd->oneshot_fence) == VK_SUCCESS &&
-        vd->fn.vkWaitForFences(vd->device, 1, &vd->oneshot_fence, VK_TRUE, UINT64_C(5000000000)) == VK_SUCCESS &&
+        vd->fn.vkWaitForFences(vd->device, 1, &vd->oneshot_fence, VK_TRUE, UINT64_C(5000000000)) ==
+            VK_SUCCESS &&
         vd->fn.vkGetQueryPoolResults(vd->device, qp, 0, 1, sizeof(ticks), &ticks, sizeof(ticks),
                                      VK_QUERY_RESULT_64_BIT) == VK_SUCCESS) {
       uint64_t t1 = hcq__now_ns();
@@ -276,10 +289,12 @@ static hcq_status_t open_logical(vk_device_t *vd) {
                                  .queueFamilyIndex = vd->family,
                                  .queueCount = (uint32_t)vd->nqueues,
                                  .pQueuePriorities = prio};
-  VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-                                          .timelineSemaphore = VK_TRUE,
-                                          .bufferDeviceAddress = VK_TRUE};
-  VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+  VkPhysicalDeviceVulkan12Features f12 = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+      .timelineSemaphore = VK_TRUE,
+      .bufferDeviceAddress = VK_TRUE};
+  VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                 .pNext = &f12};
   f.features.shaderInt64 = VK_TRUE;
   const char *exts[2];
   uint32_t next = 0;
@@ -295,13 +310,17 @@ static hcq_status_t open_logical(vk_device_t *vd) {
                             .ppEnabledExtensionNames = exts};
   VkResult r = vi->vkCreateDevice(vd->phys, &dci, NULL, &vd->device);
   if (r != VK_SUCCESS) return vk_error(dev, "vkCreateDevice", r);
-#define HCQ__VK_LOAD_DEVICE(fname)                                              \
+#define HCQ__VK_LOAD_DEVICE(fname)                                               \
   *(void **)&vd->fn.fname = (void *)vi->vkGetDeviceProcAddr(vd->device, #fname); \
-  if (!vd->fn.fname) return hcq_status_make(HCQ_UNAVAILABLE, "%s: the driver lacks %s", dev->name, #fname);
+  if (!vd->fn.fname)                                                             \
+    return hcq_status_make(HCQ_UNAVAILABLE, "%s: the driver lacks %s", dev->name, #fname);
   HCQ_VK_DEVICE_FNS(HCQ__VK_LOAD_DEVICE)
 #undef HCQ__VK_LOAD_DEVICE
-  if (calibrated) *(void **)&vd->fn.vkGetCalibratedTimestampsEXT = (void *)vi->vkGetDeviceProcAddr(vd->device, "vkGetCalibratedTimestampsEXT");
-  for (int q = 0; q < vd->nqueues; q++) vd->fn.vkGetDeviceQueue(vd->device, vd->family, (uint32_t)q, &vd->queues[q].queue);
+  if (calibrated)
+    *(void **)&vd->fn.vkGetCalibratedTimestampsEXT =
+        (void *)vi->vkGetDeviceProcAddr(vd->device, "vkGetCalibratedTimestampsEXT");
+  for (int q = 0; q < vd->nqueues; q++)
+    vd->fn.vkGetDeviceQueue(vd->device, vd->family, (uint32_t)q, &vd->queues[q].queue);
   pick_memory_types(vd);
 
   VkPushConstantRange pc = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 16};
@@ -320,7 +339,8 @@ static hcq_status_t open_logical(vk_device_t *vd) {
     return vk_error(dev, "vkCreateFence", r);
   calibrate(vd, calibrated);
   hcq_status_t st = hcq__vk_engine_create(vd, HCQ_QUEUE_COMPUTE, &vd->queues[0], &vd->engines[0]);
-  if (!st) st = hcq__vk_engine_create(vd, HCQ_QUEUE_COPY, &vd->queues[vd->nqueues - 1], &vd->engines[1]);
+  if (!st)
+    st = hcq__vk_engine_create(vd, HCQ_QUEUE_COPY, &vd->queues[vd->nqueues - 1], &vd->engines[1]);
   return st;
 }
 
@@ -334,13 +354,15 @@ static void set_limits(hcq_device_t *dev, const VkPhysicalDeviceLimits *vl) {
     l->max_grid[i] = vl->maxComputeWorkGroupCount[i];
   }
   const uint32_t *g = vl->maxComputeWorkGroupCount;
-  unsigned __int128 items = (unsigned __int128)g[0] * g[1] * g[2] * vl->maxComputeWorkGroupInvocations;
+  unsigned __int128 items =
+      (unsigned __int128)g[0] * g[1] * g[2] * vl->maxComputeWorkGroupInvocations;
   l->max_work_items = items > (UINT64_C(1) << 62) ? (UINT64_C(1) << 62) : (uint64_t)items;
   l->view_offset_alignment = 16; /* vec4 loads through a device address */
   l->shared_memory = vl->maxComputeSharedMemorySize;
 }
 
-hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
+hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *opts,
+                                       hcq_device_t *dev) {
   (void)opts;
   const char *why;
   const hcq__vk_instance_t *vi = hcq__vk_instance(&why);
@@ -348,10 +370,11 @@ hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *op
   uint32_t phys = (uint32_t)index;
   if (phys >= vi->nphys) {
     if (!hcq__options()->vulkan_virtual)
-      return hcq_status_make(HCQ_NOT_FOUND,
-                             "unknown device %s: this machine has %u Vulkan device(s) (HCQ_VULKAN_VIRTUAL=1 opens "
-                             "further logical devices over them)",
-                             dev->name, vi->nphys);
+      return hcq_status_make(
+          HCQ_NOT_FOUND,
+          "unknown device %s: this machine has %u Vulkan device(s) (HCQ_VULKAN_VIRTUAL=1 opens "
+          "further logical devices over them)",
+          dev->name, vi->nphys);
     phys %= vi->nphys;
   }
   const char *no = hcq__vk_unsuitable(vi, vi->phys[phys]);
@@ -375,7 +398,8 @@ hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *op
     return st;
   }
   /* Its copy engine copies to and from host memory and sets host signals (eager CPU transfers). */
-  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_GLSL | HCQ_CAP_COPIES_HOST_MEMORY;
+  dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_COMPILE_GLSL |
+              HCQ_CAP_COPIES_HOST_MEMORY;
   dev->threads = 1;
   set_limits(dev, &vd->props.limits);
   return NULL;
@@ -389,7 +413,8 @@ bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
 }
 
 bool hcq__vulkan_slow_completion(hcq_device_t *dev, int kind, uint64_t ns) {
-  if (!dev || dev->vt != &vk_vtable || (kind != HCQ_QUEUE_COMPUTE && kind != HCQ_QUEUE_COPY)) return false;
+  if (!dev || dev->vt != &vk_vtable || (kind != HCQ_QUEUE_COMPUTE && kind != HCQ_QUEUE_COPY))
+    return false;
   hcq__vk_engine_slow_completion(VD(dev)->engines[kind], ns);
   return true;
 }

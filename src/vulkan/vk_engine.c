@@ -1,6 +1,6 @@
-/* The Vulkan queue engines (vk_engine_internal.h explains the scheme): the engine thread's loop over
- * the ring, the completion thread that retires what it submitted, creation and teardown, and the
- * entry points the device's vtable calls. */
+/* The Vulkan queue engines (vk_engine_internal.h explains the scheme): the engine thread's loop
+ * over the ring, the completion thread that retires what it submitted, creation and teardown, and
+ * the entry points the device's vtable calls. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,7 +27,9 @@
 
 /* ---- shared helpers ---- */
 
-const char *hcq__vk_kind_name(const vk_engine_t *e) { return e->kind == HCQ_QUEUE_COMPUTE ? "compute" : "copy"; }
+const char *hcq__vk_kind_name(const vk_engine_t *e) {
+  return e->kind == HCQ_QUEUE_COMPUTE ? "compute" : "copy";
+}
 
 void hcq__vk_lose(vk_engine_t *e, const uint32_t *cmd, const char *fmt, ...) {
   char what[400];
@@ -38,12 +40,14 @@ void hcq__vk_lose(vk_engine_t *e, const uint32_t *cmd, const char *fmt, ...) {
   uint32_t tag = 0;
   if (cmd) {
     uint32_t op = HCQ__HDR_OP(cmd[0]);
-    tag = op == HCQ__OP_EXEC ? cmd[HCQ__EXEC_TAG] : op == HCQ__OP_COPY ? cmd[HCQ__COPY_TAG]
-                                                   : op == HCQ__OP_WAIT ? cmd[HCQ__WAIT_TAG] : 0;
+    tag = op == HCQ__OP_EXEC   ? cmd[HCQ__EXEC_TAG]
+          : op == HCQ__OP_COPY ? cmd[HCQ__COPY_TAG]
+          : op == HCQ__OP_WAIT ? cmd[HCQ__WAIT_TAG]
+                               : 0;
   }
   if (tag)
-    hcq__device_mark_lost(e->dev, "its %s queue failed at graph item %" PRIu32 ": %s", hcq__vk_kind_name(e), tag - 1,
-                          what);
+    hcq__device_mark_lost(e->dev, "its %s queue failed at graph item %" PRIu32 ": %s",
+                          hcq__vk_kind_name(e), tag - 1, what);
   else
     hcq__device_mark_lost(e->dev, "its %s queue failed: %s", hcq__vk_kind_name(e), what);
 }
@@ -63,8 +67,8 @@ static void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t dea
 
 /* ---- the engine thread ---- */
 
-/* Waits without sleeping in the kernel while no work comes: for as long as what the engine handed to
- * the driver is in flight (spinning for the first VK_INFLIGHT_SPIN_NS, then polling every
+/* Waits without sleeping in the kernel while no work comes: for as long as what the engine handed
+ * to the driver is in flight (spinning for the first VK_INFLIGHT_SPIN_NS, then polling every
  * VK_INFLIGHT_POLL_NS up to VK_INFLIGHT_MAX_NS), then spinning HCQ_SPIN_NS more. A host that waits
  * for the device and submits again at once (decode step after decode step) then finds the engine
  * awake and pays no wake-up call, which costs it more than a whole graph replay; the spin yields
@@ -124,7 +128,8 @@ static void *engine_main(void *arg) {
       e->engine_idle_wake = false;
     }
     uint64_t head = atomic_load(&e->head);
-    if (interp == head && !e->stop) continue; /* woken as the device went idle: spin before sleeping */
+    if (interp == head && !e->stop)
+      continue; /* woken as the device went idle: spin before sleeping */
     if (interp == head) break;
     pthread_mutex_unlock(&e->lock);
     hcq__vk_free_dead_blists(e);
@@ -162,8 +167,9 @@ static void apply(vk_engine_t *e, const pending_t *p) {
       uint64_t ns = hcq__now_ns();
       if (p->u.ts.query != UINT32_MAX) {
         uint64_t ticks = 0;
-        if (vd->fn.vkGetQueryPoolResults(vd->device, e->tsq, p->u.ts.query, 1, sizeof(ticks), &ticks, sizeof(ticks),
-                                         VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
+        if (vd->fn.vkGetQueryPoolResults(
+                vd->device, e->tsq, p->u.ts.query, 1, sizeof(ticks), &ticks, sizeof(ticks),
+                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
           ns = hcq__vk_ticks_to_ns(vd, ticks);
         atomic_fetch_add(&e->ts_done, 1);
       }
@@ -172,12 +178,14 @@ static void apply(vk_engine_t *e, const pending_t *p) {
     }
     case P_SEGTS: {
       seg_t *s = p->u.seg;
-      bool ok = s->qp && vd->fn.vkGetQueryPoolResults(vd->device, s->qp, 0, s->nts, s->nts * sizeof(uint64_t),
-                                                      s->ts_vals, sizeof(uint64_t),
-                                                      VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS;
+      bool ok = s->qp && vd->fn.vkGetQueryPoolResults(
+                             vd->device, s->qp, 0, s->nts, s->nts * sizeof(uint64_t), s->ts_vals,
+                             sizeof(uint64_t),
+                             VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS;
       uint64_t now = hcq__now_ns();
       for (uint32_t i = 0; i < s->nts; i++)
-        atomic_store_explicit(&s->ts_words[i]->timestamp, ok ? hcq__vk_ticks_to_ns(vd, s->ts_vals[i]) : now,
+        atomic_store_explicit(&s->ts_words[i]->timestamp,
+                              ok ? hcq__vk_ticks_to_ns(vd, s->ts_vals[i]) : now,
                               memory_order_release);
       break;
     }
@@ -209,12 +217,15 @@ static void *completer_main(void *arg) {
   vk_engine_t *e = arg;
   pthread_mutex_lock(&e->lock);
   for (;;) {
-    while (e->fifo_tail == e->fifo_head && !e->engine_exited) pthread_cond_wait(&e->fifo_cv, &e->lock);
+    while (e->fifo_tail == e->fifo_head && !e->engine_exited)
+      pthread_cond_wait(&e->fifo_cv, &e->lock);
     if (e->fifo_tail == e->fifo_head) break;
     pending_t p = e->fifo[e->fifo_tail % FIFO_CAP];
     pthread_mutex_unlock(&e->lock);
     uint64_t delay = atomic_load_explicit(&e->completion_delay_ns, memory_order_relaxed);
-    if (delay) nanosleep(&(struct timespec){(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)}, NULL);
+    if (delay)
+      nanosleep(&(struct timespec){(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)},
+                NULL);
     if (p.kind == P_BATCH) {
       atomic_store_explicit(&e->gpu_base, p.u.batch.base, memory_order_relaxed);
       atomic_store_explicit(&e->gpu_at, p.u.batch.first, memory_order_relaxed);
@@ -247,8 +258,10 @@ static size_t ring_need(size_t nwords, bool bound) { return bound ? HCQ__LEN_CAL
 hcq_status_t hcq__vk_engine_reserve(vk_engine_t *e, size_t nwords, bool bound) {
   size_t n = ring_need(nwords, bound);
   if (n > RING_WORDS / 2)
-    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: a queue of %zu words is larger than half the ring (%" PRIu64
-                           " words): bind it first", e->dev->name, n, RING_WORDS / 2);
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "%s: a queue of %zu words is larger than half the ring (%" PRIu64
+                           " words): bind it first",
+                           e->dev->name, n, RING_WORDS / 2);
   uint64_t head = atomic_load(&e->head), pos = head & (RING_WORDS - 1);
   uint64_t need = n + (pos + n > RING_WORDS ? RING_WORDS - pos : 0);
   uint64_t deadline = 0;
@@ -258,8 +271,11 @@ hcq_status_t hcq__vk_engine_reserve(vk_engine_t *e, size_t nwords, bool bound) {
     if (!deadline) deadline = hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT);
     if (hcq__now_ns() >= deadline) {
       pthread_mutex_unlock(&e->lock);
-      hcq_status_t st = hcq_status_make(HCQ_TIMEOUT, "%s: the %s queue ring stayed full (is its work waiting on a "
-                                        "signal that is never set?)", e->dev->name, hcq__vk_kind_name(e));
+      hcq_status_t st =
+          hcq_status_make(HCQ_TIMEOUT,
+                          "%s: the %s queue ring stayed full (is its work waiting on a "
+                          "signal that is never set?)",
+                          e->dev->name, hcq__vk_kind_name(e));
       return hcq__device_annotate_report(st, &e->dev, 1);
     }
     cond_wait_until(&e->space, &e->lock, deadline);
@@ -268,7 +284,8 @@ hcq_status_t hcq__vk_engine_reserve(vk_engine_t *e, size_t nwords, bool bound) {
   return hcq__device_check(e->dev);
 }
 
-hcq_status_t hcq__vk_engine_submit(vk_engine_t *e, const uint32_t *words, size_t nwords, bool bound) {
+hcq_status_t hcq__vk_engine_submit(vk_engine_t *e, const uint32_t *words, size_t nwords,
+                                   bool bound) {
   hcq_status_t st = hcq__vk_engine_reserve(e, nwords, bound);
   if (st) return st;
   uint32_t call[HCQ__LEN_CALL];
@@ -288,7 +305,8 @@ hcq_status_t hcq__vk_engine_submit(vk_engine_t *e, const uint32_t *words, size_t
   if (e->engine_sleeping) {
     /* Asleep with work not yet retired (a host that saw the device's last signal and submits at
      * once, before the completion thread retired that work): the retire wakes it, the host does
-     * not pay the call. The engine sleeps only once it has run all it had, so that retire is queued. */
+     * not pay the call. The engine sleeps only once it has run all it had, so that retire is
+     * queued. */
     if (atomic_load(&e->tail) < before)
       e->wake_at_retire = true;
     else if (!e->engine_idle_wake) { /* else that retire has woken it already: it finds this work */
@@ -314,8 +332,8 @@ hcq_status_t hcq__vk_engine_wait_idle(vk_engine_t *e, uint64_t deadline) {
   pthread_mutex_unlock(&e->lock);
   hcq_status_t st = hcq__device_check(e->dev);
   if (st || done) return st;
-  return hcq_status_make(HCQ_TIMEOUT, "%s: its %s queue still has work (waiting on a signal?)", e->dev->name,
-                         hcq__vk_kind_name(e));
+  return hcq_status_make(HCQ_TIMEOUT, "%s: its %s queue still has work (waiting on a signal?)",
+                         e->dev->name, hcq__vk_kind_name(e));
 }
 
 void hcq__vk_engine_snapshot(vk_engine_t *e, hcq__engine_snapshot_t *out) {
@@ -365,7 +383,8 @@ void hcq__vk_engine_slow_completion(vk_engine_t *e, uint64_t ns) {
 
 /* ---- creation and teardown ---- */
 
-hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue, vk_engine_t **out) {
+hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
+                                   vk_engine_t **out) {
   vk_engine_t *e = calloc(1, sizeof(*e));
   if (!e) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening %s", vd->dev->name);
   e->vd = vd;
@@ -381,7 +400,8 @@ hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
   *out = e;
   e->ring = calloc(RING_WORDS, sizeof(uint32_t));
   e->fifo = calloc(FIFO_CAP, sizeof(pending_t));
-  if (!e->ring || !e->fifo) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening %s", vd->dev->name);
+  if (!e->ring || !e->fifo)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening %s", vd->dev->name);
   VkSemaphoreTypeCreateInfo ti = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
                                   .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE,
                                   .initialValue = 0};
@@ -394,10 +414,11 @@ hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
   VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                               .queryType = VK_QUERY_TYPE_TIMESTAMP,
                               .queryCount = TS_QUERIES};
-  if (r == VK_SUCCESS && vd->timestamps) r = vd->fn.vkCreateQueryPool(vd->device, &qi, NULL, &e->tsq);
+  if (r == VK_SUCCESS && vd->timestamps)
+    r = vd->fn.vkCreateQueryPool(vd->device, &qi, NULL, &e->tsq);
   if (r != VK_SUCCESS)
-    return hcq_status_make(HCQ_DEVICE_ERROR, "%s: creating the %s queue engine failed: %s", vd->dev->name,
-                           hcq__vk_kind_name(e), hcq__vk_result_name(r));
+    return hcq_status_make(HCQ_DEVICE_ERROR, "%s: creating the %s queue engine failed: %s",
+                           vd->dev->name, hcq__vk_kind_name(e), hcq__vk_result_name(r));
   if (pthread_create(&e->thread, NULL, engine_main, e))
     return hcq_status_make(HCQ_UNAVAILABLE, "%s: cannot start a worker thread", vd->dev->name);
   e->thread_started = true;
@@ -415,9 +436,11 @@ hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
   /* "hcqv0.c" and "hcqv0.cd": VULKAN:0's compute engine and its completion thread ("x" for the copy
    * engine), told apart from the driver's threads in top, perf and /proc. */
   char name[16];
-  snprintf(name, sizeof(name), "hcqv%d.%c", vd->dev->index % 10000, kind == HCQ_QUEUE_COMPUTE ? 'c' : 'x');
+  snprintf(name, sizeof(name), "hcqv%d.%c", vd->dev->index % 10000,
+           kind == HCQ_QUEUE_COMPUTE ? 'c' : 'x');
   pthread_setname_np(e->thread, name);
-  snprintf(name, sizeof(name), "hcqv%d.%cd", vd->dev->index % 10000, kind == HCQ_QUEUE_COMPUTE ? 'c' : 'x');
+  snprintf(name, sizeof(name), "hcqv%d.%cd", vd->dev->index % 10000,
+           kind == HCQ_QUEUE_COMPUTE ? 'c' : 'x');
   pthread_setname_np(e->completer, name);
   hcq__vk_fault_add_engine(e);
   return NULL;
@@ -432,7 +455,8 @@ bool hcq__vk_engine_stop(vk_engine_t *e, uint64_t deadline) {
   bool stuck = false;
   if (e->thread_started && !hcq__join_by(e->thread, &e->thread_done, deadline)) stuck = true;
   e->thread_started = false;
-  if (e->completer_started && !hcq__join_by(e->completer, &e->completer_done, deadline)) stuck = true;
+  if (e->completer_started && !hcq__join_by(e->completer, &e->completer_done, deadline))
+    stuck = true;
   e->completer_started = false;
   return stuck;
 }
@@ -442,7 +466,8 @@ void hcq__vk_engine_destroy(vk_engine_t *e) {
   hcq__vk_fault_remove_engine(e);
   vk_device_t *vd = e->vd;
   hcq__vk_free_blists(e);
-  if (e->pool) vd->fn.vkDestroyCommandPool(vd->device, e->pool, NULL); /* frees its command buffers */
+  if (e->pool)
+    vd->fn.vkDestroyCommandPool(vd->device, e->pool, NULL); /* frees its command buffers */
   if (e->tsq) vd->fn.vkDestroyQueryPool(vd->device, e->tsq, NULL);
   if (e->sem) vd->fn.vkDestroySemaphore(vd->device, e->sem, NULL);
   if (e->scratch) hcq__vk_block_destroy(e->scratch);

@@ -49,8 +49,8 @@ enum { P_BATCH, P_SIGNAL, P_TS, P_SEGTS, P_CB, P_RETIRE };
 typedef struct seg {
   uint32_t start, end; /* word offsets in the list */
   VkCommandBuffer cb;
-  uint32_t *words;     /* the run as recorded */
-  bool indirect;       /* EXEC grids read from the list's memory */
+  uint32_t *words; /* the run as recorded */
+  bool indirect;   /* EXEC grids read from the list's memory */
   VkQueryPool qp;
   uint32_t nts;
   hcq__signal_words_t **ts_words;
@@ -94,22 +94,22 @@ typedef struct vk_engine {
   int kind;
   vk_queue_t *q;
   VkSemaphore sem;
-  uint64_t sem_last;          /* engine thread: last value submitted */
-  uint64_t dep_other;         /* engine thread: the other engine's last signal (seq) waited for */
+  uint64_t sem_last;  /* engine thread: last value submitted */
+  uint64_t dep_other; /* engine thread: the other engine's last signal (seq) waited for */
   /* Signals are numbered in the order the engine hands them to its completion thread. Several can
-   * share a semaphore value (a SIGNAL with no work since the last submit adds none), so the order of
-   * two engines' signal writes is kept by number, not by semaphore value. */
-  _Atomic uint64_t signals_flushed;  /* written by the engine thread only */
-  _Atomic uint64_t signals_applied;  /* the number of the last signal word written */
-  _Atomic uint64_t gpu_done;  /* semaphore value known reached */
-  _Atomic bool gpu_dead;      /* a submit failed or the driver lost the device: stop waiting for it */
+   * share a semaphore value (a SIGNAL with no work since the last submit adds none), so the order
+   * of two engines' signal writes is kept by number, not by semaphore value. */
+  _Atomic uint64_t signals_flushed; /* written by the engine thread only */
+  _Atomic uint64_t signals_applied; /* the number of the last signal word written */
+  _Atomic uint64_t gpu_done;        /* semaphore value known reached */
+  _Atomic bool gpu_dead; /* a submit failed or the driver lost the device: stop waiting for it */
 
   pthread_mutex_t lock;
   pthread_cond_t wake, space, fifo_cv, fifo_space, idle;
   uint32_t *ring;
   _Atomic uint64_t head, tail; /* words submitted / retired */
   bool stop, engine_exited, completer_exited;
-  bool engine_sleeping; /* under lock: the engine waits on wake (a submit must signal it) */
+  bool engine_sleeping;  /* under lock: the engine waits on wake (a submit must signal it) */
   bool engine_idle_wake; /* under lock: the completion thread woke it when its work retired */
   bool wake_at_retire;   /* under lock: a submit found it asleep with work still to retire, and left
                             the wake-up to that retire (the host saves the call) */
@@ -150,7 +150,8 @@ typedef struct vk_engine {
   } inflight[FAULT_BATCHES];
 
   _Atomic uint64_t completion_delay_ns; /* tests: hcq__vulkan_slow_completion */
-  _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits, inflight_yields, inflight_polls, wake_calls;
+  _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits, inflight_yields,
+      inflight_polls, wake_calls;
   pthread_t thread, completer;
   bool thread_started, completer_started;
   _Atomic bool thread_done, completer_done;
@@ -170,7 +171,8 @@ void hcq__vk_push_pending(vk_engine_t *e, const pending_t *p);
 /* Waits until the completion thread passed FIFO position pos (or the ts ring has room). */
 void hcq__vk_wait_fifo_pos(vk_engine_t *e, uint64_t pos);
 /* Any thread. */
-bool hcq__vk_lookup_pending_signal(vk_device_t *vd, const void *word, struct vk_pending_signal *out);
+bool hcq__vk_lookup_pending_signal(vk_device_t *vd, const void *word,
+                                   struct vk_pending_signal *out);
 /* Submits the batch (when it has commands or waits), then hands its bookkeeping and the signal
  * write (word may be NULL) to the completion thread. */
 void hcq__vk_flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value);
@@ -192,11 +194,12 @@ bool hcq__vk_run_list(vk_engine_t *e, const uint32_t *w, size_t n, blist_t *bl);
 
 /* recording (vk_record.c) */
 /* Records the commands [i, j) of w into a command buffer used once and adds it to the batch. */
-bool hcq__vk_record_transient(vk_engine_t *e, const uint32_t *w, size_t i, size_t j, const uint32_t *base);
-/* Adds the bound list's k-th kept run, [i, j) of w, to the batch: recorded the first time, and again
- * when a word it baked in changed. list: where w lives in device memory, or NULL. */
-bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t *w, size_t i, size_t j,
-                         const vk_where_t *list);
+bool hcq__vk_record_transient(vk_engine_t *e, const uint32_t *w, size_t i, size_t j,
+                              const uint32_t *base);
+/* Adds the bound list's k-th kept run, [i, j) of w, to the batch: recorded the first time, and
+ * again when a word it baked in changed. list: where w lives in device memory, or NULL. */
+bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t *w, size_t i,
+                         size_t j, const vk_where_t *list);
 /* The kept runs of the bound list at base (made empty on first use); NULL when out of memory. Any
  * thread. */
 blist_t *hcq__vk_find_blist(vk_engine_t *e, const uint32_t *base, size_t len);

@@ -35,7 +35,8 @@ static void describe_in_flight(hcq__fault_line_t *l) {
     uint64_t shown = 0, more = 0;
     for (uint64_t sem = done + 1; sem <= done + FAULT_BATCHES; sem++) {
       const __typeof__(e->inflight[0]) *f = &e->inflight[sem % FAULT_BATCHES];
-      if (atomic_load_explicit(&f->sem, memory_order_acquire) != sem) break; /* not handed over (yet) */
+      if (atomic_load_explicit(&f->sem, memory_order_acquire) != sem)
+        break; /* not handed over (yet) */
       for (uint32_t k = 0; k < f->nexecs; k++) {
         if (shown == FAULT_EXECS || k == FAULT_EXECS) {
           more += f->nexecs - k;

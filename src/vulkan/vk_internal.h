@@ -12,21 +12,24 @@
 #include "vulkan/vk_stats.h"
 
 /* Entry points found with vkGetInstanceProcAddr on the instance. X(name) */
-#define HCQ_VK_INSTANCE_FNS(X)              \
-  X(vkEnumeratePhysicalDevices)             \
-  X(vkGetPhysicalDeviceProperties)          \
-  X(vkGetPhysicalDeviceFeatures2)           \
+// clang-format off
+#define HCQ_VK_INSTANCE_FNS(X)                \
+  X(vkEnumeratePhysicalDevices)               \
+  X(vkGetPhysicalDeviceProperties)            \
+  X(vkGetPhysicalDeviceFeatures2)             \
   X(vkGetPhysicalDeviceQueueFamilyProperties) \
-  X(vkGetPhysicalDeviceMemoryProperties)    \
-  X(vkGetPhysicalDeviceMemoryProperties2)   \
-  X(vkEnumerateDeviceExtensionProperties)   \
-  X(vkCreateDevice)                         \
+  X(vkGetPhysicalDeviceMemoryProperties)      \
+  X(vkGetPhysicalDeviceMemoryProperties2)     \
+  X(vkEnumerateDeviceExtensionProperties)     \
+  X(vkCreateDevice)                           \
   X(vkGetDeviceProcAddr)
+// clang-format on
 
 /* Optional instance-level entry points (NULL when the driver lacks them). */
 #define HCQ_VK_INSTANCE_OPTIONAL_FNS(X) X(vkGetPhysicalDeviceCalibrateableTimeDomainsEXT)
 
 /* Entry points found with vkGetDeviceProcAddr on each logical device. */
+// clang-format off
 #define HCQ_VK_DEVICE_FNS(X)       \
   X(vkDestroyDevice)               \
   X(vkGetDeviceQueue)              \
@@ -72,6 +75,7 @@
   X(vkDestroyFence)                \
   X(vkWaitForFences)               \
   X(vkResetFences)
+// clang-format on
 
 #define HCQ_VK_DEVICE_OPTIONAL_FNS(X) X(vkGetCalibratedTimestampsEXT)
 
@@ -116,10 +120,10 @@ typedef struct vk_block {
   struct vk_device *vd;
   VkDeviceMemory memory;
   VkBuffer buffer;
-  uint64_t bda;  /* device address of byte 0 */
-  char *host;    /* host mapping of byte 0, or NULL */
+  uint64_t bda; /* device address of byte 0 */
+  char *host;   /* host mapping of byte 0, or NULL */
   uint64_t size;
-  int cls;       /* slot size class, or -1 for a block of its own */
+  int cls; /* slot size class, or -1 for a block of its own */
   bool host_visible_pool;
   uint32_t nslots, nfree;
   uint32_t *free_slots; /* stack of free slot indices */
@@ -150,11 +154,14 @@ typedef struct vk_program {
   size_t nvariants, cap;
 } vk_program_t;
 
-/* Compiles GLSL (after the prelude of hcq/vulkan.h) or loads "#spirv" base64 source into a shader module. */
-HCQ_MUST_USE hcq_status_t hcq__vk_program_compile(hcq_device_t *dev, const char *entry, const char *source, hcq__program_impl_t *out);
+/* Compiles GLSL (after the prelude of hcq/vulkan.h) or loads "#spirv" base64 source into a shader
+ * module. */
+HCQ_MUST_USE hcq_status_t hcq__vk_program_compile(hcq_device_t *dev, const char *entry,
+                                                  const char *source, hcq__program_impl_t *out);
 void hcq__vk_program_unload(hcq_device_t *dev, hcq__program_impl_t *impl);
 /* The pipeline for a group size (specialization constants 0, 1, 2), made on first use. */
-HCQ_MUST_USE hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3], VkPipeline *out);
+HCQ_MUST_USE hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3],
+                                           VkPipeline *out);
 /* The GLSL text every Vulkan kernel source is compiled after. */
 const char *hcq__vk_glsl_prelude(void);
 
@@ -178,9 +185,9 @@ typedef struct vk_device {
   uint32_t family;
   vk_queue_t queues[2];
   int nqueues;
-  uint32_t mem_type[2]; /* [0] device memory, [1] host visible */
+  uint32_t mem_type[2];   /* [0] device memory, [1] host visible */
   bool device_mem_mapped; /* device memory type is host visible too */
-  bool memory_budget;     /* VK_EXT_memory_budget: the heap's budget and usage (hcq_device_memory) */
+  bool memory_budget; /* VK_EXT_memory_budget: the heap's budget and usage (hcq_device_memory) */
   VkPipelineLayout layout;
   uint64_t timestamp_mask;
   double timestamp_period;  /* ns per tick */
@@ -208,6 +215,5 @@ typedef struct vk_device {
 
   struct vk_engine *engines[2];
 } vk_device_t;
-
 
 #endif

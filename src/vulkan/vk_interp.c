@@ -1,6 +1,7 @@
 /* The Vulkan engine thread's reading of the command words (vk_engine_internal.h): runs of
  * recordable commands go to vk_record.c, and the commands resolved when the engine reaches them
- * (WAIT, SIGNAL, a COPY that leaves the device) are handled here, against the addresses they name. */
+ * (WAIT, SIGNAL, a COPY that leaves the device) are handled here, against the addresses they name.
+ */
 #include <inttypes.h>
 
 #include "core/command.h"
@@ -16,7 +17,8 @@ hcq__signal_words_t *hcq__vk_signal_words(vk_engine_t *e, const uint32_t *cmd, u
   char *p;
   if (hcq__vk_resolve(addr, sizeof(hcq__signal_words_t), &at)) {
     if (!at.block->host) {
-      hcq__vk_lose(e, cmd, "the signal at 0x%" PRIx64 " is in device memory the host cannot map", addr);
+      hcq__vk_lose(e, cmd, "the signal at 0x%" PRIx64 " is in device memory the host cannot map",
+                   addr);
       return NULL;
     }
     p = at.block->host + at.offset;
@@ -43,12 +45,16 @@ static bool copy_is_local(const vk_engine_t *e, const uint32_t *cmd) {
 }
 
 /* A host pointer for [addr, addr + size): mapped Vulkan memory, or host memory of another kind. */
-static char *host_pointer(vk_engine_t *e, const uint32_t *cmd, uint64_t addr, uint64_t size, const char *what) {
+static char *host_pointer(vk_engine_t *e, const uint32_t *cmd, uint64_t addr, uint64_t size,
+                          const char *what) {
   vk_where_t at;
   if (hcq__vk_resolve(addr, size, &at)) {
     if (at.block->host) return at.block->host + at.offset;
-    hcq__vk_lose(e, cmd, "the copy %s 0x%" PRIx64 " is memory of %s that the host cannot map (copies between devices "
-                 "go through the host)", what, addr, at.block->vd->dev->name);
+    hcq__vk_lose(e, cmd,
+                 "the copy %s 0x%" PRIx64
+                 " is memory of %s that the host cannot map (copies between devices "
+                 "go through the host)",
+                 what, addr, at.block->vd->dev->name);
     return NULL;
   }
   if (!addr) hcq__vk_lose(e, cmd, "the copy %s is address 0", what);
@@ -145,7 +151,8 @@ bool hcq__vk_run_list(vk_engine_t *e, const uint32_t *w, size_t n, blist_t *bl) 
     uint32_t op = HCQ__HDR_OP(c[0]), len = HCQ__HDR_LEN(c[0]);
     if (op == HCQ__OP_JUMP && !bl) return true; /* the rest of the ring is padding */
     if (!len || len > n - i) {
-      hcq__vk_lose(e, c, "malformed command words (header 0x%08" PRIx32 " at word %zu of %zu)", c[0], i, n);
+      hcq__vk_lose(e, c, "malformed command words (header 0x%08" PRIx32 " at word %zu of %zu)",
+                   c[0], i, n);
       return false;
     }
     atomic_store_explicit(&e->interp_at, c, memory_order_relaxed);
@@ -171,10 +178,12 @@ bool hcq__vk_run_list(vk_engine_t *e, const uint32_t *w, size_t n, blist_t *bl) 
         j += l;
       }
       if (work)
-        ok = bl ? hcq__vk_use_segment(e, bl, segk++, w, i, j, list) : hcq__vk_record_transient(e, w, i, j, NULL);
+        ok = bl ? hcq__vk_use_segment(e, bl, segk++, w, i, j, list)
+                : hcq__vk_record_transient(e, w, i, j, NULL);
       len = (uint32_t)(j - i);
     } else {
-      hcq__vk_lose(e, c, "unknown command 0x%08" PRIx32 " on the %s queue", c[0], hcq__vk_kind_name(e));
+      hcq__vk_lose(e, c, "unknown command 0x%08" PRIx32 " on the %s queue", c[0],
+                   hcq__vk_kind_name(e));
       ok = false;
     }
     if (!ok) return false;

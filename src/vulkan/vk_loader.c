@@ -18,7 +18,8 @@ static const char *vk_result_name(VkResult r) {
     case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
     case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
     case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
-    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER (no Vulkan driver installed?)";
+    case VK_ERROR_INCOMPATIBLE_DRIVER:
+      return "VK_ERROR_INCOMPATIBLE_DRIVER (no Vulkan driver installed?)";
     case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
     case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
     case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
@@ -58,17 +59,18 @@ static void load(void) {
                            .pApplicationName = "hcq",
                            .pEngineName = "hcq",
                            .apiVersion = VK_API_VERSION_1_3};
-  VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+  VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                             .pApplicationInfo = &app};
   VkResult r = create(&ci, NULL, &vi->instance);
   if (r != VK_SUCCESS) {
     snprintf(g_why, sizeof(g_why), "vkCreateInstance failed: %s", vk_result_name(r));
     return;
   }
-#define HCQ__VK_LOAD_INSTANCE(name)                                                   \
-  *(void **)&vi->name = (void *)vi->gipa(vi->instance, #name);                        \
-  if (!vi->name) {                                                                    \
+#define HCQ__VK_LOAD_INSTANCE(name)                                                      \
+  *(void **)&vi->name = (void *)vi->gipa(vi->instance, #name);                           \
+  if (!vi->name) {                                                                       \
     snprintf(g_why, sizeof(g_why), "the Vulkan loader lacks the entry point %s", #name); \
-    return;                                                                           \
+    return;                                                                              \
   }
   HCQ_VK_INSTANCE_FNS(HCQ__VK_LOAD_INSTANCE)
 #undef HCQ__VK_LOAD_INSTANCE
@@ -78,7 +80,8 @@ static void load(void) {
   uint32_t n = 0;
   r = vi->vkEnumeratePhysicalDevices(vi->instance, &n, NULL);
   if (r != VK_SUCCESS || n == 0) {
-    snprintf(g_why, sizeof(g_why), "no Vulkan driver lists a device (install mesa-vulkan-drivers for lavapipe)");
+    snprintf(g_why, sizeof(g_why),
+             "no Vulkan driver lists a device (install mesa-vulkan-drivers for lavapipe)");
     return;
   }
   vi->phys = calloc(n, sizeof(*vi->phys));
@@ -104,9 +107,12 @@ const hcq__vk_instance_t *hcq__vk_instance(const char **out_why) {
 const char *hcq__vk_unsuitable(const hcq__vk_instance_t *vi, VkPhysicalDevice pd) {
   VkPhysicalDeviceProperties props;
   vi->vkGetPhysicalDeviceProperties(pd, &props);
-  if (props.apiVersion < VK_API_VERSION_1_2) return "it supports Vulkan 1.1 or older (hcq needs 1.2)";
-  VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-  VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+  if (props.apiVersion < VK_API_VERSION_1_2)
+    return "it supports Vulkan 1.1 or older (hcq needs 1.2)";
+  VkPhysicalDeviceVulkan12Features f12 = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                 .pNext = &f12};
   vi->vkGetPhysicalDeviceFeatures2(pd, &f);
   if (!f12.timelineSemaphore) return "it lacks timeline semaphores";
   if (!f12.bufferDeviceAddress) return "it lacks buffer device addresses";
@@ -142,8 +148,9 @@ void hcq__vulkan_query(hcq_device_info_t *info) {
       continue;
     }
     if (!usable) {
-      snprintf(first, sizeof(first), "%.80s, Vulkan %u.%u.%u", p.deviceName, VK_API_VERSION_MAJOR(p.apiVersion),
-               VK_API_VERSION_MINOR(p.apiVersion), VK_API_VERSION_PATCH(p.apiVersion));
+      snprintf(first, sizeof(first), "%.80s, Vulkan %u.%u.%u", p.deviceName,
+               VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion),
+               VK_API_VERSION_PATCH(p.apiVersion));
       /* The driver reports nothing when it cuts a loop short, so this line is the only warning. */
       lavapipe = strncmp(p.deviceName, "llvmpipe", 8) == 0;
     }
@@ -153,8 +160,13 @@ void hcq__vulkan_query(hcq_device_info_t *info) {
   info->available = usable > 0;
   if (usable)
     snprintf(info->description, sizeof(info->description),
-             "%d device(s), VULKAN:0 is %.86s; GLSL compute (libshaderc) and SPIR-V kernels, copy queue%s", usable,
-             first, lavapipe ? "; lavapipe: shader loops end at 65,535 iterations, silently (docs/vulkan.md)" : "");
+             "%d device(s), VULKAN:0 is %.86s; GLSL compute (libshaderc) and SPIR-V kernels, copy "
+             "queue%s",
+             usable, first,
+             lavapipe
+                 ? "; lavapipe: shader loops end at 65,535 iterations, silently (docs/vulkan.md)"
+                 : "");
   else
-    snprintf(info->description, sizeof(info->description), "absent: no device can serve hcq (%.200s)", bad);
+    snprintf(info->description, sizeof(info->description),
+             "absent: no device can serve hcq (%.200s)", bad);
 }

@@ -12,7 +12,6 @@
 #define SLOT_CLASSES 11 /* 64 B .. 64 KiB */
 #define BLOCK_BYTES (UINT64_C(1) << 20)
 
-
 /* ---- the registry: address ranges of every block of every Vulkan device ---- */
 
 typedef struct range {
@@ -42,9 +41,11 @@ static hcq_status_t reg_insert(uint64_t start, uint64_t end, vk_block_t *b) {
   /* Two devices' address spaces may overlap on some drivers: an address would then be ambiguous. */
   if ((at > 0 && g_ranges[at - 1].end > start && g_ranges[at - 1].block != b) ||
       (at < g_nranges && g_ranges[at].start < end && g_ranges[at].block != b)) {
-    const vk_block_t *other = at > 0 && g_ranges[at - 1].end > start ? g_ranges[at - 1].block : g_ranges[at].block;
+    const vk_block_t *other =
+        at > 0 && g_ranges[at - 1].end > start ? g_ranges[at - 1].block : g_ranges[at].block;
     return hcq_status_make(HCQ_UNAVAILABLE,
-                           "%s: memory at 0x%" PRIx64 " overlaps memory of %s: the driver gives two logical devices "
+                           "%s: memory at 0x%" PRIx64
+                           " overlaps memory of %s: the driver gives two logical devices "
                            "overlapping addresses, so hcq cannot tell them apart",
                            b->vd->dev->name, start, other->vd->dev->name);
   }
@@ -104,8 +105,9 @@ bool hcq__vk_resolve(uint64_t addr, uint64_t size, vk_where_t *out) {
 /* ---- blocks ---- */
 
 static hcq_status_t vk_fail(const vk_device_t *vd, VkResult r, const char *what, uint64_t size) {
-  hcq_status_code_t code =
-      r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? HCQ_OUT_OF_MEMORY : HCQ_DEVICE_ERROR;
+  hcq_status_code_t code = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
+                               ? HCQ_OUT_OF_MEMORY
+                               : HCQ_DEVICE_ERROR;
   return hcq_status_make(code, "%s: %s of %" PRIu64 " bytes failed: %s", vd->dev->name, what, size,
                          hcq__vk_result_name(r));
 }
@@ -120,29 +122,35 @@ static void block_destroy(vk_block_t *b) {
 }
 
 /* A memory type among allowed that has want (and prefers nice); UINT32_MAX when none. */
-static uint32_t pick_type(const vk_device_t *vd, uint32_t allowed, VkMemoryPropertyFlags want, uint32_t preferred) {
+static uint32_t pick_type(const vk_device_t *vd, uint32_t allowed, VkMemoryPropertyFlags want,
+                          uint32_t preferred) {
   uint32_t best = UINT32_MAX;
   for (uint32_t i = 0; i < vd->memprops.memoryTypeCount; i++) {
-    if (!(allowed & (1u << i)) || (vd->memprops.memoryTypes[i].propertyFlags & want) != want) continue;
+    if (!(allowed & (1u << i)) || (vd->memprops.memoryTypes[i].propertyFlags & want) != want)
+      continue;
     if (i == preferred) return i;
     if (best == UINT32_MAX) best = i;
   }
   return best;
 }
 
-static hcq_status_t block_create(vk_device_t *vd, uint64_t size, bool host_visible, vk_block_t **out) {
+static hcq_status_t block_create(vk_device_t *vd, uint64_t size, bool host_visible,
+                                 vk_block_t **out) {
   vk_block_t *b = calloc(1, sizeof(*b));
-  if (!b) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating Vulkan memory on %s", vd->dev->name);
+  if (!b)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating Vulkan memory on %s",
+                           vd->dev->name);
   b->vd = vd;
   b->size = size;
   b->cls = -1;
   b->host_visible_pool = host_visible;
-  VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                           .size = size,
-                           .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                    VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT |
-                                    VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
-                           .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+  VkBufferCreateInfo bi = {
+      .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+      .size = size,
+      .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+               VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT |
+               VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
+      .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   VkResult r = vd->fn.vkCreateBuffer(vd->device, &bi, NULL, &b->buffer);
   if (r != VK_SUCCESS) {
     block_destroy(b);
@@ -150,12 +158,13 @@ static hcq_status_t block_create(vk_device_t *vd, uint64_t size, bool host_visib
   }
   VkMemoryRequirements req;
   vd->fn.vkGetBufferMemoryRequirements(vd->device, b->buffer, &req);
-  VkMemoryPropertyFlags want = host_visible ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT : 0;
+  VkMemoryPropertyFlags want =
+      host_visible ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT : 0;
   uint32_t type = pick_type(vd, req.memoryTypeBits, want, vd->mem_type[host_visible]);
   if (type == UINT32_MAX) {
     block_destroy(b);
-    return hcq_status_make(HCQ_UNAVAILABLE, "%s: no memory type can hold a %s buffer", vd->dev->name,
-                           host_visible ? "host-visible" : "device");
+    return hcq_status_make(HCQ_UNAVAILABLE, "%s: no memory type can hold a %s buffer",
+                           vd->dev->name, host_visible ? "host-visible" : "device");
   }
   VkMemoryAllocateFlagsInfo flags = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
                                      .flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT};
@@ -169,7 +178,8 @@ static hcq_status_t block_create(vk_device_t *vd, uint64_t size, bool host_visib
     block_destroy(b);
     return vk_fail(vd, r, "allocating device memory", size);
   }
-  VkBufferDeviceAddressInfo addr = {.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, .buffer = b->buffer};
+  VkBufferDeviceAddressInfo addr = {.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO,
+                                    .buffer = b->buffer};
   b->bda = vd->fn.vkGetBufferDeviceAddress(vd->device, &addr);
   if (vd->memprops.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
     void *p = NULL;
@@ -204,14 +214,16 @@ static hcq_status_t fill_zero(vk_device_t *vd, vk_block_t *b, uint64_t offset, u
     vd->fn.vkBeginCommandBuffer(cb, &bi);
     vd->fn.vkCmdFillBuffer(cb, b->buffer, offset, size, 0);
     r = vd->fn.vkEndCommandBuffer(cb);
-    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
+    VkSubmitInfo si = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
     vk_queue_t *q = &vd->queues[0];
     if (r == VK_SUCCESS) {
       pthread_mutex_lock(&q->lock);
       r = vd->fn.vkQueueSubmit(q->queue, 1, &si, vd->oneshot_fence);
       pthread_mutex_unlock(&q->lock);
     }
-    if (r == VK_SUCCESS) r = vd->fn.vkWaitForFences(vd->device, 1, &vd->oneshot_fence, VK_TRUE, UINT64_MAX);
+    if (r == VK_SUCCESS)
+      r = vd->fn.vkWaitForFences(vd->device, 1, &vd->oneshot_fence, VK_TRUE, UINT64_MAX);
     vd->fn.vkResetFences(vd->device, 1, &vd->oneshot_fence);
     vd->fn.vkFreeCommandBuffers(vd->device, vd->oneshot_pool, 1, &cb);
   }
@@ -230,7 +242,8 @@ hcq_status_t hcq__vk_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags,
   bool hv = (flags & HCQ__MEM_HOST_VISIBLE) != 0;
   uint64_t rounded = (size + 63) & ~UINT64_C(63);
   if (rounded < size || rounded > (UINT64_C(1) << 46))
-    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot allocate %" PRIu64 " bytes", dev->name, size);
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: cannot allocate %" PRIu64 " bytes", dev->name,
+                           size);
   vk_block_t *b = NULL;
   uint64_t offset = 0, span = rounded;
   hcq_status_t st = NULL;
@@ -238,8 +251,7 @@ hcq_status_t hcq__vk_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags,
     int cls = size_class(rounded);
     span = (uint64_t)SLOT_MIN << cls;
     pthread_mutex_lock(&vd->mem_lock);
-    for (b = vd->pools[hv][cls]; b && !b->nfree; b = b->next) {
-    }
+    for (b = vd->pools[hv][cls]; b && !b->nfree; b = b->next) {}
     if (!b && !(st = block_create(vd, BLOCK_BYTES, hv, &b))) {
       b->cls = cls;
       b->nslots = (uint32_t)(BLOCK_BYTES / span);
@@ -285,7 +297,8 @@ void hcq__vk_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   vk_device_t *vd = dev->backend;
   vk_block_t *b = mem->handle;
   if (!b) return;
-  uint64_t offset = mem->host && b->host ? (uint64_t)((char *)mem->host - b->host) : mem->addr - b->bda;
+  uint64_t offset =
+      mem->host && b->host ? (uint64_t)((char *)mem->host - b->host) : mem->addr - b->bda;
   /* Command buffers recorded for bound words in this memory must never run again. */
   if (b->host_visible_pool) hcq__vk_forget_bound(vd, mem->host, mem->size);
   pthread_mutex_lock(&vd->mem_lock);

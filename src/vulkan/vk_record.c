@@ -13,13 +13,15 @@
 /* ---- recording ---- */
 
 static void barrier(vk_device_t *vd, VkCommandBuffer cb, bool to_host) {
-  VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                        .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
-                        .dstAccessMask = to_host ? VK_ACCESS_HOST_READ_BIT | VK_ACCESS_HOST_WRITE_BIT
-                                                 : VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT};
-  vd->fn.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
-                              to_host ? VK_PIPELINE_STAGE_HOST_BIT : VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &mb, 0,
-                              NULL, 0, NULL);
+  VkMemoryBarrier mb = {
+      .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+      .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
+      .dstAccessMask = to_host ? VK_ACCESS_HOST_READ_BIT | VK_ACCESS_HOST_WRITE_BIT
+                               : VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT};
+  vd->fn.vkCmdPipelineBarrier(
+      cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+      to_host ? VK_PIPELINE_STAGE_HOST_BIT : VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &mb, 0, NULL,
+      0, NULL);
 }
 
 static bool ensure_scratch(vk_engine_t *e, uint64_t size) {
@@ -48,7 +50,8 @@ typedef struct ts_note {
 
 /* EXEC at word k of w: its pipeline, and its arguments' device address as push constants; its grid
  * is read from the list's memory when list is given (a replay may patch it), else recorded. */
-static bool record_exec(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *w, size_t k, const vk_where_t *list) {
+static bool record_exec(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *w, size_t k,
+                        const vk_where_t *list) {
   vk_device_t *vd = e->vd;
   const uint32_t *c = w + k;
   vk_program_t *p = (vk_program_t *)(uintptr_t)hcq__rd64(c + HCQ__EXEC_FN);
@@ -73,7 +76,8 @@ static bool record_exec(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *w, s
   vd->fn.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
   vd->fn.vkCmdPushConstants(cb, vd->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(push), push);
   if (list)
-    vd->fn.vkCmdDispatchIndirect(cb, list->block->buffer, list->offset + (uint64_t)(k + HCQ__EXEC_GLOBAL) * 4);
+    vd->fn.vkCmdDispatchIndirect(cb, list->block->buffer,
+                                 list->offset + (uint64_t)(k + HCQ__EXEC_GLOBAL) * 4);
   else
     vd->fn.vkCmdDispatch(cb, global[0], global[1], global[2]);
   return true;
@@ -108,8 +112,8 @@ static bool record_copy(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *c) {
 
 /* TIMESTAMP: the *nts-th query of a kept run (seg), or a query of the engine's ring noted in notes
  * for the completion thread to read. */
-static bool record_timestamp(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *c, seg_t *seg, uint32_t *nts,
-                             ts_note_t *notes, uint32_t *nnotes) {
+static bool record_timestamp(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *c, seg_t *seg,
+                             uint32_t *nts, ts_note_t *notes, uint32_t *nnotes) {
   vk_device_t *vd = e->vd;
   hcq__signal_words_t *word = hcq__vk_signal_words(e, c, hcq__rd64(c + HCQ__TIMESTAMP_ADDR));
   if (!word) return false;
@@ -139,8 +143,8 @@ static bool record_timestamp(vk_engine_t *e, VkCommandBuffer cb, const uint32_t 
 /* Records the commands [i, j) of w into cb. list: where w lives in device memory (bound lists:
  * grids are read from there), or NULL. seg: the kept run (bound), else transient timestamps go to
  * notes. */
-static bool record(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *w, size_t i, size_t j, const vk_where_t *list,
-                   seg_t *seg, ts_note_t *notes, uint32_t *nnotes) {
+static bool record(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *w, size_t i, size_t j,
+                   const vk_where_t *list, seg_t *seg, ts_note_t *notes, uint32_t *nnotes) {
   vk_device_t *vd = e->vd;
   VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                  .flags = seg ? VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
@@ -207,13 +211,15 @@ static uint32_t count_timestamps(const uint32_t *w, size_t i, size_t j) {
   return n;
 }
 
-bool hcq__vk_record_transient(vk_engine_t *e, const uint32_t *w, size_t i, size_t j, const uint32_t *base) {
+bool hcq__vk_record_transient(vk_engine_t *e, const uint32_t *w, size_t i, size_t j,
+                              const uint32_t *base) {
   /* The timestamp ring must have room for this run's queries. */
   uint32_t nts = count_timestamps(w, i, j);
   if (nts && e->ts_next + nts - atomic_load(&e->ts_done) > TS_QUERIES) {
     hcq__vk_flush(e, NULL, 0);
     pthread_mutex_lock(&e->lock);
-    while (e->ts_next + nts - atomic_load(&e->ts_done) > TS_QUERIES) pthread_cond_wait(&e->fifo_space, &e->lock);
+    while (e->ts_next + nts - atomic_load(&e->ts_done) > TS_QUERIES)
+      pthread_cond_wait(&e->fifo_space, &e->lock);
     pthread_mutex_unlock(&e->lock);
   }
   VkCommandBuffer cb = new_cb(e);
@@ -317,18 +323,20 @@ static hcq_status_t check_exec(const vk_device_t *vd, const uint32_t *c, bool gr
   if (!g[0] || !g[1] || !g[2] || !l[0] || !l[1] || !l[2]) return NULL; /* empty: runs nothing */
   for (int d = 0; d < 3; d++)
     if (g[d] > lim->maxComputeWorkGroupCount[d])
-      return hcq_status_make(HCQ_OUT_OF_RANGE, "kernel %s: grid %ux%ux%u is larger than %s allows (%ux%ux%u groups)",
-                             p ? p->name : "?", g[0], g[1], g[2], vd->dev->name, lim->maxComputeWorkGroupCount[0],
-                             lim->maxComputeWorkGroupCount[1], lim->maxComputeWorkGroupCount[2]);
+      return hcq_status_make(
+          HCQ_OUT_OF_RANGE, "kernel %s: grid %ux%ux%u is larger than %s allows (%ux%ux%u groups)",
+          p ? p->name : "?", g[0], g[1], g[2], vd->dev->name, lim->maxComputeWorkGroupCount[0],
+          lim->maxComputeWorkGroupCount[1], lim->maxComputeWorkGroupCount[2]);
   if (groups_only) return NULL;
   uint64_t inv = (uint64_t)l[0] * l[1] * l[2];
   for (int d = 0; d < 3; d++)
     if (l[d] > lim->maxComputeWorkGroupSize[d] || inv > lim->maxComputeWorkGroupInvocations)
-      return hcq_status_make(HCQ_OUT_OF_RANGE,
-                             "kernel %s: group size %ux%ux%u is larger than %s allows (%ux%ux%u, %u invocations)",
-                             p ? p->name : "?", l[0], l[1], l[2], vd->dev->name, lim->maxComputeWorkGroupSize[0],
-                             lim->maxComputeWorkGroupSize[1], lim->maxComputeWorkGroupSize[2],
-                             lim->maxComputeWorkGroupInvocations);
+      return hcq_status_make(
+          HCQ_OUT_OF_RANGE,
+          "kernel %s: group size %ux%ux%u is larger than %s allows (%ux%ux%u, %u invocations)",
+          p ? p->name : "?", l[0], l[1], l[2], vd->dev->name, lim->maxComputeWorkGroupSize[0],
+          lim->maxComputeWorkGroupSize[1], lim->maxComputeWorkGroupSize[2],
+          lim->maxComputeWorkGroupInvocations);
   return NULL;
 }
 
@@ -345,8 +353,8 @@ hcq_status_t hcq__vk_check_execs(vk_device_t *vd, const uint32_t *w, size_t n, b
   return NULL;
 }
 
-bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t *w, size_t i, size_t j,
-                         const vk_where_t *list) {
+bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t *w, size_t i,
+                         size_t j, const vk_where_t *list) {
   for (size_t c = i; c < j; c += HCQ__HDR_LEN(w[c]))
     if (HCQ__HDR_OP(w[c]) == HCQ__OP_EXEC) {
       hcq_status_t st = check_exec(e->vd, w + c, true);
@@ -400,8 +408,7 @@ bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t
 blist_t *hcq__vk_find_blist(vk_engine_t *e, const uint32_t *base, size_t len) {
   pthread_mutex_lock(&e->lock);
   blist_t *bl = e->blists;
-  for (; bl && !(bl->base == base && bl->len == len); bl = bl->next) {
-  }
+  for (; bl && !(bl->base == base && bl->len == len); bl = bl->next) {}
   if (!bl && (bl = calloc(1, sizeof(*bl)))) {
     bl->base = base;
     bl->len = len;

@@ -1,16 +1,19 @@
-/* cuda_api.h (our own declarations, so hcq builds without the toolkit) against the toolkit's cuda.h:
- * every struct layout, constant and ABI version hcq relies on. Built only where cuda.h exists; the
- * check happens at compile time, so running it only confirms it was built. */
+/* cuda_api.h (our own declarations, so hcq builds without the toolkit) against the toolkit's
+ * cuda.h: every struct layout, constant and ABI version hcq relies on. Built only where cuda.h
+ * exists; the check happens at compile time, so running it only confirms it was built. */
 #include <cuda.h>
 #include <stddef.h>
 #include <stdio.h>
 
 #include "cuda/cuda_api.h"
 
-#define SAME_OFFSET(ours, theirs, field) \
-  _Static_assert(offsetof(ours, field) == offsetof(theirs, field), #ours "." #field " is misplaced")
+#define SAME_OFFSET(ours, theirs, field)                                            \
+  _Static_assert(offsetof(ours, field) == offsetof(theirs, field), #ours "." #field \
+                                                                         " is "     \
+                                                                         "misplaced")
 
-_Static_assert(sizeof(hcq_CUDA_KERNEL_NODE_PARAMS) == sizeof(CUDA_KERNEL_NODE_PARAMS_v2), "kernel node params size");
+_Static_assert(sizeof(hcq_CUDA_KERNEL_NODE_PARAMS) == sizeof(CUDA_KERNEL_NODE_PARAMS_v2),
+               "kernel node params size");
 SAME_OFFSET(hcq_CUDA_KERNEL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v2, func);
 SAME_OFFSET(hcq_CUDA_KERNEL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v2, gridDimX);
 SAME_OFFSET(hcq_CUDA_KERNEL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v2, blockDimZ);
@@ -34,7 +37,8 @@ SAME_OFFSET(hcq_CUDA_MEMCPY3D, CUDA_MEMCPY3D, Depth);
 _Static_assert(sizeof(hcq_CUdeviceptr) == sizeof(CUdeviceptr), "CUdeviceptr");
 _Static_assert(sizeof(hcq_CUdevice) == sizeof(CUdevice), "CUdevice");
 
-#define SAME(ours, theirs) _Static_assert((long long)(ours) == (long long)(theirs), #ours " differs from " #theirs)
+#define SAME(ours, theirs) \
+  _Static_assert((long long)(ours) == (long long)(theirs), #ours " differs from " #theirs)
 SAME(HCQ_CUDA_ERROR_NOT_READY, CUDA_ERROR_NOT_READY);
 SAME(HCQ_CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_FOUND);
 SAME(HCQ_CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NO_DEVICE);
@@ -61,11 +65,14 @@ SAME(HCQ_CUDA_ERROR_EXTERNAL_DEVICE, CUDA_ERROR_EXTERNAL_DEVICE);
 SAME(HCQ_CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_HOST);
 SAME(HCQ_CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE);
 SAME(HCQ_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_MEMORY_TYPE);
-SAME(HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-SAME(HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+SAME(HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+SAME(HCQ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
 SAME(HCQ_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING);
 SAME(HCQ_CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY);
-SAME(HCQ_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS);
+SAME(HCQ_CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+     CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS);
 SAME(HCQ_CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
 SAME(HCQ_CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
 SAME(HCQ_CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_PORTABLE);
@@ -79,16 +86,21 @@ SAME(HCQ_CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_CONTEXT);
 SAME(HCQ_CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER);
 SAME(HCQ_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES);
 _Static_assert(HCQ_CU_LAUNCH_PARAM_END == CU_LAUNCH_PARAM_END, "CU_LAUNCH_PARAM_END");
-_Static_assert(HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER == CU_LAUNCH_PARAM_BUFFER_POINTER, "BUFFER_POINTER");
+_Static_assert(HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER == CU_LAUNCH_PARAM_BUFFER_POINTER,
+               "BUFFER_POINTER");
 _Static_assert(HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE == CU_LAUNCH_PARAM_BUFFER_SIZE, "BUFFER_SIZE");
 
 /* The ABI version the entry points are requested at must be one where the *_v2 variants the
  * header declares (kernel node params v2, stream memory operations v2) exist. */
-_Static_assert(HCQ_CUDA_ABI_VERSION >= 12000 && HCQ_CUDA_ABI_VERSION <= CUDA_VERSION, "ABI version");
-/* cuFuncLoad is requested at the version that introduced it (the toolkit declares it from there). */
-_Static_assert(HCQ_CUDA_FUNC_LOAD_VERSION == 12040 && HCQ_CUDA_FUNC_LOAD_VERSION <= CUDA_VERSION, "cuFuncLoad version");
+_Static_assert(HCQ_CUDA_ABI_VERSION >= 12000 && HCQ_CUDA_ABI_VERSION <= CUDA_VERSION,
+               "ABI version");
+/* cuFuncLoad is requested at the version that introduced it (the toolkit declares it from there).
+ */
+_Static_assert(HCQ_CUDA_FUNC_LOAD_VERSION == 12040 && HCQ_CUDA_FUNC_LOAD_VERSION <= CUDA_VERSION,
+               "cuFuncLoad version");
 
 int main(void) {
-  printf("cuda_api.h matches cuda.h of CUDA %d.%d\n", CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
+  printf("cuda_api.h matches cuda.h of CUDA %d.%d\n", CUDA_VERSION / 1000,
+         CUDA_VERSION % 1000 / 10);
   return 0;
 }

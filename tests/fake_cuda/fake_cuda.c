@@ -11,11 +11,10 @@
  * real driver's behaviour, kernels compiled by NVRTC running) is left to tools/gpu-check.sh.
  *
  * HCQ_FAKE_CUDA_DEVICES sets the device count (default 1); HCQ_FAKE_CUDA_SYNC_PAGEABLE and
- * HCQ_FAKE_CUDA_IMPLICIT_SYNC turn on strict modes (below, at g_streams) where it blocks the host as
- * the real driver may. hcq_fake_cuda_counts() reports the
- * driver calls tests check counts of. A kernel named hcq_fake_fault fails its stream with
- * CUDA_ERROR_ILLEGAL_ADDRESS, as a faulting kernel does (HCQ_FAKE_CUDA_FAULT=226 makes it another
- * error, such as CUDA_ERROR_CONTAINED).
+ * HCQ_FAKE_CUDA_IMPLICIT_SYNC turn on strict modes (below, at g_streams) where it blocks the host
+ * as the real driver may. hcq_fake_cuda_counts() reports the driver calls tests check counts of. A
+ * kernel named hcq_fake_fault fails its stream with CUDA_ERROR_ILLEGAL_ADDRESS, as a faulting
+ * kernel does (HCQ_FAKE_CUDA_FAULT=226 makes it another error, such as CUDA_ERROR_CONTAINED).
  *
  * What a real driver does and the host hides, it does too: HCQ_FAKE_CUDA_DRIVER_VERSION (default
  * 13.0) is the CUDA version it supports, and it refuses PTX and cubins newer than that;
@@ -36,9 +35,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda/cuda_api.h"
 #include "../llama2_twins.h"
 #include "../llm_twins.h"
+#include "cuda/cuda_api.h"
 
 #define EXPORT __attribute__((visibility("default")))
 typedef hcq_CUresult CUresult;
@@ -65,7 +64,8 @@ static int32_t p32(const uint8_t *p, int nptrs, int i) {
   return v;
 }
 
-/* Each is the CUDA C of tests/test_cuda.c and the examples' .cu kernels for one global thread index i. */
+/* Each is the CUDA C of tests/test_cuda.c and the examples' .cu kernels for one global thread index
+ * i. */
 static void k_axpb(const uint8_t *p, uint64_t i) {
   uint32_t *y = (uint32_t *)p64(p, 0);
   const uint32_t *x = (const uint32_t *)p64(p, 1), *w = (const uint32_t *)p64(p, 2);
@@ -84,7 +84,8 @@ static void k_mix(const uint8_t *p, uint64_t i) {
 }
 static void k_sum3(const uint8_t *p, uint64_t i) {
   uint32_t *y = (uint32_t *)p64(p, 0);
-  const uint32_t *a = (const uint32_t *)p64(p, 1), *b = (const uint32_t *)p64(p, 2), *c = (const uint32_t *)p64(p, 3);
+  const uint32_t *a = (const uint32_t *)p64(p, 1), *b = (const uint32_t *)p64(p, 2),
+                 *c = (const uint32_t *)p64(p, 3);
   int32_t n = p32(p, 4, 0);
   if ((int64_t)i < n) y[i] = a[i] + 3u * b[i] + 5u * c[i];
 }
@@ -123,7 +124,8 @@ static void k_timestamp(const uint8_t *p, uint64_t i) {
   (void)i;
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  __atomic_store_n((uint64_t *)p64(p, 0), (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, __ATOMIC_RELEASE);
+  __atomic_store_n((uint64_t *)p64(p, 0), (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
+                   __ATOMIC_RELEASE);
 }
 
 /* Twins that need the whole CUDA thread geometry (the conformance kernels of tests/test_util.c):
@@ -139,16 +141,19 @@ typedef void (*cuda_thread_fn)(const uint8_t *params, const cuda_thread_t *t);
 static void c_add_scalar(const uint8_t *p, const cuda_thread_t *t) {
   int32_t *out = (int32_t *)p64(p, 0);
   const int32_t *a = (const int32_t *)p64(p, 1);
-  if (T_ROW0(t) && T_BELOW(t, p32(p, 2, 1))) out[T_I(t)] = (int32_t)((uint32_t)a[T_I(t)] + (uint32_t)p32(p, 2, 0));
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 2, 1)))
+    out[T_I(t)] = (int32_t)((uint32_t)a[T_I(t)] + (uint32_t)p32(p, 2, 0));
 }
 static void c_mul_add(const uint8_t *p, const cuda_thread_t *t) {
   uint32_t *x = (uint32_t *)p64(p, 0);
-  if (T_ROW0(t) && T_BELOW(t, p32(p, 1, 2))) x[T_I(t)] = x[T_I(t)] * (uint32_t)p32(p, 1, 0) + (uint32_t)p32(p, 1, 1);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 1, 2)))
+    x[T_I(t)] = x[T_I(t)] * (uint32_t)p32(p, 1, 0) + (uint32_t)p32(p, 1, 1);
 }
 static void c_add2(const uint8_t *p, const cuda_thread_t *t) {
   int32_t *out = (int32_t *)p64(p, 0);
   const int32_t *x = (const int32_t *)p64(p, 1), *y = (const int32_t *)p64(p, 2);
-  if (T_ROW0(t) && T_BELOW(t, p32(p, 3, 0))) out[T_I(t)] = (int32_t)((uint32_t)x[T_I(t)] + (uint32_t)y[T_I(t)]);
+  if (T_ROW0(t) && T_BELOW(t, p32(p, 3, 0)))
+    out[T_I(t)] = (int32_t)((uint32_t)x[T_I(t)] + (uint32_t)y[T_I(t)]);
 }
 static void c_fill(const uint8_t *p, const cuda_thread_t *t) {
   int32_t *out = (int32_t *)p64(p, 0);
@@ -167,24 +172,25 @@ static void c_record_groups(const uint8_t *p, const cuda_thread_t *t) {
   out[g] += (int32_t)(t->blockDim.x * t->blockDim.y * t->blockDim.z);
 }
 
-
 /* Twins of models/llama2/kernels.cu (tests/llama2_twins.h, shared with the Metal stand-in), one
  * call per block. The model's shape is compiled into the CUDA C; these read it from the module,
  * which names it in the entry llama2_shape_DIM_HIDDEN_..._GROUP (LT_* order). A kernel's parameters
  * are its buffer pointers, then its int values. */
-typedef void (*cuda_block_fn)(const uint8_t *params, const int32_t *shape, dim3_t block, dim3_t dim);
-static llama2_twin_t l_twin(const uint8_t *p, int nbufs, int nvals, const int32_t *S, dim3_t b, dim3_t d,
-                            void **bufs, int32_t *vals) {
+typedef void (*cuda_block_fn)(const uint8_t *params, const int32_t *shape, dim3_t block,
+                              dim3_t dim);
+static llama2_twin_t l_twin(const uint8_t *p, int nbufs, int nvals, const int32_t *S, dim3_t b,
+                            dim3_t d, void **bufs, int32_t *vals) {
   for (int i = 0; i < nbufs; i++) bufs[i] = (void *)(uintptr_t)p64(p, i);
-  for (int i = 0; i < 2; i++) vals[i] = i < nvals ? p32(p, nbufs, i) : 0; /* only what the block holds */
+  for (int i = 0; i < 2; i++)
+    vals[i] = i < nvals ? p32(p, nbufs, i) : 0; /* only what the block holds */
   return (llama2_twin_t){bufs, vals, S, {b.x, b.y}, d.x, -INFINITY};
 }
-#define L_TWIN(name, nbufs, nvals)                                                   \
-  static void l_##name(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {     \
-    void *bufs[nbufs];                                                               \
-    int32_t vals[2];                                                                 \
-    llama2_twin_t k = l_twin(p, nbufs, nvals, S, b, d, bufs, vals);                  \
-    llama2_twin_##name(&k);                                                          \
+#define L_TWIN(name, nbufs, nvals)                                               \
+  static void l_##name(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) { \
+    void *bufs[nbufs];                                                           \
+    int32_t vals[2];                                                             \
+    llama2_twin_t k = l_twin(p, nbufs, nvals, S, b, d, bufs, vals);              \
+    llama2_twin_##name(&k);                                                      \
   }
 L_TWIN(embed, 3, 1)
 L_TWIN(qkv, 9, 1)
@@ -213,18 +219,19 @@ static void l_argmax(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
  * to LLMT_NAMED) and the scales in llm_scales (llmt_default_arch fills in a 0). An entry's buffer
  * count may follow the shape's flags (llm_qkv: 10, 11 or 14; llm_rope_heads: 5 or 7). */
 enum { LLM_MAX_BUFS = 14 };
-static llm_twin_t llm_twin(const uint8_t *p, int nbufs, int nvals, const int32_t *S, dim3_t b, void **bufs, int32_t *vals) {
+static llm_twin_t llm_twin(const uint8_t *p, int nbufs, int nvals, const int32_t *S, dim3_t b,
+                           void **bufs, int32_t *vals) {
   for (int i = 0; i < nbufs; i++) bufs[i] = (void *)(uintptr_t)p64(p, i);
   for (int i = 0; i < 2; i++) vals[i] = i < nvals ? p32(p, nbufs, i) : 0;
   return (llm_twin_t){bufs, vals, S, {b.x, b.y}, -INFINITY};
 }
-#define LLM_TWIN(name, nbufs, nvals)                                                 \
-  static void llm_##name(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {   \
-    (void)d;                                                                         \
-    void *bufs[LLM_MAX_BUFS];                                                        \
-    int32_t vals[2];                                                                 \
-    llm_twin_t k = llm_twin(p, (nbufs), nvals, S, b, bufs, vals);                    \
-    llm_twin_##name(&k);                                                             \
+#define LLM_TWIN(name, nbufs, nvals)                                               \
+  static void llm_##name(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) { \
+    (void)d;                                                                       \
+    void *bufs[LLM_MAX_BUFS];                                                      \
+    int32_t vals[2];                                                               \
+    llm_twin_t k = llm_twin(p, (nbufs), nvals, S, b, bufs, vals);                  \
+    llm_twin_##name(&k);                                                           \
   }
 LLM_TWIN(embed, 4, 2)
 LLM_TWIN(begin, 1, 2)
@@ -271,42 +278,60 @@ typedef struct fake_kernel {
   thread_fn fn;
   bool faults;
   cuda_thread_fn per_thread; /* instead of fn */
-  size_t psize;              /* non-zero: the twin of the kernel of this name whose argument block has
-                                this size (two sources may use one name for different kernels) */
-  cuda_block_fn per_block;   /* instead of fn: a llama2 twin, which needs the module's shape */
-  bool minilm;               /* a per_block twin of models/minilm: its shape is a minilm_shape_ */
-  bool llm;                  /* a per_block twin of models/llm: its shape is an llm_shape_ */
+  size_t psize;            /* non-zero: the twin of the kernel of this name whose argument block has
+                              this size (two sources may use one name for different kernels) */
+  cuda_block_fn per_block; /* instead of fn: a llama2 twin, which needs the module's shape */
+  bool minilm;             /* a per_block twin of models/minilm: its shape is a minilm_shape_ */
+  bool llm;                /* a per_block twin of models/llm: its shape is an llm_shape_ */
 } fake_kernel_t;
 
 static const fake_kernel_t g_kernels[] = {
-    {"axpb", k_axpb, false},           {"mix", k_mix, false},
-    {"sum3", k_sum3, false},           {"add_const", k_add_const, false},
-    {"saxpy_f32", k_saxpy_f32, false}, {"sum_groups", k_sum_groups, false},
+    {"axpb", k_axpb, false},
+    {"mix", k_mix, false},
+    {"sum3", k_sum3, false},
+    {"add_const", k_add_const, false},
+    {"saxpy_f32", k_saxpy_f32, false},
+    {"sum_groups", k_sum_groups, false},
     {"sum_final", k_sum_final, false},
-    {"hcq_timestamp", k_timestamp, false}, {"hcq_fake_fault", NULL, true},
+    {"hcq_timestamp", k_timestamp, false},
+    {"hcq_fake_fault", NULL, true},
     /* tests/test_util.c's conformance kernels */
-    {.name = "add_scalar", .per_thread = c_add_scalar}, {.name = "mul_add", .per_thread = c_mul_add},
-    {.name = "add2", .per_thread = c_add2},             {.name = "fill", .per_thread = c_fill},
-    {.name = "mix", .per_thread = c_mix3, .psize = 36}, {.name = "record_groups", .per_thread = c_record_groups},
+    {.name = "add_scalar", .per_thread = c_add_scalar},
+    {.name = "mul_add", .per_thread = c_mul_add},
+    {.name = "add2", .per_thread = c_add2},
+    {.name = "fill", .per_thread = c_fill},
+    {.name = "mix", .per_thread = c_mix3, .psize = 36},
+    {.name = "record_groups", .per_thread = c_record_groups},
     /* models/llama2/kernels.cu */
-    {.name = "llama_embed", .per_block = l_embed},         {.name = "llama_qkv", .per_block = l_qkv},
-    {.name = "llama_attn_part", .per_block = l_attn_part}, {.name = "llama_attn_combine", .per_block = l_attn_combine},
-    {.name = "llama_wo", .per_block = l_wo},               {.name = "llama_ffn_down", .per_block = l_ffn_down},
-    {.name = "llama_ffn_up", .per_block = l_ffn_up},       {.name = "llama_classify", .per_block = l_classify},
+    {.name = "llama_embed", .per_block = l_embed},
+    {.name = "llama_qkv", .per_block = l_qkv},
+    {.name = "llama_attn_part", .per_block = l_attn_part},
+    {.name = "llama_attn_combine", .per_block = l_attn_combine},
+    {.name = "llama_wo", .per_block = l_wo},
+    {.name = "llama_ffn_down", .per_block = l_ffn_down},
+    {.name = "llama_ffn_up", .per_block = l_ffn_up},
+    {.name = "llama_classify", .per_block = l_classify},
     {.name = "llama_argmax", .per_block = l_argmax},
     /* models/minilm/kernels.cu */
-    {.name = "mlm_embed", .per_block = m_embed, .minilm = true},   {.name = "mlm_qkv", .per_block = m_qkv, .minilm = true},
-    {.name = "mlm_attn", .per_block = m_attn, .minilm = true},     {.name = "mlm_proj_ln", .per_block = m_proj_ln, .minilm = true},
-    {.name = "mlm_ffn_up", .per_block = m_ffn_up, .minilm = true}, {.name = "mlm_down_ln", .per_block = m_down_ln, .minilm = true},
+    {.name = "mlm_embed", .per_block = m_embed, .minilm = true},
+    {.name = "mlm_qkv", .per_block = m_qkv, .minilm = true},
+    {.name = "mlm_attn", .per_block = m_attn, .minilm = true},
+    {.name = "mlm_proj_ln", .per_block = m_proj_ln, .minilm = true},
+    {.name = "mlm_ffn_up", .per_block = m_ffn_up, .minilm = true},
+    {.name = "mlm_down_ln", .per_block = m_down_ln, .minilm = true},
     {.name = "mlm_pool", .per_block = m_pool, .minilm = true},
     /* models/llm/kernels.cu */
-    {.name = "llm_embed", .per_block = llm_embed, .llm = true},       {.name = "llm_begin", .per_block = llm_begin, .llm = true},
-    {.name = "llm_norm", .per_block = llm_norm, .llm = true},         {.name = "llm_quantize", .per_block = llm_quantize, .llm = true},
-    {.name = "llm_qkv", .per_block = llm_qkv, .llm = true},           {.name = "llm_attn", .per_block = llm_attn, .llm = true},
+    {.name = "llm_embed", .per_block = llm_embed, .llm = true},
+    {.name = "llm_begin", .per_block = llm_begin, .llm = true},
+    {.name = "llm_norm", .per_block = llm_norm, .llm = true},
+    {.name = "llm_quantize", .per_block = llm_quantize, .llm = true},
+    {.name = "llm_qkv", .per_block = llm_qkv, .llm = true},
+    {.name = "llm_attn", .per_block = llm_attn, .llm = true},
     {.name = "llm_rope_heads", .per_block = llm_rope_heads, .llm = true},
     {.name = "llm_norm_add", .per_block = llm_norm_add, .llm = true},
     {.name = "llm_matmul_add", .per_block = llm_matmul_add, .llm = true},
-    {.name = "llm_gate_up", .per_block = llm_gate_up, .llm = true},   {.name = "llm_classify", .per_block = llm_classify, .llm = true},
+    {.name = "llm_gate_up", .per_block = llm_gate_up, .llm = true},
+    {.name = "llm_classify", .per_block = llm_classify, .llm = true},
     {.name = "llm_select", .per_block = llm_select, .llm = true},
 };
 
@@ -321,10 +346,12 @@ static const fake_kernel_t *twin_for(const fake_kernel_t *k, size_t psize) {
 
 /* ---- bookkeeping ---- */
 
-static atomic_ullong g_kernel_sets, g_memcpy_sets, g_enable_sets, g_graph_launches, g_kernel_launches;
+static atomic_ullong g_kernel_sets, g_memcpy_sets, g_enable_sets, g_graph_launches,
+    g_kernel_launches;
 
-EXPORT void hcq_fake_cuda_counts(uint64_t *kernel_sets, uint64_t *memcpy_sets, uint64_t *enable_sets,
-                                 uint64_t *graph_launches, uint64_t *kernel_launches) {
+EXPORT void hcq_fake_cuda_counts(uint64_t *kernel_sets, uint64_t *memcpy_sets,
+                                 uint64_t *enable_sets, uint64_t *graph_launches,
+                                 uint64_t *kernel_launches) {
   *kernel_sets = atomic_load(&g_kernel_sets);
   *memcpy_sets = atomic_load(&g_memcpy_sets);
   *enable_sets = atomic_load(&g_enable_sets);
@@ -459,7 +486,17 @@ typedef struct gexec {
 
 /* ---- streams ---- */
 
-enum { OP_WAIT, OP_WRITE, OP_KERNEL, OP_MEMCPY, OP_MEMSET, OP_EVENT, OP_WAIT_EVENT, OP_HOST, OP_GRAPH };
+enum {
+  OP_WAIT,
+  OP_WRITE,
+  OP_KERNEL,
+  OP_MEMCPY,
+  OP_MEMSET,
+  OP_EVENT,
+  OP_WAIT_EVENT,
+  OP_HOST,
+  OP_GRAPH
+};
 
 typedef struct op {
   int kind;
@@ -489,9 +526,9 @@ typedef struct stream {
   struct stream *next;         /* g_streams */
 } stream_t;
 
-/* HCQ_FAKE_CUDA_HMM=1: kernels may store to any host memory (HMM or ATS, as on a GH200). Without it,
- * the timestamp kernel's store into memory the driver does not know (ordinary host memory) fails
- * its stream with CUDA_ERROR_ILLEGAL_ADDRESS, as on most machines. */
+/* HCQ_FAKE_CUDA_HMM=1: kernels may store to any host memory (HMM or ATS, as on a GH200). Without
+ * it, the timestamp kernel's store into memory the driver does not know (ordinary host memory)
+ * fails its stream with CUDA_ERROR_ILLEGAL_ADDRESS, as on most machines. */
 static bool g_hmm;
 
 /* Every live stream, for the calls that synchronise a whole context. */
@@ -516,7 +553,8 @@ static void sync_context(ctx_t *c) {
   for (stream_t *s = g_streams; s; s = s->next) {
     if (s->ctx != c) continue;
     pthread_mutex_lock(&s->lock);
-    while ((s->head || s->busy) && !s->stop && !atomic_load(&s->error)) pthread_cond_wait(&s->cond, &s->lock);
+    while ((s->head || s->busy) && !s->stop && !atomic_load(&s->error))
+      pthread_cond_wait(&s->cond, &s->lock);
     pthread_mutex_unlock(&s->lock);
   }
   pthread_mutex_unlock(&g_streams_lock);
@@ -525,8 +563,8 @@ static void implicit_sync(void) {
   if (strict("HCQ_FAKE_CUDA_IMPLICIT_SYNC")) sync_context(current());
 }
 
-static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params, size_t psize,
-                       const int32_t *shape) {
+static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const uint8_t *params,
+                       size_t psize, const int32_t *shape) {
   atomic_fetch_add(&g_kernel_launches, 1);
   k = twin_for(k, psize);
   if (k->per_block) {
@@ -542,7 +580,8 @@ static void run_kernel(const fake_kernel_t *k, dim3_t grid, dim3_t block, const 
         for (t.blockIdx.x = 0; t.blockIdx.x < grid.x; t.blockIdx.x++)
           for (t.threadIdx.z = 0; t.threadIdx.z < block.z; t.threadIdx.z++)
             for (t.threadIdx.y = 0; t.threadIdx.y < block.y; t.threadIdx.y++)
-              for (t.threadIdx.x = 0; t.threadIdx.x < block.x; t.threadIdx.x++) k->per_thread(params, &t);
+              for (t.threadIdx.x = 0; t.threadIdx.x < block.x; t.threadIdx.x++)
+                k->per_thread(params, &t);
     return;
   }
   uint64_t threads = (uint64_t)grid.x * grid.y * grid.z * block.x * block.y * block.z;
@@ -560,9 +599,11 @@ static void gpu_copy(uintptr_t dst, uintptr_t src, size_t n) {
   enum { BLOCK = 16 };
   size_t blocks = (n + BLOCK - 1) / BLOCK;
   for (size_t k = 0; k < blocks; k++) {
-    size_t b = dst > src ? k : blocks - 1 - k; /* forward when memmove would go backward, and back */
+    size_t b =
+        dst > src ? k : blocks - 1 - k; /* forward when memmove would go backward, and back */
     size_t at = b * BLOCK, len = n - at < BLOCK ? n - at : BLOCK;
-    for (size_t i = 0; i < len; i++) ((volatile uint8_t *)dst)[at + i] = ((const volatile uint8_t *)src)[at + i];
+    for (size_t i = 0; i < len; i++)
+      ((volatile uint8_t *)dst)[at + i] = ((const volatile uint8_t *)src)[at + i];
   }
 }
 
@@ -578,7 +619,8 @@ static bool run_op(stream_t *s, op_t *o) {
     case OP_WRITE: __atomic_store_n((uint64_t *)o->a, o->v, __ATOMIC_RELEASE); return true;
     case OP_KERNEL:
       if (o->fn->faults) return false;
-      if (o->fn->fn == k_timestamp && !g_hmm && !owner_of((uintptr_t)p64(o->params, 0))) return false;
+      if (o->fn->fn == k_timestamp && !g_hmm && !owner_of((uintptr_t)p64(o->params, 0)))
+        return false;
       run_kernel(o->fn, o->grid, o->block, o->params, o->psize, o->shape);
       return true;
     case OP_MEMCPY: gpu_copy(o->a, o->b, o->n); return true;
@@ -666,8 +708,10 @@ static CUresult enqueue_seq(stream_t *s, op_t *o, uint64_t *out_seq) {
   else
     s->head = o;
   s->tail = o;
-  if (out_seq) *out_seq = ++s->enqueued;
-  else s->enqueued++;
+  if (out_seq)
+    *out_seq = ++s->enqueued;
+  else
+    s->enqueued++;
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   return 0;
@@ -686,15 +730,21 @@ static CUresult read_extra(void **extra, uint8_t *out, size_t *out_size) {
   void *buf = NULL;
   size_t *size = NULL;
   for (int i = 0; extra[i] != HCQ_CU_LAUNCH_PARAM_END; i += 2) {
-    if (extra[i] == HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER) buf = extra[i + 1];
-    else if (extra[i] == HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE) size = extra[i + 1];
-    else return HCQ_CUDA_ERROR_INVALID_VALUE;
+    if (extra[i] == HCQ_CU_LAUNCH_PARAM_BUFFER_POINTER)
+      buf = extra[i + 1];
+    else if (extra[i] == HCQ_CU_LAUNCH_PARAM_BUFFER_SIZE)
+      size = extra[i + 1];
+    else
+      return HCQ_CUDA_ERROR_INVALID_VALUE;
   }
   if (!buf || !size || *size > 4096) return HCQ_CUDA_ERROR_INVALID_VALUE;
   if (in_device_memory((uintptr_t)buf) || in_device_memory((uintptr_t)buf + *size - 1)) {
     /* The real driver copies the block on the host here: from GPU memory, that is a segfault. */
-    fprintf(stderr, "fake libcuda: the launch's argument block at %p is device memory, which the host cannot read "
-            "(a real driver crashes here)\n", buf);
+    fprintf(stderr,
+            "fake libcuda: the launch's argument block at %p is device memory, which the host "
+            "cannot read "
+            "(a real driver crashes here)\n",
+            buf);
     abort();
   }
   memcpy(out, buf, *size);
@@ -703,8 +753,8 @@ static CUresult read_extra(void **extra, uint8_t *out, size_t *out_size) {
 }
 
 static CUresult check_dims(dim3_t g, dim3_t b) {
-  if (!g.x || !g.y || !g.z || !b.x || !b.y || !b.z || (uint64_t)b.x * b.y * b.z > 1024 || b.z > 64 || g.y > 65535 ||
-      g.z > 65535)
+  if (!g.x || !g.y || !g.z || !b.x || !b.y || !b.z || (uint64_t)b.x * b.y * b.z > 1024 ||
+      b.z > 64 || g.y > 65535 || g.z > 65535)
     return HCQ_CUDA_ERROR_INVALID_VALUE;
   return 0;
 }
@@ -723,8 +773,8 @@ static CUresult f_cuInit(unsigned int flags) {
   for (int i = 0; i < 8; i++) g_ctx[i].dev = i;
   return g_ndev ? 0 : HCQ_CUDA_ERROR_NO_DEVICE;
 }
-/* HCQ_FAKE_CUDA_DRIVER_VERSION: the CUDA version this driver supports, "12.8" or 12080 (default 13.0,
- * the toolkit whose NVRTC the tests find here). */
+/* HCQ_FAKE_CUDA_DRIVER_VERSION: the CUDA version this driver supports, "12.8" or 12080
+ * (default 13.0, the toolkit whose NVRTC the tests find here). */
 static int driver_version(void) {
   const char *v = getenv("HCQ_FAKE_CUDA_DRIVER_VERSION");
   int major = 0, minor = 0;
@@ -880,7 +930,8 @@ static CUresult f_cuMemsetD8Async(hcq_CUdeviceptr dst, unsigned char v, size_t n
   o->a = (uintptr_t)dst, o->v = v, o->n = n;
   return enqueue((stream_t *)s, o);
 }
-static CUresult f_cuMemcpyAsync(hcq_CUdeviceptr dst, hcq_CUdeviceptr src, size_t n, hcq_CUstream s) {
+static CUresult f_cuMemcpyAsync(hcq_CUdeviceptr dst, hcq_CUdeviceptr src, size_t n,
+                                hcq_CUstream s) {
   op_t *o = new_op(OP_MEMCPY);
   if (!o) return 2;
   o->a = (uintptr_t)dst, o->b = (uintptr_t)src, o->n = n;
@@ -898,10 +949,13 @@ static CUresult f_cuMemcpyAsync(hcq_CUdeviceptr dst, hcq_CUdeviceptr src, size_t
 static CUresult f_cuPointerGetAttribute(void *data, int attr, hcq_CUdeviceptr p) {
   ctx_t *c = owner_of((uintptr_t)p);
   if (!c) return HCQ_CUDA_ERROR_INVALID_VALUE;
-  if (attr == HCQ_CU_POINTER_ATTRIBUTE_CONTEXT) *(hcq_CUcontext *)data = (hcq_CUcontext)c;
+  if (attr == HCQ_CU_POINTER_ATTRIBUTE_CONTEXT)
+    *(hcq_CUcontext *)data = (hcq_CUcontext)c;
   else if (attr == HCQ_CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
-    *(unsigned *)data = in_device_memory((uintptr_t)p) ? HCQ_CU_MEMORYTYPE_DEVICE : HCQ_CU_MEMORYTYPE_HOST;
-  else return HCQ_CUDA_ERROR_INVALID_VALUE;
+    *(unsigned *)data =
+        in_device_memory((uintptr_t)p) ? HCQ_CU_MEMORYTYPE_DEVICE : HCQ_CU_MEMORYTYPE_HOST;
+  else
+    return HCQ_CUDA_ERROR_INVALID_VALUE;
   return 0;
 }
 static CUresult f_cuStreamCreate(hcq_CUstream *out, unsigned int flags) {
@@ -961,15 +1015,18 @@ static CUresult f_cuStreamQuery(hcq_CUstream h) {
   pthread_mutex_unlock(&s->lock);
   return idle ? 0 : HCQ_CUDA_ERROR_NOT_READY;
 }
-static CUresult f_cuStreamWaitValue64(hcq_CUstream s, hcq_CUdeviceptr addr, uint64_t v, unsigned int flags) {
+static CUresult f_cuStreamWaitValue64(hcq_CUstream s, hcq_CUdeviceptr addr, uint64_t v,
+                                      unsigned int flags) {
   /* Only memory the driver knows may be waited on (as with the real one). */
-  if (flags != HCQ_CU_STREAM_WAIT_VALUE_GEQ || !owner_of((uintptr_t)addr)) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  if (flags != HCQ_CU_STREAM_WAIT_VALUE_GEQ || !owner_of((uintptr_t)addr))
+    return HCQ_CUDA_ERROR_INVALID_VALUE;
   op_t *o = new_op(OP_WAIT);
   if (!o) return 2;
   o->a = (uintptr_t)addr, o->v = v;
   return enqueue((stream_t *)s, o);
 }
-static CUresult f_cuStreamWriteValue64(hcq_CUstream s, hcq_CUdeviceptr addr, uint64_t v, unsigned int flags) {
+static CUresult f_cuStreamWriteValue64(hcq_CUstream s, hcq_CUdeviceptr addr, uint64_t v,
+                                       unsigned int flags) {
   if (flags != 0 || !owner_of((uintptr_t)addr)) return HCQ_CUDA_ERROR_INVALID_VALUE;
   op_t *o = new_op(OP_WRITE);
   if (!o) return 2;
@@ -1013,7 +1070,8 @@ static CUresult f_cuEventQuery(hcq_CUevent e) {
 }
 static CUresult f_cuEventElapsedTime(float *ms, hcq_CUevent a, hcq_CUevent b) {
   event_t *x = (event_t *)a, *y = (event_t *)b;
-  if (!atomic_load(&x->recorded) || f_cuEventQuery(a) || f_cuEventQuery(b)) return HCQ_CUDA_ERROR_INVALID_VALUE;
+  if (!atomic_load(&x->recorded) || f_cuEventQuery(a) || f_cuEventQuery(b))
+    return HCQ_CUDA_ERROR_INVALID_VALUE;
   *ms = (float)((double)(int64_t)(atomic_load(&y->time_ns) - atomic_load(&x->time_ns)) / 1e6);
   return 0;
 }
@@ -1034,8 +1092,8 @@ typedef struct module {
 } module_t;
 
 /* The newest PTX ISA (major * 10 + minor) a driver of this CUDA version loads, which is the one its
- * toolkit writes (the PTX ISA release notes' table): 12.0-12.5 -> 8.0-8.5, 12.6 -> 8.5, 12.7 -> 8.6,
- * 12.8 -> 8.7, 12.9 -> 8.8, 13.x -> 9.x, 11.x -> 7.x. */
+ * toolkit writes (the PTX ISA release notes' table): 12.0-12.5 -> 8.0-8.5, 12.6 -> 8.5, 12.7
+ * -> 8.6, 12.8 -> 8.7, 12.9 -> 8.8, 13.x -> 9.x, 11.x -> 7.x. */
 static int max_ptx_isa(int cuda) {
   int major = cuda / 1000, minor = cuda % 1000 / 10;
   if (major == 12 && minor >= 6) return minor == 6 ? 85 : 79 + minor;
@@ -1061,9 +1119,12 @@ static CUresult check_image(const unsigned char *p, bool elf) {
   return major * 10 + minor > max_ptx_isa(driver) ? HCQ_CUDA_ERROR_UNSUPPORTED_PTX_VERSION : 0;
 }
 
-static const fake_kernel_t *kernel_of(hcq_CUfunction f) { return f ? ((const fake_func_t *)f)->k : NULL; }
+static const fake_kernel_t *kernel_of(hcq_CUfunction f) {
+  return f ? ((const fake_func_t *)f)->k : NULL;
+}
 
-/* Loads f if it is not loaded yet: in the implicit-sync mode that waits for the context's streams. */
+/* Loads f if it is not loaded yet: in the implicit-sync mode that waits for the context's streams.
+ */
 static void load_function(hcq_CUfunction f) {
   fake_func_t *fn = (fake_func_t *)f;
   if (!fn || atomic_load(&fn->loaded)) return;
@@ -1081,7 +1142,9 @@ static CUresult f_cuModuleGetLoadingMode(int *mode) {
   return 0;
 }
 
-static uint32_t le32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 static uint64_t le64(const unsigned char *p) { return le32(p) | (uint64_t)le32(p + 4) << 32; }
 
 /* The stand-in's GPU is compute capability 9.0 (cuDeviceGetAttribute): code for sm_XY runs on it
@@ -1098,11 +1161,13 @@ static int elf_arch(const unsigned char *p) {
  * table or of the furthest section, whichever is later. */
 static size_t elf_size(const unsigned char *p) {
   uint64_t shoff = le64(p + 0x28), end;
-  uint16_t shentsize = (uint16_t)(p[0x3A] | p[0x3B] << 8), shnum = (uint16_t)(p[0x3C] | p[0x3D] << 8);
+  uint16_t shentsize = (uint16_t)(p[0x3A] | p[0x3B] << 8),
+           shnum = (uint16_t)(p[0x3C] | p[0x3D] << 8);
   end = shoff + (uint64_t)shentsize * shnum;
   for (unsigned i = 0; i < shnum; i++) {
     const unsigned char *sh = p + shoff + (uint64_t)i * shentsize;
-    if (le32(sh + 4) != 8 /* SHT_NOBITS */ && le64(sh + 24) + le64(sh + 32) > end) end = le64(sh + 24) + le64(sh + 32);
+    if (le32(sh + 4) != 8 /* SHT_NOBITS */ && le64(sh + 24) + le64(sh + 32) > end)
+      end = le64(sh + 24) + le64(sh + 32);
   }
   return (size_t)end;
 }
@@ -1124,7 +1189,9 @@ static CUresult fatbin_pick(const unsigned char *p, const unsigned char **out, b
     bool compressed = (flags & 0xA000u) != 0;
     if (kind == 2 && runs_here(arch)) {
       if (compressed) {
-        fprintf(stderr, "fake libcuda: fatbin cubin for sm_%d is compressed; the stand-in cannot read it\n", arch);
+        fprintf(stderr,
+                "fake libcuda: fatbin cubin for sm_%d is compressed; the stand-in cannot read it\n",
+                arch);
         return HCQ_CUDA_ERROR_INVALID_IMAGE;
       }
       *out = e + ehs;
@@ -1144,7 +1211,8 @@ static CUresult fatbin_pick(const unsigned char *p, const unsigned char **out, b
   return 0;
 }
 
-static CUresult f_cuModuleLoadDataEx(hcq_CUmodule *m, const void *image, unsigned int n, int *opts, void **vals) {
+static CUresult f_cuModuleLoadDataEx(hcq_CUmodule *m, const void *image, unsigned int n, int *opts,
+                                     void **vals) {
   (void)n, (void)opts, (void)vals;
   const unsigned char *p = image;
   size_t size;
@@ -1155,7 +1223,8 @@ static CUresult f_cuModuleLoadDataEx(hcq_CUmodule *m, const void *image, unsigne
     image = p;
   }
   bool elf = p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F';
-  if (elf && (p[18] != 190 || p[19] != 0)) return HCQ_CUDA_ERROR_INVALID_IMAGE; /* not for EM_CUDA */
+  if (elf && (p[18] != 190 || p[19] != 0))
+    return HCQ_CUDA_ERROR_INVALID_IMAGE; /* not for EM_CUDA */
   if (elf && !runs_here(elf_arch(p))) return HCQ_CUDA_ERROR_NO_BINARY_FOR_GPU;
   CUresult rc = elf || strstr((const char *)image, ".version") ? check_image(p, elf) : 0;
   if (rc) return rc;
@@ -1215,7 +1284,8 @@ static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const 
       fake_func_t *f = &mod->funcs[mod->nfuncs++];
       f->k = &g_kernels[i];
       memset(f->shape, 0, sizeof(f->shape));
-      const char *sh = g_kernels[i].per_block ? memmem(mod->image, mod->size, "llama2_shape_", 13) : NULL;
+      const char *sh =
+          g_kernels[i].per_block ? memmem(mod->image, mod->size, "llama2_shape_", 13) : NULL;
       int32_t *v = f->shape;
       if (g_kernels[i].llm) {
         sh = memmem(mod->image, mod->size, "llm_shape_", 10);
@@ -1227,8 +1297,8 @@ static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const 
           if (end == at || (k + 1 < LLMT_NAMED && *end != '_')) break;
           v[k] = (int32_t)x, got++, sh = end + 1;
         }
-        if (got == LLMT_NAMED &&
-            llm_scales((const char *)mod->image, mod->size, &v[LLMT_EMB_SCALE_BITS], &v[LLMT_ATTN_SCALE_BITS]))
+        if (got == LLMT_NAMED && llm_scales((const char *)mod->image, mod->size,
+                                            &v[LLMT_EMB_SCALE_BITS], &v[LLMT_ATTN_SCALE_BITS]))
           llmt_default_arch(v);
         else
           got = 0;
@@ -1239,15 +1309,16 @@ static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const 
         }
       } else if (g_kernels[i].minilm) {
         sh = memmem(mod->image, mod->size, "minilm_shape_", 13);
-        if (!sh || sscanf(sh, "minilm_shape_%d_%d_%d_%d_%d_%d_%d_%d_%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                          &v[7], &v[8]) != M_COUNT) {
+        if (!sh || sscanf(sh, "minilm_shape_%d_%d_%d_%d_%d_%d_%d_%d_%d", &v[0], &v[1], &v[2], &v[3],
+                          &v[4], &v[5], &v[6], &v[7], &v[8]) != M_COUNT) {
           fprintf(stderr, "fake libcuda: kernel %s: the module names no minilm shape\n", name);
           mod->nfuncs--;
           return HCQ_CUDA_ERROR_NOT_FOUND;
         }
       } else if (g_kernels[i].per_block &&
-          (!sh || sscanf(sh, "llama2_shape_%d_%d_%d_%d_%d_%d_%d_%d_%d_%d_%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                         &v[6], &v[7], &v[8], &v[9], &v[10]) != LT_COUNT)) {
+                 (!sh ||
+                  sscanf(sh, "llama2_shape_%d_%d_%d_%d_%d_%d_%d_%d_%d_%d_%d", &v[0], &v[1], &v[2],
+                         &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10]) != LT_COUNT)) {
         fprintf(stderr, "fake libcuda: kernel %s: the module names no llama2 shape\n", name);
         mod->nfuncs--;
         return HCQ_CUDA_ERROR_NOT_FOUND;
@@ -1259,8 +1330,9 @@ static CUresult f_cuModuleGetFunction(hcq_CUfunction *fn, hcq_CUmodule m, const 
   fprintf(stderr, "fake libcuda: no host implementation of kernel %s\n", name);
   return HCQ_CUDA_ERROR_NOT_FOUND;
 }
-static CUresult f_cuLaunchKernel(hcq_CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                 unsigned bz, unsigned shared, hcq_CUstream s, void **params, void **extra) {
+static CUresult f_cuLaunchKernel(hcq_CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                 unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                                 hcq_CUstream s, void **params, void **extra) {
   (void)shared;
   op_t *o = new_op(OP_KERNEL);
   if (!o) return 2;
@@ -1293,7 +1365,8 @@ static CUresult f_cuGraphDestroy(hcq_CUgraph h) {
   free(g);
   return 0;
 }
-static CUresult add_node(graph_t *g, gnode_t *n, const hcq_CUgraphNode *deps, size_t ndeps, hcq_CUgraphNode *out) {
+static CUresult add_node(graph_t *g, gnode_t *n, const hcq_CUgraphNode *deps, size_t ndeps,
+                         hcq_CUgraphNode *out) {
   for (size_t i = 0; i < ndeps; i++) {
     const gnode_t *d = (const gnode_t *)deps[i];
     if (!d || d->index >= g->n || g->nodes[d->index] != d) {
@@ -1327,8 +1400,9 @@ static CUresult kernel_node(gnode_t *n, const hcq_CUDA_KERNEL_NODE_PARAMS *p) {
   return rc ? rc : read_extra(p->extra, n->params, &n->psize);
 }
 static CUresult copy_node(gnode_t *n, const hcq_CUDA_MEMCPY3D *p) {
-  if (p->srcMemoryType != HCQ_CU_MEMORYTYPE_UNIFIED || p->dstMemoryType != HCQ_CU_MEMORYTYPE_UNIFIED || p->Height != 1 ||
-      p->Depth != 1 || !p->WidthInBytes || p->srcXInBytes || p->dstXInBytes)
+  if (p->srcMemoryType != HCQ_CU_MEMORYTYPE_UNIFIED ||
+      p->dstMemoryType != HCQ_CU_MEMORYTYPE_UNIFIED || p->Height != 1 || p->Depth != 1 ||
+      !p->WidthInBytes || p->srcXInBytes || p->dstXInBytes)
     return HCQ_CUDA_ERROR_INVALID_VALUE;
   n->kind = 1;
   n->dst = (uintptr_t)p->dstDevice;
@@ -1336,7 +1410,8 @@ static CUresult copy_node(gnode_t *n, const hcq_CUDA_MEMCPY3D *p) {
   n->bytes = p->WidthInBytes;
   return 0;
 }
-static CUresult f_cuGraphAddKernelNode(hcq_CUgraphNode *out, hcq_CUgraph g, const hcq_CUgraphNode *deps, size_t nd,
+static CUresult f_cuGraphAddKernelNode(hcq_CUgraphNode *out, hcq_CUgraph g,
+                                       const hcq_CUgraphNode *deps, size_t nd,
                                        const hcq_CUDA_KERNEL_NODE_PARAMS *p) {
   gnode_t *n = calloc(1, sizeof(*n));
   if (!n) return 2;
@@ -1347,7 +1422,8 @@ static CUresult f_cuGraphAddKernelNode(hcq_CUgraphNode *out, hcq_CUgraph g, cons
   }
   return add_node((graph_t *)g, n, deps, nd, out);
 }
-static CUresult f_cuGraphAddMemcpyNode(hcq_CUgraphNode *out, hcq_CUgraph g, const hcq_CUgraphNode *deps, size_t nd,
+static CUresult f_cuGraphAddMemcpyNode(hcq_CUgraphNode *out, hcq_CUgraph g,
+                                       const hcq_CUgraphNode *deps, size_t nd,
                                        const hcq_CUDA_MEMCPY3D *p, hcq_CUcontext ctx) {
   gnode_t *n = calloc(1, sizeof(*n));
   if (!n) return 2;
@@ -1358,13 +1434,15 @@ static CUresult f_cuGraphAddMemcpyNode(hcq_CUgraphNode *out, hcq_CUgraph g, cons
   }
   return add_node((graph_t *)g, n, deps, nd, out);
 }
-static CUresult f_cuGraphAddEmptyNode(hcq_CUgraphNode *out, hcq_CUgraph g, const hcq_CUgraphNode *deps, size_t nd) {
+static CUresult f_cuGraphAddEmptyNode(hcq_CUgraphNode *out, hcq_CUgraph g,
+                                      const hcq_CUgraphNode *deps, size_t nd) {
   gnode_t *n = calloc(1, sizeof(*n));
   if (!n) return 2;
   n->kind = 2;
   return add_node((graph_t *)g, n, deps, nd, out);
 }
-static CUresult f_cuGraphInstantiateWithFlags(hcq_CUgraphExec *out, hcq_CUgraph h, unsigned long long flags) {
+static CUresult f_cuGraphInstantiateWithFlags(hcq_CUgraphExec *out, hcq_CUgraph h,
+                                              unsigned long long flags) {
   (void)flags;
   graph_t *g = (graph_t *)h;
   gexec_t *e = calloc(1, sizeof(*e));
@@ -1408,8 +1486,8 @@ static CUresult f_cuGraphExecKernelNodeSetParams(hcq_CUgraphExec h, hcq_CUgraphN
   if (!rc) *n = copy;
   return rc;
 }
-static CUresult f_cuGraphExecMemcpyNodeSetParams(hcq_CUgraphExec h, hcq_CUgraphNode node, const hcq_CUDA_MEMCPY3D *p,
-                                                 hcq_CUcontext ctx) {
+static CUresult f_cuGraphExecMemcpyNodeSetParams(hcq_CUgraphExec h, hcq_CUgraphNode node,
+                                                 const hcq_CUDA_MEMCPY3D *p, hcq_CUcontext ctx) {
   gnode_t *n = exec_node((gexec_t *)h, node);
   if (!n || n->kind != 1 || !ctx) return HCQ_CUDA_ERROR_INVALID_VALUE;
   atomic_fetch_add(&g_memcpy_sets, 1);
@@ -1418,7 +1496,8 @@ static CUresult f_cuGraphExecMemcpyNodeSetParams(hcq_CUgraphExec h, hcq_CUgraphN
   if (!rc) *n = copy;
   return rc;
 }
-static CUresult f_cuGraphNodeSetEnabled(hcq_CUgraphExec h, hcq_CUgraphNode node, unsigned int enabled) {
+static CUresult f_cuGraphNodeSetEnabled(hcq_CUgraphExec h, hcq_CUgraphNode node,
+                                        unsigned int enabled) {
   gnode_t *n = exec_node((gexec_t *)h, node);
   if (!n || n->kind != 0) return HCQ_CUDA_ERROR_INVALID_VALUE;
   atomic_fetch_add(&g_enable_sets, 1);
@@ -1435,7 +1514,8 @@ static const struct {
 #undef FAKE_ENTRY
 };
 
-/* Entry points hcq looks for only where the driver has them, with the version that introduced them. */
+/* Entry points hcq looks for only where the driver has them, with the version that introduced them.
+ */
 static const struct {
   const char *name;
   void *fn;
@@ -1445,7 +1525,8 @@ static const struct {
     {"cuModuleGetLoadingMode", (void *)f_cuModuleGetLoadingMode, 11070},
 };
 
-EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags,
+                                    int *status) {
   (void)flags;
   for (size_t i = 0; i < sizeof(g_optional) / sizeof(g_optional[0]); i++)
     if (!strcmp(g_optional[i].name, symbol)) {

@@ -9,11 +9,14 @@ _Static_assert((int)M_COUNT <= (int)LT_COUNT, "a MiniLM shape fits the llama2 sh
 static float m_gelu(float x) {
   float z = x * 0.70710678f, az = fabsf(z);
   float t = 1.0f / (1.0f + 0.3275911f * az);
-  float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  float poly =
+      t * (0.254829592f +
+           t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
   float e = 1.0f - poly * expf(-az * az);
   return 0.5f * x * (1.0f + (z < 0.0f ? -e : e));
 }
-static void m_layernorm(float *dst, const float *row, const float *w, const float *b, const int32_t *S) {
+static void m_layernorm(float *dst, const float *row, const float *w, const float *b,
+                        const int32_t *S) {
   int h = S[M_HIDDEN];
   float eps, mean = 0, var = 0;
   memcpy(&eps, &S[M_EPS], 4);
@@ -23,7 +26,8 @@ static void m_layernorm(float *dst, const float *row, const float *w, const floa
   float inv = 1.0f / sqrtf(var / (float)h + eps);
   for (int j = 0; j < h; j++) dst[j] = (row[j] - mean) * inv * w[j] + b[j];
 }
-static float m_linear(const float *in, const float *wt, const float *bias, int t, int j, int K, int N) {
+static float m_linear(const float *in, const float *wt, const float *bias, int t, int j, int K,
+                      int N) {
   float s = bias[j];
   for (int k = 0; k < K; k++) s += in[(size_t)t * K + k] * wt[(size_t)k * N + j];
   return s;
@@ -38,7 +42,8 @@ static void m_embed(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
   int h = S[M_HIDDEN], t = (int)b.x, id = PI(1)[t];
   if (id < 0 || id >= S[M_VOCAB]) id = 0;
   float *row = m_row(S);
-  for (int j = 0; j < h; j++) row[j] = PF(2)[(size_t)id * h + j] + PF(3)[(size_t)t * h + j] + PF(4)[j];
+  for (int j = 0; j < h; j++)
+    row[j] = PF(2)[(size_t)id * h + j] + PF(3)[(size_t)t * h + j] + PF(4)[j];
   m_layernorm(PF(0) + (size_t)t * h, row, PF(5), PF(6), S);
   free(row);
 }
@@ -73,9 +78,11 @@ static void m_down_ln(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
 }
 static void m_attn(const uint8_t *p, const int32_t *S, dim3_t b, dim3_t d) {
   (void)d;
-  int h = S[M_HIDDEN], hd = S[M_HEAD_DIM], n = p32(p, 3, 0), head = (int)b.x, t = (int)b.y, stride = 3 * h;
+  int h = S[M_HIDDEN], hd = S[M_HEAD_DIM], n = p32(p, 3, 0), head = (int)b.x, t = (int)b.y,
+      stride = 3 * h;
   const float *qkv = PF(1), *q = qkv + (size_t)t * stride + head * hd;
-  float *pr = malloc((size_t)n * sizeof(float)), m = -INFINITY, sum = 0, scale = 1.0f / sqrtf((float)hd);
+  float *pr = malloc((size_t)n * sizeof(float)), m = -INFINITY, sum = 0,
+        scale = 1.0f / sqrtf((float)hd);
   if (!pr) abort();
   for (int s = 0; s < n; s++) {
     const float *k = qkv + (size_t)s * stride + h + head * hd;

@@ -1,10 +1,10 @@
 /* A stand-in for an older NVRTC, for the tests of how hcq chooses among the NVRTC libraries a
  * machine has (tests/test_cuda_driver.c): it says it is NVRTC HCQ_FAKE_NVRTC_VERSION (default 12.8)
  * and compiles with the real NVRTC it finds (HCQ_FAKE_NVRTC_REAL, else libnvrtc.so.13, .12), then
- * writes its own version's PTX ISA into the PTX's ".version" line (12.8: 8.7) and gives no cubin, so
- * what it makes is PTX that a driver of its version loads. The kernels themselves run as host twins
- * in tests/fake_cuda/fake_cuda.c, so the PTX body is never executed; what it proves is which library
- * hcq picks and that the driver is given what it accepts. */
+ * writes its own version's PTX ISA into the PTX's ".version" line (12.8: 8.7) and gives no cubin,
+ * so what it makes is PTX that a driver of its version loads. The kernels themselves run as host
+ * twins in tests/fake_cuda/fake_cuda.c, so the PTX body is never executed; what it proves is which
+ * library hcq picks and that the driver is given what it accepts. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -19,7 +19,8 @@ typedef struct nvrtc_program_st *nvrtc_program;
 static struct {
   void *lib;
   const char *(*nvrtcGetErrorString)(int);
-  int (*nvrtcCreateProgram)(nvrtc_program *, const char *, const char *, int, const char *const *, const char *const *);
+  int (*nvrtcCreateProgram)(nvrtc_program *, const char *, const char *, int, const char *const *,
+                            const char *const *);
   int (*nvrtcDestroyProgram)(nvrtc_program *);
   int (*nvrtcCompileProgram)(nvrtc_program, int, const char *const *);
   int (*nvrtcGetPTXSize)(nvrtc_program, size_t *);
@@ -53,7 +54,8 @@ static void load(void) {
 
 static bool ready(void) {
   pthread_once(&g_once, load);
-  return g_real.lib && g_real.nvrtcCreateProgram && g_real.nvrtcGetPTX && g_real.nvrtcGetSupportedArchs;
+  return g_real.lib && g_real.nvrtcCreateProgram && g_real.nvrtcGetPTX &&
+         g_real.nvrtcGetSupportedArchs;
 }
 
 enum { NVRTC_ERROR_INTERNAL_ERROR = 11 };
@@ -70,17 +72,20 @@ static int ptx_isa(int major, int minor) {
 }
 
 EXPORT const char *nvrtcGetErrorString(int rc) {
-  return ready() && g_real.nvrtcGetErrorString ? g_real.nvrtcGetErrorString(rc) : "fake NVRTC: no real NVRTC found";
+  return ready() && g_real.nvrtcGetErrorString ? g_real.nvrtcGetErrorString(rc)
+                                               : "fake NVRTC: no real NVRTC found";
 }
 EXPORT int nvrtcVersion(int *major, int *minor) {
   version(major, minor);
   return 0;
 }
-EXPORT int nvrtcCreateProgram(nvrtc_program *p, const char *src, const char *name, int n, const char *const *h,
-                              const char *const *inc) {
+EXPORT int nvrtcCreateProgram(nvrtc_program *p, const char *src, const char *name, int n,
+                              const char *const *h, const char *const *inc) {
   return ready() ? g_real.nvrtcCreateProgram(p, src, name, n, h, inc) : NVRTC_ERROR_INTERNAL_ERROR;
 }
-EXPORT int nvrtcDestroyProgram(nvrtc_program *p) { return ready() ? g_real.nvrtcDestroyProgram(p) : 0; }
+EXPORT int nvrtcDestroyProgram(nvrtc_program *p) {
+  return ready() ? g_real.nvrtcDestroyProgram(p) : 0;
+}
 EXPORT int nvrtcCompileProgram(nvrtc_program p, int n, const char *const *opts) {
   return ready() ? g_real.nvrtcCompileProgram(p, n, opts) : NVRTC_ERROR_INTERNAL_ERROR;
 }

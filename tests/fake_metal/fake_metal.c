@@ -15,9 +15,9 @@
  * command buffer, as the GPU would fault. MSL cannot be compiled here: a library's kernels are the
  * names after "kernel void" in its source, each resolved to a host twin below (a source with an
  * "#error" line fails to compile with Metal's message format). A kernel named hcq_fake_fault fails
- * its command buffer with a GPU fault. The device recommends a fixed working set (48 GiB) and counts
- * the bytes of its live buffers as currentAllocatedSize. hcq_fake_metal_counts() gives tests what
- * they count. newLibraryWithData: takes a metallib's function names the same way (see
+ * its command buffer with a GPU fault. The device recommends a fixed working set (48 GiB) and
+ * counts the bytes of its live buffers as currentAllocatedSize. hcq_fake_metal_counts() gives tests
+ * what they count. newLibraryWithData: takes a metallib's function names the same way (see
  * device_library_data), from dispatch data this library also provides (dispatch_data_create). */
 #include <float.h>
 #include <math.h>
@@ -32,8 +32,12 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-typedef struct { unsigned long width, height, depth; } MTLSize;
-typedef struct { unsigned long location, length; } NSRange;
+typedef struct {
+  unsigned long width, height, depth;
+} MTLSize;
+typedef struct {
+  unsigned long location, length;
+} NSRange;
 
 /* ---- the runtime ---- */
 
@@ -76,7 +80,8 @@ EXPORT const char *sel_registerName(const char *name) {
 
 static void *nil_imp(void) { return NULL; } /* messages to nil return 0 */
 
-__attribute__((visibility("hidden"), used)) void *hcq_fake_metal_lookup(obj_t *self, const char *sel) {
+__attribute__((visibility("hidden"), used)) void *hcq_fake_metal_lookup(obj_t *self,
+                                                                        const char *sel) {
   if (!self) return (void *)nil_imp;
   for (const method_t *m = self->isa->methods; m && m->sel; m++)
     if (!strcmp(m->sel, sel)) return m->imp;
@@ -85,44 +90,56 @@ __attribute__((visibility("hidden"), used)) void *hcq_fake_metal_lookup(obj_t *s
 }
 
 #if defined(__x86_64__)
-__asm__(".text\n"
-        ".globl objc_msgSend\n"
-        ".type objc_msgSend, @function\n"
-        "objc_msgSend:\n"
-        "  push %rbp\n"
-        "  mov %rsp, %rbp\n"
-        "  sub $0xc0, %rsp\n"
-        "  mov %rdi, 0x00(%rsp)\n  mov %rsi, 0x08(%rsp)\n  mov %rdx, 0x10(%rsp)\n  mov %rcx, 0x18(%rsp)\n"
-        "  mov %r8, 0x20(%rsp)\n  mov %r9, 0x28(%rsp)\n  mov %rax, 0x30(%rsp)\n"
-        "  movdqu %xmm0, 0x40(%rsp)\n  movdqu %xmm1, 0x50(%rsp)\n  movdqu %xmm2, 0x60(%rsp)\n  movdqu %xmm3, 0x70(%rsp)\n"
-        "  movdqu %xmm4, 0x80(%rsp)\n  movdqu %xmm5, 0x90(%rsp)\n  movdqu %xmm6, 0xa0(%rsp)\n  movdqu %xmm7, 0xb0(%rsp)\n"
-        "  call hcq_fake_metal_lookup\n"
-        "  mov %rax, %r11\n"
-        "  mov 0x00(%rsp), %rdi\n  mov 0x08(%rsp), %rsi\n  mov 0x10(%rsp), %rdx\n  mov 0x18(%rsp), %rcx\n"
-        "  mov 0x20(%rsp), %r8\n  mov 0x28(%rsp), %r9\n  mov 0x30(%rsp), %rax\n"
-        "  movdqu 0x40(%rsp), %xmm0\n  movdqu 0x50(%rsp), %xmm1\n  movdqu 0x60(%rsp), %xmm2\n  movdqu 0x70(%rsp), %xmm3\n"
-        "  movdqu 0x80(%rsp), %xmm4\n  movdqu 0x90(%rsp), %xmm5\n  movdqu 0xa0(%rsp), %xmm6\n  movdqu 0xb0(%rsp), %xmm7\n"
-        "  leave\n"
-        "  jmp *%r11\n"
-        ".size objc_msgSend, .-objc_msgSend\n");
+__asm__(
+    ".text\n"
+    ".globl objc_msgSend\n"
+    ".type objc_msgSend, @function\n"
+    "objc_msgSend:\n"
+    "  push %rbp\n"
+    "  mov %rsp, %rbp\n"
+    "  sub $0xc0, %rsp\n"
+    "  mov %rdi, 0x00(%rsp)\n  mov %rsi, 0x08(%rsp)\n  mov %rdx, 0x10(%rsp)\n  mov %rcx, "
+    "0x18(%rsp)\n"
+    "  mov %r8, 0x20(%rsp)\n  mov %r9, 0x28(%rsp)\n  mov %rax, 0x30(%rsp)\n"
+    "  movdqu %xmm0, 0x40(%rsp)\n  movdqu %xmm1, 0x50(%rsp)\n  movdqu %xmm2, 0x60(%rsp)\n  movdqu "
+    "%xmm3, 0x70(%rsp)\n"
+    "  movdqu %xmm4, 0x80(%rsp)\n  movdqu %xmm5, 0x90(%rsp)\n  movdqu %xmm6, 0xa0(%rsp)\n  movdqu "
+    "%xmm7, 0xb0(%rsp)\n"
+    "  call hcq_fake_metal_lookup\n"
+    "  mov %rax, %r11\n"
+    "  mov 0x00(%rsp), %rdi\n  mov 0x08(%rsp), %rsi\n  mov 0x10(%rsp), %rdx\n  mov 0x18(%rsp), "
+    "%rcx\n"
+    "  mov 0x20(%rsp), %r8\n  mov 0x28(%rsp), %r9\n  mov 0x30(%rsp), %rax\n"
+    "  movdqu 0x40(%rsp), %xmm0\n  movdqu 0x50(%rsp), %xmm1\n  movdqu 0x60(%rsp), %xmm2\n  movdqu "
+    "0x70(%rsp), %xmm3\n"
+    "  movdqu 0x80(%rsp), %xmm4\n  movdqu 0x90(%rsp), %xmm5\n  movdqu 0xa0(%rsp), %xmm6\n  movdqu "
+    "0xb0(%rsp), %xmm7\n"
+    "  leave\n"
+    "  jmp *%r11\n"
+    ".size objc_msgSend, .-objc_msgSend\n");
 #elif defined(__aarch64__)
-__asm__(".text\n"
-        ".globl objc_msgSend\n"
-        ".type objc_msgSend, %function\n"
-        "objc_msgSend:\n"
-        "  stp x29, x30, [sp, #-224]!\n"
-        "  mov x29, sp\n"
-        "  stp x0, x1, [sp, #16]\n  stp x2, x3, [sp, #32]\n  stp x4, x5, [sp, #48]\n  stp x6, x7, [sp, #64]\n"
-        "  str x8, [sp, #80]\n"
-        "  stp q0, q1, [sp, #96]\n  stp q2, q3, [sp, #128]\n  stp q4, q5, [sp, #160]\n  stp q6, q7, [sp, #192]\n"
-        "  bl hcq_fake_metal_lookup\n"
-        "  mov x16, x0\n"
-        "  ldp x0, x1, [sp, #16]\n  ldp x2, x3, [sp, #32]\n  ldp x4, x5, [sp, #48]\n  ldp x6, x7, [sp, #64]\n"
-        "  ldr x8, [sp, #80]\n"
-        "  ldp q0, q1, [sp, #96]\n  ldp q2, q3, [sp, #128]\n  ldp q4, q5, [sp, #160]\n  ldp q6, q7, [sp, #192]\n"
-        "  ldp x29, x30, [sp], #224\n"
-        "  br x16\n"
-        ".size objc_msgSend, .-objc_msgSend\n");
+__asm__(
+    ".text\n"
+    ".globl objc_msgSend\n"
+    ".type objc_msgSend, %function\n"
+    "objc_msgSend:\n"
+    "  stp x29, x30, [sp, #-224]!\n"
+    "  mov x29, sp\n"
+    "  stp x0, x1, [sp, #16]\n  stp x2, x3, [sp, #32]\n  stp x4, x5, [sp, #48]\n  stp x6, x7, [sp, "
+    "#64]\n"
+    "  str x8, [sp, #80]\n"
+    "  stp q0, q1, [sp, #96]\n  stp q2, q3, [sp, #128]\n  stp q4, q5, [sp, #160]\n  stp q6, q7, "
+    "[sp, #192]\n"
+    "  bl hcq_fake_metal_lookup\n"
+    "  mov x16, x0\n"
+    "  ldp x0, x1, [sp, #16]\n  ldp x2, x3, [sp, #32]\n  ldp x4, x5, [sp, #48]\n  ldp x6, x7, [sp, "
+    "#64]\n"
+    "  ldr x8, [sp, #80]\n"
+    "  ldp q0, q1, [sp, #96]\n  ldp q2, q3, [sp, #128]\n  ldp q4, q5, [sp, #160]\n  ldp q6, q7, "
+    "[sp, #192]\n"
+    "  ldp x29, x30, [sp], #224\n"
+    "  br x16\n"
+    ".size objc_msgSend, .-objc_msgSend\n");
 #else
 #error "the Metal stand-in's objc_msgSend trampoline is written for x86-64 and aarch64"
 #endif
@@ -174,7 +191,8 @@ static void *autorelease(void *o) {
   return o;
 }
 
-#define M(sel, fn) {sel, (void *)(fn)}
+#define M(sel, fn) \
+  { sel, (void *)(fn) }
 #define BASE M("release", obj_release), M("retain", obj_retain)
 
 /* ---- counters ---- */
@@ -191,7 +209,8 @@ typedef struct hcq_fake_metal_counts {
 
 static pthread_mutex_t g_count_lock = PTHREAD_MUTEX_INITIALIZER;
 static hcq_fake_metal_counts_t g_counts;
-#define COUNT(field) (pthread_mutex_lock(&g_count_lock), g_counts.field++, pthread_mutex_unlock(&g_count_lock))
+#define COUNT(field) \
+  (pthread_mutex_lock(&g_count_lock), g_counts.field++, pthread_mutex_unlock(&g_count_lock))
 
 EXPORT void hcq_fake_metal_counts(hcq_fake_metal_counts_t *out) {
   pthread_mutex_lock(&g_count_lock);
@@ -245,8 +264,9 @@ static nserror_t *make_error(const char *fmt, const char *a, int n) {
 
 typedef struct grid {
   unsigned tg[3], ntg[3], tid[3], ntid[3];
-  const int32_t *shape; /* the llama2 shape of the pipeline's library, or NULL (fake_metal_llama2.c) */
-  const int32_t *llm;   /* the LLM shape of the pipeline's library, or NULL (fake_metal_llm.c) */
+  const int32_t
+      *shape; /* the llama2 shape of the pipeline's library, or NULL (fake_metal_llama2.c) */
+  const int32_t *llm; /* the LLM shape of the pipeline's library, or NULL (fake_metal_llm.c) */
 } grid_t;
 typedef void (*twin_fn)(void *const *b, const int32_t *v, const grid_t *g);
 #define GI ((uint64_t)g->tg[0] * g->ntid[0] + g->tid[0])
@@ -260,14 +280,16 @@ static void t_mul_add(void *const *b, const int32_t *v, const grid_t *g) {
   if (ROW0 && GI < (uint64_t)(int64_t)v[2]) x[GI] = x[GI] * (uint32_t)v[0] + (uint32_t)v[1];
 }
 static void t_add2(void *const *b, const int32_t *v, const grid_t *g) {
-  if (ROW0 && GI < (uint64_t)(int64_t)v[0]) ((int32_t *)b[0])[GI] = ((int32_t *)b[1])[GI] + ((int32_t *)b[2])[GI];
+  if (ROW0 && GI < (uint64_t)(int64_t)v[0])
+    ((int32_t *)b[0])[GI] = ((int32_t *)b[1])[GI] + ((int32_t *)b[2])[GI];
 }
 static void t_fill(void *const *b, const int32_t *v, const grid_t *g) {
   if (ROW0 && GI < (uint64_t)(int64_t)v[1]) ((int32_t *)b[0])[GI] = v[0];
 }
 static void t_mix3(void *const *b, const int32_t *v, const grid_t *g) {
   const uint32_t *x = b[1], *y = b[2];
-  if (ROW0 && GI < (uint64_t)(int64_t)v[2]) ((uint32_t *)b[0])[GI] = x[GI] * (uint32_t)v[0] + y[GI] + (uint32_t)v[1];
+  if (ROW0 && GI < (uint64_t)(int64_t)v[2])
+    ((uint32_t *)b[0])[GI] = x[GI] * (uint32_t)v[0] + y[GI] + (uint32_t)v[1];
 }
 static void t_record_groups(void *const *b, const int32_t *v, const grid_t *g) {
   (void)v;
@@ -278,7 +300,8 @@ static void t_record_groups(void *const *b, const int32_t *v, const grid_t *g) {
 /* examples/kernels */
 static void t_axpb(void *const *b, const int32_t *v, const grid_t *g) {
   const uint32_t *x = b[1], *w = b[2];
-  if (GI < (uint64_t)(v[0] < 0 ? 0 : v[0])) ((uint32_t *)b[0])[GI] = x[GI] * (uint32_t)v[1] + w[GI] + (uint32_t)v[2];
+  if (GI < (uint64_t)(v[0] < 0 ? 0 : v[0]))
+    ((uint32_t *)b[0])[GI] = x[GI] * (uint32_t)v[1] + w[GI] + (uint32_t)v[2];
 }
 static void t_mix2(void *const *b, const int32_t *v, const grid_t *g) {
   const uint32_t *x = b[1];
@@ -289,7 +312,8 @@ static void t_mix2(void *const *b, const int32_t *v, const grid_t *g) {
 }
 static void t_sum3(void *const *b, const int32_t *v, const grid_t *g) {
   const uint32_t *a = b[1], *bb = b[2], *c = b[3];
-  if (GI < (uint64_t)(v[0] < 0 ? 0 : v[0])) ((uint32_t *)b[0])[GI] = a[GI] + 3u * bb[GI] + 5u * c[GI];
+  if (GI < (uint64_t)(v[0] < 0 ? 0 : v[0]))
+    ((uint32_t *)b[0])[GI] = a[GI] + 3u * bb[GI] + 5u * c[GI];
 }
 static void t_saxpy_f32(void *const *b, const int32_t *v, const grid_t *g) {
   float a;
@@ -317,18 +341,24 @@ static void t_sum_final(void *const *b, const int32_t *v, const grid_t *g) {
 
 typedef struct twin {
   const char *name;
-  unsigned nbufs; /* 0: any; else only launches binding this many buffers (two kernels share a name) */
+  unsigned
+      nbufs; /* 0: any; else only launches binding this many buffers (two kernels share a name) */
   twin_fn fn;
 } twin_t;
 static const twin_t g_twins[] = {
-    {"add_scalar", 0, t_add_scalar}, {"mul_add", 0, t_mul_add}, {"add2", 0, t_add2},
-    {"fill", 0, t_fill},             {"mix", 3, t_mix3},        {"mix", 2, t_mix2},
+    {"add_scalar", 0, t_add_scalar},
+    {"mul_add", 0, t_mul_add},
+    {"add2", 0, t_add2},
+    {"fill", 0, t_fill},
+    {"mix", 3, t_mix3},
+    {"mix", 2, t_mix2},
     {"record_groups", 0, t_record_groups},
-    {"axpb", 0, t_axpb},             {"sum3", 0, t_sum3},       {"saxpy_f32", 0, t_saxpy_f32},
-    {"sum_groups", 0, t_sum_groups}, {"sum_final", 0, t_sum_final},
-    LLAMA2_TWINS
-    LLM_TWINS
-    {"hcq_fake_fault", 0, NULL},
+    {"axpb", 0, t_axpb},
+    {"sum3", 0, t_sum3},
+    {"saxpy_f32", 0, t_saxpy_f32},
+    {"sum_groups", 0, t_sum_groups},
+    {"sum_final", 0, t_sum_final},
+    LLAMA2_TWINS LLM_TWINS{"hcq_fake_fault", 0, NULL},
 };
 
 static bool has_twin(const char *name) {
@@ -355,8 +385,8 @@ typedef struct buffer {
 } buffer_t;
 
 /* currentAllocatedSize: bytes of the buffers alive now. One count for the process, not per device
- * object: on a Mac every MTLCreateSystemDefaultDevice returns the same device, so the allocations of
- * all of hcq's METAL:N (HCQ_METAL_VIRTUAL) count together there too. */
+ * object: on a Mac every MTLCreateSystemDefaultDevice returns the same device, so the allocations
+ * of all of hcq's METAL:N (HCQ_METAL_VIRTUAL) count together there too. */
 static _Atomic uint64_t g_allocated;
 
 static void buffer_dealloc(void *self) {
@@ -372,7 +402,8 @@ static unsigned long buffer_length(buffer_t *self, const char *sel) {
   (void)sel;
   return self->len;
 }
-static const method_t m_buffer[] = {BASE, M("contents", buffer_contents), M("length", buffer_length), {0}};
+static const method_t m_buffer[] = {
+    BASE, M("contents", buffer_contents), M("length", buffer_length), {0}};
 static fclass_t c_buffer = {NULL, "FakeMTLBuffer", m_buffer, buffer_dealloc};
 
 typedef struct event {
@@ -428,7 +459,8 @@ static unsigned long pipeline_max_threads(pipeline_t *self, const char *sel) {
   (void)self, (void)sel;
   return 1024;
 }
-static const method_t m_pipeline[] = {BASE, M("maxTotalThreadsPerThreadgroup", pipeline_max_threads), {0}};
+static const method_t m_pipeline[] = {
+    BASE, M("maxTotalThreadsPerThreadgroup", pipeline_max_threads), {0}};
 static fclass_t c_pipeline = {NULL, "FakeMTLComputePipelineState", m_pipeline, NULL};
 
 typedef struct pipeline_desc {
@@ -450,8 +482,10 @@ static void pdesc_set_icb(pipeline_desc_t *self, const char *sel, signed char ye
   (void)sel;
   self->icb = yes;
 }
-static const method_t m_pdesc[] = {BASE, M("setComputeFunction:", pdesc_set_function),
-                                   M("setSupportIndirectCommandBuffers:", pdesc_set_icb), {0}};
+static const method_t m_pdesc[] = {BASE,
+                                   M("setComputeFunction:", pdesc_set_function),
+                                   M("setSupportIndirectCommandBuffers:", pdesc_set_icb),
+                                   {0}};
 static fclass_t c_pdesc_meta, c_pdesc;
 static void *pdesc_new(obj_t *cls, const char *sel) {
   (void)cls, (void)sel;
@@ -466,10 +500,18 @@ typedef struct icb_desc {
   unsigned long types, max_binds;
   bool inherit_buffers, inherit_pipeline;
 } icb_desc_t;
-static void idesc_types(icb_desc_t *self, const char *sel, unsigned long v) { (void)sel, self->types = v; }
-static void idesc_inherit_buffers(icb_desc_t *self, const char *sel, signed char v) { (void)sel, self->inherit_buffers = v; }
-static void idesc_inherit_pipeline(icb_desc_t *self, const char *sel, signed char v) { (void)sel, self->inherit_pipeline = v; }
-static void idesc_binds(icb_desc_t *self, const char *sel, unsigned long v) { (void)sel, self->max_binds = v; }
+static void idesc_types(icb_desc_t *self, const char *sel, unsigned long v) {
+  (void)sel, self->types = v;
+}
+static void idesc_inherit_buffers(icb_desc_t *self, const char *sel, signed char v) {
+  (void)sel, self->inherit_buffers = v;
+}
+static void idesc_inherit_pipeline(icb_desc_t *self, const char *sel, signed char v) {
+  (void)sel, self->inherit_pipeline = v;
+}
+static void idesc_binds(icb_desc_t *self, const char *sel, unsigned long v) {
+  (void)sel, self->max_binds = v;
+}
 static const method_t m_idesc[] = {BASE,
                                    M("setCommandTypes:", idesc_types),
                                    M("setInheritBuffers:", idesc_inherit_buffers),
@@ -482,7 +524,8 @@ static void *idesc_new(obj_t *cls, const char *sel) {
   return alloc_obj(&c_idesc, sizeof(icb_desc_t));
 }
 static const method_t m_idesc_meta[] = {M("new", idesc_new), {0}};
-static fclass_t c_idesc_meta = {NULL, "MTLIndirectCommandBufferDescriptor (class)", m_idesc_meta, NULL};
+static fclass_t c_idesc_meta = {NULL, "MTLIndirectCommandBufferDescriptor (class)", m_idesc_meta,
+                                NULL};
 static fclass_t c_idesc = {&c_idesc_meta, "MTLIndirectCommandBufferDescriptor", m_idesc, NULL};
 
 /* An indirect compute command: the state set on it, kept until set again or reset. */
@@ -495,8 +538,11 @@ typedef struct icb_cmd {
   MTLSize grid, group;
   bool dispatch, barrier;
 } icb_cmd_t;
-static void cmd_pipeline(icb_cmd_t *self, const char *sel, pipeline_t *p) { (void)sel, COUNT(icb_sets), self->pipeline = p; }
-static void cmd_buffer(icb_cmd_t *self, const char *sel, buffer_t *b, unsigned long off, unsigned long i) {
+static void cmd_pipeline(icb_cmd_t *self, const char *sel, pipeline_t *p) {
+  (void)sel, COUNT(icb_sets), self->pipeline = p;
+}
+static void cmd_buffer(icb_cmd_t *self, const char *sel, buffer_t *b, unsigned long off,
+                       unsigned long i) {
   (void)sel;
   COUNT(icb_sets);
   if (i >= MAX_BINDS) {
@@ -510,7 +556,9 @@ static void cmd_dispatch(icb_cmd_t *self, const char *sel, MTLSize grid, MTLSize
   COUNT(icb_sets);
   self->grid = grid, self->group = group, self->dispatch = true;
 }
-static void cmd_barrier(icb_cmd_t *self, const char *sel) { (void)sel, COUNT(icb_sets), self->barrier = true; }
+static void cmd_barrier(icb_cmd_t *self, const char *sel) {
+  (void)sel, COUNT(icb_sets), self->barrier = true;
+}
 static void cmd_reset(icb_cmd_t *self, const char *sel) {
   (void)sel;
   COUNT(icb_sets);
@@ -518,10 +566,13 @@ static void cmd_reset(icb_cmd_t *self, const char *sel) {
   memset(self, 0, sizeof(*self));
   self->o = o;
 }
-static const method_t m_cmd[] = {M("setComputePipelineState:", cmd_pipeline),
-                                 M("setKernelBuffer:offset:atIndex:", cmd_buffer),
-                                 M("concurrentDispatchThreadgroups:threadsPerThreadgroup:", cmd_dispatch),
-                                 M("setBarrier", cmd_barrier), M("reset", cmd_reset), {0}};
+static const method_t m_cmd[] = {
+    M("setComputePipelineState:", cmd_pipeline),
+    M("setKernelBuffer:offset:atIndex:", cmd_buffer),
+    M("concurrentDispatchThreadgroups:threadsPerThreadgroup:", cmd_dispatch),
+    M("setBarrier", cmd_barrier),
+    M("reset", cmd_reset),
+    {0}};
 static fclass_t c_cmd = {NULL, "FakeMTLIndirectComputeCommand", m_cmd, NULL};
 
 typedef struct icb {
@@ -606,15 +657,19 @@ typedef struct encoder {
   size_t nresident;
 } encoder_t;
 static void enc_dealloc(void *self) { free(((encoder_t *)self)->resident); }
-static void enc_pipeline(encoder_t *e, const char *sel, pipeline_t *p) { (void)sel, e->pipeline = p; }
-static void enc_buffer(encoder_t *e, const char *sel, buffer_t *b, unsigned long off, unsigned long i) {
+static void enc_pipeline(encoder_t *e, const char *sel, pipeline_t *p) {
+  (void)sel, e->pipeline = p;
+}
+static void enc_buffer(encoder_t *e, const char *sel, buffer_t *b, unsigned long off,
+                       unsigned long i) {
   (void)sel;
   if (i < MAX_BINDS) {
     e->bufs[i] = (char *)b->mem + off;
     if (i + 1 > e->nbufs) e->nbufs = (unsigned)i + 1;
   }
 }
-static void enc_bytes(encoder_t *e, const char *sel, const void *p, unsigned long len, unsigned long i) {
+static void enc_bytes(encoder_t *e, const char *sel, const void *p, unsigned long len,
+                      unsigned long i) {
   (void)sel;
   memset(e->vals, 0, sizeof(e->vals));
   memcpy(e->vals, p, len < sizeof(e->vals) ? len : sizeof(e->vals));
@@ -631,7 +686,8 @@ static void enc_dispatch(encoder_t *e, const char *sel, MTLSize grid, MTLSize gr
   memcpy(o->vals, e->vals, sizeof(o->vals));
   o->grid = grid, o->group = group;
 }
-static void enc_use_resources(encoder_t *e, const char *sel, buffer_t *const *res, unsigned long n, unsigned long usage) {
+static void enc_use_resources(encoder_t *e, const char *sel, buffer_t *const *res, unsigned long n,
+                              unsigned long usage) {
   (void)sel, (void)usage;
   COUNT(use_resources);
   buffer_t **grown = realloc(e->resident, (e->nresident + n + 1) * sizeof(*grown));
@@ -652,8 +708,8 @@ static void enc_execute(encoder_t *e, const char *sel, icb_t *icb, NSRange range
   o->nresident = e->nresident;
 }
 static void enc_end(encoder_t *e, const char *sel) { (void)e, (void)sel; }
-static void blit_copy(encoder_t *e, const char *sel, buffer_t *src, unsigned long soff, buffer_t *dst, unsigned long doff,
-                      unsigned long size) {
+static void blit_copy(encoder_t *e, const char *sel, buffer_t *src, unsigned long soff,
+                      buffer_t *dst, unsigned long doff, unsigned long size) {
   (void)sel;
   op_t *o = add_op(e->cb, OP_COPY);
   o->src = (char *)src->mem + soff, o->dst = (char *)dst->mem + doff, o->size = size;
@@ -668,8 +724,11 @@ static const method_t m_compute[] = {BASE,
                                      M("endEncoding", enc_end),
                                      {0}};
 static fclass_t c_compute = {NULL, "FakeMTLComputeCommandEncoder", m_compute, enc_dealloc};
-static const method_t m_blit[] = {BASE, M("copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", blit_copy),
-                                  M("endEncoding", enc_end), {0}};
+static const method_t m_blit[] = {
+    BASE,
+    M("copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", blit_copy),
+    M("endEncoding", enc_end),
+    {0}};
 static fclass_t c_blit = {NULL, "FakeMTLBlitCommandEncoder", m_blit, NULL};
 
 static encoder_t *cb_compute(cmdbuf_t *cb, const char *sel) {
@@ -733,8 +792,8 @@ static double seconds(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static bool run_twin(cmdbuf_t *cb, pipeline_t *p, void *const *bufs, unsigned nbufs, const int32_t *vals, MTLSize grid,
-                     MTLSize group) {
+static bool run_twin(cmdbuf_t *cb, pipeline_t *p, void *const *bufs, unsigned nbufs,
+                     const int32_t *vals, MTLSize grid, MTLSize group) {
   if (!p) {
     snprintf(cb->error, sizeof(cb->error), "a dispatch without a compute pipeline state");
     return false;
@@ -746,7 +805,8 @@ static bool run_twin(cmdbuf_t *cb, pipeline_t *p, void *const *bufs, unsigned nb
   const twin_t *t = twin_for(p->name, nbufs);
   if (!t || !t->fn) {
     snprintf(cb->error, sizeof(cb->error),
-             "Execution of the command buffer was aborted due to an error during execution. Caused GPU Address Fault "
+             "Execution of the command buffer was aborted due to an error during execution. Caused "
+             "GPU Address Fault "
              "Error (0000000b:kIOGPUCommandBufferCallbackErrorPageFault) in kernel %s",
              p->name);
     return false;
@@ -754,7 +814,8 @@ static bool run_twin(cmdbuf_t *cb, pipeline_t *p, void *const *bufs, unsigned nb
   grid_t g = {.shape = p->has_shape ? p->shape : NULL, .llm = p->has_llm ? p->llm : NULL};
   MTLSize sz[2] = {grid, group};
   unsigned long dims[2][3];
-  for (int k = 0; k < 2; k++) dims[k][0] = sz[k].width, dims[k][1] = sz[k].height, dims[k][2] = sz[k].depth;
+  for (int k = 0; k < 2; k++)
+    dims[k][0] = sz[k].width, dims[k][1] = sz[k].height, dims[k][2] = sz[k].depth;
   for (int i = 0; i < 3; i++) g.ntg[i] = (unsigned)dims[0][i], g.ntid[i] = (unsigned)dims[1][i];
   for (g.tg[2] = 0; g.tg[2] < g.ntg[2]; g.tg[2]++)
     for (g.tg[1] = 0; g.tg[1] < g.ntg[1]; g.tg[1]++)
@@ -766,7 +827,8 @@ static bool run_twin(cmdbuf_t *cb, pipeline_t *p, void *const *bufs, unsigned nb
 }
 
 static bool run_icb(cmdbuf_t *cb, const op_t *o) {
-  for (unsigned long i = o->range.location; i < o->range.location + o->range.length && i < o->icb->n; i++) {
+  for (unsigned long i = o->range.location;
+       i < o->range.location + o->range.length && i < o->icb->n; i++) {
     icb_cmd_t *c = &o->icb->cmds[i];
     if (!c->dispatch) continue; /* a reset command does nothing */
     COUNT(icb_executed);
@@ -776,16 +838,20 @@ static bool run_icb(cmdbuf_t *cb, const op_t *o) {
     for (unsigned k = 0; k < MAX_BINDS; k++) {
       if (!c->bufs[k]) continue;
       bool resident = false;
-      for (size_t r = 0; r < o->nresident && !resident; r++) resident = o->resident[r] == c->bufs[k];
+      for (size_t r = 0; r < o->nresident && !resident; r++)
+        resident = o->resident[r] == c->bufs[k];
       if (!resident) {
-        snprintf(cb->error, sizeof(cb->error), "indirect command %lu (%s) binds a buffer at index %u that the encoder "
-                 "did not make resident (useResources:count:usage:)", i, c->pipeline ? c->pipeline->name : "?", k);
+        snprintf(cb->error, sizeof(cb->error),
+                 "indirect command %lu (%s) binds a buffer at index %u that the encoder "
+                 "did not make resident (useResources:count:usage:)",
+                 i, c->pipeline ? c->pipeline->name : "?", k);
         return false;
       }
       bufs[k] = (char *)c->bufs[k]->mem + c->offs[k];
       nbufs = k + 1;
     }
-    /* The values are the last binding (the MSL ABI, docs/metal.md: constant int *vals [[buffer(nbufs)]]). */
+    /* The values are the last binding (the MSL ABI, docs/metal.md: constant int *vals
+     * [[buffer(nbufs)]]). */
     if (nbufs) vals = bufs[--nbufs];
     if (!run_twin(cb, c->pipeline, bufs, nbufs, vals, c->grid, c->group)) return false;
   }
@@ -813,7 +879,8 @@ static void run_cmdbuf(cmdbuf_t *cb) {
     }
   }
   for (; i < cb->nops; i++) /* what a failure skipped still lets go of its ICB */
-    if (cb->ops[i].kind == OP_ICB && cb->ops[i].icb) obj_release(&cb->ops[i].icb->o, NULL), cb->ops[i].icb = NULL;
+    if (cb->ops[i].kind == OP_ICB && cb->ops[i].icb)
+      obj_release(&cb->ops[i].icb->o, NULL), cb->ops[i].icb = NULL;
   cb->t1 = seconds();
   atomic_store(&cb->status, ok ? 4 : 5);
   /* Events are signalled even when the buffer failed: waiters see it finished. */
@@ -849,8 +916,10 @@ static void cb_commit(cmdbuf_t *cb, const char *sel) {
   obj_retain(&cb->o, NULL);
   atomic_store(&cb->status, 2); /* MTLCommandBufferStatusCommitted */
   pthread_mutex_lock(&q->lock);
-  if (q->tail) q->tail->next = cb;
-  else q->head = cb;
+  if (q->tail)
+    q->tail->next = cb;
+  else
+    q->head = cb;
   q->tail = cb;
   pthread_cond_signal(&q->cond);
   pthread_mutex_unlock(&q->lock);
@@ -889,10 +958,13 @@ static queue_t *device_queue(obj_t *self, const char *sel) {
   if (pthread_create(&q->thread, NULL, queue_main, q)) abort();
   return q;
 }
-static buffer_t *device_buffer(obj_t *self, const char *sel, unsigned long len, unsigned long options) {
+static buffer_t *device_buffer(obj_t *self, const char *sel, unsigned long len,
+                               unsigned long options) {
   (void)self, (void)sel;
   if (options != 0) { /* hcq asks for shared storage only */
-    fprintf(stderr, "fake Metal: newBufferWithLength:options:%lu (only MTLResourceStorageModeShared)\n", options);
+    fprintf(stderr,
+            "fake Metal: newBufferWithLength:options:%lu (only MTLResourceStorageModeShared)\n",
+            options);
     abort();
   }
   buffer_t *b = alloc_obj(&c_buffer, sizeof(*b));
@@ -907,7 +979,8 @@ static buffer_t *device_buffer(obj_t *self, const char *sel, unsigned long len, 
   atomic_fetch_add(&g_allocated, b->pages);
   return b;
 }
-/* A fixed working set, about what a Mac with 64 GiB of unified memory recommends (three quarters). */
+/* A fixed working set, about what a Mac with 64 GiB of unified memory recommends (three quarters).
+ */
 static uint64_t device_working_set(obj_t *self, const char *sel) {
   (void)self, (void)sel;
   return UINT64_C(48) << 30;
@@ -920,7 +993,8 @@ static event_t *device_event(obj_t *self, const char *sel) {
   (void)self, (void)sel;
   return alloc_obj(&c_event, sizeof(event_t));
 }
-static library_t *device_library(obj_t *self, const char *sel, nsstring_t *src, obj_t *options, nserror_t **err) {
+static library_t *device_library(obj_t *self, const char *sel, nsstring_t *src, obj_t *options,
+                                 nserror_t **err) {
   (void)self, (void)sel, (void)options;
   const char *s = src->s;
   int line = 1;
@@ -933,22 +1007,26 @@ static library_t *device_library(obj_t *self, const char *sel, nsstring_t *src, 
       size_t n = strcspn(e, "\n");
       snprintf(msg, sizeof(msg), "%.*s", (int)n, e);
       if (err) *err = make_error("program_source:%s", "", 0);
-      if (err) snprintf((*err)->text, sizeof((*err)->text), "program_source:%d:2: error: %s", line, msg);
+      if (err)
+        snprintf((*err)->text, sizeof((*err)->text), "program_source:%d:2: error: %s", line, msg);
       return NULL;
     }
   }
   library_t *lib = alloc_obj(&c_library, sizeof(*lib));
-  for (const char *p = strstr(s, "kernel void"); p && lib->nnames < 32; p = strstr(p + 1, "kernel void")) {
+  for (const char *p = strstr(s, "kernel void"); p && lib->nnames < 32;
+       p = strstr(p + 1, "kernel void")) {
     const char *n = p + strlen("kernel void");
     while (*n == ' ' || *n == '\n' || *n == '\t') n++;
     size_t len = strcspn(n, " (\n\t");
-    if (len && len < sizeof(lib->names[0])) snprintf(lib->names[lib->nnames++], sizeof(lib->names[0]), "%.*s", (int)len, n);
+    if (len && len < sizeof(lib->names[0]))
+      snprintf(lib->names[lib->nnames++], sizeof(lib->names[0]), "%.*s", (int)len, n);
   }
   lib->has_shape = l2_read_shape(s, lib->shape);
   lib->has_llm = llm_read_shape(s, lib->llm);
   if (!lib->nnames) {
     obj_release(&lib->o, NULL);
-    if (err) *err = make_error("program_source: error: no kernel function in the source%s%.0d", "", 0);
+    if (err)
+      *err = make_error("program_source: error: no kernel function in the source%s%.0d", "", 0);
     return NULL;
   }
   return lib;
@@ -965,7 +1043,8 @@ static const method_t m_data[] = {BASE, {0}};
 static fclass_t c_data = {NULL, "OS_dispatch_data", m_data, data_dealloc};
 EXPORT void *dispatch_data_create(const void *buffer, size_t size, void *queue, void *destructor) {
   if (queue || destructor) {
-    fprintf(stderr, "fake Metal: dispatch_data_create with a queue or destructor is not modelled\n");
+    fprintf(stderr,
+            "fake Metal: dispatch_data_create with a queue or destructor is not modelled\n");
     abort();
   }
   dispatch_data_t_ *d = alloc_obj(&c_data, sizeof(*d) + size);
@@ -986,12 +1065,14 @@ static uint64_t rd_le(const unsigned char *p, int n) {
  * byte count and tags (4 letters, a u16 size, the data) up to "ENDT", the function's name in the
  * "NAME" tag. The stand-in takes the names as the library's kernels (host twins, as for sources);
  * anything else is Metal's "Invalid library file". */
-static library_t *device_library_data(obj_t *self, const char *sel, dispatch_data_t_ *data, nserror_t **err) {
+static library_t *device_library_data(obj_t *self, const char *sel, dispatch_data_t_ *data,
+                                      nserror_t **err) {
   (void)self, (void)sel;
   const unsigned char *b = data->bytes;
   size_t n = data->size;
   uint64_t list = n >= 40 ? rd_le(b + 24, 8) : 0, list_size = n >= 40 ? rd_le(b + 32, 8) : 0;
-  if (n < 40 || memcmp(b, "MTLB", 4) || rd_le(b + 16, 8) != n || list > n || list_size > n - list || list_size < 4) {
+  if (n < 40 || memcmp(b, "MTLB", 4) || rd_le(b + 16, 8) != n || list > n || list_size > n - list ||
+      list_size < 4) {
     if (err) *err = make_error("Invalid library file%s%.0d", "", 0);
     return NULL;
   }
@@ -1005,7 +1086,8 @@ static library_t *device_library_data(obj_t *self, const char *sel, dispatch_dat
     while (t + 4 <= fend && memcmp(t, "ENDT", 4)) {
       if (t + 6 > fend) break;
       size_t tsize = (size_t)rd_le(t + 4, 2);
-      if (!memcmp(t, "NAME", 4) && tsize && t + 6 + tsize <= fend && memchr(t + 6, 0, tsize) && lib->nnames < 32)
+      if (!memcmp(t, "NAME", 4) && tsize && t + 6 + tsize <= fend && memchr(t + 6, 0, tsize) &&
+          lib->nnames < 32)
         snprintf(lib->names[lib->nnames++], sizeof(lib->names[0]), "%s", (const char *)t + 6);
       t += 6 + tsize;
     }
@@ -1018,25 +1100,31 @@ static library_t *device_library_data(obj_t *self, const char *sel, dispatch_dat
   }
   return lib;
 }
-static pipeline_t *device_pipeline(obj_t *self, const char *sel, pipeline_desc_t *desc, unsigned long options,
-                                   void *reflection, nserror_t **err) {
+static pipeline_t *device_pipeline(obj_t *self, const char *sel, pipeline_desc_t *desc,
+                                   unsigned long options, void *reflection, nserror_t **err) {
   (void)self, (void)sel, (void)options, (void)reflection;
   if (!desc->fn || !has_twin(desc->fn->name)) {
     if (err)
-      *err = make_error("the Metal stand-in has no host twin of kernel %s (tests/fake_metal/fake_metal.c)%.0d",
-                        desc->fn ? desc->fn->name : "?", 0);
+      *err = make_error(
+          "the Metal stand-in has no host twin of kernel %s (tests/fake_metal/fake_metal.c)%.0d",
+          desc->fn ? desc->fn->name : "?", 0);
     return NULL;
   }
   if (!strncmp(desc->fn->name, "llama_", 6) && !desc->fn->has_shape) {
     if (err)
-      *err = make_error("kernel %s: the source #defines no llama2 shape (DIM ... GROUP; tests/fake_metal/"
-                        "fake_metal_llama2.c)%.0d", desc->fn->name, 0);
+      *err = make_error(
+          "kernel %s: the source #defines no llama2 shape (DIM ... GROUP; tests/fake_metal/"
+          "fake_metal_llama2.c)%.0d",
+          desc->fn->name, 0);
     return NULL;
   }
   if (!strncmp(desc->fn->name, "llm_", 4) && !desc->fn->has_llm) {
     if (err)
-      *err = make_error("kernel %s: the source #defines no LLM shape (DIM ... NORM_EPS_BITS ...; tests/fake_metal/"
-                        "fake_metal_llm.c)%.0d", desc->fn->name, 0);
+      *err = make_error(
+          "kernel %s: the source #defines no LLM shape (DIM ... NORM_EPS_BITS ...; "
+          "tests/fake_metal/"
+          "fake_metal_llm.c)%.0d",
+          desc->fn->name, 0);
     return NULL;
   }
   pipeline_t *p = alloc_obj(&c_pipeline, sizeof(*p));
@@ -1047,10 +1135,13 @@ static pipeline_t *device_pipeline(obj_t *self, const char *sel, pipeline_desc_t
   p->icb_ok = desc->icb;
   return p;
 }
-static icb_t *device_icb(obj_t *self, const char *sel, icb_desc_t *desc, unsigned long max, unsigned long options) {
+static icb_t *device_icb(obj_t *self, const char *sel, icb_desc_t *desc, unsigned long max,
+                         unsigned long options) {
   (void)self, (void)sel, (void)options;
-  if (desc->types != (1u << 5) || desc->inherit_buffers || desc->inherit_pipeline || desc->max_binds > MAX_BINDS) {
-    fprintf(stderr, "fake Metal: an ICB descriptor the stand-in does not model (types %lu)\n", desc->types);
+  if (desc->types != (1u << 5) || desc->inherit_buffers || desc->inherit_pipeline ||
+      desc->max_binds > MAX_BINDS) {
+    fprintf(stderr, "fake Metal: an ICB descriptor the stand-in does not model (types %lu)\n",
+            desc->types);
     abort();
   }
   icb_t *icb = alloc_obj(&c_icb, sizeof(*icb));
@@ -1060,18 +1151,19 @@ static icb_t *device_icb(obj_t *self, const char *sel, icb_desc_t *desc, unsigne
   for (unsigned long i = 0; i < max; i++) icb->cmds[i].o.isa = &c_cmd;
   return icb;
 }
-static const method_t m_device[] = {BASE,
-                                    M("name", device_name),
-                                    M("newCommandQueue", device_queue),
-                                    M("newBufferWithLength:options:", device_buffer),
-                                    M("newSharedEvent", device_event),
-                                    M("newLibraryWithSource:options:error:", device_library),
-                                    M("newLibraryWithData:error:", device_library_data),
-                                    M("newComputePipelineStateWithDescriptor:options:reflection:error:", device_pipeline),
-                                    M("newIndirectCommandBufferWithDescriptor:maxCommandCount:options:", device_icb),
-                                    M("recommendedMaxWorkingSetSize", device_working_set),
-                                    M("currentAllocatedSize", device_allocated),
-                                    {0}};
+static const method_t m_device[] = {
+    BASE,
+    M("name", device_name),
+    M("newCommandQueue", device_queue),
+    M("newBufferWithLength:options:", device_buffer),
+    M("newSharedEvent", device_event),
+    M("newLibraryWithSource:options:error:", device_library),
+    M("newLibraryWithData:error:", device_library_data),
+    M("newComputePipelineStateWithDescriptor:options:reflection:error:", device_pipeline),
+    M("newIndirectCommandBufferWithDescriptor:maxCommandCount:options:", device_icb),
+    M("recommendedMaxWorkingSetSize", device_working_set),
+    M("currentAllocatedSize", device_allocated),
+    {0}};
 static fclass_t c_device = {NULL, "FakeMTLDevice", m_device, NULL};
 
 EXPORT obj_t *MTLCreateSystemDefaultDevice(void) {

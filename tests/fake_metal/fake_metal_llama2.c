@@ -6,8 +6,9 @@
 #include "../llama2_twins.h"
 
 /* The shape's #define names, in LT_* order. */
-static const char *const l2_names[LT_COUNT] = {"DIM",     "HIDDEN",   "KV_DIM",    "N_HEADS",    "KV_MUL", "HEAD_SIZE",
-                                               "VOCAB",   "SEQ_LEN",  "ATT_CHUNK", "MAX_CHUNKS", "GROUP"};
+static const char *const l2_names[LT_COUNT] = {"DIM",       "HIDDEN",     "KV_DIM", "N_HEADS",
+                                               "KV_MUL",    "HEAD_SIZE",  "VOCAB",  "SEQ_LEN",
+                                               "ATT_CHUNK", "MAX_CHUNKS", "GROUP"};
 
 /* True when src #defines every shape name as a positive integer (into shape). */
 static bool l2_read_shape(const char *src, int32_t *shape) {
@@ -28,13 +29,14 @@ static bool l2_read_shape(const char *src, int32_t *shape) {
 
 /* Each twin runs its whole threadgroup when called for the group's thread 0 (the others return). */
 static llama2_twin_t l2_twin(void *const *b, const int32_t *v, const grid_t *g) {
-  return (llama2_twin_t){b, v, g->shape, {g->tg[0], g->tg[1]}, g->ntid[0], -FLT_MAX /* kernels.metal's sentinel */};
+  return (llama2_twin_t){b,          v,       g->shape, {g->tg[0], g->tg[1]},
+                         g->ntid[0], -FLT_MAX /* kernels.metal's sentinel */};
 }
-#define L2_TWIN(name)                                                                 \
-  static void t_llama_##name(void *const *b, const int32_t *v, const grid_t *g) {     \
-    if (g->tid[0] || g->tid[1] || g->tid[2] || !g->shape) return;                     \
-    llama2_twin_t k = l2_twin(b, v, g);                                               \
-    llama2_twin_##name(&k);                                                           \
+#define L2_TWIN(name)                                                             \
+  static void t_llama_##name(void *const *b, const int32_t *v, const grid_t *g) { \
+    if (g->tid[0] || g->tid[1] || g->tid[2] || !g->shape) return;                 \
+    llama2_twin_t k = l2_twin(b, v, g);                                           \
+    llama2_twin_##name(&k);                                                       \
   }
 L2_TWIN(embed)
 L2_TWIN(qkv)
@@ -52,8 +54,9 @@ static void t_llama_argmax(void *const *b, const int32_t *v, const grid_t *g) {
 }
 
 /* For g_twins in fake_metal.c: these need a shape (pipeline creation refuses a library without). */
-#define LLAMA2_TWINS                                                                                         \
-  {"llama_embed", 0, t_llama_embed}, {"llama_qkv", 0, t_llama_qkv}, {"llama_attn_part", 0, t_llama_attn_part}, \
-      {"llama_attn_combine", 0, t_llama_attn_combine}, {"llama_wo", 0, t_llama_wo},                          \
-      {"llama_ffn_down", 0, t_llama_ffn_down}, {"llama_ffn_up", 0, t_llama_ffn_up},                          \
-      {"llama_classify", 0, t_llama_classify}, {"llama_argmax", 0, t_llama_argmax},
+#define LLAMA2_TWINS                                                                              \
+  {"llama_embed", 0, t_llama_embed}, {"llama_qkv", 0, t_llama_qkv},                               \
+      {"llama_attn_part", 0, t_llama_attn_part}, {"llama_attn_combine", 0, t_llama_attn_combine}, \
+      {"llama_wo", 0, t_llama_wo}, {"llama_ffn_down", 0, t_llama_ffn_down},                       \
+      {"llama_ffn_up", 0, t_llama_ffn_up}, {"llama_classify", 0, t_llama_classify},               \
+      {"llama_argmax", 0, t_llama_argmax},

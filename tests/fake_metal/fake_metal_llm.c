@@ -7,10 +7,11 @@
 
 /* The shape's #define names, in LLMT_* order. */
 static const char *const llm_names[LLMT_COUNT] = {
-    "DIM",       "FFN",       "NH",        "NKV",       "HD",   "RD",      "VOCAB",    "CTX", "NORM_EPS_BITS", "W_LAYOUT",
-    "WQ_LAYOUT", "WK_LAYOUT", "WV_LAYOUT", "WG_LAYOUT", "WU_LAYOUT", "K_IN", "ID_BITS", "ROWS", "CLS_ROWS", "SEL",
-    "QD",        "ROPE_NEOX", "FFN_GELU",  "QKV_FUSED", "QKV_BIAS", "QK_NORM", "WINDOW", "MATMUL_SET", "EMB_SCALE",
-    "ATTN_SCALE"};
+    "DIM",       "FFN",           "NH",        "NKV",       "HD",        "RD",        "VOCAB",
+    "CTX",       "NORM_EPS_BITS", "W_LAYOUT",  "WQ_LAYOUT", "WK_LAYOUT", "WV_LAYOUT", "WG_LAYOUT",
+    "WU_LAYOUT", "K_IN",          "ID_BITS",   "ROWS",      "CLS_ROWS",  "SEL",       "QD",
+    "ROPE_NEOX", "FFN_GELU",      "QKV_FUSED", "QKV_BIAS",  "QK_NORM",   "WINDOW",    "MATMUL_SET",
+    "EMB_SCALE", "ATTN_SCALE"};
 
 /* The text after `#define NAME ` in src, or NULL. */
 static const char *llm_define(const char *src, const char *name) {
@@ -37,21 +38,25 @@ static bool llm_read_shape(const char *src, int32_t *shape) {
       shape[k] = v && end != v ? llmt_int(f) : 0;
       continue;
     }
-    if (v && (*v < '0' || *v > '9')) v = llm_define(src, !strncmp(v, "DIM", 3) ? "DIM" : !strncmp(v, "FFN", 3) ? "FFN" : "?");
-    if (v) shape[k] = (int32_t)strtol(v, NULL, 10);
-    else if (k == LLMT_QKV_FUSED) shape[k] = 1;
-    bool optional = k >= LLMT_WL && k != LLMT_ID_BITS && k != LLMT_ROWS && k != LLMT_CLS_ROWS && k != LLMT_SEL;
+    if (v && (*v < '0' || *v > '9'))
+      v = llm_define(src, !strncmp(v, "DIM", 3) ? "DIM" : !strncmp(v, "FFN", 3) ? "FFN" : "?");
+    if (v)
+      shape[k] = (int32_t)strtol(v, NULL, 10);
+    else if (k == LLMT_QKV_FUSED)
+      shape[k] = 1;
+    bool optional =
+        k >= LLMT_WL && k != LLMT_ID_BITS && k != LLMT_ROWS && k != LLMT_CLS_ROWS && k != LLMT_SEL;
     if (!optional && shape[k] <= 0) return false;
   }
   llmt_default_arch(shape);
   return true;
 }
 
-#define LLM_TWIN(name)                                                                                            \
-  static void t_llm_##name(void *const *b, const int32_t *v, const grid_t *g) {                                  \
-    if (g->tid[0] || g->tid[1] || g->tid[2] || !g->llm) return;                                                  \
-    llm_twin_t k = {b, v, g->llm, {g->tg[0], g->tg[1]}, -FLT_MAX /* kernels.metal's LOW */};                     \
-    llm_twin_##name(&k);                                                                                          \
+#define LLM_TWIN(name)                                                                       \
+  static void t_llm_##name(void *const *b, const int32_t *v, const grid_t *g) {              \
+    if (g->tid[0] || g->tid[1] || g->tid[2] || !g->llm) return;                              \
+    llm_twin_t k = {b, v, g->llm, {g->tg[0], g->tg[1]}, -FLT_MAX /* kernels.metal's LOW */}; \
+    llm_twin_##name(&k);                                                                     \
   }
 LLM_TWIN(embed)
 LLM_TWIN(begin)
@@ -68,9 +73,9 @@ LLM_TWIN(select)
 #undef LLM_TWIN
 
 /* For g_twins in fake_metal.c: these need a shape (pipeline creation refuses a library without). */
-#define LLM_TWINS                                                                                          \
-  {"llm_embed", 0, t_llm_embed}, {"llm_begin", 0, t_llm_begin}, {"llm_norm", 0, t_llm_norm},               \
-      {"llm_quantize", 0, t_llm_quantize}, {"llm_qkv", 0, t_llm_qkv}, {"llm_attn", 0, t_llm_attn},         \
-      {"llm_rope_heads", 0, t_llm_rope_heads}, {"llm_norm_add", 0, t_llm_norm_add},                        \
-      {"llm_matmul_add", 0, t_llm_matmul_add}, {"llm_gate_up", 0, t_llm_gate_up},                          \
+#define LLM_TWINS                                                                                  \
+  {"llm_embed", 0, t_llm_embed}, {"llm_begin", 0, t_llm_begin}, {"llm_norm", 0, t_llm_norm},       \
+      {"llm_quantize", 0, t_llm_quantize}, {"llm_qkv", 0, t_llm_qkv}, {"llm_attn", 0, t_llm_attn}, \
+      {"llm_rope_heads", 0, t_llm_rope_heads}, {"llm_norm_add", 0, t_llm_norm_add},                \
+      {"llm_matmul_add", 0, t_llm_matmul_add}, {"llm_gate_up", 0, t_llm_gate_up},                  \
       {"llm_classify", 0, t_llm_classify}, {"llm_select", 0, t_llm_select},

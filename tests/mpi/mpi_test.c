@@ -1,5 +1,5 @@
-/* The MPI layer's tests (docs/mpi.md), run under mpirun by tests/mpi/run_mpi_test.sh: every rank runs
- * the same scenario; rank 0 compares what the ranks computed together with the same items run
+/* The MPI layer's tests (docs/mpi.md), run under mpirun by tests/mpi/run_mpi_test.sh: every rank
+ * runs the same scenario; rank 0 compares what the ranks computed together with the same items run
  * eagerly on local devices of one process (the ground truth), byte for byte.
  *
  *   mpi_test eager      eager transfers both ways between every rank and rank 0, kernels between
@@ -13,9 +13,9 @@
  *                       it lost, control calls fail at once and teardown waits for nothing
  *   mpi_test absent     rank 1 is late to an allreduce: every rank's error names it
  * Prints "mpi_test SCENARIO: ok" on rank 0 and exits 0 on success. */
-#include <signal.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,18 +30,19 @@
 static int rank, size;
 
 static void die(int line, const char *what, hcq_status_t st) {
-  fprintf(stderr, "mpi_test rank %d: line %d: %s: %s\n", rank, line, what, st ? hcq_status_message(st) : "failed");
+  fprintf(stderr, "mpi_test rank %d: line %d: %s: %s\n", rank, line, what,
+          st ? hcq_status_message(st) : "failed");
   fflush(stderr);
   _exit(1);
 }
-#define OK(x)                                   \
-  do {                                          \
-    hcq_status_t s_ = (x);                      \
-    if (s_) die(__LINE__, #x, s_);              \
+#define OK(x)                      \
+  do {                             \
+    hcq_status_t s_ = (x);         \
+    if (s_) die(__LINE__, #x, s_); \
   } while (0)
-#define EXPECT(c)                               \
-  do {                                          \
-    if (!(c)) die(__LINE__, #c, NULL);          \
+#define EXPECT(c)                      \
+  do {                                 \
+    if (!(c)) die(__LINE__, #c, NULL); \
   } while (0)
 
 enum { N = 64 };
@@ -86,7 +87,7 @@ static hcq_buffer_t *buffer(hcq_device_t *d, uint64_t bytes, int seed) {
 
 #define MAXR 8
 typedef struct world {
-  hcq_device_t *dev[MAXR], *side;  /* dev[r] on rank r; side: a second device of rank 0 */
+  hcq_device_t *dev[MAXR], *side; /* dev[r] on rank r; side: a second device of rank 0 */
   hcq_program_t *mul[MAXR], *sum, *side_mul;
   hcq_buffer_t *x0a, *x0b, *xr[MAXR], *g, *gview[MAXR], *out, *y, *z;
   hcq_exec_item_t items[64];
@@ -96,8 +97,9 @@ typedef struct world {
   hcq_expr_t *k;
 } world_t;
 
-static hcq_exec_item_t *kernel_item(world_t *w, hcq_program_t *p, hcq_buffer_t *b0, hcq_buffer_t *b1,
-                                    hcq_operand_t v0, hcq_operand_t v1, int32_t v2) {
+static hcq_exec_item_t *kernel_item(world_t *w, hcq_program_t *p, hcq_buffer_t *b0,
+                                    hcq_buffer_t *b1, hcq_operand_t v0, hcq_operand_t v1,
+                                    int32_t v2) {
   size_t j = w->nitems++;
   w->bufs[j][0] = b0;
   w->bufs[j][1] = b1;
@@ -142,7 +144,8 @@ static void world_build(world_t *w, char names[][32], const char *side, hcq_expr
   w->x0a = buffer(w->dev[0], N * 4, 1);
   w->x0b = buffer(w->dev[0], N * 4, 1000);
   w->g = buffer(w->dev[0], (uint64_t)size * N * 4, 0);
-  for (int r = 0; r < size; r++) OK(hcq_buffer_view_create(w->g, (uint64_t)r * N * 4, N * 4, &w->gview[r]));
+  for (int r = 0; r < size; r++)
+    OK(hcq_buffer_view_create(w->g, (uint64_t)r * N * 4, N * 4, &w->gview[r]));
   for (int r = 1; r < size; r++) w->xr[r] = buffer(w->dev[r], N * 4, 5 * r);
   w->out = buffer(w->dev[0], N * 4, 0);
   w->y = buffer(w->dev[size - 1], N * 4, 0);
@@ -200,12 +203,19 @@ static void run_eager(world_t *w, hcq_buffer_t *input, int64_t kv, bool sym) {
     hcq_exec_item_t it = w->items[j];
     hcq_buffer_t *bufs[2];
     if (it.kind == HCQ_ITEM_KERNEL) {
-      for (size_t i = 0; i < it.kernel.nbufs; i++) bufs[i] = it.kernel.bufs[i] == w->x0a ? input : it.kernel.bufs[i];
+      for (size_t i = 0; i < it.kernel.nbufs; i++)
+        bufs[i] = it.kernel.bufs[i] == w->x0a ? input : it.kernel.bufs[i];
       it.kernel.bufs = bufs;
       if (sym) {
-        hcq_launch_sym_desc_t d = {it.kernel.program, bufs, it.kernel.nbufs, it.kernel.vals, it.kernel.nvals,
-                                   {hcq_imm(1), hcq_imm(1), hcq_imm(1)}, {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
-                                   it.kernel.outs, it.kernel.nouts};
+        hcq_launch_sym_desc_t d = {it.kernel.program,
+                                   bufs,
+                                   it.kernel.nbufs,
+                                   it.kernel.vals,
+                                   it.kernel.nvals,
+                                   {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                                   {hcq_imm(1), hcq_imm(1), hcq_imm(1)},
+                                   it.kernel.outs,
+                                   it.kernel.nouts};
         OK(hcq_launch_sym(&d, &vv, 1));
         continue;
       }
@@ -231,8 +241,8 @@ static void compare(world_t *mw, world_t *tw, const char *what) {
       OK(hcq_buffer_copyout(to[i], 0, b, bytes));
       for (uint64_t e = 0; e < bytes / 4; e++)
         if (a[e] != b[e]) {
-          fprintf(stderr, "mpi_test: %s: output %zu element %llu: %d over MPI, %d in one process\n", what, i,
-                  (unsigned long long)e, a[e], b[e]);
+          fprintf(stderr, "mpi_test: %s: output %zu element %llu: %d over MPI, %d in one process\n",
+                  what, i, (unsigned long long)e, a[e], b[e]);
           _exit(1);
         }
     }
@@ -252,7 +262,10 @@ static void scenario_graph(void) {
   world_t mw, tw;
   world_build(&mw, names, "0/CPU:1", k);
   if (rank == 0) world_build(&tw, tnames, "CPU:20", k);
-  struct { bool b; int64_t k; } runs[] = {{false, 1}, {true, 7}, {false, -2}, {true, 0}, {false, 3}};
+  struct {
+    bool b;
+    int64_t k;
+  } runs[] = {{false, 1}, {true, 7}, {false, -2}, {true, 0}, {false, 3}};
   /* 1. hcq_graph_run with the input replaced and k changed each replay. */
   hcq_var_value_t vv = {k, 1};
   hcq_graph_t *g = NULL;
@@ -318,7 +331,8 @@ static void scenario_eager(void) {
     hcq_program_t *p = NULL;
     OK(hcq_program_create_fn(dr, "mul_add", k_mul_add, &p));
     hcq_buffer_t *a = buffer(d0, N * 4, 3), *b = buffer(dr, N * 4, 0), *c = buffer(d0, N * 4, 0);
-    EXPECT(hcq_mpi_buffer_is_remote(a) == (rank != 0) && hcq_mpi_buffer_is_remote(b) == (rank != r));
+    EXPECT(hcq_mpi_buffer_is_remote(a) == (rank != 0) &&
+           hcq_mpi_buffer_is_remote(b) == (rank != r));
     int32_t expect[N];
     for (int i = 0; i < N; i++) expect[i] = (int32_t)(i * 7 + 3);
     for (int round = 0; round < 30; round++) {
@@ -336,7 +350,8 @@ static void scenario_eager(void) {
     if (rank == 0)
       for (int i = 0; i < N; i++)
         if (got[i] != expect[i]) {
-          fprintf(stderr, "mpi_test eager: rank %d element %d: %d, expected %d\n", r, i, got[i], expect[i]);
+          fprintf(stderr, "mpi_test eager: rank %d element %d: %d, expected %d\n", r, i, got[i],
+                  expect[i]);
           _exit(1);
         }
     /* The other way: fetch b to rank 0 from rank r. */
@@ -344,12 +359,15 @@ static void scenario_eager(void) {
     if (rank == 0) EXPECT(got[5] == expect[5]);
     if (rank != 0) {
       hcq_status_t st = hcq_buffer_copyout(a, 0, got, sizeof(got));
-      EXPECT(st && hcq_status_code(st) == HCQ_FAILED_PRECONDITION && strstr(hcq_status_message(st), "another rank"));
+      EXPECT(st && hcq_status_code(st) == HCQ_FAILED_PRECONDITION &&
+             strstr(hcq_status_message(st), "another rank"));
       hcq_status_destroy(st);
-      /* Mapping it fails too, and the message suggests what works here (not create_mapped, which fails as well). */
+      /* Mapping it fails too, and the message suggests what works here (not create_mapped, which
+       * fails as well). */
       void *host = NULL;
       st = hcq_buffer_map(a, &host);
-      EXPECT(st && hcq_status_code(st) == HCQ_UNAVAILABLE && strstr(hcq_status_message(st), "hcq_mpi_fetch") &&
+      EXPECT(st && hcq_status_code(st) == HCQ_UNAVAILABLE &&
+             strstr(hcq_status_message(st), "hcq_mpi_fetch") &&
              !strstr(hcq_status_message(st), "hcq_buffer_create_mapped") && !host);
       hcq_status_destroy(st);
     }
@@ -366,7 +384,8 @@ static void scenario_eager(void) {
 
 /* A small graph rank 0 -> rank 1 -> rank 0; rank 1's third item differs when differ is set. */
 /* What small_graph made (its graph destroyed first), with the devices synchronised. */
-static void small_graph_free(hcq_device_t *d0, hcq_device_t *d1, hcq_buffer_t **bufs, hcq_program_t **progs) {
+static void small_graph_free(hcq_device_t *d0, hcq_device_t *d1, hcq_buffer_t **bufs,
+                             hcq_program_t **progs) {
   for (int i = 0; i < 3; i++) hcq_buffer_release(bufs[i]);
   for (int i = 0; i < 2; i++) hcq_program_release(progs[i]);
   OK(hcq_device_synchronize(d0));
@@ -375,8 +394,8 @@ static void small_graph_free(hcq_device_t *d0, hcq_device_t *d1, hcq_buffer_t **
   OK(hcq_device_close(d1));
 }
 
-static hcq_status_t small_graph(bool differ, hcq_graph_t **out, hcq_device_t **d0, hcq_device_t **d1, hcq_buffer_t **bufs,
-                                hcq_program_t **progs) {
+static hcq_status_t small_graph(bool differ, hcq_graph_t **out, hcq_device_t **d0,
+                                hcq_device_t **d1, hcq_buffer_t **bufs, hcq_program_t **progs) {
   *d0 = open_dev("0/CPU:0");
   *d1 = open_dev("1/CPU:0");
   OK(hcq_program_create_fn(*d0, "mul_add", k_mul_add, &progs[0]));
@@ -406,7 +425,8 @@ static void scenario_mismatch(void) {
   } else {
     EXPECT(st != NULL);
     const char *m = hcq_status_message(st);
-    if (hcq_status_code(st) != HCQ_INVALID_ARGUMENT || !strstr(m, "first at item 2") || !strstr(m, "rank 1")) {
+    if (hcq_status_code(st) != HCQ_INVALID_ARGUMENT || !strstr(m, "first at item 2") ||
+        !strstr(m, "rank 1")) {
       fprintf(stderr, "mpi_test mismatch rank %d: unexpected error: %s\n", rank, m);
       _exit(1);
     }
@@ -469,16 +489,19 @@ static void scenario_fault(bool kill_rank) {
      * copy queue the report lists first, or the communication thread on 1/CPU:0's. */
     const char *copies = getenv("HCQ_MPI_COPIES");
     bool thread = copies && !strcmp(copies, "thread");
-    const char *at = strstr(m, "MPI receive of 256 bytes from rank 1"), *remote = strstr(m, "1/CPU:0:");
+    const char *at = strstr(m, "MPI receive of 256 bytes from rank 1"),
+               *remote = strstr(m, "1/CPU:0:");
     if (!kill_rank && (!at || !remote || (thread ? at < remote : at > remote))) {
-      fprintf(stderr, "mpi_test fault: the receive is not on the %s's queue\n", thread ? "communication thread" : "CPU engine");
+      fprintf(stderr, "mpi_test fault: the receive is not on the %s's queue\n",
+              thread ? "communication thread" : "CPU engine");
       _exit(1);
     }
     /* The receive has been posted since the replay began: its line says so, not "0 ms". */
     const char *ms = at ? strstr(at, ", for at least ") : NULL;
     const char *t = getenv("HCQ_WAIT_TIMEOUT_MS");
-    if (!kill_rank && (!ms || (strchr(at, '\n') && ms > strchr(at, '\n')) ||
-                       strtol(ms + strlen(", for at least "), NULL, 10) < (t ? atol(t) : 30000) / 2)) {
+    if (!kill_rank &&
+        (!ms || (strchr(at, '\n') && ms > strchr(at, '\n')) ||
+         strtol(ms + strlen(", for at least "), NULL, 10) < (t ? atol(t) : 30000) / 2)) {
       fprintf(stderr, "mpi_test fault: the receive's line does not say how long it has waited\n");
       _exit(1);
     }
@@ -494,7 +517,8 @@ static void scenario_fault(bool kill_rank) {
     nanosleep(&ts, NULL);
   }
   /* hang: let rank 1's side of the stuck replay go (it sends what rank 0 waited for) and finish. */
-  if (rank == 1) OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
+  if (rank == 1)
+    OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
   else if (rank == 0) {
     hcq_status_t st = hcq_graph_destroy(g); /* the stuck replay completes now */
     if (st) die(__LINE__, "destroy after the hang", st);
@@ -519,16 +543,17 @@ static double wait_timeout_s(void) {
 /* A failure whose code and message are as expected (die otherwise). */
 static void expect_error(int line, hcq_status_t st, hcq_status_code_t code, const char *needle) {
   if (!st || hcq_status_code(st) != code || !strstr(hcq_status_message(st), needle)) {
-    fprintf(stderr, "mpi_test rank %d: line %d: expected %s naming \"%s\", got %s: %s\n", rank, line,
-            hcq_status_code_name(code), needle, st ? hcq_status_code_name(hcq_status_code(st)) : "OK",
+    fprintf(stderr, "mpi_test rank %d: line %d: expected %s naming \"%s\", got %s: %s\n", rank,
+            line, hcq_status_code_name(code), needle,
+            st ? hcq_status_code_name(hcq_status_code(st)) : "OK",
             st ? hcq_status_message(st) : "");
     _exit(1);
   }
   hcq_status_destroy(st);
 }
 
-/* Rank 1 stops (SIGSTOP) before a replay, as a process stopped by a debugger or the scheduler would:
- * rank 0's replay fails at the wait timeout naming it. Once rank 0 gives up on it
+/* Rank 1 stops (SIGSTOP) before a replay, as a process stopped by a debugger or the scheduler
+ * would: rank 0's replay fails at the wait timeout naming it. Once rank 0 gives up on it
  * (hcq_mpi_declare_rank_lost), tearing everything down takes no timeout per object, and control
  * calls with it fail at once naming it. Rank 0 then kills it. */
 static void scenario_stopped(void) {
@@ -561,7 +586,8 @@ static void scenario_stopped(void) {
   expect_error(__LINE__, hcq_mpi_rank_health(-1), HCQ_OUT_OF_RANGE, "no rank -1");
   OK(hcq_mpi_declare_rank_lost(1, "it stopped answering (mpi_test)"));
   EXPECT(hcq_mpi_peer_failed());
-  expect_error(__LINE__, hcq_mpi_rank_health(1), HCQ_UNAVAILABLE, "rank 1 is lost: it stopped answering (mpi_test)");
+  expect_error(__LINE__, hcq_mpi_rank_health(1), HCQ_UNAVAILABLE,
+               "rank 1 is lost: it stopped answering (mpi_test)");
 
   clock_gettime(CLOCK_MONOTONIC, &t0);
   /* Control calls with the lost rank fail at once, naming it. */
@@ -569,7 +595,8 @@ static void scenario_stopped(void) {
   expect_error(__LINE__, hcq_mpi_allreduce_max(1, &most), HCQ_UNAVAILABLE, "rank 1 is lost");
   expect_error(__LINE__, hcq_mpi_barrier(), HCQ_UNAVAILABLE, "rank 1 is lost");
   int32_t got[N];
-  expect_error(__LINE__, hcq_mpi_fetch(bufs[1], 0, got, sizeof(got)), HCQ_UNAVAILABLE, "rank 1 is lost");
+  expect_error(__LINE__, hcq_mpi_fetch(bufs[1], 0, got, sizeof(got)), HCQ_UNAVAILABLE,
+               "rank 1 is lost");
   /* Its remote device is lost; so is the local one whose queue holds (engines) or waits for (the
    * communication thread's queue) the transfer with it. */
   expect_error(__LINE__, hcq_device_health(d1), HCQ_DEVICE_LOST, "rank 1 is lost");
@@ -580,7 +607,8 @@ static void scenario_stopped(void) {
   OK(hcq_device_close(d0));
   OK(hcq_device_close(d1));
   double teardown = seconds_since(&t0);
-  printf("rank 0: control calls and teardown took %.3f s (wait timeout %.1f s)\n", teardown, timeout);
+  printf("rank 0: control calls and teardown took %.3f s (wait timeout %.1f s)\n", teardown,
+         timeout);
   EXPECT(teardown < timeout / 2);
   printf("mpi_test stopped: ok\n");
   fflush(stdout);
@@ -594,9 +622,11 @@ static void scenario_absent(void) {
   double timeout = wait_timeout_s();
   int most = 0;
   if (rank == 1) {
-    struct timespec late = {(time_t)(timeout * 1.5), (long)((timeout * 1.5 - (double)(time_t)(timeout * 1.5)) * 1e9)};
+    struct timespec late = {(time_t)(timeout * 1.5),
+                            (long)((timeout * 1.5 - (double)(time_t)(timeout * 1.5)) * 1e9)};
     nanosleep(&late, NULL);
-    hcq_status_destroy(hcq_mpi_allreduce_max(rank, &most)); /* rank 0 gave up on it: no reply comes */
+    /* rank 0 gave up on it: no reply comes */
+    hcq_status_destroy(hcq_mpi_allreduce_max(rank, &most));
     _exit(0);
   }
   struct timespec t0;
@@ -634,7 +664,8 @@ static void scenario_layout(void) {
   for (int r = 0; r < size && rank == 0; r++)
     for (int q = r + 1; q < size; q++)
       if (all[r] == all[q] && (size <= online || (r - q) % online != 0)) {
-        fprintf(stderr, "mpi_test layout: ranks %d and %d both run their engine on core %d\n", r, q, all[r]);
+        fprintf(stderr, "mpi_test layout: ranks %d and %d both run their engine on core %d\n", r, q,
+                all[r]);
         _exit(1);
       }
   if (size > online) EXPECT(mine == (int)(atol(lr) % online));
@@ -643,8 +674,8 @@ static void scenario_layout(void) {
   OK(hcq_device_close(d));
 }
 
-/* Who runs a rank's queues while its host waits (docs/mpi.md): rank 1 sends 4 bytes to rank 0 after a
- * nap, rank 0's kernel then reads them. Rank 0's host, waiting for the replay, polls that receive
+/* Who runs a rank's queues while its host waits (docs/mpi.md): rank 1 sends 4 bytes to rank 0 after
+ * a nap, rank 0's kernel then reads them. Rank 0's host, waiting for the replay, polls that receive
  * itself (passes counted by hcq__cpu_host_passes; the runner gives it a long HCQ_SPIN_NS, the
  * window in which a waiting host runs the queues), but never runs the kernel, which stays on the
  * engine thread; with HCQ_MPI_HOST_RUNS=0 the host makes no pass. Results are right either way. */
@@ -697,14 +728,17 @@ static void scenario_hostruns(void) {
   }
   if (rank == 0) {
     uint64_t passes = hcq__cpu_host_passes(d0), handbacks = hcq__cpu_host_handbacks(d0);
-    printf("mpi_test hostruns: %" PRIu64 " passes of the waiting host over %d replays, %d kernel runs on it, %" PRIu64
+    printf("mpi_test hostruns: %" PRIu64
+           " passes of the waiting host over %d replays, %d kernel runs on it, %" PRIu64
            " hand-backs with the transfer in flight\n",
            passes, REPLAYS, (int)g_on_host, handbacks);
     EXPECT(g_runs == REPLAYS && g_on_host == 0);
-    /* The host polls the receive in flight for HCQ_MPI_SPIN_NS, however short HCQ_SPIN_NS (100 us in
-     * mpi_hostruns_remote_np2_shm, against rank 1's 1 ms): it never hands it back mid-flight. */
-    if (engines_only) EXPECT(passes == 0);
-    else EXPECT(passes >= REPLAYS / 2 && handbacks == 0);
+    /* The host polls the receive in flight for HCQ_MPI_SPIN_NS, however short HCQ_SPIN_NS (100 us
+     * in mpi_hostruns_remote_np2_shm, against rank 1's 1 ms): it never hands it back mid-flight. */
+    if (engines_only)
+      EXPECT(passes == 0);
+    else
+      EXPECT(passes >= REPLAYS / 2 && handbacks == 0);
   }
   OK(hcq_graph_destroy(g));
   hcq_program_release(p);
@@ -714,8 +748,8 @@ static void scenario_hostruns(void) {
   OK(hcq_device_close(d1));
 }
 
-/* After replays, with nothing in flight, the communication thread sleeps: the process uses almost no
- * CPU over 300 ms (its bounded spin, HCQ_MPI_SPIN_NS, is for requests in flight only). */
+/* After replays, with nothing in flight, the communication thread sleeps: the process uses almost
+ * no CPU over 300 ms (its bounded spin, HCQ_MPI_SPIN_NS, is for requests in flight only). */
 static void scenario_idle(void) {
   /* Every rank builds the same graph: rank r's buffer to rank r+1's, for all r (a ring). */
   hcq_buffer_t *bufs[MAXR];
@@ -728,7 +762,8 @@ static void scenario_idle(void) {
   }
   hcq_exec_item_t items[MAXR];
   for (int r = 0; r < size; r++)
-    items[r] = (hcq_exec_item_t){.kind = HCQ_ITEM_TRANSFER, .transfer = {bufs[(r + 1) % size], bufs[r], 4}};
+    items[r] = (hcq_exec_item_t){.kind = HCQ_ITEM_TRANSFER,
+                                 .transfer = {bufs[(r + 1) % size], bufs[r], 4}};
   hcq_graph_t *g = NULL;
   OK(hcq_graph_create(items, (size_t)size, NULL, 0, NULL, 0, NULL, &g));
   for (int i = 0; i < 50; i++) OK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
@@ -741,7 +776,8 @@ static void scenario_idle(void) {
   double ms = (double)(c1.tv_sec - c0.tv_sec) * 1e3 + (double)(c1.tv_nsec - c0.tv_nsec) / 1e6;
   printf("rank %d: %.2f ms CPU over 300 ms idle\n", rank, ms);
   if (ms > 30) {
-    fprintf(stderr, "mpi_test idle: rank %d used %.2f ms of CPU while idle (expected < 30)\n", rank, ms);
+    fprintf(stderr, "mpi_test idle: rank %d used %.2f ms of CPU while idle (expected < 30)\n", rank,
+            ms);
     _exit(1);
   }
   OK(hcq_graph_destroy(g));
@@ -758,16 +794,25 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc != 2 || size > MAXR) {
-    if (rank == 0) fprintf(stderr, "usage: mpirun -np N (N <= %d) mpi_test eager|graph|mismatch|hang|kill|stopped|absent|idle|layout|hostruns|badspin|badcopies|badhostruns\n", MAXR);
+    if (rank == 0)
+      fprintf(stderr,
+              "usage: mpirun -np N (N <= %d) mpi_test "
+              "eager|graph|mismatch|hang|kill|stopped|absent|idle|layout|hostruns|badspin|"
+              "badcopies|badhostruns\n",
+              MAXR);
     MPI_Finalize();
     return 2;
   }
   const char *s = argv[1];
   if (!strcmp(s, "badspin") || !strcmp(s, "badcopies") || !strcmp(s, "badhostruns")) {
-    /* The runner sets HCQ_MPI_SPIN_NS (HCQ_MPI_COPIES, HCQ_MPI_HOST_RUNS) to something it does not take. */
-    const char *var = !strcmp(s, "badspin") ? "HCQ_MPI_SPIN_NS" : !strcmp(s, "badcopies") ? "HCQ_MPI_COPIES" : "HCQ_MPI_HOST_RUNS";
+    /* The runner sets HCQ_MPI_SPIN_NS (HCQ_MPI_COPIES, HCQ_MPI_HOST_RUNS) to something it does not
+     * take. */
+    const char *var = !strcmp(s, "badspin")     ? "HCQ_MPI_SPIN_NS"
+                      : !strcmp(s, "badcopies") ? "HCQ_MPI_COPIES"
+                                                : "HCQ_MPI_HOST_RUNS";
     hcq_status_t st = hcq_mpi_init(MPI_COMM_WORLD);
-    EXPECT(st && hcq_status_code(st) == HCQ_INVALID_ARGUMENT && strstr(hcq_status_message(st), var));
+    EXPECT(st && hcq_status_code(st) == HCQ_INVALID_ARGUMENT &&
+           strstr(hcq_status_message(st), var));
     EXPECT(!hcq_mpi_running());
     hcq_status_destroy(st);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -785,17 +830,28 @@ int main(int argc, char **argv) {
   EXPECT(refused && hcq_status_code(refused) == HCQ_INVALID_ARGUMENT);
   hcq_status_destroy(refused);
   EXPECT(!hcq_mpi_peer_failed());
-  if (!strcmp(s, "eager")) scenario_eager();
-  else if (!strcmp(s, "graph")) scenario_graph();
-  else if (!strcmp(s, "mismatch")) scenario_mismatch();
-  else if (!strcmp(s, "hang")) scenario_fault(false);
-  else if (!strcmp(s, "kill")) scenario_fault(true);
-  else if (!strcmp(s, "stopped")) scenario_stopped();
-  else if (!strcmp(s, "absent")) scenario_absent();
-  else if (!strcmp(s, "idle")) scenario_idle();
-  else if (!strcmp(s, "layout")) scenario_layout();
-  else if (!strcmp(s, "hostruns")) scenario_hostruns();
-  else die(__LINE__, "unknown scenario", NULL);
+  if (!strcmp(s, "eager"))
+    scenario_eager();
+  else if (!strcmp(s, "graph"))
+    scenario_graph();
+  else if (!strcmp(s, "mismatch"))
+    scenario_mismatch();
+  else if (!strcmp(s, "hang"))
+    scenario_fault(false);
+  else if (!strcmp(s, "kill"))
+    scenario_fault(true);
+  else if (!strcmp(s, "stopped"))
+    scenario_stopped();
+  else if (!strcmp(s, "absent"))
+    scenario_absent();
+  else if (!strcmp(s, "idle"))
+    scenario_idle();
+  else if (!strcmp(s, "layout"))
+    scenario_layout();
+  else if (!strcmp(s, "hostruns"))
+    scenario_hostruns();
+  else
+    die(__LINE__, "unknown scenario", NULL);
   OK(hcq_mpi_barrier());
   if (rank == 0 && strcmp(s, "hang")) printf("mpi_test %s: ok\n", s);
   OK(hcq_mpi_finalize());

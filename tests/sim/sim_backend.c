@@ -1,5 +1,5 @@
-/* SIM: a host-simulated device kind built only for the tests (docs/new-backend.md), the proof that a
- * backend is a folder, a row and a CMake line: this folder holds all of it, and the conformance
+/* SIM: a host-simulated device kind built only for the tests (docs/new-backend.md), the proof that
+ * a backend is a folder, a row and a CMake line: this folder holds all of it, and the conformance
  * suite runs on it (suite conformance_SIM) with no line elsewhere.
  *
  * It simulates a device on the host by lending its devices the CPU backend's engine and compiler:
@@ -19,8 +19,8 @@ static void sim_query(hcq_device_info_t *info) {
   info->kind = HCQ_DEVICE_SIM;
   char cpu[sizeof(info->description)];
   snprintf(cpu, sizeof(cpu), "%s", info->description);
-  snprintf(info->description, sizeof(info->description), "host-simulated test device on the CPU engine (%.200s)",
-           cpu);
+  snprintf(info->description, sizeof(info->description),
+           "host-simulated test device on the CPU engine (%.200s)", cpu);
 }
 
 static hcq_status_t sim_open(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {

@@ -69,8 +69,10 @@ int main(int argc, char **argv) {
    * (the CTest entries select a suite with "suite/" and a star). */
   const char *filter = NULL;
   for (int i = 1; i < argc; i++) {
-    if (!strncmp(argv[i], "--filter=", 9)) filter = argv[i] + 9;
-    else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+    if (!strncmp(argv[i], "--filter=", 9))
+      filter = argv[i] + 9;
+    else if (!strcmp(argv[i], "--filter") && i + 1 < argc)
+      filter = argv[++i];
   }
   int passed = 0, failed = 0, crashed = 0, skipped = 0;
   for (struct shim_test *t = g_tests; t; t = t->next) {
@@ -78,7 +80,9 @@ int main(int argc, char **argv) {
     snprintf(full, sizeof(full), "%s/%s", t->suite, t->name);
     if (filter && fnmatch(filter, full, 0) != 0) continue;
     const struct shim_suite *s = suite_of(t);
-    double timeout = t->opts.timeout > 0 ? t->opts.timeout : s && s->opts.timeout > 0 ? s->opts.timeout : 300;
+    double timeout = t->opts.timeout > 0        ? t->opts.timeout
+                     : s && s->opts.timeout > 0 ? s->opts.timeout
+                                                : 300;
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -106,7 +110,8 @@ int main(int argc, char **argv) {
               WTERMSIG(status) == SIGALRM ? ", timed out" : "");
     }
   }
-  fprintf(stderr, "[====] Synthesis: Tested: %d | Passing: %d | Failing: %d | Crashing: %d | Skipped: %d\n",
+  fprintf(stderr,
+          "[====] Synthesis: Tested: %d | Passing: %d | Failing: %d | Crashing: %d | Skipped: %d\n",
           passed + failed + crashed + skipped, passed, failed, crashed, skipped);
   return failed || crashed ? 1 : 0;
 }

@@ -17,8 +17,10 @@ int main(void) {
   }
   PFN_vkGetInstanceProcAddr gipa = (PFN_vkGetInstanceProcAddr)dlsym(lib, "vkGetInstanceProcAddr");
   PFN_vkCreateInstance create_instance = (PFN_vkCreateInstance)gipa(NULL, "vkCreateInstance");
-  VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .apiVersion = VK_API_VERSION_1_2};
-  VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+  VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                           .apiVersion = VK_API_VERSION_1_2};
+  VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                              .pApplicationInfo = &app};
   VkInstance inst;
   if (!create_instance || create_instance(&ici, NULL, &inst) != VK_SUCCESS) {
     printf("canary: vkCreateInstance failed\n");
@@ -39,24 +41,32 @@ int main(void) {
     return 77;
   }
   float prio = 1.0f;
-  VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = 0,
-                                 .queueCount = 1, .pQueuePriorities = &prio};
-  VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci};
+  VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                 .queueFamilyIndex = 0,
+                                 .queueCount = 1,
+                                 .pQueuePriorities = &prio};
+  VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                            .queueCreateInfoCount = 1,
+                            .pQueueCreateInfos = &qci};
   VkDevice dev;
   if (p_vkCreateDevice(phys, &dci, NULL, &dev) != VK_SUCCESS) {
     printf("canary: vkCreateDevice failed\n");
     p_vkDestroyInstance(inst, NULL);
     return 77;
   }
-  PFN_vkCreateBuffer create_buffer = (PFN_vkCreateBuffer)p_vkGetDeviceProcAddr(dev, "vkCreateBuffer");
-  PFN_vkDestroyBuffer destroy_buffer = (PFN_vkDestroyBuffer)p_vkGetDeviceProcAddr(dev, "vkDestroyBuffer");
-  VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = 0,
-                            .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+  PFN_vkCreateBuffer create_buffer =
+      (PFN_vkCreateBuffer)p_vkGetDeviceProcAddr(dev, "vkCreateBuffer");
+  PFN_vkDestroyBuffer destroy_buffer =
+      (PFN_vkDestroyBuffer)p_vkGetDeviceProcAddr(dev, "vkDestroyBuffer");
+  VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                            .size = 0,
+                            .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                            .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   VkBuffer buf = VK_NULL_HANDLE;
   r = create_buffer(dev, &bci, NULL, &buf); /* invalid on purpose */
   if (r == VK_SUCCESS && buf != VK_NULL_HANDLE) destroy_buffer(dev, buf, NULL);
 
-  /* The race: a valid buffer filled twice with no barrier. */
+    /* The race: a valid buffer filled twice with no barrier. */
 #define DGET(name) PFN_##name p_##name = (PFN_##name)p_vkGetDeviceProcAddr(dev, #name)
   DGET(vkGetBufferMemoryRequirements);
   DGET(vkAllocateMemory);
@@ -76,16 +86,20 @@ int main(void) {
     p_vkGetBufferMemoryRequirements(dev, buf, &req);
     uint32_t type = 0;
     while (type < 31 && !(req.memoryTypeBits & (1u << type))) type++;
-    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
+    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                .allocationSize = req.size,
                                 .memoryTypeIndex = type};
     VkDeviceMemory mem;
     if (p_vkAllocateMemory(dev, &mai, NULL, &mem) == VK_SUCCESS) {
       p_vkBindBufferMemory(dev, buf, mem, 0);
-      VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = 0};
+      VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                     .queueFamilyIndex = 0};
       VkCommandPool pool;
       if (p_vkCreateCommandPool(dev, &pci, NULL, &pool) == VK_SUCCESS) {
-        VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = pool,
-                                           .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+        VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                           .commandPool = pool,
+                                           .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                           .commandBufferCount = 1};
         VkCommandBuffer cb;
         if (p_vkAllocateCommandBuffers(dev, &cai, &cb) == VK_SUCCESS) {
           VkCommandBufferBeginInfo cbi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
@@ -106,6 +120,7 @@ int main(void) {
   p_vkDestroyDevice(dev, NULL);
   p_vkDestroyInstance(inst, NULL);
   printf("canary: made one invalid call (vkCreateBuffer with size 0)%s\n",
-         raced ? " and one race (two fills of one buffer, no barrier)" : "; could not record the race");
+         raced ? " and one race (two fills of one buffer, no barrier)"
+               : "; could not record the race");
   return raced ? 0 : 1;
 }

@@ -1,9 +1,10 @@
-// llamacpp-bench: llama.cpp's decode and prompt rates on a GGUF, measured the way bench/llm_peers.py
-// measures them through llama-cpp-python, so that tools/gpu-check.sh can set them beside `hcq
-// generate --bench` on the same file and the same token ids.
+// llamacpp-bench: llama.cpp's decode and prompt rates on a GGUF, measured the way
+// bench/llm_peers.py measures them through llama-cpp-python, so that tools/gpu-check.sh can set
+// them beside `hcq generate --bench` on the same file and the same token ids.
 //
 //   llamacpp-bench --model FILE.gguf --chat-ids 1,2,3 --prompt-ids 4,5,6 [--steps 128] [--rounds 3]
-//                  [--ctx 512] [--threads N] [--gpu-layers N] [--flash-attn auto|on|off] [--verbose]
+//                  [--ctx 512] [--threads N] [--gpu-layers N] [--flash-attn auto|on|off]
+//                  [--verbose]
 //
 // decode: the chat ids are evaluated as one batch from an empty cache (not timed), then --steps
 //   tokens, each the argmax of the last logits (llama.cpp's greedy sampler) fed back one at a time;
@@ -29,7 +30,8 @@
 namespace {
 
 bool g_verbose = false;
-std::string g_flash_attn_log;  // llama.cpp's log lines on flash attention: asked for, then what "auto" resolved to
+std::string g_flash_attn_log;  // llama.cpp's log lines on flash attention: asked for, then what
+                               // "auto" resolved to
 
 void log_cb(ggml_log_level, const char *text, void *) {
   if (strstr(text, "flash_attn") || strstr(text, "Flash Attention")) g_flash_attn_log += text;
@@ -47,10 +49,14 @@ std::vector<llama_token> parse_ids(const char *s) {
   while (*p) {
     char *end;
     long v = strtol(p, &end, 10);
-    if (end == p || v < 0) die(std::string("token ids \"") + s + "\": expected non-negative integers separated by commas");
+    if (end == p || v < 0)
+      die(std::string("token ids \"") + s +
+          "\": expected non-negative integers separated by commas");
     ids.push_back((llama_token)v);
     p = *end == ',' ? end + 1 : end;
-    if (*end && *end != ',') die(std::string("token ids \"") + s + "\": expected non-negative integers separated by commas");
+    if (*end && *end != ',')
+      die(std::string("token ids \"") + s +
+          "\": expected non-negative integers separated by commas");
   }
   if (ids.empty()) die("an empty list of token ids");
   return ids;
@@ -62,21 +68,27 @@ double now_s() {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  return v.empty()      ? 0
+         : v.size() % 2 ? v[v.size() / 2]
+                        : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 void json_string(const char *s) {
   putchar('"');
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') printf("\\%c", c);
-    else if (c < 0x20) printf("\\u%04x", c);
-    else putchar(c);
+    if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c < 0x20)
+      printf("\\u%04x", c);
+    else
+      putchar(c);
   }
   putchar('"');
 }
 
-template <typename T> void json_list(const std::vector<T> &v, const char *fmt) {
+template <typename T>
+void json_list(const std::vector<T> &v, const char *fmt) {
   putchar('[');
   for (size_t i = 0; i < v.size(); i++) {
     if (i) printf(", ");
@@ -98,28 +110,41 @@ int main(int argc, char **argv) {
     }
     if (i + 1 >= argc) die("unknown option or missing value: " + o);
     const char *v = argv[++i];
-    if (o == "--model") model_path = v;
-    else if (o == "--chat-ids") chat_s = v;
-    else if (o == "--prompt-ids") prompt_s = v;
-    else if (o == "--steps") steps = atoi(v);
-    else if (o == "--rounds") rounds = atoi(v);
-    else if (o == "--ctx") ctx_size = atoi(v);
-    else if (o == "--threads") threads = atoi(v);
-    else if (o == "--gpu-layers") gpu_layers = atoi(v);
-    else if (o == "--flash-attn") fa = v;
-    else die("unknown option " + o);
+    if (o == "--model")
+      model_path = v;
+    else if (o == "--chat-ids")
+      chat_s = v;
+    else if (o == "--prompt-ids")
+      prompt_s = v;
+    else if (o == "--steps")
+      steps = atoi(v);
+    else if (o == "--rounds")
+      rounds = atoi(v);
+    else if (o == "--ctx")
+      ctx_size = atoi(v);
+    else if (o == "--threads")
+      threads = atoi(v);
+    else if (o == "--gpu-layers")
+      gpu_layers = atoi(v);
+    else if (o == "--flash-attn")
+      fa = v;
+    else
+      die("unknown option " + o);
   }
-  if (!model_path || !chat_s || !prompt_s) die("usage: llamacpp-bench --model FILE.gguf --chat-ids IDS --prompt-ids IDS [...]");
+  if (!model_path || !chat_s || !prompt_s)
+    die("usage: llamacpp-bench --model FILE.gguf --chat-ids IDS --prompt-ids IDS [...]");
   if (steps < 1 || rounds < 1 || ctx_size < 1) die("--steps, --rounds and --ctx must be positive");
   std::vector<llama_token> chat = parse_ids(chat_s), prompt = parse_ids(prompt_s);
-  if ((int)chat.size() + steps + 1 > ctx_size || (int)prompt.size() > ctx_size) die("the ids and steps do not fit in --ctx");
+  if ((int)chat.size() + steps + 1 > ctx_size || (int)prompt.size() > ctx_size)
+    die("the ids and steps do not fit in --ctx");
 
   llama_log_set(log_cb, nullptr);
   llama_backend_init();
   std::vector<std::string> devices;
   for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
     ggml_backend_dev_t d = ggml_backend_dev_get(i);
-    devices.push_back(std::string(ggml_backend_dev_name(d)) + ": " + ggml_backend_dev_description(d));
+    devices.push_back(std::string(ggml_backend_dev_name(d)) + ": " +
+                      ggml_backend_dev_description(d));
   }
 
   llama_model_params mp = llama_model_default_params();
@@ -130,7 +155,7 @@ int main(int argc, char **argv) {
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t)ctx_size;
   if (threads > 0) cp.n_threads = cp.n_threads_batch = threads;
-  cp.flash_attn_type = !strcmp(fa, "on") ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+  cp.flash_attn_type = !strcmp(fa, "on")    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
                        : !strcmp(fa, "off") ? LLAMA_FLASH_ATTN_TYPE_DISABLED
                                             : LLAMA_FLASH_ATTN_TYPE_AUTO;
   llama_context *ctx = llama_init_from_model(model, cp);
@@ -200,9 +225,12 @@ int main(int argc, char **argv) {
   json_string(fa);
   printf(", \"flash_attn_log\": ");
   json_string(fa_line.c_str());
-  printf(", \"load_s\": %.3f, \"steps\": %d, \"chat_tokens\": %zu, \"prompt_tokens\": %zu, \"rounds\": %d", load_s, steps,
-         chat.size(), prompt.size(), rounds);
-  printf(", \"decode_tok_s\": %.1f, \"prompt_tok_s\": %.1f, \"decode_samples\": ", median(dec), median(pre));
+  printf(
+      ", \"load_s\": %.3f, \"steps\": %d, \"chat_tokens\": %zu, \"prompt_tokens\": %zu, "
+      "\"rounds\": %d",
+      load_s, steps, chat.size(), prompt.size(), rounds);
+  printf(", \"decode_tok_s\": %.1f, \"prompt_tok_s\": %.1f, \"decode_samples\": ", median(dec),
+         median(pre));
   json_list(dec, "%.1f");
   printf(", \"prompt_samples\": ");
   json_list(pre, "%.1f");

@@ -37,30 +37,47 @@ void shim_check(bool ok, const char *file, int line, const char *expr, const cha
 void shim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void shim_skip(const char *fmt, ...);
 
-#define Test(suite, name, ...)                                                                      \
-  static void suite##_##name##_impl(void);                                                          \
-  static struct shim_test suite##_##name##_desc = {#suite, #name, suite##_##name##_impl, {__VA_ARGS__}, NULL}; \
-  __attribute__((constructor)) static void suite##_##name##_reg(void) { shim_register_test(&suite##_##name##_desc); } \
+#define Test(suite, name, ...)                                          \
+  static void suite##_##name##_impl(void);                              \
+  static struct shim_test suite##_##name##_desc = {                     \
+      #suite, #name, suite##_##name##_impl, {__VA_ARGS__}, NULL};       \
+  __attribute__((constructor)) static void suite##_##name##_reg(void) { \
+    shim_register_test(&suite##_##name##_desc);                         \
+  }                                                                     \
   static void suite##_##name##_impl(void)
 
-#define TestSuite(suite, ...)                                                          \
-  static struct shim_suite suite##_suite_desc = {#suite, {__VA_ARGS__}, NULL};          \
-  __attribute__((constructor)) static void suite##_suite_reg(void) { shim_register_suite(&suite##_suite_desc); }
+#define TestSuite(suite, ...)                                                  \
+  static struct shim_suite suite##_suite_desc = {#suite, {__VA_ARGS__}, NULL}; \
+  __attribute__((constructor)) static void suite##_suite_reg(void) {           \
+    shim_register_suite(&suite##_suite_desc);                                  \
+  }
 
 #define cr_assert(cond, ...) shim_check(!!(cond), __FILE__, __LINE__, #cond, "" __VA_ARGS__)
-#define cr_assert_not(cond, ...) shim_check(!(cond), __FILE__, __LINE__, "!(" #cond ")", "" __VA_ARGS__)
-#define cr_assert_eq(a, b, ...) shim_check((a) == (b), __FILE__, __LINE__, #a " == " #b, "" __VA_ARGS__)
-#define cr_assert_neq(a, b, ...) shim_check((a) != (b), __FILE__, __LINE__, #a " != " #b, "" __VA_ARGS__)
-#define cr_assert_lt(a, b, ...) shim_check((a) < (b), __FILE__, __LINE__, #a " < " #b, "" __VA_ARGS__)
-#define cr_assert_leq(a, b, ...) shim_check((a) <= (b), __FILE__, __LINE__, #a " <= " #b, "" __VA_ARGS__)
-#define cr_assert_gt(a, b, ...) shim_check((a) > (b), __FILE__, __LINE__, #a " > " #b, "" __VA_ARGS__)
-#define cr_assert_geq(a, b, ...) shim_check((a) >= (b), __FILE__, __LINE__, #a " >= " #b, "" __VA_ARGS__)
-#define cr_assert_null(p, ...) shim_check((p) == NULL, __FILE__, __LINE__, #p " == NULL", "" __VA_ARGS__)
-#define cr_assert_not_null(p, ...) shim_check((p) != NULL, __FILE__, __LINE__, #p " != NULL", "" __VA_ARGS__)
-#define cr_assert_str_eq(a, b, ...) shim_check(strcmp((a), (b)) == 0, __FILE__, __LINE__, #a " equals " #b, "" __VA_ARGS__)
-#define cr_assert_str_neq(a, b, ...) shim_check(strcmp((a), (b)) != 0, __FILE__, __LINE__, #a " differs from " #b, "" __VA_ARGS__)
-#define cr_assert_arr_eq(a, b, size, ...) \
-  shim_check(memcmp((a), (b), (size)) == 0, __FILE__, __LINE__, #a "[0..size] == " #b "[0..size]", "" __VA_ARGS__)
+#define cr_assert_not(cond, ...) \
+  shim_check(!(cond), __FILE__, __LINE__, "!(" #cond ")", "" __VA_ARGS__)
+#define cr_assert_eq(a, b, ...) \
+  shim_check((a) == (b), __FILE__, __LINE__, #a " == " #b, "" __VA_ARGS__)
+#define cr_assert_neq(a, b, ...) \
+  shim_check((a) != (b), __FILE__, __LINE__, #a " != " #b, "" __VA_ARGS__)
+#define cr_assert_lt(a, b, ...) \
+  shim_check((a) < (b), __FILE__, __LINE__, #a " < " #b, "" __VA_ARGS__)
+#define cr_assert_leq(a, b, ...) \
+  shim_check((a) <= (b), __FILE__, __LINE__, #a " <= " #b, "" __VA_ARGS__)
+#define cr_assert_gt(a, b, ...) \
+  shim_check((a) > (b), __FILE__, __LINE__, #a " > " #b, "" __VA_ARGS__)
+#define cr_assert_geq(a, b, ...) \
+  shim_check((a) >= (b), __FILE__, __LINE__, #a " >= " #b, "" __VA_ARGS__)
+#define cr_assert_null(p, ...) \
+  shim_check((p) == NULL, __FILE__, __LINE__, #p " == NULL", "" __VA_ARGS__)
+#define cr_assert_not_null(p, ...) \
+  shim_check((p) != NULL, __FILE__, __LINE__, #p " != NULL", "" __VA_ARGS__)
+#define cr_assert_str_eq(a, b, ...) \
+  shim_check(strcmp((a), (b)) == 0, __FILE__, __LINE__, #a " equals " #b, "" __VA_ARGS__)
+#define cr_assert_str_neq(a, b, ...) \
+  shim_check(strcmp((a), (b)) != 0, __FILE__, __LINE__, #a " differs from " #b, "" __VA_ARGS__)
+#define cr_assert_arr_eq(a, b, size, ...)                                                          \
+  shim_check(memcmp((a), (b), (size)) == 0, __FILE__, __LINE__, #a "[0..size] == " #b "[0..size]", \
+             "" __VA_ARGS__)
 #define cr_assert_fail(...) shim_check(false, __FILE__, __LINE__, "failure", "" __VA_ARGS__)
 /* Criterion's cr_expect* go on after a failure; here they stop the test as cr_assert* do (the suite
  * fails either way, and one failure is what a ThreadSanitizer run needs to report). */
