@@ -24,6 +24,8 @@ import re
 import subprocess
 import sys
 
+from function_sizes import long_functions
+
 # The graph layer's kind-neutral runner sits below the backends: a backend with a graph runner of its
 # own (the CUDA graph, the Metal graph) builds it in its folder on that runner, and the graph layer
 # reaches it through the row's graph_create.
@@ -243,28 +245,6 @@ def call_violations(build, root):
     return sorted(out)
 
 
-FUNC_START = re.compile(r"^[A-Za-z_][\w \*,()\[\]]*\)\s*\{\s*$")
-
-
-def long_functions(root, limit=80):
-    out = []
-    for rel in sources(root):
-        if not rel.endswith((".c", ".cpp")):
-            continue
-        lines = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read().split("\n")
-        start = None
-        for i, line in enumerate(lines):
-            if start is None and FUNC_START.match(line) and not line.startswith(("typedef", "struct", "enum", "static const", "const")):
-                start = i
-            elif start is not None and line.startswith("}"):
-                n = i - start + 1
-                if n > limit:
-                    name = re.search(r"(\w+)\s*\(", lines[start])
-                    out.append((n, f"{rel}:{start + 1} {name.group(1) if name else '?'}"))
-                start = None
-    return sorted(out, reverse=True)
-
-
 def big_files(root, limit):
     out = []
     for rel in sources(root):
@@ -303,7 +283,7 @@ def main():
             for n, rel in files:
                 print(f"  {n:5d} {rel}")
         funcs = long_functions(root)
-        print(f"functions over 80 lines: {len(funcs)}")
+        print(f"functions over 80 lines (function_sizes.py, every tracked source): {len(funcs)}")
         for n, where in funcs:
             print(f"  {n:5d} {where}")
         print(f"upward includes and calls: {len(bad)}")
