@@ -4,8 +4,10 @@
  * The suite runs twice (tests/CMakeLists.txt): as "bounds" with HCQ_VALIDATE=1, where each mistake
  * must be reported naming the kernel, the argument, the buffer and the offset, and as "bounds_off"
  * without it, where correct kernels give the same results and nothing is guarded or reported. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "test_util.h"
 
@@ -179,6 +181,57 @@ Test(bounds, a_launch_shared_by_the_device_threads_is_checked_too) {
   FAILS(hcq_device_synchronize(r.dev), HCQ_DEVICE_LOST, "kernel axpy on CPU:0",
         "buffer \"y\" (argument 1, 4194240 bytes)", "past its end");
   rig_close(&r, bufs, 2);
+}
+
+/* Each group counts itself in b[0] (the application's own memory) and takes a while; group v[0]
+ * also writes into the guard page after the 16-byte b[1] (byte 64: past the slack). */
+static const char *const k_slow_groups =
+    "void count_slow(void *const *b, const int32_t *v, const hcq_launch_t *l) {\n"
+    "  __atomic_fetch_add((int *)b[0], 1, __ATOMIC_RELAXED);\n"
+    "  if (l->gid[0] == (uint32_t)v[0]) ((volatile float *)b[1])[16] = 1.0f;\n"
+    "  for (volatile int i = 0; i < 20000; i++) {\n"
+    "  }\n"
+    "}\n";
+
+static _Atomic int g_count_at_release = -1;
+
+static void note_count(void *ctx, void *host) {
+  (void)ctx;
+  atomic_store(&g_count_at_release, __atomic_load_n((int *)host, __ATOMIC_RELAXED));
+}
+
+/* A fault loses the device in the middle of a launch the device's threads share: the chunks not
+ * yet started never run, and the ones running finish before the launch's buffers are handed back,
+ * so no thread writes into memory the application may have freed. */
+Test(bounds, no_group_runs_after_a_fault_hands_the_buffers_back) {
+  needs_validation();
+  hcq_device_t *dev = test_open("CPU:0");
+  hcq_program_t *prog = test_program(dev, "count_slow", k_slow_groups);
+  static int count __attribute__((aligned(HCQ_WRAP_ALIGN)));
+  hcq_buffer_t *bufs[2] = {NULL, labelled(dev, 16, "small")};
+  OK(hcq_buffer_wrap(dev, &count, sizeof(count), note_count, NULL, &bufs[0]));
+  enum { GROUPS = 4096 };
+  hcq_launch_desc_t ld = {prog, bufs, 2, (int32_t[]){64}, 1, {GROUPS, 1, 1}, {64, 1, 1}, NULL, 0};
+  OK(hcq_launch(&ld));
+  FAILS(hcq_device_synchronize(dev), HCQ_DEVICE_LOST, "kernel count_slow on CPU:0",
+        "buffer \"small\"");
+  hcq_buffer_release(bufs[0]);
+  for (int i = 0; i < 2000 && atomic_load(&g_count_at_release) < 0; i++) {
+    hcq_memory_usage_t usage; /* a call that hands back what has become free */
+    OK(hcq_device_memory_usage(dev, &usage));
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  int at_release = atomic_load(&g_count_at_release);
+  cr_assert(at_release >= 0, "the wrapped buffer was not handed back within 2 s of the fault");
+  nanosleep(&(struct timespec){0, 100000000}, NULL);
+  int later = __atomic_load_n(&count, __ATOMIC_RELAXED);
+  cr_assert_eq(later, at_release,
+               "%d groups ran after the buffer was handed back (%d had run by then, of %d)",
+               later - at_release, at_release, GROUPS);
+  cr_assert_lt(later, GROUPS, "the launch ran to the end although a group faulted early");
+  hcq_buffer_release(bufs[1]);
+  hcq_program_release(prog);
+  OK(hcq_device_close(dev));
 }
 
 /* ---- graph replays and the JIT ---- */

@@ -52,6 +52,38 @@ const uint32_t *hcq__cpu_engine_current_command(const hcq__cpu_fault_ctx_t *ctx)
 
 /* ---- running groups ---- */
 
+/* After a fault lost the device mid-job: no more chunks are taken (hcq__cpu_pool_work checks), and
+ * the helpers still inside one are waited for, so that the job's buffers, which the user may free
+ * as soon as the device reports lost, are not written after that. A helper stuck in a kernel is
+ * waited for no longer than CPU_POOL_QUIESCE_MS: it is abandoned, as a stuck kernel is at close. */
+#define CPU_POOL_QUIESCE_MS 2000
+static void pool_quiesce(cpu_pool_t *p) {
+  atomic_store_explicit(&p->next_group, p->total, memory_order_seq_cst);
+  uint64_t deadline = hcq__deadline_after_ms(CPU_POOL_QUIESCE_MS);
+  for (unsigned i = 0; atomic_load_explicit(&p->active, memory_order_seq_cst); i++) {
+    if (hcq__now_ns() >= deadline) return;
+    hcq__spin_step(i);
+  }
+}
+
+/* The engine's own share of a job, when faults come back (HCQ_CPU_ISOLATE, HCQ_VALIDATE): a fault
+ * jumps back here rather than past pool_run, which must still leave the job and wait for the
+ * helpers in it. False when the share faulted (the device is lost then). */
+static __attribute__((noinline)) bool pool_share_isolated(cpu_pool_t *p,
+                                                          hcq__cpu_fault_ctx_t *ctx) {
+  sigjmp_buf jump, *outer = ctx->jump;
+  bool ok = true;
+  if (sigsetjmp(jump, 0) == 0) {
+    ctx->jump = &jump;
+    hcq__cpu_pool_work(p);
+  } else {
+    ok = false;
+    hcq__cpu_isolated_fault(ctx);
+  }
+  ctx->jump = outer;
+  return ok;
+}
+
 static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, const int32_t *vals,
                      const uint32_t gsz[3], const uint32_t lsz[3], uint64_t total) {
   /* Even: the last job's generation (odd only if a lost device interrupted a publish). */
@@ -82,11 +114,18 @@ static void pool_run(cpu_pool_t *p, hcq_cpu_kernel_fn fn, void *const *bufs, con
   if (atomic_load_explicit(&p->helpers_sleeping, memory_order_seq_cst)) hcq__futex_wake(&p->gen);
   wake_assisting_hosts(p, true);
   atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
-  hcq__cpu_pool_work(p);
+  hcq__cpu_fault_ctx_t *ctx = hcq__cpu_fault_ctx;
+  if (ctx && ctx->jump)
+    (void)pool_share_isolated(p, ctx);
+  else
+    hcq__cpu_pool_work(p);
   atomic_fetch_sub_explicit(&p->active, 1, memory_order_seq_cst);
   while (atomic_load_explicit(&p->remaining, memory_order_acquire)) {
-    /* A helper that faulted (isolation) never finishes its chunk: the device is lost then. */
-    if (hcq__device_is_lost(p->dev)) return;
+    /* A thread that faulted (isolation) never finishes its chunk: the device is lost then. */
+    if (hcq__device_is_lost(p->dev)) {
+      pool_quiesce(p);
+      return;
+    }
     if (spin_while_equal32(&p->done_seq, done)) continue;
     atomic_store_explicit(&p->worker_sleeping, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&p->remaining, memory_order_seq_cst) && !hcq__device_is_lost(p->dev))

@@ -17,6 +17,8 @@
 /* Takes chunks of the current job until none are left. */
 void hcq__cpu_pool_work(cpu_pool_t *p) {
   for (;;) {
+    /* Once a fault lost the device, the job's buffers may be freed: no chunk starts after. */
+    if (hcq__device_is_lost(p->dev)) return;
     uint64_t first = atomic_fetch_add_explicit(&p->next_group, p->chunk, memory_order_relaxed);
     if (first >= p->total) return;
     uint64_t count = p->total - first < p->chunk ? p->total - first : p->chunk;
