@@ -91,6 +91,30 @@ else
   fi
 fi
 
+# The roofline (issue 42): the machine's memory read bandwidth and int8 dot-product peak on 1 and 2
+# threads (bench_roofline), and for each model file above, decode tok/s as a fraction of bandwidth /
+# bytes a token reads and prompt GOP/s as a fraction of the int8 peak (bench/roofline.py).
+section="Roofline: decode against memory bandwidth, prompt against the int8 peak"
+echo "bench: $section" >&2
+if [ "${HCQ_BENCH_LLM:-1}" = 0 ]; then
+  missing "$section" "hcq generate" "skipped (HCQ_BENCH_LLM=0)"
+elif [ ! -x "$B/bench_roofline" ]; then
+  missing "$section" "bench_roofline" "not built"
+else
+  files=""
+  if f=$("$BUILD/cli/hcq" generate --fetch-model 2>>"$LOG" | tail -n 1); then files="SmolLM2-135M-Q4_1=$f"; fi
+  for t in Q4_K_M Q8_0; do
+    f="$B/SmolLM2-135M-Instruct.$t.gguf"
+    if [ -s "$f" ]; then files="$files SmolLM2-135M-$t=$f"; fi
+  done
+  if f=$("$BUILD/cli/hcq" generate --model gemma-3-270m --fetch-model 2>>"$LOG" | tail -n 1); then
+    files="$files Gemma-3-270M-Q4_K_M=$f"
+  fi
+  # shellcheck disable=SC2086
+  python3 "$SRC/bench/roofline.py" --hcq "$BUILD/cli/hcq" --roofline "$B/bench_roofline" --rows "$ROWS" \
+    $files 2>>"$LOG" || missing "$section" "bench/roofline.py" "failed (see $LOG)"
+fi
+
 # SmolLM2's decoder on each GPU kind (models/llm/kernels.glsl on Vulkan; CUDA and Metal have no
 # kernels yet): `hcq generate --bench` decode tok/s, eager and graph, and the host's time to queue
 # a step; a kind that cannot run it gets a row with hcq's reason. lavapipe runs the shaders on the
