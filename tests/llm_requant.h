@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "model_status.h"
 #include "quant.h"
 #include "support.h"
 
@@ -52,16 +53,39 @@ static inline hcq_status_t llm_requant_matrix(gguf_writer_t *w, const gguf_tenso
   size_t out_row = cols / ggml_block_elems(to) * ggml_block_bytes(to);
   float *x = malloc(cols * sizeof(float));
   uint8_t *data = malloc(out_row * rows);
-  hcq_status_t st = NULL;
-  if (!x || !data)
+  hcq_status_t st;
+  if (!x || !data) {
     st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory requantizing %s", t->name);
-  for (size_t r = 0; r < rows && !st; r++) {
-    llm_dequantize_row(t->type, (const uint8_t *)t->data + r * in_row, x, cols);
-    llm_quantize_row(to, x, data + r * out_row, cols);
+  } else {
+    for (size_t r = 0; r < rows; r++) {
+      llm_dequantize_row(t->type, (const uint8_t *)t->data + r * in_row, x, cols);
+      llm_quantize_row(to, x, data + r * out_row, cols);
+    }
+    st = gguf_writer_add_tensor(w, t->name, to, t->ne, t->n_dims, data);
   }
-  if (!st) st = gguf_writer_add_tensor(w, t->name, to, t->ne, t->n_dims, data);
   free(x), free(data);
   return st;
+}
+
+/* g's keys (but its alignment) and tensors into w, the matrices requantized by recipe. */
+static inline hcq_status_t llm_requant_contents(const gguf_file_t *g, gguf_writer_t *w,
+                                                const char *recipe) {
+  for (size_t i = 0; i < gguf_kv_count(g); i++) {
+    const gguf_kv_t *kv = gguf_kv_at(g, i);
+    if (kv->key.len == 17 && !memcmp(kv->key.ptr, "general.alignment", 17)) continue;
+    TRY(gguf_writer_copy_kv(w, kv));
+  }
+  for (size_t i = 0; i < gguf_tensor_count(g); i++) {
+    const gguf_tensor_t *t = gguf_tensor_at(g, i);
+    ggml_type_t to;
+    if (t->n_dims != 2)
+      TRY(gguf_writer_add_tensor(w, t->name, t->type, t->ne, t->n_dims, t->data));
+    else if (!llm_requant_type(recipe, t->name, t->ne[0], &to))
+      return hcq_status_make(HCQ_INVALID_ARGUMENT, "requant: unknown recipe \"%s\"", recipe);
+    else
+      TRY(llm_requant_matrix(w, t, to));
+  }
+  return NULL;
 }
 
 /* Writes in's model with its matrices requantized by recipe to out. */
@@ -70,24 +94,10 @@ static inline hcq_status_t llm_requant(const char *in, const char *out, const ch
   hcq_status_t st = gguf_open(in, &g);
   if (st) return st;
   gguf_writer_t *w = NULL;
-  st = gguf_writer_create(&w);
-  for (size_t i = 0; i < gguf_kv_count(g) && !st; i++) {
-    const gguf_kv_t *kv = gguf_kv_at(g, i);
-    if (kv->key.len == 17 && !memcmp(kv->key.ptr, "general.alignment", 17)) continue;
-    st = gguf_writer_copy_kv(w, kv);
-  }
-  for (size_t i = 0; i < gguf_tensor_count(g) && !st; i++) {
-    const gguf_tensor_t *t = gguf_tensor_at(g, i);
-    ggml_type_t to;
-    if (t->n_dims != 2) {
-      st = gguf_writer_add_tensor(w, t->name, t->type, t->ne, t->n_dims, t->data);
-    } else if (!llm_requant_type(recipe, t->name, t->ne[0], &to)) {
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "requant: unknown recipe \"%s\"", recipe);
-    } else {
-      st = llm_requant_matrix(w, t, to);
-    }
-  }
-  if (!st) st = gguf_writer_write(w, out);
+  if ((st = gguf_writer_create(&w))) goto done;
+  if ((st = llm_requant_contents(g, w, recipe))) goto done;
+  st = gguf_writer_write(w, out);
+done:
   gguf_writer_free(w);
   gguf_close(g);
   return st;

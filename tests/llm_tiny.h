@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "model_status.h"
 #include "quant.h"
 
 enum {
@@ -92,10 +93,130 @@ static inline hcq_status_t tiny_norm(gguf_writer_t *w, const char *name, int n, 
   return tiny_vector(w, name, n, 1.0f, 0.25f, seed);
 }
 
-#define TINY_TRY(call)    \
-  do {                    \
-    if (!st) st = (call); \
-  } while (0)
+/* The head sizes a spec gives: per head (hd), over the key/value heads (kv), over the query heads
+ * (qd). */
+typedef struct tiny_heads {
+  int hd, kv, qd;
+} tiny_heads_t;
+
+static inline tiny_heads_t tiny_heads(const tiny_spec_t *s) {
+  int hd = s->head_dim ? s->head_dim : s->dim / s->heads;
+  return (tiny_heads_t){hd, hd * s->kv_heads, hd * s->heads};
+}
+
+/* The architecture's keys: general.*, the shapes, rope and the norm epsilon. */
+static inline hcq_status_t tiny_keys(const tiny_spec_t *s, const char *arch, gguf_writer_t *w) {
+  int hd = tiny_heads(s).hd;
+  char k[96];
+#define TINY_KEY(suffix) (snprintf(k, sizeof(k), "%s.%s", arch, suffix), k)
+  TRY(gguf_writer_add_str(w, "general.architecture", arch));
+  TRY(gguf_writer_add_str(w, "general.name", "tiny test model"));
+  TRY(gguf_writer_add_u32(w, TINY_KEY("block_count"), (uint32_t)s->layers));
+  TRY(gguf_writer_add_u32(w, TINY_KEY("embedding_length"), (uint32_t)s->dim));
+  TRY(gguf_writer_add_u32(w, TINY_KEY("feed_forward_length"), (uint32_t)s->ffn));
+  TRY(gguf_writer_add_u32(w, TINY_KEY("attention.head_count"), (uint32_t)s->heads));
+  TRY(gguf_writer_add_u32(w, TINY_KEY("attention.head_count_kv"), (uint32_t)s->kv_heads));
+  TRY(gguf_writer_add_u32(w, TINY_KEY("context_length"),
+                          s->context_length ? (uint32_t)s->context_length : 256));
+  TRY(gguf_writer_add_f32(w, TINY_KEY("rope.freq_base"),
+                          s->rope_base > 0 ? s->rope_base : 10000.0f));
+  TRY(gguf_writer_add_f32(w, TINY_KEY("attention.layer_norm_rms_epsilon"), 1e-5f));
+  if (s->head_dim) {
+    TRY(gguf_writer_add_u32(w, TINY_KEY("attention.key_length"), (uint32_t)hd));
+    TRY(gguf_writer_add_u32(w, TINY_KEY("attention.value_length"), (uint32_t)hd));
+  }
+  if (s->window)
+    TRY(gguf_writer_add_u32(w, TINY_KEY("attention.sliding_window"), (uint32_t)s->window));
+#undef TINY_KEY
+  return NULL;
+}
+
+/* The spec's GPT-2 tokenizer (vocab 97): the printable ASCII bytes, <|im_start|>, <|im_end|>. */
+static inline hcq_status_t tiny_tokenizer(gguf_writer_t *w) {
+  char text[95][4];
+  const char *tokens[97];
+  int32_t types[97];
+  for (int i = 0; i < 95; i++) {
+    if (i == 0)
+      strcpy(text[i], "\xc4\xa0"); /* GPT-2's byte-level spelling of a space */
+    else
+      text[i][0] = (char)(32 + i), text[i][1] = 0;
+    tokens[i] = text[i], types[i] = 1;
+  }
+  tokens[95] = "<|im_start|>", tokens[96] = "<|im_end|>", types[95] = types[96] = 3;
+  TRY(gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2"));
+  TRY(gguf_writer_add_str(w, "tokenizer.ggml.pre", "gpt-2"));
+  TRY(gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, 97));
+  TRY(gguf_writer_add_i32_array(w, "tokenizer.ggml.token_type", types, 97));
+  TRY(gguf_writer_add_str_array(w, "tokenizer.ggml.merges", NULL, 0));
+  TRY(gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 95));
+  TRY(gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 96));
+  TRY(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false));
+  TRY(gguf_writer_add_str(w, "tokenizer.chat_template",
+                          "{% for message in messages %}{{'<|im_start|>' + message['role'] "
+                          "+ '\\n' + message['content'] + "
+                          "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt "
+                          "%}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
+  return NULL;
+}
+
+/* Layer l's tensors: attention, its arch's biases and norms, the feed-forward. */
+static inline hcq_status_t tiny_layer(const tiny_spec_t *s, const char *arch, int l,
+                                      gguf_writer_t *w, uint64_t *seed) {
+  bool qwen2 = !strcmp(arch, "qwen2"), qk_norm = !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3"),
+       gemma = !strcmp(arch, "gemma3");
+  tiny_heads_t h = tiny_heads(s);
+  float in_dim = 1.0f / sqrtf((float)s->dim), in_ffn = 1.0f / sqrtf((float)s->ffn);
+  char n[64];
+#define TINY_NAME(x) (snprintf(n, sizeof(n), "blk.%d.%s.weight", l, x), n)
+  TRY(tiny_norm(w, TINY_NAME("attn_norm"), s->dim, seed));
+  TRY(tiny_matrix(w, TINY_NAME("attn_q"), s->types[TINY_Q], s->dim, h.qd, 2.0f * in_dim, seed));
+  TRY(tiny_matrix(w, TINY_NAME("attn_k"), s->types[TINY_K], s->dim, h.kv, 2.0f * in_dim, seed));
+  TRY(tiny_matrix(w, TINY_NAME("attn_v"), s->types[TINY_V], s->dim, h.kv, in_dim, seed));
+  TRY(tiny_matrix(w, TINY_NAME("attn_output"), s->types[TINY_O], h.qd, s->dim,
+                  1.0f / sqrtf((float)h.qd), seed));
+  TRY(tiny_norm(w, TINY_NAME("ffn_norm"), s->dim, seed));
+  if (qwen2) {
+    snprintf(n, sizeof(n), "blk.%d.attn_q.bias", l);
+    TRY(tiny_vector(w, n, h.qd, 0.0f, 0.5f, seed));
+    snprintf(n, sizeof(n), "blk.%d.attn_k.bias", l);
+    TRY(tiny_vector(w, n, h.kv, 0.0f, 0.5f, seed));
+    snprintf(n, sizeof(n), "blk.%d.attn_v.bias", l);
+    TRY(tiny_vector(w, n, h.kv, 0.0f, 0.5f, seed));
+  }
+  if (qk_norm) {
+    TRY(tiny_norm(w, TINY_NAME("attn_q_norm"), h.hd, seed));
+    TRY(tiny_norm(w, TINY_NAME("attn_k_norm"), h.hd, seed));
+  }
+  if (gemma) {
+    TRY(tiny_norm(w, TINY_NAME("post_attention_norm"), s->dim, seed));
+    TRY(tiny_norm(w, TINY_NAME("post_ffw_norm"), s->dim, seed));
+  }
+  TRY(tiny_matrix(w, TINY_NAME("ffn_gate"), s->types[TINY_GATE], s->dim, s->ffn, 2.0f * in_dim,
+                  seed));
+  TRY(tiny_matrix(w, TINY_NAME("ffn_up"), s->types[TINY_UP], s->dim, s->ffn, in_dim, seed));
+  TRY(tiny_matrix(w, TINY_NAME("ffn_down"), s->types[TINY_DOWN], s->ffn, s->dim, in_ffn, seed));
+#undef TINY_NAME
+  return NULL;
+}
+
+/* Every key and tensor of the spec, in the order the files have always had. */
+static inline hcq_status_t tiny_contents(const tiny_spec_t *s, gguf_writer_t *w) {
+  uint64_t seed = s->seed * 2654435761u + 1;
+  const char *arch = s->arch ? s->arch : "llama";
+  TRY(tiny_keys(s, arch, w));
+  if (s->tokenizer && s->vocab == 97) TRY(tiny_tokenizer(w));
+  float in_dim = 1.0f / sqrtf((float)s->dim);
+  TRY(tiny_matrix(w, "token_embd.weight", s->types[TINY_EMB], s->dim, s->vocab, 1.0f, &seed));
+  TRY(tiny_norm(w, "output_norm.weight", s->dim, &seed));
+  if (!s->tied)
+    TRY(tiny_matrix(w, "output.weight", s->types[TINY_OUT], s->dim, s->vocab, 2.0f * in_dim,
+                    &seed));
+  if (s->rope_freqs)
+    TRY(tiny_vector(w, "rope_freqs.weight", tiny_heads(s).hd / 2, 4.0f, 3.0f, &seed));
+  for (int l = 0; l < s->layers; l++) TRY(tiny_layer(s, arch, l, w, &seed));
+  return NULL;
+}
 
 /* The model in a writer (more keys may be added before it is written). Weights are scaled by 1 /
  * sqrt(inputs) (the embedding by 1) so that activations stay near 1 and the logits spread over a
@@ -105,101 +226,7 @@ static inline hcq_status_t tiny_build(const tiny_spec_t *s, gguf_writer_t **out)
   hcq_status_t st = gguf_writer_create(&w);
   if (st) return st;
   tiny_omit = s->omit;
-  uint64_t seed = s->seed * 2654435761u + 1;
-  const char *arch = s->arch ? s->arch : "llama";
-  bool qwen2 = !strcmp(arch, "qwen2"), qk_norm = !strcmp(arch, "qwen3") || !strcmp(arch, "gemma3"),
-       gemma = !strcmp(arch, "gemma3");
-  int hd = s->head_dim ? s->head_dim : s->dim / s->heads, kv = hd * s->kv_heads, qd = hd * s->heads;
-  char k[96];
-#define TINY_KEY(suffix) (snprintf(k, sizeof(k), "%s.%s", arch, suffix), k)
-  TINY_TRY(gguf_writer_add_str(w, "general.architecture", arch));
-  TINY_TRY(gguf_writer_add_str(w, "general.name", "tiny test model"));
-  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("block_count"), (uint32_t)s->layers));
-  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("embedding_length"), (uint32_t)s->dim));
-  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("feed_forward_length"), (uint32_t)s->ffn));
-  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.head_count"), (uint32_t)s->heads));
-  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.head_count_kv"), (uint32_t)s->kv_heads));
-  TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("context_length"),
-                               s->context_length ? (uint32_t)s->context_length : 256));
-  TINY_TRY(gguf_writer_add_f32(w, TINY_KEY("rope.freq_base"),
-                               s->rope_base > 0 ? s->rope_base : 10000.0f));
-  TINY_TRY(gguf_writer_add_f32(w, TINY_KEY("attention.layer_norm_rms_epsilon"), 1e-5f));
-  if (s->head_dim) {
-    TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.key_length"), (uint32_t)hd));
-    TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.value_length"), (uint32_t)hd));
-  }
-  if (s->window)
-    TINY_TRY(gguf_writer_add_u32(w, TINY_KEY("attention.sliding_window"), (uint32_t)s->window));
-#undef TINY_KEY
-  if (s->tokenizer && s->vocab == 97) {
-    char text[95][4];
-    const char *tokens[97];
-    int32_t types[97];
-    for (int i = 0; i < 95; i++) {
-      if (i == 0)
-        strcpy(text[i], "\xc4\xa0"); /* GPT-2's byte-level spelling of a space */
-      else
-        text[i][0] = (char)(32 + i), text[i][1] = 0;
-      tokens[i] = text[i], types[i] = 1;
-    }
-    tokens[95] = "<|im_start|>", tokens[96] = "<|im_end|>", types[95] = types[96] = 3;
-    TINY_TRY(gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2"));
-    TINY_TRY(gguf_writer_add_str(w, "tokenizer.ggml.pre", "gpt-2"));
-    TINY_TRY(gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", tokens, 97));
-    TINY_TRY(gguf_writer_add_i32_array(w, "tokenizer.ggml.token_type", types, 97));
-    TINY_TRY(gguf_writer_add_str_array(w, "tokenizer.ggml.merges", NULL, 0));
-    TINY_TRY(gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 95));
-    TINY_TRY(gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 96));
-    TINY_TRY(gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false));
-    TINY_TRY(gguf_writer_add_str(w, "tokenizer.chat_template",
-                                 "{% for message in messages %}{{'<|im_start|>' + message['role'] "
-                                 "+ '\\n' + message['content'] + "
-                                 "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt "
-                                 "%}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
-  }
-  float in_dim = 1.0f / sqrtf((float)s->dim), in_ffn = 1.0f / sqrtf((float)s->ffn);
-  TINY_TRY(tiny_matrix(w, "token_embd.weight", s->types[TINY_EMB], s->dim, s->vocab, 1.0f, &seed));
-  TINY_TRY(tiny_norm(w, "output_norm.weight", s->dim, &seed));
-  if (!s->tied)
-    TINY_TRY(tiny_matrix(w, "output.weight", s->types[TINY_OUT], s->dim, s->vocab, 2.0f * in_dim,
-                         &seed));
-  if (s->rope_freqs) TINY_TRY(tiny_vector(w, "rope_freqs.weight", hd / 2, 4.0f, 3.0f, &seed));
-  for (int l = 0; l < s->layers && !st; l++) {
-    char n[64];
-#define TINY_NAME(x) (snprintf(n, sizeof(n), "blk.%d.%s.weight", l, x), n)
-    TINY_TRY(tiny_norm(w, TINY_NAME("attn_norm"), s->dim, &seed));
-    TINY_TRY(
-        tiny_matrix(w, TINY_NAME("attn_q"), s->types[TINY_Q], s->dim, qd, 2.0f * in_dim, &seed));
-    TINY_TRY(
-        tiny_matrix(w, TINY_NAME("attn_k"), s->types[TINY_K], s->dim, kv, 2.0f * in_dim, &seed));
-    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_v"), s->types[TINY_V], s->dim, kv, in_dim, &seed));
-    TINY_TRY(tiny_matrix(w, TINY_NAME("attn_output"), s->types[TINY_O], qd, s->dim,
-                         1.0f / sqrtf((float)qd), &seed));
-    TINY_TRY(tiny_norm(w, TINY_NAME("ffn_norm"), s->dim, &seed));
-    if (qwen2) {
-      snprintf(n, sizeof(n), "blk.%d.attn_q.bias", l);
-      TINY_TRY(tiny_vector(w, n, qd, 0.0f, 0.5f, &seed));
-      snprintf(n, sizeof(n), "blk.%d.attn_k.bias", l);
-      TINY_TRY(tiny_vector(w, n, kv, 0.0f, 0.5f, &seed));
-      snprintf(n, sizeof(n), "blk.%d.attn_v.bias", l);
-      TINY_TRY(tiny_vector(w, n, kv, 0.0f, 0.5f, &seed));
-    }
-    if (qk_norm) {
-      TINY_TRY(tiny_norm(w, TINY_NAME("attn_q_norm"), hd, &seed));
-      TINY_TRY(tiny_norm(w, TINY_NAME("attn_k_norm"), hd, &seed));
-    }
-    if (gemma) {
-      TINY_TRY(tiny_norm(w, TINY_NAME("post_attention_norm"), s->dim, &seed));
-      TINY_TRY(tiny_norm(w, TINY_NAME("post_ffw_norm"), s->dim, &seed));
-    }
-    TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_gate"), s->types[TINY_GATE], s->dim, s->ffn,
-                         2.0f * in_dim, &seed));
-    TINY_TRY(tiny_matrix(w, TINY_NAME("ffn_up"), s->types[TINY_UP], s->dim, s->ffn, in_dim, &seed));
-    TINY_TRY(
-        tiny_matrix(w, TINY_NAME("ffn_down"), s->types[TINY_DOWN], s->ffn, s->dim, in_ffn, &seed));
-#undef TINY_NAME
-  }
-  if (st) gguf_writer_free(w), w = NULL;
+  if ((st = tiny_contents(s, w))) gguf_writer_free(w), w = NULL;
   *out = w;
   return st;
 }

@@ -505,8 +505,7 @@ Test(cuda, a_faulting_kernel_loses_the_device_at_once_not_at_the_timeout) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   /* The fault may surface in the launch's own later driver calls, or in the wait after it. */
-  hcq_status_t st = hcq_launch(&l);
-  if (!st) st = hcq_device_synchronize(d);
+  hcq_status_t st = test_launch_and_wait(&l, d);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   FAILS(st, HCQ_DEVICE_LOST, "CUDA:0", "illegal");

@@ -184,8 +184,10 @@ static hcq_status_t timestamp_and_signal(hcq_device_t *d, hcq_signal_t *sig) {
   OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
   OK(hcq_queue_timestamp(q, hcq_imm((int64_t)hcq_signal_address(sig))));
   OK(hcq_queue_signal(q, hcq_imm((int64_t)hcq_signal_address(sig)), hcq_imm(1)));
-  hcq_status_t st = hcq_queue_submit(q, d, NULL, 0);
-  if (!st) st = hcq_signal_wait(sig, 1, 20000);
+  hcq_status_t st;
+  if ((st = hcq_queue_submit(q, d, NULL, 0))) goto done;
+  st = hcq_signal_wait(sig, 1, 20000);
+done:
   hcq_queue_destroy(q);
   return st;
 }
@@ -273,8 +275,7 @@ static void sticky_error_loses_the_device(const char *code, const char *name) {
   hcq_program_t *p = ptx_program(d, "hcq_fake_fault");
   hcq_buffer_t *b = test_buffer(d, 64);
   hcq_launch_desc_t l = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}};
-  hcq_status_t st = hcq_launch(&l);
-  if (!st) st = hcq_device_synchronize(d);
+  hcq_status_t st = test_launch_and_wait(&l, d);
   /* Not HCQ_TIMEOUT after 20 s: the error itself says the context is gone. */
   FAILS(st, HCQ_DEVICE_LOST, "CUDA:0", name);
   FAILS(hcq_device_synchronize(d), HCQ_DEVICE_LOST, "CUDA:0");

@@ -235,6 +235,9 @@ Test(graphfile, errors_give_the_json_path) {
       HEAD
       "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 4}}, \"items\": [{\"bufs\": []}]}",
       HCQ_INVALID_ARGUMENT, "items[0]: an item has exactly one of");
+}
+
+Test(graphfile, buffer_errors_give_the_json_path) {
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"GPU:0\", \"bytes\": 4}}, \"items\": []}",
              HCQ_NOT_FOUND, "t.json: buffers.a.device: unknown device \"GPU:0\"");
   load_fails(HEAD "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 0}}}", HCQ_OUT_OF_RANGE,
@@ -260,6 +263,9 @@ Test(graphfile, errors_give_the_json_path) {
              HCQ_INVALID_ARGUMENT, "buffers.a.init.base64: is not base64 of exactly 8 bytes");
   load_fails(HEAD "\"buffers\": {\"a/b\": {\"device\": \"CPU:0\", \"bytes\": 8}}}",
              HCQ_INVALID_ARGUMENT, "buffers.\"a/b\": buffer names use");
+}
+
+Test(graphfile, item_and_run_errors_give_the_json_path) {
   const char *base = HEAD
       "\"vars\": {\"n\": {\"min\": 1, \"max\": 10, \"value\": 5}},"
       "\"buffers\": {\"a\": {\"device\": \"CPU:0\", \"bytes\": 64}, \"b\": {\"device\": \"CPU:1\", "
@@ -306,6 +312,9 @@ Test(graphfile, errors_give_the_json_path) {
              HCQ_NOT_FOUND, "runs[0].inputs.b: \"b\" is not an input");
   load_fails(WITH("\"items\": [{\"kernel\": \"add1\", \"bufs\": [\"a\"], \"global\": [\"n-6\"]}]"),
              HCQ_OUT_OF_RANGE, "items[0].global[0]: evaluates to -1");
+}
+
+Test(graphfile, deep_nesting_and_a_missing_file_fail_cleanly) {
   /* Deep nesting is refused by the parser, not by the stack. */
   size_t depth = 100000;
   char *deep = malloc(depth + 1);

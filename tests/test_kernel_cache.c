@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/status.h"
 #include "cpu/cpu_compile.h"
 #include "test_util.h"
 
@@ -198,28 +199,43 @@ typedef struct {
   child_result_t result;
 } child_work_t;
 
+/* Runs p (one thread) on b and reads the int32 it wrote into *value. */
+static hcq_status_t run_once(hcq_program_t *p, hcq_buffer_t *b, int32_t *value) {
+  hcq_launch_desc_t l = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}};
+  HCQ__TRY(hcq_launch(&l));
+  return hcq_buffer_copyout(b, 0, value, 4);
+}
+
+/* One compile of spec's kernel on d (spec->created after it), run once into *value. */
+static hcq_status_t child_compile_and_run(hcq_device_t *d, const child_spec_t *spec,
+                                          int32_t *value) {
+  hcq_program_t *p = NULL;
+  hcq_buffer_t *b = NULL;
+  hcq_status_t st;
+  if ((st = hcq_program_create(d, spec->entry ? spec->entry : "k", spec->source, &p))) goto done;
+  if (spec->created) spec->created();
+  if ((st = hcq_buffer_create(d, 4, &b))) goto done;
+  st = run_once(p, b, value);
+done:
+  hcq_buffer_release(b);
+  hcq_program_release(p);
+  return st;
+}
+
+/* spec's compiles on CPU:0, each run into *value (left open after a failure, as the child exits).
+ */
+static hcq_status_t child_compiles(const child_spec_t *spec, int32_t *value) {
+  hcq_device_t *d = NULL;
+  HCQ__TRY(hcq_device_open("CPU:0", &d));
+  int compiles = spec->compiles ? spec->compiles : 1;
+  for (int i = 0; i < compiles; i++) HCQ__TRY(child_compile_and_run(d, spec, value));
+  return hcq_device_close(d);
+}
+
 static void *child_work(void *arg) {
   child_work_t *w = arg;
-  const child_spec_t *spec = w->spec;
   child_result_t *r = &w->result;
-  hcq_device_t *d = NULL;
-  hcq_status_t st = hcq_device_open("CPU:0", &d);
-  int compiles = spec->compiles ? spec->compiles : 1;
-  for (int i = 0; !st && i < compiles; i++) {
-    hcq_program_t *p = NULL;
-    hcq_buffer_t *b = NULL;
-    st = hcq_program_create(d, spec->entry ? spec->entry : "k", spec->source, &p);
-    if (!st && spec->created) spec->created();
-    if (!st) st = hcq_buffer_create(d, 4, &b);
-    if (!st) {
-      hcq_launch_desc_t l = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}};
-      st = hcq_launch(&l);
-    }
-    if (!st) st = hcq_buffer_copyout(b, 0, &r->value, 4);
-    hcq_buffer_release(b);
-    hcq_program_release(p);
-  }
-  if (d && !st) st = hcq_device_close(d);
+  hcq_status_t st = child_compiles(w->spec, &r->value);
   r->ran = st == NULL;
   r->code = hcq_status_code(st);
   snprintf(r->message, sizeof(r->message), "%s", hcq_status_message(st));
@@ -733,16 +749,18 @@ static int several_programs_alive(void) {
   hcq_buffer_t *b = NULL;
   const char *sources[3] = {K_SOURCE("1"), K_SOURCE("2"), K_SOURCE("3")};
   int digits = 0;
-  hcq_status_t st = hcq_device_open("CPU:0", &d);
-  if (!st) st = hcq_buffer_create(d, 4, &b);
-  for (int i = 0; !st && i < 3; i++) st = hcq_program_create(d, "k", sources[i], &p[i]);
-  for (int i = 0; !st && i < 3; i++) {
+  hcq_status_t st;
+  if ((st = hcq_device_open("CPU:0", &d))) goto fail;
+  if ((st = hcq_buffer_create(d, 4, &b))) goto fail;
+  for (int i = 0; i < 3; i++)
+    if ((st = hcq_program_create(d, "k", sources[i], &p[i]))) goto fail;
+  for (int i = 0; i < 3; i++) {
     int32_t v = -1;
-    hcq_launch_desc_t l = {p[i], &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}};
-    st = hcq_launch(&l);
-    if (!st) st = hcq_buffer_copyout(b, 0, &v, 4);
+    st = run_once(p[i], b, &v);
     digits = digits * 10 + v;
+    if (st) goto fail;
   }
+fail:
   if (st) fprintf(stderr, "%s\n", hcq_status_message(st));
   hcq_status_destroy(st);
   for (int i = 0; i < 3; i++) hcq_program_release(p[i]);
@@ -791,9 +809,7 @@ static void *compile_and_run(void *arg) {
       t->wrong++;
       continue;
     }
-    hcq_launch_desc_t l = {p, &b, 1, NULL, 0, {1, 1, 1}, {1, 1, 1}, NULL, 0};
-    st = hcq_launch(&l);
-    if (!st) st = hcq_buffer_copyout(b, 0, &got, 4);
+    st = run_once(p, b, &got);
     t->wrong += st != NULL || got != want;
     hcq_status_destroy(st);
     hcq_program_release(p);

@@ -353,6 +353,57 @@ static void tiny_file(char *path, size_t size) {
   OK(tiny_write(&s, path));
 }
 
+/* The text generate gave (in g) is the text of its tokens gen[0..ng), decoded by tokenize. */
+static void check_text_is_the_tokens_text(const char *path, json_t *g, const int32_t *gen, int ng) {
+  char args[PATH_MAX + 256], decode[512] = "", *text;
+  int k = 0;
+  for (int i = 0; i < ng; i++)
+    k += snprintf(decode + k, sizeof(decode) - (size_t)k, "%s%d", i ? "," : "", gen[i]);
+  snprintf(args, sizeof(args), "tokenize --model '%s' --json --no-special --decode %s", path,
+           decode);
+  json_t *d = run_json(args);
+  text = (char *)json_string_value(json_object_get(d, "text"));
+  cr_assert_str_eq(json_string_value(json_object_get(g, "text")), text);
+  json_decref(d);
+}
+
+/* --bench: both modes' tokens identical, every field there, the chat prompt in ChatML. */
+static void check_bench(const char *path) {
+  char args[PATH_MAX + 256];
+  snprintf(args, sizeof(args),
+           "generate --model '%s' --chat hello --steps 16 --bench --repeat 1 --json", path);
+  json_t *b = run_json(args);
+  cr_assert(json_is_true(json_object_get(b, "identical")));
+  const char *fields[] = {"eager_decode_tok_s",      "graph_decode_tok_s",
+                          "eager_prefill_tok_s",     "graph_prefill_tok_s",
+                          "host_us_per_token_eager", "host_us_per_token_graph",
+                          "prefill_tok_s",           "decode_tok_s"};
+  for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+    cr_assert(json_number_value(json_object_get(b, fields[i])) > 0, "%s", fields[i]);
+  /* <|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n, newlines having no token here */
+  int32_t ids[64];
+  int n;
+  ids_of(b, "prompt_ids", ids, &n);
+  cr_assert(n >= 16 && ids[0] == 95 && ids[1] == 'u' - 32, "ChatML around hello: %d ids", n);
+  json_decref(b);
+}
+
+/* The sampler: the same seed, the same tokens. */
+static void check_same_seed_same_tokens(const char *path) {
+  char args[PATH_MAX + 256];
+  int32_t s1[64], s2[64];
+  int n1, n2;
+  snprintf(
+      args, sizeof(args),
+      "generate --model '%s' --prompt Hi --steps 20 --ignore-eos --temperature 6 --seed 5 --json",
+      path);
+  json_t *a1 = run_json(args), *a2 = run_json(args);
+  ids_of(a1, "token_ids", s1, &n1);
+  ids_of(a2, "token_ids", s2, &n2);
+  cr_assert(n1 == 20 && n2 == 20 && !memcmp(s1, s2, 80), "the same seed gave other tokens");
+  json_decref(a1), json_decref(a2);
+}
+
 Test(llm_cli, generate_and_tokenize_on_a_tiny_model) {
   char path[PATH_MAX], args[PATH_MAX + 256];
   tiny_file(path, sizeof(path));
@@ -374,17 +425,7 @@ Test(llm_cli, generate_and_tokenize_on_a_tiny_model) {
   cr_assert_str_eq(json_string_value(json_object_get(g, "graph_kind")), "hcq");
   /* embed, 8 a layer, norm, classifier, choice */
   cr_assert_eq(json_integer_value(json_object_get(g, "kernels_per_token")), 1 + 8 * 2 + 3);
-  /* the text is the tokens' text */
-  char decode[512] = "", *text;
-  int k = 0;
-  for (int i = 0; i < ng; i++)
-    k += snprintf(decode + k, sizeof(decode) - (size_t)k, "%s%d", i ? "," : "", gen[i]);
-  snprintf(args, sizeof(args), "tokenize --model '%s' --json --no-special --decode %s", path,
-           decode);
-  json_t *d = run_json(args);
-  text = (char *)json_string_value(json_object_get(d, "text"));
-  cr_assert_str_eq(json_string_value(json_object_get(g, "text")), text);
-  json_decref(d);
+  check_text_is_the_tokens_text(path, g, gen, ng);
   /* eager launches and two devices choose the same tokens */
   snprintf(args, sizeof(args),
            "generate --model '%s' --prompt 'Hi there' --steps 12 --ignore-eos --eager --devices 2 "
@@ -406,33 +447,8 @@ Test(llm_cli, generate_and_tokenize_on_a_tiny_model) {
   cr_assert_str_eq(out, json_string_value(json_object_get(g, "text")), "streamed \"%s\"", out);
   free(out);
   json_decref(g);
-  /* --bench: both modes' tokens identical, every field there */
-  snprintf(args, sizeof(args),
-           "generate --model '%s' --chat hello --steps 16 --bench --repeat 1 --json", path);
-  json_t *b = run_json(args);
-  cr_assert(json_is_true(json_object_get(b, "identical")));
-  const char *fields[] = {"eager_decode_tok_s",      "graph_decode_tok_s",
-                          "eager_prefill_tok_s",     "graph_prefill_tok_s",
-                          "host_us_per_token_eager", "host_us_per_token_graph",
-                          "prefill_tok_s",           "decode_tok_s"};
-  for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
-    cr_assert(json_number_value(json_object_get(b, fields[i])) > 0, "%s", fields[i]);
-  /* <|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n, newlines having no token here */
-  ids_of(b, "prompt_ids", ids, &n);
-  cr_assert(n >= 16 && ids[0] == 95 && ids[1] == 'u' - 32, "ChatML around hello: %d ids", n);
-  json_decref(b);
-  /* the sampler: the same seed, the same tokens */
-  int32_t s1[64], s2[64];
-  int n1, n2;
-  snprintf(
-      args, sizeof(args),
-      "generate --model '%s' --prompt Hi --steps 20 --ignore-eos --temperature 6 --seed 5 --json",
-      path);
-  json_t *a1 = run_json(args), *a2 = run_json(args);
-  ids_of(a1, "token_ids", s1, &n1);
-  ids_of(a2, "token_ids", s2, &n2);
-  cr_assert(n1 == 20 && n2 == 20 && !memcmp(s1, s2, 80), "the same seed gave other tokens");
-  json_decref(a1), json_decref(a2);
+  check_bench(path);
+  check_same_seed_same_tokens(path);
   unlink(path);
 }
 

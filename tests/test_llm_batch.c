@@ -22,6 +22,7 @@
 #include "llm.h"
 #include "llm_batch.h"
 #include "llm_test_util.h"
+#include "model_status.h"
 #include "test_util.h"
 
 TestSuite(llm_batch, .timeout = 600);
@@ -455,16 +456,21 @@ typedef struct adder {
   atomic_bool done;
 } adder_t;
 
+/* Adds prompt k as sequence a->seq[k]; cancels sequence 1 at once. */
+static hcq_status_t add_prompt(adder_t *a, int k, const hcq_llm_generate_options_t *o) {
+  int32_t prompt[64];
+  int n = prompt_of(k, prompt);
+  TRY(hcq_llm_batch_add(a->b, prompt, (size_t)n, o, &a->seq[k]));
+  return k == 1 ? hcq_llm_batch_cancel(a->b, a->seq[1]) : NULL;
+}
+
 /* Adds prompts 0..5, one every two steps of the other thread, and cancels sequence 1 at once. */
 static void *add_meanwhile(void *arg) {
   adder_t *a = arg;
   hcq_llm_generate_options_t o = {.max_tokens = NEW, .ignore_eos = true};
   for (int k = 0; k < 6; k++) {
     while (atomic_load(&a->steps) < 2 * k) sched_yield();
-    int32_t prompt[64];
-    int n = prompt_of(k, prompt);
-    hcq_status_t st = hcq_llm_batch_add(a->b, prompt, (size_t)n, &o, &a->seq[k]);
-    if (!st && k == 1) st = hcq_llm_batch_cancel(a->b, a->seq[1]);
+    hcq_status_t st = add_prompt(a, k, &o);
     if (st) {
       fprintf(stderr, "add_meanwhile: %s\n", hcq_status_message(st));
       hcq_status_destroy(st);

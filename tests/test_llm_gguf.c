@@ -322,13 +322,10 @@ static want_tensor_t k_tensors[] = {
 };
 #define NTENSORS (sizeof(k_tensors) / sizeof(k_tensors[0]))
 
-/* Checks g against f and k_tensors as written with this version and alignment. */
-static void check_round_trip(const gguf_file_t *g, const uint8_t *base, size_t size,
-                             const want_file_t *f, uint32_t version, uint32_t alignment) {
-  cr_assert_eq(gguf_version(g), version);
-  cr_assert_eq(gguf_alignment(g), alignment);
-  cr_assert_eq(gguf_file_size(g), size);
-  /* the metadata in the order written; general.alignment among it when not 32 */
+/* g's metadata (mapped at base, size bytes) against f's, in the order written; general.alignment
+ * among it when alignment is not 32. */
+static void check_round_trip_kvs(const gguf_file_t *g, const uint8_t *base, size_t size,
+                                 const want_file_t *f, uint32_t alignment) {
   size_t extra = alignment != 32;
   cr_assert_eq(gguf_kv_count(g), f->nkv + extra, "%zu metadata entries, expected %zu",
                gguf_kv_count(g), f->nkv + extra);
@@ -369,8 +366,13 @@ static void check_round_trip(const gguf_file_t *g, const uint8_t *base, size_t s
   cr_assert_null(gguf_kv_at(g, gguf_kv_count(g)));
   cr_assert_null(gguf_find_kv(g, "v.u3"));
   cr_assert_null(gguf_find_kv(g, "v.u32x"));
+}
 
-  /* the tensors: shapes, offsets and bytes, the data section aligned and ending the file */
+/* g's tensors against k_tensors: shapes, offsets and bytes, the data section aligned and ending
+ * the file. */
+static void check_round_trip_tensors(const gguf_file_t *g, const uint8_t *base, size_t size,
+                                     const want_file_t *f, uint32_t alignment) {
+  size_t extra = alignment != 32;
   cr_assert_eq(gguf_tensor_count(g), NTENSORS);
   uint64_t infos = 0;
   for (size_t i = 0; i < NTENSORS; i++)
@@ -405,6 +407,16 @@ static void check_round_trip(const gguf_file_t *g, const uint8_t *base, size_t s
   cr_assert_null(gguf_tensor_at(g, NTENSORS));
   cr_assert_null(gguf_find_tensor(g, "t.f32"));
   cr_assert_null(gguf_find_tensor(g, "t.f32.1d.x"));
+}
+
+/* Checks g against f and k_tensors as written with this version and alignment. */
+static void check_round_trip(const gguf_file_t *g, const uint8_t *base, size_t size,
+                             const want_file_t *f, uint32_t version, uint32_t alignment) {
+  cr_assert_eq(gguf_version(g), version);
+  cr_assert_eq(gguf_alignment(g), alignment);
+  cr_assert_eq(gguf_file_size(g), size);
+  check_round_trip_kvs(g, base, size, f, alignment);
+  check_round_trip_tensors(g, base, size, f, alignment);
 }
 
 Test(llm_gguf, writer_round_trip) {
@@ -700,7 +712,14 @@ Test(llm_gguf, getters_integers) {
     FAILS(gguf_get_u32_or(g, out_of_range[i].key, &v), HCQ_INVALID_ARGUMENT, key);
     cr_assert_eq(v, 99u);
   }
-  /* uint64 values of 2^63 and more do not fit in int64 either */
+  gguf_close(g);
+  free(bytes);
+}
+
+/* uint64 values of 2^63 and more do not fit in int64 either; int64 takes every other integer. */
+Test(llm_gguf, getters_int64_range) {
+  uint8_t *bytes;
+  gguf_file_t *g = getters_file(&bytes);
   uint32_t v = 99;
   int64_t i64 = 5;
   FAILS(gguf_get_u32(g, "u64.2^63", &v), HCQ_INVALID_ARGUMENT, "\"u64.2^63\"");
@@ -721,7 +740,17 @@ Test(llm_gguf, getters_integers) {
   cr_assert_eq(i64, -300);
   OK(gguf_get_i64(g, "u32", &i64));
   cr_assert_eq(i64, 4000000000ll);
-  /* other types are not integers, whatever their value */
+  gguf_close(g);
+  free(bytes);
+}
+
+/* Other types are not integers, whatever their value; absent keys are NOT_FOUND, or leave *out as
+ * it was (the _or getters). */
+Test(llm_gguf, getters_integers_refuse_other_types_and_absent_keys) {
+  uint8_t *bytes;
+  gguf_file_t *g = getters_file(&bytes);
+  uint32_t v = 99;
+  int64_t i64 = 5;
   const struct {
     const char *key, *type;
   } wrong[] = {{"f32", "float32"}, {"f64", "float64"},         {"bool", "bool"},
@@ -746,7 +775,7 @@ Test(llm_gguf, getters_integers) {
   free(bytes);
 }
 
-Test(llm_gguf, getters_floats_bools_strings_arrays) {
+Test(llm_gguf, getters_floats_and_bools) {
   uint8_t *bytes;
   gguf_file_t *g = getters_file(&bytes);
   float f = 0;
@@ -780,7 +809,13 @@ Test(llm_gguf, getters_floats_bools_strings_arrays) {
   OK(gguf_get_bool_or(g, "bool", &b));
   cr_assert(b);
   FAILS(gguf_get_bool_or(g, "str", &b), HCQ_INVALID_ARGUMENT, "\"str\"");
+  gguf_close(g);
+  free(bytes);
+}
 
+Test(llm_gguf, getters_strings) {
+  uint8_t *bytes;
+  gguf_file_t *g = getters_file(&bytes);
   gguf_str_t s;
   OK(gguf_get_str(g, "str", &s));
   cr_assert_eq(s.len, 5u);
@@ -791,7 +826,13 @@ Test(llm_gguf, getters_floats_bools_strings_arrays) {
         "expected a string");
   FAILS(gguf_get_str(g, "u32", &s), HCQ_INVALID_ARGUMENT, "\"u32\"");
   FAILS(gguf_get_str(g, "nope", &s), HCQ_NOT_FOUND, "\"nope\"");
+  gguf_close(g);
+  free(bytes);
+}
 
+Test(llm_gguf, getters_arrays) {
+  uint8_t *bytes;
+  gguf_file_t *g = getters_file(&bytes);
   gguf_str_t *arr;
   uint64_t count;
   OK(gguf_get_str_array(g, "strs", &arr, &count));
@@ -870,21 +911,29 @@ static size_t value_end(const gguf_kv_t *kv, const uint8_t *base) {
   return (size_t)(p - base);
 }
 
-Test(llm_gguf, truncated_at_every_byte) {
-  size_t size;
-  uint8_t *bytes = small_file(&size);
-  cr_assert(size > 700 && size < 2048, "the small file has %zu bytes", size);
-  /* the layout, from the whole file */
+/* Where the parts of small_file lie: each metadata entry, tensor info and tensor's data (the entry,
+ * its key or name, the end of the entry; the name quoted, as messages give it), the end of the
+ * infos and the start of the data. */
+typedef struct region {
+  size_t start, name_end, end;
+  char name[64];
+} region_t;
+
+typedef struct small_layout {
+  size_t nkv, nt;
+  region_t kvs[8], infos[3], datas[3];
+  size_t infos_end, data_start;
+} small_layout_t;
+
+/* The layout of the whole file (size bytes at bytes). */
+static void small_file_layout(const uint8_t *bytes, size_t size, small_layout_t *l) {
   gguf_file_t *g;
   OK(gguf_open_memory(bytes, size, "trunc.gguf", &g));
-  size_t nkv = gguf_kv_count(g), nt = gguf_tensor_count(g);
-  cr_assert_eq(nkv, 8u);
-  cr_assert_eq(nt, 3u);
-  struct region {
-    size_t start, name_end, end; /* the entry, its key or name, the end of the entry */
-    char name[64];
-  } kvs[8], infos[3], datas[3];
-  for (size_t i = 0; i < nkv; i++) {
+  l->nkv = gguf_kv_count(g), l->nt = gguf_tensor_count(g);
+  cr_assert_eq(l->nkv, 8u);
+  cr_assert_eq(l->nt, 3u);
+  region_t *kvs = l->kvs, *infos = l->infos, *datas = l->datas;
+  for (size_t i = 0; i < l->nkv; i++) {
     const gguf_kv_t *kv = gguf_kv_at(g, i);
     kvs[i].start = (size_t)((const uint8_t *)kv->key.ptr - bytes) - 8;
     kvs[i].name_end = kvs[i].start + 8 + kv->key.len;
@@ -892,8 +941,8 @@ Test(llm_gguf, truncated_at_every_byte) {
     snprintf(kvs[i].name, sizeof(kvs[i].name), "\"%.*s\"", (int)kv->key.len, kv->key.ptr);
     if (i) cr_assert_eq(kvs[i].start, kvs[i - 1].end);
   }
-  size_t pos = kvs[nkv - 1].end;
-  for (size_t i = 0; i < nt; i++) {
+  size_t pos = kvs[l->nkv - 1].end;
+  for (size_t i = 0; i < l->nt; i++) {
     const gguf_tensor_t *t = gguf_tensor_at(g, i);
     infos[i].start = pos;
     infos[i].name_end = pos + 8 + strlen(t->name);
@@ -904,53 +953,71 @@ Test(llm_gguf, truncated_at_every_byte) {
     datas[i].end = datas[i].start + t->bytes;
     snprintf(datas[i].name, sizeof(datas[i].name), "\"%s\"", t->name);
   }
-  size_t data_start = datas[0].start;
-  cr_assert_eq(datas[nt - 1].end, size);
-  cr_assert_gt(data_start, pos, "the test wants padding before the data");
+  l->infos_end = pos;
+  l->data_start = datas[0].start;
+  cr_assert_eq(datas[l->nt - 1].end, size);
+  cr_assert_gt(l->data_start, pos, "the test wants padding before the data");
   gguf_close(g);
+}
+
+/* The message for the file cut to its first len bytes names the entry, info or tensor cut (its
+ * key or name once that is whole, its index while it is not) or the padding. */
+static void check_cut_names_the_part(const small_layout_t *l, size_t len, const char *msg,
+                                     const char *what) {
+  const char *must = NULL;
+  char index[64] = "";
+  for (size_t i = 0; i < l->nkv; i++) {
+    if (len >= l->kvs[i].name_end && len < l->kvs[i].end) must = l->kvs[i].name;
+    if (len >= l->kvs[i].start && len < l->kvs[i].name_end)
+      snprintf(index, sizeof(index), "metadata entry %zu", i);
+  }
+  for (size_t i = 0; i < l->nt; i++) {
+    if (len >= l->infos[i].name_end && len < l->infos[i].end) must = l->infos[i].name;
+    if (len >= l->infos[i].start && len < l->infos[i].name_end)
+      snprintf(index, sizeof(index), "tensor %zu", i);
+  }
+  if (len >= l->data_start)
+    for (size_t i = l->nt; i-- > 0;)
+      if (len < l->datas[i].end) must = l->datas[i].name; /* the first tensor that does not fit */
+  if (len >= l->infos_end && len < l->data_start) must = "padding";
+  if (must) cr_assert(strstr(msg, must), "%s: the message does not name %s: %s", what, must, msg);
+  if (*index)
+    cr_assert(strstr(msg, index), "%s: the message does not name %s: %s", what, index, msg);
+}
+
+/* A few cuts by hand: in a type, in a string array, in the dims of a tensor. */
+static void check_cuts_by_hand(const uint8_t *bytes, const small_layout_t *l) {
+  char msg[2048];
+  size_t key = l->kvs[2].name_end + 2; /* inside the type of the long key */
+  failure(try_open_named(bytes, key, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg, sizeof(msg),
+          "cut in a type");
+  cr_assert(strstr(msg, "\"llama.attention.layer_norm_rms_epsilon\""), "%s", msg);
+  size_t tok = l->kvs[3].name_end + 4 + 12 + 8 * 5 + 3; /* inside the tokens */
+  failure(try_open_named(bytes, tok, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg, sizeof(msg),
+          "cut in a string array");
+  cr_assert(strstr(msg, "\"tokenizer.ggml.tokens\""), "%s", msg);
+  failure(try_open_named(bytes, l->infos[1].name_end + 6, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg,
+          sizeof(msg), "cut in the dims of a tensor");
+  cr_assert(strstr(msg, "\"output_norm.weight\""), "%s", msg);
+}
+
+Test(llm_gguf, truncated_at_every_byte) {
+  size_t size;
+  uint8_t *bytes = small_file(&size);
+  cr_assert(size > 700 && size < 2048, "the small file has %zu bytes", size);
+  small_layout_t l;
+  small_file_layout(bytes, size, &l);
   /* Below this size the counts in the header are refused outright (a metadata entry takes at
    * least 13 bytes, a tensor info 33): the message names the file and the count. */
-  size_t counts_fit = 24 + (13 * nkv > 33 * nt ? 13 * nkv : 33 * nt);
-
+  size_t counts_fit = 24 + (13 * l.nkv > 33 * l.nt ? 13 * l.nkv : 33 * l.nt);
   for (size_t len = 0; len < size; len++) {
     char msg[2048], what[64];
     snprintf(what, sizeof(what), "the first %zu of %zu bytes", len, size);
     failure(try_open_named(bytes, len, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg, sizeof(msg), what);
     cr_assert(strstr(msg, "trunc.gguf"), "%s: the message does not name the file: %s", what, msg);
-    if (len < counts_fit) continue;
-    const char *must = NULL;
-    char index[64] = "";
-    for (size_t i = 0; i < nkv; i++) {
-      if (len >= kvs[i].name_end && len < kvs[i].end) must = kvs[i].name;
-      if (len >= kvs[i].start && len < kvs[i].name_end)
-        snprintf(index, sizeof(index), "metadata entry %zu", i);
-    }
-    for (size_t i = 0; i < nt; i++) {
-      if (len >= infos[i].name_end && len < infos[i].end) must = infos[i].name;
-      if (len >= infos[i].start && len < infos[i].name_end)
-        snprintf(index, sizeof(index), "tensor %zu", i);
-    }
-    if (len >= data_start)
-      for (size_t i = nt; i-- > 0;)
-        if (len < datas[i].end) must = datas[i].name; /* the first tensor that does not fit */
-    if (len >= pos && len < data_start) must = "padding";
-    if (must) cr_assert(strstr(msg, must), "%s: the message does not name %s: %s", what, must, msg);
-    if (*index)
-      cr_assert(strstr(msg, index), "%s: the message does not name %s: %s", what, index, msg);
+    if (len >= counts_fit) check_cut_names_the_part(&l, len, msg, what);
   }
-  /* a few by hand */
-  char msg[2048];
-  size_t key = kvs[2].name_end + 2; /* inside the type of the long key */
-  failure(try_open_named(bytes, key, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg, sizeof(msg),
-          "cut in a type");
-  cr_assert(strstr(msg, "\"llama.attention.layer_norm_rms_epsilon\""), "%s", msg);
-  size_t tok = kvs[3].name_end + 4 + 12 + 8 * 5 + 3; /* inside the tokens */
-  failure(try_open_named(bytes, tok, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg, sizeof(msg),
-          "cut in a string array");
-  cr_assert(strstr(msg, "\"tokenizer.ggml.tokens\""), "%s", msg);
-  failure(try_open_named(bytes, infos[1].name_end + 6, "trunc.gguf"), HCQ_INVALID_ARGUMENT, msg,
-          sizeof(msg), "cut in the dims of a tensor");
-  cr_assert(strstr(msg, "\"output_norm.weight\""), "%s", msg);
+  check_cuts_by_hand(bytes, &l);
   free(bytes);
 }
 
@@ -1182,6 +1249,12 @@ Test(llm_gguf, hostile_tensor_infos) {
   }
   one_tensor(&b, "wideq", 2, (uint64_t[]){1ull << 61, 3}, GGML_TYPE_Q8_0, 0, 64);
   FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"wideq\"");
+  free(b.p);
+}
+
+Test(llm_gguf, hostile_tensor_types) {
+  limit_memory();
+  buf_t b = {0};
   /* rows not a multiple of the block */
   const uint32_t blocked[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q8_0};
   for (int i = 0; i < 3; i++) {
@@ -1212,7 +1285,13 @@ Test(llm_gguf, hostile_tensor_infos) {
     snprintf(num, sizeof(num), "type %u", unknown[i]);
     FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "\"t\"", num, "not a ggml type");
   }
-  /* names: empty, with a NUL byte */
+  free(b.p);
+}
+
+/* Tensor names: empty, with a NUL byte. */
+Test(llm_gguf, hostile_tensor_names) {
+  limit_memory();
+  buf_t b = {0};
   one_tensor(&b, "", 1, (uint64_t[]){4}, GGML_TYPE_F32, 0, 16);
   FAILS(try_open(&b), HCQ_INVALID_ARGUMENT, "bad.gguf", "tensor 0", "empty name");
   b.n = 0;
@@ -1756,8 +1835,9 @@ static hcq_status_t open_tiny(gguf_writer_t *w, llm_model_t **m) {
   snprintf(path, sizeof(path), "%s/tiny.gguf", dir);
   hcq_status_t st = gguf_writer_write(w, path);
   gguf_writer_free(w);
-  *m = (llm_model_t *)dir;
-  if (!st) st = llm_model_open(path, m);
+  OK(st);
+  *m = (llm_model_t *)dir; /* a failed open must set it to NULL */
+  st = llm_model_open(path, m);
   if (st) cr_assert_null(*m, "a failed llm_model_open left *out set");
   unlink(path);
   rmdir(dir);

@@ -41,30 +41,21 @@ static uint64_t graph_command_bytes(const hcq_graph_t *g, const hcq_device_t *d)
   return bytes * SLOTS;
 }
 
-Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed) {
-  hcq_device_t *d0 = test_open("CPU:0"), *d1 = test_open("CPU:1");
-  hcq_program_t *p0 = test_program(d0, "add_scalar", test_kernels_source);
-  hcq_program_t *p1 = test_program(d1, "mul_add", test_kernels_source);
-  /* Staging buffers appear with the first host copy: make them exist before the baseline. */
+/* Staging buffers appear with the first host copy: make them exist before the baseline. */
+static void warm_staging(hcq_device_t *d0, hcq_device_t *d1) {
   int32_t host[256] = {0};
   hcq_buffer_t *warm0 = test_buffer(d0, 1024), *warm1 = test_buffer(d1, 1024);
   OK(hcq_buffer_copyin(warm0, 0, host, sizeof(host)));
   OK(hcq_buffer_copyin(warm1, 0, host, sizeof(host)));
   hcq_buffer_release(warm0);
   hcq_buffer_release(warm1);
-  hcq_memory_usage_t start0 = usage_once_freed(d0, 0), start1 = usage_once_freed(d1, 0);
-  cr_assert_gt(start0.eager, 0, "the eager kernel-argument ring and staging buffers");
-  cr_assert_eq(start0.deferred, 0);
+}
 
-  hcq_buffer_t *a = test_buffer(d0, 4096), *o = test_buffer(d0, 4096), *x = test_buffer(d1, 1000);
-  hcq_buffer_t *view = NULL;
-  OK(hcq_buffer_view_create(a, 1024, 1024, &view));
-  hcq_memory_usage_t m0 = usage(d0), m1 = usage(d1);
-  cr_assert_eq(m0.buffers, start0.buffers + 8192, "a view adds nothing to its base's bytes");
-  cr_assert_eq(m1.buffers, start1.buffers + 1000);
-
-  /* Two kernels on CPU:0 (2 buffers + 2 values each: 32-byte argument blocks), a copy to CPU:1, a
-   * kernel there (1 buffer + 3 values: 32 bytes). One graph plain, one with profiling. */
+/* Two kernels on CPU:0 (2 buffers + 2 values each: 32-byte argument blocks), a copy to CPU:1, a
+ * kernel there (1 buffer + 3 values: 32 bytes). One graph plain (*g), one with profiling (*gp),
+ * each replayed three times. */
+static void two_graphs(hcq_program_t *p0, hcq_program_t *p1, hcq_buffer_t *o, hcq_buffer_t *view,
+                       hcq_buffer_t *x, hcq_graph_t **g, hcq_graph_t **gp) {
   hcq_operand_t v0[] = {hcq_imm(1), hcq_imm(250)}, v1[] = {hcq_imm(3), hcq_imm(1), hcq_imm(250)};
   hcq_buffer_t *b0[] = {o, view}, *b0b[] = {o, o}, *b1[] = {x};
   hcq_exec_item_t items[4] = {
@@ -102,16 +93,20 @@ Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed
   };
   cr_assert_eq(hcq_kernargs_size(2, 2), 32);
   cr_assert_eq(hcq_kernargs_size(1, 3), 32);
-  hcq_graph_t *g = NULL, *gp = NULL;
-  OK(hcq_graph_create(items, 4, NULL, 0, NULL, 0, NULL, &g));
+  OK(hcq_graph_create(items, 4, NULL, 0, NULL, 0, NULL, g));
   hcq_graph_options_t prof = {.profile = true};
-  OK(hcq_graph_create(items, 4, NULL, 0, NULL, 0, &prof, &gp));
+  OK(hcq_graph_create(items, 4, NULL, 0, NULL, 0, &prof, gp));
   for (int r = 0; r < 3; r++) {
-    OK(hcq_graph_run(g, NULL, 0, NULL, 0, false, NULL));
-    OK(hcq_graph_run(gp, NULL, 0, NULL, 0, true, NULL));
+    OK(hcq_graph_run(*g, NULL, 0, NULL, 0, false, NULL));
+    OK(hcq_graph_run(*gp, NULL, 0, NULL, 0, true, NULL));
   }
-  m0 = usage(d0);
-  m1 = usage(d1);
+}
+
+/* What two_graphs' graphs hold on each device, on top of where it started. */
+static void check_graph_memory(const hcq_graph_t *g, const hcq_graph_t *gp, hcq_device_t *d0,
+                               hcq_device_t *d1, hcq_memory_usage_t start0,
+                               hcq_memory_usage_t start1) {
+  hcq_memory_usage_t m0 = usage(d0), m1 = usage(d1);
   cr_assert_eq(m0.graph_kernargs, start0.graph_kernargs + SLOTS * 2 * 64,
                "two graphs, 2 x 32 bytes of arguments each");
   cr_assert_eq(m1.graph_kernargs, start1.graph_kernargs + SLOTS * 2 * 32);
@@ -125,6 +120,43 @@ Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed
   cr_assert_eq(m1.graph_profile, start1.graph_profile + SLOTS * 4 * 2 * 16);
   cr_assert_eq(m0.buffers, start0.buffers + 8192, "graph memory is not counted as buffers");
   cr_assert_eq(m0.eager, start0.eager);
+}
+
+/* No buffer or graph memory left over start's on d. */
+static void check_buffers_and_graphs_at_start(hcq_device_t *d, hcq_memory_usage_t start) {
+  hcq_memory_usage_t m = usage(d);
+  cr_assert_eq(m.buffers, start.buffers);
+  cr_assert_eq(m.graph_kernargs, start.graph_kernargs);
+  cr_assert_eq(m.graph_commands, start.graph_commands);
+  cr_assert_eq(m.graph_profile, start.graph_profile);
+}
+
+/* What was released is freed once the engines have passed it: d's total is back to start's. */
+static void check_total_at_start(hcq_device_t *d, hcq_memory_usage_t start) {
+  hcq_memory_usage_t m = usage_once_freed(d, start.deferred);
+  cr_assert_eq(m.total, start.total, "%s: %" PRIu64 " bytes now, %" PRIu64 " at the start",
+               hcq_device_name(d), m.total, start.total);
+}
+
+Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed) {
+  hcq_device_t *d0 = test_open("CPU:0"), *d1 = test_open("CPU:1");
+  hcq_program_t *p0 = test_program(d0, "add_scalar", test_kernels_source);
+  hcq_program_t *p1 = test_program(d1, "mul_add", test_kernels_source);
+  warm_staging(d0, d1);
+  hcq_memory_usage_t start0 = usage_once_freed(d0, 0), start1 = usage_once_freed(d1, 0);
+  cr_assert_gt(start0.eager, 0, "the eager kernel-argument ring and staging buffers");
+  cr_assert_eq(start0.deferred, 0);
+
+  hcq_buffer_t *a = test_buffer(d0, 4096), *o = test_buffer(d0, 4096), *x = test_buffer(d1, 1000);
+  hcq_buffer_t *view = NULL;
+  OK(hcq_buffer_view_create(a, 1024, 1024, &view));
+  hcq_memory_usage_t m0 = usage(d0), m1 = usage(d1);
+  cr_assert_eq(m0.buffers, start0.buffers + 8192, "a view adds nothing to its base's bytes");
+  cr_assert_eq(m1.buffers, start1.buffers + 1000);
+
+  hcq_graph_t *g = NULL, *gp = NULL;
+  two_graphs(p0, p1, o, view, x, &g, &gp);
+  check_graph_memory(g, gp, d0, d1, start0, start1);
 
   OK(hcq_graph_destroy(g));
   OK(hcq_graph_destroy(gp));
@@ -132,23 +164,10 @@ Test(memory, every_class_returns_to_its_start_after_graphs_and_buffers_are_freed
   hcq_buffer_release(a);
   hcq_buffer_release(o);
   hcq_buffer_release(x);
-  m0 = usage(d0);
-  m1 = usage(d1);
-  cr_assert_eq(m0.buffers, start0.buffers);
-  cr_assert_eq(m0.graph_kernargs, start0.graph_kernargs);
-  cr_assert_eq(m0.graph_commands, start0.graph_commands);
-  cr_assert_eq(m0.graph_profile, start0.graph_profile);
-  cr_assert_eq(m1.buffers, start1.buffers);
-  cr_assert_eq(m1.graph_kernargs, start1.graph_kernargs);
-  cr_assert_eq(m1.graph_commands, start1.graph_commands);
-  cr_assert_eq(m1.graph_profile, start1.graph_profile);
-  /* What was released is freed once the engines have passed it. */
-  m0 = usage_once_freed(d0, start0.deferred);
-  m1 = usage_once_freed(d1, start1.deferred);
-  cr_assert_eq(m0.total, start0.total, "CPU:0: %" PRIu64 " bytes now, %" PRIu64 " at the start",
-               m0.total, start0.total);
-  cr_assert_eq(m1.total, start1.total, "CPU:1: %" PRIu64 " bytes now, %" PRIu64 " at the start",
-               m1.total, start1.total);
+  check_buffers_and_graphs_at_start(d0, start0);
+  check_buffers_and_graphs_at_start(d1, start1);
+  check_total_at_start(d0, start0);
+  check_total_at_start(d1, start1);
   hcq_program_release(p0);
   hcq_program_release(p1);
   test_close(d0);

@@ -59,6 +59,16 @@ static long stop_counting(void) {
   return atomic_load(&g_allocs);
 }
 
+/* OK while counting: a failure stops counting before its message is made. */
+#define COUNTED_OK(call)                                                       \
+  do {                                                                         \
+    hcq_status_t counted_st_ = (call);                                         \
+    if (counted_st_) {                                                         \
+      stop_counting();                                                         \
+      cr_assert_fail("%s failed: %s", #call, hcq_status_message(counted_st_)); \
+    }                                                                          \
+  } while (0)
+
 TestSuite(noalloc, .timeout = 60);
 
 Test(noalloc, queue_submit_allocates_nothing) {
@@ -104,12 +114,8 @@ Test(noalloc, queue_submit_allocates_nothing) {
     start_counting();
     for (int i = 0; i < 500; i++) {
       hcq_var_value_t v[] = {{n, 1 + i % 1024}, {k, i % 50}, {r, ++round}};
-      hcq_status_t st = hcq_queue_submit(q, d, v, 3);
-      if (!st) st = hcq_signal_wait(done, (uint64_t)round, 5000);
-      if (st) {
-        stop_counting();
-        OK(st);
-      }
+      COUNTED_OK(hcq_queue_submit(q, d, v, 3));
+      COUNTED_OK(hcq_signal_wait(done, (uint64_t)round, 5000));
     }
     long allocs = stop_counting();
     cr_assert_eq(allocs, 0, "%s queue: %ld allocations in 500 submits", which ? "unbound" : "bound",
@@ -138,11 +144,9 @@ Test(noalloc, warm_eager_launches_allocate_nothing) {
   for (int i = 0; i < 10; i++) OK(hcq_launch(&l));
   OK(hcq_device_synchronize(d));
   start_counting();
-  hcq_status_t st = NULL;
-  for (int i = 0; i < 2000 && !st; i++) st = hcq_launch(&l);
-  if (!st) st = hcq_device_synchronize(d);
+  for (int i = 0; i < 2000; i++) COUNTED_OK(hcq_launch(&l));
+  COUNTED_OK(hcq_device_synchronize(d));
   long allocs = stop_counting();
-  OK(st);
   cr_assert_eq(allocs, 0, "%ld allocations in 2000 eager launches", allocs);
   hcq_buffer_release(x);
   hcq_program_release(p);
@@ -180,13 +184,11 @@ Test(noalloc, graph_replay_allocates_nothing) {
   OK(hcq_graph_create(items, 2, &a, 1, init, 2, NULL, &graph));
   for (int i = 0; i < 3; i++) OK(hcq_graph_run(graph, &a, 1, init, 2, true, NULL));
   start_counting();
-  hcq_status_t st = NULL;
-  for (int i = 0; i < 500 && !st; i++) {
+  for (int i = 0; i < 500; i++) {
     hcq_var_value_t v[] = {{n, 1 + i % 1024}, {k, i % 50}};
-    st = hcq_graph_run(graph, i % 2 ? &a : &a2, 1, v, 2, i % 3 == 0, NULL);
+    COUNTED_OK(hcq_graph_run(graph, i % 2 ? &a : &a2, 1, v, 2, i % 3 == 0, NULL));
   }
   long allocs = stop_counting();
-  OK(st);
   cr_assert_eq(allocs, 0, "%ld allocations in 500 replays", allocs);
   OK(hcq_graph_destroy(graph));
   hcq_expr_release(n);

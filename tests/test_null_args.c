@@ -388,86 +388,101 @@ Test(null_args, graph_files_and_traces) {
   REFUSED(hcq_trace_write_svg(NULL));
 }
 
+/* What the calls that take variable values run on: a kernel item (it, and twice in two), a graph
+ * and a JIT of two made with the good value, a symbolic launch and a queue. */
+typedef struct value_takers {
+  hcq_device_t *d;
+  hcq_exec_item_t it, two[2];
+  hcq_graph_t *g;
+  hcq_jit_t *j;
+  hcq_launch_sym_desc_t ls;
+  hcq_queue_t *q;
+  hcq_var_value_t good;
+} value_takers_t;
+
+/* Every call that takes values refuses bad (two of them) naming why, and makes nothing. */
+static void values_refused_by_every_call(value_takers_t *t, const hcq_var_value_t *bad,
+                                         const char *why) {
+  hcq_graph_t *g2 = NULL;
+  hcq_jit_t *j2 = NULL;
+  FAILS(hcq_graph_create(t->two, 2, NULL, 0, bad, 2, NULL, &g2), HCQ_INVALID_ARGUMENT, "graph",
+        why);
+  cr_assert_null(g2);
+  FAILS(hcq_graph_run(t->g, NULL, 0, bad, 2, true, NULL), HCQ_INVALID_ARGUMENT, "replay", why);
+  FAILS(hcq_jit_create(t->two, 2, NULL, 0, bad, 2, NULL, &j2), HCQ_INVALID_ARGUMENT, "jit", why);
+  cr_assert_null(j2);
+  FAILS(hcq_jit_run(t->j, NULL, 0, bad, 2, true, NULL), HCQ_INVALID_ARGUMENT, why);
+  FAILS(hcq_exec_item_run(&t->it, bad, 2), HCQ_INVALID_ARGUMENT, "hcq_exec_item_run", why);
+  FAILS(hcq_launch_sym(&t->ls, bad, 2), HCQ_INVALID_ARGUMENT, why);
+  FAILS(hcq_queue_submit(t->q, t->d, bad, 2), HCQ_INVALID_ARGUMENT, "submit", why);
+  hcq_capture_t *c = NULL;
+  OK(hcq_capture_begin(&c));
+  OK(hcq_launch_sym(&t->ls, &t->good, 1));
+  OK(hcq_launch_sym(&t->ls, &t->good, 1));
+  FAILS(hcq_capture_end(c, NULL, 0, bad, 2, NULL, &j2), HCQ_INVALID_ARGUMENT, "hcq_capture_end",
+        why);
+  cr_assert_null(j2);
+}
+
+/* Three launch_sym captures ran twice each (6), plus one replay of the two-item graph (2): 8 times
+ * x = x * 2 + 1 over the first 8 elements (the 8x8 grid's mul_add skips indices >= n = 64: all). */
+static void check_x_went_through_the_good_runs_only(hcq_buffer_t *x) {
+  int32_t got[64];
+  test_read(x, got, sizeof(got));
+  for (int i = 0; i < 64; i++) {
+    int32_t want = i;
+    for (int k = 0; k < 8; k++) want = want * 2 + 1;
+    cr_assert_eq(got[i], want, "x[%d] = %d, expected %d", i, got[i], want);
+  }
+}
+
 /* A variable value names a variable: NULL, an expression that is not a variable, or one variable
  * given twice is refused by every call that takes values, naming the value. */
 Test(null_args, variable_values_name_one_variable_each) {
-  hcq_device_t *d = test_open("CPU:0");
+  value_takers_t t = {.d = test_open("CPU:0")};
+  hcq_device_t *d = t.d;
   hcq_program_t *p = test_program(d, "mul_add", test_kernels_source);
   hcq_buffer_t *x = test_buffer_iota(d, 64, 1, 0);
   hcq_expr_t *n = NULL;
   OK(hcq_var_create("n", 1, 64, &n));
   hcq_expr_t *two_c = hcq_expr_const(2), *twice = hcq_expr_binary(HCQ_EXPR_MUL, n, two_c);
   hcq_operand_t vals[3] = {hcq_imm(2), hcq_imm(1), hcq_sym(n)};
-  hcq_exec_item_t it = {.kind = HCQ_ITEM_KERNEL};
-  it.kernel = (hcq_kernel_item_t){p,
-                                  &x,
-                                  1,
-                                  NULL,
-                                  0,
-                                  vals,
-                                  3,
-                                  {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
-                                  {hcq_imm(8), hcq_imm(1), hcq_imm(1)}};
-  hcq_exec_item_t two[2] = {it, it};
-  const hcq_var_value_t good = {n, 64};
-  const hcq_var_value_t bad[3][2] = {{good, {NULL, 3}}, {good, {twice, 3}}, {good, {n, 5}}};
+  t.it = (hcq_exec_item_t){.kind = HCQ_ITEM_KERNEL};
+  t.it.kernel = (hcq_kernel_item_t){p,
+                                    &x,
+                                    1,
+                                    NULL,
+                                    0,
+                                    vals,
+                                    3,
+                                    {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
+                                    {hcq_imm(8), hcq_imm(1), hcq_imm(1)}};
+  t.two[0] = t.two[1] = t.it;
+  t.good = (hcq_var_value_t){n, 64};
+  const hcq_var_value_t bad[3][2] = {{t.good, {NULL, 3}}, {t.good, {twice, 3}}, {t.good, {n, 5}}};
   const char *why[3] = {"value 1 names no variable",
                         "value 1 is for an expression that is not a variable",
                         "variable n has two values (values 0 and 1)"};
-
-  hcq_graph_t *g = NULL;
-  hcq_jit_t *j = NULL;
-  OK(hcq_graph_create(two, 2, NULL, 0, &good, 1, NULL, &g));
-  OK(hcq_jit_create(two, 2, NULL, 0, &good, 1, NULL, &j));
-  hcq_launch_sym_desc_t ls = {p,
-                              &x,
-                              1,
-                              vals,
-                              3,
-                              {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
-                              {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
-                              NULL,
-                              0};
-  hcq_queue_t *q = NULL;
-  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &q));
-  for (int b = 0; b < 3; b++) {
-    hcq_graph_t *g2 = NULL;
-    hcq_jit_t *j2 = NULL;
-    FAILS(hcq_graph_create(two, 2, NULL, 0, bad[b], 2, NULL, &g2), HCQ_INVALID_ARGUMENT, "graph",
-          why[b]);
-    cr_assert_null(g2);
-    FAILS(hcq_graph_run(g, NULL, 0, bad[b], 2, true, NULL), HCQ_INVALID_ARGUMENT, "replay", why[b]);
-    FAILS(hcq_jit_create(two, 2, NULL, 0, bad[b], 2, NULL, &j2), HCQ_INVALID_ARGUMENT, "jit",
-          why[b]);
-    cr_assert_null(j2);
-    FAILS(hcq_jit_run(j, NULL, 0, bad[b], 2, true, NULL), HCQ_INVALID_ARGUMENT, why[b]);
-    FAILS(hcq_exec_item_run(&it, bad[b], 2), HCQ_INVALID_ARGUMENT, "hcq_exec_item_run", why[b]);
-    FAILS(hcq_launch_sym(&ls, bad[b], 2), HCQ_INVALID_ARGUMENT, why[b]);
-    FAILS(hcq_queue_submit(q, d, bad[b], 2), HCQ_INVALID_ARGUMENT, "submit", why[b]);
-    hcq_capture_t *c = NULL;
-    OK(hcq_capture_begin(&c));
-    OK(hcq_launch_sym(&ls, &good, 1));
-    OK(hcq_launch_sym(&ls, &good, 1));
-    FAILS(hcq_capture_end(c, NULL, 0, bad[b], 2, NULL, &j2), HCQ_INVALID_ARGUMENT,
-          "hcq_capture_end", why[b]);
-    cr_assert_null(j2);
-  }
+  OK(hcq_graph_create(t.two, 2, NULL, 0, &t.good, 1, NULL, &t.g));
+  OK(hcq_jit_create(t.two, 2, NULL, 0, &t.good, 1, NULL, &t.j));
+  t.ls = (hcq_launch_sym_desc_t){p,
+                                 &x,
+                                 1,
+                                 vals,
+                                 3,
+                                 {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
+                                 {hcq_imm(8), hcq_imm(1), hcq_imm(1)},
+                                 NULL,
+                                 0};
+  OK(hcq_queue_create(HCQ_QUEUE_COMPUTE, &t.q));
+  for (int b = 0; b < 3; b++) values_refused_by_every_call(&t, bad[b], why[b]);
   /* Nothing of the refused calls ran: x went through the good replays only. */
-  OK(hcq_graph_run(g, NULL, 0, &good, 1, true, NULL));
+  OK(hcq_graph_run(t.g, NULL, 0, &t.good, 1, true, NULL));
   OK(hcq_device_synchronize(d));
-  int32_t got[64];
-  test_read(x, got, sizeof(got));
-  /* Three launch_sym captures ran twice each (6), plus one replay of the two-item graph (2): 8
-   * times x = x * 2 + 1 over the first 8 elements (the 8x8 grid's mul_add skips indices >= n = 64:
-   * all). */
-  for (int i = 0; i < 64; i++) {
-    int32_t want = i;
-    for (int k = 0; k < 8; k++) want = want * 2 + 1;
-    cr_assert_eq(got[i], want, "x[%d] = %d, expected %d", i, got[i], want);
-  }
-  hcq_queue_destroy(q);
-  OK(hcq_jit_destroy(j));
-  OK(hcq_graph_destroy(g));
+  check_x_went_through_the_good_runs_only(x);
+  hcq_queue_destroy(t.q);
+  OK(hcq_jit_destroy(t.j));
+  OK(hcq_graph_destroy(t.g));
   hcq_expr_release(twice);
   hcq_expr_release(two_c);
   hcq_expr_release(n);

@@ -142,7 +142,7 @@ static int by_track_then_ts(const void *a, const void *b) {
 
 /* Every slice starts before it ends, and slices of one track never overlap (queues run in order;
  * a host thread does one call at a time). */
-static void assert_tracks_in_order(trace_t *t) {
+static void assert_tracks_in_order(const trace_t *t) {
   slice_t *sorted = malloc((t->nslices + 1) * sizeof(*sorted));
   memcpy(sorted, t->slices, t->nslices * sizeof(*sorted));
   qsort(sorted, t->nslices, sizeof(*sorted), by_track_then_ts);
@@ -199,88 +199,87 @@ static const char *const k_tracks[K_ITEMS] = {"CPU:0 compute queue", "CPU:0 comp
                                               "CPU:0 copy queue",    "CPU:0 copy queue",
                                               "CPU:1 compute queue", "CPU:0 compute queue"};
 
-Test(trace, every_replay_of_a_known_graph_is_traced_with_its_dependencies) {
-  enum { R = 5 };
-  known_t k;
-  known_open(&k);
-  OK(hcq_trace_start(NULL));
-  hcq_graph_t *g = known_graph(&k, false); /* the profiler gives it timestamp slots */
-  for (int r = 0; r < R; r++) OK(hcq_graph_run(g, NULL, 0, NULL, 0, r % 2 == 1, NULL));
-  char path[512];
-  tmp_path(path, sizeof(path), "known.json");
-  OK(hcq_trace_write(path)); /* waits for the last replay itself: the graph is still alive */
-  OK(hcq_graph_destroy(g));
-  hcq_trace_stop();
+/* Replays of the known graph the trace of every_replay_of_a_known_graph_... holds. */
+enum { K_REPLAYS = 5 };
 
-  trace_t t;
-  trace_load(&t, path);
-  int per_item[K_ITEMS][R + 1];
+/* A slice of item s->item of the known graph: on its queue's track, named and categorised as its
+ * item, a copy with its bytes and rate. */
+static void check_known_item_slice(const trace_t *t, const slice_t *s) {
+  cr_assert_eq(s->graph, 0, "one graph: %s", s->name);
+  cr_assert(s->item >= 0 && s->item < K_ITEMS && s->replay >= 1 && s->replay <= K_REPLAYS);
+  cr_assert_str_eq(track_name(t, s->pid, s->tid), k_tracks[s->item], "item %" PRId64, s->item);
+  cr_assert_str_eq(track_name(t, s->pid, 0), s->item == 4 ? "CPU:1" : "CPU:0");
+  bool copy = s->item == 2 || s->item == 3;
+  cr_assert_str_eq(s->name, copy ? "CPU:0 -> CPU:1" : "mix");
+  cr_assert_str_eq(s->cat, copy ? "copy" : "kernel");
+  if (copy) {
+    cr_assert_eq(s->bytes, N * 4, "a copy carries its bytes");
+    cr_assert_eq(s->has_rate, s->dur_ns > 0, "and its rate when it took time");
+  }
+}
+
+/* One slice per item per replay, one submit per replay, the profiler's two clock alignments, and
+ * nothing else; tracks in order. */
+static void check_known_slices(const trace_t *t) {
+  int per_item[K_ITEMS][K_REPLAYS + 1];
   memset(per_item, 0, sizeof(per_item));
-  int submits[R + 1] = {0}, aligned = 0;
-  for (size_t i = 0; i < t.nslices; i++) {
-    const slice_t *s = &t.slices[i];
+  int submits[K_REPLAYS + 1] = {0}, aligned = 0;
+  for (size_t i = 0; i < t->nslices; i++) {
+    const slice_t *s = &t->slices[i];
     if (!strcmp(s->cat, "profiler")) {
       /* The profiler's own work, shown: aligning each device's clocks when the graph was built. */
       cr_assert(!strcmp(s->name, "profiler: align CPU:0 clocks") ||
                 !strcmp(s->name, "profiler: align CPU:1 clocks"));
-      cr_assert_str_eq(track_name(&t, s->pid, 0), "host");
+      cr_assert_str_eq(track_name(t, s->pid, 0), "host");
       aligned++;
-      continue;
-    }
-    if (!strcmp(s->cat, "replay")) {
+    } else if (!strcmp(s->cat, "replay")) {
       cr_assert_eq(s->graph, 0);
-      cr_assert(s->replay >= 1 && s->replay <= R);
-      cr_assert_str_eq(track_name(&t, s->pid, 0), "host", "submits are on the host track");
+      cr_assert(s->replay >= 1 && s->replay <= K_REPLAYS);
+      cr_assert_str_eq(track_name(t, s->pid, 0), "host", "submits are on the host track");
       submits[s->replay]++;
-      continue;
-    }
-    cr_assert_eq(s->graph, 0, "one graph: %s", s->name);
-    cr_assert(s->item >= 0 && s->item < K_ITEMS && s->replay >= 1 && s->replay <= R);
-    per_item[s->item][s->replay]++;
-    cr_assert_str_eq(track_name(&t, s->pid, s->tid), k_tracks[s->item], "item %" PRId64, s->item);
-    cr_assert_str_eq(track_name(&t, s->pid, 0), s->item == 4 ? "CPU:1" : "CPU:0");
-    bool copy = s->item == 2 || s->item == 3;
-    cr_assert_str_eq(s->name, copy ? "CPU:0 -> CPU:1" : "mix");
-    cr_assert_str_eq(s->cat, copy ? "copy" : "kernel");
-    if (copy) {
-      cr_assert_eq(s->bytes, N * 4, "a copy carries its bytes");
-      cr_assert_eq(s->has_rate, s->dur_ns > 0, "and its rate when it took time");
+    } else {
+      check_known_item_slice(t, s);
+      per_item[s->item][s->replay]++;
     }
   }
   for (int j = 0; j < K_ITEMS; j++)
-    for (int r = 1; r <= R; r++)
+    for (int r = 1; r <= K_REPLAYS; r++)
       cr_assert_eq(per_item[j][r], 1, "item %d of replay %d: %d slices", j, r, per_item[j][r]);
-  for (int r = 1; r <= R; r++) cr_assert_eq(submits[r], 1, "replay %d's submit", r);
+  for (int r = 1; r <= K_REPLAYS; r++) cr_assert_eq(submits[r], 1, "replay %d's submit", r);
   cr_assert_eq(aligned, 2, "each device's clocks are aligned once");
-  cr_assert_eq(t.nslices, (size_t)(R * K_ITEMS + R + 2), "nothing else ran");
-  assert_tracks_in_order(&t);
+  cr_assert_eq(t->nslices, (size_t)(K_REPLAYS * K_ITEMS + K_REPLAYS + 2), "nothing else ran");
+  assert_tracks_in_order(t);
+}
 
-  /* Flows: one s/f pair per dependency edge per replay, each end inside the slice it names. */
-  cr_assert_eq(t.nflows, (size_t)(2 * R * K_DEPS));
-  int seen[K_ITEMS][K_ITEMS][R + 1];
+/* Flows: one s/f pair per dependency edge per replay, each end inside the slice it names. */
+static void check_known_flows(const trace_t *t) {
+  cr_assert_eq(t->nflows, (size_t)(2 * K_REPLAYS * K_DEPS));
+  int seen[K_ITEMS][K_ITEMS][K_REPLAYS + 1];
   memset(seen, 0, sizeof(seen));
-  for (size_t i = 0; i < t.nflows; i++) {
-    if (t.flows[i].ph != 's') continue;
+  for (size_t i = 0; i < t->nflows; i++) {
+    if (t->flows[i].ph != 's') continue;
     const flow_t *f = NULL;
-    for (size_t k2 = 0; k2 < t.nflows; k2++)
-      if (t.flows[k2].ph == 'f' && t.flows[k2].id == t.flows[i].id) {
-        cr_assert_null(f, "flow id %" PRId64 " finishes twice", t.flows[i].id);
-        f = &t.flows[k2];
+    for (size_t k2 = 0; k2 < t->nflows; k2++)
+      if (t->flows[k2].ph == 'f' && t->flows[k2].id == t->flows[i].id) {
+        cr_assert_null(f, "flow id %" PRId64 " finishes twice", t->flows[i].id);
+        f = &t->flows[k2];
       }
-    cr_assert_not_null(f, "flow %" PRId64 " has no finish", t.flows[i].id);
-    const slice_t *src = slice_at(&t, t.flows[i].pid, t.flows[i].tid, t.flows[i].ts_ns);
-    const slice_t *dst = slice_at(&t, f->pid, f->tid, f->ts_ns);
+    cr_assert_not_null(f, "flow %" PRId64 " has no finish", t->flows[i].id);
+    const slice_t *src = slice_at(t, t->flows[i].pid, t->flows[i].tid, t->flows[i].ts_ns);
+    const slice_t *dst = slice_at(t, f->pid, f->tid, f->ts_ns);
     cr_assert(src && dst && src->item >= 0 && dst->item >= 0, "flow ends bind to item slices");
     cr_assert_eq(src->replay, dst->replay, "a flow stays within one replay");
     seen[src->item][dst->item][src->replay]++;
   }
-  for (int r = 1; r <= R; r++)
+  for (int r = 1; r <= K_REPLAYS; r++)
     for (int e = 0; e < K_DEPS; e++)
       cr_assert_eq(seen[k_deps[e][0]][k_deps[e][1]][r], 1, "edge %d -> %d in replay %d",
                    k_deps[e][0], k_deps[e][1], r);
+}
 
-  /* The raw part: ring, clocks, the graph's items and dependencies. */
-  json_t *h = json_object_get(t.root, "hcq");
+/* The raw part: ring, clocks, the graph's items and dependencies. */
+static void check_known_raw(const trace_t *t) {
+  json_t *h = json_object_get(t->root, "hcq");
   cr_assert_eq(json_integer_value(json_object_get(json_object_get(h, "ring"), "dropped")), 0);
   cr_assert_eq(json_integer_value(json_object_get(json_object_get(h, "ring"), "capacity")),
                HCQ_TRACE_DEFAULT_RING_SLICES);
@@ -297,8 +296,27 @@ Test(trace, every_replay_of_a_known_graph_is_traced_with_its_dependencies) {
   cr_assert_eq(json_array_size(items), K_ITEMS);
   cr_assert_eq(json_integer_value(
                    json_object_get(json_array_get(json_object_get(h, "graphs"), 0), "replays")),
-               R);
+               K_REPLAYS);
   cr_assert_eq(json_array_size(json_object_get(json_array_get(items, 5), "deps")), 3);
+}
+
+Test(trace, every_replay_of_a_known_graph_is_traced_with_its_dependencies) {
+  known_t k;
+  known_open(&k);
+  OK(hcq_trace_start(NULL));
+  hcq_graph_t *g = known_graph(&k, false); /* the profiler gives it timestamp slots */
+  for (int r = 0; r < K_REPLAYS; r++) OK(hcq_graph_run(g, NULL, 0, NULL, 0, r % 2 == 1, NULL));
+  char path[512];
+  tmp_path(path, sizeof(path), "known.json");
+  OK(hcq_trace_write(path)); /* waits for the last replay itself: the graph is still alive */
+  OK(hcq_graph_destroy(g));
+  hcq_trace_stop();
+
+  trace_t t;
+  trace_load(&t, path);
+  check_known_slices(&t);
+  check_known_flows(&t);
+  check_known_raw(&t);
   trace_free(&t);
   remove(path);
   world_close(&k.w);
@@ -633,13 +651,13 @@ Test(trace, the_svg_timeline_has_a_box_per_item_per_replay_rows_and_arrows) {
 
 /* ---- the DOT dump ---- */
 
-Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
-  known_t k;
-  known_open(&k);
-  hcq_graph_t *g = known_graph(&k, false);
-  char path[512];
-  tmp_path(path, sizeof(path), "known.dot");
-  OK(hcq_graph_write_dot(&g, 1, path));
+static bool graphviz_installed(void) { return system("command -v dot >/dev/null 2>&1") == 0; }
+
+/* The known graph's DOT file at path: a node per item, a cluster per queue that has work, the
+ * waits kept and dropped by hand from docs/design.md, "The HCQ graph": waits kept where another
+ * queue must be waited for; dropped on the same in-order queue, or when the queue already waited
+ * for as much (4 on 2: it waits for 3, later on the same copy queue). */
+static void check_known_dot(const char *path) {
   char *dot = read_all(path);
   cr_assert(!strncmp(dot, "digraph hcq {", 13));
   for (int j = 0; j < K_ITEMS; j++) {
@@ -652,9 +670,6 @@ Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
   cr_assert_not_null(strstr(dot, "label=\"CPU:1 compute queue\""));
   cr_assert_null(strstr(dot, "CPU:1 copy queue"), "CPU:1 copies nothing");
   cr_assert_not_null(strstr(dot, "g0_i2 [label=\"2: copy CPU:0 -> CPU:1\\nb0 -> b2, 256 bytes"));
-  /* By hand from docs/design.md, "The HCQ graph": waits kept where another queue must be waited
-   * for; dropped on the same in-order queue, or when the queue already waited for as much (4 on 2:
-   * it waits for 3, later on the same copy queue). */
   const char *kept[] = {"g0_i0 -> g0_i2 [class=\"wait\"", "g0_i1 -> g0_i3 [class=\"wait\"",
                         "g0_i3 -> g0_i4 [class=\"wait\"", "g0_i2 -> g0_i5 [class=\"wait\""};
   const char *dropped[] = {
@@ -671,42 +686,47 @@ Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
   cr_assert_eq(count_occurrences(dot, "\n  g0_i"), K_DEPS, "one edge per dependency, nothing else");
   cr_assert_eq(count_occurrences(dot, "class=\"order\""), 0,
                "CPU queues run in order: no queue-order waits");
-
-  /* Graphviz is optional: when it is installed, the file must render. */
-  if (system("command -v dot >/dev/null 2>&1") == 0) {
-    char cmd[1200];
-    snprintf(cmd, sizeof(cmd), "dot -Tsvg '%s' -o '%s.svg' 2>&1", path, path);
-    cr_assert_eq(system(cmd), 0, "dot -Tsvg failed on %s", path);
-    char rendered[600];
-    snprintf(rendered, sizeof(rendered), "%s.svg", path);
-    char *svg = read_all(rendered);
-    cr_assert_eq(count_occurrences(svg, "class=\"node\""), K_ITEMS, "graphviz drew every item");
-    free(svg);
-    remove(rendered);
-  } else {
-    cr_log_info("graphviz is not installed: the DOT file was not rendered");
-  }
-
-  /* Labels are the user's: quotes and backslashes are escaped, so the file still parses. */
-  hcq_buffer_set_label(k.w.buf[0], "we\"ird\\<label>");
-  OK(hcq_graph_write_dot(&g, 1, path));
   free(dot);
-  dot = read_all(path);
+}
+
+/* Graphviz is optional: when it is installed, the known graph's file at path must render. */
+static void check_known_dot_renders(const char *path) {
+  if (!graphviz_installed()) {
+    cr_log_info("graphviz is not installed: the DOT file was not rendered");
+    return;
+  }
+  char cmd[1200];
+  snprintf(cmd, sizeof(cmd), "dot -Tsvg '%s' -o '%s.svg' 2>&1", path, path);
+  cr_assert_eq(system(cmd), 0, "dot -Tsvg failed on %s", path);
+  char rendered[600];
+  snprintf(rendered, sizeof(rendered), "%s.svg", path);
+  char *svg = read_all(rendered);
+  cr_assert_eq(count_occurrences(svg, "class=\"node\""), K_ITEMS, "graphviz drew every item");
+  free(svg);
+  remove(rendered);
+}
+
+/* Labels are the user's: quotes and backslashes are escaped, so the file still parses. */
+static void check_dot_escapes_labels(known_t *k, hcq_graph_t *g, const char *path) {
+  hcq_buffer_set_label(k->w.buf[0], "we\"ird\\<label>");
+  OK(hcq_graph_write_dot(&g, 1, path));
+  char *dot = read_all(path);
   cr_assert_not_null(
       strstr(dot, "mix(we\\\"ird\\\\<label>*, we\\\"ird\\\\<label>, we\\\"ird\\\\<label>)"), "%s",
       dot);
-  if (system("command -v dot >/dev/null 2>&1") == 0) {
+  if (graphviz_installed()) {
     char cmd[1200];
     snprintf(cmd, sizeof(cmd), "dot -Tsvg '%s' -o /dev/null 2>&1", path);
     cr_assert_eq(system(cmd), 0, "dot rejects the escaped labels");
   }
   free(dot);
-  dot = NULL;
+}
 
-  /* Two graphs in one file, and no graph at all. */
-  hcq_graph_t *two[2] = {g, known_graph(&k, false)};
+/* Two graphs in one file (g and another of k's), and no graph at all. */
+static void check_dot_of_two_graphs_and_none(known_t *k, hcq_graph_t *g, const char *path) {
+  hcq_graph_t *two[2] = {g, known_graph(k, false)};
   OK(hcq_graph_write_dot(two, 2, path));
-  dot = read_all(path);
+  char *dot = read_all(path);
   cr_assert_not_null(strstr(dot, "subgraph cluster_g1 {"));
   cr_assert_eq(count_occurrences(dot, "\n  g1_i"), K_DEPS);
   free(dot);
@@ -718,12 +738,25 @@ Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
       "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n"
       "  edge [fontname=\"Helvetica\", fontsize=9];\n}\n");
   free(dot);
+  OK(hcq_graph_destroy(two[1]));
+}
+
+Test(trace, the_dot_dump_of_a_known_graph_has_its_nodes_queues_and_edges) {
+  known_t k;
+  known_open(&k);
+  hcq_graph_t *g = known_graph(&k, false);
+  char path[512];
+  tmp_path(path, sizeof(path), "known.dot");
+  OK(hcq_graph_write_dot(&g, 1, path));
+  check_known_dot(path);
+  check_known_dot_renders(path);
+  check_dot_escapes_labels(&k, g, path);
+  check_dot_of_two_graphs_and_none(&k, g, path);
   FAILS(hcq_graph_write_dot(&g, 1, NULL), HCQ_INVALID_ARGUMENT, "no file name");
   FAILS(hcq_graph_write_dot(NULL, 1, path), HCQ_INVALID_ARGUMENT, "NULL");
   FAILS(hcq_graph_write_dot(&g, 1, "/nonexistent-dir/g.dot"), HCQ_UNAVAILABLE,
         "/nonexistent-dir/g.dot");
   remove(path);
-  OK(hcq_graph_destroy(two[1]));
   OK(hcq_graph_destroy(g));
   world_close(&k.w);
 }

@@ -233,6 +233,12 @@ void test_read(hcq_buffer_t *buf, void *dst, uint64_t size) {
   OK(hcq_buffer_copyout(buf, 0, dst, size));
 }
 
+hcq_status_t test_launch_and_wait(const hcq_launch_desc_t *l, hcq_device_t *d) {
+  hcq_status_t st = hcq_launch(l);
+  if (st) return st;
+  return hcq_device_synchronize(d);
+}
+
 hcq_queue_t *test_gate_queue(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate,
                              uint64_t value) {
   hcq_queue_t *q = NULL;

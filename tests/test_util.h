@@ -34,6 +34,9 @@ hcq_buffer_t *test_buffer(hcq_device_t *dev, uint64_t size);
 /* A buffer filled with int32 values f(i) = i * mul + add, synchronized (raw queues see it). */
 hcq_buffer_t *test_buffer_iota(hcq_device_t *dev, size_t count, int32_t mul, int32_t add);
 void test_read(hcq_buffer_t *buf, void *dst, uint64_t size);
+/* The launch, then d's synchronize: the first failure of the two (a kernel's fault may surface in
+ * either), for tests that expect one. */
+hcq_status_t test_launch_and_wait(const hcq_launch_desc_t *l, hcq_device_t *d);
 /* A raw queue of kind that waits until gate reaches value, submitted to d: work queued on that
  * engine after it waits for the host (free it after the gate opened). */
 hcq_queue_t *test_gate_queue(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_t *gate,
