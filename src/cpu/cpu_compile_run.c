@@ -185,12 +185,18 @@ static hcq_status_t run_direct(const char *exe, char *const argv[], output_t *ou
   return NULL;
 }
 
-typedef struct helper_report {
-  int kind; /* HELPER_* */
-  int value;
-} helper_report_t;
+/* What the forked helper reports through its pipe: the compiler's wait status, or the errno of a
+ * spawn or a wait that failed. */
+typedef enum cpu_helper_report_kind {
+  HELPER_WAIT_STATUS = 1,
+  HELPER_SPAWN_FAILED,
+  HELPER_WAIT_FAILED
+} cpu_helper_report_kind_t;
 
-enum { HELPER_WAIT_STATUS = 1, HELPER_SPAWN_FAILED, HELPER_WAIT_FAILED };
+typedef struct cpu_helper_report {
+  cpu_helper_report_kind_t kind;
+  int value;
+} cpu_helper_report_t;
 
 /* The forked helper: only async-signal-safe calls (the parent may have had other threads), every
  * signal blocked. */
@@ -201,16 +207,16 @@ static void helper_main(int report_fd, const char *exe, char *const argv[],
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   sigaction(SIGCHLD, &dfl, NULL); /* so that the compiler stays ours to wait for */
-  helper_report_t report = {HELPER_WAIT_STATUS, 0};
+  cpu_helper_report_t report = {HELPER_WAIT_STATUS, 0};
   pid_t pid;
   int rc = posix_spawn(&pid, exe, &setup->actions, &setup->attr, argv, environ);
   if (rc != 0) {
-    report = (helper_report_t){HELPER_SPAWN_FAILED, rc};
+    report = (cpu_helper_report_t){HELPER_SPAWN_FAILED, rc};
   } else {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0) {
       if (errno != EINTR) {
-        report = (helper_report_t){HELPER_WAIT_FAILED, errno};
+        report = (cpu_helper_report_t){HELPER_WAIT_FAILED, errno};
         break;
       }
     }
@@ -257,7 +263,7 @@ static hcq_status_t run_via_helper(const char *exe, char *const argv[], output_t
                          ready ? strerror(fork_errno) : "cannot set up its process");
   } else {
     collect_output(out, output_fds[0], report_fds[0]);
-    helper_report_t report;
+    cpu_helper_report_t report;
     size_t got = 0;
     while (got < sizeof(report)) {
       ssize_t n = read(report_fds[0], (char *)&report + got, sizeof(report) - got);

@@ -23,6 +23,7 @@
 #include "core/host_wait.h"
 #include "core/options.h"
 #include "core/signal.h"
+#include "core/status.h"
 #include "graph/graph_internal.h"
 #include "graph/update_plan.h"
 #include "metal/metal_internal.h"
@@ -183,6 +184,19 @@ static hcq_status_t build_instance(metal_graph_t *g, mtl_inst_t *in) {
   return collect_resources(g, in);
 }
 
+/* Every in-flight instance's ICB, whether the GPU needs the pipelines dispatched before an ICB, and
+ * the label as an NSString; inside an autorelease pool. */
+static hcq_status_t build_instances(metal_graph_t *g) {
+  for (unsigned k = 0; k < g->ninst; k++) HCQ__TRY(build_instance(g, &g->inst[k]));
+  /* Apple's M1 and M2 GPUs (the ICB classes before AGXG15X) run an ICB's commands without the
+   * pipelines' state unless each pipeline was dispatched once in the encoder: tinygrad's MetalGraph
+   * dispatches every pipeline with an empty grid before the ICB there. */
+  g->needs_fix = strcmp(g->api->object_getClassName(g->inst[0].icb),
+                        "AGXG15XFamilyIndirectCommandBuffer") != 0;
+  g->label_str = MSG(hcq_id)(hcq__mtl_string(g->api, g->label), SEL(retain));
+  return NULL;
+}
+
 static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
   hcq__runner_t *r = &g->base.runner;
   for (size_t j = 0; j < r->nitems; j++) {
@@ -215,20 +229,13 @@ static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
   }
   if (!inflight) inflight = hcq__options()->graph_inflight;
   g->ninst = inflight < 1 ? 1 : inflight > MAX_INSTANCES ? MAX_INSTANCES : inflight;
-  void *pool = g->api->objc_autoreleasePoolPush();
-  hcq_status_t st = NULL;
-  for (unsigned k = 0; k < g->ninst && !st; k++) st = build_instance(g, &g->inst[k]);
-  /* Apple's M1 and M2 GPUs (the ICB classes before AGXG15X) run an ICB's commands without the
-   * pipelines' state unless each pipeline was dispatched once in the encoder: tinygrad's MetalGraph
-   * dispatches every pipeline with an empty grid before the ICB there. */
-  if (!st)
-    g->needs_fix = strcmp(g->api->object_getClassName(g->inst[0].icb),
-                          "AGXG15XFamilyIndirectCommandBuffer") != 0;
   snprintf(g->label, sizeof(g->label), "batched %zu", g->n);
-  if (!st) g->label_str = MSG(hcq_id)(hcq__mtl_string(g->api, g->label), SEL(retain));
+  void *pool = g->api->objc_autoreleasePoolPush();
+  hcq_status_t st = build_instances(g);
   g->api->objc_autoreleasePoolPop(pool);
-  g->base.stats.updatable_nodes = st ? 0 : hcq__update_plan_updatable_count(g->inst[0].plan);
-  return st;
+  if (st) return st;
+  g->base.stats.updatable_nodes = hcq__update_plan_updatable_count(g->inst[0].plan);
+  return NULL;
 }
 
 /* ---- replay (on the device's engine) ---- */

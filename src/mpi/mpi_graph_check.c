@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "core/buffer.h"
+#include "core/status.h"
 #include "mpi/mpi_internal.h"
 
 _Thread_local uint32_t hcq__mpi_build_gid;
@@ -103,54 +104,55 @@ static uint64_t item_digest(digest_ctx_t *c, const hcq_exec_item_t *it,
   return h ? h : 1;
 }
 
+/* Rank r's item digests (and its next graph id), compared with the leader's (dig): the first rank
+ * that differs goes into res. */
+static hcq_status_t compare_rank(int r, const uint64_t *dig, size_t nitems, check_result_t *res) {
+  uint64_t hdr[2];
+  HCQ__TRY(hcq__mpi_ctrl_msg(OP_RECV, r, hdr, sizeof(hdr),
+                             "graph build check (receiving a rank's item list)"));
+  uint64_t *theirs = malloc((hdr[0] ? hdr[0] : 1) * sizeof(uint64_t));
+  if (!theirs) return hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
+  hcq_status_t st = NULL;
+  if (hdr[0] && (st = hcq__mpi_ctrl_msg(OP_RECV, r, theirs, (int)(hdr[0] * sizeof(uint64_t)),
+                                        "graph build check")))
+    goto out;
+  if (hdr[1] > res->gid) res->gid = hdr[1];
+  size_t n = hdr[0] < nitems ? hdr[0] : nitems, i = 0;
+  while (i < n && theirs[i] == dig[i]) i++;
+  if ((i < n || hdr[0] != nitems) && !res->bad_rank) {
+    res->bad_item = i;
+    res->bad_rank = (uint64_t)r + 1;
+    res->bad_n = hdr[0];
+  }
+out:
+  free(theirs);
+  return st;
+}
+
 /* The leader's side: each other rank of the graph (in) sends its item digests, the first that
  * differs from the leader's own (dig) is the verdict, and every one of them hears it. */
 static hcq_status_t lead_check(const uint8_t *in, int leader, const uint64_t *dig, size_t nitems,
                                check_result_t *res) {
-  hcq_status_t st = NULL;
   res->gid = hcq__mpi.next_gid + 1;
   res->leader_n = nitems;
-  for (int r = leader + 1; r < hcq__mpi.size && !st; r++) {
-    if (!in[r]) continue;
-    uint64_t hdr[2];
-    st = hcq__mpi_ctrl_msg(OP_RECV, r, hdr, sizeof(hdr),
-                           "graph build check (receiving a rank's item list)");
-    uint64_t *theirs = st ? NULL : malloc((hdr[0] ? hdr[0] : 1) * sizeof(uint64_t));
-    if (!st && !theirs) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
-    if (!st && hdr[0])
-      st = hcq__mpi_ctrl_msg(OP_RECV, r, theirs, (int)(hdr[0] * sizeof(uint64_t)),
-                             "graph build check");
-    if (!st) {
-      if (hdr[1] > res->gid) res->gid = hdr[1];
-      size_t n = hdr[0] < nitems ? hdr[0] : nitems, i = 0;
-      while (i < n && theirs[i] == dig[i]) i++;
-      if ((i < n || hdr[0] != nitems) && !res->bad_rank) {
-        res->bad_item = i;
-        res->bad_rank = (uint64_t)r + 1;
-        res->bad_n = hdr[0];
-      }
-    }
-    free(theirs);
-  }
-  for (int r = leader + 1; r < hcq__mpi.size && !st; r++)
+  for (int r = leader + 1; r < hcq__mpi.size; r++)
+    if (in[r]) HCQ__TRY(compare_rank(r, dig, nitems, res));
+  for (int r = leader + 1; r < hcq__mpi.size; r++)
     if (in[r])
-      st = hcq__mpi_ctrl_msg(OP_SEND, r, res, sizeof(*res),
-                             "graph build check (sending the verdict)");
-  return st;
+      HCQ__TRY(hcq__mpi_ctrl_msg(OP_SEND, r, res, sizeof(*res),
+                                 "graph build check (sending the verdict)"));
+  return NULL;
 }
 
 /* Every other rank's side: its item digests (dig) to the leader, and the leader's verdict back. */
 static hcq_status_t follow_check(int leader, uint64_t *dig, size_t nitems, check_result_t *res) {
   uint64_t hdr[2] = {nitems, hcq__mpi.next_gid + 1};
-  hcq_status_t st = hcq__mpi_ctrl_msg(OP_SEND, leader, hdr, sizeof(hdr),
-                                      "graph build check (sending this rank's item list)");
-  if (!st)
-    st = hcq__mpi_ctrl_msg(OP_SEND, leader, dig, (int)(nitems * sizeof(uint64_t)),
-                           "graph build check");
-  if (!st)
-    st = hcq__mpi_ctrl_msg(OP_RECV, leader, res, sizeof(*res),
+  HCQ__TRY(hcq__mpi_ctrl_msg(OP_SEND, leader, hdr, sizeof(hdr),
+                             "graph build check (sending this rank's item list)"));
+  HCQ__TRY(hcq__mpi_ctrl_msg(OP_SEND, leader, dig, (int)(nitems * sizeof(uint64_t)),
+                             "graph build check"));
+  return hcq__mpi_ctrl_msg(OP_RECV, leader, res, sizeof(*res),
                            "graph build check (waiting for the verdict)");
-  return st;
 }
 
 /* The ranks of the graph (in) agree that each built the same items (dig: this rank's digests), and
@@ -195,10 +197,12 @@ hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems) {
   uint64_t *dig = malloc(nitems * sizeof(uint64_t));
   digest_ctx_t c = {XXH3_createState(), calloc(2 * nitems + 8, sizeof(void *)), 0, 2 * nitems + 8};
   hcq_status_t st = NULL;
-  if (!in || !dig || !c.h || !c.bases)
-    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
   bool local = false, remote = false;
-  for (size_t j = 0; j < nitems && !st; j++) {
+  if (!in || !dig || !c.h || !c.bases) {
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
+    goto out;
+  }
+  for (size_t j = 0; j < nitems; j++) {
     const hcq_device_t *devs[2] = {NULL, NULL};
     dig[j] = item_digest(&c, &items[j], devs);
     for (int i = 0; i < 2; i++)
@@ -212,7 +216,8 @@ hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems) {
       }
   }
   /* Only graphs with work here and elsewhere need agreement (and message tags). */
-  if (!st && local && remote) st = agree_on_items(items, nitems, in, dig);
+  if (local && remote) st = agree_on_items(items, nitems, in, dig);
+out:
   free(in);
   free(dig);
   free(c.bases);

@@ -45,11 +45,12 @@
 
 /* ---- MPI operations, run by the communication thread ---- */
 
-enum { OP_SEND, OP_RECV };
-enum { OPS_NEW, OPS_POSTED, OPS_DONE, OPS_FAILED };
+typedef enum mpi_op_kind { OP_SEND, OP_RECV } mpi_op_kind_t;
+/* An op's state (op_t.state holds one, atomically). */
+typedef enum mpi_op_state { OPS_NEW, OPS_POSTED, OPS_DONE, OPS_FAILED } mpi_op_state_t;
 
 typedef struct op {
-  int kind;
+  mpi_op_kind_t kind;
   void *buf;
   int count; /* bytes */
   int peer, tag;
@@ -167,14 +168,20 @@ typedef struct ctrl_batch {
   size_t n;
 } ctrl_batch_t;
 
+/* The earlier of two outcomes (the later one is dropped). */
+static inline hcq_status_t mpi_first_status(hcq_status_t a, hcq_status_t b) {
+  if (!a) return b;
+  hcq_status_destroy(b);
+  return a;
+}
 void hcq__mpi_batch_free(ctrl_batch_t *b);
-HCQ_MUST_USE hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf,
-                                             int bytes, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, mpi_op_kind_t kind, int peer,
+                                             const void *buf, int bytes, const char *what);
 HCQ_MUST_USE hcq_status_t hcq__mpi_batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns,
                                               int64_t timeout_ms, const char *what);
 HCQ_MUST_USE hcq_status_t hcq__mpi_batch_drain(ctrl_batch_t *b, uint64_t deadline_ns,
                                                int64_t timeout_ms, const char *what);
-HCQ_MUST_USE hcq_status_t hcq__mpi_ctrl_msg(int kind, int peer, void *buf, int bytes,
+HCQ_MUST_USE hcq_status_t hcq__mpi_ctrl_msg(mpi_op_kind_t kind, int peer, void *buf, int bytes,
                                             const char *what);
 
 /* ---- mpi_comm_thread.c ---- */

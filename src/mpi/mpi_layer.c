@@ -13,6 +13,7 @@
 
 #include "core/buffer.h"
 #include "core/options.h"
+#include "core/status.h"
 #include "mpi/mpi_internal.h"
 
 hcq__mpi_state_t hcq__mpi = {.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -213,6 +214,12 @@ hcq_status_t hcq_mpi_rank_health(int rank) {
   return hcq__mpi_rank_is_lost(rank) ? hcq__mpi_lost_status(rank, "hcq_mpi_rank_health") : NULL;
 }
 
+/* The owner's side of hcq_mpi_fetch: buf's first size bytes, through tmp, to root. */
+static hcq_status_t send_contents(hcq_buffer_t *buf, int root, void *tmp, uint64_t size) {
+  HCQ__TRY(hcq_buffer_copyout(buf, 0, tmp, size));
+  return hcq__mpi_ctrl_msg(OP_SEND, root, tmp, (int)size, "hcq_mpi_fetch");
+}
+
 hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size) {
   if (!buf) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_mpi_fetch: buffer is NULL");
   if (size > buf->size)
@@ -230,8 +237,8 @@ hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size
   if (owner == hcq__mpi.rank) {
     void *tmp = malloc(size ? size : 1);
     if (!tmp) return hcq_status_make(HCQ_OUT_OF_MEMORY, "hcq_mpi_fetch: out of memory");
-    hcq_status_t st = hcq_buffer_copyout(buf, 0, tmp, size);
-    if (!st) st = hcq__mpi_ctrl_msg(OP_SEND, root, tmp, (int)size, "hcq_mpi_fetch");
+    hcq_status_t st = send_contents(buf, root, tmp, size);
+    /* A copy or a send that timed out may still use tmp: it is left to them. */
     if (!st || hcq_status_code(st) != HCQ_TIMEOUT) free(tmp);
     return st;
   }
@@ -243,11 +250,59 @@ hcq_status_t hcq_mpi_fetch(hcq_buffer_t *buf, int root, void *dst, uint64_t size
   return NULL;
 }
 
-/* The earlier of two outcomes (the later one is dropped). */
-static hcq_status_t first_status(hcq_status_t a, hcq_status_t b) {
-  if (!a) return b;
-  hcq_status_destroy(b);
-  return a;
+/* A rank other than 0: its value to rank 0, and rank 0's reply (the maximum, and the rank that did
+ * not take part) back, waiting a second longer than rank 0 waits for the values. */
+static hcq_status_t ask_rank0(int value, int32_t reply[2], int64_t ms, const char *what) {
+  int64_t longer = ms > INT64_MAX - 1000 ? ms : ms + 1000;
+  uint64_t deadline = hcq__deadline_after_ms(longer);
+  ctrl_batch_t b = {.n = 0};
+  hcq_status_t st;
+  if ((st = hcq__mpi_batch_add(&b, OP_SEND, 0, &(int32_t){value}, sizeof(int32_t), what))) goto out;
+  if ((st = hcq__mpi_batch_add(&b, OP_RECV, 0, NULL, 2 * sizeof(int32_t), what))) goto out;
+  for (size_t i = 0; i < b.n; i++)
+    if ((st = hcq__mpi_batch_wait(&b, i, deadline, longer, what))) goto out;
+  memcpy(reply, b.ops[1] + 1, 2 * sizeof(int32_t));
+out:
+  hcq__mpi_batch_free(&b);
+  return st;
+}
+
+/* Rank 0: the values of ranks first to last, through b; the maximum goes into reply[0] and a rank
+ * that did not take part into reply[1]. */
+static hcq_status_t gather_ranks(ctrl_batch_t *b, int first, int last, uint64_t deadline,
+                                 int64_t ms, int32_t reply[2], const char *what) {
+  for (int r = first; r <= last; r++) {
+    hcq_status_t st = hcq__mpi_batch_add(b, OP_RECV, r, NULL, sizeof(int32_t), what);
+    if (st) {
+      if (hcq__mpi_rank_is_lost(r)) reply[1] = r;
+      return st;
+    }
+  }
+  for (size_t i = 0; i < b->n; i++) {
+    int peer = b->ops[i]->peer;
+    hcq_status_t st = hcq__mpi_batch_wait(b, i, deadline, ms, what);
+    if (st) {
+      if (hcq_status_code(st) == HCQ_TIMEOUT || hcq__mpi_rank_is_lost(peer)) reply[1] = peer;
+      return st;
+    }
+    int32_t v;
+    memcpy(&v, b->ops[i] + 1, sizeof(v));
+    if (v > reply[0]) reply[0] = v;
+  }
+  return NULL;
+}
+
+/* Rank 0: every other rank's value, 64 ranks at a time (a batch's size). */
+static hcq_status_t gather_values(int32_t reply[2], int64_t ms, const char *what) {
+  uint64_t deadline = hcq__deadline_after_ms(ms);
+  for (int first = 1; first < hcq__mpi.size; first += 64) {
+    int last = first + 63 < hcq__mpi.size ? first + 63 : hcq__mpi.size - 1;
+    ctrl_batch_t b = {.n = 0};
+    hcq_status_t st = gather_ranks(&b, first, last, deadline, ms, reply, what);
+    hcq__mpi_batch_free(&b);
+    HCQ__TRY(st);
+  }
+  return NULL;
 }
 
 /* Rank 0 gathers every value, takes the maximum and sends it back with the first rank that did not
@@ -259,62 +314,37 @@ static hcq_status_t agree_max(int value, int *out_max, const char *what) {
     return NULL;
   }
   int64_t ms = hcq__options()->wait_timeout_ms;
-  ctrl_batch_t b = {.n = 0};
-  hcq_status_t st = NULL;
   /* The reply: the maximum, and the rank that did not take part (-1: every rank did; 0: rank 0
    * could not gather for another reason, in its own message). */
   int32_t reply[2] = {value, -1};
   if (hcq__mpi.rank != 0) {
-    int64_t longer = ms > INT64_MAX - 1000 ? ms : ms + 1000;
-    uint64_t deadline = hcq__deadline_after_ms(longer);
-    st = hcq__mpi_batch_add(&b, OP_SEND, 0, &(int32_t){value}, sizeof(int32_t), what);
-    if (!st) st = hcq__mpi_batch_add(&b, OP_RECV, 0, NULL, sizeof(reply), what);
-    for (size_t i = 0; i < b.n && !st; i++) st = hcq__mpi_batch_wait(&b, i, deadline, longer, what);
-    if (!st) memcpy(reply, b.ops[1] + 1, sizeof(reply));
-    hcq__mpi_batch_free(&b);
-    if (!st && reply[1] > 0)
-      st = hcq_status_make(HCQ_TIMEOUT,
-                           "%s: rank %d did not take part within %" PRId64
-                           " ms (rank 0 waited for it: "
-                           "did it fail, stop, or run a different program?)",
-                           what, (int)reply[1], ms);
-    else if (!st && reply[1] == 0)
-      st = hcq_status_make(HCQ_UNAVAILABLE,
-                           "%s: rank 0 could not gather every rank's value (its message says why)",
-                           what);
-    if (!st) *out_max = reply[0];
-    return st;
+    HCQ__TRY(ask_rank0(value, reply, ms, what));
+    if (reply[1] > 0)
+      return hcq_status_make(HCQ_TIMEOUT,
+                             "%s: rank %d did not take part within %" PRId64
+                             " ms (rank 0 waited for it: "
+                             "did it fail, stop, or run a different program?)",
+                             what, (int)reply[1], ms);
+    if (reply[1] == 0)
+      return hcq_status_make(
+          HCQ_UNAVAILABLE, "%s: rank 0 could not gather every rank's value (its message says why)",
+          what);
+    *out_max = reply[0];
+    return NULL;
   }
-  uint64_t deadline = hcq__deadline_after_ms(ms);
-  for (int first = 1; first < hcq__mpi.size && !st;
-       first += 64) { /* 64 ranks at a time: a batch's size */
-    int last = first + 63 < hcq__mpi.size ? first + 63 : hcq__mpi.size - 1;
-    for (int r = first; r <= last && !st; r++) {
-      st = hcq__mpi_batch_add(&b, OP_RECV, r, NULL, sizeof(int32_t), what);
-      if (st && hcq__mpi_rank_is_lost(r)) reply[1] = r;
-    }
-    for (size_t i = 0; i < b.n && !st; i++) {
-      int peer = b.ops[i]->peer;
-      st = hcq__mpi_batch_wait(&b, i, deadline, ms, what);
-      if (st && (hcq_status_code(st) == HCQ_TIMEOUT || hcq__mpi_rank_is_lost(peer)))
-        reply[1] = peer;
-      int32_t v;
-      if (!st) memcpy(&v, b.ops[i] + 1, sizeof(v));
-      if (!st && v > reply[0]) reply[0] = v;
-    }
-    hcq__mpi_batch_free(&b);
-  }
+  hcq_status_t st = gather_values(reply, ms, what);
   if (st && reply[1] < 0) reply[1] = 0;
   /* Every rank that took part hears the outcome, so none times out in turn; the sends are small,
    * and a rank that is there takes them within a second. */
+  ctrl_batch_t b = {.n = 0};
   uint64_t reply_deadline = hcq__deadline_after_ms(1000);
   for (int r = 1; r < hcq__mpi.size; r++) {
     if (r == reply[1] || hcq__mpi_rank_is_lost(r)) continue;
     hcq_status_t sent = hcq__mpi_batch_add(&b, OP_SEND, r, reply, sizeof(reply), what);
     if (!sent && b.n == 64) sent = hcq__mpi_batch_drain(&b, reply_deadline, 1000, what);
-    st = first_status(st, sent);
+    st = mpi_first_status(st, sent);
   }
-  st = first_status(st, hcq__mpi_batch_drain(&b, reply_deadline, 1000, what));
+  st = mpi_first_status(st, hcq__mpi_batch_drain(&b, reply_deadline, 1000, what));
   if (!st) *out_max = reply[0];
   return st;
 }

@@ -186,8 +186,8 @@ void hcq__mpi_batch_free(ctrl_batch_t *b) {
 /* A control message of bytes with peer, handed to the thread as part of b (NULL: sent or posted).
  * The bytes travel through the op's own memory, so a caller that timed out may drop its buffer
  * while the request stays with the thread. */
-hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf, int bytes,
-                                const char *what) {
+hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, mpi_op_kind_t kind, int peer, const void *buf,
+                                int bytes, const char *what) {
   if (!hcq__mpi.running)
     return hcq_status_make(HCQ_FAILED_PRECONDITION, "%s: the MPI layer is not running", what);
   op_t *o = calloc(1, sizeof(*o) + (size_t)bytes);
@@ -220,23 +220,22 @@ hcq_status_t hcq__mpi_batch_drain(ctrl_batch_t *b, uint64_t deadline_ns, int64_t
                                   const char *what) {
   hcq_status_t st = NULL;
   for (size_t i = 0; i < b->n; i++) {
-    hcq_status_t w = hcq__mpi_batch_wait(b, i, deadline_ns, timeout_ms, what);
-    if (w && !st)
-      st = w;
-    else
-      hcq_status_destroy(w);
+    st = mpi_first_status(st, hcq__mpi_batch_wait(b, i, deadline_ns, timeout_ms, what));
   }
   hcq__mpi_batch_free(b);
   return st;
 }
 
 /* One control message within the wait timeout. */
-hcq_status_t hcq__mpi_ctrl_msg(int kind, int peer, void *buf, int bytes, const char *what) {
+hcq_status_t hcq__mpi_ctrl_msg(mpi_op_kind_t kind, int peer, void *buf, int bytes,
+                               const char *what) {
   ctrl_batch_t b = {.n = 0};
-  hcq_status_t st = hcq__mpi_batch_add(&b, kind, peer, buf, bytes, what);
   int64_t ms = hcq__options()->wait_timeout_ms;
-  if (!st) st = hcq__mpi_batch_wait(&b, 0, hcq__deadline_after_ms(ms), ms, what);
-  if (!st && kind == OP_RECV) memcpy(buf, b.ops[0] + 1, (size_t)bytes);
+  hcq_status_t st;
+  if ((st = hcq__mpi_batch_add(&b, kind, peer, buf, bytes, what))) goto out;
+  if ((st = hcq__mpi_batch_wait(&b, 0, hcq__deadline_after_ms(ms), ms, what))) goto out;
+  if (kind == OP_RECV) memcpy(buf, b.ops[0] + 1, (size_t)bytes);
+out:
   hcq__mpi_batch_free(&b);
   return st;
 }

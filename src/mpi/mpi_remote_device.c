@@ -14,7 +14,7 @@
 
 _Atomic int32_t hcq__mpi_id_rank[MAX_REMOTE + 1];
 
-static void r_destroy(hcq_device_t *dev) {
+static void remote_destroy(hcq_device_t *dev) {
   rdev_t *rd = hcq__mpi_rdev_of(dev);
   for (int k = 0; k < 2; k++) {
     free(rd->q[k].ents);
@@ -26,7 +26,7 @@ static void r_destroy(hcq_device_t *dev) {
   dev->backend = NULL;
 }
 
-static bool r_stop(hcq_device_t *dev) {
+static bool remote_stop(hcq_device_t *dev) {
   rdev_t *rd = hcq__mpi_rdev_of(dev);
   pthread_mutex_lock(&hcq__mpi.lock);
   for (rdev_t **p = &hcq__mpi.devices; *p; p = &(*p)->next)
@@ -41,7 +41,8 @@ static bool r_stop(hcq_device_t *dev) {
   return false;
 }
 
-static hcq_status_t r_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out) {
+static hcq_status_t remote_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags,
+                                     hcq__mem_t *out) {
   rdev_t *rd = hcq__mpi_rdev_of(dev);
   memset(out, 0, sizeof(*out));
   out->size = size;
@@ -78,7 +79,7 @@ static hcq_status_t r_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags
   return NULL;
 }
 
-static void r_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
+static void remote_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   rdev_t *rd = hcq__mpi_rdev_of(dev);
   if (!mem->host) return;
   pthread_mutex_lock(&rd->mem_lock);
@@ -93,13 +94,14 @@ static void r_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   mem->host = NULL;
 }
 
-static hcq_status_t r_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound) {
+static hcq_status_t remote_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords,
+                                   bool bound) {
   (void)dev, (void)kind, (void)nwords, (void)bound;
   return NULL; /* the entry list grows */
 }
 
-static hcq_status_t r_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
-                             size_t nwords, bool bound) {
+static hcq_status_t remote_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
+                                  size_t nwords, bool bound) {
   rqueue_t *q = &hcq__mpi_rdev_of(dev)->q[kind];
   rentry_t e = {words, nwords, NULL};
   if (!bound) {
@@ -131,27 +133,27 @@ static hcq_status_t r_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uin
   return NULL;
 }
 
-static uint64_t r_submitted(hcq_device_t *dev, hcq_queue_kind_t kind) {
+static uint64_t remote_submitted(hcq_device_t *dev, hcq_queue_kind_t kind) {
   return atomic_load_explicit(&hcq__mpi_rdev_of(dev)->q[kind].submitted, memory_order_acquire);
 }
-static uint64_t r_completed(hcq_device_t *dev, hcq_queue_kind_t kind) {
+static uint64_t remote_completed(hcq_device_t *dev, hcq_queue_kind_t kind) {
   return atomic_load_explicit(&hcq__mpi_rdev_of(dev)->q[kind].completed, memory_order_acquire);
 }
 
-static void r_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out) {
+static void remote_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out) {
   rqueue_t *q = &hcq__mpi_rdev_of(dev)->q[kind];
   out->submitted = atomic_load(&q->submitted);
   out->completed = atomic_load(&q->completed);
   hcq__cursor_snapshot(&q->c, out);
 }
 
-static void r_lost(hcq_device_t *dev) {
+static void remote_lost(hcq_device_t *dev) {
   (void)dev;
   hcq__mpi_wake_thread();
 }
 
-static hcq_status_t r_compile(hcq_device_t *dev, const char *entry, const char *source,
-                              hcq__program_impl_t *out) {
+static hcq_status_t remote_compile(hcq_device_t *dev, const char *entry, const char *source,
+                                   hcq__program_impl_t *out) {
   /* Compiled on its own rank only; the core keeps the source and the name. */
   (void)dev, (void)entry, (void)source;
   memset(out, 0, sizeof(*out));
@@ -159,17 +161,17 @@ static hcq_status_t r_compile(hcq_device_t *dev, const char *entry, const char *
 }
 
 static const hcq__device_vtable_t remote_vtable = {
-    .destroy = r_destroy,
-    .stop = r_stop,
-    .mem_alloc = r_mem_alloc,
-    .mem_free = r_mem_free,
-    .reserve = r_reserve,
-    .submit = r_submit,
-    .submitted = r_submitted,
-    .completed = r_completed,
-    .snapshot = r_snapshot,
-    .lost = r_lost,
-    .program_compile = r_compile,
+    .destroy = remote_destroy,
+    .stop = remote_stop,
+    .mem_alloc = remote_mem_alloc,
+    .mem_free = remote_mem_free,
+    .reserve = remote_reserve,
+    .submit = remote_submit,
+    .submitted = remote_submitted,
+    .completed = remote_completed,
+    .snapshot = remote_snapshot,
+    .lost = remote_lost,
+    .program_compile = remote_compile,
 };
 
 typedef struct create_ctx {

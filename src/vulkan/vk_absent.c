@@ -37,7 +37,7 @@ bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
   return false;
 }
 
-bool hcq__vulkan_slow_completion(hcq_device_t *dev, int kind, uint64_t ns) {
+bool hcq__vulkan_slow_completion(hcq_device_t *dev, hcq_queue_kind_t kind, uint64_t ns) {
   (void)dev, (void)kind, (void)ns;
   return false;
 }

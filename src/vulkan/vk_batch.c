@@ -28,7 +28,7 @@ void hcq__vk_wait_fifo_pos(vk_engine_t *e, uint64_t pos) {
 /* ---- batches ---- */
 
 static void record_pending_signal(vk_device_t *vd, const void *word, uint64_t value, uint64_t sem,
-                                  uint64_t seq, int kind) {
+                                  uint64_t seq, hcq_queue_kind_t kind) {
   size_t slot =
       ((uintptr_t)word >> 4) % (sizeof(vd->pending_signals) / sizeof(vd->pending_signals[0]));
   pthread_mutex_lock(&vd->pending_lock);

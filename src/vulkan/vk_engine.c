@@ -383,7 +383,7 @@ void hcq__vk_engine_slow_completion(vk_engine_t *e, uint64_t ns) {
 
 /* ---- creation and teardown ---- */
 
-hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
+hcq_status_t hcq__vk_engine_create(vk_device_t *vd, hcq_queue_kind_t kind, vk_queue_t *queue,
                                    vk_engine_t **out) {
   vk_engine_t *e = calloc(1, sizeof(*e));
   if (!e) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening %s", vd->dev->name);

@@ -44,7 +44,7 @@
 
 uint64_t hcq__vk_ticks_to_ns(const vk_device_t *vd, uint64_t ticks); /* vk_device.c */
 
-enum { P_BATCH, P_SIGNAL, P_TS, P_SEGTS, P_CB, P_RETIRE };
+typedef enum vk_pending_kind { P_BATCH, P_SIGNAL, P_TS, P_SEGTS, P_CB, P_RETIRE } vk_pending_kind_t;
 
 typedef struct seg {
   uint32_t start, end; /* word offsets in the list */
@@ -67,7 +67,7 @@ typedef struct blist {
 } blist_t;
 
 typedef struct pending {
-  uint8_t kind;
+  vk_pending_kind_t kind;
   uint64_t sem;
   uint64_t dep; /* the other engine's signal writes up to this one (its seq) come first */
   union {
@@ -91,7 +91,7 @@ typedef struct pending {
 typedef struct vk_engine {
   vk_device_t *vd;
   hcq_device_t *dev;
-  int kind;
+  hcq_queue_kind_t kind;
   vk_queue_t *q;
   VkSemaphore sem;
   uint64_t sem_last;  /* engine thread: last value submitted */

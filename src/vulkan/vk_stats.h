@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "hcq/device.h"
+#include "hcq/queue.h"
 
 /* Since the device opened: command buffers recorded for runs of bound command lists, runs recorded
  * again because a word they baked in changed, vkQueueSubmit calls, WAITs the engines resolved on
@@ -25,6 +26,6 @@ bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out);
 /* For tests of the engines' ordering: the completion thread of dev's queue kind (HCQ_QUEUE_COMPUTE
  * or HCQ_QUEUE_COPY) sleeps ns before each piece of bookkeeping it takes up, as a thread the
  * scheduler left behind would. False for any other device or without Vulkan. */
-bool hcq__vulkan_slow_completion(hcq_device_t *dev, int kind, uint64_t ns);
+bool hcq__vulkan_slow_completion(hcq_device_t *dev, hcq_queue_kind_t kind, uint64_t ns);
 
 #endif
