@@ -53,15 +53,15 @@ static hcq_status_t bad(const char *what, const char *entry, const char *fmt, ..
   return hcq_status_make(HCQ_COMPILE_ERROR, "%s kernel %s: %s", what, entry, text);
 }
 
-typedef struct elf_view {
+typedef struct cuda_elf_view {
   const uint8_t *b;
   size_t size;
   uint64_t shoff;
   uint16_t shnum, shstrndx;
-} elf_view_t;
+} cuda_elf_view_t;
 
 /* Section i's name (NUL-terminated inside the file: checked), offset and size. */
-static const char *section(const elf_view_t *e, unsigned i, uint64_t *off, uint64_t *size,
+static const char *section(const cuda_elf_view_t *e, unsigned i, uint64_t *off, uint64_t *size,
                            uint32_t *type) {
   const uint8_t *sh = e->b + e->shoff + (uint64_t)i * 64;
   const uint8_t *str = e->b + e->shoff + (uint64_t)e->shstrndx * 64;
@@ -83,7 +83,7 @@ static bool is_elf(const uint8_t *b, size_t size) {
 /* The ELF header: a 64-bit little-endian ELF for CUDA whose section and program headers, and the
  * sections they describe, lie inside its size bytes. */
 static hcq_status_t check_elf(const char *what, const char *entry, const uint8_t *b, size_t size,
-                              elf_view_t *e) {
+                              cuda_elf_view_t *e) {
   if (size < 64 || !is_elf(b, size) || b[4] != 2 || b[5] != 1 || rd16(b + 18) != EM_CUDA) {
     char desc[128];
     hcq__binary_describe(b, size, desc, sizeof(desc));
@@ -92,7 +92,7 @@ static hcq_status_t check_elf(const char *what, const char *entry, const uint8_t
         "%zu bytes are not a cubin (a 64-bit little-endian ELF for CUDA, e_machine %d): %s%s", size,
         EM_CUDA, desc, size < 64 && is_elf(b, size) ? ", shorter than an ELF header" : "");
   }
-  *e = (elf_view_t){b, size, rd64(b + 0x28), rd16(b + 0x3C), rd16(b + 0x3E)};
+  *e = (cuda_elf_view_t){b, size, rd64(b + 0x28), rd16(b + 0x3C), rd16(b + 0x3E)};
   uint64_t phoff = rd64(b + 0x20);
   uint16_t shentsize = rd16(b + 0x3A), phentsize = rd16(b + 0x36), phnum = rd16(b + 0x38);
   if (shentsize != 64 || !e->shnum || e->shstrndx >= e->shnum)
@@ -139,7 +139,7 @@ static hcq_status_t check_cubin_arch(const char *what, const char *entry, const 
 }
 
 /* The kernel's information section, ".nv.info.ENTRY" (want holds that name). */
-static hcq_status_t find_kernel_info(const char *what, const char *entry, const elf_view_t *e,
+static hcq_status_t find_kernel_info(const char *what, const char *entry, const cuda_elf_view_t *e,
                                      char *want, size_t want_size, const uint8_t **info,
                                      uint64_t *info_size) {
   snprintf(want, want_size, ".nv.info.%s", entry);
@@ -230,11 +230,11 @@ static hcq_status_t count_params(const char *what, const char *entry, const int 
   return NULL;
 }
 
-hcq_status_t hcq__cubin_inspect(const uint8_t *b, size_t size, const char *entry,
-                                const char *dev_name, int dev_arch, uint32_t *out_nptrs,
-                                uint32_t *out_nvals) {
+hcq_status_t hcq__cuda_cubin_inspect(const uint8_t *b, size_t size, const char *entry,
+                                     const char *dev_name, int dev_arch, uint32_t *out_nptrs,
+                                     uint32_t *out_nvals) {
   const char *what = "cubin";
-  elf_view_t e = {0};
+  cuda_elf_view_t e = {0};
   HCQ__TRY(check_elf(what, entry, b, size, &e));
   HCQ__TRY(check_cubin_arch(what, entry, b, dev_name, dev_arch));
   char want[128];
@@ -247,9 +247,9 @@ hcq_status_t hcq__cubin_inspect(const uint8_t *b, size_t size, const char *entry
   return count_params(what, entry, sizes, nparams, out_nptrs, out_nvals);
 }
 
-hcq_status_t hcq__fatbin_inspect(const uint8_t *b, size_t size, const char *entry,
-                                 const char *dev_name, int dev_arch, uint32_t *out_nptrs,
-                                 uint32_t *out_nvals) {
+hcq_status_t hcq__cuda_fatbin_inspect(const uint8_t *b, size_t size, const char *entry,
+                                      const char *dev_name, int dev_arch, uint32_t *out_nptrs,
+                                      uint32_t *out_nvals) {
   const char *what = "fatbin";
   if (size < 16 || rd32(b) != FATBIN_MAGIC) {
     char desc[128];
@@ -303,8 +303,8 @@ hcq_status_t hcq__fatbin_inspect(const uint8_t *b, size_t size, const char *entr
     off += ehs + psize;
   }
   if (best_elf && !compressed_elf)
-    return hcq__cubin_inspect(best_elf, (size_t)elf_size, entry, dev_name, dev_arch, out_nptrs,
-                              out_nvals);
+    return hcq__cuda_cubin_inspect(best_elf, (size_t)elf_size, entry, dev_name, dev_arch, out_nptrs,
+                                   out_nvals);
   if (best_ptx && !compressed_ptx) {
     char *text = malloc((size_t)ptx_size + 1);
     if (!text) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", entry);

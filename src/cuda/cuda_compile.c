@@ -189,7 +189,7 @@ static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const cha
       bytes = text;
       bytes[text_len] = '\0';
     }
-    if (holed || !hcq__is_ptx((const char *)bytes)) {
+    if (holed || !hcq__cuda_is_ptx((const char *)bytes)) {
       char what[128];
       hcq__binary_describe(bytes, len, what, sizeof(what));
       free(bytes);
@@ -200,9 +200,9 @@ static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const cha
     }
     st = hcq__cuda_ptx_params((const char *)bytes, entry, &k->nptrs, &k->nvals);
   } else if (format == HCQ_BINARY_CUBIN) {
-    st = hcq__cubin_inspect(bytes, len, entry, dev->name, arch, &k->nptrs, &k->nvals);
+    st = hcq__cuda_cubin_inspect(bytes, len, entry, dev->name, arch, &k->nptrs, &k->nvals);
   } else {
-    st = hcq__fatbin_inspect(bytes, len, entry, dev->name, arch, &k->nptrs, &k->nvals);
+    st = hcq__cuda_fatbin_inspect(bytes, len, entry, dev->name, arch, &k->nptrs, &k->nvals);
   }
   if (st) {
     free(bytes);
@@ -257,8 +257,8 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
   if (hcq__binary_of_source(source)) {
     if ((st = binary_image(dev, entry, source, k, &binary))) goto fail;
   } else {
-    if (!hcq__is_ptx(source)) {
-      if ((st = hcq__nvrtc_compile(entry, source, target_arch(dev), &img))) goto fail;
+    if (!hcq__cuda_is_ptx(source)) {
+      if ((st = hcq__cuda_nvrtc_compile(entry, source, target_arch(dev), &img))) goto fail;
       ptx = img.ptx;
     }
     if ((st = hcq__cuda_ptx_params(ptx, entry, &k->nptrs, &k->nvals))) goto fail;
@@ -300,7 +300,7 @@ hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source,
                            arch ? " (\"" : "", arch ? arch : "", arch ? "\" is not one)" : "");
   hcq__cuda_image_t img;
   memset(&img, 0, sizeof(img));
-  hcq_status_t st = hcq__nvrtc_compile(entry, source, want, &img);
+  hcq_status_t st = hcq__cuda_nvrtc_compile(entry, source, want, &img);
   if (st) return st;
   uint32_t nptrs, nvals;
   /* What hcq could not launch is an error now, not on the machine that loads it. */

@@ -320,7 +320,7 @@ static void cuda_query(hcq_device_info_t *info) {
   const char *why;
   const hcq__cuda_api_t *api = hcq__cuda_api(&why);
   char nvrtc[400];
-  hcq__nvrtc_describe(nvrtc, sizeof(nvrtc));
+  hcq__cuda_nvrtc_describe(nvrtc, sizeof(nvrtc));
   info->kind = HCQ_DEVICE_CUDA;
   if (!api) {
     info->available = false;

@@ -18,7 +18,7 @@ static void remember(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, siz
 
 static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n,
                             bool bound) {
-  sub_record_t *r = &cs->records[seq % HCQ__CUDA_RECORDS];
+  cuda_sub_record_t *r = &cs->records[seq % HCQ__CUDA_RECORDS];
   r->seq = seq;
   r->bound = bound;
   r->nwords = (uint32_t)n;
@@ -154,9 +154,9 @@ void hcq__cuda_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_sn
     return;
   /* Never blocks: while a submission is being recorded, the report goes without the detail. */
   if (pthread_mutex_trylock(&cs->records_lock) != 0) return;
-  sub_record_t rec = cs->records[(out->completed + 1) % HCQ__CUDA_RECORDS];
+  cuda_sub_record_t rec = cs->records[(out->completed + 1) % HCQ__CUDA_RECORDS];
   pthread_mutex_unlock(&cs->records_lock);
-  const sub_record_t *r = &rec;
+  const cuda_sub_record_t *r = &rec;
   if (r->seq != out->completed + 1 || !r->words || !r->nwords) return;
   const uint32_t *w = r->words, *end = r->words + r->nwords, *prev = NULL, *exec = NULL,
                  *exec_prev = NULL;

@@ -801,7 +801,7 @@ static void mtl_query(hcq_device_info_t *info) {
   api->objc_autoreleasePoolPop(pool);
 }
 
-const hcq__backend_t hcq__metal_backend = {
+const hcq__backend_t hcq__mtl_backend = {
     /* docs/design.md, "The Metal graph" */
     .kind = HCQ_DEVICE_METAL,
     .source_key = "metal",
@@ -809,7 +809,7 @@ const hcq__backend_t hcq__metal_backend = {
     .open = mtl_open,
     .binary_formats = 1u << HCQ_BINARY_METALLIB,
     .kernel_caps = HCQ_CAP_COMPILE_METAL,
-    .graph_create = hcq__metal_graph_create,
+    .graph_create = hcq__mtl_graph_create,
     .graph_kernels_only = true,
     .graph_one_device = true,
     .no_compile_why =

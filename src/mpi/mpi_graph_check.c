@@ -17,24 +17,24 @@ static void global_name(const hcq_device_t *d, char *out, size_t size) {
   if (hcq__device_is_remote(d))
     snprintf(out, size, "%s", d->name);
   else
-    snprintf(out, size, "%d/%s", hcq__mpi.rank, d->name);
+    snprintf(out, size, "%d/%s", hcq__mpi_state.rank, d->name);
 }
 
-typedef struct digest_ctx {
+typedef struct mpi_digest_ctx {
   XXH3_state_t *h;
   const hcq_buffer_t **bases;
   size_t nbases, cap;
-} digest_ctx_t;
+} mpi_digest_ctx_t;
 
-static void feed(digest_ctx_t *c, const void *p, size_t n) { XXH3_64bits_update(c->h, p, n); }
-static void feed_u64(digest_ctx_t *c, uint64_t v) { feed(c, &v, sizeof(v)); }
-static void feed_str(digest_ctx_t *c, const char *s) { feed(c, s, strlen(s) + 1); }
-static void feed_dev(digest_ctx_t *c, const hcq_device_t *d) {
+static void feed(mpi_digest_ctx_t *c, const void *p, size_t n) { XXH3_64bits_update(c->h, p, n); }
+static void feed_u64(mpi_digest_ctx_t *c, uint64_t v) { feed(c, &v, sizeof(v)); }
+static void feed_str(mpi_digest_ctx_t *c, const char *s) { feed(c, s, strlen(s) + 1); }
+static void feed_dev(mpi_digest_ctx_t *c, const hcq_device_t *d) {
   char n[48];
   global_name(d, n, sizeof(n));
   feed_str(c, n);
 }
-static void feed_buf(digest_ctx_t *c, const hcq_buffer_t *b) {
+static void feed_buf(mpi_digest_ctx_t *c, const hcq_buffer_t *b) {
   if (!b) {
     feed_u64(c, UINT64_MAX);
     return;
@@ -49,7 +49,7 @@ static void feed_buf(digest_ctx_t *c, const hcq_buffer_t *b) {
   feed_u64(c, hcq_buffer_offset(b));
   feed_u64(c, b->size);
 }
-static void feed_operand(digest_ctx_t *c, const hcq_operand_t *o) {
+static void feed_operand(mpi_digest_ctx_t *c, const hcq_operand_t *o) {
   feed_u64(c, o->sym ? 1 : 0);
   feed_u64(c, o->sym ? 0 : (uint64_t)o->value);
 }
@@ -70,12 +70,12 @@ static void describe_item(const hcq_exec_item_t *it, size_t j, char *out, size_t
   }
 }
 
-typedef struct check_result {
+typedef struct mpi_check_result {
   uint64_t gid, bad_item, bad_rank, bad_n, leader_n;
-} check_result_t;
+} mpi_check_result_t;
 
 /* The digest of one item (never 0); devs: the devices it runs on or moves between. */
-static uint64_t item_digest(digest_ctx_t *c, const hcq_exec_item_t *it,
+static uint64_t item_digest(mpi_digest_ctx_t *c, const hcq_exec_item_t *it,
                             const hcq_device_t *devs[2]) {
   XXH3_64bits_reset(c->h);
   feed_u64(c, (uint64_t)it->kind);
@@ -106,7 +106,8 @@ static uint64_t item_digest(digest_ctx_t *c, const hcq_exec_item_t *it,
 
 /* Rank r's item digests (and its next graph id), compared with the leader's (dig): the first rank
  * that differs goes into res. */
-static hcq_status_t compare_rank(int r, const uint64_t *dig, size_t nitems, check_result_t *res) {
+static hcq_status_t compare_rank(int r, const uint64_t *dig, size_t nitems,
+                                 mpi_check_result_t *res) {
   uint64_t hdr[2];
   HCQ__TRY(hcq__mpi_ctrl_msg(OP_RECV, r, hdr, sizeof(hdr),
                              "graph build check (receiving a rank's item list)"));
@@ -132,12 +133,12 @@ out:
 /* The leader's side: each other rank of the graph (in) sends its item digests, the first that
  * differs from the leader's own (dig) is the verdict, and every one of them hears it. */
 static hcq_status_t lead_check(const uint8_t *in, int leader, const uint64_t *dig, size_t nitems,
-                               check_result_t *res) {
-  res->gid = hcq__mpi.next_gid + 1;
+                               mpi_check_result_t *res) {
+  res->gid = hcq__mpi_state.next_gid + 1;
   res->leader_n = nitems;
-  for (int r = leader + 1; r < hcq__mpi.size; r++)
+  for (int r = leader + 1; r < hcq__mpi_state.size; r++)
     if (in[r]) HCQ__TRY(compare_rank(r, dig, nitems, res));
-  for (int r = leader + 1; r < hcq__mpi.size; r++)
+  for (int r = leader + 1; r < hcq__mpi_state.size; r++)
     if (in[r])
       HCQ__TRY(hcq__mpi_ctrl_msg(OP_SEND, r, res, sizeof(*res),
                                  "graph build check (sending the verdict)"));
@@ -145,8 +146,9 @@ static hcq_status_t lead_check(const uint8_t *in, int leader, const uint64_t *di
 }
 
 /* Every other rank's side: its item digests (dig) to the leader, and the leader's verdict back. */
-static hcq_status_t follow_check(int leader, uint64_t *dig, size_t nitems, check_result_t *res) {
-  uint64_t hdr[2] = {nitems, hcq__mpi.next_gid + 1};
+static hcq_status_t follow_check(int leader, uint64_t *dig, size_t nitems,
+                                 mpi_check_result_t *res) {
+  uint64_t hdr[2] = {nitems, hcq__mpi_state.next_gid + 1};
   HCQ__TRY(hcq__mpi_ctrl_msg(OP_SEND, leader, hdr, sizeof(hdr),
                              "graph build check (sending this rank's item list)"));
   HCQ__TRY(hcq__mpi_ctrl_msg(OP_SEND, leader, dig, (int)(nitems * sizeof(uint64_t)),
@@ -161,9 +163,9 @@ static hcq_status_t agree_on_items(const hcq_exec_item_t *items, size_t nitems, 
                                    uint64_t *dig) {
   int leader = 0;
   while (!in[leader]) leader++;
-  check_result_t res = {0};
-  hcq_status_t st = hcq__mpi.rank == leader ? lead_check(in, leader, dig, nitems, &res)
-                                            : follow_check(leader, dig, nitems, &res);
+  mpi_check_result_t res = {0};
+  hcq_status_t st = hcq__mpi_state.rank == leader ? lead_check(in, leader, dig, nitems, &res)
+                                                  : follow_check(leader, dig, nitems, &res);
   if (st)
     return hcq_status_annotate(
         st, "graph build: the ranks of the graph (leader rank %d) did not agree in time", leader);
@@ -181,10 +183,10 @@ static hcq_status_t agree_on_items(const hcq_exec_item_t *items, size_t nitems, 
         "rank %d (%" PRIu64 " items) first at item %" PRIu64
         "; on this rank (%d) it is %s. Every "
         "rank must build the same graphs with the same items in the same order (SPMD)",
-        (int)(res.bad_rank - 1), res.bad_n, leader, res.leader_n, res.bad_item, hcq__mpi.rank,
+        (int)(res.bad_rank - 1), res.bad_n, leader, res.leader_n, res.bad_item, hcq__mpi_state.rank,
         mine);
   }
-  hcq__mpi.next_gid = (uint32_t)res.gid;
+  hcq__mpi_state.next_gid = (uint32_t)res.gid;
   hcq__mpi_build_gid = (uint32_t)res.gid;
   return NULL;
 }
@@ -193,9 +195,10 @@ hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems) {
   hcq__mpi_build_gid = 0;
   if (!items || !nitems) return NULL;
   /* The ranks of the graph's devices. */
-  uint8_t *in = calloc((size_t)hcq__mpi.size, 1);
+  uint8_t *in = calloc((size_t)hcq__mpi_state.size, 1);
   uint64_t *dig = malloc(nitems * sizeof(uint64_t));
-  digest_ctx_t c = {XXH3_createState(), calloc(2 * nitems + 8, sizeof(void *)), 0, 2 * nitems + 8};
+  mpi_digest_ctx_t c = {XXH3_createState(), calloc(2 * nitems + 8, sizeof(void *)), 0,
+                        2 * nitems + 8};
   hcq_status_t st = NULL;
   bool local = false, remote = false;
   if (!in || !dig || !c.h || !c.bases) {
@@ -209,7 +212,7 @@ hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems) {
       if (devs[i]) {
         int r = hcq__mpi_dev_rank(devs[i]);
         in[r] = 1;
-        if (r == hcq__mpi.rank)
+        if (r == hcq__mpi_state.rank)
           local = true;
         else
           remote = true;

@@ -283,9 +283,9 @@ static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **
   return spirv_from_glsl(entry, source, out, out_words);
 }
 
-hcq_status_t hcq__vulkan_binary_compile(const char *entry, const char *source,
-                                        hcq_binary_format_t format, const char *arch, void **out,
-                                        size_t *out_size) {
+hcq_status_t hcq__vk_binary_compile(const char *entry, const char *source,
+                                    hcq_binary_format_t format, const char *arch, void **out,
+                                    size_t *out_size) {
   (void)format, (void)arch; /* SPIR-V, the only one; no architectures (the core checked both) */
   uint32_t *words = NULL;
   size_t n = 0;

@@ -13,7 +13,7 @@
 #include "core/status.h"
 #include "vulkan/vk_backend.h"
 #include "vulkan/vk_device.h"
-#include "vulkan/vk_stats.h"
+#include "vulkan/vk_testing.h"
 
 uint64_t hcq__vk_ticks_to_ns(const vk_device_t *vd, uint64_t ticks) {
   double ns = (double)(ticks & vd->timestamp_mask) * vd->timestamp_period;
@@ -388,8 +388,7 @@ static void set_limits(hcq_device_t *dev, const VkPhysicalDeviceLimits *vl) {
   l->shared_memory = vl->maxComputeSharedMemorySize;
 }
 
-hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *opts,
-                                       hcq_device_t *dev) {
+hcq_status_t hcq__vk_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
   (void)opts;
   const char *why;
   const hcq__vk_instance_t *vi = hcq__vk_instance(&why);
@@ -432,14 +431,14 @@ hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *op
   return NULL;
 }
 
-bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
+bool hcq__vk_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
   memset(out, 0, sizeof(*out));
   if (!dev || dev->vt != &vk_vtable) return false;
   for (int k = 0; k < 2; k++) hcq__vk_engine_counters(VD(dev)->engines[k], out);
   return true;
 }
 
-bool hcq__vulkan_slow_completion(hcq_device_t *dev, hcq_queue_kind_t kind, uint64_t ns) {
+bool hcq__vk_slow_completion(hcq_device_t *dev, hcq_queue_kind_t kind, uint64_t ns) {
   if (!dev || dev->vt != &vk_vtable || (kind != HCQ_QUEUE_COMPUTE && kind != HCQ_QUEUE_COPY))
     return false;
   hcq__vk_engine_slow_completion(VD(dev)->engines[kind], ns);

@@ -29,7 +29,8 @@ uint64_t hcq__vk_engine_completed(struct vk_engine *e);
 HCQ_MUST_USE hcq_status_t hcq__vk_engine_wait_idle(struct vk_engine *e, uint64_t deadline_ns);
 void hcq__vk_engine_snapshot(struct vk_engine *e, hcq__engine_snapshot_t *out);
 void hcq__vk_engine_wake(struct vk_engine *e);
-void hcq__vk_engine_counters(struct vk_engine *e, hcq__vk_counters_t *out);
+struct hcq__vk_counters; /* vk_testing.h */
+void hcq__vk_engine_counters(struct vk_engine *e, struct hcq__vk_counters *out);
 void hcq__vk_engine_slow_completion(struct vk_engine *e, uint64_t ns);
 /* Bound command lists in [host, host + size) are gone: their recorded command buffers are dropped.
  */

@@ -9,7 +9,7 @@
 
 #include "core/memory.h"
 #include "core/program.h"
-#include "vulkan/vk_stats.h"
+#include "hcq/queue.h"
 
 /* Entry points found with vkGetInstanceProcAddr on the instance. X(name) */
 // clang-format off
