@@ -12,8 +12,9 @@
 
 /* True makes hcq__cpu_host_contended say so whatever the load. */
 extern _Atomic bool hcq__cpu_force_contended;
-/* The rule hcq__cpu_host_contended (cpu_internal.h) applies to a sample: runnable threads machine-wide (-1: unknown), this process's busy
- * threads and the cores; true when the others make at least half a thread per core. */
+/* The rule hcq__cpu_host_contended (cpu_internal.h) applies to a sample: runnable threads
+ * machine-wide (-1: unknown), this process's busy threads and the cores; true when the others make
+ * at least half a thread per core. */
 bool hcq__cpu_foreign_load_contends(int runnable, unsigned own, unsigned cores);
 
 /* Passes in which a waiting host thread moved dev's queues (hcq__cpu_host_run; 0 for other
