@@ -4,8 +4,7 @@
  * (tests/layers/check_layers.py allows exactly this reference). */
 #include "core/backend.h"
 
-extern const hcq__backend_t hcq__cpu_backend, hcq__cuda_backend, hcq__vulkan_backend,
-    hcq__metal_backend;
+extern const hcq__backend_t hcq__cpu_backend, hcq__cuda_backend, hcq__vk_backend, hcq__mtl_backend;
 #ifndef HCQ__BUILD_BACKEND_ROWS
 #define HCQ__BUILD_BACKEND_ROWS
 #endif
@@ -13,8 +12,8 @@ extern const hcq__backend_t hcq__cpu_backend, hcq__cuda_backend, hcq__vulkan_bac
 const hcq__backend_t *const hcq__backends[] = {
     &hcq__cpu_backend,
     &hcq__cuda_backend,
-    &hcq__vulkan_backend,
-    &hcq__metal_backend,
+    &hcq__vk_backend,
+    &hcq__mtl_backend,
     HCQ__BUILD_BACKEND_ROWS /* rows a build adds for its test-only backends (include/hcq/device.h)
                              */
         NULL,

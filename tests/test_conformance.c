@@ -9,7 +9,7 @@
 #include "core/options.h"
 #include "core/queue.h"
 #include "graph/graph_internal.h"
-#include "vulkan/vk_stats.h"
+#include "vulkan/vk_testing.h"
 #include "world.h"
 
 #define CONFORMANCE_SUITE(name, text) TestSuite(conformance_##name, .timeout = 240);
@@ -695,7 +695,7 @@ static size_t replay_patch_writes(const test_backend_t *b, int nitems, bool swap
   for (unsigned i = 0; i < hcq__options()->graph_inflight; i++)
     world_replay(&w, g, items, nitems, inputs, NULL, 1, vals, 1, true, "first replay of a slot");
   hcq__vk_counters_t first;
-  hcq__vulkan_counters(w.devs[0], &first);
+  hcq__vk_counters(w.devs[0], &first);
   for (int r = 0; r < 3; r++) {
     hcq_var_value_t v[] = {{k, 3 + (swap ? r : 0)}};
     world_replay(&w, g, items, nitems, inputs, swap && r % 2 == 0 ? swaps : NULL, 1, v, 1, true,
@@ -703,7 +703,7 @@ static size_t replay_patch_writes(const test_backend_t *b, int nitems, bool swap
   }
   size_t writes = ((const hcq_queue_t *)hcq_graph_queue(g, 0))->last_patch_writes;
   hcq__vk_counters_t after;
-  if (hcq__vulkan_counters(w.devs[0], &after)) {
+  if (hcq__vk_counters(w.devs[0], &after)) {
     counters->records = after.records - first.records;
     counters->rerecords = after.rerecords - first.rerecords;
   }

@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "cpu/cpu_internal.h"
+#include "cpu/cpu_testing.h"
 #include "test_util.h"
 
 TestSuite(kernel_runs, .timeout = 120);

@@ -375,7 +375,7 @@ TestSuite(llm_cuda_nvrtc, .timeout = 280);
  */
 Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
   const char *why;
-  if (!hcq__nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
+  if (!hcq__cuda_nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
   const char *shape =
       "#define DIM 576\n#define FFN 1536\n#define NH 9\n#define NKV 3\n#define HD 64\n#define RD "
       "64\n"
@@ -407,7 +407,7 @@ Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
       n += snprintf(src + n, 2048 - (size_t)n, cases[i].fmt, lay);
       memcpy(src + n, llm_kernels_cuda_source, body + 1);
       hcq__cuda_image_t img;
-      OK(hcq__nvrtc_compile(cases[i].entry, src, 90, &img));
+      OK(hcq__cuda_nvrtc_compile(cases[i].entry, src, 90, &img));
       char want[64];
       snprintf(want, sizeof(want), ".entry %s(", cases[i].entry);
       cr_assert(strstr(img.ptx, want), "%s (layout %d): no %s in the PTX", cases[i].entry, lay,
@@ -425,7 +425,7 @@ Test(llm_cuda_nvrtc, every_entry_and_layout_compiles_for_sm_90) {
  * scales in llm_scales. */
 Test(llm_cuda_nvrtc, every_architecture_variant_compiles_for_sm_90) {
   const char *why;
-  if (!hcq__nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
+  if (!hcq__cuda_nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
   const char *shape =
       "#define DIM 640\n#define FFN 2048\n#define NH 4\n#define NKV 1\n#define HD 256\n#define RD "
       "256\n"
@@ -462,7 +462,7 @@ Test(llm_cuda_nvrtc, every_architecture_variant_compiles_for_sm_90) {
     int n = snprintf(src, 2048, "%s#define KERNEL_%s\n%s", shape, cases[i].entry, cases[i].defs);
     memcpy(src + n, llm_kernels_cuda_source, body + 1);
     hcq__cuda_image_t img;
-    OK(hcq__nvrtc_compile(cases[i].entry, src, 90, &img));
+    OK(hcq__cuda_nvrtc_compile(cases[i].entry, src, 90, &img));
     char want[64];
     snprintf(want, sizeof(want), ".entry %s(", cases[i].entry);
     cr_assert(strstr(img.ptx, want), "%s (%s): no %s in the PTX", cases[i].entry, cases[i].defs,

@@ -4,6 +4,7 @@
 
 #include "cuda/cuda_internal.h"
 #include "cuda/nvrtc.h"
+#include "cuda/nvrtc_testing.h"
 #include "test_util.h"
 
 TestSuite(nvrtc, .timeout = 120);
@@ -22,11 +23,11 @@ static void fresh_cache(const char *name) {
   snprintf(dir, sizeof(dir), "%s/nvrtc-%s-%d", base && *base ? base : "/tmp", name, (int)getpid());
   setenv("HCQ_CACHE_DIR", dir, 1);
   const char *why;
-  if (!hcq__nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
+  if (!hcq__cuda_nvrtc_available(&why)) cr_skip_test("NVRTC is not available here: %s", why);
 }
 
 static void compile(const char *entry, const char *src, int arch, hcq__cuda_image_t *img) {
-  OK(hcq__nvrtc_compile(entry, src, arch, img));
+  OK(hcq__cuda_nvrtc_compile(entry, src, arch, img));
 }
 
 Test(nvrtc, compiles_cuda_c_for_an_architecture_and_caches_the_result) {
@@ -46,7 +47,7 @@ Test(nvrtc, compiles_cuda_c_for_an_architecture_and_caches_the_result) {
   cr_assert_eq(b.cubin_len, a.cubin_len);
   cr_assert_arr_eq(b.cubin, a.cubin, a.cubin_len);
   char path[1300];
-  OK(hcq__nvrtc_cache_path("axpb", k_axpb, 90, path, sizeof(path)));
+  OK(hcq__cuda_nvrtc_cache_path("axpb", k_axpb, 90, path, sizeof(path)));
   struct stat st;
   cr_assert_eq(stat(path, &st), 0, "%s", path);
   cr_assert_eq(st.st_mode & 0777, 0600u, "cache files are private");
@@ -61,12 +62,12 @@ Test(nvrtc, compiles_cuda_c_for_an_architecture_and_caches_the_result) {
 Test(nvrtc, the_key_covers_source_entry_and_architecture) {
   fresh_cache("key");
   char p1[1300], p2[1300], p3[1300], p4[1300];
-  OK(hcq__nvrtc_cache_path("axpb", k_axpb, 90, p1, sizeof(p1)));
-  OK(hcq__nvrtc_cache_path("axpb", k_axpb, 80, p2, sizeof(p2)));
-  OK(hcq__nvrtc_cache_path("axpb2", k_axpb, 90, p3, sizeof(p3)));
+  OK(hcq__cuda_nvrtc_cache_path("axpb", k_axpb, 90, p1, sizeof(p1)));
+  OK(hcq__cuda_nvrtc_cache_path("axpb", k_axpb, 80, p2, sizeof(p2)));
+  OK(hcq__cuda_nvrtc_cache_path("axpb2", k_axpb, 90, p3, sizeof(p3)));
   char src2[sizeof(k_axpb) + 8];
   snprintf(src2, sizeof(src2), "%s\n", k_axpb);
-  OK(hcq__nvrtc_cache_path("axpb", src2, 90, p4, sizeof(p4)));
+  OK(hcq__cuda_nvrtc_cache_path("axpb", src2, 90, p4, sizeof(p4)));
   cr_assert_str_neq(p1, p2);
   cr_assert_str_neq(p1, p3);
   cr_assert_str_neq(p1, p4);
@@ -82,7 +83,7 @@ Test(nvrtc, a_damaged_or_foreign_cache_file_is_ignored) {
   hcq__cuda_image_t a, b;
   compile("axpb", k_axpb, 90, &a);
   char path[1300];
-  OK(hcq__nvrtc_cache_path("axpb", k_axpb, 90, path, sizeof(path)));
+  OK(hcq__cuda_nvrtc_cache_path("axpb", k_axpb, 90, path, sizeof(path)));
   FILE *f = fopen(path, "r+b");
   cr_assert_not_null(f);
   fseek(f, -3, SEEK_END);
@@ -136,7 +137,7 @@ Test(nvrtc, an_exposed_cache_directory_is_not_used) {
   compile("axpb", k_axpb, 90, &a);
   hcq__cuda_image_free(&a);
   char path[1300];
-  OK(hcq__nvrtc_cache_path("axpb", k_axpb, 90, path, sizeof(path)));
+  OK(hcq__cuda_nvrtc_cache_path("axpb", k_axpb, 90, path, sizeof(path)));
   *strrchr(path, '/') = '\0';
   cr_assert_eq(chmod(path, 0777), 0);
   for (int i = 0; i < 2; i++) {
@@ -146,14 +147,15 @@ Test(nvrtc, an_exposed_cache_directory_is_not_used) {
     hcq__cuda_image_free(&a);
   }
   char p2[1300];
-  FAILS(hcq__nvrtc_cache_path("axpb", k_axpb, 90, p2, sizeof(p2)), HCQ_UNAVAILABLE, "not usable");
+  FAILS(hcq__cuda_nvrtc_cache_path("axpb", k_axpb, 90, p2, sizeof(p2)), HCQ_UNAVAILABLE,
+        "not usable");
 }
 
 Test(nvrtc, a_compile_error_carries_the_compiler_log) {
   fresh_cache("error");
   hcq__cuda_image_t a;
   FAILS(
-      hcq__nvrtc_compile(
+      hcq__cuda_nvrtc_compile(
           "bad", "extern \"C\" __global__ void bad(int *y) { y[0] = undefined_thing; }\n", 90, &a),
       HCQ_COMPILE_ERROR, "bad.cu", "undefined_thing", "NVRTC");
   cr_assert_null(a.ptx);
@@ -167,7 +169,7 @@ Test(nvrtc, an_architecture_nvrtc_does_not_know_gets_ptx_for_the_newest_below_it
   cr_assert_null(a.cubin);
   cr_assert(strstr(a.ptx, ".entry axpb"));
   hcq__cuda_image_free(&a);
-  FAILS(hcq__nvrtc_compile("axpb", k_axpb, 10, &a), HCQ_UNAVAILABLE, "compute capability 1.0");
+  FAILS(hcq__cuda_nvrtc_compile("axpb", k_axpb, 10, &a), HCQ_UNAVAILABLE, "compute capability 1.0");
 }
 
 Test(nvrtc, ptx_parameters_follow_the_spec_layout) {
@@ -188,6 +190,6 @@ Test(nvrtc, ptx_parameters_follow_the_spec_layout) {
         "pointers) first");
   const char *byval = ".version 8.0\n.entry k(.param .align 8 .b8 s[16])\n{ ret; }\n";
   FAILS(hcq__cuda_ptx_params(byval, "k", &np, &nv), HCQ_COMPILE_ERROR, "parameter 0");
-  cr_assert(hcq__is_ptx("// generated\n/* x */\n  .version 8.0\n"));
-  cr_assert_not(hcq__is_ptx("extern \"C\" __global__ void k() {}"));
+  cr_assert(hcq__cuda_is_ptx("// generated\n/* x */\n  .version 8.0\n"));
+  cr_assert_not(hcq__cuda_is_ptx("extern \"C\" __global__ void k() {}"));
 }

@@ -7,7 +7,7 @@
 
 #include "core/host_wait.h"
 #include "cpu/cpu_engine.h"
-#include "cpu/cpu_internal.h"
+#include "cpu/cpu_testing.h"
 #include "test_util.h"
 
 TestSuite(spin_policy, .timeout = 120);

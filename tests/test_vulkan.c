@@ -11,7 +11,7 @@
 #include "core/device.h"
 #include "core/host_wait.h"
 #include "core/options.h"
-#include "vulkan/vk_stats.h"
+#include "vulkan/vk_testing.h"
 #include "world.h"
 
 TestSuite(vulkan, .timeout = 120);
@@ -347,7 +347,7 @@ Test(vulkan, bound_queues_are_recorded_once) {
     world_run_eager(&w, items, 3, inputs, NULL, 1, init, 2);
   }
   world_compare(&w, "first replay");
-  cr_assert(hcq__vulkan_counters(w.devs[0], &c0));
+  cr_assert(hcq__vk_counters(w.devs[0], &c0));
   cr_assert_gt(c0.records, 0, "the first replay recorded the queues");
   for (int r = 0; r < 4; r++) {
     hcq_var_value_t vals[] = {{n, 17 + 50 * r}, {l, 64}};
@@ -356,7 +356,7 @@ Test(vulkan, bound_queues_are_recorded_once) {
     world_run_eager(&w, items, 3, inputs, r % 2 ? swaps : NULL, 1, vals, 2);
     world_compare(&w, "replay with new values, inputs and grid");
   }
-  cr_assert(hcq__vulkan_counters(w.devs[0], &c1));
+  cr_assert(hcq__vk_counters(w.devs[0], &c1));
   cr_assert_eq(c1.records, c0.records, "replays recorded nothing new");
   cr_assert_eq(c1.rerecords, 0, "replays re-recorded nothing");
   cr_assert_geq(c1.submits - c0.submits, 4, "but submitted every time");
@@ -364,7 +364,7 @@ Test(vulkan, bound_queues_are_recorded_once) {
   OK(hcq_graph_run(g, ins, 1, other_group, 2, true, NULL));
   world_run_eager(&w, items, 3, inputs, NULL, 1, other_group, 2);
   world_compare(&w, "replay with another group size");
-  cr_assert(hcq__vulkan_counters(w.devs[0], &c2));
+  cr_assert(hcq__vk_counters(w.devs[0], &c2));
   cr_assert_eq(c2.rerecords, 1, "the run with the changed group size was recorded again");
   OK(hcq_graph_destroy(g));
   hcq_expr_release(n);
@@ -399,13 +399,13 @@ Test(vulkan, engine_waiting_for_its_work_leaves_the_cores_to_it) {
   OK(hcq_device_synchronize(d));
   usleep(20000); /* past the engine's spin after that work (HCQ_SPIN_NS): it sleeps */
   hcq__vk_counters_t before, after;
-  cr_assert(hcq__vulkan_counters(d, &before));
+  cr_assert(hcq__vk_counters(d, &before));
   l.vals = &steps;
   uint64_t t0 = hcq__now_ns();
   OK(hcq_launch(&l));
   OK(hcq_device_synchronize(d));
   uint64_t took = hcq__now_ns() - t0;
-  cr_assert(hcq__vulkan_counters(d, &after));
+  cr_assert(hcq__vk_counters(d, &after));
   uint32_t *got = malloc(N * 4);
   OK(hcq_buffer_copyout(x, 0, got, N * 4));
   for (uint32_t i = 0; i < N; i += 1021) {
@@ -450,21 +450,21 @@ Test(vulkan, engines_wait_on_each_other_with_semaphores) {
   uint32_t *got = malloc(M * 4), model[M];
   for (int i = 0; i < M; i++) model[i] = (uint32_t)i;
   hcq__vk_counters_t before, after;
-  cr_assert(hcq__vulkan_counters(d, &before));
+  cr_assert(hcq__vk_counters(d, &before));
   for (int r = 0; r < 4; r++) {
     int32_t v[] = {3, r, N};
     hcq_launch_desc_t l = {p, &x, 1, v, 3, {N / 64, 1, 1}, {64, 1, 1}};
     hcq__vk_counters_t c;
-    cr_assert(hcq__vulkan_counters(d, &c));
+    cr_assert(hcq__vk_counters(d, &c));
     OK(hcq_launch(&l)); /* compute engine */
     /* Let the compute engine submit the kernel first (the long kernel then still runs). */
-    for (hcq__vk_counters_t now = c; now.submits == c.submits; hcq__vulkan_counters(d, &now))
+    for (hcq__vk_counters_t now = c; now.submits == c.submits; hcq__vk_counters(d, &now))
       usleep(100);
     OK(hcq_buffer_copyout(x, 0, got, M * 4)); /* copy engine, after the kernel */
     for (int i = 0; i < M; i++) model[i] = model[i] * 3 + (uint32_t)r;
     cr_assert_arr_eq(got, model, M * 4, "round %d", r);
   }
-  cr_assert(hcq__vulkan_counters(d, &after));
+  cr_assert(hcq__vk_counters(d, &after));
   cr_assert_gt(after.semaphore_waits - before.semaphore_waits, 0,
                "no wait became a semaphore wait");
   free(got);
@@ -502,19 +502,18 @@ Test(vulkan, signal_writes_of_two_engines_keep_their_order) {
   OK(hcq_queue_signal(qc, shared_at, hcq_imm(2)));
   OK(hcq_queue_signal(qc, hcq_imm((int64_t)hcq_signal_address(done[1])), hcq_imm(1)));
   hcq__vk_counters_t before, after;
-  cr_assert(hcq__vulkan_counters(d, &before));
-  cr_assert(hcq__vulkan_slow_completion(d, HCQ_QUEUE_COPY, 100 * 1000 * 1000));
+  cr_assert(hcq__vk_counters(d, &before));
+  cr_assert(hcq__vk_slow_completion(d, HCQ_QUEUE_COPY, 100 * 1000 * 1000));
   OK(hcq_queue_submit(qk, d, NULL, 0));
   OK(hcq_queue_submit(qc, d, NULL, 0));
   /* Once the copy engine handed both signals on (its completions lag), let the compute engine go.
    */
-  for (hcq__vk_counters_t now = before; now.signals < before.signals + 2;
-       hcq__vulkan_counters(d, &now))
+  for (hcq__vk_counters_t now = before; now.signals < before.signals + 2; hcq__vk_counters(d, &now))
     usleep(200);
   hcq_signal_set(gate, 1);
   for (int k = 0; k < 2; k++) OK(hcq_signal_wait(done[k], 1, 5000));
-  cr_assert(hcq__vulkan_slow_completion(d, HCQ_QUEUE_COPY, 0));
-  cr_assert(hcq__vulkan_counters(d, &after));
+  cr_assert(hcq__vk_slow_completion(d, HCQ_QUEUE_COPY, 0));
+  cr_assert(hcq__vk_counters(d, &after));
   cr_assert_gt(after.semaphore_waits - before.semaphore_waits, 0,
                "the compute engine did not wait on the semaphore");
   cr_assert_eq(hcq_signal_value(shared), 2,

@@ -137,7 +137,7 @@ static bool find_executable(const char *word, char *out, size_t size) {
   }
 }
 
-typedef struct compiler {
+typedef struct cpu_compiler {
   char **cc, **cflags; /* NULL-terminated words */
   size_t ncc, ncflags;
   char exe[PATH_MAX];           /* what runs cc[0]; "" when it was not found */
@@ -145,12 +145,12 @@ typedef struct compiler {
   bool native;                  /* some word asks for the host CPU */
   hcq_status_code_t error_code; /* HCQ_OK, or why nothing can be compiled */
   char error[768];
-} compiler_t;
+} cpu_compiler_t;
 
-static compiler_t g_compiler;
+static cpu_compiler_t g_compiler;
 static pthread_once_t g_compiler_once = PTHREAD_ONCE_INIT;
 
-static void compiler_error(compiler_t *c, hcq_status_t st) {
+static void compiler_error(cpu_compiler_t *c, hcq_status_t st) {
   c->error_code = hcq_status_code(st);
   snprintf(c->error, sizeof(c->error), "%s", hcq_status_message(st));
   hcq_status_destroy(st);
@@ -175,7 +175,7 @@ static bool append_identity(char **identity, const char *path) {
 }
 
 static void load_compiler(void) {
-  compiler_t *c = &g_compiler;
+  cpu_compiler_t *c = &g_compiler;
   const hcq__options_t *o = hcq__options();
   hcq_status_t st;
   if (!o->cc || !o->cflags || !o->cache_dir || !o->tmp_dir) {
@@ -222,7 +222,7 @@ static void load_compiler(void) {
   for (size_t i = 0; i < c->ncflags; i++) c->native |= strstr(c->cflags[i], "native") != NULL;
 }
 
-static hcq_status_t get_compiler(const compiler_t **out) {
+static hcq_status_t get_compiler(const cpu_compiler_t **out) {
   pthread_once(&g_compiler_once, load_compiler);
   *out = &g_compiler;
   if (g_compiler.error_code != HCQ_OK)
@@ -247,7 +247,7 @@ static bool write_all(int fd, const char *s) { return hcq__cpu_write_bytes(fd, s
  * pair) and so_path (the object). On success both exist and the caller removes c_path once done
  * with so_path; on failure neither is left. *out_unwritable tells a failure to write in dir apart
  * from a failed compile. */
-static hcq_status_t compile_into(const compiler_t *cc, const char *dir, const char *entry,
+static hcq_status_t compile_into(const cpu_compiler_t *cc, const char *dir, const char *entry,
                                  const char *source, char c_path[PATH_BUF], char so_path[PATH_BUF],
                                  bool *out_unwritable) {
   *out_unwritable = false;
@@ -342,8 +342,8 @@ static void *read_object(const char *path, size_t *out_size) {
 }
 
 /* Compiles in a private directory made for it and removed after: *out holds the object's bytes. */
-static hcq_status_t compile_to_memory(const compiler_t *cc, const char *entry, const char *source,
-                                      void **out, size_t *out_size) {
+static hcq_status_t compile_to_memory(const cpu_compiler_t *cc, const char *entry,
+                                      const char *source, void **out, size_t *out_size) {
   char dir[PATH_MAX], c_path[PATH_BUF], so_path[PATH_BUF];
   hcq_status_t st = hcq__cpu_make_private_dir(entry, dir);
   if (st) return st;
@@ -373,7 +373,7 @@ hcq_status_t hcq__cpu_compile(hcq_device_t *dev, const char *entry, const char *
         "entry %s is not a C identifier (letters, digits and _, not starting with a digit)",
         quoted);
   }
-  const compiler_t *cc;
+  const cpu_compiler_t *cc;
   hcq_status_t st = get_compiler(&cc);
   if (st) return st;
   const hcq__options_t *o = hcq__options();

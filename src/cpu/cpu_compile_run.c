@@ -28,15 +28,15 @@ extern char **environ;
  * wait; pids are allocated in order, so that needs the pid space to wrap in between.) */
 
 /* Output of the compiler: as much as fits, with a note when not all did. */
-typedef struct output {
+typedef struct cpu_output {
   char *text;
   size_t cap, len;
   bool truncated;
-} output_t;
+} cpu_output_t;
 
 static const char k_truncated[] = "\n[more compiler output not shown]\n";
 
-static void output_add(output_t *o, const char *chunk, size_t n) {
+static void output_add(cpu_output_t *o, const char *chunk, size_t n) {
   if (o->truncated) return;
   size_t room = o->cap - sizeof(k_truncated) - o->len, take = n < room ? n : room;
   memcpy(o->text + o->len, chunk, take);
@@ -51,7 +51,7 @@ static void output_add(output_t *o, const char *chunk, size_t n) {
 /* Reads the output pipe until done_fd is readable (the compiler or its helper has finished; -1:
  * until end of file), then what is already in the pipe. A process the compiler left behind that
  * still holds the pipe cannot make us wait past done_fd. */
-static void collect_output(output_t *o, int fd, int done_fd) {
+static void collect_output(cpu_output_t *o, int fd, int done_fd) {
   struct pollfd pfd[2] = {{fd, POLLIN, 0}, {done_fd, POLLIN, 0}};
   char chunk[4096];
   while (pfd[0].fd >= 0 || pfd[1].fd >= 0) {
@@ -98,12 +98,12 @@ static bool make_pipe(int fds[2]) {
 /* How the compiler starts: stdin from /dev/null, stdout and stderr into output_fd, none of the
  * application's other descriptors, SIGCHLD and SIGPIPE at their defaults (the driver waits for its
  * own children; a broken pipe between them ends them as usual), no signal blocked. */
-typedef struct spawn_setup {
+typedef struct cpu_spawn_setup {
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
-} spawn_setup_t;
+} cpu_spawn_setup_t;
 
-static bool spawn_setup_init(spawn_setup_t *s, int output_fd) {
+static bool spawn_setup_init(cpu_spawn_setup_t *s, int output_fd) {
   if (posix_spawn_file_actions_init(&s->actions) != 0) return false;
   if (posix_spawnattr_init(&s->attr) != 0) {
     posix_spawn_file_actions_destroy(&s->actions);
@@ -130,7 +130,7 @@ static bool spawn_setup_init(spawn_setup_t *s, int output_fd) {
   return ok;
 }
 
-static void spawn_setup_deinit(spawn_setup_t *s) {
+static void spawn_setup_deinit(cpu_spawn_setup_t *s) {
   posix_spawnattr_destroy(&s->attr);
   posix_spawn_file_actions_destroy(&s->actions);
 }
@@ -147,11 +147,11 @@ static bool sigchld_autoreaps(void) {
 }
 
 /* The compiler as our child. *out_lost when its status was reaped by someone else. */
-static hcq_status_t run_direct(const char *exe, char *const argv[], output_t *out, int *out_status,
-                               bool *out_lost) {
+static hcq_status_t run_direct(const char *exe, char *const argv[], cpu_output_t *out,
+                               int *out_status, bool *out_lost) {
   *out_lost = false;
   int pipe_fds[2];
-  spawn_setup_t setup;
+  cpu_spawn_setup_t setup;
   if (!make_pipe(pipe_fds))
     return hcq_status_make(HCQ_UNAVAILABLE, "cannot create a pipe for the compiler: %s",
                            strerror(errno));
@@ -185,32 +185,38 @@ static hcq_status_t run_direct(const char *exe, char *const argv[], output_t *ou
   return NULL;
 }
 
-typedef struct helper_report {
-  int kind; /* HELPER_* */
-  int value;
-} helper_report_t;
+/* What the forked helper reports through its pipe: the compiler's wait status, or the errno of a
+ * spawn or a wait that failed. */
+typedef enum cpu_helper_report_kind {
+  HELPER_WAIT_STATUS = 1,
+  HELPER_SPAWN_FAILED,
+  HELPER_WAIT_FAILED
+} cpu_helper_report_kind_t;
 
-enum { HELPER_WAIT_STATUS = 1, HELPER_SPAWN_FAILED, HELPER_WAIT_FAILED };
+typedef struct cpu_helper_report {
+  cpu_helper_report_kind_t kind;
+  int value;
+} cpu_helper_report_t;
 
 /* The forked helper: only async-signal-safe calls (the parent may have had other threads), every
  * signal blocked. */
 static void helper_main(int report_fd, const char *exe, char *const argv[],
-                        const spawn_setup_t *setup) {
+                        const cpu_spawn_setup_t *setup) {
   struct sigaction dfl;
   memset(&dfl, 0, sizeof(dfl));
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   sigaction(SIGCHLD, &dfl, NULL); /* so that the compiler stays ours to wait for */
-  helper_report_t report = {HELPER_WAIT_STATUS, 0};
+  cpu_helper_report_t report = {HELPER_WAIT_STATUS, 0};
   pid_t pid;
   int rc = posix_spawn(&pid, exe, &setup->actions, &setup->attr, argv, environ);
   if (rc != 0) {
-    report = (helper_report_t){HELPER_SPAWN_FAILED, rc};
+    report = (cpu_helper_report_t){HELPER_SPAWN_FAILED, rc};
   } else {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0) {
       if (errno != EINTR) {
-        report = (helper_report_t){HELPER_WAIT_FAILED, errno};
+        report = (cpu_helper_report_t){HELPER_WAIT_FAILED, errno};
         break;
       }
     }
@@ -221,10 +227,10 @@ static void helper_main(int report_fd, const char *exe, char *const argv[],
 }
 
 /* The compiler under a forked helper that reports its wait status. */
-static hcq_status_t run_via_helper(const char *exe, char *const argv[], output_t *out,
+static hcq_status_t run_via_helper(const char *exe, char *const argv[], cpu_output_t *out,
                                    int *out_status) {
   int output_fds[2], report_fds[2] = {-1, -1};
-  spawn_setup_t setup;
+  cpu_spawn_setup_t setup;
   if (!make_pipe(output_fds) || !make_pipe(report_fds)) {
     hcq_status_t st = hcq_status_make(HCQ_UNAVAILABLE, "cannot create a pipe for the compiler: %s",
                                       strerror(errno));
@@ -257,7 +263,7 @@ static hcq_status_t run_via_helper(const char *exe, char *const argv[], output_t
                          ready ? strerror(fork_errno) : "cannot set up its process");
   } else {
     collect_output(out, output_fds[0], report_fds[0]);
-    helper_report_t report;
+    cpu_helper_report_t report;
     size_t got = 0;
     while (got < sizeof(report)) {
       ssize_t n = read(report_fds[0], (char *)&report + got, sizeof(report) - got);
@@ -285,13 +291,13 @@ static hcq_status_t run_via_helper(const char *exe, char *const argv[], output_t
 
 hcq_status_t hcq__cpu_run_compiler(const char *exe, char *const argv[], char *output, size_t cap,
                                    int *out_status) {
-  output_t out = {output, cap, 0, false};
+  cpu_output_t out = {output, cap, 0, false};
   output[0] = '\0';
   if (!sigchld_autoreaps()) {
     bool lost;
     hcq_status_t st = run_direct(exe, argv, &out, out_status, &lost);
     if (st || !lost) return st;
-    out = (output_t){output, cap, 0, false}; /* once more, where the status cannot be taken */
+    out = (cpu_output_t){output, cap, 0, false}; /* once more, where the status cannot be taken */
     output[0] = '\0';
   }
   return run_via_helper(exe, argv, &out, out_status);

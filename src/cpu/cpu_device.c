@@ -24,6 +24,7 @@
 #include "core/remote.h"
 #include "cpu/cpu_engine.h"
 #include "cpu/cpu_internal.h"
+#include "cpu/cpu_testing.h"
 
 /* Work-items (groups x group size) one launch may have: more would keep a device busy for days. */
 #define CPU_MAX_WORK_ITEMS (UINT64_C(1) << 40)

@@ -216,16 +216,16 @@ static uint64_t engine_clock(void *e) { return hcq__fast_clock_now(&((cpu_engine
 #define CPU_STAMP_WINDOW_MAX 256u
 #define CPU_SLOW_KERNEL_NS UINT64_C(500)
 
-typedef struct kernel_stamps {
+typedef struct cpu_kernel_stamps {
   const uint32_t *last_w; /* the kernel the clock was last read for in this run (NULL: none yet) */
   uint64_t last_ns;
   unsigned window;
-} kernel_stamps_t;
+} cpu_kernel_stamps_t;
 
 /* Reads the clock for the kernel at w and stamps it. Returns how many kernels from w on to run
  * before the next read. */
 static __attribute__((noinline)) unsigned stamp_kernel(cpu_engine_t *e, hcq__cmd_cursor_t *c,
-                                                       const uint32_t *w, kernel_stamps_t *ks) {
+                                                       const uint32_t *w, cpu_kernel_stamps_t *ks) {
   uint64_t now = engine_clock(e);
   if (ks->last_w) {
     uint64_t kernels = (uint64_t)(w - ks->last_w) / HCQ__LEN_EXEC;
@@ -292,7 +292,7 @@ static int run_kernels(cpu_engine_t *e, cpu_queue_t *q) {
     c->w = w + HCQ__LEN_EXEC;
     return RUN_DONE;
   }
-  kernel_stamps_t ks = {NULL, 0, 1};
+  cpu_kernel_stamps_t ks = {NULL, 0, 1};
   bool alive = true;
   do {
     size_t fit = (size_t)(end - w) / HCQ__LEN_EXEC; /* >= 1: the EXEC at w is whole */

@@ -136,17 +136,17 @@ static inline bool spin_until(bool (*ready)(const void *ctx), const void *ctx, u
 typedef struct {
   _Atomic uint32_t *word;
   uint32_t seen;
-} word_watch_t;
+} cpu_word_watch_t;
 
 static inline bool word_changed(const void *ctx) {
-  const word_watch_t *w = ctx;
+  const cpu_word_watch_t *w = ctx;
   return atomic_load_explicit(w->word, memory_order_acquire) != w->seen;
 }
 
 /* Spins until *word != seen or budget_ns have passed; true when it changed. */
 static inline bool spin_while_equal32_for(_Atomic uint32_t *word, uint32_t seen,
                                           uint64_t budget_ns) {
-  word_watch_t w = {word, seen};
+  cpu_word_watch_t w = {word, seen};
   return spin_until(word_changed, &w, budget_ns);
 }
 

@@ -37,11 +37,6 @@ bool hcq__cpu_waiter_sleeps_at_once(hcq_device_t *dev);
 /* Whether other processes' threads compete with this one's for the cores now (cpu_layout.c): a
  * waiting host thread then works on shared launches (hcq__cpu_pool_assist) instead of sleeping. */
 bool hcq__cpu_host_contended(void);
-/* Tests: true makes hcq__cpu_host_contended say so whatever the load. */
-extern _Atomic bool hcq__cpu_force_contended;
-/* The rule it applies to a sample: runnable threads machine-wide (-1: unknown), this process's busy
- * threads and the cores; true when the others make at least half a thread per core. */
-bool hcq__cpu_foreign_load_contends(int runnable, unsigned own, unsigned cores);
 
 /* ---- kernel faults (cpu_fault.c) ----
  * Every thread that runs kernels points hcq__cpu_fault_ctx at its context; the fault handler reads
@@ -69,22 +64,6 @@ void hcq__cpu_fault_describe(const hcq__cpu_fault_ctx_t *ctx, int sig, uint64_t 
 void *hcq__cpu_fault_stack_alloc(void);
 void hcq__cpu_fault_thread_init(void *stack);
 void hcq__cpu_fault_thread_exit(void *stack);
-
-/* Passes in which a waiting host thread moved dev's queues (hcq__cpu_host_run; 0 for other
- * devices). */
-uint64_t hcq__cpu_host_passes(hcq_device_t *dev);
-/* Kernels dev's engine read the clock for, to stamp them for hang reports (cpu_engine.c,
- * run_kernels: one in a window while kernels are fast, each one while they are slow; tests). */
-uint64_t hcq__cpu_kernel_stamps(hcq_device_t *dev);
-/* Idle spins of dev's engine that a short last idle spell lengthened (cpu_engine.c, cadence_budget;
- * tests). */
-uint64_t hcq__cpu_cadence_spins(hcq_device_t *dev);
-/* Sleeps of waiting hosts in hcq__cpu_pool_assist, and those a wake (a job, the end of a queue
- * entry) ended rather than their time limit (cpu_pool.c; tests). */
-void hcq__cpu_assist_sleeps(hcq_device_t *dev, uint64_t *sleeps, uint64_t *woken);
-/* How often a waiting host handed the queues back to the engine with a cross-rank transfer still in
- * flight (tests: it polls such a transfer for HCQ_MPI_SPIN_NS, so normally never). */
-uint64_t hcq__cpu_host_handbacks(hcq_device_t *dev);
 
 /* ---- memory (cpu_memory.c): the CPU device's mem_alloc and mem_free ---- */
 HCQ_MUST_USE hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags,

@@ -16,6 +16,7 @@
 #include "core/host_wait.h"
 #include "core/options.h"
 #include "cpu/cpu_internal.h"
+#include "cpu/cpu_testing.h"
 
 #define MAX_CPU_DEVICES 256
 #define MAX_CORES 1024

@@ -60,13 +60,13 @@ static hcq_status_t load_object(const char *path, const char *entry, hcq__progra
  * drops a dead process's locks, whatever pid namespace it ran in, and a reused pid changes nothing.
  * The lock is held on the directory itself (no file inside to remove first). */
 
-typedef struct held_dir {
+typedef struct cpu_held_dir {
   char *path;
   int fd;
-} held_dir_t;
+} cpu_held_dir_t;
 
 static pthread_mutex_t g_held_lock = PTHREAD_MUTEX_INITIALIZER;
-static held_dir_t *g_held;
+static cpu_held_dir_t *g_held;
 static size_t g_held_len, g_held_cap;
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -115,11 +115,11 @@ static bool lock_new_dir(const char *dir) {
   bool kept = false;
   if (g_held_len == g_held_cap) {
     size_t cap = g_held_cap ? 2 * g_held_cap : 8;
-    held_dir_t *grown = realloc(g_held, cap * sizeof(*grown));
+    cpu_held_dir_t *grown = realloc(g_held, cap * sizeof(*grown));
     if (grown) g_held = grown, g_held_cap = cap;
   }
   char *copy = g_held_len < g_held_cap ? strdup(dir) : NULL;
-  if (copy) g_held[g_held_len++] = (held_dir_t){copy, fd}, kept = true;
+  if (copy) g_held[g_held_len++] = (cpu_held_dir_t){copy, fd}, kept = true;
   pthread_mutex_unlock(&g_held_lock);
   if (!kept) close(fd); /* out of memory: the directory is used unlocked (a reaper may take it) */
   return true;
@@ -195,17 +195,17 @@ bool hcq__cpu_write_bytes(int fd, const void *data, size_t n) {
  * a loaded object is not used: the memfd gets another number. Where memfds or /proc are missing,
  * the bytes go to a file in a private directory of ours (0700) instead, removed once loaded. */
 
-typedef struct name_search {
+typedef struct cpu_name_search {
   const char *name;
   bool found;
-} name_search_t;
+} cpu_name_search_t;
 
 /* Runs with the loader's list locked (glibc holds dl_load_write_lock over the callbacks; a dlclose
  * frees names inside it), so a name read here is never freed under it; TSan cannot see that lock
  * (tests/tsan.supp). */
 static int match_name(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
-  name_search_t *s = arg;
+  cpu_name_search_t *s = arg;
   s->found |= info->dlpi_name && !strcmp(info->dlpi_name, s->name);
   return s->found;
 }
@@ -213,7 +213,7 @@ static int match_name(struct dl_phdr_info *info, size_t size, void *arg) {
 /* Whether a loaded object goes by name (what dlopen would return for it). Walking the list is
  * cheaper than asking dlopen (RTLD_NOLOAD), which opens the file when no name matches. */
 static bool name_is_loaded(const char *name) {
-  name_search_t s = {name, false};
+  cpu_name_search_t s = {name, false};
   dl_iterate_phdr(match_name, &s);
   return s.found;
 }

@@ -33,14 +33,14 @@
 #define ARENA_BYTES (4 * HUGE_PAGE)
 #define ARENA_ALIGN UINT64_C(4096) /* buffers of an arena start on their own page */
 
-typedef struct arena {
+typedef struct cpu_arena {
   char *base;
   uint64_t used; /* bytes handed out, from base */
   unsigned live; /* buffers not yet freed */
-} arena_t;
+} cpu_arena_t;
 
 static pthread_mutex_t g_arena_lock = PTHREAD_MUTEX_INITIALIZER;
-static arena_t *g_arena; /* where the next middle-sized buffer goes (NULL: none yet, or full) */
+static cpu_arena_t *g_arena; /* where the next middle-sized buffer goes (NULL: none yet, or full) */
 
 /* A mapping of bytes starting on a 2 MiB boundary, asking for huge pages; NULL when refused. */
 static void *map_huge(uint64_t bytes) {
@@ -62,7 +62,7 @@ static void *map_huge(uint64_t bytes) {
 static void *arena_alloc(uint64_t bytes, void **handle) {
   uint64_t need = (bytes + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
   pthread_mutex_lock(&g_arena_lock);
-  arena_t *a = g_arena;
+  cpu_arena_t *a = g_arena;
   if (!a || a->used + need > ARENA_BYTES) {
     a = calloc(1, sizeof(*a));
     if (a && !(a->base = map_huge(ARENA_BYTES))) {
@@ -89,7 +89,7 @@ static void *arena_alloc(uint64_t bytes, void **handle) {
   return p;
 }
 
-static void arena_free(arena_t *a) {
+static void arena_free(cpu_arena_t *a) {
   pthread_mutex_lock(&g_arena_lock);
   /* The current arena stays while it has room: its used part is no longer zero, the rest is. */
   bool drop = --a->live == 0 && a != g_arena;
@@ -113,17 +113,17 @@ static void arena_free(arena_t *a) {
  * GUARD_MAX buffers the rest are allocated as usual. */
 #define GUARD_MAX 16384u
 
-typedef struct guarded {
+typedef struct cpu_guarded {
   char *map; /* the mapping: front guard page, data pages, back guard page */
   size_t map_len;
   char *front; /* first canary byte before the buffer (the first data page's start) */
   char *data;  /* the buffer */
   uint64_t size;
   char *back_end; /* one past the last canary byte after the buffer */
-} guarded_t;
+} cpu_guarded_t;
 
 static pthread_mutex_t g_guard_lock = PTHREAD_MUTEX_INITIALIZER;
-static guarded_t **g_guards; /* sorted by map */
+static cpu_guarded_t **g_guards; /* sorted by map */
 static size_t g_nguards, g_guard_cap;
 static bool g_guard_full_said;
 static atomic_bool g_any_guard; /* a guarded buffer was made: kernels' canaries are checked */
@@ -184,22 +184,22 @@ static size_t guard_upper(uintptr_t addr) {
 }
 
 /* The guarded buffer whose mapping holds addr (lock held); NULL when none. */
-static guarded_t *guard_find(uintptr_t addr) {
+static cpu_guarded_t *guard_find(uintptr_t addr) {
   size_t i = guard_upper(addr);
   if (!i) return NULL;
-  guarded_t *g = g_guards[i - 1];
+  cpu_guarded_t *g = g_guards[i - 1];
   return addr < (uintptr_t)g->map + g->map_len ? g : NULL;
 }
 
 /* A guarded mapping for size bytes; NULL with errno set when refused, or (errno 0) past GUARD_MAX.
  */
-static guarded_t *guard_alloc(uint64_t size) {
+static cpu_guarded_t *guard_alloc(uint64_t size) {
   pthread_once(&g_canary_once, canary_page_fill);
   size_t page = g_page;
   uint64_t rounded = (size + 63) & ~UINT64_C(63);
   size_t data_len = (size_t)((rounded + page - 1) / page * page);
   if (!data_len) data_len = page;
-  guarded_t *g = calloc(1, sizeof(*g));
+  cpu_guarded_t *g = calloc(1, sizeof(*g));
   if (!g) return NULL;
   g->map_len = data_len + 2 * page;
   g->map = mmap(NULL, g->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -220,7 +220,7 @@ static guarded_t *guard_alloc(uint64_t size) {
   bool room = g_nguards < GUARD_MAX;
   if (room && g_nguards == g_guard_cap) {
     size_t cap = g_guard_cap ? 2 * g_guard_cap : 64;
-    guarded_t **grown = realloc(g_guards, cap * sizeof(*grown));
+    cpu_guarded_t **grown = realloc(g_guards, cap * sizeof(*grown));
     if (grown) g_guards = grown, g_guard_cap = cap;
     room = grown != NULL;
   }
@@ -249,7 +249,7 @@ static guarded_t *guard_alloc(uint64_t size) {
   return g;
 }
 
-static void guard_free(guarded_t *g) {
+static void guard_free(cpu_guarded_t *g) {
   pthread_mutex_lock(&g_guard_lock);
   size_t at = guard_upper((uintptr_t)g->map) - 1;
   memmove(g_guards + at, g_guards + at + 1, (g_nguards - at - 1) * sizeof(*g_guards));
@@ -269,7 +269,7 @@ static void name_kernel(hcq_device_t *dev, const uint32_t *w, char *out, size_t 
 
 /* "buffer \"out\" (argument 1, 16 bytes)": g as the launch w was given it, and as the application
  * named it. */
-static void name_buffer(hcq_device_t *dev, const uint32_t *w, const guarded_t *g, char *out,
+static void name_buffer(hcq_device_t *dev, const uint32_t *w, const cpu_guarded_t *g, char *out,
                         size_t size) {
   char name[96] = "a released buffer";
   pthread_mutex_lock(&dev->obj_lock); /* labels change under it */
@@ -300,7 +300,7 @@ bool hcq__cpu_guard_hit(uint64_t addr) {
   if (!hcq__validating || !atomic_load_explicit(&g_any_guard, memory_order_relaxed)) return false;
   /* In the fault handler: the lock is never held by a kernel, so another holder soon lets go. */
   pthread_mutex_lock(&g_guard_lock);
-  const guarded_t *g = guard_find((uintptr_t)addr);
+  const cpu_guarded_t *g = guard_find((uintptr_t)addr);
   bool hit =
       g && ((uintptr_t)addr < (uintptr_t)g->front || (uintptr_t)addr >= (uintptr_t)g->back_end);
   pthread_mutex_unlock(&g_guard_lock);
@@ -311,8 +311,8 @@ bool hcq__cpu_guard_describe(hcq_device_t *dev, const uint32_t *w, uint64_t addr
                              size_t size) {
   if (!hcq__validating || !w) return false;
   pthread_mutex_lock(&g_guard_lock);
-  const guarded_t *g = guard_find((uintptr_t)addr);
-  guarded_t copy = g ? *g : (guarded_t){0};
+  const cpu_guarded_t *g = guard_find((uintptr_t)addr);
+  cpu_guarded_t copy = g ? *g : (cpu_guarded_t){0};
   pthread_mutex_unlock(&g_guard_lock);
   /* Only the guard pages fault: an address in the data pages is someone else's fault. */
   if (!g ||
@@ -337,16 +337,16 @@ bool hcq__cpu_guard_describe(hcq_device_t *dev, const uint32_t *w, uint64_t addr
 }
 
 /* A changed canary beside one of the buffers a launch was given (lock held): false when none. */
-typedef struct canary_hit {
-  guarded_t copy;
+typedef struct cpu_canary_hit {
+  cpu_guarded_t copy;
   const char *first, *last;
-} canary_hit_t;
+} cpu_canary_hit_t;
 
-static bool find_canary_hit(const uint32_t *w, canary_hit_t *hit) {
+static bool find_canary_hit(const uint32_t *w, cpu_canary_hit_t *hit) {
   void *const *bufs = (void *const *)(uintptr_t)hcq__rd64(w + HCQ__EXEC_ARGS);
   uint32_t nbufs = w[HCQ__EXEC_NBUFS];
   for (uint32_t i = 0; i < nbufs; i++) {
-    guarded_t *g = guard_find((uintptr_t)bufs[i]);
+    cpu_guarded_t *g = guard_find((uintptr_t)bufs[i]);
     if (!g) continue;
     if (canary_changed(g->front, g->data, &hit->first, &hit->last) ||
         canary_changed(g->data + g->size, g->back_end, &hit->first, &hit->last)) {
@@ -362,7 +362,7 @@ static bool find_canary_hit(const uint32_t *w, canary_hit_t *hit) {
 
 bool hcq__cpu_bounds_check(hcq_device_t *dev, const uint32_t *w) {
   if (!atomic_load_explicit(&g_any_guard, memory_order_relaxed)) return true;
-  canary_hit_t hit;
+  cpu_canary_hit_t hit;
   pthread_mutex_lock(&g_guard_lock);
   bool found = find_canary_hit(w, &hit);
   pthread_mutex_unlock(&g_guard_lock);
@@ -389,7 +389,7 @@ hcq_status_t hcq__cpu_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags
   /* All CPU memory is host memory; the core's own (host-visible) memory is never guarded. */
   if (hcq__validating && !(flags & HCQ__MEM_HOST_VISIBLE)) {
     errno = 0;
-    guarded_t *g = size < (UINT64_C(1) << 46) ? guard_alloc(size) : NULL;
+    cpu_guarded_t *g = size < (UINT64_C(1) << 46) ? guard_alloc(size) : NULL;
     if (g) {
       *out = (hcq__mem_t){(uint64_t)(uintptr_t)g->data, g->data, size, (void *)((uintptr_t)g | 2)};
       return NULL;
@@ -432,9 +432,9 @@ void hcq__cpu_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   if (!h)
     free(mem->host);
   else if (h & 2)
-    guard_free((guarded_t *)(h & ~(uintptr_t)2));
+    guard_free((cpu_guarded_t *)(h & ~(uintptr_t)2));
   else if (h & 1)
-    arena_free((arena_t *)(h & ~(uintptr_t)1));
+    arena_free((cpu_arena_t *)(h & ~(uintptr_t)1));
   else
     munmap(mem->host, (size_t)h);
   mem->host = NULL;

@@ -102,14 +102,14 @@ static uint64_t spin_budget_after_job(void) {
   return ns == 0 || ns > CPU_INFLIGHT_SPIN_NS ? ns : CPU_INFLIGHT_SPIN_NS; /* 0: spinning is off */
 }
 
-typedef struct helper_arg {
+typedef struct cpu_helper_arg {
   cpu_pool_t *pool;
   unsigned index;
-} helper_arg_t;
+} cpu_helper_arg_t;
 
 static void *helper_main(void *arg) {
-  cpu_pool_t *p = ((helper_arg_t *)arg)->pool;
-  unsigned index = ((helper_arg_t *)arg)->index;
+  cpu_pool_t *p = ((cpu_helper_arg_t *)arg)->pool;
+  unsigned index = ((cpu_helper_arg_t *)arg)->index;
   free(arg);
   void *altstack = p->altstacks[index];
   hcq__cpu_fault_thread_init(altstack);
@@ -189,10 +189,10 @@ void hcq__cpu_apply_layout(hcq_device_t *dev, const int *cores, unsigned ncores)
   if (want > HCQ__CPU_MAX_HELPERS) want = HCQ__CPU_MAX_HELPERS;
   while (p->created < want) {
     unsigned i = p->created;
-    helper_arg_t *arg = malloc(sizeof(*arg));
+    cpu_helper_arg_t *arg = malloc(sizeof(*arg));
     if (!p->altstacks[i]) p->altstacks[i] = hcq__cpu_fault_stack_alloc();
     if (!arg) break;
-    *arg = (helper_arg_t){p, i};
+    *arg = (cpu_helper_arg_t){p, i};
     if (pthread_create(&p->threads[i], NULL, helper_main, arg)) {
       free(arg);
       break;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/binary.h"
+#include "core/status.h"
 #include "cuda/cuda_binary.h"
 
 #define EM_CUDA 190
@@ -52,15 +53,15 @@ static hcq_status_t bad(const char *what, const char *entry, const char *fmt, ..
   return hcq_status_make(HCQ_COMPILE_ERROR, "%s kernel %s: %s", what, entry, text);
 }
 
-typedef struct elf_view {
+typedef struct cuda_elf_view {
   const uint8_t *b;
   size_t size;
   uint64_t shoff;
   uint16_t shnum, shstrndx;
-} elf_view_t;
+} cuda_elf_view_t;
 
 /* Section i's name (NUL-terminated inside the file: checked), offset and size. */
-static const char *section(const elf_view_t *e, unsigned i, uint64_t *off, uint64_t *size,
+static const char *section(const cuda_elf_view_t *e, unsigned i, uint64_t *off, uint64_t *size,
                            uint32_t *type) {
   const uint8_t *sh = e->b + e->shoff + (uint64_t)i * 64;
   const uint8_t *str = e->b + e->shoff + (uint64_t)e->shstrndx * 64;
@@ -72,47 +73,41 @@ static const char *section(const elf_view_t *e, unsigned i, uint64_t *off, uint6
   return (const char *)e->b + stroff + name;
 }
 
-hcq_status_t hcq__cubin_inspect(const uint8_t *b, size_t size, const char *entry,
-                                const char *dev_name, int dev_arch, uint32_t *out_nptrs,
-                                uint32_t *out_nvals) {
-  const char *what = "cubin";
-  if (size < 64 ||
-      memcmp(b,
-             "\x7f"
-             "ELF",
-             4) ||
-      b[4] != 2 || b[5] != 1 || rd16(b + 18) != EM_CUDA) {
+static bool is_elf(const uint8_t *b, size_t size) {
+  return size >= 4 && !memcmp(b,
+                              "\x7f"
+                              "ELF",
+                              4);
+}
+
+/* The ELF header: a 64-bit little-endian ELF for CUDA whose section and program headers, and the
+ * sections they describe, lie inside its size bytes. */
+static hcq_status_t check_elf(const char *what, const char *entry, const uint8_t *b, size_t size,
+                              cuda_elf_view_t *e) {
+  if (size < 64 || !is_elf(b, size) || b[4] != 2 || b[5] != 1 || rd16(b + 18) != EM_CUDA) {
     char desc[128];
     hcq__binary_describe(b, size, desc, sizeof(desc));
     return bad(
         what, entry,
         "%zu bytes are not a cubin (a 64-bit little-endian ELF for CUDA, e_machine %d): %s%s", size,
-        EM_CUDA, desc,
-        size < 64 && size >= 4 &&
-                !memcmp(b,
-                        "\x7f"
-                        "ELF",
-                        4)
-            ? ", shorter than an ELF header"
-            : "");
+        EM_CUDA, desc, size < 64 && is_elf(b, size) ? ", shorter than an ELF header" : "");
   }
-  elf_view_t e = {b, size, rd64(b + 0x28), rd16(b + 0x3C), rd16(b + 0x3E)};
-  uint64_t phoff = rd64(b + 0x20), need = 64;
+  *e = (cuda_elf_view_t){b, size, rd64(b + 0x28), rd16(b + 0x3C), rd16(b + 0x3E)};
+  uint64_t phoff = rd64(b + 0x20);
   uint16_t shentsize = rd16(b + 0x3A), phentsize = rd16(b + 0x36), phnum = rd16(b + 0x38);
-  if (shentsize != 64 || !e.shnum || e.shstrndx >= e.shnum)
+  if (shentsize != 64 || !e->shnum || e->shstrndx >= e->shnum)
     return bad(what, entry,
                "the ELF section header table is damaged (entry size %u, %u sections, names in %u)",
-               shentsize, e.shnum, e.shstrndx);
+               shentsize, e->shnum, e->shstrndx);
   /* Headers past the end, or sections that are: the whole file, as its headers describe it. */
-  if (e.shoff > size || (uint64_t)e.shnum * 64 > size - e.shoff ||
+  if (e->shoff > size || (uint64_t)e->shnum * 64 > size - e->shoff ||
       (phnum && (phoff > size || (uint64_t)phnum * phentsize > size - phoff)))
     return bad(what, entry,
                "truncated: its ELF headers reach past its %zu bytes (section headers at %" PRIu64
                ")",
-               size, e.shoff);
-  need = e.shoff + (uint64_t)e.shnum * 64;
-  for (unsigned i = 0; i < e.shnum; i++) {
-    const uint8_t *sh = b + e.shoff + (uint64_t)i * 64;
+               size, e->shoff);
+  for (unsigned i = 0; i < e->shnum; i++) {
+    const uint8_t *sh = b + e->shoff + (uint64_t)i * 64;
     uint64_t off = rd64(sh + 24), sz = rd64(sh + 32);
     if (rd32(sh + 4) == 8 /* SHT_NOBITS */) continue;
     if (off > size || sz > size - off) {
@@ -121,9 +116,14 @@ hcq_status_t hcq__cubin_inspect(const uint8_t *b, size_t size, const char *entry
                  "truncated: section %u ends at byte %" PRIu64 ", but there are %zu bytes", i,
                  end > off ? end : UINT64_MAX, size);
     }
-    if (off + sz > need) need = off + sz;
   }
-  (void)need;
+  return NULL;
+}
+
+/* The architecture in e_flags (bits 0-7 up to ELF ABI version 7, bits 8-15 from version 8) must run
+ * on the device's. */
+static hcq_status_t check_cubin_arch(const char *what, const char *entry, const uint8_t *b,
+                                     const char *dev_name, int dev_arch) {
   int abi = b[8];
   uint32_t flags = rd32(b + 0x30);
   int arch = (int)(abi >= 8 ? (flags >> 8) & 0xff : flags & 0xff);
@@ -135,36 +135,48 @@ hcq_status_t hcq__cubin_inspect(const uint8_t *b, size_t size, const char *entry
         "sm_%d), or load PTX "
         "or a fatbin with code for sm_%d",
         arch, dev_name, dev_arch, dev_arch, dev_arch, dev_arch);
-  /* The kernel's information section. */
-  char want[128];
-  snprintf(want, sizeof(want), ".nv.info.%s", entry);
-  const uint8_t *info = NULL;
-  uint64_t info_size = 0;
+  return NULL;
+}
+
+/* The kernel's information section, ".nv.info.ENTRY" (want holds that name). */
+static hcq_status_t find_kernel_info(const char *what, const char *entry, const cuda_elf_view_t *e,
+                                     char *want, size_t want_size, const uint8_t **info,
+                                     uint64_t *info_size) {
+  snprintf(want, want_size, ".nv.info.%s", entry);
+  *info = NULL;
+  *info_size = 0;
   char kernels[256] = "";
   size_t klen = 0;
-  for (unsigned i = 0; i < e.shnum; i++) {
+  for (unsigned i = 0; i < e->shnum; i++) {
     uint64_t off, sz;
     uint32_t type;
-    const char *name = section(&e, i, &off, &sz, &type);
+    const char *name = section(e, i, &off, &sz, &type);
     if (strncmp(name, ".nv.info.", 9)) continue;
     if (!strcmp(name, want)) {
-      info = b + off;
-      info_size = sz;
+      *info = e->b + off;
+      *info_size = sz;
     }
     if (klen < sizeof(kernels))
       klen += (size_t)snprintf(kernels + klen, sizeof(kernels) - klen, "%s%s", klen ? ", " : "",
                                name + 9);
   }
-  if (!info)
+  if (!*info)
     return bad(what, entry, "the cubin has no kernel named %s (its kernels: %s)%s", entry,
                *kernels ? kernels : "none",
                strstr(kernels, entry)
                    ? "; a mangled name means C++ linkage: declare it extern \"C\" __global__"
                    : "");
-  /* Parameter sizes by ordinal. */
-  int sizes[HCQ_MAX_KERNEL_BUFS + HCQ_MAX_KERNEL_VALS];
+  return NULL;
+}
+
+#define CUBIN_MAX_PARAMS (HCQ_MAX_KERNEL_BUFS + HCQ_MAX_KERNEL_VALS)
+
+/* Parameter sizes by ordinal from the KPARAM_INFO records (-1: not described), and how many. */
+static hcq_status_t read_param_sizes(const char *what, const char *entry, const char *want,
+                                     const uint8_t *info, uint64_t info_size,
+                                     int sizes[CUBIN_MAX_PARAMS], size_t *out_nparams) {
   size_t nparams = 0;
-  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) sizes[i] = -1;
+  for (size_t i = 0; i < CUBIN_MAX_PARAMS; i++) sizes[i] = -1;
   for (uint64_t p = 0; p + 4 <= info_size;) {
     uint8_t fmt = info[p], attr = info[p + 1];
     uint16_t val = rd16(info + p + 2);
@@ -174,16 +186,22 @@ hcq_status_t hcq__cubin_inspect(const uint8_t *b, size_t size, const char *entry
     if (fmt == EIFMT_SVAL && attr == EIATTR_KPARAM_INFO && payload >= 12) {
       uint16_t ordinal = rd16(info + p + 8);
       uint32_t pflags = rd32(info + p + 12);
-      if (ordinal >= sizeof(sizes) / sizeof(sizes[0]))
+      if (ordinal >= CUBIN_MAX_PARAMS)
         return bad(what, entry,
                    "it takes more than %d parameters; hcq passes at most %d buffers and %d values",
-                   HCQ_MAX_KERNEL_BUFS + HCQ_MAX_KERNEL_VALS, HCQ_MAX_KERNEL_BUFS,
-                   HCQ_MAX_KERNEL_VALS);
+                   CUBIN_MAX_PARAMS, HCQ_MAX_KERNEL_BUFS, HCQ_MAX_KERNEL_VALS);
       sizes[ordinal] = (int)((pflags >> 18) & 0x3fff);
       if ((size_t)ordinal + 1 > nparams) nparams = (size_t)ordinal + 1;
     }
     p += 4 + payload;
   }
+  *out_nparams = nparams;
+  return NULL;
+}
+
+/* hcq's CUDA ABI: 8-byte pointers (the buffers), then 4-byte values, within hcq's limits. */
+static hcq_status_t count_params(const char *what, const char *entry, const int *sizes,
+                                 size_t nparams, uint32_t *out_nptrs, uint32_t *out_nvals) {
   uint32_t nptrs = 0, nvals = 0;
   for (size_t i = 0; i < nparams; i++) {
     if (sizes[i] == 8 && nvals)
@@ -212,9 +230,26 @@ hcq_status_t hcq__cubin_inspect(const uint8_t *b, size_t size, const char *entry
   return NULL;
 }
 
-hcq_status_t hcq__fatbin_inspect(const uint8_t *b, size_t size, const char *entry,
-                                 const char *dev_name, int dev_arch, uint32_t *out_nptrs,
-                                 uint32_t *out_nvals) {
+hcq_status_t hcq__cuda_cubin_inspect(const uint8_t *b, size_t size, const char *entry,
+                                     const char *dev_name, int dev_arch, uint32_t *out_nptrs,
+                                     uint32_t *out_nvals) {
+  const char *what = "cubin";
+  cuda_elf_view_t e = {0};
+  HCQ__TRY(check_elf(what, entry, b, size, &e));
+  HCQ__TRY(check_cubin_arch(what, entry, b, dev_name, dev_arch));
+  char want[128];
+  const uint8_t *info = NULL;
+  uint64_t info_size = 0;
+  HCQ__TRY(find_kernel_info(what, entry, &e, want, sizeof(want), &info, &info_size));
+  int sizes[CUBIN_MAX_PARAMS];
+  size_t nparams = 0;
+  HCQ__TRY(read_param_sizes(what, entry, want, info, info_size, sizes, &nparams));
+  return count_params(what, entry, sizes, nparams, out_nptrs, out_nvals);
+}
+
+hcq_status_t hcq__cuda_fatbin_inspect(const uint8_t *b, size_t size, const char *entry,
+                                      const char *dev_name, int dev_arch, uint32_t *out_nptrs,
+                                      uint32_t *out_nvals) {
   const char *what = "fatbin";
   if (size < 16 || rd32(b) != FATBIN_MAGIC) {
     char desc[128];
@@ -268,8 +303,8 @@ hcq_status_t hcq__fatbin_inspect(const uint8_t *b, size_t size, const char *entr
     off += ehs + psize;
   }
   if (best_elf && !compressed_elf)
-    return hcq__cubin_inspect(best_elf, (size_t)elf_size, entry, dev_name, dev_arch, out_nptrs,
-                              out_nvals);
+    return hcq__cuda_cubin_inspect(best_elf, (size_t)elf_size, entry, dev_name, dev_arch, out_nptrs,
+                                   out_nvals);
   if (best_ptx && !compressed_ptx) {
     char *text = malloc((size_t)ptx_size + 1);
     if (!text) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", entry);

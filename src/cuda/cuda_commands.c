@@ -22,13 +22,13 @@ static bool reachable(cuda_device_t *cd, uint64_t addr) {
   return true;
 }
 
-typedef struct host_signal {
+typedef struct cuda_host_signal {
   hcq__signal_words_t *words;
   uint64_t value;
-} host_signal_t;
+} cuda_host_signal_t;
 
 static void set_host_signal(void *arg) {
-  host_signal_t *h = arg;
+  cuda_host_signal_t *h = arg;
   hcq__signal_words_set(h->words, h->value);
   free(h);
 }
@@ -69,8 +69,8 @@ hcq_status_t hcq__cuda_load_timestamp_kernel(cuda_device_t *cd) {
   if (cd->ts_fn) return NULL;
   const hcq__cuda_api_t *api = cd->api;
   hcq__cuda_image_t img;
-  hcq_status_t nst =
-      hcq__nvrtc_compile("hcq_timestamp", k_timestamp_cu, cd->cc_major * 10 + cd->cc_minor, &img);
+  hcq_status_t nst = hcq__cuda_nvrtc_compile("hcq_timestamp", k_timestamp_cu,
+                                             cd->cc_major * 10 + cd->cc_minor, &img);
   hcq_CUresult rc = HCQ_CUDA_ERROR_NOT_FOUND;
   if (!nst && img.cubin) rc = api->cuModuleLoadDataEx(&cd->ts_module, img.cubin, 0, NULL, NULL);
   if (!nst) hcq__cuda_image_free(&img);
@@ -205,23 +205,23 @@ hcq_status_t hcq__cuda_check_words(hcq_device_t *dev, const uint32_t *w, size_t 
 }
 
 /* A host-side part of a copy, run by the stream (a host function) when the copy's turn comes. */
-typedef struct host_copy {
+typedef struct cuda_host_copy {
   void *dst;
   const void *src;
   size_t n;
-} host_copy_t;
+} cuda_host_copy_t;
 
 static void run_host_copy(void *arg) {
-  host_copy_t *h = arg;
+  cuda_host_copy_t *h = arg;
   memmove(h->dst, h->src, h->n);
   free(h);
 }
 
 static hcq_CUresult enqueue_host_copy(const hcq__cuda_api_t *api, hcq_CUstream s, void *dst,
                                       const void *src, size_t n) {
-  host_copy_t *h = malloc(sizeof(*h));
+  cuda_host_copy_t *h = malloc(sizeof(*h));
   if (!h) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
-  *h = (host_copy_t){dst, src, n};
+  *h = (cuda_host_copy_t){dst, src, n};
   hcq_CUresult rc = api->cuLaunchHostFunc(s, run_host_copy, h);
   if (rc) free(h);
   return rc;
@@ -281,10 +281,10 @@ hcq_CUresult hcq__cuda_run_command(cuda_device_t *cd, cuda_stream_t *cs, const u
     case HCQ__OP_SIGNAL: {
       uint64_t addr = hcq__rd64(w + HCQ__SIGNAL_ADDR), value = w[HCQ__SIGNAL_VALUE];
       if (!reachable(cd, addr)) {
-        host_signal_t *h = malloc(sizeof(*h));
+        cuda_host_signal_t *h = malloc(sizeof(*h));
         *what = "cuLaunchHostFunc";
         if (!h) return HCQ_CUDA_ERROR_OUT_OF_MEMORY;
-        *h = (host_signal_t){(hcq__signal_words_t *)(uintptr_t)addr, value};
+        *h = (cuda_host_signal_t){(hcq__signal_words_t *)(uintptr_t)addr, value};
         hcq_CUresult rc = api->cuLaunchHostFunc(cs->s, set_host_signal, h);
         if (rc) free(h);
         return rc;

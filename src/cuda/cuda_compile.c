@@ -189,7 +189,7 @@ static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const cha
       bytes = text;
       bytes[text_len] = '\0';
     }
-    if (holed || !hcq__is_ptx((const char *)bytes)) {
+    if (holed || !hcq__cuda_is_ptx((const char *)bytes)) {
       char what[128];
       hcq__binary_describe(bytes, len, what, sizeof(what));
       free(bytes);
@@ -200,9 +200,9 @@ static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const cha
     }
     st = hcq__cuda_ptx_params((const char *)bytes, entry, &k->nptrs, &k->nvals);
   } else if (format == HCQ_BINARY_CUBIN) {
-    st = hcq__cubin_inspect(bytes, len, entry, dev->name, arch, &k->nptrs, &k->nvals);
+    st = hcq__cuda_cubin_inspect(bytes, len, entry, dev->name, arch, &k->nptrs, &k->nvals);
   } else {
-    st = hcq__fatbin_inspect(bytes, len, entry, dev->name, arch, &k->nptrs, &k->nvals);
+    st = hcq__cuda_fatbin_inspect(bytes, len, entry, dev->name, arch, &k->nptrs, &k->nvals);
   }
   if (st) {
     free(bytes);
@@ -212,43 +212,23 @@ static hcq_status_t binary_image(hcq_device_t *dev, const char *entry, const cha
   return NULL;
 }
 
-hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char *source,
-                               hcq__program_impl_t *out) {
-  hcq__cuda_image_t img;
-  memset(&img, 0, sizeof(img));
-  const char *ptx = source;
-  uint8_t *binary = NULL;
-  hcq_status_t st = NULL;
-  hcq__cuda_kernel_t *k = calloc(1, sizeof(*k));
-  if (!k) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", entry);
-  if (hcq__binary_of_source(source)) {
-    st = binary_image(dev, entry, source, k, &binary);
-  } else {
-    if (!hcq__is_ptx(source) && !(st = hcq__nvrtc_compile(entry, source, target_arch(dev), &img)))
-      ptx = img.ptx;
-    if (!st) st = hcq__cuda_ptx_params(ptx, entry, &k->nptrs, &k->nvals);
-  }
-  if (!st) st = hcq__cuda_push(dev);
-  if (st) {
-    free(k);
-    free(binary);
-    hcq__cuda_image_free(&img);
-    return st;
-  }
+/* Loads the module and resolves and loads the kernel, with the device's context current. A cubin
+ * for another architecture (HCQ_CUDA_ARCH) does not load: the PTX does, through the driver. */
+static hcq_status_t load_kernel(hcq_device_t *dev, const char *entry, hcq__cuda_kernel_t *k,
+                                const void *binary, const void *cubin, const char *ptx) {
   const hcq__cuda_api_t *api = hcq__cuda_device_api(dev);
-  /* A cubin for another architecture (HCQ_CUDA_ARCH) does not load: the PTX does, through the
-   * driver. */
-  st = load_module(dev, entry,
-                   binary      ? binary
-                   : img.cubin ? img.cubin
-                               : (const void *)ptx,
-                   &k->module);
-  if (st && !binary && img.cubin && !hcq__device_is_lost(dev)) {
+  hcq_status_t st = load_module(dev, entry,
+                                binary  ? binary
+                                : cubin ? cubin
+                                        : (const void *)ptx,
+                                &k->module);
+  if (st && !binary && cubin && !hcq__device_is_lost(dev)) {
     hcq_status_destroy(st);
     st = load_module(dev, entry, ptx, &k->module);
   }
-  hcq_CUresult rc = 0;
-  if (!st && (rc = api->cuModuleGetFunction(&k->fn, k->module, entry)) != 0) {
+  if (st) return st;
+  hcq_CUresult rc = api->cuModuleGetFunction(&k->fn, k->module, entry);
+  if (rc) {
     st = rc == HCQ_CUDA_ERROR_NOT_FOUND
              ? hcq_status_make(
                    HCQ_COMPILE_ERROR,
@@ -256,20 +236,39 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
                    "__global__)",
                    entry, binary ? "binary" : "source")
              : hcq__cuda_fail(dev, rc, "resolving kernel %s", entry);
-    api->cuModuleUnload(k->module);
-  } else if (!st && api->cuFuncLoad && (rc = api->cuFuncLoad(k->fn)) != 0) {
+  } else if (api->cuFuncLoad && (rc = api->cuFuncLoad(k->fn)) != 0) {
     /* Loaded now rather than at its first launch, where a lazy load synchronises the context and
      * would wait for streams that wait on the host (the caller's own later work). */
     st = hcq__cuda_fail(dev, rc, "loading kernel %s (cuFuncLoad)", entry);
-    api->cuModuleUnload(k->module);
   }
+  if (st) api->cuModuleUnload(k->module);
+  return st;
+}
+
+hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char *source,
+                               hcq__program_impl_t *out) {
+  hcq__cuda_image_t img;
+  memset(&img, 0, sizeof(img));
+  const char *ptx = source;
+  uint8_t *binary = NULL;
+  hcq_status_t st;
+  hcq__cuda_kernel_t *k = calloc(1, sizeof(*k));
+  if (!k) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading %s", entry);
+  if (hcq__binary_of_source(source)) {
+    if ((st = binary_image(dev, entry, source, k, &binary))) goto fail;
+  } else {
+    if (!hcq__cuda_is_ptx(source)) {
+      if ((st = hcq__cuda_nvrtc_compile(entry, source, target_arch(dev), &img))) goto fail;
+      ptx = img.ptx;
+    }
+    if ((st = hcq__cuda_ptx_params(ptx, entry, &k->nptrs, &k->nvals))) goto fail;
+  }
+  if ((st = hcq__cuda_push(dev))) goto fail;
+  st = load_kernel(dev, entry, k, binary, img.cubin, ptx);
   hcq__cuda_pop(dev);
+  if (st) goto fail;
   hcq__cuda_image_free(&img);
   free(binary); /* the driver copied what it keeps */
-  if (st) {
-    free(k);
-    return st;
-  }
   k->param_bytes = k->nptrs * 8 + k->nvals * 4;
   /* The core checks every launch and item against the parameter list: a launch with fewer values
    * would have the kernel read past its argument block. */
@@ -277,6 +276,11 @@ hcq_status_t hcq__cuda_compile(hcq_device_t *dev, const char *entry, const char 
   out->handle = (uint64_t)(uintptr_t)k;
   out->object = k;
   return NULL;
+fail:
+  free(k);
+  free(binary);
+  hcq__cuda_image_free(&img);
+  return st;
 }
 
 /* The row's binary_compile: CUDA C through NVRTC into a cubin (the default) or PTX for arch. */
@@ -296,7 +300,7 @@ hcq_status_t hcq__cuda_binary_compile(const char *entry, const char *source,
                            arch ? " (\"" : "", arch ? arch : "", arch ? "\" is not one)" : "");
   hcq__cuda_image_t img;
   memset(&img, 0, sizeof(img));
-  hcq_status_t st = hcq__nvrtc_compile(entry, source, want, &img);
+  hcq_status_t st = hcq__cuda_nvrtc_compile(entry, source, want, &img);
   if (st) return st;
   uint32_t nptrs, nvals;
   /* What hcq could not launch is an error now, not on the machine that loads it. */

@@ -7,6 +7,7 @@
 #include "core/backend.h"
 #include "core/device.h"
 #include "core/signal.h"
+#include "core/status.h"
 #include "core/vec.h"
 #include "cuda/cuda_device.h"
 #include "cuda/nvrtc.h"
@@ -205,6 +206,41 @@ static void set_limits(hcq_device_t *dev, const cuda_device_t *cd) {
   l->shared_memory = (uint32_t)shared;
 }
 
+/* The streams, the pinned progress words and the copy stream's stage, the staging blocks and the
+ * word rings, with the device's context current. */
+static hcq_status_t create_streams(hcq_device_t *dev, cuda_device_t *cd) {
+  const hcq__cuda_api_t *api = cd->api;
+  hcq_CUresult rc = 0;
+  for (int k = 0; k < 2 && !rc; k++)
+    rc = api->cuStreamCreate(&cd->streams[k].s, HCQ_CU_STREAM_NON_BLOCKING);
+  if (!rc) rc = api->cuStreamCreate(&cd->alloc_stream, HCQ_CU_STREAM_NON_BLOCKING);
+  if (!rc)
+    rc = api->cuMemHostAlloc(&cd->progress, 128,
+                             HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
+  /* Only copy queues copy: the copy stream's stage, made now, while no stream can be waiting. */
+  if (!rc)
+    rc = api->cuMemHostAlloc(&cd->streams[HCQ_QUEUE_COPY].stage, HCQ__CUDA_STAGE_BYTES,
+                             HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
+  if (rc) return hcq__cuda_fail(dev, rc, "creating its streams");
+  HCQ__TRY(hcq__cuda_make_staging_blocks(cd));
+  for (int k = 0; k < 2; k++) {
+    cuda_stream_t *cs = &cd->streams[k];
+    cs->done = (_Atomic uint64_t *)((char *)cd->progress + 64 * k);
+    atomic_store(cs->done, 0);
+    hcq_CUdeviceptr addr = 0;
+    if ((rc = api->cuMemHostGetDevicePointer(&addr, (void *)cs->done, 0)))
+      return hcq__cuda_fail(dev, rc, "mapping pinned memory");
+    cs->done_addr = addr;
+    if (!(cs->ring = calloc(HCQ__CUDA_WORD_RING, sizeof(uint32_t))))
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
+  }
+  /* The timestamp kernel too, while no stream can be waiting on the host (loading it may
+   * synchronise the context). Where it cannot be loaded, the first submission that needs it says
+   * why. */
+  hcq_status_destroy(hcq__cuda_load_timestamp_kernel(cd));
+  return NULL;
+}
+
 static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
   const hcq__cuda_api_t *api = cd->api;
   hcq_CUresult rc;
@@ -237,36 +273,8 @@ static hcq_status_t setup(hcq_device_t *dev, cuda_device_t *cd, int index) {
   if ((rc = api->cuDevicePrimaryCtxRetain(&cd->ctx, cd->cudev)))
     return hcq__cuda_fail(dev, rc, "retaining its context");
   cd->ctx_retained = true;
-  hcq_status_t st = hcq__cuda_push(dev);
-  if (st) return st;
-  for (int k = 0; k < 2 && !rc; k++)
-    rc = api->cuStreamCreate(&cd->streams[k].s, HCQ_CU_STREAM_NON_BLOCKING);
-  if (!rc) rc = api->cuStreamCreate(&cd->alloc_stream, HCQ_CU_STREAM_NON_BLOCKING);
-  if (!rc)
-    rc = api->cuMemHostAlloc(&cd->progress, 128,
-                             HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
-  /* Only copy queues copy: the copy stream's stage, made now, while no stream can be waiting. */
-  if (!rc)
-    rc = api->cuMemHostAlloc(&cd->streams[HCQ_QUEUE_COPY].stage, HCQ__CUDA_STAGE_BYTES,
-                             HCQ_CU_MEMHOSTALLOC_PORTABLE | HCQ_CU_MEMHOSTALLOC_DEVICEMAP);
-  if (rc) st = hcq__cuda_fail(dev, rc, "creating its streams");
-  if (!st) st = hcq__cuda_make_staging_blocks(cd);
-  for (int k = 0; k < 2 && !st; k++) {
-    cuda_stream_t *cs = &cd->streams[k];
-    cs->done = (_Atomic uint64_t *)((char *)cd->progress + 64 * k);
-    atomic_store(cs->done, 0);
-    hcq_CUdeviceptr addr = 0;
-    if ((rc = api->cuMemHostGetDevicePointer(&addr, (void *)cs->done, 0)))
-      st = hcq__cuda_fail(dev, rc, "mapping pinned memory");
-    cs->done_addr = addr;
-    cs->ring = calloc(HCQ__CUDA_WORD_RING, sizeof(uint32_t));
-    if (!st && !cs->ring)
-      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating %s", dev->name);
-  }
-  /* The timestamp kernel too, while no stream can be waiting on the host (loading it may
-   * synchronise the context). Where it cannot be loaded, the first submission that needs it says
-   * why. */
-  if (!st) hcq_status_destroy(hcq__cuda_load_timestamp_kernel(cd));
+  HCQ__TRY(hcq__cuda_push(dev));
+  hcq_status_t st = create_streams(dev, cd);
   hcq__cuda_pop(dev);
   return st;
 }
@@ -312,7 +320,7 @@ static void cuda_query(hcq_device_info_t *info) {
   const char *why;
   const hcq__cuda_api_t *api = hcq__cuda_api(&why);
   char nvrtc[400];
-  hcq__nvrtc_describe(nvrtc, sizeof(nvrtc));
+  hcq__cuda_nvrtc_describe(nvrtc, sizeof(nvrtc));
   info->kind = HCQ_DEVICE_CUDA;
   if (!api) {
     info->available = false;

@@ -33,12 +33,12 @@
 #define HCQ__CUDA_STAGE_BYTES \
   (1u << 20) /* per stream: pageable copies move through it in chunks this size */
 
-typedef struct sub_record {
+typedef struct cuda_sub_record {
   uint64_t seq;
   const uint32_t *words;
   uint32_t nwords;
   bool bound;
-} sub_record_t;
+} cuda_sub_record_t;
 
 typedef struct cuda_stream {
   hcq_CUstream s;
@@ -50,7 +50,7 @@ typedef struct cuda_stream {
   uint64_t last_signal_addr, last_signal_value;
   pthread_mutex_t
       records_lock; /* records and ring: written at submit, read by hang reports (trylock) */
-  sub_record_t records[HCQ__CUDA_RECORDS];
+  cuda_sub_record_t records[HCQ__CUDA_RECORDS];
   uint32_t *ring;
   uint64_t ring_head;
   void *stage; /* pinned, HCQ__CUDA_STAGE_BYTES: copies to and from pageable host memory go through
@@ -61,32 +61,32 @@ typedef struct cuda_stream {
  * slabs carved up by hcq, so that making or freeing a signal calls no cuMemHostAlloc or
  * cuMemFreeHost, which may synchronise the context (and so wait for a stream that waits for the
  * caller). A free range list per slab, sorted by offset. */
-typedef struct pin_range {
+typedef struct cuda_pin_range {
   uint64_t off, len;
-  struct pin_range *next;
-} pin_range_t;
-typedef struct pin_slab {
+  struct cuda_pin_range *next;
+} cuda_pin_range_t;
+typedef struct cuda_pin_slab {
   char *base;
-  pin_range_t *free;
-  struct pin_slab *next;
-} pin_slab_t;
+  cuda_pin_range_t *free;
+  struct cuda_pin_slab *next;
+} cuda_pin_slab_t;
 
 /* Memory to give back to the driver once the device is idle (cuMemFree and cuMemFreeHost may
  * synchronise the context). */
-typedef struct driver_free {
+typedef struct cuda_driver_free {
   void *host;           /* cuMemFreeHost, or */
   hcq_CUdeviceptr addr; /* cuMemFree */
-} driver_free_t;
-typedef HCQ__VEC(driver_free_t) driver_frees_t;
+} cuda_driver_free_t;
+typedef HCQ__VEC(cuda_driver_free_t) cuda_driver_frees_t;
 
 /* The core's staging buffers (pinned, larger than a slab takes) are made when the device opens,
  * kept for reuse when freed and given back at close: the first host copy would otherwise call
  * cuMemHostAlloc at any moment. */
-typedef struct pin_block {
+typedef struct cuda_pin_block {
   void *host;
   uint64_t bytes; /* usable, the slack past it (cuda_memory.c) not counted */
-  struct pin_block *next;
-} pin_block_t;
+  struct cuda_pin_block *next;
+} cuda_pin_block_t;
 
 typedef struct cuda_device {
   hcq_device_t *dev;
@@ -110,10 +110,10 @@ typedef struct cuda_device {
    * stream idle runs before any new work reaches them. */
   pthread_mutex_t submit_lock;
   pthread_mutex_t mem_lock; /* slabs and frees */
-  pin_slab_t *slabs;
-  pin_block_t *blocks;
+  cuda_pin_slab_t *slabs;
+  cuda_pin_block_t *blocks;
   unsigned nblocks;
-  driver_frees_t frees;
+  cuda_driver_frees_t frees;
 } cuda_device_t;
 
 static inline cuda_device_t *hcq__cuda_cdev(const hcq_device_t *dev) { return dev->backend; }
@@ -127,7 +127,7 @@ HCQ_MUST_USE hcq_status_t hcq__cuda_memory_info(hcq_device_t *dev, hcq_device_me
 /* Gives the deferred frees back to the driver if no stream has work (or always: force, when the
  * streams are gone). */
 void hcq__cuda_flush_frees(cuda_device_t *cd, bool force);
-/* The staging buffers the core will ask for, made when the device opens (see pin_block_t). The
+/* The staging buffers the core will ask for, made when the device opens (see cuda_pin_block_t). The
  * context is current. */
 HCQ_MUST_USE hcq_status_t hcq__cuda_make_staging_blocks(cuda_device_t *cd);
 /* At close, the streams gone and the context current: the slabs and kept blocks go back to the

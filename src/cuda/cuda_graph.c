@@ -14,6 +14,7 @@
 #include "core/buffer.h"
 #include "core/host_wait.h"
 #include "core/options.h"
+#include "core/status.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_internal.h"
 #include "graph/graph_internal.h"
@@ -140,49 +141,70 @@ static hcq_status_t add_node(cuda_graph_t *g, uint32_t j, const hcq_CUgraphNode 
   return NULL;
 }
 
-static hcq_status_t build(cuda_graph_t *g) {
+/* The graph's nodes in item order, with the edges deps.c finds. */
+static hcq_status_t add_nodes(cuda_graph_t *g, hcq_CUgraphNode *deps) {
   hcq__runner_t *r = &g->base.runner;
-  const hcq__cuda_api_t *api = api_of(g);
-  hcq_status_t st = build_plan(g);
-  if (st) return st;
-  g->nodes = calloc(r->nitems, sizeof(*g->nodes));
-  hcq_CUgraphNode *deps = malloc((r->nitems + 1) * sizeof(*deps));
   hcq__deps_t tracker;
   hcq__deps_init(&tracker);
   hcq__u32_vec_t rdeps = {0};
   uintptr_t keys[HCQ_MAX_KERNEL_BUFS];
-  if (!g->nodes || !deps) st = oom();
-  if (!st) st = hcq__cuda_push(dev0(g));
-  if (st) {
-    free(deps);
-    return st;
-  }
-  hcq_CUresult rc = api->cuGraphCreate(&g->graph, 0);
-  if (rc) st = hcq__cuda_fail(dev0(g), rc, "cuGraphCreate");
-  for (uint32_t j = 0; j < r->nitems && !st; j++) {
+  hcq_status_t st = NULL;
+  for (uint32_t j = 0; j < r->nitems; j++) {
     hcq__item_access_t acc;
     hcq__item_access(&r->items[j], &acc);
     for (size_t i = 0; i < acc.n; i++) keys[i] = (uintptr_t)hcq_buffer_base(acc.bufs[i]);
     if ((st = hcq__deps_access(&tracker, keys, acc.writes, acc.n, j, &rdeps))) break;
     for (size_t i = 0; i < rdeps.len; i++) deps[i] = g->nodes[rdeps.data[i]].node;
-    st = add_node(g, j, deps, rdeps.len);
+    if ((st = add_node(g, j, deps, rdeps.len))) break;
   }
-  if (!st && (rc = api->cuGraphInstantiateWithFlags(&g->exec, g->graph, 0)))
-    st = hcq__cuda_fail(dev0(g), rc, "cuGraphInstantiate of %s", r->label);
-  for (uint32_t j = 0; j < r->nitems && !st; j++) {
-    if (g->nodes[j].enabled) continue;
-    if ((rc = api->cuGraphNodeSetEnabled(g->exec, g->nodes[j].node, 0)))
-      st = hcq__cuda_fail(dev0(g), rc, "item %" PRIu32 ": disabling an empty launch", j);
-  }
-  if (!st && (rc = api->cuEventCreate(&g->start, HCQ_CU_EVENT_DEFAULT)))
-    st = hcq__cuda_fail(dev0(g), rc, "cuEventCreate");
-  if (!st && (rc = api->cuEventCreate(&g->end, HCQ_CU_EVENT_DEFAULT)))
-    st = hcq__cuda_fail(dev0(g), rc, "cuEventCreate");
-  hcq__cuda_pop(dev0(g));
   hcq__vec_free(&rdeps);
   hcq__deps_deinit(&tracker);
-  free(deps);
+  return st;
+}
+
+/* Instantiates the graph, disables the nodes of empty launches and makes the timing events. */
+static hcq_status_t instantiate(cuda_graph_t *g) {
+  hcq__runner_t *r = &g->base.runner;
+  const hcq__cuda_api_t *api = api_of(g);
+  hcq_CUresult rc;
+  if ((rc = api->cuGraphInstantiateWithFlags(&g->exec, g->graph, 0)))
+    return hcq__cuda_fail(dev0(g), rc, "cuGraphInstantiate of %s", r->label);
+  for (uint32_t j = 0; j < r->nitems; j++) {
+    if (g->nodes[j].enabled) continue;
+    if ((rc = api->cuGraphNodeSetEnabled(g->exec, g->nodes[j].node, 0)))
+      return hcq__cuda_fail(dev0(g), rc, "item %" PRIu32 ": disabling an empty launch", j);
+  }
+  if ((rc = api->cuEventCreate(&g->start, HCQ_CU_EVENT_DEFAULT)))
+    return hcq__cuda_fail(dev0(g), rc, "cuEventCreate");
+  if ((rc = api->cuEventCreate(&g->end, HCQ_CU_EVENT_DEFAULT)))
+    return hcq__cuda_fail(dev0(g), rc, "cuEventCreate");
+  return NULL;
+}
+
+/* The graph, its nodes and its executable form, with the first device's context current. */
+static hcq_status_t build_graph(cuda_graph_t *g, hcq_CUgraphNode *deps) {
+  hcq_CUresult rc = api_of(g)->cuGraphCreate(&g->graph, 0);
+  if (rc) return hcq__cuda_fail(dev0(g), rc, "cuGraphCreate");
+  HCQ__TRY(add_nodes(g, deps));
+  return instantiate(g);
+}
+
+static hcq_status_t build(cuda_graph_t *g) {
+  hcq__runner_t *r = &g->base.runner;
+  HCQ__TRY(build_plan(g));
+  hcq_status_t st;
+  g->nodes = calloc(r->nitems, sizeof(*g->nodes));
+  hcq_CUgraphNode *deps = malloc((r->nitems + 1) * sizeof(*deps));
+  if (!g->nodes || !deps) {
+    st = oom();
+    goto out;
+  }
+  if ((st = hcq__cuda_push(dev0(g)))) goto out;
+  st = build_graph(g, deps);
+  hcq__cuda_pop(dev0(g));
   if (!st) g->base.stats.updatable_nodes = hcq__update_plan_updatable_count(g->plan);
+out:
+  free(deps);
   return st;
 }
 
@@ -195,7 +217,7 @@ static hcq_status_t apply_updates(cuda_graph_t *g, const uint32_t *changed, size
   hcq__runner_t *r = &g->base.runner;
   uint64_t calls = 0;
   hcq_status_t st = NULL;
-  for (size_t i = 0; i < nchanged && !st; i++) {
+  for (size_t i = 0; i < nchanged; i++) {
     uint32_t j = changed[i];
     cuda_node_t *n = &g->nodes[j];
     hcq__plan_values_t v;
@@ -224,7 +246,10 @@ static hcq_status_t apply_updates(cuda_graph_t *g, const uint32_t *changed, size
         if (!rc) n->enabled = enabled;
       }
     }
-    if (rc) st = hcq__cuda_fail(dev0(g), rc, "item %" PRIu32 ": %s", j, what);
+    if (rc) {
+      st = hcq__cuda_fail(dev0(g), rc, "item %" PRIu32 ": %s", j, what);
+      break;
+    }
   }
   *out_calls = calls;
   return st;
@@ -262,6 +287,17 @@ static hcq_status_t wait_end(cuda_graph_t *g) {
   }
 }
 
+/* Launches the graph behind every device's earlier work and advances their timelines; the caller
+ * holds the devices' locks. */
+static hcq_status_t launch_locked(cuda_graph_t *g, bool wait) {
+  hcq__runner_t *r = &g->base.runner;
+  for (size_t d = 0; d < r->ndevices; d++) HCQ__TRY(hcq__device_prepare_submit(r->devices[d]));
+  HCQ__TRY(
+      hcq__cuda_graph_launch(r->devices, r->ndevices, g->exec, wait ? g->start : NULL, g->end));
+  for (size_t d = 0; d < r->ndevices; d++) hcq__timeline_advance(r->devices[d]);
+  return NULL;
+}
+
 static hcq_status_t cuda_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
   cuda_graph_t *g = (cuda_graph_t *)base;
   hcq__runner_t *r = &base->runner;
@@ -285,11 +321,7 @@ static hcq_status_t cuda_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_e
   hcq__update_plan_commit(g->plan);
 
   hcq__device_lock_many(r->devices, r->ndevices);
-  for (size_t d = 0; d < r->ndevices && !st; d++) st = hcq__device_prepare_submit(r->devices[d]);
-  if (!st)
-    st = hcq__cuda_graph_launch(r->devices, r->ndevices, g->exec, wait ? g->start : NULL, g->end);
-  if (!st)
-    for (size_t d = 0; d < r->ndevices; d++) hcq__timeline_advance(r->devices[d]);
+  st = launch_locked(g, wait);
   hcq__device_unlock_many(r->devices, r->ndevices);
   if (st) return st;
   g->launched = true;

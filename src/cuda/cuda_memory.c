@@ -12,9 +12,9 @@
 #define HOST_SLACK                                                                                \
   4096                      /* bytes past every host-visible allocation (a kernel's argument read \
                                that runs past a short block stays inside the mapping) */
-#define PIN_SLAB (1u << 20) /* bytes of a slab (pin_slab_t) */
+#define PIN_SLAB (1u << 20) /* bytes of a slab (cuda_pin_slab_t) */
 #define PIN_MAX (64u << 10) /* larger host-visible allocations get pinned memory of their own */
-#define PIN_BLOCKS_KEPT 4   /* staging blocks kept for reuse (pin_block_t) */
+#define PIN_BLOCKS_KEPT 4   /* staging blocks kept for reuse (cuda_pin_block_t) */
 
 static bool streams_idle(cuda_device_t *cd) {
   for (int k = 0; k < 2; k++)
@@ -29,7 +29,7 @@ void hcq__cuda_flush_frees(cuda_device_t *cd, bool force) {
   pthread_mutex_lock(&cd->submit_lock);
   pthread_mutex_lock(&cd->mem_lock);
   bool go = cd->frees.len && (force || streams_idle(cd));
-  driver_frees_t frees = {0};
+  cuda_driver_frees_t frees = {0};
   if (go) {
     frees = cd->frees;
     memset(&cd->frees, 0, sizeof(cd->frees));
@@ -51,7 +51,7 @@ void hcq__cuda_flush_frees(cuda_device_t *cd, bool force) {
   pthread_mutex_unlock(&cd->submit_lock);
 }
 
-static void defer_driver_free(cuda_device_t *cd, driver_free_t f) {
+static void defer_driver_free(cuda_device_t *cd, cuda_driver_free_t f) {
   pthread_mutex_lock(&cd->mem_lock);
   bool kept = hcq__vec_push(&cd->frees, f);
   pthread_mutex_unlock(&cd->mem_lock);
@@ -72,18 +72,18 @@ static void defer_driver_free(cuda_device_t *cd, driver_free_t f) {
 /* bytes (a multiple of 64) from the slabs, zeroed; a new slab when none has room (the one
  * cuMemHostAlloc left, rare: a slab holds thousands of signals). The context is current. */
 static hcq_status_t pin_alloc(cuda_device_t *cd, uint64_t bytes, void **out_host,
-                              pin_slab_t **out_slab) {
+                              cuda_pin_slab_t **out_slab) {
   for (int attempt = 0; attempt < 2; attempt++) {
     pthread_mutex_lock(&cd->mem_lock);
-    for (pin_slab_t *sl = cd->slabs; sl; sl = sl->next)
-      for (pin_range_t **r = &sl->free; *r; r = &(*r)->next) {
+    for (cuda_pin_slab_t *sl = cd->slabs; sl; sl = sl->next)
+      for (cuda_pin_range_t **r = &sl->free; *r; r = &(*r)->next) {
         if ((*r)->len < bytes) continue;
         *out_host = sl->base + (*r)->off;
         *out_slab = sl;
         (*r)->off += bytes;
         (*r)->len -= bytes;
         if (!(*r)->len) {
-          pin_range_t *gone = *r;
+          cuda_pin_range_t *gone = *r;
           *r = gone->next;
           free(gone);
         }
@@ -93,8 +93,8 @@ static hcq_status_t pin_alloc(cuda_device_t *cd, uint64_t bytes, void **out_host
       }
     pthread_mutex_unlock(&cd->mem_lock);
     if (attempt) break;
-    pin_slab_t *sl = calloc(1, sizeof(*sl));
-    pin_range_t *all = calloc(1, sizeof(*all));
+    cuda_pin_slab_t *sl = calloc(1, sizeof(*sl));
+    cuda_pin_range_t *all = calloc(1, sizeof(*all));
     void *host = NULL;
     hcq_CUdeviceptr addr = 0;
     hcq_CUresult rc = sl && all ? cd->api->cuMemHostAlloc(
@@ -117,7 +117,7 @@ static hcq_status_t pin_alloc(cuda_device_t *cd, uint64_t bytes, void **out_host
       return hcq__cuda_fail(cd->dev, rc, "cuMemHostAlloc of %u bytes", PIN_SLAB);
     }
     sl->base = host;
-    *all = (pin_range_t){0, PIN_SLAB, NULL};
+    *all = (cuda_pin_range_t){0, PIN_SLAB, NULL};
     sl->free = all;
     pthread_mutex_lock(&cd->mem_lock);
     sl->next = cd->slabs;
@@ -135,9 +135,9 @@ static uint64_t staging_bytes(void) { return (hcq__options()->staging_chunk + 63
 static void *take_block(cuda_device_t *cd, uint64_t bytes) {
   void *host = NULL;
   pthread_mutex_lock(&cd->mem_lock);
-  for (pin_block_t **b = &cd->blocks; *b; b = &(*b)->next)
+  for (cuda_pin_block_t **b = &cd->blocks; *b; b = &(*b)->next)
     if ((*b)->bytes == bytes) {
-      pin_block_t *gone = *b;
+      cuda_pin_block_t *gone = *b;
       *b = gone->next;
       host = gone->host;
       free(gone);
@@ -150,12 +150,12 @@ static void *take_block(cuda_device_t *cd, uint64_t bytes) {
 
 /* Keeps a pinned allocation of bytes for reuse; false when enough are kept already. */
 static bool keep_block(cuda_device_t *cd, void *host, uint64_t bytes) {
-  pin_block_t *b = malloc(sizeof(*b));
+  cuda_pin_block_t *b = malloc(sizeof(*b));
   if (!b) return false;
   pthread_mutex_lock(&cd->mem_lock);
   bool kept = cd->nblocks < PIN_BLOCKS_KEPT;
   if (kept) {
-    *b = (pin_block_t){host, bytes, cd->blocks};
+    *b = (cuda_pin_block_t){host, bytes, cd->blocks};
     cd->blocks = b;
     cd->nblocks++;
   }
@@ -164,17 +164,17 @@ static bool keep_block(cuda_device_t *cd, void *host, uint64_t bytes) {
   return kept;
 }
 
-static void pin_free(cuda_device_t *cd, pin_slab_t *sl, void *host, uint64_t bytes) {
+static void pin_free(cuda_device_t *cd, cuda_pin_slab_t *sl, void *host, uint64_t bytes) {
   uint64_t off = (uint64_t)((char *)host - sl->base);
   pthread_mutex_lock(&cd->mem_lock);
-  pin_range_t **r = &sl->free;
+  cuda_pin_range_t **r = &sl->free;
   while (*r && (*r)->off < off) r = &(*r)->next;
-  pin_range_t *prev =
-      r == &sl->free ? NULL : (pin_range_t *)((char *)r - offsetof(pin_range_t, next));
+  cuda_pin_range_t *prev =
+      r == &sl->free ? NULL : (cuda_pin_range_t *)((char *)r - offsetof(cuda_pin_range_t, next));
   if (prev && prev->off + prev->len == off) {
     prev->len += bytes;
     if (*r && prev->off + prev->len == (*r)->off) {
-      pin_range_t *gone = *r;
+      cuda_pin_range_t *gone = *r;
       prev->len += gone->len;
       prev->next = gone->next;
       free(gone);
@@ -183,9 +183,9 @@ static void pin_free(cuda_device_t *cd, pin_slab_t *sl, void *host, uint64_t byt
     (*r)->off = off;
     (*r)->len += bytes;
   } else {
-    pin_range_t *n = malloc(sizeof(*n));
+    cuda_pin_range_t *n = malloc(sizeof(*n));
     if (n) { /* without memory for the node, the range stays unused: a leak within the slab */
-      *n = (pin_range_t){off, bytes, *r};
+      *n = (cuda_pin_range_t){off, bytes, *r};
       *r = n;
     }
   }
@@ -209,7 +209,7 @@ hcq_status_t hcq__cuda_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flag
   if (flags & HCQ__MEM_MAPPED) flags |= HCQ__MEM_HOST_VISIBLE;
   if ((flags & HCQ__MEM_HOST_VISIBLE) && bytes <= PIN_MAX) {
     void *host = NULL;
-    pin_slab_t *slab = NULL;
+    cuda_pin_slab_t *slab = NULL;
     if (!(st = pin_alloc(cd, bytes, &host, &slab))) {
       out->host = host;
       out->addr = (uint64_t)(uintptr_t)host;
@@ -266,9 +266,9 @@ void hcq__cuda_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   if (mem->handle && mem->handle != mem->host)
     pin_free(cd, mem->handle, mem->host, bytes ? bytes : 64);
   else if (mem->handle && !(bytes == staging_bytes() && keep_block(cd, mem->handle, bytes)))
-    defer_driver_free(cd, (driver_free_t){mem->handle, 0});
+    defer_driver_free(cd, (cuda_driver_free_t){mem->handle, 0});
   else if (mem->addr)
-    defer_driver_free(cd, (driver_free_t){NULL, mem->addr});
+    defer_driver_free(cd, (cuda_driver_free_t){NULL, mem->addr});
   mem->host = NULL;
   mem->handle = NULL;
   mem->addr = 0;
@@ -308,9 +308,9 @@ hcq_status_t hcq__cuda_make_staging_blocks(cuda_device_t *cd) {
 
 void hcq__cuda_memory_release(cuda_device_t *cd) {
   const hcq__cuda_api_t *api = cd->api;
-  for (pin_slab_t *sl = cd->slabs, *next; sl; sl = next) {
+  for (cuda_pin_slab_t *sl = cd->slabs, *next; sl; sl = next) {
     next = sl->next;
-    for (pin_range_t *r = sl->free, *rn; r; r = rn) {
+    for (cuda_pin_range_t *r = sl->free, *rn; r; r = rn) {
       rn = r->next;
       free(r);
     }
@@ -318,7 +318,7 @@ void hcq__cuda_memory_release(cuda_device_t *cd) {
     free(sl);
   }
   cd->slabs = NULL;
-  for (pin_block_t *b = cd->blocks, *next; b; b = next) {
+  for (cuda_pin_block_t *b = cd->blocks, *next; b; b = next) {
     next = b->next;
     api->cuMemFreeHost(b->host);
     free(b);

@@ -4,6 +4,7 @@
 #include "core/device.h"
 #include "core/hang_report.h"
 #include "core/signal.h"
+#include "core/status.h"
 #include "cuda/cuda_device.h"
 
 /* Remembers a submission's words for hang reports: bound words stay valid, others are copied. */
@@ -17,7 +18,7 @@ static void remember(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, siz
 
 static void remember_locked(cuda_stream_t *cs, uint64_t seq, const uint32_t *words, size_t n,
                             bool bound) {
-  sub_record_t *r = &cs->records[seq % HCQ__CUDA_RECORDS];
+  cuda_sub_record_t *r = &cs->records[seq % HCQ__CUDA_RECORDS];
   r->seq = seq;
   r->bound = bound;
   r->nwords = (uint32_t)n;
@@ -76,10 +77,10 @@ hcq_status_t hcq__cuda_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const ui
                               size_t nwords, bool bound) {
   cuda_device_t *cd = hcq__cuda_cdev(dev);
   cuda_stream_t *cs = &cd->streams[kind];
-  hcq_status_t st = hcq__device_check(dev);
-  if (!st) st = hcq__cuda_push(dev);
-  if (st) return st;
-  if ((st = hcq__cuda_check_words(dev, words, nwords))) {
+  HCQ__TRY(hcq__device_check(dev));
+  HCQ__TRY(hcq__cuda_push(dev));
+  hcq_status_t st = hcq__cuda_check_words(dev, words, nwords);
+  if (st) {
     hcq__cuda_pop(dev);
     return st;
   }
@@ -123,10 +124,12 @@ void hcq__cuda_poll(hcq_device_t *dev) {
     hcq_status_destroy(st);
     return;
   }
-  for (int k = 0; k < 2 && !st; k++) {
+  for (int k = 0; k < 2; k++) {
     hcq_CUresult rc = cd->api->cuStreamQuery(cd->streams[k].s);
-    if (rc && rc != HCQ_CUDA_ERROR_NOT_READY)
+    if (rc && rc != HCQ_CUDA_ERROR_NOT_READY) {
       st = hcq__cuda_fail(dev, rc, "the %s stream", k ? "copy" : "compute");
+      break;
+    }
   }
   hcq__cuda_pop(dev);
   hcq_status_destroy(st);
@@ -151,9 +154,9 @@ void hcq__cuda_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_sn
     return;
   /* Never blocks: while a submission is being recorded, the report goes without the detail. */
   if (pthread_mutex_trylock(&cs->records_lock) != 0) return;
-  sub_record_t rec = cs->records[(out->completed + 1) % HCQ__CUDA_RECORDS];
+  cuda_sub_record_t rec = cs->records[(out->completed + 1) % HCQ__CUDA_RECORDS];
   pthread_mutex_unlock(&cs->records_lock);
-  const sub_record_t *r = &rec;
+  const cuda_sub_record_t *r = &rec;
   if (r->seq != out->completed + 1 || !r->words || !r->nwords) return;
   const uint32_t *w = r->words, *end = r->words + r->nwords, *prev = NULL, *exec = NULL,
                  *exec_prev = NULL;
@@ -220,11 +223,11 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
     return st ? st : fst;
   }
   /* The other devices' compute streams follow the graph (an event the driver sees), then signal. */
-  for (size_t i = 1; i < ndevs && !st; i++) {
+  for (size_t i = 1; i < ndevs; i++) {
     hcq_device_t *d = devs[i];
     cuda_device_t *cd = hcq__cuda_cdev(d);
     cuda_stream_t *cs = &cd->streams[HCQ_QUEUE_COMPUTE];
-    if ((st = hcq__cuda_push(d))) break;
+    HCQ__TRY(hcq__cuda_push(d));
     note_timeline(cd);
     pthread_mutex_lock(&cd->submit_lock);
     rc = api->cuStreamWaitEvent(cs->s, end, 0);
@@ -237,10 +240,11 @@ hcq_status_t hcq__cuda_graph_launch(hcq_device_t *const *devs, size_t ndevs, hcq
     fst = finish_submission(cd, cs, NULL, 0, false);
     pthread_mutex_unlock(&cd->submit_lock);
     hcq__cuda_pop(d);
-    if (!st)
-      st = fst;
-    else
+    if (st) {
       hcq_status_destroy(fst);
+      return st;
+    }
+    HCQ__TRY(fst);
   }
-  return st;
+  return NULL;
 }

@@ -15,6 +15,7 @@
 #include "core/options.h"
 #include "cuda/cuda_api.h"
 #include "cuda/nvrtc.h"
+#include "cuda/nvrtc_testing.h"
 
 typedef struct nvrtc_program_st *nvrtc_program;
 
@@ -52,7 +53,7 @@ static struct {
 static bool g_ok;
 static char g_why[512];
 static int g_driver; /* the driver's CUDA version (12080), 0 without one */
-static hcq__nvrtc_fit_t g_fit;
+static hcq__cuda_nvrtc_fit_t g_fit;
 static char g_others[160]; /* the other NVRTC versions found, "13.0, 12.4" */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -64,11 +65,11 @@ int hcq__cuda_ptx_isa(int cuda_version) {
   return (major - 4) * 10 + minor;
 }
 
-static hcq__nvrtc_fit_t fit_of(int major, int minor, int driver) {
-  if (!driver) return HCQ__NVRTC_NO_DRIVER;
+static hcq__cuda_nvrtc_fit_t fit_of(int major, int minor, int driver) {
+  if (!driver) return HCQ__CUDA_NVRTC_NO_DRIVER;
   int dmajor = driver / 1000, dminor = driver % 1000 / 10;
-  if (major < dmajor || (major == dmajor && minor <= dminor)) return HCQ__NVRTC_FITS;
-  return major == dmajor ? HCQ__NVRTC_CUBIN_ONLY : HCQ__NVRTC_TOO_NEW;
+  if (major < dmajor || (major == dmajor && minor <= dminor)) return HCQ__CUDA_NVRTC_FITS;
+  return major == dmajor ? HCQ__CUDA_NVRTC_CUBIN_ONLY : HCQ__CUDA_NVRTC_TOO_NEW;
 }
 
 /* An opened candidate's version; false when it is not NVRTC. */
@@ -127,10 +128,10 @@ static void load(void) {
       continue;
     }
     /* Best: what the driver loads whole, then cubins only, then the newest; newer breaks ties. */
-    hcq__nvrtc_fit_t fit = fit_of(major, minor, g_driver);
-    int rank = (fit == HCQ__NVRTC_FITS || fit == HCQ__NVRTC_NO_DRIVER ? 2
-                : fit == HCQ__NVRTC_CUBIN_ONLY                        ? 1
-                                                                      : 0) *
+    hcq__cuda_nvrtc_fit_t fit = fit_of(major, minor, g_driver);
+    int rank = (fit == HCQ__CUDA_NVRTC_FITS || fit == HCQ__CUDA_NVRTC_NO_DRIVER ? 2
+                : fit == HCQ__CUDA_NVRTC_CUBIN_ONLY                             ? 1
+                                                                                : 0) *
                    100000 +
                major * 100 + minor;
     if (nfound < 8) found[nfound++] = major * 1000 + minor * 10;
@@ -144,8 +145,8 @@ static void load(void) {
       best_rank = rank;
     }
     /* Without a driver, or with one it fits exactly, nothing later can be better. */
-    if (fit == HCQ__NVRTC_NO_DRIVER ||
-        (fit == HCQ__NVRTC_FITS && major * 1000 + minor * 10 == g_driver))
+    if (fit == HCQ__CUDA_NVRTC_NO_DRIVER ||
+        (fit == HCQ__CUDA_NVRTC_FITS && major * 1000 + minor * 10 == g_driver))
       break;
   }
   /* Remembered for messages: which other versions this machine has. */
@@ -186,15 +187,15 @@ static void load(void) {
   g_ok = true;
 }
 
-bool hcq__nvrtc_available(const char **out_why) {
+bool hcq__cuda_nvrtc_available(const char **out_why) {
   pthread_once(&g_once, load);
   if (out_why) *out_why = g_why;
   return g_ok;
 }
 
-void hcq__nvrtc_describe(char *out, size_t size) {
+void hcq__cuda_nvrtc_describe(char *out, size_t size) {
   const char *why;
-  if (!hcq__nvrtc_available(&why)) {
+  if (!hcq__cuda_nvrtc_available(&why)) {
     snprintf(out, size, "NVRTC absent: %s", why);
     return;
   }
@@ -203,14 +204,14 @@ void hcq__nvrtc_describe(char *out, size_t size) {
       disa = hcq__cuda_ptx_isa(g_driver);
   char fit[200] = "";
   switch (g_fit) {
-    case HCQ__NVRTC_NO_DRIVER: break;
-    case HCQ__NVRTC_FITS: snprintf(fit, sizeof(fit), " compatible with the driver"); break;
-    case HCQ__NVRTC_CUBIN_ONLY:
+    case HCQ__CUDA_NVRTC_NO_DRIVER: break;
+    case HCQ__CUDA_NVRTC_FITS: snprintf(fit, sizeof(fit), " compatible with the driver"); break;
+    case HCQ__CUDA_NVRTC_CUBIN_ONLY:
       snprintf(fit, sizeof(fit),
                " newer than the driver's CUDA %d.%d: cubins only (PTX ISA %d.%d > %d.%d)", dmajor,
                dminor, isa / 10, isa % 10, disa / 10, disa % 10);
       break;
-    case HCQ__NVRTC_TOO_NEW:
+    case HCQ__CUDA_NVRTC_TOO_NEW:
       snprintf(fit, sizeof(fit),
                " INCOMPATIBLE: newer than the driver's CUDA %d.%d (PTX ISA %d.%d > %d.%d)", dmajor,
                dminor, isa / 10, isa % 10, disa / 10, disa % 10);
@@ -226,7 +227,7 @@ void hcq__cuda_image_free(hcq__cuda_image_t *img) {
   memset(img, 0, sizeof(*img));
 }
 
-bool hcq__is_ptx(const char *t) {
+bool hcq__cuda_is_ptx(const char *t) {
   for (;;) {
     while (*t == ' ' || *t == '\t' || *t == '\n' || *t == '\r') t++;
     if (t[0] == '/' && t[1] == '/') {
@@ -319,12 +320,12 @@ static hcq_status_t run_nvrtc(const char *entry, const char *source, const char 
 
 /* The payload of a cache file (core/kcache.c adds the magic and the checksum): this header, the
  * PTX, then the cubin. The key is checked again against the file name's. */
-typedef struct cache_payload {
+typedef struct cuda_cache_payload {
   uint64_t key_hi, key_lo;
   uint64_t ptx_len, cubin_len;
   int32_t arch;
   int32_t reserved;
-} cache_payload_t;
+} cuda_cache_payload_t;
 
 static XXH128_hash_t cache_key(const char *entry, const char *source, const char *option) {
   char version[32];
@@ -363,7 +364,7 @@ static bool cache_load(const char *path, XXH128_hash_t key, int arch, hcq__cuda_
   key_text(key, text);
   uint8_t *blob = hcq__kcache_blob_load(path, CACHE_MAGIC, text, UINT64_C(1) << 31, &size);
   if (!blob) return false;
-  cache_payload_t h;
+  cuda_cache_payload_t h;
   bool ok = size >= sizeof(h);
   if (ok) memcpy(&h, blob, sizeof(h));
   ok = ok && h.key_hi == key.high64 && h.key_lo == key.low64 && h.arch == arch &&
@@ -394,8 +395,8 @@ static bool cache_load(const char *path, XXH128_hash_t key, int arch, hcq__cuda_
 
 static void cache_store(const char *dir, const char *path, XXH128_hash_t key,
                         const hcq__cuda_image_t *img) {
-  cache_payload_t h = {key.high64, key.low64, img->ptx_len, img->cubin ? img->cubin_len : 0,
-                       img->arch,  0};
+  cuda_cache_payload_t h = {key.high64, key.low64, img->ptx_len, img->cubin ? img->cubin_len : 0,
+                            img->arch,  0};
   size_t size = sizeof(h) + h.ptx_len + h.cubin_len;
   uint8_t *blob = malloc(size);
   if (!blob) return; /* not cached: the kernel was compiled all the same */
@@ -408,10 +409,10 @@ static void cache_store(const char *dir, const char *path, XXH128_hash_t key,
   free(blob);
 }
 
-hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch, char *out,
-                                   size_t size) {
+hcq_status_t hcq__cuda_nvrtc_cache_path(const char *entry, const char *source, int arch, char *out,
+                                        size_t size) {
   const char *why;
-  if (!hcq__nvrtc_available(&why))
+  if (!hcq__cuda_nvrtc_available(&why))
     return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile CUDA C: %s", why);
   bool real;
   int use = pick_arch(arch, &real);
@@ -421,17 +422,17 @@ hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int ar
   return path_for(entry, source, option, dir, sizeof(dir), out, size, &key);
 }
 
-/* What this NVRTC makes must be something the driver loads (see hcq__nvrtc_fit). */
+/* What this NVRTC makes must be something the driver loads (see hcq__cuda_nvrtc_fit). */
 static hcq_status_t check_fit(const char *entry, int arch, bool real) {
-  if (g_fit == HCQ__NVRTC_FITS || g_fit == HCQ__NVRTC_NO_DRIVER ||
-      (g_fit == HCQ__NVRTC_CUBIN_ONLY && real))
+  if (g_fit == HCQ__CUDA_NVRTC_FITS || g_fit == HCQ__CUDA_NVRTC_NO_DRIVER ||
+      (g_fit == HCQ__CUDA_NVRTC_CUBIN_ONLY && real))
     return NULL;
   int nv = g_nvrtc.major * 1000 + g_nvrtc.minor * 10, isa = hcq__cuda_ptx_isa(nv),
       disa = hcq__cuda_ptx_isa(g_driver);
   char found[sizeof(g_others) + 64] = "";
   if (*g_others)
     snprintf(found, sizeof(found), "; the other NVRTC versions found (%s) fit no better", g_others);
-  if (g_fit == HCQ__NVRTC_CUBIN_ONLY)
+  if (g_fit == HCQ__CUDA_NVRTC_CUBIN_ONLY)
     return hcq_status_make(
         HCQ_UNAVAILABLE,
         "cannot compile %s for compute_%d: NVRTC %d.%d (%s) writes PTX ISA %d.%d, "
@@ -453,11 +454,11 @@ static hcq_status_t check_fit(const char *entry, int arch, bool real) {
       g_driver / 1000, g_driver % 1000 / 10, g_driver / 1000, g_nvrtc.major, g_nvrtc.minor);
 }
 
-hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch,
-                                hcq__cuda_image_t *out) {
+hcq_status_t hcq__cuda_nvrtc_compile(const char *entry, const char *source, int arch,
+                                     hcq__cuda_image_t *out) {
   memset(out, 0, sizeof(*out));
   const char *why;
-  if (!hcq__nvrtc_available(&why))
+  if (!hcq__cuda_nvrtc_available(&why))
     return hcq_status_make(HCQ_UNAVAILABLE, "cannot compile CUDA C: %s", why);
   bool real;
   int use = pick_arch(arch, &real);

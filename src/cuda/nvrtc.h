@@ -15,18 +15,18 @@
  * one of the driver's major version (its cubins load, its PTX does not), else the newest found
  * (then compiling fails saying why). Without a driver: the first that loads. false, with why, when
  * none loads. */
-bool hcq__nvrtc_available(const char **out_why);
+bool hcq__cuda_nvrtc_available(const char **out_why);
 /* "NVRTC 13.0 compatible with the driver (/usr/local/cuda/lib64/libnvrtc.so.13)", with "too new"
  * and the PTX ISA versions when it is not, or "NVRTC absent: why". */
-void hcq__nvrtc_describe(char *out, size_t size);
+void hcq__cuda_nvrtc_describe(char *out, size_t size);
 
 /* How the chosen NVRTC's output fits the driver's CUDA version. */
-typedef enum hcq__nvrtc_fit {
-  HCQ__NVRTC_NO_DRIVER,  /* no driver loaded: nothing to compare */
-  HCQ__NVRTC_FITS,       /* NVRTC <= driver: its PTX and cubins load */
-  HCQ__NVRTC_CUBIN_ONLY, /* same major, newer minor: cubins load, its PTX is too new */
-  HCQ__NVRTC_TOO_NEW,    /* newer major: neither loads */
-} hcq__nvrtc_fit_t;
+typedef enum hcq__cuda_nvrtc_fit {
+  HCQ__CUDA_NVRTC_NO_DRIVER,  /* no driver loaded: nothing to compare */
+  HCQ__CUDA_NVRTC_FITS,       /* NVRTC <= driver: its PTX and cubins load */
+  HCQ__CUDA_NVRTC_CUBIN_ONLY, /* same major, newer minor: cubins load, its PTX is too new */
+  HCQ__CUDA_NVRTC_TOO_NEW,    /* newer major: neither loads */
+} hcq__cuda_nvrtc_fit_t;
 /* The PTX ISA version (major * 10 + minor) that the toolkit of a CUDA version writes, which is also
  * the newest a driver of that version loads: 12.8 -> 87, 13.0 -> 90. */
 int hcq__cuda_ptx_isa(int cuda_version);
@@ -51,14 +51,10 @@ void hcq__cuda_image_free(hcq__cuda_image_t *img);
  * this user and are writable by nobody else; files are written whole (temporary file, then
  * rename) and checked (key, sizes, checksum) before use. COMPILE_ERROR carries NVRTC's log;
  * UNAVAILABLE says why NVRTC is missing. */
-HCQ_MUST_USE hcq_status_t hcq__nvrtc_compile(const char *entry, const char *source, int arch,
-                                             hcq__cuda_image_t *out);
-
-/* The cache file compile would use for these arguments (tests plant and inspect it). */
-HCQ_MUST_USE hcq_status_t hcq__nvrtc_cache_path(const char *entry, const char *source, int arch,
-                                                char *out, size_t size);
+HCQ_MUST_USE hcq_status_t hcq__cuda_nvrtc_compile(const char *entry, const char *source, int arch,
+                                                  hcq__cuda_image_t *out);
 
 /* True when text is PTX (its first directive, after comments, is .version). */
-bool hcq__is_ptx(const char *text);
+bool hcq__cuda_is_ptx(const char *text);
 
 #endif

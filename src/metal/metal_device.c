@@ -25,12 +25,20 @@
 #include "core/host_wait.h"
 #include "core/options.h"
 #include "core/signal.h"
+#include "core/status.h"
 #include "core/vec.h"
 #include "metal/metal_internal.h"
 
+/* The encoder a device's open command buffer has. */
+typedef enum mtl_encoder_kind {
+  MTL_ENCODER_NONE,
+  MTL_ENCODER_COMPUTE,
+  MTL_ENCODER_BLIT
+} mtl_encoder_kind_t;
+
 typedef struct mtl_entry {
   struct mtl_entry *next;
-  int kind;
+  hcq_queue_kind_t kind;
   const uint32_t *words;
   size_t nwords;
   uint32_t *owned;
@@ -63,7 +71,7 @@ typedef struct mtl_dev {
   HCQ__VEC(mtl_alloc_t) allocs; /* sorted by addr */
   /* Engine thread only. */
   hcq_id cb, enc;
-  int enc_kind;             /* 0 none, 1 compute, 2 blit */
+  mtl_encoder_kind_t enc_kind;
   const char *cb_kernel;    /* a kernel the open command buffer runs, for messages */
   HCQ__VEC(hcq_id) pending; /* committed command buffers not yet seen complete (retained) */
   uint64_t event_value;
@@ -183,11 +191,11 @@ static hcq_status_t mtl_memory_info(hcq_device_t *dev, hcq_device_memory_t *out)
 static void end_encoder(mtl_dev_t *md) {
   if (md->enc) MSG(void)(md->enc, SEL(endEncoding));
   md->enc = NULL;
-  md->enc_kind = 0;
+  md->enc_kind = MTL_ENCODER_NONE;
 }
 
-/* The open command buffer with an encoder of kind (1 compute, 2 blit). */
-static bool encoder(mtl_dev_t *md, int kind) {
+/* The open command buffer with an encoder of kind. */
+static bool encoder(mtl_dev_t *md, mtl_encoder_kind_t kind) {
   if (md->enc_kind == kind) return true;
   end_encoder(md);
   if (!md->cb) {
@@ -196,8 +204,9 @@ static bool encoder(mtl_dev_t *md, int kind) {
     MSG(hcq_id)(md->cb, SEL(retain));
     md->cb_kernel = NULL;
   }
-  md->enc = MSG(hcq_id)(md->cb, kind == 1 ? SEL(computeCommandEncoder) : SEL(blitCommandEncoder));
-  md->enc_kind = md->enc ? kind : 0;
+  md->enc = MSG(hcq_id)(
+      md->cb, kind == MTL_ENCODER_COMPUTE ? SEL(computeCommandEncoder) : SEL(blitCommandEncoder));
+  md->enc_kind = md->enc ? kind : MTL_ENCODER_NONE;
   return md->enc != NULL;
 }
 
@@ -266,7 +275,7 @@ static void run_exec(mtl_dev_t *md, const uint32_t *w) {
         p->name, group.width, group.height, group.depth, k->max_threads);
     return;
   }
-  if (!encoder(md, 1)) {
+  if (!encoder(md, MTL_ENCODER_COMPUTE)) {
     hcq__device_mark_lost(md->dev, "kernel %s: no command buffer or compute encoder", p->name);
     return;
   }
@@ -301,7 +310,7 @@ static void run_copy(mtl_dev_t *md, const uint32_t *w) {
   uint64_t doff = 0, soff = 0;
   hcq_id db = hcq__mtl_buffer_at(md->dev, dst, &doff), sb = hcq__mtl_buffer_at(md->dev, src, &soff);
   if (db && sb) {
-    if (!encoder(md, 2)) {
+    if (!encoder(md, MTL_ENCODER_BLIT)) {
       hcq__device_mark_lost(md->dev, "copy: no command buffer or blit encoder");
       return;
     }
@@ -428,7 +437,7 @@ static hcq_status_t enqueue(hcq_device_t *dev, hcq_queue_kind_t kind, const uint
   if (hcq__device_is_lost(dev)) return hcq__device_check(dev);
   mtl_entry_t *e = calloc(1, sizeof(*e));
   if (!e) return hcq_status_make(HCQ_OUT_OF_MEMORY, "%s: out of memory submitting", dev->name);
-  e->kind = (int)kind;
+  e->kind = kind;
   e->nwords = nwords;
   if (bound || !nwords) {
     e->words = words;
@@ -586,6 +595,83 @@ static hcq_status_t metallib_check(const char *entry, const uint8_t *b, size_t s
   return NULL;
 }
 
+/* Metal's error text, or a stand-in. */
+static const char *error_text(mtl_dev_t *md, hcq_id err) {
+  hcq_id text = err ? MSG(hcq_id)(err, SEL(localizedDescription)) : NULL;
+  return text ? hcq__mtl_cstring(md->api, text) : "(no error text)";
+}
+
+/* A metallib (core/binary.h): checked to be one, and whole, before Metal reads it. */
+static hcq_status_t load_metallib(hcq_device_t *dev, const char *entry, const char *source,
+                                  hcq__mtl_kernel_t *k) {
+  mtl_dev_t *md = mdev(dev);
+  const hcq__mtl_api_t *api = md->api;
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  hcq_id err = NULL;
+  void *data;
+  hcq_status_t st;
+  if ((st = hcq__binary_decode(source, entry, &bytes, &len))) goto out;
+  if ((st = metallib_check(entry, bytes, len))) goto out;
+  if (!(data = api->dispatch_data_create(bytes, len, NULL, NULL))) {
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading the metallib of %s", entry);
+    goto out;
+  }
+  k->library = MSG(hcq_id, void *, hcq_id *)(md->device, SEL(newLibraryWithData), data, &err);
+  api->dispatch_release(data);
+  if (!k->library)
+    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: Metal rejected the metallib of %s: %s", dev->name,
+                         entry, error_text(md, err));
+out:
+  free(bytes);
+  return st;
+}
+
+static hcq_status_t compile_source(hcq_device_t *dev, const char *entry, const char *source,
+                                   hcq__mtl_kernel_t *k) {
+  mtl_dev_t *md = mdev(dev);
+  hcq_id err = NULL;
+  k->library = MSG(hcq_id, hcq_id, hcq_id, hcq_id *)(md->device, SEL(newLibraryWithSource),
+                                                     hcq__mtl_string(md->api, source), NULL, &err);
+  if (!k->library)
+    return hcq_status_make(HCQ_COMPILE_ERROR,
+                           "%s: the Metal compiler rejected the source of %s:\n%s", dev->name,
+                           entry, error_text(md, err));
+  return NULL;
+}
+
+/* The kernel function and its compute pipeline, which the Metal graph's ICBs can run too. */
+static hcq_status_t make_pipeline(hcq_device_t *dev, const char *entry, hcq__mtl_kernel_t *k) {
+  mtl_dev_t *md = mdev(dev);
+  const hcq__mtl_api_t *api = md->api;
+  if (!(k->function =
+            MSG(hcq_id, hcq_id)(k->library, SEL(newFunctionWithName), hcq__mtl_string(api, entry))))
+    return hcq_status_make(HCQ_COMPILE_ERROR,
+                           "%s: the Metal library has no kernel function named %s", dev->name,
+                           entry);
+  hcq_id desc = MSG(hcq_id)(api->MTLComputePipelineDescriptor, SEL(new_));
+  MSG(void, hcq_id)(desc, SEL(setComputeFunction), k->function);
+  MSG(void, signed char)(desc, SEL(setSupportIndirectCommandBuffers), 1);
+  hcq_id err = NULL;
+  k->pipeline = MSG(hcq_id, hcq_id, hcq_NSUInteger, void *, hcq_id *)(
+      md->device, SEL(newComputePipelineStateWithDescriptor), desc, 0, NULL, &err);
+  MSG(void)(desc, SEL(release));
+  if (!k->pipeline)
+    return hcq_status_make(HCQ_COMPILE_ERROR, "%s: no compute pipeline for %s: %s", dev->name,
+                           entry, error_text(md, err));
+  k->max_threads = MSG(hcq_NSUInteger)(k->pipeline, SEL(maxTotalThreadsPerThreadgroup));
+  return NULL;
+}
+
+static hcq_status_t build_kernel(hcq_device_t *dev, const char *entry, const char *source,
+                                 hcq__mtl_kernel_t *k) {
+  if (hcq__binary_of_source(source) != HCQ_BINARY_NONE)
+    HCQ__TRY(load_metallib(dev, entry, source, k));
+  else
+    HCQ__TRY(compile_source(dev, entry, source, k));
+  return make_pipeline(dev, entry, k);
+}
+
 static hcq_status_t mtl_compile(hcq_device_t *dev, const char *entry, const char *source,
                                 hcq__program_impl_t *out) {
   mtl_dev_t *md = mdev(dev);
@@ -593,57 +679,7 @@ static hcq_status_t mtl_compile(hcq_device_t *dev, const char *entry, const char
   hcq__mtl_kernel_t *k = calloc(1, sizeof(*k));
   if (!k) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory compiling %s", entry);
   void *pool = api->objc_autoreleasePoolPush();
-  hcq_status_t st = NULL;
-  hcq_id err = NULL;
-  uint8_t *lib_bytes = NULL;
-  size_t lib_len = 0;
-  bool is_lib = hcq__binary_of_source(source) != HCQ_BINARY_NONE;
-  if (is_lib) {
-    /* A metallib (core/binary.h): checked to be one, and whole, before Metal reads it. */
-    if (!(st = hcq__binary_decode(source, entry, &lib_bytes, &lib_len)))
-      st = metallib_check(entry, lib_bytes, lib_len);
-    void *data = st ? NULL : api->dispatch_data_create(lib_bytes, lib_len, NULL, NULL);
-    if (!st && !data)
-      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory loading the metallib of %s", entry);
-    if (!st) {
-      k->library = MSG(hcq_id, void *, hcq_id *)(md->device, SEL(newLibraryWithData), data, &err);
-      api->dispatch_release(data);
-    }
-    free(lib_bytes);
-  } else {
-    k->library = MSG(hcq_id, hcq_id, hcq_id, hcq_id *)(md->device, SEL(newLibraryWithSource),
-                                                       hcq__mtl_string(api, source), NULL, &err);
-  }
-  if (!st && !k->library && is_lib) {
-    hcq_id text = err ? MSG(hcq_id)(err, SEL(localizedDescription)) : NULL;
-    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: Metal rejected the metallib of %s: %s", dev->name,
-                         entry, text ? hcq__mtl_cstring(api, text) : "(no error text)");
-  } else if (!st && !k->library) {
-    hcq_id text = err ? MSG(hcq_id)(err, SEL(localizedDescription)) : NULL;
-    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: the Metal compiler rejected the source of %s:\n%s",
-                         dev->name, entry, text ? hcq__mtl_cstring(api, text) : "(no error text)");
-  }
-  if (!st && !(k->function = MSG(hcq_id, hcq_id)(k->library, SEL(newFunctionWithName),
-                                                 hcq__mtl_string(api, entry))))
-    st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: the Metal library has no kernel function named %s",
-                         dev->name, entry);
-  if (!st) {
-    hcq_id desc = MSG(hcq_id)(api->MTLComputePipelineDescriptor, SEL(new_));
-    MSG(void, hcq_id)(desc, SEL(setComputeFunction), k->function);
-    MSG(void, signed char)
-    (desc, SEL(setSupportIndirectCommandBuffers), 1); /* the Metal graph's ICBs run it */
-    err = NULL;
-    k->pipeline = MSG(hcq_id, hcq_id, hcq_NSUInteger, void *, hcq_id *)(
-        md->device, SEL(newComputePipelineStateWithDescriptor), desc, 0, NULL, &err);
-    MSG(void)(desc, SEL(release));
-    if (!k->pipeline) {
-      hcq_id text = err ? MSG(hcq_id)(err, SEL(localizedDescription)) : NULL;
-      st = hcq_status_make(HCQ_COMPILE_ERROR, "%s: no compute pipeline for %s: %s", dev->name,
-                           entry, text ? hcq__mtl_cstring(api, text) : "(no error text)");
-    } else {
-      k->max_threads = MSG(hcq_NSUInteger)(k->pipeline, SEL(maxTotalThreadsPerThreadgroup));
-    }
-  }
+  hcq_status_t st = build_kernel(dev, entry, source, k);
   api->objc_autoreleasePoolPop(pool);
   if (st) {
     release(md, k->pipeline);
@@ -765,7 +801,7 @@ static void mtl_query(hcq_device_info_t *info) {
   api->objc_autoreleasePoolPop(pool);
 }
 
-const hcq__backend_t hcq__metal_backend = {
+const hcq__backend_t hcq__mtl_backend = {
     /* docs/design.md, "The Metal graph" */
     .kind = HCQ_DEVICE_METAL,
     .source_key = "metal",
@@ -773,7 +809,7 @@ const hcq__backend_t hcq__metal_backend = {
     .open = mtl_open,
     .binary_formats = 1u << HCQ_BINARY_METALLIB,
     .kernel_caps = HCQ_CAP_COMPILE_METAL,
-    .graph_create = hcq__metal_graph_create,
+    .graph_create = hcq__mtl_graph_create,
     .graph_kernels_only = true,
     .graph_one_device = true,
     .no_compile_why =

@@ -23,24 +23,25 @@
 #include "core/host_wait.h"
 #include "core/options.h"
 #include "core/signal.h"
+#include "core/status.h"
 #include "graph/graph_internal.h"
 #include "graph/update_plan.h"
 #include "metal/metal_internal.h"
 
 #define MAX_INSTANCES 8
 
-typedef struct held_cmd {
+typedef struct mtl_held_cmd {
   uint64_t *args; /* nbufs addresses the command binds */
   uint32_t global[3], local[3];
   bool empty; /* reset (no dispatch): a dim is 0 */
-} held_cmd_t;
+} mtl_held_cmd_t;
 
 typedef struct mtl_inst {
-  struct metal_graph *g;
+  struct mtl_graph *g;
   hcq_id icb, vals_buf;
   int32_t *vals;
   hcq__update_plan_t *plan;
-  held_cmd_t *held;
+  mtl_held_cmd_t *held;
   uint64_t *held_args;
   hcq_id *resources;
   size_t nresources;
@@ -50,7 +51,7 @@ typedef struct mtl_inst {
   uint64_t elapsed_ns;
 } mtl_inst_t;
 
-typedef struct metal_graph {
+typedef struct mtl_graph {
   struct hcq_graph base;
   hcq_device_t *dev;
   const hcq__mtl_api_t *api;
@@ -65,7 +66,7 @@ typedef struct metal_graph {
   uint64_t *input_addrs;
   char label[32];
   hcq_id label_str; /* label as an NSString, made once: replays only set it */
-} metal_graph_t;
+} mtl_graph_t;
 
 #define MSG(ret, ...) HCQ__MSG(g->api, ret, ##__VA_ARGS__)
 #define SEL(name) g->api->sel.name
@@ -74,16 +75,16 @@ static hcq_status_t oom(void) {
   return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a Metal graph");
 }
 
-static const hcq__mtl_kernel_t *kernel_of(const metal_graph_t *g, size_t j) {
+static const hcq__mtl_kernel_t *kernel_of(const mtl_graph_t *g, size_t j) {
   return g->base.runner.items[j].kernel.program->impl.object;
 }
 
 /* Encodes command j of in from v where it differs from what in holds (all when full); returns the
  * number of ICB calls made. */
-static uint64_t encode_command(metal_graph_t *g, mtl_inst_t *in, uint32_t j,
+static uint64_t encode_command(mtl_graph_t *g, mtl_inst_t *in, uint32_t j,
                                const hcq__plan_values_t *v, bool full) {
   const hcq_kernel_item_t *k = &g->base.runner.items[j].kernel;
-  held_cmd_t *h = &in->held[j];
+  mtl_held_cmd_t *h = &in->held[j];
   uint64_t calls = 0;
   memcpy(in->vals + g->vals_at[j], v->vals, 4 * k->nvals); /* values are memory: no ICB call */
   bool empty = false;
@@ -124,7 +125,7 @@ static uint64_t encode_command(metal_graph_t *g, mtl_inst_t *in, uint32_t j,
 }
 
 /* Every buffer the instance's commands bind, once, plus its value buffer. */
-static hcq_status_t collect_resources(metal_graph_t *g, mtl_inst_t *in) {
+static hcq_status_t collect_resources(mtl_graph_t *g, mtl_inst_t *in) {
   size_t n = 0;
   for (size_t j = 0; j < g->n; j++) {
     const hcq_kernel_item_t *k = &g->base.runner.items[j].kernel;
@@ -142,7 +143,7 @@ static hcq_status_t collect_resources(metal_graph_t *g, mtl_inst_t *in) {
   return NULL;
 }
 
-static hcq_status_t build_instance(metal_graph_t *g, mtl_inst_t *in) {
+static hcq_status_t build_instance(mtl_graph_t *g, mtl_inst_t *in) {
   hcq__runner_t *r = &g->base.runner;
   in->g = g;
   hcq_status_t st = hcq__update_plan_for_runner(r, &in->plan);
@@ -183,7 +184,20 @@ static hcq_status_t build_instance(metal_graph_t *g, mtl_inst_t *in) {
   return collect_resources(g, in);
 }
 
-static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
+/* Every in-flight instance's ICB, whether the GPU needs the pipelines dispatched before an ICB, and
+ * the label as an NSString; inside an autorelease pool. */
+static hcq_status_t build_instances(mtl_graph_t *g) {
+  for (unsigned k = 0; k < g->ninst; k++) HCQ__TRY(build_instance(g, &g->inst[k]));
+  /* Apple's M1 and M2 GPUs (the ICB classes before AGXG15X) run an ICB's commands without the
+   * pipelines' state unless each pipeline was dispatched once in the encoder: tinygrad's MetalGraph
+   * dispatches every pipeline with an empty grid before the ICB there. */
+  g->needs_fix = strcmp(g->api->object_getClassName(g->inst[0].icb),
+                        "AGXG15XFamilyIndirectCommandBuffer") != 0;
+  g->label_str = MSG(hcq_id)(hcq__mtl_string(g->api, g->label), SEL(retain));
+  return NULL;
+}
+
+static hcq_status_t build(mtl_graph_t *g, unsigned inflight) {
   hcq__runner_t *r = &g->base.runner;
   for (size_t j = 0; j < r->nitems; j++) {
     const hcq_exec_item_t *it = &r->items[j];
@@ -215,20 +229,13 @@ static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
   }
   if (!inflight) inflight = hcq__options()->graph_inflight;
   g->ninst = inflight < 1 ? 1 : inflight > MAX_INSTANCES ? MAX_INSTANCES : inflight;
-  void *pool = g->api->objc_autoreleasePoolPush();
-  hcq_status_t st = NULL;
-  for (unsigned k = 0; k < g->ninst && !st; k++) st = build_instance(g, &g->inst[k]);
-  /* Apple's M1 and M2 GPUs (the ICB classes before AGXG15X) run an ICB's commands without the
-   * pipelines' state unless each pipeline was dispatched once in the encoder: tinygrad's MetalGraph
-   * dispatches every pipeline with an empty grid before the ICB there. */
-  if (!st)
-    g->needs_fix = strcmp(g->api->object_getClassName(g->inst[0].icb),
-                          "AGXG15XFamilyIndirectCommandBuffer") != 0;
   snprintf(g->label, sizeof(g->label), "batched %zu", g->n);
-  if (!st) g->label_str = MSG(hcq_id)(hcq__mtl_string(g->api, g->label), SEL(retain));
+  void *pool = g->api->objc_autoreleasePoolPush();
+  hcq_status_t st = build_instances(g);
   g->api->objc_autoreleasePoolPop(pool);
-  g->base.stats.updatable_nodes = st ? 0 : hcq__update_plan_updatable_count(g->inst[0].plan);
-  return st;
+  if (st) return st;
+  g->base.stats.updatable_nodes = hcq__update_plan_updatable_count(g->inst[0].plan);
+  return NULL;
 }
 
 /* ---- replay (on the device's engine) ---- */
@@ -236,7 +243,7 @@ static hcq_status_t build(metal_graph_t *g, unsigned inflight) {
 static hcq_id encode_replay(void *ctx, hcq_device_t *dev, hcq_id queue, char *err,
                             size_t err_size) {
   mtl_inst_t *in = ctx;
-  metal_graph_t *g = in->g;
+  mtl_graph_t *g = in->g;
   (void)dev;
   hcq_id cb = MSG(hcq_id)(queue, SEL(commandBuffer));
   hcq_id enc = cb ? MSG(hcq_id)(cb, SEL(computeCommandEncoder)) : NULL;
@@ -262,7 +269,7 @@ static hcq_id encode_replay(void *ctx, hcq_device_t *dev, hcq_id queue, char *er
 
 static void replay_done(void *ctx, hcq_id cb, bool failed) {
   mtl_inst_t *in = ctx;
-  metal_graph_t *g = in->g;
+  mtl_graph_t *g = in->g;
   in->failed = failed;
   if (cb && !failed) {
     double t0 = MSG(double)(cb, SEL(GPUStartTime)), t1 = MSG(double)(cb, SEL(GPUEndTime));
@@ -271,7 +278,7 @@ static void replay_done(void *ctx, hcq_id cb, bool failed) {
   atomic_store_explicit(&in->busy, false, memory_order_release);
 }
 
-static hcq_status_t wait_instance(metal_graph_t *g, mtl_inst_t *in) {
+static hcq_status_t wait_instance(mtl_graph_t *g, mtl_inst_t *in) {
   uint64_t deadline = hcq__deadline_after_ms(HCQ_TIMEOUT_DEFAULT);
   for (unsigned i = 0; atomic_load_explicit(&in->busy, memory_order_acquire); i++) {
     hcq_status_t st = hcq__device_check(g->dev);
@@ -292,7 +299,7 @@ static hcq_status_t wait_instance(metal_graph_t *g, mtl_inst_t *in) {
 }
 
 static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
-  metal_graph_t *g = (metal_graph_t *)base;
+  mtl_graph_t *g = (mtl_graph_t *)base;
   hcq__runner_t *r = &base->runner;
   mtl_inst_t *in = &g->inst[g->next_inst];
   hcq_status_t st = wait_instance(g, in);
@@ -357,7 +364,7 @@ static hcq_status_t metal_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
 
 /* ---- the rest of the vtable ---- */
 
-static void free_graph(metal_graph_t *g) {
+static void free_graph(mtl_graph_t *g) {
   for (unsigned k = 0; k < MAX_INSTANCES; k++) {
     mtl_inst_t *in = &g->inst[k];
     if (in->icb) MSG(void)(in->icb, SEL(release));
@@ -375,7 +382,7 @@ static void free_graph(metal_graph_t *g) {
 }
 
 static hcq_status_t metal_graph_destroy(hcq_graph_t *base) {
-  metal_graph_t *g = (metal_graph_t *)base;
+  mtl_graph_t *g = (mtl_graph_t *)base;
   for (unsigned k = 0; k < g->ninst; k++) {
     hcq_status_t st = wait_instance(g, &g->inst[k]);
     if (st) return st;
@@ -385,7 +392,7 @@ static hcq_status_t metal_graph_destroy(hcq_graph_t *base) {
 }
 
 static hcq_status_t metal_graph_destroy_anyway(hcq_graph_t *base) {
-  metal_graph_t *g = (metal_graph_t *)base;
+  mtl_graph_t *g = (mtl_graph_t *)base;
   bool busy = false;
   for (unsigned k = 0; k < g->ninst; k++) busy |= atomic_load(&g->inst[k].busy);
   if (busy) { /* the engine may still encode from it: keep it (a lost device drops the job soon) */
@@ -403,8 +410,8 @@ static const hcq__graph_vtable_t metal_graph_vtable = {
     .run = metal_graph_run,
 };
 
-hcq_status_t hcq__metal_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight,
-                                     hcq_graph_t **out) {
+hcq_status_t hcq__mtl_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight,
+                                   hcq_graph_t **out) {
   (void)profile; /* no per-item profile (hcq_graph_profile says so); replays with wait are timed by
                     the GPU */
   if (runner->ndevices != 1)
@@ -412,7 +419,7 @@ hcq_status_t hcq__metal_graph_create(hcq__runner_t *runner, bool profile, unsign
                            "a Metal graph runs on one device; these items use %zu",
                            runner->ndevices);
   const hcq__mtl_api_t *api = hcq__mtl_api(NULL);
-  metal_graph_t *g = hcq__graph_alloc(sizeof(*g), &metal_graph_vtable, runner);
+  mtl_graph_t *g = hcq__graph_alloc(sizeof(*g), &metal_graph_vtable, runner);
   if (!g) return oom();
   g->dev = runner->devices[0];
   g->api = api;

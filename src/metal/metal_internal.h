@@ -141,7 +141,7 @@ const char *hcq__mtl_cstring(const hcq__mtl_api_t *api, hcq_id str);
 /* The Metal graph (metal_graph.c; docs/design.md, "The Metal graph"): the row's graph_create
  * (core/backend.h), for kernel items of one Metal device. */
 struct hcq__runner;
-HCQ_MUST_USE hcq_status_t hcq__metal_graph_create(struct hcq__runner *runner, bool profile,
-                                                  unsigned inflight, hcq_graph_t **out);
+HCQ_MUST_USE hcq_status_t hcq__mtl_graph_create(struct hcq__runner *runner, bool profile,
+                                                unsigned inflight, hcq_graph_t **out);
 
 #endif

@@ -9,11 +9,11 @@
 
 /* ---- remote device queues ---- */
 
-uint32_t hcq__mpi_mem_gid(rdev_t *rd, const uint32_t *list) {
+uint32_t hcq__mpi_mem_gid(mpi_rdev_t *rd, const uint32_t *list) {
   uint32_t gid = 0;
   pthread_mutex_lock(&rd->mem_lock);
   for (size_t i = 0; i < rd->tagged.len; i++) {
-    tagged_mem_t *t = &rd->tagged.data[i];
+    mpi_tagged_mem_t *t = &rd->tagged.data[i];
     if ((const char *)list >= (const char *)t->host &&
         (const char *)list < (const char *)t->host + t->size) {
       gid = t->gid;
@@ -25,7 +25,7 @@ uint32_t hcq__mpi_mem_gid(rdev_t *rd, const uint32_t *list) {
 }
 
 /* The message a COPY on rd's queue stands for: 1 send, 2 receive, 0 nothing here. */
-int hcq__mpi_copy_role(const rdev_t *rd, const uint32_t *w, uint64_t *local) {
+int hcq__mpi_copy_role(const mpi_rdev_t *rd, const uint32_t *w, uint64_t *local) {
   uint64_t dst = hcq__rd64(w + HCQ__COPY_DST), src = hcq__rd64(w + HCQ__COPY_SRC);
   int role = 0;
   if (hcq__addr_is_remote(dst) && hcq__mpi_addr_owner(dst) == rd->id && !hcq__addr_is_remote(src))
@@ -44,7 +44,9 @@ int hcq__mpi_copy_tag(uint32_t word_tag, uint32_t gid) {
     tag = (int)word_tag; /* the same formula, made at build */
   else
     tag = (int)((1u << 30) | ((gid & 0x3ffu) << 20) | ((word_tag ? word_tag - 1 : 0) & 0xfffffu));
-  return hcq__mpi.tag_ub > 0 && tag > hcq__mpi.tag_ub ? tag % (hcq__mpi.tag_ub + 1) : tag;
+  return hcq__mpi_state.tag_ub > 0 && tag > hcq__mpi_state.tag_ub
+             ? tag % (hcq__mpi_state.tag_ub + 1)
+             : tag;
 }
 
 enum { RUN_DONE, RUN_BLOCKED };
@@ -54,7 +56,7 @@ static uint64_t wall_clock(void *unused) {
   return hcq__now_ns();
 }
 
-static int run_list(rdev_t *rd, rqueue_t *q, bool *moved) {
+static int run_list(mpi_rdev_t *rd, mpi_rqueue_t *q, bool *moved) {
   for (;;) {
     if (q->c.w == q->c.end) {
       if (!hcq__cursor_return(&q->c)) return RUN_DONE;
@@ -86,7 +88,7 @@ static int run_list(rdev_t *rd, rqueue_t *q, bool *moved) {
         int role = hcq__mpi_copy_role(rd, w, &local);
         uint64_t bytes = hcq__rd64(w + HCQ__COPY_SIZE);
         if (!role || !bytes) break;
-        op_t *o = calloc(1, sizeof(*o));
+        mpi_op_t *o = calloc(1, sizeof(*o));
         if (!o) {
           hcq__device_mark_lost(rd->dev, "out of memory for an MPI request");
           break;
@@ -96,7 +98,7 @@ static int run_list(rdev_t *rd, rqueue_t *q, bool *moved) {
         o->count = (int)bytes;
         o->peer = rd->rank;
         o->tag = hcq__mpi_copy_tag(w[HCQ__COPY_TAG], q->gid);
-        o->comm = hcq__mpi.data;
+        o->comm = hcq__mpi_state.data;
         q->pending = o;
         *moved = true;
         if (hcq__mpi_op_post(o) && !hcq__mpi_op_test(o)) {
@@ -114,7 +116,7 @@ static int run_list(rdev_t *rd, rqueue_t *q, bool *moved) {
   }
 }
 
-void hcq__mpi_drop_queue(rqueue_t *q) {
+void hcq__mpi_drop_queue(mpi_rqueue_t *q) {
   if (q->pending) {
     uint32_t st = atomic_load(&q->pending->state);
     if (st == OPS_POSTED) {
@@ -134,7 +136,7 @@ void hcq__mpi_drop_queue(rqueue_t *q) {
 }
 
 /* Runs q until it is empty or blocked; *blocked says whether it waits. */
-static bool run_queue(rdev_t *rd, rqueue_t *q, bool *blocked) {
+static bool run_queue(mpi_rdev_t *rd, mpi_rqueue_t *q, bool *blocked) {
   bool moved = false;
   *blocked = false;
   for (;;) {
@@ -167,18 +169,19 @@ static bool run_queue(rdev_t *rd, rqueue_t *q, bool *blocked) {
 
 /* What one pass of the thread over its work found: whether anything moved, whether some queue or
  * request still waits (and whether on MPI), and the signal a queue waits for, if one does. */
-typedef struct sweep {
+typedef struct mpi_sweep {
   bool moved, waiting, mpi_pending;
   const hcq__signal_words_t *park_on;
   uint64_t park_want;
-} sweep_t;
+} mpi_sweep_t;
 
-/* Posts the ops user threads handed over onto the thread's posted list (under hcq__mpi.lock). */
-static void post_new_ops(op_t **posted, sweep_t *s) {
-  op_t *fresh = hcq__mpi.new_ops;
-  hcq__mpi.new_ops = NULL;
+/* Posts the ops user threads handed over onto the thread's posted list (under hcq__mpi_state.lock).
+ */
+static void post_new_ops(mpi_op_t **posted, mpi_sweep_t *s) {
+  mpi_op_t *fresh = hcq__mpi_state.new_ops;
+  hcq__mpi_state.new_ops = NULL;
   while (fresh) {
-    op_t *o = fresh;
+    mpi_op_t *o = fresh;
     fresh = o->next;
     if (hcq__mpi_op_post(o)) {
       o->next = *posted;
@@ -188,15 +191,15 @@ static void post_new_ops(op_t **posted, sweep_t *s) {
   }
 }
 
-/* Runs every remote device's queues as far as they go (under hcq__mpi.lock); a lost device's are
- * dropped. */
-static void run_devices(sweep_t *s) {
-  for (rdev_t *rd = hcq__mpi.devices; rd; rd = rd->next) {
+/* Runs every remote device's queues as far as they go (under hcq__mpi_state.lock); a lost device's
+ * are dropped. */
+static void run_devices(mpi_sweep_t *s) {
+  for (mpi_rdev_t *rd = hcq__mpi_state.devices; rd; rd = rd->next) {
     if (hcq__mpi_rank_is_lost(rd->rank) && !hcq__device_is_lost(rd->dev))
       hcq__device_mark_lost(rd->dev, "rank %d is lost: %s", rd->rank,
-                            hcq__mpi.rank_lost_reason[rd->rank]);
+                            hcq__mpi_state.rank_lost_reason[rd->rank]);
     for (int k = 0; k < 2; k++) {
-      rqueue_t *q = &rd->q[k];
+      mpi_rqueue_t *q = &rd->q[k];
       if (hcq__device_is_lost(rd->dev)) {
         if (q->running || atomic_load(&q->completed) != atomic_load(&q->submitted))
           hcq__mpi_drop_queue(q);
@@ -219,9 +222,9 @@ static void run_devices(sweep_t *s) {
 }
 
 /* Tests the posted ops and takes the ended ones off the list. */
-static void reap_posted(op_t **posted, sweep_t *s) {
-  for (op_t **p = posted; *p;) {
-    op_t *o = *p, *next = o->next;
+static void reap_posted(mpi_op_t **posted, mpi_sweep_t *s) {
+  for (mpi_op_t **p = posted; *p;) {
+    mpi_op_t *o = *p, *next = o->next;
     bool abandoned = atomic_load(&o->abandoned); /* once done, a waiting user may free o at once */
     bool ended = hcq__mpi_op_test(o);
     if (!ended && hcq__mpi_rank_is_lost(o->peer)) hcq__mpi_op_fail_lost(o), ended = true;
@@ -243,17 +246,17 @@ static void reap_posted(op_t **posted, sweep_t *s) {
  * seen within a poll rather than a nap. Past it, MPI is polled every 20 us. With nothing in flight
  * the thread spins only briefly (a hand-off from another core is near) and then sleeps on its
  * doorbell or on the signal its queue waits for: no CPU is used while idle. */
-static void nap(const sweep_t *s, uint32_t seq, unsigned idle, uint64_t idle_since) {
-  if (idle < 256 || (s->mpi_pending && hcq__now_ns() - idle_since < hcq__mpi.spin_ns)) {
+static void nap(const mpi_sweep_t *s, uint32_t seq, unsigned idle, uint64_t idle_since) {
+  if (idle < 256 || (s->mpi_pending && hcq__now_ns() - idle_since < hcq__mpi_state.spin_ns)) {
     hcq__spin_step(idle);
     return;
   }
   if (s->mpi_pending) {
-    hcq__futex_wait(&hcq__mpi.doorbell, seq, UINT64_C(20000));
+    hcq__futex_wait(&hcq__mpi_state.doorbell, seq, UINT64_C(20000));
     return;
   }
   hcq__park_t park;
-  _Atomic uint32_t *word = &hcq__mpi.doorbell;
+  _Atomic uint32_t *word = &hcq__mpi_state.doorbell;
   if (s->park_on) {
     hcq__park_begin(s->park_on, &park);
     word = park.word, seq = park.seq;
@@ -262,9 +265,9 @@ static void nap(const sweep_t *s, uint32_t seq, unsigned idle, uint64_t idle_sin
       return;
     }
   }
-  atomic_store_explicit(&hcq__mpi.sleep_word, word, memory_order_seq_cst);
+  atomic_store_explicit(&hcq__mpi_state.sleep_word, word, memory_order_seq_cst);
   hcq__futex_wait(word, seq, s->waiting ? UINT64_C(1000000) : UINT64_C(50000000));
-  atomic_store_explicit(&hcq__mpi.sleep_word, NULL, memory_order_seq_cst);
+  atomic_store_explicit(&hcq__mpi_state.sleep_word, NULL, memory_order_seq_cst);
   if (s->park_on) hcq__park_end(&park);
 }
 
@@ -273,29 +276,29 @@ void *hcq__mpi_comm_main(void *arg) {
   /* Its naps between MPI polls are short: the default 50 us timer slack would triple them. */
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   pthread_setname_np(pthread_self(), "hcq-mpi");
-  op_t *posted = NULL;
+  mpi_op_t *posted = NULL;
   unsigned idle = 0;
   uint64_t idle_since = 0;
   for (;;) {
-    sweep_t s = {.moved = false};
-    uint32_t seq = atomic_load_explicit(&hcq__mpi.doorbell, memory_order_seq_cst);
-    pthread_mutex_lock(&hcq__mpi.lock);
+    mpi_sweep_t s = {.moved = false};
+    uint32_t seq = atomic_load_explicit(&hcq__mpi_state.doorbell, memory_order_seq_cst);
+    pthread_mutex_lock(&hcq__mpi_state.lock);
     post_new_ops(&posted, &s);
     run_devices(&s);
-    pthread_mutex_unlock(&hcq__mpi.lock);
+    pthread_mutex_unlock(&hcq__mpi_state.lock);
     reap_posted(&posted, &s);
     if (s.moved) {
       idle = 0;
       continue;
     }
-    if (atomic_load(&hcq__mpi.stop) && !s.waiting) break;
-    if (atomic_load(&hcq__mpi.stop) && s.waiting && idle > 20000)
+    if (atomic_load(&hcq__mpi_state.stop) && !s.waiting) break;
+    if (atomic_load(&hcq__mpi_state.stop) && s.waiting && idle > 20000)
       break; /* stopping with requests nobody answers */
     if (idle++ == 0) idle_since = hcq__now_ns();
     nap(&s, seq, idle, idle_since);
   }
   while (posted) {
-    op_t *o = posted;
+    mpi_op_t *o = posted;
     posted = o->next;
     if (o->kind == OP_RECV) MPI_Cancel(&o->req);
     MPI_Request_free(&o->req);

@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "core/buffer.h"
+#include "core/status.h"
 #include "mpi/mpi_internal.h"
 
 _Thread_local uint32_t hcq__mpi_build_gid;
@@ -16,24 +17,24 @@ static void global_name(const hcq_device_t *d, char *out, size_t size) {
   if (hcq__device_is_remote(d))
     snprintf(out, size, "%s", d->name);
   else
-    snprintf(out, size, "%d/%s", hcq__mpi.rank, d->name);
+    snprintf(out, size, "%d/%s", hcq__mpi_state.rank, d->name);
 }
 
-typedef struct digest_ctx {
+typedef struct mpi_digest_ctx {
   XXH3_state_t *h;
   const hcq_buffer_t **bases;
   size_t nbases, cap;
-} digest_ctx_t;
+} mpi_digest_ctx_t;
 
-static void feed(digest_ctx_t *c, const void *p, size_t n) { XXH3_64bits_update(c->h, p, n); }
-static void feed_u64(digest_ctx_t *c, uint64_t v) { feed(c, &v, sizeof(v)); }
-static void feed_str(digest_ctx_t *c, const char *s) { feed(c, s, strlen(s) + 1); }
-static void feed_dev(digest_ctx_t *c, const hcq_device_t *d) {
+static void feed(mpi_digest_ctx_t *c, const void *p, size_t n) { XXH3_64bits_update(c->h, p, n); }
+static void feed_u64(mpi_digest_ctx_t *c, uint64_t v) { feed(c, &v, sizeof(v)); }
+static void feed_str(mpi_digest_ctx_t *c, const char *s) { feed(c, s, strlen(s) + 1); }
+static void feed_dev(mpi_digest_ctx_t *c, const hcq_device_t *d) {
   char n[48];
   global_name(d, n, sizeof(n));
   feed_str(c, n);
 }
-static void feed_buf(digest_ctx_t *c, const hcq_buffer_t *b) {
+static void feed_buf(mpi_digest_ctx_t *c, const hcq_buffer_t *b) {
   if (!b) {
     feed_u64(c, UINT64_MAX);
     return;
@@ -48,7 +49,7 @@ static void feed_buf(digest_ctx_t *c, const hcq_buffer_t *b) {
   feed_u64(c, hcq_buffer_offset(b));
   feed_u64(c, b->size);
 }
-static void feed_operand(digest_ctx_t *c, const hcq_operand_t *o) {
+static void feed_operand(mpi_digest_ctx_t *c, const hcq_operand_t *o) {
   feed_u64(c, o->sym ? 1 : 0);
   feed_u64(c, o->sym ? 0 : (uint64_t)o->value);
 }
@@ -69,12 +70,12 @@ static void describe_item(const hcq_exec_item_t *it, size_t j, char *out, size_t
   }
 }
 
-typedef struct check_result {
+typedef struct mpi_check_result {
   uint64_t gid, bad_item, bad_rank, bad_n, leader_n;
-} check_result_t;
+} mpi_check_result_t;
 
 /* The digest of one item (never 0); devs: the devices it runs on or moves between. */
-static uint64_t item_digest(digest_ctx_t *c, const hcq_exec_item_t *it,
+static uint64_t item_digest(mpi_digest_ctx_t *c, const hcq_exec_item_t *it,
                             const hcq_device_t *devs[2]) {
   XXH3_64bits_reset(c->h);
   feed_u64(c, (uint64_t)it->kind);
@@ -103,54 +104,57 @@ static uint64_t item_digest(digest_ctx_t *c, const hcq_exec_item_t *it,
   return h ? h : 1;
 }
 
-/* The leader's side: each other rank of the graph (in) sends its item digests, the first that
- * differs from the leader's own (dig) is the verdict, and every one of them hears it. */
-static hcq_status_t lead_check(const uint8_t *in, int leader, const uint64_t *dig, size_t nitems,
-                               check_result_t *res) {
+/* Rank r's item digests (and its next graph id), compared with the leader's (dig): the first rank
+ * that differs goes into res. */
+static hcq_status_t compare_rank(int r, const uint64_t *dig, size_t nitems,
+                                 mpi_check_result_t *res) {
+  uint64_t hdr[2];
+  HCQ__TRY(hcq__mpi_ctrl_msg(OP_RECV, r, hdr, sizeof(hdr),
+                             "graph build check (receiving a rank's item list)"));
+  uint64_t *theirs = malloc((hdr[0] ? hdr[0] : 1) * sizeof(uint64_t));
+  if (!theirs) return hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
   hcq_status_t st = NULL;
-  res->gid = hcq__mpi.next_gid + 1;
-  res->leader_n = nitems;
-  for (int r = leader + 1; r < hcq__mpi.size && !st; r++) {
-    if (!in[r]) continue;
-    uint64_t hdr[2];
-    st = hcq__mpi_ctrl_msg(OP_RECV, r, hdr, sizeof(hdr),
-                           "graph build check (receiving a rank's item list)");
-    uint64_t *theirs = st ? NULL : malloc((hdr[0] ? hdr[0] : 1) * sizeof(uint64_t));
-    if (!st && !theirs) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
-    if (!st && hdr[0])
-      st = hcq__mpi_ctrl_msg(OP_RECV, r, theirs, (int)(hdr[0] * sizeof(uint64_t)),
-                             "graph build check");
-    if (!st) {
-      if (hdr[1] > res->gid) res->gid = hdr[1];
-      size_t n = hdr[0] < nitems ? hdr[0] : nitems, i = 0;
-      while (i < n && theirs[i] == dig[i]) i++;
-      if ((i < n || hdr[0] != nitems) && !res->bad_rank) {
-        res->bad_item = i;
-        res->bad_rank = (uint64_t)r + 1;
-        res->bad_n = hdr[0];
-      }
-    }
-    free(theirs);
+  if (hdr[0] && (st = hcq__mpi_ctrl_msg(OP_RECV, r, theirs, (int)(hdr[0] * sizeof(uint64_t)),
+                                        "graph build check")))
+    goto out;
+  if (hdr[1] > res->gid) res->gid = hdr[1];
+  size_t n = hdr[0] < nitems ? hdr[0] : nitems, i = 0;
+  while (i < n && theirs[i] == dig[i]) i++;
+  if ((i < n || hdr[0] != nitems) && !res->bad_rank) {
+    res->bad_item = i;
+    res->bad_rank = (uint64_t)r + 1;
+    res->bad_n = hdr[0];
   }
-  for (int r = leader + 1; r < hcq__mpi.size && !st; r++)
-    if (in[r])
-      st = hcq__mpi_ctrl_msg(OP_SEND, r, res, sizeof(*res),
-                             "graph build check (sending the verdict)");
+out:
+  free(theirs);
   return st;
 }
 
+/* The leader's side: each other rank of the graph (in) sends its item digests, the first that
+ * differs from the leader's own (dig) is the verdict, and every one of them hears it. */
+static hcq_status_t lead_check(const uint8_t *in, int leader, const uint64_t *dig, size_t nitems,
+                               mpi_check_result_t *res) {
+  res->gid = hcq__mpi_state.next_gid + 1;
+  res->leader_n = nitems;
+  for (int r = leader + 1; r < hcq__mpi_state.size; r++)
+    if (in[r]) HCQ__TRY(compare_rank(r, dig, nitems, res));
+  for (int r = leader + 1; r < hcq__mpi_state.size; r++)
+    if (in[r])
+      HCQ__TRY(hcq__mpi_ctrl_msg(OP_SEND, r, res, sizeof(*res),
+                                 "graph build check (sending the verdict)"));
+  return NULL;
+}
+
 /* Every other rank's side: its item digests (dig) to the leader, and the leader's verdict back. */
-static hcq_status_t follow_check(int leader, uint64_t *dig, size_t nitems, check_result_t *res) {
-  uint64_t hdr[2] = {nitems, hcq__mpi.next_gid + 1};
-  hcq_status_t st = hcq__mpi_ctrl_msg(OP_SEND, leader, hdr, sizeof(hdr),
-                                      "graph build check (sending this rank's item list)");
-  if (!st)
-    st = hcq__mpi_ctrl_msg(OP_SEND, leader, dig, (int)(nitems * sizeof(uint64_t)),
-                           "graph build check");
-  if (!st)
-    st = hcq__mpi_ctrl_msg(OP_RECV, leader, res, sizeof(*res),
+static hcq_status_t follow_check(int leader, uint64_t *dig, size_t nitems,
+                                 mpi_check_result_t *res) {
+  uint64_t hdr[2] = {nitems, hcq__mpi_state.next_gid + 1};
+  HCQ__TRY(hcq__mpi_ctrl_msg(OP_SEND, leader, hdr, sizeof(hdr),
+                             "graph build check (sending this rank's item list)"));
+  HCQ__TRY(hcq__mpi_ctrl_msg(OP_SEND, leader, dig, (int)(nitems * sizeof(uint64_t)),
+                             "graph build check"));
+  return hcq__mpi_ctrl_msg(OP_RECV, leader, res, sizeof(*res),
                            "graph build check (waiting for the verdict)");
-  return st;
 }
 
 /* The ranks of the graph (in) agree that each built the same items (dig: this rank's digests), and
@@ -159,9 +163,9 @@ static hcq_status_t agree_on_items(const hcq_exec_item_t *items, size_t nitems, 
                                    uint64_t *dig) {
   int leader = 0;
   while (!in[leader]) leader++;
-  check_result_t res = {0};
-  hcq_status_t st = hcq__mpi.rank == leader ? lead_check(in, leader, dig, nitems, &res)
-                                            : follow_check(leader, dig, nitems, &res);
+  mpi_check_result_t res = {0};
+  hcq_status_t st = hcq__mpi_state.rank == leader ? lead_check(in, leader, dig, nitems, &res)
+                                                  : follow_check(leader, dig, nitems, &res);
   if (st)
     return hcq_status_annotate(
         st, "graph build: the ranks of the graph (leader rank %d) did not agree in time", leader);
@@ -179,10 +183,10 @@ static hcq_status_t agree_on_items(const hcq_exec_item_t *items, size_t nitems, 
         "rank %d (%" PRIu64 " items) first at item %" PRIu64
         "; on this rank (%d) it is %s. Every "
         "rank must build the same graphs with the same items in the same order (SPMD)",
-        (int)(res.bad_rank - 1), res.bad_n, leader, res.leader_n, res.bad_item, hcq__mpi.rank,
+        (int)(res.bad_rank - 1), res.bad_n, leader, res.leader_n, res.bad_item, hcq__mpi_state.rank,
         mine);
   }
-  hcq__mpi.next_gid = (uint32_t)res.gid;
+  hcq__mpi_state.next_gid = (uint32_t)res.gid;
   hcq__mpi_build_gid = (uint32_t)res.gid;
   return NULL;
 }
@@ -191,28 +195,32 @@ hcq_status_t hcq__mpi_graph_check(const hcq_exec_item_t *items, size_t nitems) {
   hcq__mpi_build_gid = 0;
   if (!items || !nitems) return NULL;
   /* The ranks of the graph's devices. */
-  uint8_t *in = calloc((size_t)hcq__mpi.size, 1);
+  uint8_t *in = calloc((size_t)hcq__mpi_state.size, 1);
   uint64_t *dig = malloc(nitems * sizeof(uint64_t));
-  digest_ctx_t c = {XXH3_createState(), calloc(2 * nitems + 8, sizeof(void *)), 0, 2 * nitems + 8};
+  mpi_digest_ctx_t c = {XXH3_createState(), calloc(2 * nitems + 8, sizeof(void *)), 0,
+                        2 * nitems + 8};
   hcq_status_t st = NULL;
-  if (!in || !dig || !c.h || !c.bases)
-    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
   bool local = false, remote = false;
-  for (size_t j = 0; j < nitems && !st; j++) {
+  if (!in || !dig || !c.h || !c.bases) {
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "graph build check: out of memory");
+    goto out;
+  }
+  for (size_t j = 0; j < nitems; j++) {
     const hcq_device_t *devs[2] = {NULL, NULL};
     dig[j] = item_digest(&c, &items[j], devs);
     for (int i = 0; i < 2; i++)
       if (devs[i]) {
         int r = hcq__mpi_dev_rank(devs[i]);
         in[r] = 1;
-        if (r == hcq__mpi.rank)
+        if (r == hcq__mpi_state.rank)
           local = true;
         else
           remote = true;
       }
   }
   /* Only graphs with work here and elsewhere need agreement (and message tags). */
-  if (!st && local && remote) st = agree_on_items(items, nitems, in, dig);
+  if (local && remote) st = agree_on_items(items, nitems, in, dig);
+out:
   free(in);
   free(dig);
   free(c.bases);

@@ -45,11 +45,12 @@
 
 /* ---- MPI operations, run by the communication thread ---- */
 
-enum { OP_SEND, OP_RECV };
-enum { OPS_NEW, OPS_POSTED, OPS_DONE, OPS_FAILED };
+typedef enum mpi_op_kind { OP_SEND, OP_RECV } mpi_op_kind_t;
+/* An op's state (mpi_op_t.state holds one, atomically). */
+typedef enum mpi_op_state { OPS_NEW, OPS_POSTED, OPS_DONE, OPS_FAILED } mpi_op_state_t;
 
-typedef struct op {
-  int kind;
+typedef struct mpi_op {
+  mpi_op_kind_t kind;
   void *buf;
   int count; /* bytes */
   int peer, tag;
@@ -59,48 +60,48 @@ typedef struct op {
   char error[160];
   bool lost; /* failed because its peer was given up on (hcq__mpi_op_fail_lost) */
   _Atomic bool abandoned;
-  struct op *next; /* on the thread's posted list, or the new list */
-} op_t;
+  struct mpi_op *next; /* on the thread's posted list, or the new list */
+} mpi_op_t;
 
 /* ---- remote devices, their queues and the layer's state ---- */
 
-typedef struct rentry {
+typedef struct mpi_rentry {
   const uint32_t *w;
   size_t n;
   uint32_t *owned; /* unbound submissions: a copy */
-} rentry_t;
+} mpi_rentry_t;
 
-typedef struct rqueue {
+typedef struct mpi_rqueue {
   pthread_mutex_t lock;
-  rentry_t *ents;
+  mpi_rentry_t *ents;
   size_t cap;
   uint64_t head, tail; /* entries pushed, entries taken by the thread */
   _Atomic uint64_t submitted, completed;
   /* The thread's cursor. */
   bool running;
-  rentry_t ent;
+  mpi_rentry_t ent;
   hcq__cmd_cursor_t c;
   uint32_t gid; /* graph id of the bound list being run (0: the ring) */
-  op_t *pending;
-} rqueue_t;
+  mpi_op_t *pending;
+} mpi_rqueue_t;
 
-typedef struct tagged_mem {
+typedef struct mpi_tagged_mem {
   void *host;
   uint64_t size;
   uint32_t gid;
-} tagged_mem_t;
+} mpi_tagged_mem_t;
 
-typedef struct rdev {
+typedef struct mpi_rdev {
   hcq_device_t *dev;
   int rank;
   unsigned id;
   char local_name[32]; /* KIND:N on its rank */
   uint64_t next_off;
-  rqueue_t q[2];
+  mpi_rqueue_t q[2];
   pthread_mutex_t mem_lock;
-  HCQ__VEC(tagged_mem_t) tagged;
-  struct rdev *next;
-} rdev_t;
+  HCQ__VEC(mpi_tagged_mem_t) tagged;
+  struct mpi_rdev *next;
+} mpi_rdev_t;
 
 typedef struct hcq__mpi_state {
   bool running, own_mpi;
@@ -112,8 +113,8 @@ typedef struct hcq__mpi_state {
   _Atomic uint32_t doorbell;
   _Atomic(_Atomic uint32_t *) sleep_word;
   pthread_mutex_t lock; /* devices list, new ops */
-  rdev_t *devices;
-  op_t *new_ops;
+  mpi_rdev_t *devices;
+  mpi_op_t *new_ops;
   unsigned next_id;
   _Atomic bool peer_failed;
   /* Sequence numbers per peer: eager transfers, control messages. */
@@ -129,7 +130,7 @@ typedef struct hcq__mpi_state {
                        is pending */
 } hcq__mpi_state_t;
 
-extern hcq__mpi_state_t hcq__mpi;
+extern hcq__mpi_state_t hcq__mpi_state;
 
 /* The rank + 1 of each remote device id (0: none): an engine tags its message without a lock. */
 extern _Atomic int32_t hcq__mpi_id_rank[MAX_REMOTE + 1];
@@ -140,50 +141,56 @@ extern _Thread_local uint32_t
 static inline unsigned hcq__mpi_addr_owner(uint64_t a) {
   return (unsigned)((a >> REMOTE_OFF_BITS) & 0xffff);
 }
-static inline rdev_t *hcq__mpi_rdev_of(const hcq_device_t *dev) { return dev->backend; }
+static inline mpi_rdev_t *hcq__mpi_rdev_of(const hcq_device_t *dev) { return dev->backend; }
 static inline int hcq__mpi_dev_rank(const hcq_device_t *d) {
-  return hcq__device_is_remote(d) ? hcq__mpi_rdev_of(d)->rank : hcq__mpi.rank;
+  return hcq__device_is_remote(d) ? hcq__mpi_rdev_of(d)->rank : hcq__mpi_state.rank;
 }
 
 static inline bool hcq__mpi_rank_is_lost(int rank) {
-  return rank >= 0 && rank < hcq__mpi.size && hcq__mpi.rank_lost &&
-         atomic_load_explicit(&hcq__mpi.rank_lost[rank], memory_order_acquire);
+  return rank >= 0 && rank < hcq__mpi_state.size && hcq__mpi_state.rank_lost &&
+         atomic_load_explicit(&hcq__mpi_state.rank_lost[rank], memory_order_acquire);
 }
 
 /* ---- mpi_ops.c ---- */
 
 void hcq__mpi_wake_thread(void);
 void hcq__mpi_rank_mark_lost(int rank, const char *fmt, ...);
-bool hcq__mpi_op_post(op_t *o);
-bool hcq__mpi_op_test_quiet(op_t *o);
-bool hcq__mpi_op_test(op_t *o);
-void hcq__mpi_op_fail_lost(op_t *o);
+bool hcq__mpi_op_post(mpi_op_t *o);
+bool hcq__mpi_op_test_quiet(mpi_op_t *o);
+bool hcq__mpi_op_test(mpi_op_t *o);
+void hcq__mpi_op_fail_lost(mpi_op_t *o);
 HCQ_MUST_USE hcq_status_t hcq__mpi_lost_status(int rank, const char *what);
 
 /* Ops handed to the thread together, waited for with one deadline: their peers' ranks in order,
  * each op a control message of count bytes (sent from buf, or received into it). */
-typedef struct ctrl_batch {
-  op_t *ops[64];
+typedef struct mpi_ctrl_batch {
+  mpi_op_t *ops[64];
   size_t n;
-} ctrl_batch_t;
+} mpi_ctrl_batch_t;
 
-void hcq__mpi_batch_free(ctrl_batch_t *b);
-HCQ_MUST_USE hcq_status_t hcq__mpi_batch_add(ctrl_batch_t *b, int kind, int peer, const void *buf,
-                                             int bytes, const char *what);
-HCQ_MUST_USE hcq_status_t hcq__mpi_batch_wait(ctrl_batch_t *b, size_t i, uint64_t deadline_ns,
+/* The earlier of two outcomes (the later one is dropped). */
+static inline hcq_status_t mpi_first_status(hcq_status_t a, hcq_status_t b) {
+  if (!a) return b;
+  hcq_status_destroy(b);
+  return a;
+}
+void hcq__mpi_batch_free(mpi_ctrl_batch_t *b);
+HCQ_MUST_USE hcq_status_t hcq__mpi_batch_add(mpi_ctrl_batch_t *b, mpi_op_kind_t kind, int peer,
+                                             const void *buf, int bytes, const char *what);
+HCQ_MUST_USE hcq_status_t hcq__mpi_batch_wait(mpi_ctrl_batch_t *b, size_t i, uint64_t deadline_ns,
                                               int64_t timeout_ms, const char *what);
-HCQ_MUST_USE hcq_status_t hcq__mpi_batch_drain(ctrl_batch_t *b, uint64_t deadline_ns,
+HCQ_MUST_USE hcq_status_t hcq__mpi_batch_drain(mpi_ctrl_batch_t *b, uint64_t deadline_ns,
                                                int64_t timeout_ms, const char *what);
-HCQ_MUST_USE hcq_status_t hcq__mpi_ctrl_msg(int kind, int peer, void *buf, int bytes,
+HCQ_MUST_USE hcq_status_t hcq__mpi_ctrl_msg(mpi_op_kind_t kind, int peer, void *buf, int bytes,
                                             const char *what);
 
 /* ---- mpi_comm_thread.c ---- */
 
 void *hcq__mpi_comm_main(void *arg);
-uint32_t hcq__mpi_mem_gid(rdev_t *rd, const uint32_t *list);
-int hcq__mpi_copy_role(const rdev_t *rd, const uint32_t *w, uint64_t *local);
+uint32_t hcq__mpi_mem_gid(mpi_rdev_t *rd, const uint32_t *list);
+int hcq__mpi_copy_role(const mpi_rdev_t *rd, const uint32_t *w, uint64_t *local);
 int hcq__mpi_copy_tag(uint32_t word_tag, uint32_t gid);
-void hcq__mpi_drop_queue(rqueue_t *q);
+void hcq__mpi_drop_queue(mpi_rqueue_t *q);
 
 /* ---- the hooks the core calls (hcq__remote_hooks_t), in the files named ---- */
 

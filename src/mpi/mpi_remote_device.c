@@ -14,8 +14,8 @@
 
 _Atomic int32_t hcq__mpi_id_rank[MAX_REMOTE + 1];
 
-static void r_destroy(hcq_device_t *dev) {
-  rdev_t *rd = hcq__mpi_rdev_of(dev);
+static void remote_destroy(hcq_device_t *dev) {
+  mpi_rdev_t *rd = hcq__mpi_rdev_of(dev);
   for (int k = 0; k < 2; k++) {
     free(rd->q[k].ents);
     pthread_mutex_destroy(&rd->q[k].lock);
@@ -26,10 +26,10 @@ static void r_destroy(hcq_device_t *dev) {
   dev->backend = NULL;
 }
 
-static bool r_stop(hcq_device_t *dev) {
-  rdev_t *rd = hcq__mpi_rdev_of(dev);
-  pthread_mutex_lock(&hcq__mpi.lock);
-  for (rdev_t **p = &hcq__mpi.devices; *p; p = &(*p)->next)
+static bool remote_stop(hcq_device_t *dev) {
+  mpi_rdev_t *rd = hcq__mpi_rdev_of(dev);
+  pthread_mutex_lock(&hcq__mpi_state.lock);
+  for (mpi_rdev_t **p = &hcq__mpi_state.devices; *p; p = &(*p)->next)
     if (*p == rd) {
       *p = rd->next;
       break;
@@ -37,12 +37,13 @@ static bool r_stop(hcq_device_t *dev) {
   for (int k = 0; k < 2; k++)
     if (rd->q[k].pending || rd->q[k].running || rd->q[k].tail < rd->q[k].head)
       hcq__mpi_drop_queue(&rd->q[k]);
-  pthread_mutex_unlock(&hcq__mpi.lock);
+  pthread_mutex_unlock(&hcq__mpi_state.lock);
   return false;
 }
 
-static hcq_status_t r_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags, hcq__mem_t *out) {
-  rdev_t *rd = hcq__mpi_rdev_of(dev);
+static hcq_status_t remote_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags,
+                                     hcq__mem_t *out) {
+  mpi_rdev_t *rd = hcq__mpi_rdev_of(dev);
   memset(out, 0, sizeof(*out));
   out->size = size;
   if (flags & HCQ__MEM_HOST_VISIBLE) {
@@ -55,7 +56,7 @@ static hcq_status_t r_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags
     out->addr = (uint64_t)(uintptr_t)p;
     if (hcq__mpi_build_gid) {
       pthread_mutex_lock(&rd->mem_lock);
-      bool ok = hcq__vec_push(&rd->tagged, ((tagged_mem_t){p, size, hcq__mpi_build_gid}));
+      bool ok = hcq__vec_push(&rd->tagged, ((mpi_tagged_mem_t){p, size, hcq__mpi_build_gid}));
       pthread_mutex_unlock(&rd->mem_lock);
       if (!ok) {
         free(p);
@@ -78,8 +79,8 @@ static hcq_status_t r_mem_alloc(hcq_device_t *dev, uint64_t size, uint32_t flags
   return NULL;
 }
 
-static void r_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
-  rdev_t *rd = hcq__mpi_rdev_of(dev);
+static void remote_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
+  mpi_rdev_t *rd = hcq__mpi_rdev_of(dev);
   if (!mem->host) return;
   pthread_mutex_lock(&rd->mem_lock);
   for (size_t i = 0; i < rd->tagged.len; i++)
@@ -93,15 +94,16 @@ static void r_mem_free(hcq_device_t *dev, hcq__mem_t *mem) {
   mem->host = NULL;
 }
 
-static hcq_status_t r_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords, bool bound) {
+static hcq_status_t remote_reserve(hcq_device_t *dev, hcq_queue_kind_t kind, size_t nwords,
+                                   bool bound) {
   (void)dev, (void)kind, (void)nwords, (void)bound;
   return NULL; /* the entry list grows */
 }
 
-static hcq_status_t r_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
-                             size_t nwords, bool bound) {
-  rqueue_t *q = &hcq__mpi_rdev_of(dev)->q[kind];
-  rentry_t e = {words, nwords, NULL};
+static hcq_status_t remote_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uint32_t *words,
+                                  size_t nwords, bool bound) {
+  mpi_rqueue_t *q = &hcq__mpi_rdev_of(dev)->q[kind];
+  mpi_rentry_t e = {words, nwords, NULL};
   if (!bound) {
     e.owned = malloc(nwords * sizeof(uint32_t) + 1);
     if (!e.owned)
@@ -112,7 +114,7 @@ static hcq_status_t r_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uin
   pthread_mutex_lock(&q->lock);
   if (q->head - q->tail == q->cap) {
     size_t cap = q->cap ? 2 * q->cap : 64;
-    rentry_t *ents = malloc(cap * sizeof(*ents));
+    mpi_rentry_t *ents = malloc(cap * sizeof(*ents));
     if (!ents) {
       pthread_mutex_unlock(&q->lock);
       free(e.owned);
@@ -131,27 +133,27 @@ static hcq_status_t r_submit(hcq_device_t *dev, hcq_queue_kind_t kind, const uin
   return NULL;
 }
 
-static uint64_t r_submitted(hcq_device_t *dev, hcq_queue_kind_t kind) {
+static uint64_t remote_submitted(hcq_device_t *dev, hcq_queue_kind_t kind) {
   return atomic_load_explicit(&hcq__mpi_rdev_of(dev)->q[kind].submitted, memory_order_acquire);
 }
-static uint64_t r_completed(hcq_device_t *dev, hcq_queue_kind_t kind) {
+static uint64_t remote_completed(hcq_device_t *dev, hcq_queue_kind_t kind) {
   return atomic_load_explicit(&hcq__mpi_rdev_of(dev)->q[kind].completed, memory_order_acquire);
 }
 
-static void r_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out) {
-  rqueue_t *q = &hcq__mpi_rdev_of(dev)->q[kind];
+static void remote_snapshot(hcq_device_t *dev, hcq_queue_kind_t kind, hcq__engine_snapshot_t *out) {
+  mpi_rqueue_t *q = &hcq__mpi_rdev_of(dev)->q[kind];
   out->submitted = atomic_load(&q->submitted);
   out->completed = atomic_load(&q->completed);
   hcq__cursor_snapshot(&q->c, out);
 }
 
-static void r_lost(hcq_device_t *dev) {
+static void remote_lost(hcq_device_t *dev) {
   (void)dev;
   hcq__mpi_wake_thread();
 }
 
-static hcq_status_t r_compile(hcq_device_t *dev, const char *entry, const char *source,
-                              hcq__program_impl_t *out) {
+static hcq_status_t remote_compile(hcq_device_t *dev, const char *entry, const char *source,
+                                   hcq__program_impl_t *out) {
   /* Compiled on its own rank only; the core keeps the source and the name. */
   (void)dev, (void)entry, (void)source;
   memset(out, 0, sizeof(*out));
@@ -159,39 +161,39 @@ static hcq_status_t r_compile(hcq_device_t *dev, const char *entry, const char *
 }
 
 static const hcq__device_vtable_t remote_vtable = {
-    .destroy = r_destroy,
-    .stop = r_stop,
-    .mem_alloc = r_mem_alloc,
-    .mem_free = r_mem_free,
-    .reserve = r_reserve,
-    .submit = r_submit,
-    .submitted = r_submitted,
-    .completed = r_completed,
-    .snapshot = r_snapshot,
-    .lost = r_lost,
-    .program_compile = r_compile,
+    .destroy = remote_destroy,
+    .stop = remote_stop,
+    .mem_alloc = remote_mem_alloc,
+    .mem_free = remote_mem_free,
+    .reserve = remote_reserve,
+    .submit = remote_submit,
+    .submitted = remote_submitted,
+    .completed = remote_completed,
+    .snapshot = remote_snapshot,
+    .lost = remote_lost,
+    .program_compile = remote_compile,
 };
 
-typedef struct create_ctx {
+typedef struct mpi_create_ctx {
   const char *name;
   int rank;
   hcq_device_kind_t kind;
   int index;
-} create_ctx_t;
+} mpi_create_ctx_t;
 
 static hcq_status_t remote_create(hcq_device_t *dev, void *ctx) {
-  create_ctx_t *c = ctx;
-  rdev_t *rd = calloc(1, sizeof(*rd));
+  mpi_create_ctx_t *c = ctx;
+  mpi_rdev_t *rd = calloc(1, sizeof(*rd));
   if (!rd) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening %s", c->name);
-  pthread_mutex_lock(&hcq__mpi.lock);
-  if (hcq__mpi.next_id >= MAX_REMOTE) {
-    pthread_mutex_unlock(&hcq__mpi.lock);
+  pthread_mutex_lock(&hcq__mpi_state.lock);
+  if (hcq__mpi_state.next_id >= MAX_REMOTE) {
+    pthread_mutex_unlock(&hcq__mpi_state.lock);
     free(rd);
     return hcq_status_make(HCQ_UNAVAILABLE, "cannot open %s: %d remote devices were opened already",
                            c->name, MAX_REMOTE);
   }
-  rd->id = hcq__mpi.next_id++;
-  pthread_mutex_unlock(&hcq__mpi.lock);
+  rd->id = hcq__mpi_state.next_id++;
+  pthread_mutex_unlock(&hcq__mpi_state.lock);
   rd->dev = dev;
   rd->rank = c->rank;
   atomic_store_explicit(&hcq__mpi_id_rank[rd->id], c->rank + 1, memory_order_release);
@@ -207,10 +209,10 @@ static hcq_status_t remote_create(hcq_device_t *dev, void *ctx) {
   dev->caps = HCQ_CAP_IN_ORDER_QUEUES | HCQ_CAP_COPY_QUEUE | HCQ_CAP_HOST_MEMORY | HCQ__CAP_REMOTE |
               kind_caps;
   dev->threads = 0;
-  pthread_mutex_lock(&hcq__mpi.lock);
-  rd->next = hcq__mpi.devices;
-  hcq__mpi.devices = rd;
-  pthread_mutex_unlock(&hcq__mpi.lock);
+  pthread_mutex_lock(&hcq__mpi_state.lock);
+  rd->next = hcq__mpi_state.devices;
+  hcq__mpi_state.devices = rd;
+  pthread_mutex_unlock(&hcq__mpi_state.lock);
   return NULL;
 }
 
@@ -224,13 +226,13 @@ hcq_status_t hcq__mpi_remote_open(const char *name, const hcq_device_options_t *
   if (end != slash || slash == name || errno || rank < 0)
     return hcq_status_make(HCQ_NOT_FOUND,
                            "unknown device \"%.64s\": a rank-qualified name is RANK/KIND:N", name);
-  if (rank >= hcq__mpi.size)
+  if (rank >= hcq__mpi_state.size)
     return hcq_status_make(HCQ_NOT_FOUND,
                            "unknown device \"%.64s\": rank %ld does not exist (%d ranks)", name,
-                           rank, hcq__mpi.size);
+                           rank, hcq__mpi_state.size);
   if (strchr(slash + 1, '/'))
     return hcq_status_make(HCQ_NOT_FOUND, "unknown device \"%.64s\": one rank per name", name);
-  if (rank == hcq__mpi.rank) return hcq_device_open_ex(slash + 1, options, out);
+  if (rank == hcq__mpi_state.rank) return hcq_device_open_ex(slash + 1, options, out);
   /* Parse the rest with the core's own rules, through a throw-away probe of the name's syntax. */
   const char *rest = slash + 1;
   const char *colon = strchr(rest, ':');
@@ -255,6 +257,6 @@ hcq_status_t hcq__mpi_remote_open(const char *name, const hcq_device_options_t *
   char canon[32];
   snprintf(canon, sizeof(canon), "%ld/%s:%ld", rank, hcq_device_kind_name((hcq_device_kind_t)kind),
            index);
-  create_ctx_t c = {canon, (int)rank, (hcq_device_kind_t)kind, (int)index};
+  mpi_create_ctx_t c = {canon, (int)rank, (hcq_device_kind_t)kind, (int)index};
   return hcq__device_open_with(canon, (hcq_device_kind_t)kind, (int)index, remote_create, &c, out);
 }

@@ -9,11 +9,12 @@
 uint32_t hcq__mpi_eager_tag(hcq_device_t *src, hcq_device_t *dst) {
   int a = hcq__mpi_dev_rank(src), b = hcq__mpi_dev_rank(dst);
   if (a == b) return 0;
-  int peer = a == hcq__mpi.rank ? b : a;
-  if (a != hcq__mpi.rank && b != hcq__mpi.rank) return 0; /* neither end here: nothing is sent */
-  pthread_mutex_lock(&hcq__mpi.seq_lock);
-  uint32_t seq = hcq__mpi.eager_seq[peer]++;
-  pthread_mutex_unlock(&hcq__mpi.seq_lock);
+  int peer = a == hcq__mpi_state.rank ? b : a;
+  if (a != hcq__mpi_state.rank && b != hcq__mpi_state.rank)
+    return 0; /* neither end here: nothing is sent */
+  pthread_mutex_lock(&hcq__mpi_state.seq_lock);
+  uint32_t seq = hcq__mpi_state.eager_seq[peer]++;
+  pthread_mutex_unlock(&hcq__mpi_state.seq_lock);
   return HCQ__TAG_EAGER_REMOTE | (seq & 0x1fffffffu);
 }
 
@@ -25,7 +26,7 @@ void hcq__mpi_describe(hcq_device_t *dev, const uint32_t *cmd, char *out, size_t
   int role = 0, peer = -1;
   uint32_t gid = 0;
   if (hcq__device_is_remote(dev)) {
-    rdev_t *rd = hcq__mpi_rdev_of(dev);
+    mpi_rdev_t *rd = hcq__mpi_rdev_of(dev);
     role = hcq__mpi_copy_role(rd, cmd, &local);
     peer = rd->rank;
     for (int k = 0; k < 2; k++) {
@@ -80,10 +81,11 @@ void *hcq__mpi_engine_copy_start(hcq_device_t *dev, const uint32_t *w) {
   }
   if (hcq__mpi_rank_is_lost(peer)) {
     hcq__device_mark_lost(dev, "its queue reached a %s rank %d, which is lost: %s",
-                          send ? "send to" : "receive from", peer, hcq__mpi.rank_lost_reason[peer]);
+                          send ? "send to" : "receive from", peer,
+                          hcq__mpi_state.rank_lost_reason[peer]);
     return NULL;
   }
-  op_t *o = calloc(1, sizeof(*o));
+  mpi_op_t *o = calloc(1, sizeof(*o));
   if (!o) {
     hcq__device_mark_lost(dev, "out of memory for an MPI request");
     return NULL;
@@ -93,7 +95,7 @@ void *hcq__mpi_engine_copy_start(hcq_device_t *dev, const uint32_t *w) {
   o->count = (int)bytes;
   o->peer = peer;
   o->tag = hcq__mpi_copy_tag(w[HCQ__COPY_TAG], 0);
-  o->comm = hcq__mpi.data;
+  o->comm = hcq__mpi_state.data;
   if (!hcq__mpi_op_post(o)) {
     hcq__device_mark_lost(dev, "MPI %s rank %d failed: %s", send ? "send to" : "receive from", peer,
                           o->error);
@@ -104,14 +106,14 @@ void *hcq__mpi_engine_copy_start(hcq_device_t *dev, const uint32_t *w) {
 }
 
 int hcq__mpi_engine_copy_poll(hcq_device_t *dev, void *op) {
-  op_t *o = op;
+  mpi_op_t *o = op;
   if (!hcq__mpi_op_test_quiet(o)) {
     if (!hcq__mpi_rank_is_lost(o->peer)) return 0;
     /* The queue cannot move past a transfer that will never complete. */
     hcq__device_mark_lost(dev, "its %s of %d bytes %s rank %d cannot complete: rank %d is lost: %s",
                           o->kind == OP_SEND ? "send" : "receive", o->count,
                           o->kind == OP_SEND ? "to" : "from", o->peer, o->peer,
-                          hcq__mpi.rank_lost_reason[o->peer]);
+                          hcq__mpi_state.rank_lost_reason[o->peer]);
     hcq__mpi_engine_copy_drop(o);
     return -1;
   }
@@ -124,7 +126,7 @@ int hcq__mpi_engine_copy_poll(hcq_device_t *dev, void *op) {
 }
 
 void hcq__mpi_engine_copy_drop(void *op) {
-  op_t *o = op;
+  mpi_op_t *o = op;
   if (atomic_load(&o->state) == OPS_POSTED) {
     if (o->kind == OP_RECV) MPI_Cancel(&o->req);
     MPI_Request_free(&o->req);

@@ -3,12 +3,12 @@
 #include "vulkan/vk_backend.h"
 #include "core/backend.h"
 
-const hcq__backend_t hcq__vulkan_backend = {
+const hcq__backend_t hcq__vk_backend = {
     .kind = HCQ_DEVICE_VULKAN,
     .source_key = "glsl",
-    .query = hcq__vulkan_query,
-    .open = hcq__vulkan_device_create,
+    .query = hcq__vk_query,
+    .open = hcq__vk_device_create,
     .binary_formats = 1u << HCQ_BINARY_SPIRV,
     .kernel_caps = HCQ_CAP_COMPILE_GLSL,
-    .binary_compile = hcq__vulkan_binary_compile,
+    .binary_compile = hcq__vk_binary_compile,
 };

@@ -7,12 +7,12 @@
 #include "hcq/program.h"
 #include "hcq/status.h"
 
-void hcq__vulkan_query(hcq_device_info_t *info);
-HCQ_MUST_USE hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *opts,
-                                                    hcq_device_t *dev);
+void hcq__vk_query(hcq_device_info_t *info);
+HCQ_MUST_USE hcq_status_t hcq__vk_device_create(int index, const hcq_device_options_t *opts,
+                                                hcq_device_t *dev);
 /* The row's binary_compile: GLSL (or "#spirv" text) to SPIR-V, without a device. */
-HCQ_MUST_USE hcq_status_t hcq__vulkan_binary_compile(const char *entry, const char *source,
-                                                     hcq_binary_format_t format, const char *arch,
-                                                     void **out, size_t *out_size);
+HCQ_MUST_USE hcq_status_t hcq__vk_binary_compile(const char *entry, const char *source,
+                                                 hcq_binary_format_t format, const char *arch,
+                                                 void **out, size_t *out_size);
 
 #endif

@@ -8,7 +8,7 @@
 
 /* ---- the FIFO to the completion thread ---- */
 
-void hcq__vk_push_pending(vk_engine_t *e, const pending_t *p) {
+void hcq__vk_push_pending(vk_engine_t *e, const vk_pending_t *p) {
   pthread_mutex_lock(&e->lock);
   while (e->fifo_head - e->fifo_tail == FIFO_CAP) pthread_cond_wait(&e->fifo_space, &e->lock);
   e->fifo[e->fifo_head % FIFO_CAP] = *p;
@@ -28,7 +28,7 @@ void hcq__vk_wait_fifo_pos(vk_engine_t *e, uint64_t pos) {
 /* ---- batches ---- */
 
 static void record_pending_signal(vk_device_t *vd, const void *word, uint64_t value, uint64_t sem,
-                                  uint64_t seq, int kind) {
+                                  uint64_t seq, hcq_queue_kind_t kind) {
   size_t slot =
       ((uintptr_t)word >> 4) % (sizeof(vd->pending_signals) / sizeof(vd->pending_signals[0]));
   pthread_mutex_lock(&vd->pending_lock);
@@ -86,7 +86,7 @@ void hcq__vk_flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value) {
       hcq__vk_lose(e, e->bfirst, "vkQueueSubmit failed: %s", hcq__vk_result_name(r));
     }
     e->sem_last = sem;
-    pending_t b = {.kind = P_BATCH, .sem = sem, .u.batch = {e->bfirst, e->blast, e->bbase}};
+    vk_pending_t b = {.kind = P_BATCH, .sem = sem, .u.batch = {e->bfirst, e->blast, e->bbase}};
     hcq__vk_push_pending(e, &b);
   }
   for (uint32_t i = 0; i < e->nbpend; i++) {
@@ -96,7 +96,7 @@ void hcq__vk_flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value) {
   if (word) {
     uint64_t seq = atomic_load_explicit(&e->signals_flushed, memory_order_relaxed) + 1;
     record_pending_signal(vd, word, value, sem, seq, e->kind);
-    pending_t s = {.kind = P_SIGNAL, .sem = sem, .u.sig = {word, value, seq}};
+    vk_pending_t s = {.kind = P_SIGNAL, .sem = sem, .u.sig = {word, value, seq}};
     hcq__vk_push_pending(e, &s);
     atomic_store_explicit(&e->signals_flushed, seq, memory_order_release);
   }
@@ -111,7 +111,7 @@ void hcq__vk_flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value) {
   e->bfirst = e->blast = NULL;
 }
 
-void hcq__vk_batch_add_cb(vk_engine_t *e, VkCommandBuffer cb, seg_t *seg, const uint32_t *first,
+void hcq__vk_batch_add_cb(vk_engine_t *e, VkCommandBuffer cb, vk_seg_t *seg, const uint32_t *first,
                           const uint32_t *last, const uint32_t *base) {
   if (e->nbcbs == MAX_BATCH_CBS || (e->nbcbs && e->bbase != base)) hcq__vk_flush(e, NULL, 0);
   if (!e->bfirst) e->bfirst = first, e->bbase = base;
@@ -125,7 +125,7 @@ void hcq__vk_batch_add_cb(vk_engine_t *e, VkCommandBuffer cb, seg_t *seg, const 
   e->bcbs[e->nbcbs++] = cb;
 }
 
-void hcq__vk_batch_add_pending(vk_engine_t *e, const pending_t *p) {
+void hcq__vk_batch_add_pending(vk_engine_t *e, const vk_pending_t *p) {
   if (e->nbpend == MAX_BATCH_PEND) hcq__vk_flush(e, NULL, 0);
   e->bpend[e->nbpend++] = *p;
 }

@@ -17,6 +17,7 @@
 #include "core/binary.h"
 #include "core/device.h"
 #include "core/kcache.h"
+#include "core/status.h"
 #include "vulkan/vk_internal.h"
 #include "vulkan/vk_source.h"
 
@@ -282,9 +283,9 @@ static hcq_status_t spirv_for(const char *entry, const char *source, uint32_t **
   return spirv_from_glsl(entry, source, out, out_words);
 }
 
-hcq_status_t hcq__vulkan_binary_compile(const char *entry, const char *source,
-                                        hcq_binary_format_t format, const char *arch, void **out,
-                                        size_t *out_size) {
+hcq_status_t hcq__vk_binary_compile(const char *entry, const char *source,
+                                    hcq_binary_format_t format, const char *arch, void **out,
+                                    size_t *out_size) {
   (void)format, (void)arch; /* SPIR-V, the only one; no architectures (the core checked both) */
   uint32_t *words = NULL;
   size_t n = 0;
@@ -348,41 +349,36 @@ void hcq__vk_program_unload(hcq_device_t *dev, hcq__program_impl_t *impl) {
   impl->object = NULL;
 }
 
-hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3], VkPipeline *out) {
-  pthread_mutex_lock(&p->lock);
-  for (size_t i = 0; i < p->nvariants; i++)
-    if (!memcmp(p->variants[i].local, local, sizeof(p->variants[i].local))) {
-      *out = p->variants[i].pipeline;
-      pthread_mutex_unlock(&p->lock);
-      return NULL;
-    }
-  vk_device_t *vd = p->vd;
+/* local must fit the device's group size limits. */
+static hcq_status_t check_group_size(const vk_program_t *p, const uint32_t local[3]) {
+  const vk_device_t *vd = p->vd;
   const VkPhysicalDeviceLimits *lim = &vd->props.limits;
-  hcq_status_t st = NULL;
   uint64_t invocations = (uint64_t)local[0] * local[1] * local[2];
-  for (int i = 0; i < 3 && !st; i++)
+  for (int i = 0; i < 3; i++)
     if (local[i] == 0 || local[i] > lim->maxComputeWorkGroupSize[i])
-      st = hcq_status_make(
+      return hcq_status_make(
           HCQ_OUT_OF_RANGE, "kernel %s: group size %ux%ux%u is outside %s's limits %ux%ux%u",
           p->entry, local[0], local[1], local[2], vd->dev->name, lim->maxComputeWorkGroupSize[0],
           lim->maxComputeWorkGroupSize[1], lim->maxComputeWorkGroupSize[2]);
-  if (!st && invocations > lim->maxComputeWorkGroupInvocations)
-    st = hcq_status_make(HCQ_OUT_OF_RANGE,
-                         "kernel %s: group size %ux%ux%u has %" PRIu64
-                         " invocations, more than %s allows (%u)",
-                         p->entry, local[0], local[1], local[2], invocations, vd->dev->name,
-                         lim->maxComputeWorkGroupInvocations);
-  if (!st && p->nvariants == p->cap) {
+  if (invocations > lim->maxComputeWorkGroupInvocations)
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "kernel %s: group size %ux%ux%u has %" PRIu64
+                           " invocations, more than %s allows (%u)",
+                           p->entry, local[0], local[1], local[2], invocations, vd->dev->name,
+                           lim->maxComputeWorkGroupInvocations);
+  return NULL;
+}
+
+/* A new variant of p for group size local (p's lock held). */
+static hcq_status_t add_variant(vk_program_t *p, const uint32_t local[3], VkPipeline *out) {
+  vk_device_t *vd = p->vd;
+  HCQ__TRY(check_group_size(p, local));
+  if (p->nvariants == p->cap) {
     size_t cap = p->cap ? 2 * p->cap : 4;
     vk_variant_t *v = realloc(p->variants, cap * sizeof(*v));
     if (!v)
-      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory making a pipeline for %s", p->entry);
-    else
-      p->variants = v, p->cap = cap;
-  }
-  if (st) {
-    pthread_mutex_unlock(&p->lock);
-    return st;
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory making a pipeline for %s", p->entry);
+    p->variants = v, p->cap = cap;
   }
   VkSpecializationMapEntry map[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
   VkSpecializationInfo spec = {3, map, 12, local};
@@ -396,17 +392,27 @@ hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3], VkPipeli
       .layout = vd->layout};
   VkPipeline pipe;
   VkResult r = vd->fn.vkCreateComputePipelines(vd->device, VK_NULL_HANDLE, 1, &ci, NULL, &pipe);
-  if (r != VK_SUCCESS) {
-    pthread_mutex_unlock(&p->lock);
+  if (r != VK_SUCCESS)
     return hcq_status_make(
         HCQ_COMPILE_ERROR,
         "%s: kernel %s with group size %ux%ux%u: vkCreateComputePipelines failed: %s",
         vd->dev->name, p->entry, local[0], local[1], local[2], hcq__vk_result_name(r));
-  }
   vk_variant_t *v = &p->variants[p->nvariants++];
   memcpy(v->local, local, sizeof(v->local));
   v->pipeline = pipe;
   *out = pipe;
-  pthread_mutex_unlock(&p->lock);
   return NULL;
+}
+
+hcq_status_t hcq__vk_pipeline(vk_program_t *p, const uint32_t local[3], VkPipeline *out) {
+  pthread_mutex_lock(&p->lock);
+  for (size_t i = 0; i < p->nvariants; i++)
+    if (!memcmp(p->variants[i].local, local, sizeof(p->variants[i].local))) {
+      *out = p->variants[i].pipeline;
+      pthread_mutex_unlock(&p->lock);
+      return NULL;
+    }
+  hcq_status_t st = add_variant(p, local, out);
+  pthread_mutex_unlock(&p->lock);
+  return st;
 }

@@ -10,9 +10,10 @@
 #include "core/hang_report.h"
 #include "core/host_wait.h"
 #include "core/options.h"
+#include "core/status.h"
 #include "vulkan/vk_backend.h"
 #include "vulkan/vk_device.h"
-#include "vulkan/vk_stats.h"
+#include "vulkan/vk_testing.h"
 
 uint64_t hcq__vk_ticks_to_ns(const vk_device_t *vd, uint64_t ticks) {
   double ns = (double)(ticks & vd->timestamp_mask) * vd->timestamp_period;
@@ -256,13 +257,11 @@ static void calibrate(vk_device_t *vd, bool calibrated_ext) {
   vd->fn.vkDestroyQueryPool(vd->device, qp, NULL);
 }
 
-static hcq_status_t open_logical(vk_device_t *vd) {
+/* The queue family: one that computes, preferably with two queues (compute and copy side by side)
+ * and a clock; how many queues to take and how its timestamps read. */
+static hcq_status_t pick_queue_family(vk_device_t *vd) {
   hcq_device_t *dev = vd->dev;
   const hcq__vk_instance_t *vi = vd->vi;
-  vi->vkGetPhysicalDeviceProperties(vd->phys, &vd->props);
-  vi->vkGetPhysicalDeviceMemoryProperties(vd->phys, &vd->memprops);
-  /* Set before the engines start: they read it. */
-  vd->on_host_cores = vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   uint32_t nfam = 0;
   VkQueueFamilyProperties fams[32];
   vi->vkGetPhysicalDeviceQueueFamilyProperties(vd->phys, &nfam, NULL);
@@ -284,6 +283,14 @@ static hcq_status_t open_logical(vk_device_t *vd) {
   vd->timestamp_mask = bits >= 64 ? UINT64_MAX : (UINT64_C(1) << bits) - 1;
   vd->timestamp_period = vd->props.limits.timestampPeriod;
 
+  return NULL;
+}
+
+/* The logical device with the extensions hcq uses where present (calibrated timestamps, memory
+ * budget), its entry points and its queues. */
+static hcq_status_t create_device(vk_device_t *vd, bool *out_calibrated) {
+  hcq_device_t *dev = vd->dev;
+  const hcq__vk_instance_t *vi = vd->vi;
   float prio[2] = {1.0f, 1.0f};
   VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                  .queueFamilyIndex = vd->family,
@@ -298,7 +305,8 @@ static hcq_status_t open_logical(vk_device_t *vd) {
   f.features.shaderInt64 = VK_TRUE;
   const char *exts[2];
   uint32_t next = 0;
-  bool calibrated = has_extension(vi, vd->phys, VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
+  bool calibrated = *out_calibrated =
+      has_extension(vi, vd->phys, VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
   if (calibrated) exts[next++] = VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME;
   vd->memory_budget = has_extension(vi, vd->phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   if (vd->memory_budget) exts[next++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
@@ -321,8 +329,15 @@ static hcq_status_t open_logical(vk_device_t *vd) {
         (void *)vi->vkGetDeviceProcAddr(vd->device, "vkGetCalibratedTimestampsEXT");
   for (int q = 0; q < vd->nqueues; q++)
     vd->fn.vkGetDeviceQueue(vd->device, vd->family, (uint32_t)q, &vd->queues[q].queue);
-  pick_memory_types(vd);
 
+  return NULL;
+}
+
+/* The pipeline layout every kernel shares (a 16-byte push constant) and the pool and fence of
+ * one-shot command buffers. */
+static hcq_status_t create_shared_objects(vk_device_t *vd) {
+  hcq_device_t *dev = vd->dev;
+  VkResult r;
   VkPushConstantRange pc = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 16};
   VkPipelineLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                    .pushConstantRangeCount = 1,
@@ -337,11 +352,23 @@ static hcq_status_t open_logical(vk_device_t *vd) {
   VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   if ((r = vd->fn.vkCreateFence(vd->device, &fi, NULL, &vd->oneshot_fence)) != VK_SUCCESS)
     return vk_error(dev, "vkCreateFence", r);
+  return NULL;
+}
+
+static hcq_status_t open_logical(vk_device_t *vd) {
+  const hcq__vk_instance_t *vi = vd->vi;
+  vi->vkGetPhysicalDeviceProperties(vd->phys, &vd->props);
+  vi->vkGetPhysicalDeviceMemoryProperties(vd->phys, &vd->memprops);
+  /* Set before the engines start: they read it. */
+  vd->on_host_cores = vd->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  HCQ__TRY(pick_queue_family(vd));
+  bool calibrated;
+  HCQ__TRY(create_device(vd, &calibrated));
+  pick_memory_types(vd);
+  HCQ__TRY(create_shared_objects(vd));
   calibrate(vd, calibrated);
-  hcq_status_t st = hcq__vk_engine_create(vd, HCQ_QUEUE_COMPUTE, &vd->queues[0], &vd->engines[0]);
-  if (!st)
-    st = hcq__vk_engine_create(vd, HCQ_QUEUE_COPY, &vd->queues[vd->nqueues - 1], &vd->engines[1]);
-  return st;
+  HCQ__TRY(hcq__vk_engine_create(vd, HCQ_QUEUE_COMPUTE, &vd->queues[0], &vd->engines[0]));
+  return hcq__vk_engine_create(vd, HCQ_QUEUE_COPY, &vd->queues[vd->nqueues - 1], &vd->engines[1]);
 }
 
 /* The physical device's compute limits. Kernels reach their buffers through device addresses (push
@@ -361,8 +388,7 @@ static void set_limits(hcq_device_t *dev, const VkPhysicalDeviceLimits *vl) {
   l->shared_memory = vl->maxComputeSharedMemorySize;
 }
 
-hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *opts,
-                                       hcq_device_t *dev) {
+hcq_status_t hcq__vk_device_create(int index, const hcq_device_options_t *opts, hcq_device_t *dev) {
   (void)opts;
   const char *why;
   const hcq__vk_instance_t *vi = hcq__vk_instance(&why);
@@ -405,14 +431,14 @@ hcq_status_t hcq__vulkan_device_create(int index, const hcq_device_options_t *op
   return NULL;
 }
 
-bool hcq__vulkan_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
+bool hcq__vk_counters(hcq_device_t *dev, hcq__vk_counters_t *out) {
   memset(out, 0, sizeof(*out));
   if (!dev || dev->vt != &vk_vtable) return false;
   for (int k = 0; k < 2; k++) hcq__vk_engine_counters(VD(dev)->engines[k], out);
   return true;
 }
 
-bool hcq__vulkan_slow_completion(hcq_device_t *dev, int kind, uint64_t ns) {
+bool hcq__vk_slow_completion(hcq_device_t *dev, hcq_queue_kind_t kind, uint64_t ns) {
   if (!dev || dev->vt != &vk_vtable || (kind != HCQ_QUEUE_COMPUTE && kind != HCQ_QUEUE_COPY))
     return false;
   hcq__vk_engine_slow_completion(VD(dev)->engines[kind], ns);

@@ -15,8 +15,8 @@ HCQ_MUST_USE hcq_status_t hcq__vk_scratch_block(vk_device_t *vd, uint64_t size, 
 void hcq__vk_block_destroy(vk_block_t *b);
 
 /* engines (vk_engine.c; bound lists and launch checks: vk_record.c) */
-HCQ_MUST_USE hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
-                                                struct vk_engine **out);
+HCQ_MUST_USE hcq_status_t hcq__vk_engine_create(vk_device_t *vd, hcq_queue_kind_t kind,
+                                                vk_queue_t *queue, struct vk_engine **out);
 /* Joins the engine's threads once their work is done (a lost device drops it); true when one is
  * stuck. */
 bool hcq__vk_engine_stop(struct vk_engine *e, uint64_t deadline_ns);
@@ -29,7 +29,8 @@ uint64_t hcq__vk_engine_completed(struct vk_engine *e);
 HCQ_MUST_USE hcq_status_t hcq__vk_engine_wait_idle(struct vk_engine *e, uint64_t deadline_ns);
 void hcq__vk_engine_snapshot(struct vk_engine *e, hcq__engine_snapshot_t *out);
 void hcq__vk_engine_wake(struct vk_engine *e);
-void hcq__vk_engine_counters(struct vk_engine *e, hcq__vk_counters_t *out);
+struct hcq__vk_counters; /* vk_testing.h */
+void hcq__vk_engine_counters(struct vk_engine *e, struct hcq__vk_counters *out);
 void hcq__vk_engine_slow_completion(struct vk_engine *e, uint64_t ns);
 /* Bound command lists in [host, host + size) are gone: their recorded command buffers are dropped.
  */

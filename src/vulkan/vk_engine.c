@@ -15,6 +15,7 @@
 #include "core/signal.h"
 #include "core/vec.h"
 #include "vulkan/vk_engine_internal.h"
+#include "vulkan/vk_testing.h"
 
 #define RING_WORDS (UINT64_C(1) << 16)
 
@@ -141,7 +142,7 @@ static void *engine_main(void *arg) {
       atomic_store_explicit(&e->interp_at, NULL, memory_order_relaxed);
       /* A JUMP pads to the end of the ring: the region then reaches it. */
       interp += n;
-      pending_t r = {.kind = P_RETIRE, .sem = e->sem_last, .u.tail = interp};
+      vk_pending_t r = {.kind = P_RETIRE, .sem = e->sem_last, .u.tail = interp};
       hcq__vk_push_pending(e, &r);
     }
     pthread_mutex_lock(&e->lock);
@@ -155,7 +156,7 @@ static void *engine_main(void *arg) {
 
 /* ---- the completion thread ---- */
 
-static void apply(vk_engine_t *e, const pending_t *p) {
+static void apply(vk_engine_t *e, const vk_pending_t *p) {
   vk_device_t *vd = e->vd;
   switch (p->kind) {
     case P_BATCH: atomic_store_explicit(&e->prev, p->u.batch.last, memory_order_relaxed); break;
@@ -177,7 +178,7 @@ static void apply(vk_engine_t *e, const pending_t *p) {
       break;
     }
     case P_SEGTS: {
-      seg_t *s = p->u.seg;
+      vk_seg_t *s = p->u.seg;
       bool ok = s->qp && vd->fn.vkGetQueryPoolResults(
                              vd->device, s->qp, 0, s->nts, s->nts * sizeof(uint64_t), s->ts_vals,
                              sizeof(uint64_t),
@@ -220,7 +221,7 @@ static void *completer_main(void *arg) {
     while (e->fifo_tail == e->fifo_head && !e->engine_exited)
       pthread_cond_wait(&e->fifo_cv, &e->lock);
     if (e->fifo_tail == e->fifo_head) break;
-    pending_t p = e->fifo[e->fifo_tail % FIFO_CAP];
+    vk_pending_t p = e->fifo[e->fifo_tail % FIFO_CAP];
     pthread_mutex_unlock(&e->lock);
     uint64_t delay = atomic_load_explicit(&e->completion_delay_ns, memory_order_relaxed);
     if (delay)
@@ -383,7 +384,7 @@ void hcq__vk_engine_slow_completion(vk_engine_t *e, uint64_t ns) {
 
 /* ---- creation and teardown ---- */
 
-hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
+hcq_status_t hcq__vk_engine_create(vk_device_t *vd, hcq_queue_kind_t kind, vk_queue_t *queue,
                                    vk_engine_t **out) {
   vk_engine_t *e = calloc(1, sizeof(*e));
   if (!e) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening %s", vd->dev->name);
@@ -399,7 +400,7 @@ hcq_status_t hcq__vk_engine_create(vk_device_t *vd, int kind, vk_queue_t *queue,
   pthread_cond_init(&e->idle, NULL);
   *out = e;
   e->ring = calloc(RING_WORDS, sizeof(uint32_t));
-  e->fifo = calloc(FIFO_CAP, sizeof(pending_t));
+  e->fifo = calloc(FIFO_CAP, sizeof(vk_pending_t));
   if (!e->ring || !e->fifo)
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory opening %s", vd->dev->name);
   VkSemaphoreTypeCreateInfo ti = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,

@@ -44,9 +44,9 @@
 
 uint64_t hcq__vk_ticks_to_ns(const vk_device_t *vd, uint64_t ticks); /* vk_device.c */
 
-enum { P_BATCH, P_SIGNAL, P_TS, P_SEGTS, P_CB, P_RETIRE };
+typedef enum vk_pending_kind { P_BATCH, P_SIGNAL, P_TS, P_SEGTS, P_CB, P_RETIRE } vk_pending_kind_t;
 
-typedef struct seg {
+typedef struct vk_seg {
   uint32_t start, end; /* word offsets in the list */
   VkCommandBuffer cb;
   uint32_t *words; /* the run as recorded */
@@ -56,18 +56,18 @@ typedef struct seg {
   hcq__signal_words_t **ts_words;
   uint64_t *ts_vals;
   uint64_t fifo_pos; /* reusable once the completion thread passed this FIFO position */
-} seg_t;
+} vk_seg_t;
 
-typedef struct blist {
+typedef struct vk_blist {
   const uint32_t *base;
   size_t len;
-  seg_t **segs; /* each allocated alone: batches and the FIFO point at them */
+  vk_seg_t **segs; /* each allocated alone: batches and the FIFO point at them */
   uint32_t nsegs, cap;
-  struct blist *next;
-} blist_t;
+  struct vk_blist *next;
+} vk_blist_t;
 
-typedef struct pending {
-  uint8_t kind;
+typedef struct vk_pending {
+  vk_pending_kind_t kind;
   uint64_t sem;
   uint64_t dep; /* the other engine's signal writes up to this one (its seq) come first */
   union {
@@ -82,16 +82,16 @@ typedef struct pending {
       uint32_t query;
       hcq__signal_words_t *word;
     } ts;
-    seg_t *seg;
+    vk_seg_t *seg;
     VkCommandBuffer cb;
     uint64_t tail;
   } u;
-} pending_t;
+} vk_pending_t;
 
 typedef struct vk_engine {
   vk_device_t *vd;
   hcq_device_t *dev;
-  int kind;
+  hcq_queue_kind_t kind;
   vk_queue_t *q;
   VkSemaphore sem;
   uint64_t sem_last;  /* engine thread: last value submitted */
@@ -113,11 +113,11 @@ typedef struct vk_engine {
   bool engine_idle_wake; /* under lock: the completion thread woke it when its work retired */
   bool wake_at_retire;   /* under lock: a submit found it asleep with work still to retire, and left
                             the wake-up to that retire (the host saves the call) */
-  pending_t *fifo;
+  vk_pending_t *fifo;
   uint64_t fifo_head, fifo_tail;
   VkCommandBuffer *free_cbs;
   size_t nfree_cbs, cap_cbs;
-  blist_t *blists, *dead_blists;
+  vk_blist_t *blists, *dead_blists;
 
   /* engine thread */
   VkCommandPool pool;
@@ -127,14 +127,14 @@ typedef struct vk_engine {
   vk_block_t *scratch;
   HCQ__VEC(vk_block_t *) old_scratch;
   VkCommandBuffer bcbs[MAX_BATCH_CBS];
-  seg_t *bsegs[MAX_BATCH_CBS];
+  vk_seg_t *bsegs[MAX_BATCH_CBS];
   uint32_t nbcbs;
   const uint32_t *bexecs[FAULT_EXECS]; /* the batch's first EXECs, and how many it has */
   uint32_t nbexecs;
   VkSemaphore bwait_sem[2];
   uint64_t bwait_val[2];
   uint32_t nbwaits;
-  pending_t bpend[MAX_BATCH_PEND];
+  vk_pending_t bpend[MAX_BATCH_PEND];
   uint32_t nbpend;
   const uint32_t *bfirst, *blast, *bbase;
 
@@ -149,7 +149,7 @@ typedef struct vk_engine {
     uint32_t nexecs;
   } inflight[FAULT_BATCHES];
 
-  _Atomic uint64_t completion_delay_ns; /* tests: hcq__vulkan_slow_completion */
+  _Atomic uint64_t completion_delay_ns; /* tests: hcq__vk_slow_completion */
   _Atomic uint64_t records, rerecords, submits, host_waits, sem_waits, inflight_yields,
       inflight_polls, wake_calls;
   pthread_t thread, completer;
@@ -167,7 +167,7 @@ const char *hcq__vk_kind_name(const vk_engine_t *e);
 void hcq__vk_lose(vk_engine_t *e, const uint32_t *cmd, const char *fmt, ...) HCQ_PRINTF(3, 4);
 
 /* batches (vk_batch.c) */
-void hcq__vk_push_pending(vk_engine_t *e, const pending_t *p);
+void hcq__vk_push_pending(vk_engine_t *e, const vk_pending_t *p);
 /* Waits until the completion thread passed FIFO position pos (or the ts ring has room). */
 void hcq__vk_wait_fifo_pos(vk_engine_t *e, uint64_t pos);
 /* Any thread. */
@@ -176,9 +176,9 @@ bool hcq__vk_lookup_pending_signal(vk_device_t *vd, const void *word,
 /* Submits the batch (when it has commands or waits), then hands its bookkeeping and the signal
  * write (word may be NULL) to the completion thread. */
 void hcq__vk_flush(vk_engine_t *e, hcq__signal_words_t *word, uint64_t value);
-void hcq__vk_batch_add_cb(vk_engine_t *e, VkCommandBuffer cb, seg_t *seg, const uint32_t *first,
+void hcq__vk_batch_add_cb(vk_engine_t *e, VkCommandBuffer cb, vk_seg_t *seg, const uint32_t *first,
                           const uint32_t *last, const uint32_t *base);
-void hcq__vk_batch_add_pending(vk_engine_t *e, const pending_t *p);
+void hcq__vk_batch_add_pending(vk_engine_t *e, const vk_pending_t *p);
 void hcq__vk_batch_add_wait(vk_engine_t *e, VkSemaphore sem, uint64_t value);
 /* Waits on the host until this engine's work up to semaphore value v finished (a lost driver marks
  * the device lost). note_done: the completion thread, which owns gpu_done, advances it to v. */
@@ -190,7 +190,7 @@ hcq__signal_words_t *hcq__vk_signal_words(vk_engine_t *e, const uint32_t *cmd, u
 /* Whether [addr, addr + size) is memory of this engine's device. */
 bool hcq__vk_own_memory(const vk_engine_t *e, uint64_t addr, uint64_t size, vk_where_t *out);
 /* Runs a command list: w[0, n). bl: the bound list's kept runs (NULL for ring words). */
-bool hcq__vk_run_list(vk_engine_t *e, const uint32_t *w, size_t n, blist_t *bl);
+bool hcq__vk_run_list(vk_engine_t *e, const uint32_t *w, size_t n, vk_blist_t *bl);
 
 /* recording (vk_record.c) */
 /* Records the commands [i, j) of w into a command buffer used once and adds it to the batch. */
@@ -198,11 +198,11 @@ bool hcq__vk_record_transient(vk_engine_t *e, const uint32_t *w, size_t i, size_
                               const uint32_t *base);
 /* Adds the bound list's k-th kept run, [i, j) of w, to the batch: recorded the first time, and
  * again when a word it baked in changed. list: where w lives in device memory, or NULL. */
-bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t *w, size_t i,
+bool hcq__vk_use_segment(vk_engine_t *e, vk_blist_t *bl, uint32_t k, const uint32_t *w, size_t i,
                          size_t j, const vk_where_t *list);
 /* The kept runs of the bound list at base (made empty on first use); NULL when out of memory. Any
  * thread. */
-blist_t *hcq__vk_find_blist(vk_engine_t *e, const uint32_t *base, size_t len);
+vk_blist_t *hcq__vk_find_blist(vk_engine_t *e, const uint32_t *base, size_t len);
 /* Frees the lists hcq__vk_forget_bound dropped. */
 void hcq__vk_free_dead_blists(vk_engine_t *e);
 /* Frees every list, dropped or kept (the engine's threads are gone). */

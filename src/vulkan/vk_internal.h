@@ -9,7 +9,7 @@
 
 #include "core/memory.h"
 #include "core/program.h"
-#include "vulkan/vk_stats.h"
+#include "hcq/queue.h"
 
 /* Entry points found with vkGetInstanceProcAddr on the instance. X(name) */
 // clang-format off
@@ -210,7 +210,7 @@ typedef struct vk_device {
   struct vk_pending_signal {
     const void *word;
     uint64_t value, sem, seq;
-    int kind;
+    hcq_queue_kind_t kind;
   } pending_signals[256];
 
   struct vk_engine *engines[2];

@@ -130,7 +130,7 @@ static bool recordable(const vk_engine_t *e, const uint32_t *c) {
 static bool run_bound(vk_engine_t *e, const uint32_t *cmd) {
   const uint32_t *list = (const uint32_t *)(uintptr_t)hcq__rd64(cmd + HCQ__CALL_PTR);
   size_t len = cmd[HCQ__CALL_LEN];
-  blist_t *bl = hcq__vk_find_blist(e, list, len);
+  vk_blist_t *bl = hcq__vk_find_blist(e, list, len);
   if (!bl) {
     hcq__vk_lose(e, NULL, "out of memory tracking a bound command list");
     return false;
@@ -141,7 +141,7 @@ static bool run_bound(vk_engine_t *e, const uint32_t *cmd) {
   return ok;
 }
 
-bool hcq__vk_run_list(vk_engine_t *e, const uint32_t *w, size_t n, blist_t *bl) {
+bool hcq__vk_run_list(vk_engine_t *e, const uint32_t *w, size_t n, vk_blist_t *bl) {
   vk_where_t list_mem, *list = NULL;
   if (bl && hcq__vk_own_memory(e, (uint64_t)(uintptr_t)w, n * 4, &list_mem)) list = &list_mem;
   uint32_t segk = 0;

@@ -127,7 +127,7 @@ const char *hcq__vk_unsuitable(const hcq__vk_instance_t *vi, VkPhysicalDevice pd
   return "it has no compute queue";
 }
 
-void hcq__vulkan_query(hcq_device_info_t *info) {
+void hcq__vk_query(hcq_device_info_t *info) {
   info->kind = HCQ_DEVICE_VULKAN;
   const char *why;
   const hcq__vk_instance_t *vi = hcq__vk_instance(&why);

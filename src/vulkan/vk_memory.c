@@ -14,13 +14,13 @@
 
 /* ---- the registry: address ranges of every block of every Vulkan device ---- */
 
-typedef struct range {
+typedef struct vk_range {
   uint64_t start, end;
   vk_block_t *block;
-} range_t;
+} vk_range_t;
 
 static pthread_rwlock_t g_reg_lock = PTHREAD_RWLOCK_INITIALIZER;
-static range_t *g_ranges;
+static vk_range_t *g_ranges;
 static size_t g_nranges, g_cap;
 
 /* Index of the first range whose start is above addr. */
@@ -51,13 +51,13 @@ static hcq_status_t reg_insert(uint64_t start, uint64_t end, vk_block_t *b) {
   }
   if (g_nranges == g_cap) {
     size_t cap = g_cap ? 2 * g_cap : 64;
-    range_t *r = realloc(g_ranges, cap * sizeof(*r));
+    vk_range_t *r = realloc(g_ranges, cap * sizeof(*r));
     if (!r) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory registering Vulkan memory");
     g_ranges = r;
     g_cap = cap;
   }
   memmove(&g_ranges[at + 1], &g_ranges[at], (g_nranges - at) * sizeof(*g_ranges));
-  g_ranges[at] = (range_t){start, end, b};
+  g_ranges[at] = (vk_range_t){start, end, b};
   g_nranges++;
   return NULL;
 }
@@ -91,7 +91,7 @@ bool hcq__vk_resolve(uint64_t addr, uint64_t size, vk_where_t *out) {
   pthread_rwlock_rdlock(&g_reg_lock);
   size_t at = upper_bound(addr);
   if (at > 0) {
-    const range_t *r = &g_ranges[at - 1];
+    const vk_range_t *r = &g_ranges[at - 1];
     if (addr < r->end && size <= r->end - addr) {
       out->block = r->block;
       out->offset = addr - r->start;

@@ -43,10 +43,10 @@ static bool ensure_scratch(vk_engine_t *e, uint64_t size) {
   return true;
 }
 
-typedef struct ts_note {
+typedef struct vk_ts_note {
   uint32_t query;
   hcq__signal_words_t *word;
-} ts_note_t;
+} vk_ts_note_t;
 
 /* EXEC at word k of w: its pipeline, and its arguments' device address as push constants; its grid
  * is read from the list's memory when list is given (a replay may patch it), else recorded. */
@@ -112,8 +112,8 @@ static bool record_copy(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *c) {
 
 /* TIMESTAMP: the *nts-th query of a kept run (seg), or a query of the engine's ring noted in notes
  * for the completion thread to read. */
-static bool record_timestamp(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *c, seg_t *seg,
-                             uint32_t *nts, ts_note_t *notes, uint32_t *nnotes) {
+static bool record_timestamp(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *c, vk_seg_t *seg,
+                             uint32_t *nts, vk_ts_note_t *notes, uint32_t *nnotes) {
   vk_device_t *vd = e->vd;
   hcq__signal_words_t *word = hcq__vk_signal_words(e, c, hcq__rd64(c + HCQ__TIMESTAMP_ADDR));
   if (!word) return false;
@@ -122,7 +122,7 @@ static bool record_timestamp(vk_engine_t *e, VkCommandBuffer cb, const uint32_t 
     if (seg) {
       seg->ts_words[(*nts)++] = word;
     } else {
-      notes[*nnotes] = (ts_note_t){UINT32_MAX, word};
+      notes[*nnotes] = (vk_ts_note_t){UINT32_MAX, word};
       (*nnotes)++;
     }
     return true;
@@ -134,7 +134,7 @@ static bool record_timestamp(vk_engine_t *e, VkCommandBuffer cb, const uint32_t 
     uint32_t q = (uint32_t)(e->ts_next++ % TS_QUERIES);
     vd->fn.vkCmdResetQueryPool(cb, e->tsq, q, 1);
     vd->fn.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, e->tsq, q);
-    notes[*nnotes] = (ts_note_t){q, word};
+    notes[*nnotes] = (vk_ts_note_t){q, word};
     (*nnotes)++;
   }
   return true;
@@ -144,7 +144,7 @@ static bool record_timestamp(vk_engine_t *e, VkCommandBuffer cb, const uint32_t 
  * grids are read from there), or NULL. seg: the kept run (bound), else transient timestamps go to
  * notes. */
 static bool record(vk_engine_t *e, VkCommandBuffer cb, const uint32_t *w, size_t i, size_t j,
-                   const vk_where_t *list, seg_t *seg, ts_note_t *notes, uint32_t *nnotes) {
+                   const vk_where_t *list, vk_seg_t *seg, vk_ts_note_t *notes, uint32_t *nnotes) {
   vk_device_t *vd = e->vd;
   VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                  .flags = seg ? VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT
@@ -224,7 +224,7 @@ bool hcq__vk_record_transient(vk_engine_t *e, const uint32_t *w, size_t i, size_
   }
   VkCommandBuffer cb = new_cb(e);
   if (!cb) return false;
-  ts_note_t notes[MAX_TRANSIENT_TS];
+  vk_ts_note_t notes[MAX_TRANSIENT_TS];
   uint32_t nnotes = 0;
   if (!record(e, cb, w, i, j, NULL, NULL, notes, &nnotes)) {
     pthread_mutex_lock(&e->lock);
@@ -235,10 +235,10 @@ bool hcq__vk_record_transient(vk_engine_t *e, const uint32_t *w, size_t i, size_
   const uint32_t *last = w + i;
   for (size_t k = i; k < j; k += HCQ__HDR_LEN(w[k])) last = w + k;
   hcq__vk_batch_add_cb(e, cb, NULL, w + i, last, base);
-  pending_t p = {.kind = P_CB, .u.cb = cb};
+  vk_pending_t p = {.kind = P_CB, .u.cb = cb};
   hcq__vk_batch_add_pending(e, &p);
   for (uint32_t n = 0; n < nnotes; n++) {
-    pending_t t = {.kind = P_TS, .u.ts = {notes[n].query, notes[n].word}};
+    vk_pending_t t = {.kind = P_TS, .u.ts = {notes[n].query, notes[n].word}};
     hcq__vk_batch_add_pending(e, &t);
   }
   return true;
@@ -246,7 +246,7 @@ bool hcq__vk_record_transient(vk_engine_t *e, const uint32_t *w, size_t i, size_
 
 /* ---- bound lists: runs recorded once ---- */
 
-static void seg_release(vk_engine_t *e, seg_t *s) {
+static void seg_release(vk_engine_t *e, vk_seg_t *s) {
   vk_device_t *vd = e->vd;
   if (s->cb) vd->fn.vkFreeCommandBuffers(vd->device, e->pool, 1, &s->cb);
   if (s->qp) vd->fn.vkDestroyQueryPool(vd->device, s->qp, NULL);
@@ -256,7 +256,7 @@ static void seg_release(vk_engine_t *e, seg_t *s) {
   memset(s, 0, sizeof(*s));
 }
 
-static void blist_free(vk_engine_t *e, blist_t *bl) {
+static void blist_free(vk_engine_t *e, vk_blist_t *bl) {
   for (uint32_t k = 0; k < bl->nsegs; k++) {
     seg_release(e, bl->segs[k]);
     free(bl->segs[k]);
@@ -266,7 +266,7 @@ static void blist_free(vk_engine_t *e, blist_t *bl) {
 }
 
 /* Whether the words the run baked in are still the same (grids read indirectly may differ). */
-static bool seg_matches(const seg_t *s, const uint32_t *w) {
+static bool seg_matches(const vk_seg_t *s, const uint32_t *w) {
   for (uint32_t k = s->start; k < s->end;) {
     const uint32_t *c = w + k, *was = s->words + (k - s->start);
     uint32_t len = HCQ__HDR_LEN(c[0]);
@@ -283,7 +283,7 @@ static bool seg_matches(const seg_t *s, const uint32_t *w) {
   return true;
 }
 
-static bool seg_record(vk_engine_t *e, seg_t *s, const uint32_t *w, size_t i, size_t j,
+static bool seg_record(vk_engine_t *e, vk_seg_t *s, const uint32_t *w, size_t i, size_t j,
                        const vk_where_t *list) {
   vk_device_t *vd = e->vd;
   s->start = (uint32_t)i;
@@ -353,7 +353,7 @@ hcq_status_t hcq__vk_check_execs(vk_device_t *vd, const uint32_t *w, size_t n, b
   return NULL;
 }
 
-bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t *w, size_t i,
+bool hcq__vk_use_segment(vk_engine_t *e, vk_blist_t *bl, uint32_t k, const uint32_t *w, size_t i,
                          size_t j, const vk_where_t *list) {
   for (size_t c = i; c < j; c += HCQ__HDR_LEN(w[c]))
     if (HCQ__HDR_OP(w[c]) == HCQ__OP_EXEC) {
@@ -364,7 +364,7 @@ bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t
         return false;
       }
     }
-  seg_t *s;
+  vk_seg_t *s;
   if (k < bl->nsegs) {
     s = bl->segs[k];
     if (s->start != i || s->end != j || !seg_matches(s, w)) {
@@ -378,7 +378,7 @@ bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t
   } else {
     if (bl->nsegs == bl->cap) {
       uint32_t cap = bl->cap ? 2 * bl->cap : 4;
-      seg_t **n = realloc(bl->segs, cap * sizeof(*n));
+      vk_seg_t **n = realloc(bl->segs, cap * sizeof(*n));
       if (!n) {
         hcq__vk_lose(e, w + i, "out of memory recording a bound command list");
         return false;
@@ -399,15 +399,15 @@ bool hcq__vk_use_segment(vk_engine_t *e, blist_t *bl, uint32_t k, const uint32_t
   for (size_t c = i; c < j; c += HCQ__HDR_LEN(w[c])) last = w + c;
   hcq__vk_batch_add_cb(e, s->cb, s, w + i, last, bl->base);
   if (s->nts) {
-    pending_t p = {.kind = P_SEGTS, .u.seg = s};
+    vk_pending_t p = {.kind = P_SEGTS, .u.seg = s};
     hcq__vk_batch_add_pending(e, &p);
   }
   return true;
 }
 
-blist_t *hcq__vk_find_blist(vk_engine_t *e, const uint32_t *base, size_t len) {
+vk_blist_t *hcq__vk_find_blist(vk_engine_t *e, const uint32_t *base, size_t len) {
   pthread_mutex_lock(&e->lock);
-  blist_t *bl = e->blists;
+  vk_blist_t *bl = e->blists;
   for (; bl && !(bl->base == base && bl->len == len); bl = bl->next) {}
   if (!bl && (bl = calloc(1, sizeof(*bl)))) {
     bl->base = base;
@@ -426,8 +426,8 @@ void hcq__vk_forget_bound(vk_device_t *vd, const void *host, uint64_t size) {
     vk_engine_t *e = vd->engines[k];
     if (!e) continue;
     pthread_mutex_lock(&e->lock);
-    for (blist_t **p = &e->blists; *p;) {
-      blist_t *bl = *p;
+    for (vk_blist_t **p = &e->blists; *p;) {
+      vk_blist_t *bl = *p;
       if ((const char *)bl->base >= lo && (const char *)bl->base < hi) {
         *p = bl->next;
         bl->next = e->dead_blists;
@@ -444,11 +444,11 @@ void hcq__vk_forget_bound(vk_device_t *vd, const void *host, uint64_t size) {
 
 void hcq__vk_free_dead_blists(vk_engine_t *e) {
   pthread_mutex_lock(&e->lock);
-  blist_t *dead = e->dead_blists;
+  vk_blist_t *dead = e->dead_blists;
   e->dead_blists = NULL;
   pthread_mutex_unlock(&e->lock);
   while (dead) {
-    blist_t *next = dead->next;
+    vk_blist_t *next = dead->next;
     blist_free(e, dead);
     dead = next;
   }
@@ -457,7 +457,7 @@ void hcq__vk_free_dead_blists(vk_engine_t *e) {
 void hcq__vk_free_blists(vk_engine_t *e) {
   hcq__vk_free_dead_blists(e);
   while (e->blists) {
-    blist_t *bl = e->blists;
+    vk_blist_t *bl = e->blists;
     e->blists = bl->next;
     blist_free(e, bl);
   }

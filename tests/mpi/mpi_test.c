@@ -25,7 +25,7 @@
 #include "hcq/hcq.h"
 #include "hcq/mpi.h"
 
-#include "cpu/cpu_internal.h"
+#include "cpu/cpu_testing.h"
 
 static int rank, size;
 
