@@ -25,9 +25,10 @@ static double now_s(void) {
 /* Creates and releases n kernels on a new device; milliseconds per create, or -1 on failure. */
 static double create_kernels(int n) {
   hcq_device_t *dev = NULL;
-  hcq_status_t st = hcq_device_open("CPU:0", &dev);
+  hcq_status_t st;
+  if ((st = hcq_device_open("CPU:0", &dev))) goto fail;
   double t0 = now_s();
-  for (int i = 0; !st && i < n; i++) {
+  for (int i = 0; i < n; i++) {
     char src[200];
     snprintf(src, sizeof(src),
              "void k(void *const *b, const int32_t *v, const hcq_launch_t *l) { (void)v; (void)l; "
@@ -36,15 +37,15 @@ static double create_kernels(int n) {
     hcq_program_t *p = NULL;
     st = hcq_program_create(dev, "k", src, &p);
     hcq_program_release(p);
+    if (st) goto fail;
   }
   double ms = (now_s() - t0) * 1e3 / n;
-  if (!st && dev) st = hcq_device_close(dev);
-  if (st) {
-    fprintf(stderr, "hcq_bench_compile: %s\n", hcq_status_message(st));
-    hcq_status_destroy(st);
-    return -1;
-  }
+  if ((st = hcq_device_close(dev))) goto fail;
   return ms;
+fail:
+  fprintf(stderr, "hcq_bench_compile: %s\n", hcq_status_message(st));
+  hcq_status_destroy(st);
+  return -1;
 }
 
 int main(int argc, char **argv) {

@@ -265,137 +265,170 @@ static double process_cpu_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int main(int argc, char **argv) {
-  if (argc > 1) g_replays = atoi(argv[1]);
-  if (g_replays < 1) return 2;
-  /* As hcq_bench: workers spin for 1 ms before they sleep, so that a sample does not depend on
-   * whether a thread happened to fall asleep. HCQ_SPIN_NS set by the caller wins. */
-  setenv("HCQ_SPIN_NS", "1000000", 0);
-  char note[200];
-  /* Baselines first, while no hcq device thread exists. */
-  double spin_fan = time_spin(0), spin_chain = time_spin(1), loop_fan = time_loop(0),
-         loop_chain = time_loop(1);
-  const char *fan2 = "fan-out/fan-in 1->64->1, CPU:0+CPU:1",
-             *chain2 = "chain of 1000, alternating CPU:0/CPU:1";
-  const char *fan1 = "fan-out/fan-in 1->64->1, one device", *chain1 = "chain of 1000, one device";
-  emit_row(fan2, "hand-written 2-thread spin pipeline", spin_fan, "us",
-           "same kernels; hand-off by spinning on a shared word");
-  emit_row(chain2, "hand-written 2-thread spin pipeline", spin_chain, "us",
-           "999 cross-core hand-offs");
-  emit_row(fan1, "plain C loop, one thread", loop_fan, "us",
-           "same kernels through function pointers");
-  emit_row(chain1, "plain C loop, one thread", loop_chain, "us",
-           "same kernels through function pointers");
+/* The hand-written baselines' times (us) and the rows' DAG names. */
+typedef struct baselines {
+  double spin_fan, spin_chain, loop_fan, loop_chain;
+} baselines_t;
 
-  /* One-device DAGs with only CPU:0 open, then CPU:1 joins for the two-device ones. */
-  hcq_device_t *d0, *d1;
-  CHECK(hcq_device_open("CPU:0", &d0));
-  progs_t p0, p1;
-  make_progs(d0, &p0);
+static const char *const k_fan2 = "fan-out/fan-in 1->64->1, CPU:0+CPU:1",
+                         *const k_chain2 = "chain of 1000, alternating CPU:0/CPU:1";
+static const char *const k_fan1 = "fan-out/fan-in 1->64->1, one device",
+                         *const k_chain1 = "chain of 1000, one device";
+
+/* What the graph phases share: the builder and the buffers made so far (released at the end). */
+typedef struct run {
+  builder_t *b;
   hcq_buffer_t *pool[4 * DAG_CHAIN];
-  size_t npool = 0;
-  builder_t *b = calloc(1, sizeof(*b));
-  /* One device: 66 items, and a 1000-kernel chain. */
-  hcq_graph_t *fan_one;
-  {
-    hcq_buffer_t *pa = buf(d0, 4, pool, &npool), *r = buf(d0, 4 * DAG_FAN, pool, &npool);
-    hcq_buffer_t *out = buf(d0, 4, pool, &npool), *empty = buf(d0, 4, pool, &npool);
-    b->n = 0;
-    kernel(b, p0.produce, pa, NULL, NULL, 0);
-    for (int i = 0; i < DAG_FAN; i++)
-      kernel(b, p0.consume, view(r, 4 * (uint64_t)i, pool, &npool), pa, NULL, i);
-    kernel(b, p0.fanin, out, r, empty, DAG_FAN);
-    CHECK(hcq_graph_create(b->items, b->n, NULL, 0, NULL, 0, NULL, &fan_one));
-    double us = time_graph(fan_one);
-    snprintf(note, sizeof(note), "%zu items; %.1fx the plain loop", b->n, us / loop_fan);
-    emit_row(fan1, "hcq graph replay", us, "us", note);
-    profiled_rows(fan1, b->items, b->n, us);
+  size_t npool;
+  baselines_t base;
+} run_t;
+
+/* Baselines first, while no hcq device thread exists. */
+static baselines_t baseline_rows(void) {
+  baselines_t base;
+  base.spin_fan = time_spin(0);
+  base.spin_chain = time_spin(1);
+  base.loop_fan = time_loop(0);
+  base.loop_chain = time_loop(1);
+  emit_row(k_fan2, "hand-written 2-thread spin pipeline", base.spin_fan, "us",
+           "same kernels; hand-off by spinning on a shared word");
+  emit_row(k_chain2, "hand-written 2-thread spin pipeline", base.spin_chain, "us",
+           "999 cross-core hand-offs");
+  emit_row(k_fan1, "plain C loop, one thread", base.loop_fan, "us",
+           "same kernels through function pointers");
+  emit_row(k_chain1, "plain C loop, one thread", base.loop_chain, "us",
+           "same kernels through function pointers");
+  return base;
+}
+
+/* Times the graph of the builder's items and emits its rows; the graph is the caller's. */
+static hcq_graph_t *graph_rows(run_t *r, const char *dag, const char *what, double baseline,
+                               const char *against) {
+  builder_t *b = r->b;
+  hcq_graph_t *g;
+  char note[200];
+  CHECK(hcq_graph_create(b->items, b->n, NULL, 0, NULL, 0, NULL, &g));
+  double us = time_graph(g);
+  snprintf(note, sizeof(note), "%zu items%s; %.1fx the %s", b->n, what, us / baseline, against);
+  emit_row(dag, "hcq graph replay", us, "us", note);
+  profiled_rows(dag, b->items, b->n, us);
+  return g;
+}
+
+/* One device: 66 items. */
+static hcq_graph_t *fan_one_device(run_t *r, hcq_device_t *d0, const progs_t *p0) {
+  builder_t *b = r->b;
+  hcq_buffer_t *pa = buf(d0, 4, r->pool, &r->npool),
+               *res = buf(d0, 4 * DAG_FAN, r->pool, &r->npool);
+  hcq_buffer_t *out = buf(d0, 4, r->pool, &r->npool), *empty = buf(d0, 4, r->pool, &r->npool);
+  b->n = 0;
+  kernel(b, p0->produce, pa, NULL, NULL, 0);
+  for (int i = 0; i < DAG_FAN; i++)
+    kernel(b, p0->consume, view(res, 4 * (uint64_t)i, r->pool, &r->npool), pa, NULL, i);
+  kernel(b, p0->fanin, out, res, empty, DAG_FAN);
+  return graph_rows(r, k_fan1, "", r->base.loop_fan, "plain loop");
+}
+
+/* One device: a 1000-kernel chain. */
+static void chain_one_device(run_t *r, hcq_device_t *d0, const progs_t *p0) {
+  builder_t *b = r->b;
+  hcq_buffer_t *x = buf(d0, 4, r->pool, &r->npool);
+  b->n = 0;
+  for (int k = 0; k < DAG_CHAIN; k++) kernel(b, p0->step, x, x, NULL, 0);
+  CHECK(hcq_graph_destroy(graph_rows(r, k_chain1, "", r->base.loop_chain, "plain loop")));
+}
+
+/* Back-to-back asynchronous replays: what the host pays per call. */
+static void async_host_row(hcq_device_t *d0, hcq_graph_t *fan_one) {
+  enum { N = 200 };
+  double t[N];
+  CHECK(hcq_device_synchronize(d0));
+  for (int r = 0; r < N; r++) {
+    double t0 = bench_now_s();
+    CHECK(hcq_graph_run(fan_one, NULL, 0, NULL, 0, false, NULL));
+    t[r] = bench_now_s() - t0;
   }
-  {
-    hcq_buffer_t *x = buf(d0, 4, pool, &npool);
-    b->n = 0;
-    for (int k = 0; k < DAG_CHAIN; k++) kernel(b, p0.step, x, x, NULL, 0);
-    hcq_graph_t *g;
-    CHECK(hcq_graph_create(b->items, b->n, NULL, 0, NULL, 0, NULL, &g));
-    double us = time_graph(g);
-    snprintf(note, sizeof(note), "%zu items; %.1fx the plain loop", b->n, us / loop_chain);
-    emit_row(chain1, "hcq graph replay", us, "us", note);
-    CHECK(hcq_graph_destroy(g));
-    profiled_rows(chain1, b->items, b->n, us);
+  CHECK(hcq_device_synchronize(d0));
+  emit_row(k_fan1, "hcq: host time per back-to-back wait=false replay", bench_median(t, N) * 1e6,
+           "us", "no wait between calls: replays queue while earlier ones run");
+}
+
+/* 68 items: produce on CPU:0, copy p over, 32 consumers on each device, results copied back,
+ * fan-in. */
+static void fan_two_devices(run_t *r, hcq_device_t *const d[2], const progs_t p[2]) {
+  builder_t *b = r->b;
+  hcq_buffer_t **pool = r->pool;
+  size_t *npool = &r->npool;
+  hcq_buffer_t *pa = buf(d[0], 4, pool, npool), *pb = buf(d[1], 4, pool, npool);
+  hcq_buffer_t *ra = buf(d[0], 4 * DAG_FAN / 2, pool, npool),
+               *rb = buf(d[1], 4 * DAG_FAN / 2, pool, npool);
+  hcq_buffer_t *rb0 = buf(d[0], 4 * DAG_FAN / 2, pool, npool), *out = buf(d[0], 4, pool, npool);
+  b->n = 0;
+  kernel(b, p[0].produce, pa, NULL, NULL, 0);
+  copy(b, pb, pa);
+  for (int i = 0; i < DAG_FAN / 2; i++)
+    kernel(b, p[1].consume, view(rb, 4 * (uint64_t)i, pool, npool), pb, NULL, i);
+  for (int i = 0; i < DAG_FAN / 2; i++)
+    kernel(b, p[0].consume, view(ra, 4 * (uint64_t)i, pool, npool), pa, NULL, i);
+  copy(b, rb0, rb);
+  kernel(b, p[0].fanin, out, ra, rb0, DAG_FAN / 2);
+  CHECK(hcq_graph_destroy(
+      graph_rows(r, k_fan2, " (66 kernels, 2 copies)", r->base.spin_fan, "spin pipeline")));
+}
+
+/* 1000 kernels alternating devices, a 4-byte copy between each. */
+static void chain_two_devices(run_t *r, hcq_device_t *const d[2], const progs_t p[2]) {
+  builder_t *b = r->b;
+  hcq_buffer_t *a[2] = {buf(d[0], 4, r->pool, &r->npool), buf(d[1], 4, r->pool, &r->npool)};
+  hcq_buffer_t *in[2] = {buf(d[0], 4, r->pool, &r->npool), buf(d[1], 4, r->pool, &r->npool)};
+  b->n = 0;
+  for (int k = 0; k < DAG_CHAIN; k++) {
+    int i = k % 2;
+    kernel(b, p[i].step, a[i], in[i], NULL, 0);
+    if (k + 1 < DAG_CHAIN) copy(b, in[1 - i], a[i]);
   }
-  /* Back-to-back asynchronous replays: what the host pays per call. */
-  {
-    enum { N = 200 };
-    double t[N];
-    CHECK(hcq_device_synchronize(d0));
-    for (int r = 0; r < N; r++) {
-      double t0 = bench_now_s();
-      CHECK(hcq_graph_run(fan_one, NULL, 0, NULL, 0, false, NULL));
-      t[r] = bench_now_s() - t0;
-    }
-    CHECK(hcq_device_synchronize(d0));
-    emit_row(fan1, "hcq: host time per back-to-back wait=false replay", bench_median(t, N) * 1e6,
-             "us", "no wait between calls: replays queue while earlier ones run");
-  }
-  CHECK(hcq_device_open("CPU:1", &d1));
-  make_progs(d1, &p1);
-  /* 68 items: produce on CPU:0, copy p over, 32 consumers on each device, results copied back,
-   * fan-in. */
-  {
-    hcq_buffer_t *pa = buf(d0, 4, pool, &npool), *pb = buf(d1, 4, pool, &npool);
-    hcq_buffer_t *ra = buf(d0, 4 * DAG_FAN / 2, pool, &npool),
-                 *rb = buf(d1, 4 * DAG_FAN / 2, pool, &npool);
-    hcq_buffer_t *rb0 = buf(d0, 4 * DAG_FAN / 2, pool, &npool), *out = buf(d0, 4, pool, &npool);
-    b->n = 0;
-    kernel(b, p0.produce, pa, NULL, NULL, 0);
-    copy(b, pb, pa);
-    for (int i = 0; i < DAG_FAN / 2; i++)
-      kernel(b, p1.consume, view(rb, 4 * (uint64_t)i, pool, &npool), pb, NULL, i);
-    for (int i = 0; i < DAG_FAN / 2; i++)
-      kernel(b, p0.consume, view(ra, 4 * (uint64_t)i, pool, &npool), pa, NULL, i);
-    copy(b, rb0, rb);
-    kernel(b, p0.fanin, out, ra, rb0, DAG_FAN / 2);
-    hcq_graph_t *g;
-    CHECK(hcq_graph_create(b->items, b->n, NULL, 0, NULL, 0, NULL, &g));
-    double us = time_graph(g);
-    snprintf(note, sizeof(note), "%zu items (66 kernels, 2 copies); %.1fx the spin pipeline", b->n,
-             us / spin_fan);
-    emit_row(fan2, "hcq graph replay", us, "us", note);
-    CHECK(hcq_graph_destroy(g));
-    profiled_rows(fan2, b->items, b->n, us);
-  }
-  /* 1000 kernels alternating devices, a 4-byte copy between each. */
-  {
-    hcq_buffer_t *a[2] = {buf(d0, 4, pool, &npool), buf(d1, 4, pool, &npool)};
-    hcq_buffer_t *in[2] = {buf(d0, 4, pool, &npool), buf(d1, 4, pool, &npool)};
-    b->n = 0;
-    for (int k = 0; k < DAG_CHAIN; k++) {
-      int d = k % 2;
-      kernel(b, d ? p1.step : p0.step, a[d], in[d], NULL, 0);
-      if (k + 1 < DAG_CHAIN) copy(b, in[1 - d], a[d]);
-    }
-    hcq_graph_t *g;
-    CHECK(hcq_graph_create(b->items, b->n, NULL, 0, NULL, 0, NULL, &g));
-    double us = time_graph(g);
-    snprintf(note, sizeof(note), "%zu items (1000 kernels, 999 copies); %.1fx the spin pipeline",
-             b->n, us / spin_chain);
-    emit_row(chain2, "hcq graph replay", us, "us", note);
-    CHECK(hcq_graph_destroy(g));
-    profiled_rows(chain2, b->items, b->n, us);
-  }
-  CHECK(hcq_graph_destroy(fan_one));
-  for (size_t i = npool; i-- > 0;) hcq_buffer_release(pool[i]);
-  free(b);
-  free_progs(&p0);
-  free_progs(&p1);
-  /* Idle: two open devices, nothing queued, for one second (after the workers' spin budget). */
+  CHECK(hcq_graph_destroy(
+      graph_rows(r, k_chain2, " (1000 kernels, 999 copies)", r->base.spin_chain, "spin pipeline")));
+}
+
+/* Idle: two open devices, nothing queued, for one second (after the workers' spin budget). */
+static void idle_row(void) {
   usleep(100000);
   double c0 = process_cpu_s();
   usleep(1000000);
   emit_row("idle process", "hcq: CPU time burnt per second with CPU:0 and CPU:1 open",
            (process_cpu_s() - c0) * 1e3, "ms",
            "engines and helpers sleep on futexes once their spin budget is spent");
-  CHECK(hcq_device_close(d1));
-  CHECK(hcq_device_close(d0));
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) g_replays = atoi(argv[1]);
+  if (g_replays < 1) return 2;
+  /* As hcq_bench: workers spin for 1 ms before they sleep, so that a sample does not depend on
+   * whether a thread happened to fall asleep. HCQ_SPIN_NS set by the caller wins. */
+  setenv("HCQ_SPIN_NS", "1000000", 0);
+  static run_t r;
+  r.base = baseline_rows();
+  /* One-device DAGs with only CPU:0 open, then CPU:1 joins for the two-device ones. */
+  hcq_device_t *d[2];
+  progs_t p[2];
+  CHECK(hcq_device_open("CPU:0", &d[0]));
+  make_progs(d[0], &p[0]);
+  r.b = calloc(1, sizeof(*r.b));
+  hcq_graph_t *fan_one = fan_one_device(&r, d[0], &p[0]);
+  chain_one_device(&r, d[0], &p[0]);
+  async_host_row(d[0], fan_one);
+  CHECK(hcq_device_open("CPU:1", &d[1]));
+  make_progs(d[1], &p[1]);
+  fan_two_devices(&r, d, p);
+  chain_two_devices(&r, d, p);
+  CHECK(hcq_graph_destroy(fan_one));
+  for (size_t i = r.npool; i-- > 0;) hcq_buffer_release(r.pool[i]);
+  free(r.b);
+  free_progs(&p[0]);
+  free_progs(&p[1]);
+  idle_row();
+  CHECK(hcq_device_close(d[1]));
+  CHECK(hcq_device_close(d[0]));
   return 0;
 }

@@ -70,41 +70,25 @@ static double replay_us(hcq_graph_t *g, int replays) {
   return m;
 }
 
-int main(int argc, char **argv) {
-  int provided = 0, size = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  int replays = argc > 1 ? atoi(argv[1]) : 201;
-  if (size != 2 || replays < 1) {
-    if (rank == 0) fprintf(stderr, "usage: mpirun -np 2 mpi_bench [REPLAYS]\n");
-    MPI_Finalize();
-    return 2;
-  }
-  double lat_before = mpi_latency_us(51);
-  CHECK(hcq_mpi_init(MPI_COMM_WORLD));
-  hcq_device_t *d[2];
-  CHECK(hcq_device_open("0/CPU:0", &d[0]));
-  CHECK(hcq_device_open("1/CPU:0", &d[1]));
-  hcq_buffer_t *x[2];
-  hcq_program_t *p[2];
-  for (int i = 0; i < 2; i++) {
-    CHECK(hcq_buffer_create(d[i], 4, &x[i]));
-    CHECK(hcq_program_create_fn(d[i], "step", k_step, &p[i]));
-  }
-  /* 1. 4 bytes there and back. */
+/* 1. 4 bytes there and back: the median replay (us). */
+static double pingpong_us(hcq_buffer_t *const x[2], int replays) {
   hcq_exec_item_t pp[2] = {{.kind = HCQ_ITEM_TRANSFER, .transfer = {x[1], x[0], 4}},
                            {.kind = HCQ_ITEM_TRANSFER, .transfer = {x[0], x[1], 4}}};
   hcq_graph_t *g = NULL;
   CHECK(hcq_graph_create(pp, 2, NULL, 0, NULL, 0, NULL, &g));
-  double pingpong = replay_us(g, replays);
+  double us = replay_us(g, replays);
   CHECK(hcq_graph_destroy(g));
-  /* 2. The alternating chain: kernel on rank i % 2, then its 4 bytes to the other rank. */
-  enum { CH = DAG_CHAIN };
-  hcq_exec_item_t *items = calloc(2 * CH, sizeof(*items));
-  hcq_buffer_t *bufs[CH];
+  return us;
+}
+
+/* 2. The alternating chain: kernel on rank i % 2, then its 4 bytes to the other rank. The median
+ * replay (us); *got: the first replay's result. */
+static double chain_us(hcq_buffer_t *const x[2], hcq_program_t *const p[2], int replays,
+                       int32_t *got) {
+  hcq_exec_item_t *items = calloc(2 * DAG_CHAIN, sizeof(*items));
+  hcq_buffer_t *bufs[DAG_CHAIN];
   static const uint32_t out0[] = {0};
-  for (int i = 0; i < CH; i++) {
+  for (int i = 0; i < DAG_CHAIN; i++) {
     int r = i % 2;
     bufs[i] = x[r];
     hcq_exec_item_t *k = &items[2 * i];
@@ -118,15 +102,37 @@ int main(int argc, char **argv) {
     items[2 * i + 1] =
         (hcq_exec_item_t){.kind = HCQ_ITEM_TRANSFER, .transfer = {x[1 - r], x[r], 4}};
   }
-  CHECK(hcq_graph_create(items, 2 * CH, NULL, 0, NULL, 0, NULL, &g));
-  int32_t zero = 0, got = 0;
+  hcq_graph_t *g = NULL;
+  CHECK(hcq_graph_create(items, 2 * DAG_CHAIN, NULL, 0, NULL, 0, NULL, &g));
+  int32_t zero = 0;
   CHECK(hcq_buffer_copyin(x[0], 0, &zero, 4));
   CHECK(hcq_graph_run(g, NULL, 0, NULL, 0, true, NULL));
-  CHECK(hcq_mpi_fetch(x[0], 0, &got, 4));
-  int chain_reps = replays / 4 > 5 ? replays / 4 : 5;
-  double chain = replay_us(g, chain_reps);
+  CHECK(hcq_mpi_fetch(x[0], 0, got, 4));
+  double us = replay_us(g, replays / 4 > 5 ? replays / 4 : 5);
   CHECK(hcq_graph_destroy(g));
   free(items);
+  return us;
+}
+
+/* The graphs over hcq's MPI layer, between MPI's latency before and after. */
+typedef struct measured {
+  double lat_before, lat_after, pingpong, chain;
+  int32_t got;
+} measured_t;
+
+static void hcq_graphs(int replays, measured_t *m) {
+  CHECK(hcq_mpi_init(MPI_COMM_WORLD));
+  hcq_device_t *d[2];
+  CHECK(hcq_device_open("0/CPU:0", &d[0]));
+  CHECK(hcq_device_open("1/CPU:0", &d[1]));
+  hcq_buffer_t *x[2];
+  hcq_program_t *p[2];
+  for (int i = 0; i < 2; i++) {
+    CHECK(hcq_buffer_create(d[i], 4, &x[i]));
+    CHECK(hcq_program_create_fn(d[i], "step", k_step, &p[i]));
+  }
+  m->pingpong = pingpong_us(x, replays);
+  m->chain = chain_us(x, p, replays, &m->got);
   for (int i = 0; i < 2; i++) {
     hcq_buffer_release(x[i]);
     hcq_program_release(p[i]);
@@ -134,40 +140,58 @@ int main(int argc, char **argv) {
     CHECK(hcq_device_close(d[i]));
   }
   CHECK(hcq_mpi_finalize());
-  double lat_after = mpi_latency_us(51);
-  double lat = lat_before < lat_after ? lat_before : lat_after;
-  /* HCQ_MPI_HOST_RUNS=0: the waiting host leaves the work to the engines (docs/mpi.md), a row of
-   * its own. */
+}
+
+/* Rank 0's rows. HCQ_MPI_HOST_RUNS=0: the waiting host leaves the work to the engines
+ * (docs/mpi.md), a row of its own. */
+static void emit_rows(const measured_t *m) {
+  double lat = m->lat_before < m->lat_after ? m->lat_before : m->lat_after;
   const char *host_runs = getenv("HCQ_MPI_HOST_RUNS");
   bool engines_only = host_runs && !strcmp(host_runs, "0");
   const char *suffix = engines_only ? ", engines only (HCQ_MPI_HOST_RUNS=0)" : "";
-  if (rank == 0) {
-    const char *btl = getenv("OMPI_MCA_btl");
-    char sec[160], note[256], name[160];
-    snprintf(sec, sizeof(sec), "MPI, 2 ranks (%s): 4-byte transfer",
-             btl && strstr(btl, "tcp") ? "TCP loopback" : "shared memory");
-    snprintf(note, sizeof(note),
-             "MPI_Send/MPI_Recv ping-pong / 2, median; %.2f us before hcq ran, %.2f after",
-             lat_before, lat_after);
-    if (!engines_only) emit_row(sec, "MPI one-way latency", lat, "us", note);
-    snprintf(note, sizeof(note),
-             "graph 0->1->0 replayed to completion / 2; %.2fx MPI one-way latency (target <= 2x + "
-             "2 us = %.2f us)",
-             pingpong / 2 / lat, 2 * lat + 2);
-    snprintf(name, sizeof(name), "hcq graph replay, per 4-byte transfer between ranks%s", suffix);
-    emit_row(sec, name, pingpong / 2, "us", note);
-    snprintf(sec, sizeof(sec), "MPI, 2 ranks (%s): chain of 1000 alternating rank 0/rank 1",
-             btl && strstr(btl, "tcp") ? "TCP loopback" : "shared memory");
-    snprintf(note, sizeof(note), "1000 x the MPI one-way latency above");
-    if (!engines_only) emit_row(sec, "1000 MPI one-way latencies", 1000 * lat, "us", note);
-    snprintf(note, sizeof(note),
-             "one-int kernels, a 4-byte transfer after each; %.2fx 1000 one-way latencies (target "
-             "<= 3x); "
-             "first replay's result %d (expect %d)",
-             chain / (1000 * lat), got, CH);
-    snprintf(name, sizeof(name), "hcq graph replay%s", suffix);
-    emit_row(sec, name, chain, "us", note);
+  const char *btl = getenv("OMPI_MCA_btl");
+  char sec[160], note[256], name[160];
+  snprintf(sec, sizeof(sec), "MPI, 2 ranks (%s): 4-byte transfer",
+           btl && strstr(btl, "tcp") ? "TCP loopback" : "shared memory");
+  snprintf(note, sizeof(note),
+           "MPI_Send/MPI_Recv ping-pong / 2, median; %.2f us before hcq ran, %.2f after",
+           m->lat_before, m->lat_after);
+  if (!engines_only) emit_row(sec, "MPI one-way latency", lat, "us", note);
+  snprintf(note, sizeof(note),
+           "graph 0->1->0 replayed to completion / 2; %.2fx MPI one-way latency (target <= 2x + "
+           "2 us = %.2f us)",
+           m->pingpong / 2 / lat, 2 * lat + 2);
+  snprintf(name, sizeof(name), "hcq graph replay, per 4-byte transfer between ranks%s", suffix);
+  emit_row(sec, name, m->pingpong / 2, "us", note);
+  snprintf(sec, sizeof(sec), "MPI, 2 ranks (%s): chain of 1000 alternating rank 0/rank 1",
+           btl && strstr(btl, "tcp") ? "TCP loopback" : "shared memory");
+  snprintf(note, sizeof(note), "1000 x the MPI one-way latency above");
+  if (!engines_only) emit_row(sec, "1000 MPI one-way latencies", 1000 * lat, "us", note);
+  snprintf(note, sizeof(note),
+           "one-int kernels, a 4-byte transfer after each; %.2fx 1000 one-way latencies (target "
+           "<= 3x); "
+           "first replay's result %d (expect %d)",
+           m->chain / (1000 * lat), m->got, DAG_CHAIN);
+  snprintf(name, sizeof(name), "hcq graph replay%s", suffix);
+  emit_row(sec, name, m->chain, "us", note);
+}
+
+int main(int argc, char **argv) {
+  int provided = 0, size = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int replays = argc > 1 ? atoi(argv[1]) : 201;
+  if (size != 2 || replays < 1) {
+    if (rank == 0) fprintf(stderr, "usage: mpirun -np 2 mpi_bench [REPLAYS]\n");
+    MPI_Finalize();
+    return 2;
   }
+  measured_t m = {0};
+  m.lat_before = mpi_latency_us(51);
+  hcq_graphs(replays, &m);
+  m.lat_after = mpi_latency_us(51);
+  if (rank == 0) emit_rows(&m);
   MPI_Finalize();
-  return rank == 0 && got != CH ? 1 : 0;
+  return rank == 0 && m.got != DAG_CHAIN ? 1 : 0;
 }

@@ -54,6 +54,134 @@ static int open_files(void) {
   return n - 1; /* the directory stream itself */
 }
 
+/* The two devices, their kernels and buffers, and the graph over them. */
+typedef struct soak {
+  hcq_device_t *dev0, *dev1;
+  hcq_program_t *k0, *k1;
+  hcq_buffer_t *src, *mid0, *mid1, *ring[RING];
+  hcq_expr_t *v;
+  hcq_graph_t *graph;
+  uint32_t host[N];
+} soak_t;
+
+/* The process's resident memory and open files: first (after the first replay), largest. */
+typedef struct samples {
+  long rss0, rss_max;
+  int fds0, fds_max;
+} samples_t;
+
+static void open_devices(soak_t *s, const char *name0, const char *name1, bool vulkan) {
+  CHECK(hcq_device_open(name0, &s->dev0));
+  CHECK(hcq_device_open(name1, &s->dev1));
+  const char *source = vulkan ? kGlslKernel : kCpuKernel;
+  CHECK(hcq_program_create(s->dev0, "mul3", source, &s->k0));
+  CHECK(hcq_program_create(s->dev1, "mul3", source, &s->k1));
+  for (uint32_t i = 0; i < N; i++) s->host[i] = i * 7919u + 13u;
+  CHECK(hcq_buffer_create(s->dev0, sizeof s->host, &s->src));
+  CHECK(hcq_buffer_create(s->dev0, sizeof s->host, &s->mid0));
+  CHECK(hcq_buffer_create(s->dev1, sizeof s->host, &s->mid1));
+  for (int r = 0; r < RING; r++) CHECK(hcq_buffer_create(s->dev1, sizeof s->host, &s->ring[r]));
+  CHECK(hcq_buffer_copyin(s->src, 0, s->host, sizeof s->host));
+}
+
+static hcq_kernel_item_t mul3_item(hcq_program_t *k, hcq_buffer_t **bufs,
+                                   const hcq_operand_t *vals) {
+  static const uint32_t writes_second[] = {1};
+  return (hcq_kernel_item_t){k,
+                             bufs,
+                             2,
+                             writes_second,
+                             1,
+                             vals,
+                             1,
+                             {hcq_imm(N / GROUP), hcq_imm(1), hcq_imm(1)},
+                             {hcq_imm(GROUP), hcq_imm(1), hcq_imm(1)}};
+}
+
+static void make_graph(soak_t *s) {
+  CHECK(hcq_var_create("v", 0, 1 << 30, &s->v));
+  hcq_buffer_t *bufs0[] = {s->src, s->mid0}, *bufs1[] = {s->mid1, s->ring[0]};
+  hcq_operand_t vals[] = {hcq_sym(s->v)};
+  hcq_exec_item_t items[3] = {
+      {.kind = HCQ_ITEM_KERNEL, .kernel = mul3_item(s->k0, bufs0, vals)},
+      {.kind = HCQ_ITEM_TRANSFER, .transfer = {s->mid1, s->mid0, sizeof s->host}},
+      {.kind = HCQ_ITEM_KERNEL, .kernel = mul3_item(s->k1, bufs1, vals)},
+  };
+  hcq_var_value_t at_build[] = {{s->v, 0}};
+  CHECK(hcq_graph_create(items, 3, &s->ring[0], 1, at_build, 1, NULL, &s->graph));
+}
+
+/* Replays from..to-1 that were right: 0 or 1 wrong each. */
+static unsigned long long check_replays(soak_t *s, unsigned long long from, unsigned long long to) {
+  unsigned long long wrong = 0;
+  uint32_t got[N];
+  for (unsigned long long k = from; k < to; k++) {
+    CHECK(hcq_buffer_copyout(s->ring[k % RING], 0, got, sizeof got));
+    uint32_t vk = (uint32_t)(k & ((1u << 30) - 1));
+    int bad = 0;
+    for (uint32_t i = 0; i < N; i++) bad |= got[i] != s->host[i] * 9u + 4u * vk;
+    wrong += bad;
+  }
+  return wrong;
+}
+
+static void sample(samples_t *m, double elapsed, unsigned long long replays,
+                   unsigned long long wrong) {
+  long rss = rss_kib();
+  int fds = open_files();
+  if (m->rss0 < 0 && replays > 0) m->rss0 = rss, m->fds0 = fds;
+  if (rss > m->rss_max) m->rss_max = rss;
+  if (fds > m->fds_max) m->fds_max = fds;
+  printf("  %8.1f %12llu %10llu %10ld %6d\n", elapsed, replays, wrong, rss, fds);
+  fflush(stdout);
+}
+
+/* Replays for the given time, pipelined; the wrong ones. */
+static unsigned long long soak(soak_t *s, double seconds) {
+  samples_t m = {-1, 0, -1, 0};
+  unsigned long long replays = 0, wrong = 0;
+  double start = now_s(), next_sample = start;
+  for (;;) {
+    double t = now_s();
+    int last = t - start >= seconds;
+    /* Check the replay that last used the buffer before handing it on (RING - 1 replays back). */
+    uint64_t r = replays;
+    if (r >= RING - 1 || last) {
+      unsigned long long from = r >= RING - 1 ? r - (RING - 1) : 0, to = last ? r : from + 1;
+      wrong += check_replays(s, from, to);
+    }
+    if (t >= next_sample || last) {
+      sample(&m, t - start, replays, wrong);
+      next_sample = t + (seconds >= 60 ? 10.0 : 1.0);
+    }
+    if (last) break;
+    hcq_var_value_t at[] = {{s->v, (int64_t)(r & ((1u << 30) - 1))}};
+    CHECK(hcq_graph_run(s->graph, &s->ring[r % RING], 1, at, 1, /*wait=*/false, NULL));
+    replays++;
+  }
+  double elapsed = now_s() - start;
+  printf(
+      "hcq_soak: %llu replays in %.1f s (%.1f us each, check included), %llu wrong; RSS %ld -> max "
+      "%ld KiB, "
+      "open files %d -> max %d\n",
+      replays, elapsed, elapsed * 1e6 / (double)(replays ? replays : 1), wrong, m.rss0, m.rss_max,
+      m.fds0, m.fds_max);
+  return wrong;
+}
+
+static void close_devices(soak_t *s) {
+  CHECK(hcq_graph_destroy(s->graph));
+  hcq_expr_release(s->v);
+  for (int k = 0; k < RING; k++) hcq_buffer_release(s->ring[k]);
+  hcq_buffer_release(s->src);
+  hcq_buffer_release(s->mid0);
+  hcq_buffer_release(s->mid1);
+  hcq_program_release(s->k0);
+  hcq_program_release(s->k1);
+  CHECK(hcq_device_close(s->dev1));
+  CHECK(hcq_device_close(s->dev0));
+}
+
 int main(int argc, char **argv) {
   const char *kind = argc > 1 ? argv[1] : "CPU";
   double seconds = argc > 2 ? atof(argv[2]) : 10.0;
@@ -65,109 +193,13 @@ int main(int argc, char **argv) {
   char name0[32], name1[32];
   snprintf(name0, sizeof name0, "%s:0", kind);
   snprintf(name1, sizeof name1, "%s:1", kind);
-  hcq_device_t *dev0, *dev1;
-  CHECK(hcq_device_open(name0, &dev0));
-  CHECK(hcq_device_open(name1, &dev1));
-  const char *source = vulkan ? kGlslKernel : kCpuKernel;
-  hcq_program_t *k0, *k1;
-  CHECK(hcq_program_create(dev0, "mul3", source, &k0));
-  CHECK(hcq_program_create(dev1, "mul3", source, &k1));
-
-  uint32_t host[N], got[N];
-  for (uint32_t i = 0; i < N; i++) host[i] = i * 7919u + 13u;
-  hcq_buffer_t *src, *mid0, *mid1, *ring[RING];
-  CHECK(hcq_buffer_create(dev0, sizeof host, &src));
-  CHECK(hcq_buffer_create(dev0, sizeof host, &mid0));
-  CHECK(hcq_buffer_create(dev1, sizeof host, &mid1));
-  for (int r = 0; r < RING; r++) CHECK(hcq_buffer_create(dev1, sizeof host, &ring[r]));
-  CHECK(hcq_buffer_copyin(src, 0, host, sizeof host));
-
-  hcq_expr_t *v;
-  CHECK(hcq_var_create("v", 0, 1 << 30, &v));
-  static const uint32_t writes_second[] = {1};
-  hcq_buffer_t *bufs0[] = {src, mid0}, *bufs1[] = {mid1, ring[0]};
-  hcq_operand_t vals[] = {hcq_sym(v)};
-  hcq_exec_item_t items[3] = {
-      {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {k0,
-                  bufs0,
-                  2,
-                  writes_second,
-                  1,
-                  vals,
-                  1,
-                  {hcq_imm(N / GROUP), hcq_imm(1), hcq_imm(1)},
-                  {hcq_imm(GROUP), hcq_imm(1), hcq_imm(1)}}},
-      {.kind = HCQ_ITEM_TRANSFER, .transfer = {mid1, mid0, sizeof host}},
-      {.kind = HCQ_ITEM_KERNEL,
-       .kernel = {k1,
-                  bufs1,
-                  2,
-                  writes_second,
-                  1,
-                  vals,
-                  1,
-                  {hcq_imm(N / GROUP), hcq_imm(1), hcq_imm(1)},
-                  {hcq_imm(GROUP), hcq_imm(1), hcq_imm(1)}}},
-  };
-  hcq_var_value_t at_build[] = {{v, 0}};
-  hcq_graph_t *graph;
-  CHECK(hcq_graph_create(items, 3, &ring[0], 1, at_build, 1, NULL, &graph));
-
+  static soak_t s;
+  open_devices(&s, name0, name1, vulkan);
+  make_graph(&s);
   printf("hcq_soak: %s, %s + %s, %.0f s; %d-word outputs, a ring of %d, every replay checked\n",
          kind, name0, name1, seconds, N, RING);
   printf("  %8s %12s %10s %10s %6s\n", "time_s", "replays", "wrong", "rss_kib", "fds");
-  long rss0 = -1, rss_max = 0;
-  int fds0 = -1, fds_max = 0;
-  unsigned long long replays = 0, wrong = 0;
-  double start = now_s(), next_sample = start;
-  for (;;) {
-    double t = now_s();
-    int last = t - start >= seconds;
-    /* Check the replay that last used the buffer before handing it on (RING - 1 replays back). */
-    uint64_t r = replays;
-    if (r >= RING - 1 || last) {
-      unsigned long long from = r >= RING - 1 ? r - (RING - 1) : 0, to = last ? r : from + 1;
-      for (unsigned long long k = from; k < to; k++) {
-        CHECK(hcq_buffer_copyout(ring[k % RING], 0, got, sizeof got));
-        uint32_t vk = (uint32_t)(k & ((1u << 30) - 1));
-        int bad = 0;
-        for (uint32_t i = 0; i < N; i++) bad |= got[i] != host[i] * 9u + 4u * vk;
-        wrong += bad;
-      }
-    }
-    if (t >= next_sample || last) {
-      long rss = rss_kib();
-      int fds = open_files();
-      if (rss0 < 0 && replays > 0) rss0 = rss, fds0 = fds;
-      if (rss > rss_max) rss_max = rss;
-      if (fds > fds_max) fds_max = fds;
-      printf("  %8.1f %12llu %10llu %10ld %6d\n", t - start, replays, wrong, rss, fds);
-      fflush(stdout);
-      next_sample = t + (seconds >= 60 ? 10.0 : 1.0);
-    }
-    if (last) break;
-    hcq_var_value_t at[] = {{v, (int64_t)(r & ((1u << 30) - 1))}};
-    CHECK(hcq_graph_run(graph, &ring[r % RING], 1, at, 1, /*wait=*/false, NULL));
-    replays++;
-  }
-  double elapsed = now_s() - start;
-  printf(
-      "hcq_soak: %llu replays in %.1f s (%.1f us each, check included), %llu wrong; RSS %ld -> max "
-      "%ld KiB, "
-      "open files %d -> max %d\n",
-      replays, elapsed, elapsed * 1e6 / (double)(replays ? replays : 1), wrong, rss0, rss_max, fds0,
-      fds_max);
-
-  CHECK(hcq_graph_destroy(graph));
-  hcq_expr_release(v);
-  for (int k = 0; k < RING; k++) hcq_buffer_release(ring[k]);
-  hcq_buffer_release(src);
-  hcq_buffer_release(mid0);
-  hcq_buffer_release(mid1);
-  hcq_program_release(k0);
-  hcq_program_release(k1);
-  CHECK(hcq_device_close(dev1));
-  CHECK(hcq_device_close(dev0));
+  unsigned long long wrong = soak(&s, seconds);
+  close_devices(&s);
   return wrong ? 1 : 0;
 }

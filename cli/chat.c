@@ -8,6 +8,7 @@
 #include "cli/chat.h"
 #include "cli/cli.h"
 #include "llm_api.h"
+#include "model_status.h"
 
 typedef struct conversation {
   hcq_llm_message_t *msgs;
@@ -63,6 +64,19 @@ static bool on_piece(void *user, int32_t id, const char *text, size_t len) {
   return true;
 }
 
+/* The conversation's prompt through the chat template, as token ids. */
+static hcq_status_t conversation_ids(const hcq_llm_t *llm, const conversation_t *c,
+                                     const char *template_name, int32_t **ids, size_t *n) {
+  char *text = NULL;
+  *ids = NULL, *n = 0;
+  hcq_status_t st;
+  if ((st = llm_api_chat_text(llm, c->msgs, c->n, template_name, &text))) goto done;
+  st = llm_tokenize(llm_api_tokenizer(llm), text, strlen(text), true, true, ids, n);
+done:
+  free(text);
+  return st;
+}
+
 /* The conversation's prompt ids, dropping its oldest turns (never the last, nor the system message)
  * until they leave room positions for the reply; *ids NULL when the last turn alone leaves none. */
 static hcq_status_t fit(const hcq_llm_t *llm, conversation_t *c, const char *template_name,
@@ -70,12 +84,7 @@ static hcq_status_t fit(const hcq_llm_t *llm, conversation_t *c, const char *tem
   hcq_llm_info_t info;
   hcq_llm_get_info(llm, &info);
   for (;;) {
-    char *text = NULL;
-    *ids = NULL, *n = 0;
-    hcq_status_t st = llm_api_chat_text(llm, c->msgs, c->n, template_name, &text);
-    if (!st) st = llm_tokenize(llm_api_tokenizer(llm), text, strlen(text), true, true, ids, n);
-    free(text);
-    if (st) return st;
+    TRY(conversation_ids(llm, c, template_name, ids, n));
     bool last_turn = c->n - c->first_turn <= 1;
     if (*n + room <= (size_t)info.ctx || (last_turn && *n + 1 < (size_t)info.ctx)) return NULL;
     free(*ids);
@@ -120,32 +129,47 @@ static hcq_status_t turn(hcq_llm_t *llm, conversation_t *c, const hcq_llm_genera
   free(ids);
   fputc('\n', out);
   fflush(out);
-  if (!st && r.failed) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "chat: out of memory");
-  if (!st) st = push(c, "assistant", r.text ? r.text : "", r.len);
+  if (st) goto done;
+  if (r.failed) {
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "chat: out of memory");
+    goto done;
+  }
+  st = push(c, "assistant", r.text ? r.text : "", r.len);
+done:
   hcq_llm_result_free(&res);
   free(r.text);
   return st;
 }
 
-hcq_status_t cli_chat_loop(hcq_llm_t *llm, const hcq_llm_generate_options_t *o, const char *system,
-                           const char *template_name, FILE *in, FILE *out) {
-  conversation_t c = {0};
-  hcq_status_t st = system ? push(&c, "system", system, strlen(system)) : NULL;
-  c.first_turn = c.n;
+/* Lines from in, each a user turn, until its end, /exit or /quit. */
+static hcq_status_t converse(hcq_llm_t *llm, conversation_t *c, const hcq_llm_generate_options_t *o,
+                             const char *template_name, FILE *in, FILE *out) {
   bool tty = isatty(fileno(in));
   char *line = NULL;
   size_t cap = 0;
-  while (!st) {
+  hcq_status_t st = NULL;
+  for (;;) {
     if (tty) fputs("> ", stderr);
     ssize_t len = getline(&line, &cap, in);
     if (len < 0) break;
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
     if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
     if (!len) continue;
-    st = push(&c, "user", line, (size_t)len);
-    if (!st) st = turn(llm, &c, o, template_name, out);
+    if ((st = push(c, "user", line, (size_t)len))) break;
+    if ((st = turn(llm, c, o, template_name, out))) break;
   }
   free(line);
+  return st;
+}
+
+hcq_status_t cli_chat_loop(hcq_llm_t *llm, const hcq_llm_generate_options_t *o, const char *system,
+                           const char *template_name, FILE *in, FILE *out) {
+  conversation_t c = {0};
+  hcq_status_t st = NULL;
+  if (system && (st = push(&c, "system", system, strlen(system)))) goto done;
+  c.first_turn = c.n;
+  st = converse(llm, &c, o, template_name, in, out);
+done:
   drop(&c, 0, c.n);
   free(c.msgs);
   return st;

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/host_load.h"
 #include "llama2.h"
+#include "model_status.h"
 
 typedef struct demo_args {
   llama2_shape_t shape;
@@ -195,6 +196,41 @@ static void print_screen(const demo_args_t *a, const llama2_config_t *c,
   cli_host_load_print(stdout);
 }
 
+/* An absent kind: the reason `hcq info` gives, before any work. */
+static hcq_status_t device_available(hcq_device_kind_t kind) {
+  hcq_device_info_t infos[HCQ_DEVICE_KIND_COUNT];
+  size_t ninfo = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
+  for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT; i++)
+    if (infos[i].kind == kind && !infos[i].available)
+      return hcq_status_make(HCQ_UNAVAILABLE, "demo: no %s device: %s", hcq_device_kind_name(kind),
+                             infos[i].description);
+  return NULL;
+}
+
+/* --write-model's file, --tokenizer's tokens, and the decoder of the checkpoint. */
+static hcq_status_t open_decoder(const demo_args_t *a, llama2_checkpoint_t *ck,
+                                 llama2_tokenizer_t *tok, llama2_decoder_t **dec) {
+  if (a->write_model) TRY(llama2_checkpoint_write(ck, a->write_model));
+  if (a->tokenizer) TRY(llama2_tokenizer_load(a->tokenizer, ck->config.vocab_size, tok));
+  TRY(device_available(a->kind));
+  llama2_decoder_options_t opts = {a->ranks == 2 ? 2 : (int)a->devices, 0, false, a->kind,
+                                   (int)a->ranks};
+  return llama2_decoder_create(ck, &opts, dec);
+}
+
+/* steps tokens eagerly, then replayed from one capture, each timed over --repeat runs. */
+static hcq_status_t run_modes(llama2_decoder_t *dec, const demo_args_t *a, int steps,
+                              mode_result_t *e, mode_result_t *g) {
+  if (!e->tokens || !g->tokens) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  /* Under MPI the tokens live on rank 0 (the first half's device): only it reads them. */
+  bool rank0 = cli_mpi_rank() == 0;
+  TRY(llama2_decoder_time(dec, false, steps, (int)a->reps, &e->t, rank0 ? e->tokens : NULL));
+  /* One capture of step 0 serves every position: pos is a variable of the graph. */
+  TRY(llama2_decoder_reset(dec));
+  TRY(llama2_decoder_capture(dec, 0));
+  return llama2_decoder_time(dec, true, steps, (int)a->reps, &g->t, rank0 ? g->tokens : NULL);
+}
+
 int cli_demo(int argc, char **argv) {
   demo_args_t a;
   int rc = parse_args(argc, argv, &a);
@@ -215,38 +251,19 @@ int cli_demo(int argc, char **argv) {
                            c.seq_len);
   }
   int steps = (int)a.steps;
-  if (a.write_model) st = llama2_checkpoint_write(&ck, a.write_model);
-  if (!st && a.tokenizer) st = llama2_tokenizer_load(a.tokenizer, c.vocab_size, &tok);
-  /* An absent kind: the reason `hcq info` gives, before any work. */
-  hcq_device_info_t infos[HCQ_DEVICE_KIND_COUNT];
-  size_t ninfo = hcq_device_query(infos, HCQ_DEVICE_KIND_COUNT);
-  for (size_t i = 0; i < ninfo && i < HCQ_DEVICE_KIND_COUNT && !st; i++)
-    if (infos[i].kind == a.kind && !infos[i].available)
-      st = hcq_status_make(HCQ_UNAVAILABLE, "demo: no %s device: %s", hcq_device_kind_name(a.kind),
-                           infos[i].description);
-  llama2_decoder_options_t opts = {a.ranks == 2 ? 2 : (int)a.devices, 0, false, a.kind,
-                                   (int)a.ranks};
-  if (!st) st = llama2_decoder_create(&ck, &opts, &dec);
-  llama2_checkpoint_free(&ck);
+  bool identical = false;
   e.tokens = calloc((size_t)steps, sizeof(int32_t));
   g.tokens = calloc((size_t)steps, sizeof(int32_t));
-  if (!st && (!e.tokens || !g.tokens)) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  /* Under MPI the tokens live on rank 0 (the first half's device): only it reads them. */
-  bool rank0 = cli_mpi_rank() == 0;
-  if (!st) st = llama2_decoder_time(dec, false, steps, (int)a.reps, &e.t, rank0 ? e.tokens : NULL);
-  /* One capture of step 0 serves every position: pos is a variable of the graph. */
-  if (!st) st = llama2_decoder_reset(dec);
-  if (!st) st = llama2_decoder_capture(dec, 0);
-  if (!st) st = llama2_decoder_time(dec, true, steps, (int)a.reps, &g.t, rank0 ? g.tokens : NULL);
-  bool identical = false;
-  if (!st) {
-    identical = !memcmp(e.tokens, g.tokens, (size_t)steps * sizeof(int32_t));
-    if (a.json) {
-      print_json(&a, &c, dec, &e, &g, steps, identical);
-    } else {
-      print_screen(&a, &c, dec, &e, &g, steps, identical, a.tokenizer ? &tok : NULL);
-    }
-  }
+  st = open_decoder(&a, &ck, &tok, &dec);
+  llama2_checkpoint_free(&ck);
+  if (st) goto done;
+  if ((st = run_modes(dec, &a, steps, &e, &g))) goto done;
+  identical = !memcmp(e.tokens, g.tokens, (size_t)steps * sizeof(int32_t));
+  if (a.json)
+    print_json(&a, &c, dec, &e, &g, steps, identical);
+  else
+    print_screen(&a, &c, dec, &e, &g, steps, identical, a.tokenizer ? &tok : NULL);
+done:
   rc = st          ? cli_fail(st)
        : identical ? HCQ_EXIT_OK
                    : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */

@@ -14,6 +14,7 @@
 #include "cli/host_load.h"
 #include "fetch.h"
 #include "llm_api.h"
+#include "model_status.h"
 #include "model_time.h"
 #include "tokenizer.h"
 
@@ -125,6 +126,102 @@ static int check_args(const gen_args_t *a) {
   return -1;
 }
 
+/* The options that take no value: true when o is one (and set). */
+static bool parse_flag(const char *o, gen_args_t *a) {
+  const struct {
+    const char *name;
+    bool *field;
+  } flags[] = {{"--ignore-eos", &a->ignore_eos}, {"--eager", &a->eager},
+               {"--bench", &a->bench},           {"--json", &a->json},
+               {"--fetch-model", &a->fetch},     {"--interactive", &a->interactive}};
+  for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++)
+    if (!strcmp(o, flags[f].name)) return *flags[f].field = true;
+  return false;
+}
+
+/* The model and the prompt's texts: 1 when o is one of them and v taken, 0 when it is not one of
+ * them, else the usage error's exit status. */
+static int parse_text(const char *o, const char *v, gen_args_t *a) {
+  const struct {
+    const char *name;
+    const char **field;
+  } texts[] = {{"--model", &a->model},
+               {"--prompt", &a->prompt},
+               {"--chat", &a->chat},
+               {"--prompt-ids", &a->prompt_ids},
+               {"--system", &a->system}};
+  for (size_t t = 0; t < sizeof(texts) / sizeof(texts[0]); t++)
+    if (!strcmp(o, texts[t].name)) return *texts[t].field = v, 1;
+  if (strcmp(o, "--chat-template")) return 0;
+  if (!known_template(v))
+    return cli_usage_error(
+        "generate: --chat-template \"%s\": expected chatml, llama3, gemma, llama2 (or "
+        "llama2-sys, "
+        "llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, mistral-v3-tekken, "
+        "mistral-v7)",
+        v);
+  a->chat_template = v;
+  return 1;
+}
+
+/* The run's numbers, the device and the temperature, top-k, top-p and seed: 1 when o is one of
+ * them and v parsed, 0 when it is not one of them, else the usage error's exit status. */
+static int parse_run(const char *o, const char *v, gen_args_t *a) {
+  if (!strcmp(o, "--steps") && !cli_parse_uint(v, 0, 1u << 20, &a->steps))
+    return cli_usage_error("generate: --steps \"%s\": expected 0 to 1048576", v);
+  if (!strcmp(o, "--temperature") && !parse_double(v, 0, 100, &a->temperature))
+    return cli_usage_error("generate: --temperature \"%s\": expected 0 to 100 (0: greedy)", v);
+  if (!strcmp(o, "--top-k") && !(a->top_k_given = cli_parse_uint(v, 0, 1u << 24, &a->top_k)))
+    return cli_usage_error("generate: --top-k \"%s\": expected 0 (all) or more", v);
+  if (!strcmp(o, "--top-p") && !(parse_double(v, 0, 1, &a->top_p) && a->top_p > 0))
+    return cli_usage_error("generate: --top-p \"%s\": expected more than 0, at most 1", v);
+  if (!strcmp(o, "--seed") && !cli_parse_uint(v, 0, UINT64_MAX, &a->seed))
+    return cli_usage_error("generate: --seed \"%s\": expected a non-negative integer", v);
+  if (!strcmp(o, "--device") && !cli_parse_device_kind(v, &a->kind))
+    return cli_usage_error("generate: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);
+  if (!strcmp(o, "--devices") && !cli_parse_uint(v, 1, 2, &a->devices))
+    return cli_usage_error("generate: --devices \"%s\": expected 1 or 2", v);
+  if (!strcmp(o, "--ranks") && !cli_parse_uint(v, 1, 2, &a->ranks))
+    return cli_usage_error("generate: --ranks \"%s\": expected 1 or 2", v);
+  if (!strcmp(o, "--ctx") && !cli_parse_uint(v, 1, 1u << 20, &a->ctx))
+    return cli_usage_error("generate: --ctx \"%s\": expected 1 to 1048576 positions", v);
+  if (!strcmp(o, "--repeat") && !cli_parse_uint(v, 1, 50, &a->reps))
+    return cli_usage_error("generate: --repeat \"%s\": expected 1 to 50", v);
+  return 1;
+}
+
+/* The options that take a value. */
+static const char *const k_with_value[] = {"--model",
+                                           "--prompt",
+                                           "--chat",
+                                           "--prompt-ids",
+                                           "--system",
+                                           "--chat-template",
+                                           "--steps",
+                                           "--temperature",
+                                           "--top-k",
+                                           "--top-p",
+                                           "--seed",
+                                           "--device",
+                                           "--devices",
+                                           "--ranks",
+                                           "--ctx",
+                                           "--repeat",
+                                           "--min-p",
+                                           "--repeat-penalty",
+                                           "--repeat-last-n",
+                                           "--frequency-penalty",
+                                           "--presence-penalty",
+                                           "--stop",
+                                           "--logprobs",
+                                           "--threads"};
+
+static bool takes_value(const char *o) {
+  for (size_t w = 0; w < sizeof(k_with_value) / sizeof(k_with_value[0]); w++)
+    if (!strcmp(o, k_with_value[w])) return true;
+  return false;
+}
+
 static int parse_args(int argc, char **argv, gen_args_t *a) {
   /* sampling: llama.cpp's defaults (llama-cli, llama-server) once a temperature is given */
   *a = (gen_args_t){.steps = 256,
@@ -138,96 +235,21 @@ static int parse_args(int argc, char **argv, gen_args_t *a) {
                     .repeat_last_n = 64,
                     .seed = 42};
   a->kind = CLI_DEFAULT_KIND;
+  /* each option with a value in one group; parse_run takes the ones the first two do not */
+  static int (*const groups[])(const char *, const char *, gen_args_t *) = {parse_sampling,
+                                                                            parse_text, parse_run};
   for (int i = 0; i < argc; i++) {
     const char *o = argv[i];
-    if (!strcmp(o, "--ignore-eos"))
-      a->ignore_eos = true;
-    else if (!strcmp(o, "--eager"))
-      a->eager = true;
-    else if (!strcmp(o, "--bench"))
-      a->bench = true;
-    else if (!strcmp(o, "--json"))
-      a->json = true;
-    else if (!strcmp(o, "--fetch-model"))
-      a->fetch = true;
-    else if (!strcmp(o, "--interactive"))
-      a->interactive = true;
-    else if (!strncmp(o, "--", 2)) {
-      static const char *const with_value[] = {"--model",
-                                               "--prompt",
-                                               "--chat",
-                                               "--prompt-ids",
-                                               "--system",
-                                               "--chat-template",
-                                               "--steps",
-                                               "--temperature",
-                                               "--top-k",
-                                               "--top-p",
-                                               "--seed",
-                                               "--device",
-                                               "--devices",
-                                               "--ranks",
-                                               "--ctx",
-                                               "--repeat",
-                                               "--min-p",
-                                               "--repeat-penalty",
-                                               "--repeat-last-n",
-                                               "--frequency-penalty",
-                                               "--presence-penalty",
-                                               "--stop",
-                                               "--logprobs",
-                                               "--threads",
-                                               NULL};
-      bool known = false;
-      for (const char *const *w = with_value; *w; w++) known |= !strcmp(o, *w);
-      if (!known) return cli_usage_error("generate: unknown option \"%s\" (%s)", o, k_usage);
-      if (i + 1 >= argc) return cli_usage_error("generate: %s needs a value", o);
-      const char *v = argv[++i];
-      int sampling = parse_sampling(o, v, a);
-      if (sampling > 1) return sampling;
-      if (sampling) continue;
-      if (!strcmp(o, "--model"))
-        a->model = v;
-      else if (!strcmp(o, "--prompt"))
-        a->prompt = v;
-      else if (!strcmp(o, "--chat"))
-        a->chat = v;
-      else if (!strcmp(o, "--prompt-ids"))
-        a->prompt_ids = v;
-      else if (!strcmp(o, "--system"))
-        a->system = v;
-      else if (!strcmp(o, "--chat-template") && !known_template(v))
-        return cli_usage_error(
-            "generate: --chat-template \"%s\": expected chatml, llama3, gemma, llama2 (or "
-            "llama2-sys, "
-            "llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, mistral-v3-tekken, "
-            "mistral-v7)",
-            v);
-      else if (!strcmp(o, "--chat-template"))
-        a->chat_template = v;
-      else if (!strcmp(o, "--steps") && !cli_parse_uint(v, 0, 1u << 20, &a->steps))
-        return cli_usage_error("generate: --steps \"%s\": expected 0 to 1048576", v);
-      else if (!strcmp(o, "--temperature") && !parse_double(v, 0, 100, &a->temperature))
-        return cli_usage_error("generate: --temperature \"%s\": expected 0 to 100 (0: greedy)", v);
-      else if (!strcmp(o, "--top-k") &&
-               !(a->top_k_given = cli_parse_uint(v, 0, 1u << 24, &a->top_k)))
-        return cli_usage_error("generate: --top-k \"%s\": expected 0 (all) or more", v);
-      else if (!strcmp(o, "--top-p") && !(parse_double(v, 0, 1, &a->top_p) && a->top_p > 0))
-        return cli_usage_error("generate: --top-p \"%s\": expected more than 0, at most 1", v);
-      else if (!strcmp(o, "--seed") && !cli_parse_uint(v, 0, UINT64_MAX, &a->seed))
-        return cli_usage_error("generate: --seed \"%s\": expected a non-negative integer", v);
-      else if (!strcmp(o, "--device") && !cli_parse_device_kind(v, &a->kind))
-        return cli_usage_error("generate: --device \"%s\": expected CPU, VULKAN, CUDA or METAL", v);
-      else if (!strcmp(o, "--devices") && !cli_parse_uint(v, 1, 2, &a->devices))
-        return cli_usage_error("generate: --devices \"%s\": expected 1 or 2", v);
-      else if (!strcmp(o, "--ranks") && !cli_parse_uint(v, 1, 2, &a->ranks))
-        return cli_usage_error("generate: --ranks \"%s\": expected 1 or 2", v);
-      else if (!strcmp(o, "--ctx") && !cli_parse_uint(v, 1, 1u << 20, &a->ctx))
-        return cli_usage_error("generate: --ctx \"%s\": expected 1 to 1048576 positions", v);
-      else if (!strcmp(o, "--repeat") && !cli_parse_uint(v, 1, 50, &a->reps))
-        return cli_usage_error("generate: --repeat \"%s\": expected 1 to 50", v);
-    } else {
+    if (parse_flag(o, a)) continue;
+    if (strncmp(o, "--", 2))
       return cli_usage_error("generate: unexpected argument \"%s\" (%s)", o, k_usage);
+    if (!takes_value(o)) return cli_usage_error("generate: unknown option \"%s\" (%s)", o, k_usage);
+    if (i + 1 >= argc) return cli_usage_error("generate: %s needs a value", o);
+    const char *v = argv[++i];
+    for (size_t g = 0; g < sizeof(groups) / sizeof(groups[0]); g++) {
+      int taken = groups[g](o, v, a);
+      if (taken > 1) return taken;
+      if (taken) break;
     }
   }
   return check_args(a);
@@ -358,14 +380,12 @@ static double now_us(void) {
 static hcq_status_t time_mode(llm_decoder_t *dec, const int32_t *prompt, int n, int steps, int reps,
                               bool graph, timing_t *out) {
   double pre[51], dec_rate[51], host[32];
-  hcq_status_t st = NULL;
   *out = (timing_t){0};
-  for (int r = 0; r <= reps && !st; r++) {
+  for (int r = 0; r <= reps; r++) {
     llm_generate_result_t g;
-    st = llm_generate(dec, prompt, n,
-                      &(llm_generate_options_t){.steps = steps, .graph = graph, .ignore_eos = true},
-                      &g);
-    if (st) break;
+    TRY(llm_generate(dec, prompt, n,
+                     &(llm_generate_options_t){.steps = steps, .graph = graph, .ignore_eos = true},
+                     &g));
     if (r > 0) {
       pre[r - 1] = n / (g.prefill_ms / 1e3);
       dec_rate[r - 1] = g.n > 1 ? (g.n - 1) / (g.decode_ms / 1e3) : 0;
@@ -374,14 +394,13 @@ static hcq_status_t time_mode(llm_decoder_t *dec, const int32_t *prompt, int n, 
     out->ids = g.ids, out->n = g.n;
   }
   int hsteps = 0;
-  for (int p = n; p < n + 32 && p < llm_decoder_ctx(dec) && !st; p++) {
-    if ((st = llm_decoder_sync(dec))) break;
+  for (int p = n; p < n + 32 && p < llm_decoder_ctx(dec); p++) {
+    TRY(llm_decoder_sync(dec));
     double t0 = now_us();
-    st = llm_decoder_step(dec, p, graph);
+    TRY(llm_decoder_step(dec, p, graph));
     host[hsteps++] = now_us() - t0;
   }
-  if (!st) st = llm_decoder_sync(dec);
-  if (st) return st;
+  TRY(llm_decoder_sync(dec));
   qsort(pre, (size_t)reps, sizeof(double), hcq_model_cmp_double);
   qsort(dec_rate, (size_t)reps, sizeof(double), hcq_model_cmp_double);
   qsort(host, (size_t)hsteps, sizeof(double), hcq_model_cmp_double);
@@ -465,11 +484,12 @@ static hcq_status_t chat_text(const gen_t *g, const gen_args_t *a, char **out) {
 static hcq_status_t prompt_ids(gen_t *g, const gen_args_t *a) {
   if (a->prompt_ids) return parse_ids(a->prompt_ids, &g->prompt, &g->nprompt);
   char *chat = NULL;
-  hcq_status_t st = a->chat ? chat_text(g, a, &chat) : NULL;
+  hcq_status_t st = NULL;
+  if (a->chat && (st = chat_text(g, a, &chat))) goto done;
   const char *text = chat ? chat : a->prompt;
-  if (!st)
-    st = llm_tokenize(llm_api_tokenizer(g->llm), text, strlen(text), true, true, &g->prompt,
-                      &g->nprompt);
+  st = llm_tokenize(llm_api_tokenizer(g->llm), text, strlen(text), true, true, &g->prompt,
+                    &g->nprompt);
+done:
   free(chat);
   return st;
 }
@@ -478,16 +498,15 @@ static hcq_status_t prompt_ids(gen_t *g, const gen_args_t *a) {
  * that holds the prompt and the steps asked for. */
 static hcq_status_t set_up(gen_t *g, const gen_args_t *a) {
   hcq_llm_options_t o = {.eager = a->eager, .log = stderr};
-  hcq_status_t st = llm_api_load(a->model, &o, &g->llm);
-  if (!st && a->interactive) /* the conversation grows: the context asked for, else the model's (at
-                                most 4096) */
+  TRY(llm_api_load(a->model, &o, &g->llm));
+  if (a->interactive) /* the conversation grows: the context asked for, else the model's (at most
+                         4096) */
     return llm_api_start(
         g->llm,
         &(llm_decoder_options_t){.devices = (int)a->devices, .kind = a->kind, .ctx = (int)a->ctx});
-  if (!st) st = prompt_ids(g, a);
-  if (!st && g->nprompt == 0)
-    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
-  if (st) return st;
+  TRY(prompt_ids(g, a));
+  if (g->nprompt == 0)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "generate: the prompt has no tokens");
   const llm_config_t *c = llm_api_config(g->llm);
   for (size_t i = 0; i < g->nprompt; i++)
     if (g->prompt[i] >= c->vocab)
@@ -569,15 +588,14 @@ static hcq_status_t run(gen_t *g, const gen_args_t *a) {
 /* --bench: eager launches against replays, and whether they chose the same tokens. */
 static hcq_status_t bench(gen_t *g, const gen_args_t *a) {
   int steps = a->steps ? (int)a->steps : 1;
-  hcq_status_t st = time_mode(llm_api_decoder(g->llm), g->prompt, (int)g->nprompt, steps,
-                              (int)a->reps, false, &g->eager);
-  if (!st)
-    st = time_mode(llm_api_decoder(g->llm), g->prompt, (int)g->nprompt, steps, (int)a->reps, true,
-                   &g->graph);
-  g->identical = !st && (cli_mpi_rank() != 0 || (g->eager.n == g->graph.n &&
-                                                 !memcmp(g->eager.ids, g->graph.ids,
-                                                         (size_t)g->eager.n * sizeof(int32_t))));
-  return st;
+  llm_decoder_t *dec = llm_api_decoder(g->llm);
+  g->identical = false;
+  TRY(time_mode(dec, g->prompt, (int)g->nprompt, steps, (int)a->reps, false, &g->eager));
+  TRY(time_mode(dec, g->prompt, (int)g->nprompt, steps, (int)a->reps, true, &g->graph));
+  g->identical = cli_mpi_rank() != 0 ||
+                 (g->eager.n == g->graph.n &&
+                  !memcmp(g->eager.ids, g->graph.ids, (size_t)g->eager.n * sizeof(int32_t)));
+  return NULL;
 }
 
 static hcq_status_t print_json(const gen_t *g, const gen_args_t *a, double prefill_tok_s,
@@ -706,8 +724,8 @@ int cli_generate(int argc, char **argv) {
   hcq_status_t st = kind_available(a.kind);
   if (st) return cli_fail(st);
   gen_t g = {.identical = true};
-  st = set_up(&g, &a);
-  if (!st && a.interactive) {
+  if ((st = set_up(&g, &a))) goto done;
+  if (a.interactive) {
     hcq_llm_generate_options_t o = generate_options(&a);
     st = cli_chat_loop(g.llm, &o, a.system, a.chat_template, stdin, stdout);
     hcq_status_t dst = hcq_llm_close(g.llm);
@@ -717,9 +735,10 @@ int cli_generate(int argc, char **argv) {
       hcq_status_destroy(dst);
     return st ? cli_fail(st) : HCQ_EXIT_OK;
   }
-  if (!st) st = run(&g, &a);
-  if (!st && a.bench) st = bench(&g, &a);
-  if (!st && cli_mpi_rank() == 0) st = report(&g, &a);
+  if ((st = run(&g, &a))) goto done;
+  if (a.bench && (st = bench(&g, &a))) goto done;
+  if (cli_mpi_rank() == 0) st = report(&g, &a);
+done:
   rc = st            ? cli_fail(st)
        : g.identical ? HCQ_EXIT_OK
                      : HCQ_EXIT_CHECK_MISMATCH; /* before the teardown waits */
@@ -731,6 +750,69 @@ int cli_generate(int argc, char **argv) {
   hcq_llm_result_free(&g.res);
   free(g.eager.ids), free(g.graph.ids), free(g.prompt);
   return rc;
+}
+
+/* TEXT's token ids. */
+static hcq_status_t print_ids(const llm_tokenizer_t *tok, const char *text, bool special,
+                              bool json) {
+  int32_t *ids = NULL;
+  size_t n = 0;
+  hcq_status_t st = llm_tokenize(tok, text, strlen(text), special, true, &ids, &n);
+  if (!st && json) {
+    printf("{");
+    json_ids("ids", ids, n);
+    printf("}\n");
+  } else if (!st) {
+    for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+    printf("\n");
+  }
+  free(ids);
+  return st;
+}
+
+/* --decode's ids as text. */
+static hcq_status_t print_text(const llm_tokenizer_t *tok, const char *decode, bool special,
+                               bool json) {
+  int32_t *ids = NULL;
+  size_t n = 0;
+  char *out = NULL;
+  hcq_status_t st;
+  if ((st = parse_ids(decode, &ids, &n))) goto done;
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] >= llm_tokenizer_vocab_size(tok)) {
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "tokenize: id %d is outside the vocabulary (%d ids)", ids[i],
+                           llm_tokenizer_vocab_size(tok));
+      goto done;
+    }
+  if ((st = llm_detokenize(tok, ids, n, special, &out))) goto done;
+  if (json) {
+    printf("{\"text\": ");
+    json_string(out, strlen(out));
+    printf("}\n");
+  } else {
+    printf("%s\n", out);
+  }
+done:
+  free(ids), free(out);
+  return st;
+}
+
+/* The model's tokenizer, then TEXT's ids or --decode's text. */
+static hcq_status_t tokenize(const char *model_given, const char *text, const char *decode,
+                             bool special, bool json) {
+  char path[PATH_MAX];
+  gguf_file_t *g = NULL;
+  llm_tokenizer_t *tok = NULL;
+  hcq_status_t st;
+  if ((st = model_path(model_given, path, sizeof(path)))) goto done;
+  if ((st = gguf_open(path, &g))) goto done;
+  if ((st = llm_tokenizer_from_gguf(g, &tok))) goto done;
+  st = text ? print_ids(tok, text, special, json) : print_text(tok, decode, special, json);
+done:
+  llm_tokenizer_free(tok);
+  gguf_close(g);
+  return st;
 }
 
 int cli_tokenize(int argc, char **argv) {
@@ -760,43 +842,6 @@ int cli_tokenize(int argc, char **argv) {
     }
   }
   if (!!text == !!decode) return cli_usage_error("tokenize: give a TEXT or --decode IDS");
-  char path[PATH_MAX];
-  gguf_file_t *g = NULL;
-  llm_tokenizer_t *tok = NULL;
-  hcq_status_t st = model_path(model_given, path, sizeof(path));
-  if (!st) st = gguf_open(path, &g);
-  if (!st) st = llm_tokenizer_from_gguf(g, &tok);
-  int32_t *ids = NULL;
-  size_t n = 0;
-  char *out = NULL;
-  if (!st && text) {
-    st = llm_tokenize(tok, text, strlen(text), special, true, &ids, &n);
-    if (!st && json) {
-      printf("{");
-      json_ids("ids", ids, n);
-      printf("}\n");
-    } else if (!st) {
-      for (size_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
-      printf("\n");
-    }
-  } else if (!st) {
-    st = parse_ids(decode, &ids, &n);
-    for (size_t i = 0; !st && i < n; i++)
-      if (ids[i] >= llm_tokenizer_vocab_size(tok))
-        st = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                             "tokenize: id %d is outside the vocabulary (%d ids)", ids[i],
-                             llm_tokenizer_vocab_size(tok));
-    if (!st) st = llm_detokenize(tok, ids, n, special, &out);
-    if (!st && json) {
-      printf("{\"text\": ");
-      json_string(out, strlen(out));
-      printf("}\n");
-    } else if (!st) {
-      printf("%s\n", out);
-    }
-  }
-  free(ids), free(out);
-  llm_tokenizer_free(tok);
-  gguf_close(g);
+  hcq_status_t st = tokenize(model_given, text, decode, special, json);
   return st ? cli_fail(st) : HCQ_EXIT_OK;
 }

@@ -328,9 +328,9 @@ int cli_inspect(int argc, char **argv) {
         "inspect: give a GGUF file or a model name (usage: hcq inspect FILE.gguf|NAME [--json])");
   char path[PATH_MAX];
   gguf_file_t *g = NULL;
-  hcq_status_t st = llm_resolve_model(given, stderr, path, sizeof(path));
-  if (!st) st = gguf_open(path, &g);
-  if (st) return cli_fail(st);
+  hcq_status_t st;
+  if ((st = llm_resolve_model(given, stderr, path, sizeof(path))) || (st = gguf_open(path, &g)))
+    return cli_fail(st);
   json_t *root = inspect_json(g, given);
   gguf_close(g);
   if (json) {

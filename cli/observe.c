@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "cli/cli.h"
+#include "model_status.h"
 
 static bool wants_profile(const cli_observe_t *o) { return o->profile || o->profile_svg; }
 
@@ -66,24 +67,34 @@ static void print_kernel_cache(void) {
          files == 1 ? "" : "s", b);
 }
 
+/* The jit's graphs as one Graphviz file. */
+static hcq_status_t write_dot(const char *path, hcq_jit_t *jit) {
+  size_t n = jit ? hcq_jit_graph_count(jit) : 0;
+  hcq_graph_t **graphs = calloc(n + 1, sizeof(*graphs));
+  if (!graphs) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing %s", path);
+  for (size_t i = 0; i < n; i++) graphs[i] = hcq_jit_graph(jit, i);
+  hcq_status_t st = hcq_graph_write_dot(graphs, n, path);
+  free(graphs);
+  return st;
+}
+
+/* The files asked for, then with --verbose the devices' memory and the kernel cache. */
+static hcq_status_t write_outputs(const cli_observe_t *o, hcq_jit_t *jit,
+                                  const hcq_graph_file_t *gf) {
+  if (o->profile) TRY(hcq_trace_write(o->profile));
+  if (o->profile_svg) TRY(hcq_trace_write_svg(o->profile_svg));
+  if (o->dot) TRY(write_dot(o->dot, jit));
+  if (o->verbose && gf) {
+    for (size_t i = 0; i < hcq_graph_file_device_count(gf); i++)
+      TRY(print_memory(hcq_graph_file_device(gf, i), ""));
+    print_kernel_cache();
+  }
+  return NULL;
+}
+
 hcq_status_t cli_observe_finish(const cli_observe_t *o, hcq_jit_t *jit,
                                 const hcq_graph_file_t *gf) {
-  hcq_status_t st = NULL;
-  if (o->profile) st = hcq_trace_write(o->profile);
-  if (!st && o->profile_svg) st = hcq_trace_write_svg(o->profile_svg);
-  if (!st && o->dot) {
-    size_t n = jit ? hcq_jit_graph_count(jit) : 0;
-    hcq_graph_t **graphs = calloc(n + 1, sizeof(*graphs));
-    if (!graphs) st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing %s", o->dot);
-    for (size_t i = 0; graphs && i < n; i++) graphs[i] = hcq_jit_graph(jit, i);
-    if (!st) st = hcq_graph_write_dot(graphs, n, o->dot);
-    free(graphs);
-  }
-  if (!st && o->verbose && gf) {
-    for (size_t i = 0; i < hcq_graph_file_device_count(gf) && !st; i++)
-      st = print_memory(hcq_graph_file_device(gf, i), "");
-    if (!st) print_kernel_cache();
-  }
+  hcq_status_t st = write_outputs(o, jit, gf);
   cli_observe_abort(o);
   return st;
 }
@@ -98,9 +109,8 @@ static void print_device_memory(void) {
     snprintf(name, sizeof(name), "%s:0", hcq_device_kind_name(infos[i].kind));
     hcq_device_t *dev = NULL;
     hcq_device_memory_t m;
-    hcq_status_t st = hcq_device_open(name, &dev);
-    if (!st) st = hcq_device_memory(dev, &m);
-    if (st) {
+    hcq_status_t st;
+    if ((st = hcq_device_open(name, &dev)) || (st = hcq_device_memory(dev, &m))) {
       printf("device memory %s: unknown (%s)\n", name, hcq_status_message(st));
     } else {
       char total[24], avail[24];
@@ -117,9 +127,9 @@ static void print_device_memory(void) {
 void cli_info_memory(void) {
   print_kernel_cache();
   hcq_device_t *dev = NULL;
-  hcq_status_t st = hcq_device_open("CPU:0", &dev);
-  if (!st) st = print_memory(dev, " (just opened)");
-  if (st) printf("memory CPU:0: unknown (%s)\n", hcq_status_message(st));
+  hcq_status_t st;
+  if ((st = hcq_device_open("CPU:0", &dev)) || (st = print_memory(dev, " (just opened)")))
+    printf("memory CPU:0: unknown (%s)\n", hcq_status_message(st));
   hcq_status_destroy(st);
   hcq_status_destroy(hcq_device_close(dev));
   print_device_memory();

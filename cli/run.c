@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "model_status.h"
 #include "model_time.h"
 
 typedef struct run_args {
@@ -125,74 +126,150 @@ static hcq_status_t world_run(world_t *w, size_t r) {
 static hcq_status_t first_difference(hcq_buffer_t *a, hcq_buffer_t *b, int64_t *out) {
   uint64_t size = hcq_buffer_size(a);
   uint8_t *x = malloc(size), *y = malloc(size);
-  hcq_status_t st =
-      (!x || !y) ? hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory comparing buffers") : NULL;
-  if (!st) st = cli_mpi_fetch(a, x, size);
-  if (!st) st = cli_mpi_fetch(b, y, size);
+  hcq_status_t st = NULL;
   *out = -1;
-  for (uint64_t i = 0; !st && cli_mpi_rank() == 0 && i < size; i++)
+  if (!x || !y) {
+    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory comparing buffers");
+    goto done;
+  }
+  if ((st = cli_mpi_fetch(a, x, size))) goto done;
+  if ((st = cli_mpi_fetch(b, y, size))) goto done;
+  for (uint64_t i = 0; cli_mpi_rank() == 0 && i < size; i++)
     if (x[i] != y[i]) {
       *out = (int64_t)i;
       break;
     }
+done:
   free(x);
   free(y);
+  return st;
+}
+
+static hcq_status_t write_file(const char *path, const uint8_t *data, uint64_t size) {
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(data, 1, size, f) != size) {
+    hcq_status_t st =
+        hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
+    if (f) fclose(f);
+    return st;
+  }
+  if (fclose(f) != 0) return hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s", path);
+  return NULL;
+}
+
+/* Buffer i as DIR/NAME.bin: rank 0 writes every buffer (fetched from its rank). */
+static hcq_status_t write_buffer(const hcq_graph_file_t *gf, size_t i, const char *dir) {
+  hcq_buffer_t *b = hcq_graph_file_buffer(gf, i);
+  uint64_t size = hcq_buffer_size(b);
+  uint8_t *data = malloc(size);
+  if (!data)
+    return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing %s",
+                           hcq_graph_file_buffer_name(gf, i));
+  char path[PATH_MAX]; /* parse_args checked that it fits */
+  snprintf(path, sizeof(path), "%s/%s.bin", dir, hcq_graph_file_buffer_name(gf, i));
+  hcq_status_t st;
+  if ((st = cli_mpi_fetch(b, data, size)) || cli_mpi_rank() != 0) goto done;
+  st = write_file(path, data, size);
+done:
+  free(data);
   return st;
 }
 
 static hcq_status_t write_outputs(const hcq_graph_file_t *gf, const char *dir) {
   if (cli_mpi_rank() == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
     return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s", dir, strerror(errno));
-  for (size_t i = 0; i < hcq_graph_file_buffer_count(gf); i++) {
-    hcq_buffer_t *b = hcq_graph_file_buffer(gf, i);
-    uint64_t size = hcq_buffer_size(b);
-    uint8_t *data = malloc(size);
-    if (!data)
-      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory writing %s",
-                             hcq_graph_file_buffer_name(gf, i));
-    hcq_status_t st = cli_mpi_fetch(b, data, size);
-    if (!st && cli_mpi_rank() != 0) { /* rank 0 writes every buffer (fetched from its rank) */
-      free(data);
-      continue;
-    }
-    char path[PATH_MAX]; /* parse_args checked that it fits */
-    snprintf(path, sizeof(path), "%s/%s.bin", dir, hcq_graph_file_buffer_name(gf, i));
-    FILE *f = st ? NULL : fopen(path, "wb");
-    if (!st && (!f || fwrite(data, 1, size, f) != size))
-      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
-    if (f && fclose(f) != 0 && !st) st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s", path);
-    free(data);
-    if (st) return st;
-  }
+  for (size_t i = 0; i < hcq_graph_file_buffer_count(gf); i++) TRY(write_buffer(gf, i, dir));
+  return NULL;
+}
+
+/* After the runs: the observer's files, then --out's buffers. */
+static hcq_status_t finish(const run_args_t *a, const world_t *w) {
+  TRY(cli_observe_finish(&a->obs, w->jit, w->gf));
+  if (a->out) TRY(write_outputs(w->gf, a->out));
+  return NULL;
+}
+
+/* Every run --repeat times, waited for, and the time they took. */
+static hcq_status_t time_runs(world_t *w, const run_args_t *a) {
+  size_t runs = hcq_graph_file_run_count(w->gf);
+  double t0 = hcq_model_now_ms();
+  for (size_t r = 0; r < runs; r++)
+    for (unsigned long long k = 0; k < a->repeat; k++) TRY(world_run(w, r));
+  TRY(cli_sync_file(w->gf));
+  double t1 = hcq_model_now_ms();
+  printf("%s: %zu run%s x %llu of %zu items (%s) in %.3f ms\n", a->file, runs, runs == 1 ? "" : "s",
+         a->repeat, hcq_graph_file_item_count(w->gf), a->graph ? "graph" : "eager", t1 - t0);
+  if (a->graph) printf("%s", hcq_jit_report(w->jit)->text);
   return NULL;
 }
 
 static int run_plain(const run_args_t *a) {
   world_t w;
+  int rc;
   /* Profiled: the runs, not the loading (the graphs are built while the profiler is paused). */
   hcq_status_t st = cli_observe_start(&a->obs, true);
   if (st) return cli_fail(st);
   st = world_open(&w, a, a->graph, a->obs.profile || a->obs.profile_svg);
   hcq_trace_pause(false);
-  size_t runs = w.gf ? hcq_graph_file_run_count(w.gf) : 0;
-  double t0 = hcq_model_now_ms();
-  for (size_t r = 0; r < runs && !st; r++)
-    for (unsigned long long k = 0; k < a->repeat && !st; k++) st = world_run(&w, r);
-  if (!st) st = cli_sync_file(w.gf);
-  double t1 = hcq_model_now_ms();
-  if (!st) {
-    printf("%s: %zu run%s x %llu of %zu items (%s) in %.3f ms\n", a->file, runs,
-           runs == 1 ? "" : "s", a->repeat, hcq_graph_file_item_count(w.gf),
-           a->graph ? "graph" : "eager", t1 - t0);
-    if (a->graph) printf("%s", hcq_jit_report(w.jit)->text);
-  }
-  st = st ? st : cli_observe_finish(&a->obs, w.jit, w.gf);
-  if (!st && a->out) st = write_outputs(w.gf, a->out);
+  if (st) goto done;
+  if ((st = time_runs(&w, a))) goto done;
+  st = finish(a, &w);
+done:
   /* Said before the teardown, which may wait for the devices again. */
-  int rc = st ? cli_fail(st) : HCQ_EXIT_OK;
+  rc = st ? cli_fail(st) : HCQ_EXIT_OK;
   world_close(&w);
   cli_observe_abort(&a->obs);
   return rc;
+}
+
+/* Run r (repeat k) of both copies, every buffer compared: its line, ok or MISMATCH. */
+static hcq_status_t check_run(world_t *truth, world_t *graph, const run_args_t *a, size_t r,
+                              unsigned long long k, size_t *failed) {
+  TRY(world_run(truth, r));
+  hcq_trace_pause(false);
+  hcq_status_t st = world_run(graph, r);
+  hcq_trace_pause(true);
+  if (st) return st;
+  const char *bad = NULL;
+  int64_t at = -1;
+  /* Under MPI every rank takes part in every buffer's fetch: only rank 0 knows where they
+   * differ. */
+  for (size_t b = 0; b < hcq_graph_file_buffer_count(graph->gf) && (at < 0 || cli_mpi_on()); b++) {
+    int64_t here = -1;
+    TRY(first_difference(hcq_graph_file_buffer(graph->gf, b), hcq_graph_file_buffer(truth->gf, b),
+                         &here));
+    if (here >= 0 && at < 0) at = here, bad = hcq_graph_file_buffer_name(graph->gf, b);
+  }
+  char label[64];
+  if (a->repeat > 1)
+    snprintf(label, sizeof(label), "run %zu (repeat %llu)", r, k + 1);
+  else
+    snprintf(label, sizeof(label), "run %zu", r);
+  if (at < 0) {
+    printf("%s: ok\n", label);
+  } else {
+    ++*failed;
+    printf("%s: MISMATCH in buffer \"%s\" at byte %" PRId64 "\n", label, bad, at);
+  }
+  return NULL;
+}
+
+static hcq_status_t check_runs(world_t *truth, world_t *graph, const run_args_t *a,
+                               size_t *failed) {
+  size_t runs = hcq_graph_file_run_count(truth->gf), checked = 0;
+  for (size_t r = 0; r < runs; r++)
+    for (unsigned long long k = 0; k < a->repeat; k++, checked++)
+      TRY(check_run(truth, graph, a, r, k, failed));
+  printf("%zu passed, %zu failed\n", checked - *failed, *failed);
+  return NULL;
+}
+
+/* The eager copy, then the graph copy: only its runs are profiled (the profiler is paused for
+ * everything else). */
+static hcq_status_t open_worlds(world_t *truth, world_t *graph, const run_args_t *a) {
+  TRY(world_open(truth, a, false, false));
+  TRY(cli_observe_start(&a->obs, true));
+  return world_open(graph, a, a->graph, a->obs.profile || a->obs.profile_svg);
 }
 
 /* The sequence twice from the initial contents: eagerly (ground truth) and as graph replays,
@@ -200,51 +277,14 @@ static int run_plain(const run_args_t *a) {
 static int run_check(const run_args_t *a) {
   world_t truth, graph;
   memset(&graph, 0, sizeof(graph));
-  hcq_status_t st = world_open(&truth, a, false, false);
-  /* Only the graph copy's runs are profiled: the profiler is paused for everything else. */
-  if (!st) st = cli_observe_start(&a->obs, true);
-  if (!st) st = world_open(&graph, a, a->graph, a->obs.profile || a->obs.profile_svg);
-  size_t passed = 0, failed = 0;
-  size_t runs = truth.gf ? hcq_graph_file_run_count(truth.gf) : 0;
-  for (size_t r = 0; r < runs && !st; r++) {
-    for (unsigned long long k = 0; k < a->repeat && !st; k++) {
-      if ((st = world_run(&truth, r))) break;
-      hcq_trace_pause(false);
-      st = world_run(&graph, r);
-      hcq_trace_pause(true);
-      if (st) break;
-      const char *bad = NULL;
-      int64_t at = -1;
-      /* Under MPI every rank takes part in every buffer's fetch: only rank 0 knows where they
-       * differ. */
-      for (size_t b = 0;
-           b < hcq_graph_file_buffer_count(graph.gf) && !st && (at < 0 || cli_mpi_on()); b++) {
-        int64_t here = -1;
-        st = first_difference(hcq_graph_file_buffer(graph.gf, b),
-                              hcq_graph_file_buffer(truth.gf, b), &here);
-        if (here >= 0 && at < 0) at = here, bad = hcq_graph_file_buffer_name(graph.gf, b);
-      }
-      if (st) break;
-      char label[64];
-      if (a->repeat > 1)
-        snprintf(label, sizeof(label), "run %zu (repeat %llu)", r, k + 1);
-      else
-        snprintf(label, sizeof(label), "run %zu", r);
-      if (at < 0) {
-        passed++;
-        printf("%s: ok\n", label);
-      } else {
-        failed++;
-        printf("%s: MISMATCH in buffer \"%s\" at byte %" PRId64 "\n", label, bad, at);
-      }
-    }
-  }
-  if (!st) printf("%zu passed, %zu failed\n", passed, failed);
-  st = st ? st : cli_observe_finish(&a->obs, graph.jit, graph.gf);
-  if (!st && a->out) st = write_outputs(graph.gf, a->out);
-  int rc = st       ? cli_fail(st)
-           : failed ? HCQ_EXIT_CHECK_MISMATCH
-                    : HCQ_EXIT_OK; /* before the teardown */
+  size_t failed = 0;
+  int rc;
+  hcq_status_t st;
+  if ((st = open_worlds(&truth, &graph, a))) goto done;
+  if ((st = check_runs(&truth, &graph, a, &failed))) goto done;
+  st = finish(a, &graph);
+done:
+  rc = st ? cli_fail(st) : failed ? HCQ_EXIT_CHECK_MISMATCH : HCQ_EXIT_OK; /* before the teardown */
   world_close(&graph);
   world_close(&truth);
   cli_observe_abort(&a->obs);
@@ -285,11 +325,11 @@ static hcq_status_t check_output(const char *path, bool dir) {
  * the writes report their own failures. */
 static hcq_status_t check_outputs(const run_args_t *a) {
   if (cli_mpi_on()) return NULL;
-  hcq_status_t st = a->out ? check_output(a->out, true) : NULL;
+  if (a->out) TRY(check_output(a->out, true));
   const char *files[] = {a->obs.profile, a->obs.profile_svg, a->obs.dot};
-  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]) && !st; i++)
-    if (files[i]) st = check_output(files[i], false);
-  return st;
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+    if (files[i]) TRY(check_output(files[i], false));
+  return NULL;
 }
 
 int cli_run(int argc, char **argv) {

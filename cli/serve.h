@@ -16,18 +16,32 @@
 
 #define SERVE_MAX_STOPS 4
 
+/* The HTTP statuses hcq serve answers with; SERVE_HTTP_NONE in serve_error_t: no error. */
+typedef enum serve_http_status {
+  SERVE_HTTP_NONE = 0,
+  SERVE_HTTP_OK = 200,
+  SERVE_HTTP_BAD_REQUEST = 400,
+  SERVE_HTTP_UNAUTHORIZED = 401,
+  SERVE_HTTP_NOT_FOUND = 404,
+  SERVE_HTTP_METHOD_NOT_ALLOWED = 405,
+  SERVE_HTTP_TOO_LARGE = 413,
+  SERVE_HTTP_CLIENT_CLOSED = 499, /* nginx's: the client went before the answer (never sent) */
+  SERVE_HTTP_SERVER_ERROR = 500,
+  SERVE_HTTP_UNAVAILABLE = 503,
+} serve_http_status_t;
+
 /* An OpenAI error object's parts and the HTTP status it goes with. */
 typedef struct serve_error {
-  int http;          /* 0: no error */
-  const char *type;  /* "invalid_request_error", "server_error", ... */
-  const char *code;  /* "context_length_exceeded", ... or NULL */
-  const char *param; /* the request field at fault, or NULL */
+  serve_http_status_t http; /* SERVE_HTTP_NONE: no error */
+  const char *type;         /* "invalid_request_error", "server_error", ... */
+  const char *code;         /* "context_length_exceeded", ... or NULL */
+  const char *param;        /* the request field at fault, or NULL */
   char message[512];
 } serve_error_t;
 
 /* Fills err and returns false, so that checks read `return serve_fail(...)`. */
-bool serve_fail(serve_error_t *err, int http, const char *type, const char *code, const char *param,
-                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+bool serve_fail(serve_error_t *err, serve_http_status_t http, const char *type, const char *code,
+                const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 typedef enum serve_kind { SERVE_CHAT, SERVE_COMPLETION } serve_kind_t;
 
@@ -66,7 +80,7 @@ typedef struct serve_job {
   pthread_cond_t changed;
   serve_phase_t phase;
   bool started;             /* the prompt was accepted: a stream may send its headers */
-  serve_error_t error;      /* error.http != 0: the job failed before it started */
+  serve_error_t error;      /* error.http set: the job failed before it started */
   char *text;               /* generated text (no stop string: the library holds those back) */
   size_t len, cap, visible; /* visible: the bytes a stream may send (all of text, once appended) */
   size_t prompt_tokens, completion_tokens;

@@ -41,8 +41,8 @@ double serve_now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-bool serve_fail(serve_error_t *err, int http, const char *type, const char *code, const char *param,
-                const char *fmt, ...) {
+bool serve_fail(serve_error_t *err, serve_http_status_t http, const char *type, const char *code,
+                const char *param, const char *fmt, ...) {
   err->http = http, err->type = type, err->code = code, err->param = param;
   va_list ap;
   va_start(ap, fmt);
@@ -100,7 +100,8 @@ static bool chat_text(serve_engine_t *e, const serve_job_t *job, char **out, ser
   size_t len = 0, cap = 4096;
   for (int attempt = 0; attempt < 2; attempt++) {
     char *text = malloc(cap);
-    if (!text) return serve_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (!text)
+      return serve_fail(err, SERVE_HTTP_SERVER_ERROR, "server_error", NULL, NULL, "out of memory");
     hcq_status_t st =
         hcq_llm_chat_prompt(e->llm, job->messages, job->n_messages, NULL, text, cap, &len);
     if (!st) {
@@ -110,15 +111,15 @@ static bool chat_text(serve_engine_t *e, const serve_job_t *job, char **out, ser
     free(text);
     bool retry = hcq_status_code(st) == HCQ_OUT_OF_RANGE && len + 1 > cap;
     if (!retry) {
-      serve_fail(err, 400, "invalid_request_error", NULL, "messages", "messages: %s",
-                 hcq_status_message(st));
+      serve_fail(err, SERVE_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "messages",
+                 "messages: %s", hcq_status_message(st));
       hcq_status_destroy(st);
       return false;
     }
     hcq_status_destroy(st);
     cap = len + 1;
   }
-  return serve_fail(err, 500, "server_error", NULL, NULL,
+  return serve_fail(err, SERVE_HTTP_SERVER_ERROR, "server_error", NULL, NULL,
                     "the chat prompt did not fit the length it measured");
 }
 
@@ -127,18 +128,19 @@ static bool tokenize(serve_engine_t *e, const char *text, int32_t **ids, size_t 
   size_t len = strlen(text), count = 0;
   hcq_status_t st = hcq_llm_tokenize(e->llm, text, len, true, true, NULL, 0, &count);
   if (st && hcq_status_code(st) != HCQ_OUT_OF_RANGE) {
-    serve_fail(err, 400, "invalid_request_error", NULL, "prompt", "the prompt: %s",
-               hcq_status_message(st));
+    serve_fail(err, SERVE_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "prompt",
+               "the prompt: %s", hcq_status_message(st));
     hcq_status_destroy(st);
     return false;
   }
   hcq_status_destroy(st);
   *ids = malloc((count ? count : 1) * sizeof(int32_t));
-  if (!*ids) return serve_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+  if (!*ids)
+    return serve_fail(err, SERVE_HTTP_SERVER_ERROR, "server_error", NULL, NULL, "out of memory");
   st = hcq_llm_tokenize(e->llm, text, len, true, true, *ids, count, n);
   if (st) {
-    serve_fail(err, 500, "server_error", NULL, NULL, "tokenizing the prompt: %s",
-               hcq_status_message(st));
+    serve_fail(err, SERVE_HTTP_SERVER_ERROR, "server_error", NULL, NULL,
+               "tokenizing the prompt: %s", hcq_status_message(st));
     hcq_status_destroy(st);
     return false;
   }
@@ -159,7 +161,7 @@ static bool prompt_ids(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_
   } else {
     for (size_t i = 0; i < job->n_prompt_ids; i++)
       if (job->prompt_ids[i] < 0 || job->prompt_ids[i] >= e->info.vocab)
-        return serve_fail(err, 400, "invalid_request_error", NULL, "prompt",
+        return serve_fail(err, SERVE_HTTP_BAD_REQUEST, "invalid_request_error", NULL, "prompt",
                           "prompt: token %d is outside the vocabulary (0 to %d)",
                           job->prompt_ids[i], e->info.vocab - 1);
     *ids = job->prompt_ids, *n = job->n_prompt_ids;
@@ -168,15 +170,17 @@ static bool prompt_ids(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_
   const char *field = job->kind == SERVE_CHAT ? "messages" : "prompt";
   size_t ctx = (size_t)e->info.ctx;
   if (*n == 0)
-    return serve_fail(err, 400, "invalid_request_error", NULL, field,
+    return serve_fail(err, SERVE_HTTP_BAD_REQUEST, "invalid_request_error", NULL, field,
                       "%s: the prompt has no tokens", field);
   if (*n + 1 > ctx)
-    return serve_fail(err, 400, "invalid_request_error", "context_length_exceeded", field,
+    return serve_fail(err, SERVE_HTTP_BAD_REQUEST, "invalid_request_error",
+                      "context_length_exceeded", field,
                       "This model's context holds %zu tokens; the prompt has %zu tokens and needs "
                       "room for one more",
                       ctx, *n);
   if (job->max_tokens > 0 && *n + (size_t)job->max_tokens > ctx)
-    return serve_fail(err, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
+    return serve_fail(err, SERVE_HTTP_BAD_REQUEST, "invalid_request_error",
+                      "context_length_exceeded", "max_tokens",
                       "This model's context holds %zu tokens; you requested %zu (%zu in the "
                       "prompt, %d in max_tokens)",
                       ctx, *n + (size_t)job->max_tokens, *n, job->max_tokens);
@@ -293,8 +297,8 @@ static bool job_start(serve_engine_t *e, serve_job_t *job, int32_t **ids, size_t
 static void job_finish(serve_engine_t *e, serve_job_t *job, hcq_llm_stop_t stop, hcq_status_t st) {
   pthread_mutex_lock(&job->mu);
   if (st) {
-    serve_fail(&job->error, 500, "server_error", NULL, NULL, "generation failed: %s",
-               hcq_status_message(st));
+    serve_fail(&job->error, SERVE_HTTP_SERVER_ERROR, "server_error", NULL, NULL,
+               "generation failed: %s", hcq_status_message(st));
     hcq_status_destroy(st);
   }
   job->finish_reason = stop == HCQ_LLM_STOP_STRING || stop == HCQ_LLM_STOP_END ? "stop" : "length";
@@ -326,7 +330,8 @@ static serve_job_t *take_job(serve_engine_t *e) {
     pthread_mutex_unlock(&job->mu);
     if (!cancelled) return job;
     serve_error_t gone;
-    serve_fail(&gone, 499, "invalid_request_error", NULL, NULL, "the client closed the connection");
+    serve_fail(&gone, SERVE_HTTP_CLIENT_CLOSED, "invalid_request_error", NULL, NULL,
+               "the client closed the connection");
     job_fail(job, &gone);
     serve_job_release(job);
   }
@@ -579,12 +584,13 @@ bool serve_engine_submit(serve_engine_t *e, serve_job_t *job, serve_error_t *err
   pthread_mutex_lock(&e->mu);
   bool ok = false;
   if (e->state == SERVE_LOADING)
-    serve_fail(err, 503, "server_error", "model_loading", NULL,
+    serve_fail(err, SERVE_HTTP_UNAVAILABLE, "server_error", "model_loading", NULL,
                "the model is still loading: try again shortly");
   else if (e->state != SERVE_READY)
-    serve_fail(err, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    serve_fail(err, SERVE_HTTP_UNAVAILABLE, "server_error", "shutting_down", NULL,
+               "the server is shutting down");
   else if (e->count == (size_t)e->o.queue)
-    serve_fail(err, 503, "server_error", "queue_full", NULL,
+    serve_fail(err, SERVE_HTTP_UNAVAILABLE, "server_error", "queue_full", NULL,
                "all %d slots are busy and %d requests wait: try again later", e->slots, e->o.queue);
   else {
     pthread_mutex_lock(&job->mu);
@@ -623,7 +629,8 @@ void serve_engine_stop(serve_engine_t *e) {
   pthread_mutex_unlock(&e->mu);
   if (e->thread_started) pthread_join(e->thread, NULL);
   serve_error_t err;
-  serve_fail(&err, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+  serve_fail(&err, SERVE_HTTP_UNAVAILABLE, "server_error", "shutting_down", NULL,
+             "the server is shutting down");
   for (; e->count; e->count--, e->head = (e->head + 1) % (size_t)e->o.queue) {
     job_fail(e->queue[e->head], &err);
     serve_job_release(e->queue[e->head]);

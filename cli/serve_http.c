@@ -45,8 +45,8 @@ typedef struct request {
 
 /* ---- responses ---- */
 
-static enum MHD_Result send_text(serve_http_t *h, struct MHD_Connection *c, unsigned status,
-                                 char *text, const char *type) {
+static enum MHD_Result send_text(serve_http_t *h, struct MHD_Connection *c,
+                                 serve_http_status_t status, char *text, const char *type) {
   if (!text)
     text = strdup("{\"error\": {\"message\": \"out of memory\", \"type\": \"server_error\"}}");
   if (status >= 400) atomic_fetch_add(&h->errors, 1);
@@ -63,18 +63,18 @@ static enum MHD_Result send_text(serve_http_t *h, struct MHD_Connection *c, unsi
   return ret;
 }
 
-static enum MHD_Result send_json(serve_http_t *h, struct MHD_Connection *c, unsigned status,
-                                 char *json) {
+static enum MHD_Result send_json(serve_http_t *h, struct MHD_Connection *c,
+                                 serve_http_status_t status, char *json) {
   return send_text(h, c, status, json, "application/json");
 }
 
 static enum MHD_Result send_error(serve_http_t *h, struct MHD_Connection *c,
                                   const serve_error_t *err) {
-  return send_json(h, c, (unsigned)err->http, serve_error_json(err));
+  return send_json(h, c, err->http, serve_error_json(err));
 }
 
-static enum MHD_Result fail(serve_http_t *h, struct MHD_Connection *c, int http, const char *type,
-                            const char *code, const char *message) {
+static enum MHD_Result fail(serve_http_t *h, struct MHD_Connection *c, serve_http_status_t http,
+                            const char *type, const char *code, const char *message) {
   serve_error_t err;
   serve_fail(&err, http, type, code, NULL, "%s", message);
   return send_error(h, c, &err);
@@ -222,10 +222,10 @@ static enum MHD_Result start_stream(serve_http_t *h, struct MHD_Connection *c, s
 static enum MHD_Result completions(serve_http_t *h, struct MHD_Connection *c, request_t *req) {
   serve_kind_t kind = req->route == ROUTE_CHAT ? SERVE_CHAT : SERVE_COMPLETION;
   if (serve_engine_state(h->engine) == SERVE_LOADING)
-    return fail(h, c, 503, "server_error", "model_loading",
+    return fail(h, c, SERVE_HTTP_UNAVAILABLE, "server_error", "model_loading",
                 "the model is still loading: try again shortly");
   serve_job_t *job = serve_job_new(kind);
-  if (!job) return fail(h, c, 500, "server_error", NULL, "out of memory");
+  if (!job) return fail(h, c, SERVE_HTTP_SERVER_ERROR, "server_error", NULL, "out of memory");
   serve_error_t err = {0};
   if (!serve_parse_request(h->engine, kind, req->body ? req->body : "", req->len, job, &err) ||
       !serve_engine_submit(h->engine, job, &err)) {
@@ -251,7 +251,7 @@ static enum MHD_Result completions(serve_http_t *h, struct MHD_Connection *c, re
   req->in_flight = true;   /* on_completed drops it once the answer is sent */
   if (gone) return MHD_NO; /* nobody to answer */
   if (err.http) return send_error(h, c, &err);
-  return send_json(h, c, 200, body);
+  return send_json(h, c, SERVE_HTTP_OK, body);
 }
 
 static char *metrics_text(serve_http_t *h) {
@@ -301,13 +301,16 @@ static enum MHD_Result answer(serve_http_t *h, struct MHD_Connection *c, request
   switch (req->route) {
     case ROUTE_HEALTH:
       if (serve_engine_state(h->engine) == SERVE_LOADING)
-        return fail(h, c, 503, "unavailable_error", "model_loading", "Loading model");
-      return send_json(h, c, 200, strdup("{\"status\":\"ok\"}"));
+        return fail(h, c, SERVE_HTTP_UNAVAILABLE, "unavailable_error", "model_loading",
+                    "Loading model");
+      return send_json(h, c, SERVE_HTTP_OK, strdup("{\"status\":\"ok\"}"));
     case ROUTE_MODELS:
       if (serve_engine_state(h->engine) == SERVE_LOADING)
-        return fail(h, c, 503, "unavailable_error", "model_loading", "Loading model");
-      return send_json(h, c, 200, serve_models_json(h->engine, (long)time(NULL)));
-    case ROUTE_METRICS: return send_text(h, c, 200, metrics_text(h), "text/plain; version=0.0.4");
+        return fail(h, c, SERVE_HTTP_UNAVAILABLE, "unavailable_error", "model_loading",
+                    "Loading model");
+      return send_json(h, c, SERVE_HTTP_OK, serve_models_json(h->engine, (long)time(NULL)));
+    case ROUTE_METRICS:
+      return send_text(h, c, SERVE_HTTP_OK, metrics_text(h), "text/plain; version=0.0.4");
     default: return completions(h, c, req);
   }
 }
@@ -359,7 +362,8 @@ static enum MHD_Result first_call(serve_http_t *h, struct MHD_Connection *c, con
              "Unknown route %.16s %.160s (POST /v1/chat/completions, POST /v1/completions, "
              "GET /v1/models, GET /health, GET /metrics)",
              method, url);
-    return req->answered = true, fail(h, c, 404, "invalid_request_error", "unknown_url", msg);
+    return req->answered = true,
+           fail(h, c, SERVE_HTTP_NOT_FOUND, "invalid_request_error", "unknown_url", msg);
   }
   if (post ? !is_post : !is_get) {
     char msg[512];
@@ -367,7 +371,8 @@ static enum MHD_Result first_call(serve_http_t *h, struct MHD_Connection *c, con
              post ? "POST" : "GET");
     req->answered = true;
     serve_error_t err;
-    serve_fail(&err, 405, "invalid_request_error", "method_not_allowed", NULL, "%s", msg);
+    serve_fail(&err, SERVE_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed",
+               NULL, "%s", msg);
     char *json = serve_error_json(&err);
     atomic_fetch_add(&h->errors, 1);
     struct MHD_Response *r =
@@ -375,13 +380,13 @@ static enum MHD_Result first_call(serve_http_t *h, struct MHD_Connection *c, con
     if (!r) return free(json), MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, post ? "POST" : "GET, HEAD");
-    enum MHD_Result ret = MHD_queue_response(c, 405, r);
+    enum MHD_Result ret = MHD_queue_response(c, SERVE_HTTP_METHOD_NOT_ALLOWED, r);
     MHD_destroy_response(r);
     return ret;
   }
   if (req->route != ROUTE_HEALTH && !authorized(h, c))
     return req->answered = true,
-           fail(h, c, 401, "invalid_request_error", "invalid_api_key",
+           fail(h, c, SERVE_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
                 "Incorrect or missing API key: send Authorization: Bearer KEY");
   const char *length =
       MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -390,7 +395,8 @@ static enum MHD_Result first_call(serve_http_t *h, struct MHD_Connection *c, con
     snprintf(msg, sizeof(msg),
              "the body has %.30s bytes; this server takes at most %zu (--max-body)", length,
              h->o.max_body);
-    return req->answered = true, fail(h, c, 413, "invalid_request_error", "request_too_large", msg);
+    return req->answered = true,
+           fail(h, c, SERVE_HTTP_TOO_LARGE, "invalid_request_error", "request_too_large", msg);
   }
   return MHD_YES;
 }
@@ -432,7 +438,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     char msg[128];
     snprintf(msg, sizeof(msg),
              "the body is longer than the %zu bytes this server takes (--max-body)", h->o.max_body);
-    return fail(h, c, 413, "invalid_request_error", "request_too_large", msg);
+    return fail(h, c, SERVE_HTTP_TOO_LARGE, "invalid_request_error", "request_too_large", msg);
   }
   return answer(h, c, req);
 }

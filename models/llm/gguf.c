@@ -14,6 +14,7 @@
 
 #include "gguf.h"
 #include "model_file.h"
+#include "model_status.h"
 
 struct gguf_file {
   char *path;
@@ -394,94 +395,121 @@ static hcq_status_t place_tensors(gguf_file_t *g) {
   for (size_t i = 0; i < g->ntensors; i++) order[i] = &g->tensors[i];
   qsort(order, g->ntensors, sizeof(*order), cmp_offset);
   hcq_status_t st = NULL;
-  for (size_t i = 1; i < g->ntensors && !st; i++)
-    if (order[i - 1]->offset + order[i - 1]->bytes > order[i]->offset)
+  for (size_t i = 1; i < g->ntensors; i++)
+    if (order[i - 1]->offset + order[i - 1]->bytes > order[i]->offset) {
       st = hcq_status_make(HCQ_INVALID_ARGUMENT,
                            "%s: tensors \"%s\" and \"%s\" overlap (data offsets %llu and %llu)",
                            g->path, order[i - 1]->name, order[i]->name,
                            (unsigned long long)order[i - 1]->offset,
                            (unsigned long long)order[i]->offset);
+      break;
+    }
   free(order);
   return st;
 }
 
-static hcq_status_t parse(gguf_file_t *g) {
-  cursor_t c = {g, 0};
+/* The magic, the version and the two counts, which must fit in what is left of the file. */
+static hcq_status_t parse_header(gguf_file_t *g, cursor_t *c, uint64_t *ntensors, uint64_t *nkvs) {
   char magic[4];
-  hcq_status_t st = read_bytes(&c, magic, 4, "the magic");
-  if (st) return st;
+  TRY(read_bytes(c, magic, 4, "the magic"));
   if (memcmp(magic, "GGUF", 4))
     return hcq_status_make(HCQ_INVALID_ARGUMENT,
                            "%s: not a GGUF file (it starts with %02x %02x %02x %02x, not \"GGUF\")",
                            g->path, (unsigned char)magic[0], (unsigned char)magic[1],
                            (unsigned char)magic[2], (unsigned char)magic[3]);
-  if ((st = read_u32(&c, &g->version, "the version"))) return st;
+  TRY(read_u32(c, &g->version, "the version"));
   if (g->version != 2 && g->version != 3) {
     uint32_t swapped = __builtin_bswap32(g->version);
     return hcq_status_make(HCQ_INVALID_ARGUMENT,
                            "%s: GGUF version %u%s: hcq reads versions 2 and 3", g->path, g->version,
                            swapped == 2 || swapped == 3 ? " (a big-endian file?)" : "");
   }
-  uint64_t ntensors, nkvs;
-  if ((st = read_u64(&c, &ntensors, "the tensor count")) ||
-      (st = read_u64(&c, &nkvs, "the metadata count")))
-    return st;
+  TRY(read_u64(c, ntensors, "the tensor count"));
+  TRY(read_u64(c, nkvs, "the metadata count"));
   /* A metadata entry takes at least 13 bytes (key length, one key byte, type, one value byte), a
    * tensor info at least 33: counts beyond what the file can hold are refused before allocating. */
-  uint64_t left = g->size - c.pos;
-  if (nkvs > left / 13)
+  uint64_t left = g->size - c->pos;
+  if (*nkvs > left / 13)
     return hcq_status_make(
         HCQ_INVALID_ARGUMENT,
         "%s: the header announces %llu metadata entries, more than the file's %llu bytes can hold",
-        g->path, (unsigned long long)nkvs, (unsigned long long)g->size);
-  if (ntensors > left / 33)
+        g->path, (unsigned long long)*nkvs, (unsigned long long)g->size);
+  if (*ntensors > left / 33)
     return hcq_status_make(
         HCQ_INVALID_ARGUMENT,
         "%s: the header announces %llu tensors, more than the file's %llu bytes can hold", g->path,
-        (unsigned long long)ntensors, (unsigned long long)g->size);
+        (unsigned long long)*ntensors, (unsigned long long)g->size);
+  return NULL;
+}
+
+/* The metadata entries, each key once. */
+static hcq_status_t parse_kvs(gguf_file_t *g, cursor_t *c, uint64_t nkvs) {
   g->kvs = calloc(nkvs ? nkvs : 1, sizeof(*g->kvs));
   if (!g->kvs) return oom(g);
   name_set_t keys;
   if (!name_set_init(&keys, nkvs)) return oom(g);
-  for (size_t i = 0; i < nkvs && !st; i++) {
-    if (!(st = parse_kv(&c, i, &g->kvs[i]))) {
-      g->nkvs++;
-      char buf[300];
-      if (!name_set_add(&keys, &g->kvs[i].key))
-        st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" appears twice", g->path,
-                             shown(g->kvs[i].key, buf));
+  hcq_status_t st = NULL;
+  char buf[300];
+  for (size_t i = 0; i < nkvs; i++) {
+    if ((st = parse_kv(c, i, &g->kvs[i]))) goto done;
+    g->nkvs++;
+    if (!name_set_add(&keys, &g->kvs[i].key)) {
+      st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: metadata key \"%s\" appears twice", g->path,
+                           shown(g->kvs[i].key, buf));
+      goto done;
     }
   }
+done:
   free(keys.slots);
-  if (st || (st = check_alignment(g))) return st;
+  return st;
+}
 
+/* The tensor infos, each name once; the names copied into one block. */
+static hcq_status_t parse_tensors(gguf_file_t *g, cursor_t *c, uint64_t ntensors) {
+  hcq_status_t st = NULL;
   g->tensors = calloc(ntensors ? ntensors : 1, sizeof(*g->tensors));
   gguf_str_t *names = calloc(ntensors ? ntensors : 1, sizeof(*names));
   name_set_t set = {0};
-  if (!g->tensors || !names || !name_set_init(&set, ntensors)) st = oom(g);
   size_t name_bytes = 0;
-  for (size_t i = 0; i < ntensors && !st; i++) {
-    if ((st = parse_tensor(&c, i, &g->tensors[i], &names[i]))) break;
+  char buf[300];
+  if (!g->tensors || !names || !name_set_init(&set, ntensors)) {
+    st = oom(g);
+    goto done;
+  }
+  for (size_t i = 0; i < ntensors; i++) {
+    if ((st = parse_tensor(c, i, &g->tensors[i], &names[i]))) goto done;
     name_bytes += names[i].len + 1;
-    char buf[300];
-    if (!name_set_add(&set, &names[i]))
+    if (!name_set_add(&set, &names[i])) {
       st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: tensor \"%s\" appears twice", g->path,
                            shown(names[i], buf));
-  }
-  free(set.slots);
-  if (!st && !(g->names = malloc(name_bytes ? name_bytes : 1))) st = oom(g);
-  if (!st) {
-    char *p = g->names;
-    for (size_t i = 0; i < ntensors; i++) {
-      memcpy(p, names[i].ptr, names[i].len);
-      p[names[i].len] = 0;
-      g->tensors[i].name = p;
-      p += names[i].len + 1;
+      goto done;
     }
-    g->ntensors = ntensors;
   }
+  if (!(g->names = malloc(name_bytes ? name_bytes : 1))) {
+    st = oom(g);
+    goto done;
+  }
+  char *p = g->names;
+  for (size_t i = 0; i < ntensors; i++) {
+    memcpy(p, names[i].ptr, names[i].len);
+    p[names[i].len] = 0;
+    g->tensors[i].name = p;
+    p += names[i].len + 1;
+  }
+  g->ntensors = ntensors;
+done:
+  free(set.slots);
   free(names);
-  if (st) return st;
+  return st;
+}
+
+static hcq_status_t parse(gguf_file_t *g) {
+  cursor_t c = {g, 0};
+  uint64_t ntensors, nkvs;
+  TRY(parse_header(g, &c, &ntensors, &nkvs));
+  TRY(parse_kvs(g, &c, nkvs));
+  TRY(check_alignment(g));
+  TRY(parse_tensors(g, &c, ntensors));
   uint64_t pad = (g->alignment - c.pos % g->alignment) % g->alignment;
   if (ntensors && !fits(&c, pad))
     return hcq_status_make(

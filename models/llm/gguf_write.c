@@ -223,18 +223,28 @@ hcq_status_t gguf_writer_bytes(const gguf_writer_t *w, uint8_t **out, size_t *ou
   return NULL;
 }
 
+/* bytes as the file at path, closed. */
+static hcq_status_t write_file(const char *path, const uint8_t *bytes, size_t size) {
+  FILE *f = fopen(path, "wb");
+  if (!f)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot create it: %s", path, strerror(errno));
+  if (fwrite(bytes, 1, size, f) != size) {
+    hcq_status_t st =
+        hcq_status_make(HCQ_UNAVAILABLE, "%s: write failed: %s", path, strerror(errno));
+    fclose(f);
+    return st;
+  }
+  if (fclose(f))
+    return hcq_status_make(HCQ_UNAVAILABLE, "%s: write failed: %s", path, strerror(errno));
+  return NULL;
+}
+
 hcq_status_t gguf_writer_write(const gguf_writer_t *w, const char *path) {
   uint8_t *bytes;
   size_t size;
   hcq_status_t st = gguf_writer_bytes(w, &bytes, &size);
   if (st) return st;
-  FILE *f = fopen(path, "wb");
-  if (!f)
-    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: cannot create it: %s", path, strerror(errno));
-  else if (fwrite(bytes, 1, size, f) != size)
-    st = hcq_status_make(HCQ_UNAVAILABLE, "%s: write failed: %s", path, strerror(errno));
-  if (f && fclose(f) && !st)
-    st = hcq_status_make(HCQ_UNAVAILABLE, "%s: write failed: %s", path, strerror(errno));
+  st = write_file(path, bytes, size);
   free(bytes);
   return st;
 }

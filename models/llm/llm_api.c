@@ -11,6 +11,7 @@
 
 #include "fetch.h"
 #include "llm_api.h"
+#include "model_status.h"
 #include "stop.h"
 
 struct hcq_llm {
@@ -82,6 +83,16 @@ static hcq_status_t keep_template(hcq_llm_t *llm) {
   return NULL;
 }
 
+/* The device kind, the model's file, its tokenizer and chat template. */
+static hcq_status_t open_model(hcq_llm_t *llm, const char *model, const hcq_llm_options_t *o,
+                               const char *device) {
+  TRY(parse_kind(device, &llm->kind));
+  TRY(resolve(model, o, llm->path, sizeof(llm->path)));
+  TRY(llm_model_open(llm->path, &llm->model));
+  TRY(llm_tokenizer_from_gguf(llm->model->file, &llm->tok));
+  return keep_template(llm);
+}
+
 hcq_status_t llm_api_load(const char *model, const hcq_llm_options_t *options, hcq_llm_t **out) {
   if (!out) return bad("hcq_llm_open: out is NULL");
   *out = NULL;
@@ -96,11 +107,7 @@ hcq_status_t llm_api_load(const char *model, const hcq_llm_options_t *options, h
   if (!llm) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   o.device = NULL; /* the caller's string need not outlive the call */
   llm->options = o;
-  hcq_status_t st = parse_kind(options ? options->device : NULL, &llm->kind);
-  if (!st) st = resolve(model, &o, llm->path, sizeof(llm->path));
-  if (!st) st = llm_model_open(llm->path, &llm->model);
-  if (!st) st = llm_tokenizer_from_gguf(llm->model->file, &llm->tok);
-  if (!st) st = keep_template(llm);
+  hcq_status_t st = open_model(llm, model, &o, options ? options->device : NULL);
   if (st) {
     hcq_status_destroy(hcq_llm_close(llm));
     return st;
@@ -119,9 +126,8 @@ hcq_status_t llm_api_start(hcq_llm_t *llm, const llm_decoder_options_t *decoder)
                                     : (llm_decoder_options_t){.kind = llm->kind,
                                                               .ctx = llm->options.ctx,
                                                               .max_batch = llm->options.max_batch};
-  hcq_status_t st = llm_decoder_create(llm->model, &d, &llm->dec);
-  if (!st && !llm->options.eager) st = llm_decoder_capture(llm->dec);
-  if (st) return st;
+  TRY(llm_decoder_create(llm->model, &d, &llm->dec));
+  if (!llm->options.eager) TRY(llm_decoder_capture(llm->dec));
   llm->kind = d.kind;
   llm->sampler = (llm_sampler_t){.top_p = 1};
   snprintf(llm->device, sizeof(llm->device), "%s:0", hcq_device_kind_name(d.kind));
@@ -133,8 +139,9 @@ hcq_status_t llm_api_start(hcq_llm_t *llm, const llm_decoder_options_t *decoder)
 }
 
 hcq_status_t hcq_llm_open(const char *model, const hcq_llm_options_t *options, hcq_llm_t **out) {
-  hcq_status_t st = llm_api_load(model, options, out);
-  if (!st && (st = llm_api_start(*out, NULL))) {
+  TRY(llm_api_load(model, options, out));
+  hcq_status_t st = llm_api_start(*out, NULL);
+  if (st) {
     hcq_status_destroy(hcq_llm_close(*out));
     *out = NULL;
   }
@@ -200,12 +207,16 @@ hcq_status_t hcq_llm_tokenize(const hcq_llm_t *llm, const char *text, size_t len
     return bad("hcq_llm_tokenize: llm, n, text or ids is NULL");
   *n = 0;
   int32_t *all = NULL;
-  hcq_status_t st =
-      llm_tokenize(llm->tok, text ? text : "", len, parse_special, add_special, &all, n);
-  if (!st && *n > cap && (ids || cap))
+  hcq_status_t st;
+  if ((st = llm_tokenize(llm->tok, text ? text : "", len, parse_special, add_special, &all, n)))
+    goto done;
+  if (*n > cap && (ids || cap)) {
     st = hcq_status_make(HCQ_OUT_OF_RANGE, "hcq_llm_tokenize: the text is %zu tokens; room for %zu",
                          *n, cap);
-  if (!st && ids && *n) memcpy(ids, all, *n * sizeof(int32_t)); /* no tokens: all is NULL */
+    goto done;
+  }
+  if (ids && *n) memcpy(ids, all, *n * sizeof(int32_t)); /* no tokens: all is NULL */
+done:
   free(all);
   return st;
 }
@@ -505,15 +516,13 @@ hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n,
   if (!llm || (!prompt && n)) return bad("hcq_llm_generate: llm or prompt is NULL");
   if (!llm->dec) return bad("hcq_llm_generate: the model has no decoder yet (llm_api_start)");
   hcq_llm_generate_options_t o = options ? *options : (hcq_llm_generate_options_t){0};
-  hcq_status_t st = llm_api_check_options("hcq_llm_generate", &o);
-  if (!st) st = check_prompt(llm, prompt, n);
-  if (!st) st = use_sampling(llm, &o.sampling);
-  if (st) return st;
+  TRY(llm_api_check_options("hcq_llm_generate", &o));
+  TRY(check_prompt(llm, prompt, n));
+  TRY(use_sampling(llm, &o.sampling));
   int room = llm_decoder_ctx(llm->dec) - (int)n;
   int steps = o.max_tokens && o.max_tokens < room ? o.max_tokens : room;
   stream_t s;
   llm_generate_result_t r = {0};
-  st = stream_init(&s, llm, &o, steps);
   llm_generate_options_t g = {.steps = steps,
                               .graph = !llm->options.eager,
                               .is_end = is_end,
@@ -521,12 +530,12 @@ hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n,
                               .ctx = &s,
                               .agree_end = agree_end,
                               .logits_in_step = o.logprobs};
-  if (!st) st = llm_generate(llm->dec, prompt, (int)n, &g, &r);
-  if (!st && s.error) st = s.error, s.error = NULL;
-  if (st) {
-    free(r.ids);
-    stream_free(&s);
-    return st;
+  hcq_status_t st;
+  if ((st = stream_init(&s, llm, &o, steps))) goto fail;
+  if ((st = llm_generate(llm->dec, prompt, (int)n, &g, &r))) goto fail;
+  if ((st = s.error)) {
+    s.error = NULL;
+    goto fail;
   }
   flush_stream(&s);
   *out = (hcq_llm_result_t){.ids = r.ids,
@@ -545,6 +554,10 @@ hcq_status_t llm_api_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n,
                                                     : HCQ_LLM_STOP_CONTEXT;
   stream_free(&s);
   return NULL;
+fail:
+  free(r.ids);
+  stream_free(&s);
+  return st;
 }
 
 hcq_status_t hcq_llm_generate(hcq_llm_t *llm, const int32_t *prompt, size_t n,
@@ -559,8 +572,10 @@ hcq_status_t hcq_llm_generate_text(hcq_llm_t *llm, const char *prompt,
   if (!llm || !prompt || !out) return bad("hcq_llm_generate_text: llm, prompt or out is NULL");
   int32_t *ids = NULL;
   size_t n = 0;
-  hcq_status_t st = llm_tokenize(llm->tok, prompt, strlen(prompt), true, true, &ids, &n);
-  if (!st) st = hcq_llm_generate(llm, ids, n, options, out);
+  hcq_status_t st;
+  if ((st = llm_tokenize(llm->tok, prompt, strlen(prompt), true, true, &ids, &n))) goto done;
+  st = hcq_llm_generate(llm, ids, n, options, out);
+done:
   free(ids);
   return st;
 }
@@ -571,8 +586,10 @@ hcq_status_t hcq_llm_chat(hcq_llm_t *llm, const hcq_llm_message_t *messages, siz
   if (!llm || !out) return bad("hcq_llm_chat: llm or out is NULL");
   if (!messages && n) return bad("hcq_llm_chat: messages is NULL");
   char *text = NULL;
-  hcq_status_t st = llm_api_chat_text(llm, messages, n, NULL, &text);
-  if (!st) st = hcq_llm_generate_text(llm, text, options, out);
+  hcq_status_t st;
+  if ((st = llm_api_chat_text(llm, messages, n, NULL, &text))) goto done;
+  st = hcq_llm_generate_text(llm, text, options, out);
+done:
   free(text);
   return st;
 }

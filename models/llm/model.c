@@ -370,9 +370,8 @@ hcq_status_t llm_model_from_gguf(gguf_file_t *file, llm_model_t **out) {
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   }
   m->file = file;
-  hcq_status_t st = read_config(file, &m->config);
-  if (!st) st = read_tensors(m);
-  if (st) {
+  hcq_status_t st;
+  if ((st = read_config(file, &m->config)) || (st = read_tensors(m))) {
     llm_model_close(m);
     return st;
   }

@@ -122,13 +122,12 @@ static hcq_status_t make_programs(minilm_encoder_t *m) {
   if (n < 0 || (size_t)n >= sizeof(defines))
     return hcq_status_make(HCQ_INTERNAL, "minilm encoder: defines too long");
   const char *body = k_sources[m->lang];
-  hcq_status_t st = NULL;
-  for (int k = 0; k < K_COUNT && !st; k++) {
+  for (int k = 0; k < K_COUNT; k++) {
     if (!has_kernel(m, k)) continue;
-    st = model_program_create(m->dev, m->lang, defines, NULL, body, k_entries[k], &m->prog[k]);
-    if (!st) st = hcq_program_declare_args(m->prog[k], k_nbufs[k], 1);
+    TRY(model_program_create(m->dev, m->lang, defines, NULL, body, k_entries[k], &m->prog[k]));
+    TRY(hcq_program_declare_args(m->prog[k], k_nbufs[k], 1));
   }
-  return st;
+  return NULL;
 }
 
 /* kernels.glsl reads a product's weights [K][N] as column blocks of VK_PCOLS: [N /
@@ -139,6 +138,41 @@ static void vk_block_columns(float *t, float *tmp, size_t K, size_t N) {
     for (size_t k = 0; k < K; k++)
       memcpy(tmp + (b * K + k) * VK_PCOLS, t + k * N + b * VK_PCOLS, VK_PCOLS * 4);
   memcpy(t, tmp, K * N * 4);
+}
+
+/* Layer l's weights, the products' transposed (and on Vulkan in column blocks) through t and tmp.
+ */
+static hcq_status_t upload_layer(minilm_encoder_t *m, const minilm_layer_weights_t *w, int l,
+                                 float *t, float *tmp) {
+  const minilm_config_t *c = &m->c;
+  size_t h = (size_t)c->hidden, in = (size_t)c->intermediate;
+  bool vk = m->lang == MODEL_KERNELS_GLSL;
+  hcq_buffer_t **b = m->layer[l];
+  transpose(t, 3 * h, w->q_w, h, h);
+  transpose(t + h, 3 * h, w->k_w, h, h);
+  transpose(t + 2 * h, 3 * h, w->v_w, h, h);
+  if (vk) vk_block_columns(t, tmp, h, 3 * h);
+  TRY(model_upload(m->dev, t, 3 * h * h * 4, "qkv weight", l, &b[W_QKV]));
+  TRY(model_upload(m->dev, NULL, 3 * h * 4, "qkv bias", l, &b[B_QKV]));
+  TRY(hcq_buffer_copyin(b[B_QKV], 0, w->q_b, h * 4));
+  TRY(hcq_buffer_copyin(b[B_QKV], h * 4, w->k_b, h * 4));
+  TRY(hcq_buffer_copyin(b[B_QKV], 2 * h * 4, w->v_b, h * 4));
+  transpose(t, h, w->o_w, h, h);
+  if (vk) vk_block_columns(t, tmp, h, h);
+  TRY(model_upload(m->dev, t, h * h * 4, "attention output weight", l, &b[W_O]));
+  TRY(model_upload(m->dev, w->o_b, h * 4, "attention output bias", l, &b[B_O]));
+  TRY(model_upload(m->dev, w->ln1_w, h * 4, "attention LayerNorm weight", l, &b[LN1_W]));
+  TRY(model_upload(m->dev, w->ln1_b, h * 4, "attention LayerNorm bias", l, &b[LN1_B]));
+  transpose(t, in, w->i_w, in, h);
+  if (vk) vk_block_columns(t, tmp, h, in);
+  TRY(model_upload(m->dev, t, in * h * 4, "intermediate weight", l, &b[W_I]));
+  TRY(model_upload(m->dev, w->i_b, in * 4, "intermediate bias", l, &b[B_I]));
+  transpose(t, h, w->d_w, h, in);
+  if (vk) vk_block_columns(t, tmp, in, h);
+  TRY(model_upload(m->dev, t, in * h * 4, "output weight", l, &b[W_D]));
+  TRY(model_upload(m->dev, w->d_b, h * 4, "output bias", l, &b[B_D]));
+  TRY(model_upload(m->dev, w->ln2_w, h * 4, "output LayerNorm weight", l, &b[LN2_W]));
+  return model_upload(m->dev, w->ln2_b, h * 4, "output LayerNorm bias", l, &b[LN2_B]);
 }
 
 static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) {
@@ -157,41 +191,9 @@ static hcq_status_t make_buffers(minilm_encoder_t *m, const minilm_model_t *md) 
     free(t), free(tmp);
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   }
-  bool vk = m->lang == MODEL_KERNELS_GLSL;
   hcq_status_t st = NULL;
-  for (int l = 0; l < c->layers && !st; l++) {
-    const minilm_layer_weights_t *w = &md->layer[l];
-    hcq_buffer_t **b = m->layer[l];
-    transpose(t, 3 * h, w->q_w, h, h);
-    transpose(t + h, 3 * h, w->k_w, h, h);
-    transpose(t + 2 * h, 3 * h, w->v_w, h, h);
-    if (vk) vk_block_columns(t, tmp, h, 3 * h);
-    if ((st = model_upload(m->dev, t, 3 * h * h * 4, "qkv weight", l, &b[W_QKV]))) break;
-    if ((st = model_upload(m->dev, NULL, 3 * h * 4, "qkv bias", l, &b[B_QKV]))) break;
-    if ((st = hcq_buffer_copyin(b[B_QKV], 0, w->q_b, h * 4)) ||
-        (st = hcq_buffer_copyin(b[B_QKV], h * 4, w->k_b, h * 4)) ||
-        (st = hcq_buffer_copyin(b[B_QKV], 2 * h * 4, w->v_b, h * 4)))
-      break;
-    transpose(t, h, w->o_w, h, h);
-    if (vk) vk_block_columns(t, tmp, h, h);
-    if ((st = model_upload(m->dev, t, h * h * 4, "attention output weight", l, &b[W_O]))) break;
-    if ((st = model_upload(m->dev, w->o_b, h * 4, "attention output bias", l, &b[B_O]))) break;
-    if ((st = model_upload(m->dev, w->ln1_w, h * 4, "attention LayerNorm weight", l, &b[LN1_W])))
-      break;
-    if ((st = model_upload(m->dev, w->ln1_b, h * 4, "attention LayerNorm bias", l, &b[LN1_B])))
-      break;
-    transpose(t, in, w->i_w, in, h);
-    if (vk) vk_block_columns(t, tmp, h, in);
-    if ((st = model_upload(m->dev, t, in * h * 4, "intermediate weight", l, &b[W_I]))) break;
-    if ((st = model_upload(m->dev, w->i_b, in * 4, "intermediate bias", l, &b[B_I]))) break;
-    transpose(t, h, w->d_w, h, in);
-    if (vk) vk_block_columns(t, tmp, in, h);
-    if ((st = model_upload(m->dev, t, in * h * 4, "output weight", l, &b[W_D]))) break;
-    if ((st = model_upload(m->dev, w->d_b, h * 4, "output bias", l, &b[B_D]))) break;
-    if ((st = model_upload(m->dev, w->ln2_w, h * 4, "output LayerNorm weight", l, &b[LN2_W])))
-      break;
-    st = model_upload(m->dev, w->ln2_b, h * 4, "output LayerNorm bias", l, &b[LN2_B]);
-  }
+  for (int l = 0; l < c->layers; l++)
+    if ((st = upload_layer(m, &md->layer[l], l, t, tmp))) break;
   free(t), free(tmp);
   if (st) return st;
   TRY(model_upload(m->dev, NULL, L * 4, "token ids", -1, &m->ids));
@@ -377,6 +379,18 @@ hcq_status_t minilm_encoder_kernels_for(hcq_device_kind_t kind) {
   return model_kernel_source("minilm encoder", k_sources, kind, &body);
 }
 
+/* Everything a new encoder holds, made in order; its destroy undoes what was made on a failure. */
+static hcq_status_t make_encoder(minilm_encoder_t *m, const minilm_model_t *model,
+                                 hcq_device_kind_t kind) {
+  char name[32];
+  snprintf(name, sizeof(name), "%s:0", hcq_device_kind_name(kind));
+  TRY(hcq_device_open(name, &m->dev));
+  TRY(make_programs(m));
+  TRY(make_buffers(m, model));
+  TRY(make_items(m));
+  return hcq_device_synchronize(m->dev);
+}
+
 hcq_status_t minilm_encoder_create(const minilm_model_t *model,
                                    const minilm_encoder_options_t *options,
                                    minilm_encoder_t **out) {
@@ -394,13 +408,7 @@ hcq_status_t minilm_encoder_create(const minilm_model_t *model,
   m->c = model->config;
   m->lang = model_kernel_lang(kind);
   m->maxlen = (m->c.max_seq_len + 15) / 16 * 16;
-  char name[32];
-  snprintf(name, sizeof(name), "%s:0", hcq_device_kind_name(kind));
-  hcq_status_t st = hcq_device_open(name, &m->dev);
-  if (!st) st = make_programs(m);
-  if (!st) st = make_buffers(m, model);
-  if (!st) st = make_items(m);
-  if (!st) st = hcq_device_synchronize(m->dev);
+  hcq_status_t st = make_encoder(m, model, kind);
   if (st) {
     hcq_status_destroy(minilm_encoder_destroy(m));
     return hcq_status_annotate(st, "minilm encoder");
@@ -411,9 +419,10 @@ hcq_status_t minilm_encoder_create(const minilm_model_t *model,
 
 hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
   if (!m) return NULL;
-  hcq_status_t st = m->dev ? hcq_device_synchronize(m->dev) : NULL;
-  if (m->jit && !st && !(st = hcq_jit_destroy(m->jit))) m->jit = NULL;
-  if (st) return st; /* still running: keep everything alive */
+  /* a failure here: still running, so everything stays alive */
+  if (m->dev) TRY(hcq_device_synchronize(m->dev));
+  if (m->jit) TRY(hcq_jit_destroy(m->jit));
+  m->jit = NULL;
   free(m->items);
   free(m->args);
   hcq_expr_release(m->blocks);
@@ -426,7 +435,7 @@ hcq_status_t minilm_encoder_destroy(minilm_encoder_t *m) {
                           m->qkv,  m->kt,  m->ctx,  m->inter,    m->out,      m->y};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) hcq_buffer_release(bufs[i]);
   for (int k = 0; k < K_COUNT; k++) hcq_program_release(m->prog[k]);
-  st = m->dev ? hcq_device_close(m->dev) : NULL;
+  hcq_status_t st = m->dev ? hcq_device_close(m->dev) : NULL;
   free(m);
   return st;
 }

@@ -97,119 +97,152 @@ void json_list(const std::vector<T> &v, const char *fmt) {
   putchar(']');
 }
 
-}  // namespace
-
-int main(int argc, char **argv) {
+struct Options {
   const char *model_path = nullptr, *chat_s = nullptr, *prompt_s = nullptr, *fa = "auto";
   int steps = 128, rounds = 3, ctx_size = 512, threads = 0, gpu_layers = -1;
+};
+
+Options parse_options(int argc, char **argv) {
+  Options o;
+  struct {
+    const char *name;
+    const char **text;
+    int *number;
+  } const table[] = {
+      {"--model", &o.model_path, nullptr},    {"--chat-ids", &o.chat_s, nullptr},
+      {"--prompt-ids", &o.prompt_s, nullptr}, {"--steps", nullptr, &o.steps},
+      {"--rounds", nullptr, &o.rounds},       {"--ctx", nullptr, &o.ctx_size},
+      {"--threads", nullptr, &o.threads},     {"--gpu-layers", nullptr, &o.gpu_layers},
+      {"--flash-attn", &o.fa, nullptr},
+  };
   for (int i = 1; i < argc; i++) {
-    std::string o = argv[i];
-    if (o == "--verbose") {
+    std::string opt = argv[i];
+    if (opt == "--verbose") {
       g_verbose = true;
       continue;
     }
-    if (i + 1 >= argc) die("unknown option or missing value: " + o);
+    if (i + 1 >= argc) die("unknown option or missing value: " + opt);
     const char *v = argv[++i];
-    if (o == "--model")
-      model_path = v;
-    else if (o == "--chat-ids")
-      chat_s = v;
-    else if (o == "--prompt-ids")
-      prompt_s = v;
-    else if (o == "--steps")
-      steps = atoi(v);
-    else if (o == "--rounds")
-      rounds = atoi(v);
-    else if (o == "--ctx")
-      ctx_size = atoi(v);
-    else if (o == "--threads")
-      threads = atoi(v);
-    else if (o == "--gpu-layers")
-      gpu_layers = atoi(v);
-    else if (o == "--flash-attn")
-      fa = v;
-    else
-      die("unknown option " + o);
+    bool known = false;
+    for (const auto &t : table) {
+      if (opt != t.name) continue;
+      if (t.text) *t.text = v;
+      if (t.number) *t.number = atoi(v);
+      known = true;
+    }
+    if (!known) die("unknown option " + opt);
   }
-  if (!model_path || !chat_s || !prompt_s)
+  if (!o.model_path || !o.chat_s || !o.prompt_s)
     die("usage: llamacpp-bench --model FILE.gguf --chat-ids IDS --prompt-ids IDS [...]");
-  if (steps < 1 || rounds < 1 || ctx_size < 1) die("--steps, --rounds and --ctx must be positive");
-  std::vector<llama_token> chat = parse_ids(chat_s), prompt = parse_ids(prompt_s);
-  if ((int)chat.size() + steps + 1 > ctx_size || (int)prompt.size() > ctx_size)
-    die("the ids and steps do not fit in --ctx");
+  if (o.steps < 1 || o.rounds < 1 || o.ctx_size < 1)
+    die("--steps, --rounds and --ctx must be positive");
+  return o;
+}
 
-  llama_log_set(log_cb, nullptr);
-  llama_backend_init();
+std::vector<std::string> device_names() {
   std::vector<std::string> devices;
   for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
     ggml_backend_dev_t d = ggml_backend_dev_get(i);
     devices.push_back(std::string(ggml_backend_dev_name(d)) + ": " +
                       ggml_backend_dev_description(d));
   }
+  return devices;
+}
 
+// The model and its context, with the token ids they run.
+struct Bench {
+  const Options &o;
+  std::vector<llama_token> chat, prompt;
+  llama_model *model = nullptr;
+  llama_context *ctx = nullptr;
+  llama_memory_t mem = nullptr;
+  llama_sampler *greedy = nullptr;
+  double load_s = 0;
+};
+
+void load(Bench &b) {
+  const Options &o = b.o;
   llama_model_params mp = llama_model_default_params();
-  mp.n_gpu_layers = gpu_layers;
+  mp.n_gpu_layers = o.gpu_layers;
   double t0 = now_s();
-  llama_model *model = llama_model_load_from_file(model_path, mp);
-  if (!model) die(std::string("cannot load ") + model_path + " (--verbose shows llama.cpp's log)");
+  b.model = llama_model_load_from_file(o.model_path, mp);
+  if (!b.model)
+    die(std::string("cannot load ") + o.model_path + " (--verbose shows llama.cpp's log)");
   llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t)ctx_size;
-  if (threads > 0) cp.n_threads = cp.n_threads_batch = threads;
-  cp.flash_attn_type = !strcmp(fa, "on")    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                       : !strcmp(fa, "off") ? LLAMA_FLASH_ATTN_TYPE_DISABLED
-                                            : LLAMA_FLASH_ATTN_TYPE_AUTO;
-  llama_context *ctx = llama_init_from_model(model, cp);
-  if (!ctx) die("cannot create a context (--verbose shows llama.cpp's log)");
-  double load_s = now_s() - t0;
-  const llama_vocab *vocab = llama_model_get_vocab(model);
-  int n_vocab = llama_vocab_n_tokens(vocab);
-  for (llama_token t : chat)
+  cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t)o.ctx_size;
+  if (o.threads > 0) cp.n_threads = cp.n_threads_batch = o.threads;
+  cp.flash_attn_type = !strcmp(o.fa, "on")    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                       : !strcmp(o.fa, "off") ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                              : LLAMA_FLASH_ATTN_TYPE_AUTO;
+  b.ctx = llama_init_from_model(b.model, cp);
+  if (!b.ctx) die("cannot create a context (--verbose shows llama.cpp's log)");
+  b.load_s = now_s() - t0;
+  int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(b.model));
+  for (llama_token t : b.chat)
     if (t >= n_vocab) die("token id " + std::to_string(t) + " is outside the vocabulary");
-  for (llama_token t : prompt)
+  for (llama_token t : b.prompt)
     if (t >= n_vocab) die("token id " + std::to_string(t) + " is outside the vocabulary");
-  llama_memory_t mem = llama_get_memory(ctx);
-  llama_sampler *greedy = llama_sampler_init_greedy();
+  b.mem = llama_get_memory(b.ctx);
+  b.greedy = llama_sampler_init_greedy();
+}
 
-  auto decode = [&](std::vector<llama_token> ids) {
-    int rc = llama_decode(ctx, llama_batch_get_one(ids.data(), (int32_t)ids.size()));
-    if (rc != 0) die("llama_decode returned " + std::to_string(rc));
-  };
-  auto run_decode = [&](std::vector<llama_token> *out) {
-    llama_memory_clear(mem, true);
-    decode(chat);
-    out->clear();
-    double t = now_s();
-    for (int i = 0; i < steps; i++) {
-      llama_token tok = llama_sampler_sample(greedy, ctx, -1);  // the argmax of the last logits
-      out->push_back(tok);
-      decode({tok});
-    }
-    llama_synchronize(ctx);
-    return steps / (now_s() - t);
-  };
-  auto run_prompt = [&]() {
-    llama_memory_clear(mem, true);
-    double t = now_s();
-    decode(prompt);
-    llama_synchronize(ctx);
-    return prompt.size() / (now_s() - t);
-  };
+void decode(Bench &b, std::vector<llama_token> ids) {
+  int rc = llama_decode(b.ctx, llama_batch_get_one(ids.data(), (int32_t)ids.size()));
+  if (rc != 0) die("llama_decode returned " + std::to_string(rc));
+}
 
-  std::vector<llama_token> ids, again;
-  run_decode(&ids);  // warm-up: weights touched, kernels loaded, CUDA graphs captured
-  run_prompt();
+double run_decode(Bench &b, std::vector<llama_token> *out) {
+  llama_memory_clear(b.mem, true);
+  decode(b, b.chat);
+  out->clear();
+  double t = now_s();
+  for (int i = 0; i < b.o.steps; i++) {
+    llama_token tok = llama_sampler_sample(b.greedy, b.ctx, -1);  // the argmax of the last logits
+    out->push_back(tok);
+    decode(b, {tok});
+  }
+  llama_synchronize(b.ctx);
+  return b.o.steps / (now_s() - t);
+}
+
+double run_prompt(Bench &b) {
+  llama_memory_clear(b.mem, true);
+  double t = now_s();
+  decode(b, b.prompt);
+  llama_synchronize(b.ctx);
+  return b.prompt.size() / (now_s() - t);
+}
+
+struct Samples {
+  std::vector<llama_token> ids;
   std::vector<double> dec, pre;
   bool same = true;
-  for (int r = 0; r < rounds; r++) {
-    dec.push_back(run_decode(&again));
-    same = same && again == ids;
-    for (int k = 0; k < 3; k++) pre.push_back(run_prompt());
-  }
+};
 
+Samples measure(Bench &b) {
+  Samples s;
+  std::vector<llama_token> again;
+  run_decode(b, &s.ids);  // warm-up: weights touched, kernels loaded, CUDA graphs captured
+  run_prompt(b);
+  for (int r = 0; r < b.o.rounds; r++) {
+    s.dec.push_back(run_decode(b, &again));
+    s.same = s.same && again == s.ids;
+    for (int k = 0; k < 3; k++) s.pre.push_back(run_prompt(b));
+  }
+  return s;
+}
+
+// The last line of llama.cpp's log on flash attention: what "auto" resolved to.
+std::string flash_attn_line() {
   std::string fa_line = g_flash_attn_log;
   while (!fa_line.empty() && (fa_line.back() == '\n' || fa_line.back() == ' ')) fa_line.pop_back();
   size_t nl = fa_line.rfind('\n');
   if (nl != std::string::npos) fa_line = fa_line.substr(nl + 1);
+  return fa_line;
+}
+
+void print_json(const Bench &b, const std::vector<std::string> &devices, const Samples &s) {
+  const Options &o = b.o;
   printf("{\"ggml_version\": ");
   json_string(ggml_version());
   printf(", \"ggml_commit\": ");
@@ -221,25 +254,40 @@ int main(int argc, char **argv) {
     if (i) printf(", ");
     json_string(devices[i].c_str());
   }
-  printf("], \"gpu_layers\": %d, \"n_ctx\": %d, \"flash_attn\": ", gpu_layers, ctx_size);
-  json_string(fa);
+  printf("], \"gpu_layers\": %d, \"n_ctx\": %d, \"flash_attn\": ", o.gpu_layers, o.ctx_size);
+  json_string(o.fa);
   printf(", \"flash_attn_log\": ");
-  json_string(fa_line.c_str());
+  json_string(flash_attn_line().c_str());
   printf(
       ", \"load_s\": %.3f, \"steps\": %d, \"chat_tokens\": %zu, \"prompt_tokens\": %zu, "
       "\"rounds\": %d",
-      load_s, steps, chat.size(), prompt.size(), rounds);
-  printf(", \"decode_tok_s\": %.1f, \"prompt_tok_s\": %.1f, \"decode_samples\": ", median(dec),
-         median(pre));
-  json_list(dec, "%.1f");
+      b.load_s, o.steps, b.chat.size(), b.prompt.size(), o.rounds);
+  printf(", \"decode_tok_s\": %.1f, \"prompt_tok_s\": %.1f, \"decode_samples\": ", median(s.dec),
+         median(s.pre));
+  json_list(s.dec, "%.1f");
   printf(", \"prompt_samples\": ");
-  json_list(pre, "%.1f");
-  printf(", \"same_tokens_every_round\": %s, \"token_ids\": ", same ? "true" : "false");
-  json_list(ids, "%d");
+  json_list(s.pre, "%.1f");
+  printf(", \"same_tokens_every_round\": %s, \"token_ids\": ", s.same ? "true" : "false");
+  json_list(s.ids, "%d");
   printf("}\n");
-  llama_sampler_free(greedy);
-  llama_free(ctx);
-  llama_model_free(model);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  Options o = parse_options(argc, argv);
+  Bench b{o, parse_ids(o.chat_s), parse_ids(o.prompt_s)};
+  if ((int)b.chat.size() + o.steps + 1 > o.ctx_size || (int)b.prompt.size() > o.ctx_size)
+    die("the ids and steps do not fit in --ctx");
+  llama_log_set(log_cb, nullptr);
+  llama_backend_init();
+  std::vector<std::string> devices = device_names();
+  load(b);
+  Samples s = measure(b);
+  print_json(b, devices, s);
+  llama_sampler_free(b.greedy);
+  llama_free(b.ctx);
+  llama_model_free(b.model);
   llama_backend_free();
   return 0;
 }
