@@ -198,6 +198,77 @@ static void took(llm_generate_result_t *out, const llm_generate_options_t *o, in
   out->ended = !o->ignore_eos && o->is_end && o->is_end(o->ctx, tok);
 }
 
+/* When a generation's phases ended, and the host's time to queue each step (host[nhost]). */
+typedef struct gen_clock {
+  double t1, t_last; /* the prompt pass done; the last token taken */
+  double *host;
+  int nhost;
+} gen_clock_t;
+
+/* The prompt pass, then the first new token once it is done (read where this rank holds the
+ * tokens). */
+static hcq_status_t prompt_pass(llm_decoder_t *m, int nprompt, const llm_generate_options_t *o,
+                                llm_generate_result_t *out) {
+  TRY(llm_decoder_prefill(m, 0, nprompt, o->graph));
+  if (!m->reads_tokens) return llm_decoder_sync(m);
+  int32_t tok = 0;
+  TRY(record(m, m->fences[0]));
+  TRY(token_at(m, m->fences[0], nprompt, &tok));
+  took(out, o, tok);
+  return NULL;
+}
+
+/* The steps after the prompt: step p reads the token at p and writes p + 1. Steps are queued ahead
+ * of the one whose token is awaited (LLM_STEPS_AHEAD in all), so the devices never wait for the
+ * host. Under two ranks both run the same steps (an early stop on one would leave the other waiting
+ * for it): only the rank holding the tokens reads them, and what follows an end token is dropped.
+ */
+static hcq_status_t decode(llm_decoder_t *m, int nprompt, int steps,
+                           const llm_generate_options_t *o, llm_generate_result_t *out,
+                           gen_clock_t *c) {
+  bool stop_early = m->ranks == 1 || o->agree_end, reads = m->reads_tokens, all_ended = false;
+  /* next step to queue; next step whose token to read */
+  int next = nprompt, read = nprompt, last = nprompt + steps - 1;
+  if (m->ranks > 1 && o->agree_end) all_ended = o->agree_end(o->ctx, out->ended);
+  while (!(stop_early && (m->ranks > 1 ? all_ended : out->ended)) && read < last) {
+    while (next - read < (o->logits_in_step ? 1 : LLM_STEPS_AHEAD) && next < last) {
+      double h0 = hcq_model_now_ms();
+      hcq_status_t st = step(m, next, o->graph, m->fences[next % LLM_STEPS_AHEAD]);
+      c->host[c->nhost++] = (hcq_model_now_ms() - h0) * 1e3;
+      if (st) return st;
+      next++;
+    }
+    int32_t tok = 0;
+    if (reads) TRY(token_at(m, m->fences[read % LLM_STEPS_AHEAD], read + 1, &tok));
+    if (reads && !out->ended) {
+      took(out, o, tok);
+      c->t_last = hcq_model_now_ms();
+    }
+    read++;
+    if (m->ranks > 1 && o->agree_end) all_ended = o->agree_end(o->ctx, out->ended);
+  }
+  return NULL;
+}
+
+/* The prompt, its pass and the steps, timed into out and c. */
+static hcq_status_t run_generation(llm_decoder_t *m, const int32_t *prompt, int nprompt, int steps,
+                                   const llm_generate_options_t *o, llm_generate_result_t *out,
+                                   gen_clock_t *c) {
+  TRY(llm_decoder_set_tokens(m, 0, prompt, nprompt));
+  double t0 = hcq_model_now_ms();
+  c->t1 = c->t_last = t0;
+  if (steps > 0) {
+    TRY(prompt_pass(m, nprompt, o, out));
+    c->t_last = c->t1 = hcq_model_now_ms();
+    out->prefill_ms = c->t1 - t0;
+    hcq_status_t st = decode(m, nprompt, steps, o, out, c);
+    /* to the last token known: a step queued past an end token is not counted */
+    out->decode_ms = (m->reads_tokens ? c->t_last : hcq_model_now_ms()) - c->t1;
+    if (st) return st;
+  }
+  return llm_decoder_sync(m);
+}
+
 hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt,
                           const llm_generate_options_t *o, llm_generate_result_t *out) {
   *out = (llm_generate_result_t){0};
@@ -208,60 +279,18 @@ hcq_status_t llm_generate(llm_decoder_t *m, const int32_t *prompt, int nprompt,
                            nprompt, m->ctx);
   int steps = o->steps < m->ctx - nprompt ? o->steps : m->ctx - nprompt;
   out->ids = malloc(((size_t)steps + 1) * sizeof(int32_t));
-  double *host = malloc(((size_t)steps + 1) * sizeof(double));
-  if (!out->ids || !host) {
-    free(out->ids), free(host);
+  gen_clock_t c = {.host = malloc(((size_t)steps + 1) * sizeof(double))};
+  if (!out->ids || !c.host) {
+    free(out->ids), free(c.host);
     out->ids = NULL;
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   }
-  /* Under two ranks both run the same steps (an early stop on one would leave the other waiting
-   * for it): only the rank holding the tokens reads them, and what follows an end token is dropped.
-   */
-  bool stop_early = m->ranks == 1 || o->agree_end, reads = m->reads_tokens, all_ended = false;
-  hcq_status_t st = llm_decoder_set_tokens(m, 0, prompt, nprompt);
-  double t0 = hcq_model_now_ms(), t1 = t0, t_last = t0;
-  int nhost = 0;
-  if (!st && steps > 0) st = llm_decoder_prefill(m, 0, nprompt, o->graph);
-  if (!st && steps > 0) {
-    int32_t tok = 0;
-    if (reads && !(st = record(m, m->fences[0])))
-      st = token_at(m, m->fences[0], nprompt, &tok);
-    else if (!reads)
-      st = llm_decoder_sync(m);
-    t_last = t1 = hcq_model_now_ms();
-    out->prefill_ms = t1 - t0;
-    if (!st && reads) took(out, o, tok);
+  hcq_status_t st = run_generation(m, prompt, nprompt, steps, o, out, &c);
+  if (c.nhost) {
+    qsort(c.host, (size_t)c.nhost, sizeof(double), hcq_model_cmp_double);
+    out->host_us_per_step = c.host[c.nhost / 2];
   }
-  /* Step p reads the token at p and writes p + 1. Steps are queued ahead of the one whose token is
-   * awaited (LLM_STEPS_AHEAD in all), so the devices never wait for the host. */
-  /* next step to queue; next step whose token to read */
-  int next = nprompt, read = nprompt, last = nprompt + steps - 1;
-  if (m->ranks > 1 && o->agree_end && steps > 0) all_ended = o->agree_end(o->ctx, out->ended);
-  while (!st && !(stop_early && (m->ranks > 1 ? all_ended : out->ended)) && read < last) {
-    while (!st && next - read < (o->logits_in_step ? 1 : LLM_STEPS_AHEAD) && next < last) {
-      double h0 = hcq_model_now_ms();
-      st = step(m, next, o->graph, m->fences[next % LLM_STEPS_AHEAD]);
-      host[nhost++] = (hcq_model_now_ms() - h0) * 1e3;
-      next++;
-    }
-    if (st) break;
-    int32_t tok = 0;
-    if (reads) st = token_at(m, m->fences[read % LLM_STEPS_AHEAD], read + 1, &tok);
-    if (!st && reads && !out->ended) {
-      took(out, o, tok);
-      t_last = hcq_model_now_ms();
-    }
-    read++;
-    if (!st && m->ranks > 1 && o->agree_end) all_ended = o->agree_end(o->ctx, out->ended);
-  }
-  /* to the last token known: a step queued past an end token is not counted */
-  out->decode_ms = (reads ? t_last : hcq_model_now_ms()) - t1;
-  if (!st) st = llm_decoder_sync(m);
-  if (nhost) {
-    qsort(host, (size_t)nhost, sizeof(double), hcq_model_cmp_double);
-    out->host_us_per_step = host[nhost / 2];
-  }
-  free(host);
+  free(c.host);
   if (st) {
     free(out->ids);
     out->ids = NULL;

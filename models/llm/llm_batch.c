@@ -138,6 +138,21 @@ static hcq_status_t allocate(hcq_llm_batch_t *b) {
   return NULL;
 }
 
+/* b's buffers, then its decoder from the file again (the single-sequence decoder closed it once its
+ * weights were on the device), captured. */
+static hcq_status_t make_decoder(hcq_llm_batch_t *b, const char *path, hcq_device_kind_t kind,
+                                 const hcq_llm_batch_options_t *o) {
+  TRY(allocate(b));
+  llm_model_t *model = NULL;
+  TRY(llm_model_open(path, &model));
+  llm_decoder_options_t d = {
+      .kind = kind, .ctx = o->ctx, .max_batch = o->max_rows, .slots = o->max_seqs};
+  hcq_status_t st = llm_decoder_create(model, &d, &b->dec);
+  llm_model_close(model);
+  if (st) return st;
+  return llm_decoder_batch_capture(b->dec);
+}
+
 hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t *options,
                                   hcq_llm_batch_t **out) {
   if (!out) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_llm_batch_create: out is NULL");
@@ -165,20 +180,12 @@ hcq_status_t hcq_llm_batch_create(hcq_llm_t *llm, const hcq_llm_batch_options_t 
     free(b);
     return hcq_status_make(HCQ_INTERNAL, "hcq_llm_batch_create: no mutex");
   }
-  llm_model_t *model = NULL;
-  llm_decoder_options_t d = {
-      .kind = kind, .ctx = o.ctx, .max_batch = o.max_rows, .slots = o.max_seqs};
-  hcq_status_t st = allocate(b);
-  /* the file again: the single-sequence decoder closed it once its weights were on the device */
-  if (!st) st = llm_model_open(info.path, &model);
-  if (!st) st = llm_decoder_create(model, &d, &b->dec);
-  llm_model_close(model);
-  if (!st) st = llm_decoder_batch_capture(b->dec);
-  if (!st) b->ctx = llm_decoder_ctx(b->dec); /* at most the model's trained context */
+  hcq_status_t st = make_decoder(b, info.path, kind, &o);
   if (st) {
     hcq_status_destroy(hcq_llm_batch_destroy(b));
     return hcq_status_annotate(st, "hcq_llm_batch_create");
   }
+  b->ctx = llm_decoder_ctx(b->dec); /* at most the model's trained context */
   *out = b;
   return NULL;
 }
@@ -422,6 +429,26 @@ static bool step_wants_logprobs(hcq_llm_batch_t *b, int p) {
   return wants;
 }
 
+/* The tokens step p chose (in b->chosen), each taken by its sequence (lock held): an event for each
+ * that goes on or ends. early: the next step is queued already, so the logits are not step p's. */
+static hcq_status_t take_tokens(hcq_llm_batch_t *b, int p, bool early,
+                                hcq_llm_batch_event_t *events, size_t *n) {
+  for (int i = 0, j = 0; i < b->nrows[p]; i++) {
+    if (!b->rows[p][i].sample) continue;
+    seq_slot_t *s = &b->slots[b->rows[p][i].slot];
+    int32_t tok = b->chosen[j++];
+    bool emitted = false;
+    if (s->id != b->row_id[p][i]) continue; /* cancelled or finished meanwhile */
+    if (s->o.logprobs && !early) {
+      TRY(llm_decoder_batch_logits(b->dec, j - 1, b->logits));
+      llm_logprob_of(b->logits, b->vocab, tok, s->o.top_logprobs, &s->logprob);
+    }
+    TRY(take_token(b, s, tok, &events[*n], &emitted));
+    *n += emitted;
+  }
+  return NULL;
+}
+
 hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *events, size_t cap,
                                 size_t *n) {
   if (!b || !n || (!events && cap))
@@ -444,19 +471,8 @@ hcq_status_t hcq_llm_batch_step(hcq_llm_batch_t *b, hcq_llm_batch_event_t *event
   /* the lock is free while the device runs: add and cancel go on meanwhile (a slot cancelled and
    * taken again then is written from position 0 by its new sequence before anything reads it) */
   TRY(llm_decoder_batch_tokens(b->dec, p, b->nsample[p], b->chosen));
-  hcq_status_t st = NULL;
   pthread_mutex_lock(&b->lock);
-  for (int i = 0, j = 0; i < b->nrows[p] && !st; i++) {
-    if (!b->rows[p][i].sample) continue;
-    seq_slot_t *s = &b->slots[b->rows[p][i].slot];
-    int32_t tok = b->chosen[j++];
-    bool emitted = false;
-    if (s->id != b->row_id[p][i]) continue; /* cancelled or finished meanwhile */
-    if (s->o.logprobs && !early && !(st = llm_decoder_batch_logits(b->dec, j - 1, b->logits)))
-      llm_logprob_of(b->logits, b->vocab, tok, s->o.top_logprobs, &s->logprob);
-    if (!st) st = take_token(b, s, tok, &events[*n], &emitted);
-    *n += emitted;
-  }
+  hcq_status_t st = take_tokens(b, p, early, events, n);
   pthread_mutex_unlock(&b->lock);
   if (!st && !early) st = queue_step(b, &queued);
   b->inflight = queued;
