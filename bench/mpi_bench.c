@@ -1,7 +1,7 @@
 /* Graphs across two ranks (docs/mpi.md) against MPI itself, measured in the same run:
  *   - MPI's one-way latency for 4 bytes (ping-pong / 2, MPI_Send/MPI_Recv);
  *   - an hcq graph whose only work is a 4-byte transfer rank 0 -> rank 1 and one back, per
- * transfer;
+ *     transfer;
  *   - a chain of 1000 one-int kernels alternating between the ranks with a 4-byte transfer after
  *     each (the hand-off DAG of dag.h, spread over two processes), per replay, against 1000 one-way
  *     latencies.

@@ -1,7 +1,8 @@
 /* A child process for tests/test_leaks.c: what it leaves alive at exit is what the at-exit leak
  * report (docs/errors.md, "Leak report") must list, or not list. Usage: leaks_child
- * leak|clean|lost. leak:  a buffer "x", a program and a jit over two kernel items (the jit's graph
- * and its kernargs are the library's, on the user's behalf), never released; the device stays open.
+ * leak|clean|lost.
+ *   leak: a buffer "x", a program and a jit over two kernel items (the jit's graph and its kernargs
+ *   are the library's, on the user's behalf), never released; the device stays open.
  *   clean: the same, all released and the device closed: nothing to report.
  *   lost:  a buffer "x" on a device declared lost, then closed (which succeeds): reported at close,
  *          and at exit as not listed (its device is closed). */

@@ -3,12 +3,12 @@
  *  - llama with llama 3's rope_freqs divisors, qwen2 (q/k/v biases, NEOX rope), qwen3 (per-head q/k
  *    norms), gemma3 (embedding scale, per-head norms, post-norms, GELU, a head size other than
  *    width / heads, sliding-window layers with their own rotary base and a global one): float
- * weights, teacher-forced logits within 1e-4 of the reference over positions past the window, the
- * same greedy tokens;
+ *    weights, teacher-forced logits within 1e-4 of the reference over positions past the window,
+ *    the same greedy tokens;
  *  - eager launches and graph replays, one prompt pass and token-by-token steps, one device and
- * two: the same bits;
+ *    two: the same bits;
  *  - what an architecture says that the decoder does not implement is refused by name (exit 3),
- * what contradicts itself is bad input (exit 2); GPU kinds refuse what their kernels lack. */
+ *    what contradicts itself is bad input (exit 2); GPU kinds refuse what their kernels lack. */
 #include <string.h>
 #include <unistd.h>
 

@@ -1,11 +1,10 @@
-/* The llama GGUF decoder (models/llm) on GPU device kinds (Vulkan: lavapipe in CI), against the
- * CPU path and the plain C reference:
+/* The llama GGUF decoder (models/llm) on GPU device kinds (Vulkan: lavapipe in CI), against the CPU
+ * path and the plain C reference:
  *  - tiny models (llm_tiny.h) against the reference (llm_reference.h): float weights within 1e-4 of
  *    it and its greedy tokens; weights in blocks within 0.05 (the reference rounds the inputs of
- *    those matrices to 8 bits as the kernels do; what is left is float sums in another order, as
- *    on the CPU); the sampler draws the CPU path's tokens from the same seeds; a prompt pass gives
- *    the bits of token-by-token steps, eager launches those of graph replays, two devices those of
- * one;
+ *    those matrices to 8 bits as the kernels do; what is left is float sums in another order, as on
+ *    the CPU); the sampler draws the CPU path's tokens from the same seeds; a prompt pass gives the
+ *    bits of token-by-token steps, eager launches those of graph replays, two devices those of one;
  *  - the real model (SmolLM2-135M-Instruct) teacher-forced on the CPU path's greedy tokens of two
  *    prompts, prompt pass and decoding steps: at every position the CPU path's token, or a near
  *    tie (the CPU path's two best logits within 0.25); eager and graph the same tokens.

@@ -5,8 +5,8 @@
  *  - llm_repack: the repacked bytes, read back by quant.h's description of the layouts, are the
  *    dequantized weights (every type repacks exactly);
  *  - a tiny model of each type (every matrix of that type) against the plain C reference that
- * rounds the same inputs to 8 bits, the same greedy tokens, and the AVX-512 VNNI, AVX2 and portable
- *    kernels the same bits;
+ *    rounds the same inputs to 8 bits, the same greedy tokens, and the AVX-512 VNNI, AVX2 and
+ *    portable kernels the same bits;
  *  - a type without GPU kernels refused on VULKAN, CUDA and METAL by name, before any device opens.
  */
 #include <math.h>

@@ -44,11 +44,13 @@ hcq_queue_t *test_gate_queue(hcq_device_t *d, hcq_queue_kind_t kind, hcq_signal_
 hcq_program_t *test_program(hcq_device_t *dev, const char *entry, const char *source);
 
 /* Kernels used across suites (the CPU ABI of hcq/program.h). Every one loops over its group's
- * lsz[0] threads and skips indices >= n where it takes n. add_scalar(out, a; v0, n): out[i] = a[i]
- * + v0 mul_add(x; mul, add, n):   x[i] = x[i] * mul + add   (in place) add2(out, a, b; n): out[i] =
- * a[i] + b[i] fill(out; value, n):       out[i] = value mix(out, x, y; mul, add, n): out[i] = x[i]
- * * mul + y[i] + add   (uint32 arithmetic) record_groups(out):        out[flat group id] += lsz[0]
- * * lsz[1] * lsz[2] */
+ * lsz[0] threads and skips indices >= n where it takes n.
+ *   add_scalar(out, a; v0, n): out[i] = a[i] + v0
+ *   mul_add(x; mul, add, n):   x[i] = x[i] * mul + add   (in place)
+ *   add2(out, a, b; n):        out[i] = a[i] + b[i]
+ *   fill(out; value, n):       out[i] = value
+ *   mix(out, x, y; mul, add, n): out[i] = x[i] * mul + y[i] + add   (uint32 arithmetic)
+ *   record_groups(out):        out[flat group id] += lsz[0] * lsz[1] * lsz[2] */
 extern const char *const test_kernels_source;
 /* The same kernels in GLSL for Vulkan devices (one source; each kernel under #ifdef
  * HCQ_KERNEL_name). */

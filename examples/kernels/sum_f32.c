@@ -1,9 +1,8 @@
 /* A sum across work-groups in two launches (no atomics, the same bits on every run):
- *   sum_groups  bufs [partial, x], vals [n, per]: the thread with index i = gid*lsz + t, i a
- *               multiple of per, adds x[i .. i + per - 1] (those < n) in order into partial[i /
- * per]; sum_final   bufs [total, partial], vals [parts]: thread 0 adds partial[0 .. parts-1] in
- * order. The graph file launches sum_groups with per = its group size, so each group makes one
- * partial. */
+ *   sum_groups bufs [partial, x], vals [n, per]: the thread with index i = gid*lsz + t, i a
+ *   multiple of per, adds x[i .. i + per - 1] (those < n) in order into partial[i / per];
+ *   sum_final   bufs [total, partial], vals [parts]: thread 0 adds partial[0 .. parts-1] in order.
+ * The graph file launches sum_groups with per = its group size, so each group makes one partial. */
 void sum_groups(void *const *b, const int32_t *v, const hcq_launch_t *l) {
   float *partial = b[0];
   const float *x = b[1];

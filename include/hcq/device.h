@@ -150,10 +150,9 @@ typedef struct hcq_device_limits {
   uint64_t max_buffer_size;       /* bytes of one buffer (hcq_buffer_create) */
   uint32_t buffer_alignment;      /* every buffer's device address is a multiple of this */
   uint32_t view_offset_alignment; /* a view's offset that lets kernels read any type through it */
-  uint32_t
-      shared_memory; /* bytes of work-group shared memory a kernel may declare; 0: its kernel
+  uint32_t shared_memory; /* bytes of work-group shared memory a kernel may declare; 0: its kernel
                         language has none (CPU kernels use ordinary locals). Not checked by hcq */
-  bool portable;     /* these are the HCQ_PORTABLE_* ones, enforced (portable mode) */
+  bool portable;          /* these are the HCQ_PORTABLE_* ones, enforced (portable mode) */
 } hcq_device_limits_t;
 
 /* The portable limits, enforced in portable mode: what every backend accepts. 1024 threads per

@@ -11,18 +11,20 @@
  *   hcq_fence_t *done[2];                    // one per replay in flight, created once
  *   for (i = 0; i < n; i++) {
  *     CHECK(hcq_graph_submit(g, NULL, 0, &(hcq_var_value_t){step, i}, 1, done[i % 2]));
- *     if (i > 0) { CHECK(hcq_fence_wait(done[(i - 1) % 2], HCQ_TIMEOUT_DEFAULT)); use(out[i - 1]);
- * }
+ *     if (i > 0) {
+ *       CHECK(hcq_fence_wait(done[(i - 1) % 2], HCQ_TIMEOUT_DEFAULT));
+ *       use(out[i - 1]);
+ *     }
  *   }
  *
- * (examples/c/fences.c in full.) Fences survive timeline wraps (HCQ_TIMELINE_WRAP): a wrap
- * happens only once a device's work has all finished, and a fence armed before one counts as
- * reached. A fence is plain host state: creating one allocates, arming one allocates only when it
- * covers more devices than it ever did, waiting and polling allocate nothing.
+ * (examples/c/fences.c in full.) Fences survive timeline wraps (HCQ_TIMELINE_WRAP): a wrap happens
+ * only once a device's work has all finished, and a fence armed before one counts as reached. A
+ * fence is plain host state: creating one allocates, arming one allocates only when it covers more
+ * devices than it ever did, waiting and polling allocate nothing.
  *
  * Threads: arming a fence while another thread waits on or polls the same fence is a data race;
- * different fences are independent. The devices a fence covers must stay open while it is waited
- * on or polled (a closed device is FAILED_PRECONDITION naming it, as for hcq_device_synchronize).
+ * different fences are independent. The devices a fence covers must stay open while it is waited on
+ * or polled (a closed device is FAILED_PRECONDITION naming it, as for hcq_device_synchronize).
  */
 #ifndef HCQ_FENCE_H
 #define HCQ_FENCE_H

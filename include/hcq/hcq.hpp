@@ -5,15 +5,14 @@
  *   hcq::device dev("CPU:0");
  *   hcq::program scale(dev, "scale", kSource);             // C kernel, CPU ABI in hcq/program.h
  *   hcq::buffer y(dev, n * sizeof(float));
- *   y.copyin(host);                                        // a contiguous container, or
- * hcq::span{p, n} scale.launch({y}, {n, 3}, {(n + 63) / 64}, {64});      // bufs, 32-bit values,
- * grid, group size hcq::jit step = hcq::capture([&] { forward(); }, {x}); // runs forward() once
- * and records it step.run({other_x});                                   // a replay, with another
- * input buffer y.copyout(host);                                       // waits for the work before
- * it hcq::fence done;                                       // replays in flight, each waited on
- * alone: step.submit(done, {next_x});                           //   queued, done armed at this
- * replay done.wait();                                           //   then out.map<float>() reads in
- * place
+ *   y.copyin(host);                                        // a container, or hcq::span{p, n}
+ *   scale.launch({y}, {n, 3}, {(n + 63) / 64}, {64});      // bufs, 32-bit values, grid, group size
+ *   hcq::jit step = hcq::capture([&] { forward(); }, {x}); // runs forward() once and records it
+ *   step.run({other_x});                                   // a replay, with another input buffer
+ *   y.copyout(host);                                       // waits for the work before it
+ *   hcq::fence done;                                       // replays in flight, each waited:
+ *   step.submit(done, {next_x});                           //   queued, done armed at this replay
+ *   done.wait();                                           //   then out.map<float>() reads
  *
  * Argument lists are braced lists, which do not narrow: a value or dim that is not a constant must
  * have the parameter's type (int32_t values, uint32_t dims) or be cast to it.

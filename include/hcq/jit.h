@@ -2,8 +2,8 @@
  *
  * Between hcq_capture_begin() and hcq_capture_end() on one thread, every successful hcq_launch(),
  * hcq_transfer() and hcq_exec_item_run() of that thread runs as usual and is also recorded
- * (hcq_exec_item_run with its symbolic operands). A capture records less than the code did in
- * these cases, and hcq_capture_end() says so (a report line and a warning, see "Warnings"):
+ * (hcq_exec_item_run with its symbolic operands). A capture records less than the code did in these
+ * cases, and hcq_capture_end() says so (a report line and a warning, see "Warnings"):
  *  - Host copies (copyin/copyout) of the capturing thread run but are not recorded: one warning per
  *    capture counts them and names the first (direction, bytes, buffer, after which item).
  *  - Other threads' work while the capture is open (hcq_launch, hcq_launch_sym, hcq_exec_item_run,
@@ -25,15 +25,15 @@
  * transfer is graphable when both its ends are devices of the graph's kind. hcq_jit_report() says
  * what was graphed, in how many batches, and why anything was left eager.
  *
- * A replay runs each batch as a graph and each eager leftover eagerly, with new input buffers
- * (same count, each the size and device of the one it replaces) and variable values (unset ones
- * keep their last value). An input given as NULL keeps its binding: the buffer the last replay gave
- * it, or before the first replay the one captured (hcq_capture_end's / hcq_jit_create's inputs),
- * as a CUDA graph keeps its kernel parameters; the jit holds a reference to it, so it stays alive
- * after the caller released its own (double-buffered outputs: pass the swapped buffer, NULL for the
- * unchanged inputs). Inputs and variable ranges are checked before anything runs; an
- * expression that cannot be evaluated with the new values (division by zero, a negative launch
- * size) stops the replay at the batch that holds it, with an error naming the batch.
+ * A replay runs each batch as a graph and each eager leftover eagerly, with new input buffers (same
+ * count, each the size and device of the one it replaces) and variable values (unset ones keep
+ * their last value). An input given as NULL keeps its binding: the buffer the last replay gave it,
+ * or before the first replay the one captured (hcq_capture_end's / hcq_jit_create's inputs), as a
+ * CUDA graph keeps its kernel parameters; the jit holds a reference to it, so it stays alive after
+ * the caller released its own (double-buffered outputs: pass the swapped buffer, NULL for the
+ * unchanged inputs). Inputs and variable ranges are checked before anything runs; an expression
+ * that cannot be evaluated with the new values (division by zero, a negative launch size) stops the
+ * replay at the batch that holds it, with an error naming the batch.
  *
  * Variables: hcq_launch() takes plain numbers, so a capture records them as constants. To keep a
  * scalar or a launch dimension variable, launch with hcq_launch_sym() (operands from hcq_sym(),
@@ -41,9 +41,9 @@
  * captured item uses (to hcq_capture_end() or a replay of a capture) would change nothing: it is
  * reported, once per variable, as a line of the report and a warning (the options' on_warning, or
  * standard error), or fails the call when the options ask for strict_vars. (A jit made by
- * hcq_jit_create() ignores such values, as graphs do: its items carry their own symbols.) A
- * capture in which hcq_launch_sym bound one variable to several values is reported the same way
- * (as a warning): a replay gives every item the same value, so it cannot repeat such a capture.
+ * hcq_jit_create() ignores such values, as graphs do: its items carry their own symbols.) A capture
+ * in which hcq_launch_sym bound one variable to several values is reported the same way (as a
+ * warning): a replay gives every item the same value, so it cannot repeat such a capture.
  *
  * Warnings go to the options' on_warning, or to standard error as "hcq: warning: ...", and are
  * lines of the report's text too.

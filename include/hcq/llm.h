@@ -1,8 +1,8 @@
 /* hcq/llm.h: language models from GGUF files on hcq, as a C library (libhcq_llm; pkg-config
  * hcq-llm, CMake hcq::llm). What `hcq generate` runs: open a model file (or a known model by name,
- * downloaded on first use), turn text into token ids and back, render a conversation in the
- * model's chat template, and generate, each new token handed to a callback as soon as it is chosen
- * while the next steps already run.
+ * downloaded on first use), turn text into token ids and back, render a conversation in the model's
+ * chat template, and generate, each new token handed to a callback as soon as it is chosen while
+ * the next steps already run.
  *
  * The architectures are llama (Llama 2 and 3, SmolLM2, Mistral), qwen2, qwen3 and gemma3, with any
  * weight type `hcq inspect FILE` says its device runs (F32, F16, BF16, Q4_0..Q8_0, the K-quants,
@@ -10,11 +10,11 @@
  * replay of a captured step (models/llm/README.md); tokens are chosen on the device.
  *
  *   hcq_llm_t *llm;
- *   hcq_status_t st = hcq_llm_open("model.gguf", NULL, &llm);      // or NULL:
- * SmolLM2-135M-Instruct hcq_llm_message_t chat[] = {{"user", "What is the capital of France?"}};
+ *   hcq_status_t st = hcq_llm_open("model.gguf", NULL, &llm);  // NULL: SmolLM2-135M-Instruct
+ *   hcq_llm_message_t chat[] = {{"user", "What is the capital of France?"}};
  *   hcq_llm_generate_options_t o = {.max_tokens = 64, .on_token = print_piece};
  *   hcq_llm_result_t r;
- *   if (!st) st = hcq_llm_chat(llm, chat, 1, &o, &r);               // print_piece gets the text
+ *   if (!st) st = hcq_llm_chat(llm, chat, 1, &o, &r);          // print_piece gets the text
  *   ... r.ids, r.n, r.stop ...; hcq_llm_result_free(&r);
  *   hcq_status_destroy(hcq_llm_close(llm));
  *

@@ -116,8 +116,8 @@ const char *hcq_binary_format_name(hcq_binary_format_t format);
 /* The format of a name above (any case); false for anything else. */
 bool hcq_binary_format_parse(const char *name, hcq_binary_format_t *out_format);
 
-/* A program from a precompiled kernel: size bytes at bytes, in format, whose kernel is entry.
- * Which device kinds load which formats:
+/* A program from a precompiled kernel: size bytes at bytes, in format, whose kernel is entry. Which
+ * device kinds load which formats:
  *
  *   VULKAN  spirv      a SPIR-V module whose GLCompute entry point is named entry (the GLSL ABI of
  *                      hcq/vulkan.h; hcq compile --device VULKAN writes one)
@@ -125,21 +125,22 @@ bool hcq_binary_format_parse(const char *name, hcq_binary_format_t *out_format);
  *           cubin      an ELF cubin for sm_XY: it loads on a device of the same major version and
  *                      a minor version at least Y (a cubin for sm_80 on sm_86, not sm_90)
  *           fatbin     a fat binary (nvcc -fatbin): the driver picks its cubin or PTX for the
- * device METAL   metallib   a Metal library (xcrun metal + metallib), kernel function named entry
+ *                      device
+ *   METAL   metallib   a Metal library (xcrun metal + metallib), kernel function named entry
  *   CPU     none: a shared object is machine code hcq cannot check and would run in-process, so
  *           CPU kernels come from C source (hcq_program_create) or function pointers only.
  *
- * The bytes are copied: the caller may free them on return. CUDA kernels take their parameters
- * as CUDA C kernels do (pointers, then 32-bit values); hcq reads the list from the PTX or from the
+ * The bytes are copied: the caller may free them on return. CUDA kernels take their parameters as
+ * CUDA C kernels do (pointers, then 32-bit values); hcq reads the list from the PTX or from the
  * cubin's kernel information, so launches are checked against it as for CUDA C
  * (hcq_program_declare_args). A fatbin whose only image for the device is compressed PTX is
  * refused: its parameter list cannot be read. The program behaves like one from source (launches,
- * graphs, captures); hcq_program_source() gives its text form, "#FORMAT" and a line break, then
- * the bytes in base64, which hcq_program_create() also takes and saved graph files carry.
+ * graphs, captures); hcq_program_source() gives its text form, "#FORMAT" and a line break, then the
+ * bytes in base64, which hcq_program_create() also takes and saved graph files carry.
  *
  * Errors: out_program, device or bytes NULL, size 0, a format out of range, an entry that is not a
- * C identifier, or a format the device's kind does not load (the message names the kind and what
- * it loads) are INVALID_ARGUMENT; more than 256 MiB is OUT_OF_RANGE. Bytes that are not what format
+ * C identifier, or a format the device's kind does not load (the message names the kind and what it
+ * loads) are INVALID_ARGUMENT; more than 256 MiB is OUT_OF_RANGE. Bytes that are not what format
  * says (garbage, truncated, another format: the message says what they look like), a cubin for
  * another architecture (naming both), and an entry the binary does not define are COMPILE_ERROR. */
 HCQ_MUST_USE hcq_status_t hcq_program_create_binary(hcq_device_t *device,

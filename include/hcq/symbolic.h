@@ -103,12 +103,12 @@ size_t hcq_expr_format(const hcq_expr_t *e, char *buf, size_t size);
 
 /* Parses text with the grammar
  *   expr := term (('+' | '-') term)*       term := unary (('*' | '//' | '%') unary)*
- *   unary := '-' unary | primary           primary := INT | NAME | ('min'|'max') '(' expr (','
- * expr)+ ')' | '(' expr ')' where NAME must be one of vars (by name). Errors (INVALID_ARGUMENT)
- * quote the text and give the 1-based column: `expression "n+": expected a number, variable or '('
- * at column 3`. Nesting deeper than 128 levels is rejected, and so is a tree taller than 1000
- * levels: a chain of more than 1000 terms (n+n+..., n*n*..., min/max arguments) says how many terms
- * it has. */
+ *   unary := '-' unary | primary
+ *   primary := INT | NAME | ('min'|'max') '(' expr (',' expr)+ ')' | '(' expr ')'
+ * where NAME must be one of vars (by name). Errors (INVALID_ARGUMENT) quote the text and give the
+ * 1-based column: `expression "n+": expected a number, variable or '(' at column 3`. Nesting deeper
+ * than 128 levels is rejected, and so is a tree taller than 1000 levels: a chain of more than 1000
+ * terms (n+n+..., n*n*..., min/max arguments) says how many terms it has. */
 HCQ_MUST_USE hcq_status_t hcq_expr_parse(const char *text, const hcq_expr_t *const *vars,
                                          size_t nvars, hcq_expr_t **out_expr);
 

@@ -4,8 +4,8 @@
  * While the profiler is on:
  *  - every graph built (hcq_graph_create, the JIT's batches) is built with profiling, and each of
  *    its replays becomes one slice per item on the track of the queue that ran it (a kernel is
- * named after its program, a copy "CPU:0 -> CPU:1", with its bytes), plus one slice on the host
- * track for the submit. A replay's timestamps are read when the next replay of the graph (or its
+ *    named after its program, a copy "CPU:0 -> CPU:1", with its bytes), plus one slice on the host
+ *    track for the submit. A replay's timestamps are read when the next replay of the graph (or its
  *    destroy, or a flush) waits for it, never on the submit path;
  *  - every eager launch, device-to-device transfer and host copy (copyin, copyout) becomes a slice
  *    on the device queue that ran it (device timestamps) and one on the host track of the calling

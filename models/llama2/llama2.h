@@ -5,14 +5,15 @@
  *  - a tokenizer in the same project's format (ids to text);
  *  - the decoder: the forward pass as hcq kernels, one step = one token, on CPU (kernels.c), Vulkan
  *    (kernels.glsl), CUDA (kernels.cu) or Metal (kernels.metal) devices: one item list for all,
- * only the kernel sources and their launch geometry differ by kind. The position `pos` is a
- * symbolic variable: the attention launch dims and the cache offsets depend on it, so one captured
- * step replays every step. The greedy argmax runs on the device and writes the next token where the
- * next step's embedding reads it, so decoding needs no host round trip per token.
+ *    only the kernel sources and their launch geometry differ by kind. The position `pos` is a
+ *    symbolic variable: the attention launch dims and the cache offsets depend on it, so one
+ *    captured step replays every step. The greedy argmax runs on the device and writes the next
+ *    token where the next step's embedding reads it, so decoding needs no host round trip per
+ *    token.
  *
  * Errors are hcq statuses: INVALID_ARGUMENT for a bad file (the message names the file and what is
- * wrong with it), OUT_OF_MEMORY, and whatever the hcq calls return.
- * Threads: one thread at a time per object.
+ * wrong with it), OUT_OF_MEMORY, and whatever the hcq calls return. Threads: one thread at a time
+ * per object.
  */
 #ifndef HCQ_LLAMA2_H
 #define HCQ_LLAMA2_H

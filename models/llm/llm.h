@@ -3,7 +3,7 @@
  *
  * Parts, each usable alone:
  *  - the model: a GGUF file (gguf.h) whose metadata says llama, checked tensor by tensor against
- * the shapes the metadata implies (llm_model_open);
+ *    the shapes the metadata implies (llm_model_open);
  *  - the tokenizer and chat template (tokenizer.h);
  *  - the decoder: the forward pass as hcq CPU kernels (kernels.c) over weights repacked from their
  *    blocks (quant.h), one token or a whole prompt per replay. Decoding is one captured step whose

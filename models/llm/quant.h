@@ -5,38 +5,45 @@
  * ggml's blocks (ggml-common.h; d, dmin, m are half floats):
  *   BF16: the high 16 bits of a float.
  *   Q4_0 (32 elements, 18 bytes): d, 16 bytes of nibbles; element j < 16 is the low nibble of byte
- * j, element j + 16 its high nibble; value = d (q - 8). Q4_1 (32, 20): d, m, nibbles as Q4_0; value
- * = d q + m. Q5_0 (32, 22): d, 32 bits qh (bit j: the fifth bit of element j), nibbles as Q4_0; d
- * (q - 16). Q5_1 (32, 24): d, m, qh, nibbles; value = d q + m. Q8_0 (32, 34): d, 32 int8; value = d
- * q. IQ4_NL (32, 18): d, nibbles as Q4_0; value = d kvalues[q] (kvalues: 16 int8, -127 .. 113). The
- * K-quants' superblocks of 256 elements; sub-block scales sc and mins m are small integers: Q2_K
- * (84): 16 bytes of (sc | m << 4) per 16 elements, 64 bytes of 2-bit quants, d, dmin; value = d sc
- * q - dmin m. Q3_K (110): 32 bytes hmask, 64 bytes 2-bit quants, 12 bytes of 6-bit scales s per 16,
- * d; value = d (s - 32) (q - 4), q the 3-bit quant (its high bit in hmask). Q4_K (144): d, dmin, 12
- * bytes of 6-bit sc and m per 32, 128 bytes of nibbles; d sc q - dmin m. Q5_K (176): as Q4_K plus
- * 32 bytes of fifth bits; q 0..31. Q6_K (210): 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8
- * scales per 16, d; value = d sc (q - 32). IQ4_XS (136): d, 16 + 32 bits of 6-bit scales ls per 32,
- * nibbles; value = d (ls - 32) kvalues[q].
+ *   j, element j + 16 its high nibble; value = d (q - 8).
+ *   Q4_1 (32, 20): d, m, nibbles as Q4_0; value = d q + m.
+ *   Q5_0 (32, 22): d, 32 bits qh (bit j: the fifth bit of element j), nibbles as Q4_0; d (q - 16).
+ *   Q5_1 (32, 24): d, m, qh, nibbles; value = d q + m.
+ *   Q8_0 (32, 34): d, 32 int8; value = d q.
+ *   IQ4_NL (32, 18): d, nibbles as Q4_0; value = d kvalues[q] (kvalues: 16 int8, -127 .. 113).
+ * The K-quants' superblocks of 256 elements; sub-block scales sc and mins m are small integers:
+ *   Q2_K (84): 16 bytes of (sc | m << 4) per 16 elements, 64 bytes of 2-bit quants, d, dmin;
+ *     value = d sc q - dmin m.
+ *   Q3_K (110): 32 bytes hmask, 64 bytes 2-bit quants, 12 bytes of 6-bit scales s per 16, d;
+ *     value = d (s - 32) (q - 4), q the 3-bit quant (its high bit in hmask).
+ *   Q4_K (144): d, dmin, 12 bytes of 6-bit sc and m per 32, 128 bytes of nibbles; d sc q - dmin m.
+ *   Q5_K (176): as Q4_K plus 32 bytes of fifth bits; q 0..31.
+ *   Q6_K (210): 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8 scales per 16, d;
+ *     value = d sc (q - 32).
+ *   IQ4_XS (136): d, 16 + 32 bits of 6-bit scales ls per 32, nibbles;
+ *     value = d (ls - 32) kvalues[q].
  *
  * The device layouts interleave 16 rows (a row group; rows past the matrix's end are zeros), so
  * that one 64-byte load holds 4 bytes of each of the 16 rows and one instruction multiplies them
  * with the same 4 activation bytes (kernels.c says why). A matrix of R rows and K columns is ceil(R
  * / 16) row groups one after the other. Every type is repacked exactly (no weight is rounded):
- *   LLM_LAYOUT_F32X16 (F32, BF16), LLM_LAYOUT_F16X16 (F16): per column k, the 16 rows' values (64
- * or 32 bytes). LLM_LAYOUT_Q4X16 (Q4_0, Q4_1): per block of 32 columns 320 bytes: chunk c = 0..3 is
- * 64 bytes, 4 per row (row r at 4 r), byte i of a row's 4 holding element 8c + i in its low nibble
- * and element 8c + 4 + i in its high nibble; then 16 half d, then 16 half m (value d q + m; Q4_0: m
- * = -8 d, exactly). LLM_LAYOUT_Q8X16 (Q8_0; IQ4_NL as kvalues[q]): per block 544 bytes: chunk c =
- * 0..7 is 64 bytes, byte i of row r's 4 (at 4 r) being the int8 of element 4c + i; then 16 half d.
+ *   LLM_LAYOUT_F32X16 (F32, BF16), LLM_LAYOUT_F16X16 (F16): per column k, the 16 rows' values
+ *     (64 or 32 bytes).
+ *   LLM_LAYOUT_Q4X16 (Q4_0, Q4_1): per block of 32 columns 320 bytes: chunk c = 0..3 is 64 bytes,
+ *     4 per row (row r at 4 r), byte i of a row's 4 holding element 8c + i in its low nibble and
+ *     element 8c + 4 + i in its high nibble; then 16 half d, then 16 half m (value d q + m; Q4_0:
+ *     m = -8 d, exactly).
+ *   LLM_LAYOUT_Q8X16 (Q8_0; IQ4_NL as kvalues[q]): per block 544 bytes: chunk c = 0..7
+ *     is 64 bytes, byte i of row r's 4 (at 4 r) being the int8 of element 4c + i; then 16 half d.
  *   LLM_LAYOUT_Q5X16 (Q5_0, 5.5 bits a weight as in the file): per block 352 bytes: the low 4 bits
- * of q (0..31) as Q4X16's 256 bytes; then 8 little-endian 64-bit masks of fifth bits, mask 2c + h
- *     (h = 0: the chunk's low nibbles, 1: its high ones) holding in bit 4 r + i the fifth bit of
- *     element 8c + 4h + i of row r (one bit per byte of the chunk's 64); then 16 half d; value
- *     d (q - 16). The GPUs read Q5_0 as Q8X16 (llm_gpu_layout_of).
+ *   of q (0..31) as Q4X16's 256 bytes; then 8 little-endian 64-bit masks of fifth bits, mask 2c + h
+ *   (h = 0: the chunk's low nibbles, 1: its high ones) holding in bit 4 r + i the fifth bit of
+ *   element 8c + 4h + i of row r (one bit per byte of the chunk's 64); then 16 half d; value d (q -
+ *   16). The GPUs read Q5_0 as Q8X16 (llm_gpu_layout_of).
  *   The K layouts, two-level scales: element j of a block of 32 is d sc_h q_j - dmin m_h, h = j /
- * 16 its half, sc_h and m_h int8 per row and half block, d and dmin halves per row and superblock
- *     (SB blocks). Per superblock: 16 half d, 16 half dmin (64 bytes), then its SB blocks, each the
- *     quants, then int8 sc[2][16] (half 0's 16 rows, then half 1's) and int8 m[2][16]:
+ *   16 its half, sc_h and m_h int8 per row and half block, d and dmin halves per row and superblock
+ *   (SB blocks). Per superblock: 16 half d, 16 half dmin (64 bytes), then its SB blocks, each the
+ *   quants, then int8 sc[2][16] (half 0's 16 rows, then half 1's) and int8 m[2][16]:
  *   LLM_LAYOUT_K4X16: unsigned 4-bit q in Q4X16's 256 bytes; SB = 8 (2624 bytes per 256 columns).
  *     Q4_K (sc, m per 32 on both halves), Q2_K (q 0..3, sc and m per 16), Q3_K (q 0..7,
  *     sc = s - 32, m = 4 (s - 32), dmin = d).
@@ -94,8 +101,8 @@ void llm_repack(ggml_type_t type, const void *src, size_t rows, size_t cols, voi
  * order, no interleave; block b of row r is block r x cols / 32 + b of the matrix:
  *   F32, F16: the rows as they are (rows x cols values). BF16 as F32.
  *   Q4_0, Q4_1: the blocks' 16 bytes of nibbles (ggml's order: element j < 16 the low nibble of
- * byte j, j + 16 its high nibble), rows x cols / 32 blocks of 16 bytes; then per block two floats
- *     d, m (value = d x q + m; Q4_0: m = -8 d), 8 bytes each, in the same order.
+ *   byte j, j + 16 its high nibble), rows x cols / 32 blocks of 16 bytes; then per block two floats
+ *   d, m (value = d x q + m; Q4_0: m = -8 d), 8 bytes each, in the same order.
  *   Q8_0: the blocks' 32 int8, rows x cols / 32 blocks of 32 bytes; then per block the float d.
  *     Q5_0 (q - 16) and IQ4_NL (kvalues[q]) the same way.
  *   The K layouts (the CPU's K4X16, K8X16, K8X16_1 terms, llm_kparts: element j of a block is

@@ -21,15 +21,15 @@
  *       llama-bpe (also llama3, llama-v3): llama 3's split, and a word that is a whole token is
  *         that token (no merges):
  *         (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- * ?[^\s\p{L}\p{N}]+[\r\n]*
- *         |\s*[\r\n]+|\s+(?!\S)|\s+
- *       qwen2 (also deepseek-r1-qwen, megrez, stablelm2): llama 3's split with \p{N} for \p{N}{1,3}
- *         (each digit alone), merges as usual;
+ *         ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *       qwen2 (also deepseek-r1-qwen, megrez, stablelm2): llama 3's split with \p{N} for
+ *         \p{N}{1,3} (each digit alone), merges as usual;
  *       default (also a file without tokenizer.ggml.pre, as llama.cpp): four splits one after the
  *         other, each keeping what it does not match as pieces of their own:
  *         [\p{P}\$\+<=>\^~\|]+ , the GPT-2 split, \p{N}+ , [0-9][0-9][0-9]
  *     \p{L}, \p{N} and \p{P} are the general categories L*, N* and P* (unicode_llm.c, generated
- * from Python's unicodedata), \s is Unicode's White_Space. Other pre-tokenizers are UNIMPLEMENTED.
+ *     from Python's unicodedata), \s is Unicode's White_Space. Other pre-tokenizers are
+ *     UNIMPLEMENTED.
  *  4. each word's bytes, mapped to GPT-2's byte characters, are merged pair by pair, lowest
  *     tokenizer.ggml.merges rank first (leftmost first among equal ranks), and each resulting piece
  *     is its vocab id (a piece that is not in the vocab: the ids of its single bytes that are).
@@ -180,11 +180,12 @@ HCQ_MUST_USE hcq_status_t llm_detokenize_len(const llm_tokenizer_t *t, const int
 
 /* ---- chat templates (chat.c) ----
  *
- * A conversation rendered as llama.cpp's built-in templates render it (llm_chat_apply_template);
- * no Jinja is run. The families, with the conversation system S, user U1, assistant A, user U2 and
- * the generation prompt:
- *   chatml <|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\n
- *           A<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n
+ * A conversation rendered as llama.cpp's built-in templates render it (llm_chat_apply_template); no
+ * Jinja is run. The families, with the conversation system S, user U1, assistant A, user U2 and the
+ * generation prompt:
+ *   chatml  <|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n
+ *           <|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n
+ *           <|im_start|>assistant\n
  *   llama3  <|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|> ... (user, assistant alike)
  *           <|start_header_id|>assistant<|end_header_id|>\n\n   (contents trimmed)
  *   gemma   <start_of_turn>user\nS\n\nU1<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n
@@ -195,8 +196,8 @@ HCQ_MUST_USE hcq_status_t llm_detokenize_len(const llm_tokenizer_t *t, const int
  *           llama2-sys-strip: contents trimmed; no generation prompt)
  *   mistral-v1, -v3, -v3-tekken, -v7: Mistral's official [INST] layouts (llama-chat.cpp).
  * A template is recognised from tokenizer.chat_template by llama.cpp's substring tests, in its
- * order: "<|im_start|>" is chatml (unless "<|im_sep|>": phi4, or "<end_of_utterance>": smolvlm),
- * a template starting "mistral" or holding "[INST]" is mistral-v7 ("[SYSTEM_PROMPT]"), v1/v3/
+ * order: "<|im_start|>" is chatml (unless "<|im_sep|>": phi4, or "<end_of_utterance>": smolvlm), a
+ * template starting "mistral" or holding "[INST]" is mistral-v7 ("[SYSTEM_PROMPT]"), v1/v3/
  * v3-tekken (Mistral's official markers) or a llama2 variant ("content.strip()", "bos_token +
  * '[INST]", "<<SYS>>"), "<start_of_turn>" is gemma, "<|start_header_id|>" with "<|end_header_id|>"
  * llama3; a template that is a family's name is that family. Other families (phi3, zephyr,

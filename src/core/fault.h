@@ -4,9 +4,10 @@
  *   - a claimer, for threads the backend runs kernels on itself (the CPU engines): it recognises
  *     its own thread, names the kernel, and may leave the handler (isolation);
  *   - a describer, for kernels that run on threads hcq did not start (a Vulkan driver's): on a
- * fault no claimer owns, each appends which kernels it has in flight ("kernel fill (graph item 3)
- * on VULKAN:0's compute queue"). Everything they do runs in a signal handler: async-signal-safe
- * only (no locks, no allocation, no stdio); the line helpers below are. */
+ *     fault no claimer owns, each appends which kernels it has in flight ("kernel fill (graph item
+ *     3) on VULKAN:0's compute queue").
+ * Everything they do runs in a signal handler: async-signal-safe only (no locks, no allocation, no
+ * stdio); the line helpers below are. */
 #ifndef HCQ_CORE_FAULT_H
 #define HCQ_CORE_FAULT_H
 

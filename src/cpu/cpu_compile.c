@@ -12,7 +12,7 @@
  *   root and writable by others only when sticky, the object a regular file of ours that no one
  *   else may write. Otherwise the kernel is compiled in a private temporary directory, uncached,
  *   with one warning per process saying why.
- * - The compiler writes into a private build directory; hcq stores the object (a kcache blob: a
+  * - The compiler writes into a private build directory; hcq stores the object (a kcache blob: a
  *   tag, its hash, the object) under a temporary name that is renamed into place, so nothing
  *   partial ever carries a final name, and a full or read-only cache disk only means "not cached".
  * - Objects are loaded from checked bytes in memory (a sealed memfd), never by mapping the cache

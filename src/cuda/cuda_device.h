@@ -2,12 +2,13 @@
  * stream per queue kind, command words turned into driver calls at submit:
  *   WAIT      cuStreamWaitValue64 (>=) on the signal's address (pinned host memory the GPU maps)
  *   SIGNAL    cuStreamWriteValue64, or for a signal in ordinary host memory (a CPU device's), a
- * host function that sets it and wakes its waiters TIMESTAMP a one-thread kernel that writes
- * %globaltimer (ns) into the signal's timestamp EXEC      cuLaunchKernel with the packed kernargs
- * block as CU_LAUNCH_PARAM_BUFFER_POINTER (docs/design.md, "Programs and kernel ABIs") COPY
- * cuMemcpyAsync (unified addressing: device, peer and host memory alike) Progress: each submission
- * ends by writing its sequence number into a host-visible completion word of its stream, which
- * completed() reads; the timeline signal and deferred frees build on that.
+ *             host function that sets it and wakes its waiters
+ *   TIMESTAMP a one-thread kernel that writes %globaltimer (ns) into the signal's timestamp
+ *   EXEC      cuLaunchKernel with the packed kernargs block as CU_LAUNCH_PARAM_BUFFER_POINTER
+ *             (docs/design.md, "Programs and kernel ABIs")
+ *   COPY      cuMemcpyAsync (unified addressing: device, peer and host memory alike)
+ * Progress: each submission ends by writing its sequence number into a host-visible completion word
+ * of its stream, which completed() reads; the timeline signal and deferred frees build on that.
  *
  * Host-visible memory is pinned, mapped, portable host memory: with unified addressing its device
  * address is its host address, which is what lets a kernargs block be read on the host at launch

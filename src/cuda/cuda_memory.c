@@ -9,7 +9,7 @@
 #include "core/vec.h"
 #include "cuda/cuda_device.h"
 
-#define HOST_SLACK                                                                                \
+#define HOST_SLACK \
   4096                      /* bytes past every host-visible allocation (a kernel's argument read \
                                that runs past a short block stays inside the mapping) */
 #define PIN_SLAB (1u << 20) /* bytes of a slab (cuda_pin_slab_t) */

@@ -9,10 +9,11 @@
  *   COPY      a blit (copyFromBuffer:...) between Metal buffers; a copy with a host-memory end (a
  *             CPU device's buffer) runs on the host once the GPU work before it finished
  *   SIGNAL    the open command buffer is committed with the device's MTLSharedEvent signalled to
- *             the next value; once the event reaches it (and the buffer did not fail) the signal is
- * set TIMESTAMP the same, then the host clock WAIT      commits what is open (without waiting for
- * it), then waits on the host for the signal A command buffer that ends in error marks the device
- * lost with Metal's error text. */
+ *             the next value; once the event reaches it (and the buffer did not fail) the signal
+ *             is set
+ *   TIMESTAMP the same, then the host clock
+ *   WAIT      commits what is open (without waiting for it), then waits on the host for the signal
+ * A command buffer that ends in error marks the device lost with Metal's error text. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
-/* The MPI layer (hcq/mpi.h, docs/mpi.md): remote devices whose queues run on one
- * communication thread per process, which also makes the control calls. Under MPI_THREAD_MULTIPLE a
- * graph's transfers between ranks run instead on the copy queue of their local (CPU) end, whose
- * engine posts and polls the request through the engine_copy_* hooks below.
+/* The MPI layer (hcq/mpi.h, docs/mpi.md): remote devices whose queues run on one communication
+ * thread per process, which also makes the control calls. Under MPI_THREAD_MULTIPLE a graph's
+ * transfers between ranks run instead on the copy queue of their local (CPU) end, whose engine
+ * posts and polls the request through the engine_copy_* hooks below.
  *
  * A remote device's queues hold the same command words as any device's; the thread walks them as a
  * CPU engine would, except that kernels are skipped (their rank runs them) and a COPY that has one
@@ -24,12 +24,13 @@
 
 /* The layer's files share what this header declares:
  *   mpi_layer.c          the public API (hcq/mpi.h): starting and stopping the layer, fetches,
- * agreement mpi_ops.c            MPI requests handed to the communication thread, lost ranks,
- * control messages mpi_comm_thread.c    the communication thread: remote device queues, posted
- * requests, naps mpi_remote_device.c  the remote device backend (its vtable) and opening
- * RANK/KIND:N names mpi_graph_check.c    the ranks of a graph agree on its items and its id at
- * build mpi_transfers.c      transfers between ranks: tags, descriptions, the engines' copy hooks
- */
+ *                        agreement
+ *   mpi_ops.c            MPI requests handed to the communication thread, lost ranks, control
+ *                        messages
+ *   mpi_comm_thread.c    the communication thread: remote device queues, posted requests, naps
+ *   mpi_remote_device.c  the remote device backend (its vtable) and opening RANK/KIND:N names
+ *   mpi_graph_check.c    the ranks of a graph agree on its items and its id at build
+ *   mpi_transfers.c      transfers between ranks: tags, descriptions, the engines' copy hooks */
 
 #include <pthread.h>
 #include <stdint.h>
