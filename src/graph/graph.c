@@ -29,7 +29,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems,
   }
   bool profile = (options && options->profile) || hcq__options()->profile[0] || hcq__trace_on();
   /* A backend with its own graph runner (the CUDA graph, docs/design.md, "Graph runners") holds
-   * only devices of that runner; the rest run the HCQ graph. */
+   * only devices of that runner; the rest run the queue graph. */
   hcq_device_t *own = NULL, *other = NULL;
   const hcq__backend_t *ok = NULL;
   for (size_t d = 0; d < runner.ndevices && !own; d++)
@@ -44,7 +44,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems,
   else if (own)
     st = ok->graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
   if (!own && !st) {
-    /* An HCQ graph copies on the source device's copy queue: a CPU engine would write through a
+    /* The queue graph copies on the source device's copy queue: a CPU engine would write through a
      * Vulkan device address as if it were a host pointer. Host-memory devices stay among
      * themselves. */
     hcq_device_t *host = NULL, *gpu = NULL;
@@ -59,7 +59,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems,
                            host->name, gpu->name);
   }
   if (!own && !st)
-    st = hcq__hcq_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
+    st = hcq__queue_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
   if (remote) remote->graph_built();
   if (st)
     hcq__runner_deinit(&runner);
@@ -214,7 +214,7 @@ const hcq__backend_t *hcq__graph_kind(hcq_device_kind_t kind) {
 uintptr_t hcq__graph_class(const hcq_device_t *dev) {
   const hcq__backend_t *b = hcq__backend(dev->kind);
   if (!b) return 0;
-  /* Devices of one runner share graphs; the HCQ graph's host-memory devices (CPU) stay apart from
+  /* Devices of one runner share graphs; the queue graph's host-memory devices (CPU) stay apart from
    * each of its GPU kinds (a CPU engine reads addresses as host pointers). */
   const hcq__backend_t *own = hcq__graph_kind(dev->kind);
   if (own) return own->graph_one_device ? (uintptr_t)dev : (uintptr_t)own;

@@ -228,9 +228,9 @@ static hcq_status_t check_unused_vars(hcq_jit_t *jit, const hcq_var_value_t *val
   return NULL;
 }
 
-/* The graph that can hold work on a device (hcq__graph_class: one class per runner, the HCQ graph's
- * host-memory devices apart from its GPU kinds); 0 for none. A batch closes where it changes
- * (docs/design.md, "Capture and batching"). */
+/* The graph that can hold work on a device (hcq__graph_class: one class per runner, the queue
+ * graph's host-memory devices apart from its GPU kinds); 0 for none. A batch closes where it
+ * changes (docs/design.md, "Capture and batching"). */
 static uintptr_t graph_kind_of(const hcq_device_t *dev) { return hcq__graph_class(dev); }
 
 static uintptr_t item_graph_kind(const hcq_exec_item_t *it, const char **why) {

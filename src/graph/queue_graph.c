@@ -1,6 +1,6 @@
-/* The HCQ graph (docs/design.md, "The HCQ graph"): exec items scheduled once onto one compute queue
- * per device and a copy queue per transfer-source device, bound, and replayed by patching symbols
- * and ringing one doorbell per queue.
+/* The queue graph, the HCQ graph runner (docs/design.md, "The HCQ graph"): exec items scheduled
+ * once onto one compute queue per device and a copy queue per transfer-source device, bound, and
+ * replayed by patching symbols and ringing one doorbell per queue.
  *
  * Synchronisation. Every queue has a signal; item j signals j+1 on its queue's signal when someone
  * waits for it (transfers always do). Items wait for the items they depend on (buffer access by
@@ -19,7 +19,7 @@
 #include "core/options.h"
 #include "core/queue.h"
 #include "core/remote.h"
-#include "graph/hcq_graph_impl.h"
+#include "graph/queue_graph_internal.h"
 
 static hcq_status_t oom(void) {
   return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph");
@@ -37,7 +37,7 @@ static hcq_status_t make_var(const char *fmt, unsigned index, int64_t max, hcq_e
   return hcq_var_create(name, 0, max, out);
 }
 
-static hcq_status_t make_vars(hcq_graph_impl_t *g) {
+static hcq_status_t make_vars(queue_graph_t *g) {
   hcq__runner_t *r = &g->base.runner;
   hcq_status_t st = make_var("graph_kickoff", 0, UINT32_MAX, &g->kickoff_var);
   for (size_t d = 0; d < g->ndev && !st; d++) {
@@ -78,7 +78,7 @@ static hcq_status_t get_queue(graph_inst_t *in, uint32_t q, hcq_queue_t **out) {
 }
 
 /* The operand of item j's argument i: its input variable if an input slot names that argument. */
-static hcq_operand_t buffer_operand(const hcq_graph_impl_t *g, uint32_t j, uint32_t i,
+static hcq_operand_t buffer_operand(const queue_graph_t *g, uint32_t j, uint32_t i,
                                     const hcq_buffer_t *b) {
   const hcq__runner_t *r = &g->base.runner;
   for (size_t s = 0; s < r->slots.len; s++)
@@ -92,7 +92,7 @@ static hcq_operand_t stamp_addr(const graph_inst_t *in, uint32_t dev, uint32_t s
                            (uint64_t)stamp * sizeof(hcq__signal_words_t)));
 }
 
-static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t j) {
+static hcq_status_t encode_item(queue_graph_t *g, graph_inst_t *in, uint32_t j) {
   hcq__runner_t *r = &g->base.runner;
   const hcq_exec_item_t *it = &r->items[j];
   const item_sched_t *s = &g->sched[j];
@@ -141,7 +141,7 @@ static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t 
 
 /* Kernel arguments: one block per device, each item's block 16-byte aligned. Fills in each kernel
  * item's offset and each device's block size. */
-static void layout_kernargs(hcq_graph_impl_t *g, uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES]) {
+static void layout_kernargs(queue_graph_t *g, uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES]) {
   hcq__runner_t *r = &g->base.runner;
   for (uint32_t j = 0; j < r->nitems; j++) {
     const hcq_exec_item_t *it = &r->items[j];
@@ -153,7 +153,7 @@ static void layout_kernargs(hcq_graph_impl_t *g, uint64_t kernargs_size[HCQ__GRA
 }
 
 /* The instance's memory and signals on device d; tag tells instances apart in their labels. */
-static hcq_status_t create_device_objects(hcq_graph_impl_t *g, graph_inst_t *in, size_t d,
+static hcq_status_t create_device_objects(queue_graph_t *g, graph_inst_t *in, size_t d,
                                           uint64_t kernargs_size, const char *tag) {
   hcq__runner_t *r = &g->base.runner;
   hcq_device_t *dev = r->devices[d];
@@ -188,7 +188,7 @@ static hcq_status_t create_device_objects(hcq_graph_impl_t *g, graph_inst_t *in,
 }
 
 /* Prologue of every compute queue: barrier, previous work on the device, kickoff, device ready. */
-static hcq_status_t encode_prologues(hcq_graph_impl_t *g, graph_inst_t *in) {
+static hcq_status_t encode_prologues(queue_graph_t *g, graph_inst_t *in) {
   hcq_status_t st = NULL;
   for (uint32_t d = 0; d < g->ndev && !st; d++) {
     hcq_queue_t *q;
@@ -204,7 +204,7 @@ static hcq_status_t encode_prologues(hcq_graph_impl_t *g, graph_inst_t *in) {
 
 /* Epilogue of every compute queue: wait for the copy queues that fed the device, then signal its
  * timeline. */
-static hcq_status_t encode_epilogues(hcq_graph_impl_t *g, graph_inst_t *in) {
+static hcq_status_t encode_epilogues(queue_graph_t *g, graph_inst_t *in) {
   hcq_status_t st = NULL;
   for (uint32_t d = 0; d < g->ndev && !st; d++) {
     hcq_queue_t *q = in->queues[2 * d];
@@ -227,7 +227,7 @@ static hcq_status_t encode_epilogues(hcq_graph_impl_t *g, graph_inst_t *in) {
   return st;
 }
 
-static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsigned index) {
+static hcq_status_t build_instance(queue_graph_t *g, graph_inst_t *in, unsigned index) {
   hcq__runner_t *r = &g->base.runner;
   hcq_status_t st = NULL;
   uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES] = {0};
@@ -256,7 +256,7 @@ static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsign
   return st;
 }
 
-static hcq_status_t build_queues(hcq_graph_impl_t *g) {
+static hcq_status_t build_queues(queue_graph_t *g) {
   hcq_status_t st = NULL;
   for (unsigned i = 0; i < g->ninst && !st; i++) st = build_instance(g, &g->inst[i], i);
   return st;
@@ -264,7 +264,7 @@ static hcq_status_t build_queues(hcq_graph_impl_t *g) {
 
 /* ---- profiling (docs/design.md, "The HCQ graph", "Profiling") ---- */
 
-static hcq_status_t build_profile(hcq_graph_impl_t *g) {
+static hcq_status_t build_profile(queue_graph_t *g) {
   hcq__runner_t *r = &g->base.runner;
   size_t n = r->nitems;
   g->prof_entries = calloc(n, sizeof(*g->prof_entries));
@@ -295,7 +295,7 @@ static hcq_status_t build_profile(hcq_graph_impl_t *g) {
 /* Hands the profiler, when it is on, where each item's timestamps land and when a replay ended on
  * each device: it reads every replay once the next one (or destroy, or a flush) has waited for it.
  */
-static void trace_register(hcq_graph_impl_t *g) {
+static void trace_register(queue_graph_t *g) {
   if (!hcq__trace_on()) return;
   const hcq__runner_t *r = &g->base.runner;
   hcq__trace_graph_item_t *items = calloc(r->nitems * g->ninst, sizeof(*items));
@@ -334,7 +334,7 @@ static void trace_register(hcq_graph_impl_t *g) {
 }
 
 /* Every instance's last replay, oldest first (all have finished). */
-static void trace_collect_all(hcq_graph_impl_t *g) {
+static void trace_collect_all(queue_graph_t *g) {
   if (!g->trace) return;
   for (uint64_t done = 0;;) {
     unsigned pick = g->ninst;
@@ -348,7 +348,7 @@ static void trace_collect_all(hcq_graph_impl_t *g) {
   }
 }
 
-static void collect_timestamps(hcq_graph_impl_t *g) {
+static void collect_timestamps(queue_graph_t *g) {
   const hcq__runner_t *r = &g->base.runner;
   memset(g->prof_timestamps, 0, 2 * r->nitems * sizeof(uint64_t));
   for (size_t j = 0; j < r->nitems; j++) {
@@ -369,7 +369,7 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
 typedef enum { WAIT_PREVIOUS, WAIT_BEFORE_SUBMIT, WAIT_THIS_REPLAY } wait_kind_t;
 
 /* Waits until the instance's last replay finished on every device. */
-static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in, wait_kind_t kind) {
+static hcq_status_t wait_instance(queue_graph_t *g, graph_inst_t *in, wait_kind_t kind) {
   if (!in->kickoff_value) return NULL;
   hcq__runner_t *r = &g->base.runner;
   for (size_t d = 0; d < g->ndev; d++) {
@@ -397,7 +397,7 @@ static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in, wait_ki
   return NULL;
 }
 
-static hcq_status_t wait_previous(hcq_graph_impl_t *g, wait_kind_t kind) {
+static hcq_status_t wait_previous(queue_graph_t *g, wait_kind_t kind) {
   for (unsigned i = 0; i < g->ninst; i++) {
     hcq_status_t st = wait_instance(g, &g->inst[i], kind);
     if (st) return st;
@@ -406,7 +406,7 @@ static hcq_status_t wait_previous(hcq_graph_impl_t *g, wait_kind_t kind) {
 }
 
 /* "item 3 (kernel mix)" for a failing prepare of q, or "" */
-static void failed_item(const hcq_graph_impl_t *g, const hcq_queue_t *q, char *out, size_t size) {
+static void failed_item(const queue_graph_t *g, const hcq_queue_t *q, char *out, size_t size) {
   out[0] = '\0';
   uint32_t j;
   if (!q->failed_patch || !hcq__tag_item(q->failed_patch->tag, &j) || j >= g->base.runner.nitems)
@@ -420,7 +420,7 @@ static void failed_item(const hcq_graph_impl_t *g, const hcq_queue_t *q, char *o
 
 /* The kickoff value is a 32-bit payload: restart it (and the signals compared with it) before it
  * overflows, once every instance's replay has finished. */
-static hcq_status_t restart_kickoff(hcq_graph_impl_t *g) {
+static hcq_status_t restart_kickoff(queue_graph_t *g) {
   hcq_status_t st = wait_previous(g, WAIT_BEFORE_SUBMIT);
   if (st) return st;
   for (unsigned i = 0; i < g->ninst; i++) {
@@ -436,7 +436,7 @@ static hcq_status_t restart_kickoff(hcq_graph_impl_t *g) {
 
 /* Hands every queue of the instance over (the devices are locked, and room on every engine was
  * reserved, so nothing here can fail) and makes it the last replay. */
-static inline void commit_replay(hcq_graph_impl_t *g, graph_inst_t *in, uint64_t kickoff) {
+static inline void commit_replay(queue_graph_t *g, graph_inst_t *in, uint64_t kickoff) {
   hcq__runner_t *r = &g->base.runner;
   g->kickoff_value = kickoff;
   in->kickoff_value = kickoff;
@@ -453,8 +453,8 @@ static inline void commit_replay(hcq_graph_impl_t *g, graph_inst_t *in, uint64_t
   }
 }
 
-static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
-  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+static hcq_status_t queue_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
+  queue_graph_t *g = (queue_graph_t *)base;
   hcq__runner_t *r = &base->runner;
   uint64_t start = hcq__now_ns();
   /* The next instance in turn: the host waits only when its previous replay has not finished, so
@@ -516,7 +516,7 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
 /* keep_signals: a device of the graph is lost and another may still be waiting on the graph's
  * signals (which live on one device but are read by the queues of all): they are kept, not freed.
  */
-static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
+static void queue_graph_free_ex(queue_graph_t *g, bool keep_signals) {
   void (*release_signal)(hcq_signal_t *) =
       keep_signals ? hcq__signal_abandon : hcq__signal_free_internal;
   hcq__trace_graph_unregister(g->trace);
@@ -557,19 +557,19 @@ static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
   hcq__graph_struct_free(&g->base);
 }
 
-static void free_impl(hcq_graph_impl_t *g) { free_impl_ex(g, false); }
+static void queue_graph_free(queue_graph_t *g) { queue_graph_free_ex(g, false); }
 
-static hcq_status_t hcq_graph_destroy_impl(hcq_graph_t *base) {
-  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+static hcq_status_t queue_graph_destroy(hcq_graph_t *base) {
+  queue_graph_t *g = (queue_graph_t *)base;
   hcq_status_t st = wait_previous(g, WAIT_PREVIOUS);
   if (st) return st;
   trace_collect_all(g);
-  free_impl(g);
+  queue_graph_free(g);
   return NULL;
 }
 
-static hcq_status_t hcq_graph_destroy_anyway_impl(hcq_graph_t *base) {
-  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+static hcq_status_t queue_graph_destroy_anyway(hcq_graph_t *base) {
+  queue_graph_t *g = (queue_graph_t *)base;
   /* A device still at its queues may read this graph's signals, whichever device owns them; a lost
    * one too, until its engine has dropped its work (a CPU engine's completion counter then jumps to
    * what was submitted). Their memory is kept rather than freed under it. */
@@ -580,13 +580,13 @@ static hcq_status_t hcq_graph_destroy_anyway_impl(hcq_graph_t *base) {
       busy |= dev->vt->completed(dev, (hcq_queue_kind_t)k) <
               dev->vt->submitted(dev, (hcq_queue_kind_t)k);
   }
-  free_impl_ex(g, busy);
+  queue_graph_free_ex(g, busy);
   return NULL;
 }
 
-static hcq_status_t hcq_graph_item_schedule_impl(const hcq_graph_t *base, size_t i,
-                                                 hcq_graph_item_schedule_t *out) {
-  const hcq_graph_impl_t *g = (const hcq_graph_impl_t *)base;
+static hcq_status_t queue_graph_item_schedule(const hcq_graph_t *base, size_t i,
+                                              hcq_graph_item_schedule_t *out) {
+  const queue_graph_t *g = (const queue_graph_t *)base;
   const item_sched_t *s = &g->sched[i];
   *out = (hcq_graph_item_schedule_t){s->queue,
                                      g->waits.data + s->waits_at,
@@ -600,14 +600,14 @@ static hcq_status_t hcq_graph_item_schedule_impl(const hcq_graph_t *base, size_t
 }
 
 /* The queue of the last replay's instance (the first instance before any replay). */
-static const hcq_queue_t *hcq_graph_queue_impl(const hcq_graph_t *base, uint32_t q) {
-  const hcq_graph_impl_t *g = (const hcq_graph_impl_t *)base;
+static const hcq_queue_t *queue_graph_queue(const hcq_graph_t *base, uint32_t q) {
+  const queue_graph_t *g = (const queue_graph_t *)base;
   const graph_inst_t *in = g->last_inst ? g->last_inst : &g->inst[0];
   return q < 2 * g->ndev ? in->queues[q] : NULL;
 }
 
-static hcq_status_t hcq_graph_profile_impl(hcq_graph_t *base, const hcq_profile_event_t **out) {
-  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+static hcq_status_t queue_graph_profile(hcq_graph_t *base, const hcq_profile_event_t **out) {
+  queue_graph_t *g = (queue_graph_t *)base;
   if (!g->profile)
     return hcq_status_make(HCQ_FAILED_PRECONDITION, "the graph was built without profiling");
   if (!g->kickoff_value)
@@ -619,23 +619,23 @@ static hcq_status_t hcq_graph_profile_impl(hcq_graph_t *base, const hcq_profile_
   return NULL;
 }
 
-static const hcq__graph_vtable_t hcq_graph_vtable = {
+static const hcq__graph_vtable_t queue_graph_vtable = {
     .kind = "hcq",
-    .destroy = hcq_graph_destroy_impl,
-    .destroy_anyway = hcq_graph_destroy_anyway_impl,
-    .run = hcq_graph_run_impl,
-    .item_schedule = hcq_graph_item_schedule_impl,
-    .queue = hcq_graph_queue_impl,
-    .profile = hcq_graph_profile_impl,
+    .destroy = queue_graph_destroy,
+    .destroy_anyway = queue_graph_destroy_anyway,
+    .run = queue_graph_run,
+    .item_schedule = queue_graph_item_schedule,
+    .queue = queue_graph_queue,
+    .profile = queue_graph_profile,
 };
 
-hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight,
-                                   hcq_graph_t **out) {
+hcq_status_t hcq__queue_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight,
+                                     hcq_graph_t **out) {
   if (runner->ndevices > HCQ__GRAPH_MAX_DEVICES)
     return hcq_status_make(HCQ_INVALID_ARGUMENT,
                            "an HCQ graph spans at most %d devices; these items use %zu",
                            HCQ__GRAPH_MAX_DEVICES, runner->ndevices);
-  hcq_graph_impl_t *g = hcq__graph_alloc(sizeof(*g), &hcq_graph_vtable, runner);
+  queue_graph_t *g = hcq__graph_alloc(sizeof(*g), &queue_graph_vtable, runner);
   if (!g) return oom();
   g->ndev = runner->ndevices;
   g->profile = profile;
@@ -643,14 +643,14 @@ hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned
   g->inst = calloc(g->ninst, sizeof(*g->inst));
   g->sched = calloc(runner->nitems, sizeof(*g->sched));
   hcq_status_t st = g->sched && g->inst ? NULL : oom();
-  if (!st) st = hcq__hcq_graph_schedule(g);
+  if (!st) st = hcq__queue_graph_schedule(g);
   if (!st) st = make_vars(g);
   if (!st) st = build_queues(g);
   if (!st && profile) st = build_profile(g);
   if (!st && profile) trace_register(g);
   if (st) {
     /* The runner stays with the caller, who releases it. */
-    free_impl(g);
+    queue_graph_free(g);
     return st;
   }
   *out = &g->base;
@@ -658,11 +658,11 @@ hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned
 }
 
 uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g) {
-  return ((const hcq_graph_impl_t *)g)->kickoff_value;
+  return ((const queue_graph_t *)g)->kickoff_value;
 }
 
 void hcq__graph_pretend_replays_for_tests(hcq_graph_t *base, uint64_t replays) {
-  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+  queue_graph_t *g = (queue_graph_t *)base;
   g->kickoff_value = replays;
   for (unsigned i = 0; i < g->ninst; i++) {
     graph_inst_t *in = &g->inst[i];

@@ -1,11 +1,11 @@
-/* The HCQ graph's scheduling (docs/design.md, "The HCQ graph", build steps 4-5; the scheme is in
- * hcq_graph.c's opening comment): each item's waits, the device signals it waits for, the signal it
- * sets and where its timestamps go. */
+/* The queue graph's scheduling (docs/design.md, "The HCQ graph", build steps 4-5; the scheme is in
+ * queue_graph.c's opening comment): each item's waits, the device signals it waits for, the signal
+ * it sets and where its timestamps go. */
 #include <stdlib.h>
 
 #include "core/buffer.h"
 #include "core/remote.h"
-#include "graph/hcq_graph_impl.h"
+#include "graph/queue_graph_internal.h"
 
 static hcq_status_t oom(void) {
   return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph");
@@ -34,7 +34,7 @@ typedef struct sched_state {
 } sched_state_t;
 
 /* Which items are another rank's alone, and which devices this process runs queues for. */
-static void mark_foreign_and_active(hcq_graph_impl_t *g) {
+static void mark_foreign_and_active(queue_graph_t *g) {
   hcq__runner_t *r = &g->base.runner;
   for (size_t d = 0; d < g->ndev; d++) g->active[d] = !hcq__device_is_remote(r->devices[d]);
   for (uint32_t j = 0; j < r->nitems; j++) {
@@ -46,7 +46,7 @@ static void mark_foreign_and_active(hcq_graph_impl_t *g) {
 
 /* The item's dependencies as (queue, value) in ss->deps, highest value first, less those queue q
  * already waited for; q learns what the waited-for items knew. Returns how many are kept. */
-static size_t new_deps(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t q) {
+static size_t new_deps(queue_graph_t *g, sched_state_t *ss, uint32_t q) {
   size_t nd = 0;
   dep_t *deps = ss->deps;
   for (size_t i = 0; i < ss->rdeps.len; i++) {
@@ -68,7 +68,7 @@ static size_t new_deps(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t q) {
 
 /* Device readiness: the item waits for the device signal of every device of its buffers that its
  * queue does not know is ready. */
-static hcq_status_t add_ready_waits(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t q,
+static hcq_status_t add_ready_waits(queue_graph_t *g, sched_state_t *ss, uint32_t q,
                                     const hcq__item_access_t *acc, item_sched_t *s) {
   hcq__runner_t *r = &g->base.runner;
   hcq_status_t st = NULL;
@@ -83,7 +83,7 @@ static hcq_status_t add_ready_waits(hcq_graph_impl_t *g, sched_state_t *ss, uint
   return st;
 }
 
-static hcq_status_t schedule_item(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t j) {
+static hcq_status_t schedule_item(queue_graph_t *g, sched_state_t *ss, uint32_t j) {
   hcq__runner_t *r = &g->base.runner;
   const hcq_exec_item_t *it = &r->items[j];
   item_sched_t *s = &g->sched[j];
@@ -138,7 +138,7 @@ static hcq_status_t schedule_item(hcq_graph_impl_t *g, sched_state_t *ss, uint32
   return st;
 }
 
-hcq_status_t hcq__hcq_graph_schedule(hcq_graph_impl_t *g) {
+hcq_status_t hcq__queue_graph_schedule(queue_graph_t *g) {
   hcq__runner_t *r = &g->base.runner;
   sched_state_t ss = {.nq = 2 * g->ndev};
   ss.queue_access = calloc(ss.nq * ss.nq, sizeof(uint32_t));
