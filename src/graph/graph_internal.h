@@ -59,11 +59,6 @@ HCQ_MUST_USE hcq_status_t hcq__queue_graph_create(hcq__runner_t *runner, bool pr
  * (they run the queue graph). */
 const hcq__backend_t *hcq__graph_kind(hcq_device_kind_t kind);
 
-/* Tests only: the queue graph's replay counter, and setting it as if that many replays had finished
- * (with no replay in flight), to exercise its wrap. */
-uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g);
-void hcq__graph_pretend_replays_for_tests(hcq_graph_t *g, uint64_t replays);
-
 /* HCQ_VALIDATE=1 (exec_item.c): whether replays of g run item by item with each kernel's writes
  * checked (a kernel item declares outs that leave a buffer out; decided once, at build), and that
  * replay. */

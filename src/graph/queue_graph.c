@@ -19,6 +19,7 @@
 #include "core/options.h"
 #include "core/queue.h"
 #include "core/remote.h"
+#include "graph/graph_testing.h"
 #include "graph/queue_graph_internal.h"
 
 static hcq_status_t oom(void) {

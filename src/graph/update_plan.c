@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "graph/runner.h"
 #include "graph/update_plan.h"
+#include "graph/update_plan_testing.h"
 
 typedef struct plan_item {
   uint32_t nargs, nvals;

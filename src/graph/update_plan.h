@@ -76,8 +76,6 @@ void hcq__update_plan_abort(hcq__update_plan_t *plan);
 
 /* Items that can ever change (they hold an input, a symbolic value or a symbolic dim). */
 size_t hcq__update_plan_updatable_count(const hcq__update_plan_t *plan);
-/* Items the last prepare evaluated (tests check that the work follows what changed). */
-size_t hcq__update_plan_evaluated_count(const hcq__update_plan_t *plan);
 
 /* The plan of a graph runner's items (kernels and transfers, input slots, variables) as
  * instantiated with its build inputs and initial values: what every graph runner that patches an
