@@ -143,10 +143,10 @@ static hcq_status_t parse_name(const char *name, hcq_device_kind_t *kind, int *i
 /* ---- deferred frees: by engine progress, which covers every kind of submission ---- */
 
 static void release_deferred(hcq_device_t *dev, hcq__deferred_t *d) {
-  if (d->kind == 0) {
+  if (d->kind == HCQ__DEFERRED_MEMORY) {
     hcq__mem_count(dev, HCQ__MEMC_DEFERRED, -(int64_t)d->mem.size);
     dev->vt->mem_free(dev, &d->mem);
-  } else if (d->kind == 1) {
+  } else if (d->kind == HCQ__DEFERRED_PROGRAM) {
     hcq__program_destroy(d->program);
   } else if (d->on_release) {
     d->on_release(d->release_ctx, d->mem.host);
@@ -160,7 +160,7 @@ static bool fence_passed(hcq_device_t *dev, const uint64_t fence[2]) {
 }
 
 static void defer(hcq_device_t *dev, hcq__deferred_t d) {
-  if (d.kind == 0) hcq__mem_count(dev, HCQ__MEMC_DEFERRED, (int64_t)d.mem.size);
+  if (d.kind == HCQ__DEFERRED_MEMORY) hcq__mem_count(dev, HCQ__MEMC_DEFERRED, (int64_t)d.mem.size);
   for (int k = 0; k < 2; k++) d.fence[k] = dev->vt->submitted(dev, (hcq_queue_kind_t)k);
   if (fence_passed(dev, d.fence)) {
     release_deferred(dev, &d);
@@ -182,18 +182,21 @@ static void defer(hcq_device_t *dev, hcq__deferred_t d) {
 }
 
 void hcq__device_defer_mem(hcq_device_t *dev, hcq__mem_t mem) {
-  hcq__deferred_t d = {{0, 0}, 0, mem, NULL, NULL, NULL};
+  hcq__deferred_t d = {.kind = HCQ__DEFERRED_MEMORY, .mem = mem};
   defer(dev, d);
 }
 
 void hcq__device_defer_program(hcq_device_t *dev, hcq_program_t *program) {
-  hcq__deferred_t d = {{0, 0}, 1, {0}, program, NULL, NULL};
+  hcq__deferred_t d = {.kind = HCQ__DEFERRED_PROGRAM, .program = program};
   defer(dev, d);
 }
 
 void hcq__device_defer_wrapped(hcq_device_t *dev, void *host, hcq__wrap_release_fn on_release,
                                void *ctx) {
-  hcq__deferred_t d = {{0, 0}, 2, {.host = host}, NULL, on_release, ctx};
+  hcq__deferred_t d = {.kind = HCQ__DEFERRED_WRAPPED,
+                       .mem = {.host = host},
+                       .on_release = on_release,
+                       .release_ctx = ctx};
   defer(dev, d);
 }
 

@@ -1,5 +1,6 @@
-/* Test hooks of the graph layer: tests include this header, production code does not (docs/design.md,
- * "Code conventions"); defined in queue_graph.c, which includes it to check them. */
+/* Test hooks of the graph layer: tests include this header, production code does not
+ * (docs/design.md, "Code conventions"); defined in queue_graph.c, which includes it to check them.
+ */
 #ifndef HCQ_GRAPH_GRAPH_TESTING_H
 #define HCQ_GRAPH_GRAPH_TESTING_H
 

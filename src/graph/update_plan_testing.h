@@ -1,5 +1,6 @@
-/* Test hooks of the update planner: tests include this header, production code does not (docs/design.md,
- * "Code conventions"); defined in update_plan.c, which includes it to check them. */
+/* Test hooks of the update planner: tests include this header, production code does not
+ * (docs/design.md, "Code conventions"); defined in update_plan.c, which includes it to check them.
+ */
 #ifndef HCQ_GRAPH_UPDATE_PLAN_TESTING_H
 #define HCQ_GRAPH_UPDATE_PLAN_TESTING_H
 
