@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status.h"
 #include "io/graphfile_internal.h"
 
 hcq_status_t hcq__gf_parse_vars(gf_loader_t *L, const json_t *vars) {
@@ -86,90 +87,116 @@ hcq_status_t hcq__gf_parse_inputs(gf_loader_t *L, const json_t *inputs) {
   return st;
 }
 
-hcq_status_t hcq__gf_parse_runs(gf_loader_t *L, const json_t *runs) {
+/* Input "key" of run r bound to buffer v (null: the previous run's binding, the first run's the
+ * declared one). */
+static hcq_status_t parse_run_input(gf_loader_t *L, size_t r, gf_run_t *run, const char *key,
+                                    const json_t *v) {
   hcq_graph_file_t *gf = L->gf;
-  size_t m = hcq__gf_push(L, "runs");
-  hcq_status_t st = runs ? hcq__gf_expect(L, runs, JSON_ARRAY, "an array of runs") : NULL;
-  size_t n = runs ? json_array_size(runs) : 0;
-  if (!st && runs && n == 0)
-    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "is empty (leave it out for one run)");
-  if (!runs) n = 1;
-  for (size_t r = 0; r < n && !st; r++) {
-    size_t m2 = hcq__gf_push(L, "[%zu]", r);
-    gf_run_t run = {calloc(gf->ninputs + 1, sizeof(hcq_buffer_t *)),
-                    calloc(gf->vars.len + 1, sizeof(hcq_var_value_t))};
-    if (!run.inputs || !run.vals || !hcq__vec_push(&gf->runs, run)) {
-      free(run.inputs);
-      free(run.vals);
-      st = hcq__gf_oom(L);
-      hcq__gf_pop(L, m2);
-      break;
-    }
-    if (gf->ninputs) memcpy(run.inputs, gf->inputs, gf->ninputs * sizeof(hcq_buffer_t *));
-    if (gf->vars.len) memcpy(run.vals, gf->vars.data, gf->vars.len * sizeof(hcq_var_value_t));
-    const json_t *j = runs ? json_array_get(runs, r) : NULL;
-    static const char *const keys[] = {"inputs", "vars", NULL};
-    if (j && !(st = hcq__gf_expect(L, j, JSON_OBJECT, "an object {inputs, vars}")))
-      st = hcq__gf_only_keys(L, j, keys);
-    const json_t *ji = j ? json_object_get(j, "inputs") : NULL,
-                 *jv = j ? json_object_get(j, "vars") : NULL;
-    const char *key;
-    json_t *v;
-    if (!st && ji) {
-      size_t m3 = hcq__gf_push(L, ".inputs");
-      st = hcq__gf_expect(L, ji, JSON_OBJECT, "an object {input: buffer}");
-      if (!st) json_object_foreach((json_t *)ji, key, v) {
-          size_t m4 = hcq__gf_push_key(L, key);
-          ssize_t bi = hcq__gf_find_buffer(gf, key),
-                  input = bi >= 0 ? (ssize_t)L->input_of[bi] - 1 : -1;
-          gf_buffer_t *b = NULL;
-          if (input < 0)
-            st = hcq__gf_fail(L, HCQ_NOT_FOUND, "\"%.64s\" is not an input", key);
-          else if (json_is_null(v)) /* keeps the previous run's binding (the first run's: the
-                                       declared one) */
-            run.inputs[input] = r ? gf->runs.data[r - 1].inputs[input] : gf->inputs[input];
-          else if (!(st = hcq__gf_buffer_ref(L, v, &b))) {
-            const hcq_buffer_t *want = gf->inputs[input];
-            if (hcq_buffer_size(b->buf) != hcq_buffer_size(want))
-              st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
-                                "buffer \"%s\" has %" PRIu64 " bytes but input \"%s\" has %" PRIu64,
-                                b->name, hcq_buffer_size(b->buf), key, hcq_buffer_size(want));
-            else if (hcq_buffer_device(b->buf) != hcq_buffer_device(want))
-              st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
-                                "buffer \"%s\" is on %s but input \"%s\" is on %s", b->name,
-                                hcq_device_name(hcq_buffer_device(b->buf)), key,
-                                hcq_device_name(hcq_buffer_device(want)));
-            else
-              run.inputs[input] = b->buf;
-          }
-          hcq__gf_pop(L, m4);
-          if (st) break;
-        }
-      hcq__gf_pop(L, m3);
-    }
-    if (!st && jv) {
-      size_t m3 = hcq__gf_push(L, ".vars");
-      st = hcq__gf_expect(L, jv, JSON_OBJECT, "an object {variable: value}");
-      if (!st) json_object_foreach((json_t *)jv, key, v) {
-          size_t m4 = hcq__gf_push_key(L, key);
-          ssize_t vi = -1;
-          size_t cursor = 0;
-          for (size_t k; vi < 0 && (k = hcq__htab_next(&gf->var_names, hcq__hash_str(key),
-                                                       &cursor)) != SIZE_MAX;)
-            if (!strcmp(hcq_var_name(gf->vars.data[k].var), key)) vi = (ssize_t)k;
-          int64_t value;
-          if (vi < 0)
-            st = hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown variable \"%.64s\"", key);
-          else if (!(st = hcq__gf_get_int(L, v, hcq_var_min(gf->vars.data[vi].var),
-                                          hcq_var_max(gf->vars.data[vi].var), &value)))
-            run.vals[vi].value = value;
-          hcq__gf_pop(L, m4);
-          if (st) break;
-        }
-      hcq__gf_pop(L, m3);
-    }
-    hcq__gf_pop(L, m2);
+  ssize_t bi = hcq__gf_find_buffer(gf, key), input = bi >= 0 ? (ssize_t)L->input_of[bi] - 1 : -1;
+  if (input < 0) return hcq__gf_fail(L, HCQ_NOT_FOUND, "\"%.64s\" is not an input", key);
+  if (json_is_null(v)) {
+    run->inputs[input] = r ? gf->runs.data[r - 1].inputs[input] : gf->inputs[input];
+    return NULL;
   }
+  gf_buffer_t *b = NULL;
+  HCQ__TRY(hcq__gf_buffer_ref(L, v, &b));
+  const hcq_buffer_t *want = gf->inputs[input];
+  if (hcq_buffer_size(b->buf) != hcq_buffer_size(want))
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                        "buffer \"%s\" has %" PRIu64 " bytes but input \"%s\" has %" PRIu64,
+                        b->name, hcq_buffer_size(b->buf), key, hcq_buffer_size(want));
+  if (hcq_buffer_device(b->buf) != hcq_buffer_device(want))
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is on %s but input \"%s\" is on %s",
+                        b->name, hcq_device_name(hcq_buffer_device(b->buf)), key,
+                        hcq_device_name(hcq_buffer_device(want)));
+  run->inputs[input] = b->buf;
+  return NULL;
+}
+
+/* Variable "key" of a run set to v (within the variable's range). */
+static hcq_status_t parse_run_var(gf_loader_t *L, size_t r, gf_run_t *run, const char *key,
+                                  const json_t *v) {
+  (void)r;
+  hcq_graph_file_t *gf = L->gf;
+  ssize_t vi = -1;
+  size_t cursor = 0;
+  for (size_t k;
+       vi < 0 && (k = hcq__htab_next(&gf->var_names, hcq__hash_str(key), &cursor)) != SIZE_MAX;)
+    if (!strcmp(hcq_var_name(gf->vars.data[k].var), key)) vi = (ssize_t)k;
+  if (vi < 0) return hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown variable \"%.64s\"", key);
+  int64_t value;
+  HCQ__TRY(hcq__gf_get_int(L, v, hcq_var_min(gf->vars.data[vi].var),
+                           hcq_var_max(gf->vars.data[vi].var), &value));
+  run->vals[vi].value = value;
+  return NULL;
+}
+
+typedef hcq_status_t (*run_member_fn)(gf_loader_t *L, size_t r, gf_run_t *run, const char *key,
+                                      const json_t *v);
+
+/* A run's object member (".inputs", ".vars"), if present: each of its keys through parse. */
+static hcq_status_t parse_run_members(gf_loader_t *L, const json_t *obj, const char *path,
+                                      const char *what, size_t r, gf_run_t *run,
+                                      run_member_fn parse) {
+  if (!obj) return NULL;
+  size_t m = hcq__gf_push(L, "%s", path);
+  hcq_status_t st = hcq__gf_expect(L, obj, JSON_OBJECT, what);
+  const char *key;
+  json_t *v;
+  if (st) goto done;
+  json_object_foreach((json_t *)obj, key, v) {
+    size_t m2 = hcq__gf_push_key(L, key);
+    st = parse(L, r, run, key, v);
+    hcq__gf_pop(L, m2);
+    if (st) break;
+  }
+done:
+  hcq__gf_pop(L, m);
+  return st;
+}
+
+/* Run r (runs NULL: the one run of the declared inputs and values). */
+static hcq_status_t parse_run(gf_loader_t *L, const json_t *runs, size_t r) {
+  hcq_graph_file_t *gf = L->gf;
+  gf_run_t run = {calloc(gf->ninputs + 1, sizeof(hcq_buffer_t *)),
+                  calloc(gf->vars.len + 1, sizeof(hcq_var_value_t))};
+  if (!run.inputs || !run.vals || !hcq__vec_push(&gf->runs, run)) {
+    free(run.inputs);
+    free(run.vals);
+    return hcq__gf_oom(L);
+  }
+  if (gf->ninputs) memcpy(run.inputs, gf->inputs, gf->ninputs * sizeof(hcq_buffer_t *));
+  if (gf->vars.len) memcpy(run.vals, gf->vars.data, gf->vars.len * sizeof(hcq_var_value_t));
+  const json_t *j = runs ? json_array_get(runs, r) : NULL;
+  if (!j) return NULL;
+  static const char *const keys[] = {"inputs", "vars", NULL};
+  HCQ__TRY(hcq__gf_expect(L, j, JSON_OBJECT, "an object {inputs, vars}"));
+  HCQ__TRY(hcq__gf_only_keys(L, j, keys));
+  HCQ__TRY(parse_run_members(L, json_object_get(j, "inputs"), ".inputs",
+                             "an object {input: buffer}", r, &run, parse_run_input));
+  return parse_run_members(L, json_object_get(j, "vars"), ".vars", "an object {variable: value}", r,
+                           &run, parse_run_var);
+}
+
+hcq_status_t hcq__gf_parse_runs(gf_loader_t *L, const json_t *runs) {
+  size_t m = hcq__gf_push(L, "runs");
+  hcq_status_t st = NULL;
+  size_t n = 1;
+  if (runs) {
+    n = json_array_size(runs);
+    if ((st = hcq__gf_expect(L, runs, JSON_ARRAY, "an array of runs"))) goto done;
+    if (n == 0) {
+      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "is empty (leave it out for one run)");
+      goto done;
+    }
+  }
+  for (size_t r = 0; r < n; r++) {
+    size_t m2 = hcq__gf_push(L, "[%zu]", r);
+    st = parse_run(L, runs, r);
+    hcq__gf_pop(L, m2);
+    if (st) break;
+  }
+done:
   hcq__gf_pop(L, m);
   return st;
 }
