@@ -19,6 +19,7 @@
 #include "core/options.h"
 #include "core/queue.h"
 #include "core/remote.h"
+#include "core/status.h"
 #include "graph/graph_testing.h"
 #include "graph/queue_graph_internal.h"
 
@@ -40,17 +41,15 @@ static hcq_status_t make_var(const char *fmt, unsigned index, int64_t max, hcq_e
 
 static hcq_status_t make_vars(queue_graph_t *g) {
   hcq__runner_t *r = &g->base.runner;
-  hcq_status_t st = make_var("graph_kickoff", 0, UINT32_MAX, &g->kickoff_var);
-  for (size_t d = 0; d < g->ndev && !st; d++) {
-    st = make_var("graph_timeline_value_%u", (unsigned)d, UINT32_MAX - 1, &g->timeline_val[d]);
-    if (!st)
-      st = make_var("graph_timeline_signal_%u", (unsigned)d, INT64_MAX, &g->timeline_addr[d]);
+  HCQ__TRY(make_var("graph_kickoff", 0, UINT32_MAX, &g->kickoff_var));
+  for (size_t d = 0; d < g->ndev; d++) {
+    HCQ__TRY(make_var("graph_timeline_value_%u", (unsigned)d, UINT32_MAX - 1, &g->timeline_val[d]));
+    HCQ__TRY(make_var("graph_timeline_signal_%u", (unsigned)d, INT64_MAX, &g->timeline_addr[d]));
   }
   g->input_vars = calloc(r->ninputs + 1, sizeof(*g->input_vars));
-  if (!g->input_vars && !st) st = oom();
-  for (size_t k = 0; k < r->ninputs && !st; k++)
-    st = make_var("graph_input_%u", (unsigned)k, INT64_MAX, &g->input_vars[k]);
-  if (st) return st;
+  if (!g->input_vars) return oom();
+  for (size_t k = 0; k < r->ninputs; k++)
+    HCQ__TRY(make_var("graph_input_%u", (unsigned)k, INT64_MAX, &g->input_vars[k]));
   g->user_at = 1;
   g->timeline_at = g->user_at + r->vars.len;
   g->inputs_at = g->timeline_at + 2 * g->ndev;
@@ -93,50 +92,69 @@ static hcq_operand_t stamp_addr(const graph_inst_t *in, uint32_t dev, uint32_t s
                            (uint64_t)stamp * sizeof(hcq__signal_words_t)));
 }
 
-static hcq_status_t encode_item(queue_graph_t *g, graph_inst_t *in, uint32_t j) {
+/* Kernel item j's arguments and launch on q. */
+static hcq_status_t encode_kernel(queue_graph_t *g, graph_inst_t *in, uint32_t j, hcq_queue_t *q) {
+  const hcq_kernel_item_t *k = &g->base.runner.items[j].kernel;
+  const item_sched_t *s = &g->sched[j];
+  uint32_t d = s->queue / 2;
+  hcq_operand_t bufs[HCQ_MAX_KERNEL_BUFS];
+  for (uint32_t i = 0; i < k->nbufs; i++) bufs[i] = buffer_operand(g, j, i, k->bufs[i]);
+  HCQ__TRY(hcq_queue_kernargs(q, in->kernargs[d], s->kernargs_offset, bufs, k->nbufs, k->vals,
+                              k->nvals));
+  return hcq_queue_exec(
+      q, k->program, hcq_imm((int64_t)(hcq_buffer_address(in->kernargs[d]) + s->kernargs_offset)),
+      k->nbufs, k->global, k->local);
+}
+
+/* Transfer item j's copy on q. */
+static hcq_status_t encode_transfer(queue_graph_t *g, uint32_t j, hcq_queue_t *q) {
   hcq__runner_t *r = &g->base.runner;
-  const hcq_exec_item_t *it = &r->items[j];
+  const hcq_transfer_item_t *t = &r->items[j].transfer;
+  uint32_t d = g->sched[j].queue / 2;
+  /* A cross-rank transfer run by this rank's engine: its tag word also carries the graph id. */
+  const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
+  if (hooks && !hcq__device_is_remote(r->devices[d]) &&
+      (hcq__device_is_remote(t->dst->dev) || hcq__device_is_remote(t->src->dev)))
+    q->tag = hooks->graph_copy_tag(j);
+  hcq_status_t st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst),
+                                   buffer_operand(g, j, 1, t->src), hcq_imm((int64_t)t->bytes));
+  q->tag = j + 1;
+  return st;
+}
+
+/* Item j's words on its queue q: its waits, timestamps, the work itself, its signal. */
+static hcq_status_t encode_item_words(queue_graph_t *g, graph_inst_t *in, uint32_t j,
+                                      hcq_queue_t *q) {
+  const item_sched_t *s = &g->sched[j];
+  uint32_t d = s->queue / 2;
+  for (uint32_t i = 0; i < s->nready; i++)
+    HCQ__TRY(hcq_queue_wait(q, addr_of(in->dev_sig[g->ready.data[s->ready_at + i]]),
+                            hcq_sym(g->kickoff_var)));
+  for (uint32_t i = 0; i < s->nwaits; i++) {
+    const hcq_graph_wait_t *w = &g->waits.data[s->waits_at + i];
+    HCQ__TRY(hcq_queue_wait(q, addr_of(in->queue_sig[w->queue]), hcq_imm(w->value)));
+  }
+  if (g->profile && s->start_stamp == 2 * j)
+    HCQ__TRY(hcq_queue_timestamp(q, stamp_addr(in, d, s->start_stamp)));
+  if (g->base.runner.items[j].kind == HCQ_ITEM_KERNEL)
+    HCQ__TRY(encode_kernel(g, in, j, q));
+  else
+    HCQ__TRY(encode_transfer(g, j, q));
+  if (g->profile) HCQ__TRY(hcq_queue_timestamp(q, stamp_addr(in, d, s->end_stamp)));
+  if (s->signal_value)
+    HCQ__TRY(hcq_queue_signal(q, addr_of(in->queue_sig[s->queue]), hcq_imm(s->signal_value)));
+  return NULL;
+}
+
+static hcq_status_t encode_item(queue_graph_t *g, graph_inst_t *in, uint32_t j) {
   const item_sched_t *s = &g->sched[j];
   if (s->foreign) return NULL;
-  uint32_t d = s->queue / 2;
   hcq_queue_t *q = NULL;
   hcq_status_t st = get_queue(in, s->queue, &q);
-  if (!st) q->tag = j + 1; /* hang reports and fault messages name the item */
-  for (uint32_t i = 0; i < s->nready && !st; i++)
-    st = hcq_queue_wait(q, addr_of(in->dev_sig[g->ready.data[s->ready_at + i]]),
-                        hcq_sym(g->kickoff_var));
-  for (uint32_t i = 0; i < s->nwaits && !st; i++) {
-    const hcq_graph_wait_t *w = &g->waits.data[s->waits_at + i];
-    st = hcq_queue_wait(q, addr_of(in->queue_sig[w->queue]), hcq_imm(w->value));
-  }
-  if (!st && g->profile && s->start_stamp == 2 * j)
-    st = hcq_queue_timestamp(q, stamp_addr(in, d, s->start_stamp));
-  if (!st && it->kind == HCQ_ITEM_KERNEL) {
-    const hcq_kernel_item_t *k = &it->kernel;
-    hcq_operand_t bufs[HCQ_MAX_KERNEL_BUFS];
-    for (uint32_t i = 0; i < k->nbufs; i++) bufs[i] = buffer_operand(g, j, i, k->bufs[i]);
-    st = hcq_queue_kernargs(q, in->kernargs[d], s->kernargs_offset, bufs, k->nbufs, k->vals,
-                            k->nvals);
-    if (!st)
-      st = hcq_queue_exec(
-          q, k->program,
-          hcq_imm((int64_t)(hcq_buffer_address(in->kernargs[d]) + s->kernargs_offset)), k->nbufs,
-          k->global, k->local);
-  } else if (!st) {
-    const hcq_transfer_item_t *t = &it->transfer;
-    /* A cross-rank transfer run by this rank's engine: its tag word also carries the graph id. */
-    const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
-    if (hooks && !hcq__device_is_remote(r->devices[d]) &&
-        (hcq__device_is_remote(t->dst->dev) || hcq__device_is_remote(t->src->dev)))
-      q->tag = hooks->graph_copy_tag(j);
-    st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst), buffer_operand(g, j, 1, t->src),
-                        hcq_imm((int64_t)t->bytes));
-    q->tag = j + 1;
-  }
-  if (!st && g->profile) st = hcq_queue_timestamp(q, stamp_addr(in, d, s->end_stamp));
-  if (!st && s->signal_value)
-    st = hcq_queue_signal(q, addr_of(in->queue_sig[s->queue]), hcq_imm(s->signal_value));
-  if (q) q->tag = 0;
+  if (st) return hcq_status_annotate(st, "item %u", j);
+  q->tag = j + 1; /* hang reports and fault messages name the item */
+  st = encode_item_words(g, in, j, q);
+  q->tag = 0;
   return st ? hcq_status_annotate(st, "item %u", j) : NULL;
 }
 
@@ -158,109 +176,105 @@ static hcq_status_t create_device_objects(queue_graph_t *g, graph_inst_t *in, si
                                           uint64_t kernargs_size, const char *tag) {
   hcq__runner_t *r = &g->base.runner;
   hcq_device_t *dev = r->devices[d];
-  hcq_status_t st = NULL;
   char name[96];
-  if (kernargs_size) st = hcq__buffer_create_host_visible(dev, kernargs_size, &in->kernargs[d]);
-  if (!st && kernargs_size) {
+  if (kernargs_size) {
+    HCQ__TRY(hcq__buffer_create_host_visible(dev, kernargs_size, &in->kernargs[d]));
     snprintf(name, sizeof(name), "kernargs of %s%s", r->label, tag);
     hcq_buffer_set_label(in->kernargs[d], name);
     hcq__buffer_set_mem_class(in->kernargs[d], HCQ__MEMC_KERNARGS);
     hcq__obj_set_holder(&in->kernargs[d]->obj, &r->objs[d]); /* the graph's, not the user's */
   }
-  if (!st && g->profile) {
-    st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t),
-                                         &in->prof_stamps[d]);
+  if (g->profile) {
+    HCQ__TRY(hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t),
+                                             &in->prof_stamps[d]));
     snprintf(name, sizeof(name), "profile timestamps of %s%s", r->label, tag);
-    if (!st) hcq_buffer_set_label(in->prof_stamps[d], name);
-    if (!st) hcq__buffer_set_mem_class(in->prof_stamps[d], HCQ__MEMC_PROFILE);
-    if (!st) hcq__obj_set_holder(&in->prof_stamps[d]->obj, &r->objs[d]);
+    hcq_buffer_set_label(in->prof_stamps[d], name);
+    hcq__buffer_set_mem_class(in->prof_stamps[d], HCQ__MEMC_PROFILE);
+    hcq__obj_set_holder(&in->prof_stamps[d]->obj, &r->objs[d]);
   }
   snprintf(name, sizeof(name), "graph device signal of %s%s", dev->name, tag);
-  if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->dev_sig[d]);
+  HCQ__TRY(hcq__signal_create_internal(dev, name, 0, &in->dev_sig[d]));
   snprintf(name, sizeof(name), "%s done on %s%s", r->label, dev->name, tag);
-  if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->done_sig[d]);
-  for (int kind = 0; kind < 2 && !st; kind++) {
+  HCQ__TRY(hcq__signal_create_internal(dev, name, 0, &in->done_sig[d]));
+  for (int kind = 0; kind < 2; kind++) {
     if (kind == 1 && g->last_item[2 * d + 1] == NO_ITEM) continue;
     snprintf(name, sizeof(name), "graph %s queue signal of %s%s", kind ? "copy" : "compute",
              dev->name, tag);
-    st = hcq__signal_create_internal(dev, name, 0, &in->queue_sig[2 * d + kind]);
+    HCQ__TRY(hcq__signal_create_internal(dev, name, 0, &in->queue_sig[2 * d + kind]));
   }
-  return st;
+  return NULL;
 }
 
 /* Prologue of every compute queue: barrier, previous work on the device, kickoff, device ready. */
 static hcq_status_t encode_prologues(queue_graph_t *g, graph_inst_t *in) {
-  hcq_status_t st = NULL;
-  for (uint32_t d = 0; d < g->ndev && !st; d++) {
-    hcq_queue_t *q;
+  for (uint32_t d = 0; d < g->ndev; d++) {
+    hcq_queue_t *q = NULL;
     if (!g->active[d]) continue;
-    if ((st = get_queue(in, 2 * d, &q))) break;
-    if (!(st = hcq_queue_memory_barrier(q)) &&
-        !(st = hcq_queue_wait(q, hcq_sym(g->timeline_addr[d]), hcq_sym(g->timeline_val[d]))) &&
-        !(st = hcq_queue_wait(q, addr_of(in->kickoff), hcq_sym(g->kickoff_var))))
-      st = hcq_queue_signal(q, addr_of(in->dev_sig[d]), hcq_sym(g->kickoff_var));
+    HCQ__TRY(get_queue(in, 2 * d, &q));
+    HCQ__TRY(hcq_queue_memory_barrier(q));
+    HCQ__TRY(hcq_queue_wait(q, hcq_sym(g->timeline_addr[d]), hcq_sym(g->timeline_val[d])));
+    HCQ__TRY(hcq_queue_wait(q, addr_of(in->kickoff), hcq_sym(g->kickoff_var)));
+    HCQ__TRY(hcq_queue_signal(q, addr_of(in->dev_sig[d]), hcq_sym(g->kickoff_var)));
   }
-  return st;
+  return NULL;
 }
 
 /* Epilogue of every compute queue: wait for the copy queues that fed the device, then signal its
  * timeline. */
 static hcq_status_t encode_epilogues(queue_graph_t *g, graph_inst_t *in) {
-  hcq_status_t st = NULL;
-  for (uint32_t d = 0; d < g->ndev && !st; d++) {
+  for (uint32_t d = 0; d < g->ndev; d++) {
     hcq_queue_t *q = in->queues[2 * d];
     if (!g->active[d]) continue;
     uint64_t sources = g->copied_into[d] | (UINT64_C(1) << d);
-    for (uint32_t s = 0; s < g->ndev && !st; s++) {
+    for (uint32_t s = 0; s < g->ndev; s++) {
       uint32_t cq = 2 * s + 1;
       if (!(sources & (UINT64_C(1) << s)) || g->last_item[cq] == NO_ITEM) continue;
-      st = hcq_queue_wait(q, addr_of(in->queue_sig[cq]), hcq_imm(g->last_item[cq] + 1));
+      HCQ__TRY(hcq_queue_wait(q, addr_of(in->queue_sig[cq]), hcq_imm(g->last_item[cq] + 1)));
     }
     hcq_expr_t *one = hcq_expr_const(1),
                *next = hcq_expr_binary(HCQ_EXPR_ADD, g->timeline_val[d], one);
-    if (!st) st = next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
+    hcq_status_t st =
+        next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
     hcq_expr_release(one);
     hcq_expr_release(next);
+    if (st) return st;
     /* Last: once the host sees it, it may patch this instance's words for the next replay, the
      * timeline signal's value among them. */
-    if (!st) st = hcq_queue_signal(q, addr_of(in->done_sig[d]), hcq_sym(g->kickoff_var));
+    HCQ__TRY(hcq_queue_signal(q, addr_of(in->done_sig[d]), hcq_sym(g->kickoff_var)));
   }
-  return st;
+  return NULL;
 }
 
 static hcq_status_t build_instance(queue_graph_t *g, graph_inst_t *in, unsigned index) {
   hcq__runner_t *r = &g->base.runner;
-  hcq_status_t st = NULL;
   uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES] = {0};
   layout_kernargs(g, kernargs_size);
   char tag[24] = "";
   if (g->ninst > 1) snprintf(tag, sizeof(tag), " (instance %u)", index);
-  for (size_t d = 0; d < g->ndev && !st; d++)
-    st = create_device_objects(g, in, d, kernargs_size[d], tag);
+  for (size_t d = 0; d < g->ndev; d++)
+    HCQ__TRY(create_device_objects(g, in, d, kernargs_size[d], tag));
   char kname[64];
   snprintf(kname, sizeof(kname), "graph kickoff%s", tag);
-  if (!st) st = hcq__signal_create_internal(r->devices[0], kname, 0, &in->kickoff);
-  if (st) return st;
+  HCQ__TRY(hcq__signal_create_internal(r->devices[0], kname, 0, &in->kickoff));
 
-  st = encode_prologues(g, in);
-  for (uint32_t j = 0; j < r->nitems && !st; j++) st = encode_item(g, in, j);
-  if (!st) st = encode_epilogues(g, in);
-  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
+  HCQ__TRY(encode_prologues(g, in));
+  for (uint32_t j = 0; j < r->nitems; j++) HCQ__TRY(encode_item(g, in, j));
+  HCQ__TRY(encode_epilogues(g, in));
+  for (uint32_t q = 0; q < 2 * g->ndev; q++) {
     if (!in->queues[q]) continue;
     char label[160];
     snprintf(label, sizeof(label), "%s %s queue of %s%s", r->label, q & 1 ? "copy" : "compute",
              r->devices[q / 2]->name, tag);
     in->queue_label[q] = strdup(label);
     in->queues[q]->label = in->queue_label[q];
-    st = hcq_queue_bind(in->queues[q], r->devices[q / 2]);
+    HCQ__TRY(hcq_queue_bind(in->queues[q], r->devices[q / 2]));
   }
-  return st;
+  return NULL;
 }
 
 static hcq_status_t build_queues(queue_graph_t *g) {
-  hcq_status_t st = NULL;
-  for (unsigned i = 0; i < g->ninst && !st; i++) st = build_instance(g, &g->inst[i], i);
-  return st;
+  for (unsigned i = 0; i < g->ninst; i++) HCQ__TRY(build_instance(g, &g->inst[i], i));
+  return NULL;
 }
 
 /* ---- profiling (docs/design.md, "The HCQ graph", "Profiling") ---- */
@@ -454,6 +468,30 @@ static inline void commit_replay(queue_graph_t *g, graph_inst_t *in, uint64_t ki
   }
 }
 
+/* With the graph's devices locked: the devices' timelines into the values, then every queue
+ * evaluated and room reserved on every engine before any is submitted: a replay runs whole or not
+ * at all. */
+static hcq_status_t prepare_replay_locked(queue_graph_t *g, graph_inst_t *in) {
+  hcq__runner_t *r = &g->base.runner;
+  for (size_t d = 0; d < g->ndev; d++) HCQ__TRY(hcq__device_prepare_submit(r->devices[d]));
+  for (size_t d = 0; d < g->ndev; d++) {
+    hcq_device_t *dev = r->devices[d];
+    g->values[g->timeline_at + 2 * d].value = (int64_t)dev->timeline_value - 1;
+    g->values[g->timeline_at + 2 * d + 1].value = (int64_t)hcq_signal_address(dev->timeline);
+  }
+  for (uint32_t q = 0; q < 2 * g->ndev; q++) {
+    if (!in->queues[q]) continue;
+    hcq_status_t st = hcq__queue_prepare(in->queues[q], g->values, g->nvalues);
+    if (!st) continue;
+    char what[160];
+    failed_item(g, in->queues[q], what, sizeof(what));
+    return *what ? hcq_status_annotate(st, "%s", what) : st;
+  }
+  for (uint32_t q = 0; q < 2 * g->ndev; q++)
+    if (in->queues[q]) HCQ__TRY(hcq__queue_reserve_locked(in->queues[q], r->devices[q / 2]));
+  return NULL;
+}
+
 static hcq_status_t queue_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
   queue_graph_t *g = (queue_graph_t *)base;
   hcq__runner_t *r = &base->runner;
@@ -478,23 +516,7 @@ static hcq_status_t queue_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_
     g->values[g->inputs_at + k].value = (int64_t)r->pending_inputs[k]->addr;
 
   hcq__device_lock_many(r->devices, g->ndev);
-  for (size_t d = 0; d < g->ndev && !st; d++) st = hcq__device_prepare_submit(r->devices[d]);
-  for (size_t d = 0; d < g->ndev && !st; d++) {
-    hcq_device_t *dev = r->devices[d];
-    g->values[g->timeline_at + 2 * d].value = (int64_t)dev->timeline_value - 1;
-    g->values[g->timeline_at + 2 * d + 1].value = (int64_t)hcq_signal_address(dev->timeline);
-  }
-  /* Evaluate every queue and reserve room on every engine before submitting any: a replay runs
-   * whole or not at all. */
-  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
-    if (!in->queues[q]) continue;
-    st = hcq__queue_prepare(in->queues[q], g->values, g->nvalues);
-    char what[160];
-    if (st) failed_item(g, in->queues[q], what, sizeof(what));
-    if (st && *what) st = hcq_status_annotate(st, "%s", what);
-  }
-  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++)
-    if (in->queues[q]) st = hcq__queue_reserve_locked(in->queues[q], r->devices[q / 2]);
+  st = prepare_replay_locked(g, in);
   if (!st) commit_replay(g, in, kickoff);
   hcq__device_unlock_many(r->devices, g->ndev);
   if (st) return st;
@@ -643,19 +665,24 @@ hcq_status_t hcq__queue_graph_create(hcq__runner_t *runner, bool profile, unsign
   g->ninst = inflight ? inflight : hcq__options()->graph_inflight;
   g->inst = calloc(g->ninst, sizeof(*g->inst));
   g->sched = calloc(runner->nitems, sizeof(*g->sched));
-  hcq_status_t st = g->sched && g->inst ? NULL : oom();
-  if (!st) st = hcq__queue_graph_schedule(g);
-  if (!st) st = make_vars(g);
-  if (!st) st = build_queues(g);
-  if (!st && profile) st = build_profile(g);
-  if (!st && profile) trace_register(g);
-  if (st) {
-    /* The runner stays with the caller, who releases it. */
-    queue_graph_free(g);
-    return st;
+  hcq_status_t st;
+  if (!g->sched || !g->inst) {
+    st = oom();
+    goto fail;
+  }
+  if ((st = hcq__queue_graph_schedule(g))) goto fail;
+  if ((st = make_vars(g))) goto fail;
+  if ((st = build_queues(g))) goto fail;
+  if (profile) {
+    if ((st = build_profile(g))) goto fail;
+    trace_register(g);
   }
   *out = &g->base;
   return NULL;
+fail:
+  /* The runner stays with the caller, who releases it. */
+  queue_graph_free(g);
+  return st;
 }
 
 uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g) {
