@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <sys/types.h>
 
+#include "core/status.h"
 #include "core/vec.h"
 #include "hcq/graphfile.h"
 #include "io/htab.h"

@@ -9,8 +9,48 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/status.h"
 #include "io/graphfile_internal.h"
+
+/* An integer at path (".min") within [lo, hi]. */
+static hcq_status_t get_int_at(gf_loader_t *L, const char *path, const json_t *j, int64_t lo,
+                               int64_t hi, int64_t *out) {
+  size_t m = hcq__gf_push(L, "%s", path);
+  hcq_status_t st = hcq__gf_get_int(L, j, lo, hi, out);
+  hcq__gf_pop(L, m);
+  return st;
+}
+
+/* Variable key: {min, max, value}, made and named. */
+static hcq_status_t parse_var(gf_loader_t *L, const char *key, const json_t *v) {
+  static const char *const keys[] = {"min", "max", "value", NULL};
+  HCQ__TRY(hcq__gf_expect(L, v, JSON_OBJECT, "an object {min, max, value}"));
+  HCQ__TRY(hcq__gf_only_keys(L, v, keys));
+  const json_t *jmin = json_object_get(v, "min"), *jmax = json_object_get(v, "max"),
+               *jval = json_object_get(v, "value");
+  if (!jmin || !jmax) return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "needs min and max");
+  int64_t lo, hi, value;
+  HCQ__TRY(get_int_at(L, ".min", jmin, INT64_MIN, INT64_MAX, &lo));
+  HCQ__TRY(get_int_at(L, ".max", jmax, INT64_MIN, INT64_MAX, &hi));
+  if (hi < lo) {
+    size_t m = hcq__gf_push(L, ".max");
+    hcq_status_t st =
+        hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "max %" PRId64 " is below min %" PRId64, hi, lo);
+    hcq__gf_pop(L, m);
+    return st;
+  }
+  value = lo;
+  if (jval) HCQ__TRY(get_int_at(L, ".value", jval, lo, hi, &value));
+  hcq_expr_t *var = NULL;
+  hcq_status_t st = hcq_var_create(key, lo, hi, &var);
+  if (st) return hcq__gf_wrap(L, st);
+  if (!hcq__vec_push(&L->gf->vars, ((hcq_var_value_t){var, value}))) {
+    hcq_expr_release(var);
+    return hcq__gf_oom(L);
+  }
+  if (!hcq__htab_add(&L->gf->var_names, hcq__hash_str(key), L->gf->vars.len - 1))
+    return hcq__gf_oom(L);
+  return NULL;
+}
 
 hcq_status_t hcq__gf_parse_vars(gf_loader_t *L, const json_t *vars) {
   if (!vars) return NULL;
@@ -18,47 +58,29 @@ hcq_status_t hcq__gf_parse_vars(gf_loader_t *L, const json_t *vars) {
   hcq_status_t st = hcq__gf_expect(L, vars, JSON_OBJECT, "an object of variables");
   const char *key;
   json_t *v;
+  if (st) goto done;
   json_object_foreach((json_t *)vars, key, v) {
-    if (st) break;
     size_t m2 = hcq__gf_push_key(L, key);
-    static const char *const keys[] = {"min", "max", "value", NULL};
-    int64_t lo = 0, hi = 0, value;
-    const json_t *jmin = json_object_get(v, "min"), *jmax = json_object_get(v, "max"),
-                 *jval = json_object_get(v, "value");
-    if (!(st = hcq__gf_expect(L, v, JSON_OBJECT, "an object {min, max, value}")) &&
-        !(st = hcq__gf_only_keys(L, v, keys))) {
-      if (!jmin || !jmax) st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "needs min and max");
-    }
-    if (!st) {
-      size_t m3 = hcq__gf_push(L, ".min");
-      st = hcq__gf_get_int(L, jmin, INT64_MIN, INT64_MAX, &lo);
-      hcq__gf_pop(L, m3);
-    }
-    if (!st) {
-      size_t m3 = hcq__gf_push(L, ".max");
-      st = hcq__gf_get_int(L, jmax, INT64_MIN, INT64_MAX, &hi);
-      if (!st && hi < lo)
-        st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "max %" PRId64 " is below min %" PRId64, hi, lo);
-      hcq__gf_pop(L, m3);
-    }
-    value = lo;
-    if (!st && jval) {
-      size_t m3 = hcq__gf_push(L, ".value");
-      st = hcq__gf_get_int(L, jval, lo, hi, &value);
-      hcq__gf_pop(L, m3);
-    }
-    hcq_expr_t *var = NULL;
-    if (!st && (st = hcq_var_create(key, lo, hi, &var))) st = hcq__gf_wrap(L, st);
-    if (!st && !hcq__vec_push(&L->gf->vars, ((hcq_var_value_t){var, value}))) {
-      hcq_expr_release(var);
-      st = hcq__gf_oom(L);
-    }
-    if (!st && !hcq__htab_add(&L->gf->var_names, hcq__hash_str(key), L->gf->vars.len - 1))
-      st = hcq__gf_oom(L);
+    st = parse_var(L, key, v);
     hcq__gf_pop(L, m2);
+    if (st) break;
   }
+done:
   hcq__gf_pop(L, m);
   return st;
+}
+
+/* Input i: a buffer, listed once. */
+static hcq_status_t parse_input(gf_loader_t *L, const json_t *j, size_t i) {
+  hcq_graph_file_t *gf = L->gf;
+  gf_buffer_t *b;
+  HCQ__TRY(hcq__gf_buffer_ref(L, j, &b));
+  size_t bi = (size_t)(b - gf->buffers.data);
+  if (L->input_of[bi])
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is listed twice", b->name);
+  L->input_of[bi] = i + 1;
+  gf->inputs[i] = b->buf;
+  return NULL;
 }
 
 hcq_status_t hcq__gf_parse_inputs(gf_loader_t *L, const json_t *inputs) {
@@ -69,20 +91,19 @@ hcq_status_t hcq__gf_parse_inputs(gf_loader_t *L, const json_t *inputs) {
       inputs ? hcq__gf_expect(L, inputs, JSON_ARRAY, "an array of buffer names") : NULL;
   gf->inputs = calloc(n + 1, sizeof(*gf->inputs));
   L->input_of = calloc(gf->buffers.len + 1, sizeof(*L->input_of));
-  if (!st && (!gf->inputs || !L->input_of)) st = hcq__gf_oom(L);
-  for (size_t i = 0; i < n && !st; i++) {
-    size_t m2 = hcq__gf_push(L, "[%zu]", i);
-    gf_buffer_t *b;
-    if (!(st = hcq__gf_buffer_ref(L, json_array_get(inputs, i), &b))) {
-      size_t bi = (size_t)(b - gf->buffers.data);
-      if (L->input_of[bi])
-        st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "buffer \"%s\" is listed twice", b->name);
-      L->input_of[bi] = i + 1;
-      gf->inputs[i] = b->buf;
-    }
-    hcq__gf_pop(L, m2);
+  if (st) goto done;
+  if (!gf->inputs || !L->input_of) {
+    st = hcq__gf_oom(L);
+    goto done;
   }
-  gf->ninputs = st ? 0 : n;
+  for (size_t i = 0; i < n; i++) {
+    size_t m2 = hcq__gf_push(L, "[%zu]", i);
+    st = parse_input(L, json_array_get(inputs, i), i);
+    hcq__gf_pop(L, m2);
+    if (st) goto done;
+  }
+  gf->ninputs = n;
+done:
   hcq__gf_pop(L, m);
   return st;
 }
@@ -201,6 +222,18 @@ done:
   return st;
 }
 
+/* sym evaluated with vals, within [lo, hi]. */
+static hcq_status_t eval_in_range(const hcq_expr_t *sym, const hcq_var_value_t *vals, size_t nvals,
+                                  int64_t lo, int64_t hi) {
+  int64_t x;
+  HCQ__TRY(hcq_expr_eval(sym, vals, nvals, &x));
+  if (x < lo || x > hi)
+    return hcq_status_make(HCQ_OUT_OF_RANGE,
+                           "evaluates to %" PRId64 ", outside [%" PRId64 ", %" PRId64 "]", x, lo,
+                           hi);
+  return NULL;
+}
+
 /* Every item checked against the variables' declared values (and each run's), so that a value
  * that would break a launch dim is a load error with its path, not a replay failure. */
 hcq_status_t hcq__gf_check_items(gf_loader_t *L) {
@@ -215,13 +248,8 @@ hcq_status_t hcq__gf_check_items(gf_loader_t *L) {
                            : v < k->nvals + 3 ? k->global[v - k->nvals]
                                               : k->local[v - k->nvals - 3];
         if (!op.sym) continue;
-        int64_t x;
-        hcq_status_t st = hcq_expr_eval(op.sym, gf->runs.data[r].vals, gf->vars.len, &x);
         int64_t lo = v < k->nvals ? INT32_MIN : 0, hi = v < k->nvals ? INT32_MAX : UINT32_MAX;
-        if (!st && (x < lo || x > hi))
-          st = hcq_status_make(HCQ_OUT_OF_RANGE,
-                               "evaluates to %" PRId64 ", outside [%" PRId64 ", %" PRId64 "]", x,
-                               lo, hi);
+        hcq_status_t st = eval_in_range(op.sym, gf->runs.data[r].vals, gf->vars.len, lo, hi);
         if (st) {
           char where[64];
           if (v < k->nvals)
