@@ -11,15 +11,6 @@
 
 #include "io/graphfile_internal.h"
 
-/* An integer at path (".min") within [lo, hi]. */
-static hcq_status_t get_int_at(gf_loader_t *L, const char *path, const json_t *j, int64_t lo,
-                               int64_t hi, int64_t *out) {
-  size_t m = hcq__gf_push(L, "%s", path);
-  hcq_status_t st = hcq__gf_get_int(L, j, lo, hi, out);
-  hcq__gf_pop(L, m);
-  return st;
-}
-
 /* Variable key: {min, max, value}, made and named. */
 static hcq_status_t parse_var(gf_loader_t *L, const char *key, const json_t *v) {
   static const char *const keys[] = {"min", "max", "value", NULL};
@@ -29,8 +20,8 @@ static hcq_status_t parse_var(gf_loader_t *L, const char *key, const json_t *v) 
                *jval = json_object_get(v, "value");
   if (!jmin || !jmax) return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "needs min and max");
   int64_t lo, hi, value;
-  HCQ__TRY(get_int_at(L, ".min", jmin, INT64_MIN, INT64_MAX, &lo));
-  HCQ__TRY(get_int_at(L, ".max", jmax, INT64_MIN, INT64_MAX, &hi));
+  HCQ__TRY(hcq__gf_get_int_at(L, ".min", jmin, INT64_MIN, INT64_MAX, &lo));
+  HCQ__TRY(hcq__gf_get_int_at(L, ".max", jmax, INT64_MIN, INT64_MAX, &hi));
   if (hi < lo) {
     size_t m = hcq__gf_push(L, ".max");
     hcq_status_t st =
@@ -39,7 +30,7 @@ static hcq_status_t parse_var(gf_loader_t *L, const char *key, const json_t *v) 
     return st;
   }
   value = lo;
-  if (jval) HCQ__TRY(get_int_at(L, ".value", jval, lo, hi, &value));
+  if (jval) HCQ__TRY(hcq__gf_get_int_at(L, ".value", jval, lo, hi, &value));
   hcq_expr_t *var = NULL;
   hcq_status_t st = hcq_var_create(key, lo, hi, &var);
   if (st) return hcq__gf_wrap(L, st);
