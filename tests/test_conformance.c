@@ -9,6 +9,7 @@
 #include "core/options.h"
 #include "core/queue.h"
 #include "graph/graph_internal.h"
+#include "graph/graph_testing.h"
 #include "vulkan/vk_testing.h"
 #include "world.h"
 

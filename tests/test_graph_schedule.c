@@ -4,6 +4,7 @@
 #include "core/options.h"
 #include "core/queue.h"
 #include "graph/graph_internal.h"
+#include "graph/graph_testing.h"
 #include "world.h"
 
 TestSuite(graph_schedule, .timeout = 120);

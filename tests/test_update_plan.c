@@ -1,6 +1,6 @@
 /* The update planner, without any device: which items a replay must re-set, checked against what
  * was changed by hand, and that its work follows what changed. */
-#include "graph/update_plan.h"
+#include "graph/update_plan_testing.h"
 #include "test_util.h"
 
 TestSuite(update_plan, .timeout = 60);

@@ -52,7 +52,8 @@ typedef struct hcq__backend {
    * Metal graph in src/metal/), built on the graph layer's kind-neutral runner: it builds a graph
    * over the runner's items (every device of which is of this kind) and takes the runner on
    * success; inflight is the replays one graph may have in flight (0: the HCQ_GRAPH_INFLIGHT
-   * default). Optional: NULL means its devices run the HCQ graph (src/graph/hcq_graph.c). */
+   * default). Optional: NULL means its devices run the queue graph, the HCQ graph runner
+   * (src/graph/queue_graph.c). */
   hcq_status_t (*graph_create)(struct hcq__runner *runner, bool profile, unsigned inflight,
                                hcq_graph_t **out);
   /* With graph_create: its graphs hold kernel items only (the JIT leaves transfers eager), and one

@@ -143,10 +143,10 @@ static hcq_status_t parse_name(const char *name, hcq_device_kind_t *kind, int *i
 /* ---- deferred frees: by engine progress, which covers every kind of submission ---- */
 
 static void release_deferred(hcq_device_t *dev, hcq__deferred_t *d) {
-  if (d->kind == 0) {
+  if (d->kind == HCQ__DEFERRED_MEMORY) {
     hcq__mem_count(dev, HCQ__MEMC_DEFERRED, -(int64_t)d->mem.size);
     dev->vt->mem_free(dev, &d->mem);
-  } else if (d->kind == 1) {
+  } else if (d->kind == HCQ__DEFERRED_PROGRAM) {
     hcq__program_destroy(d->program);
   } else if (d->on_release) {
     d->on_release(d->release_ctx, d->mem.host);
@@ -160,7 +160,7 @@ static bool fence_passed(hcq_device_t *dev, const uint64_t fence[2]) {
 }
 
 static void defer(hcq_device_t *dev, hcq__deferred_t d) {
-  if (d.kind == 0) hcq__mem_count(dev, HCQ__MEMC_DEFERRED, (int64_t)d.mem.size);
+  if (d.kind == HCQ__DEFERRED_MEMORY) hcq__mem_count(dev, HCQ__MEMC_DEFERRED, (int64_t)d.mem.size);
   for (int k = 0; k < 2; k++) d.fence[k] = dev->vt->submitted(dev, (hcq_queue_kind_t)k);
   if (fence_passed(dev, d.fence)) {
     release_deferred(dev, &d);
@@ -182,18 +182,21 @@ static void defer(hcq_device_t *dev, hcq__deferred_t d) {
 }
 
 void hcq__device_defer_mem(hcq_device_t *dev, hcq__mem_t mem) {
-  hcq__deferred_t d = {{0, 0}, 0, mem, NULL, NULL, NULL};
+  hcq__deferred_t d = {.kind = HCQ__DEFERRED_MEMORY, .mem = mem};
   defer(dev, d);
 }
 
 void hcq__device_defer_program(hcq_device_t *dev, hcq_program_t *program) {
-  hcq__deferred_t d = {{0, 0}, 1, {0}, program, NULL, NULL};
+  hcq__deferred_t d = {.kind = HCQ__DEFERRED_PROGRAM, .program = program};
   defer(dev, d);
 }
 
 void hcq__device_defer_wrapped(hcq_device_t *dev, void *host, hcq__wrap_release_fn on_release,
                                void *ctx) {
-  hcq__deferred_t d = {{0, 0}, 2, {.host = host}, NULL, on_release, ctx};
+  hcq__deferred_t d = {.kind = HCQ__DEFERRED_WRAPPED,
+                       .mem = {.host = host},
+                       .on_release = on_release,
+                       .release_ctx = ctx};
   defer(dev, d);
 }
 
@@ -293,25 +296,24 @@ static hcq_status_t create_device(hcq_device_kind_t kind, int index,
   if (hcq__portable_wanted(opts)) hcq__limits_make_portable(&dev->limits);
   char name[64];
   snprintf(name, sizeof(name), "%s timeline", dev->name);
-  if (!st) st = hcq__signal_create_internal(dev, name, 0, &dev->timeline);
+  if ((st = hcq__signal_create_internal(dev, name, 0, &dev->timeline))) goto fail;
   snprintf(name, sizeof(name), "%s timeline (shadow)", dev->name);
-  if (!st) st = hcq__signal_create_internal(dev, name, 0, &dev->shadow_timeline);
-  if (!st) st = hcq__queue_create(HCQ_QUEUE_COMPUTE, false, &dev->eager_compute);
-  if (!st) st = hcq__queue_create(HCQ_QUEUE_COPY, false, &dev->eager_copy);
-  if (!st)
-    st = dev->vt->mem_alloc(dev, hcq__options()->kernargs_ring, HCQ__MEM_HOST_VISIBLE,
-                            &dev->kernargs);
-  if (!st) hcq__mem_count(dev, HCQ__MEMC_EAGER, (int64_t)dev->kernargs.size);
-  if (st) {
-    snprintf(name, sizeof(name), "%s", dev->name);
-    destroy_common(dev);
-    return hcq_status_annotate(st, "opening %s", name);
-  }
+  if ((st = hcq__signal_create_internal(dev, name, 0, &dev->shadow_timeline))) goto fail;
+  if ((st = hcq__queue_create(HCQ_QUEUE_COMPUTE, false, &dev->eager_compute))) goto fail;
+  if ((st = hcq__queue_create(HCQ_QUEUE_COPY, false, &dev->eager_copy))) goto fail;
+  if ((st = dev->vt->mem_alloc(dev, hcq__options()->kernargs_ring, HCQ__MEM_HOST_VISIBLE,
+                               &dev->kernargs)))
+    goto fail;
+  hcq__mem_count(dev, HCQ__MEMC_EAGER, (int64_t)dev->kernargs.size);
   dev->timeline_value = opts && opts->timeline_start ? opts->timeline_start : 1;
   /* Work "before" the first value is complete. */
   hcq__signal_words_set(dev->timeline->words, dev->timeline_value - 1);
   *out = dev;
   return NULL;
+fail:
+  snprintf(name, sizeof(name), "%s", dev->name);
+  destroy_common(dev);
+  return hcq_status_annotate(st, "opening %s", name);
 }
 
 const hcq__remote_hooks_t *_Atomic hcq__remote;
@@ -427,6 +429,51 @@ void hcq__devices_report_leaks_at_exit(void) {
       hcq__leak_report_env() == 2 ? "" : "; HCQ_LEAK_REPORT=backtrace shows where each was made");
 }
 
+/* FAILED_PRECONDITION naming the live objects of dev that block its close. */
+static hcq_status_t still_alive(hcq_device_t *dev, long live) {
+  /* Names them all within reason: 32 by default, more when a leak report was asked for. */
+  size_t size = hcq__leak_reporting() ? 32768 : 4096;
+  char *names = malloc(size);
+  if (!names)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "cannot close %s: %ld object%s of it %s still alive", dev->name, live,
+                           live == 1 ? "" : "s", live == 1 ? "is" : "are");
+  hcq__obj_describe(dev, names, size, hcq__leak_reporting() ? 256 : 32);
+  hcq_status_t st =
+      hcq_status_make(HCQ_FAILED_PRECONDITION,
+                      "cannot close %s: %ld object%s of it %s still alive: %s; release them first",
+                      dev->name, live, live == 1 ? "" : "s", live == 1 ? "is" : "are", names);
+  free(names);
+  return st;
+}
+
+/* Waits for dev's work before it closes (nothing for a lost device); called without the registry
+ * lock, so that other devices open and close meanwhile. */
+static hcq_status_t finish_before_close(hcq_device_t *dev) {
+  if (hcq__device_is_lost(dev)) return NULL;
+  pthread_mutex_lock(&dev->lock);
+  /* A timed-out timeline wait carries the hang report already; the engines' own wait does not. */
+  hcq_status_t st = hcq__device_synchronize_locked(dev);
+  bool reported = st != NULL;
+  if (!st)
+    st = dev->vt->wait_idle ? dev->vt->wait_idle(dev, hcq__options()->wait_timeout_ms)
+                            : hcq__device_wait_engines(dev, hcq__options()->wait_timeout_ms);
+  pthread_mutex_unlock(&dev->lock);
+  if (st && !reported && hcq_status_code(st) == HCQ_TIMEOUT)
+    st = hcq__device_annotate_report(st, &dev, 1);
+  return st;
+}
+
+/* Takes dev out of the registry, leaving a tombstone that names it to stale handles. */
+static void unregister_locked(hcq_device_t *dev) {
+  dev->open_refs = 0;
+  for (int i = 0; i < MAX_DEVICES; i++)
+    if (g_devices[i] == dev) g_devices[i] = NULL;
+  g_tombstones[g_tombstone_next].dev = dev;
+  snprintf(g_tombstones[g_tombstone_next].name, sizeof(g_tombstones[0].name), "%s", dev->name);
+  g_tombstone_next = (g_tombstone_next + 1) % TOMBSTONES;
+}
+
 hcq_status_t hcq_device_close(hcq_device_t *dev) {
   if (!dev) return NULL;
   pthread_mutex_lock(&g_registry_lock);
@@ -455,39 +502,13 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
   pthread_mutex_unlock(&dev->obj_lock);
   if (live > 0 && !hcq__device_is_lost(dev)) {
     pthread_mutex_unlock(&g_registry_lock);
-    /* Names them all within reason: 32 by default, more when a leak report was asked for. */
-    size_t size = hcq__leak_reporting() ? 32768 : 4096;
-    char *names = malloc(size);
-    if (!names)
-      return hcq_status_make(HCQ_FAILED_PRECONDITION,
-                             "cannot close %s: %ld object%s of it %s still alive", dev->name, live,
-                             live == 1 ? "" : "s", live == 1 ? "is" : "are");
-    hcq__obj_describe(dev, names, size, hcq__leak_reporting() ? 256 : 32);
-    hcq_status_t st = hcq_status_make(
-        HCQ_FAILED_PRECONDITION,
-        "cannot close %s: %ld object%s of it %s still alive: %s; release them first", dev->name,
-        live, live == 1 ? "" : "s", live == 1 ? "is" : "are", names);
-    free(names);
-    return st;
+    return still_alive(dev, live);
   }
   if (live > 0)
     hcq__leak_report_device(dev, "as it closes (lost: they stay valid handles until released)");
-  /* Wait without the registry lock: other devices open and close meanwhile. */
   dev->closing = true;
   pthread_mutex_unlock(&g_registry_lock);
-  hcq_status_t st = NULL;
-  if (!hcq__device_is_lost(dev)) {
-    pthread_mutex_lock(&dev->lock);
-    /* A timed-out timeline wait carries the hang report already; the engines' own wait does not. */
-    st = hcq__device_synchronize_locked(dev);
-    bool reported = st != NULL;
-    if (!st)
-      st = dev->vt->wait_idle ? dev->vt->wait_idle(dev, hcq__options()->wait_timeout_ms)
-                              : hcq__device_wait_engines(dev, hcq__options()->wait_timeout_ms);
-    pthread_mutex_unlock(&dev->lock);
-    if (st && !reported && hcq_status_code(st) == HCQ_TIMEOUT)
-      st = hcq__device_annotate_report(st, &dev, 1);
-  }
+  hcq_status_t st = finish_before_close(dev);
   pthread_mutex_lock(&g_registry_lock);
   dev->closing = false;
   if (st && hcq__device_is_lost(dev)) {
@@ -505,12 +526,7 @@ hcq_status_t hcq_device_close(hcq_device_t *dev) {
     pthread_mutex_unlock(&g_registry_lock);
     return NULL;
   }
-  dev->open_refs = 0;
-  for (int i = 0; i < MAX_DEVICES; i++)
-    if (g_devices[i] == dev) g_devices[i] = NULL;
-  g_tombstones[g_tombstone_next].dev = dev;
-  snprintf(g_tombstones[g_tombstone_next].name, sizeof(g_tombstones[0].name), "%s", dev->name);
-  g_tombstone_next = (g_tombstone_next + 1) % TOMBSTONES;
+  unregister_locked(dev);
   pthread_mutex_unlock(&g_registry_lock);
   dev->closed = true;
   /* Objects still alive (lost device) keep the struct; the last one to go destroys it. */

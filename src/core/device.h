@@ -16,13 +16,20 @@
 #include "core/vec.h"
 #include "hcq/device.h"
 
+/* What a deferred release frees. */
+typedef enum hcq__deferred_kind {
+  HCQ__DEFERRED_MEMORY,  /* device memory (mem) */
+  HCQ__DEFERRED_PROGRAM, /* a program */
+  HCQ__DEFERRED_WRAPPED, /* wrapped memory handed back to its owner (on_release) */
+} hcq__deferred_kind_t;
+
 typedef struct hcq__deferred {
   uint64_t
       fence[2]; /* submitted() of each queue kind when released: unused once completed() passes */
-  int kind;     /* 0: device memory, 1: program, 2: wrapped memory handed back to its owner */
+  hcq__deferred_kind_t kind;
   hcq__mem_t mem;
   hcq_program_t *program;
-  hcq__wrap_release_fn on_release; /* kind 2 */
+  hcq__wrap_release_fn on_release; /* HCQ__DEFERRED_WRAPPED */
   void *release_ctx;
 } hcq__deferred_t;
 

@@ -17,6 +17,7 @@
 #include "core/program.h"
 #include "core/queue.h"
 #include "core/remote.h"
+#include "core/status.h"
 #include "core/validate.h"
 #include "trace/trace_internal.h"
 
@@ -32,12 +33,12 @@ static hcq_status_t wait_timeline(hcq_queue_t *q, const hcq_device_t *dev) {
 /* Appends signal(timeline, tv) to q and, once submitted, bumps tv. */
 static hcq_status_t submit_and_signal(hcq_queue_t *q, hcq_device_t *on,
                                       hcq_device_t *timeline_dev) {
-  hcq_status_t st = hcq_queue_signal(q, sig_addr(timeline_dev->timeline),
-                                     hcq_imm((int64_t)timeline_dev->timeline_value));
-  if (!st) st = hcq__queue_submit_locked(q, on, NULL, 0);
-  if (!st) hcq__timeline_advance(timeline_dev);
-  if (!st) hcq__trace_op_submitted(on);
-  return st;
+  HCQ__TRY(hcq_queue_signal(q, sig_addr(timeline_dev->timeline),
+                            hcq_imm((int64_t)timeline_dev->timeline_value)));
+  HCQ__TRY(hcq__queue_submit_locked(q, on, NULL, 0));
+  hcq__timeline_advance(timeline_dev);
+  hcq__trace_op_submitted(on);
+  return NULL;
 }
 
 /* Kernel arguments from the ring: a segment is waited for when the head enters it. */
@@ -238,9 +239,9 @@ static hcq_status_t transfer_via_host_locked(hcq_device_t *gpu, hcq_device_t *ho
  * its own timeline after it. Both devices are locked. */
 static hcq_status_t transfer_locked(hcq_device_t *sd, hcq_device_t *dd, uint64_t dst, uint64_t src,
                                     uint64_t size) {
-  hcq_status_t st = hcq__device_prepare_submit(sd);
-  if (!st && dd != sd) st = hcq__device_prepare_submit(dd);
-  if (st) return st;
+  HCQ__TRY(hcq__device_prepare_submit(sd));
+  if (dd != sd) HCQ__TRY(hcq__device_prepare_submit(dd));
+  hcq_status_t st;
   if (sd != dd && ((sd->caps ^ dd->caps) & HCQ_CAP_HOST_MEMORY))
     return sd->caps & HCQ_CAP_HOST_MEMORY ? transfer_via_host_locked(dd, sd, dst, src, size)
                                           : transfer_via_host_locked(sd, dd, dst, src, size);
@@ -351,27 +352,34 @@ static hcq_status_t check_host_copy(const char *what, hcq_buffer_t *buf, uint64_
   return NULL;
 }
 
-hcq_status_t hcq__device_write(hcq_device_t *dev, uint64_t addr, const void *src, uint64_t size) {
+/* hcq__device_write with dev locked. */
+static hcq_status_t device_write_locked(hcq_device_t *dev, uint64_t addr, const void *src,
+                                        uint64_t size) {
   hcq__trace_op_t op;
   uint64_t chunk = hcq__options()->staging_chunk;
-  pthread_mutex_lock(&dev->lock);
   /* One wrap check up front: a wrap mid-way would invalidate the fences of chunks in flight. */
-  hcq_status_t st = hcq__device_prepare_submit(dev);
-  for (uint64_t done = 0; done < size && !st; done += chunk) {
+  HCQ__TRY(hcq__device_prepare_submit(dev));
+  for (uint64_t done = 0; done < size; done += chunk) {
     uint64_t n = size - done < chunk ? size - done : chunk;
     unsigned s;
-    if ((st = next_staging(dev, &s))) break;
+    HCQ__TRY(next_staging(dev, &s));
     memcpy(dev->staging[s].host, (const char *)src + done, n);
     hcq_queue_t *q = dev->eager_copy;
     hcq__queue_reset(q);
-    if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
-        (st = hcq_queue_copy(q, hcq_imm((int64_t)(addr + done)),
-                             hcq_imm((int64_t)dev->staging[s].addr), hcq_imm((int64_t)n))) ||
-        (st = hcq__trace_op_end(&op, dev, q, "host", dev->name, n)))
-      break;
+    HCQ__TRY(wait_timeline(q, dev));
+    HCQ__TRY(hcq__trace_op_begin(&op, dev, q));
+    HCQ__TRY(hcq_queue_copy(q, hcq_imm((int64_t)(addr + done)),
+                            hcq_imm((int64_t)dev->staging[s].addr), hcq_imm((int64_t)n)));
+    HCQ__TRY(hcq__trace_op_end(&op, dev, q, "host", dev->name, n));
     dev->staging_fence[s] = dev->timeline_value;
-    st = submit_and_signal(q, dev, dev);
+    HCQ__TRY(submit_and_signal(q, dev, dev));
   }
+  return NULL;
+}
+
+hcq_status_t hcq__device_write(hcq_device_t *dev, uint64_t addr, const void *src, uint64_t size) {
+  pthread_mutex_lock(&dev->lock);
+  hcq_status_t st = device_write_locked(dev, addr, src, size);
   pthread_mutex_unlock(&dev->lock);
   return st;
 }
@@ -391,37 +399,47 @@ hcq_status_t hcq_buffer_copyin(hcq_buffer_t *buf, uint64_t offset, const void *s
   return NULL;
 }
 
-hcq_status_t hcq__device_read(hcq_device_t *dev, uint64_t addr, void *dst, uint64_t size) {
+/* Queues the copy of n bytes at addr into staging buffer *s; *fence is its timeline value. */
+static hcq_status_t read_chunk_locked(hcq_device_t *dev, uint64_t addr, uint64_t n, unsigned *s,
+                                      uint64_t *fence) {
   hcq__trace_op_t op;
+  hcq_queue_t *q = dev->eager_copy;
+  HCQ__TRY(next_staging(dev, s));
+  hcq__queue_reset(q);
+  HCQ__TRY(wait_timeline(q, dev));
+  HCQ__TRY(hcq__trace_op_begin(&op, dev, q));
+  HCQ__TRY(hcq_queue_copy(q, hcq_imm((int64_t)dev->staging[*s].addr), hcq_imm((int64_t)addr),
+                          hcq_imm((int64_t)n)));
+  HCQ__TRY(hcq__trace_op_end(&op, dev, q, dev->name, "host", n));
+  *fence = dev->timeline_value;
+  dev->staging_fence[*s] = *fence;
+  return submit_and_signal(q, dev, dev);
+}
+
+/* hcq__device_read with dev locked. Two chunks in flight: the device fills one staging buffer
+ * while the host drains the other. */
+static hcq_status_t device_read_locked(hcq_device_t *dev, uint64_t addr, void *dst, uint64_t size) {
   uint64_t chunk = hcq__options()->staging_chunk;
-  pthread_mutex_lock(&dev->lock);
-  /* Two chunks in flight: the device fills one staging buffer while the host drains the other. */
   uint64_t pending_off = 0, pending_n = 0, pending_fence = 0;
   unsigned pending_buf = 0;
-  hcq_status_t st = hcq__device_prepare_submit(dev);
-  for (uint64_t done = 0; !st && (done < size || pending_n); done += chunk) {
+  HCQ__TRY(hcq__device_prepare_submit(dev));
+  for (uint64_t done = 0; done < size || pending_n; done += chunk) {
     uint64_t n = done < size ? (size - done < chunk ? size - done : chunk) : 0;
     unsigned s = 0;
     uint64_t fence = 0;
-    if (n) {
-      hcq_queue_t *q = dev->eager_copy;
-      if ((st = next_staging(dev, &s))) break;
-      hcq__queue_reset(q);
-      if ((st = wait_timeline(q, dev)) || (st = hcq__trace_op_begin(&op, dev, q)) ||
-          (st = hcq_queue_copy(q, hcq_imm((int64_t)dev->staging[s].addr),
-                               hcq_imm((int64_t)(addr + done)), hcq_imm((int64_t)n))) ||
-          (st = hcq__trace_op_end(&op, dev, q, dev->name, "host", n)))
-        break;
-      fence = dev->timeline_value;
-      dev->staging_fence[s] = fence;
-      if ((st = submit_and_signal(q, dev, dev))) break;
-    }
+    if (n) HCQ__TRY(read_chunk_locked(dev, addr + done, n, &s, &fence));
     if (pending_n) {
-      if ((st = hcq__device_wait_timeline(dev, pending_fence))) break;
+      HCQ__TRY(hcq__device_wait_timeline(dev, pending_fence));
       memcpy((char *)dst + pending_off, dev->staging[pending_buf].host, pending_n);
     }
     pending_off = done, pending_n = n, pending_fence = fence, pending_buf = s;
   }
+  return NULL;
+}
+
+hcq_status_t hcq__device_read(hcq_device_t *dev, uint64_t addr, void *dst, uint64_t size) {
+  pthread_mutex_lock(&dev->lock);
+  hcq_status_t st = device_read_locked(dev, addr, dst, size);
   pthread_mutex_unlock(&dev->lock);
   return st;
 }

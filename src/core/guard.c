@@ -43,9 +43,11 @@ hcq_status_t hcq__guard_set_up(hcq_buffer_t *b) {
   b->guarded = true;
   unsigned char pattern[HCQ__GUARD_BYTES];
   canary(pattern);
-  hcq_status_t st = hcq__device_write(b->dev, front_of(b), pattern, HCQ__GUARD_BYTES);
-  if (!st) st = hcq__device_write(b->dev, back_of(b), pattern, HCQ__GUARD_BYTES);
-  return st ? hcq_status_annotate(st, "HCQ_VALIDATE filling the guards of a buffer") : NULL;
+  hcq_status_t st;
+  if ((st = hcq__device_write(b->dev, front_of(b), pattern, HCQ__GUARD_BYTES)) ||
+      (st = hcq__device_write(b->dev, back_of(b), pattern, HCQ__GUARD_BYTES)))
+    return hcq_status_annotate(st, "HCQ_VALIDATE filling the guards of a buffer");
+  return NULL;
 }
 
 hcq__mem_t hcq__guard_allocation(const hcq_buffer_t *b) {
@@ -81,9 +83,10 @@ static hcq_status_t check_one(const hcq_launch_desc_t *d, size_t arg) {
   hcq_buffer_t *b = hcq_buffer_base(d->bufs[arg]);
   hcq_device_t *dev = b->dev;
   unsigned char front[HCQ__GUARD_BYTES], back[HCQ__GUARD_BYTES];
-  hcq_status_t st = hcq__device_read(dev, front_of(b), front, HCQ__GUARD_BYTES);
-  if (!st) st = hcq__device_read(dev, back_of(b), back, HCQ__GUARD_BYTES);
-  if (st) return hcq_status_annotate(st, "HCQ_VALIDATE reading the guards of argument %zu", arg);
+  hcq_status_t st;
+  if ((st = hcq__device_read(dev, front_of(b), front, HCQ__GUARD_BYTES)) ||
+      (st = hcq__device_read(dev, back_of(b), back, HCQ__GUARD_BYTES)))
+    return hcq_status_annotate(st, "HCQ_VALIDATE reading the guards of argument %zu", arg);
   uint64_t first, last;
   bool before = changed(front, &first, &last), after = !before && changed(back, &first, &last);
   if (!before && !after) return NULL;

@@ -25,9 +25,10 @@ static bool tsc_is_clocksource(void) {
 }
 
 static uint64_t fast_clock_anchor(hcq__fast_clock_t *c) {
-  if (c->state == 0) c->state = tsc_is_clocksource() ? 1 : -1;
+  if (c->state == HCQ__FAST_CLOCK_UNKNOWN)
+    c->state = tsc_is_clocksource() ? HCQ__FAST_CLOCK_USABLE : HCQ__FAST_CLOCK_UNUSABLE;
   uint64_t now = hcq__now_ns();
-  if (c->state < 0) return now;
+  if (c->state == HCQ__FAST_CLOCK_UNUSABLE) return now;
   uint64_t t = __rdtsc();
   if (!c->tsc0) {
     c->tsc0 = t, c->ns0 = now;

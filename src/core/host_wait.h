@@ -23,12 +23,19 @@ static inline uint64_t hcq__now_ns(void) {
  * time-stamp counter scaled to CLOCK_MONOTONIC, re-anchored on the real clock every ~1 ms, where
  * the kernel keeps time with an invariant TSC; hcq__now_ns elsewhere. One per thread;
  * zero-initialised. */
+/* Whether the fast clock can be used here. */
+typedef enum hcq__fast_clock_state {
+  HCQ__FAST_CLOCK_UNKNOWN, /* not checked yet */
+  HCQ__FAST_CLOCK_USABLE,
+  HCQ__FAST_CLOCK_UNUSABLE, /* not usable here */
+} hcq__fast_clock_state_t;
+
 typedef struct hcq__fast_clock {
   uint64_t tsc0, ns0;  /* first anchor: the scale is measured from it */
   uint64_t tsc, ns;    /* last anchor */
   uint64_t span, last; /* ticks between anchors; the last value returned (never goes back) */
   double ns_per_tick;  /* 0 until measured over >= 10 ms */
-  int state;           /* 0 unknown, 1 usable, -1 not usable here */
+  hcq__fast_clock_state_t state;
 } hcq__fast_clock_t;
 uint64_t hcq__fast_clock_now(hcq__fast_clock_t *c);
 

@@ -169,7 +169,8 @@ void hcq__operand_name(uint16_t what, char *out, size_t size) {
 
 /* Registers a patch point for a symbolic operand. Nothing changes when it fails. */
 static hcq_status_t add_patch(hcq_queue_t *q, const hcq_expr_t *sym, hcq__field_t field,
-                              bool in_memory, uint64_t offset, hcq_buffer_t *mem, uint16_t what) {
+                              hcq__patch_place_t place, uint64_t offset, hcq_buffer_t *mem,
+                              uint16_t what) {
   /* room for a new symbol, whether or not it is new */
   size_t nsyms = hcq__symset_count(&q->syms) + 1;
   if (!hcq__vec_reserve_for(&q->sym_head, nsyms) || !hcq__vec_reserve_for(&q->sym_lo, nsyms) ||
@@ -192,8 +193,8 @@ static hcq_status_t add_patch(hcq_queue_t *q, const hcq_expr_t *sym, hcq__field_
     if (lo > q->sym_lo.data[idx]) q->sym_lo.data[idx] = lo;
     if (hi < q->sym_hi.data[idx]) q->sym_hi.data[idx] = hi;
   }
-  hcq__patch_t p = {idx, q->sym_head.data[idx], (uint8_t)field, in_memory, what, q->tag, offset,
-                    mem};
+  hcq__patch_t p = {
+      idx, q->sym_head.data[idx], (uint8_t)field, (uint8_t)place, what, q->tag, offset, mem};
   q->sym_head.data[idx] = (uint32_t)q->patches.len;
   q->patches.data[q->patches.len++] = p;
   q->submitted = false; /* a new patch point has never been written */
@@ -237,7 +238,7 @@ static hcq_status_t put_operand(hcq_queue_t *q, size_t at, hcq_operand_t op, hcq
     hcq__wr64(&q->words.data[at], 0);
   else
     q->words.data[at] = 0;
-  hcq_status_t st = add_patch(q, op.sym, field, false, at, NULL, what_code);
+  hcq_status_t st = add_patch(q, op.sym, field, HCQ__PATCH_IN_QUEUE, at, NULL, what_code);
   return st ? hcq_status_annotate(st, "%s: %s", cmd, what) : NULL;
 }
 
@@ -271,7 +272,8 @@ static void rollback_patches(hcq_queue_t *q, size_t patch_mark) {
  */
 static void abort_cmd(hcq_queue_t *q, size_t at) {
   size_t mark = q->patches.len;
-  while (mark && !q->patches.data[mark - 1].in_memory && q->patches.data[mark - 1].offset >= at)
+  while (mark && q->patches.data[mark - 1].place == HCQ__PATCH_IN_QUEUE &&
+         q->patches.data[mark - 1].offset >= at)
     mark--;
   rollback_patches(q, mark);
   q->words.len = at;
@@ -486,7 +488,7 @@ hcq_status_t hcq_queue_kernargs(hcq_queue_t *q, hcq_buffer_t *mem, uint64_t offs
     memset(host + at, 0, is_buf ? 8 : 4);
     uint16_t what = (uint16_t)((is_buf ? HCQ__WHAT_ARG_BUFFER : HCQ__WHAT_ARG_VALUE) |
                                ((is_buf ? i : i - nbufs) & 0xff));
-    if ((st = add_patch(q, op.sym, field, true, base_off + at, base, what))) {
+    if ((st = add_patch(q, op.sym, field, HCQ__PATCH_IN_MEMORY, base_off + at, base, what))) {
       st = hcq_status_annotate(st, "kernargs: %s %zu", is_buf ? "buffer" : "value",
                                is_buf ? i : i - nbufs);
       goto fail;
@@ -565,7 +567,7 @@ static void write_patches(hcq_queue_t *q, uint32_t *words) {
     for (uint32_t p = q->sym_head.data[i]; p != NO_PATCH; p = q->patches.data[p].next) {
       const hcq__patch_t *pt = &q->patches.data[p];
       q->last_patch_writes++;
-      if (pt->in_memory) {
+      if (pt->place == HCQ__PATCH_IN_MEMORY) {
         char *dst = (char *)pt->mem->mem.host + pt->offset;
         if (pt->field == HCQ__FIELD_U64) {
           uint64_t u = (uint64_t)v;

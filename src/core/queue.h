@@ -12,13 +12,19 @@
 #include "core/vec.h"
 #include "hcq/queue.h"
 
+/* Where a patch point's field lives. */
+typedef enum hcq__patch_place {
+  HCQ__PATCH_IN_QUEUE,  /* the queue's words, at offset (in words) */
+  HCQ__PATCH_IN_MEMORY, /* a buffer (mem), at offset (in bytes) */
+} hcq__patch_place_t;
+
 typedef struct hcq__patch {
   uint32_t sym;
-  uint32_t next;     /* next patch of the same symbol, UINT32_MAX ends */
-  uint8_t field;     /* hcq__field_t */
-  uint8_t in_memory; /* 0: queue words at offset (in words); 1: mem at offset (in bytes) */
-  uint16_t what;     /* which operand, for messages: hcq__operand_name() */
-  uint32_t tag;      /* the queue's tag when recorded (graph item + 1) */
+  uint32_t next; /* next patch of the same symbol, UINT32_MAX ends */
+  uint8_t field; /* hcq__field_t */
+  uint8_t place; /* hcq__patch_place_t */
+  uint16_t what; /* which operand, for messages: hcq__operand_name() */
+  uint32_t tag;  /* the queue's tag when recorded (graph item + 1) */
   uint64_t offset;
   hcq_buffer_t *mem;
 } hcq__patch_t;

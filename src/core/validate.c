@@ -114,7 +114,7 @@ hcq_status_t hcq__write_check_end(hcq__write_check_t *wc, const hcq_launch_desc_
   const struct snap *first = NULL;
   uint64_t at = 0;
   unsigned char *after = NULL;
-  for (size_t i = 0; i < wc->n && !st; i++) {
+  for (size_t i = 0; i < wc->n; i++) {
     const struct snap *s = &wc->snaps[i];
     unsigned char *now = realloc(after, s->buf->size);
     if (!now) {
@@ -136,20 +136,20 @@ hcq_status_t hcq__write_check_end(hcq__write_check_t *wc, const hcq_launch_desc_
     changed++;
   }
   free(after);
-  if (!st && first) {
-    char more[64] = "";
-    if (changed > 1)
-      snprintf(more, sizeof(more), "; %zu more undeclared buffers changed too", changed - 1);
-    st = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                         "launch of %s on %s wrote buffer %zu (%s), which its outs do not list%s "
-                         "(first changed byte at "
-                         "offset %" PRIu64 " of %" PRIu64
-                         "%s): a graph replay would not order that write (HCQ_VALIDATE); "
-                         "list the buffer in outs, or pass no outs array (every buffer written)",
-                         d->program->name, d->program->dev->name, first->arg, first->buf->label,
-                         d->nouts ? "" : " (outs is empty: it declared that it writes nothing)", at,
-                         first->buf->size, more);
-  }
+  if (st || !first) goto done;
+  char more[64] = "";
+  if (changed > 1)
+    snprintf(more, sizeof(more), "; %zu more undeclared buffers changed too", changed - 1);
+  st = hcq_status_make(HCQ_INVALID_ARGUMENT,
+                       "launch of %s on %s wrote buffer %zu (%s), which its outs do not list%s "
+                       "(first changed byte at "
+                       "offset %" PRIu64 " of %" PRIu64
+                       "%s): a graph replay would not order that write (HCQ_VALIDATE); "
+                       "list the buffer in outs, or pass no outs array (every buffer written)",
+                       d->program->name, d->program->dev->name, first->arg, first->buf->label,
+                       d->nouts ? "" : " (outs is empty: it declared that it writes nothing)", at,
+                       first->buf->size, more);
+done:
   hcq__write_check_free(wc);
   return st;
 }

@@ -1,4 +1,4 @@
-/* Dependency inference from buffer access, backend neutral: the HCQ graph and the CUDA graph both
+/* Dependency inference from buffer access, backend neutral: the queue graph and the CUDA graph both
  * use it. Keys identify base buffers (views count as their base); tokens identify items. */
 #ifndef HCQ_GRAPH_DEPS_H
 #define HCQ_GRAPH_DEPS_H

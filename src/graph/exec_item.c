@@ -16,6 +16,7 @@
 #include "core/program.h"
 #include "core/queue.h"
 #include "core/remote.h"
+#include "core/status.h"
 #include "graph/graph_internal.h"
 #include "hcq/jit.h"
 
@@ -108,16 +109,23 @@ bool hcq__kernel_dims_always_ok(const hcq_kernel_item_t *k) {
   return hcq__dims_ok(k->program->dev, g, l);
 }
 
+/* *v = sym's value (sym NULL: *v stays); false when it does not evaluate. */
+static bool eval_quietly(const hcq_expr_t *sym, const hcq_var_value_t *vals, size_t nvals,
+                         int64_t *v) {
+  if (!sym) return true;
+  hcq_status_t st = hcq_expr_eval(sym, vals, nvals, v);
+  bool ok = st == NULL;
+  hcq_status_destroy(st);
+  return ok;
+}
+
 bool hcq__kernel_dims_ok(const hcq_kernel_item_t *k, const hcq_var_value_t *vals, size_t nvals) {
   uint64_t g[3], l[3];
   for (int i = 0; i < 3; i++) {
     int64_t gv = k->global[i].value, lv = k->local[i].value;
-    hcq_status_t st = k->global[i].sym ? hcq_expr_eval(k->global[i].sym, vals, nvals, &gv) : NULL;
-    if (!st && k->local[i].sym) st = hcq_expr_eval(k->local[i].sym, vals, nvals, &lv);
-    if (st || gv < 0 || lv < 0) {
-      hcq_status_destroy(st);
+    if (!eval_quietly(k->global[i].sym, vals, nvals, &gv) ||
+        !eval_quietly(k->local[i].sym, vals, nvals, &lv) || gv < 0 || lv < 0)
       return false;
-    }
     g[i] = (uint64_t)gv, l[i] = (uint64_t)lv;
   }
   return hcq__dims_ok(k->program->dev, g, l);
@@ -183,14 +191,14 @@ hcq_status_t hcq__kernel_item_check(const hcq_kernel_item_t *k, const char *who,
       if (op.sym ? hcq_expr_is_const(op.sym) && hcq_expr_const_value(op.sym) == 0 : op.value == 0)
         return hcq__zero_dim_error(w ? "local" : "global", i, "%s (%s)", who, name);
     }
-  for (size_t i = 0; i < k->nvals && !st; i++)
-    st = check_operand(k->vals[i], INT32_MIN, INT32_MAX, vals, nvals, who, "value", i);
-  for (size_t i = 0; i < 3 && !st; i++) {
-    st = check_operand(k->global[i], 0, UINT32_MAX, vals, nvals, who, "global", i);
-    if (!st) st = check_operand(k->local[i], 0, UINT32_MAX, vals, nvals, who, "local", i);
+  for (size_t i = 0; i < k->nvals; i++)
+    HCQ__TRY(check_operand(k->vals[i], INT32_MIN, INT32_MAX, vals, nvals, who, "value", i));
+  for (size_t i = 0; i < 3; i++) {
+    HCQ__TRY(check_operand(k->global[i], 0, UINT32_MAX, vals, nvals, who, "global", i));
+    HCQ__TRY(check_operand(k->local[i], 0, UINT32_MAX, vals, nvals, who, "local", i));
   }
-  if (!st && (vals || !hcq__kernel_dims_symbolic(k))) st = check_kernel_dims(k, who, vals, nvals);
-  return st;
+  if (vals || !hcq__kernel_dims_symbolic(k)) return check_kernel_dims(k, who, vals, nvals);
+  return NULL;
 }
 
 hcq_status_t hcq__transfer_item_check(const hcq_transfer_item_t *t, const char *who) {
@@ -199,10 +207,9 @@ hcq_status_t hcq__transfer_item_check(const hcq_transfer_item_t *t, const char *
   if (hcq__validating) {
     char what[64];
     snprintf(what, sizeof(what), "%s: transfer destination", who);
-    hcq_status_t st = hcq__obj_check(&t->dst->obj, HCQ__OBJ_BUFFER, what);
+    HCQ__TRY(hcq__obj_check(&t->dst->obj, HCQ__OBJ_BUFFER, what));
     snprintf(what, sizeof(what), "%s: transfer source", who);
-    if (!st) st = hcq__obj_check(&t->src->obj, HCQ__OBJ_BUFFER, what);
-    if (st) return st;
+    HCQ__TRY(hcq__obj_check(&t->src->obj, HCQ__OBJ_BUFFER, what));
   }
   if (t->bytes > t->dst->size || t->bytes > t->src->size)
     return hcq_status_make(HCQ_OUT_OF_RANGE,
@@ -283,8 +290,9 @@ hcq_status_t hcq_exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t 
   hcq__recorder = NULL;
   hcq_status_t st = exec_item_run(it, vals, nvals);
   hcq__recorder = rec;
-  if (!st && rec) rec->item(rec->ctx, it);
-  return st;
+  if (st) return st;
+  if (rec) rec->item(rec->ctx, it);
+  return NULL;
 }
 
 static hcq_status_t exec_item_run(const hcq_exec_item_t *it, const hcq_var_value_t *vals,
@@ -408,20 +416,21 @@ hcq_status_t hcq__graph_run_validated(hcq_graph_t *g, bool wait, uint64_t *out_e
    * records a graph replay. */
   const hcq__recorder_t *rec = hcq__recorder;
   hcq__recorder = NULL;
-  for (size_t j = 0; j < r->nitems && !st; j++) {
+  for (size_t j = 0; j < r->nitems; j++) {
     size_t from = s;
     while (s < r->slots.len && r->slots.data[s].item == j) s++;
     hcq_exec_item_t it = hcq__runner_item_with_inputs(r, j, from, s, bufs);
-    st = hcq_exec_item_run(&it, vals, r->vars.len);
-    if (st)
+    if ((st = hcq_exec_item_run(&it, vals, r->vars.len))) {
       st = hcq_status_annotate(st, "item %zu (%s; HCQ_VALIDATE runs the replay item by item)", j,
                                it.kind == HCQ_ITEM_KERNEL ? it.kernel.program->name : "transfer");
+      break;
+    }
   }
   hcq__recorder = rec;
   if (st) return st;
   hcq__runner_commit(r);
-  for (size_t d = 0; wait && d < r->ndevices && !st; d++)
-    st = hcq_device_synchronize(r->devices[d]);
-  if (!st && wait && out_elapsed_ns) *out_elapsed_ns = hcq__now_ns() - start;
-  return st;
+  if (!wait) return NULL;
+  for (size_t d = 0; d < r->ndevices; d++) HCQ__TRY(hcq_device_synchronize(r->devices[d]));
+  if (out_elapsed_ns) *out_elapsed_ns = hcq__now_ns() - start;
+  return NULL;
 }

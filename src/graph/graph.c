@@ -7,8 +7,42 @@
 #include "core/fence.h"
 #include "core/options.h"
 #include "core/remote.h"
+#include "core/status.h"
 #include "graph/graph_internal.h"
 #include "trace/trace_internal.h"
+
+/* The graph of runner's items on the runner its devices take: a backend with its own graph runner
+ * (the CUDA graph, docs/design.md, "Graph runners") holds only devices of that runner; the rest run
+ * the queue graph. */
+static hcq_status_t create_runner_graph(hcq__runner_t *runner, bool profile, unsigned inflight,
+                                        hcq_graph_t **out_graph) {
+  hcq_device_t *own = NULL, *other = NULL;
+  const hcq__backend_t *ok = NULL;
+  for (size_t d = 0; d < runner->ndevices && !own; d++)
+    if ((ok = hcq__graph_kind(runner->devices[d]->kind))) own = runner->devices[d];
+  for (size_t d = 0; own && d < runner->ndevices && !other; d++)
+    if (hcq__graph_kind(runner->devices[d]->kind) != ok) other = runner->devices[d];
+  if (own && other)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "a graph cannot mix %s devices with others (%s and %s): split the items "
+                           "by device kind (the JIT does), or transfer eagerly",
+                           hcq_device_kind_name(own->kind), own->name, other->name);
+  if (own) return ok->graph_create(runner, profile, inflight, out_graph);
+  /* The queue graph copies on the source device's copy queue: a CPU engine would write through a
+   * Vulkan device address as if it were a host pointer. Host-memory devices stay among
+   * themselves. */
+  hcq_device_t *host = NULL, *gpu = NULL;
+  for (size_t d = 0; d < runner->ndevices; d++) {
+    if ((runner->devices[d]->caps & HCQ_CAP_HOST_MEMORY) && !host) host = runner->devices[d];
+    if (!(runner->devices[d]->caps & HCQ_CAP_HOST_MEMORY) && !gpu) gpu = runner->devices[d];
+  }
+  if (host && gpu)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                           "a graph cannot mix %s with %s: split the items by device kind (the "
+                           "JIT does), or transfer eagerly",
+                           host->name, gpu->name);
+  return hcq__queue_graph_create(runner, profile, inflight, out_graph);
+}
 
 hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems,
                               hcq_buffer_t *const *inputs, size_t ninputs,
@@ -28,38 +62,7 @@ hcq_status_t hcq_graph_create(const hcq_exec_item_t *items, size_t nitems,
     return st;
   }
   bool profile = (options && options->profile) || hcq__options()->profile[0] || hcq__trace_on();
-  /* A backend with its own graph runner (the CUDA graph, docs/design.md, "Graph runners") holds
-   * only devices of that runner; the rest run the HCQ graph. */
-  hcq_device_t *own = NULL, *other = NULL;
-  const hcq__backend_t *ok = NULL;
-  for (size_t d = 0; d < runner.ndevices && !own; d++)
-    if ((ok = hcq__graph_kind(runner.devices[d]->kind))) own = runner.devices[d];
-  for (size_t d = 0; own && d < runner.ndevices && !other; d++)
-    if (hcq__graph_kind(runner.devices[d]->kind) != ok) other = runner.devices[d];
-  if (own && other)
-    st = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                         "a graph cannot mix %s devices with others (%s and %s): split the items "
-                         "by device kind (the JIT does), or transfer eagerly",
-                         hcq_device_kind_name(own->kind), own->name, other->name);
-  else if (own)
-    st = ok->graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
-  if (!own && !st) {
-    /* An HCQ graph copies on the source device's copy queue: a CPU engine would write through a
-     * Vulkan device address as if it were a host pointer. Host-memory devices stay among
-     * themselves. */
-    hcq_device_t *host = NULL, *gpu = NULL;
-    for (size_t d = 0; d < runner.ndevices; d++) {
-      if ((runner.devices[d]->caps & HCQ_CAP_HOST_MEMORY) && !host) host = runner.devices[d];
-      if (!(runner.devices[d]->caps & HCQ_CAP_HOST_MEMORY) && !gpu) gpu = runner.devices[d];
-    }
-    if (host && gpu)
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "a graph cannot mix %s with %s: split the items by device kind (the "
-                           "JIT does), or transfer eagerly",
-                           host->name, gpu->name);
-  }
-  if (!own && !st)
-    st = hcq__hcq_graph_create(&runner, profile, options ? options->inflight : 0, out_graph);
+  st = create_runner_graph(&runner, profile, options ? options->inflight : 0, out_graph);
   if (remote) remote->graph_built();
   if (st)
     hcq__runner_deinit(&runner);
@@ -84,19 +87,20 @@ static hcq_status_t graph_run(hcq_graph_t *g, hcq_buffer_t *const *inputs, size_
                               uint64_t *out_elapsed_ns, bool prechecked, hcq_fence_t *fence,
                               const char *call) {
   if (!g) return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s: graph is NULL", call);
-  hcq_status_t st = check_graph(g, call);
+  HCQ__TRY(check_graph(g, call));
+  hcq_status_t st = hcq__runner_enter(&g->runner, call);
   if (st) return st;
-  if ((st = hcq__runner_enter(&g->runner, call))) return st;
-  st = prechecked ? hcq__runner_stage_prechecked(&g->runner, inputs, ninputs, vals, nvals)
-                  : hcq__runner_stage(&g->runner, inputs, ninputs, vals, nvals);
-  if (!st && fence) st = hcq__fence_reserve(fence, g->runner.ndevices);
-  if (!st && g->validated_replays)
-    st = hcq__graph_run_validated(g, wait, out_elapsed_ns);
-  else if (!st)
-    st = g->vt->run(g, wait, out_elapsed_ns);
-  if (!st && fence) hcq__fence_arm(fence, g->runner.devices, g->runner.ndevices);
-  for (size_t d = 0; !st && hcq__captures_elsewhere() && d < g->runner.ndevices; d++)
+  if ((st = prechecked ? hcq__runner_stage_prechecked(&g->runner, inputs, ninputs, vals, nvals)
+                       : hcq__runner_stage(&g->runner, inputs, ninputs, vals, nvals)))
+    goto leave;
+  if (fence && (st = hcq__fence_reserve(fence, g->runner.ndevices))) goto leave;
+  if ((st = g->validated_replays ? hcq__graph_run_validated(g, wait, out_elapsed_ns)
+                                 : g->vt->run(g, wait, out_elapsed_ns)))
+    goto leave;
+  if (fence) hcq__fence_arm(fence, g->runner.devices, g->runner.ndevices);
+  for (size_t d = 0; hcq__captures_elsewhere() && d < g->runner.ndevices; d++)
     hcq__capture_note_other_thread(g->runner.devices[d], "replay of %s", g->runner.label);
+leave:
   hcq__runner_leave(&g->runner);
   return st ? hcq_status_annotate(st, "graph replay") : NULL;
 }
@@ -214,7 +218,7 @@ const hcq__backend_t *hcq__graph_kind(hcq_device_kind_t kind) {
 uintptr_t hcq__graph_class(const hcq_device_t *dev) {
   const hcq__backend_t *b = hcq__backend(dev->kind);
   if (!b) return 0;
-  /* Devices of one runner share graphs; the HCQ graph's host-memory devices (CPU) stay apart from
+  /* Devices of one runner share graphs; the queue graph's host-memory devices (CPU) stay apart from
    * each of its GPU kinds (a CPU engine reads addresses as host pointers). */
   const hcq__backend_t *own = hcq__graph_kind(dev->kind);
   if (own) return own->graph_one_device ? (uintptr_t)dev : (uintptr_t)own;

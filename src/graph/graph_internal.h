@@ -48,21 +48,16 @@ static inline void hcq__graph_struct_free(hcq_graph_t *g) {
  * hcq_graph) with vt set, live, and holding a copy of the runner; NULL when memory ran out. */
 void *hcq__graph_alloc(size_t size, const hcq__graph_vtable_t *vt, const hcq__runner_t *runner);
 
-/* The graph runners (docs/design.md, "Graph runners"): the HCQ graph here, for every kind whose
- * backend row has no graph_create of its own (core/backend.h). It builds a graph over the runner's
- * items and takes the runner on success; inflight is the replays one graph may have in flight (0:
- * the HCQ_GRAPH_INFLIGHT default). */
-HCQ_MUST_USE hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile,
-                                                unsigned inflight, hcq_graph_t **out);
+/* The graph runners (docs/design.md, "Graph runners"): the queue graph (the HCQ graph runner) here,
+ * for every kind whose backend row has no graph_create of its own (core/backend.h). It builds a
+ * graph over the runner's items and takes the runner on success; inflight is the replays one graph
+ * may have in flight (0: the HCQ_GRAPH_INFLIGHT default). */
+HCQ_MUST_USE hcq_status_t hcq__queue_graph_create(hcq__runner_t *runner, bool profile,
+                                                  unsigned inflight, hcq_graph_t **out);
 
 /* The backend row of kind when its devices run a graph runner of its own (graph_create), else NULL
- * (they run the HCQ graph). */
+ * (they run the queue graph). */
 const hcq__backend_t *hcq__graph_kind(hcq_device_kind_t kind);
-
-/* Tests only: the HCQ graph's replay counter, and setting it as if that many replays had finished
- * (with no replay in flight), to exercise its wrap. */
-uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g);
-void hcq__graph_pretend_replays_for_tests(hcq_graph_t *g, uint64_t replays);
 
 /* HCQ_VALIDATE=1 (exec_item.c): whether replays of g run item by item with each kernel's writes
  * checked (a kernel item declares outs that leave a buffer out; decided once, at build), and that
@@ -78,8 +73,9 @@ HCQ_MUST_USE hcq_status_t hcq__graph_run_prechecked(hcq_graph_t *g, hcq_buffer_t
                                                     size_t nvals);
 
 /* Which graph can hold work on dev: devices with equal non-zero classes can share one graph (each
- * runner spans devices of its kind, or just one; the HCQ graph keeps host-memory devices apart from
- * GPU ones); 0 for a device no graph runner serves. The JIT closes a batch where the class changes.
+ * runner spans devices of its kind, or just one; the queue graph keeps host-memory devices apart
+ * from GPU ones); 0 for a device no graph runner serves. The JIT closes a batch where the class
+ * changes.
  */
 uintptr_t hcq__graph_class(const hcq_device_t *dev);
 /* Whether the graph of dev's class holds transfers (the Metal graph holds kernels only). */

@@ -7,6 +7,7 @@
 #include "core/device.h"
 #include "core/program.h"
 #include "core/queue.h"
+#include "core/status.h"
 #include "graph/runner.h"
 
 static hcq_status_t oom(void) {
@@ -38,15 +39,15 @@ static hcq_status_t add_vars(hcq__runner_t *r, const hcq_expr_t *e) {
     hcq_expr_vars(e, all, n);
   }
   hcq_status_t st = NULL;
-  for (size_t i = 0; i < n && !st; i++) {
+  for (size_t i = 0; i < n; i++) {
     bool have = false;
     for (size_t k = 0; k < r->vars.len; k++) have |= r->vars.data[k] == all[i];
-    if (!have) {
-      if (hcq__vec_push(&r->vars, all[i]))
-        hcq_expr_retain(all[i]);
-      else
-        st = oom();
+    if (have) continue;
+    if (!hcq__vec_push(&r->vars, all[i])) {
+      st = oom();
+      break;
     }
+    hcq_expr_retain(all[i]);
   }
   if (all != found) free((void *)all);
   return st;
@@ -228,13 +229,12 @@ static hcq_status_t collect(hcq__runner_t *r, const hcq_exec_item_t *items, size
       if ((st = add_device(r, acc.bufs[i]->dev))) return st;
     if (it->kind == HCQ_ITEM_KERNEL) {
       const hcq_kernel_item_t *k = &it->kernel;
-      for (size_t i = 0; i < k->nvals && !st; i++)
-        if (k->vals[i].sym) st = add_vars(r, k->vals[i].sym);
-      for (int i = 0; i < 3 && !st; i++) {
-        if (k->global[i].sym) st = add_vars(r, k->global[i].sym);
-        if (!st && k->local[i].sym) st = add_vars(r, k->local[i].sym);
+      for (size_t i = 0; i < k->nvals; i++)
+        if (k->vals[i].sym) HCQ__TRY(add_vars(r, k->vals[i].sym));
+      for (int i = 0; i < 3; i++) {
+        if (k->global[i].sym) HCQ__TRY(add_vars(r, k->global[i].sym));
+        if (k->local[i].sym) HCQ__TRY(add_vars(r, k->local[i].sym));
       }
-      if (st) return st;
     }
     for (size_t i = 0; i < acc.n; i++)
       for (size_t k = 0; k < r->ninputs; k++)
@@ -246,10 +246,10 @@ static hcq_status_t collect(hcq__runner_t *r, const hcq_exec_item_t *items, size
   return NULL;
 }
 
-hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems,
-                              hcq_buffer_t *const *inputs, size_t ninputs,
-                              const hcq_var_value_t *vals, size_t nvals, const char *kind) {
-  memset(r, 0, sizeof(*r));
+/* The arguments of hcq__runner_init that need no runner: counts, NULL arrays, values, inputs. */
+static hcq_status_t check_init_args(const hcq_exec_item_t *items, size_t nitems,
+                                    hcq_buffer_t *const *inputs, size_t ninputs,
+                                    const hcq_var_value_t *vals, size_t nvals, const char *kind) {
   if (!items || nitems == 0)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "a graph needs at least one item");
   if (nitems >= UINT32_MAX / 2)
@@ -258,90 +258,125 @@ hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, si
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu inputs but the array is NULL", ninputs);
   if (nvals && !vals)
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%zu values but the array is NULL", nvals);
-  hcq_status_t values_st = hcq__var_values_check(vals, nvals, kind);
-  if (values_st) return values_st;
+  HCQ__TRY(hcq__var_values_check(vals, nvals, kind));
   for (size_t k = 0; k < ninputs; k++) {
     if (!inputs[k]) return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu is NULL", k);
     if (hcq__validating) {
       char what[32];
       snprintf(what, sizeof(what), "input %zu", k);
-      hcq_status_t vst = hcq__obj_check(&inputs[k]->obj, HCQ__OBJ_BUFFER, what);
-      if (vst) return vst;
+      HCQ__TRY(hcq__obj_check(&inputs[k]->obj, HCQ__OBJ_BUFFER, what));
     }
     for (size_t i = 0; i < k; i++)
       if (inputs[i] == inputs[k])
         return hcq_status_make(HCQ_INVALID_ARGUMENT, "input %zu (%s) is listed twice", k,
                                inputs[k]->label);
   }
+  return NULL;
+}
+
+/* The runner's input arrays: current, as built, pending; the first two hold the inputs. */
+static hcq_status_t take_inputs(hcq__runner_t *r, hcq_buffer_t *const *inputs, size_t ninputs) {
   r->ninputs = ninputs;
   r->inputs = calloc(ninputs ? ninputs : 1, sizeof(*r->inputs));
   r->build_inputs = calloc(ninputs ? ninputs : 1, sizeof(*r->build_inputs));
   r->pending_inputs = calloc(ninputs ? ninputs : 1, sizeof(*r->pending_inputs));
-  if (!r->inputs || !r->build_inputs || !r->pending_inputs) {
-    hcq__runner_deinit(r);
-    return oom();
-  }
+  if (!r->inputs || !r->build_inputs || !r->pending_inputs) return oom();
   for (size_t k = 0; k < ninputs; k++) {
     r->inputs[k] = hcq_buffer_retain(inputs[k]);
     r->build_inputs[k] = hcq_buffer_retain(inputs[k]);
   }
+  return NULL;
+}
 
-  hcq_status_t st = collect(r, items, nitems);
-  if (!st) {
-    r->values = calloc(r->vars.len + 1, sizeof(int64_t));
-    r->pending_values = calloc(r->vars.len + 1, sizeof(int64_t));
-    if (!r->values || !r->pending_values) st = oom();
-  }
-  for (size_t i = 0; i < r->vars.len && !st; i++) {
+/* Every variable's initial value (each one must have one, in its range). */
+static hcq_status_t take_initial_values(hcq__runner_t *r, const hcq_var_value_t *vals,
+                                        size_t nvals) {
+  r->values = calloc(r->vars.len + 1, sizeof(int64_t));
+  r->pending_values = calloc(r->vars.len + 1, sizeof(int64_t));
+  if (!r->values || !r->pending_values) return oom();
+  for (size_t i = 0; i < r->vars.len; i++) {
     const hcq_expr_t *var = r->vars.data[i];
     size_t k = 0;
     while (k < nvals && vals[k].var != var) k++;
     if (k == nvals)
-      st = hcq_status_make(HCQ_NOT_FOUND, "variable %s has no initial value", hcq_var_name(var));
-    else if (!(st = hcq_var_check(var, vals[k].value)))
-      r->values[i] = vals[k].value;
+      return hcq_status_make(HCQ_NOT_FOUND, "variable %s has no initial value", hcq_var_name(var));
+    HCQ__TRY(hcq_var_check(var, vals[k].value));
+    r->values[i] = vals[k].value;
   }
-  /* Second pass: every symbolic operand evaluates into its field with the initial values. */
-  for (size_t j = 0; j < nitems && !st; j++) {
+  return NULL;
+}
+
+/* Second pass: every symbolic operand evaluates into its field with the initial values. */
+static hcq_status_t check_kernel_items(const hcq_exec_item_t *items, size_t nitems,
+                                       const hcq_var_value_t *vals, size_t nvals) {
+  for (size_t j = 0; j < nitems; j++) {
+    if (items[j].kind != HCQ_ITEM_KERNEL) continue;
     char who[96];
-    snprintf(who, sizeof(who), "item %zu (%s)", j,
-             items[j].kind == HCQ_ITEM_KERNEL ? items[j].kernel.program->name : "");
-    if (items[j].kind == HCQ_ITEM_KERNEL)
-      st = hcq__kernel_item_check(&items[j].kernel, who, nvals ? vals : hcq__no_var_values, nvals);
+    snprintf(who, sizeof(who), "item %zu (%s)", j, items[j].kernel.program->name);
+    HCQ__TRY(
+        hcq__kernel_item_check(&items[j].kernel, who, nvals ? vals : hcq__no_var_values, nvals));
   }
-  if (!st) {
-    r->items = calloc(nitems, sizeof(*r->items));
-    if (!r->items) st = oom();
-  }
-  for (size_t j = 0; j < nitems && !st; j++) {
-    st = hcq__exec_item_copy(&items[j], &r->items[j]);
+  return NULL;
+}
+
+static hcq_status_t copy_items(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems) {
+  r->items = calloc(nitems, sizeof(*r->items));
+  if (!r->items) return oom();
+  for (size_t j = 0; j < nitems; j++) {
+    hcq_status_t st = hcq__exec_item_copy(&items[j], &r->items[j]);
     r->nitems = j + 1; /* a partly copied item is released safely: its arrays are NULL */
+    if (st) return st;
   }
-  if (!st) st = collect_aliasing(r);
-  for (uint32_t j = 0; j < r->nitems && !st; j++)
+  return NULL;
+}
+
+/* The kernels whose symbolic dims a replay must check, and the scratch that evaluates them. */
+static hcq_status_t prepare_symbolic_dims(hcq__runner_t *r) {
+  for (uint32_t j = 0; j < r->nitems; j++)
     if (r->items[j].kind == HCQ_ITEM_KERNEL && hcq__kernel_dims_symbolic(&r->items[j].kernel) &&
         !hcq__kernel_dims_always_ok(&r->items[j].kernel) && !hcq__vec_push(&r->symdim_items, j))
-      st = oom();
-  if (!st) {
-    r->eval_vals = calloc(r->vars.len + 1, sizeof(*r->eval_vals));
-    if (!r->eval_vals) st = oom();
-    for (size_t i = 0; i < r->vars.len && !st; i++) r->eval_vals[i].var = r->vars.data[i];
-  }
-  for (size_t i = 0; i < r->ndevices && !st; i++) st = hcq__device_check(r->devices[i]);
-  if (!st) {
-    static atomic_ulong counter;
-    char label[64];
-    snprintf(label, sizeof(label), "%s#%lu (%zu items)", kind, atomic_fetch_add(&counter, 1) + 1,
-             r->nitems);
-    r->label = strdup(label);
-    r->objs = calloc(r->ndevices, sizeof(*r->objs));
-    if (!r->label || !r->objs) st = oom();
-  }
+      return oom();
+  r->eval_vals = calloc(r->vars.len + 1, sizeof(*r->eval_vals));
+  if (!r->eval_vals) return oom();
+  for (size_t i = 0; i < r->vars.len; i++) r->eval_vals[i].var = r->vars.data[i];
+  return NULL;
+}
+
+/* The runner's label, and its object on each of its devices (what leak reports list). */
+static hcq_status_t register_objects(hcq__runner_t *r, const char *kind) {
+  static atomic_ulong counter;
+  char label[64];
+  snprintf(label, sizeof(label), "%s#%lu (%zu items)", kind, atomic_fetch_add(&counter, 1) + 1,
+           r->nitems);
+  r->label = strdup(label);
+  r->objs = calloc(r->ndevices, sizeof(*r->objs));
+  if (!r->label || !r->objs) return oom();
   bool jit = !strcmp(kind, "jit");
-  for (size_t i = 0; i < r->ndevices && !st; i++)
+  for (size_t i = 0; i < r->ndevices; i++)
     hcq__obj_add_from(r->devices[i], &r->objs[i], jit ? HCQ__OBJ_JIT : HCQ__OBJ_GRAPH, r->label,
                       jit ? "hcq_jit_create" : "hcq_graph_create");
-  if (st) hcq__runner_deinit(r);
+  return NULL;
+}
+
+hcq_status_t hcq__runner_init(hcq__runner_t *r, const hcq_exec_item_t *items, size_t nitems,
+                              hcq_buffer_t *const *inputs, size_t ninputs,
+                              const hcq_var_value_t *vals, size_t nvals, const char *kind) {
+  memset(r, 0, sizeof(*r));
+  HCQ__TRY(check_init_args(items, nitems, inputs, ninputs, vals, nvals, kind));
+  hcq_status_t st;
+  if ((st = take_inputs(r, inputs, ninputs))) goto fail;
+  if ((st = collect(r, items, nitems))) goto fail;
+  if ((st = take_initial_values(r, vals, nvals))) goto fail;
+  if ((st = check_kernel_items(items, nitems, vals, nvals))) goto fail;
+  if ((st = copy_items(r, items, nitems))) goto fail;
+  if ((st = collect_aliasing(r))) goto fail;
+  if ((st = prepare_symbolic_dims(r))) goto fail;
+  for (size_t i = 0; i < r->ndevices; i++)
+    if ((st = hcq__device_check(r->devices[i]))) goto fail;
+  if ((st = register_objects(r, kind))) goto fail;
+  return NULL;
+fail:
+  hcq__runner_deinit(r);
   return st;
 }
 

@@ -2,7 +2,7 @@
  * items, checked (exec_item.h), and the devices they use; input slots (which item argument each
  * input replaces at a replay) and the aliasing checks on replacements; the graph's variables;
  * staging a replay's arguments; one thread at a time. hcq__graph_alloc (graph_internal.h) builds
- * each of the three runners (hcq_graph.c here, src/cuda/cuda_graph.c, src/metal/metal_graph.c) on
+ * each of the three runners (queue_graph.c here, src/cuda/cuda_graph.c, src/metal/metal_graph.c) on
  * one, and they differ only in how they encode and replay the items. A jit keeps one of its own, to
  * stage its replays and run the items left out of its graphs eagerly. */
 #ifndef HCQ_GRAPH_RUNNER_H
@@ -14,7 +14,7 @@
 #include "graph/exec_item.h"
 #include "hcq/graph.h"
 
-/* The HCQ graph tracks devices in 64-bit sets. */
+/* The queue graph tracks devices in 64-bit sets. */
 #define HCQ__GRAPH_MAX_DEVICES 64
 
 typedef struct hcq__input_slot {

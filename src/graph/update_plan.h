@@ -61,8 +61,8 @@ void hcq__update_plan_free(hcq__update_plan_t *plan);
 /* Evaluates the items that depend on an input or variable whose value differs from the last
  * committed replay (and items left stale by an abort) and lists, ascending, those whose operands
  * differ from what the graph holds. values are per variable, in the order given at create.
- * Nothing held changes. Fails (OUT_OF_RANGE naming the item and operand) when an operand does
- * not fit its field; then nothing is listed. */
+ * Nothing held changes, and nothing is allocated (create sized every list). Fails (OUT_OF_RANGE
+ * naming the item and operand) when an operand does not fit its field; then nothing is listed. */
 HCQ_MUST_USE hcq_status_t hcq__update_plan_prepare(hcq__update_plan_t *plan, const uint64_t *inputs,
                                                    const int64_t *values,
                                                    const uint32_t **out_items, size_t *out_count);
@@ -76,8 +76,6 @@ void hcq__update_plan_abort(hcq__update_plan_t *plan);
 
 /* Items that can ever change (they hold an input, a symbolic value or a symbolic dim). */
 size_t hcq__update_plan_updatable_count(const hcq__update_plan_t *plan);
-/* Items the last prepare evaluated (tests check that the work follows what changed). */
-size_t hcq__update_plan_evaluated_count(const hcq__update_plan_t *plan);
 
 /* The plan of a graph runner's items (kernels and transfers, input slots, variables) as
  * instantiated with its build inputs and initial values: what every graph runner that patches an

@@ -144,6 +144,34 @@ hcq_status_t hcq__gf_open_device(gf_loader_t *L, const char *name, hcq_device_t 
   return NULL;
 }
 
+/* "format": "hcq-graph/1", nothing else. */
+static hcq_status_t check_format(gf_loader_t *L, const json_t *format) {
+  size_t m = hcq__gf_push(L, "format");
+  hcq_status_t st = NULL;
+  if (!format)
+    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "missing (\"format\": \"hcq-graph/1\")");
+  else if (!json_is_string(format) || strcmp(json_string_value(format), "hcq-graph/1"))
+    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must be \"hcq-graph/1\"");
+  hcq__gf_pop(L, m);
+  return st;
+}
+
+/* The parsed document root, section by section in the order they depend on each other. */
+static hcq_status_t load_root(gf_loader_t *L, const json_t *root) {
+  static const char *const keys[] = {"format", "vars",   "buffers", "programs",
+                                     "items",  "inputs", "runs",    NULL};
+  HCQ__TRY(hcq__gf_expect(L, root, JSON_OBJECT, "a JSON object"));
+  HCQ__TRY(hcq__gf_only_keys(L, root, keys));
+  HCQ__TRY(check_format(L, json_object_get(root, "format")));
+  HCQ__TRY(hcq__gf_parse_vars(L, json_object_get(root, "vars")));
+  HCQ__TRY(hcq__gf_parse_buffers(L, json_object_get(root, "buffers")));
+  HCQ__TRY(hcq__gf_parse_programs(L, json_object_get(root, "programs")));
+  HCQ__TRY(hcq__gf_parse_items(L, json_object_get(root, "items")));
+  HCQ__TRY(hcq__gf_parse_inputs(L, json_object_get(root, "inputs")));
+  HCQ__TRY(hcq__gf_parse_runs(L, json_object_get(root, "runs")));
+  return hcq__gf_check_items(L);
+}
+
 static hcq_status_t load(gf_loader_t *L, const char *text, size_t len) {
   json_error_t err;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
@@ -151,26 +179,7 @@ static hcq_status_t load(gf_loader_t *L, const char *text, size_t len) {
     return hcq_status_make(HCQ_INVALID_ARGUMENT, "%s:%d:%d: %s", L->name,
                            err.line < 0 ? 0 : err.line, err.column < 0 ? 0 : err.column, err.text);
   }
-  hcq_status_t st = hcq__gf_expect(L, root, JSON_OBJECT, "a JSON object");
-  static const char *const keys[] = {"format", "vars",   "buffers", "programs",
-                                     "items",  "inputs", "runs",    NULL};
-  if (!st) st = hcq__gf_only_keys(L, root, keys);
-  if (!st) {
-    const json_t *format = json_object_get(root, "format");
-    size_t m = hcq__gf_push(L, "format");
-    if (!format)
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "missing (\"format\": \"hcq-graph/1\")");
-    else if (!json_is_string(format) || strcmp(json_string_value(format), "hcq-graph/1"))
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must be \"hcq-graph/1\"");
-    hcq__gf_pop(L, m);
-  }
-  if (!st) st = hcq__gf_parse_vars(L, json_object_get(root, "vars"));
-  if (!st) st = hcq__gf_parse_buffers(L, json_object_get(root, "buffers"));
-  if (!st) st = hcq__gf_parse_programs(L, json_object_get(root, "programs"));
-  if (!st) st = hcq__gf_parse_items(L, json_object_get(root, "items"));
-  if (!st) st = hcq__gf_parse_inputs(L, json_object_get(root, "inputs"));
-  if (!st) st = hcq__gf_parse_runs(L, json_object_get(root, "runs"));
-  if (!st) st = hcq__gf_check_items(L);
+  hcq_status_t st = load_root(L, root);
   json_decref(root);
   return st;
 }
@@ -192,17 +201,18 @@ hcq_status_t hcq_graph_file_load_text(const char *text, size_t len, const char *
   hcq_status_t st = load(&L, text ? text : "", len);
   free(L.input_of);
   free(L.var_exprs);
-  for (size_t i = 0; i < L.gf->buffers.len && !st; i++)
-    if (!L.gf->buffers.data[i].is_view) st = hcq__gf_write_init(&L.gf->buffers.data[i]);
-  if (st) {
-    /* Initial copies may still be in flight: let them land before freeing. */
-    for (size_t i = 0; i < L.gf->ndevices; i++)
-      hcq_status_destroy(hcq_device_synchronize(L.gf->devices[i]));
-    gf_free(L.gf);
-    return st;
-  }
+  if (st) goto fail;
+  for (size_t i = 0; i < L.gf->buffers.len; i++)
+    if (!L.gf->buffers.data[i].is_view && (st = hcq__gf_write_init(&L.gf->buffers.data[i])))
+      goto fail;
   *out_file = L.gf;
   return NULL;
+fail:
+  /* Initial copies may still be in flight: let them land before freeing. */
+  for (size_t i = 0; i < L.gf->ndevices; i++)
+    hcq_status_destroy(hcq_device_synchronize(L.gf->devices[i]));
+  gf_free(L.gf);
+  return st;
 }
 
 hcq_status_t hcq_graph_file_load(const char *path, const hcq_graph_file_options_t *options,

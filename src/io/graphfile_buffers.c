@@ -36,6 +36,12 @@ static bool push_buffer(hcq_graph_file_t *gf, gf_buffer_t b) {
   return false;
 }
 
+/* The device a buffer names ("device": "CPU:0"). */
+static hcq_status_t open_named_device(gf_loader_t *L, const json_t *jdev, hcq_device_t **out) {
+  HCQ__TRY(hcq__gf_expect(L, jdev, JSON_STRING, "a device name"));
+  return hcq__gf_open_device(L, json_string_value(jdev), out);
+}
+
 static hcq_status_t add_base_buffer(gf_loader_t *L, const char *key, const json_t *v) {
   hcq_graph_file_t *gf = L->gf;
   static const char *const keys[] = {"device", "bytes", "init", NULL};
@@ -64,18 +70,24 @@ static hcq_status_t add_base_buffer(gf_loader_t *L, const char *key, const json_
   const json_t *init = json_object_get(v, "init");
   if (init && (st = hcq__gf_parse_init(L, init, &b))) return st;
   m = hcq__gf_push(L, ".device");
-  if (!(st = hcq__gf_expect(L, jdev, JSON_STRING, "a device name")))
-    st = hcq__gf_open_device(L, json_string_value(jdev), &b.dev);
+  st = open_named_device(L, jdev, &b.dev);
   hcq__gf_pop(L, m);
-  if (!st && (st = hcq_buffer_create(b.dev, b.bytes, &b.buf))) st = hcq__gf_wrap(L, st);
-  if (!st) hcq_buffer_set_label(b.buf, key);
-  b.name = strdup(key);
-  if (!st && (!b.name || !push_buffer(gf, b))) st = hcq__gf_oom(L);
-  if (st) {
-    hcq_buffer_release(b.buf);
-    free(b.name);
-    free(b.init_data);
+  if (st) goto fail;
+  if ((st = hcq_buffer_create(b.dev, b.bytes, &b.buf))) {
+    st = hcq__gf_wrap(L, st);
+    goto fail;
   }
+  hcq_buffer_set_label(b.buf, key);
+  b.name = strdup(key);
+  if (!b.name || !push_buffer(gf, b)) {
+    st = hcq__gf_oom(L);
+    goto fail;
+  }
+  return NULL;
+fail:
+  hcq_buffer_release(b.buf);
+  free(b.name);
+  free(b.init_data);
   return st;
 }
 
@@ -102,27 +114,33 @@ static bool view_seen(const view_walk_t *w, const char *name) {
 }
 
 /* The fields of view key that do not depend on its base; *base_name is the buffer it views. */
+/* View key's fields and the buffer it views, under the view's path (what it pushes, the caller
+ * pops). */
+static hcq_status_t check_view_fields(gf_loader_t *L, const json_t *buffers, const char *key,
+                                      const char **base_name) {
+  const json_t *v = json_object_get(buffers, key);
+  static const char *const keys[] = {"view", "offset", "bytes", NULL};
+  HCQ__TRY(hcq__gf_only_keys(L, v, keys));
+  if (!json_object_get(v, "bytes"))
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                        "a view needs view and bytes (offset defaults to 0)");
+  hcq__gf_push(L, ".view");
+  const json_t *jview = json_object_get(v, "view");
+  HCQ__TRY(hcq__gf_expect(L, jview, JSON_STRING, "a buffer name"));
+  *base_name = json_string_value(jview);
+  if (!json_object_get(buffers, *base_name))
+    return hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown buffer \"%.64s\"", *base_name);
+  if (!strcmp(*base_name, key))
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a view cannot view itself");
+  return NULL;
+}
+
 static hcq_status_t check_view(gf_loader_t *L, const json_t *buffers, const char *key,
                                const char **base_name) {
-  const json_t *v = json_object_get(buffers, key);
   size_t m = hcq__gf_push(L, "buffers");
   hcq__gf_push_key(L, key);
-  static const char *const keys[] = {"view", "offset", "bytes", NULL};
-  hcq_status_t st = hcq__gf_only_keys(L, v, keys);
-  const json_t *jview = json_object_get(v, "view");
-  if (!st && !json_object_get(v, "bytes"))
-    st =
-        hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a view needs view and bytes (offset defaults to 0)");
-  size_t m3 = hcq__gf_push(L, ".view");
-  if (!st && !(st = hcq__gf_expect(L, jview, JSON_STRING, "a buffer name"))) {
-    *base_name = json_string_value(jview);
-    if (!json_object_get(buffers, *base_name))
-      st = hcq__gf_fail(L, HCQ_NOT_FOUND, "unknown buffer \"%.64s\"", *base_name);
-    else if (!strcmp(*base_name, key))
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "a view cannot view itself");
-  }
-  hcq__gf_pop(L, m3);
-  hcq__gf_pop(L, m);
+  hcq_status_t st = check_view_fields(L, buffers, key, base_name);
+  hcq__gf_pop(L, m); /* and what check_view_fields pushed */
   return st;
 }
 
@@ -200,8 +218,7 @@ static hcq_status_t resolve_view(gf_loader_t *L, const json_t *buffers, view_wal
                                  const char *key) {
   hcq_graph_file_t *gf = L->gf;
   w->chain.len = 0;
-  hcq_status_t st = NULL;
-  for (const char *at = key; !st && hcq__gf_find_buffer(gf, at) < 0;) {
+  for (const char *at = key; hcq__gf_find_buffer(gf, at) < 0;) {
     /* Earlier walks created every view they reached (or failed the load): a view seen before
      * and still missing is on this walk's chain. */
     if (view_seen(w, at)) {
@@ -213,10 +230,10 @@ static hcq_status_t resolve_view(gf_loader_t *L, const json_t *buffers, view_wal
         !hcq__htab_add(&w->seen, hcq__hash_str(at), w->names.len - 1) ||
         !hcq__vec_push(&w->chain, at))
       return hcq__gf_oom(L);
-    st = check_view(L, buffers, at, &at);
+    HCQ__TRY(check_view(L, buffers, at, &at));
   }
-  for (size_t i = w->chain.len; i-- > 0 && !st;) st = make_view(L, buffers, w->chain.data[i]);
-  return st;
+  for (size_t i = w->chain.len; i-- > 0;) HCQ__TRY(make_view(L, buffers, w->chain.data[i]));
+  return NULL;
 }
 
 hcq_status_t hcq__gf_parse_buffers(gf_loader_t *L, const json_t *buffers) {

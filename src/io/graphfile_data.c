@@ -171,39 +171,31 @@ static uint32_t uniform_f32_word(const gf_buffer_t *b, uint64_t i) {
 
 static hcq_status_t parse_uniform_f32(gf_loader_t *L, const json_t *v, gf_buffer_t *b) {
   static const char *const keys[] = {"seed", "lo", "hi", NULL};
-  hcq_status_t st =
-      hcq__gf_expect(L, v, JSON_OBJECT, "an object {\"seed\": S, \"lo\": A, \"hi\": B}");
-  if (!st) st = hcq__gf_only_keys(L, v, keys);
+  HCQ__TRY(hcq__gf_expect(L, v, JSON_OBJECT, "an object {\"seed\": S, \"lo\": A, \"hi\": B}"));
+  HCQ__TRY(hcq__gf_only_keys(L, v, keys));
   const char *names[3] = {"seed", "lo", "hi"};
-  for (int k = 0; k < 3 && !st; k++)
+  for (int k = 0; k < 3; k++)
     if (!json_object_get(v, names[k]))
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "needs \"%s\"", names[k]);
-  if (st) return st;
+      return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "needs \"%s\"", names[k]);
   int64_t seed;
-  size_t m = hcq__gf_push(L, ".seed");
-  st = hcq__gf_get_int(L, json_object_get(v, "seed"), 0, INT64_MAX, &seed);
-  hcq__gf_pop(L, m);
-  if (!st) {
-    m = hcq__gf_push(L, ".lo");
-    st = hcq__gf_get_f32(L, json_object_get(v, "lo"), &b->init_lo);
+  HCQ__TRY(hcq__gf_get_int_at(L, ".seed", json_object_get(v, "seed"), 0, INT64_MAX, &seed));
+  b->init_value = (uint64_t)seed;
+  HCQ__TRY(hcq__gf_get_f32_at(L, ".lo", json_object_get(v, "lo"), &b->init_lo));
+  HCQ__TRY(hcq__gf_get_f32_at(L, ".hi", json_object_get(v, "hi"), &b->init_hi));
+  if (!(b->init_lo <= b->init_hi)) {
+    size_t m = hcq__gf_push(L, ".hi");
+    hcq_status_t st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "%g is below lo %g", (double)b->init_hi,
+                                   (double)b->init_lo);
     hcq__gf_pop(L, m);
-  }
-  if (!st) {
-    m = hcq__gf_push(L, ".hi");
-    st = hcq__gf_get_f32(L, json_object_get(v, "hi"), &b->init_hi);
-    if (!st && !(b->init_lo <= b->init_hi))
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "%g is below lo %g", (double)b->init_hi,
-                        (double)b->init_lo);
-    hcq__gf_pop(L, m);
+    return st;
   }
   /* hi - lo past FLT_MAX would make every value +inf (NaN at u = 0), not lo <= x < hi. */
-  if (!st && !isfinite(b->init_hi - b->init_lo))
-    st = hcq__gf_fail(
+  if (!isfinite(b->init_hi - b->init_lo))
+    return hcq__gf_fail(
         L, HCQ_OUT_OF_RANGE,
         "lo %.9g, hi %.9g: hi - lo overflows a float, so the values would be infinite",
         json_number_value(json_object_get(v, "lo")), json_number_value(json_object_get(v, "hi")));
-  b->init_value = (uint64_t)seed;
-  return st;
+  return NULL;
 }
 
 void hcq_graph_file_random_bytes(uint64_t seed, void *dst, size_t size) {
@@ -300,6 +292,25 @@ out:
 }
 
 /* Writes a base buffer's initial contents (through the device's copyin, so it is ordered). */
+/* Bytes [done, done + n) of b's generated contents into tmp; *state is the random generator's,
+ * advanced by a chunk (the generator is sequential: the stream is made chunk by chunk). */
+static void generate_chunk(const gf_buffer_t *b, uint64_t *state, uint64_t done, size_t n,
+                           size_t chunk, uint8_t *tmp) {
+  if (b->init == GF_INIT_RANDOM) {
+    hcq_graph_file_random_bytes(*state, tmp, n);
+    *state += UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)(chunk / 8);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t at = done + i;
+    uint32_t word = b->init == GF_INIT_IOTA32        ? (uint32_t)(at / 4)
+                    : b->init == GF_INIT_FILL32      ? (uint32_t)b->init_value
+                    : b->init == GF_INIT_UNIFORM_F32 ? uniform_f32_word(b, at / 4)
+                                                     : 0;
+    tmp[i] = (uint8_t)(word >> (8 * (at % 4)));
+  }
+}
+
 hcq_status_t hcq__gf_write_init(const gf_buffer_t *b) {
   if (b->init == GF_INIT_DATA) return hcq_buffer_copyin(b->buf, 0, b->init_data, b->bytes);
   /* Small buffers get a small scratch: a file of 100k tiny buffers must not map 100k MiB. */
@@ -307,28 +318,11 @@ hcq_status_t hcq__gf_write_init(const gf_buffer_t *b) {
   uint8_t *tmp = malloc(chunk);
   if (!tmp) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory initializing %s", b->name);
   hcq_status_t st = NULL;
-  if (b->init == GF_INIT_RANDOM) {
-    /* The generator is sequential: produce the whole stream chunk by chunk. */
-    uint64_t state = b->init_value;
-    for (uint64_t done = 0; done < b->bytes && !st; done += chunk) {
-      size_t n = b->bytes - done < chunk ? (size_t)(b->bytes - done) : chunk;
-      hcq_graph_file_random_bytes(state, tmp, n);
-      state += UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)(chunk / 8);
-      st = hcq_buffer_copyin(b->buf, done, tmp, n);
-    }
-  } else {
-    for (uint64_t done = 0; done < b->bytes && !st; done += chunk) {
-      size_t n = b->bytes - done < chunk ? (size_t)(b->bytes - done) : chunk;
-      for (size_t i = 0; i < n; i++) {
-        uint64_t at = done + i;
-        uint32_t word = b->init == GF_INIT_IOTA32        ? (uint32_t)(at / 4)
-                        : b->init == GF_INIT_FILL32      ? (uint32_t)b->init_value
-                        : b->init == GF_INIT_UNIFORM_F32 ? uniform_f32_word(b, at / 4)
-                                                         : 0;
-        tmp[i] = (uint8_t)(word >> (8 * (at % 4)));
-      }
-      st = hcq_buffer_copyin(b->buf, done, tmp, n);
-    }
+  uint64_t state = b->init_value;
+  for (uint64_t done = 0; done < b->bytes; done += chunk) {
+    size_t n = b->bytes - done < chunk ? (size_t)(b->bytes - done) : chunk;
+    generate_chunk(b, &state, done, n, chunk, tmp);
+    if ((st = hcq_buffer_copyin(b->buf, done, tmp, n))) break;
   }
   free(tmp);
   return st;

@@ -114,6 +114,21 @@ hcq_status_t hcq__gf_get_f32(gf_loader_t *L, const json_t *j, float *out) {
   return NULL;
 }
 
+hcq_status_t hcq__gf_get_int_at(gf_loader_t *L, const char *path, const json_t *j, int64_t lo,
+                                int64_t hi, int64_t *out) {
+  size_t m = hcq__gf_push(L, "%s", path);
+  hcq_status_t st = hcq__gf_get_int(L, j, lo, hi, out);
+  hcq__gf_pop(L, m);
+  return st;
+}
+
+hcq_status_t hcq__gf_get_f32_at(gf_loader_t *L, const char *path, const json_t *j, float *out) {
+  size_t m = hcq__gf_push(L, "%s", path);
+  hcq_status_t st = hcq__gf_get_f32(L, j, out);
+  hcq__gf_pop(L, m);
+  return st;
+}
+
 hcq_status_t hcq__gf_oom(gf_loader_t *L) {
   return hcq__gf_fail(L, HCQ_OUT_OF_MEMORY, "out of memory");
 }
@@ -122,8 +137,8 @@ hcq_status_t hcq__gf_oom(gf_loader_t *L) {
 hcq_status_t hcq__gf_required_section(gf_loader_t *L, const json_t *j, json_type type,
                                       const char *what) {
   if (!j) return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "missing (a graph file needs it)");
-  hcq_status_t st = hcq__gf_expect(L, j, type, what);
-  if (!st && (type == JSON_OBJECT ? json_object_size(j) : json_array_size(j)) == 0)
-    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "is empty");
-  return st;
+  HCQ__TRY(hcq__gf_expect(L, j, type, what));
+  if ((type == JSON_OBJECT ? json_object_size(j) : json_array_size(j)) == 0)
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "is empty");
+  return NULL;
 }

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <sys/types.h>
 
+#include "core/status.h"
 #include "core/vec.h"
 #include "hcq/graphfile.h"
 #include "io/htab.h"
@@ -105,6 +106,11 @@ HCQ_MUST_USE hcq_status_t hcq__gf_only_keys(gf_loader_t *L, const json_t *obj,
 HCQ_MUST_USE hcq_status_t hcq__gf_get_int(gf_loader_t *L, const json_t *j, int64_t lo, int64_t hi,
                                           int64_t *out);
 HCQ_MUST_USE hcq_status_t hcq__gf_get_f32(gf_loader_t *L, const json_t *j, float *out);
+/* The same for a member at path (".min"), pushed for the read and popped after. */
+HCQ_MUST_USE hcq_status_t hcq__gf_get_int_at(gf_loader_t *L, const char *path, const json_t *j,
+                                             int64_t lo, int64_t hi, int64_t *out);
+HCQ_MUST_USE hcq_status_t hcq__gf_get_f32_at(gf_loader_t *L, const char *path, const json_t *j,
+                                             float *out);
 HCQ_MUST_USE hcq_status_t hcq__gf_required_section(gf_loader_t *L, const json_t *j, json_type type,
                                                    const char *what);
 

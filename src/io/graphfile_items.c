@@ -47,27 +47,37 @@ static hcq_status_t parse_operand(gf_loader_t *L, const json_t *j, int64_t lo, i
   return NULL;
 }
 
+/* One launch dim: >= 1. */
+static hcq_status_t parse_dim(gf_loader_t *L, const json_t *j, hcq_operand_t *dim) {
+  HCQ__TRY(parse_operand(L, j, 0, UINT32_MAX, dim));
+  /* Missing dims are 1; an explicit constant 0 would run nothing, silently. */
+  if (dim->sym ? hcq_expr_is_const(dim->sym) && hcq_expr_const_value(dim->sym) == 0 : !dim->value)
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                        "is 0 (launch dims must be >= 1; use 1 for unused dims)");
+  return NULL;
+}
+
+/* 1 to 3 dims (what it pushes on failure, the caller pops). */
+static hcq_status_t parse_dim_array(gf_loader_t *L, const json_t *j, hcq_operand_t dims[3]) {
+  HCQ__TRY(hcq__gf_expect(L, j, JSON_ARRAY, "an array of 1 to 3 sizes"));
+  if (json_array_size(j) < 1 || json_array_size(j) > 3)
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must have 1 to 3 entries, not %zu",
+                        json_array_size(j));
+  for (size_t i = 0; i < json_array_size(j); i++) {
+    size_t m = hcq__gf_push(L, "[%zu]", i);
+    HCQ__TRY(parse_dim(L, json_array_get(j, i), &dims[i]));
+    hcq__gf_pop(L, m);
+  }
+  return NULL;
+}
+
 static hcq_status_t parse_dims(gf_loader_t *L, const json_t *j, const char *name,
                                hcq_operand_t dims[3]) {
   for (int i = 0; i < 3; i++) dims[i] = hcq_imm(1);
   if (!j) return NULL;
   size_t m = hcq__gf_push(L, ".%s", name);
-  hcq_status_t st = hcq__gf_expect(L, j, JSON_ARRAY, "an array of 1 to 3 sizes");
-  if (!st && (json_array_size(j) < 1 || json_array_size(j) > 3))
-    st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "must have 1 to 3 entries, not %zu",
-                      json_array_size(j));
-  for (size_t i = 0; i < json_array_size(j) && !st; i++) {
-    size_t m2 = hcq__gf_push(L, "[%zu]", i);
-    st = parse_operand(L, json_array_get(j, i), 0, UINT32_MAX, &dims[i]);
-    /* Missing dims are 1; an explicit constant 0 would run nothing, silently. */
-    if (!st &&
-        (dims[i].sym ? hcq_expr_is_const(dims[i].sym) && hcq_expr_const_value(dims[i].sym) == 0
-                     : !dims[i].value))
-      st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
-                        "is 0 (launch dims must be >= 1; use 1 for unused dims)");
-    hcq__gf_pop(L, m2);
-  }
-  hcq__gf_pop(L, m);
+  hcq_status_t st = parse_dim_array(L, j, dims);
+  hcq__gf_pop(L, m); /* and what parse_dim_array pushed */
   return st;
 }
 
@@ -80,10 +90,14 @@ static hcq_status_t optional_array(gf_loader_t *L, const json_t *j, const char *
   char kind[64];
   snprintf(kind, sizeof(kind), "an array of %s", what);
   hcq_status_t st = hcq__gf_expect(L, j, JSON_ARRAY, kind);
-  if (!st && json_array_size(j) > max)
+  if (st) goto done;
+  if (json_array_size(j) > max) {
     st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "at most %zu %s", max, noun);
+    goto done;
+  }
+  *n = json_array_size(j);
+done:
   hcq__gf_pop(L, m);
-  if (!st) *n = json_array_size(j);
   return st;
 }
 
@@ -117,11 +131,13 @@ static hcq_status_t kernel_bufs(gf_loader_t *L, const json_t *jbufs, hcq_kernel_
   hcq_buffer_t **bufs = calloc(nbufs + 1, sizeof(*bufs));
   if (!bufs) return hcq__gf_oom(L);
   k->bufs = bufs;
-  for (size_t i = 0; i < nbufs && !st; i++) {
+  for (size_t i = 0; i < nbufs; i++) {
     size_t m = hcq__gf_push(L, ".bufs[%zu]", i);
     gf_buffer_t *b;
-    if (!(st = hcq__gf_buffer_ref(L, json_array_get(jbufs, i), &b))) bufs[i] = b->buf;
+    st = hcq__gf_buffer_ref(L, json_array_get(jbufs, i), &b);
     hcq__gf_pop(L, m);
+    if (st) break;
+    bufs[i] = b->buf;
   }
   k->nbufs = nbufs;
   return st;
@@ -162,23 +178,23 @@ static hcq_status_t kernel_outs(gf_loader_t *L, const json_t *jouts, hcq_kernel_
   if (!outs) return hcq__gf_oom(L);
   k->outs = outs;
   for (size_t i = 0; !jouts && i < nbufs; i++) outs[i] = (uint32_t)i;
-  hcq_status_t st = NULL;
   if (jouts) {
     size_t m = hcq__gf_push(L, ".outs");
-    st = hcq__gf_expect(L, jouts, JSON_ARRAY, "an array of buffer indices");
+    hcq_status_t st = hcq__gf_expect(L, jouts, JSON_ARRAY, "an array of buffer indices");
     hcq__gf_pop(L, m);
-    for (size_t i = 0; i < nouts && !st; i++) {
+    if (st) return st;
+    for (size_t i = 0; i < nouts; i++) {
       m = hcq__gf_push(L, ".outs[%zu]", i);
       int64_t o;
-      if (nbufs == 0)
-        st = hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "the kernel has no buffers");
-      else if (!(st = hcq__gf_get_int(L, json_array_get(jouts, i), 0, (int64_t)nbufs - 1, &o)))
-        outs[i] = (uint32_t)o;
+      st = nbufs == 0 ? hcq__gf_fail(L, HCQ_OUT_OF_RANGE, "the kernel has no buffers")
+                      : hcq__gf_get_int(L, json_array_get(jouts, i), 0, (int64_t)nbufs - 1, &o);
       hcq__gf_pop(L, m);
+      if (st) return st;
+      outs[i] = (uint32_t)o;
     }
   }
-  k->nouts = st ? 0 : nouts;
-  return st;
+  k->nouts = nouts;
+  return NULL;
 }
 
 /* "vals": 32-bit operands. k->nvals counts those parsed, whose expressions the item releases. */
@@ -190,13 +206,14 @@ static hcq_status_t kernel_vals(gf_loader_t *L, const json_t *jvals, hcq_kernel_
   hcq_operand_t *vals = calloc(nvals + 1, sizeof(*vals));
   if (!vals) return hcq__gf_oom(L);
   k->vals = vals;
-  for (size_t i = 0; i < nvals && !st; i++) {
+  for (size_t i = 0; i < nvals; i++) {
     size_t m = hcq__gf_push(L, ".vals[%zu]", i);
     st = parse_operand(L, json_array_get(jvals, i), INT32_MIN, INT32_MAX, &vals[i]);
     hcq__gf_pop(L, m);
-    k->nvals = i + (st ? 0 : 1);
+    if (st) return st;
+    k->nvals = i + 1;
   }
-  return st;
+  return NULL;
 }
 
 static hcq_status_t parse_kernel(gf_loader_t *L, const json_t *j, hcq_exec_item_t *it) {
@@ -219,78 +236,89 @@ static hcq_status_t parse_kernel(gf_loader_t *L, const json_t *j, hcq_exec_item_
   size_t m = hcq__gf_push(L, ".kernel");
   st = hcq__gf_program_for(L, prog, dev, &k->program);
   hcq__gf_pop(L, m);
+  if (st) return st;
   /* Counts the program declares (or its compiled code tells): bad input, like an unknown buffer. */
-  if (!st && !hcq__program_args_ok(k->program, k->nbufs, k->nvals))
-    st = hcq__gf_wrap(L, hcq__program_check_args(k->program, k->nbufs, k->nvals, "bufs and vals"));
+  if (!hcq__program_args_ok(k->program, k->nbufs, k->nvals))
+    return hcq__gf_wrap(L,
+                        hcq__program_check_args(k->program, k->nbufs, k->nvals, "bufs and vals"));
+  return NULL;
+}
+
+/* Member name of a copy ("dst", "src"): a buffer. */
+static hcq_status_t copy_buffer(gf_loader_t *L, const json_t *c, const char *name,
+                                gf_buffer_t **out) {
+  size_t m = hcq__gf_push(L, ".%s", name);
+  const json_t *j = json_object_get(c, name);
+  hcq_status_t st =
+      j ? hcq__gf_buffer_ref(L, j, out) : hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "missing");
+  hcq__gf_pop(L, m);
   return st;
+}
+
+/* "copy": {dst, src, bytes} (bytes default to the smaller buffer's size). */
+static hcq_status_t parse_copy_fields(gf_loader_t *L, const json_t *c, hcq_exec_item_t *it) {
+  static const char *const ckeys[] = {"dst", "src", "bytes", NULL};
+  HCQ__TRY(hcq__gf_expect(L, c, JSON_OBJECT, "an object {dst, src, bytes}"));
+  HCQ__TRY(hcq__gf_only_keys(L, c, ckeys));
+  gf_buffer_t *dst = NULL, *src = NULL;
+  HCQ__TRY(copy_buffer(L, c, "dst", &dst));
+  HCQ__TRY(copy_buffer(L, c, "src", &src));
+  uint64_t ds = hcq_buffer_size(dst->buf), ss = hcq_buffer_size(src->buf);
+  uint64_t bytes = ds < ss ? ds : ss;
+  const json_t *jb = json_object_get(c, "bytes");
+  it->kind = HCQ_ITEM_TRANSFER;
+  it->transfer = (hcq_transfer_item_t){dst->buf, src->buf, bytes};
+  if (jb) {
+    int64_t b;
+    HCQ__TRY(hcq__gf_get_int_at(L, ".bytes", jb, 0, (int64_t)bytes, &b));
+    it->transfer.bytes = (uint64_t)b;
+  }
+  return NULL;
 }
 
 static hcq_status_t parse_copy(gf_loader_t *L, const json_t *j, hcq_exec_item_t *it) {
   static const char *const keys[] = {"copy", NULL};
-  hcq_status_t st = hcq__gf_only_keys(L, j, keys);
-  if (st) return st;
-  const json_t *c = json_object_get(j, "copy");
+  HCQ__TRY(hcq__gf_only_keys(L, j, keys));
   size_t m = hcq__gf_push(L, ".copy");
-  static const char *const ckeys[] = {"dst", "src", "bytes", NULL};
-  gf_buffer_t *dst = NULL, *src = NULL;
-  if (!(st = hcq__gf_expect(L, c, JSON_OBJECT, "an object {dst, src, bytes}")) &&
-      !(st = hcq__gf_only_keys(L, c, ckeys))) {
-    size_t m2 = hcq__gf_push(L, ".dst");
-    const json_t *jd = json_object_get(c, "dst");
-    st = jd ? hcq__gf_buffer_ref(L, jd, &dst) : hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "missing");
-    hcq__gf_pop(L, m2);
-  }
-  if (!st) {
-    size_t m2 = hcq__gf_push(L, ".src");
-    const json_t *js = json_object_get(c, "src");
-    st = js ? hcq__gf_buffer_ref(L, js, &src) : hcq__gf_fail(L, HCQ_INVALID_ARGUMENT, "missing");
-    hcq__gf_pop(L, m2);
-  }
-  if (!st) {
-    uint64_t ds = hcq_buffer_size(dst->buf), ss = hcq_buffer_size(src->buf);
-    uint64_t bytes = ds < ss ? ds : ss;
-    const json_t *jb = json_object_get(c, "bytes");
-    if (jb) {
-      size_t m2 = hcq__gf_push(L, ".bytes");
-      int64_t b;
-      if (!(st = hcq__gf_get_int(L, jb, 0, (int64_t)bytes, &b))) bytes = (uint64_t)b;
-      hcq__gf_pop(L, m2);
-    }
-    it->kind = HCQ_ITEM_TRANSFER;
-    it->transfer = (hcq_transfer_item_t){dst->buf, src->buf, bytes};
-  }
+  hcq_status_t st = parse_copy_fields(L, json_object_get(j, "copy"), it);
   hcq__gf_pop(L, m);
+  return st;
+}
+
+/* Item j: a kernel or a copy, appended to the file's items (even when it failed half way: gf_free,
+ * in graphfile.c, releases what it holds). */
+static hcq_status_t parse_item(gf_loader_t *L, const json_t *j) {
+  hcq_exec_item_t it;
+  memset(&it, 0, sizeof(it));
+  if (!hcq__vec_reserve_for(&L->gf->items, L->gf->items.len + 1)) return hcq__gf_oom(L);
+  HCQ__TRY(hcq__gf_expect(L, j, JSON_OBJECT, "an object with \"kernel\" or \"copy\""));
+  bool is_kernel = json_object_get(j, "kernel") != NULL,
+       is_copy = json_object_get(j, "copy") != NULL;
+  if (is_kernel == is_copy) {
+    /* A misspelt field ("kernal") is named as such, not reported as a missing kernel. */
+    static const char *const any_item[] = {"kernel", "bufs",   "outs", "vals", "global",
+                                           "local",  "device", "copy", NULL};
+    HCQ__TRY(hcq__gf_only_keys(L, j, any_item));
+    return hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
+                        "an item has exactly one of \"kernel\" and \"copy\"");
+  }
+  it.kind = is_kernel ? HCQ_ITEM_KERNEL : HCQ_ITEM_TRANSFER;
+  hcq_status_t st = is_kernel ? parse_kernel(L, j, &it) : parse_copy(L, j, &it);
+  L->gf->items.data[L->gf->items.len++] = it;
   return st;
 }
 
 hcq_status_t hcq__gf_parse_items(gf_loader_t *L, const json_t *items) {
   size_t m = hcq__gf_push(L, "items");
   hcq_status_t st = hcq__gf_required_section(L, items, JSON_ARRAY, "an array of items");
-  for (size_t i = 0; !st && i < json_array_size(items); i++) {
+  if (st) goto done;
+  for (size_t i = 0; i < json_array_size(items); i++) {
     size_t m2 = hcq__gf_push(L, "[%zu]", i);
-    const json_t *j = json_array_get(items, i);
-    hcq_exec_item_t it;
-    memset(&it, 0, sizeof(it));
-    if (!hcq__vec_reserve_for(&L->gf->items, L->gf->items.len + 1)) {
-      st = hcq__gf_oom(L);
-    } else if (!(st = hcq__gf_expect(L, j, JSON_OBJECT, "an object with \"kernel\" or \"copy\""))) {
-      bool is_kernel = json_object_get(j, "kernel") != NULL,
-           is_copy = json_object_get(j, "copy") != NULL;
-      /* A misspelt field ("kernal") is named as such, not reported as a missing kernel. */
-      static const char *const any_item[] = {"kernel", "bufs",   "outs", "vals", "global",
-                                             "local",  "device", "copy", NULL};
-      if (is_kernel == is_copy && !(st = hcq__gf_only_keys(L, j, any_item))) {
-        st = hcq__gf_fail(L, HCQ_INVALID_ARGUMENT,
-                          "an item has exactly one of \"kernel\" and \"copy\"");
-      } else if (!st) {
-        it.kind = is_kernel ? HCQ_ITEM_KERNEL : HCQ_ITEM_TRANSFER;
-        st = is_kernel ? parse_kernel(L, j, &it) : parse_copy(L, j, &it);
-        /* Kept even when it failed half way: gf_free (graphfile.c) releases what it holds. */
-        L->gf->items.data[L->gf->items.len++] = it;
-      }
-    }
+    st = parse_item(L, json_array_get(items, i));
     hcq__gf_pop(L, m2);
+    if (st) break;
   }
+done:
   hcq__gf_pop(L, m);
   return st;
 }

@@ -181,49 +181,96 @@ static json_t *operand_json(hcq_operand_t op) {
   return j;
 }
 
+/* A transfer item's fields into j: "copy": {dst, src, bytes}. */
+static hcq_status_t transfer_json(saver_t *s, const hcq_transfer_item_t *t, json_t *j) {
+  const char *name;
+  json_t *c = json_object();
+  json_object_set_new(j, "copy", c);
+  HCQ__TRY(buffer_name(s, t->dst, &name));
+  json_object_set_new(c, "dst", json_string(name));
+  HCQ__TRY(buffer_name(s, t->src, &name));
+  json_object_set_new(c, "src", json_string(name));
+  json_object_set_new(c, "bytes", json_integer((json_int_t)t->bytes));
+  return NULL;
+}
+
+/* A kernel item's fields into j: kernel, device, bufs, outs, vals, global, local. */
+static hcq_status_t kernel_json(saver_t *s, const hcq_kernel_item_t *k, json_t *j) {
+  const char *name;
+  HCQ__TRY(program_name(s, k->program, &name));
+  json_object_set_new(j, "kernel", json_string(name));
+  json_object_set_new(j, "device", json_string(hcq_device_name(hcq_program_device(k->program))));
+  json_t *bufs = json_array(), *outs = json_array(), *vals = json_array(), *g = json_array(),
+         *l = json_array();
+  json_object_set_new(j, "bufs", bufs);
+  if (k->outs) /* no outs array: every buffer, which is what a missing "outs" means */
+    json_object_set_new(j, "outs", outs);
+  else
+    json_decref(outs);
+  json_object_set_new(j, "vals", vals);
+  json_object_set_new(j, "global", g);
+  json_object_set_new(j, "local", l);
+  for (size_t i = 0; i < k->nbufs; i++) {
+    HCQ__TRY(buffer_name(s, k->bufs[i], &name));
+    json_array_append_new(bufs, json_string(name));
+  }
+  for (size_t i = 0; k->outs && i < k->nouts; i++)
+    json_array_append_new(outs, json_integer(k->outs[i]));
+  for (size_t i = 0; i < k->nvals; i++)
+    if (json_array_append_new(vals, operand_json(k->vals[i]))) return oom();
+  for (int i = 0; i < 3; i++)
+    if (json_array_append_new(g, operand_json(k->global[i])) ||
+        json_array_append_new(l, operand_json(k->local[i])))
+      return oom();
+  return NULL;
+}
+
 static hcq_status_t item_json(saver_t *s, const hcq_exec_item_t *it, json_t **out) {
   json_t *j = json_object();
   if (!j) return oom();
-  const char *name;
-  hcq_status_t st = NULL;
-  if (it->kind == HCQ_ITEM_TRANSFER) {
-    json_t *c = json_object();
-    json_object_set_new(j, "copy", c);
-    if (!(st = buffer_name(s, it->transfer.dst, &name)))
-      json_object_set_new(c, "dst", json_string(name));
-    if (!st && !(st = buffer_name(s, it->transfer.src, &name)))
-      json_object_set_new(c, "src", json_string(name));
-    json_object_set_new(c, "bytes", json_integer((json_int_t)it->transfer.bytes));
-  } else {
-    const hcq_kernel_item_t *k = &it->kernel;
-    if (!(st = program_name(s, k->program, &name)))
-      json_object_set_new(j, "kernel", json_string(name));
-    json_object_set_new(j, "device", json_string(hcq_device_name(hcq_program_device(k->program))));
-    json_t *bufs = json_array(), *outs = json_array(), *vals = json_array(), *g = json_array(),
-           *l = json_array();
-    for (size_t i = 0; i < k->nbufs && !st; i++)
-      if (!(st = buffer_name(s, k->bufs[i], &name))) json_array_append_new(bufs, json_string(name));
-    for (size_t i = 0; i < k->nouts; i++) json_array_append_new(outs, json_integer(k->outs[i]));
-    for (size_t i = 0; i < k->nvals && !st; i++)
-      if (json_array_append_new(vals, operand_json(k->vals[i]))) st = oom();
-    for (int i = 0; i < 3 && !st; i++)
-      if (json_array_append_new(g, operand_json(k->global[i])) ||
-          json_array_append_new(l, operand_json(k->local[i])))
-        st = oom();
-    json_object_set_new(j, "bufs", bufs);
-    if (k->outs) /* no outs array: every buffer, which is what a missing "outs" means */
-      json_object_set_new(j, "outs", outs);
-    else
-      json_decref(outs);
-    json_object_set_new(j, "vals", vals);
-    json_object_set_new(j, "global", g);
-    json_object_set_new(j, "local", l);
-  }
+  hcq_status_t st = it->kind == HCQ_ITEM_TRANSFER ? transfer_json(s, &it->transfer, j)
+                                                  : kernel_json(s, &it->kernel, j);
   if (st) {
     json_decref(j);
     return st;
   }
   *out = j;
+  return NULL;
+}
+
+/* "vars": each variable's range and value, under its (unique) name. */
+static hcq_status_t vars_json(hcq_jit_t *jit, json_t *vars) {
+  for (size_t i = 0; i < hcq_jit_var_count(jit); i++) {
+    const hcq_expr_t *v = hcq_jit_var(jit, i);
+    if (json_object_get(vars, hcq_var_name(v)))
+      return hcq_status_make(HCQ_INVALID_ARGUMENT,
+                             "two variables are named %s: a graph file names each once",
+                             hcq_var_name(v));
+    json_t *jv = json_object();
+    json_object_set_new(jv, "min", json_integer(hcq_var_min(v)));
+    json_object_set_new(jv, "max", json_integer(hcq_var_max(v)));
+    json_object_set_new(jv, "value", json_integer(hcq_jit_var_value(jit, i)));
+    json_object_set_new(vars, hcq_var_name(v), jv);
+  }
+  return NULL;
+}
+
+static hcq_status_t items_json(saver_t *s, hcq_jit_t *jit, json_t *items) {
+  for (size_t i = 0; i < hcq_jit_item_count(jit); i++) {
+    json_t *ji = NULL;
+    hcq_status_t st = item_json(s, hcq_jit_item(jit, i), &ji);
+    if (st) return hcq_status_annotate(st, "item %zu", i);
+    json_array_append_new(items, ji);
+  }
+  return NULL;
+}
+
+static hcq_status_t inputs_json(saver_t *s, hcq_jit_t *jit, json_t *inputs) {
+  for (size_t i = 0; i < hcq_jit_input_count(jit); i++) {
+    const char *name;
+    HCQ__TRY(buffer_name(s, hcq_jit_input(jit, i), &name));
+    json_array_append_new(inputs, json_string(name));
+  }
   return NULL;
 }
 
@@ -234,46 +281,27 @@ hcq_status_t hcq_jit_save(hcq_jit_t *jit, const char *path) {
   json_t *root = json_object(), *vars = json_object(), *items = json_array(),
          *inputs = json_array();
   hcq_status_t st = NULL;
-  if (!s.buffers || !s.programs || !root || !vars || !items || !inputs) st = oom();
+  if (!s.buffers || !s.programs || !root || !vars || !items || !inputs) {
+    st = oom();
+    goto done;
+  }
   /* Contents are read with copyout, which waits for the work before it on each device. */
-  for (size_t i = 0; i < hcq_jit_var_count(jit) && !st; i++) {
-    const hcq_expr_t *v = hcq_jit_var(jit, i);
-    if (json_object_get(vars, hcq_var_name(v))) {
-      st = hcq_status_make(HCQ_INVALID_ARGUMENT,
-                           "two variables are named %s: a graph file names each once",
-                           hcq_var_name(v));
-      break;
-    }
-    json_t *jv = json_object();
-    json_object_set_new(jv, "min", json_integer(hcq_var_min(v)));
-    json_object_set_new(jv, "max", json_integer(hcq_var_max(v)));
-    json_object_set_new(jv, "value", json_integer(hcq_jit_var_value(jit, i)));
-    json_object_set_new(vars, hcq_var_name(v), jv);
-  }
-  for (size_t i = 0; i < hcq_jit_item_count(jit) && !st; i++) {
-    json_t *ji = NULL;
-    if (!(st = item_json(&s, hcq_jit_item(jit, i), &ji))) json_array_append_new(items, ji);
-    if (st) st = hcq_status_annotate(st, "item %zu", i);
-  }
-  for (size_t i = 0; i < hcq_jit_input_count(jit) && !st; i++) {
-    const char *name;
-    if (!(st = buffer_name(&s, hcq_jit_input(jit, i), &name)))
-      json_array_append_new(inputs, json_string(name));
-  }
-  if (!st) {
-    json_object_set_new(root, "format", json_string("hcq-graph/1"));
-    json_object_set_new(root, "vars", vars);
-    json_object_set(root, "buffers", s.buffers);
-    json_object_set(root, "programs", s.programs);
-    json_object_set_new(root, "items", items);
-    json_object_set_new(root, "inputs", inputs);
-    json_t *runs = json_array();
-    json_array_append_new(runs, json_object());
-    json_object_set_new(root, "runs", runs);
-    vars = items = inputs = NULL;
-    if (json_dump_file(root, path, JSON_INDENT(2)) != 0)
-      st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
-  }
+  if ((st = vars_json(jit, vars))) goto done;
+  if ((st = items_json(&s, jit, items))) goto done;
+  if ((st = inputs_json(&s, jit, inputs))) goto done;
+  json_object_set_new(root, "format", json_string("hcq-graph/1"));
+  json_object_set_new(root, "vars", vars);
+  json_object_set(root, "buffers", s.buffers);
+  json_object_set(root, "programs", s.programs);
+  json_object_set_new(root, "items", items);
+  json_object_set_new(root, "inputs", inputs);
+  json_t *runs = json_array();
+  json_array_append_new(runs, json_object());
+  json_object_set_new(root, "runs", runs);
+  vars = items = inputs = NULL;
+  if (json_dump_file(root, path, JSON_INDENT(2)) != 0)
+    st = hcq_status_make(HCQ_UNAVAILABLE, "cannot write %s: %s", path, strerror(errno));
+done:
   json_decref(vars);
   json_decref(items);
   json_decref(inputs);

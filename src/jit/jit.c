@@ -12,6 +12,7 @@
 #include "core/host_wait.h"
 #include "core/options.h"
 #include "core/queue.h"
+#include "core/status.h"
 #include "graph/graph_internal.h"
 #include "hcq/jit.h"
 
@@ -228,9 +229,9 @@ static hcq_status_t check_unused_vars(hcq_jit_t *jit, const hcq_var_value_t *val
   return NULL;
 }
 
-/* The graph that can hold work on a device (hcq__graph_class: one class per runner, the HCQ graph's
- * host-memory devices apart from its GPU kinds); 0 for none. A batch closes where it changes
- * (docs/design.md, "Capture and batching"). */
+/* The graph that can hold work on a device (hcq__graph_class: one class per runner, the queue
+ * graph's host-memory devices apart from its GPU kinds); 0 for none. A batch closes where it
+ * changes (docs/design.md, "Capture and batching"). */
 static uintptr_t graph_kind_of(const hcq_device_t *dev) { return hcq__graph_class(dev); }
 
 static uintptr_t item_graph_kind(const hcq_exec_item_t *it, const char **why) {
@@ -310,25 +311,22 @@ static hcq_status_t batch(hcq_jit_t *jit, size_t first_batch_size, bool profile)
   hcq__runner_t *r = &jit->runner;
   size_t max_batch = first_batch_size, start = 0, len = 0;
   uintptr_t batch_kind = 0;
-  hcq_status_t st = NULL;
-  for (size_t j = 0; j < r->nitems && !st; j++) {
+  for (size_t j = 0; j < r->nitems; j++) {
     const char *why = NULL;
     uintptr_t kind = item_graph_kind(&r->items[j], &why);
     bool fits = kind && len > 0 && kind == batch_kind && len < max_batch;
     if (!fits && len > 0) {
-      st = flush(jit, start, len, &max_batch, profile);
+      HCQ__TRY(flush(jit, start, len, &max_batch, profile));
       len = 0;
     }
-    if (st) break;
     if (!kind) {
-      st = add_eager(jit, j, 1, why);
+      HCQ__TRY(add_eager(jit, j, 1, why));
       continue;
     }
     if (len == 0) start = j, batch_kind = kind;
     len++;
   }
-  if (!st) st = flush(jit, start, len, &max_batch, profile);
-  return st;
+  return flush(jit, start, len, &max_batch, profile);
 }
 
 static void jit_free(hcq_jit_t *jit) {
@@ -371,25 +369,24 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems,
   }
   jit->vals = calloc(r->vars.len + 1, sizeof(*jit->vals));
   jit->slots_at = calloc(r->nitems + 1, sizeof(*jit->slots_at));
-  if (!jit->vals || !jit->slots_at)
+  if (!jit->vals || !jit->slots_at) {
     st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory creating a jit");
-  for (size_t i = 0; i < r->vars.len && !st; i++)
+    goto fail;
+  }
+  for (size_t i = 0; i < r->vars.len; i++)
     jit->vals[i] = (hcq_var_value_t){r->vars.data[i], r->values[i]};
-  for (size_t j = 0, s = 0; j <= r->nitems && !st; j++) {
+  for (size_t j = 0, s = 0; j <= r->nitems; j++) {
     while (s < r->slots.len && r->slots.data[s].item < j) s++;
     jit->slots_at[j] = (uint32_t)s;
   }
   size_t first = options && options->first_batch_size ? options->first_batch_size
                                                       : hcq__options()->jit_batch_size;
   jit->inflight = options ? options->inflight : 0;
-  if (!st && options && options->eager_only)
+  if (options && options->eager_only)
     st = add_eager(jit, 0, r->nitems, "graphs are turned off (eager only)");
-  else if (!st)
+  else
     st = batch(jit, first, options && options->profile);
-  if (st) {
-    jit_free(jit);
-    return st;
-  }
+  if (st) goto fail;
   jit->report.items = r->nitems;
   jit->report.batches = jit->batch_sizes.len;
   jit->report.batch_sizes = jit->batch_sizes.data;
@@ -413,12 +410,12 @@ static hcq_status_t jit_build(const hcq_exec_item_t *items, size_t nitems,
   }
   jit->report.text = jit->text ? jit->text : "";
   jit->from_capture = when != NULL;
-  if ((st = check_unused_vars(jit, vals, nvals, when))) {
-    jit_free(jit);
-    return st;
-  }
+  if ((st = check_unused_vars(jit, vals, nvals, when))) goto fail;
   *out = jit;
   return NULL;
+fail:
+  jit_free(jit);
+  return st;
 }
 
 hcq_status_t hcq_jit_create(const hcq_exec_item_t *items, size_t nitems,
@@ -497,6 +494,77 @@ static void report_other_threads(const hcq_capture_t *c, hcq_jit_t *jit) {
         "noted (out of memory)");
 }
 
+/* The arguments of hcq_capture_end and the capture's own state: its first error, its items. */
+static hcq_status_t check_capture_end(hcq_capture_t *c, const hcq_var_value_t *vals, size_t nvals,
+                                      hcq_jit_t **out_jit) {
+  if (!out_jit) return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: out_jit is NULL");
+  if (c->error) {
+    hcq_status_t st = hcq_status_annotate(c->error, "capture");
+    c->error = NULL;
+    return st;
+  }
+  if (c->items.len == 0)
+    return hcq_status_make(HCQ_FAILED_PRECONDITION,
+                           "the capture recorded no launches or transfers");
+  if (nvals && !vals)
+    return hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: %zu values but vals is NULL",
+                           nvals);
+  return hcq__var_values_check(vals, nvals, "hcq_capture_end");
+}
+
+/* vals, then the values hcq_launch_sym bound for the variables vals does not name: *all (NULL when
+ * nothing was bound; the caller frees it) holds *nall values. */
+static hcq_status_t with_bound_values(const hcq_capture_t *c, const hcq_var_value_t *vals,
+                                      size_t nvals, hcq_var_value_t **all, size_t *nall) {
+  *all = NULL;
+  *nall = nvals;
+  if (!c->bound.len) return NULL;
+  hcq_var_value_t *v = malloc((nvals + c->bound.len) * sizeof(*v));
+  if (!v) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory ending a capture");
+  if (nvals) memcpy(v, vals, nvals * sizeof(*v));
+  for (size_t b = 0; b < c->bound.len; b++) {
+    size_t k = 0;
+    while (k < nvals && vals[k].var != c->bound.data[b].var) k++;
+    if (k == nvals) v[(*nall)++] = (hcq_var_value_t){c->bound.data[b].var, c->bound.data[b].value};
+  }
+  *all = v;
+  return NULL;
+}
+
+/* What the jit a capture became cannot replay as it ran: unused inputs, host copies, other threads'
+ * work, variables bound to several values. */
+static void report_capture_warnings(const hcq_capture_t *c, hcq_jit_t *jit, size_t unused,
+                                    const char *unused_msg) {
+  if (unused) {
+    jit->report.unused_inputs = unused;
+    report_warning(jit, unused_msg);
+  }
+  if (c->host_copies) {
+    char msg[512];
+    snprintf(msg, sizeof(msg),
+             "capture: %zu host cop%s ran once during the capture and %s not recorded (first: %s): "
+             "a replay does not "
+             "repeat %s (host memory is not replayed)",
+             c->host_copies, c->host_copies == 1 ? "y" : "ies",
+             c->host_copies == 1 ? "was" : "were", c->first_host_copy,
+             c->host_copies == 1 ? "it" : "them");
+    report_warning(jit, msg);
+  }
+  report_other_threads(c, jit);
+  /* Every item of a replay sees one value per variable; a capture whose launches saw several saw
+   * work that no replay repeats. */
+  for (size_t b = 0; b < c->bound.len; b++) {
+    if (!c->bound.data[b].changed) continue;
+    const char *name = hcq_var_name(c->bound.data[b].var);
+    char msg[256];
+    snprintf(msg, sizeof(msg),
+             "capture: variable %s was bound to several values during the capture (last %" PRId64
+             "); a replay gives every item one value",
+             name ? name : "(not a variable)", c->bound.data[b].value);
+    report_warning(jit, msg);
+  }
+}
+
 hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size_t ninputs,
                              const hcq_var_value_t *vals, size_t nvals,
                              const hcq_jit_options_t *options, hcq_jit_t **out_jit) {
@@ -506,76 +574,28 @@ hcq_status_t hcq_capture_end(hcq_capture_t *c, hcq_buffer_t *const *inputs, size
                            "hcq_capture_end: the capture belongs to another thread (end it on the "
                            "thread that began it; "
                            "it is not consumed)");
-  hcq_status_t st = NULL;
-  if (!out_jit)
-    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: out_jit is NULL");
-  else if (c->error)
-    st = hcq_status_annotate(c->error, "capture"), c->error = NULL;
-  else if (c->items.len == 0)
-    st = hcq_status_make(HCQ_FAILED_PRECONDITION, "the capture recorded no launches or transfers");
-  else if (nvals && !vals)
-    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "hcq_capture_end: %zu values but vals is NULL",
-                         nvals);
-  else
-    st = hcq__var_values_check(vals, nvals, "hcq_capture_end");
-  if (out_jit) *out_jit = NULL;
-  /* The values hcq_launch_sym bound fill in for the variables vals does not name. */
-  hcq_var_value_t *all = NULL;
-  size_t nall = nvals;
-  if (!st && c->bound.len) {
-    if (!(all = malloc((nvals + c->bound.len) * sizeof(*all))))
-      st = hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory ending a capture");
-    if (!st) {
-      if (nvals) memcpy(all, vals, nvals * sizeof(*all));
-      for (size_t b = 0; b < c->bound.len; b++) {
-        size_t k = 0;
-        while (k < nvals && vals[k].var != c->bound.data[b].var) k++;
-        if (k == nvals)
-          all[nall++] = (hcq_var_value_t){c->bound.data[b].var, c->bound.data[b].value};
-      }
-      vals = all;
-    }
-  }
   /* Recording stops before the graphs are built; so does noting other threads' work. */
   g_capturing = NULL;
   hcq__recorder = NULL;
   hcq__capture_watch_close(&c->watch);
+  if (out_jit) *out_jit = NULL;
+  hcq_var_value_t *all = NULL;
+  size_t nall = nvals, unused;
   bool allow_unused = options && options->allow_unused_inputs;
-  size_t unused = 0;
   char unused_msg[512] = "";
-  if (!st) unused = unused_inputs(c, inputs, ninputs, allow_unused, unused_msg, sizeof(unused_msg));
-  if (!st && unused && !allow_unused) st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s", unused_msg);
-  if (!st)
-    st = jit_build(c->items.data, c->items.len, inputs, ninputs, vals, nall, options,
-                   c->host_copies, "capture", out_jit);
-  if (!st && unused) {
-    (*out_jit)->report.unused_inputs = unused;
-    report_warning(*out_jit, unused_msg);
+  hcq_status_t st;
+  if ((st = check_capture_end(c, vals, nvals, out_jit))) goto done;
+  if ((st = with_bound_values(c, vals, nvals, &all, &nall))) goto done;
+  unused = unused_inputs(c, inputs, ninputs, allow_unused, unused_msg, sizeof(unused_msg));
+  if (unused && !allow_unused) {
+    st = hcq_status_make(HCQ_INVALID_ARGUMENT, "%s", unused_msg);
+    goto done;
   }
-  if (!st && c->host_copies) {
-    char msg[512];
-    snprintf(msg, sizeof(msg),
-             "capture: %zu host cop%s ran once during the capture and %s not recorded (first: %s): "
-             "a replay does not "
-             "repeat %s (host memory is not replayed)",
-             c->host_copies, c->host_copies == 1 ? "y" : "ies",
-             c->host_copies == 1 ? "was" : "were", c->first_host_copy,
-             c->host_copies == 1 ? "it" : "them");
-    report_warning(*out_jit, msg);
-  }
-  if (!st) report_other_threads(c, *out_jit);
-  /* Every item of a replay sees one value per variable; a capture whose launches saw several saw
-   * work that no replay repeats. */
-  for (size_t b = 0; !st && b < c->bound.len; b++) {
-    if (!c->bound.data[b].changed) continue;
-    const char *name = hcq_var_name(c->bound.data[b].var);
-    char msg[256];
-    snprintf(msg, sizeof(msg),
-             "capture: variable %s was bound to several values during the capture (last %" PRId64
-             "); a replay gives every item one value",
-             name ? name : "(not a variable)", c->bound.data[b].value);
-    report_warning(*out_jit, msg);
-  }
+  if ((st = jit_build(c->items.data, c->items.len, inputs, ninputs, all ? all : vals, nall, options,
+                      c->host_copies, "capture", out_jit)))
+    goto done;
+  report_capture_warnings(c, *out_jit, unused, unused_msg);
+done:
   free(all);
   capture_free(c);
   return st;
@@ -617,9 +637,10 @@ hcq_status_t hcq_jit_submit(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t 
   hcq_status_t st = hcq__runner_enter(r, "hcq_jit_submit");
   if (st) return st;
   /* Room first: a replay that was queued never fails for the fence. */
-  if (fence) st = hcq__fence_reserve(fence, r->ndevices);
-  if (!st) st = jit_run(jit, inputs, ninputs, vals, nvals, false, NULL);
-  if (!st && fence) hcq__fence_arm(fence, r->devices, r->ndevices);
+  if (fence && (st = hcq__fence_reserve(fence, r->ndevices))) goto leave;
+  if ((st = jit_run(jit, inputs, ninputs, vals, nvals, false, NULL))) goto leave;
+  if (fence) hcq__fence_arm(fence, r->devices, r->ndevices);
+leave:
   hcq__runner_leave(r);
   return st;
 }
@@ -636,25 +657,25 @@ static hcq_status_t jit_run(hcq_jit_t *jit, hcq_buffer_t *const *inputs, size_t 
   /* Replaying is not recording: a capture around a replay would record its items twice. */
   const hcq__recorder_t *rec = hcq__recorder;
   hcq__recorder = NULL;
-  for (size_t i = 0; i < jit->segments.len && !st; i++) {
+  for (size_t i = 0; i < jit->segments.len; i++) {
     const segment_t *s = &jit->segments.data[i];
     if (s->graph)
       st = hcq__graph_run_prechecked(s->graph, r->pending_inputs, r->ninputs, jit->vals,
                                      r->vars.len);
     else
       st = run_eager(jit, s);
-    if (st)
+    if (st) {
       st = hcq_status_annotate(st, "jit replay, batch %zu (items %zu-%zu)", i, s->first,
                                s->first + s->count - 1);
+      break;
+    }
   }
   hcq__recorder = rec;
   if (st) return st;
   hcq__runner_commit(r);
-  if (wait) {
-    for (size_t d = 0; d < r->ndevices && !st; d++) st = hcq_device_synchronize(r->devices[d]);
-    if (st) return st;
-    if (out_elapsed_ns) *out_elapsed_ns = hcq__now_ns() - start;
-  }
+  if (!wait) return NULL;
+  for (size_t d = 0; d < r->ndevices; d++) HCQ__TRY(hcq_device_synchronize(r->devices[d]));
+  if (out_elapsed_ns) *out_elapsed_ns = hcq__now_ns() - start;
   return NULL;
 }
 

@@ -1,4 +1,4 @@
-/* The profiler's hooks, called by the core's eager paths, device teardown and the HCQ graph. Each
+/* The profiler's hooks, called by the core's eager paths, device teardown and the queue graph. Each
  * hook costs one relaxed load and a branch while the profiler is off (hcq/trace.h says what is
  * recorded while it is on). */
 #ifndef HCQ_TRACE_TRACE_INTERNAL_H
@@ -63,7 +63,7 @@ void hcq__trace_host_end(uint64_t begin_ns, uint64_t bytes, const char *fmt, ...
  * on the device. */
 void hcq__trace_device_gone(hcq_device_t *dev);
 
-/* ---- graphs (hcq_graph.c) ---- */
+/* ---- graphs (queue_graph.c) ---- */
 typedef struct hcq__trace_graph hcq__trace_graph_t;
 
 typedef struct hcq__trace_graph_item {

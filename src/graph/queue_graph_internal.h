@@ -1,6 +1,6 @@
-/* The HCQ graph's state (hcq_graph.c), shared with its scheduling (hcq_graph_schedule.c). */
-#ifndef HCQ_GRAPH_HCQ_GRAPH_IMPL_H
-#define HCQ_GRAPH_HCQ_GRAPH_IMPL_H
+/* The queue graph's state (queue_graph.c), shared with its scheduling (queue_graph_schedule.c). */
+#ifndef HCQ_GRAPH_QUEUE_GRAPH_INTERNAL_H
+#define HCQ_GRAPH_QUEUE_GRAPH_INTERNAL_H
 
 #include "graph/graph_internal.h"
 #include "trace/trace_internal.h"
@@ -36,7 +36,7 @@ typedef struct graph_inst {
   char *queue_label[2 * HCQ__GRAPH_MAX_DEVICES];
 } graph_inst_t;
 
-typedef struct hcq_graph_impl {
+typedef struct queue_graph {
   struct hcq_graph base;
   size_t ndev;
   uint32_t last_item[2 * HCQ__GRAPH_MAX_DEVICES];
@@ -69,11 +69,11 @@ typedef struct hcq_graph_impl {
   uint64_t *prof_timestamps;
   hcq_profile_event_t prof_event;
   hcq__trace_graph_t *trace; /* the profiler's entry (NULL when it was off at build) */
-} hcq_graph_impl_t;
+} queue_graph_t;
 
 /* Schedules every item onto its queue: its waits, device readiness, signal and timestamp words
  * (docs/design.md, "The HCQ graph", build steps 4-5). Fills in g->sched, last_item, active,
  * copied_into, waits, ready and deps. */
-HCQ_MUST_USE hcq_status_t hcq__hcq_graph_schedule(hcq_graph_impl_t *g);
+HCQ_MUST_USE hcq_status_t hcq__queue_graph_schedule(queue_graph_t *g);
 
 #endif

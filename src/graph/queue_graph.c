@@ -1,6 +1,6 @@
-/* The HCQ graph (docs/design.md, "The HCQ graph"): exec items scheduled once onto one compute queue
- * per device and a copy queue per transfer-source device, bound, and replayed by patching symbols
- * and ringing one doorbell per queue.
+/* The queue graph, the HCQ graph runner (docs/design.md, "The HCQ graph"): exec items scheduled
+ * once onto one compute queue per device and a copy queue per transfer-source device, bound, and
+ * replayed by patching symbols and ringing one doorbell per queue.
  *
  * Synchronisation. Every queue has a signal; item j signals j+1 on its queue's signal when someone
  * waits for it (transfers always do). Items wait for the items they depend on (buffer access by
@@ -19,7 +19,9 @@
 #include "core/options.h"
 #include "core/queue.h"
 #include "core/remote.h"
-#include "graph/hcq_graph_impl.h"
+#include "core/status.h"
+#include "graph/graph_testing.h"
+#include "graph/queue_graph_internal.h"
 
 static hcq_status_t oom(void) {
   return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph");
@@ -37,19 +39,17 @@ static hcq_status_t make_var(const char *fmt, unsigned index, int64_t max, hcq_e
   return hcq_var_create(name, 0, max, out);
 }
 
-static hcq_status_t make_vars(hcq_graph_impl_t *g) {
+static hcq_status_t make_vars(queue_graph_t *g) {
   hcq__runner_t *r = &g->base.runner;
-  hcq_status_t st = make_var("graph_kickoff", 0, UINT32_MAX, &g->kickoff_var);
-  for (size_t d = 0; d < g->ndev && !st; d++) {
-    st = make_var("graph_timeline_value_%u", (unsigned)d, UINT32_MAX - 1, &g->timeline_val[d]);
-    if (!st)
-      st = make_var("graph_timeline_signal_%u", (unsigned)d, INT64_MAX, &g->timeline_addr[d]);
+  HCQ__TRY(make_var("graph_kickoff", 0, UINT32_MAX, &g->kickoff_var));
+  for (size_t d = 0; d < g->ndev; d++) {
+    HCQ__TRY(make_var("graph_timeline_value_%u", (unsigned)d, UINT32_MAX - 1, &g->timeline_val[d]));
+    HCQ__TRY(make_var("graph_timeline_signal_%u", (unsigned)d, INT64_MAX, &g->timeline_addr[d]));
   }
   g->input_vars = calloc(r->ninputs + 1, sizeof(*g->input_vars));
-  if (!g->input_vars && !st) st = oom();
-  for (size_t k = 0; k < r->ninputs && !st; k++)
-    st = make_var("graph_input_%u", (unsigned)k, INT64_MAX, &g->input_vars[k]);
-  if (st) return st;
+  if (!g->input_vars) return oom();
+  for (size_t k = 0; k < r->ninputs; k++)
+    HCQ__TRY(make_var("graph_input_%u", (unsigned)k, INT64_MAX, &g->input_vars[k]));
   g->user_at = 1;
   g->timeline_at = g->user_at + r->vars.len;
   g->inputs_at = g->timeline_at + 2 * g->ndev;
@@ -78,7 +78,7 @@ static hcq_status_t get_queue(graph_inst_t *in, uint32_t q, hcq_queue_t **out) {
 }
 
 /* The operand of item j's argument i: its input variable if an input slot names that argument. */
-static hcq_operand_t buffer_operand(const hcq_graph_impl_t *g, uint32_t j, uint32_t i,
+static hcq_operand_t buffer_operand(const queue_graph_t *g, uint32_t j, uint32_t i,
                                     const hcq_buffer_t *b) {
   const hcq__runner_t *r = &g->base.runner;
   for (size_t s = 0; s < r->slots.len; s++)
@@ -92,56 +92,75 @@ static hcq_operand_t stamp_addr(const graph_inst_t *in, uint32_t dev, uint32_t s
                            (uint64_t)stamp * sizeof(hcq__signal_words_t)));
 }
 
-static hcq_status_t encode_item(hcq_graph_impl_t *g, graph_inst_t *in, uint32_t j) {
+/* Kernel item j's arguments and launch on q. */
+static hcq_status_t encode_kernel(queue_graph_t *g, graph_inst_t *in, uint32_t j, hcq_queue_t *q) {
+  const hcq_kernel_item_t *k = &g->base.runner.items[j].kernel;
+  const item_sched_t *s = &g->sched[j];
+  uint32_t d = s->queue / 2;
+  hcq_operand_t bufs[HCQ_MAX_KERNEL_BUFS];
+  for (uint32_t i = 0; i < k->nbufs; i++) bufs[i] = buffer_operand(g, j, i, k->bufs[i]);
+  HCQ__TRY(hcq_queue_kernargs(q, in->kernargs[d], s->kernargs_offset, bufs, k->nbufs, k->vals,
+                              k->nvals));
+  return hcq_queue_exec(
+      q, k->program, hcq_imm((int64_t)(hcq_buffer_address(in->kernargs[d]) + s->kernargs_offset)),
+      k->nbufs, k->global, k->local);
+}
+
+/* Transfer item j's copy on q. */
+static hcq_status_t encode_transfer(queue_graph_t *g, uint32_t j, hcq_queue_t *q) {
   hcq__runner_t *r = &g->base.runner;
-  const hcq_exec_item_t *it = &r->items[j];
+  const hcq_transfer_item_t *t = &r->items[j].transfer;
+  uint32_t d = g->sched[j].queue / 2;
+  /* A cross-rank transfer run by this rank's engine: its tag word also carries the graph id. */
+  const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
+  if (hooks && !hcq__device_is_remote(r->devices[d]) &&
+      (hcq__device_is_remote(t->dst->dev) || hcq__device_is_remote(t->src->dev)))
+    q->tag = hooks->graph_copy_tag(j);
+  hcq_status_t st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst),
+                                   buffer_operand(g, j, 1, t->src), hcq_imm((int64_t)t->bytes));
+  q->tag = j + 1;
+  return st;
+}
+
+/* Item j's words on its queue q: its waits, timestamps, the work itself, its signal. */
+static hcq_status_t encode_item_words(queue_graph_t *g, graph_inst_t *in, uint32_t j,
+                                      hcq_queue_t *q) {
+  const item_sched_t *s = &g->sched[j];
+  uint32_t d = s->queue / 2;
+  for (uint32_t i = 0; i < s->nready; i++)
+    HCQ__TRY(hcq_queue_wait(q, addr_of(in->dev_sig[g->ready.data[s->ready_at + i]]),
+                            hcq_sym(g->kickoff_var)));
+  for (uint32_t i = 0; i < s->nwaits; i++) {
+    const hcq_graph_wait_t *w = &g->waits.data[s->waits_at + i];
+    HCQ__TRY(hcq_queue_wait(q, addr_of(in->queue_sig[w->queue]), hcq_imm(w->value)));
+  }
+  if (g->profile && s->start_stamp == 2 * j)
+    HCQ__TRY(hcq_queue_timestamp(q, stamp_addr(in, d, s->start_stamp)));
+  if (g->base.runner.items[j].kind == HCQ_ITEM_KERNEL)
+    HCQ__TRY(encode_kernel(g, in, j, q));
+  else
+    HCQ__TRY(encode_transfer(g, j, q));
+  if (g->profile) HCQ__TRY(hcq_queue_timestamp(q, stamp_addr(in, d, s->end_stamp)));
+  if (s->signal_value)
+    HCQ__TRY(hcq_queue_signal(q, addr_of(in->queue_sig[s->queue]), hcq_imm(s->signal_value)));
+  return NULL;
+}
+
+static hcq_status_t encode_item(queue_graph_t *g, graph_inst_t *in, uint32_t j) {
   const item_sched_t *s = &g->sched[j];
   if (s->foreign) return NULL;
-  uint32_t d = s->queue / 2;
   hcq_queue_t *q = NULL;
   hcq_status_t st = get_queue(in, s->queue, &q);
-  if (!st) q->tag = j + 1; /* hang reports and fault messages name the item */
-  for (uint32_t i = 0; i < s->nready && !st; i++)
-    st = hcq_queue_wait(q, addr_of(in->dev_sig[g->ready.data[s->ready_at + i]]),
-                        hcq_sym(g->kickoff_var));
-  for (uint32_t i = 0; i < s->nwaits && !st; i++) {
-    const hcq_graph_wait_t *w = &g->waits.data[s->waits_at + i];
-    st = hcq_queue_wait(q, addr_of(in->queue_sig[w->queue]), hcq_imm(w->value));
-  }
-  if (!st && g->profile && s->start_stamp == 2 * j)
-    st = hcq_queue_timestamp(q, stamp_addr(in, d, s->start_stamp));
-  if (!st && it->kind == HCQ_ITEM_KERNEL) {
-    const hcq_kernel_item_t *k = &it->kernel;
-    hcq_operand_t bufs[HCQ_MAX_KERNEL_BUFS];
-    for (uint32_t i = 0; i < k->nbufs; i++) bufs[i] = buffer_operand(g, j, i, k->bufs[i]);
-    st = hcq_queue_kernargs(q, in->kernargs[d], s->kernargs_offset, bufs, k->nbufs, k->vals,
-                            k->nvals);
-    if (!st)
-      st = hcq_queue_exec(
-          q, k->program,
-          hcq_imm((int64_t)(hcq_buffer_address(in->kernargs[d]) + s->kernargs_offset)), k->nbufs,
-          k->global, k->local);
-  } else if (!st) {
-    const hcq_transfer_item_t *t = &it->transfer;
-    /* A cross-rank transfer run by this rank's engine: its tag word also carries the graph id. */
-    const hcq__remote_hooks_t *hooks = atomic_load(&hcq__remote);
-    if (hooks && !hcq__device_is_remote(r->devices[d]) &&
-        (hcq__device_is_remote(t->dst->dev) || hcq__device_is_remote(t->src->dev)))
-      q->tag = hooks->graph_copy_tag(j);
-    st = hcq_queue_copy(q, buffer_operand(g, j, 0, t->dst), buffer_operand(g, j, 1, t->src),
-                        hcq_imm((int64_t)t->bytes));
-    q->tag = j + 1;
-  }
-  if (!st && g->profile) st = hcq_queue_timestamp(q, stamp_addr(in, d, s->end_stamp));
-  if (!st && s->signal_value)
-    st = hcq_queue_signal(q, addr_of(in->queue_sig[s->queue]), hcq_imm(s->signal_value));
-  if (q) q->tag = 0;
+  if (st) return hcq_status_annotate(st, "item %u", j);
+  q->tag = j + 1; /* hang reports and fault messages name the item */
+  st = encode_item_words(g, in, j, q);
+  q->tag = 0;
   return st ? hcq_status_annotate(st, "item %u", j) : NULL;
 }
 
 /* Kernel arguments: one block per device, each item's block 16-byte aligned. Fills in each kernel
  * item's offset and each device's block size. */
-static void layout_kernargs(hcq_graph_impl_t *g, uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES]) {
+static void layout_kernargs(queue_graph_t *g, uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES]) {
   hcq__runner_t *r = &g->base.runner;
   for (uint32_t j = 0; j < r->nitems; j++) {
     const hcq_exec_item_t *it = &r->items[j];
@@ -153,118 +172,114 @@ static void layout_kernargs(hcq_graph_impl_t *g, uint64_t kernargs_size[HCQ__GRA
 }
 
 /* The instance's memory and signals on device d; tag tells instances apart in their labels. */
-static hcq_status_t create_device_objects(hcq_graph_impl_t *g, graph_inst_t *in, size_t d,
+static hcq_status_t create_device_objects(queue_graph_t *g, graph_inst_t *in, size_t d,
                                           uint64_t kernargs_size, const char *tag) {
   hcq__runner_t *r = &g->base.runner;
   hcq_device_t *dev = r->devices[d];
-  hcq_status_t st = NULL;
   char name[96];
-  if (kernargs_size) st = hcq__buffer_create_host_visible(dev, kernargs_size, &in->kernargs[d]);
-  if (!st && kernargs_size) {
+  if (kernargs_size) {
+    HCQ__TRY(hcq__buffer_create_host_visible(dev, kernargs_size, &in->kernargs[d]));
     snprintf(name, sizeof(name), "kernargs of %s%s", r->label, tag);
     hcq_buffer_set_label(in->kernargs[d], name);
     hcq__buffer_set_mem_class(in->kernargs[d], HCQ__MEMC_KERNARGS);
     hcq__obj_set_holder(&in->kernargs[d]->obj, &r->objs[d]); /* the graph's, not the user's */
   }
-  if (!st && g->profile) {
-    st = hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t),
-                                         &in->prof_stamps[d]);
+  if (g->profile) {
+    HCQ__TRY(hcq__buffer_create_host_visible(dev, 2 * r->nitems * sizeof(hcq__signal_words_t),
+                                             &in->prof_stamps[d]));
     snprintf(name, sizeof(name), "profile timestamps of %s%s", r->label, tag);
-    if (!st) hcq_buffer_set_label(in->prof_stamps[d], name);
-    if (!st) hcq__buffer_set_mem_class(in->prof_stamps[d], HCQ__MEMC_PROFILE);
-    if (!st) hcq__obj_set_holder(&in->prof_stamps[d]->obj, &r->objs[d]);
+    hcq_buffer_set_label(in->prof_stamps[d], name);
+    hcq__buffer_set_mem_class(in->prof_stamps[d], HCQ__MEMC_PROFILE);
+    hcq__obj_set_holder(&in->prof_stamps[d]->obj, &r->objs[d]);
   }
   snprintf(name, sizeof(name), "graph device signal of %s%s", dev->name, tag);
-  if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->dev_sig[d]);
+  HCQ__TRY(hcq__signal_create_internal(dev, name, 0, &in->dev_sig[d]));
   snprintf(name, sizeof(name), "%s done on %s%s", r->label, dev->name, tag);
-  if (!st) st = hcq__signal_create_internal(dev, name, 0, &in->done_sig[d]);
-  for (int kind = 0; kind < 2 && !st; kind++) {
+  HCQ__TRY(hcq__signal_create_internal(dev, name, 0, &in->done_sig[d]));
+  for (int kind = 0; kind < 2; kind++) {
     if (kind == 1 && g->last_item[2 * d + 1] == NO_ITEM) continue;
     snprintf(name, sizeof(name), "graph %s queue signal of %s%s", kind ? "copy" : "compute",
              dev->name, tag);
-    st = hcq__signal_create_internal(dev, name, 0, &in->queue_sig[2 * d + kind]);
+    HCQ__TRY(hcq__signal_create_internal(dev, name, 0, &in->queue_sig[2 * d + kind]));
   }
-  return st;
+  return NULL;
 }
 
 /* Prologue of every compute queue: barrier, previous work on the device, kickoff, device ready. */
-static hcq_status_t encode_prologues(hcq_graph_impl_t *g, graph_inst_t *in) {
-  hcq_status_t st = NULL;
-  for (uint32_t d = 0; d < g->ndev && !st; d++) {
-    hcq_queue_t *q;
+static hcq_status_t encode_prologues(queue_graph_t *g, graph_inst_t *in) {
+  for (uint32_t d = 0; d < g->ndev; d++) {
+    hcq_queue_t *q = NULL;
     if (!g->active[d]) continue;
-    if ((st = get_queue(in, 2 * d, &q))) break;
-    if (!(st = hcq_queue_memory_barrier(q)) &&
-        !(st = hcq_queue_wait(q, hcq_sym(g->timeline_addr[d]), hcq_sym(g->timeline_val[d]))) &&
-        !(st = hcq_queue_wait(q, addr_of(in->kickoff), hcq_sym(g->kickoff_var))))
-      st = hcq_queue_signal(q, addr_of(in->dev_sig[d]), hcq_sym(g->kickoff_var));
+    HCQ__TRY(get_queue(in, 2 * d, &q));
+    HCQ__TRY(hcq_queue_memory_barrier(q));
+    HCQ__TRY(hcq_queue_wait(q, hcq_sym(g->timeline_addr[d]), hcq_sym(g->timeline_val[d])));
+    HCQ__TRY(hcq_queue_wait(q, addr_of(in->kickoff), hcq_sym(g->kickoff_var)));
+    HCQ__TRY(hcq_queue_signal(q, addr_of(in->dev_sig[d]), hcq_sym(g->kickoff_var)));
   }
-  return st;
+  return NULL;
 }
 
 /* Epilogue of every compute queue: wait for the copy queues that fed the device, then signal its
  * timeline. */
-static hcq_status_t encode_epilogues(hcq_graph_impl_t *g, graph_inst_t *in) {
-  hcq_status_t st = NULL;
-  for (uint32_t d = 0; d < g->ndev && !st; d++) {
+static hcq_status_t encode_epilogues(queue_graph_t *g, graph_inst_t *in) {
+  for (uint32_t d = 0; d < g->ndev; d++) {
     hcq_queue_t *q = in->queues[2 * d];
     if (!g->active[d]) continue;
     uint64_t sources = g->copied_into[d] | (UINT64_C(1) << d);
-    for (uint32_t s = 0; s < g->ndev && !st; s++) {
+    for (uint32_t s = 0; s < g->ndev; s++) {
       uint32_t cq = 2 * s + 1;
       if (!(sources & (UINT64_C(1) << s)) || g->last_item[cq] == NO_ITEM) continue;
-      st = hcq_queue_wait(q, addr_of(in->queue_sig[cq]), hcq_imm(g->last_item[cq] + 1));
+      HCQ__TRY(hcq_queue_wait(q, addr_of(in->queue_sig[cq]), hcq_imm(g->last_item[cq] + 1)));
     }
     hcq_expr_t *one = hcq_expr_const(1),
                *next = hcq_expr_binary(HCQ_EXPR_ADD, g->timeline_val[d], one);
-    if (!st) st = next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
+    hcq_status_t st =
+        next ? hcq_queue_signal(q, hcq_sym(g->timeline_addr[d]), hcq_sym(next)) : oom();
     hcq_expr_release(one);
     hcq_expr_release(next);
+    if (st) return st;
     /* Last: once the host sees it, it may patch this instance's words for the next replay, the
      * timeline signal's value among them. */
-    if (!st) st = hcq_queue_signal(q, addr_of(in->done_sig[d]), hcq_sym(g->kickoff_var));
+    HCQ__TRY(hcq_queue_signal(q, addr_of(in->done_sig[d]), hcq_sym(g->kickoff_var)));
   }
-  return st;
+  return NULL;
 }
 
-static hcq_status_t build_instance(hcq_graph_impl_t *g, graph_inst_t *in, unsigned index) {
+static hcq_status_t build_instance(queue_graph_t *g, graph_inst_t *in, unsigned index) {
   hcq__runner_t *r = &g->base.runner;
-  hcq_status_t st = NULL;
   uint64_t kernargs_size[HCQ__GRAPH_MAX_DEVICES] = {0};
   layout_kernargs(g, kernargs_size);
   char tag[24] = "";
   if (g->ninst > 1) snprintf(tag, sizeof(tag), " (instance %u)", index);
-  for (size_t d = 0; d < g->ndev && !st; d++)
-    st = create_device_objects(g, in, d, kernargs_size[d], tag);
+  for (size_t d = 0; d < g->ndev; d++)
+    HCQ__TRY(create_device_objects(g, in, d, kernargs_size[d], tag));
   char kname[64];
   snprintf(kname, sizeof(kname), "graph kickoff%s", tag);
-  if (!st) st = hcq__signal_create_internal(r->devices[0], kname, 0, &in->kickoff);
-  if (st) return st;
+  HCQ__TRY(hcq__signal_create_internal(r->devices[0], kname, 0, &in->kickoff));
 
-  st = encode_prologues(g, in);
-  for (uint32_t j = 0; j < r->nitems && !st; j++) st = encode_item(g, in, j);
-  if (!st) st = encode_epilogues(g, in);
-  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
+  HCQ__TRY(encode_prologues(g, in));
+  for (uint32_t j = 0; j < r->nitems; j++) HCQ__TRY(encode_item(g, in, j));
+  HCQ__TRY(encode_epilogues(g, in));
+  for (uint32_t q = 0; q < 2 * g->ndev; q++) {
     if (!in->queues[q]) continue;
     char label[160];
     snprintf(label, sizeof(label), "%s %s queue of %s%s", r->label, q & 1 ? "copy" : "compute",
              r->devices[q / 2]->name, tag);
     in->queue_label[q] = strdup(label);
     in->queues[q]->label = in->queue_label[q];
-    st = hcq_queue_bind(in->queues[q], r->devices[q / 2]);
+    HCQ__TRY(hcq_queue_bind(in->queues[q], r->devices[q / 2]));
   }
-  return st;
+  return NULL;
 }
 
-static hcq_status_t build_queues(hcq_graph_impl_t *g) {
-  hcq_status_t st = NULL;
-  for (unsigned i = 0; i < g->ninst && !st; i++) st = build_instance(g, &g->inst[i], i);
-  return st;
+static hcq_status_t build_queues(queue_graph_t *g) {
+  for (unsigned i = 0; i < g->ninst; i++) HCQ__TRY(build_instance(g, &g->inst[i], i));
+  return NULL;
 }
 
 /* ---- profiling (docs/design.md, "The HCQ graph", "Profiling") ---- */
 
-static hcq_status_t build_profile(hcq_graph_impl_t *g) {
+static hcq_status_t build_profile(queue_graph_t *g) {
   hcq__runner_t *r = &g->base.runner;
   size_t n = r->nitems;
   g->prof_entries = calloc(n, sizeof(*g->prof_entries));
@@ -295,7 +310,7 @@ static hcq_status_t build_profile(hcq_graph_impl_t *g) {
 /* Hands the profiler, when it is on, where each item's timestamps land and when a replay ended on
  * each device: it reads every replay once the next one (or destroy, or a flush) has waited for it.
  */
-static void trace_register(hcq_graph_impl_t *g) {
+static void trace_register(queue_graph_t *g) {
   if (!hcq__trace_on()) return;
   const hcq__runner_t *r = &g->base.runner;
   hcq__trace_graph_item_t *items = calloc(r->nitems * g->ninst, sizeof(*items));
@@ -334,7 +349,7 @@ static void trace_register(hcq_graph_impl_t *g) {
 }
 
 /* Every instance's last replay, oldest first (all have finished). */
-static void trace_collect_all(hcq_graph_impl_t *g) {
+static void trace_collect_all(queue_graph_t *g) {
   if (!g->trace) return;
   for (uint64_t done = 0;;) {
     unsigned pick = g->ninst;
@@ -348,7 +363,7 @@ static void trace_collect_all(hcq_graph_impl_t *g) {
   }
 }
 
-static void collect_timestamps(hcq_graph_impl_t *g) {
+static void collect_timestamps(queue_graph_t *g) {
   const hcq__runner_t *r = &g->base.runner;
   memset(g->prof_timestamps, 0, 2 * r->nitems * sizeof(uint64_t));
   for (size_t j = 0; j < r->nitems; j++) {
@@ -369,7 +384,7 @@ static void collect_timestamps(hcq_graph_impl_t *g) {
 typedef enum { WAIT_PREVIOUS, WAIT_BEFORE_SUBMIT, WAIT_THIS_REPLAY } wait_kind_t;
 
 /* Waits until the instance's last replay finished on every device. */
-static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in, wait_kind_t kind) {
+static hcq_status_t wait_instance(queue_graph_t *g, graph_inst_t *in, wait_kind_t kind) {
   if (!in->kickoff_value) return NULL;
   hcq__runner_t *r = &g->base.runner;
   for (size_t d = 0; d < g->ndev; d++) {
@@ -397,7 +412,7 @@ static hcq_status_t wait_instance(hcq_graph_impl_t *g, graph_inst_t *in, wait_ki
   return NULL;
 }
 
-static hcq_status_t wait_previous(hcq_graph_impl_t *g, wait_kind_t kind) {
+static hcq_status_t wait_previous(queue_graph_t *g, wait_kind_t kind) {
   for (unsigned i = 0; i < g->ninst; i++) {
     hcq_status_t st = wait_instance(g, &g->inst[i], kind);
     if (st) return st;
@@ -406,7 +421,7 @@ static hcq_status_t wait_previous(hcq_graph_impl_t *g, wait_kind_t kind) {
 }
 
 /* "item 3 (kernel mix)" for a failing prepare of q, or "" */
-static void failed_item(const hcq_graph_impl_t *g, const hcq_queue_t *q, char *out, size_t size) {
+static void failed_item(const queue_graph_t *g, const hcq_queue_t *q, char *out, size_t size) {
   out[0] = '\0';
   uint32_t j;
   if (!q->failed_patch || !hcq__tag_item(q->failed_patch->tag, &j) || j >= g->base.runner.nitems)
@@ -420,7 +435,7 @@ static void failed_item(const hcq_graph_impl_t *g, const hcq_queue_t *q, char *o
 
 /* The kickoff value is a 32-bit payload: restart it (and the signals compared with it) before it
  * overflows, once every instance's replay has finished. */
-static hcq_status_t restart_kickoff(hcq_graph_impl_t *g) {
+static hcq_status_t restart_kickoff(queue_graph_t *g) {
   hcq_status_t st = wait_previous(g, WAIT_BEFORE_SUBMIT);
   if (st) return st;
   for (unsigned i = 0; i < g->ninst; i++) {
@@ -436,7 +451,7 @@ static hcq_status_t restart_kickoff(hcq_graph_impl_t *g) {
 
 /* Hands every queue of the instance over (the devices are locked, and room on every engine was
  * reserved, so nothing here can fail) and makes it the last replay. */
-static inline void commit_replay(hcq_graph_impl_t *g, graph_inst_t *in, uint64_t kickoff) {
+static inline void commit_replay(queue_graph_t *g, graph_inst_t *in, uint64_t kickoff) {
   hcq__runner_t *r = &g->base.runner;
   g->kickoff_value = kickoff;
   in->kickoff_value = kickoff;
@@ -453,8 +468,32 @@ static inline void commit_replay(hcq_graph_impl_t *g, graph_inst_t *in, uint64_t
   }
 }
 
-static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
-  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+/* With the graph's devices locked: the devices' timelines into the values, then every queue
+ * evaluated and room reserved on every engine before any is submitted: a replay runs whole or not
+ * at all. */
+static hcq_status_t prepare_replay_locked(queue_graph_t *g, graph_inst_t *in) {
+  hcq__runner_t *r = &g->base.runner;
+  for (size_t d = 0; d < g->ndev; d++) HCQ__TRY(hcq__device_prepare_submit(r->devices[d]));
+  for (size_t d = 0; d < g->ndev; d++) {
+    hcq_device_t *dev = r->devices[d];
+    g->values[g->timeline_at + 2 * d].value = (int64_t)dev->timeline_value - 1;
+    g->values[g->timeline_at + 2 * d + 1].value = (int64_t)hcq_signal_address(dev->timeline);
+  }
+  for (uint32_t q = 0; q < 2 * g->ndev; q++) {
+    if (!in->queues[q]) continue;
+    hcq_status_t st = hcq__queue_prepare(in->queues[q], g->values, g->nvalues);
+    if (!st) continue;
+    char what[160];
+    failed_item(g, in->queues[q], what, sizeof(what));
+    return *what ? hcq_status_annotate(st, "%s", what) : st;
+  }
+  for (uint32_t q = 0; q < 2 * g->ndev; q++)
+    if (in->queues[q]) HCQ__TRY(hcq__queue_reserve_locked(in->queues[q], r->devices[q / 2]));
+  return NULL;
+}
+
+static hcq_status_t queue_graph_run(hcq_graph_t *base, bool wait, uint64_t *out_elapsed_ns) {
+  queue_graph_t *g = (queue_graph_t *)base;
   hcq__runner_t *r = &base->runner;
   uint64_t start = hcq__now_ns();
   /* The next instance in turn: the host waits only when its previous replay has not finished, so
@@ -477,23 +516,7 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
     g->values[g->inputs_at + k].value = (int64_t)r->pending_inputs[k]->addr;
 
   hcq__device_lock_many(r->devices, g->ndev);
-  for (size_t d = 0; d < g->ndev && !st; d++) st = hcq__device_prepare_submit(r->devices[d]);
-  for (size_t d = 0; d < g->ndev && !st; d++) {
-    hcq_device_t *dev = r->devices[d];
-    g->values[g->timeline_at + 2 * d].value = (int64_t)dev->timeline_value - 1;
-    g->values[g->timeline_at + 2 * d + 1].value = (int64_t)hcq_signal_address(dev->timeline);
-  }
-  /* Evaluate every queue and reserve room on every engine before submitting any: a replay runs
-   * whole or not at all. */
-  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++) {
-    if (!in->queues[q]) continue;
-    st = hcq__queue_prepare(in->queues[q], g->values, g->nvalues);
-    char what[160];
-    if (st) failed_item(g, in->queues[q], what, sizeof(what));
-    if (st && *what) st = hcq_status_annotate(st, "%s", what);
-  }
-  for (uint32_t q = 0; q < 2 * g->ndev && !st; q++)
-    if (in->queues[q]) st = hcq__queue_reserve_locked(in->queues[q], r->devices[q / 2]);
+  st = prepare_replay_locked(g, in);
   if (!st) commit_replay(g, in, kickoff);
   hcq__device_unlock_many(r->devices, g->ndev);
   if (st) return st;
@@ -516,7 +539,7 @@ static hcq_status_t hcq_graph_run_impl(hcq_graph_t *base, bool wait, uint64_t *o
 /* keep_signals: a device of the graph is lost and another may still be waiting on the graph's
  * signals (which live on one device but are read by the queues of all): they are kept, not freed.
  */
-static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
+static void queue_graph_free_ex(queue_graph_t *g, bool keep_signals) {
   void (*release_signal)(hcq_signal_t *) =
       keep_signals ? hcq__signal_abandon : hcq__signal_free_internal;
   hcq__trace_graph_unregister(g->trace);
@@ -557,19 +580,19 @@ static void free_impl_ex(hcq_graph_impl_t *g, bool keep_signals) {
   hcq__graph_struct_free(&g->base);
 }
 
-static void free_impl(hcq_graph_impl_t *g) { free_impl_ex(g, false); }
+static void queue_graph_free(queue_graph_t *g) { queue_graph_free_ex(g, false); }
 
-static hcq_status_t hcq_graph_destroy_impl(hcq_graph_t *base) {
-  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+static hcq_status_t queue_graph_destroy(hcq_graph_t *base) {
+  queue_graph_t *g = (queue_graph_t *)base;
   hcq_status_t st = wait_previous(g, WAIT_PREVIOUS);
   if (st) return st;
   trace_collect_all(g);
-  free_impl(g);
+  queue_graph_free(g);
   return NULL;
 }
 
-static hcq_status_t hcq_graph_destroy_anyway_impl(hcq_graph_t *base) {
-  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+static hcq_status_t queue_graph_destroy_anyway(hcq_graph_t *base) {
+  queue_graph_t *g = (queue_graph_t *)base;
   /* A device still at its queues may read this graph's signals, whichever device owns them; a lost
    * one too, until its engine has dropped its work (a CPU engine's completion counter then jumps to
    * what was submitted). Their memory is kept rather than freed under it. */
@@ -580,13 +603,13 @@ static hcq_status_t hcq_graph_destroy_anyway_impl(hcq_graph_t *base) {
       busy |= dev->vt->completed(dev, (hcq_queue_kind_t)k) <
               dev->vt->submitted(dev, (hcq_queue_kind_t)k);
   }
-  free_impl_ex(g, busy);
+  queue_graph_free_ex(g, busy);
   return NULL;
 }
 
-static hcq_status_t hcq_graph_item_schedule_impl(const hcq_graph_t *base, size_t i,
-                                                 hcq_graph_item_schedule_t *out) {
-  const hcq_graph_impl_t *g = (const hcq_graph_impl_t *)base;
+static hcq_status_t queue_graph_item_schedule(const hcq_graph_t *base, size_t i,
+                                              hcq_graph_item_schedule_t *out) {
+  const queue_graph_t *g = (const queue_graph_t *)base;
   const item_sched_t *s = &g->sched[i];
   *out = (hcq_graph_item_schedule_t){s->queue,
                                      g->waits.data + s->waits_at,
@@ -600,14 +623,14 @@ static hcq_status_t hcq_graph_item_schedule_impl(const hcq_graph_t *base, size_t
 }
 
 /* The queue of the last replay's instance (the first instance before any replay). */
-static const hcq_queue_t *hcq_graph_queue_impl(const hcq_graph_t *base, uint32_t q) {
-  const hcq_graph_impl_t *g = (const hcq_graph_impl_t *)base;
+static const hcq_queue_t *queue_graph_queue(const hcq_graph_t *base, uint32_t q) {
+  const queue_graph_t *g = (const queue_graph_t *)base;
   const graph_inst_t *in = g->last_inst ? g->last_inst : &g->inst[0];
   return q < 2 * g->ndev ? in->queues[q] : NULL;
 }
 
-static hcq_status_t hcq_graph_profile_impl(hcq_graph_t *base, const hcq_profile_event_t **out) {
-  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+static hcq_status_t queue_graph_profile(hcq_graph_t *base, const hcq_profile_event_t **out) {
+  queue_graph_t *g = (queue_graph_t *)base;
   if (!g->profile)
     return hcq_status_make(HCQ_FAILED_PRECONDITION, "the graph was built without profiling");
   if (!g->kickoff_value)
@@ -619,50 +642,55 @@ static hcq_status_t hcq_graph_profile_impl(hcq_graph_t *base, const hcq_profile_
   return NULL;
 }
 
-static const hcq__graph_vtable_t hcq_graph_vtable = {
+static const hcq__graph_vtable_t queue_graph_vtable = {
     .kind = "hcq",
-    .destroy = hcq_graph_destroy_impl,
-    .destroy_anyway = hcq_graph_destroy_anyway_impl,
-    .run = hcq_graph_run_impl,
-    .item_schedule = hcq_graph_item_schedule_impl,
-    .queue = hcq_graph_queue_impl,
-    .profile = hcq_graph_profile_impl,
+    .destroy = queue_graph_destroy,
+    .destroy_anyway = queue_graph_destroy_anyway,
+    .run = queue_graph_run,
+    .item_schedule = queue_graph_item_schedule,
+    .queue = queue_graph_queue,
+    .profile = queue_graph_profile,
 };
 
-hcq_status_t hcq__hcq_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight,
-                                   hcq_graph_t **out) {
+hcq_status_t hcq__queue_graph_create(hcq__runner_t *runner, bool profile, unsigned inflight,
+                                     hcq_graph_t **out) {
   if (runner->ndevices > HCQ__GRAPH_MAX_DEVICES)
     return hcq_status_make(HCQ_INVALID_ARGUMENT,
                            "an HCQ graph spans at most %d devices; these items use %zu",
                            HCQ__GRAPH_MAX_DEVICES, runner->ndevices);
-  hcq_graph_impl_t *g = hcq__graph_alloc(sizeof(*g), &hcq_graph_vtable, runner);
+  queue_graph_t *g = hcq__graph_alloc(sizeof(*g), &queue_graph_vtable, runner);
   if (!g) return oom();
   g->ndev = runner->ndevices;
   g->profile = profile;
   g->ninst = inflight ? inflight : hcq__options()->graph_inflight;
   g->inst = calloc(g->ninst, sizeof(*g->inst));
   g->sched = calloc(runner->nitems, sizeof(*g->sched));
-  hcq_status_t st = g->sched && g->inst ? NULL : oom();
-  if (!st) st = hcq__hcq_graph_schedule(g);
-  if (!st) st = make_vars(g);
-  if (!st) st = build_queues(g);
-  if (!st && profile) st = build_profile(g);
-  if (!st && profile) trace_register(g);
-  if (st) {
-    /* The runner stays with the caller, who releases it. */
-    free_impl(g);
-    return st;
+  hcq_status_t st;
+  if (!g->sched || !g->inst) {
+    st = oom();
+    goto fail;
+  }
+  if ((st = hcq__queue_graph_schedule(g))) goto fail;
+  if ((st = make_vars(g))) goto fail;
+  if ((st = build_queues(g))) goto fail;
+  if (profile) {
+    if ((st = build_profile(g))) goto fail;
+    trace_register(g);
   }
   *out = &g->base;
   return NULL;
+fail:
+  /* The runner stays with the caller, who releases it. */
+  queue_graph_free(g);
+  return st;
 }
 
 uint64_t hcq__graph_kickoff_value_for_tests(const hcq_graph_t *g) {
-  return ((const hcq_graph_impl_t *)g)->kickoff_value;
+  return ((const queue_graph_t *)g)->kickoff_value;
 }
 
 void hcq__graph_pretend_replays_for_tests(hcq_graph_t *base, uint64_t replays) {
-  hcq_graph_impl_t *g = (hcq_graph_impl_t *)base;
+  queue_graph_t *g = (queue_graph_t *)base;
   g->kickoff_value = replays;
   for (unsigned i = 0; i < g->ninst; i++) {
     graph_inst_t *in = &g->inst[i];

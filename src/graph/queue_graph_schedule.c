@@ -1,11 +1,12 @@
-/* The HCQ graph's scheduling (docs/design.md, "The HCQ graph", build steps 4-5; the scheme is in
- * hcq_graph.c's opening comment): each item's waits, the device signals it waits for, the signal it
- * sets and where its timestamps go. */
+/* The queue graph's scheduling (docs/design.md, "The HCQ graph", build steps 4-5; the scheme is in
+ * queue_graph.c's opening comment): each item's waits, the device signals it waits for, the signal
+ * it sets and where its timestamps go. */
 #include <stdlib.h>
 
 #include "core/buffer.h"
 #include "core/remote.h"
-#include "graph/hcq_graph_impl.h"
+#include "core/status.h"
+#include "graph/queue_graph_internal.h"
 
 static hcq_status_t oom(void) {
   return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory building a graph");
@@ -34,7 +35,7 @@ typedef struct sched_state {
 } sched_state_t;
 
 /* Which items are another rank's alone, and which devices this process runs queues for. */
-static void mark_foreign_and_active(hcq_graph_impl_t *g) {
+static void mark_foreign_and_active(queue_graph_t *g) {
   hcq__runner_t *r = &g->base.runner;
   for (size_t d = 0; d < g->ndev; d++) g->active[d] = !hcq__device_is_remote(r->devices[d]);
   for (uint32_t j = 0; j < r->nitems; j++) {
@@ -46,7 +47,7 @@ static void mark_foreign_and_active(hcq_graph_impl_t *g) {
 
 /* The item's dependencies as (queue, value) in ss->deps, highest value first, less those queue q
  * already waited for; q learns what the waited-for items knew. Returns how many are kept. */
-static size_t new_deps(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t q) {
+static size_t new_deps(queue_graph_t *g, sched_state_t *ss, uint32_t q) {
   size_t nd = 0;
   dep_t *deps = ss->deps;
   for (size_t i = 0; i < ss->rdeps.len; i++) {
@@ -68,7 +69,7 @@ static size_t new_deps(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t q) {
 
 /* Device readiness: the item waits for the device signal of every device of its buffers that its
  * queue does not know is ready. */
-static hcq_status_t add_ready_waits(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t q,
+static hcq_status_t add_ready_waits(queue_graph_t *g, sched_state_t *ss, uint32_t q,
                                     const hcq__item_access_t *acc, item_sched_t *s) {
   hcq__runner_t *r = &g->base.runner;
   hcq_status_t st = NULL;
@@ -83,7 +84,7 @@ static hcq_status_t add_ready_waits(hcq_graph_impl_t *g, sched_state_t *ss, uint
   return st;
 }
 
-static hcq_status_t schedule_item(hcq_graph_impl_t *g, sched_state_t *ss, uint32_t j) {
+static hcq_status_t schedule_item(queue_graph_t *g, sched_state_t *ss, uint32_t j) {
   hcq__runner_t *r = &g->base.runner;
   const hcq_exec_item_t *it = &r->items[j];
   item_sched_t *s = &g->sched[j];
@@ -102,19 +103,18 @@ static hcq_status_t schedule_item(hcq_graph_impl_t *g, sched_state_t *ss, uint32
   hcq__item_access(it, &acc);
   uintptr_t keys[HCQ_MAX_KERNEL_BUFS];
   for (size_t i = 0; i < acc.n; i++) keys[i] = (uintptr_t)hcq_buffer_base(acc.bufs[i]);
-  hcq_status_t st = hcq__deps_access(&ss->tracker, keys, acc.writes, acc.n, j, &ss->rdeps);
-  if (st) return st;
+  HCQ__TRY(hcq__deps_access(&ss->tracker, keys, acc.writes, acc.n, j, &ss->rdeps));
   size_t kept = new_deps(g, ss, q);
-  st = add_ready_waits(g, ss, q, &acc, s);
+  HCQ__TRY(add_ready_waits(g, ss, q, &acc, s));
 
   /* In-order queues need no waits on themselves. */
   bool in_order =
       (it->kind == HCQ_ITEM_TRANSFER) || (r->devices[d]->caps & HCQ_CAP_IN_ORDER_QUEUES);
   s->waits_at = (uint32_t)g->waits.len;
-  for (size_t i = 0; i < kept && !st; i++) {
+  for (size_t i = 0; i < kept; i++) {
     if (in_order && ss->deps[i].queue == q) continue;
     hcq_graph_wait_t w = {ss->deps[i].queue, ss->deps[i].value};
-    if (!hcq__vec_push(&g->waits, w)) st = oom();
+    if (!hcq__vec_push(&g->waits, w)) return oom();
     g->sched[ss->deps[i].value - 1].signal_value = ss->deps[i].value;
   }
   s->nwaits = (uint32_t)(g->waits.len - s->waits_at);
@@ -124,8 +124,8 @@ static hcq_status_t schedule_item(hcq_graph_impl_t *g, sched_state_t *ss, uint32
   }
 
   s->deps_at = (uint32_t)g->deps.len;
-  for (size_t i = 0; i < ss->rdeps.len && !st; i++)
-    if (!hcq__vec_push(&g->deps, ss->rdeps.data[i])) st = oom();
+  for (size_t i = 0; i < ss->rdeps.len; i++)
+    if (!hcq__vec_push(&g->deps, ss->rdeps.data[i])) return oom();
   s->ndeps = (uint32_t)ss->rdeps.len;
 
   /* A chained item (no waits at all) starts when the previous item of its queue ended. */
@@ -135,10 +135,10 @@ static hcq_status_t schedule_item(hcq_graph_impl_t *g, sched_state_t *ss, uint32
 
   ss->item_knows[j] = ss->queue_knows[q];
   g->last_item[q] = j;
-  return st;
+  return NULL;
 }
 
-hcq_status_t hcq__hcq_graph_schedule(hcq_graph_impl_t *g) {
+hcq_status_t hcq__queue_graph_schedule(queue_graph_t *g) {
   hcq__runner_t *r = &g->base.runner;
   sched_state_t ss = {.nq = 2 * g->ndev};
   ss.queue_access = calloc(ss.nq * ss.nq, sizeof(uint32_t));
@@ -147,11 +147,16 @@ hcq_status_t hcq__hcq_graph_schedule(hcq_graph_impl_t *g) {
   ss.deps = malloc((r->nitems + 1) * sizeof(dep_t));
   hcq__deps_init(&ss.tracker);
   hcq_status_t st = NULL;
-  if (!ss.queue_access || !ss.queue_knows || !ss.item_knows || !ss.deps) st = oom();
-  for (size_t d = 0; d < g->ndev && !st; d++) ss.queue_knows[2 * d] = UINT64_C(1) << d;
+  if (!ss.queue_access || !ss.queue_knows || !ss.item_knows || !ss.deps) {
+    st = oom();
+    goto done;
+  }
+  for (size_t d = 0; d < g->ndev; d++) ss.queue_knows[2 * d] = UINT64_C(1) << d;
   for (size_t q = 0; q < ss.nq; q++) g->last_item[q] = NO_ITEM;
   mark_foreign_and_active(g);
-  for (uint32_t j = 0; j < r->nitems && !st; j++) st = schedule_item(g, &ss, j);
+  for (uint32_t j = 0; j < r->nitems; j++)
+    if ((st = schedule_item(g, &ss, j))) goto done;
+done:
   hcq__vec_free(&ss.rdeps);
   hcq__deps_deinit(&ss.tracker);
   free(ss.queue_access);
