@@ -10,11 +10,11 @@
  * replay of a captured step (models/llm/README.md); tokens are chosen on the device.
  *
  *   hcq_llm_t *llm;
- *   hcq_status_t st = hcq_llm_open("model.gguf", NULL, &llm);  // NULL: SmolLM2-135M-Instruct
+ *   CHECK(hcq_llm_open("model.gguf", NULL, &llm));             // NULL: SmolLM2-135M-Instruct
  *   hcq_llm_message_t chat[] = {{"user", "What is the capital of France?"}};
  *   hcq_llm_generate_options_t o = {.max_tokens = 64, .on_token = print_piece};
  *   hcq_llm_result_t r;
- *   if (!st) st = hcq_llm_chat(llm, chat, 1, &o, &r);          // print_piece gets the text
+ *   CHECK(hcq_llm_chat(llm, chat, 1, &o, &r));                 // print_piece gets the text
  *   ... r.ids, r.n, r.stop ...; hcq_llm_result_free(&r);
  *   hcq_status_destroy(hcq_llm_close(llm));
  *

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """hcq's layers import only downward: core <- graph <- backends <- jit <- io <- mpi <- models <- cli.
 
-Three checks, on the sources and on what the build really holds:
+Three checks, on the sources and on what the build really holds (and the house rule on function
+size, below):
   * includes: a source or private header may include only private headers of its own layer or a
     lower one (public headers in include/hcq/ are the API and may be included anywhere);
   * calls: every symbol an object file uses from another hcq object file must be defined in its
@@ -18,6 +19,9 @@ layer below nor a backend's fails the check, so a new folder is never skipped si
   check_layers.py SOURCE_DIR BUILD_DIR            the check (exit 1 naming every violation)
   check_layers.py SOURCE_DIR BUILD_DIR --report   also counts files over 800 and 1,000 lines and
                                                   functions over 80 lines (the house metrics)
+
+It also fails on a function over 80 lines anywhere in the tracked C, C++ and CUDA sources
+(function_sizes.py: signature to closing brace, measured by a lexer).
 """
 import os
 import re
@@ -274,6 +278,8 @@ def main():
         print(f"check_layers: no hcq object files under {build}", file=sys.stderr)
         return 1
     bad += calls
+    bad += ["function over 80 lines: %s (%d lines; docs/design.md, \"Code conventions\")" % (where, n)
+            for n, where in long_functions(root)]
     for b in bad:
         print(b)
     if report:

@@ -8,6 +8,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_layers  # noqa: E402
+import function_sizes  # noqa: E402
 
 
 def tree(files):
@@ -49,7 +50,20 @@ def main():
            f"a row defined nowhere is reported: {bad}")
     kinds = check_layers.kind_pattern(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     expect(kinds.pattern == r"\bHCQ_DEVICE_(CPU|CUDA|METAL|VULKAN)\b", f"the kinds come from device.h: {kinds.pattern}")
-    print("test_check_layers: backend folders come from the table; unknown folders and lost rows are reported")
+
+    # Function sizes by the lexer: a signature over several lines counts, braces in strings and
+    # comments do not, and a struct's initializer is no function.
+    body = "".join("  x += %d; /* } */\n" % i for i in range(79))
+    src = ("static int\nlong_one(int a,\n         int b) {\n  int x = a + b;\n" + body + "  return x;\n}\n"
+           "static const struct { int a; } table = {\n" + "  1,\n" * 90 + "};\n"
+           "int short_one(void) { return \"}\" [0]; }\n")
+    found = function_sizes.functions(src)
+    expect([(n, b - a + 1) for n, a, b in found] == [("long_one", 85), ("short_one", 1)],
+           f"function sizes: {found}")
+    expect([f for f in function_sizes.functions("void f(void) {\n" + "  ;\n" * 79 + "}\n")] == [("f", 1, 81)],
+           "an 81-line function measured as 81 lines")
+    print("test_check_layers: backend folders come from the table; unknown folders and lost rows are reported; "
+          "function sizes count multi-line signatures and skip literals, comments and initializers")
 
 
 if __name__ == "__main__":
