@@ -4,8 +4,9 @@
     serve_bench.py --hcq HCQ (--llama-server PATH | --llama-server-missing WHY) [--model FILE]
                    [--threads 2] [--rounds 3] [--tokens 96] [--streams 1,4,8] [--rows FILE] [--json]
 
-Both servers run at once on the same GGUF file (SmolLM2-135M-Instruct Q4_1 by default) with the same
-CPU threads: `hcq serve --threads T --parallel 8 --ctx 1024` and `llama-server -t T -tb T -np 8 -c 8192
+Both servers run on the same GGUF file (SmolLM2-135M-Instruct Q4_1 by default) with the same CPU
+threads, one at a time (each started for its turn and stopped after it: llama.cpp's threads spin
+after a request and would take the cores from the other's turn): `hcq serve --threads T --parallel 8 --ctx 1024` and `llama-server -t T -tb T -np 8 -c 8192
 --cont-batching` (1024 positions a slot). Each round, for each stream count N (1, 4, 8), each server
 in turn (the order alternating between rounds) gets N concurrent streamed /v1/completions requests,
 each a different 20-odd-token prompt (so that no prompt cache helps), greedy, 96 new tokens with
@@ -42,12 +43,15 @@ def free_port():
 
 
 class Peer:
-    def __init__(self, name, args, port):
-        self.name, self.port = name, port
-        self.log = open("/tmp/serve-bench-%s-%d.log" % (name.split()[0], port), "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+    """A server, started for each round and stopped after it: only one runs at a time (llama.cpp's
+    threads spin after a request, which would take the cores from the other server's turn)."""
 
-    def wait_ready(self, seconds=600):
+    def __init__(self, name, args, port):
+        self.name, self.args, self.port, self.proc = name, args, port, None
+        self.log = open("/tmp/serve-bench-%s-%d.log" % (name.split()[0], port), "w")
+
+    def start(self, seconds=600):
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
         until = time.time() + seconds
         while time.time() < until:
             if self.proc.poll() is not None:
@@ -56,6 +60,7 @@ class Peer:
                 c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
                 c.request("GET", "/health")
                 if c.getresponse().status == 200:
+                    measure(self, 8, 16, 99)  # warm-up: every batch size once
                     return
             except OSError:
                 pass
@@ -63,12 +68,15 @@ class Peer:
         raise RuntimeError("%s not ready after %ds" % (self.name, seconds))
 
     def stop(self):
+        if self.proc is None:
+            return
         self.proc.terminate()
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self.proc = None
 
 
 def one_stream(port, prompt, tokens, out, index, start):
@@ -163,13 +171,12 @@ def main():
     load0 = loadavg()
     results = {p.name: {n: [] for n in streams} for p in peers}
     try:
-        for p in peers:
-            p.wait_ready()
-            measure(p, 2, 8, 99)  # warm-up
         for r in range(a.rounds):
-            for n in streams:
-                for p in (peers if r % 2 == 0 else peers[::-1]):
+            for p in (peers if r % 2 == 0 else peers[::-1]):
+                p.start()
+                for n in streams:
                     results[p.name][n].append(measure(p, n, a.tokens, r))
+                p.stop()
     finally:
         for p in peers:
             p.stop()
