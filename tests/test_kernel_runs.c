@@ -82,9 +82,15 @@ Test(kernel_runs, a_chain_of_10000_kernels_runs_whole_in_order_reading_the_clock
     cr_assert_eq(got[1], 0, "replay %d: %d kernels ran out of order", r, got[1]);
   }
   uint64_t stamps = hcq__cpu_kernel_stamps(d) - stamps0;
-  /* One in up to 256 while they stay fast; a window the scheduler interrupted restarts at 1. */
+  /* One in up to 256 while they stay fast; a window the scheduler interrupted restarts at 1. Under
+   * ThreadSanitizer every kernel is instrumented and slow, so every one may be stamped: only the
+   * order and the results are checked there. */
+#if !defined(__SANITIZE_THREAD__)
   cr_assert_lt(stamps, (uint64_t)REPLAYS * CHAIN / 8, "%llu kernels of %d stamped",
                (unsigned long long)stamps, REPLAYS * CHAIN);
+#else
+  (void)stamps;
+#endif
   OK(hcq_graph_destroy(g));
   free(items);
   free(vals);
