@@ -8,8 +8,8 @@ bench_roofline measures the machine (memory read bandwidth, int8 dot-product pea
 threads) and each file's bytes and multiply-adds per token. For each file and thread count,
 `hcq generate` (HCQ_CPU_THREADS=T) decodes 128 tokens after a 128-token prompt, twice (the better
 run counts). Decode: tok/s x bytes per token / bandwidth, the fraction of the tokens a second that
-streaming every weight once per token allows. Prompt: prompt tok/s x 2 x multiply-adds per token,
-as a fraction of the int8 peak (the kernels multiply int8 weights by int8 activations). Rows as
+streaming every weight once per token allows. Prompt: prompt tok/s x 2 x multiply-adds per prompt
+token (the classifier's left out: a prompt pass classifies its last token only), as a fraction of the int8 peak (the kernels multiply int8 weights by int8 activations). Rows as
 bench/rows.h's JSON lines; without --rows, a table."""
 import argparse
 import json
@@ -53,7 +53,7 @@ def main():
         row("memory read bandwidth, %d thread%s" % (t, "s" if t > 1 else ""), m["read_gbs"][t - 1], "GB/s",
             "vector loads over 1 GiB, best of 7")
         row("int8 dot-product peak, %d thread%s" % (t, "s" if t > 1 else ""), m["int8_gops"][t - 1], "GOP/s",
-            "AVX-512 VNNI vpdpbusd, 12 accumulators; -1: no VNNI")
+            "AVX-512 VNNI vpdpbusd, 16 accumulators; -1: no VNNI")
     for spec in a.files:
         label, path = spec.split("=", 1)
         try:
@@ -65,10 +65,11 @@ def main():
                 row("%s decode, %d thread%s" % (label, t, "s" if t > 1 else ""), decode / limit, "of roofline",
                     "%.0f tok/s x %.1f MB a token = %.1f GB/s; the limit is %.0f tok/s"
                     % (decode, need["bytes_per_token"] / 1e6, decode * need["bytes_per_token"] / 1e9, limit))
-                gops = prompt * 2 * need["macs_per_token"] / 1e9
+                gops = prompt * 2 * need["prompt_macs_per_token"] / 1e9
                 row("%s prompt, %d thread%s" % (label, t, "s" if t > 1 else ""),
                     gops * 1e9 / peak if peak > 0 else -1, "of int8 peak",
-                    "%.0f tok/s x %.0f M multiply-adds = %.1f GOP/s" % (prompt, need["macs_per_token"] / 1e6, gops))
+                    "%.0f tok/s x %.0f M multiply-adds = %.1f GOP/s"
+                    % (prompt, need["prompt_macs_per_token"] / 1e6, gops))
         except (RuntimeError, ValueError, KeyError) as e:
             rows.append({"section": section, "name": label, "value": -1, "unit": "", "note": "missing: %s" % e})
     if a.rows:
