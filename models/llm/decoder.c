@@ -18,18 +18,6 @@ enum { CHUNK = 32 };
 
 /* ---- buffers ---- */
 
-static hcq_status_t buffer(hcq_device_t *dev, size_t bytes, const char *label, int layer,
-                           hcq_buffer_t **out) {
-  TRY(hcq_buffer_create(dev, bytes ? bytes : 4, out));
-  char name[64];
-  if (layer >= 0)
-    snprintf(name, sizeof(name), "%s[%d]", label, layer);
-  else
-    snprintf(name, sizeof(name), "%s", label);
-  hcq_buffer_set_label(*out, name);
-  return NULL;
-}
-
 /* Where the devices' memory is the host's (HCQ_CAP_HOST_MEMORY: CPU devices, one process), a
  * buffer's address is its host pointer: the decoder writes weights, tokens and parameters there
  * directly (the devices idle), with no temporary copy and no staging buffers; elsewhere through
@@ -57,7 +45,7 @@ static hcq_status_t upload_matrix(const llm_decoder_t *m, hcq_device_t *dev, con
   size_t rows = (size_t)t->ne[1], cols = (size_t)t->ne[0];
   size_t bytes =
       cpu ? llm_repack_bytes(t->type, rows, cols) : llm_gpu_pack_bytes(t->type, rows, cols);
-  TRY(buffer(dev, bytes, label, layer, out));
+  TRY(model_upload(dev, NULL, bytes, label, layer, out));
   void *direct = host_memory(m, *out);
   if (direct) {
     pack(t->type, t->data, rows, cols, direct);
@@ -75,7 +63,7 @@ static hcq_status_t upload_matrix(const llm_decoder_t *m, hcq_device_t *dev, con
 static hcq_status_t upload_vector(const llm_decoder_t *m, hcq_device_t *dev, const gguf_tensor_t *t,
                                   const char *label, int layer, hcq_buffer_t **out) {
   size_t n = (size_t)t->ne[0];
-  TRY(buffer(dev, n * sizeof(float), label, layer, out));
+  TRY(model_upload(dev, NULL, n * sizeof(float), label, layer, out));
   float *tmp = malloc(n * sizeof(float));
   if (!tmp) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   llm_dequantize_row(t->type, t->data, tmp, n);
@@ -94,7 +82,7 @@ static hcq_status_t rope_table(llm_decoder_t *m, dev_state_t *s, double base, co
                                const char *label, hcq_buffer_t **out) {
   const llm_config_t *c = &m->c;
   size_t pairs = (size_t)c->rope_dim / 2;
-  TRY(buffer(s->dev, (size_t)m->ctx_alloc * pairs * 8, label, -1, out));
+  TRY(model_upload(s->dev, NULL, (size_t)m->ctx_alloc * pairs * 8, label, -1, out));
   float *table = malloc((size_t)m->ctx_alloc * pairs * 2 * sizeof(float));
   if (!table) return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   for (int p = 0; p < m->ctx_alloc; p++)
@@ -112,20 +100,22 @@ static hcq_status_t rope_table(llm_decoder_t *m, dev_state_t *s, double base, co
 static hcq_status_t make_scratch(llm_decoder_t *m, dev_state_t *s, const float *rope_factors) {
   const llm_config_t *c = &m->c;
   size_t rows = (size_t)m->max_batch, dim = (size_t)c->dim, qd = (size_t)llm_q_dim(c);
-  TRY(buffer(s->dev, rows * dim * 4, "x", -1, &s->x));
-  TRY(buffer(s->dev, rows * dim * 4, "x normed", -1, &s->xf));
-  TRY(buffer(s->dev, act_bytes(m->max_batch, c->dim), "x quantized", -1, &s->xq));
-  TRY(buffer(s->dev, rows * qd * 4, "q", -1, &s->q));
-  TRY(buffer(s->dev, rows * qd * 4, "attention", -1, &s->att));
-  TRY(buffer(s->dev, act_bytes(m->max_batch, (int)qd), "attention quantized", -1, &s->attq));
-  TRY(buffer(s->dev, rows * (size_t)c->ffn * 4, "h", -1, &s->hf));
-  TRY(buffer(s->dev, act_bytes(m->max_batch, c->ffn), "h quantized", -1, &s->hq));
+  TRY(model_upload(s->dev, NULL, rows * dim * 4, "x", -1, &s->x));
+  TRY(model_upload(s->dev, NULL, rows * dim * 4, "x normed", -1, &s->xf));
+  TRY(model_upload(s->dev, NULL, act_bytes(m->max_batch, c->dim), "x quantized", -1, &s->xq));
+  TRY(model_upload(s->dev, NULL, rows * qd * 4, "q", -1, &s->q));
+  TRY(model_upload(s->dev, NULL, rows * qd * 4, "attention", -1, &s->att));
+  TRY(model_upload(s->dev, NULL, act_bytes(m->max_batch, (int)qd), "attention quantized", -1,
+                   &s->attq));
+  TRY(model_upload(s->dev, NULL, rows * (size_t)c->ffn * 4, "h", -1, &s->hf));
+  TRY(model_upload(s->dev, NULL, act_bytes(m->max_batch, c->ffn), "h quantized", -1, &s->hq));
   /* a batch decoder's info goes on with its rows and the choosing rows' list (kernels.c, BATCH) */
   size_t info_bytes = m->slots ? 16 + 2 * LLM_BATCH_REGION_WORDS(rows) * 4 : 64;
-  TRY(buffer(s->dev, info_bytes < 64 ? 64 : info_bytes, "pass info", -1, &s->info));
+  TRY(model_upload(s->dev, NULL, info_bytes < 64 ? 64 : info_bytes, "pass info", -1, &s->info));
   if (c->rope_neox || c->qk_norm)
-    TRY(buffer(s->dev, rows * (size_t)llm_kv_dim(c) * 4, "k before rope", -1, &s->kraw));
-  if (c->post_norms) TRY(buffer(s->dev, rows * dim * 4, "layer output", -1, &s->xb));
+    TRY(model_upload(s->dev, NULL, rows * (size_t)llm_kv_dim(c) * 4, "k before rope", -1,
+                     &s->kraw));
+  if (c->post_norms) TRY(model_upload(s->dev, NULL, rows * dim * 4, "layer output", -1, &s->xb));
   TRY(rope_table(m, s, c->rope_base, rope_factors, "rotary table", &s->rope));
   if (c->swa_window)
     TRY(rope_table(m, s, c->rope_base_swa, rope_factors, "sliding-window rotary table",
@@ -174,13 +164,14 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
   if (m->tokens)
     hcq_buffer_set_label(m->tokens, "tokens");
   else
-    TRY(buffer(d0, token_count * 4, "tokens", -1, &m->tokens));
-  TRY(buffer(d0, per * (size_t)c->vocab * 4, "logits", -1, &m->logits));
-  TRY(buffer(d0, per * (size_t)m->cls_groups * 8, "best logits", -1, &m->best));
-  TRY(buffer(d0, m->slots ? batch_rows * LLM_SAMPLER_BYTES : LLM_SAMPLER_BYTES, "sampler", -1,
-             &m->params));
-  TRY(buffer(d0, per * (size_t)c->vocab * 16, "sampler scratch", -1, &m->scratch));
-  if (m->slots) TRY(buffer(d0, per * (size_t)m->ctx_alloc * 4, "token history", -1, &m->history));
+    TRY(model_upload(d0, NULL, token_count * 4, "tokens", -1, &m->tokens));
+  TRY(model_upload(d0, NULL, per * (size_t)c->vocab * 4, "logits", -1, &m->logits));
+  TRY(model_upload(d0, NULL, per * (size_t)m->cls_groups * 8, "best logits", -1, &m->best));
+  TRY(model_upload(d0, NULL, m->slots ? batch_rows * LLM_SAMPLER_BYTES : LLM_SAMPLER_BYTES,
+                   "sampler", -1, &m->params));
+  TRY(model_upload(d0, NULL, per * (size_t)c->vocab * 16, "sampler scratch", -1, &m->scratch));
+  if (m->slots)
+    TRY(model_upload(d0, NULL, per * (size_t)m->ctx_alloc * 4, "token history", -1, &m->history));
   if (!(m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers))))
     return hcq_status_make(HCQ_OUT_OF_MEMORY, "out of memory");
   size_t cache = (size_t)c->n_kv_heads * (size_t)m->ctx_alloc * (size_t)c->head_dim * 4;
@@ -203,8 +194,8 @@ static hcq_status_t make_buffers(llm_decoder_t *m, const llm_model_t *model) {
         "q bias", "k bias", "v bias", "q norm", "k norm", "post-attention norm", "post-ffn norm"};
     for (int i = 0; i < 7; i++)
       if (extra[i]) TRY(upload_vector(m, dev, extra[i], extra_names[i], l, &S->b[B_Q + i]));
-    TRY(buffer(dev, cache, "key cache", l, &S->b[K_CACHE]));
-    TRY(buffer(dev, cache, "value cache", l, &S->b[V_CACHE]));
+    TRY(model_upload(dev, NULL, cache, "key cache", l, &S->b[K_CACHE]));
+    TRY(model_upload(dev, NULL, cache, "value cache", l, &S->b[V_CACHE]));
   }
   return NULL;
 }
